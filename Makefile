@@ -1,0 +1,34 @@
+# `make run` and `make test` do all set-up on a fresh machine (they create .venv if it is missing).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck unit proto bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m broker standalone $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Regenerate broker/protocol/pulsar_api_pb2.py(+.pyi) from proto/pulsar_api.proto.
+proto: $(STAMP)
+	$(PY) -m pip install -q -e '.[proto]'
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=broker/protocol --pyi_out=broker/protocol proto/pulsar_api.proto
+	# Schema.Type.None is a Python keyword: comment it out of the stub so mypy can parse it.
+	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,107 @@
+"""Broker configuration: Apache Pulsar's key names (conf/standalone.conf) plus CLI overrides.
+
+Each setting is a dataclass field whose name is the Pulsar key, so a Pulsar engineer can grep for
+it. Values from the file are converted to the field's type; unknown keys are reported once at start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "standalone.conf"
+
+
+@dataclass
+class BrokerConfig:
+    # -- network ------------------------------------------------------------------------------------
+    bindAddress: str = "0.0.0.0"
+    brokerServicePort: int = 6650
+    webServicePort: int = 8080
+    # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
+    advertisedAddress: str = ""
+    clusterName: str = "standalone"
+    # -- protocol limits ----------------------------------------------------------------------------
+    maxMessageSize: int = 5 * 1024 * 1024
+    keepAliveIntervalSeconds: int = 30
+    maxPendingPublishRequestsPerConnection: int = 1000
+    # -- topics and subscriptions -------------------------------------------------------------------
+    allowAutoTopicCreation: bool = True
+    allowAutoTopicCreationType: str = "non-partitioned"
+    defaultNumPartitions: int = 1
+    allowAutoSubscriptionCreation: bool = True
+    brokerDeduplicationEnabled: bool = False
+    dispatcherMaxReadBatchSize: int = 100
+    maxUnackedMessagesPerConsumer: int = 50000
+    subscriptionRedeliveryTrackerEnabled: bool = True
+    # -- storage ------------------------------------------------------------------------------------
+    dataDir: str = "data"
+    # "memory" keeps topics in RAM (lost on restart); the file ledger arrives with issue 4.
+    managedLedgerStorage: str = "memory"
+    managedLedgerMaxEntriesPerLedger: int = 50000
+    managedLedgerCacheSizeMB: int = 256
+    # How many cached reads may complete inline, nested, before the stack is unwound.
+    managedLedgerReadNestingLimit: int = 10
+    # -- stats --------------------------------------------------------------------------------------
+    statsUpdateFrequencyInSecs: int = 60
+    # Keys from the file that we do not know (reported once at start).
+    unknown_keys: list[str] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
+        cfg = cls()
+        if path is not None:
+            cfg.apply_file(Path(path))
+        for key, value in overrides.items():
+            if value is not None:
+                cfg.set(key, value)
+        return cfg
+
+    def apply_file(self, path: Path) -> None:
+        for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+            key, value = key.strip(), value.strip()
+            if key in _FIELDS:
+                self.set(key, value)
+            else:
+                self.unknown_keys.append(key)
+
+    def set(self, key: str, value: Any) -> None:
+        f = _FIELDS.get(key)
+        if f is None:
+            raise KeyError(f"unknown configuration key {key!r}")
+        setattr(self, key, _convert(key, f.type, value))
+
+    def report_unknown(self) -> None:
+        if self.unknown_keys:
+            log.warning("configuration keys not supported (ignored): %s", ", ".join(sorted(self.unknown_keys)))
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}
+
+
+def _convert(key: str, type_name: Any, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    t = str(type_name)
+    try:
+        if t == "int":
+            return int(value)
+        if t == "bool":
+            lowered = value.lower()
+            if lowered not in ("true", "false"):
+                raise ValueError(value)
+            return lowered == "true"
+    except ValueError:
+        raise ValueError(f"configuration key {key}: cannot read {value!r} as {t}") from None
+    return value

@@ -1,0 +1,102 @@
+"""Broker errors, typed by who is at fault, each carrying the wire ServerError it maps to.
+
+The C++ client decides from the code alone whether to retry (PROTOCOL.md section 20): codes in
+``_RETRYABLE`` make it back off and retry until its operation timeout; the others fail the
+operation at once. Pick the class by what the client should do, not by where the error arose.
+"""
+
+from __future__ import annotations
+
+from broker.protocol import pulsar_api_pb2 as pb
+
+E = pb.ServerError
+
+_RETRYABLE = frozenset({
+    E.ServiceNotReady, E.UnknownError, E.MetadataError, E.PersistenceError, E.SubscriptionNotFound,
+    E.ConsumerNotFound, E.UnsupportedVersionError, E.InvalidTopicName,
+})
+
+
+class BrokerError(Exception):
+    """Base: an operation failed in a way the client is told about with ``code``."""
+
+    code: int = E.UnknownError
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in _RETRYABLE
+
+
+# -- the client asked for something that is not allowed or does not exist (client's fault) --------
+
+class InvalidTopicNameError(BrokerError):
+    code = E.InvalidTopicName
+
+
+class TopicNotFoundError(BrokerError):
+    code = E.TopicNotFound
+
+
+class SubscriptionNotFoundError(BrokerError):
+    code = E.SubscriptionNotFound
+
+
+class ConsumerNotFoundError(BrokerError):
+    code = E.ConsumerNotFound
+
+
+class NotAllowedError(BrokerError):
+    code = E.NotAllowedError
+
+
+class MetadataError(BrokerError):
+    code = E.MetadataError
+
+
+class IncompatibleSchemaError(BrokerError):
+    code = E.IncompatibleSchema
+
+
+class ConsumerAssignError(BrokerError):
+    code = E.ConsumerAssignError
+
+
+# -- conflicts with other clients --------------------------------------------------------------------
+
+class ConsumerBusyError(BrokerError):
+    code = E.ConsumerBusy
+
+
+class ProducerBusyError(BrokerError):
+    code = E.ProducerBusy
+
+
+class ProducerFencedError(BrokerError):
+    code = E.ProducerFenced
+
+
+class TopicTerminatedError(BrokerError):
+    code = E.TopicTerminatedError
+
+
+# -- the broker cannot serve right now (broker's fault, client retries) ------------------------------
+
+class ServiceNotReadyError(BrokerError):
+    code = E.ServiceNotReady
+
+
+class PersistenceError(BrokerError):
+    code = E.PersistenceError
+
+
+class ChecksumError(BrokerError):
+    code = E.ChecksumError

@@ -1,0 +1,279 @@
+"""Encoders: build broker -> client commands and frame them into bytes.
+
+Every function returns the complete frame. Only commands the C++ 4.2 client accepts are built here
+(see shared/docs/PROTOCOL.md section 4): sending it anything else closes its connection.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from broker.protocol import pulsar_api_pb2 as pb
+
+_HEADER = struct.Struct(">II")
+_U64_MASK = (1 << 64) - 1
+# request_id used when the broker itself initiates CLOSE_PRODUCER / CLOSE_CONSUMER (-1 as u64).
+BROKER_REQUEST_ID = _U64_MASK
+
+T = pb.BaseCommand.Type
+
+
+def to_u64(value: int) -> int:
+    """Clients carry -1 (earliest) and INT64_MAX in uint64 fields: store them two's complement."""
+    return value & _U64_MASK
+
+
+def from_u64(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def frame(cmd: pb.BaseCommand) -> bytes:
+    body = cmd.SerializeToString()
+    return _HEADER.pack(len(body) + 4, len(body)) + body
+
+
+def frame_with_payload(cmd: pb.BaseCommand, payload: bytes) -> bytes:
+    body = cmd.SerializeToString()
+    return b"".join((_HEADER.pack(len(body) + 4 + len(payload), len(body)), body, payload))
+
+
+def message_id(ledger_id: int, entry_id: int, partition: int = -1, batch_index: int = -1) -> pb.MessageIdData:
+    mid = pb.MessageIdData(ledgerId=to_u64(ledger_id), entryId=to_u64(entry_id))
+    if partition >= 0:
+        mid.partition = partition
+    if batch_index >= 0:
+        mid.batch_index = batch_index
+    return mid
+
+
+def connected(server_version: str, protocol_version: int, max_message_size: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.CONNECTED)
+    c = cmd.connected
+    c.server_version = server_version
+    c.protocol_version = protocol_version
+    c.max_message_size = max_message_size
+    return frame(cmd)
+
+
+def ping() -> bytes:
+    cmd = pb.BaseCommand(type=T.PING)
+    cmd.ping.SetInParent()
+    return frame(cmd)
+
+
+def pong() -> bytes:
+    cmd = pb.BaseCommand(type=T.PONG)
+    cmd.pong.SetInParent()
+    return frame(cmd)
+
+
+PONG = pong()
+PING = ping()
+
+
+def error(request_id: int, code: int, message: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.ERROR)
+    cmd.error.request_id = to_u64(request_id)
+    cmd.error.error = code  # type: ignore[assignment]
+    cmd.error.message = message
+    return frame(cmd)
+
+
+def success(request_id: int, schema: pb.Schema | None = None) -> bytes:
+    cmd = pb.BaseCommand(type=T.SUCCESS)
+    cmd.success.request_id = request_id
+    if schema is not None:
+        cmd.success.schema.CopyFrom(schema)
+    return frame(cmd)
+
+
+def producer_success(
+    request_id: int,
+    producer_name: str,
+    last_sequence_id: int,
+    schema_version: bytes,
+    topic_epoch: int | None = None,
+    producer_ready: bool = True,
+) -> bytes:
+    cmd = pb.BaseCommand(type=T.PRODUCER_SUCCESS)
+    ps = cmd.producer_success
+    ps.request_id = request_id
+    ps.producer_name = producer_name
+    ps.last_sequence_id = last_sequence_id
+    ps.schema_version = schema_version
+    if topic_epoch is not None:
+        ps.topic_epoch = topic_epoch
+    ps.producer_ready = producer_ready
+    return frame(cmd)
+
+
+def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
+                 highest_sequence_id: int | None = None) -> bytes:
+    cmd = pb.BaseCommand(type=T.SEND_RECEIPT)
+    r = cmd.send_receipt
+    r.producer_id = producer_id
+    r.sequence_id = sequence_id
+    r.message_id.ledgerId = to_u64(ledger_id)
+    r.message_id.entryId = to_u64(entry_id)
+    if highest_sequence_id is not None:
+        r.highest_sequence_id = highest_sequence_id
+    return frame(cmd)
+
+
+def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.SEND_ERROR)
+    e = cmd.send_error
+    e.producer_id = producer_id
+    e.sequence_id = sequence_id
+    e.error = code  # type: ignore[assignment]
+    e.message = message
+    return frame(cmd)
+
+
+def close_producer(producer_id: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+    cmd.close_producer.producer_id = producer_id
+    cmd.close_producer.request_id = BROKER_REQUEST_ID
+    return frame(cmd)
+
+
+def close_consumer(consumer_id: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.CLOSE_CONSUMER)
+    cmd.close_consumer.consumer_id = consumer_id
+    cmd.close_consumer.request_id = BROKER_REQUEST_ID
+    return frame(cmd)
+
+
+def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None = None) -> bytes:
+    cmd = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
+    r = cmd.lookupTopicResponse
+    r.request_id = request_id
+    r.response = pb.CommandLookupTopicResponse.Connect  # must be explicit: the client checks presence
+    r.brokerServiceUrl = broker_url
+    if broker_url_tls:
+        r.brokerServiceUrlTls = broker_url_tls
+    r.authoritative = True
+    return frame(cmd)
+
+
+def lookup_failed(request_id: int, code: int, message: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
+    r = cmd.lookupTopicResponse
+    r.request_id = request_id
+    r.response = pb.CommandLookupTopicResponse.Failed
+    r.error = code  # type: ignore[assignment]
+    r.message = message
+    return frame(cmd)
+
+
+def partitioned_metadata(request_id: int, partitions: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE)
+    r = cmd.partitionMetadataResponse
+    r.request_id = request_id
+    r.partitions = partitions
+    r.response = pb.CommandPartitionedTopicMetadataResponse.Success  # = 0, still must be present
+    return frame(cmd)
+
+
+def partitioned_metadata_failed(request_id: int, code: int, message: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE)
+    r = cmd.partitionMetadataResponse
+    r.request_id = request_id
+    r.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+    r.error = code  # type: ignore[assignment]
+    r.message = message
+    return frame(cmd)
+
+
+def message(consumer_id: int, ledger_id: int, entry_id: int, partition: int, redelivery_count: int,
+            entry: bytes, ack_set: list[int] | None = None) -> bytes:
+    cmd = pb.BaseCommand(type=T.MESSAGE)
+    m = cmd.message
+    m.consumer_id = consumer_id
+    mid = m.message_id
+    mid.ledgerId = ledger_id
+    mid.entryId = entry_id
+    mid.partition = partition
+    if redelivery_count > 0:
+        m.redelivery_count = redelivery_count
+    if ack_set:
+        m.ack_set.extend(ack_set)
+    return frame_with_payload(cmd, entry)
+
+
+def active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
+    cmd = pb.BaseCommand(type=T.ACTIVE_CONSUMER_CHANGE)
+    cmd.active_consumer_change.consumer_id = consumer_id
+    cmd.active_consumer_change.is_active = is_active
+    return frame(cmd)
+
+
+def ack_response(consumer_id: int, request_id: int, code: int | None = None, message_text: str = "") -> bytes:
+    cmd = pb.BaseCommand(type=T.ACK_RESPONSE)
+    r = cmd.ackResponse
+    r.consumer_id = consumer_id
+    r.request_id = request_id
+    if code is not None:
+        r.error = code  # type: ignore[assignment]
+        r.message = message_text
+    return frame(cmd)
+
+
+def get_last_message_id_response(request_id: int, last: pb.MessageIdData,
+                                 mark_delete: tuple[int, int] | None) -> bytes:
+    cmd = pb.BaseCommand(type=T.GET_LAST_MESSAGE_ID_RESPONSE)
+    r = cmd.getLastMessageIdResponse
+    r.request_id = request_id
+    r.last_message_id.CopyFrom(last)
+    if mark_delete is not None:
+        r.consumer_mark_delete_position.ledgerId = to_u64(mark_delete[0])
+        r.consumer_mark_delete_position.entryId = to_u64(mark_delete[1])
+    return frame(cmd)
+
+
+def topics_of_namespace(request_id: int, topics: list[str], topics_hash: str | None, changed: bool) -> bytes:
+    cmd = pb.BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
+    r = cmd.getTopicsOfNamespaceResponse
+    r.request_id = request_id
+    r.topics.extend(topics)
+    r.filtered = False
+    r.changed = changed
+    if topics_hash is not None:
+        r.topics_hash = topics_hash
+    return frame(cmd)
+
+
+def get_schema_response(request_id: int, schema: pb.Schema, version: bytes) -> bytes:
+    cmd = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
+    r = cmd.getSchemaResponse
+    r.request_id = request_id
+    r.schema.CopyFrom(schema)
+    r.schema_version = version
+    return frame(cmd)
+
+
+def get_schema_error(request_id: int, code: int, message_text: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
+    r = cmd.getSchemaResponse
+    r.request_id = request_id
+    r.error_code = code  # type: ignore[assignment]
+    r.error_message = message_text
+    return frame(cmd)
+
+
+def consumer_stats_response(request_id: int, **fields: object) -> bytes:
+    cmd = pb.BaseCommand(type=T.CONSUMER_STATS_RESPONSE)
+    r = cmd.consumerStatsResponse
+    r.request_id = request_id
+    for key, value in fields.items():
+        setattr(r, key, value)
+    return frame(cmd)
+
+
+def consumer_stats_error(request_id: int, code: int, message_text: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.CONSUMER_STATS_RESPONSE)
+    r = cmd.consumerStatsResponse
+    r.request_id = request_id
+    r.error_code = code  # type: ignore[assignment]
+    r.error_message = message_text
+    return frame(cmd)

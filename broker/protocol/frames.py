@@ -1,0 +1,151 @@
+"""Sans-IO frame decoder: feed bytes in any chunking, take complete frames out.
+
+Wire layout (all integers big-endian):
+
+    [totalSize:u32][commandSize:u32][BaseCommand]                       simple command
+    [totalSize:u32][commandSize:u32][BaseCommand][payload ...]          SEND / MESSAGE
+
+``totalSize`` counts everything after itself. Whatever follows the command inside the frame is the
+payload; for SEND it is ``[0x0e01][crc32c:u32]`` (optional) ``[metadataSize:u32][MessageMetadata][body]``,
+which the broker stores verbatim as the entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
+
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.errors import ProtocolError
+from broker.protocol.limits import MAGIC_CRC32C, MIN_TOTAL_SIZE
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADER = struct.Struct(">II")
+
+
+class Frame(NamedTuple):
+    command: pb.BaseCommand
+    # Bytes after the command inside the frame (SEND payload), or None for simple commands.
+    payload: bytes | None
+
+
+class FrameDecoder:
+    """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
+
+    Partial frames are kept as a list of chunks and joined once the whole frame is there, so a
+    5 MiB message arriving in 64 KiB reads is copied a constant number of times, not once per read.
+    """
+
+    __slots__ = ("_buf", "_chunks", "_chunks_len", "_max_frame", "_need", "_pos")
+
+    def __init__(self, max_frame_size: int) -> None:
+        self._max_frame = max_frame_size
+        self._buf: bytes = b""
+        self._pos = 0
+        self._chunks: list[bytes] = []
+        self._chunks_len = 0
+        # Bytes the buffer must hold (from _pos) before another frame can be decoded.
+        self._need = 4
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos + self._chunks_len
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._chunks or (len(self._buf) - self._pos) + len(data) < self._need:
+            self._chunks.append(data)
+            self._chunks_len += len(data)
+            if (len(self._buf) - self._pos) + self._chunks_len < self._need:
+                return
+            parts = [self._buf[self._pos :], *self._chunks]
+            self._buf = b"".join(parts)
+            self._chunks.clear()
+            self._chunks_len = 0
+        elif self._pos < len(self._buf):
+            self._buf = self._buf[self._pos :] + data
+        else:
+            self._buf = data
+        self._pos = 0
+
+    def next_frame(self) -> Frame | None:
+        if self._chunks:
+            return None
+        buf, pos = self._buf, self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            self._need = 4
+            return None
+        (total,) = _U32.unpack_from(buf, pos)
+        if total + 4 > self._max_frame:
+            raise ProtocolError(f"frame of {total + 4} bytes exceeds the limit of {self._max_frame}")
+        if total < MIN_TOTAL_SIZE:
+            raise ProtocolError(f"frame totalSize {total} is too small")
+        if avail < total + 4:
+            self._need = total + 4
+            return None
+        (cmd_size,) = _U32.unpack_from(buf, pos + 4)
+        if cmd_size == 0 or cmd_size > total - 4:
+            raise ProtocolError(f"commandSize {cmd_size} does not fit in frame of totalSize {total}")
+        end = pos + 4 + total
+        cmd_end = pos + 8 + cmd_size
+        view = memoryview(buf)
+        command = pb.BaseCommand()
+        try:
+            command.ParseFromString(view[pos + 8 : cmd_end])
+        except DecodeError as exc:
+            raise ProtocolError(f"undecodable command: {exc}") from None
+        if not command.IsInitialized():
+            missing = ", ".join(command.FindInitializationErrors())
+            raise ProtocolError(f"command lacks required fields: {missing}")
+        payload = bytes(view[cmd_end:end]) if end > cmd_end else None
+        self._pos = end
+        self._need = 4
+        return Frame(command, payload)
+
+
+class ParsedPayload(NamedTuple):
+    """A SEND payload split open. ``entry`` is the verbatim bytes to store and re-send."""
+
+    metadata: pb.MessageMetadata
+    # False when a checksum was present and did not match; True when it matched or was absent.
+    checksum_ok: bool
+    entry: bytes
+
+
+def parse_payload(payload: bytes, verify: bool = True) -> ParsedPayload:
+    """Split a SEND payload; raises ProtocolError when the metadata cannot be read.
+
+    With ``verify`` the CRC32C (when present) is checked over everything after it.
+    """
+    n = len(payload)
+    pos = 0
+    checksum_ok = True
+    if n >= 6 and _U16.unpack_from(payload, 0)[0] == MAGIC_CRC32C:
+        (expected,) = _U32.unpack_from(payload, 2)
+        pos = 6
+        if verify:
+            checksum_ok = crc32c(memoryview(payload)[6:]) == expected
+    if n - pos < 4:
+        raise ProtocolError("payload too short for the metadata size")
+    (meta_size,) = _U32.unpack_from(payload, pos)
+    if meta_size > n - pos - 4:
+        raise ProtocolError(f"metadata size {meta_size} exceeds the payload")
+    metadata = pb.MessageMetadata()
+    try:
+        metadata.ParseFromString(memoryview(payload)[pos + 4 : pos + 4 + meta_size])
+    except DecodeError as exc:
+        raise ProtocolError(f"undecodable message metadata: {exc}") from None
+    if not metadata.IsInitialized():
+        raise ProtocolError("message metadata lacks required fields")
+    return ParsedPayload(metadata, checksum_ok, payload)
+
+
+def read_entry_metadata(entry: bytes) -> pb.MessageMetadata:
+    """Metadata of a stored entry (entries were validated on the way in)."""
+    return parse_payload(entry, verify=False).metadata

@@ -1,0 +1,148 @@
+"""A consumer: one client-side consumer attached to a subscription over one connection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from broker.dispatch.entry_meta import EntryMeta
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import Entry, Position
+
+if TYPE_CHECKING:
+    from broker.service.subscription import Subscription
+
+SUB_TYPE_NAMES = {
+    pb.CommandSubscribe.Exclusive: "Exclusive",
+    pb.CommandSubscribe.Shared: "Shared",
+    pb.CommandSubscribe.Failover: "Failover",
+    pb.CommandSubscribe.Key_Shared: "Key_Shared",
+}
+
+
+class ClientConnection(Protocol):
+    """What the service layer needs from a connection (connection.py implements it)."""
+
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def remote_address(self) -> str: ...
+    @property
+    def client_version(self) -> str: ...
+    def write(self, data: bytes) -> None: ...
+    def consumer_closed_by_broker(self, consumer: Consumer) -> None: ...
+    def producer_closed_by_broker(self, producer_id: int) -> None: ...
+
+
+class Consumer:
+    """Permits follow the architecture's rule: FLOW adds to ``permits`` and ``pending_flow`` here,
+    on the connection's loop; the dispatcher's lane later settles ``pending_flow`` and adds the
+    permits to the dispatcher total if this exact object is still a member.
+
+    Identity matters: equality is object identity (no ``__eq__``), so a reconnecting consumer
+    with the same id and name is a different member.
+    """
+
+    __slots__ = (
+        "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
+        "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
+        "pending_acks", "pending_flow", "permits", "priority_level", "redelivered", "sub_type",
+        "subscription", "unacked_messages",
+    )
+
+    def __init__(
+        self,
+        cnx: ClientConnection,
+        consumer_id: int,
+        name: str,
+        sub_type: int,
+        priority_level: int,
+        subscription: Subscription,
+        partition_index: int,
+        metadata: dict[str, str],
+        key_shared_meta: pb.KeySharedMeta | None = None,
+    ) -> None:
+        self.cnx = cnx
+        self.consumer_id = consumer_id
+        self.name = name
+        self.sub_type = sub_type
+        self.priority_level = priority_level
+        self.subscription = subscription
+        self.partition_index = partition_index
+        self.metadata = metadata
+        self.key_shared_meta = key_shared_meta
+        self.hash_ranges: list[tuple[int, int]] = (
+            [(r.start, r.end) for r in key_shared_meta.hashRanges] if key_shared_meta is not None else []
+        )
+        self.permits = 0
+        self.pending_flow = 0
+        # Delivered, not yet acknowledged: position -> number of messages in the entry.
+        self.pending_acks: dict[Position, int] = {}
+        self.unacked_messages = 0
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.redelivered = 0
+        self.connected_since = time.time()
+        self.last_acked = 0.0
+        self.last_consumed = 0.0
+        self.closed = False
+
+    @property
+    def sub_type_name(self) -> str:
+        return SUB_TYPE_NAMES.get(self.sub_type, "Exclusive")
+
+    @property
+    def writable(self) -> bool:
+        return self.cnx.writable
+
+    def send_entries(self, batch: Iterable[tuple[Entry, EntryMeta, int]]) -> int:
+        """Write MESSAGE frames for ``(entry, meta, redelivery_count)``; returns messages sent.
+
+        The caller has already taken the permits. Entries are sent verbatim, as stored.
+        """
+        frames: list[bytes] = []
+        partition = self.partition_index
+        cid = self.consumer_id
+        sent = 0
+        nbytes = 0
+        pending = self.pending_acks
+        for entry, meta, redelivery_count in batch:
+            pos = entry.position
+            frames.append(commands.message(cid, pos.ledger_id, pos.entry_id, partition, redelivery_count, entry.data))
+            if pos not in pending:
+                self.unacked_messages += meta.num_messages
+            pending[pos] = meta.num_messages
+            sent += meta.num_messages
+            nbytes += len(entry.data)
+        if frames:
+            self.cnx.write(b"".join(frames))
+            self.msg_out += sent
+            self.bytes_out += nbytes
+            self.last_consumed = time.time()
+        return sent
+
+    def remove_pending(self, pos: Position) -> bool:
+        n = self.pending_acks.pop(pos, None)
+        if n is None:
+            return False
+        self.unacked_messages -= n
+        return True
+
+    def remove_pending_up_to(self, pos: Position) -> None:
+        pending = self.pending_acks
+        if not pending:
+            return
+        done = [p for p in pending if p <= pos]
+        for p in done:
+            self.unacked_messages -= pending.pop(p)
+
+    def clear_pending(self) -> list[Position]:
+        positions = sorted(self.pending_acks)
+        self.pending_acks.clear()
+        self.unacked_messages = 0
+        return positions
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, id={self.consumer_id}, sub={self.subscription.name!r})"

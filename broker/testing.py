@@ -1,0 +1,1 @@
+"""pytest plugin: fixtures that run a real broker (filled in below)."""

@@ -1,0 +1,85 @@
+"""Topic names: ``{persistent|non-persistent}://tenant/namespace/local[-partition-k]``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.errors import InvalidTopicNameError
+
+PARTITION_SUFFIX = "-partition-"
+_NAME_PART = re.compile(r"^[-=:.\w]+$")
+_PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    domain: str  # "persistent" or "non-persistent"
+    tenant: str
+    namespace_part: str  # the namespace's own name (without the tenant)
+    local_name: str  # may contain "/" and the partition suffix
+
+    @staticmethod
+    def parse(name: str) -> TopicName:
+        """Accepts full names and the short forms ``x`` and ``tenant/ns/x`` (as the client does)."""
+        if not name:
+            raise InvalidTopicNameError("Invalid topic name: empty")
+        if "://" not in name:
+            parts = name.split("/")
+            if len(parts) == 1:
+                name = f"persistent://public/default/{name}"
+            elif len(parts) == 3:
+                name = f"persistent://{name}"
+            else:
+                raise InvalidTopicNameError(f"Invalid short topic name '{name}'")
+        domain, _, rest = name.partition("://")
+        if domain not in ("persistent", "non-persistent"):
+            raise InvalidTopicNameError(f"Invalid topic domain '{domain}' in '{name}'")
+        parts = rest.split("/", 2)
+        if len(parts) != 3 or not all(parts):
+            raise InvalidTopicNameError(f"Invalid topic name '{name}'")
+        tenant, ns, local = parts
+        # A V1 name carries a cluster segment: persistent://tenant/cluster/ns/local. We serve V2 only.
+        for part in (tenant, ns):
+            if not _NAME_PART.match(part):
+                raise InvalidTopicNameError(f"Invalid tenant or namespace in topic name '{name}'")
+        if "\n" in local or "\r" in local:
+            raise InvalidTopicNameError(f"Invalid local name in topic name '{name}'")
+        return TopicName(domain, tenant, ns, local)
+
+    @property
+    def persistent(self) -> bool:
+        return self.domain == "persistent"
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.tenant}/{self.namespace_part}"
+
+    @property
+    def full(self) -> str:
+        return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
+
+    def __str__(self) -> str:
+        return self.full
+
+    @property
+    def partition_index(self) -> int:
+        """k for ``...-partition-k``, else -1."""
+        m = _PARTITION_RE.match(self.local_name)
+        return int(m.group(2)) if m else -1
+
+    @property
+    def base(self) -> TopicName:
+        """The partitioned topic this partition belongs to (itself when not a partition)."""
+        m = _PARTITION_RE.match(self.local_name)
+        if not m:
+            return self
+        return TopicName(self.domain, self.tenant, self.namespace_part, m.group(1))
+
+    def partition(self, index: int) -> TopicName:
+        return TopicName(self.domain, self.tenant, self.namespace_part, f"{self.local_name}{PARTITION_SUFFIX}{index}")
+
+    @property
+    def persistence_path(self) -> str:
+        """The managed ledger name: tenant/ns/domain/local (Pulsar's layout)."""
+        return f"{self.tenant}/{self.namespace_part}/{self.domain}/{self.local_name}"
