@@ -27,6 +27,12 @@ _U16 = struct.Struct(">H")
 _HEADER = struct.Struct(">II")
 
 
+# BaseCommand.Type value -> name of the sub-message field carrying it (same number, by design).
+_FIELD_FOR_TYPE = {
+    f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.message_type is not None
+}
+
+
 class Frame(NamedTuple):
     command: pb.BaseCommand
     # Bytes after the command inside the frame (SEND payload), or None for simple commands.
@@ -103,6 +109,9 @@ class FrameDecoder:
         if not command.IsInitialized():
             missing = ", ".join(command.FindInitializationErrors())
             raise ProtocolError(f"command lacks required fields: {missing}")
+        field = _FIELD_FOR_TYPE.get(command.type)
+        if field is not None and not command.HasField(field):
+            raise ProtocolError(f"command of type {command.type} lacks its {field} body")
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None
         self._pos = end
         self._need = 4

@@ -1,0 +1,78 @@
+"""``python -m broker standalone [--config FILE] [--port N] [--web-port N] [--data-dir DIR] ...``"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig
+from broker.server import BrokerServer
+
+log = logging.getLogger("broker")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m broker", description="Pulsar-protocol broker")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("standalone", help="run a standalone broker")
+    s.add_argument("--config", help=f"config file with Pulsar key names (default {DEFAULT_CONFIG_PATH} if present)")
+    s.add_argument("--port", type=int, help="binary protocol port (brokerServicePort); 0 picks a free port")
+    s.add_argument("--web-port", type=int, help="HTTP port (webServicePort); 0 picks a free port")
+    s.add_argument("--data-dir", help="data directory (dataDir)")
+    s.add_argument("--advertised-address", help="host name put in lookup answers (advertisedAddress)")
+    s.add_argument("--bind-address", help="address to listen on (bindAddress)")
+    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    return p.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> BrokerConfig:
+    path: Path | None = Path(args.config) if args.config else None
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    return BrokerConfig.load(
+        path,
+        brokerServicePort=args.port,
+        webServicePort=args.web_port,
+        dataDir=args.data_dir,
+        advertisedAddress=args.advertised_address,
+        bindAddress=args.bind_address,
+    )
+
+
+async def run(config: BrokerConfig) -> None:
+    server = BrokerServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal received: shutting down")
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.run(run(config))
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

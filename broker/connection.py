@@ -1,0 +1,197 @@
+"""One TCP connection: decode frames, route commands, write frames, pause/resume reading.
+
+Thin by design: the command handlers live in ``broker.service.server_cnx``. This module owns the
+handshake state machine, keep-alive and socket backpressure, and the malformed-input policy:
+
+- broken framing (oversize frame, undecodable command, missing required fields) closes this
+  connection only;
+- a command before CONNECT, a second CONNECT, or a command the client never sends closes it;
+- an unknown command type is ignored (Pulsar's decoder has no default branch);
+- per-message problems (bad checksum, bad metadata) get a per-message error (SendError).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import TYPE_CHECKING
+
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.errors import ProtocolError
+from broker.protocol.frames import FrameDecoder
+from broker.protocol.limits import max_frame_size
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+    from broker.service.server_cnx import ServerCnx
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand.Type
+
+# Resume reading once in-flight sends fall to this fraction of the pause threshold.
+RESUME_FRACTION = 0.5
+
+
+class State(enum.Enum):
+    AWAITING_CONNECT = "awaiting_connect"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+_ALLOWED_MOVES = {
+    State.AWAITING_CONNECT: {State.CONNECTED, State.CLOSED},
+    State.CONNECTED: {State.CLOSED},
+    State.CLOSED: set[State](),
+}
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: BrokerServer) -> None:
+        from broker.service.server_cnx import ServerCnx
+
+        self.server = server
+        cfg = server.config
+        self.decoder = FrameDecoder(max_frame_size(cfg.maxMessageSize))
+        self.state = State.AWAITING_CONNECT
+        self.transport: asyncio.Transport | None = None
+        self.cnx: ServerCnx = ServerCnx(self, server.service)
+        self.remote_address = ""
+        self.local_host = ""
+        self.local_port = 0
+        self.writable = True
+        self.reading_paused = False
+        self.pending_sends = 0
+        self.max_pending_sends = cfg.maxPendingPublishRequestsPerConnection
+        self._received_since_ping = True
+        self._awaiting_pong = False
+        self._keepalive: asyncio.TimerHandle | None = None
+
+    # -- state machine -------------------------------------------------------------------------------
+    def _move(self, new: State) -> None:
+        if new not in _ALLOWED_MOVES[self.state]:
+            raise RuntimeError(f"illegal connection state move {self.state} -> {new}")
+        self.state = new
+
+    # -- asyncio callbacks ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if sock:
+            self.local_host, self.local_port = sock[0], sock[1]
+        self.server.connection_opened(self)
+        self._schedule_keepalive()
+
+    def data_received(self, data: bytes) -> None:
+        self._received_since_ping = True
+        decoder = self.decoder
+        try:
+            decoder.feed(data)
+            while self.state is not State.CLOSED:
+                frame = decoder.next_frame()
+                if frame is None:
+                    break
+                self._route(frame.command, frame.payload)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.remote_address, exc)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is not State.CLOSED:
+            self._move(State.CLOSED)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        self.cnx.connection_closed()
+        self.server.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self.cnx.on_writable()
+
+    # -- routing -------------------------------------------------------------------------------------
+    def _route(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        t = cmd.type
+        if t == T.PING:
+            self.write(commands.PONG)
+            return
+        if t == T.PONG:
+            self._awaiting_pong = False
+            return
+        if self.state is State.AWAITING_CONNECT:
+            if t != T.CONNECT:
+                raise ProtocolError(f"command {pb.BaseCommand.Type.Name(t)} before CONNECT")
+            self._move(State.CONNECTED)
+            self.cnx.handle_connect(cmd.connect)
+            return
+        handler = self.cnx.handlers.get(t)
+        if handler is None:
+            if t in _CLIENT_NEVER_SENDS:
+                raise ProtocolError(f"unexpected command {pb.BaseCommand.Type.Name(t)} from client")
+            return  # unknown type: ignored, as Pulsar does
+        handler(cmd, payload)
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and self.state is not State.CLOSED:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.state is not State.CLOSED:
+            self._move(State.CLOSED)
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- producer backpressure -----------------------------------------------------------------------
+    def send_started(self) -> None:
+        self.pending_sends += 1
+        if self.pending_sends >= self.max_pending_sends and not self.reading_paused and self.transport:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def send_finished(self) -> None:
+        self.pending_sends -= 1
+        if self.reading_paused and self.pending_sends <= self.max_pending_sends * RESUME_FRACTION:
+            self.reading_paused = False
+            if self.transport is not None and self.state is not State.CLOSED:
+                self.transport.resume_reading()
+
+    # -- keep-alive ------------------------------------------------------------------------------------
+    def _schedule_keepalive(self) -> None:
+        interval = self.server.config.keepAliveIntervalSeconds
+        if interval > 0:
+            self._keepalive = asyncio.get_running_loop().call_later(interval, self._keepalive_tick)
+
+    def _keepalive_tick(self) -> None:
+        self._keepalive = None
+        if self.state is State.CLOSED:
+            return
+        if self.state is State.AWAITING_CONNECT:
+            log.info("closing %s: no CONNECT within the keep-alive interval", self.remote_address)
+            self.close()
+            return
+        if self._awaiting_pong and not self._received_since_ping:
+            log.info("closing %s: no answer to keep-alive ping", self.remote_address)
+            self.close()
+            return
+        self._received_since_ping = False
+        self._awaiting_pong = True
+        self.write(commands.PING)
+        self._schedule_keepalive()
+
+
+# Broker -> client commands: a client sending one of these is broken, so the connection closes.
+_CLIENT_NEVER_SENDS = frozenset({
+    T.CONNECTED, T.SEND_RECEIPT, T.SEND_ERROR, T.MESSAGE, T.SUCCESS, T.ERROR, T.PRODUCER_SUCCESS,
+    T.PARTITIONED_METADATA_RESPONSE, T.LOOKUP_RESPONSE, T.CONSUMER_STATS_RESPONSE, T.REACHED_END_OF_TOPIC,
+    T.GET_LAST_MESSAGE_ID_RESPONSE, T.ACTIVE_CONSUMER_CHANGE, T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+    T.GET_SCHEMA_RESPONSE, T.ACK_RESPONSE, T.GET_OR_CREATE_SCHEMA_RESPONSE, T.AUTH_CHALLENGE,
+    T.WATCH_TOPIC_LIST_SUCCESS, T.WATCH_TOPIC_UPDATE, T.TOPIC_MIGRATED, T.CONNECT,
+})

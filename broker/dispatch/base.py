@@ -1,0 +1,192 @@
+"""What every dispatcher shares: the lane, permit accounting, and owning the read loop.
+
+Permit invariant (asserted in tests, checked at runtime with ``PULSAR_BROKER_DEBUG=1``):
+
+    total_permits == sum(c.permits - c.pending_flow for c in consumers)
+
+FLOW arrives on the connection (``flow``), which bumps ``permits`` and ``pending_flow`` of that
+consumer and posts the settlement to the lane. Removing a consumer subtracts only its settled
+balance ``permits - pending_flow`` (negative if it was sent more than its settled permits). A
+queued flow for a consumer that is gone, or that was replaced by an equal-looking new object,
+changes nothing when it runs.
+
+The dispatcher owns its read loop: at most one read outstanding, and the entries of a read are
+fully handed to consumers before the next read is issued, so order is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from broker.dispatch.entry_meta import EntryMeta, entry_meta
+from broker.dispatch.lane import Lane
+from managed_ledger import Entry, Position
+
+if TYPE_CHECKING:
+    from broker.service.consumer import Consumer
+    from broker.service.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+DEBUG_INVARIANTS = os.environ.get("PULSAR_BROKER_DEBUG", "") not in ("", "0")
+
+
+class PermitInvariantError(AssertionError):
+    pass
+
+
+class Dispatcher(ABC):
+    def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
+        self.subscription = subscription
+        self.cursor = subscription.cursor
+        self.lane = Lane()
+        self.consumers: list[Consumer] = []
+        self.total_permits = 0
+        self.max_read_batch = max_read_batch
+        self.read_outstanding = False
+        # Bumped whenever the cursor is moved under a read (rewind/seek); stale completions are dropped.
+        self.read_epoch = 0
+        self.closed = False
+        # Times the runtime invariant check found a drift (exported as a metric).
+        self.invariant_drift_count = 0
+
+    # -- consumers ---------------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.total_permits += consumer.permits - consumer.pending_flow
+        self._consumer_added(consumer)
+        self.check_invariant()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        for i, c in enumerate(self.consumers):
+            if c is consumer:
+                del self.consumers[i]
+                break
+        else:
+            return
+        self.total_permits -= consumer.permits - consumer.pending_flow
+        self._consumer_removed(consumer)
+        self.check_invariant()
+
+    def is_member(self, consumer: Consumer) -> bool:
+        return any(c is consumer for c in self.consumers)
+
+    # -- flow --------------------------------------------------------------------------------------
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        """On the connection's loop: record, then settle on the lane."""
+        consumer.permits += permits
+        consumer.pending_flow += permits
+        self.lane.post(self._settle_flow, consumer, permits)
+
+    def _settle_flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.pending_flow -= permits
+        if self.closed or not self.is_member(consumer):
+            return
+        self.total_permits += permits
+        self.check_invariant()
+        self._flow_settled(consumer)
+        self.trigger_read()
+
+    def take_permits(self, consumer: Consumer, messages: int) -> None:
+        consumer.permits -= messages
+        self.total_permits -= messages
+
+    # -- invariant -----------------------------------------------------------------------------------
+    def permit_balance(self) -> int:
+        return sum(c.permits - c.pending_flow for c in self.consumers)
+
+    def check_invariant(self) -> None:
+        if DEBUG_INVARIANTS and self.total_permits != self.permit_balance():
+            self.invariant_drift_count += 1
+            raise PermitInvariantError(
+                f"permit drift on {self.subscription.name}: total={self.total_permits} "
+                f"sum={self.permit_balance()}"
+            )
+
+    # -- reading -----------------------------------------------------------------------------------
+    def trigger_read(self) -> None:
+        if self.read_outstanding or self.closed:
+            return
+        self._read_more()
+
+    @abstractmethod
+    def _read_more(self) -> None: ...
+
+    def _begin_read(self) -> int:
+        self.read_outstanding = True
+        return self.read_epoch
+
+    def _end_read(self, epoch: int, exc: BaseException | None) -> bool:
+        """Common completion checks. Returns True when the entries should be dispatched."""
+        self.read_outstanding = False
+        if self.closed:
+            return False
+        if exc is not None:
+            log.warning("read failed on %s: %s", self.subscription.name, exc)
+            self.subscription.topic.loop.call_later(0.1, self.trigger_read)
+            return False
+        if epoch != self.read_epoch:
+            # The cursor moved while this read was in flight; its entries are stale.
+            self.trigger_read()
+            return False
+        return True
+
+    def cancel_reads(self) -> None:
+        """Forget the outstanding read: its completion will be dropped."""
+        self.read_epoch += 1
+        if self.cursor.cancel_pending_read():
+            self.read_outstanding = False
+
+    def filter_markers(self, entries: list[Entry]) -> list[tuple[Entry, EntryMeta]]:
+        """Parse metadata once; marker entries are acknowledged and never delivered."""
+        out: list[tuple[Entry, EntryMeta]] = []
+        markers: list[Position] = []
+        for e in entries:
+            meta = entry_meta(e.data)
+            if meta.is_marker:
+                markers.append(e.position)
+            else:
+                out.append((e, meta))
+        if markers:
+            self.cursor.delete(markers)
+        return out
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def _consumer_added(self, consumer: Consumer) -> None:
+        self.trigger_read()
+
+    def _consumer_removed(self, consumer: Consumer) -> None:  # noqa: B027 - optional hook
+        """A consumer left (its permits are already subtracted)."""
+
+    def _flow_settled(self, consumer: Consumer) -> None:  # noqa: B027 - optional hook
+        """A FLOW was applied to a member consumer."""
+
+    @abstractmethod
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
+
+    def on_acked(self, positions: list[Position]) -> None:  # noqa: B027 - optional hook
+        """Entries were acknowledged (Shared drops them from its replay set)."""
+
+    def on_writable(self) -> None:
+        self.trigger_read()
+
+    def on_cursor_reset(self) -> None:
+        """The cursor was moved (seek/reset/skip): drop in-flight reads and start over."""
+        self.cancel_reads()
+        self.trigger_read()
+
+    def close(self) -> None:
+        self.closed = True
+        self.lane.close()
+        self.cancel_reads()
+
+    @property
+    @abstractmethod
+    def type_name(self) -> str: ...
+
+    @property
+    def active_consumer_name(self) -> str | None:
+        return None

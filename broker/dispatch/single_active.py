@@ -1,0 +1,117 @@
+"""Exclusive and Failover: one active consumer receives everything, in order.
+
+Failover keeps several consumers and elects one active: consumers sorted by (priority_level,
+name); a partition k of a partitioned topic picks index ``k % n`` (spreading partitions over
+consumers), a non-partitioned topic picks the first. On every change each consumer is told
+whether it is active (ACTIVE_CONSUMER_CHANGE, Failover only), and the cursor is rewound so the
+new active consumer gets every message the old one had not acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.dispatch.base import Dispatcher
+from broker.protocol import commands
+from managed_ledger import Entry, Position
+
+if TYPE_CHECKING:
+    from broker.service.consumer import Consumer
+    from broker.service.subscription import Subscription
+
+
+class SingleActiveConsumerDispatcher(Dispatcher):
+    def __init__(self, subscription: Subscription, max_read_batch: int, failover: bool) -> None:
+        super().__init__(subscription, max_read_batch)
+        self.failover = failover
+        self.active: Consumer | None = None
+
+    @property
+    def type_name(self) -> str:
+        return "Failover" if self.failover else "Exclusive"
+
+    @property
+    def active_consumer_name(self) -> str | None:
+        return self.active.name if self.active is not None else None
+
+    def _elect(self) -> Consumer | None:
+        if not self.consumers:
+            return None
+        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
+        top = [c for c in ordered if c.priority_level == ordered[0].priority_level]
+        index = self.subscription.topic.name.partition_index
+        return top[index % len(top)] if index >= 0 else top[0]
+
+    def _update_active(self, notify_all: bool) -> None:
+        new = self._elect()
+        changed = new is not self.active
+        old = self.active
+        self.active = new
+        if changed:
+            self.cancel_reads()
+            if old is not None:
+                old.clear_pending()
+            self.cursor.rewind()
+        if self.failover and (changed or notify_all):
+            for c in self.consumers:
+                self._notify(c, c is new)
+        if changed:
+            self.trigger_read()
+
+    def _notify(self, consumer: Consumer, active: bool) -> None:
+        # Deferred one loop turn so a new consumer's SUBSCRIBE success goes out first.
+        frame = commands.active_consumer_change(consumer.consumer_id, active)
+        self.subscription.topic.loop.call_soon(consumer.cnx.write, frame)
+
+    def _consumer_added(self, consumer: Consumer) -> None:
+        if self.active is None:
+            self.active = consumer
+            if self.failover:
+                self._notify(consumer, True)
+            self.trigger_read()
+            return
+        before = self.active
+        self._update_active(notify_all=False)
+        if self.failover and self.active is before:
+            # Tell only the newcomer that it is standing by.
+            self._notify(consumer, consumer is self.active)
+
+    def _consumer_removed(self, consumer: Consumer) -> None:
+        if consumer is self.active:
+            self.active = None
+            consumer.clear_pending()
+            self.cancel_reads()
+            self.cursor.rewind()
+            self._update_active(notify_all=True)
+
+    def _read_more(self) -> None:
+        active = self.active
+        if active is None or active.permits <= 0 or not active.writable:
+            return
+        n = min(active.permits, self.max_read_batch)
+        epoch = self._begin_read()
+        self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc))
+
+    def _read_complete(self, epoch: int, target: Consumer, entries: list[Entry], exc: BaseException | None) -> None:
+        if not self._end_read(epoch, exc):
+            return
+        if target is not self.active or target.closed:
+            # The read was for a consumer that lost its place: put the entries back.
+            if entries:
+                self.cursor.seek(entries[0].position)
+            self.trigger_read()
+            return
+        batch = self.filter_markers(entries)
+        if batch:
+            messages = target.send_entries((e, m, 0) for e, m in batch)
+            self.take_permits(target, messages)
+        self.trigger_read()
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """Exclusive/Failover redeliver everything unacknowledged (the ids are not needed)."""
+        if consumer is not self.active:
+            return
+        consumer.clear_pending()
+        self.cancel_reads()
+        self.cursor.rewind()
+        self.trigger_read()

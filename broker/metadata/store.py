@@ -1,0 +1,84 @@
+"""The embedded metadata store: tenants, namespaces, partitioned topics and schemas.
+
+One JSON document, rewritten atomically (write temp file, fsync, rename) on every change. Metadata
+changes are rare and small, so this is simple and durable. With no path it lives in memory only.
+A distributed store (ZooKeeper/etcd) would implement the same methods for multi-broker setups.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TENANTS = ("public", "pulsar")
+DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
+
+
+class MetadataStore:
+    def __init__(self, path: Path | None, cluster: str) -> None:
+        self.path = path
+        self.cluster = cluster
+        self.clusters: dict[str, dict[str, Any]] = {}
+        self.tenants: dict[str, dict[str, Any]] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.partitioned_topics: dict[str, int] = {}
+        # base topic name (without partition suffix) -> list of versions (index = version)
+        self.schemas: dict[str, list[dict[str, Any]]] = {}
+        if path is not None and path.exists():
+            self._load(path)
+        else:
+            self._bootstrap()
+
+    def _bootstrap(self) -> None:
+        self.clusters[self.cluster] = {}
+        for t in DEFAULT_TENANTS:
+            self.tenants[t] = {"adminRoles": [], "allowedClusters": [self.cluster]}
+        for ns in DEFAULT_NAMESPACES:
+            self.namespaces[ns] = {}
+        self.save()
+
+    def _load(self, path: Path) -> None:
+        doc = json.loads(path.read_text())
+        self.clusters = doc.get("clusters", {self.cluster: {}})
+        self.tenants = doc.get("tenants", {})
+        self.namespaces = doc.get("namespaces", {})
+        self.partitioned_topics = doc.get("partitioned_topics", {})
+        self.schemas = doc.get("schemas", {})
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        doc = {
+            "clusters": self.clusters,
+            "tenants": self.tenants,
+            "namespaces": self.namespaces,
+            "partitioned_topics": self.partitioned_topics,
+            "schemas": self.schemas,
+            "saved_at": time.time(),
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # -- queries used on the hot-ish path ----------------------------------------------------------
+    def namespace_exists(self, namespace: str) -> bool:
+        return namespace in self.namespaces
+
+    def partitions_of(self, base_topic: str) -> int:
+        return self.partitioned_topics.get(base_topic, 0)
+
+    def set_partitions(self, base_topic: str, partitions: int) -> None:
+        self.partitioned_topics[base_topic] = partitions
+        self.save()

@@ -1,0 +1,101 @@
+"""The standalone broker process: binary protocol server + HTTP server around one BrokerService."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+from broker.admin.http import WebService
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.service.broker_service import BrokerService
+
+log = logging.getLogger(__name__)
+
+# How long a graceful stop waits for in-flight handler tasks before closing sockets anyway.
+SHUTDOWN_GRACE_S = 5.0
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        data_dir = Path(config.dataDir) if config.dataDir else None
+        self.data_dir = data_dir
+        self.service = BrokerService(config, data_dir)
+        self.web = WebService(self)
+        self.connections: set[Connection] = set()
+        self.connections_created = 0
+        self.connections_closed = 0
+        self._server: asyncio.Server | None = None
+        self.port = 0
+        self.web_port = 0
+        self.started_at = 0.0
+        self._stopped = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        cfg = self.config
+        cfg.report_unknown()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), host=cfg.bindAddress, port=cfg.brokerServicePort,
+            reuse_address=True, backlog=1024,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.web_port = await self.web.start(cfg.bindAddress, cfg.webServicePort)
+        self.started_at = time.time()
+        log.info("broker ready in %.3f s: pulsar://%s:%d  http://%s:%d  (data dir %s, storage %s)",
+                 time.perf_counter() - t0, self.advertised_host, self.port, self.advertised_host,
+                 self.web_port, self.data_dir, cfg.managedLedgerStorage)
+
+    @property
+    def advertised_host(self) -> str:
+        if self.config.advertisedAddress:
+            return self.config.advertisedAddress
+        bind = self.config.bindAddress
+        return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised_host}:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.advertised_host}:{self.web_port}"
+
+    @property
+    def ready(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def stop(self) -> None:
+        """Graceful: stop accepting, close client connections, flush and close storage."""
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.close()
+        for conn in list(self.connections):
+            conn.close()
+        waits = [c.cnx.wait_tasks() for c in list(self.connections)]
+        if waits:
+            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), SHUTDOWN_GRACE_S)
+        await server.wait_closed()
+        await self.web.stop()
+        await self.service.close()
+        self._stopped.set()
+        log.info("broker stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # -- connection bookkeeping -----------------------------------------------------------------------
+    def connection_opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        self.connections_created += 1
+
+    def connection_closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.connections_closed += 1

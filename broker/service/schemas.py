@@ -1,0 +1,114 @@
+"""Schema registry: per base topic, an ordered list of schema versions (version = list index).
+
+On the wire a schema version is exactly 8 bytes, big-endian int64 (the C++ client reads 8 bytes
+blindly). Compatibility here is by schema type: a different type is IncompatibleSchema, the same
+type with a new definition becomes a new version. (Pulsar's full Avro compatibility strategies
+are issue 5's; this is the rule the client needs to produce and consume.)
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+from typing import Any
+
+from broker.errors import IncompatibleSchemaError
+from broker.metadata.store import MetadataStore
+from broker.protocol import pulsar_api_pb2 as pb
+
+_VERSION = struct.Struct(">q")
+
+SCHEMA_TYPE_NAMES = {v: k.upper() for k, v in pb.Schema.Type.items()}
+SCHEMA_TYPE_NAMES.update({pb.Schema.Type.Value("KeyValue"): "KEY_VALUE",
+                          pb.Schema.Type.Value("ProtobufNative"): "PROTOBUF_NATIVE",
+                          pb.Schema.Type.Value("LocalDate"): "LOCAL_DATE",
+                          pb.Schema.Type.Value("LocalTime"): "LOCAL_TIME",
+                          pb.Schema.Type.Value("LocalDateTime"): "LOCAL_DATE_TIME"})
+
+
+def encode_version(version: int) -> bytes:
+    return _VERSION.pack(version)
+
+
+def decode_version(data: bytes) -> int | None:
+    if len(data) != 8:
+        return None
+    return int(_VERSION.unpack(data)[0])
+
+
+def _record(schema: pb.Schema) -> dict[str, Any]:
+    return {
+        "type": int(schema.type),
+        "name": schema.name,
+        "data": base64.b64encode(schema.schema_data).decode(),
+        "properties": {kv.key: kv.value for kv in schema.properties},
+        "timestamp": int(time.time() * 1000),
+    }
+
+
+def to_proto(record: dict[str, Any]) -> pb.Schema:
+    s = pb.Schema(name=record.get("name", ""), schema_data=base64.b64decode(record["data"]),
+                  type=record["type"])
+    for k, v in sorted(record.get("properties", {}).items()):
+        s.properties.add(key=k, value=v)
+    return s
+
+
+def _same(record: dict[str, Any], schema: pb.Schema) -> bool:
+    return (record["type"] == int(schema.type)
+            and base64.b64decode(record["data"]) == schema.schema_data
+            and record.get("properties", {}) == {kv.key: kv.value for kv in schema.properties})
+
+
+class SchemaRegistry:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def versions(self, base_topic: str) -> list[dict[str, Any]]:
+        return self.store.schemas.get(base_topic, [])
+
+    def get(self, base_topic: str, version: int | None = None) -> tuple[dict[str, Any], int] | None:
+        versions = self.versions(base_topic)
+        if not versions:
+            return None
+        if version is None:
+            version = len(versions) - 1
+        if not 0 <= version < len(versions) or versions[version].get("deleted"):
+            return None
+        return versions[version], version
+
+    def _find_or_check(self, base_topic: str, schema: pb.Schema) -> int | None:
+        versions = self.versions(base_topic)
+        for i, rec in enumerate(versions):
+            if _same(rec, schema):
+                return i
+        live = [r for r in versions if not r.get("deleted")]
+        if live and live[-1]["type"] != int(schema.type):
+            have = SCHEMA_TYPE_NAMES.get(live[-1]["type"], str(live[-1]["type"]))
+            want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
+            raise IncompatibleSchemaError(
+                f"Incompatible schema: topic has {have}, got {want}")
+        return None
+
+    def add_or_get(self, base_topic: str, schema: pb.Schema) -> int:
+        """The version of ``schema`` on the topic, registering it if it is new and compatible."""
+        found = self._find_or_check(base_topic, schema)
+        if found is not None:
+            return found
+        versions = self.store.schemas.setdefault(base_topic, [])
+        versions.append(_record(schema))
+        self.store.save()
+        return len(versions) - 1
+
+    def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
+        """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
+        if not any(not r.get("deleted") for r in self.versions(base_topic)):
+            if may_register:
+                self.add_or_get(base_topic, schema)
+            return
+        self._find_or_check(base_topic, schema)
+
+    def delete(self, base_topic: str) -> None:
+        if self.store.schemas.pop(base_topic, None) is not None:
+            self.store.save()

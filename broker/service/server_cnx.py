@@ -1,0 +1,525 @@
+"""Command handlers of one client connection (Pulsar's ServerCnx): the command router.
+
+Handlers that must wait (topic load, cursor open) run as tasks owned by this object and are
+cancelled when the connection closes. Errors are answered in the response type the client
+expects for that request (PROTOCOL.md section 0.3): a CommandError for a LOOKUP would hang it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from broker import __version__
+from broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    IncompatibleSchemaError,
+    NotAllowedError,
+)
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.errors import ProtocolError
+from broker.protocol.frames import parse_payload
+from broker.protocol.limits import MAX_PROTOCOL_VERSION
+from broker.service.consumer import Consumer
+from broker.service.producer import Producer, ProducerState
+from broker.service.schemas import decode_version, encode_version, to_proto
+from broker.topic_name import TopicName
+from managed_ledger import Position
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+    from broker.service.broker_service import BrokerService
+    from broker.service.subscription import Subscription
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand.Type
+E = pb.ServerError
+INT64_MAX = (1 << 63) - 1
+# Extra bytes a stored entry may carry beyond maxMessageSize: magic+crc (6) and the metadata size (4).
+ENTRY_OVERHEAD = 10
+
+Handler = Callable[[pb.BaseCommand, bytes | None], None]
+
+
+class ServerCnx:
+    def __init__(self, connection: Connection, service: BrokerService) -> None:
+        self.connection = connection
+        self.service = service
+        self.client_version = ""
+        self.protocol_version = 0
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        # ids whose creation is in progress (a duplicate request gets ServiceNotReady)
+        self._pending_producers: set[int] = set()
+        self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
+        # producers the broker closed: their in-flight SENDs are dropped, not fatal
+        self._closed_producer_ids: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.handlers: dict[int, Handler] = {
+            T.LOOKUP: self.handle_lookup,
+            T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
+            T.PRODUCER: self.handle_producer,
+            T.SEND: self.handle_send,
+            T.CLOSE_PRODUCER: self.handle_close_producer,
+            T.SUBSCRIBE: self.handle_subscribe,
+            T.FLOW: self.handle_flow,
+            T.ACK: self.handle_ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self.handle_redeliver,
+            T.UNSUBSCRIBE: self.handle_unsubscribe,
+            T.CLOSE_CONSUMER: self.handle_close_consumer,
+            T.SEEK: self.handle_seek,
+            T.GET_LAST_MESSAGE_ID: self.handle_get_last_message_id,
+            T.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
+            T.GET_SCHEMA: self.handle_get_schema,
+            T.GET_OR_CREATE_SCHEMA: self.handle_get_or_create_schema,
+            T.CONSUMER_STATS: self.handle_consumer_stats,
+            T.AUTH_RESPONSE: lambda cmd, payload: None,
+        }
+        for txn_type in (T.NEW_TXN, T.ADD_PARTITION_TO_TXN, T.ADD_SUBSCRIPTION_TO_TXN, T.END_TXN,
+                         T.END_TXN_ON_PARTITION, T.END_TXN_ON_SUBSCRIPTION, T.TC_CLIENT_CONNECT_REQUEST):
+            self.handlers[txn_type] = self.handle_txn
+
+    # -- ClientConnection protocol (used by producers/consumers) ---------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self.connection.writable
+
+    @property
+    def remote_address(self) -> str:
+        return self.connection.remote_address
+
+    def write(self, data: bytes) -> None:
+        self.connection.write(data)
+
+    def consumer_closed_by_broker(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+            self.write(commands.close_consumer(consumer.consumer_id))
+        consumer.subscription.remove_consumer(consumer)
+
+    def producer_closed_by_broker(self, producer_id: int) -> None:
+        producer = self.producers.pop(producer_id, None)
+        if producer is not None:
+            self._closed_producer_ids.add(producer_id)
+            self.write(commands.close_producer(producer_id))
+
+    def on_writable(self) -> None:
+        for c in list(self.consumers.values()):
+            d = c.subscription.dispatcher
+            if d is not None:
+                d.on_writable()
+
+    # -- task ownership ----------------------------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def connection_closed(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for producer in self.producers.values():
+            producer.topic.remove_producer(producer)
+        self.producers.clear()
+        for consumer in self.consumers.values():
+            consumer.subscription.remove_consumer(consumer)
+        self.consumers.clear()
+
+    async def wait_tasks(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- handshake ------------------------------------------------------------------------------------------
+    def handle_connect(self, cmd: pb.CommandConnect) -> None:
+        self.client_version = cmd.client_version
+        self.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        self.write(commands.connected(f"Pulsar Server {__version__}", self.protocol_version,
+                                      self.service.config.maxMessageSize))
+
+    # -- lookup -----------------------------------------------------------------------------------------------
+    def broker_url(self) -> str:
+        host = self.service.config.advertisedAddress or self.connection.local_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"pulsar://{host}:{self.connection.local_port}"
+
+    def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.lookupTopic
+        try:
+            name = TopicName.parse(c.topic)
+            self.service.check_namespace(name)
+        except BrokerError as exc:
+            self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
+            return
+        self.write(commands.lookup_connect(c.request_id, self.broker_url()))
+
+    def handle_partitioned_metadata(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.partitionMetadata
+
+        async def run() -> None:
+            try:
+                n = await self.service.partitions_for(TopicName.parse(c.topic))
+            except BrokerError as exc:
+                self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
+                return
+            self.write(commands.partitioned_metadata(c.request_id, n))
+
+        self._spawn(run())
+
+    # -- producers ----------------------------------------------------------------------------------------------
+    def handle_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.producer
+        existing = self.producers.get(c.producer_id)
+        if existing is not None:
+            self.write(commands.producer_success(c.request_id, existing.name, -1, existing.schema_version,
+                                                 existing.topic_epoch))
+            return
+        if c.producer_id in self._pending_producers:
+            self.write(commands.error(c.request_id, E.ServiceNotReady,
+                                      "Producer is already present on the connection"))
+            return
+        self._pending_producers.add(c.producer_id)
+        self._spawn(self._create_producer(c))
+
+    async def _create_producer(self, c: pb.CommandProducer) -> None:
+        try:
+            name = TopicName.parse(c.topic)
+            topic = await self.service.get_topic(name, create=True)
+            schema_version = b""
+            if c.HasField("schema"):
+                schema_version = encode_version(self.service.schemas.add_or_get(name.base.full, c.schema))
+            generated = not (c.HasField("producer_name") and c.producer_name)
+            producer_name = self.service.generate_producer_name() if generated else c.producer_name
+            producer = Producer(
+                self, topic, c.producer_id, producer_name,
+                is_generated_name=generated or not c.user_provided_producer_name,
+                access_mode=c.producer_access_mode, epoch=c.epoch,
+                metadata={kv.key: kv.value for kv in c.metadata}, schema_version=schema_version,
+            )
+            if c.HasField("initial_subscription_name") and c.initial_subscription_name:
+                await topic.get_or_create_subscription(c.initial_subscription_name, True,
+                                                       pb.CommandSubscribe.Earliest, None)
+            if self.connection.state.value == "closed":
+                return
+            ready = topic.add_producer(producer, c.request_id)
+            self.producers[c.producer_id] = producer
+            self.write(commands.producer_success(c.request_id, producer.name, -1, schema_version,
+                                                 producer.topic_epoch, producer_ready=ready))
+        except BrokerError as exc:
+            self.write(commands.error(c.request_id, exc.code, exc.message))
+        except Exception as exc:
+            log.exception("failed to create producer on %s", c.topic)
+            self.write(commands.error(c.request_id, E.UnknownError, f"Failed to create producer: {exc}"))
+        finally:
+            self._pending_producers.discard(c.producer_id)
+
+    def handle_send(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.send
+        producer = self.producers.get(c.producer_id)
+        if producer is None:
+            if c.producer_id in self._closed_producer_ids:
+                return  # in flight when we closed it; the client resends after reconnecting
+            raise ProtocolError(f"SEND for producer {c.producer_id} that is not ready")
+        seq = c.sequence_id
+        if payload is None:
+            self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Message has no payload"))
+            return
+        if c.HasField("txnid_most_bits") or c.HasField("txnid_least_bits"):
+            self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Transactions are not enabled."))
+            return
+        if producer.state is ProducerState.WAITING:
+            self.write(commands.send_error(c.producer_id, seq, E.PersistenceError, "Producer is not ready"))
+            return
+        try:
+            parsed = parse_payload(payload)
+        except ProtocolError as exc:
+            self.write(commands.send_error(c.producer_id, seq, E.MetadataError, str(exc)))
+            return
+        if not parsed.checksum_ok:
+            self.write(commands.send_error(c.producer_id, seq, E.ChecksumError, "Checksum failed on the broker"))
+            return
+        if len(payload) > self.service.config.maxMessageSize + ENTRY_OVERHEAD:
+            self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
+            return
+        highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else seq
+        if highest < seq:
+            self.write(commands.send_error(c.producer_id, seq, E.MetadataError,
+                                           "Invalid lowest or highest sequence id"))
+            return
+        self.connection.send_started()
+        producer.publish(seq, highest, c.num_messages, payload, self.connection.send_finished)
+
+    def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.close_producer
+        producer = self.producers.pop(c.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        self.write(commands.success(c.request_id))
+
+    # -- consumers ------------------------------------------------------------------------------------------------
+    def handle_subscribe(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.subscribe
+        if c.consumer_id in self.consumers:
+            self.write(commands.success(c.request_id))
+            return
+        if c.consumer_id in self._pending_consumers:
+            self.write(commands.error(c.request_id, E.ServiceNotReady, "Consumer is already present on the connection"))
+            return
+        self._pending_consumers[c.consumer_id] = False
+        self._spawn(self._subscribe(c))
+
+    async def _subscribe(self, c: pb.CommandSubscribe) -> None:
+        try:
+            name = TopicName.parse(c.topic)
+            if c.read_compacted and not name.persistent:
+                raise NotAllowedError("read_compacted is not allowed on non-persistent topics")
+            topic = await self.service.get_topic(name, create=c.force_topic_creation)
+            if c.HasField("schema"):
+                self.service.schemas.check_consumer(name.base.full, c.schema,
+                                                    may_register=topic.is_idle and topic.ledger.number_of_entries == 0)
+            start = c.start_message_id if c.HasField("start_message_id") else None
+            sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start)
+            consumer = Consumer(
+                self, c.consumer_id, c.consumer_name, c.subType, c.priority_level, sub,
+                name.partition_index, {kv.key: kv.value for kv in c.metadata},
+                key_shared_meta=c.keySharedMeta if c.HasField("keySharedMeta") else None,
+            )
+            if self.connection.state.value == "closed" or self._pending_consumers.get(c.consumer_id):
+                if not sub.consumers and not sub.durable:
+                    topic.remove_subscription(sub)
+                return
+            sub.add_consumer(consumer)
+            self.consumers[c.consumer_id] = consumer
+            self.write(commands.success(c.request_id))
+        except BrokerError as exc:
+            self.write(commands.error(c.request_id, exc.code, exc.message))
+        except Exception as exc:
+            log.exception("failed to subscribe to %s", c.topic)
+            self.write(commands.error(c.request_id, E.UnknownError, f"Failed to subscribe: {exc}"))
+        finally:
+            self._pending_consumers.pop(c.consumer_id, None)
+
+    def handle_flow(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.flow
+        if c.messagePermits <= 0:
+            raise ProtocolError("FLOW with no permits")
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            return
+        d = consumer.subscription.dispatcher
+        if d is not None:
+            d.flow(consumer, c.messagePermits)
+
+    def handle_ack(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.ack
+        has_request = c.HasField("request_id")
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            if has_request:
+                self.write(commands.ack_response(c.consumer_id, c.request_id, E.ConsumerNotFound,
+                                                 "Consumer not found"))
+            return
+        if c.HasField("txnid_most_bits") or c.HasField("txnid_least_bits"):
+            if has_request:
+                self.write(commands.ack_response(c.consumer_id, c.request_id, E.NotAllowedError,
+                                                 "Transactions are not enabled."))
+            return
+        if c.HasField("validation_error"):
+            log.warning("consumer %s discarded a message: %s", consumer.name,
+                        pb.CommandAck.ValidationError.Name(c.validation_error))
+        positions: list[Position] = []
+        for mid in c.message_id:
+            # A partial batch ack (ack_set with bits still set) does not ack the entry yet.
+            if mid.ack_set and any(mid.ack_set):
+                continue
+            positions.append(Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId)))
+        sub = consumer.subscription
+        if c.ack_type == pb.CommandAck.Cumulative:
+            if len(positions) == 1:
+                sub.ack_cumulative(consumer, positions[0])
+        elif positions:
+            sub.ack_individual(consumer, positions)
+        if has_request:
+            self.write(commands.ack_response(c.consumer_id, c.request_id))
+
+    def handle_redeliver(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.redeliverUnacknowledgedMessages
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            return
+        positions = [Position(commands.from_u64(m.ledgerId), commands.from_u64(m.entryId)) for m in c.message_ids]
+        consumer.subscription.redeliver(consumer, positions or None)
+
+    def handle_unsubscribe(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.unsubscribe
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
+            return
+
+        async def run() -> None:
+            sub = consumer.subscription
+            try:
+                if any(other is not consumer for other in sub.consumers):
+                    raise ConsumerBusyError("Subscription has other connected consumers")
+                del self.consumers[c.consumer_id]
+                sub.remove_consumer(consumer)
+                await sub.topic.delete_subscription(sub)
+                self.write(commands.success(c.request_id))
+            except BrokerError as exc:
+                self.write(commands.error(c.request_id, exc.code, exc.message))
+
+        self._spawn(run())
+
+    def handle_close_consumer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.close_consumer
+        consumer = self.consumers.pop(c.consumer_id, None)
+        if consumer is not None:
+            consumer.subscription.remove_consumer(consumer)
+        elif c.consumer_id in self._pending_consumers:
+            self._pending_consumers[c.consumer_id] = True
+        self.write(commands.success(c.request_id))
+
+    def handle_seek(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.seek
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
+            return
+        if not c.HasField("message_id") and not c.HasField("message_publish_time"):
+            self.write(commands.error(c.request_id, E.MetadataError,
+                                      "Message id and message publish time were not present"))
+            return
+        sub = consumer.subscription
+
+        async def run() -> None:
+            topic = sub.topic
+            ledger = topic.ledger
+            if c.HasField("message_id"):
+                lid = commands.from_u64(c.message_id.ledgerId)
+                eid = commands.from_u64(c.message_id.entryId)
+                if lid < 0 or eid < 0:
+                    pos = ledger.first_position
+                elif Position(lid, eid) > ledger.last_confirmed_entry:
+                    pos = ledger.next_valid_position(ledger.last_confirmed_entry)
+                else:
+                    pos = Position(lid, eid)
+            else:
+                pos = await topic.find_position_by_time(c.message_publish_time)
+            sub.reset_cursor(pos)
+            self.write(commands.success(c.request_id))
+
+        self._spawn(self._guard(c.request_id, run(), "Error when resetting subscription"))
+
+    async def _guard(self, request_id: int, coro: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            await coro
+        except BrokerError as exc:
+            self.write(commands.error(request_id, exc.code, exc.message))
+        except Exception as exc:
+            log.exception("%s", what)
+            self.write(commands.error(request_id, E.UnknownError, f"{what}: {exc}"))
+
+    def handle_get_last_message_id(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.getLastMessageId
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
+            return
+
+        async def run() -> None:
+            sub = consumer.subscription
+            last, batch_index = await sub.topic.last_message_id()
+            partition = sub.topic.name.partition_index
+            last_id = commands.message_id(last.ledger_id, last.entry_id, -1, -1)
+            last_id.partition = partition
+            last_id.batch_index = batch_index
+            md = sub.cursor.mark_delete_position
+            mark = (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None
+            self.write(commands.get_last_message_id_response(c.request_id, last_id, mark))
+
+        self._spawn(self._guard(c.request_id, run(), "Failed to get last message id"))
+
+    def handle_get_topics_of_namespace(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.getTopicsOfNamespace
+        if not self.service.metadata.namespace_exists(c.namespace):
+            self.write(commands.error(c.request_id, E.MetadataError, f"Namespace {c.namespace} does not exist"))
+            return
+        topics = self.service.topics_of_namespace(c.namespace, c.mode)
+        digest = topics_hash(topics)
+        if c.HasField("topics_hash") and c.topics_hash == digest:
+            self.write(commands.topics_of_namespace(c.request_id, [], digest, changed=False))
+        else:
+            self.write(commands.topics_of_namespace(c.request_id, topics, digest, changed=True))
+
+    def handle_get_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.getSchema
+        try:
+            base = TopicName.parse(c.topic).base.full
+        except BrokerError as exc:
+            self.write(commands.get_schema_error(c.request_id, exc.code, exc.message))
+            return
+        version: int | None = None
+        if c.HasField("schema_version"):
+            version = decode_version(c.schema_version)
+            if version is None:
+                self.write(commands.get_schema_error(c.request_id, E.IncompatibleSchema, "Empty schema version"))
+                return
+        found = self.service.schemas.get(base, version)
+        if found is None:
+            self.write(commands.get_schema_error(c.request_id, E.TopicNotFound, "Topic not found or no-schema"))
+            return
+        record, v = found
+        self.write(commands.get_schema_response(c.request_id, to_proto(record), encode_version(v)))
+
+    def handle_get_or_create_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.getOrCreateSchema
+        reply = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
+        r = reply.getOrCreateSchemaResponse
+        r.request_id = c.request_id
+        try:
+            base = TopicName.parse(c.topic).base.full
+            r.schema_version = encode_version(self.service.schemas.add_or_get(base, c.schema))
+        except (BrokerError, IncompatibleSchemaError) as exc:
+            r.error_code = exc.code  # type: ignore[assignment]
+            r.error_message = exc.message
+        self.write(commands.frame(reply))
+
+    def handle_consumer_stats(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.consumerStats
+        consumer = self.consumers.get(c.consumer_id)
+        if consumer is None:
+            self.write(commands.consumer_stats_error(c.request_id, E.ConsumerNotFound,
+                                                     f"Consumer {c.consumer_id} not found"))
+            return
+        sub: Subscription = consumer.subscription
+        self.write(commands.consumer_stats_response(
+            c.request_id,
+            consumerName=consumer.name,
+            availablePermits=max(consumer.permits, 0),
+            unackedMessages=consumer.unacked_messages,
+            blockedConsumerOnUnackedMsgs=False,
+            address=consumer.cnx.remote_address,
+            connectedSince=str(int(consumer.connected_since * 1000)),
+            type=consumer.sub_type_name,
+            msgBacklog=sub.backlog,
+            msgRateOut=0.0, msgThroughputOut=0.0, msgRateRedeliver=0.0, msgRateExpired=0.0, messageAckRate=0.0,
+        ))
+
+    def handle_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        sub_msg = cmd.ListFields()[1][1] if len(cmd.ListFields()) > 1 else None
+        request_id = getattr(sub_msg, "request_id", 0)
+        self.write(commands.error(request_id, E.NotAllowedError, "Transactions are not enabled."))
+
+
+def topics_hash(topics: list[str]) -> str:
+    """CRC32C of the sorted names joined by ',', as 8 hex digits of its little-endian bytes."""
+    value = crc32c(",".join(sorted(topics)).encode())
+    return value.to_bytes(4, "little").hex()
+
+

@@ -1,0 +1,142 @@
+"""A subscription: a named cursor on a topic, its dispatcher and its consumers."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from broker.dispatch.base import Dispatcher
+from broker.dispatch.key_shared import KeySharedDispatcher
+from broker.dispatch.shared import SharedDispatcher
+from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.errors import ConsumerBusyError
+from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import ManagedCursor, Position
+
+if TYPE_CHECKING:
+    from broker.service.consumer import Consumer
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+Sub = pb.CommandSubscribe
+
+
+class Subscription:
+    def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor, durable: bool) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.sub_type: int | None = None
+        self.dispatcher: Dispatcher | None = None
+        # A seek disconnected the consumers; keep a non-durable subscription for their return.
+        self.seek_pending = False
+        self.last_acked = 0.0
+        self.last_mark_delete_advanced = 0.0
+        self.msg_ack_counter = 0
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers if self.dispatcher is not None else []
+
+    # -- consumers ---------------------------------------------------------------------------------
+    def _make_dispatcher(self, consumer: Consumer) -> Dispatcher:
+        cfg = self.topic.service.config
+        batch = cfg.dispatcherMaxReadBatchSize
+        t = consumer.sub_type
+        if t == Sub.Shared:
+            return SharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer)
+        if t == Sub.Key_Shared:
+            meta = consumer.key_shared_meta
+            sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
+            return KeySharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer, sticky=sticky)
+        return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        d = self.dispatcher
+        if d is not None and d.consumers and self.sub_type != consumer.sub_type:
+            raise ConsumerBusyError("Subscription is of different type")
+        if consumer.sub_type == Sub.Exclusive and d is not None and d.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        if d is None or self.sub_type != consumer.sub_type or (
+                isinstance(d, KeySharedDispatcher) and not d.consumers):
+            if d is not None:
+                d.close()
+            d = self._make_dispatcher(consumer)
+            self.dispatcher = d
+            self.sub_type = consumer.sub_type
+        if isinstance(d, KeySharedDispatcher):
+            d.validate_new_consumer(consumer)
+        self.seek_pending = False
+        d.add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+        if not self.consumers and not self.durable and not self.seek_pending:
+            self.topic.remove_subscription(self)
+
+    # -- acknowledgements --------------------------------------------------------------------------
+    def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
+        for p in positions:
+            if not consumer.remove_pending(p):
+                # Acks for messages delivered to another consumer of the subscription are valid.
+                for other in self.consumers:
+                    if other is not consumer and other.remove_pending(p):
+                        break
+        before = self.cursor.mark_delete_position
+        self.cursor.delete(positions)
+        self._after_ack(consumer, positions, before)
+
+    def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
+        if self.sub_type in (Sub.Shared, Sub.Key_Shared):
+            return  # Pulsar ignores cumulative acks on shared subscriptions
+        consumer.remove_pending_up_to(position)
+        before = self.cursor.mark_delete_position
+        self.cursor.mark_delete(position)
+        self._after_ack(consumer, [position], before)
+
+    def _after_ack(self, consumer: Consumer, positions: list[Position], before: Position) -> None:
+        now = time.time()
+        consumer.last_acked = now
+        self.last_acked = now
+        self.msg_ack_counter += len(positions)
+        if self.cursor.mark_delete_position != before:
+            self.last_mark_delete_advanced = now
+        d = self.dispatcher
+        if d is not None:
+            d.on_acked(positions)
+            if isinstance(d, SharedDispatcher):
+                # A consumer blocked on maxUnackedMessagesPerConsumer may be free again.
+                d.trigger_read()
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.redeliver(consumer, positions)
+
+    # -- cursor moves ------------------------------------------------------------------------------
+    def disconnect_consumers(self) -> None:
+        """Tell every consumer to reconnect (Pulsar does this around seek and reset)."""
+        for c in list(self.consumers):
+            c.cnx.consumer_closed_by_broker(c)
+
+    def reset_cursor(self, position: Position) -> None:
+        """SEEK: drop consumers (they come back with fresh permits), then move the cursor."""
+        self.seek_pending = not self.durable
+        self.disconnect_consumers()
+        self.cursor.reset(position)
+        if self.dispatcher is not None:
+            self.dispatcher.on_cursor_reset()
+
+    @property
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    def type_name(self) -> str:
+        return self.dispatcher.type_name if self.dispatcher is not None else "Exclusive"
+
+    def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()

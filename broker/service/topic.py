@@ -1,0 +1,198 @@
+"""A persistent topic: a managed ledger, its producers and its subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker.dispatch.entry_meta import entry_meta
+from broker.errors import ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.producer import Producer, ProducerState
+from broker.service.subscription import Subscription
+from broker.topic_name import TopicName
+from managed_ledger import InitialPosition, ManagedLedger, Position
+
+if TYPE_CHECKING:
+    from broker.service.broker_service import BrokerService
+
+log = logging.getLogger(__name__)
+Mode = pb.ProducerAccessMode
+INT64_MAX = (1 << 63) - 1
+
+
+class PersistentTopic:
+    def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
+        self.service = service
+        self.name = name
+        self.ledger = ledger
+        self.loop = asyncio.get_running_loop()
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.exclusive_producer: Producer | None = None
+        self.topic_epoch = 0
+        # WaitForExclusive producers queued for the exclusive slot, oldest first.
+        self.waiting_producers: deque[tuple[Producer, int]] = deque()
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.entries_added = 0
+        self.created = time.time()
+        self.closed = False
+
+    @property
+    def full_name(self) -> str:
+        return self.name.full
+
+    # -- producers ---------------------------------------------------------------------------------
+    def add_producer(self, producer: Producer, request_id: int) -> bool:
+        """Attach ``producer``. Returns False when it is queued (WaitForExclusive)."""
+        existing = self.producers.get(producer.name)
+        if existing is not None:
+            same_owner = (existing.cnx is producer.cnx and existing.producer_id == producer.producer_id)
+            if existing.is_generated_name and producer.is_generated_name and same_owner \
+                    and producer.epoch > existing.epoch:
+                self.remove_producer(existing)
+            else:
+                raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+        mode = producer.access_mode
+        holder = self.exclusive_producer
+        if mode == Mode.Shared:
+            if holder is not None:
+                raise ProducerBusyError(f"Topic has an existing exclusive producer: {holder.name}")
+        elif mode == Mode.Exclusive:
+            if holder is not None or self.producers:
+                raise ProducerFencedError(
+                    f"Topic has an existing {'exclusive ' if holder else ''}producer; Exclusive access refused")
+        elif mode == Mode.ExclusiveWithFencing:
+            for other in list(self.producers.values()):
+                other.cnx.producer_closed_by_broker(other.producer_id)
+                self.remove_producer(other)
+        elif mode == Mode.WaitForExclusive and (holder is not None or self.producers):
+            producer.state = ProducerState.WAITING
+            self.waiting_producers.append((producer, request_id))
+            return False
+        if mode != Mode.Shared:
+            self.topic_epoch += 1
+            producer.topic_epoch = self.topic_epoch
+            self.exclusive_producer = producer
+        self.producers[producer.name] = producer
+        return True
+
+    def remove_producer(self, producer: Producer) -> None:
+        producer.close()
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+        if self.exclusive_producer is producer:
+            self.exclusive_producer = None
+        self.waiting_producers = deque((p, r) for p, r in self.waiting_producers if p is not producer)
+        self._grant_waiting()
+
+    def _grant_waiting(self) -> None:
+        while self.waiting_producers and self.exclusive_producer is None and not self.producers:
+            producer, request_id = self.waiting_producers.popleft()
+            producer.state = ProducerState.READY
+            self.topic_epoch += 1
+            producer.topic_epoch = self.topic_epoch
+            self.exclusive_producer = producer
+            self.producers[producer.name] = producer
+            producer.cnx.write(commands.producer_success(
+                request_id, producer.name, -1, producer.schema_version, self.topic_epoch, producer_ready=True))
+
+    def publish(self, producer: Producer, entry: bytes, num_messages: int,
+                callback: Callable[[Position | None, BaseException | None], None]) -> None:
+        self.msg_in += num_messages
+        self.bytes_in += len(entry)
+        self.entries_added += 1
+        self.ledger.add_entry(entry, callback)
+
+    # -- subscriptions -----------------------------------------------------------------------------
+    async def get_or_create_subscription(
+        self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
+    ) -> Subscription:
+        sub = self.subscriptions.get(name)
+        if sub is not None:
+            return sub
+        if durable:
+            if name not in self.ledger.cursors and not self.service.config.allowAutoSubscriptionCreation:
+                raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
+            pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
+                   else InitialPosition.LATEST)
+            cursor = await self.ledger.open_cursor(name, pos)
+            sub = self.subscriptions.get(name)
+            if sub is not None:  # created while we awaited
+                return sub
+        else:
+            cursor = self.ledger.new_non_durable_cursor(self._reader_start(start, initial_position), name)
+        sub = Subscription(self, name, cursor, durable)
+        self.subscriptions[name] = sub
+        return sub
+
+    def _reader_start(self, start: pb.MessageIdData | None, initial_position: int) -> Position:
+        """The mark-delete position of a reader's non-durable cursor (it reads what follows).
+
+        A start id (L,E) re-delivers entry E itself (mark-delete = the entry before it): the client
+        filters by exclusive/inclusive and batch index, and needs E to do so.
+        """
+        ledger = self.ledger
+        if start is None:
+            if initial_position == pb.CommandSubscribe.Earliest:
+                return Position(-1, -1)
+            return ledger.last_confirmed_entry
+        lid, eid = commands.from_u64(start.ledgerId), commands.from_u64(start.entryId)
+        if lid < 0 or eid < 0:
+            return Position(-1, -1)
+        if lid == INT64_MAX and eid == INT64_MAX:
+            return ledger.last_confirmed_entry
+        pos = Position(lid, eid)
+        if pos > ledger.last_confirmed_entry:
+            return ledger.last_confirmed_entry
+        return ledger.previous_position(pos)
+
+    def remove_subscription(self, sub: Subscription) -> None:
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+        sub.close()
+        if not sub.durable:
+            self.loop.create_task(sub.cursor.close())
+
+    async def delete_subscription(self, sub: Subscription) -> None:
+        self.remove_subscription(sub)
+        if sub.durable:
+            await self.ledger.delete_cursor(sub.name)
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def last_message_id(self) -> tuple[Position, int]:
+        """(last entry position, batch index of its last message or -1). (-1,-1) when empty."""
+        last = self.ledger.last_confirmed_entry
+        if last.entry_id < 0:
+            return Position(-1, -1), -1
+        try:
+            entry = await self.ledger.read_entry(last)
+        except Exception:  # trimmed away: the position is still the last one written
+            return last, -1
+        meta = entry_meta(entry.data)
+        return last, (meta.num_messages - 1 if meta.is_batch else -1)
+
+    async def find_position_by_time(self, timestamp_ms: int) -> Position:
+        """First entry published at or after ``timestamp_ms`` (the end when there is none)."""
+        newest_older = await self.ledger.find_newest_matching(
+            lambda e: entry_meta(e.data).publish_time < timestamp_ms)
+        if newest_older is None:
+            return self.ledger.first_position
+        return self.ledger.next_valid_position(newest_older)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def is_idle(self) -> bool:
+        return not self.producers and not any(s.consumers for s in self.subscriptions.values())
+
+    async def close(self) -> None:
+        self.closed = True
+        for sub in list(self.subscriptions.values()):
+            sub.close()
+        await self.ledger.close()

@@ -1,0 +1,175 @@
+"""The sans-IO codec: golden frames, any chunking, and random bytes only raise ProtocolError."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.errors import ProtocolError
+from broker.protocol.frames import Frame, FrameDecoder, parse_payload
+from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
+
+MAX_FRAME = max_frame_size(DEFAULT_MAX_MESSAGE_SIZE)
+
+# PING: BaseCommand{type=18 (field 1 varint), ping (field 18, empty)} framed as totalSize=9, cmdSize=5.
+GOLDEN_PING = b"\x00\x00\x00\x09\x00\x00\x00\x05\x08\x12\x92\x01\x00"
+# PONG: type=19, pong field 19.
+GOLDEN_PONG = b"\x00\x00\x00\x09\x00\x00\x00\x05\x08\x13\x9a\x01\x00"
+
+
+def make_send(producer_id: int = 1, sequence_id: int = 0, body: bytes = b"hello",
+              checksum: bool = True, corrupt: bool = False) -> bytes:
+    cmd = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    cmd.send.producer_id = producer_id
+    cmd.send.sequence_id = sequence_id
+    md = pb.MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1700000000000)
+    meta = md.SerializeToString()
+    tail = struct.pack(">I", len(meta)) + meta + body
+    if checksum:
+        crc = crc32c(tail) ^ (1 if corrupt else 0)
+        payload = b"\x0e\x01" + struct.pack(">I", crc) + tail
+    else:
+        payload = tail
+    return commands.frame_with_payload(cmd, payload)
+
+
+def decode_all(data: bytes, chunk: int | None = None) -> list[Frame]:
+    dec = FrameDecoder(MAX_FRAME)
+    out: list[Frame] = []
+    step = chunk or max(len(data), 1)
+    for i in range(0, len(data), step):
+        dec.feed(data[i:i + step])
+        while (f := dec.next_frame()) is not None:
+            out.append(f)
+    return out
+
+
+def test_golden_ping_pong_encoding() -> None:
+    assert commands.ping() == GOLDEN_PING
+    assert commands.pong() == GOLDEN_PONG
+
+
+def test_golden_ping_decoding() -> None:
+    [frame] = decode_all(GOLDEN_PING)
+    assert frame.command.type == pb.BaseCommand.PING
+    assert frame.payload is None
+
+
+def test_send_frame_roundtrip_and_checksum() -> None:
+    data = make_send(sequence_id=7)
+    [frame] = decode_all(data)
+    assert frame.command.send.sequence_id == 7
+    assert frame.payload is not None
+    parsed = parse_payload(frame.payload)
+    assert parsed.checksum_ok
+    assert parsed.metadata.producer_name == "p"
+    assert parsed.entry == frame.payload  # stored verbatim
+
+
+def test_bad_checksum_is_detected_not_fatal() -> None:
+    [frame] = decode_all(make_send(corrupt=True))
+    assert frame.payload is not None
+    assert not parse_payload(frame.payload).checksum_ok
+
+
+def test_missing_checksum_is_accepted() -> None:
+    [frame] = decode_all(make_send(checksum=False))
+    assert frame.payload is not None
+    assert parse_payload(frame.payload).checksum_ok
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_any_chunking_gives_the_same_frames(chunk: int) -> None:
+    stream = GOLDEN_PING + make_send(sequence_id=1) + GOLDEN_PONG + make_send(sequence_id=2, body=b"x" * 5000)
+    whole = decode_all(stream)
+    pieces = decode_all(stream, chunk)
+    assert [f.command for f in pieces] == [f.command for f in whole]
+    assert [f.payload for f in pieces] == [f.payload for f in whole]
+    assert len(whole) == 4
+
+
+def test_large_frame_in_small_reads() -> None:
+    body = b"y" * (1024 * 1024)
+    frames = decode_all(make_send(body=body), 65536)
+    assert len(frames) == 1 and frames[0].payload is not None and frames[0].payload.endswith(body)
+
+
+def test_oversize_frame_is_refused_before_buffering() -> None:
+    dec = FrameDecoder(MAX_FRAME)
+    dec.feed(struct.pack(">I", MAX_FRAME))  # totalSize + 4 > limit
+    with pytest.raises(ProtocolError):
+        dec.next_frame()
+
+
+def test_frame_at_the_limit_is_accepted() -> None:
+    cmd = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    cmd.send.producer_id = 1
+    cmd.send.sequence_id = 1
+    body = cmd.SerializeToString()
+    filler = b"\0" * (MAX_FRAME - 8 - len(body))
+    data = struct.pack(">II", MAX_FRAME - 4, len(body)) + body + filler
+    [frame] = decode_all(data, 1 << 20)
+    assert frame.payload is not None and len(frame.payload) == len(filler)
+
+
+@pytest.mark.parametrize("bad", [
+    b"\x00\x00\x00\x02\x00\x00",  # totalSize below the command size field
+    b"\x00\x00\x00\x05\x00\x00\x00\x09\x08",  # commandSize larger than the frame
+    b"\x00\x00\x00\x05\x00\x00\x00\x00\x00",  # empty command
+    b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xff",  # undecodable protobuf
+    b"\x00\x00\x00\x06\x00\x00\x00\x02\x08\x06",  # SEND type without the required send field
+])
+def test_malformed_frames_raise_protocol_error(bad: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_all(bad)
+
+
+def test_truncated_frame_waits_for_more() -> None:
+    dec = FrameDecoder(MAX_FRAME)
+    dec.feed(GOLDEN_PING[:-1])
+    assert dec.next_frame() is None
+    dec.feed(GOLDEN_PING[-1:])
+    assert dec.next_frame() is not None
+
+
+def test_u64_helpers() -> None:
+    assert commands.to_u64(-1) == 2**64 - 1
+    assert commands.from_u64(2**64 - 1) == -1
+    assert commands.from_u64(2**63 - 1) == 2**63 - 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=512), st.integers(min_value=1, max_value=64))
+def test_random_bytes_only_raise_protocol_error(data: bytes, chunk: int) -> None:
+    try:
+        frames = decode_all(data, chunk)
+    except ProtocolError:
+        return
+    for f in frames:
+        if f.payload is not None:
+            try:
+                parse_payload(f.payload)
+            except ProtocolError:
+                pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=200), st.integers(min_value=0, max_value=255),
+       st.integers(min_value=1, max_value=16))
+def test_mutated_valid_frames_only_raise_protocol_error(index: int, value: int, chunk: int) -> None:
+    data = bytearray(make_send(sequence_id=3) + GOLDEN_PING)
+    data[index % len(data)] = value
+    try:
+        whole = decode_all(bytes(data))
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            decode_all(bytes(data), chunk)
+        return
+    split = decode_all(bytes(data), chunk)
+    assert [f.command for f in split] == [f.command for f in whole]
