@@ -76,8 +76,7 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio callbacks ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is duck-typed
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"

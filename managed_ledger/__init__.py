@@ -1,0 +1,56 @@
+"""Storage for the broker: Apache Pulsar's ManagedLedger / ManagedCursor concepts.
+
+``api`` is the interface the service layer programs against; ``memory`` implements it in
+process memory. Every implementation must pass the contract suite in ``tests/managed_ledger``.
+"""
+
+from managed_ledger.api import (
+    AddCallback,
+    CursorClosedError,
+    CursorNotFoundError,
+    EntryNotFoundError,
+    InitialPosition,
+    InvalidPositionError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerInfo,
+    LedgerNotFoundError,
+    ManagedCursor,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFactory,
+    NoMoreEntriesError,
+    ReadCallback,
+)
+from managed_ledger.entry import Entry
+from managed_ledger.memory import MemoryManagedLedger, MemoryManagedLedgerFactory
+from managed_ledger.memory_cursor import MemoryCursor
+from managed_ledger.position import Position
+from managed_ledger.range_set import PositionRangeSet
+
+__all__ = [
+    "AddCallback",
+    "CursorClosedError",
+    "CursorNotFoundError",
+    "Entry",
+    "EntryNotFoundError",
+    "InitialPosition",
+    "InvalidPositionError",
+    "LedgerClosedError",
+    "LedgerFencedError",
+    "LedgerInfo",
+    "LedgerNotFoundError",
+    "ManagedCursor",
+    "ManagedLedger",
+    "ManagedLedgerConfig",
+    "ManagedLedgerError",
+    "ManagedLedgerFactory",
+    "MemoryCursor",
+    "MemoryManagedLedger",
+    "MemoryManagedLedgerFactory",
+    "NoMoreEntriesError",
+    "Position",
+    "PositionRangeSet",
+    "ReadCallback",
+]

@@ -243,7 +243,8 @@ class ServerCnx:
         if not parsed.checksum_ok:
             self.write(commands.send_error(c.producer_id, seq, E.ChecksumError, "Checksum failed on the broker"))
             return
-        if len(payload) > self.service.config.maxMessageSize + ENTRY_OVERHEAD:
+        # Chunks are exempt (as in Pulsar): the frame limit already bounds them.
+        if not c.is_chunk and len(payload) > self.service.config.maxMessageSize + ENTRY_OVERHEAD:
             self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
             return
         highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else seq

@@ -1,0 +1,500 @@
+"""The managed-ledger interface: what the broker's service layer programs against.
+
+Vocabulary is Apache Pulsar's (ManagedLedger / ManagedCursor):
+
+- A managed ledger is the log of one topic (partition). It is a sequence of *ledgers*; each
+  ledger is a run of entries with ids 0, 1, 2, ... Only the last ledger (the *current* one)
+  takes writes; it is rolled over (closed, a new one opened) when it gets too big or too old.
+- A cursor is a subscription's (durable) or a reader's (non-durable) place in the log:
+  the *mark-delete position* (everything <= it is acknowledged), the *individually deleted*
+  positions beyond it, and the *read position* (next entry to hand out).
+- Whole ledgers that every durable cursor has acknowledged are deleted ("trimmed") as far as
+  the retention policy allows.
+
+Everything runs on one event loop. Methods that only change in-memory state are synchronous;
+callbacks follow the rules in ``managed_ledger.completion`` (inline up to a nesting limit,
+else posted to the loop, never out of order).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from managed_ledger.completion import NestingCounter
+from managed_ledger.entry import Entry
+from managed_ledger.position import Position
+from managed_ledger.range_set import PositionRangeSet
+
+MIB = 1024 * 1024
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+class ManagedLedgerError(Exception):
+    """Base of all storage errors (Pulsar ManagedLedgerException; wire: PersistenceError)."""
+
+
+class LedgerClosedError(ManagedLedgerError):
+    """The managed ledger was closed or deleted (Pulsar ManagedLedgerAlreadyClosedException)."""
+
+
+class LedgerFencedError(ManagedLedgerError):
+    """The managed ledger stopped taking writes after a storage failure (ManagedLedgerFencedException)."""
+
+
+class CursorNotFoundError(ManagedLedgerError):
+    """No cursor of that name (Pulsar CursorNotFoundException)."""
+
+
+class CursorClosedError(ManagedLedgerError):
+    """The cursor was closed or deleted (Pulsar CursorAlreadyClosedException)."""
+
+
+class NoMoreEntriesError(ManagedLedgerError):
+    """A position past the last confirmed entry was asked for."""
+
+
+class EntryNotFoundError(ManagedLedgerError):
+    """The entry does not exist (never written, or its ledger was trimmed)."""
+
+
+class LedgerNotFoundError(ManagedLedgerError):
+    """No managed ledger of that name (Pulsar ManagedLedgerNotFoundException)."""
+
+
+class InvalidPositionError(ManagedLedgerError):
+    """A position that makes no sense for this operation (e.g. mark-delete past the end)."""
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+class InitialPosition(enum.Enum):
+    """Where a new durable cursor starts (Pulsar CommandSubscribe.InitialPosition)."""
+
+    LATEST = 0  # only entries added after the cursor was created
+    EARLIEST = 1  # every entry still in the log
+
+
+@dataclass(frozen=True)
+class ManagedLedgerConfig:
+    """Per-managed-ledger settings. Defaults are Pulsar's broker.conf defaults unless noted."""
+
+    # managedLedgerMaxEntriesPerLedger=50000
+    max_entries_per_ledger: int = 50_000
+    # managedLedgerMaxLedgerRolloverTimeMinutes=240
+    max_ledger_rollover_time_s: float = 240 * 60
+    # managedLedgerMinLedgerRolloverTimeMinutes=10 (minutes: no rollover of any kind before this age)
+    min_ledger_rollover_time_s: float = 10 * 60
+    # managedLedgerMaxSizePerLedgerMbytes=2048
+    max_size_per_ledger_bytes: int = 2048 * MIB
+    # managedLedgerCacheSizeMB: Pulsar's default is 1/5 of direct memory; we fix a modest 256 MiB
+    cache_size_bytes: int = 256 * MIB
+    # ARCHITECTURE.md: inline completions allowed on one loop's stack before posting (default 10)
+    read_nesting_limit: int = 10
+    # defaultRetentionTimeInMinutes=0: consumed ledgers are deleted at once; -1 keeps them forever
+    retention_time_s: float = 0
+    # defaultRetentionSizeInMB=0: consumed ledgers are deleted at once; -1 keeps them forever
+    retention_size_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_entries_per_ledger < 1:
+            raise ValueError("max_entries_per_ledger must be >= 1")
+        if self.max_size_per_ledger_bytes < 1:
+            raise ValueError("max_size_per_ledger_bytes must be >= 1")
+        if self.min_ledger_rollover_time_s < 0 or self.max_ledger_rollover_time_s < 0:
+            raise ValueError("ledger rollover times must be >= 0")
+        if self.read_nesting_limit < 0:
+            raise ValueError("read_nesting_limit must be >= 0")
+        if self.cache_size_bytes < 0:
+            raise ValueError("cache_size_bytes must be >= 0")
+        if self.retention_time_s < -1 or self.retention_size_bytes < -1:
+            raise ValueError("retention limits are >= 0, or -1 for infinite")
+
+    @property
+    def infinite_retention(self) -> bool:
+        return self.retention_time_s < 0 and self.retention_size_bytes < 0
+
+
+class LedgerInfo(NamedTuple):
+    """One ledger of a managed ledger, as shown in internal stats."""
+
+    ledger_id: int
+    entries: int
+    size: int  # bytes of entry data
+    created_at: float  # clock() seconds when the ledger was opened
+    closed_at: float | None  # when it was rolled over; None for the current ledger
+
+
+ReadCallback = Callable[[list[Entry], BaseException | None], None]
+AddCallback = Callable[[Position | None, BaseException | None], None]
+
+
+# -- interfaces -------------------------------------------------------------------------------
+
+
+class ManagedLedgerFactory(abc.ABC):
+    """Opens managed ledgers by name; owns what they share (ledger ids, the nesting counter)."""
+
+    def __init__(self) -> None:
+        # Inline completion depth for everything this factory serves. A factory is used from
+        # one event loop, so this is the "per-loop" counter of the architecture.
+        self.nesting = NestingCounter()
+
+    @abc.abstractmethod
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        """Open (creating if needed) the managed ledger ``name``.
+
+        While it is open, every call returns the same instance (``config`` is then ignored).
+        """
+
+    @abc.abstractmethod
+    async def delete(self, name: str) -> None:
+        """Delete the managed ledger and all its data and cursors (open or not)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close every open managed ledger. The factory is unusable afterwards."""
+
+    @abc.abstractmethod
+    def list_names(self) -> list[str]:
+        """Names of all stored managed ledgers (open or not), sorted."""
+
+
+class ManagedLedger(abc.ABC):
+    """The log of one topic: append entries, open cursors, trim what everyone consumed."""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def config(self) -> ManagedLedgerConfig: ...
+
+    # -- writing --
+
+    @abc.abstractmethod
+    def add_entry(self, data: bytes, callback: AddCallback) -> None:
+        """Append data. Positions are assigned in call order and callbacks run in call order.
+
+        The callback gets (position, None) once the entry is stored (durable per the
+        implementation's policy), or (None, error). It never raises into the caller.
+        """
+
+    async def add_entry_async(self, data: bytes) -> Position:
+        """``add_entry`` as a coroutine: the position, or raises the error."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+
+        def done(position: Position | None, exc: BaseException | None) -> None:
+            if future.done():
+                return
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                assert position is not None
+                future.set_result(position)
+
+        self.add_entry(data, done)
+        return await future
+
+    # -- shape of the log --
+
+    @property
+    @abc.abstractmethod
+    def last_confirmed_entry(self) -> Position:
+        """The last entry added; (current ledger id, -1) if none was ever added."""
+
+    @property
+    @abc.abstractmethod
+    def first_position(self) -> Position:
+        """The first entry still stored, or the position the next add gets if none is."""
+
+    @property
+    @abc.abstractmethod
+    def current_ledger_id(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def number_of_entries(self) -> int:
+        """Entries currently stored (trimmed ledgers excluded)."""
+
+    @property
+    @abc.abstractmethod
+    def total_size(self) -> int:
+        """Bytes of entry data currently stored."""
+
+    @abc.abstractmethod
+    def ledgers_info(self) -> list[LedgerInfo]:
+        """The stored ledgers, oldest first; the last one is the current ledger."""
+
+    @abc.abstractmethod
+    def next_valid_position(self, position: Position) -> Position:
+        """The first stored entry after position, crossing ledger boundaries.
+
+        Past the last entry this is the position the next add will get (so the next of the
+        last entry of a closed ledger L is (L', 0), L' being the ledger after L). Positions
+        before the first entry give the first entry.
+        """
+
+    @abc.abstractmethod
+    def previous_position(self, position: Position) -> Position:
+        """The entry before position: (L, e-1) if e > 0, else the last entry of the previous
+        non-empty ledger, else (L, -1)."""
+
+    @abc.abstractmethod
+    def count_entries_between(self, first: Position, last: Position) -> int:
+        """Stored entries p with first <= p <= last."""
+
+    @abc.abstractmethod
+    async def read_entry(self, position: Position) -> Entry:
+        """One entry; NoMoreEntriesError past the end, EntryNotFoundError if not stored."""
+
+    @abc.abstractmethod
+    async def find_newest_matching(
+        self, predicate: Callable[[Entry], bool], start: Position | None = None
+    ) -> Position | None:
+        """Binary search for the last entry (from start, default the first) for which predicate
+        holds, assuming it holds for a prefix of the log (e.g. publish_time <= t). None if it
+        holds for none."""
+
+    # -- cursors --
+
+    @abc.abstractmethod
+    async def open_cursor(
+        self,
+        name: str,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        properties: dict[str, int] | None = None,
+    ) -> ManagedCursor:
+        """Open the durable cursor ``name``, creating it at initial_position if new.
+
+        An existing cursor (open, or stored from before) is returned as it is: initial_position
+        and properties only apply on creation.
+        """
+
+    @abc.abstractmethod
+    def new_non_durable_cursor(self, start: Position, name: str) -> ManagedCursor:
+        """A cursor that is never stored and never holds data back from trimming (readers).
+
+        Its mark-delete is ``start``, clamped into [before the first entry, last confirmed
+        entry]; reading begins at the next valid position after it.
+        """
+
+    @property
+    @abc.abstractmethod
+    def cursors(self) -> Mapping[str, ManagedCursor]:
+        """Open durable cursors by name (read-only view). After (re)opening the managed
+        ledger every stored durable cursor is open."""
+
+    @abc.abstractmethod
+    async def delete_cursor(self, name: str) -> None:
+        """Delete a durable (or non-durable) cursor and its stored state; CursorNotFoundError
+        if there is none."""
+
+    # -- housekeeping / lifecycle --
+
+    @abc.abstractmethod
+    def trim_consumed_ledgers(self) -> int:
+        """Delete ledgers consumed by every durable cursor, as retention allows; return how
+        many. Runs by itself on rollover and when a durable mark-delete crosses a ledger; call
+        it periodically too if time-based retention must expire without traffic."""
+
+    @property
+    @abc.abstractmethod
+    def is_closed(self) -> bool:
+        """Closed or deleted: no more adds, reads or cursor operations."""
+
+    @property
+    @abc.abstractmethod
+    def is_fenced(self) -> bool:
+        """Writes refused after a storage failure (never for the in-memory implementation)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close: parked reads fail with LedgerClosedError, cursors close, data stays."""
+
+    @abc.abstractmethod
+    async def delete(self) -> None:
+        """Close and remove all data and cursors."""
+
+
+class ManagedCursor(abc.ABC):
+    """A subscription's (durable) or reader's (non-durable) position in a managed ledger.
+
+    All state changes (reads advancing read_position, acks) happen synchronously in the call;
+    persisting them is the implementation's business (``flush`` waits for it).
+    """
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    @abc.abstractmethod
+    def is_durable(self) -> bool: ...
+
+    @property
+    @abc.abstractmethod
+    def is_closed(self) -> bool: ...
+
+    @property
+    @abc.abstractmethod
+    def mark_delete_position(self) -> Position:
+        """Everything <= this is acknowledged."""
+
+    @property
+    @abc.abstractmethod
+    def read_position(self) -> Position:
+        """The next position to read (always after mark_delete_position)."""
+
+    @property
+    @abc.abstractmethod
+    def individually_deleted(self) -> PositionRangeSet:
+        """Positions acknowledged beyond mark-delete. A live view: do not modify it."""
+
+    @property
+    @abc.abstractmethod
+    def properties(self) -> Mapping[str, int]:
+        """Properties stored with the mark-delete position (Pulsar cursor properties)."""
+
+    @property
+    @abc.abstractmethod
+    def last_active(self) -> float:
+        """clock() time of the last read, ack or seek."""
+
+    # -- reading --
+
+    @abc.abstractmethod
+    def read_entries(self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None) -> None:
+        """Read up to max_entries from read_position, skipping acknowledged positions, and move
+        read_position past them. Gives [] if nothing is available. max_bytes bounds the total
+        data size, but at least one entry is returned when one is available."""
+
+    @abc.abstractmethod
+    def read_entries_or_wait(
+        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None
+    ) -> None:
+        """Like read_entries, but if nothing is available the read is parked and completed when
+        entries arrive (or the cursor is moved back to available entries). One parked read per
+        cursor: a second raises ManagedLedgerError."""
+
+    @abc.abstractmethod
+    def cancel_pending_read(self) -> bool:
+        """Drop the parked read without calling it; True if there was one."""
+
+    @property
+    @abc.abstractmethod
+    def has_pending_read(self) -> bool: ...
+
+    @abc.abstractmethod
+    def replay_entries(self, positions: Iterable[Position], callback: ReadCallback) -> None:
+        """Read exactly these positions (ascending, skipping acknowledged or absent ones)
+        without moving read_position (redelivery)."""
+
+    async def read_entries_async(self, max_entries: int, max_bytes: int | None = None) -> list[Entry]:
+        """``read_entries`` as a coroutine."""
+        return await _await_read(lambda cb: self.read_entries(max_entries, cb, max_bytes))
+
+    async def read_entries_or_wait_async(self, max_entries: int, max_bytes: int | None = None) -> list[Entry]:
+        """``read_entries_or_wait`` as a coroutine; cancelling it cancels the parked read."""
+        future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+        self.read_entries_or_wait(max_entries, _settle(future), max_bytes)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if not future.done() or future.cancelled():
+                # Our read is still the parked one (a completed read would have settled it).
+                self.cancel_pending_read()
+            raise
+
+    # -- acknowledging --
+
+    @abc.abstractmethod
+    def mark_delete(self, position: Position, properties: Mapping[str, int] | None = None) -> None:
+        """Cumulative ack up to position. Older than the current mark-delete: ignored. Past
+        the last confirmed entry: InvalidPositionError. Then the mark-delete moves on over
+        individually deleted positions that have become contiguous with it."""
+
+    @abc.abstractmethod
+    def delete(self, positions: Iterable[Position]) -> None:
+        """Individual acks. Positions at or before mark-delete, or not stored, are ignored;
+        the mark-delete moves on when the acks make it contiguous."""
+
+    @abc.abstractmethod
+    def is_acked(self, position: Position) -> bool: ...
+
+    @abc.abstractmethod
+    def skip_entries(self, n: int) -> None:
+        """Acknowledge the next n unacknowledged entries after mark-delete."""
+
+    def clear_backlog(self) -> None:
+        """Acknowledge everything written so far."""
+        self.mark_delete(self.ledger.last_confirmed_entry)
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Wait until the acknowledgement state so far is durable."""
+
+    # -- moving --
+
+    @abc.abstractmethod
+    def seek(self, position: Position) -> None:
+        """Set read_position, clamped into (mark-delete, next add position]."""
+
+    @abc.abstractmethod
+    def rewind(self) -> None:
+        """read_position = first position after mark-delete (redeliver everything unacked)."""
+
+    @abc.abstractmethod
+    def reset(self, position: Position) -> None:
+        """SEEK of a subscription: forget all acks, mark-delete = previous_position(position),
+        read_position = position (clamped into [first position, next add position])."""
+
+    # -- counting --
+
+    @abc.abstractmethod
+    def number_of_entries_in_backlog(self) -> int:
+        """Entries after mark-delete up to the last confirmed one, minus individually deleted."""
+
+    @abc.abstractmethod
+    def number_of_entries_to_read(self) -> int:
+        """Unacknowledged entries from read_position to the last confirmed entry."""
+
+    @abc.abstractmethod
+    def has_more_entries(self) -> bool:
+        """Whether a read now would return something."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close this handle: a parked read is dropped, later calls fail with CursorClosedError.
+        A durable cursor's stored state stays (it still holds data back from trimming) and
+        ``open_cursor`` gives a new handle; ``delete_cursor`` removes it."""
+
+
+def _settle(future: asyncio.Future[list[Entry]]) -> ReadCallback:
+    def done(entries: list[Entry], exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(entries)
+
+    return done
+
+
+async def _await_read(start: Callable[[ReadCallback], None]) -> list[Entry]:
+    future: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+    start(_settle(future))
+    return await future

@@ -1,0 +1,101 @@
+"""Inline-or-posted completion of storage callbacks, with a per-loop nesting limit.
+
+A read served from memory can call its callback at once, on the caller's stack. That is the
+fast path, but a dispatcher whose callback issues the next read would then recurse once per
+read. So inline completion is allowed only while fewer than ``limit`` completions are already
+on the stack (a depth counter shared by everything on one event loop: the factory owns it).
+Past the limit the completion is posted with ``loop.call_soon``; the stack unwinds and the
+loop runs it next. A file implementation completing from a worker thread posts the same way
+with ``call_soon_threadsafe``.
+
+Completions of one ordering domain (one cursor's reads, one ledger's adds) must never
+overtake each other: once one is posted, later ones queue behind it even if the stack is
+shallow by then. Each domain has its own ``OrderedCompleter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+_log = logging.getLogger(__name__)
+
+Completion = Callable[[], None]
+
+
+class NestingCounter:
+    """Depth of storage completions currently running inline on this loop's stack."""
+
+    __slots__ = ("depth", "max_depth")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.max_depth = 0  # high-water mark, for tests and debugging
+
+
+class OrderedCompleter:
+    """Runs completions of one ordering domain: inline while allowed, else posted, in order."""
+
+    __slots__ = ("_counter", "_limit", "_loop", "_posted", "_scheduled")
+
+    def __init__(self, counter: NestingCounter, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("nesting limit must be >= 0")
+        self._counter = counter
+        self._limit = limit
+        self._posted: deque[Completion] = deque()
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def complete(self, fn: Completion) -> None:
+        """Run fn now if the stack allows it and nothing of this domain is queued; else post it."""
+        if not self._posted and self._counter.depth < self._limit:
+            self._invoke(fn)
+            return
+        self._posted.append(fn)
+        self._schedule()
+
+    @property
+    def pending(self) -> int:
+        """Completions posted but not yet run."""
+        return len(self._posted)
+
+    def _schedule(self) -> None:
+        if self._scheduled:
+            return
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._scheduled = True
+        self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        # Run only what was queued when this drain started: completions posted by these
+        # callbacks wait for the next loop iteration, so a chain of reads cannot starve the loop.
+        for _ in range(len(self._posted)):
+            self._invoke(self._posted.popleft())
+        if self._posted:
+            self._schedule()
+
+    def _invoke(self, fn: Completion) -> None:
+        counter = self._counter
+        counter.depth += 1
+        if counter.depth > counter.max_depth:
+            counter.max_depth = counter.depth
+        try:
+            fn()
+        except Exception as exc:  # a broken callback must not break the storage layer's state
+            _report(exc)
+        finally:
+            counter.depth -= 1
+
+
+def _report(exc: Exception) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _log.error("managed-ledger callback raised", exc_info=exc)
+        return
+    loop.call_exception_handler({"message": "managed-ledger callback raised", "exception": exc})

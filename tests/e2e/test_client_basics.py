@@ -1,0 +1,255 @@
+"""End-to-end with the official pulsar-client (C++ core): produce, consume, subscription types."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+from pulsar import CompressionType, ConsumerType, InitialPosition
+
+from broker.embedded import BrokerThread
+
+RECEIVE_TIMEOUT_MS = 10_000
+
+
+def topic_name(prefix: str) -> str:
+    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(pulsar_broker: BrokerThread) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(pulsar_broker.service_url, operation_timeout_seconds=10)
+    yield c
+    c.close()
+
+
+def drain(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:
+    out = []
+    for _ in range(n):
+        msg = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+        consumer.acknowledge(msg)
+        out.append(msg)
+    return out
+
+
+def assert_nothing_more(consumer: pulsar.Consumer, wait_ms: int = 300) -> None:
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=wait_ms)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_produce_consume(client: pulsar.Client, batching: bool) -> None:
+    topic = topic_name("basic")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=5)
+    ids = []
+    for i in range(200):
+        producer.send_async(f"m-{i}".encode(), lambda res, mid: ids.append((res, mid)))
+    producer.flush()
+    assert len(ids) == 200 and all(r == pulsar.Result.Ok for r, _ in ids)
+    got = [m.data().decode() for m in drain(consumer, 200)]
+    assert got == [f"m-{i}" for i in range(200)]
+    assert_nothing_more(consumer)
+    producer.close()
+    consumer.close()
+
+
+@pytest.mark.parametrize("compression", [CompressionType.LZ4, CompressionType.ZLib,
+                                         CompressionType.ZSTD, CompressionType.SNAPPY])
+def test_compression_passes_through(client: pulsar.Client, compression: CompressionType) -> None:
+    topic = topic_name("compress")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, compression_type=compression, batching_enabled=True,
+                                      batching_max_publish_delay_ms=5)
+    payloads = [(f"payload-{i}-" * 50).encode() for i in range(20)]
+    for p in payloads:
+        producer.send_async(p, None)
+    producer.flush()
+    assert [m.data() for m in drain(consumer, 20)] == payloads
+
+
+def test_exclusive_refuses_second_consumer(client: pulsar.Client) -> None:
+    topic = topic_name("excl")
+    first = client.subscribe(topic, "sub", consumer_type=ConsumerType.Exclusive)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "sub", consumer_type=ConsumerType.Exclusive)
+    first.close()
+    again = client.subscribe(topic, "sub", consumer_type=ConsumerType.Exclusive)
+    again.close()
+
+
+def test_failover_switches_when_active_closes(client: pulsar.Client) -> None:
+    topic = topic_name("failover")
+    c1 = client.subscribe(topic, "sub", consumer_type=ConsumerType.Failover, consumer_name="a")
+    c2 = client.subscribe(topic, "sub", consumer_type=ConsumerType.Failover, consumer_name="b")
+    producer = client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"x{i}".encode())
+    # "a" sorts first: it is active and gets everything; "b" gets nothing.
+    first = [m.data() for m in drain(c1, 10)]
+    assert first == [f"x{i}".encode() for i in range(10)]
+    assert_nothing_more(c2)
+    # Unacked messages of the departing active consumer go to the new one.
+    for i in range(10, 15):
+        producer.send(f"x{i}".encode())
+    msg = c1.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+    assert msg.data() == b"x10"
+    c1.close()
+    rest = [m.data() for m in drain(c2, 5)]
+    assert rest == [f"x{i}".encode() for i in range(10, 15)]
+
+
+def test_shared_round_robin_and_redelivery_on_close(client: pulsar.Client) -> None:
+    topic = topic_name("shared")
+    c1 = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared, receiver_queue_size=10)
+    c2 = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared, receiver_queue_size=10)
+    producer = client.create_producer(topic)
+    for i in range(40):
+        producer.send(f"s{i}".encode())
+    got: set[bytes] = set()
+    # c1 takes a few without acking, then leaves: those must reach c2.
+    held = [c1.receive(timeout_millis=RECEIVE_TIMEOUT_MS) for _ in range(3)]
+    c1.close()
+    got.update(m.data() for m in held)
+    redelivered: set[bytes] = set()
+    while len(redelivered | (got - {m.data() for m in held})) < 40:
+        m = c2.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+        c2.acknowledge(m)
+        redelivered.add(m.data())
+    assert redelivered == {f"s{i}".encode() for i in range(40)}
+
+
+def test_key_shared_keeps_keys_on_one_consumer(client: pulsar.Client) -> None:
+    topic = topic_name("keyshared")
+    consumers = [client.subscribe(topic, "sub", consumer_type=ConsumerType.KeyShared, consumer_name=f"k{i}")
+                 for i in range(3)]
+    producer = client.create_producer(topic)
+    for i in range(60):
+        producer.send(f"{i}".encode(), partition_key=f"key-{i % 6}")
+    owner: dict[str, int] = {}
+    seen = 0
+    order: dict[str, list[int]] = {}
+    while seen < 60:
+        for idx, c in enumerate(consumers):
+            try:
+                m = c.receive(timeout_millis=200)
+            except pulsar.Timeout:
+                continue
+            c.acknowledge(m)
+            key = m.partition_key()
+            assert owner.setdefault(key, idx) == idx, "a key moved between consumers"
+            order.setdefault(key, []).append(int(m.data()))
+            seen += 1
+    for values in order.values():
+        assert values == sorted(values)
+
+
+def test_ack_and_redelivery_after_reconnect(client: pulsar.Client) -> None:
+    topic = topic_name("redeliver")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"r{i}".encode())
+    msgs = [consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS) for _ in range(10)]
+    for m in msgs[:5]:
+        consumer.acknowledge(m)
+    consumer.close()
+    consumer = client.subscribe(topic, "sub")
+    again = [m.data() for m in drain(consumer, 5)]
+    assert again == [f"r{i}".encode() for i in range(5, 10)]
+    assert_nothing_more(consumer)
+
+
+def test_cumulative_ack(client: pulsar.Client) -> None:
+    topic = topic_name("cumulative")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    for i in range(10):
+        producer.send(f"c{i}".encode())
+    msgs = [consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS) for _ in range(10)]
+    consumer.acknowledge_cumulative(msgs[6])
+    consumer.close()
+    consumer = client.subscribe(topic, "sub")
+    assert [m.data() for m in drain(consumer, 3)] == [b"c7", b"c8", b"c9"]
+
+
+def test_negative_ack_redelivers_with_count(client: pulsar.Client) -> None:
+    topic = topic_name("nack")
+    consumer = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100)
+    producer = client.create_producer(topic)
+    producer.send(b"once")
+    m = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+    assert m.redelivery_count() == 0
+    consumer.negative_acknowledge(m)
+    again = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+    assert again.data() == b"once"
+    assert again.redelivery_count() == 1
+    consumer.acknowledge(again)
+
+
+def test_initial_position_earliest_and_latest(client: pulsar.Client) -> None:
+    topic = topic_name("initpos")
+    producer = client.create_producer(topic)
+    producer.send(b"before")
+    latest = client.subscribe(topic, "latest")
+    earliest = client.subscribe(topic, "earliest", initial_position=InitialPosition.Earliest)
+    producer.send(b"after")
+    assert [m.data() for m in drain(earliest, 2)] == [b"before", b"after"]
+    assert [m.data() for m in drain(latest, 1)] == [b"after"]
+
+
+def test_unsubscribe_removes_subscription(client: pulsar.Client) -> None:
+    topic = topic_name("unsub")
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "sub")
+    producer.send(b"1")
+    consumer.unsubscribe()
+    producer.send(b"2")
+    consumer = client.subscribe(topic, "sub", initial_position=InitialPosition.Latest)
+    producer.send(b"3")
+    assert [m.data() for m in drain(consumer, 1)] == [b"3"]
+
+
+def test_chunked_message(client: pulsar.Client) -> None:
+    topic = topic_name("chunk")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+    big = bytes(range(256)) * (6 * 1024 * 1024 // 256)  # 6 MiB, above the 5 MiB limit
+    producer.send(big)
+    msg = consumer.receive(timeout_millis=30_000)
+    assert msg.data() == big
+    consumer.acknowledge(msg)
+
+
+def test_message_over_size_limit_gets_clear_error(client: pulsar.Client) -> None:
+    topic = topic_name("toobig")
+    producer = client.create_producer(topic, batching_enabled=False)
+    with pytest.raises(pulsar.MessageTooBig):
+        producer.send(b"x" * (6 * 1024 * 1024))
+    producer.send(b"small still works")
+
+
+def test_producer_names_busy_and_generated(client: pulsar.Client) -> None:
+    topic = topic_name("pnames")
+    p1 = client.create_producer(topic, producer_name="fixed")
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, producer_name="fixed")
+    g1 = client.create_producer(topic)
+    g2 = client.create_producer(topic)
+    assert g1.producer_name() != g2.producer_name()
+    assert p1.producer_name() == "fixed"
+
+
+def test_http_lookup_service_url(pulsar_broker: BrokerThread) -> None:
+    client = pulsar.Client(pulsar_broker.web_url, operation_timeout_seconds=10)
+    try:
+        topic = topic_name("httplookup")
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic)
+        producer.send(b"via http lookup")
+        assert drain(consumer, 1)[0].data() == b"via http lookup"
+    finally:
+        client.close()
