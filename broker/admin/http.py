@@ -99,9 +99,9 @@ class WebService:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        return int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets, "HTTP server did not bind"
+        return int(sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         if self._runner is not None:

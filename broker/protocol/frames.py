@@ -103,11 +103,11 @@ class FrameDecoder:
         view = memoryview(buf)
         command = pb.BaseCommand()
         try:
-            command.ParseFromString(view[pos + 8 : cmd_end])
+            command.ParseFromString(view[pos + 8 : cmd_end])  # type: ignore[arg-type]  # upb takes buffers
         except DecodeError as exc:
             raise ProtocolError(f"undecodable command: {exc}") from None
         if not command.IsInitialized():
-            missing = ", ".join(command.FindInitializationErrors())
+            missing = ", ".join(command.FindInitializationErrors())  # type: ignore[attr-defined]
             raise ProtocolError(f"command lacks required fields: {missing}")
         field = _FIELD_FOR_TYPE.get(command.type)
         if field is not None and not command.HasField(field):
@@ -147,7 +147,7 @@ def parse_payload(payload: bytes, verify: bool = True) -> ParsedPayload:
         raise ProtocolError(f"metadata size {meta_size} exceeds the payload")
     metadata = pb.MessageMetadata()
     try:
-        metadata.ParseFromString(memoryview(payload)[pos + 4 : pos + 4 + meta_size])
+        metadata.ParseFromString(memoryview(payload)[pos + 4 : pos + 4 + meta_size])  # type: ignore[arg-type]
     except DecodeError as exc:
         raise ProtocolError(f"undecodable message metadata: {exc}") from None
     if not metadata.IsInitialized():

@@ -14,7 +14,7 @@ from managed_ledger import Entry, Position
 if TYPE_CHECKING:
     from broker.service.subscription import Subscription
 
-SUB_TYPE_NAMES = {
+SUB_TYPE_NAMES: dict[int, str] = {
     pb.CommandSubscribe.Exclusive: "Exclusive",
     pb.CommandSubscribe.Shared: "Shared",
     pb.CommandSubscribe.Failover: "Failover",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 E = pb.ServerError
 
-ACCESS_MODE_NAMES = {
+ACCESS_MODE_NAMES: dict[int, str] = {
     pb.ProducerAccessMode.Shared: "Shared",
     pb.ProducerAccessMode.Exclusive: "Exclusive",
     pb.ProducerAccessMode.WaitForExclusive: "WaitForExclusive",

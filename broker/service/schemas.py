@@ -37,12 +37,17 @@ def decode_version(data: bytes) -> int | None:
     return int(_VERSION.unpack(data)[0])
 
 
+def _properties(schema: pb.Schema) -> dict[str, str]:
+    # The generated stub confuses Schema.KeyValue (an enum value) with the KeyValue message.
+    return {kv.key: kv.value for kv in schema.properties}  # type: ignore[attr-defined]
+
+
 def _record(schema: pb.Schema) -> dict[str, Any]:
     return {
         "type": int(schema.type),
         "name": schema.name,
         "data": base64.b64encode(schema.schema_data).decode(),
-        "properties": {kv.key: kv.value for kv in schema.properties},
+        "properties": _properties(schema),
         "timestamp": int(time.time() * 1000),
     }
 
@@ -58,7 +63,7 @@ def to_proto(record: dict[str, Any]) -> pb.Schema:
 def _same(record: dict[str, Any], schema: pb.Schema) -> bool:
     return (record["type"] == int(schema.type)
             and base64.b64decode(record["data"]) == schema.schema_data
-            and record.get("properties", {}) == {kv.key: kv.value for kv in schema.properties})
+            and record.get("properties", {}) == _properties(schema))
 
 
 class SchemaRegistry:

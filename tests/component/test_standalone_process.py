@@ -1,0 +1,68 @@
+"""The `python -m broker standalone` process: ports 0, health, graceful SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pulsar
+import pytest
+
+STARTUP_TIMEOUT_S = 20.0
+READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
+
+
+def start_broker(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], int, int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
+         "--data-dir", str(tmp_path / "data"), "--bind-address", "127.0.0.1", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = READY_RE.search(line)
+        if m:
+            return proc, int(m.group(1)), int(m.group(2))
+    proc.kill()
+    raise AssertionError("broker did not report ready:\n" + "".join(lines))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_process_serves_and_stops_gracefully(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, port, web_port = start_broker(tmp_path)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/brokers/health", timeout=5) as r:
+            assert r.read() == b"ok"
+        client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=10)
+        consumer = client.subscribe("proc-topic", "sub")
+        client.create_producer("proc-topic").send(b"hi")
+        assert consumer.receive(10_000).data() == b"hi"
+        client.close()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=15) == 0
+        out = proc.stdout.read() if proc.stdout else ""
+        assert "broker stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_bad_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text("brokerServicePort=not-a-number\n")
+    r = subprocess.run([sys.executable, "-m", "broker", "standalone", "--config", str(conf)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "brokerServicePort" in r.stderr

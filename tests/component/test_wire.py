@@ -1,0 +1,202 @@
+"""Raw-socket tests against an in-process broker: handshake, errors, malformed input policy."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.frames import FrameDecoder
+from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
+
+T = pb.BaseCommand.Type
+WAIT_S = 5.0
+
+
+class WireClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE) * 2)
+
+    @classmethod
+    async def open(cls, port: int) -> WireClient:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        return cls(r, w)
+
+    def send(self, cmd: pb.BaseCommand, payload: bytes | None = None) -> None:
+        self.writer.write(commands.frame_with_payload(cmd, payload) if payload is not None else commands.frame(cmd))
+
+    async def recv(self) -> pb.BaseCommand:
+        async def one() -> pb.BaseCommand:
+            while True:
+                f = self.decoder.next_frame()
+                if f is not None:
+                    return f.command
+                data = await self.reader.read(65536)
+                if not data:
+                    raise ConnectionError("closed by broker")
+                self.decoder.feed(data)
+        return await asyncio.wait_for(one(), WAIT_S)
+
+    async def connect(self) -> pb.CommandConnected:
+        cmd = pb.BaseCommand(type=T.CONNECT)
+        cmd.connect.client_version = "wire-test"
+        cmd.connect.protocol_version = 20
+        self.send(cmd)
+        reply = await self.recv()
+        assert reply.type == T.CONNECTED
+        return reply.connected
+
+    async def closed_by_broker(self) -> bool:
+        try:
+            while True:
+                data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
+                if not data:
+                    return True
+        except (ConnectionError, TimeoutError):
+            return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker() as b:
+        yield b
+
+
+def port_of(b: Broker) -> int:
+    assert b.server is not None
+    return b.server.port
+
+
+def producer_cmd(topic: str, producer_id: int = 1, request_id: int = 1) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.PRODUCER)
+    cmd.producer.topic = topic
+    cmd.producer.producer_id = producer_id
+    cmd.producer.request_id = request_id
+    return cmd
+
+
+def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False) -> tuple[pb.BaseCommand, bytes]:
+    cmd = pb.BaseCommand(type=T.SEND)
+    cmd.send.producer_id = producer_id
+    cmd.send.sequence_id = seq
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1).SerializeToString()
+    tail = struct.pack(">I", len(meta)) + meta + body
+    crc = crc32c(tail) ^ (1 if corrupt else 0)
+    return cmd, b"\x0e\x01" + struct.pack(">I", crc) + tail
+
+
+async def test_handshake_answers_connected(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    connected = await c.connect()
+    assert connected.protocol_version == 20
+    assert connected.max_message_size == DEFAULT_MAX_MESSAGE_SIZE
+    assert connected.server_version
+    ping = pb.BaseCommand(type=T.PING)
+    ping.ping.SetInParent()
+    c.send(ping)
+    assert (await c.recv()).type == T.PONG
+    c.close()
+
+
+async def test_command_before_connect_closes(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    c.send(producer_cmd("t"))
+    assert await c.closed_by_broker()
+
+
+async def test_oversize_frame_closes_only_that_connection(broker: Broker) -> None:
+    good = await WireClient.open(port_of(broker))
+    await good.connect()
+    bad = await WireClient.open(port_of(broker))
+    await bad.connect()
+    bad.writer.write(struct.pack(">II", max_frame_size(DEFAULT_MAX_MESSAGE_SIZE), 10))
+    assert await bad.closed_by_broker()
+    good.send(producer_cmd("persistent://public/default/wire-ok"))
+    assert (await good.recv()).type == T.PRODUCER_SUCCESS
+    good.close()
+
+
+async def test_checksum_error_keeps_connection(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/wire-crc"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*send_frame(1, 0, b"bad", corrupt=True))
+    err = await c.recv()
+    assert err.type == T.SEND_ERROR and err.send_error.error == pb.ServerError.ChecksumError
+    c.send(*send_frame(1, 1, b"good"))
+    receipt = await c.recv()
+    assert receipt.type == T.SEND_RECEIPT and receipt.send_receipt.sequence_id == 1
+    c.close()
+
+
+async def test_receipts_in_send_order(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/wire-order"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for seq in range(50):
+        c.send(*send_frame(1, seq, b"x"))
+    seqs = [(await c.recv()).send_receipt.sequence_id for _ in range(50)]
+    assert seqs == list(range(50))
+    c.close()
+
+
+async def test_send_for_unknown_producer_closes(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(*send_frame(42, 0, b"x"))
+    assert await c.closed_by_broker()
+
+
+async def test_flow_with_zero_permits_closes(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    flow = pb.BaseCommand(type=T.FLOW)
+    flow.flow.consumer_id = 1
+    flow.flow.messagePermits = 0
+    c.send(flow)
+    assert await c.closed_by_broker()
+
+
+async def test_lookup_errors_use_lookup_response(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    cmd = pb.BaseCommand(type=T.LOOKUP)
+    cmd.lookupTopic.topic = "persistent://no-such-tenant/ns/t"
+    cmd.lookupTopic.request_id = 7
+    c.send(cmd)
+    reply = await c.recv()
+    assert reply.type == T.LOOKUP_RESPONSE
+    assert reply.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Failed
+    assert reply.lookupTopicResponse.error == pb.ServerError.TopicNotFound
+    cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+    cmd.partitionMetadata.topic = "bad://name"
+    cmd.partitionMetadata.request_id = 8
+    c.send(cmd)
+    reply = await c.recv()
+    assert reply.type == T.PARTITIONED_METADATA_RESPONSE
+    assert reply.partitionMetadataResponse.error == pb.ServerError.InvalidTopicName
+    c.close()
+
+
+async def test_transactions_are_refused(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    cmd = pb.BaseCommand(type=T.NEW_TXN)
+    cmd.newTxn.request_id = 3
+    c.send(cmd)
+    reply = await c.recv()
+    assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+    c.close()
