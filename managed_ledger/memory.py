@@ -294,11 +294,10 @@ class MemoryManagedLedger(ManagedLedger):
             return cursor
         record = self._store.cursors.get(name)
         if record is None:
-            floor = self._floor()
             if initial_position is InitialPosition.LATEST:
-                mark_delete = max(self.last_confirmed_entry, floor)
+                mark_delete = self.last_confirmed_entry
             else:
-                mark_delete = floor
+                mark_delete = self._floor()
             record = self._store.cursors[name] = CursorRecord(mark_delete, PositionRangeSet(), dict(properties or {}))
         cursor = self._cursors[name] = MemoryCursor(self, name, record, durable=True)
         return cursor
@@ -337,8 +336,13 @@ class MemoryManagedLedger(ManagedLedger):
         self._waiting.pop(cursor, None)
 
     def _floor(self) -> Position:
-        """The mark-delete position meaning "nothing stored is consumed"."""
-        return self._map.previous(self._map.first_position)
+        """The mark-delete position meaning "nothing stored is consumed".
+
+        Normally (first ledger, -1). Capped at the last confirmed entry: when everything was
+        trimmed and the current ledger is still empty, (current, -1) would sort after it, and
+        a mark-delete never goes past the last confirmed entry (as in Pulsar).
+        """
+        return min(self._map.previous(self._map.first_position), self.last_confirmed_entry)
 
     # -- trimming -----------------------------------------------------------------------------
 
@@ -383,7 +387,7 @@ class MemoryManagedLedger(ManagedLedger):
         first = self._map.first_position
         # Like Pulsar's advanceCursorsIfNecessary: mark-deletes inside deleted ledgers move to
         # (first remaining ledger, -1), but never past the last confirmed entry.
-        floor = min(self._map.previous(first), self.last_confirmed_entry)
+        floor = self._floor()
         for record in records:
             record.raise_floor(floor)
         for cursor in (*self._cursors.values(), *self._non_durable):

@@ -316,7 +316,8 @@ class MemoryCursor(ManagedCursor):
         position = ledger_map.ceil(position)  # clamps into [first position, next add position]
         record = self._record
         record.individually_deleted.clear()
-        record.mark_delete = ledger_map.previous(position)
+        # Never past the last confirmed entry (reset to the end of a fully trimmed log).
+        record.mark_delete = min(ledger_map.previous(position), self._ledger.last_confirmed_entry)
         self._read_position = position
         self._touch()
         self._entries_available()

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from broker.admin.metrics import render_metrics
 from broker.errors import BrokerError, InvalidTopicNameError
-from broker.service.schemas import SCHEMA_TYPE_NAMES
+from broker.service.schemas import SCHEMA_TYPE_NAMES, STRATEGIES
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class WebService:
         r.add_put("/admin/v2/namespaces/{tenant}/{ns}", self.put_namespace)
         r.add_delete("/admin/v2/namespaces/{tenant}/{ns}", self.delete_namespace)
         r.add_get("/admin/v2/namespaces/{tenant}/{ns}/topics", self.namespace_topics)
+        r.add_get("/admin/v2/namespaces/{tenant}/{ns}/schemaCompatibilityStrategy", self.get_schema_strategy)
+        r.add_put("/admin/v2/namespaces/{tenant}/{ns}/schemaCompatibilityStrategy", self.put_schema_strategy)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         r.add_get("/admin/v2/schemas/{tenant}/{ns}/{topic}/schema", self.get_schema)
         r.add_get("/admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", self.get_schema)
@@ -227,6 +229,19 @@ class WebService:
         if self.service.topics_of_namespace(ns, 2):
             raise HttpError(409, "Cannot delete non empty namespace")
         del self.metadata.namespaces[ns]
+        self.metadata.save()
+        return web.Response(status=204)
+
+    async def get_schema_strategy(self, request: web.Request) -> web.Response:
+        ns = self._namespace(request)
+        return _json(self.metadata.namespaces[ns].get("schema_compatibility_strategy", "UNDEFINED"))
+
+    async def put_schema_strategy(self, request: web.Request) -> web.Response:
+        ns = self._namespace(request)
+        value = await _body(request)
+        if value not in STRATEGIES:
+            raise HttpError(400, f"Unknown schema compatibility strategy {value!r}; one of {', '.join(STRATEGIES)}")
+        self.metadata.namespaces[ns]["schema_compatibility_strategy"] = value
         self.metadata.save()
         return web.Response(status=204)
 

@@ -1,9 +1,8 @@
 """Schema registry: per base topic, an ordered list of schema versions (version = list index).
 
 On the wire a schema version is exactly 8 bytes, big-endian int64 (the C++ client reads 8 bytes
-blindly). Compatibility here is by schema type: a different type is IncompatibleSchema, the same
-type with a new definition becomes a new version. (Pulsar's full Avro compatibility strategies
-are issue 5's; this is the rule the client needs to produce and consume.)
+blindly). A new definition is checked against the namespace's schemaCompatibilityStrategy
+(broker default FULL, as Pulsar): AVRO and JSON by Avro schema resolution, other types by type.
 """
 
 from __future__ import annotations
@@ -16,8 +15,14 @@ from typing import Any
 from broker.errors import IncompatibleSchemaError
 from broker.metadata.store import MetadataStore
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service import avro_compat
+from broker.topic_name import TopicName
 
 _VERSION = struct.Struct(">q")
+DEFAULT_STRATEGY = "FULL"  # Pulsar's broker default schemaCompatibilityStrategy
+STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+              "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+_AVRO_TYPES = frozenset({pb.Schema.Type.Value("Avro"), pb.Schema.Type.Value("Json")})
 
 SCHEMA_TYPE_NAMES = {v: k.upper() for k, v in pb.Schema.Type.items()}
 SCHEMA_TYPE_NAMES.update({pb.Schema.Type.Value("KeyValue"): "KEY_VALUE",
@@ -83,17 +88,42 @@ class SchemaRegistry:
             return None
         return versions[version], version
 
+    def strategy(self, base_topic: str) -> str:
+        ns = TopicName.parse(base_topic).namespace
+        value = self.store.namespaces.get(ns, {}).get("schema_compatibility_strategy", "UNDEFINED")
+        return DEFAULT_STRATEGY if value == "UNDEFINED" else str(value)
+
     def _find_or_check(self, base_topic: str, schema: pb.Schema) -> int | None:
         versions = self.versions(base_topic)
         for i, rec in enumerate(versions):
             if _same(rec, schema):
                 return i
         live = [r for r in versions if not r.get("deleted")]
-        if live and live[-1]["type"] != int(schema.type):
+        if not live:
+            return None
+        strategy = self.strategy(base_topic)
+        if strategy == "ALWAYS_COMPATIBLE":
+            return None
+        if strategy == "ALWAYS_INCOMPATIBLE":
+            raise IncompatibleSchemaError("Incompatible schema: the namespace allows no new schema versions")
+        if live[-1]["type"] != int(schema.type):
             have = SCHEMA_TYPE_NAMES.get(live[-1]["type"], str(live[-1]["type"]))
             want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
-            raise IncompatibleSchemaError(
-                f"Incompatible schema: topic has {have}, got {want}")
+            raise IncompatibleSchemaError(f"Incompatible schema: topic has {have}, got {want}")
+        if int(schema.type) in _AVRO_TYPES:
+            against = live if strategy.endswith("_TRANSITIVE") else live[-1:]
+            try:
+                new = avro_compat.parse(schema.schema_data)
+                for rec in against:
+                    old = avro_compat.parse(base64.b64decode(rec["data"]))
+                    if strategy.startswith(("BACKWARD", "FULL")) and not avro_compat.can_read(new, old):
+                        raise IncompatibleSchemaError(
+                            f"Incompatible schema ({strategy}): the new schema cannot read data of an existing one")
+                    if strategy.startswith(("FORWARD", "FULL")) and not avro_compat.can_read(old, new):
+                        raise IncompatibleSchemaError(
+                            f"Incompatible schema ({strategy}): existing schemas cannot read data of the new one")
+            except ValueError as exc:
+                raise IncompatibleSchemaError(f"Invalid schema definition: {exc}") from None
         return None
 
     def add_or_get(self, base_topic: str, schema: pb.Schema) -> int:

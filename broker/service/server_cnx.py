@@ -150,6 +150,11 @@ class ServerCnx:
 
     def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.lookupTopic
+        if c.advertised_listener_name:
+            # We advertise one unnamed listener. Pulsar's wording, which the C++ client treats as retryable.
+            self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady,
+                                              f"the broker do not have {c.advertised_listener_name} listener"))
+            return
         try:
             name = TopicName.parse(c.topic)
             self.service.check_namespace(name)

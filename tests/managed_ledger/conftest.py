@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from ml_fakes import FakeClock
+from ml_support import IMPLEMENTATIONS, FakeClock
 
-from managed_ledger import ManagedLedgerFactory, MemoryManagedLedgerFactory
-
-FactoryBuilder = Callable[[Path, FakeClock], ManagedLedgerFactory]
-
-# One line per implementation: the id and how to build a factory in a fresh directory.
-IMPLEMENTATIONS: dict[str, FactoryBuilder] = {
-    "memory": lambda tmp_path, clock: MemoryManagedLedgerFactory(clock=clock),
-}
+from managed_ledger import ManagedLedgerFactory
 
 
 @pytest.fixture
@@ -24,9 +17,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
-async def factory(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> AsyncIterator[
-    ManagedLedgerFactory
-]:
+async def factory(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[ManagedLedgerFactory]:
     built = IMPLEMENTATIONS[request.param](tmp_path, clock)
     yield built
     await built.close()

@@ -1,4 +1,4 @@
-"""The managed-ledger contract: every implementation (see conftest.IMPLEMENTATIONS) passes it.
+"""The managed-ledger contract: every implementation (see ml_support.IMPLEMENTATIONS) passes it.
 
 Tests only use the public interface. They never assume concrete ledger ids: a ledger id is
 taken from ``current_ledger_id`` / ``ledgers_info`` at the moment it matters.
@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from ml_fakes import FakeClock
+from ml_support import FakeClock
 
 from managed_ledger import (
     AddCallback,
@@ -601,6 +601,30 @@ async def test_trim_after_durable_cursor_consumes(factory: ManagedLedgerFactory)
     assert c.mark_delete_position == ml.last_confirmed_entry  # not moved past the end
     assert ml.first_position == ml.next_valid_position(ml.last_confirmed_entry)
     assert c.number_of_entries_in_backlog() == 0
+
+
+async def test_cursors_on_a_fully_trimmed_log(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t", SMALL)
+    ps = await add_all(ml, 6)  # no cursors: both full ledgers trimmed, the current one is empty
+    assert ml.number_of_entries == 0
+    assert ml.last_confirmed_entry == ps[-1]
+    nxt = ml.next_valid_position(ml.last_confirmed_entry)
+    assert ml.first_position == nxt
+    latest = await ml.open_cursor("latest")
+    earliest = await ml.open_cursor("earliest", InitialPosition.EARLIEST)
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "reader")
+    for c in (latest, earliest, reader):
+        assert c.mark_delete_position <= ml.last_confirmed_entry
+        assert c.read_position == nxt
+        assert c.number_of_entries_in_backlog() == 0
+    earliest.reset(Position(-1, -1))
+    assert earliest.read_position == nxt
+    assert earliest.mark_delete_position <= ml.last_confirmed_entry
+    p = await ml.add_entry_async(b"new")
+    assert p == nxt
+    for c in (latest, earliest, reader):
+        assert c.number_of_entries_in_backlog() == 1
+        assert positions(await c.read_entries_async(5)) == [p]
 
 
 async def test_slowest_durable_cursor_holds_data(factory: ManagedLedgerFactory) -> None:
