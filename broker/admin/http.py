@@ -84,6 +84,9 @@ class WebService:
         r.add_put("/admin/v2/namespaces/{tenant}/{ns}", self.put_namespace)
         r.add_delete("/admin/v2/namespaces/{tenant}/{ns}", self.delete_namespace)
         r.add_get("/admin/v2/namespaces/{tenant}/{ns}/topics", self.namespace_topics)
+        r.add_get("/admin/v2/namespaces/{tenant}/{ns}/deduplication", self.get_deduplication)
+        r.add_post("/admin/v2/namespaces/{tenant}/{ns}/deduplication", self.set_deduplication)
+        r.add_delete("/admin/v2/namespaces/{tenant}/{ns}/deduplication", self.set_deduplication)
         r.add_get("/admin/v2/namespaces/{tenant}/{ns}/schemaCompatibilityStrategy", self.get_schema_strategy)
         r.add_put("/admin/v2/namespaces/{tenant}/{ns}/schemaCompatibilityStrategy", self.put_schema_strategy)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
@@ -229,6 +232,22 @@ class WebService:
         if self.service.topics_of_namespace(ns, 2):
             raise HttpError(409, "Cannot delete non empty namespace")
         del self.metadata.namespaces[ns]
+        self.metadata.save()
+        return web.Response(status=204)
+
+    async def get_deduplication(self, request: web.Request) -> web.Response:
+        ns = self._namespace(request)
+        return _json(self.metadata.namespaces[ns].get("deduplicationEnabled"))
+
+    async def set_deduplication(self, request: web.Request) -> web.Response:
+        ns = self._namespace(request)
+        if request.method == "DELETE":
+            self.metadata.namespaces[ns].pop("deduplicationEnabled", None)
+        else:
+            value = await _body(request)
+            if not isinstance(value, bool):
+                raise HttpError(400, "Deduplication must be true or false")
+            self.metadata.namespaces[ns]["deduplicationEnabled"] = value
         self.metadata.save()
         return web.Response(status=204)
 

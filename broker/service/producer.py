@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.protocol import commands
@@ -38,7 +39,7 @@ class ProducerState(enum.Enum):
 class Producer:
     __slots__ = (
         "access_mode", "bytes_in", "cnx", "connected_since", "epoch", "is_generated_name", "metadata",
-        "msg_in", "name", "on_pending_change", "pending", "producer_id", "schema_version", "state",
+        "msg_in", "name", "pending", "producer_id", "schema_version", "state",
         "topic", "topic_epoch",
     )
 
@@ -69,8 +70,6 @@ class Producer:
         self.msg_in = 0
         self.bytes_in = 0
         self.connected_since = time.time()
-        # Connection's hook to count in-flight sends for backpressure: called with +1 / -1.
-        self.on_pending_change: object = None
 
     @property
     def is_exclusive(self) -> bool:
@@ -81,12 +80,31 @@ class Producer:
         return ACCESS_MODE_NAMES.get(self.access_mode, "Shared")
 
     def publish(self, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-                done: object) -> None:
-        """Append ``entry``; ``done()`` is called once the receipt or error has been written."""
+                done: Callable[[], None], advances_sequence: bool = True) -> None:
+        """Append ``entry``; ``done()`` is called once the receipt or error has been written.
+
+        ``advances_sequence`` is False for chunks other than the last one of a message: they share
+        the message's sequence id, so only the last chunk may move deduplication state.
+        """
         if self.state is not ProducerState.READY:
             self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
                                                "Producer is closed"))
+            done()
             return
+        topic = self.topic
+        dedup = advances_sequence and topic.deduplication_enabled
+        if dedup:
+            if highest_sequence_id <= topic.sequence_persisted.get(self.name, -1):
+                # Already stored: acknowledge without storing again; Pulsar answers with id (-1,-1).
+                self.cnx.write(commands.send_receipt(self.producer_id, sequence_id, -1, -1, highest_sequence_id))
+                done()
+                return
+            if highest_sequence_id <= topic.sequence_pushed.get(self.name, -1):
+                self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
+                                                   "Duplicate of a message whose persistence is not yet known"))
+                done()
+                return
+            topic.sequence_pushed[self.name] = highest_sequence_id
         self.pending += 1
         self.msg_in += num_messages
         self.bytes_in += len(entry)
@@ -94,13 +112,14 @@ class Producer:
         def complete(pos: Position | None, exc: BaseException | None) -> None:
             self.pending -= 1
             if pos is not None:
+                if dedup and highest_sequence_id > topic.sequence_persisted.get(self.name, -1):
+                    topic.sequence_persisted[self.name] = highest_sequence_id
                 self.cnx.write(commands.send_receipt(self.producer_id, sequence_id, pos.ledger_id,
                                                      pos.entry_id, highest_sequence_id))
             else:
                 self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
                                                    f"Failed to persist message: {exc}"))
-            if callable(done):
-                done()
+            done()
 
         self.topic.publish(self, entry, num_messages, complete)
 

@@ -181,8 +181,9 @@ class ServerCnx:
         c = cmd.producer
         existing = self.producers.get(c.producer_id)
         if existing is not None:
-            self.write(commands.producer_success(c.request_id, existing.name, -1, existing.schema_version,
-                                                 existing.topic_epoch))
+            self.write(commands.producer_success(c.request_id, existing.name,
+                                                 existing.topic.last_sequence_id(existing.name),
+                                                 existing.schema_version, existing.topic_epoch))
             return
         if c.producer_id in self._pending_producers:
             self.write(commands.error(c.request_id, E.ServiceNotReady,
@@ -213,7 +214,8 @@ class ServerCnx:
                 return
             ready = topic.add_producer(producer, c.request_id)
             self.producers[c.producer_id] = producer
-            self.write(commands.producer_success(c.request_id, producer.name, -1, schema_version,
+            self.write(commands.producer_success(c.request_id, producer.name,
+                                                 topic.last_sequence_id(producer.name), schema_version,
                                                  producer.topic_epoch, producer_ready=ready))
         except BrokerError as exc:
             self.write(commands.error(c.request_id, exc.code, exc.message))
@@ -258,7 +260,9 @@ class ServerCnx:
                                            "Invalid lowest or highest sequence id"))
             return
         self.connection.send_started()
-        producer.publish(seq, highest, c.num_messages, payload, self.connection.send_finished)
+        md = parsed.metadata
+        last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
+        producer.publish(seq, highest, c.num_messages, payload, self.connection.send_finished, last_chunk)
 
     def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.close_producer

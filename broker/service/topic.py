@@ -38,11 +38,22 @@ class PersistentTopic:
         self.topic_epoch = 0
         # WaitForExclusive producers queued for the exclusive slot, oldest first.
         self.waiting_producers: deque[tuple[Producer, int]] = deque()
+        # Deduplication: highest sequence id per producer name, sent to storage / stored.
+        self.sequence_pushed: dict[str, int] = {}
+        self.sequence_persisted: dict[str, int] = {}
         self.msg_in = 0
         self.bytes_in = 0
         self.entries_added = 0
         self.created = time.time()
         self.closed = False
+
+    @property
+    def deduplication_enabled(self) -> bool:
+        policy = self.service.metadata.namespaces.get(self.name.namespace, {}).get("deduplicationEnabled")
+        return bool(self.service.config.brokerDeduplicationEnabled if policy is None else policy)
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self.sequence_persisted.get(producer_name, -1) if self.deduplication_enabled else -1
 
     @property
     def full_name(self) -> str:
@@ -101,7 +112,8 @@ class PersistentTopic:
             self.exclusive_producer = producer
             self.producers[producer.name] = producer
             producer.cnx.write(commands.producer_success(
-                request_id, producer.name, -1, producer.schema_version, self.topic_epoch, producer_ready=True))
+                request_id, producer.name, self.last_sequence_id(producer.name), producer.schema_version,
+                self.topic_epoch, producer_ready=True))
 
     def publish(self, producer: Producer, entry: bytes, num_messages: int,
                 callback: Callable[[Position | None, BaseException | None], None]) -> None:

@@ -253,3 +253,33 @@ def test_http_lookup_service_url(pulsar_broker: BrokerThread) -> None:
         assert drain(consumer, 1)[0].data() == b"via http lookup"
     finally:
         client.close()
+
+
+def test_deduplication_by_namespace_policy(pulsar_broker: BrokerThread, client: pulsar.Client) -> None:
+    import json
+    import urllib.request
+
+    def set_dedup(on: bool) -> None:
+        req = urllib.request.Request(f"{pulsar_broker.web_url}/admin/v2/namespaces/public/default/deduplication",
+                                     data=json.dumps(on).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 204
+
+    set_dedup(True)
+    try:
+        topic = topic_name("dedup")
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, producer_name="dedup-producer")
+        assert producer.last_sequence_id() == -1
+        for i in range(5):
+            producer.send(f"d{i}".encode(), sequence_id=i)
+        producer.close()
+        producer = client.create_producer(topic, producer_name="dedup-producer")
+        assert producer.last_sequence_id() == 4
+        producer.send(b"duplicate of d2", sequence_id=2)  # acknowledged, not stored
+        producer.send(b"d5", sequence_id=5)
+        assert [m.data() for m in drain(consumer, 6)] == [b"d0", b"d1", b"d2", b"d3", b"d4", b"d5"]
+        assert_nothing_more(consumer)
+    finally:
+        set_dedup(False)

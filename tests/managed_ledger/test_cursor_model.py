@@ -140,7 +140,7 @@ def check(ml: ManagedLedger, cursor: ManagedCursor, model: Model, ps: list[Posit
 
 @pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
 @pytest.mark.parametrize("retention", [0, -1], ids=["trim", "keep"])
-@settings(max_examples=4000, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(ops=st.lists(OPS, max_size=40))
 def test_cursor_matches_model(impl: str, retention: int, ops: list[tuple[object, ...]]) -> None:
     asyncio.run(run(ops, retention, impl))

@@ -129,7 +129,7 @@ def model_ranges(model: set[Position]) -> list[tuple[Position, Position]]:
     return runs
 
 
-@settings(max_examples=5000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(ops=st.lists(op, max_size=60), probes=st.lists(st.tuples(LEDGERS, ENTRIES, LEDGERS, ENTRIES), max_size=8))
 def test_matches_plain_set_model(
     ops: list[tuple[object, ...]], probes: list[tuple[int, int, int, int]]
