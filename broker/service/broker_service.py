@@ -8,8 +8,6 @@ import logging
 from collections.abc import Awaitable
 from pathlib import Path
 
-from managed_ledger.memory import MemoryManagedLedgerFactory
-
 from broker.config import BrokerConfig
 from broker.errors import NotAllowedError, TopicNotFoundError
 from broker.metadata.store import MetadataStore
@@ -17,6 +15,7 @@ from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from managed_ledger.memory import MemoryManagedLedgerFactory
 
 log = logging.getLogger(__name__)
 
