@@ -200,3 +200,19 @@ async def test_transactions_are_refused(broker: Broker) -> None:
     reply = await c.recv()
     assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
     c.close()
+
+
+async def test_keepalive_closes_a_silent_connection() -> None:
+    async with Broker(keepAliveIntervalSeconds=1) as b:
+        quiet = await WireClient.open(port_of(b))
+        await quiet.connect()
+        # The broker pings; this client never answers, so the next tick closes it.
+        ping = await quiet.recv()
+        assert ping.type == T.PING
+        assert await quiet.closed_by_broker()
+
+
+async def test_keepalive_closes_a_connection_without_connect() -> None:
+    async with Broker(keepAliveIntervalSeconds=1) as b:
+        idle = await WireClient.open(port_of(b))
+        assert await idle.closed_by_broker()

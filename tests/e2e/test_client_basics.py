@@ -283,3 +283,53 @@ def test_deduplication_by_namespace_policy(pulsar_broker: BrokerThread, client: 
         assert_nothing_more(consumer)
     finally:
         set_dedup(False)
+
+
+def test_access_mode_exclusive_refuses_second_producer(client: pulsar.Client) -> None:
+    topic = topic_name("access-excl")
+    client.create_producer(topic, producer_name="p1", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, producer_name="p2", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, producer_name="p3")
+
+
+def test_access_mode_exclusive_with_fencing(client: pulsar.Client) -> None:
+    topic = topic_name("access-fence")
+    p1 = client.create_producer(topic, producer_name="p1", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    p2 = client.create_producer(topic, producer_name="p2",
+                                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    with pytest.raises((pulsar.ProducerFenced, pulsar.AlreadyClosed)):
+        p1.send(b"fenced")
+    p2.send(b"still works")
+
+
+def test_access_mode_wait_for_exclusive(client: pulsar.Client) -> None:
+    import threading
+
+    topic = topic_name("access-wait")
+    p1 = client.create_producer(topic, producer_name="p1", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    created: list[pulsar.Producer] = []
+    waiter = threading.Thread(target=lambda: created.append(client.create_producer(
+        topic, producer_name="p2", access_mode=pulsar.ProducerAccessMode.WaitForExclusive)))
+    waiter.start()
+    waiter.join(0.5)
+    assert not created  # still waiting for the exclusive slot
+    p1.close()
+    waiter.join(10)
+    assert created and created[0].producer_name() == "p2"
+    created[0].send(b"granted")
+
+
+def test_pattern_consumer_uses_topics_of_namespace(client: pulsar.Client) -> None:
+    import re
+
+    prefix = f"pattern-{uuid.uuid4().hex[:8]}"
+    topics = [f"persistent://public/default/{prefix}-{i}" for i in range(3)]
+    for t in topics:
+        client.create_producer(t).close()  # create the topics first
+    consumer = client.subscribe(re.compile(f"persistent://public/default/{prefix}-.*"), "sub")
+    for i, t in enumerate(topics):
+        client.create_producer(t).send(f"from-{i}".encode())
+    got = sorted(m.data() for m in drain(consumer, 3))
+    assert got == [b"from-0", b"from-1", b"from-2"]
