@@ -325,6 +325,13 @@ class ServerCnx:
         if d is not None:
             d.flow(consumer, c.messagePermits)
 
+    def _consumer_or_error(self, consumer_id: int, request_id: int) -> Consumer | None:
+        """The consumer, or None after answering the request with Pulsar's "Consumer not found"."""
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            self.write(commands.error(request_id, E.MetadataError, "Consumer not found"))
+        return consumer
+
     def handle_ack(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.ack
         has_request = c.HasField("request_id")
@@ -367,9 +374,8 @@ class ServerCnx:
 
     def handle_unsubscribe(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.unsubscribe
-        consumer = self.consumers.get(c.consumer_id)
+        consumer = self._consumer_or_error(c.consumer_id, c.request_id)
         if consumer is None:
-            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
             return
 
         async def run() -> None:
@@ -397,9 +403,8 @@ class ServerCnx:
 
     def handle_seek(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.seek
-        consumer = self.consumers.get(c.consumer_id)
+        consumer = self._consumer_or_error(c.consumer_id, c.request_id)
         if consumer is None:
-            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
             return
         if not c.HasField("message_id") and not c.HasField("message_publish_time"):
             self.write(commands.error(c.request_id, E.MetadataError,
@@ -437,9 +442,8 @@ class ServerCnx:
 
     def handle_get_last_message_id(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getLastMessageId
-        consumer = self.consumers.get(c.consumer_id)
+        consumer = self._consumer_or_error(c.consumer_id, c.request_id)
         if consumer is None:
-            self.write(commands.error(c.request_id, E.MetadataError, "Consumer not found"))
             return
 
         async def run() -> None:

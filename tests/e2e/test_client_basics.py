@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
 from pulsar import CompressionType, ConsumerType, InitialPosition
 
 from broker.embedded import BrokerThread
+from tests.e2e.conftest import topic_name
 
 RECEIVE_TIMEOUT_MS = 10_000
-
-
-def topic_name(prefix: str) -> str:
-    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def client(pulsar_broker: BrokerThread) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(pulsar_broker.service_url, operation_timeout_seconds=10)
-    yield c
-    c.close()
 
 
 def drain(consumer: pulsar.Consumer, n: int) -> list[pulsar.Message]:

@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
 from pulsar import MessageId
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
-from broker.embedded import BrokerThread
+from tests.e2e.conftest import topic_name
 
 TIMEOUT_MS = 10_000
-
-
-def topic_name(prefix: str) -> str:
-    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def client(pulsar_broker: BrokerThread) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(pulsar_broker.service_url, operation_timeout_seconds=10)
-    yield c
-    c.close()
 
 
 def publish(client: pulsar.Client, topic: str, n: int, batching: bool = False) -> list[MessageId]:
