@@ -216,3 +216,45 @@ async def test_keepalive_closes_a_connection_without_connect() -> None:
     async with Broker(keepAliveIntervalSeconds=1) as b:
         idle = await WireClient.open(port_of(b))
         assert await idle.closed_by_broker()
+
+
+async def test_ack_receipt_and_consumer_stats(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    topic = "persistent://public/default/wire-stats"
+    c.send(producer_cmd(topic))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*send_frame(1, 0, b"x"))
+    receipt = (await c.recv()).send_receipt
+    sub = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = sub.subscribe
+    s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 5, 2
+    s.subType = pb.CommandSubscribe.Exclusive
+    s.initialPosition = pb.CommandSubscribe.Earliest
+    c.send(sub)
+    assert (await c.recv()).type == T.SUCCESS
+    flow = pb.BaseCommand(type=T.FLOW)
+    flow.flow.consumer_id, flow.flow.messagePermits = 5, 10
+    c.send(flow)
+    msg = await c.recv()
+    assert msg.type == T.MESSAGE and msg.message.message_id.entryId == receipt.message_id.entryId
+    stats = pb.BaseCommand(type=T.CONSUMER_STATS)
+    stats.consumerStats.request_id, stats.consumerStats.consumer_id = 3, 5
+    c.send(stats)
+    r = (await c.recv()).consumerStatsResponse
+    assert (r.request_id, r.unackedMessages, r.availablePermits, r.type) == (3, 1, 9, "Exclusive")
+    ack = pb.BaseCommand(type=T.ACK)
+    ack.ack.consumer_id, ack.ack.ack_type, ack.ack.request_id = 5, pb.CommandAck.Individual, 4
+    ack.ack.message_id.add(ledgerId=receipt.message_id.ledgerId, entryId=receipt.message_id.entryId)
+    c.send(ack)
+    reply = await c.recv()
+    assert reply.type == T.ACK_RESPONSE and reply.ackResponse.request_id == 4
+    assert not reply.ackResponse.HasField("error")
+    c.send(stats)
+    r = (await c.recv()).consumerStatsResponse
+    assert (r.unackedMessages, r.msgBacklog) == (0, 0)
+    unknown = pb.BaseCommand(type=T.CONSUMER_STATS)
+    unknown.consumerStats.request_id, unknown.consumerStats.consumer_id = 6, 99
+    c.send(unknown)
+    assert (await c.recv()).consumerStatsResponse.error_code == pb.ServerError.ConsumerNotFound
+    c.close()
