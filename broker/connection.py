@@ -22,10 +22,10 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import max_frame_size
+from broker.service.server_cnx import ServerCnx
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
-    from broker.service.server_cnx import ServerCnx
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -49,8 +49,6 @@ _ALLOWED_MOVES = {
 
 class Connection(asyncio.Protocol):
     def __init__(self, server: BrokerServer) -> None:
-        from broker.service.server_cnx import ServerCnx
-
         self.server = server
         cfg = server.config
         self.decoder = FrameDecoder(max_frame_size(cfg.maxMessageSize))
@@ -69,6 +67,10 @@ class Connection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
 
     # -- state machine -------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
     def _move(self, new: State) -> None:
         if new not in _ALLOWED_MOVES[self.state]:
             raise RuntimeError(f"illegal connection state move {self.state} -> {new}")

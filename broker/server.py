@@ -80,7 +80,11 @@ class BrokerServer:
             conn.close()
         waits = [c.cnx.wait_tasks() for c in list(self.connections)]
         if waits:
-            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), SHUTDOWN_GRACE_S)
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), SHUTDOWN_GRACE_S)
+            except TimeoutError:
+                log.warning("shutdown: request handlers still running after %.0f s; closing anyway",
+                            SHUTDOWN_GRACE_S)
         await server.wait_closed()
         await self.web.stop()
         await self.service.close()

@@ -6,14 +6,24 @@ Errors are JSON ``{"reason": ...}`` with the status Pulsar uses (404 missing, 40
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.metrics import render_metrics
-from broker.errors import BrokerError, InvalidTopicNameError
+from broker.admin.metrics import make_registry, render_metrics
+from broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    ConsumerNotFoundError,
+    IncompatibleSchemaError,
+    InvalidTopicNameError,
+    ProducerBusyError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
 from broker.service.schemas import SCHEMA_TYPE_NAMES, STRATEGIES
 from broker.topic_name import TopicName
 
@@ -50,11 +60,8 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)  # type: ignore[no-any-return]
     except web.HTTPException:
         raise
-    except InvalidTopicNameError as exc:
-        raise HttpError(412, exc.message) from None
     except BrokerError as exc:
-        raise HttpError(404 if "not exist" in exc.message or "not found" in exc.message.lower() else 400,
-                        exc.message) from None
+        raise HttpError(_status_for(exc), exc.message) from None
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         raise HttpError(500, f"Internal error: {exc}") from None
@@ -65,6 +72,7 @@ class WebService:
         self.server = server
         self.app = web.Application(middlewares=[_errors])
         self._runner: web.AppRunner | None = None
+        self._metrics = make_registry(server)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.health)
@@ -131,7 +139,7 @@ class WebService:
         return web.Response(text="OK")
 
     async def metrics(self, request: web.Request) -> web.Response:
-        body = render_metrics(self.server)
+        body = render_metrics(self._metrics)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     # -- clusters / tenants / namespaces -----------------------------------------------------------
@@ -338,11 +346,22 @@ class WebService:
         if found is None:
             raise HttpError(404, "Schema not found")
         record, v = found
-        import base64
         data = base64.b64decode(record["data"])
         return _json({"version": v, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),
                       "timestamp": record["timestamp"], "data": data.decode("utf-8", "replace"),
                       "properties": record.get("properties", {})})
+
+
+# Broker errors -> HTTP status, as Pulsar's admin API answers them; anything else is a bad request.
+_STATUS = (
+    (InvalidTopicNameError, 412),
+    ((TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError), 404),
+    ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),
+)
+
+
+def _status_for(exc: BrokerError) -> int:
+    return next((status for kinds, status in _STATUS if isinstance(exc, kinds)), 400)
 
 
 def _check_name(name: str, what: str) -> None:

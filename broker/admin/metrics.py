@@ -84,10 +84,11 @@ class BrokerCollector(Collector):
                     sub_backlog, sub_unacked, sub_consumers, out_msgs, out_bytes, drift)
 
 
-def render_metrics(server: BrokerServer) -> bytes:
-    registry = getattr(server, "_metrics_registry", None)
-    if registry is None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(BrokerCollector(server))
-        server._metrics_registry = registry  # type: ignore[attr-defined]
+def make_registry(server: BrokerServer) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(server))
+    return registry
+
+
+def render_metrics(registry: CollectorRegistry) -> bytes:
     return bytes(generate_latest(registry))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -31,6 +31,12 @@ _HEADER = struct.Struct(">II")
 _FIELD_FOR_TYPE = {
     f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.message_type is not None
 }
+
+
+def command_body(command: pb.BaseCommand) -> Message | None:
+    """The sub-message a BaseCommand carries for its type (None for an unknown type)."""
+    field = _FIELD_FOR_TYPE.get(command.type)
+    return getattr(command, field) if field is not None and command.HasField(field) else None
 
 
 class Frame(NamedTuple):
@@ -109,9 +115,8 @@ class FrameDecoder:
         if not command.IsInitialized():
             missing = ", ".join(command.FindInitializationErrors())  # type: ignore[attr-defined]
             raise ProtocolError(f"command lacks required fields: {missing}")
-        field = _FIELD_FOR_TYPE.get(command.type)
-        if field is not None and not command.HasField(field):
-            raise ProtocolError(f"command of type {command.type} lacks its {field} body")
+        if command.type in _FIELD_FOR_TYPE and command_body(command) is None:
+            raise ProtocolError(f"command of type {command.type} lacks its body")
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None
         self._pos = end
         self._need = 4

@@ -23,7 +23,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import parse_payload
+from broker.protocol.frames import command_body, parse_payload
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
 from broker.service.consumer import Consumer
 from broker.service.producer import Producer, ProducerState
@@ -210,7 +210,7 @@ class ServerCnx:
             if c.HasField("initial_subscription_name") and c.initial_subscription_name:
                 await topic.get_or_create_subscription(c.initial_subscription_name, True,
                                                        pb.CommandSubscribe.Earliest, None)
-            if self.connection.state.value == "closed":
+            if self.connection.closed:
                 return
             ready = topic.add_producer(producer, c.request_id)
             self.producers[c.producer_id] = producer
@@ -299,7 +299,7 @@ class ServerCnx:
                 name.partition_index, {kv.key: kv.value for kv in c.metadata},
                 key_shared_meta=c.keySharedMeta if c.HasField("keySharedMeta") else None,
             )
-            if self.connection.state.value == "closed" or self._pending_consumers.get(c.consumer_id):
+            if self.connection.closed or self._pending_consumers.get(c.consumer_id):
                 if not sub.consumers and not sub.durable:
                     topic.remove_subscription(sub)
                 return
@@ -354,7 +354,7 @@ class ServerCnx:
             # A partial batch ack (ack_set with bits still set) does not ack the entry yet.
             if mid.ack_set and any(mid.ack_set):
                 continue
-            positions.append(Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId)))
+            positions.append(position_of(mid))
         sub = consumer.subscription
         if c.ack_type == pb.CommandAck.Cumulative:
             if len(positions) == 1:
@@ -369,7 +369,7 @@ class ServerCnx:
         consumer = self.consumers.get(c.consumer_id)
         if consumer is None:
             return
-        positions = [Position(commands.from_u64(m.ledgerId), commands.from_u64(m.entryId)) for m in c.message_ids]
+        positions = [position_of(m) for m in c.message_ids]
         consumer.subscription.redeliver(consumer, positions or None)
 
     def handle_unsubscribe(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
@@ -380,17 +380,14 @@ class ServerCnx:
 
         async def run() -> None:
             sub = consumer.subscription
-            try:
-                if any(other is not consumer for other in sub.consumers):
-                    raise ConsumerBusyError("Subscription has other connected consumers")
-                del self.consumers[c.consumer_id]
-                sub.remove_consumer(consumer)
-                await sub.topic.delete_subscription(sub)
-                self.write(commands.success(c.request_id))
-            except BrokerError as exc:
-                self.write(commands.error(c.request_id, exc.code, exc.message))
+            if any(other is not consumer for other in sub.consumers):
+                raise ConsumerBusyError("Subscription has other connected consumers")
+            del self.consumers[c.consumer_id]
+            sub.remove_consumer(consumer)
+            await sub.topic.delete_subscription(sub)
+            self.write(commands.success(c.request_id))
 
-        self._spawn(run())
+        self._spawn(self._guard(c.request_id, run(), "Failed to unsubscribe"))
 
     def handle_close_consumer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.close_consumer
@@ -526,9 +523,12 @@ class ServerCnx:
         ))
 
     def handle_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        sub_msg = cmd.ListFields()[1][1] if len(cmd.ListFields()) > 1 else None
-        request_id = getattr(sub_msg, "request_id", 0)
+        request_id = getattr(command_body(cmd), "request_id", 0)
         self.write(commands.error(request_id, E.NotAllowedError, "Transactions are not enabled."))
+
+
+def position_of(mid: pb.MessageIdData) -> Position:
+    return Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId))
 
 
 def topics_hash(topics: list[str]) -> str:

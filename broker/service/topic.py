@@ -46,6 +46,8 @@ class PersistentTopic:
         self.entries_added = 0
         self.created = time.time()
         self.closed = False
+        # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def deduplication_enabled(self) -> bool:
@@ -170,7 +172,9 @@ class PersistentTopic:
             del self.subscriptions[sub.name]
         sub.close()
         if not sub.durable:
-            self.loop.create_task(sub.cursor.close())
+            task = self.loop.create_task(sub.cursor.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def delete_subscription(self, sub: Subscription) -> None:
         self.remove_subscription(sub)
@@ -207,4 +211,6 @@ class PersistentTopic:
         self.closed = True
         for sub in list(self.subscriptions.values()):
             sub.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         await self.ledger.close()
