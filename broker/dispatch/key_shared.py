@@ -1,10 +1,14 @@
-"""Key_Shared: every message of one key goes to the same consumer.
+"""Key_Shared: every message of one key goes to the same consumer, in order.
 
 The sticky key (ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into
 0..65535. AUTO_SPLIT places consumers on a consistent-hash ring (100 points each); STICKY uses the
-ranges each consumer declared (overlaps are refused at subscribe). When the owner of a key has no
-permits, the entry waits in the replay set, and so does every later entry for that consumer in the
-same read, so per-consumer order holds.
+ranges each consumer declared (overlaps are refused at subscribe).
+
+Per-key order across consumer changes ("draining hashes"): while messages of a hash are delivered
+and unacknowledged on one consumer, no other consumer may receive messages of that hash. When the
+ring moves a hash to a newcomer, its messages wait until the old owner acks (or leaves, which puts
+its messages back for replay, ahead of anything newer). And a new entry never overtakes an older
+entry of the same hash waiting in the replay set. ``allowOutOfOrderDelivery`` turns both off.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from broker.dispatch.entry_meta import EntryMeta
 from broker.dispatch.shared import SharedDispatcher
 from broker.errors import ConsumerAssignError
 from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import Position
 
 if TYPE_CHECKING:
     from broker.service.consumer import Consumer
+    from broker.service.subscription import Subscription
 
 HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
 POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
@@ -31,11 +37,21 @@ def sticky_key_hash(key: bytes) -> int:
 
 
 class KeySharedDispatcher(SharedDispatcher):
-    def __init__(self, *args: object, sticky: bool, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, subscription: Subscription, max_read_batch: int, max_unacked_per_consumer: int,
+                 sticky: bool, allow_out_of_order: bool) -> None:
+        super().__init__(subscription, max_read_batch, max_unacked_per_consumer)
         self.sticky = sticky
+        self.allow_out_of_order = allow_out_of_order
         self._ring: list[tuple[int, int]] = []  # (point, index into consumers)
-        self._blocked: set[int] = set()
+        # Hash of every entry that is pending on a consumer or waiting in the replay set.
+        self._hash_of: dict[Position, int] = {}
+        # hash -> the consumer holding unacked messages of it, and how many entries
+        self._drain_owner: dict[int, Consumer] = {}
+        self._drain_count: dict[int, int] = {}
+        # Entries counted in _drain_count (so a late ack of a redelivered entry is not counted twice).
+        self._counted: set[Position] = set()
+        # hash -> entries of it in the replay set
+        self._replay_hashes: dict[int, int] = {}
 
     @property
     def type_name(self) -> str:
@@ -46,6 +62,9 @@ class KeySharedDispatcher(SharedDispatcher):
         mode_sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
         if mode_sticky != self.sticky:
             raise ConsumerAssignError("Key_Shared mode differs from the subscription's")
+        ooo = meta is not None and meta.allowOutOfOrderDelivery
+        if self.consumers and ooo != self.allow_out_of_order:
+            raise ConsumerAssignError("allowOutOfOrderDelivery differs from the subscription's")
         if not self.sticky:
             return
         if not consumer.hash_ranges:
@@ -59,6 +78,7 @@ class KeySharedDispatcher(SharedDispatcher):
                         raise ConsumerAssignError(
                             f"Range [{start}, {end}] overlaps [{o_start}, {o_end}] of consumer {other.name}")
 
+    # -- ownership ---------------------------------------------------------------------------------
     def _rebuild_ring(self) -> None:
         ring: list[tuple[int, int]] = []
         for i, c in enumerate(self.consumers):
@@ -75,7 +95,7 @@ class KeySharedDispatcher(SharedDispatcher):
         self._rebuild_ring()
         super()._consumer_removed(consumer)
 
-    def _owner(self, key_hash: int) -> Consumer | None:
+    def owner(self, key_hash: int) -> Consumer | None:
         if not self.consumers:
             return None
         if self.sticky:
@@ -89,18 +109,67 @@ class KeySharedDispatcher(SharedDispatcher):
             i = 0
         return self.consumers[self._ring[i][1]]
 
-    def _read_more(self) -> None:
-        self._blocked.clear()
-        super()._read_more()
-
-    def select_consumer(self, meta: EntryMeta) -> Consumer | None:
-        owner = self._owner(sticky_key_hash(meta.sticky_key))
-        if owner is None or id(owner) in self._blocked:
+    def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
+        h = self._hash_of.get(pos)
+        if h is None:
+            h = self._hash_of[pos] = sticky_key_hash(meta.sticky_key)
+        owner = self.owner(h)
+        if owner is None or not self._available(owner):
             return None
-        if not self._available(owner):
-            self._blocked.add(id(owner))
-            return None
+        if not self.allow_out_of_order:
+            holder = self._drain_owner.get(h)
+            if holder is not None and holder is not owner:
+                return None  # the previous owner still has unacked messages of this key
+            if not replaying and self._replay_hashes.get(h):
+                return None  # an older message of this key waits in the replay set
         return owner
 
-    def _any_available(self) -> bool:
-        return any(self._available(c) for c in self.consumers)
+    # -- bookkeeping hooks -------------------------------------------------------------------------
+    def _dispatched(self, consumer: Consumer, p: Position, meta: EntryMeta) -> None:
+        if self.allow_out_of_order:
+            return
+        if p in self._counted:
+            return
+        self._counted.add(p)
+        h = self._hash_of[p]
+        self._drain_owner[h] = consumer
+        self._drain_count[h] = self._drain_count.get(h, 0) + 1
+
+    def _pending_released(self, p: Position) -> None:
+        if p not in self._counted:
+            return
+        self._counted.discard(p)
+        h = self._hash_of[p]
+        n = self._drain_count[h] - 1
+        if n > 0:
+            self._drain_count[h] = n
+        else:
+            del self._drain_count[h]
+            del self._drain_owner[h]
+
+    def on_acked(self, positions: list[Position]) -> None:
+        super().on_acked(positions)
+        for p in positions:
+            self._hash_of.pop(p, None)
+
+    def _replay_added(self, p: Position) -> None:
+        h = self._hash_of.get(p)
+        if h is not None:
+            self._replay_hashes[h] = self._replay_hashes.get(h, 0) + 1
+
+    def _replay_removed(self, p: Position) -> None:
+        h = self._hash_of.get(p)
+        if h is not None:
+            n = self._replay_hashes.get(h, 0) - 1
+            if n > 0:
+                self._replay_hashes[h] = n
+            else:
+                self._replay_hashes.pop(h, None)
+
+    def on_cursor_reset(self) -> None:
+        super().on_cursor_reset()
+        self._hash_of.clear()
+        self._drain_owner.clear()
+        self._drain_count.clear()
+        self._counted.clear()
+        self._replay_hashes.clear()

@@ -1,9 +1,15 @@
 """Shared: entries go round-robin to consumers that have permits, highest priority level first.
 
-Messages to redeliver (unacked messages of a consumer that left, negative acks) sit in a replay
-set and are read before new entries. Each redelivery bumps the entry's redelivery count, which
-the client's dead-letter policy reads from MESSAGE. Delayed messages (deliver_at_time) are held
-back in a timer-driven set and do not block the entries behind them.
+Messages to redeliver (unacked messages of a consumer that left, negative acks, entries no
+consumer could take) sit in a replay set and are read before new entries. Each redelivery bumps
+the entry's redelivery count, which the client's dead-letter policy reads from MESSAGE. Delayed
+messages (deliver_at_time) are held back in a timer-driven set and do not block the entries
+behind them. A consumer with maxUnackedMessagesPerConsumer unacknowledged messages is blocked
+(its permits are kept) until acks bring it down to half of that, as in Pulsar.
+
+Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
+"stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
+consumer change, redelivery, delayed release) clears the mark and re-plans a parked read.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.entry_meta import EntryMeta
+from broker.service.consumer import Delivery
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
 class SharedDispatcher(Dispatcher):
     def __init__(self, subscription: Subscription, max_read_batch: int, max_unacked_per_consumer: int) -> None:
         super().__init__(subscription, max_read_batch)
+        # 0 disables the limit (Pulsar's meaning).
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self._rr = 0
         # Sorted positions waiting to be (re)delivered ahead of new entries.
@@ -37,7 +45,6 @@ class SharedDispatcher(Dispatcher):
         self._delayed: list[tuple[int, Position]] = []
         self._delayed_set: set[Position] = set()
         self._delay_timer: asyncio.TimerHandle | None = None
-        # Set when a replay round dispatched nothing: the next round reads new entries instead.
         self._replay_stalled = False
 
     @property
@@ -50,47 +57,80 @@ class SharedDispatcher(Dispatcher):
             if p not in self._replay_set:
                 self._replay_set.add(p)
                 bisect.insort(self.replay, p)
-
-    def _kick(self) -> None:
-        """New replay work while a read is parked waiting for new entries: re-plan the read."""
-        if self.read_outstanding and self.cursor.has_pending_read:
-            self.cancel_reads()
-        self._replay_stalled = False
-        self.trigger_read()
+                self._replay_added(p)
 
     def _take_replay(self, n: int) -> list[Position]:
         taken = self.replay[:n]
         del self.replay[:n]
         self._replay_set.difference_update(taken)
+        for p in taken:
+            self._replay_removed(p)
         return taken
+
+    def _drop_from_replay(self, p: Position) -> None:
+        if p in self._replay_set:
+            self._replay_set.discard(p)
+            i = bisect.bisect_left(self.replay, p)
+            if i < len(self.replay) and self.replay[i] == p:
+                del self.replay[i]
+            self._replay_removed(p)
+
+    def _kick(self) -> None:
+        """Replayed entries may be deliverable now: re-plan, even if a read is parked for new entries."""
+        self._replay_stalled = False
+        if self.replay and self.read_outstanding and self.cursor.has_pending_read:
+            self.cancel_reads()
+        self.trigger_read()
 
     def on_acked(self, positions: list[Position]) -> None:
         for p in positions:
             self.redelivery_counts.pop(p, None)
-            if p in self._replay_set:
-                self._replay_set.discard(p)
-                i = bisect.bisect_left(self.replay, p)
-                if i < len(self.replay) and self.replay[i] == p:
-                    del self.replay[i]
+            self._drop_from_replay(p)
             self._delayed_set.discard(p)
+            self._pending_released(p)
+        self._kick()
 
     @property
     def delayed_count(self) -> int:
         return len(self._delayed_set)
 
+    # -- hooks for Key_Shared ----------------------------------------------------------------------
+    def _replay_added(self, p: Position) -> None:
+        """``p`` entered the replay set."""
+
+    def _replay_removed(self, p: Position) -> None:
+        """``p`` left the replay set (taken for a read, or acknowledged)."""
+
+    def _pending_released(self, p: Position) -> None:
+        """``p`` is no longer pending on the consumer it was delivered to."""
+
+    def _dispatched(self, consumer: Consumer, p: Position, meta: EntryMeta) -> None:
+        """``p`` was handed to ``consumer``."""
+
     # -- consumers ---------------------------------------------------------------------------------
     def _consumer_removed(self, consumer: Consumer) -> None:
         leftover = consumer.clear_pending()
+        for p in leftover:
+            self._pending_released(p)
         if leftover:
             self.add_to_replay(leftover)
         self._kick()
 
     def _flow_settled(self, consumer: Consumer) -> None:
-        self._replay_stalled = False
+        if self.replay:
+            self._kick()
 
     def _available(self, c: Consumer) -> bool:
-        return (c.permits > 0 and c.writable and not c.closed
-                and c.unacked_messages < self.max_unacked_per_consumer)
+        limit = self.max_unacked_per_consumer
+        if limit > 0:
+            if c.blocked:
+                if c.unacked_messages > limit // 2:
+                    return False
+                c.blocked = False
+            elif c.unacked_messages >= limit:
+                c.blocked = True
+                return False
+        return c.permits > 0 and c.writable and not c.closed
 
     def _next_consumer(self) -> Consumer | None:
         """Round robin within the best priority level that has an available consumer."""
@@ -109,7 +149,7 @@ class SharedDispatcher(Dispatcher):
             self._rr = best_i + 1
         return best
 
-    def select_consumer(self, meta: EntryMeta) -> Consumer | None:
+    def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
         return self._next_consumer()
 
     def _any_available(self) -> bool:
@@ -129,38 +169,42 @@ class SharedDispatcher(Dispatcher):
 
     def _read_complete(self, epoch: int, entries: list[Entry], exc: BaseException | None,
                        replayed: list[Position] | None) -> None:
+        if exc is not None and replayed and not self.closed:
+            self.add_to_replay(replayed)  # retried; a stale read (cursor reset) is simply dropped
         if not self._end_read(epoch, exc):
-            if replayed:
-                self.add_to_replay(replayed)
             return
+        replaying = replayed is not None
         now_ms = int(time.time() * 1000)
-        per_consumer: dict[int, tuple[Consumer, list[tuple[Entry, EntryMeta, int]]]] = {}
+        state = self.subscription.delivery_state
+        per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
         undelivered: list[Position] = []
         dispatched = 0
         for entry, meta in self.filter_markers(entries):
             pos = entry.position
-            if meta.deliver_at_time > now_ms and replayed is None:
+            if meta.deliver_at_time > now_ms and not replaying:
                 self._hold_delayed(meta.deliver_at_time, pos)
                 continue
-            consumer = self.select_consumer(meta)
+            consumer = self.select_consumer(pos, meta, replaying)
             if consumer is None:
                 undelivered.append(pos)
                 continue
-            self.take_permits(consumer, meta.num_messages)
+            messages, ack_set = state(pos, meta.num_messages)
+            self.take_permits(consumer, messages)
+            self._dispatched(consumer, pos, meta)
             slot = per_consumer.get(id(consumer))
             if slot is None:
                 slot = per_consumer[id(consumer)] = (consumer, [])
-            slot[1].append((entry, meta, self.redelivery_counts.get(pos, 0)))
+            slot[1].append(Delivery(entry, messages, self.redelivery_counts.get(pos, 0), ack_set))
             dispatched += 1
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         if undelivered:
             self.add_to_replay(undelivered)
-        if replayed is not None and dispatched == 0:
+        if replaying and dispatched == 0:
+            # Nothing in the replay set can go out now: serve new entries until something changes.
             self._replay_stalled = True
-        elif dispatched:
-            self._replay_stalled = False
-        if dispatched or (replayed is None and not undelivered):
+            self.trigger_read()
+        elif dispatched or not undelivered:
             self.trigger_read()
 
     # -- delayed delivery --------------------------------------------------------------------------
@@ -202,17 +246,21 @@ class SharedDispatcher(Dispatcher):
             return
         for p in positions:
             self.redelivery_counts[p] = self.redelivery_counts.get(p, 0) + 1
+            self._pending_released(p)
         consumer.redelivered += len(positions)
         self.add_to_replay(positions)
         self._kick()
 
     def on_cursor_reset(self) -> None:
+        for p in list(self.replay):
+            self._replay_removed(p)
         self.replay.clear()
         self._replay_set.clear()
         self._delayed.clear()
         self._delayed_set.clear()
         for c in self.consumers:
-            c.clear_pending()
+            for p in c.clear_pending():
+                self._pending_released(p)
         super().on_cursor_reset()
 
     def close(self) -> None:

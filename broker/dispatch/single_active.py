@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
 from broker.protocol import commands
+from broker.service.consumer import Delivery
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
@@ -101,10 +102,13 @@ class SingleActiveConsumerDispatcher(Dispatcher):
                 self.cursor.seek(entries[0].position)
             self.trigger_read()
             return
-        batch = self.filter_markers(entries)
-        if batch:
-            messages = target.send_entries((e, m, 0) for e, m in batch)
-            self.take_permits(target, messages)
+        state = self.subscription.delivery_state
+        deliveries = []
+        for entry, meta in self.filter_markers(entries):
+            messages, ack_set = state(entry.position, meta.num_messages)
+            deliveries.append(Delivery(entry, messages, 0, ack_set))
+        if deliveries:
+            self.take_permits(target, target.send_entries(deliveries))
         self.trigger_read()
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:

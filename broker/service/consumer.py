@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from broker.dispatch.entry_meta import EntryMeta
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
     from broker.service.subscription import Subscription
+
+class Delivery(NamedTuple):
+    """One entry on its way to a consumer."""
+
+    entry: Entry
+    # Permits it costs: messages of the entry not yet acknowledged (all of them unless batch-index acked).
+    messages: int
+    redelivery_count: int
+    # Batch-index ack state: bit i set = message i still to deliver; None when nothing was acked.
+    ack_set: list[int] | None
+
 
 SUB_TYPE_NAMES: dict[int, str] = {
     pb.CommandSubscribe.Exclusive: "Exclusive",
@@ -46,7 +56,7 @@ class Consumer:
     """
 
     __slots__ = (
-        "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
+        "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
         "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
         "pending_acks", "pending_flow", "permits", "priority_level", "redelivered", "sub_type",
         "subscription", "unacked_messages",
@@ -84,6 +94,8 @@ class Consumer:
         self.msg_out = 0
         self.bytes_out = 0
         self.redelivered = 0
+        # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.
+        self.blocked = False
         self.connected_since = time.time()
         self.last_acked = 0.0
         self.last_consumed = 0.0
@@ -97,8 +109,8 @@ class Consumer:
     def writable(self) -> bool:
         return self.cnx.writable
 
-    def send_entries(self, batch: Iterable[tuple[Entry, EntryMeta, int]]) -> int:
-        """Write MESSAGE frames for ``(entry, meta, redelivery_count)``; returns messages sent.
+    def send_entries(self, batch: Iterable[Delivery]) -> int:
+        """Write MESSAGE frames; returns the messages sent (the permits they cost).
 
         The caller has already taken the permits. Entries are sent verbatim, as stored.
         """
@@ -108,13 +120,13 @@ class Consumer:
         sent = 0
         nbytes = 0
         pending = self.pending_acks
-        for entry, meta, redelivery_count in batch:
+        for entry, messages, redelivery_count, ack_set in batch:
             pos = entry.position
-            frames.append(commands.message(cid, pos.ledger_id, pos.entry_id, partition, redelivery_count, entry.data))
-            if pos not in pending:
-                self.unacked_messages += meta.num_messages
-            pending[pos] = meta.num_messages
-            sent += meta.num_messages
+            frames.append(commands.message(cid, pos.ledger_id, pos.entry_id, partition, redelivery_count,
+                                           entry.data, ack_set))
+            self.unacked_messages += messages - pending.get(pos, 0)
+            pending[pos] = messages
+            sent += messages
             nbytes += len(entry.data)
         if frames:
             self.cnx.write(b"".join(frames))
@@ -122,6 +134,13 @@ class Consumer:
             self.bytes_out += nbytes
             self.last_consumed = time.time()
         return sent
+
+    def set_pending_messages(self, pos: Position, messages: int) -> None:
+        """A partial batch ack left ``messages`` of this delivered entry unacknowledged."""
+        before = self.pending_acks.get(pos)
+        if before is not None:
+            self.pending_acks[pos] = messages
+            self.unacked_messages += messages - before
 
     def remove_pending(self, pos: Position) -> bool:
         n = self.pending_acks.pop(pos, None)

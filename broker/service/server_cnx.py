@@ -349,18 +349,26 @@ class ServerCnx:
         if c.HasField("validation_error"):
             log.warning("consumer %s discarded a message: %s", consumer.name,
                         pb.CommandAck.ValidationError.Name(c.validation_error))
-        positions: list[Position] = []
-        for mid in c.message_id:
-            # A partial batch ack (ack_set with bits still set) does not ack the entry yet.
-            if mid.ack_set and any(mid.ack_set):
-                continue
-            positions.append(position_of(mid))
         sub = consumer.subscription
         if c.ack_type == pb.CommandAck.Cumulative:
-            if len(positions) == 1:
-                sub.ack_cumulative(consumer, positions[0])
-        elif positions:
-            sub.ack_individual(consumer, positions)
+            if len(c.message_id) == 1:  # Pulsar ignores a cumulative ack naming several ids
+                mid = c.message_id[0]
+                pos = position_of(mid)
+                if mid.ack_set and any(mid.ack_set):
+                    # Everything before the entry is acked; the entry itself only partly.
+                    sub.ack_cumulative(consumer, sub.topic.ledger.previous_position(pos))
+                    sub.ack_partial(consumer, pos, list(mid.ack_set))
+                else:
+                    sub.ack_cumulative(consumer, pos)
+        else:
+            positions: list[Position] = []
+            for mid in c.message_id:
+                if mid.ack_set and any(mid.ack_set):
+                    sub.ack_partial(consumer, position_of(mid), list(mid.ack_set))
+                else:
+                    positions.append(position_of(mid))
+            if positions:
+                sub.ack_individual(consumer, positions)
         if has_request:
             self.write(commands.ack_response(c.consumer_id, c.request_id))
 

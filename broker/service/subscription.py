@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import zip_longest
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Sub = pb.CommandSubscribe
+_U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
 class Subscription:
@@ -35,6 +37,9 @@ class Subscription:
         self.last_acked = 0.0
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
+        # Batch-index acks: entry -> ack_set words, bit i set = message i of the batch still unacked.
+        # Only entries partly acknowledged are here; a full ack removes the entry.
+        self.batch_ack_sets: dict[Position, list[int]] = {}
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -50,7 +55,9 @@ class Subscription:
         if t == Sub.Key_Shared:
             meta = consumer.key_shared_meta
             sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
-            return KeySharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer, sticky=sticky)
+            ooo = meta is not None and meta.allowOutOfOrderDelivery
+            return KeySharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer, sticky=sticky,
+                                       allow_out_of_order=ooo)
         return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -79,6 +86,29 @@ class Subscription:
             self.topic.remove_subscription(self)
 
     # -- acknowledgements --------------------------------------------------------------------------
+    def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
+        """(messages still to deliver, ack_set to send) for an entry about to be dispatched."""
+        if not self.batch_ack_sets:
+            return num_messages, None
+        words = self.batch_ack_sets.get(pos)
+        if words is None:
+            return num_messages, None
+        return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
+
+    def ack_partial(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> None:
+        """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
+        if self.cursor.is_acked(pos):
+            return
+        old = self.batch_ack_sets.get(pos)
+        merged = list(ack_set) if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
+        if not any(w & _U64 for w in merged):
+            self.ack_individual(consumer, [pos])
+            return
+        self.batch_ack_sets[pos] = merged
+        remaining = sum((w & _U64).bit_count() for w in merged)
+        for c in self.consumers:
+            c.set_pending_messages(pos, remaining)
+
     def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
         for p in positions:
             if not consumer.remove_pending(p):
@@ -86,6 +116,8 @@ class Subscription:
                 for other in self.consumers:
                     if other is not consumer and other.remove_pending(p):
                         break
+            if self.batch_ack_sets:
+                self.batch_ack_sets.pop(p, None)
         before = self.cursor.mark_delete_position
         self.cursor.delete(positions)
         self._after_ack(consumer, positions, before)
@@ -94,6 +126,9 @@ class Subscription:
         if self.sub_type in (Sub.Shared, Sub.Key_Shared):
             return  # Pulsar ignores cumulative acks on shared subscriptions
         consumer.remove_pending_up_to(position)
+        if self.batch_ack_sets:
+            for p in [p for p in self.batch_ack_sets if p <= position]:
+                del self.batch_ack_sets[p]
         before = self.cursor.mark_delete_position
         self.cursor.mark_delete(position)
         self._after_ack(consumer, [position], before)
@@ -126,6 +161,7 @@ class Subscription:
         """SEEK: drop consumers (they come back with fresh permits), then move the cursor."""
         self.seek_pending = not self.durable
         self.disconnect_consumers()
+        self.batch_ack_sets.clear()
         self.cursor.reset(position)
         if self.dispatcher is not None:
             self.dispatcher.on_cursor_reset()

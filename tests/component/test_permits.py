@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.dispatch.shared import SharedDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.consumer import Consumer
+from broker.service.subscription import Subscription
 from managed_ledger import InitialPosition, MemoryManagedLedgerFactory
 
 
@@ -54,7 +55,7 @@ class Harness:
         loop = asyncio.get_running_loop()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1),
                                 service=SimpleNamespace(config=BrokerConfig()))
-        self.sub = SimpleNamespace(name="sub", cursor=cursor, topic=topic)
+        self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]
         self.next_id = 0
