@@ -36,6 +36,23 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
+    # -- namespace policy defaults (a namespace policy overrides each) ----------------------------
+    # Message TTL in seconds for namespaces without message_ttl_in_seconds; 0 = messages never expire.
+    ttlDurationDefaultInSeconds: int = 0
+    # How often subscriptions are checked for expired messages (Pulsar's default 5; fractions allowed).
+    messageExpiryCheckIntervalInMinutes: float = 5
+    # Retention of acknowledged data for namespaces without retention_policies (0 = delete at once,
+    # -1 = keep forever). Applied to a topic when it is loaded.
+    defaultRetentionTimeInMinutes: int = 0
+    defaultRetentionSizeInMB: int = 0
+    # Backlog quotas: checked every backlogQuotaCheckIntervalInSeconds and when a producer is created.
+    backlogQuotaCheckEnabled: bool = True
+    backlogQuotaCheckIntervalInSeconds: float = 60
+    # Default destination_storage limit in bytes, and message_age limit in seconds (-1 = no limit).
+    backlogQuotaDefaultLimitBytes: int = -1
+    backlogQuotaDefaultLimitSecond: int = -1
+    # producer_request_hold, producer_exception or consumer_backlog_eviction.
+    backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
     dispatcherMaxReadBatchSize: int = 100
     maxUnackedMessagesPerConsumer: int = 50000
     subscriptionRedeliveryTrackerEnabled: bool = True
@@ -48,7 +65,12 @@ class BrokerConfig:
     # How many cached reads may complete inline, nested, before the stack is unwound.
     managedLedgerReadNestingLimit: int = 10
     # -- stats --------------------------------------------------------------------------------------
-    statsUpdateFrequencyInSecs: int = 60
+    # Rates (msgRateIn, pulsar_rate_in, ...) are computed over this interval from counter snapshots.
+    statsUpdateFrequencyInSecs: float = 60
+    # Per-topic and per-subscription series in /metrics (else aggregated per namespace, as Pulsar).
+    exposeTopicLevelMetricsInPrometheus: bool = True
+    # Per-consumer series in /metrics (Pulsar's default: off).
+    exposeConsumerLevelMetricsInPrometheus: bool = False
     # Keys from the file that we do not know (reported once at start).
     unknown_keys: list[str] = field(default_factory=list, repr=False)
 
@@ -97,6 +119,8 @@ def _convert(key: str, type_name: Any, value: Any) -> Any:
     try:
         if t == "int":
             return int(value)
+        if t == "float":
+            return float(value)
         if t == "bool":
             lowered = value.lower()
             if lowered not in ("true", "false"):

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from broker.service.subscription import Subscription
 
 
+# How many entries may wait in the replay set before reading new entries stops (Pulsar's
+# keySharedLookAheadMsgInReplayThresholdPerSubscription default). Bounds memory when a Key_Shared
+# consumer is stuck while others could take more.
+MAX_REPLAY_LOOKAHEAD = 20000
+
+
 class SharedDispatcher(Dispatcher):
     def __init__(self, subscription: Subscription, max_read_batch: int, max_unacked_per_consumer: int) -> None:
         super().__init__(subscription, max_read_batch)
@@ -204,7 +210,9 @@ class SharedDispatcher(Dispatcher):
             # Nothing in the replay set can go out now: serve new entries until something changes.
             self._replay_stalled = True
             self.trigger_read()
-        elif dispatched or not undelivered:
+        elif dispatched or not undelivered or len(self.replay) < MAX_REPLAY_LOOKAHEAD:
+            # Entries nobody could take went to the replay set; keep reading for the consumers
+            # that can take more, up to a bound on how much we hold aside.
             self.trigger_read()
 
     # -- delayed delivery --------------------------------------------------------------------------

@@ -82,3 +82,21 @@ class MetadataStore:
     def set_partitions(self, base_topic: str, partitions: int) -> None:
         self.partitioned_topics[base_topic] = partitions
         self.save()
+
+    def delete_partitioned(self, base_topic: str) -> None:
+        if self.partitioned_topics.pop(base_topic, None) is not None:
+            self.save()
+
+    # -- namespace policies (Pulsar's Policies field names; see broker.metadata.policies) ------------
+    def policy(self, namespace: str, key: str) -> Any:
+        """A namespace's policy value, or None when it is not set (or the namespace is gone)."""
+        return self.namespaces.get(namespace, {}).get(key)
+
+    def set_policy(self, namespace: str, key: str, value: Any) -> None:
+        """Set (or, with None, remove) one policy of an existing namespace, persisted at once."""
+        policies = self.namespaces[namespace]
+        if value is None:
+            policies.pop(key, None)
+        else:
+            policies[key] = value
+        self.save()

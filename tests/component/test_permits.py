@@ -58,6 +58,7 @@ class Harness:
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]
+        self.sub.dispatcher = self.dispatcher
         self.next_id = 0
 
     @classmethod
@@ -67,10 +68,18 @@ class Harness:
         cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
         return cls(ledger, cursor)
 
-    def consumer(self, consumer_id: int | None = None, name: str = "c") -> Consumer:
+    @classmethod
+    async def create_keyed(cls) -> KeyHarness:
+        h = await KeyHarness.create()
+        assert isinstance(h, KeyHarness)
+        return h
+
+    def consumer(self, consumer_id: int | None = None, name: str | None = None) -> Consumer:
         if consumer_id is None:
             consumer_id = self.next_id
             self.next_id += 1
+        if name is None:
+            name = f"c{consumer_id}"
         return Consumer(FakeCnx(), consumer_id, name, pb.CommandSubscribe.Shared, 0, self.sub,  # type: ignore[arg-type]
                         -1, {})
 
@@ -237,3 +246,133 @@ class PermitMachine(RuleBasedStateMachine):
 
 PermitMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestPermitMachine = PermitMachine.TestCase
+
+
+# -- Key_Shared per-key order across consumer changes ------------------------------------------------
+
+def keyed_entry(key: str) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key=key)
+    meta = md.SerializeToString()
+    return struct.pack(">I", len(meta)) + meta + key.encode()
+
+
+class KeyHarness(Harness):
+    def __init__(self, ledger: Any, cursor: Any) -> None:
+        super().__init__(ledger, cursor)
+        from broker.dispatch.key_shared import KeySharedDispatcher
+
+        self.dispatcher = KeySharedDispatcher(self.sub, 100, 50000, sticky=False,  # type: ignore[arg-type]
+                                              allow_out_of_order=False)
+        self.sub.dispatcher = self.dispatcher
+
+    def consumer_named(self, name: str) -> Consumer:
+        c = self.consumer(name=name)
+        c.sub_type = pb.CommandSubscribe.Key_Shared
+        return c
+
+    def publish_key(self, key: str) -> None:
+        self.ledger.add_entry(keyed_entry(key), lambda pos, exc: None)
+
+
+def key_moving_to(h: KeyHarness, newcomer: Consumer, before: list[Consumer]) -> str:
+    """A key owned by someone in ``before`` that the ring gives to ``newcomer`` once it joins."""
+    from broker.dispatch.key_shared import sticky_key_hash
+
+    d = h.dispatcher
+    assert isinstance(d, type(h.dispatcher))
+    for i in range(10_000):
+        key = f"key-{i}"
+        kh = sticky_key_hash(key.encode())
+        d.consumers.append(newcomer)
+        d._rebuild_ring()  # type: ignore[attr-defined]
+        after = d.owner(kh)  # type: ignore[attr-defined]
+        d.consumers.remove(newcomer)
+        d._rebuild_ring()  # type: ignore[attr-defined]
+        if after is newcomer and d.owner(kh) in before:  # type: ignore[attr-defined]
+            return key
+    raise AssertionError("no key moves to the newcomer")
+
+
+async def test_key_shared_holds_a_moved_key_until_the_old_owner_acks() -> None:
+    h = await KeyHarness.create_keyed()
+    d = h.dispatcher
+    a = h.consumer_named("a")
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    b = h.consumer_named("b")
+    key = key_moving_to(h, b, [a])
+    h.publish_key(key)
+    await drain_lane()
+    first = list(a.pending_acks)
+    assert len(first) == 1
+    d.add_consumer(b)  # the key now hashes to b, but a still holds an unacked message of it
+    d.flow(b, 100)
+    await drain_lane()
+    h.publish_key(key)
+    await drain_lane()
+    assert not b.pending_acks, "b received a newer message while a had an older one unacked"
+    h.sub.ack_individual(a, first)
+    await drain_lane()
+    assert len(b.pending_acks) == 1
+    h.check()
+
+
+async def test_key_shared_leaving_owner_messages_go_first() -> None:
+    h = await KeyHarness.create_keyed()
+    d = h.dispatcher
+    a = h.consumer_named("a")
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    b = h.consumer_named("b")
+    key = key_moving_to(h, b, [a])
+    for _ in range(3):
+        h.publish_key(key)
+    await drain_lane()
+    held = sorted(a.pending_acks)
+    assert len(held) == 3
+    d.add_consumer(b)
+    d.flow(b, 100)
+    h.publish_key(key)  # newer; must not reach b before the three a holds
+    await drain_lane()
+    d.remove_consumer(a)  # a leaves without acking: its three go to b first, then the newer one
+    await drain_lane()
+    got = list(b.pending_acks)  # in delivery order
+    assert got[:3] == held and len(got) == 4 and got[3] > held[-1]
+    h.check()
+
+
+class KeySharedMachine(PermitMachine):
+    """The same interleavings on Key_Shared, plus: a key is never pending on two consumers at once."""
+
+    def __init__(self) -> None:
+        RuleBasedStateMachine.__init__(self)
+        self.loop = asyncio.new_event_loop()
+        self.h = self.loop.run_until_complete(Harness.create_keyed())
+        self.members = []
+
+    @rule(n=st.integers(min_value=1, max_value=20), keys=st.integers(min_value=1, max_value=20))
+    def publish(self, n: int, batch: int = 0, keys: int = 3) -> None:  # type: ignore[override]
+        assert isinstance(self.h, KeyHarness)
+        for i in range(n):
+            self.h.publish_key(f"k{i % keys}")
+
+    @rule(i=st.integers(min_value=0, max_value=10))
+    def nack_all(self, i: int) -> None:
+        if self.members:
+            c = self.members[i % len(self.members)]
+            self.h.dispatcher.redeliver(c, None)
+
+    @invariant()
+    def one_owner_per_key(self) -> None:
+        hash_of = self.h.dispatcher._hash_of  # type: ignore[attr-defined]
+        holders: dict[int, int] = {}
+        for c in self.members:
+            for p in c.pending_acks:
+                kh = hash_of[p]
+                assert holders.setdefault(kh, id(c)) == id(c), "a key is pending on two consumers"
+
+
+KeySharedMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestKeySharedMachine = KeySharedMachine.TestCase

@@ -1,0 +1,210 @@
+"""Namespace policies: validation of the values the admin API accepts, and Pulsar's Policies view.
+
+Policies are stored per namespace in the metadata store under Apache Pulsar's own field names
+(``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``,
+``autoTopicCreationOverride``, ``deduplicationEnabled``, ``schema_compatibility_strategy``), so
+``GET /admin/v2/namespaces/{tenant}/{ns}`` returns the document pulsar-admin expects.
+
+Validation follows Pulsar's admin resources: a body of the wrong shape is a 400 (Pulsar's JSON
+binding rejects it), a well-formed value out of range is a 412 (Pulsar's PRECONDITION_FAILED).
+Pure functions: no I/O, unit-testable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RETENTION = "retention_policies"
+MESSAGE_TTL = "message_ttl_in_seconds"
+BACKLOG_QUOTA_MAP = "backlog_quota_map"
+AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
+DEDUPLICATION = "deduplicationEnabled"
+SCHEMA_STRATEGY = "schema_compatibility_strategy"
+
+# BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
+DESTINATION_STORAGE = "destination_storage"
+MESSAGE_AGE = "message_age"
+BACKLOG_QUOTA_TYPES = (DESTINATION_STORAGE, MESSAGE_AGE)
+# BacklogQuota.RetentionPolicy: what happens once a quota is exceeded.
+PRODUCER_REQUEST_HOLD = "producer_request_hold"
+PRODUCER_EXCEPTION = "producer_exception"
+CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
+TOPIC_TYPES = ("partitioned", "non-partitioned")
+MB = 1024 * 1024
+# Pulsar's defaultNumberOfNamespaceBundles: shown in the Policies view (we do not split bundles).
+DEFAULT_BUNDLES = 4
+
+
+class PolicyError(ValueError):
+    """A policy value was refused; ``status`` is the HTTP status Pulsar answers with."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _int(value: Any, what: str) -> int:
+    # bool is an int in Python but not in JSON: Pulsar's binding refuses true/false for a number.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolicyError(400, f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _object(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise PolicyError(400, f"{what} must be a JSON object")
+    return body
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+def parse_retention(body: Any) -> dict[str, int]:
+    """RetentionPolicies {retentionTimeInMinutes, retentionSizeInMB}; -1 = unlimited, 0 = none."""
+    doc = _object(body, "Retention policies")
+    minutes = _int(doc.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+    size_mb = _int(doc.get("retentionSizeInMB", 0), "retentionSizeInMB")
+    if size_mb < -1:
+        raise PolicyError(412, "Invalid retention policy: size limit must be >= -1")
+    if minutes < -1:
+        raise PolicyError(412, "Invalid retention policy: time limit must be >= -1")
+    if (minutes == 0) != (size_mb == 0):
+        raise PolicyError(412, "Invalid retention policy: setting a single time or size limit to 0 is invalid "
+                               "when the other is not 0. Use -1 to ignore a limit; set both to 0 to disable "
+                               "retention.")
+    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+
+
+# -- message TTL ----------------------------------------------------------------------------------
+
+def parse_message_ttl(body: Any) -> int:
+    ttl = _int(body, "Message TTL")
+    if ttl < 0:
+        raise PolicyError(412, "Invalid value for message TTL, message TTL must >= 0")
+    return ttl
+
+
+# -- backlog quotas -------------------------------------------------------------------------------
+
+def parse_backlog_quota_type(value: str | None) -> str:
+    if value is None or value == "":
+        return DESTINATION_STORAGE  # Pulsar's default when the query parameter is absent
+    if value not in BACKLOG_QUOTA_TYPES:
+        raise PolicyError(400, f"Unknown backlogQuotaType {value!r}; one of {', '.join(BACKLOG_QUOTA_TYPES)}")
+    return value
+
+
+def parse_backlog_quota(body: Any) -> dict[str, Any]:
+    """BacklogQuota {limitSize (or the older "limit"), limitTime, policy}.
+
+    Missing limits mean "no limit" (-1, the defaults of Pulsar's builder). The stored document
+    carries ``limit`` too, because older tools still read that name.
+    """
+    doc = _object(body, "Backlog quota")
+    size_value = doc.get("limitSize", doc.get("limit", -1))
+    limit_size = _int(-1 if size_value is None else size_value, "limitSize")
+    limit_time = _int(doc.get("limitTime", -1), "limitTime")
+    policy = doc.get("policy")
+    if policy not in BACKLOG_RETENTION_POLICIES:
+        raise PolicyError(400, f"Invalid backlog quota policy {policy!r}; one of "
+                               f"{', '.join(BACKLOG_RETENTION_POLICIES)}")
+    if limit_size < -1 or limit_time < -1:
+        raise PolicyError(412, "Backlog quota limits must be >= -1 (-1 = no limit)")
+    return {"limit": limit_size, "limitSize": limit_size, "limitTime": limit_time, "policy": policy}
+
+
+def check_quota_within_retention(quota: dict[str, Any], retention: dict[str, Any] | None) -> bool:
+    """Pulsar refuses a backlog quota that reaches the retention limits (checkBacklogQuota)."""
+    if retention is None:
+        return True
+    size_mb = int(retention.get("retentionSizeInMB", 0))
+    minutes = int(retention.get("retentionTimeInMinutes", 0))
+    if size_mb <= 0 and minutes <= 0:
+        return True
+    if size_mb > 0 and int(quota.get("limitSize", -1)) >= size_mb * MB:
+        return False
+    return not (minutes > 0 and int(quota.get("limitTime", -1)) >= minutes * 60)
+
+
+# -- auto topic creation --------------------------------------------------------------------------
+
+def parse_auto_topic_creation(body: Any) -> dict[str, Any]:
+    """AutoTopicCreationOverride {allowAutoTopicCreation, topicType, defaultNumPartitions}."""
+    doc = _object(body, "Auto topic creation override")
+    allow = doc.get("allowAutoTopicCreation", False)
+    if not isinstance(allow, bool):
+        raise PolicyError(400, "allowAutoTopicCreation must be true or false")
+    topic_type = doc.get("topicType")
+    partitions = doc.get("defaultNumPartitions")
+    if partitions is not None:
+        partitions = _int(partitions, "defaultNumPartitions")
+    if allow:
+        problem = None
+        if topic_type not in TOPIC_TYPES:
+            problem = f"Unknown topic type [{topic_type}]"
+        elif topic_type == "partitioned" and partitions is None:
+            problem = "[defaultNumPartitions] cannot be null when the type is partitioned."
+        elif topic_type == "partitioned" and partitions is not None and partitions <= 0:
+            problem = "[defaultNumPartitions] cannot be less than 1 for partition type."
+        elif topic_type == "non-partitioned" and partitions is not None:
+            problem = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
+        if problem is not None:
+            raise PolicyError(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {problem}")
+    out: dict[str, Any] = {"allowAutoTopicCreation": allow}
+    if topic_type is not None:
+        out["topicType"] = topic_type
+    if partitions is not None:
+        out["defaultNumPartitions"] = partitions
+    return out
+
+
+# -- whole documents ------------------------------------------------------------------------------
+
+def validate_policies(doc: Any) -> dict[str, Any]:
+    """A Policies body given when a namespace is created: known fields validated, others kept."""
+    policies = dict(_object(doc, "Policies"))
+    if policies.get(RETENTION) is not None:
+        policies[RETENTION] = parse_retention(policies[RETENTION])
+    if policies.get(MESSAGE_TTL) is not None:
+        policies[MESSAGE_TTL] = parse_message_ttl(policies[MESSAGE_TTL])
+    if policies.get(AUTO_TOPIC_CREATION) is not None:
+        policies[AUTO_TOPIC_CREATION] = parse_auto_topic_creation(policies[AUTO_TOPIC_CREATION])
+    if policies.get(BACKLOG_QUOTA_MAP) is not None:
+        quotas = _object(policies[BACKLOG_QUOTA_MAP], BACKLOG_QUOTA_MAP)
+        policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
+    if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):
+        raise PolicyError(400, "deduplicationEnabled must be true or false")
+    # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.
+    return {k: v for k, v in policies.items() if v is not None}
+
+
+def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """Pulsar's Policies JSON for a namespace: its defaults, overlaid with what is stored."""
+    step = (1 << 32) // DEFAULT_BUNDLES
+    boundaries = [f"0x{min(i * step, (1 << 32) - 1):08x}" for i in range(DEFAULT_BUNDLES + 1)]
+    view: dict[str, Any] = {
+        "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
+        "replication_clusters": [cluster],
+        "bundles": {"boundaries": boundaries, "numBundles": DEFAULT_BUNDLES},
+        BACKLOG_QUOTA_MAP: {},
+        "clusterDispatchRate": {},
+        "topicDispatchRate": {},
+        "subscriptionDispatchRate": {},
+        "replicatorDispatchRate": {},
+        "clusterSubscribeRate": {},
+        "publishMaxMessageRate": {},
+        "latency_stats_sample_rate": {},
+        "deleted": False,
+        "encryption_required": False,
+        "subscription_auth_mode": "None",
+        "offload_threshold": -1,
+        "schema_auto_update_compatibility_strategy": "Full",
+        SCHEMA_STRATEGY: "UNDEFINED",
+        "is_allow_auto_update_schema": True,
+        "schema_validation_enforced": False,
+        "subscription_types_enabled": [],
+        "properties": {},
+    }
+    view.update(stored)
+    return view
