@@ -92,3 +92,34 @@ def test_batch_index_ack_redelivers_only_unacked_messages(client: pulsar.Client)
     except pulsar.Timeout:
         extra = None
     assert extra is None, f"message {extra.data()!r} was acked but came back"
+
+
+def test_delayed_message_does_not_block_later_ones(client: pulsar.Client) -> None:
+    topic = topic_name("delayed")
+    consumer = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared)
+    producer = client.create_producer(topic)
+    producer.send(b"later", deliver_after=__import__("datetime").timedelta(milliseconds=1500))
+    producer.send(b"now")
+    first = consumer.receive(timeout_millis=10_000)
+    assert first.data() == b"now"
+    consumer.acknowledge(first)
+    second = consumer.receive(timeout_millis=10_000)
+    assert second.data() == b"later"  # held back, and it did not hold back the message after it
+    consumer.acknowledge(second)
+
+
+def test_dead_letter_policy_uses_redelivery_counts(client: pulsar.Client) -> None:
+    topic = topic_name("dlq")
+    dlq = f"{topic}-sub-DLQ"
+    dlq_consumer = client.subscribe(dlq, "inspect")
+    consumer = client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=50,
+                                dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=2,
+                                                                                    dead_letter_topic=dlq))
+    producer = client.create_producer(topic)
+    producer.send(b"poison")
+    for _ in range(3):  # first delivery + 2 redeliveries, each negatively acknowledged
+        msg = consumer.receive(timeout_millis=10_000)
+        consumer.negative_acknowledge(msg)
+    dead = dlq_consumer.receive(timeout_millis=10_000)
+    assert dead.data() == b"poison"
