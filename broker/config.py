@@ -30,6 +30,14 @@ class BrokerConfig:
     maxMessageSize: int = 5 * 1024 * 1024
     keepAliveIntervalSeconds: int = 30
     maxPendingPublishRequestsPerConnection: int = 1000
+    # Bytes of in-flight publishes, broker-wide, before publishing connections stop being read.
+    maxMessagePublishBufferSizeInMB: int = 128
+    # -- limits (0 = unlimited, as in Pulsar) -------------------------------------------------------
+    brokerMaxConnections: int = 0
+    brokerMaxConnectionsPerIp: int = 0
+    maxProducersPerTopic: int = 0
+    maxConsumersPerTopic: int = 0
+    maxConsumersPerSubscription: int = 0
     # -- topics and subscriptions -------------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"

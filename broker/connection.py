@@ -60,6 +60,9 @@ class Connection(asyncio.Protocol):
         self.local_port = 0
         self.writable = True
         self.reading_paused = False
+        # Why reading is paused: too many sends in flight here, or the broker-wide publish buffer is full.
+        self._paused_for_count = False
+        self._paused_for_buffer = False
         self.pending_sends = 0
         self.max_pending_sends = cfg.maxPendingPublishRequestsPerConnection
         self._received_since_ping = True
@@ -85,21 +88,38 @@ class Connection(asyncio.Protocol):
         if sock:
             self.local_host, self.local_port = sock[0], sock[1]
         self.server.connection_opened(self)
+        refusal = self.server.connection_refusal(peer[0] if peer else "")
+        if refusal:
+            # Pulsar's answer (before CONNECTED, so the client logs it and retries later).
+            self.write(commands.error(-1, pb.ServerError.NotAllowedError, refusal))
+            self.close()
+            return
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
         self._received_since_ping = True
+        try:
+            self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        self._process_frames()
+
+    def _process_frames(self) -> None:
+        """Route buffered frames; stops while reading is paused (backpressure) and resumes after."""
         decoder = self.decoder
         try:
-            decoder.feed(data)
-            while self.state is not State.CLOSED:
+            while self.state is not State.CLOSED and not self.reading_paused:
                 frame = decoder.next_frame()
                 if frame is None:
                     break
                 self._route(frame.command, frame.payload)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.remote_address, exc)
-            self.close()
+            self._protocol_error(exc)
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        log.warning("closing connection from %s: %s", self.remote_address, exc)
+        self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state is not State.CLOSED:
@@ -119,6 +139,9 @@ class Connection(asyncio.Protocol):
 
     # -- routing -------------------------------------------------------------------------------------
     def _route(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        if not cmd.HasField("type"):
+            log.debug("ignoring a command of unknown type from %s", self.remote_address)
+            return
         t = cmd.type
         if t == T.PING:
             self.write(commands.PONG)
@@ -151,18 +174,37 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     # -- producer backpressure -----------------------------------------------------------------------
-    def send_started(self) -> None:
+    # Never an error for load: past a limit we stop reading the socket, and TCP slows the producer.
+    def send_started(self, nbytes: int) -> None:
         self.pending_sends += 1
-        if self.pending_sends >= self.max_pending_sends and not self.reading_paused and self.transport:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        if self.pending_sends >= self.max_pending_sends and not self._paused_for_count:
+            self._paused_for_count = True
+            self._update_reading()
+        self.server.publish_buffer_add(self, nbytes)
 
-    def send_finished(self) -> None:
+    def send_finished(self, nbytes: int) -> None:
         self.pending_sends -= 1
-        if self.reading_paused and self.pending_sends <= self.max_pending_sends * RESUME_FRACTION:
-            self.reading_paused = False
-            if self.transport is not None and self.state is not State.CLOSED:
-                self.transport.resume_reading()
+        if self._paused_for_count and self.pending_sends <= self.max_pending_sends * RESUME_FRACTION:
+            self._paused_for_count = False
+            self._update_reading()
+        self.server.publish_buffer_add(self, -nbytes)
+
+    def set_paused_for_buffer(self, paused: bool) -> None:
+        if paused != self._paused_for_buffer:
+            self._paused_for_buffer = paused
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        want_paused = self._paused_for_count or self._paused_for_buffer
+        if want_paused == self.reading_paused or self.transport is None or self.state is State.CLOSED:
+            return
+        self.reading_paused = want_paused
+        if want_paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+            # Frames that arrived before the pause are still buffered in the decoder.
+            asyncio.get_running_loop().call_soon(self._process_frames)
 
     # -- keep-alive ------------------------------------------------------------------------------------
     def _schedule_keepalive(self) -> None:

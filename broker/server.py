@@ -26,6 +26,11 @@ class BrokerServer:
         self.service = BrokerService(config, data_dir)
         self.web = WebService(self)
         self.connections: set[Connection] = set()
+        self._per_ip: dict[str, int] = {}
+        # Broker-wide bytes of publishes not yet persisted, and the connections paused because of it.
+        self.publish_buffer_bytes = 0
+        self.publish_buffer_limit = config.maxMessagePublishBufferSizeInMB * 1024 * 1024
+        self._buffer_paused: set[Connection] = set()
         self.connections_created = 0
         self.connections_closed = 0
         self._server: asyncio.Server | None = None
@@ -98,8 +103,37 @@ class BrokerServer:
     def connection_opened(self, conn: Connection) -> None:
         self.connections.add(conn)
         self.connections_created += 1
+        ip = conn.remote_address.rsplit(":", 1)[0]
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+
+    def connection_refusal(self, ip: str) -> str | None:
+        """Why a just-opened connection must be refused (brokerMaxConnections[PerIp]), else None."""
+        cfg = self.config
+        if 0 < cfg.brokerMaxConnections < len(self.connections):
+            return "Reached the maximum number of connections"
+        if 0 < cfg.brokerMaxConnectionsPerIp < self._per_ip.get(ip, 0):
+            return "Reached the maximum number of connections from this address"
+        return None
 
     def connection_closed(self, conn: Connection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.connections_closed += 1
+            ip = conn.remote_address.rsplit(":", 1)[0]
+            left = self._per_ip.get(ip, 1) - 1
+            if left:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
+        self._buffer_paused.discard(conn)
+
+    def publish_buffer_add(self, conn: Connection, nbytes: int) -> None:
+        """Track in-flight publish bytes; pause publishers above the limit, resume them at half."""
+        self.publish_buffer_bytes += nbytes
+        if nbytes > 0 and self.publish_buffer_bytes > self.publish_buffer_limit > 0:
+            self._buffer_paused.add(conn)
+            conn.set_paused_for_buffer(True)
+        elif nbytes < 0 and self._buffer_paused and self.publish_buffer_bytes <= self.publish_buffer_limit // 2:
+            for c in self._buffer_paused:
+                c.set_paused_for_buffer(False)
+            self._buffer_paused.clear()

@@ -16,6 +16,7 @@ import struct
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -113,8 +114,14 @@ class FrameDecoder:
         except DecodeError as exc:
             raise ProtocolError(f"undecodable command: {exc}") from None
         if not command.IsInitialized():
-            missing = ", ".join(command.FindInitializationErrors())  # type: ignore[attr-defined]
-            raise ProtocolError(f"command lacks required fields: {missing}")
+            missing = command.FindInitializationErrors()  # type: ignore[attr-defined]
+            if missing == ["type"] and len(UnknownFieldSet(command)):
+                # A command type this definition does not know (a newer client): proto2 keeps the
+                # value as an unknown field. Handed on without a type; the router ignores it.
+                self._pos = pos + 4 + total
+                self._need = 4
+                return Frame(command, None)
+            raise ProtocolError(f"command lacks required fields: {', '.join(missing)}")
         if command.type in _FIELD_FOR_TYPE and command_body(command) is None:
             raise ProtocolError(f"command of type {command.type} lacks its body")
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None

@@ -259,10 +259,12 @@ class ServerCnx:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError,
                                            "Invalid lowest or highest sequence id"))
             return
-        self.connection.send_started()
         md = parsed.metadata
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
-        producer.publish(seq, highest, c.num_messages, payload, self.connection.send_finished, last_chunk)
+        size = len(payload)
+        connection = self.connection
+        connection.send_started(size)
+        producer.publish(seq, highest, c.num_messages, payload, lambda: connection.send_finished(size), last_chunk)
 
     def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.close_producer

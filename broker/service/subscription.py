@@ -66,6 +66,11 @@ class Subscription:
             raise ConsumerBusyError("Subscription is of different type")
         if consumer.sub_type == Sub.Exclusive and d is not None and d.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
+        cfg = self.topic.service.config
+        if 0 < cfg.maxConsumersPerSubscription <= len(self.consumers):
+            raise ConsumerBusyError("Subscription reached max consumers limit")
+        if 0 < cfg.maxConsumersPerTopic <= sum(len(s.consumers) for s in self.topic.subscriptions.values()):
+            raise ConsumerBusyError("Topic reached max consumers limit")
         if d is None or self.sub_type != consumer.sub_type or (
                 isinstance(d, KeySharedDispatcher) and not d.consumers):
             if d is not None:

@@ -72,6 +72,9 @@ class PersistentTopic:
                 self.remove_producer(existing)
             else:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+        limit = self.service.config.maxProducersPerTopic
+        if 0 < limit <= len(self.producers):
+            raise ProducerBusyError("Topic reached max producers limit")
         mode = producer.access_mode
         holder = self.exclusive_producer
         if mode == Mode.Shared:

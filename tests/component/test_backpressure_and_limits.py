@@ -1,0 +1,331 @@
+"""Backpressure, limits and hostile input on a live in-process broker (raw sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import struct
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pulsar
+import pytest
+
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.server import BrokerServer
+from managed_ledger import ManagedLedgerConfig, MemoryManagedLedgerFactory
+from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+
+WAIT_S = 10.0
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not condition():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+# -- a managed ledger whose appends complete only when the test says so ------------------------------
+
+class GatedLedger:
+    def __init__(self, real: Any, gate: Gate) -> None:
+        self._real = real
+        self._gate = gate
+
+    def add_entry(self, data: bytes, callback: Any) -> None:
+        self._gate.held.append((self._real, data, callback))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class Gate(MemoryManagedLedgerFactory):
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[Any, bytes, Any]] = []
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
+        return GatedLedger(await super().open(name, config), self)
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for real, data, callback in held:
+            real.add_entry(data, callback)
+
+
+@pytest.fixture
+async def gated() -> AsyncIterator[tuple[BrokerServer, Gate]]:
+    cfg = BrokerConfig(brokerServicePort=0, webServicePort=0, bindAddress="127.0.0.1", dataDir="",
+                       maxPendingPublishRequestsPerConnection=10, maxMessagePublishBufferSizeInMB=1)
+    server = BrokerServer(cfg)
+    gate = Gate()
+    server.service.ledger_factory = gate
+    await server.start()
+    try:
+        yield server, gate
+    finally:
+        await server.stop()
+
+
+def producer_connection(server: BrokerServer) -> Connection:
+    return next(c for c in server.connections if c.cnx.producers)
+
+
+async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer, Gate]) -> None:
+    server, gate = gated
+    c = await WireClient.open(server.port)
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/bp-count"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for seq in range(50):
+        c.send(*send_frame(1, seq, b"x"))
+    conn = producer_connection(server)
+    await wait_for(lambda: conn.reading_paused, "reading to pause")
+    # Exactly the limit is in flight: the rest waits unread, no SendError is written.
+    assert conn.pending_sends == 10 and len(gate.held) == 10
+    receipts: list[int] = []
+    while len(receipts) < 50:
+        gate.release()
+        try:
+            reply = await asyncio.wait_for(c.recv(), 0.2)
+        except TimeoutError:
+            continue
+        assert reply.type == T.SEND_RECEIPT, reply
+        receipts.append(reply.send_receipt.sequence_id)
+    assert receipts == list(range(50))
+    await wait_for(lambda: not conn.reading_paused, "reading to resume")
+    c.close()
+
+
+async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer, Gate]) -> None:
+    server, gate = gated
+    c = await WireClient.open(server.port)
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/bp-bytes"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for seq in range(8):  # 8 x 300 KiB > the 1 MiB buffer, but under the 10-send limit
+        c.send(*send_frame(1, seq, b"y" * 300 * 1024))
+    conn = producer_connection(server)
+    await wait_for(lambda: conn.reading_paused, "reading to pause on the byte limit")
+    assert server.publish_buffer_bytes > 1024 * 1024 and conn.pending_sends < 8
+    received = 0
+    while received < 8:
+        gate.release()
+        try:
+            reply = await asyncio.wait_for(c.recv(), 0.2)
+        except TimeoutError:
+            continue
+        assert reply.type == T.SEND_RECEIPT
+        received += 1
+    assert server.publish_buffer_bytes == 0
+    c.close()
+
+
+# -- consumer backpressure -----------------------------------------------------------------------------
+
+async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() -> None:
+    async with Broker() as b:
+        assert b.server is not None
+        server = b.server
+        topic = "persistent://public/default/bp-reader"
+        consumer = await WireClient.open(port_of(b))
+        await consumer.connect()
+        sub = pb.BaseCommand(type=T.SUBSCRIBE)
+        s = sub.subscribe
+        s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 1, 1
+        s.subType = pb.CommandSubscribe.Exclusive
+        consumer.send(sub)
+        assert (await consumer.recv()).type == T.SUCCESS
+        flow = pb.BaseCommand(type=T.FLOW)
+        flow.flow.consumer_id, flow.flow.messagePermits = 1, 32768
+        consumer.send(flow)
+        # The consumer now stops reading its socket while 8192 x 8 KiB are published.
+        producer = await WireClient.open(port_of(b))
+        await producer.connect()
+        producer.send(producer_cmd(topic))
+        assert (await producer.recv()).type == T.PRODUCER_SUCCESS
+        body = b"z" * 8192
+        peak = 0
+        conn = next(c for c in server.connections if c.cnx.consumers)
+        for seq in range(8192):
+            producer.send(*send_frame(1, seq, body))
+            if seq % 256 == 255:
+                for _ in range(256):
+                    assert (await producer.recv()).type == T.SEND_RECEIPT
+                assert conn.transport is not None
+                peak = max(peak, conn.transport.get_write_buffer_size())
+        # One read batch (100 entries) may go out past the high-water mark, never the backlog.
+        assert peak < 2 * 1024 * 1024, peak
+        assert not conn.writable
+        seqs: list[int] = []
+        while len(seqs) < 8192:
+            msg = await consumer.recv()
+            assert msg.type == T.MESSAGE
+            seqs.append(msg.message.message_id.entryId)
+        assert seqs == sorted(seqs) and len(set(seqs)) == 8192
+        consumer.close()
+        producer.close()
+
+
+# -- limits ---------------------------------------------------------------------------------------------
+
+async def test_connection_limit() -> None:
+    async with Broker(brokerMaxConnections=2) as b:
+        first = await WireClient.open(port_of(b))
+        second = await WireClient.open(port_of(b))
+        await first.connect()
+        await second.connect()
+        third = await WireClient.open(port_of(b))
+        err = await third.recv()
+        assert err.type == T.ERROR and err.error.error == pb.ServerError.NotAllowedError
+        assert "maximum number of connections" in err.error.message
+        assert await third.closed_by_broker()
+        first.close()
+        second.close()
+
+
+async def test_producer_and_consumer_limits() -> None:
+    async with Broker(maxProducersPerTopic=1, maxConsumersPerSubscription=1) as b:
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        topic = "persistent://public/default/limits"
+        c.send(producer_cmd(topic, 1, 1))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(producer_cmd(topic, 2, 2))
+        err = await c.recv()
+        assert err.type == T.ERROR and err.error.error == pb.ServerError.ProducerBusy
+        for consumer_id, request_id in ((1, 3), (2, 4)):
+            sub = pb.BaseCommand(type=T.SUBSCRIBE)
+            s = sub.subscribe
+            s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", consumer_id, request_id
+            s.subType = pb.CommandSubscribe.Shared
+            c.send(sub)
+        assert (await c.recv()).type == T.SUCCESS
+        err = await c.recv()
+        assert err.type == T.ERROR and err.error.error == pb.ServerError.ConsumerBusy
+        c.close()
+
+
+# -- hostile input ------------------------------------------------------------------------------------------
+
+async def assert_healthy(b: Broker) -> None:
+    """Another connection is unaffected: handshake and a ping round trip."""
+    c = await WireClient.open(port_of(b))
+    await c.connect()
+    ping = pb.BaseCommand(type=T.PING)
+    ping.ping.SetInParent()
+    c.send(ping)
+    assert (await c.recv()).type == T.PONG
+    c.close()
+
+
+async def test_unknown_command_type_is_ignored() -> None:
+    async with Broker() as b:
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        body = b"\x08\x63"  # BaseCommand.type = 99, a type this broker does not know
+        c.writer.write(struct.pack(">II", len(body) + 4, len(body)) + body)
+        ping = pb.BaseCommand(type=T.PING)
+        ping.ping.SetInParent()
+        c.send(ping)
+        assert (await c.recv()).type == T.PONG
+        c.close()
+
+
+async def test_truncated_frame_and_silence_are_closed_by_keepalive() -> None:
+    async with Broker(keepAliveIntervalSeconds=1) as b:
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.writer.write(struct.pack(">II", 100, 20) + b"\x08")  # promises 100 bytes, sends 9
+        assert (await c.recv()).type == T.PING
+        assert await c.closed_by_broker()
+        await assert_healthy(b)
+
+
+async def test_mutated_frames_never_hurt_other_connections() -> None:
+    rng = random.Random(6650)
+    templates = [send_frame(1, 0, b"payload")]
+    for cmd in (producer_cmd("persistent://public/default/fuzz"), pb.BaseCommand(type=T.PING)):
+        templates.append((cmd, b""))
+    templates[-1][0].ping.SetInParent()
+    async with Broker() as b:
+        for _ in range(150):
+            c = await WireClient.open(port_of(b))
+            await c.connect()
+            c.send(producer_cmd("persistent://public/default/fuzz"))
+            await c.recv()
+            cmd, payload = rng.choice(templates)
+            from broker.protocol import commands
+
+            data = bytearray(commands.frame_with_payload(cmd, payload) if payload else commands.frame(cmd))
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            c.writer.write(bytes(data))
+            await c.writer.drain()
+            c.close()
+        await assert_healthy(b)
+        # And the official client still works against this broker.
+        assert b.server is not None
+        url = b.service_url
+
+        def roundtrip() -> bytes:
+            client = pulsar.Client(url, operation_timeout_seconds=10)
+            try:
+                consumer = client.subscribe("after-fuzz", "sub")
+                client.create_producer("after-fuzz").send(b"still fine")
+                return bytes(consumer.receive(10_000).data())
+            finally:
+                client.close()
+
+        assert await asyncio.to_thread(roundtrip) == b"still fine"
+
+
+# -- disconnect storms ----------------------------------------------------------------------------------
+
+async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
+    async with Broker() as b:
+        assert b.server is not None
+        server = b.server
+        await assert_healthy(b)
+        await wait_for(lambda: not server.connections, "the health check connection to close")
+        tasks_before = len(asyncio.all_tasks())
+        fds_before = len(os.listdir("/proc/self/fd"))
+        topics = [f"persistent://public/default/storm-{i}" for i in range(5)]
+        clients: list[WireClient] = []
+        for i in range(1000):
+            c = await WireClient.open(port_of(b))
+            await c.connect()
+            topic = topics[i % len(topics)]
+            if i % 2:
+                c.send(producer_cmd(topic, 1, 1))
+                assert (await c.recv()).type == T.PRODUCER_SUCCESS
+            else:
+                sub = pb.BaseCommand(type=T.SUBSCRIBE)
+                s = sub.subscribe
+                s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 1, 1
+                s.subType = pb.CommandSubscribe.Shared
+                c.send(sub)
+                assert (await c.recv()).type == T.SUCCESS
+                flow = pb.BaseCommand(type=T.FLOW)
+                flow.flow.consumer_id, flow.flow.messagePermits = 1, 1000
+                c.send(flow)
+            clients.append(c)
+        for c in clients:
+            c.writer.transport.abort()  # no CLOSE_PRODUCER / CLOSE_CONSUMER: dropped
+        await wait_for(lambda: not server.connections, "the broker to notice every drop")
+        for t in topics:
+            topic = server.service.topics[t]
+            assert not topic.producers
+            for s in topic.subscriptions.values():
+                assert not s.consumers
+                assert s.dispatcher is not None and s.dispatcher.total_permits == 0
+        await wait_for(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
+        await wait_for(lambda: len(os.listdir("/proc/self/fd")) <= fds_before, "sockets to close")
+        await assert_healthy(b)

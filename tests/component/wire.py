@@ -1,0 +1,87 @@
+"""A raw Pulsar-protocol client for component tests: frames in, commands out, no pulsar-client."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from broker.embedded import Broker
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.frames import FrameDecoder
+from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
+
+T = pb.BaseCommand.Type
+WAIT_S = 5.0
+
+
+class WireClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE) * 2)
+
+    @classmethod
+    async def open(cls, port: int) -> WireClient:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        return cls(r, w)
+
+    def send(self, cmd: pb.BaseCommand, payload: bytes | None = None) -> None:
+        self.writer.write(commands.frame_with_payload(cmd, payload) if payload is not None else commands.frame(cmd))
+
+    async def recv(self) -> pb.BaseCommand:
+        async def one() -> pb.BaseCommand:
+            while True:
+                f = self.decoder.next_frame()
+                if f is not None:
+                    return f.command
+                data = await self.reader.read(65536)
+                if not data:
+                    raise ConnectionError("closed by broker")
+                self.decoder.feed(data)
+        return await asyncio.wait_for(one(), WAIT_S)
+
+    async def connect(self) -> pb.CommandConnected:
+        cmd = pb.BaseCommand(type=T.CONNECT)
+        cmd.connect.client_version = "wire-test"
+        cmd.connect.protocol_version = 20
+        self.send(cmd)
+        reply = await self.recv()
+        assert reply.type == T.CONNECTED
+        return reply.connected
+
+    async def closed_by_broker(self) -> bool:
+        try:
+            while True:
+                data = await asyncio.wait_for(self.reader.read(65536), WAIT_S)
+                if not data:
+                    return True
+        except (ConnectionError, TimeoutError):
+            return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def port_of(b: Broker) -> int:
+    assert b.server is not None
+    return b.server.port
+
+
+def producer_cmd(topic: str, producer_id: int = 1, request_id: int = 1) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.PRODUCER)
+    cmd.producer.topic = topic
+    cmd.producer.producer_id = producer_id
+    cmd.producer.request_id = request_id
+    return cmd
+
+
+def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False) -> tuple[pb.BaseCommand, bytes]:
+    cmd = pb.BaseCommand(type=T.SEND)
+    cmd.send.producer_id = producer_id
+    cmd.send.sequence_id = seq
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1).SerializeToString()
+    tail = struct.pack(">I", len(meta)) + meta + body
+    crc = crc32c(tail) ^ (1 if corrupt else 0)
+    return cmd, b"\x0e\x01" + struct.pack(">I", crc) + tail
