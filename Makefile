@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit proto bench clean
+.PHONY: run test test-deps lint typecheck unit proto bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,10 +15,19 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) test-deps
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Prometheus's promtool and server for the /metrics tests (Debian package `prometheus`). Idempotent;
+# installs only as root with apt-get, otherwise says why and those tests skip.
+test-deps:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus; \
+	else echo "test-deps: prometheus is not installed and cannot be installed here (needs root and apt-get);" \
+	  "the Prometheus tests will be skipped"; fi
 
 # Regenerate broker/protocol/pulsar_api_pb2.py(+.pyi) from proto/pulsar_api.proto.
 proto: $(STAMP)

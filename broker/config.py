@@ -66,9 +66,22 @@ class BrokerConfig:
     subscriptionRedeliveryTrackerEnabled: bool = True
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"
-    # "memory" keeps topics in RAM (lost on restart); the file ledger arrives with issue 4.
-    managedLedgerStorage: str = "memory"
+    # "file": topics are segment files under <dataDir>/ledgers (survive restarts and crashes);
+    # "memory": topics live in RAM and are lost on restart.
+    managedLedgerStorage: str = "file"
+    # Ledger rollover (Pulsar's keys and defaults): a ledger is closed and a new one started when
+    # it has this many entries, this much data or this age - but never before the minimum age.
     managedLedgerMaxEntriesPerLedger: int = 50000
+    managedLedgerMaxSizePerLedgerMbytes: int = 2048
+    managedLedgerMaxLedgerRolloverTimeMinutes: float = 240
+    managedLedgerMinLedgerRolloverTimeMinutes: float = 10
+    # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
+    # faster but a power cut or kernel crash can lose receipted messages of the last seconds
+    # (a broker crash cannot: the data is in the OS page cache by then).
+    managedLedgerSyncData: bool = True
+    # Durable cursor (subscription) positions are written at most this often per second; acks
+    # since the last write are redelivered after a crash (Pulsar's key and default).
+    managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
     managedLedgerCacheSizeMB: int = 256
     # How many cached reads may complete inline, nested, before the stack is unwound.
     managedLedgerReadNestingLimit: int = 10
@@ -77,8 +90,9 @@ class BrokerConfig:
     statsUpdateFrequencyInSecs: float = 60
     # Per-topic and per-subscription series in /metrics (else aggregated per namespace, as Pulsar).
     exposeTopicLevelMetricsInPrometheus: bool = True
-    # Per-consumer series in /metrics (Pulsar's default: off).
+    # Per-consumer and per-producer series in /metrics (Pulsar's defaults: off).
     exposeConsumerLevelMetricsInPrometheus: bool = False
+    exposeProducerLevelMetricsInPrometheus: bool = False
     # Keys from the file that we do not know (reported once at start).
     unknown_keys: list[str] = field(default_factory=list, repr=False)
 

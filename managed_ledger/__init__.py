@@ -1,7 +1,8 @@
 """Storage for the broker: Apache Pulsar's ManagedLedger / ManagedCursor concepts.
 
 ``api`` is the interface the service layer programs against; ``memory`` implements it in
-process memory. Every implementation must pass the contract suite in ``tests/managed_ledger``.
+process memory, ``file`` in segment files with group commit (the broker's default). Every
+implementation must pass the contract suite in ``tests/managed_ledger``.
 """
 
 from managed_ledger.api import (
@@ -24,6 +25,7 @@ from managed_ledger.api import (
     ReadCallback,
 )
 from managed_ledger.entry import Entry
+from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedger, MemoryManagedLedgerFactory
 from managed_ledger.memory_cursor import MemoryCursor
 from managed_ledger.position import Position
@@ -35,6 +37,8 @@ __all__ = [
     "CursorNotFoundError",
     "Entry",
     "EntryNotFoundError",
+    "FileManagedLedger",
+    "FileManagedLedgerFactory",
     "InitialPosition",
     "InvalidPositionError",
     "LedgerClosedError",

@@ -11,6 +11,10 @@ with ``call_soon_threadsafe``.
 Completions of one ordering domain (one cursor's reads, one ledger's adds) must never
 overtake each other: once one is posted, later ones queue behind it even if the stack is
 shallow by then. Each domain has its own ``OrderedCompleter``.
+
+Work that finishes elsewhere (a disk read on a worker thread) first ``reserve()``s its place in
+the order; completions issued after it (say, a cache hit) queue behind the reservation, and the
+reservation's ``fill`` (called on the loop, when the result is back) releases them in order.
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ from collections.abc import Callable
 _log = logging.getLogger(__name__)
 
 Completion = Callable[[], None]
+
+
+class _Slot:
+    """A reserved place in a domain's order; ``fn`` is None until the result is back."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self) -> None:
+        self.fn: Completion | None = None
 
 
 class NestingCounter:
@@ -45,7 +58,7 @@ class OrderedCompleter:
             raise ValueError("nesting limit must be >= 0")
         self._counter = counter
         self._limit = limit
-        self._posted: deque[Completion] = deque()
+        self._posted: deque[Completion | _Slot] = deque()
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -57,9 +70,25 @@ class OrderedCompleter:
         self._posted.append(fn)
         self._schedule()
 
+    def reserve(self) -> Callable[[Completion], None]:
+        """Take the next place in this domain's order for a completion that is not known yet.
+
+        Returns ``fill(fn)``: call it on the loop (exactly once) when the result is there; fn
+        then runs in its place, after everything completed before the reservation.
+        """
+        slot = _Slot()
+        self._posted.append(slot)
+
+        def fill(fn: Completion) -> None:
+            slot.fn = fn
+            if self._posted[0] is slot:
+                self._schedule()
+
+        return fill
+
     @property
     def pending(self) -> int:
-        """Completions posted but not yet run."""
+        """Completions posted or reserved but not yet run."""
         return len(self._posted)
 
     def _schedule(self) -> None:
@@ -72,11 +101,20 @@ class OrderedCompleter:
 
     def _drain(self) -> None:
         self._scheduled = False
+        posted = self._posted
         # Run only what was queued when this drain started: completions posted by these
         # callbacks wait for the next loop iteration, so a chain of reads cannot starve the loop.
-        for _ in range(len(self._posted)):
-            self._invoke(self._posted.popleft())
-        if self._posted:
+        for _ in range(len(posted)):
+            head = posted[0]
+            if isinstance(head, _Slot):
+                if head.fn is None:
+                    return  # waiting for a result; its fill() schedules the next drain
+                fn = head.fn
+            else:
+                fn = head
+            posted.popleft()
+            self._invoke(fn)
+        if posted and not (isinstance(posted[0], _Slot) and posted[0].fn is None):
             self._schedule()
 
     def _invoke(self, fn: Completion) -> None:

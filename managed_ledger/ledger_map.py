@@ -63,6 +63,25 @@ class LedgerMap:
         self.total_size += size
         return position
 
+    def add_stored_ledger(self, ledger_id: int, created_at: float, closed_at: float, entries: int, size: int) -> None:
+        """Append a closed ledger found in storage (recovery), after the ones added so far."""
+        if self._ids and ledger_id <= self._ids[-1]:
+            raise ValueError(f"ledger ids must grow: {ledger_id} after {self._ids[-1]}")
+        self._ids.append(ledger_id)
+        self._meta[ledger_id] = LedgerMeta(ledger_id, created_at, entries, size, closed_at)
+        self.number_of_entries += entries
+        self.total_size += size
+
+    def cut(self, ledger_id: int, entries: int, size: int) -> None:
+        """Shrink a ledger to its first ``entries`` entries of ``size`` bytes (failed adds)."""
+        meta = self._meta[ledger_id]
+        if entries > meta.entries:
+            raise ValueError(f"cannot grow ledger {ledger_id} by cutting it")
+        self.number_of_entries -= meta.entries - entries
+        self.total_size -= meta.size - size
+        meta.entries = entries
+        meta.size = size
+
     def remove(self, ledger_id: int) -> LedgerMeta:
         """Forget a ledger (trimming). The current ledger cannot be removed."""
         if ledger_id == self._ids[-1]:

@@ -1,92 +1,315 @@
 """Prometheus exposition with Apache Pulsar's metric names and labels.
 
-A custom collector reads the live broker objects at scrape time (no per-message metric updates on
-the hot path). Counters such as pulsar_in_messages_total come from plain integers the topic keeps.
+A custom collector reads the live broker objects at scrape time; nothing is updated per message.
+Counters (pulsar_in_messages_total, ...) are the plain integers the service objects keep; rates
+(pulsar_rate_in, ...) come from the StatsSampler's snapshot over the last stats interval. The
+per-topic and per-subscription values are taken from the same builders as the admin stats JSON,
+so /metrics and ``.../stats`` always agree.
+
+Labels: ``cluster`` everywhere; ``namespace`` and ``topic`` (full name, partitions included) at
+topic level (exposeTopicLevelMetricsInPrometheus, default on; off = one series per namespace plus
+pulsar_topics_count); ``subscription`` at subscription level; ``consumer_name``/``consumer_id`` and
+``producer_name``/``producer_id`` when the consumer / producer level is enabled.
+
+Our own (prefix ``pulsar_py_``): the permit-invariant drift count per subscription, and, when the
+managed-ledger factory exposes a ``stats`` object, its fsync latency histogram and read-cache hit
+ratio (see ``LedgerStorageStats``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from broker.admin.stats import StatsSampler, topic_stats
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
+TOPIC_LABELS = ["cluster", "namespace", "topic"]
+SUB_LABELS = [*TOPIC_LABELS, "subscription"]
+
+
+class HistogramSnapshot(Protocol):
+    count: int
+    total: float  # sum of the observations
+
+    def cumulative(self) -> Sequence[tuple[float, int]]:
+        """(upper bound, observations <= it), ascending, +Inf last."""
+
+
+class LedgerStorageStats(Protocol):
+    """What /metrics reads from ``service.ledger_factory.stats`` when the storage has one (the file
+    ledger's FileLedgerStats). Every member is optional, read with getattr: a storage without
+    fsyncs or without a cache simply leaves those series out.
+
+    - ``fsync_latency`` / ``group_commit_size``: objects with ``snapshot() -> HistogramSnapshot``
+    - ``cache_hits_total`` / ``cache_misses_total``: read-cache lookups
+    - ``*_total`` integers listed in ``_LEDGER_COUNTERS``
+    """
+
+
+# Integer counters of the storage stats exported as pulsar_py_ledger_<name>_total.
+_LEDGER_COUNTERS = (
+    ("entries_written_total", "Entries made durable"),
+    ("bytes_written_total", "Bytes appended to ledger files"),
+    ("cursor_persists_total", "Cursor (subscription position) states written"),
+    ("corrupt_records_total", "Bad records found by recovery or reads"),
+    ("truncated_bytes_total", "Bytes cut from ledger file tails by recovery"),
+    ("write_errors_total", "Write or sync failures (each fences a managed ledger)"),
+    ("read_errors_total", "Reads that failed"),
+)
+_LEDGER_HISTOGRAMS = (
+    ("fsync_latency", "pulsar_py_ledger_fsync_latency_seconds", "Time an fsync of appended entries took"),
+    ("group_commit_size", "pulsar_py_ledger_group_commit_entries", "Entries made durable by one fsync"),
+)
+
+
+# (metric name, help, key in the topic stats JSON) for gauges taken straight from the stats.
+_TOPIC_GAUGES = (
+    ("pulsar_rate_in", "Messages published per second (last stats interval)", "msgRateIn"),
+    ("pulsar_rate_out", "Messages delivered per second (last stats interval)", "msgRateOut"),
+    ("pulsar_throughput_in", "Bytes published per second (last stats interval)", "msgThroughputIn"),
+    ("pulsar_throughput_out", "Bytes delivered per second (last stats interval)", "msgThroughputOut"),
+    ("pulsar_storage_size", "Bytes stored for the topic", "storageSize"),
+    ("pulsar_storage_logical_size", "Bytes of entry data of the topic (no replication here)", "storageSize"),
+    ("pulsar_storage_backlog_size", "Estimated bytes not yet acknowledged by the slowest subscription",
+     "backlogSize"),
+    ("pulsar_storage_offloaded_size", "Bytes offloaded to tiered storage (none here)", "offloadedStorageSize"),
+)
+_SUB_GAUGES = (
+    ("pulsar_subscription_back_log", "Entries after the mark-delete position", "msgBacklog"),
+    ("pulsar_subscription_back_log_no_delayed", "Backlog without delayed messages", "msgBacklogNoDelayed"),
+    ("pulsar_subscription_delayed", "Messages waiting for their delivery time", "msgDelayed"),
+    ("pulsar_subscription_msg_rate_redeliver", "Messages redelivered per second", "msgRateRedeliver"),
+    ("pulsar_subscription_unacked_messages", "Delivered, not acknowledged", "unackedMessages"),
+    ("pulsar_subscription_msg_rate_out", "Messages delivered per second", "msgRateOut"),
+    ("pulsar_subscription_msg_throughput_out", "Bytes delivered per second", "msgThroughputOut"),
+    ("pulsar_subscription_msg_ack_rate", "Acknowledgements per second", "messageAckRate"),
+    ("pulsar_subscription_msg_rate_expired", "Messages expired (TTL) per second", "msgRateExpired"),
+    ("pulsar_subscription_total_msg_expired", "Messages expired (TTL) in total", "totalMsgExpired"),
+    ("pulsar_subscription_last_expire_timestamp", "Last expiry (epoch ms)", "lastExpireTimestamp"),
+    ("pulsar_subscription_last_acked_timestamp", "Last ack (epoch ms)", "lastAckedTimestamp"),
+    ("pulsar_subscription_last_consumed_flow_timestamp", "Last flow (epoch ms)", "lastConsumedFlowTimestamp"),
+    ("pulsar_subscription_last_consumed_timestamp", "Last delivery (epoch ms)", "lastConsumedTimestamp"),
+    ("pulsar_subscription_last_mark_delete_advanced_timestamp", "Last mark-delete move (epoch ms)",
+     "lastMarkDeleteAdvancedTimestamp"),
+)
+
+
+class _Families:
+    """Metric families created on first use, in a stable order, for one scrape."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = GaugeMetricFamily(name, doc, labels=labels)
+        assert isinstance(family, GaugeMetricFamily)
+        return family
+
+    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = CounterMetricFamily(name, doc, labels=labels)
+        assert isinstance(family, CounterMetricFamily)
+        return family
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
 
 class BrokerCollector(Collector):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, sampler: StatsSampler) -> None:
         self.server = server
+        self.sampler = sampler
 
     def collect(self) -> Iterator[Metric]:
         server = self.server
         service = server.service
-        cluster = server.config.clusterName
-        topics = list(service.topics.values())
+        cfg = server.config
+        cluster = cfg.clusterName
+        topics = [t for t in service.topics.values() if not t.closed]
+        stats = {t: topic_stats(t, self.sampler) for t in topics}
+        f = _Families()
+        by_topic = cfg.exposeTopicLevelMetricsInPrometheus
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=["cluster"])
-            g.add_metric([cluster], value)
-            return g
+        def broker(name: str, doc: str, value: float) -> None:
+            f.gauge(name, doc, ["cluster"]).add_metric([cluster], value)
 
-        subs = [s for t in topics for s in t.subscriptions.values()]
-        yield gauge("pulsar_broker_topics_count", "Topics loaded", len(topics))
-        yield gauge("pulsar_broker_subscriptions_count", "Subscriptions", len(subs))
-        yield gauge("pulsar_broker_producers_count", "Producers", sum(len(t.producers) for t in topics))
-        yield gauge("pulsar_broker_consumers_count", "Consumers", sum(len(s.consumers) for s in subs))
-        yield gauge("pulsar_active_connections", "Open client connections", len(server.connections))
-        yield gauge("pulsar_connection_created_total_count", "Connections opened", server.connections_created)
-        yield gauge("pulsar_connection_closed_total_count", "Connections closed", server.connections_closed)
+        sub_stats = [s for st in stats.values() for s in st["subscriptions"].values()]
+        broker("pulsar_broker_topics_count", "Topics loaded", len(topics))
+        broker("pulsar_broker_subscriptions_count", "Subscriptions", len(sub_stats))
+        broker("pulsar_broker_producers_count", "Producers", sum(len(t.producers) for t in topics))
+        broker("pulsar_broker_consumers_count", "Consumers", sum(len(s["consumers"]) for s in sub_stats))
+        broker("pulsar_broker_rate_in", "Messages published per second", sum(s["msgRateIn"] for s in stats.values()))
+        broker("pulsar_broker_rate_out", "Messages delivered per second",
+               sum(s["msgRateOut"] for s in stats.values()))
+        broker("pulsar_broker_throughput_in", "Bytes published per second",
+               sum(s["msgThroughputIn"] for s in stats.values()))
+        broker("pulsar_broker_throughput_out", "Bytes delivered per second",
+               sum(s["msgThroughputOut"] for s in stats.values()))
+        broker("pulsar_broker_storage_size", "Bytes stored", sum(s["storageSize"] for s in stats.values()))
+        broker("pulsar_broker_msg_backlog", "Entries not yet acknowledged, all subscriptions",
+               sum(s["msgBacklog"] for s in sub_stats))
+        broker("pulsar_active_connections", "Open client connections", len(server.connections))
+        broker("pulsar_connection_created_total_count", "Connections opened", server.connections_created)
+        broker("pulsar_connection_closed_total_count", "Connections closed", server.connections_closed)
 
-        tl = ["cluster", "namespace", "topic"]
-        producers = GaugeMetricFamily("pulsar_producers_count", "Producers of the topic", labels=tl)
-        consumers = GaugeMetricFamily("pulsar_consumers_count", "Consumers of the topic", labels=tl)
-        subs_count = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions of the topic", labels=tl)
-        storage = GaugeMetricFamily("pulsar_storage_size", "Bytes stored for the topic", labels=tl)
-        backlog = GaugeMetricFamily("pulsar_msg_backlog", "Entries not yet acknowledged, all subscriptions",
-                                    labels=tl)
-        in_msgs = CounterMetricFamily("pulsar_in_messages", "Messages published to the topic", labels=tl)
-        in_bytes = CounterMetricFamily("pulsar_in_bytes", "Bytes published to the topic", labels=tl)
-        sl = [*tl, "subscription"]
-        sub_backlog = GaugeMetricFamily("pulsar_subscription_back_log", "Entries after the mark-delete position",
-                                        labels=sl)
-        sub_unacked = GaugeMetricFamily("pulsar_subscription_unacked_messages", "Delivered, not acknowledged",
-                                        labels=sl)
-        sub_consumers = GaugeMetricFamily("pulsar_subscription_consumers_count", "Consumers of the subscription",
-                                          labels=sl)
-        out_msgs = CounterMetricFamily("pulsar_out_messages", "Messages delivered by the subscription", labels=sl)
-        out_bytes = CounterMetricFamily("pulsar_out_bytes", "Bytes delivered by the subscription", labels=sl)
-        drift = GaugeMetricFamily("pulsar_py_permit_invariant_drift", "Times the dispatcher permit total drifted "
-                                  "from the sum over consumers (must stay 0)", labels=sl)
-        for t in topics:
-            labels = [cluster, t.name.namespace, t.full_name]
-            producers.add_metric(labels, len(t.producers))
-            tsubs = list(t.subscriptions.values())
-            consumers.add_metric(labels, sum(len(s.consumers) for s in tsubs))
-            subs_count.add_metric(labels, len(tsubs))
-            storage.add_metric(labels, t.ledger.total_size)
-            backlog.add_metric(labels, sum(s.backlog for s in tsubs))
-            in_msgs.add_metric(labels, t.msg_in)
-            in_bytes.add_metric(labels, t.bytes_in)
-            for s in tsubs:
-                slabels = [*labels, s.name]
-                cs = s.consumers
-                sub_backlog.add_metric(slabels, s.backlog)
-                sub_unacked.add_metric(slabels, sum(c.unacked_messages for c in cs))
-                sub_consumers.add_metric(slabels, len(cs))
-                out_msgs.add_metric(slabels, sum(c.msg_out for c in cs))
-                out_bytes.add_metric(slabels, sum(c.bytes_out for c in cs))
-                drift.add_metric(slabels, s.dispatcher.invariant_drift_count if s.dispatcher else 0)
-        yield from (producers, consumers, subs_count, storage, backlog, in_msgs, in_bytes,
-                    sub_backlog, sub_unacked, sub_consumers, out_msgs, out_bytes, drift)
+        if by_topic:
+            self._topic_level(f, cluster, stats)
+        else:
+            self._namespace_level(f, cluster, stats)
+        yield from f
+        yield from self._ledger_storage()
+
+    def _topic_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
+        cfg = self.server.config
+        for topic, st in stats.items():
+            labels = [cluster, topic.name.namespace, topic.full_name]
+            subs = st["subscriptions"]
+            f.gauge("pulsar_subscriptions_count", "Subscriptions of the topic", TOPIC_LABELS).add_metric(
+                labels, len(subs))
+            f.gauge("pulsar_producers_count", "Producers of the topic", TOPIC_LABELS).add_metric(
+                labels, len(st["publishers"]))
+            f.gauge("pulsar_consumers_count", "Consumers of the topic", TOPIC_LABELS).add_metric(
+                labels, sum(len(s["consumers"]) for s in subs.values()))
+            for name, doc, key in _TOPIC_GAUGES:
+                f.gauge(name, doc, TOPIC_LABELS).add_metric(labels, st[key])
+            f.gauge("pulsar_average_msg_size", "Average published message size (bytes)", TOPIC_LABELS).add_metric(
+                labels, st["averageMsgSize"])
+            f.gauge("pulsar_msg_backlog", "Entries not yet acknowledged, all subscriptions",
+                    TOPIC_LABELS).add_metric(labels, sum(s["msgBacklog"] for s in subs.values()))
+            f.gauge("pulsar_storage_write_rate", "Entries written per second", TOPIC_LABELS).add_metric(
+                labels, self.sampler.topic_entries_in.get(topic, 0.0))
+            f.counter("pulsar_in_bytes", "Bytes published to the topic", TOPIC_LABELS).add_metric(
+                labels, st["bytesInCounter"])
+            f.counter("pulsar_in_messages", "Messages published to the topic", TOPIC_LABELS).add_metric(
+                labels, st["msgInCounter"])
+            if cfg.exposeProducerLevelMetricsInPrometheus:
+                self._producers(f, labels, topic)
+            for sub_name, s in subs.items():
+                sub_labels = [*labels, sub_name]
+                for name, doc, key in _SUB_GAUGES:
+                    f.gauge(name, doc, SUB_LABELS).add_metric(sub_labels, float(s[key]))
+                f.gauge("pulsar_subscription_blocked_on_unacked_messages", "1 when blocked on unacked messages",
+                        SUB_LABELS).add_metric(sub_labels, 1.0 if s["blockedSubscriptionOnUnackedMsgs"] else 0.0)
+                f.gauge("pulsar_subscription_consumers_count", "Consumers of the subscription",
+                        SUB_LABELS).add_metric(sub_labels, len(s["consumers"]))
+                f.counter("pulsar_out_bytes", "Bytes delivered by the subscription", SUB_LABELS).add_metric(
+                    sub_labels, s["bytesOutCounter"])
+                f.counter("pulsar_out_messages", "Messages delivered by the subscription", SUB_LABELS).add_metric(
+                    sub_labels, s["msgOutCounter"])
+                sub = topic.subscriptions.get(sub_name)
+                dispatcher = sub.dispatcher if sub is not None else None
+                f.gauge("pulsar_py_permit_invariant_drift", "Times the dispatcher permit total drifted from the "
+                        "sum over consumers (must stay 0)", SUB_LABELS).add_metric(
+                    sub_labels, dispatcher.invariant_drift_count if dispatcher is not None else 0)
+                if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
+                    self._consumers(f, sub_labels, sub)
+
+    def _producers(self, f: _Families, labels: list[str], topic: Any) -> None:
+        pl = [*TOPIC_LABELS, "producer_name", "producer_id"]
+        for p in topic.producers.values():
+            rate = self.sampler.producer_in.get(p)
+            msgs, nbytes = (rate.msgs, rate.bytes) if rate is not None else (0.0, 0.0)
+            plabels = [*labels, p.name, str(p.producer_id)]
+            f.gauge("pulsar_producer_msg_rate_in", "Messages published per second", pl).add_metric(plabels, msgs)
+            f.gauge("pulsar_producer_msg_throughput_in", "Bytes published per second", pl).add_metric(
+                plabels, nbytes)
+            f.gauge("pulsar_producer_msg_average_Size", "Average message size (bytes)", pl).add_metric(
+                plabels, nbytes / msgs if msgs else 0.0)
+
+    def _consumers(self, f: _Families, sub_labels: list[str], sub: Any) -> None:
+        cl = [*SUB_LABELS, "consumer_name", "consumer_id"]
+        for c in sub.consumers:
+            rate = self.sampler.consumer_out.get(c)
+            clabels = [*sub_labels, c.name, str(c.consumer_id)]
+            f.gauge("pulsar_consumer_msg_rate_out", "Messages delivered per second", cl).add_metric(
+                clabels, rate.msgs if rate is not None else 0.0)
+            f.gauge("pulsar_consumer_msg_throughput_out", "Bytes delivered per second", cl).add_metric(
+                clabels, rate.bytes if rate is not None else 0.0)
+            f.gauge("pulsar_consumer_msg_rate_redeliver", "Messages redelivered per second", cl).add_metric(
+                clabels, self.sampler.consumer_redeliver.get(c, 0.0))
+            f.gauge("pulsar_consumer_unacked_messages", "Delivered, not acknowledged", cl).add_metric(
+                clabels, c.unacked_messages)
+            f.gauge("pulsar_consumer_blocked_on_unacked_messages", "1 when blocked on unacked messages",
+                    cl).add_metric(clabels, 1.0 if getattr(c, "blocked", False) else 0.0)
+            f.gauge("pulsar_consumer_available_permits", "Permits the consumer has granted", cl).add_metric(
+                clabels, max(c.permits, 0))
+
+    def _namespace_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
+        """Pulsar's aggregation when topic-level metrics are off: one series per namespace."""
+        sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for topic, st in stats.items():
+            ns = sums[topic.name.namespace]
+            subs = st["subscriptions"].values()
+            ns["pulsar_topics_count"] += 1
+            ns["pulsar_subscriptions_count"] += len(st["subscriptions"])
+            ns["pulsar_producers_count"] += len(st["publishers"])
+            ns["pulsar_consumers_count"] += sum(len(s["consumers"]) for s in subs)
+            for name, _doc, key in _TOPIC_GAUGES:
+                ns[name] += st[key]
+            ns["pulsar_msg_backlog"] += sum(s["msgBacklog"] for s in subs)
+            ns["pulsar_in_bytes"] += st["bytesInCounter"]
+            ns["pulsar_in_messages"] += st["msgInCounter"]
+            ns["pulsar_out_bytes"] += st["bytesOutCounter"]
+            ns["pulsar_out_messages"] += st["msgOutCounter"]
+        nl = ["cluster", "namespace"]
+        for namespace, values in sorted(sums.items()):
+            for name, value in values.items():
+                if name in ("pulsar_in_bytes", "pulsar_in_messages", "pulsar_out_bytes", "pulsar_out_messages"):
+                    f.counter(name, "Namespace total", nl).add_metric([cluster, namespace], value)
+                else:
+                    f.gauge(name, "Namespace total", nl).add_metric([cluster, namespace], value)
+
+    def _ledger_storage(self) -> Iterator[Metric]:
+        stats = getattr(self.server.service.ledger_factory, "stats", None)
+        if stats is None:
+            return
+        labels = [self.server.config.clusterName]
+        for attr, name, doc in _LEDGER_HISTOGRAMS:
+            histogram = getattr(stats, attr, None)
+            snapshot = getattr(histogram, "snapshot", None)
+            if snapshot is None:
+                continue
+            snap: HistogramSnapshot = snapshot()
+            buckets = [("+Inf" if math.isinf(le) else repr(float(le)), float(n)) for le, n in snap.cumulative()]
+            if not buckets or buckets[-1][0] != "+Inf":
+                buckets.append(("+Inf", float(snap.count)))
+            h = HistogramMetricFamily(name, doc, labels=["cluster"])
+            h.add_metric(labels, buckets, float(snap.total))
+            yield h
+        for attr, doc in _LEDGER_COUNTERS:
+            value = getattr(stats, attr, None)
+            if isinstance(value, int):
+                c = CounterMetricFamily(f"pulsar_py_ledger_{attr.removesuffix('_total')}", doc, labels=["cluster"])
+                c.add_metric(labels, float(value))
+                yield c
+        hits = getattr(stats, "cache_hits_total", None)
+        misses = getattr(stats, "cache_misses_total", None)
+        if isinstance(hits, int) and isinstance(misses, int):
+            for name, value in (("pulsar_py_ledger_cache_hits", hits), ("pulsar_py_ledger_cache_misses", misses)):
+                c = CounterMetricFamily(name, "Managed-ledger read-cache lookups", labels=["cluster"])
+                c.add_metric(labels, float(value))
+                yield c
+            ratio = GaugeMetricFamily("pulsar_py_ledger_cache_hit_ratio", "Read-cache hits / lookups",
+                                      labels=["cluster"])
+            ratio.add_metric(labels, hits / (hits + misses) if hits + misses else 0.0)
+            yield ratio
 
 
-def make_registry(server: BrokerServer) -> CollectorRegistry:
+def make_registry(server: BrokerServer, sampler: StatsSampler) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(server))
+    registry.register(BrokerCollector(server, sampler))
     return registry
 
 

@@ -3,24 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.config import BrokerConfig
 from broker.errors import NotAllowedError, TopicNotFoundError
+from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
+from broker.service import admin_ops
+from broker.service.backlog_quota import BacklogQuotaManager
+from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 
 log = logging.getLogger(__name__)
 
 # Names of topics the broker uses itself; never listed to clients.
 SYSTEM_TOPIC_MARKERS = ("__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
+MB = 1024 * 1024
+
+
+class AutoTopicCreation(NamedTuple):
+    """The effective auto-creation rule of a namespace (its override, else the broker settings)."""
+
+    allowed: bool
+    partitioned: bool
+    default_partitions: int
 
 
 class BrokerService:
@@ -38,13 +55,45 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._producer_names = itertools.count()
+        # Topics being unloaded or deleted: a load of the same name waits for that to finish, so
+        # a client reconnecting at once never gets the managed ledger that is being closed.
+        self._unloading: dict[str, asyncio.Future[None]] = {}
+        self.backlog_quotas = BacklogQuotaManager(self)
+        self.expiry_stats = admin_ops.ExpiryStats()
+        # Housekeeping, started with the first loaded topic (there is nothing to do before) and
+        # stopped in close().
+        self._housekeeping = [PeriodicTask("message-expiry", config.messageExpiryCheckIntervalInMinutes * 60,
+                                           self.expire_messages)]
+        if config.backlogQuotaCheckEnabled:
+            self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
+                                                   self.backlog_quotas.check_all))
         self.closed = False
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
-        kind = self.config.managedLedgerStorage
-        if kind != "memory":
-            raise ValueError(f"managedLedgerStorage={kind!r} is not available yet (only 'memory')")
-        return MemoryManagedLedgerFactory()
+        cfg = self.config
+        # Rollover settings (kept here with the storage choice; retention is per namespace).
+        self.ledger_config = dataclasses.replace(
+            self.ledger_config,
+            max_size_per_ledger_bytes=cfg.managedLedgerMaxSizePerLedgerMbytes * MB,
+            max_ledger_rollover_time_s=cfg.managedLedgerMaxLedgerRolloverTimeMinutes * 60,
+            min_ledger_rollover_time_s=cfg.managedLedgerMinLedgerRolloverTimeMinutes * 60,
+        )
+        kind = cfg.managedLedgerStorage
+        if kind not in ("file", "memory"):
+            raise ValueError(f"managedLedgerStorage={kind!r}: expected 'file' or 'memory'")
+        if kind == "memory":
+            return MemoryManagedLedgerFactory()
+        if self.data_dir is None:
+            # An empty dataDir keeps nothing on disk (metadata neither): topics live in memory.
+            log.warning("managedLedgerStorage=file without a dataDir: topics are kept in memory")
+            return MemoryManagedLedgerFactory()
+        rate = cfg.managedLedgerDefaultMarkDeleteRateLimit
+        return FileManagedLedgerFactory(
+            str(self.data_dir / "ledgers"),
+            sync=cfg.managedLedgerSyncData,
+            cache_size_bytes=self.ledger_config.cache_size_bytes,
+            cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
+        )
 
     def generate_producer_name(self) -> str:
         return f"{self.config.clusterName}-0-{next(self._producer_names)}"
@@ -57,10 +106,17 @@ class BrokerService:
     def get_topic_if_loaded(self, name: TopicName) -> PersistentTopic | None:
         return self.topics.get(name.full)
 
-    async def get_topic(self, name: TopicName, create: bool) -> PersistentTopic:
+    async def get_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> PersistentTopic:
+        """The loaded topic, loading it if stored. A topic that does not exist is created when
+        ``create`` and the namespace's auto-creation rule allow it, or always when ``explicit``
+        (an admin create)."""
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
+        unloading = self._unloading.get(name.full)
+        if unloading is not None:
+            await asyncio.shield(unloading)
+            return await self.get_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
         if not name.persistent:
@@ -73,15 +129,18 @@ class BrokerService:
         if not exists:
             base = name.base
             is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
-            if not is_partition and not (create and self.config.allowAutoTopicCreation):
+            allowed = explicit or (create and self.auto_topic_creation(name.namespace).allowed)
+            if not is_partition and not allowed:
                 raise TopicNotFoundError(f"Topic {name} does not exist")
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
         try:
-            ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config)
+            ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
             topic = PersistentTopic(self, name, ledger)
             self.topics[name.full] = topic
             fut.set_result(topic)
+            for task in self._housekeeping:
+                task.start()
             return topic
         except BaseException as exc:
             fut.set_exception(exc)
@@ -98,12 +157,55 @@ class BrokerService:
         n = self.metadata.partitions_of(name.full)
         if n > 0:
             return n
-        cfg = self.config
-        if (auto_create and cfg.allowAutoTopicCreation and cfg.allowAutoTopicCreationType == "partitioned"
+        rule = self.auto_topic_creation(name.namespace)
+        if (auto_create and rule.allowed and rule.partitioned
                 and name.persistence_path not in self.ledger_factory.list_names()):
-            self.metadata.set_partitions(name.full, cfg.defaultNumPartitions)
-            return cfg.defaultNumPartitions
+            self.metadata.set_partitions(name.full, rule.default_partitions)
+            return rule.default_partitions
         return 0
+
+    # -- namespace policies ----------------------------------------------------------------------------
+    def auto_topic_creation(self, namespace: str) -> AutoTopicCreation:
+        override = self.metadata.policy(namespace, P.AUTO_TOPIC_CREATION)
+        cfg = self.config
+        if override is None:
+            return AutoTopicCreation(cfg.allowAutoTopicCreation, cfg.allowAutoTopicCreationType == "partitioned",
+                                     cfg.defaultNumPartitions)
+        partitioned = override.get("topicType") == "partitioned"
+        return AutoTopicCreation(bool(override.get("allowAutoTopicCreation")), partitioned,
+                                 int(override.get("defaultNumPartitions") or cfg.defaultNumPartitions))
+
+    def message_ttl(self, namespace: str) -> int:
+        """Seconds after which unacknowledged messages expire; 0 = never."""
+        ttl = self.metadata.policy(namespace, P.MESSAGE_TTL)
+        return int(self.config.ttlDurationDefaultInSeconds if ttl is None else ttl)
+
+    def retention(self, namespace: str) -> dict[str, int]:
+        stored = self.metadata.policy(namespace, P.RETENTION)
+        if stored is not None:
+            return dict(stored)
+        return {"retentionTimeInMinutes": self.config.defaultRetentionTimeInMinutes,
+                "retentionSizeInMB": self.config.defaultRetentionSizeInMB}
+
+    def ledger_config_for(self, name: TopicName) -> ManagedLedgerConfig:
+        """The managed-ledger settings with the namespace's retention (applied when a topic loads:
+        an open managed ledger keeps the settings it was opened with)."""
+        r = self.retention(name.namespace)
+        minutes, size_mb = r["retentionTimeInMinutes"], r["retentionSizeInMB"]
+        return dataclasses.replace(self.ledger_config,
+                                   retention_time_s=-1 if minutes < 0 else minutes * 60,
+                                   retention_size_bytes=-1 if size_mb < 0 else size_mb * MB)
+
+    async def expire_messages(self) -> None:
+        """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
+        now_ms = int(time.time() * 1000)
+        for topic in list(self.topics.values()):
+            ttl = self.message_ttl(topic.name.namespace)
+            if ttl <= 0 or topic.closed:
+                continue
+            for cursor in list(topic.ledger.cursors.values()):
+                expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
+                self.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """Persistent (mode 0), non-persistent (1) or all (2) topics, including partitions."""
@@ -120,14 +222,46 @@ class BrokerService:
         return sorted(n for n in names if not any(m in n for m in SYSTEM_TOPIC_MARKERS))
 
     async def delete_topic(self, name: TopicName) -> None:
-        topic = self.topics.pop(name.full, None)
-        if topic is not None:
+        async def delete() -> None:
+            topic = self.topics.pop(name.full, None)
+            if topic is not None:
+                await topic.close()
+            if name.persistence_path in self.ledger_factory.list_names():
+                await self.ledger_factory.delete(name.persistence_path)
+            self.expiry_stats.forget(name.full)
+
+        await self._while_unloading(name, delete)
+
+    async def unload_topic(self, name: TopicName) -> bool:
+        """Close the topic (its data stays); it is loaded again on next use. False if not loaded."""
+        topic = self.topics.get(name.full)
+        if topic is None:
+            return False
+
+        async def unload() -> None:
+            self.topics.pop(name.full, None)
+            admin_ops.disconnect_clients(topic)
             await topic.close()
-        if name.persistence_path in self.ledger_factory.list_names():
-            await self.ledger_factory.delete(name.persistence_path)
+
+        await self._while_unloading(name, unload)
+        return True
+
+    async def _while_unloading(self, name: TopicName, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` as the only unload/delete of ``name``; loads of the name wait for it."""
+        while (previous := self._unloading.get(name.full)) is not None:
+            await asyncio.shield(previous)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._unloading[name.full] = done
+        try:
+            await work()
+        finally:
+            del self._unloading[name.full]
+            done.set_result(None)
 
     async def close(self) -> None:
         self.closed = True
+        for task in self._housekeeping:
+            await task.stop()
         waits: list[Awaitable[None]] = [t.close() for t in self.topics.values()]
         await asyncio.gather(*waits, return_exceptions=True)
         self.topics.clear()

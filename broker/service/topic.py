@@ -64,6 +64,8 @@ class PersistentTopic:
     # -- producers ---------------------------------------------------------------------------------
     def add_producer(self, producer: Producer, request_id: int) -> bool:
         """Attach ``producer``. Returns False when it is queued (WaitForExclusive)."""
+        # Backlog quota (producer_request_hold / producer_exception): refuse while exceeded.
+        self.service.backlog_quotas.check_producer(self)
         existing = self.producers.get(producer.name)
         if existing is not None:
             same_owner = (existing.cnx is producer.cnx and existing.producer_id == producer.producer_id)

@@ -64,6 +64,7 @@ class Gate(MemoryManagedLedgerFactory):
 @pytest.fixture
 async def gated() -> AsyncIterator[tuple[BrokerServer, Gate]]:
     cfg = BrokerConfig(brokerServicePort=0, webServicePort=0, bindAddress="127.0.0.1", dataDir="",
+                       managedLedgerStorage="memory",
                        maxPendingPublishRequestsPerConnection=10, maxMessagePublishBufferSizeInMB=1)
     server = BrokerServer(cfg)
     gate = Gate()
@@ -294,11 +295,17 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
     async with Broker() as b:
         assert b.server is not None
         server = b.server
-        await assert_healthy(b)
-        await wait_for(lambda: not server.connections, "the health check connection to close")
+        topics = [f"persistent://public/default/storm-{i}" for i in range(5)]
+        # Load the topics first: the broker's own housekeeping tasks start with the first topic.
+        warm = await WireClient.open(port_of(b))
+        await warm.connect()
+        for i, t in enumerate(topics):
+            warm.send(producer_cmd(t, i, i))
+            assert (await warm.recv()).type == T.PRODUCER_SUCCESS
+        warm.close()
+        await wait_for(lambda: not server.connections, "the warm-up connection to close")
         tasks_before = len(asyncio.all_tasks())
         fds_before = len(os.listdir("/proc/self/fd"))
-        topics = [f"persistent://public/default/storm-{i}" for i in range(5)]
         clients: list[WireClient] = []
         for i in range(1000):
             c = await WireClient.open(port_of(b))

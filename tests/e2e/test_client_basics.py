@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pulsar
@@ -120,17 +121,20 @@ def test_key_shared_keeps_keys_on_one_consumer(client: pulsar.Client) -> None:
     owner: dict[str, int] = {}
     seen = 0
     order: dict[str, list[int]] = {}
+    deadline = time.monotonic() + 30
     while seen < 60:
+        assert time.monotonic() < deadline, f"only {seen} of 60 received"
         for idx, c in enumerate(consumers):
-            try:
-                m = c.receive(timeout_millis=200)
-            except pulsar.Timeout:
-                continue
-            c.acknowledge(m)
-            key = m.partition_key()
-            assert owner.setdefault(key, idx) == idx, "a key moved between consumers"
-            order.setdefault(key, []).append(int(m.data()))
-            seen += 1
+            while True:  # drain what this consumer has, then move on
+                try:
+                    m = c.receive(timeout_millis=50)
+                except pulsar.Timeout:
+                    break
+                c.acknowledge(m)
+                key = m.partition_key()
+                assert owner.setdefault(key, idx) == idx, "a key moved between consumers"
+                order.setdefault(key, []).append(int(m.data()))
+                seen += 1
     for values in order.values():
         assert values == sorted(values)
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from managed_ledger import ManagedLedgerFactory, MemoryManagedLedgerFactory
+from managed_ledger.file import FileManagedLedgerFactory
 
 
 class FakeClock:
@@ -27,4 +28,6 @@ FactoryBuilder = Callable[[Path, FakeClock], ManagedLedgerFactory]
 # build a factory that stores under a fresh directory.
 IMPLEMENTATIONS: dict[str, FactoryBuilder] = {
     "memory": lambda tmp_path, clock: MemoryManagedLedgerFactory(clock=clock),
+    # Real files, fsync on (the production setting).
+    "file": lambda tmp_path, clock: FileManagedLedgerFactory(str(tmp_path / "ledgers"), clock=clock),
 }

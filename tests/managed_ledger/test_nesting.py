@@ -24,9 +24,21 @@ async def test_chained_cached_reads_stay_within_the_nesting_limit(factory: Manag
                                  retention_time_s=-1, retention_size_bytes=-1)
     ml = await factory.open("chain", config)
     cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    confirmed = asyncio.Event()
+    added = 0
+
+    def on_added(position: Position | None, exc: BaseException | None) -> None:
+        nonlocal added
+        assert exc is None and position is not None
+        added += 1
+        if added == CHAIN:
+            confirmed.set()
+
     for i in range(CHAIN):
-        ml.add_entry(i.to_bytes(4, "big"), lambda p, e: None)
+        ml.add_entry(i.to_bytes(4, "big"), on_added)
     assert ml.number_of_entries == CHAIN
+    # Entries are readable once their add is confirmed (the file ledger confirms after fsync).
+    await asyncio.wait_for(confirmed.wait(), TIMEOUT)
 
     seen: list[Position] = []
     depths: list[int] = []

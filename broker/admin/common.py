@@ -1,0 +1,110 @@
+"""What every admin resource shares: JSON errors with Pulsar's statuses, body parsing, names.
+
+Errors are JSON ``{"reason": ...}`` with the status Pulsar's admin API uses: 404 missing tenant,
+namespace, topic or subscription; 409 already exists / conflict; 412 precondition (bad name,
+value out of range, busy); 400 malformed body; 405 operation not allowed on this kind of topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    ConsumerNotFoundError,
+    IncompatibleSchemaError,
+    InvalidTopicNameError,
+    NotAllowedError,
+    ProducerBusyError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
+from broker.metadata.policies import PolicyError
+from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
+
+log = logging.getLogger(__name__)
+DOMAINS = ("persistent", "non-persistent")
+NO_CONTENT = 204
+
+
+class HttpError(web.HTTPException):
+    def __init__(self, status: int, reason: str) -> None:
+        self.status_code = status
+        super().__init__(text=json.dumps({"reason": reason}), content_type="application/json")
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+def no_content() -> web.Response:
+    return web.Response(status=NO_CONTENT)
+
+
+async def read_body(request: web.Request) -> Any:
+    """The JSON body, or None when there is none."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise HttpError(400, "Request body is not valid JSON") from None
+
+
+def query_flag(request: web.Request, name: str, default: bool = False) -> bool:
+    value = request.query.get(name)
+    return default if value is None else value.lower() == "true"
+
+
+def int_param(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise HttpError(400, f"{what} must be an integer, got {value!r}") from None
+
+
+def check_name(name: str, what: str) -> None:
+    if not name or any(ch in name for ch in "/:\\ ") or name.startswith("."):
+        raise HttpError(412, f"Invalid {what} name '{name}'")
+
+
+# Broker errors -> HTTP status, as Pulsar's admin API answers them (most specific first);
+# anything else is a bad request.
+_STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ...] = (
+    (InvalidTopicNameError, 412),
+    (SubscriptionBusyError, 412),
+    (SubscriptionExistsError, 409),
+    ((TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, EntryNotFoundError), 404),
+    ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),
+    (NotAllowedError, 405),
+)
+
+
+def status_for(exc: BrokerError) -> int:
+    return next((status for kinds, status in _STATUS if isinstance(exc, kinds)), 400)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)  # type: ignore[no-any-return]
+    except HttpError:
+        raise
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        # aiohttp's own 404/405 for unknown paths: same JSON shape as every other error.
+        raise HttpError(exc.status, exc.reason) from None
+    except BrokerError as exc:
+        raise HttpError(status_for(exc), exc.message) from None
+    except PolicyError as exc:
+        raise HttpError(exc.status, exc.reason) from None
+    except Exception as exc:
+        log.exception("HTTP %s %s failed", request.method, request.path)
+        raise HttpError(500, f"Internal error: {exc}") from None

@@ -1,0 +1,222 @@
+"""Admin REST v2: tenants' namespaces and their policies (Pulsar's Namespaces resource).
+
+Every policy is stored in the metadata store (persisted at once) under Pulsar's Policies field
+name; an unset policy answers 204 with no body, as Pulsar does for a null value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.common import HttpError, check_name, json_response, no_content, query_flag, read_body
+from broker.metadata import policies as P
+from broker.service.schemas import STRATEGIES
+from broker.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+NS = "/admin/v2/namespaces/{tenant}/{ns}"
+
+
+class NamespacesResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/admin/v2/namespaces/{tenant}", self.list_namespaces)
+        r.add_get(NS, self.get_policies)
+        r.add_put(NS, self.create)
+        r.add_delete(NS, self.delete)
+        r.add_get(NS + "/topics", self.topics)
+        r.add_get(NS + "/deduplication", self.get_deduplication)
+        r.add_post(NS + "/deduplication", self.set_deduplication)
+        r.add_delete(NS + "/deduplication", self.set_deduplication)
+        r.add_get(NS + "/schemaCompatibilityStrategy", self.get_schema_strategy)
+        r.add_put(NS + "/schemaCompatibilityStrategy", self.put_schema_strategy)
+        r.add_get(NS + "/retention", self.get_retention)
+        r.add_post(NS + "/retention", self.set_retention)
+        r.add_delete(NS + "/retention", self.remove_retention)
+        r.add_get(NS + "/messageTTL", self.get_message_ttl)
+        r.add_post(NS + "/messageTTL", self.set_message_ttl)
+        r.add_delete(NS + "/messageTTL", self.remove_message_ttl)
+        r.add_get(NS + "/backlogQuotaMap", self.get_backlog_quota_map)
+        r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
+        r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
+        r.add_delete(NS + "/backlogQuota", self.remove_backlog_quota)
+        r.add_get(NS + "/autoTopicCreation", self.get_auto_topic_creation)
+        r.add_post(NS + "/autoTopicCreation", self.set_auto_topic_creation)
+        r.add_delete(NS + "/autoTopicCreation", self.remove_auto_topic_creation)
+
+    @property
+    def metadata(self) -> Any:
+        return self.web.metadata
+
+    def tenant(self, request: web.Request) -> str:
+        tenant = request.match_info["tenant"]
+        if tenant not in self.metadata.tenants:
+            raise HttpError(404, "Tenant does not exist")
+        return tenant
+
+    def namespace(self, request: web.Request) -> str:
+        self.tenant(request)
+        ns = f"{request.match_info['tenant']}/{request.match_info['ns']}"
+        if ns not in self.metadata.namespaces:
+            raise HttpError(404, "Namespace does not exist")
+        return ns
+
+    def _value_or_no_content(self, value: Any) -> web.Response:
+        return no_content() if value is None else json_response(value)
+
+    # -- namespaces ------------------------------------------------------------------------------
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        tenant = self.tenant(request)
+        return json_response(sorted(ns for ns in self.metadata.namespaces if ns.split("/")[0] == tenant))
+
+    async def get_policies(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        return json_response(P.policies_view(self.metadata.namespaces[ns], self.web.server.config.clusterName))
+
+    async def create(self, request: web.Request) -> web.Response:
+        tenant = self.tenant(request)
+        ns_name = request.match_info["ns"]
+        check_name(ns_name, "namespace")
+        ns = f"{tenant}/{ns_name}"
+        body = await read_body(request)
+        policies = P.validate_policies(body) if body is not None else {}
+        if ns in self.metadata.namespaces:
+            raise HttpError(409, "Namespace already exists")
+        self.metadata.namespaces[ns] = policies
+        self.metadata.save()
+        return no_content()
+
+    async def delete(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        service = self.web.service
+        topics = service.topics_of_namespace(ns, 2)
+        partitioned = [t for t in self.metadata.partitioned_topics if TopicName.parse(t).namespace == ns]
+        if (topics or partitioned) and not query_flag(request, "force"):
+            raise HttpError(409, "Cannot delete non empty namespace")
+        for name in topics:
+            await self.web.topics.delete_one(TopicName.parse(name), force=True)
+        for base in partitioned:
+            self.metadata.delete_partitioned(base)
+            service.schemas.delete(base)
+        del self.metadata.namespaces[ns]
+        self.metadata.save()
+        return no_content()
+
+    async def topics(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        mode = {"PERSISTENT": 0, "NON_PERSISTENT": 1, "ALL": 2}.get(request.query.get("mode", "PERSISTENT"), 0)
+        return json_response(self.web.service.topics_of_namespace(ns, mode))
+
+    # -- deduplication / schema compatibility ----------------------------------------------------------
+    async def get_deduplication(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        return json_response(self.metadata.policy(ns, P.DEDUPLICATION))
+
+    async def set_deduplication(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        value = None
+        if request.method != "DELETE":
+            value = await read_body(request)
+            if not isinstance(value, bool):
+                raise HttpError(400, "Deduplication must be true or false")
+        self.metadata.set_policy(ns, P.DEDUPLICATION, value)
+        return no_content()
+
+    async def get_schema_strategy(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        return json_response(self.metadata.policy(ns, P.SCHEMA_STRATEGY) or "UNDEFINED")
+
+    async def put_schema_strategy(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        value = await read_body(request)
+        if value not in STRATEGIES:
+            raise HttpError(400, f"Unknown schema compatibility strategy {value!r}; one of {', '.join(STRATEGIES)}")
+        self.metadata.set_policy(ns, P.SCHEMA_STRATEGY, value)
+        return no_content()
+
+    # -- retention -----------------------------------------------------------------------------------
+    async def get_retention(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.RETENTION))
+
+    async def set_retention(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        retention = P.parse_retention(await read_body(request))
+        quotas = self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}
+        if not all(P.check_quota_within_retention(q, retention) for q in quotas.values()):
+            raise HttpError(412, "Retention Quota must exceed configured backlog quota for namespace.")
+        self.metadata.set_policy(ns, P.RETENTION, retention)
+        return no_content()
+
+    async def remove_retention(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.RETENTION, None)
+        return no_content()
+
+    # -- message TTL ---------------------------------------------------------------------------------
+    async def get_message_ttl(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.MESSAGE_TTL))
+
+    async def set_message_ttl(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        self.metadata.set_policy(ns, P.MESSAGE_TTL, P.parse_message_ttl(await read_body(request)))
+        return no_content()
+
+    async def remove_message_ttl(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.MESSAGE_TTL, None)
+        return no_content()
+
+    # -- backlog quotas ------------------------------------------------------------------------------
+    async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
+        return json_response(self.metadata.policy(self.namespace(request), P.BACKLOG_QUOTA_MAP) or {})
+
+    async def get_backlog_quota(self, request: web.Request) -> web.Response:
+        """The quota of one type in force for the namespace (its own, else the broker default)."""
+        ns = self.namespace(request)
+        quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
+        stored = (self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
+        if stored is not None:
+            return json_response(stored)
+        cfg = self.web.server.config
+        size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
+        age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
+        return json_response({"limit": size, "limitSize": size, "limitTime": age,
+                              "policy": cfg.backlogQuotaDefaultRetentionPolicy})
+
+    async def set_backlog_quota(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
+        quota = P.parse_backlog_quota(await read_body(request))
+        if not P.check_quota_within_retention(quota, self.metadata.policy(ns, P.RETENTION)):
+            raise HttpError(412, "Backlog Quota exceeds configured retention quota for namespace. "
+                                 "Please increase retention quota and retry")
+        quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
+        quotas[quota_type] = quota
+        self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas)
+        return no_content()
+
+    async def remove_backlog_quota(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
+        quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
+        quotas.pop(quota_type, None)
+        self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
+        return no_content()
+
+    # -- auto topic creation -------------------------------------------------------------------------
+    async def get_auto_topic_creation(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.AUTO_TOPIC_CREATION))
+
+    async def set_auto_topic_creation(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        override = P.parse_auto_topic_creation(await read_body(request))
+        self.metadata.set_policy(ns, P.AUTO_TOPIC_CREATION, override)
+        return no_content()
+
+    async def remove_auto_topic_creation(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.AUTO_TOPIC_CREATION, None)
+        return no_content()

@@ -1,0 +1,86 @@
+"""Admin REST v2: topic schemas (Pulsar's SchemasResource), ``/admin/v2/schemas/{t}/{ns}/{topic}/schema``.
+
+The schema of a partitioned topic belongs to its base name; the domain is always persistent in
+the path (Pulsar builds the schema id the same way).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.common import HttpError, int_param, json_response, read_body
+from broker.errors import IncompatibleSchemaError
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.schemas import SCHEMA_TYPE_NAMES
+from broker.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+SCHEMA = "/admin/v2/schemas/{tenant}/{ns}/{topic}/schema"
+SCHEMA_TYPES = {name: value for value, name in SCHEMA_TYPE_NAMES.items()}
+
+
+class SchemasResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_get(SCHEMA, self.get)
+        r.add_get(SCHEMA + "/{version}", self.get)
+        r.add_post(SCHEMA, self.post)
+        r.add_delete(SCHEMA, self.delete)
+
+    def base_name(self, request: web.Request) -> TopicName:
+        self.web.namespaces.namespace(request)
+        m = request.match_info
+        return TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}").base
+
+    async def get(self, request: web.Request) -> web.Response:
+        name = self.base_name(request)
+        version = int_param(request.match_info["version"], "Schema version") if "version" in request.match_info \
+            else None
+        found = self.web.service.schemas.get(name.full, version)
+        if found is None:
+            raise HttpError(404, "Schema not found")
+        record, v = found
+        data = base64.b64decode(record["data"])
+        return json_response({"version": v, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),
+                              "timestamp": record["timestamp"], "data": data.decode("utf-8", "replace"),
+                              "properties": record.get("properties", {})})
+
+    async def post(self, request: web.Request) -> web.Response:
+        """Register a schema version (PostSchemaPayload {type, schema, properties}): 202 with the
+        version, 409 when the namespace's compatibility strategy refuses it."""
+        name = self.base_name(request)
+        body: Any = await read_body(request)
+        if not isinstance(body, dict):
+            raise HttpError(400, "Schema payload must be a JSON object {\"type\", \"schema\", \"properties\"}")
+        type_name = str(body.get("type", "")).upper()
+        if type_name not in SCHEMA_TYPES:
+            raise HttpError(422, f"Invalid schema type {body.get('type')!r}")
+        definition = body.get("schema") or ""
+        properties = body.get("properties") or {}
+        if not isinstance(definition, str) or not isinstance(properties, dict):
+            raise HttpError(422, "Invalid schema data: schema must be a string, properties an object")
+        schema = pb.Schema(name=name.local_name, schema_data=definition.encode(),
+                           type=SCHEMA_TYPES[type_name])  # type: ignore[arg-type]
+        for k, v in sorted(properties.items()):
+            schema.properties.add(key=str(k), value=str(v))
+        try:
+            version = self.web.service.schemas.add_or_get(name.full, schema)
+        except IncompatibleSchemaError as exc:
+            raise HttpError(409, exc.message) from None
+        return json_response({"version": {"version": version}}, status=202)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        name = self.base_name(request)
+        registry = self.web.service.schemas
+        versions = registry.versions(name.full)
+        if not versions:
+            raise HttpError(404, "Schema not found")
+        registry.delete(name.full)
+        return json_response({"version": len(versions) - 1})

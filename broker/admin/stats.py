@@ -1,0 +1,389 @@
+"""Topic statistics: the rate sampler, and the stats / internal-stats JSON Pulsar's admin API returns.
+
+Rates (msgRateIn, msgThroughputOut, pulsar_rate_in, ...) are, as in Pulsar, differences of
+counters over the last stats interval (statsUpdateFrequencyInSecs). The sampler takes a snapshot of
+the counters once per interval; nothing is done per message. The counters themselves are the
+plain integers the service objects keep (topic.msg_in, consumer.msg_out, ...).
+
+A subscription's out counters must not go down when a consumer leaves (Prometheus would read a
+counter reset), so the sampler remembers the consumers it has seen and adds the final counts of
+the ones that left to the subscription's total. A consumer that comes and goes between two
+samples without a scrape or stats request in between is not counted there (documented limit).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from broker.service import admin_ops
+from broker.service.backlog_quota import estimated_backlog_size
+from managed_ledger import ManagedLedgerError
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+    from broker.service.consumer import Consumer
+    from broker.service.producer import Producer
+    from broker.service.subscription import Subscription
+    from broker.service.topic import PersistentTopic
+
+
+class Rate(NamedTuple):
+    msgs: float = 0.0
+    bytes: float = 0.0
+
+
+ZERO = Rate()
+
+
+@dataclass
+class _SubscriptionOut:
+    """Out counters of consumers that have left a subscription (final values), and who is in it."""
+
+    members: dict[Consumer, None] = field(default_factory=dict)
+    msgs: int = 0
+    bytes: int = 0
+    redelivered: int = 0
+
+
+class SubscriptionTotals(NamedTuple):
+    msg_out: int
+    bytes_out: int
+    redelivered: int
+
+
+class StatsSampler:
+    def __init__(self, server: BrokerServer, clock: Callable[[], float] = time.monotonic) -> None:
+        self.server = server
+        self.clock = clock
+        self._last = clock()
+        self.interval_s = 0.0  # length of the interval the current rates cover
+        self._prev: dict[object, tuple[int, ...]] = {}
+        self._out: dict[Subscription, _SubscriptionOut] = {}
+        self.topic_in: dict[PersistentTopic, Rate] = {}
+        self.topic_entries_in: dict[PersistentTopic, float] = {}
+        self.producer_in: dict[Producer, Rate] = {}
+        self.sub_out: dict[Subscription, Rate] = {}
+        self.sub_ack: dict[Subscription, float] = {}
+        self.sub_redeliver: dict[Subscription, float] = {}
+        self.sub_expired: dict[tuple[str, str], float] = {}
+        self.consumer_out: dict[Consumer, Rate] = {}
+        self.consumer_redeliver: dict[Consumer, float] = {}
+
+    # -- counters --------------------------------------------------------------------------------
+    def subscription_totals(self, sub: Subscription) -> SubscriptionTotals:
+        """Messages / bytes delivered and redelivered by the subscription since it was created."""
+        out = self._out.get(sub)
+        if out is None:
+            out = self._out[sub] = _SubscriptionOut()
+        current = sub.consumers
+        if len(out.members) != len(current) or any(c not in out.members for c in current):
+            present = set(current)
+            for c in [c for c in out.members if c not in present]:
+                out.msgs += c.msg_out
+                out.bytes += c.bytes_out
+                out.redelivered += c.redelivered
+            out.members = dict.fromkeys(current)
+        return SubscriptionTotals(out.msgs + sum(c.msg_out for c in current),
+                                  out.bytes + sum(c.bytes_out for c in current),
+                                  out.redelivered + sum(c.redelivered for c in current))
+
+    # -- sampling --------------------------------------------------------------------------------
+    async def sample_async(self) -> None:
+        self.sample()
+
+    def sample(self) -> None:
+        now = self.clock()
+        elapsed = now - self._last
+        if elapsed <= 0:
+            return
+        self._last = now
+        self.interval_s = elapsed
+        service = self.server.service
+        prev, cur = self._prev, {}
+
+        def delta(obj: object, values: tuple[int, ...]) -> list[float]:
+            cur[obj] = values
+            before = prev.get(obj, (0,) * len(values))
+            # A counter that went down was reset (e.g. object reused): count from zero.
+            return [(v - b if v >= b else v) / elapsed for v, b in zip(values, before, strict=True)]
+
+        topic_in: dict[PersistentTopic, Rate] = {}
+        entries_in: dict[PersistentTopic, float] = {}
+        producer_in: dict[Producer, Rate] = {}
+        sub_out: dict[Subscription, Rate] = {}
+        sub_ack: dict[Subscription, float] = {}
+        sub_redeliver: dict[Subscription, float] = {}
+        sub_expired: dict[tuple[str, str], float] = {}
+        consumer_out: dict[Consumer, Rate] = {}
+        consumer_redeliver: dict[Consumer, float] = {}
+        live_subs: set[Subscription] = set()
+        for topic in list(service.topics.values()):
+            msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
+            topic_in[topic] = Rate(msgs, nbytes)
+            entries_in[topic] = entries
+            for p in topic.producers.values():
+                m, b = delta(p, (p.msg_in, p.bytes_in))
+                producer_in[p] = Rate(m, b)
+            for sub in topic.subscriptions.values():
+                live_subs.add(sub)
+                totals = self.subscription_totals(sub)
+                m, b, r, a = delta(sub, (*totals, sub.msg_ack_counter))
+                sub_out[sub] = Rate(m, b)
+                sub_redeliver[sub] = r
+                sub_ack[sub] = a
+                for c in sub.consumers:
+                    cm, cb, cr = delta(c, (c.msg_out, c.bytes_out, c.redelivered))
+                    consumer_out[c] = Rate(cm, cb)
+                    consumer_redeliver[c] = cr
+            for name in admin_ops.subscription_names(topic):
+                record = service.expiry_stats.get(topic.full_name, name)
+                key = (topic.full_name, name)
+                (sub_expired[key],) = delta(key, (record.total_expired,))
+        self._prev = cur
+        self._out = {s: o for s, o in self._out.items() if s in live_subs}
+        self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
+        self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
+        self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
+
+
+# -- JSON ---------------------------------------------------------------------------------------------
+
+def iso_time(epoch_s: float) -> str:
+    """Pulsar's DateFormatter format: ISO-8601 UTC with milliseconds, e.g. 2026-11-29T12:00:00.123Z."""
+    when = dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def _ms(epoch_s: float) -> int:
+    return int(epoch_s * 1000)
+
+
+def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
+    rate = sampler.consumer_out.get(c, ZERO)
+    return {
+        "msgRateOut": rate.msgs,
+        "msgThroughputOut": rate.bytes,
+        "bytesOutCounter": c.bytes_out,
+        "msgOutCounter": c.msg_out,
+        "msgRateRedeliver": sampler.consumer_redeliver.get(c, 0.0),
+        "messageAckRate": 0.0,
+        "chunkedMessageRate": 0.0,
+        "consumerName": c.name,
+        "availablePermits": max(c.permits, 0),
+        "unackedMessages": c.unacked_messages,
+        "avgMessagesPerEntry": 0,
+        "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked", False)),
+        "lastAckedTimestamp": _ms(c.last_acked),
+        "lastConsumedTimestamp": _ms(c.last_consumed),
+        "metadata": dict(c.metadata),
+        "address": c.cnx.remote_address,
+        "connectedSince": iso_time(c.connected_since),
+        "clientVersion": c.cnx.client_version,
+    }
+
+
+def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | None,
+                       sampler: StatsSampler) -> dict[str, Any]:
+    """Stats of a subscription; ``sub`` is None for a stored cursor nobody has attached to."""
+    expiry = sampler.server.service.expiry_stats.get(topic.full_name, name)
+    cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
+    consumers = sub.consumers if sub is not None else []
+    backlog = cursor.number_of_entries_in_backlog()
+    totals = sampler.subscription_totals(sub) if sub is not None else SubscriptionTotals(0, 0, 0)
+    rate = sampler.sub_out.get(sub, ZERO) if sub is not None else ZERO
+    durable = sub.durable if sub is not None else True
+    dispatcher = sub.dispatcher if sub is not None else None
+    active = dispatcher.active_consumer_name if dispatcher is not None else None
+    return {
+        "msgRateOut": rate.msgs,
+        "msgThroughputOut": rate.bytes,
+        "bytesOutCounter": totals.bytes_out,
+        "msgOutCounter": totals.msg_out,
+        "msgRateRedeliver": sampler.sub_redeliver.get(sub, 0.0) if sub is not None else 0.0,
+        "messageAckRate": sampler.sub_ack.get(sub, 0.0) if sub is not None else 0.0,
+        "chunkedMessageRate": 0,
+        "msgBacklog": backlog,
+        "backlogSize": estimated_backlog_size(topic, cursor),
+        "msgBacklogNoDelayed": backlog,
+        "blockedSubscriptionOnUnackedMsgs": False,
+        "msgDelayed": 0,
+        "unackedMessages": sum(c.unacked_messages for c in consumers),
+        "type": sub.type_name() if sub is not None else "Exclusive",
+        "activeConsumerName": active,
+        "msgRateExpired": sampler.sub_expired.get((topic.full_name, name), 0.0),
+        "totalMsgExpired": expiry.total_expired,
+        "lastExpireTimestamp": expiry.last_expire_ms,
+        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedTimestamp": max((_ms(c.last_consumed) for c in consumers), default=0),
+        "lastAckedTimestamp": _ms(sub.last_acked) if sub is not None else 0,
+        "lastMarkDeleteAdvancedTimestamp": _ms(sub.last_mark_delete_advanced) if sub is not None else 0,
+        "consumers": [consumer_stats(c, sampler) for c in consumers],
+        "isDurable": durable,
+        "durable": durable,
+        "isReplicated": False,
+        "replicated": False,
+        "allowOutOfOrderDelivery": False,
+        "consumersAfterMarkDeletePosition": {},
+        "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "subscriptionProperties": {},
+    }
+
+
+def publisher_stats(p: Producer, sampler: StatsSampler) -> dict[str, Any]:
+    rate = sampler.producer_in.get(p, ZERO)
+    return {
+        "accessMode": p.access_mode_name,
+        "msgRateIn": rate.msgs,
+        "msgThroughputIn": rate.bytes,
+        "averageMsgSize": rate.bytes / rate.msgs if rate.msgs else 0.0,
+        "chunkedMessageRate": 0.0,
+        "producerId": p.producer_id,
+        "producerName": p.name,
+        "metadata": dict(p.metadata),
+        "address": p.cnx.remote_address,
+        "connectedSince": iso_time(p.connected_since),
+        "clientVersion": p.cnx.client_version,
+        "supportsPartialProducer": False,
+    }
+
+
+def topic_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, Any]:
+    server = sampler.server
+    rate_in = sampler.topic_in.get(topic, ZERO)
+    subs = {name: subscription_stats(topic, name, topic.subscriptions.get(name), sampler)
+            for name in admin_ops.subscription_names(topic)}
+    ledger = topic.ledger
+    stats: dict[str, Any] = {
+        "msgRateIn": rate_in.msgs,
+        "msgThroughputIn": rate_in.bytes,
+        "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
+        "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
+        "bytesInCounter": topic.bytes_in,
+        "msgInCounter": topic.msg_in,
+        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs.values()),
+        "msgOutCounter": sum(s["msgOutCounter"] for s in subs.values()),
+        "averageMsgSize": rate_in.bytes / rate_in.msgs if rate_in.msgs else 0.0,
+        "msgChunkPublished": False,
+        "storageSize": ledger.total_size,
+        "backlogSize": estimated_backlog_size(topic),
+        "offloadedStorageSize": 0,
+        "earliestMsgPublishTimeInBacklogs": 0,
+        "publishers": [publisher_stats(p, sampler) for p in topic.producers.values()],
+        "waitingPublishers": len(topic.waiting_producers),
+        "subscriptions": subs,
+        "replication": {},
+        "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
+        "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "ownerBroker": f"{server.advertised_host}:{server.web_port}",
+    }
+    if topic.exclusive_producer is not None:
+        stats["topicEpoch"] = topic.topic_epoch
+    return stats
+
+
+# Fields of a topic's stats that a partitioned topic's stats add up over its partitions.
+_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
+           "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize", "offloadedStorageSize",
+           "waitingPublishers", "nonContiguousDeletedMessagesRanges")
+_SUB_SUMMED = ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
+               "messageAckRate", "msgBacklog", "backlogSize", "msgBacklogNoDelayed", "msgDelayed",
+               "unackedMessages", "msgRateExpired", "totalMsgExpired", "nonContiguousDeletedMessagesRanges")
+_SUB_LATEST = ("lastExpireTimestamp", "lastConsumedFlowTimestamp", "lastConsumedTimestamp", "lastAckedTimestamp",
+               "lastMarkDeleteAdvancedTimestamp")
+
+
+def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
+                      include_partitions: bool) -> dict[str, Any]:
+    """Pulsar's PartitionedTopicStats: the partitions' stats added up, plus ``metadata``."""
+    total: dict[str, Any] = {k: 0 for k in _SUMMED}
+    total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
+                  "replication": {}, "deduplicationStatus": "Disabled", "metadata": {"partitions": partitions},
+                  "partitions": {}})
+    subs: dict[str, dict[str, Any]] = total["subscriptions"]
+    for name, stats in per_partition.items():
+        for k in _SUMMED:
+            total[k] += stats[k]
+        total["publishers"].extend(stats["publishers"])
+        total["deduplicationStatus"] = stats["deduplicationStatus"]
+        for sub_name, s in stats["subscriptions"].items():
+            agg = subs.get(sub_name)
+            if agg is None:
+                subs[sub_name] = {**s, "consumers": list(s["consumers"])}
+                continue
+            for k in _SUB_SUMMED:
+                agg[k] += s[k]
+            for k in _SUB_LATEST:
+                agg[k] = max(agg[k], s[k])
+            agg["consumers"].extend(s["consumers"])
+        if include_partitions:
+            total["partitions"][name] = stats
+    if total["msgRateIn"]:
+        total["averageMsgSize"] = total["msgThroughputIn"] / total["msgRateIn"]
+    return total
+
+
+def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
+    """Pulsar's PersistentTopicInternalStats (managed-ledger view of the topic)."""
+    ledger = topic.ledger
+    infos = ledger.ledgers_info()
+    current = infos[-1] if infos else None
+    cursors: dict[str, Any] = {}
+    for name in admin_ops.subscription_names(topic):
+        sub = topic.subscriptions.get(name)
+        cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
+        md, read = cursor.mark_delete_position, cursor.read_position
+        backlog = cursor.number_of_entries_in_backlog()
+        cursors[name] = {
+            "markDeletePosition": str(md),
+            "readPosition": str(read),
+            "waitingReadOp": cursor.has_pending_read,
+            "pendingReadOps": 0,
+            "messagesConsumedCounter": max(0, ledger.number_of_entries - backlog),
+            "cursorLedger": -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": cursor.individually_deleted.to_pulsar_string(),
+            "lastLedgerSwitchTimestamp": "",
+            "state": "Closed" if cursor.is_closed else "Open",
+            "active": bool(sub is not None and sub.consumers),
+            "numberOfEntriesSinceFirstNotAckedMessage": _entries_between(topic, md, read),
+            "totalNonContiguousDeletedMessagesRange": cursor.individually_deleted.range_count(),
+            "subscriptionHavePendingRead": cursor.has_pending_read,
+            "subscriptionHavePendingReplayRead": False,
+            "properties": dict(cursor.properties),
+        }
+    return {
+        "entriesAddedCounter": topic.entries_added,
+        "numberOfEntries": ledger.number_of_entries,
+        "totalSize": ledger.total_size,
+        "currentLedgerEntries": current.entries if current else 0,
+        "currentLedgerSize": current.size if current else 0,
+        "lastLedgerCreatedTimestamp": iso_time(current.created_at) if current else "",
+        "waitingCursorsCount": sum(1 for c in ledger.cursors.values() if c.has_pending_read),
+        "pendingAddEntriesCount": sum(p.pending for p in topic.producers.values()),
+        "lastConfirmedEntry": str(ledger.last_confirmed_entry),
+        "state": "Closed" if ledger.is_closed else ("Fenced" if ledger.is_fenced else "LedgerOpened"),
+        "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": False,
+                     "underReplicated": False} for i in infos],
+        "cursors": cursors,
+        "schemaLedgers": [],
+        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
+                            "underReplicated": False},
+    }
+
+
+def _entries_between(topic: PersistentTopic, mark_delete: Any, read: Any) -> int:
+    ledger = topic.ledger
+    try:
+        first = ledger.next_valid_position(mark_delete)
+        last = min(read, ledger.last_confirmed_entry)
+        return ledger.count_entries_between(first, last) if first <= last else 0
+    except ManagedLedgerError:
+        return 0
+
+

@@ -1,0 +1,469 @@
+"""Admin REST v2: topics (Pulsar's PersistentTopics / NonPersistentTopics resources).
+
+Partitioned topics follow Pulsar: operations that make sense per partition (create or delete a
+subscription, skip all, reset by time, expire, unload) are applied to every partition; the ones
+that name a position in one log (skip n, reset to a message id, peek, last message id) answer
+405 on the partitioned name and work on ``...-partition-k``.
+
+Reads never create anything: stats and subscriptions of a partition that was never written to
+are left out rather than creating its managed ledger.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin import stats as S
+from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import parse_payload
+from broker.service import admin_ops
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+from managed_ledger import Entry, ManagedLedgerError, Position
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+TOPIC = "/{tenant}/{ns}/{topic}"
+SUB = TOPIC + "/subscription/{sub}"
+INT64_MAX = (1 << 63) - 1
+
+
+class TopicsResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        for d in DOMAINS:
+            base = f"/admin/v2/{d}"
+            r.add_get(base + "/{tenant}/{ns}", self.list_topics)
+            r.add_get(base + "/{tenant}/{ns}/partitioned", self.list_partitioned)
+            r.add_put(base + TOPIC, self.create)
+            r.add_delete(base + TOPIC, self.delete)
+            r.add_get(base + TOPIC + "/partitions", self.get_partitions)
+            r.add_put(base + TOPIC + "/partitions", self.create_partitioned)
+            r.add_post(base + TOPIC + "/partitions", self.update_partitions)
+            r.add_delete(base + TOPIC + "/partitions", self.delete_partitioned)
+            r.add_get(base + TOPIC + "/stats", self.stats)
+            r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned_stats)
+            r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
+            r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
+            r.add_put(base + SUB, self.create_subscription)
+            r.add_delete(base + SUB, self.delete_subscription)
+            r.add_post(base + SUB + "/skip_all", self.skip_all)
+            r.add_post(base + SUB + "/skip/{n}", self.skip)
+            r.add_post(base + SUB + "/resetcursor/{timestamp}", self.reset_by_time)
+            r.add_post(base + SUB + "/resetcursor", self.reset_to_position)
+            r.add_post(base + SUB + "/expireMessages/{seconds}", self.expire)
+            r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all)
+            r.add_get(base + SUB + "/position/{n}", self.peek)
+            r.add_put(base + TOPIC + "/unload", self.unload)
+            r.add_post(base + TOPIC + "/terminate", self.terminate)
+            r.add_post(base + TOPIC + "/terminate/partitions", self.terminate)
+            r.add_get(base + TOPIC + "/lastMessageId", self.last_message_id)
+            r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", self.message_by_id)
+
+    @property
+    def service(self) -> Any:
+        return self.web.service
+
+    # -- names and lookups -----------------------------------------------------------------------
+    def name(self, request: web.Request) -> TopicName:
+        """The topic of the path; 404 when its tenant or namespace does not exist."""
+        self.web.namespaces.namespace(request)
+        m = request.match_info
+        domain = request.path.split("/")[3]
+        return TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+
+    def partitions(self, name: TopicName) -> int:
+        return self.service.metadata.partitions_of(name.full) if name.partition_index < 0 else 0
+
+    def exists(self, name: TopicName) -> bool:
+        return (self.service.get_topic_if_loaded(name) is not None
+                or name.persistence_path in self.service.ledger_factory.list_names())
+
+    async def topic(self, name: TopicName) -> PersistentTopic:
+        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates."""
+        if self.partitions(name) > 0:
+            raise HttpError(404, f"Topic {name} is a partitioned topic: use its partitions "
+                                 f"({name}-partition-k) or the partitioned-* endpoints")
+        topic: PersistentTopic = await self.service.get_topic(name, create=False)
+        return topic
+
+    async def existing_partitions(self, name: TopicName) -> list[PersistentTopic]:
+        """The partitions of a partitioned topic that were created (written to or subscribed)."""
+        return [await self.service.get_topic(p, create=False)
+                for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
+
+    async def targets(self, name: TopicName, op: str | None = None) -> list[PersistentTopic]:
+        """The topic itself, or every created partition of a partitioned one. With ``op``, a
+        partitioned name is refused with 405 (operations on one position of one log)."""
+        if self.partitions(name) == 0:
+            return [await self.topic(name)]
+        if op is not None:
+            raise HttpError(405, f"{op} on a partitioned topic is not allowed")
+        return await self.existing_partitions(name)
+
+    async def for_each_subscription(self, request: web.Request, op: str | None,
+                                    action: Callable[[PersistentTopic, Any], Awaitable[None]]) -> web.Response:
+        name = self.name(request)
+        sub_name = request.match_info["sub"]
+        topics = await self.targets(name, op)
+        subs = [(t, await admin_ops.subscription(t, sub_name)) for t in topics]
+        if not subs:
+            raise HttpError(404, f"Subscription {sub_name} not found")
+        for t, sub in subs:
+            await action(t, sub)
+        return no_content()
+
+    # -- topics ----------------------------------------------------------------------------------
+    async def list_topics(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        mode = 0 if request.path.split("/")[3] == "persistent" else 1
+        return json_response(self.service.topics_of_namespace(ns, mode))
+
+    async def list_partitioned(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        domain = request.path.split("/")[3]
+        return json_response(sorted(t for t in self.service.metadata.partitioned_topics
+                                    if t.startswith(f"{domain}://{ns}/")))
+
+    async def create(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        if self.partitions(name) > 0 or self.exists(name):
+            raise HttpError(409, "This topic already exists")
+        await self.service.get_topic(name, create=True, explicit=True)
+        return no_content()
+
+    async def delete(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(409, f"Topic {name} is a partitioned topic: delete it with DELETE .../partitions")
+        if not self.exists(name):
+            raise HttpError(404, f"Topic {name} not found")
+        await self.delete_one(name, force=query_flag(request, "force"))
+        return no_content()
+
+    async def delete_one(self, name: TopicName, force: bool) -> None:
+        """Delete a (non-partitioned or partition) topic; 412 while clients are connected, unless
+        ``force``, which disconnects them first (they may recreate it if auto-creation allows)."""
+        topic = self.service.get_topic_if_loaded(name)
+        if topic is not None and admin_ops.has_clients(topic):
+            if not force:
+                raise HttpError(412, "Topic has active producers/subscriptions")
+            admin_ops.disconnect_clients(topic)
+        await self.service.delete_topic(name)
+        if name.partition_index < 0:
+            self.service.schemas.delete(name.full)
+
+    async def get_partitions(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        auto = query_flag(request, "checkAllowAutoCreation")
+        return json_response({"partitions": await self.service.partitions_for(name, auto_create=auto)})
+
+    async def create_partitioned(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        n = await read_body(request)
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise HttpError(412, "Number of partitions should be more than 0")
+        if name.partition_index >= 0:
+            raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
+        if self.partitions(name) > 0:
+            raise HttpError(409, "Partitioned topic already exists")
+        if self.exists(name):
+            raise HttpError(409, "This topic already exists")
+        self.service.metadata.set_partitions(name.full, n)
+        return no_content()
+
+    async def update_partitions(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        n = await read_body(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise HttpError(400, "Number of partitions must be an integer")
+        current = self.partitions(name)
+        if current == 0:
+            raise HttpError(404, "Partitioned topic does not exist")
+        if n <= current:
+            raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
+        self.service.metadata.set_partitions(name.full, n)
+        return no_content()
+
+    async def delete_partitioned(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        n = self.partitions(name)
+        if n == 0:
+            raise HttpError(404, "Partitioned topic does not exist")
+        force = query_flag(request, "force")
+        parts = [name.partition(i) for i in range(n)]
+        if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
+                             for p in parts):
+            raise HttpError(412, "Topic has active producers/subscriptions")
+        for p in parts:
+            if self.exists(p):
+                await self.delete_one(p, force=True)
+        self.service.metadata.delete_partitioned(name.full)
+        self.service.schemas.delete(name.full)
+        return no_content()
+
+    # -- stats -----------------------------------------------------------------------------------
+    async def stats(self, request: web.Request) -> web.Response:
+        topic = await self.topic(self.name(request))
+        return json_response(S.topic_stats(topic, self.web.sampler))
+
+    async def partitioned_stats(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        n = self.partitions(name)
+        if n == 0:
+            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+        per_partition = {t.full_name: S.topic_stats(t, self.web.sampler) for t in await self.existing_partitions(name)}
+        return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
+
+    async def internal_stats(self, request: web.Request) -> web.Response:
+        topic = await self.topic(self.name(request))
+        return json_response(S.internal_stats(topic))
+
+    # -- subscriptions ---------------------------------------------------------------------------
+    async def subscriptions(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        names: set[str] = set()
+        for t in await self.targets(name):
+            names.update(admin_ops.subscription_names(t))
+        return json_response(sorted(names))
+
+    async def create_subscription(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        sub_name = request.match_info["sub"]
+        body = await read_body(request)
+        start = None if body is None else message_id(body)
+        n = self.partitions(name)
+        if n == 0:
+            topic = await self.service.get_topic(name, create=True)
+            await admin_ops.create_subscription(topic, sub_name, start)
+            return no_content()
+        created = 0
+        for i in range(n):  # like Pulsar: a partition that has it already is not an error
+            topic = await self.service.get_topic(name.partition(i), create=True)
+            if sub_name not in admin_ops.subscription_names(topic):
+                await admin_ops.create_subscription(topic, sub_name, start)
+                created += 1
+        if created == 0:
+            raise HttpError(409, "Subscription already exists for topic")
+        return no_content()
+
+    async def delete_subscription(self, request: web.Request) -> web.Response:
+        force = query_flag(request, "force")
+
+        async def delete(t: PersistentTopic, sub: Any) -> None:
+            await admin_ops.delete_subscription(t, sub.name, force)
+            self.service.expiry_stats.forget(t.full_name, sub.name)
+
+        return await self.for_each_subscription(request, None, delete)
+
+    async def skip_all(self, request: web.Request) -> web.Response:
+        async def skip_all(t: PersistentTopic, sub: Any) -> None:
+            admin_ops.skip_all(sub)
+
+        return await self.for_each_subscription(request, None, skip_all)
+
+    async def skip(self, request: web.Request) -> web.Response:
+        n = int_param(request.match_info["n"], "Number of messages")
+        if n < 0:
+            raise HttpError(412, "Number of messages to skip must be >= 0")
+
+        async def skip(t: PersistentTopic, sub: Any) -> None:
+            admin_ops.skip(sub, n)
+
+        return await self.for_each_subscription(request, "Skip messages", skip)
+
+    async def reset_by_time(self, request: web.Request) -> web.Response:
+        timestamp = int_param(request.match_info["timestamp"], "Timestamp")
+
+        async def reset(t: PersistentTopic, sub: Any) -> None:
+            await admin_ops.reset_by_time(t, sub, timestamp)
+
+        return await self.for_each_subscription(request, None, reset)
+
+    async def reset_to_position(self, request: web.Request) -> web.Response:
+        body = await read_body(request)
+        if body is None:
+            raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
+        start = message_id(body)
+        exclusive = bool(body.get("isExcluded", False)) or query_flag(request, "isExcluded")
+
+        async def reset(t: PersistentTopic, sub: Any) -> None:
+            admin_ops.reset_to(t, sub, start, exclusive)
+
+        return await self.for_each_subscription(request, "Reset-cursor at position", reset)
+
+    async def expire(self, request: web.Request) -> web.Response:
+        seconds = int_param(request.match_info["seconds"], "Expire time")
+
+        async def expire(t: PersistentTopic, sub: Any) -> None:
+            await self._expire(t, sub.cursor, seconds)
+
+        return await self.for_each_subscription(request, None, expire)
+
+    async def expire_all(self, request: web.Request) -> web.Response:
+        seconds = int_param(request.match_info["seconds"], "Expire time")
+        for t in await self.targets(self.name(request)):
+            for cursor in list(t.ledger.cursors.values()):
+                await self._expire(t, cursor, seconds)
+        return no_content()
+
+    async def _expire(self, topic: PersistentTopic, cursor: Any, seconds: int) -> None:
+        now_ms = int(time.time() * 1000)
+        expired = await admin_ops.expire_cursor(topic, cursor, seconds, now_ms)
+        self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
+
+    async def peek(self, request: web.Request) -> web.Response:
+        n = int_param(request.match_info["n"], "Message position")
+        if n < 1:
+            raise HttpError(412, "Message position must be >= 1")
+        name = self.name(request)
+        [topic] = await self.targets(name, "Peek messages")
+        sub = await admin_ops.subscription(topic, request.match_info["sub"])
+        return entry_response(await admin_ops.peek(topic, sub, n))
+
+    async def message_by_id(self, request: web.Request) -> web.Response:
+        position = Position(int_param(request.match_info["ledger"], "Ledger id"),
+                            int_param(request.match_info["entry"], "Entry id"))
+        [topic] = await self.targets(self.name(request), "Get message by id")
+        try:
+            entry = await topic.ledger.read_entry(position)
+        except ManagedLedgerError:
+            raise HttpError(404, "Message not found") from None
+        return entry_response(entry)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def unload(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        parts = [name.partition(i) for i in range(self.partitions(name))] or [name]
+        if not any(self.exists(p) for p in parts):
+            raise HttpError(404, f"Topic {name} not found")
+        for p in parts:
+            await self.service.unload_topic(p)
+        return no_content()
+
+    async def terminate(self, request: web.Request) -> web.Response:
+        self.name(request)
+        raise HttpError(405, "Topic termination is not supported by this broker yet: it needs a terminated state "
+                             "in the managed ledger and end-of-topic delivery in the dispatchers")
+
+    async def last_message_id(self, request: web.Request) -> web.Response:
+        name = self.name(request)
+        [topic] = await self.targets(name, "GetLastMessageId")
+        last, batch_index = await topic.last_message_id()
+        body: dict[str, Any] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
+                                "partitionIndex": name.partition_index}
+        if batch_index >= 0:
+            body["batchIndex"] = batch_index
+        return json_response(body)
+
+
+def message_id(body: Any) -> Position:
+    """A MessageId / ResetCursorData body: {"ledgerId": L, "entryId": E, ...}."""
+    if not isinstance(body, dict):
+        raise HttpError(400, "Message id must be a JSON object {\"ledgerId\": L, \"entryId\": E}")
+    try:
+        lid, eid = body["ledgerId"], body["entryId"]
+    except KeyError:
+        raise HttpError(400, "Message id needs ledgerId and entryId") from None
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (lid, eid)):
+        raise HttpError(400, "ledgerId and entryId must be integers")
+    # Java's MessageId.latest is (Long.MAX, Long.MAX); anything past the end means "the end".
+    return Position(min(lid, INT64_MAX), min(eid, INT64_MAX))
+
+
+# -- peek / get-message responses ---------------------------------------------------------------------
+
+def _decompress(codec: int, data: bytes, size: int) -> bytes | None:
+    """The uncompressed payload, or None when the codec is not available here."""
+    C = pb.CompressionType
+    if codec == C.NONE:
+        return data
+    if codec == C.LZ4:
+        import lz4.block
+
+        return bytes(lz4.block.decompress(data, uncompressed_size=size))
+    if codec == C.ZLIB:
+        return zlib.decompress(data)
+    if codec == C.ZSTD:
+        try:
+            import zstandard
+        except ImportError:
+            return None
+        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
+    return None  # SNAPPY: no codec installed; the body stays compressed (header says so)
+
+
+def entry_response(entry: Entry) -> web.Response:
+    """The message as Pulsar's admin API returns it: the (uncompressed) payload as the body, the
+    metadata in X-Pulsar-* headers (PersistentTopicsBase.generateResponseWithEntry)."""
+    data = entry.data
+    md = parse_payload(data, verify=False).metadata
+    start = 6 if data[:2] == b"\x0e\x01" else 0
+    meta_size = int.from_bytes(data[start:start + 4], "big")
+    payload = data[start + 4 + meta_size:]
+    h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
+    for kv in md.properties:
+        h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
+    h["X-Pulsar-publish-time"] = S.iso_time(md.publish_time / 1000)
+    if md.HasField("event_time") and md.event_time:
+        h["X-Pulsar-event-time"] = S.iso_time(md.event_time / 1000)
+    if md.HasField("deliver_at_time"):
+        h["X-Pulsar-deliver-at-time"] = S.iso_time(md.deliver_at_time / 1000)
+    if md.HasField("num_messages_in_batch"):
+        h["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
+        h["X-Pulsar-batch-size"] = str(len(payload))
+    if md.HasField("null_value"):
+        h["X-Pulsar-null-value"] = _bool(md.null_value)
+    if md.HasField("num_chunks_from_msg"):
+        h["X-Pulsar-PROPERTY-TOTAL-CHUNKS"] = str(md.num_chunks_from_msg)
+        h["X-Pulsar-PROPERTY-CHUNK-ID"] = str(md.chunk_id)
+    h["X-Pulsar-Is-Encrypted"] = _bool(len(md.encryption_keys) > 0)
+    h["X-Pulsar-producer-name"] = md.producer_name
+    h["X-Pulsar-sequence-id"] = str(md.sequence_id)
+    if md.HasField("replicated_from"):
+        h["X-Pulsar-replicated-from"] = md.replicated_from
+    if md.HasField("partition_key"):
+        h["X-Pulsar-partition-key"] = md.partition_key
+    if md.HasField("compression"):
+        h["X-Pulsar-compression"] = pb.CompressionType.Name(md.compression)
+    if md.HasField("uncompressed_size"):
+        h["X-Pulsar-uncompressed-size"] = str(md.uncompressed_size)
+    if md.HasField("encryption_algo"):
+        h["X-Pulsar-encryption-algo"] = md.encryption_algo
+    if md.HasField("schema_version"):
+        h["X-Pulsar-Base64-schema-version"] = base64.b64encode(md.schema_version).decode()
+    if md.HasField("partition_key_b64_encoded"):
+        h["X-Pulsar-partition-key-b64-encoded"] = _bool(md.partition_key_b64_encoded)
+    if md.HasField("ordering_key"):
+        h["X-Pulsar-Base64-ordering-key"] = base64.b64encode(md.ordering_key).decode()
+    if md.HasField("marker_type"):
+        h["X-Pulsar-marker-type"] = str(md.marker_type)
+    if md.HasField("highest_sequence_id"):
+        h["X-Pulsar-highest-sequence-id"] = str(md.highest_sequence_id)
+    if md.HasField("uuid"):
+        h["X-Pulsar-uuid"] = md.uuid
+    if md.HasField("total_chunk_msg_size"):
+        h["X-Pulsar-total-chunk-msg-size"] = str(md.total_chunk_msg_size)
+    if md.HasField("chunk_id"):
+        h["X-Pulsar-chunk-id"] = str(md.chunk_id)
+    if md.HasField("null_partition_key"):
+        h["X-Pulsar-null-partition-key"] = _bool(md.null_partition_key)
+    body = payload
+    if not md.encryption_keys:  # encrypted payloads are returned as stored
+        plain = _decompress(md.compression, payload, md.uncompressed_size)
+        body = payload if plain is None else plain
+    return web.Response(body=body, headers=h, content_type="application/octet-stream")
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"

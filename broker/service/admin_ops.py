@@ -1,0 +1,210 @@
+"""Admin operations on subscriptions and topics: skip, reset cursor, expire, peek, unload, delete.
+
+Built only on the public surface of the service layer (Subscription.reset_cursor,
+disconnect_consumers, the ManagedCursor API, PersistentTopic.find_position_by_time), so the
+dispatchers stay the only owners of dispatch state. Semantics follow Pulsar's
+PersistentSubscription / PersistentMessageExpiryMonitor:
+
+- skip n / skip all / expire move the mark-delete position forward. Entries already sent to a
+  consumer stay with it (its later ack is simply ignored), exactly as in Pulsar: nothing in flight
+  is recalled, and the dispatcher reads on from the moved position.
+- reset cursor (by time or id) is a SEEK: consumers are disconnected and come back at the new place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
+from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
+
+if TYPE_CHECKING:
+    from broker.service.subscription import Subscription
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+INT64_MAX = (1 << 63) - 1
+
+
+class SubscriptionExistsError(BrokerError):
+    """Creating a subscription that is already there (Pulsar answers 409 Conflict)."""
+
+
+class SubscriptionBusyError(ConsumerBusyError):
+    """Deleting a subscription that still has consumers, without force (Pulsar: 412)."""
+
+
+class EntryNotFoundError(BrokerError):
+    """Peek past the end of a subscription's backlog (Pulsar: 404 "Message not found")."""
+
+
+# -- finding subscriptions ------------------------------------------------------------------------
+
+def subscription_names(topic: PersistentTopic) -> list[str]:
+    """Live subscriptions plus stored durable cursors nobody has attached to since the topic loaded."""
+    return sorted(set(topic.subscriptions) | set(topic.ledger.cursors))
+
+
+async def subscription(topic: PersistentTopic, name: str) -> Subscription:
+    """The subscription ``name``; a stored durable cursor gets its Subscription object now (as Pulsar
+    loads every cursor with the topic). SubscriptionNotFoundError when there is neither."""
+    sub = topic.subscriptions.get(name)
+    if sub is not None:
+        return sub
+    if name not in topic.ledger.cursors:
+        raise SubscriptionNotFoundError(f"Subscription {name} not found")
+    # initial position and start id do not matter: the stored cursor is reopened as it is
+    return await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None)
+
+
+async def create_subscription(topic: PersistentTopic, name: str, start: Position | None) -> Subscription:
+    """A durable subscription at ``start`` (a message id, inclusive), or at the end when None."""
+    if name in topic.subscriptions or name in topic.ledger.cursors:
+        raise SubscriptionExistsError(f"Subscription {name} already exists for topic {topic.full_name}")
+    sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None)
+    if start is not None:
+        sub.reset_cursor(clamp_start(topic, start))
+    return sub
+
+
+async def delete_subscription(topic: PersistentTopic, name: str, force: bool) -> None:
+    sub = await subscription(topic, name)
+    if sub.consumers and not force:
+        raise SubscriptionBusyError(f"Subscription {name} has active connected consumers")
+    sub.disconnect_consumers()
+    await topic.delete_subscription(sub)
+
+
+# -- moving cursors -------------------------------------------------------------------------------
+
+def clamp_start(topic: PersistentTopic, start: Position) -> Position:
+    """Where a reset to message id ``start`` reads from, as SEEK does: (-1,-1) is the earliest
+    entry, an id past the end (Long.MAX for "latest") is the next entry to be written."""
+    ledger = topic.ledger
+    if start.ledger_id < 0 or start.entry_id < 0:
+        return ledger.first_position
+    if start > ledger.last_confirmed_entry:
+        return ledger.next_valid_position(ledger.last_confirmed_entry)
+    return start
+
+
+def skip_all(sub: Subscription) -> None:
+    """Acknowledge everything written so far (Pulsar's clear-backlog)."""
+    sub.cursor.clear_backlog()
+
+
+def skip(sub: Subscription, n: int) -> None:
+    """Acknowledge the next ``n`` unacknowledged entries."""
+    if n < 0:
+        raise ValueError("number of messages to skip must be >= 0")
+    sub.cursor.skip_entries(n)
+
+
+async def reset_by_time(topic: PersistentTopic, sub: Subscription, timestamp_ms: int) -> Position:
+    """Rewind or advance to the first entry published at or after ``timestamp_ms``."""
+    position = await topic.find_position_by_time(timestamp_ms)
+    sub.reset_cursor(position)
+    return position
+
+
+def reset_to(topic: PersistentTopic, sub: Subscription, start: Position, exclusive: bool = False) -> Position:
+    position = clamp_start(topic, start)
+    if exclusive and position <= topic.ledger.last_confirmed_entry:
+        position = topic.ledger.next_valid_position(position)
+    sub.reset_cursor(position)
+    return position
+
+
+async def expire_cursor(topic: PersistentTopic, cursor: ManagedCursor, older_than_s: float,
+                        now_ms: int | None = None) -> int:
+    """Acknowledge every entry published more than ``older_than_s`` ago; returns how many entries
+    left the backlog. The log is searched by publish time, so the cost is O(log entries)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff_ms = now_ms - int(older_than_s * 1000)
+    first_live = await topic.find_position_by_time(cutoff_ms)
+    newest_expired = topic.ledger.previous_position(first_live)
+    if cursor.is_closed or newest_expired <= cursor.mark_delete_position \
+            or newest_expired > topic.ledger.last_confirmed_entry:
+        return 0
+    before = cursor.number_of_entries_in_backlog()
+    try:
+        cursor.mark_delete(newest_expired)
+    except ManagedLedgerError as exc:  # cursor closed or log trimmed while we searched
+        log.debug("expiry on %s/%s skipped: %s", topic.full_name, cursor.name, exc)
+        return 0
+    return max(0, before - cursor.number_of_entries_in_backlog())
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+async def peek(topic: PersistentTopic, sub: Subscription, n: int) -> Entry:
+    """The n-th (1-based) entry after the mark-delete position, acknowledged or not (Pulsar's
+    peekNthMessage counts individually acknowledged entries too)."""
+    if n < 1:
+        raise ValueError("message position must be >= 1")
+    ledger = topic.ledger
+    last = ledger.last_confirmed_entry
+    position = sub.cursor.mark_delete_position
+    if n > ledger.count_entries_between(ledger.next_valid_position(position), last):
+        raise EntryNotFoundError("Message not found")
+    for _ in range(n):
+        position = ledger.next_valid_position(position)
+    return await ledger.read_entry(position)
+
+
+# -- clients --------------------------------------------------------------------------------------
+
+def disconnect_clients(topic: PersistentTopic) -> None:
+    """Close every producer and consumer of the topic on the client side (they reconnect)."""
+    # Waiting producers first: removing the exclusive holder would otherwise grant the slot to them.
+    for producer, _ in list(topic.waiting_producers):
+        producer.cnx.producer_closed_by_broker(producer.producer_id)
+        topic.remove_producer(producer)
+    disconnect_producers(topic)
+    for sub in list(topic.subscriptions.values()):
+        sub.disconnect_consumers()
+
+
+def disconnect_producers(topic: PersistentTopic) -> None:
+    for producer in list(topic.producers.values()):
+        producer.cnx.producer_closed_by_broker(producer.producer_id)
+        topic.remove_producer(producer)
+
+
+def has_clients(topic: PersistentTopic) -> bool:
+    return bool(topic.producers or topic.waiting_producers
+                or any(s.consumers for s in topic.subscriptions.values()))
+
+
+# -- expiry statistics ----------------------------------------------------------------------------
+
+@dataclass
+class ExpiryRecord:
+    total_expired: int = 0
+    last_expire_ms: int = 0
+
+
+class ExpiryStats:
+    """Per (topic, subscription): entries expired by TTL or by admin request (msgRateExpired,
+    totalMsgExpired, lastExpireTimestamp in stats and metrics)."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str], ExpiryRecord] = {}
+
+    def record(self, topic: str, sub: str, expired: int, now_ms: int) -> None:
+        if expired <= 0:
+            return
+        rec = self._records.setdefault((topic, sub), ExpiryRecord())
+        rec.total_expired += expired
+        rec.last_expire_ms = now_ms
+
+    def get(self, topic: str, sub: str) -> ExpiryRecord:
+        return self._records.get((topic, sub)) or ExpiryRecord()
+
+    def forget(self, topic: str, sub: str | None = None) -> None:
+        for key in [k for k in self._records if k[0] == topic and (sub is None or k[1] == sub)]:
+            del self._records[key]

@@ -1,0 +1,193 @@
+"""Backlog quotas (Pulsar's BacklogQuotaManager): how much subscriptions may leave unconsumed.
+
+Two quota types, each with its own policy (namespace ``backlog_quota_map``, else the broker's
+backlogQuotaDefault* settings):
+
+- ``destination_storage``: the estimated bytes between the slowest durable cursor and the end of
+  the log must stay <= limitSize.
+- ``message_age``: the oldest unacknowledged entry of the slowest cursor must be younger than
+  limitTime seconds.
+
+When one is exceeded: ``producer_request_hold`` and ``producer_exception`` disconnect the topic's
+producers and refuse new ones (ProducerBlockedQuotaExceededError, which the client retries, and
+ProducerBlockedQuotaExceededException, which fails its pending sends); ``consumer_backlog_eviction``
+acknowledges on behalf of the slowest subscriptions until the topic is back under the limit
+(90% of it for size, as Pulsar). The check runs every backlogQuotaCheckIntervalInSeconds and, for
+the size quota, whenever a producer is created.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from broker.dispatch.entry_meta import entry_meta
+from broker.errors import BrokerError
+from broker.metadata import policies as P
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service import admin_ops
+from managed_ledger import ManagedCursor, ManagedLedgerError
+
+if TYPE_CHECKING:
+    from broker.service.broker_service import BrokerService
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+E = pb.ServerError
+# Pulsar drops a size-evicted backlog to this share of the limit, so eviction does not run again
+# on the very next message.
+EVICTION_TARGET = 0.9
+
+
+class ProducerBlockedQuotaExceededError(BrokerError):
+    """producer_request_hold: the client keeps retrying the producer until the backlog shrinks."""
+
+    code = E.ProducerBlockedQuotaExceededError
+
+
+class ProducerBlockedQuotaExceededException(BrokerError):
+    """producer_exception: the client fails the producer and its pending sends."""
+
+    code = E.ProducerBlockedQuotaExceededException
+
+
+class BacklogQuota(NamedTuple):
+    limit_size: int  # bytes, -1 = none
+    limit_time: int  # seconds, -1 = none
+    policy: str
+
+
+def durable_cursors(topic: PersistentTopic) -> list[ManagedCursor]:
+    return [c for c in topic.ledger.cursors.values() if not c.is_closed]
+
+
+def average_entry_size(topic: PersistentTopic) -> float:
+    ledger = topic.ledger
+    entries = ledger.number_of_entries
+    return ledger.total_size / entries if entries > 0 else 0.0
+
+
+def estimated_backlog_size(topic: PersistentTopic, cursor: ManagedCursor | None = None) -> int:
+    """Bytes of unacknowledged entries of ``cursor`` (default: the slowest durable cursor), estimated
+    from the average entry size, as Pulsar's getEstimatedBacklogSize does."""
+    if cursor is None:
+        cursors = durable_cursors(topic)
+        if not cursors:
+            return 0
+        entries = max(c.number_of_entries_in_backlog() for c in cursors)
+    else:
+        entries = cursor.number_of_entries_in_backlog()
+    return int(entries * average_entry_size(topic))
+
+
+class BacklogQuotaManager:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        # Topics found over their message_age quota by the last check (the age needs a read, so the
+        # producer-creation path uses this verdict instead of reading the log).
+        self._age_exceeded: set[str] = set()
+
+    def quota(self, namespace: str, quota_type: str) -> BacklogQuota | None:
+        """The effective quota, or None when it sets no limit."""
+        quotas = self.service.metadata.policy(namespace, P.BACKLOG_QUOTA_MAP) or {}
+        doc = quotas.get(quota_type)
+        cfg = self.service.config
+        if doc is not None:
+            quota = BacklogQuota(int(doc.get("limitSize", -1)), int(doc.get("limitTime", -1)), str(doc["policy"]))
+        elif quota_type == P.DESTINATION_STORAGE:
+            quota = BacklogQuota(cfg.backlogQuotaDefaultLimitBytes, -1, cfg.backlogQuotaDefaultRetentionPolicy)
+        else:
+            quota = BacklogQuota(-1, cfg.backlogQuotaDefaultLimitSecond, cfg.backlogQuotaDefaultRetentionPolicy)
+        relevant = quota.limit_size if quota_type == P.DESTINATION_STORAGE else quota.limit_time
+        return quota if relevant >= 0 else None
+
+    def size_exceeded(self, topic: PersistentTopic) -> BacklogQuota | None:
+        quota = self.quota(topic.name.namespace, P.DESTINATION_STORAGE)
+        if quota is not None and estimated_backlog_size(topic) > quota.limit_size:
+            return quota
+        return None
+
+    async def age_exceeded(self, topic: PersistentTopic, now_ms: int) -> BacklogQuota | None:
+        quota = self.quota(topic.name.namespace, P.MESSAGE_AGE)
+        if quota is None:
+            return None
+        oldest = await self.oldest_unacked_publish_time(topic)
+        if oldest is not None and now_ms - oldest > quota.limit_time * 1000:
+            return quota
+        return None
+
+    async def oldest_unacked_publish_time(self, topic: PersistentTopic) -> int | None:
+        ledger = topic.ledger
+        lagging = [c for c in durable_cursors(topic) if c.number_of_entries_in_backlog() > 0]
+        if not lagging:
+            return None
+        slowest = min(c.mark_delete_position for c in lagging)
+        try:
+            entry = await ledger.read_entry(ledger.next_valid_position(slowest))
+        except ManagedLedgerError:
+            return None
+        return entry_meta(entry.data).publish_time
+
+    # -- producer creation -----------------------------------------------------------------------
+    def check_producer(self, topic: PersistentTopic) -> None:
+        """Refuse a new producer while a hold/exception quota is exceeded."""
+        exceeded = self.size_exceeded(topic)
+        if exceeded is None and topic.full_name in self._age_exceeded:
+            exceeded = self.quota(topic.name.namespace, P.MESSAGE_AGE)
+        if exceeded is None:
+            return
+        if exceeded.policy == P.PRODUCER_EXCEPTION:
+            raise ProducerBlockedQuotaExceededException(
+                f"Cannot create producer on topic with backlog quota exceeded ({topic.full_name})")
+        if exceeded.policy == P.PRODUCER_REQUEST_HOLD:
+            raise ProducerBlockedQuotaExceededError(
+                f"Cannot create producer on topic with backlog quota exceeded ({topic.full_name})")
+
+    # -- periodic check --------------------------------------------------------------------------
+    async def check_all(self) -> None:
+        now_ms = int(time.time() * 1000)
+        loaded = set()
+        for topic in list(self.service.topics.values()):
+            if topic.closed:
+                continue
+            loaded.add(topic.full_name)
+            await self.check_topic(topic, now_ms)
+        self._age_exceeded &= loaded
+
+    async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:
+        size_quota = self.size_exceeded(topic)
+        if size_quota is not None:
+            if size_quota.policy == P.CONSUMER_BACKLOG_EVICTION:
+                self.evict_for_size(topic, size_quota)
+            else:
+                admin_ops.disconnect_producers(topic)
+        age_quota = await self.age_exceeded(topic, now_ms)
+        if age_quota is None:
+            self._age_exceeded.discard(topic.full_name)
+            return
+        if age_quota.policy == P.CONSUMER_BACKLOG_EVICTION:
+            for cursor in durable_cursors(topic):
+                expired = await admin_ops.expire_cursor(topic, cursor, age_quota.limit_time, now_ms)
+                self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
+            self._age_exceeded.discard(topic.full_name)
+        else:
+            self._age_exceeded.add(topic.full_name)
+            admin_ops.disconnect_producers(topic)
+
+    def evict_for_size(self, topic: PersistentTopic, quota: BacklogQuota) -> None:
+        """Acknowledge the oldest entries of every cursor whose backlog is above the target. The
+        topic's backlog is its slowest cursor's, so this is where Pulsar's loop over the slowest
+        cursor ends up, in one pass."""
+        target = EVICTION_TARGET * quota.limit_size
+        avg = average_entry_size(topic)
+        if avg <= 0:
+            return
+        for cursor in durable_cursors(topic):
+            backlog = cursor.number_of_entries_in_backlog()
+            excess = math.ceil((backlog * avg - target) / avg)
+            if excess > 0:
+                cursor.skip_entries(min(excess, backlog))
+                log.info("backlog quota: evicted %d entries of %s/%s", min(excess, backlog),
+                         topic.full_name, cursor.name)

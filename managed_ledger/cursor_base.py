@@ -1,0 +1,418 @@
+"""The storage-agnostic part of a cursor: acknowledgement state, read position, backlog arithmetic.
+
+Everything here touches the ledger only through its ``LedgerMap`` (position arithmetic) and a few
+hooks, so the in-memory and file implementations share it. Subclasses supply ``_deliver`` (turn
+a list of positions into entries and complete the read) and ``flush``; a durable cursor's state
+changes are reported to the ledger with ``_cursor_state_changed`` so it can persist them.
+
+Read position rule: a read moves ``read_position`` past the positions it takes when it is
+*issued*, before any data is fetched. A dispatcher that seeks or rewinds while a read is in
+flight therefore keeps its move: the in-flight read's completion does not touch the position.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
+
+from managed_ledger.api import (
+    CursorClosedError,
+    InvalidPositionError,
+    LedgerClosedError,
+    ManagedCursor,
+    ManagedLedgerError,
+    ReadCallback,
+)
+from managed_ledger.completion import OrderedCompleter
+from managed_ledger.position import Position
+from managed_ledger.range_set import PositionRangeSet
+
+if TYPE_CHECKING:
+    from managed_ledger.ledger_base import BaseManagedLedger
+
+
+@dataclass
+class CursorRecord:
+    """What a durable cursor stores: survives closing and reopening the managed ledger."""
+
+    mark_delete: Position
+    individually_deleted: PositionRangeSet = field(default_factory=PositionRangeSet)
+    properties: dict[str, int] = field(default_factory=dict)
+
+    def raise_floor(self, floor: Position) -> bool:
+        """Move the mark-delete up to floor (its ledgers were trimmed under it); True if moved."""
+        if self.mark_delete < floor:
+            self.mark_delete = floor
+            self.individually_deleted.remove_up_to(floor)
+            return True
+        return False
+
+
+class _ParkedRead(NamedTuple):
+    max_entries: int
+    max_bytes: int | None
+    callback: ReadCallback
+
+
+class BaseCursor(ManagedCursor):
+    def __init__(self, ledger: BaseManagedLedger, name: str, record: CursorRecord, durable: bool) -> None:
+        self._ledger = ledger
+        self._name = name
+        self._record = record
+        self._durable = durable
+        self._closed = False
+        self._parked: _ParkedRead | None = None
+        # One ordering domain per cursor: its read completions never overtake each other.
+        self._completer = OrderedCompleter(ledger._nesting, ledger.config.read_nesting_limit)
+        self._read_position = ledger._map.next_valid(record.mark_delete)
+        self._last_active = ledger._clock()
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def ledger(self) -> BaseManagedLedger:
+        return self._ledger
+
+    @property
+    def is_durable(self) -> bool:
+        return self._durable
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._record.mark_delete
+
+    @property
+    def read_position(self) -> Position:
+        return self._read_position
+
+    @property
+    def individually_deleted(self) -> PositionRangeSet:
+        return self._record.individually_deleted
+
+    @property
+    def properties(self) -> Mapping[str, int]:
+        return self._record.properties
+
+    @property
+    def last_active(self) -> float:
+        return self._last_active
+
+    def __repr__(self) -> str:
+        kind = "durable" if self._durable else "non-durable"
+        return (
+            f"<{type(self).__name__} {self._ledger.name}/{self._name} {kind} md={self._record.mark_delete} "
+            f"read={self._read_position} deleted={self._record.individually_deleted.to_pulsar_string()}>"
+        )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
+        """Fetch the entries at positions (all stored, ascending) and complete callback through
+        this cursor's completer. ``read_from`` is the read position before a read_entries moved
+        it (None for replays): if the fetch fails, the read position goes back there, unless
+        something moved it in the meantime."""
+
+    def read_entries(self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None) -> None:
+        _check_read_args(max_entries, max_bytes)
+        error = self._unusable()
+        if error is not None:
+            self._completer.complete(partial(callback, [], error))
+            return
+        start = self._read_position
+        self._deliver(self._collect(max_entries, max_bytes), callback, start)
+
+    def read_entries_or_wait(
+        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None
+    ) -> None:
+        _check_read_args(max_entries, max_bytes)
+        if self._parked is not None:
+            raise ManagedLedgerError(f"cursor {self._name} already has a parked read")
+        error = self._unusable()
+        if error is not None:
+            self._completer.complete(partial(callback, [], error))
+            return
+        start = self._read_position
+        positions = self._collect(max_entries, max_bytes)
+        if positions:
+            self._deliver(positions, callback, start)
+            return
+        self._parked = _ParkedRead(max_entries, max_bytes, callback)
+        self._ledger._park(self)
+
+    def cancel_pending_read(self) -> bool:
+        if self._parked is None:
+            return False
+        self._parked = None
+        self._ledger._unpark(self)
+        return True
+
+    @property
+    def has_pending_read(self) -> bool:
+        return self._parked is not None
+
+    def replay_entries(self, positions: Iterable[Position], callback: ReadCallback) -> None:
+        error = self._unusable()
+        if error is not None:
+            self._completer.complete(partial(callback, [], error))
+            return
+        ledger_map = self._ledger._map
+        last = self._ledger.last_confirmed_entry
+        wanted = [
+            p for p in sorted(set(positions)) if p <= last and ledger_map.is_entry(p) and not self.is_acked(p)
+        ]
+        self._touch()
+        self._deliver(wanted, callback, None)
+
+    def _collect(self, max_entries: int, max_bytes: int | None) -> list[Position]:
+        """Take positions from read_position on (skipping acked ones) and advance past them."""
+        ledger = self._ledger
+        ledger_map = ledger._map
+        entry_size = ledger._entry_size
+        last = ledger.last_confirmed_entry
+        deleted = self._record.individually_deleted
+        skip_deleted = not deleted.is_empty()
+        pos = ledger_map.ceil(self._read_position)
+        out: list[Position] = []
+        size = 0
+        while len(out) < max_entries and pos <= last:
+            if skip_deleted:
+                acked = deleted.range_containing(pos)
+                if acked is not None:
+                    pos = ledger_map.next_valid(acked[1])
+                    continue
+            if max_bytes is not None:
+                n = entry_size(pos)
+                if out and size + n > max_bytes:
+                    break
+                size += n
+            out.append(pos)
+            pos = ledger_map.next_valid(pos)
+        self._read_position = pos
+        self._touch()
+        return out
+
+    def _read_failed(self, read_from: Position | None, read_to: Position) -> None:
+        """A fetch failed: give its positions back if nothing moved the cursor since."""
+        if read_from is not None and self._read_position == read_to and read_from < read_to:
+            self._read_position = max(read_from, self._ledger._map.next_valid(self._record.mark_delete))
+
+    def _entries_available(self) -> None:
+        """New entries, or the read position moved back: complete the parked read if possible."""
+        parked = self._parked
+        if parked is None:
+            return
+        start = self._read_position
+        positions = self._collect(parked.max_entries, parked.max_bytes)
+        if not positions:
+            return
+        self._parked = None
+        self._ledger._unpark(self)
+        self._deliver(positions, parked.callback, start)
+
+    def _fail_parked(self, error: BaseException) -> None:
+        parked = self._parked
+        if parked is None:
+            return
+        self._parked = None
+        self._ledger._unpark(self)
+        self._completer.complete(partial(parked.callback, [], error))
+
+    # -- acknowledging ------------------------------------------------------------------------
+
+    def mark_delete(self, position: Position, properties: Mapping[str, int] | None = None) -> None:
+        self._check_usable()
+        if position > self._ledger.last_confirmed_entry:
+            raise InvalidPositionError(
+                f"mark-delete {position} is past the last confirmed entry {self._ledger.last_confirmed_entry}"
+            )
+        if position <= self._record.mark_delete:
+            return
+        if properties is not None:
+            self._record.properties = dict(properties)
+        self._move_mark_delete(position)
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        self._check_usable()
+        record = self._record
+        ledger_map = self._ledger._map
+        last = self._ledger.last_confirmed_entry
+        mark_delete = record.mark_delete
+        added = False
+        for p in positions:
+            if mark_delete < p <= last and ledger_map.is_entry(p):
+                added = record.individually_deleted.add(p) or added
+        if not added:
+            return
+        self._touch()
+        first = record.individually_deleted.first_range()
+        if first is not None and first[0] == ledger_map.next_valid(mark_delete):
+            self._move_mark_delete(first[1])
+        else:
+            self._state_changed()
+
+    def _move_mark_delete(self, position: Position) -> None:
+        """Set mark-delete (forward), absorb individually deleted positions that became
+        contiguous with it (possibly across ledgers), keep read_position after it."""
+        record = self._record
+        ledger_map = self._ledger._map
+        deleted = record.individually_deleted
+        deleted.remove_up_to(position)
+        while (first := deleted.first_range()) is not None and first[0] == ledger_map.next_valid(position):
+            position = first[1]
+            deleted.remove_up_to(position)
+        record.mark_delete = position
+        if self._read_position <= position:
+            self._read_position = ledger_map.next_valid(position)
+        self._touch()
+        self._state_changed()
+        if self._durable:
+            self._ledger._mark_delete_moved(position)
+
+    def is_acked(self, position: Position) -> bool:
+        return position <= self._record.mark_delete or position in self._record.individually_deleted
+
+    def skip_entries(self, n: int) -> None:
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        self._check_usable()
+        if n == 0:
+            return
+        target = self._nth_unacked(n)
+        if target > self._record.mark_delete:
+            self._move_mark_delete(target)
+
+    def _nth_unacked(self, n: int) -> Position:
+        """The n-th (1-based) unacknowledged entry after mark-delete, or the last entry."""
+        ledger_map = self._ledger._map
+        last = self._ledger.last_confirmed_entry
+        deleted = self._record.individually_deleted
+        pos = ledger_map.next_valid(self._record.mark_delete)
+        while pos <= last:
+            ledger_id = pos.ledger_id
+            meta = ledger_map.get(ledger_id)
+            assert meta is not None
+            entry_id = pos.entry_id
+            # Walk the gaps between acked ranges of this ledger; the sentinel closes the ledger.
+            for first, last_acked in [*deleted.ranges_in_ledger(ledger_id), (meta.entries, meta.entries)]:
+                if last_acked < entry_id:
+                    continue
+                gap = first - entry_id
+                if gap > 0:
+                    if n <= gap:
+                        return min(Position(ledger_id, entry_id + n - 1), last)
+                    n -= gap
+                entry_id = max(entry_id, last_acked + 1)
+            pos = ledger_map.next_valid(Position(ledger_id, meta.entries - 1))
+        return last
+
+    def _state_changed(self) -> None:
+        if self._durable:
+            self._ledger._cursor_state_changed(self._name)
+
+    # -- moving -------------------------------------------------------------------------------
+
+    def seek(self, position: Position) -> None:
+        self._check_usable()
+        ledger_map = self._ledger._map
+        self._read_position = max(ledger_map.ceil(position), ledger_map.next_valid(self._record.mark_delete))
+        self._touch()
+        self._entries_available()
+
+    def rewind(self) -> None:
+        self._check_usable()
+        self._read_position = self._ledger._map.next_valid(self._record.mark_delete)
+        self._touch()
+        self._entries_available()
+
+    def reset(self, position: Position) -> None:
+        self._check_usable()
+        ledger_map = self._ledger._map
+        position = ledger_map.ceil(position)  # clamps into [first position, next add position]
+        last = self._ledger.last_confirmed_entry
+        # Entries added but not yet confirmed are not readable: reset no further than after the
+        # last confirmed one (the same as the next add position when every add is confirmed).
+        position = min(position, ledger_map.next_valid(last))
+        record = self._record
+        record.individually_deleted.clear()
+        # Never past the last confirmed entry (reset to the end of a fully trimmed log).
+        record.mark_delete = min(ledger_map.previous(position), last)
+        self._read_position = position
+        self._touch()
+        self._state_changed()
+        self._entries_available()
+
+    def _ledgers_trimmed(self, first: Position, floor: Position) -> None:
+        """Ledgers before ``first`` are gone: nothing may point into them any more."""
+        if self._record.raise_floor(floor):
+            self._state_changed()
+        if self._read_position < first:
+            self._read_position = first
+
+    # -- counting -----------------------------------------------------------------------------
+
+    def number_of_entries_in_backlog(self) -> int:
+        ledger_map = self._ledger._map
+        record = self._record
+        after = ledger_map.next_valid(record.mark_delete)
+        total = ledger_map.count_between(after, self._ledger.last_confirmed_entry)
+        return total - len(record.individually_deleted)
+
+    def number_of_entries_to_read(self) -> int:
+        ledger_map = self._ledger._map
+        last = self._ledger.last_confirmed_entry
+        start = ledger_map.ceil(self._read_position)
+        return ledger_map.count_between(start, last) - self._record.individually_deleted.count_between(
+            start, last
+        )
+
+    def has_more_entries(self) -> bool:
+        return self.number_of_entries_to_read() > 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._close_handle()
+        self._ledger._cursor_closed(self)
+
+    def _close_handle(self) -> None:
+        """Closed by us, by delete_cursor or by the ledger closing: drop any parked read."""
+        self._closed = True
+        if self._parked is not None:
+            self._parked = None
+            self._ledger._unpark(self)
+
+    def _unusable(self) -> ManagedLedgerError | None:
+        if self._ledger.is_closed:
+            return LedgerClosedError(f"managed ledger {self._ledger.name} is closed")
+        if self._closed:
+            return CursorClosedError(f"cursor {self._name} is closed")
+        return None
+
+    def _check_usable(self) -> None:
+        error = self._unusable()
+        if error is not None:
+            raise error
+
+    def _touch(self) -> None:
+        self._last_active = self._ledger._clock()
+
+
+def _check_read_args(max_entries: int, max_bytes: int | None) -> None:
+    if max_entries < 1:
+        raise ValueError("max_entries must be >= 1")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError("max_bytes must be >= 1")

@@ -1,0 +1,260 @@
+"""File-backed managed ledgers: segment files, group commit, persisted cursors, a bounded cache.
+
+Threads and ownership (ARCHITECTURE.md "Concurrency rules"): the event loop owns every
+managed ledger, cursor, index and the cache. The factory owns two kinds of threads, started
+lazily and joined by ``close()``:
+
+- one writer thread (``writer.GroupCommitWriter``) that does all writes and syncs, batching
+  concurrent appends under one fsync;
+- a worker pool (``read_threads``) for disk reads and for scanning segments on open.
+
+Both only do I/O on values handed to them and return results with ``call_soon_threadsafe``.
+
+Modules: ``file_ledger`` (a managed ledger: adds, fencing, cursors), ``file_cursor`` (reads
+and batched persistence of cursors), ``file_reads`` (cache and disk reads), ``writer`` (group
+commit), ``file_layout`` (directories, recovery scan), ``segment`` (the segment file format),
+``cursor_store`` (the cursor state format), ``fs`` (the file-system interface).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import posixpath
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+from managed_ledger import file_layout, segment
+from managed_ledger.api import (
+    LedgerNotFoundError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFactory,
+)
+from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
+from managed_ledger.file_layout import CURSORS, NAME_FILE, encode_name, join
+from managed_ledger.file_ledger import FileManagedLedger
+from managed_ledger.fs import FileSystem, OsFileSystem
+from managed_ledger.ledger_base import Clock
+from managed_ledger.read_cache import ReadCache
+from managed_ledger.stats import FileLedgerStats
+from managed_ledger.writer import GroupCommitWriter
+
+log = logging.getLogger(__name__)
+
+# Default worker threads for disk reads: reads are short preads, and the machine's cores belong
+# to the event loop first.
+DEFAULT_READ_THREADS = 2
+# Pulsar's managedLedgerDefaultMarkDeleteRateLimit (1 persisted mark-delete per second per cursor).
+DEFAULT_CURSOR_PERSIST_INTERVAL_S = 1.0
+# A fenced ledger tries to recover at most this often (on an add), so a full disk does not
+# turn a flood of sends into a flood of failing file creations and error logs.
+DEFAULT_FAULT_RETRY_INTERVAL_S = 1.0
+
+
+class FileManagedLedgerFactory(ManagedLedgerFactory):
+    """Managed ledgers stored under ``root_dir`` (layout: ``file_layout``).
+
+    sync: fdatasync every batch of appends before confirming it (the default). False confirms
+    once the data is in the OS page cache: it survives a broker crash but NOT a power cut or
+    kernel crash - receipted messages of the last seconds can be lost. Use only where that is
+    acceptable (tests, throw-away data).
+    cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
+    ``cache_size_bytes`` of a ManagedLedgerConfig is not used by this implementation).
+    cursor_persist_interval_s: the longest a durable cursor's acknowledgements wait before they
+    are written (the crash window for redelivery); ``flush()`` does not wait.
+    fault_retry_interval_s: how often a fenced managed ledger may try to recover.
+    fs: the file system (tests put a fault-injecting one here).
+    """
+
+    def __init__(
+        self,
+        root_dir: str,
+        *,
+        clock: Clock = time.time,
+        sync: bool = True,
+        cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
+        read_threads: int = DEFAULT_READ_THREADS,
+        cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
+        max_ranges_to_persist: int = MAX_RANGES_TO_PERSIST,
+        fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
+        fs: FileSystem | None = None,
+    ) -> None:
+        super().__init__()
+        self.root = str(root_dir)
+        self.clock = clock
+        self.fs: FileSystem = fs if fs is not None else OsFileSystem()
+        self.stats = FileLedgerStats()
+        self.cache = ReadCache(cache_size_bytes)
+        self.cursor_persist_interval_s = cursor_persist_interval_s
+        self.max_ranges_to_persist = max_ranges_to_persist
+        self.fault_retry_interval_s = fault_retry_interval_s
+        self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync)
+        self.pool = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="ml-read")
+        self._ml_dir = join(self.root, "ml")
+        self._trash = join(self.root, "trash")
+        self._names: dict[str, str] = {}  # stored managed ledgers: name -> directory
+        self._open: dict[str, FileManagedLedger] = {}
+        self._opening: dict[str, asyncio.Future[FileManagedLedger]] = {}
+        self._instance_ids = itertools.count(1)  # cache owner ids: never reused
+        self._closed = False
+        self._ledger_ids = self._scan_root()
+
+    def _scan_root(self) -> file_layout.LedgerIds:
+        """Blocking start-up work (the factory is built before the broker serves anything)."""
+        fs = self.fs
+        fs.makedirs(self._ml_dir)
+        fs.makedirs(self._trash)
+        # The directory entries of root, ml/ and trash/ must survive a power cut too.
+        for directory in (_parent_dir(self.root), self.root):
+            fs.fsync_dir(directory)
+        for leftover in fs.listdir(self._trash):  # deletions a crash interrupted
+            fs.remove_tree(join(self._trash, leftover))
+        highest = 0
+        for entry in sorted(fs.listdir(self._ml_dir)):
+            directory = join(self._ml_dir, entry)
+            files = fs.listdir(directory)
+            ids = [i for i in map(segment.ledger_id_of, files) if i is not None]
+            highest = max([highest, *ids])
+            name = _read_name(fs, directory)
+            if name is None:
+                if not ids:  # a creation the crash interrupted: nothing in it
+                    fs.remove_tree(directory)
+                else:
+                    log.error("managed-ledger directory %s has segments but no readable name: ignored", directory)
+                continue
+            self._names[name] = directory
+        return file_layout.LedgerIds(fs, join(self.root, "ledger-ids"), highest)
+
+    # -- the factory interface ------------------------------------------------------------------
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> FileManagedLedger:
+        if self._closed:
+            raise ManagedLedgerError("managed-ledger factory is closed")
+        ledger = self._open.get(name)
+        if ledger is not None:
+            return ledger
+        opening = self._opening.get(name)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[FileManagedLedger] = asyncio.get_running_loop().create_future()
+        self._opening[name] = future
+        try:
+            ledger = await self._load(name, config or ManagedLedgerConfig())
+            self._open[name] = ledger
+            future.set_result(ledger)
+            return ledger
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: concurrent openers re-raise it themselves
+            raise
+        finally:
+            del self._opening[name]
+
+    async def _load(self, name: str, config: ManagedLedgerConfig) -> FileManagedLedger:
+        directory = self._names.get(name)
+        if directory is None:
+            directory = join(self._ml_dir, encode_name(name))
+            await self._run_on_writer(partial(_create_directory, self.fs, directory, name))
+            self._names[name] = directory
+        loop = asyncio.get_running_loop()
+        recovered = await loop.run_in_executor(
+            self.pool, file_layout.recover_directory, self.fs, directory, self.stats
+        )
+        ledger = FileManagedLedger(self, name, directory, config, recovered)
+        await ledger._start()
+        return ledger
+
+    async def delete(self, name: str) -> None:
+        ledger = self._open.get(name)
+        if ledger is not None:
+            await ledger.delete()
+            return
+        directory = self._names.get(name)
+        if directory is None:
+            raise LedgerNotFoundError(f"no managed ledger named {name!r}")
+        await self._remove_directory(name, directory)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True  # no new opens from here on
+        if self._opening:  # let opens in progress finish, so their ledgers get closed below
+            await asyncio.wait(list(self._opening.values()))
+        for ledger in list(self._open.values()):
+            await ledger.close()
+        if self.writer._loop is not None:
+            await self.writer.barrier()
+        self.writer.stop()
+        self.pool.shutdown(wait=True)
+
+    def list_names(self) -> list[str]:
+        return sorted(self._names)
+
+    # -- for the managed ledgers ------------------------------------------------------------------
+
+    def _new_ledger_id(self) -> int:
+        return self._ledger_ids.next()
+
+    def _next_instance_id(self) -> int:
+        return next(self._instance_ids)
+
+    async def _run_on_writer(self, task: Callable[[], None]) -> None:
+        """Run task on the writer thread (in order with all writes); raise its error."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(exc: BaseException | None) -> None:
+            if future.done():
+                return
+            if exc is None:
+                future.set_result(None)
+            else:
+                future.set_exception(ManagedLedgerError(f"storage operation failed: {exc}"))
+
+        self.writer.run(task, done)
+        await future
+
+    async def _remove_directory(self, name: str, directory: str) -> None:
+        """Delete a managed ledger's files: rename into trash (atomic, synced), then remove."""
+        fs = self.fs
+        doomed = join(self._trash, uuid.uuid4().hex)
+
+        def remove() -> None:
+            fs.rename(directory, doomed)
+            fs.fsync_dir(self._ml_dir)
+            fs.remove_tree(doomed)
+
+        await self._run_on_writer(remove)
+        self._names.pop(name, None)
+
+    def _forget(self, ledger: FileManagedLedger) -> None:
+        if self._open.get(ledger.name) is ledger:
+            del self._open[ledger.name]
+
+
+def _parent_dir(path: str) -> str:
+    return posixpath.dirname(path.rstrip("/")) or "."
+
+
+def _read_name(fs: FileSystem, directory: str) -> str | None:
+    path = join(directory, NAME_FILE)
+    try:
+        return str(json.loads(fs.read_file(path))["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
+    """A new managed ledger's directory, durable with its name before any segment is created."""
+    fs.makedirs(join(directory, CURSORS))
+    fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
+    fs.fsync_dir(directory)
+    fs.fsync_dir(_parent_dir(directory))
+
+
+__all__ = ["FileManagedLedger", "FileManagedLedgerFactory"]

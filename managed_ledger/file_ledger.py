@@ -1,0 +1,490 @@
+"""A file-backed managed ledger (see ``file`` for the factory and the overall design).
+
+Adds: ``add_entry`` assigns the position at once (positions follow call order), puts the entry
+in the cache and queues its record with the writer thread; the callback runs after the record
+is synced. Only then does ``last_confirmed_entry`` move, so readers never see an entry that a
+crash could take back. ``number_of_entries``, ``total_size`` and ``ledgers_info`` count queued
+entries too.
+
+Write failures: the first failed add fences the managed ledger. Every add queued after it fails
+too (the writer guarantees that confirmed adds are a prefix), the bookkeeping is cut back to
+the last confirmed entry, and later adds fail at once with LedgerFencedError. Recovery - cut
+the unconfirmed bytes off the segment files, start a new ledger - is tried right away and then
+on adds (at most every ``fault_retry_interval_s``), so the ledger heals when the fault clears;
+reopening it recovers too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from managed_ledger import segment
+from managed_ledger.api import (
+    AddCallback,
+    EntryNotFoundError,
+    InitialPosition,
+    LedgerClosedError,
+    LedgerFencedError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    NoMoreEntriesError,
+    ReadCallback,
+)
+from managed_ledger.completion import OrderedCompleter
+from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.entry import Entry
+from managed_ledger.file_cursor import CursorPersistence, FileCursor
+from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
+from managed_ledger.file_reads import EntryReader
+from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.position import Position
+from managed_ledger.range_set import PositionRangeSet
+from managed_ledger.segment import SegmentIndex
+
+if TYPE_CHECKING:
+    from managed_ledger.file import FileManagedLedgerFactory
+
+log = logging.getLogger(__name__)
+
+
+class FileManagedLedger(BaseManagedLedger):
+    def __init__(
+        self,
+        factory: FileManagedLedgerFactory,
+        name: str,
+        directory: str,
+        config: ManagedLedgerConfig,
+        recovered: Recovered,
+    ) -> None:
+        super().__init__(name, config, LedgerMap(), factory.nesting, factory.clock)
+        self._factory = factory
+        self._dir = directory
+        self._fs = factory.fs
+        self._writer = factory.writer
+        self._indexes: dict[int, SegmentIndex] = {}
+        self._reader = EntryReader(factory._next_instance_id(), self._locate, factory.cache, factory.pool,
+                                   factory.fs, factory.stats)
+        self._fenced = False
+        self._recovering = False
+        self._last_recovery = float("-inf")  # loop.time() of the last recovery attempt
+        self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
+        self._stored: dict[str, CursorRecord] = {}  # durable cursors' state, open handle or not
+        self._empty_on_disk: list[int] = []  # segments without entries found on open: removed
+        self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s, factory.max_ranges_to_persist)
+        self._restore(recovered)
+
+    # -- opening --------------------------------------------------------------------------------
+
+    def _restore(self, recovered: Recovered) -> None:
+        """Rebuild the log shape and cursors from what the scan found (on the loop, no I/O)."""
+        now = self._clock()
+        segments = recovered.segments
+        last = None
+        for i, seg in enumerate(segments):
+            if seg.index.entries == 0:  # never took an entry: dropped (its file too, in _start)
+                self._empty_on_disk.append(seg.ledger_id)
+                continue
+            # A ledger was closed when the next one was created; the last one is closed now.
+            closed_at = segments[i + 1].created_at if i + 1 < len(segments) else now
+            self._map.add_stored_ledger(seg.ledger_id, seg.created_at, closed_at, seg.index.entries,
+                                        seg.index.data_size)
+            self._indexes[seg.ledger_id] = seg.index
+            last = seg
+        # Like Pulsar, (re)opening a managed ledger always starts a new ledger.
+        current = self._factory._new_ledger_id()
+        self._map.open_ledger(current, now)
+        self._indexes[current] = SegmentIndex()
+        self._last_confirmed = Position(last.ledger_id, last.index.entries - 1) if last else Position(current, -1)
+        for name, record in recovered.cursors.items():
+            changed = self._sanitize(name, record)
+            self._stored[name] = record
+            self._persistence.track(name, dirty=changed)
+            self._cursors[name] = FileCursor(self, name, record, durable=True)
+
+    def _sanitize(self, name: str, record: CursorRecord) -> bool:
+        """Fit a stored cursor state to the recovered log; True if it had to change.
+
+        A mark-delete past the last stored entry (data lost to a disk fault: synced data never
+        goes missing otherwise) is pulled back, so the cursor never claims entries that are not
+        there; acknowledged ranges outside stored entries are dropped; a mark-delete inside
+        trimmed ledgers moves up to the first stored entry."""
+        last = self._last_confirmed
+        before = (record.mark_delete, list(record.individually_deleted))
+        if record.mark_delete > last:
+            log.warning("cursor %s/%s: mark-delete %s is past the last stored entry %s; pulled back",
+                        self._name, name, record.mark_delete, last)
+            record.mark_delete = last
+        record.raise_floor(self._floor())
+        ranges = PositionRangeSet()
+        for first, end in record.individually_deleted:
+            ledger_id = first.ledger_id
+            meta = self._map.get(ledger_id)
+            if meta is None or ledger_id > last.ledger_id:
+                continue
+            hi = min(end.entry_id, meta.entries - 1)
+            if ledger_id == last.ledger_id:
+                hi = min(hi, last.entry_id)
+            if hi >= first.entry_id:
+                ranges.add_range(ledger_id, first.entry_id, hi)
+        ranges.remove_up_to(record.mark_delete)
+        record.individually_deleted = ranges
+        while (head := ranges.first_range()) is not None and head[0] == self._map.next_valid(record.mark_delete):
+            record.mark_delete = head[1]
+            ranges.remove_up_to(head[1])
+        return (record.mark_delete, list(record.individually_deleted)) != before
+
+    async def _start(self) -> None:
+        """Create the new current ledger's segment (and drop empty ones); raise if that fails."""
+        future: asyncio.Future[None] = self._loop.create_future()
+
+        def created(exc: BaseException | None) -> None:
+            if future.done():
+                return
+            if exc is None:
+                future.set_result(None)
+            else:
+                future.set_exception(ManagedLedgerError(f"cannot create a ledger for {self._name}: {exc}"))
+
+        current = self._map.current
+        self._writer.create(self, self._segment_path(current.ledger_id),
+                            segment.encode_header(current.ledger_id, current.created_at), created)
+        for ledger_id in self._empty_on_disk:
+            self._unlink_later(self._segment_path(ledger_id))
+        try:
+            await future
+        except BaseException:
+            self._shut(LedgerState.CLOSED)
+            self._persistence.stop()
+            self._writer.release(self)
+            raise
+        for name in list(self._stored):
+            if self._persistence.is_dirty(name):
+                await self._persistence.flush(name)
+
+    # -- hooks of the base ----------------------------------------------------------------------
+
+    def _named_records(self) -> Iterable[tuple[str, CursorRecord]]:
+        return self._stored.items()
+
+    def _make_cursor(self, name: str, record: CursorRecord, durable: bool) -> FileCursor:
+        return FileCursor(self, name, record, durable)
+
+    def _entry_size(self, position: Position) -> int:
+        return self._indexes[position.ledger_id].entry_size(position.entry_id)
+
+    def _remove_ledgers(self, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            self._indexes.pop(ledger_id, None)
+            self._unlink_later(self._segment_path(ledger_id))
+
+    def _cursor_state_changed(self, name: str) -> None:
+        self._persistence.changed(name)
+
+    def _stored_record(self, name: str) -> CursorRecord | None:
+        return self._stored.get(name)
+
+    def _write_cursor_file(self, name: str, data: bytes, done: Callable[[BaseException | None], None]) -> None:
+        fs = self._fs
+        path = self._cursor_path(name)
+        stats = self._factory.stats
+
+        def write() -> None:
+            fs.replace_atomically(path, data, sync=True)
+            stats.add(cursor_persists_total=1)
+
+        self._writer.run(write, done)
+
+    # -- paths ----------------------------------------------------------------------------------
+
+    def _locate(self, position: Position) -> tuple[str, tuple[int, int]]:
+        return self._segment_path(position.ledger_id), self._indexes[position.ledger_id].span(position.entry_id)
+
+    def _segment_path(self, ledger_id: int) -> str:
+        return join(self._dir, segment.file_name(ledger_id))
+
+    def _cursor_path(self, name: str) -> str:
+        return join(self._dir, CURSORS, encode_name(name) + ".cur")
+
+    def _unlink_later(self, path: str) -> None:
+        fs = self._fs
+
+        def unlink() -> None:
+            try:
+                fs.unlink(path)
+            except FileNotFoundError:
+                pass
+
+        self._writer.run(unlink)
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        return self._last_confirmed
+
+    @property
+    def is_fenced(self) -> bool:
+        return self._fenced
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def add_entry(self, data: bytes, callback: AddCallback) -> None:
+        if self._state is not LedgerState.OPEN:
+            error: ManagedLedgerError = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        if self._fenced:
+            self._add_completer.complete(partial(
+                callback, None, LedgerFencedError(f"managed ledger {self._name} is fenced after a write failure")))
+            self._recover_from_fault()
+            return
+        if type(data) is not bytes:  # keep our own immutable copy of views / bytearrays
+            data = bytes(data)
+        if len(data) > segment.MAX_ENTRY_SIZE:
+            error = ManagedLedgerError(f"entry of {len(data)} bytes exceeds {segment.MAX_ENTRY_SIZE}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        position = self._map.record_add(len(data))
+        self._indexes[position.ledger_id].append(len(data))
+        self._reader.remember(Entry(position, data))
+        self._writer.append(self, self._segment_path(position.ledger_id), segment.encode_record(data),
+                            partial(self._add_done, position, callback))
+        if self._current_ledger_is_full():
+            self._rollover()
+
+    def _add_done(self, position: Position, callback: AddCallback, exc: BaseException | None) -> None:
+        if exc is None:
+            self._last_confirmed = position
+            self._add_completer.complete(partial(callback, position, None))
+            if position.ledger_id != self._map.current_id and self._state is LedgerState.OPEN:
+                # The last entry of a rolled-over ledger is confirmed: the trim that the
+                # rollover did (it skips ledgers with unconfirmed entries) can take it now.
+                meta = self._map.get(position.ledger_id)
+                if meta is not None and meta.entries == position.entry_id + 1:
+                    self.trim_consumed_ledgers()
+            self._wake_parked()
+            return
+        self._fence(exc)
+        error = exc if isinstance(exc, ManagedLedgerError) else ManagedLedgerError(f"write failed: {exc}")
+        if error is not exc:
+            error.__cause__ = exc
+        self._add_completer.complete(partial(callback, None, error))
+
+    def _rollover(self) -> None:
+        try:
+            new_id = self._factory._new_ledger_id()
+        except ManagedLedgerError as exc:
+            log.error("%s: no rollover (will retry on the next add): %s", self._name, exc)
+            return
+        now = self._clock()
+        self._writer.close_segment(self, self._segment_path(self._map.current_id))
+        self._writer.create(self, self._segment_path(new_id), segment.encode_header(new_id, now), self._created)
+        self._map.close_current(now)
+        self._map.open_ledger(new_id, now)
+        self._indexes[new_id] = SegmentIndex()
+        self.trim_consumed_ledgers()
+
+    def _created(self, exc: BaseException | None) -> None:
+        if exc is not None:
+            self._fence(exc)
+
+    def _fence(self, exc: BaseException) -> None:
+        """Stop taking writes and forget the entries that were queued but never confirmed."""
+        if self._fenced:
+            return
+        self._fenced = True
+        log.error("managed ledger %s fenced after a write failure: %s", self._name, exc)
+        last = self._last_confirmed
+        for meta in list(self._map):
+            index = self._indexes.get(meta.ledger_id)
+            if index is None or meta.ledger_id < last.ledger_id:
+                continue
+            keep = last.entry_id + 1 if meta.ledger_id == last.ledger_id else 0
+            if index.entries > keep:
+                index.truncate(keep)
+                self._map.cut(meta.ledger_id, keep, index.data_size)
+        if self._state is LedgerState.OPEN:
+            self._recover_from_fault()
+
+    def _recover_from_fault(self) -> None:
+        """Cut the unconfirmed tail off the segments and roll to a new ledger (one attempt at a
+        time; the next add while fenced tries again)."""
+        if self._recovering or self._state is not LedgerState.OPEN:
+            return
+        now_monotonic = self._loop.time()
+        if now_monotonic - self._last_recovery < self._factory.fault_retry_interval_s:
+            return
+        self._last_recovery = now_monotonic
+        try:
+            new_id = self._factory._new_ledger_id()
+        except ManagedLedgerError as exc:
+            log.error("%s: recovery postponed: %s", self._name, exc)
+            return
+        self._recovering = True
+        now = self._clock()
+        self._writer.recover(self, self._truncations(), lambda exc: None)
+        self._writer.create(self, self._segment_path(new_id), segment.encode_header(new_id, now),
+                            partial(self._recovered, new_id, now))
+
+    def _truncations(self) -> list[tuple[str, int]]:
+        """(segment, confirmed size) of the segments that may hold unconfirmed bytes."""
+        last = self._last_confirmed
+        return [(self._segment_path(lid), index.end) for lid, index in self._indexes.items() if lid >= last.ledger_id]
+
+    def _recovered(self, new_id: int, now: float, exc: BaseException | None) -> None:
+        self._recovering = False
+        if exc is not None:
+            log.warning("managed ledger %s still fenced: recovery failed: %s", self._name, exc)
+            return
+        if self._state is not LedgerState.OPEN:
+            return  # closing: its release() closes the new segment
+        self._map.close_current(now)
+        self._map.open_ledger(new_id, now)
+        self._indexes[new_id] = SegmentIndex()
+        for meta in list(self._map.closed()):
+            if meta.entries == 0:  # ledgers that only ever held failed adds
+                self._map.remove(meta.ledger_id)
+                self._remove_ledgers([meta.ledger_id])
+        self._fenced = False
+        log.info("managed ledger %s recovered from the write failure; writing to ledger %d", self._name, new_id)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _fetch(
+        self,
+        positions: list[Position],
+        completer: OrderedCompleter,
+        callback: ReadCallback,
+        on_fail: Callable[[], None] | None,
+    ) -> None:
+        self._reader.fetch(positions, completer, callback, on_fail)
+
+    async def read_entry(self, position: Position) -> Entry:
+        self._check_open()
+        if position > self._last_confirmed:
+            raise NoMoreEntriesError(f"{position} is past the last confirmed entry {self._last_confirmed}")
+        if not self._map.is_entry(position):
+            raise EntryNotFoundError(f"no entry at {position} in {self._name}")
+        return await self._reader.read(position)
+
+    async def find_newest_matching(
+        self, predicate: Callable[[Entry], bool], start: Position | None = None
+    ) -> Position | None:
+        self._check_open()
+        ledgers = self._map
+        begin = ledgers.ceil(ledgers.first_position if start is None else start)
+        lo, hi = 0, ledgers.count_between(begin, self._last_confirmed) - 1
+        found: Position | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            position = ledgers.nth_after(begin, mid)
+            assert position is not None
+            if predicate(await self.read_entry(position)):
+                found = position
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+    # -- cursors ------------------------------------------------------------------------------
+
+    async def open_cursor(
+        self,
+        name: str,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        properties: dict[str, int] | None = None,
+    ) -> FileCursor:
+        self._check_open()
+        cursor = self._cursors.get(name)
+        if cursor is not None:
+            assert isinstance(cursor, FileCursor)
+            return cursor
+        record = self._stored.get(name)
+        if record is None:
+            record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
+                                  dict(properties or {}))
+            self._stored[name] = record
+            self._persistence.track(name, dirty=True)
+            handle = self._cursors[name] = FileCursor(self, name, record, durable=True)
+            try:
+                # The subscription must survive a crash from the moment it is confirmed.
+                await self._persistence.flush(name)
+            except BaseException:
+                if self._stored.get(name) is record:
+                    del self._stored[name]
+                    self._persistence.forget(name)
+                    self._cursors.pop(name, None)
+                    handle._close_handle()
+                raise
+            return handle
+        cursor = self._cursors[name] = FileCursor(self, name, record, durable=True)
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        self._check_open()
+        cursor = self._cursors.pop(name, None)
+        record = self._stored.pop(name, None)
+        if cursor is None and record is None:
+            self._close_non_durable(name)
+            return
+        if cursor is not None:
+            cursor._close_handle()
+        self._persistence.forget(name)
+        fs = self._fs
+        path = self._cursor_path(name)
+        cursors_dir = join(self._dir, CURSORS)
+
+        def remove() -> None:
+            try:
+                fs.unlink(path)
+            except FileNotFoundError:
+                return
+            fs.fsync_dir(cursors_dir)
+
+        self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
+        await self._factory._run_on_writer(remove)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._state is not LedgerState.OPEN:
+            return
+        self._shut(LedgerState.CLOSED)
+        await self._release()
+
+    async def _release(self) -> None:
+        """After _shut: save cursor states, let queued adds finish, close the segment."""
+        await self._persistence.flush_all()
+        self._persistence.stop()
+        if self._fenced:  # best effort: failed adds must not come back when it is reopened
+            self._writer.recover(self, self._truncations(), lambda exc: None)
+        self._writer.release(self)
+        await self._writer.barrier()
+        self._reader.forget_all()
+        self._factory._forget(self)
+
+    async def delete(self) -> None:
+        # A closed handle cannot delete (a newer handle may own the data by now): reopen it,
+        # or use factory.delete(name).
+        if self._state is LedgerState.DELETED:
+            return
+        self._check_open()
+        self._shut(LedgerState.DELETED)
+        for name in list(self._stored):
+            self._persistence.forget(name)
+        self._cursors.clear()
+        self._stored.clear()
+        self._writer.release(self)
+        await self._writer.barrier()
+        self._reader.forget_all()
+        self._factory._forget(self)
+        await self._factory._remove_directory(self._name, self._dir)

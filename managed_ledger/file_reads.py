@@ -1,0 +1,158 @@
+"""Reading entries of a file ledger: from the cache on the loop, or from disk on the worker pool.
+
+A read whose entries are all cached completes through the cursor's ``OrderedCompleter``: inline
+while the nesting limit allows, else posted. Any miss sends the whole read to the factory's
+worker pool: the read *reserves* its place in the cursor's completion order first, so a later
+cache hit of the same cursor cannot overtake it, and the pool thread (pure I/O: open, one pread
+per run of consecutive records, CRC checks) hands the bytes back with ``call_soon_threadsafe``.
+The loop then fills the reservation, and the entries go into the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import cast
+
+from managed_ledger import segment
+from managed_ledger.api import EntryNotFoundError, ManagedLedgerError, ReadCallback
+from managed_ledger.completion import OrderedCompleter
+from managed_ledger.entry import Entry
+from managed_ledger.fs import FileSystem
+from managed_ledger.position import Position
+from managed_ledger.read_cache import ReadCache
+from managed_ledger.segment import CorruptEntryError
+from managed_ledger.stats import FileLedgerStats
+
+Span = tuple[int, int]  # (offset, record length) in a segment file
+ReadJob = tuple[str, int, list[Span]]  # (segment path, first offset, spans of consecutive records)
+Locate = Callable[[Position], tuple[str, Span]]  # where an entry is: (segment path, span)
+
+
+class EntryReader:
+    """Entry fetching for one managed ledger instance (loop-owned)."""
+
+    def __init__(
+        self,
+        owner: int,
+        locate: Locate,
+        cache: ReadCache,
+        pool: ThreadPoolExecutor,
+        fs: FileSystem,
+        stats: FileLedgerStats,
+    ) -> None:
+        self._owner = owner  # cache key prefix: unique per managed-ledger instance
+        self._locate = locate
+        self._cache = cache
+        self._pool = pool
+        self._fs = fs
+        self._stats = stats
+        self._loop = asyncio.get_running_loop()
+
+    def remember(self, entry: Entry) -> None:
+        self._cache.put(self._owner, entry)
+
+    def forget_all(self) -> None:
+        self._cache.drop_owner(self._owner)
+
+    def fetch(
+        self,
+        positions: list[Position],
+        completer: OrderedCompleter,
+        callback: ReadCallback,
+        on_fail: Callable[[], None] | None,
+    ) -> None:
+        """Complete callback with the entries at positions (stored, ascending), in completer's order."""
+        cache, owner, stats = self._cache, self._owner, self._stats
+        found: list[Entry | None] = [cache.get(owner, p) for p in positions]
+        missing = [i for i, e in enumerate(found) if e is None]
+        stats.cache_hits_total += len(positions) - len(missing)
+        if not missing:
+            completer.complete(partial(callback, cast("list[Entry]", found), None))
+            return
+        stats.cache_misses_total += len(missing)
+        fill = completer.reserve()
+
+        def finished(result: Future[list[list[bytes]]]) -> None:
+            # On the loop: merge the disk data with the cache hits, in position order.
+            exc = result.exception()
+            if exc is not None:
+                self._count_failure(exc)
+                if on_fail is not None:
+                    on_fail()
+                fill(partial(callback, [], _read_error(exc)))
+                return
+            for i, data in zip(missing, itertools.chain.from_iterable(result.result()), strict=True):
+                entry = found[i] = Entry(positions[i], data)
+                cache.put(owner, entry)
+            fill(partial(callback, cast("list[Entry]", found), None))
+
+        loop = self._loop
+
+        def posted(result: Future[list[list[bytes]]]) -> None:
+            try:
+                loop.call_soon_threadsafe(finished, result)
+            except RuntimeError:  # the loop is closed: nobody waits for this read any more
+                pass
+
+        jobs = self._jobs([positions[i] for i in missing])
+        self._pool.submit(read_from_disk, self._fs, jobs).add_done_callback(posted)
+
+    async def read(self, position: Position) -> Entry:
+        """One stored entry (the caller checked that it is stored)."""
+        cached = self._cache.get(self._owner, position)
+        if cached is not None:
+            return cached
+        future = self._pool.submit(read_from_disk, self._fs, self._jobs([position]))
+        try:
+            [[data]] = await asyncio.wrap_future(future)
+        except (OSError, ManagedLedgerError) as exc:
+            self._count_failure(exc)
+            raise _read_error(exc) from exc
+        entry = Entry(position, data)
+        self._cache.put(self._owner, entry)
+        return entry
+
+    def _count_failure(self, exc: BaseException) -> None:
+        self._stats.add(read_errors_total=1)
+        if isinstance(exc, CorruptEntryError):
+            self._stats.add(corrupt_records_total=1)
+
+    def _jobs(self, positions: list[Position]) -> list[ReadJob]:
+        """Group positions (ascending) into runs of consecutive entries of one segment."""
+        jobs: list[ReadJob] = []
+        previous: Position | None = None
+        for p in positions:
+            path, span = self._locate(p)
+            if previous is not None and p.ledger_id == previous.ledger_id and p.entry_id == previous.entry_id + 1:
+                jobs[-1][2].append(span)
+            else:
+                jobs.append((path, span[0], [span]))
+            previous = p
+        return jobs
+
+
+def read_from_disk(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes]]:
+    """Worker thread: one open + pread per run of records."""
+    out: list[list[bytes]] = []
+    for path, first_offset, spans in jobs:
+        try:
+            handle = fs.open_read(path)
+        except FileNotFoundError as exc:
+            raise EntryNotFoundError(f"segment {path} is gone (ledger trimmed)") from exc
+        try:
+            out.append(segment.read_run(handle, first_offset, spans))
+        finally:
+            handle.close()
+    return out
+
+
+def _read_error(exc: BaseException) -> ManagedLedgerError:
+    if isinstance(exc, ManagedLedgerError):
+        return exc
+    error = ManagedLedgerError(f"read failed: {exc}")
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,156 @@
+"""The file-system operations the file ledger uses, behind one small interface.
+
+Everything the file ledger reads or writes goes through a ``FileSystem``, so tests can put a
+fault-injecting one underneath (tests/managed_ledger/crashfs.py: lose unsynced writes on a
+simulated power cut, fail writes with ENOSPC/EIO). ``OsFileSystem`` is the real one.
+
+Durability vocabulary (POSIX/Linux): bytes written to a file are durable after ``sync()`` of
+that file (fdatasync); a created, renamed or removed directory entry is durable after
+``fsync_dir`` of its directory. Nothing else is promised, and the file ledger assumes nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Protocol
+
+
+class FileHandle(Protocol):
+    """An open file. Methods may raise OSError."""
+
+    def write(self, data: bytes) -> None:
+        """Append all of data at the end of the file (handles are append-only)."""
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to size bytes from offset (fewer at the end of the file)."""
+
+    def sync(self) -> None:
+        """Make written data durable (fdatasync)."""
+
+    def truncate(self, size: int) -> None: ...
+
+    def size(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    """Paths are strings. Methods may raise OSError."""
+
+    def open_append(self, path: str, *, create: bool) -> FileHandle:
+        """Open for appending (and reading); create=True makes a new file and fails if one exists."""
+
+    def open_read(self, path: str) -> FileHandle: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+        """Replace path's content all-or-nothing: write a temporary file, sync it, rename it over
+        path and sync the directory (with sync=False: the same without the syncs)."""
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def unlink(self, path: str) -> None: ...
+
+    def makedirs(self, path: str) -> None:
+        """Create path and missing parents (no error if it exists)."""
+
+    def remove_tree(self, path: str) -> None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def fsync_dir(self, path: str) -> None: ...
+
+
+TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garbage after a crash
+
+
+class _OsFile:
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked (e.g. just before the disk is full)
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self._fd, size, offset)
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class OsFileSystem:
+    """The real file system (Linux/macOS)."""
+
+    def open_append(self, path: str, *, create: bool) -> FileHandle:
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        return _OsFile(os.open(path, flags, 0o644))
+
+    def open_read(self, path: str) -> FileHandle:
+        return _OsFile(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+        tmp = path + TMP_SUFFIX
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            _OsFile(fd).write(data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if sync:
+            self.fsync_dir(os.path.dirname(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

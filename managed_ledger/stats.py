@@ -1,0 +1,91 @@
+"""Counters and histograms of the file ledger, for the broker to export as Prometheus metrics.
+
+Written from the writer and worker threads, read from the loop: each object takes its own lock
+for updates and ``snapshot()`` returns a consistent copy.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+# Upper bounds (seconds) of the fsync latency buckets: 100 us (NVMe with a write cache) to 1 s
+# (a struggling spinning disk); +Inf is implicit. Same shape as BookKeeper's journal sync histograms.
+FSYNC_BUCKETS_S: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)
+# Upper bounds of the group-commit batch size buckets (entries made durable by one fsync).
+BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    buckets: tuple[float, ...]  # upper bounds; counts has one more element, for +Inf
+    counts: tuple[int, ...]  # per bucket, not cumulative
+    count: int
+    total: float  # sum of the observed values
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations <= it), +Inf last: Prometheus' ``_bucket`` series."""
+        out: list[tuple[float, int]] = []
+        running = 0
+        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+class Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self._counts = [0] * (len(buckets) + 1)
+        self._count = 0
+        self._total = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.buckets, value)
+        with self._lock:
+            self._counts[i] += 1
+            self._count += 1
+            self._total += value
+
+    def snapshot(self) -> HistogramSnapshot:
+        with self._lock:
+            return HistogramSnapshot(self.buckets, tuple(self._counts), self._count, self._total)
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+
+@dataclass
+class FileLedgerStats:
+    """Everything a FileManagedLedgerFactory counts (read attributes; do not write them)."""
+
+    # Records found bad (torn, checksum mismatch, absurd length) by recovery or by a read.
+    corrupt_records_total: int = 0
+    # Bytes cut from segment tails by recovery (the bad record and everything after it).
+    truncated_bytes_total: int = 0
+    # Write or sync failures that fenced a managed ledger.
+    write_errors_total: int = 0
+    # Failed reads (I/O error or corrupt record) completed with an error.
+    read_errors_total: int = 0
+    # Entries made durable, bytes appended to segments, fsyncs of segments.
+    entries_written_total: int = 0
+    bytes_written_total: int = 0
+    # Cursor state files written.
+    cursor_persists_total: int = 0
+    # Reads served from the cache / that went to disk.
+    cache_hits_total: int = 0
+    cache_misses_total: int = 0
+    fsync_latency: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
+    group_commit_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **increments: int) -> None:
+        """Thread-safe increments: ``stats.add(corrupt_records_total=1)``."""
+        with self._lock:
+            for name, n in increments.items():
+                setattr(self, name, getattr(self, name) + n)

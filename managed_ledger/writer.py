@@ -1,0 +1,342 @@
+"""Group commit: one writer thread per factory does every write and sync of the file ledger.
+
+The loop submits operations (append a record, create / close a segment, replace a small file,
+...) and returns at once. The writer thread takes *everything* queued as one batch, performs it
+in order - consecutive appends to one segment become one ``write`` - then syncs each segment it
+appended to once (fdatasync) and posts the batch's completions back to the loop with one
+``call_soon_threadsafe``, in submission order. While it syncs, new submissions pile up and become
+the next batch: under load, many appends share one fsync without any timer or batching delay.
+
+An append completes (successfully) only after the sync of its segment returned: a receipt sent
+from its callback is a promise that the record survives a power cut.
+
+Failures: when a write or sync of a segment fails (ENOSPC, EIO), every not-yet-confirmed append
+of that owner (managed ledger) fails, and so does every later operation of the owner until a
+``recover`` operation succeeds: nothing of a failed owner is confirmed after a failure, so the
+confirmed records always form a prefix. After a failed fsync the kernel may have dropped the
+dirty pages (and cleared the error), so the only safe state is "synced size": ``recover``
+truncates the owner's segments back to what the loop knows is confirmed.
+
+``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
+still synced): an append is confirmed once it is in the OS page cache. That survives the broker
+process dying (kill -9) but NOT a power cut or kernel crash: receipted messages written in the
+last few seconds (the kernel's dirty writeback interval, 5-30 s) can be lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import posixpath
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from managed_ledger.api import LedgerFencedError
+from managed_ledger.fs import FileHandle, FileSystem
+from managed_ledger.stats import FileLedgerStats
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[BaseException | None], None]
+Owner = object  # identifies a managed ledger; None for operations that fence nobody
+
+
+def _ignore(exc: BaseException | None) -> None:
+    pass
+
+
+@dataclass(eq=False)
+class _Segment:
+    """An open segment file as the writer thread sees it."""
+
+    path: str
+    handle: FileHandle
+    owner: Owner
+    written: int  # file size after our writes
+    synced: int  # file size known durable
+
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    kind: str  # "append", "create", "close", "release", "recover", "task"
+    owner: Owner | None
+    done: Done
+    path: str = ""
+    data: bytes = b""
+    task: Callable[[], None] | None = None
+    truncations: tuple[tuple[str, int], ...] = ()
+
+
+class GroupCommitWriter:
+    """The writer thread. ``submit_*`` are called on the loop; ``done`` callbacks run there too."""
+
+    def __init__(self, fs: FileSystem, stats: FileLedgerStats, *, sync: bool = True) -> None:
+        self._fs = fs
+        self._stats = stats
+        self._sync = sync
+        self._queue: deque[_Op] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        # Writer-thread state (never touched by the loop):
+        self._segments: dict[str, _Segment] = {}
+        self._failed: dict[Owner, BaseException] = {}
+
+    # -- loop side ------------------------------------------------------------------------------
+
+    def _submit(self, op: _Op) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the writer is stopped")
+            self._queue.append(op)
+            if len(self._queue) == 1:
+                self._cond.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ml-writer", daemon=True)
+            self._thread.start()
+
+    def append(self, owner: Owner, path: str, record: bytes, done: Done) -> None:
+        """Append record to the open segment path; done(None) once it is durable."""
+        self._submit(_Op("append", owner, done, path, record))
+
+    def create(self, owner: Owner, path: str, header: bytes, done: Done) -> None:
+        """Create the segment path (must not exist) with its header, durable with its dir entry."""
+        self._submit(_Op("create", owner, done, path, header))
+
+    def close_segment(self, owner: Owner, path: str, done: Done = _ignore) -> None:
+        """Sync (confirming its appends) and close an open segment. Runs even for a failed owner."""
+        self._submit(_Op("close", owner, done, path))
+
+    def release(self, owner: Owner, done: Done = _ignore) -> None:
+        """The owner is closing: sync and close its open segments and forget its failure."""
+        self._submit(_Op("release", owner, done))
+
+    def recover(self, owner: Owner, truncations: list[tuple[str, int]], done: Done) -> None:
+        """Close the owner's segments, cut each (path, size) back to size and sync it; then the
+        owner takes writes again. The sizes come from the loop: they end at the last confirmed
+        record. Paths that do not exist are skipped."""
+        self._submit(_Op("recover", owner, done, truncations=tuple(truncations)))
+
+    def run(self, task: Callable[[], None], done: Done = _ignore, owner: Owner | None = None) -> None:
+        """Run task on the writer thread, in order with everything else (file creation,
+        cursor state, deletion). Its OSError goes to done; it fences the owner if one is given."""
+        self._submit(_Op("task", owner, done, task=task))
+
+    async def barrier(self) -> None:
+        """Wait until everything submitted before has completed."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(exc: BaseException | None) -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self._submit(_Op("task", None, done, task=lambda: None))
+        await future
+
+    def stop(self) -> None:
+        """Finish what is queued, then end the thread (joins it). Completions not yet run on the
+        loop are still posted; call after ``barrier()`` to have them all delivered."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @staticmethod
+    def _complete(results: list[tuple[Done, BaseException | None]]) -> None:
+        for done, exc in results:
+            try:
+                done(exc)
+            except Exception:
+                log.exception("managed-ledger write completion raised")
+
+    # -- writer thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    break
+                batch = list(self._queue)
+                self._queue.clear()
+            results = self._process(batch)
+            loop = self._loop
+            assert loop is not None
+            try:
+                loop.call_soon_threadsafe(self._complete, results)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                log.debug("writer: loop closed, %d completions dropped", len(results))
+        for segment in self._segments.values():
+            _close_quietly(segment.handle)
+        self._segments.clear()
+
+    def _process(self, batch: list[_Op]) -> list[tuple[Done, BaseException | None]]:
+        errors: list[BaseException | None] = [None] * len(batch)
+        # Appends waiting for the sync of their segment: segment -> batch indexes.
+        unsynced: dict[_Segment, list[int]] = {}
+        i = 0
+        n = len(batch)
+        while i < n:
+            op = batch[i]
+            failure = self._failed.get(op.owner) if op.owner is not None else None
+            if failure is not None and op.kind not in ("close", "recover", "release"):
+                errors[i] = _fenced(failure)
+                i += 1
+                continue
+            if op.kind == "append":
+                # Gather the run of appends to this segment: one write for all of them.
+                j = i + 1
+                while j < n and batch[j].kind == "append" and batch[j].path == op.path:
+                    j += 1
+                self._append_run(batch, i, j, errors, unsynced)
+                i = j
+                continue
+            try:
+                self._execute(op, unsynced, errors)
+            except OSError as exc:
+                errors[i] = exc
+                if op.owner is not None:
+                    self._fail_owner(op.owner, exc, unsynced, errors)
+            i += 1
+        for segment in list(unsynced):
+            self._sync_segment(segment, unsynced, errors)
+        return [(op.done, errors[k]) for k, op in enumerate(batch)]
+
+    def _append_run(self, batch: list[_Op], i: int, j: int, errors: list[BaseException | None],
+                    unsynced: dict[_Segment, list[int]]) -> None:
+        op = batch[i]
+        segment = self._segments.get(op.path)
+        if segment is None:
+            missing = FileNotFoundError(f"segment {op.path} is not open for writing")
+            for k in range(i, j):
+                errors[k] = missing
+            return
+        data = op.data if j == i + 1 else b"".join(batch[k].data for k in range(i, j))
+        try:
+            segment.handle.write(data)
+        except OSError as exc:
+            for k in range(i, j):
+                errors[k] = exc
+            self._fail_owner(segment.owner, exc, unsynced, errors)
+            return
+        segment.written += len(data)
+        unsynced.setdefault(segment, []).extend(range(i, j))
+        self._stats.add(bytes_written_total=len(data))
+
+    def _sync_segment(self, segment: _Segment, unsynced: dict[_Segment, list[int]],
+                      errors: list[BaseException | None]) -> None:
+        waiting = unsynced.pop(segment, [])
+        if self._sync:
+            started = time.perf_counter()
+            try:
+                segment.handle.sync()
+            except OSError as exc:
+                for k in waiting:
+                    errors[k] = exc
+                self._fail_owner(segment.owner, exc, unsynced, errors)
+                return
+            self._stats.fsync_latency.observe(time.perf_counter() - started)
+        segment.synced = segment.written
+        if waiting:
+            self._stats.group_commit_size.observe(len(waiting))
+            self._stats.add(entries_written_total=len(waiting))
+
+    def _fail_owner(self, owner: Owner, exc: BaseException, unsynced: dict[_Segment, list[int]],
+                    errors: list[BaseException | None]) -> None:
+        """Fence owner: its appends not yet confirmed in this batch fail with exc."""
+        if owner not in self._failed:
+            # (The owner's name only: its other state belongs to the loop.)
+            log.error("write failed, fencing %s: %s", getattr(owner, "name", "?"), exc)
+            self._stats.add(write_errors_total=1)
+        self._failed[owner] = exc
+        for segment in [s for s in unsynced if s.owner is owner]:
+            for k in unsynced.pop(segment):
+                errors[k] = exc
+
+    def _execute(self, op: _Op, unsynced: dict[_Segment, list[int]], errors: list[BaseException | None]) -> None:
+        fs = self._fs
+        if op.kind == "task":
+            assert op.task is not None
+            op.task()
+        elif op.kind == "create":
+            handle = fs.open_append(op.path, create=True)
+            try:
+                handle.write(op.data)
+                handle.sync()
+                fs.fsync_dir(_parent(op.path))
+            except OSError:
+                _close_quietly(handle)
+                try:  # leave no half-written header behind
+                    fs.unlink(op.path)
+                except OSError:
+                    pass
+                raise
+            size = len(op.data)
+            self._segments[op.path] = _Segment(op.path, handle, op.owner, size, size)
+        elif op.kind == "close":
+            segment = self._segments.get(op.path)
+            if segment is None:
+                return
+            if segment in unsynced:
+                self._sync_segment(segment, unsynced, errors)
+            del self._segments[op.path]
+            segment.handle.close()
+        elif op.kind == "recover":
+            self._recover(op)
+        elif op.kind == "release":
+            for segment in [s for s in self._segments.values() if s.owner is op.owner]:
+                if segment in unsynced:
+                    self._sync_segment(segment, unsynced, errors)
+                del self._segments[segment.path]
+                _close_quietly(segment.handle)
+            self._failed.pop(op.owner, None)
+        else:  # pragma: no cover - the submit methods build every op
+            raise AssertionError(op.kind)
+
+    def _recover(self, op: _Op) -> None:
+        fs = self._fs
+        for path, segment in list(self._segments.items()):
+            if segment.owner is op.owner:
+                del self._segments[path]
+                _close_quietly(segment.handle)
+        dirs: set[str] = set()
+        for path, size in op.truncations:
+            if not fs.exists(path):
+                continue
+            handle = fs.open_append(path, create=False)
+            try:
+                if handle.size() != size:
+                    handle.truncate(size)
+                handle.sync()
+            finally:
+                _close_quietly(handle)
+            dirs.add(_parent(path))
+        for directory in dirs:
+            fs.fsync_dir(directory)
+        self._failed.pop(op.owner, None)
+
+
+def _fenced(cause: BaseException) -> LedgerFencedError:
+    error = LedgerFencedError(f"managed ledger is fenced after a storage failure: {cause}")
+    error.__cause__ = cause
+    return error
+
+
+def _parent(path: str) -> str:
+    return posixpath.dirname(path) or "."
+
+
+def _close_quietly(handle: FileHandle) -> None:
+    try:
+        handle.close()
+    except OSError:
+        pass

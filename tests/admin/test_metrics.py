@@ -1,0 +1,188 @@
+"""/metrics with Pulsar's names and labels, checked with Prometheus's promtool; rates in stats."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pulsar
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.embedded import BrokerThread
+from tests.admin.conftest import Admin, wait_for
+
+TIMEOUT_MS = 10_000
+# Pulsar's own metric names that promtool's naming lint dislikes (a "_count" suffix on a gauge).
+# We keep them: dashboards and alerts written for Pulsar query exactly these names.
+PULSAR_NAMES_WITH_COUNT_SUFFIX = {
+    "pulsar_broker_topics_count", "pulsar_broker_subscriptions_count", "pulsar_broker_producers_count",
+    "pulsar_broker_consumers_count", "pulsar_connection_created_total_count", "pulsar_connection_closed_total_count",
+    "pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+    "pulsar_subscription_consumers_count", "pulsar_topics_count",
+}
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerThread]:
+    with BrokerThread(statsUpdateFrequencyInSecs=0.2, exposeConsumerLevelMetricsInPrometheus=True,
+                      exposeProducerLevelMetricsInPrometheus=True) as b:
+        yield b
+
+
+@pytest.fixture
+def client(broker: BrokerThread) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    yield c
+    c.close()
+
+
+def scrape(web_url: str) -> str:
+    with urllib.request.urlopen(f"{web_url}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return str(r.read().decode())
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    want = set(labels.items())
+    for (n, ls), v in samples(text).items():
+        if n == name and want <= ls:
+            return v
+    return None
+
+
+def promtool_problems(prometheus_bin: str, text: str) -> list[str]:
+    proc = subprocess.run([f"{prometheus_bin}/promtool", "check", "metrics"], input=text.encode(),
+                          capture_output=True, timeout=30)
+    out = (proc.stdout + proc.stderr).decode().strip()
+    assert proc.returncode in (0, 3), f"promtool could not parse the exposition (rc={proc.returncode}): {out}"
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def assert_only_pulsar_naming_lint(problems: list[str]) -> None:
+    for line in problems:
+        name, _, message = line.partition(" ")
+        assert name in PULSAR_NAMES_WITH_COUNT_SUFFIX and '"_count" suffix' in message, line
+
+
+def test_metric_names_labels_and_rates(broker: BrokerThread, client: pulsar.Client, prometheus_bin: str) -> None:
+    topic = f"persistent://public/default/metrics-{uuid.uuid4().hex[:8]}"
+    consumer = client.subscribe(topic, "msub", consumer_name="mc")
+    producer = client.create_producer(topic, producer_name="mp", batching_enabled=False)
+    labels = {"cluster": "standalone", "namespace": "public/default", "topic": topic}
+
+    def rates_visible() -> str | None:
+        producer.send(b"payload")  # keep traffic in every stats interval while waiting
+        consumer.acknowledge(consumer.receive(TIMEOUT_MS))
+        text = scrape(broker.web_url)
+        ok = all((value(text, n, **labels) or 0) > 0 for n in ("pulsar_rate_in", "pulsar_rate_out",
+                                                               "pulsar_throughput_in", "pulsar_throughput_out"))
+        return text if ok and (value(text, "pulsar_subscription_msg_rate_out", subscription="msub") or 0) > 0 \
+            else None
+
+    text = wait_for(rates_visible, what="non-zero rates in /metrics")
+    sent = value(text, "pulsar_in_messages_total", **labels)
+    assert sent is not None and sent >= 1
+    # bytes are stored entry bytes: the payload plus its metadata
+    assert (value(text, "pulsar_in_bytes_total", **labels) or 0) > sent * len(b"payload")
+    for name in ("pulsar_producers_count", "pulsar_consumers_count", "pulsar_subscriptions_count"):
+        assert value(text, name, **labels) == 1, name
+    for name in ("pulsar_storage_size", "pulsar_msg_backlog", "pulsar_storage_backlog_size",
+                 "pulsar_average_msg_size", "pulsar_storage_write_rate"):
+        assert value(text, name, **labels) is not None, name
+    sub = {**labels, "subscription": "msub"}
+    for name in ("pulsar_subscription_back_log", "pulsar_subscription_unacked_messages",
+                 "pulsar_subscription_msg_throughput_out", "pulsar_out_messages_total", "pulsar_out_bytes_total",
+                 "pulsar_subscription_consumers_count", "pulsar_subscription_msg_ack_rate",
+                 "pulsar_subscription_last_acked_timestamp", "pulsar_py_permit_invariant_drift"):
+        assert value(text, name, **sub) is not None, name
+    assert value(text, "pulsar_py_permit_invariant_drift", **sub) == 0
+    assert value(text, "pulsar_consumer_msg_rate_out", consumer_name="mc", **sub) is not None
+    assert value(text, "pulsar_producer_msg_rate_in", producer_name="mp", **labels) is not None
+    for name in ("pulsar_broker_topics_count", "pulsar_broker_rate_in", "pulsar_broker_msg_backlog",
+                 "pulsar_active_connections", "pulsar_connection_created_total_count"):
+        assert value(text, name, cluster="standalone") is not None, name
+    stats = Admin(broker.web_url).stats(topic)
+    assert stats["msgInCounter"] >= sent and stats["publishers"][0]["producerName"] == "mp"
+    assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))
+
+
+def test_out_counters_survive_consumers_leaving(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = f"persistent://public/default/outctr-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    first = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+    for i in range(5):
+        producer.send(f"a{i}".encode())
+    for _ in range(5):
+        first.acknowledge(first.receive(TIMEOUT_MS))
+    sub = {"topic": topic, "subscription": "shared"}
+    assert value(scrape(broker.web_url), "pulsar_out_messages_total", **sub) == 5
+    first.close()
+    assert value(scrape(broker.web_url), "pulsar_out_messages_total", **sub) == 5  # a counter never drops
+    second = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+    for i in range(3):
+        producer.send(f"b{i}".encode())
+    for _ in range(3):
+        second.acknowledge(second.receive(TIMEOUT_MS))
+    assert value(scrape(broker.web_url), "pulsar_out_messages_total", **sub) == 8
+    assert Admin(broker.web_url).stats(topic)["subscriptions"]["shared"]["msgOutCounter"] == 8
+
+
+class FakeHistogram:
+    def __init__(self, cumulative: list[tuple[float, int]], total: float) -> None:
+        self._snap = SimpleNamespace(cumulative=lambda: cumulative, count=cumulative[-1][1], total=total)
+
+    def snapshot(self) -> SimpleNamespace:
+        return self._snap
+
+
+def test_ledger_storage_hooks(prometheus_bin: str) -> None:
+    # A memory-ledger broker: its factory has no stats, so we give it the file ledger's shape.
+    with BrokerThread(managedLedgerStorage="memory") as b:
+        factory = b.server.service.ledger_factory
+        assert getattr(factory, "stats", None) is None
+        assert "pulsar_py_ledger_" not in scrape(b.web_url)  # nothing exported without stats
+        factory.stats = SimpleNamespace(
+            fsync_latency=FakeHistogram([(0.001, 3), (0.01, 7), (float("inf"), 8)], 0.05),
+            cache_hits_total=30, cache_misses_total=10, entries_written_total=8, corrupt_records_total=0)
+        text = scrape(b.web_url)
+    assert value(text, "pulsar_py_ledger_fsync_latency_seconds_bucket", le="0.01") == 7
+    assert value(text, "pulsar_py_ledger_fsync_latency_seconds_count") == 8
+    assert value(text, "pulsar_py_ledger_cache_hit_ratio") == 0.75
+    assert value(text, "pulsar_py_ledger_cache_hits_total") == 30
+    assert value(text, "pulsar_py_ledger_entries_written_total") == 8
+    assert value(text, "pulsar_py_ledger_group_commit_entries_count") is None  # absent member: no series
+    assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))
+
+
+def test_file_ledger_stats_exported(broker: BrokerThread, client: pulsar.Client) -> None:
+    if getattr(broker.server.service.ledger_factory, "stats", None) is None:
+        pytest.skip("this broker's storage exposes no stats")
+    client.create_producer(f"persistent://public/default/fsync-{uuid.uuid4().hex[:8]}").send(b"durable")
+    text = scrape(broker.web_url)
+    assert (value(text, "pulsar_py_ledger_entries_written_total") or 0) >= 1
+    assert value(text, "pulsar_py_ledger_cache_hit_ratio") is not None
+
+
+def test_namespace_level_metrics(tmp_path: Path, prometheus_bin: str) -> None:
+    with BrokerThread(exposeTopicLevelMetricsInPrometheus=False) as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        try:
+            for name in ("a", "b"):
+                client.create_producer(f"persistent://public/default/{name}").send(b"x")
+            text = scrape(b.web_url)
+        finally:
+            client.close()
+    assert value(text, "pulsar_topics_count", namespace="public/default") == 2
+    assert value(text, "pulsar_in_messages_total", namespace="public/default") == 2
+    assert all("topic" not in dict(labels) for _name, labels in samples(text))
+    assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))

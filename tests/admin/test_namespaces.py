@@ -1,0 +1,152 @@
+"""Admin REST v2 over real HTTP: clusters, tenants, namespaces and their policies, with errors."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from broker.embedded import BrokerThread
+from tests.admin.conftest import Admin
+
+NS = "/admin/v2/namespaces"
+
+
+def test_clusters_tenants_and_brokers(admin: Admin) -> None:
+    assert admin.ok("GET", "/admin/v2/clusters") == ["standalone"]
+    assert admin.get("/admin/v2/clusters/nowhere").status == 404
+    brokers = admin.ok("GET", "/admin/v2/brokers/standalone")
+    assert len(brokers) == 1 and ":" in brokers[0]
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    assert admin.put(f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]}).status == 204
+    assert admin.put(f"/admin/v2/tenants/{tenant}", {}).status == 409
+    assert admin.ok("GET", f"/admin/v2/tenants/{tenant}")["allowedClusters"] == ["standalone"]
+    assert admin.put("/admin/v2/tenants/bad-cluster-t", {"allowedClusters": ["mars"]}).status == 412
+    assert admin.get("/admin/v2/tenants/no-such-tenant").status == 404
+    assert admin.put(f"{NS}/{tenant}/ns1").status == 204
+    assert admin.delete(f"/admin/v2/tenants/{tenant}").status == 409  # still has a namespace
+    assert admin.delete(f"{NS}/{tenant}/ns1").status == 204
+    assert admin.delete(f"/admin/v2/tenants/{tenant}").status == 204
+
+
+def test_namespace_lifecycle_and_errors(admin: Admin) -> None:
+    ns = admin.new_namespace()
+    tenant, local = ns.split("/")
+    assert ns in admin.ok("GET", f"{NS}/{tenant}")
+    assert admin.put(f"{NS}/{ns}").status == 409
+    reply = admin.put(f"{NS}/no-such-tenant/x")
+    assert reply.status == 404 and reply.reason == "Tenant does not exist"
+    reply = admin.get(f"{NS}/{tenant}/no-such-ns")
+    assert reply.status == 404 and "Namespace" in reply.reason
+    reply = admin.put(f"{NS}/{tenant}/bad%20name")
+    assert reply.status == 412 and "Invalid namespace name" in reply.reason
+    assert admin.call("PUT", f"{NS}/{tenant}/junk-{local}", raw=b"{not json").status == 400
+    policies = admin.ok("GET", f"{NS}/{ns}")
+    assert policies["replication_clusters"] == ["standalone"] and policies["backlog_quota_map"] == {}
+    assert admin.delete(f"{NS}/{ns}").status == 204
+    assert admin.get(f"{NS}/{ns}").status == 404
+
+
+def test_namespace_created_with_policies_body(admin: Admin) -> None:
+    ns = f"public/withpol-{uuid.uuid4().hex[:8]}"
+    body = {"message_ttl_in_seconds": 120, "retention_policies": {"retentionTimeInMinutes": 5, "retentionSizeInMB": 10}}
+    assert admin.put(f"{NS}/{ns}", body).status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/messageTTL") == 120
+    assert admin.ok("GET", f"{NS}/{ns}")["retention_policies"]["retentionSizeInMB"] == 10
+    bad = admin.put(f"{NS}/public/badpol-{uuid.uuid4().hex[:8]}", {"message_ttl_in_seconds": -1})
+    assert bad.status == 412 and "TTL" in bad.reason
+
+
+def test_retention_ttl_and_auto_topic_creation_policies(admin: Admin) -> None:
+    ns = admin.new_namespace()
+    assert admin.get(f"{NS}/{ns}/retention").status == 204  # not set
+    assert admin.post(f"{NS}/{ns}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}).status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/retention") == {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+    reply = admin.post(f"{NS}/{ns}/retention", {"retentionTimeInMinutes": 0, "retentionSizeInMB": 5})
+    assert reply.status == 412 and "retention" in reply.reason.lower()
+    assert admin.post(f"{NS}/{ns}/retention", {"retentionTimeInMinutes": "soon"}).status == 400
+
+    assert admin.get(f"{NS}/{ns}/messageTTL").status == 204
+    assert admin.post(f"{NS}/{ns}/messageTTL", 300).status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/messageTTL") == 300
+    assert admin.post(f"{NS}/{ns}/messageTTL", -5).status == 412
+    assert admin.post(f"{NS}/{ns}/messageTTL", "300").status == 400
+    assert admin.delete(f"{NS}/{ns}/messageTTL").status == 204
+    assert admin.get(f"{NS}/{ns}/messageTTL").status == 204
+
+    override = {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2}
+    assert admin.post(f"{NS}/{ns}/autoTopicCreation", override).status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/autoTopicCreation") == override
+    bad = admin.post(f"{NS}/{ns}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "weird"})
+    assert bad.status == 412 and "Unknown topic type" in bad.reason
+    assert admin.ok("GET", f"{NS}/{ns}")["autoTopicCreationOverride"] == override
+    assert admin.delete(f"{NS}/{ns}/autoTopicCreation").status == 204
+    assert admin.get(f"{NS}/{ns}/autoTopicCreation").status == 204
+
+
+def test_backlog_quota_policies(admin: Admin) -> None:
+    ns = admin.new_namespace()
+    assert admin.ok("GET", f"{NS}/{ns}/backlogQuotaMap") == {}
+    quota = {"limitSize": 1 << 20, "limitTime": -1, "policy": "producer_exception"}
+    assert admin.post(f"{NS}/{ns}/backlogQuota", quota).status == 204
+    age = {"limitTime": 3600, "policy": "consumer_backlog_eviction"}
+    assert admin.post(f"{NS}/{ns}/backlogQuota?backlogQuotaType=message_age", age).status == 204
+    got = admin.ok("GET", f"{NS}/{ns}/backlogQuotaMap")
+    assert got["destination_storage"] == {"limit": 1 << 20, "limitSize": 1 << 20, "limitTime": -1,
+                                          "policy": "producer_exception"}
+    assert got["message_age"]["limitTime"] == 3600 and got["message_age"]["policy"] == "consumer_backlog_eviction"
+    assert admin.ok("GET", f"{NS}/{ns}/backlogQuota")["policy"] == "producer_exception"
+    assert admin.post(f"{NS}/{ns}/backlogQuota", {"limitSize": 1, "policy": "nope"}).status == 400
+    assert admin.post(f"{NS}/{ns}/backlogQuota?backlogQuotaType=bogus", quota).status == 400
+    # a quota at or above the retention size is refused, and vice versa
+    assert admin.post(f"{NS}/{ns}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": 1}).status == 412
+    assert admin.delete(f"{NS}/{ns}/backlogQuota").status == 204
+    assert admin.delete(f"{NS}/{ns}/backlogQuota?backlogQuotaType=message_age").status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/backlogQuotaMap") == {}
+    assert admin.post(f"{NS}/{ns}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": 1}).status == 204
+    reply = admin.post(f"{NS}/{ns}/backlogQuota", {"limitSize": 2 << 20, "policy": "producer_request_hold"})
+    assert reply.status == 412 and "retention" in reply.reason
+
+
+def test_policies_survive_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with BrokerThread(data_dir=data) as broker:
+        admin = Admin(broker.web_url)
+        admin.ok("PUT", f"{NS}/public/kept")
+        admin.ok("POST", f"{NS}/public/kept/messageTTL", 42)
+        admin.ok("POST", f"{NS}/public/kept/retention", {"retentionTimeInMinutes": 10, "retentionSizeInMB": 20})
+        admin.ok("POST", f"{NS}/public/kept/backlogQuota", {"limitSize": 1000, "policy": "producer_request_hold"})
+        admin.ok("POST", f"{NS}/public/kept/autoTopicCreation", {"allowAutoTopicCreation": False})
+    with BrokerThread(data_dir=data) as broker:
+        admin = Admin(broker.web_url)
+        policies = admin.ok("GET", f"{NS}/public/kept")
+        assert policies["message_ttl_in_seconds"] == 42
+        assert policies["retention_policies"] == {"retentionTimeInMinutes": 10, "retentionSizeInMB": 20}
+        assert policies["backlog_quota_map"]["destination_storage"]["limitSize"] == 1000
+        assert policies["autoTopicCreationOverride"] == {"allowAutoTopicCreation": False}
+        # the namespace refuses auto-creation; an admin create still works
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
+        try:
+            with pytest.raises(pulsar.TopicNotFound):
+                client.create_producer("persistent://public/kept/auto")
+            admin.ok("PUT", "/admin/v2/persistent/public/kept/explicit")
+            client.create_producer("persistent://public/kept/explicit").send(b"x")
+        finally:
+            client.close()
+
+
+def test_topic_in_missing_namespace_is_refused(admin: Admin, client: pulsar.Client) -> None:
+    with pytest.raises(pulsar.TopicNotFound):
+        client.create_producer("persistent://public/never-created/t")
+    assert admin.get("/admin/v2/namespaces/public/never-created").status == 404
+
+
+def test_delete_namespace_with_topics_needs_force(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/p/partitions", 2)
+    client.create_producer(f"persistent://{ns}/t").send(b"x")
+    assert admin.delete(f"{NS}/{ns}").status == 409
+    assert admin.delete(f"{NS}/{ns}?force=true").status == 204
+    assert admin.get(f"{NS}/{ns}").status == 404

@@ -1,0 +1,79 @@
+"""Namespace policy validation (pure): accepted shapes, 400 for malformed, 412 for out of range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from broker.metadata import policies as P
+
+
+def status_of(fn: Any, *args: Any) -> int:
+    with pytest.raises(P.PolicyError) as info:
+        fn(*args)
+    return info.value.status
+
+
+def test_retention_values() -> None:
+    assert P.parse_retention({"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}) == {
+        "retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
+    assert P.parse_retention({"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})["retentionSizeInMB"] == 0
+    assert status_of(P.parse_retention, {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}) == 412
+    assert status_of(P.parse_retention, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}) == 412
+    assert status_of(P.parse_retention, {"retentionTimeInMinutes": "1h", "retentionSizeInMB": 10}) == 400
+    assert status_of(P.parse_retention, [1, 2]) == 400
+
+
+def test_message_ttl_values() -> None:
+    assert P.parse_message_ttl(30) == 30
+    assert status_of(P.parse_message_ttl, -1) == 412
+    assert status_of(P.parse_message_ttl, True) == 400
+    assert status_of(P.parse_message_ttl, "30") == 400
+
+
+def test_backlog_quota_values() -> None:
+    q = P.parse_backlog_quota({"limitSize": 1024, "policy": "producer_exception"})
+    assert q == {"limit": 1024, "limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
+    assert P.parse_backlog_quota({"limit": 5, "limitTime": 60, "policy": "consumer_backlog_eviction"})["limitSize"] == 5
+    assert status_of(P.parse_backlog_quota, {"limitSize": 1, "policy": "drop_everything"}) == 400
+    assert status_of(P.parse_backlog_quota, {"limitSize": 1}) == 400
+    assert status_of(P.parse_backlog_quota, {"limitSize": -5, "policy": "producer_request_hold"}) == 412
+    assert P.parse_backlog_quota_type(None) == "destination_storage"
+    assert P.parse_backlog_quota_type("message_age") == "message_age"
+    assert status_of(P.parse_backlog_quota_type, "size") == 400
+
+
+def test_backlog_quota_must_stay_below_retention() -> None:
+    retention = {"retentionTimeInMinutes": 10, "retentionSizeInMB": 1}
+    assert P.check_quota_within_retention({"limitSize": 1000, "limitTime": -1}, retention)
+    assert not P.check_quota_within_retention({"limitSize": 2 * 1024 * 1024, "limitTime": -1}, retention)
+    assert not P.check_quota_within_retention({"limitSize": -1, "limitTime": 600}, retention)
+    assert P.check_quota_within_retention({"limitSize": 10**12, "limitTime": 10**6}, None)
+
+
+def test_auto_topic_creation_values() -> None:
+    assert P.parse_auto_topic_creation({"allowAutoTopicCreation": True, "topicType": "partitioned",
+                                        "defaultNumPartitions": 3})["defaultNumPartitions"] == 3
+    assert P.parse_auto_topic_creation({"allowAutoTopicCreation": False}) == {"allowAutoTopicCreation": False}
+    bad = [
+        {"allowAutoTopicCreation": True, "topicType": "sharded"},
+        {"allowAutoTopicCreation": True, "topicType": "partitioned"},
+        {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 0},
+        {"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2},
+    ]
+    for body in bad:
+        assert status_of(P.parse_auto_topic_creation, body) == 412, body
+    assert status_of(P.parse_auto_topic_creation, {"allowAutoTopicCreation": "yes"}) == 400
+
+
+def test_policies_view_has_pulsar_defaults_and_stored_values() -> None:
+    view = P.policies_view({"message_ttl_in_seconds": 30}, "standalone")
+    assert view["message_ttl_in_seconds"] == 30
+    assert view["replication_clusters"] == ["standalone"]
+    assert view["bundles"]["numBundles"] == 4 and view["bundles"]["boundaries"][-1] == "0xffffffff"
+    assert view["backlog_quota_map"] == {} and view["schema_compatibility_strategy"] == "UNDEFINED"
+    stored = P.validate_policies({"retention_policies": {"retentionTimeInMinutes": 5, "retentionSizeInMB": 5},
+                                  "message_ttl_in_seconds": None, "custom": 1})
+    assert "message_ttl_in_seconds" not in stored and stored["custom"] == 1
+    assert status_of(P.validate_policies, {"message_ttl_in_seconds": -3}) == 412

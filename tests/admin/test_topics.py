@@ -1,0 +1,271 @@
+"""Admin REST v2 over real HTTP for topics and subscriptions, driven with the official client."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pulsar
+from pulsar.schema import Record, String
+
+from tests.admin.conftest import Admin, rest_path, wait_for
+
+TIMEOUT_MS = 10_000
+
+
+def new_topic(prefix: str) -> str:
+    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def publish(client: pulsar.Client, topic: str, n: int, **kw: object) -> list[pulsar.MessageId]:
+    producer = client.create_producer(topic, batching_enabled=False, **kw)
+    ids = [producer.send(f"m{i}".encode()) for i in range(n)]
+    producer.close()
+    return ids
+
+
+def backlog(admin: Admin, topic: str, sub: str) -> int:
+    return int(admin.stats(topic)["subscriptions"][sub]["msgBacklog"])
+
+
+def test_create_list_delete_topic(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    # no auto-creation here, so the producer's reconnect cannot bring the deleted topic back
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    topic = f"persistent://{ns}/crud"
+    path = f"/admin/v2/{rest_path(topic)}"
+    assert admin.put(path).status == 204
+    assert admin.put(path).status == 409
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [topic]
+    assert admin.ok("GET", f"{path}/partitions") == {"partitions": 0}
+    producer = client.create_producer(topic)
+    reply = admin.delete(path)
+    assert reply.status == 412 and reply.reason == "Topic has active producers/subscriptions"
+    assert admin.delete(f"{path}?force=true").status == 204
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == []
+    producer.close()  # it was retrying to reconnect (TopicNotFound)
+    assert admin.delete(path).status == 404
+
+
+def test_errors_are_json_with_pulsar_statuses(admin: Admin) -> None:
+    cases = [
+        ("GET", "/admin/v2/persistent/public/default/missing-topic/stats", 404),
+        ("GET", "/admin/v2/persistent/no-tenant/default/t/stats", 404),
+        ("GET", "/admin/v2/persistent/public/no-ns/t/stats", 404),
+        ("PUT", "/admin/v2/persistent/public/default/t-bad/partitions", 412),  # no body
+        ("GET", "/admin/v2/persistent/public/default/missing-topic/internalStats", 404),
+        ("POST", "/admin/v2/persistent/public/default/x/subscription/s/skip/abc", 400),
+        ("GET", "/admin/v2/not-an-endpoint", 404),
+    ]
+    for method, path, status in cases:
+        reply = admin.call(method, path)
+        assert reply.status == status, (method, path, reply.status, reply.body)
+        assert isinstance(reply.reason, str) and reply.reason, (method, path)
+
+
+def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("parts")
+    path = f"/admin/v2/{rest_path(topic)}/partitions"
+    assert admin.put(path, 3).status == 204
+    assert admin.put(path, 3).status == 409
+    assert admin.put(f"/admin/v2/{rest_path(new_topic('zero'))}/partitions", 0).status == 412
+    assert admin.ok("GET", path) == {"partitions": 3}
+    assert topic in admin.ok("GET", "/admin/v2/persistent/public/default/partitioned")
+    assert admin.post(path, 2).status == 422  # cannot shrink
+    assert admin.post(path, 4).status == 204
+    assert admin.ok("GET", path) == {"partitions": 4}
+    assert admin.post(f"/admin/v2/{rest_path(new_topic('nopart'))}/partitions", 4).status == 404
+
+    consumer = client.subscribe(topic, "sub")
+    publish(client, topic, 8, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for _ in range(8):
+        consumer.acknowledge(consumer.receive(TIMEOUT_MS))
+    stats = admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats")
+    assert stats["metadata"] == {"partitions": 4}
+    assert stats["msgInCounter"] == 8 and stats["subscriptions"]["sub"]["msgOutCounter"] == 8
+    assert set(stats["partitions"]) == {f"{topic}-partition-{i}" for i in range(4)}
+    assert "partitions" not in admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats?perPartition=false") \
+        or not admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats?perPartition=false")["partitions"]
+    assert admin.ok("GET", f"/admin/v2/{rest_path(topic)}/subscriptions") == ["sub"]
+    assert admin.get(f"/admin/v2/{rest_path(topic)}/stats").status == 404  # stats are per partition
+    assert admin.post(f"/admin/v2/{rest_path(topic)}/subscription/sub/skip/1").status == 405
+    assert admin.get(f"/admin/v2/{rest_path(topic)}/subscription/sub/position/1").status == 405
+    assert admin.delete(f"/admin/v2/{rest_path(topic)}").status == 409  # use .../partitions
+    assert admin.delete(path).status == 412  # consumer connected
+    consumer.close()
+    assert admin.delete(path).status == 204
+    assert admin.ok("GET", path) == {"partitions": 0}
+    assert not [t for t in admin.ok("GET", "/admin/v2/persistent/public/default") if t.startswith(topic)]
+
+
+def test_partitioned_subscription_fan_out(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("pfan")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/partitions", 2)
+    assert admin.put(f"{base}/subscription/fan").status == 204  # created on every partition
+    assert admin.put(f"{base}/subscription/fan").status == 409
+    publish(client, topic, 6, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    assert admin.ok("GET", f"{base}/partitioned-stats")["subscriptions"]["fan"]["msgBacklog"] == 6
+    assert admin.post(f"{base}/subscription/fan/skip_all").status == 204
+    assert admin.ok("GET", f"{base}/partitioned-stats")["subscriptions"]["fan"]["msgBacklog"] == 0
+    assert admin.post(f"{base}/subscription/fan/resetcursor/0").status == 204  # back to the start
+    assert admin.ok("GET", f"{base}/partitioned-stats")["subscriptions"]["fan"]["msgBacklog"] == 6
+    assert admin.post(f"{base}/subscription/fan/expireMessages/0").status == 204
+    assert admin.ok("GET", f"{base}/partitioned-stats")["subscriptions"]["fan"]["msgBacklog"] == 0
+    assert admin.put(f"{base}/unload").status == 204
+    assert admin.delete(f"{base}/subscription/fan").status == 204
+    assert admin.ok("GET", f"{base}/subscriptions") == []
+    assert admin.post(f"{base}/subscription/fan/skip_all").status == 404
+
+
+def test_subscription_admin_operations(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("subops")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    assert admin.put(f"{base}/subscription/early", {"ledgerId": -1, "entryId": -1}).status == 204
+    assert admin.put(f"{base}/subscription/early").status == 409
+    ids = publish(client, topic, 10)
+    assert admin.put(f"{base}/subscription/late").status == 204  # default: latest
+    assert sorted(admin.ok("GET", f"{base}/subscriptions")) == ["early", "late"]
+    assert backlog(admin, topic, "early") == 10 and backlog(admin, topic, "late") == 0
+
+    assert admin.post(f"{base}/subscription/early/skip/3").status == 204
+    assert backlog(admin, topic, "early") == 7
+    reply = admin.get(f"{base}/subscription/early/position/1")
+    assert reply.status == 200 and reply.body == b"m3"
+    assert reply.headers["X-Pulsar-Message-ID"] == f"{ids[3].ledger_id()}:{ids[3].entry_id()}"
+    assert reply.headers["X-Pulsar-sequence-id"] == "3"
+    assert reply.headers["X-Pulsar-publish-time"].endswith("Z")
+    assert admin.get(f"{base}/subscription/early/position/8").status == 404
+    assert admin.get(f"{base}/subscription/early/position/0").status == 412
+    assert admin.get(f"{base}/subscription/missing/position/1").status == 404
+
+    target = ids[6]
+    body = {"ledgerId": target.ledger_id(), "entryId": target.entry_id()}
+    assert admin.post(f"{base}/subscription/late/resetcursor", body).status == 204
+    assert backlog(admin, topic, "late") == 4
+    consumer = client.subscribe(topic, "late")
+    assert consumer.receive(TIMEOUT_MS).data() == b"m6"
+    assert admin.post(f"{base}/subscription/late/resetcursor", {"ledgerId": "x"}).status == 400
+
+    reply = admin.delete(f"{base}/subscription/late")
+    assert reply.status == 412 and "active" in reply.reason
+    assert admin.delete(f"{base}/subscription/late?force=true").status == 204
+    assert admin.post(f"{base}/subscription/early/skip_all").status == 204
+    assert backlog(admin, topic, "early") == 0
+    assert admin.post(f"{base}/subscription/early/resetcursor/0").status == 204
+    assert backlog(admin, topic, "early") == 10
+    assert admin.post(f"{base}/subscription/early/resetcursor/{int(time.time() * 1000) + 60_000}").status == 204
+    assert backlog(admin, topic, "early") == 0
+    assert admin.post(f"{base}/subscription/nope/skip_all").status == 404
+
+
+def test_expire_messages_and_stats_fields(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("expire")
+    base = f"/admin/v2/{rest_path(topic)}"
+    consumer = client.subscribe(topic, "exp", consumer_name="c1")
+    producer = client.create_producer(topic, producer_name="prod-1", batching_enabled=False)
+    for i in range(5):
+        producer.send(f"e{i}".encode(), properties={"k": str(i)})
+    assert admin.post(f"{base}/subscription/exp/expireMessages/3600").status == 204
+    assert backlog(admin, topic, "exp") == 5  # nothing that old
+    assert admin.post(f"{base}/all_subscription/expireMessages/0").status == 204
+    stats = admin.stats(topic)
+    sub = stats["subscriptions"]["exp"]
+    assert sub["msgBacklog"] == 0 and sub["totalMsgExpired"] == 5 and sub["lastExpireTimestamp"] > 0
+    assert stats["msgInCounter"] == 5 and stats["storageSize"] > 0
+    assert stats["publishers"][0]["producerName"] == "prod-1"
+    assert stats["publishers"][0]["accessMode"] == "Shared"
+    assert sub["type"] == "Exclusive" and sub["consumers"][0]["consumerName"] == "c1"
+    assert stats["deduplicationStatus"] == "Disabled" and ":" in stats["ownerBroker"]
+    # entries already sent to the consumer stay with it (Pulsar does not recall them)
+    assert consumer.receive(TIMEOUT_MS).data() == b"e0"
+    producer.close()
+
+
+def test_internal_stats_last_message_id_and_message_by_id(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("internal")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    admin.ok("PUT", f"{base}/subscription/s1", {"ledgerId": -1, "entryId": -1})
+    ids = publish(client, topic, 4)
+    admin.ok("POST", f"{base}/subscription/s1/skip/1")
+    internal = admin.ok("GET", f"{base}/internalStats")
+    last = f"{ids[-1].ledger_id()}:{ids[-1].entry_id()}"
+    assert internal["lastConfirmedEntry"] == last
+    assert internal["numberOfEntries"] == 4 and internal["entriesAddedCounter"] == 4
+    assert internal["state"] == "LedgerOpened" and internal["ledgers"][-1]["entries"] == 4
+    cursor = internal["cursors"]["s1"]
+    assert cursor["markDeletePosition"] == f"{ids[0].ledger_id()}:{ids[0].entry_id()}"
+    assert cursor["individuallyDeletedMessages"] == "[]" and cursor["state"] == "Open"
+    assert admin.ok("GET", f"{base}/lastMessageId") == {"ledgerId": ids[-1].ledger_id(),
+                                                        "entryId": ids[-1].entry_id(), "partitionIndex": -1}
+    reply = admin.get(f"{base}/ledger/{ids[2].ledger_id()}/entry/{ids[2].entry_id()}")
+    assert reply.status == 200 and reply.body == b"m2"
+    assert admin.get(f"{base}/ledger/999999/entry/0").status == 404
+
+
+def test_peek_batched_and_compressed(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("peekz")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    producer = client.create_producer(topic, compression_type=pulsar.CompressionType.LZ4,
+                                      batching_enabled=False)
+    producer.send(b"hello " * 50, partition_key="key-1", properties={"a": "b"})
+    reply = admin.get(f"{base}/subscription/s/position/1")
+    assert reply.status == 200 and reply.body == b"hello " * 50  # decompressed like Pulsar
+    assert reply.headers["X-Pulsar-compression"] == "LZ4"
+    assert reply.headers["X-Pulsar-partition-key"] == "key-1"
+    assert reply.headers["X-Pulsar-PROPERTY-a"] == "b"
+    batcher = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    for i in range(3):
+        batcher.send_async(f"b{i}".encode(), None)
+    batcher.flush()
+    reply = admin.get(f"{base}/subscription/s/position/2")
+    assert reply.headers["X-Pulsar-num-batch-message"] == "3"
+
+
+def test_unload_and_terminate(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("unload")
+    base = f"/admin/v2/{rest_path(topic)}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"before")
+    assert consumer.receive(TIMEOUT_MS).data() == b"before"
+    assert admin.put(f"{base}/unload").status == 204
+    # clients reconnect to the reloaded topic on their own
+    wait_for(lambda: admin.stats(topic)["publishers"], what="producer reconnect")
+    producer.send(b"after")
+    got = [consumer.receive(TIMEOUT_MS).data()]
+    while got[-1] != b"after":  # "before" may come again: it was not acknowledged
+        got.append(consumer.receive(TIMEOUT_MS).data())
+    assert set(got[:-1]) <= {b"before"}
+    reply = admin.post(f"{base}/terminate")
+    assert reply.status == 405 and "not supported" in reply.reason
+    assert admin.put(f"/admin/v2/{rest_path(new_topic('never'))}/unload").status == 404
+
+
+def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
+    class Item(Record):
+        name = String()
+
+    topic = new_topic("schema")
+    local = topic.rsplit("/", 1)[1]
+    path = f"/admin/v2/schemas/public/default/{local}/schema"
+    assert admin.get(path).status == 404
+    definition = '{"type":"record","name":"Item","fields":[{"name":"name","type":["null","string"]}]}'
+    reply = admin.post(path, {"type": "AVRO", "schema": definition, "properties": {"p": "1"}})
+    assert reply.status == 202 and reply.json == {"version": {"version": 0}}
+    got = admin.ok("GET", path)
+    assert got["type"] == "AVRO" and got["version"] == 0 and got["properties"] == {"p": "1"}
+    assert admin.ok("GET", f"{path}/0")["data"] == definition
+    assert admin.post(path, {"type": "STRING", "schema": ""}).status == 409  # FULL: type change refused
+    assert admin.post(path, {"type": "NOPE", "schema": ""}).status == 422
+    assert admin.post(path, [1]).status == 400
+    producer = client.create_producer(topic, schema=pulsar.schema.AvroSchema(Item))
+    producer.send(Item(name="x"))
+    latest = admin.ok("GET", path)["version"]  # the client's definition text may add a version
+    assert admin.delete(path).json == {"version": latest}
+    assert admin.get(path).status == 404
+    assert admin.get("/admin/v2/schemas/public/no-ns/t/schema").status == 404

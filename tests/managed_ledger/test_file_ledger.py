@@ -1,0 +1,532 @@
+"""The file ledger beyond the contract: restarts, corrupt segments, write errors, group commit,
+the read cache and the read path's threading. The contract suite runs against it too."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from crashfs import CrashFileSystem
+from ml_support import FakeClock
+
+from managed_ledger import (
+    Entry,
+    InitialPosition,
+    LedgerFencedError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    Position,
+)
+from managed_ledger import segment as seg
+from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
+from managed_ledger.file_layout import encode_name
+
+TIMEOUT = 10.0
+SMALL_KEEP = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0, retention_time_s=-1,
+                                 retention_size_bytes=-1)
+ROOT = "/data/ledgers"
+
+
+def make(root: Path | str, clock: FakeClock | None = None, **kwargs: object) -> FileManagedLedgerFactory:
+    return FileManagedLedgerFactory(str(root), clock=clock or FakeClock(), **kwargs)  # type: ignore[arg-type]
+
+
+def crash_factory(fs: CrashFileSystem, **kwargs: object) -> FileManagedLedgerFactory:
+    fs.makedirs_durable("/data")
+    kwargs.setdefault("fault_retry_interval_s", 0)
+    return FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, **kwargs)  # type: ignore[arg-type]
+
+
+def segment_files(ml: FileManagedLedger) -> list[str]:
+    return sorted(f for f in os.listdir(ml.directory) if f.endswith(seg.SUFFIX))
+
+
+async def add_all(ml: FileManagedLedger, count: int, prefix: str = "m") -> list[Position]:
+    return [await ml.add_entry_async(f"{prefix}{i}".encode()) for i in range(count)]
+
+
+async def read_all(ml: FileManagedLedger) -> list[Entry]:
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "check")
+    out: list[Entry] = []
+    while batch := await reader.read_entries_async(100):
+        out.extend(batch)
+    await reader.close()
+    return out
+
+
+def ml_threads(factory: FileManagedLedgerFactory) -> list[threading.Thread]:
+    """The factory's threads that are alive."""
+    threads = [factory.writer._thread, *factory.pool._threads]
+    return [t for t in threads if t is not None and t.is_alive()]
+
+
+# -- restarts -----------------------------------------------------------------------------------
+
+
+async def test_data_and_cursors_survive_a_restart(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("public/default/persistent/t", SMALL_KEEP)
+    sub = await ml.open_cursor("sub", InitialPosition.EARLIEST, properties={"p": 1})
+    ml.new_non_durable_cursor(Position(-1, -1), "reader")
+    ps = await add_all(ml, 8)
+    sub.mark_delete(ps[1], {"p": 2})
+    sub.delete([ps[3], ps[6]])
+    threads = ml_threads(factory)
+    await factory.close()
+    assert threads and not any(t.is_alive() for t in threads)  # close() joined the writer and the pool
+
+    again_factory = make(tmp_path)
+    assert again_factory.list_names() == ["public/default/persistent/t"]
+    again = await again_factory.open("public/default/persistent/t", SMALL_KEEP)
+    assert again.last_confirmed_entry == ps[-1]
+    assert [e.data for e in await read_all(again)] == [f"m{i}".encode() for i in range(8)]
+    assert set(again.cursors) == {"sub"}  # the reader was never stored
+    restored = again.cursors["sub"]
+    assert restored.mark_delete_position == ps[1]
+    assert list(restored.individually_deleted) == [(ps[3], ps[3]), (ps[6], ps[6])]
+    assert dict(restored.properties) == {"p": 2}
+    # exactly the unacknowledged entries are delivered again
+    assert [e.position for e in await restored.read_entries_async(10)] == [ps[2], ps[4], ps[5], ps[7]]
+    # positions keep growing across the restart: a new ledger with a higher id
+    new = await again.add_entry_async(b"after")
+    assert new.ledger_id > ps[-1].ledger_id and new.entry_id == 0
+    await again_factory.close()
+
+
+async def test_unflushed_acks_are_redelivered_after_a_crash_flushed_ones_are_not() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs, cursor_persist_interval_s=3600)
+    ml = await factory.open("t", SMALL_KEEP)
+    sub = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 6)
+    sub.mark_delete(ps[1])
+    await sub.flush()  # durable: m0, m1 acknowledged
+    sub.mark_delete(ps[3])  # not flushed (the persist interval is an hour)
+    fs.power_cut()
+    await factory.close()  # everything fails now; close must still finish
+    fs.reboot()
+
+    factory = crash_factory(fs)
+    ml = await factory.open("t", SMALL_KEEP)
+    assert ml.cursors["sub"].mark_delete_position == ps[1]
+    assert [e.data for e in await ml.cursors["sub"].read_entries_async(10)] == [b"m2", b"m3", b"m4", b"m5"]
+    await factory.close()
+
+
+async def test_cursor_state_is_written_by_the_timer(tmp_path: Path) -> None:
+    factory = make(tmp_path, cursor_persist_interval_s=0.01)
+    ml = await factory.open("t")
+    sub = await ml.open_cursor("sub")
+    ps = await add_all(ml, 3)
+    writes = factory.stats.cursor_persists_total
+    for p in ps:
+        sub.delete([p])  # hot acks: coalesced into few writes
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while factory.stats.cursor_persists_total == writes:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+    assert factory.stats.cursor_persists_total - writes <= 2
+    await factory.close()
+
+
+async def test_ledger_ids_never_go_back(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    first = await ml.add_entry_async(b"x")
+    await ml.delete()
+    ml = await factory.open("t")  # recreated: still higher ids, like Pulsar's global ledger ids
+    second = await ml.add_entry_async(b"y")
+    assert second.ledger_id > first.ledger_id
+    await factory.close()
+    (tmp_path / "ledger-ids").unlink()  # even without the counter file
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    assert (await ml.add_entry_async(b"z")).ledger_id > second.ledger_id
+    await factory.close()
+
+
+async def test_names_are_encoded_safely(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    names = ["a/b/../c", ".hidden", "x" * 400, "üñí/çødé", "%2F"]
+    for name in names:
+        await (await factory.open(name)).add_entry_async(name.encode()[:10])
+    await factory.close()
+    assert all("/" not in encode_name(n) and not encode_name(n).startswith(".") for n in names)
+    factory = make(tmp_path)
+    assert factory.list_names() == sorted(names)
+    for name in names:
+        assert [e.data for e in await read_all(await factory.open(name))] == [name.encode()[:10]]
+    await factory.delete(names[0])
+    assert names[0] not in factory.list_names()
+    await factory.close()
+
+
+# -- damaged segments ---------------------------------------------------------------------------
+
+
+async def _write_closed_segment(tmp_path: Path, count: int) -> tuple[Path, list[Position]]:
+    """A ledger of count entries "m0".."m{count-1}", the factory closed; returns its file."""
+    factory = make(tmp_path)
+    ml = await factory.open("t", ManagedLedgerConfig(retention_time_s=-1, retention_size_bytes=-1))
+    ps = await add_all(ml, count)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    await factory.close()
+    return path, ps
+
+
+@pytest.mark.parametrize("cut", ["mid-record", "half", "header-only", "empty"])
+async def test_truncated_segment_keeps_the_intact_prefix(tmp_path: Path, cut: str) -> None:
+    path, ps = await _write_closed_segment(tmp_path, 10)
+    data = path.read_bytes()
+    record = seg.RECORD_HEADER_SIZE + 2  # "m0".."m9" are 2 bytes
+    keep = {
+        "mid-record": seg.HEADER_SIZE + 6 * record + 5,  # 6 whole records and a torn 7th
+        "half": len(data) // 2,
+        "header-only": seg.HEADER_SIZE,
+        "empty": 0,
+    }[cut]
+    path.write_bytes(data[:keep])
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    intact = max(0, (keep - seg.HEADER_SIZE) // record) if keep >= seg.HEADER_SIZE else 0
+    assert [e.data for e in await read_all(ml)] == [f"m{i}".encode() for i in range(intact)]
+    torn = keep != seg.HEADER_SIZE + intact * record
+    assert factory.stats.corrupt_records_total == (1 if torn else 0)
+    if intact:
+        assert ml.last_confirmed_entry == ps[intact - 1]
+        assert path.stat().st_size == seg.HEADER_SIZE + intact * record  # the torn tail was cut
+    await factory.close()
+
+
+@pytest.mark.parametrize("where", ["length", "crc", "data"])
+async def test_bit_flip_cuts_from_the_bad_record(tmp_path: Path, where: str) -> None:
+    path, ps = await _write_closed_segment(tmp_path, 10)
+    data = bytearray(path.read_bytes())
+    record = seg.RECORD_HEADER_SIZE + 2
+    offset = seg.HEADER_SIZE + 4 * record + {"length": 3, "crc": 5, "data": 9}[where]
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"m0", b"m1", b"m2", b"m3"]
+    assert factory.stats.corrupt_records_total == 1
+    assert factory.stats.truncated_bytes_total == 6 * record
+    # the cut is permanent and the ledger goes on: new entries after the survivors
+    p = await ml.add_entry_async(b"new")
+    assert p > ps[3]
+    await factory.close()
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"m0", b"m1", b"m2", b"m3", b"new"]
+    assert factory.stats.corrupt_records_total == 0
+    await factory.close()
+
+
+async def test_corrupt_record_in_an_older_ledger_cuts_only_that_ledger(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t", SMALL_KEEP)
+    ps = await add_all(ml, 9)  # three ledgers of three entries
+    directory = ml.directory
+    await factory.close()
+    middle = Path(directory) / seg.file_name(ps[3].ledger_id)
+    data = bytearray(middle.read_bytes())
+    data[seg.HEADER_SIZE + (seg.RECORD_HEADER_SIZE + 2) + 9] ^= 4  # entry 1 of the middle ledger
+    middle.write_bytes(bytes(data))
+    factory = make(tmp_path)
+    ml = await factory.open("t", SMALL_KEEP)
+    assert [e.data for e in await read_all(ml)] == [b"m0", b"m1", b"m2", b"m3", b"m6", b"m7", b"m8"]
+    assert factory.stats.corrupt_records_total == 1
+    await factory.close()
+
+
+async def test_retention_time_counts_from_before_the_restart(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = ManagedLedgerConfig(max_entries_per_ledger=2, min_ledger_rollover_time_s=0, retention_time_s=3600,
+                                 retention_size_bytes=-1)
+    factory = make(tmp_path, clock)
+    ml = await factory.open("t", config)
+    sub = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add_all(ml, 2)  # ledger 1, closed now
+    clock.advance(1800)
+    await add_all(ml, 2)  # ledger 2, closed 30 minutes later
+    sub.clear_backlog()
+    await factory.close()
+    clock.advance(1801)  # ledger 1 is now past the hour, ledger 2 is not
+    factory = make(tmp_path, clock)
+    ml = await factory.open("t", config)
+    assert ml.trim_consumed_ledgers() == 1
+    assert [i.entries for i in ml.ledgers_info()] == [2, 0]
+    clock.advance(1800)  # ledger 2 was closed (ledger 3 created) before the restart, not at it
+    assert ml.trim_consumed_ledgers() == 1
+    await factory.close()
+
+
+async def test_damaged_header_is_moved_aside(tmp_path: Path) -> None:
+    path, _ = await _write_closed_segment(tmp_path, 3)
+    data = bytearray(path.read_bytes())
+    data[2] ^= 1
+    path.write_bytes(bytes(data))
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    assert await read_all(ml) == []
+    assert factory.stats.corrupt_records_total == 1
+    assert factory.fs.exists(str(path) + ".corrupt")
+    await factory.close()
+
+
+async def test_corruption_found_by_a_read_is_never_served(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=0)  # every read goes to disk
+    ml = await factory.open("t")
+    ps = await add_all(ml, 5)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    data = bytearray(path.read_bytes())
+    data[seg.HEADER_SIZE + 2 * (seg.RECORD_HEADER_SIZE + 2) + 9] ^= 1  # m2's data
+    path.write_bytes(bytes(data))
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    assert [e.data for e in await cursor.read_entries_async(2)] == [b"m0", b"m1"]
+    with pytest.raises(ManagedLedgerError, match="checksum"):
+        await cursor.read_entries_async(2)
+    assert cursor.read_position == ps[2]  # the failed read gave its positions back
+    with pytest.raises(ManagedLedgerError):
+        await ml.read_entry(ps[2])
+    assert factory.stats.read_errors_total == 2 and factory.stats.corrupt_records_total >= 1
+    await factory.close()
+
+
+async def test_damaged_cursor_file_redelivers_everything(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    sub = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add_all(ml, 4)
+    sub.clear_backlog()
+    await factory.close()
+    cursor_file = Path(ml.directory) / "cursors" / "sub.cur"
+    cursor_file.write_bytes(cursor_file.read_bytes()[:-3])
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    assert ml.cursors["sub"].number_of_entries_in_backlog() == 4  # at-least-once, never a skip
+    assert factory.stats.corrupt_records_total == 1
+    await factory.close()
+
+
+# -- write errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("op", "code"), [("write", errno.ENOSPC), ("sync", errno.EIO)])
+async def test_write_error_fences_then_recovers_when_the_fault_clears(op: str, code: int) -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    ok = await add_all(ml, 3, "ok")
+    fs.inject(op, code, count=None, path_part=".seg")  # the disk stays broken
+    futures = [asyncio.ensure_future(ml.add_entry_async(b"doomed%d" % i)) for i in range(5)]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(r, ManagedLedgerError) for r in results)
+    assert ml.is_fenced
+    assert factory.stats.write_errors_total >= 1
+    with pytest.raises(LedgerFencedError):  # fails fast
+        await ml.add_entry_async(b"while broken")
+    assert ml.last_confirmed_entry == ok[-1]
+    assert ml.number_of_entries == 3  # the failed adds were forgotten
+
+    fs.clear_faults()
+    # An add while fenced fails fast and starts a recovery (one at a time; one may still be
+    # failing from before the fault cleared); once one succeeds, adds go to a new ledger.
+    for _ in range(3):
+        try:
+            p = await ml.add_entry_async(b"back")
+            break
+        except LedgerFencedError:
+            await factory.writer.barrier()  # the recovery submitted by that add has completed
+    else:
+        pytest.fail("the ledger did not recover")
+    assert not ml.is_fenced
+    assert p.ledger_id > ok[-1].ledger_id
+    assert [e.data for e in await read_all(ml)] == [b"ok0", b"ok1", b"ok2", b"back"]
+    await factory.close()
+
+    fs.power_cut()  # nothing unconfirmed may come back after a restart either
+    fs.reboot()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"ok0", b"ok1", b"ok2", b"back"]
+    await factory.close()
+
+
+async def test_write_error_fails_pending_adds_in_order_and_never_confirms_after_a_failure() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"first")
+    order: list[tuple[int, bool]] = []
+    done = asyncio.Event()
+    fs.inject("sync", errno.EIO, count=1, path_part=".seg")
+
+    def callback(i: int):  # type: ignore[no-untyped-def]
+        def cb(position: Position | None, exc: BaseException | None) -> None:
+            order.append((i, exc is None))
+            if len(order) == 20:
+                done.set()
+        return cb
+
+    for i in range(20):
+        ml.add_entry(b"x%d" % i, callback(i))
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert [i for i, _ in order] == list(range(20))
+    assert not any(ok for _, ok in order)
+    await factory.close()
+
+
+async def test_recovery_after_error_on_reopen() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    await add_all(ml, 2)
+    fs.inject("write", errno.ENOSPC, count=None, path_part=".seg")
+    with pytest.raises(ManagedLedgerError):
+        await ml.add_entry_async(b"lost")
+    await factory.close()
+    fs.clear_faults()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"m0", b"m1"]
+    assert not ml.is_fenced
+    await ml.add_entry_async(b"m2")
+    await factory.close()
+
+
+# -- group commit -------------------------------------------------------------------------------
+
+
+async def test_concurrent_adds_share_fsyncs(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    count = 2000
+    positions = await asyncio.gather(*(ml.add_entry_async(b"%d" % i) for i in range(count)))
+    assert positions == sorted(positions) and len(set(positions)) == count
+    syncs = factory.stats.fsync_latency.count
+    assert 1 <= syncs < count / 10  # many entries per fsync
+    assert factory.stats.entries_written_total == count
+    await factory.close()
+
+
+async def test_sync_off_never_fsyncs_appends(tmp_path: Path) -> None:
+    factory = make(tmp_path, sync=False)
+    ml = await factory.open("t")
+    await add_all(ml, 20)
+    assert factory.stats.fsync_latency.count == 0
+    await factory.close()
+    factory = make(tmp_path)
+    assert len(await read_all(await factory.open("t"))) == 20
+    await factory.close()
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+async def test_read_position_moves_when_the_read_is_issued(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=0)  # every read is a disk read on the pool
+    ml = await factory.open("t")
+    ps = await add_all(ml, 6)
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    got: list[list[Entry]] = []
+    done = asyncio.Event()
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        assert exc is None
+        got.append(entries)
+        done.set()
+
+    cursor.read_entries(3, on_read)
+    assert cursor.read_position == ps[3]  # moved at once, the data is still on its way
+    cursor.rewind()  # a dispatcher redelivering while the read is in flight
+    assert cursor.read_position == ps[0]
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert [e.data for e in got[0]] == [b"m0", b"m1", b"m2"]
+    assert cursor.read_position == ps[0]  # the completion did not undo the rewind
+    assert factory.stats.cache_misses_total == 3
+    await factory.close()
+
+
+async def test_disk_and_cache_reads_complete_in_issue_order(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=10_000)
+    ml = await factory.open("t")
+    ps = await add_all(ml, 60)  # older entries fall out of the small cache
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    order: list[str] = []
+    done = asyncio.Event()
+    cursor.read_entries(1, lambda es, e: order.append(f"disk {es[0].data!r}"))
+    cursor.seek(ps[-1])
+    cursor.read_entries(1, lambda es, e: (order.append(f"cache {es[0].data!r}"), done.set()))
+    assert order == []  # the cached read queues behind the disk read of the same cursor
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert order == ["disk b'm0'", "cache b'm59'"]
+    await factory.close()
+
+
+async def test_chained_disk_reads_do_not_nest(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=0)
+    ml = await factory.open("t")
+    await asyncio.gather(*(ml.add_entry_async(b"%d" % i) for i in range(300)))
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    depths: list[int] = []
+    seen: list[bytes] = []
+    done = asyncio.Event()
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        assert exc is None
+        seen.extend(e.data for e in entries)
+        if entries:
+            depths.append(factory.nesting.depth)
+            cursor.read_entries(7, on_read)
+        else:
+            done.set()
+
+    cursor.read_entries(7, on_read)
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert seen == [b"%d" % i for i in range(300)]
+    assert max(depths) == 1  # each disk completion starts from the loop, not from a stack
+    await factory.close()
+
+
+async def test_memory_stays_bounded_reading_a_backlog_much_larger_than_the_cache(tmp_path: Path) -> None:
+    cache = 256 * 1024
+    factory = make(tmp_path, cache_size_bytes=cache, sync=False)
+    ml = await factory.open("t", ManagedLedgerConfig(max_entries_per_ledger=500, min_ledger_rollover_time_s=0))
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    payload = os.urandom(8 * 1024)
+    backlog = 3000  # 24 MiB: about 100 times the cache
+    for _ in range(backlog // 500):
+        await asyncio.gather(*(ml.add_entry_async(payload) for _i in range(500)))
+    assert factory.cache.size <= cache
+    tracemalloc.start()
+    try:
+        read = 0
+        while batch := await cursor.read_entries_async(50):
+            read += len(batch)
+            assert factory.cache.size <= cache
+            cursor.mark_delete(batch[-1].position)  # consumed ledgers get trimmed as we go
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert read == backlog
+    # cache + one batch in flight (50 x 8 KiB) + bookkeeping; nowhere near the 24 MiB backlog
+    assert peak < 4 * 1024 * 1024, peak
+    assert len(ml.ledgers_info()) <= 2
+    await factory.close()
+
+
+async def test_close_joins_every_thread(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=0)
+    ml = await factory.open("t")
+    await add_all(ml, 3)
+    await ml.read_entry(Position(ml.current_ledger_id, 0))
+    threads = ml_threads(factory)
+    assert len(threads) >= 2
+    await factory.close()
+    assert not any(t.is_alive() for t in threads)

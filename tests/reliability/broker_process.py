@@ -1,0 +1,42 @@
+"""Start ``python -m broker standalone`` as a child process and wait for its ready line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 20.0
+READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
+
+
+def start_broker(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "standalone", "--config", str(config), "--port", "0", "--web-port", "0",
+         "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = READY_RE.search(line)
+        if m:
+            # Keep reading its output so a chatty broker never blocks on a full pipe.
+            threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+            return proc, int(m.group(1))
+    proc.kill()
+    raise AssertionError("broker did not report ready:\n" + "".join(lines))
+
+
+def _discard(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    for _ in proc.stdout:
+        pass
