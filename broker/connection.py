@@ -34,6 +34,10 @@ T = pb.BaseCommand.Type
 RESUME_FRACTION = 0.5
 
 
+# Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
+_PING, _PONG, _CONNECT = int(T.PING), int(T.PONG), int(T.CONNECT)
+
+
 class State(enum.Enum):
     AWAITING_CONNECT = "awaiting_connect"
     CONNECTED = "connected"
@@ -54,6 +58,8 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder(max_frame_size(cfg.maxMessageSize))
         self.state = State.AWAITING_CONNECT
         self.transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._out: list[bytes] = []
         self.cnx: ServerCnx = ServerCnx(self, server.service)
         self.remote_address = ""
         self.local_host = ""
@@ -143,14 +149,14 @@ class Connection(asyncio.Protocol):
             log.debug("ignoring a command of unknown type from %s", self.remote_address)
             return
         t = cmd.type
-        if t == T.PING:
+        if t == _PING:
             self.write(commands.PONG)
             return
-        if t == T.PONG:
+        if t == _PONG:
             self._awaiting_pong = False
             return
         if self.state is State.AWAITING_CONNECT:
-            if t != T.CONNECT:
+            if t != _CONNECT:
                 raise ProtocolError(f"command {pb.BaseCommand.Type.Name(t)} before CONNECT")
             self._move(State.CONNECTED)
             self.cnx.handle_connect(cmd.connect)
@@ -164,13 +170,27 @@ class Connection(asyncio.Protocol):
 
     # -- writing ---------------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        if self.transport is not None and self.state is not State.CLOSED:
-            self.transport.write(data)
+        """Queue a frame; everything queued in one loop turn goes out in one writev.
+
+        Receipts and messages are produced one at a time by callbacks; a syscall each cost more
+        than the rest of the send path. The flush runs on the next loop turn, in order.
+        """
+        if self.transport is None or self.state is State.CLOSED:
+            return
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
 
     def close(self) -> None:
         if self.state is not State.CLOSED:
             self._move(State.CLOSED)
         if self.transport is not None:
+            self._flush()  # e.g. the error that explains the close
             self.transport.close()
 
     # -- producer backpressure -----------------------------------------------------------------------

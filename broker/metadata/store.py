@@ -19,6 +19,8 @@ DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
 
 class MetadataStore:
     def __init__(self, path: Path | None, cluster: str) -> None:
+        # Bumped on every change (see save()): a cheap "has anything changed?" for caches.
+        self.generation = 0
         self.path = path
         self.cluster = cluster
         self.clusters: dict[str, dict[str, Any]] = {}
@@ -49,6 +51,7 @@ class MetadataStore:
         self.schemas = doc.get("schemas", {})
 
     def save(self) -> None:
+        self.generation += 1  # lets hot paths cache what they derive from metadata
         if self.path is None:
             return
         doc = {

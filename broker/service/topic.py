@@ -41,6 +41,8 @@ class PersistentTopic:
         # Deduplication: highest sequence id per producer name, sent to storage / stored.
         self.sequence_pushed: dict[str, int] = {}
         self.sequence_persisted: dict[str, int] = {}
+        self._dedup = False
+        self._dedup_generation = -1
         self.msg_in = 0
         self.bytes_in = 0
         self.entries_added = 0
@@ -51,8 +53,13 @@ class PersistentTopic:
 
     @property
     def deduplication_enabled(self) -> bool:
-        policy = self.service.metadata.namespaces.get(self.name.namespace, {}).get("deduplicationEnabled")
-        return bool(self.service.config.brokerDeduplicationEnabled if policy is None else policy)
+        """Namespace policy, else the broker setting; re-read only when metadata changed (per SEND)."""
+        store = self.service.metadata
+        if self._dedup_generation != store.generation:
+            policy = store.namespaces.get(self.name.namespace, {}).get("deduplicationEnabled")
+            self._dedup = bool(self.service.config.brokerDeduplicationEnabled if policy is None else policy)
+            self._dedup_generation = store.generation
+        return self._dedup
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.sequence_persisted.get(producer_name, -1) if self.deduplication_enabled else -1

@@ -173,3 +173,13 @@ def test_mutated_valid_frames_only_raise_protocol_error(index: int, value: int, 
         return
     split = decode_all(bytes(data), chunk)
     assert [f.command for f in split] == [f.command for f in whole]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1),
+       st.integers(-1, 2**63 - 1), st.one_of(st.none(), st.integers(0, 2**64 - 1)))
+def test_hand_encoded_receipt_matches_protobuf(pid: int, seq: int, ledger: int, entry: int,
+                                                highest: int | None) -> None:
+    # ids are uint64 on the wire; ledger/entry -1 is the deduplication receipt (-1,-1)
+    expected = commands.send_receipt_protobuf(pid, seq, ledger, entry, highest)
+    assert commands.send_receipt(pid, seq, ledger, entry, highest) == expected
