@@ -36,8 +36,11 @@ proto: $(STAMP)
 	# Schema.Type.None is a Python keyword: comment it out of the stub so mypy can parse it.
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
 
+# Benchmarks (not tests): our broker vs pulsar-lite side by side, then Shared before/after a storm.
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m pip install -q pulsar-lite
+	$(PY) -m bench.compare $(BENCH_ARGS)
+	$(PY) -m bench.storm
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -1,7 +1,5 @@
-"""`python -m bench` (`make bench`): the benchmarks that print tables. See bench/*.py."""
+"""`python -m bench`: the side-by-side comparison (bench/compare.py). `make bench` also runs bench/storm.py."""
 
-import sys
+from bench.compare import main
 
-from bench.storm import main
-
-sys.exit(main(sys.argv[1:]))
+raise SystemExit(main())
