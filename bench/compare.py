@@ -106,7 +106,7 @@ def latency(rate: int, seconds: float, size: int) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         topic = fresh_topic("latency")
         consumer = client.subscribe(topic, "bench")
-        producer = client.create_producer(topic, batching_enabled=False)
+        producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
         n = int(rate * seconds)
         publish: list[float] = []
         e2e: list[float] = []
