@@ -357,6 +357,19 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
             "subscriptionHavePendingReplayRead": False,
             "properties": dict(cursor.properties),
         }
+        d = sub.dispatcher if sub is not None else None
+        if d is not None:
+            # Ours, not Pulsar's: the dispatcher's permit accounting, so drift is visible from outside.
+            balance = d.permit_balance()
+            cursors[name]["dispatcher"] = {
+                "type": d.type_name,
+                "totalPermits": d.total_permits,
+                "sumOfConsumerPermitsMinusPendingFlow": balance,
+                "permitInvariantHolds": d.total_permits == balance,
+                "permitInvariantDriftCount": d.invariant_drift_count,
+                "queuedLaneItems": d.lane.pending,
+                "readOutstanding": d.read_outstanding,
+            }
     return {
         "entriesAddedCounter": topic.entries_added,
         "numberOfEntries": ledger.number_of_entries,

@@ -269,3 +269,22 @@ def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
     assert admin.delete(path).json == {"version": latest}
     assert admin.get(path).status == 404
     assert admin.get("/admin/v2/schemas/public/no-ns/t/schema").status == 404
+
+
+def test_internal_stats_show_dispatcher_permit_accounting(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("permits")
+    base = f"/admin/v2/{rest_path(topic)}"
+    consumers = [client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared,
+                                  receiver_queue_size=100) for _ in range(3)]
+    consumers[0].close()  # a consumer that left: its permits must be gone from the total
+    publish(client, topic, 10)
+
+    def accounting() -> dict[str, object]:
+        result: dict[str, object] = admin.ok("GET", f"{base}/internalStats")["cursors"]["shared"]["dispatcher"]
+        return result
+
+    # Two live consumers, 100 permits each, 10 messages delivered between them.
+    wait_for(lambda: accounting()["totalPermits"] == 190, what="permits to settle")
+    info = accounting()
+    assert info["type"] == "Shared" and info["permitInvariantHolds"] is True
+    assert info["sumOfConsumerPermitsMinusPendingFlow"] == 190 and info["permitInvariantDriftCount"] == 0
