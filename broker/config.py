@@ -44,6 +44,12 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
+    # Compaction: keep key-less messages in the compacted view (Pulsar's default since PIP-318: no).
+    topicCompactionRetainNullKey: bool = False
+    # Compact a topic automatically once this many bytes were added since its last compaction
+    # (0 = never; per-namespace policy compaction_threshold overrides).
+    brokerServiceCompactionThresholdInBytes: int = 0
+    brokerServiceCompactionMonitorIntervalInSeconds: float = 60
     # -- namespace policy defaults (a namespace policy overrides each) ----------------------------
     # Message TTL in seconds for namespaces without message_ttl_in_seconds; 0 = messages never expire.
     ttlDurationDefaultInSeconds: int = 0

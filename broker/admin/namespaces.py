@@ -39,6 +39,9 @@ class NamespacesResource:
         r.add_get(NS + "/retention", self.get_retention)
         r.add_post(NS + "/retention", self.set_retention)
         r.add_delete(NS + "/retention", self.remove_retention)
+        r.add_get(NS + "/compactionThreshold", self.get_compaction_threshold)
+        r.add_put(NS + "/compactionThreshold", self.set_compaction_threshold)
+        r.add_delete(NS + "/compactionThreshold", self.remove_compaction_threshold)
         r.add_get(NS + "/messageTTL", self.get_message_ttl)
         r.add_post(NS + "/messageTTL", self.set_message_ttl)
         r.add_delete(NS + "/messageTTL", self.remove_message_ttl)
@@ -168,6 +171,19 @@ class NamespacesResource:
 
     async def remove_message_ttl(self, request: web.Request) -> web.Response:
         self.metadata.set_policy(self.namespace(request), P.MESSAGE_TTL, None)
+        return no_content()
+
+    # -- compaction threshold ------------------------------------------------------------------------
+    async def get_compaction_threshold(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.COMPACTION_THRESHOLD))
+
+    async def set_compaction_threshold(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        self.metadata.set_policy(ns, P.COMPACTION_THRESHOLD, P.parse_compaction_threshold(await read_body(request)))
+        return no_content()
+
+    async def remove_compaction_threshold(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.COMPACTION_THRESHOLD, None)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------

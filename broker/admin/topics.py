@@ -68,6 +68,8 @@ class TopicsResource:
             r.add_post(base + TOPIC + "/terminate", self.terminate)
             r.add_post(base + TOPIC + "/terminate/partitions", self.terminate)
             r.add_get(base + TOPIC + "/lastMessageId", self.last_message_id)
+            r.add_put(base + TOPIC + "/compaction", self.trigger_compaction)
+            r.add_get(base + TOPIC + "/compaction", self.compaction_status)
             r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", self.message_by_id)
 
     @property
@@ -355,6 +357,21 @@ class TopicsResource:
         self.name(request)
         raise HttpError(405, "Topic termination is not supported by this broker yet: it needs a terminated state "
                              "in the managed ledger and end-of-topic delivery in the dispatchers")
+
+    async def trigger_compaction(self, request: web.Request) -> web.Response:
+        """PUT .../compaction: start compacting (each partition of a partitioned topic)."""
+        name = self.name(request)
+        if not name.persistent:
+            raise HttpError(405, "Compaction is only for persistent topics")
+        started = [t.compactor.trigger() for t in await self.targets(name)]
+        if not any(started):
+            raise HttpError(409, "Compaction already in progress")
+        return web.Response(status=204)
+
+    async def compaction_status(self, request: web.Request) -> web.Response:
+        """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""
+        [topic] = await self.targets(self.name(request), "Compaction status")
+        return web.json_response({"status": topic.compactor.status.value, "lastError": topic.compactor.last_error})
 
     async def last_message_id(self, request: web.Request) -> web.Response:
         name = self.name(request)

@@ -17,6 +17,7 @@ from broker.service.consumer import Delivery
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
+    from broker.service.compaction import CompactedView
     from broker.service.consumer import Consumer
     from broker.service.subscription import Subscription
 
@@ -89,6 +90,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         active = self.active
         if active is None or active.permits <= 0 or not active.writable:
             return
+        view = self.subscription.topic.compacted_view
+        if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
+            self._serve_compacted(active, view)
+            return
         n = min(active.permits, self.max_read_batch)
         epoch = self._begin_read()
         self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc))
@@ -110,6 +115,30 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         if deliveries:
             self.take_permits(target, target.send_entries(deliveries))
         self.trigger_read()
+
+    def _serve_compacted(self, target: Consumer, view: CompactedView) -> None:
+        """Deliver from the compacted view (in memory) and move the cursor past what was served.
+
+        Up to the compaction horizon a read_compacted consumer sees only the survivors; the cursor
+        then continues on the live topic after the horizon.
+        """
+        entries = view.entries
+        i = view.index_from(self.cursor.read_position)
+        budget = min(target.permits, self.max_read_batch)
+        deliveries: list[Delivery] = []
+        while i < len(entries) and len(deliveries) < budget and entries[i].entry.position <= view.horizon:
+            c = entries[i]
+            if not self.cursor.is_acked(c.entry.position):
+                deliveries.append(Delivery(c.entry, c.messages, 0, c.ack_set))
+            i += 1
+        if i < len(entries) and entries[i].entry.position <= view.horizon:
+            self.cursor.seek(entries[i].entry.position)
+        else:
+            self.cursor.seek(self.cursor.ledger.next_valid_position(view.horizon))
+        if deliveries:
+            self.take_permits(target, target.send_entries(deliveries))
+        # Continue on the next loop turn: a long view must not deepen the stack.
+        self.subscription.topic.loop.call_soon(self.trigger_read)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Exclusive/Failover redeliver everything unacknowledged (the ids are not needed)."""

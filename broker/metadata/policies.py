@@ -16,6 +16,7 @@ from typing import Any
 
 RETENTION = "retention_policies"
 MESSAGE_TTL = "message_ttl_in_seconds"
+COMPACTION_THRESHOLD = "compaction_threshold"
 BACKLOG_QUOTA_MAP = "backlog_quota_map"
 AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
 DEDUPLICATION = "deduplicationEnabled"
@@ -83,6 +84,15 @@ def parse_message_ttl(body: Any) -> int:
     if ttl < 0:
         raise PolicyError(412, "Invalid value for message TTL, message TTL must >= 0")
     return ttl
+
+
+# -- compaction threshold -------------------------------------------------------------------------
+
+def parse_compaction_threshold(body: Any) -> int:
+    value = _int(body, "Compaction threshold")
+    if value < 0:
+        raise PolicyError(412, "compactionThreshold must be 0 or more")
+    return value
 
 
 # -- backlog quotas -------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ class MetadataStore:
         self.partitioned_topics: dict[str, int] = {}
         # base topic name (without partition suffix) -> list of versions (index = version)
         self.schemas: dict[str, list[dict[str, Any]]] = {}
+        # full topic name -> {"ledger": compacted ledger name, "horizon": [l, e], "generation": n}
+        self.compactions: dict[str, dict[str, Any]] = {}
         if path is not None and path.exists():
             self._load(path)
         else:
@@ -49,6 +51,7 @@ class MetadataStore:
         self.namespaces = doc.get("namespaces", {})
         self.partitioned_topics = doc.get("partitioned_topics", {})
         self.schemas = doc.get("schemas", {})
+        self.compactions = doc.get("compactions", {})
 
     def save(self) -> None:
         self.generation += 1  # lets hot paths cache what they derive from metadata
@@ -60,6 +63,7 @@ class MetadataStore:
             "namespaces": self.namespaces,
             "partitioned_topics": self.partitioned_topics,
             "schemas": self.schemas,
+            "compactions": self.compactions,
             "saved_at": time.time(),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)

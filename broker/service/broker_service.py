@@ -17,6 +17,7 @@ from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
+from broker.service.compaction import load_view
 from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -28,7 +29,7 @@ from managed_ledger.memory import MemoryManagedLedgerFactory
 log = logging.getLogger(__name__)
 
 # Names of topics the broker uses itself; never listed to clients.
-SYSTEM_TOPIC_MARKERS = ("__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
+SYSTEM_TOPIC_MARKERS = ("__compaction", "__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
 MB = 1024 * 1024
 
 
@@ -64,6 +65,8 @@ class BrokerService:
         # stopped in close().
         self._housekeeping = [PeriodicTask("message-expiry", config.messageExpiryCheckIntervalInMinutes * 60,
                                            self.expire_messages)]
+        self._housekeeping.append(PeriodicTask(
+            "compaction-threshold", config.brokerServiceCompactionMonitorIntervalInSeconds, self.compact_if_due))
         if config.backlogQuotaCheckEnabled:
             self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
                                                    self.backlog_quotas.check_all))
@@ -137,6 +140,7 @@ class BrokerService:
         try:
             ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
             topic = PersistentTopic(self, name, ledger)
+            topic.compacted_view = await load_view(topic)
             self.topics[name.full] = topic
             fut.set_result(topic)
             for task in self._housekeeping:
@@ -257,6 +261,18 @@ class BrokerService:
         finally:
             del self._unloading[name.full]
             done.set_result(None)
+
+    def compaction_threshold(self, name: TopicName) -> int:
+        """Bytes published since the last compaction that trigger the next one (0 = never)."""
+        policy = self.metadata.namespaces.get(name.namespace, {}).get("compaction_threshold")
+        return int(self.config.brokerServiceCompactionThresholdInBytes if policy is None else policy)
+
+    async def compact_if_due(self) -> None:
+        """Housekeeping: start compaction on topics that received more than their threshold."""
+        for topic in list(self.topics.values()):
+            threshold = self.compaction_threshold(topic.name)
+            if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
+                topic.compactor.trigger()
 
     async def close(self) -> None:
         self.closed = True

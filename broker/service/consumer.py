@@ -58,7 +58,7 @@ class Consumer:
     __slots__ = (
         "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
         "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
-        "pending_acks", "pending_flow", "permits", "priority_level", "redelivered", "sub_type",
+        "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered", "sub_type",
         "subscription", "unacked_messages",
     )
 
@@ -94,6 +94,8 @@ class Consumer:
         self.msg_out = 0
         self.bytes_out = 0
         self.redelivered = 0
+        # Reads the compacted view up to the compaction horizon, then the live topic.
+        self.read_compacted = False
         # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.
         self.blocked = False
         self.connected_since = time.time()

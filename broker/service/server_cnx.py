@@ -290,6 +290,8 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             if c.read_compacted and not name.persistent:
                 raise NotAllowedError("read_compacted is not allowed on non-persistent topics")
+            if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
+                raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             if c.HasField("schema"):
                 self.service.schemas.check_consumer(name.base.full, c.schema,
@@ -305,6 +307,7 @@ class ServerCnx:
                 if not sub.consumers and not sub.durable:
                     topic.remove_subscription(sub)
                 return
+            consumer.read_compacted = c.read_compacted
             sub.add_consumer(consumer)
             self.consumers[c.consumer_id] = consumer
             self.write(commands.success(c.request_id))
@@ -455,7 +458,7 @@ class ServerCnx:
 
         async def run() -> None:
             sub = consumer.subscription
-            last, batch_index = await sub.topic.last_message_id()
+            last, batch_index = await sub.topic.last_message_id(compacted=consumer.read_compacted)
             partition = sub.topic.name.partition_index
             last_id = commands.message_id(last.ledger_id, last.entry_id, -1, -1)
             last_id.partition = partition

@@ -13,6 +13,7 @@ from broker.dispatch.entry_meta import entry_meta
 from broker.errors import ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.compaction import CompactedView, Compactor
 from broker.service.producer import Producer, ProducerState
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName
@@ -30,6 +31,9 @@ class PersistentTopic:
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
         self.service = service
         self.name = name
+        # The compacted view (latest message per key up to a horizon) and who builds it.
+        self.compacted_view: CompactedView | None = None
+        self.compactor = Compactor(self)
         self.ledger = ledger
         self.loop = asyncio.get_running_loop()
         self.producers: dict[str, Producer] = {}
@@ -194,9 +198,19 @@ class PersistentTopic:
             await self.ledger.delete_cursor(sub.name)
 
     # -- reading -----------------------------------------------------------------------------------
-    async def last_message_id(self) -> tuple[Position, int]:
-        """(last entry position, batch index of its last message or -1). (-1,-1) when empty."""
+    async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:
+        """(last entry position, batch index of its last message or -1). (-1,-1) when empty.
+
+        For a read_compacted consumer, when nothing was added after the compaction horizon, the
+        last message it can ever read is the compacted view's last survivor.
+        """
         last = self.ledger.last_confirmed_entry
+        view = self.compacted_view
+        if compacted and view is not None and last <= view.horizon:
+            if not view.entries:
+                return Position(-1, -1), -1
+            tail = view.entries[-1]
+            return tail.entry.position, tail.last_index
         if last.entry_id < 0:
             return Position(-1, -1), -1
         try:
@@ -221,6 +235,7 @@ class PersistentTopic:
 
     async def close(self) -> None:
         self.closed = True
+        await self.compactor.close()
         for sub in list(self.subscriptions.values()):
             sub.close()
         if self._closing:

@@ -181,3 +181,17 @@ async def test_ack_receipt_and_consumer_stats(broker: Broker) -> None:
     c.send(unknown)
     assert (await c.recv()).consumerStatsResponse.error_code == pb.ServerError.ConsumerNotFound
     c.close()
+
+
+async def test_read_compacted_refused_on_shared(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    sub = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = sub.subscribe
+    s.topic, s.subscription, s.consumer_id, s.request_id = "persistent://public/default/rc", "s", 1, 1
+    s.subType = pb.CommandSubscribe.Shared
+    s.read_compacted = True
+    c.send(sub)
+    reply = await c.recv()
+    assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+    c.close()

@@ -1,0 +1,284 @@
+"""Topic compaction: the latest message per key, kept durably through the managed ledger.
+
+Compaction reads the topic up to a horizon (its last entry when the run starts), finds for every
+key (the partition key) the last message, and keeps only those; a null-value message deletes its
+key; messages without a key are dropped unless topicCompactionRetainNullKey (Pulsar's default since
+PIP-318 is to drop them). Batches are read message by message.
+
+The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
+only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
+MESSAGE carries that ack_set and the client skips the other indexes, the same mechanism as
+batch-index acknowledgements. So nothing is ever re-encoded or re-compressed.
+
+On disk the view is a managed ledger of its own (``<topic>/__compaction/<n>``), one record per
+surviving entry: [ledgerId:i64][entryId:i64][ack_set word count:u32][words:i64...][entry bytes].
+The metadata store records which ledger holds the current view and its horizon; a new run writes
+a new ledger, switches the record, then deletes the old ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+import logging
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
+
+import cramjam
+import lz4.block
+import zstandard
+
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import read_entry_metadata
+from managed_ledger import Entry, Position
+
+if TYPE_CHECKING:
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+_U32 = struct.Struct(">I")
+_RECORD_HEAD = struct.Struct(">qqI")
+_WORD = struct.Struct(">q")
+READ_CHUNK = 500  # entries per read while compacting
+C = pb.CompressionType
+
+
+class CompactionError(Exception):
+    pass
+
+
+class CompactionStatus(enum.Enum):
+    NOT_RUN = "NOT_RUN"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    ERROR = "ERROR"
+
+
+class CompactedEntry(NamedTuple):
+    entry: Entry  # original position and verbatim bytes
+    ack_set: list[int] | None  # survivors of a partly compacted batch (bit set = deliver)
+    messages: int  # surviving messages (permits it costs)
+    last_index: int  # batch index of the last survivor (-1 for a non-batch entry)
+
+
+class CompactedView:
+    def __init__(self, horizon: Position, entries: list[CompactedEntry], ledger_name: str) -> None:
+        self.horizon = horizon
+        self.entries = entries
+        self.ledger_name = ledger_name
+        self._positions = [e.entry.position for e in entries]
+
+    def index_from(self, position: Position) -> int:
+        """Index of the first compacted entry at or after ``position``."""
+        return bisect.bisect_left(self._positions, position)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+# -- reading batches ------------------------------------------------------------------------------------
+
+def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
+    pos = 6 if entry[:2] == b"\x0e\x01" else 0
+    (meta_size,) = _U32.unpack_from(entry, pos)
+    md = read_entry_metadata(entry)
+    return md, entry[pos + 4 + meta_size:]
+
+
+def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:
+    if codec == C.NONE:
+        return data
+    if codec == C.LZ4:
+        return bytes(lz4.block.decompress(data, uncompressed_size=uncompressed_size))
+    if codec == C.ZLIB:
+        return zlib.decompress(data)
+    if codec == C.ZSTD:
+        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed_size))
+    if codec == C.SNAPPY:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    raise CompactionError(f"unknown compression codec {codec}")
+
+
+class _Message(NamedTuple):
+    key: str | None
+    null_value: bool
+
+
+def messages_of(entry: bytes) -> Iterator[_Message]:
+    """Key and null flag of every message of an entry (one for a non-batch entry)."""
+    md, payload = _payload_of(entry)
+    if not md.HasField("num_messages_in_batch"):
+        yield _Message(md.partition_key if md.HasField("partition_key") else None, md.null_value)
+        return
+    data = decompress(md.compression, payload, md.uncompressed_size)
+    pos = 0
+    for _ in range(md.num_messages_in_batch):
+        (size,) = _U32.unpack_from(data, pos)
+        single = pb.SingleMessageMetadata()
+        single.ParseFromString(data[pos + 4:pos + 4 + size])
+        pos += 4 + size + single.payload_size
+        key = single.partition_key if single.HasField("partition_key") else None
+        yield _Message(key, single.null_value)
+
+
+# -- the compactor ----------------------------------------------------------------------------------------
+
+async def _read_range(topic: PersistentTopic, horizon: Position) -> list[Entry]:
+    ledger = topic.ledger
+    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-reader")
+    out: list[Entry] = []
+    try:
+        while True:
+            batch = await cursor.read_entries_async(READ_CHUNK)
+            batch = [e for e in batch if e.position <= horizon]
+            out.extend(batch)
+            if not batch or out[-1].position >= horizon or not cursor.has_more_entries():
+                return out
+    finally:
+        await cursor.close()
+
+
+def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[CompactedEntry]:
+    """Pass 1 finds each key's last message; pass 2 keeps entries holding a survivor."""
+    latest: dict[str, tuple[Position, int, bool]] = {}
+    parsed: list[tuple[Entry, list[_Message]]] = []
+    for e in entries:
+        try:
+            msgs = list(messages_of(e.data))
+        except Exception as exc:
+            raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
+        parsed.append((e, msgs))
+        for i, m in enumerate(msgs):
+            if m.key is not None:
+                latest[m.key] = (e.position, i, m.null_value)
+    kept: list[CompactedEntry] = []
+    for e, msgs in parsed:
+        alive = [i for i, m in enumerate(msgs)
+                 if (m.key is None and retain_null_key and not m.null_value)
+                 or (m.key is not None and latest[m.key] == (e.position, i, False))]
+        if not alive:
+            continue
+        is_batch = read_entry_metadata(e.data).HasField("num_messages_in_batch")
+        if len(alive) == len(msgs):
+            kept.append(CompactedEntry(e, None, len(msgs), alive[-1] if is_batch else -1))
+        else:
+            words = [0] * ((len(msgs) + 63) // 64)
+            for i in alive:
+                words[i // 64] |= 1 << (i % 64)
+            signed = [w - (1 << 64) if w >= (1 << 63) else w for w in words]
+            kept.append(CompactedEntry(e, signed, len(alive), alive[-1]))
+    return kept
+
+
+def encode_record(c: CompactedEntry) -> bytes:
+    words = c.ack_set or []
+    pos = c.entry.position
+    return b"".join([_RECORD_HEAD.pack(pos.ledger_id, pos.entry_id, len(words)),
+                     *(_WORD.pack(w) for w in words), c.entry.data])
+
+
+def decode_record(data: bytes) -> CompactedEntry:
+    lid, eid, n = _RECORD_HEAD.unpack_from(data, 0)
+    off = _RECORD_HEAD.size
+    words = [_WORD.unpack_from(data, off + 8 * i)[0] for i in range(n)]
+    body = data[off + 8 * n:]
+    msgs = list(messages_of(body))
+    batch = read_entry_metadata(body).HasField("num_messages_in_batch")
+    if words:
+        alive = [i for i in range(len(msgs)) if (words[i // 64] >> (i % 64)) & 1]
+        return CompactedEntry(Entry(Position(lid, eid), body), words, len(alive), alive[-1])
+    return CompactedEntry(Entry(Position(lid, eid), body), None, len(msgs), len(msgs) - 1 if batch else -1)
+
+
+class Compactor:
+    """Runs compaction for one topic at a time and keeps its status (for GET .../compaction)."""
+
+    def __init__(self, topic: PersistentTopic) -> None:
+        self.topic = topic
+        self.status = CompactionStatus.NOT_RUN
+        self.last_error = ""
+        self._task: asyncio.Task[None] | None = None
+        # The topic's bytes_in counter when the last run started (threshold-triggered compaction).
+        self.bytes_in_at_trigger = 0
+
+    def trigger(self) -> bool:
+        """Start a run unless one is going; returns False when one already runs."""
+        if self._task is not None and not self._task.done():
+            return False
+        self.status = CompactionStatus.RUNNING
+        self.last_error = ""
+        self.bytes_in_at_trigger = self.topic.bytes_in
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return True
+
+    async def _run(self) -> None:
+        try:
+            await self.compact()
+            self.status = CompactionStatus.SUCCESS
+        except asyncio.CancelledError:
+            self.status = CompactionStatus.ERROR
+            self.last_error = "cancelled"
+            raise
+        except Exception as exc:
+            log.exception("compaction of %s failed", self.topic.name)
+            self.status = CompactionStatus.ERROR
+            self.last_error = str(exc)
+
+    async def compact(self) -> CompactedView:
+        topic = self.topic
+        service = topic.service
+        horizon = topic.ledger.last_confirmed_entry
+        entries = await _read_range(topic, horizon)
+        kept = select_survivors(entries, service.config.topicCompactionRetainNullKey)
+        old = topic.compacted_view
+        generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
+        name = f"{topic.name.persistence_path}/__compaction/{generation}"
+        ledger = await service.ledger_factory.open(name, service.ledger_config)
+        for c in kept:
+            await ledger.add_entry_async(encode_record(c))
+        await ledger.close()
+        view = CompactedView(horizon, kept, name)
+        service.metadata.compactions[topic.full_name] = {
+            "ledger": name, "horizon": [horizon.ledger_id, horizon.entry_id], "generation": generation}
+        service.metadata.save()
+        topic.compacted_view = view
+        if old is not None and old.ledger_name != name:
+            await service.ledger_factory.delete(old.ledger_name)
+        log.info("compacted %s up to %s: %d of %d entries kept", topic.name, horizon, len(kept), len(entries))
+        return view
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def load_view(topic: PersistentTopic) -> CompactedView | None:
+    """The compacted view recorded in metadata for ``topic``, read back from its ledger."""
+    record = topic.service.metadata.compactions.get(topic.full_name)
+    if not record:
+        return None
+    factory = topic.service.ledger_factory
+    if record["ledger"] not in factory.list_names():
+        log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
+        return None
+    ledger = await factory.open(record["ledger"], topic.service.ledger_config)
+    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-load")
+    kept: list[CompactedEntry] = []
+    try:
+        while True:
+            batch = await cursor.read_entries_async(READ_CHUNK)
+            if not batch:
+                break
+            kept.extend(decode_record(e.data) for e in batch)
+            if not cursor.has_more_entries():
+                break
+    finally:
+        await cursor.close()
+        await ledger.close()
+    lid, eid = record["horizon"]
+    return CompactedView(Position(lid, eid), kept, record["ledger"])

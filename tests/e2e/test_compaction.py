@@ -1,0 +1,168 @@
+"""Topic compaction, read_compacted readers/consumers and TableView with the official client."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pulsar
+import pytest
+from pulsar import CompressionType, MessageId
+
+from broker.embedded import BrokerThread
+from tests.e2e.conftest import topic_name
+
+TIMEOUT_MS = 10_000
+
+
+def admin_url(broker: BrokerThread, topic: str) -> str:
+    return f"{broker.web_url}/admin/v2/{topic.replace('://', '/')}/compaction"
+
+
+def compact(broker: BrokerThread, topic: str) -> None:
+    url = admin_url(broker, topic)
+    with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=10) as r:
+        assert r.status == 204
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            status = json.loads(r.read())
+        if status["status"] != "RUNNING":
+            assert status["status"] == "SUCCESS", status
+            return
+        assert time.monotonic() < deadline, "compaction did not finish"
+        time.sleep(0.05)
+
+
+def read_all(client: pulsar.Client, topic: str) -> list[tuple[str | None, bytes | None]]:
+    reader = client.create_reader(topic, MessageId.earliest, is_read_compacted=True)
+    out: list[tuple[str | None, bytes | None]] = []
+    while reader.has_message_available():
+        msg = reader.read_next(TIMEOUT_MS)
+        out.append((msg.partition_key() or None, msg.data() if msg.value() is not None else None))
+    reader.close()
+    return out
+
+
+@pytest.fixture
+def broker(pulsar_broker: BrokerThread) -> BrokerThread:
+    return pulsar_broker
+
+
+@pytest.mark.parametrize("batching", [False, True])
+@pytest.mark.parametrize("compression", [CompressionType.NONE, CompressionType.LZ4, CompressionType.ZLib,
+                                         CompressionType.ZSTD, CompressionType.SNAPPY])
+def test_latest_value_per_key(broker: BrokerThread, client: pulsar.Client, batching: bool,
+                              compression: CompressionType) -> None:
+    topic = topic_name("compact")
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=50,
+                                      compression_type=compression,
+                                      batching_type=pulsar.BatchingType.Default)
+    for i in range(30):
+        producer.send_async(f"v{i}".encode(), None, partition_key=f"k{i % 3}")
+    producer.send_async(b"no key", None)  # dropped by compaction (topicCompactionRetainNullKey=false)
+    producer.flush()
+    compact(broker, topic)
+    assert read_all(client, topic) == [("k0", b"v27"), ("k1", b"v28"), ("k2", b"v29")]
+    # A plain reader still sees everything.
+    plain = client.create_reader(topic, MessageId.earliest)
+    count = 0
+    while plain.has_message_available():
+        plain.read_next(TIMEOUT_MS)
+        count += 1
+    assert count == 31
+
+
+def test_null_value_deletes_key_and_live_tail_follows(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = topic_name("tombstone")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"a1", partition_key="a")
+    producer.send(b"b1", partition_key="b")
+    producer.send(None, partition_key="a")  # tombstone
+    compact(broker, topic)
+    consumer = client.subscribe(topic, "compacted", is_read_compacted=True,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    first = consumer.receive(TIMEOUT_MS)
+    assert (first.partition_key(), first.data()) == ("b", b"b1")
+    consumer.acknowledge(first)
+    producer.send(b"a2", partition_key="a")  # after the horizon: delivered from the live topic
+    live = consumer.receive(TIMEOUT_MS)
+    assert (live.partition_key(), live.data()) == ("a", b"a2")
+
+
+def test_compaction_status_before_any_run(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = topic_name("status")
+    client.create_producer(topic).send(b"x", partition_key="k")
+    with urllib.request.urlopen(admin_url(broker, topic), timeout=10) as r:
+        assert json.loads(r.read()) == {"status": "NOT_RUN", "lastError": ""}
+
+
+def test_table_view_sees_latest_values_and_updates(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = topic_name("tableview")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"1", partition_key="x")
+    producer.send(b"2", partition_key="x")
+    producer.send(b"9", partition_key="y")
+    compact(broker, topic)
+    view = client.create_table_view(topic)
+    assert view.get("x") == b"2" or view.get("x") == "2"
+    producer.send(b"3", partition_key="x")
+    deadline = time.monotonic() + 10
+    while view.get("x") not in (b"3", "3"):
+        assert time.monotonic() < deadline, "table view missed the live update"
+        time.sleep(0.02)
+    view.close()
+
+
+def test_compacted_view_survives_restart(tmp_path: Path) -> None:
+    def start() -> BrokerThread:
+        return BrokerThread(data_dir=tmp_path, managedLedgerStorage="file").start()
+
+    topic = topic_name("restart")
+    b = start()
+    try:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=20)
+        for i in range(10):
+            producer.send_async(f"{i}".encode(), None, partition_key=f"k{i % 2}")
+        producer.flush()
+        compact(b, topic)
+        client.close()
+    finally:
+        b.stop()
+    b = start()
+    try:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        assert read_all(client, topic) == [("k0", b"8"), ("k1", b"9")]
+        client.close()
+    finally:
+        b.stop()
+
+
+def test_compaction_threshold_policy_triggers_compaction() -> None:
+    with BrokerThread(brokerServiceCompactionMonitorIntervalInSeconds=0.1) as b:
+        url = f"{b.web_url}/admin/v2/namespaces/public/default/compactionThreshold"
+        req = urllib.request.Request(url, data=b"1000", method="PUT", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 204
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        topic = topic_name("auto-compact")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(40):  # ~40 x 100 B: past the 1000-byte threshold
+            producer.send(f"{i:03d}".encode() * 30, partition_key=f"k{i % 4}")
+        deadline = time.monotonic() + 20
+        while True:
+            with urllib.request.urlopen(admin_url(b, topic), timeout=10) as r:
+                if json.loads(r.read())["status"] == "SUCCESS":
+                    break
+            assert time.monotonic() < deadline, "threshold compaction did not run"
+            time.sleep(0.05)
+        survivors = read_all(client, topic)
+        # Compaction ran at some point while publishing: older values of keys before its horizon
+        # are gone, and each key still ends with its latest value.
+        assert len(survivors) < 40
+        latest = dict(survivors)
+        assert latest == {f"k{j}": f"{36 + j:03d}".encode() * 30 for j in range(4)}
+        client.close()
