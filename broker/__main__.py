@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig
+from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig, ConfigError
 from broker.server import BrokerServer
 
 log = logging.getLogger("broker")
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         uvloop.run(run(config))
+    except ConfigError as exc:
+        log.error("configuration error: %s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1

@@ -17,12 +17,18 @@ log = logging.getLogger(__name__)
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "standalone.conf"
 
 
+class ConfigError(ValueError):
+    """A setting that cannot be honoured (bad value, unreadable file): the broker does not start."""
+
+
 @dataclass
 class BrokerConfig:
     # -- network ------------------------------------------------------------------------------------
     bindAddress: str = "0.0.0.0"
-    brokerServicePort: int = 6650
-    webServicePort: int = 8080
+    # An empty port (None) disables that listener, as in Pulsar: e.g. brokerServicePort= with
+    # brokerServicePortTls=6651 serves TLS only.
+    brokerServicePort: int | None = 6650
+    webServicePort: int | None = 8080
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
     clusterName: str = "standalone"
@@ -99,6 +105,51 @@ class BrokerConfig:
     # Per-consumer and per-producer series in /metrics (Pulsar's defaults: off).
     exposeConsumerLevelMetricsInPrometheus: bool = False
     exposeProducerLevelMetricsInPrometheus: bool = False
+    # -- TLS (Pulsar's keys; see broker.auth.tls) ---------------------------------------------------
+    # TLS listeners: binary pulsar+ssl:// and HTTPS. Empty = off; 0 picks a free port.
+    brokerServicePortTls: int | None = None
+    webServicePortTls: int | None = None
+    # Deprecated in Pulsar (the TLS ports are what enable TLS): accepted, warned about if set alone.
+    tlsEnabled: bool = False
+    tlsCertificateFilePath: str = ""
+    tlsKeyFilePath: str = ""
+    # CA certificates client certificates must chain to (also enables asking for one).
+    tlsTrustCertsFilePath: str = ""
+    # Accept clients whose certificate cannot be verified; such a certificate then authenticates nothing.
+    tlsAllowInsecureConnection: bool = False
+    # true: the TLS handshake fails without a trusted client certificate; false: ask, do not require.
+    tlsRequireTrustedClientCertOnConnect: bool = False
+    # e.g. TLSv1.3,TLSv1.2 (empty = the TLS library's defaults); ciphers by IANA or OpenSSL name.
+    tlsProtocols: list[str] = field(default_factory=list)
+    tlsCiphers: list[str] = field(default_factory=list)
+    # -- authentication (broker.auth) --------------------------------------------------------------
+    authenticationEnabled: bool = False
+    # tls, token, basic, or Pulsar's class names
+    # (org.apache.pulsar.broker.authentication.AuthenticationProviderTls, ...Token, ...Basic).
+    authenticationProviders: list[str] = field(default_factory=list)
+    # Role given to clients that present no credentials or an unknown method (empty = refuse them).
+    anonymousUserRole: str = ""
+    # How often live connections are checked for expired credentials (then AUTH_CHALLENGE).
+    authenticationRefreshCheckSeconds: float = 60
+    # Require credentials for /metrics too (Pulsar's default: metrics are open).
+    authenticateMetricsEndpoint: bool = False
+    # Token provider: HMAC secret (HS256) or public key (RS256/ES256...), each a data:, file:,
+    # path or base64 value. Secrets never appear in logs or reprs.
+    tokenSecretKey: str = field(default="", repr=False)
+    tokenPublicKey: str = ""
+    tokenPublicAlg: str = "RS256"
+    # Claim holding the role (empty = "sub"); audience claim and this broker's audience.
+    tokenAuthClaim: str = ""
+    tokenAudienceClaim: str = ""
+    tokenAudience: str = ""
+    tokenAllowedClockSkewSeconds: int = 0
+    # Basic provider: the htpasswd file (path, file:, data: or base64 content).
+    basicAuthConf: str = field(default="", repr=False)
+    # -- authorization -----------------------------------------------------------------------------
+    authorizationEnabled: bool = False
+    superUserRoles: list[str] = field(default_factory=list)
+    # Grants to "prefix*" or "*suffix" roles match by prefix / suffix.
+    authorizationAllowWildcardsMatching: bool = False
     # Keys from the file that we do not know (reported once at start).
     unknown_keys: list[str] = field(default_factory=list, repr=False)
 
@@ -141,10 +192,16 @@ _FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unk
 
 
 def _convert(key: str, type_name: Any, value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
     if not isinstance(value, str):
         return value
     t = str(type_name)
     try:
+        if t == "list[str]":
+            return [item.strip() for item in value.split(",") if item.strip()]
+        if t == "int | None":
+            return int(value) if value.strip() else None
         if t == "int":
             return int(value)
         if t == "float":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -62,6 +62,8 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self.cnx: ServerCnx = ServerCnx(self, server.service)
         self.remote_address = ""
+        # The client certificate the TLS handshake verified (None on the plain port or without one).
+        self.peer_cert: dict[str, Any] | None = None
         self.local_host = ""
         self.local_port = 0
         self.writable = True
@@ -93,6 +95,7 @@ class Connection(asyncio.Protocol):
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         if sock:
             self.local_host, self.local_port = sock[0], sock[1]
+        self.peer_cert = transport.get_extra_info("peercert") or None
         self.server.connection_opened(self)
         refusal = self.server.connection_refusal(peer[0] if peer else "")
         if refusal:

@@ -2,7 +2,10 @@
 
 ``Broker`` runs on the caller's event loop. ``BrokerThread`` runs its own loop (uvloop when
 available) on a background thread, for synchronous code such as the official ``pulsar-client``.
-Both default to ephemeral ports (0) and a temporary data directory removed on exit.
+Both default to ephemeral ports (0) and a temporary data directory removed on exit. TLS and
+security take Pulsar's keys as overrides, e.g. ``Broker(brokerServicePortTls=0, webServicePortTls=0,
+tlsCertificateFilePath=..., tlsKeyFilePath=..., authenticationEnabled=True, ...)``; the bound
+ports are ``server.tls_port`` / ``server.web_tls_port``, the URLs ``service_url_tls`` / ``web_url_tls``.
 """
 
 from __future__ import annotations
@@ -55,6 +58,18 @@ class Broker:
         assert self.server is not None, "broker not started"
         return self.server.web_url
 
+    @property
+    def service_url_tls(self) -> str:
+        """pulsar+ssl:// URL ("" when brokerServicePortTls is not set)."""
+        assert self.server is not None, "broker not started"
+        return self.server.service_url_tls
+
+    @property
+    def web_url_tls(self) -> str:
+        """https:// URL ("" when webServicePortTls is not set)."""
+        assert self.server is not None, "broker not started"
+        return self.server.web_url_tls
+
     async def start(self) -> Broker:
         self.server = BrokerServer(self.config)
         await self.server.start()
@@ -92,6 +107,14 @@ class BrokerThread:
     @property
     def web_url(self) -> str:
         return self.broker.web_url
+
+    @property
+    def service_url_tls(self) -> str:
+        return self.broker.service_url_tls
+
+    @property
+    def web_url_tls(self) -> str:
+        return self.broker.web_url_tls
 
     @property
     def server(self) -> BrokerServer:

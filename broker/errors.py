@@ -58,6 +58,18 @@ class NotAllowedError(BrokerError):
     code = E.NotAllowedError
 
 
+class AuthenticationError(BrokerError):
+    """The client's credentials were refused or missing (HTTP 401)."""
+
+    code = E.AuthenticationError
+
+
+class AuthorizationError(BrokerError):
+    """The authenticated role may not do this (HTTP 403)."""
+
+    code = E.AuthorizationError
+
+
 class MetadataError(BrokerError):
     code = E.MetadataError
 

@@ -1,4 +1,8 @@
-"""The standalone broker process: binary protocol server + HTTP server around one BrokerService."""
+"""The standalone broker process: binary protocol server + HTTP server around one BrokerService.
+
+Each may listen twice: plain (brokerServicePort / webServicePort) and TLS (brokerServicePortTls /
+webServicePortTls), on the same BrokerService; an empty port disables that listener.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ import time
 from pathlib import Path
 
 from broker.admin.http import WebService
-from broker.config import BrokerConfig
+from broker.auth import Security
+from broker.auth.tls import HANDSHAKE_TIMEOUT_S
+from broker.config import BrokerConfig, ConfigError
 from broker.connection import Connection
 from broker.service.broker_service import BrokerService
+from broker.service.periodic import PeriodicTask
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +31,8 @@ class BrokerServer:
         data_dir = Path(config.dataDir) if config.dataDir else None
         self.data_dir = data_dir
         self.service = BrokerService(config, data_dir)
+        # TLS context, authentication and authorization; raises ConfigError before anything listens.
+        self.security = Security(config, self.service.metadata)
         self.web = WebService(self)
         self.connections: set[Connection] = set()
         self._per_ip: dict[str, int] = {}
@@ -33,9 +42,16 @@ class BrokerServer:
         self._buffer_paused: set[Connection] = set()
         self.connections_created = 0
         self.connections_closed = 0
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        # Bound ports; 0 = that listener is off.
         self.port = 0
+        self.tls_port = 0
         self.web_port = 0
+        self.web_tls_port = 0
+        # Live connections whose credentials expire (tokens) are re-checked by this task (broker.auth).
+        self._auth_refresh = (PeriodicTask("auth-refresh", config.authenticationRefreshCheckSeconds,
+                                           self._refresh_authentication)
+                              if self.security.authentication.refreshes else None)
         self.started_at = 0.0
         self._stopped = asyncio.Event()
 
@@ -44,17 +60,34 @@ class BrokerServer:
         t0 = time.perf_counter()
         cfg = self.config
         cfg.report_unknown()
+        if cfg.brokerServicePort is None and cfg.brokerServicePortTls is None:
+            raise ConfigError("brokerServicePort and brokerServicePortTls are both empty: nothing to serve")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), host=cfg.bindAddress, port=cfg.brokerServicePort,
-            reuse_address=True, backlog=1024,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self.web_port = await self.web.start(cfg.bindAddress, cfg.webServicePort)
+        if cfg.brokerServicePort is not None:
+            server = await loop.create_server(
+                lambda: Connection(self), host=cfg.bindAddress, port=cfg.brokerServicePort,
+                reuse_address=True, backlog=1024,
+            )
+            self._servers.append(server)
+            self.port = server.sockets[0].getsockname()[1]
+        if cfg.brokerServicePortTls is not None:
+            server = await loop.create_server(
+                lambda: Connection(self), host=cfg.bindAddress, port=cfg.brokerServicePortTls,
+                reuse_address=True, backlog=1024, ssl=self.security.tls_context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+            )
+            self._servers.append(server)
+            self.tls_port = server.sockets[0].getsockname()[1]
+        self.web_port, self.web_tls_port = await self.web.start(cfg.bindAddress, cfg.webServicePort,
+                                                                cfg.webServicePortTls, self.security.tls_context)
+        if self._auth_refresh is not None:
+            self._auth_refresh.start()
         self.started_at = time.time()
-        log.info("broker ready in %.3f s: pulsar://%s:%d  http://%s:%d  (data dir %s, storage %s)",
-                 time.perf_counter() - t0, self.advertised_host, self.port, self.advertised_host,
-                 self.web_port, self.data_dir, cfg.managedLedgerStorage)
+        # Plain URLs first: tools parse "pulsar://host:port  http://host:port" from this line.
+        urls = [self.service_url if self.port else "", self.web_url if self.web_port else "",
+                self.service_url_tls, self.web_url_tls]
+        log.info("broker ready in %.3f s: %s  (data dir %s, storage %s)", time.perf_counter() - t0,
+                 "  ".join(u for u in urls if u), self.data_dir, cfg.managedLedgerStorage)
 
     @property
     def advertised_host(self) -> str:
@@ -65,22 +98,40 @@ class BrokerServer:
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.advertised_host}:{self.port}"
+        """pulsar:// URL, or the pulsar+ssl:// one when only TLS is served."""
+        return f"pulsar://{self.advertised_host}:{self.port}" if self.port else self.service_url_tls
+
+    @property
+    def service_url_tls(self) -> str:
+        return f"pulsar+ssl://{self.advertised_host}:{self.tls_port}" if self.tls_port else ""
 
     @property
     def web_url(self) -> str:
-        return f"http://{self.advertised_host}:{self.web_port}"
+        """http:// URL, or the https:// one when only HTTPS is served."""
+        return f"http://{self.advertised_host}:{self.web_port}" if self.web_port else self.web_url_tls
+
+    @property
+    def web_url_tls(self) -> str:
+        return f"https://{self.advertised_host}:{self.web_tls_port}" if self.web_tls_port else ""
 
     @property
     def ready(self) -> bool:
-        return self._server is not None and self._server.is_serving()
+        return bool(self._servers) and all(s.is_serving() for s in self._servers)
+
+    async def _refresh_authentication(self) -> None:
+        for conn in list(self.connections):
+            if not conn.closed:
+                conn.cnx.refresh_authentication()
 
     async def stop(self) -> None:
         """Graceful: stop accepting, close client connections, flush and close storage."""
-        if self._server is None:
+        if not self._servers:
             return
-        server, self._server = self._server, None
-        server.close()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        if self._auth_refresh is not None:
+            await self._auth_refresh.stop()
         for conn in list(self.connections):
             conn.close()
         waits = [c.cnx.wait_tasks() for c in list(self.connections)]
@@ -90,7 +141,8 @@ class BrokerServer:
             except TimeoutError:
                 log.warning("shutdown: request handlers still running after %.0f s; closing anyway",
                             SHUTDOWN_GRACE_S)
-        await server.wait_closed()
+        for server in servers:
+            await server.wait_closed()
         await self.web.stop()
         await self.service.close()
         self._stopped.set()

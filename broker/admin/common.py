@@ -2,7 +2,8 @@
 
 Errors are JSON ``{"reason": ...}`` with the status Pulsar's admin API uses: 404 missing tenant,
 namespace, topic or subscription; 409 already exists / conflict; 412 precondition (bad name,
-value out of range, busy); 400 malformed body; 405 operation not allowed on this kind of topic.
+value out of range, busy); 400 malformed body; 405 operation not allowed on this kind of topic;
+401 missing or refused credentials, 403 a role without permission (see broker.auth.http).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from broker.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BrokerError,
     ConsumerBusyError,
     ConsumerNotFoundError,
@@ -77,6 +80,8 @@ def check_name(name: str, what: str) -> None:
 # Broker errors -> HTTP status, as Pulsar's admin API answers them (most specific first);
 # anything else is a bad request.
 _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ...] = (
+    (AuthenticationError, 401),
+    (AuthorizationError, 403),
     (InvalidTopicNameError, 412),
     (SubscriptionBusyError, 412),
     (SubscriptionExistsError, 409),

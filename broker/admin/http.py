@@ -8,6 +8,7 @@ brokers, clusters, tenants and lookup are here. Error statuses: see ``broker.adm
 
 from __future__ import annotations
 
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -15,9 +16,11 @@ from aiohttp import web
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespaces import NamespacesResource
+from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
 from broker.admin.topics import TopicsResource
+from broker.auth.http import security_middleware
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
 
@@ -30,7 +33,8 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class WebService:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
-        self.app = web.Application(middlewares=[json_errors])
+        # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
+        self.app = web.Application(middlewares=[json_errors, security_middleware(server.security, server.config)])
         self._runner: web.AppRunner | None = None
         self.sampler = StatsSampler(server)
         self._sampling = PeriodicTask("stats-sampler", server.config.statsUpdateFrequencyInSecs,
@@ -57,18 +61,27 @@ class WebService:
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
+        PermissionsResource(self).register(r)
         self.schemas.register(r)
         self.topics.register(r)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int | None, tls_port: int | None = None,
+                    tls_context: ssl.SSLContext | None = None) -> tuple[int, int]:
+        """Listen on the HTTP and/or HTTPS port (None = off); the bound ports, 0 for one that is off."""
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        assert sockets, "HTTP server did not bind"
+        bound = []
+        for p, ctx in ((port, None), (tls_port, tls_context)):
+            if p is None:
+                bound.append(0)
+                continue
+            site = web.TCPSite(self._runner, host, p, reuse_address=True, ssl_context=ctx)
+            await site.start()
+            sockets = getattr(site._server, "sockets", None)
+            assert sockets, "HTTP server did not bind"
+            bound.append(int(sockets[0].getsockname()[1]))
         self._sampling.start()
-        return int(sockets[0].getsockname()[1])
+        return bound[0], bound[1]
 
     async def stop(self) -> None:
         await self._sampling.stop()
@@ -116,8 +129,10 @@ class WebService:
         name = request.match_info["cluster"]
         if name not in self.metadata.clusters:
             raise HttpError(404, "Cluster does not exist")
-        return json_response({"serviceUrl": self.server.web_url, "brokerServiceUrl": self.server.service_url,
-                              **self.metadata.clusters[name]})
+        urls = {"serviceUrl": self.server.web_url, "brokerServiceUrl": self.server.service_url}
+        if self.server.tls_port or self.server.web_tls_port:
+            urls.update(serviceUrlTls=self.server.web_url_tls, brokerServiceUrlTls=self.server.service_url_tls)
+        return json_response({**urls, **self.metadata.clusters[name]})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
         name = request.match_info["cluster"]
@@ -173,6 +188,9 @@ class WebService:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         self.service.check_namespace(name)
-        url = self.server.service_url
-        return json_response({"brokerUrl": url, "brokerUrlTls": "", "httpUrl": self.server.web_url,
-                              "httpUrlTls": "", "nativeUrl": url})
+        s = self.server
+        # Plain and TLS URLs as Pulsar's LookupData has them; a TLS client uses brokerUrlTls.
+        plain = f"pulsar://{s.advertised_host}:{s.port}" if s.port else ""
+        http = f"http://{s.advertised_host}:{s.web_port}" if s.web_port else ""
+        return json_response({"brokerUrl": plain, "brokerUrlTls": s.service_url_tls, "httpUrl": http,
+                              "httpUrlTls": s.web_url_tls, "nativeUrl": plain or s.service_url_tls})

@@ -11,9 +11,10 @@ topic level (exposeTopicLevelMetricsInPrometheus, default on; off = one series p
 pulsar_topics_count); ``subscription`` at subscription level; ``consumer_name``/``consumer_id`` and
 ``producer_name``/``producer_id`` when the consumer / producer level is enabled.
 
-Our own (prefix ``pulsar_py_``): the permit-invariant drift count per subscription, and, when the
-managed-ledger factory exposes a ``stats`` object, its fsync latency histogram and read-cache hit
-ratio (see ``LedgerStorageStats``).
+Our own (prefix ``pulsar_py_``): the permit-invariant drift count per subscription, the messages a
+non-persistent subscription dropped (Pulsar only has the rate), and, when the managed-ledger
+factory exposes a ``stats`` object, its fsync latency histogram and read-cache hit ratio (see
+``LedgerStorageStats``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from broker.admin.stats import StatsSampler, topic_stats
+from broker.service.nonpersistent import NonPersistentSubscription
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -137,7 +139,7 @@ class BrokerCollector(Collector):
         service = server.service
         cfg = server.config
         cluster = cfg.clusterName
-        topics = [t for t in service.topics.values() if not t.closed]
+        topics = [t for t in service.all_topics() if not t.closed]
         stats = {t: topic_stats(t, self.sampler) for t in topics}
         f = _Families()
         by_topic = cfg.exposeTopicLevelMetricsInPrometheus
@@ -213,6 +215,12 @@ class BrokerCollector(Collector):
                 f.gauge("pulsar_py_permit_invariant_drift", "Times the dispatcher permit total drifted from the "
                         "sum over consumers (must stay 0)", SUB_LABELS).add_metric(
                     sub_labels, dispatcher.invariant_drift_count if dispatcher is not None else 0)
+                if "msgDropRate" in s:  # non-persistent topics
+                    f.gauge("pulsar_subscription_msg_drop_rate", "Messages dropped per second: no consumer could "
+                            "take them (non-persistent topics)", SUB_LABELS).add_metric(sub_labels, s["msgDropRate"])
+                    f.counter("pulsar_py_subscription_msg_dropped", "Messages dropped because no consumer could "
+                              "take them (non-persistent topics)", SUB_LABELS).add_metric(
+                        sub_labels, sub.msg_dropped if isinstance(sub, NonPersistentSubscription) else 0)
                 if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
                     self._consumers(f, sub_labels, sub)
 

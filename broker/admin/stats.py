@@ -21,14 +21,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
+from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from managed_ledger import ManagedLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
+    from broker.service.broker_service import AnyTopic
     from broker.service.consumer import Consumer
     from broker.service.producer import Producer
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
+
+    AnySubscription = Subscription | NonPersistentSubscription
 
 
 class Rate(NamedTuple):
@@ -62,19 +66,21 @@ class StatsSampler:
         self._last = clock()
         self.interval_s = 0.0  # length of the interval the current rates cover
         self._prev: dict[object, tuple[int, ...]] = {}
-        self._out: dict[Subscription, _SubscriptionOut] = {}
-        self.topic_in: dict[PersistentTopic, Rate] = {}
-        self.topic_entries_in: dict[PersistentTopic, float] = {}
+        self._out: dict[AnySubscription, _SubscriptionOut] = {}
+        self.topic_in: dict[AnyTopic, Rate] = {}
+        self.topic_entries_in: dict[AnyTopic, float] = {}
         self.producer_in: dict[Producer, Rate] = {}
-        self.sub_out: dict[Subscription, Rate] = {}
-        self.sub_ack: dict[Subscription, float] = {}
-        self.sub_redeliver: dict[Subscription, float] = {}
+        self.sub_out: dict[AnySubscription, Rate] = {}
+        self.sub_ack: dict[AnySubscription, float] = {}
+        self.sub_redeliver: dict[AnySubscription, float] = {}
         self.sub_expired: dict[tuple[str, str], float] = {}
+        # Non-persistent subscriptions: messages dropped per second (Pulsar's msgDropRate).
+        self.sub_drop: dict[NonPersistentSubscription, float] = {}
         self.consumer_out: dict[Consumer, Rate] = {}
         self.consumer_redeliver: dict[Consumer, float] = {}
 
     # -- counters --------------------------------------------------------------------------------
-    def subscription_totals(self, sub: Subscription) -> SubscriptionTotals:
+    def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
         """Messages / bytes delivered and redelivered by the subscription since it was created."""
         out = self._out.get(sub)
         if out is None:
@@ -111,17 +117,18 @@ class StatsSampler:
             # A counter that went down was reset (e.g. object reused): count from zero.
             return [(v - b if v >= b else v) / elapsed for v, b in zip(values, before, strict=True)]
 
-        topic_in: dict[PersistentTopic, Rate] = {}
-        entries_in: dict[PersistentTopic, float] = {}
+        topic_in: dict[AnyTopic, Rate] = {}
+        entries_in: dict[AnyTopic, float] = {}
         producer_in: dict[Producer, Rate] = {}
-        sub_out: dict[Subscription, Rate] = {}
-        sub_ack: dict[Subscription, float] = {}
-        sub_redeliver: dict[Subscription, float] = {}
+        sub_out: dict[AnySubscription, Rate] = {}
+        sub_ack: dict[AnySubscription, float] = {}
+        sub_redeliver: dict[AnySubscription, float] = {}
         sub_expired: dict[tuple[str, str], float] = {}
+        sub_drop: dict[NonPersistentSubscription, float] = {}
         consumer_out: dict[Consumer, Rate] = {}
         consumer_redeliver: dict[Consumer, float] = {}
-        live_subs: set[Subscription] = set()
-        for topic in list(service.topics.values()):
+        live_subs: set[AnySubscription] = set()
+        for topic in service.all_topics():
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
             entries_in[topic] = entries
@@ -135,10 +142,14 @@ class StatsSampler:
                 sub_out[sub] = Rate(m, b)
                 sub_redeliver[sub] = r
                 sub_ack[sub] = a
+                if isinstance(sub, NonPersistentSubscription):
+                    (sub_drop[sub],) = delta((sub, "dropped"), (sub.msg_dropped,))
                 for c in sub.consumers:
                     cm, cb, cr = delta(c, (c.msg_out, c.bytes_out, c.redelivered))
                     consumer_out[c] = Rate(cm, cb)
                     consumer_redeliver[c] = cr
+            if isinstance(topic, NonPersistentTopic):
+                continue  # nothing stored, nothing expires
             for name in admin_ops.subscription_names(topic):
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
@@ -147,6 +158,7 @@ class StatsSampler:
         self._out = {s: o for s, o in self._out.items() if s in live_subs}
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
+        self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
 
 
@@ -252,12 +264,63 @@ def publisher_stats(p: Producer, sampler: StatsSampler) -> dict[str, Any]:
     }
 
 
-def topic_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, Any]:
+def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: StatsSampler) -> dict[str, Any]:
+    """Pulsar's NonPersistentSubscriptionStats: a subscription's stats without storage, plus
+    msgDropRate (messages per second no consumer could take)."""
+    consumers = sub.consumers
+    totals = sampler.subscription_totals(sub)
+    rate = sampler.sub_out.get(sub, ZERO)
+    dispatcher = sub.dispatcher
+    return {
+        "msgRateOut": rate.msgs,
+        "msgThroughputOut": rate.bytes,
+        "bytesOutCounter": totals.bytes_out,
+        "msgOutCounter": totals.msg_out,
+        "msgRateRedeliver": 0.0,
+        "messageAckRate": 0.0,
+        "chunkedMessageRate": 0,
+        "msgBacklog": 0,
+        "backlogSize": 0,
+        "msgBacklogNoDelayed": 0,
+        "blockedSubscriptionOnUnackedMsgs": False,
+        "msgDelayed": 0,
+        "unackedMessages": 0,
+        "type": sub.type_name(),
+        "activeConsumerName": dispatcher.active_consumer_name if dispatcher is not None else None,
+        "msgRateExpired": 0.0,
+        "totalMsgExpired": 0,
+        "lastExpireTimestamp": 0,
+        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedTimestamp": max((_ms(c.last_consumed) for c in consumers), default=0),
+        "lastAckedTimestamp": 0,
+        "lastMarkDeleteAdvancedTimestamp": 0,
+        "consumers": [consumer_stats(c, sampler) for c in consumers],
+        "isDurable": sub.durable,
+        "durable": sub.durable,
+        "isReplicated": False,
+        "replicated": False,
+        "allowOutOfOrderDelivery": False,
+        "consumersAfterMarkDeletePosition": {},
+        "nonContiguousDeletedMessagesRanges": 0,
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "subscriptionProperties": {},
+        "msgDropRate": sampler.sub_drop.get(sub, 0.0),
+    }
+
+
+def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
+    """Pulsar's TopicStats, or NonPersistentTopicStats (the same with zero storage and backlog,
+    plus msgDropRate on the topic, its publishers and its subscriptions)."""
     server = sampler.server
     rate_in = sampler.topic_in.get(topic, ZERO)
-    subs = {name: subscription_stats(topic, name, topic.subscriptions.get(name), sampler)
-            for name in admin_ops.subscription_names(topic)}
-    ledger = topic.ledger
+    if isinstance(topic, NonPersistentTopic):
+        subs = {name: non_persistent_subscription_stats(sub, sampler)
+                for name, sub in sorted(topic.subscriptions.items())}
+        storage_size = backlog_size = 0
+    else:
+        subs = {name: subscription_stats(topic, name, topic.subscriptions.get(name), sampler)
+                for name in admin_ops.subscription_names(topic)}
+        storage_size, backlog_size = topic.ledger.total_size, estimated_backlog_size(topic)
     stats: dict[str, Any] = {
         "msgRateIn": rate_in.msgs,
         "msgThroughputIn": rate_in.bytes,
@@ -269,8 +332,8 @@ def topic_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, Any]
         "msgOutCounter": sum(s["msgOutCounter"] for s in subs.values()),
         "averageMsgSize": rate_in.bytes / rate_in.msgs if rate_in.msgs else 0.0,
         "msgChunkPublished": False,
-        "storageSize": ledger.total_size,
-        "backlogSize": estimated_backlog_size(topic),
+        "storageSize": storage_size,
+        "backlogSize": backlog_size,
         "offloadedStorageSize": 0,
         "earliestMsgPublishTimeInBacklogs": 0,
         "publishers": [publisher_stats(p, sampler) for p in topic.producers.values()],
@@ -284,6 +347,12 @@ def topic_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, Any]
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
+    if isinstance(topic, NonPersistentTopic):
+        # A publisher's drops are SENDs refused for too many in flight on its connection; SEND
+        # completes at once here, so there are none. The topic's rate adds up its subscriptions'.
+        for p in stats["publishers"]:
+            p["msgDropRate"] = 0.0
+        stats["msgDropRate"] = sum(s["msgDropRate"] for s in subs.values())
     return stats
 
 
@@ -309,6 +378,8 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
     for name, stats in per_partition.items():
         for k in _SUMMED:
             total[k] += stats[k]
+        if "msgDropRate" in stats:  # non-persistent partitions
+            total["msgDropRate"] = total.get("msgDropRate", 0.0) + stats["msgDropRate"]
         total["publishers"].extend(stats["publishers"])
         total["deduplicationStatus"] = stats["deduplicationStatus"]
         for sub_name, s in stats["subscriptions"].items():
@@ -318,6 +389,8 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
                 continue
             for k in _SUB_SUMMED:
                 agg[k] += s[k]
+            if "msgDropRate" in s:
+                agg["msgDropRate"] += s["msgDropRate"]
             for k in _SUB_LATEST:
                 agg[k] = max(agg[k], s[k])
             agg["consumers"].extend(s["consumers"])
@@ -328,8 +401,13 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
     return total
 
 
-def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
+def internal_stats(topic: AnyTopic) -> dict[str, Any]:
     """Pulsar's PersistentTopicInternalStats (managed-ledger view of the topic)."""
+    if isinstance(topic, NonPersistentTopic):
+        # What Pulsar's NonPersistentTopic reports: the entries count and one (empty) cursor per
+        # subscription; there is no ledger.
+        return {"entriesAddedCounter": topic.entries_added, "numberOfEntries": 0, "totalSize": 0,
+                "ledgers": [], "cursors": {name: {} for name in sorted(topic.subscriptions)}, "schemaLedgers": []}
     ledger = topic.ledger
     infos = ledger.ledgers_info()
     current = infos[-1] if infos else None

@@ -7,6 +7,10 @@ that name a position in one log (skip n, reset to a message id, peek, last messa
 
 Reads never create anything: stats and subscriptions of a partition that was never written to
 are left out rather than creating its managed ledger.
+
+Non-persistent topics are the live ones: list, stats (Pulsar's NonPersistentTopicStats), live
+subscriptions (list, delete), unload and delete work; operations on stored messages or cursor
+positions answer 405.
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
+from broker.errors import SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import parse_payload
 from broker.service import admin_ops
+from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import Entry, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import AnyTopic
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 TOPIC = "/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 INT64_MAX = (1 << 63) - 1
@@ -43,6 +51,8 @@ class TopicsResource:
     def register(self, r: web.UrlDispatcher) -> None:
         for d in DOMAINS:
             base = f"/admin/v2/{d}"
+            # Operations on stored messages or cursor positions: 405 on non-persistent topics.
+            stored = _refused_without_storage if d == "non-persistent" else _as_is
             r.add_get(base + "/{tenant}/{ns}", self.list_topics)
             r.add_get(base + "/{tenant}/{ns}/partitioned", self.list_partitioned)
             r.add_put(base + TOPIC, self.create)
@@ -55,22 +65,22 @@ class TopicsResource:
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
             r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
-            r.add_put(base + SUB, self.create_subscription)
+            r.add_put(base + SUB, stored(self.create_subscription))
             r.add_delete(base + SUB, self.delete_subscription)
-            r.add_post(base + SUB + "/skip_all", self.skip_all)
-            r.add_post(base + SUB + "/skip/{n}", self.skip)
-            r.add_post(base + SUB + "/resetcursor/{timestamp}", self.reset_by_time)
-            r.add_post(base + SUB + "/resetcursor", self.reset_to_position)
-            r.add_post(base + SUB + "/expireMessages/{seconds}", self.expire)
-            r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all)
-            r.add_get(base + SUB + "/position/{n}", self.peek)
+            r.add_post(base + SUB + "/skip_all", stored(self.skip_all))
+            r.add_post(base + SUB + "/skip/{n}", stored(self.skip))
+            r.add_post(base + SUB + "/resetcursor/{timestamp}", stored(self.reset_by_time))
+            r.add_post(base + SUB + "/resetcursor", stored(self.reset_to_position))
+            r.add_post(base + SUB + "/expireMessages/{seconds}", stored(self.expire))
+            r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", stored(self.expire_all))
+            r.add_get(base + SUB + "/position/{n}", stored(self.peek))
             r.add_put(base + TOPIC + "/unload", self.unload)
             r.add_post(base + TOPIC + "/terminate", self.terminate)
             r.add_post(base + TOPIC + "/terminate/partitions", self.terminate)
-            r.add_get(base + TOPIC + "/lastMessageId", self.last_message_id)
-            r.add_put(base + TOPIC + "/compaction", self.trigger_compaction)
-            r.add_get(base + TOPIC + "/compaction", self.compaction_status)
-            r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", self.message_by_id)
+            r.add_get(base + TOPIC + "/lastMessageId", stored(self.last_message_id))
+            r.add_put(base + TOPIC + "/compaction", stored(self.trigger_compaction))
+            r.add_get(base + TOPIC + "/compaction", stored(self.compaction_status))
+            r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", stored(self.message_by_id))
 
     @property
     def service(self) -> Any:
@@ -118,12 +128,21 @@ class TopicsResource:
         name = self.name(request)
         sub_name = request.match_info["sub"]
         topics = await self.targets(name, op)
-        subs = [(t, await admin_ops.subscription(t, sub_name)) for t in topics]
+        subs = [(t, await self._subscription(t, sub_name)) for t in topics]
         if not subs:
             raise HttpError(404, f"Subscription {sub_name} not found")
         for t, sub in subs:
             await action(t, sub)
         return no_content()
+
+    @staticmethod
+    async def _subscription(topic: AnyTopic, name: str) -> Any:
+        if isinstance(topic, NonPersistentTopic):  # only live subscriptions: nothing is stored
+            sub = topic.subscriptions.get(name)
+            if sub is None:
+                raise SubscriptionNotFoundError(f"Subscription {name} not found")
+            return sub
+        return await admin_ops.subscription(topic, name)
 
     # -- topics ----------------------------------------------------------------------------------
     async def list_topics(self, request: web.Request) -> web.Response:
@@ -236,7 +255,7 @@ class TopicsResource:
         name = self.name(request)
         names: set[str] = set()
         for t in await self.targets(name):
-            names.update(admin_ops.subscription_names(t))
+            names.update(t.subscriptions if isinstance(t, NonPersistentTopic) else admin_ops.subscription_names(t))
         return json_response(sorted(names))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
@@ -382,6 +401,17 @@ class TopicsResource:
         if batch_index >= 0:
             body["batchIndex"] = batch_index
         return json_response(body)
+
+
+def _as_is(handler: Handler) -> Handler:
+    return handler
+
+
+def _refused_without_storage(handler: Handler) -> Handler:
+    async def refuse(request: web.Request) -> web.Response:
+        raise HttpError(405, "Not supported on a non-persistent topic: it stores no messages and no cursors")
+
+    return refuse
 
 
 def message_id(body: Any) -> Position:

@@ -2,7 +2,8 @@
 
 The sticky key (ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into
 0..65535. AUTO_SPLIT places consumers on a consistent-hash ring (100 points each); STICKY uses the
-ranges each consumer declared (overlaps are refused at subscribe).
+ranges each consumer declared (overlaps are refused at subscribe). Ownership itself is the
+KeySelector's (key_selector.py), which the non-persistent Key_Shared dispatcher uses too.
 
 Per-key order across consumer changes ("draining hashes"): while messages of a hash are delivered
 and unacknowledged on one consumer, no other consumer may receive messages of that hash. When the
@@ -13,27 +14,18 @@ entry of the same hash waiting in the replay set. ``allowOutOfOrderDelivery`` tu
 
 from __future__ import annotations
 
-import bisect
 from typing import TYPE_CHECKING
 
-import mmh3
-
 from broker.dispatch.entry_meta import EntryMeta
+from broker.dispatch.key_selector import KeySelector, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
-from broker.errors import ConsumerAssignError
-from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Position
 
 if TYPE_CHECKING:
     from broker.service.consumer import Consumer
     from broker.service.subscription import Subscription
 
-HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
-POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
-
-
-def sticky_key_hash(key: bytes) -> int:
-    return int(mmh3.hash(key, 0, signed=False)) % HASH_RANGE_SIZE
+__all__ = ["KeySharedDispatcher", "sticky_key_hash"]
 
 
 class KeySharedDispatcher(SharedDispatcher):
@@ -42,7 +34,7 @@ class KeySharedDispatcher(SharedDispatcher):
         super().__init__(subscription, max_read_batch, max_unacked_per_consumer)
         self.sticky = sticky
         self.allow_out_of_order = allow_out_of_order
-        self._ring: list[tuple[int, int]] = []  # (point, index into consumers)
+        self._selector = KeySelector(sticky)
         # Hash of every entry that is pending on a consumer or waiting in the replay set.
         self._hash_of: dict[Position, int] = {}
         # hash -> the consumer holding unacked messages of it, and how many entries
@@ -58,34 +50,11 @@ class KeySharedDispatcher(SharedDispatcher):
         return "Key_Shared"
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
-        meta = consumer.key_shared_meta
-        mode_sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
-        if mode_sticky != self.sticky:
-            raise ConsumerAssignError("Key_Shared mode differs from the subscription's")
-        ooo = meta is not None and meta.allowOutOfOrderDelivery
-        if self.consumers and ooo != self.allow_out_of_order:
-            raise ConsumerAssignError("allowOutOfOrderDelivery differs from the subscription's")
-        if not self.sticky:
-            return
-        if not consumer.hash_ranges:
-            raise ConsumerAssignError("STICKY Key_Shared consumer declared no hash ranges")
-        for start, end in consumer.hash_ranges:
-            if not 0 <= start <= end < HASH_RANGE_SIZE:
-                raise ConsumerAssignError(f"Invalid hash range [{start}, {end}]")
-            for other in self.consumers:
-                for o_start, o_end in other.hash_ranges:
-                    if start <= o_end and o_start <= end:
-                        raise ConsumerAssignError(
-                            f"Range [{start}, {end}] overlaps [{o_start}, {o_end}] of consumer {other.name}")
+        self._selector.validate_new_consumer(consumer, self.consumers, self.allow_out_of_order)
 
     # -- ownership ---------------------------------------------------------------------------------
     def _rebuild_ring(self) -> None:
-        ring: list[tuple[int, int]] = []
-        for i, c in enumerate(self.consumers):
-            for k in range(POINTS_PER_CONSUMER):
-                ring.append((sticky_key_hash(f"{c.name}{k}".encode()), i))
-        ring.sort()
-        self._ring = ring
+        self._selector.rebuild(self.consumers)
 
     def _consumer_added(self, consumer: Consumer) -> None:
         self._rebuild_ring()
@@ -96,18 +65,7 @@ class KeySharedDispatcher(SharedDispatcher):
         super()._consumer_removed(consumer)
 
     def owner(self, key_hash: int) -> Consumer | None:
-        if not self.consumers:
-            return None
-        if self.sticky:
-            for c in self.consumers:
-                for start, end in c.hash_ranges:
-                    if start <= key_hash <= end:
-                        return c
-            return None
-        i = bisect.bisect_left(self._ring, (key_hash, -1))
-        if i == len(self._ring):
-            i = 0
-        return self.consumers[self._ring[i][1]]
+        return self._selector.owner(key_hash)
 
     def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
         h = self._hash_of.get(pos)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
@@ -35,6 +36,22 @@ if TYPE_CHECKING:
 # keySharedLookAheadMsgInReplayThresholdPerSubscription default). Bounds memory when a Key_Shared
 # consumer is stuck while others could take more.
 MAX_REPLAY_LOOKAHEAD = 20000
+
+
+def next_round_robin(consumers: Sequence[Consumer], start: int,
+                     available: Callable[[Consumer], bool]) -> tuple[Consumer | None, int]:
+    """Round robin from index ``start`` within the best priority level (lowest number) that has an
+    available consumer. Returns the consumer (None when nobody is available) and the next start.
+    Also used by the non-persistent Shared dispatcher."""
+    n = len(consumers)
+    best: Consumer | None = None
+    best_i = -1
+    for k in range(n):
+        i = (start + k) % n
+        c = consumers[i]
+        if available(c) and (best is None or c.priority_level < best.priority_level):
+            best, best_i = c, i
+    return best, (best_i + 1 if best is not None else start)
 
 
 class SharedDispatcher(Dispatcher):
@@ -139,20 +156,7 @@ class SharedDispatcher(Dispatcher):
         return c.permits > 0 and c.writable and not c.closed
 
     def _next_consumer(self) -> Consumer | None:
-        """Round robin within the best priority level that has an available consumer."""
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 0:
-            return None
-        best: Consumer | None = None
-        best_i = -1
-        for k in range(n):
-            i = (self._rr + k) % n
-            c = consumers[i]
-            if self._available(c) and (best is None or c.priority_level < best.priority_level):
-                best, best_i = c, i
-        if best is not None:
-            self._rr = best_i + 1
+        best, self._rr = next_round_robin(self.consumers, self._rr, self._available)
         return best
 
     def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:

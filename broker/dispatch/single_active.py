@@ -9,6 +9,7 @@ new active consumer gets every message the old one had not acknowledged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
@@ -20,6 +21,16 @@ if TYPE_CHECKING:
     from broker.service.compaction import CompactedView
     from broker.service.consumer import Consumer
     from broker.service.subscription import Subscription
+
+
+def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
+    """The active consumer (also used by the non-persistent dispatcher): the highest priority level
+    (lowest number) sorted by name; partition k picks ``k % n`` of them, a non-partitioned topic the first."""
+    if not consumers:
+        return None
+    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
+    top = [c for c in ordered if c.priority_level == ordered[0].priority_level]
+    return top[partition_index % len(top)] if partition_index >= 0 else top[0]
 
 
 class SingleActiveConsumerDispatcher(Dispatcher):
@@ -37,12 +48,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         return self.active.name if self.active is not None else None
 
     def _elect(self) -> Consumer | None:
-        if not self.consumers:
-            return None
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        top = [c for c in ordered if c.priority_level == ordered[0].priority_level]
-        index = self.subscription.topic.name.partition_index
-        return top[index % len(top)] if index >= 0 else top[0]
+        return elect_active(self.consumers, self.subscription.topic.name.partition_index)
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()

@@ -21,6 +21,7 @@ BACKLOG_QUOTA_MAP = "backlog_quota_map"
 AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
 DEDUPLICATION = "deduplicationEnabled"
 SCHEMA_STRATEGY = "schema_compatibility_strategy"
+AUTH_POLICIES = "auth_policies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -169,6 +170,48 @@ def parse_auto_topic_creation(body: Any) -> dict[str, Any]:
     return out
 
 
+# -- permissions (AuthPolicies) ------------------------------------------------------------------
+
+# Pulsar's AuthAction values; produce and consume are the ones the broker checks.
+AUTH_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+NAMESPACE_AUTH = "namespace_auth"
+DESTINATION_AUTH = "destination_auth"
+SUBSCRIPTION_AUTH_ROLES = "subscription_auth_roles"
+
+
+def parse_actions(body: Any) -> list[str]:
+    """A set of AuthAction names, e.g. ["produce", "consume"]."""
+    if not isinstance(body, list) or not all(isinstance(a, str) for a in body):
+        raise PolicyError(400, "Permissions must be a JSON array of actions, e.g. [\"produce\", \"consume\"]")
+    unknown = [a for a in body if a not in AUTH_ACTIONS]
+    if unknown:
+        raise PolicyError(400, f"Unknown actions {unknown}; one of {', '.join(AUTH_ACTIONS)}")
+    return sorted(set(body))
+
+
+def parse_roles(body: Any, what: str = "Roles") -> list[str]:
+    if not isinstance(body, list) or not all(isinstance(r, str) and r for r in body):
+        raise PolicyError(400, f"{what} must be a JSON array of role names")
+    return sorted(set(body))
+
+
+def parse_auth_policies(body: Any) -> dict[str, Any]:
+    """AuthPolicies {namespace_auth: {role: [actions]}, destination_auth: {topic: {role: [actions]}},
+    subscription_auth_roles: {subscription: [roles]}}."""
+    doc = _object(body, "auth_policies")
+    namespace_auth = _object(doc.get(NAMESPACE_AUTH) or {}, NAMESPACE_AUTH)
+    destination_auth = _object(doc.get(DESTINATION_AUTH) or {}, DESTINATION_AUTH)
+    subscription_roles = _object(doc.get(SUBSCRIPTION_AUTH_ROLES) or {}, SUBSCRIPTION_AUTH_ROLES)
+    return {
+        NAMESPACE_AUTH: {role: parse_actions(actions) for role, actions in namespace_auth.items()},
+        DESTINATION_AUTH: {topic: {role: parse_actions(actions)
+                                   for role, actions in _object(grants, DESTINATION_AUTH).items()}
+                           for topic, grants in destination_auth.items()},
+        SUBSCRIPTION_AUTH_ROLES: {sub: parse_roles(roles, SUBSCRIPTION_AUTH_ROLES)
+                                  for sub, roles in subscription_roles.items()},
+    }
+
+
 # -- whole documents ------------------------------------------------------------------------------
 
 def validate_policies(doc: Any) -> dict[str, Any]:
@@ -183,6 +226,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     if policies.get(BACKLOG_QUOTA_MAP) is not None:
         quotas = _object(policies[BACKLOG_QUOTA_MAP], BACKLOG_QUOTA_MAP)
         policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
+    if policies.get(AUTH_POLICIES) is not None:
+        policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):
         raise PolicyError(400, "deduplicationEnabled must be true or false")
     # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.

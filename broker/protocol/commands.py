@@ -71,6 +71,17 @@ PONG = pong()
 PING = ping()
 
 
+def auth_challenge(server_version: str, method: str, data: bytes, protocol_version: int) -> bytes:
+    """Ask the client for (fresh) credentials; it answers with AUTH_RESPONSE."""
+    cmd = pb.BaseCommand(type=T.AUTH_CHALLENGE)
+    c = cmd.authChallenge
+    c.server_version = server_version
+    c.challenge.auth_method_name = method
+    c.challenge.auth_data = data
+    c.protocol_version = protocol_version
+    return frame(cmd)
+
+
 def error(request_id: int, code: int, message: str) -> bytes:
     cmd = pb.BaseCommand(type=T.ERROR)
     cmd.error.request_id = to_u64(request_id)

@@ -23,6 +23,8 @@ from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
+    from broker.service.broker_service import AnyTopic
+    from broker.service.nonpersistent import NonPersistentSubscription
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
 
@@ -158,24 +160,25 @@ async def peek(topic: PersistentTopic, sub: Subscription, n: int) -> Entry:
 
 # -- clients --------------------------------------------------------------------------------------
 
-def disconnect_clients(topic: PersistentTopic) -> None:
+def disconnect_clients(topic: AnyTopic) -> None:
     """Close every producer and consumer of the topic on the client side (they reconnect)."""
     # Waiting producers first: removing the exclusive holder would otherwise grant the slot to them.
     for producer, _ in list(topic.waiting_producers):
         producer.cnx.producer_closed_by_broker(producer.producer_id)
         topic.remove_producer(producer)
     disconnect_producers(topic)
-    for sub in list(topic.subscriptions.values()):
+    subs: list[Subscription | NonPersistentSubscription] = [*topic.subscriptions.values()]
+    for sub in subs:
         sub.disconnect_consumers()
 
 
-def disconnect_producers(topic: PersistentTopic) -> None:
+def disconnect_producers(topic: AnyTopic) -> None:
     for producer in list(topic.producers.values()):
         producer.cnx.producer_closed_by_broker(producer.producer_id)
         topic.remove_producer(producer)
 
 
-def has_clients(topic: PersistentTopic) -> bool:
+def has_clients(topic: AnyTopic) -> bool:
     return bool(topic.producers or topic.waiting_producers
                 or any(s.consumers for s in topic.subscriptions.values()))
 

@@ -18,6 +18,7 @@ from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compaction import load_view
+from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 # Names of topics the broker uses itself; never listed to clients.
 SYSTEM_TOPIC_MARKERS = ("__compaction", "__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
 MB = 1024 * 1024
+# GET_TOPICS_OF_NAMESPACE modes (CommandGetTopicsOfNamespace.Mode)
+MODE_PERSISTENT, MODE_NON_PERSISTENT, MODE_ALL = 0, 1, 2
+
+AnyTopic = PersistentTopic | NonPersistentTopic
 
 
 class AutoTopicCreation(NamedTuple):
@@ -54,6 +59,8 @@ class BrokerService:
         )
         self.ledger_factory: ManagedLedgerFactory = self._make_ledger_factory()
         self.topics: dict[str, PersistentTopic] = {}
+        # Live non-persistent topics (kept while they have producers or consumers; nothing stored).
+        self.non_persistent_topics: dict[str, NonPersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._producer_names = itertools.count()
         # Topics being unloaded or deleted: a load of the same name waits for that to finish, so
@@ -106,10 +113,29 @@ class BrokerService:
         if not self.metadata.namespace_exists(name.namespace):
             raise TopicNotFoundError(f"Namespace {name.namespace} does not exist (topic {name})")
 
-    def get_topic_if_loaded(self, name: TopicName) -> PersistentTopic | None:
+    def get_topic_if_loaded(self, name: TopicName) -> AnyTopic | None:
+        if not name.persistent:
+            return self.non_persistent_topics.get(name.full)
         return self.topics.get(name.full)
 
-    async def get_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> PersistentTopic:
+    def all_topics(self) -> list[AnyTopic]:
+        return [*self.topics.values(), *self.non_persistent_topics.values()]
+
+    def _topic_exists(self, name: TopicName) -> bool:
+        if not name.persistent:
+            return name.full in self.non_persistent_topics
+        return name.persistence_path in self.ledger_factory.list_names()
+
+    def _check_may_create(self, name: TopicName, create: bool, explicit: bool) -> None:
+        """TopicNotFoundError unless a missing topic may be created: a partition of a partitioned
+        topic always, otherwise by admin request or the namespace's auto-creation rule."""
+        base = name.base
+        is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
+        allowed = explicit or (create and self.auto_topic_creation(name.namespace).allowed)
+        if not is_partition and not allowed:
+            raise TopicNotFoundError(f"Topic {name} does not exist")
+
+    async def get_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> AnyTopic:
         """The loaded topic, loading it if stored. A topic that does not exist is created when
         ``create`` and the namespace's auto-creation rule allow it, or always when ``explicit``
         (an admin create)."""
@@ -123,18 +149,13 @@ class BrokerService:
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
         if not name.persistent:
-            raise NotAllowedError("Non-persistent topics are not supported yet")
+            return self._non_persistent_topic(name, create, explicit)
         self.check_namespace(name)
         loading = self._loading.get(name.full)
         if loading is not None:
             return await loading
-        exists = name.persistence_path in self.ledger_factory.list_names()
-        if not exists:
-            base = name.base
-            is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
-            allowed = explicit or (create and self.auto_topic_creation(name.namespace).allowed)
-            if not is_partition and not allowed:
-                raise TopicNotFoundError(f"Topic {name} does not exist")
+        if not self._topic_exists(name):
+            self._check_may_create(name, create, explicit)
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
         try:
@@ -153,6 +174,21 @@ class BrokerService:
         finally:
             del self._loading[name.full]
 
+    def _non_persistent_topic(self, name: TopicName, create: bool, explicit: bool) -> NonPersistentTopic:
+        """The live non-persistent topic, created on first use (nothing to load)."""
+        topic = self.non_persistent_topics.get(name.full)
+        if topic is not None:
+            return topic
+        self.check_namespace(name)
+        self._check_may_create(name, create, explicit)
+        topic = self.non_persistent_topics[name.full] = NonPersistentTopic(self, name)
+        return topic
+
+    def forget_non_persistent_topic(self, topic: NonPersistentTopic) -> None:
+        """The topic has no producers and no consumers left (it keeps nothing)."""
+        if self.non_persistent_topics.get(topic.full_name) is topic:
+            del self.non_persistent_topics[topic.full_name]
+
     async def partitions_for(self, name: TopicName, auto_create: bool = True) -> int:
         """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
         if name.partition_index >= 0:
@@ -162,8 +198,7 @@ class BrokerService:
         if n > 0:
             return n
         rule = self.auto_topic_creation(name.namespace)
-        if (auto_create and rule.allowed and rule.partitioned
-                and name.persistence_path not in self.ledger_factory.list_names()):
+        if auto_create and rule.allowed and rule.partitioned and not self._topic_exists(name):
             self.metadata.set_partitions(name.full, rule.default_partitions)
             return rule.default_partitions
         return 0
@@ -212,22 +247,28 @@ class BrokerService:
                 self.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
-        """Persistent (mode 0), non-persistent (1) or all (2) topics, including partitions."""
+        """Persistent (mode 0), non-persistent (1) or all (2) topics, including partitions.
+        Non-persistent topics are the live ones, plus the partitions of partitioned ones."""
         names: set[str] = set()
-        if mode in (0, 2):
+        domains: set[str] = set()
+        if mode in (MODE_PERSISTENT, MODE_ALL):
+            domains.add("persistent")
             prefix = namespace + "/persistent/"
             for path in self.ledger_factory.list_names():
                 if path.startswith(prefix):
                     names.add(f"persistent://{namespace}/{path[len(prefix):]}")
-            for base, n in self.metadata.partitioned_topics.items():
-                t = TopicName.parse(base)
-                if t.namespace == namespace and t.persistent:
-                    names.update(t.partition(i).full for i in range(n))
+        if mode in (MODE_NON_PERSISTENT, MODE_ALL):
+            domains.add("non-persistent")
+            names.update(t.full_name for t in self.non_persistent_topics.values() if t.name.namespace == namespace)
+        for base, n in self.metadata.partitioned_topics.items():
+            t = TopicName.parse(base)
+            if t.namespace == namespace and t.domain in domains:
+                names.update(t.partition(i).full for i in range(n))
         return sorted(n for n in names if not any(m in n for m in SYSTEM_TOPIC_MARKERS))
 
     async def delete_topic(self, name: TopicName) -> None:
         async def delete() -> None:
-            topic = self.topics.pop(name.full, None)
+            topic: AnyTopic | None = self.topics.pop(name.full, None) or self.non_persistent_topics.pop(name.full, None)
             if topic is not None:
                 await topic.close()
             if name.persistence_path in self.ledger_factory.list_names():
@@ -238,12 +279,13 @@ class BrokerService:
 
     async def unload_topic(self, name: TopicName) -> bool:
         """Close the topic (its data stays); it is loaded again on next use. False if not loaded."""
-        topic = self.topics.get(name.full)
+        topic = self.get_topic_if_loaded(name)
         if topic is None:
             return False
 
         async def unload() -> None:
             self.topics.pop(name.full, None)
+            self.non_persistent_topics.pop(name.full, None)
             admin_ops.disconnect_clients(topic)
             await topic.close()
 
@@ -278,7 +320,8 @@ class BrokerService:
         self.closed = True
         for task in self._housekeeping:
             await task.stop()
-        waits: list[Awaitable[None]] = [t.close() for t in self.topics.values()]
+        waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
         self.topics.clear()
+        self.non_persistent_topics.clear()
         await self.ledger_factory.close()

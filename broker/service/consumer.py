@@ -11,6 +11,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
+    from broker.service.nonpersistent import NonPersistentSubscription
     from broker.service.subscription import Subscription
 
 class Delivery(NamedTuple):
@@ -69,7 +70,7 @@ class Consumer:
         name: str,
         sub_type: int,
         priority_level: int,
-        subscription: Subscription,
+        subscription: Subscription | NonPersistentSubscription,
         partition_index: int,
         metadata: dict[str, str],
         key_shared_meta: pb.KeySharedMeta | None = None,

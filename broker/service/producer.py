@@ -17,8 +17,8 @@ from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Position
 
 if TYPE_CHECKING:
+    from broker.service.abstract_topic import AbstractTopic
     from broker.service.consumer import ClientConnection
-    from broker.service.topic import PersistentTopic
 
 E = pb.ServerError
 
@@ -46,7 +46,7 @@ class Producer:
     def __init__(
         self,
         cnx: ClientConnection,
-        topic: PersistentTopic,
+        topic: AbstractTopic,
         producer_id: int,
         name: str,
         is_generated_name: bool,

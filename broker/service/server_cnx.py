@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker import __version__
+from broker.auth import ConnectionAuth, TopicOperation
+from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
+    AuthenticationError,
     BrokerError,
     ConsumerBusyError,
     IncompatibleSchemaError,
@@ -26,6 +30,7 @@ from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import command_body, parse_payload
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
 from broker.service.consumer import Consumer
+from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.topic_name import TopicName
@@ -34,7 +39,6 @@ from managed_ledger import Position
 if TYPE_CHECKING:
     from broker.connection import Connection
     from broker.service.broker_service import BrokerService
-    from broker.service.subscription import Subscription
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -44,12 +48,15 @@ INT64_MAX = (1 << 63) - 1
 ENTRY_OVERHEAD = 10
 
 Handler = Callable[[pb.BaseCommand, bytes | None], None]
+SERVER_VERSION = f"Pulsar Server {__version__}"
 
 
 class ServerCnx:
     def __init__(self, connection: Connection, service: BrokerService) -> None:
         self.connection = connection
         self.service = service
+        self.security = connection.server.security
+        self.auth = ConnectionAuth(self.security.authentication)
         self.client_version = ""
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}
@@ -78,7 +85,7 @@ class ServerCnx:
             T.GET_SCHEMA: self.handle_get_schema,
             T.GET_OR_CREATE_SCHEMA: self.handle_get_or_create_schema,
             T.CONSUMER_STATS: self.handle_consumer_stats,
-            T.AUTH_RESPONSE: lambda cmd, payload: None,
+            T.AUTH_RESPONSE: self.handle_auth_response,
         }
         for txn_type in (T.NEW_TXN, T.ADD_PARTITION_TO_TXN, T.ADD_SUBSCRIPTION_TO_TXN, T.END_TXN,
                          T.END_TXN_ON_PARTITION, T.END_TXN_ON_SUBSCRIPTION, T.TC_CLIENT_CONNECT_REQUEST):
@@ -138,15 +145,52 @@ class ServerCnx:
     def handle_connect(self, cmd: pb.CommandConnect) -> None:
         self.client_version = cmd.client_version
         self.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
-        self.write(commands.connected(f"Pulsar Server {__version__}", self.protocol_version,
-                                      self.service.config.maxMessageSize))
+        try:
+            self.auth.connect(cmd, self.connection.peer_cert)
+        except AuthenticationError as exc:
+            self._refuse_credentials("connect", exc)
+            return
+        self.write(commands.connected(SERVER_VERSION, self.protocol_version, self.service.config.maxMessageSize))
+
+    # -- authentication refresh (credentials that expire: tokens) -----------------------------------------
+    def refresh_authentication(self) -> None:
+        """Called every authenticationRefreshCheckSeconds: challenge or drop expired credentials."""
+        action = self.auth.refresh_action(time.time())
+        if action is RefreshAction.CHALLENGE:
+            log.info("%s: credentials of role %s expired; asking for fresh ones", self.remote_address, self.auth.role)
+            self.write(commands.auth_challenge(SERVER_VERSION, self.auth.method, REFRESH_AUTH_DATA,
+                                               self.protocol_version))
+        elif action is RefreshAction.CLOSE:
+            log.warning("%s: closing: credentials of role %s expired and were not refreshed",
+                        self.remote_address, self.auth.role)
+            self.connection.close()
+
+    def handle_auth_response(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        try:
+            self.auth.answer(cmd.authResponse)
+        except AuthenticationError as exc:
+            self._refuse_credentials("refresh", exc)
+
+    def _refuse_credentials(self, what: str, exc: AuthenticationError) -> None:
+        # The reason is safe to log and send: providers never quote the credentials.
+        log.warning("%s: authentication failed (%s, method %s): %s", self.remote_address, what,
+                    self.auth.method, exc.message)
+        self.write(commands.error(-1, E.AuthenticationError, f"Unable to authenticate: {exc.message}"))
+        self.connection.close()
+
+    def _authorize(self, name: TopicName, op: TopicOperation, subscription: str = "") -> None:
+        """Raises AuthorizationError unless this connection's role may do ``op`` on ``name``."""
+        self.security.authorization.check(name, op, self.auth.role, subscription)
 
     # -- lookup -----------------------------------------------------------------------------------------------
-    def broker_url(self) -> str:
+    def broker_urls(self) -> tuple[str, str | None]:
+        """pulsar:// and pulsar+ssl:// URLs of this broker, as reached by this client."""
         host = self.service.config.advertisedAddress or self.connection.local_host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"pulsar://{host}:{self.connection.local_port}"
+        server = self.connection.server
+        plain = f"pulsar://{host}:{server.port}" if server.port else ""
+        return plain, f"pulsar+ssl://{host}:{server.tls_port}" if server.tls_port else None
 
     def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.lookupTopic
@@ -157,18 +201,21 @@ class ServerCnx:
             return
         try:
             name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
         except BrokerError as exc:
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
-        self.write(commands.lookup_connect(c.request_id, self.broker_url()))
+        self.write(commands.lookup_connect(c.request_id, *self.broker_urls()))
 
     def handle_partitioned_metadata(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.partitionMetadata
 
         async def run() -> None:
             try:
-                n = await self.service.partitions_for(TopicName.parse(c.topic))
+                name = TopicName.parse(c.topic)
+                self._authorize(name, TopicOperation.LOOKUP)
+                n = await self.service.partitions_for(name)
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
@@ -195,6 +242,7 @@ class ServerCnx:
     async def _create_producer(self, c: pb.CommandProducer) -> None:
         try:
             name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.PRODUCE)
             topic = await self.service.get_topic(name, create=True)
             schema_version = b""
             if c.HasField("schema"):
@@ -288,6 +336,7 @@ class ServerCnx:
     async def _subscribe(self, c: pb.CommandSubscribe) -> None:
         try:
             name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.CONSUME, c.subscription)
             if c.read_compacted and not name.persistent:
                 raise NotAllowedError("read_compacted is not allowed on non-persistent topics")
             if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
@@ -295,7 +344,7 @@ class ServerCnx:
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             if c.HasField("schema"):
                 self.service.schemas.check_consumer(name.base.full, c.schema,
-                                                    may_register=topic.is_idle and topic.ledger.number_of_entries == 0)
+                                                    may_register=topic.is_idle and topic.is_empty)
             start = c.start_message_id if c.HasField("start_message_id") else None
             sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start)
             consumer = Consumer(
@@ -304,8 +353,7 @@ class ServerCnx:
                 key_shared_meta=c.keySharedMeta if c.HasField("keySharedMeta") else None,
             )
             if self.connection.closed or self._pending_consumers.get(c.consumer_id):
-                if not sub.consumers and not sub.durable:
-                    topic.remove_subscription(sub)
+                sub.drop_if_unused()
                 return
             consumer.read_compacted = c.read_compacted
             sub.add_consumer(consumer)
@@ -355,7 +403,9 @@ class ServerCnx:
             log.warning("consumer %s discarded a message: %s", consumer.name,
                         pb.CommandAck.ValidationError.Name(c.validation_error))
         sub = consumer.subscription
-        if c.ack_type == pb.CommandAck.Cumulative:
+        if isinstance(sub, NonPersistentSubscription):
+            pass  # nothing stored, nothing to acknowledge (the C++ client never acks these)
+        elif c.ack_type == pb.CommandAck.Cumulative:
             if len(c.message_id) == 1:  # Pulsar ignores a cumulative ack naming several ids
                 mid = c.message_id[0]
                 pos = position_of(mid)
@@ -397,7 +447,8 @@ class ServerCnx:
                 raise ConsumerBusyError("Subscription has other connected consumers")
             del self.consumers[c.consumer_id]
             sub.remove_consumer(consumer)
-            await sub.topic.delete_subscription(sub)
+            if not isinstance(sub, NonPersistentSubscription):  # that one went with its last consumer
+                await sub.topic.delete_subscription(sub)
             self.write(commands.success(c.request_id))
 
         self._spawn(self._guard(c.request_id, run(), "Failed to unsubscribe"))
@@ -421,6 +472,9 @@ class ServerCnx:
                                       "Message id and message publish time were not present"))
             return
         sub = consumer.subscription
+        if isinstance(sub, NonPersistentSubscription):  # nothing stored to seek in: Pulsar answers success
+            self.write(commands.success(c.request_id))
+            return
 
         async def run() -> None:
             topic = sub.topic
@@ -463,14 +517,20 @@ class ServerCnx:
             last_id = commands.message_id(last.ledger_id, last.entry_id, -1, -1)
             last_id.partition = partition
             last_id.batch_index = batch_index
-            md = sub.cursor.mark_delete_position
-            mark = (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None
+            mark: tuple[int, int] | None = None  # non-persistent: no cursor, no mark-delete (PROTOCOL.md 14)
+            if not isinstance(sub, NonPersistentSubscription):
+                md = sub.cursor.mark_delete_position
+                mark = (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None
             self.write(commands.get_last_message_id_response(c.request_id, last_id, mark))
 
         self._spawn(self._guard(c.request_id, run(), "Failed to get last message id"))
 
     def handle_get_topics_of_namespace(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getTopicsOfNamespace
+        if not self.security.authorization.allows_namespace_consume(c.namespace, self.auth.role):
+            self.write(commands.error(c.request_id, E.AuthorizationError,
+                                      f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
+            return
         if not self.service.metadata.namespace_exists(c.namespace):
             self.write(commands.error(c.request_id, E.MetadataError, f"Namespace {c.namespace} does not exist"))
             return
@@ -484,7 +544,9 @@ class ServerCnx:
     def handle_get_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getSchema
         try:
-            base = TopicName.parse(c.topic).base.full
+            name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.LOOKUP)
+            base = name.base.full
         except BrokerError as exc:
             self.write(commands.get_schema_error(c.request_id, exc.code, exc.message))
             return
@@ -507,7 +569,9 @@ class ServerCnx:
         r = reply.getOrCreateSchemaResponse
         r.request_id = c.request_id
         try:
-            base = TopicName.parse(c.topic).base.full
+            name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.PRODUCE)
+            base = name.base.full
             r.schema_version = encode_version(self.service.schemas.add_or_get(base, c.schema))
         except (BrokerError, IncompatibleSchemaError) as exc:
             r.error_code = exc.code  # type: ignore[assignment]
@@ -521,7 +585,7 @@ class ServerCnx:
             self.write(commands.consumer_stats_error(c.request_id, E.ConsumerNotFound,
                                                      f"Consumer {c.consumer_id} not found"))
             return
-        sub: Subscription = consumer.subscription
+        sub = consumer.subscription
         self.write(commands.consumer_stats_response(
             c.request_id,
             consumerName=consumer.name,

@@ -17,11 +17,26 @@ from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
     from broker.service.consumer import Consumer
+    from broker.service.nonpersistent import NonPersistentSubscription
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 Sub = pb.CommandSubscribe
 _U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
+
+
+def check_consumer_admission(sub: Subscription | NonPersistentSubscription, consumer: Consumer) -> None:
+    """Pulsar's checks before a consumer joins a subscription, for both kinds of topic."""
+    members = sub.consumers
+    if members and sub.sub_type != consumer.sub_type:
+        raise ConsumerBusyError("Subscription is of different type")
+    if consumer.sub_type == Sub.Exclusive and members:
+        raise ConsumerBusyError("Exclusive consumer is already connected")
+    cfg = sub.topic.service.config
+    if 0 < cfg.maxConsumersPerSubscription <= len(members):
+        raise ConsumerBusyError("Subscription reached max consumers limit")
+    if 0 < cfg.maxConsumersPerTopic <= sum(len(s.consumers) for s in sub.topic.subscriptions.values()):
+        raise ConsumerBusyError("Topic reached max consumers limit")
 
 
 class Subscription:
@@ -61,16 +76,8 @@ class Subscription:
         return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
 
     def add_consumer(self, consumer: Consumer) -> None:
+        check_consumer_admission(self, consumer)
         d = self.dispatcher
-        if d is not None and d.consumers and self.sub_type != consumer.sub_type:
-            raise ConsumerBusyError("Subscription is of different type")
-        if consumer.sub_type == Sub.Exclusive and d is not None and d.consumers:
-            raise ConsumerBusyError("Exclusive consumer is already connected")
-        cfg = self.topic.service.config
-        if 0 < cfg.maxConsumersPerSubscription <= len(self.consumers):
-            raise ConsumerBusyError("Subscription reached max consumers limit")
-        if 0 < cfg.maxConsumersPerTopic <= sum(len(s.consumers) for s in self.topic.subscriptions.values()):
-            raise ConsumerBusyError("Topic reached max consumers limit")
         if d is None or self.sub_type != consumer.sub_type or (
                 isinstance(d, KeySharedDispatcher) and not d.consumers):
             if d is not None:
@@ -88,6 +95,11 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
         if not self.consumers and not self.durable and not self.seek_pending:
+            self.topic.remove_subscription(self)
+
+    def drop_if_unused(self) -> None:
+        """A reader's subscription whose consumer never joined (it went away while subscribing)."""
+        if not self.consumers and not self.durable:
             self.topic.remove_subscription(self)
 
     # -- acknowledgements --------------------------------------------------------------------------

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import entry_meta
-from broker.errors import ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError
+from broker.errors import SubscriptionNotFoundError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
-from broker.service.producer import Producer, ProducerState
+from broker.service.producer import Producer
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName
 from managed_ledger import InitialPosition, ManagedLedger, Position
@@ -23,35 +22,19 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 log = logging.getLogger(__name__)
-Mode = pb.ProducerAccessMode
 INT64_MAX = (1 << 63) - 1
 
 
-class PersistentTopic:
+class PersistentTopic(AbstractTopic):
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
-        self.service = service
-        self.name = name
+        super().__init__(service, name)
         # The compacted view (latest message per key up to a horizon) and who builds it.
         self.compacted_view: CompactedView | None = None
         self.compactor = Compactor(self)
         self.ledger = ledger
-        self.loop = asyncio.get_running_loop()
-        self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.exclusive_producer: Producer | None = None
-        self.topic_epoch = 0
-        # WaitForExclusive producers queued for the exclusive slot, oldest first.
-        self.waiting_producers: deque[tuple[Producer, int]] = deque()
-        # Deduplication: highest sequence id per producer name, sent to storage / stored.
-        self.sequence_pushed: dict[str, int] = {}
-        self.sequence_persisted: dict[str, int] = {}
         self._dedup = False
         self._dedup_generation = -1
-        self.msg_in = 0
-        self.bytes_in = 0
-        self.entries_added = 0
-        self.created = time.time()
-        self.closed = False
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -69,69 +52,14 @@ class PersistentTopic:
         return self.sequence_persisted.get(producer_name, -1) if self.deduplication_enabled else -1
 
     @property
-    def full_name(self) -> str:
-        return self.name.full
+    def is_empty(self) -> bool:
+        """Nothing stored (a consumer's schema may then still be registered)."""
+        return self.ledger.number_of_entries == 0
 
     # -- producers ---------------------------------------------------------------------------------
-    def add_producer(self, producer: Producer, request_id: int) -> bool:
-        """Attach ``producer``. Returns False when it is queued (WaitForExclusive)."""
+    def _check_new_producer(self) -> None:
         # Backlog quota (producer_request_hold / producer_exception): refuse while exceeded.
         self.service.backlog_quotas.check_producer(self)
-        existing = self.producers.get(producer.name)
-        if existing is not None:
-            same_owner = (existing.cnx is producer.cnx and existing.producer_id == producer.producer_id)
-            if existing.is_generated_name and producer.is_generated_name and same_owner \
-                    and producer.epoch > existing.epoch:
-                self.remove_producer(existing)
-            else:
-                raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = self.service.config.maxProducersPerTopic
-        if 0 < limit <= len(self.producers):
-            raise ProducerBusyError("Topic reached max producers limit")
-        mode = producer.access_mode
-        holder = self.exclusive_producer
-        if mode == Mode.Shared:
-            if holder is not None:
-                raise ProducerBusyError(f"Topic has an existing exclusive producer: {holder.name}")
-        elif mode == Mode.Exclusive:
-            if holder is not None or self.producers:
-                raise ProducerFencedError(
-                    f"Topic has an existing {'exclusive ' if holder else ''}producer; Exclusive access refused")
-        elif mode == Mode.ExclusiveWithFencing:
-            for other in list(self.producers.values()):
-                other.cnx.producer_closed_by_broker(other.producer_id)
-                self.remove_producer(other)
-        elif mode == Mode.WaitForExclusive and (holder is not None or self.producers):
-            producer.state = ProducerState.WAITING
-            self.waiting_producers.append((producer, request_id))
-            return False
-        if mode != Mode.Shared:
-            self.topic_epoch += 1
-            producer.topic_epoch = self.topic_epoch
-            self.exclusive_producer = producer
-        self.producers[producer.name] = producer
-        return True
-
-    def remove_producer(self, producer: Producer) -> None:
-        producer.close()
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-        if self.exclusive_producer is producer:
-            self.exclusive_producer = None
-        self.waiting_producers = deque((p, r) for p, r in self.waiting_producers if p is not producer)
-        self._grant_waiting()
-
-    def _grant_waiting(self) -> None:
-        while self.waiting_producers and self.exclusive_producer is None and not self.producers:
-            producer, request_id = self.waiting_producers.popleft()
-            producer.state = ProducerState.READY
-            self.topic_epoch += 1
-            producer.topic_epoch = self.topic_epoch
-            self.exclusive_producer = producer
-            self.producers[producer.name] = producer
-            producer.cnx.write(commands.producer_success(
-                request_id, producer.name, self.last_sequence_id(producer.name), producer.schema_version,
-                self.topic_epoch, producer_ready=True))
 
     def publish(self, producer: Producer, entry: bytes, num_messages: int,
                 callback: Callable[[Position | None, BaseException | None], None]) -> None:

@@ -1,0 +1,139 @@
+"""Authentication and authorization of every HTTP request (Pulsar's AuthenticationFilter plus the
+checks its admin resources make), as one aiohttp middleware and one table.
+
+Each route's path pattern maps to the access it needs (``ACCESS_RULES``), following Pulsar: broker
+and tenant management for super users; namespaces, policies, permissions and topic management
+for the tenant's admins; stats, partitions and lookup for roles that may produce or consume;
+subscription operations and peeking for roles that may consume. A route the table does not name
+is for super users only, so a new endpoint is never open by accident.
+
+Refusals are AuthenticationError (401: no or bad credentials) and AuthorizationError (403: this
+role may not); ``broker.admin.common`` turns them into ``{"reason": ...}`` JSON. Pulsar itself
+answers 401 for both.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from broker.auth import Security
+from broker.auth.authorization import TopicOperation
+from broker.auth.service import METHOD_HEADER
+from broker.config import BrokerConfig
+from broker.errors import AuthorizationError
+from broker.topic_name import TopicName
+
+
+class Access(enum.Enum):
+    PUBLIC = "no credentials"
+    AUTHENTICATED = "any authenticated role"
+    SUPER_USER = "a super user"
+    TENANT_ADMIN = "an admin of the tenant"
+    NAMESPACE_CONSUME = "consume permission on the namespace"
+    TOPIC_LOOKUP = "produce or consume permission on the topic"
+    TOPIC_PRODUCE = "produce permission on the topic"
+    TOPIC_CONSUME = "consume permission on the topic"
+
+
+_TOPIC_OPS = {
+    Access.TOPIC_LOOKUP: TopicOperation.LOOKUP,
+    Access.TOPIC_PRODUCE: TopicOperation.PRODUCE,
+    Access.TOPIC_CONSUME: TopicOperation.CONSUME,
+}
+_GET = frozenset({"GET", "HEAD"})
+_ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+_NS = r"/\{tenant\}/\{ns\}"
+_TOPIC = r"/admin/v2/(non-)?persistent" + _NS + r"/\{topic\}"
+_SCHEMA = r"/admin/v2/schemas" + _NS + r"/\{topic\}/schema(/\{version\})?"
+
+# (methods, canonical route pattern, access): the first match wins.
+ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple(
+    (methods, re.compile(pattern), access) for methods, pattern, access in (
+        (_GET, r"/status\.html|/metrics/?", Access.PUBLIC),
+        (_GET, r"/admin/v2/brokers/ready", Access.AUTHENTICATED),
+        (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
+        (_GET, r"/admin/v2/clusters(/\{cluster\})?", Access.AUTHENTICATED),
+        (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
+        (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),
+        (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
+        (_GET, r"/admin/v2/namespaces" + _NS + r"/topics", Access.NAMESPACE_CONSUME),
+        (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
+        (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
+        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats)", Access.TOPIC_LOOKUP),
+        (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*)",
+         Access.TOPIC_CONSUME),
+        # create / delete, partition changes, unload, terminate, permissions
+        (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN),
+        (_GET, _SCHEMA, Access.TOPIC_LOOKUP),
+        (frozenset({"POST"}), _SCHEMA, Access.TOPIC_PRODUCE),
+        (_ANY, _SCHEMA, Access.TENANT_ADMIN),
+        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP),
+    )
+)
+
+
+def access_for(method: str, canonical: str) -> Access:
+    for methods, pattern, access in ACCESS_RULES:
+        if method in methods and pattern.fullmatch(canonical):
+            return access
+    return Access.SUPER_USER
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
+    authn, authz = security.authentication, security.authorization
+    metrics_need_credentials = cfg.authenticateMetricsEndpoint
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        if not authn.enabled or resource is None:  # no resource: the router answers 404 / 405
+            return await handler(request)
+        canonical = resource.canonical
+        access = access_for(request.method, canonical)
+        if access is Access.PUBLIC and not (metrics_need_credentials and canonical.startswith("/metrics")):
+            return await handler(request)
+        transport = request.transport
+        peer_cert = transport.get_extra_info("peercert") if transport is not None else None
+        role = authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
+                                       request.headers.get(METHOD_HEADER))
+        if authz.enabled and access is not Access.PUBLIC:
+            _authorize(security, access, role, request)
+        return await handler(request)
+
+    return middleware
+
+
+def _authorize(security: Security, access: Access, role: str, request: web.Request) -> None:
+    authz = security.authorization
+    m = request.match_info
+    op = _TOPIC_OPS.get(access)
+    if op is not None:
+        authz.check(_topic_name(request), op, role, m.get("sub", ""))
+        return
+    if access is Access.AUTHENTICATED:
+        allowed = True
+    elif access is Access.TENANT_ADMIN:
+        allowed = authz.is_tenant_admin(m["tenant"], role)
+    elif access is Access.NAMESPACE_CONSUME:
+        allowed = authz.allows_namespace_consume(f"{m['tenant']}/{m['ns']}", role)
+    else:
+        allowed = authz.is_super_user(role)
+    if not allowed:
+        raise AuthorizationError(f"Role {role!r} is not authorized to {request.method} {request.path}: "
+                                 f"this needs {access.value}")
+
+
+def _topic_name(request: web.Request) -> TopicName:
+    m = request.match_info
+    domain = m.get("domain") or request.path.split("/")[3]
+    if domain not in ("persistent", "non-persistent"):
+        domain = "persistent"  # /admin/v2/schemas/...: schemas belong to the persistent name
+    return TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")

@@ -1,0 +1,168 @@
+"""Authentication as Pulsar's broker does it (AuthenticationService + ServerCnx's auth state).
+
+``AuthenticationService`` owns the configured providers, keyed by method name ("tls", "token",
+"basic"), and authenticates HTTP requests. ``ConnectionAuth`` is the authentication state of one
+binary connection; ServerCnx calls it at CONNECT, on AUTH_RESPONSE and from the refresh check.
+
+Pulsar's rules, followed here:
+- CONNECT names a method. An unknown method (or "none") gets ``anonymousUserRole``; without one
+  the connection is refused. A known method's provider must accept the credentials.
+- HTTP: the ``X-Pulsar-Auth-Method-Name`` header picks the provider; without it every provider
+  is tried in turn. When all fail, the anonymous role applies if set, else 401.
+- Credentials that expire (tokens) are re-checked every ``authenticationRefreshCheckSeconds``:
+  an expired connection gets AUTH_CHALLENGE; a client that does not support refresh, that has not
+  answered the previous challenge, or that answers with another role or bad credentials is closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from broker.auth.providers import AuthData, AuthenticationProvider, Identity, PeerCert, make_provider
+from broker.config import BrokerConfig
+from broker.errors import AuthenticationError
+from broker.protocol import pulsar_api_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# Sent as the challenge's data when asking a client for fresh credentials (Pulsar's
+# AuthData.REFRESH_AUTH_DATA); clients answer with their current credentials whatever it says.
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+METHOD_HEADER = "X-Pulsar-Auth-Method-Name"
+# Legacy clients send the deprecated AuthMethod enum instead of auth_method_name.
+_LEGACY_METHODS = {pb.AuthMethodNone: "none", pb.AuthMethodYcaV1: "ycav1", pb.AuthMethodAthens: "athens"}
+
+
+class AuthenticationService:
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.enabled = cfg.authenticationEnabled
+        self.anonymous_role = cfg.anonymousUserRole.strip() or None
+        self.providers: dict[str, AuthenticationProvider] = {}
+        if not self.enabled:
+            return
+        for name in cfg.authenticationProviders:
+            provider = make_provider(name, cfg)
+            if provider.method in self.providers:
+                continue  # the same provider listed by short and by class name
+            self.providers[provider.method] = provider
+        if not self.providers:
+            log.warning("authenticationEnabled=true but no authenticationProviders: every client gets "
+                        "the anonymous role%s", "" if self.anonymous_role else " (none is set: all are refused)")
+        log.info("authentication enabled: providers %s, anonymous role %s",
+                 ", ".join(self.providers) or "none", self.anonymous_role or "(none)")
+
+    @property
+    def refreshes(self) -> bool:
+        """Whether any provider issues credentials that expire (then live connections are re-checked)."""
+        return self.enabled and "token" in self.providers
+
+    def authenticate_http(self, authorization: str | None, peer_cert: PeerCert | None,
+                          method: str | None) -> str:
+        """The role of an HTTP request, or AuthenticationError (answered with 401)."""
+        data = AuthData(http_authorization=authorization, peer_cert=peer_cert)
+        if method is not None:
+            provider = self.providers.get(method)
+            if provider is None:
+                raise AuthenticationError(f"Unsupported authentication method: [{method}].")
+            return provider.authenticate(data).role
+        for provider in self.providers.values():
+            try:
+                return provider.authenticate(data).role
+            except AuthenticationError:
+                continue  # we do not know which method the client meant: try the next one
+        if self.anonymous_role is not None:
+            return self.anonymous_role
+        raise AuthenticationError("Authentication required")
+
+
+class AuthState(enum.Enum):
+    NEW = "new"
+    AUTHENTICATED = "authenticated"
+    # AUTH_CHALLENGE sent for expired credentials; the answer is awaited.
+    CHALLENGED = "challenged"
+
+
+_MOVES = {
+    AuthState.NEW: {AuthState.AUTHENTICATED},
+    AuthState.AUTHENTICATED: {AuthState.CHALLENGED, AuthState.AUTHENTICATED},
+    AuthState.CHALLENGED: {AuthState.AUTHENTICATED},
+}
+
+
+class RefreshAction(enum.Enum):
+    NOTHING = "nothing"
+    CHALLENGE = "challenge"
+    CLOSE = "close"
+
+
+class ConnectionAuth:
+    """Who is on one binary connection, and whether their credentials are still good."""
+
+    def __init__(self, service: AuthenticationService) -> None:
+        self.service = service
+        self.peer_cert: PeerCert | None = None
+        self.state = AuthState.NEW
+        self.method = "none"
+        self.role: str | None = None
+        self.identity: Identity | None = None
+        self.supports_refresh = False
+        self.refreshes = 0  # credentials refreshed on this connection (for stats and tests)
+        self._provider: AuthenticationProvider | None = None
+
+    def _move(self, new: AuthState) -> None:
+        if new not in _MOVES[self.state]:
+            raise RuntimeError(f"illegal authentication state move {self.state} -> {new}")
+        self.state = new
+
+    def connect(self, cmd: pb.CommandConnect, peer_cert: PeerCert | None) -> None:
+        """Authenticate a CONNECT (``peer_cert``: the verified TLS client certificate, if any);
+        raises AuthenticationError to refuse it."""
+        self.peer_cert = peer_cert or None
+        if not self.service.enabled:
+            self._move(AuthState.AUTHENTICATED)
+            return
+        self.supports_refresh = cmd.feature_flags.supports_auth_refresh
+        if cmd.HasField("auth_method_name"):
+            self.method = cmd.auth_method_name
+        elif cmd.HasField("auth_method"):
+            self.method = _LEGACY_METHODS.get(cmd.auth_method, "none")
+        provider = self.service.providers.get(self.method)
+        if provider is None:
+            # Pulsar: a method with no provider (including "none") gets the anonymous role.
+            if self.service.anonymous_role is None:
+                raise AuthenticationError(f"No anonymous role, and no authentication provider for "
+                                          f"method [{self.method}]")
+            self.role = self.service.anonymous_role
+        else:
+            data = AuthData(cmd.auth_data if cmd.HasField("auth_data") else b"", peer_cert=self.peer_cert)
+            self.identity = provider.authenticate(data)
+            self.role = self.identity.role
+            self._provider = provider
+        self._move(AuthState.AUTHENTICATED)
+
+    def refresh_action(self, now: float) -> RefreshAction:
+        """What the periodic check must do for this connection now."""
+        if self.identity is None or not self.identity.expired(now):
+            return RefreshAction.NOTHING
+        if not self.supports_refresh or self.state is AuthState.CHALLENGED:
+            return RefreshAction.CLOSE  # cannot refresh, or did not answer the last challenge
+        self._move(AuthState.CHALLENGED)
+        return RefreshAction.CHALLENGE
+
+    def answer(self, cmd: pb.CommandAuthResponse) -> None:
+        """Check the credentials of an AUTH_RESPONSE; raises AuthenticationError to close.
+
+        Normally the answer to our challenge; an unsolicited one is checked the same way, as Pulsar does.
+        """
+        if not self.service.enabled:
+            return
+        if self._provider is None:
+            raise AuthenticationError("Unexpected AuthResponse: this connection has no credentials to refresh")
+        data = AuthData(cmd.response.auth_data, peer_cert=self.peer_cert)
+        identity = self._provider.authenticate(data)
+        if identity.role != self.role:
+            raise AuthenticationError("Principal cannot change during an authentication refresh")
+        self.identity = identity
+        self.refreshes += 1
+        self._move(AuthState.AUTHENTICATED)

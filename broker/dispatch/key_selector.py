@@ -1,0 +1,85 @@
+"""Key_Shared key selectors: which consumer owns a sticky-key hash.
+
+Shared by the persistent Key_Shared dispatcher and the non-persistent one. The sticky key
+(ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into 0..65535.
+AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name);
+STICKY uses the ranges each consumer declared, and overlapping ranges are refused at subscribe.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import mmh3
+
+from broker.errors import ConsumerAssignError
+from broker.protocol import pulsar_api_pb2 as pb
+
+if TYPE_CHECKING:
+    from broker.service.consumer import Consumer
+
+HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
+POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
+
+
+def sticky_key_hash(key: bytes) -> int:
+    return int(mmh3.hash(key, 0, signed=False)) % HASH_RANGE_SIZE
+
+
+class KeySelector:
+    """Owner of a key hash among a set of consumers; ``rebuild`` after every membership change."""
+
+    def __init__(self, sticky: bool) -> None:
+        self.sticky = sticky
+        self._consumers: list[Consumer] = []
+        self._ring: list[tuple[int, int]] = []  # (point, index into _consumers)
+
+    def rebuild(self, consumers: Sequence[Consumer]) -> None:
+        self._consumers = list(consumers)
+        if self.sticky:
+            return
+        ring: list[tuple[int, int]] = []
+        for i, c in enumerate(self._consumers):
+            for k in range(POINTS_PER_CONSUMER):
+                ring.append((sticky_key_hash(f"{c.name}{k}".encode()), i))
+        ring.sort()
+        self._ring = ring
+
+    def owner(self, key_hash: int) -> Consumer | None:
+        if not self._consumers:
+            return None
+        if self.sticky:
+            for c in self._consumers:
+                for start, end in c.hash_ranges:
+                    if start <= key_hash <= end:
+                        return c
+            return None
+        i = bisect.bisect_left(self._ring, (key_hash, -1))
+        if i == len(self._ring):
+            i = 0
+        return self._consumers[self._ring[i][1]]
+
+    def validate_new_consumer(self, consumer: Consumer, members: Sequence[Consumer],
+                              allow_out_of_order: bool) -> None:
+        """ConsumerAssignError when ``consumer`` cannot join ``members`` (mode, ordering or ranges differ)."""
+        meta = consumer.key_shared_meta
+        mode_sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
+        if mode_sticky != self.sticky:
+            raise ConsumerAssignError("Key_Shared mode differs from the subscription's")
+        ooo = meta is not None and meta.allowOutOfOrderDelivery
+        if members and ooo != allow_out_of_order:
+            raise ConsumerAssignError("allowOutOfOrderDelivery differs from the subscription's")
+        if not self.sticky:
+            return
+        if not consumer.hash_ranges:
+            raise ConsumerAssignError("STICKY Key_Shared consumer declared no hash ranges")
+        for start, end in consumer.hash_ranges:
+            if not 0 <= start <= end < HASH_RANGE_SIZE:
+                raise ConsumerAssignError(f"Invalid hash range [{start}, {end}]")
+            for other in members:
+                for o_start, o_end in other.hash_ranges:
+                    if start <= o_end and o_start <= end:
+                        raise ConsumerAssignError(
+                            f"Range [{start}, {end}] overlaps [{o_start}, {o_end}] of consumer {other.name}")

@@ -1,0 +1,123 @@
+"""What persistent and non-persistent topics share (Pulsar's AbstractTopic): producers, producer
+access modes, the topic epoch, and the publish counters."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker.errors import ProducerBusyError, ProducerFencedError
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.producer import Producer, ProducerState
+from broker.topic_name import TopicName
+from managed_ledger import Position
+
+if TYPE_CHECKING:
+    from broker.service.broker_service import BrokerService
+
+Mode = pb.ProducerAccessMode
+
+
+class AbstractTopic(ABC):
+    def __init__(self, service: BrokerService, name: TopicName) -> None:
+        self.service = service
+        self.name = name
+        self.loop = asyncio.get_running_loop()
+        self.producers: dict[str, Producer] = {}
+        self.exclusive_producer: Producer | None = None
+        self.topic_epoch = 0
+        # WaitForExclusive producers queued for the exclusive slot, oldest first.
+        self.waiting_producers: deque[tuple[Producer, int]] = deque()
+        # Deduplication: highest sequence id per producer name, sent to storage / stored (only
+        # used where deduplication_enabled).
+        self.sequence_pushed: dict[str, int] = {}
+        self.sequence_persisted: dict[str, int] = {}
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.entries_added = 0
+        self.created = time.time()
+        self.closed = False
+
+    @property
+    def full_name(self) -> str:
+        return self.name.full
+
+    @property
+    def deduplication_enabled(self) -> bool:
+        return False
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return -1
+
+    @abstractmethod
+    def publish(self, producer: Producer, entry: bytes, num_messages: int,
+                callback: Callable[[Position | None, BaseException | None], None]) -> None:
+        """Store or deliver ``entry``; ``callback`` gets its position (the receipt) or an error."""
+
+    def _check_new_producer(self) -> None:  # noqa: B027 - optional hook
+        """Raise when no producer may be added now (the persistent topic's backlog quota)."""
+
+    # -- producers ---------------------------------------------------------------------------------
+    def add_producer(self, producer: Producer, request_id: int) -> bool:
+        """Attach ``producer``. Returns False when it is queued (WaitForExclusive)."""
+        self._check_new_producer()
+        existing = self.producers.get(producer.name)
+        if existing is not None:
+            same_owner = (existing.cnx is producer.cnx and existing.producer_id == producer.producer_id)
+            if existing.is_generated_name and producer.is_generated_name and same_owner \
+                    and producer.epoch > existing.epoch:
+                self.remove_producer(existing)
+            else:
+                raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+        limit = self.service.config.maxProducersPerTopic
+        if 0 < limit <= len(self.producers):
+            raise ProducerBusyError("Topic reached max producers limit")
+        mode = producer.access_mode
+        holder = self.exclusive_producer
+        if mode == Mode.Shared:
+            if holder is not None:
+                raise ProducerBusyError(f"Topic has an existing exclusive producer: {holder.name}")
+        elif mode == Mode.Exclusive:
+            if holder is not None or self.producers:
+                raise ProducerFencedError(
+                    f"Topic has an existing {'exclusive ' if holder else ''}producer; Exclusive access refused")
+        elif mode == Mode.ExclusiveWithFencing:
+            for other in list(self.producers.values()):
+                other.cnx.producer_closed_by_broker(other.producer_id)
+                self.remove_producer(other)
+        elif mode == Mode.WaitForExclusive and (holder is not None or self.producers):
+            producer.state = ProducerState.WAITING
+            self.waiting_producers.append((producer, request_id))
+            return False
+        if mode != Mode.Shared:
+            self.topic_epoch += 1
+            producer.topic_epoch = self.topic_epoch
+            self.exclusive_producer = producer
+        self.producers[producer.name] = producer
+        return True
+
+    def remove_producer(self, producer: Producer) -> None:
+        producer.close()
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+        if self.exclusive_producer is producer:
+            self.exclusive_producer = None
+        self.waiting_producers = deque((p, r) for p, r in self.waiting_producers if p is not producer)
+        self._grant_waiting()
+
+    def _grant_waiting(self) -> None:
+        while self.waiting_producers and self.exclusive_producer is None and not self.producers:
+            producer, request_id = self.waiting_producers.popleft()
+            producer.state = ProducerState.READY
+            self.topic_epoch += 1
+            producer.topic_epoch = self.topic_epoch
+            self.exclusive_producer = producer
+            self.producers[producer.name] = producer
+            producer.cnx.write(commands.producer_success(
+                request_id, producer.name, self.last_sequence_id(producer.name), producer.schema_version,
+                self.topic_epoch, producer_ready=True))

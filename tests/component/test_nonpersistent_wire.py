@@ -1,0 +1,185 @@
+"""Non-persistent topics over the raw wire: what the official client hides (Failover's
+ACTIVE_CONSUMER_CHANGE, GetLastMessageId without mark-delete, seek and ack answers, read_compacted
+refusal, permits per batch and the permit invariant)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.service.nonpersistent import NonPersistentSubscription
+from broker.topic_name import TopicName
+from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+
+TOPIC = "non-persistent://public/default/np-wire"
+U64 = (1 << 64) - 1
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker() as b:
+        yield b
+
+
+async def client(broker: Broker) -> WireClient:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    return c
+
+
+def subscribe_cmd(consumer_id: int, request_id: int, name: str,
+                  sub_type: pb.CommandSubscribe.SubType = pb.CommandSubscribe.Exclusive) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = cmd.subscribe
+    s.topic, s.subscription, s.consumer_id, s.request_id = TOPIC, "sub", consumer_id, request_id
+    s.subType, s.consumer_name = sub_type, name
+    return cmd
+
+
+def flow_cmd(consumer_id: int, permits: int) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.FLOW)
+    cmd.flow.consumer_id, cmd.flow.messagePermits = consumer_id, permits
+    return cmd
+
+
+def batch_frame(producer_id: int, seq: int, messages: int) -> tuple[pb.BaseCommand, bytes]:
+    """A SEND whose metadata says it carries a batch of ``messages`` (the body is not parsed)."""
+    cmd = pb.BaseCommand(type=T.SEND)
+    cmd.send.producer_id, cmd.send.sequence_id, cmd.send.num_messages = producer_id, seq, messages
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1,
+                              num_messages_in_batch=messages).SerializeToString()
+    tail = struct.pack(">I", len(meta)) + meta + b"batch"
+    return cmd, b"\x0e\x01" + struct.pack(">I", crc32c(tail)) + tail
+
+
+def subscription(broker: Broker) -> NonPersistentSubscription:
+    assert broker.server is not None
+    topic = broker.server.service.get_topic_if_loaded(TopicName.parse(TOPIC))
+    assert topic is not None
+    sub = topic.subscriptions["sub"]
+    assert isinstance(sub, NonPersistentSubscription)
+    return sub
+
+
+async def test_failover_tells_each_consumer_whether_it_is_active(broker: Broker) -> None:
+    a, b = await client(broker), await client(broker)
+    a.send(subscribe_cmd(1, 1, "a", pb.CommandSubscribe.Failover))
+    assert (await a.recv()).type == T.SUCCESS
+    change = await a.recv()
+    assert change.type == T.ACTIVE_CONSUMER_CHANGE and change.active_consumer_change.is_active
+    b.send(subscribe_cmd(2, 1, "b", pb.CommandSubscribe.Failover))
+    assert (await b.recv()).type == T.SUCCESS
+    change = await b.recv()
+    assert change.type == T.ACTIVE_CONSUMER_CHANGE and not change.active_consumer_change.is_active
+    a.close()  # the active one leaves: "b" takes over
+    change = await b.recv()
+    assert change.type == T.ACTIVE_CONSUMER_CHANGE and change.active_consumer_change.is_active
+    b.close()
+
+
+async def test_last_message_id_seek_ack_and_read_compacted(broker: Broker) -> None:
+    c = await client(broker)
+    c.send(subscribe_cmd(1, 1, "c"))
+    assert (await c.recv()).type == T.SUCCESS
+    last = pb.BaseCommand(type=T.GET_LAST_MESSAGE_ID)
+    last.getLastMessageId.consumer_id, last.getLastMessageId.request_id = 1, 2
+    c.send(last)
+    r = (await c.recv()).getLastMessageIdResponse
+    assert (r.last_message_id.ledgerId, r.last_message_id.entryId) == (U64, U64)  # (-1,-1)
+    assert r.last_message_id.partition == -1 and not r.HasField("consumer_mark_delete_position")
+    seek = pb.BaseCommand(type=T.SEEK)
+    seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = 1, 3, 1
+    c.send(seek)
+    reply = await c.recv()  # success, and no CLOSE_CONSUMER: there is nothing to rewind
+    assert reply.type == T.SUCCESS and reply.success.request_id == 3
+    ack = pb.BaseCommand(type=T.ACK)
+    ack.ack.consumer_id, ack.ack.ack_type, ack.ack.request_id = 1, pb.CommandAck.Cumulative, 4
+    ack.ack.message_id.add(ledgerId=0, entryId=0, ack_set=[1])
+    c.send(ack)
+    reply = await c.recv()
+    assert reply.type == T.ACK_RESPONSE and not reply.ackResponse.HasField("error")
+    compacted = subscribe_cmd(2, 5, "rc")
+    compacted.subscribe.subscription, compacted.subscribe.read_compacted = "other", True
+    c.send(compacted)
+    reply = await c.recv()
+    assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+    c.close()
+
+
+async def test_a_batch_costs_its_message_count_in_permits(broker: Broker) -> None:
+    c = await client(broker)
+    c.send(subscribe_cmd(1, 1, "c"))
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(flow_cmd(1, 3))
+    c.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*batch_frame(7, 0, 5))  # 3 permits: delivered, permits now -2
+    c.send(*send_frame(7, 1, b"x"))  # no permits: dropped
+    kinds = {T.SEND_RECEIPT: 0, T.MESSAGE: 0}
+    for _ in range(3):
+        frame = await c.recv()
+        kinds[frame.type] += 1
+        if frame.type == T.SEND_RECEIPT:
+            mid = frame.send_receipt.message_id
+            assert (mid.ledgerId, mid.entryId) == (0, 0)
+        else:
+            mid = frame.message.message_id
+            assert (mid.ledgerId, mid.entryId, mid.partition) == (0, 0, -1)
+    assert kinds == {T.SEND_RECEIPT: 2, T.MESSAGE: 1}
+    sub = subscription(broker)
+    assert sub.msg_dropped == 1
+    d = sub.dispatcher
+    assert d is not None and d.total_permits == d.permit_balance() == -2
+    c.send(flow_cmd(1, 3))  # back to 1: the next message goes out
+    c.send(*send_frame(7, 2, b"y"))
+    assert {(await c.recv()).type for _ in range(2)} == {T.SEND_RECEIPT, T.MESSAGE}
+    assert d.total_permits == d.permit_balance() == 0
+    c.close()
+
+
+async def test_subscription_and_topic_go_with_their_last_client(broker: Broker) -> None:
+    assert broker.server is not None
+    service = broker.server.service
+    c = await client(broker)
+    c.send(subscribe_cmd(1, 1, "c"))
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    topic = service.get_topic_if_loaded(TopicName.parse(TOPIC))
+    assert topic is not None
+    close = pb.BaseCommand(type=T.CLOSE_CONSUMER)
+    close.close_consumer.consumer_id, close.close_consumer.request_id = 1, 3
+    c.send(close)
+    assert (await c.recv()).type == T.SUCCESS
+    assert topic.subscriptions == {} and service.get_topic_if_loaded(TopicName.parse(TOPIC)) is topic
+    close = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+    close.close_producer.producer_id, close.close_producer.request_id = 7, 4
+    c.send(close)
+    assert (await c.recv()).type == T.SUCCESS
+    assert service.get_topic_if_loaded(TopicName.parse(TOPIC)) is None and topic.closed
+    c.close()
+
+
+async def test_a_fencing_producer_keeps_the_topic(broker: Broker) -> None:
+    assert broker.server is not None
+    service = broker.server.service
+    old, new = await client(broker), await client(broker)
+    old.send(producer_cmd(TOPIC, producer_id=1, request_id=1))
+    assert (await old.recv()).type == T.PRODUCER_SUCCESS
+    fencing = producer_cmd(TOPIC, producer_id=2, request_id=1)
+    fencing.producer.producer_access_mode = pb.ProducerAccessMode.ExclusiveWithFencing
+    new.send(fencing)
+    assert (await new.recv()).type == T.PRODUCER_SUCCESS
+    assert (await old.recv()).type == T.CLOSE_PRODUCER
+    topic = service.get_topic_if_loaded(TopicName.parse(TOPIC))
+    assert topic is not None and not topic.closed
+    assert [p.producer_id for p in topic.producers.values()] == [2]
+    new.send(*send_frame(2, 0, b"x"))
+    assert (await new.recv()).type == T.SEND_RECEIPT
+    old.close()
+    new.close()

@@ -1,0 +1,134 @@
+"""Admin REST over HTTP and HTTPS with and without credentials: 401 / 403 with a JSON reason,
+super users, tenant admins, and the permission endpoints (namespace, topic, subscription)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from broker.embedded import BrokerThread
+from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
+from tests.security.pki import CLIENT_ROLE, USERS, Pki
+
+
+def test_no_credentials_is_401_with_a_reason(secure_broker: BrokerThread, pki: Pki) -> None:
+    for url in (secure_broker.web_url, secure_broker.web_url_tls):
+        reply = SecureAdmin(url, pki).call("GET", "/admin/v2/tenants")
+        assert reply.status == 401
+        assert reply.reason == "Authentication required"
+
+
+@pytest.mark.parametrize("authorization", [
+    f"Bearer {token(SUPER_USER, b'not-the-secret-but-long-enough-for-hs256')}",
+    "Bearer not-a-jwt",
+    "Basic " + "YWxpY2U6d3Jvbmc=",  # alice:wrong
+    "Digest something",
+])
+def test_bad_credentials_are_401(secure_broker: BrokerThread, pki: Pki, authorization: str) -> None:
+    reply = SecureAdmin(secure_broker.web_url_tls, pki, authorization).call("GET", "/admin/v2/tenants")
+    assert reply.status == 401, reply.body
+
+
+def test_role_without_permission_is_403_with_a_reason(secure_broker: BrokerThread, pki: Pki) -> None:
+    reply = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "nobody").call("GET", "/admin/v2/tenants")
+    assert reply.status == 403
+    assert "nobody" in reply.reason and "super user" in reply.reason
+
+
+def test_every_provider_over_https(secure_broker: BrokerThread, pki: Pki) -> None:
+    """Super users by token, by basic password and by client certificate (CN)."""
+    url = secure_broker.web_url_tls
+    admins = [
+        SecureAdmin.bearer(url, pki, SUPER_USER),
+        SecureAdmin.basic(url, pki, "alice", USERS["alice"]),
+        SecureAdmin(url, pki, client_cert=(pki.client_cert, pki.client_key)),
+    ]
+    with BrokerThread(**secure_settings(pki, superUserRoles=f"{SUPER_USER},alice,{CLIENT_ROLE}")) as b:
+        for admin in admins:
+            admin.web_url = b.web_url_tls
+            assert "public" in admin.ok("GET", "/admin/v2/tenants")
+
+
+def test_public_endpoints_and_metrics(secure_broker: BrokerThread, pki: Pki) -> None:
+    anonymous = SecureAdmin(secure_broker.web_url, pki)
+    assert anonymous.call("GET", "/status.html").status == 200
+    assert anonymous.call("GET", "/metrics").status == 200
+    assert anonymous.call("GET", "/admin/v2/brokers/health").status == 401
+    with BrokerThread(**secure_settings(pki, authenticateMetricsEndpoint=True, brokerServicePortTls=None,
+                                        webServicePortTls=None)) as b:
+        assert SecureAdmin(b.web_url, pki).call("GET", "/metrics").status == 401
+        assert SecureAdmin.bearer(b.web_url, pki, "anyone").call("GET", "/metrics").status == 200
+
+
+def test_tenant_admin_manages_only_its_tenant(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    ops = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "ops")
+    ops.ok("PUT", f"/admin/v2/namespaces/{tenant}/orders")
+    ops.ok("POST", f"/admin/v2/namespaces/{tenant}/orders/messageTTL", 60)
+    ops.ok("PUT", f"/admin/v2/persistent/{tenant}/orders/eu/partitions", 2)
+    assert ops.ok("GET", f"/admin/v2/namespaces/{tenant}") == [f"{tenant}/orders"]
+    assert ops.call("PUT", "/admin/v2/namespaces/public/ops-was-here").status == 403
+    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {}).status == 403  # tenants: super users only
+    assert ops.call("GET", "/admin/v2/persistent/public/default/x/stats").status == 403
+
+
+def test_namespace_permissions_round_trip(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin,
+                                          namespace: str) -> None:
+    base = f"/admin/v2/namespaces/{namespace}/permissions"
+    assert root_admin.ok("GET", base) == {}
+    root_admin.ok("POST", f"{base}/app", ["produce", "consume"])
+    root_admin.ok("POST", f"{base}/reader", ["consume"])
+    assert root_admin.ok("GET", base) == {"app": ["consume", "produce"], "reader": ["consume"]}
+    assert root_admin.ok("GET", f"/admin/v2/namespaces/{namespace}")["auth_policies"]["namespace_auth"]["reader"] \
+        == ["consume"]
+    # A consumer may list topics and read stats; a stranger may not.
+    reader = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "reader")
+    assert reader.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 200
+    assert reader.call("GET", f"/admin/v2/persistent/{namespace}/t/partitions").status == 200
+    assert reader.call("PUT", f"/admin/v2/persistent/{namespace}/t").status == 403  # creating: admins only
+    stranger = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "stranger")
+    assert stranger.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 403
+    root_admin.ok("DELETE", f"{base}/reader")
+    assert root_admin.ok("GET", base) == {"app": ["consume", "produce"]}
+    assert reader.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 403
+
+
+def test_permission_body_is_validated(root_admin: SecureAdmin, namespace: str) -> None:
+    base = f"/admin/v2/namespaces/{namespace}/permissions"
+    assert root_admin.call("POST", f"{base}/app", ["produce", "fly"]).status == 400
+    assert root_admin.call("POST", f"{base}/app", {"produce": True}).status == 400
+    assert root_admin.call("POST", "/admin/v2/namespaces/public/missing-ns/permissions/app", ["produce"]).status == 404
+
+
+def test_topic_permissions_merge_with_the_namespace(root_admin: SecureAdmin, namespace: str) -> None:
+    root_admin.ok("POST", f"/admin/v2/namespaces/{namespace}/permissions/app", ["consume"])
+    topic = f"/admin/v2/persistent/{namespace}/orders/permissions"
+    root_admin.ok("POST", f"{topic}/app", ["produce"])
+    root_admin.ok("POST", f"{topic}/writer", ["produce"])
+    assert root_admin.ok("GET", topic) == {"app": ["consume", "produce"], "writer": ["produce"]}
+    root_admin.ok("DELETE", f"{topic}/writer")
+    reply = root_admin.call("DELETE", f"{topic}/writer")
+    assert reply.status == 412 and "topic level" in reply.reason
+    assert root_admin.ok("GET", topic) == {"app": ["consume", "produce"]}
+
+
+def test_subscription_permissions(root_admin: SecureAdmin, namespace: str) -> None:
+    base = f"/admin/v2/namespaces/{namespace}/permissions"
+    root_admin.ok("POST", f"{base}/subscription/billing", ["app", "auditor"])
+    assert root_admin.ok("GET", f"{base}/subscription") == {"billing": ["app", "auditor"]}
+    root_admin.ok("DELETE", f"{base}/billing/auditor")
+    assert root_admin.ok("GET", f"{base}/subscription") == {"billing": ["app"]}
+    assert root_admin.call("DELETE", f"{base}/nosuch/app").status == 412
+
+
+def test_namespace_created_with_auth_policies(root_admin: SecureAdmin, namespace: str) -> None:
+    """The official client suite's set-up creates namespaces with their grants in the Policies body."""
+    ns = f"{namespace}-2"
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{ns}", {
+        "auth_policies": {"namespace_auth": {"token-principal": ["produce", "consume"]}},
+        "replication_clusters": ["standalone"],
+    })
+    assert root_admin.ok("GET", f"/admin/v2/namespaces/{ns}/permissions") == {
+        "token-principal": ["consume", "produce"]}

@@ -1,0 +1,191 @@
+"""The binary protocol side of authentication and authorization, frame by frame (no pulsar-client):
+what a refused CONNECT looks like, AUTH_CHALLENGE / AUTH_RESPONSE on expiry, and the response
+type each refused request gets (PROTOCOL.md section 0.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from tests.component.wire import WAIT_S, T, WireClient, producer_cmd
+from tests.security.conftest import SUPER_USER, secure_settings, token
+from tests.security.pki import CLIENT_ROLE, Pki
+
+E = pb.ServerError
+
+
+def connect_cmd(method: str | None = None, data: bytes | None = None, refresh: bool = True) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.CONNECT)
+    cmd.connect.client_version = "wire-test"
+    cmd.connect.protocol_version = 20
+    cmd.connect.feature_flags.supports_auth_refresh = refresh
+    if method is not None:
+        cmd.connect.auth_method_name = method
+    if data is not None:
+        cmd.connect.auth_data = data
+    return cmd
+
+
+def auth_response(data: bytes) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.AUTH_RESPONSE)
+    cmd.authResponse.client_version = "wire-test"
+    cmd.authResponse.response.auth_method_name = "token"
+    cmd.authResponse.response.auth_data = data
+    return cmd
+
+
+async def connected(port: int, method: str, data: bytes, refresh: bool = True) -> WireClient:
+    c = await WireClient.open(port)
+    c.send(connect_cmd(method, data, refresh))
+    assert (await c.recv()).type == T.CONNECTED
+    return c
+
+
+async def refused(c: WireClient) -> pb.CommandError:
+    """The ERROR the broker sends before closing a connection whose credentials it refused."""
+    reply = await c.recv()
+    assert reply.type == T.ERROR and reply.error.error == E.AuthenticationError
+    assert await c.closed_by_broker()
+    return reply.error
+
+
+@pytest.fixture
+async def broker(pki: Pki) -> AsyncIterator[Broker]:
+    settings = secure_settings(pki, authenticationRefreshCheckSeconds=0.05, webServicePortTls=None)
+    async with Broker(**settings) as b:
+        yield b
+
+
+def port(b: Broker, tls: bool = False) -> int:
+    assert b.server is not None
+    return b.server.tls_port if tls else b.server.port
+
+
+async def test_refused_connect_says_why_then_closes(broker: Broker) -> None:
+    cases: list[tuple[Any, str]] = [
+        (connect_cmd("token", token(SUPER_USER, b"x" * 32).encode()), "Signature verification failed"),
+        (connect_cmd("token", token(SUPER_USER, exp=int(time.time()) - 5).encode()), "expired"),
+        (connect_cmd("token", b""), "Blank token"),
+        (connect_cmd("basic", b"alice:wrong"), "Unknown user or invalid password"),
+        (connect_cmd("basic", b"mallory:whatever"), "Unknown user or invalid password"),
+        (connect_cmd("tls"), "TLS certificate"),  # plain port: no certificate
+        (connect_cmd(), "No anonymous role"),  # auth_method_name absent = "none"
+        (connect_cmd("athenz", b"x"), "No anonymous role"),
+    ]
+    for cmd, reason in cases:
+        c = await WireClient.open(port(broker))
+        c.send(cmd)
+        error = await refused(c)
+        assert error.request_id == (1 << 64) - 1 and reason in error.message, error.message
+        c.close()
+
+
+async def test_secrets_never_reach_the_log(broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    secret_token = token(SUPER_USER, b"y" * 32)
+    for cmd in (connect_cmd("token", secret_token.encode()), connect_cmd("basic", b"alice:hunter2-secret")):
+        c = await WireClient.open(port(broker))
+        c.send(cmd)
+        await refused(c)
+        c.close()
+    assert "authentication failed" in caplog.text
+    assert secret_token not in caplog.text and secret_token.split(".")[2] not in caplog.text
+    assert "hunter2" not in caplog.text
+
+
+async def test_expired_credentials_are_challenged_and_refreshed(broker: Broker) -> None:
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode())
+    challenge = await c.recv()  # within about a second: at the first check after expiry
+    assert challenge.type == T.AUTH_CHALLENGE
+    assert challenge.authChallenge.challenge.auth_method_name == "token"
+    assert challenge.authChallenge.challenge.auth_data == b"PulsarAuthRefresh"
+    c.send(auth_response(token(SUPER_USER, exp=int(time.time()) + 1).encode()))
+    # Refreshed: the connection keeps working, and the new token is challenged when it expires.
+    c.send(producer_cmd("public/default/refresh"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    assert (await c.recv()).type == T.AUTH_CHALLENGE
+    c.send(auth_response(token("somebody-else").encode()))
+    error = await refused(c)
+    assert "Principal cannot change" in error.message
+
+
+async def test_unanswered_challenge_closes(broker: Broker) -> None:
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode())
+    assert (await c.recv()).type == T.AUTH_CHALLENGE
+    assert await c.closed_by_broker()  # at the next check, still expired and unanswered
+
+
+async def test_client_without_refresh_support_is_closed_at_expiry(broker: Broker) -> None:
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode(), refresh=False)
+    assert await c.closed_by_broker()
+
+
+async def test_non_expiring_credentials_are_never_challenged(broker: Broker) -> None:
+    assert broker.server is not None
+    checks = broker.server._auth_refresh
+    assert checks is not None
+    c = await connected(port(broker), "basic", b"alice:alice-password")
+    seen = checks.runs
+    deadline = time.monotonic() + WAIT_S
+    while checks.runs < seen + 2:  # two refresh checks while connected (polled, every 50 ms)
+        assert time.monotonic() < deadline, "the refresh check did not run"
+        await asyncio.sleep(0.01)
+    c.send(pb.BaseCommand(type=T.PING, ping=pb.CommandPing()))
+    assert (await c.recv()).type == T.PONG  # not a challenge, not closed
+    c.close()
+
+
+async def test_each_refused_request_gets_its_own_response_type(broker: Broker) -> None:
+    c = await connected(port(broker), "token", token("stranger").encode())
+    topic = "persistent://public/default/private"
+    lookup = pb.BaseCommand(type=T.LOOKUP, lookupTopic=pb.CommandLookupTopic(topic=topic, request_id=1))
+    c.send(lookup)
+    r = (await c.recv()).lookupTopicResponse
+    assert r.response == pb.CommandLookupTopicResponse.Failed and r.error == E.AuthorizationError
+    meta = pb.BaseCommand(type=T.PARTITIONED_METADATA,
+                          partitionMetadata=pb.CommandPartitionedTopicMetadata(topic=topic, request_id=2))
+    c.send(meta)
+    m = (await c.recv()).partitionMetadataResponse
+    assert m.response == pb.CommandPartitionedTopicMetadataResponse.Failed and m.error == E.AuthorizationError
+    c.send(producer_cmd(topic, producer_id=1, request_id=3))
+    e = (await c.recv()).error
+    assert (e.request_id, e.error) == (3, E.AuthorizationError) and "stranger" in e.message
+    sub = pb.BaseCommand(type=T.SUBSCRIBE, subscribe=pb.CommandSubscribe(
+        topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive, consumer_id=1, request_id=4))
+    c.send(sub)
+    e = (await c.recv()).error
+    assert (e.request_id, e.error) == (4, E.AuthorizationError)
+    topics = pb.BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=pb.CommandGetTopicsOfNamespace(
+        request_id=5, namespace="public/default"))
+    c.send(topics)
+    e = (await c.recv()).error
+    assert (e.request_id, e.error) == (5, E.AuthorizationError)
+    c.close()
+
+
+async def open_tls(b: Broker, pki: Pki, cert: bool) -> WireClient:
+    ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+    if cert:
+        ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    r, w = await asyncio.wait_for(asyncio.open_connection("localhost", port(b, tls=True), ssl=ctx), WAIT_S)
+    return WireClient(r, w)
+
+
+async def test_tls_method_uses_the_verified_certificate(broker: Broker, pki: Pki) -> None:
+    assert broker.server is not None
+    broker.server.security.authorization.super_users = frozenset({CLIENT_ROLE})
+    c = await open_tls(broker, pki, cert=True)
+    c.send(connect_cmd("tls"))
+    assert (await c.recv()).type == T.CONNECTED
+    assert [conn.cnx.auth.role for conn in broker.server.connections] == [CLIENT_ROLE]
+    c.close()
+    c = await open_tls(broker, pki, cert=False)  # asked for, not required: the handshake succeeds
+    c.send(connect_cmd("tls"))
+    await refused(c)
+    c.close()
