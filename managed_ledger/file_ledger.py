@@ -67,6 +67,7 @@ class FileManagedLedger(BaseManagedLedger):
         self._fs = factory.fs
         self._writer = factory.writer
         self._indexes: dict[int, SegmentIndex] = {}
+        self._paths: dict[int, str] = {}  # segment file of each ledger
         self._reader = EntryReader(factory._next_instance_id(), self._locate, factory.cache, factory.pool,
                                    factory.fs, factory.stats)
         self._fenced = False
@@ -181,6 +182,7 @@ class FileManagedLedger(BaseManagedLedger):
         for ledger_id in ledger_ids:
             self._indexes.pop(ledger_id, None)
             self._unlink_later(self._segment_path(ledger_id))
+            self._paths.pop(ledger_id, None)
 
     def _cursor_state_changed(self, name: str) -> None:
         self._persistence.changed(name)
@@ -205,7 +207,10 @@ class FileManagedLedger(BaseManagedLedger):
         return self._segment_path(position.ledger_id), self._indexes[position.ledger_id].span(position.entry_id)
 
     def _segment_path(self, ledger_id: int) -> str:
-        return join(self._dir, segment.file_name(ledger_id))
+        path = self._paths.get(ledger_id)
+        if path is None:  # (built once per ledger: every add needs it)
+            path = self._paths[ledger_id] = join(self._dir, segment.file_name(ledger_id))
+        return path
 
     def _cursor_path(self, name: str) -> str:
         return join(self._dir, CURSORS, encode_name(name) + ".cur")

@@ -80,6 +80,7 @@ class GroupCommitWriter:
         self._queue: deque[_Op] = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._idle = False  # the writer thread is waiting for work (see _submit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         # Writer-thread state (never touched by the loop):
@@ -89,17 +90,20 @@ class GroupCommitWriter:
     # -- loop side ------------------------------------------------------------------------------
 
     def _submit(self, op: _Op) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        with self._cond:
+        if self._thread is None:
             if self._stopping:
                 raise RuntimeError("the writer is stopped")
-            self._queue.append(op)
-            if len(self._queue) == 1:
-                self._cond.notify()
-        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="ml-writer", daemon=True)
             self._thread.start()
+        # The hot path takes no lock (contending for it with the writer thread costs more than
+        # the rest of an add): deque.append is atomic, and the condition is only signalled when
+        # the writer is, or is about to be, waiting. The writer sets _idle before its last look
+        # at the queue, and we append before looking at _idle, so one of us always sees the other.
+        self._queue.append(op)
+        if self._idle:
+            with self._cond:
+                self._cond.notify()
 
     def append(self, owner: Owner, path: str, record: bytes, done: Done) -> None:
         """Append record to the open segment path; done(None) once it is durable."""
@@ -160,14 +164,17 @@ class GroupCommitWriter:
     # -- writer thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
+        queue = self._queue
         while True:
-            with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
-                if not self._queue:
-                    break
-                batch = list(self._queue)
-                self._queue.clear()
+            if not queue:
+                with self._cond:
+                    self._idle = True
+                    while not queue and not self._stopping:
+                        self._cond.wait()
+                    self._idle = False
+                if not queue:
+                    break  # stopping, and nothing left to do
+            batch = [queue.popleft() for _ in range(len(queue))]
             results = self._process(batch)
             loop = self._loop
             assert loop is not None

@@ -39,6 +39,8 @@ class AuthenticationService:
         self.enabled = cfg.authenticationEnabled
         self.anonymous_role = cfg.anonymousUserRole.strip() or None
         self.providers: dict[str, AuthenticationProvider] = {}
+        # Refused credentials, binary and HTTP (Pulsar's pulsar_authentication_failures_total).
+        self.failures = 0
         if not self.enabled:
             return
         for name in cfg.authenticationProviders:
@@ -64,8 +66,9 @@ class AuthenticationService:
         if method is not None:
             provider = self.providers.get(method)
             if provider is None:
+                self.failures += 1
                 raise AuthenticationError(f"Unsupported authentication method: [{method}].")
-            return provider.authenticate(data).role
+            return self.authenticate(provider, data).role
         for provider in self.providers.values():
             try:
                 return provider.authenticate(data).role
@@ -73,7 +76,15 @@ class AuthenticationService:
                 continue  # we do not know which method the client meant: try the next one
         if self.anonymous_role is not None:
             return self.anonymous_role
+        self.failures += 1
         raise AuthenticationError("Authentication required")
+
+    def authenticate(self, provider: AuthenticationProvider, data: AuthData) -> Identity:
+        try:
+            return provider.authenticate(data)
+        except AuthenticationError:
+            self.failures += 1
+            raise
 
 
 class AuthState(enum.Enum):
@@ -131,12 +142,13 @@ class ConnectionAuth:
         if provider is None:
             # Pulsar: a method with no provider (including "none") gets the anonymous role.
             if self.service.anonymous_role is None:
+                self.service.failures += 1
                 raise AuthenticationError(f"No anonymous role, and no authentication provider for "
                                           f"method [{self.method}]")
             self.role = self.service.anonymous_role
         else:
             data = AuthData(cmd.auth_data if cmd.HasField("auth_data") else b"", peer_cert=self.peer_cert)
-            self.identity = provider.authenticate(data)
+            self.identity = self.service.authenticate(provider, data)
             self.role = self.identity.role
             self._provider = provider
         self._move(AuthState.AUTHENTICATED)
@@ -160,8 +172,9 @@ class ConnectionAuth:
         if self._provider is None:
             raise AuthenticationError("Unexpected AuthResponse: this connection has no credentials to refresh")
         data = AuthData(cmd.response.auth_data, peer_cert=self.peer_cert)
-        identity = self._provider.authenticate(data)
+        identity = self.service.authenticate(self._provider, data)
         if identity.role != self.role:
+            self.service.failures += 1
             raise AuthenticationError("Principal cannot change during an authentication refresh")
         self.identity = identity
         self.refreshes += 1

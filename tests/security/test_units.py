@@ -230,6 +230,7 @@ def test_http_authentication(service: AuthenticationService, pki: Pki) -> None:
     strict = AuthenticationService(cfg(**secure_settings(pki)))
     with pytest.raises(AuthenticationError, match="Authentication required"):
         strict.authenticate_http(None, None, None)
+    assert strict.failures == 1 and service.failures == 2  # "Bearer bad" fell back to anonymous: no failure
 
 
 def connect(method: str | None = None, data: bytes | None = None, refresh: bool = True,

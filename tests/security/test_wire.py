@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from broker.embedded import Broker
+from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import FrameDecoder
 from tests.component.wire import WAIT_S, T, WireClient, producer_cmd
 from tests.security.conftest import SUPER_USER, secure_settings, token
 from tests.security.pki import CLIENT_ROLE, Pki
@@ -189,3 +191,26 @@ async def test_tls_method_uses_the_verified_certificate(broker: Broker, pki: Pki
     c.send(connect_cmd("tls"))
     await refused(c)
     c.close()
+
+
+async def test_lookup_answers_both_urls(broker: Broker, pki: Pki) -> None:
+    assert broker.server is not None
+    c = await open_tls(broker, pki, cert=False)
+    c.send(connect_cmd("token", token(SUPER_USER).encode()))
+    assert (await c.recv()).type == T.CONNECTED
+    c.send(pb.BaseCommand(type=T.LOOKUP, lookupTopic=pb.CommandLookupTopic(topic="public/default/x", request_id=1)))
+    r = (await c.recv()).lookupTopicResponse
+    assert r.response == pb.CommandLookupTopicResponse.Connect
+    assert r.brokerServiceUrl == f"pulsar://127.0.0.1:{broker.server.port}"
+    assert r.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{broker.server.tls_port}"
+    c.close()
+
+
+def test_auth_challenge_frame() -> None:
+    decoder = FrameDecoder(1 << 20)
+    decoder.feed(commands.auth_challenge("Pulsar Server x", "token", b"PulsarAuthRefresh", 20))
+    frame = decoder.next_frame()
+    assert frame is not None and frame.command.type == T.AUTH_CHALLENGE
+    c = frame.command.authChallenge
+    assert (c.server_version, c.challenge.auth_method_name, c.challenge.auth_data, c.protocol_version) == \
+        ("Pulsar Server x", "token", b"PulsarAuthRefresh", 20)
