@@ -166,3 +166,22 @@ def test_compaction_threshold_policy_triggers_compaction() -> None:
         latest = dict(survivors)
         assert latest == {f"k{j}": f"{36 + j:03d}".encode() * 30 for j in range(4)}
         client.close()
+
+
+def test_read_compacted_seek_and_last_message_id(broker: BrokerThread, client: pulsar.Client) -> None:
+    topic = topic_name("compact-seek")
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"{i}".encode(), partition_key=f"k{i % 2}") for i in range(6)]
+    producer.send(None, partition_key="k1")  # the topic's last entry is a tombstone
+    compact(broker, topic)
+    reader = client.create_reader(topic, MessageId.earliest, is_read_compacted=True)
+    assert reader.read_next(TIMEOUT_MS).data() == b"4"
+    # Nothing more to read although the topic's last entry is later: the last message id a
+    # read_compacted reader gets is the compacted view's last survivor, not the tombstone.
+    assert not reader.has_message_available()
+    reader.seek(MessageId.earliest)  # back to the start: the compacted view again
+    assert reader.read_next(TIMEOUT_MS).data() == b"4"
+    consumer = client.subscribe(topic, "lastid", is_read_compacted=True,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    last = consumer.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (ids[4].ledger_id(), ids[4].entry_id())
