@@ -50,6 +50,8 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
+    # Entries between two snapshots of the deduplication state (Pulsar's default).
+    brokerDeduplicationEntriesInterval: int = 1000
     # Compaction: keep key-less messages in the compacted view (Pulsar's default since PIP-318: no).
     topicCompactionRetainNullKey: bool = False
     # Compact a topic automatically once this many bytes were added since its last compaction

@@ -59,6 +59,9 @@ class AbstractTopic(ABC):
                 callback: Callable[[Position | None, BaseException | None], None]) -> None:
         """Store or deliver ``entry``; ``callback`` gets its position (the receipt) or an error."""
 
+    def deduplicated_entry_stored(self) -> None:  # noqa: B027 - optional hook
+        """An entry was stored while deduplication is on (persistent topics snapshot the state)."""
+
     def _check_new_producer(self) -> None:  # noqa: B027 - optional hook
         """Raise when no producer may be added now (the persistent topic's backlog quota)."""
 

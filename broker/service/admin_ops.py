@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.deduplication import DEDUP_CURSOR
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class EntryNotFoundError(BrokerError):
 
 def subscription_names(topic: PersistentTopic) -> list[str]:
     """Live subscriptions plus stored durable cursors nobody has attached to since the topic loaded."""
-    return sorted(set(topic.subscriptions) | set(topic.ledger.cursors))
+    return sorted((set(topic.subscriptions) | set(topic.ledger.cursors)) - {DEDUP_CURSOR})
 
 
 async def subscription(topic: PersistentTopic, name: str) -> Subscription:

@@ -162,6 +162,7 @@ class BrokerService:
             ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
+            await topic.dedup.recover()
             self.topics[name.full] = topic
             fut.set_result(topic)
             for task in self._housekeeping:

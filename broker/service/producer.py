@@ -112,8 +112,10 @@ class Producer:
         def complete(pos: Position | None, exc: BaseException | None) -> None:
             self.pending -= 1
             if pos is not None:
-                if dedup and highest_sequence_id > topic.sequence_persisted.get(self.name, -1):
-                    topic.sequence_persisted[self.name] = highest_sequence_id
+                if dedup:
+                    if highest_sequence_id > topic.sequence_persisted.get(self.name, -1):
+                        topic.sequence_persisted[self.name] = highest_sequence_id
+                    topic.deduplicated_entry_stored()
                 self.cnx.write(commands.send_receipt(self.producer_id, sequence_id, pos.ledger_id,
                                                      pos.entry_id, highest_sequence_id))
             else:

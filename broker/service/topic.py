@@ -13,6 +13,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
+from broker.service.deduplication import Deduplication
 from broker.service.producer import Producer
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName
@@ -31,6 +32,8 @@ class PersistentTopic(AbstractTopic):
         # The compacted view (latest message per key up to a horizon) and who builds it.
         self.compacted_view: CompactedView | None = None
         self.compactor = Compactor(self)
+        # Deduplication state snapshots (cursor "pulsar.dedup"), recovered when the topic loads.
+        self.dedup = Deduplication(self)
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         self._dedup = False
@@ -161,9 +164,13 @@ class PersistentTopic(AbstractTopic):
     def is_idle(self) -> bool:
         return not self.producers and not any(s.consumers for s in self.subscriptions.values())
 
+    def deduplicated_entry_stored(self) -> None:
+        self.dedup.entry_persisted()
+
     async def close(self) -> None:
         self.closed = True
         await self.compactor.close()
+        await self.dedup.close()
         for sub in list(self.subscriptions.values()):
             sub.close()
         if self._closing:

@@ -1,0 +1,102 @@
+"""Broker deduplication state that survives restarts (Pulsar's MessageDeduplication design).
+
+The state is, per producer name, the highest sequence id persisted on the topic. It lives in
+memory (see Producer.publish) and is snapshotted into the properties of a durable cursor named
+``pulsar.dedup`` every brokerDeduplicationEntriesInterval entries, with that cursor's mark-delete
+moved to the last entry covered. After a restart the snapshot is loaded and the entries written
+after it are replayed (their metadata carries producer name and sequence ids) to catch up.
+The cursor holds back trimming by at most one interval of entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from broker.protocol.frames import read_entry_metadata
+from managed_ledger import InitialPosition, ManagedCursor
+
+if TYPE_CHECKING:
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+DEDUP_CURSOR = "pulsar.dedup"  # Pulsar's name for it; not a subscription
+REPLAY_CHUNK = 1000
+
+
+class Deduplication:
+    def __init__(self, topic: PersistentTopic) -> None:
+        self.topic = topic
+        self.cursor: ManagedCursor | None = None
+        self._since_snapshot = 0
+        self._opening: asyncio.Task[None] | None = None
+
+    @property
+    def interval(self) -> int:
+        return max(1, self.topic.service.config.brokerDeduplicationEntriesInterval)
+
+    async def recover(self) -> None:
+        """On topic load: restore the snapshot and replay what was written after it."""
+        topic = self.topic
+        ledger = topic.ledger
+        cursor = ledger.cursors.get(DEDUP_CURSOR)
+        if not topic.deduplication_enabled:
+            if cursor is not None:  # turned off: stop holding back trimming
+                await ledger.delete_cursor(DEDUP_CURSOR)
+            return
+        if cursor is None:
+            await self._open()
+            return
+        self.cursor = cursor
+        state = {name: int(seq) for name, seq in cursor.properties.items()}
+        reader = ledger.new_non_durable_cursor(cursor.mark_delete_position, "__dedup-recovery")
+        replayed = 0
+        try:
+            while reader.has_more_entries():
+                entries = await reader.read_entries_async(REPLAY_CHUNK)
+                if not entries:
+                    break
+                for e in entries:
+                    md = read_entry_metadata(e.data)
+                    highest = md.sequence_id + max(1, md.num_messages_in_batch) - 1
+                    if md.HasField("highest_sequence_id"):
+                        highest = max(highest, md.highest_sequence_id)
+                    if highest > state.get(md.producer_name, -1):
+                        state[md.producer_name] = highest
+                replayed += len(entries)
+        finally:
+            await reader.close()
+        topic.sequence_persisted.update(state)
+        topic.sequence_pushed.update(state)
+        if replayed:
+            log.info("deduplication state of %s recovered: %d producers, %d entries replayed",
+                     topic.name, len(state), replayed)
+
+    async def _open(self) -> None:
+        self.cursor = await self.topic.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+
+    def entry_persisted(self) -> None:
+        """Called for each stored entry while deduplication is on; snapshots every interval."""
+        if self.cursor is None:
+            if self._opening is None or self._opening.done():
+                self._opening = asyncio.get_running_loop().create_task(self._open())
+            return
+        self._since_snapshot += 1
+        if self._since_snapshot >= self.interval:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        last = self.topic.ledger.last_confirmed_entry
+        if self.cursor is None or self.cursor.is_closed or last.entry_id < 0:
+            return
+        self._since_snapshot = 0
+        self.cursor.mark_delete(last, dict(self.topic.sequence_persisted))
+
+    async def close(self) -> None:
+        if self._opening is not None and not self._opening.done():
+            await asyncio.gather(self._opening, return_exceptions=True)
+        if self.cursor is not None and self._since_snapshot:
+            self.snapshot()
+            await self.cursor.flush()
