@@ -82,6 +82,9 @@ class Subscription:
                 isinstance(d, KeySharedDispatcher) and not d.consumers):
             if d is not None:
                 d.close()
+                # The old dispatcher may hold entries it read but never delivered (its replay set):
+                # start the new one from the mark-delete so every unacknowledged entry comes again.
+                self.cursor.rewind()
             d = self._make_dispatcher(consumer)
             self.dispatcher = d
             self.sub_type = consumer.sub_type

@@ -376,3 +376,27 @@ class KeySharedMachine(PermitMachine):
 
 KeySharedMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestKeySharedMachine = KeySharedMachine.TestCase
+
+
+async def test_key_shared_dispatcher_replaced_after_everyone_left_keeps_every_entry() -> None:
+    """All consumers leave while entries wait in the replay set; the next one must get them all."""
+    h = await Harness.create()
+    a = h.consumer(name="a")
+    a.sub_type = pb.CommandSubscribe.Key_Shared
+    h.sub.add_consumer(a)
+    d = h.sub.dispatcher
+    assert d is not None
+    d.flow(a, 1)
+    await drain_lane()
+    for _ in range(3):
+        h.ledger.add_entry(keyed_entry("k"), lambda pos, exc: None)
+    await drain_lane()
+    assert len(a.pending_acks) == 1  # one permit: the other two wait in the replay set
+    h.sub.remove_consumer(a)
+    b = h.consumer(name="b")
+    b.sub_type = pb.CommandSubscribe.Key_Shared
+    h.sub.add_consumer(b)  # a fresh dispatcher (nobody was left on the old one)
+    assert h.sub.dispatcher is not None
+    h.sub.dispatcher.flow(b, 10)
+    await drain_lane()
+    assert len(b.pending_acks) == 3
