@@ -63,6 +63,8 @@ class BrokerConfig:
     ttlDurationDefaultInSeconds: int = 0
     # How often subscriptions are checked for expired messages (Pulsar's default 5; fractions allowed).
     messageExpiryCheckIntervalInMinutes: float = 5
+    # How often retention is applied to loaded topics (policy changes, time-based expiry).
+    retentionCheckIntervalInSeconds: float = 120
     # Retention of acknowledged data for namespaces without retention_policies (0 = delete at once,
     # -1 = keep forever). Applied to a topic when it is loaded.
     defaultRetentionTimeInMinutes: int = 0

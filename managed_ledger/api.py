@@ -301,6 +301,10 @@ class ManagedLedger(abc.ABC):
     # -- housekeeping / lifecycle --
 
     @abc.abstractmethod
+    def update_config(self, config: ManagedLedgerConfig) -> None:
+        """Apply new settings (e.g. a changed retention policy) to an open ledger."""
+
+    @abc.abstractmethod
     def trim_consumed_ledgers(self) -> int:
         """Delete ledgers consumed by every durable cursor, as retention allows; return how
         many. Runs by itself on rollover and when a durable mark-delete crosses a ledger; call

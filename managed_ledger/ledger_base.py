@@ -212,6 +212,9 @@ class BaseManagedLedger(ManagedLedger):
         if mark_delete >= Position(oldest.ledger_id, oldest.entries - 1):
             self.trim_consumed_ledgers()
 
+    def update_config(self, config: ManagedLedgerConfig) -> None:
+        self._config = config
+
     def trim_consumed_ledgers(self) -> int:
         if self._state is not LedgerState.OPEN or self._config.infinite_retention:
             return 0

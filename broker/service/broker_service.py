@@ -73,6 +73,8 @@ class BrokerService:
         self._housekeeping = [PeriodicTask("message-expiry", config.messageExpiryCheckIntervalInMinutes * 60,
                                            self.expire_messages)]
         self._housekeeping.append(PeriodicTask(
+            "retention", config.retentionCheckIntervalInSeconds, self.apply_retention))
+        self._housekeeping.append(PeriodicTask(
             "compaction-threshold", config.brokerServiceCompactionMonitorIntervalInSeconds, self.compact_if_due))
         if config.backlogQuotaCheckEnabled:
             self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
@@ -228,13 +230,24 @@ class BrokerService:
                 "retentionSizeInMB": self.config.defaultRetentionSizeInMB}
 
     def ledger_config_for(self, name: TopicName) -> ManagedLedgerConfig:
-        """The managed-ledger settings with the namespace's retention (applied when a topic loads:
-        an open managed ledger keeps the settings it was opened with)."""
+        """The managed-ledger settings with the namespace's retention (applied when a topic loads,
+        and to loaded topics by the retention housekeeping task)."""
         r = self.retention(name.namespace)
         minutes, size_mb = r["retentionTimeInMinutes"], r["retentionSizeInMB"]
         return dataclasses.replace(self.ledger_config,
                                    retention_time_s=-1 if minutes < 0 else minutes * 60,
                                    retention_size_bytes=-1 if size_mb < 0 else size_mb * MB)
+
+    async def apply_retention(self) -> None:
+        """Housekeeping: bring loaded topics up to date with their namespace's retention policy and
+        delete ledgers that retention no longer keeps (time passes even without traffic)."""
+        for topic in list(self.topics.values()):
+            if topic.closed:
+                continue
+            wanted = self.ledger_config_for(topic.name)
+            if wanted != topic.ledger.config:
+                topic.ledger.update_config(wanted)
+            topic.ledger.trim_consumed_ledgers()
 
     async def expire_messages(self) -> None:
         """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""

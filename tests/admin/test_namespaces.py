@@ -150,3 +150,21 @@ def test_delete_namespace_with_topics_needs_force(admin: Admin, client: pulsar.C
     assert admin.delete(f"{NS}/{ns}").status == 409
     assert admin.delete(f"{NS}/{ns}?force=true").status == 204
     assert admin.get(f"{NS}/{ns}").status == 404
+
+
+def test_retention_change_reaches_a_loaded_topic(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/retained"
+    client = pulsar.Client(pulsar_broker.service_url, operation_timeout_seconds=10)
+    try:
+        client.create_producer(topic).send(b"x")
+        service = pulsar_broker.server.service
+        loaded = service.topics[topic]
+        assert loaded.ledger.config.retention_time_s == 0
+        policy = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+        assert admin.post(f"{NS}/{ns}/retention", policy).status == 204
+        pulsar_broker.run_coroutine(service.apply_retention())  # what the housekeeping task runs
+        assert loaded.ledger.config.retention_time_s == 3600
+        assert loaded.ledger.config.retention_size_bytes == 100 * 1024 * 1024
+    finally:
+        client.close()
