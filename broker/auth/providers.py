@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import os
 import urllib.parse
@@ -21,11 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import jwt
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
-from passlib.hash import apr_md5_crypt, des_crypt
-
+# PyJWT, cryptography and passlib are imported where they are used: a broker without
+# authentication does not pay for them at start (about 20 ms and several MB).
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import AuthenticationError
 
@@ -175,6 +173,8 @@ class TokenProvider:
         return Identity(self.role_of(claims), _expiry(claims))
 
     def verify(self, token: str) -> dict[str, Any]:
+        import jwt
+
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, self.key, algorithms=self.algorithms, leeway=self.leeway,
@@ -206,6 +206,9 @@ def _expiry(claims: dict[str, Any]) -> float | None:
 
 
 def _public_key(value: str, alg: str) -> tuple[Any, list[str]]:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_der_public_key, load_pem_public_key
+
     raw = read_key_material(value, "tokenPublicKey")
     try:
         key = load_pem_public_key(raw) if raw.lstrip().startswith(b"-----") else load_der_public_key(raw)
@@ -229,10 +232,16 @@ def _public_key(value: str, alg: str) -> tuple[Any, list[str]]:
 
 # The formats Pulsar's AuthenticationProviderBasic verifies: Apache MD5 (htpasswd -m, the default)
 # and crypt (htpasswd -d). Others ($2y$ bcrypt, {SHA}, plain) are reported at start.
-_DUMMY_APR1 = apr_md5_crypt.hash("pulsar-py-broker-dummy")
+@functools.cache
+def _dummy_apr1() -> str:
+    from passlib.hash import apr_md5_crypt
+
+    return str(apr_md5_crypt.hash("pulsar-py-broker-dummy"))
 
 
 def _verifier(stored: str) -> Callable[[str], bool] | None:
+    from passlib.hash import apr_md5_crypt, des_crypt
+
     if stored.startswith("$apr1$"):
         return lambda password: bool(apr_md5_crypt.verify(password, stored))
     if len(stored) == 13 and des_crypt.identify(stored):
@@ -282,7 +291,9 @@ class BasicProvider:
             raise AuthenticationError("Base64 decoded params are invalid")
         verify = self.users.get(user)
         if verify is None:
-            apr_md5_crypt.verify(password, _DUMMY_APR1)  # same work as for a known user: no user probing by timing
+            from passlib.hash import apr_md5_crypt
+
+            apr_md5_crypt.verify(password, _dummy_apr1())  # same work as for a known user: no user probing by timing
             raise AuthenticationError("Unknown user or invalid password")
         if not verify(password):
             raise AuthenticationError("Unknown user or invalid password")

@@ -27,10 +27,6 @@ import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-import cramjam
-import lz4.block
-import zstandard
-
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import read_entry_metadata
 from managed_ledger import Entry, Position
@@ -90,15 +86,22 @@ def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
 
 
 def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:
+    """Codecs are imported on first use: only compaction needs them, never the publish path."""
     if codec == C.NONE:
         return data
     if codec == C.LZ4:
+        import lz4.block
+
         return bytes(lz4.block.decompress(data, uncompressed_size=uncompressed_size))
     if codec == C.ZLIB:
         return zlib.decompress(data)
     if codec == C.ZSTD:
+        import zstandard
+
         return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed_size))
     if codec == C.SNAPPY:
+        import cramjam
+
         return bytes(cramjam.snappy.decompress_raw(data))
     raise CompactionError(f"unknown compression codec {codec}")
 
