@@ -373,9 +373,21 @@ class TopicsResource:
         return no_content()
 
     async def terminate(self, request: web.Request) -> web.Response:
-        self.name(request)
-        raise HttpError(405, "Topic termination is not supported by this broker yet: it needs a terminated state "
-                             "in the managed ledger and end-of-topic delivery in the dispatchers")
+        """POST .../terminate (one topic) or .../terminate/partitions (each partition): the last message id."""
+        name = self.name(request)
+        if not name.persistent:
+            raise HttpError(405, "Termination is only for persistent topics")
+        if request.path.endswith("/partitions"):
+            result: dict[str, Any] = {}
+            for topic in await self.targets(name):
+                last = await topic.terminate()
+                result[str(topic.name.partition_index)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
+                                                           "partitionIndex": topic.name.partition_index}
+            return web.json_response(result)
+        [topic] = await self.targets(name, "Terminate")
+        last = await topic.terminate()
+        return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
+                                  "partitionIndex": name.partition_index})
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
         """PUT .../compaction: start compacting (each partition of a partitioned topic)."""

@@ -31,6 +31,8 @@ class MetadataStore:
         self.schemas: dict[str, list[dict[str, Any]]] = {}
         # full topic name -> {"ledger": compacted ledger name, "horizon": [l, e], "generation": n}
         self.compactions: dict[str, dict[str, Any]] = {}
+        # full topic name -> [ledgerId, entryId] of its last message when it was terminated
+        self.terminated: dict[str, list[int]] = {}
         if path is not None and path.exists():
             self._load(path)
         else:
@@ -52,6 +54,7 @@ class MetadataStore:
         self.partitioned_topics = doc.get("partitioned_topics", {})
         self.schemas = doc.get("schemas", {})
         self.compactions = doc.get("compactions", {})
+        self.terminated = doc.get("terminated", {})
 
     def save(self) -> None:
         self.generation += 1  # lets hot paths cache what they derive from metadata
@@ -64,6 +67,7 @@ class MetadataStore:
             "partitioned_topics": self.partitioned_topics,
             "schemas": self.schemas,
             "compactions": self.compactions,
+            "terminated": self.terminated,
             "saved_at": time.time(),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)

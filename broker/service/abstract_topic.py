@@ -37,6 +37,8 @@ class AbstractTopic(ABC):
         # used where deduplication_enabled).
         self.sequence_pushed: dict[str, int] = {}
         self.sequence_persisted: dict[str, int] = {}
+        # Set once the topic is terminated (its last position): no more producers or messages.
+        self.terminated_at: Position | None = None
         self.msg_in = 0
         self.bytes_in = 0
         self.entries_added = 0

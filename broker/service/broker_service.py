@@ -23,7 +23,7 @@ from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
-from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 
@@ -165,6 +165,9 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
+            terminated = self.metadata.terminated.get(name.full)
+            if terminated is not None:
+                topic.terminated_at = Position(*terminated)
             self.topics[name.full] = topic
             fut.set_result(topic)
             for task in self._housekeeping:

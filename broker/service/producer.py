@@ -92,6 +92,11 @@ class Producer:
             done()
             return
         topic = self.topic
+        if topic.terminated_at is not None:
+            self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.TopicTerminatedError,
+                                               f"Topic {topic.name} was already terminated"))
+            done()
+            return
         dedup = advances_sequence and topic.deduplication_enabled
         if dedup:
             if highest_sequence_id <= topic.sequence_persisted.get(self.name, -1):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import entry_meta
-from broker.errors import SubscriptionNotFoundError
+from broker.errors import SubscriptionNotFoundError, TopicTerminatedError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
@@ -61,8 +61,26 @@ class PersistentTopic(AbstractTopic):
 
     # -- producers ---------------------------------------------------------------------------------
     def _check_new_producer(self) -> None:
+        if self.terminated_at is not None:
+            raise TopicTerminatedError(f"Topic {self.name} was already terminated")
         # Backlog quota (producer_request_hold / producer_exception): refuse while exceeded.
         self.service.backlog_quotas.check_producer(self)
+
+    async def terminate(self) -> Position:
+        """No more messages, ever: record the last position, close producers (their reconnect is refused).
+
+        Consumers keep reading to the end. (Pulsar would then send REACHED_END_OF_TOPIC, which the
+        C++ client does not understand, so it is not sent.)
+        """
+        if self.terminated_at is None:
+            last = self.ledger.last_confirmed_entry
+            self.service.metadata.terminated[self.full_name] = [last.ledger_id, last.entry_id]
+            self.service.metadata.save()
+            self.terminated_at = last
+        for producer in list(self.producers.values()):
+            producer.cnx.producer_closed_by_broker(producer.producer_id)
+            self.remove_producer(producer)
+        return self.terminated_at
 
     def publish(self, producer: Producer, entry: bytes, num_messages: int,
                 callback: Callable[[Position | None, BaseException | None], None]) -> None:

@@ -242,7 +242,8 @@ def test_unload_and_terminate(admin: Admin, client: pulsar.Client) -> None:
         got.append(consumer.receive(TIMEOUT_MS).data())
     assert set(got[:-1]) <= {b"before"}
     reply = admin.post(f"{base}/terminate")
-    assert reply.status == 405 and "not supported" in reply.reason
+    assert reply.status == 200 and b'"entryId"' in reply.body
+    assert admin.post(f"/admin/v2/{rest_path(new_topic('never'))}/terminate").status == 404
     assert admin.put(f"/admin/v2/{rest_path(new_topic('never'))}/unload").status == 404
 
 

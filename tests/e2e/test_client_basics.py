@@ -326,3 +326,23 @@ def test_pattern_consumer_uses_topics_of_namespace(client: pulsar.Client) -> Non
         client.create_producer(t).send(f"from-{i}".encode())
     got = sorted(m.data() for m in drain(consumer, 3))
     assert got == [b"from-0", b"from-1", b"from-2"]
+
+
+def test_terminate_topic(pulsar_broker: BrokerThread, client: pulsar.Client) -> None:
+    import json
+    import urllib.request
+
+    topic = topic_name("terminate")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    last_sent = [producer.send(f"t{i}".encode()) for i in range(3)][-1]
+    url = f"{pulsar_broker.web_url}/admin/v2/{topic.replace('://', '/')}/terminate"
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as r:
+        last = json.loads(r.read())
+    assert (last["ledgerId"], last["entryId"]) == (last_sent.ledger_id(), last_sent.entry_id())
+    with pytest.raises((pulsar.TopicTerminated, pulsar.AlreadyClosed)):
+        producer.send(b"too late")
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(topic)
+    # Consumers still read everything that was published before the end.
+    assert [m.data() for m in drain(consumer, 3)] == [b"t0", b"t1", b"t2"]
