@@ -381,25 +381,6 @@ class FileManagedLedger(BaseManagedLedger):
             raise EntryNotFoundError(f"no entry at {position} in {self._name}")
         return await self._reader.read(position)
 
-    async def find_newest_matching(
-        self, predicate: Callable[[Entry], bool], start: Position | None = None
-    ) -> Position | None:
-        self._check_open()
-        ledgers = self._map
-        begin = ledgers.ceil(ledgers.first_position if start is None else start)
-        lo, hi = 0, ledgers.count_between(begin, self._last_confirmed) - 1
-        found: Position | None = None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            position = ledgers.nth_after(begin, mid)
-            assert position is not None
-            if predicate(await self.read_entry(position)):
-                found = position
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
-
     # -- cursors ------------------------------------------------------------------------------
 
     async def open_cursor(

@@ -25,6 +25,7 @@ from managed_ledger.api import (
 )
 from managed_ledger.completion import NestingCounter, OrderedCompleter
 from managed_ledger.cursor_base import BaseCursor, CursorRecord
+from managed_ledger.entry import Entry
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 
@@ -211,6 +212,26 @@ class BaseManagedLedger(ManagedLedger):
         oldest = next(iter(self._map))
         if mark_delete >= Position(oldest.ledger_id, oldest.entries - 1):
             self.trim_consumed_ledgers()
+
+    async def find_newest_matching(
+        self, predicate: Callable[[Entry], bool], start: Position | None = None
+    ) -> Position | None:
+        """Binary search over the confirmed entries (the predicate holds for a prefix)."""
+        self._check_open()
+        ledgers = self._map
+        begin = ledgers.ceil(ledgers.first_position if start is None else start)
+        lo, hi = 0, ledgers.count_between(begin, self.last_confirmed_entry) - 1
+        found: Position | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            position = ledgers.nth_after(begin, mid)
+            assert position is not None
+            if predicate(await self.read_entry(position)):
+                found = position
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
 
     def update_config(self, config: ManagedLedgerConfig) -> None:
         self._config = config
