@@ -14,6 +14,7 @@ entry of the same hash waiting in the replay set. ``allowOutOfOrderDelivery`` tu
 
 from __future__ import annotations
 
+import bisect
 from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import EntryMeta
@@ -42,8 +43,8 @@ class KeySharedDispatcher(SharedDispatcher):
         self._drain_count: dict[int, int] = {}
         # Entries counted in _drain_count (so a late ack of a redelivered entry is not counted twice).
         self._counted: set[Position] = set()
-        # hash -> entries of it in the replay set
-        self._replay_hashes: dict[int, int] = {}
+        # hash -> positions of it in the replay set, sorted
+        self._replay_by_hash: dict[int, list[Position]] = {}
 
     @property
     def type_name(self) -> str:
@@ -78,8 +79,12 @@ class KeySharedDispatcher(SharedDispatcher):
             holder = self._drain_owner.get(h)
             if holder is not None and holder is not owner:
                 return None  # the previous owner still has unacked messages of this key
-            if not replaying and self._replay_hashes.get(h):
-                return None  # an older message of this key waits in the replay set
+            waiting = self._replay_by_hash.get(h)
+            if waiting and waiting[0] < pos:
+                # An older message of this key waits in the replay set. New entries are always newer
+                # than the replay set; a replayed entry can be too when a consumer left (its pending
+                # entries joined the replay set) while this replay read was in flight on disk.
+                return None
         return owner
 
     # -- bookkeeping hooks -------------------------------------------------------------------------
@@ -113,16 +118,17 @@ class KeySharedDispatcher(SharedDispatcher):
     def _replay_added(self, p: Position) -> None:
         h = self._hash_of.get(p)
         if h is not None:
-            self._replay_hashes[h] = self._replay_hashes.get(h, 0) + 1
+            bisect.insort(self._replay_by_hash.setdefault(h, []), p)
 
     def _replay_removed(self, p: Position) -> None:
         h = self._hash_of.get(p)
-        if h is not None:
-            n = self._replay_hashes.get(h, 0) - 1
-            if n > 0:
-                self._replay_hashes[h] = n
-            else:
-                self._replay_hashes.pop(h, None)
+        waiting = self._replay_by_hash.get(h) if h is not None else None
+        if waiting:
+            i = bisect.bisect_left(waiting, p)
+            if i < len(waiting) and waiting[i] == p:
+                del waiting[i]
+            if not waiting:
+                del self._replay_by_hash[h]  # type: ignore[arg-type]
 
     def on_cursor_reset(self) -> None:
         super().on_cursor_reset()
@@ -130,4 +136,4 @@ class KeySharedDispatcher(SharedDispatcher):
         self._drain_owner.clear()
         self._drain_count.clear()
         self._counted.clear()
-        self._replay_hashes.clear()
+        self._replay_by_hash.clear()

@@ -69,6 +69,7 @@ class SharedDispatcher(Dispatcher):
         self._delayed_set: set[Position] = set()
         self._delay_timer: asyncio.TimerHandle | None = None
         self._replay_stalled = False
+        self._kicked_during_read = False
 
     @property
     def type_name(self) -> str:
@@ -99,10 +100,18 @@ class SharedDispatcher(Dispatcher):
             self._replay_removed(p)
 
     def _kick(self) -> None:
-        """Replayed entries may be deliverable now: re-plan, even if a read is parked for new entries."""
+        """Replayed entries may be deliverable now: re-plan, even if a read is parked for new entries.
+
+        A read already in flight (a disk read) cannot be cancelled: remember the kick so that its
+        completion re-plans instead of declaring the replay set stalled.
+        """
         self._replay_stalled = False
-        if self.replay and self.read_outstanding and self.cursor.has_pending_read:
-            self.cancel_reads()
+        if self.read_outstanding:
+            if self.cursor.has_pending_read:
+                if self.replay:
+                    self.cancel_reads()
+            else:
+                self._kicked_during_read = True
         self.trigger_read()
 
     def on_acked(self, positions: list[Position]) -> None:
@@ -210,7 +219,11 @@ class SharedDispatcher(Dispatcher):
             consumer.send_entries(batch)
         if undelivered:
             self.add_to_replay(undelivered)
-        if replaying and dispatched == 0:
+        kicked, self._kicked_during_read = self._kicked_during_read, False
+        if kicked:
+            self._replay_stalled = False
+            self.trigger_read()
+        elif replaying and dispatched == 0:
             # Nothing in the replay set can go out now: serve new entries until something changes.
             self._replay_stalled = True
             self.trigger_read()

@@ -400,3 +400,54 @@ async def test_key_shared_dispatcher_replaced_after_everyone_left_keeps_every_en
     h.sub.dispatcher.flow(b, 10)
     await drain_lane()
     assert len(b.pending_acks) == 3
+
+
+async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consumers_entries() -> None:
+    """A replay read completes later (a disk read); meanwhile the owner leaves and its OLDER pending
+    entry of the same key joins the replay set. The newer replayed entry must wait for it."""
+    from broker.dispatch.key_shared import sticky_key_hash
+
+    h = await KeyHarness.create_keyed()
+    d = h.dispatcher
+    a = h.consumer_named("a")
+    d.add_consumer(a)
+    d.flow(a, 1)
+    await drain_lane()
+    b = h.consumer_named("b")
+    # A key that stays with "a" when "b" joins (so "a" holds it until it leaves).
+    key = next(k for k in (f"k{i}" for i in range(10_000))
+               if _owner_with(d, [a, b], sticky_key_hash(k.encode())) is a)
+    h.publish_key(key)  # e1 -> a (its one permit)
+    h.publish_key(key)  # e2 -> replay set (a has no permits)
+    await drain_lane()
+    [e1] = list(a.pending_acks)
+    d.add_consumer(b)
+    d.flow(b, 10)
+    await drain_lane()
+    # From now on replay reads complete on a later loop turn, as a disk read would.
+    cursor = h.sub.cursor
+    real_replay = cursor.replay_entries
+    loop = asyncio.get_running_loop()
+
+    def deferred_replay(positions: Any, callback: Any) -> None:
+        real_replay(positions, lambda entries, exc: loop.call_soon(callback, entries, exc))
+
+    cursor.replay_entries = deferred_replay  # type: ignore[method-assign]
+    d.flow(a, 1)  # a can take e2 again: a replay read for e2 starts
+    await asyncio.sleep(0)  # the lane settles the flow and issues the (deferred) replay read
+    d.remove_consumer(a)  # a leaves before that read completes: e1 joins the replay set
+    await drain_lane()
+    await drain_lane()
+    got = list(b.pending_acks)
+    assert got and got[0] == e1, f"b received {got}, expected {e1} first"
+    h.check()
+
+
+def _owner_with(d: Any, consumers: list[Consumer], key_hash: int) -> Consumer | None:
+    saved = list(d.consumers)
+    d.consumers[:] = consumers
+    d._rebuild_ring()
+    owner = d.owner(key_hash)
+    d.consumers[:] = saved
+    d._rebuild_ring()
+    return owner  # type: ignore[no-any-return]
