@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.lane import Lane
+from broker.dispatch.members import ConsumerMembers
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
@@ -38,41 +39,29 @@ class PermitInvariantError(AssertionError):
     pass
 
 
-class Dispatcher(ABC):
+class Dispatcher(ConsumerMembers, ABC):
     def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
+        super().__init__()
         self.subscription = subscription
         self.cursor = subscription.cursor
         self.lane = Lane()
-        self.consumers: list[Consumer] = []
-        self.total_permits = 0
         self.max_read_batch = max_read_batch
         self.read_outstanding = False
         # Bumped whenever the cursor is moved under a read (rewind/seek); stale completions are dropped.
         self.read_epoch = 0
         self.closed = False
-        # Times the runtime invariant check found a drift (exported as a metric).
-        self.invariant_drift_count = 0
 
     # -- consumers ---------------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self.total_permits += consumer.permits - consumer.pending_flow
+        self.join(consumer)
         self._consumer_added(consumer)
         self.check_invariant()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        for i, c in enumerate(self.consumers):
-            if c is consumer:
-                del self.consumers[i]
-                break
-        else:
+        if not self.leave(consumer):
             return
-        self.total_permits -= consumer.permits - consumer.pending_flow
         self._consumer_removed(consumer)
         self.check_invariant()
-
-    def is_member(self, consumer: Consumer) -> bool:
-        return any(c is consumer for c in self.consumers)
 
     # -- flow --------------------------------------------------------------------------------------
     def flow(self, consumer: Consumer, permits: int) -> None:
@@ -90,13 +79,7 @@ class Dispatcher(ABC):
         self._flow_settled(consumer)
         self.trigger_read()
 
-    def take_permits(self, consumer: Consumer, messages: int) -> None:
-        consumer.permits -= messages
-        self.total_permits -= messages
-
     # -- invariant -----------------------------------------------------------------------------------
-    def permit_balance(self) -> int:
-        return sum(c.permits - c.pending_flow for c in self.consumers)
 
     def check_invariant(self) -> None:
         if DEBUG_INVARIANTS and self.total_permits != self.permit_balance():
@@ -158,16 +141,16 @@ class Dispatcher(ABC):
     def _consumer_added(self, consumer: Consumer) -> None:
         self.trigger_read()
 
-    def _consumer_removed(self, consumer: Consumer) -> None:  # noqa: B027 - optional hook
+    def _consumer_removed(self, consumer: Consumer) -> None:
         """A consumer left (its permits are already subtracted)."""
 
-    def _flow_settled(self, consumer: Consumer) -> None:  # noqa: B027 - optional hook
+    def _flow_settled(self, consumer: Consumer) -> None:
         """A FLOW was applied to a member consumer."""
 
     @abstractmethod
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
 
-    def on_acked(self, positions: list[Position]) -> None:  # noqa: B027 - optional hook
+    def on_acked(self, positions: list[Position]) -> None:
         """Entries were acknowledged (Shared drops them from its replay set)."""
 
     def on_writable(self) -> None:

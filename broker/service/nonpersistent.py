@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.key_selector import KeySelector, sticky_key_hash
+from broker.dispatch.members import ConsumerMembers
 from broker.dispatch.shared import next_round_robin
 from broker.dispatch.single_active import elect_active
 from broker.errors import ServiceNotReadyError
@@ -74,13 +75,10 @@ def deliver(consumer: Consumer, entry: bytes, messages: int) -> None:
 
 # -- dispatchers ----------------------------------------------------------------------------------
 
-class NonPersistentDispatcher(ABC):
+class NonPersistentDispatcher(ConsumerMembers, ABC):
     def __init__(self, subscription: NonPersistentSubscription) -> None:
+        super().__init__()
         self.subscription = subscription
-        self.consumers: list[Consumer] = []
-        self.total_permits = 0
-        # /metrics reads this of every dispatcher; permits here never pass through a lane.
-        self.invariant_drift_count = 0
         self.closed = False
 
     @property
@@ -95,34 +93,25 @@ class NonPersistentDispatcher(ABC):
     def select(self, meta: EntryMeta) -> Consumer | None:
         """The consumer that takes this entry now, or None to drop it."""
 
-    def _membership_changed(self, consumer: Consumer, joined: bool) -> None:  # noqa: B027 - optional hook
+    def _membership_changed(self, consumer: Consumer, joined: bool) -> None:
         """``consumer`` joined or left."""
 
     # -- consumers and permits -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self.total_permits += consumer.permits - consumer.pending_flow
+        self.join(consumer)
         self._membership_changed(consumer, True)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        for i, c in enumerate(self.consumers):
-            if c is consumer:
-                del self.consumers[i]
-                break
-        else:
-            return
-        self.total_permits -= consumer.permits - consumer.pending_flow
-        self._membership_changed(consumer, False)
+        if self.leave(consumer):
+            self._membership_changed(consumer, False)
 
     def flow(self, consumer: Consumer, permits: int) -> None:
+        # Applied at once (no lane): there is no read loop here to race with.
         consumer.permits += permits
-        if any(c is consumer for c in self.consumers):
+        if self.is_member(consumer):
             self.total_permits += permits
 
-    def permit_balance(self) -> int:
-        return sum(c.permits - c.pending_flow for c in self.consumers)
-
-    def on_writable(self) -> None:  # noqa: B027 - nothing to do, by design
+    def on_writable(self) -> None:
         """Nothing waits to be sent: a message no consumer could take was dropped."""
 
     def close(self) -> None:
@@ -134,8 +123,7 @@ class NonPersistentDispatcher(ABC):
         consumer = self.select(meta)
         if consumer is None:
             return False
-        consumer.permits -= meta.num_messages
-        self.total_permits -= meta.num_messages
+        self.take_permits(consumer, meta.num_messages)
         deliver(consumer, entry, meta.num_messages)
         return True
 
