@@ -188,6 +188,16 @@ class ManagedLedger(abc.ABC):
         implementation's policy), or (None, error). It never raises into the caller.
         """
 
+    @abc.abstractmethod
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
+        """Append several entries at once (one call, one completion: the broker's publish path
+        hands over all the SENDs of one producer that arrived in one read).
+
+        The entries land in one ledger with consecutive entry ids; the callback runs once, with
+        the position of the first (the others follow it), or (None, error) for all of them.
+        Ordered with ``add_entry`` calls like any add. ``data`` must not be empty.
+        """
+
     async def add_entry_async(self, data: bytes) -> Position:
         """``add_entry`` as a coroutine: the position, or raises the error."""
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()

@@ -243,6 +243,9 @@ class FileManagedLedger(BaseManagedLedger):
     # -- writing ------------------------------------------------------------------------------
 
     def add_entry(self, data: bytes, callback: AddCallback) -> None:
+        self.add_entries([data], callback)
+
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
         if self._state is not LedgerState.OPEN:
             error: ManagedLedgerError = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
             self._add_completer.complete(partial(callback, None, error))
@@ -252,24 +255,26 @@ class FileManagedLedger(BaseManagedLedger):
                 callback, None, LedgerFencedError(f"managed ledger {self._name} is fenced after a write failure")))
             self._recover_from_fault()
             return
-        if type(data) is not bytes:  # keep our own immutable copy of views / bytearrays
-            data = bytes(data)
-        if len(data) > segment.MAX_ENTRY_SIZE:
-            error = ManagedLedgerError(f"entry of {len(data)} bytes exceeds {segment.MAX_ENTRY_SIZE}")
+        # Keep our own immutable copies of views / bytearrays.
+        data = [d if type(d) is bytes else bytes(d) for d in data]
+        sizes = [len(d) for d in data]
+        if max(sizes) > segment.MAX_ENTRY_SIZE:
+            error = ManagedLedgerError(f"entry of {max(sizes)} bytes exceeds {segment.MAX_ENTRY_SIZE}")
             self._add_completer.complete(partial(callback, None, error))
             return
-        position = self._map.record_add(len(data))
-        self._indexes[position.ledger_id].append(len(data))
-        self._reader.remember(Entry(position, data))
-        self._writer.append(self, self._segment_path(position.ledger_id), segment.encode_record(data),
-                            partial(self._add_done, position, callback))
+        first = self._map.record_adds(len(data), sum(sizes))
+        self._indexes[first.ledger_id].extend(sizes)
+        self._reader.remember(first, data)
+        self._writer.append(self, self._segment_path(first.ledger_id), segment.encode_records(data, sizes),
+                            partial(self._add_done, first, len(data), callback))
         if self._current_ledger_is_full():
             self._rollover()
 
-    def _add_done(self, position: Position, callback: AddCallback, exc: BaseException | None) -> None:
+    def _add_done(self, first: Position, count: int, callback: AddCallback, exc: BaseException | None) -> None:
         if exc is None:
+            position = Position(first.ledger_id, first.entry_id + count - 1)
             self._last_confirmed = position
-            self._add_completer.complete(partial(callback, position, None))
+            self._add_completer.complete(partial(callback, first, None))
             if position.ledger_id != self._map.current_id and self._state is LedgerState.OPEN:
                 # The last entry of a rolled-over ledger is confirmed: the trim that the
                 # rollover did (it skips ledgers with unconfirmed entries) can take it now.

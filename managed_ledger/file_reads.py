@@ -52,8 +52,9 @@ class EntryReader:
         self._stats = stats
         self._loop = asyncio.get_running_loop()
 
-    def remember(self, entry: Entry) -> None:
-        self._cache.put(self._owner, entry)
+    def remember(self, first: Position, data: list[bytes]) -> None:
+        """Cache entries just added at consecutive positions from ``first``."""
+        self._cache.put_run(self._owner, first, data)
 
     def forget_all(self) -> None:
         self._cache.drop_owner(self._owner)
@@ -86,8 +87,8 @@ class EntryReader:
                 fill(partial(callback, [], _read_error(exc)))
                 return
             for i, data in zip(missing, itertools.chain.from_iterable(result.result()), strict=True):
-                entry = found[i] = Entry(positions[i], data)
-                cache.put(owner, entry)
+                found[i] = Entry(positions[i], data)
+                cache.put(owner, positions[i], data)
             fill(partial(callback, cast("list[Entry]", found), None))
 
         loop = self._loop
@@ -112,9 +113,8 @@ class EntryReader:
         except (OSError, ManagedLedgerError) as exc:
             self._count_failure(exc)
             raise _read_error(exc) from exc
-        entry = Entry(position, data)
-        self._cache.put(self._owner, entry)
-        return entry
+        self._cache.put(self._owner, position, data)
+        return Entry(position, data)
 
     def _count_failure(self, exc: BaseException) -> None:
         self._stats.add(read_errors_total=1)

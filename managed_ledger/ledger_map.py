@@ -63,6 +63,16 @@ class LedgerMap:
         self.total_size += size
         return position
 
+    def record_adds(self, count: int, size: int) -> Position:
+        """Account ``count`` entries of ``size`` bytes in all; return the position of the first."""
+        meta = self.current
+        position = Position(meta.ledger_id, meta.entries)
+        meta.entries += count
+        meta.size += size
+        self.number_of_entries += count
+        self.total_size += size
+        return position
+
     def add_stored_ledger(self, ledger_id: int, created_at: float, closed_at: float, entries: int, size: int) -> None:
         """Append a closed ledger found in storage (recovery), after the ones added so far."""
         if self._ids and ledger_id <= self._ids[-1]:

@@ -85,7 +85,9 @@ class _StoredLedger:
     """What survives closing a managed ledger (the in-memory "disk")."""
 
     ledgers: LedgerMap = field(default_factory=LedgerMap)
-    data: dict[int, list[Entry]] = field(default_factory=dict)
+    # Entry data per ledger id, by entry id. Bytes, not Entry tuples: the garbage collector
+    # tracks tuple subclasses and would scan every stored entry on each full collection.
+    data: dict[int, list[bytes]] = field(default_factory=dict)
     cursors: dict[str, CursorRecord] = field(default_factory=dict)
     last_confirmed: Position | None = None  # None: never opened
 
@@ -156,9 +158,24 @@ class MemoryManagedLedger(BaseManagedLedger):
         if type(data) is not bytes:  # keep our own immutable copy of views / bytearrays
             data = bytes(data)
         position = self._map.record_add(len(data))
-        self._data[position.ledger_id].append(Entry(position, data))
+        self._data[position.ledger_id].append(data)
         self._store.last_confirmed = position
         self._add_completer.complete(partial(callback, position, None))
+        self._after_add()
+
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
+        if self._state is not LedgerState.OPEN:
+            error = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        data = [d if type(d) is bytes else bytes(d) for d in data]
+        first = self._map.record_adds(len(data), sum(map(len, data)))
+        self._data[first.ledger_id].extend(data)
+        self._store.last_confirmed = Position(first.ledger_id, first.entry_id + len(data) - 1)
+        self._add_completer.complete(partial(callback, first, None))
+        self._after_add()
+
+    def _after_add(self) -> None:
         if self._current_ledger_is_full():
             self._open_new_ledger(recovering=False)
             self.trim_consumed_ledgers()
@@ -167,7 +184,7 @@ class MemoryManagedLedger(BaseManagedLedger):
     # -- reading ------------------------------------------------------------------------------
 
     def _entry(self, position: Position) -> Entry:
-        return self._data[position.ledger_id][position.entry_id]
+        return Entry(position, self._data[position.ledger_id][position.entry_id])
 
     async def read_entry(self, position: Position) -> Entry:
         self._check_open()

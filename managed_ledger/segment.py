@@ -96,6 +96,18 @@ def encode_record(data: bytes) -> bytes:
     return length + _LENGTH.pack(crc32c(data, crc32c(length))) + data
 
 
+def encode_records(data: list[bytes], sizes: list[int]) -> bytes:
+    """The records of several entries, back to back (what ``encode_record`` gives for each)."""
+    if len(data) == 1:
+        return encode_record(data[0])
+    pack = _LENGTH.pack
+    parts: list[bytes] = []
+    for d, n in zip(data, sizes, strict=True):
+        length = pack(n)
+        parts += (length, pack(crc32c(d, crc32c(length))), d)
+    return b"".join(parts)
+
+
 class SegmentIndex:
     """Where each record of a segment starts: ``offsets[i]`` for entry i, plus the end offset.
 
@@ -124,6 +136,13 @@ class SegmentIndex:
 
     def append(self, data_size: int) -> None:
         self.offsets.append(self.offsets[-1] + RECORD_HEADER_SIZE + data_size)
+
+    def extend(self, data_sizes: list[int]) -> None:
+        offsets = self.offsets
+        end = offsets[-1]
+        for n in data_sizes:
+            end += RECORD_HEADER_SIZE + n
+            offsets.append(end)
 
     def entry_size(self, entry_id: int) -> int:
         return self.offsets[entry_id + 1] - self.offsets[entry_id] - RECORD_HEADER_SIZE

@@ -116,6 +116,46 @@ async def test_add_positions_and_callbacks_in_call_order(factory: ManagedLedgerF
     assert (await ml.read_entry(Position(ledger, 7))).data == b"payload-7"
 
 
+async def test_add_entries_one_completion_consecutive_positions_in_order(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t", SMALL_KEEP)  # 3 entries per ledger: a batch may overfill one
+    got: list[tuple[str, Position | None, BaseException | None]] = []
+    all_done = asyncio.Event()
+
+    def record(tag: str) -> AddCallback:
+        def callback(position: Position | None, exc: BaseException | None) -> None:
+            got.append((tag, position, exc))
+            if len(got) == 4:
+                all_done.set()
+        return callback
+
+    ml.add_entry(b"a", record("single-a"))
+    ml.add_entries([b"b1", b"b2", b"b3", b"b4"], record("batch-b"))
+    ml.add_entries([bytearray(b"c1")], record("batch-c"))  # type: ignore[list-item]  # copied
+    ml.add_entry(b"d", record("single-d"))
+    await asyncio.wait_for(all_done.wait(), TIMEOUT)
+    assert [t for t, _, _ in got] == ["single-a", "batch-b", "batch-c", "single-d"]
+    assert all(e is None for _, _, e in got)
+    a, b, c, d = (p for _, p, _ in got)
+    assert a is not None and b is not None and c is not None and d is not None
+    # the batch went whole into the ledger of "a" (entries 1-4), then the ledger rolled over
+    assert b == Position(a.ledger_id, a.entry_id + 1)
+    assert c.ledger_id > a.ledger_id and c.entry_id == 0
+    assert d == Position(c.ledger_id, 1)
+    assert ml.number_of_entries == 7
+    assert ml.total_size == 1 + 4 * 2 + 2 + 1
+    stored = [(await ml.read_entry(Position(b.ledger_id, b.entry_id + i))).data for i in range(4)]
+    assert stored == [b"b1", b"b2", b"b3", b"b4"]
+    assert (await ml.read_entry(c)).data == b"c1"
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    assert [e.data for e in await cursor.read_entries_async(10)] == [b"a", b"b1", b"b2", b"b3", b"b4", b"c1", b"d"]
+    await ml.close()
+    failed: list[tuple[Position | None, BaseException | None]] = []
+    answered = asyncio.Event()
+    ml.add_entries([b"late"], lambda p, e: (failed.append((p, e)), answered.set()))
+    await asyncio.wait_for(answered.wait(), TIMEOUT)
+    assert len(failed) == 1 and failed[0][0] is None and isinstance(failed[0][1], LedgerClosedError)
+
+
 async def test_data_is_stored_verbatim(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("t")
     raw = bytes(range(256)) * 4

@@ -455,7 +455,7 @@ async def test_read_position_moves_when_the_read_is_issued(tmp_path: Path) -> No
 
 
 async def test_disk_and_cache_reads_complete_in_issue_order(tmp_path: Path) -> None:
-    factory = make(tmp_path, cache_size_bytes=10_000)
+    factory = make(tmp_path, cache_size_bytes=5_000)  # room for about 30 of the 60
     ml = await factory.open("t")
     ps = await add_all(ml, 60)  # older entries fall out of the small cache
     cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
