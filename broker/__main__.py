@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -13,6 +14,9 @@ from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig, ConfigError
 from broker.server import BrokerServer
 
 log = logging.getLogger("broker")
+
+# Allocations between young-generation collections (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,9 +47,25 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
     )
 
 
+def tune_gc() -> None:
+    """Garbage-collector settings for a broker process (only the standalone process: an embedded
+    broker leaves its host's GC alone).
+
+    The hot paths allocate a few short-lived containers per message and almost no reference
+    cycles, so CPython's default young-generation threshold (700 allocations) ran a collection
+    every few dozen messages, about 4 us of CPU per unbatched message. A higher threshold keeps
+    collections rare; freezing moves everything built at start-up (modules, config, protobuf
+    descriptors) out of the collector's view for good.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
+
+
 async def run(config: BrokerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
+    tune_gc()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
