@@ -35,7 +35,7 @@ RESUME_FRACTION = 0.5
 
 
 # Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
-_PING, _PONG, _CONNECT = int(T.PING), int(T.PONG), int(T.CONNECT)
+_PING, _PONG, _CONNECT, _SEND = int(T.PING), int(T.PONG), int(T.CONNECT), int(T.SEND)
 
 
 class State(enum.Enum):
@@ -115,8 +115,13 @@ class Connection(asyncio.Protocol):
         self._process_frames()
 
     def _process_frames(self) -> None:
-        """Route buffered frames; stops while reading is paused (backpressure) and resumes after."""
+        """Route buffered frames; stops while reading is paused (backpressure) and resumes after.
+
+        The SENDs among them are queued per producer and stored together at the end (or before
+        the next other command): one append and one completion for all of a read's messages.
+        """
         decoder = self.decoder
+        cnx = self.cnx
         try:
             while self.state is not State.CLOSED and not self.reading_paused:
                 frame = decoder.next_frame()
@@ -124,7 +129,12 @@ class Connection(asyncio.Protocol):
                     break
                 self._route(frame.command, frame.payload)
         except ProtocolError as exc:
+            if cnx.open_batches:
+                cnx.flush_sends()  # SENDs accepted before the bad frame are still stored
             self._protocol_error(exc)
+            return
+        if cnx.open_batches:
+            cnx.flush_sends()
 
     def _protocol_error(self, exc: ProtocolError) -> None:
         log.warning("closing connection from %s: %s", self.remote_address, exc)
@@ -164,11 +174,14 @@ class Connection(asyncio.Protocol):
             self._move(State.CONNECTED)
             self.cnx.handle_connect(cmd.connect)
             return
-        handler = self.cnx.handlers.get(t)
+        cnx = self.cnx
+        handler = cnx.handlers.get(t)
         if handler is None:
             if t in _CLIENT_NEVER_SENDS:
                 raise ProtocolError(f"unexpected command {pb.BaseCommand.Type.Name(t)} from client")
             return  # unknown type: ignored, as Pulsar does
+        if t != _SEND and cnx.open_batches:
+            cnx.flush_sends()  # commands act on what was sent before them
         handler(cmd, payload)
 
     # -- writing ---------------------------------------------------------------------------------------
@@ -183,6 +196,13 @@ class Connection(asyncio.Protocol):
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(data)
+
+    def write_many(self, frames: list[bytes]) -> None:
+        if not frames or self.transport is None or self.state is State.CLOSED:
+            return
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out += frames
 
     def _flush(self) -> None:
         out, self._out = self._out, []
@@ -205,8 +225,8 @@ class Connection(asyncio.Protocol):
             self._update_reading()
         self.server.publish_buffer_add(self, nbytes)
 
-    def send_finished(self, nbytes: int) -> None:
-        self.pending_sends -= 1
+    def sends_finished(self, count: int, nbytes: int) -> None:
+        self.pending_sends -= count
         if self._paused_for_count and self.pending_sends <= self.max_pending_sends * RESUME_FRACTION:
             self._paused_for_count = False
             self._update_reading()

@@ -155,6 +155,30 @@ def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: i
     return _HEADER.pack(len(cmd) + 4, len(cmd)) + cmd
 
 
+class ReceiptEncoder:
+    """SEND_RECEIPTs of one producer, encoded like ``send_receipt`` with the producer id and the
+    ledger id prepared once (they rarely change), and the highest sequence id always present."""
+
+    __slots__ = ("_head", "_ledger_id", "_ledger_part")
+
+    def __init__(self, producer_id: int) -> None:
+        self._head = b"\x08" + _varint(producer_id) + b"\x10"
+        self._ledger_id: int | None = None
+        self._ledger_part = b""
+
+    def encode(self, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int) -> bytes:
+        if ledger_id != self._ledger_id:
+            self._ledger_id = ledger_id
+            self._ledger_part = b"\x08" + _varint(ledger_id) + b"\x10"
+        mid = self._ledger_part + _varint(entry_id)
+        seq = _varint(sequence_id)
+        highest = seq if highest_sequence_id == sequence_id else _varint(highest_sequence_id)
+        # Every length here is below 128 (the body is at most 57 bytes): one-byte varints.
+        body = b"".join((self._head, seq, b"\x1a", _SMALL_VARINTS[len(mid)], mid, b"\x20", highest))
+        n = len(body)
+        return _HEADER.pack(n + 8, n + 4) + _RECEIPT_PREFIX + _SMALL_VARINTS[n] + body
+
+
 def send_receipt_protobuf(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                           highest_sequence_id: int | None = None) -> bytes:
     """The reference encoding of SEND_RECEIPT through protobuf (tests compare the two)."""

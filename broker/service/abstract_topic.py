@@ -56,13 +56,18 @@ class AbstractTopic(ABC):
     def last_sequence_id(self, producer_name: str) -> int:
         return -1
 
-    @abstractmethod
-    def publish(self, producer: Producer, entry: bytes, num_messages: int,
-                callback: Callable[[Position | None, BaseException | None], None]) -> None:
-        """Store or deliver ``entry``; ``callback`` gets its position (the receipt) or an error."""
+    # Entries published together get consecutive entry ids (False: every receipt carries the
+    # same fixed id, as for non-persistent topics).
+    consecutive_positions = True
 
-    def deduplicated_entry_stored(self) -> None:  # noqa: B027 - optional hook
-        """An entry was stored while deduplication is on (persistent topics snapshot the state)."""
+    @abstractmethod
+    def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
+                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
+        """Store or deliver ``entries`` (in order; ``num_messages`` and ``nbytes`` in all).
+        ``callback`` runs once: the first entry's position (the receipts), or an error for all."""
+
+    def deduplicated_entries_stored(self, count: int) -> None:  # noqa: B027 - optional hook
+        """Entries were stored while deduplication is on (persistent topics snapshot the state)."""
 
     def _check_new_producer(self) -> None:  # noqa: B027 - optional hook
         """Raise when no producer may be added now (the persistent topic's backlog quota)."""

@@ -77,13 +77,13 @@ class Deduplication:
     async def _open(self) -> None:
         self.cursor = await self.topic.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
 
-    def entry_persisted(self) -> None:
-        """Called for each stored entry while deduplication is on; snapshots every interval."""
+    def entries_persisted(self, count: int) -> None:
+        """Called as entries are stored while deduplication is on; snapshots every interval."""
         if self.cursor is None:
             if self._opening is None or self._opening.done():
                 self._opening = asyncio.get_running_loop().create_task(self._open())
             return
-        self._since_snapshot += 1
+        self._since_snapshot += count
         if self._since_snapshot >= self.interval:
             self.snapshot()
 

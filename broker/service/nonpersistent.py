@@ -320,17 +320,20 @@ class NonPersistentTopic(AbstractTopic):
         super().remove_producer(producer)
         self._forget_if_idle()
 
-    def publish(self, producer: Producer, entry: bytes, num_messages: int,
-                callback: Callable[[Position | None, BaseException | None], None]) -> None:
+    consecutive_positions = False  # every receipt carries MESSAGE_POSITION
+
+    def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
+                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
         self.msg_in += num_messages
-        self.bytes_in += len(entry)
-        self.entries_added += 1
-        callback(MESSAGE_POSITION, None)  # the receipt goes first, as in Pulsar
+        self.bytes_in += nbytes
+        self.entries_added += len(entries)
+        callback(MESSAGE_POSITION, None)  # the receipts go first, as in Pulsar
         if not self.subscriptions:
             return
-        meta = entry_meta(entry)
-        for sub in list(self.subscriptions.values()):
-            sub.dispatch(entry, meta)
+        for entry in entries:
+            meta = entry_meta(entry)
+            for sub in list(self.subscriptions.values()):
+                sub.dispatch(entry, meta)
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def get_or_create_subscription(

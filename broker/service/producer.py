@@ -1,15 +1,16 @@
 """A producer attached to a topic over one connection.
 
-Receipts leave in SEND order: the managed ledger completes appends in call order, and each
-completion writes its receipt at once. The C++ client closes the connection on a receipt for a
-sequence id beyond its pending head, so order is not optional.
+Receipts leave in SEND order: the SENDs of one read are stored as one batch, the managed ledger
+completes appends in call order, and each completion writes its batch's receipts at once, in
+order. The C++ client closes the connection on a receipt for a sequence id beyond its pending
+head, so order is not optional.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.protocol import commands
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from broker.service.consumer import ClientConnection
 
 E = pb.ServerError
+
+# One queued SEND: (sequence id, highest sequence id, messages in it, entry, advances sequence).
+_Send = tuple[int, int, int, bytes, bool]
 
 ACCESS_MODE_NAMES: dict[int, str] = {
     pb.ProducerAccessMode.Shared: "Shared",
@@ -38,9 +42,23 @@ class ProducerState(enum.Enum):
 
 class Producer:
     __slots__ = (
-        "access_mode", "bytes_in", "cnx", "connected_since", "epoch", "is_generated_name", "metadata",
-        "msg_in", "name", "pending", "producer_id", "schema_version", "state",
-        "topic", "topic_epoch",
+        "_batch",
+        "_receipts",
+        "access_mode",
+        "bytes_in",
+        "cnx",
+        "connected_since",
+        "epoch",
+        "is_generated_name",
+        "metadata",
+        "msg_in",
+        "name",
+        "pending",
+        "producer_id",
+        "schema_version",
+        "state",
+        "topic",
+        "topic_epoch",
     )
 
     def __init__(
@@ -70,6 +88,8 @@ class Producer:
         self.msg_in = 0
         self.bytes_in = 0
         self.connected_since = time.time()
+        self._batch: list[_Send] = []  # SENDs of the current read, stored together by flush()
+        self._receipts = commands.ReceiptEncoder(producer_id)
 
     @property
     def is_exclusive(self) -> bool:
@@ -80,55 +100,94 @@ class Producer:
         return ACCESS_MODE_NAMES.get(self.access_mode, "Shared")
 
     def publish(self, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-                done: Callable[[], None], advances_sequence: bool = True) -> None:
-        """Append ``entry``; ``done()`` is called once the receipt or error has been written.
+                advances_sequence: bool = True) -> bool:
+        """Queue ``entry`` for the next ``flush()``; True when it opened a new batch.
 
-        ``advances_sequence`` is False for chunks other than the last one of a message: they share
-        the message's sequence id, so only the last chunk may move deduplication state.
+        The connection calls ``flush()`` once the frames of the current read are routed (or
+        before any other command), so the SENDs of one read go to storage together: one append,
+        one completion. Once the receipt or error of each is written, the connection hears
+        ``sends_finished``. ``advances_sequence`` is False for chunks other than the last one of
+        a message: they share the message's sequence id, so only the last chunk may move
+        deduplication state.
         """
-        if self.state is not ProducerState.READY:
-            self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
-                                               "Producer is closed"))
-            done()
+        self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence))
+        return len(self._batch) == 1
+
+    def flush(self) -> None:
+        batch = self._batch
+        if not batch:
             return
+        self._batch = []
+        cnx = self.cnx
         topic = self.topic
-        if topic.terminated_at is not None:
-            self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.TopicTerminatedError,
-                                               f"Topic {topic.name} was already terminated"))
-            done()
+        error = None
+        if self.state is not ProducerState.READY:
+            error = (E.PersistenceError, "Producer is closed")
+        elif topic.terminated_at is not None:
+            error = (E.TopicTerminatedError, f"Topic {topic.name} was already terminated")
+        if error is not None:
+            cnx.write_many([commands.send_error(self.producer_id, seq, error[0], error[1]) for seq, *_ in batch])
+            cnx.sends_finished(len(batch), sum(len(b[3]) for b in batch))
             return
-        dedup = advances_sequence and topic.deduplication_enabled
+        dedup = topic.deduplication_enabled
         if dedup:
-            if highest_sequence_id <= topic.sequence_persisted.get(self.name, -1):
-                # Already stored: acknowledge without storing again; Pulsar answers with id (-1,-1).
-                self.cnx.write(commands.send_receipt(self.producer_id, sequence_id, -1, -1, highest_sequence_id))
-                done()
+            batch = self._drop_duplicates(batch)
+            if not batch:
                 return
-            if highest_sequence_id <= topic.sequence_pushed.get(self.name, -1):
-                self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
-                                                   "Duplicate of a message whose persistence is not yet known"))
-                done()
-                return
-            topic.sequence_pushed[self.name] = highest_sequence_id
-        self.pending += 1
+        entries = [b[3] for b in batch]
+        num_messages = sum(b[2] for b in batch)
+        nbytes = sum(map(len, entries))
+        self.pending += len(batch)
         self.msg_in += num_messages
-        self.bytes_in += len(entry)
+        self.bytes_in += nbytes
+        topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, batch, nbytes, dedup))
 
-        def complete(pos: Position | None, exc: BaseException | None) -> None:
-            self.pending -= 1
-            if pos is not None:
-                if dedup:
-                    if highest_sequence_id > topic.sequence_persisted.get(self.name, -1):
-                        topic.sequence_persisted[self.name] = highest_sequence_id
-                    topic.deduplicated_entry_stored()
-                self.cnx.write(commands.send_receipt(self.producer_id, sequence_id, pos.ledger_id,
-                                                     pos.entry_id, highest_sequence_id))
-            else:
-                self.cnx.write(commands.send_error(self.producer_id, sequence_id, E.PersistenceError,
-                                                   f"Failed to persist message: {exc}"))
-            done()
+    def _drop_duplicates(self, batch: list[_Send]) -> list[_Send]:
+        """Answer the SENDs deduplication recognises at once; the rest are to be stored."""
+        topic, cnx = self.topic, self.cnx
+        persisted = topic.sequence_persisted.get(self.name, -1)
+        pushed = was_pushed = topic.sequence_pushed.get(self.name, -1)
+        kept: list[_Send] = []
+        for send in batch:
+            seq, highest, _, entry, advances = send
+            if advances:
+                if highest <= persisted:
+                    # Already stored: acknowledge without storing again; Pulsar answers with id (-1,-1).
+                    cnx.write(commands.send_receipt(self.producer_id, seq, -1, -1, highest))
+                    cnx.sends_finished(1, len(entry))
+                    continue
+                if highest <= pushed:
+                    cnx.write(commands.send_error(self.producer_id, seq, E.PersistenceError,
+                                                  "Duplicate of a message whose persistence is not yet known"))
+                    cnx.sends_finished(1, len(entry))
+                    continue
+                pushed = highest
+            kept.append(send)
+        if pushed != was_pushed:
+            topic.sequence_pushed[self.name] = pushed
+        return kept
 
-        self.topic.publish(self, entry, num_messages, complete)
+    def _stored(self, batch: list[_Send], nbytes: int, dedup: bool, first: Position | None,
+                exc: BaseException | None) -> None:
+        self.pending -= len(batch)
+        cnx = self.cnx
+        if first is None:
+            cnx.write_many([commands.send_error(self.producer_id, seq, E.PersistenceError,
+                                                f"Failed to persist message: {exc}") for seq, *_ in batch])
+            cnx.sends_finished(len(batch), nbytes)
+            return
+        ledger_id, entry_id = first
+        step = 1 if self.topic.consecutive_positions else 0
+        encode = self._receipts.encode
+        cnx.write_many([encode(send[0], ledger_id, entry_id + i * step, send[1]) for i, send in enumerate(batch)])
+        if dedup:
+            topic = self.topic
+            persisted = topic.sequence_persisted
+            highest = max((send[1] for send in batch if send[4]), default=-1)
+            if highest > persisted.get(self.name, -1):
+                persisted[self.name] = highest
+            topic.deduplicated_entries_stored(len(batch))
+        cnx.sends_finished(len(batch), nbytes)
 
     def close(self) -> None:
         self.state = ProducerState.CLOSED

@@ -66,6 +66,8 @@ class ServerCnx:
         self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
         # producers the broker closed: their in-flight SENDs are dropped, not fatal
         self._closed_producer_ids: set[int] = set()
+        # Producers with SENDs queued in this read (see flush_sends).
+        self.open_batches: list[Producer] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.handlers: dict[int, Handler] = {
             T.LOOKUP: self.handle_lookup,
@@ -102,6 +104,9 @@ class ServerCnx:
 
     def write(self, data: bytes) -> None:
         self.connection.write(data)
+
+    def write_many(self, frames: list[bytes]) -> None:
+        self.connection.write_many(frames)
 
     def consumer_closed_by_broker(self, consumer: Consumer) -> None:
         if self.consumers.get(consumer.consumer_id) is consumer:
@@ -309,10 +314,19 @@ class ServerCnx:
             return
         md = parsed.metadata
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
-        size = len(payload)
-        connection = self.connection
-        connection.send_started(size)
-        producer.publish(seq, highest, c.num_messages, payload, lambda: connection.send_finished(size), last_chunk)
+        self.connection.send_started(len(payload))
+        if producer.publish(seq, highest, c.num_messages, payload, last_chunk):
+            self.open_batches.append(producer)
+
+    def flush_sends(self) -> None:
+        """Store the SENDs queued since the last flush, one batch per producer (connection.py
+        calls this after routing a read's frames, and before any command other than SEND)."""
+        batches, self.open_batches = self.open_batches, []
+        for producer in batches:
+            producer.flush()
+
+    def sends_finished(self, count: int, nbytes: int) -> None:
+        self.connection.sends_finished(count, nbytes)
 
     def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.close_producer

@@ -82,12 +82,12 @@ class PersistentTopic(AbstractTopic):
             self.remove_producer(producer)
         return self.terminated_at
 
-    def publish(self, producer: Producer, entry: bytes, num_messages: int,
-                callback: Callable[[Position | None, BaseException | None], None]) -> None:
+    def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
+                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
         self.msg_in += num_messages
-        self.bytes_in += len(entry)
-        self.entries_added += 1
-        self.ledger.add_entry(entry, callback)
+        self.bytes_in += nbytes
+        self.entries_added += len(entries)
+        self.ledger.add_entries(entries, callback)
 
     # -- subscriptions -----------------------------------------------------------------------------
     async def get_or_create_subscription(
@@ -182,8 +182,8 @@ class PersistentTopic(AbstractTopic):
     def is_idle(self) -> bool:
         return not self.producers and not any(s.consumers for s in self.subscriptions.values())
 
-    def deduplicated_entry_stored(self) -> None:
-        self.dedup.entry_persisted()
+    def deduplicated_entries_stored(self, count: int) -> None:
+        self.dedup.entries_persisted(count)
 
     async def close(self) -> None:
         self.closed = True

@@ -41,6 +41,9 @@ class GatedLedger:
         self._gate = gate
 
     def add_entry(self, data: bytes, callback: Any) -> None:
+        self._gate.held.append((self._real, [data], callback))
+
+    def add_entries(self, data: list[bytes], callback: Any) -> None:
         self._gate.held.append((self._real, data, callback))
 
     def __getattr__(self, name: str) -> Any:
@@ -50,7 +53,7 @@ class GatedLedger:
 class Gate(MemoryManagedLedgerFactory):
     def __init__(self) -> None:
         super().__init__()
-        self.held: list[tuple[Any, bytes, Any]] = []
+        self.held: list[tuple[Any, list[bytes], Any]] = []
 
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
         return GatedLedger(await super().open(name, config), self)
@@ -58,7 +61,7 @@ class Gate(MemoryManagedLedgerFactory):
     def release(self) -> None:
         held, self.held = self.held, []
         for real, data, callback in held:
-            real.add_entry(data, callback)
+            real.add_entries(data, callback)
 
 
 @pytest.fixture
@@ -91,7 +94,7 @@ async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer,
     conn = producer_connection(server)
     await wait_for(lambda: conn.reading_paused, "reading to pause")
     # Exactly the limit is in flight: the rest waits unread, no SendError is written.
-    assert conn.pending_sends == 10 and len(gate.held) == 10
+    assert conn.pending_sends == 10 and sum(len(data) for _, data, _ in gate.held) == 10
     receipts: list[int] = []
     while len(receipts) < 50:
         gate.release()

@@ -183,3 +183,15 @@ def test_hand_encoded_receipt_matches_protobuf(pid: int, seq: int, ledger: int, 
     # ids are uint64 on the wire; ledger/entry -1 is the deduplication receipt (-1,-1)
     expected = commands.send_receipt_protobuf(pid, seq, ledger, entry, highest)
     assert commands.send_receipt(pid, seq, ledger, entry, highest) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**64 - 1),
+       st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1), st.integers(-1, 2**63 - 1),
+                          st.booleans()), min_size=1, max_size=5))
+def test_receipt_encoder_matches_protobuf(pid: int, receipts: list[tuple[int, int, int, bool]]) -> None:
+    encoder = commands.ReceiptEncoder(pid)  # one per producer, reused across ledgers
+    for seq, ledger, entry, same_highest in receipts:
+        highest = seq if same_highest else (seq + 7) % 2**64
+        expected = commands.send_receipt_protobuf(pid, seq, ledger, entry, highest)
+        assert encoder.encode(seq, ledger, entry, highest) == expected
