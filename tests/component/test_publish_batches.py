@@ -1,0 +1,96 @@
+"""The SENDs of one read are stored together, per producer (connection.py / producer.py).
+
+These tests put many frames into one write so that they arrive in one read, and check what a
+client can see: receipts in order with consecutive positions, per-message deduplication inside a
+batch, and SENDs accepted before a bad frame still stored with nothing left accounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from broker.embedded import Broker
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame
+
+
+def frames(*pairs: tuple[pb.BaseCommand, bytes | None]) -> bytes:
+    return b"".join(commands.frame_with_payload(c, p) if p is not None else commands.frame(c) for c, p in pairs)
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not condition():  # noqa: ASYNC110 - broker internals have no events to await
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def open_producers(c: WireClient, topics: list[str]) -> None:
+    await c.connect()
+    for i, topic in enumerate(topics, 1):
+        c.send(producer_cmd(topic, producer_id=i, request_id=i))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+
+
+async def test_interleaved_producers_in_one_read_get_ordered_consecutive_receipts() -> None:
+    async with Broker() as b:
+        c = await WireClient.open(port_of(b))
+        await open_producers(c, ["persistent://public/default/batch-a", "persistent://public/default/batch-b"])
+        burst = [send_frame(pid, seq, b"m%d" % seq) for seq in range(30) for pid in (1, 2)]
+        c.writer.write(frames(*burst))
+        receipts: dict[int, list[tuple[int, int, int]]] = {1: [], 2: []}
+        for _ in range(60):
+            r = await c.recv()
+            assert r.type == T.SEND_RECEIPT, r
+            rc = r.send_receipt
+            receipts[rc.producer_id].append((rc.sequence_id, rc.message_id.ledgerId, rc.message_id.entryId))
+        for got in receipts.values():
+            assert [seq for seq, _, _ in got] == list(range(30))
+            assert len({ledger for _, ledger, _ in got}) == 1
+            assert [entry for _, _, entry in got] == list(range(30))
+        assert b.server is not None
+        conn = next(iter(b.server.connections))
+        assert conn.pending_sends == 0 and b.server.publish_buffer_bytes == 0
+        c.close()
+
+
+async def test_deduplication_decides_per_message_inside_a_batch() -> None:
+    async with Broker(brokerDeduplicationEnabled=True) as b:
+        c = await WireClient.open(port_of(b))
+        await open_producers(c, ["persistent://public/default/batch-dedup"])
+        c.writer.write(frames(*(send_frame(1, seq, b"d") for seq in (0, 1, 1, 2, 0))))
+        stored: list[int] = []
+        refused: list[int] = []
+        for _ in range(5):
+            r = await c.recv()
+            if r.type == T.SEND_RECEIPT:
+                stored.append(r.send_receipt.sequence_id)
+            else:
+                assert r.type == T.SEND_ERROR and r.send_error.error == pb.ServerError.PersistenceError, r
+                refused.append(r.send_error.sequence_id)
+        # the repeats were not stored: their first copies were still on their way to storage
+        assert stored == [0, 1, 2] and sorted(refused) == [0, 1]
+        c.writer.write(frames(send_frame(1, 1, b"d")))  # stored by now: acknowledged as (-1, -1)
+        r = await c.recv()
+        assert r.type == T.SEND_RECEIPT and r.send_receipt.sequence_id == 1
+        assert r.send_receipt.message_id.ledgerId == (1 << 64) - 1  # -1 as uint64
+        c.close()
+
+
+async def test_sends_before_a_bad_frame_are_stored_and_accounted() -> None:
+    async with Broker() as b:
+        assert b.server is not None
+        c = await WireClient.open(port_of(b))
+        topic = "persistent://public/default/batch-then-garbage"
+        await open_producers(c, [topic])
+        garbage = b"\x00\x00\x00\x0a\x00\x00\x00\x06\xff\xff\xff\xff\xff\xff"  # undecodable command
+        c.writer.write(frames(*(send_frame(1, seq, b"g") for seq in range(5))) + garbage)
+        assert await c.closed_by_broker()
+        await eventually(lambda: b.server is not None and b.server.publish_buffer_bytes == 0
+                         and not b.server.connections, "the connection's sends to settle")
+        ledger = b.server.service.topics[topic].ledger  # type: ignore[union-attr]
+        await eventually(lambda: ledger.number_of_entries == 5, "the five SENDs to be stored")
