@@ -12,6 +12,10 @@ changes nothing when it runs.
 
 The dispatcher owns its read loop: at most one read outstanding, and the entries of a read are
 fully handed to consumers before the next read is issued, so order is kept.
+
+Reads are sized in entries but permits count messages, and a batch entry holds many messages.
+A read asks for about ``permits / average messages per entry`` entries (Pulsar's precise
+dispatcher flow control), so a consumer with 1000 permits is not sent 100 batches of 500.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Dispatcher(ConsumerMembers, ABC):
         self.cursor = subscription.cursor
         self.lane = Lane()
         self.max_read_batch = max_read_batch
+        # Moving average of messages per dispatched entry (0: none dispatched yet).
+        self.avg_messages_per_entry = 0.0
         self.read_outstanding = False
         # Bumped whenever the cursor is moved under a read (rewind/seek); stale completions are dropped.
         self.read_epoch = 0
@@ -97,6 +103,17 @@ class Dispatcher(ConsumerMembers, ABC):
 
     @abstractmethod
     def _read_more(self) -> None: ...
+
+    def entries_to_read(self, permits: int) -> int:
+        """How many entries a read for ``permits`` messages should ask for (at least one)."""
+        avg = self.avg_messages_per_entry
+        return max(1, min(self.max_read_batch, int(permits / avg) if avg > 1 else permits))
+
+    def note_dispatched(self, entries: int, messages: int) -> None:
+        if entries:
+            sample = messages / entries
+            avg = self.avg_messages_per_entry
+            self.avg_messages_per_entry = sample if avg == 0 else 0.5 * avg + 0.5 * sample
 
     def _begin_read(self) -> int:
         self.read_outstanding = True

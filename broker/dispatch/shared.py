@@ -178,7 +178,7 @@ class SharedDispatcher(Dispatcher):
     def _read_more(self) -> None:
         if self.total_permits <= 0 or not self._any_available():
             return
-        n = min(max(self.total_permits, 1), self.max_read_batch)
+        n = self.entries_to_read(self.total_permits)
         epoch = self._begin_read()
         if self.replay and not self._replay_stalled:
             positions = self._take_replay(n)
@@ -198,6 +198,7 @@ class SharedDispatcher(Dispatcher):
         per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
         undelivered: list[Position] = []
         dispatched = 0
+        sent_messages = 0
         for entry, meta in self.filter_markers(entries):
             pos = entry.position
             if meta.deliver_at_time > now_ms and not replaying:
@@ -209,6 +210,7 @@ class SharedDispatcher(Dispatcher):
                 continue
             messages, ack_set = state(pos, meta.num_messages)
             self.take_permits(consumer, messages)
+            sent_messages += messages
             self._dispatched(consumer, pos, meta)
             slot = per_consumer.get(id(consumer))
             if slot is None:
@@ -217,6 +219,7 @@ class SharedDispatcher(Dispatcher):
             dispatched += 1
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
+        self.note_dispatched(dispatched, sent_messages)
         if undelivered:
             self.add_to_replay(undelivered)
         kicked, self._kicked_during_read = self._kicked_during_read, False

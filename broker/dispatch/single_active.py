@@ -100,7 +100,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
             self._serve_compacted(active, view)
             return
-        n = min(active.permits, self.max_read_batch)
+        n = self.entries_to_read(active.permits)
         epoch = self._begin_read()
         self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc))
 
@@ -115,11 +115,19 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             return
         state = self.subscription.delivery_state
         deliveries = []
+        budget = target.permits
         for entry, meta in self.filter_markers(entries):
+            if budget <= 0:
+                # Out of permits (the read was sized on an average): the rest is read again later.
+                self.cursor.seek(entry.position)
+                break
             messages, ack_set = state(entry.position, meta.num_messages)
             deliveries.append(Delivery(entry, messages, 0, ack_set))
+            budget -= messages
         if deliveries:
-            self.take_permits(target, target.send_entries(deliveries))
+            sent = target.send_entries(deliveries)
+            self.take_permits(target, sent)
+            self.note_dispatched(len(deliveries), sent)
         self.trigger_read()
 
     def _serve_compacted(self, target: Consumer, view: CompactedView) -> None:

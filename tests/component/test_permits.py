@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from broker.config import BrokerConfig
 from broker.dispatch.shared import SharedDispatcher
+from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.consumer import Consumer
 from broker.service.subscription import Subscription
@@ -451,3 +452,52 @@ def _owner_with(d: Any, consumers: list[Consumer], key_hash: int) -> Consumer | 
     d.consumers[:] = saved
     d._rebuild_ring()
     return owner  # type: ignore[no-any-return]
+
+
+# -- batch entries: permits count messages, reads count entries ---------------------------------------
+
+
+async def exclusive_harness() -> Harness:
+    h = await Harness.create()
+    h.sub.topic.compacted_view = None  # type: ignore[attr-defined]
+    h.dispatcher = SingleActiveConsumerDispatcher(h.sub, max_read_batch=100, failover=False)  # type: ignore[assignment]
+    h.sub.dispatcher = h.dispatcher
+    return h
+
+
+async def test_exclusive_stops_at_permits_with_batch_entries() -> None:
+    h = await exclusive_harness()
+    d = h.dispatcher
+    h.publish(30, batch=100)
+    c = h.consumer()
+    d.add_consumer(c)
+    d.flow(c, 1000)  # the first read asks for 100 entries: nothing tells it entries are batches yet
+    await drain_lane()
+    assert (c.msg_out, c.permits) == (1000, 0)  # ten entries, not a hundred
+    d.flow(c, 150)  # an entry that does not fit whole still goes out (permits go negative)
+    await drain_lane()
+    assert (c.msg_out, c.permits) == (1200, -50)
+    d.flow(c, 250)
+    await drain_lane()
+    assert (c.msg_out, c.permits) == (1400, 0)
+    # nothing skipped or repeated by the reads that stopped early
+    assert [p.entry_id for p in sorted(c.pending_acks)] == list(range(14))
+    assert d.avg_messages_per_entry == 100
+    h.check()
+
+
+async def test_shared_sizes_reads_by_messages_per_entry() -> None:
+    h = await Harness.create()
+    d = h.dispatcher
+    h.publish(40, batch=50)
+    c = h.consumer()
+    d.add_consumer(c)
+    d.flow(c, 100)
+    await drain_lane()
+    assert c.msg_out == 100  # two entries; the rest waits in the log or the replay set
+    d.flow(c, 500)
+    await drain_lane()
+    assert c.msg_out == 600
+    assert d.entries_to_read(500) == 10  # learnt: 50 messages per entry
+    assert [p.entry_id for p in sorted(c.pending_acks)] == list(range(12))
+    h.check()
