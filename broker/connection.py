@@ -162,6 +162,9 @@ class Connection(asyncio.Protocol):
             log.debug("ignoring a command of unknown type from %s", self.remote_address)
             return
         t = cmd.type
+        if t == _SEND and self.state is State.CONNECTED:  # the hot path first
+            self.cnx.handle_send(cmd, payload)
+            return
         if t == _PING:
             self.write(commands.PONG)
             return

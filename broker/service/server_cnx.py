@@ -66,6 +66,7 @@ class ServerCnx:
         self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
         # producers the broker closed: their in-flight SENDs are dropped, not fatal
         self._closed_producer_ids: set[int] = set()
+        self._max_payload = service.config.maxMessageSize + ENTRY_OVERHEAD
         # Producers with SENDs queued in this read (see flush_sends).
         self.open_batches: list[Producer] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -304,7 +305,7 @@ class ServerCnx:
             self.write(commands.send_error(c.producer_id, seq, E.ChecksumError, "Checksum failed on the broker"))
             return
         # Chunks are exempt (as in Pulsar): the frame limit already bounds them.
-        if not c.is_chunk and len(payload) > self.service.config.maxMessageSize + ENTRY_OVERHEAD:
+        if not c.is_chunk and len(payload) > self._max_payload:
             self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
             return
         highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else seq
