@@ -26,6 +26,7 @@ from broker.protocol.limits import MAGIC_CRC32C, MIN_TOTAL_SIZE
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _HEADER = struct.Struct(">II")
+_SEND = int(pb.BaseCommand.Type.SEND)
 
 
 # BaseCommand.Type value -> name of the sub-message field carrying it (same number, by design).
@@ -113,7 +114,14 @@ class FrameDecoder:
             command.ParseFromString(view[pos + 8 : cmd_end])  # type: ignore[arg-type]  # upb takes buffers
         except DecodeError as exc:
             raise ProtocolError(f"undecodable command: {exc}") from None
-        if not command.IsInitialized():
+        if command.type == _SEND and command.HasField("send"):
+            # The hottest command, checked field by field (IsInitialized costs twice as much):
+            # its required fields, and message_id, its only sub-message (which has required fields).
+            send = command.send
+            if not (send.HasField("producer_id") and send.HasField("sequence_id")) or (
+                    send.HasField("message_id") and not send.message_id.IsInitialized()):
+                raise ProtocolError("SEND lacks required fields")
+        elif not command.IsInitialized():
             missing = command.FindInitializationErrors()  # type: ignore[attr-defined]
             if missing == ["type"] and len(UnknownFieldSet(command)):
                 # A command type this definition does not know (a newer client): proto2 keeps the
@@ -122,7 +130,7 @@ class FrameDecoder:
                 self._need = 4
                 return Frame(command, None)
             raise ProtocolError(f"command lacks required fields: {', '.join(missing)}")
-        if command.type in _FIELD_FOR_TYPE and command_body(command) is None:
+        elif command.type in _FIELD_FOR_TYPE and command_body(command) is None:
             raise ProtocolError(f"command of type {command.type} lacks its body")
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None
         self._pos = end

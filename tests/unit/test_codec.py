@@ -195,3 +195,34 @@ def test_receipt_encoder_matches_protobuf(pid: int, receipts: list[tuple[int, in
         highest = seq if same_highest else (seq + 7) % 2**64
         expected = commands.send_receipt_protobuf(pid, seq, ledger, entry, highest)
         assert encoder.encode(seq, ledger, entry, highest) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_send_required_fields_fast_check_agrees_with_is_initialized(
+        has_producer: bool, has_seq: bool, has_highest: bool, has_mid: bool, mid_ledger: bool, mid_entry: bool) -> None:
+    cmd = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    send = cmd.send
+    send.SetInParent()
+    if has_producer:
+        send.producer_id = 1
+    if has_seq:
+        send.sequence_id = 2
+    if has_highest:
+        send.highest_sequence_id = 3
+    if has_mid:
+        send.message_id.SetInParent()
+        if mid_ledger:
+            send.message_id.ledgerId = 4
+        if mid_entry:
+            send.message_id.entryId = 5
+    body = cmd.SerializePartialToString()  # may lack required fields on purpose
+    data = struct.pack(">II", 4 + len(body) + 7, len(body)) + body + b"payload"
+    decoder = FrameDecoder(1 << 20)
+    decoder.feed(data)
+    if cmd.IsInitialized():
+        frame = decoder.next_frame()
+        assert frame is not None and frame.command == cmd
+    else:
+        with pytest.raises(ProtocolError):
+            decoder.next_frame()
