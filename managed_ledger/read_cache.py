@@ -29,14 +29,26 @@ CacheKey = tuple[int, int, int]  # (managed ledger instance id, ledger id, entry
 
 
 class ReadCache:
+    """LRU by bytes. Dropping a closed ledger's entries is lazy: they are marked dead (their owner
+    id is never used again, so nobody reads them) and leave by LRU eviction, or in one sweep once
+    dead entries are half the cache. Closing a topic used to scan the whole cache, which made
+    closing 1000 topics with a full cache cost seconds."""
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.size = 0  # bytes accounted for the entries held now
+        self.size = 0  # bytes accounted for the entries held now (dead ones included)
         self._entries: OrderedDict[CacheKey, bytes] = OrderedDict()
+        self._count: dict[int, int] = {}  # entries held per owner
+        self._dead: set[int] = set()  # owners dropped while they still had entries here
+        self._dead_entries = 0
         self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def dead_entries(self) -> int:
+        return self._dead_entries
 
     def get(self, owner: int, position: Position) -> Entry | None:
         key = (owner, position[0], position[1])
@@ -55,12 +67,11 @@ class ReadCache:
         old = entries.pop(key, None)
         if old is not None:
             self.size -= len(old) + ENTRY_OVERHEAD
+        else:
+            self._count[owner] = self._count.get(owner, 0) + 1
         entries[key] = data
         self.size += cost
-        while self.size > self.max_bytes:
-            _, evicted = entries.popitem(last=False)
-            self.size -= len(evicted) + ENTRY_OVERHEAD
-            self.evictions += 1
+        self._evict()
 
     def put_run(self, owner: int, first: Position, data: list[bytes]) -> None:
         """Entries at consecutive entry ids from ``first`` (just added: not cached yet)."""
@@ -68,20 +79,53 @@ class ReadCache:
         ledger_id, entry_id = first
         max_bytes = self.max_bytes
         added = 0
+        stored = 0
         for d in data:
             cost = len(d) + ENTRY_OVERHEAD
             if cost <= max_bytes:
                 entries[(owner, ledger_id, entry_id)] = d
                 added += cost
+                stored += 1
             entry_id += 1
+        self._count[owner] = self._count.get(owner, 0) + stored
         self.size += added
-        while self.size > max_bytes:
-            _, evicted = entries.popitem(last=False)
+        self._evict()
+
+    def _evict(self) -> None:
+        entries = self._entries
+        while self.size > self.max_bytes:
+            (owner, _, _), evicted = entries.popitem(last=False)
             self.size -= len(evicted) + ENTRY_OVERHEAD
             self.evictions += 1
+            self._forget_one(owner)
+
+    def _forget_one(self, owner: int) -> None:
+        left = self._count[owner] - 1
+        if owner in self._dead:
+            self._dead_entries -= 1
+            if not left:
+                self._dead.discard(owner)
+        if left:
+            self._count[owner] = left
+        else:
+            del self._count[owner]
 
     def drop_owner(self, owner: int) -> None:
         """Forget every entry of one managed ledger instance (closed or deleted)."""
-        doomed = [key for key in self._entries if key[0] == owner]
-        for key in doomed:
-            self.size -= len(self._entries.pop(key)) + ENTRY_OVERHEAD
+        held = self._count.get(owner, 0)
+        if not held or owner in self._dead:
+            return
+        self._dead.add(owner)
+        self._dead_entries += held
+        if self._dead_entries * 2 >= len(self._entries):
+            self._sweep()
+
+    def _sweep(self) -> None:
+        dead = self._dead
+        entries = self._entries
+        for key in [k for k in entries if k[0] in dead]:
+            self.size -= len(entries.pop(key)) + ENTRY_OVERHEAD
+        for owner in dead:
+            self._count.pop(owner, None)
+        dead.clear()
+        self._dead_entries = 0

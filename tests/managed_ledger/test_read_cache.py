@@ -1,0 +1,68 @@
+"""The file ledger's read cache: LRU by bytes, runs of fresh entries, lazy dropping of owners."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from managed_ledger.position import Position
+from managed_ledger.read_cache import ENTRY_OVERHEAD, ReadCache
+
+
+def check(cache: ReadCache) -> None:
+    held = list(cache._entries.items())
+    assert cache.size == sum(len(d) + ENTRY_OVERHEAD for _, d in held)
+    assert cache.size <= cache.max_bytes
+    assert sum(cache._count.values()) == len(held)
+    for owner, n in cache._count.items():
+        assert n == sum(1 for (o, _, _), _ in held if o == owner) > 0
+    assert cache.dead_entries == sum(1 for (o, _, _), _ in held if o in cache._dead)
+
+
+def test_least_recently_used_goes_first() -> None:
+    cache = ReadCache(3 * (10 + ENTRY_OVERHEAD))
+    cache.put_run(1, Position(5, 0), [b"a" * 10, b"b" * 10, b"c" * 10])
+    assert cache.get(1, Position(5, 0)) is not None  # now the most recently used
+    cache.put(1, Position(5, 3), b"d" * 10)
+    assert cache.get(1, Position(5, 1)) is None  # the oldest untouched one left
+    assert [cache.get(1, Position(5, i)) is not None for i in (0, 2, 3)] == [True, True, True]
+    assert cache.evictions == 1
+    check(cache)
+
+
+def test_dropped_owner_is_swept_once_dead_entries_are_half() -> None:
+    cache = ReadCache(1 << 20)
+    for owner in range(4):
+        cache.put_run(owner, Position(1, 0), [b"x"] * 10)
+    cache.drop_owner(0)
+    assert cache.dead_entries == 10 and len(cache) == 40  # lazily: nothing scanned yet
+    check(cache)
+    cache.drop_owner(1)  # 20 of 40 dead: one sweep takes them all
+    assert cache.dead_entries == 0 and len(cache) == 20
+    assert cache.get(2, Position(1, 0)) is not None
+    check(cache)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["run", "put", "get", "drop"]), st.integers(0, 5),
+                          st.integers(0, 30), st.integers(1, 6)), max_size=60))
+def test_accounting_holds_under_any_sequence(ops: list[tuple[str, int, int, int]]) -> None:
+    cache = ReadCache(12 * (20 + ENTRY_OVERHEAD))
+    next_entry: dict[int, int] = {}
+    dropped: set[int] = set()
+    for op, owner, arg, n in ops:
+        if owner in dropped:
+            owner += 100 + len(dropped)  # owner ids are never reused after a drop
+        if op == "run":
+            first = next_entry.get(owner, 0)
+            cache.put_run(owner, Position(1, first), [bytes([arg]) * (arg % 20 + 1)] * n)
+            next_entry[owner] = first + n
+        elif op == "put":
+            cache.put(owner, Position(2, arg), b"p" * (arg % 20))
+        elif op == "get":
+            entry = cache.get(owner, Position(1, arg))
+            assert entry is None or entry.position == Position(1, arg)
+        else:
+            cache.drop_owner(owner)
+            dropped.add(owner)
+        check(cache)
