@@ -22,6 +22,9 @@ class FileHandle(Protocol):
     def write(self, data: bytes) -> None:
         """Append all of data at the end of the file (handles are append-only)."""
 
+    def write_parts(self, parts: list[bytes]) -> None:
+        """Append the concatenation of parts (one gathering write: nothing is joined in memory)."""
+
     def pread(self, size: int, offset: int) -> bytes:
         """Up to size bytes from offset (fewer at the end of the file)."""
 
@@ -67,6 +70,9 @@ class FileSystem(Protocol):
     def fsync_dir(self, path: str) -> None: ...
 
 
+# Buffers per writev call (the kernel's limit, usually 1024).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
 TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garbage after a crash
 
 
@@ -81,6 +87,14 @@ class _OsFile:
         while view:  # os.write may write less than asked (e.g. just before the disk is full)
             written = os.write(self._fd, view)
             view = view[written:]
+
+    def write_parts(self, parts: list[bytes]) -> None:
+        for start in range(0, len(parts), _IOV_MAX):
+            chunk = parts[start : start + _IOV_MAX]
+            written = os.writev(self._fd, chunk)
+            expected = sum(map(len, chunk))
+            if written < expected:  # a short write (rare): finish this chunk byte-wise
+                self.write(b"".join(chunk)[written:])
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self._fd, size, offset)

@@ -49,6 +49,7 @@ HEADER_SIZE = _HEADER.size + 4  # + CRC32C
 _RECORD = struct.Struct(">II")  # length, CRC32C
 RECORD_HEADER_SIZE = _RECORD.size
 _LENGTH = struct.Struct(">I")
+_RECORD_HEADER = struct.Struct(">II")  # length, crc32c(length + data)
 
 # Larger than any entry the broker accepts (maxMessageSize is 5 MiB by default, Pulsar's cap is
 # the frame size); a length field above this is corruption, not data.
@@ -91,21 +92,15 @@ def decode_header(data: bytes) -> tuple[int, float] | None:
     return ledger_id, created_at
 
 
-def encode_record(data: bytes) -> bytes:
-    length = _LENGTH.pack(len(data))
-    return length + _LENGTH.pack(crc32c(data, crc32c(length))) + data
-
-
-def encode_records(data: list[bytes], sizes: list[int]) -> bytes:
-    """The records of several entries, back to back (what ``encode_record`` gives for each)."""
-    if len(data) == 1:
-        return encode_record(data[0])
+def encode_records(data: list[bytes], sizes: list[int]) -> list[bytes]:
+    """The records of several entries, back to back, as (header, data) parts: the writer hands
+    them to one gathering write, so entry data is never copied on its way to the file."""
     pack = _LENGTH.pack
+    record_header = _RECORD_HEADER.pack
     parts: list[bytes] = []
     for d, n in zip(data, sizes, strict=True):
-        length = pack(n)
-        parts += (length, pack(crc32c(d, crc32c(length))), d)
-    return b"".join(parts)
+        parts += (record_header(n, crc32c(d, crc32c(pack(n)))), d)
+    return parts
 
 
 class SegmentIndex:

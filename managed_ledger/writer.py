@@ -66,6 +66,7 @@ class _Op:
     done: Done
     path: str = ""
     data: bytes = b""
+    parts: list[bytes] | None = None  # appends: the records, as parts for one gathering write
     task: Callable[[], None] | None = None
     truncations: tuple[tuple[str, int], ...] = ()
 
@@ -105,9 +106,10 @@ class GroupCommitWriter:
             with self._cond:
                 self._cond.notify()
 
-    def append(self, owner: Owner, path: str, record: bytes, done: Done) -> None:
-        """Append record to the open segment path; done(None) once it is durable."""
-        self._submit(_Op("append", owner, done, path, record))
+    def append(self, owner: Owner, path: str, records: list[bytes], done: Done) -> None:
+        """Append records (the concatenation of the parts) to the open segment path; done(None)
+        once they are durable."""
+        self._submit(_Op("append", owner, done, path, parts=records))
 
     def create(self, owner: Owner, path: str, header: bytes, done: Done) -> None:
         """Create the segment path (must not exist) with its header, durable with its dir entry."""
@@ -227,17 +229,20 @@ class GroupCommitWriter:
             for k in range(i, j):
                 errors[k] = missing
             return
-        data = op.data if j == i + 1 else b"".join(batch[k].data for k in range(i, j))
+        parts: list[bytes] = []
+        for k in range(i, j):
+            parts += batch[k].parts or ()
         try:
-            segment.handle.write(data)
+            segment.handle.write_parts(parts)
         except OSError as exc:
             for k in range(i, j):
                 errors[k] = exc
             self._fail_owner(segment.owner, exc, unsynced, errors)
             return
-        segment.written += len(data)
+        nbytes = sum(map(len, parts))
+        segment.written += nbytes
         unsynced.setdefault(segment, []).extend(range(i, j))
-        self._stats.add(bytes_written_total=len(data))
+        self._stats.add(bytes_written_total=nbytes)
 
     def _sync_segment(self, segment: _Segment, unsynced: dict[_Segment, list[int]],
                       errors: list[BaseException | None]) -> None:

@@ -301,6 +301,9 @@ class _Handle:
             self._fs._check("write", self._path, mutating=True)
             self._inode.data += data
 
+    def write_parts(self, parts: list[bytes]) -> None:
+        self.write(b"".join(parts))
+
     def pread(self, size: int, offset: int) -> bytes:
         with self._fs._lock:
             self._fs._check("read", self._path, mutating=False)

@@ -49,10 +49,10 @@ def test_dropped_owner_is_swept_once_dead_entries_are_half() -> None:
 def test_accounting_holds_under_any_sequence(ops: list[tuple[str, int, int, int]]) -> None:
     cache = ReadCache(12 * (20 + ENTRY_OVERHEAD))
     next_entry: dict[int, int] = {}
-    dropped: set[int] = set()
-    for op, owner, arg, n in ops:
-        if owner in dropped:
-            owner += 100 + len(dropped)  # owner ids are never reused after a drop
+    current = {k: k for k in range(6)}  # slot -> owner id; a dropped owner's slot gets a new id
+    fresh = 6
+    for op, slot, arg, n in ops:
+        owner = current[slot]
         if op == "run":
             first = next_entry.get(owner, 0)
             cache.put_run(owner, Position(1, first), [bytes([arg]) * (arg % 20 + 1)] * n)
@@ -64,5 +64,6 @@ def test_accounting_holds_under_any_sequence(ops: list[tuple[str, int, int, int]
             assert entry is None or entry.position == Position(1, arg)
         else:
             cache.drop_owner(owner)
-            dropped.add(owner)
+            current[slot] = fresh  # owner ids are never reused after a drop
+            fresh += 1
         check(cache)
