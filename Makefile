@@ -40,6 +40,7 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q pulsar-lite
 	$(PY) -m bench.compare $(BENCH_ARGS)
+	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
 
 clean:
