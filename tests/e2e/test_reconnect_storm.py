@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 import pulsar
-import pytest
 from pulsar import ConsumerType
 
 from broker.embedded import BrokerThread
@@ -129,9 +128,8 @@ def test_key_shared_reconnect_storm_keeps_key_order() -> None:
         run_storm(broker, ConsumerType.KeyShared, keyed=True)
 
 
-@pytest.mark.slow
 def test_key_shared_reconnect_storm_keeps_key_order_file_storage(pulsar_broker_fresh: BrokerThread) -> None:
     """With file storage, replay reads complete later (disk); about one run in 20 used to show a key out
     of order, fixed by the replay-order rule in key_shared.py (deterministic test in
-    tests/component/test_permits.py). Kept in the slow tier until it has many clean runs."""
+    tests/component/test_permits.py). Back in make test after 35 clean runs in a row."""
     run_storm(pulsar_broker_fresh, ConsumerType.KeyShared, keyed=True)
