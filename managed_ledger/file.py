@@ -252,8 +252,8 @@ def _read_name(fs: FileSystem, directory: str) -> str | None:
 def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
     """A new managed ledger's directory, durable with its name before any segment is created."""
     fs.makedirs(join(directory, CURSORS))
+    # Syncs the name file and then the directory, which makes the cursors entry durable too.
     fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
-    fs.fsync_dir(directory)
     fs.fsync_dir(_parent_dir(directory))
 
 
