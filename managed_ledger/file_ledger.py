@@ -1,10 +1,10 @@
 """A file-backed managed ledger (see ``file`` for the factory and the overall design).
 
 Adds: ``add_entry`` assigns the position at once (positions follow call order), puts the entry
-in the cache and queues its record with the writer thread; the callback runs after the record
-is synced. Only then does ``last_confirmed_entry`` move, so readers never see an entry that a
-crash could take back. ``number_of_entries``, ``total_size`` and ``ledgers_info`` count queued
-entries too.
+in the cache (when the ledger has cursors) and queues its record with the writer thread; the
+callback runs after the record is synced. Only then does ``last_confirmed_entry`` move, so
+readers never see an entry that a crash could take back. ``number_of_entries``, ``total_size``
+and ``ledgers_info`` count queued entries too.
 
 Write failures: the first failed add fences the managed ledger. Every add queued after it fails
 too (the writer guarantees that confirmed adds are a prefix), the bookkeeping is cut back to
@@ -264,7 +264,11 @@ class FileManagedLedger(BaseManagedLedger):
             return
         first = self._map.record_adds(len(data), sum(sizes))
         self._indexes[first.ledger_id].extend(sizes)
-        self._reader.remember(first, data)
+        if self._cursors or self._non_durable:
+            # Cached for readers that tail the log. With no cursor at all nobody reads soon (as in
+            # Pulsar, which caches an add only when there are active cursors): skipping the cache
+            # spares memory churn and CPU on publish-only topics.
+            self._reader.remember(first, data)
         self._writer.append(self, self._segment_path(first.ledger_id), segment.encode_records(data, sizes),
                             partial(self._add_done, first, len(data), callback))
         if self._current_ledger_is_full():

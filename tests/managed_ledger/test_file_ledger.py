@@ -531,3 +531,19 @@ async def test_close_joins_every_thread(tmp_path: Path) -> None:
     assert len(threads) >= 2
     await factory.close()
     assert not any(t.is_alive() for t in threads)
+
+
+async def test_adds_are_cached_only_while_the_ledger_has_cursors(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await add_all(ml, 5)  # publish-only: nobody to read it soon
+    assert len(factory.cache) == 0
+    cursor = ml.new_non_durable_cursor(ml.last_confirmed_entry, "tail")
+    ps = await add_all(ml, 3)
+    assert len(factory.cache) == 3
+    assert [e.data for e in await cursor.read_entries_async(10)] == [b"m0", b"m1", b"m2"]
+    assert factory.stats.cache_misses_total == 0 and ps[-1] == ml.last_confirmed_entry
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "from-start")  # the first five come from disk
+    assert len(await reader.read_entries_async(10)) == 8
+    assert factory.stats.cache_misses_total == 5
+    await factory.close()
