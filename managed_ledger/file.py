@@ -162,10 +162,11 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             directory = join(self._ml_dir, encode_name(name))
             await self._run_on_writer(partial(_create_directory, self.fs, directory, name))
             self._names[name] = directory
-        loop = asyncio.get_running_loop()
-        recovered = await loop.run_in_executor(
-            self.pool, file_layout.recover_directory, self.fs, directory, self.stats
-        )
+            recovered = file_layout.Recovered()  # just created: no segments, no cursors to scan
+        else:
+            recovered = await asyncio.get_running_loop().run_in_executor(
+                self.pool, file_layout.recover_directory, self.fs, directory, self.stats
+            )
         ledger = FileManagedLedger(self, name, directory, config, recovered)
         await ledger._start()
         return ledger
