@@ -37,7 +37,7 @@ from managed_ledger.api import (
     ManagedLedgerFactory,
 )
 from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
-from managed_ledger.file_layout import CURSORS, NAME_FILE, encode_name, join
+from managed_ledger.file_layout import CURSORS, NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock
@@ -121,7 +121,11 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             files = fs.listdir(directory)
             ids = [i for i in map(segment.ledger_id_of, files) if i is not None]
             highest = max([highest, *ids])
-            name = _read_name(fs, directory)
+            # The directory's name spells the ledger's name, except for long names (hashed),
+            # which a "name" file inside records.
+            name = decode_name(entry)
+            if name is None:
+                name = _read_name(fs, directory)
             if name is None:
                 if not ids:  # a creation the crash interrupted: nothing in it
                     fs.remove_tree(directory)
@@ -251,10 +255,15 @@ def _read_name(fs: FileSystem, directory: str) -> str | None:
 
 
 def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
-    """A new managed ledger's directory, durable with its name before any segment is created."""
+    """A new managed ledger's directory, durable (with its name) before any segment is created.
+
+    The directory's own name spells the ledger's name, so only a long (hashed) name needs a
+    "name" file. The entries inside (cursors/, and name) become durable with the first segment:
+    creating it syncs this directory, and nothing is stored before that.
+    """
     fs.makedirs(join(directory, CURSORS))
-    # Syncs the name file and then the directory, which makes the cursors entry durable too.
-    fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
+    if decode_name(posixpath.basename(directory)) != name:
+        fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
     fs.fsync_dir(_parent_dir(directory))
 
 

@@ -151,6 +151,16 @@ async def test_ledger_ids_never_go_back(tmp_path: Path) -> None:
     await factory.close()
 
 
+def _names_with_name_file(root: Path, names: list[str]) -> list[str]:
+    ml_dir = next(root.rglob(encode_name(names[0]))).parent
+    return sorted(n for n in names if (ml_dir / encode_name(n) / "name").exists())
+
+
+def _make_ledger_directory(root: Path, name: str) -> None:
+    ml_dir = next(p for p in root.rglob("*") if p.is_dir() and p.name == "ml")
+    (ml_dir / encode_name(name) / "cursors").mkdir(parents=True)
+
+
 async def test_names_are_encoded_safely(tmp_path: Path) -> None:
     factory = make(tmp_path)
     names = ["a/b/../c", ".hidden", "x" * 400, "üñí/çødé", "%2F"]
@@ -158,7 +168,13 @@ async def test_names_are_encoded_safely(tmp_path: Path) -> None:
         await (await factory.open(name)).add_entry_async(name.encode()[:10])
     await factory.close()
     assert all("/" not in encode_name(n) and not encode_name(n).startswith(".") for n in names)
+    # Only the hashed (too long) name needs a file inside its directory to tell the real name.
+    assert _names_with_name_file(tmp_path, names) == ["x" * 400]
+    _make_ledger_directory(tmp_path, "created-then-crashed")  # a crash before its first segment
     factory = make(tmp_path)
+    assert "created-then-crashed" in factory.list_names()
+    assert await read_all(await factory.open("created-then-crashed")) == []
+    await factory.delete("created-then-crashed")
     assert factory.list_names() == sorted(names)
     for name in names:
         assert [e.data for e in await read_all(await factory.open(name))] == [name.encode()[:10]]
