@@ -384,6 +384,12 @@ class ManagedCursor(abc.ABC):
 
     @property
     @abc.abstractmethod
+    def batch_acks(self) -> Mapping[Position, list[int]]:
+        """Partly acknowledged batch entries: position -> ack_set words (bit i set: message i of
+        the batch is still unacknowledged). A live view, kept with the cursor's state."""
+
+    @property
+    @abc.abstractmethod
     def last_active(self) -> float:
         """clock() time of the last read, ack or seek."""
 
@@ -447,6 +453,12 @@ class ManagedCursor(abc.ABC):
 
     @abc.abstractmethod
     def is_acked(self, position: Position) -> bool: ...
+
+    @abc.abstractmethod
+    def set_batch_ack(self, position: Position, ack_set: list[int]) -> None:
+        """Record which messages of a batch entry are still unacknowledged (Pulsar's batch-index
+        ack). Saved with the cursor state; forgotten once the entry is acknowledged (delete or
+        mark-delete) or the cursor is reset. Ignored for acknowledged positions."""
 
     @abc.abstractmethod
     def skip_entries(self, n: int) -> None:

@@ -41,14 +41,23 @@ class CursorRecord:
     mark_delete: Position
     individually_deleted: PositionRangeSet = field(default_factory=PositionRangeSet)
     properties: dict[str, int] = field(default_factory=dict)
+    # Partly acknowledged batch entries (Pulsar's batch-index acks): position -> ack_set words,
+    # a bit set for each message of the batch still unacknowledged. Only unacked positions.
+    batch_acks: dict[Position, list[int]] = field(default_factory=dict)
 
     def raise_floor(self, floor: Position) -> bool:
         """Move the mark-delete up to floor (its ledgers were trimmed under it); True if moved."""
         if self.mark_delete < floor:
             self.mark_delete = floor
             self.individually_deleted.remove_up_to(floor)
+            self.drop_batch_acks_up_to(floor)
             return True
         return False
+
+    def drop_batch_acks_up_to(self, position: Position) -> None:
+        if self.batch_acks:
+            for p in [p for p in self.batch_acks if p <= position]:
+                del self.batch_acks[p]
 
 
 class _ParkedRead(NamedTuple):
@@ -99,6 +108,10 @@ class BaseCursor(ManagedCursor):
     @property
     def individually_deleted(self) -> PositionRangeSet:
         return self._record.individually_deleted
+
+    @property
+    def batch_acks(self) -> Mapping[Position, list[int]]:
+        return self._record.batch_acks
 
     @property
     def properties(self) -> Mapping[str, int]:
@@ -253,6 +266,8 @@ class BaseCursor(ManagedCursor):
         for p in positions:
             if mark_delete < p <= last and ledger_map.is_entry(p):
                 added = record.individually_deleted.add(p) or added
+                if record.batch_acks:
+                    record.batch_acks.pop(p, None)
         if not added:
             return
         self._touch()
@@ -273,6 +288,7 @@ class BaseCursor(ManagedCursor):
             position = first[1]
             deleted.remove_up_to(position)
         record.mark_delete = position
+        record.drop_batch_acks_up_to(position)
         if self._read_position <= position:
             self._read_position = ledger_map.next_valid(position)
         self._touch()
@@ -282,6 +298,14 @@ class BaseCursor(ManagedCursor):
 
     def is_acked(self, position: Position) -> bool:
         return position <= self._record.mark_delete or position in self._record.individually_deleted
+
+    def set_batch_ack(self, position: Position, ack_set: list[int]) -> None:
+        self._check_usable()
+        if self.is_acked(position) or position > self._ledger.last_confirmed_entry:
+            return
+        self._record.batch_acks[position] = list(ack_set)
+        self._touch()
+        self._state_changed()
 
     def skip_entries(self, n: int) -> None:
         if n < 0:
@@ -346,6 +370,7 @@ class BaseCursor(ManagedCursor):
         position = min(position, ledger_map.next_valid(last))
         record = self._record
         record.individually_deleted.clear()
+        record.batch_acks.clear()
         # Never past the last confirmed entry (reset to the end of a fully trimmed log).
         record.mark_delete = min(ledger_map.previous(position), last)
         self._read_position = position

@@ -5,7 +5,8 @@ File ``cursors/<encoded name>.cur`` in the managed ledger's directory::
     0  4  magic b"PMLC"
     4  4  CRC32C of the body
     8  .  body: UTF-8 JSON {"name", "markDelete": [ledger, entry], "properties": {..},
-          "deleted": [[ledger, first, last], ...], "deletedTruncated": bool}
+          "deleted": [[ledger, first, last], ...], "deletedTruncated": bool,
+          "batchAcks": [[ledger, entry, [ack_set words]], ...]}   (absent in older files)
 
 Written with temp file + fsync + rename + fsync(dir), so a reader sees the old state or the new
 one, never a mix. The individually deleted ranges written are bounded (Pulsar's
@@ -50,6 +51,9 @@ def encode(name: str, record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERS
             "properties": record.properties,
             "deleted": ranges,
             "deletedTruncated": truncated,
+            # Bounded like the ranges; a batch left out is redelivered whole after a restart.
+            "batchAcks": [[p.ledger_id, p.entry_id, words]
+                          for p, words in sorted(record.batch_acks.items())[:max_ranges]],
         },
         separators=(",", ":"),
     ).encode()
@@ -76,4 +80,6 @@ def decode(data: bytes) -> StoredCursor:
     for ledger_id, first, last in doc["deleted"]:
         deleted.add_range(int(ledger_id), int(first), int(last))
     properties = {str(k): int(v) for k, v in doc["properties"].items()}
-    return StoredCursor(str(doc["name"]), CursorRecord(mark_delete, deleted, properties))
+    batch_acks = {Position(int(ledger_id), int(entry_id)): [int(w) for w in words]
+                  for ledger_id, entry_id, words in doc.get("batchAcks", [])}
+    return StoredCursor(str(doc["name"]), CursorRecord(mark_delete, deleted, properties, batch_acks))

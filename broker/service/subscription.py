@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from itertools import zip_longest
 from typing import TYPE_CHECKING
 
@@ -52,9 +53,12 @@ class Subscription:
         self.last_acked = 0.0
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
-        # Batch-index acks: entry -> ack_set words, bit i set = message i of the batch still unacked.
-        # Only entries partly acknowledged are here; a full ack removes the entry.
-        self.batch_ack_sets: dict[Position, list[int]] = {}
+
+    @property
+    def batch_ack_sets(self) -> Mapping[Position, list[int]]:
+        """Batch-index acks: entry -> ack_set words, bit i set = message i of the batch still
+        unacked. Only partly acknowledged entries; kept by the cursor (durable with its state)."""
+        return self.cursor.batch_acks
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -124,7 +128,7 @@ class Subscription:
         if not any(w & _U64 for w in merged):
             self.ack_individual(consumer, [pos])
             return
-        self.batch_ack_sets[pos] = merged
+        self.cursor.set_batch_ack(pos, merged)
         remaining = sum((w & _U64).bit_count() for w in merged)
         for c in self.consumers:
             c.set_pending_messages(pos, remaining)
@@ -136,8 +140,6 @@ class Subscription:
                 for other in self.consumers:
                     if other is not consumer and other.remove_pending(p):
                         break
-            if self.batch_ack_sets:
-                self.batch_ack_sets.pop(p, None)
         before = self.cursor.mark_delete_position
         self.cursor.delete(positions)
         self._after_ack(consumer, positions, before)
@@ -146,9 +148,6 @@ class Subscription:
         if self.sub_type in (Sub.Shared, Sub.Key_Shared):
             return  # Pulsar ignores cumulative acks on shared subscriptions
         consumer.remove_pending_up_to(position)
-        if self.batch_ack_sets:
-            for p in [p for p in self.batch_ack_sets if p <= position]:
-                del self.batch_ack_sets[p]
         before = self.cursor.mark_delete_position
         self.cursor.mark_delete(position)
         self._after_ack(consumer, [position], before)
@@ -181,7 +180,6 @@ class Subscription:
         """SEEK: drop consumers (they come back with fresh permits), then move the cursor."""
         self.seek_pending = not self.durable
         self.disconnect_consumers()
-        self.batch_ack_sets.clear()
         self.cursor.reset(position)
         if self.dispatcher is not None:
             self.dispatcher.on_cursor_reset()

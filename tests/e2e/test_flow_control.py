@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pulsar
 from pulsar import ConsumerType
 
+from broker.embedded import BrokerThread
 from tests.e2e.conftest import topic_name
 
 TIMEOUT_S = 30.0
@@ -92,6 +94,34 @@ def test_batch_index_ack_redelivers_only_unacked_messages(client: pulsar.Client)
     except pulsar.Timeout:
         extra = None
     assert extra is None, f"message {extra.data()!r} was acked but came back"
+
+
+def test_batch_index_acks_survive_a_broker_restart(tmp_path: Path) -> None:
+    topic = topic_name("batch-index-restart")
+    with BrokerThread(data_dir=tmp_path) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                          batching_max_publish_delay_ms=1000)
+        consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
+        for i in range(10):
+            producer.send_async(f"{i}".encode(), None)
+        producer.flush()
+        msgs = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
+        for m in msgs[2:5]:
+            consumer.acknowledge(m)
+        consumer.close()  # flushes the grouped acks
+        client.close()
+    with BrokerThread(data_dir=tmp_path) as broker:  # the same data: a restarted broker
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
+        again = sorted(int(consumer.receive(timeout_millis=10_000).data()) for _ in range(7))
+        assert again == [0, 1, 5, 6, 7, 8, 9]
+        try:
+            extra = consumer.receive(timeout_millis=500)
+        except pulsar.Timeout:
+            extra = None
+        assert extra is None, f"message {extra.data()!r} was acked before the restart but came back"
+        client.close()
 
 
 def test_delayed_message_does_not_block_later_ones(client: pulsar.Client) -> None:

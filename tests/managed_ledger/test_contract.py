@@ -786,6 +786,30 @@ async def test_close_and_reopen_keeps_data_and_durable_cursors(factory: ManagedL
     assert again.next_valid_position(ps[-1]) == new
 
 
+async def test_batch_index_acks_are_kept_with_the_cursor(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t", SMALL_KEEP)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 6)
+    c.set_batch_ack(ps[0], [1])
+    c.set_batch_ack(ps[1], [0b1100])
+    c.set_batch_ack(ps[2], [-1, 5])  # ack_set words are int64: negative values too
+    c.set_batch_ack(ps[4], [1])
+    c.mark_delete(ps[0])  # acknowledging an entry forgets its batch state...
+    c.delete([ps[4]])  # ...by mark-delete or individually
+    c.set_batch_ack(ps[0], [1])  # acknowledged: ignored
+    assert dict(c.batch_acks) == {ps[1]: [0b1100], ps[2]: [-1, 5]}
+    await c.flush()
+    await ml.close()
+
+    again = await factory.open("t", SMALL_KEEP)
+    sub = again.cursors["sub"]
+    assert dict(sub.batch_acks) == {ps[1]: [0b1100], ps[2]: [-1, 5]}
+    sub.mark_delete(ps[1])
+    assert dict(sub.batch_acks) == {ps[2]: [-1, 5]}
+    sub.reset(ps[0])
+    assert dict(sub.batch_acks) == {}
+
+
 async def test_cursor_close_and_reopen_handle(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("t", SMALL)
     c = await ml.open_cursor("c", InitialPosition.EARLIEST)
