@@ -100,6 +100,19 @@ class TopicTerminatedError(BrokerError):
     code = E.TopicTerminatedError
 
 
+class ProducerBlockedQuotaExceededError(BrokerError):
+    """Backlog quota, producer_request_hold: the client keeps retrying the producer until the
+    backlog shrinks."""
+
+    code = E.ProducerBlockedQuotaExceededError
+
+
+class ProducerBlockedQuotaExceededException(BrokerError):
+    """Backlog quota, producer_exception: the client fails the producer and its pending sends."""
+
+    code = E.ProducerBlockedQuotaExceededException
+
+
 # -- the broker cannot serve right now (broker's fault, client retries) ------------------------------
 
 class ServiceNotReadyError(BrokerError):

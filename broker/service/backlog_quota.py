@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.dispatch.entry_meta import entry_meta
-from broker.errors import BrokerError
+from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
 from broker.metadata import policies as P
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service import admin_ops
@@ -39,18 +39,6 @@ E = pb.ServerError
 # Pulsar drops a size-evicted backlog to this share of the limit, so eviction does not run again
 # on the very next message.
 EVICTION_TARGET = 0.9
-
-
-class ProducerBlockedQuotaExceededError(BrokerError):
-    """producer_request_hold: the client keeps retrying the producer until the backlog shrinks."""
-
-    code = E.ProducerBlockedQuotaExceededError
-
-
-class ProducerBlockedQuotaExceededException(BrokerError):
-    """producer_exception: the client fails the producer and its pending sends."""
-
-    code = E.ProducerBlockedQuotaExceededException
 
 
 class BacklogQuota(NamedTuple):
