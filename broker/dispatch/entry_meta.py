@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
+import struct
 from typing import NamedTuple
 
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol import pulsar_api_pb2 as pb
 
 NONE_KEY = b"NONE_KEY"
 
@@ -24,20 +25,30 @@ class EntryMeta(NamedTuple):
     is_batch: bool
 
 
+_U32 = struct.Struct(">I")
+_CHECKSUM_MAGIC = b"\x0e\x01"
+
+
 def entry_meta(entry: bytes) -> EntryMeta:
-    md = read_entry_metadata(entry)
+    """Parsed once per dispatched entry. Stored entries were validated when they were published
+    (checksum, metadata with its required fields), so this only locates and parses the metadata."""
+    pos = 6 if entry[:2] == _CHECKSUM_MAGIC else 0
+    (size,) = _U32.unpack_from(entry, pos)
+    md = pb.MessageMetadata()
+    md.ParseFromString(memoryview(entry)[pos + 4 : pos + 4 + size])  # type: ignore[arg-type]  # upb takes buffers
     is_batch = md.HasField("num_messages_in_batch")
-    if md.HasField("ordering_key") and md.ordering_key:
-        key = md.ordering_key
-    elif md.HasField("partition_key") and md.partition_key:
-        key = (base64.b64decode(md.partition_key) if md.partition_key_b64_encoded
-               else md.partition_key.encode())
-    else:
-        key = NONE_KEY
+    # Absent and empty keys mean the same (no key); deliver_at_time defaults to 0.
+    key = md.ordering_key
+    if not key:
+        partition_key = md.partition_key
+        if partition_key:
+            key = base64.b64decode(partition_key) if md.partition_key_b64_encoded else partition_key.encode()
+        else:
+            key = NONE_KEY
     return EntryMeta(
         num_messages=md.num_messages_in_batch if is_batch else 1,
         sticky_key=key,
-        deliver_at_time=md.deliver_at_time if md.HasField("deliver_at_time") else 0,
+        deliver_at_time=md.deliver_at_time,
         is_marker=md.HasField("marker_type"),
         publish_time=md.publish_time,
         is_batch=is_batch,
