@@ -226,3 +226,13 @@ def test_send_required_fields_fast_check_agrees_with_is_initialized(
     else:
         with pytest.raises(ProtocolError):
             decoder.next_frame()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(-1, 2**31 - 1),
+       st.integers(0, 2**32 - 1), st.binary(max_size=64),
+       st.one_of(st.none(), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3)))
+def test_hand_encoded_message_matches_protobuf(consumer_id: int, ledger: int, entry: int, partition: int,
+                                               redelivery: int, payload: bytes, ack_set: list[int] | None) -> None:
+    expected = commands.message_protobuf(consumer_id, ledger, entry, partition, redelivery, payload, ack_set)
+    assert commands.message(consumer_id, ledger, entry, partition, redelivery, payload, ack_set) == expected
