@@ -73,8 +73,9 @@ def test_small_queue_with_many_negative_acks_never_stalls(client: pulsar.Client)
     assert acked == set(range(total))
 
 
-def test_batch_index_ack_redelivers_only_unacked_messages(client: pulsar.Client) -> None:
-    topic = topic_name("batch-index")
+def send_one_batch_and_ack(client: pulsar.Client, topic: str, acked: slice) -> None:
+    """Ten messages "0".."9" in one batch; acknowledge the ``acked`` ones by batch index, then
+    close the consumer (which flushes its grouped acks)."""
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
                                       batching_max_publish_delay_ms=1000)
     consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
@@ -83,44 +84,39 @@ def test_batch_index_ack_redelivers_only_unacked_messages(client: pulsar.Client)
     producer.flush()
     msgs = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
     assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in msgs}) == 1  # one batch
-    for m in msgs[:4]:
+    for m in msgs[acked]:
         consumer.acknowledge(m)
-    consumer.close()  # flushes the grouped acks
+    consumer.close()
+    producer.close()
+
+
+def receive_exactly(client: pulsar.Client, topic: str, expected: list[int]) -> None:
     consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
-    again = sorted(int(consumer.receive(timeout_millis=10_000).data()) for _ in range(6))
-    assert again == [4, 5, 6, 7, 8, 9]
+    again = sorted(int(consumer.receive(timeout_millis=10_000).data()) for _ in range(len(expected)))
+    assert again == expected
     try:
         extra = consumer.receive(timeout_millis=500)
     except pulsar.Timeout:
         extra = None
     assert extra is None, f"message {extra.data()!r} was acked but came back"
+    consumer.close()
+
+
+def test_batch_index_ack_redelivers_only_unacked_messages(client: pulsar.Client) -> None:
+    topic = topic_name("batch-index")
+    send_one_batch_and_ack(client, topic, slice(0, 4))
+    receive_exactly(client, topic, [4, 5, 6, 7, 8, 9])
 
 
 def test_batch_index_acks_survive_a_broker_restart(tmp_path: Path) -> None:
     topic = topic_name("batch-index-restart")
     with BrokerThread(data_dir=tmp_path) as broker:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
-                                          batching_max_publish_delay_ms=1000)
-        consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
-        for i in range(10):
-            producer.send_async(f"{i}".encode(), None)
-        producer.flush()
-        msgs = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
-        for m in msgs[2:5]:
-            consumer.acknowledge(m)
-        consumer.close()  # flushes the grouped acks
+        send_one_batch_and_ack(client, topic, slice(2, 5))
         client.close()
     with BrokerThread(data_dir=tmp_path) as broker:  # the same data: a restarted broker
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        consumer = client.subscribe(topic, "sub", batch_index_ack_enabled=True)
-        again = sorted(int(consumer.receive(timeout_millis=10_000).data()) for _ in range(7))
-        assert again == [0, 1, 5, 6, 7, 8, 9]
-        try:
-            extra = consumer.receive(timeout_millis=500)
-        except pulsar.Timeout:
-            extra = None
-        assert extra is None, f"message {extra.data()!r} was acked before the restart but came back"
+        receive_exactly(client, topic, [0, 1, 5, 6, 7, 8, 9])
         client.close()
 
 
