@@ -9,6 +9,7 @@ new active consumer gets every message the old one had not acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -33,11 +34,18 @@ def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consume
     return top[partition_index % len(top)] if partition_index >= 0 else top[0]
 
 
-class SingleActiveConsumerDispatcher(Dispatcher):
-    def __init__(self, subscription: Subscription, max_read_batch: int, failover: bool) -> None:
-        super().__init__(subscription, max_read_batch)
+class ActiveConsumerElection:
+    """What Exclusive/Failover dispatchers share, persistent or not: the active consumer, the
+    election, and the ACTIVE_CONSUMER_CHANGE notices Failover sends. Mixed in before the
+    dispatcher base, which provides ``consumers`` (ConsumerMembers)."""
+
+    consumers: list[Consumer]
+
+    def _init_election(self, failover: bool, loop: asyncio.AbstractEventLoop, partition_index: int) -> None:
         self.failover = failover
         self.active: Consumer | None = None
+        self._election_loop = loop
+        self._partition_index = partition_index
 
     @property
     def type_name(self) -> str:
@@ -48,7 +56,19 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         return self.active.name if self.active is not None else None
 
     def _elect(self) -> Consumer | None:
-        return elect_active(self.consumers, self.subscription.topic.name.partition_index)
+        return elect_active(self.consumers, self._partition_index)
+
+    def _notify(self, consumer: Consumer, active: bool) -> None:
+        # Deferred one loop turn so a new consumer's SUBSCRIBE success goes out first.
+        frame = commands.active_consumer_change(consumer.consumer_id, active)
+        self._election_loop.call_soon(consumer.cnx.write, frame)
+
+
+class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
+    def __init__(self, subscription: Subscription, max_read_batch: int, failover: bool) -> None:
+        super().__init__(subscription, max_read_batch)
+        topic = subscription.topic
+        self._init_election(failover, topic.loop, topic.name.partition_index)
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()
@@ -65,11 +85,6 @@ class SingleActiveConsumerDispatcher(Dispatcher):
                 self._notify(c, c is new)
         if changed:
             self.trigger_read()
-
-    def _notify(self, consumer: Consumer, active: bool) -> None:
-        # Deferred one loop turn so a new consumer's SUBSCRIBE success goes out first.
-        frame = commands.active_consumer_change(consumer.consumer_id, active)
-        self.subscription.topic.loop.call_soon(consumer.cnx.write, frame)
 
     def _consumer_added(self, consumer: Consumer) -> None:
         if self.active is None:

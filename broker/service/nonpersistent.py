@@ -36,7 +36,7 @@ from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.key_selector import KeySelector, sticky_key_hash
 from broker.dispatch.members import ConsumerMembers
 from broker.dispatch.shared import next_round_robin
-from broker.dispatch.single_active import elect_active
+from broker.dispatch.single_active import ActiveConsumerElection
 from broker.errors import ServiceNotReadyError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -128,22 +128,14 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
         return True
 
 
-class NonPersistentSingleActiveDispatcher(NonPersistentDispatcher):
+class NonPersistentSingleActiveDispatcher(ActiveConsumerElection, NonPersistentDispatcher):
     def __init__(self, subscription: NonPersistentSubscription, failover: bool) -> None:
         super().__init__(subscription)
-        self.failover = failover
-        self.active: Consumer | None = None
-
-    @property
-    def type_name(self) -> str:
-        return "Failover" if self.failover else "Exclusive"
-
-    @property
-    def active_consumer_name(self) -> str | None:
-        return self.active.name if self.active is not None else None
+        topic = subscription.topic
+        self._init_election(failover, topic.loop, topic.name.partition_index)
 
     def _membership_changed(self, consumer: Consumer, joined: bool) -> None:
-        new = elect_active(self.consumers, self.subscription.topic.name.partition_index)
+        new = self._elect()
         changed = new is not self.active
         self.active = new
         if not self.failover:
@@ -153,11 +145,6 @@ class NonPersistentSingleActiveDispatcher(NonPersistentDispatcher):
                 self._notify(c, c is new)
         elif joined:
             self._notify(consumer, consumer is new)  # only the newcomer needs telling
-
-    def _notify(self, consumer: Consumer, active: bool) -> None:
-        # Deferred one loop turn so that a new consumer's SUBSCRIBE success goes out first.
-        frame = commands.active_consumer_change(consumer.consumer_id, active)
-        self.subscription.topic.loop.call_soon(consumer.cnx.write, frame)
 
     def select(self, meta: EntryMeta) -> Consumer | None:
         active = self.active
