@@ -43,7 +43,7 @@ from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.stats import FileLedgerStats
-from managed_ledger.writer import GroupCommitWriter
+from managed_ledger.writer import DEFAULT_GROUP_BYTES, DEFAULT_GROUP_WAIT_S, GroupCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     once the data is in the OS page cache: it survives a broker crash but NOT a power cut or
     kernel crash - receipted messages of the last seconds can be lost. Use only where that is
     acceptable (tests, throw-away data).
+    group_wait_s, group_bytes: group commit of heavy streams (see ``writer``).
     cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
     ``cache_size_bytes`` of a ManagedLedgerConfig is not used by this implementation).
     cursor_persist_interval_s: the longest a durable cursor's acknowledgements wait before they
@@ -78,6 +79,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         *,
         clock: Clock = time.time,
         sync: bool = True,
+        group_wait_s: float = DEFAULT_GROUP_WAIT_S,
+        group_bytes: int = DEFAULT_GROUP_BYTES,
         cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
         read_threads: int = DEFAULT_READ_THREADS,
         cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
@@ -94,7 +97,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
-        self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync)
+        self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
+                                        group_bytes=group_bytes)
         self.pool = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="ml-read")
         self._ml_dir = join(self.root, "ml")
         self._trash = join(self.root, "trash")

@@ -262,7 +262,8 @@ class FileManagedLedger(BaseManagedLedger):
             error = ManagedLedgerError(f"entry of {max(sizes)} bytes exceeds {segment.MAX_ENTRY_SIZE}")
             self._add_completer.complete(partial(callback, None, error))
             return
-        first = self._map.record_adds(len(data), sum(sizes))
+        total = sum(sizes)
+        first = self._map.record_adds(len(data), total)
         self._indexes[first.ledger_id].extend(sizes)
         if self._cursors or self._non_durable:
             # Cached for readers that tail the log. With no cursor at all nobody reads soon (as in
@@ -270,7 +271,8 @@ class FileManagedLedger(BaseManagedLedger):
             # spares memory churn and CPU on publish-only topics.
             self._reader.remember(first, data)
         self._writer.append(self, self._segment_path(first.ledger_id), segment.encode_records(data, sizes),
-                            partial(self._add_done, first, len(data), callback))
+                            partial(self._add_done, first, len(data), callback),
+                            nbytes=total + len(sizes) * segment.RECORD_HEADER_SIZE)
         if self._current_ledger_is_full():
             self._rollover()
 

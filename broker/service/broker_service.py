@@ -103,6 +103,8 @@ class BrokerService:
         return FileManagedLedgerFactory(
             str(self.data_dir / "ledgers"),
             sync=cfg.managedLedgerSyncData,
+            group_wait_s=max(0.0, cfg.journalMaxGroupWaitMSec) / 1000,
+            group_bytes=max(1, cfg.journalBufferedWritesThreshold),
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
         )

@@ -432,6 +432,54 @@ async def test_concurrent_adds_share_fsyncs(tmp_path: Path) -> None:
     await factory.close()
 
 
+async def _until(condition: object, what: str) -> None:
+    async def poll() -> None:
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.001)
+    try:
+        await asyncio.wait_for(poll(), TIMEOUT)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def test_heavy_stream_waits_to_share_one_sync(tmp_path: Path) -> None:
+    # A wait far longer than the test's timeout: only reaching the byte threshold ends it.
+    factory = make(tmp_path, group_wait_s=60, group_bytes=64 * 1024)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"h" * 10_000)  # a batch of >= 1/8 of the threshold: heavy traffic
+    syncs = factory.stats.fsync_latency.count
+    small = asyncio.ensure_future(ml.add_entry_async(b"s"))
+    await _until(lambda: factory.writer._gathering, "the writer to gather the next batch")
+    assert not small.done()
+    big = asyncio.ensure_future(ml.add_entry_async(b"b" * 70_000))  # crosses the threshold
+    first, second = await asyncio.wait_for(asyncio.gather(small, big), TIMEOUT)
+    assert (first.entry_id, second.entry_id) == (1, 2)
+    assert factory.stats.fsync_latency.count == syncs + 1  # both in one sync
+    await factory.close()
+
+
+async def test_light_traffic_never_waits_for_a_group(tmp_path: Path) -> None:
+    factory = make(tmp_path, group_wait_s=60, group_bytes=64 * 1024)
+    ml = await factory.open("t")
+    for i in range(20):  # each would take 60 s if it waited
+        await asyncio.wait_for(ml.add_entry_async(b"%d" % i), TIMEOUT)
+    assert factory.stats.fsync_latency.count >= 20
+    await factory.close()
+
+
+async def test_closing_ends_a_group_wait_and_keeps_its_entries(tmp_path: Path) -> None:
+    factory = make(tmp_path, group_wait_s=60, group_bytes=64 * 1024)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"h" * 10_000)
+    small = asyncio.ensure_future(ml.add_entry_async(b"last"))
+    await _until(lambda: factory.writer._gathering, "the writer to gather the next batch")
+    await asyncio.wait_for(factory.close(), TIMEOUT)
+    assert (await small).entry_id == 1
+    factory = make(tmp_path)
+    assert [e.data for e in await read_all(await factory.open("t"))][-1] == b"last"
+    await factory.close()
+
+
 async def test_sync_off_never_fsyncs_appends(tmp_path: Path) -> None:
     factory = make(tmp_path, sync=False)
     ml = await factory.open("t")
