@@ -7,26 +7,15 @@ batch, and SENDs accepted before a bad frame still stored with nothing left acco
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame
+from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+from tests.waiting import eventually
 
 
 def frames(*pairs: tuple[pb.BaseCommand, bytes | None]) -> bytes:
     return b"".join(commands.frame_with_payload(c, p) if p is not None else commands.frame(c) for c, p in pairs)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            while not condition():  # noqa: ASYNC110 - broker internals have no events to await
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def open_producers(c: WireClient, topics: list[str]) -> None:

@@ -25,6 +25,7 @@ from managed_ledger import (
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.file_layout import encode_name
+from tests.waiting import eventually
 
 TIMEOUT = 10.0
 SMALL_KEEP = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0, retention_time_s=-1,
@@ -432,16 +433,6 @@ async def test_concurrent_adds_share_fsyncs(tmp_path: Path) -> None:
     await factory.close()
 
 
-async def _until(condition: object, what: str) -> None:
-    async def poll() -> None:
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.001)
-    try:
-        await asyncio.wait_for(poll(), TIMEOUT)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 async def test_heavy_stream_waits_to_share_one_sync(tmp_path: Path) -> None:
     # A wait far longer than the test's timeout: only reaching the byte threshold ends it.
     factory = make(tmp_path, group_wait_s=60, group_bytes=64 * 1024)
@@ -449,7 +440,7 @@ async def test_heavy_stream_waits_to_share_one_sync(tmp_path: Path) -> None:
     await ml.add_entry_async(b"h" * 10_000)  # a batch of >= 1/8 of the threshold: heavy traffic
     syncs = factory.stats.fsync_latency.count
     small = asyncio.ensure_future(ml.add_entry_async(b"s"))
-    await _until(lambda: factory.writer._gathering, "the writer to gather the next batch")
+    await eventually(lambda: factory.writer._gathering, "the writer to gather the next batch")
     assert not small.done()
     big = asyncio.ensure_future(ml.add_entry_async(b"b" * 70_000))  # crosses the threshold
     first, second = await asyncio.wait_for(asyncio.gather(small, big), TIMEOUT)
@@ -472,7 +463,7 @@ async def test_closing_ends_a_group_wait_and_keeps_its_entries(tmp_path: Path) -
     ml = await factory.open("t")
     await ml.add_entry_async(b"h" * 10_000)
     small = asyncio.ensure_future(ml.add_entry_async(b"last"))
-    await _until(lambda: factory.writer._gathering, "the writer to gather the next batch")
+    await eventually(lambda: factory.writer._gathering, "the writer to gather the next batch")
     await asyncio.wait_for(factory.close(), TIMEOUT)
     assert (await small).entry_id == 1
     factory = make(tmp_path)
