@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -62,6 +63,25 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 10)
 
 
+def raise_open_file_limit() -> None:
+    """Raise the soft limit on open files to the hard limit, as the JVM does for Apache Pulsar.
+
+    Every connection and every topic's open segment file takes a descriptor; a common soft limit
+    of 1024 would cap the broker at about a thousand topics and connections for no reason. (The
+    file ledger also closes idle segment files beyond half the limit.)
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("could not raise the open-file limit from %d: %s", soft, exc)
+            return
+        log.info("open-file limit raised from %d to %d", soft, hard)
+
+
 async def run(config: BrokerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
@@ -84,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    raise_open_file_limit()
     try:
         import uvloop
 

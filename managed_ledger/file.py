@@ -23,6 +23,7 @@ import itertools
 import json
 import logging
 import posixpath
+import resource
 import time
 import uuid
 from collections.abc import Callable
@@ -65,6 +66,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     kernel crash - receipted messages of the last seconds can be lost. Use only where that is
     acceptable (tests, throw-away data).
     group_wait_s, group_bytes: group commit of heavy streams (see ``writer``).
+    max_open_files: segment files kept open for appends (the least recently used beyond it are
+    closed and reopened on demand); default: half the process's file-descriptor limit.
     cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
     ``cache_size_bytes`` of a ManagedLedgerConfig is not used by this implementation).
     cursor_persist_interval_s: the longest a durable cursor's acknowledgements wait before they
@@ -81,6 +84,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         sync: bool = True,
         group_wait_s: float = DEFAULT_GROUP_WAIT_S,
         group_bytes: int = DEFAULT_GROUP_BYTES,
+        max_open_files: int | None = None,
         cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
         read_threads: int = DEFAULT_READ_THREADS,
         cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
@@ -98,7 +102,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
         self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
-                                        group_bytes=group_bytes)
+                                        group_bytes=group_bytes,
+                                        max_open_files=max_open_files or default_max_open_files())
         self.pool = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="ml-read")
         self._ml_dir = join(self.root, "ml")
         self._trash = join(self.root, "trash")
@@ -244,6 +249,14 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def _forget(self, ledger: FileManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]
+
+
+def default_max_open_files() -> int:
+    """Half the process's soft limit on open files (the other half is left for connections)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(16, soft // 2)
 
 
 def _parent_dir(path: str) -> str:

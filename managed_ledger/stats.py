@@ -77,6 +77,8 @@ class FileLedgerStats:
     bytes_written_total: int = 0
     # Cursor state files written.
     cursor_persists_total: int = 0
+    # Segment files reopened for an append after being parked (closed beyond the open-file limit).
+    segment_reopens_total: int = 0
     # Reads served from the cache / that went to disk.
     cache_hits_total: int = 0
     cache_misses_total: int = 0

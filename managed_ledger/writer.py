@@ -37,7 +37,7 @@ import logging
 import posixpath
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +55,9 @@ Owner = object  # identifies a managed ledger; None for operations that fence no
 # journalBufferedWritesThreshold (512 KiB).
 DEFAULT_GROUP_WAIT_S = 0.001
 DEFAULT_GROUP_BYTES = 512 * 1024
+# Segment files kept open for appends (see GroupCommitWriter); the factory sizes it from the
+# process's file-descriptor limit.
+DEFAULT_MAX_OPEN_FILES = 1024
 
 
 def _ignore(exc: BaseException | None) -> None:
@@ -63,10 +66,10 @@ def _ignore(exc: BaseException | None) -> None:
 
 @dataclass(eq=False)
 class _Segment:
-    """An open segment file as the writer thread sees it."""
+    """A segment open for appends, as the writer thread sees it."""
 
     path: str
-    handle: FileHandle
+    handle: FileHandle | None  # None while parked: closed to save a file descriptor
     owner: Owner
     written: int  # file size after our writes
     synced: int  # file size known durable
@@ -89,8 +92,13 @@ class GroupCommitWriter:
     """The writer thread. ``submit_*`` are called on the loop; ``done`` callbacks run there too."""
 
     def __init__(self, fs: FileSystem, stats: FileLedgerStats, *, sync: bool = True,
-                 group_wait_s: float = DEFAULT_GROUP_WAIT_S, group_bytes: int = DEFAULT_GROUP_BYTES) -> None:
+                 group_wait_s: float = DEFAULT_GROUP_WAIT_S, group_bytes: int = DEFAULT_GROUP_BYTES,
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self._fs = fs
+        # At most this many segment files stay open; the least recently appended-to beyond it are
+        # parked (closed, all synced) and reopened by their next append. Every topic has a segment
+        # open for appends, so without this a broker with many idle topics runs out of descriptors.
+        self._max_open = max(1, max_open_files)
         self._stats = stats
         self._sync = sync
         # Group commit of heavy streams (see the module docstring); off without syncs.
@@ -110,6 +118,7 @@ class GroupCommitWriter:
         self._thread: threading.Thread | None = None
         # Writer-thread state (never touched by the loop):
         self._segments: dict[str, _Segment] = {}
+        self._open_lru: OrderedDict[_Segment, None] = OrderedDict()  # segments with a handle, oldest first
         self._failed: dict[Owner, BaseException] = {}
 
     # -- loop side ------------------------------------------------------------------------------
@@ -231,9 +240,8 @@ class GroupCommitWriter:
                 loop.call_soon_threadsafe(self._complete, results)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 log.debug("writer: loop closed, %d completions dropped", len(results))
-        for segment in self._segments.values():
-            _close_quietly(segment.handle)
-        self._segments.clear()
+        for segment in list(self._segments.values()):
+            self._forget(segment)
 
     def _gather(self) -> None:
         """Wait up to group_wait_s for group_bytes of appends to be queued; any other operation
@@ -281,7 +289,36 @@ class GroupCommitWriter:
             i += 1
         for segment in list(unsynced):
             self._sync_segment(segment, unsynced, errors)
+        self._park_beyond_limit()
         return [(op.done, errors[k]) for k, op in enumerate(batch)]
+
+    # -- open segment files -----------------------------------------------------------------------
+
+    def _handle(self, segment: _Segment) -> FileHandle:
+        """The segment's open file (reopened if it was parked); marks it recently used."""
+        if segment.handle is None:
+            segment.handle = self._fs.open_append(segment.path, create=False)
+            self._stats.add(segment_reopens_total=1)
+        self._open_lru[segment] = None
+        self._open_lru.move_to_end(segment)
+        return segment.handle
+
+    def _park_beyond_limit(self) -> None:
+        """Close the least recently used files beyond the limit (after the batch's syncs: every
+        parked segment is fully synced, so parking never delays or loses a confirmation)."""
+        while len(self._open_lru) > self._max_open:
+            segment, _ = self._open_lru.popitem(last=False)
+            if segment.handle is not None:
+                _close_quietly(segment.handle)
+                segment.handle = None
+
+    def _forget(self, segment: _Segment) -> None:
+        """Close (if open) and drop a segment."""
+        self._segments.pop(segment.path, None)
+        self._open_lru.pop(segment, None)
+        if segment.handle is not None:
+            _close_quietly(segment.handle)
+            segment.handle = None
 
     def _append_run(self, batch: list[_Op], i: int, j: int, errors: list[BaseException | None],
                     unsynced: dict[_Segment, list[int]]) -> None:
@@ -296,7 +333,7 @@ class GroupCommitWriter:
         for k in range(i, j):
             parts += batch[k].parts or ()
         try:
-            segment.handle.write_parts(parts)
+            self._handle(segment).write_parts(parts)
         except OSError as exc:
             for k in range(i, j):
                 errors[k] = exc
@@ -313,7 +350,7 @@ class GroupCommitWriter:
         if self._sync:
             started = time.perf_counter()
             try:
-                segment.handle.sync()
+                self._handle(segment).sync()
             except OSError as exc:
                 for k in waiting:
                     errors[k] = exc
@@ -356,33 +393,32 @@ class GroupCommitWriter:
                     pass
                 raise
             size = len(op.data)
-            self._segments[op.path] = _Segment(op.path, handle, op.owner, size, size)
+            created = _Segment(op.path, handle, op.owner, size, size)
+            self._segments[op.path] = created
+            self._open_lru[created] = None
         elif op.kind == "close":
-            segment = self._segments.get(op.path)
-            if segment is None:
+            closing = self._segments.get(op.path)
+            if closing is None:
                 return
-            if segment in unsynced:
-                self._sync_segment(segment, unsynced, errors)
-            del self._segments[op.path]
-            segment.handle.close()
+            if closing in unsynced:
+                self._sync_segment(closing, unsynced, errors)
+            self._forget(closing)
         elif op.kind == "recover":
             self._recover(op)
         elif op.kind == "release":
             for segment in [s for s in self._segments.values() if s.owner is op.owner]:
                 if segment in unsynced:
                     self._sync_segment(segment, unsynced, errors)
-                del self._segments[segment.path]
-                _close_quietly(segment.handle)
+                self._forget(segment)
             self._failed.pop(op.owner, None)
         else:  # pragma: no cover - the submit methods build every op
             raise AssertionError(op.kind)
 
     def _recover(self, op: _Op) -> None:
         fs = self._fs
-        for path, segment in list(self._segments.items()):
+        for segment in list(self._segments.values()):
             if segment.owner is op.owner:
-                del self._segments[path]
-                _close_quietly(segment.handle)
+                self._forget(segment)
         dirs: set[str] = set()
         for path, size in op.truncations:
             if not fs.exists(path):

@@ -66,6 +66,7 @@ _LEDGER_COUNTERS = (
     ("truncated_bytes_total", "Bytes cut from ledger file tails by recovery"),
     ("write_errors_total", "Write or sync failures (each fences a managed ledger)"),
     ("read_errors_total", "Reads that failed"),
+    ("segment_reopens_total", "Ledger files reopened for an append after being closed under the open-file limit"),
 )
 _LEDGER_HISTOGRAMS = (
     ("fsync_latency", "pulsar_py_ledger_fsync_latency_seconds", "Time an fsync of appended entries took"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -17,9 +18,9 @@ STARTUP_TIMEOUT_S = 20.0
 READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
 
 
-def start_broker(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], int, int]:
+def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int, int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
+        [*wrapper, sys.executable, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
          "--data-dir", str(tmp_path / "data"), "--bind-address", "127.0.0.1", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -66,3 +67,19 @@ def test_bad_config_file_is_a_clear_error(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "brokerServicePort" in r.stderr
+
+
+def test_process_raises_its_open_file_limit_to_the_hard_limit(tmp_path: Path) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard limit ({hard}) leaves nothing to raise")
+
+    # The shell lowers the soft limit, then becomes the broker (exec keeps the pid).
+    proc, _, _ = start_broker(tmp_path, wrapper=("bash", "-c", 'ulimit -Sn 256 && exec "$0" "$@"'))
+    try:
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft_now, hard_now = re.search(r"Max open files\s+(\S+)\s+(\S+)", limits).groups()  # type: ignore[union-attr]
+        assert soft_now == hard_now != "256"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

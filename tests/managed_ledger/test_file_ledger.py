@@ -332,6 +332,60 @@ async def test_damaged_cursor_file_redelivers_everything(tmp_path: Path) -> None
     await factory.close()
 
 
+# -- open files ---------------------------------------------------------------------------------
+
+
+def open_segment_files(root: Path) -> int:
+    fds = os.listdir("/proc/self/fd")
+    names = []
+    for fd in fds:
+        try:
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return sum(1 for n in names if n.startswith(str(root)) and n.endswith(seg.SUFFIX))
+
+
+async def test_segment_files_beyond_the_limit_are_closed_and_reopened(tmp_path: Path) -> None:
+    factory = make(tmp_path, max_open_files=2)
+    ledgers = [await factory.open(f"t{i}") for i in range(5)]
+    for r in range(3):
+        for i, ml in enumerate(ledgers):
+            await ml.add_entry_async(b"%d-%d" % (i, r))
+    await factory.writer.barrier()
+    assert open_segment_files(tmp_path) <= 2
+    assert factory.stats.segment_reopens_total >= 5
+    for i, ml in enumerate(ledgers):
+        assert [e.data for e in await read_all(ml)] == [b"%d-%d" % (i, r) for r in range(3)]
+    await factory.close()
+    assert open_segment_files(tmp_path) == 0
+    factory = make(tmp_path)
+    for i in range(5):
+        ml = await factory.open(f"t{i}")
+        assert [e.data for e in await read_all(ml)] == [b"%d-%d" % (i, r) for r in range(3)]
+    await factory.close()
+
+
+async def test_a_reopen_that_fails_fences_only_its_ledger() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs, max_open_files=1)
+    a, b = await factory.open("a"), await factory.open("b")
+    await a.add_entry_async(b"a0")
+    await b.add_entry_async(b"b0")  # a's segment file is closed now
+    fs.inject("open", errno.EMFILE, count=1, path_part="/a/")
+    with pytest.raises(ManagedLedgerError):
+        await a.add_entry_async(b"a1")
+    assert a.is_fenced and not b.is_fenced
+    await b.add_entry_async(b"b1")
+    await factory.close()
+    fs.power_cut()
+    fs.reboot()
+    factory = crash_factory(fs)
+    assert [e.data for e in await read_all(await factory.open("a"))] == [b"a0"]
+    assert [e.data for e in await read_all(await factory.open("b"))] == [b"b0", b"b1"]
+    await factory.close()
+
+
 # -- write errors -------------------------------------------------------------------------------
 
 
