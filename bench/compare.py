@@ -1,6 +1,7 @@
 """Side-by-side benchmark: our broker vs pulsar-lite, same machine, same run, official client as load.
 
-Each workload runs against both brokers alternately (A B A B ...), and the table shows medians.
+Each workload runs against both brokers alternately (A B A B ...); the table shows medians, and
+ours/peer is the median (and range) of the ratios within each round.
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
 Broker CPU is read from /proc for each broker process around each run; RSS at the end.
@@ -216,6 +217,15 @@ def median_result(results: list[Result]) -> Result:
     return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra)
 
 
+def paired_ratios(runs: dict[str, list[Result]]) -> list[float]:
+    """ours/peer for each round (the two runs of a round are back to back): this VM's speed drifts
+    by up to 2x over minutes, and a ratio within a round cancels most of that drift."""
+    if len(runs) != 2:
+        return []
+    ours, peer = runs.values()
+    return [a.rate / b.rate for a, b in zip(ours, peer, strict=True) if b.rate > 0]
+
+
 def workloads(scale: float) -> list[tuple[str, Workload]]:
     def s(n: int) -> int:
         return max(100, int(n * scale))
@@ -247,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             print("pulsar-lite is not installed (pip install pulsar-lite): measuring our broker alone")
         else:
             brokers.append(peer)
-        table: list[tuple[str, dict[str, Result]]] = []
+        table: list[tuple[str, dict[str, Result], list[float]]] = []
         try:
             for name, workload in workloads(args.scale):
                 if args.only and args.only not in name:
@@ -256,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.runs):
                     for b in brokers:  # alternate A B A B
                         runs[b.name].append(measure(b, workload))
-                table.append((name, {k: median_result(v) for k, v in runs.items()}))
+                table.append((name, {k: median_result(v) for k, v in runs.items()}, paired_ratios(runs)))
                 print(f"  done: {name}", flush=True)
             rss = {b.name: b.rss_mb() for b in brokers}
         finally:
@@ -266,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_table(table: list[tuple[str, dict[str, Result]]], brokers: list[BrokerProcess],
+def print_table(table: list[tuple[str, dict[str, Result], list[float]]], brokers: list[BrokerProcess],
                 rss: dict[str, float], runs: int) -> None:
     names = [b.name for b in brokers]
     print(f"\n{date.today()}, {platform.machine()}, {platform.python_implementation()} "
@@ -276,18 +286,18 @@ def print_table(table: list[tuple[str, dict[str, Result]]], brokers: list[Broker
         print(f"  {b.name}: {b.notes}; RSS at end {rss[b.name]:.0f} MB")
     head = "| workload | " + " | ".join(f"{n} msg/s | {n} MB/s | {n} CPU us/msg" for n in names)
     if len(names) == 2:
-        head += " | ours/peer |"
+        head += " | ours/peer (median of rounds; range) |"
     head += " notes |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
-    for name, results in table:
+    for name, results, ratios in table:
         cells = []
         for n in names:
             r = results[n]
             cells.append(f"{r.rate:,.0f} | {r.mb_s:.1f} | {r.cpu_us_per_msg:.1f}")
         row = f"| {name} | " + " | ".join(cells)
-        if len(names) == 2:
-            row += f" | {results[names[0]].rate / results[names[1]].rate:.2f}"
+        if ratios:
+            row += f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
         notes = []
         for n in names:
             ex = results[n].extra
