@@ -386,6 +386,34 @@ async def test_a_reopen_that_fails_fences_only_its_ledger() -> None:
     await factory.close()
 
 
+async def test_a_batch_over_many_topics_syncs_them_together_and_settles_each_alone() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ledgers = [await factory.open(f"t{i}") for i in range(8)]
+    for ml in ledgers:
+        await ml.add_entry_async(b"before")
+    # Hold the writer so that one add per ledger lands in the same batch; one ledger's sync fails.
+    gate = threading.Event()
+    factory.writer.run(lambda: gate.wait(TIMEOUT))
+    fs.inject("sync", errno.EIO, count=1, path_part="/t3/")
+    adds = [asyncio.ensure_future(ml.add_entry_async(b"in the batch")) for ml in ledgers]
+    await asyncio.sleep(0)
+    gate.set()
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert factory.writer._sync_pool is not None  # synced on the sync threads
+    assert isinstance(results[3], ManagedLedgerError)  # (t3 then recovers: the fault was one-off)
+    assert all(isinstance(r, Position) for i, r in enumerate(results) if i != 3)
+    assert not any(ml.is_fenced for i, ml in enumerate(ledgers) if i != 3)
+    await factory.close()
+    fs.power_cut()
+    fs.reboot()
+    factory = crash_factory(fs)
+    for i in range(8):
+        expected = [b"before"] if i == 3 else [b"before", b"in the batch"]
+        assert [e.data for e in await read_all(await factory.open(f"t{i}"))] == expected
+    await factory.close()
+
+
 # -- write errors -------------------------------------------------------------------------------
 
 
