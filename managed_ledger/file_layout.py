@@ -134,9 +134,10 @@ def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) ->
         if file.endswith(TMP_SUFFIX):  # an atomic replace that never finished
             fs.unlink(join(directory, file))
             changed = True
-    for ledger_id in sorted(i for i in map(segment.ledger_id_of, names) if i is not None):
+    ledger_ids = sorted(i for i in map(segment.ledger_id_of, names) if i is not None)
+    for ledger_id in ledger_ids:
         path = join(directory, segment.file_name(ledger_id))
-        recovered, cut = _recover_segment(fs, path, ledger_id, stats)
+        recovered, cut = _recover_segment(fs, path, ledger_id, stats, last=ledger_id == ledger_ids[-1])
         changed = changed or cut
         if recovered is not None:
             out.segments.append(recovered)
@@ -153,18 +154,24 @@ def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) ->
 
 
 def _recover_segment(
-    fs: FileSystem, path: str, ledger_id: int, stats: FileLedgerStats
+    fs: FileSystem, path: str, ledger_id: int, stats: FileLedgerStats, *, last: bool
 ) -> tuple[RecoveredSegment | None, bool]:
     handle = fs.open_append(path, create=False)
     try:
         result = segment.scan(handle, ledger_id)
         if result is None:
             size = handle.size()
+            if size < segment.HEADER_SIZE and last:
+                # The header becomes durable with the first entry's sync: a short last segment
+                # was created shortly before a crash and never confirmed an entry. Nothing lost.
+                log.info("segment %s: created before a crash, never written (%d bytes); removed", path, size)
+                fs.unlink(path)
+                return None, True
             stats.add(corrupt_records_total=1, truncated_bytes_total=size)
             if size < segment.HEADER_SIZE:
-                # Creation syncs the header before any record is written: a short file is a
-                # creation the crash interrupted, and never held an entry.
-                log.warning("segment %s: torn header (%d bytes), never used; removed", path, size)
+                # A short segment that is not the last one: it was closed, so it was synced
+                # (a closed ledger with entries had them confirmed); the disk lost it.
+                log.warning("segment %s: torn header (%d bytes); removed", path, size)
                 fs.unlink(path)
             else:
                 # A full-size header that fails its check: the disk damaged it. Nothing in the

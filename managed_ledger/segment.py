@@ -3,7 +3,9 @@
 One file per ledger, named ``<ledgerId, 20 digits>.seg`` in its managed ledger's directory.
 All integers are big-endian.
 
-File header, 32 bytes, written (and synced, with the directory) when the ledger is created::
+File header, 32 bytes, written when the ledger is created (its directory entry synced at once, its
+bytes with the first entry's fdatasync; a segment shorter than its header is one a crash caught
+before its first entry)::
 
     0   4  magic b"PMLS"
     4   2  format version (1)

@@ -164,7 +164,8 @@ class GroupCommitWriter:
                 self._cond.notify()
 
     def create(self, owner: Owner, path: str, header: bytes, done: Done) -> None:
-        """Create the segment path (must not exist) with its header, durable with its dir entry."""
+        """Create the segment path (must not exist) with its header: its directory entry durable
+        at once, the header with the first append."""
         self._submit(_Op("create", owner, done, path, header))
 
     def close_segment(self, owner: Owner, path: str, done: Done = _ignore) -> None:
@@ -408,8 +409,10 @@ class GroupCommitWriter:
         elif op.kind == "create":
             handle = fs.open_append(op.path, create=True)
             try:
+                # The directory entry is made durable now; the header's bytes with the first
+                # append's sync (the same fdatasync), which is when anything starts to depend on
+                # them. A crash before that leaves a short file, which recovery removes.
                 handle.write(op.data)
-                handle.sync()
                 fs.fsync_dir(_parent(op.path))
             except OSError:
                 _close_quietly(handle)
@@ -418,8 +421,7 @@ class GroupCommitWriter:
                 except OSError:
                     pass
                 raise
-            size = len(op.data)
-            created = _Segment(op.path, handle, op.owner, size, size)
+            created = _Segment(op.path, handle, op.owner, len(op.data), 0)
             self._segments[op.path] = created
             self._open_lru[created] = None
         elif op.kind == "close":
