@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# How long after a read the cached entries every cursor has passed are dropped (batched).
+CACHE_EVICTION_INTERVAL_S = 0.01
+
+
 class FileManagedLedger(BaseManagedLedger):
     def __init__(
         self,
@@ -73,6 +77,7 @@ class FileManagedLedger(BaseManagedLedger):
         self._fenced = False
         self._recovering = False
         self._last_recovery = float("-inf")  # loop.time() of the last recovery attempt
+        self._eviction_pending = False  # a cache eviction is scheduled (see _fetch)
         self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self._stored: dict[str, CursorRecord] = {}  # durable cursors' state, open handle or not
         self._empty_on_disk: list[int] = []  # segments without entries found on open: removed
@@ -383,6 +388,24 @@ class FileManagedLedger(BaseManagedLedger):
         on_fail: Callable[[], None] | None,
     ) -> None:
         self._reader.fetch(positions, completer, callback, on_fail)
+        # The cursor has moved past these positions (reads move it when issued): soon, drop
+        # the cached entries every cursor is past. Batched per CACHE_EVICTION_INTERVAL_S (Pulsar's
+        # managedLedgerCacheEvictionIntervalMs is 10 ms), after this read took its cache hits.
+        if not self._eviction_pending:
+            self._eviction_pending = True
+            self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
+
+    def _evict_read_entries(self) -> None:
+        self._eviction_pending = False
+        if self._state is not LedgerState.OPEN:
+            return
+        slowest: Position | None = None
+        for cursor in (*self._cursors.values(), *self._non_durable):
+            position = cursor.read_position
+            if slowest is None or position < slowest:
+                slowest = position
+        if slowest is not None:
+            self._reader.evict_before(slowest)
 
     async def read_entry(self, position: Position) -> Entry:
         self._check_open()

@@ -59,6 +59,10 @@ class EntryReader:
     def forget_all(self) -> None:
         self._cache.drop_owner(self._owner)
 
+    def evict_before(self, position: Position) -> None:
+        """Drop cached entries before position (every reader has read past them)."""
+        self._cache.evict_before(self._owner, position[0], position[1])
+
     def fetch(
         self,
         positions: list[Position],

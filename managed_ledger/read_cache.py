@@ -7,6 +7,9 @@ written) and when they are read from disk. Only the event loop touches it.
 The bound counts the entry data plus a fixed per-entry overhead for the key and the dict slot,
 so a flood of tiny entries cannot blow past it either.
 
+Entries every reader has passed leave early (``evict_before``, as Pulsar evicts below the slowest
+reader): without it, a broker that had consumed a few hundred MB kept the cache full of them.
+
 It holds the data bytes under plain ``(owner, ledger, entry)`` int tuples, never ``Entry`` or
 ``Position`` objects: those are tuple subclasses, which the cyclic garbage collector tracks and
 scans forever, so a full cache of them made every collection slower (and publishing with it:
@@ -16,7 +19,7 @@ tracked.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from managed_ledger.entry import Entry
 from managed_ledger.position import Position
@@ -42,6 +45,9 @@ class ReadCache:
         self._dead: set[int] = set()  # owners dropped while they still had entries here
         self._dead_entries = 0
         self.evictions = 0
+        # Each owner's keys in insertion order (mostly position order: adds come in order), for
+        # evict_before. Keys of entries already gone are skipped, and compacted away in time.
+        self._order: dict[int, deque[CacheKey]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -69,6 +75,7 @@ class ReadCache:
             self.size -= len(old) + ENTRY_OVERHEAD
         else:
             self._count[owner] = self._count.get(owner, 0) + 1
+            self._remember_order(owner, (key,))
         entries[key] = data
         self.size += cost
         self._evict()
@@ -79,17 +86,50 @@ class ReadCache:
         ledger_id, entry_id = first
         max_bytes = self.max_bytes
         added = 0
-        stored = 0
+        keys: list[CacheKey] = []
         for d in data:
             cost = len(d) + ENTRY_OVERHEAD
             if cost <= max_bytes:
-                entries[(owner, ledger_id, entry_id)] = d
+                key = (owner, ledger_id, entry_id)
+                entries[key] = d
+                keys.append(key)
                 added += cost
-                stored += 1
             entry_id += 1
-        self._count[owner] = self._count.get(owner, 0) + stored
+        self._count[owner] = self._count.get(owner, 0) + len(keys)
+        self._remember_order(owner, keys)
         self.size += added
         self._evict()
+
+    def _remember_order(self, owner: int, keys: list[CacheKey] | tuple[CacheKey, ...]) -> None:
+        order = self._order.get(owner)
+        if order is None:
+            order = self._order[owner] = deque()
+        order.extend(keys)
+        if len(order) > 2 * self._count.get(owner, 0) + 64:  # mostly keys of entries gone: compact
+            entries = self._entries
+            self._order[owner] = deque(k for k in order if k in entries)
+
+    def evict_before(self, owner: int, ledger_id: int, entry_id: int) -> None:
+        """Drop the owner's entries before (ledger_id, entry_id): every reader has passed them."""
+        order = self._order.get(owner)
+        if not order:
+            return
+        pop = self._entries.pop
+        popleft = order.popleft
+        freed = evicted = 0
+        while order:
+            key = order[0]
+            if key[1] > ledger_id or (key[1] == ledger_id and key[2] >= entry_id):
+                break
+            popleft()
+            data = pop(key, None)
+            if data is not None:
+                freed += len(data)
+                evicted += 1
+        if evicted:
+            self.size -= freed + evicted * ENTRY_OVERHEAD
+            self.evictions += evicted
+            self._forget(owner, evicted)
 
     def _evict(self) -> None:
         entries = self._entries
@@ -97,18 +137,20 @@ class ReadCache:
             (owner, _, _), evicted = entries.popitem(last=False)
             self.size -= len(evicted) + ENTRY_OVERHEAD
             self.evictions += 1
-            self._forget_one(owner)
+            self._forget(owner, 1)
 
-    def _forget_one(self, owner: int) -> None:
-        left = self._count[owner] - 1
+    def _forget(self, owner: int, n: int) -> None:
+        """n entries of owner have left."""
+        left = self._count[owner] - n
         if owner in self._dead:
-            self._dead_entries -= 1
+            self._dead_entries -= n
             if not left:
                 self._dead.discard(owner)
         if left:
             self._count[owner] = left
         else:
             del self._count[owner]
+            self._order.pop(owner, None)
 
     def drop_owner(self, owner: int) -> None:
         """Forget every entry of one managed ledger instance (closed or deleted)."""
@@ -127,5 +169,6 @@ class ReadCache:
             self.size -= len(entries.pop(key)) + ENTRY_OVERHEAD
         for owner in dead:
             self._count.pop(owner, None)
+            self._order.pop(owner, None)
         dead.clear()
         self._dead_entries = 0

@@ -708,3 +708,19 @@ async def test_adds_are_cached_only_while_the_ledger_has_cursors(tmp_path: Path)
     assert len(await reader.read_entries_async(10)) == 8
     assert factory.stats.cache_misses_total == 5
     await factory.close()
+
+
+async def test_cached_entries_leave_once_every_cursor_has_read_them(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    fast = await ml.open_cursor("fast", InitialPosition.LATEST)
+    slow = await ml.open_cursor("slow", InitialPosition.LATEST)
+    await add_all(ml, 10)
+    assert len(factory.cache) == 10
+    assert len(await fast.read_entries_async(10)) == 10
+    assert len(await slow.read_entries_async(4)) == 4
+    await eventually(lambda: len(factory.cache) == 6, "the four entries both cursors read to leave")
+    assert len(await slow.read_entries_async(10)) == 6
+    assert factory.stats.cache_misses_total == 0  # the slow cursor still found its entries cached
+    await eventually(lambda: len(factory.cache) == 0, "the rest to leave")
+    await factory.close()

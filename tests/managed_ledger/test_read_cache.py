@@ -17,6 +17,10 @@ def check(cache: ReadCache) -> None:
     for owner, n in cache._count.items():
         assert n == sum(1 for (o, _, _), _ in held if o == owner) > 0
     assert cache.dead_entries == sum(1 for (o, _, _), _ in held if o in cache._dead)
+    for key, _ in held:  # every entry can still be found by evict_before
+        assert key in cache._order[key[0]]
+    for owner, order in cache._order.items():
+        assert owner in cache._count and len(order) <= 2 * cache._count[owner] + 64 + 6
 
 
 def test_least_recently_used_goes_first() -> None:
@@ -27,6 +31,20 @@ def test_least_recently_used_goes_first() -> None:
     assert cache.get(1, Position(5, 1)) is None  # the oldest untouched one left
     assert [cache.get(1, Position(5, i)) is not None for i in (0, 2, 3)] == [True, True, True]
     assert cache.evictions == 1
+    check(cache)
+
+
+def test_entries_every_reader_passed_leave_first() -> None:
+    cache = ReadCache(1 << 20)
+    cache.put_run(1, Position(3, 0), [b"x"] * 5)
+    cache.put_run(1, Position(4, 0), [b"y"] * 5)
+    cache.put_run(2, Position(3, 0), [b"z"] * 5)
+    cache.evict_before(1, 4, 2)
+    assert [p for p in [(3, i) for i in range(5)] + [(4, i) for i in range(5)]
+            if cache.get(1, Position(*p)) is not None] == [(4, 2), (4, 3), (4, 4)]
+    assert len(cache) == 8  # owner 2 untouched
+    cache.evict_before(1, 9, 0)
+    assert len(cache) == 5 and 1 not in cache._order
     check(cache)
 
 
@@ -44,7 +62,7 @@ def test_dropped_owner_is_swept_once_dead_entries_are_half() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["run", "put", "get", "drop"]), st.integers(0, 5),
+@given(st.lists(st.tuples(st.sampled_from(["run", "put", "get", "drop", "evict"]), st.integers(0, 5),
                           st.integers(0, 30), st.integers(1, 6)), max_size=60))
 def test_accounting_holds_under_any_sequence(ops: list[tuple[str, int, int, int]]) -> None:
     cache = ReadCache(12 * (20 + ENTRY_OVERHEAD))
@@ -62,6 +80,12 @@ def test_accounting_holds_under_any_sequence(ops: list[tuple[str, int, int, int]
         elif op == "get":
             entry = cache.get(owner, Position(1, arg))
             assert entry is None or entry.position == Position(1, arg)
+        elif op == "evict":
+            # Only entries before the boundary leave (all of them when they came in position
+            # order, as adds do; one added out of order may wait for LRU eviction).
+            kept = {k for k in cache._entries if k[0] == owner and k[1:] >= (1, arg)}
+            cache.evict_before(owner, 1, arg)
+            assert kept <= set(cache._entries)
         else:
             cache.drop_owner(owner)
             current[slot] = fresh  # owner ids are never reused after a drop
