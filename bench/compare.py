@@ -10,6 +10,7 @@ Broker CPU is read from /proc for each broker process around each run; RSS at th
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import struct
@@ -199,6 +200,10 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
 
 
 def measure(broker: BrokerProcess, workload: Workload) -> Result:
+    # Start every run with no dirty pages left by the previous one: pulsar-lite does not fsync,
+    # so the kernel would otherwise write its last run's data back during the next run, which
+    # competes with (and delays) our fsyncs in particular.
+    os.sync()
     client = pulsar.Client(broker.url, operation_timeout_seconds=60, io_threads=2)
     try:
         window = Window(broker)
