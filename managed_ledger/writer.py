@@ -239,7 +239,11 @@ class GroupCommitWriter:
             self._taken_bytes += nbytes
             self._taken_others += others
             self._last_batch_bytes = nbytes
-            results = self._process(batch)
+            try:
+                results = self._process(batch)
+            except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
+                log.exception("managed-ledger writer: a batch of %d operations failed", len(batch))
+                results = [(op.done, exc) for op in batch]
             loop = self._loop
             assert loop is not None
             try:
@@ -365,7 +369,12 @@ class GroupCommitWriter:
             return
         if self._sync_pool is None:
             self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
-        handles = [self._handle(segment) for segment in segments]
+        handles: list[FileHandle | OSError] = []
+        for segment in segments:
+            try:
+                handles.append(self._handle(segment))
+            except OSError as exc:  # (reopening a parked file failed: that is its sync's outcome)
+                handles.append(exc)
         outcomes = list(self._sync_pool.map(_timed_sync, handles))
         for segment, outcome in zip(segments, outcomes, strict=True):
             if segment in unsynced:
@@ -377,7 +386,12 @@ class GroupCommitWriter:
         """Sync one segment (or apply the outcome of a sync already done) and settle its appends."""
         waiting = unsynced.pop(segment, [])
         if self._sync:
-            elapsed, exc = outcome if outcome is not None else _timed_sync(self._handle(segment))
+            if outcome is None:
+                try:
+                    outcome = _timed_sync(self._handle(segment))
+                except OSError as reopen_error:
+                    outcome = (0.0, reopen_error)
+            elapsed, exc = outcome
             if exc is not None:
                 for k in waiting:
                     errors[k] = exc
@@ -464,8 +478,10 @@ class GroupCommitWriter:
         self._failed.pop(op.owner, None)
 
 
-def _timed_sync(handle: FileHandle) -> tuple[float, OSError | None]:
+def _timed_sync(handle: FileHandle | OSError) -> tuple[float, OSError | None]:
     """fdatasync a file: (seconds it took, the error if it failed). Runs on the sync threads too."""
+    if isinstance(handle, OSError):
+        return 0.0, handle
     started = time.perf_counter()
     try:
         handle.sync()

@@ -724,3 +724,17 @@ async def test_cached_entries_leave_once_every_cursor_has_read_them(tmp_path: Pa
     assert factory.stats.cache_misses_total == 0  # the slow cursor still found its entries cached
     await eventually(lambda: len(factory.cache) == 0, "the rest to leave")
     await factory.close()
+
+
+async def test_a_failing_writer_operation_fails_its_batch_and_the_writer_goes_on(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+    def broken() -> None:
+        raise ZeroDivisionError("a bug in a writer task")
+
+    factory.writer.run(broken, outcome.set_result)
+    assert isinstance(await asyncio.wait_for(outcome, TIMEOUT), ZeroDivisionError)
+    assert (await asyncio.wait_for(ml.add_entry_async(b"after"), TIMEOUT)).entry_id == 0
+    await factory.close()
