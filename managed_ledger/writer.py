@@ -442,14 +442,16 @@ class GroupCommitWriter:
             closing = self._segments.get(op.path)
             if closing is None:
                 return
-            if closing in unsynced:
+            if closing in unsynced or (closing.synced < closing.written and closing.owner not in self._failed):
+                # (Also a segment closed before its first append: a closed segment always has a
+                # durable header, so recovery can tell a lost one from one a crash interrupted.)
                 self._sync_segment(closing, unsynced, errors)
             self._forget(closing)
         elif op.kind == "recover":
             self._recover(op)
         elif op.kind == "release":
             for segment in [s for s in self._segments.values() if s.owner is op.owner]:
-                if segment in unsynced:
+                if segment in unsynced or (segment.synced < segment.written and op.owner not in self._failed):
                     self._sync_segment(segment, unsynced, errors)
                 self._forget(segment)
             self._failed.pop(op.owner, None)

@@ -738,3 +738,15 @@ async def test_a_failing_writer_operation_fails_its_batch_and_the_writer_goes_on
     assert isinstance(await asyncio.wait_for(outcome, TIMEOUT), ZeroDivisionError)
     assert (await asyncio.wait_for(ml.add_entry_async(b"after"), TIMEOUT)).entry_id == 0
     await factory.close()
+
+
+async def test_a_segment_closed_before_its_first_entry_keeps_a_durable_header() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")  # its first segment: header written, not yet synced
+    directory = ml.directory
+    await factory.close()  # closing syncs it
+    fs.power_cut()
+    fs.reboot()
+    [name] = [f for f in fs.listdir(directory) if f.endswith(seg.SUFFIX)]
+    assert len(fs.read_file(f"{directory}/{name}")) == seg.HEADER_SIZE
