@@ -4,8 +4,8 @@ One file per ledger, named ``<ledgerId, 20 digits>.seg`` in its managed ledger's
 All integers are big-endian.
 
 File header, 32 bytes, written when the ledger is created (its directory entry synced at once, its
-bytes with the first entry's fdatasync; a segment shorter than its header is one a crash caught
-before its first entry)::
+bytes with the first entry's fdatasync, or when the segment is closed; so only the last segment
+can be shorter than its header: one a crash caught before its first entry)::
 
     0   4  magic b"PMLS"
     4   2  format version (1)
