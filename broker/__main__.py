@@ -71,15 +71,17 @@ def raise_open_file_limit() -> None:
     file ledger also closes idle segment files beyond half the limit.)
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
-    if soft != resource.RLIM_INFINITY and soft < hard:
+    if soft == resource.RLIM_INFINITY:
+        return
+    # An unlimited hard limit is still capped by the kernel (fs.nr_open, 1048576 by default).
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < target:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))  # the hard limit stays
         except (OSError, ValueError) as exc:
             log.warning("could not raise the open-file limit from %d: %s", soft, exc)
             return
-        log.info("open-file limit raised from %d to %d", soft, hard)
+        log.info("open-file limit raised from %d to %d", soft, target)
 
 
 async def run(config: BrokerConfig) -> None:
