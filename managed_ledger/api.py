@@ -393,6 +393,16 @@ class ManagedCursor(abc.ABC):
     def last_active(self) -> float:
         """clock() time of the last read, ack or seek."""
 
+    @property
+    @abc.abstractmethod
+    def is_active(self) -> bool:
+        """Whether something reads through this cursor now (Pulsar's active cursors). Only active
+        cursors keep entries in a read cache; new cursors are active."""
+
+    @abc.abstractmethod
+    def set_active(self, active: bool) -> None:
+        """Mark the cursor active (a consumer reads through it) or inactive (none does)."""
+
     # -- reading --
 
     @abc.abstractmethod

@@ -78,6 +78,7 @@ class BaseCursor(ManagedCursor):
         self._completer = OrderedCompleter(ledger._nesting, ledger.config.read_nesting_limit)
         self._read_position = ledger._map.next_valid(record.mark_delete)
         self._last_active = ledger._clock()
+        self._active = True
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -120,6 +121,15 @@ class BaseCursor(ManagedCursor):
     @property
     def last_active(self) -> float:
         return self._last_active
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def set_active(self, active: bool) -> None:
+        if active != self._active:
+            self._active = active
+            self._ledger._cursor_activity_changed(self)
 
     def __repr__(self) -> str:
         kind = "durable" if self._durable else "non-durable"

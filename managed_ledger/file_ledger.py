@@ -35,7 +35,7 @@ from managed_ledger.api import (
     ReadCallback,
 )
 from managed_ledger.completion import OrderedCompleter
-from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.cursor_base import BaseCursor, CursorRecord
 from managed_ledger.entry import Entry
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 # How long after a read the cached entries every cursor has passed are dropped (batched).
 CACHE_EVICTION_INTERVAL_S = 0.01
+_EVERYTHING = Position(2**63 - 1, 0)  # after every position: evict_before it drops all
 
 
 class FileManagedLedger(BaseManagedLedger):
@@ -270,8 +271,8 @@ class FileManagedLedger(BaseManagedLedger):
         total = sum(sizes)
         first = self._map.record_adds(len(data), total)
         self._indexes[first.ledger_id].extend(sizes)
-        if self._cursors or self._non_durable:
-            # Cached for readers that tail the log. With no cursor at all nobody reads soon (as in
+        if self._has_active_cursor():
+            # Cached for readers that tail the log. With no active cursor nobody reads soon (as in
             # Pulsar, which caches an add only when there are active cursors): skipping the cache
             # spares memory churn and CPU on publish-only topics.
             self._reader.remember(first, data)
@@ -389,23 +390,32 @@ class FileManagedLedger(BaseManagedLedger):
     ) -> None:
         self._reader.fetch(positions, completer, callback, on_fail)
         # The cursor has moved past these positions (reads move it when issued): soon, drop
-        # the cached entries every cursor is past. Batched per CACHE_EVICTION_INTERVAL_S (Pulsar's
-        # managedLedgerCacheEvictionIntervalMs is 10 ms), after this read took its cache hits.
+        # the cached entries every active cursor is past. Batched per CACHE_EVICTION_INTERVAL_S
+        # (Pulsar's managedLedgerCacheEvictionIntervalMs is 10 ms), after this read took its
+        # cache hits.
+        self._schedule_eviction()
+
+    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
+        if not cursor.is_active:
+            self._schedule_eviction()  # it may have been the slowest reader
+
+    def _schedule_eviction(self) -> None:
         if not self._eviction_pending:
             self._eviction_pending = True
             self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
 
     def _evict_read_entries(self) -> None:
+        """Drop cached entries before the slowest active cursor's read position (all of them
+        when no cursor is active). Inactive cursors (a subscription without consumers) read from
+        disk when they come back, as in Pulsar."""
         self._eviction_pending = False
         if self._state is not LedgerState.OPEN:
             return
-        slowest: Position | None = None
+        slowest = _EVERYTHING
         for cursor in (*self._cursors.values(), *self._non_durable):
-            position = cursor.read_position
-            if slowest is None or position < slowest:
-                slowest = position
-        if slowest is not None:
-            self._reader.evict_before(slowest)
+            if cursor.is_active and cursor.read_position < slowest:
+                slowest = cursor.read_position
+        self._reader.evict_before(slowest)
 
     async def read_entry(self, position: Position) -> Entry:
         self._check_open()

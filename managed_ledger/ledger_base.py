@@ -175,6 +175,12 @@ class BaseManagedLedger(ManagedLedger):
         del self._non_durable[cursor]
         cursor._close_handle()
 
+    def _has_active_cursor(self) -> bool:
+        return any(c._active for c in self._cursors.values()) or any(c._active for c in self._non_durable)
+
+    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
+        """A cursor became active or inactive (the file ledger's cache follows the active ones)."""
+
     def _cursor_closed(self, cursor: BaseCursor) -> None:
         # A closed durable handle is forgotten but its record stays: the subscription still
         # exists and holds its data; open_cursor() hands out a fresh handle.

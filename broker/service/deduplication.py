@@ -76,6 +76,7 @@ class Deduplication:
 
     async def _open(self) -> None:
         self.cursor = await self.topic.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
+        self.cursor.set_active(False)  # it never reads: it must not hold entries in the cache
 
     def entries_persisted(self, count: int) -> None:
         """Called as entries are stored while deduplication is on; snapshots every interval."""

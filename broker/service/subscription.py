@@ -45,6 +45,8 @@ class Subscription:
         self.topic = topic
         self.name = name
         self.cursor = cursor
+        # Active (keeping entries in the read cache) only while consumers read through it.
+        cursor.set_active(False)
         self.durable = durable
         self.sub_type: int | None = None
         self.dispatcher: Dispatcher | None = None
@@ -96,11 +98,14 @@ class Subscription:
             d.validate_new_consumer(consumer)
         self.seek_pending = False
         d.add_consumer(consumer)
+        self.cursor.set_active(True)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
+        if not self.consumers:
+            self.cursor.set_active(False)
         if not self.consumers and not self.durable and not self.seek_pending:
             self.topic.remove_subscription(self)
 

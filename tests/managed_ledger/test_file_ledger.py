@@ -750,3 +750,20 @@ async def test_a_segment_closed_before_its_first_entry_keeps_a_durable_header() 
     fs.reboot()
     [name] = [f for f in fs.listdir(directory) if f.endswith(seg.SUFFIX)]
     assert len(fs.read_file(f"{directory}/{name}")) == seg.HEADER_SIZE
+
+
+async def test_only_active_cursors_keep_entries_cached(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    reading = await ml.open_cursor("reading", InitialPosition.LATEST)
+    idle = await ml.open_cursor("idle", InitialPosition.LATEST)
+    await add_all(ml, 4)
+    assert len(await reading.read_entries_async(10)) == 4
+    idle.set_active(False)  # the slowest reader no longer counts
+    await eventually(lambda: len(factory.cache) == 0, "the entries only the idle cursor still needed to leave")
+    reading.set_active(False)
+    await add_all(ml, 2, "n")  # no active cursor: adds are not cached
+    assert len(factory.cache) == 0
+    idle.set_active(True)
+    assert [e.data for e in await idle.read_entries_async(10)] == [b"m0", b"m1", b"m2", b"m3", b"n0", b"n1"]
+    await factory.close()

@@ -1,0 +1,34 @@
+"""The file ledger's read cache with the official client: it keeps only what active readers need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulsar
+
+from broker.embedded import BrokerThread
+from managed_ledger.file import FileManagedLedgerFactory
+from tests.e2e.conftest import topic_name
+from tests.e2e.test_reconnect_storm import wait_until
+
+
+def test_consumed_entries_leave_the_cache_and_idle_subscriptions_hold_none(tmp_path: Path) -> None:
+    # An idle subscription (no consumers) and the deduplication cursor never read: as in Pulsar
+    # they are inactive cursors, and the cache does not keep entries for them.
+    with BrokerThread(data_dir=tmp_path, brokerDeduplicationEnabled=True) as broker:
+        factory = broker.server.service.ledger_factory
+        assert isinstance(factory, FileManagedLedgerFactory)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("cache")
+        client.subscribe(topic, "idle").close()
+        live = client.subscribe(topic, "live")
+        producer = client.create_producer(topic, batching_enabled=False)
+        sent = [b"m%d" % i for i in range(50)]
+        for data in sent:
+            producer.send(data)
+        for _ in sent:
+            live.acknowledge(live.receive(10_000))
+        wait_until(lambda: len(factory.cache) == 0, 10.0, "the consumed entries to leave the cache")
+        idle = client.subscribe(topic, "idle")  # comes back: its messages come from disk
+        assert [idle.receive(10_000).data() for _ in sent] == sent
+        client.close()
