@@ -274,6 +274,17 @@ class KeyHarness(Harness):
     def publish_key(self, key: str) -> None:
         self.ledger.add_entry(keyed_entry(key), lambda pos, exc: None)
 
+    @classmethod
+    async def with_first_consumer(cls, permits: int) -> tuple[KeyHarness, Any, Consumer]:
+        """A Key_Shared harness whose consumer "a" has joined with permits: (harness, dispatcher, a)."""
+        h = await cls.create_keyed()
+        d = h.dispatcher
+        a = h.consumer_named("a")
+        d.add_consumer(a)
+        d.flow(a, permits)
+        await drain_lane()
+        return h, d, a
+
 
 def key_moving_to(h: KeyHarness, newcomer: Consumer, before: list[Consumer]) -> str:
     """A key owned by someone in ``before`` that the ring gives to ``newcomer`` once it joins."""
@@ -295,12 +306,7 @@ def key_moving_to(h: KeyHarness, newcomer: Consumer, before: list[Consumer]) -> 
 
 
 async def test_key_shared_holds_a_moved_key_until_the_old_owner_acks() -> None:
-    h = await KeyHarness.create_keyed()
-    d = h.dispatcher
-    a = h.consumer_named("a")
-    d.add_consumer(a)
-    d.flow(a, 100)
-    await drain_lane()
+    h, d, a = await KeyHarness.with_first_consumer(100)
     b = h.consumer_named("b")
     key = key_moving_to(h, b, [a])
     h.publish_key(key)
@@ -320,12 +326,7 @@ async def test_key_shared_holds_a_moved_key_until_the_old_owner_acks() -> None:
 
 
 async def test_key_shared_leaving_owner_messages_go_first() -> None:
-    h = await KeyHarness.create_keyed()
-    d = h.dispatcher
-    a = h.consumer_named("a")
-    d.add_consumer(a)
-    d.flow(a, 100)
-    await drain_lane()
+    h, d, a = await KeyHarness.with_first_consumer(100)
     b = h.consumer_named("b")
     key = key_moving_to(h, b, [a])
     for _ in range(3):
@@ -408,12 +409,7 @@ async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consum
     entry of the same key joins the replay set. The newer replayed entry must wait for it."""
     from broker.dispatch.key_shared import sticky_key_hash
 
-    h = await KeyHarness.create_keyed()
-    d = h.dispatcher
-    a = h.consumer_named("a")
-    d.add_consumer(a)
-    d.flow(a, 1)
-    await drain_lane()
+    h, d, a = await KeyHarness.with_first_consumer(1)
     b = h.consumer_named("b")
     # A key that stays with "a" when "b" joins (so "a" holds it until it leaves).
     key = next(k for k in (f"k{i}" for i in range(10_000))
