@@ -442,21 +442,26 @@ class GroupCommitWriter:
             closing = self._segments.get(op.path)
             if closing is None:
                 return
-            if closing in unsynced or (closing.synced < closing.written and closing.owner not in self._failed):
-                # (Also a segment closed before its first append: a closed segment always has a
-                # durable header, so recovery can tell a lost one from one a crash interrupted.)
+            if self._sync_before_close(closing, unsynced):
                 self._sync_segment(closing, unsynced, errors)
             self._forget(closing)
         elif op.kind == "recover":
             self._recover(op)
         elif op.kind == "release":
             for segment in [s for s in self._segments.values() if s.owner is op.owner]:
-                if segment in unsynced or (segment.synced < segment.written and op.owner not in self._failed):
+                if self._sync_before_close(segment, unsynced):
                     self._sync_segment(segment, unsynced, errors)
                 self._forget(segment)
             self._failed.pop(op.owner, None)
         else:  # pragma: no cover - the submit methods build every op
             raise AssertionError(op.kind)
+
+    def _sync_before_close(self, segment: _Segment, unsynced: dict[_Segment, list[int]]) -> bool:
+        """A segment about to close is synced if it has appends waiting, or has never been synced
+        (closed before its first append: a closed segment always has a durable header, so recovery
+        can tell a lost one from one a crash interrupted). Never for a fenced owner: what it wrote
+        after the failure must not become durable."""
+        return segment in unsynced or (segment.synced < segment.written and segment.owner not in self._failed)
 
     def _recover(self, op: _Op) -> None:
         fs = self._fs
