@@ -77,6 +77,18 @@ class BrokerConfig:
     backlogQuotaDefaultLimitSecond: int = -1
     # producer_request_hold, producer_exception or consumer_backlog_eviction.
     backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    # Inactive topics (Pulsar's keys and defaults): every FrequencySeconds, a loaded topic inactive
+    # for MaxInactiveDurationSeconds (empty: the frequency) is deleted with its data. Mode
+    # delete_when_no_subscriptions: inactive = no producers and no subscriptions;
+    # delete_when_subscriptions_caught_up: no producers and no subscription with a backlog.
+    # A namespace's inactive_topic_policies overrides the last three; the check itself only runs
+    # when enabled here at start.
+    brokerDeleteInactiveTopicsEnabled: bool = True
+    brokerDeleteInactiveTopicsFrequencySeconds: float = 60
+    brokerDeleteInactiveTopicsMode: str = "delete_when_no_subscriptions"
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int | None = None
+    # Also delete a partitioned topic's metadata once its last partition was deleted as inactive.
+    brokerDeleteInactivePartitionedTopicMetadataEnabled: bool = False
     dispatcherMaxReadBatchSize: int = 100
     maxUnackedMessagesPerConsumer: int = 50000
     subscriptionRedeliveryTrackerEnabled: bool = True

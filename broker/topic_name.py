@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from broker.errors import InvalidTopicNameError
 
 PARTITION_SUFFIX = "-partition-"
+# Names of topics the broker uses itself: never listed to clients, never deleted as inactive.
+SYSTEM_TOPIC_MARKERS = ("__compaction", "__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
 _NAME_PART = re.compile(r"^[-=:.\w]+$")
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 
@@ -83,3 +85,7 @@ class TopicName:
     def persistence_path(self) -> str:
         """The managed ledger name: tenant/ns/domain/local (Pulsar's layout)."""
         return f"{self.tenant}/{self.namespace_part}/{self.domain}/{self.local_name}"
+
+
+def is_system_topic(full_name: str) -> bool:
+    return any(m in full_name for m in SYSTEM_TOPIC_MARKERS)

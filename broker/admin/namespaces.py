@@ -49,6 +49,9 @@ class NamespacesResource:
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
         r.add_delete(NS + "/backlogQuota", self.remove_backlog_quota)
+        r.add_get(NS + "/inactiveTopicPolicies", self.get_inactive_topic_policies)
+        r.add_post(NS + "/inactiveTopicPolicies", self.set_inactive_topic_policies)
+        r.add_delete(NS + "/inactiveTopicPolicies", self.remove_inactive_topic_policies)
         r.add_get(NS + "/autoTopicCreation", self.get_auto_topic_creation)
         r.add_post(NS + "/autoTopicCreation", self.set_auto_topic_creation)
         r.add_delete(NS + "/autoTopicCreation", self.remove_auto_topic_creation)
@@ -221,6 +224,20 @@ class NamespacesResource:
         quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
         quotas.pop(quota_type, None)
         self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
+        return no_content()
+
+    # -- inactive topics -----------------------------------------------------------------------------
+    async def get_inactive_topic_policies(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.INACTIVE_TOPIC_POLICIES))
+
+    async def set_inactive_topic_policies(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        policy = P.parse_inactive_topic_policies(await read_body(request))
+        self.metadata.set_policy(ns, P.INACTIVE_TOPIC_POLICIES, policy)
+        return no_content()
+
+    async def remove_inactive_topic_policies(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.INACTIVE_TOPIC_POLICIES, None)
         return no_content()
 
     # -- auto topic creation -------------------------------------------------------------------------

@@ -22,6 +22,7 @@ AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
 DEDUPLICATION = "deduplicationEnabled"
 SCHEMA_STRATEGY = "schema_compatibility_strategy"
 AUTH_POLICIES = "auth_policies"
+INACTIVE_TOPIC_POLICIES = "inactive_topic_policies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -33,6 +34,10 @@ PRODUCER_EXCEPTION = "producer_exception"
 CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
 TOPIC_TYPES = ("partitioned", "non-partitioned")
+# InactiveTopicDeleteMode: what an inactive topic may still have.
+DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
+DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"
+INACTIVE_TOPIC_DELETE_MODES = (DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP)
 MB = 1024 * 1024
 # Pulsar's defaultNumberOfNamespaceBundles: shown in the Policies view (we do not split bundles).
 DEFAULT_BUNDLES = 4
@@ -138,6 +143,33 @@ def check_quota_within_retention(quota: dict[str, Any], retention: dict[str, Any
     return not (minutes > 0 and int(quota.get("limitTime", -1)) >= minutes * 60)
 
 
+# -- inactive topics ------------------------------------------------------------------------------
+
+def parse_inactive_topic_delete_mode(value: Any) -> str:
+    if value not in INACTIVE_TOPIC_DELETE_MODES:
+        raise PolicyError(400, f"Unknown inactiveTopicDeleteMode {value!r}; one of "
+                               f"{', '.join(INACTIVE_TOPIC_DELETE_MODES)}")
+    return str(value)
+
+
+def parse_inactive_topic_policies(body: Any) -> dict[str, Any]:
+    """InactiveTopicPolicies {inactiveTopicDeleteMode, maxInactiveDurationSeconds, deleteWhileInactive}.
+
+    Missing numbers and flags take Java's defaults (0, false), as Pulsar's binding does; the mode
+    is required (a policy without one could not be applied). Pulsar accepts a negative duration;
+    we refuse it (412) rather than read it as "delete at once".
+    """
+    doc = _object(body, "Inactive topic policies")
+    mode = parse_inactive_topic_delete_mode(doc.get("inactiveTopicDeleteMode"))
+    seconds = _int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
+    enabled = doc.get("deleteWhileInactive", False)
+    if not isinstance(enabled, bool):
+        raise PolicyError(400, "deleteWhileInactive must be true or false")
+    if seconds < 0:
+        raise PolicyError(412, "maxInactiveDurationSeconds must be >= 0")
+    return {"inactiveTopicDeleteMode": mode, "maxInactiveDurationSeconds": seconds, "deleteWhileInactive": enabled}
+
+
 # -- auto topic creation --------------------------------------------------------------------------
 
 def parse_auto_topic_creation(body: Any) -> dict[str, Any]:
@@ -228,6 +260,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
+    if policies.get(INACTIVE_TOPIC_POLICIES) is not None:
+        policies[INACTIVE_TOPIC_POLICIES] = parse_inactive_topic_policies(policies[INACTIVE_TOPIC_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):
         raise PolicyError(400, "deduplicationEnabled must be true or false")
     # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.

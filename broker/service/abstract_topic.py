@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.errors import ProducerBusyError, ProducerFencedError
+from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
@@ -43,6 +43,9 @@ class AbstractTopic(ABC):
         self.bytes_in = 0
         self.entries_added = 0
         self.created = time.time()
+        # When the topic was last seen active (time.monotonic()): loaded, a producer left, a
+        # subscription was deleted, or the inactive-topic check found it in use.
+        self.last_active = time.monotonic()
         self.closed = False
 
     @property
@@ -75,6 +78,8 @@ class AbstractTopic(ABC):
     # -- producers ---------------------------------------------------------------------------------
     def add_producer(self, producer: Producer, request_id: int) -> bool:
         """Attach ``producer``. Returns False when it is queued (WaitForExclusive)."""
+        if self.closed:  # unloaded or deleted while the producer was being set up: it retries
+            raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry")
         self._check_new_producer()
         existing = self.producers.get(producer.name)
         if existing is not None:
@@ -113,6 +118,7 @@ class AbstractTopic(ABC):
 
     def remove_producer(self, producer: Producer) -> None:
         producer.close()
+        self.last_active = time.monotonic()
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
         if self.exclusive_producer is producer:

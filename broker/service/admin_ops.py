@@ -52,6 +52,13 @@ def subscription_names(topic: PersistentTopic) -> list[str]:
     return sorted((set(topic.subscriptions) | set(topic.ledger.cursors)) - {DEDUP_CURSOR})
 
 
+def backlog_of(topic: PersistentTopic, name: str) -> int:
+    """Entries in the backlog of subscription ``name`` (live, or a stored durable cursor)."""
+    sub = topic.subscriptions.get(name)
+    cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
+    return cursor.number_of_entries_in_backlog()
+
+
 async def subscription(topic: PersistentTopic, name: str) -> Subscription:
     """The subscription ``name``; a stored durable cursor gets its Subscription object now (as Pulsar
     loads every cursor with the topic). SubscriptionNotFoundError when there is neither."""

@@ -11,26 +11,25 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ConfigError
 from broker.errors import NotAllowedError, TopicNotFoundError
 from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compaction import load_view
+from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 
 log = logging.getLogger(__name__)
 
-# Names of topics the broker uses itself; never listed to clients.
-SYSTEM_TOPIC_MARKERS = ("__compaction", "__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
 MB = 1024 * 1024
 # GET_TOPICS_OF_NAMESPACE modes (CommandGetTopicsOfNamespace.Mode)
 MODE_PERSISTENT, MODE_NON_PERSISTENT, MODE_ALL = 0, 1, 2
@@ -79,6 +78,14 @@ class BrokerService:
         if config.backlogQuotaCheckEnabled:
             self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
                                                    self.backlog_quotas.check_all))
+        if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
+            raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
+                              f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
+        self.inactive_topics = InactiveTopicMonitor(self)
+        if config.brokerDeleteInactiveTopicsEnabled:
+            self._housekeeping.append(PeriodicTask("inactive-topic-check",
+                                                   config.brokerDeleteInactiveTopicsFrequencySeconds,
+                                                   self.inactive_topics.check_all))
         self.closed = False
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
@@ -125,7 +132,7 @@ class BrokerService:
     def all_topics(self) -> list[AnyTopic]:
         return [*self.topics.values(), *self.non_persistent_topics.values()]
 
-    def _topic_exists(self, name: TopicName) -> bool:
+    def topic_exists(self, name: TopicName) -> bool:
         if not name.persistent:
             return name.full in self.non_persistent_topics
         return name.persistence_path in self.ledger_factory.list_names()
@@ -158,7 +165,7 @@ class BrokerService:
         loading = self._loading.get(name.full)
         if loading is not None:
             return await loading
-        if not self._topic_exists(name):
+        if not self.topic_exists(name):
             self._check_may_create(name, create, explicit)
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
@@ -206,7 +213,7 @@ class BrokerService:
         if n > 0:
             return n
         rule = self.auto_topic_creation(name.namespace)
-        if auto_create and rule.allowed and rule.partitioned and not self._topic_exists(name):
+        if auto_create and rule.allowed and rule.partitioned and not self.topic_exists(name):
             self.metadata.set_partitions(name.full, rule.default_partitions)
             return rule.default_partitions
         return 0
@@ -283,7 +290,7 @@ class BrokerService:
             t = TopicName.parse(base)
             if t.namespace == namespace and t.domain in domains:
                 names.update(t.partition(i).full for i in range(n))
-        return sorted(n for n in names if not any(m in n for m in SYSTEM_TOPIC_MARKERS))
+        return sorted(n for n in names if not is_system_topic(n))
 
     async def delete_topic(self, name: TopicName) -> None:
         async def delete() -> None:
@@ -310,6 +317,9 @@ class BrokerService:
 
         await self._while_unloading(name, unload)
         return True
+
+    def is_unloading(self, name: TopicName) -> bool:
+        return name.full in self._unloading
 
     async def _while_unloading(self, name: TopicName, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` as the only unload/delete of ``name``; loads of the name wait for it."""

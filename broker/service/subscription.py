@@ -12,7 +12,7 @@ from broker.dispatch.base import Dispatcher
 from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
-from broker.errors import ConsumerBusyError
+from broker.errors import ConsumerBusyError, ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import ManagedCursor, Position
 
@@ -82,6 +82,8 @@ class Subscription:
         return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if self.topic.closed:  # unloaded or deleted while the consumer was being set up: it retries
+            raise ServiceNotReadyError(f"Topic {self.topic.name} is being closed; retry")
         check_consumer_admission(self, consumer)
         d = self.dispatcher
         if d is None or self.sub_type != consumer.sub_type or (

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import entry_meta
-from broker.errors import SubscriptionNotFoundError, TopicTerminatedError
+from broker.errors import ServiceNotReadyError, SubscriptionNotFoundError, TopicTerminatedError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
@@ -93,6 +94,8 @@ class PersistentTopic(AbstractTopic):
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
     ) -> Subscription:
+        if self.closed:  # unloaded or deleted while the client was being set up: it retries
+            raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry")
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
@@ -143,6 +146,7 @@ class PersistentTopic(AbstractTopic):
 
     async def delete_subscription(self, sub: Subscription) -> None:
         self.remove_subscription(sub)
+        self.last_active = time.monotonic()
         if sub.durable:
             await self.ledger.delete_cursor(sub.name)
 

@@ -1,0 +1,122 @@
+"""Deleting inactive topics (Pulsar's brokerDeleteInactiveTopics* and inactive_topic_policies).
+
+Every brokerDeleteInactiveTopicsFrequencySeconds the monitor looks at the loaded persistent
+topics, as Pulsar's checkGC does:
+- a topic is *active* while it has a producer, or (mode delete_when_no_subscriptions) any
+  subscription, stored or live, or (mode delete_when_subscriptions_caught_up) a subscription with
+  a backlog. An active topic's inactivity clock restarts;
+- the clock also restarts when the topic loads, when a producer leaves and when a subscription is
+  deleted (``PersistentTopic.last_active``); messages alone do not restart it;
+- a topic inactive for maxInactiveDurationSeconds is deleted with its data, unless its namespace
+  keeps data forever (retention time -1) or for longer than it has been inactive. In caught-up mode
+  its consumers are disconnected first (they reconnect and may create the topic again) and its
+  subscriptions go with it.
+
+Not deleted: system topics, and topics with a compacted view (Pulsar keeps those too: its
+compaction cursor counts as a subscription). The deduplication cursor is not a subscription.
+A partitioned topic's metadata is deleted with its last partition only when
+brokerDeleteInactivePartitionedTopicMetadataEnabled is set. Non-persistent topics need no
+monitor: they are forgotten as soon as their last producer and consumer leave.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.metadata import policies as P
+from broker.service import admin_ops
+from broker.topic_name import is_system_topic
+
+if TYPE_CHECKING:
+    from broker.service.broker_service import BrokerService
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InactiveTopicPolicy:
+    delete_while_inactive: bool
+    max_inactive_s: float
+    mode: str
+
+
+class InactiveTopicMonitor:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.checks = 0  # completed runs of check_all
+        self.deleted_total = 0
+
+    def policy(self, namespace: str) -> InactiveTopicPolicy:
+        """The namespace's inactive_topic_policies, else the broker's settings (whole, not merged)."""
+        stored = self.service.metadata.policy(namespace, P.INACTIVE_TOPIC_POLICIES)
+        if stored is not None:
+            return InactiveTopicPolicy(bool(stored["deleteWhileInactive"]),
+                                       float(stored["maxInactiveDurationSeconds"]),
+                                       str(stored["inactiveTopicDeleteMode"]))
+        cfg = self.service.config
+        max_s = cfg.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
+        return InactiveTopicPolicy(cfg.brokerDeleteInactiveTopicsEnabled,
+                                   float(cfg.brokerDeleteInactiveTopicsFrequencySeconds if max_s is None else max_s),
+                                   cfg.brokerDeleteInactiveTopicsMode)
+
+    @staticmethod
+    def is_active(topic: PersistentTopic, mode: str) -> bool:
+        if topic.producers or topic.waiting_producers or topic.compacted_view is not None:
+            return True
+        names = admin_ops.subscription_names(topic)
+        if mode == P.DELETE_WHEN_NO_SUBSCRIPTIONS:
+            return bool(names)
+        return any(admin_ops.backlog_of(topic, name) > 0 for name in names)
+
+    async def check_all(self) -> None:
+        """Housekeeping: delete the loaded topics that have been inactive for long enough."""
+        service = self.service
+        for topic in list(service.topics.values()):
+            if not topic.closed and self._due(topic):
+                await self._delete(topic)
+        self.checks += 1
+
+    def _due(self, topic: PersistentTopic) -> bool:
+        service = self.service
+        if is_system_topic(topic.full_name):
+            return False
+        policy = self.policy(topic.name.namespace)
+        if not policy.delete_while_inactive:
+            return False
+        now = time.monotonic()
+        if self.is_active(topic, policy.mode):
+            topic.last_active = now
+            return False
+        inactive_s = now - topic.last_active
+        if inactive_s < policy.max_inactive_s:
+            return False
+        retention_min = service.retention(topic.name.namespace)["retentionTimeInMinutes"]
+        return not (retention_min < 0 or inactive_s < retention_min * 60)
+
+    async def _delete(self, topic: PersistentTopic) -> None:
+        service = self.service
+        name = topic.name
+        if service.is_unloading(name):
+            return  # an admin unload or delete is at work on it
+        # Nothing awaits between the check and here: the topic leaves the loaded set at once (in
+        # delete_topic), so a producer or consumer arriving now loads a new one.
+        for sub in list(topic.subscriptions.values()):
+            sub.disconnect_consumers()
+        await service.delete_topic(name)
+        self.deleted_total += 1
+        log.info("deleted topic %s: inactive for %.0f s", name, time.monotonic() - topic.last_active)
+        if name.partition_index < 0:
+            service.schemas.delete(name.full)
+            return
+        base = name.base
+        if not service.config.brokerDeleteInactivePartitionedTopicMetadataEnabled:
+            return
+        partitions = service.metadata.partitions_of(base.full)
+        if partitions and not any(service.topic_exists(base.partition(i)) for i in range(partitions)):
+            service.metadata.delete_partitioned(base.full)
+            service.schemas.delete(base.full)
+            log.info("deleted partitioned topic %s: its last partition was deleted as inactive", base)

@@ -1,0 +1,220 @@
+"""Inactive topics are deleted (Pulsar's brokerDeleteInactiveTopics* and inactiveTopicPolicies),
+with the official client: what counts as activity in each mode, the namespace policy and its REST
+API, retention, partitioned metadata, and clients that meet a topic being deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from broker.embedded import BrokerThread
+from broker.errors import ServiceNotReadyError
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.producer import Producer
+from broker.topic_name import TopicName
+from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.e2e.conftest import topic_name
+
+CAUGHT_UP = "delete_when_subscriptions_caught_up"
+NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
+
+
+def gc_broker(tmp_path: Path, **overrides: Any) -> BrokerThread:
+    """A broker that checks every 0.05 s and deletes a topic at the first check that finds it inactive."""
+    settings: dict[str, Any] = {"brokerDeleteInactiveTopicsFrequencySeconds": 0.05,
+                                "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": 0}
+    settings.update(overrides)
+    return BrokerThread(data_dir=tmp_path, **settings)
+
+
+def stored(broker: BrokerThread, topic: str) -> bool:
+    service = broker.server.service
+    name = TopicName.parse(topic)
+    return name.full in service.topics or service.topic_exists(name)
+
+
+def after_checks(broker: BrokerThread, n: int = 3) -> Callable[[], bool]:
+    """A condition that holds once the inactive-topic check has run ``n`` more times."""
+    monitor = broker.server.service.inactive_topics
+    target = monitor.checks + n
+    return lambda: monitor.checks >= target
+
+
+def test_a_topic_without_producers_or_subscriptions_is_deleted_with_its_data(tmp_path: Path) -> None:
+    with gc_broker(tmp_path) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("gc")
+        producer = client.create_producer(topic)
+        for i in range(3):
+            producer.send(b"m%d" % i)
+        wait_for(after_checks(broker), what="three checks with the producer connected")
+        assert stored(broker, topic)  # a connected producer keeps it
+        producer.close()
+        wait_for(lambda: not stored(broker, topic), what="the topic to be deleted")
+        assert broker.server.service.inactive_topics.deleted_total == 1
+        # Its data went with it: a reader from the start finds nothing (the topic is created anew).
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        assert not reader.has_message_available()
+        client.close()
+
+
+def test_a_subscription_keeps_its_topic_until_it_is_deleted(tmp_path: Path) -> None:
+    with gc_broker(tmp_path) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("gc-sub")
+        consumer = client.subscribe(topic, "keep")
+        consumer.close()  # a subscription without consumers still counts in this mode
+        client.create_producer(topic).close()
+        wait_for(after_checks(broker), what="three checks")
+        assert stored(broker, topic)
+        consumer = client.subscribe(topic, "keep")
+        consumer.unsubscribe()
+        wait_for(lambda: not stored(broker, topic), what="the topic to be deleted after the unsubscribe")
+        client.close()
+
+
+def test_caught_up_mode_deletes_once_every_backlog_is_consumed(tmp_path: Path) -> None:
+    with gc_broker(tmp_path, brokerDeleteInactiveTopicsMode=CAUGHT_UP) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        admin = Admin(broker.web_url)
+        topic = topic_name("gc-caught-up")
+        consumer = client.subscribe(topic, "s", receiver_queue_size=1)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(5):
+            producer.send(b"m%d" % i)
+        producer.close()
+        wait_for(after_checks(broker), what="three checks with a backlog")
+        assert stored(broker, topic)  # the subscription has a backlog
+        messages = [consumer.receive(10_000) for _ in range(5)]
+        assert [m.data() for m in messages] == [b"m%d" % i for i in range(5)]
+        for m in messages:
+            consumer.acknowledge(m)
+        # Caught up: deleted although its consumer is connected (it is disconnected, as in Pulsar).
+        wait_for(lambda: broker.server.service.inactive_topics.deleted_total >= 1, what="the topic to be deleted")
+        # The consumer reconnects and the topic comes back; with deletion off for the namespace it
+        # stays, and the same consumer receives what is published next.
+        admin.ok("POST", "/admin/v2/namespaces/public/default/inactiveTopicPolicies",
+                 {"inactiveTopicDeleteMode": CAUGHT_UP, "maxInactiveDurationSeconds": 0,
+                  "deleteWhileInactive": False})
+        service = broker.server.service
+        full = TopicName.parse(topic).full
+
+        def reattached() -> bool:
+            t = service.topics.get(full)
+            return t is not None and "s" in t.subscriptions and bool(t.subscriptions["s"].consumers)
+
+        wait_for(reattached, what="the consumer to reconnect")
+        producer = client.create_producer(topic)
+        producer.send(b"after")
+        assert consumer.receive(10_000).data() == b"after"
+        admin.ok("DELETE", "/admin/v2/namespaces/public/default/inactiveTopicPolicies")
+        client.close()
+
+
+def test_namespace_policy_and_retention_keep_topics(tmp_path: Path) -> None:
+    with gc_broker(tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        kept = admin.new_namespace()
+        admin.ok("POST", f"/admin/v2/namespaces/{kept}/inactiveTopicPolicies",
+                 {"inactiveTopicDeleteMode": NO_SUBSCRIPTIONS, "maxInactiveDurationSeconds": 0,
+                  "deleteWhileInactive": False})
+        forever = admin.new_namespace()
+        admin.ok("POST", f"/admin/v2/namespaces/{forever}/retention",
+                 {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+        slow = admin.new_namespace()
+        admin.ok("POST", f"/admin/v2/namespaces/{slow}/inactiveTopicPolicies",
+                 {"inactiveTopicDeleteMode": NO_SUBSCRIPTIONS, "maxInactiveDurationSeconds": 3600,
+                  "deleteWhileInactive": True})
+        topics = [f"persistent://{ns}/t" for ns in (kept, forever, slow)]
+        for t in topics:
+            client.create_producer(t).close()
+        wait_for(after_checks(broker), what="three checks")
+        assert all(stored(broker, t) for t in topics)
+        # The slow namespace's topic goes once it has been inactive for an hour.
+        service = broker.server.service
+        service.topics[TopicName.parse(topics[2]).full].last_active -= 3601
+        wait_for(lambda: not stored(broker, topics[2]), what="the hour-old inactive topic to be deleted")
+        assert stored(broker, topics[0]) and stored(broker, topics[1])
+        client.close()
+
+
+def test_inactive_topic_policies_rest(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        ns = admin.new_namespace()
+        path = f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies"
+        assert admin.get(path).status == 204  # not set
+        policy = {"inactiveTopicDeleteMode": CAUGHT_UP, "maxInactiveDurationSeconds": 120, "deleteWhileInactive": True}
+        assert admin.post(path, policy).status == 204
+        assert admin.ok("GET", path) == policy
+        assert admin.ok("GET", f"/admin/v2/namespaces/{ns}")["inactive_topic_policies"] == policy
+        # Missing fields take Java's defaults.
+        assert admin.post(path, {"inactiveTopicDeleteMode": NO_SUBSCRIPTIONS}).status == 204
+        assert admin.ok("GET", path) == {"inactiveTopicDeleteMode": NO_SUBSCRIPTIONS,
+                                         "maxInactiveDurationSeconds": 0, "deleteWhileInactive": False}
+        bad = [({"inactiveTopicDeleteMode": "delete_always"}, 400), ({}, 400), ([], 400),
+               ({**policy, "deleteWhileInactive": "yes"}, 400), ({**policy, "maxInactiveDurationSeconds": 1.5}, 400),
+               ({**policy, "maxInactiveDurationSeconds": -1}, 412)]
+        for body, status in bad:
+            reply = admin.post(path, body)
+            assert reply.status == status, (body, reply.status, reply.body)
+            assert reply.reason
+        assert admin.delete(path).status == 204
+        assert admin.get(path).status == 204
+        assert admin.get("/admin/v2/namespaces/public/nope/inactiveTopicPolicies").status == 404
+        # A namespace created with the policy in its Policies document.
+        other = f"public/ns-with-policy-{tmp_path.name[-6:]}"
+        admin.ok("PUT", f"/admin/v2/namespaces/{other}", {"inactive_topic_policies": policy})
+        assert admin.ok("GET", f"/admin/v2/namespaces/{other}/inactiveTopicPolicies") == policy
+
+
+@pytest.mark.parametrize("delete_metadata", [False, True])
+def test_partitions_are_deleted_one_by_one_and_the_metadata_on_request(tmp_path: Path, delete_metadata: bool) -> None:
+    with gc_broker(tmp_path, brokerDeleteInactivePartitionedTopicMetadataEnabled=delete_metadata) as broker:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("gc-partitioned")
+        admin.ok("PUT", f"/admin/v2/{rest_path(topic)}/partitions", 2)
+        producer = client.create_producer(topic)
+        for i in range(4):
+            producer.send(b"m%d" % i, partition_key=str(i))
+        producer.close()
+        parts = [f"{topic}-partition-{i}" for i in range(2)]
+        wait_for(lambda: not any(stored(broker, p) for p in parts), what="both partitions to be deleted")
+        metadata = broker.server.service.metadata
+        if delete_metadata:
+            wait_for(lambda: metadata.partitions_of(topic) == 0, what="the partitioned metadata to be deleted")
+        else:
+            wait_for(after_checks(broker), what="three more checks")
+            assert metadata.partitions_of(topic) == 2
+        client.close()
+
+
+def test_a_client_setting_up_on_a_topic_being_deleted_is_told_to_retry(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path, brokerDeleteInactiveTopicsEnabled=False) as broker:
+        service = broker.server.service
+        name = TopicName.parse(topic_name("closing"))
+
+        async def scenario() -> None:
+            topic = await service.get_topic(name, create=True)
+            sub = await topic.get_or_create_subscription("s", True, pb.CommandSubscribe.Earliest, None)
+            await service.delete_topic(name)  # the producer / consumer below started before this
+            with pytest.raises(ServiceNotReadyError):
+                await topic.get_or_create_subscription("s", True, pb.CommandSubscribe.Earliest, None)
+            with pytest.raises(ServiceNotReadyError):
+                sub.add_consumer(None)  # type: ignore[arg-type]  # refused before the consumer is looked at
+            producer = Producer(None, topic, 1, "p", is_generated_name=False,  # type: ignore[arg-type]
+                                access_mode=pb.ProducerAccessMode.Shared, epoch=0, metadata={}, schema_version=b"")
+            with pytest.raises(ServiceNotReadyError):
+                topic.add_producer(producer, 1)
+
+        broker.run_coroutine(scenario())
+        # A client retries ServiceNotReady: with the official client, the topic simply comes back.
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.create_producer(name.full).send(b"x")
+        client.close()
