@@ -117,6 +117,11 @@ class BrokerConfig:
     # since the last write are redelivered after a crash (Pulsar's key and default).
     managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
     managedLedgerCacheSizeMB: int = 256
+    # A subscription more than this many entries behind (unread) counts as backlogged: its cursor
+    # is inactive, so the read cache does not keep entries for it and it reads from disk (Pulsar's
+    # key and default; checked when a consumer joins or leaves and every statsUpdateFrequencyInSecs).
+    # 0 = never backlogged.
+    managedLedgerCursorBackloggedThreshold: int = 1000
     # How many cached reads may complete inline, nested, before the stack is unwound.
     managedLedgerReadNestingLimit: int = 10
     # -- stats --------------------------------------------------------------------------------------

@@ -78,6 +78,8 @@ class BrokerService:
         if config.backlogQuotaCheckEnabled:
             self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
                                                    self.backlog_quotas.check_all))
+        self._housekeeping.append(PeriodicTask("backlogged-cursors", config.statsUpdateFrequencyInSecs,
+                                               self.check_backlogged_cursors))
         if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
             raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
                               f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
@@ -260,6 +262,13 @@ class BrokerService:
             if wanted != topic.ledger.config:
                 topic.ledger.update_config(wanted)
             topic.ledger.trim_consumed_ledgers()
+
+    async def check_backlogged_cursors(self) -> None:
+        """Housekeeping: subscriptions that fell behind (or caught up) since consumers came or went
+        leave (or rejoin) the read cache's active cursors."""
+        for topic in list(self.topics.values()):
+            for sub in list(topic.subscriptions.values()):
+                sub.update_cursor_activity()
 
     async def expire_messages(self) -> None:
         """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""

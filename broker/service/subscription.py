@@ -100,16 +100,29 @@ class Subscription:
             d.validate_new_consumer(consumer)
         self.seek_pending = False
         d.add_consumer(consumer)
-        self.cursor.set_active(True)
+        self.update_cursor_activity()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
-        if not self.consumers:
-            self.cursor.set_active(False)
+        self.update_cursor_activity()
         if not self.consumers and not self.durable and not self.seek_pending:
             self.topic.remove_subscription(self)
+
+    def update_cursor_activity(self) -> None:
+        """The cursor is active (the read cache keeps entries for it) while consumers read through
+        it and it is not backlogged: fewer than managedLedgerCursorBackloggedThreshold entries
+        unread, as in Pulsar. A backlogged reader would otherwise pin everything it has not read
+        yet in the cache, at the expense of the readers at the tail; it reads from disk until it
+        catches up."""
+        active = bool(self.consumers)
+        threshold = self.topic.service.config.managedLedgerCursorBackloggedThreshold
+        if active and threshold > 0:
+            ledger = self.topic.ledger
+            read, last = self.cursor.read_position, ledger.last_confirmed_entry
+            active = read > last or ledger.count_entries_between(read, last) < threshold
+        self.cursor.set_active(active)
 
     def drop_if_unused(self) -> None:
         """A reader's subscription whose consumer never joined (it went away while subscribing)."""

@@ -54,7 +54,7 @@ class Harness:
 
     def __init__(self, ledger: Any, cursor: Any) -> None:
         loop = asyncio.get_running_loop()
-        topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False,
+        topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
                                 service=SimpleNamespace(config=BrokerConfig()))
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
