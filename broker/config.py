@@ -77,6 +77,11 @@ class BrokerConfig:
     backlogQuotaDefaultLimitSecond: int = -1
     # producer_request_hold, producer_exception or consumer_backlog_eviction.
     backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    # Subscriptions without consumers and without reads or acks for this long are deleted
+    # (0 = never; Pulsar's keys and defaults, fractions allowed here; a namespace's
+    # subscription_expiration_time_minutes overrides it). Checked every ...CheckIntervalInMinutes.
+    subscriptionExpirationTimeMinutes: float = 0
+    subscriptionExpiryCheckIntervalInMinutes: float = 5
     # Inactive topics (Pulsar's keys and defaults): every FrequencySeconds, a loaded topic inactive
     # for MaxInactiveDurationSeconds (empty: the frequency) is deleted with its data. Mode
     # delete_when_no_subscriptions: inactive = no producers and no subscriptions;

@@ -391,7 +391,12 @@ class ManagedCursor(abc.ABC):
     @property
     @abc.abstractmethod
     def last_active(self) -> float:
-        """clock() time of the last read, ack or seek."""
+        """clock() time (the factory's clock: wall-clock seconds by default) of the last read,
+        ack, seek or touch(). Not persisted: a reopened cursor starts at its opening time."""
+
+    @abc.abstractmethod
+    def touch(self) -> None:
+        """Record activity now (a consumer came or went): last_active = clock()."""
 
     @property
     @abc.abstractmethod

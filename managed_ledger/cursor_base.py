@@ -445,6 +445,9 @@ class BaseCursor(ManagedCursor):
     def _touch(self) -> None:
         self._last_active = self._ledger._clock()
 
+    def touch(self) -> None:
+        self._touch()
+
 
 def _check_read_args(max_entries: int, max_bytes: int | None) -> None:
     if max_entries < 1:

@@ -49,6 +49,9 @@ class NamespacesResource:
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
         r.add_delete(NS + "/backlogQuota", self.remove_backlog_quota)
+        r.add_get(NS + "/subscriptionExpirationTime", self.get_subscription_expiration)
+        r.add_post(NS + "/subscriptionExpirationTime", self.set_subscription_expiration)
+        r.add_delete(NS + "/subscriptionExpirationTime", self.remove_subscription_expiration)
         r.add_get(NS + "/inactiveTopicPolicies", self.get_inactive_topic_policies)
         r.add_post(NS + "/inactiveTopicPolicies", self.set_inactive_topic_policies)
         r.add_delete(NS + "/inactiveTopicPolicies", self.remove_inactive_topic_policies)
@@ -224,6 +227,20 @@ class NamespacesResource:
         quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
         quotas.pop(quota_type, None)
         self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
+        return no_content()
+
+    # -- subscription expiration ---------------------------------------------------------------------
+    async def get_subscription_expiration(self, request: web.Request) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.SUBSCRIPTION_EXPIRATION))
+
+    async def set_subscription_expiration(self, request: web.Request) -> web.Response:
+        ns = self.namespace(request)
+        minutes = P.parse_subscription_expiration(await read_body(request))
+        self.metadata.set_policy(ns, P.SUBSCRIPTION_EXPIRATION, minutes)
+        return no_content()
+
+    async def remove_subscription_expiration(self, request: web.Request) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), P.SUBSCRIPTION_EXPIRATION, None)
         return no_content()
 
     # -- inactive topics -----------------------------------------------------------------------------

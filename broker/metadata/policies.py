@@ -23,6 +23,7 @@ DEDUPLICATION = "deduplicationEnabled"
 SCHEMA_STRATEGY = "schema_compatibility_strategy"
 AUTH_POLICIES = "auth_policies"
 INACTIVE_TOPIC_POLICIES = "inactive_topic_policies"
+SUBSCRIPTION_EXPIRATION = "subscription_expiration_time_minutes"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -143,6 +144,15 @@ def check_quota_within_retention(quota: dict[str, Any], retention: dict[str, Any
     return not (minutes > 0 and int(quota.get("limitTime", -1)) >= minutes * 60)
 
 
+# -- subscription expiration ----------------------------------------------------------------------
+
+def parse_subscription_expiration(body: Any) -> int:
+    minutes = _int(body, "Subscription expiration time")
+    if minutes < 0:
+        raise PolicyError(412, "subscriptionExpirationTime must be 0 (never) or more minutes")
+    return minutes
+
+
 # -- inactive topics ------------------------------------------------------------------------------
 
 def parse_inactive_topic_delete_mode(value: Any) -> str:
@@ -260,6 +270,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
+    if policies.get(SUBSCRIPTION_EXPIRATION) is not None:
+        policies[SUBSCRIPTION_EXPIRATION] = parse_subscription_expiration(policies[SUBSCRIPTION_EXPIRATION])
     if policies.get(INACTIVE_TOPIC_POLICIES) is not None:
         policies[INACTIVE_TOPIC_POLICIES] = parse_inactive_topic_policies(policies[INACTIVE_TOPIC_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import NotAllowedError, TopicNotFoundError
+from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
 from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
@@ -78,6 +78,9 @@ class BrokerService:
         if config.backlogQuotaCheckEnabled:
             self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
                                                    self.backlog_quotas.check_all))
+        self._housekeeping.append(PeriodicTask("subscription-expiry",
+                                               config.subscriptionExpiryCheckIntervalInMinutes * 60,
+                                               self.expire_subscriptions))
         self._housekeeping.append(PeriodicTask("backlogged-cursors", config.statsUpdateFrequencyInSecs,
                                                self.check_backlogged_cursors))
         if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
@@ -262,6 +265,36 @@ class BrokerService:
             if wanted != topic.ledger.config:
                 topic.ledger.update_config(wanted)
             topic.ledger.trim_consumed_ledgers()
+
+    def subscription_expiration_s(self, namespace: str) -> float:
+        """Seconds without consumers, reads or acks after which a subscription is deleted (0 = never)."""
+        minutes = self.metadata.policy(namespace, P.SUBSCRIPTION_EXPIRATION)
+        return float(self.config.subscriptionExpirationTimeMinutes if minutes is None else minutes) * 60
+
+    async def expire_subscriptions(self) -> None:
+        """Housekeeping (Pulsar's checkInactiveSubscriptions): delete the durable subscriptions of
+        loaded topics that have had no consumer, read or ack for the expiration time."""
+        for topic in list(self.topics.values()):
+            limit_s = self.subscription_expiration_s(topic.name.namespace)
+            if limit_s <= 0 or topic.closed:
+                continue
+            now = time.time()  # the managed ledgers' clock
+            for name in admin_ops.subscription_names(topic):
+                if topic.closed:
+                    break
+                sub = topic.subscriptions.get(name)
+                if sub is not None and (sub.consumers or not sub.durable):
+                    continue
+                cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
+                if cursor is None or now - cursor.last_active <= limit_s:
+                    continue
+                try:
+                    await admin_ops.delete_subscription(topic, name, force=False)
+                except BrokerError as exc:  # a consumer came meanwhile, or the topic is closing
+                    log.debug("kept subscription %s of %s: %s", name, topic.name, exc)
+                    continue
+                log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
+                         name, topic.name, now - cursor.last_active)
 
     async def check_backlogged_cursors(self) -> None:
         """Housekeeping: subscriptions that fell behind (or caught up) since consumers came or went

@@ -100,12 +100,14 @@ class Subscription:
             d.validate_new_consumer(consumer)
         self.seek_pending = False
         d.add_consumer(consumer)
+        self.cursor.touch()
         self.update_cursor_activity()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
+        self.cursor.touch()  # (subscription expiry counts from here)
         self.update_cursor_activity()
         if not self.consumers and not self.durable and not self.seek_pending:
             self.topic.remove_subscription(self)

@@ -1,9 +1,13 @@
-"""Inactive topics are deleted (Pulsar's brokerDeleteInactiveTopics* and inactiveTopicPolicies),
-with the official client: what counts as activity in each mode, the namespace policy and its REST
-API, retention, partitioned metadata, and clients that meet a topic being deleted."""
+"""Inactive topics and subscriptions are deleted, with the official client.
+
+Topics (Pulsar's brokerDeleteInactiveTopics* and inactiveTopicPolicies): what counts as activity
+in each mode, the namespace policy and its REST API, retention, partitioned metadata, and clients
+that meet a topic being deleted. Subscriptions (subscriptionExpirationTimeMinutes and
+subscriptionExpirationTime): only those without consumers, reads or acks for the limit."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,4 +221,62 @@ def test_a_client_setting_up_on_a_topic_being_deleted_is_told_to_retry(tmp_path:
         # A client retries ServiceNotReady: with the official client, the topic simply comes back.
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
         client.create_producer(name.full).send(b"x")
+        client.close()
+
+
+def test_subscriptions_without_consumers_expire(tmp_path: Path) -> None:
+    # 0.002 minutes = 0.12 s without a consumer, read or ack; checked every 0.03 s.
+    with BrokerThread(data_dir=tmp_path, brokerDeleteInactiveTopicsEnabled=False,
+                      subscriptionExpirationTimeMinutes=0.002,
+                      subscriptionExpiryCheckIntervalInMinutes=0.0005) as broker:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("sub-expiry")
+        connected = client.subscribe(topic, "connected")
+        client.subscribe(topic, "abandoned").close()
+        producer = client.create_producer(topic)
+        producer.send(b"x")
+        subscriptions = f"/admin/v2/{rest_path(topic)}/subscriptions"
+        wait_for(lambda: admin.ok("GET", subscriptions) == ["connected"], what="the abandoned subscription to expire")
+        # A namespace's policy overrides the broker: 0 = never.
+        kept_ns = admin.new_namespace()
+        assert admin.post(f"/admin/v2/namespaces/{kept_ns}/subscriptionExpirationTime", 0).status == 204
+        kept = f"persistent://{kept_ns}/t"
+        client.subscribe(kept, "idle").close()
+        task = next(t for t in broker.server.service._housekeeping if t.name == "subscription-expiry")
+        runs = task.runs
+        wait_for(lambda: task.runs >= runs + 5, what="five more expiry checks")
+        assert admin.ok("GET", f"/admin/v2/{rest_path(kept)}/subscriptions") == ["idle"]
+        # The connected consumer's subscription stays however long it is idle, and still works.
+        assert admin.ok("GET", subscriptions) == ["connected"]
+        assert connected.receive(10_000).data() == b"x"
+        client.close()
+
+
+def test_subscription_expiration_rest_and_the_clock_restarting_when_a_consumer_leaves(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        ns = admin.new_namespace()
+        path = f"/admin/v2/namespaces/{ns}/subscriptionExpirationTime"
+        assert admin.get(path).status == 204
+        assert admin.post(path, 30).status == 204
+        assert admin.ok("GET", path) == 30
+        assert admin.ok("GET", f"/admin/v2/namespaces/{ns}")["subscription_expiration_time_minutes"] == 30
+        for body, status in ((-1, 412), ("30", 400), (True, 400), (1.5, 400)):
+            reply = admin.post(path, body)
+            assert reply.status == status, (body, reply.status, reply.body)
+        assert admin.delete(path).status == 204
+        assert admin.get(path).status == 204
+        # The expiry clock restarts when the last consumer leaves, not at its last read or ack.
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        topic = topic_name("sub-clock")
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        sub = broker.server.service.topics[topic].subscriptions["s"]
+
+        async def leave_after_an_idle_hour() -> float:
+            sub.cursor._last_active -= 3600  # an hour without reads while connected
+            sub.remove_consumer(sub.consumers[0])
+            return sub.cursor.last_active
+
+        assert time.time() - broker.run_coroutine(leave_after_an_idle_hour()) < 60
         client.close()
