@@ -82,6 +82,9 @@ class BrokerConfig:
     # subscription_expiration_time_minutes overrides it). Checked every ...CheckIntervalInMinutes.
     subscriptionExpirationTimeMinutes: float = 0
     subscriptionExpiryCheckIntervalInMinutes: float = 5
+    # Topic-level policies (REST .../{topic}/retention, messageTTL, ...; Pulsar's default since 2.11).
+    # Off: they answer 405 and stored ones are ignored.
+    topicLevelPoliciesEnabled: bool = True
     # Inactive topics (Pulsar's keys and defaults): every FrequencySeconds, a loaded topic inactive
     # for MaxInactiveDurationSeconds (empty: the frequency) is deleted with its data. Mode
     # delete_when_no_subscriptions: inactive = no producers and no subscriptions;

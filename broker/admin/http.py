@@ -19,6 +19,7 @@ from broker.admin.namespaces import NamespacesResource
 from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
+from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.auth.http import security_middleware
 from broker.service.periodic import PeriodicTask
@@ -43,6 +44,7 @@ class WebService:
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
+        self.topic_policies = TopicPoliciesResource(self)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.health)
@@ -63,6 +65,7 @@ class WebService:
         self.namespaces.register(r)
         PermissionsResource(self).register(r)
         self.schemas.register(r)
+        self.topic_policies.register(r)  # (before the topic routes: more specific paths)
         self.topics.register(r)
 
     async def start(self, host: str, port: int | None, tls_port: int | None = None,

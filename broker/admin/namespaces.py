@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from broker.admin.http import WebService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
+# Producer / consumer limits per namespace (0 = unlimited): REST path and Policies field.
+LIMITS = (("maxProducersPerTopic", P.MAX_PRODUCERS_PER_TOPIC), ("maxConsumersPerTopic", P.MAX_CONSUMERS_PER_TOPIC),
+          ("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION))
 
 
 class NamespacesResource:
@@ -49,6 +52,10 @@ class NamespacesResource:
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
         r.add_delete(NS + "/backlogQuota", self.remove_backlog_quota)
+        for path, key in LIMITS:
+            r.add_get(NS + "/" + path, self._limit_handler(self.get_limit, key))
+            r.add_post(NS + "/" + path, self._limit_handler(self.set_limit, key))
+            r.add_delete(NS + "/" + path, self._limit_handler(self.remove_limit, key))
         r.add_get(NS + "/subscriptionExpirationTime", self.get_subscription_expiration)
         r.add_post(NS + "/subscriptionExpirationTime", self.set_subscription_expiration)
         r.add_delete(NS + "/subscriptionExpirationTime", self.remove_subscription_expiration)
@@ -227,6 +234,27 @@ class NamespacesResource:
         quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
         quotas.pop(quota_type, None)
         self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
+        return no_content()
+
+    # -- producer and consumer limits ----------------------------------------------------------------
+    @staticmethod
+    def _limit_handler(method: Any, key: str) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            response: web.Response = await method(request, key)
+            return response
+        return handle
+
+    async def get_limit(self, request: web.Request, key: str) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), key))
+
+    async def set_limit(self, request: web.Request, key: str) -> web.Response:
+        ns = self.namespace(request)
+        path = next(p for p, k in LIMITS if k == key)
+        self.metadata.set_policy(ns, key, P.parse_limit(await read_body(request), path))
+        return no_content()
+
+    async def remove_limit(self, request: web.Request, key: str) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), key, None)
         return no_content()
 
     # -- subscription expiration ---------------------------------------------------------------------

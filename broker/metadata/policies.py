@@ -24,6 +24,19 @@ SCHEMA_STRATEGY = "schema_compatibility_strategy"
 AUTH_POLICIES = "auth_policies"
 INACTIVE_TOPIC_POLICIES = "inactive_topic_policies"
 SUBSCRIPTION_EXPIRATION = "subscription_expiration_time_minutes"
+MAX_PRODUCERS_PER_TOPIC = "max_producers_per_topic"
+MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
+MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
+
+# Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
+T_MESSAGE_TTL = "messageTTLInSeconds"
+T_RETENTION = "retentionPolicies"
+T_DEDUPLICATION = "deduplicationEnabled"
+T_MAX_PRODUCERS = "maxProducerPerTopic"
+T_MAX_CONSUMERS = "maxConsumerPerTopic"
+T_MAX_CONSUMERS_PER_SUBSCRIPTION = "maxConsumersPerSubscription"
+T_COMPACTION_THRESHOLD = "compactionThreshold"
+T_INACTIVE_TOPIC_POLICIES = "inactiveTopicPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -142,6 +155,22 @@ def check_quota_within_retention(quota: dict[str, Any], retention: dict[str, Any
     if size_mb > 0 and int(quota.get("limitSize", -1)) >= size_mb * MB:
         return False
     return not (minutes > 0 and int(quota.get("limitTime", -1)) >= minutes * 60)
+
+
+# -- producer and consumer limits -----------------------------------------------------------------
+
+def parse_limit(body: Any, what: str, message: str | None = None) -> int:
+    """A maxProducers / maxConsumers style limit: an integer, 0 = unlimited."""
+    value = _int(body, what)
+    if value < 0:
+        raise PolicyError(412, message or f"{what} must be 0 or more")
+    return value
+
+
+def parse_bool(body: Any, what: str) -> bool:
+    if not isinstance(body, bool):
+        raise PolicyError(400, f"{what} must be true or false")
+    return body
 
 
 # -- subscription expiration ----------------------------------------------------------------------
@@ -270,6 +299,9 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
+    for key in (MAX_PRODUCERS_PER_TOPIC, MAX_CONSUMERS_PER_TOPIC, MAX_CONSUMERS_PER_SUBSCRIPTION):
+        if policies.get(key) is not None:
+            policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:
         policies[SUBSCRIPTION_EXPIRATION] = parse_subscription_expiration(policies[SUBSCRIPTION_EXPIRATION])
     if policies.get(INACTIVE_TOPIC_POLICIES) is not None:

@@ -33,6 +33,9 @@ class MetadataStore:
         self.compactions: dict[str, dict[str, Any]] = {}
         # full topic name -> [ledgerId, entryId] of its last message when it was terminated
         self.terminated: dict[str, list[int]] = {}
+        # Topic-level policies: topic name (a partitioned topic's base name covers its partitions)
+        # -> {Pulsar's TopicPolicies field name: value}
+        self.topic_policies: dict[str, dict[str, Any]] = {}
         if path is not None and path.exists():
             self._load(path)
         else:
@@ -55,6 +58,7 @@ class MetadataStore:
         self.schemas = doc.get("schemas", {})
         self.compactions = doc.get("compactions", {})
         self.terminated = doc.get("terminated", {})
+        self.topic_policies = doc.get("topic_policies", {})
 
     def save(self) -> None:
         self.generation += 1  # lets hot paths cache what they derive from metadata
@@ -68,6 +72,7 @@ class MetadataStore:
             "schemas": self.schemas,
             "compactions": self.compactions,
             "terminated": self.terminated,
+            "topic_policies": self.topic_policies,
             "saved_at": time.time(),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,13 +100,37 @@ class MetadataStore:
         self.save()
 
     def delete_partitioned(self, base_topic: str) -> None:
-        if self.partitioned_topics.pop(base_topic, None) is not None:
+        """Forget a partitioned topic: its partition count and its topic-level policies."""
+        found = self.partitioned_topics.pop(base_topic, None) is not None
+        if self.topic_policies.pop(base_topic, None) is not None or found:
             self.save()
 
     # -- namespace policies (Pulsar's Policies field names; see broker.metadata.policies) ------------
     def policy(self, namespace: str, key: str) -> Any:
         """A namespace's policy value, or None when it is not set (or the namespace is gone)."""
         return self.namespaces.get(namespace, {}).get(key)
+
+    # -- topic policies -----------------------------------------------------------------------------
+    def topic_policy(self, topic: str, key: str) -> Any:
+        """A topic-level policy value (topic: the full name, a partitioned topic's base name for
+        its partitions), or None when it is not set."""
+        return self.topic_policies.get(topic, {}).get(key)
+
+    def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
+        """Set (or, with None, remove) one topic-level policy, persisted at once."""
+        if value is None:
+            policies = self.topic_policies.get(topic)
+            if policies is None or policies.pop(key, None) is None:
+                return
+            if not policies:
+                del self.topic_policies[topic]
+        else:
+            self.topic_policies.setdefault(topic, {})[key] = value
+        self.save()
+
+    def delete_topic_policies(self, topic: str) -> None:
+        if self.topic_policies.pop(topic, None) is not None:
+            self.save()
 
     def set_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (or, with None, remove) one policy of an existing namespace, persisted at once."""

@@ -89,7 +89,7 @@ class AbstractTopic(ABC):
                 self.remove_producer(existing)
             else:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = self.service.config.maxProducersPerTopic
+        limit = self.service.max_producers(self.name)
         if 0 < limit <= len(self.producers):
             raise ProducerBusyError("Topic reached max producers limit")
         mode = producer.access_mode

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
@@ -234,22 +234,53 @@ class BrokerService:
         return AutoTopicCreation(bool(override.get("allowAutoTopicCreation")), partitioned,
                                  int(override.get("defaultNumPartitions") or cfg.defaultNumPartitions))
 
-    def message_ttl(self, namespace: str) -> int:
-        """Seconds after which unacknowledged messages expire; 0 = never."""
-        ttl = self.metadata.policy(namespace, P.MESSAGE_TTL)
-        return int(self.config.ttlDurationDefaultInSeconds if ttl is None else ttl)
+    # -- effective policies: the topic's own, else its namespace's, else the broker's ---------------
+    def topic_policy(self, name: TopicName, key: str) -> Any:
+        """A topic-level policy (a partition has its partitioned topic's), or None when unset or
+        topic-level policies are off."""
+        if not self.config.topicLevelPoliciesEnabled:
+            return None
+        return self.metadata.topic_policy(name.base.full, key)
 
-    def retention(self, namespace: str) -> dict[str, int]:
-        stored = self.metadata.policy(namespace, P.RETENTION)
-        if stored is not None:
-            return dict(stored)
+    def effective_policy(self, name: TopicName, topic_key: str, namespace_key: str | None, default: Any) -> Any:
+        """Topic level, else namespace level, else ``default`` (the broker setting); a value is
+        taken whole (a topic's retention does not inherit the namespace's size limit)."""
+        value = self.topic_policy(name, topic_key)
+        if value is None and namespace_key is not None:
+            value = self.metadata.policy(name.namespace, namespace_key)
+        return default if value is None else value
+
+    def message_ttl(self, name: TopicName) -> int:
+        """Seconds after which unacknowledged messages expire; 0 = never."""
+        return int(self.effective_policy(name, P.T_MESSAGE_TTL, P.MESSAGE_TTL, self.config.ttlDurationDefaultInSeconds))
+
+    def retention(self, name: TopicName) -> dict[str, int]:
+        return dict(self.effective_policy(name, P.T_RETENTION, P.RETENTION, self.default_retention()))
+
+    def default_retention(self) -> dict[str, int]:
         return {"retentionTimeInMinutes": self.config.defaultRetentionTimeInMinutes,
                 "retentionSizeInMB": self.config.defaultRetentionSizeInMB}
+
+    def max_producers(self, name: TopicName) -> int:
+        return int(self.effective_policy(name, P.T_MAX_PRODUCERS, P.MAX_PRODUCERS_PER_TOPIC,
+                                         self.config.maxProducersPerTopic))
+
+    def max_consumers(self, name: TopicName) -> int:
+        return int(self.effective_policy(name, P.T_MAX_CONSUMERS, P.MAX_CONSUMERS_PER_TOPIC,
+                                         self.config.maxConsumersPerTopic))
+
+    def max_consumers_per_subscription(self, name: TopicName) -> int:
+        return int(self.effective_policy(name, P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
+                                         self.config.maxConsumersPerSubscription))
+
+    def deduplication(self, name: TopicName) -> bool:
+        return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
+                                          self.config.brokerDeduplicationEnabled))
 
     def ledger_config_for(self, name: TopicName) -> ManagedLedgerConfig:
         """The managed-ledger settings with the namespace's retention (applied when a topic loads,
         and to loaded topics by the retention housekeeping task)."""
-        r = self.retention(name.namespace)
+        r = self.retention(name)
         minutes, size_mb = r["retentionTimeInMinutes"], r["retentionSizeInMB"]
         return dataclasses.replace(self.ledger_config,
                                    retention_time_s=-1 if minutes < 0 else minutes * 60,
@@ -259,12 +290,22 @@ class BrokerService:
         """Housekeeping: bring loaded topics up to date with their namespace's retention policy and
         delete ledgers that retention no longer keeps (time passes even without traffic)."""
         for topic in list(self.topics.values()):
-            if topic.closed:
-                continue
-            wanted = self.ledger_config_for(topic.name)
-            if wanted != topic.ledger.config:
-                topic.ledger.update_config(wanted)
-            topic.ledger.trim_consumed_ledgers()
+            self._apply_retention(topic)
+
+    def apply_retention_to(self, name: TopicName) -> None:
+        """A retention change of topic ``name`` (of every partition, for a partitioned name)
+        reaches its loaded topics now."""
+        for topic in list(self.topics.values()):
+            if topic.name.base.full == name.full:
+                self._apply_retention(topic)
+
+    def _apply_retention(self, topic: PersistentTopic) -> None:
+        if topic.closed:
+            return
+        wanted = self.ledger_config_for(topic.name)
+        if wanted != topic.ledger.config:
+            topic.ledger.update_config(wanted)
+        topic.ledger.trim_consumed_ledgers()
 
     def subscription_expiration_s(self, namespace: str) -> float:
         """Seconds without consumers, reads or acks after which a subscription is deleted (0 = never)."""
@@ -307,7 +348,7 @@ class BrokerService:
         """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
         now_ms = int(time.time() * 1000)
         for topic in list(self.topics.values()):
-            ttl = self.message_ttl(topic.name.namespace)
+            ttl = self.message_ttl(topic.name)
             if ttl <= 0 or topic.closed:
                 continue
             for cursor in list(topic.ledger.cursors.values()):
@@ -342,6 +383,8 @@ class BrokerService:
             if name.persistence_path in self.ledger_factory.list_names():
                 await self.ledger_factory.delete(name.persistence_path)
             self.expiry_stats.forget(name.full)
+            if name.partition_index < 0:  # (a partition's policies are its partitioned topic's)
+                self.metadata.delete_topic_policies(name.full)
 
         await self._while_unloading(name, delete)
 
@@ -377,8 +420,8 @@ class BrokerService:
 
     def compaction_threshold(self, name: TopicName) -> int:
         """Bytes published since the last compaction that trigger the next one (0 = never)."""
-        policy = self.metadata.namespaces.get(name.namespace, {}).get("compaction_threshold")
-        return int(self.config.brokerServiceCompactionThresholdInBytes if policy is None else policy)
+        return int(self.effective_policy(name, P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
+                                         self.config.brokerServiceCompactionThresholdInBytes))
 
     async def compact_if_due(self) -> None:
         """Housekeeping: start compaction on topics that received more than their threshold."""

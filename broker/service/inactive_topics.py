@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.metadata import policies as P
 from broker.service import admin_ops
-from broker.topic_name import is_system_topic
+from broker.topic_name import TopicName, is_system_topic
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
@@ -50,18 +50,22 @@ class InactiveTopicMonitor:
         self.checks = 0  # completed runs of check_all
         self.deleted_total = 0
 
-    def policy(self, namespace: str) -> InactiveTopicPolicy:
-        """The namespace's inactive_topic_policies, else the broker's settings (whole, not merged)."""
-        stored = self.service.metadata.policy(namespace, P.INACTIVE_TOPIC_POLICIES)
-        if stored is not None:
-            return InactiveTopicPolicy(bool(stored["deleteWhileInactive"]),
-                                       float(stored["maxInactiveDurationSeconds"]),
-                                       str(stored["inactiveTopicDeleteMode"]))
+    def broker_policy(self) -> dict[str, Any]:
+        """The broker's settings as an InactiveTopicPolicies document."""
         cfg = self.service.config
-        max_s = cfg.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
-        return InactiveTopicPolicy(cfg.brokerDeleteInactiveTopicsEnabled,
-                                   float(cfg.brokerDeleteInactiveTopicsFrequencySeconds if max_s is None else max_s),
-                                   cfg.brokerDeleteInactiveTopicsMode)
+        max_s: float | None = cfg.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
+        if max_s is None:
+            max_s = cfg.brokerDeleteInactiveTopicsFrequencySeconds
+        return {"inactiveTopicDeleteMode": cfg.brokerDeleteInactiveTopicsMode,
+                "maxInactiveDurationSeconds": max_s, "deleteWhileInactive": cfg.brokerDeleteInactiveTopicsEnabled}
+
+    def policy(self, name: TopicName) -> InactiveTopicPolicy:
+        """The topic's inactiveTopicPolicies, else its namespace's, else the broker's settings
+        (each taken whole, never merged)."""
+        doc = self.service.effective_policy(name, P.T_INACTIVE_TOPIC_POLICIES, P.INACTIVE_TOPIC_POLICIES,
+                                            self.broker_policy())
+        return InactiveTopicPolicy(bool(doc["deleteWhileInactive"]), float(doc["maxInactiveDurationSeconds"]),
+                                   str(doc["inactiveTopicDeleteMode"]))
 
     @staticmethod
     def is_active(topic: PersistentTopic, mode: str) -> bool:
@@ -84,7 +88,7 @@ class InactiveTopicMonitor:
         service = self.service
         if is_system_topic(topic.full_name):
             return False
-        policy = self.policy(topic.name.namespace)
+        policy = self.policy(topic.name)
         if not policy.delete_while_inactive:
             return False
         now = time.monotonic()
@@ -94,7 +98,7 @@ class InactiveTopicMonitor:
         inactive_s = now - topic.last_active
         if inactive_s < policy.max_inactive_s:
             return False
-        retention_min = service.retention(topic.name.namespace)["retentionTimeInMinutes"]
+        retention_min = service.retention(topic.name)["retentionTimeInMinutes"]
         return not (retention_min < 0 or inactive_s < retention_min * 60)
 
     async def _delete(self, topic: PersistentTopic) -> None:

@@ -33,10 +33,10 @@ def check_consumer_admission(sub: Subscription | NonPersistentSubscription, cons
         raise ConsumerBusyError("Subscription is of different type")
     if consumer.sub_type == Sub.Exclusive and members:
         raise ConsumerBusyError("Exclusive consumer is already connected")
-    cfg = sub.topic.service.config
-    if 0 < cfg.maxConsumersPerSubscription <= len(members):
+    service, name = sub.topic.service, sub.topic.name
+    if 0 < service.max_consumers_per_subscription(name) <= len(members):
         raise ConsumerBusyError("Subscription reached max consumers limit")
-    if 0 < cfg.maxConsumersPerTopic <= sum(len(s.consumers) for s in sub.topic.subscriptions.values()):
+    if 0 < service.max_consumers(name) <= sum(len(s.consumers) for s in sub.topic.subscriptions.values()):
         raise ConsumerBusyError("Topic reached max consumers limit")
 
 

@@ -44,11 +44,11 @@ class PersistentTopic(AbstractTopic):
 
     @property
     def deduplication_enabled(self) -> bool:
-        """Namespace policy, else the broker setting; re-read only when metadata changed (per SEND)."""
+        """Topic policy, else namespace policy, else the broker setting; re-read only when the
+        metadata changed (asked per SEND)."""
         store = self.service.metadata
         if self._dedup_generation != store.generation:
-            policy = store.namespaces.get(self.name.namespace, {}).get("deduplicationEnabled")
-            self._dedup = bool(self.service.config.brokerDeduplicationEnabled if policy is None else policy)
+            self._dedup = self.service.deduplication(self.name)
             self._dedup_generation = store.generation
         return self._dedup
 

@@ -1,0 +1,145 @@
+"""Admin REST v2: topic-level policies (Pulsar's ``/admin/v2/persistent/{t}/{ns}/{topic}/<policy>``).
+
+Each policy is stored once per topic in the metadata store under Pulsar's TopicPolicies field
+name; a partitioned topic's policy (set on its base name) applies to every partition, and a
+partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value, 204
+when it has none, or with ``?applied=true`` the value in force (namespace, else broker). ``POST``
+sets and ``DELETE`` removes (204 both). With topicLevelPoliciesEnabled=false every endpoint
+answers 405 and stored values are ignored.
+
+The service applies them where the namespace policies apply (broker.service.broker_service's
+``effective_policy``): retention when a topic loads and at once for a loaded one, message TTL and
+inactive-topic deletion at their periodic checks, deduplication and the producer / consumer
+limits on the next SEND or client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.common import HttpError, json_response, no_content, query_flag, read_body
+from broker.metadata import policies as P
+from broker.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    key: str  # TopicPolicies field
+    namespace_key: str | None  # the Policies field it overrides
+    broker_default: Callable[[Any], Any]  # the BrokerService -> the broker's value
+    parse: Callable[[Any], Any]
+    query: str | None = None  # POST takes the value from this query parameter, not the body
+
+
+def _ttl(value: Any) -> int:
+    return P.parse_limit(value, "messageTTL", "Invalid value for message TTL")
+
+
+SPECS = (
+    Spec("messageTTL", P.T_MESSAGE_TTL, P.MESSAGE_TTL, lambda s: s.config.ttlDurationDefaultInSeconds, _ttl,
+         query="messageTTL"),
+    Spec("retention", P.T_RETENTION, P.RETENTION,
+         lambda s: s.default_retention(), P.parse_retention),
+    Spec("deduplicationEnabled", P.T_DEDUPLICATION, P.DEDUPLICATION, lambda s: s.config.brokerDeduplicationEnabled,
+         lambda v: P.parse_bool(v, "deduplicationEnabled")),
+    Spec("maxProducers", P.T_MAX_PRODUCERS, P.MAX_PRODUCERS_PER_TOPIC, lambda s: s.config.maxProducersPerTopic,
+         lambda v: P.parse_limit(v, "maxProducers")),
+    Spec("maxConsumers", P.T_MAX_CONSUMERS, P.MAX_CONSUMERS_PER_TOPIC, lambda s: s.config.maxConsumersPerTopic,
+         lambda v: P.parse_limit(v, "maxConsumers")),
+    Spec("maxConsumersPerSubscription", P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
+         lambda s: s.config.maxConsumersPerSubscription,
+         lambda v: P.parse_limit(v, "maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
+    Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
+         lambda s: s.config.brokerServiceCompactionThresholdInBytes,
+         lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
+    Spec("inactiveTopicPolicies", P.T_INACTIVE_TOPIC_POLICIES, P.INACTIVE_TOPIC_POLICIES,
+         lambda s: s.inactive_topics.broker_policy(), P.parse_inactive_topic_policies),
+)
+
+
+class TopicPoliciesResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        for spec in SPECS:
+            path = f"{TOPIC}/{spec.path}"
+            r.add_get(path, self._handler(self.get, spec))
+            r.add_post(path, self._handler(self.set, spec))
+            r.add_delete(path, self._handler(self.remove, spec))
+
+    @staticmethod
+    def _handler(method: Callable[[web.Request, Spec], Any], spec: Spec) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            result: web.Response = await method(request, spec)
+            return result
+        return handle
+
+    @property
+    def service(self) -> Any:
+        return self.web.service
+
+    def topic(self, request: web.Request) -> TopicName:
+        """Pulsar's checks, in its order: policies on, not a partition, the topic exists."""
+        self.web.namespaces.namespace(request)  # 404 for a missing tenant or namespace
+        if not self.service.config.topicLevelPoliciesEnabled:
+            raise HttpError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
+        m = request.match_info
+        name = TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+        if name.partition_index >= 0:
+            raise HttpError(412, "Not allowed to set/get topic policy for a partition")
+        exists = (self.service.metadata.partitions_of(name.full) > 0 or self.service.get_topic_if_loaded(name)
+                  is not None or self.service.topic_exists(name))
+        if not exists:
+            raise HttpError(404, f"Topic {name} not found")
+        return name
+
+    async def get(self, request: web.Request, spec: Spec) -> web.Response:
+        name = self.topic(request)
+        value = self.service.metadata.topic_policy(name.full, spec.key)
+        if value is None and query_flag(request, "applied"):
+            value = self.service.effective_policy(name, spec.key, spec.namespace_key, spec.broker_default(self.service))
+        return no_content() if value is None else json_response(value)
+
+    async def set(self, request: web.Request, spec: Spec) -> web.Response:
+        name = self.topic(request)
+        if spec.query is not None:
+            raw = request.query.get(spec.query)
+            if raw is None:  # Pulsar stores "no value": the same as DELETE
+                return await self.remove(request, spec)
+            try:
+                body: Any = int(raw)
+            except ValueError:
+                raise HttpError(400, f"{spec.query} must be an integer, got {raw!r}") from None
+        else:
+            body = await read_body(request)
+        value = spec.parse(body)
+        if spec.key == P.T_RETENTION:
+            quotas = self.service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {}
+            if not all(P.check_quota_within_retention(q, value) for q in quotas.values()):
+                raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
+                                     "Please increase retention quota and retry")
+        self.service.metadata.set_topic_policy(name.full, spec.key, value)
+        self._applied(name, spec)
+        return no_content()
+
+    async def remove(self, request: web.Request, spec: Spec) -> web.Response:
+        name = self.topic(request)
+        self.service.metadata.set_topic_policy(name.full, spec.key, None)
+        self._applied(name, spec)
+        return no_content()
+
+    def _applied(self, name: TopicName, spec: Spec) -> None:
+        """Retention reaches loaded topics at once (the others read policies when they are used)."""
+        if spec.key == P.T_RETENTION:
+            self.service.apply_retention_to(name)

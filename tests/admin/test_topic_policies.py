@@ -1,0 +1,209 @@
+"""Topic-level policies: the REST API (Pulsar's /admin/v2/persistent/{t}/{ns}/{topic}/<policy>),
+their precedence over namespace and broker values, and their effect with the official client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
+from tests.admin.conftest import Admin, rest_path, wait_for
+
+NS = "/admin/v2/namespaces"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("policies"), messageExpiryCheckIntervalInMinutes=0.1 / 60,
+                      brokerDeleteInactiveTopicsEnabled=False) as b:
+        yield b
+
+
+@pytest.fixture
+def admin(broker: BrokerThread) -> Admin:
+    return Admin(broker.web_url)
+
+
+@pytest.fixture
+def client(broker: BrokerThread) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
+    yield c
+    c.close()
+
+
+def new_topic(admin: Admin, name: str = "t") -> tuple[str, str]:
+    """A created topic in a fresh namespace: (namespace, topic)."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/{name}"
+    admin.ok("PUT", f"/admin/v2/{rest_path(topic)}")
+    return ns, topic
+
+
+def policy_path(topic: str, policy: str) -> str:
+    return f"/admin/v2/{rest_path(topic)}/{policy}"
+
+
+@pytest.mark.parametrize(("policy", "value", "namespace_path", "namespace_value", "broker_value"), [
+    ("retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}, "retention",
+     {"retentionTimeInMinutes": 5, "retentionSizeInMB": 1}, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}),
+    ("deduplicationEnabled", True, "deduplication", False, False),
+    ("maxProducers", 3, "maxProducersPerTopic", 7, 0),
+    ("maxConsumers", 3, "maxConsumersPerTopic", 7, 0),
+    ("maxConsumersPerSubscription", 3, "maxConsumersPerSubscription", 7, 0),
+    ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
+    ("inactiveTopicPolicies",
+     {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up", "maxInactiveDurationSeconds": 5,
+      "deleteWhileInactive": True}, "inactiveTopicPolicies",
+     {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 9,
+      "deleteWhileInactive": True},
+     {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 60,
+      "deleteWhileInactive": False}),
+])
+def test_set_get_applied_and_remove(admin: Admin, policy: str, value: object, namespace_path: str,
+                                    namespace_value: object, broker_value: object) -> None:
+    ns, topic = new_topic(admin)
+    path = policy_path(topic, policy)
+    assert admin.get(path).status == 204  # nothing at topic level
+    assert admin.ok("GET", path + "?applied=true") == broker_value
+    method = "PUT" if namespace_path == "compactionThreshold" else "POST"  # (Pulsar's verbs)
+    admin.ok(method, f"{NS}/{ns}/{namespace_path}", namespace_value)
+    assert admin.ok("GET", path + "?applied=true") == namespace_value
+    assert admin.post(path, value).status == 204
+    assert admin.ok("GET", path) == value
+    assert admin.ok("GET", path + "?applied=true") == value
+    assert admin.delete(path).status == 204
+    assert admin.get(path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == namespace_value
+
+
+def test_message_ttl_is_a_query_parameter(admin: Admin) -> None:
+    _, topic = new_topic(admin)
+    path = policy_path(topic, "messageTTL")
+    assert admin.post(path + "?messageTTL=120").status == 204
+    assert admin.ok("GET", path) == 120
+    assert admin.post(path + "?messageTTL=-1").status == 412
+    assert admin.post(path + "?messageTTL=soon").status == 400
+    assert admin.post(path).status == 204  # no value: removed, as in Pulsar
+    assert admin.get(path).status == 204
+
+
+def test_refusals(admin: Admin, broker: BrokerThread) -> None:
+    ns, topic = new_topic(admin)
+    cases = [
+        ("maxProducers", -1, 412, "maxProducers must be 0 or more"),
+        ("maxConsumers", -1, 412, "maxConsumers must be 0 or more"),
+        ("maxConsumersPerSubscription", -1, 412, "Invalid value for maxConsumersPerSubscription"),
+        ("compactionThreshold", -1, 412, "Invalid value for compactionThreshold"),
+        ("maxProducers", "3", 400, None),
+        ("deduplicationEnabled", "yes", 400, None),
+        ("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}, 412, None),
+        ("inactiveTopicPolicies", {"inactiveTopicDeleteMode": "never"}, 400, None),
+    ]
+    for policy, body, status, reason in cases:
+        reply = admin.post(policy_path(topic, policy), body)
+        assert reply.status == status, (policy, body, reply.status, reply.body)
+        if reason is not None:
+            assert reply.reason == reason
+    # Pulsar's checks before any policy: a partition's name, a topic that does not exist.
+    reply = admin.get(policy_path(topic + "-partition-0", "maxProducers"))
+    assert (reply.status, reply.reason) == (412, "Not allowed to set/get topic policy for a partition")
+    reply = admin.get(policy_path(f"persistent://{ns}/missing", "maxProducers"))
+    assert (reply.status, reply.reason) == (404, f"Topic persistent://{ns}/missing not found")
+    # Retention must stay above the namespace's backlog quota.
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota", {"limitSize": 10 * 1024 * 1024, "policy": "producer_exception"})
+    reply = admin.post(policy_path(topic, "retention"), {"retentionTimeInMinutes": 60, "retentionSizeInMB": 5})
+    assert reply.status == 412
+
+
+def test_limits_apply_to_clients_and_to_every_partition(admin: Admin, client: pulsar.Client) -> None:
+    ns, topic = new_topic(admin)
+    admin.ok("POST", policy_path(topic, "maxProducers"), 1)
+    admin.ok("POST", policy_path(topic, "maxConsumersPerSubscription"), 1)
+    admin.ok("POST", policy_path(topic, "maxConsumers"), 2)
+    first = client.create_producer(topic)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+    client.subscribe(topic, "b")
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "c")
+    # Removing the topic's limit brings the namespace's back (here: none), then the broker's.
+    admin.ok("DELETE", policy_path(topic, "maxProducers"))
+    client.create_producer(topic).close()
+    admin.ok("POST", f"{NS}/{ns}/maxProducersPerTopic", 1)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    first.close()
+    # A partitioned topic's policy covers its partitions.
+    partitioned = f"persistent://{ns}/p"
+    admin.ok("PUT", f"/admin/v2/{rest_path(partitioned)}/partitions", 2)
+    admin.ok("POST", policy_path(partitioned, "maxProducers"), 2)
+    admin.ok("POST", f"{NS}/{ns}/maxProducersPerTopic", 0)
+    producers = [client.create_producer(partitioned) for _ in range(2)]
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(partitioned)
+    for p in producers:
+        p.close()
+
+
+def test_deduplication_and_ttl_at_topic_level(admin: Admin, client: pulsar.Client) -> None:
+    _, topic = new_topic(admin, "dedup")
+    admin.ok("POST", policy_path(topic, "deduplicationEnabled"), True)
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+    producer.send(b"first", sequence_id=5)
+    producer.send(b"again", sequence_id=5)  # a duplicate: dropped
+    producer.send(b"next", sequence_id=6)
+    assert [consumer.receive(5000).data() for _ in range(2)] == [b"first", b"next"]
+    # TTL: the topic's value, not the namespace's (none) or the broker's (none).
+    _, ttl_topic = new_topic(admin, "ttl")
+    admin.ok("POST", policy_path(ttl_topic, "messageTTL") + "?messageTTL=1")
+    idle = client.subscribe(ttl_topic, "idle")
+    sender = client.create_producer(ttl_topic)
+    sender.send(b"old")
+    wait_for(lambda: admin.stats(ttl_topic)["subscriptions"]["idle"]["msgBacklog"] == 0, what="TTL expiry")
+    idle.close()
+
+
+def test_retention_reaches_a_loaded_topic_at_once(admin: Admin, client: pulsar.Client, broker: BrokerThread) -> None:
+    _, topic = new_topic(admin, "retention")
+    client.create_producer(topic).send(b"x")
+    loaded = broker.server.service.topics[TopicName.parse(topic).full]
+    admin.ok("POST", policy_path(topic, "retention"), {"retentionTimeInMinutes": 90, "retentionSizeInMB": -1})
+    assert loaded.ledger.config.retention_time_s == 90 * 60
+    assert loaded.ledger.config.retention_size_bytes == -1
+
+
+def test_policies_survive_a_restart_and_go_with_their_topic(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        _, topic = new_topic(admin)
+        admin.ok("POST", policy_path(topic, "maxProducers"), 4)
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        assert admin.ok("GET", policy_path(topic, "maxProducers")) == 4
+        admin.ok("DELETE", f"/admin/v2/{rest_path(topic)}")
+        admin.ok("PUT", f"/admin/v2/{rest_path(topic)}")
+        assert admin.get(policy_path(topic, "maxProducers")).status == 204
+
+
+def test_disabled_topic_level_policies_answer_405_and_are_ignored(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        _, topic = new_topic(admin)
+        admin.ok("POST", policy_path(topic, "maxProducers"), 1)
+    with BrokerThread(data_dir=tmp_path, topicLevelPoliciesEnabled=False) as broker:
+        admin = Admin(broker.web_url)
+        reply = admin.get(policy_path(topic, "maxProducers"))
+        assert (reply.status, reply.reason) == (
+            405, "Topic level policies is disabled, to enable the topic level policy and retry.")
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
+        producers = [client.create_producer(topic) for _ in range(2)]  # the stored limit of 1 is ignored
+        assert len(producers) == 2
+        client.close()
