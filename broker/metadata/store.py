@@ -110,6 +110,18 @@ class MetadataStore:
         """A namespace's policy value, or None when it is not set (or the namespace is gone)."""
         return self.namespaces.get(namespace, {}).get(key)
 
+    def forget_topic(self, topic: str) -> dict[str, Any] | None:
+        """A topic was deleted: drop its terminated mark, compaction record (returned, so its
+        compacted ledger can be deleted) and topic-level policies, so a topic created again under
+        the name starts afresh."""
+        compaction = self.compactions.pop(topic, None)
+        changed = compaction is not None
+        changed |= self.terminated.pop(topic, None) is not None
+        changed |= self.topic_policies.pop(topic, None) is not None
+        if changed:
+            self.save()
+        return compaction
+
     # -- topic policies -----------------------------------------------------------------------------
     def topic_policy(self, topic: str, key: str) -> Any:
         """A topic-level policy value (topic: the full name, a partitioned topic's base name for
@@ -127,10 +139,6 @@ class MetadataStore:
         else:
             self.topic_policies.setdefault(topic, {})[key] = value
         self.save()
-
-    def delete_topic_policies(self, topic: str) -> None:
-        if self.topic_policies.pop(topic, None) is not None:
-            self.save()
 
     def set_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (or, with None, remove) one policy of an existing namespace, persisted at once."""

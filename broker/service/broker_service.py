@@ -383,8 +383,10 @@ class BrokerService:
             if name.persistence_path in self.ledger_factory.list_names():
                 await self.ledger_factory.delete(name.persistence_path)
             self.expiry_stats.forget(name.full)
-            if name.partition_index < 0:  # (a partition's policies are its partitioned topic's)
-                self.metadata.delete_topic_policies(name.full)
+            # (A partition has no policies of its own: its partitioned topic's stay.)
+            compaction = self.metadata.forget_topic(name.full)
+            if compaction is not None and compaction["ledger"] in self.ledger_factory.list_names():
+                await self.ledger_factory.delete(compaction["ledger"])
 
         await self._while_unloading(name, delete)
 

@@ -8,6 +8,8 @@ import uuid
 import pulsar
 from pulsar.schema import Record, String
 
+from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, rest_path, wait_for
 
 TIMEOUT_MS = 10_000
@@ -245,6 +247,31 @@ def test_unload_and_terminate(admin: Admin, client: pulsar.Client) -> None:
     assert reply.status == 200 and b'"entryId"' in reply.body
     assert admin.post(f"/admin/v2/{rest_path(new_topic('never'))}/terminate").status == 404
     assert admin.put(f"/admin/v2/{rest_path(new_topic('never'))}/unload").status == 404
+
+
+def test_a_topic_created_again_after_deletion_starts_afresh(admin: Admin, client: pulsar.Client,
+                                                            pulsar_broker: BrokerThread) -> None:
+    # A deleted topic leaves nothing behind: not its terminated mark, not its compacted view (nor
+    # the ledger holding it), not its topic-level policies.
+    terminated, compacted = new_topic("was-terminated"), new_topic("was-compacted")
+    publish(client, terminated, 1)
+    assert admin.post(f"/admin/v2/{rest_path(terminated)}/terminate").status == 200
+    producer = client.create_producer(compacted)
+    producer.send(b"old", partition_key="k")
+    producer.close()
+    admin.ok("POST", f"/admin/v2/{rest_path(compacted)}/maxProducers", 1)
+    admin.ok("PUT", f"/admin/v2/{rest_path(compacted)}/compaction")
+    wait_for(lambda: admin.ok("GET", f"/admin/v2/{rest_path(compacted)}/compaction")["status"] == "SUCCESS",
+             what="compaction")
+    for t in (terminated, compacted):
+        assert admin.delete(f"/admin/v2/{rest_path(t)}?force=true").status == 204
+    client.create_producer(terminated).send(b"new")  # not TopicTerminated
+    reader = client.create_reader(compacted, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert not reader.has_message_available()
+    assert admin.get(f"/admin/v2/{rest_path(compacted)}/maxProducers").status == 204
+    # (The compacted ledger went with the topic.)
+    path = TopicName.parse(compacted).persistence_path
+    assert not [n for n in pulsar_broker.server.service.ledger_factory.list_names() if n.startswith(path + "/")]
 
 
 def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
