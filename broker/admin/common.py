@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -31,6 +32,7 @@ from broker.metadata.policies import PolicyError
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 DOMAINS = ("persistent", "non-persistent")
 NO_CONTENT = 204
 
@@ -113,3 +115,13 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         raise HttpError(500, f"Internal error: {exc}") from None
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def bound(method: Callable[[web.Request, T], Awaitable[web.Response]], arg: T) -> Handler:
+    """An aiohttp handler calling ``method(request, arg)``: one method serves a table of routes."""
+    async def handle(request: web.Request) -> web.Response:
+        return await method(request, arg)
+    return handle

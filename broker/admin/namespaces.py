@@ -6,11 +6,13 @@ name; an unset policy answers 204 with no body, as Pulsar does for a null value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, check_name, json_response, no_content, query_flag, read_body
+from broker.admin.common import HttpError, bound, check_name, json_response, no_content, query_flag, read_body
 from broker.metadata import policies as P
 from broker.service.schemas import STRATEGIES
 from broker.topic_name import TopicName
@@ -19,9 +21,32 @@ if TYPE_CHECKING:
     from broker.admin.http import WebService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-# Producer / consumer limits per namespace (0 = unlimited): REST path and Policies field.
-LIMITS = (("maxProducersPerTopic", P.MAX_PRODUCERS_PER_TOPIC), ("maxConsumersPerTopic", P.MAX_CONSUMERS_PER_TOPIC),
-          ("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION))
+
+
+@dataclass(frozen=True)
+class PlainPolicy:
+    """A policy with nothing more to it than GET (204 when unset), set (validated) and DELETE."""
+
+    path: str
+    key: str  # the Policies field
+    parse: Callable[[Any], Any]
+    set_method: str = "POST"
+
+
+PLAIN_POLICIES = (
+    PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
+    PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
+    PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
+    PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),
+    PlainPolicy("inactiveTopicPolicies", P.INACTIVE_TOPIC_POLICIES, P.parse_inactive_topic_policies),
+    # producer / consumer limits (0 = unlimited)
+    PlainPolicy("maxProducersPerTopic", P.MAX_PRODUCERS_PER_TOPIC,
+                lambda v: P.parse_limit(v, "maxProducersPerTopic")),
+    PlainPolicy("maxConsumersPerTopic", P.MAX_CONSUMERS_PER_TOPIC,
+                lambda v: P.parse_limit(v, "maxConsumersPerTopic")),
+    PlainPolicy("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION,
+                lambda v: P.parse_limit(v, "maxConsumersPerSubscription")),
+)
 
 
 class NamespacesResource:
@@ -42,29 +67,15 @@ class NamespacesResource:
         r.add_get(NS + "/retention", self.get_retention)
         r.add_post(NS + "/retention", self.set_retention)
         r.add_delete(NS + "/retention", self.remove_retention)
-        r.add_get(NS + "/compactionThreshold", self.get_compaction_threshold)
-        r.add_put(NS + "/compactionThreshold", self.set_compaction_threshold)
-        r.add_delete(NS + "/compactionThreshold", self.remove_compaction_threshold)
-        r.add_get(NS + "/messageTTL", self.get_message_ttl)
-        r.add_post(NS + "/messageTTL", self.set_message_ttl)
-        r.add_delete(NS + "/messageTTL", self.remove_message_ttl)
         r.add_get(NS + "/backlogQuotaMap", self.get_backlog_quota_map)
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
         r.add_delete(NS + "/backlogQuota", self.remove_backlog_quota)
-        for path, key in LIMITS:
-            r.add_get(NS + "/" + path, self._limit_handler(self.get_limit, key))
-            r.add_post(NS + "/" + path, self._limit_handler(self.set_limit, key))
-            r.add_delete(NS + "/" + path, self._limit_handler(self.remove_limit, key))
-        r.add_get(NS + "/subscriptionExpirationTime", self.get_subscription_expiration)
-        r.add_post(NS + "/subscriptionExpirationTime", self.set_subscription_expiration)
-        r.add_delete(NS + "/subscriptionExpirationTime", self.remove_subscription_expiration)
-        r.add_get(NS + "/inactiveTopicPolicies", self.get_inactive_topic_policies)
-        r.add_post(NS + "/inactiveTopicPolicies", self.set_inactive_topic_policies)
-        r.add_delete(NS + "/inactiveTopicPolicies", self.remove_inactive_topic_policies)
-        r.add_get(NS + "/autoTopicCreation", self.get_auto_topic_creation)
-        r.add_post(NS + "/autoTopicCreation", self.set_auto_topic_creation)
-        r.add_delete(NS + "/autoTopicCreation", self.remove_auto_topic_creation)
+        for policy in PLAIN_POLICIES:
+            path = f"{NS}/{policy.path}"
+            r.add_get(path, bound(self.get_plain, policy))
+            r.add_route(policy.set_method, path, bound(self.set_plain, policy))
+            r.add_delete(path, bound(self.remove_plain, policy))
 
     @property
     def metadata(self) -> Any:
@@ -173,32 +184,6 @@ class NamespacesResource:
         self.metadata.set_policy(self.namespace(request), P.RETENTION, None)
         return no_content()
 
-    # -- message TTL ---------------------------------------------------------------------------------
-    async def get_message_ttl(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.MESSAGE_TTL))
-
-    async def set_message_ttl(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
-        self.metadata.set_policy(ns, P.MESSAGE_TTL, P.parse_message_ttl(await read_body(request)))
-        return no_content()
-
-    async def remove_message_ttl(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.MESSAGE_TTL, None)
-        return no_content()
-
-    # -- compaction threshold ------------------------------------------------------------------------
-    async def get_compaction_threshold(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.COMPACTION_THRESHOLD))
-
-    async def set_compaction_threshold(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
-        self.metadata.set_policy(ns, P.COMPACTION_THRESHOLD, P.parse_compaction_threshold(await read_body(request)))
-        return no_content()
-
-    async def remove_compaction_threshold(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.COMPACTION_THRESHOLD, None)
-        return no_content()
-
     # -- backlog quotas ------------------------------------------------------------------------------
     async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
         return json_response(self.metadata.policy(self.namespace(request), P.BACKLOG_QUOTA_MAP) or {})
@@ -236,65 +221,15 @@ class NamespacesResource:
         self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
         return no_content()
 
-    # -- producer and consumer limits ----------------------------------------------------------------
-    @staticmethod
-    def _limit_handler(method: Any, key: str) -> Any:
-        async def handle(request: web.Request) -> web.Response:
-            response: web.Response = await method(request, key)
-            return response
-        return handle
+    # -- plain policies --------------------------------------------------------------------------------
+    async def get_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), policy.key))
 
-    async def get_limit(self, request: web.Request, key: str) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), key))
-
-    async def set_limit(self, request: web.Request, key: str) -> web.Response:
+    async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        path = next(p for p, k in LIMITS if k == key)
-        self.metadata.set_policy(ns, key, P.parse_limit(await read_body(request), path))
+        self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
         return no_content()
 
-    async def remove_limit(self, request: web.Request, key: str) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), key, None)
-        return no_content()
-
-    # -- subscription expiration ---------------------------------------------------------------------
-    async def get_subscription_expiration(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.SUBSCRIPTION_EXPIRATION))
-
-    async def set_subscription_expiration(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
-        minutes = P.parse_subscription_expiration(await read_body(request))
-        self.metadata.set_policy(ns, P.SUBSCRIPTION_EXPIRATION, minutes)
-        return no_content()
-
-    async def remove_subscription_expiration(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.SUBSCRIPTION_EXPIRATION, None)
-        return no_content()
-
-    # -- inactive topics -----------------------------------------------------------------------------
-    async def get_inactive_topic_policies(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.INACTIVE_TOPIC_POLICIES))
-
-    async def set_inactive_topic_policies(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
-        policy = P.parse_inactive_topic_policies(await read_body(request))
-        self.metadata.set_policy(ns, P.INACTIVE_TOPIC_POLICIES, policy)
-        return no_content()
-
-    async def remove_inactive_topic_policies(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.INACTIVE_TOPIC_POLICIES, None)
-        return no_content()
-
-    # -- auto topic creation -------------------------------------------------------------------------
-    async def get_auto_topic_creation(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.AUTO_TOPIC_CREATION))
-
-    async def set_auto_topic_creation(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
-        override = P.parse_auto_topic_creation(await read_body(request))
-        self.metadata.set_policy(ns, P.AUTO_TOPIC_CREATION, override)
-        return no_content()
-
-    async def remove_auto_topic_creation(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.AUTO_TOPIC_CREATION, None)
+    async def remove_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
+        self.metadata.set_policy(self.namespace(request), policy.key, None)
         return no_content()

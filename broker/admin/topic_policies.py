@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, json_response, no_content, query_flag, read_body
+from broker.admin.common import HttpError, bound, json_response, no_content, query_flag, read_body
 from broker.metadata import policies as P
 from broker.topic_name import TopicName
 
@@ -74,16 +74,9 @@ class TopicPoliciesResource:
     def register(self, r: web.UrlDispatcher) -> None:
         for spec in SPECS:
             path = f"{TOPIC}/{spec.path}"
-            r.add_get(path, self._handler(self.get, spec))
-            r.add_post(path, self._handler(self.set, spec))
-            r.add_delete(path, self._handler(self.remove, spec))
-
-    @staticmethod
-    def _handler(method: Callable[[web.Request, Spec], Any], spec: Spec) -> Any:
-        async def handle(request: web.Request) -> web.Response:
-            result: web.Response = await method(request, spec)
-            return result
-        return handle
+            r.add_get(path, bound(self.get, spec))
+            r.add_post(path, bound(self.set, spec))
+            r.add_delete(path, bound(self.remove, spec))
 
     @property
     def service(self) -> Any:

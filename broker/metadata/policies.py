@@ -100,19 +100,13 @@ def parse_retention(body: Any) -> dict[str, int]:
 # -- message TTL ----------------------------------------------------------------------------------
 
 def parse_message_ttl(body: Any) -> int:
-    ttl = _int(body, "Message TTL")
-    if ttl < 0:
-        raise PolicyError(412, "Invalid value for message TTL, message TTL must >= 0")
-    return ttl
+    return parse_limit(body, "Message TTL", "Invalid value for message TTL, message TTL must >= 0")
 
 
 # -- compaction threshold -------------------------------------------------------------------------
 
 def parse_compaction_threshold(body: Any) -> int:
-    value = _int(body, "Compaction threshold")
-    if value < 0:
-        raise PolicyError(412, "compactionThreshold must be 0 or more")
-    return value
+    return parse_limit(body, "Compaction threshold", "compactionThreshold must be 0 or more")
 
 
 # -- backlog quotas -------------------------------------------------------------------------------
@@ -160,7 +154,7 @@ def check_quota_within_retention(quota: dict[str, Any], retention: dict[str, Any
 # -- producer and consumer limits -----------------------------------------------------------------
 
 def parse_limit(body: Any, what: str, message: str | None = None) -> int:
-    """A maxProducers / maxConsumers style limit: an integer, 0 = unlimited."""
+    """An integer of 0 or more (a limit, a TTL, a threshold...); ``message`` for a negative one."""
     value = _int(body, what)
     if value < 0:
         raise PolicyError(412, message or f"{what} must be 0 or more")
@@ -176,10 +170,8 @@ def parse_bool(body: Any, what: str) -> bool:
 # -- subscription expiration ----------------------------------------------------------------------
 
 def parse_subscription_expiration(body: Any) -> int:
-    minutes = _int(body, "Subscription expiration time")
-    if minutes < 0:
-        raise PolicyError(412, "subscriptionExpirationTime must be 0 (never) or more minutes")
-    return minutes
+    return parse_limit(body, "Subscription expiration time",
+                       "subscriptionExpirationTime must be 0 (never) or more minutes")
 
 
 # -- inactive topics ------------------------------------------------------------------------------
