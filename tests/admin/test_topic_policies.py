@@ -17,22 +17,11 @@ NS = "/admin/v2/namespaces"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    """This module's broker (the conftest's admin and client fixtures use it): a quick TTL check."""
     with BrokerThread(data_dir=tmp_path_factory.mktemp("policies"), messageExpiryCheckIntervalInMinutes=0.1 / 60,
                       brokerDeleteInactiveTopicsEnabled=False) as b:
         yield b
-
-
-@pytest.fixture
-def admin(broker: BrokerThread) -> Admin:
-    return Admin(broker.web_url)
-
-
-@pytest.fixture
-def client(broker: BrokerThread) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
-    yield c
-    c.close()
 
 
 def new_topic(admin: Admin, name: str = "t") -> tuple[str, str]:
@@ -91,7 +80,7 @@ def test_message_ttl_is_a_query_parameter(admin: Admin) -> None:
     assert admin.get(path).status == 204
 
 
-def test_refusals(admin: Admin, broker: BrokerThread) -> None:
+def test_refusals(admin: Admin) -> None:
     ns, topic = new_topic(admin)
     cases = [
         ("maxProducers", -1, 412, "maxProducers must be 0 or more"),
@@ -171,10 +160,11 @@ def test_deduplication_and_ttl_at_topic_level(admin: Admin, client: pulsar.Clien
     idle.close()
 
 
-def test_retention_reaches_a_loaded_topic_at_once(admin: Admin, client: pulsar.Client, broker: BrokerThread) -> None:
+def test_retention_reaches_a_loaded_topic_at_once(admin: Admin, client: pulsar.Client,
+                                                   pulsar_broker: BrokerThread) -> None:
     _, topic = new_topic(admin, "retention")
     client.create_producer(topic).send(b"x")
-    loaded = broker.server.service.topics[TopicName.parse(topic).full]
+    loaded = pulsar_broker.server.service.topics[TopicName.parse(topic).full]
     admin.ok("POST", policy_path(topic, "retention"), {"retentionTimeInMinutes": 90, "retentionSizeInMB": -1})
     assert loaded.ledger.config.retention_time_s == 90 * 60
     assert loaded.ledger.config.retention_size_bytes == -1
