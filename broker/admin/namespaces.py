@@ -46,6 +46,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxConsumersPerTopic")),
     PlainPolicy("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION,
                 lambda v: P.parse_limit(v, "maxConsumersPerSubscription")),
+    PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
+                lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
 )
 
 

@@ -1,5 +1,8 @@
 """Admin REST v2: topic-level policies (Pulsar's ``/admin/v2/persistent/{t}/{ns}/{topic}/<policy>``).
 
+Backlog quotas have their own shape, as in Pulsar: ``POST`` / ``DELETE .../backlogQuota?backlogQuotaType=``
+per type, ``GET .../backlogQuotaMap`` for all of them ({} when the topic has none).
+
 Each policy is stored once per topic in the metadata store under Pulsar's TopicPolicies field
 name; a partitioned topic's policy (set on its base name) applies to every partition, and a
 partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value, 204
@@ -59,6 +62,9 @@ SPECS = (
     Spec("maxConsumersPerSubscription", P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
          lambda s: s.config.maxConsumersPerSubscription,
          lambda v: P.parse_limit(v, "maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
+    Spec("maxUnackedMessagesOnConsumer", P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
+         lambda s: s.config.maxUnackedMessagesPerConsumer,
+         lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
          lambda s: s.config.brokerServiceCompactionThresholdInBytes,
          lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
@@ -77,6 +83,9 @@ class TopicPoliciesResource:
             r.add_get(path, bound(self.get, spec))
             r.add_post(path, bound(self.set, spec))
             r.add_delete(path, bound(self.remove, spec))
+        r.add_get(TOPIC + "/backlogQuotaMap", self.get_backlog_quota_map)
+        r.add_post(TOPIC + "/backlogQuota", self.set_backlog_quota)
+        r.add_delete(TOPIC + "/backlogQuota", self.remove_backlog_quota)
 
     @property
     def service(self) -> Any:
@@ -118,8 +127,8 @@ class TopicPoliciesResource:
             body = await read_body(request)
         value = spec.parse(body)
         if spec.key == P.T_RETENTION:
-            quotas = self.service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {}
-            if not all(P.check_quota_within_retention(q, value) for q in quotas.values()):
+            quotas = [self.service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES]
+            if not all(P.check_quota_within_retention(q, value) for q in quotas):
                 raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
                                      "Please increase retention quota and retry")
         self.service.metadata.set_topic_policy(name.full, spec.key, value)
@@ -136,3 +145,37 @@ class TopicPoliciesResource:
         """Retention reaches loaded topics at once (the others read policies when they are used)."""
         if spec.key == P.T_RETENTION:
             self.service.apply_retention_to(name)
+
+    # -- backlog quotas: one entry per quota type ------------------------------------------------------
+    async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
+        """The topic's own quotas ({} when none); with ?applied=true, when it has none, what is in
+        force for each type (the namespace's map, else the broker's defaults)."""
+        name = self.topic(request)
+        quotas = self.service.metadata.topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP) or {}
+        if not quotas and query_flag(request, "applied"):
+            quotas = self.service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {
+                t: self.service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES}
+        return json_response(quotas)
+
+    async def set_backlog_quota(self, request: web.Request) -> web.Response:
+        name = self.topic(request)
+        quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
+        quota = P.parse_backlog_quota(await read_body(request))
+        if not P.check_quota_within_retention(quota, self.service.retention(name)):
+            raise HttpError(412, "Backlog Quota exceeds configured retention quota for topic. "
+                                 "Please increase retention quota and retry")
+        self._update_quotas(name, quota_type, quota)
+        return no_content()
+
+    async def remove_backlog_quota(self, request: web.Request) -> web.Response:
+        name = self.topic(request)
+        self._update_quotas(name, P.parse_backlog_quota_type(request.query.get("backlogQuotaType")), None)
+        return no_content()
+
+    def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
+        quotas = dict(self.service.metadata.topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP) or {})
+        if quota is None:
+            quotas.pop(quota_type, None)
+        else:
+            quotas[quota_type] = quota
+        self.service.metadata.set_topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP, quotas or None)

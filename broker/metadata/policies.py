@@ -27,6 +27,7 @@ SUBSCRIPTION_EXPIRATION = "subscription_expiration_time_minutes"
 MAX_PRODUCERS_PER_TOPIC = "max_producers_per_topic"
 MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
 MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
+MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -37,6 +38,8 @@ T_MAX_CONSUMERS = "maxConsumerPerTopic"
 T_MAX_CONSUMERS_PER_SUBSCRIPTION = "maxConsumersPerSubscription"
 T_COMPACTION_THRESHOLD = "compactionThreshold"
 T_INACTIVE_TOPIC_POLICIES = "inactiveTopicPolicies"
+T_BACKLOG_QUOTA_MAP = "backLogQuotaMap"
+T_MAX_UNACKED_ON_CONSUMER = "maxUnackedMessagesOnConsumer"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -291,7 +294,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[BACKLOG_QUOTA_MAP] = {parse_backlog_quota_type(k): parse_backlog_quota(v) for k, v in quotas.items()}
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
-    for key in (MAX_PRODUCERS_PER_TOPIC, MAX_CONSUMERS_PER_TOPIC, MAX_CONSUMERS_PER_SUBSCRIPTION):
+    for key in (MAX_PRODUCERS_PER_TOPIC, MAX_CONSUMERS_PER_TOPIC, MAX_CONSUMERS_PER_SUBSCRIPTION,
+                MAX_UNACKED_PER_CONSUMER):
         if policies.get(key) is not None:
             policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:

@@ -1,7 +1,7 @@
 """Backlog quotas (Pulsar's BacklogQuotaManager): how much subscriptions may leave unconsumed.
 
-Two quota types, each with its own policy (namespace ``backlog_quota_map``, else the broker's
-backlogQuotaDefault* settings):
+Two quota types, each with its own policy (the topic's ``backLogQuotaMap`` entry, else the
+namespace's ``backlog_quota_map`` entry, else the broker's backlogQuotaDefault* settings):
 
 - ``destination_storage``: the estimated bytes between the slowest durable cursor and the end of
   the log must stay <= limitSize.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.dispatch.entry_meta import entry_meta
 from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
@@ -33,6 +33,7 @@ from managed_ledger import ManagedCursor, ManagedLedgerError
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
     from broker.service.topic import PersistentTopic
+    from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 E = pb.ServerError
@@ -77,28 +78,35 @@ class BacklogQuotaManager:
         # producer-creation path uses this verdict instead of reading the log).
         self._age_exceeded: set[str] = set()
 
-    def quota(self, namespace: str, quota_type: str) -> BacklogQuota | None:
-        """The effective quota, or None when it sets no limit."""
-        quotas = self.service.metadata.policy(namespace, P.BACKLOG_QUOTA_MAP) or {}
-        doc = quotas.get(quota_type)
-        cfg = self.service.config
+    def quota_doc(self, name: TopicName, quota_type: str) -> dict[str, Any]:
+        """The BacklogQuota document in force for one type: the topic's, else its namespace's,
+        else the broker's backlogQuotaDefault* settings (resolved per type, as in Pulsar)."""
+        service = self.service
+        doc = (service.topic_policy(name, P.T_BACKLOG_QUOTA_MAP) or {}).get(quota_type)
+        if doc is None:
+            doc = (service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
         if doc is not None:
-            quota = BacklogQuota(int(doc.get("limitSize", -1)), int(doc.get("limitTime", -1)), str(doc["policy"]))
-        elif quota_type == P.DESTINATION_STORAGE:
-            quota = BacklogQuota(cfg.backlogQuotaDefaultLimitBytes, -1, cfg.backlogQuotaDefaultRetentionPolicy)
-        else:
-            quota = BacklogQuota(-1, cfg.backlogQuotaDefaultLimitSecond, cfg.backlogQuotaDefaultRetentionPolicy)
+            return dict(doc)
+        cfg = service.config
+        size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
+        age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
+        return {"limit": size, "limitSize": size, "limitTime": age, "policy": cfg.backlogQuotaDefaultRetentionPolicy}
+
+    def quota(self, name: TopicName, quota_type: str) -> BacklogQuota | None:
+        """The effective quota, or None when it sets no limit."""
+        doc = self.quota_doc(name, quota_type)
+        quota = BacklogQuota(int(doc.get("limitSize", -1)), int(doc.get("limitTime", -1)), str(doc["policy"]))
         relevant = quota.limit_size if quota_type == P.DESTINATION_STORAGE else quota.limit_time
         return quota if relevant >= 0 else None
 
     def size_exceeded(self, topic: PersistentTopic) -> BacklogQuota | None:
-        quota = self.quota(topic.name.namespace, P.DESTINATION_STORAGE)
+        quota = self.quota(topic.name, P.DESTINATION_STORAGE)
         if quota is not None and estimated_backlog_size(topic) > quota.limit_size:
             return quota
         return None
 
     async def age_exceeded(self, topic: PersistentTopic, now_ms: int) -> BacklogQuota | None:
-        quota = self.quota(topic.name.namespace, P.MESSAGE_AGE)
+        quota = self.quota(topic.name, P.MESSAGE_AGE)
         if quota is None:
             return None
         oldest = await self.oldest_unacked_publish_time(topic)
@@ -123,7 +131,7 @@ class BacklogQuotaManager:
         """Refuse a new producer while a hold/exception quota is exceeded."""
         exceeded = self.size_exceeded(topic)
         if exceeded is None and topic.full_name in self._age_exceeded:
-            exceeded = self.quota(topic.name.namespace, P.MESSAGE_AGE)
+            exceeded = self.quota(topic.name, P.MESSAGE_AGE)
         if exceeded is None:
             return
         if exceeded.policy == P.PRODUCER_EXCEPTION:

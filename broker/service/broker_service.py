@@ -273,6 +273,11 @@ class BrokerService:
         return int(self.effective_policy(name, P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
                                          self.config.maxConsumersPerSubscription))
 
+    def max_unacked_per_consumer(self, name: TopicName) -> int:
+        """Unacknowledged messages a Shared / Key_Shared consumer may hold (0 = unlimited)."""
+        return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
+                                         self.config.maxUnackedMessagesPerConsumer))
+
     def deduplication(self, name: TopicName) -> bool:
         return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
                                           self.config.brokerDeduplicationEnabled))

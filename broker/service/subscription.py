@@ -68,16 +68,18 @@ class Subscription:
 
     # -- consumers ---------------------------------------------------------------------------------
     def _make_dispatcher(self, consumer: Consumer) -> Dispatcher:
-        cfg = self.topic.service.config
-        batch = cfg.dispatcherMaxReadBatchSize
+        service = self.topic.service
+        batch = service.config.dispatcherMaxReadBatchSize
         t = consumer.sub_type
+        # (A policy change of the unacked limit reaches a subscription with its next dispatcher.)
+        max_unacked = service.max_unacked_per_consumer(self.topic.name)
         if t == Sub.Shared:
-            return SharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer)
+            return SharedDispatcher(self, batch, max_unacked)
         if t == Sub.Key_Shared:
             meta = consumer.key_shared_meta
             sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
             ooo = meta is not None and meta.allowOutOfOrderDelivery
-            return KeySharedDispatcher(self, batch, cfg.maxUnackedMessagesPerConsumer, sticky=sticky,
+            return KeySharedDispatcher(self, batch, max_unacked, sticky=sticky,
                                        allow_out_of_order=ooo)
         return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
 

@@ -43,6 +43,7 @@ def policy_path(topic: str, policy: str) -> str:
     ("maxProducers", 3, "maxProducersPerTopic", 7, 0),
     ("maxConsumers", 3, "maxConsumersPerTopic", 7, 0),
     ("maxConsumersPerSubscription", 3, "maxConsumersPerSubscription", 7, 0),
+    ("maxUnackedMessagesOnConsumer", 3, "maxUnackedMessagesPerConsumer", 7, 50000),
     ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
     ("inactiveTopicPolicies",
      {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up", "maxInactiveDurationSeconds": 5,
@@ -87,6 +88,7 @@ def test_refusals(admin: Admin) -> None:
         ("maxConsumers", -1, 412, "maxConsumers must be 0 or more"),
         ("maxConsumersPerSubscription", -1, 412, "Invalid value for maxConsumersPerSubscription"),
         ("compactionThreshold", -1, 412, "Invalid value for compactionThreshold"),
+        ("maxUnackedMessagesOnConsumer", -1, 412, "maxUnackedNum must be 0 or more"),
         ("maxProducers", "3", 400, None),
         ("deduplicationEnabled", "yes", 400, None),
         ("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}, 412, None),
@@ -197,3 +199,61 @@ def test_disabled_topic_level_policies_answer_405_and_are_ignored(tmp_path: Path
         producers = [client.create_producer(topic) for _ in range(2)]  # the stored limit of 1 is ignored
         assert len(producers) == 2
         client.close()
+
+
+def test_backlog_quotas_at_topic_level(admin: Admin, client: pulsar.Client) -> None:
+    ns, topic = new_topic(admin, "quota")
+    path = f"/admin/v2/{rest_path(topic)}"
+    assert admin.ok("GET", f"{path}/backlogQuotaMap") == {}
+    applied = admin.ok("GET", f"{path}/backlogQuotaMap?applied=true")
+    assert set(applied) == {"destination_storage", "message_age"}  # the broker's defaults
+    assert applied["destination_storage"]["limitSize"] == -1
+    namespace_quota = {"limitSize": 1 << 30, "limitTime": -1, "policy": "producer_request_hold"}
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota", namespace_quota)
+    assert admin.ok("GET", f"{path}/backlogQuotaMap?applied=true")["destination_storage"]["limitSize"] == 1 << 30
+    # The topic's own quota wins: a backlog over 100 bytes now refuses new producers.
+    consumer = client.subscribe(topic, "slow")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(5):
+        producer.send(b"x" * 100)
+    quota = {"limitSize": 100, "limitTime": -1, "policy": "producer_exception"}
+    assert admin.post(f"{path}/backlogQuota?backlogQuotaType=destination_storage", quota).status == 204
+    assert admin.ok("GET", f"{path}/backlogQuotaMap")["destination_storage"]["limitSize"] == 100
+    with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+        client.create_producer(topic)
+    assert admin.delete(f"{path}/backlogQuota?backlogQuotaType=destination_storage").status == 204
+    assert admin.ok("GET", f"{path}/backlogQuotaMap") == {}
+    client.create_producer(topic).close()  # the namespace's 1 GiB quota again
+    # Quota and retention must agree, whichever is set second (the namespace's quota counts too).
+    retention = {"retentionTimeInMinutes": -1, "retentionSizeInMB": 1}
+    assert admin.post(f"{path}/retention", retention).status == 412  # below the namespace's 1 GiB quota
+    admin.ok("DELETE", f"{NS}/{ns}/backlogQuota")
+    admin.ok("POST", f"{path}/retention", retention)
+    reply = admin.post(f"{path}/backlogQuota?backlogQuotaType=destination_storage",
+                       {"limitSize": 2 << 20, "limitTime": -1, "policy": "producer_exception"})
+    assert reply.status == 412
+    assert admin.post(f"{path}/backlogQuota?backlogQuotaType=nope", quota).status == 400
+    producer.close()
+    consumer.close()
+
+
+def test_max_unacked_messages_on_consumer(admin: Admin, client: pulsar.Client) -> None:
+    _, topic = new_topic(admin, "unacked")
+    admin.ok("POST", policy_path(topic, "maxUnackedMessagesOnConsumer"), 2)
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(b"m%d" % i)
+
+    def consumer_stats() -> dict[str, object]:
+        return admin.stats(topic)["subscriptions"]["s"]["consumers"][0]  # type: ignore[no-any-return]
+
+    # Two delivered, then the consumer is blocked until it acknowledges.
+    wait_for(lambda: consumer_stats()["blockedConsumerOnUnackedMsgs"], what="the consumer to be blocked")
+    assert consumer_stats()["unackedMessages"] == 2
+    received = []
+    for _ in range(6):
+        msg = consumer.receive(5000)
+        received.append(msg.data())
+        consumer.acknowledge(msg)
+    assert received == [b"m%d" % i for i in range(6)]

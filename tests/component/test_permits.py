@@ -56,7 +56,8 @@ class Harness:
         loop = asyncio.get_running_loop()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
                                 service=SimpleNamespace(config=BrokerConfig(), max_consumers=lambda name: 0,
-                                                        max_consumers_per_subscription=lambda name: 0))
+                                                        max_consumers_per_subscription=lambda name: 0,
+                                                        max_unacked_per_consumer=lambda name: 50000))
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]
