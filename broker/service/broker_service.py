@@ -6,21 +6,20 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from broker.errors import NotAllowedError, TopicNotFoundError
 from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compaction import load_view
+from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.periodic import PeriodicTask
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
@@ -67,30 +66,12 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
-        # Housekeeping, started with the first loaded topic (there is nothing to do before) and
-        # stopped in close().
-        self._housekeeping = [PeriodicTask("message-expiry", config.messageExpiryCheckIntervalInMinutes * 60,
-                                           self.expire_messages)]
-        self._housekeeping.append(PeriodicTask(
-            "retention", config.retentionCheckIntervalInSeconds, self.apply_retention))
-        self._housekeeping.append(PeriodicTask(
-            "compaction-threshold", config.brokerServiceCompactionMonitorIntervalInSeconds, self.compact_if_due))
-        if config.backlogQuotaCheckEnabled:
-            self._housekeeping.append(PeriodicTask("backlog-quota-check", config.backlogQuotaCheckIntervalInSeconds,
-                                                   self.backlog_quotas.check_all))
-        self._housekeeping.append(PeriodicTask("subscription-expiry",
-                                               config.subscriptionExpiryCheckIntervalInMinutes * 60,
-                                               self.expire_subscriptions))
-        self._housekeeping.append(PeriodicTask("backlogged-cursors", config.statsUpdateFrequencyInSecs,
-                                               self.check_backlogged_cursors))
         if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
             raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
                               f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
         self.inactive_topics = InactiveTopicMonitor(self)
-        if config.brokerDeleteInactiveTopicsEnabled:
-            self._housekeeping.append(PeriodicTask("inactive-topic-check",
-                                                   config.brokerDeleteInactiveTopicsFrequencySeconds,
-                                                   self.inactive_topics.check_all))
+        # Periodic jobs over the loaded topics, started with the first one and stopped in close().
+        self.housekeeping = Housekeeping(self)
         self.closed = False
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
@@ -184,8 +165,7 @@ class BrokerService:
                 topic.terminated_at = Position(*terminated)
             self.topics[name.full] = topic
             fut.set_result(topic)
-            for task in self._housekeeping:
-                task.start()
+            self.housekeeping.start()
             return topic
         except BaseException as exc:
             fut.set_exception(exc)
@@ -291,20 +271,15 @@ class BrokerService:
                                    retention_time_s=-1 if minutes < 0 else minutes * 60,
                                    retention_size_bytes=-1 if size_mb < 0 else size_mb * MB)
 
-    async def apply_retention(self) -> None:
-        """Housekeeping: bring loaded topics up to date with their namespace's retention policy and
-        delete ledgers that retention no longer keeps (time passes even without traffic)."""
-        for topic in list(self.topics.values()):
-            self._apply_retention(topic)
-
     def apply_retention_to(self, name: TopicName) -> None:
         """A retention change of topic ``name`` (of every partition, for a partitioned name)
         reaches its loaded topics now."""
         for topic in list(self.topics.values()):
             if topic.name.base.full == name.full:
-                self._apply_retention(topic)
+                self.apply_retention(topic)
 
-    def _apply_retention(self, topic: PersistentTopic) -> None:
+    def apply_retention(self, topic: PersistentTopic) -> None:
+        """Give a loaded topic's managed ledger its current retention, and let it trim."""
         if topic.closed:
             return
         wanted = self.ledger_config_for(topic.name)
@@ -316,49 +291,6 @@ class BrokerService:
         """Seconds without consumers, reads or acks after which a subscription is deleted (0 = never)."""
         minutes = self.metadata.policy(namespace, P.SUBSCRIPTION_EXPIRATION)
         return float(self.config.subscriptionExpirationTimeMinutes if minutes is None else minutes) * 60
-
-    async def expire_subscriptions(self) -> None:
-        """Housekeeping (Pulsar's checkInactiveSubscriptions): delete the durable subscriptions of
-        loaded topics that have had no consumer, read or ack for the expiration time."""
-        for topic in list(self.topics.values()):
-            limit_s = self.subscription_expiration_s(topic.name.namespace)
-            if limit_s <= 0 or topic.closed:
-                continue
-            now = time.time()  # the managed ledgers' clock
-            for name in admin_ops.subscription_names(topic):
-                if topic.closed:
-                    break
-                sub = topic.subscriptions.get(name)
-                if sub is not None and (sub.consumers or not sub.durable):
-                    continue
-                cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
-                if cursor is None or now - cursor.last_active <= limit_s:
-                    continue
-                try:
-                    await admin_ops.delete_subscription(topic, name, force=False)
-                except BrokerError as exc:  # a consumer came meanwhile, or the topic is closing
-                    log.debug("kept subscription %s of %s: %s", name, topic.name, exc)
-                    continue
-                log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
-                         name, topic.name, now - cursor.last_active)
-
-    async def check_backlogged_cursors(self) -> None:
-        """Housekeeping: subscriptions that fell behind (or caught up) since consumers came or went
-        leave (or rejoin) the read cache's active cursors."""
-        for topic in list(self.topics.values()):
-            for sub in list(topic.subscriptions.values()):
-                sub.update_cursor_activity()
-
-    async def expire_messages(self) -> None:
-        """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
-        now_ms = int(time.time() * 1000)
-        for topic in list(self.topics.values()):
-            ttl = self.message_ttl(topic.name)
-            if ttl <= 0 or topic.closed:
-                continue
-            for cursor in list(topic.ledger.cursors.values()):
-                expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
-                self.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """Persistent (mode 0), non-persistent (1) or all (2) topics, including partitions.
@@ -430,17 +362,9 @@ class BrokerService:
         return int(self.effective_policy(name, P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
                                          self.config.brokerServiceCompactionThresholdInBytes))
 
-    async def compact_if_due(self) -> None:
-        """Housekeeping: start compaction on topics that received more than their threshold."""
-        for topic in list(self.topics.values()):
-            threshold = self.compaction_threshold(topic.name)
-            if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
-                topic.compactor.trigger()
-
     async def close(self) -> None:
         self.closed = True
-        for task in self._housekeeping:
-            await task.stop()
+        await self.housekeeping.stop()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
         self.topics.clear()

@@ -64,8 +64,9 @@ def test_no_ttl_means_no_expiry(admin: Admin, client: pulsar.Client, broker: Bro
     topic = f"persistent://{ns}/keep"
     client.subscribe(topic, "s").close()
     fill(client, topic, 3)
-    runs = broker.server.service._housekeeping[0].runs
-    wait_for(lambda: broker.server.service._housekeeping[0].runs >= runs + 2, what="two expiry runs")
+    task = broker.server.service.housekeeping.task("message-expiry")
+    runs = task.runs
+    wait_for(lambda: task.runs >= runs + 2, what="two expiry runs")
     assert sub_stats(admin, topic, "s")["msgBacklog"] == 3
 
 

@@ -43,9 +43,9 @@ async def test_housekeeping_and_sampler_are_cancelled_and_awaited_on_stop() -> N
                       statsUpdateFrequencyInSecs=1) as broker:
         assert broker.server is not None
         service = broker.server.service
-        assert not any(t.running for t in service._housekeeping)  # nothing to do before a topic loads
+        assert not any(t.running for t in service.housekeeping.tasks)  # nothing to do before a topic loads
         await service.get_topic(TopicName.parse("housekeeping"), create=True)
-        owned = [*service._housekeeping, broker.server.web._sampling]
+        owned = [*service.housekeeping.tasks, broker.server.web._sampling]
         assert len(owned) >= 3 and all(t.running for t in owned)  # housekeeping jobs + the stats sampler
     assert not any(t.running for t in owned)
     names = {"message-expiry", "backlog-quota-check", "stats-sampler"}

@@ -163,7 +163,7 @@ def test_retention_change_reaches_a_loaded_topic(admin: Admin, pulsar_broker: Br
         assert loaded.ledger.config.retention_time_s == 0
         policy = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
         assert admin.post(f"{NS}/{ns}/retention", policy).status == 204
-        pulsar_broker.run_coroutine(service.apply_retention())  # what the housekeeping task runs
+        pulsar_broker.run_coroutine(service.housekeeping.apply_retention())  # what the housekeeping task runs
         assert loaded.ledger.config.retention_time_s == 3600
         assert loaded.ledger.config.retention_size_bytes == 100 * 1024 * 1024
     finally:

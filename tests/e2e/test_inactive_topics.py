@@ -243,7 +243,7 @@ def test_subscriptions_without_consumers_expire(tmp_path: Path) -> None:
         assert admin.post(f"/admin/v2/namespaces/{kept_ns}/subscriptionExpirationTime", 0).status == 204
         kept = f"persistent://{kept_ns}/t"
         client.subscribe(kept, "idle").close()
-        task = next(t for t in broker.server.service._housekeeping if t.name == "subscription-expiry")
+        task = broker.server.service.housekeeping.task("subscription-expiry")
         runs = task.runs
         wait_for(lambda: task.runs >= runs + 5, what="five more expiry checks")
         assert admin.ok("GET", f"/admin/v2/{rest_path(kept)}/subscriptions") == ["idle"]

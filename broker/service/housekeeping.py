@@ -1,0 +1,125 @@
+"""The broker's periodic jobs over its loaded topics, each on its own PeriodicTask.
+
+They start with the first loaded topic (before that there is nothing to do) and stop in the
+service's close(). Each job reads the policies in force for each topic (topic, namespace, then
+broker; see BrokerService.effective_policy) at every run, so a policy change reaches loaded
+topics by the next run.
+
+| job | every | does |
+|---|---|---|
+| message-expiry | messageExpiryCheckIntervalInMinutes | acknowledges what is older than the message TTL |
+| retention | retentionCheckIntervalInSeconds | applies retention, deletes ledgers it no longer keeps |
+| compaction-threshold | brokerServiceCompactionMonitorIntervalInSeconds | starts compaction when due |
+| backlog-quota-check | backlogQuotaCheckIntervalInSeconds | enforces backlog quotas (broker.service.backlog_quota) |
+| subscription-expiry | subscriptionExpiryCheckIntervalInMinutes | deletes abandoned subscriptions |
+| backlogged-cursors | statsUpdateFrequencyInSecs | backlogged subscriptions leave the read cache's active cursors |
+| inactive-topic-check | brokerDeleteInactiveTopicsFrequencySeconds | deletes inactive topics (inactive_topics) |
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from broker.errors import BrokerError
+from broker.service import admin_ops
+from broker.service.periodic import PeriodicTask
+
+if TYPE_CHECKING:
+    from broker.service.broker_service import BrokerService
+
+log = logging.getLogger(__name__)
+
+
+class Housekeeping:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        cfg = service.config
+        self.tasks = [
+            PeriodicTask("message-expiry", cfg.messageExpiryCheckIntervalInMinutes * 60, self.expire_messages),
+            PeriodicTask("retention", cfg.retentionCheckIntervalInSeconds, self.apply_retention),
+            PeriodicTask("compaction-threshold", cfg.brokerServiceCompactionMonitorIntervalInSeconds,
+                         self.compact_if_due),
+            PeriodicTask("subscription-expiry", cfg.subscriptionExpiryCheckIntervalInMinutes * 60,
+                         self.expire_subscriptions),
+            PeriodicTask("backlogged-cursors", cfg.statsUpdateFrequencyInSecs, self.check_backlogged_cursors),
+        ]
+        if cfg.backlogQuotaCheckEnabled:
+            self.tasks.append(PeriodicTask("backlog-quota-check", cfg.backlogQuotaCheckIntervalInSeconds,
+                                           service.backlog_quotas.check_all))
+        if cfg.brokerDeleteInactiveTopicsEnabled:  # (as in Pulsar: only if enabled at start)
+            self.tasks.append(PeriodicTask("inactive-topic-check", cfg.brokerDeleteInactiveTopicsFrequencySeconds,
+                                           service.inactive_topics.check_all))
+
+    def task(self, name: str) -> PeriodicTask:
+        return next(t for t in self.tasks if t.name == name)
+
+    def start(self) -> None:
+        """Idempotent."""
+        for task in self.tasks:
+            task.start()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            await task.stop()
+
+    # -- the jobs ------------------------------------------------------------------------------------
+    async def expire_messages(self) -> None:
+        """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
+        service = self.service
+        now_ms = int(time.time() * 1000)
+        for topic in list(service.topics.values()):
+            ttl = service.message_ttl(topic.name)
+            if ttl <= 0 or topic.closed:
+                continue
+            for cursor in list(topic.ledger.cursors.values()):
+                expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
+                service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
+
+    async def apply_retention(self) -> None:
+        """Bring loaded topics up to date with their retention policy and delete ledgers that
+        retention no longer keeps (time passes even without traffic)."""
+        for topic in list(self.service.topics.values()):
+            self.service.apply_retention(topic)
+
+    async def compact_if_due(self) -> None:
+        """Start compaction on topics that received more than their threshold."""
+        service = self.service
+        for topic in list(service.topics.values()):
+            threshold = service.compaction_threshold(topic.name)
+            if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
+                topic.compactor.trigger()
+
+    async def expire_subscriptions(self) -> None:
+        """Pulsar's checkInactiveSubscriptions: delete the durable subscriptions of loaded topics
+        that have had no consumer, read or ack for the expiration time."""
+        service = self.service
+        for topic in list(service.topics.values()):
+            limit_s = service.subscription_expiration_s(topic.name.namespace)
+            if limit_s <= 0 or topic.closed:
+                continue
+            now = time.time()  # the managed ledgers' clock
+            for name in admin_ops.subscription_names(topic):
+                if topic.closed:
+                    break
+                sub = topic.subscriptions.get(name)
+                if sub is not None and (sub.consumers or not sub.durable):
+                    continue
+                cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
+                if cursor is None or now - cursor.last_active <= limit_s:
+                    continue
+                try:
+                    await admin_ops.delete_subscription(topic, name, force=False)
+                except BrokerError as exc:  # a consumer came meanwhile, or the topic is closing
+                    log.debug("kept subscription %s of %s: %s", name, topic.name, exc)
+                    continue
+                log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
+                         name, topic.name, now - cursor.last_active)
+
+    async def check_backlogged_cursors(self) -> None:
+        """Subscriptions that fell behind (or caught up) since consumers came or went leave (or
+        rejoin) the read cache's active cursors."""
+        for topic in list(self.service.topics.values()):
+            for sub in list(topic.subscriptions.values()):
+                sub.update_cursor_activity()
