@@ -39,6 +39,10 @@ class BrokerConfig:
     # Bytes of in-flight publishes, broker-wide, before publishing connections stop being read.
     maxMessagePublishBufferSizeInMB: int = 128
     # -- limits (0 = unlimited, as in Pulsar) -------------------------------------------------------
+    # Publish rate per topic (a namespace's publishRate and a topic's override it): past it, the
+    # producers' connections are not read until the rate is back under (broker.service.publish_rate).
+    maxPublishRatePerTopicInMessages: int = 0
+    maxPublishRatePerTopicInBytes: int = 0
     brokerMaxConnections: int = 0
     brokerMaxConnectionsPerIp: int = 0
     maxProducersPerTopic: int = 0

@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         # Why reading is paused: too many sends in flight here, or the broker-wide publish buffer is full.
         self._paused_for_count = False
         self._paused_for_buffer = False
+        self._rate_throttles = 0  # topics whose publish rate limit holds this connection
         self.pending_sends = 0
         self.max_pending_sends = cfg.maxPendingPublishRequestsPerConnection
         self._received_since_ping = True
@@ -240,8 +241,13 @@ class Connection(asyncio.Protocol):
             self._paused_for_buffer = paused
             self._update_reading()
 
+    def set_rate_throttled(self, delta: int) -> None:
+        """A topic's publish rate limit starts (+1) or stops (-1) holding this connection."""
+        self._rate_throttles += delta
+        self._update_reading()
+
     def _update_reading(self) -> None:
-        want_paused = self._paused_for_count or self._paused_for_buffer
+        want_paused = self._paused_for_count or self._paused_for_buffer or self._rate_throttles > 0
         if want_paused == self.reading_paused or self.transport is None or self.state is State.CLOSED:
             return
         self.reading_paused = want_paused

@@ -69,6 +69,9 @@ class NamespacesResource:
         r.add_get(NS + "/retention", self.get_retention)
         r.add_post(NS + "/retention", self.set_retention)
         r.add_delete(NS + "/retention", self.remove_retention)
+        r.add_get(NS + "/publishRate", self.get_publish_rate)
+        r.add_post(NS + "/publishRate", self.set_publish_rate)
+        r.add_delete(NS + "/publishRate", self.set_publish_rate)
         r.add_get(NS + "/backlogQuotaMap", self.get_backlog_quota_map)
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
@@ -184,6 +187,23 @@ class NamespacesResource:
 
     async def remove_retention(self, request: web.Request) -> web.Response:
         self.metadata.set_policy(self.namespace(request), P.RETENTION, None)
+        return no_content()
+
+    # -- publish rate: kept per cluster (Policies.publish_max_message_rate) --------------------------------
+    async def get_publish_rate(self, request: web.Request) -> web.Response:
+        rates = self.metadata.policy(self.namespace(request), P.PUBLISH_MAX_MESSAGE_RATE) or {}
+        return self._value_or_no_content(rates.get(self.web.server.config.clusterName))
+
+    async def set_publish_rate(self, request: web.Request) -> web.Response:
+        """POST sets this cluster's rate, DELETE removes it."""
+        ns = self.namespace(request)
+        rates = dict(self.metadata.policy(ns, P.PUBLISH_MAX_MESSAGE_RATE) or {})
+        cluster = self.web.server.config.clusterName
+        if request.method == "DELETE":
+            rates.pop(cluster, None)
+        else:
+            rates[cluster] = P.parse_publish_rate(await read_body(request))
+        self.metadata.set_policy(ns, P.PUBLISH_MAX_MESSAGE_RATE, rates or None)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------

@@ -341,6 +341,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "subscriptions": subs,
         "replication": {},
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
+        "publishRateLimitedTimes": topic.publish_throttle.throttled_times,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "ownerBroker": f"{server.advertised_host}:{server.web_port}",
@@ -359,7 +360,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
 # Fields of a topic's stats that a partitioned topic's stats add up over its partitions.
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
            "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize", "offloadedStorageSize",
-           "waitingPublishers", "nonContiguousDeletedMessagesRanges")
+           "waitingPublishers", "nonContiguousDeletedMessagesRanges", "publishRateLimitedTimes")
 _SUB_SUMMED = ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
                "messageAckRate", "msgBacklog", "backlogSize", "msgBacklogNoDelayed", "msgDelayed",
                "unackedMessages", "msgRateExpired", "totalMsgExpired", "nonContiguousDeletedMessagesRanges")

@@ -42,6 +42,8 @@ class Spec:
     broker_default: Callable[[Any], Any]  # the BrokerService -> the broker's value
     parse: Callable[[Any], Any]
     query: str | None = None  # POST takes the value from this query parameter, not the body
+    # The value in force (GET ?applied=true) when it is not namespace_key's, else broker_default.
+    applied: Callable[[Any, TopicName], Any] | None = None
 
 
 def _ttl(value: Any) -> int:
@@ -65,6 +67,8 @@ SPECS = (
     Spec("maxUnackedMessagesOnConsumer", P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
          lambda s: s.config.maxUnackedMessagesPerConsumer,
          lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
+    Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
+         applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
          lambda s: s.config.brokerServiceCompactionThresholdInBytes,
          lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
@@ -110,7 +114,11 @@ class TopicPoliciesResource:
         name = self.topic(request)
         value = self.service.metadata.topic_policy(name.full, spec.key)
         if value is None and query_flag(request, "applied"):
-            value = self.service.effective_policy(name, spec.key, spec.namespace_key, spec.broker_default(self.service))
+            if spec.applied is not None:
+                value = spec.applied(self.service, name)
+            else:
+                value = self.service.effective_policy(name, spec.key, spec.namespace_key,
+                                                      spec.broker_default(self.service))
         return no_content() if value is None else json_response(value)
 
     async def set(self, request: web.Request, spec: Spec) -> web.Response:

@@ -28,6 +28,7 @@ MAX_PRODUCERS_PER_TOPIC = "max_producers_per_topic"
 MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
 MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
+PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -40,6 +41,7 @@ T_COMPACTION_THRESHOLD = "compactionThreshold"
 T_INACTIVE_TOPIC_POLICIES = "inactiveTopicPolicies"
 T_BACKLOG_QUOTA_MAP = "backLogQuotaMap"
 T_MAX_UNACKED_ON_CONSUMER = "maxUnackedMessagesOnConsumer"
+T_PUBLISH_RATE = "publishRate"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -168,6 +170,17 @@ def parse_bool(body: Any, what: str) -> bool:
     if not isinstance(body, bool):
         raise PolicyError(400, f"{what} must be true or false")
     return body
+
+
+# -- publish rate -----------------------------------------------------------------------------------
+
+def parse_publish_rate(body: Any) -> dict[str, int]:
+    """PublishRate {publishThrottlingRateInMsg, publishThrottlingRateInByte}: per second, 0 or less
+    (Pulsar's default -1) = no limit on that measure."""
+    doc = _object(body, "Publish rate")
+    return {"publishThrottlingRateInMsg": _int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
+            "publishThrottlingRateInByte": _int(doc.get("publishThrottlingRateInByte", -1),
+                                                "publishThrottlingRateInByte")}
 
 
 # -- subscription expiration ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotRead
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
+from broker.service.publish_rate import PublishThrottle
 from broker.topic_name import TopicName
 from managed_ledger import Position
 
@@ -46,6 +47,7 @@ class AbstractTopic(ABC):
         # When the topic was last seen active (time.monotonic()): loaded, a producer left, a
         # subscription was deleted, or the inactive-topic check found it in use.
         self.last_active = time.monotonic()
+        self.publish_throttle = PublishThrottle(self)
         self.closed = False
 
     @property

@@ -258,6 +258,22 @@ class BrokerService:
         return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
                                          self.config.maxUnackedMessagesPerConsumer))
 
+    def publish_rate_doc(self, name: TopicName) -> dict[str, int]:
+        """The PublishRate in force: the topic's, else its namespace's for this cluster, else the
+        broker's maxPublishRatePerTopicIn* settings."""
+        doc = self.topic_policy(name, P.T_PUBLISH_RATE)
+        if doc is None:
+            doc = (self.metadata.policy(name.namespace, P.PUBLISH_MAX_MESSAGE_RATE) or {}).get(self.config.clusterName)
+        if doc is None:
+            doc = {"publishThrottlingRateInMsg": self.config.maxPublishRatePerTopicInMessages,
+                   "publishThrottlingRateInByte": self.config.maxPublishRatePerTopicInBytes}
+        return dict(doc)
+
+    def publish_rate(self, name: TopicName) -> tuple[int, int]:
+        """(messages, bytes) per second a topic may take; 0 or less = no limit."""
+        doc = self.publish_rate_doc(name)
+        return int(doc["publishThrottlingRateInMsg"]), int(doc["publishThrottlingRateInByte"])
+
     def deduplication(self, name: TopicName) -> bool:
         return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
                                           self.config.brokerDeduplicationEnabled))

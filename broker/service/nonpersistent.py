@@ -350,11 +350,13 @@ class NonPersistentTopic(AbstractTopic):
     def _forget_if_idle(self) -> None:
         if self.is_idle and not self.closed and not self._adding_producer:
             self.closed = True
+            self.publish_throttle.release()
             for sub in list(self.subscriptions.values()):
                 sub.close()
             self.service.forget_non_persistent_topic(self)
 
     async def close(self) -> None:
         self.closed = True
+        self.publish_throttle.release()
         for sub in list(self.subscriptions.values()):
             sub.close()

@@ -141,6 +141,7 @@ class Producer:
         self.msg_in += num_messages
         self.bytes_in += nbytes
         topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, batch, nbytes, dedup))
+        topic.publish_throttle.record(cnx, num_messages, nbytes)
 
     def _drop_duplicates(self, batch: list[_Send]) -> list[_Send]:
         """Answer the SENDs deduplication recognises at once; the rest are to be stored."""

@@ -329,6 +329,9 @@ class ServerCnx:
     def sends_finished(self, count: int, nbytes: int) -> None:
         self.connection.sends_finished(count, nbytes)
 
+    def set_rate_throttled(self, delta: int) -> None:
+        self.connection.set_rate_throttled(delta)
+
     def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.close_producer
         producer = self.producers.pop(c.producer_id, None)

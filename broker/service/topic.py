@@ -191,6 +191,7 @@ class PersistentTopic(AbstractTopic):
 
     async def close(self) -> None:
         self.closed = True
+        self.publish_throttle.release()
         await self.compactor.close()
         await self.dedup.close()
         for sub in list(self.subscriptions.values()):

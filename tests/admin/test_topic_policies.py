@@ -257,3 +257,41 @@ def test_max_unacked_messages_on_consumer(admin: Admin, client: pulsar.Client) -
         received.append(msg.data())
         consumer.acknowledge(msg)
     assert received == [b"m%d" % i for i in range(6)]
+
+
+def test_publish_rate_rest(admin: Admin) -> None:
+    ns, topic = new_topic(admin, "rate-rest")
+    ns_path, path = f"{NS}/{ns}/publishRate", policy_path(topic, "publishRate")
+    assert admin.get(ns_path).status == 204
+    broker_default = {"publishThrottlingRateInMsg": 0, "publishThrottlingRateInByte": 0}
+    assert admin.ok("GET", path + "?applied=true") == broker_default
+    rate = {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1}
+    assert admin.post(ns_path, rate).status == 204
+    assert admin.ok("GET", ns_path) == rate
+    assert admin.ok("GET", f"{NS}/{ns}")["publish_max_message_rate"] == {"standalone": rate}
+    assert admin.ok("GET", path + "?applied=true") == rate
+    own = {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 4096}
+    assert admin.post(path, own).status == 204
+    assert admin.ok("GET", path + "?applied=true") == own
+    assert admin.post(path, {"publishThrottlingRateInMsg": "fast"}).status == 400
+    assert admin.delete(path).status == 204
+    assert admin.delete(ns_path).status == 204
+    assert admin.get(ns_path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == broker_default
+
+
+def test_publish_rate_slows_producers_without_errors(admin: Admin, client: pulsar.Client) -> None:
+    # 300 messages per second (a burst of 300): 700 messages take over a second, and the producer
+    # is slowed by its socket not being read, never by an error.
+    _, topic = new_topic(admin, "rate")
+    admin.ok("POST", policy_path(topic, "publishRate"), {"publishThrottlingRateInMsg": 300})
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    results: list[object] = []
+    for i in range(700):
+        producer.send_async(b"m%d" % i, lambda res, _id: results.append(res))
+    producer.flush()
+    assert len(results) == 700 and set(results) == {pulsar.Result.Ok}
+    assert [consumer.receive(5000).data() for _ in range(700)] == [b"m%d" % i for i in range(700)]
+    assert admin.stats(topic)["publishRateLimitedTimes"] >= 1
+    producer.close()

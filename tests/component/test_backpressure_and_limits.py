@@ -15,6 +15,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.embedded import Broker
+from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
 from managed_ledger import ManagedLedgerConfig, MemoryManagedLedgerFactory
@@ -180,6 +181,31 @@ async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() 
 
 
 # -- limits ---------------------------------------------------------------------------------------------
+
+async def test_publish_rate_limit_stops_reading_the_socket_until_released() -> None:
+    # 10 messages per second at broker level: the first read's 30 SENDs are all stored (the
+    # limit is applied after the read), then the socket is not read; what was sent meanwhile is
+    # taken once the throttle lets go (released here at once instead of after 2 s).
+    async with Broker(maxPublishRatePerTopicInMessages=10, managedLedgerStorage="memory", dataDir="") as b:
+        assert b.server is not None
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.send(producer_cmd("persistent://public/default/rate-wire"))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, b"x")) for seq in range(30)))
+        conn = producer_connection(b.server)
+        await wait_for(lambda: conn.reading_paused, "the rate limit to stop reading")
+        receipts = [(await c.recv()).send_receipt.sequence_id for _ in range(30)]
+        assert receipts == list(range(30))
+        for seq in range(30, 40):
+            c.send(*send_frame(1, seq, b"x"))
+        topic = b.server.service.topics["persistent://public/default/rate-wire"]
+        assert topic.publish_throttle.throttled_times == 1
+        topic.publish_throttle.release()
+        receipts = [(await c.recv()).send_receipt.sequence_id for _ in range(10)]
+        assert receipts == list(range(30, 40))
+        c.close()
+
 
 async def test_connection_limit() -> None:
     async with Broker(brokerMaxConnections=2) as b:

@@ -1,0 +1,115 @@
+"""Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publish_max_message_rate`` and
+broker ``maxPublishRatePerTopicInMessages`` / ``...InBytes``; 0 or less = no limit).
+
+As in Pulsar (PIP-322), each limited topic has token buckets of one second's worth of messages and
+bytes, refilled continuously. What a socket read published is taken from them afterwards (they
+may go below zero); while a bucket is below zero, the connections that published to the topic are
+not read (the same lever as producer backpressure: TCP then slows the producers, nobody gets an
+error). Reading resumes when the buckets are back at zero. A connection is shared by all the
+producers and consumers on it, so they all wait, as in Pulsar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from broker.service.abstract_topic import AbstractTopic
+
+
+class Throttleable(Protocol):
+    """The connection side: reading stops while any topic throttles it."""
+
+    def set_rate_throttled(self, delta: int) -> None: ...
+
+
+class TokenBucket:
+    __slots__ = ("rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.tokens = rate  # capacity: one second's worth
+        self.stamp = now
+
+    def consume(self, n: float, now: float) -> float:
+        """Take n tokens (the balance may go below zero); the seconds until it is back at zero."""
+        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.tokens -= n
+        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+
+
+class PublishThrottle:
+    """One topic's publish rate limit, re-read when the metadata (policies) changed."""
+
+    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
+        self.topic = topic
+        self._metadata = topic.service.metadata
+        self._clock = clock
+        self._generation = -1
+        self._limits = (0, 0)
+        self._buckets: tuple[TokenBucket | None, TokenBucket | None] = (None, None)
+        self._limited = False
+        self._paused: set[Throttleable] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._until = 0.0
+        self.throttled_times = 0  # Pulsar's publishRateLimitedTimes
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """(messages, bytes) per second in force; 0 = none."""
+        self._refresh()
+        return self._limits
+
+    def _refresh(self) -> None:
+        if self._generation == self._metadata.generation:
+            return
+        self._generation = self._metadata.generation
+        msgs, nbytes = self.topic.service.publish_rate(self.topic.name)
+        limits = (max(0, msgs), max(0, nbytes))
+        if limits != self._limits:
+            self._limits = limits
+            now = self._clock()
+            self._buckets = (TokenBucket(limits[0], now) if limits[0] else None,
+                             TokenBucket(limits[1], now) if limits[1] else None)
+            self._limited = any(limits)
+            self.release()  # a new limit starts with full buckets
+
+    def record(self, connection: Throttleable, messages: int, nbytes: int) -> None:
+        """A read of ``connection`` published this to the topic: throttle it if over the limit.
+        (Called for every stored batch: without a limit it costs a comparison and a test.)"""
+        if self._generation != self._metadata.generation:
+            self._refresh()
+        if not self._limited:
+            return
+        by_msgs, by_bytes = self._buckets
+        now = self._clock()
+        wait = max(by_msgs.consume(messages, now) if by_msgs is not None else 0.0,
+                   by_bytes.consume(nbytes, now) if by_bytes is not None else 0.0)
+        if wait > 0:
+            self._pause(connection, now + wait)
+
+    def _pause(self, connection: Throttleable, until: float) -> None:
+        if connection not in self._paused:
+            if not self._paused:
+                self.throttled_times += 1
+            self._paused.add(connection)
+            connection.set_rate_throttled(+1)
+        if self._timer is None or until > self._until:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._until = until
+            self._timer = self.topic.loop.call_later(max(0.0, until - self._clock()), self.release)
+
+    def release(self) -> None:
+        """Resume reading every throttled connection (the buckets are back at zero, the limit
+        changed, or the topic closes)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        paused, self._paused = self._paused, set()
+        for connection in paused:
+            connection.set_rate_throttled(-1)

@@ -1,0 +1,71 @@
+"""The publish rate limiter's arithmetic with a fake clock: token buckets of one second's worth,
+which connections it holds, and when it lets them go."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from broker.service.publish_rate import PublishThrottle, TokenBucket
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.throttles = 0
+
+    def set_rate_throttled(self, delta: int) -> None:
+        self.throttles += delta
+        assert self.throttles >= 0
+
+
+class FakeTopic:
+    def __init__(self, limits: tuple[int, int]) -> None:
+        self.limits = limits
+        self.name = "t"
+        self.loop = asyncio.get_running_loop()
+        self.service = SimpleNamespace(metadata=SimpleNamespace(generation=1), publish_rate=lambda name: self.limits)
+
+
+def test_token_bucket_refills_continuously_up_to_one_second() -> None:
+    bucket = TokenBucket(100, now=0.0)
+    assert bucket.consume(100, now=0.0) == 0.0  # a full second's burst
+    assert bucket.consume(50, now=0.0) == 0.5  # 50 short: half a second to pay back
+    assert bucket.consume(0, now=0.5) == 0.0  # back at zero
+    assert bucket.consume(0, now=10.0) == 0.0 and bucket.tokens == 100  # capped at one second
+
+
+async def test_throttle_holds_the_publishing_connections_until_the_buckets_refill() -> None:
+    now = [0.0]
+    topic: Any = FakeTopic((100, 0))
+    throttle = PublishThrottle(topic, clock=lambda: now[0])
+    a, b = FakeConnection(), FakeConnection()
+    throttle.record(a, 100, 1000)
+    assert a.throttles == 0  # within the burst
+    throttle.record(a, 20, 1000)
+    throttle.record(b, 30, 1000)
+    assert (a.throttles, b.throttles, throttle.throttled_times) == (1, 1, 1)
+    assert throttle._timer is not None
+    assert abs(throttle._until - 0.5) < 1e-9  # 50 messages short at 100 per second
+    throttle.release()  # (what the timer does)
+    assert (a.throttles, b.throttles) == (0, 0)
+    # A new limit (the metadata changed) starts afresh: nobody held, full buckets.
+    throttle.record(a, 500, 0)
+    assert a.throttles == 1
+    topic.limits = (0, 1000)
+    topic.service.metadata.generation += 1
+    assert throttle.limits == (0, 1000) and a.throttles == 0
+    throttle.record(a, 10_000, 999)
+    assert a.throttles == 0
+    throttle.record(a, 0, 2)
+    assert a.throttles == 1
+    throttle.release()
+
+
+async def test_no_limit_costs_nothing_and_holds_nobody() -> None:
+    topic: Any = FakeTopic((0, -1))
+    throttle = PublishThrottle(topic)
+    c = FakeConnection()
+    for _ in range(1000):
+        throttle.record(c, 1000, 1 << 20)
+    assert c.throttles == 0 and throttle.throttled_times == 0
