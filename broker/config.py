@@ -40,9 +40,15 @@ class BrokerConfig:
     maxMessagePublishBufferSizeInMB: int = 128
     # -- limits (0 = unlimited, as in Pulsar) -------------------------------------------------------
     # Publish rate per topic (a namespace's publishRate and a topic's override it): past it, the
-    # producers' connections are not read until the rate is back under (broker.service.publish_rate).
+    # producers' connections are not read until the rate is back under (broker.service.rate_limits).
     maxPublishRatePerTopicInMessages: int = 0
     maxPublishRatePerTopicInBytes: int = 0
+    # Dispatch rate per topic (all its subscriptions together) and per subscription, per second (a
+    # namespace's or topic's dispatchRate / subscriptionDispatchRate override them).
+    dispatchThrottlingRatePerTopicInMsg: int = 0
+    dispatchThrottlingRatePerTopicInByte: int = 0
+    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
+    dispatchThrottlingRatePerSubscriptionInByte: int = 0
     brokerMaxConnections: int = 0
     brokerMaxConnectionsPerIp: int = 0
     maxProducersPerTopic: int = 0

@@ -33,6 +33,12 @@ class PlainPolicy:
     set_method: str = "POST"
 
 
+# Rates the Policies document keeps per cluster ({cluster: rate}); the REST API shows this cluster's.
+CLUSTER_RATES = (
+    PlainPolicy("publishRate", P.PUBLISH_MAX_MESSAGE_RATE, P.parse_publish_rate),
+    PlainPolicy("dispatchRate", P.TOPIC_DISPATCH_RATE, P.parse_dispatch_rate),
+    PlainPolicy("subscriptionDispatchRate", P.SUBSCRIPTION_DISPATCH_RATE, P.parse_dispatch_rate),
+)
 PLAIN_POLICIES = (
     PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
     PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
@@ -69,9 +75,11 @@ class NamespacesResource:
         r.add_get(NS + "/retention", self.get_retention)
         r.add_post(NS + "/retention", self.set_retention)
         r.add_delete(NS + "/retention", self.remove_retention)
-        r.add_get(NS + "/publishRate", self.get_publish_rate)
-        r.add_post(NS + "/publishRate", self.set_publish_rate)
-        r.add_delete(NS + "/publishRate", self.set_publish_rate)
+        for rate in CLUSTER_RATES:
+            path = f"{NS}/{rate.path}"
+            r.add_get(path, bound(self.get_cluster_rate, rate))
+            r.add_post(path, bound(self.set_cluster_rate, rate))
+            r.add_delete(path, bound(self.set_cluster_rate, rate))
         r.add_get(NS + "/backlogQuotaMap", self.get_backlog_quota_map)
         r.add_get(NS + "/backlogQuota", self.get_backlog_quota)
         r.add_post(NS + "/backlogQuota", self.set_backlog_quota)
@@ -189,21 +197,21 @@ class NamespacesResource:
         self.metadata.set_policy(self.namespace(request), P.RETENTION, None)
         return no_content()
 
-    # -- publish rate: kept per cluster (Policies.publish_max_message_rate) --------------------------------
-    async def get_publish_rate(self, request: web.Request) -> web.Response:
-        rates = self.metadata.policy(self.namespace(request), P.PUBLISH_MAX_MESSAGE_RATE) or {}
+    # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
+    async def get_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
+        rates = self.metadata.policy(self.namespace(request), rate.key) or {}
         return self._value_or_no_content(rates.get(self.web.server.config.clusterName))
 
-    async def set_publish_rate(self, request: web.Request) -> web.Response:
+    async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
         ns = self.namespace(request)
-        rates = dict(self.metadata.policy(ns, P.PUBLISH_MAX_MESSAGE_RATE) or {})
+        rates = dict(self.metadata.policy(ns, rate.key) or {})
         cluster = self.web.server.config.clusterName
         if request.method == "DELETE":
             rates.pop(cluster, None)
         else:
-            rates[cluster] = P.parse_publish_rate(await read_body(request))
-        self.metadata.set_policy(ns, P.PUBLISH_MAX_MESSAGE_RATE, rates or None)
+            rates[cluster] = rate.parse(await read_body(request))
+        self.metadata.set_policy(ns, rate.key, rates or None)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------

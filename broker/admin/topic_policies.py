@@ -69,6 +69,10 @@ SPECS = (
          lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
     Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
          applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
+    Spec("dispatchRate", P.T_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
+         applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=False)),
+    Spec("subscriptionDispatchRate", P.T_SUBSCRIPTION_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
+         applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=True)),
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
          lambda s: s.config.brokerServiceCompactionThresholdInBytes,
          lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),

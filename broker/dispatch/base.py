@@ -20,6 +20,7 @@ dispatcher flow control), so a consumer with 1000 permits is not sent 100 batche
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -55,6 +56,8 @@ class Dispatcher(ConsumerMembers, ABC):
         self.read_outstanding = False
         # Bumped whenever the cursor is moved under a read (rewind/seek); stale completions are dropped.
         self.read_epoch = 0
+        # A read put off by the dispatch rate limits, retried when they allow it.
+        self._rate_timer: asyncio.TimerHandle | None = None
         self.closed = False
 
     # -- consumers ---------------------------------------------------------------------------------
@@ -108,6 +111,34 @@ class Dispatcher(ConsumerMembers, ABC):
         """How many entries a read for ``permits`` messages should ask for (at least one)."""
         avg = self.avg_messages_per_entry
         return max(1, min(self.max_read_batch, int(permits / avg) if avg > 1 else permits))
+
+    def read_size(self, permits: int) -> tuple[int, int | None] | None:
+        """(entries, max bytes or None) for a read on behalf of ``permits`` messages, within the
+        dispatch rate limits (the topic's and the subscription's); None when they leave nothing
+        now: the read is retried once they do."""
+        max_bytes: int | None = None
+        for rate in self.subscription.dispatch_rates:
+            budget = rate.budget()
+            if budget is None:
+                continue
+            messages, nbytes = budget
+            if messages <= 0:
+                if self._rate_timer is None:
+                    self._rate_timer = self.subscription.topic.loop.call_later(rate.wait(), self._rate_retry)
+                return None
+            permits = min(permits, messages)
+            if nbytes is not None:
+                max_bytes = nbytes if max_bytes is None else min(max_bytes, nbytes)
+        return self.entries_to_read(permits), max_bytes
+
+    def _rate_retry(self) -> None:
+        self._rate_timer = None
+        self.trigger_read()
+
+    def rate_consumed(self, messages: int, nbytes: int) -> None:
+        """What a read sent, charged to the dispatch rate limits."""
+        for rate in self.subscription.dispatch_rates:
+            rate.consume(messages, nbytes)
 
     def note_dispatched(self, entries: int, messages: int) -> None:
         if entries:
@@ -182,6 +213,9 @@ class Dispatcher(ConsumerMembers, ABC):
         self.closed = True
         self.lane.close()
         self.cancel_reads()
+        if self._rate_timer is not None:
+            self._rate_timer.cancel()
+            self._rate_timer = None
 
     @property
     @abstractmethod

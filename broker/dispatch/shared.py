@@ -178,13 +178,16 @@ class SharedDispatcher(Dispatcher):
     def _read_more(self) -> None:
         if self.total_permits <= 0 or not self._any_available():
             return
-        n = self.entries_to_read(self.total_permits)
+        size = self.read_size(self.total_permits)
+        if size is None:
+            return  # the dispatch rate limits allow nothing now; retried when they do
+        n, max_bytes = size
         epoch = self._begin_read()
         if self.replay and not self._replay_stalled:
             positions = self._take_replay(n)
             self.cursor.replay_entries(positions, lambda es, exc: self._read_complete(epoch, es, exc, positions))
         else:
-            self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None))
+            self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None), max_bytes)
 
     def _read_complete(self, epoch: int, entries: list[Entry], exc: BaseException | None,
                        replayed: list[Position] | None) -> None:
@@ -199,6 +202,7 @@ class SharedDispatcher(Dispatcher):
         undelivered: list[Position] = []
         dispatched = 0
         sent_messages = 0
+        sent_bytes = 0
         for entry, meta in self.filter_markers(entries):
             pos = entry.position
             if meta.deliver_at_time > now_ms and not replaying:
@@ -217,9 +221,11 @@ class SharedDispatcher(Dispatcher):
                 slot = per_consumer[id(consumer)] = (consumer, [])
             slot[1].append(Delivery(entry, messages, self.redelivery_counts.get(pos, 0), ack_set))
             dispatched += 1
+            sent_bytes += len(entry.data)
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)
+        self.rate_consumed(sent_messages, sent_bytes)
         if undelivered:
             self.add_to_replay(undelivered)
         kicked, self._kicked_during_read = self._kicked_during_read, False

@@ -115,9 +115,13 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
             self._serve_compacted(active, view)
             return
-        n = self.entries_to_read(active.permits)
+        size = self.read_size(active.permits)
+        if size is None:
+            return  # the dispatch rate limits allow nothing now; retried when they do
+        n, max_bytes = size
         epoch = self._begin_read()
-        self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc))
+        self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc),
+                                         max_bytes)
 
     def _read_complete(self, epoch: int, target: Consumer, entries: list[Entry], exc: BaseException | None) -> None:
         if not self._end_read(epoch, exc):
@@ -143,6 +147,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             sent = target.send_entries(deliveries)
             self.take_permits(target, sent)
             self.note_dispatched(len(deliveries), sent)
+            self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
         self.trigger_read()
 
     def _serve_compacted(self, target: Consumer, view: CompactedView) -> None:

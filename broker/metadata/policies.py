@@ -29,6 +29,8 @@ MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
 MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
+TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
+SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -42,6 +44,8 @@ T_INACTIVE_TOPIC_POLICIES = "inactiveTopicPolicies"
 T_BACKLOG_QUOTA_MAP = "backLogQuotaMap"
 T_MAX_UNACKED_ON_CONSUMER = "maxUnackedMessagesOnConsumer"
 T_PUBLISH_RATE = "publishRate"
+T_DISPATCH_RATE = "dispatchRate"
+T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -181,6 +185,23 @@ def parse_publish_rate(body: Any) -> dict[str, int]:
     return {"publishThrottlingRateInMsg": _int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
             "publishThrottlingRateInByte": _int(doc.get("publishThrottlingRateInByte", -1),
                                                 "publishThrottlingRateInByte")}
+
+
+def parse_dispatch_rate(body: Any) -> dict[str, Any]:
+    """DispatchRate {dispatchThrottlingRateInMsg, dispatchThrottlingRateInByte, ratePeriodInSecond,
+    relativeToPublishRate}: per period, 0 or less (Pulsar's default -1) = no limit on that measure.
+    relativeToPublishRate is kept but not applied."""
+    doc = _object(body, "Dispatch rate")
+    msgs = _int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
+    nbytes = _int(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
+    period = _int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
+    relative = doc.get("relativeToPublishRate", False)
+    if not isinstance(relative, bool):
+        raise PolicyError(400, "relativeToPublishRate must be true or false")
+    if period < 1:
+        raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
+    return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
+            "ratePeriodInSecond": period, "relativeToPublishRate": relative}
 
 
 # -- subscription expiration ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotRead
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
-from broker.service.publish_rate import PublishThrottle
+from broker.service.rate_limits import PublishThrottle
 from broker.topic_name import TopicName
 from managed_ledger import Position
 

@@ -274,6 +274,31 @@ class BrokerService:
         doc = self.publish_rate_doc(name)
         return int(doc["publishThrottlingRateInMsg"]), int(doc["publishThrottlingRateInByte"])
 
+    def dispatch_rate_doc(self, name: TopicName, per_subscription: bool) -> dict[str, Any]:
+        """The DispatchRate in force for a topic's subscriptions together, or for each one: the
+        topic's, else its namespace's for this cluster, else the broker's dispatchThrottling*."""
+        topic_key, namespace_key = ((P.T_SUBSCRIPTION_DISPATCH_RATE, P.SUBSCRIPTION_DISPATCH_RATE) if per_subscription
+                                    else (P.T_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE))
+        doc = self.topic_policy(name, topic_key)
+        if doc is None:
+            doc = (self.metadata.policy(name.namespace, namespace_key) or {}).get(self.config.clusterName)
+        if doc is None:
+            cfg = self.config
+            if per_subscription:
+                msgs, nbytes = (cfg.dispatchThrottlingRatePerSubscriptionInMsg,
+                                cfg.dispatchThrottlingRatePerSubscriptionInByte)
+            else:
+                msgs, nbytes = cfg.dispatchThrottlingRatePerTopicInMsg, cfg.dispatchThrottlingRatePerTopicInByte
+            doc = {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
+                   "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+        return dict(doc)
+
+    def dispatch_rate(self, name: TopicName, per_subscription: bool) -> tuple[int, int, int]:
+        """(messages, bytes, period in seconds); 0 or less = no limit."""
+        doc = self.dispatch_rate_doc(name, per_subscription)
+        return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
+                int(doc.get("ratePeriodInSecond", 1)))
+
     def deduplication(self, name: TopicName) -> bool:
         return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
                                           self.config.brokerDeduplicationEnabled))

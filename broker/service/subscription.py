@@ -14,6 +14,7 @@ from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.rate_limits import DispatchRate
 from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ class Subscription:
         self.last_acked = 0.0
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
+        service = topic.service
+        # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
+        self.dispatch_rates = (topic.dispatch_rate,
+                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, True)))
 
     @property
     def batch_ack_sets(self) -> Mapping[Position, list[int]]:

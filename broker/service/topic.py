@@ -16,6 +16,7 @@ from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import Deduplication
 from broker.service.producer import Producer
+from broker.service.rate_limits import DispatchRate
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName
 from managed_ledger import InitialPosition, ManagedLedger, Position
@@ -37,6 +38,8 @@ class PersistentTopic(AbstractTopic):
         self.dedup = Deduplication(self)
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
+        # The dispatch rate limit all its subscriptions share (each has its own too).
+        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False))
         self._dedup = False
         self._dedup_generation = -1
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).

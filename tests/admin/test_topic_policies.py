@@ -295,3 +295,52 @@ def test_publish_rate_slows_producers_without_errors(admin: Admin, client: pulsa
     assert [consumer.receive(5000).data() for _ in range(700)] == [b"m%d" % i for i in range(700)]
     assert admin.stats(topic)["publishRateLimitedTimes"] >= 1
     producer.close()
+
+
+def test_dispatch_rate_rest(admin: Admin) -> None:
+    ns, topic = new_topic(admin, "dispatch-rest")
+    none = {"dispatchThrottlingRateInMsg": 0, "dispatchThrottlingRateInByte": 0, "ratePeriodInSecond": 1,
+            "relativeToPublishRate": False}
+    rate = {"dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 2,
+            "relativeToPublishRate": False}
+    for policy in ("dispatchRate", "subscriptionDispatchRate"):
+        ns_path, path = f"{NS}/{ns}/{policy}", policy_path(topic, policy)
+        assert admin.get(ns_path).status == 204
+        assert admin.ok("GET", path + "?applied=true") == none
+        assert admin.post(ns_path, rate).status == 204
+        assert admin.ok("GET", ns_path) == rate
+        assert admin.ok("GET", path + "?applied=true") == rate
+        own = {**rate, "dispatchThrottlingRateInMsg": 5}
+        assert admin.post(path, own).status == 204
+        assert admin.ok("GET", path) == own
+        assert admin.post(path, {**rate, "ratePeriodInSecond": 0}).status == 412
+        assert admin.post(path, {**rate, "relativeToPublishRate": "no"}).status == 400
+        assert admin.delete(path).status == 204
+        assert admin.delete(ns_path).status == 204
+    policies = admin.ok("GET", f"{NS}/{ns}")
+    assert policies["topicDispatchRate"] == {} and policies["subscriptionDispatchRate"] == {}
+
+
+@pytest.mark.parametrize("subscription_type", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared])
+def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread,
+                                               subscription_type: pulsar.ConsumerType) -> None:
+    # 200 messages per second for the subscription: a backlog of 500 comes in over more than a
+    # second, all of it, in order, with the dispatcher putting reads off rather than reading more.
+    _, topic = new_topic(admin, "dispatch")
+    admin.ok("POST", policy_path(topic, "subscriptionDispatchRate"), {"dispatchThrottlingRateInMsg": 200})
+    client.subscribe(topic, "s", consumer_type=subscription_type).close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(500):
+        producer.send_async(b"m%d" % i, None)
+    producer.flush()
+    consumer = client.subscribe(topic, "s", consumer_type=subscription_type, receiver_queue_size=1000)
+    received = []
+    for _ in range(500):
+        msg = consumer.receive(10_000)
+        received.append(msg.data())
+        consumer.acknowledge(msg)
+    assert received == [b"m%d" % i for i in range(500)]
+    sub = pulsar_broker.server.service.topics[TopicName.parse(topic).full].subscriptions["s"]
+    assert sub.dispatch_rates[1].throttled_times >= 1
+    consumer.close()
+    producer.close()

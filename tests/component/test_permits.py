@@ -20,6 +20,7 @@ from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.consumer import Consumer
+from broker.service.rate_limits import DispatchRate
 from broker.service.subscription import Subscription
 from managed_ledger import InitialPosition, MemoryManagedLedgerFactory
 
@@ -49,15 +50,34 @@ def entry_bytes(batch: int = 0) -> bytes:
     return struct.pack(">I", len(meta)) + meta + b"x"
 
 
+class FakeService:
+    """What a subscription and its dispatcher ask of the broker service: its defaults, no limits."""
+
+    def __init__(self) -> None:
+        self.config = BrokerConfig()
+        self.metadata = SimpleNamespace(generation=0)
+
+    def max_consumers(self, name: Any) -> int:
+        return 0
+
+    def max_consumers_per_subscription(self, name: Any) -> int:
+        return 0
+
+    def max_unacked_per_consumer(self, name: Any) -> int:
+        return self.config.maxUnackedMessagesPerConsumer
+
+    def dispatch_rate(self, name: Any, per_subscription: bool) -> tuple[int, int, int]:
+        return 0, 0, 1
+
+
 class Harness:
     """A Shared dispatcher over a real in-memory cursor, with fake connections."""
 
     def __init__(self, ledger: Any, cursor: Any) -> None:
         loop = asyncio.get_running_loop()
+        service = FakeService()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
-                                service=SimpleNamespace(config=BrokerConfig(), max_consumers=lambda name: 0,
-                                                        max_consumers_per_subscription=lambda name: 0,
-                                                        max_unacked_per_consumer=lambda name: 50000))
+                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1)))
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]

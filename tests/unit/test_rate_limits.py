@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from broker.service.publish_rate import PublishThrottle, TokenBucket
+from broker.service.rate_limits import DispatchRate, PublishThrottle, TokenBucket
 
 
 class FakeConnection:
@@ -69,3 +69,28 @@ async def test_no_limit_costs_nothing_and_holds_nobody() -> None:
     for _ in range(1000):
         throttle.record(c, 1000, 1 << 20)
     assert c.throttles == 0 and throttle.throttled_times == 0
+
+
+def test_dispatch_rate_budget_wait_and_period() -> None:
+    now = [0.0]
+    metadata = SimpleNamespace(generation=1)
+    limits = [(100, 0, 2)]  # 100 messages per 2 s, no byte limit
+    rate = DispatchRate(metadata, lambda: limits[0], clock=lambda: now[0])
+    assert rate.budget() == (100, None)
+    rate.consume(100, 10_000)
+    assert rate.budget() == (0, 0) and rate.throttled_times == 1
+    assert abs(rate.wait() - 0.02) < 1e-9  # at zero: the next whole message in 1/50 s
+    now[0] = 1.0
+    assert rate.budget() == (50, None)  # refilled at 50 per second
+    rate.consume(80, 0)  # a read may overshoot by less than an entry: paid back first
+    assert rate.budget() == (0, 0)
+    assert abs(rate.wait() - 0.62) < 1e-9  # 30 short, then one whole message: 31 / 50 s
+    # Bytes too; a change of limits starts with full buckets; no limit = no budget at all.
+    limits[0] = (0, 1000, 1)
+    metadata.generation += 1
+    assert rate.budget() == (1 << 30, 1000)
+    limits[0] = (-1, 0, 1)
+    metadata.generation += 1
+    assert rate.budget() is None
+    rate.consume(10**9, 10**9)  # costs nothing, changes nothing
+    assert rate.budget() is None

@@ -1,4 +1,6 @@
-"""Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publish_max_message_rate`` and
+"""Rate limits: publishing (PublishThrottle) and dispatching (DispatchRate), on token buckets.
+
+Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publish_max_message_rate`` and
 broker ``maxPublishRatePerTopicInMessages`` / ``...InBytes``; 0 or less = no limit).
 
 As in Pulsar (PIP-322), each limited topic has token buckets of one second's worth of messages and
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from broker.service.abstract_topic import AbstractTopic
@@ -27,19 +29,29 @@ class Throttleable(Protocol):
 
 
 class TokenBucket:
-    __slots__ = ("rate", "stamp", "tokens")
+    __slots__ = ("capacity", "rate", "stamp", "tokens")
 
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.tokens = rate  # capacity: one second's worth
+    def __init__(self, rate: float, now: float, capacity: float | None = None) -> None:
+        self.rate = rate  # tokens per second
+        self.capacity = rate if capacity is None else capacity  # default: one second's worth
+        self.tokens = self.capacity
         self.stamp = now
+
+    def refill(self, now: float) -> float:
+        """The balance now (below zero while a deficit is being paid back)."""
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        return self.tokens
 
     def consume(self, n: float, now: float) -> float:
         """Take n tokens (the balance may go below zero); the seconds until it is back at zero."""
-        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
+        self.refill(now)
         self.tokens -= n
-        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+        return self.until(0.0)
+
+    def until(self, level: float) -> float:
+        """Seconds until the balance (as of the last refill) reaches ``level`` (0 if it has)."""
+        return max(0.0, (level - self.tokens) / self.rate)
 
 
 class PublishThrottle:
@@ -113,3 +125,71 @@ class PublishThrottle:
         paused, self._paused = self._paused, set()
         for connection in paused:
             connection.set_rate_throttled(-1)
+
+
+class DispatchRate:
+    """A dispatch rate limit (Pulsar's DispatchRate: messages and bytes per ratePeriodInSecond),
+    shared by whoever dispatches under it: all subscriptions of a topic, or one subscription.
+
+    A dispatcher asks ``budget()`` before a read and sizes the read to it, or, with nothing left,
+    retries after ``wait()``; it reports what it sent with ``consume()``. What one read sends may
+    go past the budget by less than an entry (an entry is never split), paid back before the next.
+    """
+
+    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._metadata = metadata
+        self._resolve = resolve  # -> (messages, bytes, period in seconds); 0 or less = no limit
+        self._clock = clock
+        self._generation = -1
+        self._limits = (0, 0, 1)
+        self._buckets: tuple[TokenBucket | None, TokenBucket | None] = (None, None)
+        self.throttled_times = 0  # reads put off for lack of budget
+
+    @property
+    def limits(self) -> tuple[int, int, int]:
+        self._refresh()
+        return self._limits
+
+    def _refresh(self) -> None:
+        if self._generation == self._metadata.generation:
+            return
+        self._generation = self._metadata.generation
+        msgs, nbytes, period = self._resolve()
+        limits = (max(0, msgs), max(0, nbytes), max(1, period))
+        if limits != self._limits:
+            self._limits = limits
+            now, period = self._clock(), limits[2]
+
+            def bucket(n: int) -> TokenBucket | None:
+                return TokenBucket(n / period, now, capacity=n) if n else None
+
+            self._buckets = (bucket(limits[0]), bucket(limits[1]))
+
+    def budget(self) -> tuple[int, int | None] | None:
+        """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
+        self._refresh()
+        by_msgs, by_bytes = self._buckets
+        if by_msgs is None and by_bytes is None:
+            return None
+        now = self._clock()
+        msgs = int(by_msgs.refill(now)) if by_msgs is not None else 1 << 30
+        nbytes = int(by_bytes.refill(now)) if by_bytes is not None else None
+        if msgs <= 0 or (nbytes is not None and nbytes <= 0):
+            self.throttled_times += 1
+            return 0, 0
+        return msgs, nbytes
+
+    def wait(self) -> float:
+        """Seconds until there is budget again: a whole message and a whole byte."""
+        return max(b.until(1.0) for b in self._buckets if b is not None)
+
+    def consume(self, messages: int, nbytes: int) -> None:
+        by_msgs, by_bytes = self._buckets
+        if by_msgs is None and by_bytes is None:
+            return
+        now = self._clock()
+        if by_msgs is not None:
+            by_msgs.consume(messages, now)
+        if by_bytes is not None:
+            by_bytes.consume(nbytes, now)
