@@ -54,25 +54,24 @@ class TokenBucket:
         return max(0.0, (level - self.tokens) / self.rate)
 
 
-class PublishThrottle:
-    """One topic's publish rate limit, re-read when the metadata (policies) changed."""
+class _RateLimit:
+    """Message and byte buckets whose limits follow the policies: re-read whenever the metadata
+    changed, and rebuilt full when the limits differ. ``resolve`` gives (messages, bytes,
+    period in seconds); 0 or less = no limit on that measure."""
 
-    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
-        self.topic = topic
-        self._metadata = topic.service.metadata
+    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
+                 clock: Callable[[], float]) -> None:
+        self._metadata = metadata
+        self._resolve = resolve
         self._clock = clock
         self._generation = -1
-        self._limits = (0, 0)
+        self._limits = (0, 0, 1)
         self._buckets: tuple[TokenBucket | None, TokenBucket | None] = (None, None)
         self._limited = False
-        self._paused: set[Throttleable] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._until = 0.0
-        self.throttled_times = 0  # Pulsar's publishRateLimitedTimes
 
     @property
-    def limits(self) -> tuple[int, int]:
-        """(messages, bytes) per second in force; 0 = none."""
+    def limits(self) -> tuple[int, int, int]:
+        """(messages, bytes, period) in force; 0 = no limit."""
         self._refresh()
         return self._limits
 
@@ -80,15 +79,37 @@ class PublishThrottle:
         if self._generation == self._metadata.generation:
             return
         self._generation = self._metadata.generation
-        msgs, nbytes = self.topic.service.publish_rate(self.topic.name)
-        limits = (max(0, msgs), max(0, nbytes))
-        if limits != self._limits:
-            self._limits = limits
-            now = self._clock()
-            self._buckets = (TokenBucket(limits[0], now) if limits[0] else None,
-                             TokenBucket(limits[1], now) if limits[1] else None)
-            self._limited = any(limits)
-            self.release()  # a new limit starts with full buckets
+        msgs, nbytes, period = self._resolve()
+        limits = (max(0, msgs), max(0, nbytes), max(1, period))
+        if limits == self._limits:
+            return
+        self._limits = limits
+        now, period = self._clock(), limits[2]
+
+        def bucket(n: int) -> TokenBucket | None:
+            return TokenBucket(n / period, now, capacity=n) if n else None
+
+        self._buckets = (bucket(limits[0]), bucket(limits[1]))
+        self._limited = bool(limits[0] or limits[1])
+        self._limits_changed()
+
+    def _limits_changed(self) -> None:
+        """Hook: the limits changed (the buckets are new and full)."""
+
+
+class PublishThrottle(_RateLimit):
+    """One topic's publish rate limit (per second)."""
+
+    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(topic.service.metadata, lambda: (*topic.service.publish_rate(topic.name), 1), clock)
+        self.topic = topic
+        self._paused: set[Throttleable] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._until = 0.0
+        self.throttled_times = 0  # Pulsar's publishRateLimitedTimes
+
+    def _limits_changed(self) -> None:
+        self.release()  # a new limit starts with full buckets
 
     def record(self, connection: Throttleable, messages: int, nbytes: int) -> None:
         """A read of ``connection`` published this to the topic: throttle it if over the limit.
@@ -127,7 +148,7 @@ class PublishThrottle:
             connection.set_rate_throttled(-1)
 
 
-class DispatchRate:
+class DispatchRate(_RateLimit):
     """A dispatch rate limit (Pulsar's DispatchRate: messages and bytes per ratePeriodInSecond),
     shared by whoever dispatches under it: all subscriptions of a topic, or one subscription.
 
@@ -138,40 +159,15 @@ class DispatchRate:
 
     def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._metadata = metadata
-        self._resolve = resolve  # -> (messages, bytes, period in seconds); 0 or less = no limit
-        self._clock = clock
-        self._generation = -1
-        self._limits = (0, 0, 1)
-        self._buckets: tuple[TokenBucket | None, TokenBucket | None] = (None, None)
+        super().__init__(metadata, resolve, clock)
         self.throttled_times = 0  # reads put off for lack of budget
-
-    @property
-    def limits(self) -> tuple[int, int, int]:
-        self._refresh()
-        return self._limits
-
-    def _refresh(self) -> None:
-        if self._generation == self._metadata.generation:
-            return
-        self._generation = self._metadata.generation
-        msgs, nbytes, period = self._resolve()
-        limits = (max(0, msgs), max(0, nbytes), max(1, period))
-        if limits != self._limits:
-            self._limits = limits
-            now, period = self._clock(), limits[2]
-
-            def bucket(n: int) -> TokenBucket | None:
-                return TokenBucket(n / period, now, capacity=n) if n else None
-
-            self._buckets = (bucket(limits[0]), bucket(limits[1]))
 
     def budget(self) -> tuple[int, int | None] | None:
         """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
         self._refresh()
-        by_msgs, by_bytes = self._buckets
-        if by_msgs is None and by_bytes is None:
+        if not self._limited:
             return None
+        by_msgs, by_bytes = self._buckets
         now = self._clock()
         msgs = int(by_msgs.refill(now)) if by_msgs is not None else 1 << 30
         nbytes = int(by_bytes.refill(now)) if by_bytes is not None else None
@@ -185,9 +181,9 @@ class DispatchRate:
         return max(b.until(1.0) for b in self._buckets if b is not None)
 
     def consume(self, messages: int, nbytes: int) -> None:
-        by_msgs, by_bytes = self._buckets
-        if by_msgs is None and by_bytes is None:
+        if not self._limited:
             return
+        by_msgs, by_bytes = self._buckets
         now = self._clock()
         if by_msgs is not None:
             by_msgs.consume(messages, now)

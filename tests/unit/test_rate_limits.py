@@ -54,7 +54,7 @@ async def test_throttle_holds_the_publishing_connections_until_the_buckets_refil
     assert a.throttles == 1
     topic.limits = (0, 1000)
     topic.service.metadata.generation += 1
-    assert throttle.limits == (0, 1000) and a.throttles == 0
+    assert throttle.limits == (0, 1000, 1) and a.throttles == 0
     throttle.record(a, 10_000, 999)
     assert a.throttles == 0
     throttle.record(a, 0, 2)
