@@ -54,6 +54,7 @@ class BrokerConfig:
     maxProducersPerTopic: int = 0
     maxConsumersPerTopic: int = 0
     maxConsumersPerSubscription: int = 0
+    maxSubscriptionsPerTopic: int = 0
     # -- topics and subscriptions -------------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"

@@ -58,6 +58,10 @@ class NotAllowedError(BrokerError):
     code = E.NotAllowedError
 
 
+class TooManySubscriptionsError(NotAllowedError):
+    """maxSubscriptionsPerTopic reached (NotAllowedError on the wire, 412 over REST)."""
+
+
 class AuthenticationError(BrokerError):
     """The client's credentials were refused or missing (HTTP 401)."""
 

@@ -26,6 +26,7 @@ from broker.errors import (
     NotAllowedError,
     ProducerBusyError,
     SubscriptionNotFoundError,
+    TooManySubscriptionsError,
     TopicNotFoundError,
 )
 from broker.metadata.policies import PolicyError
@@ -85,7 +86,7 @@ _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ..
     (AuthenticationError, 401),
     (AuthorizationError, 403),
     (InvalidTopicNameError, 412),
-    (SubscriptionBusyError, 412),
+    ((SubscriptionBusyError, TooManySubscriptionsError), 412),
     (SubscriptionExistsError, 409),
     ((TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, EntryNotFoundError), 404),
     ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),

@@ -52,6 +52,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxConsumersPerTopic")),
     PlainPolicy("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION,
                 lambda v: P.parse_limit(v, "maxConsumersPerSubscription")),
+    PlainPolicy("maxSubscriptionsPerTopic", P.MAX_SUBSCRIPTIONS_PER_TOPIC,
+                lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
     PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
 )

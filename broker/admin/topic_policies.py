@@ -64,6 +64,8 @@ SPECS = (
     Spec("maxConsumersPerSubscription", P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
          lambda s: s.config.maxConsumersPerSubscription,
          lambda v: P.parse_limit(v, "maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
+    Spec("maxSubscriptionsPerTopic", P.T_MAX_SUBSCRIPTIONS, P.MAX_SUBSCRIPTIONS_PER_TOPIC,
+         lambda s: s.config.maxSubscriptionsPerTopic, lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
     Spec("maxUnackedMessagesOnConsumer", P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
          lambda s: s.config.maxUnackedMessagesPerConsumer,
          lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),

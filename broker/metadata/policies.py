@@ -28,6 +28,7 @@ MAX_PRODUCERS_PER_TOPIC = "max_producers_per_topic"
 MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
 MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
+MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
@@ -43,6 +44,7 @@ T_COMPACTION_THRESHOLD = "compactionThreshold"
 T_INACTIVE_TOPIC_POLICIES = "inactiveTopicPolicies"
 T_BACKLOG_QUOTA_MAP = "backLogQuotaMap"
 T_MAX_UNACKED_ON_CONSUMER = "maxUnackedMessagesOnConsumer"
+T_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
 T_PUBLISH_RATE = "publishRate"
 T_DISPATCH_RATE = "dispatchRate"
 T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
@@ -329,7 +331,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
     for key in (MAX_PRODUCERS_PER_TOPIC, MAX_CONSUMERS_PER_TOPIC, MAX_CONSUMERS_PER_SUBSCRIPTION,
-                MAX_UNACKED_PER_CONSUMER):
+                MAX_UNACKED_PER_CONSUMER, MAX_SUBSCRIPTIONS_PER_TOPIC):
         if policies.get(key) is not None:
             policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:

@@ -253,6 +253,11 @@ class BrokerService:
         return int(self.effective_policy(name, P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
                                          self.config.maxConsumersPerSubscription))
 
+    def max_subscriptions(self, name: TopicName) -> int:
+        """Durable subscriptions a topic may have (0 = unlimited)."""
+        return int(self.effective_policy(name, P.T_MAX_SUBSCRIPTIONS, P.MAX_SUBSCRIPTIONS_PER_TOPIC,
+                                         self.config.maxSubscriptionsPerTopic))
+
     def max_unacked_per_consumer(self, name: TopicName) -> int:
         """Unacknowledged messages a Shared / Key_Shared consumer may hold (0 = unlimited)."""
         return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,

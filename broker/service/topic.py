@@ -9,12 +9,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import entry_meta
-from broker.errors import ServiceNotReadyError, SubscriptionNotFoundError, TopicTerminatedError
+from broker.errors import (
+    ServiceNotReadyError,
+    SubscriptionNotFoundError,
+    TooManySubscriptionsError,
+    TopicTerminatedError,
+)
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
-from broker.service.deduplication import Deduplication
+from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate
 from broker.service.subscription import Subscription
@@ -103,8 +108,13 @@ class PersistentTopic(AbstractTopic):
         if sub is not None:
             return sub
         if durable:
-            if name not in self.ledger.cursors and not self.service.config.allowAutoSubscriptionCreation:
-                raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
+            if name not in self.ledger.cursors:
+                if not self.service.config.allowAutoSubscriptionCreation:
+                    raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
+                limit = self.service.max_subscriptions(self.name)
+                if 0 < limit <= sum(1 for n in self.ledger.cursors if n != DEDUP_CURSOR):
+                    raise TooManySubscriptionsError(
+                        f"Exceed the maximum number of subscriptions of the topic: {self.name}")
             pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
                    else InitialPosition.LATEST)
             cursor = await self.ledger.open_cursor(name, pos)

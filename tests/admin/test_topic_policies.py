@@ -44,6 +44,7 @@ def policy_path(topic: str, policy: str) -> str:
     ("maxConsumers", 3, "maxConsumersPerTopic", 7, 0),
     ("maxConsumersPerSubscription", 3, "maxConsumersPerSubscription", 7, 0),
     ("maxUnackedMessagesOnConsumer", 3, "maxUnackedMessagesPerConsumer", 7, 50000),
+    ("maxSubscriptionsPerTopic", 3, "maxSubscriptionsPerTopic", 7, 0),
     ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
     ("inactiveTopicPolicies",
      {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up", "maxInactiveDurationSeconds": 5,
@@ -344,3 +345,22 @@ def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Clie
     assert sub.dispatch_rates[1].throttled_times >= 1
     consumer.close()
     producer.close()
+
+
+def test_max_subscriptions_per_topic(admin: Admin, client: pulsar.Client) -> None:
+    ns, topic = new_topic(admin, "subs")
+    admin.ok("POST", policy_path(topic, "maxSubscriptionsPerTopic"), 2)
+    client.subscribe(topic, "a").close()
+    client.subscribe(topic, "b").close()
+    client.subscribe(topic, "a").close()  # an existing one is always fine
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "c")
+    reply = admin.put(f"/admin/v2/{rest_path(topic)}/subscription/c")
+    assert reply.status == 412 and "maximum number of subscriptions" in reply.reason
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)  # readers are not counted
+    reader.close()
+    admin.ok("DELETE", policy_path(topic, "maxSubscriptionsPerTopic"))
+    admin.ok("POST", f"{NS}/{ns}/maxSubscriptionsPerTopic", 3)
+    client.subscribe(topic, "c").close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "d")
