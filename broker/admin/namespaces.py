@@ -31,6 +31,7 @@ class PlainPolicy:
     key: str  # the Policies field
     parse: Callable[[Any], Any]
     set_method: str = "POST"
+    unset: Any = None  # what GET answers when it is not set (None: 204, no content)
 
 
 # Rates the Policies document keeps per cluster ({cluster: rate}); the REST API shows this cluster's.
@@ -41,6 +42,8 @@ CLUSTER_RATES = (
 )
 PLAIN_POLICIES = (
     PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
+    PlainPolicy("encryptionRequired", P.ENCRYPTION_REQUIRED, lambda v: P.parse_bool(v, "encryptionRequired"),
+                unset=False),  # (a boolean in Pulsar's Policies: false until set)
     PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
     PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
     PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),
@@ -255,7 +258,8 @@ class NamespacesResource:
 
     # -- plain policies --------------------------------------------------------------------------------
     async def get_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), policy.key))
+        value = self.metadata.policy(self.namespace(request), policy.key)
+        return self._value_or_no_content(policy.unset if value is None else value)
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)

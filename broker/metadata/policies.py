@@ -29,6 +29,7 @@ MAX_CONSUMERS_PER_TOPIC = "max_consumers_per_topic"
 MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
+ENCRYPTION_REQUIRED = "encryption_required"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
@@ -340,6 +341,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[INACTIVE_TOPIC_POLICIES] = parse_inactive_topic_policies(policies[INACTIVE_TOPIC_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):
         raise PolicyError(400, "deduplicationEnabled must be true or false")
+    if policies.get(ENCRYPTION_REQUIRED) is not None:
+        parse_bool(policies[ENCRYPTION_REQUIRED], ENCRYPTION_REQUIRED)
     # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.
     return {k: v for k, v in policies.items() if v is not None}
 

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
+from broker.metadata import policies as P
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
 from broker.service.rate_limits import PublishThrottle
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class AbstractTopic(ABC):
         # subscription was deleted, or the inactive-topic check found it in use.
         self.last_active = time.monotonic()
         self.publish_throttle = PublishThrottle(self)
+        self._encryption_required = False
+        self._encryption_generation = -1
         self.closed = False
 
     @property
@@ -57,6 +60,17 @@ class AbstractTopic(ABC):
     @property
     def deduplication_enabled(self) -> bool:
         return False
+
+    @property
+    def encryption_required(self) -> bool:
+        """The namespace's encryption_required (every message must carry encryption keys); re-read
+        only when the metadata changed (asked per SEND)."""
+        store = self.service.metadata
+        if self._encryption_generation != store.generation:
+            self._encryption_required = not is_system_topic(self.name.full) and bool(
+                store.policy(self.name.namespace, P.ENCRYPTION_REQUIRED))
+            self._encryption_generation = store.generation
+        return self._encryption_required
 
     def last_sequence_id(self, producer_name: str) -> int:
         return -1

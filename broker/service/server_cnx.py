@@ -21,6 +21,7 @@ from broker.errors import (
     BrokerError,
     ConsumerBusyError,
     IncompatibleSchemaError,
+    MetadataError,
     NotAllowedError,
 )
 from broker.protocol import commands
@@ -250,6 +251,8 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             topic = await self.service.get_topic(name, create=True)
+            if topic.encryption_required and not c.encrypted:
+                raise MetadataError(f"Encryption is required in {name}")
             schema_version = b""
             if c.HasField("schema"):
                 schema_version = encode_version(self.service.schemas.add_or_get(name.base.full, c.schema))
@@ -314,6 +317,9 @@ class ServerCnx:
                                            "Invalid lowest or highest sequence id"))
             return
         md = parsed.metadata
+        if producer.topic.encryption_required and not md.encryption_keys:
+            self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Messages must be encrypted"))
+            return
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
         self.connection.send_started(len(payload))
         if producer.publish(seq, highest, c.num_messages, payload, last_chunk):
