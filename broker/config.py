@@ -63,6 +63,10 @@ class BrokerConfig:
     brokerDeduplicationEnabled: bool = False
     # Entries between two snapshots of the deduplication state (Pulsar's default).
     brokerDeduplicationEntriesInterval: int = 1000
+    # Schemas: a producer without a schema is refused on a topic that has one; producers may add
+    # new schema versions (else only the admin API can). Namespace policies override both.
+    isSchemaValidationEnforced: bool = False
+    isAllowAutoUpdateSchema: bool = True
     # Compaction: keep key-less messages in the compacted view (Pulsar's default since PIP-318: no).
     topicCompactionRetainNullKey: bool = False
     # Compact a topic automatically once this many bytes were added since its last compaction

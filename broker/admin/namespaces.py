@@ -44,6 +44,10 @@ PLAIN_POLICIES = (
     PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
     PlainPolicy("encryptionRequired", P.ENCRYPTION_REQUIRED, lambda v: P.parse_bool(v, "encryptionRequired"),
                 unset=False),  # (a boolean in Pulsar's Policies: false until set)
+    PlainPolicy("schemaValidationEnforced", P.SCHEMA_VALIDATION_ENFORCED,
+                lambda v: P.parse_bool(v, "schemaValidationEnforced"), unset=False),
+    PlainPolicy("isAllowAutoUpdateSchema", P.ALLOW_AUTO_UPDATE_SCHEMA,
+                lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True),
     PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
     PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
     PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),

@@ -30,6 +30,8 @@ MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
 ENCRYPTION_REQUIRED = "encryption_required"
+SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
+ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
@@ -341,8 +343,9 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         policies[INACTIVE_TOPIC_POLICIES] = parse_inactive_topic_policies(policies[INACTIVE_TOPIC_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):
         raise PolicyError(400, "deduplicationEnabled must be true or false")
-    if policies.get(ENCRYPTION_REQUIRED) is not None:
-        parse_bool(policies[ENCRYPTION_REQUIRED], ENCRYPTION_REQUIRED)
+    for key in (ENCRYPTION_REQUIRED, SCHEMA_VALIDATION_ENFORCED, ALLOW_AUTO_UPDATE_SCHEMA):
+        if policies.get(key) is not None:
+            parse_bool(policies[key], key)
     # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.
     return {k: v for k, v in policies.items() if v is not None}
 

@@ -304,6 +304,16 @@ class BrokerService:
         return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
                 int(doc.get("ratePeriodInSecond", 1)))
 
+    def schema_validation_enforced(self, name: TopicName) -> bool:
+        """Producers without a schema are refused on topics that have one."""
+        value = self.metadata.policy(name.namespace, P.SCHEMA_VALIDATION_ENFORCED)
+        return bool(self.config.isSchemaValidationEnforced if value is None else value)
+
+    def allow_auto_update_schema(self, name: TopicName) -> bool:
+        """Producers may register new schema versions."""
+        value = self.metadata.policy(name.namespace, P.ALLOW_AUTO_UPDATE_SCHEMA)
+        return bool(self.config.isAllowAutoUpdateSchema if value is None else value)
+
     def deduplication(self, name: TopicName) -> bool:
         return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
                                           self.config.brokerDeduplicationEnabled))

@@ -126,11 +126,17 @@ class SchemaRegistry:
                 raise IncompatibleSchemaError(f"Invalid schema definition: {exc}") from None
         return None
 
-    def add_or_get(self, base_topic: str, schema: pb.Schema) -> int:
-        """The version of ``schema`` on the topic, registering it if it is new and compatible."""
+    def has_schema(self, base_topic: str) -> bool:
+        return any(not r.get("deleted") for r in self.versions(base_topic))
+
+    def add_or_get(self, base_topic: str, schema: pb.Schema, may_add: bool = True) -> int:
+        """The version of ``schema`` on the topic, registering it if it is new and compatible
+        (and ``may_add``: a namespace's isAllowAutoUpdateSchema=false leaves that to the admin API)."""
         found = self._find_or_check(base_topic, schema)
         if found is not None:
             return found
+        if not may_add:
+            raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
         versions = self.store.schemas.setdefault(base_topic, [])
         versions.append(_record(schema))
         self.store.save()

@@ -254,8 +254,13 @@ class ServerCnx:
             if topic.encryption_required and not c.encrypted:
                 raise MetadataError(f"Encryption is required in {name}")
             schema_version = b""
+            schemas = self.service.schemas
             if c.HasField("schema"):
-                schema_version = encode_version(self.service.schemas.add_or_get(name.base.full, c.schema))
+                may_add = self.service.allow_auto_update_schema(name)
+                schema_version = encode_version(schemas.add_or_get(name.base.full, c.schema, may_add))
+            elif self.service.schema_validation_enforced(name) and schemas.has_schema(name.base.full):
+                raise IncompatibleSchemaError("Producers cannot connect or send message without a schema to topics "
+                                              "with a schema if SchemaValidationEnforced is enabled")
             generated = not (c.HasField("producer_name") and c.producer_name)
             producer_name = self.service.generate_producer_name() if generated else c.producer_name
             producer = Producer(

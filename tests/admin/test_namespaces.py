@@ -168,3 +168,29 @@ def test_retention_change_reaches_a_loaded_topic(admin: Admin, pulsar_broker: Br
         assert loaded.ledger.config.retention_size_bytes == 100 * 1024 * 1024
     finally:
         client.close()
+
+
+def test_schema_validation_enforced_and_auto_update(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    for policy, unset in (("schemaValidationEnforced", False), ("isAllowAutoUpdateSchema", True)):
+        assert admin.ok("GET", f"{NS}/{ns}/{policy}") is unset
+        assert admin.post(f"{NS}/{ns}/{policy}", "no").status == 400
+    # schemaValidationEnforced: once a topic has a schema, producers without one are refused.
+    admin.ok("POST", f"{NS}/{ns}/schemaValidationEnforced", True)
+    typed = f"persistent://{ns}/typed"
+    client.create_producer(typed).close()  # no schema yet: fine
+    client.create_producer(typed, schema=pulsar.schema.StringSchema()).close()
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(typed)
+    # isAllowAutoUpdateSchema=false: producers cannot add schema versions; the admin API can.
+    admin.ok("POST", f"{NS}/{ns}/isAllowAutoUpdateSchema", False)
+    fixed = f"persistent://{ns}/fixed"
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(fixed, schema=pulsar.schema.StringSchema())
+    stored = admin.ok("GET", f"/admin/v2/schemas/{ns}/typed/schema")  # what the client's StringSchema is
+    reply = admin.post(f"/admin/v2/schemas/{ns}/fixed/schema",
+                       {"type": stored["type"], "schema": stored["data"], "properties": stored["properties"]})
+    assert reply.status == 202
+    producer = client.create_producer(fixed, schema=pulsar.schema.StringSchema())
+    producer.send("typed")
+    producer.close()
