@@ -63,6 +63,13 @@ class BrokerConfig:
     brokerDeduplicationEnabled: bool = False
     # Entries between two snapshots of the deduplication state (Pulsar's default).
     brokerDeduplicationEntriesInterval: int = 1000
+    # Delayed delivery (deliver_at / deliver_after) for Shared and Key_Shared subscriptions; off:
+    # such messages go out at once. A message delayed by more than the max (0 = no max) is refused.
+    # (The tick time is accepted for Pulsar's configs; delays here are exact.) Namespace and topic
+    # delayedDelivery policies override these.
+    delayedDeliveryEnabled: bool = True
+    delayedDeliveryTickTimeMillis: int = 1000
+    delayedDeliveryMaxDelayInMillis: int = 0
     # Schemas: a producer without a schema is refused on a topic that has one; producers may add
     # new schema versions (else only the admin API can). Namespace policies override both.
     isSchemaValidationEnforced: bool = False

@@ -44,6 +44,7 @@ PLAIN_POLICIES = (
     PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
     PlainPolicy("encryptionRequired", P.ENCRYPTION_REQUIRED, lambda v: P.parse_bool(v, "encryptionRequired"),
                 unset=False),  # (a boolean in Pulsar's Policies: false until set)
+    PlainPolicy("delayedDelivery", P.DELAYED_DELIVERY, P.parse_delayed_delivery),
     PlainPolicy("schemaValidationEnforced", P.SCHEMA_VALIDATION_ENFORCED,
                 lambda v: P.parse_bool(v, "schemaValidationEnforced"), unset=False),
     PlainPolicy("isAllowAutoUpdateSchema", P.ALLOW_AUTO_UPDATE_SCHEMA,

@@ -196,7 +196,8 @@ class SharedDispatcher(Dispatcher):
         if not self._end_read(epoch, exc):
             return
         replaying = replayed is not None
-        now_ms = int(time.time() * 1000)
+        # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
+        now_ms = int(time.time() * 1000) if self.subscription.topic.send_policy.delayed_delivery else 1 << 62
         state = self.subscription.delivery_state
         per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
         undelivered: list[Position] = []

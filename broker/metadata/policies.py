@@ -32,6 +32,7 @@ MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
 ENCRYPTION_REQUIRED = "encryption_required"
 SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
 ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
+DELAYED_DELIVERY = "delayed_delivery_policies"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
@@ -51,6 +52,7 @@ T_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
 T_PUBLISH_RATE = "publishRate"
 T_DISPATCH_RATE = "dispatchRate"
 T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
+T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
 DESTINATION_STORAGE = "destination_storage"
@@ -209,6 +211,21 @@ def parse_dispatch_rate(body: Any) -> dict[str, Any]:
             "ratePeriodInSecond": period, "relativeToPublishRate": relative}
 
 
+# -- delayed delivery -------------------------------------------------------------------------------
+
+def parse_delayed_delivery(body: Any) -> dict[str, Any]:
+    """DelayedDeliveryPolicies {active, tickTime, maxDeliveryDelayInMillis}."""
+    doc = _object(body, "Delayed delivery policies")
+    active = doc.get("active", False)
+    if not isinstance(active, bool):
+        raise PolicyError(400, "active must be true or false")
+    tick = _int(doc.get("tickTime", 1000), "tickTime")
+    max_delay = _int(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
+    if tick < 0 or max_delay < 0:
+        raise PolicyError(412, "tickTime and maxDeliveryDelayInMillis must be 0 or more")
+    return {"active": active, "tickTime": tick, "maxDeliveryDelayInMillis": max_delay}
+
+
 # -- subscription expiration ----------------------------------------------------------------------
 
 def parse_subscription_expiration(body: Any) -> int:
@@ -339,6 +356,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
             policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:
         policies[SUBSCRIPTION_EXPIRATION] = parse_subscription_expiration(policies[SUBSCRIPTION_EXPIRATION])
+    if policies.get(DELAYED_DELIVERY) is not None:
+        policies[DELAYED_DELIVERY] = parse_delayed_delivery(policies[DELAYED_DELIVERY])
     if policies.get(INACTIVE_TOPIC_POLICIES) is not None:
         policies[INACTIVE_TOPIC_POLICIES] = parse_inactive_topic_policies(policies[INACTIVE_TOPIC_POLICIES])
     if policies.get(DEDUPLICATION) is not None and not isinstance(policies[DEDUPLICATION], bool):

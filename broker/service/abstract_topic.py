@@ -8,7 +8,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
 from broker.metadata import policies as P
@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 Mode = pb.ProducerAccessMode
+
+
+class SendPolicy(NamedTuple):
+    encryption_required: bool
+    max_delivery_delay_ms: int  # 0 = no max (or delayed delivery is off)
+    delayed_delivery: bool  # deliver_at is honoured by Shared / Key_Shared dispatchers
 
 
 class AbstractTopic(ABC):
@@ -49,8 +55,8 @@ class AbstractTopic(ABC):
         # subscription was deleted, or the inactive-topic check found it in use.
         self.last_active = time.monotonic()
         self.publish_throttle = PublishThrottle(self)
-        self._encryption_required = False
-        self._encryption_generation = -1
+        self._send_policy = SendPolicy(False, 0, True)
+        self._send_policy_generation = -1
         self.closed = False
 
     @property
@@ -62,15 +68,23 @@ class AbstractTopic(ABC):
         return False
 
     @property
-    def encryption_required(self) -> bool:
-        """The namespace's encryption_required (every message must carry encryption keys); re-read
-        only when the metadata changed (asked per SEND)."""
+    def send_policy(self) -> SendPolicy:
+        """What every SEND is checked against (policies); re-read only when the metadata changed."""
         store = self.service.metadata
-        if self._encryption_generation != store.generation:
-            self._encryption_required = not is_system_topic(self.name.full) and bool(
-                store.policy(self.name.namespace, P.ENCRYPTION_REQUIRED))
-            self._encryption_generation = store.generation
-        return self._encryption_required
+        if self._send_policy_generation != store.generation:
+            delayed = self.service.delayed_delivery(self.name)
+            self._send_policy = SendPolicy(
+                encryption_required=not is_system_topic(self.name.full) and bool(
+                    store.policy(self.name.namespace, P.ENCRYPTION_REQUIRED)),
+                max_delivery_delay_ms=int(delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0,
+                delayed_delivery=bool(delayed["active"]))
+            self._send_policy_generation = store.generation
+        return self._send_policy
+
+    @property
+    def encryption_required(self) -> bool:
+        """The namespace's encryption_required: every message must carry encryption keys."""
+        return self.send_policy.encryption_required
 
     def last_sequence_id(self, producer_name: str) -> int:
         return -1

@@ -304,6 +304,13 @@ class BrokerService:
         return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
                 int(doc.get("ratePeriodInSecond", 1)))
 
+    def delayed_delivery(self, name: TopicName) -> dict[str, Any]:
+        """The DelayedDeliveryPolicies in force: the topic's, else its namespace's, else the broker's."""
+        cfg = self.config
+        return dict(self.effective_policy(name, P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, {
+            "active": cfg.delayedDeliveryEnabled, "tickTime": cfg.delayedDeliveryTickTimeMillis,
+            "maxDeliveryDelayInMillis": cfg.delayedDeliveryMaxDelayInMillis}))
+
     def schema_validation_enforced(self, name: TopicName) -> bool:
         """Producers without a schema are refused on topics that have one."""
         value = self.metadata.policy(name.namespace, P.SCHEMA_VALIDATION_ENFORCED)

@@ -322,8 +322,14 @@ class ServerCnx:
                                            "Invalid lowest or highest sequence id"))
             return
         md = parsed.metadata
-        if producer.topic.encryption_required and not md.encryption_keys:
+        policy = producer.topic.send_policy
+        if policy.encryption_required and not md.encryption_keys:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Messages must be encrypted"))
+            return
+        if policy.max_delivery_delay_ms and md.deliver_at_time - md.publish_time > policy.max_delivery_delay_ms:
+            self.write(commands.send_error(
+                c.producer_id, seq, E.NotAllowedError,
+                f"Exceeds max allowed delivery delay of {policy.max_delivery_delay_ms} milliseconds"))
             return
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
         self.connection.send_started(len(payload))

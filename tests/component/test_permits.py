@@ -19,6 +19,7 @@ from broker.config import BrokerConfig
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.abstract_topic import SendPolicy
 from broker.service.consumer import Consumer
 from broker.service.rate_limits import DispatchRate
 from broker.service.subscription import Subscription
@@ -77,7 +78,8 @@ class Harness:
         loop = asyncio.get_running_loop()
         service = FakeService()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
-                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1)))
+                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1)),
+                                send_policy=SendPolicy(False, 0, True))
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]

@@ -77,11 +77,13 @@ def producer_cmd(topic: str, producer_id: int = 1, request_id: int = 1) -> pb.Ba
     return cmd
 
 
-def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False) -> tuple[pb.BaseCommand, bytes]:
+def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False,
+               **metadata: object) -> tuple[pb.BaseCommand, bytes]:
+    """A SEND and its payload; ``metadata`` sets more MessageMetadata fields (e.g. deliver_at_time)."""
     cmd = pb.BaseCommand(type=T.SEND)
     cmd.send.producer_id = producer_id
     cmd.send.sequence_id = seq
-    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1).SerializeToString()
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1, **metadata).SerializeToString()
     tail = struct.pack(">I", len(meta)) + meta + body
     crc = crc32c(tail) ^ (1 if corrupt else 0)
     return cmd, b"\x0e\x01" + struct.pack(">I", crc) + tail
