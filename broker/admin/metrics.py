@@ -11,7 +11,8 @@ topic level (exposeTopicLevelMetricsInPrometheus, default on; off = one series p
 pulsar_topics_count); ``subscription`` at subscription level; ``consumer_name``/``consumer_id`` and
 ``producer_name``/``producer_id`` when the consumer / producer level is enabled.
 
-Our own (prefix ``pulsar_py_``): the permit-invariant drift count per subscription, the messages a
+Our own (prefix ``pulsar_py_``): topics deleted as inactive, subscriptions expired, times a topic's
+publish rate limit held its publishers, the permit-invariant drift count per subscription, the messages a
 non-persistent subscription dropped (Pulsar only has the rate), and, when the managed-ledger
 factory exposes a ``stats`` object, its fsync latency histogram and read-cache hit ratio (see
 ``LedgerStorageStats``).
@@ -166,6 +167,12 @@ class BrokerCollector(Collector):
         broker("pulsar_active_connections", "Open client connections", len(server.connections))
         broker("pulsar_connection_created_total_count", "Connections opened", server.connections_created)
         broker("pulsar_connection_closed_total_count", "Connections closed", server.connections_closed)
+        for name, doc, value in (
+                ("pulsar_py_inactive_topics_deleted", "Topics deleted as inactive (brokerDeleteInactiveTopics*)",
+                 service.inactive_topics.deleted_total),
+                ("pulsar_py_subscriptions_expired", "Subscriptions deleted as abandoned (subscription expiration)",
+                 service.housekeeping.subscriptions_expired_total)):
+            f.counter(name, doc, ["cluster"]).add_metric([cluster], value)
 
         if by_topic:
             self._topic_level(f, cluster, stats)
@@ -197,6 +204,8 @@ class BrokerCollector(Collector):
                 labels, st["bytesInCounter"])
             f.counter("pulsar_in_messages", "Messages published to the topic", TOPIC_LABELS).add_metric(
                 labels, st["msgInCounter"])
+            f.counter("pulsar_py_publish_rate_limited", "Times the topic's publish rate limit held its publishers",
+                      TOPIC_LABELS).add_metric(labels, st["publishRateLimitedTimes"])
             if cfg.exposeProducerLevelMetricsInPrometheus:
                 self._producers(f, labels, topic)
             for sub_name, s in subs.items():

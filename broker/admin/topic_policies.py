@@ -1,4 +1,4 @@
-"""Admin REST v2: topic-level policies (Pulsar's ``/admin/v2/persistent/{t}/{ns}/{topic}/<policy>``).
+"""Admin REST v2: topic-level policies (Pulsar's ``/admin/v2/{persistent|non-persistent}/{t}/{ns}/{topic}/<policy>``).
 
 Backlog quotas have their own shape, as in Pulsar: ``POST`` / ``DELETE .../backlogQuota?backlogQuotaType=``
 per type, ``GET .../backlogQuotaMap`` for all of them ({} when the topic has none).
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, bound, json_response, no_content, query_flag, read_body
+from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
 from broker.metadata import policies as P
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
 
-TOPIC = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
+TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
 
 
 @dataclass(frozen=True)
@@ -90,14 +90,16 @@ class TopicPoliciesResource:
         self.web = web_service
 
     def register(self, r: web.UrlDispatcher) -> None:
-        for spec in SPECS:
-            path = f"{TOPIC}/{spec.path}"
-            r.add_get(path, bound(self.get, spec))
-            r.add_post(path, bound(self.set, spec))
-            r.add_delete(path, bound(self.remove, spec))
-        r.add_get(TOPIC + "/backlogQuotaMap", self.get_backlog_quota_map)
-        r.add_post(TOPIC + "/backlogQuota", self.set_backlog_quota)
-        r.add_delete(TOPIC + "/backlogQuota", self.remove_backlog_quota)
+        for domain in DOMAINS:
+            topic = TOPIC.format(domain=domain)
+            for spec in SPECS:
+                path = f"{topic}/{spec.path}"
+                r.add_get(path, bound(self.get, spec))
+                r.add_post(path, bound(self.set, spec))
+                r.add_delete(path, bound(self.remove, spec))
+            r.add_get(topic + "/backlogQuotaMap", self.get_backlog_quota_map)
+            r.add_post(topic + "/backlogQuota", self.set_backlog_quota)
+            r.add_delete(topic + "/backlogQuota", self.remove_backlog_quota)
 
     @property
     def service(self) -> Any:
@@ -109,7 +111,8 @@ class TopicPoliciesResource:
         if not self.service.config.topicLevelPoliciesEnabled:
             raise HttpError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
         m = request.match_info
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+        domain = request.path.split("/")[3]
+        name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
         if name.partition_index >= 0:
             raise HttpError(412, "Not allowed to set/get topic policy for a partition")
         exists = (self.service.metadata.partitions_of(name.full) > 0 or self.service.get_topic_if_loaded(name)

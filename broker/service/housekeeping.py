@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 class Housekeeping:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
+        self.subscriptions_expired_total = 0
         cfg = service.config
         self.tasks = [
             PeriodicTask("message-expiry", cfg.messageExpiryCheckIntervalInMinutes * 60, self.expire_messages),
@@ -114,6 +115,7 @@ class Housekeeping:
                 except BrokerError as exc:  # a consumer came meanwhile, or the topic is closing
                     log.debug("kept subscription %s of %s: %s", name, topic.name, exc)
                     continue
+                self.subscriptions_expired_total += 1
                 log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
                          name, topic.name, now - cursor.last_active)
 

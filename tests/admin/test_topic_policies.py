@@ -298,6 +298,9 @@ def test_publish_rate_slows_producers_without_errors(admin: Admin, client: pulsa
     assert len(results) == 700 and set(results) == {pulsar.Result.Ok}
     assert [consumer.receive(5000).data() for _ in range(700)] == [b"m%d" % i for i in range(700)]
     assert admin.stats(topic)["publishRateLimitedTimes"] >= 1
+    limited = [line for line in admin.get("/metrics").body.decode().splitlines()
+               if line.startswith("pulsar_py_publish_rate_limited_total{") and f'topic="{topic}"' in line]
+    assert len(limited) == 1 and float(limited[0].rsplit(" ", 1)[1]) >= 1
     producer.close()
 
 
@@ -412,3 +415,16 @@ def test_a_message_delayed_past_the_maximum_is_refused(admin: Admin, pulsar_brok
         c.close()
 
     pulsar_broker.run_coroutine(scenario())
+
+
+def test_non_persistent_topic_policies(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"non-persistent://{ns}/live"
+    path = f"/admin/v2/non-persistent/{ns}/live/maxProducers"
+    assert admin.get(path).status == 404  # a non-persistent topic exists while it has clients
+    first = client.create_producer(topic)
+    assert admin.post(path, 1).status == 204
+    assert admin.ok("GET", path) == 1
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    first.close()
