@@ -202,9 +202,7 @@ def parse_dispatch_rate(body: Any) -> dict[str, Any]:
     msgs = _int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
     nbytes = _int(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
     period = _int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
-    relative = doc.get("relativeToPublishRate", False)
-    if not isinstance(relative, bool):
-        raise PolicyError(400, "relativeToPublishRate must be true or false")
+    relative = parse_bool(doc.get("relativeToPublishRate", False), "relativeToPublishRate")
     if period < 1:
         raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
     return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
@@ -216,9 +214,7 @@ def parse_dispatch_rate(body: Any) -> dict[str, Any]:
 def parse_delayed_delivery(body: Any) -> dict[str, Any]:
     """DelayedDeliveryPolicies {active, tickTime, maxDeliveryDelayInMillis}."""
     doc = _object(body, "Delayed delivery policies")
-    active = doc.get("active", False)
-    if not isinstance(active, bool):
-        raise PolicyError(400, "active must be true or false")
+    active = parse_bool(doc.get("active", False), "active")
     tick = _int(doc.get("tickTime", 1000), "tickTime")
     max_delay = _int(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
     if tick < 0 or max_delay < 0:
@@ -252,9 +248,7 @@ def parse_inactive_topic_policies(body: Any) -> dict[str, Any]:
     doc = _object(body, "Inactive topic policies")
     mode = parse_inactive_topic_delete_mode(doc.get("inactiveTopicDeleteMode"))
     seconds = _int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
-    enabled = doc.get("deleteWhileInactive", False)
-    if not isinstance(enabled, bool):
-        raise PolicyError(400, "deleteWhileInactive must be true or false")
+    enabled = parse_bool(doc.get("deleteWhileInactive", False), "deleteWhileInactive")
     if seconds < 0:
         raise PolicyError(412, "maxInactiveDurationSeconds must be >= 0")
     return {"inactiveTopicDeleteMode": mode, "maxInactiveDurationSeconds": seconds, "deleteWhileInactive": enabled}

@@ -35,6 +35,16 @@ def new_topic(admin: Admin, name: str = "t") -> tuple[str, str]:
     return ns, topic
 
 
+def receive_all(consumer: pulsar.Consumer, n: int) -> list[bytes]:
+    """Receive and acknowledge n messages; their payloads in arrival order."""
+    received = []
+    for _ in range(n):
+        msg = consumer.receive(10_000)
+        received.append(msg.data())
+        consumer.acknowledge(msg)
+    return received
+
+
 def policy_path(topic: str, policy: str) -> str:
     return f"/admin/v2/{rest_path(topic)}/{policy}"
 
@@ -255,12 +265,7 @@ def test_max_unacked_messages_on_consumer(admin: Admin, client: pulsar.Client) -
     # Two delivered, then the consumer is blocked until it acknowledges.
     wait_for(lambda: consumer_stats()["blockedConsumerOnUnackedMsgs"], what="the consumer to be blocked")
     assert consumer_stats()["unackedMessages"] == 2
-    received = []
-    for _ in range(6):
-        msg = consumer.receive(5000)
-        received.append(msg.data())
-        consumer.acknowledge(msg)
-    assert received == [b"m%d" % i for i in range(6)]
+    assert receive_all(consumer, 6) == [b"m%d" % i for i in range(6)]
 
 
 def test_publish_rate_rest(admin: Admin) -> None:
@@ -341,12 +346,7 @@ def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Clie
         producer.send_async(b"m%d" % i, None)
     producer.flush()
     consumer = client.subscribe(topic, "s", consumer_type=subscription_type, receiver_queue_size=1000)
-    received = []
-    for _ in range(500):
-        msg = consumer.receive(10_000)
-        received.append(msg.data())
-        consumer.acknowledge(msg)
-    assert received == [b"m%d" % i for i in range(500)]
+    assert receive_all(consumer, 500) == [b"m%d" % i for i in range(500)]
     sub = pulsar_broker.server.service.topics[TopicName.parse(topic).full].subscriptions["s"]
     assert sub.dispatch_rates[1].throttled_times >= 1
     consumer.close()
