@@ -135,6 +135,11 @@ class Dispatcher(ConsumerMembers, ABC):
         self._rate_timer = None
         self.trigger_read()
 
+    @property
+    def rate_limited(self) -> bool:
+        """A dispatch rate limit is in force (as of the last read_size)."""
+        return any(rate.active for rate in self.subscription.dispatch_rates)
+
     def rate_consumed(self, messages: int, nbytes: int) -> None:
         """What a read sent, charged to the dispatch rate limits."""
         for rate in self.subscription.dispatch_rates:

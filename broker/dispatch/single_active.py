@@ -147,7 +147,8 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             sent = target.send_entries(deliveries)
             self.take_permits(target, sent)
             self.note_dispatched(len(deliveries), sent)
-            self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
+            if self.rate_limited:
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
         self.trigger_read()
 
     def _serve_compacted(self, target: Consumer, view: CompactedView) -> None:

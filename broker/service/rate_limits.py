@@ -162,6 +162,11 @@ class DispatchRate(_RateLimit):
         super().__init__(metadata, resolve, clock)
         self.throttled_times = 0  # reads put off for lack of budget
 
+    @property
+    def active(self) -> bool:
+        """A limit is in force (as of the last budget())."""
+        return self._limited
+
     def budget(self) -> tuple[int, int | None] | None:
         """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
         self._refresh()
