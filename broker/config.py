@@ -121,6 +121,9 @@ class BrokerConfig:
     brokerDeleteInactivePartitionedTopicMetadataEnabled: bool = False
     dispatcherMaxReadBatchSize: int = 100
     maxUnackedMessagesPerConsumer: int = 50000
+    # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
+    # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.
+    maxUnackedMessagesPerSubscription: int = 200000
     subscriptionRedeliveryTrackerEnabled: bool = True
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"

@@ -64,6 +64,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
     PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
+    PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,
+                lambda v: P.parse_limit(v, "maxUnackedMessagesPerSubscription")),
 )
 
 

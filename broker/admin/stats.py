@@ -221,7 +221,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "msgBacklog": backlog,
         "backlogSize": estimated_backlog_size(topic, cursor),
         "msgBacklogNoDelayed": backlog,
-        "blockedSubscriptionOnUnackedMsgs": False,
+        "blockedSubscriptionOnUnackedMsgs": bool(getattr(dispatcher, "blocked_on_unacked", False)),
         "msgDelayed": 0,
         "unackedMessages": sum(c.unacked_messages for c in consumers),
         "type": sub.type_name() if sub is not None else "Exclusive",

@@ -69,6 +69,9 @@ SPECS = (
     Spec("maxUnackedMessagesOnConsumer", P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
          lambda s: s.config.maxUnackedMessagesPerConsumer,
          lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
+    Spec("maxUnackedMessagesOnSubscription", P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
+         lambda s: s.config.maxUnackedMessagesPerSubscription,
+         lambda v: P.parse_limit(v, "maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
     Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
          applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
     Spec("dispatchRate", P.T_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,

@@ -5,7 +5,9 @@ consumer could take) sit in a replay set and are read before new entries. Each r
 the entry's redelivery count, which the client's dead-letter policy reads from MESSAGE. Delayed
 messages (deliver_at_time) are held back in a timer-driven set and do not block the entries
 behind them. A consumer with maxUnackedMessagesPerConsumer unacknowledged messages is blocked
-(its permits are kept) until acks bring it down to half of that, as in Pulsar.
+(its permits are kept) until acks bring it down to half of that, as in Pulsar. A subscription
+whose consumers hold maxUnackedMessagesOnSubscription unacknowledged messages reads no new
+entries (redeliveries still go out) until acks bring it down to half.
 
 Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
 "stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
@@ -70,6 +72,8 @@ class SharedDispatcher(Dispatcher):
         self._delay_timer: asyncio.TimerHandle | None = None
         self._replay_stalled = False
         self._kicked_during_read = False
+        # maxUnackedMessagesOnSubscription reached: no new entries until acks bring it to half.
+        self.blocked_on_unacked = False
 
     @property
     def type_name(self) -> str:
@@ -178,16 +182,47 @@ class SharedDispatcher(Dispatcher):
     def _read_more(self) -> None:
         if self.total_permits <= 0 or not self._any_available():
             return
-        size = self.read_size(self.total_permits)
+        replaying = bool(self.replay) and not self._replay_stalled
+        permits = self.total_permits
+        if not replaying:
+            room = self._unacked_room()
+            if room is not None:
+                if room <= 0:
+                    return
+                permits = min(permits, room)
+        size = self.read_size(permits)
         if size is None:
             return  # the dispatch rate limits allow nothing now; retried when they do
         n, max_bytes = size
         epoch = self._begin_read()
-        if self.replay and not self._replay_stalled:
+        if replaying:
             positions = self._take_replay(n)
             self.cursor.replay_entries(positions, lambda es, exc: self._read_complete(epoch, es, exc, positions))
         else:
             self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None), max_bytes)
+
+    def _unacked_room(self) -> int | None:
+        """New messages the subscription may still be sent under maxUnackedMessagesOnSubscription
+        (None: no limit; 0: blocked). Asked before reading new entries; the acks, redeliveries and
+        consumer changes that lower the count re-plan reads. A read is sized to the room, so the
+        limit is passed by less than one entry (Pulsar may pass it by a whole read)."""
+        limit = self.subscription.topic.max_unacked_per_subscription.get()
+        was = self.blocked_on_unacked
+        if limit <= 0:
+            blocked, room = False, None
+        else:
+            unacked = sum(c.unacked_messages for c in self.consumers)
+            blocked = unacked > limit // 2 if was else unacked >= limit
+            room = 0 if blocked else limit - unacked
+        if blocked != was:
+            self.blocked_on_unacked = blocked
+            # While blocked, a policy change (the limit raised or removed) re-plans a read too.
+            registry = self.subscription.topic.service.unacked_blocked
+            if blocked:
+                registry.add(self)
+            else:
+                registry.discard(self)
+        return room
 
     def _read_complete(self, epoch: int, entries: list[Entry], exc: BaseException | None,
                        replayed: list[Position] | None) -> None:
@@ -299,6 +334,7 @@ class SharedDispatcher(Dispatcher):
         super().on_cursor_reset()
 
     def close(self) -> None:
+        self.subscription.topic.service.unacked_blocked.discard(self)
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None

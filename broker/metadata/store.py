@@ -10,17 +10,23 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
+
+
+T = TypeVar("T")
 
 
 class MetadataStore:
     def __init__(self, path: Path | None, cluster: str) -> None:
         # Bumped on every change (see save()): a cheap "has anything changed?" for caches.
         self.generation = 0
+        # Called after every change (on the loop that made it).
+        self.listeners: list[Callable[[], None]] = []
         self.path = path
         self.cluster = cluster
         self.clusters: dict[str, dict[str, Any]] = {}
@@ -62,8 +68,12 @@ class MetadataStore:
 
     def save(self) -> None:
         self.generation += 1  # lets hot paths cache what they derive from metadata
-        if self.path is None:
-            return
+        if self.path is not None:
+            self._write(self.path)
+        for listener in self.listeners:
+            listener()
+
+    def _write(self, path: Path) -> None:
         doc = {
             "clusters": self.clusters,
             "tenants": self.tenants,
@@ -75,14 +85,14 @@ class MetadataStore:
             "topic_policies": self.topic_policies,
             "saved_at": time.time(),
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
@@ -148,3 +158,22 @@ class MetadataStore:
         else:
             policies[key] = value
         self.save()
+
+
+class Derived(Generic[T]):
+    """A value derived from the metadata (a policy in force), recomputed only after the metadata
+    changed: cheap enough to ask per message."""
+
+    __slots__ = ("_compute", "_generation", "_store", "_value")
+
+    def __init__(self, store: MetadataStore, compute: Callable[[], T]) -> None:
+        self._store = store
+        self._compute = compute
+        self._generation = -1
+        self._value: T
+
+    def get(self) -> T:
+        if self._generation != self._store.generation:
+            self._value = self._compute()
+            self._generation = self._store.generation
+        return self._value

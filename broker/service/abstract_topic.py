@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
 from broker.metadata import policies as P
+from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
@@ -55,8 +56,7 @@ class AbstractTopic(ABC):
         # subscription was deleted, or the inactive-topic check found it in use.
         self.last_active = time.monotonic()
         self.publish_throttle = PublishThrottle(self)
-        self._send_policy = SendPolicy(False, 0, True)
-        self._send_policy_generation = -1
+        self._send_policy = Derived(service.metadata, self._read_send_policy)
         self.closed = False
 
     @property
@@ -70,16 +70,15 @@ class AbstractTopic(ABC):
     @property
     def send_policy(self) -> SendPolicy:
         """What every SEND is checked against (policies); re-read only when the metadata changed."""
-        store = self.service.metadata
-        if self._send_policy_generation != store.generation:
-            delayed = self.service.delayed_delivery(self.name)
-            self._send_policy = SendPolicy(
-                encryption_required=not is_system_topic(self.name.full) and bool(
-                    store.policy(self.name.namespace, P.ENCRYPTION_REQUIRED)),
-                max_delivery_delay_ms=int(delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0,
-                delayed_delivery=bool(delayed["active"]))
-            self._send_policy_generation = store.generation
-        return self._send_policy
+        return self._send_policy.get()
+
+    def _read_send_policy(self) -> SendPolicy:
+        delayed = self.service.delayed_delivery(self.name)
+        return SendPolicy(
+            encryption_required=not is_system_topic(self.name.full) and bool(
+                self.service.metadata.policy(self.name.namespace, P.ENCRYPTION_REQUIRED)),
+            max_delivery_delay_ms=int(delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0,
+            delayed_delivery=bool(delayed["active"]))
 
     @property
     def encryption_required(self) -> bool:

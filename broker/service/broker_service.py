@@ -72,7 +72,15 @@ class BrokerService:
         self.inactive_topics = InactiveTopicMonitor(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)
+        # Shared / Key_Shared dispatchers blocked on their subscription's unacked limit: a policy
+        # change may lift it, so they re-plan a read after every metadata change.
+        self.unacked_blocked: set[Any] = set()
+        self.metadata.listeners.append(self._metadata_changed)
         self.closed = False
+
+    def _metadata_changed(self) -> None:
+        for dispatcher in list(self.unacked_blocked):
+            asyncio.get_running_loop().call_soon(dispatcher.trigger_read)
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
         cfg = self.config
@@ -262,6 +270,12 @@ class BrokerService:
         """Unacknowledged messages a Shared / Key_Shared consumer may hold (0 = unlimited)."""
         return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
                                          self.config.maxUnackedMessagesPerConsumer))
+
+    def max_unacked_per_subscription(self, name: TopicName) -> int:
+        """Unacknowledged messages a Shared / Key_Shared subscription may hold before it reads no
+        new entries (0 = unlimited)."""
+        return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
+                                         self.config.maxUnackedMessagesPerSubscription))
 
     def publish_rate_doc(self, name: TopicName) -> dict[str, int]:
         """The PublishRate in force: the topic's, else its namespace's for this cluster, else the

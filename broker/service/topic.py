@@ -15,6 +15,7 @@ from broker.errors import (
     TooManySubscriptionsError,
     TopicTerminatedError,
 )
+from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
@@ -45,8 +46,10 @@ class PersistentTopic(AbstractTopic):
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
         self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False))
-        self._dedup = False
-        self._dedup_generation = -1
+        self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
+        # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
+        self.max_unacked_per_subscription = Derived(service.metadata,
+                                                    lambda: service.max_unacked_per_subscription(name))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -54,11 +57,7 @@ class PersistentTopic(AbstractTopic):
     def deduplication_enabled(self) -> bool:
         """Topic policy, else namespace policy, else the broker setting; re-read only when the
         metadata changed (asked per SEND)."""
-        store = self.service.metadata
-        if self._dedup_generation != store.generation:
-            self._dedup = self.service.deduplication(self.name)
-            self._dedup_generation = store.generation
-        return self._dedup
+        return self._dedup.get()
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.sequence_persisted.get(producer_name, -1) if self.deduplication_enabled else -1

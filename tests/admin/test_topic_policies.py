@@ -57,6 +57,7 @@ def policy_path(topic: str, policy: str) -> str:
     ("maxConsumers", 3, "maxConsumersPerTopic", 7, 0),
     ("maxConsumersPerSubscription", 3, "maxConsumersPerSubscription", 7, 0),
     ("maxUnackedMessagesOnConsumer", 3, "maxUnackedMessagesPerConsumer", 7, 50000),
+    ("maxUnackedMessagesOnSubscription", 3, "maxUnackedMessagesPerSubscription", 7, 200000),
     ("maxSubscriptionsPerTopic", 3, "maxSubscriptionsPerTopic", 7, 0),
     ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
     ("inactiveTopicPolicies",
@@ -266,6 +267,60 @@ def test_max_unacked_messages_on_consumer(admin: Admin, client: pulsar.Client) -
     wait_for(lambda: consumer_stats()["blockedConsumerOnUnackedMsgs"], what="the consumer to be blocked")
     assert consumer_stats()["unackedMessages"] == 2
     assert receive_all(consumer, 6) == [b"m%d" % i for i in range(6)]
+
+
+def test_max_unacked_messages_on_subscription(admin: Admin, client: pulsar.Client) -> None:
+    _, topic = new_topic(admin, "sub-unacked")
+    admin.ok("POST", policy_path(topic, "maxUnackedMessagesOnSubscription"), 4)
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
+                 for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(12):
+        producer.send(b"m%d" % i)
+
+    def sub_stats() -> dict[str, object]:
+        return admin.stats(topic)["subscriptions"]["s"]  # type: ignore[no-any-return]
+
+    # Four delivered between the two consumers, then the subscription is blocked until acks bring
+    # it down to two.
+    wait_for(lambda: sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be blocked")
+    assert sub_stats()["unackedMessages"] == 4
+    received: list[bytes] = []
+    for _ in range(500):
+        if len(received) == 12:
+            break
+        for c in consumers:
+            try:
+                msg = c.receive(100)
+            except pulsar.Timeout:
+                continue
+            received.append(msg.data())
+            c.acknowledge(msg)
+    assert sorted(received) == sorted(b"m%d" % i for i in range(12))
+    wait_for(lambda: not sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be unblocked")
+
+
+def test_max_unacked_messages_on_subscription_lifted_by_removing_the_policy(admin: Admin,
+                                                                             client: pulsar.Client) -> None:
+    _, topic = new_topic(admin, "sub-unacked-lifted")
+    path = policy_path(topic, "maxUnackedMessagesOnSubscription")
+    admin.ok("POST", path, 2)
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(b"m%d" % i)
+
+    def sub_stats() -> dict[str, object]:
+        return admin.stats(topic)["subscriptions"]["s"]  # type: ignore[no-any-return]
+
+    wait_for(lambda: sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be blocked")
+    assert sub_stats()["unackedMessages"] == 2
+    # Without the topic's limit the broker default (200000) applies: the rest goes out, unacked.
+    assert admin.delete(path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == 200000
+    wait_for(lambda: sub_stats()["unackedMessages"] == 6, what="the rest to be delivered")
+    assert not sub_stats()["blockedSubscriptionOnUnackedMsgs"]
+    assert [consumer.receive(10_000).data() for _ in range(6)] == [b"m%d" % i for i in range(6)]
 
 
 def test_publish_rate_rest(admin: Admin) -> None:

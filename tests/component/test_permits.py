@@ -57,6 +57,7 @@ class FakeService:
     def __init__(self) -> None:
         self.config = BrokerConfig()
         self.metadata = SimpleNamespace(generation=0)
+        self.unacked_blocked: set[Any] = set()
 
     def max_consumers(self, name: Any) -> int:
         return 0
@@ -79,7 +80,10 @@ class Harness:
         service = FakeService()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
                                 service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1)),
-                                send_policy=SendPolicy(False, 0, True))
+                                send_policy=SendPolicy(False, 0, True),
+                                max_unacked_per_subscription=SimpleNamespace(get=lambda: self.unacked_limit))
+        self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
+        self.service = service
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
         self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]
@@ -184,6 +188,65 @@ async def test_shutdown_with_flows_queued() -> None:
     for c in cs:
         d.remove_consumer(c)
     assert d.total_permits == 0
+    h.check()
+
+
+async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked() -> None:
+    h = await Harness.create()
+    h.unacked_limit = 10
+    d = h.dispatcher
+    a, b = h.consumer(), h.consumer()
+    for c in (a, b):
+        d.add_consumer(c)
+        d.flow(c, 100)
+    await drain_lane()
+    h.publish(30)
+    await drain_lane()
+    # One read of 10 went out (5 each); the limit is reached, the other 20 entries stay unread.
+    assert (len(a.pending_acks), len(b.pending_acks)) == (5, 5)
+
+    def unacked() -> int:
+        return a.unacked_messages + b.unacked_messages
+
+    assert d.blocked_on_unacked and h.service.unacked_blocked == {d}
+    # A redelivery still goes out while blocked.
+    h.sub.redeliver(a, None)
+    await drain_lane()
+    assert unacked() == 10 and d.blocked_on_unacked
+
+    async def ack(n: int) -> None:
+        for c in (a, b):
+            taken = sorted(c.pending_acks)[:n]
+            h.sub.ack_individual(c, taken)
+            n -= len(taken)
+        await drain_lane()
+
+    await ack(4)  # 6 unacked: above half (5), still blocked
+    assert unacked() == 6 and d.blocked_on_unacked
+    await ack(1)  # at half it reads again, up to the limit
+    assert unacked() == 10 and d.blocked_on_unacked
+    seen = {p for c in (a, b) for p in c.pending_acks}
+    assert max(seen).entry_id == 14  # the next new entries, in order
+    h.check()
+
+
+async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
+    h = await Harness.create()
+    h.unacked_limit = 4
+    d = h.dispatcher
+    c = h.consumer()
+    d.add_consumer(c)
+    d.flow(c, 100)
+    await drain_lane()
+    h.publish(20)
+    await drain_lane()
+    assert len(c.pending_acks) == 4 and d.blocked_on_unacked
+    h.unacked_limit = 0  # what the broker's metadata listener does after a policy change:
+    for blocked in list(h.service.unacked_blocked):
+        blocked.trigger_read()
+    await drain_lane()
+    assert len(c.pending_acks) == 20 and not d.blocked_on_unacked
+    assert not h.service.unacked_blocked
     h.check()
 
 
