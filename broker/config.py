@@ -124,6 +124,11 @@ class BrokerConfig:
     # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
     # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.
     maxUnackedMessagesPerSubscription: int = 200000
+    # The subscription types consumers may use (namespace and topic policies override it), and
+    # whether Key_Shared is possible at all.
+    subscriptionTypesEnabled: list[str] = field(
+        default_factory=lambda: ["Exclusive", "Shared", "Failover", "Key_Shared"])
+    subscriptionKeySharedEnable: bool = True
     subscriptionRedeliveryTrackerEnabled: bool = True
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"

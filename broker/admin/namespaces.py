@@ -66,6 +66,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
     PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerSubscription")),
+    PlainPolicy("subscriptionTypesEnabled", P.SUBSCRIPTION_TYPES_ENABLED, P.parse_subscription_types,
+                unset=[]),  # (a set in Pulsar's Policies: empty until set, and empty = not set)
 )
 
 

@@ -72,6 +72,9 @@ SPECS = (
     Spec("maxUnackedMessagesOnSubscription", P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
          lambda s: s.config.maxUnackedMessagesPerSubscription,
          lambda v: P.parse_limit(v, "maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
+    Spec("subscriptionTypesEnabled", P.T_SUBSCRIPTION_TYPES_ENABLED, P.SUBSCRIPTION_TYPES_ENABLED,
+         lambda s: s.subscription_types_broker(), P.parse_subscription_types,
+         applied=lambda s, name: s.subscription_types_enabled(name)),
     Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
          applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
     Spec("dispatchRate", P.T_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,

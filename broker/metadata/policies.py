@@ -30,6 +30,7 @@ MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 MAX_UNACKED_PER_SUBSCRIPTION = "max_unacked_messages_per_subscription"
 MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
+SUBSCRIPTION_TYPES_ENABLED = "subscription_types_enabled"
 ENCRYPTION_REQUIRED = "encryption_required"
 SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
 ALLOW_AUTO_UPDATE_SCHEMA = "is_allow_auto_update_schema"
@@ -51,6 +52,7 @@ T_BACKLOG_QUOTA_MAP = "backLogQuotaMap"
 T_MAX_UNACKED_ON_CONSUMER = "maxUnackedMessagesOnConsumer"
 T_MAX_UNACKED_ON_SUBSCRIPTION = "maxUnackedMessagesOnSubscription"
 T_MAX_SUBSCRIPTIONS = "maxSubscriptionsPerTopic"
+T_SUBSCRIPTION_TYPES_ENABLED = "subscriptionTypesEnabled"
 T_PUBLISH_RATE = "publishRate"
 T_DISPATCH_RATE = "dispatchRate"
 T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
@@ -183,6 +185,22 @@ def parse_bool(body: Any, what: str) -> bool:
     if not isinstance(body, bool):
         raise PolicyError(400, f"{what} must be true or false")
     return body
+
+
+# -- subscription types ---------------------------------------------------------------------------
+
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+
+
+def parse_subscription_types(body: Any) -> list[str]:
+    """A set of SubscriptionType names (a JSON array; repeats dropped, Pulsar's order kept). An
+    empty set means "not set" at every level, as in Pulsar."""
+    if not isinstance(body, list):
+        raise PolicyError(400, "Subscription types must be a JSON array")
+    for t in body:
+        if t not in SUBSCRIPTION_TYPES:
+            raise PolicyError(400, f"Unknown subscription type {t!r}; one of {', '.join(SUBSCRIPTION_TYPES)}")
+    return [t for t in SUBSCRIPTION_TYPES if t in body]
 
 
 # -- publish rate -----------------------------------------------------------------------------------

@@ -69,6 +69,10 @@ class BrokerService:
         if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
             raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
                               f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
+        try:
+            self.subscription_types_broker()
+        except P.PolicyError as exc:
+            raise ConfigError(f"subscriptionTypesEnabled: {exc.reason}") from None
         self.inactive_topics = InactiveTopicMonitor(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)
@@ -276,6 +280,16 @@ class BrokerService:
         new entries (0 = unlimited)."""
         return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
                                          self.config.maxUnackedMessagesPerSubscription))
+
+    def subscription_types_broker(self) -> list[str]:
+        return P.parse_subscription_types(self.config.subscriptionTypesEnabled)
+
+    def subscription_types_enabled(self, name: TopicName) -> list[str]:
+        """The subscription types a topic takes: its own set, else its namespace's, else the
+        broker's subscriptionTypesEnabled (an empty set counts as not set)."""
+        return list(self.topic_policy(name, P.T_SUBSCRIPTION_TYPES_ENABLED)
+                    or self.metadata.policy(name.namespace, P.SUBSCRIPTION_TYPES_ENABLED)
+                    or self.subscription_types_broker())
 
     def publish_rate_doc(self, name: TopicName) -> dict[str, int]:
         """The PublishRate in force: the topic's, else its namespace's for this cluster, else the

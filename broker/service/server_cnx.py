@@ -34,7 +34,7 @@ from broker.service.consumer import Consumer
 from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -377,6 +377,7 @@ class ServerCnx:
             if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
+            self._check_subscription_type(name, c.subType)
             if c.HasField("schema"):
                 self.service.schemas.check_consumer(name.base.full, c.schema,
                                                     may_register=topic.is_idle and topic.is_empty)
@@ -401,6 +402,14 @@ class ServerCnx:
             self.write(commands.error(c.request_id, E.UnknownError, f"Failed to subscribe: {exc}"))
         finally:
             self._pending_consumers.pop(c.consumer_id, None)
+
+    def _check_subscription_type(self, name: TopicName, sub_type: int) -> None:
+        """subscriptionKeySharedEnable and subscriptionTypesEnabled (broker, namespace, topic)."""
+        type_name = pb.CommandSubscribe.SubType.Name(sub_type)
+        if sub_type == pb.CommandSubscribe.Key_Shared and not self.service.config.subscriptionKeySharedEnable:
+            raise NotAllowedError("Key_Shared subscription is disabled by broker.")
+        if not is_system_topic(name.full) and type_name not in self.service.subscription_types_enabled(name):
+            raise NotAllowedError(f"Topic[{{{name.full}}}] doesn't support {type_name} sub type!")
 
     def handle_flow(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.flow

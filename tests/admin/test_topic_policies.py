@@ -59,6 +59,8 @@ def policy_path(topic: str, policy: str) -> str:
     ("maxUnackedMessagesOnConsumer", 3, "maxUnackedMessagesPerConsumer", 7, 50000),
     ("maxUnackedMessagesOnSubscription", 3, "maxUnackedMessagesPerSubscription", 7, 200000),
     ("maxSubscriptionsPerTopic", 3, "maxSubscriptionsPerTopic", 7, 0),
+    ("subscriptionTypesEnabled", ["Shared", "Key_Shared"], "subscriptionTypesEnabled", ["Failover"],
+     ["Exclusive", "Shared", "Failover", "Key_Shared"]),
     ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
     ("inactiveTopicPolicies",
      {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up", "maxInactiveDurationSeconds": 5,
@@ -105,6 +107,8 @@ def test_refusals(admin: Admin) -> None:
         ("compactionThreshold", -1, 412, "Invalid value for compactionThreshold"),
         ("maxUnackedMessagesOnConsumer", -1, 412, "maxUnackedNum must be 0 or more"),
         ("maxProducers", "3", 400, None),
+        ("subscriptionTypesEnabled", ["Shared", "Broadcast"], 400, None),
+        ("subscriptionTypesEnabled", "Shared", 400, None),
         ("deduplicationEnabled", "yes", 400, None),
         ("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}, 412, None),
         ("inactiveTopicPolicies", {"inactiveTopicDeleteMode": "never"}, 400, None),
@@ -425,6 +429,56 @@ def test_max_subscriptions_per_topic(admin: Admin, client: pulsar.Client) -> Non
     client.subscribe(topic, "c").close()
     with pytest.raises(pulsar.NotAllowedError):
         client.subscribe(topic, "d")
+
+
+def test_subscription_types_enabled(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    ns, topic = new_topic(admin, "types")
+    admin.ok("POST", f"{NS}/{ns}/subscriptionTypesEnabled", ["Exclusive", "Failover"])
+    assert admin.ok("GET", f"{NS}/{ns}")["subscription_types_enabled"] == ["Exclusive", "Failover"]
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+    client.subscribe(topic, "failover", consumer_type=pulsar.ConsumerType.Failover).close()
+    # The topic's own set wins; a refused consumer leaves no subscription behind.
+    admin.ok("POST", policy_path(topic, "subscriptionTypesEnabled"), ["Shared"])
+    client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared).close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "exclusive")
+    assert sorted(admin.ok("GET", f"/admin/v2/{rest_path(topic)}/subscriptions")) == ["failover", "shared"]
+
+    async def scenario() -> None:
+        c = await WireClient.open(pulsar_broker.server.port)
+        await c.connect()
+        cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+        cmd.subscribe.topic = topic
+        cmd.subscribe.subscription, cmd.subscribe.subType = "ks", pb.CommandSubscribe.Key_Shared
+        cmd.subscribe.consumer_id, cmd.subscribe.request_id = 1, 1
+        c.send(cmd)
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+        assert reply.error.message == f"Topic[{{{topic}}}] doesn't support Key_Shared sub type!"
+        c.close()
+
+    pulsar_broker.run_coroutine(scenario())
+    # An empty set is no set: the namespace's applies again.
+    admin.ok("POST", policy_path(topic, "subscriptionTypesEnabled"), [])
+    client.subscribe(topic, "exclusive").close()
+
+
+def test_key_shared_disabled_by_broker(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path, subscriptionKeySharedEnable=False) as b:
+        client = pulsar.Client(b.service_url)
+        try:
+            with pytest.raises(pulsar.NotAllowedError):
+                client.subscribe("ks", "s", consumer_type=pulsar.ConsumerType.KeyShared)
+            client.subscribe("ks", "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        finally:
+            client.close()
+
+
+def test_bad_subscription_types_setting_stops_the_start(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="subscriptionTypesEnabled"):
+        with BrokerThread(data_dir=tmp_path, subscriptionTypesEnabled=["Exclusive", "Broadcast"]):
+            pass
 
 
 def test_delayed_delivery_policies(admin: Admin, client: pulsar.Client) -> None:
