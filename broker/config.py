@@ -129,6 +129,10 @@ class BrokerConfig:
     subscriptionTypesEnabled: list[str] = field(
         default_factory=lambda: ["Exclusive", "Shared", "Failover", "Key_Shared"])
     subscriptionKeySharedEnable: bool = True
+    # Subscribes one consumer (client address, consumer name, consumer id) may make per period on
+    # a persistent topic; 0 = no limit (namespace / topic subscribeRate override it).
+    subscribeThrottlingRatePerConsumer: int = 0
+    subscribeRatePeriodPerConsumerInSecond: int = 30
     subscriptionRedeliveryTrackerEnabled: bool = True
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"

@@ -81,6 +81,8 @@ SPECS = (
          applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=False)),
     Spec("subscriptionDispatchRate", P.T_SUBSCRIPTION_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
          applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=True)),
+    Spec("subscribeRate", P.T_SUBSCRIBE_RATE, None, lambda s: None, P.parse_subscribe_rate,
+         applied=lambda s, name: s.subscribe_rate_doc(name)),
     Spec("delayedDelivery", P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, lambda s: None, P.parse_delayed_delivery,
          applied=lambda s, name: s.delayed_delivery(name)),
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,

@@ -38,6 +38,7 @@ DELAYED_DELIVERY = "delayed_delivery_policies"
 PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
+SUBSCRIBE_RATE = "clusterSubscribeRate"  # {cluster: SubscribeRate}
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -56,6 +57,7 @@ T_SUBSCRIPTION_TYPES_ENABLED = "subscriptionTypesEnabled"
 T_PUBLISH_RATE = "publishRate"
 T_DISPATCH_RATE = "dispatchRate"
 T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
+T_SUBSCRIBE_RATE = "subscribeRate"
 T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
@@ -227,6 +229,17 @@ def parse_dispatch_rate(body: Any) -> dict[str, Any]:
         raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
     return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
             "ratePeriodInSecond": period, "relativeToPublishRate": relative}
+
+
+def parse_subscribe_rate(body: Any) -> dict[str, int]:
+    """SubscribeRate {subscribeThrottlingRatePerConsumer, ratePeriodInSecond}: subscribes each
+    consumer (address, name, id) may make per period; 0 or less (Pulsar's default -1) = no limit."""
+    doc = _object(body, "Subscribe rate")
+    rate = _int(doc.get("subscribeThrottlingRatePerConsumer", -1), "subscribeThrottlingRatePerConsumer")
+    period = _int(doc.get("ratePeriodInSecond", 30), "ratePeriodInSecond")
+    if period < 1:
+        raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
+    return {"subscribeThrottlingRatePerConsumer": rate, "ratePeriodInSecond": period}
 
 
 # -- delayed delivery -------------------------------------------------------------------------------

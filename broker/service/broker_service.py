@@ -291,16 +291,20 @@ class BrokerService:
                     or self.metadata.policy(name.namespace, P.SUBSCRIPTION_TYPES_ENABLED)
                     or self.subscription_types_broker())
 
+    def _rate_doc(self, name: TopicName, topic_key: str, namespace_key: str,
+                  broker: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """A rate in force: the topic's, else its namespace's for this cluster (Policies keeps
+        rates per cluster), else the broker's settings."""
+        doc = self.topic_policy(name, topic_key)
+        if doc is None:
+            doc = (self.metadata.policy(name.namespace, namespace_key) or {}).get(self.config.clusterName)
+        return dict(broker() if doc is None else doc)
+
     def publish_rate_doc(self, name: TopicName) -> dict[str, int]:
-        """The PublishRate in force: the topic's, else its namespace's for this cluster, else the
-        broker's maxPublishRatePerTopicIn* settings."""
-        doc = self.topic_policy(name, P.T_PUBLISH_RATE)
-        if doc is None:
-            doc = (self.metadata.policy(name.namespace, P.PUBLISH_MAX_MESSAGE_RATE) or {}).get(self.config.clusterName)
-        if doc is None:
-            doc = {"publishThrottlingRateInMsg": self.config.maxPublishRatePerTopicInMessages,
-                   "publishThrottlingRateInByte": self.config.maxPublishRatePerTopicInBytes}
-        return dict(doc)
+        """The PublishRate in force (else the broker's maxPublishRatePerTopicIn* settings)."""
+        return self._rate_doc(name, P.T_PUBLISH_RATE, P.PUBLISH_MAX_MESSAGE_RATE, lambda: {
+            "publishThrottlingRateInMsg": self.config.maxPublishRatePerTopicInMessages,
+            "publishThrottlingRateInByte": self.config.maxPublishRatePerTopicInBytes})
 
     def publish_rate(self, name: TopicName) -> tuple[int, int]:
         """(messages, bytes) per second a topic may take; 0 or less = no limit."""
@@ -308,29 +312,40 @@ class BrokerService:
         return int(doc["publishThrottlingRateInMsg"]), int(doc["publishThrottlingRateInByte"])
 
     def dispatch_rate_doc(self, name: TopicName, per_subscription: bool) -> dict[str, Any]:
-        """The DispatchRate in force for a topic's subscriptions together, or for each one: the
-        topic's, else its namespace's for this cluster, else the broker's dispatchThrottling*."""
+        """The DispatchRate in force for a topic's subscriptions together, or for each one (else
+        the broker's dispatchThrottling* settings)."""
         topic_key, namespace_key = ((P.T_SUBSCRIPTION_DISPATCH_RATE, P.SUBSCRIPTION_DISPATCH_RATE) if per_subscription
                                     else (P.T_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE))
-        doc = self.topic_policy(name, topic_key)
-        if doc is None:
-            doc = (self.metadata.policy(name.namespace, namespace_key) or {}).get(self.config.clusterName)
-        if doc is None:
+
+        def broker() -> dict[str, Any]:
             cfg = self.config
             if per_subscription:
                 msgs, nbytes = (cfg.dispatchThrottlingRatePerSubscriptionInMsg,
                                 cfg.dispatchThrottlingRatePerSubscriptionInByte)
             else:
                 msgs, nbytes = cfg.dispatchThrottlingRatePerTopicInMsg, cfg.dispatchThrottlingRatePerTopicInByte
-            doc = {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
-                   "ratePeriodInSecond": 1, "relativeToPublishRate": False}
-        return dict(doc)
+            return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
+                    "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+
+        return self._rate_doc(name, topic_key, namespace_key, broker)
 
     def dispatch_rate(self, name: TopicName, per_subscription: bool) -> tuple[int, int, int]:
         """(messages, bytes, period in seconds); 0 or less = no limit."""
         doc = self.dispatch_rate_doc(name, per_subscription)
         return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
                 int(doc.get("ratePeriodInSecond", 1)))
+
+    def subscribe_rate_doc(self, name: TopicName) -> dict[str, int]:
+        """The SubscribeRate in force (else the broker's subscribeThrottlingRatePerConsumer and
+        subscribeRatePeriodPerConsumerInSecond)."""
+        return self._rate_doc(name, P.T_SUBSCRIBE_RATE, P.SUBSCRIBE_RATE, lambda: {
+            "subscribeThrottlingRatePerConsumer": self.config.subscribeThrottlingRatePerConsumer,
+            "ratePeriodInSecond": self.config.subscribeRatePeriodPerConsumerInSecond})
+
+    def subscribe_rate(self, name: TopicName) -> tuple[int, int]:
+        """(subscribes per consumer, period in seconds); 0 or less = no limit."""
+        doc = self.subscribe_rate_doc(name)
+        return int(doc["subscribeThrottlingRatePerConsumer"]), int(doc["ratePeriodInSecond"])
 
     def delayed_delivery(self, name: TopicName) -> dict[str, Any]:
         """The DelayedDeliveryPolicies in force: the topic's, else its namespace's, else the broker's."""

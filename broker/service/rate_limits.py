@@ -1,4 +1,5 @@
-"""Rate limits: publishing (PublishThrottle) and dispatching (DispatchRate), on token buckets.
+"""Rate limits: publishing (PublishThrottle) and dispatching (DispatchRate), on token buckets;
+subscribing (SubscribeRateLimiter), counted per consumer.
 
 Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publish_max_message_rate`` and
 broker ``maxPublishRatePerTopicInMessages`` / ``...InBytes``; 0 or less = no limit).
@@ -194,3 +195,37 @@ class DispatchRate(_RateLimit):
             by_msgs.consume(messages, now)
         if by_bytes is not None:
             by_bytes.consume(nbytes, now)
+
+
+class SubscribeRateLimiter:
+    """Subscribes per consumer on one persistent topic (Pulsar's topic ``subscribeRate``, namespace
+    ``clusterSubscribeRate``, broker ``subscribeThrottlingRatePerConsumer``): one consumer - its
+    client's host, consumer name and consumer id - may subscribe ``rate`` times per period. Every
+    count starts over when the period rolls, as Pulsar's limiters are renewed; what is kept is at
+    most one small count per consumer seen in the current period."""
+
+    def __init__(self, resolve: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
+        self._resolve = resolve  # () -> (subscribes per consumer, period in seconds); 0 = no limit
+        self._clock = clock
+        self._limits = (0, 0)
+        self._window_start = 0.0
+        self._counts: dict[tuple[str, str, int], int] = {}
+        self.refused = 0
+
+    def try_acquire(self, consumer: tuple[str, str, int]) -> bool:
+        """Count a subscribe of ``consumer``; False when it is over its rate (nothing counted)."""
+        rate, period = self._resolve()
+        if rate <= 0 or period <= 0:
+            self._counts.clear()
+            return True
+        now = self._clock()
+        if (rate, period) != self._limits or now - self._window_start >= period:
+            self._limits = (rate, period)
+            self._window_start = now
+            self._counts.clear()
+        n = self._counts.get(consumer, 0)
+        if n >= rate:
+            self.refused += 1
+            return False
+        self._counts[consumer] = n + 1
+        return True

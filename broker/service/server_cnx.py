@@ -34,6 +34,7 @@ from broker.service.consumer import Consumer
 from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
+from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import Position
 
@@ -378,6 +379,10 @@ class ServerCnx:
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
+            host = self.remote_address.rsplit(":", 1)[0]
+            if isinstance(topic, PersistentTopic) and not topic.subscribe_rate.try_acquire(
+                    (host, c.consumer_name, c.consumer_id)):
+                raise NotAllowedError("Subscribe limited by subscribe rate limit per consumer.")
             if c.HasField("schema"):
                 self.service.schemas.check_consumer(name.base.full, c.schema,
                                                     may_register=topic.is_idle and topic.is_empty)

@@ -22,7 +22,7 @@ from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
-from broker.service.rate_limits import DispatchRate
+from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName
 from managed_ledger import InitialPosition, ManagedLedger, Position
@@ -46,6 +46,7 @@ class PersistentTopic(AbstractTopic):
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
         self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False))
+        self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
         self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
         # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
         self.max_unacked_per_subscription = Derived(service.metadata,

@@ -392,6 +392,83 @@ def test_dispatch_rate_rest(admin: Admin) -> None:
     assert policies["topicDispatchRate"] == {} and policies["subscriptionDispatchRate"] == {}
 
 
+def test_subscribe_rate_rest(admin: Admin) -> None:
+    ns, topic = new_topic(admin, "subscribe-rest")
+    ns_path, path = f"{NS}/{ns}/subscribeRate", policy_path(topic, "subscribeRate")
+    assert admin.get(ns_path).status == 204
+    broker_default = {"subscribeThrottlingRatePerConsumer": 0, "ratePeriodInSecond": 30}
+    assert admin.ok("GET", path + "?applied=true") == broker_default
+    rate = {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 10}
+    assert admin.post(ns_path, rate).status == 204
+    assert admin.ok("GET", ns_path) == rate
+    assert admin.ok("GET", f"{NS}/{ns}")["clusterSubscribeRate"] == {"standalone": rate}
+    assert admin.ok("GET", path + "?applied=true") == rate
+    assert admin.post(path, {"subscribeThrottlingRatePerConsumer": 1}).status == 204
+    assert admin.ok("GET", path) == {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 30}
+    assert admin.post(path, {**rate, "ratePeriodInSecond": 0}).status == 412
+    assert admin.post(path, {**rate, "subscribeThrottlingRatePerConsumer": "5"}).status == 400
+    assert admin.delete(path).status == 204
+    assert admin.delete(ns_path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == broker_default
+
+
+def test_subscribe_rate_refuses_a_consumer_subscribing_again(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    _, topic = new_topic(admin, "subscribe-wire")
+    admin.ok("POST", policy_path(topic, "subscribeRate"),
+             {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 600})
+
+    def subscribe(consumer_id: int, request_id: int) -> pb.BaseCommand:
+        cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+        cmd.subscribe.topic, cmd.subscribe.subscription = topic, "s"
+        cmd.subscribe.subType, cmd.subscribe.consumer_name = pb.CommandSubscribe.Shared, "same"
+        cmd.subscribe.consumer_id, cmd.subscribe.request_id = consumer_id, request_id
+        return cmd
+
+    async def scenario() -> None:
+        c = await WireClient.open(pulsar_broker.server.port)
+        await c.connect()
+        c.send(subscribe(1, 1))
+        assert (await c.recv()).type == T.SUCCESS
+        close = pb.BaseCommand(type=T.CLOSE_CONSUMER)
+        close.close_consumer.consumer_id, close.close_consumer.request_id = 1, 2
+        c.send(close)
+        assert (await c.recv()).type == T.SUCCESS
+        c.send(subscribe(1, 3))  # the same consumer again within the period
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+        assert reply.error.message == "Subscribe limited by subscribe rate limit per consumer."
+        c.send(subscribe(2, 4))  # another consumer id is another consumer
+        assert (await c.recv()).type == T.SUCCESS
+        c.close()
+
+    pulsar_broker.run_coroutine(scenario())
+
+
+def test_subscribe_rate_holds_back_a_reconnecting_consumer(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    _, topic = new_topic(admin, "subscribe-reconnect")
+    path = policy_path(topic, "subscribeRate")
+    admin.ok("POST", path, {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 600})
+    client = pulsar.Client(pulsar_broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "s")
+        server = pulsar_broker.server
+
+        async def drop_connection() -> None:
+            next(c for c in server.connections if c.cnx.consumers).transport.abort()
+
+        pulsar_broker.run_coroutine(drop_connection())
+        # The client comes back with the same consumer: refused (it keeps retrying) until the
+        # limit is lifted.
+        limiter = server.service.topics[TopicName.parse(topic).full].subscribe_rate
+        wait_for(lambda: limiter.refused >= 1, what="the reconnect to be refused")
+        assert admin.delete(path).status == 204
+        producer = client.create_producer(topic)
+        producer.send(b"back")
+        assert consumer.receive(20_000).data() == b"back"
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("subscription_type", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared])
 def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread,
                                                subscription_type: pulsar.ConsumerType) -> None:

@@ -1,5 +1,5 @@
 """The publish rate limiter's arithmetic with a fake clock: token buckets of one second's worth,
-which connections it holds, and when it lets them go."""
+which connections it holds, and when it lets them go; and the per-consumer subscribe counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from broker.service.rate_limits import DispatchRate, PublishThrottle, TokenBucket
+from broker.service.rate_limits import DispatchRate, PublishThrottle, SubscribeRateLimiter, TokenBucket
 
 
 class FakeConnection:
@@ -94,3 +94,22 @@ def test_dispatch_rate_budget_wait_and_period() -> None:
     assert rate.budget() is None
     rate.consume(10**9, 10**9)  # costs nothing, changes nothing
     assert rate.budget() is None
+
+
+def test_subscribe_rate_counts_each_consumer_per_period() -> None:
+    now = [100.0]
+    limits = [(2, 10)]
+    limiter = SubscribeRateLimiter(lambda: limits[0], clock=lambda: now[0])
+    a, b = ("10.0.0.1", "c", 0), ("10.0.0.1", "c", 1)
+    assert limiter.try_acquire(a) and limiter.try_acquire(a)
+    assert not limiter.try_acquire(a)  # a third subscribe of the same consumer in the period
+    assert limiter.try_acquire(b)  # another consumer id is another consumer
+    now[0] += 9.9
+    assert not limiter.try_acquire(a)
+    now[0] += 0.1  # the period rolled: every count starts over
+    assert limiter.try_acquire(a) and limiter.try_acquire(a) and not limiter.try_acquire(a)
+    assert limiter.refused == 3
+    limits[0] = (0, 10)  # no limit
+    assert all(limiter.try_acquire(a) for _ in range(10))
+    limits[0] = (1, 10)  # a new limit starts a new period
+    assert limiter.try_acquire(a) and not limiter.try_acquire(a)
