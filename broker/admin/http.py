@@ -8,13 +8,16 @@ brokers, clusters, tenants and lookup are here. Error statuses: see ``broker.adm
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from broker import __version__
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
 from broker.admin.metrics import make_registry, render_metrics
+from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
 from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
@@ -49,6 +52,11 @@ class WebService:
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.health)
         r.add_get("/admin/v2/brokers/leaderBroker", self.leader_broker)
+        r.add_get("/admin/v2/brokers/version", self.version)
+        r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
+        r.add_get("/admin/v2/brokers/configuration/values", self.dynamic_configuration_values)
+        r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
+        r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
         r.add_get("/status.html", self.status)
         r.add_get("/metrics", self.metrics)
@@ -63,6 +71,7 @@ class WebService:
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
+        NamespaceOperationsResource(self).register(r)
         PermissionsResource(self).register(r)
         self.schemas.register(r)
         self.topic_policies.register(r)  # (before the topic routes: more specific paths)
@@ -120,6 +129,39 @@ class WebService:
 
     async def leader_broker(self, request: web.Request) -> web.Response:
         return json_response({"serviceUrl": self.server.web_url, "brokerId": self.broker_id})
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.Response(text=__version__)  # (a bare string, as Pulsar answers)
+
+    async def dynamic_configuration(self, request: web.Request) -> web.Response:
+        """The settings that can be changed at runtime: none here (a restart applies a change)."""
+        return json_response([])
+
+    async def dynamic_configuration_values(self, request: web.Request) -> web.Response:
+        return json_response({})
+
+    async def runtime_configuration(self, request: web.Request) -> web.Response:
+        """Every setting in force, as strings (Pulsar's shape). Secrets (fields kept out of the
+        config's repr, such as tokenSecretKey) are left out."""
+        cfg = self.server.config
+        values = {}
+        for f in dataclasses.fields(cfg):
+            if not f.repr:
+                continue
+            value = getattr(cfg, f.name)
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, list):
+                text = ",".join(str(v) for v in value)
+            else:
+                text = "" if value is None else str(value)
+            values[f.name] = text
+        return json_response(values)
+
+    async def backlog_quota_check(self, request: web.Request) -> web.Response:
+        """Run the backlog quota check on every loaded topic now."""
+        await self.service.backlog_quotas.check_all()
+        return no_content()
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=render_metrics(self._metrics), headers={"Content-Type": METRICS_CONTENT_TYPE})

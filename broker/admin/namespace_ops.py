@@ -1,0 +1,75 @@
+"""Admin REST v2: operations on every topic of a namespace (Pulsar's namespace clearBacklog,
+unsubscribe and unload; we have one broker, so "every bundle" is the whole namespace).
+
+- ``POST .../clearBacklog`` and ``.../clearBacklog/{sub}``: every subscription (or just ``sub``)
+  of every stored persistent topic skips to the end. Topics are loaded for it when they are not:
+  the backlog of a topic nobody uses is cleared too.
+- ``POST .../unsubscribe/{sub}``: ``sub`` is deleted from every topic that has it; refused as a
+  whole (412) when any of them has a connected consumer, before anything is deleted.
+- ``PUT .../unload``: every loaded topic is closed; its clients reconnect and load it again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.common import HttpError, no_content
+from broker.service import admin_ops
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+NS = "/admin/v2/namespaces/{tenant}/{ns}"
+
+
+class NamespaceOperationsResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_post(NS + "/clearBacklog", self.clear_backlog)
+        r.add_post(NS + "/clearBacklog/{sub}", self.clear_backlog)
+        r.add_post(NS + "/unsubscribe/{sub}", self.unsubscribe)
+        r.add_put(NS + "/unload", self.unload)
+
+    @property
+    def service(self) -> Any:
+        return self.web.service
+
+    async def stored_topics(self, ns: str) -> list[PersistentTopic]:
+        """Every persistent topic of the namespace that has a ledger (loaded on demand)."""
+        names = [TopicName.parse(n) for n in self.service.topics_of_namespace(ns, 0)]
+        stored = set(self.service.ledger_factory.list_names())
+        return [await self.service.get_topic(n, create=False) for n in names if n.persistence_path in stored]
+
+    async def clear_backlog(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        only = request.match_info.get("sub")
+        for topic in await self.stored_topics(ns):
+            for name in admin_ops.subscription_names(topic):
+                if only is None or name == only:
+                    admin_ops.skip_all(await admin_ops.subscription(topic, name))
+        return no_content()
+
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        name = request.match_info["sub"]
+        topics = [t for t in await self.stored_topics(ns) if name in admin_ops.subscription_names(t)]
+        for topic in topics:
+            sub = topic.subscriptions.get(name)
+            if sub is not None and sub.consumers:
+                raise HttpError(412, f"Subscription {name} has active connected consumers on {topic.full_name}")
+        for topic in topics:
+            await admin_ops.delete_subscription(topic, name, force=False)
+            self.service.expiry_stats.forget(topic.full_name, name)
+        return no_content()
+
+    async def unload(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        for topic in [t for t in self.service.all_topics() if t.name.namespace == ns]:
+            await self.service.unload_topic(topic.name)
+        return no_content()

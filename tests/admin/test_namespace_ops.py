@@ -1,0 +1,94 @@
+"""Namespace-wide operations (clearBacklog, unsubscribe, unload) and the broker's version and
+configuration endpoints, over real HTTP with the official client making the topics."""
+
+from __future__ import annotations
+
+import pulsar
+
+from broker import __version__
+from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
+from tests.admin.conftest import Admin, rest_path, wait_for
+
+NS = "/admin/v2/namespaces"
+
+
+def topic_with_backlog(admin: Admin, client: pulsar.Client, ns: str, name: str, subs: tuple[str, ...],
+                       messages: int = 5) -> str:
+    topic = f"persistent://{ns}/{name}"
+    for sub in subs:
+        client.subscribe(topic, sub).close()
+    producer = client.create_producer(topic)
+    for i in range(messages):
+        producer.send(b"m%d" % i)
+    producer.close()
+    return topic
+
+
+def backlogs(admin: Admin, topic: str) -> dict[str, int]:
+    return {name: s["msgBacklog"] for name, s in admin.stats(topic)["subscriptions"].items()}
+
+
+def test_clear_backlog_of_every_topic_and_of_one_subscription(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    t1 = topic_with_backlog(admin, client, ns, "t1", ("a", "b"))
+    t2 = topic_with_backlog(admin, client, ns, "t2", ("a",))
+    # A topic that is not loaded has its backlog cleared too.
+    admin.ok("PUT", f"/admin/v2/{rest_path(t2)}/unload")
+    assert admin.post(f"{NS}/{ns}/clearBacklog/a").status == 204
+    assert backlogs(admin, t1) == {"a": 0, "b": 5}
+    assert backlogs(admin, t2) == {"a": 0}
+    assert admin.post(f"{NS}/{ns}/clearBacklog").status == 204
+    assert backlogs(admin, t1) == {"a": 0, "b": 0}
+    assert admin.post(f"{NS}/{ns}/clearBacklog/nobody").status == 204
+    # What is published afterwards is the new backlog.
+    producer = client.create_producer(t1)
+    producer.send(b"after")
+    consumer = client.subscribe(t1, "b")
+    assert consumer.receive(10_000).data() == b"after"
+    consumer.close()
+
+
+def test_unsubscribe_everywhere_or_nowhere(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    t1 = topic_with_backlog(admin, client, ns, "t1", ("a", "b"))
+    t2 = topic_with_backlog(admin, client, ns, "t2", ("a",))
+    consumer = client.subscribe(t2, "a")
+    reply = admin.post(f"{NS}/{ns}/unsubscribe/a")
+    assert reply.status == 412 and "active connected consumers" in reply.reason
+    assert sorted(backlogs(admin, t1)) == ["a", "b"]  # nothing deleted
+    consumer.close()
+    assert admin.post(f"{NS}/{ns}/unsubscribe/a").status == 204
+    assert sorted(backlogs(admin, t1)) == ["b"]
+    assert backlogs(admin, t2) == {}
+    assert admin.post(f"/admin/v2/namespaces/public/nowhere-{ns[-8:]}/unsubscribe/a").status == 404
+
+
+def test_unload_namespace(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/t"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    service = pulsar_broker.server.service
+    full = TopicName.parse(topic).full
+    before = service.topics[full]
+    assert admin.put(f"{NS}/{ns}/unload").status == 204
+    assert before.closed
+    # The clients come back on their own and load the topic again.
+    producer.send(b"after unload")
+    assert consumer.receive(10_000).data() == b"after unload"
+    wait_for(lambda: service.topics.get(full) not in (None, before), what="the topic to be loaded again")
+
+
+def test_broker_version_and_configuration(admin: Admin) -> None:
+    reply = admin.get("/admin/v2/brokers/version")
+    assert reply.status == 200 and reply.body.decode() == __version__
+    assert admin.ok("GET", "/admin/v2/brokers/configuration") == []
+    assert admin.ok("GET", "/admin/v2/brokers/configuration/values") == {}
+    runtime = admin.ok("GET", "/admin/v2/brokers/configuration/runtime")
+    assert runtime["clusterName"] == "standalone"
+    assert runtime["subscriptionTypesEnabled"] == "Exclusive,Shared,Failover,Key_Shared"
+    assert runtime["brokerDeleteInactiveTopicsEnabled"] in ("true", "false")
+    assert "tokenSecretKey" not in runtime and "unknown_keys" not in runtime
+    assert admin.get("/admin/v2/brokers/backlog-quota-check").status == 204
+    assert admin.ok("GET", "/admin/v2/brokers/standalone")  # still the cluster's broker list
