@@ -81,6 +81,8 @@ class TopicsResource:
             r.add_put(base + TOPIC + "/compaction", stored(self.trigger_compaction))
             r.add_get(base + TOPIC + "/compaction", stored(self.compaction_status))
             r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", stored(self.message_by_id))
+            r.add_get(base + TOPIC + "/examinemessage", stored(self.examine_message))
+            r.add_get(base + TOPIC + "/messageid/{timestamp}", stored(self.message_id_by_time))
 
     @property
     def service(self) -> Any:
@@ -361,6 +363,27 @@ class TopicsResource:
         except ManagedLedgerError:
             raise HttpError(404, "Message not found") from None
         return entry_response(entry)
+
+    async def examine_message(self, request: web.Request) -> web.Response:
+        """GET .../examinemessage?initialPosition=latest|earliest&messagePosition=N (1-based)."""
+        initial = request.query.get("initialPosition", "latest")
+        if initial not in ("latest", "earliest"):
+            raise HttpError(412, "initialPosition must be 'latest' or 'earliest'")
+        n = int_param(request.query.get("messagePosition", "1"), "messagePosition")
+        [topic] = await self.targets(self.name(request), "Examine messages")
+        if topic.ledger.number_of_entries <= 0:
+            raise HttpError(412, "Could not examine messages due to the total message is zero")
+        return entry_response(await admin_ops.examine(topic, initial == "latest", n))
+
+    async def message_id_by_time(self, request: web.Request) -> web.Response:
+        """GET .../messageid/{timestamp}: the first message published at or after it (past the
+        last message: the position the next one will get)."""
+        timestamp = int_param(request.match_info["timestamp"], "Timestamp")
+        name = self.name(request)
+        [topic] = await self.targets(name, "Get message ID by timestamp")
+        position = await topic.find_position_by_time(timestamp)
+        return json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
+                              "partitionIndex": name.partition_index})
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def unload(self, request: web.Request) -> web.Response:

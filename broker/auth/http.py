@@ -65,7 +65,8 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
         (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
         (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats)", Access.TOPIC_LOOKUP),
-        (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*)",
+        (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"
+                        r"|examinemessage|messageid/.*)",
          Access.TOPIC_CONSUME),
         # create / delete, partition changes, unload, terminate, permissions
         (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN),

@@ -166,6 +166,26 @@ async def peek(topic: PersistentTopic, sub: Subscription, n: int) -> Entry:
     return await ledger.read_entry(position)
 
 
+async def examine(topic: PersistentTopic, from_latest: bool, n: int) -> Entry:
+    """The n-th (1-based) stored entry counted from the oldest, or from the newest with
+    ``from_latest``; n past the end gives the entry at that end (Pulsar's examineMessage)."""
+    ledger = topic.ledger
+    total = ledger.number_of_entries
+    if total <= 0:
+        raise EntryNotFoundError("Could not examine messages due to the total message is zero")
+    n = min(max(n, 1), total)
+    index = total - n if from_latest else n - 1  # 0-based from the oldest
+    if index < total - 1 - index:  # walk from the nearer end
+        position = ledger.first_position
+        for _ in range(index):
+            position = ledger.next_valid_position(position)
+    else:
+        position = ledger.last_confirmed_entry
+        for _ in range(total - 1 - index):
+            position = ledger.previous_position(position)
+    return await ledger.read_entry(position)
+
+
 # -- clients --------------------------------------------------------------------------------------
 
 def disconnect_clients(topic: AnyTopic) -> None:

@@ -207,6 +207,35 @@ def test_internal_stats_last_message_id_and_message_by_id(admin: Admin, client: 
     assert admin.get(f"{base}/ledger/999999/entry/0").status == 404
 
 
+def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/examine"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    assert admin.get(f"{base}/examinemessage?initialPosition=earliest&messagePosition=1").status == 412
+    before = int(time.time() * 1000) - 1
+    ids = publish(client, topic, 5)
+
+    def examine(initial: str, n: int) -> bytes:
+        reply = admin.get(f"{base}/examinemessage?initialPosition={initial}&messagePosition={n}")
+        assert reply.status == 200, reply.body
+        return reply.body
+
+    assert [examine("earliest", n) for n in (1, 2, 5)] == [b"m0", b"m1", b"m4"]
+    assert [examine("latest", n) for n in (1, 2, 5)] == [b"m4", b"m3", b"m0"]
+    assert examine("earliest", 99) == b"m4" and examine("latest", 99) == b"m0"  # clamped to the ends
+    assert admin.get(f"{base}/examinemessage").body == b"m4"  # latest, 1
+    assert admin.get(f"{base}/examinemessage?initialPosition=middle").status == 412
+    # Partitioned: only a partition can be examined (405), as in Pulsar.
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    assert admin.get(f"/admin/v2/persistent/{ns}/parted/examinemessage").status == 405
+    # Message id by publish time: the first at or after it; past the last, the next position.
+    assert admin.ok("GET", f"{base}/messageid/{before}") == {
+        "ledgerId": ids[0].ledger_id(), "entryId": ids[0].entry_id(), "partitionIndex": -1}
+    future = admin.ok("GET", f"{base}/messageid/{int(time.time() * 1000) + 60_000}")
+    assert (future["ledgerId"], future["entryId"]) > (ids[-1].ledger_id(), ids[-1].entry_id())
+
+
 def test_peek_batched_and_compressed(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("peekz")
     base = f"/admin/v2/{rest_path(topic)}"
