@@ -58,6 +58,9 @@ class TopicsResource:
             r.add_put(base + TOPIC, self.create)
             r.add_delete(base + TOPIC, self.delete)
             r.add_get(base + TOPIC + "/partitions", self.get_partitions)
+            r.add_get(base + TOPIC + "/properties", self.get_properties)
+            r.add_put(base + TOPIC + "/properties", self.update_properties)
+            r.add_delete(base + TOPIC + "/properties", self.remove_property)
             r.add_put(base + TOPIC + "/partitions", self.create_partitioned)
             r.add_post(base + TOPIC + "/partitions", self.update_partitions)
             r.add_delete(base + TOPIC + "/partitions", self.delete_partitioned)
@@ -159,10 +162,47 @@ class TopicsResource:
                                     if t.startswith(f"{domain}://{ns}/")))
 
     async def create(self, request: web.Request) -> web.Response:
+        """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
+        properties = parse_properties(await read_body(request))
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
         await self.service.get_topic(name, create=True, explicit=True)
+        if properties:
+            self.service.metadata.set_topic_properties(name.full, properties)
+        return no_content()
+
+    # -- properties ------------------------------------------------------------------------------
+    def properties_key(self, name: TopicName) -> str:
+        """Where a topic's properties are kept: a partitioned topic's (base) name covers its
+        partitions; 404 when the topic does not exist."""
+        if self.service.metadata.partitions_of(name.base.full) > 0:
+            return name.base.full
+        if not self.exists(name):
+            raise HttpError(404, f"Topic {name} not found")
+        return name.full
+
+    async def get_properties(self, request: web.Request) -> web.Response:
+        key = self.properties_key(self.name(request))
+        return json_response(self.service.metadata.topic_properties.get(key, {}))
+
+    async def update_properties(self, request: web.Request) -> web.Response:
+        """PUT .../properties: add or replace the given keys (the others stay)."""
+        key = self.properties_key(self.name(request))
+        properties = parse_properties(await read_body(request))
+        merged = {**self.service.metadata.topic_properties.get(key, {}), **properties}
+        self.service.metadata.set_topic_properties(key, merged)
+        return no_content()
+
+    async def remove_property(self, request: web.Request) -> web.Response:
+        """DELETE .../properties?key=k."""
+        key = self.properties_key(self.name(request))
+        prop = request.query.get("key")
+        if not prop:
+            raise HttpError(400, "The key of the property to remove is required (?key=)")
+        remaining = dict(self.service.metadata.topic_properties.get(key, {}))
+        remaining.pop(prop, None)
+        self.service.metadata.set_topic_properties(key, remaining)
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -189,11 +229,21 @@ class TopicsResource:
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = self.name(request)
         auto = query_flag(request, "checkAllowAutoCreation")
-        return json_response({"partitions": await self.service.partitions_for(name, auto_create=auto)})
+        doc: dict[str, Any] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
+        properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
+        if properties:
+            doc["properties"] = properties
+        return json_response(doc)
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
+        """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
+        {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
         name = self.name(request)
         n = await read_body(request)
+        properties: dict[str, str] = {}
+        if isinstance(n, dict):
+            properties = parse_properties(n.get("properties"))
+            n = n.get("partitions")
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise HttpError(412, "Number of partitions should be more than 0")
         if name.partition_index >= 0:
@@ -202,6 +252,8 @@ class TopicsResource:
             raise HttpError(409, "Partitioned topic already exists")
         if self.exists(name):
             raise HttpError(409, "This topic already exists")
+        if properties:
+            self.service.metadata.topic_properties[name.full] = properties  # saved with the partitions
         self.service.metadata.set_partitions(name.full, n)
         return no_content()
 
@@ -483,6 +535,15 @@ def _decompress(codec: int, data: bytes, size: int) -> bytes | None:
             return None
         return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
     return None  # SNAPPY: no codec installed; the body stays compressed (header says so)
+
+
+def parse_properties(body: Any) -> dict[str, str]:
+    """Topic properties: a JSON object of strings (None: none)."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in body.items()):
+        raise HttpError(400, "Topic properties must be a JSON object of string values")
+    return body
 
 
 def entry_response(entry: Entry) -> web.Response:

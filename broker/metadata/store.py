@@ -42,6 +42,9 @@ class MetadataStore:
         # Topic-level policies: topic name (a partitioned topic's base name covers its partitions)
         # -> {Pulsar's TopicPolicies field name: value}
         self.topic_policies: dict[str, dict[str, Any]] = {}
+        # Topic properties (Pulsar's topic metadata map): topic name (a partitioned topic's base
+        # name covers its partitions) -> {key: value}
+        self.topic_properties: dict[str, dict[str, str]] = {}
         if path is not None and path.exists():
             self._load(path)
         else:
@@ -65,6 +68,7 @@ class MetadataStore:
         self.compactions = doc.get("compactions", {})
         self.terminated = doc.get("terminated", {})
         self.topic_policies = doc.get("topic_policies", {})
+        self.topic_properties = doc.get("topic_properties", {})
 
     def save(self) -> None:
         self.generation += 1  # lets hot paths cache what they derive from metadata
@@ -83,6 +87,7 @@ class MetadataStore:
             "compactions": self.compactions,
             "terminated": self.terminated,
             "topic_policies": self.topic_policies,
+            "topic_properties": self.topic_properties,
             "saved_at": time.time(),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +117,7 @@ class MetadataStore:
     def delete_partitioned(self, base_topic: str) -> None:
         """Forget a partitioned topic: its partition count and its topic-level policies."""
         found = self.partitioned_topics.pop(base_topic, None) is not None
+        found |= self.topic_properties.pop(base_topic, None) is not None
         if self.topic_policies.pop(base_topic, None) is not None or found:
             self.save()
 
@@ -128,9 +134,18 @@ class MetadataStore:
         changed = compaction is not None
         changed |= self.terminated.pop(topic, None) is not None
         changed |= self.topic_policies.pop(topic, None) is not None
+        changed |= self.topic_properties.pop(topic, None) is not None
         if changed:
             self.save()
         return compaction
+
+    # -- topic properties ---------------------------------------------------------------------------
+    def set_topic_properties(self, topic: str, properties: dict[str, str]) -> None:
+        if properties:
+            self.topic_properties[topic] = dict(properties)
+        else:
+            self.topic_properties.pop(topic, None)
+        self.save()
 
     # -- topic policies -----------------------------------------------------------------------------
     def topic_policy(self, topic: str, key: str) -> Any:

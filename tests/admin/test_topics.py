@@ -9,6 +9,7 @@ import pulsar
 from pulsar.schema import Record, String
 
 from broker.embedded import BrokerThread
+from broker.metadata.store import MetadataStore
 from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, rest_path, wait_for
 
@@ -234,6 +235,36 @@ def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Cli
         "ledgerId": ids[0].ledger_id(), "entryId": ids[0].entry_id(), "partitionIndex": -1}
     future = admin.ok("GET", f"{base}/messageid/{int(time.time() * 1000) + 60_000}")
     assert (future["ledgerId"], future["entryId"]) > (ids[-1].ledger_id(), ids[-1].entry_id())
+
+
+def test_topic_properties(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    ns = admin.new_namespace()
+    path = f"/admin/v2/persistent/{ns}/props"
+    assert admin.get(f"{path}/properties").status == 404
+    assert admin.put(path, {"owner": 7}).status == 400
+    assert admin.put(path, {"owner": "billing", "tier": "gold"}).status == 204
+    assert admin.ok("GET", f"{path}/properties") == {"owner": "billing", "tier": "gold"}
+    assert admin.put(f"{path}/properties", {"tier": "silver", "region": "eu"}).status == 204
+    assert admin.ok("GET", f"{path}/properties") == {"owner": "billing", "tier": "silver", "region": "eu"}
+    assert admin.delete(f"{path}/properties?key=owner").status == 204
+    assert admin.delete(f"{path}/properties").status == 400
+    assert admin.ok("GET", f"{path}/properties") == {"tier": "silver", "region": "eu"}
+    # A partitioned topic created the way the admin client does it with properties; its
+    # partitions share them.
+    parted = f"/admin/v2/persistent/{ns}/parted"
+    assert admin.put(f"{parted}/partitions", {"partitions": 2, "properties": {"k": "v"}}).status == 204
+    assert admin.ok("GET", f"{parted}/partitions") == {"partitions": 2, "properties": {"k": "v"}}
+    assert admin.ok("GET", f"{parted}-partition-1/properties") == {"k": "v"}
+    # They are saved (read back from metadata.json) and go with the topic.
+    store = pulsar_broker.server.service.metadata
+    assert store.path is not None
+    reread = MetadataStore(store.path, "standalone")
+    assert reread.topic_properties[f"persistent://{ns}/props"] == {"tier": "silver", "region": "eu"}
+    assert admin.delete(path).status == 204
+    assert admin.put(path).status == 204
+    assert admin.ok("GET", f"{path}/properties") == {}
+    assert admin.delete(f"{parted}/partitions").status == 204
+    assert f"persistent://{ns}/parted" not in store.topic_properties
 
 
 def test_peek_batched_and_compressed(admin: Admin, client: pulsar.Client) -> None:
