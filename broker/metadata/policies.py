@@ -218,8 +218,8 @@ def parse_publish_rate(body: Any) -> dict[str, int]:
 
 def parse_dispatch_rate(body: Any) -> dict[str, Any]:
     """DispatchRate {dispatchThrottlingRateInMsg, dispatchThrottlingRateInByte, ratePeriodInSecond,
-    relativeToPublishRate}: per period, 0 or less (Pulsar's default -1) = no limit on that measure.
-    relativeToPublishRate is kept but not applied."""
+    relativeToPublishRate}: per period, 0 or less (Pulsar's default -1) = no limit on that measure;
+    relativeToPublishRate raises each limited measure by the topic's publish rate."""
     doc = _object(body, "Dispatch rate")
     msgs = _int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
     nbytes = _int(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")

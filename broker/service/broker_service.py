@@ -329,11 +329,11 @@ class BrokerService:
 
         return self._rate_doc(name, topic_key, namespace_key, broker)
 
-    def dispatch_rate(self, name: TopicName, per_subscription: bool) -> tuple[int, int, int]:
-        """(messages, bytes, period in seconds); 0 or less = no limit."""
+    def dispatch_rate(self, name: TopicName, per_subscription: bool) -> tuple[int, int, int, bool]:
+        """(messages, bytes, period in seconds, relative to the publish rate); 0 or less = no limit."""
         doc = self.dispatch_rate_doc(name, per_subscription)
         return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
-                int(doc.get("ratePeriodInSecond", 1)))
+                int(doc.get("ratePeriodInSecond", 1)), bool(doc.get("relativeToPublishRate", False)))
 
     def subscribe_rate_doc(self, name: TopicName) -> dict[str, int]:
         """The SubscribeRate in force (else the broker's subscribeThrottlingRatePerConsumer and

@@ -81,18 +81,29 @@ class _RateLimit:
             return
         self._generation = self._metadata.generation
         msgs, nbytes, period = self._resolve()
-        limits = (max(0, msgs), max(0, nbytes), max(1, period))
+        self._set_limits((max(0, msgs), max(0, nbytes), max(1, period)), rebuild=True)
+
+    def _set_limits(self, limits: tuple[int, int, int], rebuild: bool) -> None:
+        """New limits: full new buckets (``rebuild``, a policy change), or the same buckets with
+        the new rates and capacities, keeping what they hold (a limit that follows a measured rate)."""
         if limits == self._limits:
             return
         self._limits = limits
         now, period = self._clock(), limits[2]
 
-        def bucket(n: int) -> TokenBucket | None:
-            return TokenBucket(n / period, now, capacity=n) if n else None
+        def bucket(n: int, old: TokenBucket | None) -> TokenBucket | None:
+            if not n:
+                return None
+            if rebuild or old is None:
+                return TokenBucket(n / period, now, capacity=n)
+            old.refill(now)
+            old.rate, old.capacity, old.tokens = n / period, n, min(old.tokens, n)
+            return old
 
-        self._buckets = (bucket(limits[0]), bucket(limits[1]))
+        self._buckets = (bucket(limits[0], self._buckets[0]), bucket(limits[1], self._buckets[1]))
         self._limited = bool(limits[0] or limits[1])
-        self._limits_changed()
+        if rebuild:
+            self._limits_changed()
 
     def _limits_changed(self) -> None:
         """Hook: the limits changed (the buckets are new and full)."""
@@ -149,6 +160,10 @@ class PublishThrottle(_RateLimit):
             connection.set_rate_throttled(-1)
 
 
+# How often a dispatch rate relative to the publish rate re-measures the publish rate (seconds).
+PUBLISH_RATE_SAMPLE_S = 1.0
+
+
 class DispatchRate(_RateLimit):
     """A dispatch rate limit (Pulsar's DispatchRate: messages and bytes per ratePeriodInSecond),
     shared by whoever dispatches under it: all subscriptions of a topic, or one subscription.
@@ -156,12 +171,57 @@ class DispatchRate(_RateLimit):
     A dispatcher asks ``budget()`` before a read and sizes the read to it, or, with nothing left,
     retries after ``wait()``; it reports what it sent with ``consume()``. What one read sends may
     go past the budget by less than an entry (an entry is never split), paid back before the next.
+
+    ``relativeToPublishRate``: each configured measure (messages, bytes) is raised by what the
+    topic took over the same period at its current publish rate, measured every second from the
+    topic's counters (``published``). Pulsar adds its 60-second stats average; a consumer that
+    keeps up here follows the producers within a second.
     """
 
-    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(metadata, resolve, clock)
+    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int, bool]],
+                 clock: Callable[[], float] = time.monotonic,
+                 published: Callable[[], tuple[int, int]] | None = None) -> None:
+        super().__init__(metadata, self._resolve_base, clock)
+        self._resolve_with_flag = resolve
+        self._published = published
+        self.relative = False
+        self._base = (0, 0, 1)
+        self._sample: tuple[float, int, int] | None = None  # (time, messages, bytes) published
+        self.publish_rate = (0.0, 0.0)  # messages, bytes per second at the last sample
         self.throttled_times = 0  # reads put off for lack of budget
+
+    def _resolve_base(self) -> tuple[int, int, int]:
+        msgs, nbytes, period, relative = self._resolve_with_flag()
+        self._base = (max(0, msgs), max(0, nbytes), max(1, period))
+        self.relative = relative and self._published is not None and bool(self._base[0] or self._base[1])
+        if self.relative and self._sample is None:
+            self._measure(self._clock())
+        return self._relative_limits()
+
+    def _refresh(self) -> None:
+        super()._refresh()
+        if self.relative and self._sample is not None:
+            now = self._clock()
+            if now - self._sample[0] >= PUBLISH_RATE_SAMPLE_S:
+                self._measure(now)
+                self._set_limits(self._relative_limits(), rebuild=False)
+
+    def _measure(self, now: float) -> None:
+        assert self._published is not None
+        msgs, nbytes = self._published()
+        if self._sample is not None:
+            then, msgs0, nbytes0 = self._sample
+            elapsed = max(now - then, 1e-9)
+            self.publish_rate = ((msgs - msgs0) / elapsed, (nbytes - nbytes0) / elapsed)
+        self._sample = (now, msgs, nbytes)
+
+    def _relative_limits(self) -> tuple[int, int, int]:
+        msgs, nbytes, period = self._base
+        if not self.relative:
+            return self._base
+        rate_msgs, rate_bytes = self.publish_rate
+        return (msgs + round(rate_msgs * period) if msgs else 0,
+                nbytes + round(rate_bytes * period) if nbytes else 0, period)
 
     @property
     def active(self) -> bool:

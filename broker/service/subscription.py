@@ -59,7 +59,8 @@ class Subscription:
         service = topic.service
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
         self.dispatch_rates = (topic.dispatch_rate,
-                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, True)))
+                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, True),
+                                            published=topic.published_totals))
 
     @property
     def batch_ack_sets(self) -> Mapping[Position, list[int]]:

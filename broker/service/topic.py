@@ -45,7 +45,8 @@ class PersistentTopic(AbstractTopic):
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
-        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False))
+        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False),
+                                          published=self.published_totals)
         self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
         self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
         # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
@@ -53,6 +54,10 @@ class PersistentTopic(AbstractTopic):
                                                     lambda: service.max_unacked_per_subscription(name))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing: set[asyncio.Task[None]] = set()
+
+    def published_totals(self) -> tuple[int, int]:
+        """Messages and bytes published to the topic since it loaded."""
+        return self.msg_in, self.bytes_in
 
     @property
     def deduplication_enabled(self) -> bool:

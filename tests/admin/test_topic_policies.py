@@ -489,6 +489,40 @@ def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Clie
     producer.close()
 
 
+def test_dispatch_rate_relative_to_publish_rate_follows_the_producers(
+        admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    # 5 messages a second on top of the publish rate: a consumer keeps up with producers that
+    # publish far faster than 5 a second.
+    _, topic = new_topic(admin, "relative")
+    admin.ok("POST", policy_path(topic, "subscriptionDispatchRate"),
+             {"dispatchThrottlingRateInMsg": 5, "relativeToPublishRate": True})
+    consumer = client.subscribe(topic, "s", receiver_queue_size=1000)
+    producer = client.create_producer(topic, batching_enabled=False)
+    rate = pulsar_broker.server.service.topics[TopicName.parse(topic).full].subscriptions["s"].dispatch_rates[1]
+    sent = 0
+    received: list[bytes] = []
+
+    def caught_up() -> bool:
+        nonlocal sent
+        for _ in range(20):  # keep publishing while the limiter measures the rate
+            producer.send(b"m%d" % sent)
+            sent += 1
+        while True:
+            try:
+                msg = consumer.receive(200)
+            except pulsar.Timeout:
+                break
+            received.append(msg.data())
+            consumer.acknowledge(msg)
+        return rate.limits[0] > 5 and len(received) == sent
+
+    wait_for(caught_up, timeout=30, what="the consumer to keep up under a limit that follows the producers")
+    assert rate.relative and rate.publish_rate[0] > 0
+    assert received == [b"m%d" % i for i in range(sent)]
+    consumer.close()
+    producer.close()
+
+
 def test_max_subscriptions_per_topic(admin: Admin, client: pulsar.Client) -> None:
     ns, topic = new_topic(admin, "subs")
     admin.ok("POST", policy_path(topic, "maxSubscriptionsPerTopic"), 2)

@@ -68,8 +68,8 @@ class FakeService:
     def max_unacked_per_consumer(self, name: Any) -> int:
         return self.config.maxUnackedMessagesPerConsumer
 
-    def dispatch_rate(self, name: Any, per_subscription: bool) -> tuple[int, int, int]:
-        return 0, 0, 1
+    def dispatch_rate(self, name: Any, per_subscription: bool) -> tuple[int, int, int, bool]:
+        return 0, 0, 1, False
 
 
 class Harness:
@@ -79,7 +79,8 @@ class Harness:
         loop = asyncio.get_running_loop()
         service = FakeService()
         topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
-                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1)),
+                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1, False)),
+                                published_totals=lambda: (0, 0),
                                 send_policy=SendPolicy(False, 0, True),
                                 max_unacked_per_subscription=SimpleNamespace(get=lambda: self.unacked_limit))
         self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)

@@ -74,7 +74,7 @@ async def test_no_limit_costs_nothing_and_holds_nobody() -> None:
 def test_dispatch_rate_budget_wait_and_period() -> None:
     now = [0.0]
     metadata = SimpleNamespace(generation=1)
-    limits = [(100, 0, 2)]  # 100 messages per 2 s, no byte limit
+    limits = [(100, 0, 2, False)]  # 100 messages per 2 s, no byte limit
     rate = DispatchRate(metadata, lambda: limits[0], clock=lambda: now[0])
     assert rate.budget() == (100, None)
     rate.consume(100, 10_000)
@@ -86,14 +86,41 @@ def test_dispatch_rate_budget_wait_and_period() -> None:
     assert rate.budget() == (0, 0)
     assert abs(rate.wait() - 0.62) < 1e-9  # 30 short, then one whole message: 31 / 50 s
     # Bytes too; a change of limits starts with full buckets; no limit = no budget at all.
-    limits[0] = (0, 1000, 1)
+    limits[0] = (0, 1000, 1, False)
     metadata.generation += 1
     assert rate.budget() == (1 << 30, 1000)
-    limits[0] = (-1, 0, 1)
+    limits[0] = (-1, 0, 1, False)
     metadata.generation += 1
     assert rate.budget() is None
     rate.consume(10**9, 10**9)  # costs nothing, changes nothing
     assert rate.budget() is None
+
+
+def test_dispatch_rate_relative_to_the_publish_rate() -> None:
+    now = [0.0]
+    metadata = SimpleNamespace(generation=1)
+    published = [(0, 0)]  # the topic's counters: messages, bytes
+    rate = DispatchRate(metadata, lambda: (100, 0, 2, True), clock=lambda: now[0], published=lambda: published[0])
+    assert rate.budget() == (100, None) and rate.relative  # nothing measured yet: the base
+    rate.consume(100, 0)
+    # 300 messages a second were published over the next second: the limit becomes 100 + 2 s of
+    # them per 2 s. The bucket keeps its balance (refilled at the old rate until now, not to
+    # the new capacity) and refills at the new rate from here.
+    now[0] = 1.0
+    published[0] = (300, 30_000)
+    assert rate.budget() == (50, None)
+    assert rate.limits == (700, 0, 2) and rate.publish_rate == (300.0, 30_000.0)
+    rate.consume(50, 0)
+    now[0] = 1.5
+    assert rate.budget() == (175, None)  # half a second at 350 per second
+    # Producers stopped: back to the base rate, balance capped at the smaller capacity.
+    now[0] = 2.5
+    assert rate.budget() == (100, None) and rate.limits == (100, 0, 2)
+    # Without a configured measure there is nothing to raise; without relativeToPublishRate the
+    # counters are never read.
+    plain = DispatchRate(metadata, lambda: (0, 500, 1, False), clock=lambda: now[0],
+                         published=lambda: (_ for _ in ()).throw(AssertionError("read")))
+    assert plain.budget() == (1 << 30, 500) and not plain.relative
 
 
 def test_subscribe_rate_counts_each_consumer_per_period() -> None:
