@@ -14,7 +14,6 @@ from aiohttp import web
 
 from broker.admin.common import HttpError, bound, check_name, json_response, no_content, query_flag, read_body
 from broker.metadata import policies as P
-from broker.service.schemas import STRATEGIES
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -52,6 +51,7 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True),
     PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
     PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
+    PlainPolicy("autoSubscriptionCreation", P.AUTO_SUBSCRIPTION_CREATION, P.parse_auto_subscription_creation),
     PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),
     PlainPolicy("inactiveTopicPolicies", P.INACTIVE_TOPIC_POLICIES, P.parse_inactive_topic_policies),
     # producer / consumer limits (0 = unlimited)
@@ -189,10 +189,7 @@ class NamespacesResource:
 
     async def put_schema_strategy(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        value = await read_body(request)
-        if value not in STRATEGIES:
-            raise HttpError(400, f"Unknown schema compatibility strategy {value!r}; one of {', '.join(STRATEGIES)}")
-        self.metadata.set_policy(ns, P.SCHEMA_STRATEGY, value)
+        self.metadata.set_policy(ns, P.SCHEMA_STRATEGY, P.parse_schema_strategy(await read_body(request)))
         return no_content()
 
     # -- retention -----------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class Spec:
     broker_default: Callable[[Any], Any]  # the BrokerService -> the broker's value
     parse: Callable[[Any], Any]
     query: str | None = None  # POST takes the value from this query parameter, not the body
+    set_method: str = "POST"  # (Pulsar PUTs a few)
     # The value in force (GET ?applied=true) when it is not namespace_key's, else broker_default.
     applied: Callable[[Any, TopicName], Any] | None = None
 
@@ -85,6 +86,13 @@ SPECS = (
          applied=lambda s, name: s.subscribe_rate_doc(name)),
     Spec("delayedDelivery", P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, lambda s: None, P.parse_delayed_delivery,
          applied=lambda s, name: s.delayed_delivery(name)),
+    Spec("autoSubscriptionCreation", P.T_AUTO_SUBSCRIPTION_CREATION, P.AUTO_SUBSCRIPTION_CREATION,
+         lambda s: {"allowAutoSubscriptionCreation": s.config.allowAutoSubscriptionCreation},
+         P.parse_auto_subscription_creation),
+    Spec("schemaCompatibilityStrategy", P.T_SCHEMA_STRATEGY, None, lambda s: None, P.parse_schema_strategy,
+         set_method="PUT", applied=lambda s, name: s.schemas.strategy(name.base.full)),
+    Spec("schemaValidationEnforced", P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
+         lambda s: s.config.isSchemaValidationEnforced, lambda v: P.parse_bool(v, "schemaValidationEnforced")),
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
          lambda s: s.config.brokerServiceCompactionThresholdInBytes,
          lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
@@ -103,7 +111,7 @@ class TopicPoliciesResource:
             for spec in SPECS:
                 path = f"{topic}/{spec.path}"
                 r.add_get(path, bound(self.get, spec))
-                r.add_post(path, bound(self.set, spec))
+                r.add_route(spec.set_method, path, bound(self.set, spec))
                 r.add_delete(path, bound(self.remove, spec))
             r.add_get(topic + "/backlogQuotaMap", self.get_backlog_quota_map)
             r.add_post(topic + "/backlogQuota", self.set_backlog_quota)

@@ -19,6 +19,7 @@ MESSAGE_TTL = "message_ttl_in_seconds"
 COMPACTION_THRESHOLD = "compaction_threshold"
 BACKLOG_QUOTA_MAP = "backlog_quota_map"
 AUTO_TOPIC_CREATION = "autoTopicCreationOverride"
+AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 DEDUPLICATION = "deduplicationEnabled"
 SCHEMA_STRATEGY = "schema_compatibility_strategy"
 AUTH_POLICIES = "auth_policies"
@@ -58,6 +59,9 @@ T_PUBLISH_RATE = "publishRate"
 T_DISPATCH_RATE = "dispatchRate"
 T_SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"
 T_SUBSCRIBE_RATE = "subscribeRate"
+T_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
+T_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
+T_SCHEMA_VALIDATION_ENFORCED = "schemaValidationEnforced"
 T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
@@ -288,6 +292,24 @@ def parse_inactive_topic_policies(body: Any) -> dict[str, Any]:
 
 
 # -- auto topic creation --------------------------------------------------------------------------
+
+SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                     "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+
+
+def parse_schema_strategy(body: Any) -> str:
+    """A SchemaCompatibilityStrategy name."""
+    if body not in SCHEMA_STRATEGIES:
+        raise PolicyError(400, f"Unknown schema compatibility strategy {body!r}; one of {', '.join(SCHEMA_STRATEGIES)}")
+    return str(body)
+
+
+def parse_auto_subscription_creation(body: Any) -> dict[str, bool]:
+    """AutoSubscriptionCreationOverride {allowAutoSubscriptionCreation}."""
+    doc = _object(body, "Auto subscription creation override")
+    return {"allowAutoSubscriptionCreation": parse_bool(doc.get("allowAutoSubscriptionCreation", False),
+                                                        "allowAutoSubscriptionCreation")}
+
 
 def parse_auto_topic_creation(body: Any) -> dict[str, Any]:
     """AutoTopicCreationOverride {allowAutoTopicCreation, topicType, defaultNumPartitions}."""

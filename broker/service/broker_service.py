@@ -49,7 +49,8 @@ class BrokerService:
         self.config = config
         self.data_dir = data_dir
         self.metadata = MetadataStore(data_dir / "metadata.json" if data_dir else None, config.clusterName)
-        self.schemas = SchemaRegistry(self.metadata)
+        self.schemas = SchemaRegistry(self.metadata,
+                                      lambda topic, key: self.topic_policy(TopicName.parse(topic), key))
         self.ledger_config = ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
@@ -356,8 +357,14 @@ class BrokerService:
 
     def schema_validation_enforced(self, name: TopicName) -> bool:
         """Producers without a schema are refused on topics that have one."""
-        value = self.metadata.policy(name.namespace, P.SCHEMA_VALIDATION_ENFORCED)
-        return bool(self.config.isSchemaValidationEnforced if value is None else value)
+        return bool(self.effective_policy(name, P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
+                                          self.config.isSchemaValidationEnforced))
+
+    def allow_auto_subscription_creation(self, name: TopicName) -> bool:
+        """Consumers may create a durable subscription by subscribing."""
+        doc = self.effective_policy(name, P.T_AUTO_SUBSCRIPTION_CREATION, P.AUTO_SUBSCRIPTION_CREATION,
+                                    {"allowAutoSubscriptionCreation": self.config.allowAutoSubscriptionCreation})
+        return bool(doc["allowAutoSubscriptionCreation"])
 
     def allow_auto_update_schema(self, name: TopicName) -> bool:
         """Producers may register new schema versions."""

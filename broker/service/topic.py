@@ -114,7 +114,7 @@ class PersistentTopic(AbstractTopic):
             return sub
         if durable:
             if name not in self.ledger.cursors:
-                if not self.service.config.allowAutoSubscriptionCreation:
+                if not self.service.allow_auto_subscription_creation(self.name):
                     raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
                 limit = self.service.max_subscriptions(self.name)
                 if 0 < limit <= sum(1 for n in self.ledger.cursors if n != DEDUP_CURSOR):

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from pulsar.schema import AvroSchema, Record, String
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, rest_path, wait_for
-from tests.component.wire import T, WireClient, producer_cmd, send_frame
+from tests.component.wire import T, WireClient, producer_cmd, send_frame, subscribe_cmd
 
 NS = "/admin/v2/namespaces"
 
@@ -62,6 +63,9 @@ def policy_path(topic: str, policy: str) -> str:
     ("subscriptionTypesEnabled", ["Shared", "Key_Shared"], "subscriptionTypesEnabled", ["Failover"],
      ["Exclusive", "Shared", "Failover", "Key_Shared"]),
     ("compactionThreshold", 1024, "compactionThreshold", 2048, 0),
+    ("autoSubscriptionCreation", {"allowAutoSubscriptionCreation": False}, "autoSubscriptionCreation",
+     {"allowAutoSubscriptionCreation": True}, {"allowAutoSubscriptionCreation": True}),
+    ("schemaValidationEnforced", True, "schemaValidationEnforced", False, False),
     ("inactiveTopicPolicies",
      {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up", "maxInactiveDurationSeconds": 5,
       "deleteWhileInactive": True}, "inactiveTopicPolicies",
@@ -418,11 +422,7 @@ def test_subscribe_rate_refuses_a_consumer_subscribing_again(admin: Admin, pulsa
              {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 600})
 
     def subscribe(consumer_id: int, request_id: int) -> pb.BaseCommand:
-        cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-        cmd.subscribe.topic, cmd.subscribe.subscription = topic, "s"
-        cmd.subscribe.subType, cmd.subscribe.consumer_name = pb.CommandSubscribe.Shared, "same"
-        cmd.subscribe.consumer_id, cmd.subscribe.request_id = consumer_id, request_id
-        return cmd
+        return subscribe_cmd(topic, "s", consumer_id, request_id, pb.CommandSubscribe.Shared, consumer_name="same")
 
     async def scenario() -> None:
         c = await WireClient.open(pulsar_broker.server.port)
@@ -559,11 +559,7 @@ def test_subscription_types_enabled(admin: Admin, client: pulsar.Client, pulsar_
     async def scenario() -> None:
         c = await WireClient.open(pulsar_broker.server.port)
         await c.connect()
-        cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-        cmd.subscribe.topic = topic
-        cmd.subscribe.subscription, cmd.subscribe.subType = "ks", pb.CommandSubscribe.Key_Shared
-        cmd.subscribe.consumer_id, cmd.subscribe.request_id = 1, 1
-        c.send(cmd)
+        c.send(subscribe_cmd(topic, "ks", sub_type=pb.CommandSubscribe.Key_Shared))
         reply = await c.recv()
         assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
         assert reply.error.message == f"Topic[{{{topic}}}] doesn't support Key_Shared sub type!"
@@ -590,6 +586,60 @@ def test_bad_subscription_types_setting_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="subscriptionTypesEnabled"):
         with BrokerThread(data_dir=tmp_path, subscriptionTypesEnabled=["Exclusive", "Broadcast"]):
             pass
+
+
+def test_auto_subscription_creation(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    ns, topic = new_topic(admin, "autosub")
+    client.subscribe(topic, "existing").close()
+    admin.ok("POST", f"{NS}/{ns}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": False})
+    assert admin.ok("GET", f"{NS}/{ns}")["autoSubscriptionCreationOverride"] == {
+        "allowAutoSubscriptionCreation": False}
+
+    async def refused() -> None:
+        # (The official client takes SubscriptionNotFound as temporary and retries until its
+        # operation timeout, as against Pulsar: the answer is checked on the wire.)
+        c = await WireClient.open(pulsar_broker.server.port)
+        await c.connect()
+        c.send(subscribe_cmd(topic, "new"))
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.SubscriptionNotFound
+        c.close()
+
+    pulsar_broker.run_coroutine(refused())
+    client.subscribe(topic, "existing").close()  # an existing subscription is always fine
+    client.create_reader(topic, pulsar.MessageId.earliest).close()  # readers create nothing durable
+    # The topic's override wins over its namespace's.
+    admin.ok("POST", policy_path(topic, "autoSubscriptionCreation"), {"allowAutoSubscriptionCreation": True})
+    client.subscribe(topic, "new").close()
+    assert admin.post(f"{NS}/{ns}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": "no"}).status == 400
+
+
+def test_topic_schema_compatibility_and_validation(admin: Admin, client: pulsar.Client) -> None:
+    ns, topic = new_topic(admin, "schema")
+    path = policy_path(topic, "schemaCompatibilityStrategy")
+    assert admin.get(path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == "FULL"  # the broker's default
+    admin.ok("PUT", f"{NS}/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    assert admin.ok("GET", path + "?applied=true") == "ALWAYS_COMPATIBLE"
+    assert admin.put(path, "SOMETIMES").status == 400
+    assert admin.put(path, "ALWAYS_INCOMPATIBLE").status == 204
+    assert admin.ok("GET", path) == "ALWAYS_INCOMPATIBLE"
+
+    class Order(Record):
+        id = String()
+
+    client.create_producer(topic, schema=pulsar.schema.StringSchema()).close()
+    with pytest.raises(pulsar.IncompatibleSchema):  # the topic refuses any new version
+        client.create_producer(topic, schema=AvroSchema(Order))
+    assert admin.delete(path).status == 204  # the namespace's ALWAYS_COMPATIBLE again
+    client.create_producer(topic, schema=AvroSchema(Order)).close()
+    # schemaValidationEnforced for this topic only: a producer without a schema is refused.
+    admin.ok("POST", policy_path(topic, "schemaValidationEnforced"), True)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic)
+    _, other = new_topic(admin, "schema-other")
+    client.create_producer(other, schema=pulsar.schema.StringSchema()).close()
+    client.create_producer(other).close()  # its namespace does not enforce
 
 
 def test_delayed_delivery_policies(admin: Admin, client: pulsar.Client) -> None:

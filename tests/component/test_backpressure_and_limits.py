@@ -19,7 +19,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
 from managed_ledger import ManagedLedgerConfig, MemoryManagedLedgerFactory
-from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 
 WAIT_S = 10.0
 
@@ -143,11 +143,7 @@ async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() 
         topic = "persistent://public/default/bp-reader"
         consumer = await WireClient.open(port_of(b))
         await consumer.connect()
-        sub = pb.BaseCommand(type=T.SUBSCRIBE)
-        s = sub.subscribe
-        s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 1, 1
-        s.subType = pb.CommandSubscribe.Exclusive
-        consumer.send(sub)
+        consumer.send(subscribe_cmd(topic))
         assert (await consumer.recv()).type == T.SUCCESS
         flow = pb.BaseCommand(type=T.FLOW)
         flow.flow.consumer_id, flow.flow.messagePermits = 1, 32768
@@ -233,11 +229,7 @@ async def test_producer_and_consumer_limits() -> None:
         err = await c.recv()
         assert err.type == T.ERROR and err.error.error == pb.ServerError.ProducerBusy
         for consumer_id, request_id in ((1, 3), (2, 4)):
-            sub = pb.BaseCommand(type=T.SUBSCRIBE)
-            s = sub.subscribe
-            s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", consumer_id, request_id
-            s.subType = pb.CommandSubscribe.Shared
-            c.send(sub)
+            c.send(subscribe_cmd(topic, "sub", consumer_id, request_id, pb.CommandSubscribe.Shared))
         assert (await c.recv()).type == T.SUCCESS
         err = await c.recv()
         assert err.type == T.ERROR and err.error.error == pb.ServerError.ConsumerBusy
@@ -344,11 +336,7 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
                 c.send(producer_cmd(topic, 1, 1))
                 assert (await c.recv()).type == T.PRODUCER_SUCCESS
             else:
-                sub = pb.BaseCommand(type=T.SUBSCRIBE)
-                s = sub.subscribe
-                s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 1, 1
-                s.subType = pb.CommandSubscribe.Shared
-                c.send(sub)
+                c.send(subscribe_cmd(topic, sub_type=pb.CommandSubscribe.Shared))
                 assert (await c.recv()).type == T.SUCCESS
                 flow = pb.BaseCommand(type=T.FLOW)
                 flow.flow.consumer_id, flow.flow.messagePermits = 1, 1000

@@ -14,6 +14,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
 from broker.service.nonpersistent import NonPersistentSubscription
 from broker.topic_name import TopicName
+from tests.component import wire
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
 
 TOPIC = "non-persistent://public/default/np-wire"
@@ -34,11 +35,7 @@ async def client(broker: Broker) -> WireClient:
 
 def subscribe_cmd(consumer_id: int, request_id: int, name: str,
                   sub_type: pb.CommandSubscribe.SubType = pb.CommandSubscribe.Exclusive) -> pb.BaseCommand:
-    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-    s = cmd.subscribe
-    s.topic, s.subscription, s.consumer_id, s.request_id = TOPIC, "sub", consumer_id, request_id
-    s.subType, s.consumer_name = sub_type, name
-    return cmd
+    return wire.subscribe_cmd(TOPIC, "sub", consumer_id, request_id, sub_type, consumer_name=name)
 
 
 def flow_cmd(consumer_id: int, permits: int) -> pb.BaseCommand:

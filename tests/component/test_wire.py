@@ -10,7 +10,7 @@ import pytest
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
-from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 
 
 @pytest.fixture
@@ -149,12 +149,7 @@ async def test_ack_receipt_and_consumer_stats(broker: Broker) -> None:
     assert (await c.recv()).type == T.PRODUCER_SUCCESS
     c.send(*send_frame(1, 0, b"x"))
     receipt = (await c.recv()).send_receipt
-    sub = pb.BaseCommand(type=T.SUBSCRIBE)
-    s = sub.subscribe
-    s.topic, s.subscription, s.consumer_id, s.request_id = topic, "sub", 5, 2
-    s.subType = pb.CommandSubscribe.Exclusive
-    s.initialPosition = pb.CommandSubscribe.Earliest
-    c.send(sub)
+    c.send(subscribe_cmd(topic, "sub", 5, 2, initialPosition=pb.CommandSubscribe.Earliest))
     assert (await c.recv()).type == T.SUCCESS
     flow = pb.BaseCommand(type=T.FLOW)
     flow.flow.consumer_id, flow.flow.messagePermits = 5, 10
@@ -186,12 +181,8 @@ async def test_ack_receipt_and_consumer_stats(broker: Broker) -> None:
 async def test_read_compacted_refused_on_shared(broker: Broker) -> None:
     c = await WireClient.open(port_of(broker))
     await c.connect()
-    sub = pb.BaseCommand(type=T.SUBSCRIBE)
-    s = sub.subscribe
-    s.topic, s.subscription, s.consumer_id, s.request_id = "persistent://public/default/rc", "s", 1, 1
-    s.subType = pb.CommandSubscribe.Shared
-    s.read_compacted = True
-    c.send(sub)
+    c.send(subscribe_cmd("persistent://public/default/rc", "s", sub_type=pb.CommandSubscribe.Shared,
+                         read_compacted=True))
     reply = await c.recv()
     assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
     c.close()

@@ -77,6 +77,18 @@ def producer_cmd(topic: str, producer_id: int = 1, request_id: int = 1) -> pb.Ba
     return cmd
 
 
+def subscribe_cmd(topic: str, subscription: str = "sub", consumer_id: int = 1, request_id: int = 1,
+                  sub_type: int = pb.CommandSubscribe.Exclusive, **fields: object) -> pb.BaseCommand:
+    """A SUBSCRIBE; ``fields`` sets further CommandSubscribe fields (consumer_name, ...)."""
+    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
+    s = cmd.subscribe
+    s.topic, s.subscription, s.consumer_id, s.request_id, s.subType = (
+        topic, subscription, consumer_id, request_id, sub_type)  # type: ignore[assignment]
+    for name, value in fields.items():
+        setattr(s, name, value)
+    return cmd
+
+
 def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False,
                **metadata: object) -> tuple[pb.BaseCommand, bytes]:
     """A SEND and its payload; ``metadata`` sets more MessageMetadata fields (e.g. deliver_at_time)."""
