@@ -43,8 +43,24 @@ class Spec:
     parse: Callable[[Any], Any]
     query: str | None = None  # POST takes the value from this query parameter, not the body
     set_method: str = "POST"  # (Pulsar PUTs a few)
+    # Checks of a parsed value against the rest of the configuration: (service, name, value);
+    # raises HttpError.
+    validate: Callable[[Any, TopicName, Any], None] | None = None
     # The value in force (GET ?applied=true) when it is not namespace_key's, else broker_default.
     applied: Callable[[Any, TopicName], Any] | None = None
+
+
+def _retention_covers_quotas(service: Any, name: TopicName, retention: Any) -> None:
+    quotas = [service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES]
+    if not all(P.check_quota_within_retention(q, retention) for q in quotas):
+        raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
+                             "Please increase retention quota and retry")
+
+
+def _within_broker_max_message_size(service: Any, name: TopicName, size: int) -> None:
+    if size > service.config.maxMessageSize:
+        raise HttpError(412, "topic-level maxMessageSize must be greater than or equal to 0 and less than "
+                             f"or equal to the broker's maxMessageSize ({service.config.maxMessageSize})")
 
 
 def _ttl(value: Any) -> int:
@@ -55,7 +71,7 @@ SPECS = (
     Spec("messageTTL", P.T_MESSAGE_TTL, P.MESSAGE_TTL, lambda s: s.config.ttlDurationDefaultInSeconds, _ttl,
          query="messageTTL"),
     Spec("retention", P.T_RETENTION, P.RETENTION,
-         lambda s: s.default_retention(), P.parse_retention),
+         lambda s: s.default_retention(), P.parse_retention, validate=_retention_covers_quotas),
     Spec("deduplicationEnabled", P.T_DEDUPLICATION, P.DEDUPLICATION, lambda s: s.config.brokerDeduplicationEnabled,
          lambda v: P.parse_bool(v, "deduplicationEnabled")),
     Spec("maxProducers", P.T_MAX_PRODUCERS, P.MAX_PRODUCERS_PER_TOPIC, lambda s: s.config.maxProducersPerTopic,
@@ -93,6 +109,9 @@ SPECS = (
          set_method="PUT", applied=lambda s, name: s.schemas.strategy(name.base.full)),
     Spec("schemaValidationEnforced", P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
          lambda s: s.config.isSchemaValidationEnforced, lambda v: P.parse_bool(v, "schemaValidationEnforced")),
+    Spec("maxMessageSize", P.T_MAX_MESSAGE_SIZE, None, lambda s: s.config.maxMessageSize,
+         lambda v: P.parse_limit(v, "maxMessageSize"), validate=_within_broker_max_message_size,
+         applied=lambda s, name: s.topic_policy(name, P.T_MAX_MESSAGE_SIZE) or s.config.maxMessageSize),
     Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
          lambda s: s.config.brokerServiceCompactionThresholdInBytes,
          lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
@@ -161,11 +180,8 @@ class TopicPoliciesResource:
         else:
             body = await read_body(request)
         value = spec.parse(body)
-        if spec.key == P.T_RETENTION:
-            quotas = [self.service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES]
-            if not all(P.check_quota_within_retention(q, value) for q in quotas):
-                raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
-                                     "Please increase retention quota and retry")
+        if spec.validate is not None:
+            spec.validate(self.service, name, value)
         self.service.metadata.set_topic_policy(name.full, spec.key, value)
         self._applied(name, spec)
         return no_content()

@@ -62,6 +62,7 @@ T_SUBSCRIBE_RATE = "subscribeRate"
 T_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 T_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
 T_SCHEMA_VALIDATION_ENFORCED = "schemaValidationEnforced"
+T_MAX_MESSAGE_SIZE = "maxMessageSize"
 T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.

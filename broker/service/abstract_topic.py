@@ -30,6 +30,7 @@ class SendPolicy(NamedTuple):
     encryption_required: bool
     max_delivery_delay_ms: int  # 0 = no max (or delayed delivery is off)
     delayed_delivery: bool  # deliver_at is honoured by Shared / Key_Shared dispatchers
+    max_message_size: int = 0  # the topic's maxMessageSize policy; 0 = only the broker's
 
 
 class AbstractTopic(ABC):
@@ -78,7 +79,8 @@ class AbstractTopic(ABC):
             encryption_required=not is_system_topic(self.name.full) and bool(
                 self.service.metadata.policy(self.name.namespace, P.ENCRYPTION_REQUIRED)),
             max_delivery_delay_ms=int(delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0,
-            delayed_delivery=bool(delayed["active"]))
+            delayed_delivery=bool(delayed["active"]),
+            max_message_size=int(self.service.topic_policy(self.name, P.T_MAX_MESSAGE_SIZE) or 0))
 
     @property
     def encryption_required(self) -> bool:

@@ -324,6 +324,9 @@ class ServerCnx:
             return
         md = parsed.metadata
         policy = producer.topic.send_policy
+        if policy.max_message_size and not c.is_chunk and len(payload) > policy.max_message_size + ENTRY_OVERHEAD:
+            self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
+            return
         if policy.encryption_required and not md.encryption_keys:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Messages must be encrypted"))
             return

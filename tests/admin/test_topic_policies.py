@@ -687,6 +687,36 @@ def test_a_message_delayed_past_the_maximum_is_refused(admin: Admin, pulsar_brok
     pulsar_broker.run_coroutine(scenario())
 
 
+def test_topic_max_message_size(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    _, topic = new_topic(admin, "max-size")
+    path = policy_path(topic, "maxMessageSize")
+    assert admin.ok("GET", path + "?applied=true") == 5 * 1024 * 1024  # the broker's
+    assert admin.post(path, 6 * 1024 * 1024).status == 412  # above the broker's
+    assert admin.post(path, -1).status == 412
+    assert admin.post(path, 1000).status == 204
+    assert admin.ok("GET", path + "?applied=true") == 1000
+
+    async def scenario() -> None:
+        c = await WireClient.open(pulsar_broker.server.port)
+        await c.connect()
+        c.send(producer_cmd(topic))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(*send_frame(1, 0, b"x" * 2000))
+        reply = await c.recv()
+        assert reply.type == T.SEND_ERROR and reply.send_error.error == pb.ServerError.NotAllowedError
+        assert reply.send_error.message == "Exceed maximum message size"
+        c.send(*send_frame(1, 1, b"x" * 900))
+        assert (await c.recv()).type == T.SEND_RECEIPT
+        c.close()
+
+    pulsar_broker.run_coroutine(scenario())
+    # Without the topic's limit the broker's applies again; the official client sends under it.
+    assert admin.delete(path).status == 204
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"x" * 2000)
+    producer.close()
+
+
 def test_non_persistent_topic_policies(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
     topic = f"non-persistent://{ns}/live"
