@@ -17,6 +17,7 @@ from aiohttp import web
 from broker import __version__
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
 from broker.admin.metrics import make_registry, render_metrics
+from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
 from broker.admin.permissions import PermissionsResource
@@ -72,6 +73,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
+        NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)
         self.schemas.register(r)
         self.topic_policies.register(r)  # (before the topic routes: more specific paths)

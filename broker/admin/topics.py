@@ -64,6 +64,8 @@ class TopicsResource:
             r.add_put(base + TOPIC + "/partitions", self.create_partitioned)
             r.add_post(base + TOPIC + "/partitions", self.update_partitions)
             r.add_delete(base + TOPIC + "/partitions", self.delete_partitioned)
+            r.add_post(base + TOPIC + "/createMissedPartitions", self.create_missed_partitions)
+            r.add_post(base + TOPIC + "/trim", stored(self.trim))
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
@@ -255,6 +257,24 @@ class TopicsResource:
         if properties:
             self.service.metadata.topic_properties[name.full] = properties  # saved with the partitions
         self.service.metadata.set_partitions(name.full, n)
+        return no_content()
+
+    async def create_missed_partitions(self, request: web.Request) -> web.Response:
+        """POST .../createMissedPartitions: create each partition that has no topic yet."""
+        name = self.name(request)
+        n = self.partitions(name)
+        if n == 0:
+            raise HttpError(404, "Partitioned Topic not found")
+        for i in range(n):
+            if not self.exists(name.partition(i)):
+                await self.service.get_topic(name.partition(i), create=True, explicit=True)
+        return no_content()
+
+    async def trim(self, request: web.Request) -> web.Response:
+        """POST .../trim: delete the ledgers every subscription has consumed, as retention allows
+        (what happens on its own at rollover), on the topic or each partition."""
+        for topic in await self.targets(self.name(request)):
+            topic.ledger.trim_consumed_ledgers()
         return no_content()
 
     async def update_partitions(self, request: web.Request) -> web.Response:

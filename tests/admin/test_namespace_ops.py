@@ -3,7 +3,10 @@ configuration endpoints, over real HTTP with the official client making the topi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pulsar
+import pytest
 
 from broker import __version__
 from broker.embedded import BrokerThread
@@ -11,6 +14,13 @@ from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, rest_path, wait_for
 
 NS = "/admin/v2/namespaces"
+
+
+@pytest.fixture(scope="module")
+def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    """This module's own broker: it adds a cluster, which the other modules' brokers must not see."""
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("namespace-ops")) as b:
+        yield b
 
 
 def topic_with_backlog(admin: Admin, client: pulsar.Client, ns: str, name: str, subs: tuple[str, ...],
@@ -92,3 +102,33 @@ def test_broker_version_and_configuration(admin: Admin) -> None:
     assert "tokenSecretKey" not in runtime and "unknown_keys" not in runtime
     assert admin.get("/admin/v2/brokers/backlog-quota-check").status == 204
     assert admin.ok("GET", "/admin/v2/brokers/standalone")  # still the cluster's broker list
+
+
+def test_replication_clusters_properties_and_bundles(admin: Admin) -> None:
+    ns = admin.new_namespace()
+    assert admin.ok("GET", f"{NS}/{ns}/replication") == ["standalone"]
+    assert admin.post(f"{NS}/{ns}/replication", ["standalone"]).status == 204  # pulsar-admin set-clusters
+    assert admin.post(f"{NS}/{ns}/replication", []).status == 412
+    assert admin.post(f"{NS}/{ns}/replication", ["global"]).status == 412
+    assert admin.post(f"{NS}/{ns}/replication", ["elsewhere"]).status == 412
+    assert admin.post(f"{NS}/{ns}/replication", "standalone").status == 400
+    admin.ok("PUT", "/admin/v2/clusters/second", {"serviceUrl": "http://second:8080"})
+    reply = admin.post(f"{NS}/{ns}/replication", ["standalone", "second"])
+    assert reply.status == 403 and "not in the list of allowed clusters" in reply.reason
+    assert admin.ok("GET", f"{NS}/{ns}")["replication_clusters"] == ["standalone"]
+
+    assert admin.ok("GET", f"{NS}/{ns}/properties") == {}
+    assert admin.put(f"{NS}/{ns}/properties", {"team": "billing", "tier": "gold"}).status == 204
+    assert admin.put(f"{NS}/{ns}/property/tier/silver").status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/properties") == {"team": "billing", "tier": "silver"}
+    assert admin.get(f"{NS}/{ns}/property/tier").body == b"silver"
+    assert admin.get(f"{NS}/{ns}/property/nothing").status == 204
+    assert admin.delete(f"{NS}/{ns}/property/team").status == 204
+    assert admin.ok("GET", f"{NS}/{ns}")["properties"] == {"tier": "silver"}
+    assert admin.put(f"{NS}/{ns}/properties", {"n": 1}).status == 400
+    assert admin.delete(f"{NS}/{ns}/properties").status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/properties") == {}
+
+    bundles = admin.ok("GET", f"{NS}/{ns}/bundles")
+    assert bundles["numBundles"] == 4 and bundles["boundaries"][0] == "0x00000000"
+    assert bundles["boundaries"][-1] == "0xffffffff"

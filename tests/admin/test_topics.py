@@ -267,6 +267,38 @@ def test_topic_properties(admin: Admin, pulsar_broker: BrokerThread) -> None:
     assert f"persistent://{ns}/parted" not in store.topic_properties
 
 
+def test_create_missed_partitions_and_trim(admin: Admin, client: pulsar.Client,
+                                           pulsar_broker: BrokerThread) -> None:
+    ns = admin.new_namespace()
+    parted = f"/admin/v2/persistent/{ns}/parted"
+    admin.ok("PUT", f"{parted}/partitions", 3)
+    factory = pulsar_broker.server.service.ledger_factory
+
+    def created() -> list[str]:
+        return sorted(n for n in factory.list_names() if n.startswith(f"{ns}/persistent/parted"))
+
+    client.create_producer(f"persistent://{ns}/parted-partition-1").close()
+    assert created() == [f"{ns}/persistent/parted-partition-1"]
+    assert admin.post(f"{parted}/createMissedPartitions").status == 204
+    assert created() == [f"{ns}/persistent/parted-partition-{i}" for i in range(3)]
+    assert admin.post(f"/admin/v2/persistent/{ns}/plain/createMissedPartitions").status == 404
+    # Trim: a fully consumed ledger left behind by a reload goes at once.
+    topic = f"persistent://{ns}/trimmed"
+    base = f"/admin/v2/{rest_path(topic)}"
+    consumer = client.subscribe(topic, "s")
+    publish(client, topic, 3)
+    for _ in range(3):
+        consumer.acknowledge(consumer.receive(TIMEOUT_MS))
+    consumer.close()
+    wait_for(lambda: backlog(admin, topic, "s") == 0, what="the acks")
+    admin.ok("PUT", f"{base}/unload")
+    ledgers = admin.ok("GET", f"{base}/internalStats")["ledgers"]
+    assert admin.post(f"{base}/trim").status == 204
+    after = admin.ok("GET", f"{base}/internalStats")["ledgers"]
+    assert len(after) < len(ledgers) and after[-1] == ledgers[-1]
+    assert admin.post(f"/admin/v2/persistent/{ns}/missing/trim").status == 404
+
+
 def test_peek_batched_and_compressed(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("peekz")
     base = f"/admin/v2/{rest_path(topic)}"
