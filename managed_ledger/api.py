@@ -102,6 +102,9 @@ class ManagedLedgerConfig:
     retention_time_s: float = 0
     # defaultRetentionSizeInMB=0: consumed ledgers are deleted at once; -1 keeps them forever
     retention_size_bytes: int = 0
+    # Persisted mark-deletes per second per durable cursor (a topic's persistence policy,
+    # managedLedgerMaxMarkDeleteRate); None = the factory's default; 0 = each change at once.
+    mark_delete_rate: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_entries_per_ledger < 1:
@@ -116,6 +119,8 @@ class ManagedLedgerConfig:
             raise ValueError("cache_size_bytes must be >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise ValueError("retention limits are >= 0, or -1 for infinite")
+        if self.mark_delete_rate is not None and self.mark_delete_rate < 0:
+            raise ValueError("mark_delete_rate must be >= 0")
 
     @property
     def infinite_retention(self) -> bool:

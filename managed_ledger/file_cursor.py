@@ -79,9 +79,18 @@ class CursorPersistence:
 
     def __init__(self, ledger: FileManagedLedger, interval_s: float, max_ranges: int) -> None:
         self._ledger = ledger
-        self._interval = interval_s
+        self._default_interval = interval_s
         self._max_ranges = max_ranges
         self._states: dict[str, _State] = {}
+
+    @property
+    def _interval(self) -> float:
+        """The longest a change waits before it is written: the ledger's mark-delete rate, else
+        the factory's default."""
+        rate = self._ledger.config.mark_delete_rate
+        if rate is None:
+            return self._default_interval
+        return 1.0 / rate if rate > 0 else 0.0
 
     def track(self, name: str, *, dirty: bool) -> None:
         """Start persisting a durable cursor; dirty: its state is not on disk yet."""

@@ -51,6 +51,7 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True),
     PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
     PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
+    PlainPolicy("persistence", P.PERSISTENCE, P.parse_persistence),
     PlainPolicy("autoSubscriptionCreation", P.AUTO_SUBSCRIPTION_CREATION, P.parse_auto_subscription_creation),
     PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),
     PlainPolicy("inactiveTopicPolicies", P.INACTIVE_TOPIC_POLICIES, P.parse_inactive_topic_policies),
@@ -203,10 +204,13 @@ class NamespacesResource:
         if not all(P.check_quota_within_retention(q, retention) for q in quotas.values()):
             raise HttpError(412, "Retention Quota must exceed configured backlog quota for namespace.")
         self.metadata.set_policy(ns, P.RETENTION, retention)
+        self._applied(ns, P.RETENTION)
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), P.RETENTION, None)
+        ns = self.namespace(request)
+        self.metadata.set_policy(ns, P.RETENTION, None)
+        self._applied(ns, P.RETENTION)
         return no_content()
 
     # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
@@ -271,8 +275,17 @@ class NamespacesResource:
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
         self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
+        self._applied(ns, policy.key)
         return no_content()
 
     async def remove_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
-        self.metadata.set_policy(self.namespace(request), policy.key, None)
+        ns = self.namespace(request)
+        self.metadata.set_policy(ns, policy.key, None)
+        self._applied(ns, policy.key)
         return no_content()
+
+    def _applied(self, ns: str, key: str) -> None:
+        """Retention and persistence reach the namespace's loaded topics at once (the others read
+        policies when they load)."""
+        if key in (P.RETENTION, P.PERSISTENCE):
+            self.web.service.apply_ledger_policies_to(ns)

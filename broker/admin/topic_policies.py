@@ -109,6 +109,7 @@ SPECS = (
          set_method="PUT", applied=lambda s, name: s.schemas.strategy(name.base.full)),
     Spec("schemaValidationEnforced", P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
          lambda s: s.config.isSchemaValidationEnforced, lambda v: P.parse_bool(v, "schemaValidationEnforced")),
+    Spec("persistence", P.T_PERSISTENCE, P.PERSISTENCE, lambda s: None, P.parse_persistence),
     Spec("maxMessageSize", P.T_MAX_MESSAGE_SIZE, None, lambda s: s.config.maxMessageSize,
          lambda v: P.parse_limit(v, "maxMessageSize"), validate=_within_broker_max_message_size,
          applied=lambda s, name: s.topic_policy(name, P.T_MAX_MESSAGE_SIZE) or s.config.maxMessageSize),
@@ -193,9 +194,10 @@ class TopicPoliciesResource:
         return no_content()
 
     def _applied(self, name: TopicName, spec: Spec) -> None:
-        """Retention reaches loaded topics at once (the others read policies when they are used)."""
-        if spec.key == P.T_RETENTION:
-            self.service.apply_retention_to(name)
+        """Retention and persistence reach loaded topics at once (the others read policies when
+        they load)."""
+        if spec.key in (P.T_RETENTION, P.T_PERSISTENCE):
+            self.service.apply_ledger_policies_to(name.full)
 
     # -- backlog quotas: one entry per quota type ------------------------------------------------------
     async def get_backlog_quota_map(self, request: web.Request) -> web.Response:

@@ -40,6 +40,7 @@ PUBLISH_MAX_MESSAGE_RATE = "publish_max_message_rate"  # {cluster: PublishRate}
 TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIBE_RATE = "clusterSubscribeRate"  # {cluster: SubscribeRate}
+PERSISTENCE = "persistence"
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -63,6 +64,7 @@ T_AUTO_SUBSCRIPTION_CREATION = "autoSubscriptionCreationOverride"
 T_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
 T_SCHEMA_VALIDATION_ENFORCED = "schemaValidationEnforced"
 T_MAX_MESSAGE_SIZE = "maxMessageSize"
+T_PERSISTENCE = "persistence"
 T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
@@ -234,6 +236,33 @@ def parse_dispatch_rate(body: Any) -> dict[str, Any]:
         raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
     return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
             "ratePeriodInSecond": period, "relativeToPublishRate": relative}
+
+
+# Pulsar's managedLedgerMaxEnsembleSize / ...MaxWriteQuorum / ...MaxAckQuorum defaults.
+MAX_ENSEMBLE = MAX_WRITE_QUORUM = MAX_ACK_QUORUM = 5
+
+
+def parse_persistence(body: Any) -> dict[str, Any]:
+    """PersistencePolicies {bookkeeperEnsemble, bookkeeperWriteQuorum, bookkeeperAckQuorum,
+    managedLedgerMaxMarkDeleteRate}, checked as Pulsar does. Only the mark-delete rate means
+    anything without BookKeeper (the quorums are kept for the tools that read them back)."""
+    doc = _object(body, "Persistence policies")
+    ensemble = _int(doc.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble")
+    write = _int(doc.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum")
+    ack = _int(doc.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum")
+    rate = doc.get("managedLedgerMaxMarkDeleteRate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        raise PolicyError(400, "managedLedgerMaxMarkDeleteRate must be a number")
+    for value, what, most in ((ensemble, "Ensemble", MAX_ENSEMBLE), (write, "WriteQuorum", MAX_WRITE_QUORUM),
+                              (ack, "AckQuorum", MAX_ACK_QUORUM)):
+        if not 0 < value <= most:
+            raise PolicyError(412, f"Bookkeeper-{what} must be <= {most} and > 0.")
+    if not ensemble >= write >= ack:
+        raise PolicyError(412, f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuoru ({ack})")
+    if rate < 0:
+        raise PolicyError(412, "managedLedgerMaxMarkDeleteRate must be 0 or more")
+    return {"bookkeeperEnsemble": ensemble, "bookkeeperWriteQuorum": write, "bookkeeperAckQuorum": ack,
+            "managedLedgerMaxMarkDeleteRate": float(rate)}
 
 
 def parse_subscribe_rate(body: Any) -> dict[str, int]:

@@ -376,23 +376,27 @@ class BrokerService:
                                           self.config.brokerDeduplicationEnabled))
 
     def ledger_config_for(self, name: TopicName) -> ManagedLedgerConfig:
-        """The managed-ledger settings with the namespace's retention (applied when a topic loads,
-        and to loaded topics by the retention housekeeping task)."""
+        """The managed-ledger settings with the topic's retention and persistence policies
+        (applied when a topic loads, and to loaded topics by the retention housekeeping task)."""
         r = self.retention(name)
         minutes, size_mb = r["retentionTimeInMinutes"], r["retentionSizeInMB"]
+        persistence = self.effective_policy(name, P.T_PERSISTENCE, P.PERSISTENCE, None)
         return dataclasses.replace(self.ledger_config,
                                    retention_time_s=-1 if minutes < 0 else minutes * 60,
-                                   retention_size_bytes=-1 if size_mb < 0 else size_mb * MB)
+                                   retention_size_bytes=-1 if size_mb < 0 else size_mb * MB,
+                                   mark_delete_rate=None if persistence is None
+                                   else float(persistence["managedLedgerMaxMarkDeleteRate"]))
 
-    def apply_retention_to(self, name: TopicName) -> None:
-        """A retention change of topic ``name`` (of every partition, for a partitioned name)
-        reaches its loaded topics now."""
+    def apply_ledger_policies_to(self, scope: str) -> None:
+        """A retention or persistence change reaches the loaded topics it covers now: ``scope``
+        is a topic's full name (every partition, for a partitioned one) or a namespace."""
         for topic in list(self.topics.values()):
-            if topic.name.base.full == name.full:
-                self.apply_retention(topic)
+            if scope in (topic.name.base.full, topic.name.namespace):
+                self.apply_ledger_policies(topic)
 
-    def apply_retention(self, topic: PersistentTopic) -> None:
-        """Give a loaded topic's managed ledger its current retention, and let it trim."""
+    def apply_ledger_policies(self, topic: PersistentTopic) -> None:
+        """Give a loaded topic's managed ledger its current retention and persistence, and let
+        it trim."""
         if topic.closed:
             return
         wanted = self.ledger_config_for(topic.name)

@@ -79,10 +79,10 @@ class Housekeeping:
                 service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
     async def apply_retention(self) -> None:
-        """Bring loaded topics up to date with their retention policy and delete ledgers that
-        retention no longer keeps (time passes even without traffic)."""
+        """Bring loaded topics up to date with their retention (and persistence) policies and
+        delete ledgers that retention no longer keeps (time passes even without traffic)."""
         for topic in list(self.service.topics.values()):
-            self.service.apply_retention(topic)
+            self.service.apply_ledger_policies(topic)
 
     async def compact_if_due(self) -> None:
         """Start compaction on topics that received more than their threshold."""

@@ -687,6 +687,31 @@ def test_a_message_delayed_past_the_maximum_is_refused(admin: Admin, pulsar_brok
     pulsar_broker.run_coroutine(scenario())
 
 
+def test_persistence_policies(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    ns, topic = new_topic(admin, "persistence")
+    ns_path, path = f"{NS}/{ns}/persistence", policy_path(topic, "persistence")
+    assert admin.get(ns_path).status == 204 and admin.get(path).status == 204
+    reply = admin.post(ns_path, {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1})
+    assert reply.status == 412 and reply.reason == "Bookkeeper Ensemble (1) >= WriteQuorum (2) >= AckQuoru (1)"
+    assert admin.post(ns_path, {"bookkeeperEnsemble": 6, "bookkeeperWriteQuorum": 1,
+                                "bookkeeperAckQuorum": 1}).status == 412
+    assert admin.post(ns_path, {"managedLedgerMaxMarkDeleteRate": -1}).status == 412
+    client.subscribe(topic, "s").close()  # loaded, with a durable cursor
+    ledger = pulsar_broker.server.service.topics[TopicName.parse(topic).full].ledger
+    assert ledger.config.mark_delete_rate is None  # the broker's managedLedgerDefaultMarkDeleteRateLimit
+    every = {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
+             "managedLedgerMaxMarkDeleteRate": 0.0}
+    assert admin.post(ns_path, every).status == 204
+    assert admin.ok("GET", ns_path) == every
+    assert ledger.config.mark_delete_rate == 0.0  # reached the loaded topic at once
+    assert admin.post(path, {**every, "managedLedgerMaxMarkDeleteRate": 5}).status == 204
+    assert admin.ok("GET", path)["managedLedgerMaxMarkDeleteRate"] == 5.0
+    assert ledger.config.mark_delete_rate == 5.0  # the topic's wins
+    assert ledger._persistence._interval == 0.2  # what the cursor writer waits at most
+    assert admin.delete(path).status == 204 and admin.delete(ns_path).status == 204
+    assert ledger.config.mark_delete_rate is None
+
+
 def test_topic_max_message_size(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
     _, topic = new_topic(admin, "max-size")
     path = policy_path(topic, "maxMessageSize")
