@@ -277,22 +277,31 @@ def test_max_unacked_messages_on_consumer(admin: Admin, client: pulsar.Client) -
     assert receive_all(consumer, 6) == [b"m%d" % i for i in range(6)]
 
 
-def test_max_unacked_messages_on_subscription(admin: Admin, client: pulsar.Client) -> None:
-    _, topic = new_topic(admin, "sub-unacked")
-    admin.ok("POST", policy_path(topic, "maxUnackedMessagesOnSubscription"), 4)
-    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
-                 for _ in range(2)]
+def subscription_stats(admin: Admin, topic: str, sub: str = "s") -> dict[str, object]:
+    return admin.stats(topic)["subscriptions"][sub]  # type: ignore[no-any-return]
+
+
+def blocked_on_unacked(admin: Admin, client: pulsar.Client, topic: str, limit: int, messages: int,
+                       consumers: int) -> list[pulsar.Consumer]:
+    """Shared consumers of subscription "s" under maxUnackedMessagesOnSubscription ``limit``,
+    once ``messages`` were published and the subscription is blocked holding ``limit`` of them."""
+    admin.ok("POST", policy_path(topic, "maxUnackedMessagesOnSubscription"), limit)
+    subscribed = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
+                  for _ in range(consumers)]
     producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(12):
+    for i in range(messages):
         producer.send(b"m%d" % i)
+    wait_for(lambda: subscription_stats(admin, topic)["blockedSubscriptionOnUnackedMsgs"],
+             what="the subscription to be blocked")
+    assert subscription_stats(admin, topic)["unackedMessages"] == limit
+    return subscribed
 
-    def sub_stats() -> dict[str, object]:
-        return admin.stats(topic)["subscriptions"]["s"]  # type: ignore[no-any-return]
 
+def test_max_unacked_messages_on_subscription(admin: Admin, client: pulsar.Client) -> None:
     # Four delivered between the two consumers, then the subscription is blocked until acks bring
     # it down to two.
-    wait_for(lambda: sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be blocked")
-    assert sub_stats()["unackedMessages"] == 4
+    _, topic = new_topic(admin, "sub-unacked")
+    consumers = blocked_on_unacked(admin, client, topic, limit=4, messages=12, consumers=2)
     received: list[bytes] = []
     for _ in range(500):
         if len(received) == 12:
@@ -305,29 +314,20 @@ def test_max_unacked_messages_on_subscription(admin: Admin, client: pulsar.Clien
             received.append(msg.data())
             c.acknowledge(msg)
     assert sorted(received) == sorted(b"m%d" % i for i in range(12))
-    wait_for(lambda: not sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be unblocked")
+    wait_for(lambda: not subscription_stats(admin, topic)["blockedSubscriptionOnUnackedMsgs"],
+             what="the subscription to be unblocked")
 
 
 def test_max_unacked_messages_on_subscription_lifted_by_removing_the_policy(admin: Admin,
                                                                              client: pulsar.Client) -> None:
     _, topic = new_topic(admin, "sub-unacked-lifted")
-    path = policy_path(topic, "maxUnackedMessagesOnSubscription")
-    admin.ok("POST", path, 2)
-    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100)
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(6):
-        producer.send(b"m%d" % i)
-
-    def sub_stats() -> dict[str, object]:
-        return admin.stats(topic)["subscriptions"]["s"]  # type: ignore[no-any-return]
-
-    wait_for(lambda: sub_stats()["blockedSubscriptionOnUnackedMsgs"], what="the subscription to be blocked")
-    assert sub_stats()["unackedMessages"] == 2
+    [consumer] = blocked_on_unacked(admin, client, topic, limit=2, messages=6, consumers=1)
     # Without the topic's limit the broker default (200000) applies: the rest goes out, unacked.
+    path = policy_path(topic, "maxUnackedMessagesOnSubscription")
     assert admin.delete(path).status == 204
     assert admin.ok("GET", path + "?applied=true") == 200000
-    wait_for(lambda: sub_stats()["unackedMessages"] == 6, what="the rest to be delivered")
-    assert not sub_stats()["blockedSubscriptionOnUnackedMsgs"]
+    wait_for(lambda: subscription_stats(admin, topic)["unackedMessages"] == 6, what="the rest to be delivered")
+    assert not subscription_stats(admin, topic)["blockedSubscriptionOnUnackedMsgs"]
     assert [consumer.receive(10_000).data() for _ in range(6)] == [b"m%d" % i for i in range(6)]
 
 
