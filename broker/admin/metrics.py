@@ -36,6 +36,17 @@ if TYPE_CHECKING:
     from broker.server import BrokerServer
 
 TOPIC_LABELS = ["cluster", "namespace", "topic"]
+# (name, help, ReplicatorStats key) of the per-remote-cluster replication gauges.
+_REPLICATION_GAUGES = (
+    ("pulsar_replication_rate_in", "Messages per second received from the remote cluster", "msgRateIn"),
+    ("pulsar_replication_rate_out", "Messages per second sent to the remote cluster", "msgRateOut"),
+    ("pulsar_replication_throughput_in", "Bytes per second received from the remote cluster", "msgThroughputIn"),
+    ("pulsar_replication_throughput_out", "Bytes per second sent to the remote cluster", "msgThroughputOut"),
+    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster", "replicationBacklog"),
+    ("pulsar_replication_connected_count", "1 while the replicator to the remote cluster is connected", "connected"),
+    ("pulsar_replication_delay_in_seconds", "Age of the oldest message sent and not yet confirmed",
+     "replicationDelayInSeconds"),
+)
 SUB_LABELS = [*TOPIC_LABELS, "subscription"]
 
 
@@ -196,6 +207,7 @@ class BrokerCollector(Collector):
                 f.gauge(name, doc, TOPIC_LABELS).add_metric(labels, st[key])
             f.gauge("pulsar_average_msg_size", "Average published message size (bytes)", TOPIC_LABELS).add_metric(
                 labels, st["averageMsgSize"])
+            self._replication(f, labels, st["replication"])
             f.gauge("pulsar_msg_backlog", "Entries not yet acknowledged, all subscriptions",
                     TOPIC_LABELS).add_metric(labels, sum(s["msgBacklog"] for s in subs.values()))
             f.gauge("pulsar_storage_write_rate", "Entries written per second", TOPIC_LABELS).add_metric(
@@ -233,6 +245,15 @@ class BrokerCollector(Collector):
                         sub_labels, sub.msg_dropped if isinstance(sub, NonPersistentSubscription) else 0)
                 if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
                     self._consumers(f, sub_labels, sub)
+
+    @staticmethod
+    def _replication(f: _Families, labels: list[str], replication: dict[str, dict[str, Any]]) -> None:
+        """Pulsar's per-topic replication series, one per remote cluster."""
+        rl = [*TOPIC_LABELS, "remote_cluster"]
+        for remote, r in replication.items():
+            values = [*labels, remote]
+            for name, doc, key in _REPLICATION_GAUGES:
+                f.gauge(name, doc, rl).add_metric(values, float(r[key]))
 
     def _producers(self, f: _Families, labels: list[str], topic: Any) -> None:
         pl = [*TOPIC_LABELS, "producer_name", "producer_id"]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
+from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from managed_ledger import ManagedLedgerError
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class StatsSampler:
         self.sub_drop: dict[NonPersistentSubscription, float] = {}
         self.consumer_out: dict[Consumer, Rate] = {}
         self.consumer_redeliver: dict[Consumer, float] = {}
+        self.replicator_out: dict[Replicator, Rate] = {}
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -128,6 +130,7 @@ class StatsSampler:
         consumer_out: dict[Consumer, Rate] = {}
         consumer_redeliver: dict[Consumer, float] = {}
         live_subs: set[AnySubscription] = set()
+        replicator_out: dict[Replicator, Rate] = {}
         for topic in service.all_topics():
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
@@ -149,7 +152,9 @@ class StatsSampler:
                     consumer_out[c] = Rate(cm, cb)
                     consumer_redeliver[c] = cr
             if isinstance(topic, NonPersistentTopic):
-                continue  # nothing stored, nothing expires
+                continue  # nothing stored, nothing expires, nothing replicated
+            for rep in topic.replicators.values():
+                replicator_out[rep] = Rate(*delta(rep, (rep.msg_out, rep.bytes_out)))
             for name in admin_ops.subscription_names(topic):
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
@@ -160,9 +165,39 @@ class StatsSampler:
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
+        self.replicator_out = replicator_out
 
 
 # -- JSON ---------------------------------------------------------------------------------------------
+
+def replication_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, dict[str, Any]]:
+    """Pulsar's ReplicatorStats per remote cluster: outbound (this topic's replicator to it) and
+    inbound (that cluster's replicator producing here)."""
+    inbound = {p.name[len(REPLICATOR_PREFIX):]: p for p in topic.producers.values() if p.replicator}
+    out: dict[str, dict[str, Any]] = {}
+    for cluster in sorted(set(topic.replicators) | set(inbound)):
+        r, p = topic.replicators.get(cluster), inbound.get(cluster)
+        rate_out = sampler.replicator_out.get(r, ZERO) if r is not None else ZERO
+        rate_in = sampler.producer_in.get(p, ZERO) if p is not None else ZERO
+        connected = r is not None and r.connected
+        out[cluster] = {
+            "msgRateIn": rate_in.msgs,
+            "msgThroughputIn": rate_in.bytes,
+            "msgRateOut": rate_out.msgs,
+            "msgThroughputOut": rate_out.bytes,
+            "msgOutCounter": r.msg_out if r is not None else 0,
+            "bytesOutCounter": r.bytes_out if r is not None else 0,
+            "msgRateExpired": 0.0,
+            "replicationBacklog": r.backlog if r is not None else 0,
+            "connected": connected,
+            "replicationDelayInSeconds": int(r.delay_s) if r is not None else 0,
+            "inboundConnection": p.cnx.remote_address if p is not None else None,
+            "inboundConnectedSince": iso_time(p.connected_since) if p is not None else None,
+            "outboundConnection": r.remote_url if r is not None else None,
+            "outboundConnectedSince": iso_time(r.connected_since) if r is not None and connected else None,
+        }
+    return out
+
 
 def iso_time(epoch_s: float) -> str:
     """Pulsar's DateFormatter format: ISO-8601 UTC with milliseconds, e.g. 2026-11-29T12:00:00.123Z."""
@@ -339,7 +374,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "publishers": [publisher_stats(p, sampler) for p in topic.producers.values()],
         "waitingPublishers": len(topic.waiting_producers),
         "subscriptions": subs,
-        "replication": {},
+        "replication": {} if isinstance(topic, NonPersistentTopic) else replication_stats(topic, sampler),
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
         "publishRateLimitedTimes": topic.publish_throttle.throttled_times,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),

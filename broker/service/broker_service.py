@@ -86,6 +86,16 @@ class BrokerService:
     def _metadata_changed(self) -> None:
         for dispatcher in list(self.unacked_blocked):
             asyncio.get_running_loop().call_soon(dispatcher.trigger_read)
+        # Replication clusters (or a cluster's URL) may have changed.
+        for topic in list(self.topics.values()):
+            topic.update_replication()
+
+    def replication_targets(self, name: TopicName) -> list[str]:
+        """The other clusters a topic is replicated to: its namespace's replication clusters,
+        when this cluster is one of them, less this cluster."""
+        clusters = self.metadata.policy(name.namespace, "replication_clusters") or []
+        local = self.config.clusterName
+        return [c for c in clusters if c != local] if local in clusters else []
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
         cfg = self.config
@@ -173,6 +183,7 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
+            await topic.start_replication()
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
                 topic.terminated_at = Position(*terminated)

@@ -69,7 +69,7 @@ class InactiveTopicMonitor:
 
     @staticmethod
     def is_active(topic: PersistentTopic, mode: str) -> bool:
-        if topic.producers or topic.waiting_producers or topic.compacted_view is not None:
+        if topic.producers or topic.waiting_producers or topic.compacted_view is not None or topic.replicators:
             return True
         names = admin_ops.subscription_names(topic)
         if mode == P.DELETE_WHEN_NO_SUBSCRIPTIONS:

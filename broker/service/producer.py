@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import read_entry_metadata
+from broker.service.replication import REPLICATOR_PREFIX
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -55,6 +57,7 @@ class Producer:
         "name",
         "pending",
         "producer_id",
+        "replicator",
         "schema_version",
         "state",
         "topic",
@@ -77,6 +80,8 @@ class Producer:
         self.topic = topic
         self.producer_id = producer_id
         self.name = name
+        # A geo-replicator of another cluster: deduplication goes by the original producers.
+        self.replicator = name.startswith(REPLICATOR_PREFIX)
         self.is_generated_name = is_generated_name
         self.access_mode = access_mode
         self.epoch = epoch
@@ -143,29 +148,40 @@ class Producer:
         topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, batch, nbytes, dedup))
         topic.publish_throttle.record(cnx, num_messages, nbytes)
 
+    def _dedup_key(self, send: _Send) -> tuple[str, int]:
+        """(producer name, highest sequence id) deduplication goes by: this producer's, or for a
+        replicator (``pulsar.repl.<cluster>``) the original producer's, from the message's
+        metadata, as Pulsar does."""
+        if not self.replicator:
+            return self.name, send[1]
+        md = read_entry_metadata(send[3])
+        highest = md.sequence_id + max(1, md.num_messages_in_batch) - 1
+        if md.HasField("highest_sequence_id"):
+            highest = max(highest, md.highest_sequence_id)
+        return md.producer_name, highest
+
     def _drop_duplicates(self, batch: list[_Send]) -> list[_Send]:
         """Answer the SENDs deduplication recognises at once; the rest are to be stored."""
         topic, cnx = self.topic, self.cnx
-        persisted = topic.sequence_persisted.get(self.name, -1)
-        pushed = was_pushed = topic.sequence_pushed.get(self.name, -1)
+        pushed: dict[str, int] = {}  # what this batch pushes, per producer name
         kept: list[_Send] = []
         for send in batch:
             seq, highest, _, entry, advances = send
             if advances:
-                if highest <= persisted:
+                name, key_highest = self._dedup_key(send)
+                if key_highest <= topic.sequence_persisted.get(name, -1):
                     # Already stored: acknowledge without storing again; Pulsar answers with id (-1,-1).
                     cnx.write(commands.send_receipt(self.producer_id, seq, -1, -1, highest))
                     cnx.sends_finished(1, len(entry))
                     continue
-                if highest <= pushed:
+                if key_highest <= pushed.get(name, topic.sequence_pushed.get(name, -1)):
                     cnx.write(commands.send_error(self.producer_id, seq, E.PersistenceError,
                                                   "Duplicate of a message whose persistence is not yet known"))
                     cnx.sends_finished(1, len(entry))
                     continue
-                pushed = highest
+                pushed[name] = key_highest
             kept.append(send)
-        if pushed != was_pushed:
-            topic.sequence_pushed[self.name] = pushed
+        topic.sequence_pushed.update(pushed)
         return kept
 
     def _stored(self, batch: list[_Send], nbytes: int, dedup: bool, first: Position | None,
@@ -184,9 +200,11 @@ class Producer:
         if dedup:
             topic = self.topic
             persisted = topic.sequence_persisted
-            highest = max((send[1] for send in batch if send[4]), default=-1)
-            if highest > persisted.get(self.name, -1):
-                persisted[self.name] = highest
+            for send in batch:
+                if send[4]:
+                    name, highest = self._dedup_key(send)
+                    if highest > persisted.get(name, -1):
+                        persisted[name] = highest
             topic.deduplicated_entries_stored(len(batch))
         cnx.sends_finished(len(batch), nbytes)
 

@@ -23,8 +23,9 @@ from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
+from broker.service.replication import REPLICATOR_PREFIX, Replicator, is_replicator_name
 from broker.service.subscription import Subscription
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, Position
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ class PersistentTopic(AbstractTopic):
         self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False),
                                           published=self.published_totals)
         self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
+        # Geo-replication: remote cluster -> its replicator (see replication.py).
+        self.replicators: dict[str, Replicator] = {}
+        self._replication_update: asyncio.Task[None] | None = None
         self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
         # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
         self.max_unacked_per_subscription = Derived(service.metadata,
@@ -117,7 +121,7 @@ class PersistentTopic(AbstractTopic):
                 if not self.service.allow_auto_subscription_creation(self.name):
                     raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
                 limit = self.service.max_subscriptions(self.name)
-                if 0 < limit <= sum(1 for n in self.ledger.cursors if n != DEDUP_CURSOR):
+                if 0 < limit <= sum(1 for n in self.ledger.cursors if n != DEDUP_CURSOR and not is_replicator_name(n)):
                     raise TooManySubscriptionsError(
                         f"Exceed the maximum number of subscriptions of the topic: {self.name}")
             pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
@@ -207,9 +211,45 @@ class PersistentTopic(AbstractTopic):
     def deduplicated_entries_stored(self, count: int) -> None:
         self.dedup.entries_persisted(count)
 
+    # -- geo-replication ---------------------------------------------------------------------------
+    async def start_replication(self) -> None:
+        """At load, before any client sees the topic: the replicators' cursors are open before
+        the first message can be published, so nothing published from then on is missed."""
+        if not is_system_topic(self.name.full):
+            await self._update_replicators(set(self.service.replication_targets(self.name)))
+
+    def update_replication(self) -> None:
+        """Start or stop replicators to match the namespace's replication clusters (called at load
+        and after metadata changes; one update runs at a time, and a later call runs it again)."""
+        if self.closed or is_system_topic(self.name.full):
+            return
+        if self._replication_update is not None and not self._replication_update.done():
+            self._replication_update.add_done_callback(lambda _: self.update_replication())
+            return
+        wanted = set(self.service.replication_targets(self.name))
+        if wanted != set(self.replicators):
+            self._replication_update = self.loop.create_task(self._update_replicators(wanted))
+
+    async def _update_replicators(self, wanted: set[str]) -> None:
+        for remote in [r for r in self.replicators if r not in wanted]:
+            replicator = self.replicators.pop(remote)
+            await replicator.close()
+            if not self.closed:  # no longer replicated there: its position goes too (as in Pulsar)
+                await self.ledger.delete_cursor(replicator.cursor.name)
+        for remote in sorted(wanted - set(self.replicators)):
+            if self.closed:
+                return
+            # A new replicator starts at the end: what was published before it is not sent.
+            cursor = await self.ledger.open_cursor(REPLICATOR_PREFIX + remote, InitialPosition.LATEST)
+            replicator = self.replicators[remote] = Replicator(self, remote, cursor)
+            replicator.start()
+
     async def close(self) -> None:
         self.closed = True
         self.publish_throttle.release()
+        if self._replication_update is not None:
+            await asyncio.gather(self._replication_update, return_exceptions=True)
+        await asyncio.gather(*(r.close() for r in self.replicators.values()), return_exceptions=True)
         await self.compactor.close()
         await self.dedup.close()
         for sub in list(self.subscriptions.values()):

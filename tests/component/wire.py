@@ -95,7 +95,8 @@ def send_frame(producer_id: int, seq: int, body: bytes, corrupt: bool = False,
     cmd = pb.BaseCommand(type=T.SEND)
     cmd.send.producer_id = producer_id
     cmd.send.sequence_id = seq
-    meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1, **metadata).SerializeToString()
+    fields: dict[str, object] = {"producer_name": "p", "sequence_id": seq, "publish_time": 1, **metadata}
+    meta = pb.MessageMetadata(**fields).SerializeToString()  # type: ignore[arg-type]
     tail = struct.pack(">I", len(meta)) + meta + body
     crc = crc32c(tail) ^ (1 if corrupt else 0)
     return cmd, b"\x0e\x01" + struct.pack(">I", crc) + tail

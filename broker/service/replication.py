@@ -1,0 +1,343 @@
+"""Geo-replication: copy a topic's messages to the same topic on other clusters (Pulsar's
+PersistentReplicator).
+
+A namespace is replicated to the clusters in its ``replication_clusters`` policy. For each loaded
+persistent topic of it and each other cluster of that list, one ``Replicator`` reads the topic
+through a durable cursor ``pulsar.repl.<remote cluster>`` and publishes every entry to the remote
+cluster's broker (its ``brokerServiceUrl`` in the cluster data) as producer
+``pulsar.repl.<local cluster>``.
+
+The replicator owns its read loop (ARCHITECTURE.md): one read outstanding at a time, the whole
+batch handed to the remote producer before the next read, at most ``MAX_PENDING`` entries (and
+about ``MAX_PENDING_BYTES``) not yet confirmed. Receipts acknowledge the positions individually,
+so the cursor's mark-delete moves only over what the remote cluster has stored. After a lost
+connection the cursor is rewound to its mark-delete position and everything not confirmed is sent
+again: at least once (the remote side's deduplication, when on, removes the repeats: it keys
+replicated messages by their original producer name and sequence id, as Pulsar does).
+
+Each replicated entry gets ``replicated_from`` = the local cluster in its metadata (and a new
+checksum); entries that already carry ``replicated_from`` came from another cluster and are not
+sent on (no loops), nor are entries whose ``replicate_to`` list leaves the remote cluster out,
+nor markers.
+
+Not done (see the README): lookups on the remote side (the replicator connects to the cluster's
+``brokerServiceUrl`` itself, which suits a standalone peer), TLS and authentication towards it,
+replicated subscriptions, and topic-level replication clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlparse
+
+from broker import __version__
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.protocol.errors import ProtocolError
+from broker.protocol.frames import FrameDecoder, parse_payload
+from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
+
+if TYPE_CHECKING:
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand.Type
+REPLICATOR_PREFIX = "pulsar.repl."
+# Entries sent to the remote cluster and not yet confirmed (Pulsar's replicationProducerQueueSize),
+# and their bytes: what one replicator may hold in memory and in its socket buffers.
+MAX_PENDING = 1000
+MAX_PENDING_BYTES = 32 * 1024 * 1024
+READ_BATCH = 100
+# Reconnect backoff (seconds).
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 60.0
+CONNECT_TIMEOUT_S = 10.0
+_U32 = struct.Struct(">I")
+R = TypeVar("R")
+
+
+def is_replicator_name(name: str) -> bool:
+    """A replication cursor (``pulsar.repl.<remote>``) or a replicator producer's name."""
+    return name.startswith(REPLICATOR_PREFIX)
+
+
+def restamp(entry: bytes, local_cluster: str) -> tuple[bytes, pb.MessageMetadata] | None:
+    """The entry as the remote cluster must receive it (``replicated_from`` set, new checksum),
+    or None when it must not be replicated from here (already replicated, or a marker)."""
+    parsed = parse_payload(entry, verify=False)
+    md = parsed.metadata
+    if md.HasField("replicated_from") or md.HasField("marker_type"):
+        return None
+    md.replicated_from = local_cluster
+    pos = 6 if entry[:2] == b"\x0e\x01" else 0
+    (meta_size,) = _U32.unpack_from(entry, pos)
+    body = memoryview(entry)[pos + 4 + meta_size:]
+    meta = md.SerializeToString()
+    tail = b"".join((_U32.pack(len(meta)), meta, body))
+    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail, md
+
+
+class RemoteError(Exception):
+    """The remote broker refused or broke off (the replicator reconnects after a backoff)."""
+
+
+class RemoteProducer:
+    """One producer on a remote cluster's broker, over its own connection: the replicator's side
+    of the binary protocol (CONNECT, PRODUCER, SEND; receipts and keep-alive answered)."""
+
+    def __init__(self, url: str, topic: str, producer_name: str,
+                 on_receipt: Callable[[int], None], on_lost: Callable[[BaseException], None]) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme != "pulsar" or not parsed.hostname:
+            raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port only)")
+        self.host, self.port = parsed.hostname, parsed.port or 6650
+        self.topic = topic
+        self.producer_name = producer_name
+        self._on_receipt = on_receipt
+        self._on_lost = on_lost
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        self.closed = False
+
+    async def connect(self) -> None:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
+        self._writer = writer
+        connect = pb.BaseCommand(type=T.CONNECT)
+        connect.connect.client_version = f"pulsar-py-broker-replicator/{__version__}"
+        connect.connect.protocol_version = MAX_PROTOCOL_VERSION
+        writer.write(commands.frame(connect))
+        await self._expect(reader, T.CONNECTED)
+        producer = pb.BaseCommand(type=T.PRODUCER)
+        p = producer.producer
+        p.topic, p.producer_id, p.request_id, p.producer_name = self.topic, 1, 1, self.producer_name
+        writer.write(commands.frame(producer))
+        await self._expect(reader, T.PRODUCER_SUCCESS)
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> None:
+        while True:
+            cmd = await asyncio.wait_for(self._next(reader), CONNECT_TIMEOUT_S)
+            if cmd.type == wanted:
+                return
+            if cmd.type == T.ERROR:
+                raise RemoteError(f"{pb.ServerError.Name(cmd.error.error)}: {cmd.error.message}")
+            if cmd.type == T.PRODUCER_SUCCESS and not cmd.producer_success.producer_ready:
+                continue  # (an exclusive producer waiting: not used here)
+            self._answer(cmd)
+
+    async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                return frame.command
+            data = await reader.read(65536)
+            if not data:
+                raise RemoteError("connection closed by the remote broker")
+            self._decoder.feed(data)
+
+    def _answer(self, cmd: pb.BaseCommand) -> None:
+        if cmd.type == T.PING and self._writer is not None:
+            self._writer.write(commands.pong())
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                cmd = await self._next(reader)
+                if cmd.type == T.SEND_RECEIPT:
+                    self._on_receipt(cmd.send_receipt.sequence_id)
+                elif cmd.type == T.SEND_ERROR:
+                    raise RemoteError(f"send refused: {pb.ServerError.Name(cmd.send_error.error)}: "
+                                      f"{cmd.send_error.message}")
+                elif cmd.type == T.CLOSE_PRODUCER:
+                    raise RemoteError("the remote broker closed the producer")
+                else:
+                    self._answer(cmd)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, RemoteError, ProtocolError) as exc:
+            if not self.closed:
+                self._on_lost(exc)
+
+    def send(self, sequence_id: int, num_messages: int, payload: bytes, is_chunk: bool) -> None:
+        assert self._writer is not None
+        cmd = pb.BaseCommand(type=T.SEND)
+        s = cmd.send
+        s.producer_id, s.sequence_id, s.num_messages = 1, sequence_id, num_messages
+        if is_chunk:
+            s.is_chunk = True
+        self._writer.write(commands.frame_with_payload(cmd, payload))
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except OSError:
+                pass
+
+
+class Replicator:
+    """Replicates one topic to one remote cluster (see the module docstring)."""
+
+    def __init__(self, topic: PersistentTopic, remote_cluster: str, cursor: ManagedCursor) -> None:
+        self.topic = topic
+        self.remote_cluster = remote_cluster
+        self.cursor = cursor
+        self.local_cluster = topic.service.config.clusterName
+        self.producer: RemoteProducer | None = None
+        self.connected = False
+        self.connected_since = 0.0
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.last_error = ""
+        # (sequence id, position, publish time in ms, bytes) of the entries sent and not yet
+        # confirmed, in send order.
+        self._pending: deque[tuple[int, Position, int, int]] = deque()
+        self._pending_bytes = 0
+        self._next_seq = 0
+        self._room = asyncio.Event()
+        self._lost: asyncio.Future[BaseException] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    @property
+    def remote_url(self) -> str | None:
+        producer = self.producer
+        return f"pulsar://{producer.host}:{producer.port}" if producer is not None and self.connected else None
+
+    @property
+    def delay_s(self) -> float:
+        """Age of the oldest message sent and not yet confirmed (0 when none is waiting)."""
+        if not self._pending:
+            return 0.0
+        return max(0.0, time.time() - self._pending[0][2] / 1000)
+
+    @property
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    def start(self) -> None:
+        self._task = self.topic.loop.create_task(self._run())
+
+    async def close(self) -> None:
+        self.closed = True
+        self.cursor.cancel_pending_read()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._disconnect()
+
+    # -- the loop ----------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while not self.closed:
+            try:
+                await self._connect()
+                backoff = BACKOFF_MIN_S
+                await self._replicate()
+            except asyncio.CancelledError:
+                raise
+            except (TimeoutError, OSError, RemoteError, ProtocolError, ManagedLedgerError) as exc:
+                self.last_error = str(exc) or type(exc).__name__
+                log.warning("replicator %s -> %s: %s; retrying in %.1f s", self.topic.name, self.remote_cluster,
+                            self.last_error, backoff)
+            await self._disconnect()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _connect(self) -> None:
+        url = self.topic.service.metadata.clusters.get(self.remote_cluster, {}).get("brokerServiceUrl")
+        if not url:
+            raise RemoteError(f"cluster {self.remote_cluster} has no brokerServiceUrl")
+        self._lost = self.topic.loop.create_future()
+        self.producer = RemoteProducer(url, self.topic.full_name, REPLICATOR_PREFIX + self.local_cluster,
+                                       self._receipt, self._connection_lost)
+        await self.producer.connect()
+        self.connected = True
+        self.connected_since = time.time()
+        # Whatever was sent and not confirmed before is sent again, from the mark-delete position.
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.cursor.rewind()
+        log.info("replicator %s -> %s connected", self.topic.name, self.remote_cluster)
+
+    async def _disconnect(self) -> None:
+        self.connected = False
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.close()
+
+    async def _replicate(self) -> None:
+        """One read outstanding; a read's entries all go to the remote producer before the next."""
+        assert self._lost is not None
+        while True:
+            room, room_bytes = MAX_PENDING - len(self._pending), MAX_PENDING_BYTES - self._pending_bytes
+            if room <= 0 or room_bytes <= 0:
+                self._room.clear()
+                await self._wait(self._room.wait())
+                continue
+            entries = await self._wait(self.cursor.read_entries_or_wait_async(min(room, READ_BATCH), room_bytes))
+            self._send(entries)
+
+    async def _wait(self, awaitable: Awaitable[R]) -> R:
+        """Await ``awaitable`` unless the connection is lost first (RemoteError then)."""
+        assert self._lost is not None
+        task = asyncio.ensure_future(awaitable)
+        try:
+            await asyncio.wait((task, self._lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():  # lost, or this replicator is closing (a parked read is cancelled)
+                task.cancel()
+        if not task.done() or task.cancelled():
+            raise RemoteError(str(self._lost.result()) if self._lost.done() else "closed")
+        return task.result()
+
+    def _send(self, entries: list[Entry]) -> None:
+        assert self.producer is not None
+        skipped: list[Position] = []
+        for entry in entries:
+            stamped = restamp(entry.data, self.local_cluster)
+            if stamped is None:
+                skipped.append(entry.position)
+                continue
+            payload, md = stamped
+            if md.replicate_to and self.remote_cluster not in md.replicate_to:
+                skipped.append(entry.position)
+                continue
+            seq = self._next_seq
+            self._next_seq += 1
+            self._pending.append((seq, entry.position, md.publish_time, len(payload)))
+            self._pending_bytes += len(payload)
+            messages = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+            self.producer.send(seq, messages, payload, md.num_chunks_from_msg > 1)
+            self.msg_out += messages
+            self.bytes_out += len(payload)
+        if skipped:
+            self.cursor.delete(skipped)
+
+    # -- from the remote producer ------------------------------------------------------------------
+    def _receipt(self, sequence_id: int) -> None:
+        if not self._pending or self._pending[0][0] != sequence_id:
+            self._connection_lost(RemoteError(f"unexpected receipt for sequence id {sequence_id}"))
+            return
+        _, position, _, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        self.cursor.delete([position])
+        self._room.set()
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(exc)

@@ -1,0 +1,177 @@
+"""Geo-replication between two brokers of two clusters ("a" and "b"), with the official client
+producing and consuming on both sides."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
+from tests.admin.conftest import Admin, wait_for
+from tests.component.wire import T, WireClient, producer_cmd, send_frame
+
+TIMEOUT_MS = 10_000
+
+
+class Pair:
+    def __init__(self, a: BrokerThread, b: BrokerThread) -> None:
+        self.a, self.b = a, b
+        self.admin_a, self.admin_b = Admin(a.web_url), Admin(b.web_url)
+        self.client_a = pulsar.Client(a.service_url, operation_timeout_seconds=10)
+        self.client_b = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+
+    def namespace(self, clusters: list[str]) -> str:
+        """A fresh namespace of tenant "geo" on both brokers, replicated to ``clusters``."""
+        ns = f"geo/ns-{uuid.uuid4().hex[:8]}"
+        for admin in (self.admin_a, self.admin_b):
+            admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
+            admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", clusters)
+        return ns
+
+    def close(self) -> None:
+        self.client_a.close()
+        self.client_b.close()
+
+
+def link(admin: Admin, cluster: str, peer: BrokerThread) -> None:
+    admin.ok("PUT", f"/admin/v2/clusters/{cluster}", {"serviceUrl": peer.web_url, "brokerServiceUrl": peer.service_url})
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    with (BrokerThread(clusterName="a", data_dir=tmp_path_factory.mktemp("a"),
+                       brokerDeleteInactiveTopicsEnabled=False) as a,
+          BrokerThread(clusterName="b", data_dir=tmp_path_factory.mktemp("b"),
+                       brokerDeleteInactiveTopicsEnabled=False) as b):
+        p = Pair(a, b)
+        link(p.admin_a, "b", b)
+        link(p.admin_b, "a", a)
+        for admin in (p.admin_a, p.admin_b):
+            admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b"]})
+        yield p
+        p.close()
+
+
+def receive(consumer: pulsar.Consumer, n: int) -> list[bytes]:
+    out = []
+    for _ in range(n):
+        msg = consumer.receive(TIMEOUT_MS)
+        out.append(msg.data())
+        consumer.acknowledge(msg)
+    return out
+
+
+def replication(admin: Admin, topic: str) -> dict[str, dict[str, object]]:
+    return admin.stats(topic)["replication"]  # type: ignore[no-any-return]
+
+
+def test_both_ways_in_order_without_loops(pair: Pair) -> None:
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/orders"
+    on_a, on_b = pair.client_a.subscribe(topic, "s"), pair.client_b.subscribe(topic, "s")
+    producer_a = pair.client_a.create_producer(topic, batching_enabled=False)
+    producer_b = pair.client_b.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    for i in range(20):
+        producer_a.send(b"a%d" % i)
+    for i in range(20):
+        producer_b.send_async(b"b%d" % i, None)
+    producer_b.flush()
+    got_b, got_a = receive(on_b, 40), receive(on_a, 40)
+    for got in (got_a, got_b):  # each side's own order is kept on the other side
+        assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(20)]
+        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(20)]
+    # Nothing comes back: each side stored its 20 messages and the other's 20 (one batch entry or
+    # more for b's), and both replicators caught up.
+    for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
+        wait_for(lambda admin=admin, remote=remote: replication(admin, topic)[remote]["replicationBacklog"] == 0,
+                 what="the replicator to catch up")
+        stats = admin.stats(topic)
+        assert stats["msgInCounter"] == 40
+        assert list(stats["subscriptions"]) == ["s"]  # the replication cursor is not a subscription
+        out = replication(admin, topic)[remote]
+        assert out["connected"] is True and out["msgOutCounter"] == 20
+        assert str(out["outboundConnection"]).startswith("pulsar://")
+    with pytest.raises(pulsar.Timeout):
+        on_a.receive(200)
+
+
+def test_metadata_and_producer_names_on_the_remote_side(pair: Pair) -> None:
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/meta"
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, producer_name="app-producer")
+    producer.send(b"hello", properties={"k": "v"}, partition_key="key-1")
+    msg = on_b.receive(TIMEOUT_MS)
+    assert msg.data() == b"hello" and msg.properties() == {"k": "v"} and msg.partition_key() == "key-1"
+    assert msg.producer_name() == "app-producer"  # the original producer, not the replicator
+    publishers = pair.admin_b.stats(topic)["publishers"]
+    assert [p["producerName"] for p in publishers] == ["pulsar.repl.a"]
+    inbound = replication(pair.admin_b, topic)["a"]
+    assert inbound["inboundConnection"] is not None
+
+
+def test_a_remote_that_comes_later_gets_the_backlog(pair: Pair, tmp_path: Path) -> None:
+    # Cluster "c" is known to "a" at an address where nobody listens yet: the replicator keeps
+    # retrying and the messages wait in its backlog; once "c" is there, they all arrive in order.
+    pair.admin_a.ok("PUT", "/admin/v2/clusters/c", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
+    pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c"]})
+    ns = f"geo/late-{uuid.uuid4().hex[:8]}"
+    pair.admin_a.ok("PUT", f"/admin/v2/namespaces/{ns}")
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", "c"])
+    topic = f"persistent://{ns}/late"
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(30):
+        producer.send(b"m%d" % i)
+    out = replication(pair.admin_a, topic)["c"]
+    assert out["connected"] is False and out["replicationBacklog"] == 30
+    with BrokerThread(clusterName="c", data_dir=tmp_path) as c:
+        admin_c = Admin(c.web_url)
+        link(admin_c, "a", pair.a)
+        admin_c.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "c"]})
+        admin_c.ok("PUT", f"/admin/v2/namespaces/{ns}")
+        client_c = pulsar.Client(c.service_url, operation_timeout_seconds=10)
+        try:
+            consumer = client_c.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            link(pair.admin_a, "c", c)  # the replicator picks the address up on its next attempt
+            assert receive(consumer, 30) == [b"m%d" % i for i in range(30)]
+            wait_for(lambda: replication(pair.admin_a, topic)["c"]["replicationBacklog"] == 0,
+                     what="the backlog to drain")
+        finally:
+            client_c.close()
+    # Dropping "c" from the namespace stops the replicator and removes its cursor.
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a"])
+    loaded = pair.a.server.service.topics[TopicName.parse(topic).full]
+    wait_for(lambda: not loaded.replicators and "pulsar.repl.c" not in loaded.ledger.cursors,
+             what="the replicator to go")
+
+
+def test_remote_deduplication_goes_by_the_original_producer(pair: Pair) -> None:
+    # A replicator resends what it had not seen confirmed when its connection broke; with
+    # deduplication on, the receiving side recognises the repeat by the original producer name and
+    # sequence id in the metadata (the replicator's own sequence ids restart).
+    ns = pair.namespace(["b"])  # nothing replicates from here: only the receiving side matters
+    pair.admin_b.ok("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    topic = f"persistent://{ns}/dedup"
+
+    async def scenario() -> None:
+        c = await WireClient.open(pair.b.server.port)
+        await c.connect()
+        cmd = producer_cmd(topic)
+        cmd.producer.producer_name = "pulsar.repl.a"
+        c.send(cmd)
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        receipts = []
+        for seq in (0, 1):  # the replicator's sequence ids differ, the message is the same
+            c.send(*send_frame(1, seq, b"once", producer_name="app", sequence_id=7, replicated_from="a"))
+            receipts.append(await c.recv())
+        assert [r.type for r in receipts] == [T.SEND_RECEIPT, T.SEND_RECEIPT]
+        assert receipts[1].send_receipt.message_id.ledgerId == (1 << 64) - 1  # -1: a duplicate, not stored
+        c.close()
+
+    pair.b.run_coroutine(scenario())
+    assert pair.admin_b.stats(topic)["msgInCounter"] == 1
