@@ -115,6 +115,22 @@ def test_metadata_and_producer_names_on_the_remote_side(pair: Pair) -> None:
     assert inbound["inboundConnection"] is not None
 
 
+def test_replication_clusters_of_a_message(pair: Pair) -> None:
+    # A message may say where it goes (replicate_to): "disable_replication" keeps it local, a
+    # list of clusters without "b" keeps it from "b".
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/routed"
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    producer.send(b"local only", disable_replication=True)
+    producer.send(b"not for b", replication_clusters=["a"])
+    producer.send(b"for b", replication_clusters=["a", "b"])
+    producer.send(b"everywhere")
+    assert receive(on_b, 2) == [b"for b", b"everywhere"]
+    wait_for(lambda: replication(pair.admin_a, topic)["b"]["replicationBacklog"] == 0, what="the skips to be acked")
+    assert replication(pair.admin_a, topic)["b"]["msgOutCounter"] == 2
+
+
 def test_a_remote_that_comes_later_gets_the_backlog(pair: Pair, tmp_path: Path) -> None:
     # Cluster "c" is known to "a" at an address where nobody listens yet: the replicator keeps
     # retrying and the messages wait in its backlog; once "c" is there, they all arrive in order.
