@@ -115,6 +115,21 @@ def test_metadata_and_producer_names_on_the_remote_side(pair: Pair) -> None:
     assert inbound["inboundConnection"] is not None
 
 
+def test_partitioned_topic(pair: Pair) -> None:
+    # Each partition replicates on its own; the partitioned topic exists on both sides.
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/parted"
+    for admin in (pair.admin_a, pair.admin_b):
+        admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 3)
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(30):
+        producer.send(b"m%d" % i, partition_key=f"k{i}")
+    assert sorted(receive(on_b, 30)) == sorted(b"m%d" % i for i in range(30))
+    stats = pair.admin_b.ok("GET", f"/admin/v2/persistent/{ns}/parted/partitioned-stats")
+    assert stats["msgInCounter"] == 30
+
+
 def test_replication_clusters_of_a_message(pair: Pair) -> None:
     # A message may say where it goes (replicate_to): "disable_replication" keeps it local, a
     # list of clusters without "b" keeps it from "b".
@@ -191,3 +206,41 @@ def test_remote_deduplication_goes_by_the_original_producer(pair: Pair) -> None:
 
     pair.b.run_coroutine(scenario())
     assert pair.admin_b.stats(topic)["msgInCounter"] == 1
+
+
+def test_backlog_survives_a_restart(tmp_path: Path) -> None:
+    # Messages published while the remote cluster is away wait in the replication cursor's
+    # backlog, across a restart of the broker that holds them.
+    def setup(admin: Admin, replicate: bool) -> None:
+        admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["x", "y"]})
+        admin.ok("PUT", "/admin/v2/namespaces/geo/ns")
+        if replicate:
+            admin.ok("POST", "/admin/v2/namespaces/geo/ns/replication", ["x", "y"])
+
+    topic = "persistent://geo/ns/kept"
+    with BrokerThread(clusterName="x", data_dir=tmp_path / "x") as x:
+        admin_x = Admin(x.web_url)
+        admin_x.ok("PUT", "/admin/v2/clusters/y", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
+        setup(admin_x, replicate=True)
+        client = pulsar.Client(x.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(10):
+            producer.send(b"m%d" % i)
+        client.close()
+        assert replication(admin_x, topic)["y"]["replicationBacklog"] == 10
+    with BrokerThread(clusterName="y", data_dir=tmp_path / "y") as y:
+        admin_y = Admin(y.web_url)
+        admin_y.ok("PUT", "/admin/v2/clusters/x", {})
+        setup(admin_y, replicate=False)
+        client = pulsar.Client(y.service_url, operation_timeout_seconds=10)
+        try:
+            consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            with BrokerThread(clusterName="x", data_dir=tmp_path / "x") as x:
+                admin_x = Admin(x.web_url)
+                link(admin_x, "y", y)
+                admin_x.stats(topic)  # loads the topic, and with it its replicator
+                assert receive(consumer, 10) == [b"m%d" % i for i in range(10)]
+                wait_for(lambda: replication(admin_x, topic)["y"]["replicationBacklog"] == 0,
+                         what="the backlog to drain")
+        finally:
+            client.close()
