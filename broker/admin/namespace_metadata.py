@@ -22,8 +22,28 @@ if TYPE_CHECKING:
     from broker.admin.http import WebService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-REPLICATION_CLUSTERS = "replication_clusters"
 PROPERTIES = "properties"
+
+
+def parse_replication_clusters(body: Any) -> list[str]:
+    if not isinstance(body, list) or not all(isinstance(c, str) for c in body):
+        raise HttpError(400, "Replication clusters must be a JSON array of cluster names")
+    if not body:
+        raise HttpError(412, "ClusterIds should not be null or empty")
+    if "global" in body:
+        raise HttpError(412, "Cannot specify global in the list of replication clusters")
+    return list(dict.fromkeys(body))
+
+
+def check_replication_clusters(metadata: Any, tenant: str, clusters: list[str]) -> None:
+    """Pulsar's checks: each cluster exists and is allowed for the tenant."""
+    allowed = metadata.tenants[tenant].get("allowedClusters", [])
+    for cluster in clusters:
+        if cluster not in metadata.clusters:
+            raise HttpError(412, f"Invalid cluster id: {cluster}")
+        if cluster not in allowed:
+            raise HttpError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list "
+                                 f"for tenant [{tenant}]")
 
 
 class NamespaceMetadataResource:
@@ -51,26 +71,13 @@ class NamespaceMetadataResource:
     # -- replication clusters ----------------------------------------------------------------------
     async def get_replication(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        return json_response(self._view(ns)[REPLICATION_CLUSTERS])
+        return json_response(self._view(ns)[P.REPLICATION_CLUSTERS])
 
     async def set_replication(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        clusters = await read_body(request)
-        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
-            raise HttpError(400, "Replication clusters must be a JSON array of cluster names")
-        if not clusters:
-            raise HttpError(412, "ClusterIds should not be null or empty")
-        if "global" in clusters:
-            raise HttpError(412, "Cannot specify global in the list of replication clusters")
-        tenant = ns.split("/")[0]
-        allowed = self.metadata.tenants[tenant].get("allowedClusters", [])
-        for cluster in clusters:
-            if cluster not in self.metadata.clusters:
-                raise HttpError(412, f"Invalid cluster id: {cluster}")
-            if cluster not in allowed:
-                raise HttpError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list "
-                                     f"for tenant [{tenant}]")
-        self.metadata.set_policy(ns, REPLICATION_CLUSTERS, list(dict.fromkeys(clusters)))
+        clusters = parse_replication_clusters(await read_body(request))
+        check_replication_clusters(self.metadata, ns.split("/")[0], clusters)
+        self.metadata.set_policy(ns, P.REPLICATION_CLUSTERS, clusters)
         return no_content()
 
     # -- properties --------------------------------------------------------------------------------

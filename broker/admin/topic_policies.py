@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
+from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
 from broker.topic_name import TopicName
 
@@ -61,6 +62,10 @@ def _within_broker_max_message_size(service: Any, name: TopicName, size: int) ->
     if size > service.config.maxMessageSize:
         raise HttpError(412, "topic-level maxMessageSize must be greater than or equal to 0 and less than "
                              f"or equal to the broker's maxMessageSize ({service.config.maxMessageSize})")
+
+
+def _replication_allowed(service: Any, name: TopicName, clusters: list[str]) -> None:
+    check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 
 def _ttl(value: Any) -> int:
@@ -109,6 +114,8 @@ SPECS = (
          set_method="PUT", applied=lambda s, name: s.schemas.strategy(name.base.full)),
     Spec("schemaValidationEnforced", P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
          lambda s: s.config.isSchemaValidationEnforced, lambda v: P.parse_bool(v, "schemaValidationEnforced")),
+    Spec("replication", P.T_REPLICATION_CLUSTERS, P.REPLICATION_CLUSTERS, lambda s: [s.config.clusterName],
+         parse_replication_clusters, validate=_replication_allowed),
     Spec("persistence", P.T_PERSISTENCE, P.PERSISTENCE, lambda s: None, P.parse_persistence),
     Spec("maxMessageSize", P.T_MAX_MESSAGE_SIZE, None, lambda s: s.config.maxMessageSize,
          lambda v: P.parse_limit(v, "maxMessageSize"), validate=_within_broker_max_message_size,

@@ -41,6 +41,7 @@ TOPIC_DISPATCH_RATE = "topicDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIPTION_DISPATCH_RATE = "subscriptionDispatchRate"  # {cluster: DispatchRate}
 SUBSCRIBE_RATE = "clusterSubscribeRate"  # {cluster: SubscribeRate}
 PERSISTENCE = "persistence"
+REPLICATION_CLUSTERS = "replication_clusters"
 
 # Topic-level policies (Pulsar's TopicPolicies field names, stored per topic in the metadata).
 T_MESSAGE_TTL = "messageTTLInSeconds"
@@ -65,6 +66,7 @@ T_SCHEMA_STRATEGY = "schemaCompatibilityStrategy"
 T_SCHEMA_VALIDATION_ENFORCED = "schemaValidationEnforced"
 T_MAX_MESSAGE_SIZE = "maxMessageSize"
 T_PERSISTENCE = "persistence"
+T_REPLICATION_CLUSTERS = "replicationClusters"
 T_DELAYED_DELIVERY = "delayedDeliveryPolicies"
 
 # BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.

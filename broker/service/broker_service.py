@@ -91,9 +91,10 @@ class BrokerService:
             topic.update_replication()
 
     def replication_targets(self, name: TopicName) -> list[str]:
-        """The other clusters a topic is replicated to: its namespace's replication clusters,
-        when this cluster is one of them, less this cluster."""
-        clusters = self.metadata.policy(name.namespace, "replication_clusters") or []
+        """The other clusters a topic is replicated to: its own replication clusters, else its
+        namespace's, when this cluster is one of them, less this cluster."""
+        clusters = (self.topic_policy(name, P.T_REPLICATION_CLUSTERS)
+                    or self.metadata.policy(name.namespace, P.REPLICATION_CLUSTERS) or [])
         local = self.config.clusterName
         return [c for c in clusters if c != local] if local in clusters else []
 

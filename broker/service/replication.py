@@ -1,7 +1,8 @@
 """Geo-replication: copy a topic's messages to the same topic on other clusters (Pulsar's
 PersistentReplicator).
 
-A namespace is replicated to the clusters in its ``replication_clusters`` policy. For each loaded
+A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its namespace's
+``replication_clusters``. For each loaded
 persistent topic of it and each other cluster of that list, one ``Replicator`` reads the topic
 through a durable cursor ``pulsar.repl.<remote cluster>`` and publishes every entry to the remote
 cluster's broker (its ``brokerServiceUrl`` in the cluster data) as producer
@@ -22,7 +23,7 @@ nor markers.
 
 Not done (see the README): lookups on the remote side (the replicator connects to the cluster's
 ``brokerServiceUrl`` itself, which suits a standalone peer), TLS and authentication towards it,
-replicated subscriptions, and topic-level replication clusters.
+replicated subscriptions, and schemas.
 """
 
 from __future__ import annotations

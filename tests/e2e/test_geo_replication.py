@@ -130,6 +130,23 @@ def test_partitioned_topic(pair: Pair) -> None:
     assert stats["msgInCounter"] == 30
 
 
+def test_topic_level_replication_clusters(pair: Pair) -> None:
+    ns = pair.namespace(["a"])  # the namespace is not replicated; one topic of it is
+    topic = f"persistent://{ns}/chosen"
+    path = f"/admin/v2/persistent/{ns}/chosen/replication"
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    assert pair.admin_a.ok("GET", path + "?applied=true") == ["a"]
+    assert pair.admin_a.post(path, ["a", "nowhere"]).status == 412
+    assert pair.admin_a.post(path, ["a", "b"]).status == 204
+    loaded = pair.a.server.service.topics[TopicName.parse(topic).full]
+    wait_for(lambda: "b" in loaded.replicators, what="the replicator to start")
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer.send(b"to b")
+    assert receive(on_b, 1) == [b"to b"]
+    assert pair.admin_a.delete(path).status == 204
+    wait_for(lambda: not loaded.replicators, what="the replicator to stop")
+
+
 def test_replication_clusters_of_a_message(pair: Pair) -> None:
     # A message may say where it goes (replicate_to): "disable_replication" keeps it local, a
     # list of clusters without "b" keeps it from "b".
