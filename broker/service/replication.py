@@ -1,10 +1,9 @@
 """Geo-replication: copy a topic's messages to the same topic on other clusters (Pulsar's
 PersistentReplicator).
 
-A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its namespace's
-``replication_clusters``. For each loaded
-persistent topic of it and each other cluster of that list, one ``Replicator`` reads the topic
-through a durable cursor ``pulsar.repl.<remote cluster>`` and publishes every entry to the remote
+A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its
+namespace's ``replication_clusters``. For each loaded persistent topic and each other cluster of
+that list, one ``Replicator`` reads the topic through a durable cursor ``pulsar.repl.<remote cluster>`` and publishes every entry to the remote
 cluster's broker (its ``brokerServiceUrl`` in the cluster data) as producer
 ``pulsar.repl.<local cluster>``.
 
