@@ -3,9 +3,9 @@ PersistentReplicator).
 
 A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its
 namespace's ``replication_clusters``. For each loaded persistent topic and each other cluster of
-that list, one ``Replicator`` reads the topic through a durable cursor ``pulsar.repl.<remote cluster>`` and publishes every entry to the remote
-cluster's broker (its ``brokerServiceUrl`` in the cluster data) as producer
-``pulsar.repl.<local cluster>``.
+that list, one ``Replicator`` reads the topic through a durable cursor ``pulsar.repl.<remote
+cluster>`` and publishes every entry to the remote cluster's broker (its ``brokerServiceUrl`` in
+the cluster data) as producer ``pulsar.repl.<local cluster>``.
 
 The replicator owns its read loop (ARCHITECTURE.md): one read outstanding at a time, the whole
 batch handed to the remote producer before the next read, at most ``MAX_PENDING`` entries (and
