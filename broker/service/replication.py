@@ -20,9 +20,9 @@ checksum); entries that already carry ``replicated_from`` came from another clus
 sent on (no loops), nor are entries whose ``replicate_to`` list leaves the remote cluster out,
 nor markers.
 
-Not done (see the README): lookups on the remote side (the replicator connects to the cluster's
-``brokerServiceUrl`` itself, which suits a standalone peer), TLS and authentication towards it,
-replicated subscriptions, and schemas.
+The remote producer looks the topic up first (LOOKUP from the cluster's ``brokerServiceUrl``,
+following redirects) and produces on the broker that owns it. Not done (see the README): TLS and
+authentication towards the remote cluster, replicated subscriptions, and schemas.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ READ_BATCH = 100
 # Reconnect backoff (seconds).
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 60.0
 CONNECT_TIMEOUT_S = 10.0
+MAX_LOOKUP_HOPS = 5
 _U32 = struct.Struct(">I")
 R = TypeVar("R")
 
@@ -85,6 +86,13 @@ def restamp(entry: bytes, local_cluster: str) -> tuple[bytes, pb.MessageMetadata
     return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail, md
 
 
+def _address(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    if parsed.scheme != "pulsar" or not parsed.hostname:
+        raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port only)")
+    return parsed.hostname, parsed.port or 6650
+
+
 class RemoteError(Exception):
     """The remote broker refused or broke off (the replicator reconnects after a backoff)."""
 
@@ -95,10 +103,7 @@ class RemoteProducer:
 
     def __init__(self, url: str, topic: str, producer_name: str,
                  on_receipt: Callable[[int], None], on_lost: Callable[[BaseException], None]) -> None:
-        parsed = urlparse(url)
-        if parsed.scheme != "pulsar" or not parsed.hostname:
-            raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port only)")
-        self.host, self.port = parsed.hostname, parsed.port or 6650
+        self.host, self.port = _address(url)
         self.topic = topic
         self.producer_name = producer_name
         self._on_receipt = on_receipt
@@ -109,29 +114,62 @@ class RemoteProducer:
         self.closed = False
 
     async def connect(self) -> None:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
-        self._writer = writer
-        connect = pb.BaseCommand(type=T.CONNECT)
-        connect.connect.client_version = f"pulsar-py-broker-replicator/{__version__}"
-        connect.connect.protocol_version = MAX_PROTOCOL_VERSION
-        writer.write(commands.frame(connect))
-        await self._expect(reader, T.CONNECTED)
+        """Connect to the broker that owns the topic (found by LOOKUP, following redirects as
+        the official client does), then create the producer there."""
+        authoritative = False
+        for _ in range(MAX_LOOKUP_HOPS):
+            reader = await self._open()
+            lookup = pb.BaseCommand(type=T.LOOKUP)
+            lookup.lookupTopic.topic, lookup.lookupTopic.request_id = self.topic, 2
+            lookup.lookupTopic.authoritative = authoritative
+            self._write(commands.frame(lookup))
+            r = (await self._expect(reader, T.LOOKUP_RESPONSE)).lookupTopicResponse
+            if r.response == pb.CommandLookupTopicResponse.Failed:
+                raise RemoteError(f"lookup failed: {pb.ServerError.Name(r.error)}: {r.message}")
+            owner = _address(r.brokerServiceUrl) if r.brokerServiceUrl else (self.host, self.port)
+            if r.response == pb.CommandLookupTopicResponse.Connect and (
+                    owner == (self.host, self.port) or r.proxy_through_service_url):
+                break
+            await self._close_connection()
+            self.host, self.port = owner
+            if r.response == pb.CommandLookupTopicResponse.Connect:
+                reader = await self._open()
+                break
+            authoritative = r.authoritative  # a redirect: ask the broker it names
+        else:
+            raise RemoteError(f"lookup of {self.topic} redirected more than {MAX_LOOKUP_HOPS} times")
         producer = pb.BaseCommand(type=T.PRODUCER)
         p = producer.producer
         p.topic, p.producer_id, p.request_id, p.producer_name = self.topic, 1, 1, self.producer_name
-        writer.write(commands.frame(producer))
+        self._write(commands.frame(producer))
         await self._expect(reader, T.PRODUCER_SUCCESS)
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
 
-    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> None:
+    async def _open(self) -> asyncio.StreamReader:
+        """A new connection to (host, port), past CONNECT / CONNECTED."""
+        reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                                      CONNECT_TIMEOUT_S)
+        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        connect = pb.BaseCommand(type=T.CONNECT)
+        connect.connect.client_version = f"pulsar-py-broker-replicator/{__version__}"
+        connect.connect.protocol_version = MAX_PROTOCOL_VERSION
+        self._write(commands.frame(connect))
+        await self._expect(reader, T.CONNECTED)
+        return reader
+
+    def _write(self, data: bytes) -> None:
+        assert self._writer is not None
+        self._writer.write(data)
+
+    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
         while True:
             cmd = await asyncio.wait_for(self._next(reader), CONNECT_TIMEOUT_S)
             if cmd.type == wanted:
-                return
+                if cmd.type != T.PRODUCER_SUCCESS or cmd.producer_success.producer_ready:
+                    return cmd
+                continue  # (an exclusive producer waiting: not used here)
             if cmd.type == T.ERROR:
                 raise RemoteError(f"{pb.ServerError.Name(cmd.error.error)}: {cmd.error.message}")
-            if cmd.type == T.PRODUCER_SUCCESS and not cmd.producer_success.producer_ready:
-                continue  # (an exclusive producer waiting: not used here)
             self._answer(cmd)
 
     async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
@@ -181,10 +219,14 @@ class RemoteProducer:
         if self._reader_task is not None:
             self._reader_task.cancel()
             await asyncio.gather(self._reader_task, return_exceptions=True)
-        if self._writer is not None:
-            self._writer.close()
+        await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
             try:
-                await self._writer.wait_closed()
+                await writer.wait_closed()
             except OSError:
                 pass
 

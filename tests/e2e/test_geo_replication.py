@@ -3,6 +3,7 @@ producing and consuming on both sides."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,9 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import FrameDecoder
 from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, wait_for
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
@@ -145,6 +149,48 @@ def test_topic_level_replication_clusters(pair: Pair) -> None:
     assert receive(on_b, 1) == [b"to b"]
     assert pair.admin_a.delete(path).status == 204
     wait_for(lambda: not loaded.replicators, what="the replicator to stop")
+
+
+def test_the_remote_topic_is_looked_up(pair: Pair) -> None:
+    # Cluster "r" is a broker that owns nothing: it redirects every lookup to b's broker, where
+    # the replicator then produces (as against a Pulsar cluster of several brokers).
+    lookups: list[str] = []
+
+    async def redirecting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder(1 << 20)
+        while data := await reader.read(65536):
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                if frame.command.type == T.CONNECT:
+                    writer.write(commands.connected("redirector", 20, 5 * 1024 * 1024))
+                elif frame.command.type == T.LOOKUP:
+                    lookups.append(frame.command.lookupTopic.topic)
+                    reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
+                    r = reply.lookupTopicResponse
+                    r.request_id, r.brokerServiceUrl = frame.command.lookupTopic.request_id, pair.b.service_url
+                    r.response, r.authoritative = pb.CommandLookupTopicResponse.Redirect, True
+                    writer.write(commands.frame(reply))
+        writer.close()
+
+    async def start() -> asyncio.Server:
+        return await asyncio.start_server(redirecting, "127.0.0.1", 0)
+
+    server = pair.a.run_coroutine(start())
+    try:
+        port = server.sockets[0].getsockname()[1]
+        pair.admin_a.ok("PUT", "/admin/v2/clusters/r", {"brokerServiceUrl": f"pulsar://127.0.0.1:{port}"})
+        pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "r"]})
+        ns = f"geo/redirect-{uuid.uuid4().hex[:8]}"
+        for admin in (pair.admin_a, pair.admin_b):
+            admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
+        pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", "r"])
+        topic = f"persistent://{ns}/t"
+        on_b = pair.client_b.subscribe(topic, "s")
+        pair.client_a.create_producer(topic).send(b"via lookup")
+        assert receive(on_b, 1) == [b"via lookup"]
+        assert lookups and lookups[0] == topic
+    finally:
+        server.close()
 
 
 def test_replication_clusters_of_a_message(pair: Pair) -> None:
