@@ -133,6 +133,14 @@ class BrokerConfig:
     # a persistent topic; 0 = no limit (namespace / topic subscribeRate override it).
     subscribeThrottlingRatePerConsumer: int = 0
     subscribeRatePeriodPerConsumerInSecond: int = 30
+    # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
+    brokerClientTlsEnabled: bool = False
+    brokerClientTrustCertsFilePath: str = ""
+    brokerClientCertificateFilePath: str = ""
+    brokerClientKeyFilePath: str = ""
+    # token, basic, tls or Pulsar's client class names (org.apache.pulsar.client.impl.auth.AuthenticationToken)
+    brokerClientAuthenticationPlugin: str = ""
+    brokerClientAuthenticationParameters: str = field(default="", repr=False)
     subscriptionRedeliveryTrackerEnabled: bool = True
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"

@@ -20,6 +20,7 @@ from broker.service.compaction import load_view
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.nonpersistent import NonPersistentTopic
+from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
@@ -74,6 +75,10 @@ class BrokerService:
             self.subscription_types_broker()
         except P.PolicyError as exc:
             raise ConfigError(f"subscriptionTypesEnabled: {exc.reason}") from None
+        try:
+            client_credentials(config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters)
+        except RemoteError as exc:
+            raise ConfigError(f"brokerClientAuthenticationPlugin: {exc}") from None
         self.inactive_topics = InactiveTopicMonitor(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)

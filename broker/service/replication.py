@@ -20,9 +20,9 @@ checksum); entries that already carry ``replicated_from`` came from another clus
 sent on (no loops), nor are entries whose ``replicate_to`` list leaves the remote cluster out,
 nor markers.
 
-The remote producer looks the topic up first (LOOKUP from the cluster's ``brokerServiceUrl``,
-following redirects) and produces on the broker that owns it. Not done (see the README): TLS and
-authentication towards the remote cluster, replicated subscriptions, and schemas.
+The remote producer (remote_producer.py) looks the topic up first and produces on the broker that
+owns it, with TLS and credentials as configured. Not done (see the README): replicated
+subscriptions and schemas.
 """
 
 from __future__ import annotations
@@ -32,17 +32,14 @@ import logging
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlparse
 
-from broker import __version__
-from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import FrameDecoder, parse_payload
-from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from broker.protocol.frames import parse_payload
+from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -50,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = pb.BaseCommand.Type
 REPLICATOR_PREFIX = "pulsar.repl."
 # Entries sent to the remote cluster and not yet confirmed (Pulsar's replicationProducerQueueSize),
 # and their bytes: what one replicator may hold in memory and in its socket buffers.
@@ -59,8 +55,6 @@ MAX_PENDING_BYTES = 32 * 1024 * 1024
 READ_BATCH = 100
 # Reconnect backoff (seconds).
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 60.0
-CONNECT_TIMEOUT_S = 10.0
-MAX_LOOKUP_HOPS = 5
 _U32 = struct.Struct(">I")
 R = TypeVar("R")
 
@@ -84,151 +78,6 @@ def restamp(entry: bytes, local_cluster: str) -> tuple[bytes, pb.MessageMetadata
     meta = md.SerializeToString()
     tail = b"".join((_U32.pack(len(meta)), meta, body))
     return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail, md
-
-
-def _address(url: str) -> tuple[str, int]:
-    parsed = urlparse(url)
-    if parsed.scheme != "pulsar" or not parsed.hostname:
-        raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port only)")
-    return parsed.hostname, parsed.port or 6650
-
-
-class RemoteError(Exception):
-    """The remote broker refused or broke off (the replicator reconnects after a backoff)."""
-
-
-class RemoteProducer:
-    """One producer on a remote cluster's broker, over its own connection: the replicator's side
-    of the binary protocol (CONNECT, PRODUCER, SEND; receipts and keep-alive answered)."""
-
-    def __init__(self, url: str, topic: str, producer_name: str,
-                 on_receipt: Callable[[int], None], on_lost: Callable[[BaseException], None]) -> None:
-        self.host, self.port = _address(url)
-        self.topic = topic
-        self.producer_name = producer_name
-        self._on_receipt = on_receipt
-        self._on_lost = on_lost
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
-        self.closed = False
-
-    async def connect(self) -> None:
-        """Connect to the broker that owns the topic (found by LOOKUP, following redirects as
-        the official client does), then create the producer there."""
-        authoritative = False
-        for _ in range(MAX_LOOKUP_HOPS):
-            reader = await self._open()
-            lookup = pb.BaseCommand(type=T.LOOKUP)
-            lookup.lookupTopic.topic, lookup.lookupTopic.request_id = self.topic, 2
-            lookup.lookupTopic.authoritative = authoritative
-            self._write(commands.frame(lookup))
-            r = (await self._expect(reader, T.LOOKUP_RESPONSE)).lookupTopicResponse
-            if r.response == pb.CommandLookupTopicResponse.Failed:
-                raise RemoteError(f"lookup failed: {pb.ServerError.Name(r.error)}: {r.message}")
-            owner = _address(r.brokerServiceUrl) if r.brokerServiceUrl else (self.host, self.port)
-            if r.response == pb.CommandLookupTopicResponse.Connect and (
-                    owner == (self.host, self.port) or r.proxy_through_service_url):
-                break
-            await self._close_connection()
-            self.host, self.port = owner
-            if r.response == pb.CommandLookupTopicResponse.Connect:
-                reader = await self._open()
-                break
-            authoritative = r.authoritative  # a redirect: ask the broker it names
-        else:
-            raise RemoteError(f"lookup of {self.topic} redirected more than {MAX_LOOKUP_HOPS} times")
-        producer = pb.BaseCommand(type=T.PRODUCER)
-        p = producer.producer
-        p.topic, p.producer_id, p.request_id, p.producer_name = self.topic, 1, 1, self.producer_name
-        self._write(commands.frame(producer))
-        await self._expect(reader, T.PRODUCER_SUCCESS)
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
-
-    async def _open(self) -> asyncio.StreamReader:
-        """A new connection to (host, port), past CONNECT / CONNECTED."""
-        reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                      CONNECT_TIMEOUT_S)
-        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
-        connect = pb.BaseCommand(type=T.CONNECT)
-        connect.connect.client_version = f"pulsar-py-broker-replicator/{__version__}"
-        connect.connect.protocol_version = MAX_PROTOCOL_VERSION
-        self._write(commands.frame(connect))
-        await self._expect(reader, T.CONNECTED)
-        return reader
-
-    def _write(self, data: bytes) -> None:
-        assert self._writer is not None
-        self._writer.write(data)
-
-    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
-        while True:
-            cmd = await asyncio.wait_for(self._next(reader), CONNECT_TIMEOUT_S)
-            if cmd.type == wanted:
-                if cmd.type != T.PRODUCER_SUCCESS or cmd.producer_success.producer_ready:
-                    return cmd
-                continue  # (an exclusive producer waiting: not used here)
-            if cmd.type == T.ERROR:
-                raise RemoteError(f"{pb.ServerError.Name(cmd.error.error)}: {cmd.error.message}")
-            self._answer(cmd)
-
-    async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                return frame.command
-            data = await reader.read(65536)
-            if not data:
-                raise RemoteError("connection closed by the remote broker")
-            self._decoder.feed(data)
-
-    def _answer(self, cmd: pb.BaseCommand) -> None:
-        if cmd.type == T.PING and self._writer is not None:
-            self._writer.write(commands.pong())
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                cmd = await self._next(reader)
-                if cmd.type == T.SEND_RECEIPT:
-                    self._on_receipt(cmd.send_receipt.sequence_id)
-                elif cmd.type == T.SEND_ERROR:
-                    raise RemoteError(f"send refused: {pb.ServerError.Name(cmd.send_error.error)}: "
-                                      f"{cmd.send_error.message}")
-                elif cmd.type == T.CLOSE_PRODUCER:
-                    raise RemoteError("the remote broker closed the producer")
-                else:
-                    self._answer(cmd)
-        except asyncio.CancelledError:
-            raise
-        except (OSError, RemoteError, ProtocolError) as exc:
-            if not self.closed:
-                self._on_lost(exc)
-
-    def send(self, sequence_id: int, num_messages: int, payload: bytes, is_chunk: bool) -> None:
-        assert self._writer is not None
-        cmd = pb.BaseCommand(type=T.SEND)
-        s = cmd.send
-        s.producer_id, s.sequence_id, s.num_messages = 1, sequence_id, num_messages
-        if is_chunk:
-            s.is_chunk = True
-        self._writer.write(commands.frame_with_payload(cmd, payload))
-
-    async def close(self) -> None:
-        self.closed = True
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
-        await self._close_connection()
-
-    async def _close_connection(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass
 
 
 class Replicator:
@@ -258,7 +107,7 @@ class Replicator:
     @property
     def remote_url(self) -> str | None:
         producer = self.producer
-        return f"pulsar://{producer.host}:{producer.port}" if producer is not None and self.connected else None
+        return producer.url if producer is not None and self.connected else None
 
     @property
     def delay_s(self) -> float:
@@ -301,11 +150,10 @@ class Replicator:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     async def _connect(self) -> None:
-        url = self.topic.service.metadata.clusters.get(self.remote_cluster, {}).get("brokerServiceUrl")
-        if not url:
-            raise RemoteError(f"cluster {self.remote_cluster} has no brokerServiceUrl")
+        cluster = self.topic.service.metadata.clusters.get(self.remote_cluster, {})
+        settings = remote_settings(self.topic.service.config, self.remote_cluster, cluster)
         self._lost = self.topic.loop.create_future()
-        self.producer = RemoteProducer(url, self.topic.full_name, REPLICATOR_PREFIX + self.local_cluster,
+        self.producer = RemoteProducer(settings, self.topic.full_name, REPLICATOR_PREFIX + self.local_cluster,
                                        self._receipt, self._connection_lost)
         await self.producer.connect()
         self.connected = True

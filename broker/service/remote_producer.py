@@ -1,0 +1,299 @@
+"""The replicator's client side of the binary protocol: one producer on a remote cluster's broker.
+
+It looks the topic up from the cluster's broker service URL (following redirects, as the official
+client does), connects to the owning broker with TLS and credentials when the cluster or the
+broker settings ask for them, creates the producer and sends stored entries; receipts go back to
+the replicator in order, keep-alive pings and authentication challenges are answered.
+
+Where the settings come from (as in Pulsar's replication client): the cluster data's
+``brokerClientTlsEnabled`` / ``authenticationPlugin`` / ``authenticationParameters`` /
+``brokerClientTrustCertsFilePath`` / ``brokerClientCertificateFilePath`` /
+``brokerClientKeyFilePath`` / ``tlsAllowInsecureConnection`` when set, else the broker's keys of
+the same names (``brokerClientAuthenticationPlugin`` / ``...Parameters``). With TLS the cluster's
+``brokerServiceUrlTls`` is used. Authentication plugins: token (``token:<jwt>``, ``file:<path>``
+or ``{"token": ...}``), basic (``{"userId": ..., "password": ...}``) and tls (the client
+certificate, ``{"tlsCertFile": ..., "tlsKeyFile": ...}`` or ``tlsCertFile:...,tlsKeyFile:...``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from broker import __version__
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.errors import ProtocolError
+from broker.protocol.frames import FrameDecoder
+from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+T = pb.BaseCommand.Type
+CONNECT_TIMEOUT_S = 10.0
+MAX_LOOKUP_HOPS = 5
+
+
+class RemoteError(Exception):
+    """The remote broker refused or broke off (the replicator reconnects after a backoff)."""
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """How to reach a remote cluster: its broker service URL, TLS, and credentials."""
+
+    url: str
+    ssl_context: ssl.SSLContext | None
+    auth_method: str | None
+    auth_data: bytes
+
+
+def _setting(cluster: dict[str, Any], cfg: BrokerConfig, key: str) -> Any:
+    """The cluster data's value of ``key`` when set, else the broker's."""
+    value = cluster.get(key)
+    return value if value not in (None, "") else getattr(cfg, key)
+
+
+def remote_settings(cfg: BrokerConfig, name: str, cluster: dict[str, Any]) -> RemoteSettings:
+    """The settings for reaching cluster ``name`` (its cluster data ``cluster``); RemoteError when
+    they are incomplete or unusable."""
+    tls = bool(_setting(cluster, cfg, "brokerClientTlsEnabled"))
+    url = cluster.get("brokerServiceUrlTls" if tls else "brokerServiceUrl")
+    if not url:
+        raise RemoteError(f"cluster {name} has no {'brokerServiceUrlTls' if tls else 'brokerServiceUrl'}")
+    if cluster.get("authenticationPlugin"):
+        plugin, params = cluster["authenticationPlugin"], cluster.get("authenticationParameters", "")
+    else:
+        plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
+    method, data, client_cert = client_credentials(plugin, params)
+    context = None
+    if tls:
+        try:
+            context = ssl.create_default_context(
+                cafile=_setting(cluster, cfg, "brokerClientTrustCertsFilePath") or cfg.tlsTrustCertsFilePath or None)
+            context.check_hostname = False  # Pulsar's broker clients do not verify host names by default
+            if _setting(cluster, cfg, "tlsAllowInsecureConnection"):
+                context.verify_mode = ssl.CERT_NONE
+            cert = client_cert or (_setting(cluster, cfg, "brokerClientCertificateFilePath"),
+                                   _setting(cluster, cfg, "brokerClientKeyFilePath"))
+            if cert[0] and cert[1]:
+                context.load_cert_chain(cert[0], cert[1])
+        except (OSError, ssl.SSLError) as exc:
+            raise RemoteError(f"TLS settings for cluster {name}: {exc}") from None
+    elif method == "tls":
+        raise RemoteError(f"cluster {name}: tls authentication needs brokerClientTlsEnabled")
+    return RemoteSettings(url, context, method, data)
+
+
+def client_credentials(plugin: str, params: str) -> tuple[str | None, bytes, tuple[str, str] | None]:
+    """(auth method name, auth data, client certificate and key) for an authentication plugin
+    (Pulsar's client class names or tls / token / basic); RemoteError for others."""
+    if not plugin:
+        return None, b"", None
+    kind = plugin.rsplit(".", 1)[-1].lower().removeprefix("authentication")
+    if kind == "token":
+        return "token", _token(params).encode(), None
+    if kind == "basic":
+        doc = _params(params)
+        return "basic", f"{doc.get('userId', '')}:{doc.get('password', '')}".encode(), None
+    if kind == "tls":
+        doc = _params(params)
+        if not doc.get("tlsCertFile") or not doc.get("tlsKeyFile"):
+            raise RemoteError("tls authentication needs tlsCertFile and tlsKeyFile")
+        return "tls", b"", (doc["tlsCertFile"], doc["tlsKeyFile"])
+    raise RemoteError(f"unsupported authentication plugin {plugin!r} (token, basic or tls)")
+
+
+def _params(params: str) -> dict[str, str]:
+    """Plugin parameters as JSON or ``key:value,key:value``."""
+    params = params.strip()
+    if params.startswith("{"):
+        try:
+            doc = json.loads(params)
+        except ValueError:
+            raise RemoteError("authentication parameters are not valid JSON") from None
+        return {str(k): str(v) for k, v in doc.items()}
+    return dict(item.split(":", 1) for item in params.split(",") if ":" in item)
+
+
+def _token(params: str) -> str:
+    params = params.strip()
+    if params.startswith("{"):
+        return _params(params).get("token", "")
+    if params.startswith("token:"):
+        return params[len("token:"):]
+    if params.startswith("file:"):
+        path = params[len("file:"):]
+        path = path[2:] if path.startswith("//") else path
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise RemoteError(f"token file {path}: {exc}") from None
+    return params
+
+
+def _address(url: str) -> tuple[str, int, bool]:
+    """(host, port, TLS) of a pulsar:// or pulsar+ssl:// URL."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("pulsar", "pulsar+ssl") or not parsed.hostname:
+        raise RemoteError(f"unsupported broker service URL {url!r}")
+    tls = parsed.scheme == "pulsar+ssl"
+    return parsed.hostname, parsed.port or (6651 if tls else 6650), tls
+
+
+class RemoteProducer:
+    """One producer on a remote cluster's broker, over its own connection (see the module
+    docstring)."""
+
+    def __init__(self, settings: RemoteSettings, topic: str, producer_name: str,
+                 on_receipt: Callable[[int], None], on_lost: Callable[[BaseException], None]) -> None:
+        self.settings = settings
+        self.url = settings.url
+        self.topic = topic
+        self.producer_name = producer_name
+        self._on_receipt = on_receipt
+        self._on_lost = on_lost
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        self.closed = False
+
+    async def connect(self) -> None:
+        """Connect to the broker that owns the topic (found by LOOKUP, following redirects as
+        the official client does), then create the producer there."""
+        authoritative = False
+        for _ in range(MAX_LOOKUP_HOPS):
+            reader = await self._open()
+            lookup = pb.BaseCommand(type=T.LOOKUP)
+            lookup.lookupTopic.topic, lookup.lookupTopic.request_id = self.topic, 2
+            lookup.lookupTopic.authoritative = authoritative
+            self._write(commands.frame(lookup))
+            r = (await self._expect(reader, T.LOOKUP_RESPONSE)).lookupTopicResponse
+            if r.response == pb.CommandLookupTopicResponse.Failed:
+                raise RemoteError(f"lookup failed: {pb.ServerError.Name(r.error)}: {r.message}")
+            owner = (r.brokerServiceUrlTls if self.settings.ssl_context is not None else r.brokerServiceUrl) or self.url
+            if r.response == pb.CommandLookupTopicResponse.Connect and (
+                    _address(owner) == _address(self.url) or r.proxy_through_service_url):
+                break
+            await self._close_connection()
+            self.url = owner
+            if r.response == pb.CommandLookupTopicResponse.Connect:
+                reader = await self._open()
+                break
+            authoritative = r.authoritative  # a redirect: ask the broker it names
+        else:
+            raise RemoteError(f"lookup of {self.topic} redirected more than {MAX_LOOKUP_HOPS} times")
+        producer = pb.BaseCommand(type=T.PRODUCER)
+        p = producer.producer
+        p.topic, p.producer_id, p.request_id, p.producer_name = self.topic, 1, 1, self.producer_name
+        self._write(commands.frame(producer))
+        await self._expect(reader, T.PRODUCER_SUCCESS)
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _open(self) -> asyncio.StreamReader:
+        """A new connection to ``self.url``, past CONNECT / CONNECTED."""
+        host, port, tls = _address(self.url)
+        context = self.settings.ssl_context
+        if tls and context is None:
+            context = ssl.create_default_context()
+        reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context if tls else None), CONNECT_TIMEOUT_S)
+        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        connect = pb.BaseCommand(type=T.CONNECT)
+        c = connect.connect
+        c.client_version = f"pulsar-py-broker-replicator/{__version__}"
+        c.protocol_version = MAX_PROTOCOL_VERSION
+        if self.settings.auth_method is not None:
+            c.auth_method_name, c.auth_data = self.settings.auth_method, self.settings.auth_data
+        self._write(commands.frame(connect))
+        await self._expect(reader, T.CONNECTED)
+        return reader
+
+    def _write(self, data: bytes) -> None:
+        assert self._writer is not None
+        self._writer.write(data)
+
+    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
+        while True:
+            cmd = await asyncio.wait_for(self._next(reader), CONNECT_TIMEOUT_S)
+            if cmd.type == wanted:
+                if cmd.type != T.PRODUCER_SUCCESS or cmd.producer_success.producer_ready:
+                    return cmd
+                continue  # (an exclusive producer waiting: not used here)
+            if cmd.type == T.ERROR:
+                raise RemoteError(f"{pb.ServerError.Name(cmd.error.error)}: {cmd.error.message}")
+            self._answer(cmd)
+
+    async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is not None:
+                return frame.command
+            data = await reader.read(65536)
+            if not data:
+                raise RemoteError("connection closed by the remote broker")
+            self._decoder.feed(data)
+
+    def _answer(self, cmd: pb.BaseCommand) -> None:
+        """Keep-alive pings and authentication challenges (the same credentials again)."""
+        if self._writer is None:
+            return
+        if cmd.type == T.PING:
+            self._writer.write(commands.pong())
+        elif cmd.type == T.AUTH_CHALLENGE and self.settings.auth_method is not None:
+            reply = pb.BaseCommand(type=T.AUTH_RESPONSE)
+            r = reply.authResponse
+            r.client_version = f"pulsar-py-broker-replicator/{__version__}"
+            r.protocol_version = MAX_PROTOCOL_VERSION
+            r.response.auth_method_name, r.response.auth_data = self.settings.auth_method, self.settings.auth_data
+            self._writer.write(commands.frame(reply))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                cmd = await self._next(reader)
+                if cmd.type == T.SEND_RECEIPT:
+                    self._on_receipt(cmd.send_receipt.sequence_id)
+                elif cmd.type == T.SEND_ERROR:
+                    raise RemoteError(f"send refused: {pb.ServerError.Name(cmd.send_error.error)}: "
+                                      f"{cmd.send_error.message}")
+                elif cmd.type == T.CLOSE_PRODUCER:
+                    raise RemoteError("the remote broker closed the producer")
+                else:
+                    self._answer(cmd)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, RemoteError, ProtocolError) as exc:
+            if not self.closed:
+                self._on_lost(exc)
+
+    def send(self, sequence_id: int, num_messages: int, payload: bytes, is_chunk: bool) -> None:
+        cmd = pb.BaseCommand(type=T.SEND)
+        s = cmd.send
+        s.producer_id, s.sequence_id, s.num_messages = 1, sequence_id, num_messages
+        if is_chunk:
+            s.is_chunk = True
+        self._write(commands.frame_with_payload(cmd, payload))
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+        await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, ssl.SSLError):
+                pass
