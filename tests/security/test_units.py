@@ -417,8 +417,8 @@ async def test_pulsar_standalone_conf_security_section(pki: Pki, tmp_path: Path,
         await server.start()
     try:
         assert server.port and server.tls_port and server.web_port and server.web_tls_port
-        assert caplog.text.count("configuration keys not supported") == 1
-        assert "brokerClientAuthenticationParameters, brokerClientAuthenticationPlugin" in caplog.text
+        # (brokerClientAuthentication* are the geo-replicators' credentials: known, empty here.)
+        assert "configuration keys not supported" not in caplog.text
         assert list(server.security.authentication.providers) == ["tls", "token", "basic"]
     finally:
         await server.stop()
