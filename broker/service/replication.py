@@ -101,6 +101,7 @@ class Replicator:
         self._next_seq = 0
         self._room = asyncio.Event()
         self._lost: asyncio.Future[BaseException] | None = None
+        self._progress = False  # a receipt came on the current connection
         self._task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -135,9 +136,9 @@ class Replicator:
     async def _run(self) -> None:
         backoff = BACKOFF_MIN_S
         while not self.closed:
+            self._progress = False
             try:
                 await self._connect()
-                backoff = BACKOFF_MIN_S
                 await self._replicate()
             except asyncio.CancelledError:
                 raise
@@ -146,6 +147,8 @@ class Replicator:
                 log.warning("replicator %s -> %s: %s; retrying in %.1f s", self.topic.name, self.remote_cluster,
                             self.last_error, backoff)
             await self._disconnect()
+            if self._progress:  # (a remote that refuses every message is not retried at full speed)
+                backoff = BACKOFF_MIN_S
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
@@ -223,6 +226,7 @@ class Replicator:
         if not self._pending or self._pending[0][0] != sequence_id:
             self._connection_lost(RemoteError(f"unexpected receipt for sequence id {sequence_id}"))
             return
+        self._progress = True
         _, position, _, nbytes = self._pending.popleft()
         self._pending_bytes -= nbytes
         self.cursor.delete([position])
