@@ -46,6 +46,18 @@ def receive_all(consumer: pulsar.Consumer, n: int) -> list[bytes]:
     return received
 
 
+def receive_available(consumer: pulsar.Consumer, timeout_ms: int) -> list[bytes]:
+    """Receive and acknowledge until nothing comes for ``timeout_ms``; the payloads."""
+    received = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_ms)
+        except pulsar.Timeout:
+            return received
+        received.append(msg.data())
+        consumer.acknowledge(msg)
+
+
 def policy_path(topic: str, policy: str) -> str:
     return f"/admin/v2/{rest_path(topic)}/{policy}"
 
@@ -303,16 +315,11 @@ def test_max_unacked_messages_on_subscription(admin: Admin, client: pulsar.Clien
     _, topic = new_topic(admin, "sub-unacked")
     consumers = blocked_on_unacked(admin, client, topic, limit=4, messages=12, consumers=2)
     received: list[bytes] = []
-    for _ in range(500):
+    for _ in range(100):
         if len(received) == 12:
             break
         for c in consumers:
-            try:
-                msg = c.receive(100)
-            except pulsar.Timeout:
-                continue
-            received.append(msg.data())
-            c.acknowledge(msg)
+            received += receive_available(c, 100)
     assert sorted(received) == sorted(b"m%d" % i for i in range(12))
     wait_for(lambda: not subscription_stats(admin, topic)["blockedSubscriptionOnUnackedMsgs"],
              what="the subscription to be unblocked")
@@ -507,13 +514,7 @@ def test_dispatch_rate_relative_to_publish_rate_follows_the_producers(
         for _ in range(20):  # keep publishing while the limiter measures the rate
             producer.send(b"m%d" % sent)
             sent += 1
-        while True:
-            try:
-                msg = consumer.receive(200)
-            except pulsar.Timeout:
-                break
-            received.append(msg.data())
-            consumer.acknowledge(msg)
+        received.extend(receive_available(consumer, 200))
         return rate.limits[0] > 5 and len(received) == sent
 
     wait_for(caught_up, timeout=30, what="the consumer to keep up under a limit that follows the producers")
