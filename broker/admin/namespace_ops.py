@@ -7,15 +7,23 @@ unsubscribe and unload; we have one broker, so "every bundle" is the whole names
 - ``POST .../unsubscribe/{sub}``: ``sub`` is deleted from every topic that has it; refused as a
   whole (412) when any of them has a connected consumer, before anything is deleted.
 - ``PUT .../unload``: every loaded topic is closed; its clients reconnect and load it again.
+
+Each also exists per bundle (``.../{bundle}/clearBacklog``, ``.../{bundle}/unload``, ...): only the
+topics whose name hashes into the bundle's range, with Pulsar's hash (CRC32 of the full topic
+name), so ``--bundle`` in scripts means what it means against Pulsar.
 """
 
 from __future__ import annotations
 
+import itertools
+import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from broker.admin.common import HttpError, no_content
+from broker.metadata import policies as P
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
@@ -24,6 +32,7 @@ if TYPE_CHECKING:
     from broker.admin.http import WebService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
+BUNDLE_PATTERN = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
 
 
 class NamespaceOperationsResource:
@@ -31,34 +40,54 @@ class NamespaceOperationsResource:
         self.web = web_service
 
     def register(self, r: web.UrlDispatcher) -> None:
-        r.add_post(NS + "/clearBacklog", self.clear_backlog)
-        r.add_post(NS + "/clearBacklog/{sub}", self.clear_backlog)
-        r.add_post(NS + "/unsubscribe/{sub}", self.unsubscribe)
-        r.add_put(NS + "/unload", self.unload)
+        for base in (NS, NS + "/{bundle:" + BUNDLE_PATTERN + "}"):
+            r.add_post(base + "/clearBacklog", self.clear_backlog)
+            r.add_post(base + "/clearBacklog/{sub}", self.clear_backlog)
+            r.add_post(base + "/unsubscribe/{sub}", self.unsubscribe)
+            r.add_put(base + "/unload", self.unload)
 
     @property
     def service(self) -> Any:
         return self.web.service
 
-    async def stored_topics(self, ns: str) -> list[PersistentTopic]:
-        """Every persistent topic of the namespace that has a ledger (loaded on demand)."""
+    def scope(self, request: web.Request) -> tuple[str, Callable[[TopicName], bool]]:
+        """(namespace, which of its topics the request covers: all, or one bundle's)."""
+        ns = self.web.namespaces.namespace(request)
+        bundle = request.match_info.get("bundle")
+        if bundle is None:
+            return ns, lambda name: True
+        lower, upper = (int(end, 16) for end in bundle.split("_"))
+        boundaries = P.bundle_boundaries()
+        if (lower, upper) not in itertools.pairwise(boundaries):
+            raise HttpError(404, f"Bundle {ns}/{bundle} not found")
+        last = upper == boundaries[-1]  # the last range includes its upper end
+
+        def covers(name: TopicName) -> bool:
+            h = zlib.crc32(name.full.encode())
+            return lower <= h < upper or (last and h == upper)
+
+        return ns, covers
+
+    async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
+        """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""
         names = [TopicName.parse(n) for n in self.service.topics_of_namespace(ns, 0)]
         stored = set(self.service.ledger_factory.list_names())
-        return [await self.service.get_topic(n, create=False) for n in names if n.persistence_path in stored]
+        return [await self.service.get_topic(n, create=False) for n in names
+                if n.persistence_path in stored and covers(n)]
 
     async def clear_backlog(self, request: web.Request) -> web.Response:
-        ns = self.web.namespaces.namespace(request)
+        ns, covers = self.scope(request)
         only = request.match_info.get("sub")
-        for topic in await self.stored_topics(ns):
+        for topic in await self.stored_topics(ns, covers):
             for name in admin_ops.subscription_names(topic):
                 if only is None or name == only:
                     admin_ops.skip_all(await admin_ops.subscription(topic, name))
         return no_content()
 
     async def unsubscribe(self, request: web.Request) -> web.Response:
-        ns = self.web.namespaces.namespace(request)
+        ns, covers = self.scope(request)
         name = request.match_info["sub"]
-        topics = [t for t in await self.stored_topics(ns) if name in admin_ops.subscription_names(t)]
+        topics = [t for t in await self.stored_topics(ns, covers) if name in admin_ops.subscription_names(t)]
         for topic in topics:
             sub = topic.subscriptions.get(name)
             if sub is not None and sub.consumers:
@@ -69,7 +98,7 @@ class NamespaceOperationsResource:
         return no_content()
 
     async def unload(self, request: web.Request) -> web.Response:
-        ns = self.web.namespaces.namespace(request)
-        for topic in [t for t in self.service.all_topics() if t.name.namespace == ns]:
+        ns, covers = self.scope(request)
+        for topic in [t for t in self.service.all_topics() if t.name.namespace == ns and covers(t.name)]:
             await self.service.unload_topic(topic.name)
         return no_content()

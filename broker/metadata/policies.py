@@ -450,10 +450,16 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     return {k: v for k, v in policies.items() if v is not None}
 
 
+def bundle_boundaries() -> list[int]:
+    """A namespace's bundle boundaries: DEFAULT_BUNDLES equal ranges of the 32-bit hash space (the
+    last one includes its upper end), as Pulsar lays them out."""
+    step = (1 << 32) // DEFAULT_BUNDLES
+    return [min(i * step, (1 << 32) - 1) for i in range(DEFAULT_BUNDLES + 1)]
+
+
 def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:
     """Pulsar's Policies JSON for a namespace: its defaults, overlaid with what is stored."""
-    step = (1 << 32) // DEFAULT_BUNDLES
-    boundaries = [f"0x{min(i * step, (1 << 32) - 1):08x}" for i in range(DEFAULT_BUNDLES + 1)]
+    boundaries = [f"0x{b:08x}" for b in bundle_boundaries()]
     view: dict[str, Any] = {
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "replication_clusters": [cluster],

@@ -3,6 +3,8 @@ configuration endpoints, over real HTTP with the official client making the topi
 
 from __future__ import annotations
 
+import itertools
+import zlib
 from collections.abc import Iterator
 
 import pulsar
@@ -57,6 +59,32 @@ def test_clear_backlog_of_every_topic_and_of_one_subscription(admin: Admin, clie
     consumer = client.subscribe(t1, "b")
     assert consumer.receive(10_000).data() == b"after"
     consumer.close()
+
+
+def test_operations_on_one_bundle(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    bundles = admin.ok("GET", f"{NS}/{ns}/bundles")["boundaries"]
+
+    def bundle_of(topic: str) -> str:
+        # Pulsar's: CRC32 of the full topic name, in [lower, upper) (the last range closed).
+        h = zlib.crc32(topic.encode())
+        for lower, upper in itertools.pairwise(bundles):
+            if int(lower, 16) <= h < int(upper, 16) or h == int(upper, 16) == 0xFFFFFFFF:
+                return f"{lower}_{upper}"
+        raise AssertionError(h)
+
+    names = [f"t{i}" for i in range(4)]
+    while len({bundle_of(f"persistent://{ns}/{n}") for n in names}) < 2:  # (some in other bundles)
+        names.append(f"t{len(names)}")
+    topics = [topic_with_backlog(admin, client, ns, n, ("s",), messages=2) for n in names]
+    target = bundle_of(topics[0])
+    inside = [t for t in topics if bundle_of(t) == target]
+    assert 0 < len(inside) < len(topics)
+    assert admin.post(f"{NS}/{ns}/{target}/clearBacklog").status == 204
+    for t in topics:
+        assert backlogs(admin, t) == {"s": 0 if t in inside else 2}
+    assert admin.post(f"{NS}/{ns}/0x00000000_0x00000001/clearBacklog").status == 404
+    assert admin.put(f"{NS}/{ns}/{target}/unload").status == 204
 
 
 def test_unsubscribe_everywhere_or_nowhere(admin: Admin, client: pulsar.Client) -> None:
