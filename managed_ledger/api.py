@@ -397,11 +397,13 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def last_active(self) -> float:
         """clock() time (the factory's clock: wall-clock seconds by default) of the last read,
-        ack, seek or touch(). Not persisted: a reopened cursor starts at its opening time."""
+        ack, seek or touch(). Saved with a durable cursor's state (as wall-clock time), so a
+        reopened cursor keeps the inactivity it had; one saved without it starts at its opening."""
 
     @abc.abstractmethod
     def touch(self) -> None:
-        """Record activity now (a consumer came or went): last_active = clock()."""
+        """Record activity now (a consumer came or went): last_active = clock(); saved with the
+        cursor's state."""
 
     @property
     @abc.abstractmethod

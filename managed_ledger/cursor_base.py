@@ -12,6 +12,7 @@ flight therefore keeps its move: the in-flight read's completion does not touch 
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class CursorRecord:
     # Partly acknowledged batch entries (Pulsar's batch-index acks): position -> ack_set words,
     # a bit set for each message of the batch still unacknowledged. Only unacked positions.
     batch_acks: dict[Position, list[int]] = field(default_factory=dict)
+    # Wall-clock time (epoch seconds) of the cursor's last activity as of its last save; None for a
+    # cursor saved before this was kept. Lets inactivity (subscription expiry) span restarts.
+    last_active: float | None = None
 
     def raise_floor(self, floor: Position) -> bool:
         """Move the mark-delete up to floor (its ledgers were trimmed under it); True if moved."""
@@ -77,7 +81,10 @@ class BaseCursor(ManagedCursor):
         # One ordering domain per cursor: its read completions never overtake each other.
         self._completer = OrderedCompleter(ledger._nesting, ledger.config.read_nesting_limit)
         self._read_position = ledger._map.next_valid(record.mark_delete)
-        self._last_active = ledger._clock()
+        now = ledger._clock()
+        # A reopened cursor has been inactive since its saved last activity (none: since now).
+        idle = max(0.0, _wall() - record.last_active) if record.last_active is not None else 0.0
+        self._last_active = now - idle
         self._active = True
 
     # -- properties ---------------------------------------------------------------------------
@@ -444,9 +451,17 @@ class BaseCursor(ManagedCursor):
 
     def _touch(self) -> None:
         self._last_active = self._ledger._clock()
+        self._record.last_active = _wall()  # saved with the state's next write
 
     def touch(self) -> None:
+        """Activity that changes nothing else (a consumer came or went): saved all the same."""
         self._touch()
+        self._state_changed()
+
+
+def _wall() -> float:
+    """Wall-clock seconds: what a saved cursor's last activity is kept in (tests move it)."""
+    return time.time()
 
 
 def _check_read_args(max_entries: int, max_bytes: int | None) -> None:

@@ -6,7 +6,8 @@ File ``cursors/<encoded name>.cur`` in the managed ledger's directory::
     4  4  CRC32C of the body
     8  .  body: UTF-8 JSON {"name", "markDelete": [ledger, entry], "properties": {..},
           "deleted": [[ledger, first, last], ...], "deletedTruncated": bool,
-          "batchAcks": [[ledger, entry, [ack_set words]], ...]}   (absent in older files)
+          "batchAcks": [[ledger, entry, [ack_set words]], ...],   (absent in older files)
+          "lastActive": epoch milliseconds}                       (absent in older files)
 
 Written with temp file + fsync + rename + fsync(dir), so a reader sees the old state or the new
 one, never a mix. The individually deleted ranges written are bounded (Pulsar's
@@ -54,6 +55,7 @@ def encode(name: str, record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERS
             # Bounded like the ranges; a batch left out is redelivered whole after a restart.
             "batchAcks": [[p.ledger_id, p.entry_id, words]
                           for p, words in sorted(record.batch_acks.items())[:max_ranges]],
+            **({"lastActive": int(record.last_active * 1000)} if record.last_active is not None else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -82,4 +84,6 @@ def decode(data: bytes) -> StoredCursor:
     properties = {str(k): int(v) for k, v in doc["properties"].items()}
     batch_acks = {Position(int(ledger_id), int(entry_id)): [int(w) for w in words]
                   for ledger_id, entry_id, words in doc.get("batchAcks", [])}
-    return StoredCursor(str(doc["name"]), CursorRecord(mark_delete, deleted, properties, batch_acks))
+    last_active = doc.get("lastActive")
+    return StoredCursor(str(doc["name"]), CursorRecord(mark_delete, deleted, properties, batch_acks,
+                                                       None if last_active is None else int(last_active) / 1000))

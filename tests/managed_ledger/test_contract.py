@@ -7,6 +7,7 @@ taken from ``current_ledger_id`` / ``ledgers_info`` at the moment it matters.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -28,6 +29,7 @@ from managed_ledger import (
     ManagedLedgerFactory,
     NoMoreEntriesError,
     Position,
+    cursor_base,
 )
 
 TIMEOUT = 5.0  # seconds to wait for an awaited event; never a fixed sleep
@@ -745,6 +747,21 @@ async def test_open_same_name_returns_same_instance(factory: ManagedLedgerFactor
     c = await factory.open("other")
     assert c is not a
     assert factory.list_names() == ["other", "t"]
+
+
+async def test_a_reopened_cursor_keeps_its_inactivity(factory: ManagedLedgerFactory, clock: FakeClock,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ml = await factory.open("t")
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    c.touch()
+    await c.flush()
+    await ml.close()
+    monkeypatch.setattr(cursor_base, "_wall", lambda: time.time() + 3600)  # an hour passes
+    ml = await factory.open("t")
+    reopened = ml.cursors["sub"]
+    assert clock() - reopened.last_active >= 3590
+    reopened.touch()
+    assert reopened.last_active == clock()
 
 
 async def test_close_and_reopen_keeps_data_and_durable_cursors(factory: ManagedLedgerFactory) -> None:
