@@ -120,8 +120,10 @@ class Housekeeping:
                          name, topic.name, now - cursor.last_active)
 
     async def check_backlogged_cursors(self) -> None:
-        """Subscriptions that fell behind (or caught up) since consumers came or went leave (or
-        rejoin) the read cache's active cursors."""
+        """Subscriptions and replicators that fell behind (or caught up) since consumers (or the
+        remote cluster) came or went leave (or rejoin) the read cache's active cursors."""
         for topic in list(self.service.topics.values()):
             for sub in list(topic.subscriptions.values()):
                 sub.update_cursor_activity()
+            for replicator in list(topic.replicators.values()):
+                replicator.update_cursor_activity()

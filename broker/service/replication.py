@@ -40,6 +40,7 @@ from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import parse_payload
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
+from broker.service.subscription import cursor_activity
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -122,7 +123,13 @@ class Replicator:
         return self.cursor.number_of_entries_in_backlog()
 
     def start(self) -> None:
+        self.update_cursor_activity()
         self._task = self.topic.loop.create_task(self._run())
+
+    def update_cursor_activity(self) -> None:
+        """Active (its entries kept in the read cache) while connected and not backlogged, as for
+        a subscription: a replicator whose remote cluster is away must not pin the cache."""
+        self.cursor.set_active(cursor_activity(self.topic, self.cursor, self.connected))
 
     async def close(self) -> None:
         self.closed = True
@@ -161,6 +168,7 @@ class Replicator:
         await self.producer.connect()
         self.connected = True
         self.connected_since = time.time()
+        self.update_cursor_activity()
         # Whatever was sent and not confirmed before is sent again, from the mark-delete position.
         self._pending.clear()
         self._pending_bytes = 0
@@ -168,7 +176,9 @@ class Replicator:
         log.info("replicator %s -> %s connected", self.topic.name, self.remote_cluster)
 
     async def _disconnect(self) -> None:
-        self.connected = False
+        if self.connected:
+            self.connected = False
+            self.update_cursor_activity()
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.close()

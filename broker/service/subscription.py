@@ -41,6 +41,17 @@ def check_consumer_admission(sub: Subscription | NonPersistentSubscription, cons
         raise ConsumerBusyError("Topic reached max consumers limit")
 
 
+def cursor_activity(topic: PersistentTopic, cursor: ManagedCursor, reading: bool) -> bool:
+    """Whether a cursor someone reads through (``reading``) should be active: not when it is
+    backlogged, managedLedgerCursorBackloggedThreshold entries or more behind (0 = never)."""
+    threshold = topic.service.config.managedLedgerCursorBackloggedThreshold
+    if not reading or threshold <= 0:
+        return reading
+    ledger = topic.ledger
+    read, last = cursor.read_position, ledger.last_confirmed_entry
+    return read > last or ledger.count_entries_between(read, last) < threshold
+
+
 class Subscription:
     def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor, durable: bool) -> None:
         self.topic = topic
@@ -126,13 +137,7 @@ class Subscription:
         unread, as in Pulsar. A backlogged reader would otherwise pin everything it has not read
         yet in the cache, at the expense of the readers at the tail; it reads from disk until it
         catches up."""
-        active = bool(self.consumers)
-        threshold = self.topic.service.config.managedLedgerCursorBackloggedThreshold
-        if active and threshold > 0:
-            ledger = self.topic.ledger
-            read, last = self.cursor.read_position, ledger.last_confirmed_entry
-            active = read > last or ledger.count_entries_between(read, last) < threshold
-        self.cursor.set_active(active)
+        self.cursor.set_active(cursor_activity(self.topic, self.cursor, bool(self.consumers)))
 
     def drop_if_unused(self) -> None:
         """A reader's subscription whose consumer never joined (it went away while subscribing)."""

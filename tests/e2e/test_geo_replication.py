@@ -223,6 +223,8 @@ def test_a_remote_that_comes_later_gets_the_backlog(pair: Pair, tmp_path: Path) 
         producer.send(b"m%d" % i)
     out = replication(pair.admin_a, topic)["c"]
     assert out["connected"] is False and out["replicationBacklog"] == 30
+    cursor = pair.a.server.service.topics[TopicName.parse(topic).full].ledger.cursors["pulsar.repl.c"]
+    assert not cursor.is_active  # a replicator with nowhere to send does not pin the read cache
     with BrokerThread(clusterName="c", data_dir=tmp_path) as c:
         admin_c = Admin(c.web_url)
         link(admin_c, "a", pair.a)
@@ -235,6 +237,7 @@ def test_a_remote_that_comes_later_gets_the_backlog(pair: Pair, tmp_path: Path) 
             assert receive(consumer, 30) == [b"m%d" % i for i in range(30)]
             wait_for(lambda: replication(pair.admin_a, topic)["c"]["replicationBacklog"] == 0,
                      what="the backlog to drain")
+            assert cursor.is_active
         finally:
             client_c.close()
     # Dropping "c" from the namespace stops the replicator and removes its cursor.
