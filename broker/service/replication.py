@@ -212,7 +212,12 @@ class Replicator:
         assert self.producer is not None
         skipped: list[Position] = []
         for entry in entries:
-            stamped = restamp(entry.data, self.local_cluster)
+            try:
+                stamped = restamp(entry.data, self.local_cluster)
+            except ProtocolError as exc:  # (entries are checked on the way in: never seen)
+                log.error("replicator %s -> %s: entry %s cannot be read (%s); not replicated",
+                          self.topic.name, self.remote_cluster, entry.position, exc)
+                stamped = None
             if stamped is None:
                 skipped.append(entry.position)
                 continue
