@@ -65,6 +65,8 @@ class WebService:
         r.add_get("/admin/v2/clusters", self.clusters)
         r.add_get("/admin/v2/clusters/{cluster}", self.get_cluster)
         r.add_put("/admin/v2/clusters/{cluster}", self.put_cluster)
+        r.add_post("/admin/v2/clusters/{cluster}", self.put_cluster)
+        r.add_delete("/admin/v2/clusters/{cluster}", self.delete_cluster)
         r.add_get("/admin/v2/tenants", self.tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.put_tenant)
@@ -182,11 +184,32 @@ class WebService:
         return json_response({**urls, **self.metadata.clusters[name]})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
+        """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
         name = request.match_info["cluster"]
         body = await read_body(request) or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Cluster data must be a JSON object")
+        exists = name in self.metadata.clusters
+        if request.method == "PUT":
+            check_name(name, "cluster")
+            if exists:
+                raise HttpError(409, "Cluster already exists")
+        elif not exists:
+            raise HttpError(404, "Cluster does not exist")
         self.metadata.clusters[name] = body
+        self.metadata.save()
+        return no_content()
+
+    async def delete_cluster(self, request: web.Request) -> web.Response:
+        """Refused (412) while a tenant may use the cluster or a namespace replicates to it."""
+        name = request.match_info["cluster"]
+        if name not in self.metadata.clusters:
+            raise HttpError(404, "Cluster does not exist")
+        used = any(name in t.get("allowedClusters", []) for t in self.metadata.tenants.values()) or any(
+            name in (p.get("replication_clusters") or []) for p in self.metadata.namespaces.values())
+        if used or name == self.server.config.clusterName:
+            raise HttpError(412, "Cluster not empty")
+        del self.metadata.clusters[name]
         self.metadata.save()
         return no_content()
 

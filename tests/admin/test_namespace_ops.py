@@ -160,3 +160,18 @@ def test_replication_clusters_properties_and_bundles(admin: Admin) -> None:
     bundles = admin.ok("GET", f"{NS}/{ns}/bundles")
     assert bundles["numBundles"] == 4 and bundles["boundaries"][0] == "0x00000000"
     assert bundles["boundaries"][-1] == "0xffffffff"
+
+
+def test_clusters_create_update_delete(admin: Admin) -> None:
+    path = "/admin/v2/clusters/third"
+    assert admin.put("/admin/v2/clusters/standalone", {}).status == 409  # exists (as in Pulsar)
+    assert admin.post(path, {"serviceUrl": "http://third:8080"}).status == 404  # update: must exist
+    assert admin.put(path, {"serviceUrl": "http://third:8080"}).status == 204
+    assert admin.post(path, {"serviceUrl": "http://third:9090"}).status == 204
+    assert admin.ok("GET", path)["serviceUrl"] == "http://third:9090"
+    admin.ok("PUT", "/admin/v2/tenants/uses-third", {"allowedClusters": ["standalone", "third"]})
+    assert admin.delete(path).status == 412  # a tenant may use it
+    admin.ok("POST", "/admin/v2/tenants/uses-third", {"allowedClusters": ["standalone"]})
+    assert admin.delete(path).status == 204
+    assert admin.get(path).status == 404
+    assert admin.delete("/admin/v2/clusters/standalone").status == 412  # this broker's own

@@ -43,7 +43,10 @@ class Pair:
 
 
 def link(admin: Admin, cluster: str, peer: BrokerThread) -> None:
-    admin.ok("PUT", f"/admin/v2/clusters/{cluster}", {"serviceUrl": peer.web_url, "brokerServiceUrl": peer.service_url})
+    """Create or update cluster data on ``admin``'s broker: ``cluster`` is reached at ``peer``."""
+    method = "POST" if admin.get(f"/admin/v2/clusters/{cluster}").status == 200 else "PUT"
+    admin.ok(method, f"/admin/v2/clusters/{cluster}",
+             {"serviceUrl": peer.web_url, "brokerServiceUrl": peer.service_url})
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def test_replication_over_tls_with_a_token(pki: Pki) -> None:
             replicator = local.server.service.topics[TopicName.parse(topic).full].replicators["remote"]
             wait_for(lambda: "AuthenticationError" in replicator.last_error, what="the bad token to be refused")
             # The broker's own settings (TLS, the super user's token) once the override goes.
-            admin.ok("PUT", "/admin/v2/clusters/remote", cluster)
+            admin.ok("POST", "/admin/v2/clusters/remote", cluster)
             msg = consumer.receive(15_000)
             assert msg.data() == b"over tls"
             stats = admin.stats(topic)["replication"]["remote"]
