@@ -29,10 +29,10 @@ test-deps:
 	else echo "test-deps: prometheus is not installed and cannot be installed here (needs root and apt-get);" \
 	  "the Prometheus tests will be skipped"; fi
 
-# Regenerate broker/protocol/pulsar_api_pb2.py(+.pyi) from proto/pulsar_api.proto.
+# Regenerate broker/protocol/pulsar_{api,markers}_pb2.py(+.pyi) from proto/*.proto.
 proto: $(STAMP)
 	$(PY) -m pip install -q -e '.[proto]'
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=broker/protocol --pyi_out=broker/protocol proto/pulsar_api.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=broker/protocol --pyi_out=broker/protocol proto/pulsar_api.proto proto/pulsar_markers.proto
 	# Schema.Type.None is a Python keyword: comment it out of the stub so mypy can parse it.
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
 
