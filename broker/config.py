@@ -133,6 +133,12 @@ class BrokerConfig:
     # a persistent topic; 0 = no limit (namespace / topic subscribeRate override it).
     subscribeThrottlingRatePerConsumer: int = 0
     subscribeRatePeriodPerConsumerInSecond: int = 30
+    # Replicated subscriptions (consumers' replicate_subscription_state): snapshot markers between
+    # the clusters every so often, given up after the timeout; snapshots kept per subscription.
+    enableReplicatedSubscriptions: bool = True
+    replicatedSubscriptionsSnapshotFrequencyMillis: int = 1000
+    replicatedSubscriptionsSnapshotTimeoutSeconds: int = 30
+    replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = 10
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""

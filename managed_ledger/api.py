@@ -401,6 +401,10 @@ class ManagedCursor(abc.ABC):
         reopened cursor keeps the inactivity it had; one saved without it starts at its opening."""
 
     @abc.abstractmethod
+    def set_properties(self, properties: Mapping[str, int]) -> None:
+        """Replace the cursor's properties without moving it (saved with its state)."""
+
+    @abc.abstractmethod
     def touch(self) -> None:
         """Record activity now (a consumer came or went): last_active = clock(); saved with the
         cursor's state."""

@@ -453,6 +453,11 @@ class BaseCursor(ManagedCursor):
         self._last_active = self._ledger._clock()
         self._record.last_active = _wall()  # saved with the state's next write
 
+    def set_properties(self, properties: Mapping[str, int]) -> None:
+        self._check_usable()
+        self._record.properties = dict(properties)
+        self._state_changed()
+
     def touch(self) -> None:
         """Activity that changes nothing else (a consumer came or went): saved all the same."""
         self._touch()

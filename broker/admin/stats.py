@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
+from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from managed_ledger import ManagedLedgerError
 
@@ -243,6 +244,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
     totals = sampler.subscription_totals(sub) if sub is not None else SubscriptionTotals(0, 0, 0)
     rate = sampler.sub_out.get(sub, ZERO) if sub is not None else ZERO
     durable = sub.durable if sub is not None else True
+    replicated = sub.replicated if sub is not None else bool(cursor.properties.get(REPLICATED_PROPERTY))
     dispatcher = sub.dispatcher if sub is not None else None
     active = dispatcher.active_consumer_name if dispatcher is not None else None
     return {
@@ -271,8 +273,8 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "consumers": [consumer_stats(c, sampler) for c in consumers],
         "isDurable": durable,
         "durable": durable,
-        "isReplicated": False,
-        "replicated": False,
+        "isReplicated": replicated,
+        "replicated": replicated,
         "allowOutOfOrderDelivery": False,
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
+from broker.service.replicated_subscriptions import SNAPSHOT as SNAPSHOT_MARKER
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
@@ -184,10 +185,15 @@ class Dispatcher(ConsumerMembers, ABC):
             meta = entry_meta(e.data)
             if meta.is_marker:
                 markers.append(e.position)
+                if meta.marker_type == SNAPSHOT_MARKER:
+                    self.subscription.snapshot_read(e.position, e.data)
             else:
                 out.append((e, meta))
         if markers:
+            before = self.cursor.mark_delete_position
             self.cursor.delete(markers)
+            if self.cursor.mark_delete_position != before:
+                self.subscription.mark_delete_moved()
         return out
 
     # -- hooks -------------------------------------------------------------------------------------

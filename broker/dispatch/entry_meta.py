@@ -23,6 +23,7 @@ class EntryMeta(NamedTuple):
     publish_time: int
     # True when the metadata has num_messages_in_batch (the client then reads it as a batch).
     is_batch: bool
+    marker_type: int = 0
 
 
 _U32 = struct.Struct(">I")
@@ -52,4 +53,5 @@ def entry_meta(entry: bytes) -> EntryMeta:
         is_marker=md.HasField("marker_type"),
         publish_time=md.publish_time,
         is_batch=is_batch,
+        marker_type=md.marker_type,
     )

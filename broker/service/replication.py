@@ -21,8 +21,9 @@ sent on (no loops), nor are entries whose ``replicate_to`` list leaves the remot
 nor markers.
 
 The remote producer (remote_producer.py) looks the topic up first and produces on the broker that
-owns it, with TLS and credentials as configured. Not done (see the README): replicated
-subscriptions and schemas.
+owns it, with TLS and credentials as configured. The replicator also carries the markers of
+replicated subscriptions (replicated_subscriptions.py) and hands those that came from its remote
+cluster to the topic's controller. Not done (see the README): schemas.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import parse_payload
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
+from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
 from broker.service.subscription import cursor_activity
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
@@ -65,12 +67,11 @@ def is_replicator_name(name: str) -> bool:
     return name.startswith(REPLICATOR_PREFIX)
 
 
-def restamp(entry: bytes, local_cluster: str) -> tuple[bytes, pb.MessageMetadata] | None:
-    """The entry as the remote cluster must receive it (``replicated_from`` set, new checksum),
-    or None when it must not be replicated from here (already replicated, or a marker)."""
-    parsed = parse_payload(entry, verify=False)
-    md = parsed.metadata
-    if md.HasField("replicated_from") or md.HasField("marker_type"):
+def restamp(entry: bytes, md: pb.MessageMetadata, local_cluster: str) -> bytes | None:
+    """The entry (its metadata ``md``) as the remote cluster must receive it (``replicated_from``
+    set, new checksum), or None when it is not replicated from here: it came from another
+    cluster, or it is a marker other than the replicated-subscription ones that travel."""
+    if md.HasField("replicated_from") or (md.HasField("marker_type") and md.marker_type not in REPLICATED_MARKERS):
         return None
     md.replicated_from = local_cluster
     pos = 6 if entry[:2] == b"\x0e\x01" else 0
@@ -78,7 +79,7 @@ def restamp(entry: bytes, local_cluster: str) -> tuple[bytes, pb.MessageMetadata
     body = memoryview(entry)[pos + 4 + meta_size:]
     meta = md.SerializeToString()
     tail = b"".join((_U32.pack(len(meta)), meta, body))
-    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail, md
+    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail
 
 
 class Replicator:
@@ -213,16 +214,16 @@ class Replicator:
         skipped: list[Position] = []
         for entry in entries:
             try:
-                stamped = restamp(entry.data, self.local_cluster)
+                md = parse_payload(entry.data, verify=False).metadata
             except ProtocolError as exc:  # (entries are checked on the way in: never seen)
                 log.error("replicator %s -> %s: entry %s cannot be read (%s); not replicated",
                           self.topic.name, self.remote_cluster, entry.position, exc)
-                stamped = None
-            if stamped is None:
                 skipped.append(entry.position)
                 continue
-            payload, md = stamped
-            if md.replicate_to and self.remote_cluster not in md.replicate_to:
+            if md.replicated_from == self.remote_cluster and md.marker_type in REPLICATED_MARKERS:
+                self._marker_from_remote(entry, md.marker_type)
+            payload = restamp(entry.data, md, self.local_cluster)
+            if payload is None or (md.replicate_to and self.remote_cluster not in md.replicate_to):
                 skipped.append(entry.position)
                 continue
             seq = self._next_seq
@@ -235,6 +236,13 @@ class Replicator:
             self.bytes_out += len(payload)
         if skipped:
             self.cursor.delete(skipped)
+
+    def _marker_from_remote(self, entry: Entry, marker_type: int) -> None:
+        """A replicated-subscription marker that came from this replicator's cluster: every
+        replicator reads it, this one acts on it."""
+        controller = self.topic.replicated_subscriptions
+        if controller is not None:
+            controller.received(entry.position, marker_type, marker_payload(entry.data))
 
     # -- from the remote producer ------------------------------------------------------------------
     def _receipt(self, sequence_id: int) -> None:

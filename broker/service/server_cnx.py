@@ -401,6 +401,9 @@ class ServerCnx:
                 return
             consumer.read_compacted = c.read_compacted
             sub.add_consumer(consumer)
+            if (c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions
+                    and not isinstance(sub, NonPersistentSubscription)):
+                sub.set_replicated()
             self.consumers[c.consumer_id] = consumer
             self.write(commands.success(c.request_id))
         except BrokerError as exc:

@@ -14,7 +14,9 @@ from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol import pulsar_markers_pb2 as mk
 from broker.service.rate_limits import DispatchRate
+from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
 from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -68,10 +70,40 @@ class Subscription:
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
         service = topic.service
+        # A replicated subscription (replicate_subscription_state): its position is mirrored to
+        # the topic's other clusters through the snapshots it reads (replicated_subscriptions.py).
+        self.snapshots: SnapshotCache | None = None
+        if durable and cursor.properties.get(REPLICATED_PROPERTY):
+            self.snapshots = SnapshotCache(service.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
         self.dispatch_rates = (topic.dispatch_rate,
                                DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, True),
                                             published=topic.published_totals))
+
+    @property
+    def replicated(self) -> bool:
+        return self.snapshots is not None
+
+    def set_replicated(self) -> None:
+        """Make this durable subscription replicated (for good: saved with its cursor)."""
+        if self.snapshots is not None or not self.durable:
+            return
+        cfg = self.topic.service.config
+        self.snapshots = SnapshotCache(cfg.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
+        self.cursor.set_properties({**self.cursor.properties, REPLICATED_PROPERTY: 1})
+
+    def snapshot_read(self, position: Position, entry: bytes) -> None:
+        """The dispatcher read a snapshot marker at ``position``."""
+        if self.snapshots is not None:
+            snapshot = mk.Snapshot.FromString(marker_payload(entry))
+            self.snapshots.add(position, list(snapshot.clusters))
+
+    def mark_delete_moved(self) -> None:
+        """The mark-delete moved (acks, or markers the dispatcher acknowledged itself)."""
+        if self.snapshots is not None:
+            controller = self.topic.replicated_subscriptions
+            if controller is not None:
+                controller.subscription_moved(self)
 
     @property
     def batch_ack_sets(self) -> Mapping[Position, list[int]]:
@@ -194,6 +226,7 @@ class Subscription:
         self.msg_ack_counter += len(positions)
         if self.cursor.mark_delete_position != before:
             self.last_mark_delete_advanced = now
+            self.mark_delete_moved()
         d = self.dispatcher
         if d is not None:
             d.on_acked(positions)

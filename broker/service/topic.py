@@ -18,11 +18,13 @@ from broker.errors import (
 from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
+from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController
 from broker.service.replication import REPLICATOR_PREFIX, Replicator, is_replicator_name
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName, is_system_topic
@@ -52,6 +54,9 @@ class PersistentTopic(AbstractTopic):
         # Geo-replication: remote cluster -> its replicator (see replication.py).
         self.replicators: dict[str, Replicator] = {}
         self._replication_update: asyncio.Task[None] | None = None
+        # Replicated subscriptions: present while the topic is replicated (and they are enabled).
+        self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
+        self.data_entries_added = 0
         self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
         # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
         self.max_unacked_per_subscription = Derived(service.metadata,
@@ -105,6 +110,10 @@ class PersistentTopic(AbstractTopic):
         self.msg_in += num_messages
         self.bytes_in += nbytes
         self.entries_added += len(entries)
+        # Data, not markers (only another cluster's replicator sends markers): what replicated
+        # subscriptions take snapshots for.
+        self.data_entries_added += len(entries) if not producer.replicator else sum(
+            1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
         self.ledger.add_entries(entries, callback)
 
     # -- subscriptions -----------------------------------------------------------------------------
@@ -243,6 +252,13 @@ class PersistentTopic(AbstractTopic):
             cursor = await self.ledger.open_cursor(REPLICATOR_PREFIX + remote, InitialPosition.LATEST)
             replicator = self.replicators[remote] = Replicator(self, remote, cursor)
             replicator.start()
+        controller = self.replicated_subscriptions
+        if self.replicators and controller is None and self.service.config.enableReplicatedSubscriptions:
+            self.replicated_subscriptions = ReplicatedSubscriptionsController(self)
+            self.replicated_subscriptions.start()
+        elif not self.replicators and controller is not None:
+            controller.close()
+            self.replicated_subscriptions = None
 
     async def close(self) -> None:
         self.closed = True
@@ -250,6 +266,8 @@ class PersistentTopic(AbstractTopic):
         if self._replication_update is not None:
             await asyncio.gather(self._replication_update, return_exceptions=True)
         await asyncio.gather(*(r.close() for r in self.replicators.values()), return_exceptions=True)
+        if self.replicated_subscriptions is not None:
+            self.replicated_subscriptions.close()
         await self.compactor.close()
         await self.dedup.close()
         for sub in list(self.subscriptions.values()):

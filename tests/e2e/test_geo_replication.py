@@ -277,6 +277,37 @@ def test_remote_deduplication_goes_by_the_original_producer(pair: Pair) -> None:
     assert pair.admin_b.stats(topic)["msgInCounter"] == 1
 
 
+def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair) -> None:
+    # A consumer with replicate_subscription_state reads and acknowledges half the messages on
+    # "a"; the same subscription on "b" then starts where it left off there, not at the start.
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/failover"
+    full = TopicName.parse(topic).full
+    for client in (pair.client_b, pair.client_a):
+        client.subscribe(topic, "s", replicate_subscription_state_enabled=True).close()
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    controller = pair.a.server.service.topics[full].replicated_subscriptions
+    assert controller is not None
+
+    def publish_and_snapshot(first: int) -> None:
+        for i in range(first, first + 10):
+            producer.send(b"m%d" % i)
+        # A snapshot that began after these messages (one begun before would hold older positions).
+        wait_for(lambda: controller.covered_entries == first + 10, what="a snapshot of the clusters' positions")
+
+    consumer = pair.client_a.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+    publish_and_snapshot(0)
+    publish_and_snapshot(10)
+    assert receive(consumer, 10) == [b"m%d" % i for i in range(10)]  # (acknowledged)
+    sub_b = pair.b.server.service.topics[full].subscriptions["s"]
+    wait_for(lambda: sub_b.cursor.mark_delete_position.entry_id >= 10, what="b's subscription to move")
+    consumer.close()
+    stats = pair.admin_a.stats(topic)["subscriptions"]["s"]
+    assert stats["isReplicated"] is True
+    on_b = pair.client_b.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+    assert on_b.receive(TIMEOUT_MS).data() == b"m10"
+
+
 def test_backlog_survives_a_restart(tmp_path: Path) -> None:
     # Messages published while the remote cluster is away wait in the replication cursor's
     # backlog, across a restart of the broker that holds them.

@@ -1,13 +1,21 @@
-"""Re-stamping stored entries for geo-replication (pure: no broker)."""
+"""Re-stamping stored entries for geo-replication, and the replicated-subscription snapshot
+cache (pure: no broker)."""
 
 from __future__ import annotations
 
 import struct
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.checksum import crc32c
 from broker.protocol.frames import parse_payload
+from broker.service.replicated_subscriptions import REQUEST, SNAPSHOT, SnapshotCache, marker_entry, marker_payload
 from broker.service.replication import restamp
+from managed_ledger import Position
+
+
+def stamp(entry: bytes, cluster: str) -> bytes | None:
+    return restamp(entry, parse_payload(entry, verify=False).metadata, cluster)
 
 
 def test_restamp_for_replication() -> None:
@@ -15,17 +23,39 @@ def test_restamp_for_replication() -> None:
     meta = md.SerializeToString()
     tail = struct.pack(">I", len(meta)) + meta + b"body"
     entry = b"\x0e\x01" + struct.pack(">I", crc32c(tail)) + tail
-    stamped = restamp(entry, "east")
-    assert stamped is not None
-    payload, new_md = stamped
+    payload = stamp(entry, "east")
+    assert payload is not None
     parsed = parse_payload(payload)
     assert parsed.checksum_ok and parsed.metadata.replicated_from == "east"
     assert parsed.metadata.sequence_id == 3 and parsed.metadata.num_messages_in_batch == 2
-    assert payload.endswith(b"body") and new_md.replicated_from == "east"
-    # Already replicated here from elsewhere, or a marker: not sent on.
-    assert restamp(payload, "west") is None
+    assert payload.endswith(b"body")
+    # Already replicated here from elsewhere, or a marker that stays local: not sent on.
+    assert stamp(payload, "west") is None
     marker = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=5, marker_type=1).SerializeToString()
-    assert restamp(struct.pack(">I", len(marker)) + marker, "east") is None
+    assert stamp(struct.pack(">I", len(marker)) + marker, "east") is None
+    assert stamp(marker_entry(SNAPSHOT, b"", ["east"]), "east") is None
+    # A snapshot request travels, its payload intact.
+    request = mk.SnapshotRequest(snapshot_id="s1", source_cluster="east").SerializeToString()
+    travelled = stamp(marker_entry(REQUEST, request), "east")
+    assert travelled is not None and marker_payload(travelled) == request
+    assert parse_payload(travelled).metadata.marker_type == REQUEST
     # An entry stored without a checksum gets one.
-    plain = restamp(tail, "east")
-    assert plain is not None and parse_payload(plain[0]).checksum_ok
+    plain = stamp(tail, "east")
+    assert plain is not None and parse_payload(plain).checksum_ok
+
+
+def test_snapshot_cache_gives_the_newest_snapshot_passed() -> None:
+    cache = SnapshotCache(size=3)
+
+    def at(entry_id: int) -> list[mk.ClusterPosition]:
+        return [mk.ClusterPosition(cluster="b", message_id=mk.Position(ledger_id=7, entry_id=entry_id))]
+
+    for entry_id in (10, 20, 30, 40):  # the oldest goes beyond three
+        cache.add(Position(1, entry_id), at(entry_id))
+    cache.add(Position(1, 35), at(35))  # out of order: ignored
+    assert len(cache) == 3
+    assert cache.passed(Position(1, 15)) is None
+    passed = cache.passed(Position(1, 31))
+    assert passed is not None and passed[0].message_id.entry_id == 30
+    assert len(cache) == 1  # 20 and 30 are gone, 40 waits
+    assert cache.passed(Position(1, 40)) is not None and len(cache) == 0
