@@ -749,6 +749,19 @@ async def test_open_same_name_returns_same_instance(factory: ManagedLedgerFactor
     assert factory.list_names() == ["other", "t"]
 
 
+async def test_cursor_properties_set_without_moving(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t")
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST, properties={"a": 1})
+    ps = await add_all(ml, 3)
+    c.mark_delete(ps[0])
+    c.set_properties({**c.properties, "b": 2})
+    assert c.mark_delete_position == ps[0] and dict(c.properties) == {"a": 1, "b": 2}
+    await c.flush()
+    await ml.close()
+    reopened = (await factory.open("t")).cursors["sub"]
+    assert reopened.mark_delete_position == ps[0] and dict(reopened.properties) == {"a": 1, "b": 2}
+
+
 async def test_a_reopened_cursor_keeps_its_inactivity(factory: ManagedLedgerFactory, clock: FakeClock,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     ml = await factory.open("t")
