@@ -338,21 +338,39 @@ def test_max_unacked_messages_on_subscription_lifted_by_removing_the_policy(admi
     assert [consumer.receive(10_000).data() for _ in range(6)] == [b"m%d" % i for i in range(6)]
 
 
-def test_publish_rate_rest(admin: Admin) -> None:
-    ns, topic = new_topic(admin, "rate-rest")
-    ns_path, path = f"{NS}/{ns}/publishRate", policy_path(topic, "publishRate")
+@pytest.mark.parametrize(("policy", "field", "broker_default", "rate", "own", "stored_own", "refused"), [
+    ("publishRate", "publish_max_message_rate",
+     {"publishThrottlingRateInMsg": 0, "publishThrottlingRateInByte": 0},
+     {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1},
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 4096},
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 4096},
+     [({"publishThrottlingRateInMsg": "fast"}, 400)]),
+    ("subscribeRate", "clusterSubscribeRate",
+     {"subscribeThrottlingRatePerConsumer": 0, "ratePeriodInSecond": 30},
+     {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 10},
+     {"subscribeThrottlingRatePerConsumer": 1},  # the period takes Pulsar's default
+     {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 30},
+     [({"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 0}, 412),
+      ({"subscribeThrottlingRatePerConsumer": "5"}, 400)]),
+])
+def test_cluster_rate_rest(admin: Admin, policy: str, field: str, broker_default: dict[str, int],
+                           rate: dict[str, int], own: dict[str, object], stored_own: dict[str, int],
+                           refused: list[tuple[dict[str, object], int]]) -> None:
+    """Rates a namespace keeps per cluster, and the topic's own, with the broker's default under
+    both."""
+    ns, topic = new_topic(admin, f"{policy}-rest")
+    ns_path, path = f"{NS}/{ns}/{policy}", policy_path(topic, policy)
     assert admin.get(ns_path).status == 204
-    broker_default = {"publishThrottlingRateInMsg": 0, "publishThrottlingRateInByte": 0}
     assert admin.ok("GET", path + "?applied=true") == broker_default
-    rate = {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1}
     assert admin.post(ns_path, rate).status == 204
     assert admin.ok("GET", ns_path) == rate
-    assert admin.ok("GET", f"{NS}/{ns}")["publish_max_message_rate"] == {"standalone": rate}
+    assert admin.ok("GET", f"{NS}/{ns}")[field] == {"standalone": rate}
     assert admin.ok("GET", path + "?applied=true") == rate
-    own = {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 4096}
     assert admin.post(path, own).status == 204
-    assert admin.ok("GET", path + "?applied=true") == own
-    assert admin.post(path, {"publishThrottlingRateInMsg": "fast"}).status == 400
+    assert admin.ok("GET", path) == stored_own
+    assert admin.ok("GET", path + "?applied=true") == stored_own
+    for body, status in refused:
+        assert admin.post(path, body).status == status
     assert admin.delete(path).status == 204
     assert admin.delete(ns_path).status == 204
     assert admin.get(ns_path).status == 204
@@ -401,26 +419,6 @@ def test_dispatch_rate_rest(admin: Admin) -> None:
         assert admin.delete(ns_path).status == 204
     policies = admin.ok("GET", f"{NS}/{ns}")
     assert policies["topicDispatchRate"] == {} and policies["subscriptionDispatchRate"] == {}
-
-
-def test_subscribe_rate_rest(admin: Admin) -> None:
-    ns, topic = new_topic(admin, "subscribe-rest")
-    ns_path, path = f"{NS}/{ns}/subscribeRate", policy_path(topic, "subscribeRate")
-    assert admin.get(ns_path).status == 204
-    broker_default = {"subscribeThrottlingRatePerConsumer": 0, "ratePeriodInSecond": 30}
-    assert admin.ok("GET", path + "?applied=true") == broker_default
-    rate = {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 10}
-    assert admin.post(ns_path, rate).status == 204
-    assert admin.ok("GET", ns_path) == rate
-    assert admin.ok("GET", f"{NS}/{ns}")["clusterSubscribeRate"] == {"standalone": rate}
-    assert admin.ok("GET", path + "?applied=true") == rate
-    assert admin.post(path, {"subscribeThrottlingRatePerConsumer": 1}).status == 204
-    assert admin.ok("GET", path) == {"subscribeThrottlingRatePerConsumer": 1, "ratePeriodInSecond": 30}
-    assert admin.post(path, {**rate, "ratePeriodInSecond": 0}).status == 412
-    assert admin.post(path, {**rate, "subscribeThrottlingRatePerConsumer": "5"}).status == 400
-    assert admin.delete(path).status == 204
-    assert admin.delete(ns_path).status == 204
-    assert admin.ok("GET", path + "?applied=true") == broker_default
 
 
 def test_subscribe_rate_refuses_a_consumer_subscribing_again(admin: Admin, pulsar_broker: BrokerThread) -> None:
