@@ -31,6 +31,7 @@ class SchemasResource:
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get(SCHEMA, self.get)
         r.add_get(SCHEMA + "/{version}", self.get)
+        r.add_get(SCHEMA + "s", self.get_all)
         r.add_post(SCHEMA, self.post)
         r.add_delete(SCHEMA, self.delete)
 
@@ -46,11 +47,14 @@ class SchemasResource:
         found = self.web.service.schemas.get(name.full, version)
         if found is None:
             raise HttpError(404, "Schema not found")
-        record, v = found
-        data = base64.b64decode(record["data"])
-        return json_response({"version": v, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),
-                              "timestamp": record["timestamp"], "data": data.decode("utf-8", "replace"),
-                              "properties": record.get("properties", {})})
+        return json_response(_schema_response(*found))
+
+    async def get_all(self, request: web.Request) -> web.Response:
+        """GET .../schemas: every live version (Pulsar's GetAllVersionsSchemaResponse)."""
+        name = self.base_name(request)
+        schemas = self.web.service.schemas
+        found = [schemas.get(name.full, v) for v in range(len(schemas.versions(name.full)))]
+        return json_response({"getSchemaResponses": [_schema_response(*f) for f in found if f is not None]})
 
     async def post(self, request: web.Request) -> web.Response:
         """Register a schema version (PostSchemaPayload {type, schema, properties}): 202 with the
@@ -84,3 +88,11 @@ class SchemasResource:
             raise HttpError(404, "Schema not found")
         registry.delete(name.full)
         return json_response({"version": len(versions) - 1})
+
+
+def _schema_response(record: dict[str, Any], version: int) -> dict[str, Any]:
+    """Pulsar's GetSchemaResponse."""
+    data = base64.b64decode(record["data"])
+    return {"version": version, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),
+            "timestamp": record["timestamp"], "data": data.decode("utf-8", "replace"),
+            "properties": record.get("properties", {})}

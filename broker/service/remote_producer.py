@@ -163,6 +163,9 @@ class RemoteProducer:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        # Requests on the producer's connection (schema registrations): request id -> answer.
+        self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
+        self._next_request = 10
         self.closed = False
 
     async def connect(self) -> None:
@@ -266,13 +269,38 @@ class RemoteProducer:
                                       f"{cmd.send_error.message}")
                 elif cmd.type == T.CLOSE_PRODUCER:
                     raise RemoteError("the remote broker closed the producer")
+                elif cmd.type == T.GET_OR_CREATE_SCHEMA_RESPONSE:
+                    waiter = self._requests.pop(cmd.getOrCreateSchemaResponse.request_id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(cmd)
                 else:
                     self._answer(cmd)
         except asyncio.CancelledError:
             raise
         except (OSError, RemoteError, ProtocolError) as exc:
+            for waiter in self._requests.values():
+                if not waiter.done():
+                    waiter.set_exception(RemoteError(f"connection lost: {exc}"))
+            self._requests.clear()
             if not self.closed:
                 self._on_lost(exc)
+
+    async def schema_version(self, schema: pb.Schema) -> bytes:
+        """The remote topic's version of ``schema``, registering it there if need be
+        (GET_OR_CREATE_SCHEMA); RemoteError when the remote refuses it."""
+        request_id = self._next_request
+        self._next_request += 1
+        cmd = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA)
+        g = cmd.getOrCreateSchema
+        g.request_id, g.topic = request_id, self.topic
+        g.schema.CopyFrom(schema)
+        waiter: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = waiter
+        self._write(commands.frame(cmd))
+        r = (await asyncio.wait_for(waiter, CONNECT_TIMEOUT_S)).getOrCreateSchemaResponse
+        if r.HasField("error_code"):
+            raise RemoteError(f"schema refused: {pb.ServerError.Name(r.error_code)}: {r.error_message}")
+        return r.schema_version
 
     def send(self, sequence_id: int, num_messages: int, payload: bytes, is_chunk: bool) -> None:
         cmd = pb.BaseCommand(type=T.SEND)

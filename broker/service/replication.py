@@ -23,7 +23,8 @@ nor markers.
 The remote producer (remote_producer.py) looks the topic up first and produces on the broker that
 owns it, with TLS and credentials as configured. The replicator also carries the markers of
 replicated subscriptions (replicated_subscriptions.py) and hands those that came from its remote
-cluster to the topic's controller. Not done (see the README): schemas.
+cluster to the topic's controller. The schema versions messages carry are registered on the
+remote topic first, and the messages carry the remote's version numbers.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import parse_payload
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
+from broker.service.schemas import decode_version, to_proto
 from broker.service.subscription import cursor_activity
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
@@ -101,6 +103,8 @@ class Replicator:
         self._pending: deque[tuple[int, Position, int, int]] = deque()
         self._pending_bytes = 0
         self._next_seq = 0
+        # Schema versions here -> the remote topic's (learnt per connection).
+        self._schema_versions: dict[bytes, bytes] = {}
         self._room = asyncio.Event()
         self._lost: asyncio.Future[BaseException] | None = None
         self._progress = False  # a receipt came on the current connection
@@ -171,6 +175,7 @@ class Replicator:
         self.connected_since = time.time()
         self.update_cursor_activity()
         # Whatever was sent and not confirmed before is sent again, from the mark-delete position.
+        self._schema_versions.clear()
         self._pending.clear()
         self._pending_bytes = 0
         self.cursor.rewind()
@@ -194,7 +199,9 @@ class Replicator:
                 await self._wait(self._room.wait())
                 continue
             entries = await self._wait(self.cursor.read_entries_or_wait_async(min(room, READ_BATCH), room_bytes))
-            self._send(entries)
+            parsed = self._parse(entries)
+            await self._wait(self._map_schemas(parsed))
+            self._send(parsed)
 
     async def _wait(self, awaitable: Awaitable[R]) -> R:
         """Await ``awaitable`` unless the connection is lost first (RemoteError then)."""
@@ -209,17 +216,41 @@ class Replicator:
             raise RemoteError(str(self._lost.result()) if self._lost.done() else "closed")
         return task.result()
 
-    def _send(self, entries: list[Entry]) -> None:
-        assert self.producer is not None
-        skipped: list[Position] = []
+    def _parse(self, entries: list[Entry]) -> list[tuple[Entry, pb.MessageMetadata | None]]:
+        out: list[tuple[Entry, pb.MessageMetadata | None]] = []
         for entry in entries:
             try:
-                md = parse_payload(entry.data, verify=False).metadata
+                out.append((entry, parse_payload(entry.data, verify=False).metadata))
             except ProtocolError as exc:  # (entries are checked on the way in: never seen)
                 log.error("replicator %s -> %s: entry %s cannot be read (%s); not replicated",
                           self.topic.name, self.remote_cluster, entry.position, exc)
+                out.append((entry, None))
+        return out
+
+    async def _map_schemas(self, parsed: list[tuple[Entry, pb.MessageMetadata | None]]) -> None:
+        """Register on the remote topic the schema versions these messages carry and learn the
+        remote's version numbers, which the replicated messages then carry instead (the remote
+        cluster keeps its own schema registry)."""
+        assert self.producer is not None
+        for _, md in parsed:
+            if md is None or not md.schema_version or md.schema_version in self._schema_versions:
+                continue
+            version = decode_version(md.schema_version)
+            found = self.topic.service.schemas.get(self.topic.name.base.full, version) if version is not None else None
+            if found is None:
+                self._schema_versions[md.schema_version] = md.schema_version  # unknown here: as it is
+                continue
+            self._schema_versions[md.schema_version] = await self.producer.schema_version(to_proto(found[0]))
+
+    def _send(self, parsed: list[tuple[Entry, pb.MessageMetadata | None]]) -> None:
+        assert self.producer is not None
+        skipped: list[Position] = []
+        for entry, md in parsed:
+            if md is None:
                 skipped.append(entry.position)
                 continue
+            if md.schema_version:
+                md.schema_version = self._schema_versions.get(md.schema_version, md.schema_version)
             if md.replicated_from == self.remote_cluster and md.marker_type in REPLICATED_MARKERS:
                 self._marker_from_remote(entry, md.marker_type)
             payload = restamp(entry.data, md, self.local_cluster)

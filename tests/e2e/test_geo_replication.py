@@ -14,8 +14,10 @@ import pytest
 from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
+from broker.protocol.frames import FrameDecoder, read_entry_metadata
+from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
+from managed_ledger import Position
 from tests.admin.conftest import Admin, wait_for
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
 
@@ -306,6 +308,32 @@ def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair) -> Non
     assert stats["isReplicated"] is True
     on_b = pair.client_b.subscribe(topic, "s", replicate_subscription_state_enabled=True)
     assert on_b.receive(TIMEOUT_MS).data() == b"m10"
+
+
+def test_schemas_are_registered_on_the_remote_side(pair: Pair) -> None:
+    # b's topic already has another schema as version 0; a's version 0 (Avro) arrives there as
+    # b's own version of that schema, so b's consumers read it with the right one.
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/typed"
+    pair.admin_b.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    pair.client_b.create_producer(topic, schema=pulsar.schema.StringSchema()).close()  # b: version 0
+
+    class Order(pulsar.schema.Record):
+        id = pulsar.schema.String()
+        amount = pulsar.schema.Integer()
+
+    consumer = pair.client_b.subscribe(topic, "s", schema=pulsar.schema.AvroSchema(Order))
+    producer = pair.client_a.create_producer(topic, schema=pulsar.schema.AvroSchema(Order))
+    producer.send(Order(id="o-1", amount=5))
+    msg = consumer.receive(TIMEOUT_MS)
+    assert msg.value().id == "o-1" and msg.value().amount == 5
+    versions = pair.admin_b.ok("GET", f"/admin/v2/schemas/{ns}/typed/schemas")["getSchemaResponses"]
+    assert [v["type"] for v in versions] == ["STRING", "AVRO"]  # the Avro schema once, as b's version 1
+    # The stored message says so.
+    mid = msg.message_id()
+    stored = pair.b.server.service.topics[TopicName.parse(topic).full]
+    entry = pair.b.run_coroutine(stored.ledger.read_entry(Position(mid.ledger_id(), mid.entry_id())))
+    assert read_entry_metadata(entry.data).schema_version == encode_version(1)
 
 
 def test_backlog_survives_a_restart(tmp_path: Path) -> None:
