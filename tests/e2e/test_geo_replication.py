@@ -109,6 +109,35 @@ def test_both_ways_in_order_without_loops(pair: Pair) -> None:
         on_a.receive(200)
 
 
+def test_a_broken_link_resends_without_duplicates_when_the_remote_deduplicates(pair: Pair) -> None:
+    # The link to b breaks while messages flow: the replicator reconnects and resends what b had
+    # not confirmed; b's deduplication (by original producer and sequence id) drops the repeats,
+    # so b's consumer gets every message once, in order.
+    ns = pair.namespace(["a", "b"])
+    pair.admin_b.ok("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    topic = f"persistent://{ns}/flaky"
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+
+    async def break_link() -> bool:
+        for connection in list(pair.b.server.connections):
+            if any(p.name == "pulsar.repl.a" for p in connection.cnx.producers.values()):
+                connection.transport.abort()
+                return True
+        return False
+
+    for i in range(600):
+        producer.send_async(b"m%d" % i, None)
+        if i in (200, 400):
+            producer.flush()
+            wait_for(lambda: pair.b.run_coroutine(break_link()), what="the replicator's connection to break")
+    producer.flush()
+    assert receive(on_b, 600) == [b"m%d" % i for i in range(600)]
+    with pytest.raises(pulsar.Timeout):
+        on_b.receive(300)
+    assert pair.admin_b.stats(topic)["msgInCounter"] >= 600
+
+
 def test_metadata_and_producer_names_on_the_remote_side(pair: Pair) -> None:
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/meta"
