@@ -405,6 +405,11 @@ _SUB_LATEST = ("lastExpireTimestamp", "lastConsumedFlowTimestamp", "lastConsumed
                "lastMarkDeleteAdvancedTimestamp")
 
 
+# ReplicatorStats fields a partitioned topic adds up over its partitions.
+_REPLICATION_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "msgOutCounter",
+                       "bytesOutCounter", "msgRateExpired", "replicationBacklog")
+
+
 def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
                       include_partitions: bool) -> dict[str, Any]:
     """Pulsar's PartitionedTopicStats: the partitions' stats added up, plus ``metadata``."""
@@ -432,6 +437,15 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
             for k in _SUB_LATEST:
                 agg[k] = max(agg[k], s[k])
             agg["consumers"].extend(s["consumers"])
+        for cluster, r in stats.get("replication", {}).items():
+            agg_r = total["replication"].get(cluster)
+            if agg_r is None:
+                total["replication"][cluster] = dict(r)
+                continue
+            for k in _REPLICATION_SUMMED:
+                agg_r[k] += r[k]
+            agg_r["connected"] = agg_r["connected"] and r["connected"]
+            agg_r["replicationDelayInSeconds"] = max(agg_r["replicationDelayInSeconds"], r["replicationDelayInSeconds"])
         if include_partitions:
             total["partitions"][name] = stats
     if total["msgRateIn"]:

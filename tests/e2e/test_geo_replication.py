@@ -166,6 +166,10 @@ def test_partitioned_topic(pair: Pair) -> None:
     assert sorted(receive(on_b, 30)) == sorted(b"m%d" % i for i in range(30))
     stats = pair.admin_b.ok("GET", f"/admin/v2/persistent/{ns}/parted/partitioned-stats")
     assert stats["msgInCounter"] == 30
+    wait_for(lambda: pair.admin_a.ok("GET", f"/admin/v2/persistent/{ns}/parted/partitioned-stats")
+             ["replication"]["b"]["replicationBacklog"] == 0, what="every partition to be replicated")
+    out = pair.admin_a.ok("GET", f"/admin/v2/persistent/{ns}/parted/partitioned-stats")["replication"]["b"]
+    assert out["msgOutCounter"] == 30 and out["connected"] is True
 
 
 def test_topic_level_replication_clusters(pair: Pair) -> None:
