@@ -49,7 +49,7 @@ _GET = frozenset({"GET", "HEAD"})
 _ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 _NS = r"/\{tenant\}/\{ns\}"
 _TOPIC = r"/admin/v2/(non-)?persistent" + _NS + r"/\{topic\}"
-_SCHEMA = r"/admin/v2/schemas" + _NS + r"/\{topic\}/schema(/\{version\})?"
+_SCHEMA = r"/admin/v2/schemas" + _NS + r"/\{topic\}/schema(s|/\{version\})?"
 
 # (methods, canonical route pattern, access): the first match wins.
 ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple(
