@@ -29,7 +29,6 @@ from urllib.parse import urlparse
 from broker import __version__
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
 
@@ -220,8 +219,11 @@ class RemoteProducer:
         return reader
 
     def _write(self, data: bytes) -> None:
-        assert self._writer is not None
-        self._writer.write(data)
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            # (The connection went away and its loss is about to be reported, or was.)
+            raise RemoteError("connection to the remote broker is closed")
+        writer.write(data)
 
     async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
         while True:
@@ -246,17 +248,15 @@ class RemoteProducer:
 
     def _answer(self, cmd: pb.BaseCommand) -> None:
         """Keep-alive pings and authentication challenges (the same credentials again)."""
-        if self._writer is None:
-            return
         if cmd.type == T.PING:
-            self._writer.write(commands.pong())
+            self._write(commands.pong())
         elif cmd.type == T.AUTH_CHALLENGE and self.settings.auth_method is not None:
             reply = pb.BaseCommand(type=T.AUTH_RESPONSE)
             r = reply.authResponse
             r.client_version = f"pulsar-py-broker-replicator/{__version__}"
             r.protocol_version = MAX_PROTOCOL_VERSION
             r.response.auth_method_name, r.response.auth_data = self.settings.auth_method, self.settings.auth_data
-            self._writer.write(commands.frame(reply))
+            self._write(commands.frame(reply))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -277,7 +277,9 @@ class RemoteProducer:
                     self._answer(cmd)
         except asyncio.CancelledError:
             raise
-        except (OSError, RemoteError, ProtocolError) as exc:
+        except Exception as exc:  # (OSError, RemoteError, ProtocolError, or anything: the link is lost)
+            if self._writer is not None:
+                self._writer.close()  # half-open or not, nothing more is written to it
             for waiter in self._requests.values():
                 if not waiter.done():
                     waiter.set_exception(RemoteError(f"connection lost: {exc}"))

@@ -158,6 +158,10 @@ class Replicator:
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning("replicator %s -> %s: %s; retrying in %.1f s", self.topic.name, self.remote_cluster,
                             self.last_error, backoff)
+            except Exception as exc:  # never die silently: a stuck replicator would hold its backlog
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("replicator %s -> %s failed; retrying in %.1f s", self.topic.name,
+                              self.remote_cluster, backoff)
             await self._disconnect()
             if self._progress:  # (a remote that refuses every message is not retried at full speed)
                 backoff = BACKOFF_MIN_S

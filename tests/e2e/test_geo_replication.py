@@ -130,7 +130,10 @@ def test_a_broken_link_resends_without_duplicates_when_the_remote_deduplicates(p
         producer.send_async(b"m%d" % i, None)
         if i in (200, 400):
             producer.flush()
-            wait_for(lambda: pair.b.run_coroutine(break_link()), what="the replicator's connection to break")
+            replicator = pair.a.server.service.topics[TopicName.parse(topic).full].replicators["b"]
+            wait_for(lambda: pair.b.run_coroutine(break_link()),
+                     what=f"the replicator's connection to break (i={i}, connected={replicator.connected}, "
+                          f"error={replicator.last_error!r})")
     producer.flush()
     assert receive(on_b, 600) == [b"m%d" % i for i in range(600)]
     with pytest.raises(pulsar.Timeout):

@@ -1,0 +1,60 @@
+"""The replicator's remote producer against a scripted broker: the link's loss is always
+reported, and nothing is written to a connection that is gone (it raises instead, so the
+replicator reconnects rather than dying)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import FrameDecoder
+from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSettings
+
+T = pb.BaseCommand.Type
+
+
+async def scripted_broker(url_holder: list[str], closed: asyncio.Event) -> asyncio.Server:
+    """Answers CONNECT, LOOKUP (connect here) and PRODUCER, then hangs up."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder(1 << 20)
+        while data := await reader.read(65536):
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                cmd = frame.command
+                if cmd.type == T.CONNECT:
+                    writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
+                elif cmd.type == T.LOOKUP:
+                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url_holder[0]))
+                elif cmd.type == T.PRODUCER:
+                    p = cmd.producer
+                    writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
+                    await writer.drain()
+                    writer.close()  # the link goes away right after the producer is made
+                    closed.set()
+                    return
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def test_a_lost_link_is_reported_and_never_written_to() -> None:
+    url: list[str] = []
+    closed = asyncio.Event()
+    server = await scripted_broker(url, closed)
+    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    lost: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                              lambda seq: None, lambda exc: lost.done() or lost.set_result(exc))
+    try:
+        await producer.connect()
+        await asyncio.wait_for(closed.wait(), 10)
+        assert isinstance(await asyncio.wait_for(lost, 10), RemoteError)
+        with pytest.raises(RemoteError):
+            producer.send(0, 1, b"payload", is_chunk=False)
+    finally:
+        await producer.close()
+        server.close()
+        await server.wait_closed()
