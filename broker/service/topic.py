@@ -224,8 +224,15 @@ class PersistentTopic(AbstractTopic):
     async def start_replication(self) -> None:
         """At load, before any client sees the topic: the replicators' cursors are open before
         the first message can be published, so nothing published from then on is missed."""
-        if not is_system_topic(self.name.full):
-            await self._update_replicators(set(self.service.replication_targets(self.name)))
+        if is_system_topic(self.name.full):
+            return
+        wanted = set(self.service.replication_targets(self.name))
+        # A cluster dropped from the list while the topic was not loaded: its cursor would hold
+        # the topic's data for good.
+        for name in [n for n in self.ledger.cursors if is_replicator_name(n)]:
+            if name[len(REPLICATOR_PREFIX):] not in wanted:
+                await self.ledger.delete_cursor(name)
+        await self._update_replicators(wanted)
 
     def update_replication(self) -> None:
         """Start or stop replicators to match the namespace's replication clusters (called at load

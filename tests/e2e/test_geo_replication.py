@@ -18,7 +18,7 @@ from broker.protocol.frames import FrameDecoder, read_entry_metadata
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from managed_ledger import Position
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin, rest_path, wait_for
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
 
 TIMEOUT_MS = 10_000
@@ -286,6 +286,13 @@ def test_a_remote_that_comes_later_gets_the_backlog(pair: Pair, tmp_path: Path) 
     loaded = pair.a.server.service.topics[TopicName.parse(topic).full]
     wait_for(lambda: not loaded.replicators and "pulsar.repl.c" not in loaded.ledger.cursors,
              what="the replicator to go")
+    # Also when the topic is not loaded at the time: its cursor goes when the topic loads again.
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", "c"])
+    wait_for(lambda: "pulsar.repl.c" in loaded.ledger.cursors, what="the replicator to come back")
+    pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/unload")
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a"])
+    reloaded = pair.a.run_coroutine(pair.a.server.service.get_topic(TopicName.parse(topic), create=False))
+    assert "pulsar.repl.c" not in reloaded.ledger.cursors and not reloaded.replicators
 
 
 def test_remote_deduplication_goes_by_the_original_producer(pair: Pair) -> None:
