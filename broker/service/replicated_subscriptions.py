@@ -24,6 +24,7 @@ replicator reads every marker; only that one acts on it), as in Pulsar.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
@@ -32,14 +33,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker.errors import BrokerError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.checksum import crc32c
 from managed_ledger import Position
 
 if TYPE_CHECKING:
-    import asyncio
-
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
 
@@ -142,6 +142,7 @@ class ReplicatedSubscriptionsController:
         self.covered_entries = 0  # data_entries_added as of the start of the last snapshot written
         self._last_snapshot_entries = -1  # the topic's data_entries_added when the last snapshot began
         self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # subscription moves under way
         self.closed = False
 
     def start(self) -> None:
@@ -227,7 +228,9 @@ class ReplicatedSubscriptionsController:
         position = _position(here.message_id)
         if position > self.topic.ledger.last_confirmed_entry:
             return  # (not here yet: a later update will do)
-        self.topic.loop.create_task(self._move_subscription(update.subscription_name, position))
+        task = self.topic.loop.create_task(self._move_subscription(update.subscription_name, position))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _move_subscription(self, name: str, position: Position) -> None:
         """Move (or create) the durable subscription ``name`` up to ``position``."""
@@ -236,7 +239,11 @@ class ReplicatedSubscriptionsController:
             return
         sub = topic.subscriptions.get(name)
         if sub is None:
-            sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Earliest, None)
+            try:
+                sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Earliest, None)
+            except BrokerError as exc:  # (e.g. the topic's subscription limit, or it is closing)
+                log.warning("replicated subscription %s on %s not created: %s", name, topic.name, exc)
+                return
         sub.set_replicated()
         if position > sub.cursor.mark_delete_position:
             sub.cursor.mark_delete(position)  # (like a cumulative ack: the read position follows)
