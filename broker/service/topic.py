@@ -244,7 +244,13 @@ class PersistentTopic(AbstractTopic):
             return
         wanted = set(self.service.replication_targets(self.name))
         if wanted != set(self.replicators):
-            self._replication_update = self.loop.create_task(self._update_replicators(wanted))
+            self._replication_update = self.loop.create_task(self._update_replicators_logged(wanted))
+
+    async def _update_replicators_logged(self, wanted: set[str]) -> None:
+        try:
+            await self._update_replicators(wanted)
+        except Exception:  # (a cursor that cannot be opened or deleted): the next change retries
+            log.exception("replication of %s not updated", self.name)
 
     async def _update_replicators(self, wanted: set[str]) -> None:
         for remote in [r for r in self.replicators if r not in wanted]:
