@@ -27,7 +27,7 @@ from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
 from broker.errors import SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import parse_payload
+from broker.protocol.frames import entry_body, parse_payload
 from broker.service import admin_ops
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.topic import PersistentTopic
@@ -571,9 +571,7 @@ def entry_response(entry: Entry) -> web.Response:
     metadata in X-Pulsar-* headers (PersistentTopicsBase.generateResponseWithEntry)."""
     data = entry.data
     md = parse_payload(data, verify=False).metadata
-    start = 6 if data[:2] == b"\x0e\x01" else 0
-    meta_size = int.from_bytes(data[start:start + 4], "big")
-    payload = data[start + 4 + meta_size:]
+    payload = entry_body(data)
     h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value

@@ -175,6 +175,19 @@ def parse_payload(payload: bytes, verify: bool = True) -> ParsedPayload:
     return ParsedPayload(metadata, checksum_ok, payload)
 
 
+def entry_body(entry: bytes) -> bytes:
+    """What follows the metadata of a stored entry (its payload, compressed or batched as sent)."""
+    pos = 6 if entry[:2] == b"\x0e\x01" else 0
+    (meta_size,) = _U32.unpack_from(entry, pos)
+    return entry[pos + 4 + meta_size:]
+
+
+def build_entry(metadata: bytes, body: bytes | memoryview) -> bytes:
+    """An entry as clients send and the broker stores it: magic, CRC32C, metadata, body."""
+    tail = b"".join((_U32.pack(len(metadata)), metadata, body))
+    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail
+
+
 def read_entry_metadata(entry: bytes) -> pb.MessageMetadata:
     """Metadata of a stored entry (entries were validated on the way in)."""
     return parse_payload(entry, verify=False).metadata

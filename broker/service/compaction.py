@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol.frames import entry_body, read_entry_metadata
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:
@@ -79,10 +79,7 @@ class CompactedView:
 # -- reading batches ------------------------------------------------------------------------------------
 
 def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
-    pos = 6 if entry[:2] == b"\x0e\x01" else 0
-    (meta_size,) = _U32.unpack_from(entry, pos)
-    md = read_entry_metadata(entry)
-    return md, entry[pos + 4 + meta_size:]
+    return read_entry_metadata(entry), entry_body(entry)
 
 
 def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 import uuid
 from collections import deque
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING
 from broker.errors import BrokerError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
-from broker.protocol.checksum import crc32c
+from broker.protocol.frames import build_entry, entry_body
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -54,7 +53,6 @@ REPLICATED_MARKERS = frozenset({REQUEST, RESPONSE, UPDATE})
 # The cursor property that marks a durable subscription as replicated (kept across restarts).
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 MARKER_PRODUCER = "pulsar.marker"
-_U32 = struct.Struct(">I")
 _U64_MAX = (1 << 64) - 1
 
 
@@ -64,16 +62,10 @@ def marker_entry(marker_type: int, payload: bytes, replicate_to: list[str] | Non
                             marker_type=marker_type)
     if replicate_to:
         md.replicate_to.extend(replicate_to)
-    meta = md.SerializeToString()
-    tail = b"".join((_U32.pack(len(meta)), meta, payload))
-    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail
+    return build_entry(md.SerializeToString(), payload)
 
 
-def marker_payload(entry: bytes) -> bytes:
-    """The payload of a stored entry (what follows its metadata)."""
-    pos = 6 if entry[:2] == b"\x0e\x01" else 0
-    (meta_size,) = _U32.unpack_from(entry, pos)
-    return entry[pos + 4 + meta_size:]
+marker_payload = entry_body  # a marker's payload is what follows its metadata
 
 
 def _position(p: mk.Position) -> Position:

@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import parse_payload
+from broker.protocol.frames import build_entry, entry_body, parse_payload
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
 from broker.service.schemas import decode_version, to_proto
@@ -60,7 +58,6 @@ MAX_PENDING_BYTES = 32 * 1024 * 1024
 READ_BATCH = 100
 # Reconnect backoff (seconds).
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 60.0
-_U32 = struct.Struct(">I")
 R = TypeVar("R")
 
 
@@ -76,12 +73,7 @@ def restamp(entry: bytes, md: pb.MessageMetadata, local_cluster: str) -> bytes |
     if md.HasField("replicated_from") or (md.HasField("marker_type") and md.marker_type not in REPLICATED_MARKERS):
         return None
     md.replicated_from = local_cluster
-    pos = 6 if entry[:2] == b"\x0e\x01" else 0
-    (meta_size,) = _U32.unpack_from(entry, pos)
-    body = memoryview(entry)[pos + 4 + meta_size:]
-    meta = md.SerializeToString()
-    tail = b"".join((_U32.pack(len(meta)), meta, body))
-    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail
+    return build_entry(md.SerializeToString(), entry_body(entry))
 
 
 class Replicator:
