@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.service.deduplication import DEDUP_CURSOR
-from broker.service.replication import is_replicator_name
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -51,8 +49,7 @@ class EntryNotFoundError(BrokerError):
 def subscription_names(topic: PersistentTopic) -> list[str]:
     """Live subscriptions plus stored durable cursors nobody has attached to since the topic loaded
     (not the broker's own cursors: deduplication's and the replicators')."""
-    return sorted(n for n in set(topic.subscriptions) | set(topic.ledger.cursors)
-                  if n != DEDUP_CURSOR and not is_replicator_name(n))
+    return sorted(n for n in set(topic.subscriptions) | set(topic.ledger.cursors) if topic.is_subscription_cursor(n))
 
 
 def backlog_of(topic: PersistentTopic, name: str) -> int:

@@ -117,6 +117,12 @@ class PersistentTopic(AbstractTopic):
         self.ledger.add_entries(entries, callback)
 
     # -- subscriptions -----------------------------------------------------------------------------
+    @staticmethod
+    def is_subscription_cursor(name: str) -> bool:
+        """A stored cursor that is a subscription, not one of the broker's own (deduplication's,
+        the replicators')."""
+        return name != DEDUP_CURSOR and not is_replicator_name(name)
+
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
     ) -> Subscription:
@@ -130,7 +136,7 @@ class PersistentTopic(AbstractTopic):
                 if not self.service.allow_auto_subscription_creation(self.name):
                     raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
                 limit = self.service.max_subscriptions(self.name)
-                if 0 < limit <= sum(1 for n in self.ledger.cursors if n != DEDUP_CURSOR and not is_replicator_name(n)):
+                if 0 < limit <= sum(1 for n in self.ledger.cursors if self.is_subscription_cursor(n)):
                     raise TooManySubscriptionsError(
                         f"Exceed the maximum number of subscriptions of the topic: {self.name}")
             pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
