@@ -111,6 +111,35 @@ def consume(n: int, size: int, batching: bool) -> Workload:
     return run
 
 
+def end_to_end(n: int, size: int) -> Workload:
+    """Batched messages from a producer to a consumer attached beforehand, timed from the first send
+    until the consumer has received (and acknowledged) the last one: what an application moving
+    data through the broker sees. Prefetching into the client's queue cannot flatter a broker here,
+    since the clock runs until the consumer has taken every message out of that queue."""
+    def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
+        topic = fresh_topic("e2e")
+        consumer = client.subscribe(topic, "bench", receiver_queue_size=1000)
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                          block_if_queue_full=True, max_pending_messages=5000)
+
+        def drain() -> None:
+            for _ in range(n):
+                consumer.acknowledge(consumer.receive(20_000))
+
+        window.start()
+        reader = threading.Thread(target=drain)
+        reader.start()
+        payload = b"e" * size
+        for _ in range(n):
+            producer.send_async(payload, None)
+        producer.flush()
+        reader.join()
+        producer.close()
+        consumer.close()
+        return n, n * size, {}
+    return run
+
+
 def latency(rate: int, seconds: float, size: int) -> Workload:
     """Publish at a fixed rate; publish latency (send -> receipt) and end-to-end (send -> receive)."""
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
@@ -246,6 +275,8 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         ("produce unbatched 1 KiB", produce(s(30_000), 1024, False)),
         ("consume+ack batched 100 B", consume(s(100_000), 100, True)),
         ("consume+ack unbatched 100 B", consume(s(30_000), 100, False)),
+        ("end-to-end batched 100 B", end_to_end(s(200_000), 100)),
+        ("end-to-end batched 1 KiB", end_to_end(s(100_000), 1024)),
         ("latency 1k msg/s, 100 B", latency(1000, max(1.0, 3 * scale), 100)),
         ("latency 10k msg/s, 100 B", latency(10_000, max(1.0, 3 * scale), 100)),
         ("1000 topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
