@@ -49,6 +49,10 @@ class BrokerConfig:
     dispatchThrottlingRatePerTopicInByte: int = 0
     dispatchThrottlingRatePerSubscriptionInMsg: int = 0
     dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    # ... and per replicator (each remote cluster of a topic; a namespace's or topic's
+    # replicatorDispatchRate overrides them).
+    dispatchThrottlingRatePerReplicatorInMsg: int = 0
+    dispatchThrottlingRatePerReplicatorInByte: int = 0
     brokerMaxConnections: int = 0
     brokerMaxConnectionsPerIp: int = 0
     maxProducersPerTopic: int = 0

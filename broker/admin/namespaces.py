@@ -38,6 +38,7 @@ CLUSTER_RATES = (
     PlainPolicy("publishRate", P.PUBLISH_MAX_MESSAGE_RATE, P.parse_publish_rate),
     PlainPolicy("dispatchRate", P.TOPIC_DISPATCH_RATE, P.parse_dispatch_rate),
     PlainPolicy("subscriptionDispatchRate", P.SUBSCRIPTION_DISPATCH_RATE, P.parse_dispatch_rate),
+    PlainPolicy("replicatorDispatchRate", P.REPLICATOR_DISPATCH_RATE, P.parse_dispatch_rate),
     PlainPolicy("subscribeRate", P.SUBSCRIBE_RATE, P.parse_subscribe_rate),
 )
 PLAIN_POLICIES = (

@@ -100,9 +100,11 @@ SPECS = (
     Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
          applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
     Spec("dispatchRate", P.T_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
-         applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=False)),
+         applied=lambda s, name: s.dispatch_rate_doc(name, "topic")),
     Spec("subscriptionDispatchRate", P.T_SUBSCRIPTION_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
-         applied=lambda s, name: s.dispatch_rate_doc(name, per_subscription=True)),
+         applied=lambda s, name: s.dispatch_rate_doc(name, "subscription")),
+    Spec("replicatorDispatchRate", P.T_REPLICATOR_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
+         applied=lambda s, name: s.dispatch_rate_doc(name, "replicator")),
     Spec("subscribeRate", P.T_SUBSCRIBE_RATE, None, lambda s: None, P.parse_subscribe_rate,
          applied=lambda s, name: s.subscribe_rate_doc(name)),
     Spec("delayedDelivery", P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, lambda s: None, P.parse_delayed_delivery,

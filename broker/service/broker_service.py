@@ -329,27 +329,30 @@ class BrokerService:
         doc = self.publish_rate_doc(name)
         return int(doc["publishThrottlingRateInMsg"]), int(doc["publishThrottlingRateInByte"])
 
-    def dispatch_rate_doc(self, name: TopicName, per_subscription: bool) -> dict[str, Any]:
-        """The DispatchRate in force for a topic's subscriptions together, or for each one (else
-        the broker's dispatchThrottling* settings)."""
-        topic_key, namespace_key = ((P.T_SUBSCRIPTION_DISPATCH_RATE, P.SUBSCRIPTION_DISPATCH_RATE) if per_subscription
-                                    else (P.T_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE))
+    # Who dispatches under a DispatchRate -> (topic-level key, namespace-level key, the broker's
+    # messages and bytes settings).
+    _DISPATCH_RATES = {
+        "topic": (P.T_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE,
+                  "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
+        "subscription": (P.T_SUBSCRIPTION_DISPATCH_RATE, P.SUBSCRIPTION_DISPATCH_RATE,
+                         "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
+        "replicator": (P.T_REPLICATOR_DISPATCH_RATE, P.REPLICATOR_DISPATCH_RATE,
+                       "dispatchThrottlingRatePerReplicatorInMsg", "dispatchThrottlingRatePerReplicatorInByte"),
+    }
 
-        def broker() -> dict[str, Any]:
-            cfg = self.config
-            if per_subscription:
-                msgs, nbytes = (cfg.dispatchThrottlingRatePerSubscriptionInMsg,
-                                cfg.dispatchThrottlingRatePerSubscriptionInByte)
-            else:
-                msgs, nbytes = cfg.dispatchThrottlingRatePerTopicInMsg, cfg.dispatchThrottlingRatePerTopicInByte
-            return {"dispatchThrottlingRateInMsg": msgs, "dispatchThrottlingRateInByte": nbytes,
-                    "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+    def dispatch_rate_doc(self, name: TopicName, kind: str) -> dict[str, Any]:
+        """The DispatchRate in force for a topic's subscriptions together (``kind`` "topic"), for
+        each of its subscriptions ("subscription") or for each of its replicators ("replicator"):
+        the topic's, else its namespace's, else the broker's dispatchThrottlingRatePer* settings."""
+        topic_key, namespace_key, msgs_key, bytes_key = self._DISPATCH_RATES[kind]
+        return self._rate_doc(name, topic_key, namespace_key, lambda: {
+            "dispatchThrottlingRateInMsg": getattr(self.config, msgs_key),
+            "dispatchThrottlingRateInByte": getattr(self.config, bytes_key),
+            "ratePeriodInSecond": 1, "relativeToPublishRate": False})
 
-        return self._rate_doc(name, topic_key, namespace_key, broker)
-
-    def dispatch_rate(self, name: TopicName, per_subscription: bool) -> tuple[int, int, int, bool]:
+    def dispatch_rate(self, name: TopicName, kind: str) -> tuple[int, int, int, bool]:
         """(messages, bytes, period in seconds, relative to the publish rate); 0 or less = no limit."""
-        doc = self.dispatch_rate_doc(name, per_subscription)
+        doc = self.dispatch_rate_doc(name, kind)
         return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
                 int(doc.get("ratePeriodInSecond", 1)), bool(doc.get("relativeToPublishRate", False)))
 

@@ -162,6 +162,8 @@ class PublishThrottle(_RateLimit):
 
 # How often a dispatch rate relative to the publish rate re-measures the publish rate (seconds).
 PUBLISH_RATE_SAMPLE_S = 1.0
+# The longest a throttled dispatcher or replicator waits before it asks for budget again (seconds).
+RATE_RECHECK_S = 1.0
 
 
 class DispatchRate(_RateLimit):
@@ -243,8 +245,10 @@ class DispatchRate(_RateLimit):
         return msgs, nbytes
 
     def wait(self) -> float:
-        """Seconds until there is budget again: a whole message and a whole byte."""
-        return max(b.until(1.0) for b in self._buckets if b is not None)
+        """Seconds until there is budget again (a whole message and a whole byte), at most
+        ``RATE_RECHECK_S``: a limit removed or raised meanwhile is seen within that (as Pulsar's
+        dispatchers retry a throttled read after a second)."""
+        return min(RATE_RECHECK_S, max(b.until(1.0) for b in self._buckets if b is not None))
 
     def consume(self, messages: int, nbytes: int) -> None:
         if not self._limited:

@@ -9,7 +9,8 @@ the cluster data) as producer ``pulsar.repl.<local cluster>``.
 
 The replicator owns its read loop (ARCHITECTURE.md): one read outstanding at a time, the whole
 batch handed to the remote producer before the next read, at most ``MAX_PENDING`` entries (and
-about ``MAX_PENDING_BYTES``) not yet confirmed. Receipts acknowledge the positions individually,
+about ``MAX_PENDING_BYTES``) not yet confirmed, and reads sized to its ``replicatorDispatchRate``
+budget (put off while there is none). Receipts acknowledge the positions individually,
 so the cursor's mark-delete moves only over what the remote cluster has stored. After a lost
 connection the cursor is rewound to its mark-delete position and everything not confirmed is sent
 again: at least once (the remote side's deduplication, when on, removes the repeats: it keys
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, TypeVar
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import build_entry, entry_body, parse_payload
+from broker.service.rate_limits import DispatchRate
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
 from broker.service.schemas import decode_version, to_proto
@@ -102,6 +104,9 @@ class Replicator:
         self._progress = False  # a receipt came on the current connection
         self._task: asyncio.Task[None] | None = None
         self.closed = False
+        # replicatorDispatchRate (topic, namespace, broker): each replicator has its own buckets.
+        self.dispatch_rate = DispatchRate(topic.service.metadata,
+                                          lambda: topic.service.dispatch_rate(topic.name, "replicator"))
 
     @property
     def remote_url(self) -> str | None:
@@ -194,10 +199,19 @@ class Replicator:
                 self._room.clear()
                 await self._wait(self._room.wait())
                 continue
-            entries = await self._wait(self.cursor.read_entries_or_wait_async(min(room, READ_BATCH), room_bytes))
+            count, max_bytes = min(room, READ_BATCH), room_bytes
+            budget = self.dispatch_rate.budget()
+            if budget is not None:
+                messages, nbytes = budget
+                if messages <= 0:
+                    await self._wait(asyncio.sleep(self.dispatch_rate.wait()))
+                    continue
+                count = min(count, messages)  # (entries: a batch may take the budget below zero)
+                max_bytes = min(max_bytes, nbytes) if nbytes is not None else max_bytes
+            entries = await self._wait(self.cursor.read_entries_or_wait_async(count, max_bytes))
             parsed = self._parse(entries)
             await self._wait(self._map_schemas(parsed))
-            self._send(parsed)
+            self.dispatch_rate.consume(*self._send(parsed))
 
     async def _wait(self, awaitable: Awaitable[R]) -> R:
         """Await ``awaitable`` unless the connection is lost first (RemoteError then)."""
@@ -238,9 +252,11 @@ class Replicator:
                 continue
             self._schema_versions[md.schema_version] = await self.producer.schema_version(to_proto(found[0]))
 
-    def _send(self, parsed: list[tuple[Entry, pb.MessageMetadata | None]]) -> None:
+    def _send(self, parsed: list[tuple[Entry, pb.MessageMetadata | None]]) -> tuple[int, int]:
+        """Send what is to be replicated; (messages, bytes) sent."""
         assert self.producer is not None
         skipped: list[Position] = []
+        sent_messages = sent_bytes = 0
         for entry, md in parsed:
             if md is None:
                 skipped.append(entry.position)
@@ -259,10 +275,13 @@ class Replicator:
             self._pending_bytes += len(payload)
             messages = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
             self.producer.send(seq, messages, payload, md.num_chunks_from_msg > 1)
-            self.msg_out += messages
-            self.bytes_out += len(payload)
+            sent_messages += messages
+            sent_bytes += len(payload)
+        self.msg_out += sent_messages
+        self.bytes_out += sent_bytes
         if skipped:
             self.cursor.delete(skipped)
+        return sent_messages, sent_bytes
 
     def _marker_from_remote(self, entry: Entry, marker_type: int) -> None:
         """A replicated-subscription marker that came from this replicator's cluster: every

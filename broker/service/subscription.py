@@ -77,7 +77,7 @@ class Subscription:
             self.snapshots = SnapshotCache(service.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
         self.dispatch_rates = (topic.dispatch_rate,
-                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, True),
+                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, "subscription"),
                                             published=topic.published_totals))
 
     @property

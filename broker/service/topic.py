@@ -48,7 +48,7 @@ class PersistentTopic(AbstractTopic):
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
-        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, False),
+        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, "topic"),
                                           published=self.published_totals)
         self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
         # Geo-replication: remote cluster -> its replicator (see replication.py).

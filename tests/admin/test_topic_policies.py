@@ -403,7 +403,7 @@ def test_dispatch_rate_rest(admin: Admin) -> None:
             "relativeToPublishRate": False}
     rate = {"dispatchThrottlingRateInMsg": 500, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 2,
             "relativeToPublishRate": False}
-    for policy in ("dispatchRate", "subscriptionDispatchRate"):
+    for policy in ("dispatchRate", "subscriptionDispatchRate", "replicatorDispatchRate"):
         ns_path, path = f"{NS}/{ns}/{policy}", policy_path(topic, policy)
         assert admin.get(ns_path).status == 204
         assert admin.ok("GET", path + "?applied=true") == none
@@ -418,7 +418,28 @@ def test_dispatch_rate_rest(admin: Admin) -> None:
         assert admin.delete(path).status == 204
         assert admin.delete(ns_path).status == 204
     policies = admin.ok("GET", f"{NS}/{ns}")
-    assert policies["topicDispatchRate"] == {} and policies["subscriptionDispatchRate"] == {}
+    assert policies["topicDispatchRate"] == policies["subscriptionDispatchRate"] == {}
+    assert policies["replicatorDispatchRate"] == {}
+
+
+def test_removing_a_slow_dispatch_rate_resumes_delivery_within_a_second(
+        admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    # 2 messages an hour: the dispatcher's next budget is half an hour away, but it asks again
+    # every second, so the rest comes once the limit is removed.
+    _, topic = new_topic(admin, "dispatch-slow")
+    path = policy_path(topic, "subscriptionDispatchRate")
+    admin.ok("POST", path, {"dispatchThrottlingRateInMsg": 2, "ratePeriodInSecond": 3600})
+    consumer = client.subscribe(topic, "s", receiver_queue_size=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(b"m%d" % i)
+    assert receive_all(consumer, 2) == [b"m0", b"m1"]
+    rate = pulsar_broker.server.service.topics[TopicName.parse(topic).full].subscriptions["s"].dispatch_rates[1]
+    wait_for(lambda: rate.throttled_times > 0, what="the dispatcher to be throttled")
+    assert admin.delete(path).status == 204
+    assert receive_all(consumer, 4) == [b"m%d" % i for i in range(2, 6)]
+    consumer.close()
+    producer.close()
 
 
 def test_subscribe_rate_refuses_a_consumer_subscribing_again(admin: Admin, pulsar_broker: BrokerThread) -> None:

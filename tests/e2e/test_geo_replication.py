@@ -415,3 +415,51 @@ def test_backlog_survives_a_restart(tmp_path: Path) -> None:
                          what="the backlog to drain")
         finally:
             client.close()
+
+
+def test_replicator_dispatch_rate(pair: Pair) -> None:
+    # Budgets of a few messages per hour: the replicator sends that many, then holds the rest as
+    # backlog. The namespace's limit is set on cluster a (its Policies keep it per cluster); the
+    # topic's overrides it; each change starts a full budget, seen within a second.
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/limited"
+    ns_rate = {"dispatchThrottlingRateInMsg": 5, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 3600,
+               "relativeToPublishRate": False}
+    ns_policy = f"/admin/v2/namespaces/{ns}/replicatorDispatchRate"
+    topic_policy = f"/admin/v2/{rest_path(topic)}/replicatorDispatchRate"
+    pair.admin_a.ok("POST", ns_policy, ns_rate)
+    assert pair.admin_a.ok("GET", ns_policy) == ns_rate
+    assert pair.admin_b.get(ns_policy).status == 204
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(b"m%d" % i)
+    replicator = pair.a.server.service.topics[TopicName.parse(topic).full].replicators["b"]
+
+    def throttled_with(backlog: int, sent: int) -> None:
+        wait_for(lambda: replicator.dispatch_rate.throttled_times > throttled, what="the replicator to be throttled")
+        out = replication(pair.admin_a, topic)["b"]
+        assert (out["replicationBacklog"], out["msgOutCounter"]) == (backlog, sent)
+
+    throttled = 0
+    assert receive(on_b, 5) == [b"m%d" % i for i in range(5)]
+    throttled_with(backlog=15, sent=5)
+
+    topic_rate = dict(ns_rate, dispatchThrottlingRateInMsg=3)
+    pair.admin_a.ok("POST", topic_policy, topic_rate)
+    assert pair.admin_a.ok("GET", topic_policy) == topic_rate
+    assert pair.admin_a.ok("GET", topic_policy + "?applied=true") == topic_rate
+    throttled = replicator.dispatch_rate.throttled_times
+    assert receive(on_b, 3) == [b"m%d" % i for i in range(5, 8)]
+    throttled_with(backlog=12, sent=8)
+
+    pair.admin_a.ok("DELETE", topic_policy)  # the namespace's limit again
+    assert pair.admin_a.ok("GET", topic_policy + "?applied=true") == ns_rate
+    throttled = replicator.dispatch_rate.throttled_times
+    assert receive(on_b, 5) == [b"m%d" % i for i in range(8, 13)]
+    throttled_with(backlog=7, sent=13)
+
+    pair.admin_a.ok("DELETE", ns_policy)
+    assert receive(on_b, 7) == [b"m%d" % i for i in range(13, 20)]
+    wait_for(lambda: replication(pair.admin_a, topic)["b"]["replicationBacklog"] == 0, what="the backlog to go")
+    producer.close()

@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from broker.service.rate_limits import DispatchRate, PublishThrottle, SubscribeRateLimiter, TokenBucket
+from broker.service.rate_limits import RATE_RECHECK_S, DispatchRate, PublishThrottle, SubscribeRateLimiter, TokenBucket
 
 
 class FakeConnection:
@@ -94,6 +94,11 @@ def test_dispatch_rate_budget_wait_and_period() -> None:
     assert rate.budget() is None
     rate.consume(10**9, 10**9)  # costs nothing, changes nothing
     assert rate.budget() is None
+    # A long period: the wait is cut to a second, so a limit removed meanwhile is seen soon.
+    limits[0] = (1, 0, 3600, False)
+    metadata.generation += 1
+    rate.consume(*rate.budget() or (0, 0))
+    assert rate.budget() == (0, 0) and rate.wait() == RATE_RECHECK_S == 1.0
 
 
 def test_dispatch_rate_relative_to_the_publish_rate() -> None:
