@@ -23,7 +23,7 @@ from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
-from broker.service.replication import REPLICATOR_PREFIX, Replicator
+from broker.service.replication import REPLICATOR_PREFIX, NonPersistentReplicator, Replicator
 from managed_ledger import ManagedLedgerError
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ class StatsSampler:
         self.consumer_out: dict[Consumer, Rate] = {}
         self.consumer_redeliver: dict[Consumer, float] = {}
         self.replicator_out: dict[Replicator, Rate] = {}
+        # Non-persistent replicators: messages dropped per second.
+        self.replicator_drop: dict[NonPersistentReplicator, float] = {}
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -132,6 +134,7 @@ class StatsSampler:
         consumer_redeliver: dict[Consumer, float] = {}
         live_subs: set[AnySubscription] = set()
         replicator_out: dict[Replicator, Rate] = {}
+        replicator_drop: dict[NonPersistentReplicator, float] = {}
         for topic in service.all_topics():
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
@@ -152,10 +155,12 @@ class StatsSampler:
                     cm, cb, cr = delta(c, (c.msg_out, c.bytes_out, c.redelivered))
                     consumer_out[c] = Rate(cm, cb)
                     consumer_redeliver[c] = cr
-            if isinstance(topic, NonPersistentTopic):
-                continue  # nothing stored, nothing expires, nothing replicated
             for rep in topic.replicators.values():
                 replicator_out[rep] = Rate(*delta(rep, (rep.msg_out, rep.bytes_out)))
+                if isinstance(rep, NonPersistentReplicator):
+                    (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))
+            if isinstance(topic, NonPersistentTopic):
+                continue  # nothing stored, nothing expires
             for name in admin_ops.subscription_names(topic):
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
@@ -166,14 +171,15 @@ class StatsSampler:
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
-        self.replicator_out = replicator_out
+        self.replicator_out, self.replicator_drop = replicator_out, replicator_drop
 
 
 # -- JSON ---------------------------------------------------------------------------------------------
 
-def replication_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str, dict[str, Any]]:
+def replication_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, dict[str, Any]]:
     """Pulsar's ReplicatorStats per remote cluster: outbound (this topic's replicator to it) and
-    inbound (that cluster's replicator producing here)."""
+    inbound (that cluster's replicator producing here); on a non-persistent topic,
+    NonPersistentReplicatorStats (with msgDropRate)."""
     inbound = {p.name[len(REPLICATOR_PREFIX):]: p for p in topic.producers.values() if p.replicator}
     out: dict[str, dict[str, Any]] = {}
     for cluster in sorted(set(topic.replicators) | set(inbound)):
@@ -197,6 +203,9 @@ def replication_stats(topic: PersistentTopic, sampler: StatsSampler) -> dict[str
             "outboundConnection": r.remote_url if r is not None else None,
             "outboundConnectedSince": iso_time(r.connected_since) if r is not None and connected else None,
         }
+        if isinstance(topic, NonPersistentTopic):
+            out[cluster]["msgDropRate"] = (sampler.replicator_drop.get(r, 0.0)
+                                           if isinstance(r, NonPersistentReplicator) else 0.0)
     return out
 
 
@@ -376,7 +385,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "publishers": [publisher_stats(p, sampler) for p in topic.producers.values()],
         "waitingPublishers": len(topic.waiting_producers),
         "subscriptions": subs,
-        "replication": {} if isinstance(topic, NonPersistentTopic) else replication_stats(topic, sampler),
+        "replication": replication_stats(topic, sampler),
         "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
         "publishRateLimitedTimes": topic.publish_throttle.throttled_times,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
@@ -444,6 +453,8 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
                 continue
             for k in _REPLICATION_SUMMED:
                 agg_r[k] += r[k]
+            if "msgDropRate" in r:
+                agg_r["msgDropRate"] += r["msgDropRate"]
             agg_r["connected"] = agg_r["connected"] and r["connected"]
             agg_r["replicationDelayInSeconds"] = max(agg_r["replicationDelayInSeconds"], r["replicationDelayInSeconds"])
         if include_partitions:

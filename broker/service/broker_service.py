@@ -92,7 +92,7 @@ class BrokerService:
         for dispatcher in list(self.unacked_blocked):
             asyncio.get_running_loop().call_soon(dispatcher.trigger_read)
         # Replication clusters (or a cluster's URL) may have changed.
-        for topic in list(self.topics.values()):
+        for topic in self.all_topics():
             topic.update_replication()
 
     def replication_targets(self, name: TopicName) -> list[str]:

@@ -26,6 +26,7 @@ One dispatcher per subscription type, as in Pulsar:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -42,7 +43,9 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.producer import Producer
+from broker.service.replication import NonPersistentReplicator
 from broker.service.subscription import check_consumer_admission
+from broker.topic_name import is_system_topic
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -276,6 +279,10 @@ class NonPersistentTopic(AbstractTopic):
         # Set while a producer is being added: one it replaces or fences must not make the topic
         # look idle (and forgotten) just before the newcomer arrives.
         self._adding_producer = False
+        # Geo-replication: remote cluster -> its replicator, while the topic has producers of its
+        # own (only their messages are replicated; see update_replication).
+        self.replicators: dict[str, NonPersistentReplicator] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def is_empty(self) -> bool:
@@ -299,12 +306,15 @@ class NonPersistentTopic(AbstractTopic):
     def add_producer(self, producer: Producer, request_id: int) -> bool:
         self._adding_producer = True
         try:
-            return super().add_producer(producer, request_id)
+            added = super().add_producer(producer, request_id)
         finally:
             self._adding_producer = False
+        self.update_replication()
+        return added
 
     def remove_producer(self, producer: Producer) -> None:
         super().remove_producer(producer)
+        self.update_replication()
         self._forget_if_idle()
 
     consecutive_positions = False  # every receipt carries MESSAGE_POSITION
@@ -315,12 +325,16 @@ class NonPersistentTopic(AbstractTopic):
         self.bytes_in += nbytes
         self.entries_added += len(entries)
         callback(MESSAGE_POSITION, None)  # the receipts go first, as in Pulsar
-        if not self.subscriptions:
+        # Another cluster's replicator: its messages are not sent on (and never replicated here).
+        replicators = list(self.replicators.values()) if not producer.replicator else []
+        if not self.subscriptions and not replicators:
             return
         for entry in entries:
             meta = entry_meta(entry)
             for sub in list(self.subscriptions.values()):
                 sub.dispatch(entry, meta)
+            for replicator in replicators:
+                replicator.offer(entry, meta.num_messages)
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def get_or_create_subscription(
@@ -346,6 +360,23 @@ class NonPersistentTopic(AbstractTopic):
         """Pulsar does not support it here; PROTOCOL.md section 14 answers "empty topic"."""
         return NO_MESSAGE, -1
 
+    # -- geo-replication ---------------------------------------------------------------------------
+    def update_replication(self) -> None:
+        """A replicator per remote cluster of the replication policy, while the topic is open and
+        has producers of its own (called when producers come and go, and after metadata changes).
+        Only local producers' messages are replicated, so two clusters' topics never keep each
+        other alive through their replicators' producers."""
+        local = not self.closed and any(not p.replicator for p in self.producers.values())
+        wanted = set(self.service.replication_targets(self.name)) \
+            if local and not is_system_topic(self.name.full) else set()
+        for remote in [r for r in self.replicators if r not in wanted]:
+            task = self.loop.create_task(self.replicators.pop(remote).close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        for remote in sorted(wanted - set(self.replicators)):
+            replicator = self.replicators[remote] = NonPersistentReplicator(self, remote)
+            replicator.start()
+
     # -- lifecycle -------------------------------------------------------------------------------
     def _forget_if_idle(self) -> None:
         if self.is_idle and not self.closed and not self._adding_producer:
@@ -353,6 +384,7 @@ class NonPersistentTopic(AbstractTopic):
             self.publish_throttle.release()
             for sub in list(self.subscriptions.values()):
                 sub.close()
+            self.update_replication()
             self.service.forget_non_persistent_topic(self)
 
     async def close(self) -> None:
@@ -360,3 +392,5 @@ class NonPersistentTopic(AbstractTopic):
         self.publish_throttle.release()
         for sub in list(self.subscriptions.values()):
             sub.close()
+        self.update_replication()
+        await asyncio.gather(*self._closing, return_exceptions=True)

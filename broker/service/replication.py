@@ -1,9 +1,9 @@
 """Geo-replication: copy a topic's messages to the same topic on other clusters (Pulsar's
-PersistentReplicator).
+PersistentReplicator and NonPersistentReplicator).
 
 A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its
 namespace's ``replication_clusters``. For each loaded persistent topic and each other cluster of
-that list, one ``Replicator`` reads the topic through a durable cursor ``pulsar.repl.<remote
+that list, one ``PersistentReplicator`` reads the topic through a durable cursor ``pulsar.repl.<remote
 cluster>`` and publishes every entry to the remote cluster's broker (its ``brokerServiceUrl`` in
 the cluster data) as producer ``pulsar.repl.<local cluster>``.
 
@@ -21,6 +21,11 @@ checksum); entries that already carry ``replicated_from`` came from another clus
 sent on (no loops), nor are entries whose ``replicate_to`` list leaves the remote cluster out,
 nor markers.
 
+Non-persistent topics have ``NonPersistentReplicator``s instead (best effort, as in Pulsar): while
+the topic has producers of its own, each entry they publish is queued for each remote cluster
+whose replicator is connected and has room, else dropped and counted; the same send loop takes
+it from there, and nothing is sent again after a lost connection.
+
 The remote producer (remote_producer.py) looks the topic up first and produces on the broker that
 owns it, with TLS and credentials as configured. The replicator also carries the markers of
 replicated subscriptions (replicated_subscriptions.py) and hands those that came from its remote
@@ -33,10 +38,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
+from broker.dispatch.entry_meta import entry_meta
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import build_entry, entry_body, parse_payload
@@ -48,6 +55,8 @@ from broker.service.subscription import cursor_activity
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
+    from broker.service.abstract_topic import AbstractTopic
+    from broker.service.nonpersistent import NonPersistentTopic
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -78,13 +87,13 @@ def restamp(entry: bytes, md: pb.MessageMetadata, local_cluster: str) -> bytes |
     return build_entry(md.SerializeToString(), entry_body(entry))
 
 
-class Replicator:
-    """Replicates one topic to one remote cluster (see the module docstring)."""
+class Replicator(ABC):
+    """Replicates one topic to one remote cluster: the connection, the send loop and the receipts.
+    Where the entries come from, and what a confirmation does, is the subclasses' part."""
 
-    def __init__(self, topic: PersistentTopic, remote_cluster: str, cursor: ManagedCursor) -> None:
+    def __init__(self, topic: AbstractTopic, remote_cluster: str) -> None:
         self.topic = topic
         self.remote_cluster = remote_cluster
-        self.cursor = cursor
         self.local_cluster = topic.service.config.clusterName
         self.producer: RemoteProducer | None = None
         self.connected = False
@@ -121,21 +130,37 @@ class Replicator:
         return max(0.0, time.time() - self._pending[0][2] / 1000)
 
     @property
+    @abstractmethod
     def backlog(self) -> int:
-        return self.cursor.number_of_entries_in_backlog()
+        """Entries waiting to be sent."""
+
+    @abstractmethod
+    def _read(self, count: int, max_bytes: int) -> Awaitable[list[Entry]]:
+        """The next entries to send (at most ``count``, and ``max_bytes`` past the first), once
+        there are some."""
+
+    @abstractmethod
+    def _done(self, positions: list[Position]) -> None:
+        """These entries were confirmed by the remote cluster, or are not for it."""
+
+    @abstractmethod
+    def _connection_changed(self) -> None:
+        """Connected or disconnected (``connected`` says which)."""
+
+    @abstractmethod
+    def _rewind(self) -> None:
+        """A new connection: what was sent and not confirmed before is forgotten here."""
+
+    @abstractmethod
+    def _inspect(self, entry: Entry, md: pb.MessageMetadata) -> None:
+        """Every entry read, before it is sent or skipped."""
 
     def start(self) -> None:
-        self.update_cursor_activity()
+        self._connection_changed()
         self._task = self.topic.loop.create_task(self._run())
-
-    def update_cursor_activity(self) -> None:
-        """Active (its entries kept in the read cache) while connected and not backlogged, as for
-        a subscription: a replicator whose remote cluster is away must not pin the cache."""
-        self.cursor.set_active(cursor_activity(self.topic, self.cursor, self.connected))
 
     async def close(self) -> None:
         self.closed = True
-        self.cursor.cancel_pending_read()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -174,18 +199,17 @@ class Replicator:
         await self.producer.connect()
         self.connected = True
         self.connected_since = time.time()
-        self.update_cursor_activity()
-        # Whatever was sent and not confirmed before is sent again, from the mark-delete position.
+        self._connection_changed()
         self._schema_versions.clear()
         self._pending.clear()
         self._pending_bytes = 0
-        self.cursor.rewind()
+        self._rewind()
         log.info("replicator %s -> %s connected", self.topic.name, self.remote_cluster)
 
     async def _disconnect(self) -> None:
         if self.connected:
             self.connected = False
-            self.update_cursor_activity()
+            self._connection_changed()
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.close()
@@ -208,7 +232,7 @@ class Replicator:
                     continue
                 count = min(count, messages)  # (entries: a batch may take the budget below zero)
                 max_bytes = min(max_bytes, nbytes) if nbytes is not None else max_bytes
-            entries = await self._wait(self.cursor.read_entries_or_wait_async(count, max_bytes))
+            entries = await self._wait(self._read(count, max_bytes))
             parsed = self._parse(entries)
             await self._wait(self._map_schemas(parsed))
             self.dispatch_rate.consume(*self._send(parsed))
@@ -263,8 +287,7 @@ class Replicator:
                 continue
             if md.schema_version:
                 md.schema_version = self._schema_versions.get(md.schema_version, md.schema_version)
-            if md.replicated_from == self.remote_cluster and md.marker_type in REPLICATED_MARKERS:
-                self._marker_from_remote(entry, md.marker_type)
+            self._inspect(entry, md)
             payload = restamp(entry.data, md, self.local_cluster)
             if payload is None or (md.replicate_to and self.remote_cluster not in md.replicate_to):
                 skipped.append(entry.position)
@@ -280,15 +303,8 @@ class Replicator:
         self.msg_out += sent_messages
         self.bytes_out += sent_bytes
         if skipped:
-            self.cursor.delete(skipped)
+            self._done(skipped)
         return sent_messages, sent_bytes
-
-    def _marker_from_remote(self, entry: Entry, marker_type: int) -> None:
-        """A replicated-subscription marker that came from this replicator's cluster: every
-        replicator reads it, this one acts on it."""
-        controller = self.topic.replicated_subscriptions
-        if controller is not None:
-            controller.received(entry.position, marker_type, marker_payload(entry.data))
 
     # -- from the remote producer ------------------------------------------------------------------
     def _receipt(self, sequence_id: int) -> None:
@@ -298,9 +314,111 @@ class Replicator:
         self._progress = True
         _, position, _, nbytes = self._pending.popleft()
         self._pending_bytes -= nbytes
-        self.cursor.delete([position])
+        self._done([position])
         self._room.set()
 
     def _connection_lost(self, exc: BaseException) -> None:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(exc)
+
+
+class PersistentReplicator(Replicator):
+    """Reads a persistent topic through its durable cursor ``pulsar.repl.<remote>``: receipts
+    acknowledge positions, a new connection rewinds to the mark-delete position (at least once)."""
+
+    def __init__(self, topic: PersistentTopic, remote_cluster: str, cursor: ManagedCursor) -> None:
+        super().__init__(topic, remote_cluster)
+        self.persistent_topic = topic
+        self.cursor = cursor
+
+    @property
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    def update_cursor_activity(self) -> None:
+        """Active (its entries kept in the read cache) while connected and not backlogged, as for
+        a subscription: a replicator whose remote cluster is away must not pin the cache."""
+        self.cursor.set_active(cursor_activity(self.persistent_topic, self.cursor, self.connected))
+
+    _connection_changed = update_cursor_activity
+
+    def _rewind(self) -> None:
+        self.cursor.rewind()  # what was not confirmed is sent again, from the mark-delete position
+
+    def _read(self, count: int, max_bytes: int) -> Awaitable[list[Entry]]:
+        return self.cursor.read_entries_or_wait_async(count, max_bytes)
+
+    def _done(self, positions: list[Position]) -> None:
+        self.cursor.delete(positions)
+
+    def _inspect(self, entry: Entry, md: pb.MessageMetadata) -> None:
+        """A replicated-subscription marker that came from this replicator's cluster: every
+        replicator reads it, this one acts on it."""
+        if md.replicated_from == self.remote_cluster and md.marker_type in REPLICATED_MARKERS:
+            controller = self.persistent_topic.replicated_subscriptions
+            if controller is not None:
+                controller.received(entry.position, md.marker_type, marker_payload(entry.data))
+
+    async def close(self) -> None:
+        self.cursor.cancel_pending_read()
+        await super().close()
+
+
+class NonPersistentReplicator(Replicator):
+    """Forwards what a non-persistent topic's own producers publish, as Pulsar's
+    NonPersistentReplicator does: best effort, nothing stored. An entry is queued for sending
+    while the replicator is connected and has room (``MAX_PENDING`` entries, ``MAX_PENDING_BYTES``,
+    queued and unconfirmed together), else dropped and counted (``msg_dropped``, the stats'
+    ``msgDropRate``). After a lost connection nothing is sent again."""
+
+    def __init__(self, topic: NonPersistentTopic, remote_cluster: str) -> None:
+        super().__init__(topic, remote_cluster)
+        self._queue: deque[Entry] = deque()
+        self._queued_bytes = 0
+        self._next_id = 0
+        self._queued = asyncio.Event()
+        self.msg_dropped = 0
+
+    @property
+    def backlog(self) -> int:
+        return len(self._queue)
+
+    def offer(self, data: bytes, messages: int) -> None:
+        """An entry a local producer published: queued for the remote cluster, or dropped."""
+        if (not self.connected or len(self._queue) + len(self._pending) >= MAX_PENDING
+                or self._queued_bytes + self._pending_bytes >= MAX_PENDING_BYTES):
+            self.msg_dropped += messages
+            return
+        self._queue.append(Entry(Position(0, self._next_id), data))
+        self._next_id += 1
+        self._queued_bytes += len(data)
+        self._queued.set()
+
+    async def _read(self, count: int, max_bytes: int) -> list[Entry]:
+        while not self._queue:
+            self._queued.clear()
+            await self._queued.wait()
+        out: list[Entry] = []
+        size = 0
+        while self._queue and len(out) < count and (not out or size + len(self._queue[0].data) <= max_bytes):
+            entry = self._queue.popleft()
+            out.append(entry)
+            size += len(entry.data)
+        self._queued_bytes -= size
+        return out
+
+    def _done(self, positions: list[Position]) -> None:
+        """Nothing to remember."""
+
+    def _rewind(self) -> None:
+        """Nothing is sent again."""
+
+    def _inspect(self, entry: Entry, md: pb.MessageMetadata) -> None:
+        """No markers on non-persistent topics."""
+
+    def _connection_changed(self) -> None:
+        if not self.connected:  # what waited for this connection is dropped with it
+            for entry in self._queue:
+                self.msg_dropped += entry_meta(entry.data).num_messages
+            self._queue.clear()
+            self._queued_bytes = 0

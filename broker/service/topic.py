@@ -25,7 +25,7 @@ from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
 from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController
-from broker.service.replication import REPLICATOR_PREFIX, Replicator, is_replicator_name
+from broker.service.replication import REPLICATOR_PREFIX, PersistentReplicator, is_replicator_name
 from broker.service.subscription import Subscription
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, Position
@@ -52,7 +52,7 @@ class PersistentTopic(AbstractTopic):
                                           published=self.published_totals)
         self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
         # Geo-replication: remote cluster -> its replicator (see replication.py).
-        self.replicators: dict[str, Replicator] = {}
+        self.replicators: dict[str, PersistentReplicator] = {}
         self._replication_update: asyncio.Task[None] | None = None
         # Replicated subscriptions: present while the topic is replicated (and they are enabled).
         self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
@@ -269,7 +269,7 @@ class PersistentTopic(AbstractTopic):
                 return
             # A new replicator starts at the end: what was published before it is not sent.
             cursor = await self.ledger.open_cursor(REPLICATOR_PREFIX + remote, InitialPosition.LATEST)
-            replicator = self.replicators[remote] = Replicator(self, remote, cursor)
+            replicator = self.replicators[remote] = PersistentReplicator(self, remote, cursor)
             replicator.start()
         controller = self.replicated_subscriptions
         if self.replicators and controller is None and self.service.config.enableReplicatedSubscriptions:

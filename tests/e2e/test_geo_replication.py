@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -463,3 +464,65 @@ def test_replicator_dispatch_rate(pair: Pair) -> None:
     assert receive(on_b, 7) == [b"m%d" % i for i in range(13, 20)]
     wait_for(lambda: replication(pair.admin_a, topic)["b"]["replicationBacklog"] == 0, what="the backlog to go")
     producer.close()
+
+
+def non_persistent_replicators(broker: BrokerThread, topic: str) -> dict[str, Any]:
+    loaded = broker.server.service.non_persistent_topics.get(TopicName.parse(topic).full)
+    return dict(loaded.replicators) if loaded is not None else {}
+
+
+def test_non_persistent_topics_are_replicated_both_ways(pair: Pair) -> None:
+    # Best effort, as in Pulsar: a non-persistent topic's replicators run while it has producers
+    # of its own, forward what those publish, and nothing comes back.
+    ns = pair.namespace(["a", "b"])
+    topic = f"non-persistent://{ns}/ticks"
+    on_a, on_b = pair.client_a.subscribe(topic, "s"), pair.client_b.subscribe(topic, "s")
+    producer_a = pair.client_a.create_producer(topic, batching_enabled=False)
+    producer_b = pair.client_b.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
+        wait_for(lambda admin=admin, remote=remote: replication(admin, topic).get(remote, {}).get("connected"),
+                 what=f"the replicator to {remote} to connect")
+    for i in range(50):
+        producer_a.send(b"a%d" % i)
+    for i in range(50):
+        producer_b.send_async(b"b%d" % i, None)
+    producer_b.flush()
+    got_a, got_b = receive(on_a, 100), receive(on_b, 100)
+    for got in (got_a, got_b):
+        assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(50)]
+        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(50)]
+    with pytest.raises(pulsar.Timeout):
+        on_a.receive(200)
+    out = replication(pair.admin_a, topic)["b"]
+    assert out["msgOutCounter"] == 50 and out["msgDropRate"] == 0.0 and out["replicationBacklog"] == 0
+    assert out["inboundConnection"] is not None  # b's replicator produces here
+    # Without producers of its own a topic has no replicators (b's still produces on a's topic).
+    producer_a.close()
+    wait_for(lambda: not non_persistent_replicators(pair.a, topic), what="a's replicator to stop")
+    assert set(non_persistent_replicators(pair.b, topic)) == {"a"}
+    producer_b.close()
+    wait_for(lambda: not non_persistent_replicators(pair.b, topic), what="b's replicator to stop")
+    on_a.close()
+    on_b.close()
+
+
+def test_non_persistent_replication_drops_what_it_cannot_send(pair: Pair) -> None:
+    # A remote cluster nobody answers for: messages are dropped and counted, never queued.
+    nowhere = f"nowhere-{uuid.uuid4().hex[:6]}"
+    pair.admin_a.ok("PUT", f"/admin/v2/clusters/{nowhere}", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
+    pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", nowhere]})
+    ns = f"geo/np-{uuid.uuid4().hex[:8]}"
+    pair.admin_a.ok("PUT", f"/admin/v2/namespaces/{ns}")
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", nowhere])
+    topic = f"non-persistent://{ns}/lost"
+    consumer = pair.client_a.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(b"m%d" % i)
+    assert receive(consumer, 10) == [b"m%d" % i for i in range(10)]  # local delivery is unaffected
+    (replicator,) = non_persistent_replicators(pair.a, topic).values()
+    assert replicator.msg_dropped == 10 and replicator.backlog == 0 and not replicator.connected
+    out = replication(pair.admin_a, topic)[nowhere]
+    assert out["connected"] is False and out["msgOutCounter"] == 0
+    producer.close()
+    consumer.close()
