@@ -79,6 +79,14 @@ class TopicsResource:
             r.add_post(base + SUB + "/expireMessages/{seconds}", stored(self.expire))
             r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", stored(self.expire_all))
             r.add_get(base + SUB + "/position/{n}", stored(self.peek))
+            if d == "persistent":
+                r.add_post(base + SUB + "/replicatedSubscriptionStatus", self.set_replicated_status)
+                r.add_get(base + SUB + "/replicatedSubscriptionStatus", self.get_replicated_status)
+            else:
+                r.add_post(base + SUB + "/replicatedSubscriptionStatus", _refused(
+                    "Cannot enable/disable replicated subscriptions on non-persistent topics"))
+                r.add_get(base + SUB + "/replicatedSubscriptionStatus", _refused(
+                    "Cannot get replicated subscriptions on non-persistent topics"))
             r.add_put(base + TOPIC + "/unload", self.unload)
             r.add_post(base + TOPIC + "/terminate", self.terminate)
             r.add_post(base + TOPIC + "/terminate/partitions", self.terminate)
@@ -417,6 +425,29 @@ class TopicsResource:
         expired = await admin_ops.expire_cursor(topic, cursor, seconds, now_ms)
         self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
+    async def set_replicated_status(self, request: web.Request) -> web.Response:
+        """Make a subscription replicated or not (a boolean body), on every partition of a
+        partitioned topic."""
+        enabled = await read_body(request)
+        if not isinstance(enabled, bool):
+            raise HttpError(400, "A boolean body (true to replicate the subscription, false not to) is required")
+
+        async def apply(t: PersistentTopic, sub: Any) -> None:
+            if not sub.set_replicated(enabled):
+                raise HttpError(500, "Failed to update cursor properties")
+
+        return await self.for_each_subscription(request, None, apply)
+
+    async def get_replicated_status(self, request: web.Request) -> web.Response:
+        """{topic or partition: replicated} for the subscription."""
+        sub_name = request.match_info["sub"]
+        status = {}
+        for t in await self.targets(self.name(request)):
+            status[t.full_name] = (await self._subscription(t, sub_name)).replicated
+        if not status:
+            raise HttpError(404, f"Subscription {sub_name} not found")
+        return json_response(status)
+
     async def peek(self, request: web.Request) -> web.Response:
         n = int_param(request.match_info["n"], "Message position")
         if n < 1:
@@ -514,11 +545,15 @@ def _as_is(handler: Handler) -> Handler:
     return handler
 
 
-def _refused_without_storage(handler: Handler) -> Handler:
+def _refused(reason: str) -> Handler:
     async def refuse(request: web.Request) -> web.Response:
-        raise HttpError(405, "Not supported on a non-persistent topic: it stores no messages and no cursors")
+        raise HttpError(405, reason)
 
     return refuse
+
+
+def _refused_without_storage(handler: Handler) -> Handler:
+    return _refused("Not supported on a non-persistent topic: it stores no messages and no cursors")
 
 
 def message_id(body: Any) -> Position:

@@ -84,13 +84,23 @@ class Subscription:
     def replicated(self) -> bool:
         return self.snapshots is not None
 
-    def set_replicated(self) -> None:
-        """Make this durable subscription replicated (for good: saved with its cursor)."""
-        if self.snapshots is not None or not self.durable:
-            return
+    def set_replicated(self, enabled: bool = True) -> bool:
+        """Make this durable subscription replicated, or no longer (saved with its cursor). False
+        when it cannot be: a non-durable one, or enableReplicatedSubscriptions is off."""
         cfg = self.topic.service.config
-        self.snapshots = SnapshotCache(cfg.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
-        self.cursor.set_properties({**self.cursor.properties, REPLICATED_PROPERTY: 1})
+        if not self.durable or (enabled and not cfg.enableReplicatedSubscriptions):
+            return False
+        properties = dict(self.cursor.properties)
+        if enabled:
+            if self.snapshots is None:
+                self.snapshots = SnapshotCache(cfg.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
+            properties[REPLICATED_PROPERTY] = 1
+        else:
+            self.snapshots = None
+            properties.pop(REPLICATED_PROPERTY, None)
+        if properties != self.cursor.properties:
+            self.cursor.set_properties(properties)
+        return True
 
     def snapshot_read(self, position: Position, entry: bytes) -> None:
         """The dispatcher read a snapshot marker at ``position``."""

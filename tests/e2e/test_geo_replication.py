@@ -323,14 +323,22 @@ def test_remote_deduplication_goes_by_the_original_producer(pair: Pair) -> None:
     assert pair.admin_b.stats(topic)["msgInCounter"] == 1
 
 
-def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair) -> None:
-    # A consumer with replicate_subscription_state reads and acknowledges half the messages on
-    # "a"; the same subscription on "b" then starts where it left off there, not at the start.
+@pytest.mark.parametrize("enabled_by", ["consumer", "rest"])
+def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair, enabled_by: str) -> None:
+    # A replicated subscription (by its consumer's replicate_subscription_state, or made so over
+    # REST) reads and acknowledges half the messages on "a"; the same subscription on "b" then
+    # starts where it left off there, not at the start.
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/failover"
     full = TopicName.parse(topic).full
+    flag = enabled_by == "consumer"
     for client in (pair.client_b, pair.client_a):
-        client.subscribe(topic, "s", replicate_subscription_state_enabled=True).close()
+        client.subscribe(topic, "s", replicate_subscription_state_enabled=flag).close()
+    if not flag:
+        status = f"/admin/v2/{rest_path(topic)}/subscription/s/replicatedSubscriptionStatus"
+        assert pair.admin_a.ok("GET", status) == {full: False}
+        pair.admin_a.ok("POST", status, True)
+        assert pair.admin_a.ok("GET", status) == {full: True}
     producer = pair.client_a.create_producer(topic, batching_enabled=False)
     controller = pair.a.server.service.topics[full].replicated_subscriptions
     assert controller is not None
@@ -341,7 +349,7 @@ def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair) -> Non
         # A snapshot that began after these messages (one begun before would hold older positions).
         wait_for(lambda: controller.covered_entries == first + 10, what="a snapshot of the clusters' positions")
 
-    consumer = pair.client_a.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+    consumer = pair.client_a.subscribe(topic, "s", replicate_subscription_state_enabled=flag)
     publish_and_snapshot(0)
     publish_and_snapshot(10)
     assert receive(consumer, 10) == [b"m%d" % i for i in range(10)]  # (acknowledged)
@@ -350,8 +358,38 @@ def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair) -> Non
     consumer.close()
     stats = pair.admin_a.stats(topic)["subscriptions"]["s"]
     assert stats["isReplicated"] is True
-    on_b = pair.client_b.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+    on_b = pair.client_b.subscribe(topic, "s", replicate_subscription_state_enabled=flag)
     assert on_b.receive(TIMEOUT_MS).data() == b"m10"
+
+
+def test_replicated_subscription_status_rest(pair: Pair) -> None:
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/status"
+    full = TopicName.parse(topic).full
+    path = f"/admin/v2/{rest_path(topic)}/subscription/s/replicatedSubscriptionStatus"
+    pair.client_a.subscribe(topic, "s").close()
+    pair.admin_a.ok("POST", path, True)
+    # Kept with the cursor: still replicated after the topic is unloaded and loaded again.
+    pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/unload")
+    assert pair.admin_a.ok("GET", path) == {full: True}
+    assert pair.admin_a.stats(topic)["subscriptions"]["s"]["isReplicated"] is True
+    pair.admin_a.ok("POST", path, False)
+    assert pair.admin_a.ok("GET", path) == {full: False}
+    pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/unload")
+    assert pair.admin_a.stats(topic)["subscriptions"]["s"]["isReplicated"] is False
+    # Clear errors.
+    assert pair.admin_a.post(path, "yes").status == 400
+    missing = pair.admin_a.get(path.replace("/subscription/s/", "/subscription/nope/"))
+    assert missing.status == 404
+    np_path = path.replace("persistent/", "non-persistent/", 1)
+    assert pair.admin_a.get(np_path).status == pair.admin_a.post(np_path, True).status == 405
+    # A partitioned topic: every partition.
+    parted = f"persistent://{ns}/parted"
+    pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(parted)}/partitions", 2)
+    pair.client_a.subscribe(parted, "s").close()
+    parted_path = f"/admin/v2/{rest_path(parted)}/subscription/s/replicatedSubscriptionStatus"
+    pair.admin_a.ok("POST", parted_path, True)
+    assert pair.admin_a.ok("GET", parted_path) == {f"{parted}-partition-{i}": True for i in range(2)}
 
 
 def test_schemas_are_registered_on_the_remote_side(pair: Pair) -> None:
