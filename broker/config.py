@@ -59,6 +59,9 @@ class BrokerConfig:
     maxConsumersPerTopic: int = 0
     maxConsumersPerSubscription: int = 0
     maxSubscriptionsPerTopic: int = 0
+    # Persistent topics per namespace, partitions counted one by one (a namespace's
+    # maxTopicsPerNamespace overrides it; system topics are not counted).
+    maxTopicsPerNamespace: int = 0
     # -- topics and subscriptions -------------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"

@@ -65,6 +65,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxConsumersPerSubscription")),
     PlainPolicy("maxSubscriptionsPerTopic", P.MAX_SUBSCRIPTIONS_PER_TOPIC,
                 lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
+    PlainPolicy("maxTopicsPerNamespace", P.MAX_TOPICS_PER_NAMESPACE,
+                lambda v: P.parse_limit(v, "maxTopicsPerNamespace"), unset=0),
     PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
     PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
-from broker.errors import SubscriptionNotFoundError
+from broker.errors import NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import entry_body, parse_payload
 from broker.service import admin_ops
@@ -177,7 +177,10 @@ class TopicsResource:
         properties = parse_properties(await read_body(request))
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
-        await self.service.get_topic(name, create=True, explicit=True)
+        try:
+            await self.service.get_topic(name, create=True, explicit=True)
+        except NotAllowedError as exc:  # (the namespace's topic limit: 409, as Pulsar answers)
+            raise HttpError(409, exc.message) from exc
         if properties:
             self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
@@ -258,6 +261,10 @@ class TopicsResource:
             raise HttpError(412, "Number of partitions should be more than 0")
         if name.partition_index >= 0:
             raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
+        try:
+            self.service.check_topics_limit(name, n)
+        except NotAllowedError as exc:
+            raise HttpError(412, exc.message) from exc
         if self.partitions(name) > 0:
             raise HttpError(409, "Partitioned topic already exists")
         if self.exists(name):

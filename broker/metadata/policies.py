@@ -31,6 +31,7 @@ MAX_CONSUMERS_PER_SUBSCRIPTION = "max_consumers_per_subscription"
 MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 MAX_UNACKED_PER_SUBSCRIPTION = "max_unacked_messages_per_subscription"
 MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
+MAX_TOPICS_PER_NAMESPACE = "max_topics_per_namespace"
 SUBSCRIPTION_TYPES_ENABLED = "subscription_types_enabled"
 ENCRYPTION_REQUIRED = "encryption_required"
 SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
@@ -434,7 +435,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     if policies.get(AUTH_POLICIES) is not None:
         policies[AUTH_POLICIES] = parse_auth_policies(policies[AUTH_POLICIES])
     for key in (MAX_PRODUCERS_PER_TOPIC, MAX_CONSUMERS_PER_TOPIC, MAX_CONSUMERS_PER_SUBSCRIPTION,
-                MAX_UNACKED_PER_CONSUMER, MAX_SUBSCRIPTIONS_PER_TOPIC):
+                MAX_UNACKED_PER_CONSUMER, MAX_SUBSCRIPTIONS_PER_TOPIC, MAX_TOPICS_PER_NAMESPACE):
         if policies.get(key) is not None:
             policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:

@@ -182,6 +182,7 @@ class BrokerService:
             return await loading
         if not self.topic_exists(name):
             self._check_may_create(name, create, explicit)
+            self.check_topics_limit(name, 1)
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
         try:
@@ -229,9 +230,24 @@ class BrokerService:
             return n
         rule = self.auto_topic_creation(name.namespace)
         if auto_create and rule.allowed and rule.partitioned and not self.topic_exists(name):
+            self.check_topics_limit(name, rule.default_partitions)
             self.metadata.set_partitions(name.full, rule.default_partitions)
             return rule.default_partitions
         return 0
+
+    def check_topics_limit(self, name: TopicName, new_topics: int) -> None:
+        """NotAllowedError when ``new_topics`` more persistent topics (a partitioned topic's
+        partitions counted one by one, as soon as it is declared) would take the namespace past its
+        maxTopicsPerNamespace, else the broker's; 0 = no limit. System topics neither count nor are
+        refused; a partition already declared is already counted."""
+        limit = self.metadata.policy(name.namespace, P.MAX_TOPICS_PER_NAMESPACE)
+        if limit is None:
+            limit = self.config.maxTopicsPerNamespace
+        if limit <= 0 or not name.persistent or is_system_topic(name.full):
+            return
+        existing = self.topics_of_namespace(name.namespace, MODE_PERSISTENT)
+        if name.full not in existing and len(existing) + new_topics > limit:
+            raise NotAllowedError("Exceed maximum number of topics in namespace.")
 
     # -- namespace policies ----------------------------------------------------------------------------
     def auto_topic_creation(self, namespace: str) -> AutoTopicCreation:

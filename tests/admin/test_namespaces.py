@@ -196,3 +196,54 @@ def test_schema_validation_enforced_and_auto_update(admin: Admin, client: pulsar
     producer = client.create_producer(fixed, schema=pulsar.schema.StringSchema())
     producer.send("typed")
     producer.close()
+
+
+def test_max_topics_per_namespace(admin: Admin, client: pulsar.Client) -> None:
+    # Partitions count one by one as soon as a partitioned topic is declared; the topic past the
+    # limit is refused over the wire (NotAllowedError) and over REST (409, or 412 for partitions).
+    ns = admin.new_namespace()
+    path = f"/admin/v2/namespaces/{ns}/maxTopicsPerNamespace"
+    assert admin.ok("GET", path) == 0
+    assert admin.post(path, -1).status == 412
+    assert admin.post(path, 4).status == 204
+    assert admin.ok("GET", path) == 4
+    assert admin.ok("GET", f"/admin/v2/namespaces/{ns}")["max_topics_per_namespace"] == 4
+    base = f"persistent://{ns}"
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    client.create_producer(f"{base}/parted").close()  # (its partitions were counted already)
+    client.create_producer(f"{base}/one").close()
+    client.subscribe(f"{base}/two", "s").close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer(f"{base}/three")
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(f"{base}/three", "s")
+    reply = admin.put(f"/admin/v2/persistent/{ns}/three")
+    assert (reply.status, reply.json["reason"]) == (409, "Exceed maximum number of topics in namespace.")
+    reply = admin.put(f"/admin/v2/persistent/{ns}/more/partitions", 1)
+    assert (reply.status, reply.json["reason"]) == (412, "Exceed maximum number of topics in namespace.")
+    client.create_producer(f"non-persistent://{ns}/live").close()  # only persistent topics count
+    client.create_producer(f"{base}/one").close()  # an existing one is always fine
+    # Deleting a topic makes room; removing the policy lifts the limit.
+    admin.ok("DELETE", f"/admin/v2/persistent/{ns}/one")
+    client.create_producer(f"{base}/three").close()
+    assert admin.delete(path).status == 204
+    assert admin.ok("GET", path) == 0
+    client.create_producer(f"{base}/four").close()
+
+
+def test_max_topics_per_namespace_from_the_broker_and_auto_partitioned() -> None:
+    with BrokerThread(maxTopicsPerNamespace=3, allowAutoTopicCreationType="partitioned",
+                      defaultNumPartitions=2) as broker:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=5)
+        try:
+            client.create_producer("persistent://public/default/a").close()  # 2 partitions
+            with pytest.raises(pulsar.NotAllowedError):  # 2 more would make 4
+                client.create_producer("persistent://public/default/b")
+            assert admin.ok("GET", "/admin/v2/persistent/public/default/partitioned") == [
+                "persistent://public/default/a"]
+            # A namespace's own 0 means no limit there, whatever the broker's.
+            admin.ok("POST", "/admin/v2/namespaces/public/default/maxTopicsPerNamespace", 0)
+            client.create_producer("persistent://public/default/b").close()
+        finally:
+            client.close()
