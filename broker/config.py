@@ -68,8 +68,13 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
-    # Entries between two snapshots of the deduplication state (Pulsar's default).
+    # Entries between two snapshots of the deduplication state (Pulsar's default), and the time
+    # after which a snapshot is taken anyway if entries came since the last one (a namespace's or
+    # topic's deduplicationSnapshotInterval overrides it; 0 = by entries only), checked every
+    # brokerDeduplicationSnapshotFrequencyInSeconds (0 = never).
     brokerDeduplicationEntriesInterval: int = 1000
+    brokerDeduplicationSnapshotIntervalSeconds: int = 120
+    brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
     # Delayed delivery (deliver_at / deliver_after) for Shared and Key_Shared subscriptions; off:
     # such messages go out at once. A message delayed by more than the max (0 = no max) is refused.
     # (The tick time is accepted for Pulsar's configs; delays here are exact.) Namespace and topic

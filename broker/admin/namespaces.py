@@ -67,6 +67,7 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
     PlainPolicy("maxTopicsPerNamespace", P.MAX_TOPICS_PER_NAMESPACE,
                 lambda v: P.parse_limit(v, "maxTopicsPerNamespace"), unset=0),
+    PlainPolicy("deduplicationSnapshotInterval", P.DEDUP_SNAPSHOT_INTERVAL, P.parse_dedup_snapshot_interval),
     PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
     PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,

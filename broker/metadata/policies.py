@@ -32,6 +32,7 @@ MAX_UNACKED_PER_CONSUMER = "max_unacked_messages_per_consumer"
 MAX_UNACKED_PER_SUBSCRIPTION = "max_unacked_messages_per_subscription"
 MAX_SUBSCRIPTIONS_PER_TOPIC = "max_subscriptions_per_topic"
 MAX_TOPICS_PER_NAMESPACE = "max_topics_per_namespace"
+DEDUP_SNAPSHOT_INTERVAL = "deduplicationSnapshotIntervalSeconds"  # (camelCase in Pulsar's Policies too)
 SUBSCRIPTION_TYPES_ENABLED = "subscription_types_enabled"
 ENCRYPTION_REQUIRED = "encryption_required"
 SCHEMA_VALIDATION_ENFORCED = "schema_validation_enforced"
@@ -49,6 +50,7 @@ REPLICATION_CLUSTERS = "replication_clusters"
 T_MESSAGE_TTL = "messageTTLInSeconds"
 T_RETENTION = "retentionPolicies"
 T_DEDUPLICATION = "deduplicationEnabled"
+T_DEDUP_SNAPSHOT_INTERVAL = "deduplicationSnapshotIntervalSeconds"
 T_MAX_PRODUCERS = "maxProducerPerTopic"
 T_MAX_CONSUMERS = "maxConsumerPerTopic"
 T_MAX_CONSUMERS_PER_SUBSCRIPTION = "maxConsumersPerSubscription"
@@ -193,6 +195,14 @@ def parse_limit(body: Any, what: str, message: str | None = None) -> int:
     if value < 0:
         raise PolicyError(412, message or f"{what} must be 0 or more")
     return value
+
+
+def parse_dedup_snapshot_interval(body: Any) -> int | None:
+    """Seconds after which the deduplication state is snapshotted if entries came (0 = by entries
+    only); None (Pulsar's admin client POSTs null) removes the policy."""
+    if body is None:
+        return None
+    return parse_limit(body, "deduplicationSnapshotInterval", "interval must be greater than or equal to 0")
 
 
 def parse_bool(body: Any, what: str) -> bool:

@@ -2,16 +2,20 @@
 
 The state is, per producer name, the highest sequence id persisted on the topic. It lives in
 memory (see Producer.publish) and is snapshotted into the properties of a durable cursor named
-``pulsar.dedup`` every brokerDeduplicationEntriesInterval entries, with that cursor's mark-delete
-moved to the last entry covered. After a restart the snapshot is loaded and the entries written
-after it are replayed (their metadata carries producer name and sequence ids) to catch up.
-The cursor holds back trimming by at most one interval of entries.
+``pulsar.dedup``, with that cursor's mark-delete moved to the last entry covered: every
+brokerDeduplicationEntriesInterval entries, and by time when entries came since the last snapshot
+(the topic's, else namespace's deduplicationSnapshotInterval, else
+brokerDeduplicationSnapshotIntervalSeconds; the housekeeping job checks). After a restart the
+snapshot is loaded and the entries written after it are replayed (their metadata carries producer
+name and sequence ids) to catch up. The cursor holds back trimming by at most one interval of
+entries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from broker.protocol.frames import read_entry_metadata
@@ -31,6 +35,7 @@ class Deduplication:
         self.topic = topic
         self.cursor: ManagedCursor | None = None
         self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
         self._opening: asyncio.Task[None] | None = None
 
     @property
@@ -93,7 +98,16 @@ class Deduplication:
         if self.cursor is None or self.cursor.is_closed or last.entry_id < 0:
             return
         self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
         self.cursor.mark_delete(last, dict(self.topic.sequence_persisted))
+
+    def snapshot_if_due(self, interval_s: int) -> bool:
+        """The periodic check: snapshot when entries came since the last snapshot and it is
+        ``interval_s`` old (0 = snapshots by entries only). True if it took one."""
+        if interval_s <= 0 or not self._since_snapshot or time.monotonic() - self._last_snapshot < interval_s:
+            return False
+        self.snapshot()
+        return True
 
     async def close(self) -> None:
         if self._opening is not None and not self._opening.done():

@@ -14,6 +14,7 @@ topics by the next run.
 | subscription-expiry | subscriptionExpiryCheckIntervalInMinutes | deletes abandoned subscriptions |
 | backlogged-cursors | statsUpdateFrequencyInSecs | backlogged subscriptions leave the read cache's active cursors |
 | inactive-topic-check | brokerDeleteInactiveTopicsFrequencySeconds | deletes inactive topics (inactive_topics) |
+| dedup-snapshot | brokerDeduplicationSnapshotFrequencyInSeconds | time-based deduplication snapshots |
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
+from broker.metadata import policies as P
 from broker.service import admin_ops
 from broker.service.periodic import PeriodicTask
 
@@ -46,6 +48,9 @@ class Housekeeping:
                          self.expire_subscriptions),
             PeriodicTask("backlogged-cursors", cfg.statsUpdateFrequencyInSecs, self.check_backlogged_cursors),
         ]
+        if cfg.brokerDeduplicationSnapshotFrequencyInSeconds > 0:
+            self.tasks.append(PeriodicTask("dedup-snapshot", cfg.brokerDeduplicationSnapshotFrequencyInSeconds,
+                                           self.snapshot_deduplication))
         if cfg.backlogQuotaCheckEnabled:
             self.tasks.append(PeriodicTask("backlog-quota-check", cfg.backlogQuotaCheckIntervalInSeconds,
                                            service.backlog_quotas.check_all))
@@ -118,6 +123,16 @@ class Housekeeping:
                 self.subscriptions_expired_total += 1
                 log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
                          name, topic.name, now - cursor.last_active)
+
+    async def snapshot_deduplication(self) -> None:
+        """Deduplication state of topics that took entries since their last snapshot, once it is
+        their deduplicationSnapshotInterval old (Pulsar's time-based snapshots)."""
+        service = self.service
+        for topic in list(service.topics.values()):
+            if topic.dedup.cursor is not None:
+                interval = service.effective_policy(topic.name, P.T_DEDUP_SNAPSHOT_INTERVAL, P.DEDUP_SNAPSHOT_INTERVAL,
+                                                    service.config.brokerDeduplicationSnapshotIntervalSeconds)
+                topic.dedup.snapshot_if_due(int(interval))
 
     async def check_backlogged_cursors(self) -> None:
         """Subscriptions and replicators that fell behind (or caught up) since consumers (or the

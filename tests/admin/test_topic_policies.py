@@ -66,6 +66,7 @@ def policy_path(topic: str, policy: str) -> str:
     ("retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}, "retention",
      {"retentionTimeInMinutes": 5, "retentionSizeInMB": 1}, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}),
     ("deduplicationEnabled", True, "deduplication", False, False),
+    ("deduplicationSnapshotInterval", 30, "deduplicationSnapshotInterval", 600, 120),
     ("maxProducers", 3, "maxProducersPerTopic", 7, 0),
     ("maxConsumers", 3, "maxConsumersPerTopic", 7, 0),
     ("maxConsumersPerSubscription", 3, "maxConsumersPerSubscription", 7, 0),
@@ -101,6 +102,38 @@ def test_set_get_applied_and_remove(admin: Admin, policy: str, value: object, na
     assert admin.delete(path).status == 204
     assert admin.get(path).status == 204
     assert admin.ok("GET", path + "?applied=true") == namespace_value
+
+
+def test_deduplication_snapshot_interval(tmp_path: Path) -> None:
+    # Three messages are far fewer than the 1000 entries between snapshots: the deduplication
+    # state is snapshotted anyway once the topic's interval (1 s) has passed, and a restart finds it.
+    with BrokerThread(data_dir=tmp_path, brokerDeduplicationSnapshotFrequencyInSeconds=1) as broker:
+        admin = Admin(broker.web_url)
+        ns, topic = new_topic(admin, "dedup-snapshots")
+        ns_path = f"{NS}/{ns}/deduplicationSnapshotInterval"
+        assert admin.post(ns_path, -1).status == 412
+        admin.ok("POST", ns_path, 3600)
+        assert admin.ok("GET", ns_path) == 3600
+        assert admin.call("POST", ns_path, raw=b"null").status == 204  # Pulsar's admin client removes so
+        assert admin.get(ns_path).status == 204
+        assert admin.post(policy_path(topic, "deduplicationSnapshotInterval"), -1).status == 412
+        admin.ok("POST", policy_path(topic, "deduplicationSnapshotInterval"), 1)
+        admin.ok("POST", policy_path(topic, "deduplicationEnabled"), True)
+        client = pulsar.Client(broker.service_url)
+        try:
+            producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+            for seq in range(3):
+                producer.send(b"m%d" % seq, sequence_id=seq)
+            loaded = broker.server.service.topics[TopicName.parse(topic).full]
+
+            def snapshotted() -> bool:
+                cursor = loaded.dedup.cursor
+                return (cursor is not None and cursor.properties == {"p1": 2}
+                        and cursor.mark_delete_position == loaded.ledger.last_confirmed_entry)
+
+            wait_for(snapshotted, what="a snapshot by time")
+        finally:
+            client.close()
 
 
 def test_message_ttl_is_a_query_parameter(admin: Admin) -> None:
