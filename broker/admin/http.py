@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker import __version__
+from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
@@ -75,6 +76,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
+        BrokerStatsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)
         self.schemas.register(r)

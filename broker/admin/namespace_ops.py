@@ -16,7 +16,6 @@ name), so ``--bundle`` in scripts means what it means against Pulsar.
 from __future__ import annotations
 
 import itertools
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -57,16 +56,10 @@ class NamespaceOperationsResource:
         if bundle is None:
             return ns, lambda name: True
         lower, upper = (int(end, 16) for end in bundle.split("_"))
-        boundaries = P.bundle_boundaries()
-        if (lower, upper) not in itertools.pairwise(boundaries):
+        bounds = (lower, upper)
+        if bounds not in itertools.pairwise(P.bundle_boundaries()):
             raise HttpError(404, f"Bundle {ns}/{bundle} not found")
-        last = upper == boundaries[-1]  # the last range includes its upper end
-
-        def covers(name: TopicName) -> bool:
-            h = zlib.crc32(name.full.encode())
-            return lower <= h < upper or (last and h == upper)
-
-        return ns, covers
+        return ns, lambda name: P.bundle_of(name.full) == bounds
 
     async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""

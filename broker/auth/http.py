@@ -57,6 +57,7 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_GET, r"/status\.html|/metrics/?", Access.PUBLIC),
         (_GET, r"/admin/v2/brokers/ready", Access.AUTHENTICATED),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
+        (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/clusters(/\{cluster\})?", Access.AUTHENTICATED),
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),

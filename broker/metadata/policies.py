@@ -12,6 +12,8 @@ Pure functions: no I/O, unit-testable.
 
 from __future__ import annotations
 
+import itertools
+import zlib
 from typing import Any
 
 RETENTION = "retention_policies"
@@ -468,6 +470,17 @@ def bundle_boundaries() -> list[int]:
     last one includes its upper end), as Pulsar lays them out."""
     step = (1 << 32) // DEFAULT_BUNDLES
     return [min(i * step, (1 << 32) - 1) for i in range(DEFAULT_BUNDLES + 1)]
+
+
+def bundle_of(full_name: str) -> tuple[int, int]:
+    """The (lower, upper) bundle range a topic's name hashes into (Pulsar's hash: CRC32 of the
+    full name; the last range includes its upper end)."""
+    h = zlib.crc32(full_name.encode())
+    boundaries = bundle_boundaries()
+    for lower, upper in itertools.pairwise(boundaries):
+        if h < upper:
+            return lower, upper
+    return boundaries[-2], boundaries[-1]
 
 
 def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:

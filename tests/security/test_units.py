@@ -341,7 +341,7 @@ def test_authorization_extras(authz: AuthorizationService) -> None:
 
 def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     server = BrokerServer(cfg(**secure_settings(pki)))
-    super_only = {"/admin/v2/brokers/", "/admin/v2/clusters/", "/admin/v2/tenants"}
+    super_only = {"/admin/v2/brokers/", "/admin/v2/broker-stats/", "/admin/v2/clusters/", "/admin/v2/tenants"}
     for route in server.web.app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         access = access_for(route.method, canonical)
@@ -353,6 +353,8 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
 
 @pytest.mark.parametrize("method, path, access", [
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/stats", Access.TOPIC_LOOKUP),
+    ("GET", "/admin/v2/broker-stats/topics", Access.SUPER_USER),
+    ("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", Access.SUPER_USER),
     ("PUT", "/admin/v2/persistent/{tenant}/{ns}/{topic}", Access.TENANT_ADMIN),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", Access.TOPIC_CONSUME),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/examinemessage", Access.TOPIC_CONSUME),

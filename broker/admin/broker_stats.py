@@ -1,0 +1,183 @@
+"""Admin REST v2: the broker's own view (Pulsar's ``/admin/v2/broker-stats/...`` and owned
+namespaces), what dashboards such as Pulsar Manager collect from each broker.
+
+- ``GET /admin/v2/broker-stats/topics``: every loaded topic's rates and counters, grouped as
+  Pulsar groups them: ``{namespace: {bundle: {"persistent" | "non-persistent": {topic: stats}}}}``
+  (the bundle is the range the topic's name hashes into). Built from the same sampled rates as the
+  topic stats.
+- ``GET /admin/v2/broker-stats/load-report``: Pulsar's LocalBrokerData: the process's CPU (per
+  cent of one core, limit 100 per core) and memory (MB), message and byte rates, counts of topics,
+  bundles, producers and consumers.
+- ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: this broker owns every bundle of
+  every namespace: ``{"tenant/ns/0x..._0x...": {"broker_assignment": "shared", ...}}``.
+
+All are super-user operations (the access table's default).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker import __version__
+from broker.admin import stats as S
+from broker.admin.common import HttpError, json_response
+from broker.metadata import policies as P
+from broker.service.nonpersistent import NonPersistentTopic
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+# A subscription's fields in broker-stats/topics (a subset of its SubscriptionStats).
+_SUB_FIELDS = ("msgBacklog", "msgRateExpired", "msgRateOut", "messageAckRate", "msgThroughputOut",
+               "msgRateRedeliver", "type", "unackedMessages", "isReplicated")
+_CONSUMER_FIELDS = ("consumerName", "msgRateOut", "msgThroughputOut", "msgRateRedeliver", "availablePermits",
+                    "unackedMessages", "blockedConsumerOnUnackedMsgs", "address", "connectedSince",
+                    "clientVersion")
+_PUBLISHER_FIELDS = ("msgRateIn", "msgThroughputIn", "averageMsgSize", "producerId", "producerName", "address",
+                     "connectedSince", "clientVersion")
+
+
+def bundle_name(full_name: str) -> str:
+    lower, upper = P.bundle_of(full_name)
+    return f"0x{lower:08x}_0x{upper:08x}"
+
+
+class BrokerStatsResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+        self._cpu_sample: tuple[float, float] | None = None  # (wall time, process CPU seconds)
+        self._cpu_percent = 0.0
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/admin/v2/broker-stats/topics", self.topics)
+        r.add_get("/admin/v2/broker-stats/load-report", self.load_report)
+        r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned_namespaces)
+
+    @property
+    def service(self) -> Any:
+        return self.web.service
+
+    async def topics(self, request: web.Request) -> web.Response:
+        out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        for topic in self.service.all_topics():
+            stats = S.topic_stats(topic, self.web.sampler)
+            domain = "non-persistent" if isinstance(topic, NonPersistentTopic) else "persistent"
+            bundles = out.setdefault(topic.name.namespace, {})
+            kinds = bundles.setdefault(bundle_name(topic.full_name), {"persistent": {}})
+            kinds.setdefault(domain, {})[topic.full_name] = self._topic(topic, stats, domain)
+        return json_response(out)
+
+    @staticmethod
+    def _topic(topic: Any, stats: dict[str, Any], domain: str) -> dict[str, Any]:
+        subs = {}
+        for name, s in stats["subscriptions"].items():
+            sub = {k: s[k] for k in _SUB_FIELDS if k in s}
+            sub["consumers"] = [{k: c[k] for k in _CONSUMER_FIELDS if k in c} for c in s["consumers"]]
+            if domain == "non-persistent":
+                sub["msgDropRate"] = s.get("msgDropRate", 0.0)
+            subs[name] = sub
+        doc: dict[str, Any] = {
+            "publishers": [{k: p[k] for k in _PUBLISHER_FIELDS} for p in stats["publishers"]],
+            "replication": stats["replication"],
+            "subscriptions": subs,
+            "producerCount": len(stats["publishers"]),
+            "averageMsgSize": stats["averageMsgSize"],
+            "msgRateIn": stats["msgRateIn"],
+            "msgRateOut": stats["msgRateOut"],
+            "msgInCount": stats["msgInCounter"],
+            "bytesInCount": stats["bytesInCounter"],
+            "msgOutCount": stats["msgOutCounter"],
+            "bytesOutCount": stats["bytesOutCounter"],
+            "msgThroughputIn": stats["msgThroughputIn"],
+            "msgThroughputOut": stats["msgThroughputOut"],
+        }
+        if domain == "persistent":
+            doc.update(storageSize=stats["storageSize"], backlogSize=stats["backlogSize"],
+                       pendingAddEntriesCount=sum(p.pending for p in topic.producers.values()))
+        else:
+            doc["msgDropRate"] = stats.get("msgDropRate", 0.0)
+        return doc
+
+    def _process_cpu_percent(self) -> float:
+        """The process's CPU use since the previous report (per cent of one core)."""
+        now, cpu = time.monotonic(), time.process_time()
+        if self._cpu_sample is not None and now > self._cpu_sample[0]:
+            self._cpu_percent = 100.0 * (cpu - self._cpu_sample[1]) / (now - self._cpu_sample[0])
+        self._cpu_sample = (now, cpu)
+        return self._cpu_percent
+
+    async def load_report(self, request: web.Request) -> web.Response:
+        server, service, sampler = self.web.server, self.service, self.web.sampler
+        topics = service.all_topics()
+        in_msgs = sum(r.msgs for r in sampler.topic_in.values())
+        in_bytes = sum(r.bytes for r in sampler.topic_in.values())
+        out_msgs = sum(r.msgs for r in sampler.sub_out.values())
+        out_bytes = sum(r.bytes for r in sampler.sub_out.values())
+        cores = os.cpu_count() or 1
+        namespaces = sorted(service.metadata.namespaces)
+        bundles = [f"{ns}/{b}" for ns in namespaces for b in _bundle_names()]
+        return json_response({
+            "webServiceUrl": server.web_url,
+            "webServiceUrlTls": server.web_url_tls or None,
+            "pulsarServiceUrl": server.service_url,
+            "pulsarServiceUrlTls": server.service_url_tls or None,
+            "persistentTopicsEnabled": True,
+            "nonPersistentTopicsEnabled": True,
+            "cpu": {"usage": self._process_cpu_percent(), "limit": 100.0 * cores},
+            "memory": {"usage": _rss_mb(), "limit": _memory_limit_mb()},
+            "directMemory": {"usage": 0.0, "limit": 0.0},
+            "bandwidthIn": {"usage": in_bytes / 1024, "limit": 0.0},
+            "bandwidthOut": {"usage": out_bytes / 1024, "limit": 0.0},
+            "msgThroughputIn": in_bytes,
+            "msgThroughputOut": out_bytes,
+            "msgRateIn": in_msgs,
+            "msgRateOut": out_msgs,
+            "lastUpdate": int(time.time() * 1000),
+            "lastStats": {},
+            "numTopics": len(topics),
+            "numBundles": len(bundles),
+            "numConsumers": sum(len(s.consumers) for t in topics for s in t.subscriptions.values()),
+            "numProducers": sum(len(t.producers) for t in topics),
+            "bundles": bundles,
+            "lastBundleGains": [],
+            "lastBundleLosses": [],
+            "brokerVersionString": __version__,
+            "protocols": {},
+            "advertisedListeners": {},
+            "loadReportType": "LocalBrokerData",
+        })
+
+    async def owned_namespaces(self, request: web.Request) -> web.Response:
+        if request.match_info["cluster"] not in self.service.metadata.clusters:
+            raise HttpError(404, "Cluster does not exist")
+        if request.match_info["broker"] != self.web.broker_id:
+            raise HttpError(404, f"Broker {request.match_info['broker']} not found (this one is "
+                                 f"{self.web.broker_id})")
+        status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+        return json_response({f"{ns}/{b}": status for ns in sorted(self.service.metadata.namespaces)
+                              for b in _bundle_names()})
+
+
+def _bundle_names() -> list[str]:
+    return [f"0x{lo:08x}_0x{hi:08x}" for lo, hi in itertools.pairwise(P.bundle_boundaries())]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_MB
+
+
+def _memory_limit_mb() -> float:
+    """The machine's memory (MB): what this process could grow to."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
