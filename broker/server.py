@@ -82,6 +82,7 @@ class BrokerServer:
                                                                 cfg.webServicePortTls, self.security.tls_context)
         if self._auth_refresh is not None:
             self._auth_refresh.start()
+        self.service.start()
         self.started_at = time.time()
         # Plain URLs first: tools parse "pulsar://host:port  http://host:port" from this line.
         urls = [self.service_url if self.port else "", self.web_url if self.web_port else "",

@@ -86,6 +86,7 @@ class BrokerService:
         # change may lift it, so they re-plan a read after every metadata change.
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
+        self._resuming: asyncio.Task[None] | None = None
         self.closed = False
 
     def _metadata_changed(self) -> None:
@@ -515,8 +516,37 @@ class BrokerService:
         return int(self.effective_policy(name, P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
                                          self.config.brokerServiceCompactionThresholdInBytes))
 
+    def start(self) -> None:
+        """Background work once the broker serves: replication picks up where it stopped."""
+        self._resuming = asyncio.get_running_loop().create_task(self._resume_replication())
+
+    async def _resume_replication(self) -> None:
+        """Load the stored topics that are replicated (their namespace's or own replication
+        clusters name another cluster), so that what their replicators had not sent before a
+        restart goes out now rather than when a client next uses the topic. Pulsar loads the
+        topics of a bundle when it comes to own it; here one broker owns them all."""
+        names = [TopicName.parse(f"persistent://{t}/{ns}/{local}")
+                 for t, ns, domain, local in (path.split("/", 3) for path in self.ledger_factory.list_names())
+                 if domain == "persistent"]
+        loaded = 0
+        for name in names:
+            if self.closed:
+                return
+            if is_system_topic(name.full) or name.full in self.topics or not self.replication_targets(name):
+                continue
+            try:
+                await self.get_topic(name, create=False)
+                loaded += 1
+            except Exception as exc:  # (a topic that cannot be loaded now loads on its next use)
+                log.warning("replicated topic %s not loaded at start: %s", name, exc)
+        if loaded:
+            log.info("loaded %d replicated topics: their replicators resume", loaded)
+
     async def close(self) -> None:
         self.closed = True
+        if self._resuming is not None:
+            self._resuming.cancel()
+            await asyncio.gather(self._resuming, return_exceptions=True)
         await self.housekeeping.stop()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
