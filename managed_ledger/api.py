@@ -29,6 +29,7 @@ from managed_ledger.completion import NestingCounter
 from managed_ledger.entry import Entry
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
+from managed_ledger.stats import AddStats
 
 MIB = 1024 * 1024
 
@@ -173,7 +174,14 @@ class ManagedLedgerFactory(abc.ABC):
 
 
 class ManagedLedger(abc.ABC):
-    """The log of one topic: append entries, open cursors, trim what everyone consumed."""
+    """The log of one topic: append entries, open cursors, trim what everyone consumed.
+
+    ``add_stats`` (managed_ledger.stats.AddStats) counts the adds of the current stats interval:
+    write latency (request to durable) and entry size, per bucket; its owner calls ``refresh()``
+    once per interval to publish them.
+    """
+
+    add_stats: AddStats
 
     @property
     @abc.abstractmethod

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -269,6 +270,7 @@ class FileManagedLedger(BaseManagedLedger):
             self._add_completer.complete(partial(callback, None, error))
             return
         total = sum(sizes)
+        self.add_stats.entry_size.add_each(sizes)
         first = self._map.record_adds(len(data), total)
         self._indexes[first.ledger_id].extend(sizes)
         if self._has_active_cursor():
@@ -277,13 +279,15 @@ class FileManagedLedger(BaseManagedLedger):
             # spares memory churn and CPU on publish-only topics.
             self._reader.remember(first, data)
         self._writer.append(self, self._segment_path(first.ledger_id), segment.encode_records(data, sizes),
-                            partial(self._add_done, first, len(data), callback),
+                            partial(self._add_done, first, len(data), callback, time.monotonic()),
                             nbytes=total + len(sizes) * segment.RECORD_HEADER_SIZE)
         if self._current_ledger_is_full():
             self._rollover()
 
-    def _add_done(self, first: Position, count: int, callback: AddCallback, exc: BaseException | None) -> None:
+    def _add_done(self, first: Position, count: int, callback: AddCallback, started: float,
+                  exc: BaseException | None) -> None:
         if exc is None:
+            self.add_stats.write_latency_us.add(int((time.monotonic() - started) * 1e6), count)
             position = Position(first.ledger_id, first.entry_id + count - 1)
             self._last_confirmed = position
             self._add_completer.complete(partial(callback, first, None))

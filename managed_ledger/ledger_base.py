@@ -28,6 +28,7 @@ from managed_ledger.cursor_base import BaseCursor, CursorRecord
 from managed_ledger.entry import Entry
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
+from managed_ledger.stats import AddStats
 
 Clock = Callable[[], float]
 
@@ -61,6 +62,7 @@ class BaseManagedLedger(ManagedLedger):
         self._cursors: dict[str, BaseCursor] = {}  # open durable cursor handles
         self._non_durable: dict[BaseCursor, None] = {}  # insertion-ordered set
         self._waiting: dict[BaseCursor, None] = {}  # cursors with a parked read, in park order
+        self.add_stats = AddStats()
 
     # -- what a storage implementation provides ----------------------------------------------------
 

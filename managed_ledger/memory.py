@@ -157,6 +157,8 @@ class MemoryManagedLedger(BaseManagedLedger):
             return
         if type(data) is not bytes:  # keep our own immutable copy of views / bytearrays
             data = bytes(data)
+        self.add_stats.entry_size.add(len(data))
+        self.add_stats.write_latency_us.add(0)  # (stored at once)
         position = self._map.record_add(len(data))
         self._data[position.ledger_id].append(data)
         self._store.last_confirmed = position
@@ -169,7 +171,10 @@ class MemoryManagedLedger(BaseManagedLedger):
             self._add_completer.complete(partial(callback, None, error))
             return
         data = [d if type(d) is bytes else bytes(d) for d in data]
-        first = self._map.record_adds(len(data), sum(map(len, data)))
+        sizes = [len(d) for d in data]
+        self.add_stats.entry_size.add_each(sizes)
+        self.add_stats.write_latency_us.add(0, len(data))  # (stored at once)
+        first = self._map.record_adds(len(data), sum(sizes))
         self._data[first.ledger_id].extend(data)
         self._store.last_confirmed = Position(first.ledger_id, first.entry_id + len(data) - 1)
         self._add_completer.complete(partial(callback, first, None))

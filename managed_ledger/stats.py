@@ -91,3 +91,54 @@ class FileLedgerStats:
         with self._lock:
             for name, n in increments.items():
                 setattr(self, name, getattr(self, name) + n)
+
+
+# Pulsar's managed-ledger add buckets (ManagedLedgerMBean): entry write latency in microseconds
+# (from the add request until the entry is durable) and entry size in bytes (1_232_896 is Pulsar's
+# "1 MB" bound, as it has it). A value on a bound falls in that bound's bucket; one more bucket
+# counts what is past the last bound.
+ADD_LATENCY_BUCKETS_US: tuple[int, ...] = (500, 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 1_000_000)
+ENTRY_SIZE_BUCKETS: tuple[int, ...] = (128, 512, 1_024, 2_048, 4_096, 16_384, 102_400, 1_232_896)
+
+
+class IntervalBuckets:
+    """Observations per bucket (not cumulative) over one stats interval, as Pulsar's StatsBuckets:
+    ``refresh()`` publishes what was counted since the last refresh and starts over. Loop-only."""
+
+    __slots__ = ("_counts", "_sum", "bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[int, ...]) -> None:
+        self.bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)
+        self._sum = 0
+        self.counts: tuple[int, ...] = tuple(self._counts)  # the last interval's
+        self.sum = 0
+
+    def add(self, value: int, times: int = 1) -> None:
+        self._counts[bisect.bisect_left(self.bounds, value)] += times
+        self._sum += value * times
+
+    def add_each(self, values: list[int]) -> None:
+        counts, bounds = self._counts, self.bounds
+        for v in values:
+            counts[bisect.bisect_left(bounds, v)] += 1
+        self._sum += sum(values)
+
+    def refresh(self) -> None:
+        self.counts, self.sum = tuple(self._counts), self._sum
+        self._counts = [0] * (len(self.bounds) + 1)
+        self._sum = 0
+
+
+class AddStats:
+    """A managed ledger's adds over the last stats interval: write latency and entry size."""
+
+    __slots__ = ("entry_size", "write_latency_us")
+
+    def __init__(self) -> None:
+        self.write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
+        self.entry_size = IntervalBuckets(ENTRY_SIZE_BUCKETS)
+
+    def refresh(self) -> None:
+        self.write_latency_us.refresh()
+        self.entry_size.refresh()

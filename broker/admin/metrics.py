@@ -86,6 +86,34 @@ _LEDGER_HISTOGRAMS = (
 )
 
 
+# Pulsar's per-topic add buckets (gauges, one per bucket, not cumulative, over the last stats
+# interval): (metric prefix, help, suffix per bucket, name past the last bucket).
+_ADD_BUCKETS = (
+    ("pulsar_storage_write_latency", "Entries stored in the last stats interval with a write latency (add request "
+     "to durable) in this bucket; _sum in microseconds",
+     ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000"), "overflow"),
+    ("pulsar_entry_size", "Entries stored in the last stats interval with a size (bytes) in this bucket",
+     ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb"), "le_overflow"),
+)
+
+
+def add_bucket_values(topic: Any) -> list[tuple[str, float]]:
+    """(metric name, value) of a persistent topic's add buckets; [] for a non-persistent one."""
+    stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
+    if stats is None:
+        return []
+    out: list[tuple[str, float]] = []
+    for (prefix, _doc, names, overflow), buckets in zip(_ADD_BUCKETS, (stats.write_latency_us, stats.entry_size),
+                                                         strict=True):
+        out.extend((f"{prefix}_{name}", float(n)) for name, n in zip((*names, overflow), buckets.counts, strict=True))
+        out.append((f"{prefix}_count", float(sum(buckets.counts))))
+        out.append((f"{prefix}_sum", float(buckets.sum)))
+    return out
+
+
+_ADD_BUCKET_DOCS = {f"{prefix}_{name}": doc for prefix, doc, names, overflow in _ADD_BUCKETS
+                    for name in (*names, overflow, "count", "sum")}
+
 # (metric name, help, key in the topic stats JSON) for gauges taken straight from the stats.
 _TOPIC_GAUGES = (
     ("pulsar_rate_in", "Messages published per second (last stats interval)", "msgRateIn"),
@@ -212,6 +240,8 @@ class BrokerCollector(Collector):
                     TOPIC_LABELS).add_metric(labels, sum(s["msgBacklog"] for s in subs.values()))
             f.gauge("pulsar_storage_write_rate", "Entries written per second", TOPIC_LABELS).add_metric(
                 labels, self.sampler.topic_entries_in.get(topic, 0.0))
+            for name, value in add_bucket_values(topic):
+                f.gauge(name, _ADD_BUCKET_DOCS[name], TOPIC_LABELS).add_metric(labels, value)
             f.counter("pulsar_in_bytes", "Bytes published to the topic", TOPIC_LABELS).add_metric(
                 labels, st["bytesInCounter"])
             f.counter("pulsar_in_messages", "Messages published to the topic", TOPIC_LABELS).add_metric(
@@ -302,6 +332,8 @@ class BrokerCollector(Collector):
             ns["pulsar_in_messages"] += st["msgInCounter"]
             ns["pulsar_out_bytes"] += st["bytesOutCounter"]
             ns["pulsar_out_messages"] += st["msgOutCounter"]
+            for name, value in add_bucket_values(topic):
+                ns[name] += value
         nl = ["cluster", "namespace"]
         for namespace, values in sorted(sums.items()):
             for name, value in values.items():

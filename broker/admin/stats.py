@@ -161,6 +161,7 @@ class StatsSampler:
                     (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))
             if isinstance(topic, NonPersistentTopic):
                 continue  # nothing stored, nothing expires
+            topic.ledger.add_stats.refresh()  # the adds' latency and size buckets of this interval
             for name in admin_ops.subscription_names(topic):
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)

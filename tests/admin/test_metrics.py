@@ -68,9 +68,22 @@ def promtool_problems(prometheus_bin: str, text: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
+# Pulsar's add buckets: gauges named ..._count and ..._sum too (not a Prometheus histogram), and
+# entry size buckets named with abbreviated units (..._le_1_kb).
+PULSAR_BUCKET_TOTALS = {f"{prefix}_{suffix}" for prefix in ("pulsar_storage_write_latency", "pulsar_entry_size")
+                        for suffix in ("count", "sum")}
+PULSAR_BUCKETS_WITH_UNITS = {f"pulsar_entry_size_le_{b}" for b in ("1_kb", "2_kb", "4_kb", "16_kb", "100_kb", "1_mb")}
+
+
 def assert_only_pulsar_naming_lint(problems: list[str]) -> None:
     for line in problems:
         name, _, message = line.partition(" ")
+        if name in PULSAR_BUCKET_TOTALS:
+            assert '"_count" suffix' in message or '"_sum" suffix' in message, line
+            continue
+        if name in PULSAR_BUCKETS_WITH_UNITS:
+            assert "abbreviated units" in message, line
+            continue
         assert name in PULSAR_NAMES_WITH_COUNT_SUFFIX and '"_count" suffix' in message, line
 
 
@@ -185,4 +198,32 @@ def test_namespace_level_metrics(tmp_path: Path, prometheus_bin: str) -> None:
     assert value(text, "pulsar_topics_count", namespace="public/default") == 2
     assert value(text, "pulsar_in_messages_total", namespace="public/default") == 2
     assert all("topic" not in dict(labels) for _name, labels in samples(text))
+    assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))
+
+
+def test_storage_write_latency_and_entry_size_buckets(prometheus_bin: str) -> None:
+    # Pulsar's per-topic add buckets: one gauge per bucket (not cumulative), counting the entries
+    # of the last stats interval (here the sampler runs only when the test says so).
+    with BrokerThread(statsUpdateFrequencyInSecs=3600) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            topic = f"persistent://public/default/buckets-{uuid.uuid4().hex[:8]}"
+            producer = client.create_producer(topic, batching_enabled=False)
+            for size in (10, 10, 3000):
+                producer.send(b"x" * size)
+            broker.run_coroutine(broker.server.web.sampler.sample_async())
+            text = scrape(broker.web_url)
+        finally:
+            client.close()
+    labels = {"topic": topic}
+    sizes = {name: value(text, f"pulsar_entry_size_{name}", **labels)
+             for name in ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb",
+                          "le_overflow", "count")}
+    assert sizes == {"le_128": 2, "le_512": 0, "le_1_kb": 0, "le_2_kb": 0, "le_4_kb": 1, "le_16_kb": 0,
+                     "le_100_kb": 0, "le_1_mb": 0, "le_overflow": 0, "count": 3}
+    assert value(text, "pulsar_entry_size_sum", **labels) == value(text, "pulsar_in_bytes_total", **labels)
+    buckets = ["le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"]
+    latency = [value(text, f"pulsar_storage_write_latency_{b}", **labels) for b in buckets]
+    assert None not in latency and sum(latency) == value(text, "pulsar_storage_write_latency_count", **labels) == 3
+    assert (value(text, "pulsar_storage_write_latency_sum", **labels) or 0) > 0  # microseconds to be durable
     assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))
