@@ -34,6 +34,8 @@ class SchemasResource:
         r.add_get(SCHEMA + "s", self.get_all)
         r.add_post(SCHEMA, self.post)
         r.add_delete(SCHEMA, self.delete)
+        r.add_post(SCHEMA.removesuffix("/schema") + "/compatibility", self.compatibility)
+        r.add_post(SCHEMA.removesuffix("/schema") + "/version", self.version)
 
     def base_name(self, request: web.Request) -> TopicName:
         self.web.namespaces.namespace(request)
@@ -56,9 +58,8 @@ class SchemasResource:
         found = [schemas.get(name.full, v) for v in range(len(schemas.versions(name.full)))]
         return json_response({"getSchemaResponses": [_schema_response(*f) for f in found if f is not None]})
 
-    async def post(self, request: web.Request) -> web.Response:
-        """Register a schema version (PostSchemaPayload {type, schema, properties}): 202 with the
-        version, 409 when the namespace's compatibility strategy refuses it."""
+    async def payload_schema(self, request: web.Request) -> tuple[TopicName, pb.Schema]:
+        """The topic and the schema of a PostSchemaPayload body {type, schema, properties}."""
         name = self.base_name(request)
         body: Any = await read_body(request)
         if not isinstance(body, dict):
@@ -74,11 +75,35 @@ class SchemasResource:
                            type=SCHEMA_TYPES[type_name])  # type: ignore[arg-type]
         for k, v in sorted(properties.items()):
             schema.properties.add(key=str(k), value=str(v))
+        return name, schema
+
+    async def post(self, request: web.Request) -> web.Response:
+        """Register a schema version: 202 with the version, 409 when the compatibility strategy
+        refuses it."""
+        name, schema = await self.payload_schema(request)
         try:
             version = self.web.service.schemas.add_or_get(name.full, schema)
         except IncompatibleSchemaError as exc:
             raise HttpError(409, exc.message) from None
         return json_response({"version": {"version": version}}, status=202)
+
+    async def compatibility(self, request: web.Request) -> web.Response:
+        """POST .../compatibility: could this schema be added now? Pulsar's IsCompatibilityResponse
+        {"compatibility", "schemaCompatibilityStrategy"} (202). Pulsar answers an incompatible
+        schema with a 500 error instead of "compatibility": false; here it is false, with the reason."""
+        name, schema = await self.payload_schema(request)
+        registry = self.web.service.schemas
+        reason = registry.check_compatible(name.full, schema)
+        body: dict[str, Any] = {"compatibility": reason is None,
+                                "schemaCompatibilityStrategy": registry.strategy(name.full)}
+        if reason is not None:
+            body["reason"] = reason
+        return json_response(body, status=202)
+
+    async def version(self, request: web.Request) -> web.Response:
+        """POST .../version: the version holding this schema ({"version": -1} when none)."""
+        name, schema = await self.payload_schema(request)
+        return json_response({"version": self.web.service.schemas.version_of(name.full, schema)})
 
     async def delete(self, request: web.Request) -> web.Response:
         name = self.base_name(request)

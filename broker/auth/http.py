@@ -72,6 +72,8 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         # create / delete, partition changes, unload, terminate, permissions
         (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN),
         (_GET, _SCHEMA, Access.TOPIC_LOOKUP),
+        (frozenset({"POST"}), r"/admin/v2/schemas" + _NS + r"/\{topic\}/version", Access.TOPIC_LOOKUP),
+        (frozenset({"POST"}), r"/admin/v2/schemas" + _NS + r"/\{topic\}/compatibility", Access.TENANT_ADMIN),
         (frozenset({"POST"}), _SCHEMA, Access.TOPIC_PRODUCE),
         (_ANY, _SCHEMA, Access.TENANT_ADMIN),
         (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP),

@@ -133,6 +133,24 @@ class SchemaRegistry:
                 raise IncompatibleSchemaError(f"Invalid schema definition: {exc}") from None
         return None
 
+    def check_compatible(self, base_topic: str, schema: pb.Schema) -> str | None:
+        """Why ``schema`` could not be added to the topic now (under its compatibility strategy),
+        or None when it could (a version it already has, or a compatible new one)."""
+        try:
+            self._find_or_check(base_topic, schema)
+        except IncompatibleSchemaError as exc:
+            return exc.message
+        return None
+
+    def version_of(self, base_topic: str, schema: pb.Schema) -> int:
+        """The version holding this schema (type and definition; properties aside, as Pulsar's
+        schema hash), -1 when none does."""
+        for i, rec in enumerate(self.versions(base_topic)):
+            if (not rec.get("deleted") and rec["type"] == int(schema.type)
+                    and base64.b64decode(rec["data"]) == schema.schema_data):
+                return i
+        return -1
+
     def has_schema(self, base_topic: str) -> bool:
         return any(not r.get("deleted") for r in self.versions(base_topic))
 

@@ -391,6 +391,39 @@ def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
     assert admin.get("/admin/v2/schemas/public/no-ns/t/schema").status == 404
 
 
+def test_schema_compatibility_and_version_lookup(admin: Admin) -> None:
+    # What CI pipelines ask before deploying a schema change: would the broker take it, and which
+    # version is this schema already.
+    topic = new_topic("evolving")
+    base = f"/admin/v2/schemas/public/default/{topic.rsplit('/', 1)[1]}"
+    v1 = '{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}'
+    v2 = '{"type":"record","name":"R","fields":[{"name":"a","type":"string"},{"name":"b","type":["null","int"],' \
+         '"default":null}]}'
+    breaking = '{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}'
+    # No schema yet: anything is compatible, and no version holds it.
+    reply = admin.post(f"{base}/compatibility", {"type": "AVRO", "schema": v1})
+    assert reply.status == 202 and reply.json == {"compatibility": True, "schemaCompatibilityStrategy": "FULL"}
+    assert admin.ok("POST", f"{base}/version", {"type": "AVRO", "schema": v1}) == {"version": -1}
+    admin.ok("POST", f"{base}/schema", {"type": "AVRO", "schema": v1})
+    assert admin.ok("POST", f"{base}/compatibility", {"type": "AVRO", "schema": v2})["compatibility"] is True
+    refused = admin.ok("POST", f"{base}/compatibility", {"type": "AVRO", "schema": breaking})
+    assert refused["compatibility"] is False and "Incompatible schema" in refused["reason"]
+    assert admin.ok("POST", f"{base}/compatibility", {"type": "JSON", "schema": v1})["compatibility"] is False
+    # The check changed nothing; the version lookup ignores properties, as Pulsar's schema hash.
+    assert admin.ok("POST", f"{base}/version", {"type": "AVRO", "schema": v2}) == {"version": -1}
+    admin.ok("POST", f"{base}/schema", {"type": "AVRO", "schema": v2})
+    assert admin.ok("POST", f"{base}/version", {"type": "AVRO", "schema": v2, "properties": {"x": "y"}}) == {
+        "version": 1}
+    # The strategy in force is the one reported.
+    admin.ok("PUT", "/admin/v2/namespaces/public/default/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    try:
+        assert admin.ok("POST", f"{base}/compatibility", {"type": "AVRO", "schema": breaking}) == {
+            "compatibility": True, "schemaCompatibilityStrategy": "ALWAYS_COMPATIBLE"}
+    finally:
+        admin.ok("PUT", "/admin/v2/namespaces/public/default/schemaCompatibilityStrategy", "UNDEFINED")
+    assert admin.post(f"{base}/compatibility", {"type": "NOPE", "schema": ""}).status == 422
+
+
 def test_internal_stats_show_dispatcher_permit_accounting(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("permits")
     base = f"/admin/v2/{rest_path(topic)}"
