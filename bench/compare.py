@@ -69,15 +69,23 @@ def fresh_topic(tag: str) -> str:
     return f"persistent://public/default/bench-{tag}-{uuid.uuid4().hex[:8]}"
 
 
+def throughput_producer(client: pulsar.Client, topic: str, batching: bool) -> pulsar.Producer:
+    """The throughput workloads' producer: batches flushed every millisecond, 5000 in flight."""
+    return client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=1,
+                                  block_if_queue_full=True, max_pending_messages=5000)
+
+
+def publish_all(producer: pulsar.Producer, n: int, payload: bytes) -> None:
+    """``n`` sends with no per-message callback, then wait for every receipt."""
+    for _ in range(n):
+        producer.send_async(payload, None)
+    producer.flush()
+
+
 def produce(n: int, size: int, batching: bool) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
-        producer = client.create_producer(fresh_topic("produce"), batching_enabled=batching,
-                                          batching_max_publish_delay_ms=1, block_if_queue_full=True,
-                                          max_pending_messages=5000)
-        payload = b"p" * size
-        for _ in range(n):
-            producer.send_async(payload, None)
-        producer.flush()
+        producer = throughput_producer(client, fresh_topic("produce"), batching)
+        publish_all(producer, n, b"p" * size)
         producer.close()
         return n, n * size, {}
     return run
@@ -95,12 +103,8 @@ def consume(n: int, size: int, batching: bool) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         topic = fresh_topic("consume")
         client.subscribe(topic, "bench").close()
-        producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=1,
-                                          block_if_queue_full=True, max_pending_messages=5000)
-        payload = b"c" * size
-        for _ in range(n):
-            producer.send_async(payload, None)
-        producer.flush()
+        producer = throughput_producer(client, topic, batching)
+        publish_all(producer, n, b"c" * size)
         producer.close()
         window.start()
         consumer = client.subscribe(topic, "bench", receiver_queue_size=1000)
@@ -119,8 +123,7 @@ def end_to_end(n: int, size: int) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         topic = fresh_topic("e2e")
         consumer = client.subscribe(topic, "bench", receiver_queue_size=1000)
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
-                                          block_if_queue_full=True, max_pending_messages=5000)
+        producer = throughput_producer(client, topic, True)
 
         def drain() -> None:
             for _ in range(n):
@@ -129,10 +132,7 @@ def end_to_end(n: int, size: int) -> Workload:
         window.start()
         reader = threading.Thread(target=drain)
         reader.start()
-        payload = b"e" * size
-        for _ in range(n):
-            producer.send_async(payload, None)
-        producer.flush()
+        publish_all(producer, n, b"e" * size)
         reader.join()
         producer.close()
         consumer.close()

@@ -45,6 +45,28 @@ class Pair:
         self.client_b.close()
 
 
+def both_ways(pair: Pair, topic: str) -> tuple[pulsar.Consumer, pulsar.Consumer, pulsar.Producer, pulsar.Producer]:
+    """A consumer on each side, an unbatched producer on a and a batching one on b."""
+    on_a, on_b = pair.client_a.subscribe(topic, "s"), pair.client_b.subscribe(topic, "s")
+    producer_a = pair.client_a.create_producer(topic, batching_enabled=False)
+    producer_b = pair.client_b.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    return on_a, on_b, producer_a, producer_b
+
+
+def exchange(on_a: pulsar.Consumer, on_b: pulsar.Consumer, producer_a: pulsar.Producer,
+             producer_b: pulsar.Producer, n: int) -> None:
+    """Each side publishes n messages; each consumer gets all 2n, each side's in its order."""
+    for i in range(n):
+        producer_a.send(b"a%d" % i)
+    for i in range(n):
+        producer_b.send_async(b"b%d" % i, None)
+    producer_b.flush()
+    got_b, got_a = receive(on_b, 2 * n), receive(on_a, 2 * n)
+    for got in (got_a, got_b):
+        assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(n)]
+        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(n)]
+
+
 def link(admin: Admin, cluster: str, peer: BrokerThread) -> None:
     """Create or update cluster data on ``admin``'s broker: ``cluster`` is reached at ``peer``."""
     method = "POST" if admin.get(f"/admin/v2/clusters/{cluster}").status == 200 else "PUT"
@@ -83,18 +105,8 @@ def replication(admin: Admin, topic: str) -> dict[str, dict[str, object]]:
 def test_both_ways_in_order_without_loops(pair: Pair) -> None:
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/orders"
-    on_a, on_b = pair.client_a.subscribe(topic, "s"), pair.client_b.subscribe(topic, "s")
-    producer_a = pair.client_a.create_producer(topic, batching_enabled=False)
-    producer_b = pair.client_b.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
-    for i in range(20):
-        producer_a.send(b"a%d" % i)
-    for i in range(20):
-        producer_b.send_async(b"b%d" % i, None)
-    producer_b.flush()
-    got_b, got_a = receive(on_b, 40), receive(on_a, 40)
-    for got in (got_a, got_b):  # each side's own order is kept on the other side
-        assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(20)]
-        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(20)]
+    on_a, on_b, producer_a, producer_b = both_ways(pair, topic)
+    exchange(on_a, on_b, producer_a, producer_b, 20)  # each side's own order is kept on the other side
     # Nothing comes back: each side stored its 20 messages and the other's 20 (one batch entry or
     # more for b's), and both replicators caught up.
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
@@ -514,21 +526,11 @@ def test_non_persistent_topics_are_replicated_both_ways(pair: Pair) -> None:
     # of its own, forward what those publish, and nothing comes back.
     ns = pair.namespace(["a", "b"])
     topic = f"non-persistent://{ns}/ticks"
-    on_a, on_b = pair.client_a.subscribe(topic, "s"), pair.client_b.subscribe(topic, "s")
-    producer_a = pair.client_a.create_producer(topic, batching_enabled=False)
-    producer_b = pair.client_b.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
+    on_a, on_b, producer_a, producer_b = both_ways(pair, topic)
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
         wait_for(lambda admin=admin, remote=remote: replication(admin, topic).get(remote, {}).get("connected"),
                  what=f"the replicator to {remote} to connect")
-    for i in range(50):
-        producer_a.send(b"a%d" % i)
-    for i in range(50):
-        producer_b.send_async(b"b%d" % i, None)
-    producer_b.flush()
-    got_a, got_b = receive(on_a, 100), receive(on_b, 100)
-    for got in (got_a, got_b):
-        assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(50)]
-        assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(50)]
+    exchange(on_a, on_b, producer_a, producer_b, 50)
     with pytest.raises(pulsar.Timeout):
         on_a.receive(200)
     out = replication(pair.admin_a, topic)["b"]
