@@ -68,6 +68,7 @@ PLAIN_POLICIES = (
     PlainPolicy("maxTopicsPerNamespace", P.MAX_TOPICS_PER_NAMESPACE,
                 lambda v: P.parse_limit(v, "maxTopicsPerNamespace"), unset=0),
     PlainPolicy("deduplicationSnapshotInterval", P.DEDUP_SNAPSHOT_INTERVAL, P.parse_dedup_snapshot_interval),
+    PlainPolicy("subscriptionAuthMode", P.SUBSCRIPTION_AUTH_MODE, P.parse_subscription_auth_mode, unset="None"),
     PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
     PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,

@@ -106,7 +106,7 @@ class AuthorizationService:
             roles = self._auth(name.namespace)[P.SUBSCRIPTION_AUTH_ROLES].get(subscription)
             if roles and role not in roles:
                 return False
-            if self.metadata.policy(name.namespace, "subscription_auth_mode") == "Prefix" \
+            if self.metadata.policy(name.namespace, P.SUBSCRIPTION_AUTH_MODE) == "Prefix" \
                     and not subscription.startswith(role):
                 return False
         return self._granted(name, role, "consume")

@@ -395,6 +395,17 @@ AUTH_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages
 NAMESPACE_AUTH = "namespace_auth"
 DESTINATION_AUTH = "destination_auth"
 SUBSCRIPTION_AUTH_ROLES = "subscription_auth_roles"
+SUBSCRIPTION_AUTH_MODE = "subscription_auth_mode"
+SUBSCRIPTION_AUTH_MODES = ("None", "Prefix")
+
+
+def parse_subscription_auth_mode(body: Any) -> str:
+    """Pulsar's SubscriptionAuthMode: None, or Prefix (a consumer's subscription name must start
+    with its role; enforced when authorization is on)."""
+    if body not in SUBSCRIPTION_AUTH_MODES:
+        raise PolicyError(400, f"Invalid subscription auth mode {body!r}: expected one of "
+                               f"{', '.join(SUBSCRIPTION_AUTH_MODES)}")
+    return str(body)
 
 
 def parse_actions(body: Any) -> list[str]:
@@ -452,6 +463,10 @@ def validate_policies(doc: Any) -> dict[str, Any]:
             policies[key] = parse_limit(policies[key], key)
     if policies.get(SUBSCRIPTION_EXPIRATION) is not None:
         policies[SUBSCRIPTION_EXPIRATION] = parse_subscription_expiration(policies[SUBSCRIPTION_EXPIRATION])
+    if policies.get(SUBSCRIPTION_AUTH_MODE) is not None:
+        policies[SUBSCRIPTION_AUTH_MODE] = parse_subscription_auth_mode(policies[SUBSCRIPTION_AUTH_MODE])
+    if policies.get(DEDUP_SNAPSHOT_INTERVAL) is not None:
+        policies[DEDUP_SNAPSHOT_INTERVAL] = parse_dedup_snapshot_interval(policies[DEDUP_SNAPSHOT_INTERVAL])
     if policies.get(DELAYED_DELIVERY) is not None:
         policies[DELAYED_DELIVERY] = parse_delayed_delivery(policies[DELAYED_DELIVERY])
     if policies.get(INACTIVE_TOPIC_POLICIES) is not None:
@@ -500,7 +515,7 @@ def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:
         "latency_stats_sample_rate": {},
         "deleted": False,
         "encryption_required": False,
-        "subscription_auth_mode": "None",
+        SUBSCRIPTION_AUTH_MODE: "None",
         "offload_threshold": -1,
         "schema_auto_update_compatibility_strategy": "Full",
         SCHEMA_STRATEGY: "UNDEFINED",

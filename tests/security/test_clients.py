@@ -184,6 +184,24 @@ def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: 
     assert consumer.receive(RECEIVE_MS).data() == b"by grant"
 
 
+def test_subscription_auth_mode_prefix(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+                                      root_admin: SecureAdmin, namespace: str, clients: list[pulsar.Client]) -> None:
+    # Prefix: a role may only use subscriptions named after it (set over REST, as pulsar-admin does).
+    grant("team", "consume")
+    path = f"/admin/v2/namespaces/{namespace}/subscriptionAuthMode"
+    assert root_admin.ok("GET", path) == "None"
+    assert root_admin.call("POST", path, "Suffix").status == 400
+    root_admin.ok("POST", path, "Prefix")
+    assert root_admin.ok("GET", path) == "Prefix"
+    c = client(secure_broker.service_url_tls, pki, pulsar.AuthenticationToken(token("team")))
+    clients.append(c)
+    c.subscribe(topic, "team-orders").close()
+    with pytest.raises(pulsar.AuthorizationError):
+        c.subscribe(topic, "orders")
+    root_admin.ok("POST", path, "None")
+    c.subscribe(topic, "orders").close()
+
+
 def test_unknown_method_gets_the_anonymous_role(pki: Pki) -> None:
     settings = secure_settings(pki, anonymousUserRole="anon", brokerServicePortTls=None, webServicePortTls=None)
     with BrokerThread(**settings) as b:
