@@ -14,6 +14,12 @@ READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://
 
 
 def start_broker(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], int]:
+    proc, port, _ = start_broker_with_web(data_dir, config)
+    return proc, port
+
+
+def start_broker_with_web(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], int, int]:
+    """The process, its binary port and its HTTP port."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker", "standalone", "--config", str(config), "--port", "0", "--web-port", "0",
          "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"],
@@ -31,7 +37,7 @@ def start_broker(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], i
         if m:
             # Keep reading its output so a chatty broker never blocks on a full pipe.
             threading.Thread(target=_discard, args=(proc,), daemon=True).start()
-            return proc, int(m.group(1))
+            return proc, int(m.group(1)), int(m.group(2))
     proc.kill()
     raise AssertionError("broker did not report ready:\n" + "".join(lines))
 
