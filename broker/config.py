@@ -238,6 +238,20 @@ class BrokerConfig:
     tokenAudienceClaim: str = ""
     tokenAudience: str = ""
     tokenAllowedClockSkewSeconds: int = 0
+    # OpenID Connect provider (broker.auth.openid; Pulsar's names and defaults): token issuers and
+    # audiences (both required), the role claim, clock leeway, key cache refresh, HTTP timeouts,
+    # https-only issuers, and a CA file for the issuers' TLS (empty = the system's).
+    openIDAllowedTokenIssuers: list[str] = field(default_factory=list)
+    openIDAllowedAudiences: list[str] = field(default_factory=list)
+    openIDRoleClaim: str = "sub"
+    openIDAcceptedTimeLeewaySeconds: int = 0
+    openIDCacheRefreshAfterWriteSeconds: int = 64800
+    openIDKeyIdCacheMissRefreshSeconds: int = 300
+    openIDHttpConnectionTimeoutMillis: int = 10000
+    openIDHttpReadTimeoutMillis: int = 10000
+    openIDRequireIssuersUseHttps: bool = True
+    openIDTokenIssuerTrustCertsFilePath: str = ""
+    openIDFallbackDiscoveryMode: str = "DISABLED"
     # Basic provider: the htpasswd file (path, file:, data: or base64 content).
     basicAuthConf: str = field(default="", repr=False)
     # -- authorization -----------------------------------------------------------------------------

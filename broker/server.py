@@ -82,6 +82,7 @@ class BrokerServer:
                                                                 cfg.webServicePortTls, self.security.tls_context)
         if self._auth_refresh is not None:
             self._auth_refresh.start()
+        self.security.authentication.start()
         self.service.start()
         self.started_at = time.time()
         # Plain URLs first: tools parse "pulsar://host:port  http://host:port" from this line.
@@ -133,6 +134,7 @@ class BrokerServer:
             server.close()
         if self._auth_refresh is not None:
             await self._auth_refresh.stop()
+        await self.security.authentication.stop()
         for conn in list(self.connections):
             conn.close()
         waits = [c.cnx.wait_tasks() for c in list(self.connections)]

@@ -158,19 +158,8 @@ class TokenProvider:
         self.leeway = cfg.tokenAllowedClockSkewSeconds
 
     def authenticate(self, data: AuthData) -> Identity:
-        if data.command_data is not None:
-            token = data.command_data.decode("utf-8", "replace")
-        elif data.http_authorization is not None:
-            scheme, _, token = data.http_authorization.partition(" ")
-            if scheme.lower() != "bearer":
-                raise AuthenticationError("Invalid HTTP Authorization header: expected 'Bearer <token>'")
-        else:
-            raise AuthenticationError("No token credentials passed")
-        token = token.strip()
-        if not token:
-            raise AuthenticationError("Blank token found")
-        claims = self.verify(token)
-        return Identity(self.role_of(claims), _expiry(claims))
+        claims = self.verify(bearer_token(data))
+        return Identity(self.role_of(claims), expiry(claims))
 
     def verify(self, token: str) -> dict[str, Any]:
         import jwt
@@ -200,7 +189,23 @@ class TokenProvider:
         return value
 
 
-def _expiry(claims: dict[str, Any]) -> float | None:
+def bearer_token(data: AuthData) -> str:
+    """The token of a CONNECT's auth data or of an HTTP ``Authorization: Bearer`` header."""
+    if data.command_data is not None:
+        token = data.command_data.decode("utf-8", "replace")
+    elif data.http_authorization is not None:
+        scheme, _, token = data.http_authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            raise AuthenticationError("Invalid HTTP Authorization header: expected 'Bearer <token>'")
+    else:
+        raise AuthenticationError("No token credentials passed")
+    token = token.strip()
+    if not token:
+        raise AuthenticationError("Blank token found")
+    return token
+
+
+def expiry(claims: dict[str, Any]) -> float | None:
     exp = claims.get("exp")
     return float(exp) if isinstance(exp, int | float) else None
 
@@ -313,9 +318,17 @@ PROVIDERS: dict[str, type[TlsProvider] | type[TokenProvider] | type[BasicProvide
 }
 
 
+OPENID_NAMES = ("openid", _PULSAR_PACKAGE + "oidc.AuthenticationProviderOpenID")
+
+
 def make_provider(name: str, cfg: BrokerConfig) -> AuthenticationProvider:
+    if name.strip() in OPENID_NAMES:
+        from broker.auth.openid import OpenIDProvider  # (it builds on this module)
+
+        return OpenIDProvider(cfg)
     cls = PROVIDERS.get(name.strip())
     if cls is None:
-        raise ConfigError(f"authentication provider {name!r} is not supported; use tls, token or basic "
-                          f"(or Pulsar's {_PULSAR_PACKAGE}AuthenticationProvider{{Tls,Token,Basic}})")
+        raise ConfigError(f"authentication provider {name!r} is not supported; use tls, token, basic or openid "
+                          f"(or Pulsar's {_PULSAR_PACKAGE}AuthenticationProvider{{Tls,Token,Basic}}, "
+                          f"{OPENID_NAMES[1]})")
     return cls(cfg)

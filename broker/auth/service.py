@@ -34,6 +34,29 @@ METHOD_HEADER = "X-Pulsar-Auth-Method-Name"
 _LEGACY_METHODS = {pb.AuthMethodNone: "none", pb.AuthMethodYcaV1: "ycav1", pb.AuthMethodAthens: "athens"}
 
 
+class ProviderList:
+    """Providers of one method, tried in turn: the first that accepts the credentials wins; when
+    none does, the last one's reason is given."""
+
+    def __init__(self, providers: list[AuthenticationProvider]) -> None:
+        self.providers = providers
+        self.method = providers[0].method
+
+    def authenticate(self, data: AuthData) -> Identity:
+        error: AuthenticationError | None = None
+        for provider in self.providers:
+            try:
+                return provider.authenticate(data)
+            except AuthenticationError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+def _members(provider: AuthenticationProvider) -> list[AuthenticationProvider]:
+    return provider.providers if isinstance(provider, ProviderList) else [provider]
+
+
 class AuthenticationService:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.enabled = cfg.authenticationEnabled
@@ -45,14 +68,33 @@ class AuthenticationService:
             return
         for name in cfg.authenticationProviders:
             provider = make_provider(name, cfg)
-            if provider.method in self.providers:
-                continue  # the same provider listed by short and by class name
-            self.providers[provider.method] = provider
+            existing = self.providers.get(provider.method)
+            if existing is None:
+                self.providers[provider.method] = provider
+            elif type(provider) not in (type(p) for p in _members(existing)):  # (else listed twice by name)
+                # Two providers of one method (token and openid): each is tried in turn, as
+                # Pulsar's AuthenticationProviderList does.
+                self.providers[provider.method] = ProviderList([*_members(existing), provider])
         if not self.providers:
             log.warning("authenticationEnabled=true but no authenticationProviders: every client gets "
                         "the anonymous role%s", "" if self.anonymous_role else " (none is set: all are refused)")
         log.info("authentication enabled: providers %s, anonymous role %s",
                  ", ".join(self.providers) or "none", self.anonymous_role or "(none)")
+
+    def start(self) -> None:
+        """On the event loop, once: providers that fetch keys in the background start now."""
+        for provider in self.providers.values():
+            for member in _members(provider):
+                start = getattr(member, "start", None)
+                if start is not None:
+                    start()
+
+    async def stop(self) -> None:
+        for provider in self.providers.values():
+            for member in _members(provider):
+                stop = getattr(member, "stop", None)
+                if stop is not None:
+                    await stop()
 
     @property
     def refreshes(self) -> bool:
