@@ -348,20 +348,28 @@ class TopicsResource:
         return json_response(sorted(names))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
+        """PUT .../subscription/{sub}: an optional message id body (the start), ``?replicated=true``
+        for a replicated subscription (Pulsar's query parameter)."""
         name = self.name(request)
         sub_name = request.match_info["sub"]
         body = await read_body(request)
         start = None if body is None else message_id(body)
+        replicated = query_flag(request, "replicated")
+
+        async def create(topic: PersistentTopic) -> None:
+            sub = await admin_ops.create_subscription(topic, sub_name, start)
+            if replicated and not sub.set_replicated():
+                raise HttpError(500, "Failed to update cursor properties")
+
         n = self.partitions(name)
         if n == 0:
-            topic = await self.service.get_topic(name, create=True)
-            await admin_ops.create_subscription(topic, sub_name, start)
+            await create(await self.service.get_topic(name, create=True))
             return no_content()
         created = 0
         for i in range(n):  # like Pulsar: a partition that has it already is not an error
             topic = await self.service.get_topic(name.partition(i), create=True)
             if sub_name not in admin_ops.subscription_names(topic):
-                await admin_ops.create_subscription(topic, sub_name, start)
+                await create(topic)
                 created += 1
         if created == 0:
             raise HttpError(409, "Subscription already exists for topic")

@@ -395,6 +395,9 @@ def test_replicated_subscription_status_rest(pair: Pair) -> None:
     assert missing.status == 404
     np_path = path.replace("persistent/", "non-persistent/", 1)
     assert pair.admin_a.get(np_path).status == pair.admin_a.post(np_path, True).status == 405
+    # Made replicated when created over REST (?replicated=true, as pulsar-admin's --replicated).
+    pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/subscription/born-replicated?replicated=true")
+    assert pair.admin_a.ok("GET", path.replace("/subscription/s/", "/subscription/born-replicated/")) == {full: True}
     # A partitioned topic: every partition.
     parted = f"persistent://{ns}/parted"
     pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(parted)}/partitions", 2)
