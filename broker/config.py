@@ -31,6 +31,12 @@ class BrokerConfig:
     webServicePort: int | None = 8080
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
+    # Named listeners (broker.listeners): name:pulsar://host:port / name:pulsar+ssl://host:port,
+    # comma-separated; lookups naming one get its URLs, others the internal listener's (empty = the
+    # first). bindAddresses opens more sockets for listeners, in the same format.
+    advertisedListeners: str = ""
+    internalListenerName: str = ""
+    bindAddresses: str = ""
     clusterName: str = "standalone"
     # -- protocol limits ----------------------------------------------------------------------------
     maxMessageSize: int = 5 * 1024 * 1024

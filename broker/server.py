@@ -16,6 +16,7 @@ from broker.auth import Security
 from broker.auth.tls import HANDSHAKE_TIMEOUT_S
 from broker.config import BrokerConfig, ConfigError
 from broker.connection import Connection
+from broker.listeners import Listener, parse_advertised_listeners, parse_bind_addresses
 from broker.service.broker_service import BrokerService
 from broker.service.periodic import PeriodicTask
 
@@ -33,6 +34,13 @@ class BrokerServer:
         self.service = BrokerService(config, data_dir)
         # TLS context, authentication and authorization; raises ConfigError before anything listens.
         self.security = Security(config, self.service.metadata)
+        # Named listeners (broker.listeners) and the extra sockets opened for them.
+        self.listeners, self.internal_listener = parse_advertised_listeners(config.advertisedListeners,
+                                                                            config.internalListenerName)
+        self.bind_addresses = parse_bind_addresses(config.bindAddresses, self.listeners)
+        if any(b.tls for b in self.bind_addresses) and self.security.tls_context is None:
+            raise ConfigError("bindAddresses: a pulsar+ssl address needs the broker's TLS settings "
+                              "(brokerServicePortTls or webServicePortTls, and the certificate)")
         self.web = WebService(self)
         self.connections: set[Connection] = set()
         self._per_ip: dict[str, int] = {}
@@ -78,6 +86,12 @@ class BrokerServer:
             )
             self._servers.append(server)
             self.tls_port = server.sockets[0].getsockname()[1]
+        for bind in self.bind_addresses:
+            server = await loop.create_server(
+                lambda: Connection(self), host=bind.host, port=bind.port, reuse_address=True, backlog=1024,
+                ssl=self.security.tls_context if bind.tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if bind.tls else None)
+            self._servers.append(server)
         self.web_port, self.web_tls_port = await self.web.start(cfg.bindAddress, cfg.webServicePort,
                                                                 cfg.webServicePortTls, self.security.tls_context)
         if self._auth_refresh is not None:
@@ -115,6 +129,11 @@ class BrokerServer:
     @property
     def web_url_tls(self) -> str:
         return f"https://{self.advertised_host}:{self.web_tls_port}" if self.web_tls_port else ""
+
+    def listener(self, name: str | None) -> Listener | None:
+        """The listener a lookup names, or the internal one when it names none; None when the
+        broker has no such listener (or none at all)."""
+        return self.listeners.get(name or self.internal_listener or "")
 
     @property
     def ready(self) -> bool:

@@ -263,6 +263,13 @@ class WebService:
         s = self.server
         # Plain and TLS URLs as Pulsar's LookupData has them; a TLS client uses brokerUrlTls.
         plain = f"pulsar://{s.advertised_host}:{s.port}" if s.port else ""
+        tls = s.service_url_tls
         http = f"http://{s.advertised_host}:{s.web_port}" if s.web_port else ""
-        return json_response({"brokerUrl": plain, "brokerUrlTls": s.service_url_tls, "httpUrl": http,
-                              "httpUrlTls": s.web_url_tls, "nativeUrl": plain or s.service_url_tls})
+        listener_name = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
+        if listener_name or s.listeners:
+            listener = s.listener(listener_name)
+            if listener is None:
+                raise HttpError(404, f"the broker do not have {listener_name} listener")
+            plain, tls = listener.url or "", listener.url_tls or ""
+        return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": http,
+                              "httpUrlTls": s.web_url_tls, "nativeUrl": plain or tls})

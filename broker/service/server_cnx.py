@@ -202,11 +202,15 @@ class ServerCnx:
 
     def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.lookupTopic
-        if c.advertised_listener_name:
-            # We advertise one unnamed listener. Pulsar's wording, which the C++ client treats as retryable.
-            self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady,
-                                              f"the broker do not have {c.advertised_listener_name} listener"))
-            return
+        server = self.connection.server
+        urls = self.broker_urls()
+        if c.advertised_listener_name or server.listeners:
+            listener = server.listener(c.advertised_listener_name)
+            if listener is None:  # Pulsar's wording, which the C++ client treats as retryable
+                self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady,
+                                                  f"the broker do not have {c.advertised_listener_name} listener"))
+                return
+            urls = (listener.url or "", listener.url_tls)
         try:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.LOOKUP)
@@ -214,7 +218,7 @@ class ServerCnx:
         except BrokerError as exc:
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
-        self.write(commands.lookup_connect(c.request_id, *self.broker_urls()))
+        self.write(commands.lookup_connect(c.request_id, *urls))
 
     def handle_partitioned_metadata(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.partitionMetadata
