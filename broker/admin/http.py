@@ -52,7 +52,7 @@ class WebService:
         self.topic_policies = TopicPoliciesResource(self)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
-        r.add_get("/admin/v2/brokers/ready", self.health)
+        r.add_get("/admin/v2/brokers/ready", self.ready)
         r.add_get("/admin/v2/brokers/leaderBroker", self.leader_broker)
         r.add_get("/admin/v2/brokers/version", self.version)
         r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
@@ -120,9 +120,22 @@ class WebService:
         return f"{self.server.advertised_host}:{self.server.web_port}"
 
     # -- broker ------------------------------------------------------------------------------------
-    async def health(self, request: web.Request) -> web.Response:
+    async def ready(self, request: web.Request) -> web.Response:
         if not self.server.ready:
             raise HttpError(503, "Broker is not ready")
+        return web.Response(text="ok")
+
+    async def health(self, request: web.Request) -> web.Response:
+        """Pulsar's health check: ready, and an entry written to storage and read back in time."""
+        if not self.server.ready:
+            raise HttpError(503, "Broker is not ready")
+        try:
+            await self.service.health_check()
+        except TimeoutError:
+            raise HttpError(500, f"Health check timed out after {self.service.health_check_timeout_s:g} s: "
+                                 "storage did not write and read back an entry") from None
+        except Exception as exc:  # (the reason goes to the prober: a fenced ledger, a full disk...)
+            raise HttpError(500, f"Health check failed: {exc}") from None
         return web.Response(text="ok")
 
     async def status(self, request: web.Request) -> web.Response:

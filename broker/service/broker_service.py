@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
-from managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
+from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 MB = 1024 * 1024
 # GET_TOPICS_OF_NAMESPACE modes (CommandGetTopicsOfNamespace.Mode)
 MODE_PERSISTENT, MODE_NON_PERSISTENT, MODE_ALL = 0, 1, 2
+# The health check's own log: outside every namespace's topic list (no tenant "pulsar" is made).
+HEALTH_LEDGER = "pulsar/__health/persistent/heartbeat"
+HEALTH_CHECK_TIMEOUT_S = 10.0
 
 AnyTopic = PersistentTopic | NonPersistentTopic
 
@@ -87,6 +91,9 @@ class BrokerService:
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
         self._resuming: asyncio.Task[None] | None = None
+        # The heartbeat log of health_check (opened on the first check).
+        self._health_ledger: ManagedLedger | None = None
+        self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
         self.closed = False
 
     def _metadata_changed(self) -> None:
@@ -541,6 +548,24 @@ class BrokerService:
                 log.warning("replicated topic %s not loaded at start: %s", name, exc)
         if loaded:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
+
+    async def health_check(self) -> None:
+        """Pulsar's broker health check, through storage: append an entry to the broker's own
+        heartbeat log and read it back through its cursor (which then acknowledges it, so the log
+        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S."""
+        async def round_trip() -> None:
+            if self._health_ledger is None or self._health_ledger.is_closed:
+                self._health_ledger = await self.ledger_factory.open(HEALTH_LEDGER, self.ledger_config)
+            ledger = self._health_ledger
+            cursor = await ledger.open_cursor("health", InitialPosition.LATEST)
+            position = await ledger.add_entry_async(f"health {time.time_ns()}".encode())
+            while True:
+                entries = await cursor.read_entries_or_wait_async(100)
+                if any(e.position == position for e in entries):
+                    break
+            cursor.mark_delete(position)
+
+        await asyncio.wait_for(round_trip(), self.health_check_timeout_s)
 
     async def close(self) -> None:
         self.closed = True

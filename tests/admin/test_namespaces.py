@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -247,3 +248,34 @@ def test_max_topics_per_namespace_from_the_broker_and_auto_partitioned() -> None
             client.create_producer("persistent://public/default/b").close()
         finally:
             client.close()
+
+
+def test_health_check_goes_through_storage(tmp_path: Path) -> None:
+    # brokers/health writes an entry to the broker's heartbeat log and reads it back; a storage
+    # that cannot write fails it (500 with the reason), while brokers/ready only says it serves.
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        service = broker.server.service
+        for _ in range(3):
+            reply = admin.get("/admin/v2/brokers/health")
+            assert (reply.status, reply.body) == (200, b"ok")
+        ledger = service._health_ledger
+        assert ledger is not None and ledger.last_confirmed_entry.entry_id == 2
+        assert ledger.cursors["health"].mark_delete_position == ledger.last_confirmed_entry
+        assert admin.ok("GET", "/admin/v2/namespaces/public") == ["public/default"]  # (no "pulsar" tenant)
+
+        async def fail(data: bytes) -> None:
+            raise OSError("No space left on device")
+
+        ledger.add_entry_async = fail  # type: ignore[method-assign]
+        reply = admin.get("/admin/v2/brokers/health")
+        assert reply.status == 500 and "No space left on device" in reply.reason
+        assert admin.get("/admin/v2/brokers/ready").status == 200
+
+        async def hang(data: bytes) -> None:
+            await asyncio.sleep(3600)
+
+        ledger.add_entry_async = hang  # type: ignore[method-assign]
+        service.health_check_timeout_s = 0.2
+        reply = admin.get("/admin/v2/brokers/health")
+        assert reply.status == 500 and "timed out" in reply.reason
