@@ -63,9 +63,14 @@ class TooManySubscriptionsError(NotAllowedError):
 
 
 class AuthenticationError(BrokerError):
-    """The client's credentials were refused or missing (HTTP 401)."""
+    """The client's credentials were refused or missing (HTTP 401). ``reason`` is the refusing
+    provider's code, as Pulsar labels pulsar_authentication_failures_total (e.g. INVALID_TOKEN)."""
 
     code = E.AuthenticationError
+
+    def __init__(self, message: str, reason: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class AuthorizationError(BrokerError):

@@ -213,6 +213,15 @@ class BrokerCollector(Collector):
                  service.housekeeping.subscriptions_expired_total)):
             f.counter(name, doc, ["cluster"]).add_metric([cluster], value)
 
+        authn = server.security.authentication
+        for (provider, method), n in sorted(authn.successes_by.items()):
+            f.counter("pulsar_authentication_success", "Credentials a provider accepted",
+                      ["cluster", "provider_name", "auth_method"]).add_metric([cluster, provider, method], n)
+        for (provider, method, reason), n in sorted(authn.failures_by.items()):
+            f.counter("pulsar_authentication_failures", "Credentials a provider refused, by reason",
+                      ["cluster", "provider_name", "auth_method", "reason"]).add_metric(
+                [cluster, provider, method, reason], n)
+
         if by_topic:
             self._topic_level(f, cluster, stats)
         else:

@@ -44,6 +44,7 @@ def discovery_url(issuer: str) -> str:
 
 class OpenIDProvider:
     method = "token"  # (the official clients' OAuth2 plugin sends its tokens as "token")
+    pulsar_name = "AuthenticationProviderOpenID"
 
     def __init__(self, cfg: BrokerConfig) -> None:
         self.audiences = list(cfg.openIDAllowedAudiences)
@@ -143,7 +144,7 @@ class OpenIDProvider:
         if key is None:
             if fetched is None or now - fetched > self.miss_refresh_s:
                 self.refresh(issuer)  # a rotated key, or keys not fetched yet
-            raise AuthenticationError(f"No JWK found for Key ID {kid}")
+            raise AuthenticationError(f"No JWK found for Key ID {kid}", "ERROR_RETRIEVING_PUBLIC_KEY")
         return key
 
     # -- tokens --------------------------------------------------------------------------------------
@@ -153,35 +154,38 @@ class OpenIDProvider:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
-            raise AuthenticationError(f"Unable to decode JWT: {exc}") from None
+            raise AuthenticationError(f"Unable to decode JWT: {exc}", "ERROR_DECODING_JWT") from None
         issuer = unverified.get("iss")
         if issuer is None:
-            raise AuthenticationError("Issuer cannot be null")
+            raise AuthenticationError("Issuer cannot be null", "UNSUPPORTED_ISSUER")
         if issuer not in self.issuers:
-            raise AuthenticationError(f"Issuer not allowed: {issuer}")
+            raise AuthenticationError(f"Issuer not allowed: {issuer}", "UNSUPPORTED_ISSUER")
         key = self._key(issuer, header.get("kid"))
         algorithm = header.get("alg")
         key_algorithm = getattr(key, "_jwk_data", {}).get("alg")
         if key_algorithm is not None and key_algorithm != algorithm:
-            raise AuthenticationError(f"JWK's alg [{key_algorithm}] does not match JWT's alg [{algorithm}]")
+            raise AuthenticationError(f"JWK's alg [{key_algorithm}] does not match JWT's alg [{algorithm}]",
+                                      "ALGORITHM_MISMATCH")
         if algorithm not in SUPPORTED_ALGORITHMS:
-            raise AuthenticationError(f"Unsupported algorithm: {algorithm}")
+            raise AuthenticationError(f"Unsupported algorithm: {algorithm}", "UNSUPPORTED_ALGORITHM")
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, key.key, algorithms=[algorithm], audience=self.audiences, leeway=self.leeway,
                 options={"require": self.required})
         except jwt.ExpiredSignatureError as exc:
-            raise AuthenticationError(f"JWT expired: {exc}") from None
+            raise AuthenticationError(f"JWT expired: {exc}", "EXPIRED_JWT") from None
         except jwt.InvalidSignatureError as exc:
-            raise AuthenticationError(f"JWT signature verification exception: {exc}") from None
+            raise AuthenticationError(f"JWT signature verification exception: {exc}",
+                                      "ERROR_VERIFYING_JWT_SIGNATURE") from None
         except (jwt.InvalidAudienceError, jwt.MissingRequiredClaimError, jwt.ImmatureSignatureError,
                 jwt.InvalidIssuedAtError) as exc:
-            raise AuthenticationError(f"JWT contains invalid claim: {exc}") from None
+            raise AuthenticationError(f"JWT contains invalid claim: {exc}", "INVALID_JWT_CLAIM") from None
         except (jwt.PyJWTError, ValueError, TypeError) as exc:  # (e.g. an EC key for an RS256 token)
-            raise AuthenticationError(f"JWT verification failed: {exc}") from None
+            raise AuthenticationError(f"JWT verification failed: {exc}", "ERROR_VERIFYING_JWT") from None
         role = claims.get(self.role_claim)
         if isinstance(role, list):
             role = role[0] if role else None
         if not isinstance(role, str) or not role:
-            raise AuthenticationError(f"JWT contains invalid claim: no role in '{self.role_claim}'")
+            raise AuthenticationError(f"JWT contains invalid claim: no role in '{self.role_claim}'",
+                                      "INVALID_JWT_CLAIM")
         return Identity(role, expiry(claims))

@@ -65,6 +65,7 @@ class Identity:
 
 class AuthenticationProvider(Protocol):
     method: str
+    pulsar_name: str  # Pulsar's class name of the provider (metrics label)
 
     def authenticate(self, data: AuthData) -> Identity:
         """The client's identity, or AuthenticationError saying why not (never quoting the secret)."""
@@ -103,6 +104,7 @@ class TlsProvider:
     """Role = the Common Name of the client certificate the TLS handshake verified."""
 
     method = "tls"
+    pulsar_name = "AuthenticationProviderTls"  # (the provider_name label of the authentication metrics)
 
     def __init__(self, cfg: BrokerConfig) -> None:
         if not cfg.tlsTrustCertsFilePath:
@@ -113,7 +115,7 @@ class TlsProvider:
         cn = common_name(data.peer_cert) if data.peer_cert else None
         if not cn:
             raise AuthenticationError("Client unable to authenticate with TLS certificate: "
-                                      "no trusted client certificate with a CN")
+                                      "no trusted client certificate with a CN", "INVALID_CERTS")
         return Identity(cn)
 
 
@@ -133,6 +135,7 @@ class TokenProvider:
     """JWT signed with ``tokenSecretKey`` (HMAC) or checked with ``tokenPublicKey`` (RSA / EC)."""
 
     method = "token"
+    pulsar_name = "AuthenticationProviderToken"  # (the provider_name label of the authentication metrics)
 
     def __init__(self, cfg: BrokerConfig) -> None:
         self.key: Any
@@ -171,13 +174,14 @@ class TokenProvider:
                 options={"verify_aud": False, "verify_iat": False, "enforce_minimum_key_length": True},
             )
         except jwt.PyJWTError as exc:  # the message names the problem, never the token
-            raise AuthenticationError(f"Failed to authenticate token: {exc}") from None
+            raise AuthenticationError(f"Failed to authenticate token: {exc}", "INVALID_TOKEN") from None
         if self.audience_claim:
             audience = claims.get(self.audience_claim)
             audiences = audience if isinstance(audience, list) else [audience]
             if self.audience not in audiences:
                 raise AuthenticationError(f"Failed to authenticate token: audience claim "
-                                          f"'{self.audience_claim}' does not contain this broker's audience")
+                                          f"'{self.audience_claim}' does not contain this broker's audience",
+                                          "INVALID_AUDIENCES")
         return claims
 
     def role_of(self, claims: dict[str, Any]) -> str:
@@ -185,7 +189,8 @@ class TokenProvider:
         if isinstance(value, list) and value:
             value = value[0]  # Pulsar takes the first element of a list claim
         if not isinstance(value, str) or not value:
-            raise AuthenticationError(f"Failed to authenticate token: no role in claim '{self.role_claim}'")
+            raise AuthenticationError(f"Failed to authenticate token: no role in claim '{self.role_claim}'",
+                                      "INVALID_TOKEN")
         return value
 
 
@@ -196,12 +201,13 @@ def bearer_token(data: AuthData) -> str:
     elif data.http_authorization is not None:
         scheme, _, token = data.http_authorization.partition(" ")
         if scheme.lower() != "bearer":
-            raise AuthenticationError("Invalid HTTP Authorization header: expected 'Bearer <token>'")
+            raise AuthenticationError("Invalid HTTP Authorization header: expected 'Bearer <token>'",
+                                      "INVALID_AUTH_DATA")
     else:
-        raise AuthenticationError("No token credentials passed")
+        raise AuthenticationError("No token credentials passed", "INVALID_AUTH_DATA")
     token = token.strip()
     if not token:
-        raise AuthenticationError("Blank token found")
+        raise AuthenticationError("Blank token found", "INVALID_AUTH_DATA")
     return token
 
 
@@ -258,6 +264,7 @@ class BasicProvider:
     """Users and password hashes from an htpasswd file (``basicAuthConf``)."""
 
     method = "basic"
+    pulsar_name = "AuthenticationProviderBasic"  # (the provider_name label of the authentication metrics)
 
     def __init__(self, cfg: BrokerConfig) -> None:
         if not cfg.basicAuthConf:
@@ -284,24 +291,24 @@ class BasicProvider:
         elif data.http_authorization is not None:
             scheme, _, encoded = data.http_authorization.partition(" ")
             if scheme.lower() != "basic":
-                raise AuthenticationError("Authentication token has to be started with \"Basic \"")
+                raise AuthenticationError("Authentication token has to be started with \"Basic \"", "INVALID_HEADER")
             try:
                 params = base64.b64decode(encoded.strip(), validate=True).decode("utf-8", "replace")
             except (binascii.Error, ValueError):
-                raise AuthenticationError("Base64 decoding is failure") from None
+                raise AuthenticationError("Base64 decoding is failure", "INVALID_AUTH_DATA") from None
         else:
-            raise AuthenticationError("Authentication data source does not have data")
+            raise AuthenticationError("Authentication data source does not have data", "EMPTY_AUTH_DATA")
         user, sep, password = params.partition(":")
         if not sep:
-            raise AuthenticationError("Base64 decoded params are invalid")
+            raise AuthenticationError("Base64 decoded params are invalid", "INVALID_AUTH_DATA")
         verify = self.users.get(user)
         if verify is None:
             from passlib.hash import apr_md5_crypt
 
             apr_md5_crypt.verify(password, _dummy_apr1())  # same work as for a known user: no user probing by timing
-            raise AuthenticationError("Unknown user or invalid password")
+            raise AuthenticationError("Unknown user or invalid password", "INVALID_TOKEN")
         if not verify(password):
-            raise AuthenticationError("Unknown user or invalid password")
+            raise AuthenticationError("Unknown user or invalid password", "INVALID_TOKEN")
         return Identity(user)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import Counter
 
 from broker.auth.providers import AuthData, AuthenticationProvider, Identity, PeerCert, make_provider
 from broker.config import BrokerConfig
@@ -41,6 +42,7 @@ class ProviderList:
     def __init__(self, providers: list[AuthenticationProvider]) -> None:
         self.providers = providers
         self.method = providers[0].method
+        self.pulsar_name = "AuthenticationProviderList"
 
     def authenticate(self, data: AuthData) -> Identity:
         error: AuthenticationError | None = None
@@ -62,8 +64,11 @@ class AuthenticationService:
         self.enabled = cfg.authenticationEnabled
         self.anonymous_role = cfg.anonymousUserRole.strip() or None
         self.providers: dict[str, AuthenticationProvider] = {}
-        # Refused credentials, binary and HTTP (Pulsar's pulsar_authentication_failures_total).
+        # Refused requests, binary and HTTP; and per provider, what each accepted and refused (with
+        # the refusal's reason): Pulsar's pulsar_authentication_{success,failures}_total.
         self.failures = 0
+        self.successes_by: Counter[tuple[str, str]] = Counter()  # (provider_name, auth_method)
+        self.failures_by: Counter[tuple[str, str, str]] = Counter()  # (provider_name, auth_method, reason)
         if not self.enabled:
             return
         for name in cfg.authenticationProviders:
@@ -111,22 +116,48 @@ class AuthenticationService:
                 self.failures += 1
                 raise AuthenticationError(f"Unsupported authentication method: [{method}].")
             return self.authenticate(provider, data).role
+        refusals: dict[str, AuthenticationError] = {}
         for provider in self.providers.values():
             try:
-                return provider.authenticate(data).role
-            except AuthenticationError:
-                continue  # we do not know which method the client meant: try the next one
+                return self._attempt(provider, data, count_refusals=False).role
+            except AuthenticationError as exc:
+                refusals[provider.method] = exc  # the method the client meant is not known: try the next
         if self.anonymous_role is not None:
             return self.anonymous_role
+        # Counted once, against the provider the credentials were for (Pulsar counts a refusal from
+        # every provider tried, so each token request without a client certificate would show as a
+        # tls failure).
+        scheme = (authorization or "").partition(" ")[0].lower()
+        meant = {"bearer": "token", "basic": "basic"}.get(scheme, "tls" if peer_cert else "")
+        if meant in refusals:
+            for member in _members(self.providers[meant]):
+                self.failures_by[(member.pulsar_name, member.method, refusals[meant].reason)] += 1
         self.failures += 1
         raise AuthenticationError("Authentication required")
 
     def authenticate(self, provider: AuthenticationProvider, data: AuthData) -> Identity:
         try:
-            return provider.authenticate(data)
+            return self._attempt(provider, data)
         except AuthenticationError:
             self.failures += 1
             raise
+
+    def _attempt(self, provider: AuthenticationProvider, data: AuthData, count_refusals: bool = True) -> Identity:
+        """Each provider of the method in turn (usually one); acceptances counted, and refusals
+        unless the caller counts them."""
+        error: AuthenticationError | None = None
+        for member in _members(provider):
+            try:
+                identity = member.authenticate(data)
+            except AuthenticationError as exc:
+                if count_refusals:
+                    self.failures_by[(member.pulsar_name, member.method, exc.reason)] += 1
+                error = exc
+                continue
+            self.successes_by[(member.pulsar_name, member.method)] += 1
+            return identity
+        assert error is not None
+        raise error
 
 
 class AuthState(enum.Enum):

@@ -132,3 +132,25 @@ def test_namespace_created_with_auth_policies(root_admin: SecureAdmin, namespace
     })
     assert root_admin.ok("GET", f"/admin/v2/namespaces/{ns}/permissions") == {
         "token-principal": ["consume", "produce"]}
+
+
+def test_authentication_metrics_by_provider_and_reason(pki: Pki) -> None:
+    # pulsar_authentication_{success,failures}_total with Pulsar's labels and reason codes.
+    with BrokerThread(**secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None)) as b:
+        url = b.web_url
+        assert SecureAdmin.bearer(url, pki, SUPER_USER).call("GET", "/admin/v2/clusters").status == 200
+        forged = token(SUPER_USER, key="another-secret-of-at-least-32-bytes!!")
+        assert SecureAdmin(url, pki, f"Bearer {forged}").call("GET", "/admin/v2/clusters").status == 401
+        wrong = SecureAdmin.basic(url, pki, "alice", "wrong")
+        assert wrong.call("GET", "/admin/v2/clusters").status == 401
+        text = SecureAdmin.bearer(url, pki, SUPER_USER).call("GET", "/metrics").body.decode()
+    counted = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+               for line in text.splitlines() if line.startswith("pulsar_authentication_")}
+    assert counted == {
+        'pulsar_authentication_success_total{auth_method="token",cluster="standalone",'
+        'provider_name="AuthenticationProviderToken"}': 1.0,
+        'pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
+        'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"}': 1.0,
+        'pulsar_authentication_failures_total{auth_method="basic",cluster="standalone",'
+        'provider_name="AuthenticationProviderBasic",reason="INVALID_TOKEN"}': 1.0,
+    }, counted
