@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import NotAllowedError, TopicNotFoundError
+from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
 from broker.metadata import policies as P
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
@@ -94,6 +94,7 @@ class BrokerService:
         # The heartbeat log of health_check (opened on the first check).
         self._health_ledger: ManagedLedger | None = None
         self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
+        self._health_lock = asyncio.Lock()
         self.closed = False
 
     def _metadata_changed(self) -> None:
@@ -532,14 +533,18 @@ class BrokerService:
         clusters name another cluster), so that what their replicators had not sent before a
         restart goes out now rather than when a client next uses the topic. Pulsar loads the
         topics of a bundle when it comes to own it; here one broker owns them all."""
-        names = [TopicName.parse(f"persistent://{t}/{ns}/{local}")
-                 for t, ns, domain, local in (path.split("/", 3) for path in self.ledger_factory.list_names())
-                 if domain == "persistent"]
         loaded = 0
-        for name in names:
+        for path in self.ledger_factory.list_names():
             if self.closed:
                 return
-            if is_system_topic(name.full) or name.full in self.topics or not self.replication_targets(name):
+            parts = path.split("/", 3)
+            if len(parts) != 4 or parts[2] != "persistent" or is_system_topic(path):
+                continue  # (the health check's log, compacted views...)
+            try:
+                name = TopicName.parse(f"persistent://{parts[0]}/{parts[1]}/{parts[3]}")
+            except BrokerError:
+                continue
+            if name.full in self.topics or not self.replication_targets(name):
                 continue
             try:
                 await self.get_topic(name, create=False)
@@ -565,7 +570,8 @@ class BrokerService:
                     break
             cursor.mark_delete(position)
 
-        await asyncio.wait_for(round_trip(), self.health_check_timeout_s)
+        async with self._health_lock:  # (one reader on the heartbeat cursor at a time)
+            await asyncio.wait_for(round_trip(), self.health_check_timeout_s)
 
     async def close(self) -> None:
         self.closed = True
