@@ -120,11 +120,12 @@ class OpenIDProvider:
                     except jwt.PyJWTError as exc:  # (a key type or curve we cannot use: the others still serve)
                         log.warning("OpenID issuer %s: key %s skipped: %s", issuer, jwk["kid"], exc)
             self.keys[issuer] = keys
+            self._fetched_at[issuer] = time.monotonic()
             log.info("OpenID issuer %s: %d signing keys", issuer, len(keys))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            # Not remembered as a fetch: the next token of this issuer tries again (one fetch at a
+            # time), as Pulsar's caches do not keep failed loads.
             log.warning("OpenID issuer %s: keys not retrieved: %s", issuer, exc)
-        finally:
-            self._fetched_at[issuer] = time.monotonic()
 
     async def _get_json(self, session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         async with session.get(url, ssl=self.ssl if self.ssl is not None else True) as reply:

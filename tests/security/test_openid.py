@@ -3,6 +3,7 @@ and the official client presenting its JWTs; the provider's refusals one by one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import threading
@@ -35,11 +36,15 @@ class IdentityProvider:
         self.private: dict[str, Any] = {}
         self.jwks: list[dict[str, Any]] = []
         self.requests = 0
+        self.broken = False  # answer 503 to everything
         idp = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 idp.requests += 1
+                if idp.broken:
+                    self.send_error(503)
+                    return
                 if self.path == "/.well-known/openid-configuration":
                     body = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys"}
                 elif self.path == "/keys":
@@ -215,3 +220,28 @@ def test_static_tokens_still_work_next_to_openid(oidc_broker: BrokerThread, pki:
         client.create_producer("persistent://public/default/static").close()
     finally:
         client.close()
+
+
+def test_an_issuer_down_at_start_is_tried_again(idp: IdentityProvider, pki: Pki) -> None:
+    cfg = BrokerConfig(managedLedgerStorage="memory", dataDir="")
+    for key, value in {"openIDAllowedTokenIssuers": idp.issuer, "openIDAllowedAudiences": AUDIENCE,
+                       "openIDTokenIssuerTrustCertsFilePath": str(pki.ca_cert)}.items():
+        cfg.set(key, value)
+    credentials = AuthData(command_data=idp.token().encode())
+
+    async def scenario() -> None:
+        provider = OpenIDProvider(cfg)
+        idp.broken = True
+        try:
+            provider.start()
+            await provider._fetching[idp.issuer]
+            assert idp.issuer not in provider.keys
+            with pytest.raises(AuthenticationError, match="No JWK found"):
+                provider.authenticate(credentials)  # ... and it fetches again, not in 5 minutes
+        finally:
+            idp.broken = False
+        await provider._fetching[idp.issuer]
+        assert provider.authenticate(credentials).role == "app"
+        await provider.stop()
+
+    asyncio.run(scenario())
