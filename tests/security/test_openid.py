@@ -4,10 +4,12 @@ and the official client presenting its JWTs; the provider's refusals one by one.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +39,7 @@ class IdentityProvider:
         self.jwks: list[dict[str, Any]] = []
         self.requests = 0
         self.broken = False  # answer 503 to everything
+        self.clients = {"app": "app-secret"}  # OAuth 2.0 clients: id -> secret
         idp = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,13 +49,30 @@ class IdentityProvider:
                     self.send_error(503)
                     return
                 if self.path == "/.well-known/openid-configuration":
-                    body = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys"}
+                    body = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys",
+                            "token_endpoint": f"{idp.issuer}/oauth/token"}
                 elif self.path == "/keys":
                     body = {"keys": list(idp.jwks)}
                 else:
                     self.send_error(404)
                     return
                 data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                """OAuth 2.0 client credentials grant: an access token for a known client."""
+                length = int(self.headers.get("Content-Length", "0"))
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+                if self.path != "/oauth/token" or form.get("grant_type") != "client_credentials" \
+                        or idp.clients.get(form.get("client_id", "")) != form.get("client_secret"):
+                    self.send_error(401)
+                    return
+                access = idp.token(sub=form["client_id"], aud=form.get("audience", AUDIENCE))
+                data = json.dumps({"access_token": access, "token_type": "Bearer", "expires_in": 600}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -132,6 +152,26 @@ def test_official_client_with_identity_provider_tokens(oidc_broker: BrokerThread
     assert "s" in oidc_admin.ok("GET", "/admin/v2/persistent/public/default/oidc/stats")["subscriptions"]
     stranger = SecureAdmin(oidc_broker.web_url, pki, f"Bearer {idp.token(sub='stranger')}")
     assert stranger.call("GET", "/admin/v2/persistent/public/default/oidc/stats").status == 403
+
+
+def test_official_client_oauth2_flow(oidc_broker: BrokerThread, idp: IdentityProvider, pki: Pki) -> None:
+    # The client's OAuth2 plugin gets an access token from the identity provider (client
+    # credentials grant) and presents it as a token; the broker checks it against the same issuer.
+    SecureAdmin.bearer(oidc_broker.web_url, pki, SUPER_USER).ok(
+        "POST", "/admin/v2/namespaces/public/default/permissions/app", ["produce", "consume"])
+    credentials = base64.b64encode(json.dumps({"client_id": "app", "client_secret": "app-secret"}).encode())
+    auth = pulsar.AuthenticationOauth2(json.dumps({
+        "issuer_url": idp.issuer, "audience": AUDIENCE,
+        "private_key": f"data:application/json;base64,{credentials.decode()}"}))
+    client = pulsar.Client(oidc_broker.service_url, authentication=auth, tls_trust_certs_file_path=str(pki.ca_cert),
+                           operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("persistent://public/default/oauth2")
+        producer.send(b"via oauth2")
+    finally:
+        client.close()
+    provider = oidc_broker.server.security.authentication
+    assert provider.successes_by[("AuthenticationProviderOpenID", "token")] >= 1
 
 
 def test_a_rotated_key_is_fetched_when_a_token_names_it(oidc_broker: BrokerThread, idp: IdentityProvider,
