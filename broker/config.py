@@ -263,6 +263,11 @@ class BrokerConfig:
     # -- authorization -----------------------------------------------------------------------------
     authorizationEnabled: bool = False
     superUserRoles: list[str] = field(default_factory=list)
+    # Roles of proxies (Apache Pulsar's proxy) that connect on behalf of clients: they must name the
+    # client's role (original principal), and both must be authorized. With
+    # authenticateOriginalAuthData the client's own credentials, relayed by the proxy, are checked too.
+    proxyRoles: list[str] = field(default_factory=list)
+    authenticateOriginalAuthData: bool = False
     # Grants to "prefix*" or "*suffix" roles match by prefix / suffix.
     authorizationAllowWildcardsMatching: bool = False
     # Keys from the file that we do not know (reported once at start).

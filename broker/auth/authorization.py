@@ -40,6 +40,7 @@ class AuthorizationService:
     def __init__(self, cfg: BrokerConfig, metadata: MetadataStore) -> None:
         self.enabled = cfg.authorizationEnabled
         self.super_users = frozenset(cfg.superUserRoles)
+        self.proxy_roles = frozenset(cfg.proxyRoles)
         self.wildcards = cfg.authorizationAllowWildcardsMatching
         self.metadata = metadata
         if self.enabled:
@@ -55,6 +56,28 @@ class AuthorizationService:
             return True
         info = self.metadata.tenants.get(tenant)
         return role is not None and info is not None and role in info.get("adminRoles", ())
+
+    def original_principal_problem(self, role: str | None, original: str | None,
+                                   allow_equal: bool = False) -> str | None:
+        """Why a (role, original principal) pair is refused, or None (Pulsar's rule): a proxy role
+        must name an original principal that is not itself a proxy role; any other role must not
+        name one (``allow_equal``: unless it names itself, which REST tolerates)."""
+        if role is not None and role in self.proxy_roles:
+            if not original:
+                return "originalPrincipal must be provided when connecting with a proxy role."
+            if original in self.proxy_roles:
+                return "originalPrincipal cannot be a proxy role."
+        elif original and not (allow_equal and original == role):
+            return "cannot specify originalPrincipal when connecting without valid proxy role."
+        return None
+
+    def check_proxied(self, name: TopicName, op: TopicOperation, role: str | None, original: str | None,
+                      subscription: str = "") -> None:
+        """``check`` for a connection, which a proxy may hold on behalf of a client: then the proxy's
+        role and the client's (the original principal) must both be allowed."""
+        self.check(name, op, role, subscription)
+        if original is not None:
+            self.check(name, op, original, subscription)
 
     # -- topics ------------------------------------------------------------------------------------------
     def allows(self, name: TopicName, op: TopicOperation, role: str | None, subscription: str = "") -> bool:

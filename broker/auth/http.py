@@ -25,7 +25,7 @@ from broker.auth import Security
 from broker.auth.authorization import TopicOperation
 from broker.auth.service import METHOD_HEADER
 from broker.config import BrokerConfig
-from broker.errors import AuthorizationError
+from broker.errors import AuthenticationError, AuthorizationError
 from broker.topic_name import TopicName
 
 
@@ -45,6 +45,7 @@ _TOPIC_OPS = {
     Access.TOPIC_PRODUCE: TopicOperation.PRODUCE,
     Access.TOPIC_CONSUME: TopicOperation.CONSUME,
 }
+ORIGINAL_PRINCIPAL_HEADER = "X-Original-Principal"
 _GET = frozenset({"GET", "HEAD"})
 _ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 _NS = r"/\{tenant\}/\{ns\}"
@@ -109,7 +110,14 @@ def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
         role = authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
                                        request.headers.get(METHOD_HEADER))
         if authz.enabled and access is not Access.PUBLIC:
+            # A proxy relays the client's role in X-Original-Principal: both must be allowed.
+            original = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
+            if authz.original_principal_problem(role, original, allow_equal=True) is not None:
+                raise AuthenticationError("Invalid combination of Original principal cannot be empty if the "
+                                          "request is via proxy.")
             _authorize(security, access, role, request)
+            if original is not None and original != role:
+                _authorize(security, access, original, request)
         return await handler(request)
 
     return middleware

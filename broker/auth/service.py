@@ -63,6 +63,7 @@ class AuthenticationService:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.enabled = cfg.authenticationEnabled
         self.anonymous_role = cfg.anonymousUserRole.strip() or None
+        self.authenticate_original = cfg.authenticateOriginalAuthData
         self.providers: dict[str, AuthenticationProvider] = {}
         # Refused requests, binary and HTTP; and per provider, what each accepted and refused (with
         # the refusal's reason): Pulsar's pulsar_authentication_{success,failures}_total.
@@ -193,6 +194,9 @@ class ConnectionAuth:
         self.supports_refresh = False
         self.refreshes = 0  # credentials refreshed on this connection (for stats and tests)
         self._provider: AuthenticationProvider | None = None
+        # The client a proxy connects for (CONNECT's original_principal, or the role of its relayed
+        # credentials with authenticateOriginalAuthData); None on a direct connection.
+        self.original_principal: str | None = None
 
     def _move(self, new: AuthState) -> None:
         if new not in _MOVES[self.state]:
@@ -224,7 +228,24 @@ class ConnectionAuth:
             self.identity = self.service.authenticate(provider, data)
             self.role = self.identity.role
             self._provider = provider
+        if cmd.HasField("original_principal") or cmd.HasField("original_auth_data"):
+            self.original_principal = self._original_role(cmd) or None
         self._move(AuthState.AUTHENTICATED)
+
+    def _original_role(self, cmd: pb.CommandConnect) -> str:
+        """The client behind a proxy: the principal the proxy names, or, with
+        authenticateOriginalAuthData, the role its relayed credentials authenticate as."""
+        if not self.service.authenticate_original:
+            return cmd.original_principal
+        method = cmd.original_auth_method if cmd.HasField("original_auth_method") else "none"
+        provider = self.service.providers.get(method)
+        if provider is None:
+            if self.service.anonymous_role is None:
+                self.service.failures += 1
+                raise AuthenticationError(f"No anonymous role, and no authentication provider for the original "
+                                          f"method [{method}]")
+            return self.service.anonymous_role
+        return self.service.authenticate(provider, AuthData(cmd.original_auth_data.encode())).role
 
     def refresh_action(self, now: float) -> RefreshAction:
         """What the periodic check must do for this connection now."""

@@ -158,6 +158,15 @@ class ServerCnx:
         except AuthenticationError as exc:
             self._refuse_credentials("connect", exc)
             return
+        authz = self.security.authorization
+        if self.security.authentication.enabled and authz.enabled:
+            problem = authz.original_principal_problem(self.auth.role, self.auth.original_principal)
+            if problem is not None:  # (the details stay in the log, as in Pulsar)
+                log.warning("%s: illegal combination of role %r and originalPrincipal %r: %s", self.remote_address,
+                            self.auth.role, self.auth.original_principal, problem)
+                self.write(commands.error(-1, E.AuthorizationError, "Invalid roles."))
+                self.connection.close()
+                return
         self.write(commands.connected(SERVER_VERSION, self.protocol_version, self.service.config.maxMessageSize))
 
     # -- authentication refresh (credentials that expire: tokens) -----------------------------------------
@@ -188,7 +197,8 @@ class ServerCnx:
 
     def _authorize(self, name: TopicName, op: TopicOperation, subscription: str = "") -> None:
         """Raises AuthorizationError unless this connection's role may do ``op`` on ``name``."""
-        self.security.authorization.check(name, op, self.auth.role, subscription)
+        self.security.authorization.check_proxied(name, op, self.auth.role, self.auth.original_principal,
+                                                  subscription)
 
     # -- lookup -----------------------------------------------------------------------------------------------
     def broker_urls(self) -> tuple[str, str | None]:
@@ -586,7 +596,9 @@ class ServerCnx:
 
     def handle_get_topics_of_namespace(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getTopicsOfNamespace
-        if not self.security.authorization.allows_namespace_consume(c.namespace, self.auth.role):
+        authz = self.security.authorization
+        roles = [self.auth.role, *([self.auth.original_principal] if self.auth.original_principal else [])]
+        if not all(authz.allows_namespace_consume(c.namespace, role) for role in roles):
             self.write(commands.error(c.request_id, E.AuthorizationError,
                                       f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
             return

@@ -3,6 +3,8 @@ super users, tenant admins, and the permission endpoints (namespace, topic, subs
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -154,3 +156,31 @@ def test_authentication_metrics_by_provider_and_reason(pki: Pki) -> None:
         'pulsar_authentication_failures_total{auth_method="basic",cluster="standalone",'
         'provider_name="AuthenticationProviderBasic",reason="INVALID_TOKEN"}': 1.0,
     }, counted
+
+
+def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
+    # Apache Pulsar's proxy forwards admin calls with its own credentials and the client's role in
+    # X-Original-Principal: both must be allowed.
+    settings = secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None, proxyRoles="proxy")
+    with BrokerThread(**settings) as b:
+        root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
+        root.ok("PUT", "/admin/v2/persistent/public/default/relayed")
+        for role in ("proxy", "alice"):
+            root.ok("POST", f"/admin/v2/namespaces/public/default/permissions/{role}", ["consume"])
+
+        def stats_via_proxy(original: str | None) -> int:
+            headers = {"Authorization": f"Bearer {token('proxy')}"}
+            if original is not None:
+                headers["X-Original-Principal"] = original
+            req = urllib.request.Request(b.web_url + "/admin/v2/persistent/public/default/relayed/stats",
+                                         headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        assert stats_via_proxy("alice") == 200
+        assert stats_via_proxy("mallory") == 403  # the proxy may, mallory may not
+        assert stats_via_proxy(None) == 401  # a proxy must say for whom
+        assert stats_via_proxy("proxy") == 401  # ... and not for another proxy

@@ -214,3 +214,69 @@ def test_auth_challenge_frame() -> None:
     c = frame.command.authChallenge
     assert (c.server_version, c.challenge.auth_method_name, c.challenge.auth_data, c.protocol_version) == \
         ("Pulsar Server x", "token", b"PulsarAuthRefresh", 20)
+
+
+# -- connections from a proxy (proxyRoles, original principal) ----------------------------------------------
+
+def proxied(role: str, original: str | None = None, original_token: str | None = None) -> pb.BaseCommand:
+    """CONNECT as a proxy would send it: its own token, and the client it speaks for."""
+    cmd = connect_cmd("token", token(role).encode())
+    if original is not None:
+        cmd.connect.original_principal = original
+    if original_token is not None:
+        cmd.connect.original_auth_method = "token"
+        cmd.connect.original_auth_data = original_token
+    return cmd
+
+
+async def grant(b: Broker, topic_ns: str, role: str, actions: list[str]) -> None:
+    assert b.server is not None
+    metadata = b.server.service.metadata
+    auth = metadata.namespaces[topic_ns].setdefault("auth_policies", {})
+    auth.setdefault("namespace_auth", {})[role] = actions
+    metadata.save()
+
+
+@pytest.mark.parametrize("authenticate_original", [False, True])
+async def test_proxy_roles(pki: Pki, authenticate_original: bool) -> None:
+    settings = secure_settings(pki, webServicePortTls=None, proxyRoles="proxy",
+                               authenticateOriginalAuthData=authenticate_original)
+    async with Broker(**settings) as b:
+        await grant(b, "public/default", "proxy", ["produce", "consume"])
+        await grant(b, "public/default", "alice", ["produce"])
+
+        async def produce_as(cmd: pb.BaseCommand) -> pb.BaseCommand:
+            c = await WireClient.open(port(b))
+            c.send(cmd)
+            assert (await c.recv()).type == T.CONNECTED
+            c.send(producer_cmd("public/default/proxied"))
+            reply = await c.recv()
+            c.close()
+            return reply
+
+        # The proxy speaks for alice: both are allowed to produce.
+        alice = proxied("proxy", "alice", token("alice") if authenticate_original else None)
+        assert (await produce_as(alice)).type == T.PRODUCER_SUCCESS
+        # For mallory, who has no grant: refused, although the proxy may produce.
+        mallory = proxied("proxy", "mallory", token("mallory") if authenticate_original else None)
+        reply = await produce_as(mallory)
+        assert reply.type == T.ERROR and reply.error.error == E.AuthorizationError
+        if authenticate_original:
+            # The relayed credentials decide, not the name the proxy gives.
+            lie = proxied("proxy", SUPER_USER, token("mallory"))
+            reply = await produce_as(lie)
+            assert reply.type == T.ERROR and reply.error.error == E.AuthorizationError
+        # Combinations Pulsar refuses at CONNECT: "Invalid roles.", then the connection closes.
+        def relayed(name: str) -> str | None:
+            return token(name) if authenticate_original else None
+
+        refused_pairs = (proxied("proxy"), proxied("proxy", "proxy", relayed("proxy")),
+                         proxied("alice", "bob", relayed("bob")))
+        for cmd in refused_pairs:
+            c = await WireClient.open(port(b))
+            c.send(cmd)
+            reply = await c.recv()
+            assert reply.type == T.ERROR and reply.error.error == E.AuthorizationError
+            assert reply.error.message == "Invalid roles."
+            assert await c.closed_by_broker()
+            c.close()
