@@ -1,7 +1,7 @@
 """Security: TLS, authentication and authorization, with Apache Pulsar's configuration keys.
 
 - ``tls``: the SSLContext of the pulsar+ssl:// and HTTPS listeners (tlsCertificateFilePath, ...).
-- ``providers``: the tls, token (JWT) and basic (htpasswd) authentication providers.
+- ``providers``: the tls, token (JWT), basic (htpasswd) and openid (OpenID Connect) authentication providers.
 - ``service``: which provider serves a CONNECT or an HTTP request; one connection's auth state
   (refresh of expiring credentials with AUTH_CHALLENGE).
 - ``authorization``: super users, tenant admins, produce / consume grants.

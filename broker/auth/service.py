@@ -35,36 +35,14 @@ METHOD_HEADER = "X-Pulsar-Auth-Method-Name"
 _LEGACY_METHODS = {pb.AuthMethodNone: "none", pb.AuthMethodYcaV1: "ycav1", pb.AuthMethodAthens: "athens"}
 
 
-class ProviderList:
-    """Providers of one method, tried in turn: the first that accepts the credentials wins; when
-    none does, the last one's reason is given."""
-
-    def __init__(self, providers: list[AuthenticationProvider]) -> None:
-        self.providers = providers
-        self.method = providers[0].method
-        self.pulsar_name = "AuthenticationProviderList"
-
-    def authenticate(self, data: AuthData) -> Identity:
-        error: AuthenticationError | None = None
-        for provider in self.providers:
-            try:
-                return provider.authenticate(data)
-            except AuthenticationError as exc:
-                error = exc
-        assert error is not None
-        raise error
-
-
-def _members(provider: AuthenticationProvider) -> list[AuthenticationProvider]:
-    return provider.providers if isinstance(provider, ProviderList) else [provider]
-
-
 class AuthenticationService:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.enabled = cfg.authenticationEnabled
         self.anonymous_role = cfg.anonymousUserRole.strip() or None
         self.authenticate_original = cfg.authenticateOriginalAuthData
-        self.providers: dict[str, AuthenticationProvider] = {}
+        # Providers by method; a method may have several (token and openid), tried in turn as
+        # Pulsar's AuthenticationProviderList does.
+        self.providers: dict[str, list[AuthenticationProvider]] = {}
         # Refused requests, binary and HTTP; and per provider, what each accepted and refused (with
         # the refusal's reason): Pulsar's pulsar_authentication_{success,failures}_total.
         self.failures = 0
@@ -74,13 +52,9 @@ class AuthenticationService:
             return
         for name in cfg.authenticationProviders:
             provider = make_provider(name, cfg)
-            existing = self.providers.get(provider.method)
-            if existing is None:
-                self.providers[provider.method] = provider
-            elif type(provider) not in (type(p) for p in _members(existing)):  # (else listed twice by name)
-                # Two providers of one method (token and openid): each is tried in turn, as
-                # Pulsar's AuthenticationProviderList does.
-                self.providers[provider.method] = ProviderList([*_members(existing), provider])
+            same_method = self.providers.setdefault(provider.method, [])
+            if type(provider) not in (type(p) for p in same_method):  # (else listed twice, by short and class name)
+                same_method.append(provider)
         if not self.providers:
             log.warning("authenticationEnabled=true but no authenticationProviders: every client gets "
                         "the anonymous role%s", "" if self.anonymous_role else " (none is set: all are refused)")
@@ -89,16 +63,16 @@ class AuthenticationService:
 
     def start(self) -> None:
         """On the event loop, once: providers that fetch keys in the background start now."""
-        for provider in self.providers.values():
-            for member in _members(provider):
-                start = getattr(member, "start", None)
+        for same_method in self.providers.values():
+            for provider in same_method:
+                start = getattr(provider, "start", None)
                 if start is not None:
                     start()
 
     async def stop(self) -> None:
-        for provider in self.providers.values():
-            for member in _members(provider):
-                stop = getattr(member, "stop", None)
+        for same_method in self.providers.values():
+            for provider in same_method:
+                stop = getattr(provider, "stop", None)
                 if stop is not None:
                     await stop()
 
@@ -112,17 +86,17 @@ class AuthenticationService:
         """The role of an HTTP request, or AuthenticationError (answered with 401)."""
         data = AuthData(http_authorization=authorization, peer_cert=peer_cert)
         if method is not None:
-            provider = self.providers.get(method)
-            if provider is None:
+            providers = self.providers.get(method)
+            if providers is None:
                 self.failures += 1
                 raise AuthenticationError(f"Unsupported authentication method: [{method}].")
-            return self.authenticate(provider, data).role
+            return self.authenticate(providers, data).role
         refusals: dict[str, AuthenticationError] = {}
-        for provider in self.providers.values():
+        for method, providers in self.providers.items():
             try:
-                return self._attempt(provider, data, count_refusals=False).role
+                return self._attempt(providers, data, count_refusals=False).role
             except AuthenticationError as exc:
-                refusals[provider.method] = exc  # the method the client meant is not known: try the next
+                refusals[method] = exc  # the method the client meant is not known: try the next
         if self.anonymous_role is not None:
             return self.anonymous_role
         # Counted once, against the provider the credentials were for (Pulsar counts a refusal from
@@ -131,31 +105,33 @@ class AuthenticationService:
         scheme = (authorization or "").partition(" ")[0].lower()
         meant = {"bearer": "token", "basic": "basic"}.get(scheme, "tls" if peer_cert else "")
         if meant in refusals:
-            for member in _members(self.providers[meant]):
-                self.failures_by[(member.pulsar_name, member.method, refusals[meant].reason)] += 1
+            for provider in self.providers[meant]:
+                self.failures_by[(provider.pulsar_name, provider.method, refusals[meant].reason)] += 1
         self.failures += 1
         raise AuthenticationError("Authentication required")
 
-    def authenticate(self, provider: AuthenticationProvider, data: AuthData) -> Identity:
+    def authenticate(self, providers: list[AuthenticationProvider], data: AuthData) -> Identity:
+        """The identity the first of a method's providers accepts, or the last one's refusal."""
         try:
-            return self._attempt(provider, data)
+            return self._attempt(providers, data)
         except AuthenticationError:
             self.failures += 1
             raise
 
-    def _attempt(self, provider: AuthenticationProvider, data: AuthData, count_refusals: bool = True) -> Identity:
-        """Each provider of the method in turn (usually one); acceptances counted, and refusals
-        unless the caller counts them."""
+    def _attempt(self, providers: list[AuthenticationProvider], data: AuthData,
+                 count_refusals: bool = True) -> Identity:
+        """Each provider in turn (usually one); acceptances counted, and refusals unless the
+        caller counts them."""
         error: AuthenticationError | None = None
-        for member in _members(provider):
+        for provider in providers:
             try:
-                identity = member.authenticate(data)
+                identity = provider.authenticate(data)
             except AuthenticationError as exc:
                 if count_refusals:
-                    self.failures_by[(member.pulsar_name, member.method, exc.reason)] += 1
+                    self.failures_by[(provider.pulsar_name, provider.method, exc.reason)] += 1
                 error = exc
                 continue
-            self.successes_by[(member.pulsar_name, member.method)] += 1
+            self.successes_by[(provider.pulsar_name, provider.method)] += 1
             return identity
         assert error is not None
         raise error
@@ -193,7 +169,7 @@ class ConnectionAuth:
         self.identity: Identity | None = None
         self.supports_refresh = False
         self.refreshes = 0  # credentials refreshed on this connection (for stats and tests)
-        self._provider: AuthenticationProvider | None = None
+        self._providers: list[AuthenticationProvider] | None = None  # those of the method it authenticated with
         # The client a proxy connects for (CONNECT's original_principal, or the role of its relayed
         # credentials with authenticateOriginalAuthData); None on a direct connection.
         self.original_principal: str | None = None
@@ -215,8 +191,8 @@ class ConnectionAuth:
             self.method = cmd.auth_method_name
         elif cmd.HasField("auth_method"):
             self.method = _LEGACY_METHODS.get(cmd.auth_method, "none")
-        provider = self.service.providers.get(self.method)
-        if provider is None:
+        providers = self.service.providers.get(self.method)
+        if providers is None:
             # Pulsar: a method with no provider (including "none") gets the anonymous role.
             if self.service.anonymous_role is None:
                 self.service.failures += 1
@@ -225,9 +201,9 @@ class ConnectionAuth:
             self.role = self.service.anonymous_role
         else:
             data = AuthData(cmd.auth_data if cmd.HasField("auth_data") else b"", peer_cert=self.peer_cert)
-            self.identity = self.service.authenticate(provider, data)
+            self.identity = self.service.authenticate(providers, data)
             self.role = self.identity.role
-            self._provider = provider
+            self._providers = providers
         if cmd.HasField("original_principal") or cmd.HasField("original_auth_data"):
             self.original_principal = self._original_role(cmd) or None
         self._move(AuthState.AUTHENTICATED)
@@ -238,14 +214,14 @@ class ConnectionAuth:
         if not self.service.authenticate_original:
             return cmd.original_principal
         method = cmd.original_auth_method if cmd.HasField("original_auth_method") else "none"
-        provider = self.service.providers.get(method)
-        if provider is None:
+        providers = self.service.providers.get(method)
+        if providers is None:
             if self.service.anonymous_role is None:
                 self.service.failures += 1
                 raise AuthenticationError(f"No anonymous role, and no authentication provider for the original "
                                           f"method [{method}]")
             return self.service.anonymous_role
-        return self.service.authenticate(provider, AuthData(cmd.original_auth_data.encode())).role
+        return self.service.authenticate(providers, AuthData(cmd.original_auth_data.encode())).role
 
     def refresh_action(self, now: float) -> RefreshAction:
         """What the periodic check must do for this connection now."""
@@ -263,10 +239,10 @@ class ConnectionAuth:
         """
         if not self.service.enabled:
             return
-        if self._provider is None:
+        if self._providers is None:
             raise AuthenticationError("Unexpected AuthResponse: this connection has no credentials to refresh")
         data = AuthData(cmd.response.auth_data, peer_cert=self.peer_cert)
-        identity = self.service.authenticate(self._provider, data)
+        identity = self.service.authenticate(self._providers, data)
         if identity.role != self.role:
             self.service.failures += 1
             raise AuthenticationError("Principal cannot change during an authentication refresh")

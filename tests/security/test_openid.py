@@ -176,7 +176,7 @@ def test_official_client_oauth2_flow(oidc_broker: BrokerThread, idp: IdentityPro
 
 def test_a_rotated_key_is_fetched_when_a_token_names_it(oidc_broker: BrokerThread, idp: IdentityProvider,
                                                         pki: Pki) -> None:
-    provider = next(p for p in oidc_broker.server.security.authentication.providers["token"].providers
+    provider = next(p for p in oidc_broker.server.security.authentication.providers["token"]
                     if isinstance(p, OpenIDProvider))
     wait_for(lambda: "k1" in provider.keys.get(idp.issuer, {}), what="the issuer's keys")
     idp.add_key("k2")  # the identity provider rotates its keys
