@@ -1,8 +1,10 @@
 """Authentication as Pulsar's broker does it (AuthenticationService + ServerCnx's auth state).
 
 ``AuthenticationService`` owns the configured providers, keyed by method name ("tls", "token",
-"basic"), and authenticates HTTP requests. ``ConnectionAuth`` is the authentication state of one
-binary connection; ServerCnx calls it at CONNECT, on AUTH_RESPONSE and from the refresh check.
+"basic"; token and openid share "token" and are tried in turn), counts what each accepts and
+refuses, and authenticates HTTP requests. ``ConnectionAuth`` is the authentication state of one
+binary connection (and, behind a proxy, the client it speaks for); ServerCnx calls it at CONNECT,
+on AUTH_RESPONSE and from the refresh check.
 
 Pulsar's rules, followed here:
 - CONNECT names a method. An unknown method (or "none") gets ``anonymousUserRole``; without one
