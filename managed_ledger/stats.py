@@ -131,14 +131,17 @@ class IntervalBuckets:
 
 
 class AddStats:
-    """A managed ledger's adds over the last stats interval: write latency and entry size."""
+    """A managed ledger's adds over the last stats interval: write latency (request to durable, and
+    of the write itself, from when the writer took it), and entry size."""
 
-    __slots__ = ("entry_size", "write_latency_us")
+    __slots__ = ("entry_size", "ledger_write_latency_us", "write_latency_us")
 
     def __init__(self) -> None:
         self.write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
+        self.ledger_write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.entry_size = IntervalBuckets(ENTRY_SIZE_BUCKETS)
 
     def refresh(self) -> None:
         self.write_latency_us.refresh()
+        self.ledger_write_latency_us.refresh()
         self.entry_size.refresh()

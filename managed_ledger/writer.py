@@ -119,6 +119,9 @@ class GroupCommitWriter:
         self._stopping = False
         self._idle = False  # the writer thread is waiting for work (see _submit)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # When the writer took the batch whose completions are running now (loop thread only): an
+        # append's completion reads it to time its write apart from its wait in the queue.
+        self.batch_taken_at = 0.0
         self._thread: threading.Thread | None = None
         # Writer-thread state (never touched by the loop):
         self._segments: dict[str, _Segment] = {}
@@ -208,8 +211,8 @@ class GroupCommitWriter:
             self._thread.join()
             self._thread = None
 
-    @staticmethod
-    def _complete(results: list[tuple[Done, BaseException | None]]) -> None:
+    def _complete(self, results: list[tuple[Done, BaseException | None]], taken_at: float) -> None:
+        self.batch_taken_at = taken_at
         for done, exc in results:
             try:
                 done(exc)
@@ -232,6 +235,7 @@ class GroupCommitWriter:
             if self._group_wait_s > 0 and self._last_batch_bytes * 8 >= self._group_bytes:
                 self._gather()
             batch = [queue.popleft() for _ in range(len(queue))]
+            taken_at = time.monotonic()
             nbytes = others = 0
             for op in batch:
                 nbytes += op.nbytes
@@ -247,7 +251,7 @@ class GroupCommitWriter:
             loop = self._loop
             assert loop is not None
             try:
-                loop.call_soon_threadsafe(self._complete, results)
+                loop.call_soon_threadsafe(self._complete, results, taken_at)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 log.debug("writer: loop closed, %d completions dropped", len(results))
         for segment in list(self._segments.values()):

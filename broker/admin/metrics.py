@@ -88,10 +88,13 @@ _LEDGER_HISTOGRAMS = (
 
 # Pulsar's per-topic add buckets (gauges, one per bucket, not cumulative, over the last stats
 # interval): (metric prefix, help, suffix per bucket, name past the last bucket).
+_LATENCY_BUCKET_NAMES = ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000")
 _ADD_BUCKETS = (
     ("pulsar_storage_write_latency", "Entries stored in the last stats interval with a write latency (add request "
-     "to durable) in this bucket; _sum in microseconds",
-     ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000"), "overflow"),
+     "to durable) in this bucket; _sum in microseconds", _LATENCY_BUCKET_NAMES, "overflow"),
+    ("pulsar_storage_ledger_write_latency", "Entries stored in the last stats interval with a ledger write latency "
+     "(from the writer taking the entry to durable) in this bucket; _sum in microseconds",
+     _LATENCY_BUCKET_NAMES, "overflow"),
     ("pulsar_entry_size", "Entries stored in the last stats interval with a size (bytes) in this bucket",
      ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb"), "le_overflow"),
 )
@@ -103,8 +106,8 @@ def add_bucket_values(topic: Any) -> list[tuple[str, float]]:
     if stats is None:
         return []
     out: list[tuple[str, float]] = []
-    for (prefix, _doc, names, overflow), buckets in zip(_ADD_BUCKETS, (stats.write_latency_us, stats.entry_size),
-                                                         strict=True):
+    measured = (stats.write_latency_us, stats.ledger_write_latency_us, stats.entry_size)
+    for (prefix, _doc, names, overflow), buckets in zip(_ADD_BUCKETS, measured, strict=True):
         out.extend((f"{prefix}_{name}", float(n)) for name, n in zip((*names, overflow), buckets.counts, strict=True))
         out.append((f"{prefix}_count", float(sum(buckets.counts))))
         out.append((f"{prefix}_sum", float(buckets.sum)))

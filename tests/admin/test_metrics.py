@@ -70,7 +70,8 @@ def promtool_problems(prometheus_bin: str, text: str) -> list[str]:
 
 # Pulsar's add buckets: gauges named ..._count and ..._sum too (not a Prometheus histogram), and
 # entry size buckets named with abbreviated units (..._le_1_kb).
-PULSAR_BUCKET_TOTALS = {f"{prefix}_{suffix}" for prefix in ("pulsar_storage_write_latency", "pulsar_entry_size")
+PULSAR_BUCKET_TOTALS = {f"{prefix}_{suffix}" for prefix in ("pulsar_storage_write_latency",
+                                                             "pulsar_storage_ledger_write_latency", "pulsar_entry_size")
                         for suffix in ("count", "sum")}
 PULSAR_BUCKETS_WITH_UNITS = {f"pulsar_entry_size_le_{b}" for b in ("1_kb", "2_kb", "4_kb", "16_kb", "100_kb", "1_mb")}
 
@@ -223,7 +224,11 @@ def test_storage_write_latency_and_entry_size_buckets(prometheus_bin: str) -> No
                      "le_100_kb": 0, "le_1_mb": 0, "le_overflow": 0, "count": 3}
     assert value(text, "pulsar_entry_size_sum", **labels) == value(text, "pulsar_in_bytes_total", **labels)
     buckets = ["le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"]
-    latency = [value(text, f"pulsar_storage_write_latency_{b}", **labels) for b in buckets]
-    assert None not in latency and sum(latency) == value(text, "pulsar_storage_write_latency_count", **labels) == 3
-    assert (value(text, "pulsar_storage_write_latency_sum", **labels) or 0) > 0  # microseconds to be durable
+    for prefix in ("pulsar_storage_write_latency", "pulsar_storage_ledger_write_latency"):
+        latency = [value(text, f"{prefix}_{b}", **labels) for b in buckets]
+        assert None not in latency and sum(latency) == value(text, f"{prefix}_count", **labels) == 3
+        assert (value(text, f"{prefix}_sum", **labels) or 0) > 0  # microseconds to be durable
+    # The whole add takes at least as long as its write.
+    assert value(text, "pulsar_storage_write_latency_sum", **labels) >= value(
+        text, "pulsar_storage_ledger_write_latency_sum", **labels)
     assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))
