@@ -570,8 +570,8 @@ class BrokerService:
                     break
             cursor.mark_delete(position)
 
-        async with self._health_lock:  # (one reader on the heartbeat cursor at a time)
-            await asyncio.wait_for(round_trip(), self.health_check_timeout_s)
+        async with self._health_lock, asyncio.timeout(self.health_check_timeout_s):
+            await round_trip()  # (one reader on the heartbeat cursor at a time)
 
     async def close(self) -> None:
         self.closed = True

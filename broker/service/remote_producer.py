@@ -205,8 +205,8 @@ class RemoteProducer:
         context = self.settings.ssl_context
         if tls and context is None:
             context = ssl.create_default_context()
-        reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context if tls else None), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it can swallow a cancel)
+            reader, self._writer = await asyncio.open_connection(host, port, ssl=context if tls else None)
         self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
         connect = pb.BaseCommand(type=T.CONNECT)
         c = connect.connect
@@ -227,7 +227,8 @@ class RemoteProducer:
 
     async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
         while True:
-            cmd = await asyncio.wait_for(self._next(reader), CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                cmd = await self._next(reader)
             if cmd.type == wanted:
                 if cmd.type != T.PRODUCER_SUCCESS or cmd.producer_success.producer_ready:
                     return cmd
@@ -299,7 +300,8 @@ class RemoteProducer:
         waiter: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
         self._requests[request_id] = waiter
         self._write(commands.frame(cmd))
-        r = (await asyncio.wait_for(waiter, CONNECT_TIMEOUT_S)).getOrCreateSchemaResponse
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            r = (await waiter).getOrCreateSchemaResponse
         if r.HasField("error_code"):
             raise RemoteError(f"schema refused: {pb.ServerError.Name(r.error_code)}: {r.error_message}")
         return r.schema_version

@@ -161,6 +161,8 @@ class Replicator(ABC):
 
     async def close(self) -> None:
         self.closed = True
+        # Whatever the loop awaits through _wait ends now, even if the cancel below were lost.
+        self._connection_lost(RemoteError("the replicator is closing"))
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -173,10 +175,14 @@ class Replicator(ABC):
             self._progress = False
             try:
                 await self._connect()
+                if self.closed:  # (closed while connecting)
+                    break
                 await self._replicate()
             except asyncio.CancelledError:
                 raise
             except (TimeoutError, OSError, RemoteError, ProtocolError, ManagedLedgerError) as exc:
+                if self.closed:
+                    break
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning("replicator %s -> %s: %s; retrying in %.1f s", self.topic.name, self.remote_cluster,
                             self.last_error, backoff)
