@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 T = pb.BaseCommand.Type
 CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 5.0  # for the unsent bytes of a connection being closed
 MAX_LOOKUP_HOPS = 5
 
 
@@ -326,6 +327,11 @@ class RemoteProducer:
         if writer is not None:
             writer.close()
             try:
-                await writer.wait_closed()
+                # A remote broker that is not reading this connection (it paused it: rate limit,
+                # backpressure) would keep the flush, and this close, waiting: give up and abort.
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await writer.wait_closed()
+            except TimeoutError:
+                writer.transport.abort()
             except (OSError, ssl.SSLError):
                 pass

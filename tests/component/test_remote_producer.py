@@ -58,3 +58,43 @@ async def test_a_lost_link_is_reported_and_never_written_to() -> None:
         await producer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remote broker makes the producer, then stops reading the connection (as a broker does
+    # that paused it for a rate limit): the unsent bytes can never drain, and closing gives up on
+    # them after CLOSE_TIMEOUT_S rather than wait for ever (which would hang a topic's unload).
+    from broker.service import remote_producer
+
+    monkeypatch.setattr(remote_producer, "CLOSE_TIMEOUT_S", 0.2)
+    stalled = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder(1 << 20)
+        while data := await reader.read(65536):
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                cmd = frame.command
+                if cmd.type == T.CONNECT:
+                    writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
+                elif cmd.type == T.LOOKUP:
+                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url))
+                elif cmd.type == T.PRODUCER:
+                    p = cmd.producer
+                    writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
+                    stalled.set()
+                    await asyncio.sleep(3600)  # never reads again
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    producer = RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                              lambda seq: None, lambda exc: None)
+    try:
+        await producer.connect()
+        await asyncio.wait_for(stalled.wait(), 10)
+        for seq in range(64):  # 64 MiB: far more than the sockets' buffers hold
+            producer.send(seq, 1, b"x" * (1 << 20), is_chunk=False)
+        async with asyncio.timeout(10):
+            await producer.close()
+    finally:
+        server.close()
