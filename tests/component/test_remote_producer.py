@@ -1,23 +1,27 @@
 """The replicator's remote producer against a scripted broker: the link's loss is always
-reported, and nothing is written to a connection that is gone (it raises instead, so the
-replicator reconnects rather than dying)."""
+reported, nothing is written to a connection that is gone (it raises instead, so the replicator
+reconnects rather than dying), and closing never waits on a broker that stopped reading."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
+from broker.service import remote_producer
 from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSettings
 
 T = pb.BaseCommand.Type
 
 
-async def scripted_broker(url_holder: list[str], closed: asyncio.Event) -> asyncio.Server:
-    """Answers CONNECT, LOOKUP (connect here) and PRODUCER, then hangs up."""
+async def scripted_broker(url_holder: list[str],
+                          after_producer: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> asyncio.Server:
+    """Answers CONNECT, LOOKUP (connect here) and PRODUCER, then does ``after_producer`` and stops
+    reading."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = FrameDecoder(1 << 20)
@@ -32,9 +36,7 @@ async def scripted_broker(url_holder: list[str], closed: asyncio.Event) -> async
                 elif cmd.type == T.PRODUCER:
                     p = cmd.producer
                     writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
-                    await writer.drain()
-                    writer.close()  # the link goes away right after the producer is made
-                    closed.set()
+                    await after_producer(writer)
                     return
 
     return await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -43,7 +45,13 @@ async def scripted_broker(url_holder: list[str], closed: asyncio.Event) -> async
 async def test_a_lost_link_is_reported_and_never_written_to() -> None:
     url: list[str] = []
     closed = asyncio.Event()
-    server = await scripted_broker(url, closed)
+
+    async def hang_up(writer: asyncio.StreamWriter) -> None:  # the link goes away right after
+        await writer.drain()
+        writer.close()
+        closed.set()
+
+    server = await scripted_broker(url, hang_up)
     url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     lost: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
     producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
@@ -64,30 +72,17 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
     # The remote broker makes the producer, then stops reading the connection (as a broker does
     # that paused it for a rate limit): the unsent bytes can never drain, and closing gives up on
     # them after CLOSE_TIMEOUT_S rather than wait for ever (which would hang a topic's unload).
-    from broker.service import remote_producer
-
     monkeypatch.setattr(remote_producer, "CLOSE_TIMEOUT_S", 0.2)
     stalled = asyncio.Event()
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder(1 << 20)
-        while data := await reader.read(65536):
-            decoder.feed(data)
-            while (frame := decoder.next_frame()) is not None:
-                cmd = frame.command
-                if cmd.type == T.CONNECT:
-                    writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
-                elif cmd.type == T.LOOKUP:
-                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url))
-                elif cmd.type == T.PRODUCER:
-                    p = cmd.producer
-                    writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
-                    stalled.set()
-                    await asyncio.sleep(3600)  # never reads again
+    async def stop_reading(writer: asyncio.StreamWriter) -> None:
+        stalled.set()
+        await asyncio.sleep(3600)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    url = f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    producer = RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+    url: list[str] = []
+    server = await scripted_broker(url, stop_reading)
+    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
                               lambda seq: None, lambda exc: None)
     try:
         await producer.connect()
