@@ -79,6 +79,11 @@ class AuthorizationService:
         if original is not None:
             self.check(name, op, original, subscription)
 
+    def allows_namespace_consume_proxied(self, namespace: str, role: str | None, original: str | None) -> bool:
+        """``allows_namespace_consume`` for a connection a proxy may hold: both roles must be allowed."""
+        return self.allows_namespace_consume(namespace, role) and (
+            original is None or self.allows_namespace_consume(namespace, original))
+
     # -- topics ------------------------------------------------------------------------------------------
     def allows(self, name: TopicName, op: TopicOperation, role: str | None, subscription: str = "") -> bool:
         if not self.enabled:

@@ -326,7 +326,7 @@ class NonPersistentTopic(AbstractTopic):
         self.entries_added += len(entries)
         callback(MESSAGE_POSITION, None)  # the receipts go first, as in Pulsar
         # Another cluster's replicator: its messages are not sent on (and never replicated here).
-        replicators = list(self.replicators.values()) if not producer.replicator else []
+        replicators = self.replicators.values() if self.replicators and not producer.replicator else ()
         if not self.subscriptions and not replicators:
             return
         for entry in entries:

@@ -596,9 +596,8 @@ class ServerCnx:
 
     def handle_get_topics_of_namespace(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getTopicsOfNamespace
-        authz = self.security.authorization
-        roles = [self.auth.role, *([self.auth.original_principal] if self.auth.original_principal else [])]
-        if not all(authz.allows_namespace_consume(c.namespace, role) for role in roles):
+        if not self.security.authorization.allows_namespace_consume_proxied(c.namespace, self.auth.role,
+                                                                           self.auth.original_principal):
             self.write(commands.error(c.request_id, E.AuthorizationError,
                                       f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
             return
