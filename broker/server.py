@@ -11,6 +11,7 @@ import logging
 import time
 from pathlib import Path
 
+from broker.admin.context import AdminContext
 from broker.admin.http import WebService
 from broker.auth import Security
 from broker.auth.tls import HANDSHAKE_TIMEOUT_S
@@ -41,7 +42,7 @@ class BrokerServer:
         if any(b.tls for b in self.bind_addresses) and self.security.tls_context is None:
             raise ConfigError("bindAddresses: a pulsar+ssl address needs the broker's TLS settings "
                               "(brokerServicePortTls or webServicePortTls, and the certificate)")
-        self.web = WebService(self)
+        self.web = WebService(AdminContext(self.service, self.service.metadata, config, self.security, self))
         self.connections: set[Connection] = set()
         self._per_ip: dict[str, int] = {}
         # Broker-wide bytes of publishes not yet persisted, and the connections paused because of it.

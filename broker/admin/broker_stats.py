@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker import __version__
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
 from broker.metadata import policies as P
 from broker.service.nonpersistent import NonPersistentTopic
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -114,7 +114,7 @@ class BrokerStatsResource:
         return self._cpu_percent
 
     async def load_report(self, request: web.Request) -> web.Response:
-        server, service, sampler = self.web.server, self.service, self.web.sampler
+        process, service, sampler = self.web.ctx.process, self.service, self.web.sampler
         topics = service.all_topics()
         in_msgs = sum(r.msgs for r in sampler.topic_in.values())
         in_bytes = sum(r.bytes for r in sampler.topic_in.values())
@@ -124,10 +124,10 @@ class BrokerStatsResource:
         namespaces = sorted(service.metadata.namespaces)
         bundles = [f"{ns}/{b}" for ns in namespaces for b in _bundle_names()]
         return json_response({
-            "webServiceUrl": server.web_url,
-            "webServiceUrlTls": server.web_url_tls or None,
-            "pulsarServiceUrl": server.service_url,
-            "pulsarServiceUrlTls": server.service_url_tls or None,
+            "webServiceUrl": process.web_url,
+            "webServiceUrlTls": process.web_url_tls or None,
+            "pulsarServiceUrl": process.service_url,
+            "pulsarServiceUrlTls": process.service_url_tls or None,
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": True,
             "cpu": {"usage": self._process_cpu_percent(), "limit": 100.0 * cores},

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker import __version__
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
+from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
@@ -29,23 +29,25 @@ from broker.admin.topics import TopicsResource
 from broker.auth.http import security_middleware
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
+from broker.version import __version__
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.metadata.store import MetadataStore
+    from broker.service.broker_service import BrokerService
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class WebService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
-        self.app = web.Application(middlewares=[json_errors, security_middleware(server.security, server.config)])
+        self.app = web.Application(middlewares=[json_errors, security_middleware(ctx.security, ctx.config)])
         self._runner: web.AppRunner | None = None
-        self.sampler = StatsSampler(server)
-        self._sampling = PeriodicTask("stats-sampler", server.config.statsUpdateFrequencyInSecs,
+        self.sampler = StatsSampler(ctx)
+        self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,
                                       self.sampler.sample_async)
-        self._metrics = make_registry(server, self.sampler)
+        self._metrics = make_registry(ctx, self.sampler)
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -108,26 +110,26 @@ class WebService:
             self._runner = None
 
     @property
-    def service(self) -> Any:
-        return self.server.service
+    def service(self) -> BrokerService:
+        return self.ctx.service
 
     @property
-    def metadata(self) -> Any:
-        return self.server.service.metadata
+    def metadata(self) -> MetadataStore:
+        return self.ctx.metadata
 
     @property
     def broker_id(self) -> str:
-        return f"{self.server.advertised_host}:{self.server.web_port}"
+        return self.ctx.broker_id
 
     # -- broker ------------------------------------------------------------------------------------
     async def ready(self, request: web.Request) -> web.Response:
-        if not self.server.ready:
+        if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
         return web.Response(text="ok")
 
     async def health(self, request: web.Request) -> web.Response:
         """Pulsar's health check: ready, and an entry written to storage and read back in time."""
-        if not self.server.ready:
+        if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
         try:
             await self.service.health_check()
@@ -147,7 +149,7 @@ class WebService:
         return json_response([self.broker_id])
 
     async def leader_broker(self, request: web.Request) -> web.Response:
-        return json_response({"serviceUrl": self.server.web_url, "brokerId": self.broker_id})
+        return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.Response(text=__version__)  # (a bare string, as Pulsar answers)
@@ -162,7 +164,7 @@ class WebService:
     async def runtime_configuration(self, request: web.Request) -> web.Response:
         """Every setting in force, as strings (Pulsar's shape). Secrets (fields kept out of the
         config's repr, such as tokenSecretKey) are left out."""
-        cfg = self.server.config
+        cfg = self.ctx.config
         values = {}
         for f in dataclasses.fields(cfg):
             if not f.repr:
@@ -193,9 +195,10 @@ class WebService:
         name = request.match_info["cluster"]
         if name not in self.metadata.clusters:
             raise HttpError(404, "Cluster does not exist")
-        urls = {"serviceUrl": self.server.web_url, "brokerServiceUrl": self.server.service_url}
-        if self.server.tls_port or self.server.web_tls_port:
-            urls.update(serviceUrlTls=self.server.web_url_tls, brokerServiceUrlTls=self.server.service_url_tls)
+        p = self.ctx.process
+        urls = {"serviceUrl": p.web_url, "brokerServiceUrl": p.service_url}
+        if p.tls_port or p.web_tls_port:
+            urls.update(serviceUrlTls=p.web_url_tls, brokerServiceUrlTls=p.service_url_tls)
         return json_response({**urls, **self.metadata.clusters[name]})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
@@ -222,7 +225,7 @@ class WebService:
             raise HttpError(404, "Cluster does not exist")
         used = any(name in t.get("allowedClusters", []) for t in self.metadata.tenants.values()) or any(
             name in (p.get("replication_clusters") or []) for p in self.metadata.namespaces.values())
-        if used or name == self.server.config.clusterName:
+        if used or name == self.ctx.config.clusterName:
             raise HttpError(412, "Cluster not empty")
         del self.metadata.clusters[name]
         self.metadata.save()
@@ -238,7 +241,7 @@ class WebService:
         body = body or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        clusters = body.get("allowedClusters", [self.server.config.clusterName])
+        clusters = body.get("allowedClusters", [self.ctx.config.clusterName])
         unknown = [c for c in clusters if c not in self.metadata.clusters]
         if unknown:
             raise HttpError(412, f"Clusters do not exist: {unknown}")
@@ -273,7 +276,7 @@ class WebService:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         self.service.check_namespace(name)
-        s = self.server
+        s = self.ctx.process
         # Plain and TLS URLs as Pulsar's LookupData has them; a TLS client uses brokerUrlTls.
         plain = f"pulsar://{s.advertised_host}:{s.port}" if s.port else ""
         tls = s.service_url_tls

@@ -66,7 +66,7 @@ class NamespaceMetadataResource:
         return self.web.metadata
 
     def _view(self, ns: str) -> dict[str, Any]:
-        return P.policies_view(self.metadata.namespaces[ns], self.web.server.config.clusterName)
+        return P.policies_view(self.metadata.namespaces[ns], self.web.ctx.cluster)
 
     # -- replication clusters ----------------------------------------------------------------------
     async def get_replication(self, request: web.Request) -> web.Response:

@@ -138,7 +138,7 @@ class NamespacesResource:
 
     async def get_policies(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(P.policies_view(self.metadata.namespaces[ns], self.web.server.config.clusterName))
+        return json_response(P.policies_view(self.metadata.namespaces[ns], self.web.ctx.cluster))
 
     async def create(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)
@@ -221,13 +221,13 @@ class NamespacesResource:
     # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
     async def get_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         rates = self.metadata.policy(self.namespace(request), rate.key) or {}
-        return self._value_or_no_content(rates.get(self.web.server.config.clusterName))
+        return self._value_or_no_content(rates.get(self.web.ctx.cluster))
 
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
         ns = self.namespace(request)
         rates = dict(self.metadata.policy(ns, rate.key) or {})
-        cluster = self.web.server.config.clusterName
+        cluster = self.web.ctx.cluster
         if request.method == "DELETE":
             rates.pop(cluster, None)
         else:
@@ -246,7 +246,7 @@ class NamespacesResource:
         stored = (self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
         if stored is not None:
             return json_response(stored)
-        cfg = self.web.server.config
+        cfg = self.web.ctx.config
         size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
         age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
         return json_response({"limit": size, "limitSize": size, "limitTime": age,

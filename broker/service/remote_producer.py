@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from broker import __version__
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig

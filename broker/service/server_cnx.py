@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from broker import __version__
 from broker.auth import ConnectionAuth, TopicOperation
 from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
@@ -35,11 +34,12 @@ from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.topic import PersistentTopic
+from broker.service.wire import WireConnection
 from broker.topic_name import TopicName, is_system_topic
+from broker.version import __version__
 from managed_ledger import Position
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
     from broker.service.broker_service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ SERVER_VERSION = f"Pulsar Server {__version__}"
 
 
 class ServerCnx:
-    def __init__(self, connection: Connection, service: BrokerService) -> None:
+    def __init__(self, connection: WireConnection, service: BrokerService) -> None:
         self.connection = connection
         self.service = service
         self.security = connection.server.security
