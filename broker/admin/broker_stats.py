@@ -31,6 +31,7 @@ from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import BrokerService
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
@@ -61,7 +62,7 @@ class BrokerStatsResource:
         r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned_namespaces)
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     async def topics(self, request: web.Request) -> web.Response:

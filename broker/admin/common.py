@@ -30,6 +30,7 @@ from broker.errors import (
     TopicNotFoundError,
 )
 from broker.metadata.policies import PolicyError
+from broker.metadata.store import AlreadyExistsError, InUseError, InvalidError, MetadataStoreError, NotFoundError
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,19 @@ def status_for(exc: BrokerError) -> int:
     return next((status for kinds, status in _STATUS if isinstance(exc, kinds)), 400)
 
 
+# Refused metadata changes -> HTTP status (a handler answers otherwise where Pulsar does).
+_METADATA_STATUS: tuple[tuple[type[MetadataStoreError], int], ...] = (
+    (NotFoundError, 404),
+    (AlreadyExistsError, 409),
+    (InUseError, 409),
+    (InvalidError, 412),
+)
+
+
+def metadata_status(exc: MetadataStoreError) -> int:
+    return next((status for kind, status in _METADATA_STATUS if isinstance(exc, kind)), 400)
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
@@ -113,6 +127,8 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         raise HttpError(status_for(exc), exc.message) from None
     except PolicyError as exc:
         raise HttpError(exc.status, exc.reason) from None
+    except MetadataStoreError as exc:
+        raise HttpError(metadata_status(exc), exc.message) from None
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         raise HttpError(500, f"Internal error: {exc}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -27,6 +27,7 @@ from broker.admin.stats import StatsSampler
 from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.auth.http import security_middleware
+from broker.metadata.store import InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
 from broker.version import __version__
@@ -193,13 +194,14 @@ class WebService:
 
     async def get_cluster(self, request: web.Request) -> web.Response:
         name = request.match_info["cluster"]
-        if name not in self.metadata.clusters:
+        data = self.metadata.clusters.get(name)
+        if data is None:
             raise HttpError(404, "Cluster does not exist")
         p = self.ctx.process
         urls = {"serviceUrl": p.web_url, "brokerServiceUrl": p.service_url}
         if p.tls_port or p.web_tls_port:
             urls.update(serviceUrlTls=p.web_url_tls, brokerServiceUrlTls=p.service_url_tls)
-        return json_response({**urls, **self.metadata.clusters[name]})
+        return json_response({**urls, **data})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
         """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
@@ -207,28 +209,19 @@ class WebService:
         body = await read_body(request) or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Cluster data must be a JSON object")
-        exists = name in self.metadata.clusters
         if request.method == "PUT":
             check_name(name, "cluster")
-            if exists:
-                raise HttpError(409, "Cluster already exists")
-        elif not exists:
-            raise HttpError(404, "Cluster does not exist")
-        self.metadata.clusters[name] = body
-        self.metadata.save()
+            self.metadata.create_cluster(name, body)
+        else:
+            self.metadata.update_cluster(name, body)
         return no_content()
 
     async def delete_cluster(self, request: web.Request) -> web.Response:
         """Refused (412) while a tenant may use the cluster or a namespace replicates to it."""
-        name = request.match_info["cluster"]
-        if name not in self.metadata.clusters:
-            raise HttpError(404, "Cluster does not exist")
-        used = any(name in t.get("allowedClusters", []) for t in self.metadata.tenants.values()) or any(
-            name in (p.get("replication_clusters") or []) for p in self.metadata.namespaces.values())
-        if used or name == self.ctx.config.clusterName:
-            raise HttpError(412, "Cluster not empty")
-        del self.metadata.clusters[name]
-        self.metadata.save()
+        try:
+            self.metadata.delete_cluster(request.match_info["cluster"])
+        except InUseError as exc:
+            raise HttpError(412, exc.message) from None
         return no_content()
 
     async def tenants(self, request: web.Request) -> web.Response:
@@ -237,38 +230,27 @@ class WebService:
     async def get_tenant(self, request: web.Request) -> web.Response:
         return json_response(self.metadata.tenants[self.namespaces.tenant(request)])
 
-    def _tenant_info(self, body: Any) -> dict[str, Any]:
+    def _tenant_info(self, body: object) -> TenantInfo:
         body = body or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        clusters = body.get("allowedClusters", [self.ctx.config.clusterName])
-        unknown = [c for c in clusters if c not in self.metadata.clusters]
-        if unknown:
-            raise HttpError(412, f"Clusters do not exist: {unknown}")
-        return {"adminRoles": list(body.get("adminRoles", [])), "allowedClusters": list(clusters)}
+        return TenantInfo(tuple(body.get("adminRoles", [])),
+                          tuple(body.get("allowedClusters", [self.ctx.cluster])))
 
     async def put_tenant(self, request: web.Request) -> web.Response:
         tenant = request.match_info["tenant"]
         info = self._tenant_info(await read_body(request))
-        if tenant in self.metadata.tenants:
-            raise HttpError(409, "Tenant already exists")
         check_name(tenant, "tenant")
-        self.metadata.tenants[tenant] = info
-        self.metadata.save()
+        self.metadata.create_tenant(tenant, info)
         return no_content()
 
     async def update_tenant(self, request: web.Request) -> web.Response:
         tenant = self.namespaces.tenant(request)
-        self.metadata.tenants[tenant] = self._tenant_info(await read_body(request))
-        self.metadata.save()
+        self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
         return no_content()
 
     async def delete_tenant(self, request: web.Request) -> web.Response:
-        tenant = self.namespaces.tenant(request)
-        if any(ns.split("/")[0] == tenant for ns in self.metadata.namespaces):
-            raise HttpError(409, "The tenant still has active namespaces")
-        del self.metadata.tenants[tenant]
-        self.metadata.save()
+        self.metadata.delete_tenant(self.namespaces.tenant(request))
         return no_content()
 
     # -- lookup ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.metadata.store import MetadataStore
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -112,7 +113,7 @@ class NamespacesResource:
             r.add_delete(path, bound(self.remove_plain, policy))
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         return self.web.metadata
 
     def tenant(self, request: web.Request) -> str:
@@ -138,7 +139,7 @@ class NamespacesResource:
 
     async def get_policies(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(P.policies_view(self.metadata.namespaces[ns], self.web.ctx.cluster))
+        return json_response(P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster))
 
     async def create(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)
@@ -147,10 +148,7 @@ class NamespacesResource:
         ns = f"{tenant}/{ns_name}"
         body = await read_body(request)
         policies = P.validate_policies(body) if body is not None else {}
-        if ns in self.metadata.namespaces:
-            raise HttpError(409, "Namespace already exists")
-        self.metadata.namespaces[ns] = policies
-        self.metadata.save()
+        self.metadata.create_namespace(ns, policies)
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -165,8 +163,7 @@ class NamespacesResource:
         for base in partitioned:
             self.metadata.delete_partitioned(base)
             service.schemas.delete(base)
-        del self.metadata.namespaces[ns]
-        self.metadata.save()
+        self.metadata.delete_namespace(ns)
         return no_content()
 
     async def topics(self, request: web.Request) -> web.Response:

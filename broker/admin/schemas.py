@@ -7,6 +7,7 @@ the path (Pulsar builds the schema id the same way).
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -115,7 +116,7 @@ class SchemasResource:
         return json_response({"version": len(versions) - 1})
 
 
-def _schema_response(record: dict[str, Any], version: int) -> dict[str, Any]:
+def _schema_response(record: Mapping[str, Any], version: int) -> dict[str, Any]:
     """Pulsar's GetSchemaResponse."""
     data = base64.b64decode(record["data"])
     return {"version": version, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),

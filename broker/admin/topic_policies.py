@@ -31,6 +31,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import BrokerService
 
 TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
 
@@ -150,7 +151,7 @@ class TopicPoliciesResource:
             r.add_delete(topic + "/backlogQuota", self.remove_backlog_quota)
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     def topic(self, request: web.Request) -> TopicName:

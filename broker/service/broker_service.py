@@ -174,17 +174,29 @@ class BrokerService:
         """The loaded topic, loading it if stored. A topic that does not exist is created when
         ``create`` and the namespace's auto-creation rule allow it, or always when ``explicit``
         (an admin create)."""
-        topic = self.topics.get(name.full)
-        if topic is not None:
-            return topic
+        if name.persistent:
+            return await self.get_persistent_topic(name, create, explicit=explicit)
         unloading = self._unloading.get(name.full)
         if unloading is not None:
             await asyncio.shield(unloading)
             return await self.get_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
+        return self._non_persistent_topic(name, create, explicit)
+
+    async def get_persistent_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> PersistentTopic:
+        """``get_topic`` for a persistent name (what operations on stored messages and cursors take)."""
         if not name.persistent:
-            return self._non_persistent_topic(name, create, explicit)
+            raise NotAllowedError(f"{name} is not a persistent topic")
+        topic = self.topics.get(name.full)
+        if topic is not None:
+            return topic
+        unloading = self._unloading.get(name.full)
+        if unloading is not None:
+            await asyncio.shield(unloading)
+            return await self.get_persistent_topic(name, create, explicit=explicit)
+        if self.closed:
+            raise NotAllowedError("Broker is shutting down")
         self.check_namespace(name)
         loading = self._loading.get(name.full)
         if loading is not None:

@@ -231,10 +231,7 @@ def proxied(role: str, original: str | None = None, original_token: str | None =
 
 async def grant(b: Broker, topic_ns: str, role: str, actions: list[str]) -> None:
     assert b.server is not None
-    metadata = b.server.service.metadata
-    auth = metadata.namespaces[topic_ns].setdefault("auth_policies", {})
-    auth.setdefault("namespace_auth", {})[role] = actions
-    metadata.save()
+    b.server.service.metadata.grant_namespace_permission(topic_ns, role, actions)
 
 
 @pytest.mark.parametrize("authenticate_original", [False, True])
