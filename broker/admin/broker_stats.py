@@ -31,7 +31,7 @@ from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.service.broker_service import BrokerService
+    from broker.service.broker_service import AnyTopic, BrokerService
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
@@ -76,7 +76,7 @@ class BrokerStatsResource:
         return json_response(out)
 
     @staticmethod
-    def _topic(topic: Any, stats: dict[str, Any], domain: str) -> dict[str, Any]:
+    def _topic(topic: AnyTopic, stats: dict[str, Any], domain: str) -> dict[str, Any]:
         subs = {}
         for name, s in stats["subscriptions"].items():
             sub = {k: s[k] for k in _SUB_FIELDS if k in s}

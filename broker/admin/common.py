@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -45,7 +45,7 @@ class HttpError(web.HTTPException):
         super().__init__(text=json.dumps({"reason": reason}), content_type="application/json")
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
+def json_response(data: object, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
@@ -53,7 +53,7 @@ def no_content() -> web.Response:
     return web.Response(status=NO_CONTENT)
 
 
-async def read_body(request: web.Request) -> Any:
+async def read_body(request: web.Request) -> object:
     """The JSON body, or None when there is none."""
     raw = await request.read()
     if not raw.strip():
@@ -113,9 +113,10 @@ def metadata_status(exc: MetadataStoreError) -> int:
 
 
 @web.middleware
-async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def json_errors(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
-        return await handler(request)  # type: ignore[no-any-return]
+        return await handler(request)
     except HttpError:
         raise
     except web.HTTPException as exc:

@@ -34,6 +34,8 @@ from broker.service.nonpersistent import NonPersistentSubscription
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
+    from broker.admin.stats import AnySubscription
+    from broker.service.broker_service import AnyTopic
 
 TOPIC_LABELS = ["cluster", "namespace", "topic"]
 # (name, help, ReplicatorStats key) of the per-remote-cluster replication gauges.
@@ -100,7 +102,7 @@ _ADD_BUCKETS = (
 )
 
 
-def add_bucket_values(topic: Any) -> list[tuple[str, float]]:
+def add_bucket_values(topic: AnyTopic) -> list[tuple[str, float]]:
     """(metric name, value) of a persistent topic's add buckets; [] for a non-persistent one."""
     stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
     if stats is None:
@@ -232,7 +234,7 @@ class BrokerCollector(Collector):
         yield from f
         yield from self._ledger_storage()
 
-    def _topic_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
+    def _topic_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
         cfg = self.ctx.config
         for topic, st in stats.items():
             labels = [cluster, topic.name.namespace, topic.full_name]
@@ -297,7 +299,7 @@ class BrokerCollector(Collector):
             for name, doc, key in _REPLICATION_GAUGES:
                 f.gauge(name, doc, rl).add_metric(values, float(r[key]))
 
-    def _producers(self, f: _Families, labels: list[str], topic: Any) -> None:
+    def _producers(self, f: _Families, labels: list[str], topic: AnyTopic) -> None:
         pl = [*TOPIC_LABELS, "producer_name", "producer_id"]
         for p in topic.producers.values():
             rate = self.sampler.producer_in.get(p)
@@ -309,7 +311,7 @@ class BrokerCollector(Collector):
             f.gauge("pulsar_producer_msg_average_Size", "Average message size (bytes)", pl).add_metric(
                 plabels, nbytes / msgs if msgs else 0.0)
 
-    def _consumers(self, f: _Families, sub_labels: list[str], sub: Any) -> None:
+    def _consumers(self, f: _Families, sub_labels: list[str], sub: AnySubscription) -> None:
         cl = [*SUB_LABELS, "consumer_name", "consumer_id"]
         for c in sub.consumers:
             rate = self.sampler.consumer_out.get(c)
@@ -327,7 +329,7 @@ class BrokerCollector(Collector):
             f.gauge("pulsar_consumer_available_permits", "Permits the consumer has granted", cl).add_metric(
                 clabels, max(c.permits, 0))
 
-    def _namespace_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
+    def _namespace_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
         """Pulsar's aggregation when topic-level metrics are off: one series per namespace."""
         sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for topic, st in stats.items():

@@ -129,7 +129,7 @@ class NamespacesResource:
             raise HttpError(404, "Namespace does not exist")
         return ns
 
-    def _value_or_no_content(self, value: Any) -> web.Response:
+    def _value_or_no_content(self, value: object) -> web.Response:
         return no_content() if value is None else json_response(value)
 
     # -- namespaces ------------------------------------------------------------------------------

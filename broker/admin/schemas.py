@@ -62,7 +62,7 @@ class SchemasResource:
     async def payload_schema(self, request: web.Request) -> tuple[TopicName, pb.Schema]:
         """The topic and the schema of a PostSchemaPayload body {type, schema, properties}."""
         name = self.base_name(request)
-        body: Any = await read_body(request)
+        body = await read_body(request)
         if not isinstance(body, dict):
             raise HttpError(400, "Schema payload must be a JSON object {\"type\", \"schema\", \"properties\"}")
         type_name = str(body.get("type", "")).upper()
@@ -95,7 +95,7 @@ class SchemasResource:
         name, schema = await self.payload_schema(request)
         registry = self.web.service.schemas
         reason = registry.check_compatible(name.full, schema)
-        body: dict[str, Any] = {"compatibility": reason is None,
+        body: dict[str, object] = {"compatibility": reason is None,
                                 "schemaCompatibilityStrategy": registry.strategy(name.full)}
         if reason is not None:
             body["reason"] = reason

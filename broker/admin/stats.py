@@ -24,7 +24,7 @@ from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, NonPersistentReplicator, Replicator
-from managed_ledger import ManagedLedgerError
+from managed_ledger import ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -531,7 +531,7 @@ def internal_stats(topic: AnyTopic) -> dict[str, Any]:
     }
 
 
-def _entries_between(topic: PersistentTopic, mark_delete: Any, read: Any) -> int:
+def _entries_between(topic: PersistentTopic, mark_delete: Position, read: Position) -> int:
     ledger = topic.ledger
     try:
         first = ledger.next_valid_position(mark_delete)

@@ -19,7 +19,7 @@ import base64
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -29,7 +29,7 @@ from broker.errors import NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import entry_body, parse_payload
 from broker.service import admin_ops
-from broker.service.nonpersistent import NonPersistentTopic
+from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
@@ -175,7 +175,7 @@ class TopicsResource:
         return no_content()
 
     @staticmethod
-    async def _subscription(topic: AnyTopic, name: str) -> Any:
+    async def _subscription(topic: AnyTopic, name: str) -> Subscription | NonPersistentSubscription:
         if isinstance(topic, NonPersistentTopic):  # only live subscriptions: nothing is stored
             sub = topic.subscriptions.get(name)
             if sub is None:
@@ -438,7 +438,8 @@ class TopicsResource:
         if body is None:
             raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
         start = message_id(body)
-        exclusive = bool(body.get("isExcluded", False)) or query_flag(request, "isExcluded")
+        excluded = body.get("isExcluded", False) if isinstance(body, dict) else False  # (a dict: message_id checked)
+        exclusive = bool(excluded) or query_flag(request, "isExcluded")
 
         async def reset(t: PersistentTopic, sub: Subscription) -> None:
             admin_ops.reset_to(t, sub, start, exclusive)
