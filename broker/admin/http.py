@@ -4,6 +4,11 @@ The web service owns the stats sampler (rates over statsUpdateFrequencyInSecs) a
 task: started with the HTTP server, cancelled and awaited when it stops. Resources:
 ``namespaces`` (namespaces and policies), ``topics`` (topics, subscriptions, stats), ``schemas``;
 brokers, clusters, tenants and lookup are here. Error statuses: see ``broker.admin.common``.
+
+Everything a handler reaches comes through one ``AdminContext`` (``broker.admin.context``): the
+service, the metadata store (changed only through its named operations), the configuration, the
+security settings and the serving process's ports and URLs. This package does not import
+``broker.server``; the server builds the context and starts the web service with it.
 """
 
 from __future__ import annotations
