@@ -135,7 +135,7 @@ class NamespacesResource:
     # -- namespaces ------------------------------------------------------------------------------
     async def list_namespaces(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)
-        return json_response(sorted(ns for ns in self.metadata.namespaces if ns.split("/")[0] == tenant))
+        return json_response(self.metadata.namespaces_of(tenant))
 
     async def get_policies(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
@@ -155,7 +155,7 @@ class NamespacesResource:
         ns = self.namespace(request)
         service = self.web.service
         topics = service.topics_of_namespace(ns, 2)
-        partitioned = [t for t in self.metadata.partitioned_topics if TopicName.parse(t).namespace == ns]
+        partitioned = self.metadata.partitioned_topics_of(ns)
         if (topics or partitioned) and not query_flag(request, "force"):
             raise HttpError(409, "Cannot delete non empty namespace")
         for name in topics:

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from broker.metadata import policies as P
+from broker.topic_name import TopicName
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
@@ -278,8 +279,7 @@ class MetadataStore:
     def delete_namespace(self, namespace: str) -> None:
         """Refused while a partitioned topic of the namespace is still recorded (delete those first)."""
         self._namespace_must_exist(namespace)
-        prefix = f"://{namespace}/"
-        if any(prefix in base for base in self._partitioned_topics):
+        if self.partitioned_topics_of(namespace):
             raise InUseError("Cannot delete non empty namespace")
         self._commit((self._namespaces, namespace, _ABSENT))
 
@@ -360,8 +360,8 @@ class MetadataStore:
         return self._partitioned_topics.get(base_topic, 0)
 
     def partitioned_topics_of(self, namespace: str) -> list[str]:
-        prefix = f"://{namespace}/"
-        return [base for base in self._partitioned_topics if prefix in base]
+        """The partitioned topics of the namespace (both domains)."""
+        return [base for base in self._partitioned_topics if TopicName.parse(base).namespace == namespace]
 
     def create_partitioned_topic(self, base_topic: str, partitions: int,
                                  properties: Mapping[str, str] | None = None) -> None:
