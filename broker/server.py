@@ -61,7 +61,6 @@ class BrokerServer:
                                            self._refresh_authentication)
                               if self.security.authentication.refreshes else None)
         self.started_at = 0.0
-        self._stopped = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -167,11 +166,7 @@ class BrokerServer:
             await server.wait_closed()
         await self.web.stop()
         await self.service.close()
-        self._stopped.set()
         log.info("broker stopped")
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
     # -- connection bookkeeping -----------------------------------------------------------------------
     def connection_opened(self, conn: Connection) -> None:
