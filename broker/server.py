@@ -28,6 +28,7 @@ SHUTDOWN_GRACE_S = 5.0
 
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
+        config.check()  # every value in range (ConfigError), before anything is built on them
         self.config = config
         data_dir = Path(config.dataDir) if config.dataDir else None
         self.data_dir = data_dir
