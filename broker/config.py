@@ -11,11 +11,11 @@ broker with one line naming the key and what it accepts::
 
 ``python -m broker standalone`` prints that line as ``configuration error: ...`` and exits with
 status 2 (as argparse does for a bad flag), without a traceback. Booleans are ``true`` or
-``false`` in any case, as Pulsar reads them; anything else ("yes", "1") is refused rather than
-read as false. Text settings accept any text; values that need more than one key or a file to
-judge (TLS files, authentication providers and keys, ``advertisedListeners`` / ``bindAddresses``
-in ``broker.listeners``) are checked where they are loaded, at start, with the same kind of line.
-Unknown keys are reported once at start and ignored.
+``false`` in any case, as Pulsar reads them; any other word ("yes", "1"), which Pulsar would
+quietly read as false, is refused. Text settings accept any text; values that need more than one
+key or a file to judge (TLS files, authentication providers and keys, ``advertisedListeners`` /
+``bindAddresses`` in ``broker.listeners``) are checked where they are loaded, at start, and
+refused with the same kind of line. Unknown keys are reported once at start and ignored.
 """
 
 from __future__ import annotations
