@@ -29,6 +29,7 @@ SHUTDOWN_GRACE_S = 5.0
 
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
+        config.check()  # every value in range (ConfigError), before anything is built on them
         self.config = config
         data_dir = Path(config.dataDir) if config.dataDir else None
         self.data_dir = data_dir
@@ -62,7 +63,6 @@ class BrokerServer:
                                            self._refresh_authentication)
                               if self.security.authentication.refreshes else None)
         self.started_at = 0.0
-        self._stopped = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -168,11 +168,7 @@ class BrokerServer:
             await server.wait_closed()
         await self.web.stop()
         await self.service.close()
-        self._stopped.set()
         log.info("broker stopped")
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
     # -- connection bookkeeping -----------------------------------------------------------------------
     def connection_opened(self, conn: Connection) -> None:

@@ -72,13 +72,8 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
-        if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
-            raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
-                              f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
-        try:
-            self.subscription_types_broker()
-        except P.PolicyError as exc:
-            raise ConfigError(f"subscriptionTypesEnabled: {exc.reason}") from None
+        # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
+        # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:
             client_credentials(config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters)
         except RemoteError as exc:
