@@ -10,7 +10,8 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
+from tests.waiting import wait_for
 
 NS = "/admin/v2/namespaces"
 PAYLOAD = b"x" * 100

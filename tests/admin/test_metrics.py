@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 # Pulsar's own metric names that promtool's naming lint dislikes (a "_count" suffix on a gauge).

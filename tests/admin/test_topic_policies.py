@@ -14,8 +14,9 @@ from pulsar.schema import AvroSchema, Record, String
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
 from tests.component.wire import T, WireClient, producer_cmd, send_frame, subscribe_cmd
+from tests.waiting import wait_for
 
 NS = "/admin/v2/namespaces"
 

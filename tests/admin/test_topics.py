@@ -11,7 +11,8 @@ from pulsar.schema import Record, String
 from broker.embedded import BrokerThread
 from broker.metadata.store import MetadataStore
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 

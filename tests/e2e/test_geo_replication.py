@@ -19,8 +19,9 @@ from broker.protocol.frames import FrameDecoder, read_entry_metadata
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from managed_ledger import Position
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 

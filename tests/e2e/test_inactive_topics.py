@@ -20,8 +20,9 @@ from broker.errors import ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 CAUGHT_UP = "delete_when_subscriptions_caught_up"
 NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"

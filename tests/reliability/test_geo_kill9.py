@@ -23,8 +23,9 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
 from tests.reliability.broker_process import start_broker_with_web
+from tests.waiting import wait_for
 
 ROUNDS = int(os.environ.get("GEO_KILL9_ROUNDS", "3"))
 TOPIC = "persistent://geo/ns/kept"

@@ -16,9 +16,9 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import wait_for
 from tests.security.conftest import SUPER_USER, SecureAdmin, expiring_token, secure_settings, token
 from tests.security.pki import CLIENT_ROLE, USERS, Pki
+from tests.waiting import wait_for
 
 RECEIVE_MS = 5000
 REFUSED_TIMEOUT_S = 1  # operation timeout for clients whose CONNECT is refused

@@ -24,9 +24,9 @@ from broker.auth.providers import AuthData
 from broker.config import BrokerConfig, ConfigError
 from broker.embedded import BrokerThread
 from broker.errors import AuthenticationError
-from tests.admin.conftest import wait_for
 from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
 from tests.security.pki import Pki
+from tests.waiting import wait_for
 
 AUDIENCE = "pulsar-broker"
 
