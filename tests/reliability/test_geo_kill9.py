@@ -17,6 +17,7 @@ import random
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -54,7 +55,7 @@ def produce_until_killed(url: str, proc: subprocess.Popen[str], first_seq: int, 
     receipted = first_seq
     killed = threading.Event()
 
-    def on_receipt(seq: int):  # type: ignore[no-untyped-def]
+    def on_receipt(seq: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
         def callback(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
             nonlocal receipted
             slots.release()
