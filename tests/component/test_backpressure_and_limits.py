@@ -18,21 +18,21 @@ from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
-from managed_ledger import ManagedLedgerConfig, MemoryManagedLedgerFactory
+from managed_ledger import AddCallback, ManagedLedger, ManagedLedgerConfig, MemoryManagedLedgerFactory
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
 
 # -- a managed ledger whose appends complete only when the test says so ------------------------------
 
 class GatedLedger:
-    def __init__(self, real: Any, gate: Gate) -> None:
+    def __init__(self, real: ManagedLedger, gate: Gate) -> None:
         self._real = real
         self._gate = gate
 
-    def add_entry(self, data: bytes, callback: Any) -> None:
+    def add_entry(self, data: bytes, callback: AddCallback) -> None:
         self._gate.held.append((self._real, [data], callback))
 
-    def add_entries(self, data: list[bytes], callback: Any) -> None:
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
         self._gate.held.append((self._real, data, callback))
 
     def __getattr__(self, name: str) -> Any:
@@ -42,9 +42,9 @@ class GatedLedger:
 class Gate(MemoryManagedLedgerFactory):
     def __init__(self) -> None:
         super().__init__()
-        self.held: list[tuple[Any, list[bytes], Any]] = []
+        self.held: list[tuple[ManagedLedger, list[bytes], AddCallback]] = []
 
-    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:  # a GatedLedger, duck-typed
         return GatedLedger(await super().open(name, config), self)
 
     def release(self) -> None:
@@ -334,9 +334,9 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
             c.writer.transport.abort()  # no CLOSE_PRODUCER / CLOSE_CONSUMER: dropped
         await eventually(lambda: not server.connections, "the broker to notice every drop")
         for t in topics:
-            topic = server.service.topics[t]
-            assert not topic.producers
-            for s in topic.subscriptions.values():
+            loaded = server.service.topics[t]
+            assert not loaded.producers
+            for s in loaded.subscriptions.values():
                 assert not s.consumers
                 assert s.dispatcher is not None and s.dispatcher.total_permits == 0
         await eventually(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
