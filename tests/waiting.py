@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 WAIT_S = 10.0  # in-process internals
 BLOCKING_WAIT_S = 15.0  # across threads, HTTP or a client library: more slack
@@ -27,7 +27,7 @@ async def eventually(condition: Callable[[], object], what: str, interval: float
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
-def wait_for(condition: Callable[[], T | None], timeout: float = BLOCKING_WAIT_S,
+def wait_for(condition: Callable[[], T | Literal[False] | None], timeout: float = BLOCKING_WAIT_S,
              what: str = "condition") -> T:
     """Poll ``condition`` (backing off from 10 ms to 200 ms) until it returns something truthy; return that."""
     deadline = time.monotonic() + timeout

@@ -121,7 +121,7 @@ def test_string_schema_roundtrip(client: pulsar.Client) -> None:
     assert consumer.receive(TIMEOUT_MS).value() == "hello"
 
 
-class Person(Record):
+class Person(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
     name = String()
     age = Integer()
 
