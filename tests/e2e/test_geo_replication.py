@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,14 @@ def replication(admin: Admin, topic: str) -> dict[str, dict[str, object]]:
     return admin.stats(topic)["replication"]  # type: ignore[no-any-return]
 
 
+def replicator_caught_up(admin: Admin, topic: str, remote: str) -> bool:
+    return replication(admin, topic)[remote]["replicationBacklog"] == 0
+
+
+def replicator_connected(admin: Admin, topic: str, remote: str) -> object:
+    return replication(admin, topic).get(remote, {}).get("connected")
+
+
 def test_both_ways_in_order_without_loops(pair: Pair) -> None:
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/orders"
@@ -111,8 +120,7 @@ def test_both_ways_in_order_without_loops(pair: Pair) -> None:
     # Nothing comes back: each side stored its 20 messages and the other's 20 (one batch entry or
     # more for b's), and both replicators caught up.
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
-        wait_for(lambda admin=admin, remote=remote: replication(admin, topic)[remote]["replicationBacklog"] == 0,
-                 what="the replicator to catch up")
+        wait_for(partial(replicator_caught_up, admin, topic, remote), what="the replicator to catch up")
         stats = admin.stats(topic)
         assert stats["msgInCounter"] == 40
         assert list(stats["subscriptions"]) == ["s"]  # the replication cursor is not a subscription
@@ -136,6 +144,7 @@ def test_a_broken_link_resends_without_duplicates_when_the_remote_deduplicates(p
     async def break_link() -> bool:
         for connection in list(pair.b.server.connections):
             if any(p.name == "pulsar.repl.a" for p in connection.cnx.producers.values()):
+                assert connection.transport is not None
                 connection.transport.abort()
                 return True
         return False
@@ -417,7 +426,7 @@ def test_schemas_are_registered_on_the_remote_side(pair: Pair) -> None:
     pair.admin_b.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
     pair.client_b.create_producer(topic, schema=pulsar.schema.StringSchema()).close()  # b: version 0
 
-    class Order(pulsar.schema.Record):
+    class Order(pulsar.schema.Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
         id = pulsar.schema.String()
         amount = pulsar.schema.Integer()
 
@@ -533,8 +542,7 @@ def test_non_persistent_topics_are_replicated_both_ways(pair: Pair) -> None:
     topic = f"non-persistent://{ns}/ticks"
     on_a, on_b, producer_a, producer_b = both_ways(pair, topic)
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
-        wait_for(lambda admin=admin, remote=remote: replication(admin, topic).get(remote, {}).get("connected"),
-                 what=f"the replicator to {remote} to connect")
+        wait_for(partial(replicator_connected, admin, topic, remote), what=f"the replicator to {remote} to connect")
     exchange(on_a, on_b, producer_a, producer_b, 50)
     with pytest.raises(pulsar.Timeout):
         on_a.receive(200)
