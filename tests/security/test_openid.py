@@ -49,7 +49,7 @@ class IdentityProvider:
                     self.send_error(503)
                     return
                 if self.path == "/.well-known/openid-configuration":
-                    body = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys",
+                    body: dict[str, object] = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys",
                             "token_endpoint": f"{idp.issuer}/oauth/token"}
                 elif self.path == "/keys":
                     body = {"keys": list(idp.jwks)}
