@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
@@ -17,6 +16,7 @@ from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder, read_entry_metadata
+from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from managed_ledger import Position
@@ -530,7 +530,7 @@ def test_replicator_dispatch_rate(pair: Pair) -> None:
     producer.close()
 
 
-def non_persistent_replicators(broker: BrokerThread, topic: str) -> dict[str, Any]:
+def non_persistent_replicators(broker: BrokerThread, topic: str) -> dict[str, NonPersistentReplicator]:
     loaded = broker.server.service.non_persistent_topics.get(TopicName.parse(topic).full)
     return dict(loaded.replicators) if loaded is not None else {}
 

@@ -8,7 +8,6 @@ import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -72,7 +71,7 @@ def port(b: Broker, tls: bool = False) -> int:
 
 
 async def test_refused_connect_says_why_then_closes(broker: Broker) -> None:
-    cases: list[tuple[Any, str]] = [
+    cases: list[tuple[pb.BaseCommand, str]] = [
         (connect_cmd("token", token(SUPER_USER, b"x" * 32).encode()), "Signature verification failed"),
         (connect_cmd("token", token(SUPER_USER, exp=int(time.time()) - 5).encode()), "expired"),
         (connect_cmd("token", b""), "Blank token"),
