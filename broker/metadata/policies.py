@@ -18,8 +18,15 @@ import zlib
 from typing import Any
 
 from broker.metadata import policy_table as T
-from broker.metadata.policy_values import PolicyError as PolicyError  # (re-exported for the admin API)
-from broker.metadata.policy_values import check_object, parse_bool, parse_limit
+
+# (The scalar parsers and the error the admin API shares with the policy values.)
+from broker.metadata.policy_values import PolicyError as PolicyError
+from broker.metadata.policy_values import check_object
+from broker.metadata.policy_values import parse_backlog_quota_type as parse_backlog_quota_type
+from broker.metadata.policy_values import parse_bool as parse_bool
+from broker.metadata.policy_values import parse_limit as parse_limit
+from broker.metadata.policy_values import parse_schema_strategy as parse_schema_strategy
+from broker.metadata.policy_values import parse_subscription_types as parse_subscription_types
 
 # Namespace-only fields of Pulsar's Policies that are no policy of a topic (the topic policies,
 # with their field names, are the rows of broker.metadata.policy_table).

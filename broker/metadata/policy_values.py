@@ -224,6 +224,10 @@ class PublishRate:
     def to_json(self) -> dict[str, int]:
         return {"publishThrottlingRateInMsg": self.messages, "publishThrottlingRateInByte": self.bytes}
 
+    def as_tuple(self) -> tuple[int, int]:
+        """(messages, bytes) per second; 0 or less = no limit."""
+        return self.messages, self.bytes
+
 
 @dataclass(frozen=True)
 class DispatchRate:
@@ -251,6 +255,10 @@ class DispatchRate:
         return {"dispatchThrottlingRateInMsg": self.messages, "dispatchThrottlingRateInByte": self.bytes,
                 "ratePeriodInSecond": self.period_s, "relativeToPublishRate": self.relative_to_publish_rate}
 
+    def as_tuple(self) -> tuple[int, int, int, bool]:
+        """(messages, bytes, period in seconds, relative to the publish rate); 0 or less = no limit."""
+        return self.messages, self.bytes, self.period_s, self.relative_to_publish_rate
+
 
 @dataclass(frozen=True)
 class SubscribeRate:
@@ -271,6 +279,10 @@ class SubscribeRate:
 
     def to_json(self) -> dict[str, int]:
         return {"subscribeThrottlingRatePerConsumer": self.per_consumer, "ratePeriodInSecond": self.period_s}
+
+    def as_tuple(self) -> tuple[int, int]:
+        """(subscribes per consumer, period in seconds); 0 or less = no limit."""
+        return self.per_consumer, self.period_s
 
 
 @dataclass(frozen=True)
