@@ -273,17 +273,21 @@ class PolicyResolver:
 
     def for_namespace(self, namespace: str, policy: Policy[T]) -> T:
         """The namespace's value, else the broker's."""
-        value = self.namespace_value(namespace, policy)
-        return self.broker_value(policy) if value is None else value
+        return self._first(policy, self.namespace_value(namespace, policy))
 
     def get(self, name: TopicName, policy: Policy[T]) -> T:
         """The value in force for a topic: its own, else its namespace's, else the broker's."""
-        value = self.topic_value(name, policy)
-        if policy.overlay:  # a map resolved key by key: the topic's entry, else the namespace's...
+        return self._first(policy, self.topic_value(name, policy), self.namespace_value(name.namespace, policy))
+
+    def _first(self, policy: Policy[T], *levels: T | None) -> T:
+        """The first level's value that is set, else the broker's; for an ``overlay`` policy (a
+        map resolved key by key), each key's first value."""
+        if policy.overlay:
             merged: dict[Any, Any] = {}
-            for layer in (self.broker_value(policy), self.namespace_value(name.namespace, policy), value):
-                merged.update(cast("dict[Any, Any]", layer or {}))
+            for level in (self.broker_value(policy), *reversed(levels)):
+                merged.update(cast("dict[Any, Any]", level or {}))
             return cast("T", merged)
-        if value is None:
-            value = self.namespace_value(name.namespace, policy)
-        return self.broker_value(policy) if value is None else value
+        for value in levels:
+            if value is not None:
+                return value
+        return self.broker_value(policy)
