@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.metadata import policies as P
+from broker import vocabulary as P
 
 log = logging.getLogger(__name__)
 

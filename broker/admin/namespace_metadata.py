@@ -17,6 +17,7 @@ from aiohttp import web
 
 from broker.admin.common import HttpError, json_response, no_content, read_body
 from broker.metadata import policies as P
+from broker.metadata import policy_table as T
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -73,13 +74,13 @@ class NamespaceMetadataResource:
     # -- replication clusters ----------------------------------------------------------------------
     async def get_replication(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        return json_response(self._view(ns)[P.REPLICATION_CLUSTERS])
+        return json_response(self._view(ns)[T.REPLICATION_CLUSTERS.namespace_field])
 
     async def set_replication(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         clusters = parse_replication_clusters(await read_body(request))
         check_replication_clusters(self.metadata, ns.split("/")[0], clusters)
-        self.metadata.set_policy(ns, P.REPLICATION_CLUSTERS, clusters)
+        self.metadata.set_policy(ns, T.REPLICATION_CLUSTERS.namespace_field, clusters)
         return no_content()
 
     # -- properties --------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from aiohttp import web
 
 from broker.admin.common import HttpError, bound, check_name, json_response, no_content, query_flag, read_body
 from broker.metadata import policies as P
+from broker.metadata import policy_table as T
+from broker.metadata.policy_values import BacklogQuota, Retention
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -34,47 +36,55 @@ class PlainPolicy:
     unset: Any = None  # what GET answers when it is not set (None: 204, no content)
 
 
+def row(path: str, policy: T.Policy[Any], set_method: str = "POST") -> PlainPolicy:
+    """A structured policy: the table row's Policies field, validated and stored by the row."""
+    return PlainPolicy(path, policy.namespace_field, policy.normalize, set_method)
+
+
 # Rates the Policies document keeps per cluster ({cluster: rate}); the REST API shows this cluster's.
 CLUSTER_RATES = (
-    PlainPolicy("publishRate", P.PUBLISH_MAX_MESSAGE_RATE, P.parse_publish_rate),
-    PlainPolicy("dispatchRate", P.TOPIC_DISPATCH_RATE, P.parse_dispatch_rate),
-    PlainPolicy("subscriptionDispatchRate", P.SUBSCRIPTION_DISPATCH_RATE, P.parse_dispatch_rate),
-    PlainPolicy("replicatorDispatchRate", P.REPLICATOR_DISPATCH_RATE, P.parse_dispatch_rate),
-    PlainPolicy("subscribeRate", P.SUBSCRIBE_RATE, P.parse_subscribe_rate),
+    row("publishRate", T.PUBLISH_RATE),
+    row("dispatchRate", T.TOPIC_DISPATCH_RATE),
+    row("subscriptionDispatchRate", T.SUBSCRIPTION_DISPATCH_RATE),
+    row("replicatorDispatchRate", T.REPLICATOR_DISPATCH_RATE),
+    row("subscribeRate", T.SUBSCRIBE_RATE),
 )
 PLAIN_POLICIES = (
-    PlainPolicy("messageTTL", P.MESSAGE_TTL, P.parse_message_ttl),
-    PlainPolicy("encryptionRequired", P.ENCRYPTION_REQUIRED, lambda v: P.parse_bool(v, "encryptionRequired"),
+    PlainPolicy("messageTTL", T.MESSAGE_TTL.namespace_field, P.parse_message_ttl),
+    PlainPolicy("encryptionRequired", T.ENCRYPTION_REQUIRED.namespace_field,
+                lambda v: P.parse_bool(v, "encryptionRequired"),
                 unset=False),  # (a boolean in Pulsar's Policies: false until set)
-    PlainPolicy("delayedDelivery", P.DELAYED_DELIVERY, P.parse_delayed_delivery),
-    PlainPolicy("schemaValidationEnforced", P.SCHEMA_VALIDATION_ENFORCED,
+    row("delayedDelivery", T.DELAYED_DELIVERY),
+    PlainPolicy("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED.namespace_field,
                 lambda v: P.parse_bool(v, "schemaValidationEnforced"), unset=False),
-    PlainPolicy("isAllowAutoUpdateSchema", P.ALLOW_AUTO_UPDATE_SCHEMA,
+    PlainPolicy("isAllowAutoUpdateSchema", T.ALLOW_AUTO_UPDATE_SCHEMA.namespace_field,
                 lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True),
-    PlainPolicy("compactionThreshold", P.COMPACTION_THRESHOLD, P.parse_compaction_threshold, "PUT"),
-    PlainPolicy("autoTopicCreation", P.AUTO_TOPIC_CREATION, P.parse_auto_topic_creation),
-    PlainPolicy("persistence", P.PERSISTENCE, P.parse_persistence),
-    PlainPolicy("autoSubscriptionCreation", P.AUTO_SUBSCRIPTION_CREATION, P.parse_auto_subscription_creation),
-    PlainPolicy("subscriptionExpirationTime", P.SUBSCRIPTION_EXPIRATION, P.parse_subscription_expiration),
-    PlainPolicy("inactiveTopicPolicies", P.INACTIVE_TOPIC_POLICIES, P.parse_inactive_topic_policies),
+    PlainPolicy("compactionThreshold", T.COMPACTION_THRESHOLD.namespace_field, P.parse_compaction_threshold, "PUT"),
+    row("autoTopicCreation", T.AUTO_TOPIC_CREATION),
+    row("persistence", T.PERSISTENCE),
+    row("autoSubscriptionCreation", T.AUTO_SUBSCRIPTION_CREATION),
+    PlainPolicy("subscriptionExpirationTime", T.SUBSCRIPTION_EXPIRATION.namespace_field,
+                P.parse_subscription_expiration),
+    row("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
     # producer / consumer limits (0 = unlimited)
-    PlainPolicy("maxProducersPerTopic", P.MAX_PRODUCERS_PER_TOPIC,
+    PlainPolicy("maxProducersPerTopic", T.MAX_PRODUCERS.namespace_field,
                 lambda v: P.parse_limit(v, "maxProducersPerTopic")),
-    PlainPolicy("maxConsumersPerTopic", P.MAX_CONSUMERS_PER_TOPIC,
+    PlainPolicy("maxConsumersPerTopic", T.MAX_CONSUMERS.namespace_field,
                 lambda v: P.parse_limit(v, "maxConsumersPerTopic")),
-    PlainPolicy("maxConsumersPerSubscription", P.MAX_CONSUMERS_PER_SUBSCRIPTION,
+    PlainPolicy("maxConsumersPerSubscription", T.MAX_CONSUMERS_PER_SUBSCRIPTION.namespace_field,
                 lambda v: P.parse_limit(v, "maxConsumersPerSubscription")),
-    PlainPolicy("maxSubscriptionsPerTopic", P.MAX_SUBSCRIPTIONS_PER_TOPIC,
+    PlainPolicy("maxSubscriptionsPerTopic", T.MAX_SUBSCRIPTIONS.namespace_field,
                 lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
-    PlainPolicy("maxTopicsPerNamespace", P.MAX_TOPICS_PER_NAMESPACE,
+    PlainPolicy("maxTopicsPerNamespace", T.MAX_TOPICS_PER_NAMESPACE.namespace_field,
                 lambda v: P.parse_limit(v, "maxTopicsPerNamespace"), unset=0),
-    PlainPolicy("deduplicationSnapshotInterval", P.DEDUP_SNAPSHOT_INTERVAL, P.parse_dedup_snapshot_interval),
+    PlainPolicy("deduplicationSnapshotInterval", T.DEDUP_SNAPSHOT_INTERVAL.namespace_field,
+                P.parse_dedup_snapshot_interval),
     PlainPolicy("subscriptionAuthMode", P.SUBSCRIPTION_AUTH_MODE, P.parse_subscription_auth_mode, unset="None"),
-    PlainPolicy("maxUnackedMessagesPerConsumer", P.MAX_UNACKED_PER_CONSUMER,
+    PlainPolicy("maxUnackedMessagesPerConsumer", T.MAX_UNACKED_PER_CONSUMER.namespace_field,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerConsumer")),
-    PlainPolicy("maxUnackedMessagesPerSubscription", P.MAX_UNACKED_PER_SUBSCRIPTION,
+    PlainPolicy("maxUnackedMessagesPerSubscription", T.MAX_UNACKED_PER_SUBSCRIPTION.namespace_field,
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerSubscription")),
-    PlainPolicy("subscriptionTypesEnabled", P.SUBSCRIPTION_TYPES_ENABLED, P.parse_subscription_types,
+    PlainPolicy("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED.namespace_field, P.parse_subscription_types,
                 unset=[]),  # (a set in Pulsar's Policies: empty until set, and empty = not set)
 )
 
@@ -174,7 +184,7 @@ class NamespacesResource:
     # -- deduplication / schema compatibility ----------------------------------------------------------
     async def get_deduplication(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(self.metadata.policy(ns, P.DEDUPLICATION))
+        return json_response(self.metadata.policy(ns, T.DEDUPLICATION.namespace_field))
 
     async def set_deduplication(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
@@ -183,36 +193,37 @@ class NamespacesResource:
             value = await read_body(request)
             if not isinstance(value, bool):
                 raise HttpError(400, "Deduplication must be true or false")
-        self.metadata.set_policy(ns, P.DEDUPLICATION, value)
+        self.metadata.set_policy(ns, T.DEDUPLICATION.namespace_field, value)
         return no_content()
 
     async def get_schema_strategy(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(self.metadata.policy(ns, P.SCHEMA_STRATEGY) or "UNDEFINED")
+        return json_response(self.metadata.policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field) or "UNDEFINED")
 
     async def put_schema_strategy(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, P.SCHEMA_STRATEGY, P.parse_schema_strategy(await read_body(request)))
+        strategy = P.parse_schema_strategy(await read_body(request))
+        self.metadata.set_policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field, strategy)
         return no_content()
 
     # -- retention -----------------------------------------------------------------------------------
     async def get_retention(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), P.RETENTION))
+        return self._value_or_no_content(self.metadata.policy(self.namespace(request), T.RETENTION.namespace_field))
 
     async def set_retention(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        retention = P.parse_retention(await read_body(request))
-        quotas = self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}
-        if not all(P.check_quota_within_retention(q, retention) for q in quotas.values()):
+        retention = Retention.from_json(await read_body(request))
+        quotas = T.BACKLOG_QUOTAS.parse(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
+        if not all(q.within(retention) for q in quotas.values()):
             raise HttpError(412, "Retention Quota must exceed configured backlog quota for namespace.")
-        self.metadata.set_policy(ns, P.RETENTION, retention)
-        self._applied(ns, P.RETENTION)
+        self.metadata.set_policy(ns, T.RETENTION.namespace_field, retention.to_json())
+        self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, P.RETENTION, None)
-        self._applied(ns, P.RETENTION)
+        self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
+        self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
     # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
@@ -234,39 +245,36 @@ class NamespacesResource:
 
     # -- backlog quotas ------------------------------------------------------------------------------
     async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
-        return json_response(self.metadata.policy(self.namespace(request), P.BACKLOG_QUOTA_MAP) or {})
+        return json_response(self.metadata.policy(self.namespace(request), T.BACKLOG_QUOTAS.namespace_field) or {})
 
     async def get_backlog_quota(self, request: web.Request) -> web.Response:
         """The quota of one type in force for the namespace (its own, else the broker default)."""
         ns = self.namespace(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        stored = (self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
+        stored = (self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {}).get(quota_type)
         if stored is not None:
             return json_response(stored)
-        cfg = self.web.ctx.config
-        size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
-        age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
-        return json_response({"limit": size, "limitSize": size, "limitTime": age,
-                              "policy": cfg.backlogQuotaDefaultRetentionPolicy})
+        return json_response(T.BACKLOG_QUOTAS.broker(self.web.ctx.config)[quota_type].to_json())
 
     async def set_backlog_quota(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quota = P.parse_backlog_quota(await read_body(request))
-        if not P.check_quota_within_retention(quota, self.metadata.policy(ns, P.RETENTION)):
+        quota = BacklogQuota.from_json(await read_body(request))
+        stored_retention = self.metadata.policy(ns, T.RETENTION.namespace_field)
+        if not quota.within(None if stored_retention is None else T.RETENTION.parse(stored_retention)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for namespace. "
                                  "Please increase retention quota and retry")
-        quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
-        quotas[quota_type] = quota
-        self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas)
+        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
+        quotas[quota_type] = quota.to_json()
+        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas)
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quotas = dict(self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {})
+        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         quotas.pop(quota_type, None)
-        self.metadata.set_policy(ns, P.BACKLOG_QUOTA_MAP, quotas or None)
+        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas or None)
         return no_content()
 
     # -- plain policies --------------------------------------------------------------------------------
@@ -289,5 +297,5 @@ class NamespacesResource:
     def _applied(self, ns: str, key: str) -> None:
         """Retention and persistence reach the namespace's loaded topics at once (the others read
         policies when they load)."""
-        if key in (P.RETENTION, P.PERSISTENCE):
+        if key in (T.RETENTION.namespace_field, T.PERSISTENCE.namespace_field):
             self.web.service.apply_ledger_policies_to(ns)

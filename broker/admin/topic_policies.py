@@ -10,10 +10,10 @@ when it has none, or with ``?applied=true`` the value in force (namespace, else 
 sets and ``DELETE`` removes (204 both). With topicLevelPoliciesEnabled=false every endpoint
 answers 405 and stored values are ignored.
 
-The service applies them where the namespace policies apply (broker.service.broker_service's
-``effective_policy``): retention when a topic loads and at once for a loaded one, message TTL and
-inactive-topic deletion at their periodic checks, deduplication and the producer / consumer
-limits on the next SEND or client.
+Each endpoint is a row of broker.metadata.policy_table (resolved topic over namespace over
+broker), applied where the namespace policies apply: retention when a topic loads and at once for
+a loaded one, message TTL and inactive-topic deletion at their periodic checks, deduplication and
+the producer / consumer limits on the next SEND or client.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from aiohttp import web
 from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
+from broker.metadata import policy_table as T
+from broker.metadata.policy_table import Policy
+from broker.metadata.policy_values import BacklogQuota, Retention
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -39,22 +42,19 @@ TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
 @dataclass(frozen=True)
 class Spec:
     path: str
-    key: str  # TopicPolicies field
-    namespace_key: str | None  # the Policies field it overrides
-    broker_default: Callable[[BrokerService], Any]  # the broker's value
-    parse: Callable[[Any], Any]
+    policy: Policy[Any]  # the row: its TopicPolicies field, and the value in force (GET ?applied=true)
+    # Validation with the topic API's own message (a scalar), else the row's parser.
+    parse: Callable[[Any], Any] | None = None
     query: str | None = None  # POST takes the value from this query parameter, not the body
     set_method: str = "POST"  # (Pulsar PUTs a few)
     # Checks of a parsed value against the rest of the configuration: (service, name, value);
     # raises HttpError.
     validate: Callable[[BrokerService, TopicName, Any], None] | None = None
-    # The value in force (GET ?applied=true) when it is not namespace_key's, else broker_default.
-    applied: Callable[[BrokerService, TopicName], Any] | None = None
 
 
-def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Any) -> None:
-    quotas = [service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES]
-    if not all(P.check_quota_within_retention(q, retention) for q in quotas):
+def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Retention) -> None:
+    quotas = service.policies.get(name, T.BACKLOG_QUOTAS).values()
+    if not all(q.within(retention) for q in quotas):
         raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
                              "Please increase retention quota and retry")
 
@@ -69,68 +69,41 @@ def _replication_allowed(service: BrokerService, name: TopicName, clusters: list
     check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 
-def _ttl(value: Any) -> int:
-    return P.parse_limit(value, "messageTTL", "Invalid value for message TTL")
+def _limit(what: str, message: str) -> Callable[[Any], int]:
+    return lambda value: P.parse_limit(value, what, message)
 
 
 SPECS = (
-    Spec("messageTTL", P.T_MESSAGE_TTL, P.MESSAGE_TTL, lambda s: s.config.ttlDurationDefaultInSeconds, _ttl,
-         query="messageTTL"),
-    Spec("retention", P.T_RETENTION, P.RETENTION,
-         lambda s: s.default_retention(), P.parse_retention, validate=_retention_covers_quotas),
-    Spec("deduplicationEnabled", P.T_DEDUPLICATION, P.DEDUPLICATION, lambda s: s.config.brokerDeduplicationEnabled,
-         lambda v: P.parse_bool(v, "deduplicationEnabled")),
-    Spec("deduplicationSnapshotInterval", P.T_DEDUP_SNAPSHOT_INTERVAL, P.DEDUP_SNAPSHOT_INTERVAL,
-         lambda s: s.config.brokerDeduplicationSnapshotIntervalSeconds,
-         lambda v: P.parse_limit(v, "deduplicationSnapshotInterval", "interval must be 0 or more")),
-    Spec("maxProducers", P.T_MAX_PRODUCERS, P.MAX_PRODUCERS_PER_TOPIC, lambda s: s.config.maxProducersPerTopic,
-         lambda v: P.parse_limit(v, "maxProducers")),
-    Spec("maxConsumers", P.T_MAX_CONSUMERS, P.MAX_CONSUMERS_PER_TOPIC, lambda s: s.config.maxConsumersPerTopic,
-         lambda v: P.parse_limit(v, "maxConsumers")),
-    Spec("maxConsumersPerSubscription", P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
-         lambda s: s.config.maxConsumersPerSubscription,
-         lambda v: P.parse_limit(v, "maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
-    Spec("maxSubscriptionsPerTopic", P.T_MAX_SUBSCRIPTIONS, P.MAX_SUBSCRIPTIONS_PER_TOPIC,
-         lambda s: s.config.maxSubscriptionsPerTopic, lambda v: P.parse_limit(v, "maxSubscriptionsPerTopic")),
-    Spec("maxUnackedMessagesOnConsumer", P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
-         lambda s: s.config.maxUnackedMessagesPerConsumer,
-         lambda v: P.parse_limit(v, "maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
-    Spec("maxUnackedMessagesOnSubscription", P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
-         lambda s: s.config.maxUnackedMessagesPerSubscription,
-         lambda v: P.parse_limit(v, "maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
-    Spec("subscriptionTypesEnabled", P.T_SUBSCRIPTION_TYPES_ENABLED, P.SUBSCRIPTION_TYPES_ENABLED,
-         lambda s: s.subscription_types_broker(), P.parse_subscription_types,
-         applied=lambda s, name: s.subscription_types_enabled(name)),
-    Spec("publishRate", P.T_PUBLISH_RATE, None, lambda s: None, P.parse_publish_rate,
-         applied=lambda s, name: s.publish_rate_doc(name)),  # (the namespace's is per cluster)
-    Spec("dispatchRate", P.T_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
-         applied=lambda s, name: s.dispatch_rate_doc(name, "topic")),
-    Spec("subscriptionDispatchRate", P.T_SUBSCRIPTION_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
-         applied=lambda s, name: s.dispatch_rate_doc(name, "subscription")),
-    Spec("replicatorDispatchRate", P.T_REPLICATOR_DISPATCH_RATE, None, lambda s: None, P.parse_dispatch_rate,
-         applied=lambda s, name: s.dispatch_rate_doc(name, "replicator")),
-    Spec("subscribeRate", P.T_SUBSCRIBE_RATE, None, lambda s: None, P.parse_subscribe_rate,
-         applied=lambda s, name: s.subscribe_rate_doc(name)),
-    Spec("delayedDelivery", P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, lambda s: None, P.parse_delayed_delivery,
-         applied=lambda s, name: s.delayed_delivery(name)),
-    Spec("autoSubscriptionCreation", P.T_AUTO_SUBSCRIPTION_CREATION, P.AUTO_SUBSCRIPTION_CREATION,
-         lambda s: {"allowAutoSubscriptionCreation": s.config.allowAutoSubscriptionCreation},
-         P.parse_auto_subscription_creation),
-    Spec("schemaCompatibilityStrategy", P.T_SCHEMA_STRATEGY, None, lambda s: None, P.parse_schema_strategy,
-         set_method="PUT", applied=lambda s, name: s.schemas.strategy(name.base.full)),
-    Spec("schemaValidationEnforced", P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
-         lambda s: s.config.isSchemaValidationEnforced, lambda v: P.parse_bool(v, "schemaValidationEnforced")),
-    Spec("replication", P.T_REPLICATION_CLUSTERS, P.REPLICATION_CLUSTERS, lambda s: [s.config.clusterName],
-         parse_replication_clusters, validate=_replication_allowed),
-    Spec("persistence", P.T_PERSISTENCE, P.PERSISTENCE, lambda s: None, P.parse_persistence),
-    Spec("maxMessageSize", P.T_MAX_MESSAGE_SIZE, None, lambda s: s.config.maxMessageSize,
-         lambda v: P.parse_limit(v, "maxMessageSize"), validate=_within_broker_max_message_size,
-         applied=lambda s, name: s.topic_policy(name, P.T_MAX_MESSAGE_SIZE) or s.config.maxMessageSize),
-    Spec("compactionThreshold", P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
-         lambda s: s.config.brokerServiceCompactionThresholdInBytes,
-         lambda v: P.parse_limit(v, "compactionThreshold", "Invalid value for compactionThreshold")),
-    Spec("inactiveTopicPolicies", P.T_INACTIVE_TOPIC_POLICIES, P.INACTIVE_TOPIC_POLICIES,
-         lambda s: s.inactive_topics.broker_policy(), P.parse_inactive_topic_policies),
+    Spec("messageTTL", T.MESSAGE_TTL, _limit("messageTTL", "Invalid value for message TTL"), query="messageTTL"),
+    Spec("retention", T.RETENTION, validate=_retention_covers_quotas),
+    Spec("deduplicationEnabled", T.DEDUPLICATION),
+    Spec("deduplicationSnapshotInterval", T.DEDUP_SNAPSHOT_INTERVAL,
+         _limit("deduplicationSnapshotInterval", "interval must be 0 or more")),
+    Spec("maxProducers", T.MAX_PRODUCERS),
+    Spec("maxConsumers", T.MAX_CONSUMERS),
+    Spec("maxConsumersPerSubscription", T.MAX_CONSUMERS_PER_SUBSCRIPTION,
+         _limit("maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
+    Spec("maxSubscriptionsPerTopic", T.MAX_SUBSCRIPTIONS),
+    Spec("maxUnackedMessagesOnConsumer", T.MAX_UNACKED_PER_CONSUMER,
+         _limit("maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
+    Spec("maxUnackedMessagesOnSubscription", T.MAX_UNACKED_PER_SUBSCRIPTION,
+         _limit("maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
+    Spec("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED),
+    Spec("publishRate", T.PUBLISH_RATE),
+    Spec("dispatchRate", T.TOPIC_DISPATCH_RATE),
+    Spec("subscriptionDispatchRate", T.SUBSCRIPTION_DISPATCH_RATE),
+    Spec("replicatorDispatchRate", T.REPLICATOR_DISPATCH_RATE),
+    Spec("subscribeRate", T.SUBSCRIBE_RATE),
+    Spec("delayedDelivery", T.DELAYED_DELIVERY),
+    Spec("autoSubscriptionCreation", T.AUTO_SUBSCRIPTION_CREATION),
+    Spec("schemaCompatibilityStrategy", T.SCHEMA_COMPATIBILITY_STRATEGY, set_method="PUT"),
+    Spec("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED),
+    Spec("replication", T.REPLICATION_CLUSTERS, parse_replication_clusters, validate=_replication_allowed),
+    Spec("persistence", T.PERSISTENCE),
+    Spec("maxMessageSize", T.MAX_MESSAGE_SIZE, validate=_within_broker_max_message_size),
+    Spec("compactionThreshold", T.COMPACTION_THRESHOLD,
+         _limit("compactionThreshold", "Invalid value for compactionThreshold")),
+    Spec("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
 )
 
 
@@ -172,13 +145,9 @@ class TopicPoliciesResource:
 
     async def get(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
-        value = self.service.metadata.topic_policy(name.full, spec.key)
+        value = self.service.metadata.topic_policy(name.full, spec.policy.topic_field)
         if value is None and query_flag(request, "applied"):
-            if spec.applied is not None:
-                value = spec.applied(self.service, name)
-            else:
-                value = self.service.effective_policy(name, spec.key, spec.namespace_key,
-                                                      spec.broker_default(self.service))
+            value = spec.policy.dump(self.service.policies.get(name, spec.policy))
         return no_content() if value is None else json_response(value)
 
     async def set(self, request: web.Request, spec: Spec) -> web.Response:
@@ -193,23 +162,23 @@ class TopicPoliciesResource:
                 raise HttpError(400, f"{spec.query} must be an integer, got {raw!r}") from None
         else:
             body = await read_body(request)
-        value = spec.parse(body)
+        value = (spec.parse or spec.policy.parse)(body)
         if spec.validate is not None:
             spec.validate(self.service, name, value)
-        self.service.metadata.set_topic_policy(name.full, spec.key, value)
+        self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value))
         self._applied(name, spec)
         return no_content()
 
     async def remove(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
-        self.service.metadata.set_topic_policy(name.full, spec.key, None)
+        self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None)
         self._applied(name, spec)
         return no_content()
 
     def _applied(self, name: TopicName, spec: Spec) -> None:
         """Retention and persistence reach loaded topics at once (the others read policies when
         they load)."""
-        if spec.key in (P.T_RETENTION, P.T_PERSISTENCE):
+        if spec.policy in (T.RETENTION, T.PERSISTENCE):
             self.service.apply_ledger_policies_to(name.full)
 
     # -- backlog quotas: one entry per quota type ------------------------------------------------------
@@ -217,20 +186,20 @@ class TopicPoliciesResource:
         """The topic's own quotas ({} when none); with ?applied=true, when it has none, what is in
         force for each type (the namespace's map, else the broker's defaults)."""
         name = self.topic(request)
-        quotas = self.service.metadata.topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP) or {}
+        quotas = self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field) or {}
         if not quotas and query_flag(request, "applied"):
-            quotas = self.service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {
-                t: self.service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES}
+            quotas = (self.service.metadata.policy(name.namespace, T.BACKLOG_QUOTAS.namespace_field)
+                      or T.BACKLOG_QUOTAS.dump(self.service.policies.broker_value(T.BACKLOG_QUOTAS)))
         return json_response(quotas)
 
     async def set_backlog_quota(self, request: web.Request) -> web.Response:
         name = self.topic(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quota = P.parse_backlog_quota(await read_body(request))
-        if not P.check_quota_within_retention(quota, self.service.retention(name)):
+        quota = BacklogQuota.from_json(await read_body(request))
+        if not quota.within(self.service.policies.get(name, T.RETENTION)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for topic. "
                                  "Please increase retention quota and retry")
-        self._update_quotas(name, quota_type, quota)
+        self._update_quotas(name, quota_type, quota.to_json())
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
@@ -239,9 +208,9 @@ class TopicPoliciesResource:
         return no_content()
 
     def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
-        quotas = dict(self.service.metadata.topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP) or {})
+        quotas = dict(self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field) or {})
         if quota is None:
             quotas.pop(quota_type, None)
         else:
             quotas[quota_type] = quota
-        self.service.metadata.set_topic_policy(name.full, P.T_BACKLOG_QUOTA_MAP, quotas or None)
+        self.service.metadata.set_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, quotas or None)

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from broker.metadata import policies as P
+from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
 
 DEFAULT_TENANTS = ("public", "pulsar")
@@ -223,7 +224,7 @@ class MetadataStore:
         replicates to it."""
         self._cluster_must_exist(name)
         used = any(name in t.get("allowedClusters", []) for t in self._tenants.values()) or any(
-            name in (p.get(P.REPLICATION_CLUSTERS) or []) for p in self._namespaces.values())
+            name in (p.get(REPLICATION_CLUSTERS.namespace_field) or []) for p in self._namespaces.values())
         if used or name == self.cluster:
             raise InUseError("Cluster not empty")
         self._commit((self._clusters, name, _ABSENT))

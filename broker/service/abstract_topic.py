@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
-from broker.metadata import policies as P
+from broker.metadata.policy_table import DELAYED_DELIVERY, ENCRYPTION_REQUIRED, MAX_MESSAGE_SIZE, MAX_PRODUCERS
 from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -74,13 +74,14 @@ class AbstractTopic(ABC):
         return self._send_policy.get()
 
     def _read_send_policy(self) -> SendPolicy:
-        delayed = self.service.delayed_delivery(self.name)
+        policies = self.service.policies
+        delayed = policies.get(self.name, DELAYED_DELIVERY)
         return SendPolicy(
-            encryption_required=not is_system_topic(self.name.full) and bool(
-                self.service.metadata.policy(self.name.namespace, P.ENCRYPTION_REQUIRED)),
-            max_delivery_delay_ms=int(delayed["maxDeliveryDelayInMillis"]) if delayed["active"] else 0,
-            delayed_delivery=bool(delayed["active"]),
-            max_message_size=int(self.service.topic_policy(self.name, P.T_MAX_MESSAGE_SIZE) or 0))
+            encryption_required=not is_system_topic(self.name.full) and policies.for_namespace(
+                self.name.namespace, ENCRYPTION_REQUIRED),
+            max_delivery_delay_ms=delayed.max_delay_ms if delayed.active else 0,
+            delayed_delivery=delayed.active,
+            max_message_size=policies.topic_value(self.name, MAX_MESSAGE_SIZE) or 0)
 
     @property
     def encryption_required(self) -> bool:
@@ -120,7 +121,7 @@ class AbstractTopic(ABC):
                 self.remove_producer(existing)
             else:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = self.service.max_producers(self.name)
+        limit = self.service.policies.get(self.name, MAX_PRODUCERS)
         if 0 < limit <= len(self.producers):
             raise ProducerBusyError("Topic reached max producers limit")
         mode = producer.access_mode

@@ -21,11 +21,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 from broker.dispatch.entry_meta import entry_meta
 from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
-from broker.metadata import policies as P
+from broker.metadata.policy_table import BACKLOG_QUOTAS
+from broker.metadata.policy_values import (
+    CONSUMER_BACKLOG_EVICTION,
+    DESTINATION_STORAGE,
+    MESSAGE_AGE,
+    PRODUCER_EXCEPTION,
+    PRODUCER_REQUEST_HOLD,
+    BacklogQuota,
+)
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service import admin_ops
 from managed_ledger import ManagedCursor, ManagedLedgerError
@@ -41,11 +49,6 @@ E = pb.ServerError
 # on the very next message.
 EVICTION_TARGET = 0.9
 
-
-class BacklogQuota(NamedTuple):
-    limit_size: int  # bytes, -1 = none
-    limit_time: int  # seconds, -1 = none
-    policy: str
 
 
 def durable_cursors(topic: PersistentTopic) -> list[ManagedCursor]:
@@ -78,35 +81,21 @@ class BacklogQuotaManager:
         # producer-creation path uses this verdict instead of reading the log).
         self._age_exceeded: set[str] = set()
 
-    def quota_doc(self, name: TopicName, quota_type: str) -> dict[str, Any]:
-        """The BacklogQuota document in force for one type: the topic's, else its namespace's,
-        else the broker's backlogQuotaDefault* settings (resolved per type, as in Pulsar)."""
-        service = self.service
-        doc = (service.topic_policy(name, P.T_BACKLOG_QUOTA_MAP) or {}).get(quota_type)
-        if doc is None:
-            doc = (service.metadata.policy(name.namespace, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
-        if doc is not None:
-            return dict(doc)
-        cfg = service.config
-        size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
-        age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
-        return {"limit": size, "limitSize": size, "limitTime": age, "policy": cfg.backlogQuotaDefaultRetentionPolicy}
-
     def quota(self, name: TopicName, quota_type: str) -> BacklogQuota | None:
-        """The effective quota, or None when it sets no limit."""
-        doc = self.quota_doc(name, quota_type)
-        quota = BacklogQuota(int(doc.get("limitSize", -1)), int(doc.get("limitTime", -1)), str(doc["policy"]))
-        relevant = quota.limit_size if quota_type == P.DESTINATION_STORAGE else quota.limit_time
+        """The quota in force for one type (the topic's, else its namespace's, else the broker's
+        backlogQuotaDefault* settings, resolved per type as in Pulsar), or None when it sets no limit."""
+        quota = self.service.policies.get(name, BACKLOG_QUOTAS)[quota_type]
+        relevant = quota.limit_size if quota_type == DESTINATION_STORAGE else quota.limit_time
         return quota if relevant >= 0 else None
 
     def size_exceeded(self, topic: PersistentTopic) -> BacklogQuota | None:
-        quota = self.quota(topic.name, P.DESTINATION_STORAGE)
+        quota = self.quota(topic.name, DESTINATION_STORAGE)
         if quota is not None and estimated_backlog_size(topic) > quota.limit_size:
             return quota
         return None
 
     async def age_exceeded(self, topic: PersistentTopic, now_ms: int) -> BacklogQuota | None:
-        quota = self.quota(topic.name, P.MESSAGE_AGE)
+        quota = self.quota(topic.name, MESSAGE_AGE)
         if quota is None:
             return None
         oldest = await self.oldest_unacked_publish_time(topic)
@@ -131,13 +120,13 @@ class BacklogQuotaManager:
         """Refuse a new producer while a hold/exception quota is exceeded."""
         exceeded = self.size_exceeded(topic)
         if exceeded is None and topic.full_name in self._age_exceeded:
-            exceeded = self.quota(topic.name, P.MESSAGE_AGE)
+            exceeded = self.quota(topic.name, MESSAGE_AGE)
         if exceeded is None:
             return
-        if exceeded.policy == P.PRODUCER_EXCEPTION:
+        if exceeded.policy == PRODUCER_EXCEPTION:
             raise ProducerBlockedQuotaExceededException(
                 f"Cannot create producer on topic with backlog quota exceeded ({topic.full_name})")
-        if exceeded.policy == P.PRODUCER_REQUEST_HOLD:
+        if exceeded.policy == PRODUCER_REQUEST_HOLD:
             raise ProducerBlockedQuotaExceededError(
                 f"Cannot create producer on topic with backlog quota exceeded ({topic.full_name})")
 
@@ -155,7 +144,7 @@ class BacklogQuotaManager:
     async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:
         size_quota = self.size_exceeded(topic)
         if size_quota is not None:
-            if size_quota.policy == P.CONSUMER_BACKLOG_EVICTION:
+            if size_quota.policy == CONSUMER_BACKLOG_EVICTION:
                 self.evict_for_size(topic, size_quota)
             else:
                 admin_ops.disconnect_producers(topic)
@@ -163,7 +152,7 @@ class BacklogQuotaManager:
         if age_quota is None:
             self._age_exceeded.discard(topic.full_name)
             return
-        if age_quota.policy == P.CONSUMER_BACKLOG_EVICTION:
+        if age_quota.policy == CONSUMER_BACKLOG_EVICTION:
             for cursor in durable_cursors(topic):
                 expired = await admin_ops.expire_cursor(topic, cursor, age_quota.limit_time, now_ms)
                 self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)

@@ -1,4 +1,7 @@
-"""The broker service: owns topics, the managed ledger factory and the metadata store."""
+"""The broker service: the topic registry (load, create, unload, delete) and its lifecycle.
+
+It owns the loaded topics, the managed ledger factory and the metadata store; the policies in
+force come from ``self.policies`` (broker.metadata.policy_table's PolicyResolver)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,18 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
-from broker.metadata import policies as P
+from broker.metadata.policy_table import (
+    AUTO_TOPIC_CREATION,
+    MAX_TOPICS_PER_NAMESPACE,
+    PERSISTENCE,
+    REPLICATION_CLUSTERS,
+    RETENTION,
+    PolicyResolver,
+)
 from broker.metadata.store import MetadataStore
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
@@ -41,21 +51,14 @@ HEALTH_CHECK_TIMEOUT_S = 10.0
 AnyTopic = PersistentTopic | NonPersistentTopic
 
 
-class AutoTopicCreation(NamedTuple):
-    """The effective auto-creation rule of a namespace (its override, else the broker settings)."""
-
-    allowed: bool
-    partitioned: bool
-    default_partitions: int
-
-
 class BrokerService:
     def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
         self.config = config
         self.data_dir = data_dir
         self.metadata = MetadataStore(data_dir / "metadata.json" if data_dir else None, config.clusterName)
-        self.schemas = SchemaRegistry(self.metadata,
-                                      lambda topic, key: self.topic_policy(TopicName.parse(topic), key))
+        # The policies in force for each topic (topic, else namespace, else broker): one table.
+        self.policies = PolicyResolver(config, self.metadata)
+        self.schemas = SchemaRegistry(self.metadata, self.policies)
         self.ledger_config = ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
@@ -102,8 +105,7 @@ class BrokerService:
     def replication_targets(self, name: TopicName) -> list[str]:
         """The other clusters a topic is replicated to: its own replication clusters, else its
         namespace's, when this cluster is one of them, less this cluster."""
-        clusters = (self.topic_policy(name, P.T_REPLICATION_CLUSTERS)
-                    or self.metadata.policy(name.namespace, P.REPLICATION_CLUSTERS) or [])
+        clusters = self.policies.get(name, REPLICATION_CLUSTERS)
         local = self.config.clusterName
         return [c for c in clusters if c != local] if local in clusters else []
 
@@ -161,7 +163,7 @@ class BrokerService:
         topic always, otherwise by admin request or the namespace's auto-creation rule."""
         base = name.base
         is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
-        allowed = explicit or (create and self.auto_topic_creation(name.namespace).allowed)
+        allowed = explicit or (create and self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow)
         if not is_partition and not allowed:
             raise TopicNotFoundError(f"Topic {name} does not exist")
 
@@ -244,11 +246,12 @@ class BrokerService:
         n = self.metadata.partitions_of(name.full)
         if n > 0:
             return n
-        rule = self.auto_topic_creation(name.namespace)
-        if auto_create and rule.allowed and rule.partitioned and not self.topic_exists(name):
-            self.check_topics_limit(name, rule.default_partitions)
-            self.metadata.set_partitions(name.full, rule.default_partitions)
-            return rule.default_partitions
+        rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
+        if auto_create and rule.allow and rule.partitioned and not self.topic_exists(name):
+            partitions = rule.default_partitions or self.config.defaultNumPartitions
+            self.check_topics_limit(name, partitions)
+            self.metadata.set_partitions(name.full, partitions)
+            return partitions
         return 0
 
     def check_topics_limit(self, name: TopicName, new_topics: int) -> None:
@@ -256,188 +259,21 @@ class BrokerService:
         partitions counted one by one, as soon as it is declared) would take the namespace past its
         maxTopicsPerNamespace, else the broker's; 0 = no limit. System topics neither count nor are
         refused; a partition already declared is already counted."""
-        limit = self.metadata.policy(name.namespace, P.MAX_TOPICS_PER_NAMESPACE)
-        if limit is None:
-            limit = self.config.maxTopicsPerNamespace
+        limit = self.policies.for_namespace(name.namespace, MAX_TOPICS_PER_NAMESPACE)
         if limit <= 0 or not name.persistent or is_system_topic(name.full):
             return
         existing = self.topics_of_namespace(name.namespace, MODE_PERSISTENT)
         if name.full not in existing and len(existing) + new_topics > limit:
             raise NotAllowedError("Exceed maximum number of topics in namespace.")
 
-    # -- namespace policies ----------------------------------------------------------------------------
-    def auto_topic_creation(self, namespace: str) -> AutoTopicCreation:
-        override = self.metadata.policy(namespace, P.AUTO_TOPIC_CREATION)
-        cfg = self.config
-        if override is None:
-            return AutoTopicCreation(cfg.allowAutoTopicCreation, cfg.allowAutoTopicCreationType == "partitioned",
-                                     cfg.defaultNumPartitions)
-        partitioned = override.get("topicType") == "partitioned"
-        return AutoTopicCreation(bool(override.get("allowAutoTopicCreation")), partitioned,
-                                 int(override.get("defaultNumPartitions") or cfg.defaultNumPartitions))
-
-    # -- effective policies: the topic's own, else its namespace's, else the broker's ---------------
-    def topic_policy(self, name: TopicName, key: str) -> Any:
-        """A topic-level policy (a partition has its partitioned topic's), or None when unset or
-        topic-level policies are off."""
-        if not self.config.topicLevelPoliciesEnabled:
-            return None
-        return self.metadata.topic_policy(name.base.full, key)
-
-    def effective_policy(self, name: TopicName, topic_key: str, namespace_key: str | None, default: Any) -> Any:
-        """Topic level, else namespace level, else ``default`` (the broker setting); a value is
-        taken whole (a topic's retention does not inherit the namespace's size limit)."""
-        value = self.topic_policy(name, topic_key)
-        if value is None and namespace_key is not None:
-            value = self.metadata.policy(name.namespace, namespace_key)
-        return default if value is None else value
-
-    def message_ttl(self, name: TopicName) -> int:
-        """Seconds after which unacknowledged messages expire; 0 = never."""
-        return int(self.effective_policy(name, P.T_MESSAGE_TTL, P.MESSAGE_TTL, self.config.ttlDurationDefaultInSeconds))
-
-    def retention(self, name: TopicName) -> dict[str, int]:
-        return dict(self.effective_policy(name, P.T_RETENTION, P.RETENTION, self.default_retention()))
-
-    def default_retention(self) -> dict[str, int]:
-        return {"retentionTimeInMinutes": self.config.defaultRetentionTimeInMinutes,
-                "retentionSizeInMB": self.config.defaultRetentionSizeInMB}
-
-    def max_producers(self, name: TopicName) -> int:
-        return int(self.effective_policy(name, P.T_MAX_PRODUCERS, P.MAX_PRODUCERS_PER_TOPIC,
-                                         self.config.maxProducersPerTopic))
-
-    def max_consumers(self, name: TopicName) -> int:
-        return int(self.effective_policy(name, P.T_MAX_CONSUMERS, P.MAX_CONSUMERS_PER_TOPIC,
-                                         self.config.maxConsumersPerTopic))
-
-    def max_consumers_per_subscription(self, name: TopicName) -> int:
-        return int(self.effective_policy(name, P.T_MAX_CONSUMERS_PER_SUBSCRIPTION, P.MAX_CONSUMERS_PER_SUBSCRIPTION,
-                                         self.config.maxConsumersPerSubscription))
-
-    def max_subscriptions(self, name: TopicName) -> int:
-        """Durable subscriptions a topic may have (0 = unlimited)."""
-        return int(self.effective_policy(name, P.T_MAX_SUBSCRIPTIONS, P.MAX_SUBSCRIPTIONS_PER_TOPIC,
-                                         self.config.maxSubscriptionsPerTopic))
-
-    def max_unacked_per_consumer(self, name: TopicName) -> int:
-        """Unacknowledged messages a Shared / Key_Shared consumer may hold (0 = unlimited)."""
-        return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_CONSUMER, P.MAX_UNACKED_PER_CONSUMER,
-                                         self.config.maxUnackedMessagesPerConsumer))
-
-    def max_unacked_per_subscription(self, name: TopicName) -> int:
-        """Unacknowledged messages a Shared / Key_Shared subscription may hold before it reads no
-        new entries (0 = unlimited)."""
-        return int(self.effective_policy(name, P.T_MAX_UNACKED_ON_SUBSCRIPTION, P.MAX_UNACKED_PER_SUBSCRIPTION,
-                                         self.config.maxUnackedMessagesPerSubscription))
-
-    def subscription_types_broker(self) -> list[str]:
-        return P.parse_subscription_types(self.config.subscriptionTypesEnabled)
-
-    def subscription_types_enabled(self, name: TopicName) -> list[str]:
-        """The subscription types a topic takes: its own set, else its namespace's, else the
-        broker's subscriptionTypesEnabled (an empty set counts as not set)."""
-        return list(self.topic_policy(name, P.T_SUBSCRIPTION_TYPES_ENABLED)
-                    or self.metadata.policy(name.namespace, P.SUBSCRIPTION_TYPES_ENABLED)
-                    or self.subscription_types_broker())
-
-    def _rate_doc(self, name: TopicName, topic_key: str, namespace_key: str,
-                  broker: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """A rate in force: the topic's, else its namespace's for this cluster (Policies keeps
-        rates per cluster), else the broker's settings."""
-        doc = self.topic_policy(name, topic_key)
-        if doc is None:
-            doc = (self.metadata.policy(name.namespace, namespace_key) or {}).get(self.config.clusterName)
-        return dict(broker() if doc is None else doc)
-
-    def publish_rate_doc(self, name: TopicName) -> dict[str, int]:
-        """The PublishRate in force (else the broker's maxPublishRatePerTopicIn* settings)."""
-        return self._rate_doc(name, P.T_PUBLISH_RATE, P.PUBLISH_MAX_MESSAGE_RATE, lambda: {
-            "publishThrottlingRateInMsg": self.config.maxPublishRatePerTopicInMessages,
-            "publishThrottlingRateInByte": self.config.maxPublishRatePerTopicInBytes})
-
-    def publish_rate(self, name: TopicName) -> tuple[int, int]:
-        """(messages, bytes) per second a topic may take; 0 or less = no limit."""
-        doc = self.publish_rate_doc(name)
-        return int(doc["publishThrottlingRateInMsg"]), int(doc["publishThrottlingRateInByte"])
-
-    # Who dispatches under a DispatchRate -> (topic-level key, namespace-level key, the broker's
-    # messages and bytes settings).
-    _DISPATCH_RATES = {
-        "topic": (P.T_DISPATCH_RATE, P.TOPIC_DISPATCH_RATE,
-                  "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
-        "subscription": (P.T_SUBSCRIPTION_DISPATCH_RATE, P.SUBSCRIPTION_DISPATCH_RATE,
-                         "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
-        "replicator": (P.T_REPLICATOR_DISPATCH_RATE, P.REPLICATOR_DISPATCH_RATE,
-                       "dispatchThrottlingRatePerReplicatorInMsg", "dispatchThrottlingRatePerReplicatorInByte"),
-    }
-
-    def dispatch_rate_doc(self, name: TopicName, kind: str) -> dict[str, Any]:
-        """The DispatchRate in force for a topic's subscriptions together (``kind`` "topic"), for
-        each of its subscriptions ("subscription") or for each of its replicators ("replicator"):
-        the topic's, else its namespace's, else the broker's dispatchThrottlingRatePer* settings."""
-        topic_key, namespace_key, msgs_key, bytes_key = self._DISPATCH_RATES[kind]
-        return self._rate_doc(name, topic_key, namespace_key, lambda: {
-            "dispatchThrottlingRateInMsg": getattr(self.config, msgs_key),
-            "dispatchThrottlingRateInByte": getattr(self.config, bytes_key),
-            "ratePeriodInSecond": 1, "relativeToPublishRate": False})
-
-    def dispatch_rate(self, name: TopicName, kind: str) -> tuple[int, int, int, bool]:
-        """(messages, bytes, period in seconds, relative to the publish rate); 0 or less = no limit."""
-        doc = self.dispatch_rate_doc(name, kind)
-        return (int(doc["dispatchThrottlingRateInMsg"]), int(doc["dispatchThrottlingRateInByte"]),
-                int(doc.get("ratePeriodInSecond", 1)), bool(doc.get("relativeToPublishRate", False)))
-
-    def subscribe_rate_doc(self, name: TopicName) -> dict[str, int]:
-        """The SubscribeRate in force (else the broker's subscribeThrottlingRatePerConsumer and
-        subscribeRatePeriodPerConsumerInSecond)."""
-        return self._rate_doc(name, P.T_SUBSCRIBE_RATE, P.SUBSCRIBE_RATE, lambda: {
-            "subscribeThrottlingRatePerConsumer": self.config.subscribeThrottlingRatePerConsumer,
-            "ratePeriodInSecond": self.config.subscribeRatePeriodPerConsumerInSecond})
-
-    def subscribe_rate(self, name: TopicName) -> tuple[int, int]:
-        """(subscribes per consumer, period in seconds); 0 or less = no limit."""
-        doc = self.subscribe_rate_doc(name)
-        return int(doc["subscribeThrottlingRatePerConsumer"]), int(doc["ratePeriodInSecond"])
-
-    def delayed_delivery(self, name: TopicName) -> dict[str, Any]:
-        """The DelayedDeliveryPolicies in force: the topic's, else its namespace's, else the broker's."""
-        cfg = self.config
-        return dict(self.effective_policy(name, P.T_DELAYED_DELIVERY, P.DELAYED_DELIVERY, {
-            "active": cfg.delayedDeliveryEnabled, "tickTime": cfg.delayedDeliveryTickTimeMillis,
-            "maxDeliveryDelayInMillis": cfg.delayedDeliveryMaxDelayInMillis}))
-
-    def schema_validation_enforced(self, name: TopicName) -> bool:
-        """Producers without a schema are refused on topics that have one."""
-        return bool(self.effective_policy(name, P.T_SCHEMA_VALIDATION_ENFORCED, P.SCHEMA_VALIDATION_ENFORCED,
-                                          self.config.isSchemaValidationEnforced))
-
-    def allow_auto_subscription_creation(self, name: TopicName) -> bool:
-        """Consumers may create a durable subscription by subscribing."""
-        doc = self.effective_policy(name, P.T_AUTO_SUBSCRIPTION_CREATION, P.AUTO_SUBSCRIPTION_CREATION,
-                                    {"allowAutoSubscriptionCreation": self.config.allowAutoSubscriptionCreation})
-        return bool(doc["allowAutoSubscriptionCreation"])
-
-    def allow_auto_update_schema(self, name: TopicName) -> bool:
-        """Producers may register new schema versions."""
-        value = self.metadata.policy(name.namespace, P.ALLOW_AUTO_UPDATE_SCHEMA)
-        return bool(self.config.isAllowAutoUpdateSchema if value is None else value)
-
-    def deduplication(self, name: TopicName) -> bool:
-        return bool(self.effective_policy(name, P.T_DEDUPLICATION, P.DEDUPLICATION,
-                                          self.config.brokerDeduplicationEnabled))
-
     def ledger_config_for(self, name: TopicName) -> ManagedLedgerConfig:
         """The managed-ledger settings with the topic's retention and persistence policies
         (applied when a topic loads, and to loaded topics by the retention housekeeping task)."""
-        r = self.retention(name)
-        minutes, size_mb = r["retentionTimeInMinutes"], r["retentionSizeInMB"]
-        persistence = self.effective_policy(name, P.T_PERSISTENCE, P.PERSISTENCE, None)
+        retention = self.policies.get(name, RETENTION)
+        persistence = self.policies.get(name, PERSISTENCE)
         return dataclasses.replace(self.ledger_config,
-                                   retention_time_s=-1 if minutes < 0 else minutes * 60,
-                                   retention_size_bytes=-1 if size_mb < 0 else size_mb * MB,
-                                   mark_delete_rate=None if persistence is None
-                                   else float(persistence["managedLedgerMaxMarkDeleteRate"]))
+                                   retention_time_s=retention.time_s, retention_size_bytes=retention.size_bytes,
+                                   mark_delete_rate=None if persistence is None else persistence.max_mark_delete_rate)
 
     def apply_ledger_policies_to(self, scope: str) -> None:
         """A retention or persistence change reaches the loaded topics it covers now: ``scope``
@@ -455,11 +291,6 @@ class BrokerService:
         if wanted != topic.ledger.config:
             topic.ledger.update_config(wanted)
         topic.ledger.trim_consumed_ledgers()
-
-    def subscription_expiration_s(self, namespace: str) -> float:
-        """Seconds without consumers, reads or acks after which a subscription is deleted (0 = never)."""
-        minutes = self.metadata.policy(namespace, P.SUBSCRIPTION_EXPIRATION)
-        return float(self.config.subscriptionExpirationTimeMinutes if minutes is None else minutes) * 60
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """Persistent (mode 0), non-persistent (1) or all (2) topics, including partitions.
@@ -525,11 +356,6 @@ class BrokerService:
         finally:
             del self._unloading[name.full]
             done.set_result(None)
-
-    def compaction_threshold(self, name: TopicName) -> int:
-        """Bytes published since the last compaction that trigger the next one (0 = never)."""
-        return int(self.effective_policy(name, P.T_COMPACTION_THRESHOLD, P.COMPACTION_THRESHOLD,
-                                         self.config.brokerServiceCompactionThresholdInBytes))
 
     def start(self) -> None:
         """Background work once the broker serves: replication picks up where it stopped."""

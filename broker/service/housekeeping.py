@@ -2,7 +2,7 @@
 
 They start with the first loaded topic (before that there is nothing to do) and stop in the
 service's close(). Each job reads the policies in force for each topic (topic, namespace, then
-broker; see BrokerService.effective_policy) at every run, so a policy change reaches loaded
+broker; see broker.metadata.policy_table) at every run, so a policy change reaches loaded
 topics by the next run.
 
 | job | every | does |
@@ -24,7 +24,12 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError
-from broker.metadata import policies as P
+from broker.metadata.policy_table import (
+    COMPACTION_THRESHOLD,
+    DEDUP_SNAPSHOT_INTERVAL,
+    MESSAGE_TTL,
+    SUBSCRIPTION_EXPIRATION,
+)
 from broker.service import admin_ops
 from broker.service.periodic import PeriodicTask
 
@@ -76,7 +81,7 @@ class Housekeeping:
         service = self.service
         now_ms = int(time.time() * 1000)
         for topic in list(service.topics.values()):
-            ttl = service.message_ttl(topic.name)
+            ttl = service.policies.get(topic.name, MESSAGE_TTL)
             if ttl <= 0 or topic.closed:
                 continue
             for cursor in list(topic.ledger.cursors.values()):
@@ -93,7 +98,7 @@ class Housekeeping:
         """Start compaction on topics that received more than their threshold."""
         service = self.service
         for topic in list(service.topics.values()):
-            threshold = service.compaction_threshold(topic.name)
+            threshold = service.policies.get(topic.name, COMPACTION_THRESHOLD)
             if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
                 topic.compactor.trigger()
 
@@ -102,7 +107,7 @@ class Housekeeping:
         that have had no consumer, read or ack for the expiration time."""
         service = self.service
         for topic in list(service.topics.values()):
-            limit_s = service.subscription_expiration_s(topic.name.namespace)
+            limit_s = service.policies.for_namespace(topic.name.namespace, SUBSCRIPTION_EXPIRATION) * 60
             if limit_s <= 0 or topic.closed:
                 continue
             now = time.time()  # the managed ledgers' clock
@@ -130,9 +135,7 @@ class Housekeeping:
         service = self.service
         for topic in list(service.topics.values()):
             if topic.dedup.cursor is not None:
-                interval = service.effective_policy(topic.name, P.T_DEDUP_SNAPSHOT_INTERVAL, P.DEDUP_SNAPSHOT_INTERVAL,
-                                                    service.config.brokerDeduplicationSnapshotIntervalSeconds)
-                topic.dedup.snapshot_if_due(int(interval))
+                topic.dedup.snapshot_if_due(service.policies.get(topic.name, DEDUP_SNAPSHOT_INTERVAL))
 
     async def check_backlogged_cursors(self) -> None:
         """Subscriptions and replicators that fell behind (or caught up) since consumers (or the

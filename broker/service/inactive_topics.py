@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from broker.metadata import policies as P
+from broker.metadata.policy_table import INACTIVE_TOPIC_POLICIES, RETENTION
+from broker.metadata.policy_values import DELETE_WHEN_NO_SUBSCRIPTIONS, InactiveTopicPolicies
 from broker.service import admin_ops
 from broker.topic_name import TopicName, is_system_topic
 
@@ -37,42 +37,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class InactiveTopicPolicy:
-    delete_while_inactive: bool
-    max_inactive_s: float
-    mode: str
-
-
 class InactiveTopicMonitor:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.checks = 0  # completed runs of check_all
         self.deleted_total = 0
 
-    def broker_policy(self) -> dict[str, Any]:
-        """The broker's settings as an InactiveTopicPolicies document."""
-        cfg = self.service.config
-        max_s: float | None = cfg.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
-        if max_s is None:
-            max_s = cfg.brokerDeleteInactiveTopicsFrequencySeconds
-        return {"inactiveTopicDeleteMode": cfg.brokerDeleteInactiveTopicsMode,
-                "maxInactiveDurationSeconds": max_s, "deleteWhileInactive": cfg.brokerDeleteInactiveTopicsEnabled}
-
-    def policy(self, name: TopicName) -> InactiveTopicPolicy:
+    def policy(self, name: TopicName) -> InactiveTopicPolicies:
         """The topic's inactiveTopicPolicies, else its namespace's, else the broker's settings
         (each taken whole, never merged)."""
-        doc = self.service.effective_policy(name, P.T_INACTIVE_TOPIC_POLICIES, P.INACTIVE_TOPIC_POLICIES,
-                                            self.broker_policy())
-        return InactiveTopicPolicy(bool(doc["deleteWhileInactive"]), float(doc["maxInactiveDurationSeconds"]),
-                                   str(doc["inactiveTopicDeleteMode"]))
+        return self.service.policies.get(name, INACTIVE_TOPIC_POLICIES)
 
     @staticmethod
     def is_active(topic: PersistentTopic, mode: str) -> bool:
         if topic.producers or topic.waiting_producers or topic.compacted_view is not None or topic.replicators:
             return True
         names = admin_ops.subscription_names(topic)
-        if mode == P.DELETE_WHEN_NO_SUBSCRIPTIONS:
+        if mode == DELETE_WHEN_NO_SUBSCRIPTIONS:
             return bool(names)
         return any(admin_ops.backlog_of(topic, name) > 0 for name in names)
 
@@ -92,13 +73,13 @@ class InactiveTopicMonitor:
         if not policy.delete_while_inactive:
             return False
         now = time.monotonic()
-        if self.is_active(topic, policy.mode):
+        if self.is_active(topic, policy.delete_mode):
             topic.last_active = now
             return False
         inactive_s = now - topic.last_active
         if inactive_s < policy.max_inactive_s:
             return False
-        retention_min = service.retention(topic.name)["retentionTimeInMinutes"]
+        retention_min = service.policies.get(topic.name, RETENTION).time_minutes
         return not (retention_min < 0 or inactive_s < retention_min * 60)
 
     async def _delete(self, topic: PersistentTopic) -> None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.metadata.policy_table import PUBLISH_RATE
+
 if TYPE_CHECKING:
     from broker.service.abstract_topic import AbstractTopic
 
@@ -113,7 +115,8 @@ class PublishThrottle(_RateLimit):
     """One topic's publish rate limit (per second)."""
 
     def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(topic.service.metadata, lambda: (*topic.service.publish_rate(topic.name), 1), clock)
+        policies = topic.service.policies
+        super().__init__(topic.service.metadata, lambda: (*policies.get(topic.name, PUBLISH_RATE).as_tuple(), 1), clock)
         self.topic = topic
         self._paused: set[Throttleable] = set()
         self._timer: asyncio.TimerHandle | None = None

@@ -44,6 +44,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.dispatch.entry_meta import entry_meta
+from broker.metadata.policy_table import REPLICATOR_DISPATCH_RATE
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import build_entry, entry_body, parse_payload
@@ -114,8 +115,9 @@ class Replicator(ABC):
         self._task: asyncio.Task[None] | None = None
         self.closed = False
         # replicatorDispatchRate (topic, namespace, broker): each replicator has its own buckets.
+        policies = topic.service.policies
         self.dispatch_rate = DispatchRate(topic.service.metadata,
-                                          lambda: topic.service.dispatch_rate(topic.name, "replicator"))
+                                          lambda: policies.get(topic.name, REPLICATOR_DISPATCH_RATE).as_tuple())
 
     @property
     def remote_url(self) -> str | None:

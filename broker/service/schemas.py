@@ -10,18 +10,17 @@ from __future__ import annotations
 import base64
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from broker.errors import IncompatibleSchemaError
-from broker.metadata import policies as P
+from broker.metadata.policy_table import SCHEMA_COMPATIBILITY_STRATEGY, PolicyResolver
 from broker.metadata.store import MetadataStore
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service import avro_compat
 from broker.topic_name import TopicName
 
 _VERSION = struct.Struct(">q")
-DEFAULT_STRATEGY = "FULL"  # Pulsar's broker default schemaCompatibilityStrategy
 _AVRO_TYPES = frozenset({pb.Schema.Type.Value("Avro"), pb.Schema.Type.Value("Json")})
 
 SCHEMA_TYPE_NAMES = {v: k.upper() for k, v in pb.Schema.Type.items()}
@@ -72,11 +71,9 @@ def _same(record: Mapping[str, Any], schema: pb.Schema) -> bool:
 
 
 class SchemaRegistry:
-    def __init__(self, store: MetadataStore,
-                 topic_policy: Callable[[str, str], Any] = lambda topic, key: None) -> None:
+    def __init__(self, store: MetadataStore, policies: PolicyResolver) -> None:
         self.store = store
-        # (base topic, TopicPolicies field) -> the topic-level value or None
-        self.topic_policy = topic_policy
+        self.policies = policies
 
     def versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:
         return self.store.schema_versions(base_topic)
@@ -94,11 +91,7 @@ class SchemaRegistry:
     def strategy(self, base_topic: str) -> str:
         """The topic's schemaCompatibilityStrategy, else its namespace's, else the default (FULL);
         UNDEFINED at a level passes to the next."""
-        value = self.topic_policy(base_topic, P.T_SCHEMA_STRATEGY) or "UNDEFINED"
-        if value == "UNDEFINED":
-            ns = TopicName.parse(base_topic).namespace
-            value = self.store.namespaces.get(ns, {}).get(P.SCHEMA_STRATEGY, "UNDEFINED")
-        return DEFAULT_STRATEGY if value == "UNDEFINED" else str(value)
+        return self.policies.get(TopicName.parse(base_topic), SCHEMA_COMPATIBILITY_STRATEGY)
 
     def _find_or_check(self, base_topic: str, schema: pb.Schema) -> int | None:
         versions = self.versions(base_topic)

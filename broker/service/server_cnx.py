@@ -22,6 +22,11 @@ from broker.errors import (
     MetadataError,
     NotAllowedError,
 )
+from broker.metadata.policy_table import (
+    ALLOW_AUTO_UPDATE_SCHEMA,
+    SCHEMA_VALIDATION_ENFORCED,
+    SUBSCRIPTION_TYPES_ENABLED,
+)
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -267,9 +272,9 @@ class ServerCnx:
             schema_version = b""
             schemas = self.service.schemas
             if c.HasField("schema"):
-                may_add = self.service.allow_auto_update_schema(name)
+                may_add = self.service.policies.for_namespace(name.namespace, ALLOW_AUTO_UPDATE_SCHEMA)
                 schema_version = encode_version(schemas.add_or_get(name.base.full, c.schema, may_add))
-            elif self.service.schema_validation_enforced(name) and schemas.has_schema(name.base.full):
+            elif self.service.policies.get(name, SCHEMA_VALIDATION_ENFORCED) and schemas.has_schema(name.base.full):
                 raise IncompatibleSchemaError("Producers cannot connect or send message without a schema to topics "
                                               "with a schema if SchemaValidationEnforced is enabled")
             generated = not (c.HasField("producer_name") and c.producer_name)
@@ -429,7 +434,8 @@ class ServerCnx:
         type_name = pb.CommandSubscribe.SubType.Name(sub_type)
         if sub_type == pb.CommandSubscribe.Key_Shared and not self.service.config.subscriptionKeySharedEnable:
             raise NotAllowedError("Key_Shared subscription is disabled by broker.")
-        if not is_system_topic(name.full) and type_name not in self.service.subscription_types_enabled(name):
+        enabled = self.service.policies.get(name, SUBSCRIPTION_TYPES_ENABLED)
+        if not is_system_topic(name.full) and type_name not in enabled:
             raise NotAllowedError(f"Topic[{{{name.full}}}] doesn't support {type_name} sub type!")
 
     def handle_flow(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

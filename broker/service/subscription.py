@@ -13,6 +13,12 @@ from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
+from broker.metadata.policy_table import (
+    MAX_CONSUMERS,
+    MAX_CONSUMERS_PER_SUBSCRIPTION,
+    MAX_UNACKED_PER_CONSUMER,
+    SUBSCRIPTION_DISPATCH_RATE,
+)
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.service.rate_limits import DispatchRate
@@ -37,9 +43,9 @@ def check_consumer_admission(sub: Subscription | NonPersistentSubscription, cons
     if consumer.sub_type == Sub.Exclusive and members:
         raise ConsumerBusyError("Exclusive consumer is already connected")
     service, name = sub.topic.service, sub.topic.name
-    if 0 < service.max_consumers_per_subscription(name) <= len(members):
+    if 0 < service.policies.get(name, MAX_CONSUMERS_PER_SUBSCRIPTION) <= len(members):
         raise ConsumerBusyError("Subscription reached max consumers limit")
-    if 0 < service.max_consumers(name) <= sum(len(s.consumers) for s in sub.topic.subscriptions.values()):
+    if 0 < service.policies.get(name, MAX_CONSUMERS) <= sum(len(s.consumers) for s in sub.topic.subscriptions.values()):
         raise ConsumerBusyError("Topic reached max consumers limit")
 
 
@@ -76,8 +82,10 @@ class Subscription:
         if durable and cursor.properties.get(REPLICATED_PROPERTY):
             self.snapshots = SnapshotCache(service.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
+        policies = service.policies
         self.dispatch_rates = (topic.dispatch_rate,
-                               DispatchRate(service.metadata, lambda: service.dispatch_rate(topic.name, "subscription"),
+                               DispatchRate(service.metadata,
+                                            lambda: policies.get(topic.name, SUBSCRIPTION_DISPATCH_RATE).as_tuple(),
                                             published=topic.published_totals))
 
     @property
@@ -131,7 +139,7 @@ class Subscription:
         batch = service.config.dispatcherMaxReadBatchSize
         t = consumer.sub_type
         # (A policy change of the unacked limit reaches a subscription with its next dispatcher.)
-        max_unacked = service.max_unacked_per_consumer(self.topic.name)
+        max_unacked = service.policies.get(self.topic.name, MAX_UNACKED_PER_CONSUMER)
         if t == Sub.Shared:
             return SharedDispatcher(self, batch, max_unacked)
         if t == Sub.Key_Shared:

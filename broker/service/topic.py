@@ -15,6 +15,14 @@ from broker.errors import (
     TooManySubscriptionsError,
     TopicTerminatedError,
 )
+from broker.metadata.policy_table import (
+    AUTO_SUBSCRIPTION_CREATION,
+    DEDUPLICATION,
+    MAX_SUBSCRIPTIONS,
+    MAX_UNACKED_PER_SUBSCRIPTION,
+    SUBSCRIBE_RATE,
+    TOPIC_DISPATCH_RATE,
+)
 from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -49,19 +57,20 @@ class PersistentTopic(AbstractTopic):
         self.ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
-        self.dispatch_rate = DispatchRate(service.metadata, lambda: service.dispatch_rate(name, "topic"),
+        policies = service.policies
+        self.dispatch_rate = DispatchRate(service.metadata, lambda: policies.get(name, TOPIC_DISPATCH_RATE).as_tuple(),
                                           published=self.published_totals)
-        self.subscribe_rate = SubscribeRateLimiter(lambda: service.subscribe_rate(name))
+        self.subscribe_rate = SubscribeRateLimiter(lambda: service.policies.get(name, SUBSCRIBE_RATE).as_tuple())
         # Geo-replication: remote cluster -> its replicator (see replication.py).
         self.replicators: dict[str, PersistentReplicator] = {}
         self._replication_update: asyncio.Task[None] | None = None
         # Replicated subscriptions: present while the topic is replicated (and they are enabled).
         self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
         self.data_entries_added = 0
-        self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
+        self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
         # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
         self.max_unacked_per_subscription = Derived(service.metadata,
-                                                    lambda: service.max_unacked_per_subscription(name))
+                                                    lambda: service.policies.get(name, MAX_UNACKED_PER_SUBSCRIPTION))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")
 
@@ -133,9 +142,9 @@ class PersistentTopic(AbstractTopic):
             return sub
         if durable:
             if name not in self.ledger.cursors:
-                if not self.service.allow_auto_subscription_creation(self.name):
+                if not self.service.policies.get(self.name, AUTO_SUBSCRIPTION_CREATION).allow:
                     raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
-                limit = self.service.max_subscriptions(self.name)
+                limit = self.service.policies.get(self.name, MAX_SUBSCRIPTIONS)
                 if 0 < limit <= sum(1 for n in self.ledger.cursors if self.is_subscription_cursor(n)):
                     raise TooManySubscriptionsError(
                         f"Exceed the maximum number of subscriptions of the topic: {self.name}")

@@ -42,9 +42,16 @@ def sub_stats(admin: Admin, topic: str, sub: str) -> dict[str, int]:
 
 
 def fill(client: pulsar.Client, topic: str, n: int) -> None:
-    producer = client.create_producer(topic, batching_enabled=False)
+    """Send up to ``n`` messages; stop early if a backlog quota (checked every 0.2 s by these
+    brokers) blocks or holds the producer before the loop ends: the callers then wait for the
+    state they need, never for this loop to have sent every message."""
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
     for _ in range(n):
-        producer.send(PAYLOAD)
+        try:
+            producer.send(PAYLOAD)
+        except (pulsar.ProducerBlockedQuotaExceededException, pulsar.ProducerBlockedQuotaExceededError,
+                pulsar.Timeout):
+            break
     producer.close()
 
 
@@ -78,7 +85,11 @@ def test_backlog_quota_producer_exception(admin: Admin, client: pulsar.Client) -
     client.subscribe(topic, "lagging").close()
     producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
     for _ in range(20):  # ~2 KB of backlog, twice the quota
-        producer.send(PAYLOAD)
+        try:
+            producer.send(PAYLOAD)
+        except (pulsar.ProducerBlockedQuotaExceededException, pulsar.Timeout):
+            break  # the periodic check (every 0.2 s) blocked this producer before the loop ended
+    wait_for(lambda: admin.stats(topic)["backlogSize"] > 1000, what="backlog over the quota")
     with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
         client.create_producer(topic)
 
@@ -87,6 +98,8 @@ def test_backlog_quota_producer_exception(admin: Admin, client: pulsar.Client) -
             producer.send(PAYLOAD)
         except pulsar.ProducerBlockedQuotaExceededException:
             return True
+        except pulsar.Timeout:  # still reconnecting when the send timed out: try again
+            return False
         return False
 
     # the periodic check disconnects the connected producer; its reconnect is refused, so sends fail
@@ -102,6 +115,7 @@ def test_backlog_quota_producer_request_hold(admin: Admin, client: pulsar.Client
     admin.ok("POST", f"{NS}/{ns}/backlogQuota", {"limitSize": 500, "policy": "producer_request_hold"})
     client.subscribe(topic, "lagging").close()
     fill(client, topic, 10)
+    wait_for(lambda: admin.stats(topic)["backlogSize"] > 500, what="backlog over the quota")
     with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
         client.create_producer(topic)
 

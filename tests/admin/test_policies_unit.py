@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.metadata import policies as P
+from broker.metadata.policy_values import AutoTopicCreation, BacklogQuota, Retention
 
 
 def status_of(fn: Callable[..., object], *args: object) -> int:
@@ -16,13 +17,13 @@ def status_of(fn: Callable[..., object], *args: object) -> int:
 
 
 def test_retention_values() -> None:
-    assert P.parse_retention({"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}) == {
+    assert Retention.from_json({"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}).to_json() == {
         "retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
-    assert P.parse_retention({"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})["retentionSizeInMB"] == 0
-    assert status_of(P.parse_retention, {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}) == 412
-    assert status_of(P.parse_retention, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}) == 412
-    assert status_of(P.parse_retention, {"retentionTimeInMinutes": "1h", "retentionSizeInMB": 10}) == 400
-    assert status_of(P.parse_retention, [1, 2]) == 400
+    assert Retention.from_json({"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}).size_mb == 0
+    assert status_of(Retention.from_json, {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}) == 412
+    assert status_of(Retention.from_json, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}) == 412
+    assert status_of(Retention.from_json, {"retentionTimeInMinutes": "1h", "retentionSizeInMB": 10}) == 400
+    assert status_of(Retention.from_json, [1, 2]) == 400
 
 
 def test_message_ttl_values() -> None:
@@ -33,29 +34,30 @@ def test_message_ttl_values() -> None:
 
 
 def test_backlog_quota_values() -> None:
-    q = P.parse_backlog_quota({"limitSize": 1024, "policy": "producer_exception"})
-    assert q == {"limit": 1024, "limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
-    assert P.parse_backlog_quota({"limit": 5, "limitTime": 60, "policy": "consumer_backlog_eviction"})["limitSize"] == 5
-    assert status_of(P.parse_backlog_quota, {"limitSize": 1, "policy": "drop_everything"}) == 400
-    assert status_of(P.parse_backlog_quota, {"limitSize": 1}) == 400
-    assert status_of(P.parse_backlog_quota, {"limitSize": -5, "policy": "producer_request_hold"}) == 412
+    q = BacklogQuota.from_json({"limitSize": 1024, "policy": "producer_exception"})
+    assert q.to_json() == {"limit": 1024, "limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
+    assert BacklogQuota.from_json({"limit": 5, "limitTime": 60, "policy": "consumer_backlog_eviction"}).limit_size == 5
+    assert status_of(BacklogQuota.from_json, {"limitSize": 1, "policy": "drop_everything"}) == 400
+    assert status_of(BacklogQuota.from_json, {"limitSize": 1}) == 400
+    assert status_of(BacklogQuota.from_json, {"limitSize": -5, "policy": "producer_request_hold"}) == 412
     assert P.parse_backlog_quota_type(None) == "destination_storage"
     assert P.parse_backlog_quota_type("message_age") == "message_age"
     assert status_of(P.parse_backlog_quota_type, "size") == 400
 
 
 def test_backlog_quota_must_stay_below_retention() -> None:
-    retention = {"retentionTimeInMinutes": 10, "retentionSizeInMB": 1}
-    assert P.check_quota_within_retention({"limitSize": 1000, "limitTime": -1}, retention)
-    assert not P.check_quota_within_retention({"limitSize": 2 * 1024 * 1024, "limitTime": -1}, retention)
-    assert not P.check_quota_within_retention({"limitSize": -1, "limitTime": 600}, retention)
-    assert P.check_quota_within_retention({"limitSize": 10**12, "limitTime": 10**6}, None)
+    retention = Retention(time_minutes=10, size_mb=1)
+    hold = "producer_request_hold"
+    assert BacklogQuota(1000, -1, hold).within(retention)
+    assert not BacklogQuota(2 * 1024 * 1024, -1, hold).within(retention)
+    assert not BacklogQuota(-1, 600, hold).within(retention)
+    assert BacklogQuota(10**12, 10**6, hold).within(None)
 
 
 def test_auto_topic_creation_values() -> None:
-    assert P.parse_auto_topic_creation({"allowAutoTopicCreation": True, "topicType": "partitioned",
-                                        "defaultNumPartitions": 3})["defaultNumPartitions"] == 3
-    assert P.parse_auto_topic_creation({"allowAutoTopicCreation": False}) == {"allowAutoTopicCreation": False}
+    assert AutoTopicCreation.from_json({"allowAutoTopicCreation": True, "topicType": "partitioned",
+                                        "defaultNumPartitions": 3}).default_partitions == 3
+    assert AutoTopicCreation.from_json({"allowAutoTopicCreation": False}).to_json() == {"allowAutoTopicCreation": False}
     bad = [
         {"allowAutoTopicCreation": True, "topicType": "sharded"},
         {"allowAutoTopicCreation": True, "topicType": "partitioned"},
@@ -63,8 +65,8 @@ def test_auto_topic_creation_values() -> None:
         {"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2},
     ]
     for body in bad:
-        assert status_of(P.parse_auto_topic_creation, body) == 412, body
-    assert status_of(P.parse_auto_topic_creation, {"allowAutoTopicCreation": "yes"}) == 400
+        assert status_of(AutoTopicCreation.from_json, body) == 412, body
+    assert status_of(AutoTopicCreation.from_json, {"allowAutoTopicCreation": "yes"}) == 400
 
 
 def test_policies_view_has_pulsar_defaults_and_stored_values() -> None:

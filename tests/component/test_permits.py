@@ -10,7 +10,7 @@ import asyncio
 import struct
 from collections.abc import Iterable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from broker.config import BrokerConfig
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.metadata.policy_table import Policy
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.abstract_topic import SendPolicy
 from broker.service.consumer import Consumer
@@ -52,6 +53,9 @@ def entry_bytes(batch: int = 0) -> bytes:
     return struct.pack(">I", len(meta)) + meta + b"x"
 
 
+T = TypeVar("T")
+
+
 class FakeService:
     """What a subscription and its dispatcher ask of the broker service: its defaults, no limits."""
 
@@ -59,18 +63,17 @@ class FakeService:
         self.config = BrokerConfig()
         self.metadata = SimpleNamespace(generation=0)
         self.unacked_blocked: set[Any] = set()
+        self.policies = FakePolicies(self.config)
 
-    def max_consumers(self, name: Any) -> int:
-        return 0
 
-    def max_consumers_per_subscription(self, name: Any) -> int:
-        return 0
+class FakePolicies:
+    """The policies in force: the broker's defaults (no consumer limits, no dispatch rates)."""
 
-    def max_unacked_per_consumer(self, name: Any) -> int:
-        return self.config.maxUnackedMessagesPerConsumer
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
 
-    def dispatch_rate(self, name: Any, per_subscription: bool) -> tuple[int, int, int, bool]:
-        return 0, 0, 1, False
+    def get(self, name: Any, policy: Policy[T]) -> T:
+        return policy.broker(self.config)
 
 
 class Harness:

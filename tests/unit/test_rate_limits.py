@@ -7,6 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from broker.metadata.policy_values import PublishRate
 from broker.service.rate_limits import RATE_RECHECK_S, DispatchRate, PublishThrottle, SubscribeRateLimiter, TokenBucket
 
 
@@ -24,7 +25,8 @@ class FakeTopic:
         self.limits = limits
         self.name = "t"
         self.loop = asyncio.get_running_loop()
-        self.service = SimpleNamespace(metadata=SimpleNamespace(generation=1), publish_rate=lambda name: self.limits)
+        policies = SimpleNamespace(get=lambda name, policy: PublishRate(*self.limits))
+        self.service = SimpleNamespace(metadata=SimpleNamespace(generation=1), policies=policies)
 
 
 def test_token_bucket_refills_continuously_up_to_one_second() -> None:

@@ -1,0 +1,20 @@
+"""Apache Pulsar's names for kinds of things (enumerations as their JSON and configuration spell
+them), shared by the configuration's checks and the policy values, so that neither imports the other."""
+
+# BacklogQuota.BacklogQuotaType: a size limit and (Pulsar 2.9+) an age limit.
+DESTINATION_STORAGE = "destination_storage"
+MESSAGE_AGE = "message_age"
+BACKLOG_QUOTA_TYPES = (DESTINATION_STORAGE, MESSAGE_AGE)
+# BacklogQuota.RetentionPolicy: what happens once a quota is exceeded.
+PRODUCER_REQUEST_HOLD = "producer_request_hold"
+PRODUCER_EXCEPTION = "producer_exception"
+CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
+TOPIC_TYPES = ("partitioned", "non-partitioned")
+# InactiveTopicDeleteMode: what an inactive topic may still have.
+DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
+DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"
+INACTIVE_TOPIC_DELETE_MODES = (DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP)
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                     "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
