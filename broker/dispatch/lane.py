@@ -39,9 +39,6 @@ class Lane:
     def closed(self) -> bool:
         return self._closed
 
-    def pending_items(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
-        return list(self._items)
-
     def close(self) -> None:
         self._closed = True
 

@@ -126,10 +126,6 @@ class SharedDispatcher(Dispatcher):
             self._pending_released(p)
         self._kick()
 
-    @property
-    def delayed_count(self) -> int:
-        return len(self._delayed_set)
-
     # -- hooks for Key_Shared ----------------------------------------------------------------------
     def _replay_added(self, p: Position) -> None:
         """``p`` entered the replay set."""
