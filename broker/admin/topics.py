@@ -27,7 +27,7 @@ from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
 from broker.errors import NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import entry_body, parse_payload
+from broker.protocol.entry import entry_body, parse_payload
 from broker.service import admin_ops
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.topic import PersistentTopic

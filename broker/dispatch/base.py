@@ -26,10 +26,10 @@ import os
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
-from broker.service.replicated_subscriptions import SNAPSHOT as SNAPSHOT_MARKER
+from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
+from broker.protocol.entry import EntryMeta, entry_meta
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:

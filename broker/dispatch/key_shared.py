@@ -17,9 +17,9 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import EntryMeta
 from broker.dispatch.key_selector import KeySelector, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
+from broker.protocol.entry import EntryMeta
 from managed_ledger import Position
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.entry_meta import EntryMeta
+from broker.protocol.entry import EntryMeta
 from broker.service.consumer import Delivery
 from managed_ledger import Entry, Position
 

@@ -23,10 +23,10 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
 from broker.metadata import policies as P
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
 from managed_ledger import ManagedCursor, ManagedLedgerError
 

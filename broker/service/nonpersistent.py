@@ -33,7 +33,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import EntryMeta, entry_meta
 from broker.dispatch.key_selector import KeySelector, sticky_key_hash
 from broker.dispatch.members import ConsumerMembers
 from broker.dispatch.shared import next_round_robin
@@ -41,6 +40,7 @@ from broker.dispatch.single_active import ActiveConsumerElection
 from broker.errors import ServiceNotReadyError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import EntryMeta, entry_meta
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.producer import Producer
 from broker.service.replication import NonPersistentReplicator

@@ -43,10 +43,9 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry, entry_body, entry_meta, parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import build_entry, entry_body, parse_payload
 from broker.service.rate_limits import DispatchRate
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload

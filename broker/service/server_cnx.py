@@ -27,8 +27,9 @@ from broker.errors import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
+from broker.protocol.entry import parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import command_body, parse_payload
+from broker.protocol.frames import command_body
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
 from broker.service.consumer import Consumer
 from broker.service.nonpersistent import NonPersistentSubscription

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.errors import (
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -18,7 +17,7 @@ from broker.errors import (
 from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
