@@ -6,15 +6,14 @@ import logging
 import time
 from collections.abc import Mapping
 from itertools import zip_longest
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.key_shared import KeySharedDispatcher
-from broker.dispatch.shared import SharedDispatcher
-from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
+from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
 from managed_ledger import ManagedCursor, Position
@@ -123,32 +122,21 @@ class Subscription:
 
     @property
     def consumers(self) -> list[Consumer]:
-        return self.dispatcher.consumers if self.dispatcher is not None else []
+        # The dispatcher knows its members as dispatch.context.Consumer; every one of them was
+        # added by add_consumer, which takes a service Consumer.
+        return cast("list[Consumer]", self.dispatcher.consumers) if self.dispatcher is not None else []
 
     # -- consumers ---------------------------------------------------------------------------------
     def _make_dispatcher(self, consumer: Consumer) -> Dispatcher:
-        service = self.topic.service
-        batch = service.config.dispatcherMaxReadBatchSize
-        t = consumer.sub_type
-        # (A policy change of the unacked limit reaches a subscription with its next dispatcher.)
-        max_unacked = service.max_unacked_per_consumer(self.topic.name)
-        if t == Sub.Shared:
-            return SharedDispatcher(self, batch, max_unacked)
-        if t == Sub.Key_Shared:
-            meta = consumer.key_shared_meta
-            sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
-            ooo = meta is not None and meta.allowOutOfOrderDelivery
-            return KeySharedDispatcher(self, batch, max_unacked, sticky=sticky,
-                                       allow_out_of_order=ooo)
-        return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
+        return persistent_dispatcher(consumer.sub_type, consumer.key_shared_meta, persistent_context(self),
+                                     self.cursor)
 
     def add_consumer(self, consumer: Consumer) -> None:
         if self.topic.closed:  # unloaded or deleted while the consumer was being set up: it retries
             raise ServiceNotReadyError(f"Topic {self.topic.name} is being closed; retry")
         check_consumer_admission(self, consumer)
         d = self.dispatcher
-        if d is None or self.sub_type != consumer.sub_type or (
-                isinstance(d, KeySharedDispatcher) and not d.consumers):
+        if d is None or self.sub_type != consumer.sub_type or (d.renew_when_empty and not d.consumers):
             if d is not None:
                 d.close()
                 # The old dispatcher may hold entries it read but never delivered (its replay set):
@@ -157,8 +145,7 @@ class Subscription:
             d = self._make_dispatcher(consumer)
             self.dispatcher = d
             self.sub_type = consumer.sub_type
-        if isinstance(d, KeySharedDispatcher):
-            d.validate_new_consumer(consumer)
+        d.validate_new_consumer(consumer)
         self.seek_pending = False
         d.add_consumer(consumer)
         self.cursor.touch()
@@ -187,15 +174,6 @@ class Subscription:
             self.topic.remove_subscription(self)
 
     # -- acknowledgements --------------------------------------------------------------------------
-    def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
-        """(messages still to deliver, ack_set to send) for an entry about to be dispatched."""
-        if not self.batch_ack_sets:
-            return num_messages, None
-        words = self.batch_ack_sets.get(pos)
-        if words is None:
-            return num_messages, None
-        return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
-
     def ack_partial(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> None:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
         if self.cursor.is_acked(pos):
@@ -237,12 +215,8 @@ class Subscription:
         if self.cursor.mark_delete_position != before:
             self.last_mark_delete_advanced = now
             self.mark_delete_moved()
-        d = self.dispatcher
-        if d is not None:
-            d.on_acked(positions)
-            if isinstance(d, SharedDispatcher):
-                # A consumer blocked on maxUnackedMessagesPerConsumer may be free again.
-                d.trigger_read()
+        if self.dispatcher is not None:
+            self.dispatcher.on_acked(positions)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         if self.dispatcher is not None:

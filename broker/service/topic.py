@@ -57,9 +57,6 @@ class PersistentTopic(AbstractTopic):
         self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
         self.data_entries_added = 0
         self._dedup = Derived(service.metadata, lambda: service.deduplication(name))
-        # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
-        self.max_unacked_per_subscription = Derived(service.metadata,
-                                                    lambda: service.max_unacked_per_subscription(name))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing: set[asyncio.Task[None]] = set()
 
