@@ -27,7 +27,6 @@ from broker import __version__
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
 from broker.metadata import policies as P
-from broker.service.nonpersistent import NonPersistentTopic
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -68,7 +67,7 @@ class BrokerStatsResource:
         out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         for topic in self.service.all_topics():
             stats = S.topic_stats(topic, self.web.sampler)
-            domain = "non-persistent" if isinstance(topic, NonPersistentTopic) else "persistent"
+            domain = topic.name.domain
             bundles = out.setdefault(topic.name.namespace, {})
             kinds = bundles.setdefault(bundle_name(topic.full_name), {"persistent": {}})
             kinds.setdefault(domain, {})[topic.full_name] = self._topic(topic, stats, domain)

@@ -30,7 +30,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from broker.admin.stats import StatsSampler, topic_stats
-from broker.service.nonpersistent import NonPersistentSubscription
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -284,7 +283,7 @@ class BrokerCollector(Collector):
                             "take them (non-persistent topics)", SUB_LABELS).add_metric(sub_labels, s["msgDropRate"])
                     f.counter("pulsar_py_subscription_msg_dropped", "Messages dropped because no consumer could "
                               "take them (non-persistent topics)", SUB_LABELS).add_metric(
-                        sub_labels, sub.msg_dropped if isinstance(sub, NonPersistentSubscription) else 0)
+                        sub_labels, sub.msg_dropped if sub is not None else 0)
                 if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
                     self._consumers(f, sub_labels, sub)
 

@@ -25,11 +25,10 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
-from broker.errors import NotAllowedError, SubscriptionNotFoundError
+from broker.errors import NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload
 from broker.service import admin_ops
-from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import Entry, ManagedLedgerError, Position
@@ -152,12 +151,8 @@ class TopicsResource:
 
     @staticmethod
     async def _subscription(topic: AnyTopic, name: str) -> Any:
-        if isinstance(topic, NonPersistentTopic):  # only live subscriptions: nothing is stored
-            sub = topic.subscriptions.get(name)
-            if sub is None:
-                raise SubscriptionNotFoundError(f"Subscription {name} not found")
-            return sub
-        return await admin_ops.subscription(topic, name)
+        return await topic.match_kind(lambda t: admin_ops.subscription(t, name),
+                                      lambda t: admin_ops.live_subscription(t, name))
 
     # -- topics ----------------------------------------------------------------------------------
     async def list_topics(self, request: web.Request) -> web.Response:
@@ -344,7 +339,7 @@ class TopicsResource:
         name = self.name(request)
         names: set[str] = set()
         for t in await self.targets(name):
-            names.update(t.subscriptions if isinstance(t, NonPersistentTopic) else admin_ops.subscription_names(t))
+            names.update(t.subscription_names())
         return json_response(sorted(names))
 
     async def create_subscription(self, request: web.Request) -> web.Response:

@@ -15,8 +15,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from managed_ledger import Position
 
 if TYPE_CHECKING:
-    from broker.service.nonpersistent import NonPersistentSubscription
-    from broker.service.subscription import Subscription
+    from broker.service.kinds import AnySubscription
 
 SUB_TYPE_NAMES: dict[int, str] = {
     pb.CommandSubscribe.Exclusive: "Exclusive",
@@ -66,7 +65,7 @@ class Consumer:
         name: str,
         sub_type: int,
         priority_level: int,
-        subscription: Subscription | NonPersistentSubscription,
+        subscription: AnySubscription,
         partition_index: int,
         metadata: dict[str, str],
         key_shared_meta: pb.KeySharedMeta | None = None,

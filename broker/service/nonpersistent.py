@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from broker.dispatch.factory import non_persistent_dispatcher
 from broker.dispatch.nonpersistent import MESSAGE_POSITION, NonPersistentDispatcher
@@ -39,9 +39,11 @@ from managed_ledger import Position
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
     from broker.service.consumer import Consumer
+    from broker.service.topic import PersistentTopic
     from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Sub = pb.CommandSubscribe
 
 # GetLastMessageId has no meaning here; PROTOCOL.md section 14 recommends "empty topic".
@@ -109,8 +111,31 @@ class NonPersistentSubscription:
         if not d.send(entry, meta):
             self.msg_dropped += meta.num_messages
 
+    # -- what has no meaning without storage (AnySubscription's neutral answers) -------------------
+    @property
+    def replicated(self) -> bool:
+        return False
+
+    def set_replicated(self, enabled: bool = True) -> bool:
+        """Only durable subscriptions of persistent topics are replicated."""
+        return False
+
+    @property
+    def last_mark_delete(self) -> Position | None:
+        """No cursor, no mark-delete (PROTOCOL.md section 14)."""
+        return None
+
+    def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
+        """Nothing stored, nothing to acknowledge (the C++ client never acks these)."""
+
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Nothing is kept to redeliver."""
+
+    async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:
+        """Nothing stored to seek in: Pulsar answers success."""
+
+    async def unsubscribed(self) -> None:
+        """It went with its last consumer."""
 
     def disconnect_consumers(self) -> None:
         for c in list(self.consumers):
@@ -168,6 +193,15 @@ class NonPersistentTopic(AbstractTopic):
         self.update_replication()
         self._forget_if_idle()
 
+    def match_kind(self, persistent: Callable[[PersistentTopic], T],
+                   non_persistent: Callable[[NonPersistentTopic], T]) -> T:
+        return non_persistent(self)
+
+    def subscription_names(self) -> list[str]:
+        """Only live subscriptions: nothing is stored."""
+        return sorted(self.subscriptions)
+
+    drops_messages = True
     consecutive_positions = False  # every receipt carries MESSAGE_POSITION
 
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,

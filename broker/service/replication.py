@@ -99,6 +99,8 @@ class Replicator(ABC):
         self.connected_since = 0.0
         self.msg_out = 0
         self.bytes_out = 0
+        # Messages dropped because the remote could not take them (non-persistent only; stats).
+        self.msg_dropped = 0
         self.last_error = ""
         # (sequence id, position, publish time in ms, bytes) of the entries sent and not yet
         # confirmed, in send order.
@@ -382,7 +384,6 @@ class NonPersistentReplicator(Replicator):
         self._queued_bytes = 0
         self._next_id = 0
         self._queued = asyncio.Event()
-        self.msg_dropped = 0
 
     @property
     def backlog(self) -> int:

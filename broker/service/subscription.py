@@ -1,16 +1,19 @@
-"""A subscription: a named cursor on a topic, its dispatcher and its consumers."""
+"""A subscription: a named cursor on a topic, its dispatcher and its consumers.
+
+It meets ``AnySubscription`` (kinds.py), as the non-persistent subscription does."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import zip_longest
 from typing import TYPE_CHECKING, cast
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
+from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.service.dispatch_context import persistent_context
@@ -20,7 +23,7 @@ from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
     from broker.service.consumer import Consumer
-    from broker.service.nonpersistent import NonPersistentSubscription
+    from broker.service.kinds import AnySubscription
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,11 @@ Sub = pb.CommandSubscribe
 _U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
-def check_consumer_admission(sub: Subscription | NonPersistentSubscription, consumer: Consumer) -> None:
+def position_of(mid: pb.MessageIdData) -> Position:
+    return Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId))
+
+
+def check_consumer_admission(sub: AnySubscription, consumer: Consumer) -> None:
     """Pulsar's checks before a consumer joins a subscription, for both kinds of topic."""
     members = sub.consumers
     if members and sub.sub_type != consumer.sub_type:
@@ -54,6 +61,9 @@ def cursor_activity(topic: PersistentTopic, cursor: ManagedCursor, reading: bool
 
 
 class Subscription:
+    # Nothing is dropped: what no consumer can take now waits in the backlog.
+    msg_dropped = 0
+
     def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor, durable: bool) -> None:
         self.topic = topic
         self.name = name
@@ -174,6 +184,28 @@ class Subscription:
             self.topic.remove_subscription(self)
 
     # -- acknowledgements --------------------------------------------------------------------------
+    def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
+        """An ACK: an id with an ack_set acknowledges only part of its batch."""
+        if cumulative:
+            if len(message_ids) == 1:  # Pulsar ignores a cumulative ack naming several ids
+                mid = message_ids[0]
+                pos = position_of(mid)
+                if mid.ack_set and any(mid.ack_set):
+                    # Everything before the entry is acked; the entry itself only partly.
+                    self.ack_cumulative(consumer, self.topic.ledger.previous_position(pos))
+                    self.ack_partial(consumer, pos, list(mid.ack_set))
+                else:
+                    self.ack_cumulative(consumer, pos)
+            return
+        positions: list[Position] = []
+        for mid in message_ids:
+            if mid.ack_set and any(mid.ack_set):
+                self.ack_partial(consumer, position_of(mid), list(mid.ack_set))
+            else:
+                positions.append(position_of(mid))
+        if positions:
+            self.ack_individual(consumer, positions)
+
     def ack_partial(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> None:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
         if self.cursor.is_acked(pos):
@@ -223,6 +255,30 @@ class Subscription:
             self.dispatcher.redeliver(consumer, positions)
 
     # -- cursor moves ------------------------------------------------------------------------------
+    async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:
+        """SEEK: (-1,-1) or less is the earliest entry, an id past the end the next one written."""
+        ledger = self.topic.ledger
+        if message_id is not None:
+            lid = commands.from_u64(message_id.ledgerId)
+            eid = commands.from_u64(message_id.entryId)
+            if lid < 0 or eid < 0:
+                pos = ledger.first_position
+            elif Position(lid, eid) > ledger.last_confirmed_entry:
+                pos = ledger.next_valid_position(ledger.last_confirmed_entry)
+            else:
+                pos = Position(lid, eid)
+        else:
+            pos = await self.topic.find_position_by_time(publish_time)
+        self.reset_cursor(pos)
+
+    async def unsubscribed(self) -> None:
+        await self.topic.delete_subscription(self)
+
+    @property
+    def last_mark_delete(self) -> Position | None:
+        md = self.cursor.mark_delete_position
+        return md if md.ledger_id >= 0 else None
+
     def disconnect_consumers(self) -> None:
         """Tell every consumer to reconnect (Pulsar does this around seek and reset)."""
         for c in list(self.consumers):

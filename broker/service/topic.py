@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from broker.errors import (
     ServiceNotReadyError,
@@ -31,9 +31,11 @@ from managed_ledger import InitialPosition, ManagedLedger, Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.nonpersistent import NonPersistentTopic
 
 log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
+T = TypeVar("T")
 
 
 class PersistentTopic(AbstractTopic):
@@ -112,7 +114,19 @@ class PersistentTopic(AbstractTopic):
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
         self.ledger.add_entries(entries, callback)
 
+    def match_kind(self, persistent: Callable[[PersistentTopic], T],
+                   non_persistent: Callable[[NonPersistentTopic], T]) -> T:
+        return persistent(self)
+
+    def subscribe_permitted(self, consumer: tuple[str, str, int]) -> bool:
+        return self.subscribe_rate.try_acquire(consumer)
+
     # -- subscriptions -----------------------------------------------------------------------------
+    def subscription_names(self) -> list[str]:
+        """Live subscriptions plus stored durable cursors nobody has attached to since the topic
+        loaded (not the broker's own cursors: deduplication's and the replicators')."""
+        return sorted(n for n in set(self.subscriptions) | set(self.ledger.cursors) if self.is_subscription_cursor(n))
+
     @staticmethod
     def is_subscription_cursor(name: str) -> bool:
         """A stored cursor that is a subscription, not one of the broker's own (deduplication's,
