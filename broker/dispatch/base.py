@@ -8,7 +8,8 @@ FLOW arrives on the connection (``flow``), which bumps ``permits`` and ``pending
 consumer and posts the settlement to the lane. Removing a consumer subtracts only its settled
 balance ``permits - pending_flow`` (negative if it was sent more than its settled permits). A
 queued flow for a consumer that is gone, or that was replaced by an equal-looking new object,
-changes nothing when it runs.
+changes nothing when it runs. Consumer add/remove and read completions run directly on the loop,
+not through the lane: lane.py says why that is equivalent, and which test shows it.
 
 The dispatcher owns its read loop: at most one read outstanding, and the entries of a read are
 fully handed to consumers before the next read is issued, so order is kept.
