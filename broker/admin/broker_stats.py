@@ -26,7 +26,6 @@ from aiohttp import web
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
 from broker.metadata import policies as P
-from broker.service.nonpersistent import NonPersistentTopic
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ class BrokerStatsResource:
         out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         for topic in self.service.all_topics():
             stats = S.topic_stats(topic, self.web.sampler)
-            domain = "non-persistent" if isinstance(topic, NonPersistentTopic) else "persistent"
+            domain = topic.name.domain
             bundles = out.setdefault(topic.name.namespace, {})
             kinds = bundles.setdefault(bundle_name(topic.full_name), {"persistent": {}})
             kinds.setdefault(domain, {})[topic.full_name] = self._topic(topic, stats, domain)

@@ -30,12 +30,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from broker.admin.stats import StatsSampler, topic_stats
-from broker.service.nonpersistent import NonPersistentSubscription
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
-    from broker.admin.stats import AnySubscription
     from broker.service.broker_service import AnyTopic
+    from broker.service.kinds import AnySubscription
 
 TOPIC_LABELS = ["cluster", "namespace", "topic"]
 # (name, help, ReplicatorStats key) of the per-remote-cluster replication gauges.
@@ -286,7 +285,7 @@ class BrokerCollector(Collector):
                             "take them (non-persistent topics)", SUB_LABELS).add_metric(sub_labels, s["msgDropRate"])
                     f.counter("pulsar_py_subscription_msg_dropped", "Messages dropped because no consumer could "
                               "take them (non-persistent topics)", SUB_LABELS).add_metric(
-                        sub_labels, sub.msg_dropped if isinstance(sub, NonPersistentSubscription) else 0)
+                        sub_labels, sub.msg_dropped if sub is not None else 0)
                 if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
                     self._consumers(f, sub_labels, sub)
 

@@ -21,20 +21,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
-from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
-from broker.service.replication import REPLICATOR_PREFIX, NonPersistentReplicator, Replicator
+from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from managed_ledger import ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.consumer import Consumer
+    from broker.service.kinds import AnySubscription
+    from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
     from broker.service.producer import Producer
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
-
-    AnySubscription = Subscription | NonPersistentSubscription
 
 
 class Rate(NamedTuple):
@@ -77,12 +76,12 @@ class StatsSampler:
         self.sub_redeliver: dict[AnySubscription, float] = {}
         self.sub_expired: dict[tuple[str, str], float] = {}
         # Non-persistent subscriptions: messages dropped per second (Pulsar's msgDropRate).
-        self.sub_drop: dict[NonPersistentSubscription, float] = {}
+        self.sub_drop: dict[AnySubscription, float] = {}
         self.consumer_out: dict[Consumer, Rate] = {}
         self.consumer_redeliver: dict[Consumer, float] = {}
         self.replicator_out: dict[Replicator, Rate] = {}
         # Non-persistent replicators: messages dropped per second.
-        self.replicator_drop: dict[NonPersistentReplicator, float] = {}
+        self.replicator_drop: dict[Replicator, float] = {}
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -129,12 +128,20 @@ class StatsSampler:
         sub_ack: dict[AnySubscription, float] = {}
         sub_redeliver: dict[AnySubscription, float] = {}
         sub_expired: dict[tuple[str, str], float] = {}
-        sub_drop: dict[NonPersistentSubscription, float] = {}
+        sub_drop: dict[AnySubscription, float] = {}
         consumer_out: dict[Consumer, Rate] = {}
         consumer_redeliver: dict[Consumer, float] = {}
         live_subs: set[AnySubscription] = set()
         replicator_out: dict[Replicator, Rate] = {}
-        replicator_drop: dict[NonPersistentReplicator, float] = {}
+        replicator_drop: dict[Replicator, float] = {}
+
+        def sample_storage(topic: PersistentTopic) -> None:
+            topic.ledger.add_stats.refresh()  # the adds' latency and size buckets of this interval
+            for name in topic.subscription_names():
+                record = service.expiry_stats.get(topic.full_name, name)
+                key = (topic.full_name, name)
+                (sub_expired[key],) = delta(key, (record.total_expired,))
+
         for topic in service.all_topics():
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
@@ -149,23 +156,15 @@ class StatsSampler:
                 sub_out[sub] = Rate(m, b)
                 sub_redeliver[sub] = r
                 sub_ack[sub] = a
-                if isinstance(sub, NonPersistentSubscription):
-                    (sub_drop[sub],) = delta((sub, "dropped"), (sub.msg_dropped,))
+                (sub_drop[sub],) = delta((sub, "dropped"), (sub.msg_dropped,))  # 0 unless non-persistent
                 for c in sub.consumers:
                     cm, cb, cr = delta(c, (c.msg_out, c.bytes_out, c.redelivered))
                     consumer_out[c] = Rate(cm, cb)
                     consumer_redeliver[c] = cr
             for rep in topic.replicators.values():
                 replicator_out[rep] = Rate(*delta(rep, (rep.msg_out, rep.bytes_out)))
-                if isinstance(rep, NonPersistentReplicator):
-                    (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))
-            if isinstance(topic, NonPersistentTopic):
-                continue  # nothing stored, nothing expires
-            topic.ledger.add_stats.refresh()  # the adds' latency and size buckets of this interval
-            for name in admin_ops.subscription_names(topic):
-                record = service.expiry_stats.get(topic.full_name, name)
-                key = (topic.full_name, name)
-                (sub_expired[key],) = delta(key, (record.total_expired,))
+                (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))  # 0 unless non-persistent
+            topic.match_kind(sample_storage, lambda t: None)  # non-persistent: nothing stored, nothing expires
         self._prev = cur
         self._out = {s: o for s, o in self._out.items() if s in live_subs}
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
@@ -204,9 +203,8 @@ def replication_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, dict[
             "outboundConnection": r.remote_url if r is not None else None,
             "outboundConnectedSince": iso_time(r.connected_since) if r is not None and connected else None,
         }
-        if isinstance(topic, NonPersistentTopic):
-            out[cluster]["msgDropRate"] = (sampler.replicator_drop.get(r, 0.0)
-                                           if isinstance(r, NonPersistentReplicator) else 0.0)
+        if topic.drops_messages:
+            out[cluster]["msgDropRate"] = sampler.replicator_drop.get(r, 0.0) if r is not None else 0.0
     return out
 
 
@@ -355,18 +353,25 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
     }
 
 
+def _stored_parts(topic: PersistentTopic, sampler: StatsSampler) -> tuple[dict[str, dict[str, Any]], int, int]:
+    """A persistent topic's subscriptions' stats (stored ones too), storage size, backlog size."""
+    subs = {name: subscription_stats(topic, name, topic.subscriptions.get(name), sampler)
+            for name in topic.subscription_names()}
+    return subs, topic.ledger.total_size, estimated_backlog_size(topic)
+
+
+def _live_parts(topic: NonPersistentTopic, sampler: StatsSampler) -> tuple[dict[str, dict[str, Any]], int, int]:
+    """A non-persistent topic's: its live subscriptions' stats; nothing stored."""
+    subs = {name: non_persistent_subscription_stats(sub, sampler) for name, sub in sorted(topic.subscriptions.items())}
+    return subs, 0, 0
+
+
 def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
     """Pulsar's TopicStats, or NonPersistentTopicStats (the same with zero storage and backlog,
     plus msgDropRate on the topic, its publishers and its subscriptions)."""
     rate_in = sampler.topic_in.get(topic, ZERO)
-    if isinstance(topic, NonPersistentTopic):
-        subs = {name: non_persistent_subscription_stats(sub, sampler)
-                for name, sub in sorted(topic.subscriptions.items())}
-        storage_size = backlog_size = 0
-    else:
-        subs = {name: subscription_stats(topic, name, topic.subscriptions.get(name), sampler)
-                for name in admin_ops.subscription_names(topic)}
-        storage_size, backlog_size = topic.ledger.total_size, estimated_backlog_size(topic)
+    subs, storage_size, backlog_size = topic.match_kind(lambda t: _stored_parts(t, sampler),
+                                                        lambda t: _live_parts(t, sampler))
     stats: dict[str, Any] = {
         "msgRateIn": rate_in.msgs,
         "msgThroughputIn": rate_in.bytes,
@@ -394,7 +399,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
-    if isinstance(topic, NonPersistentTopic):
+    if topic.drops_messages:
         # A publisher's drops are SENDs refused for too many in flight on its connection; SEND
         # completes at once here, so there are none. The topic's rate adds up its subscriptions'.
         for p in stats["publishers"]:
@@ -466,11 +471,17 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
 
 def internal_stats(topic: AnyTopic) -> dict[str, Any]:
     """Pulsar's PersistentTopicInternalStats (managed-ledger view of the topic)."""
-    if isinstance(topic, NonPersistentTopic):
-        # What Pulsar's NonPersistentTopic reports: the entries count and one (empty) cursor per
-        # subscription; there is no ledger.
-        return {"entriesAddedCounter": topic.entries_added, "numberOfEntries": 0, "totalSize": 0,
-                "ledgers": [], "cursors": {name: {} for name in sorted(topic.subscriptions)}, "schemaLedgers": []}
+    return topic.match_kind(_stored_internal_stats, _live_internal_stats)
+
+
+def _live_internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
+    """What Pulsar's NonPersistentTopic reports: the entries count and one (empty) cursor per
+    subscription; there is no ledger."""
+    return {"entriesAddedCounter": topic.entries_added, "numberOfEntries": 0, "totalSize": 0,
+            "ledgers": [], "cursors": {name: {} for name in sorted(topic.subscriptions)}, "schemaLedgers": []}
+
+
+def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     ledger = topic.ledger
     infos = ledger.ledgers_info()
     current = infos[-1] if infos else None

@@ -25,11 +25,10 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
-from broker.errors import NotAllowedError, SubscriptionNotFoundError
+from broker.errors import NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import entry_body, parse_payload
+from broker.protocol.entry import entry_body, parse_payload
 from broker.service import admin_ops
-from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
@@ -37,6 +36,7 @@ from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 if TYPE_CHECKING:
     from broker.admin.http import WebService
     from broker.service.broker_service import AnyTopic, BrokerService
+    from broker.service.kinds import AnySubscription
     from broker.service.subscription import Subscription
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -175,13 +175,9 @@ class TopicsResource:
         return no_content()
 
     @staticmethod
-    async def _subscription(topic: AnyTopic, name: str) -> Subscription | NonPersistentSubscription:
-        if isinstance(topic, NonPersistentTopic):  # only live subscriptions: nothing is stored
-            sub = topic.subscriptions.get(name)
-            if sub is None:
-                raise SubscriptionNotFoundError(f"Subscription {name} not found")
-            return sub
-        return await admin_ops.subscription(topic, name)
+    async def _subscription(topic: AnyTopic, name: str) -> AnySubscription:
+        return await topic.match_kind(lambda t: admin_ops.subscription(t, name),
+                                      lambda t: admin_ops.live_subscription(t, name))
 
     # -- topics ----------------------------------------------------------------------------------
     async def list_topics(self, request: web.Request) -> web.Response:
@@ -364,7 +360,7 @@ class TopicsResource:
         name = self.name(request)
         names: set[str] = set()
         for t in await self.targets(name):
-            names.update(t.subscriptions if isinstance(t, NonPersistentTopic) else admin_ops.subscription_names(t))
+            names.update(t.subscription_names())
         return json_response(sorted(names))
 
     async def create_subscription(self, request: web.Request) -> web.Response:

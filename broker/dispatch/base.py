@@ -8,7 +8,8 @@ FLOW arrives on the connection (``flow``), which bumps ``permits`` and ``pending
 consumer and posts the settlement to the lane. Removing a consumer subtracts only its settled
 balance ``permits - pending_flow`` (negative if it was sent more than its settled permits). A
 queued flow for a consumer that is gone, or that was replaced by an equal-looking new object,
-changes nothing when it runs.
+changes nothing when it runs. Consumer add/remove and read completions run directly on the loop,
+not through the lane: lane.py says why that is equivalent, and which test shows it.
 
 The dispatcher owns its read loop: at most one read outstanding, and the entries of a read are
 fully handed to consumers before the next read is issued, so order is kept.
@@ -16,6 +17,9 @@ fully handed to consumers before the next read is issued, so order is kept.
 Reads are sized in entries but permits count messages, and a batch entry holds many messages.
 A read asks for about ``permits / average messages per entry`` entries (Pulsar's precise
 dispatcher flow control), so a consumer with 1000 permits is not sent 100 batches of 500.
+
+What a dispatcher knows of the subscription, topic and broker above it comes through its
+``DispatchContext`` (context.py); it reads and moves the subscription's cursor itself.
 """
 
 from __future__ import annotations
@@ -24,21 +28,18 @@ import asyncio
 import logging
 import os
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import EntryMeta, entry_meta
+from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
-from broker.service.replicated_subscriptions import SNAPSHOT as SNAPSHOT_MARKER
-from managed_ledger import Entry, Position
-
-if TYPE_CHECKING:
-    from broker.service.consumer import Consumer
-    from broker.service.subscription import Subscription
+from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
+from broker.protocol.entry import EntryMeta, entry_meta
+from managed_ledger import Entry, ManagedCursor, Position
 
 log = logging.getLogger(__name__)
 
 DEBUG_INVARIANTS = os.environ.get("PULSAR_BROKER_DEBUG", "") not in ("", "0")
+_U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
 class PermitInvariantError(AssertionError):
@@ -46,12 +47,16 @@ class PermitInvariantError(AssertionError):
 
 
 class Dispatcher(ConsumerMembers, ABC):
-    def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
+    # Replaced by a new one when a consumer joins after everyone left (Key_Shared: its mode and
+    # ordering come from its first consumer).
+    renew_when_empty = False
+
+    def __init__(self, context: DispatchContext, cursor: ManagedCursor) -> None:
         super().__init__()
-        self.subscription = subscription
-        self.cursor = subscription.cursor
-        self.lane = Lane()
-        self.max_read_batch = max_read_batch
+        self.context = context
+        self.cursor = cursor
+        self.lane = Lane(context.loop)
+        self.max_read_batch = context.max_read_batch
         # Moving average of messages per dispatched entry (0: none dispatched yet).
         self.avg_messages_per_entry = 0.0
         self.read_outstanding = False
@@ -72,6 +77,9 @@ class Dispatcher(ConsumerMembers, ABC):
             return
         self._consumer_removed(consumer)
         self.check_invariant()
+
+    def validate_new_consumer(self, consumer: Consumer) -> None:
+        """Raise ConsumerAssignError when ``consumer`` cannot join (Key_Shared checks its mode)."""
 
     # -- flow --------------------------------------------------------------------------------------
     def flow(self, consumer: Consumer, permits: int) -> None:
@@ -95,7 +103,7 @@ class Dispatcher(ConsumerMembers, ABC):
         if DEBUG_INVARIANTS and self.total_permits != self.permit_balance():
             self.invariant_drift_count += 1
             raise PermitInvariantError(
-                f"permit drift on {self.subscription.name}: total={self.total_permits} "
+                f"permit drift on {self.context.name}: total={self.total_permits} "
                 f"sum={self.permit_balance()}"
             )
 
@@ -118,14 +126,14 @@ class Dispatcher(ConsumerMembers, ABC):
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
         max_bytes: int | None = None
-        for rate in self.subscription.dispatch_rates:
+        for rate in self.context.rates:
             budget = rate.budget()
             if budget is None:
                 continue
             messages, nbytes = budget
             if messages <= 0:
                 if self._rate_timer is None:
-                    self._rate_timer = self.subscription.topic.loop.call_later(rate.wait(), self._rate_retry)
+                    self._rate_timer = self.context.loop.call_later(rate.wait(), self._rate_retry)
                 return None
             permits = min(permits, messages)
             if nbytes is not None:
@@ -139,11 +147,11 @@ class Dispatcher(ConsumerMembers, ABC):
     @property
     def rate_limited(self) -> bool:
         """A dispatch rate limit is in force (as of the last read_size)."""
-        return any(rate.active for rate in self.subscription.dispatch_rates)
+        return any(rate.active for rate in self.context.rates)
 
     def rate_consumed(self, messages: int, nbytes: int) -> None:
         """What a read sent, charged to the dispatch rate limits."""
-        for rate in self.subscription.dispatch_rates:
+        for rate in self.context.rates:
             rate.consume(messages, nbytes)
 
     def note_dispatched(self, entries: int, messages: int) -> None:
@@ -162,8 +170,8 @@ class Dispatcher(ConsumerMembers, ABC):
         if self.closed:
             return False
         if exc is not None:
-            log.warning("read failed on %s: %s", self.subscription.name, exc)
-            self.subscription.topic.loop.call_later(0.1, self.trigger_read)
+            log.warning("read failed on %s: %s", self.context.name, exc)
+            self.context.loop.call_later(0.1, self.trigger_read)
             return False
         if epoch != self.read_epoch:
             # The cursor moved while this read was in flight; its entries are stale.
@@ -186,15 +194,26 @@ class Dispatcher(ConsumerMembers, ABC):
             if meta.is_marker:
                 markers.append(e.position)
                 if meta.marker_type == SNAPSHOT_MARKER:
-                    self.subscription.snapshot_read(e.position, e.data)
+                    self.context.snapshot_marker(e.position, e.data)
             else:
                 out.append((e, meta))
         if markers:
             before = self.cursor.mark_delete_position
             self.cursor.delete(markers)
             if self.cursor.mark_delete_position != before:
-                self.subscription.mark_delete_moved()
+                self.context.mark_delete_moved()
         return out
+
+    def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
+        """(messages still to deliver, ack_set to send) for an entry about to be dispatched: a
+        batch partly acknowledged by index (kept by the cursor) costs only what is left of it."""
+        batch_acks = self.cursor.batch_acks
+        if not batch_acks:
+            return num_messages, None
+        words = batch_acks.get(pos)
+        if words is None:
+            return num_messages, None
+        return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
 
     # -- hooks -------------------------------------------------------------------------------------
     def _consumer_added(self, consumer: Consumer) -> None:

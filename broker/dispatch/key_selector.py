@@ -18,7 +18,7 @@ from broker.errors import ConsumerAssignError
 from broker.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
-    from broker.service.consumer import Consumer
+    from broker.dispatch.context import Consumer
 
 HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
 POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints

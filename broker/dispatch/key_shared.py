@@ -15,24 +15,23 @@ entry of the same hash waiting in the replay set. ``allowOutOfOrderDelivery`` tu
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import EntryMeta
+from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.key_selector import KeySelector, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
-from managed_ledger import Position
-
-if TYPE_CHECKING:
-    from broker.service.consumer import Consumer
-    from broker.service.subscription import Subscription
+from broker.protocol.entry import EntryMeta
+from managed_ledger import ManagedCursor, Position
 
 __all__ = ["KeySharedDispatcher", "sticky_key_hash"]
 
 
 class KeySharedDispatcher(SharedDispatcher):
-    def __init__(self, subscription: Subscription, max_read_batch: int, max_unacked_per_consumer: int,
-                 sticky: bool, allow_out_of_order: bool) -> None:
-        super().__init__(subscription, max_read_batch, max_unacked_per_consumer)
+    # Its mode and ordering come from its first consumer: a subscription everyone left gets a new one.
+    renew_when_empty = True
+
+    def __init__(self, context: DispatchContext, cursor: ManagedCursor, sticky: bool,
+                 allow_out_of_order: bool) -> None:
+        super().__init__(context, cursor)
         self.sticky = sticky
         self.allow_out_of_order = allow_out_of_order
         self._selector = KeySelector(sticky)
@@ -110,8 +109,8 @@ class KeySharedDispatcher(SharedDispatcher):
             del self._drain_count[h]
             del self._drain_owner[h]
 
-    def on_acked(self, positions: list[Position]) -> None:
-        super().on_acked(positions)
+    def _forget_acked(self, positions: list[Position]) -> None:
+        super()._forget_acked(positions)
         for p in positions:
             self._hash_of.pop(p, None)
 

@@ -1,9 +1,27 @@
 """A dispatcher lane: a serial queue of callables drained by the owning event loop.
 
 Work posted to a lane runs in posting order and never re-entrantly: a callable that posts more
-work only appends; the drain loop picks it up after the current item returns. Flow updates,
-consumer add/remove and read completions of one dispatcher are ordered through one lane, which is
-what keeps permit accounting exact when a consumer disconnects while its FLOW is still queued.
+work only appends; the drain loop picks it up after the current item returns.
+
+What goes through it, and why only that (the choice, kept on purpose): a FLOW's settlement.
+The connection records a FLOW at once (``permits += n``, ``pending_flow += n``) and posts the
+settlement, which later subtracts ``pending_flow``, checks that this exact consumer object is
+still a member, and only then adds ``n`` to the dispatcher's total. Consumer add/remove and read
+completions run directly on the loop, not through the lane. Both run on the one loop that owns
+the dispatcher, so none of them interleaves with another mid-way, and the permit invariant
+
+    total_permits == sum(c.permits - c.pending_flow for c in consumers)
+
+holds by construction whatever the order: joining adds ``permits - pending_flow``, leaving
+subtracts exactly that, a read spends permits on the consumer and the total alike, and a
+settlement for a consumer that left, or was replaced by an equal but not identical one, changes
+nothing. Routing add/remove and completions through the lane too would buy no ordering that
+matters here, and would cost a loop turn per read and membership that lags SUBSCRIBE (the
+subscription's admission checks read it at once). The evidence is a test, not an argument:
+tests/component/test_lane_ordering.py holds read completions back and runs every order of a
+queued settlement, remove, equal-but-not-identical replacement and read completion, for Shared,
+Key_Shared and Failover (and random long interleavings), checking the invariant after each step.
+Non-persistent dispatchers apply FLOW at once (no read to order it with; see nonpersistent.py).
 """
 
 from __future__ import annotations
@@ -38,9 +56,6 @@ class Lane:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def pending_items(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
-        return list(self._items)
 
     def close(self) -> None:
         self._closed = True

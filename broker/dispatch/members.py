@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.service.consumer import Consumer
+    from broker.dispatch.context import Consumer
 
 
 class ConsumerMembers:

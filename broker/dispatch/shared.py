@@ -23,15 +23,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.entry_meta import EntryMeta
-from broker.service.consumer import Delivery
-from managed_ledger import Entry, Position
+from broker.dispatch.context import Consumer, Delivery, DispatchContext
+from broker.protocol.entry import EntryMeta
+from managed_ledger import Entry, ManagedCursor, Position
 
 if TYPE_CHECKING:
     import asyncio
-
-    from broker.service.consumer import Consumer
-    from broker.service.subscription import Subscription
 
 
 # How many entries may wait in the replay set before reading new entries stops (Pulsar's
@@ -57,10 +54,11 @@ def next_round_robin(consumers: Sequence[Consumer], start: int,
 
 
 class SharedDispatcher(Dispatcher):
-    def __init__(self, subscription: Subscription, max_read_batch: int, max_unacked_per_consumer: int) -> None:
-        super().__init__(subscription, max_read_batch)
-        # 0 disables the limit (Pulsar's meaning).
-        self.max_unacked_per_consumer = max_unacked_per_consumer
+    def __init__(self, context: DispatchContext, cursor: ManagedCursor) -> None:
+        super().__init__(context, cursor)
+        # 0 disables the limit (Pulsar's meaning). Read once: a policy change reaches the
+        # subscription with its next dispatcher.
+        self.max_unacked_per_consumer = context.policy().max_unacked_per_consumer
         self._rr = 0
         # Sorted positions waiting to be (re)delivered ahead of new entries.
         self.replay: list[Position] = []
@@ -119,16 +117,17 @@ class SharedDispatcher(Dispatcher):
         self.trigger_read()
 
     def on_acked(self, positions: list[Position]) -> None:
+        self._forget_acked(positions)
+        # A consumer blocked on maxUnackedMessagesPerConsumer may be free again.
+        self.trigger_read()
+
+    def _forget_acked(self, positions: list[Position]) -> None:
         for p in positions:
             self.redelivery_counts.pop(p, None)
             self._drop_from_replay(p)
             self._delayed_set.discard(p)
             self._pending_released(p)
         self._kick()
-
-    @property
-    def delayed_count(self) -> int:
-        return len(self._delayed_set)
 
     # -- hooks for Key_Shared ----------------------------------------------------------------------
     def _replay_added(self, p: Position) -> None:
@@ -206,7 +205,7 @@ class SharedDispatcher(Dispatcher):
         (None: no limit; 0: blocked). Asked before reading new entries; the acks, redeliveries and
         consumer changes that lower the count re-plan reads. A read is sized to the room, so the
         limit is passed by less than one entry (Pulsar may pass it by a whole read)."""
-        limit = self.subscription.topic.max_unacked_per_subscription.get()
+        limit = self.context.policy().max_unacked_per_subscription
         was = self.blocked_on_unacked
         if limit <= 0:
             blocked, room = False, None
@@ -217,7 +216,7 @@ class SharedDispatcher(Dispatcher):
         if blocked != was:
             self.blocked_on_unacked = blocked
             # While blocked, a policy change (the limit raised or removed) re-plans a read too.
-            registry = self.subscription.topic.service.unacked_blocked
+            registry = self.context.unacked_blocked
             if blocked:
                 registry.add(self)
             else:
@@ -232,8 +231,8 @@ class SharedDispatcher(Dispatcher):
             return
         replaying = replayed is not None
         # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
-        now_ms = int(time.time() * 1000) if self.subscription.topic.send_policy.delayed_delivery else 1 << 62
-        state = self.subscription.delivery_state
+        now_ms = int(time.time() * 1000) if self.context.policy().delayed_delivery else 1 << 62
+        state = self.delivery_state
         per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
         undelivered: list[Position] = []
         dispatched = 0
@@ -288,7 +287,7 @@ class SharedDispatcher(Dispatcher):
     def _arm_delay_timer(self) -> None:
         if self._delay_timer is not None or not self._delayed:
             return
-        loop = self.subscription.topic.loop
+        loop = self.context.loop
         delay = max(0.0, self._delayed[0][0] / 1000 - time.time())
         self._delay_timer = loop.call_later(delay, self._release_delayed)
 
@@ -334,7 +333,7 @@ class SharedDispatcher(Dispatcher):
         super().on_cursor_reset()
 
     def close(self) -> None:
-        self.subscription.topic.service.unacked_blocked.discard(self)
+        self.context.unacked_blocked.discard(self)
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None

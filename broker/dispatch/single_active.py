@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
+from broker.dispatch.context import CompactedView, Consumer, Delivery, DispatchContext
 from broker.protocol import commands
-from broker.service.consumer import Delivery
-from managed_ledger import Entry, Position
-
-if TYPE_CHECKING:
-    from broker.service.compaction import CompactedView
-    from broker.service.consumer import Consumer
-    from broker.service.subscription import Subscription
+from managed_ledger import Entry, ManagedCursor, Position
 
 
 def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
@@ -65,10 +59,9 @@ class ActiveConsumerElection:
 
 
 class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
-    def __init__(self, subscription: Subscription, max_read_batch: int, failover: bool) -> None:
-        super().__init__(subscription, max_read_batch)
-        topic = subscription.topic
-        self._init_election(failover, topic.loop, topic.name.partition_index)
+    def __init__(self, context: DispatchContext, cursor: ManagedCursor, failover: bool) -> None:
+        super().__init__(context, cursor)
+        self._init_election(failover, context.loop, context.partition_index)
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()
@@ -111,7 +104,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         active = self.active
         if active is None or active.permits <= 0 or not active.writable:
             return
-        view = self.subscription.topic.compacted_view
+        view = self.context.compacted_view()
         if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
             self._serve_compacted(active, view)
             return
@@ -132,7 +125,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 self.cursor.seek(entries[0].position)
             self.trigger_read()
             return
-        state = self.subscription.delivery_state
+        state = self.delivery_state
         deliveries = []
         budget = target.permits
         for entry, meta in self.filter_markers(entries):
@@ -173,7 +166,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         if deliveries:
             self.take_permits(target, target.send_entries(deliveries))
         # Continue on the next loop turn: a long view must not deepen the stack.
-        self.subscription.topic.loop.call_soon(self.trigger_read)
+        self.context.loop.call_soon(self.trigger_read)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Exclusive/Failover redeliver everything unacknowledged (the ids are not needed)."""

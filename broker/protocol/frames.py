@@ -7,7 +7,7 @@ Wire layout (all integers big-endian):
 
 ``totalSize`` counts everything after itself. Whatever follows the command inside the frame is the
 payload; for SEND it is ``[0x0e01][crc32c:u32]`` (optional) ``[metadataSize:u32][MessageMetadata][body]``,
-which the broker stores verbatim as the entry.
+which the broker stores verbatim as the entry: its layout is entry.py's.
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.checksum import crc32c
 from broker.protocol.errors import ProtocolError
-from broker.protocol.limits import MAGIC_CRC32C, MIN_TOTAL_SIZE
+from broker.protocol.limits import MIN_TOTAL_SIZE
 
 _U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 _HEADER = struct.Struct(">II")
 _SEND = int(pb.BaseCommand.Type.SEND)
 
@@ -136,58 +134,3 @@ class FrameDecoder:
         self._pos = end
         self._need = 4
         return Frame(command, payload)
-
-
-class ParsedPayload(NamedTuple):
-    """A SEND payload split open. ``entry`` is the verbatim bytes to store and re-send."""
-
-    metadata: pb.MessageMetadata
-    # False when a checksum was present and did not match; True when it matched or was absent.
-    checksum_ok: bool
-    entry: bytes
-
-
-def parse_payload(payload: bytes, verify: bool = True) -> ParsedPayload:
-    """Split a SEND payload; raises ProtocolError when the metadata cannot be read.
-
-    With ``verify`` the CRC32C (when present) is checked over everything after it.
-    """
-    n = len(payload)
-    pos = 0
-    checksum_ok = True
-    if n >= 6 and _U16.unpack_from(payload, 0)[0] == MAGIC_CRC32C:
-        (expected,) = _U32.unpack_from(payload, 2)
-        pos = 6
-        if verify:
-            checksum_ok = crc32c(memoryview(payload)[6:]) == expected
-    if n - pos < 4:
-        raise ProtocolError("payload too short for the metadata size")
-    (meta_size,) = _U32.unpack_from(payload, pos)
-    if meta_size > n - pos - 4:
-        raise ProtocolError(f"metadata size {meta_size} exceeds the payload")
-    metadata = pb.MessageMetadata()
-    try:
-        metadata.ParseFromString(memoryview(payload)[pos + 4 : pos + 4 + meta_size])  # type: ignore[arg-type]
-    except DecodeError as exc:
-        raise ProtocolError(f"undecodable message metadata: {exc}") from None
-    if not metadata.IsInitialized():
-        raise ProtocolError("message metadata lacks required fields")
-    return ParsedPayload(metadata, checksum_ok, payload)
-
-
-def entry_body(entry: bytes) -> bytes:
-    """What follows the metadata of a stored entry (its payload, compressed or batched as sent)."""
-    pos = 6 if entry[:2] == b"\x0e\x01" else 0
-    (meta_size,) = _U32.unpack_from(entry, pos)
-    return entry[pos + 4 + meta_size:]
-
-
-def build_entry(metadata: bytes, body: bytes | memoryview) -> bytes:
-    """An entry as clients send and the broker stores it: magic, CRC32C, metadata, body."""
-    tail = b"".join((_U32.pack(len(metadata)), metadata, body))
-    return b"\x0e\x01" + _U32.pack(crc32c(tail)) + tail
-
-
-def read_entry_metadata(entry: bytes) -> pb.MessageMetadata:
-    """Metadata of a stored entry (entries were validated on the way in)."""
-    return parse_payload(entry, verify=False).metadata

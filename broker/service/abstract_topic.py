@@ -1,5 +1,6 @@
 """What persistent and non-persistent topics share (Pulsar's AbstractTopic): producers, producer
-access modes, the topic epoch, and the publish counters."""
+access modes, the topic epoch, and the publish counters; and what both kinds answer, so that
+callers need not ask which kind they hold (their subscriptions meet kinds.AnySubscription)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
 from broker.metadata.policy_table import DELAYED_DELIVERY, ENCRYPTION_REQUIRED, MAX_MESSAGE_SIZE, MAX_PRODUCERS
@@ -22,6 +23,11 @@ from managed_ledger import Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.kinds import AnySubscription
+    from broker.service.nonpersistent import NonPersistentTopic
+    from broker.service.topic import PersistentTopic
+
+T = TypeVar("T")
 
 Mode = pb.ProducerAccessMode
 
@@ -90,6 +96,33 @@ class AbstractTopic(ABC):
 
     def last_sequence_id(self, producer_name: str) -> int:
         return -1
+
+    # -- what both kinds answer ----------------------------------------------------------------------
+    @abstractmethod
+    def match_kind(self, persistent: Callable[[PersistentTopic], T],
+                   non_persistent: Callable[[NonPersistentTopic], T]) -> T:
+        """Call the function for this topic's kind: the one typed branch point for output whose
+        shape differs by kind (Pulsar's TopicStats and NonPersistentTopicStats, internal stats)."""
+
+    def subscribe_permitted(self, consumer: tuple[str, str, int]) -> bool:
+        """Count a subscribe of (client host, consumer name, consumer id) against the subscribe
+        rate; False when it is over it (persistent topics only, as in Pulsar)."""
+        return True
+
+    # Messages nobody can take now are dropped and counted (msgDropRate in stats), not kept:
+    # non-persistent topics.
+    drops_messages = False
+
+    # Live subscriptions by name (each kind keeps its own).
+    subscriptions: Mapping[str, AnySubscription]
+
+    @abstractmethod
+    async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:
+        """(last entry position, batch index of its last message or -1); (-1,-1) when empty."""
+
+    @abstractmethod
+    def subscription_names(self) -> list[str]:
+        """Names of the topic's subscriptions, sorted (persistent: stored ones too)."""
 
     # Entries published together get consecutive entry ids (False: every receipt carries the
     # same fixed id, as for non-persistent topics).

@@ -24,7 +24,7 @@ from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import AnyTopic
-    from broker.service.nonpersistent import NonPersistentSubscription
+    from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
 
@@ -49,7 +49,7 @@ class EntryNotFoundError(BrokerError):
 def subscription_names(topic: PersistentTopic) -> list[str]:
     """Live subscriptions plus stored durable cursors nobody has attached to since the topic loaded
     (not the broker's own cursors: deduplication's and the replicators')."""
-    return sorted(n for n in set(topic.subscriptions) | set(topic.ledger.cursors) if topic.is_subscription_cursor(n))
+    return topic.subscription_names()
 
 
 def backlog_of(topic: PersistentTopic, name: str) -> int:
@@ -69,6 +69,14 @@ async def subscription(topic: PersistentTopic, name: str) -> Subscription:
         raise SubscriptionNotFoundError(f"Subscription {name} not found")
     # initial position and start id do not matter: the stored cursor is reopened as it is
     return await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None)
+
+
+async def live_subscription(topic: NonPersistentTopic, name: str) -> NonPersistentSubscription:
+    """A non-persistent topic's subscription ``name`` (only live ones: nothing is stored)."""
+    sub = topic.subscriptions.get(name)
+    if sub is None:
+        raise SubscriptionNotFoundError(f"Subscription {name} not found")
+    return sub
 
 
 async def create_subscription(topic: PersistentTopic, name: str, start: Position | None) -> Subscription:

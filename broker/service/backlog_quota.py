@@ -23,7 +23,6 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import (
@@ -35,6 +34,7 @@ from broker.metadata.policy_values import (
     BacklogQuota,
 )
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
 from managed_ledger import ManagedCursor, ManagedLedgerError
 

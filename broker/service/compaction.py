@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import entry_body, read_entry_metadata
+from broker.protocol.entry import entry_body, read_entry_metadata
 from managed_ledger import Entry, Position
 
 if TYPE_CHECKING:

@@ -1,29 +1,21 @@
-"""A consumer: one client-side consumer attached to a subscription over one connection."""
+"""A consumer: one client-side consumer attached to a subscription over one connection.
+
+It implements what dispatchers see of a consumer (``broker.dispatch.context.Consumer``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from broker.dispatch.context import Delivery
+from broker.dispatch.nonpersistent import MESSAGE_POSITION
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from managed_ledger import Entry, Position
+from managed_ledger import Position
 
 if TYPE_CHECKING:
-    from broker.service.nonpersistent import NonPersistentSubscription
-    from broker.service.subscription import Subscription
-
-class Delivery(NamedTuple):
-    """One entry on its way to a consumer."""
-
-    entry: Entry
-    # Permits it costs: messages of the entry not yet acknowledged (all of them unless batch-index acked).
-    messages: int
-    redelivery_count: int
-    # Batch-index ack state: bit i set = message i still to deliver; None when nothing was acked.
-    ack_set: list[int] | None
-
+    from broker.service.kinds import AnySubscription
 
 SUB_TYPE_NAMES: dict[int, str] = {
     pb.CommandSubscribe.Exclusive: "Exclusive",
@@ -73,7 +65,7 @@ class Consumer:
         name: str,
         sub_type: int,
         priority_level: int,
-        subscription: Subscription | NonPersistentSubscription,
+        subscription: AnySubscription,
         partition_index: int,
         metadata: dict[str, str],
         key_shared_meta: pb.KeySharedMeta | None = None,
@@ -140,6 +132,15 @@ class Consumer:
             self.bytes_out += nbytes
             self.last_consumed = time.time()
         return sent
+
+    def send_unstored(self, entry: bytes, messages: int) -> None:
+        """Write one MESSAGE of a non-persistent topic. Nothing is remembered as pending: these
+        messages are never acknowledged."""
+        self.cnx.write(commands.message(self.consumer_id, MESSAGE_POSITION.ledger_id, MESSAGE_POSITION.entry_id,
+                                        self.partition_index, 0, entry))
+        self.msg_out += messages
+        self.bytes_out += len(entry)
+        self.last_consumed = time.time()
 
     def set_pending_messages(self, pos: Position, messages: int) -> None:
         """A partial batch ack left ``messages`` of this delivered entry unacknowledged."""

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol.entry import read_entry_metadata
 from managed_ledger import InitialPosition, ManagedCursor
 
 if TYPE_CHECKING:

@@ -11,36 +11,24 @@ delivery: the C++ client never acknowledges these messages. A subscription is de
 last consumer leaves, and the topic is forgotten once it has neither producers nor consumers
 (Pulsar garbage-collects it after a minute of inactivity; it holds nothing worth keeping).
 
-FLOW is applied at once rather than through a dispatcher lane: there is no read to order it
-with, and a permit waiting in a lane would drop the messages that arrive meanwhile. The permit
-invariant of dispatch/base.py holds trivially (``pending_flow`` stays 0).
-
-One dispatcher per subscription type, as in Pulsar:
-
-- Exclusive / Failover: the active consumer, elected as in single_active.py; Failover consumers
-  learn who is active through ACTIVE_CONSUMER_CHANGE.
-- Shared: round robin over the available consumers, best priority level first (shared.py).
-- Key_Shared: the owner of the message key's hash (key_selector.py). There is no per-key drain
-  state to keep: nothing is ever redelivered.
+The dispatchers (one per subscription type, FLOW applied at once) are in
+broker/dispatch/nonpersistent.py.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from broker.dispatch.entry_meta import EntryMeta, entry_meta
-from broker.dispatch.key_selector import KeySelector, sticky_key_hash
-from broker.dispatch.members import ConsumerMembers
-from broker.dispatch.shared import next_round_robin
-from broker.dispatch.single_active import ActiveConsumerElection
+from broker.dispatch.factory import non_persistent_dispatcher
+from broker.dispatch.nonpersistent import MESSAGE_POSITION, NonPersistentDispatcher
 from broker.errors import ServiceNotReadyError
-from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import EntryMeta, entry_meta
 from broker.service.abstract_topic import AbstractTopic
+from broker.service.dispatch_context import non_persistent_context
 from broker.service.producer import Producer
 from broker.service.replication import NonPersistentReplicator
 from broker.service.subscription import check_consumer_admission
@@ -51,142 +39,15 @@ from managed_ledger import Position
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
     from broker.service.consumer import Consumer
+    from broker.service.topic import PersistentTopic
     from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Sub = pb.CommandSubscribe
 
-# The message id of every receipt and every delivered message (Pulsar: entries made with (0,0)).
-MESSAGE_POSITION = Position(0, 0)
 # GetLastMessageId has no meaning here; PROTOCOL.md section 14 recommends "empty topic".
 NO_MESSAGE = Position(-1, -1)
-
-
-def available(consumer: Consumer) -> bool:
-    """May take a message now (Pulsar: permits > 0 and a writable channel)."""
-    return consumer.permits > 0 and consumer.writable and not consumer.closed
-
-
-def deliver(consumer: Consumer, entry: bytes, messages: int) -> None:
-    """Write one MESSAGE. Nothing is remembered as pending: these messages are never acknowledged."""
-    consumer.cnx.write(commands.message(consumer.consumer_id, MESSAGE_POSITION.ledger_id,
-                                        MESSAGE_POSITION.entry_id, consumer.partition_index, 0, entry))
-    consumer.msg_out += messages
-    consumer.bytes_out += len(entry)
-    consumer.last_consumed = time.time()
-
-
-# -- dispatchers ----------------------------------------------------------------------------------
-
-class NonPersistentDispatcher(ConsumerMembers, ABC):
-    def __init__(self, subscription: NonPersistentSubscription) -> None:
-        super().__init__()
-        self.subscription = subscription
-        self.closed = False
-
-    @property
-    @abstractmethod
-    def type_name(self) -> str: ...
-
-    @property
-    def active_consumer_name(self) -> str | None:
-        return None
-
-    @abstractmethod
-    def select(self, meta: EntryMeta) -> Consumer | None:
-        """The consumer that takes this entry now, or None to drop it."""
-
-    def _membership_changed(self, consumer: Consumer, joined: bool) -> None:
-        """``consumer`` joined or left."""
-
-    # -- consumers and permits -------------------------------------------------------------------
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.join(consumer)
-        self._membership_changed(consumer, True)
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if self.leave(consumer):
-            self._membership_changed(consumer, False)
-
-    def flow(self, consumer: Consumer, permits: int) -> None:
-        # Applied at once (no lane): there is no read loop here to race with.
-        consumer.permits += permits
-        if self.is_member(consumer):
-            self.total_permits += permits
-
-    def on_writable(self) -> None:
-        """Nothing waits to be sent: a message no consumer could take was dropped."""
-
-    def close(self) -> None:
-        self.closed = True
-
-    # -- dispatch --------------------------------------------------------------------------------
-    def send(self, entry: bytes, meta: EntryMeta) -> bool:
-        """Deliver ``entry`` to the selected consumer; False when nobody can take it (dropped)."""
-        consumer = self.select(meta)
-        if consumer is None:
-            return False
-        self.take_permits(consumer, meta.num_messages)
-        deliver(consumer, entry, meta.num_messages)
-        return True
-
-
-class NonPersistentSingleActiveDispatcher(ActiveConsumerElection, NonPersistentDispatcher):
-    def __init__(self, subscription: NonPersistentSubscription, failover: bool) -> None:
-        super().__init__(subscription)
-        topic = subscription.topic
-        self._init_election(failover, topic.loop, topic.name.partition_index)
-
-    def _membership_changed(self, consumer: Consumer, joined: bool) -> None:
-        new = self._elect()
-        changed = new is not self.active
-        self.active = new
-        if not self.failover:
-            return
-        if changed:
-            for c in self.consumers:
-                self._notify(c, c is new)
-        elif joined:
-            self._notify(consumer, consumer is new)  # only the newcomer needs telling
-
-    def select(self, meta: EntryMeta) -> Consumer | None:
-        active = self.active
-        return active if active is not None and available(active) else None
-
-
-class NonPersistentSharedDispatcher(NonPersistentDispatcher):
-    def __init__(self, subscription: NonPersistentSubscription) -> None:
-        super().__init__(subscription)
-        self._rr = 0
-
-    @property
-    def type_name(self) -> str:
-        return "Shared"
-
-    def select(self, meta: EntryMeta) -> Consumer | None:
-        consumer, self._rr = next_round_robin(self.consumers, self._rr, available)
-        return consumer
-
-
-class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
-    def __init__(self, subscription: NonPersistentSubscription, sticky: bool, allow_out_of_order: bool) -> None:
-        super().__init__(subscription)
-        self.allow_out_of_order = allow_out_of_order
-        self.selector = KeySelector(sticky)
-
-    @property
-    def type_name(self) -> str:
-        return "Key_Shared"
-
-    def validate_new_consumer(self, consumer: Consumer) -> None:
-        self.selector.validate_new_consumer(consumer, self.consumers, self.allow_out_of_order)
-
-    def _membership_changed(self, consumer: Consumer, joined: bool) -> None:
-        self.selector.rebuild(self.consumers)
-
-    def select(self, meta: EntryMeta) -> Consumer | None:
-        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
-        return owner if owner is not None and available(owner) else None
 
 
 # -- subscription ---------------------------------------------------------------------------------
@@ -206,7 +67,9 @@ class NonPersistentSubscription:
 
     @property
     def consumers(self) -> list[Consumer]:
-        return self.dispatcher.consumers if self.dispatcher is not None else []
+        # The dispatcher knows its members as dispatch.context.Consumer; every one of them was
+        # added by add_consumer, which takes a service Consumer.
+        return cast("list[Consumer]", self.dispatcher.consumers) if self.dispatcher is not None else []
 
     @property
     def backlog(self) -> int:
@@ -216,28 +79,18 @@ class NonPersistentSubscription:
         return self.dispatcher.type_name if self.dispatcher is not None else "Exclusive"
 
     def _make_dispatcher(self, consumer: Consumer) -> NonPersistentDispatcher:
-        t = consumer.sub_type
-        if t == Sub.Shared:
-            return NonPersistentSharedDispatcher(self)
-        if t == Sub.Key_Shared:
-            meta = consumer.key_shared_meta
-            sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
-            ooo = meta is not None and meta.allowOutOfOrderDelivery
-            return NonPersistentKeySharedDispatcher(self, sticky, ooo)
-        return NonPersistentSingleActiveDispatcher(self, failover=(t == Sub.Failover))
+        return non_persistent_dispatcher(consumer.sub_type, consumer.key_shared_meta, non_persistent_context(self))
 
     def add_consumer(self, consumer: Consumer) -> None:
         check_consumer_admission(self, consumer)
         d = self.dispatcher
-        if d is None or (not d.consumers and (
-                self.sub_type != consumer.sub_type or isinstance(d, NonPersistentKeySharedDispatcher))):
+        if d is None or (not d.consumers and (self.sub_type != consumer.sub_type or d.renew_when_empty)):
             if d is not None:
                 d.close()
             d = self._make_dispatcher(consumer)
             self.dispatcher = d
             self.sub_type = consumer.sub_type
-        if isinstance(d, NonPersistentKeySharedDispatcher):
-            d.validate_new_consumer(consumer)
+        d.validate_new_consumer(consumer)
         d.add_consumer(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -258,8 +111,31 @@ class NonPersistentSubscription:
         if not d.send(entry, meta):
             self.msg_dropped += meta.num_messages
 
+    # -- what has no meaning without storage (AnySubscription's neutral answers) -------------------
+    @property
+    def replicated(self) -> bool:
+        return False
+
+    def set_replicated(self, enabled: bool = True) -> bool:
+        """Only durable subscriptions of persistent topics are replicated."""
+        return False
+
+    @property
+    def last_mark_delete(self) -> Position | None:
+        """No cursor, no mark-delete (PROTOCOL.md section 14)."""
+        return None
+
+    def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
+        """Nothing stored, nothing to acknowledge (the C++ client never acks these)."""
+
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Nothing is kept to redeliver."""
+
+    async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:
+        """Nothing stored to seek in: Pulsar answers success."""
+
+    async def unsubscribed(self) -> None:
+        """It went with its last consumer."""
 
     def disconnect_consumers(self) -> None:
         for c in list(self.consumers):
@@ -317,6 +193,15 @@ class NonPersistentTopic(AbstractTopic):
         self.update_replication()
         self._forget_if_idle()
 
+    def match_kind(self, persistent: Callable[[PersistentTopic], T],
+                   non_persistent: Callable[[NonPersistentTopic], T]) -> T:
+        return non_persistent(self)
+
+    def subscription_names(self) -> list[str]:
+        """Only live subscriptions: nothing is stored."""
+        return sorted(self.subscriptions)
+
+    drops_messages = True
     consecutive_positions = False  # every receipt carries MESSAGE_POSITION
 
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol.entry import read_entry_metadata
 from broker.service.replication import REPLICATOR_PREFIX
 from managed_ledger import Position
 

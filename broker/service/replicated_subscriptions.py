@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from broker.errors import BrokerError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
-from broker.protocol.frames import build_entry, entry_body
+from broker.protocol.entry import REQUEST, RESPONSE, SNAPSHOT, UPDATE, build_entry, entry_body
 from broker.tasks import OwnedTasks
 from managed_ledger import Position
 
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REQUEST = mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST
-RESPONSE = mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE
-SNAPSHOT = mk.REPLICATED_SUBSCRIPTION_SNAPSHOT
-UPDATE = mk.REPLICATED_SUBSCRIPTION_UPDATE
 # Markers the replicators carry to other clusters (a snapshot stays where it was taken).
 REPLICATED_MARKERS = frozenset({REQUEST, RESPONSE, UPDATE})
 # The cursor property that marks a durable subscription as replicated (kept across restarts).

@@ -43,11 +43,10 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.metadata.policy_table import REPLICATOR_DISPATCH_RATE
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry, entry_body, entry_meta, parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import build_entry, entry_body, parse_payload
 from broker.service.rate_limits import DispatchRate
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
@@ -101,6 +100,8 @@ class Replicator(ABC):
         self.connected_since = 0.0
         self.msg_out = 0
         self.bytes_out = 0
+        # Messages dropped because the remote could not take them (non-persistent only; stats).
+        self.msg_dropped = 0
         self.last_error = ""
         # (sequence id, position, publish time in ms, bytes) of the entries sent and not yet
         # confirmed, in send order.
@@ -385,7 +386,6 @@ class NonPersistentReplicator(Replicator):
         self._queued_bytes = 0
         self._next_id = 0
         self._queued = asyncio.Event()
-        self.msg_dropped = 0
 
     @property
     def backlog(self) -> int:

@@ -30,19 +30,18 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
+from broker.protocol.entry import parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import command_body, parse_payload
+from broker.protocol.frames import command_body
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
 from broker.service.consumer import Consumer
-from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
-from broker.service.topic import PersistentTopic
+from broker.service.subscription import position_of
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from broker.version import __version__
-from managed_ledger import Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
@@ -398,8 +397,7 @@ class ServerCnx:
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
             host = self.remote_address.rsplit(":", 1)[0]
-            if isinstance(topic, PersistentTopic) and not topic.subscribe_rate.try_acquire(
-                    (host, c.consumer_name, c.consumer_id)):
+            if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
                 raise NotAllowedError("Subscribe limited by subscribe rate limit per consumer.")
             if c.HasField("schema"):
                 self.service.schemas.check_consumer(name.base.full, c.schema,
@@ -416,8 +414,7 @@ class ServerCnx:
                 return
             consumer.read_compacted = c.read_compacted
             sub.add_consumer(consumer)
-            if (c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions
-                    and not isinstance(sub, NonPersistentSubscription)):
+            if c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions:
                 sub.set_replicated()
             self.consumers[c.consumer_id] = consumer
             self.write(commands.success(c.request_id))
@@ -473,28 +470,7 @@ class ServerCnx:
         if c.HasField("validation_error"):
             log.warning("consumer %s discarded a message: %s", consumer.name,
                         pb.CommandAck.ValidationError.Name(c.validation_error))
-        sub = consumer.subscription
-        if isinstance(sub, NonPersistentSubscription):
-            pass  # nothing stored, nothing to acknowledge (the C++ client never acks these)
-        elif c.ack_type == pb.CommandAck.Cumulative:
-            if len(c.message_id) == 1:  # Pulsar ignores a cumulative ack naming several ids
-                mid = c.message_id[0]
-                pos = position_of(mid)
-                if mid.ack_set and any(mid.ack_set):
-                    # Everything before the entry is acked; the entry itself only partly.
-                    sub.ack_cumulative(consumer, sub.topic.ledger.previous_position(pos))
-                    sub.ack_partial(consumer, pos, list(mid.ack_set))
-                else:
-                    sub.ack_cumulative(consumer, pos)
-        else:
-            positions: list[Position] = []
-            for mid in c.message_id:
-                if mid.ack_set and any(mid.ack_set):
-                    sub.ack_partial(consumer, position_of(mid), list(mid.ack_set))
-                else:
-                    positions.append(position_of(mid))
-            if positions:
-                sub.ack_individual(consumer, positions)
+        consumer.subscription.acknowledge(consumer, c.ack_type == pb.CommandAck.Cumulative, c.message_id)
         if has_request:
             self.write(commands.ack_response(c.consumer_id, c.request_id))
 
@@ -518,8 +494,7 @@ class ServerCnx:
                 raise ConsumerBusyError("Subscription has other connected consumers")
             del self.consumers[c.consumer_id]
             sub.remove_consumer(consumer)
-            if not isinstance(sub, NonPersistentSubscription):  # that one went with its last consumer
-                await sub.topic.delete_subscription(sub)
+            await sub.unsubscribed()
             self.write(commands.success(c.request_id))
 
         self._spawn(self._guard(c.request_id, run(), "Failed to unsubscribe"))
@@ -543,25 +518,9 @@ class ServerCnx:
                                       "Message id and message publish time were not present"))
             return
         sub = consumer.subscription
-        if isinstance(sub, NonPersistentSubscription):  # nothing stored to seek in: Pulsar answers success
-            self.write(commands.success(c.request_id))
-            return
 
         async def run() -> None:
-            topic = sub.topic
-            ledger = topic.ledger
-            if c.HasField("message_id"):
-                lid = commands.from_u64(c.message_id.ledgerId)
-                eid = commands.from_u64(c.message_id.entryId)
-                if lid < 0 or eid < 0:
-                    pos = ledger.first_position
-                elif Position(lid, eid) > ledger.last_confirmed_entry:
-                    pos = ledger.next_valid_position(ledger.last_confirmed_entry)
-                else:
-                    pos = Position(lid, eid)
-            else:
-                pos = await topic.find_position_by_time(c.message_publish_time)
-            sub.reset_cursor(pos)
+            await sub.seek(c.message_id if c.HasField("message_id") else None, c.message_publish_time)
             self.write(commands.success(c.request_id))
 
         self._spawn(self._guard(c.request_id, run(), "Error when resetting subscription"))
@@ -588,10 +547,8 @@ class ServerCnx:
             last_id = commands.message_id(last.ledger_id, last.entry_id, -1, -1)
             last_id.partition = partition
             last_id.batch_index = batch_index
-            mark: tuple[int, int] | None = None  # non-persistent: no cursor, no mark-delete (PROTOCOL.md 14)
-            if not isinstance(sub, NonPersistentSubscription):
-                md = sub.cursor.mark_delete_position
-                mark = (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None
+            md = sub.last_mark_delete
+            mark = (md.ledger_id, md.entry_id) if md is not None else None
             self.write(commands.get_last_message_id_response(c.request_id, last_id, mark))
 
         self._spawn(self._guard(c.request_id, run(), "Failed to get last message id"))
@@ -674,10 +631,6 @@ class ServerCnx:
     def handle_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         request_id = getattr(command_body(cmd), "request_id", 0)
         self.write(commands.error(request_id, E.NotAllowedError, "Transactions are not enabled."))
-
-
-def position_of(mid: pb.MessageIdData) -> Position:
-    return Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId))
 
 
 def topics_hash(topics: list[str]) -> str:

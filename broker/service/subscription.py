@@ -1,33 +1,34 @@
-"""A subscription: a named cursor on a topic, its dispatcher and its consumers."""
+"""A subscription: a named cursor on a topic, its dispatcher and its consumers.
+
+It meets ``AnySubscription`` (kinds.py), as the non-persistent subscription does."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import zip_longest
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.key_shared import KeySharedDispatcher
-from broker.dispatch.shared import SharedDispatcher
-from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, ServiceNotReadyError
 from broker.metadata.policy_table import (
     MAX_CONSUMERS,
     MAX_CONSUMERS_PER_SUBSCRIPTION,
-    MAX_UNACKED_PER_CONSUMER,
     SUBSCRIPTION_DISPATCH_RATE,
 )
+from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
+from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
 from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
     from broker.service.consumer import Consumer
-    from broker.service.nonpersistent import NonPersistentSubscription
+    from broker.service.kinds import AnySubscription
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,11 @@ Sub = pb.CommandSubscribe
 _U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
-def check_consumer_admission(sub: Subscription | NonPersistentSubscription, consumer: Consumer) -> None:
+def position_of(mid: pb.MessageIdData) -> Position:
+    return Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId))
+
+
+def check_consumer_admission(sub: AnySubscription, consumer: Consumer) -> None:
     """Pulsar's checks before a consumer joins a subscription, for both kinds of topic."""
     members = sub.consumers
     if members and sub.sub_type != consumer.sub_type:
@@ -61,6 +66,9 @@ def cursor_activity(topic: PersistentTopic, cursor: ManagedCursor, reading: bool
 
 
 class Subscription:
+    # Nothing is dropped: what no consumer can take now waits in the backlog.
+    msg_dropped = 0
+
     def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor, durable: bool) -> None:
         self.topic = topic
         self.name = name
@@ -131,32 +139,21 @@ class Subscription:
 
     @property
     def consumers(self) -> list[Consumer]:
-        return self.dispatcher.consumers if self.dispatcher is not None else []
+        # The dispatcher knows its members as dispatch.context.Consumer; every one of them was
+        # added by add_consumer, which takes a service Consumer.
+        return cast("list[Consumer]", self.dispatcher.consumers) if self.dispatcher is not None else []
 
     # -- consumers ---------------------------------------------------------------------------------
     def _make_dispatcher(self, consumer: Consumer) -> Dispatcher:
-        service = self.topic.service
-        batch = service.config.dispatcherMaxReadBatchSize
-        t = consumer.sub_type
-        # (A policy change of the unacked limit reaches a subscription with its next dispatcher.)
-        max_unacked = service.policies.get(self.topic.name, MAX_UNACKED_PER_CONSUMER)
-        if t == Sub.Shared:
-            return SharedDispatcher(self, batch, max_unacked)
-        if t == Sub.Key_Shared:
-            meta = consumer.key_shared_meta
-            sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
-            ooo = meta is not None and meta.allowOutOfOrderDelivery
-            return KeySharedDispatcher(self, batch, max_unacked, sticky=sticky,
-                                       allow_out_of_order=ooo)
-        return SingleActiveConsumerDispatcher(self, batch, failover=(t == Sub.Failover))
+        return persistent_dispatcher(consumer.sub_type, consumer.key_shared_meta, persistent_context(self),
+                                     self.cursor)
 
     def add_consumer(self, consumer: Consumer) -> None:
         if self.topic.closed:  # unloaded or deleted while the consumer was being set up: it retries
             raise ServiceNotReadyError(f"Topic {self.topic.name} is being closed; retry")
         check_consumer_admission(self, consumer)
         d = self.dispatcher
-        if d is None or self.sub_type != consumer.sub_type or (
-                isinstance(d, KeySharedDispatcher) and not d.consumers):
+        if d is None or self.sub_type != consumer.sub_type or (d.renew_when_empty and not d.consumers):
             if d is not None:
                 d.close()
                 # The old dispatcher may hold entries it read but never delivered (its replay set):
@@ -165,8 +162,7 @@ class Subscription:
             d = self._make_dispatcher(consumer)
             self.dispatcher = d
             self.sub_type = consumer.sub_type
-        if isinstance(d, KeySharedDispatcher):
-            d.validate_new_consumer(consumer)
+        d.validate_new_consumer(consumer)
         self.seek_pending = False
         d.add_consumer(consumer)
         self.cursor.touch()
@@ -195,14 +191,27 @@ class Subscription:
             self.topic.remove_subscription(self)
 
     # -- acknowledgements --------------------------------------------------------------------------
-    def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
-        """(messages still to deliver, ack_set to send) for an entry about to be dispatched."""
-        if not self.batch_ack_sets:
-            return num_messages, None
-        words = self.batch_ack_sets.get(pos)
-        if words is None:
-            return num_messages, None
-        return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
+    def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
+        """An ACK: an id with an ack_set acknowledges only part of its batch."""
+        if cumulative:
+            if len(message_ids) == 1:  # Pulsar ignores a cumulative ack naming several ids
+                mid = message_ids[0]
+                pos = position_of(mid)
+                if mid.ack_set and any(mid.ack_set):
+                    # Everything before the entry is acked; the entry itself only partly.
+                    self.ack_cumulative(consumer, self.topic.ledger.previous_position(pos))
+                    self.ack_partial(consumer, pos, list(mid.ack_set))
+                else:
+                    self.ack_cumulative(consumer, pos)
+            return
+        positions: list[Position] = []
+        for mid in message_ids:
+            if mid.ack_set and any(mid.ack_set):
+                self.ack_partial(consumer, position_of(mid), list(mid.ack_set))
+            else:
+                positions.append(position_of(mid))
+        if positions:
+            self.ack_individual(consumer, positions)
 
     def ack_partial(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> None:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
@@ -245,18 +254,38 @@ class Subscription:
         if self.cursor.mark_delete_position != before:
             self.last_mark_delete_advanced = now
             self.mark_delete_moved()
-        d = self.dispatcher
-        if d is not None:
-            d.on_acked(positions)
-            if isinstance(d, SharedDispatcher):
-                # A consumer blocked on maxUnackedMessagesPerConsumer may be free again.
-                d.trigger_read()
+        if self.dispatcher is not None:
+            self.dispatcher.on_acked(positions)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.redeliver(consumer, positions)
 
     # -- cursor moves ------------------------------------------------------------------------------
+    async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:
+        """SEEK: (-1,-1) or less is the earliest entry, an id past the end the next one written."""
+        ledger = self.topic.ledger
+        if message_id is not None:
+            lid = commands.from_u64(message_id.ledgerId)
+            eid = commands.from_u64(message_id.entryId)
+            if lid < 0 or eid < 0:
+                pos = ledger.first_position
+            elif Position(lid, eid) > ledger.last_confirmed_entry:
+                pos = ledger.next_valid_position(ledger.last_confirmed_entry)
+            else:
+                pos = Position(lid, eid)
+        else:
+            pos = await self.topic.find_position_by_time(publish_time)
+        self.reset_cursor(pos)
+
+    async def unsubscribed(self) -> None:
+        await self.topic.delete_subscription(self)
+
+    @property
+    def last_mark_delete(self) -> Position | None:
+        md = self.cursor.mark_delete_position
+        return md if md.ledger_id >= 0 else None
+
     def disconnect_consumers(self) -> None:
         """Tell every consumer to reconnect (Pulsar does this around seek and reset)."""
         for c in list(self.consumers):

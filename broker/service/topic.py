@@ -6,9 +6,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from broker.dispatch.entry_meta import entry_meta
 from broker.errors import (
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -19,14 +18,13 @@ from broker.metadata.policy_table import (
     AUTO_SUBSCRIPTION_CREATION,
     DEDUPLICATION,
     MAX_SUBSCRIPTIONS,
-    MAX_UNACKED_PER_SUBSCRIPTION,
     SUBSCRIBE_RATE,
     TOPIC_DISPATCH_RATE,
 )
 from broker.metadata.store import Derived
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import read_entry_metadata
+from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
@@ -41,9 +39,11 @@ from managed_ledger import InitialPosition, ManagedLedger, Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.nonpersistent import NonPersistentTopic
 
 log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
+T = TypeVar("T")
 
 
 class PersistentTopic(AbstractTopic):
@@ -68,9 +68,6 @@ class PersistentTopic(AbstractTopic):
         self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
         self.data_entries_added = 0
         self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
-        # maxUnackedMessagesOnSubscription in force (its Shared / Key_Shared dispatchers ask per read).
-        self.max_unacked_per_subscription = Derived(service.metadata,
-                                                    lambda: service.policies.get(name, MAX_UNACKED_PER_SUBSCRIPTION))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")
 
@@ -125,7 +122,19 @@ class PersistentTopic(AbstractTopic):
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
         self.ledger.add_entries(entries, callback)
 
+    def match_kind(self, persistent: Callable[[PersistentTopic], T],
+                   non_persistent: Callable[[NonPersistentTopic], T]) -> T:
+        return persistent(self)
+
+    def subscribe_permitted(self, consumer: tuple[str, str, int]) -> bool:
+        return self.subscribe_rate.try_acquire(consumer)
+
     # -- subscriptions -----------------------------------------------------------------------------
+    def subscription_names(self) -> list[str]:
+        """Live subscriptions plus stored durable cursors nobody has attached to since the topic
+        loaded (not the broker's own cursors: deduplication's and the replicators')."""
+        return sorted(n for n in set(self.subscriptions) | set(self.ledger.cursors) if self.is_subscription_cursor(n))
+
     @staticmethod
     def is_subscription_cursor(name: str) -> bool:
         """A stored cursor that is a subscription, not one of the broker's own (deduplication's,

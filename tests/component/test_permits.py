@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterable
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from broker.config import BrokerConfig
+from broker.dispatch.context import DispatchContext, DispatchPolicy, ReadTrigger
+from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
-from broker.metadata.policy_table import Policy
+from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.service.abstract_topic import SendPolicy
 from broker.service.consumer import Consumer
-from broker.service.rate_limits import DispatchRate
-from broker.service.subscription import Subscription
-from managed_ledger import Entry, InitialPosition, MemoryManagedLedgerFactory, Position, ReadCallback
+from broker.topic_name import TopicName
+from managed_ledger import Entry, InitialPosition, ManagedCursor, ManagedLedger, MemoryManagedLedgerFactory, Position
+from tests.waiting import eventually
+
+# A consumer's subscription is only named in its repr: the dispatchers here have none.
+NO_SUBSCRIPTION: Any = SimpleNamespace(name="sub")
 
 
 class FakeCnx:
@@ -53,47 +55,26 @@ def entry_bytes(batch: int = 0) -> bytes:
     return struct.pack(">I", len(meta)) + meta + b"x"
 
 
-T = TypeVar("T")
-
-
-class FakeService:
-    """What a subscription and its dispatcher ask of the broker service: its defaults, no limits."""
-
-    def __init__(self) -> None:
-        self.config = BrokerConfig()
-        self.metadata = SimpleNamespace(generation=0)
-        self.unacked_blocked: set[Any] = set()
-        self.policies = FakePolicies(self.config)
-
-
-class FakePolicies:
-    """The policies in force: the broker's defaults (no consumer limits, no dispatch rates)."""
-
-    def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
-
-    def get(self, name: Any, policy: Policy[T]) -> T:
-        return policy.broker(self.config)
-
-
 class Harness:
-    """A Shared dispatcher over a real in-memory cursor, with fake connections."""
+    """A Shared dispatcher over a real in-memory cursor, with fake connections: built from a
+    dispatch context (the broker's defaults, no rate limits), no topic or service."""
 
-    def __init__(self, ledger: Any, cursor: Any) -> None:
-        loop = asyncio.get_running_loop()
-        service = FakeService()
-        topic = SimpleNamespace(loop=loop, name=SimpleNamespace(partition_index=-1), closed=False, ledger=ledger,
-                                service=service, dispatch_rate=DispatchRate(service.metadata, lambda: (0, 0, 1, False)),
-                                published_totals=lambda: (0, 0),
-                                send_policy=SendPolicy(False, 0, True),
-                                max_unacked_per_subscription=SimpleNamespace(get=lambda: self.unacked_limit))
-        self.unacked_limit: int = 0  # maxUnackedMessagesOnSubscription (0 = none)
-        self.service = service
-        self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
+    def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
+        self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
+        self.unacked_blocked: set[ReadTrigger] = set()
+        self.context = DispatchContext(
+            loop=asyncio.get_running_loop(), name="sub", max_read_batch=100,
+            policy=lambda: DispatchPolicy(max_unacked_per_consumer=50000,
+                                          max_unacked_per_subscription=self.unacked_limit),
+            unacked_blocked=self.unacked_blocked)
         self.ledger = ledger
-        self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)
-        self.sub.dispatcher = self.dispatcher
+        self.cursor = cursor
+        self.dispatcher: SharedDispatcher | SingleActiveConsumerDispatcher = SharedDispatcher(self.context, cursor)
         self.next_id = 0
+
+    def shared(self) -> SharedDispatcher:
+        assert isinstance(self.dispatcher, SharedDispatcher)
+        return self.dispatcher
 
     @classmethod
     async def create(cls) -> Harness:
@@ -114,12 +95,19 @@ class Harness:
             self.next_id += 1
         if name is None:
             name = f"c{consumer_id}"
-        return Consumer(FakeCnx(), consumer_id, name, pb.CommandSubscribe.Shared, 0, self.sub,  # type: ignore[arg-type]
+        return Consumer(FakeCnx(), consumer_id, name, pb.CommandSubscribe.Shared, 0, NO_SUBSCRIPTION,  # type: ignore[arg-type]
                         -1, {})
 
     def publish(self, n: int, batch: int = 0) -> None:
         for _ in range(n):
             self.ledger.add_entry(entry_bytes(batch), lambda pos, exc: None)
+
+    def ack(self, consumer: Consumer, positions: list[Position]) -> None:
+        """What the subscription does for an individual ack: forget, delete, tell the dispatcher."""
+        for p in positions:
+            consumer.remove_pending(p)
+        self.cursor.delete(positions)
+        self.dispatcher.on_acked(positions)
 
     def check(self) -> None:
         d = self.dispatcher
@@ -199,7 +187,7 @@ async def test_shutdown_with_flows_queued() -> None:
 async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked() -> None:
     h = await Harness.create()
     h.unacked_limit = 10
-    d = h.dispatcher
+    d = h.shared()
     a, b = h.consumer(), h.consumer()
     for c in (a, b):
         d.add_consumer(c)
@@ -213,16 +201,16 @@ async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked(
     def unacked() -> int:
         return a.unacked_messages + b.unacked_messages
 
-    assert d.blocked_on_unacked and h.service.unacked_blocked == {d}
+    assert d.blocked_on_unacked and h.unacked_blocked == {d}
     # A redelivery still goes out while blocked.
-    h.sub.redeliver(a, None)
+    d.redeliver(a, None)
     await drain_lane()
     assert unacked() == 10 and d.blocked_on_unacked
 
     async def ack(n: int) -> None:
         for c in (a, b):
             taken = sorted(c.pending_acks)[:n]
-            h.sub.ack_individual(c, taken)
+            h.ack(c, taken)
             n -= len(taken)
         await drain_lane()
 
@@ -238,7 +226,7 @@ async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked(
 async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     h = await Harness.create()
     h.unacked_limit = 4
-    d = h.dispatcher
+    d = h.shared()
     c = h.consumer()
     d.add_consumer(c)
     d.flow(c, 100)
@@ -247,11 +235,11 @@ async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     await drain_lane()
     assert len(c.pending_acks) == 4 and d.blocked_on_unacked
     h.unacked_limit = 0  # what the broker's metadata listener does after a policy change:
-    for blocked in list(h.service.unacked_blocked):
+    for blocked in list(h.unacked_blocked):
         blocked.trigger_read()
     await drain_lane()
     assert len(c.pending_acks) == 20 and not d.blocked_on_unacked
-    assert not h.service.unacked_blocked
+    assert not h.unacked_blocked
     h.check()
 
 
@@ -350,13 +338,9 @@ def keyed_entry(key: str) -> bytes:
 
 
 class KeyHarness(Harness):
-    def __init__(self, ledger: Any, cursor: Any) -> None:
+    def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         super().__init__(ledger, cursor)
-        from broker.dispatch.key_shared import KeySharedDispatcher
-
-        self.dispatcher = KeySharedDispatcher(self.sub, 100, 50000, sticky=False,
-                                              allow_out_of_order=False)
-        self.sub.dispatcher = self.dispatcher
+        self.dispatcher = KeySharedDispatcher(self.context, cursor, sticky=False, allow_out_of_order=False)
 
     def consumer_named(self, name: str) -> Consumer:
         c = self.consumer(name=name)
@@ -380,19 +364,17 @@ class KeyHarness(Harness):
 
 def key_moving_to(h: KeyHarness, newcomer: Consumer, before: list[Consumer]) -> str:
     """A key owned by someone in ``before`` that the ring gives to ``newcomer`` once it joins."""
-    from broker.dispatch.key_shared import sticky_key_hash
-
     d = h.dispatcher
-    assert isinstance(d, type(h.dispatcher))
+    assert isinstance(d, KeySharedDispatcher)
     for i in range(10_000):
         key = f"key-{i}"
         kh = sticky_key_hash(key.encode())
         d.consumers.append(newcomer)
-        d._rebuild_ring()  # type: ignore[attr-defined]
-        after = d.owner(kh)  # type: ignore[attr-defined]
+        d._rebuild_ring()
+        after = d.owner(kh)
         d.consumers.remove(newcomer)
-        d._rebuild_ring()  # type: ignore[attr-defined]
-        if after is newcomer and d.owner(kh) in before:  # type: ignore[attr-defined]
+        d._rebuild_ring()
+        if after is newcomer and d.owner(kh) in before:
             return key
     raise AssertionError("no key moves to the newcomer")
 
@@ -411,7 +393,7 @@ async def test_key_shared_holds_a_moved_key_until_the_old_owner_acks() -> None:
     h.publish_key(key)
     await drain_lane()
     assert not b.pending_acks, "b received a newer message while a had an older one unacked"
-    h.sub.ack_individual(a, first)
+    h.ack(a, first)
     await drain_lane()
     assert len(b.pending_acks) == 1
     h.check()
@@ -460,7 +442,9 @@ class KeySharedMachine(PermitMachine):
 
     @invariant()
     def one_owner_per_key(self) -> None:
-        hash_of = self.h.dispatcher._hash_of  # type: ignore[attr-defined]
+        dispatcher = self.h.dispatcher
+        assert isinstance(dispatcher, KeySharedDispatcher)
+        hash_of = dispatcher._hash_of
         holders: dict[int, int] = {}
         for c in self.members:
             for p in c.pending_acks:
@@ -473,34 +457,38 @@ TestKeySharedMachine = KeySharedMachine.TestCase
 
 
 async def test_key_shared_dispatcher_replaced_after_everyone_left_keeps_every_entry() -> None:
-    """All consumers leave while entries wait in the replay set; the next one must get them all."""
-    h = await Harness.create()
-    a = h.consumer(name="a")
-    a.sub_type = pb.CommandSubscribe.Key_Shared
-    h.sub.add_consumer(a)
-    d = h.sub.dispatcher
-    assert d is not None
-    d.flow(a, 1)
-    await drain_lane()
-    for _ in range(3):
-        h.ledger.add_entry(keyed_entry("k"), lambda pos, exc: None)
-    await drain_lane()
-    assert len(a.pending_acks) == 1  # one permit: the other two wait in the replay set
-    h.sub.remove_consumer(a)
-    b = h.consumer(name="b")
-    b.sub_type = pb.CommandSubscribe.Key_Shared
-    h.sub.add_consumer(b)  # a fresh dispatcher (nobody was left on the old one)
-    assert h.sub.dispatcher is not None
-    h.sub.dispatcher.flow(b, 10)
-    await drain_lane()
-    assert len(b.pending_acks) == 3
+    """All consumers leave while entries wait in the replay set; the next one must get them all.
+    (The subscription replaces the dispatcher: a real broker's topic and subscription.)"""
+    async with Broker() as broker:
+        assert broker.server is not None
+        topic = await broker.server.service.get_persistent_topic(
+            TopicName.parse("persistent://public/default/ks-renew"), create=True)
+        sub = await topic.get_or_create_subscription("sub", True, pb.CommandSubscribe.Earliest, None)
+
+        def key_shared_consumer(name: str) -> Consumer:
+            return Consumer(FakeCnx(), 0, name, pb.CommandSubscribe.Key_Shared, 0, sub, -1, {})  # type: ignore[arg-type]
+
+        a = key_shared_consumer("a")
+        sub.add_consumer(a)
+        d = sub.dispatcher
+        assert d is not None
+        d.flow(a, 1)
+        for _ in range(3):
+            topic.ledger.add_entry(keyed_entry("k"), lambda pos, exc: None)
+        await eventually(lambda: a.pending_acks and topic.ledger.number_of_entries == 3, "one delivered")
+        await drain_lane()
+        assert len(a.pending_acks) == 1  # one permit: the other two wait
+        sub.remove_consumer(a)
+        b = key_shared_consumer("b")
+        sub.add_consumer(b)  # a fresh dispatcher (nobody was left on the old one)
+        assert sub.dispatcher is not None and sub.dispatcher is not d
+        sub.dispatcher.flow(b, 10)
+        await eventually(lambda: len(b.pending_acks) == 3, "b to receive all three")
 
 
 async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consumers_entries() -> None:
     """A replay read completes later (a disk read); meanwhile the owner leaves and its OLDER pending
     entry of the same key joins the replay set. The newer replayed entry must wait for it."""
-    from broker.dispatch.key_shared import sticky_key_hash
-
     h, d, a = await KeyHarness.with_first_consumer(1)
     b = h.consumer_named("b")
     # A key that stays with "a" when "b" joins (so "a" holds it until it leaves).
@@ -514,15 +502,15 @@ async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consum
     d.flow(b, 10)
     await drain_lane()
     # From now on replay reads complete on a later loop turn, as a disk read would.
-    cursor = h.sub.cursor
+    cursor = h.cursor
     real_replay = cursor.replay_entries
     loop = asyncio.get_running_loop()
 
-    def deferred_replay(positions: Iterable[Position], callback: ReadCallback) -> None:
-        def later(entries: list[Entry], exc: BaseException | None) -> None:
+    def deferred_replay(positions: Any, callback: Any) -> None:
+        def post(entries: list[Entry], exc: BaseException | None) -> None:
             loop.call_soon(callback, entries, exc)
 
-        real_replay(positions, later)
+        real_replay(positions, post)
 
     cursor.replay_entries = deferred_replay  # type: ignore[method-assign]
     d.flow(a, 1)  # a can take e2 again: a replay read for e2 starts
@@ -550,9 +538,7 @@ def _owner_with(d: Any, consumers: list[Consumer], key_hash: int) -> Consumer | 
 
 async def exclusive_harness() -> Harness:
     h = await Harness.create()
-    h.sub.topic.compacted_view = None
-    h.dispatcher = SingleActiveConsumerDispatcher(h.sub, max_read_batch=100, failover=False)  # type: ignore[assignment]
-    h.sub.dispatcher = h.dispatcher
+    h.dispatcher = SingleActiveConsumerDispatcher(h.context, h.cursor, failover=False)
     return h
 
 

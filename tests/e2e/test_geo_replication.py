@@ -15,7 +15,8 @@ import pytest
 from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder, read_entry_metadata
+from broker.protocol.entry import read_entry_metadata
+from broker.protocol.frames import FrameDecoder
 from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName

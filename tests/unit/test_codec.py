@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
+from broker.protocol.entry import parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import Frame, FrameDecoder, parse_payload
+from broker.protocol.frames import Frame, FrameDecoder
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 
 MAX_FRAME = max_frame_size(DEFAULT_MAX_MESSAGE_SIZE)

@@ -18,8 +18,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 TOP_PACKAGES = ("broker", "managed_ledger")
 ABOVE_DISPATCH = ("broker.service", "broker.admin", "broker.server", "broker.connection", "broker.auth",
@@ -154,27 +152,12 @@ def test_the_walk_sees_the_packages() -> None:
             "broker.metadata", "broker.auth", "managed_ledger"} <= {p for e in edges for p in e}
 
 
-# Edges being removed in another branch of the same change. The lead empties this at merge, when the
-# two xfail tests below start to pass (strict: an unexpected pass fails, so this cannot be forgotten).
-LANDING_ELSEWHERE = {("broker.dispatch", "broker.service")}
-DISPATCH_LEAF = "dispatch leaf lands in branch r-dispatch"
-
-
-def _check_no_cycle(edges: dict[tuple[str, str], list[str]]) -> None:
-    cycles = find_cycles(edges)
+def test_no_cycle_between_packages() -> None:
+    cycles = find_cycles(import_edges())
+    edges = import_edges()
     assert not cycles, "import cycles between packages:\n" + "\n".join(_describe(c, edges) for c in cycles)
 
 
-def test_no_cycle_between_packages() -> None:
-    _check_no_cycle({e: where for e, where in import_edges().items() if e not in LANDING_ELSEWHERE})
-
-
-@pytest.mark.xfail(strict=True, reason=DISPATCH_LEAF)
-def test_no_cycle_between_packages_at_all() -> None:
-    _check_no_cycle(import_edges())
-
-
-@pytest.mark.xfail(strict=True, reason=DISPATCH_LEAF)
 def test_dispatch_imports_nothing_above_it() -> None:
     bad = {target: where for target, where in imports_of("broker.dispatch").items()
            if package_of(target) in ABOVE_DISPATCH}

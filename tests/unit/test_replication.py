@@ -8,8 +8,8 @@ import struct
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.checksum import crc32c
-from broker.protocol.frames import parse_payload
-from broker.service.replicated_subscriptions import REQUEST, SNAPSHOT, SnapshotCache, marker_entry, marker_payload
+from broker.protocol.entry import REQUEST, SNAPSHOT, parse_payload
+from broker.service.replicated_subscriptions import SnapshotCache, marker_entry, marker_payload
 from broker.service.replication import restamp
 from managed_ledger import Position
 

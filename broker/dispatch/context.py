@@ -1,0 +1,188 @@
+"""Everything a dispatcher knows of the world above it: one narrow, typed context.
+
+The dispatch package imports nothing from the packages above it (service, admin, server):
+what a dispatcher needs from above comes in here:
+
+- ``Consumer``: what a dispatcher calls on a consumer (the service layer's Consumer,
+  service/consumer.py, implements it);
+- ``DispatchContext``: the loop, the subscription's name and partition, the read batch size, the
+  policies in force (``DispatchPolicy``, a snapshot re-resolved when the metadata changes), the
+  dispatch rate limits it consults (``DispatchRateLimit``), the compacted view (``CompactedView``),
+  the registry of dispatchers blocked on maxUnackedMessagesOnSubscription, and the two hooks of
+  replicated subscriptions (a snapshot marker was read; the mark-delete moved);
+- ``Delivery``: one entry on its way to a consumer (what ``Consumer.send_entries`` takes).
+
+The service layer builds a context in one place (service/dispatch_context.py); a
+test builds one by hand from a loop and a few values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, MutableSet, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import Entry, Position
+
+
+class Delivery(NamedTuple):
+    """One entry on its way to a consumer."""
+
+    entry: Entry
+    # Permits it costs: messages of the entry not yet acknowledged (all of them unless batch-index acked).
+    messages: int
+    redelivery_count: int
+    # Batch-index ack state: bit i set = message i still to deliver; None when nothing was acked.
+    ack_set: list[int] | None
+
+
+class FrameSink(Protocol):
+    """The consumer's connection, as far as a dispatcher writes to it (ACTIVE_CONSUMER_CHANGE)."""
+
+    def write(self, data: bytes) -> None: ...
+
+
+class Consumer(Protocol):
+    """What a dispatcher reads and calls on a consumer. Membership is by identity: two consumers
+    with the same id and name are different members.
+
+    Permits: FLOW adds to ``permits`` and ``pending_flow`` on the connection's loop; the dispatcher
+    settles ``pending_flow`` and spends ``permits`` (which may go below zero: an entry is never split).
+    """
+
+    permits: int
+    pending_flow: int
+    # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.
+    blocked: bool
+    redelivered: int
+
+    @property
+    def consumer_id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def priority_level(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def unacked_messages(self) -> int: ...
+    @property
+    def read_compacted(self) -> bool: ...
+    @property
+    def key_shared_meta(self) -> pb.KeySharedMeta | None: ...
+    @property
+    def hash_ranges(self) -> Sequence[tuple[int, int]]: ...
+    @property
+    def cnx(self) -> FrameSink: ...
+
+    def send_entries(self, batch: Iterable[Delivery]) -> int:
+        """Write MESSAGE frames, remember them as pending; the messages sent (permits they cost)."""
+        ...
+
+    def send_unstored(self, entry: bytes, messages: int) -> None:
+        """Write one MESSAGE of a non-persistent topic (nothing remembered as pending)."""
+        ...
+
+    def remove_pending(self, pos: Position) -> bool: ...
+
+    def clear_pending(self) -> list[Position]:
+        """Forget every pending entry; their positions, sorted."""
+        ...
+
+
+class DispatchRateLimit(Protocol):
+    """A dispatch rate limit (the service layer's DispatchRate): asked before a read,
+    told what the read sent."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def budget(self) -> tuple[int, int | None] | None:
+        """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
+        ...
+
+    def wait(self) -> float:
+        """Seconds until there is budget again."""
+        ...
+
+    def consume(self, messages: int, nbytes: int) -> None: ...
+
+
+class CompactedEntry(Protocol):
+    @property
+    def entry(self) -> Entry: ...
+    @property
+    def messages(self) -> int: ...
+    @property
+    def ack_set(self) -> list[int] | None: ...
+
+
+class CompactedView(Protocol):
+    """The topic's compacted view (service/compaction.py's): the latest
+    message per key up to ``horizon``, which a read_compacted consumer reads first."""
+
+    @property
+    def horizon(self) -> Position: ...
+    @property
+    def entries(self) -> Sequence[CompactedEntry]: ...
+
+    def index_from(self, position: Position) -> int: ...
+
+
+class ReadTrigger(Protocol):
+    def trigger_read(self) -> None: ...
+
+
+class DispatchPolicy(NamedTuple):
+    """The policies a dispatcher reads (topic, else namespace, else broker), as one snapshot."""
+
+    # maxUnackedMessagesPerConsumer (Shared / Key_Shared); 0 = no limit. Read when the dispatcher
+    # is made: a change reaches a subscription with its next dispatcher.
+    max_unacked_per_consumer: int = 0
+    # maxUnackedMessagesOnSubscription; 0 = no limit. Read before every read of new entries.
+    max_unacked_per_subscription: int = 0
+    # Delayed delivery on: deliver_at_time is honoured (Shared / Key_Shared). Read per read.
+    delayed_delivery: bool = True
+
+
+def _no_policy() -> DispatchPolicy:
+    return DispatchPolicy()
+
+
+def _no_view() -> CompactedView | None:
+    return None
+
+
+def _ignore_marker(position: Position, entry: bytes) -> None:
+    pass
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchContext:
+    loop: asyncio.AbstractEventLoop
+    # The subscription's name (logs, errors).
+    name: str
+    # Partition of a partitioned topic, -1 otherwise (Failover spreads partitions by it).
+    partition_index: int = -1
+    # dispatcherMaxReadBatchSize: entries per read, at most.
+    max_read_batch: int = 100
+    # The policies in force now (cheap to call: re-resolved only after a metadata change).
+    policy: Callable[[], DispatchPolicy] = _no_policy
+    # The dispatch rate limits consulted before every read: the topic's and the subscription's.
+    rates: Sequence[DispatchRateLimit] = ()
+    # The topic's compacted view, when it has one.
+    compacted_view: Callable[[], CompactedView | None] = _no_view
+    # Dispatchers blocked on maxUnackedMessagesOnSubscription: re-planned after a policy change.
+    unacked_blocked: MutableSet[ReadTrigger] = field(default_factory=set)
+    # Replicated subscriptions: a snapshot marker was read at this position (its entry bytes) ...
+    snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker
+    # ... and the mark-delete moved because the dispatcher acknowledged markers itself.
+    mark_delete_moved: Callable[[], None] = _nothing

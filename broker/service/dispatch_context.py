@@ -1,0 +1,53 @@
+"""The one place where the service layer builds what a dispatcher gets (broker/dispatch/context.py).
+
+Every policy a dispatcher reads is resolved here (``dispatch_policy``), so a change in how
+policies are resolved touches this module only. The dispatchers themselves never see a topic,
+a subscription or the broker service.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.dispatch.context import DispatchContext, DispatchPolicy
+from broker.metadata.policy_table import MAX_UNACKED_PER_CONSUMER, MAX_UNACKED_PER_SUBSCRIPTION
+from broker.metadata.store import Derived
+
+if TYPE_CHECKING:
+    from broker.service.abstract_topic import AbstractTopic
+    from broker.service.nonpersistent import NonPersistentSubscription
+    from broker.service.subscription import Subscription
+
+
+def dispatch_policy(topic: AbstractTopic) -> DispatchPolicy:
+    """The policies a dispatcher reads, in force now for ``topic`` (topic, namespace, broker)."""
+    service, name = topic.service, topic.name
+    return DispatchPolicy(
+        max_unacked_per_consumer=service.policies.get(name, MAX_UNACKED_PER_CONSUMER),
+        max_unacked_per_subscription=service.policies.get(name, MAX_UNACKED_PER_SUBSCRIPTION),
+        delayed_delivery=topic.send_policy.delayed_delivery,
+    )
+
+
+def persistent_context(sub: Subscription) -> DispatchContext:
+    topic = sub.topic
+    service = topic.service
+    policy = Derived(service.metadata, lambda: dispatch_policy(topic))
+    return DispatchContext(
+        loop=topic.loop,
+        name=sub.name,
+        partition_index=topic.name.partition_index,
+        max_read_batch=service.config.dispatcherMaxReadBatchSize,
+        policy=policy.get,
+        rates=sub.dispatch_rates,
+        compacted_view=lambda: topic.compacted_view,
+        unacked_blocked=service.unacked_blocked,
+        snapshot_marker=sub.snapshot_read,
+        mark_delete_moved=sub.mark_delete_moved,
+    )
+
+
+def non_persistent_context(sub: NonPersistentSubscription) -> DispatchContext:
+    """Non-persistent dispatchers read no policy: they only deliver or drop."""
+    topic = sub.topic
+    return DispatchContext(loop=topic.loop, name=sub.name, partition_index=topic.name.partition_index)
