@@ -19,7 +19,8 @@ def test_metadata_formatted_and_bookies_registered(bk_cluster: LocalCluster) -> 
         assert layout == b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
         assert zk.exists("/ledgers/INSTANCEID") is not None
         available = set(zk.get_children("/ledgers/available"))
-        assert available == {b.address for b in bk_cluster.bookies} | {"readonly"}
+        # A bookie killed by an earlier test stays registered until its ZooKeeper session expires.
+        assert {b.address for b in bk_cluster.bookies} | {"readonly"} <= available
     finally:
         zk.stop()
         zk.close()
