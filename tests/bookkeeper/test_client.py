@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,9 @@ import pytest
 
 from cluster.local import LocalCluster, add_bookie, bookkeeper_lib, kill_bookie
 from managed_ledger.bookkeeper.client import BookKeeper, LedgerFencedError, LedgerWriter
+from managed_ledger.bookkeeper.digest import Digester, DigestType, master_key
 from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path
+from managed_ledger.bookkeeper.protocol import AddRequest, ReadRequest, StatusCode
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "BkInterop.java"
 
@@ -89,6 +92,29 @@ async def test_recovery_fences_the_old_writer(bk_cluster: LocalCluster) -> None:
         await writer.close()  # a failed writer closes without touching the metadata
         md_after, _ = await bk_b.read_metadata(writer.ledger_id)
         assert md_after == md
+
+
+async def test_recovery_keeps_an_entry_that_reached_one_bookie(bk_cluster: LocalCluster) -> None:
+    """A writer crashed after sending entry 5 to one bookie of its write set: recovery finds it and re-adds it with
+    the recovery flag, so the other bookie (already fenced) accepts it too; the ledger closes at 5."""
+    async with BookKeeper(bk_cluster.zk_address) as bk_a, BookKeeper(bk_cluster.zk_address) as bk_b:
+        writer = await bk_a.create_ledger(3, 2, 2)
+        await write(writer, 5, b"w")
+        first, second = writer.metadata.write_set(5)
+        entry = Digester(DigestType.CRC32C).package(writer.ledger_id, 5, 4, writer.length + 2, b"w5")
+        response = await bk_a.bookies.request(first, AddRequest(master_key(b""), entry))
+        assert response.status == StatusCode.EOK
+        missing = await bk_a.bookies.request(second, ReadRequest(writer.ledger_id, 5))
+        assert missing.status == StatusCode.ENOENTRY
+
+        reader = await bk_b.open_ledger(writer.ledger_id)
+        assert reader.last_add_confirmed == 5 and reader.length == writer.length + 2
+        assert await reader.read(0, 5) == [b"w0", b"w1", b"w2", b"w3", b"w4", b"w5"]
+        copied = await bk_b.bookies.request(second, ReadRequest(writer.ledger_id, 5))
+        assert copied.status == StatusCode.EOK  # the recovery add reached the fenced bookie
+        with pytest.raises(LedgerFencedError):
+            await writer.add_entry(b"w6")
+        await writer.close()
 
 
 async def test_recovering_a_closed_or_empty_ledger(bk: BookKeeper) -> None:
@@ -175,3 +201,24 @@ async def test_ensemble_change_when_a_bookie_is_killed(bk: BookKeeper, bk_cluste
     assert md.segments == segments and md.last_entry_id == 19
     reader = await bk.open_ledger(lh.ledger_id)
     assert await reader.read(8, 12) == [b"before-8", b"before-9", b"after-0", b"after-1", b"after-2"]
+
+
+async def test_ensemble_change_with_adds_in_flight(bk: BookKeeper, bk_cluster: LocalCluster) -> None:
+    await asyncio.to_thread(add_bookie, bk_cluster)
+    lh = await bk.create_ledger(3, 2, 2)
+    await write(lh, 3, b"a")
+    victim = lh.metadata.last_ensemble.ensemble[0]
+    in_flight = [lh.add_entry_nowait(b"b%d" % i) for i in range(30)]
+    # SIGKILL before the loop runs the sends: the victim dies with these 30 adds pending, so they must be resent
+    # to its replacement after the ensemble change.
+    os.kill(next(b.pid for b in bk_cluster.bookies if b.address == victim), signal.SIGKILL)
+    more = [lh.add_entry_nowait(b"c%d" % i) for i in range(10)]
+    assert await asyncio.gather(*in_flight, *more) == list(range(3, 43))
+    await asyncio.to_thread(kill_bookie, bk_cluster, victim)  # reap it
+    segments = lh.metadata.segments
+    assert len(segments) == 2 and segments[1].first_entry_id == 3 and victim not in segments[1].ensemble
+    expected = [b"a0", b"a1", b"a2"] + [b"b%d" % i for i in range(30)] + [b"c%d" % i for i in range(10)]
+    assert await lh.read(0, 42) == expected
+    await lh.close()
+    reader = await bk.open_ledger(lh.ledger_id)
+    assert await reader.read(0, 42) == expected
