@@ -46,11 +46,11 @@ cluster-deps: $(BK_STAMP)
 	  "the ZooKeeper jars that come with BookKeeper will be used instead"; fi
 
 $(BK_STAMP): cluster/pom.xml
-	@if command -v mvn >/dev/null && command -v java >/dev/null; then \
-	  rm -rf $(BK_LIB) && cd cluster && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-	    -DoutputDirectory=../$(BK_LIB) && cd .. && touch $(BK_STAMP); \
-	elif [ "$$CI" = true ]; then echo "cluster-deps: java and mvn are needed to fetch BookKeeper" >&2; exit 1; \
-	else echo "cluster-deps: no java/mvn: BookKeeper cannot be fetched; the BookKeeper tests will be skipped"; fi
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(BK_LIB) && (cd cluster && \
+	    mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=../$(BK_LIB)); \
+	then touch $(BK_STAMP); \
+	elif [ "$$CI" = true ]; then echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central); the BookKeeper tests will be skipped"; fi
 
 # ZooKeeper + $(BOOKIES) bookies on free 127.0.0.1 ports; .cluster/cluster.json says what runs where.
 cluster-up: $(STAMP) cluster-deps

@@ -26,7 +26,7 @@ import enum
 import random
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from managed_ledger.bookkeeper.bookie import BookieClient, BookieUnavailableError
 from managed_ledger.bookkeeper.bookkeeper_data_formats_pb2 import BookieServiceInfoFormat
@@ -558,10 +558,8 @@ class LedgerWriter:
             return True
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
-            if self._recovery:  # segments added during recovery live only in memory until now
-                md = md.with_ensemble_from(self.metadata.last_ensemble.first_entry_id,
-                                           self.metadata.last_ensemble.ensemble) \
-                    if md.last_ensemble != self.metadata.last_ensemble else md
+            if self._recovery:  # ensemble changes made during recovery live only in memory until now
+                md = replace(md, segments=self.metadata.segments)
             return md.closed(last, length)
 
         try:
