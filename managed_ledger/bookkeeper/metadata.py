@@ -63,9 +63,10 @@ class LedgerMetadata:
     digest_type: DigestType = DigestType.CRC32C
     password: bytes = b""
     custom_metadata: tuple[tuple[str, bytes], ...] = ()
-    ctime: int | None = None
+    ctime: int | None = None  # written only when present (BookKeeper's storeCtime)
     ctoken: int = 0
     format_version: int = field(default=CURRENT_FORMAT_VERSION, compare=False)
+    znode_ctime: int | None = field(default=None, compare=False)  # the znode's creation time; never written
 
     def __post_init__(self) -> None:
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
@@ -76,6 +77,11 @@ class LedgerMetadata:
             if len(segment.ensemble) != self.ensemble_size:
                 raise ValueError(f"segment at {segment.first_entry_id} has {len(segment.ensemble)} bookies, "
                                  f"expected {self.ensemble_size}")
+
+    @property
+    def creation_time(self) -> int | None:
+        """ms since the epoch: the stored ctime, else the znode's (as BookKeeper reports it)."""
+        return self.ctime if self.ctime is not None else self.znode_ctime
 
     @property
     def is_closed(self) -> bool:
@@ -167,7 +173,7 @@ def serialize(metadata: LedgerMetadata) -> bytes:
 
 
 def parse(data: bytes, znode_ctime: int | None = None) -> LedgerMetadata:
-    """Read metadata of format version 2 or 3; `znode_ctime` stands in for a missing ctime, as BookKeeper does."""
+    """Read metadata of format version 2 or 3; `znode_ctime` is kept apart (not written back), as BookKeeper does."""
     if not data.startswith(HEADER_PREFIX):
         raise MetadataFormatError("no BookieMetadataFormatVersion header")
     end = data.find(b"\n", len(HEADER_PREFIX))
@@ -208,9 +214,10 @@ def from_proto(msg: LedgerMetadataFormat, version: int = CURRENT_FORMAT_VERSION,
         digest_type=DigestType(msg.digestType) if msg.HasField("digestType") else DigestType.CRC32,
         password=msg.password,
         custom_metadata=tuple((kv.key, kv.value) for kv in msg.customMetadata),
-        ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
+        ctime=msg.ctime if msg.HasField("ctime") else None,
         ctoken=msg.cToken,
         format_version=version,
+        znode_ctime=znode_ctime,
     )
 
 

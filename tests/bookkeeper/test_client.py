@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cluster.local import LocalCluster, add_bookie, bookkeeper_lib, kill_bookie
-from managed_ledger.bookkeeper.client import BookKeeper, LedgerFencedError, LedgerWriter
+from managed_ledger.bookkeeper.client import BookKeeper, LedgerClosedError, LedgerFencedError, LedgerWriter
 from managed_ledger.bookkeeper.digest import Digester, DigestType, master_key
-from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path
+from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path, serialize
 from managed_ledger.bookkeeper.protocol import AddRequest, ReadRequest, StatusCode
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "BkInterop.java"
@@ -175,6 +175,8 @@ async def test_java_client_reads_our_ledgers_and_we_read_its(
     # We recover Java's open ledger: its metadata (written by Java) parses, its entries verify.
     java_md, _ = await bk.read_metadata(java_ledger)
     assert java_md.state == LedgerState.OPEN and ("application", b"pulsar") in java_md.custom_metadata
+    java_bytes, _ = await bk.zk.get(ledger_path(java_ledger))
+    assert serialize(java_md) == java_bytes  # we write metadata byte for byte as Java does
     reader = await bk.open_ledger(java_ledger, recover=True)
     assert reader.last_add_confirmed == 4
     assert await reader.read(0, 4) == [b"java-%d" % i for i in range(5)]
@@ -222,3 +224,26 @@ async def test_ensemble_change_with_adds_in_flight(bk: BookKeeper, bk_cluster: L
     await lh.close()
     reader = await bk.open_ledger(lh.ledger_id)
     assert await reader.read(0, 42) == expected
+
+
+async def test_recovery_with_a_dead_bookie(bk_cluster: LocalCluster) -> None:
+    """Fencing needs Qw - Qa + 1 answers per write quorum, not every bookie; re-adding an entry whose write set has
+    the dead bookie makes the recovering reader change the ensemble, written with its final close."""
+    await asyncio.to_thread(add_bookie, bk_cluster)
+    async with BookKeeper(bk_cluster.zk_address) as bk_a, BookKeeper(bk_cluster.zk_address) as bk_b:
+        writer = await bk_a.create_ledger(3, 2, 2)
+        for i in range(10):  # one at a time, so that entry 9 carries LAC 8
+            await writer.add_entry(b"d%d" % i)
+        # Recovery reads on from LAC + 1 = 9 and re-adds entry 9: kill one of its write set.
+        victim = writer.metadata.write_set(9)[0]
+        await asyncio.to_thread(kill_bookie, bk_cluster, victim)
+
+        reader = await bk_b.open_ledger(writer.ledger_id)
+        assert reader.last_add_confirmed == 9
+        assert await reader.read(0, 9) == [b"d%d" % i for i in range(10)]
+        md, _ = await bk_b.read_metadata(writer.ledger_id)
+        assert md.state == LedgerState.CLOSED and md.last_entry_id == 9
+        assert victim not in md.last_ensemble.ensemble and md.last_ensemble.first_entry_id == 9
+        with pytest.raises((LedgerFencedError, LedgerClosedError)):
+            await writer.add_entry(b"too late")
+        await writer.close()

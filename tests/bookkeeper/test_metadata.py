@@ -64,7 +64,8 @@ def test_version_2_text_format_and_defaults() -> None:
             b'segment {\n  ensembleMember: "a:1"\n  ensembleMember: "b:1"\n  firstEntryId: 0\n}\n')
     md = parse(text, znode_ctime=1234)
     assert (md.write_quorum, md.ack_quorum, md.last_entry_id, md.length) == (2, 2, 1, 10)  # Qa defaults to Qw
-    assert md.digest_type == DigestType.CRC32 and md.ctime == 1234 and md.format_version == 2
+    assert md.digest_type == DigestType.CRC32 and md.format_version == 2
+    assert md.ctime is None and md.creation_time == 1234 and b"\x50" not in serialize(md)  # 10 ctime not stored
 
 
 @pytest.mark.parametrize(
