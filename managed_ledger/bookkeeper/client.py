@@ -57,7 +57,7 @@ from managed_ledger.bookkeeper.protocol import (
     ReadResponse,
     StatusCode,
 )
-from managed_ledger.bookkeeper.zk import AsyncZk, BadVersionError, NodeExistsError, NoNodeError
+from managed_ledger.bookkeeper.zk import AsyncZk, BadVersionError, NodeExistsError, NoNodeError, Zk
 
 _MISSING = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
@@ -100,8 +100,9 @@ class MetadataConflictError(BookKeeperError):
 class BookKeeper:
     """Entry point: `async with BookKeeper("127.0.0.1:2181") as bk: lh = await bk.create_ledger(3, 2, 2)`."""
 
-    def __init__(self, zk_hosts: str, ledgers_root: str = DEFAULT_LEDGERS_ROOT) -> None:
-        self.zk = AsyncZk(zk_hosts)
+    def __init__(self, zk: str | Zk, ledgers_root: str = DEFAULT_LEDGERS_ROOT) -> None:
+        """`zk`: ZooKeeper's "host:port[,host:port...]", or a ready `Zk` (tests)."""
+        self.zk: Zk = AsyncZk(zk) if isinstance(zk, str) else zk
         self.root = ledgers_root
         self.bookies = BookieClient()
 
@@ -433,15 +434,18 @@ class LedgerWriter:
         self._on_add_result(op, bookie_id, response.status)
 
     def _on_add_result(self, op: _PendingAdd, bookie_id: str, status: StatusCode | int | None) -> None:
-        if op.future.done() or bookie_id not in self.metadata.write_set(op.entry_id):
-            return  # already acknowledged, or this bookie was replaced meanwhile
+        if bookie_id not in self.metadata.write_set(op.entry_id):
+            return  # this bookie was replaced meanwhile
         if status == StatusCode.EOK:
-            op.acked.add(bookie_id)
-            self._complete_in_order()
+            if not op.future.done():
+                op.acked.add(bookie_id)
+                self._complete_in_order()
         elif status in (StatusCode.EFENCED, StatusCode.EUA):
             self._fail(LedgerFencedError(f"ledger {self.ledger_id} was fenced ({_status_name(status)} from "
                                          f"{bookie_id}): another client recovered it"))
         else:
+            # Also after the entry reached Qa elsewhere (then it stays with fewer copies, as in BookKeeper): the
+            # bookie is replaced for the entries to come.
             self._bookie_failed(bookie_id)
 
     def _complete_in_order(self) -> None:

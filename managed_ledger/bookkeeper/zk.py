@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-__all__ = ["AsyncZk", "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "ZnodeStat"]
+__all__ = ["AsyncZk", "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Zk", "ZnodeStat"]
 
 T = TypeVar("T")
 # ZooKeeper session timeout: a client that loses its session loses its ephemeral znodes (ledger-id znodes only).
@@ -27,6 +27,23 @@ CONNECT_TIMEOUT_S = 15.0
 class ZnodeStat:
     version: int
     ctime: int  # ms since the epoch
+
+
+class Zk(Protocol):
+    """What the BookKeeper client needs from ZooKeeper (AsyncZk; an in-memory fake in unit tests).
+
+    Errors are kazoo's: NoNodeError, NodeExistsError, BadVersionError, NotEmptyError.
+    """
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def get(self, path: str) -> tuple[bytes, ZnodeStat]: ...
+    async def exists(self, path: str) -> ZnodeStat | None: ...
+    async def children(self, path: str) -> list[str]: ...
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
+                     makepath: bool = False) -> str: ...
+    async def set(self, path: str, data: bytes, version: int) -> ZnodeStat: ...
+    async def delete(self, path: str, version: int = -1) -> None: ...
 
 
 class AsyncZk:
