@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import enum
 import random
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -105,11 +106,15 @@ class BookKeeper:
         self.zk: Zk = AsyncZk(zk) if isinstance(zk, str) else zk
         self.root = ledgers_root
         self.bookies = BookieClient()
+        # Writers not closed yet: closing the client stops their tasks (their ledgers stay OPEN, as after a crash).
+        self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
 
     async def start(self) -> None:
         await self.zk.start()
 
     async def close(self) -> None:
+        for writer in list(self._writers):
+            await writer.abandon()
         await self.bookies.close()
         await self.zk.close()
 
@@ -212,7 +217,9 @@ class BookKeeper:
                 await self.zk.create(ledger_path(ledger_id, self.root), serialize(metadata), makepath=True)
             except NodeExistsError:
                 continue  # taken by another client's generator: take a new id
-            return LedgerWriter(self, ledger_id, metadata, 0, password)
+            writer = LedgerWriter(self, ledger_id, metadata, 0, password)
+            self._writers.add(writer)
+            return writer
 
     async def open_ledger(self, ledger_id: int, password: bytes = b"", *, recover: bool = True) -> LedgerReader:
         """Open for reading. With `recover` (what a new owner does): fence the ledger and close it where it ends."""
@@ -573,7 +580,13 @@ class LedgerWriter:
             self.state = WriterState.CLOSED
             await self._cancel_tasks()
 
+    async def abandon(self) -> None:
+        """Stop without closing the ledger (as a crashed writer would): pending adds fail, tasks end."""
+        self._fail(LedgerClosedError(f"the client writing ledger {self.ledger_id} was closed"))
+        await self._cancel_tasks()
+
     async def _cancel_tasks(self) -> None:
+        self.bk._writers.discard(self)
         tasks = list(self._tasks)
         if self._ensemble_change is not None:
             tasks.append(self._ensemble_change)

@@ -10,6 +10,7 @@ import pytest
 from managed_ledger.bookkeeper.client import (
     BookKeeper,
     BookKeeperError,
+    LedgerClosedError,
     LedgerFencedError,
     MetadataConflictError,
     NotEnoughBookiesError,
@@ -196,3 +197,16 @@ async def test_delete_removes_the_znode_and_empty_parents(env: Env) -> None:
     await lh.close()
     await env.bk.delete_ledger(lh.ledger_id)
     assert await env.zk.exists("/ledgers/00") is None
+
+
+async def test_closing_the_client_stops_its_writers(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 3, 3)
+    for bookie in env.bookies.values():
+        bookie.respond = lambda request: None  # adds stay pending
+    pending = lh.add_entry_nowait(b"never acknowledged")
+    await eventually(lambda: sum(len(b.requests) for b in env.bookies.values()) == 3, "the add sent")
+    await env.bk.close()
+    with pytest.raises(LedgerClosedError):
+        await pending
+    assert lh.state is WriterState.FAILED
+    assert (await env.bk.read_metadata(lh.ledger_id))[0].state == LedgerState.OPEN
