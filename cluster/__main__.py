@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster-up: {description} exists: a cluster is (or was) running; `make cluster-down` first",
                   file=sys.stderr)
             return 1
+        if state.exists():
+            shutil.rmtree(state)  # a stopped cluster's data: ZooKeeper must start empty to be formatted again
         try:
             cluster = start_cluster(state, bookies=args.bookies)
         except ClusterError as e:
