@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import pytest
 from cluster.local import LocalCluster, missing_dependencies, running_cluster
 
 
-def require_cluster_deps() -> None:
+def require_cluster_deps(javac: bool = False) -> None:
     """Skip (locally) or fail (CI=true) when the Java side cannot run here."""
     why = missing_dependencies()
+    if why is None and javac and shutil.which("javac") is None:
+        why = "no `javac` on PATH (a JDK is needed to compile the Java interoperability check)"
     if why is None:
         return
     if os.environ.get("CI") == "true":

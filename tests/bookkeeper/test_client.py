@@ -16,6 +16,7 @@ from managed_ledger.bookkeeper.client import BookKeeper, LedgerClosedError, Ledg
 from managed_ledger.bookkeeper.digest import Digester, DigestType, master_key
 from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path, serialize
 from managed_ledger.bookkeeper.protocol import AddRequest, ReadRequest, StatusCode
+from tests.bookkeeper.conftest import require_cluster_deps
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "BkInterop.java"
 
@@ -143,6 +144,7 @@ async def run_java(cluster: LocalCluster, classes: Path, *args: str) -> list[str
 
 @pytest.fixture(scope="module")
 def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_cluster_deps(javac=True)
     out = tmp_path_factory.mktemp("bk-java")
     subprocess.run(["javac", "-nowarn", "-cp", str(bookkeeper_lib() / "*"), "-d", str(out), str(JAVA_SOURCE)],
                    check=True, capture_output=True, timeout=120)
