@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig

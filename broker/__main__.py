@@ -16,6 +16,9 @@ from broker.server import BrokerServer
 
 log = logging.getLogger("broker")
 
+# Exit status when the configuration is refused (a bad value, file or flag), as argparse's.
+EXIT_CONFIGURATION_ERROR = 2
+
 # Allocations between young-generation collections (CPython's default is 700).
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -30,7 +33,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--data-dir", help="data directory (dataDir)")
     s.add_argument("--advertised-address", help="host name put in lookup answers (advertisedAddress)")
     s.add_argument("--bind-address", help="address to listen on (bindAddress)")
-    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    s.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="DEBUG, INFO, WARNING, ERROR")
     return p.parse_args(argv)
 
 
@@ -97,23 +101,27 @@ async def run(config: BrokerConfig) -> None:
     await server.stop()
 
 
+def configuration_error(exc: Exception) -> int:
+    """One line on stderr, no traceback, and exit status 2 (as argparse for a bad flag)."""
+    print(f"configuration error: {exc}", file=sys.stderr)
+    return EXIT_CONFIGURATION_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(),
+    logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as exc:  # (ConfigError is a ValueError; so is an undecodable file)
+        return configuration_error(exc)
     raise_open_file_limit()
     try:
         import uvloop
 
         uvloop.run(run(config))
-    except ConfigError as exc:
-        log.error("configuration error: %s", exc)
-        return 2
+    except ConfigError as exc:  # (checks that need more than one key or a file, made at start)
+        return configuration_error(exc)
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1

@@ -1,24 +1,108 @@
 """Broker configuration: Apache Pulsar's key names (conf/standalone.conf) plus CLI overrides.
 
 Each setting is a dataclass field whose name is the Pulsar key, so a Pulsar engineer can grep for
-it. Values from the file are converted to the field's type; unknown keys are reported once at start.
+it; its type is the field's annotation and what it accepts is a ``Rule`` in the field's metadata
+(like Pulsar's ``@FieldContext(minValue=...)``): a range for numbers, choices for names. Every value
+is converted and checked as it is set (``set``: the file, the CLI flags, ``Broker(**overrides)``)
+and all of them again at start (``check``, for values assigned directly), so a bad one stops the
+broker with one line naming the key and what it accepts::
+
+    brokerServicePort=70000: expected a port 0-65535 (0 picks a free port; empty disables the listener)
+
+``python -m broker standalone`` prints that line as ``configuration error: ...`` and exits with
+status 2 (as argparse does for a bad flag), without a traceback. Booleans are ``true`` or
+``false`` in any case, as Pulsar reads them; any other word ("yes", "1"), which Pulsar would
+quietly read as false, is refused. Text settings accept any text; values that need more than one
+key or a file to judge (TLS files, authentication providers and keys, ``advertisedListeners`` /
+``bindAddresses`` in ``broker.listeners``) are checked where they are loaded, at start, and
+refused with the same kind of line. Unknown keys are reported once at start and ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from broker.metadata import policies as P
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "standalone.conf"
 
+# Pulsar's OpenID fallback discovery modes (only DISABLED is supported; broker.auth.openid says so).
+OPENID_DISCOVERY_MODES = ("DISABLED", "KUBERNETES_DISCOVER_TRUSTED_ISSUER", "KUBERNETES_DISCOVER_PUBLIC_KEYS")
+
 
 class ConfigError(ValueError):
     """A setting that cannot be honoured (bad value, unreadable file): the broker does not start."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key accepts besides its type: numbers within [low, high] (``above``: low itself
+    excluded), names among ``choices`` (each item, for a list); ``means`` says what special values
+    mean, ``words`` replaces the generated description."""
+
+    low: float | None = None
+    high: float | None = None
+    above: bool = False
+    choices: tuple[str, ...] = ()
+    means: str = ""
+    words: str = ""
+
+    def allows(self, value: Any) -> bool:
+        if isinstance(value, list):
+            return all(self.allows(item) for item in value)
+        if isinstance(value, str):
+            return not self.choices or value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return True  # (None, booleans: the type says it all)
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self, kind: _Kind) -> str:
+        """What is accepted, in words: the end of the error line."""
+        if self.words:
+            return self.words
+        if kind.type is bool:
+            return "true or false"
+        if kind.type is list:
+            return f"a comma-separated list of {', '.join(self.choices)}" if self.choices \
+                else "a comma-separated list"
+        if kind.type is str:
+            return f"one of {', '.join(self.choices)}" if self.choices else "text"
+        text = "an integer" if kind.type is int else "a number"
+        low, high = (_num(b) if b is not None else None for b in (self.low, self.high))
+        if low is not None and high is not None:
+            text += f" {low}-{high}"
+        elif low is not None:
+            text += f" {'>' if self.above else '>='} {low}"
+        elif high is not None:
+            text += f" <= {high}"
+        return f"{text} ({self.means})" if self.means else text
+
+
+def _num(bound: float) -> str:
+    return str(int(bound)) if bound == int(bound) else str(bound)
+
+
+# Rules shared by many keys.
+PORT = Rule(0, 65535, words="a port 0-65535 (0 picks a free port; empty disables the listener)")
+UNLIMITED = Rule(0, means="0 = unlimited")  # Pulsar's limits and rates: 0 switches them off
+NEVER = Rule(0, means="0 = never")
+AT_LEAST_0 = Rule(0)
+POSITIVE = Rule(0, above=True)  # sizes, counts and intervals that cannot be zero
+NO_LIMIT_MINUS_1 = Rule(-1, means="-1 = no limit")
+
+
+def setting(default: Any, rule: Rule) -> Any:
+    """A field with its rule (``Any``: the annotation, not this call, gives the field's type)."""
+    return field(default=default, metadata={"rule": rule})
 
 
 @dataclass
@@ -27,8 +111,8 @@ class BrokerConfig:
     bindAddress: str = "0.0.0.0"
     # An empty port (None) disables that listener, as in Pulsar: e.g. brokerServicePort= with
     # brokerServicePortTls=6651 serves TLS only.
-    brokerServicePort: int | None = 6650
-    webServicePort: int | None = 8080
+    brokerServicePort: int | None = setting(6650, PORT)
+    webServicePort: int | None = setting(8080, PORT)
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
     # Named listeners (broker.listeners): name:pulsar://host:port / name:pulsar+ssl://host:port,
@@ -39,55 +123,55 @@ class BrokerConfig:
     bindAddresses: str = ""
     clusterName: str = "standalone"
     # -- protocol limits ----------------------------------------------------------------------------
-    maxMessageSize: int = 5 * 1024 * 1024
-    keepAliveIntervalSeconds: int = 30
-    maxPendingPublishRequestsPerConnection: int = 1000
+    maxMessageSize: int = setting(5 * 1024 * 1024, POSITIVE)
+    keepAliveIntervalSeconds: int = setting(30, Rule(0, means="0 = no keep-alive pings"))
+    maxPendingPublishRequestsPerConnection: int = setting(1000, POSITIVE)
     # Bytes of in-flight publishes, broker-wide, before publishing connections stop being read.
-    maxMessagePublishBufferSizeInMB: int = 128
+    maxMessagePublishBufferSizeInMB: int = setting(128, UNLIMITED)
     # -- limits (0 = unlimited, as in Pulsar) -------------------------------------------------------
     # Publish rate per topic (a namespace's publishRate and a topic's override it): past it, the
     # producers' connections are not read until the rate is back under (broker.service.rate_limits).
-    maxPublishRatePerTopicInMessages: int = 0
-    maxPublishRatePerTopicInBytes: int = 0
+    maxPublishRatePerTopicInMessages: int = setting(0, UNLIMITED)
+    maxPublishRatePerTopicInBytes: int = setting(0, UNLIMITED)
     # Dispatch rate per topic (all its subscriptions together) and per subscription, per second (a
     # namespace's or topic's dispatchRate / subscriptionDispatchRate override them).
-    dispatchThrottlingRatePerTopicInMsg: int = 0
-    dispatchThrottlingRatePerTopicInByte: int = 0
-    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
-    dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    dispatchThrottlingRatePerTopicInMsg: int = setting(0, UNLIMITED)
+    dispatchThrottlingRatePerTopicInByte: int = setting(0, UNLIMITED)
+    dispatchThrottlingRatePerSubscriptionInMsg: int = setting(0, UNLIMITED)
+    dispatchThrottlingRatePerSubscriptionInByte: int = setting(0, UNLIMITED)
     # ... and per replicator (each remote cluster of a topic; a namespace's or topic's
     # replicatorDispatchRate overrides them).
-    dispatchThrottlingRatePerReplicatorInMsg: int = 0
-    dispatchThrottlingRatePerReplicatorInByte: int = 0
-    brokerMaxConnections: int = 0
-    brokerMaxConnectionsPerIp: int = 0
-    maxProducersPerTopic: int = 0
-    maxConsumersPerTopic: int = 0
-    maxConsumersPerSubscription: int = 0
-    maxSubscriptionsPerTopic: int = 0
+    dispatchThrottlingRatePerReplicatorInMsg: int = setting(0, UNLIMITED)
+    dispatchThrottlingRatePerReplicatorInByte: int = setting(0, UNLIMITED)
+    brokerMaxConnections: int = setting(0, UNLIMITED)
+    brokerMaxConnectionsPerIp: int = setting(0, UNLIMITED)
+    maxProducersPerTopic: int = setting(0, UNLIMITED)
+    maxConsumersPerTopic: int = setting(0, UNLIMITED)
+    maxConsumersPerSubscription: int = setting(0, UNLIMITED)
+    maxSubscriptionsPerTopic: int = setting(0, UNLIMITED)
     # Persistent topics per namespace, partitions counted one by one (a namespace's
     # maxTopicsPerNamespace overrides it; system topics are not counted).
-    maxTopicsPerNamespace: int = 0
+    maxTopicsPerNamespace: int = setting(0, UNLIMITED)
     # -- topics and subscriptions -------------------------------------------------------------------
     allowAutoTopicCreation: bool = True
-    allowAutoTopicCreationType: str = "non-partitioned"
-    defaultNumPartitions: int = 1
+    allowAutoTopicCreationType: str = setting("non-partitioned", Rule(choices=P.TOPIC_TYPES))
+    defaultNumPartitions: int = setting(1, POSITIVE)
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
     # Entries between two snapshots of the deduplication state (Pulsar's default), and the time
     # after which a snapshot is taken anyway if entries came since the last one (a namespace's or
     # topic's deduplicationSnapshotInterval overrides it; 0 = by entries only), checked every
     # brokerDeduplicationSnapshotFrequencyInSeconds (0 = never).
-    brokerDeduplicationEntriesInterval: int = 1000
-    brokerDeduplicationSnapshotIntervalSeconds: int = 120
-    brokerDeduplicationSnapshotFrequencyInSeconds: int = 120
+    brokerDeduplicationEntriesInterval: int = setting(1000, POSITIVE)
+    brokerDeduplicationSnapshotIntervalSeconds: int = setting(120, Rule(0, means="0 = by entries only"))
+    brokerDeduplicationSnapshotFrequencyInSeconds: int = setting(120, NEVER)
     # Delayed delivery (deliver_at / deliver_after) for Shared and Key_Shared subscriptions; off:
     # such messages go out at once. A message delayed by more than the max (0 = no max) is refused.
     # (The tick time is accepted for Pulsar's configs; delays here are exact.) Namespace and topic
     # delayedDelivery policies override these.
     delayedDeliveryEnabled: bool = True
-    delayedDeliveryTickTimeMillis: int = 1000
-    delayedDeliveryMaxDelayInMillis: int = 0
+    delayedDeliveryTickTimeMillis: int = setting(1000, AT_LEAST_0)
+    delayedDeliveryMaxDelayInMillis: int = setting(0, Rule(0, means="0 = no maximum"))
     # Schemas: a producer without a schema is refused on a topic that has one; producers may add
     # new schema versions (else only the admin API can). Namespace policies override both.
     isSchemaValidationEnforced: bool = False
@@ -96,32 +180,33 @@ class BrokerConfig:
     topicCompactionRetainNullKey: bool = False
     # Compact a topic automatically once this many bytes were added since its last compaction
     # (0 = never; per-namespace policy compaction_threshold overrides).
-    brokerServiceCompactionThresholdInBytes: int = 0
-    brokerServiceCompactionMonitorIntervalInSeconds: float = 60
+    brokerServiceCompactionThresholdInBytes: int = setting(0, NEVER)
+    brokerServiceCompactionMonitorIntervalInSeconds: float = setting(60, POSITIVE)
     # -- namespace policy defaults (a namespace policy overrides each) ----------------------------
     # Message TTL in seconds for namespaces without message_ttl_in_seconds; 0 = messages never expire.
-    ttlDurationDefaultInSeconds: int = 0
+    ttlDurationDefaultInSeconds: int = setting(0, Rule(0, means="0 = messages never expire"))
     # How often subscriptions are checked for expired messages (Pulsar's default 5; fractions allowed).
-    messageExpiryCheckIntervalInMinutes: float = 5
+    messageExpiryCheckIntervalInMinutes: float = setting(5, POSITIVE)
     # How often retention is applied to loaded topics (policy changes, time-based expiry).
-    retentionCheckIntervalInSeconds: float = 120
+    retentionCheckIntervalInSeconds: float = setting(120, POSITIVE)
     # Retention of acknowledged data for namespaces without retention_policies (0 = delete at once,
     # -1 = keep forever). Applied to a topic when it is loaded.
-    defaultRetentionTimeInMinutes: int = 0
-    defaultRetentionSizeInMB: int = 0
+    defaultRetentionTimeInMinutes: int = setting(0, Rule(-1, means="-1 = keep forever"))
+    defaultRetentionSizeInMB: int = setting(0, Rule(-1, means="-1 = keep forever"))
     # Backlog quotas: checked every backlogQuotaCheckIntervalInSeconds and when a producer is created.
     backlogQuotaCheckEnabled: bool = True
-    backlogQuotaCheckIntervalInSeconds: float = 60
+    backlogQuotaCheckIntervalInSeconds: float = setting(60, POSITIVE)
     # Default destination_storage limit in bytes, and message_age limit in seconds (-1 = no limit).
-    backlogQuotaDefaultLimitBytes: int = -1
-    backlogQuotaDefaultLimitSecond: int = -1
+    backlogQuotaDefaultLimitBytes: int = setting(-1, NO_LIMIT_MINUS_1)
+    backlogQuotaDefaultLimitSecond: int = setting(-1, NO_LIMIT_MINUS_1)
     # producer_request_hold, producer_exception or consumer_backlog_eviction.
-    backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    backlogQuotaDefaultRetentionPolicy: str = setting("producer_request_hold",
+                                                      Rule(choices=P.BACKLOG_RETENTION_POLICIES))
     # Subscriptions without consumers and without reads or acks for this long are deleted
     # (0 = never; Pulsar's keys and defaults, fractions allowed here; a namespace's
     # subscription_expiration_time_minutes overrides it). Checked every ...CheckIntervalInMinutes.
-    subscriptionExpirationTimeMinutes: float = 0
-    subscriptionExpiryCheckIntervalInMinutes: float = 5
+    subscriptionExpirationTimeMinutes: float = setting(0, NEVER)
+    subscriptionExpiryCheckIntervalInMinutes: float = setting(5, POSITIVE)
     # Topic-level policies (REST .../{topic}/retention, messageTTL, ...; Pulsar's default since 2.11).
     # Off: they answer 405 and stored ones are ignored.
     topicLevelPoliciesEnabled: bool = True
@@ -132,31 +217,33 @@ class BrokerConfig:
     # A namespace's inactive_topic_policies overrides the last three; the check itself only runs
     # when enabled here at start.
     brokerDeleteInactiveTopicsEnabled: bool = True
-    brokerDeleteInactiveTopicsFrequencySeconds: float = 60
-    brokerDeleteInactiveTopicsMode: str = "delete_when_no_subscriptions"
-    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int | None = None
+    brokerDeleteInactiveTopicsFrequencySeconds: float = setting(60, POSITIVE)
+    brokerDeleteInactiveTopicsMode: str = setting("delete_when_no_subscriptions",
+                                                  Rule(choices=P.INACTIVE_TOPIC_DELETE_MODES))
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int | None = setting(
+        None, Rule(0, means="empty = the check frequency"))
     # Also delete a partitioned topic's metadata once its last partition was deleted as inactive.
     brokerDeleteInactivePartitionedTopicMetadataEnabled: bool = False
-    dispatcherMaxReadBatchSize: int = 100
-    maxUnackedMessagesPerConsumer: int = 50000
+    dispatcherMaxReadBatchSize: int = setting(100, POSITIVE)
+    maxUnackedMessagesPerConsumer: int = setting(50000, UNLIMITED)
     # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
     # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.
-    maxUnackedMessagesPerSubscription: int = 200000
+    maxUnackedMessagesPerSubscription: int = setting(200000, UNLIMITED)
     # The subscription types consumers may use (namespace and topic policies override it), and
     # whether Key_Shared is possible at all.
-    subscriptionTypesEnabled: list[str] = field(
-        default_factory=lambda: ["Exclusive", "Shared", "Failover", "Key_Shared"])
+    subscriptionTypesEnabled: list[str] = field(default_factory=lambda: list(P.SUBSCRIPTION_TYPES),
+                                                metadata={"rule": Rule(choices=P.SUBSCRIPTION_TYPES)})
     subscriptionKeySharedEnable: bool = True
     # Subscribes one consumer (client address, consumer name, consumer id) may make per period on
     # a persistent topic; 0 = no limit (namespace / topic subscribeRate override it).
-    subscribeThrottlingRatePerConsumer: int = 0
-    subscribeRatePeriodPerConsumerInSecond: int = 30
+    subscribeThrottlingRatePerConsumer: int = setting(0, UNLIMITED)
+    subscribeRatePeriodPerConsumerInSecond: int = setting(30, POSITIVE)
     # Replicated subscriptions (consumers' replicate_subscription_state): snapshot markers between
     # the clusters every so often, given up after the timeout; snapshots kept per subscription.
     enableReplicatedSubscriptions: bool = True
-    replicatedSubscriptionsSnapshotFrequencyMillis: int = 1000
-    replicatedSubscriptionsSnapshotTimeoutSeconds: int = 30
-    replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = 10
+    replicatedSubscriptionsSnapshotFrequencyMillis: int = setting(1000, POSITIVE)
+    replicatedSubscriptionsSnapshotTimeoutSeconds: int = setting(30, POSITIVE)
+    replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = setting(10, POSITIVE)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""
@@ -170,13 +257,13 @@ class BrokerConfig:
     dataDir: str = "data"
     # "file": topics are segment files under <dataDir>/ledgers (survive restarts and crashes);
     # "memory": topics live in RAM and are lost on restart.
-    managedLedgerStorage: str = "file"
+    managedLedgerStorage: str = setting("file", Rule(choices=("file", "memory")))
     # Ledger rollover (Pulsar's keys and defaults): a ledger is closed and a new one started when
     # it has this many entries, this much data or this age - but never before the minimum age.
-    managedLedgerMaxEntriesPerLedger: int = 50000
-    managedLedgerMaxSizePerLedgerMbytes: int = 2048
-    managedLedgerMaxLedgerRolloverTimeMinutes: float = 240
-    managedLedgerMinLedgerRolloverTimeMinutes: float = 10
+    managedLedgerMaxEntriesPerLedger: int = setting(50000, POSITIVE)
+    managedLedgerMaxSizePerLedgerMbytes: int = setting(2048, POSITIVE)
+    managedLedgerMaxLedgerRolloverTimeMinutes: float = setting(240, AT_LEAST_0)
+    managedLedgerMinLedgerRolloverTimeMinutes: float = setting(10, AT_LEAST_0)
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).
@@ -185,22 +272,22 @@ class BrokerConfig:
     # while the previous sync carried at least an eighth of the threshold, the next one waits up to
     # this long (0 = never) for this many bytes, so fewer fdatasyncs carry the same data. Light
     # traffic never waits.
-    journalMaxGroupWaitMSec: float = 1.0
-    journalBufferedWritesThreshold: int = 512 * 1024
+    journalMaxGroupWaitMSec: float = setting(1.0, Rule(0, means="0 = never wait"))
+    journalBufferedWritesThreshold: int = setting(512 * 1024, POSITIVE)
     # Durable cursor (subscription) positions are written at most this often per second; acks
     # since the last write are redelivered after a crash (Pulsar's key and default).
-    managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
-    managedLedgerCacheSizeMB: int = 256
+    managedLedgerDefaultMarkDeleteRateLimit: float = setting(1.0, Rule(0, means="0 = write every change"))
+    managedLedgerCacheSizeMB: int = setting(256, Rule(0, means="0 = no read cache"))
     # A subscription more than this many entries behind (unread) counts as backlogged: its cursor
     # is inactive, so the read cache does not keep entries for it and it reads from disk (Pulsar's
     # key and default; checked when a consumer joins or leaves and every statsUpdateFrequencyInSecs).
     # 0 = never backlogged.
-    managedLedgerCursorBackloggedThreshold: int = 1000
+    managedLedgerCursorBackloggedThreshold: int = setting(1000, NEVER)
     # How many cached reads may complete inline, nested, before the stack is unwound.
-    managedLedgerReadNestingLimit: int = 10
+    managedLedgerReadNestingLimit: int = setting(10, AT_LEAST_0)
     # -- stats --------------------------------------------------------------------------------------
     # Rates (msgRateIn, pulsar_rate_in, ...) are computed over this interval from counter snapshots.
-    statsUpdateFrequencyInSecs: float = 60
+    statsUpdateFrequencyInSecs: float = setting(60, POSITIVE)
     # Per-topic and per-subscription series in /metrics (else aggregated per namespace, as Pulsar).
     exposeTopicLevelMetricsInPrometheus: bool = True
     # Per-consumer and per-producer series in /metrics (Pulsar's defaults: off).
@@ -208,8 +295,8 @@ class BrokerConfig:
     exposeProducerLevelMetricsInPrometheus: bool = False
     # -- TLS (Pulsar's keys; see broker.auth.tls) ---------------------------------------------------
     # TLS listeners: binary pulsar+ssl:// and HTTPS. Empty = off; 0 picks a free port.
-    brokerServicePortTls: int | None = None
-    webServicePortTls: int | None = None
+    brokerServicePortTls: int | None = setting(None, PORT)
+    webServicePortTls: int | None = setting(None, PORT)
     # Deprecated in Pulsar (the TLS ports are what enable TLS): accepted, warned about if set alone.
     tlsEnabled: bool = False
     tlsCertificateFilePath: str = ""
@@ -231,7 +318,7 @@ class BrokerConfig:
     # Role given to clients that present no credentials or an unknown method (empty = refuse them).
     anonymousUserRole: str = ""
     # How often live connections are checked for expired credentials (then AUTH_CHALLENGE).
-    authenticationRefreshCheckSeconds: float = 60
+    authenticationRefreshCheckSeconds: float = setting(60, POSITIVE)
     # Require credentials for /metrics too (Pulsar's default: metrics are open).
     authenticateMetricsEndpoint: bool = False
     # Token provider: HMAC secret (HS256) or public key (RS256/ES256...), each a data:, file:,
@@ -243,21 +330,21 @@ class BrokerConfig:
     tokenAuthClaim: str = ""
     tokenAudienceClaim: str = ""
     tokenAudience: str = ""
-    tokenAllowedClockSkewSeconds: int = 0
+    tokenAllowedClockSkewSeconds: int = setting(0, AT_LEAST_0)
     # OpenID Connect provider (broker.auth.openid; Pulsar's names and defaults): token issuers and
     # audiences (both required), the role claim, clock leeway, key cache refresh, HTTP timeouts,
     # https-only issuers, and a CA file for the issuers' TLS (empty = the system's).
     openIDAllowedTokenIssuers: list[str] = field(default_factory=list)
     openIDAllowedAudiences: list[str] = field(default_factory=list)
     openIDRoleClaim: str = "sub"
-    openIDAcceptedTimeLeewaySeconds: int = 0
-    openIDCacheRefreshAfterWriteSeconds: int = 64800
-    openIDKeyIdCacheMissRefreshSeconds: int = 300
-    openIDHttpConnectionTimeoutMillis: int = 10000
-    openIDHttpReadTimeoutMillis: int = 10000
+    openIDAcceptedTimeLeewaySeconds: int = setting(0, AT_LEAST_0)
+    openIDCacheRefreshAfterWriteSeconds: int = setting(64800, POSITIVE)
+    openIDKeyIdCacheMissRefreshSeconds: int = setting(300, AT_LEAST_0)
+    openIDHttpConnectionTimeoutMillis: int = setting(10000, POSITIVE)
+    openIDHttpReadTimeoutMillis: int = setting(10000, POSITIVE)
     openIDRequireIssuersUseHttps: bool = True
     openIDTokenIssuerTrustCertsFilePath: str = ""
-    openIDFallbackDiscoveryMode: str = "DISABLED"
+    openIDFallbackDiscoveryMode: str = setting("DISABLED", Rule(choices=OPENID_DISCOVERY_MODES))
     # Basic provider: the htpasswd file (path, file:, data: or base64 content).
     basicAuthConf: str = field(default="", repr=False)
     # -- authorization -----------------------------------------------------------------------------
@@ -275,6 +362,7 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
+        """The defaults, then the file's values, then the overrides that are not None."""
         cfg = cls()
         if path is not None:
             cfg.apply_file(Path(path))
@@ -290,47 +378,107 @@ class BrokerConfig:
                 continue
             key, sep, value = line.partition("=")
             if not sep:
-                raise ValueError(f"{path}:{lineno}: expected key=value, got {raw!r}")
+                raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
             key, value = key.strip(), value.strip()
-            if key in _FIELDS:
-                self.set(key, value)
+            if key in _KINDS:
+                try:
+                    self.set(key, value)
+                except ConfigError as exc:
+                    raise ConfigError(f"{exc} ({path}:{lineno})") from None
             else:
                 self.unknown_keys.append(key)
 
     def set(self, key: str, value: Any) -> None:
-        f = _FIELDS.get(key)
-        if f is None:
+        """Convert ``value`` (text from a file or flag, or a Python value) and check it; ConfigError
+        names the key and what it accepts."""
+        kind = _KINDS.get(key)
+        if kind is None:
             raise KeyError(f"unknown configuration key {key!r}")
-        setattr(self, key, _convert(key, f.type, value))
+        setattr(self, key, kind.convert(key, value))
+
+    def check(self) -> None:
+        """Check every value (they may have been assigned directly); raise the first bad one."""
+        for key, kind in _KINDS.items():
+            kind.check(key, getattr(self, key))
 
     def report_unknown(self) -> None:
         if self.unknown_keys:
             log.warning("configuration keys not supported (ignored): %s", ", ".join(sorted(self.unknown_keys)))
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}
+@dataclass(frozen=True)
+class _Kind:
+    """A key's type (from its annotation) and rule: converts text and checks values."""
 
+    type: type  # int, float, bool, str or list (of str)
+    nullable: bool  # "int | None": an empty value is None
+    rule: Rule
+    secret: bool  # never shown in an error line
 
-def _convert(key: str, type_name: Any, value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if not isinstance(value, str):
+    @classmethod
+    def of(cls, f: dataclasses.Field[Any]) -> _Kind:
+        annotation = str(f.type)
+        base = annotation.removesuffix(" | None")
+        types: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str, "list[str]": list}
+        return cls(types[base], base != annotation, f.metadata.get("rule", Rule()), not f.repr)
+
+    def error(self, key: str, value: Any) -> ConfigError:
+        if self.secret:
+            shown = "(hidden)"
+        elif isinstance(value, list | tuple):
+            shown = ",".join(map(str, value))
+        elif isinstance(value, bool):
+            shown = str(value).lower()
+        else:
+            shown = "" if value is None else str(value)
+        accepts = self.rule.describe(self)
+        if self.nullable and "empty" not in accepts:
+            accepts += " or empty"
+        return ConfigError(f"{key}={shown}: expected {accepts}")
+
+    def convert(self, key: str, value: Any) -> Any:
+        raw = value  # (the error line shows what was given, not what it became)
+        try:
+            if isinstance(value, str):
+                value = self._parse(value.strip())
+            elif isinstance(value, tuple):
+                value = list(value)
+        except ValueError:
+            raise self.error(key, raw) from None
+        if not self._typed(value) or not self.rule.allows(value):
+            raise self.error(key, raw)
         return value
-    t = str(type_name)
-    try:
-        if t == "list[str]":
-            return [item.strip() for item in value.split(",") if item.strip()]
-        if t == "int | None":
-            return int(value) if value.strip() else None
-        if t == "int":
-            return int(value)
-        if t == "float":
-            return float(value)
-        if t == "bool":
-            lowered = value.lower()
-            if lowered not in ("true", "false"):
-                raise ValueError(value)
-            return lowered == "true"
-    except ValueError:
-        raise ValueError(f"configuration key {key}: cannot read {value!r} as {t}") from None
-    return value
+
+    def _parse(self, text: str) -> Any:
+        if self.type is list:
+            return [item.strip() for item in text.split(",") if item.strip()]
+        if self.type is str:
+            return text
+        if self.nullable and not text:
+            return None
+        if self.type is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        number = self.type(text)
+        if not math.isfinite(number):
+            raise ValueError(text)  # (inf and nan are no settings)
+        return number
+
+    def check(self, key: str, value: Any) -> None:
+        if not self._typed(value) or not self.rule.allows(value):
+            raise self.error(key, value)
+
+    def _typed(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if self.type is list:
+            return isinstance(value, list) and all(isinstance(item, str) for item in value)
+        if self.type is bool or isinstance(value, bool):
+            return isinstance(value, bool) and self.type is bool
+        if self.type is float:
+            return isinstance(value, int | float) and math.isfinite(value)
+        return isinstance(value, self.type)
+
+
+_KINDS = {f.name: _Kind.of(f) for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}

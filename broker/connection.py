@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
+from broker.auth import Security
+from broker.config import BrokerConfig
+from broker.listeners import Listener
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import max_frame_size
+from broker.service.broker_service import BrokerService
 from broker.service.server_cnx import ServerCnx
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -51,8 +53,42 @@ _ALLOWED_MOVES = {
 }
 
 
+class ConnectionOwner(Protocol):
+    """The broker process that accepts connections (``broker.server.BrokerServer``): what a
+    connection reads (config, service, security, ports and listeners for LOOKUP) and the
+    bookkeeping it reports to (connection limits, the broker-wide publish buffer)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def service(self) -> BrokerService: ...
+
+    @property
+    def security(self) -> Security: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def tls_port(self) -> int: ...
+
+    @property
+    def listeners(self) -> Mapping[str, Listener]: ...
+
+    def listener(self, name: str | None) -> Listener | None: ...
+
+    def connection_opened(self, conn: Connection) -> None: ...
+
+    def connection_refusal(self, ip: str) -> str | None: ...
+
+    def connection_closed(self, conn: Connection) -> None: ...
+
+    def publish_buffer_add(self, conn: Connection, nbytes: int) -> None: ...
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ConnectionOwner) -> None:
         self.server = server
         cfg = server.config
         self.decoder = FrameDecoder(max_frame_size(cfg.maxMessageSize))

@@ -11,6 +11,7 @@ import logging
 import time
 from pathlib import Path
 
+from broker.admin.context import AdminContext
 from broker.admin.http import WebService
 from broker.auth import Security
 from broker.auth.tls import HANDSHAKE_TIMEOUT_S
@@ -28,6 +29,7 @@ SHUTDOWN_GRACE_S = 5.0
 
 class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
+        config.check()  # every value in range (ConfigError), before anything is built on them
         self.config = config
         data_dir = Path(config.dataDir) if config.dataDir else None
         self.data_dir = data_dir
@@ -41,7 +43,7 @@ class BrokerServer:
         if any(b.tls for b in self.bind_addresses) and self.security.tls_context is None:
             raise ConfigError("bindAddresses: a pulsar+ssl address needs the broker's TLS settings "
                               "(brokerServicePortTls or webServicePortTls, and the certificate)")
-        self.web = WebService(self)
+        self.web = WebService(AdminContext(self.service, self.service.metadata, config, self.security, self))
         self.connections: set[Connection] = set()
         self._per_ip: dict[str, int] = {}
         # Broker-wide bytes of publishes not yet persisted, and the connections paused because of it.
@@ -61,7 +63,6 @@ class BrokerServer:
                                            self._refresh_authentication)
                               if self.security.authentication.refreshes else None)
         self.started_at = 0.0
-        self._stopped = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -167,11 +168,7 @@ class BrokerServer:
             await server.wait_closed()
         await self.web.stop()
         await self.service.close()
-        self._stopped.set()
         log.info("broker stopped")
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
     # -- connection bookkeeping -----------------------------------------------------------------------
     def connection_opened(self, conn: Connection) -> None:

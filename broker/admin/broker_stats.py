@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker import __version__
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
 from broker.metadata import policies as P
 from broker.service.nonpersistent import NonPersistentTopic
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import AnyTopic, BrokerService
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
@@ -61,7 +62,7 @@ class BrokerStatsResource:
         r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned_namespaces)
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     async def topics(self, request: web.Request) -> web.Response:
@@ -75,7 +76,7 @@ class BrokerStatsResource:
         return json_response(out)
 
     @staticmethod
-    def _topic(topic: Any, stats: dict[str, Any], domain: str) -> dict[str, Any]:
+    def _topic(topic: AnyTopic, stats: dict[str, Any], domain: str) -> dict[str, Any]:
         subs = {}
         for name, s in stats["subscriptions"].items():
             sub = {k: s[k] for k in _SUB_FIELDS if k in s}
@@ -114,7 +115,7 @@ class BrokerStatsResource:
         return self._cpu_percent
 
     async def load_report(self, request: web.Request) -> web.Response:
-        server, service, sampler = self.web.server, self.service, self.web.sampler
+        process, service, sampler = self.web.ctx.process, self.service, self.web.sampler
         topics = service.all_topics()
         in_msgs = sum(r.msgs for r in sampler.topic_in.values())
         in_bytes = sum(r.bytes for r in sampler.topic_in.values())
@@ -124,10 +125,10 @@ class BrokerStatsResource:
         namespaces = sorted(service.metadata.namespaces)
         bundles = [f"{ns}/{b}" for ns in namespaces for b in _bundle_names()]
         return json_response({
-            "webServiceUrl": server.web_url,
-            "webServiceUrlTls": server.web_url_tls or None,
-            "pulsarServiceUrl": server.service_url,
-            "pulsarServiceUrlTls": server.service_url_tls or None,
+            "webServiceUrl": process.web_url,
+            "webServiceUrlTls": process.web_url_tls or None,
+            "pulsarServiceUrl": process.service_url,
+            "pulsarServiceUrlTls": process.service_url_tls or None,
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": True,
             "cpu": {"usage": self._process_cpu_percent(), "limit": 100.0 * cores},

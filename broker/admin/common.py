@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -30,6 +30,7 @@ from broker.errors import (
     TopicNotFoundError,
 )
 from broker.metadata.policies import PolicyError
+from broker.metadata.store import AlreadyExistsError, InUseError, InvalidError, MetadataStoreError, NotFoundError
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class HttpError(web.HTTPException):
         super().__init__(text=json.dumps({"reason": reason}), content_type="application/json")
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
+def json_response(data: object, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
@@ -52,7 +53,7 @@ def no_content() -> web.Response:
     return web.Response(status=NO_CONTENT)
 
 
-async def read_body(request: web.Request) -> Any:
+async def read_body(request: web.Request) -> object:
     """The JSON body, or None when there is none."""
     raw = await request.read()
     if not raw.strip():
@@ -98,10 +99,24 @@ def status_for(exc: BrokerError) -> int:
     return next((status for kinds, status in _STATUS if isinstance(exc, kinds)), 400)
 
 
+# Refused metadata changes -> HTTP status (a handler answers otherwise where Pulsar does).
+_METADATA_STATUS: tuple[tuple[type[MetadataStoreError], int], ...] = (
+    (NotFoundError, 404),
+    (AlreadyExistsError, 409),
+    (InUseError, 409),
+    (InvalidError, 412),
+)
+
+
+def metadata_status(exc: MetadataStoreError) -> int:
+    return next((status for kind, status in _METADATA_STATUS if isinstance(exc, kind)), 400)
+
+
 @web.middleware
-async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def json_errors(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
-        return await handler(request)  # type: ignore[no-any-return]
+        return await handler(request)
     except HttpError:
         raise
     except web.HTTPException as exc:
@@ -113,6 +128,8 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         raise HttpError(status_for(exc), exc.message) from None
     except PolicyError as exc:
         raise HttpError(exc.status, exc.reason) from None
+    except MetadataStoreError as exc:
+        raise HttpError(metadata_status(exc), exc.message) from None
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         raise HttpError(500, f"Internal error: {exc}") from None

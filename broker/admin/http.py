@@ -4,19 +4,24 @@ The web service owns the stats sampler (rates over statsUpdateFrequencyInSecs) a
 task: started with the HTTP server, cancelled and awaited when it stops. Resources:
 ``namespaces`` (namespaces and policies), ``topics`` (topics, subscriptions, stats), ``schemas``;
 brokers, clusters, tenants and lookup are here. Error statuses: see ``broker.admin.common``.
+
+Everything a handler reaches comes through one ``AdminContext`` (``broker.admin.context``): the
+service, the metadata store (changed only through its named operations), the configuration, the
+security settings and the serving process's ports and URLs. This package does not import
+``broker.server``; the server builds the context and starts the web service with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker import __version__
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
+from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
@@ -27,25 +32,28 @@ from broker.admin.stats import StatsSampler
 from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.auth.http import security_middleware
+from broker.metadata.store import InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
+from broker.version import __version__
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.metadata.store import MetadataStore
+    from broker.service.broker_service import BrokerService
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class WebService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
-        self.app = web.Application(middlewares=[json_errors, security_middleware(server.security, server.config)])
+        self.app = web.Application(middlewares=[json_errors, security_middleware(ctx.security, ctx.config)])
         self._runner: web.AppRunner | None = None
-        self.sampler = StatsSampler(server)
-        self._sampling = PeriodicTask("stats-sampler", server.config.statsUpdateFrequencyInSecs,
+        self.sampler = StatsSampler(ctx)
+        self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,
                                       self.sampler.sample_async)
-        self._metrics = make_registry(server, self.sampler)
+        self._metrics = make_registry(ctx, self.sampler)
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -108,26 +116,26 @@ class WebService:
             self._runner = None
 
     @property
-    def service(self) -> Any:
-        return self.server.service
+    def service(self) -> BrokerService:
+        return self.ctx.service
 
     @property
-    def metadata(self) -> Any:
-        return self.server.service.metadata
+    def metadata(self) -> MetadataStore:
+        return self.ctx.metadata
 
     @property
     def broker_id(self) -> str:
-        return f"{self.server.advertised_host}:{self.server.web_port}"
+        return self.ctx.broker_id
 
     # -- broker ------------------------------------------------------------------------------------
     async def ready(self, request: web.Request) -> web.Response:
-        if not self.server.ready:
+        if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
         return web.Response(text="ok")
 
     async def health(self, request: web.Request) -> web.Response:
         """Pulsar's health check: ready, and an entry written to storage and read back in time."""
-        if not self.server.ready:
+        if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
         try:
             await self.service.health_check()
@@ -147,7 +155,7 @@ class WebService:
         return json_response([self.broker_id])
 
     async def leader_broker(self, request: web.Request) -> web.Response:
-        return json_response({"serviceUrl": self.server.web_url, "brokerId": self.broker_id})
+        return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.Response(text=__version__)  # (a bare string, as Pulsar answers)
@@ -162,7 +170,7 @@ class WebService:
     async def runtime_configuration(self, request: web.Request) -> web.Response:
         """Every setting in force, as strings (Pulsar's shape). Secrets (fields kept out of the
         config's repr, such as tokenSecretKey) are left out."""
-        cfg = self.server.config
+        cfg = self.ctx.config
         values = {}
         for f in dataclasses.fields(cfg):
             if not f.repr:
@@ -191,12 +199,14 @@ class WebService:
 
     async def get_cluster(self, request: web.Request) -> web.Response:
         name = request.match_info["cluster"]
-        if name not in self.metadata.clusters:
+        data = self.metadata.clusters.get(name)
+        if data is None:
             raise HttpError(404, "Cluster does not exist")
-        urls = {"serviceUrl": self.server.web_url, "brokerServiceUrl": self.server.service_url}
-        if self.server.tls_port or self.server.web_tls_port:
-            urls.update(serviceUrlTls=self.server.web_url_tls, brokerServiceUrlTls=self.server.service_url_tls)
-        return json_response({**urls, **self.metadata.clusters[name]})
+        p = self.ctx.process
+        urls = {"serviceUrl": p.web_url, "brokerServiceUrl": p.service_url}
+        if p.tls_port or p.web_tls_port:
+            urls.update(serviceUrlTls=p.web_url_tls, brokerServiceUrlTls=p.service_url_tls)
+        return json_response({**urls, **data})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
         """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
@@ -204,28 +214,19 @@ class WebService:
         body = await read_body(request) or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Cluster data must be a JSON object")
-        exists = name in self.metadata.clusters
         if request.method == "PUT":
             check_name(name, "cluster")
-            if exists:
-                raise HttpError(409, "Cluster already exists")
-        elif not exists:
-            raise HttpError(404, "Cluster does not exist")
-        self.metadata.clusters[name] = body
-        self.metadata.save()
+            self.metadata.create_cluster(name, body)
+        else:
+            self.metadata.update_cluster(name, body)
         return no_content()
 
     async def delete_cluster(self, request: web.Request) -> web.Response:
         """Refused (412) while a tenant may use the cluster or a namespace replicates to it."""
-        name = request.match_info["cluster"]
-        if name not in self.metadata.clusters:
-            raise HttpError(404, "Cluster does not exist")
-        used = any(name in t.get("allowedClusters", []) for t in self.metadata.tenants.values()) or any(
-            name in (p.get("replication_clusters") or []) for p in self.metadata.namespaces.values())
-        if used or name == self.server.config.clusterName:
-            raise HttpError(412, "Cluster not empty")
-        del self.metadata.clusters[name]
-        self.metadata.save()
+        try:
+            self.metadata.delete_cluster(request.match_info["cluster"])
+        except InUseError as exc:
+            raise HttpError(412, exc.message) from None
         return no_content()
 
     async def tenants(self, request: web.Request) -> web.Response:
@@ -234,38 +235,27 @@ class WebService:
     async def get_tenant(self, request: web.Request) -> web.Response:
         return json_response(self.metadata.tenants[self.namespaces.tenant(request)])
 
-    def _tenant_info(self, body: Any) -> dict[str, Any]:
+    def _tenant_info(self, body: object) -> TenantInfo:
         body = body or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        clusters = body.get("allowedClusters", [self.server.config.clusterName])
-        unknown = [c for c in clusters if c not in self.metadata.clusters]
-        if unknown:
-            raise HttpError(412, f"Clusters do not exist: {unknown}")
-        return {"adminRoles": list(body.get("adminRoles", [])), "allowedClusters": list(clusters)}
+        return TenantInfo(tuple(body.get("adminRoles", [])),
+                          tuple(body.get("allowedClusters", [self.ctx.cluster])))
 
     async def put_tenant(self, request: web.Request) -> web.Response:
         tenant = request.match_info["tenant"]
         info = self._tenant_info(await read_body(request))
-        if tenant in self.metadata.tenants:
-            raise HttpError(409, "Tenant already exists")
         check_name(tenant, "tenant")
-        self.metadata.tenants[tenant] = info
-        self.metadata.save()
+        self.metadata.create_tenant(tenant, info)
         return no_content()
 
     async def update_tenant(self, request: web.Request) -> web.Response:
         tenant = self.namespaces.tenant(request)
-        self.metadata.tenants[tenant] = self._tenant_info(await read_body(request))
-        self.metadata.save()
+        self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
         return no_content()
 
     async def delete_tenant(self, request: web.Request) -> web.Response:
-        tenant = self.namespaces.tenant(request)
-        if any(ns.split("/")[0] == tenant for ns in self.metadata.namespaces):
-            raise HttpError(409, "The tenant still has active namespaces")
-        del self.metadata.tenants[tenant]
-        self.metadata.save()
+        self.metadata.delete_tenant(self.namespaces.tenant(request))
         return no_content()
 
     # -- lookup ------------------------------------------------------------------------------------
@@ -273,7 +263,7 @@ class WebService:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         self.service.check_namespace(name)
-        s = self.server
+        s = self.ctx.process
         # Plain and TLS URLs as Pulsar's LookupData has them; a TLS client uses brokerUrlTls.
         plain = f"pulsar://{s.advertised_host}:{s.port}" if s.port else ""
         tls = s.service_url_tls

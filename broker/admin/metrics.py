@@ -33,7 +33,9 @@ from broker.admin.stats import StatsSampler, topic_stats
 from broker.service.nonpersistent import NonPersistentSubscription
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.admin.context import AdminContext
+    from broker.admin.stats import AnySubscription
+    from broker.service.broker_service import AnyTopic
 
 TOPIC_LABELS = ["cluster", "namespace", "topic"]
 # (name, help, ReplicatorStats key) of the per-remote-cluster replication gauges.
@@ -100,7 +102,7 @@ _ADD_BUCKETS = (
 )
 
 
-def add_bucket_values(topic: Any) -> list[tuple[str, float]]:
+def add_bucket_values(topic: AnyTopic) -> list[tuple[str, float]]:
     """(metric name, value) of a persistent topic's add buckets; [] for a non-persistent one."""
     stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
     if stats is None:
@@ -174,14 +176,14 @@ class _Families:
 
 
 class BrokerCollector(Collector):
-    def __init__(self, server: BrokerServer, sampler: StatsSampler) -> None:
-        self.server = server
+    def __init__(self, ctx: AdminContext, sampler: StatsSampler) -> None:
+        self.ctx = ctx
         self.sampler = sampler
 
     def collect(self) -> Iterator[Metric]:
-        server = self.server
-        service = server.service
-        cfg = server.config
+        ctx = self.ctx
+        service = ctx.service
+        cfg = ctx.config
         cluster = cfg.clusterName
         topics = [t for t in service.all_topics() if not t.closed]
         stats = {t: topic_stats(t, self.sampler) for t in topics}
@@ -206,9 +208,9 @@ class BrokerCollector(Collector):
         broker("pulsar_broker_storage_size", "Bytes stored", sum(s["storageSize"] for s in stats.values()))
         broker("pulsar_broker_msg_backlog", "Entries not yet acknowledged, all subscriptions",
                sum(s["msgBacklog"] for s in sub_stats))
-        broker("pulsar_active_connections", "Open client connections", len(server.connections))
-        broker("pulsar_connection_created_total_count", "Connections opened", server.connections_created)
-        broker("pulsar_connection_closed_total_count", "Connections closed", server.connections_closed)
+        broker("pulsar_active_connections", "Open client connections", len(ctx.process.connections))
+        broker("pulsar_connection_created_total_count", "Connections opened", ctx.process.connections_created)
+        broker("pulsar_connection_closed_total_count", "Connections closed", ctx.process.connections_closed)
         for name, doc, value in (
                 ("pulsar_py_inactive_topics_deleted", "Topics deleted as inactive (brokerDeleteInactiveTopics*)",
                  service.inactive_topics.deleted_total),
@@ -216,7 +218,7 @@ class BrokerCollector(Collector):
                  service.housekeeping.subscriptions_expired_total)):
             f.counter(name, doc, ["cluster"]).add_metric([cluster], value)
 
-        authn = server.security.authentication
+        authn = ctx.security.authentication
         for (provider, method), n in sorted(authn.successes_by.items()):
             f.counter("pulsar_authentication_success", "Credentials a provider accepted",
                       ["cluster", "provider_name", "auth_method"]).add_metric([cluster, provider, method], n)
@@ -232,8 +234,8 @@ class BrokerCollector(Collector):
         yield from f
         yield from self._ledger_storage()
 
-    def _topic_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
-        cfg = self.server.config
+    def _topic_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
+        cfg = self.ctx.config
         for topic, st in stats.items():
             labels = [cluster, topic.name.namespace, topic.full_name]
             subs = st["subscriptions"]
@@ -297,7 +299,7 @@ class BrokerCollector(Collector):
             for name, doc, key in _REPLICATION_GAUGES:
                 f.gauge(name, doc, rl).add_metric(values, float(r[key]))
 
-    def _producers(self, f: _Families, labels: list[str], topic: Any) -> None:
+    def _producers(self, f: _Families, labels: list[str], topic: AnyTopic) -> None:
         pl = [*TOPIC_LABELS, "producer_name", "producer_id"]
         for p in topic.producers.values():
             rate = self.sampler.producer_in.get(p)
@@ -309,7 +311,7 @@ class BrokerCollector(Collector):
             f.gauge("pulsar_producer_msg_average_Size", "Average message size (bytes)", pl).add_metric(
                 plabels, nbytes / msgs if msgs else 0.0)
 
-    def _consumers(self, f: _Families, sub_labels: list[str], sub: Any) -> None:
+    def _consumers(self, f: _Families, sub_labels: list[str], sub: AnySubscription) -> None:
         cl = [*SUB_LABELS, "consumer_name", "consumer_id"]
         for c in sub.consumers:
             rate = self.sampler.consumer_out.get(c)
@@ -327,7 +329,7 @@ class BrokerCollector(Collector):
             f.gauge("pulsar_consumer_available_permits", "Permits the consumer has granted", cl).add_metric(
                 clabels, max(c.permits, 0))
 
-    def _namespace_level(self, f: _Families, cluster: str, stats: dict[Any, dict[str, Any]]) -> None:
+    def _namespace_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
         """Pulsar's aggregation when topic-level metrics are off: one series per namespace."""
         sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for topic, st in stats.items():
@@ -355,10 +357,10 @@ class BrokerCollector(Collector):
                     f.gauge(name, "Namespace total", nl).add_metric([cluster, namespace], value)
 
     def _ledger_storage(self) -> Iterator[Metric]:
-        stats = getattr(self.server.service.ledger_factory, "stats", None)
+        stats = getattr(self.ctx.service.ledger_factory, "stats", None)
         if stats is None:
             return
-        labels = [self.server.config.clusterName]
+        labels = [self.ctx.cluster]
         for attr, name, doc in _LEDGER_HISTOGRAMS:
             histogram = getattr(stats, attr, None)
             snapshot = getattr(histogram, "snapshot", None)
@@ -390,9 +392,9 @@ class BrokerCollector(Collector):
             yield ratio
 
 
-def make_registry(server: BrokerServer, sampler: StatsSampler) -> CollectorRegistry:
+def make_registry(ctx: AdminContext, sampler: StatsSampler) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(server, sampler))
+    registry.register(BrokerCollector(ctx, sampler))
     return registry
 
 

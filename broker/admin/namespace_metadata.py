@@ -20,12 +20,13 @@ from broker.metadata import policies as P
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.metadata.store import MetadataStore
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 PROPERTIES = "properties"
 
 
-def parse_replication_clusters(body: Any) -> list[str]:
+def parse_replication_clusters(body: object) -> list[str]:
     if not isinstance(body, list) or not all(isinstance(c, str) for c in body):
         raise HttpError(400, "Replication clusters must be a JSON array of cluster names")
     if not body:
@@ -35,9 +36,10 @@ def parse_replication_clusters(body: Any) -> list[str]:
     return list(dict.fromkeys(body))
 
 
-def check_replication_clusters(metadata: Any, tenant: str, clusters: list[str]) -> None:
+def check_replication_clusters(metadata: MetadataStore, tenant: str, clusters: list[str]) -> None:
     """Pulsar's checks: each cluster exists and is allowed for the tenant."""
-    allowed = metadata.tenants[tenant].get("allowedClusters", [])
+    info = metadata.tenant(tenant)
+    allowed = info.allowed_clusters if info is not None else ()
     for cluster in clusters:
         if cluster not in metadata.clusters:
             raise HttpError(412, f"Invalid cluster id: {cluster}")
@@ -62,11 +64,11 @@ class NamespaceMetadataResource:
         r.add_get(NS + "/bundles", self.bundles)
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         return self.web.metadata
 
     def _view(self, ns: str) -> dict[str, Any]:
-        return P.policies_view(self.metadata.namespaces[ns], self.web.server.config.clusterName)
+        return P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster)
 
     # -- replication clusters ----------------------------------------------------------------------
     async def get_replication(self, request: web.Request) -> web.Response:

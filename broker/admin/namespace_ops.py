@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -29,6 +29,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import BrokerService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 BUNDLE_PATTERN = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
@@ -46,7 +47,7 @@ class NamespaceOperationsResource:
             r.add_put(base + "/unload", self.unload)
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     def scope(self, request: web.Request) -> tuple[str, Callable[[TopicName], bool]]:
@@ -65,7 +66,7 @@ class NamespaceOperationsResource:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""
         names = [TopicName.parse(n) for n in self.service.topics_of_namespace(ns, 0)]
         stored = set(self.service.ledger_factory.list_names())
-        return [await self.service.get_topic(n, create=False) for n in names
+        return [await self.service.get_persistent_topic(n, create=False) for n in names
                 if n.persistence_path in stored and covers(n)]
 
     async def clear_backlog(self, request: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.metadata.store import MetadataStore
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -112,7 +113,7 @@ class NamespacesResource:
             r.add_delete(path, bound(self.remove_plain, policy))
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         return self.web.metadata
 
     def tenant(self, request: web.Request) -> str:
@@ -128,17 +129,17 @@ class NamespacesResource:
             raise HttpError(404, "Namespace does not exist")
         return ns
 
-    def _value_or_no_content(self, value: Any) -> web.Response:
+    def _value_or_no_content(self, value: object) -> web.Response:
         return no_content() if value is None else json_response(value)
 
     # -- namespaces ------------------------------------------------------------------------------
     async def list_namespaces(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)
-        return json_response(sorted(ns for ns in self.metadata.namespaces if ns.split("/")[0] == tenant))
+        return json_response(self.metadata.namespaces_of(tenant))
 
     async def get_policies(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(P.policies_view(self.metadata.namespaces[ns], self.web.server.config.clusterName))
+        return json_response(P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster))
 
     async def create(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)
@@ -147,17 +148,14 @@ class NamespacesResource:
         ns = f"{tenant}/{ns_name}"
         body = await read_body(request)
         policies = P.validate_policies(body) if body is not None else {}
-        if ns in self.metadata.namespaces:
-            raise HttpError(409, "Namespace already exists")
-        self.metadata.namespaces[ns] = policies
-        self.metadata.save()
+        self.metadata.create_namespace(ns, policies)
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         service = self.web.service
         topics = service.topics_of_namespace(ns, 2)
-        partitioned = [t for t in self.metadata.partitioned_topics if TopicName.parse(t).namespace == ns]
+        partitioned = self.metadata.partitioned_topics_of(ns)
         if (topics or partitioned) and not query_flag(request, "force"):
             raise HttpError(409, "Cannot delete non empty namespace")
         for name in topics:
@@ -165,8 +163,7 @@ class NamespacesResource:
         for base in partitioned:
             self.metadata.delete_partitioned(base)
             service.schemas.delete(base)
-        del self.metadata.namespaces[ns]
-        self.metadata.save()
+        self.metadata.delete_namespace(ns)
         return no_content()
 
     async def topics(self, request: web.Request) -> web.Response:
@@ -221,13 +218,13 @@ class NamespacesResource:
     # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
     async def get_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         rates = self.metadata.policy(self.namespace(request), rate.key) or {}
-        return self._value_or_no_content(rates.get(self.web.server.config.clusterName))
+        return self._value_or_no_content(rates.get(self.web.ctx.cluster))
 
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
         ns = self.namespace(request)
         rates = dict(self.metadata.policy(ns, rate.key) or {})
-        cluster = self.web.server.config.clusterName
+        cluster = self.web.ctx.cluster
         if request.method == "DELETE":
             rates.pop(cluster, None)
         else:
@@ -246,7 +243,7 @@ class NamespacesResource:
         stored = (self.metadata.policy(ns, P.BACKLOG_QUOTA_MAP) or {}).get(quota_type)
         if stored is not None:
             return json_response(stored)
-        cfg = self.web.server.config
+        cfg = self.web.ctx.config
         size = cfg.backlogQuotaDefaultLimitBytes if quota_type == P.DESTINATION_STORAGE else -1
         age = cfg.backlogQuotaDefaultLimitSecond if quota_type == P.MESSAGE_AGE else -1
         return json_response({"limit": size, "limitSize": size, "limitTime": age,

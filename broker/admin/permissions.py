@@ -15,9 +15,11 @@ from aiohttp import web
 
 from broker.admin.common import DOMAINS, HttpError, json_response, no_content, read_body
 from broker.metadata import policies as P
+from broker.metadata.store import NotFoundError
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.metadata.store import MetadataStore
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}/permissions"
 
@@ -40,20 +42,15 @@ class PermissionsResource:
             r.add_delete(topic + "/{role}", self.revoke_topic)
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> MetadataStore:
         return self.web.metadata
 
     def _auth(self, namespace: str) -> dict[str, Any]:
-        """A copy of the namespace's auth_policies with every part present, to edit and store."""
+        """The namespace's auth_policies with every part present (a copy)."""
         stored = copy.deepcopy(self.metadata.policy(namespace, P.AUTH_POLICIES) or {})
         for key in (P.NAMESPACE_AUTH, P.DESTINATION_AUTH, P.SUBSCRIPTION_AUTH_ROLES):
             stored.setdefault(key, {})
         return stored
-
-    def _save(self, namespace: str, auth: dict[str, Any]) -> web.Response:
-        auth[P.DESTINATION_AUTH] = {t: grants for t, grants in auth[P.DESTINATION_AUTH].items() if grants}
-        self.metadata.set_policy(namespace, P.AUTH_POLICIES, auth)
-        return no_content()
 
     # -- namespace ---------------------------------------------------------------------------------
     async def namespace_permissions(self, request: web.Request) -> web.Response:
@@ -63,15 +60,13 @@ class PermissionsResource:
     async def grant_namespace(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         actions = P.parse_actions(await read_body(request))
-        auth = self._auth(ns)
-        auth[P.NAMESPACE_AUTH][request.match_info["role"]] = actions
-        return self._save(ns, auth)
+        self.metadata.grant_namespace_permission(ns, request.match_info["role"], actions)
+        return no_content()
 
     async def revoke_namespace(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        auth = self._auth(ns)
-        auth[P.NAMESPACE_AUTH].pop(request.match_info["role"], None)
-        return self._save(ns, auth)
+        self.metadata.revoke_namespace_permission(ns, request.match_info["role"])
+        return no_content()
 
     # -- subscriptions -----------------------------------------------------------------------------
     async def subscription_permissions(self, request: web.Request) -> web.Response:
@@ -81,19 +76,17 @@ class PermissionsResource:
     async def grant_subscription(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         roles = P.parse_roles(await read_body(request))
-        auth = self._auth(ns)
-        auth[P.SUBSCRIPTION_AUTH_ROLES][request.match_info["subscription"]] = roles
-        return self._save(ns, auth)
+        self.metadata.grant_subscription_permission(ns, request.match_info["subscription"], roles)
+        return no_content()
 
     async def revoke_subscription(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        auth = self._auth(ns)
-        roles = auth[P.SUBSCRIPTION_AUTH_ROLES].get(request.match_info["subscription"])
-        if roles is None:
-            raise HttpError(412, "couldn't find subscription")
-        auth[P.SUBSCRIPTION_AUTH_ROLES][request.match_info["subscription"]] = [
-            r for r in roles if r != request.match_info["role"]]
-        return self._save(ns, auth)
+        m = request.match_info
+        try:
+            self.metadata.revoke_subscription_permission(ns, m["subscription"], m["role"])
+        except NotFoundError as exc:  # (Pulsar answers 412 here)
+            raise HttpError(412, exc.message) from None
+        return no_content()
 
     # -- topics ------------------------------------------------------------------------------------
     async def topic_permissions(self, request: web.Request) -> web.Response:
@@ -108,15 +101,13 @@ class PermissionsResource:
     async def grant_topic(self, request: web.Request) -> web.Response:
         name = self.web.topics.name(request)
         actions = P.parse_actions(await read_body(request))
-        auth = self._auth(name.namespace)
-        auth[P.DESTINATION_AUTH].setdefault(name.full, {})[request.match_info["role"]] = actions
-        return self._save(name.namespace, auth)
+        self.metadata.grant_topic_permission(name.namespace, name.full, request.match_info["role"], actions)
+        return no_content()
 
     async def revoke_topic(self, request: web.Request) -> web.Response:
         name = self.web.topics.name(request)
-        auth = self._auth(name.namespace)
-        grants = auth[P.DESTINATION_AUTH].get(name.full, {})
-        if request.match_info["role"] not in grants:
-            raise HttpError(412, "Permissions are not set at the topic level")
-        del grants[request.match_info["role"]]
-        return self._save(name.namespace, auth)
+        try:
+            self.metadata.revoke_topic_permission(name.namespace, name.full, request.match_info["role"])
+        except NotFoundError as exc:  # (Pulsar answers 412 here)
+            raise HttpError(412, exc.message) from None
+        return no_content()

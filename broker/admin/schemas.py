@@ -7,6 +7,7 @@ the path (Pulsar builds the schema id the same way).
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -61,7 +62,7 @@ class SchemasResource:
     async def payload_schema(self, request: web.Request) -> tuple[TopicName, pb.Schema]:
         """The topic and the schema of a PostSchemaPayload body {type, schema, properties}."""
         name = self.base_name(request)
-        body: Any = await read_body(request)
+        body = await read_body(request)
         if not isinstance(body, dict):
             raise HttpError(400, "Schema payload must be a JSON object {\"type\", \"schema\", \"properties\"}")
         type_name = str(body.get("type", "")).upper()
@@ -94,7 +95,7 @@ class SchemasResource:
         name, schema = await self.payload_schema(request)
         registry = self.web.service.schemas
         reason = registry.check_compatible(name.full, schema)
-        body: dict[str, Any] = {"compatibility": reason is None,
+        body: dict[str, object] = {"compatibility": reason is None,
                                 "schemaCompatibilityStrategy": registry.strategy(name.full)}
         if reason is not None:
             body["reason"] = reason
@@ -115,7 +116,7 @@ class SchemasResource:
         return json_response({"version": len(versions) - 1})
 
 
-def _schema_response(record: dict[str, Any], version: int) -> dict[str, Any]:
+def _schema_response(record: Mapping[str, Any], version: int) -> dict[str, Any]:
     """Pulsar's GetSchemaResponse."""
     data = base64.b64decode(record["data"])
     return {"version": version, "type": SCHEMA_TYPE_NAMES.get(record["type"], "BYTES"),

@@ -24,10 +24,10 @@ from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, NonPersistentReplicator, Replicator
-from managed_ledger import ManagedLedgerError
+from managed_ledger import ManagedLedgerError, Position
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.consumer import Consumer
     from broker.service.producer import Producer
@@ -62,8 +62,8 @@ class SubscriptionTotals(NamedTuple):
 
 
 class StatsSampler:
-    def __init__(self, server: BrokerServer, clock: Callable[[], float] = time.monotonic) -> None:
-        self.server = server
+    def __init__(self, ctx: AdminContext, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx = ctx
         self.clock = clock
         self._last = clock()
         self.interval_s = 0.0  # length of the interval the current rates cover
@@ -113,7 +113,7 @@ class StatsSampler:
             return
         self._last = now
         self.interval_s = elapsed
-        service = self.server.service
+        service = self.ctx.service
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:
@@ -247,7 +247,7 @@ def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
 def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | None,
                        sampler: StatsSampler) -> dict[str, Any]:
     """Stats of a subscription; ``sub`` is None for a stored cursor nobody has attached to."""
-    expiry = sampler.server.service.expiry_stats.get(topic.full_name, name)
+    expiry = sampler.ctx.service.expiry_stats.get(topic.full_name, name)
     cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
     consumers = sub.consumers if sub is not None else []
     backlog = cursor.number_of_entries_in_backlog()
@@ -358,7 +358,6 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
 def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
     """Pulsar's TopicStats, or NonPersistentTopicStats (the same with zero storage and backlog,
     plus msgDropRate on the topic, its publishers and its subscriptions)."""
-    server = sampler.server
     rate_in = sampler.topic_in.get(topic, ZERO)
     if isinstance(topic, NonPersistentTopic):
         subs = {name: non_persistent_subscription_stats(sub, sampler)
@@ -391,7 +390,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "publishRateLimitedTimes": topic.publish_throttle.throttled_times,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "ownerBroker": f"{server.advertised_host}:{server.web_port}",
+        "ownerBroker": sampler.ctx.broker_id,
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
@@ -532,7 +531,7 @@ def internal_stats(topic: AnyTopic) -> dict[str, Any]:
     }
 
 
-def _entries_between(topic: PersistentTopic, mark_delete: Any, read: Any) -> int:
+def _entries_between(topic: PersistentTopic, mark_delete: Position, read: Position) -> int:
     ledger = topic.ledger
     try:
         first = ledger.next_valid_position(mark_delete)

@@ -31,6 +31,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.broker_service import BrokerService
 
 TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
 
@@ -40,31 +41,31 @@ class Spec:
     path: str
     key: str  # TopicPolicies field
     namespace_key: str | None  # the Policies field it overrides
-    broker_default: Callable[[Any], Any]  # the BrokerService -> the broker's value
+    broker_default: Callable[[BrokerService], Any]  # the broker's value
     parse: Callable[[Any], Any]
     query: str | None = None  # POST takes the value from this query parameter, not the body
     set_method: str = "POST"  # (Pulsar PUTs a few)
     # Checks of a parsed value against the rest of the configuration: (service, name, value);
     # raises HttpError.
-    validate: Callable[[Any, TopicName, Any], None] | None = None
+    validate: Callable[[BrokerService, TopicName, Any], None] | None = None
     # The value in force (GET ?applied=true) when it is not namespace_key's, else broker_default.
-    applied: Callable[[Any, TopicName], Any] | None = None
+    applied: Callable[[BrokerService, TopicName], Any] | None = None
 
 
-def _retention_covers_quotas(service: Any, name: TopicName, retention: Any) -> None:
+def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Any) -> None:
     quotas = [service.backlog_quotas.quota_doc(name, t) for t in P.BACKLOG_QUOTA_TYPES]
     if not all(P.check_quota_within_retention(q, retention) for q in quotas):
         raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
                              "Please increase retention quota and retry")
 
 
-def _within_broker_max_message_size(service: Any, name: TopicName, size: int) -> None:
+def _within_broker_max_message_size(service: BrokerService, name: TopicName, size: int) -> None:
     if size > service.config.maxMessageSize:
         raise HttpError(412, "topic-level maxMessageSize must be greater than or equal to 0 and less than "
                              f"or equal to the broker's maxMessageSize ({service.config.maxMessageSize})")
 
 
-def _replication_allowed(service: Any, name: TopicName, clusters: list[str]) -> None:
+def _replication_allowed(service: BrokerService, name: TopicName, clusters: list[str]) -> None:
     check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 
@@ -150,7 +151,7 @@ class TopicPoliciesResource:
             r.add_delete(topic + "/backlogQuota", self.remove_backlog_quota)
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     def topic(self, request: web.Request) -> TopicName:
@@ -187,7 +188,7 @@ class TopicPoliciesResource:
             if raw is None:  # Pulsar stores "no value": the same as DELETE
                 return await self.remove(request, spec)
             try:
-                body: Any = int(raw)
+                body: object = int(raw)
             except ValueError:
                 raise HttpError(400, f"{spec.query} must be an integer, got {raw!r}") from None
         else:

@@ -19,7 +19,7 @@ import base64
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -29,14 +29,15 @@ from broker.errors import NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import entry_body, parse_payload
 from broker.service import admin_ops
-from broker.service.nonpersistent import NonPersistentTopic
+from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
-from managed_ledger import Entry, ManagedLedgerError, Position
+from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.service.broker_service import AnyTopic
+    from broker.service.broker_service import AnyTopic, BrokerService
+    from broker.service.subscription import Subscription
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 TOPIC = "/{tenant}/{ns}/{topic}"
@@ -98,7 +99,7 @@ class TopicsResource:
             r.add_get(base + TOPIC + "/messageid/{timestamp}", stored(self.message_id_by_time))
 
     @property
-    def service(self) -> Any:
+    def service(self) -> BrokerService:
         return self.web.service
 
     # -- names and lookups -----------------------------------------------------------------------
@@ -116,34 +117,57 @@ class TopicsResource:
         return (self.service.get_topic_if_loaded(name) is not None
                 or name.persistence_path in self.service.ledger_factory.list_names())
 
-    async def topic(self, name: TopicName) -> PersistentTopic:
-        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates."""
+    def _not_partitioned(self, name: TopicName) -> None:
         if self.partitions(name) > 0:
             raise HttpError(404, f"Topic {name} is a partitioned topic: use its partitions "
                                  f"({name}-partition-k) or the partitioned-* endpoints")
-        topic: PersistentTopic = await self.service.get_topic(name, create=False)
-        return topic
 
-    async def existing_partitions(self, name: TopicName) -> list[PersistentTopic]:
+    async def topic(self, name: TopicName) -> AnyTopic:
+        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates."""
+        self._not_partitioned(name)
+        return await self.service.get_topic(name, create=False)
+
+    async def stored_topic(self, name: TopicName) -> PersistentTopic:
+        """``topic`` for the routes on stored messages and cursors (persistent names only)."""
+        self._not_partitioned(name)
+        return await self.service.get_persistent_topic(name, create=False)
+
+    def _existing_partitions(self, name: TopicName) -> list[TopicName]:
         """The partitions of a partitioned topic that were created (written to or subscribed)."""
-        return [await self.service.get_topic(p, create=False)
-                for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
+        return [p for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
 
-    async def targets(self, name: TopicName, op: str | None = None) -> list[PersistentTopic]:
-        """The topic itself, or every created partition of a partitioned one. With ``op``, a
-        partitioned name is refused with 405 (operations on one position of one log)."""
+    async def existing_partitions(self, name: TopicName) -> list[AnyTopic]:
+        return [await self.service.get_topic(p, create=False) for p in self._existing_partitions(name)]
+
+    def _single(self, name: TopicName, op: str | None) -> bool:
+        """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
+        refused with 405 (operations on one position of one log)."""
         if self.partitions(name) == 0:
-            return [await self.topic(name)]
+            return True
         if op is not None:
             raise HttpError(405, f"{op} on a partitioned topic is not allowed")
+        return False
+
+    async def targets(self, name: TopicName, op: str | None = None) -> list[AnyTopic]:
+        """The topic itself, or every created partition of a partitioned one (see ``_single``)."""
+        if self._single(name, op):
+            return [await self.topic(name)]
         return await self.existing_partitions(name)
 
+    async def stored_targets(self, name: TopicName, op: str | None = None) -> list[PersistentTopic]:
+        """``targets`` for the routes on stored messages and cursors (persistent names only)."""
+        if self._single(name, op):
+            return [await self.stored_topic(name)]
+        return [await self.service.get_persistent_topic(p, create=False) for p in self._existing_partitions(name)]
+
     async def for_each_subscription(self, request: web.Request, op: str | None,
-                                    action: Callable[[PersistentTopic, Any], Awaitable[None]]) -> web.Response:
+                                    action: Callable[[PersistentTopic, Subscription], Awaitable[None]]
+                                    ) -> web.Response:
+        """Apply ``action`` to the subscription on the topic or each partition (persistent topics)."""
         name = self.name(request)
         sub_name = request.match_info["sub"]
-        topics = await self.targets(name, op)
-        subs = [(t, await self._subscription(t, sub_name)) for t in topics]
+        topics = await self.stored_targets(name, op)
+        subs = [(t, await admin_ops.subscription(t, sub_name)) for t in topics]
         if not subs:
             raise HttpError(404, f"Subscription {sub_name} not found")
         for t, sub in subs:
@@ -151,7 +175,7 @@ class TopicsResource:
         return no_content()
 
     @staticmethod
-    async def _subscription(topic: AnyTopic, name: str) -> Any:
+    async def _subscription(topic: AnyTopic, name: str) -> Subscription | NonPersistentSubscription:
         if isinstance(topic, NonPersistentTopic):  # only live subscriptions: nothing is stored
             sub = topic.subscriptions.get(name)
             if sub is None:
@@ -242,7 +266,7 @@ class TopicsResource:
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = self.name(request)
         auto = query_flag(request, "checkAllowAutoCreation")
-        doc: dict[str, Any] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
+        doc: dict[str, object] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
         properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
         if properties:
             doc["properties"] = properties
@@ -265,13 +289,9 @@ class TopicsResource:
             self.service.check_topics_limit(name, n)
         except NotAllowedError as exc:
             raise HttpError(412, exc.message) from exc
-        if self.partitions(name) > 0:
-            raise HttpError(409, "Partitioned topic already exists")
-        if self.exists(name):
+        if self.partitions(name) == 0 and self.exists(name):
             raise HttpError(409, "This topic already exists")
-        if properties:
-            self.service.metadata.topic_properties[name.full] = properties  # saved with the partitions
-        self.service.metadata.set_partitions(name.full, n)
+        self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
@@ -288,7 +308,7 @@ class TopicsResource:
     async def trim(self, request: web.Request) -> web.Response:
         """POST .../trim: delete the ledgers every subscription has consumed, as retention allows
         (what happens on its own at rollover), on the topic or each partition."""
-        for topic in await self.targets(self.name(request)):
+        for topic in await self.stored_targets(self.name(request)):
             topic.ledger.trim_consumed_ledgers()
         return no_content()
 
@@ -363,11 +383,11 @@ class TopicsResource:
 
         n = self.partitions(name)
         if n == 0:
-            await create(await self.service.get_topic(name, create=True))
+            await create(await self.service.get_persistent_topic(name, create=True))
             return no_content()
         created = 0
         for i in range(n):  # like Pulsar: a partition that has it already is not an error
-            topic = await self.service.get_topic(name.partition(i), create=True)
+            topic = await self.service.get_persistent_topic(name.partition(i), create=True)
             if sub_name not in admin_ops.subscription_names(topic):
                 await create(topic)
                 created += 1
@@ -376,16 +396,21 @@ class TopicsResource:
         return no_content()
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
+        """On persistent and non-persistent topics alike (a live subscription of the latter)."""
         force = query_flag(request, "force")
-
-        async def delete(t: PersistentTopic, sub: Any) -> None:
-            await admin_ops.delete_subscription(t, sub.name, force)
+        sub_name = request.match_info["sub"]
+        subs = [(t, await self._subscription(t, sub_name)) for t in await self.targets(self.name(request))]
+        if not subs:
+            raise HttpError(404, f"Subscription {sub_name} not found")
+        for t, sub in subs:
+            # (admin_ops takes a persistent topic; the non-persistent one meets it by duck typing until
+            # both kinds share one subscription protocol: branch r-dispatch)
+            await admin_ops.delete_subscription(t, sub.name, force)  # type: ignore[arg-type]
             self.service.expiry_stats.forget(t.full_name, sub.name)
-
-        return await self.for_each_subscription(request, None, delete)
+        return no_content()
 
     async def skip_all(self, request: web.Request) -> web.Response:
-        async def skip_all(t: PersistentTopic, sub: Any) -> None:
+        async def skip_all(t: PersistentTopic, sub: Subscription) -> None:
             admin_ops.skip_all(sub)
 
         return await self.for_each_subscription(request, None, skip_all)
@@ -395,7 +420,7 @@ class TopicsResource:
         if n < 0:
             raise HttpError(412, "Number of messages to skip must be >= 0")
 
-        async def skip(t: PersistentTopic, sub: Any) -> None:
+        async def skip(t: PersistentTopic, sub: Subscription) -> None:
             admin_ops.skip(sub, n)
 
         return await self.for_each_subscription(request, "Skip messages", skip)
@@ -403,7 +428,7 @@ class TopicsResource:
     async def reset_by_time(self, request: web.Request) -> web.Response:
         timestamp = int_param(request.match_info["timestamp"], "Timestamp")
 
-        async def reset(t: PersistentTopic, sub: Any) -> None:
+        async def reset(t: PersistentTopic, sub: Subscription) -> None:
             await admin_ops.reset_by_time(t, sub, timestamp)
 
         return await self.for_each_subscription(request, None, reset)
@@ -413,9 +438,10 @@ class TopicsResource:
         if body is None:
             raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
         start = message_id(body)
-        exclusive = bool(body.get("isExcluded", False)) or query_flag(request, "isExcluded")
+        excluded = body.get("isExcluded", False) if isinstance(body, dict) else False  # (a dict: message_id checked)
+        exclusive = bool(excluded) or query_flag(request, "isExcluded")
 
-        async def reset(t: PersistentTopic, sub: Any) -> None:
+        async def reset(t: PersistentTopic, sub: Subscription) -> None:
             admin_ops.reset_to(t, sub, start, exclusive)
 
         return await self.for_each_subscription(request, "Reset-cursor at position", reset)
@@ -423,19 +449,19 @@ class TopicsResource:
     async def expire(self, request: web.Request) -> web.Response:
         seconds = int_param(request.match_info["seconds"], "Expire time")
 
-        async def expire(t: PersistentTopic, sub: Any) -> None:
+        async def expire(t: PersistentTopic, sub: Subscription) -> None:
             await self._expire(t, sub.cursor, seconds)
 
         return await self.for_each_subscription(request, None, expire)
 
     async def expire_all(self, request: web.Request) -> web.Response:
         seconds = int_param(request.match_info["seconds"], "Expire time")
-        for t in await self.targets(self.name(request)):
+        for t in await self.stored_targets(self.name(request)):
             for cursor in list(t.ledger.cursors.values()):
                 await self._expire(t, cursor, seconds)
         return no_content()
 
-    async def _expire(self, topic: PersistentTopic, cursor: Any, seconds: int) -> None:
+    async def _expire(self, topic: PersistentTopic, cursor: ManagedCursor, seconds: int) -> None:
         now_ms = int(time.time() * 1000)
         expired = await admin_ops.expire_cursor(topic, cursor, seconds, now_ms)
         self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
@@ -447,7 +473,7 @@ class TopicsResource:
         if not isinstance(enabled, bool):
             raise HttpError(400, "A boolean body (true to replicate the subscription, false not to) is required")
 
-        async def apply(t: PersistentTopic, sub: Any) -> None:
+        async def apply(t: PersistentTopic, sub: Subscription) -> None:
             if not sub.set_replicated(enabled):
                 raise HttpError(500, "Failed to update cursor properties")
 
@@ -457,8 +483,8 @@ class TopicsResource:
         """{topic or partition: replicated} for the subscription."""
         sub_name = request.match_info["sub"]
         status = {}
-        for t in await self.targets(self.name(request)):
-            status[t.full_name] = (await self._subscription(t, sub_name)).replicated
+        for t in await self.stored_targets(self.name(request)):
+            status[t.full_name] = (await admin_ops.subscription(t, sub_name)).replicated
         if not status:
             raise HttpError(404, f"Subscription {sub_name} not found")
         return json_response(status)
@@ -468,14 +494,14 @@ class TopicsResource:
         if n < 1:
             raise HttpError(412, "Message position must be >= 1")
         name = self.name(request)
-        [topic] = await self.targets(name, "Peek messages")
+        [topic] = await self.stored_targets(name, "Peek messages")
         sub = await admin_ops.subscription(topic, request.match_info["sub"])
         return entry_response(await admin_ops.peek(topic, sub, n))
 
     async def message_by_id(self, request: web.Request) -> web.Response:
         position = Position(int_param(request.match_info["ledger"], "Ledger id"),
                             int_param(request.match_info["entry"], "Entry id"))
-        [topic] = await self.targets(self.name(request), "Get message by id")
+        [topic] = await self.stored_targets(self.name(request), "Get message by id")
         try:
             entry = await topic.ledger.read_entry(position)
         except ManagedLedgerError:
@@ -488,7 +514,7 @@ class TopicsResource:
         if initial not in ("latest", "earliest"):
             raise HttpError(412, "initialPosition must be 'latest' or 'earliest'")
         n = int_param(request.query.get("messagePosition", "1"), "messagePosition")
-        [topic] = await self.targets(self.name(request), "Examine messages")
+        [topic] = await self.stored_targets(self.name(request), "Examine messages")
         if topic.ledger.number_of_entries <= 0:
             raise HttpError(412, "Could not examine messages due to the total message is zero")
         return entry_response(await admin_ops.examine(topic, initial == "latest", n))
@@ -498,7 +524,7 @@ class TopicsResource:
         last message: the position the next one will get)."""
         timestamp = int_param(request.match_info["timestamp"], "Timestamp")
         name = self.name(request)
-        [topic] = await self.targets(name, "Get message ID by timestamp")
+        [topic] = await self.stored_targets(name, "Get message ID by timestamp")
         position = await topic.find_position_by_time(timestamp)
         return json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
                               "partitionIndex": name.partition_index})
@@ -519,13 +545,13 @@ class TopicsResource:
         if not name.persistent:
             raise HttpError(405, "Termination is only for persistent topics")
         if request.path.endswith("/partitions"):
-            result: dict[str, Any] = {}
-            for topic in await self.targets(name):
+            result: dict[str, object] = {}
+            for topic in await self.stored_targets(name):
                 last = await topic.terminate()
                 result[str(topic.name.partition_index)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                                            "partitionIndex": topic.name.partition_index}
             return web.json_response(result)
-        [topic] = await self.targets(name, "Terminate")
+        [topic] = await self.stored_targets(name, "Terminate")
         last = await topic.terminate()
         return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                   "partitionIndex": name.partition_index})
@@ -535,21 +561,21 @@ class TopicsResource:
         name = self.name(request)
         if not name.persistent:
             raise HttpError(405, "Compaction is only for persistent topics")
-        started = [t.compactor.trigger() for t in await self.targets(name)]
+        started = [t.compactor.trigger() for t in await self.stored_targets(name)]
         if not any(started):
             raise HttpError(409, "Compaction already in progress")
         return web.Response(status=204)
 
     async def compaction_status(self, request: web.Request) -> web.Response:
         """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""
-        [topic] = await self.targets(self.name(request), "Compaction status")
+        [topic] = await self.stored_targets(self.name(request), "Compaction status")
         return web.json_response({"status": topic.compactor.status.value, "lastError": topic.compactor.last_error})
 
     async def last_message_id(self, request: web.Request) -> web.Response:
         name = self.name(request)
-        [topic] = await self.targets(name, "GetLastMessageId")
+        [topic] = await self.stored_targets(name, "GetLastMessageId")
         last, batch_index = await topic.last_message_id()
-        body: dict[str, Any] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
+        body: dict[str, object] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                 "partitionIndex": name.partition_index}
         if batch_index >= 0:
             body["batchIndex"] = batch_index
@@ -571,7 +597,7 @@ def _refused_without_storage(handler: Handler) -> Handler:
     return _refused("Not supported on a non-persistent topic: it stores no messages and no cursors")
 
 
-def message_id(body: Any) -> Position:
+def message_id(body: object) -> Position:
     """A MessageId / ResetCursorData body: {"ledgerId": L, "entryId": E, ...}."""
     if not isinstance(body, dict):
         raise HttpError(400, "Message id must be a JSON object {\"ledgerId\": L, \"entryId\": E}")
@@ -607,7 +633,7 @@ def _decompress(codec: int, data: bytes, size: int) -> bytes | None:
     return None  # SNAPPY: no codec installed; the body stays compressed (header says so)
 
 
-def parse_properties(body: Any) -> dict[str, str]:
+def parse_properties(body: object) -> dict[str, str]:
     """Topic properties: a JSON object of strings (None: none)."""
     if body is None:
         return {}

@@ -72,13 +72,8 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
-        if config.brokerDeleteInactiveTopicsMode not in P.INACTIVE_TOPIC_DELETE_MODES:
-            raise ConfigError(f"brokerDeleteInactiveTopicsMode={config.brokerDeleteInactiveTopicsMode!r}: expected "
-                              f"one of {', '.join(P.INACTIVE_TOPIC_DELETE_MODES)}")
-        try:
-            self.subscription_types_broker()
-        except P.PolicyError as exc:
-            raise ConfigError(f"subscriptionTypesEnabled: {exc.reason}") from None
+        # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
+        # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:
             client_credentials(config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters)
         except RemoteError as exc:
@@ -174,17 +169,29 @@ class BrokerService:
         """The loaded topic, loading it if stored. A topic that does not exist is created when
         ``create`` and the namespace's auto-creation rule allow it, or always when ``explicit``
         (an admin create)."""
-        topic = self.topics.get(name.full)
-        if topic is not None:
-            return topic
+        if name.persistent:
+            return await self.get_persistent_topic(name, create, explicit=explicit)
         unloading = self._unloading.get(name.full)
         if unloading is not None:
             await asyncio.shield(unloading)
             return await self.get_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
+        return self._non_persistent_topic(name, create, explicit)
+
+    async def get_persistent_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> PersistentTopic:
+        """``get_topic`` for a persistent name (what operations on stored messages and cursors take)."""
         if not name.persistent:
-            return self._non_persistent_topic(name, create, explicit)
+            raise NotAllowedError(f"{name} is not a persistent topic")
+        topic = self.topics.get(name.full)
+        if topic is not None:
+            return topic
+        unloading = self._unloading.get(name.full)
+        if unloading is not None:
+            await asyncio.shield(unloading)
+            return await self.get_persistent_topic(name, create, explicit=explicit)
+        if self.closed:
+            raise NotAllowedError("Broker is shutting down")
         self.check_namespace(name)
         loading = self._loading.get(name.full)
         if loading is not None:

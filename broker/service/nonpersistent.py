@@ -26,7 +26,6 @@ One dispatcher per subscription type, as in Pulsar:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -45,6 +44,7 @@ from broker.service.abstract_topic import AbstractTopic
 from broker.service.producer import Producer
 from broker.service.replication import NonPersistentReplicator
 from broker.service.subscription import check_consumer_admission
+from broker.tasks import OwnedTasks
 from broker.topic_name import is_system_topic
 from managed_ledger import Position
 
@@ -282,7 +282,7 @@ class NonPersistentTopic(AbstractTopic):
         # Geo-replication: remote cluster -> its replicator, while the topic has producers of its
         # own (only their messages are replicated; see update_replication).
         self.replicators: dict[str, NonPersistentReplicator] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = OwnedTasks(f"topic {name}")
 
     @property
     def is_empty(self) -> bool:
@@ -370,9 +370,7 @@ class NonPersistentTopic(AbstractTopic):
         wanted = set(self.service.replication_targets(self.name)) \
             if local and not is_system_topic(self.name.full) else set()
         for remote in [r for r in self.replicators if r not in wanted]:
-            task = self.loop.create_task(self.replicators.pop(remote).close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing.spawn(self.replicators.pop(remote).close(), loop=self.loop)
         for remote in sorted(wanted - set(self.replicators)):
             replicator = self.replicators[remote] = NonPersistentReplicator(self, remote)
             replicator.start()
@@ -393,4 +391,4 @@ class NonPersistentTopic(AbstractTopic):
         for sub in list(self.subscriptions.values()):
             sub.close()
         self.update_replication()
-        await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.wait()

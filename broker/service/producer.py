@@ -97,10 +97,6 @@ class Producer:
         self._receipts = commands.ReceiptEncoder(producer_id)
 
     @property
-    def is_exclusive(self) -> bool:
-        return self.access_mode != pb.ProducerAccessMode.Shared
-
-    @property
     def access_mode_name(self) -> str:
         return ACCESS_MODE_NAMES.get(self.access_mode, "Shared")
 

@@ -20,17 +20,17 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from broker import __version__
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -55,13 +55,13 @@ class RemoteSettings:
     auth_data: bytes
 
 
-def _setting(cluster: dict[str, Any], cfg: BrokerConfig, key: str) -> Any:
+def _setting(cluster: Mapping[str, Any], cfg: BrokerConfig, key: str) -> Any:
     """The cluster data's value of ``key`` when set, else the broker's."""
     value = cluster.get(key)
     return value if value not in (None, "") else getattr(cfg, key)
 
 
-def remote_settings(cfg: BrokerConfig, name: str, cluster: dict[str, Any]) -> RemoteSettings:
+def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) -> RemoteSettings:
     """The settings for reaching cluster ``name`` (its cluster data ``cluster``); RemoteError when
     they are incomplete or unusable."""
     tls = bool(_setting(cluster, cfg, "brokerClientTlsEnabled"))

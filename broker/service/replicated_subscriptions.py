@@ -36,6 +36,7 @@ from broker.errors import BrokerError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.frames import build_entry, entry_body
+from broker.tasks import OwnedTasks
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class ReplicatedSubscriptionsController:
         self.covered_entries = 0  # data_entries_added as of the start of the last snapshot written
         self._last_snapshot_entries = -1  # the topic's data_entries_added when the last snapshot began
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # subscription moves under way
+        self._tasks = OwnedTasks(f"replicated subscriptions of {topic.name}")  # subscription moves under way
         self.closed = False
 
     def start(self) -> None:
@@ -220,9 +221,7 @@ class ReplicatedSubscriptionsController:
         position = _position(here.message_id)
         if position > self.topic.ledger.last_confirmed_entry:
             return  # (not here yet: a later update will do)
-        task = self.topic.loop.create_task(self._move_subscription(update.subscription_name, position))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._move_subscription(update.subscription_name, position), loop=self.topic.loop)
 
     async def _move_subscription(self, name: str, position: Position) -> None:
         """Move (or create) the durable subscription ``name`` up to ``position``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from broker.errors import IncompatibleSchemaError
@@ -57,7 +57,7 @@ def _record(schema: pb.Schema) -> dict[str, Any]:
     }
 
 
-def to_proto(record: dict[str, Any]) -> pb.Schema:
+def to_proto(record: Mapping[str, Any]) -> pb.Schema:
     s = pb.Schema(name=record.get("name", ""), schema_data=base64.b64decode(record["data"]),
                   type=record["type"])
     for k, v in sorted(record.get("properties", {}).items()):
@@ -65,7 +65,7 @@ def to_proto(record: dict[str, Any]) -> pb.Schema:
     return s
 
 
-def _same(record: dict[str, Any], schema: pb.Schema) -> bool:
+def _same(record: Mapping[str, Any], schema: pb.Schema) -> bool:
     return (record["type"] == int(schema.type)
             and base64.b64decode(record["data"]) == schema.schema_data
             and record.get("properties", {}) == _properties(schema))
@@ -78,10 +78,10 @@ class SchemaRegistry:
         # (base topic, TopicPolicies field) -> the topic-level value or None
         self.topic_policy = topic_policy
 
-    def versions(self, base_topic: str) -> list[dict[str, Any]]:
-        return self.store.schemas.get(base_topic, [])
+    def versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:
+        return self.store.schema_versions(base_topic)
 
-    def get(self, base_topic: str, version: int | None = None) -> tuple[dict[str, Any], int] | None:
+    def get(self, base_topic: str, version: int | None = None) -> tuple[Mapping[str, Any], int] | None:
         versions = self.versions(base_topic)
         if not versions:
             return None
@@ -162,10 +162,7 @@ class SchemaRegistry:
             return found
         if not may_add:
             raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
-        versions = self.store.schemas.setdefault(base_topic, [])
-        versions.append(_record(schema))
-        self.store.save()
-        return len(versions) - 1
+        return self.store.add_schema_version(base_topic, _record(schema))
 
     def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
         """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
@@ -176,5 +173,4 @@ class SchemaRegistry:
         self._find_or_check(base_topic, schema)
 
     def delete(self, base_topic: str) -> None:
-        if self.store.schemas.pop(base_topic, None) is not None:
-            self.store.save()
+        self.store.delete_schemas(base_topic)

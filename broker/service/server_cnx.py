@@ -7,13 +7,11 @@ expects for that request (PROTOCOL.md section 0.3): a CommandError for a LOOKUP 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from broker import __version__
 from broker.auth import ConnectionAuth, TopicOperation
 from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
@@ -35,11 +33,13 @@ from broker.service.nonpersistent import NonPersistentSubscription
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.topic import PersistentTopic
+from broker.service.wire import WireConnection
+from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
+from broker.version import __version__
 from managed_ledger import Position
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
     from broker.service.broker_service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ SERVER_VERSION = f"Pulsar Server {__version__}"
 
 
 class ServerCnx:
-    def __init__(self, connection: Connection, service: BrokerService) -> None:
+    def __init__(self, connection: WireConnection, service: BrokerService) -> None:
         self.connection = connection
         self.service = service
         self.security = connection.server.security
@@ -71,7 +71,7 @@ class ServerCnx:
         self._max_payload = service.config.maxMessageSize + ENTRY_OVERHEAD
         # Producers with SENDs queued in this read (see flush_sends).
         self.open_batches: list[Producer] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = OwnedTasks("connection")  # command handlers under way
         self.handlers: dict[int, Handler] = {
             T.LOOKUP: self.handle_lookup,
             T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
@@ -131,13 +131,10 @@ class ServerCnx:
 
     # -- task ownership ----------------------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)
 
     def connection_closed(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         for producer in self.producers.values():
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -146,8 +143,7 @@ class ServerCnx:
         self.consumers.clear()
 
     async def wait_tasks(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.wait()
 
     # -- handshake ------------------------------------------------------------------------------------------
     def handle_connect(self, cmd: pb.CommandConnect) -> None:

@@ -27,6 +27,7 @@ from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
 from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController
 from broker.service.replication import REPLICATOR_PREFIX, PersistentReplicator, is_replicator_name
 from broker.service.subscription import Subscription
+from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, Position
 
@@ -62,7 +63,7 @@ class PersistentTopic(AbstractTopic):
         self.max_unacked_per_subscription = Derived(service.metadata,
                                                     lambda: service.max_unacked_per_subscription(name))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = OwnedTasks(f"topic {name}")
 
     def published_totals(self) -> tuple[int, int]:
         """Messages and bytes published to the topic since it loaded."""
@@ -97,8 +98,7 @@ class PersistentTopic(AbstractTopic):
         """
         if self.terminated_at is None:
             last = self.ledger.last_confirmed_entry
-            self.service.metadata.terminated[self.full_name] = [last.ledger_id, last.entry_id]
-            self.service.metadata.save()
+            self.service.metadata.mark_terminated(self.full_name, last.ledger_id, last.entry_id)
             self.terminated_at = last
         for producer in list(self.producers.values()):
             producer.cnx.producer_closed_by_broker(producer.producer_id)
@@ -177,9 +177,7 @@ class PersistentTopic(AbstractTopic):
             del self.subscriptions[sub.name]
         sub.close()
         if not sub.durable:
-            task = self.loop.create_task(sub.cursor.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing.spawn(sub.cursor.close(), loop=self.loop)
 
     async def delete_subscription(self, sub: Subscription) -> None:
         self.remove_subscription(sub)
@@ -291,6 +289,5 @@ class PersistentTopic(AbstractTopic):
         await self.dedup.close()
         for sub in list(self.subscriptions.values()):
             sub.close()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.wait()
         await self.ledger.close()

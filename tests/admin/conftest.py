@@ -1,5 +1,5 @@
 """Helpers for the admin REST / metrics tests: a small synchronous HTTP client (real HTTP calls
-against an in-process broker), fresh namespaces, condition waits, and Prometheus's tools."""
+against an in-process broker), fresh namespaces, and Prometheus's tools."""
 
 from __future__ import annotations
 
@@ -7,21 +7,18 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
 
-T = TypeVar("T")
-WAIT_S = 15.0
 # Installing Debian's prometheus package on a fresh machine downloads ~100 MB.
 INSTALL_TIMEOUT_S = 900
 
@@ -87,20 +84,6 @@ def rest_path(topic: str) -> str:
     """persistent://t/ns/x -> persistent/t/ns/x (the admin API's path form)."""
     domain, _, rest = topic.partition("://")
     return f"{domain}/{rest}"
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float = WAIT_S, what: str = "condition") -> T:
-    """Poll ``condition`` until it returns something truthy (no fixed sleeps in the tests)."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 @pytest.fixture

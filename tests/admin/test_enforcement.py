@@ -10,7 +10,8 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
+from tests.waiting import wait_for
 
 NS = "/admin/v2/namespaces"
 PAYLOAD = b"x" * 100
@@ -152,8 +153,10 @@ def test_retention_policy_applies_to_loaded_topics(admin: Admin, client: pulsar.
     admin.ok("POST", f"{NS}/{ns}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": 64})
     topic = f"persistent://{ns}/retained"
     client.create_producer(topic).send(b"x")
+    from broker.service.topic import PersistentTopic
     from broker.topic_name import TopicName
 
     loaded = broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
+    assert isinstance(loaded, PersistentTopic)
     assert loaded.ledger.config.retention_time_s == -1
     assert loaded.ledger.config.retention_size_bytes == 64 * 1024 * 1024

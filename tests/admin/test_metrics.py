@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 # Pulsar's own metric names that promtool's naming lint dislikes (a "_count" suffix on a gauge).
@@ -165,7 +166,7 @@ def test_ledger_storage_hooks(prometheus_bin: str) -> None:
         factory = b.server.service.ledger_factory
         assert getattr(factory, "stats", None) is None
         assert "pulsar_py_ledger_" not in scrape(b.web_url)  # nothing exported without stats
-        factory.stats = SimpleNamespace(
+        factory.stats = SimpleNamespace(  # type: ignore[attr-defined]  # the file factory's shape
             fsync_latency=FakeHistogram([(0.001, 3), (0.01, 7), (float("inf"), 8)], 0.05),
             cache_hits_total=30, cache_misses_total=10, entries_written_total=8, corrupt_records_total=0)
         text = scrape(b.web_url)
@@ -226,9 +227,10 @@ def test_storage_write_latency_and_entry_size_buckets(prometheus_bin: str) -> No
     buckets = ["le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"]
     for prefix in ("pulsar_storage_write_latency", "pulsar_storage_ledger_write_latency"):
         latency = [value(text, f"{prefix}_{b}", **labels) for b in buckets]
-        assert None not in latency and sum(latency) == value(text, f"{prefix}_count", **labels) == 3
+        assert None not in latency and sum(v or 0 for v in latency) == value(text, f"{prefix}_count", **labels) == 3
         assert (value(text, f"{prefix}_sum", **labels) or 0) > 0  # microseconds to be durable
     # The whole add takes at least as long as its write.
-    assert value(text, "pulsar_storage_write_latency_sum", **labels) >= value(
-        text, "pulsar_storage_ledger_write_latency_sum", **labels)
+    whole = value(text, "pulsar_storage_write_latency_sum", **labels)
+    write = value(text, "pulsar_storage_ledger_write_latency_sum", **labels)
+    assert whole is not None and write is not None and whole >= write
     assert_only_pulsar_naming_lint(promtool_problems(prometheus_bin, text))

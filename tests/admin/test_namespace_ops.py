@@ -13,7 +13,8 @@ import pytest
 from broker import __version__
 from broker.embedded import BrokerThread
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
+from tests.waiting import wait_for
 
 NS = "/admin/v2/namespaces"
 

@@ -10,6 +10,7 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
+from managed_ledger import Position
 from tests.admin.conftest import Admin
 
 NS = "/admin/v2/namespaces"
@@ -269,7 +270,7 @@ def test_health_check_goes_through_storage(tmp_path: Path) -> None:
         assert ledger.cursors["health"].mark_delete_position == ledger.last_confirmed_entry
         assert admin.ok("GET", "/admin/v2/namespaces/public") == ["public/default"]  # (no "pulsar" tenant)
 
-        async def fail(data: bytes) -> None:
+        async def fail(data: bytes) -> Position:
             raise OSError("No space left on device")
 
         ledger.add_entry_async = fail  # type: ignore[method-assign]
@@ -277,8 +278,9 @@ def test_health_check_goes_through_storage(tmp_path: Path) -> None:
         assert reply.status == 500 and "No space left on device" in reply.reason
         assert admin.get("/admin/v2/brokers/ready").status == 200
 
-        async def hang(data: bytes) -> None:
+        async def hang(data: bytes) -> Position:
             await asyncio.sleep(3600)
+            raise AssertionError("never answers")
 
         ledger.add_entry_async = hang  # type: ignore[method-assign]
         service.health_check_timeout_s = 0.2

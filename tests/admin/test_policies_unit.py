@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from broker.metadata import policies as P
 
 
-def status_of(fn: Any, *args: Any) -> int:
+def status_of(fn: Callable[..., object], *args: object) -> int:
     with pytest.raises(P.PolicyError) as info:
         fn(*args)
     return info.value.status

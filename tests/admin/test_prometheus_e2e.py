@@ -15,7 +15,7 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import wait_for
+from tests.waiting import wait_for
 
 # Prometheus 2.42 applies discovered targets after a fixed 5 s, then scrapes every 500 ms; a rate
 # needs two scrapes in its window.

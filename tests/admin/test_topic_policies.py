@@ -14,8 +14,10 @@ from pulsar.schema import AvroSchema, Record, String
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from managed_ledger.file import FileManagedLedger
+from tests.admin.conftest import Admin, rest_path
 from tests.component.wire import T, WireClient, producer_cmd, send_frame, subscribe_cmd
+from tests.waiting import wait_for
 
 NS = "/admin/v2/namespaces"
 
@@ -48,7 +50,7 @@ def receive_all(consumer: pulsar.Consumer, n: int) -> list[bytes]:
 
 def receive_available(consumer: pulsar.Consumer, timeout_ms: int) -> list[bytes]:
     """Receive and acknowledge until nothing comes for ``timeout_ms``; the payloads."""
-    received = []
+    received: list[bytes] = []
     while True:
         try:
             msg = consumer.receive(timeout_ms)
@@ -513,7 +515,9 @@ def test_subscribe_rate_holds_back_a_reconnecting_consumer(admin: Admin, pulsar_
         server = pulsar_broker.server
 
         async def drop_connection() -> None:
-            next(c for c in server.connections if c.cnx.consumers).transport.abort()
+            transport = next(c for c in server.connections if c.cnx.consumers).transport
+            assert transport is not None
+            transport.abort()
 
         pulsar_broker.run_coroutine(drop_connection())
         # The client comes back with the same consumer: refused (it keeps retrying) until the
@@ -678,7 +682,7 @@ def test_topic_schema_compatibility_and_validation(admin: Admin, client: pulsar.
     assert admin.put(path, "ALWAYS_INCOMPATIBLE").status == 204
     assert admin.ok("GET", path) == "ALWAYS_INCOMPATIBLE"
 
-    class Order(Record):
+    class Order(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
         id = String()
 
     client.create_producer(topic, schema=pulsar.schema.StringSchema()).close()
@@ -760,6 +764,7 @@ def test_persistence_policies(admin: Admin, client: pulsar.Client, pulsar_broker
     assert admin.post(path, {**every, "managedLedgerMaxMarkDeleteRate": 5}).status == 204
     assert admin.ok("GET", path)["managedLedgerMaxMarkDeleteRate"] == 5.0
     assert ledger.config.mark_delete_rate == 5.0  # the topic's wins
+    assert isinstance(ledger, FileManagedLedger)  # (the broker's default storage)
     assert ledger._persistence._interval == 0.2  # what the cursor writer waits at most
     assert admin.delete(path).status == 204 and admin.delete(ns_path).status == 204
     assert ledger.config.mark_delete_rate is None

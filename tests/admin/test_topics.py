@@ -11,7 +11,8 @@ from pulsar.schema import Record, String
 from broker.embedded import BrokerThread
 from broker.metadata.store import MetadataStore
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 
@@ -367,7 +368,7 @@ def test_a_topic_created_again_after_deletion_starts_afresh(admin: Admin, client
 
 
 def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
-    class Item(Record):
+    class Item(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
         name = String()
 
     topic = new_topic("schema")

@@ -6,7 +6,7 @@ import asyncio
 import os
 import random
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pulsar
@@ -18,33 +18,21 @@ from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
-from managed_ledger import ManagedLedgerConfig, MemoryManagedLedgerFactory
+from managed_ledger import AddCallback, ManagedLedger, ManagedLedgerConfig, MemoryManagedLedgerFactory
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
-
-WAIT_S = 10.0
-
-
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            # Broker internals have no events to await; poll the condition, bounded by the timeout.
-            while not condition():  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
+from tests.waiting import eventually
 
 # -- a managed ledger whose appends complete only when the test says so ------------------------------
 
 class GatedLedger:
-    def __init__(self, real: Any, gate: Gate) -> None:
+    def __init__(self, real: ManagedLedger, gate: Gate) -> None:
         self._real = real
         self._gate = gate
 
-    def add_entry(self, data: bytes, callback: Any) -> None:
+    def add_entry(self, data: bytes, callback: AddCallback) -> None:
         self._gate.held.append((self._real, [data], callback))
 
-    def add_entries(self, data: list[bytes], callback: Any) -> None:
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
         self._gate.held.append((self._real, data, callback))
 
     def __getattr__(self, name: str) -> Any:
@@ -54,9 +42,9 @@ class GatedLedger:
 class Gate(MemoryManagedLedgerFactory):
     def __init__(self) -> None:
         super().__init__()
-        self.held: list[tuple[Any, list[bytes], Any]] = []
+        self.held: list[tuple[ManagedLedger, list[bytes], AddCallback]] = []
 
-    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> Any:  # a GatedLedger, duck-typed
         return GatedLedger(await super().open(name, config), self)
 
     def release(self) -> None:
@@ -93,7 +81,7 @@ async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer,
     for seq in range(50):
         c.send(*send_frame(1, seq, b"x"))
     conn = producer_connection(server)
-    await wait_for(lambda: conn.reading_paused, "reading to pause")
+    await eventually(lambda: conn.reading_paused, "reading to pause")
     # Exactly the limit is in flight: the rest waits unread, no SendError is written.
     assert conn.pending_sends == 10 and sum(len(data) for _, data, _ in gate.held) == 10
     receipts: list[int] = []
@@ -106,7 +94,7 @@ async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer,
         assert reply.type == T.SEND_RECEIPT, reply
         receipts.append(reply.send_receipt.sequence_id)
     assert receipts == list(range(50))
-    await wait_for(lambda: not conn.reading_paused, "reading to resume")
+    await eventually(lambda: not conn.reading_paused, "reading to resume")
     c.close()
 
 
@@ -119,7 +107,7 @@ async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer,
     for seq in range(8):  # 8 x 300 KiB > the 1 MiB buffer, but under the 10-send limit
         c.send(*send_frame(1, seq, b"y" * 300 * 1024))
     conn = producer_connection(server)
-    await wait_for(lambda: conn.reading_paused, "reading to pause on the byte limit")
+    await eventually(lambda: conn.reading_paused, "reading to pause on the byte limit")
     assert server.publish_buffer_bytes > 1024 * 1024 and conn.pending_sends < 8
     received = 0
     while received < 8:
@@ -190,7 +178,7 @@ async def test_publish_rate_limit_stops_reading_the_socket_until_released() -> N
         assert (await c.recv()).type == T.PRODUCER_SUCCESS
         c.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, b"x")) for seq in range(30)))
         conn = producer_connection(b.server)
-        await wait_for(lambda: conn.reading_paused, "the rate limit to stop reading")
+        await eventually(lambda: conn.reading_paused, "the rate limit to stop reading")
         receipts = [(await c.recv()).send_receipt.sequence_id for _ in range(30)]
         assert receipts == list(range(30))
         for seq in range(30, 40):
@@ -324,7 +312,7 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
             warm.send(producer_cmd(t, i, i))
             assert (await warm.recv()).type == T.PRODUCER_SUCCESS
         warm.close()
-        await wait_for(lambda: not server.connections, "the warm-up connection to close")
+        await eventually(lambda: not server.connections, "the warm-up connection to close")
         tasks_before = len(asyncio.all_tasks())
         fds_before = len(os.listdir("/proc/self/fd"))
         clients: list[WireClient] = []
@@ -344,13 +332,13 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
             clients.append(c)
         for c in clients:
             c.writer.transport.abort()  # no CLOSE_PRODUCER / CLOSE_CONSUMER: dropped
-        await wait_for(lambda: not server.connections, "the broker to notice every drop")
+        await eventually(lambda: not server.connections, "the broker to notice every drop")
         for t in topics:
-            topic = server.service.topics[t]
-            assert not topic.producers
-            for s in topic.subscriptions.values():
+            loaded = server.service.topics[t]
+            assert not loaded.producers
+            for s in loaded.subscriptions.values():
                 assert not s.consumers
                 assert s.dispatcher is not None and s.dispatcher.total_permits == 0
-        await wait_for(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
-        await wait_for(lambda: len(os.listdir("/proc/self/fd")) <= fds_before, "sockets to close")
+        await eventually(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
+        await eventually(lambda: len(os.listdir("/proc/self/fd")) <= fds_before, "sockets to close")
         await assert_healthy(b)

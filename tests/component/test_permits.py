@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,7 +24,7 @@ from broker.service.abstract_topic import SendPolicy
 from broker.service.consumer import Consumer
 from broker.service.rate_limits import DispatchRate
 from broker.service.subscription import Subscription
-from managed_ledger import InitialPosition, MemoryManagedLedgerFactory
+from managed_ledger import Entry, InitialPosition, MemoryManagedLedgerFactory, Position, ReadCallback
 
 
 class FakeCnx:
@@ -83,11 +84,11 @@ class Harness:
                                 published_totals=lambda: (0, 0),
                                 send_policy=SendPolicy(False, 0, True),
                                 max_unacked_per_subscription=SimpleNamespace(get=lambda: self.unacked_limit))
-        self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
+        self.unacked_limit: int = 0  # maxUnackedMessagesOnSubscription (0 = none)
         self.service = service
         self.sub = Subscription(topic, "sub", cursor, durable=True)  # type: ignore[arg-type]
         self.ledger = ledger
-        self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)  # type: ignore[arg-type]
+        self.dispatcher = SharedDispatcher(self.sub, max_read_batch=100, max_unacked_per_consumer=50000)
         self.sub.dispatcher = self.dispatcher
         self.next_id = 0
 
@@ -350,7 +351,7 @@ class KeyHarness(Harness):
         super().__init__(ledger, cursor)
         from broker.dispatch.key_shared import KeySharedDispatcher
 
-        self.dispatcher = KeySharedDispatcher(self.sub, 100, 50000, sticky=False,  # type: ignore[arg-type]
+        self.dispatcher = KeySharedDispatcher(self.sub, 100, 50000, sticky=False,
                                               allow_out_of_order=False)
         self.sub.dispatcher = self.dispatcher
 
@@ -443,7 +444,7 @@ class KeySharedMachine(PermitMachine):
         self.members = []
 
     @rule(n=st.integers(min_value=1, max_value=20), keys=st.integers(min_value=1, max_value=20))
-    def publish(self, n: int, batch: int = 0, keys: int = 3) -> None:  # type: ignore[override]
+    def publish(self, n: int, batch: int = 0, keys: int = 3) -> None:
         assert isinstance(self.h, KeyHarness)
         for i in range(n):
             self.h.publish_key(f"k{i % keys}")
@@ -514,8 +515,11 @@ async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consum
     real_replay = cursor.replay_entries
     loop = asyncio.get_running_loop()
 
-    def deferred_replay(positions: Any, callback: Any) -> None:
-        real_replay(positions, lambda entries, exc: loop.call_soon(callback, entries, exc))
+    def deferred_replay(positions: Iterable[Position], callback: ReadCallback) -> None:
+        def later(entries: list[Entry], exc: BaseException | None) -> None:
+            loop.call_soon(callback, entries, exc)
+
+        real_replay(positions, later)
 
     cursor.replay_entries = deferred_replay  # type: ignore[method-assign]
     d.flow(a, 1)  # a can take e2 again: a replay read for e2 starts
@@ -543,7 +547,7 @@ def _owner_with(d: Any, consumers: list[Consumer], key_hash: int) -> Consumer | 
 
 async def exclusive_harness() -> Harness:
     h = await Harness.create()
-    h.sub.topic.compacted_view = None  # type: ignore[attr-defined]
+    h.sub.topic.compacted_view = None
     h.dispatcher = SingleActiveConsumerDispatcher(h.sub, max_read_batch=100, failover=False)  # type: ignore[assignment]
     h.sub.dispatcher = h.dispatcher
     return h

@@ -81,5 +81,5 @@ async def test_sends_before_a_bad_frame_are_stored_and_accounted() -> None:
         assert await c.closed_by_broker()
         await eventually(lambda: b.server is not None and b.server.publish_buffer_bytes == 0
                          and not b.server.connections, "the connection's sends to settle")
-        ledger = b.server.service.topics[topic].ledger  # type: ignore[union-attr]
+        ledger = b.server.service.topics[topic].ledger
         await eventually(lambda: ledger.number_of_entries == 5, "the five SENDs to be stored")

@@ -54,8 +54,13 @@ async def test_a_lost_link_is_reported_and_never_written_to() -> None:
     server = await scripted_broker(url, hang_up)
     url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     lost: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    def on_lost(exc: BaseException) -> None:
+        if not lost.done():
+            lost.set_result(exc)
+
     producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, lambda exc: lost.done() or lost.set_result(exc))
+                              lambda seq: None, on_lost)
     try:
         await producer.connect()
         await asyncio.wait_for(closed.wait(), 10)

@@ -69,6 +69,39 @@ def test_bad_config_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "brokerServicePort" in r.stderr
 
 
+@pytest.mark.parametrize(("settings", "flags", "line"), [
+    ("brokerServicePort=70000\n", (),
+     "brokerServicePort=70000: expected a port 0-65535 (0 picks a free port; empty disables the listener) ({conf}:1)"),
+    ("clusterName=c\nmanagedLedgerCacheSizeMB=-5\n", (),
+     "managedLedgerCacheSizeMB=-5: expected an integer >= 0 (0 = no read cache) ({conf}:2)"),
+    ("", ("--port", "70000"),
+     "brokerServicePort=70000: expected a port 0-65535 (0 picks a free port; empty disables the listener)"),
+])
+def test_a_bad_value_stops_the_process_with_one_line(tmp_path: Path, settings: str, flags: tuple[str, ...],
+                                                     line: str) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text(settings)
+    r = subprocess.run([sys.executable, "-m", "broker", "standalone", "--config", str(conf),
+                        "--data-dir", str(tmp_path / "data"), *flags],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["configuration error: " + line.format(conf=conf)]
+    assert r.stdout == ""
+
+
+def test_a_value_refused_at_start_stops_the_process_with_one_line(tmp_path: Path) -> None:
+    """Checks that need the listeners parsed (broker.listeners) run as the broker starts."""
+    conf = tmp_path / "bad.conf"
+    conf.write_text("advertisedListeners=internal:http://127.0.0.1:6650\n")
+    r = subprocess.run([sys.executable, "-m", "broker", "standalone", "--config", str(conf), "--port", "0",
+                        "--web-port", "0", "--data-dir", str(tmp_path / "data"), "--bind-address", "127.0.0.1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("configuration error: advertisedListeners: ")
+    assert sum("configuration error" in x for x in r.stderr.splitlines()) == 1
+
+
 def test_process_raises_its_open_file_limit_to_the_hard_limit(tmp_path: Path) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard <= 256:

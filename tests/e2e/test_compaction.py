@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -13,6 +13,7 @@ from pulsar import CompressionType, MessageId
 
 from broker.embedded import BrokerThread
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 
@@ -25,15 +26,15 @@ def compact(broker: BrokerThread, topic: str) -> None:
     url = admin_url(broker, topic)
     with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=10) as r:
         assert r.status == 204
-    deadline = time.monotonic() + 30
-    while True:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            status = json.loads(r.read())
-        if status["status"] != "RUNNING":
-            assert status["status"] == "SUCCESS", status
-            return
-        assert time.monotonic() < deadline, "compaction did not finish"
-        time.sleep(0.05)
+    status = wait_for(lambda: s if (s := compaction_status(url))["status"] != "RUNNING" else None, 30,
+                      "compaction to finish")
+    assert status["status"] == "SUCCESS", status
+
+
+def compaction_status(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        status: dict[str, Any] = json.loads(r.read())
+    return status
 
 
 def read_all(client: pulsar.Client, topic: str) -> list[tuple[str | None, bytes | None]]:
@@ -109,10 +110,7 @@ def test_table_view_sees_latest_values_and_updates(broker: BrokerThread, client:
     view = client.create_table_view(topic)
     assert view.get("x") == b"2" or view.get("x") == "2"
     producer.send(b"3", partition_key="x")
-    deadline = time.monotonic() + 10
-    while view.get("x") not in (b"3", "3"):
-        assert time.monotonic() < deadline, "table view missed the live update"
-        time.sleep(0.02)
+    wait_for(lambda: view.get("x") in (b"3", "3"), 10, "the table view to see the live update")
     view.close()
 
 
@@ -152,13 +150,8 @@ def test_compaction_threshold_policy_triggers_compaction() -> None:
         producer = client.create_producer(topic, batching_enabled=False)
         for i in range(40):  # ~40 x 100 B: past the 1000-byte threshold
             producer.send(f"{i:03d}".encode() * 30, partition_key=f"k{i % 4}")
-        deadline = time.monotonic() + 20
-        while True:
-            with urllib.request.urlopen(admin_url(b, topic), timeout=10) as r:
-                if json.loads(r.read())["status"] == "SUCCESS":
-                    break
-            assert time.monotonic() < deadline, "threshold compaction did not run"
-            time.sleep(0.05)
+        wait_for(lambda: compaction_status(admin_url(b, topic))["status"] == "SUCCESS", 20,
+                 "threshold compaction to run")
         survivors = read_all(client, topic)
         # Compaction ran at some point while publishing: older values of keys before its horizon
         # are gone, and each key still ends with its latest value.

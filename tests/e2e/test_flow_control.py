@@ -11,6 +11,7 @@ from pulsar import ConsumerType
 
 from broker.embedded import BrokerThread
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 TIMEOUT_S = 30.0
 
@@ -32,9 +33,7 @@ def test_paused_listener_gets_its_window_back_on_resume(client: pulsar.Client) -
     producer = client.create_producer(topic)
     for i in range(50):
         producer.send(f"{i}".encode())
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(received) < 50 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(received) >= 50, TIMEOUT_S, "the first 50 messages")
     assert len(received) == 50
     # Paused with a partly used window: the broker must not hold back what it owes afterwards.
     consumer.pause_message_listener()

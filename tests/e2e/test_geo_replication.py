@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pulsar
 import pytest
@@ -16,11 +16,13 @@ from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder, read_entry_metadata
+from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from managed_ledger import Position
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 
@@ -102,6 +104,14 @@ def replication(admin: Admin, topic: str) -> dict[str, dict[str, object]]:
     return admin.stats(topic)["replication"]  # type: ignore[no-any-return]
 
 
+def replicator_caught_up(admin: Admin, topic: str, remote: str) -> bool:
+    return replication(admin, topic)[remote]["replicationBacklog"] == 0
+
+
+def replicator_connected(admin: Admin, topic: str, remote: str) -> object:
+    return replication(admin, topic).get(remote, {}).get("connected")
+
+
 def test_both_ways_in_order_without_loops(pair: Pair) -> None:
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/orders"
@@ -110,8 +120,7 @@ def test_both_ways_in_order_without_loops(pair: Pair) -> None:
     # Nothing comes back: each side stored its 20 messages and the other's 20 (one batch entry or
     # more for b's), and both replicators caught up.
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
-        wait_for(lambda admin=admin, remote=remote: replication(admin, topic)[remote]["replicationBacklog"] == 0,
-                 what="the replicator to catch up")
+        wait_for(partial(replicator_caught_up, admin, topic, remote), what="the replicator to catch up")
         stats = admin.stats(topic)
         assert stats["msgInCounter"] == 40
         assert list(stats["subscriptions"]) == ["s"]  # the replication cursor is not a subscription
@@ -135,6 +144,7 @@ def test_a_broken_link_resends_without_duplicates_when_the_remote_deduplicates(p
     async def break_link() -> bool:
         for connection in list(pair.b.server.connections):
             if any(p.name == "pulsar.repl.a" for p in connection.cnx.producers.values()):
+                assert connection.transport is not None
                 connection.transport.abort()
                 return True
         return False
@@ -416,7 +426,7 @@ def test_schemas_are_registered_on_the_remote_side(pair: Pair) -> None:
     pair.admin_b.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
     pair.client_b.create_producer(topic, schema=pulsar.schema.StringSchema()).close()  # b: version 0
 
-    class Order(pulsar.schema.Record):
+    class Order(pulsar.schema.Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
         id = pulsar.schema.String()
         amount = pulsar.schema.Integer()
 
@@ -520,7 +530,7 @@ def test_replicator_dispatch_rate(pair: Pair) -> None:
     producer.close()
 
 
-def non_persistent_replicators(broker: BrokerThread, topic: str) -> dict[str, Any]:
+def non_persistent_replicators(broker: BrokerThread, topic: str) -> dict[str, NonPersistentReplicator]:
     loaded = broker.server.service.non_persistent_topics.get(TopicName.parse(topic).full)
     return dict(loaded.replicators) if loaded is not None else {}
 
@@ -532,8 +542,7 @@ def test_non_persistent_topics_are_replicated_both_ways(pair: Pair) -> None:
     topic = f"non-persistent://{ns}/ticks"
     on_a, on_b, producer_a, producer_b = both_ways(pair, topic)
     for admin, remote in ((pair.admin_a, "b"), (pair.admin_b, "a")):
-        wait_for(lambda admin=admin, remote=remote: replication(admin, topic).get(remote, {}).get("connected"),
-                 what=f"the replicator to {remote} to connect")
+        wait_for(partial(replicator_connected, admin, topic, remote), what=f"the replicator to {remote} to connect")
     exchange(on_a, on_b, producer_a, producer_b, 50)
     with pytest.raises(pulsar.Timeout):
         on_a.receive(200)

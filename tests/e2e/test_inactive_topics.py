@@ -20,8 +20,10 @@ from broker.errors import ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, rest_path, wait_for
+from managed_ledger.cursor_base import BaseCursor
+from tests.admin.conftest import Admin, rest_path
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 CAUGHT_UP = "delete_when_subscriptions_caught_up"
 NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
@@ -277,6 +279,7 @@ def test_subscription_expiration_rest_and_the_clock_restarting_when_a_consumer_l
         sub = broker.server.service.topics[topic].subscriptions["s"]
 
         async def leave_after_an_idle_hour() -> float:
+            assert isinstance(sub.cursor, BaseCursor)
             sub.cursor._last_active -= 3600  # an hour without reads while connected
             sub.remove_consumer(sub.consumers[0])
             return sub.cursor.last_active

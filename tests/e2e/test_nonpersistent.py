@@ -12,8 +12,9 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
 from tests.admin.test_metrics import samples, scrape
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 # Long enough to prove a message is not coming; receive() blocks for it (no sleep).

@@ -12,7 +12,8 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, rest_path, wait_for
+from tests.admin.conftest import Admin, rest_path
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 Routing = pulsar.PartitionsRoutingMode

@@ -9,7 +9,7 @@ import pulsar
 from broker.embedded import BrokerThread
 from managed_ledger.file import FileManagedLedgerFactory
 from tests.e2e.conftest import topic_name
-from tests.e2e.test_reconnect_storm import wait_until
+from tests.waiting import wait_for
 
 
 def test_consumed_entries_leave_the_cache_and_idle_subscriptions_hold_none(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_consumed_entries_leave_the_cache_and_idle_subscriptions_hold_none(tmp_p
             producer.send(data)
         for _ in sent:
             live.acknowledge(live.receive(10_000))
-        wait_until(lambda: len(factory.cache) == 0, 10.0, "the consumed entries to leave the cache")
+        wait_for(lambda: len(factory.cache) == 0, 10.0, "the consumed entries to leave the cache")
         idle = client.subscribe(topic, "idle")  # comes back: its messages come from disk
         assert [idle.receive(10_000).data() for _ in sent] == sent
         client.close()
@@ -53,14 +53,14 @@ def test_a_backlogged_subscription_holds_no_entries_in_the_cache(tmp_path: Path)
         for _ in sent:
             fast.acknowledge(fast.receive(10_000))
         subs = broker.server.service.topics[topic].subscriptions
-        wait_until(lambda: not subs["slow"].cursor.is_active, 10.0, "the slow subscription to count as backlogged")
+        wait_for(lambda: not subs["slow"].cursor.is_active, 10.0, "the slow subscription to count as backlogged")
         assert subs["fast"].cursor.is_active
-        wait_until(lambda: len(factory.cache) == 0, 10.0, "the entries only the slow subscription needs to leave")
+        wait_for(lambda: len(factory.cache) == 0, 10.0, "the entries only the slow subscription needs to leave")
         received = []
         for _ in sent:
             msg = slow.receive(10_000)
             received.append(msg.data())
             slow.acknowledge(msg)
         assert received == sent
-        wait_until(lambda: subs["slow"].cursor.is_active, 10.0, "the caught-up subscription to be active again")
+        wait_for(lambda: subs["slow"].cursor.is_active, 10.0, "the caught-up subscription to be active again")
         client.close()

@@ -10,6 +10,7 @@ from pulsar import MessageId
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 
@@ -94,8 +95,7 @@ def test_seek_by_time(client: pulsar.Client) -> None:
     publish(client, topic, 3)
     # Publish times are in ms: make sure the next batch is strictly later.
     boundary = int(time.time() * 1000) + 2
-    while int(time.time() * 1000) < boundary:
-        time.sleep(0.001)
+    wait_for(lambda: int(time.time() * 1000) >= boundary, what="the clock to pass the boundary")
     producer = client.create_producer(topic)
     for i in range(3, 6):
         producer.send(f"m{i}".encode())
@@ -121,7 +121,7 @@ def test_string_schema_roundtrip(client: pulsar.Client) -> None:
     assert consumer.receive(TIMEOUT_MS).value() == "hello"
 
 
-class Person(Record):
+class Person(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
     name = String()
     age = Integer()
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
-from collections.abc import Callable
 
 import pulsar
 from pulsar import ConsumerType
 
 from broker.embedded import BrokerThread
 from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
 
 MESSAGES = int(os.environ.get("STORM_MESSAGES", "100000"))
 CONSUMERS = 4
@@ -37,14 +36,6 @@ def produce(client: pulsar.Client, topic: str, keyed: bool) -> None:
             producer.send_async(str(i).encode(), None)
     producer.flush()
     producer.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def run_storm(broker: BrokerThread, consumer_type: ConsumerType, keyed: bool) -> None:
@@ -104,7 +95,7 @@ def run_storm(broker: BrokerThread, consumer_type: ConsumerType, keyed: bool) ->
     server = broker.server
     sub = server.service.topics[topic].subscriptions["storm"]
     # Acks are grouped by the client for up to 100 ms; the last ones arrive after close.
-    wait_until(lambda: broker.run_coroutine(_backlog(sub)) == 0, 15, "backlog to drain")
+    wait_for(lambda: broker.run_coroutine(_backlog(sub)) == 0, 15, "backlog to drain")
     d = sub.dispatcher
     assert d is not None
     assert broker.run_coroutine(_invariant(d))

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from ml_support import IMPLEMENTATIONS, FakeClock
 
 from managed_ledger import ManagedLedgerFactory
+from tests.managed_ledger.ml_support import IMPLEMENTATIONS, FakeClock
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from ml_support import FakeClock
 
 from managed_ledger import (
     AddCallback,
@@ -31,6 +30,7 @@ from managed_ledger import (
     Position,
     cursor_base,
 )
+from tests.managed_ledger.ml_support import FakeClock
 
 TIMEOUT = 5.0  # seconds to wait for an awaited event; never a fixed sleep
 
@@ -153,7 +153,12 @@ async def test_add_entries_one_completion_consecutive_positions_in_order(factory
     await ml.close()
     failed: list[tuple[Position | None, BaseException | None]] = []
     answered = asyncio.Event()
-    ml.add_entries([b"late"], lambda p, e: (failed.append((p, e)), answered.set()))
+
+    def answer(p: Position | None, e: BaseException | None) -> None:
+        failed.append((p, e))
+        answered.set()
+
+    ml.add_entries([b"late"], answer)
     await asyncio.wait_for(answered.wait(), TIMEOUT)
     assert len(failed) == 1 and failed[0][0] is None and isinstance(failed[0][1], LedgerClosedError)
 

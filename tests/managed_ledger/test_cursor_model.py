@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ml_support import IMPLEMENTATIONS, FakeClock
 
 from managed_ledger import InitialPosition, ManagedCursor, ManagedLedger, ManagedLedgerConfig, Position
+from tests.managed_ledger.ml_support import IMPLEMENTATIONS, FakeClock
 
 INDEX = st.integers(min_value=0, max_value=30)
 OPS = st.one_of(

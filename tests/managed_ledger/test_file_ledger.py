@@ -8,11 +8,10 @@ import errno
 import os
 import threading
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from crashfs import CrashFileSystem
-from ml_support import FakeClock
 
 from managed_ledger import (
     Entry,
@@ -25,6 +24,8 @@ from managed_ledger import (
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.file_layout import encode_name
+from tests.managed_ledger.crashfs import CrashFileSystem
+from tests.managed_ledger.ml_support import FakeClock
 from tests.waiting import eventually
 
 TIMEOUT = 10.0
@@ -418,7 +419,10 @@ async def test_a_batch_over_many_topics_syncs_them_together_and_settles_each_alo
         await ml.add_entry_async(b"before")
     # Hold the writer so that one add per ledger lands in the same batch; one ledger's sync fails.
     gate = threading.Event()
-    factory.writer.run(lambda: gate.wait(TIMEOUT))
+    def hold() -> None:
+        gate.wait(TIMEOUT)
+
+    factory.writer.run(hold)
     fs.inject("sync", errno.EIO, count=1, path_part="/t3/")
     adds = [asyncio.ensure_future(ml.add_entry_async(b"in the batch")) for ml in ledgers]
     await asyncio.sleep(0)
@@ -491,7 +495,7 @@ async def test_write_error_fails_pending_adds_in_order_and_never_confirms_after_
     done = asyncio.Event()
     fs.inject("sync", errno.EIO, count=1, path_part=".seg")
 
-    def callback(i: int):  # type: ignore[no-untyped-def]
+    def callback(i: int) -> Callable[[Position | None, BaseException | None], None]:
         def cb(position: Position | None, exc: BaseException | None) -> None:
             order.append((i, exc is None))
             if len(order) == 20:
@@ -624,7 +628,12 @@ async def test_disk_and_cache_reads_complete_in_issue_order(tmp_path: Path) -> N
     done = asyncio.Event()
     cursor.read_entries(1, lambda es, e: order.append(f"disk {es[0].data!r}"))
     cursor.seek(ps[-1])
-    cursor.read_entries(1, lambda es, e: (order.append(f"cache {es[0].data!r}"), done.set()))
+
+    def cached(es: list[Entry], e: BaseException | None) -> None:
+        order.append(f"cache {es[0].data!r}")
+        done.set()
+
+    cursor.read_entries(1, cached)
     assert order == []  # the cached read queues behind the disk read of the same cursor
     await asyncio.wait_for(done.wait(), TIMEOUT)
     assert order == ["disk b'm0'", "cache b'm59'"]

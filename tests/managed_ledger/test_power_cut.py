@@ -20,11 +20,11 @@ import asyncio
 import random
 
 import pytest
-from crashfs import CrashFileSystem
-from ml_support import FakeClock
 
 from managed_ledger import InitialPosition, ManagedCursor, ManagedLedgerConfig, ManagedLedgerError, Position
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
+from tests.managed_ledger.crashfs import CrashFileSystem
+from tests.managed_ledger.ml_support import FakeClock
 
 ROUNDS = 150  # power cuts per mode
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_rollover_time_s=0)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from broker_process import start_broker
+
+from tests.reliability.broker_process import start_broker
 
 MESSAGES = 6000
 SIZE = 8 * 1024  # 48 MiB in all

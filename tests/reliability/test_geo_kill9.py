@@ -17,14 +17,16 @@ import random
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
 from tests.reliability.broker_process import start_broker_with_web
+from tests.waiting import wait_for
 
 ROUNDS = int(os.environ.get("GEO_KILL9_ROUNDS", "3"))
 TOPIC = "persistent://geo/ns/kept"
@@ -53,7 +55,7 @@ def produce_until_killed(url: str, proc: subprocess.Popen[str], first_seq: int, 
     receipted = first_seq
     killed = threading.Event()
 
-    def on_receipt(seq: int):  # type: ignore[no-untyped-def]
+    def on_receipt(seq: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
         def callback(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
             nonlocal receipted
             slots.release()

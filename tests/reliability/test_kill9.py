@@ -17,10 +17,12 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
-from broker_process import start_broker
+
+from tests.reliability.broker_process import start_broker
 
 ROUNDS = 5
 DRAIN_TIMEOUT_S = 20.0
@@ -82,7 +84,7 @@ def produce_until_killed(client: pulsar.Client, proc: subprocess.Popen[str], led
     receipts = 0
     killed = threading.Event()
 
-    def on_receipt(text: str):  # type: ignore[no-untyped-def]
+    def on_receipt(text: str) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
         def callback(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
             nonlocal receipts
             slots.release()

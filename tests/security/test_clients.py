@@ -9,22 +9,22 @@ so those tests use a 1 s timeout and expect ``pulsar.Timeout``; refusals after C
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
-from tests.admin.conftest import wait_for
 from tests.security.conftest import SUPER_USER, SecureAdmin, expiring_token, secure_settings, token
 from tests.security.pki import CLIENT_ROLE, USERS, Pki
+from tests.waiting import wait_for
 
 RECEIVE_MS = 5000
 REFUSED_TIMEOUT_S = 1  # operation timeout for clients whose CONNECT is refused
 
 
-def client(url: str, pki: Pki, auth: Any = None, **kw: Any) -> pulsar.Client:
+def client(url: str, pki: Pki, auth: pulsar.Authentication | None = None, **kw: object) -> pulsar.Client:
     kw.setdefault("operation_timeout_seconds", 10)
     return pulsar.Client(url, tls_trust_certs_file_path=str(pki.ca_cert), authentication=auth, **kw)
 
@@ -45,8 +45,12 @@ def topic(namespace: str) -> str:
     return f"persistent://{namespace}/t-{uuid.uuid4().hex[:8]}"
 
 
+class Grant(Protocol):
+    def __call__(self, role: str, *actions: str) -> None: ...
+
+
 @pytest.fixture
-def grant(root_admin: SecureAdmin, namespace: str) -> Any:
+def grant(root_admin: SecureAdmin, namespace: str) -> Grant:
     def do(role: str, *actions: str) -> None:
         root_admin.ok("POST", f"/admin/v2/namespaces/{namespace}/permissions/{role}", list(actions))
     return do
@@ -63,7 +67,7 @@ def clients() -> Iterator[list[pulsar.Client]]:
 # -- each provider, over TLS and plain -----------------------------------------------------------------
 
 def test_token_over_tls_binary_and_https_lookup(secure_broker: BrokerThread, pki: Pki, topic: str,
-                                                grant: Any, clients: list[pulsar.Client]) -> None:
+                                                grant: Grant, clients: list[pulsar.Client]) -> None:
     grant("app", "produce", "consume")
     for url in (secure_broker.service_url_tls, secure_broker.web_url_tls.replace("127.0.0.1", "localhost")):
         c = client(url, pki, pulsar.AuthenticationToken(token("app")), tls_validate_hostname=True)
@@ -71,7 +75,7 @@ def test_token_over_tls_binary_and_https_lookup(secure_broker: BrokerThread, pki
         round_trip(c, topic)
 
 
-def test_plain_and_tls_ports_serve_together(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+def test_plain_and_tls_ports_serve_together(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                             clients: list[pulsar.Client]) -> None:
     grant("app", "produce", "consume")
     plain = client(secure_broker.service_url, pki, pulsar.AuthenticationToken(token("app")))
@@ -82,7 +86,7 @@ def test_plain_and_tls_ports_serve_together(secure_broker: BrokerThread, pki: Pk
     assert consumer.receive(RECEIVE_MS).data() == b"across"
 
 
-def test_tls_client_certificate_role_is_its_cn(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+def test_tls_client_certificate_role_is_its_cn(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                                clients: list[pulsar.Client]) -> None:
     grant(CLIENT_ROLE, "produce", "consume")
     auth = pulsar.AuthenticationTLS(str(pki.client_cert), str(pki.client_key))
@@ -92,7 +96,7 @@ def test_tls_client_certificate_role_is_its_cn(secure_broker: BrokerThread, pki:
         round_trip(c, topic)
 
 
-def test_basic_apr1_and_crypt_users(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+def test_basic_apr1_and_crypt_users(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                     clients: list[pulsar.Client]) -> None:
     for user, password in USERS.items():
         grant(user, "produce", "consume")
@@ -139,7 +143,8 @@ def test_require_trusted_client_cert(pki: Pki) -> None:
     pytest.param(lambda pki: pulsar.AuthenticationTLS(str(pki.rogue_cert), str(pki.rogue_key)), False,
                  id="untrusted-client-cert"),
 ])
-def test_refused_connect(secure_broker: BrokerThread, pki: Pki, auth: Any, at_connect: bool) -> None:
+def test_refused_connect(secure_broker: BrokerThread, pki: Pki, auth: Callable[[Pki], pulsar.Authentication],
+                        at_connect: bool) -> None:
     authn = secure_broker.server.security.authentication
     failures = authn.failures
     c = client(secure_broker.service_url_tls, pki, auth(pki), operation_timeout_seconds=REFUSED_TIMEOUT_S)
@@ -168,7 +173,7 @@ def test_no_grant_is_authorization_error(secure_broker: BrokerThread, pki: Pki, 
         c.subscribe(topic, "sub")
 
 
-def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                               root_admin: SecureAdmin, clients: list[pulsar.Client]) -> None:
     grant("reader", "consume")
     root_admin.ok("POST", f"/admin/v2/{topic.replace('://', '/')}/permissions/writer", ["produce"])
@@ -184,7 +189,7 @@ def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: 
     assert consumer.receive(RECEIVE_MS).data() == b"by grant"
 
 
-def test_subscription_auth_mode_prefix(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Any,
+def test_subscription_auth_mode_prefix(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                       root_admin: SecureAdmin, namespace: str, clients: list[pulsar.Client]) -> None:
     # Prefix: a role may only use subscriptions named after it (set over REST, as pulsar-admin does).
     grant("team", "consume")

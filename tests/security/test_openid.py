@@ -10,7 +10,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,9 +24,9 @@ from broker.auth.providers import AuthData
 from broker.config import BrokerConfig, ConfigError
 from broker.embedded import BrokerThread
 from broker.errors import AuthenticationError
-from tests.admin.conftest import wait_for
 from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
 from tests.security.pki import Pki
+from tests.waiting import wait_for
 
 AUDIENCE = "pulsar-broker"
 
@@ -35,7 +35,7 @@ class IdentityProvider:
     """Discovery document and JWKS over HTTPS (the test PKI's server certificate), keys added at will."""
 
     def __init__(self, pki: Pki) -> None:
-        self.private: dict[str, Any] = {}
+        self.private: dict[str, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey] = {}
         self.jwks: list[dict[str, Any]] = []
         self.requests = 0
         self.broken = False  # answer 503 to everything
@@ -49,7 +49,7 @@ class IdentityProvider:
                     self.send_error(503)
                     return
                 if self.path == "/.well-known/openid-configuration":
-                    body = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys",
+                    body: dict[str, object] = {"issuer": idp.issuer, "jwks_uri": f"{idp.issuer}/keys",
                             "token_endpoint": f"{idp.issuer}/oauth/token"}
                 elif self.path == "/keys":
                     body = {"keys": list(idp.jwks)}
@@ -91,9 +91,14 @@ class IdentityProvider:
         self.thread.start()
 
     def add_key(self, kid: str, kind: str = "RSA", alg: str | None = "RS256") -> None:
-        key: Any = rsa.generate_private_key(65537, 2048) if kind == "RSA" else ec.generate_private_key(ec.SECP256R1())
-        algorithm = jwt.algorithms.RSAAlgorithm if kind == "RSA" else jwt.algorithms.ECAlgorithm
-        jwk = json.loads(algorithm.to_jwk(key.public_key()))
+        key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+        if kind == "RSA":
+            key = rsa.generate_private_key(65537, 2048)
+            public = jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key())
+        else:
+            key = ec.generate_private_key(ec.SECP256R1())
+            public = jwt.algorithms.ECAlgorithm.to_jwk(key.public_key())
+        jwk = json.loads(public)
         jwk["kid"] = kid
         if alg is not None:
             jwk["alg"] = alg
@@ -215,7 +220,8 @@ def provider_with_keys(idp: IdentityProvider, pki: Pki, **settings: Any) -> Open
     (lambda idp: idp.token()[:-4] + "AAAA", "JWT signature verification exception"),
     (lambda idp: "not a jwt", "Unable to decode JWT"),
 ])
-def test_refusals(idp: IdentityProvider, pki: Pki, make_token: Any, reason: str) -> None:
+def test_refusals(idp: IdentityProvider, pki: Pki, make_token: Callable[[IdentityProvider], str],
+                  reason: str) -> None:
     if "missing" in reason:
         idp.private.setdefault("missing", idp.private["k1"])
     provider = provider_with_keys(idp, pki)

@@ -7,9 +7,10 @@ import pulsar
 
 from broker.embedded import BrokerThread
 from broker.topic_name import TopicName
-from tests.admin.conftest import Admin, wait_for
+from tests.admin.conftest import Admin
 from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
 from tests.security.pki import Pki
+from tests.waiting import wait_for
 
 TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 

@@ -22,7 +22,7 @@ from broker.auth.service import AuthenticationService, ConnectionAuth, RefreshAc
 from broker.auth.tls import iana_name, server_context
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import AuthenticationError, AuthorizationError
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import MetadataStore, TenantInfo
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
 from broker.topic_name import TopicName
@@ -130,7 +130,7 @@ def test_token_provider(token_provider: TokenProvider) -> None:
     (token("app", exp=int(time.time()) - 1), "expired"),
     (token("app", nbf=int(time.time()) + 3600), "not yet valid"),
     (token("app", key=b"k" * 32), "Signature verification failed"),
-    (jwt.encode({"sub": "app"}, None, algorithm="none"), "alg"),
+    (jwt.encode({"sub": "app"}, "", algorithm="none"), "alg"),  # ("" is the typed spelling of no key)
     ("garbage", "Not enough segments"),
     (token(None), "no role"),
     ("   ", "Blank token"),
@@ -291,12 +291,12 @@ def test_connection_refresh_state_machine(service: AuthenticationService) -> Non
 @pytest.fixture
 def authz() -> AuthorizationService:
     store = MetadataStore(None, "standalone")
-    store.tenants["acme"] = {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
-    store.namespaces["acme/ns"] = {"auth_policies": {
+    store.create_tenant("acme", TenantInfo(("acme-admin",), ("standalone",)))
+    store.create_namespace("acme/ns", {"auth_policies": {
         "namespace_auth": {"ns-writer": ["produce"], "ns-reader": ["consume"], "app-*": ["consume"]},
         "destination_auth": {"persistent://acme/ns/orders": {"topic-writer": ["produce"]}},
         "subscription_auth_roles": {"billing": ["ns-reader"]},
-    }}
+    }})
     return AuthorizationService(cfg(authenticationEnabled=True, authorizationEnabled=True, superUserRoles="root",
                                     authorizationAllowWildcardsMatching=True), store)
 
@@ -330,7 +330,7 @@ def test_authorization_extras(authz: AuthorizationService) -> None:
     assert not authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.LOOKUP, None)
     with pytest.raises(AuthorizationError, match="'stranger' is not authorized to produce"):
         authz.check(TopicName.parse("acme/ns/x"), TopicOperation.PRODUCE, "stranger")
-    authz.metadata.namespaces["acme/ns"]["subscription_auth_mode"] = "Prefix"
+    authz.metadata.set_policy("acme/ns", "subscription_auth_mode", "Prefix")
     assert not authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.CONSUME, "ns-reader", "other-sub")
     assert authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.CONSUME, "ns-reader", "ns-reader-1")
     authz.wildcards = False

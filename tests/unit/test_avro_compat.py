@@ -1,9 +1,11 @@
 """Avro schema resolution rules behind the schema compatibility strategies."""
 
+from collections.abc import Mapping
+
 from broker.service.avro_compat import can_read
 
 
-def record(*fields: dict[str, object]) -> dict[str, object]:
+def record(*fields: Mapping[str, object]) -> dict[str, object]:
     return {"type": "record", "name": "R", "fields": list(fields)}
 
 

@@ -97,7 +97,8 @@ def test_dispatch_rate_budget_wait_and_period() -> None:
     # A long period: the wait is cut to a second, so a limit removed meanwhile is seen soon.
     limits[0] = (1, 0, 3600, False)
     metadata.generation += 1
-    rate.consume(*rate.budget() or (0, 0))
+    msgs, nbytes = rate.budget() or (0, 0)
+    rate.consume(msgs, nbytes or 0)  # no byte limit: None in the budget
     assert rate.budget() == (0, 0) and rate.wait() == RATE_RECHECK_S == 1.0
 
 

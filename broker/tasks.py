@@ -1,0 +1,60 @@
+"""One owner for a set of background tasks (STYLE principle 11: no fire-and-forget tasks).
+
+An object that starts tasks of its own (a connection's command handlers, a topic's cursor and
+replicator closes, a topic's replicated-subscription moves) holds an ``OwnedTasks``:
+
+- ``spawn(coro)`` starts a task and keeps a strong reference until it ends (the event loop keeps
+  only a weak one, so an unreferenced task may vanish mid-flight);
+- a task that ends with an exception other than cancellation is logged at once, naming the owner
+  (instead of asyncio's "exception was never retrieved" whenever the task is collected);
+- ``cancel()`` cancels those under way, ``wait()`` awaits them (their errors already logged), and
+  ``close()`` does both, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class OwnedTasks:
+    def __init__(self, owner: str) -> None:
+        self.owner = owner  # named in the log line of a task that fails
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None], *, loop: asyncio.AbstractEventLoop | None = None,
+              name: str | None = None) -> asyncio.Task[None]:
+        """Start ``coro`` as a task owned here (on ``loop``, by default the running one)."""
+        task = (loop or asyncio.get_running_loop()).create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s: task %s failed", self.owner, task.get_name(), exc_info=exc)
+
+    def cancel(self) -> None:
+        """Cancel the tasks under way (they end at their next await)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def wait(self) -> None:
+        """Await the tasks under way now; their exceptions are not raised here (``_done`` logs them)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        self.cancel()
+        await self.wait()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
