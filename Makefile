@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-deps lint typecheck unit proto bench clean
+.PHONY: run test test-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP) test-deps
+test: $(STAMP) test-deps cluster-deps
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -29,12 +29,44 @@ test-deps:
 	else echo "test-deps: prometheus is not installed and cannot be installed here (needs root and apt-get);" \
 	  "the Prometheus tests will be skipped"; fi
 
-# Regenerate broker/protocol/pulsar_{api,markers}_pb2.py(+.pyi) from proto/*.proto.
+# Real ZooKeeper + BookKeeper for the BookKeeper tests and `make cluster-up` (docs/cluster.md): Debian's `zookeeper`
+# package (apt-get as root, idempotent) and bookkeeper-server with its dependencies from Maven Central into
+# $(BK_LIB) (ignored by git; ~/.m2 caches the downloads). Without them the BookKeeper tests skip, except under CI=true,
+# where they fail.
+BK_LIB := .deps/bookkeeper/lib
+BK_STAMP := .deps/bookkeeper/.installed
+BOOKIES ?= 3
+BROKERS ?= 0
+
+cluster-deps: $(BK_STAMP)
+	@if [ -f /usr/share/java/zookeeper.jar ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y zookeeper; \
+	else echo "cluster-deps: Debian's zookeeper is not installed and cannot be installed here (needs root and apt-get);" \
+	  "the ZooKeeper jars that come with BookKeeper will be used instead"; fi
+
+$(BK_STAMP): cluster/pom.xml
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(BK_LIB) && (cd cluster && \
+	    mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=../$(BK_LIB)); \
+	then touch $(BK_STAMP); \
+	elif [ "$$CI" = true ]; then echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central); the BookKeeper tests will be skipped"; fi
+
+# ZooKeeper + $(BOOKIES) bookies on free 127.0.0.1 ports; .cluster/cluster.json says what runs where.
+cluster-up: $(STAMP) cluster-deps
+	$(PY) -m cluster up --state .cluster --bookies $(BOOKIES) --brokers $(BROKERS)
+
+cluster-down: $(STAMP)
+	$(PY) -m cluster down --state .cluster
+
+# Regenerate broker/protocol/pulsar_{api,markers}_pb2.py(+.pyi) and managed_ledger/bookkeeper/bookkeeper_data_formats_pb2.py(+.pyi)
+# from proto/*.proto.
 proto: $(STAMP)
 	$(PY) -m pip install -q -e '.[proto]'
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=broker/protocol --pyi_out=broker/protocol proto/pulsar_api.proto proto/pulsar_markers.proto
 	# Schema.Type.None is a Python keyword: comment it out of the stub so mypy can parse it.
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto
 
 # Benchmarks (not tests): our broker vs pulsar-lite side by side, then Shared before/after a storm.
 bench: $(STAMP)
@@ -44,4 +76,4 @@ bench: $(STAMP)
 	$(PY) -m bench.storm
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .deps

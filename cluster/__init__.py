@@ -1,0 +1,1 @@
+"""Real ZooKeeper + BookKeeper processes for tests and `make cluster-up` (see docs/cluster.md)."""

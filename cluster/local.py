@@ -1,0 +1,371 @@
+"""A local ZooKeeper + BookKeeper cluster of real Java processes, for tests and `make cluster-up`.
+
+ZooKeeper is Debian's `zookeeper` package (standalone `ZooKeeperServerMain`, falling back to the ZooKeeper jars
+that come with BookKeeper); the bookies are `org.apache.bookkeeper.server.Main` from the jars `make cluster-deps`
+copies into `.deps/bookkeeper/lib`. Every process gets a free 127.0.0.1 port and its own directory under the
+cluster's state directory, and is stopped by its pid. Readiness is a condition polled with a deadline: ZooKeeper
+answers a session, a bookie's registration znode `/ledgers/available/127.0.0.1:<port>` exists.
+
+The metadata is formatted the way BookKeeper does it, by its own shell (`BookieShell initnewcluster`), before the
+first bookie starts: that writes `/ledgers`, `/ledgers/available`, `/ledgers/available/readonly`,
+`/ledgers/INSTANCEID` and `/ledgers/LAYOUT`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Where `make cluster-deps` puts bookkeeper-server and its dependencies (override with BOOKKEEPER_LIB).
+DEFAULT_LIB = REPO_ROOT / ".deps" / "bookkeeper" / "lib"
+# Debian's zookeeper package: its jar lists its own dependencies in the manifest's Class-Path.
+DEBIAN_ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+LEDGERS_ROOT = "/ledgers"
+
+# Small JVMs: a test machine has 2 cores shared with other work. The script defaults (1 GiB heap, 2 GiB direct) are
+# for production bookies.
+BOOKIE_JVM_OPTS = [
+    "-Xms64m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-Djava.net.preferIPv4Stack=true", "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+]
+ZK_JVM_OPTS = ["-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Dzookeeper.admin.enableServer=false", "-Djava.net.preferIPv4Stack=true"]
+TOOL_JVM_OPTS = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *BOOKIE_JVM_OPTS[5:]]
+
+# How long a process may take to become ready: JVM start-up on a busy 2-core machine can take several seconds.
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.1
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started (missing dependencies, a process died or was not ready in time)."""
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    role: str  # "zookeeper" | "bookie"
+    pid: int
+    address: str  # host:port
+    directory: str
+    log: str
+
+
+@dataclass
+class LocalCluster:
+    """What runs, and how to reach it; `cluster.json` is this, serialized."""
+
+    state_dir: str
+    zookeeper: ProcessInfo
+    bookies: list[ProcessInfo] = field(default_factory=list)
+
+    @property
+    def zk_address(self) -> str:
+        return self.zookeeper.address
+
+    @property
+    def metadata_store_url(self) -> str:
+        """Pulsar's `metadataStoreUrl` for this ZooKeeper (the root; the ledgers live under /ledgers)."""
+        return f"zk:{self.zk_address}"
+
+    @property
+    def metadata_service_uri(self) -> str:
+        """BookKeeper's `metadataServiceUri` (bookies and BK clients)."""
+        return f"zk://{self.zk_address}{LEDGERS_ROOT}"
+
+    def bookie_conf(self, address: str) -> Path:
+        return Path(self.state_dir) / f"bookie-{address.rsplit(':', 1)[1]}" / "bk_server.conf"
+
+    def to_json(self) -> str:
+        body = {
+            "zookeeper": asdict(self.zookeeper),
+            "bookies": [asdict(b) for b in self.bookies],
+            "metadataStoreUrl": self.metadata_store_url,
+            "bookkeeperMetadataServiceUri": self.metadata_service_uri,
+            "ledgersRootPath": LEDGERS_ROOT,
+            "brokers": [],
+            "stateDir": self.state_dir,
+        }
+        return json.dumps(body, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> LocalCluster:
+        body = json.loads(text)
+        return cls(
+            state_dir=body["stateDir"],
+            zookeeper=ProcessInfo(**body["zookeeper"]),
+            bookies=[ProcessInfo(**b) for b in body["bookies"]],
+        )
+
+    def pids(self) -> list[int]:
+        return [b.pid for b in self.bookies] + [self.zookeeper.pid]
+
+
+# ---- dependencies ------------------------------------------------------------------------------------------------
+
+
+def bookkeeper_lib() -> Path:
+    return Path(os.environ.get("BOOKKEEPER_LIB", str(DEFAULT_LIB)))
+
+
+def missing_dependencies() -> str | None:
+    """Why a cluster cannot start here, or None when it can."""
+    if shutil.which("java") is None:
+        return "no `java` on PATH"
+    lib = bookkeeper_lib()
+    if not list(lib.glob("bookkeeper-server-*.jar")):
+        return f"no bookkeeper-server jar in {lib} (run `make cluster-deps`)"
+    return None
+
+
+def _bk_classpath() -> str:
+    return str(bookkeeper_lib() / "*")
+
+
+def _zk_classpath() -> str:
+    if Path("/usr/share/java/zookeeper.jar").exists():
+        return DEBIAN_ZK_CLASSPATH
+    return _bk_classpath()  # BookKeeper depends on the ZooKeeper jars, server classes included
+
+
+# ---- small helpers -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the kernel's choice for port 0); the caller binds it soon after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = START_TIMEOUT_S,
+               alive: subprocess.Popen[bytes] | None = None, log: Path | None = None) -> None:
+    """Poll `condition` until true; fail early if the process we wait for has exited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if alive is not None and alive.poll() is not None:
+            raise ClusterError(f"{what}: the process exited with {alive.returncode}{_log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{_log_tail(log)}")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _log_tail(log: Path | None, lines: int = 30) -> str:
+    if log is None or not log.exists():
+        return ""
+    tail = log.read_text(errors="replace").splitlines()[-lines:]
+    return f"\n--- last lines of {log} ---\n" + "\n".join(tail)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _zk_ready(port: int) -> bool:
+    """ZooKeeper answers the `srvr` four-letter word (whitelisted by default) with its mode once it serves."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"srvr")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+    except OSError:
+        return False
+    return b"Mode:" in reply
+
+
+def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        # A session of its own: `make cluster-up` returns while the cluster runs, and a Ctrl-C in the caller's
+        # terminal does not reach the JVMs; they are stopped by pid only.
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True)
+
+
+def _kill(pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `timeout`. Reaps it when it is our child."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie that is not our child still answers kill(0); /proc tells.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+# ---- the cluster -------------------------------------------------------------------------------------------------
+
+
+def _bookie_conf_text(port: int, zk: str, directory: Path) -> str:
+    return "\n".join([
+        f"bookiePort={port}",
+        "advertisedAddress=127.0.0.1",
+        "listeningInterface=lo",
+        "allowLoopback=true",
+        f"metadataServiceUri=zk://{zk}{LEDGERS_ROOT}",
+        f"journalDirectories={directory / 'journal'}",
+        f"ledgerDirectories={directory / 'ledgers'}",
+        # A nearly full test disk must not turn the bookies read-only.
+        "diskUsageThreshold=0.99",
+        "diskUsageWarnThreshold=0.98",
+        # Tests only: acknowledge adds before the journal fsync.
+        "journalSyncData=false",
+        # Pulsar's bookkeeper.conf value (5 MiB + 10 KiB).
+        "nettyMaxFrameSizeBytes=5253120",
+        "httpServerEnabled=false",
+        "",
+    ])
+
+
+def start_zookeeper(state: Path) -> ProcessInfo:
+    port = free_port()
+    directory = state / "zookeeper"
+    directory.mkdir(parents=True, exist_ok=True)
+    log = state / "zookeeper.log"
+    cmd = ["java", *ZK_JVM_OPTS, "-cp", _zk_classpath(),
+           "org.apache.zookeeper.server.ZooKeeperServerMain", str(port), str(directory)]
+    proc = _spawn(cmd, log, state)
+    info = ProcessInfo("zookeeper", proc.pid, f"127.0.0.1:{port}", str(directory), str(log))
+    try:
+        wait_until(lambda: _zk_ready(port), f"ZooKeeper on port {port}", alive=proc, log=log)
+    except BaseException:
+        _kill(proc.pid)
+        raise
+    return info
+
+
+def run_bookkeeper_tool(
+    state: Path, conf: Path, *args: str, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a BookKeeper command-line tool (BookieShell by default) with the given bookie configuration."""
+    cmd = ["java", *TOOL_JVM_OPTS, "-cp", _bk_classpath(),
+           "org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=state, timeout=timeout, check=False)
+
+
+def format_metadata(state: Path, zk: str) -> None:
+    """`bookkeeper shell initnewcluster`: BookKeeper's own layout of /ledgers in a fresh ZooKeeper."""
+    conf = state / "tool.conf"
+    conf.write_text(f"metadataServiceUri=zk://{zk}{LEDGERS_ROOT}\n")
+    done = run_bookkeeper_tool(state, conf, "initnewcluster")
+    if done.returncode != 0:
+        raise ClusterError(f"initnewcluster failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+
+def start_bookie(state: Path, zk: str) -> tuple[ProcessInfo, subprocess.Popen[bytes]]:
+    port = free_port()
+    directory = state / f"bookie-{port}"
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "bk_server.conf"
+    conf.write_text(_bookie_conf_text(port, zk, directory))
+    log = directory / "bookie.log"
+    cmd = ["java", *BOOKIE_JVM_OPTS, "-cp", _bk_classpath(), "org.apache.bookkeeper.server.Main", "--conf", str(conf)]
+    proc = _spawn(cmd, log, directory)
+    return ProcessInfo("bookie", proc.pid, f"127.0.0.1:{port}", str(directory), str(log)), proc
+
+
+@contextlib.contextmanager
+def _zk_client(zk: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk, timeout=5.0)
+    client.start(timeout=10.0)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def _wait_registered(zk: str, info: ProcessInfo, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until the bookie's writable registration znode exists (what clients discover bookies by)."""
+    with _zk_client(zk) as client:
+        wait_until(lambda: client.exists(f"{LEDGERS_ROOT}/available/{info.address}") is not None,
+                   f"bookie {info.address} to register", alive=proc, log=Path(info.log))
+
+
+def start_cluster(state_dir: Path | str, bookies: int = 3) -> LocalCluster:
+    """ZooKeeper, formatted metadata, then `bookies` bookies, all ready. On failure, stops what it started."""
+    why = missing_dependencies()
+    if why is not None:
+        raise ClusterError(f"cannot start a BookKeeper cluster: {why}")
+    state = Path(state_dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    zk = start_zookeeper(state)
+    cluster = LocalCluster(str(state), zk)
+    try:
+        format_metadata(state, zk.address)
+        started = [start_bookie(state, zk.address) for _ in range(bookies)]
+        cluster.bookies = [info for info, _ in started]
+        for info, proc in started:
+            _wait_registered(zk.address, info, proc)
+    except BaseException:
+        stop_cluster(cluster)
+        raise
+    return cluster
+
+
+def add_bookie(cluster: LocalCluster) -> ProcessInfo:
+    """Start one more bookie in a running cluster (e.g. to replace a killed one) and wait until it registers."""
+    info, proc = start_bookie(Path(cluster.state_dir), cluster.zk_address)
+    cluster.bookies.append(info)
+    _wait_registered(cluster.zk_address, info, proc)
+    return info
+
+
+def kill_bookie(cluster: LocalCluster, address: str, hard: bool = True) -> None:
+    """Stop one bookie: SIGKILL (a crash) by default, else a graceful stop."""
+    info = next(b for b in cluster.bookies if b.address == address)
+    if hard:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.pid, signal.SIGKILL)
+    _kill(info.pid)
+    cluster.bookies.remove(info)
+
+
+def stop_cluster(cluster: LocalCluster) -> None:
+    """Stop every process of the cluster by pid (bookies first, then ZooKeeper)."""
+    for pid in cluster.pids():
+        _kill(pid)
+
+
+@contextlib.contextmanager
+def running_cluster(state_dir: Path | str, bookies: int = 3) -> Iterator[LocalCluster]:
+    cluster = start_cluster(state_dir, bookies)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)

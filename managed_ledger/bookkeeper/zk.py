@@ -1,0 +1,105 @@
+"""ZooKeeper for asyncio, over kazoo.
+
+kazoo is the maintained, widely used Python ZooKeeper client (sessions, reconnection, multi, sequential and ephemeral
+znodes); it runs its I/O on its own thread. Its ``*_async`` calls return kazoo results that complete on that thread;
+`AsyncZk` turns each into an asyncio future completed on the event loop (``call_soon_threadsafe``), so callers only
+ever await. (aiozk, the asyncio-native alternative, is far less used and maintained.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+__all__ = ["AsyncZk", "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Zk", "ZnodeStat"]
+
+T = TypeVar("T")
+# ZooKeeper session timeout: a client that loses its session loses its ephemeral znodes (ledger-id znodes only).
+SESSION_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class ZnodeStat:
+    version: int
+    ctime: int  # ms since the epoch
+
+
+class Zk(Protocol):
+    """What the BookKeeper client needs from ZooKeeper (AsyncZk; an in-memory fake in unit tests).
+
+    Errors are kazoo's: NoNodeError, NodeExistsError, BadVersionError, NotEmptyError.
+    """
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def get(self, path: str) -> tuple[bytes, ZnodeStat]: ...
+    async def exists(self, path: str) -> ZnodeStat | None: ...
+    async def children(self, path: str) -> list[str]: ...
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
+                     makepath: bool = False) -> str: ...
+    async def set(self, path: str, data: bytes, version: int) -> ZnodeStat: ...
+    async def delete(self, path: str, version: int = -1) -> None: ...
+
+
+class AsyncZk:
+    def __init__(self, hosts: str) -> None:
+        self._client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT_S)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._client.start, CONNECT_TIMEOUT_S)
+
+    async def close(self) -> None:
+        def stop() -> None:
+            self._client.stop()
+            self._client.close()
+
+        await asyncio.to_thread(stop)
+
+    def _await(self, result: Any) -> asyncio.Future[Any]:
+        loop = self._loop
+        assert loop is not None, "AsyncZk.start() first"
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def transfer() -> None:
+            if future.done():
+                return
+            try:
+                future.set_result(result.get_nowait())
+            except Exception as e:  # kazoo's exceptions, passed on as they are
+                future.set_exception(e)
+
+        result.rawlink(lambda _: loop.call_soon_threadsafe(transfer))
+        return future
+
+    async def get(self, path: str) -> tuple[bytes, ZnodeStat]:
+        data, stat = await self._await(self._client.get_async(path))
+        return bytes(data), ZnodeStat(stat.version, stat.ctime)
+
+    async def exists(self, path: str) -> ZnodeStat | None:
+        stat = await self._await(self._client.exists_async(path))
+        return None if stat is None else ZnodeStat(stat.version, stat.ctime)
+
+    async def children(self, path: str) -> list[str]:
+        return list(await self._await(self._client.get_children_async(path)))
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
+                     makepath: bool = False) -> str:
+        """Create a znode (and its missing parents with `makepath`); returns its path (with a sequence suffix)."""
+        created = await self._await(self._client.create_async(path, data, ephemeral=ephemeral, sequence=sequence,
+                                                               makepath=makepath))
+        return str(created)
+
+    async def set(self, path: str, data: bytes, version: int) -> ZnodeStat:
+        """Compare-and-set: raises BadVersionError when the znode is no longer at `version`."""
+        stat = await self._await(self._client.set_async(path, data, version))
+        return ZnodeStat(stat.version, stat.ctime)
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        await self._await(self._client.delete_async(path, version))

@@ -1,0 +1,212 @@
+"""The BookKeeper client's edge cases against in-process fakes (no Java): ordering, errors, timeouts, CAS races."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from managed_ledger.bookkeeper.client import (
+    BookKeeper,
+    BookKeeperError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataConflictError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+    WriterState,
+)
+from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path, serialize
+from managed_ledger.bookkeeper.protocol import AddRequest, AddResponse, Request, StatusCode, encode_response
+from tests.bookkeeper.fakes import FakeBookie, FakeZk
+from tests.waiting import eventually
+
+
+class Env:
+    def __init__(self) -> None:
+        self.zk = FakeZk()
+        self.bookies: dict[str, FakeBookie] = {}
+        self.bk = BookKeeper(self.zk)
+
+    async def add_bookie(self) -> FakeBookie:
+        bookie = FakeBookie()
+        self.bookies[await bookie.start()] = bookie
+        await self.zk.create(f"/ledgers/available/{bookie.bookie_id}", makepath=True)
+        return bookie
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    env = Env()
+    for _ in range(3):
+        await env.add_bookie()
+    await env.zk.create("/ledgers/available/readonly")
+    await env.bk.start()
+    yield env
+    await env.bk.close()
+    for bookie in env.bookies.values():
+        await bookie.stop()
+
+
+def fail_adds(status: StatusCode) -> Callable[[Request], bytes | None]:
+    def respond(request: Request) -> bytes | None:
+        assert isinstance(request, AddRequest)
+        return encode_response(AddResponse(status, request.ledger_id, request.entry_id))
+    return respond
+
+
+async def test_out_of_order_responses_complete_in_entry_order(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2)
+    for bookie in env.bookies.values():
+        bookie.hold = lambda request: True
+    order: list[int] = []
+    futures = [lh.add_entry_nowait(b"e%d" % i) for i in range(20)]
+    for future in futures:
+        future.add_done_callback(lambda f: order.append(f.result()))
+    await eventually(lambda: sum(len(b.requests) for b in env.bookies.values()) == 40, "40 adds sent")
+    assert lh.last_add_confirmed == -1 and not order
+    for bookie in env.bookies.values():
+        bookie.release()  # newest first
+    assert await asyncio.gather(*futures) == list(range(20))
+    assert order == list(range(20)) and lh.last_add_confirmed == 19
+    # Every entry carried the LAC at send time: -1, as none was acknowledged when they were sent.
+    first = next(iter(env.bookies.values()))
+    assert all(entry[16:24] == b"\xff" * 8 for entry in first.entries.values())
+
+
+async def test_fenced_answer_fails_the_writer(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 3, 2)
+    await lh.add_entry(b"ok")
+    for bookie in env.bookies.values():
+        bookie.fenced.add(lh.ledger_id)
+    with pytest.raises(LedgerFencedError):
+        await lh.add_entry(b"fenced")
+    assert lh.state is WriterState.FAILED and lh.length == 2
+    with pytest.raises(LedgerFencedError):
+        await lh.add_entry(b"again")
+    await lh.close()
+    md, _ = await env.bk.read_metadata(lh.ledger_id)
+    assert md.state == LedgerState.OPEN  # a fenced writer leaves the metadata to the recoverer
+
+
+@pytest.mark.parametrize("failure", ["EIO", "EREADONLY", "garbage", "silence", "crash"])
+async def test_a_failing_bookie_is_replaced(env: Env, failure: str) -> None:
+    lh = await env.bk.create_ledger(3, 3, 3)  # Qa = Qw: no add completes without the failing bookie
+    await lh.add_entry(b"before")
+    victim_id = lh.metadata.last_ensemble.ensemble[1]
+    victim = env.bookies[victim_id]
+    spare = await env.add_bookie()
+    if failure in ("EIO", "EREADONLY"):
+        victim.respond = fail_adds(StatusCode[failure])
+    elif failure == "garbage":
+        victim.respond = lambda request: b"\x00\x00\x00\x04\x09\x01\x00\x00"  # protocol version 9
+    elif failure == "silence":
+        env.bk.bookies.request_timeout = 0.3
+        victim.respond = lambda request: None
+    else:
+        await victim.stop()
+    assert [await lh.add_entry(b"after%d" % i) for i in range(3)] == [1, 2, 3]
+    assert [s.first_entry_id for s in lh.metadata.segments] == [0, 1]
+    assert lh.metadata.segments[1].ensemble[1] == spare.bookie_id
+    assert {e for (_, e) in spare.entries} == {1, 2, 3}
+    md, _ = await env.bk.read_metadata(lh.ledger_id)
+    assert md.segments == lh.metadata.segments
+    assert await lh.read(0, 3) == [b"before", b"after0", b"after1", b"after2"]
+    await lh.close()
+
+
+async def test_a_late_failure_replaces_the_bookie_for_later_entries(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 3, 2)
+    victim = env.bookies[lh.metadata.last_ensemble.ensemble[2]]
+    spare = await env.add_bookie()
+    env.bk.bookies.request_timeout = 0.3
+    victim.respond = lambda request: None
+    assert await lh.add_entry(b"acked by two") == 0  # Qa reached without the silent bookie
+    await eventually(lambda: len(lh.metadata.segments) == 2, "the silent bookie to be replaced")
+    assert lh.metadata.segments[1].first_entry_id == 1 and spare.bookie_id in lh.metadata.segments[1].ensemble
+    assert await lh.add_entry(b"next") == 1
+    await eventually(lambda: (lh.ledger_id, 1) in spare.entries, "entry 1 on the replacement")
+    await lh.close()
+
+
+async def test_no_replacement_bookie_fails_the_adds(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 3, 3)
+    env.bookies[lh.metadata.last_ensemble.ensemble[0]].respond = fail_adds(StatusCode.EIO)
+    with pytest.raises(NotEnoughBookiesError):
+        await lh.add_entry(b"x")
+
+
+async def test_create_needs_enough_bookies(env: Env) -> None:
+    with pytest.raises(NotEnoughBookiesError):
+        await env.bk.create_ledger(4, 2, 2)  # the `readonly` child is no bookie
+
+
+async def test_close_loses_to_a_recoverer_that_closed_elsewhere(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2)
+    for i in range(3):
+        await lh.add_entry(b"%d" % i)
+    md, version = await env.bk.read_metadata(lh.ledger_id)
+    await env.zk.set(ledger_path(lh.ledger_id), serialize(md.closed(1, 2)), version)
+    with pytest.raises(MetadataConflictError):
+        await lh.close()
+
+
+async def test_close_after_a_recoverer_closed_at_the_same_point(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2)
+    for i in range(3):
+        await lh.add_entry(b"%d" % i)
+    md, version = await env.bk.read_metadata(lh.ledger_id)
+    await env.zk.set(ledger_path(lh.ledger_id), serialize(md.closed(2, 3)), version)
+    await lh.close()  # the same end: nothing to write
+    assert (await env.bk.read_metadata(lh.ledger_id))[1] == version + 1
+
+
+async def test_recovery_needs_an_answer_from_every_write_quorum(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2)
+    await lh.add_entry(b"x")
+    ensemble = lh.metadata.last_ensemble.ensemble
+    await env.bookies[ensemble[0]].stop()
+    await env.bookies[ensemble[1]].stop()  # write quorum {0, 1} has no bookie left to fence
+    with pytest.raises(BookKeeperError, match="too few bookies"):
+        await env.bk.open_ledger(lh.ledger_id)
+
+
+async def test_wrong_password(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2, password=b"secret")
+    await lh.add_entry(b"x")
+    with pytest.raises(UnauthorizedError):
+        await env.bk.open_ledger(lh.ledger_id, b"guess")
+    reader = await env.bk.open_ledger(lh.ledger_id, b"secret")
+    assert await reader.read(0, 0) == [b"x"]
+
+
+async def test_ledger_ids_short_then_long(env: Env) -> None:
+    assert [await env.bk.new_ledger_id() for _ in range(3)] == [0, 1, 2]
+    assert await env.zk.children("/ledgers/idgen") == []  # the id znodes are removed
+    await env.zk.create("/ledgers/idgen-long")
+    assert await env.bk.new_ledger_id() == (1 << 32) | 0
+    assert await env.bk.new_ledger_id() == (1 << 32) | 1
+    lh = await env.bk.create_ledger(1, 1, 1)
+    assert lh.ledger_id == (1 << 32) | 2
+    assert await env.zk.exists("/ledgers/000/0000/0042/9496/L7298") is not None
+
+
+async def test_delete_removes_the_znode_and_empty_parents(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 2, 2)
+    await lh.close()
+    await env.bk.delete_ledger(lh.ledger_id)
+    assert await env.zk.exists("/ledgers/00") is None
+
+
+async def test_closing_the_client_stops_its_writers(env: Env) -> None:
+    lh = await env.bk.create_ledger(3, 3, 3)
+    for bookie in env.bookies.values():
+        bookie.respond = lambda request: None  # adds stay pending
+    pending = lh.add_entry_nowait(b"never acknowledged")
+    await eventually(lambda: sum(len(b.requests) for b in env.bookies.values()) == 3, "the add sent")
+    await env.bk.close()
+    with pytest.raises(LedgerClosedError):
+        await pending
+    assert lh.state is WriterState.FAILED
+    assert (await env.bk.read_metadata(lh.ledger_id))[0].state == LedgerState.OPEN
