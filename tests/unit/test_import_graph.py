@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TOP_PACKAGES = ("broker", "managed_ledger")
+TOP_PACKAGES = ("broker", "managed_ledger", "metadata_store")
 ABOVE_DISPATCH = ("broker.service", "broker.admin", "broker.server", "broker.connection", "broker.auth",
                   "broker.metadata")
 
@@ -45,8 +45,8 @@ MODULES = _modules()
 def package_of(module: str) -> str | None:
     """The graph node of a module of ours (None for a module from outside the project)."""
     parts = module.split(".")
-    if parts[0] == "managed_ledger":
-        return "managed_ledger"
+    if parts[0] in ("managed_ledger", "metadata_store"):
+        return parts[0]
     if parts[0] != "broker":
         return None
     return "broker" if len(parts) == 1 else f"broker.{parts[1]}"
@@ -184,3 +184,10 @@ if __name__ == "__main__":
         print(f"{a} -> {b}  ({len(where)}: {', '.join(where[:4])})")
     for cycle in find_cycles(all_edges):
         print("CYCLE", _describe(cycle, all_edges))
+
+
+def test_metadata_store_stands_on_nothing_of_ours() -> None:
+    """The metadata store is the floor under both the broker and the managed ledger."""
+    bad = {target: where for target, where in imports_of("metadata_store").items()
+           if target.split(".")[0] in ("broker", "managed_ledger")}
+    assert not bad, f"metadata_store imports from broker or managed_ledger: {bad}"
