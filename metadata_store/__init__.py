@@ -22,11 +22,13 @@ from metadata_store.api import (
     SessionEvent,
     Stat,
 )
+from metadata_store.paths import InvalidPathError
 
 __all__ = [
     "AlreadyExistsError",
     "BadVersionError",
     "GetResult",
+    "InvalidPathError",
     "MetadataStore",
     "MetadataStoreError",
     "NotFoundError",

@@ -1,0 +1,40 @@
+"""The backends the metadata-store contract suite runs over, each behind one small opener.
+
+A ``Backend`` opens stores on one data set (a test's own): ``open()`` again after a ``close()`` is
+a restart; with ``peers`` two stores may be open at once, each a session of its own (two brokers).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from metadata_store import MetadataStore
+from metadata_store.memory import MemoryMetadataStore
+
+
+@dataclass
+class Backend:
+    name: str
+    peers: bool  # two sessions on the same data at once
+    opener: Callable[[], Awaitable[MetadataStore]]
+    opened: list[MetadataStore] = field(default_factory=list)
+
+    async def open(self) -> MetadataStore:
+        store = await self.opener()
+        self.opened.append(store)
+        return store
+
+    async def close_all(self) -> None:
+        for store in self.opened:
+            await store.close()
+
+
+def memory_backend() -> Backend:
+    name = f"contract-{uuid.uuid4().hex}"
+
+    async def opener() -> MetadataStore:
+        return MemoryMetadataStore(name)
+
+    return Backend("memory", True, opener)
