@@ -9,8 +9,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from metadata_store import MetadataStore
+from metadata_store.local import LocalMetadataStore
 from metadata_store.memory import MemoryMetadataStore
 
 
@@ -38,3 +40,10 @@ def memory_backend() -> Backend:
         return MemoryMetadataStore(name)
 
     return Backend("memory", True, opener)
+
+
+def local_backend(directory: Path) -> Backend:
+    async def opener() -> MetadataStore:
+        return await LocalMetadataStore.open(directory)
+
+    return Backend("local", False, opener)
