@@ -8,7 +8,7 @@ clear error). Persistent nodes live in ``<dir>/metadata.log``, an append-only jo
     body   = ops, one after another, each one change of a node:
       b"W" path value version:i64 ctime_ms:i64 mtime_ms:i64    a persistent node written
       b"R" path                                                 a node removed
-      b"C" path cversion:i64                                    a node's child-change count raised
+      b"C" path cversion:i64                                    raise a node's count of children created
     path   = u16 length | UTF-8;  value = u32 length | bytes
 
 Every change (a put with the parents it creates, a delete, a recursive delete) is one record, so
@@ -23,7 +23,7 @@ the whole tree (to a temporary file, fsynced, renamed over the journal, director
 
 Ephemeral nodes are never written: they die with the process, as with the session. Sequence
 numbers stay unique across restarts because an ephemeral sequential create journals the parent's
-new child-change count (``C``).
+new count of children created (``C``).
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ class Journal:
 
 
 def snapshot_ops(tree: NodeTree) -> list[Op]:
-    """The ops that rebuild the tree's persistent nodes, parents first, then the child-change counts."""
+    """The ops that rebuild the tree's persistent nodes, parents first, then the counts of children created."""
     writes: list[Op] = []
     counters: list[Op] = []
 

@@ -7,9 +7,10 @@ ops to its journal between the two steps, so that what is on disk is always a pr
 applied, and replays the same ops on open.
 
 ZooKeeper's rules, kept here so the backends agree with it:
-- a node is created with version 0, each write adds one; ``cversion`` counts its children's
-  creations and deletions, and a sequential child is named after the parent's ``cversion`` at the
-  moment it is made (ZooKeeper's PrepRequestProcessor does the same);
+- a node is created with version 0, each write adds one; ``cversion`` counts the children ever
+  created under it, and a sequential child is named after the parent's ``cversion`` at the moment
+  it is made (ZooKeeper's PrepRequestProcessor names it so; deleting a child does not advance the
+  count, as the contract suite checks against a real ZooKeeper 3.8);
 - an ephemeral node belongs to one session (``owner``; 0 for a persistent node) and cannot have
   children;
 - a create notifies CREATED on the node and CHILDREN_CHANGED on its parent, a write MODIFIED, a
@@ -221,7 +222,6 @@ class NodeTree:
                 parent_path = paths.parent(op.path)
                 parent = self.nodes[parent_path]
                 parent.children.discard(paths.name(op.path))
-                parent.cversion += 1
                 notes.append(Notification(NotificationType.DELETED, op.path))
                 notes.append(Notification(NotificationType.CHILDREN_CHANGED, parent_path))
             else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from metadata_store import MetadataStore
 from metadata_store.local import LocalMetadataStore
 from metadata_store.memory import MemoryMetadataStore
+from metadata_store.zookeeper import ZooKeeperMetadataStore
 
 
 @dataclass
@@ -47,3 +48,13 @@ def local_backend(directory: Path) -> Backend:
         return await LocalMetadataStore.open(directory)
 
     return Backend("local", False, opener)
+
+
+def zookeeper_backend(address: str) -> Backend:
+    """Stores on a chroot of their own in a real ZooKeeper."""
+    url = f"zk:{address}/contract-{uuid.uuid4().hex}"
+
+    async def opener() -> MetadataStore:
+        return await ZooKeeperMetadataStore.open(url, session_timeout_s=10.0)
+
+    return Backend("zookeeper", True, opener)

@@ -1,7 +1,8 @@
 """The metadata-store contract (metadata_store/api.py): every backend passes the same tests.
 
 Each test has a data set of its own (a memory name, a directory, a ZooKeeper chroot), so paths are
-plain. Notifications are awaited, never slept for.
+plain. Notifications are awaited, never slept for. Tests read a path before expecting to be told of
+its changes: ZooKeeper's watches are set by reads (see metadata_store/zookeeper.py).
 """
 
 from __future__ import annotations
@@ -282,20 +283,20 @@ async def test_ephemeral_nodes_have_no_children(backend: Backend) -> None:
 
 
 async def test_sequential_names(backend: Backend) -> None:
-    """ZooKeeper's names: the parent's child-change count, 10 digits, zero-padded."""
+    """ZooKeeper's names: the count of children ever created under the parent, 10 digits, zero-padded."""
     store = await backend.open()
     first = await store.put("/queue/item-", b"a", None, sequential=True)
     assert first.path == "/queue/item-0000000000" and first.version == 0
     second = await store.put("/queue/item-", b"b", None, sequential=True)
     assert second.path == "/queue/item-0000000001"
-    await store.put("/queue/plain", b"", None)  # any child change advances the counter
-    await store.delete("/queue/plain")
+    await store.put("/queue/plain", b"", None)  # any child created advances the counter
+    await store.delete("/queue/plain")  # a delete does not
     third = await store.put("/queue/item-", b"c", -1, sequential=True)
-    assert third.path == "/queue/item-0000000004"
+    assert third.path == "/queue/item-0000000003"
     eph = await store.put("/queue/e-", b"", None, ephemeral=True, sequential=True)
-    assert eph.path == "/queue/e-0000000005" and eph.ephemeral
+    assert eph.path == "/queue/e-0000000004" and eph.ephemeral
     assert await store.get_children("/queue") == [
-        "e-0000000005", "item-0000000000", "item-0000000001", "item-0000000004"]
+        "e-0000000004", "item-0000000000", "item-0000000001", "item-0000000003"]
     got = await store.get("/queue/item-0000000001")
     assert got is not None and got.value == b"b"
 
@@ -313,11 +314,16 @@ async def test_sequential_names_not_reused_after_reopen(backend: Backend) -> Non
 
 
 async def test_notifications_for_each_change(backend: Backend) -> None:
+    """A store is told of changes to what it has read (as a cache reads, then watches), by itself or others;
+    each watch is re-armed, so every later change is told too."""
     store = await backend.open()
     await store.put("/n", b"", None)
-    mine = Recorder(store)
     peer = await a_peer(backend, store)
+    mine = Recorder(store)
     theirs = Recorder(peer) if peer is not store else mine
+    for reader in {id(s): s for s in (store, peer)}.values():
+        assert not await reader.exists("/n/x")
+        assert await reader.get_children("/n") == []
 
     await store.put("/n/x", b"1", None)
     for recorder in (mine, theirs):
@@ -327,17 +333,37 @@ async def test_notifications_for_each_change(backend: Backend) -> None:
     await store.put("/n/x", b"2", None)
     for recorder in (mine, theirs):
         await recorder.saw(MODIFIED, "/n/x")
+    await peer.put("/n/x", b"3", None)
+    for recorder in (mine, theirs):
+        await recorder.saw(MODIFIED, "/n/x", times=2)
 
     await peer.delete("/n/x")
     for recorder in (mine, theirs):
         await recorder.saw(DELETED, "/n/x")
         await recorder.saw(CHILDREN, "/n", times=2)
 
+    await store.put("/n/x", b"again", None)
+    for recorder in (mine, theirs):
+        await recorder.saw(CREATED, "/n/x", times=2)
+
+
+async def test_writer_is_told_of_later_changes_by_others(backend: Backend) -> None:
+    """A put watches the node it wrote: a broker that wrote a value hears when someone else changes it."""
+    store = await backend.open()
+    peer = await a_peer(backend, store)
+    await store.put("/w", b"mine", None)
+    recorder = Recorder(store)
+    await peer.put("/w", b"theirs", None)
+    await recorder.saw(MODIFIED, "/w")
+
 
 async def test_notifications_for_created_parents_and_recursive_delete(backend: Backend) -> None:
     store = await backend.open()
     await store.put("/r", b"", None)
     recorder = Recorder(store)
+    for watched in ("/r/a", "/r/a/b"):
+        assert not await store.exists(watched)
+    assert await store.get_children("/r") == []
     await store.put("/r/a/b", b"", None)
     await recorder.saw(CREATED, "/r/a")
     await recorder.saw(CREATED, "/r/a/b")
@@ -355,5 +381,6 @@ async def test_a_failing_listener_does_not_stop_the_others(backend: Backend) -> 
 
     store.register_listener(broken)
     recorder = Recorder(store)
+    assert not await store.exists("/after-broken")
     await store.put("/after-broken", b"", None)
     await recorder.saw(CREATED, "/after-broken")
