@@ -22,6 +22,7 @@ from metadata_store.api import (
     SessionEvent,
     Stat,
 )
+from metadata_store.factory import open_metadata_store
 from metadata_store.paths import InvalidPathError
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "NotificationType",
     "SessionEvent",
     "Stat",
+    "open_metadata_store",
 ]
