@@ -132,7 +132,7 @@ class NodeTree:
         """The ops of a put and the path it writes (for a sequential put: the name made)."""
         if path == paths.ROOT:
             raise MetadataStoreError("the root node cannot be written")
-        if expected_version is not None and expected_version < -1:
+        if expected_version is not None and (type(expected_version) is not int or expected_version < -1):
             raise MetadataStoreError(f"expected_version must be None, -1 or a version >= 0: {expected_version}")
         ops: list[Op] = []
         parent_path = paths.parent(path)
@@ -172,6 +172,8 @@ class NodeTree:
     def plan_delete(self, path: str, expected_version: int | None) -> list[Op]:
         if path == paths.ROOT:
             raise MetadataStoreError("the root node cannot be deleted")
+        if expected_version is not None and type(expected_version) is not int:
+            raise MetadataStoreError(f"expected_version must be None or an int: {expected_version!r}")
         node = self.nodes.get(path)
         if node is None:
             raise NotFoundError(path)

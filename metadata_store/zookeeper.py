@@ -80,6 +80,8 @@ CONNECT_TIMEOUT_S = 15.0
 SESSION_LOST_FRACTION = 5 / 6
 # Reconnection back-off cap: well inside the session timeout, so a restarted server is found in time.
 MAX_RECONNECT_DELAY_S = 1.0
+# ZooKeeper's jute.maxbuffer default (1 MiB - 1) bounds a request; keep 1 KiB of it for headers.
+MAX_REQUEST_BYTES = 0xFFFFF - 1024
 # ZooKeeper's ephemeralOwner of a container node (Pulsar creates parents as containers): not ephemeral.
 _CONTAINER_OWNER = -(1 << 63)
 
@@ -290,11 +292,15 @@ class ZooKeeperMetadataStore:
             raise MetadataStoreError("the root node cannot be written")
         if not isinstance(value, bytes | bytearray | memoryview):
             raise MetadataStoreError(f"a value is bytes, not {type(value).__name__}")
-        if expected_version is not None and expected_version < -1:
+        if expected_version is not None and (type(expected_version) is not int or expected_version < -1):
             raise MetadataStoreError(f"expected_version must be None, -1 or a version >= 0: {expected_version}")
         if sequential and expected_version not in (None, -1):
             raise MetadataStoreError("a sequential put creates a new node: expected_version must be None or -1")
         data = bytes(value)
+        if len(data) + len(path) > MAX_REQUEST_BYTES:
+            # Sent anyway, the server would drop the connection (and the session's other calls with it).
+            raise MetadataStoreError(f"{path}: a value of {len(data)} bytes is past ZooKeeper's request limit "
+                                     f"(jute.maxbuffer, {MAX_REQUEST_BYTES} bytes with the path and headers)")
         if sequential or expected_version == -1:
             try:
                 made, zstat = await self._create(path, data, ephemeral, sequential)
@@ -321,6 +327,8 @@ class ZooKeeperMetadataStore:
         self._enter(path)
         if path == paths.ROOT:
             raise MetadataStoreError("the root node cannot be deleted")
+        if expected_version is not None and type(expected_version) is not int:
+            raise MetadataStoreError(f"expected_version must be None or an int: {expected_version!r}")
         version = -1 if expected_version is None else expected_version
         await self._call(path, self._client.delete_async(path, version))
 
