@@ -122,6 +122,12 @@ class BrokerConfig:
     internalListenerName: str = ""
     bindAddresses: str = ""
     clusterName: str = "standalone"
+    # Where the broker's metadata (clusters, tenants, namespaces and their policies, partitioned
+    # topics, topic policies, schemas) is kept, as Pulsar's metadataStoreUrl: empty = the local
+    # durable store under <dataDir>/metadata (in memory when dataDir is empty);
+    # zk:host:port[,host:port...][/chroot] = ZooKeeper, shared by brokers; memory:<name> = in this
+    # process only. The paths and JSON values are Apache Pulsar's (docs/metadata.md).
+    metadataStoreUrl: str = ""
     # -- protocol limits ----------------------------------------------------------------------------
     maxMessageSize: int = setting(5 * 1024 * 1024, POSITIVE)
     keepAliveIntervalSeconds: int = setting(30, Rule(0, means="0 = no keep-alive pings"))

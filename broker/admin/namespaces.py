@@ -20,7 +20,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -123,7 +123,7 @@ class NamespacesResource:
             r.add_delete(path, bound(self.remove_plain, policy))
 
     @property
-    def metadata(self) -> MetadataStore:
+    def metadata(self) -> BrokerMetadata:
         return self.web.metadata
 
     def tenant(self, request: web.Request) -> str:
@@ -158,7 +158,7 @@ class NamespacesResource:
         ns = f"{tenant}/{ns_name}"
         body = await read_body(request)
         policies = P.validate_policies(body) if body is not None else {}
-        self.metadata.create_namespace(ns, policies)
+        await self.metadata.create_namespace(ns, policies)
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -171,9 +171,9 @@ class NamespacesResource:
         for name in topics:
             await self.web.topics.delete_one(TopicName.parse(name), force=True)
         for base in partitioned:
-            self.metadata.delete_partitioned(base)
-            service.schemas.delete(base)
-        self.metadata.delete_namespace(ns)
+            await self.metadata.delete_partitioned(base)
+            await service.schemas.delete(base)
+        await self.metadata.delete_namespace(ns)
         return no_content()
 
     async def topics(self, request: web.Request) -> web.Response:
@@ -193,7 +193,7 @@ class NamespacesResource:
             value = await read_body(request)
             if not isinstance(value, bool):
                 raise HttpError(400, "Deduplication must be true or false")
-        self.metadata.set_policy(ns, T.DEDUPLICATION.namespace_field, value)
+        await self.metadata.set_policy(ns, T.DEDUPLICATION.namespace_field, value)
         return no_content()
 
     async def get_schema_strategy(self, request: web.Request) -> web.Response:
@@ -203,7 +203,7 @@ class NamespacesResource:
     async def put_schema_strategy(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         strategy = P.parse_schema_strategy(await read_body(request))
-        self.metadata.set_policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field, strategy)
+        await self.metadata.set_policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field, strategy)
         return no_content()
 
     # -- retention -----------------------------------------------------------------------------------
@@ -216,13 +216,13 @@ class NamespacesResource:
         quotas = T.BACKLOG_QUOTAS.parse(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         if not all(q.within(retention) for q in quotas.values()):
             raise HttpError(412, "Retention Quota must exceed configured backlog quota for namespace.")
-        self.metadata.set_policy(ns, T.RETENTION.namespace_field, retention.to_json())
+        await self.metadata.set_policy(ns, T.RETENTION.namespace_field, retention.to_json())
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
+        await self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
@@ -240,7 +240,7 @@ class NamespacesResource:
             rates.pop(cluster, None)
         else:
             rates[cluster] = rate.parse(await read_body(request))
-        self.metadata.set_policy(ns, rate.key, rates or None)
+        await self.metadata.set_policy(ns, rate.key, rates or None)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ class NamespacesResource:
                                  "Please increase retention quota and retry")
         quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         quotas[quota_type] = quota.to_json()
-        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas)
+        await self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas)
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
@@ -274,7 +274,7 @@ class NamespacesResource:
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
         quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         quotas.pop(quota_type, None)
-        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas or None)
+        await self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas or None)
         return no_content()
 
     # -- plain policies --------------------------------------------------------------------------------
@@ -284,13 +284,13 @@ class NamespacesResource:
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
+        await self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
         self._applied(ns, policy.key)
         return no_content()
 
     async def remove_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, policy.key, None)
+        await self.metadata.set_policy(ns, policy.key, None)
         self._applied(ns, policy.key)
         return no_content()
 
