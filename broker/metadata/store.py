@@ -465,12 +465,14 @@ class BrokerMetadata:
             await self.cache.delete(L.SCHEMAS, base_topic)
 
 
-async def open_broker_metadata_store(url: str, data_dir: Path | None) -> MetadataStore:
+async def open_broker_metadata_store(url: str, data_dir: Path | None, *, session_timeout_s: float,
+                                     operation_timeout_s: float) -> MetadataStore:
     """The store ``metadataStoreUrl`` names (``metadata_store.open_metadata_store``); empty = the
     local durable store under ``<data_dir>/metadata``, in memory when there is no data dir."""
     if not url.strip():
         url = "local:" if data_dir is not None else "memory:"
-    return await open_metadata_store(url, data_dir=data_dir)
+    return await open_metadata_store(url, data_dir=data_dir, session_timeout_s=session_timeout_s,
+                                     operation_timeout_s=operation_timeout_s)
 
 
 def _must_exist(current: Any, message: str) -> Any:

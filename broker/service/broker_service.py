@@ -39,7 +39,7 @@ from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
-from metadata_store.api import MetadataStore
+from metadata_store.api import MetadataStore, MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,13 @@ class BrokerService:
     async def open(self) -> None:
         """Open the metadata store (``metadataStoreUrl``) and load what the broker keeps of it;
         a data dir's old ``metadata.json`` is imported into it once."""
-        self.metadata_store = await open_broker_metadata_store(self.config.metadataStoreUrl, self.data_dir)
+        cfg = self.config
+        try:
+            self.metadata_store = await open_broker_metadata_store(
+                cfg.metadataStoreUrl, self.data_dir, session_timeout_s=cfg.metadataStoreSessionTimeoutMillis / 1000,
+                operation_timeout_s=cfg.metadataStoreOperationTimeoutSeconds)
+        except MetadataStoreError as exc:  # (a bad URL, an unreachable ZooKeeper, a locked directory)
+            raise ConfigError(f"metadataStoreUrl={cfg.metadataStoreUrl!r}: {exc}") from None
         legacy = self.data_dir / LEGACY_FILE_NAME if self.data_dir is not None else None
         try:
             await self.metadata.start(self.metadata_store, legacy)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from broker.config import ConfigError
 from broker.embedded import BrokerThread
 from cluster.local import missing_zookeeper, start_zookeeper, stop_process
 from tests.admin.conftest import Admin
@@ -46,6 +47,11 @@ def test_the_old_metadata_json_is_imported_once(tmp_path: Path) -> None:
                 admin.ok("POST", f"{NS}/acme/ns/messageTTL", 77)
         assert not legacy.exists() and (tmp_path / "metadata.json.imported").exists()
         assert (tmp_path / "metadata").is_dir()
+
+
+def test_a_bad_metadata_store_url_is_a_clear_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"metadataStoreUrl='etcd://x:2379': .*not supported"):
+        BrokerThread(data_dir=tmp_path, metadataStoreUrl="etcd://x:2379").start()
 
 
 # -- ZooKeeper --------------------------------------------------------------------------------------------
