@@ -95,7 +95,7 @@ class NamespaceMetadataResource:
         body = await read_body(request)
         if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
             raise HttpError(400, "Namespace properties must be a JSON object of string values")
-        await self.metadata.set_policy(ns, PROPERTIES, {**self._properties(ns), **body})
+        await self.metadata.update_policy(ns, PROPERTIES, lambda stored: {**(stored or {}), **body})
         return no_content()
 
     async def clear_properties(self, request: web.Request) -> web.Response:
@@ -109,14 +109,14 @@ class NamespaceMetadataResource:
     async def set_property(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         m = request.match_info
-        await self.metadata.set_policy(ns, PROPERTIES, {**self._properties(ns), m["key"]: m["value"]})
+        await self.metadata.update_policy(ns, PROPERTIES, lambda stored: {**(stored or {}), m["key"]: m["value"]})
         return no_content()
 
     async def remove_property(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        properties = self._properties(ns)
-        properties.pop(request.match_info["key"], None)
-        await self.metadata.set_policy(ns, PROPERTIES, properties or None)
+        key = request.match_info["key"]
+        await self.metadata.update_policy(
+            ns, PROPERTIES, lambda stored: {k: v for k, v in (stored or {}).items() if k != key} or None)
         return no_content()
 
     # -- bundles -----------------------------------------------------------------------------------

@@ -234,13 +234,17 @@ class NamespacesResource:
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
         ns = self.namespace(request)
-        rates = dict(self.metadata.policy(ns, rate.key) or {})
         cluster = self.web.ctx.cluster
-        if request.method == "DELETE":
-            rates.pop(cluster, None)
-        else:
-            rates[cluster] = rate.parse(await read_body(request))
-        await self.metadata.set_policy(ns, rate.key, rates or None)
+        value = None if request.method == "DELETE" else rate.parse(await read_body(request))
+
+        def change(rates: dict[str, Any] | None) -> dict[str, Any] | None:
+            rates = dict(rates or {})
+            if value is None:
+                rates.pop(cluster, None)
+            else:
+                rates[cluster] = value
+            return rates or None
+        await self.metadata.update_policy(ns, rate.key, change)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------
@@ -264,17 +268,17 @@ class NamespacesResource:
         if not quota.within(None if stored_retention is None else T.RETENTION.parse(stored_retention)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for namespace. "
                                  "Please increase retention quota and retry")
-        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
-        quotas[quota_type] = quota.to_json()
-        await self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas)
+        await self.metadata.update_policy(ns, T.BACKLOG_QUOTAS.namespace_field,
+                                          lambda quotas: {**(quotas or {}), quota_type: quota.to_json()})
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
-        quotas.pop(quota_type, None)
-        await self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas or None)
+        def change(quotas: dict[str, Any] | None) -> dict[str, Any] | None:
+            remaining = {k: v for k, v in (quotas or {}).items() if k != quota_type}
+            return remaining or None
+        await self.metadata.update_policy(ns, T.BACKLOG_QUOTAS.namespace_field, change)
         return no_content()
 
     # -- plain policies --------------------------------------------------------------------------------

@@ -208,9 +208,11 @@ class TopicPoliciesResource:
         return no_content()
 
     async def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
-        quotas = dict(self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field) or {})
-        if quota is None:
-            quotas.pop(quota_type, None)
-        else:
-            quotas[quota_type] = quota
-        await self.service.metadata.set_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, quotas or None)
+        def change(quotas: dict[str, Any] | None) -> dict[str, Any] | None:
+            quotas = dict(quotas or {})
+            if quota is None:
+                quotas.pop(quota_type, None)
+            else:
+                quotas[quota_type] = quota
+            return quotas or None
+        await self.service.metadata.update_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, change)

@@ -306,12 +306,18 @@ class BrokerMetadata:
 
     async def set_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (or, with None, remove) one policy of an existing namespace, persisted at once."""
-        def change(policies: JsonDoc) -> None:
+        await self.update_policy(namespace, key, lambda _: value)
+
+    async def update_policy(self, namespace: str, key: str, change: Callable[[Any], Any]) -> None:
+        """Read-modify-write of one policy: ``change(stored value or None)`` returns the new value
+        (None removes it); it gets a copy, and runs again when another writer got in between."""
+        def modify(policies: JsonDoc) -> None:
+            value = change(copy.deepcopy(policies.get(key)))
             if value is None:
                 policies.pop(key, None)
             else:
                 policies[key] = copy.deepcopy(value)
-        await self.modify_policies(namespace, change)
+        await self.modify_policies(namespace, modify)
 
     def _namespace_must_exist(self, namespace: str) -> None:
         if namespace not in self._namespaces:
@@ -436,16 +442,20 @@ class BrokerMetadata:
         """Set (or, with None, remove) one topic-level policy, persisted at once."""
         if value is None and self.topic_policy(topic, key) is None:
             return
+        await self.update_topic_policy(topic, key, lambda _: value)
 
-        def change(current: JsonDoc | None) -> Any:
+    async def update_topic_policy(self, topic: str, key: str, change: Callable[[Any], Any]) -> None:
+        """Read-modify-write of one topic-level policy, as ``update_policy``."""
+        def modify(current: JsonDoc | None) -> Any:
             policies = dict(current or {})
+            value = change(copy.deepcopy(policies.get(key)))
             if value is None:
                 if policies.pop(key, None) is None:
                     return KEEP
             else:
                 policies[key] = copy.deepcopy(value)
             return policies or None
-        await self._modify(L.TOPIC_POLICIES, topic, change)
+        await self._modify(L.TOPIC_POLICIES, topic, modify)
 
     # -- schemas (Pulsar's schema storage) ------------------------------------------------------------
     def schema_versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:

@@ -358,3 +358,16 @@ def test_paths_round_trip() -> None:
     assert L.classify("/admin/partitioned-topics/t/ns") is None  # (a directory, no record)
     assert L.classify("/admin/clusters/c/namespaceIsolationPolicies") is None  # (Pulsar's, not ours)
     assert L.classify("/managed-ledgers/t/ns/persistent/x") is None
+
+
+async def test_update_policy_reads_modifies_and_writes_one_value(metadata: BrokerMetadata,
+                                                                 store: MetadataStore) -> None:
+    await metadata.update_policy("public/default", "properties", lambda p: {**(p or {}), "a": "1"})
+    await metadata.update_policy("public/default", "properties", lambda p: {**(p or {}), "b": "2"})
+    assert await node(store, "/admin/policies/public/default") == {"properties": {"a": "1", "b": "2"}}
+    await metadata.update_policy("public/default", "properties", lambda _: None)
+    assert metadata.policy("public/default", "properties") is None
+    await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda q: {**(q or {}), "x": 1})
+    await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda _: None)
+    assert TOPIC not in metadata.topic_policies
+    assert not await store.exists(L.TOPIC_POLICIES.path(TOPIC))
