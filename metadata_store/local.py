@@ -21,9 +21,9 @@ write torn by a crash), truncates the journal there and says so in the log and i
 When the journal has grown past twice the size of the live data, it is rewritten as one record of
 the whole tree (to a temporary file, fsynced, renamed over the journal, directory fsynced).
 
-Ephemeral nodes are never written: they die with the process, as with the session. Sequence
-numbers stay unique across restarts because an ephemeral sequential create journals the parent's
-new count of children created (``C``).
+Ephemeral nodes are never written: they die with the process, as with the session. Sequential
+names stay ZooKeeper's (and unique) across restarts because an ephemeral create journals its
+parent's new count of children created (``C``).
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ class Remove:
 
 @dataclass(frozen=True)
 class Counter:
-    """Raise the node's ``cversion`` to at least ``cversion`` (keeps sequence numbers unique when
-    the ops that advanced it are not journalled: ephemeral sequential children)."""
+    """Raise the node's ``cversion`` to at least ``cversion``: what an ephemeral child's creation did
+    to its parent, journalled although the child is not, so sequential names stay ZooKeeper's
+    (and unique) across restarts."""
 
     path: str
     cversion: int
@@ -131,7 +132,7 @@ class NodeTree:
         """The ops of a put and the path it writes (for a sequential put: the name made)."""
         if path == paths.ROOT:
             raise MetadataStoreError("the root node cannot be written")
-        if expected_version is not None and expected_version < -1:
+        if expected_version is not None and (type(expected_version) is not int or expected_version < -1):
             raise MetadataStoreError(f"expected_version must be None, -1 or a version >= 0: {expected_version}")
         ops: list[Op] = []
         parent_path = paths.parent(path)
@@ -154,7 +155,8 @@ class NodeTree:
             if expected_version is not None and expected_version >= 0:
                 raise NotFoundError(path)
             ops.append(Write(path, value, 0, now_ms, now_ms, owner))
-            if sequential and owner != PERSISTENT:
+            if owner != PERSISTENT:
+                # the parent's count goes on past a restart although the ephemeral node does not
                 ops.append(Counter(parent_path, parent_cversion + 1))
             return ops, path
         if expected_version == -1:
@@ -170,6 +172,8 @@ class NodeTree:
     def plan_delete(self, path: str, expected_version: int | None) -> list[Op]:
         if path == paths.ROOT:
             raise MetadataStoreError("the root node cannot be deleted")
+        if expected_version is not None and type(expected_version) is not int:
+            raise MetadataStoreError(f"expected_version must be None or an int: {expected_version!r}")
         node = self.nodes.get(path)
         if node is None:
             raise NotFoundError(path)

@@ -225,6 +225,22 @@ async def test_invalid_paths_refused(backend: Backend) -> None:
     assert await store.exists("/")
 
 
+async def test_bad_arguments_refused(backend: Backend) -> None:
+    store = await backend.open()
+    await store.put("/arg", b"", None)
+    for bad in ("0", 1.0, -2):
+        with pytest.raises(MetadataStoreError):
+            await store.put("/arg", b"", bad)  # type: ignore[arg-type]
+    with pytest.raises(MetadataStoreError):
+        await store.delete("/arg", "0")  # type: ignore[arg-type]
+    with pytest.raises(MetadataStoreError):
+        await store.put("/arg", "text", None)  # type: ignore[arg-type]
+    with pytest.raises(MetadataStoreError):
+        await store.put("/arg", b"", 0, sequential=True)
+    got = await store.get("/arg")
+    assert got is not None and got.stat.version == 0
+
+
 async def test_closed_store_raises(backend: Backend) -> None:
     store = await backend.open()
     await store.put("/x", b"", None)

@@ -18,15 +18,16 @@ import pytest
 from cluster.local import ProcessInfo, free_port, start_zookeeper, stop_process
 from metadata_store import MetadataStoreError, Notification, NotificationType, SessionEvent
 from metadata_store.zookeeper import (
+    MAX_REQUEST_BYTES,
     SessionState,
     SessionTracker,
     ZkAddress,
     ZooKeeperMetadataStore,
     parse_zk_url,
 )
-from tests.metadata_store.conftest import require_zookeeper
 from tests.metadata_store.tcp_proxy import TcpProxy
 from tests.waiting import eventually
+from tests.zookeeper import require_zookeeper
 
 LOST = SessionEvent.CONNECTION_LOST
 RECONNECTED = SessionEvent.RECONNECTED
@@ -180,6 +181,18 @@ async def test_close_deletes_ephemerals_at_once_and_later_calls_fail(zk_server: 
     with pytest.raises(MetadataStoreError):
         await store.get("/e")
     await observer.close()
+
+
+async def test_a_value_past_the_request_limit_is_refused_before_sending(zk_server: ProcessInfo) -> None:
+    store = await ZooKeeperMetadataStore.open(f"zk:{zk_server.address}/big-{time.monotonic_ns()}")
+    events = Events(store)
+    with pytest.raises(MetadataStoreError, match=r"jute\.maxbuffer"):
+        await store.put("/big", bytes(2 << 20), None)
+    await store.put("/big", bytes(MAX_REQUEST_BYTES - 10), None)  # just under: fine
+    got = await store.get("/big")
+    assert got is not None and len(got.value) == MAX_REQUEST_BYTES - 10
+    assert events.seen == []  # the connection never dropped
+    await store.close()
 
 
 async def test_nothing_listening_fails_fast_with_a_clear_error() -> None:
