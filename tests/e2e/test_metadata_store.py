@@ -5,9 +5,7 @@ other's changes by notification, without restart."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from kazoo.client import KazooClient
 
 from broker.config import ConfigError
 from broker.embedded import BrokerThread
-from cluster.local import missing_zookeeper, start_zookeeper, stop_process
+from cluster.local import ProcessInfo
 from tests.admin.conftest import Admin
 from tests.reliability.broker_process import start_broker_with_web
 from tests.waiting import wait_for
@@ -56,28 +54,13 @@ def test_a_bad_metadata_store_url_is_a_clear_configuration_error(tmp_path: Path)
 
 # -- ZooKeeper --------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real ZooKeeper on a free port (stopped by pid): its host:port."""
-    why = missing_zookeeper()
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the ZooKeeper metadata test needs a real ZooKeeper under CI: {why}")
-        pytest.skip(f"real ZooKeeper unavailable: {why}")
-    state = tmp_path_factory.mktemp("zk")
-    info = start_zookeeper(state)
-    try:
-        yield info.address
-    finally:
-        stop_process(info.pid)
-
-
 def znode(zk: KazooClient, path: str) -> Any:
     data, _ = zk.get(path)
     return json.loads(data)
 
 
-def test_brokers_share_pulsars_znodes_in_zookeeper(zookeeper: str, tmp_path: Path) -> None:
+def test_brokers_share_pulsars_znodes_in_zookeeper(zk_server: ProcessInfo, tmp_path: Path) -> None:
+    zookeeper = zk_server.address  # (the session's real ZooKeeper; a chroot of this test's own)
     chroot = f"/pulsar-py-{uuid.uuid4().hex[:8]}"
     url = f"zk:{zookeeper}{chroot}"
     zk = KazooClient(hosts=zookeeper + chroot)  # (connected once the broker made the chroot)
