@@ -223,8 +223,7 @@ class TopicsResource:
         """PUT .../properties: add or replace the given keys (the others stay)."""
         key = self.properties_key(self.name(request))
         properties = parse_properties(await read_body(request))
-        merged = {**self.service.metadata.topic_properties.get(key, {}), **properties}
-        await self.service.metadata.set_topic_properties(key, merged)
+        await self.service.metadata.update_topic_properties(key, lambda stored: {**stored, **properties})
         return no_content()
 
     async def remove_property(self, request: web.Request) -> web.Response:
@@ -233,9 +232,8 @@ class TopicsResource:
         prop = request.query.get("key")
         if not prop:
             raise HttpError(400, "The key of the property to remove is required (?key=)")
-        remaining = dict(self.service.metadata.topic_properties.get(key, {}))
-        remaining.pop(prop, None)
-        await self.service.metadata.set_topic_properties(key, remaining)
+        await self.service.metadata.update_topic_properties(
+            key, lambda stored: {k: v for k, v in stored.items() if k != prop})
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:

@@ -422,16 +422,26 @@ class BrokerMetadata:
 
     async def set_topic_properties(self, topic: str, properties: Mapping[str, str]) -> None:
         """Replace a topic's properties (a partitioned topic's live in its metadata document)."""
-        new = dict(properties) if properties else None
+        await self.update_topic_properties(topic, lambda _: dict(properties))
+
+    async def update_topic_properties(self, topic: str,
+                                      change: Callable[[dict[str, str]], Mapping[str, str] | None]) -> None:
+        """Read-modify-write of a topic's properties: ``change(stored properties, {} when none)``
+        returns the new ones (empty or None: none); it runs again when another writer got in between."""
+        def new_properties(stored: Any) -> dict[str, str] | None:
+            new = change(dict(stored or {}))
+            return dict(new) if new else None
+
         if topic in self._partitioned:
-            def change(current: JsonDoc | None) -> Any:
+            def modify(current: JsonDoc | None) -> Any:
                 if current is None:
                     return KEEP
+                new = new_properties(current.get("properties"))
                 doc = {k: v for k, v in current.items() if k != "properties"}
                 return {**doc, "properties": new} if new else doc
-            await self._modify(L.PARTITIONED_TOPICS, topic, change)
+            await self._modify(L.PARTITIONED_TOPICS, topic, modify)
         else:
-            await self._modify(L.TOPIC_PROPERTIES, topic, lambda _: new)
+            await self._modify(L.TOPIC_PROPERTIES, topic, new_properties)
 
     def topic_policy(self, topic: str, key: str) -> Any:
         """A topic-level policy value (topic: the full name, a partitioned topic's base name for

@@ -371,3 +371,18 @@ async def test_update_policy_reads_modifies_and_writes_one_value(metadata: Broke
     await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda _: None)
     assert TOPIC not in metadata.topic_policies
     assert not await store.exists(L.TOPIC_POLICIES.path(TOPIC))
+
+
+async def test_update_topic_properties_merges_into_the_stored_ones(metadata: BrokerMetadata,
+                                                                   store: MetadataStore) -> None:
+    await metadata.create_partitioned_topic(PARTED, 2, {"a": "1"})
+    await metadata.update_topic_properties(PARTED, lambda p: {**p, "b": "2"})
+    assert await node(store, L.PARTITIONED_TOPICS.path(PARTED)) == {
+        "partitions": 2, "properties": {"a": "1", "b": "2"}, "deleted": False}
+    await metadata.update_topic_properties(PARTED, lambda _: {})
+    assert await node(store, L.PARTITIONED_TOPICS.path(PARTED)) == {"partitions": 2, "deleted": False}
+    await metadata.update_topic_properties(TOPIC, lambda p: {**p, "c": "3"})
+    await metadata.update_topic_properties(TOPIC, lambda p: {**p, "d": "4"})
+    assert metadata.topic_properties[TOPIC] == {"c": "3", "d": "4"}
+    await metadata.update_topic_properties(TOPIC, lambda _: None)
+    assert not await store.exists(L.TOPIC_PROPERTIES.path(TOPIC)) and TOPIC not in metadata.topic_properties
