@@ -252,13 +252,27 @@ def _bookie_conf_text(port: int, zk: str, directory: Path) -> str:
     ])
 
 
-def start_zookeeper(state: Path) -> ProcessInfo:
-    port = free_port()
+def missing_zookeeper() -> str | None:
+    """Why a ZooKeeper server cannot start here (needs only java and ZooKeeper's jars), or None."""
+    if shutil.which("java") is None:
+        return "no `java` on PATH"
+    if not Path("/usr/share/java/zookeeper.jar").exists() and not list(bookkeeper_lib().glob("zookeeper-*.jar")):
+        return f"no Debian zookeeper package, no ZooKeeper jars in {bookkeeper_lib()} (run `make cluster-deps`)"
+    return None
+
+
+def start_zookeeper(state: Path, port: int | None = None, tick_ms: int | None = None) -> ProcessInfo:
+    """A standalone ZooKeeper in ``state/zookeeper`` (on ``port``, default a free one). Starting it again with the
+    same state and port is a restart: it keeps its data and its sessions. ``tick_ms`` (ZooKeeper's tickTime,
+    default 3000) bounds the session timeouts it grants: from 2 to 20 ticks."""
+    port = free_port() if port is None else port
     directory = state / "zookeeper"
     directory.mkdir(parents=True, exist_ok=True)
     log = state / "zookeeper.log"
     cmd = ["java", *ZK_JVM_OPTS, "-cp", _zk_classpath(),
            "org.apache.zookeeper.server.ZooKeeperServerMain", str(port), str(directory)]
+    if tick_ms is not None:
+        cmd.append(str(tick_ms))
     proc = _spawn(cmd, log, state)
     info = ProcessInfo("zookeeper", proc.pid, f"127.0.0.1:{port}", str(directory), str(log))
     try:
@@ -354,6 +368,11 @@ def kill_bookie(cluster: LocalCluster, address: str, hard: bool = True) -> None:
             os.kill(info.pid, signal.SIGKILL)
     _kill(info.pid)
     cluster.bookies.remove(info)
+
+
+def stop_process(pid: int) -> None:
+    """Stop one process of ours by pid: SIGTERM, then SIGKILL after a grace period."""
+    _kill(pid)
 
 
 def stop_cluster(cluster: LocalCluster) -> None:

@@ -22,11 +22,14 @@ from metadata_store.api import (
     SessionEvent,
     Stat,
 )
+from metadata_store.factory import open_metadata_store
+from metadata_store.paths import InvalidPathError
 
 __all__ = [
     "AlreadyExistsError",
     "BadVersionError",
     "GetResult",
+    "InvalidPathError",
     "MetadataStore",
     "MetadataStoreError",
     "NotFoundError",
@@ -34,4 +37,5 @@ __all__ = [
     "NotificationType",
     "SessionEvent",
     "Stat",
+    "open_metadata_store",
 ]

@@ -107,7 +107,10 @@ class MetadataStore(Protocol):
         ...
 
     def register_listener(self, listener: Callable[[Notification], None]) -> None:
-        """Be told of every change under any path (filter by prefix in the listener)."""
+        """Be told of changes (filter by path in the listener). Every backend tells of changes to
+        the nodes this store has read (get, exists), the children of those it listed
+        (get_children) and the nodes it wrote (put), from then on, whoever made them; the
+        in-process backends tell of every change (ZooKeeper's watches are set by reads)."""
         ...
 
     def register_session_listener(self, listener: Callable[[SessionEvent], None]) -> None: ...

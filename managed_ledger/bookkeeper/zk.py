@@ -2,8 +2,9 @@
 
 kazoo is the maintained, widely used Python ZooKeeper client (sessions, reconnection, multi, sequential and ephemeral
 znodes); it runs its I/O on its own thread. Its ``*_async`` calls return kazoo results that complete on that thread;
-`AsyncZk` turns each into an asyncio future completed on the event loop (``call_soon_threadsafe``), so callers only
-ever await. (aiozk, the asyncio-native alternative, is far less used and maintained.)
+`AsyncZk` turns each into an asyncio future completed on the event loop (``metadata_store.kazoo_async``, which the
+metadata store's ZooKeeper backend uses too), so callers only ever await. (aiozk, the asyncio-native alternative,
+is far less used and maintained.)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from metadata_store.kazoo_async import awaitable
 
 __all__ = ["AsyncZk", "BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "Zk", "ZnodeStat"]
 
@@ -65,18 +68,7 @@ class AsyncZk:
     def _await(self, result: Any) -> asyncio.Future[Any]:
         loop = self._loop
         assert loop is not None, "AsyncZk.start() first"
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def transfer() -> None:
-            if future.done():
-                return
-            try:
-                future.set_result(result.get_nowait())
-            except Exception as e:  # kazoo's exceptions, passed on as they are
-                future.set_exception(e)
-
-        result.rawlink(lambda _: loop.call_soon_threadsafe(transfer))
-        return future
+        return awaitable(loop, result)
 
     async def get(self, path: str) -> tuple[bytes, ZnodeStat]:
         data, stat = await self._await(self._client.get_async(path))

@@ -1,0 +1,526 @@
+"""The ZooKeeper backend (``zk:host:port[,host:port][/chroot]``, Pulsar's ``metadataStoreUrl``), over kazoo.
+
+Values and versions are ZooKeeper's own: a put is ``create`` (create-only, sequential, or the first
+write of a node), or ``setData`` with the expected version (-1 when None); missing parents are created
+(persistent, empty) as kazoo's ``makepath`` does. The chroot is created when missing, as Pulsar's
+``initializeCluster`` does, so every path of this store is under it.
+
+Watches. ZooKeeper 3.6 added persistent recursive watches (Pulsar's store sets one on "/"), but kazoo
+(2.11, the latest) has no API for them, so this store uses ZooKeeper's classic one-shot watches and
+re-arms each one as it fires: a ``get`` or ``exists`` watches the node (CREATED, MODIFIED, DELETED,
+and CHILDREN_CHANGED on its parent when it comes or goes, as Pulsar's store derives it), a
+``get_children`` watches its children (CHILDREN_CHANGED) and the node itself, and a ``put`` watches
+the node it wrote. A store is therefore told of changes to what it has read or written, from then
+on; the in-process backends tell of every change, which the contract allows (notifications are
+hints). A watch is re-armed before its notification is delivered, so a listener that re-reads sees
+every later change. kazoo drops all watches when the connection drops: they are re-armed on
+reconnection, and RECONNECTED / SESSION_REESTABLISHED tell listeners to re-read what changed meanwhile.
+
+Session events come from one small state machine (``SessionTracker``) fed with kazoo's connection
+states, on the event loop:
+
+    CONNECTED --SUSPENDED--> DISCONNECTED                   CONNECTION_LOST
+    DISCONNECTED --CONNECTED, same session--> CONNECTED     RECONNECTED
+    DISCONNECTED --LOST (expired), or no reconnection within 5/6 of the session timeout--> LOST
+                                                            SESSION_LOST
+    LOST --CONNECTED (a new session, or the old one after all)--> CONNECTED
+                                                            SESSION_REESTABLISHED
+
+The timer is Pulsar's (``ZKSessionWatcher``): a client cut off from every server never hears that
+its session expired, yet the servers delete its ephemeral nodes after the session timeout, so an
+owner must stop acting as one before that. Every operation is bounded by ``operation_timeout_s``
+(the session timeout by default) and raises MetadataStoreError past it; a write that timed out may
+still have been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as KzBadVersionError
+from kazoo.exceptions import (
+    KazooException,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry
+
+from metadata_store import paths
+from metadata_store.api import (
+    AlreadyExistsError,
+    BadVersionError,
+    GetResult,
+    MetadataStoreError,
+    NotFoundError,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    Stat,
+)
+from metadata_store.kazoo_async import awaitable
+
+log = logging.getLogger(__name__)
+
+ZK_SCHEME = "zk:"  # Pulsar's prefix; a URL without a known scheme is taken as ZooKeeper's too, as Pulsar does
+# Pulsar's zooKeeperSessionTimeoutMillis default.
+SESSION_TIMEOUT_S = 30.0
+# How long opening waits for a first session.
+CONNECT_TIMEOUT_S = 15.0
+# Pulsar's ZKSessionWatcher: disconnected for 5/6 of the session timeout is taken for a lost session.
+SESSION_LOST_FRACTION = 5 / 6
+# Reconnection back-off cap: well inside the session timeout, so a restarted server is found in time.
+MAX_RECONNECT_DELAY_S = 1.0
+# ZooKeeper's jute.maxbuffer default (1 MiB - 1) bounds a request; keep 1 KiB of it for headers.
+MAX_REQUEST_BYTES = 0xFFFFF - 1024
+# ZooKeeper's ephemeralOwner of a container node (Pulsar creates parents as containers): not ephemeral.
+_CONTAINER_OWNER = -(1 << 63)
+
+
+# ---- the URL ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ZkAddress:
+    hosts: str  # "host:port[,host:port]"
+    chroot: str  # "" or an absolute path
+
+    @property
+    def connect_string(self) -> str:
+        return self.hosts + self.chroot
+
+
+def parse_zk_url(url: str) -> ZkAddress:
+    """``zk:host:port[,host:port][/chroot]`` (or the same without ``zk:``) -> hosts and chroot."""
+    rest = url.removeprefix(ZK_SCHEME)
+    if rest.startswith("//"):  # zk://host:port is a common slip; Pulsar's form has no slashes
+        rest = rest[2:]
+    hosts, slash, chroot = rest.partition("/")
+    chroot = slash + chroot
+    if chroot == "/":
+        chroot = ""
+    if chroot:
+        try:
+            paths.check(chroot)
+        except MetadataStoreError as e:
+            raise MetadataStoreError(f"bad chroot in ZooKeeper URL {url!r}: {e}") from None
+    if not hosts:
+        raise MetadataStoreError(f"no ZooKeeper host in {url!r} (expected zk:host:port[,host:port][/chroot])")
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":")
+        if not colon:
+            name, port = host, "2181"  # ZooKeeper's default port, as its own client assumes
+        if not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MetadataStoreError(f"bad ZooKeeper host {host!r} in {url!r} (expected host:port)")
+    return ZkAddress(hosts, chroot)
+
+
+# ---- session events --------------------------------------------------------------------------------------------
+
+
+class SessionState(enum.Enum):
+    CONNECTING = "connecting"  # before the first session
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    LOST = "lost"
+
+
+class SessionTracker:
+    """kazoo's connection states in, the contract's SessionEvents out. No I/O, no clock."""
+
+    def __init__(self) -> None:
+        self.state = SessionState.CONNECTING
+        self.session_id: int | None = None
+
+    def connected(self, session_id: int | None) -> list[SessionEvent]:
+        previous, known = self.state, self.session_id
+        self.state, self.session_id = SessionState.CONNECTED, session_id
+        if previous is SessionState.CONNECTING:
+            return []
+        if previous is SessionState.LOST:
+            return [SessionEvent.SESSION_REESTABLISHED]
+        if session_id != known:  # a new session without a LOST seen first
+            return [SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
+        if previous is SessionState.DISCONNECTED:
+            return [SessionEvent.RECONNECTED]
+        return []
+
+    def suspended(self) -> list[SessionEvent]:
+        if self.state is not SessionState.CONNECTED:
+            return []
+        self.state = SessionState.DISCONNECTED
+        return [SessionEvent.CONNECTION_LOST]
+
+    def lost(self) -> list[SessionEvent]:
+        """kazoo's LOST: the session expired (or the client was closed)."""
+        if self.state in (SessionState.LOST, SessionState.CONNECTING):
+            return []
+        events = [SessionEvent.CONNECTION_LOST] if self.state is SessionState.CONNECTED else []
+        self.state = SessionState.LOST
+        return [*events, SessionEvent.SESSION_LOST]
+
+    def disconnected_too_long(self) -> list[SessionEvent]:
+        if self.state is not SessionState.DISCONNECTED:
+            return []
+        self.state = SessionState.LOST
+        return [SessionEvent.SESSION_LOST]
+
+
+# ---- the store -------------------------------------------------------------------------------------------------
+
+
+def _ensure_chroot(address: ZkAddress, connect_timeout_s: float) -> None:
+    """Create the chroot with a short-lived client on the servers' root (blocking)."""
+    client = KazooClient(hosts=address.hosts, timeout=max(connect_timeout_s, 2.0))
+    try:
+        client.start(timeout=connect_timeout_s)
+        client.ensure_path(address.chroot)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _stop(client: KazooClient) -> None:
+    client.stop()
+    client.close()
+
+
+class ZooKeeperMetadataStore:
+    """Open with ``await ZooKeeperMetadataStore.open("zk:host:port/chroot")``."""
+
+    def __init__(self, client: KazooClient, address: ZkAddress, loop: asyncio.AbstractEventLoop,
+                 session_timeout_s: float, operation_timeout_s: float) -> None:
+        self.address = address
+        self.session_timeout_s = session_timeout_s
+        self.operation_timeout_s = operation_timeout_s
+        self._client = client
+        self._loop = loop
+        self._tracker = SessionTracker()
+        self._lost_timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._listeners: list[Callable[[Notification], None]] = []
+        self._session_listeners: list[Callable[[SessionEvent], None]] = []
+        # Paths watched for the node (data/exists) and for its children, and those with a watch armed now.
+        self._watched: set[str] = set()
+        self._watched_children: set[str] = set()
+        self._armed: set[str] = set()
+        self._armed_children: set[str] = set()
+        # One callable each, so kazoo's per-path watcher sets hold it once.
+        self._data_watcher: Callable[[WatchedEvent], None] = self._on_data_watch
+        self._child_watcher: Callable[[WatchedEvent], None] = self._on_child_watch
+
+    @classmethod
+    async def open(cls, url: str, *, session_timeout_s: float = SESSION_TIMEOUT_S,
+                   operation_timeout_s: float | None = None,
+                   connect_timeout_s: float = CONNECT_TIMEOUT_S) -> ZooKeeperMetadataStore:
+        address = parse_zk_url(url)
+        if session_timeout_s <= 0 or connect_timeout_s <= 0 or (operation_timeout_s or 1) <= 0:
+            raise MetadataStoreError("ZooKeeper timeouts must be positive")
+        loop = asyncio.get_running_loop()
+        try:
+            if address.chroot:
+                await asyncio.to_thread(_ensure_chroot, address, connect_timeout_s)
+        except Exception as e:
+            raise MetadataStoreError(f"cannot create the chroot {address.chroot} on {address.hosts}: {e!r}") from e
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=min(MAX_RECONNECT_DELAY_S,
+                                                                               session_timeout_s / 4))
+        client = KazooClient(hosts=address.connect_string, timeout=session_timeout_s, connection_retry=retry)
+        store = cls(client, address, loop, session_timeout_s, operation_timeout_s or session_timeout_s)
+        client.add_listener(store._on_kazoo_state)
+        try:
+            await asyncio.to_thread(client.start, connect_timeout_s)
+        except Exception as e:
+            await asyncio.to_thread(_stop, client)
+            raise MetadataStoreError(f"cannot connect to ZooKeeper at {address.hosts}: {e!r}") from e
+        return store
+
+    def __repr__(self) -> str:
+        return f"<ZooKeeperMetadataStore {self.address.connect_string} session={self.session_id:#x}>"
+
+    @property
+    def session_id(self) -> int:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else 0
+
+    # ---- the contract ------------------------------------------------------------------------------------------
+
+    async def get(self, path: str) -> GetResult | None:
+        self._enter(path)
+        while True:
+            self._armed.add(path)
+            self._watched.add(path)
+            try:
+                data, zstat = await self._call(path, self._client.get_async(path, watch=self._data_watcher))
+                return GetResult(bytes(data), self._stat(path, zstat))
+            except NotFoundError:
+                # getData sets no watch on a missing node; exists does (it fires when the node is made).
+                if await self._call(path, self._client.exists_async(path, watch=self._data_watcher)) is None:
+                    return None
+                # made in between: read it
+
+    async def get_children(self, path: str) -> list[str]:
+        self._enter(path)
+        self._watch_node(path)
+        self._watched_children.add(path)
+        self._armed_children.add(path)
+        try:
+            children = await self._call(path, self._client.get_children_async(path, watch=self._child_watcher))
+        except NotFoundError:
+            self._armed_children.discard(path)  # re-armed when the node is created
+            return []
+        return sorted(children)
+
+    async def exists(self, path: str) -> bool:
+        self._enter(path)
+        self._armed.add(path)
+        self._watched.add(path)
+        return await self._call(path, self._client.exists_async(path, watch=self._data_watcher)) is not None
+
+    async def put(self, path: str, value: bytes, expected_version: int | None, *,
+                  ephemeral: bool = False, sequential: bool = False) -> Stat:
+        self._enter(path)
+        if path == paths.ROOT:
+            raise MetadataStoreError("the root node cannot be written")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise MetadataStoreError(f"a value is bytes, not {type(value).__name__}")
+        if expected_version is not None and (type(expected_version) is not int or expected_version < -1):
+            raise MetadataStoreError(f"expected_version must be None, -1 or a version >= 0: {expected_version}")
+        if sequential and expected_version not in (None, -1):
+            raise MetadataStoreError("a sequential put creates a new node: expected_version must be None or -1")
+        data = bytes(value)
+        if len(data) + len(path) > MAX_REQUEST_BYTES:
+            # Sent anyway, the server would drop the connection (and the session's other calls with it).
+            raise MetadataStoreError(f"{path}: a value of {len(data)} bytes is past ZooKeeper's request limit "
+                                     f"(jute.maxbuffer, {MAX_REQUEST_BYTES} bytes with the path and headers)")
+        if sequential or expected_version == -1:
+            try:
+                made, zstat = await self._create(path, data, ephemeral, sequential)
+            except AlreadyExistsError:
+                raise BadVersionError(f"{path} exists (create-only put)") from None
+        elif expected_version is not None:
+            made, zstat = path, await self._call(path, self._client.set_async(path, data, expected_version))
+        else:
+            while True:  # write whatever is there, or create it; a racing create means: write again
+                try:
+                    made, zstat = path, await self._call(path, self._client.set_async(path, data, -1))
+                    break
+                except NotFoundError:
+                    pass
+                try:
+                    made, zstat = await self._create(path, data, ephemeral, False)
+                    break
+                except AlreadyExistsError:
+                    continue
+        self._watch_node(made)
+        return self._stat(made, zstat)
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        self._enter(path)
+        if path == paths.ROOT:
+            raise MetadataStoreError("the root node cannot be deleted")
+        if expected_version is not None and type(expected_version) is not int:
+            raise MetadataStoreError(f"expected_version must be None or an int: {expected_version!r}")
+        version = -1 if expected_version is None else expected_version
+        await self._call(path, self._client.delete_async(path, version))
+
+    async def delete_recursive(self, path: str) -> None:
+        self._enter(path)
+        try:
+            children = await self._call(path, self._client.get_children_async(path))
+        except NotFoundError:
+            return
+        await asyncio.gather(*(self.delete_recursive(paths.join(path, child)) for child in children))
+        if path != paths.ROOT:
+            with contextlib.suppress(NotFoundError):
+                await self._call(path, self._client.delete_async(path, -1))
+
+    def register_listener(self, listener: Callable[[Notification], None]) -> None:
+        self._listeners.append(listener)
+
+    def register_session_listener(self, listener: Callable[[SessionEvent], None]) -> None:
+        self._session_listeners.append(listener)
+
+    async def close(self) -> None:
+        """Ends the session: ZooKeeper deletes its ephemeral nodes at once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel_lost_timer()
+        try:
+            async with asyncio.timeout(self.operation_timeout_s):
+                await asyncio.to_thread(_stop, self._client)
+        except TimeoutError:
+            log.warning("%r: closing the ZooKeeper session timed out; its ephemeral nodes go when it expires", self)
+
+    # ---- calls -------------------------------------------------------------------------------------------------
+
+    def _enter(self, path: str) -> None:
+        if self._closed:
+            raise MetadataStoreError(f"{self!r} is closed")
+        paths.check(path)
+
+    async def _create(self, path: str, data: bytes, ephemeral: bool, sequential: bool) -> tuple[str, ZnodeStat]:
+        made, zstat = await self._call(path, self._client.create_async(
+            path, data, ephemeral=ephemeral, sequence=sequential, makepath=True, include_data=True))
+        return str(made), zstat
+
+    async def _call(self, path: str, result: Any) -> Any:
+        """Await a kazoo result within the operation timeout; kazoo's errors become the contract's."""
+        try:
+            async with asyncio.timeout(self.operation_timeout_s):
+                return await awaitable(self._loop, result)
+        except TimeoutError:
+            raise MetadataStoreError(
+                f"ZooKeeper did not answer within {self.operation_timeout_s:g}s ({path})") from None
+        except NoNodeError:
+            raise NotFoundError(path) from None
+        except KzBadVersionError:
+            raise BadVersionError(f"{path}: not at the expected version") from None
+        except NodeExistsError:
+            raise AlreadyExistsError(path) from None
+        except NotEmptyError:
+            raise MetadataStoreError(f"{path} has children: delete them first") from None
+        except NoChildrenForEphemeralsError:
+            raise MetadataStoreError(f"{path}: ephemeral nodes cannot have children") from None
+        except KazooException as e:
+            raise MetadataStoreError(f"ZooKeeper failed on {path}: {type(e).__name__} {e}") from e
+
+    def _stat(self, path: str, zstat: ZnodeStat) -> Stat:
+        owner = int(zstat.ephemeralOwner)
+        ephemeral = owner not in (0, _CONTAINER_OWNER)
+        return Stat(path, int(zstat.version), int(zstat.ctime), int(zstat.mtime), ephemeral,
+                    ephemeral and owner == self.session_id)
+
+    # ---- watches -----------------------------------------------------------------------------------------------
+
+    def _watch_node(self, path: str) -> None:
+        """Arm an exists watch on ``path`` unless one is armed (the answer is not awaited)."""
+        self._watched.add(path)
+        if path not in self._armed and not self._closed:
+            self._armed.add(path)
+            self._client.exists_async(path, watch=self._data_watcher)
+
+    def _watch_children(self, path: str) -> None:
+        if path not in self._armed_children and not self._closed:
+            self._armed_children.add(path)
+            self._client.get_children_async(path, watch=self._child_watcher)
+
+    def _on_data_watch(self, event: WatchedEvent) -> None:  # on kazoo's thread
+        self._post(self._data_event, event)
+
+    def _on_child_watch(self, event: WatchedEvent) -> None:  # on kazoo's thread
+        self._post(self._child_event, event)
+
+    def _post(self, handler: Callable[[WatchedEvent], None], event: WatchedEvent) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(handler, event)
+
+    def _data_event(self, event: WatchedEvent) -> None:
+        if self._closed or event.type == EventType.NONE or event.path is None:
+            return  # a connection state change: watches are re-armed on reconnection
+        path = event.path
+        self._armed.discard(path)
+        self._watch_node(path)  # before telling anyone, so no later change goes unseen
+        parent = paths.parent(path) if path != paths.ROOT else None
+        if event.type == EventType.CREATED:
+            if path in self._watched_children:
+                self._watch_children(path)
+            notes = [Notification(NotificationType.CREATED, path)]
+        elif event.type == EventType.CHANGED:
+            notes = [Notification(NotificationType.MODIFIED, path)]
+        elif event.type == EventType.DELETED:
+            self._armed_children.discard(path)
+            notes = [Notification(NotificationType.DELETED, path)]
+        else:
+            return
+        if parent is not None and event.type != EventType.CHANGED:
+            notes.append(Notification(NotificationType.CHILDREN_CHANGED, parent))
+        self._deliver(notes)
+
+    def _child_event(self, event: WatchedEvent) -> None:
+        if self._closed or event.path is None:
+            return
+        path = event.path
+        self._armed_children.discard(path)
+        if event.type == EventType.CHILD:
+            self._watch_children(path)
+            self._deliver([Notification(NotificationType.CHILDREN_CHANGED, path)])
+        # DELETED: the node's own watch tells it; its creation re-arms this one
+
+    def _rearm_all(self) -> None:
+        """After a reconnection kazoo holds no watches: arm again everything watched."""
+        self._armed.clear()
+        self._armed_children.clear()
+        for path in sorted(self._watched):
+            self._watch_node(path)
+        for path in sorted(self._watched_children):
+            self._watch_children(path)
+
+    def _deliver(self, notes: list[Notification]) -> None:
+        for note in notes:
+            for listener in list(self._listeners):
+                try:
+                    listener(note)
+                except Exception:
+                    log.exception("%r: a notification listener failed on %s", self, note)
+
+    # ---- session -----------------------------------------------------------------------------------------------
+
+    def _on_kazoo_state(self, state: KazooState) -> None:  # on kazoo's connection thread: must not block
+        client_id = self._client.client_id
+        session = int(client_id[0]) if client_id else None
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_state, state, session)
+
+    def _on_state(self, state: KazooState, session: int | None) -> None:
+        if self._closed:
+            return
+        if state == KazooState.SUSPENDED:
+            events = self._tracker.suspended()
+            if events:
+                self._armed.clear()
+                self._armed_children.clear()
+                self._lost_timer = self._loop.call_later(self.session_timeout_s * SESSION_LOST_FRACTION,
+                                                         self._disconnected_too_long)
+        elif state == KazooState.LOST:
+            self._cancel_lost_timer()
+            self._armed.clear()
+            self._armed_children.clear()
+            events = self._tracker.lost()
+        else:
+            self._cancel_lost_timer()
+            events = self._tracker.connected(session)
+            if events:
+                self._rearm_all()
+        for event in events:
+            log.info("%r: %s", self, event.name)
+            self._deliver_session_event(event)
+
+    def _disconnected_too_long(self) -> None:
+        self._lost_timer = None
+        if not self._closed:
+            for event in self._tracker.disconnected_too_long():
+                log.warning("%r: disconnected for %.1fs (5/6 of the session timeout): taking the session as lost",
+                            self, self.session_timeout_s * SESSION_LOST_FRACTION)
+                self._deliver_session_event(event)
+
+    def _cancel_lost_timer(self) -> None:
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
+            self._lost_timer = None
+
+    def _deliver_session_event(self, event: SessionEvent) -> None:
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("%r: a session listener failed on %s", self, event)

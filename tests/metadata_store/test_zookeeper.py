@@ -1,0 +1,205 @@
+"""What only the ZooKeeper backend has: its URL, session events and timeouts, against a real server.
+
+ZooKeeper stopped by pid and started again (same port, same data) -> CONNECTION_LOST, RECONNECTED,
+the session and its ephemeral nodes intact, watches re-armed. A network partition (a TCP proxy cut
+while the server runs) past the session timeout -> the server expires the session (another client
+sees the ephemeral node vanish), the cut-off client declares SESSION_LOST by itself, and once the
+network is back SESSION_REESTABLISHED with a new session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.local import ProcessInfo, free_port, start_zookeeper, stop_process
+from metadata_store import MetadataStoreError, Notification, NotificationType, SessionEvent
+from metadata_store.zookeeper import (
+    MAX_REQUEST_BYTES,
+    SessionState,
+    SessionTracker,
+    ZkAddress,
+    ZooKeeperMetadataStore,
+    parse_zk_url,
+)
+from tests.metadata_store.conftest import require_zookeeper
+from tests.metadata_store.tcp_proxy import TcpProxy
+from tests.waiting import eventually
+
+LOST = SessionEvent.CONNECTION_LOST
+RECONNECTED = SessionEvent.RECONNECTED
+SESSION_LOST = SessionEvent.SESSION_LOST
+REESTABLISHED = SessionEvent.SESSION_REESTABLISHED
+
+
+# ---- the URL and the state machine (no server) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("zk:127.0.0.1:2181", ZkAddress("127.0.0.1:2181", "")),
+    ("zk:a:1,b:2,c:3/pulsar", ZkAddress("a:1,b:2,c:3", "/pulsar")),
+    ("zk:a:1/deep/chroot", ZkAddress("a:1", "/deep/chroot")),
+    ("zk:a:1/", ZkAddress("a:1", "")),
+    ("a:1,b:2", ZkAddress("a:1,b:2", "")),  # no scheme: ZooKeeper, as in Pulsar
+    ("zk://a:1/x", ZkAddress("a:1", "/x")),
+    ("zk:zookeeper", ZkAddress("zookeeper", "")),  # port 2181, as ZooKeeper's client assumes
+])
+def test_urls(url: str, expected: ZkAddress) -> None:
+    assert parse_zk_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["zk:", "zk:/chroot", "zk:a:notaport", "zk:a:70000", "zk:a:1,:2", "zk:a:1/x/"])
+def test_bad_urls(url: str) -> None:
+    with pytest.raises(MetadataStoreError):
+        parse_zk_url(url)
+
+
+def test_session_tracker_transitions() -> None:
+    t = SessionTracker()
+    assert t.connected(1) == [] and t.state is SessionState.CONNECTED
+    assert t.suspended() == [LOST]
+    assert t.suspended() == []
+    assert t.connected(1) == [RECONNECTED]
+    assert t.suspended() == [LOST]
+    assert t.disconnected_too_long() == [SESSION_LOST]
+    assert t.lost() == []  # the expiry kazoo reports later is the same loss
+    assert t.connected(2) == [REESTABLISHED]
+    assert t.lost() == [LOST, SESSION_LOST]  # expired while we thought we were connected
+    assert t.connected(3) == [REESTABLISHED]
+    assert t.suspended() == [LOST]
+    assert t.connected(4) == [SESSION_LOST, REESTABLISHED]  # a new session without an expiry seen
+    assert t.disconnected_too_long() == []  # connected: no timer effect
+    assert t.suspended() == [LOST]
+    assert t.disconnected_too_long() == [SESSION_LOST]
+    assert t.connected(4) == [REESTABLISHED]  # the same session after all: owners re-acquire anyway
+
+
+# ---- against a real server -------------------------------------------------------------------------------------
+
+
+class Events:
+    def __init__(self, store: ZooKeeperMetadataStore) -> None:
+        self.seen: list[SessionEvent] = []
+        store.register_session_listener(self.seen.append)
+
+    async def reach(self, *expected: SessionEvent) -> None:
+        await eventually(lambda: self.seen == list(expected), f"session events {expected}, got {self.seen}")
+
+
+@pytest.fixture
+def own_zk(tmp_path: Path) -> Iterator[tuple[Path, list[ProcessInfo]]]:
+    """A ZooKeeper of this test's own, which the test may stop and start again (stopped by pid at the end)."""
+    require_zookeeper()
+    running: list[ProcessInfo] = []
+    yield tmp_path, running
+    for info in running:
+        stop_process(info.pid)
+
+
+async def test_server_restart_reconnects_the_same_session(own_zk: tuple[Path, list[ProcessInfo]]) -> None:
+    state, running = own_zk
+    port = free_port()
+    # tickTime 1 s: sessions up to 20 s, time enough for a JVM to restart on a busy machine.
+    running.append(start_zookeeper(state, port=port, tick_ms=1000))
+    url = f"zk:127.0.0.1:{port}/restart"
+    store = await ZooKeeperMetadataStore.open(url, session_timeout_s=20.0, operation_timeout_s=1.0)
+    other = await ZooKeeperMetadataStore.open(url, session_timeout_s=20.0)
+    events = Events(store)
+    session = store.session_id
+    await store.put("/owner", b"me", None, ephemeral=True)
+    await store.put("/watched", b"v0", None)
+    assert await store.get("/watched") is not None
+    await other.close()
+
+    stop_process(running.pop().pid)
+    await events.reach(LOST)
+    started = time.monotonic()
+    with pytest.raises(MetadataStoreError):
+        await store.get("/watched")
+    assert time.monotonic() - started < 5.0  # bounded by the operation timeout, not hung
+
+    running.append(start_zookeeper(state, port=port, tick_ms=1000))
+    await events.reach(LOST, RECONNECTED)
+    assert store.session_id == session
+    owner = await store.get("/owner")
+    assert owner is not None and owner.stat.created_by_self
+
+    # the watch on /watched was re-armed on reconnection
+    seen: list[Notification] = []
+    store.register_listener(seen.append)
+    other = await ZooKeeperMetadataStore.open(url, session_timeout_s=20.0)
+    await other.put("/watched", b"v1", None)
+    await eventually(lambda: Notification(NotificationType.MODIFIED, "/watched") in seen, f"MODIFIED, saw {seen}")
+    await other.close()
+    await store.close()
+
+
+async def test_partition_past_the_session_timeout_loses_the_session(zk_server: ProcessInfo) -> None:
+    proxy = TcpProxy(int(zk_server.address.rsplit(":", 1)[1]))
+    await proxy.start()
+    url = f"127.0.0.1:{proxy.port}/partition-{time.monotonic_ns()}"
+    store = await ZooKeeperMetadataStore.open(url, session_timeout_s=2.0)
+    observer = await ZooKeeperMetadataStore.open(f"{zk_server.address}{parse_zk_url(url).chroot}")
+    try:
+        events = Events(store)
+        old_session = store.session_id
+        await store.put("/owner", b"me", -1, ephemeral=True)
+        assert await observer.get("/owner") is not None
+        gone: list[Notification] = []
+        observer.register_listener(gone.append)
+
+        proxy.cut()
+        await events.reach(LOST, SESSION_LOST)  # declared by the client itself: it cannot hear the server
+        await eventually(lambda: Notification(NotificationType.DELETED, "/owner") in gone,
+                         "the server to expire the session and delete its ephemeral node")
+        assert not await observer.exists("/owner")
+
+        proxy.restore()
+        await events.reach(LOST, SESSION_LOST, REESTABLISHED)
+        assert store.session_id not in (0, old_session)
+        again = await store.put("/owner", b"me again", -1, ephemeral=True)
+        assert again.created_by_self
+        seen = await observer.get("/owner")
+        assert seen is not None and seen.value == b"me again" and not seen.stat.created_by_self
+    finally:
+        await store.close()
+        await observer.close()
+        await proxy.close()
+
+
+async def test_close_deletes_ephemerals_at_once_and_later_calls_fail(zk_server: ProcessInfo) -> None:
+    url = f"zk:{zk_server.address}/close-{time.monotonic_ns()}"
+    store = await ZooKeeperMetadataStore.open(url, session_timeout_s=10.0)
+    observer = await ZooKeeperMetadataStore.open(url)
+    await store.put("/e", b"", None, ephemeral=True)
+    assert await observer.exists("/e")
+    await store.close()
+    assert not await observer.exists("/e")  # no wait for a session timeout
+    with pytest.raises(MetadataStoreError):
+        await store.get("/e")
+    await observer.close()
+
+
+async def test_a_value_past_the_request_limit_is_refused_before_sending(zk_server: ProcessInfo) -> None:
+    store = await ZooKeeperMetadataStore.open(f"zk:{zk_server.address}/big-{time.monotonic_ns()}")
+    events = Events(store)
+    with pytest.raises(MetadataStoreError, match=r"jute\.maxbuffer"):
+        await store.put("/big", bytes(2 << 20), None)
+    await store.put("/big", bytes(MAX_REQUEST_BYTES - 10), None)  # just under: fine
+    got = await store.get("/big")
+    assert got is not None and len(got.value) == MAX_REQUEST_BYTES - 10
+    assert events.seen == []  # the connection never dropped
+    await store.close()
+
+
+async def test_nothing_listening_fails_fast_with_a_clear_error() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(MetadataStoreError, match="cannot"):
+        await ZooKeeperMetadataStore.open(f"zk:127.0.0.1:{port}", connect_timeout_s=1.0)
+    with pytest.raises(MetadataStoreError, match="cannot"):
+        await ZooKeeperMetadataStore.open(f"zk:127.0.0.1:{port}/chroot", connect_timeout_s=1.0)
+    assert time.monotonic() - started < 10.0
