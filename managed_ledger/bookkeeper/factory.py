@@ -40,6 +40,7 @@ from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError
+from metadata_store.factory import open_metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ PULSAR_NAME_DEPTH = 4
 
 
 class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
-    """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``.
+    """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``: an open
+    ``MetadataStore``, or a ``metadataStoreUrl`` the factory opens when it starts and closes with itself.
 
     root: where managed-ledger znodes live (Pulsar's ``/managed-ledgers``).
     ensemble_size, write_quorum, ack_quorum: of every ledger this factory creates (Pulsar's
@@ -68,7 +70,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     owns_client: close ``bk`` (and so its ZooKeeper connection) with the factory.
     """
 
-    def __init__(self, bk: BookKeeper, store: MetadataStore, *, root: str = ml_formats.MANAGED_LEDGERS_ROOT,
+    def __init__(self, bk: BookKeeper, store: MetadataStore | str, *, root: str = ml_formats.MANAGED_LEDGERS_ROOT,
                  ensemble_size: int = DEFAULT_ENSEMBLE_SIZE, write_quorum: int = DEFAULT_WRITE_QUORUM,
                  ack_quorum: int = DEFAULT_ACK_QUORUM, clock: Clock = time.time,
                  cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
@@ -79,7 +81,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
         self.bk = bk
-        self.store = store
+        self._store = store
         self.root = root.rstrip("/")
         self.ensemble_size, self.write_quorum, self.ack_quorum = ensemble_size, write_quorum, ack_quorum
         self.password = PASSWORD
@@ -87,12 +89,19 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self.cache = ReadCache(cache_size_bytes)
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self._owns_client = owns_client
+        self._owns_store = False
         self._names: set[str] = set()
         self._open: dict[str, BookKeeperManagedLedger] = {}
         self._opening: dict[str, asyncio.Future[BookKeeperManagedLedger]] = {}
         self._instance_ids = itertools.count(1)
         self._started: asyncio.Future[None] | None = None
         self._closed = False
+
+    @property
+    def store(self) -> MetadataStore:
+        if isinstance(self._store, str):
+            raise ManagedLedgerError("the managed-ledger factory is not started (no metadata store yet)")
+        return self._store
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -101,6 +110,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if self._started is None:
             self._started = asyncio.get_running_loop().create_future()
             try:
+                if isinstance(self._store, str):
+                    self._store = await open_metadata_store(self._store)
+                    self._owns_store = True
                 if self._owns_client:
                     await self.bk.start()
                 await self._scan(self.root, 0)
@@ -242,6 +254,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             await ledger.close()
         if self._owns_client and self._started is not None:
             await self.bk.close()
+        if self._owns_store:
+            await self.store.close()
 
     def list_names(self) -> list[str]:
         return sorted(self._names)

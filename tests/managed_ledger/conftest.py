@@ -34,7 +34,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     nesting stress tests chain 100,000 adds and reads: minutes on bookies; test_bk_ledger.py runs a shorter chain.)"""
     if "factory" in metafunc.fixturenames:
         backends = sorted(IMPLEMENTATIONS)
-        if metafunc.module.__name__.endswith(".test_contract"):
+        if metafunc.module.__name__.rsplit(".", 1)[-1] == "test_contract":
             backends.append(BOOKKEEPER)
         metafunc.parametrize("factory", backends, indirect=True)
 

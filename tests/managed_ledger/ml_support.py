@@ -10,7 +10,6 @@ from pathlib import Path
 from managed_ledger import ManagedLedgerFactory, MemoryManagedLedgerFactory
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
-from managed_ledger.bookkeeper.zk_metadata import ZkMetadataStore
 from managed_ledger.file import FileManagedLedgerFactory
 
 
@@ -44,7 +43,6 @@ BOOKKEEPER = "bookkeeper"
 def bookkeeper_factory(zk_address: str, clock: Callable[[], float] = time.time, root: str | None = None,
                        cursor_persist_interval_s: float = 1.0) -> BookKeeperManagedLedgerFactory:
     """A factory on the cluster at zk_address, under its own root znode (a fresh one by default), E/Qw/Qa 3/2/2."""
-    bk = BookKeeper(zk_address)
     return BookKeeperManagedLedgerFactory(
-        bk, ZkMetadataStore(bk.zk), root=root or f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers",
+        BookKeeper(zk_address), f"zk:{zk_address}", root=root or f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers",
         ensemble_size=3, write_quorum=2, ack_quorum=2, clock=clock, cursor_persist_interval_s=cursor_persist_interval_s)
