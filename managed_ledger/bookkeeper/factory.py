@@ -59,6 +59,39 @@ PASSWORD = b""
 PULSAR_NAME_DEPTH = 4
 
 
+# Pulsar's bookkeeperMetadataServiceUri schemes that name a ZooKeeper (zk, zk+hierarchical, zk+longhierarchical,
+# zk+null: the layout is read from <root>/LAYOUT, which the client follows as written).
+_ZK_SCHEME_PREFIX = "zk"
+_NOT_ZOOKEEPER = ("memory:", "local:", "rocksdb:", "etcd:", "oxia:")
+
+
+def bookkeeper_zookeeper(metadata_service_uri: str, metadata_store_url: str) -> tuple[str, str]:
+    """(ZooKeeper connect string, ledgers root) of BookKeeper's metadata, from Pulsar's two keys: the
+    ``bookkeeperMetadataServiceUri`` (``zk+hierarchical://h1:2181;h2:2181/ledgers``), else the ZooKeeper of the
+    ``metadataStoreUrl`` with ``/ledgers``. ValueError says what is wrong."""
+    uri = metadata_service_uri.strip()
+    if uri:
+        scheme, sep, rest = uri.partition("://")
+        if not sep or not scheme.startswith(_ZK_SCHEME_PREFIX):
+            raise ValueError(f"bookkeeperMetadataServiceUri={uri!r}: expected zk+hierarchical://host:port/ledgers")
+        hosts, slash, root = rest.partition("/")
+        if not hosts:
+            raise ValueError(f"bookkeeperMetadataServiceUri={uri!r} names no ZooKeeper server")
+        return hosts.replace(";", ","), "/" + root.strip("/") if slash and root.strip("/") else "/ledgers"
+    url = metadata_store_url.strip()
+    if not url or url.startswith(_NOT_ZOOKEEPER):
+        raise ValueError("needs a ZooKeeper: set bookkeeperMetadataServiceUri, or a zk: metadataStoreUrl")
+    return url.removeprefix("zk:").removeprefix("//"), "/ledgers"
+
+
+def ml_metadata_store_url(metadata_store_url: str, bookkeeper_zk: str) -> str:
+    """Where managed-ledger znodes go: the metadata store when it is a ZooKeeper (as Pulsar), else BookKeeper's."""
+    url = metadata_store_url.strip()
+    if url and not url.startswith(_NOT_ZOOKEEPER):
+        return url if url.startswith("zk:") else f"zk:{url}"
+    return f"zk:{bookkeeper_zk}"
+
+
 class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``: an open
     ``MetadataStore``, or a ``metadataStoreUrl`` the factory opens when it starts and closes with itself.
