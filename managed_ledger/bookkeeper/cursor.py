@@ -13,7 +13,8 @@ cursor ledger (``cursorsLedgerId``), or says -1 when its own snapshot is the sta
   deleted; otherwise a last PositionInfo is appended and the ledger is closed.
 - Recovering (``ManagedCursorImpl.recover``): read the znode; with a cursor ledger, open it *with recovery* (this
   fences a previous owner still writing it) and take the PositionInfo of its last entry; an empty ledger means the
-  znode's snapshot.
+  znode's snapshot. Then the znode is rewritten unchanged, which moves its version on: a previous owner's next
+  compare-and-set of it fails too (ours, not Pulsar's: it closes the gap of a cursor without a cursor ledger).
 """
 
 from __future__ import annotations
@@ -109,7 +110,10 @@ class CursorStore:
             record = stored.record
             if stored.cursors_ledger_id != -1:
                 record = await self._recover_from_ledger(name, stored.cursors_ledger_id, record)
-            self.ledgers[name] = CursorLedger(got.stat.version, stored.cursors_ledger_id)
+            # Rewrite the znode as it is: its version moves on, so a previous owner that still writes this cursor
+            # (its cursor ledger not yet used, so not fenced by the recovery above) fails its next CAS.
+            stat = await self._store.put(f"{ml_path}/{child}", got.value, got.stat.version)
+            self.ledgers[name] = CursorLedger(stat.version, stored.cursors_ledger_id)
             records[name] = record
         return records
 
@@ -145,7 +149,7 @@ class CursorStore:
         factory = self._ml._factory
         writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
                                               password=factory.password,
-                                              custom_metadata=ml_formats.CURSOR_LEDGER_METADATA)
+                                              custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name, name))
         try:
             await writer.add_entry(entry)
             stat = await self._store.put(self._path(name), ml_formats.encode_cursor_info(writer.ledger_id, record),

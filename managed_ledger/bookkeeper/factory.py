@@ -222,7 +222,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                 ledgers.pop()
         empty = [ledger.ledger_id for ledger in ledgers if not ledger.entries]
         writer = await self.bk.create_ledger(self.ensemble_size, self.write_quorum, self.ack_quorum,
-                                             password=self.password)
+                                             password=self.password,
+                                             custom_metadata=ml_formats.ledger_custom_metadata(name))
         ledger_map = LedgerMap()
         last_confirmed = Position(writer.ledger_id, -1)
         for stored in ledgers:

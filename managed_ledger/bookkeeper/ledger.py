@@ -42,6 +42,7 @@ from managed_ledger.api import (
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.cursor import BkCursor, CursorStore, snapshot
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFencedError
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.reads import BkEntryReader
 from managed_ledger.bookkeeper.writer import LedgerWriter
@@ -148,12 +149,17 @@ class BookKeeperManagedLedger(BaseManagedLedger):
 
     def _write_cursor_state(self, name: str, record: CursorRecord,
                             done: Callable[[BaseException | None], None]) -> None:
+        if self._fenced:  # another owner has the cursors now: nothing of ours may be written
+            done(LedgerFencedError(f"managed ledger {self._name} is fenced: cursor {name} not saved"))
+            return
         copy = snapshot(record)
 
         async def write() -> None:
             try:
                 await self._cursor_store.write(name, copy)
             except (BookKeeperError, MetadataStoreError, ManagedLedgerError) as exc:
+                if isinstance(exc, BkLedgerFencedError | BadVersionError):
+                    self._fence(exc)  # a new owner recovered the cursor ledger or rewrote the cursor's znode
                 done(exc)
                 return
             done(None)
@@ -292,7 +298,8 @@ class BookKeeperManagedLedger(BaseManagedLedger):
         factory = self._factory
         try:
             writer = await factory.bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
-                                                    password=factory.password)
+                                                    password=factory.password,
+                                                    custom_metadata=ml_formats.ledger_custom_metadata(self._name))
         except BookKeeperError as exc:
             return exc
         if self._state is LedgerState.OPEN:

@@ -36,8 +36,6 @@ MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 MAX_RANGES_TO_PERSIST = 10_000
 # Pulsar's managedLedgerMaxUnackedRangesToPersistInMetadataStore: ranges kept in a cursor znode.
 MAX_RANGES_IN_METADATA_STORE = 1000
-# Cursor ledger custom metadata (ManagedCursorImpl.createNewMetadataLedger): the application and the component.
-CURSOR_LEDGER_METADATA = (("application", b"pulsar"), ("component", b"managed-ledger"))
 # First two bytes of a compressed ManagedLedgerInfo / ManagedCursorInfo (MetaStoreImpl.MAGIC_MANAGED_INFO_METADATA).
 COMPRESSION_MAGIC = 0x4778
 
@@ -73,6 +71,13 @@ def ledger_path(root: str, name: str) -> str:
 
 def cursor_path(root: str, name: str, cursor: str) -> str:
     return f"{root}/{name}/{url_encode(cursor)}"
+
+
+def ledger_custom_metadata(name: str, cursor: str | None = None) -> tuple[tuple[str, bytes], ...]:
+    """The custom metadata Pulsar gives the ledgers of a managed ledger, and its cursor ledgers
+    (``LedgerMetadataUtils.buildBaseManagedLedgerMetadata`` / ``buildAdditionalMetadataForCursor``)."""
+    base = (("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", name.encode()))
+    return base if cursor is None else (*base, ("pulsar/cursor", cursor.encode()))
 
 
 # -- the managed ledger's znode -------------------------------------------------------------------------------------

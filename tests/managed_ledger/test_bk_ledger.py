@@ -58,10 +58,15 @@ async def test_a_second_owner_fences_the_first_and_loses_nothing_acknowledged(
         make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
     first, second = make_factory(), make_factory()
     ml1 = await first.open("t")
+    cursor1 = await ml1.open_cursor("sub", InitialPosition.EARLIEST)
     acked = [await ml1.add_entry_async(f"m{i}".encode()) for i in range(5)]
 
     ml2 = await second.open("t")  # takeover: recovers and closes ml1's ledger, starts its own
     assert ml2.last_confirmed_entry == acked[-1]
+    cursor1.mark_delete(acked[3])  # the stale owner cannot overwrite the cursor either
+    with pytest.raises(ManagedLedgerError):
+        await cursor1.flush()
+    assert ml2.cursors["sub"].mark_delete_position < acked[0]
     assert ml2.current_ledger_id > acked[-1].ledger_id
     with pytest.raises(LedgerFencedError):
         await ml1.add_entry_async(b"stale owner")
@@ -92,6 +97,8 @@ async def test_the_ledger_list_is_pulsars_managed_ledger_info(
     for ledger_id in ids[:2]:  # rolled-over ledgers are closed in BookKeeper at their last entry
         metadata, _ = await factory.bk.read_metadata(ledger_id)
         assert metadata.state == LedgerState.CLOSED and metadata.last_entry_id == 2
+        assert dict(metadata.custom_metadata) == {"application": b"pulsar", "component": b"managed-ledger",
+                                                  "pulsar/managed-ledger": b"tenant/ns/persistent/topic"}
     assert factory.list_names() == ["tenant/ns/persistent/topic"]
     assert make_factory().list_names() == []  # a new factory learns the names when it starts
     other = make_factory()
