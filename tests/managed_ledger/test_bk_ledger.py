@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from cluster.local import LocalCluster
+from cluster.local import REPO_ROOT, LocalCluster
 from managed_ledger import (
     Entry,
     InitialPosition,
@@ -135,7 +135,7 @@ async def test_trimmed_ledgers_are_deleted_from_bookkeeper(
 
 async def test_cursor_state_survives_kill_9_of_its_owner(ml_bk_cluster: LocalCluster) -> None:
     root = f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     owner = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.managed_ledger.bk_owner", ml_bk_cluster.zk_address, root,
         stdout=asyncio.subprocess.PIPE, env=env)
