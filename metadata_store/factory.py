@@ -19,8 +19,8 @@ from pathlib import Path
 from metadata_store.api import MetadataStore, MetadataStoreError
 from metadata_store.local import LocalMetadataStore
 from metadata_store.memory import MemoryMetadataStore
-from metadata_store.zookeeper import SESSION_TIMEOUT_S, ZK_SCHEME, ZooKeeperMetadataStore
 
+ZK_SCHEME = "zk:"
 MEMORY_SCHEME = "memory:"
 LOCAL_SCHEME = "local:"
 LOCAL_DEFAULT_DIR = "metadata"  # under the broker's data directory
@@ -29,11 +29,12 @@ UNSUPPORTED_SCHEMES = ("rocksdb:", "etcd:", "oxia:", "metadata-store:")
 
 
 async def open_metadata_store(url: str, *, data_dir: str | Path | None = None,
-                              session_timeout_s: float = SESSION_TIMEOUT_S,
+                              session_timeout_s: float | None = None,
                               operation_timeout_s: float | None = None) -> MetadataStore:
     """Open the store ``url`` names. ``data_dir`` resolves ``local:`` paths; the timeouts are
     ZooKeeper's (Pulsar's ``metadataStoreSessionTimeoutMillis`` and
-    ``metadataStoreOperationTimeoutSeconds``). Bad URLs raise MetadataStoreError."""
+    ``metadataStoreOperationTimeoutSeconds``; None: 30 s and the session timeout). Bad URLs raise
+    MetadataStoreError."""
     url = url.strip()
     if not url:
         raise MetadataStoreError("empty metadata store URL")
@@ -47,7 +48,10 @@ async def open_metadata_store(url: str, *, data_dir: str | Path | None = None,
             raise MetadataStoreError(
                 f"metadata store {url!r}: Pulsar's {scheme} backend is not supported here "
                 f"(use {ZK_SCHEME}host:port[/chroot], {LOCAL_SCHEME}<dir> or {MEMORY_SCHEME}<name>)")
-    return await ZooKeeperMetadataStore.open(url, session_timeout_s=session_timeout_s,
+    # kazoo is imported only by whoever uses ZooKeeper (it costs tens of ms at start-up).
+    from metadata_store.zookeeper import SESSION_TIMEOUT_S, ZooKeeperMetadataStore
+
+    return await ZooKeeperMetadataStore.open(url, session_timeout_s=session_timeout_s or SESSION_TIMEOUT_S,
                                              operation_timeout_s=operation_timeout_s)
 
 

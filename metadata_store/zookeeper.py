@@ -10,11 +10,12 @@ Watches. ZooKeeper 3.6 added persistent recursive watches (Pulsar's store sets o
 re-arms each one as it fires: a ``get`` or ``exists`` watches the node (CREATED, MODIFIED, DELETED,
 and CHILDREN_CHANGED on its parent when it comes or goes, as Pulsar's store derives it), a
 ``get_children`` watches its children (CHILDREN_CHANGED) and the node itself, and a ``put`` watches
-the node it wrote. A store is therefore told of changes to what it has read or written, from then
-on; the in-process backends tell of every change, which the contract allows (notifications are
-hints). A watch is re-armed before its notification is delivered, so a listener that re-reads sees
-every later change. kazoo drops all watches when the connection drops: they are re-armed on
-reconnection, and RECONNECTED / SESSION_REESTABLISHED tell listeners to re-read what changed meanwhile.
+the node it wrote, each watch set before the call returns. A store is therefore told of changes to
+what it has read or written, from then on; the in-process backends tell of every change, which the
+contract allows (notifications are hints). A watch is re-armed before its notification is
+delivered, and a re-read arms it again, so a listener that re-reads sees every later change. kazoo
+drops all watches when the connection drops: they are re-armed on reconnection, and RECONNECTED /
+SESSION_REESTABLISHED tell listeners to re-read what changed meanwhile.
 
 Session events come from one small state machine (``SessionTracker``) fed with kazoo's connection
 states, on the event loop:
@@ -269,14 +270,16 @@ class ZooKeeperMetadataStore:
 
     async def get_children(self, path: str) -> list[str]:
         self._enter(path)
-        self._watch_node(path)
+        arm = self._arm(path)  # the node itself too: its creation re-arms the children's watch
         self._watched_children.add(path)
         self._armed_children.add(path)
         try:
             children = await self._call(path, self._client.get_children_async(path, watch=self._child_watcher))
         except NotFoundError:
-            self._armed_children.discard(path)  # re-armed when the node is created
+            self._armed_children.discard(path)
             return []
+        finally:
+            await self._settle(path, arm)
         return sorted(children)
 
     async def exists(self, path: str) -> bool:
@@ -307,11 +310,11 @@ class ZooKeeperMetadataStore:
             except AlreadyExistsError:
                 raise BadVersionError(f"{path} exists (create-only put)") from None
         elif expected_version is not None:
-            made, zstat = path, await self._call(path, self._client.set_async(path, data, expected_version))
+            made, zstat = path, await self._set(path, data, expected_version)
         else:
             while True:  # write whatever is there, or create it; a racing create means: write again
                 try:
-                    made, zstat = path, await self._call(path, self._client.set_async(path, data, -1))
+                    made, zstat = path, await self._set(path, data, -1)
                     break
                 except NotFoundError:
                     pass
@@ -320,7 +323,6 @@ class ZooKeeperMetadataStore:
                     break
                 except AlreadyExistsError:
                     continue
-        self._watch_node(made)
         return self._stat(made, zstat)
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
@@ -368,10 +370,34 @@ class ZooKeeperMetadataStore:
             raise MetadataStoreError(f"{self!r} is closed")
         paths.check(path)
 
+    # A put returns with a watch set on the node it wrote, so the writer hears of every later change.
+    # ZooKeeper answers one session's requests in order: an exists sent right behind a setData is
+    # answered after it, and awaiting both costs no extra round trip. A create (with makepath, maybe
+    # several requests; a sequential name known only from the answer) is followed by its exists.
+
+    async def _set(self, path: str, data: bytes, version: int) -> ZnodeStat:
+        write = self._client.set_async(path, data, version)
+        arm = self._arm(path)
+        try:
+            return await self._call(path, write)
+        finally:
+            await self._settle(path, arm)
+
     async def _create(self, path: str, data: bytes, ephemeral: bool, sequential: bool) -> tuple[str, ZnodeStat]:
         made, zstat = await self._call(path, self._client.create_async(
             path, data, ephemeral=ephemeral, sequence=sequential, makepath=True, include_data=True))
+        await self._settle(str(made), self._arm(str(made)))
         return str(made), zstat
+
+    def _arm(self, path: str) -> Any:
+        """Send an exists with a watch on ``path`` now; the caller awaits it with ``_settle``."""
+        self._watched.add(path)
+        self._armed.add(path)
+        return self._client.exists_async(path, watch=self._data_watcher)
+
+    async def _settle(self, path: str, arm: Any) -> None:
+        with contextlib.suppress(MetadataStoreError):  # the call it rode behind says what went wrong
+            await self._call(path, arm)
 
     async def _call(self, path: str, result: Any) -> Any:
         """Await a kazoo result within the operation timeout; kazoo's errors become the contract's."""

@@ -25,9 +25,9 @@ from metadata_store.zookeeper import (
     ZooKeeperMetadataStore,
     parse_zk_url,
 )
-from tests.metadata_store.conftest import require_zookeeper
 from tests.metadata_store.tcp_proxy import TcpProxy
 from tests.waiting import eventually
+from tests.zookeeper import require_zookeeper
 
 LOST = SessionEvent.CONNECTION_LOST
 RECONNECTED = SessionEvent.RECONNECTED
