@@ -60,13 +60,14 @@ cluster-down: $(STAMP)
 	$(PY) -m cluster down --state .cluster
 
 # Regenerate broker/protocol/pulsar_{api,markers}_pb2.py(+.pyi) and managed_ledger/bookkeeper/bookkeeper_data_formats_pb2.py(+.pyi)
+# and managed_ledger/bookkeeper/ml_data_formats_pb2.py(+.pyi)
 # from proto/*.proto.
 proto: $(STAMP)
 	$(PY) -m pip install -q -e '.[proto]'
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=broker/protocol --pyi_out=broker/protocol proto/pulsar_api.proto proto/pulsar_markers.proto
 	# Schema.Type.None is a Python keyword: comment it out of the stub so mypy can parse it.
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto proto/ml_data_formats.proto
 
 # Benchmarks (not tests): our broker vs pulsar-lite side by side, then Shared before/after a storm.
 bench: $(STAMP)

@@ -266,8 +266,20 @@ class BrokerConfig:
     # -- storage ------------------------------------------------------------------------------------
     dataDir: str = "data"
     # "file": topics are segment files under <dataDir>/ledgers (survive restarts and crashes);
-    # "memory": topics live in RAM and are lost on restart.
-    managedLedgerStorage: str = setting("file", Rule(choices=("file", "memory")))
+    # "memory": topics live in RAM and are lost on restart;
+    # "bookkeeper": topics are ledgers on Apache BookKeeper, their metadata (managed-ledger and
+    # cursor znodes) in ZooKeeper, all in Apache Pulsar's formats (docs/cluster.md).
+    managedLedgerStorage: str = setting("file", Rule(choices=("file", "memory", "bookkeeper")))
+    # managedLedgerStorage=bookkeeper: where BookKeeper's own metadata lives, as Pulsar's key:
+    # zk+hierarchical://host:port[;host:port...]/ledgers. Empty = the ZooKeeper of metadataStoreUrl,
+    # ledgers under /ledgers. Managed-ledger znodes go to metadataStoreUrl when it names a
+    # ZooKeeper, else to BookKeeper's.
+    bookkeeperMetadataServiceUri: str = ""
+    # Each ledger a topic writes: on E bookies, Qw copies of each entry, acknowledged by Qa of them
+    # (Pulsar's keys and defaults; E >= Qw >= Qa).
+    managedLedgerDefaultEnsembleSize: int = setting(2, POSITIVE)
+    managedLedgerDefaultWriteQuorum: int = setting(2, POSITIVE)
+    managedLedgerDefaultAckQuorum: int = setting(2, POSITIVE)
     # Ledger rollover (Pulsar's keys and defaults): a ledger is closed and a new one started when
     # it has this many entries, this much data or this age - but never before the minimum age.
     managedLedgerMaxEntriesPerLedger: int = setting(50000, POSITIVE)

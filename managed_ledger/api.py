@@ -153,6 +153,10 @@ class ManagedLedgerFactory(abc.ABC):
         # one event loop, so this is the "per-loop" counter of the architecture.
         self.nesting = NestingCounter()
 
+    async def start(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Connect to the storage and learn what it holds, ahead of the first ``open`` (which starts it anyway);
+        ``list_names`` is complete from then on."""
+
     @abc.abstractmethod
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
         """Open (creating if needed) the managed ledger ``name``.

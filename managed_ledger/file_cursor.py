@@ -3,13 +3,10 @@
 Reading: positions are taken (and ``read_position`` moved) when the read is issued; the entries
 come from the factory's cache, or from disk on a worker thread (see ``FileManagedLedger._fetch``).
 
-Persisting (durable cursors only; readers' non-durable cursors never touch the disk): acks are
-hot, so a change does not write at once. The first change after a write arms a timer
-(``persist_interval_s``, Pulsar's managedLedgerDefaultMarkDeleteRateLimit = 1/s); when it fires,
-the whole state is serialized on the loop and handed to the writer thread, which replaces the
-cursor's file atomically. One write per cursor is in flight at a time; changes made meanwhile
-go into the next one. ``flush()`` skips the timer and waits for a write that includes
-everything acknowledged before it.
+Persisting (durable cursors only; readers' non-durable cursors never touch the disk): batched by
+``cursor_persistence.CursorPersistence`` (at most ``persist_interval_s`` late, Pulsar's
+managedLedgerDefaultMarkDeleteRateLimit = 1/s); each write replaces the cursor's file atomically
+on the writer thread.
 
 The crash window: acknowledgements made since the last completed write are lost by a crash and
 those entries are delivered again (at-least-once). A cursor state never points past stored
@@ -18,15 +15,13 @@ data: a mark-delete only moves over confirmed (synced) entries.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from managed_ledger import cursor_store
 from managed_ledger.api import ManagedLedgerError, ReadCallback
 from managed_ledger.cursor_base import BaseCursor
+from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -62,130 +57,4 @@ class FileCursor(BaseCursor):
                 log.warning("cursor %s/%s: state not saved on close: %s", self._ledger.name, self._name, exc)
 
 
-@dataclass(eq=False)
-class _State:
-    """Persistence bookkeeping of one durable cursor (loop-owned)."""
-
-    version: int = 0  # bumped by every change
-    persisted: int = 0  # version the file on disk holds
-    in_flight: bool = False
-    timer: asyncio.TimerHandle | None = None
-    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    forgotten: bool = False
-
-
-class CursorPersistence:
-    """Writes the durable cursor states of one managed ledger (see the module docstring)."""
-
-    def __init__(self, ledger: FileManagedLedger, interval_s: float, max_ranges: int) -> None:
-        self._ledger = ledger
-        self._default_interval = interval_s
-        self._max_ranges = max_ranges
-        self._states: dict[str, _State] = {}
-
-    @property
-    def _interval(self) -> float:
-        """The longest a change waits before it is written: the ledger's mark-delete rate, else
-        the factory's default."""
-        rate = self._ledger.config.mark_delete_rate
-        if rate is None:
-            return self._default_interval
-        return 1.0 / rate if rate > 0 else 0.0
-
-    def track(self, name: str, *, dirty: bool) -> None:
-        """Start persisting a durable cursor; dirty: its state is not on disk yet."""
-        self._states[name] = _State()
-        if dirty:
-            self.changed(name)
-
-    def changed(self, name: str) -> None:
-        state = self._states.get(name)
-        if state is None or state.forgotten:
-            return
-        state.version += 1
-        if not state.in_flight and state.timer is None:
-            loop = asyncio.get_running_loop()
-            state.timer = loop.call_later(self._interval, self._write, name, state)
-
-    def is_dirty(self, name: str) -> bool:
-        state = self._states.get(name)
-        return state is not None and state.version > state.persisted
-
-    async def flush(self, name: str) -> None:
-        """Wait until the state as of now is on disk (ManagedLedgerError if writing failed)."""
-        state = self._states.get(name)
-        if state is None or state.persisted >= state.version:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.waiters.append((state.version, future))
-        if not state.in_flight:
-            self._write(name, state)
-        await future
-
-    async def flush_all(self) -> None:
-        """Flush every cursor; failures are logged (used by close)."""
-        for name in list(self._states):
-            try:
-                await self.flush(name)
-            except ManagedLedgerError as exc:
-                log.error("cursor %s/%s: state not saved: %s", self._ledger.name, name, exc)
-
-    def forget(self, name: str) -> None:
-        """Stop persisting (cursor deleted): no write of it starts any more; flush waiters return."""
-        state = self._states.pop(name, None)
-        if state is None:
-            return
-        state.forgotten = True
-        self._cancel(state)
-        for _, future in state.waiters:
-            if not future.done():
-                future.set_result(None)
-        state.waiters.clear()
-
-    def stop(self) -> None:
-        """Cancel the timers (the ledger is closing; flush_all ran before)."""
-        for state in self._states.values():
-            self._cancel(state)
-            state.forgotten = True
-
-    @staticmethod
-    def _cancel(state: _State) -> None:
-        if state.timer is not None:
-            state.timer.cancel()
-            state.timer = None
-
-    def _write(self, name: str, state: _State) -> None:
-        self._cancel(state)
-        if state.forgotten or state.in_flight:
-            return
-        record = self._ledger._stored_record(name)
-        if record is None:
-            return
-        data = cursor_store.encode(name, record, self._max_ranges)
-        version = state.version
-        state.in_flight = True
-        self._ledger._write_cursor_file(name, data, partial(self._written, name, state, version))
-
-    def _written(self, name: str, state: _State, version: int, exc: BaseException | None) -> None:
-        state.in_flight = False
-        if exc is None:
-            state.persisted = max(state.persisted, version)
-        else:
-            log.warning("cursor %s/%s: writing its state failed (will retry): %s", self._ledger.name, name, exc)
-        remaining: list[tuple[int, asyncio.Future[None]]] = []
-        for wanted, future in state.waiters:
-            if future.done():
-                continue
-            if wanted <= state.persisted:
-                future.set_result(None)
-            elif exc is not None and wanted <= version:
-                future.set_exception(ManagedLedgerError(f"cursor state of {name} not saved: {exc}"))
-            else:
-                remaining.append((wanted, future))
-        state.waiters = remaining
-        if state.forgotten or state.version <= state.persisted:
-            return
-        if state.waiters:
-            self._write(name, state)  # someone is flushing: no delay
-        elif state.timer is None:
-            state.timer = asyncio.get_running_loop().call_later(self._interval, self._write, name, state)
+__all__ = ["CursorPersistence", "FileCursor"]

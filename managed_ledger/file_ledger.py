@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from managed_ledger import segment
+from managed_ledger import cursor_store, segment
 from managed_ledger.api import (
     AddCallback,
     EntryNotFoundError,
@@ -83,7 +83,7 @@ class FileManagedLedger(BaseManagedLedger):
         self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self._stored: dict[str, CursorRecord] = {}  # durable cursors' state, open handle or not
         self._empty_on_disk: list[int] = []  # segments without entries found on open: removed
-        self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s, factory.max_ranges_to_persist)
+        self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -196,6 +196,10 @@ class FileManagedLedger(BaseManagedLedger):
 
     def _stored_record(self, name: str) -> CursorRecord | None:
         return self._stored.get(name)
+
+    def _write_cursor_state(self, name: str, record: CursorRecord,
+                            done: Callable[[BaseException | None], None]) -> None:
+        self._write_cursor_file(name, cursor_store.encode(name, record, self._factory.max_ranges_to_persist), done)
 
     def _write_cursor_file(self, name: str, data: bytes, done: Callable[[BaseException | None], None]) -> None:
         fs = self._fs

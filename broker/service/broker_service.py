@@ -37,6 +37,12 @@ from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from managed_ledger.bookkeeper.client import BookKeeper
+from managed_ledger.bookkeeper.factory import (
+    BookKeeperManagedLedgerFactory,
+    bookkeeper_zookeeper,
+    ml_metadata_store_url,
+)
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 from metadata_store.api import MetadataStore, MetadataStoreError
@@ -123,10 +129,12 @@ class BrokerService:
             min_ledger_rollover_time_s=cfg.managedLedgerMinLedgerRolloverTimeMinutes * 60,
         )
         kind = cfg.managedLedgerStorage
-        if kind not in ("file", "memory"):
-            raise ValueError(f"managedLedgerStorage={kind!r}: expected 'file' or 'memory'")
+        if kind not in ("file", "memory", "bookkeeper"):
+            raise ValueError(f"managedLedgerStorage={kind!r}: expected 'file', 'memory' or 'bookkeeper'")
         if kind == "memory":
             return MemoryManagedLedgerFactory()
+        if kind == "bookkeeper":
+            return self._make_bookkeeper_factory()
         if self.data_dir is None:
             # An empty dataDir keeps nothing on disk (metadata neither): topics live in memory.
             log.warning("managedLedgerStorage=file without a dataDir: topics are kept in memory")
@@ -140,6 +148,19 @@ class BrokerService:
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
         )
+
+    def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
+        cfg = self.config
+        try:
+            zk, ledgers_root = bookkeeper_zookeeper(cfg.bookkeeperMetadataServiceUri, cfg.metadataStoreUrl)
+            rate = cfg.managedLedgerDefaultMarkDeleteRateLimit
+            return BookKeeperManagedLedgerFactory(
+                BookKeeper(zk, ledgers_root), ml_metadata_store_url(cfg.metadataStoreUrl, zk),
+                ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
+                ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
+                cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0)
+        except ValueError as exc:
+            raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
 
     def generate_producer_name(self) -> str:
         return f"{self.config.clusterName}-0-{next(self._producer_names)}"
@@ -390,6 +411,11 @@ class BrokerService:
         restart goes out now rather than when a client next uses the topic. Pulsar loads the
         topics of a bundle when it comes to own it; here one broker owns them all."""
         loaded = 0
+        try:
+            await self.ledger_factory.start()  # (BookKeeper: connects, and learns the stored names)
+        except Exception as exc:
+            log.error("managed-ledger storage not started: %s", exc)
+            return
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from typing import cast
 
 from managed_ledger.bookkeeper.protocol import (
     AddRequest,
@@ -49,8 +50,8 @@ class BookieConnection(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # (No isinstance check: uvloop's TCPTransport, the broker's, is not a subclass of asyncio.Transport.)
+        self._transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         try:

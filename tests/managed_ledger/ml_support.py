@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from managed_ledger import ManagedLedgerFactory, MemoryManagedLedgerFactory
+from managed_ledger.bookkeeper.client import BookKeeper
+from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.file import FileManagedLedgerFactory
 
 
@@ -31,3 +35,14 @@ IMPLEMENTATIONS: dict[str, FactoryBuilder] = {
     # Real files, fsync on (the production setting).
     "file": lambda tmp_path, clock: FileManagedLedgerFactory(str(tmp_path / "ledgers"), clock=clock),
 }
+
+# The BookKeeper implementation needs a running cluster (conftest's ml_bk_cluster), so it is built apart.
+BOOKKEEPER = "bookkeeper"
+
+
+def bookkeeper_factory(zk_address: str, clock: Callable[[], float] = time.time, root: str | None = None,
+                       cursor_persist_interval_s: float = 1.0) -> BookKeeperManagedLedgerFactory:
+    """A factory on the cluster at zk_address, under its own root znode (a fresh one by default), E/Qw/Qa 3/2/2."""
+    return BookKeeperManagedLedgerFactory(
+        BookKeeper(zk_address), f"zk:{zk_address}", root=root or f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers",
+        ensemble_size=3, write_quorum=2, ack_quorum=2, clock=clock, cursor_persist_interval_s=cursor_persist_interval_s)

@@ -39,7 +39,7 @@ BAD_VALUES = [
     ("managedLedgerSyncData", "1", "managedLedgerSyncData=1: expected true or false"),
     ("allowAutoTopicCreationType", "Partitioned",
      "allowAutoTopicCreationType=Partitioned: expected one of partitioned, non-partitioned"),
-    ("managedLedgerStorage", "bookkeeper", "managedLedgerStorage=bookkeeper: expected one of file, memory"),
+    ("managedLedgerStorage", "rocksdb", "managedLedgerStorage=rocksdb: expected one of file, memory, bookkeeper"),
     ("backlogQuotaDefaultRetentionPolicy", "drop",
      "backlogQuotaDefaultRetentionPolicy=drop: expected one of producer_request_hold, producer_exception, "
      "consumer_backlog_eviction"),

@@ -1,0 +1,207 @@
+"""Cursors of the BookKeeper managed ledger, and where their state lives (Pulsar's ``ManagedCursorImpl`` layout).
+
+Each durable cursor has a znode, a child of its managed ledger's znode, named by the URL-encoded cursor name, holding
+a ``ManagedCursorInfo``; and, while the cursor is in use, a *cursor ledger*: a BookKeeper ledger whose every entry is
+a ``PositionInfo`` (mark-delete, individually deleted ranges, properties, batch-index acks). The znode names the
+cursor ledger (``cursorsLedgerId``), or says -1 when its own snapshot is the state.
+
+- Writing a state (batched by ``CursorPersistence``): append a PositionInfo to the cursor ledger. Without one (a new
+  or recovered cursor), or when it holds ``CURSOR_LEDGER_MAX_ENTRIES``: create a new ledger, write the state into
+  it, compare-and-set the znode to point at it, then delete the old ledger (``createNewMetadataLedger``).
+- Closing the managed ledger (``persistPositionWhenClosing``): the snapshot goes into the znode with
+  ``cursorsLedgerId = -1`` (when its ranges fit Pulsar's limit for the metadata store) and the cursor ledger is
+  deleted; otherwise a last PositionInfo is appended and the ledger is closed.
+- Recovering (``ManagedCursorImpl.recover``): read the znode; with a cursor ledger, open it *with recovery* (this
+  fences a previous owner still writing it) and take the PositionInfo of its last entry; an empty ledger means the
+  znode's snapshot. Then the znode is rewritten unchanged, which moves its version on: a previous owner's next
+  compare-and-set of it fails too (ours, not Pulsar's: it closes the gap of a cursor without a cursor ledger).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from managed_ledger.api import ManagedLedgerError, ReadCallback
+from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.writer import LedgerWriter
+from managed_ledger.cursor_base import BaseCursor, CursorRecord
+from managed_ledger.position import Position
+from metadata_store.api import MetadataStoreError
+
+if TYPE_CHECKING:
+    from managed_ledger.bookkeeper.ledger import BookKeeperManagedLedger
+
+log = logging.getLogger(__name__)
+
+# Pulsar's managedLedgerCursorMaxEntriesPerLedger: a cursor ledger is switched for a new one past this many states.
+CURSOR_LEDGER_MAX_ENTRIES = 50_000
+
+
+class BkCursor(BaseCursor):
+    _ledger: BookKeeperManagedLedger
+
+    @property
+    def ledger(self) -> BookKeeperManagedLedger:
+        return self._ledger
+
+    def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
+        on_fail = None if read_from is None else partial(self._read_failed, read_from, self._read_position)
+        self._ledger._fetch(positions, self._completer, callback, on_fail)
+
+    async def flush(self) -> None:
+        self._check_usable()
+        if self._durable:
+            await self._ledger._persistence.flush(self._name)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await super().close()
+        if self._durable and not self._ledger.is_closed:
+            try:
+                await self._ledger._persistence.flush(self._name)
+            except ManagedLedgerError as exc:
+                log.warning("cursor %s/%s: state not saved on close: %s", self._ledger.name, self._name, exc)
+
+
+@dataclass
+class CursorLedger:
+    """Where one durable cursor's state goes: its znode (version) and its current cursor ledger."""
+
+    znode_version: int | None  # None: no znode yet (a new cursor)
+    ledger_id: int = -1  # -1: none (the znode's snapshot is the state)
+    writer: LedgerWriter | None = None  # open for appends: a ledger this process created
+    entries: int = 0
+
+
+def snapshot(record: CursorRecord) -> CursorRecord:
+    """A copy of a record as it is now (the live one keeps changing while a write is in flight)."""
+    return CursorRecord(record.mark_delete, record.individually_deleted.copy(), dict(record.properties),
+                        {p: list(words) for p, words in record.batch_acks.items()}, record.last_active)
+
+
+class CursorStore:
+    """Reads and writes the durable cursors of one managed ledger (znodes + cursor ledgers)."""
+
+    def __init__(self, ledger: BookKeeperManagedLedger) -> None:
+        self._ml = ledger
+        self._bk = ledger._factory.bk
+        self._store = ledger._factory.store
+        self.ledgers: dict[str, CursorLedger] = {}
+
+    def _path(self, name: str) -> str:
+        return ml_formats.cursor_path(self._ml._factory.root, self._ml.name, name)
+
+    async def recover_all(self) -> dict[str, CursorRecord]:
+        """Every cursor znode under the managed ledger's znode, with its state (fencing cursor ledgers)."""
+        records: dict[str, CursorRecord] = {}
+        ml_path = ml_formats.ledger_path(self._ml._factory.root, self._ml.name)
+        for child in await self._store.get_children(ml_path):
+            name = ml_formats.url_decode(child)
+            got = await self._store.get(f"{ml_path}/{child}")
+            if got is None:
+                continue  # deleted meanwhile
+            stored = ml_formats.decode_cursor_info(got.value)
+            record = stored.record
+            if stored.cursors_ledger_id != -1:
+                record = await self._recover_from_ledger(name, stored.cursors_ledger_id, record)
+            # Rewrite the znode as it is: its version moves on, so a previous owner that still writes this cursor
+            # (its cursor ledger not yet used, so not fenced by the recovery above) fails its next CAS.
+            stat = await self._store.put(f"{ml_path}/{child}", got.value, got.stat.version)
+            self.ledgers[name] = CursorLedger(stat.version, stored.cursors_ledger_id)
+            records[name] = record
+        return records
+
+    async def _recover_from_ledger(self, name: str, ledger_id: int, snapshot_record: CursorRecord) -> CursorRecord:
+        try:
+            reader = await self._bk.open_ledger(ledger_id, self._ml._factory.password, recover=True)
+            if reader.last_add_confirmed < 0:
+                return snapshot_record
+            [data] = await reader.read(reader.last_add_confirmed, reader.last_add_confirmed)
+        except NoSuchLedgerError:
+            log.warning("cursor %s/%s: cursor ledger %d is gone; using the znode's snapshot",
+                        self._ml.name, name, ledger_id)
+            return snapshot_record
+        record = ml_formats.decode_position_info(data)
+        record.last_active = snapshot_record.last_active  # a PositionInfo does not carry it
+        return record
+
+    async def create(self, name: str, record: CursorRecord) -> None:
+        """A new cursor: its znode, with the state as a snapshot (the cursor ledger comes with the first write)."""
+        stat = await self._store.put(self._path(name), ml_formats.encode_cursor_info(-1, record), -1)
+        self.ledgers[name] = CursorLedger(stat.version)
+
+    async def write(self, name: str, record: CursorRecord) -> None:
+        """Make ``record`` (a snapshot) the cursor's durable state."""
+        state = self.ledgers.get(name)
+        if state is None:
+            raise ManagedLedgerError(f"cursor {name} has no stored state")
+        entry = ml_formats.encode_position_info(record)
+        if state.writer is not None and state.entries < CURSOR_LEDGER_MAX_ENTRIES:
+            await state.writer.add_entry(entry)
+            state.entries += 1
+            return
+        factory = self._ml._factory
+        writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
+                                              password=factory.password,
+                                              custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name, name))
+        try:
+            await writer.add_entry(entry)
+            stat = await self._store.put(self._path(name), ml_formats.encode_cursor_info(writer.ledger_id, record),
+                                         state.znode_version)
+        except BaseException:
+            await _discard(writer)
+            raise
+        old_writer, old_id = state.writer, state.ledger_id
+        state.znode_version, state.ledger_id, state.writer, state.entries = stat.version, writer.ledger_id, writer, 1
+        await self._drop_ledger(old_writer, old_id)
+
+    async def close(self, name: str, record: CursorRecord) -> None:
+        """The managed ledger closes: leave the state where a new owner finds it cheaply."""
+        state = self.ledgers.pop(name, None)
+        if state is None:
+            return
+        if record.individually_deleted.range_count() <= ml_formats.MAX_RANGES_IN_METADATA_STORE:
+            await self._store.put(self._path(name), ml_formats.encode_cursor_info(-1, record), state.znode_version)
+            await self._drop_ledger(state.writer, state.ledger_id)
+        elif state.writer is not None:
+            await state.writer.add_entry(ml_formats.encode_position_info(record))
+            await state.writer.close()
+
+    async def delete(self, name: str) -> None:
+        state = self.ledgers.pop(name, None)
+        with contextlib.suppress(MetadataStoreError):
+            await self._store.delete(self._path(name))
+        if state is not None:
+            await self._drop_ledger(state.writer, state.ledger_id)
+
+    async def abandon(self) -> None:
+        """Stop writing (the managed ledger was deleted or fenced): writers stop without closing."""
+        for state in self.ledgers.values():
+            if state.writer is not None:
+                await state.writer.abandon()
+        self.ledgers.clear()
+
+    async def _drop_ledger(self, writer: LedgerWriter | None, ledger_id: int) -> None:
+        if writer is not None:
+            with contextlib.suppress(BookKeeperError):
+                await writer.close()
+        if ledger_id != -1:
+            try:
+                await self._bk.delete_ledger(ledger_id)
+            except NoSuchLedgerError:
+                pass
+            except BookKeeperError as exc:
+                log.warning("%s: cursor ledger %d not deleted: %s", self._ml.name, ledger_id, exc)
+
+
+async def _discard(writer: LedgerWriter) -> None:
+    """A ledger created for a write that failed: stop it and delete it (best effort)."""
+    await writer.abandon()
+    with contextlib.suppress(Exception):
+        await writer.bk.delete_ledger(writer.ledger_id)

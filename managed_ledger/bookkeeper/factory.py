@@ -1,0 +1,299 @@
+"""Opens managed ledgers stored on Apache BookKeeper, with their metadata in a metadata store (Pulsar's layout).
+
+Opening is Pulsar's takeover (``ManagedLedgerImpl.initialize`` / ``initializeBookKeeper``), safe while a previous
+owner may still be running:
+
+1. read the managed ledger's znode (its ledger list and version); create it empty if missing;
+2. open the last ledger *with recovery*: this fences it on the bookies (the previous owner's next add fails) and
+   closes it where its acknowledged entries end; its entries and size go into the list (a ledger that no longer
+   exists is dropped);
+3. drop ledgers without entries (deleted in BookKeeper after the write below);
+4. create a new ledger, append it, and compare-and-set the znode with the version read in 1 (the previous owner's
+   next write of the list then fails with BadVersion);
+5. recover every cursor (``cursor.CursorStore``): its znode, and the last state in its cursor ledger, fenced too.
+
+``list_names`` is synchronous: it answers from the names this factory knows, which are those opened or created
+through it plus, once the factory has started, those found under the root in Pulsar's four-level layout
+(``tenant/namespace/domain/topic``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+from managed_ledger.api import (
+    LedgerNotFoundError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFactory,
+)
+from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.client import BookKeeper
+from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.ledger import BookKeeperManagedLedger
+from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.position import Position
+from managed_ledger.read_cache import ReadCache
+from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError
+from metadata_store.factory import open_metadata_store
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+# Pulsar's managedLedgerDefaultEnsembleSize / WriteQuorum / AckQuorum defaults are 2/2/2; with three bookies a test
+# cluster uses 3/2/2 (entries striped over all three, two copies each).
+DEFAULT_ENSEMBLE_SIZE = 2
+DEFAULT_WRITE_QUORUM = 2
+DEFAULT_ACK_QUORUM = 2
+# Pulsar's managedLedgerDefaultMarkDeleteRateLimit: one persisted mark-delete per second per cursor.
+DEFAULT_CURSOR_PERSIST_INTERVAL_S = 1.0
+# Pulsar's managedLedger password is empty (ServiceConfiguration / BookKeeperClientFactoryImpl), digest CRC32C.
+PASSWORD = b""
+# Depth of Pulsar's managed-ledger names under the root: tenant/namespace/domain/topic.
+PULSAR_NAME_DEPTH = 4
+
+
+# Pulsar's bookkeeperMetadataServiceUri schemes that name a ZooKeeper (zk, zk+hierarchical, zk+longhierarchical,
+# zk+null: the layout is read from <root>/LAYOUT, which the client follows as written).
+_ZK_SCHEME_PREFIX = "zk"
+_NOT_ZOOKEEPER = ("memory:", "local:", "rocksdb:", "etcd:", "oxia:")
+
+
+def bookkeeper_zookeeper(metadata_service_uri: str, metadata_store_url: str) -> tuple[str, str]:
+    """(ZooKeeper connect string, ledgers root) of BookKeeper's metadata, from Pulsar's two keys: the
+    ``bookkeeperMetadataServiceUri`` (``zk+hierarchical://h1:2181;h2:2181/ledgers``), else the ZooKeeper of the
+    ``metadataStoreUrl`` with ``/ledgers``. ValueError says what is wrong."""
+    uri = metadata_service_uri.strip()
+    if uri:
+        scheme, sep, rest = uri.partition("://")
+        if not sep or not scheme.startswith(_ZK_SCHEME_PREFIX):
+            raise ValueError(f"bookkeeperMetadataServiceUri={uri!r}: expected zk+hierarchical://host:port/ledgers")
+        hosts, slash, root = rest.partition("/")
+        if not hosts:
+            raise ValueError(f"bookkeeperMetadataServiceUri={uri!r} names no ZooKeeper server")
+        return hosts.replace(";", ","), "/" + root.strip("/") if slash and root.strip("/") else "/ledgers"
+    url = metadata_store_url.strip()
+    if not url or url.startswith(_NOT_ZOOKEEPER):
+        raise ValueError("needs a ZooKeeper: set bookkeeperMetadataServiceUri, or a zk: metadataStoreUrl")
+    return url.removeprefix("zk:").removeprefix("//"), "/ledgers"
+
+
+def ml_metadata_store_url(metadata_store_url: str, bookkeeper_zk: str) -> str:
+    """Where managed-ledger znodes go: the metadata store when it is a ZooKeeper (as Pulsar), else BookKeeper's."""
+    url = metadata_store_url.strip()
+    if url and not url.startswith(_NOT_ZOOKEEPER):
+        return url if url.startswith("zk:") else f"zk:{url}"
+    return f"zk:{bookkeeper_zk}"
+
+
+class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
+    """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``: an open
+    ``MetadataStore``, or a ``metadataStoreUrl`` the factory opens when it starts and closes with itself.
+
+    root: where managed-ledger znodes live (Pulsar's ``/managed-ledgers``).
+    ensemble_size, write_quorum, ack_quorum: of every ledger this factory creates (Pulsar's
+    managedLedgerDefaultEnsembleSize / WriteQuorum / AckQuorum).
+    cache_size_bytes: the read cache shared by all managed ledgers of the factory.
+    owns_client: close ``bk`` (and so its ZooKeeper connection) with the factory.
+    """
+
+    def __init__(self, bk: BookKeeper, store: MetadataStore | str, *, root: str = ml_formats.MANAGED_LEDGERS_ROOT,
+                 ensemble_size: int = DEFAULT_ENSEMBLE_SIZE, write_quorum: int = DEFAULT_WRITE_QUORUM,
+                 ack_quorum: int = DEFAULT_ACK_QUORUM, clock: Clock = time.time,
+                 cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
+                 cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
+                 owns_client: bool = True) -> None:
+        super().__init__()
+        if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+            raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
+                             f"{ensemble_size}/{write_quorum}/{ack_quorum}")
+        self.bk = bk
+        self._store = store
+        self.root = root.rstrip("/")
+        self.ensemble_size, self.write_quorum, self.ack_quorum = ensemble_size, write_quorum, ack_quorum
+        self.password = PASSWORD
+        self.clock = clock
+        self.cache = ReadCache(cache_size_bytes)
+        self.cursor_persist_interval_s = cursor_persist_interval_s
+        self._owns_client = owns_client
+        self._owns_store = False
+        self._names: set[str] = set()
+        self._open: dict[str, BookKeeperManagedLedger] = {}
+        self._opening: dict[str, asyncio.Future[BookKeeperManagedLedger]] = {}
+        self._instance_ids = itertools.count(1)
+        self._started: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def store(self) -> MetadataStore:
+        if isinstance(self._store, str):
+            raise ManagedLedgerError("the managed-ledger factory is not started (no metadata store yet)")
+        return self._store
+
+    # -- start ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect the client and learn the stored names (idempotent; open and delete call it)."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            try:
+                if isinstance(self._store, str):
+                    self._store = await open_metadata_store(self._store)
+                    self._owns_store = True
+                if self._owns_client:
+                    await self.bk.start()
+                await self._scan(self.root, 0)
+            except BaseException as exc:
+                self._started.set_exception(exc)
+                self._started.exception()
+                self._started = None
+                raise
+            self._started.set_result(None)
+        await asyncio.shield(self._started)
+
+    async def _scan(self, path: str, depth: int) -> None:
+        if depth == PULSAR_NAME_DEPTH:
+            self._names.add(path[len(self.root) + 1:])
+            return
+        for child in await self.store.get_children(path):
+            await self._scan(f"{path}/{child}", depth + 1)
+
+    def _next_instance_id(self) -> int:
+        return next(self._instance_ids)
+
+    # -- the factory interface ------------------------------------------------------------------
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> BookKeeperManagedLedger:
+        if self._closed:
+            raise ManagedLedgerError("managed-ledger factory is closed")
+        await self.start()
+        ledger = self._open.get(name)
+        if ledger is not None:
+            return ledger
+        opening = self._opening.get(name)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[BookKeeperManagedLedger] = asyncio.get_running_loop().create_future()
+        self._opening[name] = future
+        try:
+            ledger = await self._take_over(name, config or ManagedLedgerConfig())
+            self._open[name] = ledger
+            self._names.add(name)
+            future.set_result(ledger)
+            return ledger
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._opening[name]
+
+    async def _take_over(self, name: str, config: ManagedLedgerConfig) -> BookKeeperManagedLedger:
+        try:
+            return await self._take_over_once(name, config)
+        except (BookKeeperError, MetadataStoreError, ml_formats.MetadataFormatError) as exc:
+            raise ManagedLedgerError(f"managed ledger {name} cannot be opened: {exc}") from exc
+
+    async def _take_over_once(self, name: str, config: ManagedLedgerConfig) -> BookKeeperManagedLedger:
+        path = ml_formats.ledger_path(self.root, name)
+        got = await self.store.get(path)
+        if got is None:
+            version = (await self.store.put(path, b"", -1)).version  # Pulsar's createIfMissing
+            info = ml_formats.StoredManagedLedger()
+        else:
+            version, info = got.stat.version, ml_formats.decode_ledger_info(got.value)
+        now = self.clock()
+        ledgers = list(info.ledgers)
+        recovered = None
+        if ledgers:
+            last = ledgers[-1]
+            try:
+                recovered = await self.bk.open_ledger(last.ledger_id, self.password, recover=True)
+                ledgers[-1] = ml_formats.StoredLedger(last.ledger_id, recovered.last_add_confirmed + 1,
+                                                      recovered.length, int(now * 1000))
+            except NoSuchLedgerError:
+                log.warning("%s: its last ledger %d does not exist: dropped", name, last.ledger_id)
+                ledgers.pop()
+        empty = [ledger.ledger_id for ledger in ledgers if not ledger.entries]
+        writer = await self.bk.create_ledger(self.ensemble_size, self.write_quorum, self.ack_quorum,
+                                             password=self.password,
+                                             custom_metadata=ml_formats.ledger_custom_metadata(name))
+        ledger_map = LedgerMap()
+        last_confirmed = Position(writer.ledger_id, -1)
+        for stored in ledgers:
+            if not stored.entries:
+                continue
+            closed_at = stored.timestamp_ms / 1000 if stored.timestamp_ms else now
+            ledger_map.add_stored_ledger(stored.ledger_id, closed_at, closed_at, stored.entries, stored.size or 0)
+            last_confirmed = Position(stored.ledger_id, stored.entries - 1)
+        ledger_map.open_ledger(writer.ledger_id, now)
+        ledger = BookKeeperManagedLedger(self, name, config, ledger_map, info, version, writer, last_confirmed)
+        if recovered is not None:
+            ledger._handles[recovered.ledger_id] = recovered
+        try:
+            await ledger._write_info()
+        except BadVersionError:
+            await writer.abandon()
+            with contextlib.suppress(BookKeeperError):
+                await self.bk.delete_ledger(writer.ledger_id)
+            raise ManagedLedgerError(f"managed ledger {name} was opened by another owner at the same time") from None
+        for ledger_id in empty:
+            with contextlib.suppress(BookKeeperError):
+                await self.bk.delete_ledger(ledger_id)
+        await ledger._recover_cursors()
+        return ledger
+
+    async def delete(self, name: str) -> None:
+        await self.start()
+        ledger = self._open.get(name)
+        if ledger is not None:
+            await ledger.delete()
+            return
+        path = ml_formats.ledger_path(self.root, name)
+        got = await self.store.get(path)
+        if got is None:
+            raise LedgerNotFoundError(f"no managed ledger named {name!r}")
+        ledger_ids = [stored.ledger_id for stored in ml_formats.decode_ledger_info(got.value).ledgers]
+        for child in await self.store.get_children(path):
+            cursor = await self.store.get(f"{path}/{child}")
+            if cursor is not None:
+                cursor_ledger = ml_formats.decode_cursor_info(cursor.value).cursors_ledger_id
+                if cursor_ledger != -1:
+                    ledger_ids.append(cursor_ledger)
+        await self._delete_stored(name, ledger_ids)
+
+    async def _delete_stored(self, name: str, ledger_ids: list[int]) -> None:
+        """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
+        await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
+        self._names.discard(name)
+        for ledger_id in ledger_ids:
+            try:
+                await self.bk.delete_ledger(ledger_id)
+            except NoSuchLedgerError:
+                pass
+            except BookKeeperError as exc:
+                log.warning("%s: ledger %d not deleted: %s", name, ledger_id, exc)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for ledger in list(self._open.values()):
+            await ledger.close()
+        if self._owns_client and self._started is not None:
+            await self.bk.close()
+        if self._owns_store:
+            await self.store.close()
+
+    def list_names(self) -> list[str]:
+        return sorted(self._names)
+
+    def _forget(self, ledger: BookKeeperManagedLedger) -> None:
+        if self._open.get(ledger.name) is ledger:
+            del self._open[ledger.name]

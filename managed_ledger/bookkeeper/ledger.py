@@ -1,0 +1,509 @@
+"""A managed ledger on Apache BookKeeper, in Apache Pulsar's formats (see ``factory`` for opening and takeover).
+
+The log is a list of BookKeeper ledgers, kept in the managed ledger's znode (``ManagedLedgerInfo``) and changed only
+by compare-and-set on its version: a second owner that took the managed ledger over makes our next write of it fail
+(BadVersion), and its recovery open of our current ledger fenced that ledger on the bookies, so our next add fails
+too. Either way this instance stops taking writes (``is_fenced``); nothing it acknowledged is lost, because the new
+owner recovered the ledger up to every acknowledged entry before closing it.
+
+Adds: entries go to the current ledger's writer at once, one BookKeeper entry each; callbacks run in call order
+(``OrderedCompleter`` reservations) once the bookies acknowledged them, and only then does ``last_confirmed_entry``
+move. Rollover (Pulsar's rule, in ``ledger_base``): when an add fills the current ledger, the writer is closed, a
+new ledger created, the ledger list written (CAS), and that add completes only then, so whoever sees its callback
+sees the new current ledger. Adds that arrive meanwhile wait in a queue and go to the new ledger.
+
+Trimming: ledgers every durable cursor consumed leave the list (CAS first), then are deleted from BookKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from managed_ledger.api import (
+    AddCallback,
+    EntryNotFoundError,
+    InitialPosition,
+    LedgerClosedError,
+    LedgerFencedError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    NoMoreEntriesError,
+    ReadCallback,
+)
+from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.cursor import BkCursor, CursorStore, snapshot
+from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFencedError
+from managed_ledger.bookkeeper.reader import LedgerReader
+from managed_ledger.bookkeeper.reads import BkEntryReader
+from managed_ledger.bookkeeper.writer import LedgerWriter
+from managed_ledger.completion import Completion, OrderedCompleter
+from managed_ledger.cursor_base import BaseCursor, CursorRecord
+from managed_ledger.cursor_persistence import CursorPersistence
+from managed_ledger.entry import Entry
+from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.position import Position
+from managed_ledger.range_set import PositionRangeSet
+from metadata_store.api import BadVersionError, MetadataStoreError
+
+if TYPE_CHECKING:
+    from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
+
+log = logging.getLogger(__name__)
+
+# How long after a read the cached entries every active cursor has passed are dropped (Pulsar's
+# managedLedgerCacheEvictionIntervalMs is 10 ms).
+CACHE_EVICTION_INTERVAL_S = 0.01
+_EVERYTHING = Position(2**63 - 1, 0)
+
+
+@dataclass(eq=False)
+class _Add:
+    data: list[bytes]
+    callback: AddCallback
+    fill: Callable[[Completion], None]  # its reserved place in the add order
+    started: float
+
+
+class BookKeeperManagedLedger(BaseManagedLedger):
+    def __init__(self, factory: BookKeeperManagedLedgerFactory, name: str, config: ManagedLedgerConfig,
+                 ledger_map: LedgerMap, info: ml_formats.StoredManagedLedger, info_version: int,
+                 writer: LedgerWriter, last_confirmed: Position) -> None:
+        super().__init__(name, config, ledger_map, factory.nesting, factory.clock)
+        self._factory = factory
+        self._path = ml_formats.ledger_path(factory.root, name)
+        self._properties = info.properties  # kept as they are (Pulsar's managed-ledger properties)
+        self._info_version = info_version
+        self._info_lock = asyncio.Lock()
+        self._writer: LedgerWriter | None = writer  # None while rolling over
+        self._handles: dict[int, LedgerWriter | LedgerReader] = {writer.ledger_id: writer}
+        self._sizes: dict[int, array[int]] = {writer.ledger_id: array("l")}  # entry sizes of ledgers we wrote
+        self._last_confirmed = last_confirmed
+        self._queued: deque[_Add] = deque()  # adds waiting for the next ledger
+        self._fenced = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rollover: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._eviction_pending = False
+        self._reader = BkEntryReader(factory._next_instance_id(), factory.cache, self._read_run)
+        self._stored: dict[str, CursorRecord] = {}
+        self._cursor_store = CursorStore(self)
+        self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
+
+    async def _recover_cursors(self) -> None:
+        """Open every stored durable cursor (part of opening: see the factory)."""
+        for name, record in (await self._cursor_store.recover_all()).items():
+            record.raise_floor(self._floor())
+            self._stored[name] = record
+            self._persistence.track(name, dirty=False)
+            self._cursors[name] = BkCursor(self, name, record, durable=True)
+
+    # -- hooks of the base ----------------------------------------------------------------------
+
+    def _named_records(self) -> Iterable[tuple[str, CursorRecord]]:
+        return self._stored.items()
+
+    def _make_cursor(self, name: str, record: CursorRecord, durable: bool) -> BkCursor:
+        return BkCursor(self, name, record, durable)
+
+    def _entry_size(self, position: Position) -> int:
+        sizes = self._sizes.get(position.ledger_id)
+        if sizes is not None and position.entry_id < len(sizes):
+            return sizes[position.entry_id]
+        meta = self._map.get(position.ledger_id)  # a ledger written before this open: its average
+        return meta.size // meta.entries if meta is not None and meta.entries else 0
+
+    def _remove_ledgers(self, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            self._handles.pop(ledger_id, None)
+            self._sizes.pop(ledger_id, None)
+        # The ledger list is written first (CAS), then the ledgers are deleted (Pulsar's order: a crash in between
+        # leaves unreferenced ledgers, never a list naming deleted ones).
+        self._spawn(self._delete_trimmed(ledger_ids))
+
+    async def _delete_trimmed(self, ledger_ids: list[int]) -> None:
+        if not await self._write_info_or_fence():
+            return
+        for ledger_id in ledger_ids:
+            with contextlib.suppress(NoSuchLedgerError):
+                try:
+                    await self._factory.bk.delete_ledger(ledger_id)
+                except BookKeeperError as exc:
+                    log.warning("%s: trimmed ledger %d not deleted: %s", self._name, ledger_id, exc)
+
+    def _cursor_state_changed(self, name: str) -> None:
+        self._persistence.changed(name)
+
+    def _stored_record(self, name: str) -> CursorRecord | None:
+        return self._stored.get(name)
+
+    def _write_cursor_state(self, name: str, record: CursorRecord,
+                            done: Callable[[BaseException | None], None]) -> None:
+        if self._fenced:  # another owner has the cursors now: nothing of ours may be written
+            done(LedgerFencedError(f"managed ledger {self._name} is fenced: cursor {name} not saved"))
+            return
+        copy = snapshot(record)
+
+        async def write() -> None:
+            try:
+                await self._cursor_store.write(name, copy)
+            except (BookKeeperError, MetadataStoreError, ManagedLedgerError) as exc:
+                if isinstance(exc, BkLedgerFencedError | BadVersionError):
+                    self._fence(exc)  # a new owner recovered the cursor ledger or rewrote the cursor's znode
+                done(exc)
+                return
+            done(None)
+
+        self._spawn(write())
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        return self._last_confirmed
+
+    @property
+    def is_fenced(self) -> bool:
+        return self._fenced
+
+    # -- the ledger list ------------------------------------------------------------------------
+
+    def _stored_info(self) -> ml_formats.StoredManagedLedger:
+        ledgers = []
+        current = self._map.current_id
+        for meta in self._map:
+            if meta.ledger_id == current:
+                ledgers.append(ml_formats.StoredLedger(meta.ledger_id))
+            else:
+                closed = meta.closed_at if meta.closed_at is not None else meta.created_at
+                ledgers.append(ml_formats.StoredLedger(meta.ledger_id, meta.entries, meta.size, int(closed * 1000)))
+        return ml_formats.StoredManagedLedger(tuple(ledgers), self._properties)
+
+    async def _write_info(self) -> None:
+        """CAS the ledger list as it is now; BadVersionError: someone else owns the managed ledger now."""
+        async with self._info_lock:
+            data = ml_formats.encode_ledger_info(self._stored_info())
+            stat = await self._factory.store.put(self._path, data, self._info_version)
+            self._info_version = stat.version
+
+    async def _write_info_or_fence(self) -> bool:
+        try:
+            await self._write_info()
+        except BadVersionError:
+            self._fence(LedgerFencedError(f"managed ledger {self._name} was taken over (its znode changed)"))
+            return False
+        except MetadataStoreError as exc:
+            log.error("%s: the ledger list was not written: %s", self._name, exc)
+            return False
+        return True
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def add_entry(self, data: bytes, callback: AddCallback) -> None:
+        self.add_entries([data], callback)
+
+    def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
+        if self._state is not LedgerState.OPEN:
+            error: ManagedLedgerError = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        if self._fenced:
+            error = LedgerFencedError(f"managed ledger {self._name} is fenced: another owner took it over, "
+                                      "or a write failed")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        if not data:
+            raise ValueError("add_entries needs at least one entry")
+        add = _Add([d if type(d) is bytes else bytes(d) for d in data], callback, self._add_completer.reserve(),
+                   time.monotonic())
+        if self._writer is None or self._queued:
+            self._queued.append(add)
+        else:
+            self._send(add)
+
+    def _send(self, add: _Add) -> None:
+        writer = self._writer
+        assert writer is not None
+        sizes = [len(d) for d in add.data]
+        self.add_stats.entry_size.add_each(sizes)
+        first = self._map.record_adds(len(sizes), sum(sizes))
+        self._sizes[first.ledger_id].extend(sizes)
+        if self._has_active_cursor():
+            self._reader.remember(first, add.data)  # tailing readers read it from memory (as Pulsar caches adds)
+        futures = [writer.add_entry_nowait(d) for d in add.data]
+        for future in futures[:-1]:
+            future.add_done_callback(_retrieve)  # the last one reports for all (adds fail from the first failure on)
+        if self._current_ledger_is_full():
+            # This add completes after the rollover, so its callback sees the new current ledger.
+            self._writer = None
+            self._rollover = self._spawn(self._roll_over(writer, add, first, futures[-1]))
+        else:
+            futures[-1].add_done_callback(partial(self._added, add, first, len(sizes)))
+
+    def _added(self, add: _Add, first: Position, count: int, future: asyncio.Future[int]) -> None:
+        """The bookies acknowledged the add's last entry (and so every entry before it), or it failed."""
+        exc = future.exception()
+        if exc is None:
+            now = time.monotonic()
+            self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
+            self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
+            last = Position(first.ledger_id, first.entry_id + count - 1)
+            if last > self._last_confirmed:
+                self._last_confirmed = last
+            add.fill(partial(add.callback, first, None))
+            self._wake_parked()
+            return
+        self._fence(exc)
+        add.fill(partial(add.callback, None, _add_error(exc)))
+
+    async def _roll_over(self, old: LedgerWriter, filling: _Add, first: Position, last_future: asyncio.Future[int]
+                         ) -> None:
+        """Close the full ledger, start a new one, write the ledger list; then complete the filling add and send
+        the adds that waited."""
+        count = len(filling.data)
+        close_error: BaseException | None = None
+        try:
+            await old.close()  # waits for every add sent to it
+        except BookKeeperError as exc:
+            close_error = exc
+        if not last_future.done() or last_future.exception() is not None:
+            failure = (last_future.exception() if last_future.done() else close_error) \
+                or ManagedLedgerError("add not acknowledged")
+            self._fence(failure)
+            filling.fill(partial(filling.callback, None, _add_error(failure)))
+            return
+        self._added_held(filling, first, count)
+        error = close_error or await self._start_next_ledger()
+        filling.fill(partial(filling.callback, first, None))  # durable either way
+        self._rollover = None
+        if error is not None:
+            self._fence(error)
+            return
+        while self._queued and self._writer is not None:
+            self._send(self._queued.popleft())
+        self.trim_consumed_ledgers()
+
+    async def _start_next_ledger(self) -> BaseException | None:
+        """Create the next ledger and CAS the ledger list with it; the error if that failed."""
+        factory = self._factory
+        try:
+            writer = await factory.bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
+                                                    password=factory.password,
+                                                    custom_metadata=ml_formats.ledger_custom_metadata(self._name))
+        except BookKeeperError as exc:
+            return exc
+        if self._state is LedgerState.OPEN:
+            now = self._clock()
+            self._map.close_current(now)
+            self._map.open_ledger(writer.ledger_id, now)
+            self._handles[writer.ledger_id] = writer
+            self._sizes[writer.ledger_id] = array("l")
+            if await self._write_info_or_fence():
+                self._writer = writer
+                return None
+        await writer.abandon()  # closing meanwhile, or taken over: the new ledger goes
+        with contextlib.suppress(BookKeeperError):
+            await factory.bk.delete_ledger(writer.ledger_id)
+        return LedgerClosedError(f"managed ledger {self._name} closed during a rollover") if not self._fenced \
+            else LedgerFencedError(f"managed ledger {self._name} was taken over")
+
+    def _added_held(self, add: _Add, first: Position, count: int) -> None:
+        """The filling add is durable: count it, but its callback waits for the new ledger."""
+        now = time.monotonic()
+        self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
+        self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
+        last = Position(first.ledger_id, first.entry_id + count - 1)
+        if last > self._last_confirmed:
+            self._last_confirmed = last
+        self._wake_parked()
+
+    def _fail_queued(self, error: ManagedLedgerError) -> None:
+        queued, self._queued = self._queued, deque()
+        for add in queued:
+            add.fill(partial(add.callback, None, error))
+
+    def _fence(self, exc: BaseException) -> None:
+        """Stop taking writes; forget entries that were recorded but never acknowledged."""
+        if self._fenced:
+            return
+        self._fenced = True
+        log.error("managed ledger %s fenced: %s", self._name, exc)
+        last = self._last_confirmed
+        for meta in list(self._map):
+            if meta.ledger_id < last.ledger_id:
+                continue
+            keep = last.entry_id + 1 if meta.ledger_id == last.ledger_id else 0
+            if meta.entries > keep:
+                sizes = self._sizes.get(meta.ledger_id)
+                kept = sum(sizes[:keep]) if sizes is not None else 0
+                if sizes is not None:
+                    del sizes[keep:]
+                self._map.cut(meta.ledger_id, keep, kept)
+        self._fail_queued(_add_error(exc))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def _read_run(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        handle = self._handles.get(ledger_id)
+        if handle is None:
+            handle = await self._factory.bk.open_ledger(ledger_id, self._factory.password, recover=False)
+            self._handles.setdefault(ledger_id, handle)
+        return await handle.read(first, last)
+
+    def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
+               on_fail: Callable[[], None] | None) -> None:
+        self._reader.fetch(positions, completer, callback, on_fail)
+        self._schedule_eviction()
+
+    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
+        if not cursor.is_active:
+            self._schedule_eviction()
+
+    def _schedule_eviction(self) -> None:
+        if not self._eviction_pending:
+            self._eviction_pending = True
+            self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
+
+    def _evict_read_entries(self) -> None:
+        self._eviction_pending = False
+        if self._state is not LedgerState.OPEN:
+            return
+        slowest = _EVERYTHING
+        for cursor in (*self._cursors.values(), *self._non_durable):
+            if cursor.is_active and cursor.read_position < slowest:
+                slowest = cursor.read_position
+        self._reader.evict_before(slowest)
+
+    async def read_entry(self, position: Position) -> Entry:
+        self._check_open()
+        if position > self._last_confirmed:
+            raise NoMoreEntriesError(f"{position} is past the last confirmed entry {self._last_confirmed}")
+        if not self._map.is_entry(position):
+            raise EntryNotFoundError(f"no entry at {position} in {self._name}")
+        return await self._reader.read(position)
+
+    # -- cursors ------------------------------------------------------------------------------
+
+    async def open_cursor(self, name: str, initial_position: InitialPosition = InitialPosition.LATEST,
+                          properties: dict[str, int] | None = None) -> BkCursor:
+        self._check_open()
+        cursor = self._cursors.get(name)
+        if cursor is not None:
+            assert isinstance(cursor, BkCursor)
+            return cursor
+        record = self._stored.get(name)
+        if record is None:
+            record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
+                                  dict(properties or {}))
+            try:
+                await self._cursor_store.create(name, record)
+            except (BookKeeperError, MetadataStoreError) as exc:
+                raise ManagedLedgerError(f"cursor {name} not created: {exc}") from exc
+            self._check_open()
+            existing = self._cursors.get(name)
+            if existing is not None:  # opened concurrently
+                assert isinstance(existing, BkCursor)
+                return existing
+            self._stored[name] = record
+            self._persistence.track(name, dirty=False)
+        cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        self._check_open()
+        cursor = self._cursors.pop(name, None)
+        record = self._stored.pop(name, None)
+        if cursor is None and record is None:
+            self._close_non_durable(name)
+            return
+        if cursor is not None:
+            cursor._close_handle()
+        self._persistence.forget(name)
+        self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
+        try:
+            await self._cursor_store.delete(name)
+        except BookKeeperError as exc:
+            log.warning("%s: cursor %s: its ledger was not deleted: %s", self._name, name, exc)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        if self._state is not LedgerState.OPEN:
+            return
+        self._shut(LedgerState.CLOSED)
+        self._fail_queued(LedgerClosedError(f"managed ledger {self._name} is closed"))
+        if self._rollover is not None:
+            await asyncio.gather(self._rollover, return_exceptions=True)
+        await self._persistence.flush_all()
+        self._persistence.stop()
+        if not self._fenced:
+            for name, record in list(self._stored.items()):
+                try:
+                    await self._cursor_store.close(name, record)
+                except (BookKeeperError, MetadataStoreError) as exc:
+                    log.warning("%s: cursor %s: state not saved on close: %s", self._name, name, exc)
+        await self._cursor_store.abandon()
+        writer = self._writer
+        if writer is not None:
+            try:
+                await writer.close()  # the ledger list keeps it as the last ledger; the next owner reads its end
+            except BookKeeperError as exc:
+                log.warning("%s: ledger %d not closed: %s", self._name, writer.ledger_id, exc)
+        await self._stop_tasks()
+        self._factory._forget(self)
+
+    async def _stop_tasks(self) -> None:
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        # Writes of the ledger list and trimmed-ledger deletions finish; nothing else is left running.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._reader.close()
+
+    async def delete(self) -> None:
+        if self._state is LedgerState.DELETED:
+            return
+        self._check_open()
+        self._shut(LedgerState.DELETED)
+        self._fail_queued(LedgerClosedError(f"managed ledger {self._name} is deleted"))
+        for name in list(self._stored):
+            self._persistence.forget(name)
+        if self._rollover is not None:
+            await asyncio.gather(self._rollover, return_exceptions=True)
+        await self._stop_tasks()
+        cursor_names = list(self._stored)
+        self._cursors.clear()
+        self._stored.clear()
+        for name in cursor_names:
+            await self._cursor_store.delete(name)
+        if self._writer is not None:
+            await self._writer.abandon()
+        self._factory._forget(self)
+        await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map])
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _add_error(exc: BaseException) -> ManagedLedgerError:
+    if isinstance(exc, ManagedLedgerError):
+        return exc
+    error = LedgerFencedError(f"add failed, the managed ledger stops taking writes: {exc}")
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,222 @@
+"""What only the BookKeeper managed ledger has: takeover with fencing, Pulsar's metadata in the znodes, ledgers
+deleted from BookKeeper by trimming, cursors recovered from their cursor ledgers after the owner died (kill -9).
+
+Real ZooKeeper + 3 bookies (conftest's session cluster); each test under its own root znode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from cluster.local import REPO_ROOT, LocalCluster
+from managed_ledger import (
+    Entry,
+    InitialPosition,
+    LedgerFencedError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    Position,
+)
+from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.errors import NoSuchLedgerError
+from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
+from managed_ledger.bookkeeper.metadata import LedgerState
+from tests.managed_ledger.ml_support import bookkeeper_factory
+
+SMALL = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0)
+SMALL_KEEP = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0, retention_time_s=-1,
+                                 retention_size_bytes=-1)
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+async def make_factory(ml_bk_cluster: LocalCluster) -> AsyncIterator[Callable[[], BookKeeperManagedLedgerFactory]]:
+    """Factories on one root znode (as two brokers sharing a cluster), all closed at the end."""
+    root = f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers"
+    made: list[BookKeeperManagedLedgerFactory] = []
+
+    def make() -> BookKeeperManagedLedgerFactory:
+        made.append(bookkeeper_factory(ml_bk_cluster.zk_address, root=root))
+        return made[-1]
+
+    yield make
+    for factory in made:
+        await factory.close()
+
+
+async def test_a_second_owner_fences_the_first_and_loses_nothing_acknowledged(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    first, second = make_factory(), make_factory()
+    ml1 = await first.open("t")
+    cursor1 = await ml1.open_cursor("sub", InitialPosition.EARLIEST)
+    acked = [await ml1.add_entry_async(f"m{i}".encode()) for i in range(5)]
+
+    ml2 = await second.open("t")  # takeover: recovers and closes ml1's ledger, starts its own
+    assert ml2.last_confirmed_entry == acked[-1]
+    cursor1.mark_delete(acked[3])  # the stale owner cannot overwrite the cursor either
+    with pytest.raises(ManagedLedgerError):
+        await cursor1.flush()
+    assert ml2.cursors["sub"].mark_delete_position < acked[0]
+    assert ml2.current_ledger_id > acked[-1].ledger_id
+    with pytest.raises(LedgerFencedError):
+        await ml1.add_entry_async(b"stale owner")
+    assert ml1.is_fenced
+    with pytest.raises(LedgerFencedError):  # and it stays fenced
+        await ml1.add_entry_async(b"again")
+    assert [(await ml2.read_entry(p)).data for p in acked] == [f"m{i}".encode() for i in range(5)]
+    new = await ml2.add_entry_async(b"new owner")
+    assert new.ledger_id == ml2.current_ledger_id
+    assert ml2.next_valid_position(acked[-1]) == new
+
+
+async def test_the_ledger_list_is_pulsars_managed_ledger_info(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    factory = make_factory()
+    ml = await factory.open("tenant/ns/persistent/topic", SMALL_KEEP)
+    await factory.start()
+    for i in range(7):
+        await ml.add_entry_async(b"x" * (i + 1))
+    got = await factory.store.get(f"{factory.root}/tenant/ns/persistent/topic")
+    assert got is not None
+    info = ml_formats.decode_ledger_info(got.value)
+    ids = [i.ledger_id for i in ml.ledgers_info()]
+    assert [s.ledger_id for s in info.ledgers] == ids
+    assert [(s.entries, s.size) for s in info.ledgers[:2]] == [(3, 1 + 2 + 3), (3, 4 + 5 + 6)]
+    assert all(s.timestamp_ms > 0 for s in info.ledgers[:2])
+    assert info.ledgers[2] == ml_formats.StoredLedger(ids[2])  # the current ledger: its id only
+    for ledger_id in ids[:2]:  # rolled-over ledgers are closed in BookKeeper at their last entry
+        metadata, _ = await factory.bk.read_metadata(ledger_id)
+        assert metadata.state == LedgerState.CLOSED and metadata.last_entry_id == 2
+        assert dict(metadata.custom_metadata) == {"application": b"pulsar", "component": b"managed-ledger",
+                                                  "pulsar/managed-ledger": b"tenant/ns/persistent/topic"}
+    assert factory.list_names() == ["tenant/ns/persistent/topic"]
+    assert make_factory().list_names() == []  # a new factory learns the names when it starts
+    other = make_factory()
+    await other.start()
+    assert other.list_names() == ["tenant/ns/persistent/topic"]
+
+
+async def test_trimmed_ledgers_are_deleted_from_bookkeeper(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    factory = make_factory()
+    ml = await factory.open("t", SMALL)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    positions = [await ml.add_entry_async(b"x") for _ in range(7)]
+    old = [i.ledger_id for i in ml.ledgers_info()[:2]]
+    cursor.mark_delete(positions[5])
+    assert [i.ledger_id for i in ml.ledgers_info()][:2] != old
+
+    async def gone(ledger_id: int) -> bool:
+        try:
+            await factory.bk.read_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return True
+        return False
+
+    for ledger_id in old:
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while not await gone(ledger_id):
+            assert asyncio.get_running_loop().time() < deadline, f"ledger {ledger_id} still exists"
+            await asyncio.sleep(0.02)
+    got = await factory.store.get(f"{factory.root}/t")
+    assert got is not None
+    assert not set(old) & {s.ledger_id for s in ml_formats.decode_ledger_info(got.value).ledgers}
+
+
+async def test_cursor_state_survives_kill_9_of_its_owner(ml_bk_cluster: LocalCluster) -> None:
+    root = f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.managed_ledger.bk_owner", ml_bk_cluster.zk_address, root,
+        stdout=asyncio.subprocess.PIPE, env=env)
+    try:
+        assert owner.stdout is not None
+        line = await asyncio.wait_for(owner.stdout.readline(), TIMEOUT)
+        positions = [Position(*p) for p in json.loads(line)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            owner.send_signal(signal.SIGKILL)
+        await owner.wait()
+
+    factory = bookkeeper_factory(ml_bk_cluster.zk_address, root=root)
+    try:
+        await factory.start()
+        got = await factory.store.get(ml_formats.cursor_path(root, "t", "sub"))
+        assert got is not None
+        assert ml_formats.decode_cursor_info(got.value).cursors_ledger_id != -1  # its state is in a cursor ledger
+        ml = await factory.open("t")  # fences the dead owner's ledger and its cursor ledger
+        assert ml.last_confirmed_entry == positions[-1]
+        sub = ml.cursors["sub"]
+        assert sub.mark_delete_position == positions[4]
+        assert [list(r) for r in sub.individually_deleted] == [[positions[6], positions[6]]]
+        assert [e.data for e in await sub.read_entries_async(10)] == [b"m5", b"m7", b"m8", b"m9"]
+    finally:
+        await factory.close()
+
+
+async def test_chained_cached_reads_stay_within_the_nesting_limit(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """test_nesting's chain, shorter (bookies are slower than memory): in order, never deeper than the limit."""
+    factory = make_factory()
+    ml = await factory.open("chain", ManagedLedgerConfig(max_entries_per_ledger=700, min_ledger_rollover_time_s=0,
+                                                         retention_time_s=-1, retention_size_bytes=-1))
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    count = 2000
+    added = asyncio.Event()
+    results: list[Position] = []
+
+    def on_added(position: Position | None, exc: BaseException | None) -> None:
+        assert exc is None and position is not None
+        results.append(position)
+        if len(results) == count:
+            added.set()
+
+    for i in range(count):
+        ml.add_entry(i.to_bytes(4, "big"), on_added)
+    await asyncio.wait_for(added.wait(), TIMEOUT)
+    assert results == sorted(results) and len(ml.ledgers_info()) == 3
+
+    seen: list[Position] = []
+    depths: list[int] = []
+    done = asyncio.Event()
+    failures: list[BaseException] = []
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        depths.append(factory.nesting.depth)
+        if exc is not None or not entries:
+            failures.extend([exc] if exc else [])
+            done.set()
+            return
+        seen.extend(e.position for e in entries)
+        cursor.read_entries(1, on_read)
+
+    cursor.read_entries(1, on_read)
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert failures == [] and seen == results
+    assert all(a < b for a, b in itertools.pairwise(seen))
+    assert max(depths) <= ml.config.read_nesting_limit
+
+
+async def test_reads_of_uncached_entries_come_from_the_bookies(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    first = make_factory()
+    ml = await first.open("t", SMALL_KEEP)
+    positions = [await ml.add_entry_async(f"m{i}".encode()) for i in range(7)]
+    await ml.close()
+    again = await make_factory().open("t", SMALL_KEEP)  # a fresh factory: an empty cache
+    reader = again.new_non_durable_cursor(Position(-1, -1), "r")
+    entries = await reader.read_entries_async(10)
+    assert [e.position for e in entries] == positions
+    assert [e.data for e in entries] == [f"m{i}".encode() for i in range(7)]
+    with pytest.raises(ManagedLedgerError):
+        await again.read_entry(Position(positions[0].ledger_id - 1, 0))
