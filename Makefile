@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-deps lint typecheck unit proto bench clean
+.PHONY: run test test-deps lint typecheck unit proto bench clean compat
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ bench: $(STAMP)
 	$(PY) -m bench.compare $(BENCH_ARGS)
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
+
+# Client compatibility suite (issue 18): the official Java (Maven) and Go clients run the scenarios of
+# compat/scenarios.py against brokers it starts; writes compat/results.json and docs/clients.md.
+# Needs mvn + JDK 17 and go on the PATH; Maven and Go fetch the clients into their usual caches.
+# COMPAT_CLIENTS=java or =go runs one client.
+COMPAT_CLIENTS ?= java,go
+compat: $(STAMP)
+	$(PY) -m compat.run --clients $(COMPAT_CLIENTS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
