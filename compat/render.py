@@ -11,7 +11,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "clients.md"
-MARK = {"pass": "pass", "fail": "**FAIL**", "unsupported": "not supported", "missing": "no test"}
+MARK = {"pass": "pass", "fail": "**FAIL**", "unsupported": "not supported", "missing": "no test",
+        "n/a": "n/a"}
 
 
 def _cell(text: str) -> str:

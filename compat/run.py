@@ -36,7 +36,7 @@ import jwt
 
 from broker.version import __version__ as broker_version
 from compat import render
-from compat.scenarios import SCENARIOS, UNSUPPORTED
+from compat.scenarios import ONLY, SCENARIOS, UNSUPPORTED
 from tests.security.pki import HS256_SECRET, make_pki
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ CLIENT_TIMEOUT_S = 1200.0
 
 @dataclass
 class Outcome:
-    status: str  # pass | fail | unsupported | missing
+    status: str  # pass | fail | unsupported | n/a (the client has no such API) | missing
     detail: str = ""
     seconds: float = 0.0
 
@@ -138,9 +138,9 @@ def run_java(env: dict[str, str]) -> ClientRun:
             if bad is None:
                 bad = case.find("error")
             detail = "" if bad is None else (bad.get("message") or bad.get("type") or "failed")[:300]
-            skipped = case.find("skipped") is not None
-            if skipped:
-                run.outcomes[name] = Outcome("fail", "skipped", 0.0)
+            skipped = case.find("skipped")
+            if skipped is not None:
+                run.outcomes[name] = Outcome("n/a", skipped.get("message") or "skipped", 0.0)
             else:
                 run.outcomes[name] = classify(name, bad is None, detail, float(case.get("time", "0")))
     if rc != 0 and not run.outcomes:
@@ -173,7 +173,10 @@ def run_go(env: dict[str, str]) -> ClientRun:
             passed = ev["Action"] == "pass"
             lines = [x.strip() for x in output.get(name, []) if x.strip() and not x.startswith(("=== ", "--- "))]
             detail = "" if passed else (" | ".join(lines[-3:]) or ev["Action"])[:300]
-            run.outcomes[name] = classify(name, passed, detail, float(ev.get("Elapsed", 0.0)))
+            if ev["Action"] == "skip":
+                run.outcomes[name] = Outcome("n/a", re.sub(r"^\S+\.go:\d+: ", "", detail), 0.0)
+            else:
+                run.outcomes[name] = classify(name, passed, detail, float(ev.get("Elapsed", 0.0)))
     if rc != 0 and not run.outcomes:
         print(f"compat: go test failed ({rc}) before any test ran; see {run.log}", file=sys.stderr)
     return run
@@ -215,6 +218,9 @@ def main() -> int:
         shutil.rmtree(pki.dir, ignore_errors=True)
     for run in runs:
         for sid in SCENARIOS:
+            only = ONLY.get(sid)
+            if only is not None and run.client not in only:
+                run.outcomes.setdefault(sid, Outcome("n/a", f"only for {', '.join(sorted(only))}"))
             run.outcomes.setdefault(sid, Outcome("missing", "no test for this scenario"))
     result = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

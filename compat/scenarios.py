@@ -54,3 +54,6 @@ UNSUPPORTED: dict[str, str] = {
                     "(Java: \"Transaction coordinator not enabled\"-style error at build; Go: ErrTransactionCoordinatorNotEnabled)",
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
+
+# scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's.
+ONLY: dict[str, set[str]] = {sid: {"Java"} for sid in SCENARIOS if sid.startswith("admin_")}
