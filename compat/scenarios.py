@@ -50,8 +50,8 @@ SCENARIOS: dict[str, str] = {
 
 # scenario id -> how it fails for the user (the test asserts exactly this).
 UNSUPPORTED: dict[str, str] = {
-    "transactions": "client build fails: the broker has no transaction coordinator "
-                    "(Java: \"Transaction coordinator not enabled\"-style error at build; Go: ErrTransactionCoordinatorNotEnabled)",
+    "transactions": "the broker has no transaction coordinator: a transactional client fails at once "
+                    "(Java: newTransaction() fails; Go: NewClient returns an error)",
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
 
