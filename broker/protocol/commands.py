@@ -53,6 +53,9 @@ def connected(server_version: str, protocol_version: int, max_message_size: int)
     c.server_version = server_version
     c.protocol_version = protocol_version
     c.max_message_size = max_message_size
+    # What the Java client reads (ClientCnx): PIP-344 partition metadata without auto-creation is
+    # served; topic-list watchers (PIP-145) are not, so its pattern consumers poll instead.
+    c.feature_flags.supports_get_partitioned_metadata_without_auto_creation = True
     return frame(cmd)
 
 

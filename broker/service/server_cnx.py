@@ -21,6 +21,7 @@ from broker.errors import (
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
+    TopicNotFoundError,
 )
 from broker.metadata.policy_table import (
     ALLOW_AUTO_UPDATE_SCHEMA,
@@ -237,13 +238,23 @@ class ServerCnx:
             try:
                 name = TopicName.parse(c.topic)
                 self._authorize(name, TopicOperation.LOOKUP)
-                n = await self.service.partitions_for(name)
+                auto_create = c.metadata_auto_creation_enabled
+                n = await self.service.partitions_for(name, auto_create=auto_create)
+                if n == 0 and not auto_create and not self._topic_known(name):
+                    # PIP-344: the client asked not to create it, and it does not exist
+                    raise TopicNotFoundError(f"Topic {name} does not exist")
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
             self.write(commands.partitioned_metadata(c.request_id, n))
 
         self._spawn(run())
+
+    def _topic_known(self, name: TopicName) -> bool:
+        """A topic that exists, or a partition of a partitioned topic declared with it."""
+        if self.service.topic_exists(name):
+            return True
+        return name.partition_index >= 0 and self.service.metadata.partitions_of(name.base.full) > name.partition_index
 
     # -- producers ----------------------------------------------------------------------------------------------
     def handle_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

@@ -1,0 +1,75 @@
+"""Wire-level checks of what the Java and Go clients' compatibility suite (`make compat`) found:
+commands and fields the Python client does not send."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.topic_name import TopicName
+from tests.component.wire import T, WireClient, port_of, producer_cmd
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker() as b:
+        yield b
+
+
+def partitioned_metadata(topic: str, request_id: int, auto_create: bool | None) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+    cmd.partitionMetadata.topic = topic
+    cmd.partitionMetadata.request_id = request_id
+    if auto_create is not None:
+        cmd.partitionMetadata.metadata_auto_creation_enabled = auto_create
+    return cmd
+
+
+async def test_connected_advertises_partitioned_metadata_without_auto_creation(broker: Broker) -> None:
+    """compat scenario partitions_no_autocreate: the Java client uses PIP-344 only when CONNECTED says so."""
+    c = await WireClient.open(port_of(broker))
+    flags = (await c.connect()).feature_flags
+    assert flags.supports_get_partitioned_metadata_without_auto_creation
+    assert not flags.supports_topic_watchers  # not served: Java pattern consumers poll
+    c.close()
+
+
+async def test_partitioned_metadata_without_auto_creation(broker: Broker) -> None:
+    """PIP-344: metadata_auto_creation_enabled=false never creates; a missing topic is TopicNotFound."""
+    assert broker.server is not None
+    service = broker.server.service
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    missing = f"persistent://public/default/pip344-{uuid.uuid4().hex[:8]}"
+    c.send(partitioned_metadata(missing, 1, auto_create=False))
+    r = (await c.recv()).partitionMetadataResponse
+    assert r.response == pb.CommandPartitionedTopicMetadataResponse.Failed
+    assert r.error == pb.ServerError.TopicNotFound and r.message
+    assert not service.topic_exists(TopicName.parse(missing))
+
+    # an existing non-partitioned topic: 0 partitions
+    c.send(producer_cmd(missing, producer_id=1, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(partitioned_metadata(missing, 3, auto_create=False))
+    r = (await c.recv()).partitionMetadataResponse
+    assert r.response == pb.CommandPartitionedTopicMetadataResponse.Success and r.partitions == 0
+
+    # a partitioned topic and one of its partitions
+    part = f"persistent://public/default/pip344p-{uuid.uuid4().hex[:8]}"
+    service.metadata.set_partitions(part, 2)
+    c.send(partitioned_metadata(part, 4, auto_create=False))
+    assert (await c.recv()).partitionMetadataResponse.partitions == 2
+    c.send(partitioned_metadata(part + "-partition-1", 5, auto_create=False))
+    r = (await c.recv()).partitionMetadataResponse
+    assert r.response == pb.CommandPartitionedTopicMetadataResponse.Success and r.partitions == 0
+
+    # without the field (older clients): as before, a missing topic is answered with 0 partitions
+    c.send(partitioned_metadata(f"persistent://public/default/pip344o-{uuid.uuid4().hex[:8]}", 6, None))
+    r = (await c.recv()).partitionMetadataResponse
+    assert r.response == pb.CommandPartitionedTopicMetadataResponse.Success and r.partitions == 0
+    c.close()
+
