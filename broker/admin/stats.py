@@ -262,7 +262,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "subscriptionProperties": {},
+        "subscriptionProperties": dict(sub.subscription_properties) if sub is not None else {},
     }
 
 
@@ -323,7 +323,7 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "subscriptionProperties": {},
+        "subscriptionProperties": dict(sub.subscription_properties),
         "msgDropRate": sampler.sub_drop.get(sub, 0.0),
     }
 

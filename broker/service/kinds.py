@@ -33,6 +33,8 @@ class AnySubscription(Protocol):
     msg_ack_counter: int
     # Out counters of the consumers that have left (stats stay cumulative).
     departed: DepartedOut
+    # Set by the SUBSCRIBE that created the subscription (immutable for later consumers), or REST.
+    subscription_properties: dict[str, str]
 
     @property
     def name(self) -> str: ...

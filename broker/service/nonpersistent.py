@@ -66,6 +66,7 @@ class NonPersistentSubscription:
         # Read by the stats sampler like a persistent subscription's; nothing is ever acknowledged.
         self.msg_ack_counter = 0
         self.departed = DepartedOut()
+        self.subscription_properties: dict[str, str] = {}
 
     @property
     def consumers(self) -> list[Consumer]:

@@ -85,6 +85,9 @@ class Subscription:
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
         self.departed = DepartedOut()
+        # SUBSCRIBE.subscription_properties of the SUBSCRIBE that created it, or set over REST.
+        # Kept while the topic is loaded (not yet stored with the cursor).
+        self.subscription_properties: dict[str, str] = {}
         service = topic.service
         # A replicated subscription (replicate_subscription_state): its position is mirrored to
         # the topic's other clusters through the snapshots it reads (replicated_subscriptions.py).

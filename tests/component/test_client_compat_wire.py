@@ -6,12 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
-from tests.component.wire import T, WireClient, port_of, producer_cmd
+from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
 
 
 @pytest.fixture
@@ -73,3 +74,35 @@ async def test_partitioned_metadata_without_auto_creation(broker: Broker) -> Non
     assert r.response == pb.CommandPartitionedTopicMetadataResponse.Success and r.partitions == 0
     c.close()
 
+
+
+async def test_subscription_properties_from_subscribe(broker: Broker) -> None:
+    """compat scenario subscription_properties (Java subscriptionProperties, Go SubscriptionProperties):
+    the SUBSCRIBE that creates the subscription sets them; later consumers do not change them; stats
+    and GET/PUT .../subscription/{sub}/properties show and replace them."""
+    topic = f"persistent://public/default/subprops-{uuid.uuid4().hex[:8]}"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    first = subscribe_cmd(topic, "s", consumer_id=1, request_id=1, sub_type=pb.CommandSubscribe.Shared)
+    first.subscribe.subscription_properties.add(key="team", value="blue")
+    c.send(first)
+    assert (await c.recv()).type == T.SUCCESS
+    second = subscribe_cmd(topic, "s", consumer_id=2, request_id=2, sub_type=pb.CommandSubscribe.Shared)
+    second.subscribe.subscription_properties.add(key="team", value="red")
+    c.send(second)
+    assert (await c.recv()).type == T.SUCCESS
+    path = f"{broker.web_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(path + "/stats") as r:
+            assert (await r.json())["subscriptions"]["s"]["subscriptionProperties"] == {"team": "blue"}
+        async with http.get(path + "/subscription/s/properties") as r:
+            assert r.status == 200 and await r.json() == {"team": "blue"}
+        async with http.put(path + "/subscription/s/properties", json={"team": "green", "x": "1"}) as r:
+            assert r.status == 204
+        async with http.get(path + "/subscription/s/properties") as r:
+            assert await r.json() == {"team": "green", "x": "1"}
+        async with http.get(path + "/subscription/missing/properties") as r:
+            assert r.status == 404
+        async with http.put(path + "/subscription/s/properties", json={"n": 1}) as r:
+            assert r.status == 400
+    c.close()
