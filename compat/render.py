@@ -41,13 +41,18 @@ def markdown(result: dict[str, Any]) -> str:
     for sid, title in scenarios.items():
         cells = [MARK.get(c["results"].get(sid, {}).get("status", "missing"), "?") for c in clients]
         out.append(f"| {_cell(title)} (`{sid}`) | " + " | ".join(cells) + " |")
-    notes = []
+    notes: dict[tuple[str, str, str], list[str]] = {}
     for c in clients:
         for sid, r in c["results"].items():
-            if r["status"] in ("unsupported", "fail", "missing") and r["detail"]:
-                notes.append(f"- {c['client']}, `{sid}` ({MARK[r['status']]}): {_cell(r['detail'])}")
-    if notes:
-        out += ["", "## Not supported, and how it fails", "", *notes]
+            if r["status"] != "pass" and r["detail"]:
+                notes.setdefault((r["status"], sid, r["detail"]), []).append(c["client"])
+    sections = [("Not supported, and how it fails", ("unsupported",)), ("Failed", ("fail", "missing")),
+                ("Not applicable (the client has no such API)", ("n/a",))]
+    for heading, statuses in sections:
+        lines = [f"- `{sid}` ({', '.join(who)}): {_cell(detail)}"
+                 for (status, sid, detail), who in notes.items() if status in statuses]
+        if lines:
+            out += ["", f"## {heading}", "", *lines]
     return "\n".join(out) + "\n"
 
 

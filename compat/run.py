@@ -174,7 +174,7 @@ def run_go(env: dict[str, str]) -> ClientRun:
             lines = [x.strip() for x in output.get(name, []) if x.strip() and not x.startswith(("=== ", "--- "))]
             detail = "" if passed else (" | ".join(lines[-3:]) or ev["Action"])[:300]
             if ev["Action"] == "skip":
-                run.outcomes[name] = Outcome("n/a", re.sub(r"^\S+\.go:\d+: ", "", detail), 0.0)
+                run.outcomes[name] = Outcome("n/a", re.sub(r"^\S+\.go:\d+: (n/a: )?", "", detail), 0.0)
             else:
                 run.outcomes[name] = classify(name, passed, detail, float(ev.get("Elapsed", 0.0)))
     if rc != 0 and not run.outcomes:

@@ -14,7 +14,7 @@ SCENARIOS: dict[str, str] = {
     "sub_shared": "Shared subscription, two consumers",
     "sub_failover": "Failover subscription, two consumers",
     "sub_key_shared": "Key_Shared subscription, one key to one consumer",
-    "batching_codecs": "batching with each codec (none, LZ4, ZLIB, ZSTD, SNAPPY)",
+    "batching_codecs": "batching with each codec the client has (none, LZ4, ZLIB, ZSTD; SNAPPY in Java)",
     "partitioned": "partitioned topics: produce, consume, partition list",
     "partitions_no_autocreate": "partition metadata without auto-creation (PIP-344)",
     "schema_avro": "Avro schema, evolution and an incompatible producer refused",
@@ -22,7 +22,7 @@ SCENARIOS: dict[str, str] = {
     "reader_earliest": "reader from earliest",
     "reader_latest": "reader from latest",
     "reader_message_id": "reader from a message id",
-    "reader_rollback": "reader from N seconds back",
+    "reader_rollback": "reader from N seconds back (Java startMessageFromRollbackDuration; Go SeekByTime)",
     "seek": "seek by message id and by time",
     "negative_ack": "negative ack and redelivery count",
     "dlq": "dead-letter topic after max redeliveries",
@@ -52,6 +52,9 @@ SCENARIOS: dict[str, str] = {
 UNSUPPORTED: dict[str, str] = {
     "transactions": "the broker has no transaction coordinator: a transactional client fails at once "
                     "(Java: newTransaction() fails; Go: NewClient returns an error)",
+    "broker_entry_metadata": "no brokerEntryMetadataInterceptors: messages carry no broker publish time or "
+                             "index (Java getBrokerPublishTime() empty, hasIndex() false; "
+                             "Go BrokerPublishTime()/Index() nil)",
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
 

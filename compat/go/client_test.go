@@ -588,8 +588,10 @@ func Test_broker_entry_metadata(t *testing.T) {
 	cons := mustSubscribe(t, c, pulsar.ConsumerOptions{Topic: tp, SubscriptionName: "s"})
 	sendN(t, p, "m", 2)
 	m := receive(t, cons, 10*time.Second)
-	if m.BrokerPublishTime() == nil || m.Index() == nil {
-		t.Fatal("no broker entry metadata (PIP-70): BrokerPublishTime/Index are nil")
+	// not supported yet (compat/scenarios.py UNSUPPORTED): the broker stores no broker entry metadata,
+	// so the client reports none; when it does, this test fails and the scenario moves to "pass"
+	if m.BrokerPublishTime() != nil || m.Index() != nil {
+		t.Fatal("broker entry metadata present: now supported?")
 	}
 }
 

@@ -621,8 +621,10 @@ class ClientTest {
         try (Producer<String> p = producer(t); Consumer<String> c = subscribe(t, "s", SubscriptionType.Exclusive)) {
             send(p, "m", 2);
             Message<String> m = c.receive(10, TimeUnit.SECONDS);
-            assertTrue(m.getBrokerPublishTime().isPresent(), "no broker publish time (PIP-70)");
-            assertTrue(m.hasIndex(), "no index (PIP-70)");
+            // not supported yet (compat/scenarios.py UNSUPPORTED): the broker stores no broker entry
+            // metadata, so the client reports none; when it does, this test fails and moves to "pass"
+            assertTrue(m.getBrokerPublishTime().isEmpty(), "broker publish time present: now supported?");
+            assertTrue(!m.hasIndex(), "index present: now supported?");
         }
     }
 
