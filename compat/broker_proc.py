@@ -11,11 +11,12 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from broker.embedded import Broker
 
 
-async def serve(settings: dict[str, object], out: Path) -> None:
+async def serve(settings: dict[str, Any], out: Path) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -193,6 +193,12 @@ def main() -> int:
     for c in clients:
         if c not in RUNNERS:
             parser.error(f"unknown client {c!r}; known: {', '.join(RUNNERS)}")
+    tools = {"java": ("mvn", "java"), "go": ("go",)}
+    missing = sorted({t for c in clients for t in tools[c] if shutil.which(t) is None})
+    if missing:
+        # never a silent skip: the suite exists to prove these clients
+        raise SystemExit(f"compat: {', '.join(missing)} not found on PATH: install a JDK 17 + Maven and Go "
+                         "(or run only some clients: make compat COMPAT_CLIENTS=go)")
     (WORK / "logs").mkdir(parents=True, exist_ok=True)
     pki = make_pki(Path(tempfile.mkdtemp(prefix="compat-pki-")))
     token = jwt.encode({"sub": "admin"}, HS256_SECRET, algorithm="HS256")
