@@ -35,7 +35,7 @@ async def test_connected_advertises_partitioned_metadata_without_auto_creation(b
     c = await WireClient.open(port_of(broker))
     flags = (await c.connect()).feature_flags
     assert flags.supports_get_partitioned_metadata_without_auto_creation
-    assert not flags.supports_topic_watchers  # not served: Java pattern consumers poll
+    assert flags.supports_topic_watchers  # PIP-145, so Java pattern consumers are pushed new topics
     c.close()
 
 
@@ -105,4 +105,62 @@ async def test_subscription_properties_from_subscribe(broker: Broker) -> None:
             assert r.status == 404
         async with http.put(path + "/subscription/s/properties", json={"n": 1}) as r:
             assert r.status == 400
+    c.close()
+
+
+def watch_cmd(request_id: int, watcher_id: int, pattern: str, topics_hash: str | None = None) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.WATCH_TOPIC_LIST)
+    w = cmd.watchTopicList
+    w.request_id, w.watcher_id, w.namespace, w.topics_pattern = request_id, watcher_id, "public/default", pattern
+    if topics_hash is not None:
+        w.topics_hash = topics_hash
+    return cmd
+
+
+async def test_topic_list_watcher_pushes_new_and_deleted_topics(broker: Broker) -> None:
+    """compat scenario regex_new_topic with the Java client's PIP-145 watcher: the matching topics
+    at once, then WATCH_TOPIC_UPDATE when a matching topic appears or goes; a partitioned topic's
+    base name is matched; a reconnect with the current hash gets an empty list."""
+    assert broker.server is not None
+    service = broker.server.service
+    base = f"watch-{uuid.uuid4().hex[:8]}"
+    first = f"persistent://public/default/{base}-a"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd(first, producer_id=1, request_id=1))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(watch_cmd(2, 7, f"persistent://public/default/{base}-.*"))
+    ok = (await c.recv()).watchTopicListSuccess
+    assert ok.request_id == 2 and ok.watcher_id == 7 and list(ok.topic) == [first]
+    first_hash = ok.topics_hash
+
+    second = f"persistent://public/default/{base}-b"
+    c.send(producer_cmd(second, producer_id=2, request_id=3))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    update = await c.recv()
+    assert update.type == T.WATCH_TOPIC_UPDATE
+    assert update.watchTopicUpdate.watcher_id == 7 and list(update.watchTopicUpdate.new_topics) == [second]
+    assert update.watchTopicUpdate.topics_hash != first_hash
+
+    service.metadata.set_partitions(f"persistent://public/default/{base}-p", 2)
+    update = await c.recv()
+    assert list(update.watchTopicUpdate.new_topics) == [f"persistent://public/default/{base}-p-partition-{i}"
+                                                        for i in range(2)]
+    service.metadata.delete_partitioned(f"persistent://public/default/{base}-p")
+    update = await c.recv()
+    assert len(update.watchTopicUpdate.deleted_topics) == 2 and not update.watchTopicUpdate.new_topics
+    current = update.watchTopicUpdate.topics_hash
+
+    c.send(watch_cmd(4, 8, f"public/default/{base}-.*", topics_hash=current))  # no scheme, same hash: empty
+    ok = (await c.recv()).watchTopicListSuccess
+    assert ok.watcher_id == 8 and not ok.topic and ok.topics_hash == current
+
+    close = pb.BaseCommand(type=T.WATCH_TOPIC_LIST_CLOSE)
+    close.watchTopicListClose.request_id, close.watchTopicListClose.watcher_id = 5, 7
+    c.send(close)
+    assert (await c.recv()).success.request_id == 5
+
+    c.send(watch_cmd(6, 9, "persistent://public/default/(unclosed"))
+    err = await c.recv()
+    assert err.type == T.ERROR and err.error.error == pb.ServerError.InvalidTopicName
     c.close()
