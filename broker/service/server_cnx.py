@@ -22,6 +22,7 @@ from broker.errors import (
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
+    SubscriptionNotFoundError,
     TopicNotFoundError,
 )
 from broker.metadata.policy_table import (
@@ -305,8 +306,13 @@ class ServerCnx:
                 metadata={kv.key: kv.value for kv in c.metadata}, schema_version=schema_version,
             )
             if c.HasField("initial_subscription_name") and c.initial_subscription_name:
-                await topic.get_or_create_subscription(c.initial_subscription_name, True,
-                                                       pb.CommandSubscribe.Earliest, None)
+                try:
+                    await topic.get_or_create_subscription(c.initial_subscription_name, True,
+                                                           pb.CommandSubscribe.Earliest, None)
+                except SubscriptionNotFoundError as exc:  # auto subscription creation is off
+                    raise NotAllowedError("Could not create the initial subscription "
+                                          f"{c.initial_subscription_name}: auto subscription creation "
+                                          "is not allowed") from exc
             if self.connection.closed:
                 return
             ready = topic.add_producer(producer, c.request_id)

@@ -164,3 +164,25 @@ async def test_topic_list_watcher_pushes_new_and_deleted_topics(broker: Broker) 
     err = await c.recv()
     assert err.type == T.ERROR and err.error.error == pb.ServerError.InvalidTopicName
     c.close()
+
+
+async def test_initial_subscription_refused_when_auto_subscription_creation_is_off(broker: Broker) -> None:
+    """compat scenario initial_subscription_refused (Java DLQ initialSubscriptionName): the producer
+    is refused with NotAllowed naming the reason, and no subscription is made."""
+    assert broker.server is not None
+    service = broker.server.service
+    ns = f"public/noauto-{uuid.uuid4().hex[:8]}"
+    service.metadata.create_namespace(
+        ns, {"autoSubscriptionCreationOverride": {"allowAutoSubscriptionCreation": False}})
+    topic = f"persistent://{ns}/t"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    cmd = producer_cmd(topic, producer_id=1, request_id=1)
+    cmd.producer.initial_subscription_name = "init"
+    c.send(cmd)
+    err = await c.recv()
+    assert err.type == T.ERROR and err.error.error == pb.ServerError.NotAllowedError
+    assert "auto subscription creation" in err.error.message
+    loaded = service.topics.get(topic)
+    assert loaded is None or "init" not in loaded.ledger.cursors
+    c.close()
