@@ -43,11 +43,13 @@ bench: $(STAMP)
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
 
-# Client compatibility suite (issue 18): the official Java (Maven) and Go clients run the scenarios of
-# compat/scenarios.py against brokers it starts; writes compat/results.json and docs/clients.md.
-# Needs mvn + JDK 17 and go on the PATH; Maven and Go fetch the clients into their usual caches.
-# COMPAT_CLIENTS=java or =go runs one client.
-COMPAT_CLIENTS ?= java,go
+# Client compatibility suite (issue 18): the official Java (Maven) and Go clients, and pulsar-flex
+# (npm, pure JS), run the scenarios of compat/scenarios.py against brokers it starts; writes
+# compat/results.json and docs/clients.md.
+# Needs mvn + JDK 17, go, node + npm on the PATH; Maven, Go and npm fetch the clients (npm into
+# compat/js/node_modules, ignored).
+# COMPAT_CLIENTS=java (or go, js) runs one client.
+COMPAT_CLIENTS ?= java,go,js
 compat: $(STAMP)
 	$(PY) -m compat.run --clients $(COMPAT_CLIENTS)
 

@@ -2,7 +2,8 @@
 
 Starts two broker processes (``compat/broker_proc.py``) on free 127.0.0.1 ports, each with its own
 temporary data directory: a plain one, and a secure one (TLS ports, token authentication and
-authorization). Runs each client's suite (compat/java with Maven, compat/go with ``go test``) with
+authorization). Runs each client's suite (compat/java with Maven, compat/go with ``go test``,
+compat/js with node's test runner) with
 the brokers' addresses in the environment, maps each test to its scenario (compat/scenarios.py),
 writes compat/results.json and renders docs/clients.md. Brokers are stopped by pid; their logs and
 the clients' output stay under compat/.work/ (ignored by git) for a failed run.
@@ -182,18 +183,49 @@ def run_go(env: dict[str, str]) -> ClientRun:
     return run
 
 
-RUNNERS = {"java": run_java, "go": run_go}
+def run_js(env: dict[str, str]) -> ClientRun:
+    pkg = json.loads((COMPAT / "js" / "package.json").read_text())
+    run = ClientRun("pulsar-flex", "npm pulsar-flex (pure JS)", pkg["dependencies"]["pulsar-flex"])
+    log = WORK / "logs" / "js.log"
+    run.log = str(log.relative_to(ROOT))
+    start = time.monotonic()
+    if run_logged(["npm", "ci", "--no-audit", "--no-fund"], COMPAT / "js", env, WORK / "logs" / "npm.log") != 0:
+        print(f"compat: npm ci failed; see {WORK / 'logs' / 'npm.log'}", file=sys.stderr)
+    # --test-force-exit: pulsar-flex keeps timers and sockets open after its consumers unsubscribe
+    run_logged(["node", "--test", "--test-force-exit", "--test-reporter=tap", "compat.test.js"],
+               COMPAT / "js", env, log)
+    run.seconds = time.monotonic() - start
+    # node's TAP: top-level results are unindented "ok N - name [# SKIP reason]" / "not ok N - name"
+    lines = log.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(ok|not ok) \d+ - (\w+)(?: # SKIP (.*))?$", line)
+        if m is None:
+            continue
+        name = m.group(2)
+        if m.group(3) is not None:
+            run.outcomes[name] = Outcome("n/a", m.group(3).removeprefix("n/a: "), 0.0)
+            continue
+        passed = m.group(1) == "ok"
+        detail = ""
+        if not passed:
+            block = [x.strip() for x in lines[i + 1:i + 30] if x.strip().startswith(("error:", "message:"))]
+            detail = " | ".join(block)[:300] or "failed"
+        run.outcomes[name] = classify(name, passed, detail, 0.0)
+    return run
+
+
+RUNNERS = {"java": run_java, "go": run_go, "js": run_js}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="java,go", help="comma-separated: " + ",".join(RUNNERS))
+    parser.add_argument("--clients", default="java,go,js", help="comma-separated: " + ",".join(RUNNERS))
     args = parser.parse_args()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for c in clients:
         if c not in RUNNERS:
             parser.error(f"unknown client {c!r}; known: {', '.join(RUNNERS)}")
-    tools = {"java": ("mvn", "java"), "go": ("go",)}
+    tools = {"java": ("mvn", "java"), "go": ("go",), "js": ("node", "npm")}
     missing = sorted({t for c in clients for t in tools[c] if shutil.which(t) is None})
     if missing:
         # never a silent skip: the suite exists to prove these clients
