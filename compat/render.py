@@ -12,7 +12,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "clients.md"
 MARK = {"pass": "pass", "fail": "**FAIL**", "unsupported": "not supported", "missing": "no test",
-        "n/a": "n/a"}
+        "n/a": "n/a", "not covered": "not tested"}
 
 
 def _cell(text: str) -> str:
@@ -47,7 +47,8 @@ def markdown(result: dict[str, Any]) -> str:
             if r["status"] != "pass" and r["detail"]:
                 notes.setdefault((r["status"], sid, r["detail"]), []).append(c["client"])
     sections = [("Not supported, and how it fails", ("unsupported",)), ("Failed", ("fail", "missing")),
-                ("Not applicable (the client has no such API)", ("n/a",))]
+                ("Not applicable (the client has no such API)", ("n/a",)),
+                ("Not tested yet with that client", ("not covered",))]
     for heading, statuses in sections:
         lines = [f"- `{sid}` ({', '.join(who)}): {_cell(detail)}"
                  for (status, sid, detail), who in notes.items() if status in statuses]

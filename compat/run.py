@@ -3,7 +3,7 @@
 Starts two broker processes (``compat/broker_proc.py``) on free 127.0.0.1 ports, each with its own
 temporary data directory: a plain one, and a secure one (TLS ports, token authentication and
 authorization). Runs each client's suite (compat/java with Maven, compat/go with ``go test``,
-compat/js with node's test runner) with
+compat/js with node's test runner, compat/rust with ``cargo test``) with
 the brokers' addresses in the environment, maps each test to its scenario (compat/scenarios.py),
 writes compat/results.json and renders docs/clients.md. Brokers are stopped by pid; their logs and
 the clients' output stay under compat/.work/ (ignored by git) for a failed run.
@@ -50,7 +50,9 @@ CLIENT_TIMEOUT_S = 1200.0
 
 @dataclass
 class Outcome:
-    status: str  # pass | fail | unsupported | n/a (the client has no such API) | missing
+    # pass | fail | unsupported | n/a (the client has no such API) | not covered (no test written
+    # for this client yet) | missing (no test at all: fails the run)
+    status: str
     detail: str = ""
     seconds: float = 0.0
 
@@ -120,6 +122,13 @@ def classify(scenario: str, passed: bool, detail: str, seconds: float) -> Outcom
     return Outcome("pass", "", seconds)
 
 
+def skipped(detail: str) -> Outcome:
+    """A skipped test: "n/a: why" (the client has no such API) or "not covered: why" (not written)."""
+    if detail.startswith("not covered"):
+        return Outcome("not covered", detail.removeprefix("not covered: "), 0.0)
+    return Outcome("n/a", detail.removeprefix("n/a: "), 0.0)
+
+
 def run_java(env: dict[str, str]) -> ClientRun:
     pom = (COMPAT / "java" / "pom.xml").read_text()
     m = re.search(r"<pulsar.version>([^<]+)</pulsar.version>", pom)
@@ -139,9 +148,9 @@ def run_java(env: dict[str, str]) -> ClientRun:
             if bad is None:
                 bad = case.find("error")
             detail = "" if bad is None else (bad.get("message") or bad.get("type") or "failed")[:300]
-            skipped = case.find("skipped")
-            if skipped is not None:
-                run.outcomes[name] = Outcome("n/a", skipped.get("message") or "skipped", 0.0)
+            skip = case.find("skipped")
+            if skip is not None:
+                run.outcomes[name] = skipped(skip.get("message") or "skipped")
             else:
                 run.outcomes[name] = classify(name, bad is None, detail, float(case.get("time", "0")))
     if rc != 0 and not run.outcomes:
@@ -175,7 +184,7 @@ def run_go(env: dict[str, str]) -> ClientRun:
             lines = [x.strip() for x in output.get(name, []) if x.strip() and not x.startswith(("=== ", "--- "))]
             detail = "" if passed else (" | ".join(lines[-3:]) or ev["Action"])[:300]
             if ev["Action"] == "skip":
-                run.outcomes[name] = Outcome("n/a", re.sub(r"^\S+\.go:\d+: (n/a: )?", "", detail), 0.0)
+                run.outcomes[name] = skipped(re.sub(r"^\S+\.go:\d+: ", "", detail))
             else:
                 run.outcomes[name] = classify(name, passed, detail, float(ev.get("Elapsed", 0.0)))
     if rc != 0 and not run.outcomes:
@@ -203,7 +212,7 @@ def run_js(env: dict[str, str]) -> ClientRun:
             continue
         name = m.group(2)
         if m.group(3) is not None:
-            run.outcomes[name] = Outcome("n/a", m.group(3).removeprefix("n/a: "), 0.0)
+            run.outcomes[name] = skipped(m.group(3))
             continue
         passed = m.group(1) == "ok"
         detail = ""
@@ -214,18 +223,41 @@ def run_js(env: dict[str, str]) -> ClientRun:
     return run
 
 
-RUNNERS = {"java": run_java, "go": run_go, "js": run_js}
+def run_rust(env: dict[str, str]) -> ClientRun:
+    toml = (COMPAT / "rust" / "Cargo.toml").read_text()
+    m = re.search(r'pulsar = \{ version = "=?([^"]+)"', toml)
+    run = ClientRun("Rust", "crate pulsar (pulsar-rs)", m.group(1) if m else "?")
+    log = WORK / "logs" / "rust.log"
+    run.log = str(log.relative_to(ROOT))
+    start = time.monotonic()
+    run_logged(["cargo", "test", "--tests", "--", "--test-threads=4"], COMPAT / "rust", env, log)
+    run.seconds = time.monotonic() - start
+    text = log.read_text(errors="replace")
+    for m2 in re.finditer(r"^test (\w+) \.\.\. (ok|FAILED|ignored)(?:, (.*))?$", text, re.M):
+        name, result, reason = m2.group(1), m2.group(2), m2.group(3)
+        if result == "ignored":
+            run.outcomes[name] = skipped(reason or "ignored")
+            continue
+        detail = ""
+        if result == "FAILED":
+            block = re.search(rf"---- {name} stdout ----\n(.*?)(?:\n\n|\Z)", text, re.S)
+            detail = " ".join(block.group(1).split())[:300] if block else "failed"
+        run.outcomes[name] = classify(name, result == "ok", detail, 0.0)
+    return run
+
+
+RUNNERS = {"java": run_java, "go": run_go, "js": run_js, "rust": run_rust}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="java,go,js", help="comma-separated: " + ",".join(RUNNERS))
+    parser.add_argument("--clients", default="java,go,js,rust", help="comma-separated: " + ",".join(RUNNERS))
     args = parser.parse_args()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for c in clients:
         if c not in RUNNERS:
             parser.error(f"unknown client {c!r}; known: {', '.join(RUNNERS)}")
-    tools = {"java": ("mvn", "java"), "go": ("go",), "js": ("node", "npm")}
+    tools = {"java": ("mvn", "java"), "go": ("go",), "js": ("node", "npm"), "rust": ("cargo", "protoc")}
     missing = sorted({t for c in clients for t in tools[c] if shutil.which(t) is None})
     if missing:
         # never a silent skip: the suite exists to prove these clients
