@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean
+.PHONY: run test test-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,23 @@ bench: $(STAMP)
 	$(PY) -m bench.compare $(BENCH_ARGS)
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
+
+# Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
+# and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;
+# writes compat/results.json and docs/clients.md.
+# Needs mvn + JDK 17, go, cargo, node + npm on the PATH, and protoc for pulsar-rs (compat-deps
+# installs Debian's protobuf-compiler as root). Maven, Go, cargo and npm fetch the clients into their
+# usual caches (npm into compat/js/node_modules; build outputs under compat/*/target; all ignored).
+# COMPAT_CLIENTS=java (or go, js, rust) runs one client.
+COMPAT_CLIENTS ?= java,go,js,rust
+compat: $(STAMP) compat-deps
+	$(PY) -m compat.run --clients $(COMPAT_CLIENTS)
+
+compat-deps:
+	@if command -v protoc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y protobuf-compiler; \
+	else echo "compat-deps: protoc is missing and cannot be installed here (needs root and apt-get)"; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache .deps

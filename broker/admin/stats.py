@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.service import admin_ops
@@ -44,16 +43,6 @@ class Rate(NamedTuple):
 ZERO = Rate()
 
 
-@dataclass
-class _SubscriptionOut:
-    """Out counters of consumers that have left a subscription (final values), and who is in it."""
-
-    members: dict[Consumer, None] = field(default_factory=dict)
-    msgs: int = 0
-    bytes: int = 0
-    redelivered: int = 0
-
-
 class SubscriptionTotals(NamedTuple):
     msg_out: int
     bytes_out: int
@@ -67,7 +56,6 @@ class StatsSampler:
         self._last = clock()
         self.interval_s = 0.0  # length of the interval the current rates cover
         self._prev: dict[object, tuple[int, ...]] = {}
-        self._out: dict[AnySubscription, _SubscriptionOut] = {}
         self.topic_in: dict[AnyTopic, Rate] = {}
         self.topic_entries_in: dict[AnyTopic, float] = {}
         self.producer_in: dict[Producer, Rate] = {}
@@ -86,20 +74,10 @@ class StatsSampler:
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
         """Messages / bytes delivered and redelivered by the subscription since it was created."""
-        out = self._out.get(sub)
-        if out is None:
-            out = self._out[sub] = _SubscriptionOut()
-        current = sub.consumers
-        if len(out.members) != len(current) or any(c not in out.members for c in current):
-            present = set(current)
-            for c in [c for c in out.members if c not in present]:
-                out.msgs += c.msg_out
-                out.bytes += c.bytes_out
-                out.redelivered += c.redelivered
-            out.members = dict.fromkeys(current)
-        return SubscriptionTotals(out.msgs + sum(c.msg_out for c in current),
-                                  out.bytes + sum(c.bytes_out for c in current),
-                                  out.redelivered + sum(c.redelivered for c in current))
+        gone, current = sub.departed, sub.consumers
+        return SubscriptionTotals(gone.msgs + sum(c.msg_out for c in current),
+                                  gone.bytes + sum(c.bytes_out for c in current),
+                                  gone.redelivered + sum(c.redelivered for c in current))
 
     # -- sampling --------------------------------------------------------------------------------
     async def sample_async(self) -> None:
@@ -131,7 +109,6 @@ class StatsSampler:
         sub_drop: dict[AnySubscription, float] = {}
         consumer_out: dict[Consumer, Rate] = {}
         consumer_redeliver: dict[Consumer, float] = {}
-        live_subs: set[AnySubscription] = set()
         replicator_out: dict[Replicator, Rate] = {}
         replicator_drop: dict[Replicator, float] = {}
 
@@ -150,7 +127,6 @@ class StatsSampler:
                 m, b = delta(p, (p.msg_in, p.bytes_in))
                 producer_in[p] = Rate(m, b)
             for sub in topic.subscriptions.values():
-                live_subs.add(sub)
                 totals = self.subscription_totals(sub)
                 m, b, r, a = delta(sub, (*totals, sub.msg_ack_counter))
                 sub_out[sub] = Rate(m, b)
@@ -166,7 +142,6 @@ class StatsSampler:
                 (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))  # 0 unless non-persistent
             topic.match_kind(sample_storage, lambda t: None)  # non-persistent: nothing stored, nothing expires
         self._prev = cur
-        self._out = {s: o for s, o in self._out.items() if s in live_subs}
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
@@ -287,7 +262,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "subscriptionProperties": {},
+        "subscriptionProperties": dict(sub.subscription_properties) if sub is not None else {},
     }
 
 
@@ -348,7 +323,7 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "subscriptionProperties": {},
+        "subscriptionProperties": dict(sub.subscription_properties),
         "msgDropRate": sampler.sub_drop.get(sub, 0.0),
     }
 

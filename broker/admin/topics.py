@@ -80,6 +80,8 @@ class TopicsResource:
             r.add_post(base + SUB + "/expireMessages/{seconds}", stored(self.expire))
             r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", stored(self.expire_all))
             r.add_get(base + SUB + "/position/{n}", stored(self.peek))
+            r.add_get(base + SUB + "/properties", stored(self.get_subscription_properties))
+            r.add_put(base + SUB + "/properties", stored(self.set_subscription_properties))
             if d == "persistent":
                 r.add_post(base + SUB + "/replicatedSubscriptionStatus", self.set_replicated_status)
                 r.add_get(base + SUB + "/replicatedSubscriptionStatus", self.get_replicated_status)
@@ -402,6 +404,24 @@ class TopicsResource:
             await admin_ops.delete_subscription(t, sub.name, force)  # type: ignore[arg-type]
             self.service.expiry_stats.forget(t.full_name, sub.name)
         return no_content()
+
+    async def get_subscription_properties(self, request: web.Request) -> web.Response:
+        """GET .../subscription/{sub}/properties (a partitioned topic answers for its partition 0)."""
+        name = self.name(request)
+        topics = await self.stored_targets(name, None)
+        if not topics:
+            raise HttpError(404, f"Subscription {request.match_info['sub']} not found")
+        sub = await admin_ops.subscription(topics[0], request.match_info["sub"])
+        return json_response(dict(sub.subscription_properties))
+
+    async def set_subscription_properties(self, request: web.Request) -> web.Response:
+        """PUT .../subscription/{sub}/properties: replace them all with the body's {key: value}."""
+        properties = parse_properties(await read_body(request))
+
+        async def replace(t: PersistentTopic, sub: Subscription) -> None:
+            sub.subscription_properties = dict(properties)
+
+        return await self.for_each_subscription(request, None, replace)
 
     async def skip_all(self, request: web.Request) -> web.Response:
         async def skip_all(t: PersistentTopic, sub: Subscription) -> None:

@@ -9,6 +9,10 @@ behind them. A consumer with maxUnackedMessagesPerConsumer unacknowledged messag
 whose consumers hold maxUnackedMessagesOnSubscription unacknowledged messages reads no new
 entries (redeliveries still go out) until acks bring it down to half.
 
+Chunked messages (PIP-37): every chunk of a message goes to the consumer that got its first chunk,
+as Pulsar's SharedConsumerAssignor does; a chunk whose consumer has no permit now waits in the
+replay set. The first chunk goes preferably to a consumer with permits for all the chunks.
+
 Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
 "stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
 consumer change, redelivery, delayed release) clears the mark and re-plans a parked read.
@@ -72,6 +76,8 @@ class SharedDispatcher(Dispatcher):
         self._kicked_during_read = False
         # maxUnackedMessagesOnSubscription reached: no new entries until acks bring it to half.
         self.blocked_on_unacked = False
+        # Chunked messages being delivered: uuid -> the consumer that got the first chunk.
+        self._chunk_owner: dict[str, Consumer] = {}
 
     @property
     def type_name(self) -> str:
@@ -144,6 +150,8 @@ class SharedDispatcher(Dispatcher):
 
     # -- consumers ---------------------------------------------------------------------------------
     def _consumer_removed(self, consumer: Consumer) -> None:
+        for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
+            del self._chunk_owner[uuid]  # its chunks come back through the replay set
         leftover = consumer.clear_pending()
         for p in leftover:
             self._pending_released(p)
@@ -172,7 +180,35 @@ class SharedDispatcher(Dispatcher):
         return best
 
     def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
+        if meta.num_chunks:
+            return self._chunk_consumer(meta)
         return self._next_consumer()
+
+    def _chunk_consumer(self, meta: EntryMeta) -> Consumer | None:
+        """The consumer for a chunk: the one that has the message's earlier chunks (None while it
+        has no permit: the chunk waits), else a new owner, preferably with permits for every
+        chunk left. The mapping ends with the last chunk."""
+        uuid = meta.chunk_uuid
+        owner = self._chunk_owner.get(uuid)
+        if owner is not None and owner.closed:
+            del self._chunk_owner[uuid]
+            owner = None
+        if owner is None:
+            left = meta.num_chunks - meta.chunk_id
+            owner, rr = next_round_robin(self.consumers, self._rr,
+                                         lambda c: self._available(c) and c.permits >= left)
+            if owner is None:
+                owner = self._next_consumer()
+                if owner is None:
+                    return None
+            else:
+                self._rr = rr
+            self._chunk_owner[uuid] = owner
+        elif not self._available(owner):
+            return None
+        if meta.chunk_id >= meta.num_chunks - 1:
+            del self._chunk_owner[uuid]
+        return owner
 
     def _any_available(self) -> bool:
         return any(self._available(c) for c in self.consumers)
@@ -321,6 +357,7 @@ class SharedDispatcher(Dispatcher):
         self._kick()
 
     def on_cursor_reset(self) -> None:
+        self._chunk_owner.clear()
         for p in list(self.replay):
             self._replay_removed(p)
         self.replay.clear()

@@ -53,6 +53,10 @@ def connected(server_version: str, protocol_version: int, max_message_size: int)
     c.server_version = server_version
     c.protocol_version = protocol_version
     c.max_message_size = max_message_size
+    # What the Java client reads (ClientCnx): PIP-344 partition metadata without auto-creation and
+    # PIP-145 topic-list watchers are served (its pattern consumers then rely on WATCH_TOPIC_UPDATE).
+    c.feature_flags.supports_get_partitioned_metadata_without_auto_creation = True
+    c.feature_flags.supports_topic_watchers = True
     return frame(cmd)
 
 
@@ -351,6 +355,26 @@ def topics_of_namespace(request_id: int, topics: list[str], topics_hash: str | N
     r.changed = changed
     if topics_hash is not None:
         r.topics_hash = topics_hash
+    return frame(cmd)
+
+
+def watch_topic_list_success(request_id: int, watcher_id: int, topics: list[str], topics_hash: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.WATCH_TOPIC_LIST_SUCCESS)
+    r = cmd.watchTopicListSuccess
+    r.request_id = request_id
+    r.watcher_id = watcher_id
+    r.topic.extend(topics)
+    r.topics_hash = topics_hash
+    return frame(cmd)
+
+
+def watch_topic_update(watcher_id: int, new_topics: list[str], deleted_topics: list[str], topics_hash: str) -> bytes:
+    cmd = pb.BaseCommand(type=T.WATCH_TOPIC_UPDATE)
+    u = cmd.watchTopicUpdate
+    u.watcher_id = watcher_id
+    u.new_topics.extend(new_topics)
+    u.deleted_topics.extend(deleted_topics)
+    u.topics_hash = topics_hash
     return frame(cmd)
 
 

@@ -152,6 +152,11 @@ class EntryMeta(NamedTuple):
     # True when the metadata has num_messages_in_batch (the client then reads it as a batch).
     is_batch: bool
     marker_type: int = 0
+    # A chunk of a chunked message (PIP-37): the message's uuid, this chunk's index, how many
+    # chunks the message has. num_chunks is 0 for an entry that is not a chunk.
+    chunk_uuid: str = ""
+    chunk_id: int = 0
+    num_chunks: int = 0
 
 
 def entry_meta(entry: bytes) -> EntryMeta:
@@ -183,4 +188,7 @@ def entry_meta(entry: bytes) -> EntryMeta:
         publish_time=md.publish_time,
         is_batch=is_batch,
         marker_type=md.marker_type,
+        chunk_uuid=md.uuid,
+        chunk_id=md.chunk_id,
+        num_chunks=md.num_chunks_from_msg if md.num_chunks_from_msg > 1 else 0,
     )

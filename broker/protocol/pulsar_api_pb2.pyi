@@ -355,16 +355,20 @@ class BrokerEntryMetadata(_message.Message):
     def __init__(self, broker_timestamp: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class FeatureFlags(_message.Message):
-    __slots__ = ("supports_auth_refresh", "supports_broker_entry_metadata", "supports_partial_producer", "supports_topic_watchers")
+    __slots__ = ("supports_auth_refresh", "supports_broker_entry_metadata", "supports_partial_producer", "supports_topic_watchers", "supports_get_partitioned_metadata_without_auto_creation", "supports_repl_dedup_by_lid_and_eid")
     SUPPORTS_AUTH_REFRESH_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_BROKER_ENTRY_METADATA_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_PARTIAL_PRODUCER_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_TOPIC_WATCHERS_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_GET_PARTITIONED_METADATA_WITHOUT_AUTO_CREATION_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_REPL_DEDUP_BY_LID_AND_EID_FIELD_NUMBER: _ClassVar[int]
     supports_auth_refresh: bool
     supports_broker_entry_metadata: bool
     supports_partial_producer: bool
     supports_topic_watchers: bool
-    def __init__(self, supports_auth_refresh: _Optional[bool] = ..., supports_broker_entry_metadata: _Optional[bool] = ..., supports_partial_producer: _Optional[bool] = ..., supports_topic_watchers: _Optional[bool] = ...) -> None: ...
+    supports_get_partitioned_metadata_without_auto_creation: bool
+    supports_repl_dedup_by_lid_and_eid: bool
+    def __init__(self, supports_auth_refresh: _Optional[bool] = ..., supports_broker_entry_metadata: _Optional[bool] = ..., supports_partial_producer: _Optional[bool] = ..., supports_topic_watchers: _Optional[bool] = ..., supports_get_partitioned_metadata_without_auto_creation: _Optional[bool] = ..., supports_repl_dedup_by_lid_and_eid: _Optional[bool] = ...) -> None: ...
 
 class CommandConnect(_message.Message):
     __slots__ = ("client_version", "auth_method", "auth_data", "protocol_version", "auth_method_name", "proxy_to_broker_url", "original_principal", "original_auth_data", "original_auth_method", "feature_flags")
@@ -439,18 +443,20 @@ class CommandPong(_message.Message):
     def __init__(self) -> None: ...
 
 class CommandPartitionedTopicMetadata(_message.Message):
-    __slots__ = ("topic", "request_id", "original_principal", "original_auth_data", "original_auth_method")
+    __slots__ = ("topic", "request_id", "original_principal", "original_auth_data", "original_auth_method", "metadata_auto_creation_enabled")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_AUTH_DATA_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_AUTH_METHOD_FIELD_NUMBER: _ClassVar[int]
+    METADATA_AUTO_CREATION_ENABLED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     request_id: int
     original_principal: str
     original_auth_data: str
     original_auth_method: str
-    def __init__(self, topic: _Optional[str] = ..., request_id: _Optional[int] = ..., original_principal: _Optional[str] = ..., original_auth_data: _Optional[str] = ..., original_auth_method: _Optional[str] = ...) -> None: ...
+    metadata_auto_creation_enabled: bool
+    def __init__(self, topic: _Optional[str] = ..., request_id: _Optional[int] = ..., original_principal: _Optional[str] = ..., original_auth_data: _Optional[str] = ..., original_auth_method: _Optional[str] = ..., metadata_auto_creation_enabled: _Optional[bool] = ...) -> None: ...
 
 class CommandPartitionedTopicMetadataResponse(_message.Message):
     __slots__ = ("partitions", "request_id", "response", "error", "message")

@@ -42,6 +42,23 @@ class ClientConnection(Protocol):
     def producer_closed_by_broker(self, producer_id: int) -> None: ...
 
 
+class DepartedOut:
+    """Out counters of the consumers that have left a subscription (their final values), so the
+    subscription's and topic's msgOutCounter / bytesOutCounter stay cumulative after they leave."""
+
+    __slots__ = ("bytes", "msgs", "redelivered")
+
+    def __init__(self) -> None:
+        self.msgs = 0
+        self.bytes = 0
+        self.redelivered = 0
+
+    def add(self, consumer: Consumer) -> None:
+        self.msgs += consumer.msg_out
+        self.bytes += consumer.bytes_out
+        self.redelivered += consumer.redelivered
+
+
 class Consumer:
     """Permits follow the architecture's rule: FLOW adds to ``permits`` and ``pending_flow`` here,
     on the connection's loop; the dispatcher's lane later settles ``pending_flow`` and adds the

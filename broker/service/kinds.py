@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from broker.dispatch.nonpersistent import NonPersistentDispatcher
     from broker.protocol import pulsar_api_pb2 as pb
     from broker.service.abstract_topic import AbstractTopic
-    from broker.service.consumer import Consumer
+    from broker.service.consumer import Consumer, DepartedOut
     from managed_ledger import Position
 
 
@@ -31,6 +31,10 @@ class AnySubscription(Protocol):
     sub_type: int | None
     # Acknowledgements received (the stats' messageAckRate); always 0 where nothing is acked.
     msg_ack_counter: int
+    # Out counters of the consumers that have left (stats stay cumulative).
+    departed: DepartedOut
+    # Set by the SUBSCRIBE that created the subscription (immutable for later consumers), or REST.
+    subscription_properties: dict[str, str]
 
     @property
     def name(self) -> str: ...

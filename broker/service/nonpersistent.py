@@ -28,6 +28,7 @@ from broker.errors import ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import EntryMeta, entry_meta
 from broker.service.abstract_topic import AbstractTopic
+from broker.service.consumer import DepartedOut
 from broker.service.dispatch_context import non_persistent_context
 from broker.service.producer import Producer
 from broker.service.replication import NonPersistentReplicator
@@ -64,6 +65,8 @@ class NonPersistentSubscription:
         self.msg_dropped = 0
         # Read by the stats sampler like a persistent subscription's; nothing is ever acknowledged.
         self.msg_ack_counter = 0
+        self.departed = DepartedOut()
+        self.subscription_properties: dict[str, str] = {}
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -94,6 +97,8 @@ class NonPersistentSubscription:
         d.add_consumer(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.departed.add(consumer)
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)

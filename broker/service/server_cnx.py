@@ -8,6 +8,7 @@ expects for that request (PROTOCOL.md section 0.3): a CommandError for a LOOKUP 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from broker.errors import (
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
 )
 from broker.metadata.policy_table import (
     ALLOW_AUTO_UPDATE_SCHEMA,
@@ -38,6 +41,7 @@ from broker.service.consumer import Consumer
 from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.subscription import position_of
+from broker.service.topic_watchers import TopicWatchers, compile_pattern
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
@@ -76,6 +80,11 @@ class ServerCnx:
         # Producers with SENDs queued in this read (see flush_sends).
         self.open_batches: list[Producer] = []
         self._tasks = OwnedTasks("connection")  # command handlers under way
+        # PIP-145 topic-list watchers of this connection, and whether their check loop runs.
+        self.topic_watchers = TopicWatchers(
+            lambda ns: service.topics_of_namespace(ns, pb.CommandGetTopicsOfNamespace.PERSISTENT), topics_hash,
+            lambda wid, new, deleted, digest: self.write(commands.watch_topic_update(wid, new, deleted, digest)))
+        self._watching = False
         self.handlers: dict[int, Handler] = {
             T.LOOKUP: self.handle_lookup,
             T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
@@ -91,6 +100,8 @@ class ServerCnx:
             T.SEEK: self.handle_seek,
             T.GET_LAST_MESSAGE_ID: self.handle_get_last_message_id,
             T.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
+            T.WATCH_TOPIC_LIST: self.handle_watch_topic_list,
+            T.WATCH_TOPIC_LIST_CLOSE: self.handle_watch_topic_list_close,
             T.GET_SCHEMA: self.handle_get_schema,
             T.GET_OR_CREATE_SCHEMA: self.handle_get_or_create_schema,
             T.CONSUMER_STATS: self.handle_consumer_stats,
@@ -237,13 +248,23 @@ class ServerCnx:
             try:
                 name = TopicName.parse(c.topic)
                 self._authorize(name, TopicOperation.LOOKUP)
-                n = await self.service.partitions_for(name)
+                auto_create = c.metadata_auto_creation_enabled
+                n = await self.service.partitions_for(name, auto_create=auto_create)
+                if n == 0 and not auto_create and not self._topic_known(name):
+                    # PIP-344: the client asked not to create it, and it does not exist
+                    raise TopicNotFoundError(f"Topic {name} does not exist")
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
             self.write(commands.partitioned_metadata(c.request_id, n))
 
         self._spawn(run())
+
+    def _topic_known(self, name: TopicName) -> bool:
+        """A topic that exists, or a partition of a partitioned topic declared with it."""
+        if self.service.topic_exists(name):
+            return True
+        return name.partition_index >= 0 and self.service.metadata.partitions_of(name.base.full) > name.partition_index
 
     # -- producers ----------------------------------------------------------------------------------------------
     def handle_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
@@ -285,8 +306,13 @@ class ServerCnx:
                 metadata={kv.key: kv.value for kv in c.metadata}, schema_version=schema_version,
             )
             if c.HasField("initial_subscription_name") and c.initial_subscription_name:
-                await topic.get_or_create_subscription(c.initial_subscription_name, True,
-                                                       pb.CommandSubscribe.Earliest, None)
+                try:
+                    await topic.get_or_create_subscription(c.initial_subscription_name, True,
+                                                           pb.CommandSubscribe.Earliest, None)
+                except SubscriptionNotFoundError as exc:  # auto subscription creation is off
+                    raise NotAllowedError("Could not create the initial subscription "
+                                          f"{c.initial_subscription_name}: auto subscription creation "
+                                          "is not allowed") from exc
             if self.connection.closed:
                 return
             ready = topic.add_producer(producer, c.request_id)
@@ -404,6 +430,8 @@ class ServerCnx:
                                                     may_register=topic.is_idle and topic.is_empty)
             start = c.start_message_id if c.HasField("start_message_id") else None
             sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start)
+            if c.subscription_properties and not sub.subscription_properties and not sub.consumers:
+                sub.subscription_properties = {kv.key: kv.value for kv in c.subscription_properties}
             consumer = Consumer(
                 self, c.consumer_id, c.consumer_name, c.subType, c.priority_level, sub,
                 name.partition_index, {kv.key: kv.value for kv in c.metadata},
@@ -569,6 +597,41 @@ class ServerCnx:
             self.write(commands.topics_of_namespace(c.request_id, [], digest, changed=False))
         else:
             self.write(commands.topics_of_namespace(c.request_id, topics, digest, changed=True))
+
+    def handle_watch_topic_list(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        """PIP-145: the topics of a namespace matching a pattern now, then pushes as they change."""
+        c = cmd.watchTopicList
+        if not self.security.authorization.allows_namespace_consume_proxied(c.namespace, self.auth.role,
+                                                                           self.auth.original_principal):
+            self.write(commands.error(c.request_id, E.AuthorizationError,
+                                      f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
+            return
+        if not self.service.metadata.namespace_exists(c.namespace):
+            self.write(commands.error(c.request_id, E.MetadataError, f"Namespace {c.namespace} does not exist"))
+            return
+        try:
+            pattern = compile_pattern(c.topics_pattern)
+        except re.error as exc:
+            self.write(commands.error(c.request_id, E.InvalidTopicName, f"Invalid topics pattern: {exc}"))
+            return
+        topics = self.topic_watchers.add(c.watcher_id, c.namespace, pattern)
+        digest = topics_hash(topics)
+        unchanged = c.HasField("topics_hash") and c.topics_hash == digest
+        self.write(commands.watch_topic_list_success(c.request_id, c.watcher_id, [] if unchanged else topics, digest))
+        if not self._watching:
+            self._watching = True
+            self._spawn(self._run_topic_watchers())
+
+    async def _run_topic_watchers(self) -> None:
+        try:
+            await self.topic_watchers.run()
+        finally:
+            self._watching = False
+
+    def handle_watch_topic_list_close(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.watchTopicListClose
+        self.topic_watchers.remove(c.watcher_id)
+        self.write(commands.success(c.request_id))
 
     def handle_get_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getSchema

@@ -21,6 +21,7 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
+from broker.service.consumer import DepartedOut
 from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
@@ -83,6 +84,10 @@ class Subscription:
         self.last_acked = 0.0
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
+        self.departed = DepartedOut()
+        # SUBSCRIBE.subscription_properties of the SUBSCRIBE that created it, or set over REST.
+        # Kept while the topic is loaded (not yet stored with the cursor).
+        self.subscription_properties: dict[str, str] = {}
         service = topic.service
         # A replicated subscription (replicate_subscription_state): its position is mirrored to
         # the topic's other clusters through the snapshots it reads (replicated_subscriptions.py).
@@ -169,6 +174,8 @@ class Subscription:
         self.update_cursor_activity()
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.departed.add(consumer)
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)

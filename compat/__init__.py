@@ -1,0 +1,1 @@
+"""The client compatibility suite (`make compat`): see run.py."""
