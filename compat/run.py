@@ -230,7 +230,11 @@ def run_rust(env: dict[str, str]) -> ClientRun:
     log = WORK / "logs" / "rust.log"
     run.log = str(log.relative_to(ROOT))
     start = time.monotonic()
-    run_logged(["cargo", "test", "--tests", "--", "--test-threads=4"], COMPAT / "rust", env, log)
+    # Build outputs outside the clone, so that CI's fresh clones reuse the compiled crates (the first
+    # pulsar-rs build takes minutes); Maven (~/.m2) and Go (GOCACHE) cache outside the clone already.
+    target = os.environ.get("CARGO_TARGET_DIR") or str(Path.home() / ".cache" / "pulsar-py-broker" / "compat-rust")
+    run_logged(["cargo", "test", "--tests", "--", "--test-threads=4"], COMPAT / "rust",
+               {**env, "CARGO_TARGET_DIR": target}, log)
     run.seconds = time.monotonic() - start
     text = log.read_text(errors="replace")
     for m2 in re.finditer(r"^test (\w+) \.\.\. (ok|FAILED|ignored)(?:, (.*))?$", text, re.M):
