@@ -13,6 +13,7 @@ from pathlib import Path
 
 from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig, ConfigError
 from broker.server import BrokerServer
+from metadata_store.api import MetadataStoreError
 
 log = logging.getLogger("broker")
 
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         return configuration_error(exc)
     except OSError as exc:
         log.error("cannot start: %s", exc)
+        return 1
+    except MetadataStoreError as exc:  # (the store failed while the metadata was being loaded)
+        log.error("cannot start: the metadata store failed: %s", exc)
         return 1
     return 0
 

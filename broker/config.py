@@ -128,6 +128,10 @@ class BrokerConfig:
     # zk:host:port[,host:port...][/chroot] = ZooKeeper, shared by brokers; memory:<name> = in this
     # process only. The paths and JSON values are Apache Pulsar's (docs/metadata.md).
     metadataStoreUrl: str = ""
+    # ZooKeeper's session timeout (its ephemeral nodes outlive a lost broker this long) and the
+    # bound on each metadata operation; Pulsar's keys and defaults.
+    metadataStoreSessionTimeoutMillis: int = setting(30000, POSITIVE)
+    metadataStoreOperationTimeoutSeconds: int = setting(30, POSITIVE)
     # -- protocol limits ----------------------------------------------------------------------------
     maxMessageSize: int = setting(5 * 1024 * 1024, POSITIVE)
     keepAliveIntervalSeconds: int = setting(30, Rule(0, means="0 = no keep-alive pings"))

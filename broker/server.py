@@ -71,6 +71,7 @@ class BrokerServer:
         cfg.report_unknown()
         if cfg.brokerServicePort is None and cfg.brokerServicePortTls is None:
             raise ConfigError("brokerServicePort and brokerServicePortTls are both empty: nothing to serve")
+        await self.service.open()  # the metadata first: nothing is served without it
         loop = asyncio.get_running_loop()
         if cfg.brokerServicePort is not None:
             server = await loop.create_server(

@@ -30,8 +30,16 @@ from broker.errors import (
     TopicNotFoundError,
 )
 from broker.metadata.policies import PolicyError
-from broker.metadata.store import AlreadyExistsError, InUseError, InvalidError, MetadataStoreError, NotFoundError
+from broker.metadata.store import (
+    AlreadyExistsError,
+    ConflictError,
+    InUseError,
+    InvalidError,
+    MetadataStoreError,
+    NotFoundError,
+)
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
+from metadata_store.api import MetadataStoreError as StoreUnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,6 +112,7 @@ _METADATA_STATUS: tuple[tuple[type[MetadataStoreError], int], ...] = (
     (NotFoundError, 404),
     (AlreadyExistsError, 409),
     (InUseError, 409),
+    (ConflictError, 409),
     (InvalidError, 412),
 )
 
@@ -130,6 +139,9 @@ async def json_errors(request: web.Request,
         raise HttpError(exc.status, exc.reason) from None
     except MetadataStoreError as exc:
         raise HttpError(metadata_status(exc), exc.message) from None
+    except StoreUnavailableError as exc:  # (ZooKeeper unreachable past its timeout...)
+        log.warning("HTTP %s %s: the metadata store failed: %s", request.method, request.path, exc)
+        raise HttpError(503, f"Metadata store unavailable: {exc}") from None
     except Exception as exc:
         log.exception("HTTP %s %s failed", request.method, request.path)
         raise HttpError(500, f"Internal error: {exc}") from None

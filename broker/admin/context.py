@@ -2,7 +2,7 @@
 process builds it.
 
 The admin layer sits on top of the service: it reads and changes the ``BrokerService`` (topics,
-subscriptions, stats), the ``MetadataStore`` (through its named operations: tenants, namespaces,
+subscriptions, stats), the ``BrokerMetadata`` (through its named operations: tenants, namespaces,
 policies, clusters...), the configuration and the security settings. What it needs from the running
 process (bound ports and URLs, readiness, connection counts, listeners) it reads through the
 ``ServingProcess`` protocol, which ``broker.server.BrokerServer`` meets: the admin layer does not
@@ -18,7 +18,7 @@ from typing import Protocol
 from broker.auth import Security
 from broker.config import BrokerConfig
 from broker.listeners import Listener
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata
 from broker.service.broker_service import BrokerService
 
 
@@ -75,7 +75,7 @@ class AdminContext:
     """Everything an admin handler may reach, typed."""
 
     service: BrokerService
-    metadata: MetadataStore
+    metadata: BrokerMetadata
     config: BrokerConfig
     security: Security
     process: ServingProcess

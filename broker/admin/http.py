@@ -38,7 +38,7 @@ from broker.topic_name import TopicName
 from broker.version import __version__
 
 if TYPE_CHECKING:
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
     from broker.service.broker_service import BrokerService
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -120,7 +120,7 @@ class WebService:
         return self.ctx.service
 
     @property
-    def metadata(self) -> MetadataStore:
+    def metadata(self) -> BrokerMetadata:
         return self.ctx.metadata
 
     @property
@@ -216,15 +216,15 @@ class WebService:
             raise HttpError(400, "Cluster data must be a JSON object")
         if request.method == "PUT":
             check_name(name, "cluster")
-            self.metadata.create_cluster(name, body)
+            await self.metadata.create_cluster(name, body)
         else:
-            self.metadata.update_cluster(name, body)
+            await self.metadata.update_cluster(name, body)
         return no_content()
 
     async def delete_cluster(self, request: web.Request) -> web.Response:
         """Refused (412) while a tenant may use the cluster or a namespace replicates to it."""
         try:
-            self.metadata.delete_cluster(request.match_info["cluster"])
+            await self.metadata.delete_cluster(request.match_info["cluster"])
         except InUseError as exc:
             raise HttpError(412, exc.message) from None
         return no_content()
@@ -246,16 +246,16 @@ class WebService:
         tenant = request.match_info["tenant"]
         info = self._tenant_info(await read_body(request))
         check_name(tenant, "tenant")
-        self.metadata.create_tenant(tenant, info)
+        await self.metadata.create_tenant(tenant, info)
         return no_content()
 
     async def update_tenant(self, request: web.Request) -> web.Response:
         tenant = self.namespaces.tenant(request)
-        self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
+        await self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
         return no_content()
 
     async def delete_tenant(self, request: web.Request) -> web.Response:
-        self.metadata.delete_tenant(self.namespaces.tenant(request))
+        await self.metadata.delete_tenant(self.namespaces.tenant(request))
         return no_content()
 
     # -- lookup ------------------------------------------------------------------------------------

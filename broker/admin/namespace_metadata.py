@@ -21,7 +21,7 @@ from broker.metadata import policy_table as T
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 PROPERTIES = "properties"
@@ -37,7 +37,7 @@ def parse_replication_clusters(body: object) -> list[str]:
     return list(dict.fromkeys(body))
 
 
-def check_replication_clusters(metadata: MetadataStore, tenant: str, clusters: list[str]) -> None:
+def check_replication_clusters(metadata: BrokerMetadata, tenant: str, clusters: list[str]) -> None:
     """Pulsar's checks: each cluster exists and is allowed for the tenant."""
     info = metadata.tenant(tenant)
     allowed = info.allowed_clusters if info is not None else ()
@@ -65,7 +65,7 @@ class NamespaceMetadataResource:
         r.add_get(NS + "/bundles", self.bundles)
 
     @property
-    def metadata(self) -> MetadataStore:
+    def metadata(self) -> BrokerMetadata:
         return self.web.metadata
 
     def _view(self, ns: str) -> dict[str, Any]:
@@ -80,7 +80,7 @@ class NamespaceMetadataResource:
         ns = self.web.namespaces.namespace(request)
         clusters = parse_replication_clusters(await read_body(request))
         check_replication_clusters(self.metadata, ns.split("/")[0], clusters)
-        self.metadata.set_policy(ns, T.REPLICATION_CLUSTERS.namespace_field, clusters)
+        await self.metadata.set_policy(ns, T.REPLICATION_CLUSTERS.namespace_field, clusters)
         return no_content()
 
     # -- properties --------------------------------------------------------------------------------
@@ -95,11 +95,11 @@ class NamespaceMetadataResource:
         body = await read_body(request)
         if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
             raise HttpError(400, "Namespace properties must be a JSON object of string values")
-        self.metadata.set_policy(ns, PROPERTIES, {**self._properties(ns), **body})
+        await self.metadata.update_policy(ns, PROPERTIES, lambda stored: {**(stored or {}), **body})
         return no_content()
 
     async def clear_properties(self, request: web.Request) -> web.Response:
-        self.metadata.set_policy(self.web.namespaces.namespace(request), PROPERTIES, None)
+        await self.metadata.set_policy(self.web.namespaces.namespace(request), PROPERTIES, None)
         return no_content()
 
     async def get_property(self, request: web.Request) -> web.Response:
@@ -109,14 +109,14 @@ class NamespaceMetadataResource:
     async def set_property(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         m = request.match_info
-        self.metadata.set_policy(ns, PROPERTIES, {**self._properties(ns), m["key"]: m["value"]})
+        await self.metadata.update_policy(ns, PROPERTIES, lambda stored: {**(stored or {}), m["key"]: m["value"]})
         return no_content()
 
     async def remove_property(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        properties = self._properties(ns)
-        properties.pop(request.match_info["key"], None)
-        self.metadata.set_policy(ns, PROPERTIES, properties or None)
+        key = request.match_info["key"]
+        await self.metadata.update_policy(
+            ns, PROPERTIES, lambda stored: {k: v for k, v in (stored or {}).items() if k != key} or None)
         return no_content()
 
     # -- bundles -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -123,7 +123,7 @@ class NamespacesResource:
             r.add_delete(path, bound(self.remove_plain, policy))
 
     @property
-    def metadata(self) -> MetadataStore:
+    def metadata(self) -> BrokerMetadata:
         return self.web.metadata
 
     def tenant(self, request: web.Request) -> str:
@@ -158,7 +158,7 @@ class NamespacesResource:
         ns = f"{tenant}/{ns_name}"
         body = await read_body(request)
         policies = P.validate_policies(body) if body is not None else {}
-        self.metadata.create_namespace(ns, policies)
+        await self.metadata.create_namespace(ns, policies)
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -171,9 +171,9 @@ class NamespacesResource:
         for name in topics:
             await self.web.topics.delete_one(TopicName.parse(name), force=True)
         for base in partitioned:
-            self.metadata.delete_partitioned(base)
-            service.schemas.delete(base)
-        self.metadata.delete_namespace(ns)
+            await self.metadata.delete_partitioned(base)
+            await service.schemas.delete(base)
+        await self.metadata.delete_namespace(ns)
         return no_content()
 
     async def topics(self, request: web.Request) -> web.Response:
@@ -193,7 +193,7 @@ class NamespacesResource:
             value = await read_body(request)
             if not isinstance(value, bool):
                 raise HttpError(400, "Deduplication must be true or false")
-        self.metadata.set_policy(ns, T.DEDUPLICATION.namespace_field, value)
+        await self.metadata.set_policy(ns, T.DEDUPLICATION.namespace_field, value)
         return no_content()
 
     async def get_schema_strategy(self, request: web.Request) -> web.Response:
@@ -203,7 +203,7 @@ class NamespacesResource:
     async def put_schema_strategy(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         strategy = P.parse_schema_strategy(await read_body(request))
-        self.metadata.set_policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field, strategy)
+        await self.metadata.set_policy(ns, T.SCHEMA_COMPATIBILITY_STRATEGY.namespace_field, strategy)
         return no_content()
 
     # -- retention -----------------------------------------------------------------------------------
@@ -216,13 +216,13 @@ class NamespacesResource:
         quotas = T.BACKLOG_QUOTAS.parse(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         if not all(q.within(retention) for q in quotas.values()):
             raise HttpError(412, "Retention Quota must exceed configured backlog quota for namespace.")
-        self.metadata.set_policy(ns, T.RETENTION.namespace_field, retention.to_json())
+        await self.metadata.set_policy(ns, T.RETENTION.namespace_field, retention.to_json())
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
+        await self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()
 
@@ -234,13 +234,17 @@ class NamespacesResource:
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
         ns = self.namespace(request)
-        rates = dict(self.metadata.policy(ns, rate.key) or {})
         cluster = self.web.ctx.cluster
-        if request.method == "DELETE":
-            rates.pop(cluster, None)
-        else:
-            rates[cluster] = rate.parse(await read_body(request))
-        self.metadata.set_policy(ns, rate.key, rates or None)
+        value = None if request.method == "DELETE" else rate.parse(await read_body(request))
+
+        def change(rates: dict[str, Any] | None) -> dict[str, Any] | None:
+            rates = dict(rates or {})
+            if value is None:
+                rates.pop(cluster, None)
+            else:
+                rates[cluster] = value
+            return rates or None
+        await self.metadata.update_policy(ns, rate.key, change)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------
@@ -264,17 +268,17 @@ class NamespacesResource:
         if not quota.within(None if stored_retention is None else T.RETENTION.parse(stored_retention)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for namespace. "
                                  "Please increase retention quota and retry")
-        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
-        quotas[quota_type] = quota.to_json()
-        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas)
+        await self.metadata.update_policy(ns, T.BACKLOG_QUOTAS.namespace_field,
+                                          lambda quotas: {**(quotas or {}), quota_type: quota.to_json()})
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quotas = dict(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
-        quotas.pop(quota_type, None)
-        self.metadata.set_policy(ns, T.BACKLOG_QUOTAS.namespace_field, quotas or None)
+        def change(quotas: dict[str, Any] | None) -> dict[str, Any] | None:
+            remaining = {k: v for k, v in (quotas or {}).items() if k != quota_type}
+            return remaining or None
+        await self.metadata.update_policy(ns, T.BACKLOG_QUOTAS.namespace_field, change)
         return no_content()
 
     # -- plain policies --------------------------------------------------------------------------------
@@ -284,13 +288,13 @@ class NamespacesResource:
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
+        await self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
         self._applied(ns, policy.key)
         return no_content()
 
     async def remove_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        self.metadata.set_policy(ns, policy.key, None)
+        await self.metadata.set_policy(ns, policy.key, None)
         self._applied(ns, policy.key)
         return no_content()
 

@@ -19,7 +19,7 @@ from broker.metadata.store import NotFoundError
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}/permissions"
 
@@ -42,7 +42,7 @@ class PermissionsResource:
             r.add_delete(topic + "/{role}", self.revoke_topic)
 
     @property
-    def metadata(self) -> MetadataStore:
+    def metadata(self) -> BrokerMetadata:
         return self.web.metadata
 
     def _auth(self, namespace: str) -> dict[str, Any]:
@@ -60,12 +60,12 @@ class PermissionsResource:
     async def grant_namespace(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         actions = P.parse_actions(await read_body(request))
-        self.metadata.grant_namespace_permission(ns, request.match_info["role"], actions)
+        await self.metadata.grant_namespace_permission(ns, request.match_info["role"], actions)
         return no_content()
 
     async def revoke_namespace(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        self.metadata.revoke_namespace_permission(ns, request.match_info["role"])
+        await self.metadata.revoke_namespace_permission(ns, request.match_info["role"])
         return no_content()
 
     # -- subscriptions -----------------------------------------------------------------------------
@@ -76,14 +76,14 @@ class PermissionsResource:
     async def grant_subscription(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         roles = P.parse_roles(await read_body(request))
-        self.metadata.grant_subscription_permission(ns, request.match_info["subscription"], roles)
+        await self.metadata.grant_subscription_permission(ns, request.match_info["subscription"], roles)
         return no_content()
 
     async def revoke_subscription(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         m = request.match_info
         try:
-            self.metadata.revoke_subscription_permission(ns, m["subscription"], m["role"])
+            await self.metadata.revoke_subscription_permission(ns, m["subscription"], m["role"])
         except NotFoundError as exc:  # (Pulsar answers 412 here)
             raise HttpError(412, exc.message) from None
         return no_content()
@@ -101,13 +101,13 @@ class PermissionsResource:
     async def grant_topic(self, request: web.Request) -> web.Response:
         name = self.web.topics.name(request)
         actions = P.parse_actions(await read_body(request))
-        self.metadata.grant_topic_permission(name.namespace, name.full, request.match_info["role"], actions)
+        await self.metadata.grant_topic_permission(name.namespace, name.full, request.match_info["role"], actions)
         return no_content()
 
     async def revoke_topic(self, request: web.Request) -> web.Response:
         name = self.web.topics.name(request)
         try:
-            self.metadata.revoke_topic_permission(name.namespace, name.full, request.match_info["role"])
+            await self.metadata.revoke_topic_permission(name.namespace, name.full, request.match_info["role"])
         except NotFoundError as exc:  # (Pulsar answers 412 here)
             raise HttpError(412, exc.message) from None
         return no_content()

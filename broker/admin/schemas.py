@@ -83,7 +83,7 @@ class SchemasResource:
         refuses it."""
         name, schema = await self.payload_schema(request)
         try:
-            version = self.web.service.schemas.add_or_get(name.full, schema)
+            version = await self.web.service.schemas.add_or_get(name.full, schema)
         except IncompatibleSchemaError as exc:
             raise HttpError(409, exc.message) from None
         return json_response({"version": {"version": version}}, status=202)
@@ -112,7 +112,7 @@ class SchemasResource:
         versions = registry.versions(name.full)
         if not versions:
             raise HttpError(404, "Schema not found")
-        registry.delete(name.full)
+        await registry.delete(name.full)
         return json_response({"version": len(versions) - 1})
 
 

@@ -165,13 +165,13 @@ class TopicPoliciesResource:
         value = (spec.parse or spec.policy.parse)(body)
         if spec.validate is not None:
             spec.validate(self.service, name, value)
-        self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value))
+        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value))
         self._applied(name, spec)
         return no_content()
 
     async def remove(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
-        self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None)
+        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None)
         self._applied(name, spec)
         return no_content()
 
@@ -199,18 +199,20 @@ class TopicPoliciesResource:
         if not quota.within(self.service.policies.get(name, T.RETENTION)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for topic. "
                                  "Please increase retention quota and retry")
-        self._update_quotas(name, quota_type, quota.to_json())
+        await self._update_quotas(name, quota_type, quota.to_json())
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         name = self.topic(request)
-        self._update_quotas(name, P.parse_backlog_quota_type(request.query.get("backlogQuotaType")), None)
+        await self._update_quotas(name, P.parse_backlog_quota_type(request.query.get("backlogQuotaType")), None)
         return no_content()
 
-    def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
-        quotas = dict(self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field) or {})
-        if quota is None:
-            quotas.pop(quota_type, None)
-        else:
-            quotas[quota_type] = quota
-        self.service.metadata.set_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, quotas or None)
+    async def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
+        def change(quotas: dict[str, Any] | None) -> dict[str, Any] | None:
+            quotas = dict(quotas or {})
+            if quota is None:
+                quotas.pop(quota_type, None)
+            else:
+                quotas[quota_type] = quota
+            return quotas or None
+        await self.service.metadata.update_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, change)

@@ -202,7 +202,7 @@ class TopicsResource:
         except NotAllowedError as exc:  # (the namespace's topic limit: 409, as Pulsar answers)
             raise HttpError(409, exc.message) from exc
         if properties:
-            self.service.metadata.set_topic_properties(name.full, properties)
+            await self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
 
     # -- properties ------------------------------------------------------------------------------
@@ -223,8 +223,7 @@ class TopicsResource:
         """PUT .../properties: add or replace the given keys (the others stay)."""
         key = self.properties_key(self.name(request))
         properties = parse_properties(await read_body(request))
-        merged = {**self.service.metadata.topic_properties.get(key, {}), **properties}
-        self.service.metadata.set_topic_properties(key, merged)
+        await self.service.metadata.update_topic_properties(key, lambda stored: {**stored, **properties})
         return no_content()
 
     async def remove_property(self, request: web.Request) -> web.Response:
@@ -233,9 +232,8 @@ class TopicsResource:
         prop = request.query.get("key")
         if not prop:
             raise HttpError(400, "The key of the property to remove is required (?key=)")
-        remaining = dict(self.service.metadata.topic_properties.get(key, {}))
-        remaining.pop(prop, None)
-        self.service.metadata.set_topic_properties(key, remaining)
+        await self.service.metadata.update_topic_properties(
+            key, lambda stored: {k: v for k, v in stored.items() if k != prop})
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -257,7 +255,7 @@ class TopicsResource:
             admin_ops.disconnect_clients(topic)
         await self.service.delete_topic(name)
         if name.partition_index < 0:
-            self.service.schemas.delete(name.full)
+            await self.service.schemas.delete(name.full)
 
     async def get_partitions(self, request: web.Request) -> web.Response:
         name = self.name(request)
@@ -287,7 +285,7 @@ class TopicsResource:
             raise HttpError(412, exc.message) from exc
         if self.partitions(name) == 0 and self.exists(name):
             raise HttpError(409, "This topic already exists")
-        self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
+        await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
@@ -318,7 +316,7 @@ class TopicsResource:
             raise HttpError(404, "Partitioned topic does not exist")
         if n <= current:
             raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
-        self.service.metadata.set_partitions(name.full, n)
+        await self.service.metadata.set_partitions(name.full, n)
         return no_content()
 
     async def delete_partitioned(self, request: web.Request) -> web.Response:
@@ -334,8 +332,8 @@ class TopicsResource:
         for p in parts:
             if self.exists(p):
                 await self.delete_one(p, force=True)
-        self.service.metadata.delete_partitioned(name.full)
-        self.service.schemas.delete(name.full)
+        await self.service.metadata.delete_partitioned(name.full)
+        await self.service.schemas.delete(name.full)
         return no_content()
 
     # -- stats -----------------------------------------------------------------------------------

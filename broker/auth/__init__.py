@@ -20,7 +20,7 @@ from broker.auth.authorization import AuthorizationService, TopicOperation
 from broker.auth.service import AuthenticationService, ConnectionAuth
 from broker.auth.tls import server_context
 from broker.config import BrokerConfig, ConfigError
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata
 
 __all__ = ["AuthenticationService", "AuthorizationService", "ConnectionAuth", "Security", "TopicOperation"]
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class Security:
     """A broker's security settings, checked and loaded once at start (ConfigError if unusable)."""
 
-    def __init__(self, cfg: BrokerConfig, metadata: MetadataStore) -> None:
+    def __init__(self, cfg: BrokerConfig, metadata: BrokerMetadata) -> None:
         tls_wanted = cfg.brokerServicePortTls is not None or cfg.webServicePortTls is not None
         if cfg.tlsEnabled and not tls_wanted:
             log.warning("tlsEnabled=true has no effect (deprecated in Pulsar too): set brokerServicePortTls "

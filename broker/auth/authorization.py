@@ -24,7 +24,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.errors import AuthorizationError
 from broker.metadata import policies as P
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata
 from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class TopicOperation(enum.Enum):
 
 
 class AuthorizationService:
-    def __init__(self, cfg: BrokerConfig, metadata: MetadataStore) -> None:
+    def __init__(self, cfg: BrokerConfig, metadata: BrokerMetadata) -> None:
         self.enabled = cfg.authorizationEnabled
         self.super_users = frozenset(cfg.superUserRoles)
         self.proxy_roles = frozenset(cfg.proxyRoles)

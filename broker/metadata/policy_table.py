@@ -49,7 +49,7 @@ from broker.metadata.policy_values import (
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.metadata.store import MetadataStore
+    from broker.metadata.store import BrokerMetadata
     from broker.topic_name import TopicName
 
 T = TypeVar("T")
@@ -246,7 +246,7 @@ TABLE: tuple[Policy[Any], ...] = (
 class PolicyResolver:
     """The policies in force, from the metadata store and the broker's configuration."""
 
-    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, metadata: BrokerMetadata) -> None:
         self.config = config
         self.metadata = metadata
 

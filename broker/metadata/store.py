@@ -1,34 +1,39 @@
-"""The embedded metadata store: clusters, tenants, namespaces, partitioned topics, schemas.
+"""The broker's metadata: clusters, tenants, namespaces, partitioned topics, topic policies, schemas.
 
-One JSON document, rewritten atomically (write temp file, fsync, rename) on every change. Metadata
-changes are rare and small, so this is simple and durable. With no path it lives in memory only.
+Kept in a metadata store (``metadata_store``: local files, or ZooKeeper shared by brokers) at
+Apache Pulsar's paths and in its value formats where Pulsar has them (``broker.metadata.layout``
+has the table). ``BrokerMetadata`` is what the rest of the broker sees:
 
-Changes go through named operations only, shaped like Apache Pulsar's metadata resources
-(``ClusterResources``, ``TenantResources``, ``NamespaceResources`` with its partitioned-topic part,
-the schema storage): each checks its preconditions, then changes memory and disk together or not
-at all (a failed write puts memory back). A distributed backend (ZooKeeper, Pulsar's paths and
-formats) implements the same operations. Reads are read-only views of the stored documents, in
-Pulsar's JSON field names; the documents' format on disk is unchanged.
+- named operations, shaped like Apache Pulsar's metadata resources (``ClusterResources``,
+  ``TenantResources``, ``NamespaceResources`` with its partitioned-topic part, the topic policies
+  service, the schema storage). Each checks its preconditions, then writes with compare-and-set
+  (``broker.metadata.cache``) and is async;
+- synchronous reads, from a cache of everything the broker needs (loaded at start, kept fresh by
+  the store's notifications): read-only views of the stored documents, in Pulsar's JSON field names.
 
 Refusals are typed by kind (``NotFoundError``, ``AlreadyExistsError``, ``InUseError``,
-``InvalidError``) and carry Pulsar's wording; the admin layer turns them into HTTP statuses.
+``InvalidError``, ``ConflictError``) and carry Pulsar's wording; the admin layer turns them into
+HTTP statuses. A store that cannot be reached raises ``metadata_store.MetadataStoreError``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from broker.metadata import layout as L
 from broker.metadata import policies as P
+from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
+from broker.metadata.legacy import import_legacy_file
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
+from metadata_store.api import MetadataStore
+from metadata_store.factory import open_metadata_store
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
@@ -64,6 +69,10 @@ class InvalidError(MetadataStoreError):
     """The new value names something that does not exist (e.g. an unknown cluster)."""
 
 
+class ConflictError(MetadataStoreError):
+    """Other writers changed the record every time we tried (compare-and-set gave up)."""
+
+
 @dataclass(frozen=True)
 class TenantInfo:
     """Pulsar's TenantInfo: who administers the tenant, which clusters its namespaces may use."""
@@ -73,107 +82,83 @@ class TenantInfo:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TenantInfo:
-        return cls(tuple(doc.get("adminRoles", ())), tuple(doc.get("allowedClusters", ())))
+        return cls(tuple(doc.get("adminRoles") or ()), tuple(doc.get("allowedClusters") or ()))
 
     def to_json(self) -> JsonDoc:
         return {"adminRoles": list(self.admin_roles), "allowedClusters": list(self.allowed_clusters)}
 
 
-_ABSENT = object()
+class BrokerMetadata:
+    """The broker's view of the metadata store (see the module docstring). ``start`` loads it."""
 
-
-class MetadataStore:
-    def __init__(self, path: Path | None, cluster: str) -> None:
-        # Bumped on every change: a cheap "has anything changed?" for caches (see Derived).
-        self.generation = 0
-        # Called after every change (on the loop that made it).
-        self.listeners: list[Callable[[], None]] = []
-        self.path = path
+    def __init__(self, cluster: str) -> None:
         self.cluster = cluster
-        self._clusters: dict[str, JsonDoc] = {}
-        self._tenants: dict[str, JsonDoc] = {}
-        self._namespaces: dict[str, JsonDoc] = {}  # namespace -> its Policies document
-        self._partitioned_topics: dict[str, int] = {}
+        self.cache = MetadataCache()
+        t = self.cache.tables
+        self._clusters = t[L.CLUSTERS.name]
+        self._tenants = t[L.TENANTS.name]
+        self._namespaces = t[L.NAMESPACES.name]
+        # base topic name -> its PartitionedTopicMetadata document
+        self._partitioned = t[L.PARTITIONED_TOPICS.name]
         # base topic name (without partition suffix) -> list of versions (index = version)
-        self._schemas: dict[str, list[JsonDoc]] = {}
+        self._schemas = t[L.SCHEMAS.name]
         # full topic name -> {"ledger": compacted ledger name, "horizon": [l, e], "generation": n}
-        self._compactions: dict[str, JsonDoc] = {}
+        self._compactions = t[L.COMPACTIONS.name]
         # full topic name -> [ledgerId, entryId] of its last message when it was terminated
-        self._terminated: dict[str, list[int]] = {}
+        self._terminated = t[L.TERMINATED.name]
         # Topic-level policies: topic name (a partitioned topic's base name covers its partitions)
         # -> {Pulsar's TopicPolicies field name: value}
-        self._topic_policies: dict[str, JsonDoc] = {}
-        # Topic properties (Pulsar's topic metadata map): topic name (a partitioned topic's base
-        # name covers its partitions) -> {key: value}
-        self._topic_properties: dict[str, dict[str, str]] = {}
-        if path is not None and path.exists():
-            self._load(path)
-        else:
-            self._bootstrap()
+        self._topic_policies = t[L.TOPIC_POLICIES.name]
+        # A non-partitioned topic's properties (a partitioned topic's are in its metadata document)
+        self._topic_properties = t[L.TOPIC_PROPERTIES.name]
+        self._views_generation = -1
+        self._partition_counts: dict[str, int] = {}
+        self._partitioned_properties: dict[str, dict[str, str]] = {}
 
-    def _bootstrap(self) -> None:
-        changes: list[tuple[MutableMapping[str, Any], str, object]] = [(self._clusters, self.cluster, {})]
-        for t in DEFAULT_TENANTS:
-            changes.append((self._tenants, t, TenantInfo((), (self.cluster,)).to_json()))
+    # -- start and stop --------------------------------------------------------------------------------
+    async def start(self, store: MetadataStore, legacy_file: Path | None = None) -> None:
+        """Load the cache from ``store``; import ``legacy_file`` (the old one-file metadata) when
+        it exists; create this cluster and the default tenants and namespaces when missing."""
+        await self.cache.load(store)
+        if legacy_file is not None:
+            await import_legacy_file(self, legacy_file)
+        await self._bootstrap()
+
+    async def close(self) -> None:
+        """Stop following the store (closing the store is its opener's business)."""
+        await self.cache.close()
+
+    async def _bootstrap(self) -> None:
+        """Pulsar's initialize-cluster-metadata, each record created only when missing (so that
+        brokers starting together on one store agree)."""
+        if self.cluster not in self._clusters:
+            await self.cache.create(L.CLUSTERS, self.cluster, {})
+        for tenant in DEFAULT_TENANTS:
+            if tenant not in self._tenants:
+                await self.cache.create(L.TENANTS, tenant, TenantInfo((), (self.cluster,)).to_json())
         for ns in DEFAULT_NAMESPACES:
-            changes.append((self._namespaces, ns, {}))
-        self._commit(*changes)
+            if ns not in self._namespaces:
+                await self.cache.create(L.NAMESPACES, ns, {})
 
-    def _load(self, path: Path) -> None:
-        doc = json.loads(path.read_text())
-        self._clusters = doc.get("clusters", {self.cluster: {}})
-        self._tenants = doc.get("tenants", {})
-        self._namespaces = doc.get("namespaces", {})
-        self._partitioned_topics = doc.get("partitioned_topics", {})
-        self._schemas = doc.get("schemas", {})
-        self._compactions = doc.get("compactions", {})
-        self._terminated = doc.get("terminated", {})
-        self._topic_policies = doc.get("topic_policies", {})
-        self._topic_properties = doc.get("topic_properties", {})
+    @property
+    def generation(self) -> int:
+        """Bumped on every change: a cheap "has anything changed?" for caches (see Derived)."""
+        return self.cache.generation
 
-    # -- the one way a change is made ---------------------------------------------------------------
-    def _commit(self, *changes: tuple[MutableMapping[str, Any], str, object]) -> None:
-        """Apply ``(table, key, new value or _ABSENT to remove)`` changes and persist them: all of
-        them or, when the write fails, none (memory is put back and the error raised)."""
-        before = [(table, key, table.get(key, _ABSENT)) for table, key, _ in changes]
-        for table, key, value in changes:
-            _put(table, key, value)
+    @property
+    def listeners(self) -> list[Callable[[], None]]:
+        """Called after every change (ours or another broker's), on the event loop."""
+        return self.cache.listeners
+
+    async def _modify(self, kind: L.Kind, key: str, change: Callable[[Any], Any]) -> Any:
         try:
-            if self.path is not None:
-                self._write(self.path)
-        except BaseException:
-            for table, key, value in reversed(before):
-                _put(table, key, value)
-            raise
-        self.generation += 1  # lets hot paths cache what they derive from metadata
-        for listener in self.listeners:
-            listener()
+            return await self.cache.modify(kind, key, change)
+        except ConcurrentChangeError as exc:
+            raise ConflictError(f"Concurrent modification: {exc}") from None
 
-    def _write(self, path: Path) -> None:
-        doc = {
-            "clusters": self._clusters,
-            "tenants": self._tenants,
-            "namespaces": self._namespaces,
-            "partitioned_topics": self._partitioned_topics,
-            "schemas": self._schemas,
-            "compactions": self._compactions,
-            "terminated": self._terminated,
-            "topic_policies": self._topic_policies,
-            "topic_properties": self._topic_properties,
-            "saved_at": time.time(),
-        }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    async def _create(self, kind: L.Kind, key: str, value: Any, exists_message: str) -> None:
+        if not await self.cache.create(kind, key, value):
+            raise AlreadyExistsError(exists_message)
 
     # -- read-only views of the stored documents ------------------------------------------------------
     @property
@@ -189,9 +174,17 @@ class MetadataStore:
         """namespace -> its stored Policies document."""
         return MappingProxyType(self._namespaces)
 
+    def _refresh_views(self) -> None:
+        if self._views_generation != self.cache.generation:
+            self._partition_counts = {k: doc["partitions"] for k, doc in self._partitioned.items()}
+            self._partitioned_properties = {k: doc["properties"] for k, doc in self._partitioned.items()
+                                            if doc.get("properties")}
+            self._views_generation = self.cache.generation
+
     @property
     def partitioned_topics(self) -> Mapping[str, int]:
-        return MappingProxyType(self._partitioned_topics)
+        self._refresh_views()
+        return MappingProxyType(self._partition_counts)
 
     @property
     def compactions(self) -> Mapping[str, Mapping[str, Any]]:
@@ -207,27 +200,31 @@ class MetadataStore:
 
     @property
     def topic_properties(self) -> Mapping[str, Mapping[str, str]]:
-        return MappingProxyType(self._topic_properties)
+        """Topic name -> its properties (a partitioned topic's base name for its partitions)."""
+        self._refresh_views()
+        return MappingProxyType(ChainMap(self._partitioned_properties, self._topic_properties))
 
     # -- clusters (Pulsar's ClusterResources) -------------------------------------------------------
-    def create_cluster(self, name: str, data: Mapping[str, Any]) -> None:
+    async def create_cluster(self, name: str, data: Mapping[str, Any]) -> None:
         if name in self._clusters:
             raise AlreadyExistsError("Cluster already exists")
-        self._commit((self._clusters, name, copy.deepcopy(dict(data))))
+        await self._create(L.CLUSTERS, name, copy.deepcopy(dict(data)), "Cluster already exists")
 
-    def update_cluster(self, name: str, data: Mapping[str, Any]) -> None:
+    async def update_cluster(self, name: str, data: Mapping[str, Any]) -> None:
         self._cluster_must_exist(name)
-        self._commit((self._clusters, name, copy.deepcopy(dict(data))))
+        new = copy.deepcopy(dict(data))
+        await self._modify(L.CLUSTERS, name, lambda current: _replace(current, new, "Cluster does not exist"))
 
-    def delete_cluster(self, name: str) -> None:
+    async def delete_cluster(self, name: str) -> None:
         """Refused while it is this broker's cluster, a tenant may use it or a namespace
         replicates to it."""
         self._cluster_must_exist(name)
-        used = any(name in t.get("allowedClusters", []) for t in self._tenants.values()) or any(
+        used = any(name in (t.get("allowedClusters") or []) for t in self._tenants.values()) or any(
             name in (p.get(REPLICATION_CLUSTERS.namespace_field) or []) for p in self._namespaces.values())
         if used or name == self.cluster:
             raise InUseError("Cluster not empty")
-        self._commit((self._clusters, name, _ABSENT))
+        # (Pulsar keeps the cluster's isolation policies and failure domains below its node.)
+        await self.cache.delete(L.CLUSTERS, name, recursive=True)
 
     def _cluster_must_exist(self, name: str) -> None:
         if name not in self._clusters:
@@ -238,22 +235,23 @@ class MetadataStore:
         doc = self._tenants.get(name)
         return None if doc is None else TenantInfo.from_json(doc)
 
-    def create_tenant(self, name: str, info: TenantInfo) -> None:
+    async def create_tenant(self, name: str, info: TenantInfo) -> None:
         self._check_clusters_exist(info.allowed_clusters)
         if name in self._tenants:
             raise AlreadyExistsError("Tenant already exists")
-        self._commit((self._tenants, name, info.to_json()))
+        await self._create(L.TENANTS, name, info.to_json(), "Tenant already exists")
 
-    def update_tenant(self, name: str, info: TenantInfo) -> None:
+    async def update_tenant(self, name: str, info: TenantInfo) -> None:
         self._check_clusters_exist(info.allowed_clusters)
         self._tenant_must_exist(name)
-        self._commit((self._tenants, name, info.to_json()))
+        await self._modify(L.TENANTS, name, lambda current: _replace(current, info.to_json(),
+                                                                     "Tenant does not exist"))
 
-    def delete_tenant(self, name: str) -> None:
+    async def delete_tenant(self, name: str) -> None:
         self._tenant_must_exist(name)
         if self.namespaces_of(name):
             raise InUseError("The tenant still has active namespaces")
-        self._commit((self._tenants, name, _ABSENT))
+        await self.cache.delete(L.TENANTS, name)
 
     def _tenant_must_exist(self, name: str) -> None:
         if name not in self._tenants:
@@ -271,80 +269,92 @@ class MetadataStore:
     def namespaces_of(self, tenant: str) -> list[str]:
         return sorted(ns for ns in self._namespaces if ns.split("/")[0] == tenant)
 
-    def create_namespace(self, namespace: str, policies: Mapping[str, Any]) -> None:
+    async def create_namespace(self, namespace: str, policies: Mapping[str, Any]) -> None:
         self._tenant_must_exist(namespace.split("/")[0])
         if namespace in self._namespaces:
             raise AlreadyExistsError("Namespace already exists")
-        self._commit((self._namespaces, namespace, copy.deepcopy(dict(policies))))
+        await self._create(L.NAMESPACES, namespace, copy.deepcopy(dict(policies)), "Namespace already exists")
 
-    def delete_namespace(self, namespace: str) -> None:
+    async def delete_namespace(self, namespace: str) -> None:
         """Refused while a partitioned topic of the namespace is still recorded (delete those first)."""
         self._namespace_must_exist(namespace)
         if self.partitioned_topics_of(namespace):
             raise InUseError("Cannot delete non empty namespace")
-        self._commit((self._namespaces, namespace, _ABSENT))
+        await self.cache.delete(L.NAMESPACES, namespace)
 
     def namespace_policies(self, namespace: str) -> JsonDoc:
         """A copy of the namespace's stored Policies document (Pulsar's getPolicies)."""
         self._namespace_must_exist(namespace)
-        return copy.deepcopy(self._namespaces[namespace])
+        policies: JsonDoc = copy.deepcopy(self._namespaces[namespace])
+        return policies
 
     def policy(self, namespace: str, key: str) -> Any:
         """A namespace's policy value, or None when it is not set (or the namespace is gone)."""
         return self._namespaces.get(namespace, {}).get(key)
 
-    def modify_policies(self, namespace: str, change: Callable[[JsonDoc], None]) -> None:
+    async def modify_policies(self, namespace: str, change: Callable[[JsonDoc], None]) -> None:
         """Read-modify-write of a namespace's Policies (Pulsar's setPolicies with a function):
-        ``change`` edits a copy; when it raises, nothing is changed."""
-        policies = self.namespace_policies(namespace)
-        change(policies)
-        self._commit((self._namespaces, namespace, policies))
+        ``change`` edits a copy of the stored document (it may run more than once, when another
+        writer got in between); when it raises, nothing is changed."""
+        self._namespace_must_exist(namespace)
 
-    def set_policy(self, namespace: str, key: str, value: Any) -> None:
+        def modify(current: JsonDoc | None) -> JsonDoc:
+            policies: JsonDoc = copy.deepcopy(_must_exist(current, "Namespace does not exist"))
+            change(policies)
+            return policies
+        await self._modify(L.NAMESPACES, namespace, modify)
+
+    async def set_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (or, with None, remove) one policy of an existing namespace, persisted at once."""
-        def change(policies: JsonDoc) -> None:
+        await self.update_policy(namespace, key, lambda _: value)
+
+    async def update_policy(self, namespace: str, key: str, change: Callable[[Any], Any]) -> None:
+        """Read-modify-write of one policy: ``change(stored value or None)`` returns the new value
+        (None removes it); it gets a copy, and runs again when another writer got in between."""
+        def modify(policies: JsonDoc) -> None:
+            value = change(copy.deepcopy(policies.get(key)))
             if value is None:
                 policies.pop(key, None)
             else:
                 policies[key] = copy.deepcopy(value)
-        self.modify_policies(namespace, change)
+        await self.modify_policies(namespace, modify)
 
     def _namespace_must_exist(self, namespace: str) -> None:
         if namespace not in self._namespaces:
             raise NotFoundError("Namespace does not exist")
 
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
-    def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:
-        self._modify_auth(namespace, lambda auth: auth[P.NAMESPACE_AUTH].__setitem__(role, list(actions)))
+    async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:
+        await self._modify_auth(namespace, lambda auth: auth[P.NAMESPACE_AUTH].__setitem__(role, list(actions)))
 
-    def revoke_namespace_permission(self, namespace: str, role: str) -> None:
-        self._modify_auth(namespace, lambda auth: auth[P.NAMESPACE_AUTH].pop(role, None))
+    async def revoke_namespace_permission(self, namespace: str, role: str) -> None:
+        await self._modify_auth(namespace, lambda auth: auth[P.NAMESPACE_AUTH].pop(role, None))
 
-    def grant_subscription_permission(self, namespace: str, subscription: str, roles: Sequence[str]) -> None:
-        self._modify_auth(namespace, lambda auth: auth[P.SUBSCRIPTION_AUTH_ROLES].__setitem__(
+    async def grant_subscription_permission(self, namespace: str, subscription: str, roles: Sequence[str]) -> None:
+        await self._modify_auth(namespace, lambda auth: auth[P.SUBSCRIPTION_AUTH_ROLES].__setitem__(
             subscription, list(roles)))
 
-    def revoke_subscription_permission(self, namespace: str, subscription: str, role: str) -> None:
+    async def revoke_subscription_permission(self, namespace: str, subscription: str, role: str) -> None:
         def change(auth: JsonDoc) -> None:
             roles = auth[P.SUBSCRIPTION_AUTH_ROLES].get(subscription)
             if roles is None:
                 raise NotFoundError("couldn't find subscription")
             auth[P.SUBSCRIPTION_AUTH_ROLES][subscription] = [r for r in roles if r != role]
-        self._modify_auth(namespace, change)
+        await self._modify_auth(namespace, change)
 
-    def grant_topic_permission(self, namespace: str, topic: str, role: str, actions: Sequence[str]) -> None:
-        self._modify_auth(namespace, lambda auth: auth[P.DESTINATION_AUTH].setdefault(topic, {}).__setitem__(
+    async def grant_topic_permission(self, namespace: str, topic: str, role: str, actions: Sequence[str]) -> None:
+        await self._modify_auth(namespace, lambda auth: auth[P.DESTINATION_AUTH].setdefault(topic, {}).__setitem__(
             role, list(actions)))
 
-    def revoke_topic_permission(self, namespace: str, topic: str, role: str) -> None:
+    async def revoke_topic_permission(self, namespace: str, topic: str, role: str) -> None:
         def change(auth: JsonDoc) -> None:
             grants = auth[P.DESTINATION_AUTH].get(topic, {})
             if role not in grants:
                 raise NotFoundError("Permissions are not set at the topic level")
             del grants[role]
-        self._modify_auth(namespace, change)
+        await self._modify_auth(namespace, change)
 
-    def _modify_auth(self, namespace: str, change: Callable[[JsonDoc], object]) -> None:
+    async def _modify_auth(self, namespace: str, change: Callable[[JsonDoc], object]) -> None:
         """Edit the namespace's auth_policies with every part present; a topic left without
         grants is dropped."""
         def modify(policies: JsonDoc) -> None:
@@ -354,98 +364,147 @@ class MetadataStore:
             change(auth)
             auth[P.DESTINATION_AUTH] = {t: grants for t, grants in auth[P.DESTINATION_AUTH].items() if grants}
             policies[P.AUTH_POLICIES] = auth
-        self.modify_policies(namespace, modify)
+        await self.modify_policies(namespace, modify)
 
     # -- partitioned topics (Pulsar's NamespaceResources.PartitionedTopicResources) -------------------
     def partitions_of(self, base_topic: str) -> int:
-        return self._partitioned_topics.get(base_topic, 0)
+        doc = self._partitioned.get(base_topic)
+        return 0 if doc is None else int(doc["partitions"])
 
     def partitioned_topics_of(self, namespace: str) -> list[str]:
         """The partitioned topics of the namespace (both domains)."""
-        return [base for base in self._partitioned_topics if TopicName.parse(base).namespace == namespace]
+        return [base for base in self._partitioned if TopicName.parse(base).namespace == namespace]
 
-    def create_partitioned_topic(self, base_topic: str, partitions: int,
-                                 properties: Mapping[str, str] | None = None) -> None:
-        """Record a partitioned topic and its properties together."""
-        if base_topic in self._partitioned_topics:
+    async def create_partitioned_topic(self, base_topic: str, partitions: int,
+                                       properties: Mapping[str, str] | None = None) -> None:
+        """Record a partitioned topic with its properties (one PartitionedTopicMetadata)."""
+        if base_topic in self._partitioned:
             raise AlreadyExistsError("Partitioned topic already exists")
-        changes: list[tuple[MutableMapping[str, Any], str, object]] = [
-            (self._partitioned_topics, base_topic, partitions)]
-        if properties:
-            changes.append((self._topic_properties, base_topic, dict(properties)))
-        self._commit(*changes)
+        doc = L.partitioned_topic_metadata(partitions, dict(properties) if properties else None)
+        await self._create(L.PARTITIONED_TOPICS, base_topic, doc, "Partitioned topic already exists")
 
-    def set_partitions(self, base_topic: str, partitions: int) -> None:
-        self._commit((self._partitioned_topics, base_topic, partitions))
+    async def set_partitions(self, base_topic: str, partitions: int) -> None:
+        def change(current: JsonDoc | None) -> JsonDoc:
+            if current is None:
+                return L.partitioned_topic_metadata(partitions, None)
+            return {**current, "partitions": partitions}
+        await self._modify(L.PARTITIONED_TOPICS, base_topic, change)
 
-    def delete_partitioned(self, base_topic: str) -> None:
-        """Forget a partitioned topic: its partition count and its topic-level policies."""
-        changes = [(table, base_topic, _ABSENT) for table in
-                   (self._partitioned_topics, self._topic_properties, self._topic_policies) if base_topic in table]
-        if changes:
-            self._commit(*changes)
+    async def delete_partitioned(self, base_topic: str) -> None:
+        """Forget a partitioned topic: its partition count, properties and topic-level policies."""
+        if base_topic in self._partitioned:
+            await self.cache.delete(L.PARTITIONED_TOPICS, base_topic)
+        for kind, table in ((L.TOPIC_PROPERTIES, self._topic_properties),
+                            (L.TOPIC_POLICIES, self._topic_policies)):
+            if base_topic in table:
+                await self.cache.delete(kind, base_topic)
 
     # -- topics ---------------------------------------------------------------------------------------
-    def forget_topic(self, topic: str) -> Mapping[str, Any] | None:
+    async def forget_topic(self, topic: str) -> Mapping[str, Any] | None:
         """A topic was deleted: drop its terminated mark, compaction record (returned, so its
         compacted ledger can be deleted) and topic-level policies, so a topic created again under
         the name starts afresh."""
         compaction = self._compactions.get(topic)
-        changes = [(table, topic, _ABSENT) for table in
-                   (self._compactions, self._terminated, self._topic_policies, self._topic_properties)
-                   if topic in table]
-        if changes:
-            self._commit(*changes)
+        for kind, table in ((L.COMPACTIONS, self._compactions), (L.TERMINATED, self._terminated),
+                            (L.TOPIC_POLICIES, self._topic_policies), (L.TOPIC_PROPERTIES, self._topic_properties)):
+            if topic in table:
+                await self.cache.delete(kind, topic)
         return compaction
 
-    def mark_terminated(self, topic: str, ledger_id: int, entry_id: int) -> None:
+    async def mark_terminated(self, topic: str, ledger_id: int, entry_id: int) -> None:
         """The topic was terminated after the message at (ledger_id, entry_id)."""
-        self._commit((self._terminated, topic, [ledger_id, entry_id]))
+        await self._modify(L.TERMINATED, topic, lambda _: [ledger_id, entry_id])
 
-    def set_compaction(self, topic: str, ledger: str, horizon: tuple[int, int], generation: int) -> None:
+    async def set_compaction(self, topic: str, ledger: str, horizon: tuple[int, int], generation: int) -> None:
         """The topic's compacted view now lives in ``ledger``, covering up to ``horizon``."""
-        self._commit((self._compactions, topic,
-                      {"ledger": ledger, "horizon": list(horizon), "generation": generation}))
+        record = {"ledger": ledger, "horizon": list(horizon), "generation": generation}
+        await self._modify(L.COMPACTIONS, topic, lambda _: record)
 
-    def set_topic_properties(self, topic: str, properties: Mapping[str, str]) -> None:
-        self._commit((self._topic_properties, topic, dict(properties) if properties else _ABSENT))
+    async def set_topic_properties(self, topic: str, properties: Mapping[str, str]) -> None:
+        """Replace a topic's properties (a partitioned topic's live in its metadata document)."""
+        await self.update_topic_properties(topic, lambda _: dict(properties))
+
+    async def update_topic_properties(self, topic: str,
+                                      change: Callable[[dict[str, str]], Mapping[str, str] | None]) -> None:
+        """Read-modify-write of a topic's properties: ``change(stored properties, {} when none)``
+        returns the new ones (empty or None: none); it runs again when another writer got in between."""
+        def new_properties(stored: Any) -> dict[str, str] | None:
+            new = change(dict(stored or {}))
+            return dict(new) if new else None
+
+        if topic in self._partitioned:
+            def modify(current: JsonDoc | None) -> Any:
+                if current is None:
+                    return KEEP
+                new = new_properties(current.get("properties"))
+                doc = {k: v for k, v in current.items() if k != "properties"}
+                return {**doc, "properties": new} if new else doc
+            await self._modify(L.PARTITIONED_TOPICS, topic, modify)
+        else:
+            await self._modify(L.TOPIC_PROPERTIES, topic, new_properties)
 
     def topic_policy(self, topic: str, key: str) -> Any:
         """A topic-level policy value (topic: the full name, a partitioned topic's base name for
         its partitions), or None when it is not set."""
         return self._topic_policies.get(topic, {}).get(key)
 
-    def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
+    async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
         """Set (or, with None, remove) one topic-level policy, persisted at once."""
-        policies = dict(self._topic_policies.get(topic, {}))
-        if value is None:
-            if policies.pop(key, None) is None:
-                return
-        else:
-            policies[key] = copy.deepcopy(value)
-        self._commit((self._topic_policies, topic, policies or _ABSENT))
+        if value is None and self.topic_policy(topic, key) is None:
+            return
+        await self.update_topic_policy(topic, key, lambda _: value)
+
+    async def update_topic_policy(self, topic: str, key: str, change: Callable[[Any], Any]) -> None:
+        """Read-modify-write of one topic-level policy, as ``update_policy``."""
+        def modify(current: JsonDoc | None) -> Any:
+            policies = dict(current or {})
+            value = change(copy.deepcopy(policies.get(key)))
+            if value is None:
+                if policies.pop(key, None) is None:
+                    return KEEP
+            else:
+                policies[key] = copy.deepcopy(value)
+            return policies or None
+        await self._modify(L.TOPIC_POLICIES, topic, modify)
 
     # -- schemas (Pulsar's schema storage) ------------------------------------------------------------
     def schema_versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:
         """The topic's schema records; the index is the version."""
-        return self._schemas.get(base_topic, ())
+        versions: Sequence[Mapping[str, Any]] = self._schemas.get(base_topic, ())
+        return versions
 
-    def add_schema_version(self, base_topic: str, record: Mapping[str, Any]) -> int:
+    async def add_schema_version(self, base_topic: str, record: Mapping[str, Any]) -> int:
         """Append a schema version; returns its number."""
-        versions = [*self._schemas.get(base_topic, ()), dict(record)]
-        self._commit((self._schemas, base_topic, versions))
-        return len(versions) - 1
+        try:
+            return await self.cache.add_version(L.SCHEMAS, base_topic, dict(record))
+        except ConcurrentChangeError as exc:
+            raise ConflictError(f"Concurrent modification: {exc}") from None
 
-    def delete_schemas(self, base_topic: str) -> None:
+    async def delete_schemas(self, base_topic: str) -> None:
         if base_topic in self._schemas:
-            self._commit((self._schemas, base_topic, _ABSENT))
+            await self.cache.delete(L.SCHEMAS, base_topic)
 
 
-def _put(table: MutableMapping[str, Any], key: str, value: object) -> None:
-    if value is _ABSENT:
-        table.pop(key, None)
-    else:
-        table[key] = value
+async def open_broker_metadata_store(url: str, data_dir: Path | None, *, session_timeout_s: float,
+                                     operation_timeout_s: float) -> MetadataStore:
+    """The store ``metadataStoreUrl`` names (``metadata_store.open_metadata_store``); empty = the
+    local durable store under ``<data_dir>/metadata``, in memory when there is no data dir."""
+    if not url.strip():
+        url = "local:" if data_dir is not None else "memory:"
+    return await open_metadata_store(url, data_dir=data_dir, session_timeout_s=session_timeout_s,
+                                     operation_timeout_s=operation_timeout_s)
+
+
+def _must_exist(current: Any, message: str) -> Any:
+    """``current`` when there is one, else NotFoundError (another broker deleted it)."""
+    if current is None:
+        raise NotFoundError(message)
+    return current
+
+
+def _replace(current: Any, new: Any, message: str) -> Any:
+    _must_exist(current, message)
+    return new
 
 
 class Derived(Generic[T]):
@@ -454,7 +513,7 @@ class Derived(Generic[T]):
 
     __slots__ = ("_compute", "_generation", "_store", "_value")
 
-    def __init__(self, store: MetadataStore, compute: Callable[[], T]) -> None:
+    def __init__(self, store: BrokerMetadata, compute: Callable[[], T]) -> None:
         self._store = store
         self._compute = compute
         self._generation = -1

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
     MAX_TOPICS_PER_NAMESPACE,
@@ -24,7 +25,7 @@ from broker.metadata.policy_table import (
     RETENTION,
     PolicyResolver,
 )
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compaction import load_view
@@ -44,6 +45,7 @@ from managed_ledger.bookkeeper.factory import (
 )
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
+from metadata_store.api import MetadataStore, MetadataStoreError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,9 @@ class BrokerService:
     def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
         self.config = config
         self.data_dir = data_dir
-        self.metadata = MetadataStore(data_dir / "metadata.json" if data_dir else None, config.clusterName)
+        # The broker's metadata, in the metadata store opened by open() (metadataStoreUrl).
+        self.metadata = BrokerMetadata(config.clusterName)
+        self.metadata_store: MetadataStore | None = None
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
@@ -271,7 +275,7 @@ class BrokerService:
         if auto_create and rule.allow and rule.partitioned and not self.topic_exists(name):
             partitions = rule.default_partitions or self.config.defaultNumPartitions
             self.check_topics_limit(name, partitions)
-            self.metadata.set_partitions(name.full, partitions)
+            await self.metadata.set_partitions(name.full, partitions)
             return partitions
         return 0
 
@@ -342,7 +346,7 @@ class BrokerService:
                 await self.ledger_factory.delete(name.persistence_path)
             self.expiry_stats.forget(name.full)
             # (A partition has no policies of its own: its partitioned topic's stay.)
-            compaction = self.metadata.forget_topic(name.full)
+            compaction = await self.metadata.forget_topic(name.full)
             if compaction is not None and compaction["ledger"] in self.ledger_factory.list_names():
                 await self.ledger_factory.delete(compaction["ledger"])
 
@@ -377,6 +381,25 @@ class BrokerService:
         finally:
             del self._unloading[name.full]
             done.set_result(None)
+
+    async def open(self) -> None:
+        """Open the metadata store (``metadataStoreUrl``) and load what the broker keeps of it;
+        a data dir's old ``metadata.json`` is imported into it once."""
+        cfg = self.config
+        try:
+            self.metadata_store = await open_broker_metadata_store(
+                cfg.metadataStoreUrl, self.data_dir, session_timeout_s=cfg.metadataStoreSessionTimeoutMillis / 1000,
+                operation_timeout_s=cfg.metadataStoreOperationTimeoutSeconds)
+        except MetadataStoreError as exc:  # (a bad URL, an unreachable ZooKeeper, a locked directory)
+            raise ConfigError(f"metadataStoreUrl={cfg.metadataStoreUrl!r}: {exc}") from None
+        legacy = self.data_dir / LEGACY_FILE_NAME if self.data_dir is not None else None
+        try:
+            await self.metadata.start(self.metadata_store, legacy)
+        except BaseException:
+            await self.metadata.close()
+            await self.metadata_store.close()
+            self.metadata_store = None
+            raise
 
     def start(self) -> None:
         """Background work once the broker serves: replication picks up where it stopped."""
@@ -443,3 +466,7 @@ class BrokerService:
         self.topics.clear()
         self.non_persistent_topics.clear()
         await self.ledger_factory.close()
+        await self.metadata.close()
+        if self.metadata_store is not None:
+            await self.metadata_store.close()
+            self.metadata_store = None

@@ -242,7 +242,7 @@ class Compactor:
             await ledger.add_entry_async(encode_record(c))
         await ledger.close()
         view = CompactedView(horizon, kept, name)
-        service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
+        await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
         topic.compacted_view = view
         if old is not None and old.ledger_name != name:
             await service.ledger_factory.delete(old.ledger_name)

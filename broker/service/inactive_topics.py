@@ -95,13 +95,13 @@ class InactiveTopicMonitor:
         self.deleted_total += 1
         log.info("deleted topic %s: inactive for %.0f s", name, time.monotonic() - topic.last_active)
         if name.partition_index < 0:
-            service.schemas.delete(name.full)
+            await service.schemas.delete(name.full)
             return
         base = name.base
         if not service.config.brokerDeleteInactivePartitionedTopicMetadataEnabled:
             return
         partitions = service.metadata.partitions_of(base.full)
         if partitions and not any(service.topic_exists(base.partition(i)) for i in range(partitions)):
-            service.metadata.delete_partitioned(base.full)
-            service.schemas.delete(base.full)
+            await service.metadata.delete_partitioned(base.full)
+            await service.schemas.delete(base.full)
             log.info("deleted partitioned topic %s: its last partition was deleted as inactive", base)

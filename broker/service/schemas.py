@@ -15,7 +15,7 @@ from typing import Any
 
 from broker.errors import IncompatibleSchemaError
 from broker.metadata.policy_table import SCHEMA_COMPATIBILITY_STRATEGY, PolicyResolver
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service import avro_compat
 from broker.topic_name import TopicName
@@ -71,7 +71,7 @@ def _same(record: Mapping[str, Any], schema: pb.Schema) -> bool:
 
 
 class SchemaRegistry:
-    def __init__(self, store: MetadataStore, policies: PolicyResolver) -> None:
+    def __init__(self, store: BrokerMetadata, policies: PolicyResolver) -> None:
         self.store = store
         self.policies = policies
 
@@ -147,7 +147,7 @@ class SchemaRegistry:
     def has_schema(self, base_topic: str) -> bool:
         return any(not r.get("deleted") for r in self.versions(base_topic))
 
-    def add_or_get(self, base_topic: str, schema: pb.Schema, may_add: bool = True) -> int:
+    async def add_or_get(self, base_topic: str, schema: pb.Schema, may_add: bool = True) -> int:
         """The version of ``schema`` on the topic, registering it if it is new and compatible
         (and ``may_add``: a namespace's isAllowAutoUpdateSchema=false leaves that to the admin API)."""
         found = self._find_or_check(base_topic, schema)
@@ -155,15 +155,15 @@ class SchemaRegistry:
             return found
         if not may_add:
             raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
-        return self.store.add_schema_version(base_topic, _record(schema))
+        return await self.store.add_schema_version(base_topic, _record(schema))
 
-    def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
+    async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
         """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
         if not any(not r.get("deleted") for r in self.versions(base_topic)):
             if may_register:
-                self.add_or_get(base_topic, schema)
+                await self.add_or_get(base_topic, schema)
             return
         self._find_or_check(base_topic, schema)
 
-    def delete(self, base_topic: str) -> None:
-        self.store.delete_schemas(base_topic)
+    async def delete(self, base_topic: str) -> None:
+        await self.store.delete_schemas(base_topic)

@@ -272,7 +272,7 @@ class ServerCnx:
             schemas = self.service.schemas
             if c.HasField("schema"):
                 may_add = self.service.policies.for_namespace(name.namespace, ALLOW_AUTO_UPDATE_SCHEMA)
-                schema_version = encode_version(schemas.add_or_get(name.base.full, c.schema, may_add))
+                schema_version = encode_version(await schemas.add_or_get(name.base.full, c.schema, may_add))
             elif self.service.policies.get(name, SCHEMA_VALIDATION_ENFORCED) and schemas.has_schema(name.base.full):
                 raise IncompatibleSchemaError("Producers cannot connect or send message without a schema to topics "
                                               "with a schema if SchemaValidationEnforced is enabled")
@@ -400,7 +400,7 @@ class ServerCnx:
             if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
                 raise NotAllowedError("Subscribe limited by subscribe rate limit per consumer.")
             if c.HasField("schema"):
-                self.service.schemas.check_consumer(name.base.full, c.schema,
+                await self.service.schemas.check_consumer(name.base.full, c.schema,
                                                     may_register=topic.is_idle and topic.is_empty)
             start = c.start_message_id if c.HasField("start_message_id") else None
             sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start)
@@ -594,6 +594,9 @@ class ServerCnx:
 
     def handle_get_or_create_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getOrCreateSchema
+        self._spawn(self._get_or_create_schema(c))
+
+    async def _get_or_create_schema(self, c: pb.CommandGetOrCreateSchema) -> None:
         reply = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
         r = reply.getOrCreateSchemaResponse
         r.request_id = c.request_id
@@ -601,7 +604,7 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             base = name.base.full
-            r.schema_version = encode_version(self.service.schemas.add_or_get(base, c.schema))
+            r.schema_version = encode_version(await self.service.schemas.add_or_get(base, c.schema))
         except (BrokerError, IncompatibleSchemaError) as exc:
             r.error_code = exc.code  # type: ignore[assignment]
             r.error_message = exc.message

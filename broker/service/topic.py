@@ -104,7 +104,7 @@ class PersistentTopic(AbstractTopic):
         """
         if self.terminated_at is None:
             last = self.ledger.last_confirmed_entry
-            self.service.metadata.mark_terminated(self.full_name, last.ledger_id, last.entry_id)
+            await self.service.metadata.mark_terminated(self.full_name, last.ledger_id, last.entry_id)
             self.terminated_at = last
         for producer in list(self.producers.values()):
             producer.cnx.producer_closed_by_broker(producer.producer_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -9,7 +10,7 @@ import pulsar
 from pulsar.schema import Record, String
 
 from broker.embedded import BrokerThread
-from broker.metadata.store import MetadataStore
+from broker.metadata.layout import PARTITIONED_TOPICS_ROOT, TOPIC_PROPERTIES_ROOT
 from broker.topic_name import TopicName
 from tests.admin.conftest import Admin, rest_path
 from tests.waiting import wait_for
@@ -256,11 +257,13 @@ def test_topic_properties(admin: Admin, pulsar_broker: BrokerThread) -> None:
     assert admin.put(f"{parted}/partitions", {"partitions": 2, "properties": {"k": "v"}}).status == 204
     assert admin.ok("GET", f"{parted}/partitions") == {"partitions": 2, "properties": {"k": "v"}}
     assert admin.ok("GET", f"{parted}-partition-1/properties") == {"k": "v"}
-    # They are saved (read back from metadata.json) and go with the topic.
+    # They are saved (read back from the metadata store: a partitioned topic's in its
+    # PartitionedTopicMetadata, as Pulsar) and go with the topic.
     store = pulsar_broker.server.service.metadata
-    assert store.path is not None
-    reread = MetadataStore(store.path, "standalone")
-    assert reread.topic_properties[f"persistent://{ns}/props"] == {"tier": "silver", "region": "eu"}
+    node = pulsar_broker.run_coroutine(store.cache.store.get(f"{TOPIC_PROPERTIES_ROOT}/{ns}/persistent/props"))
+    assert json.loads(node.value) == {"tier": "silver", "region": "eu"}
+    node = pulsar_broker.run_coroutine(store.cache.store.get(f"{PARTITIONED_TOPICS_ROOT}/{ns}/persistent/parted"))
+    assert json.loads(node.value) == {"partitions": 2, "properties": {"k": "v"}, "deleted": False}
     assert admin.delete(path).status == 204
     assert admin.put(path).status == 204
     assert admin.ok("GET", f"{path}/properties") == {}

@@ -22,10 +22,11 @@ from broker.auth.service import AuthenticationService, ConnectionAuth, RefreshAc
 from broker.auth.tls import iana_name, server_context
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import AuthenticationError, AuthorizationError
-from broker.metadata.store import MetadataStore, TenantInfo
+from broker.metadata.store import BrokerMetadata, TenantInfo
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.server import BrokerServer
 from broker.topic_name import TopicName
+from metadata_store.memory import MemoryMetadataStore
 from tests.security.conftest import secure_settings, token
 from tests.security.pki import CLIENT_ROLE, HS256_SECRET, USERS, Pki
 
@@ -71,7 +72,7 @@ def test_read_key_material_forms(tmp_path: Path) -> None:
 
 
 def test_security_refuses_unusable_settings(pki: Pki) -> None:
-    store = MetadataStore(None, "standalone")
+    store = BrokerMetadata("standalone")  # (not started: Security reads it only when asked)
     with pytest.raises(ConfigError, match="Athenz"):
         Security(cfg(authenticationEnabled=True, authenticationProviders=f"{PULSAR}AuthenticationProviderAthenz"),
                  store)
@@ -289,10 +290,11 @@ def test_connection_refresh_state_machine(service: AuthenticationService) -> Non
 # -- authorization ------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def authz() -> AuthorizationService:
-    store = MetadataStore(None, "standalone")
-    store.create_tenant("acme", TenantInfo(("acme-admin",), ("standalone",)))
-    store.create_namespace("acme/ns", {"auth_policies": {
+async def authz() -> AuthorizationService:
+    store = BrokerMetadata("standalone")
+    await store.start(MemoryMetadataStore())
+    await store.create_tenant("acme", TenantInfo(("acme-admin",), ("standalone",)))
+    await store.create_namespace("acme/ns", {"auth_policies": {
         "namespace_auth": {"ns-writer": ["produce"], "ns-reader": ["consume"], "app-*": ["consume"]},
         "destination_auth": {"persistent://acme/ns/orders": {"topic-writer": ["produce"]}},
         "subscription_auth_roles": {"billing": ["ns-reader"]},
@@ -324,13 +326,13 @@ def test_authorization_rules(authz: AuthorizationService, role: str, topic: str,
     assert authz.allows(TopicName.parse(topic), op, role, sub) is allowed
 
 
-def test_authorization_extras(authz: AuthorizationService) -> None:
+async def test_authorization_extras(authz: AuthorizationService) -> None:
     assert authz.allows_namespace_consume("acme/ns", "ns-reader")
     assert not authz.allows_namespace_consume("acme/ns", "ns-writer")
     assert not authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.LOOKUP, None)
     with pytest.raises(AuthorizationError, match="'stranger' is not authorized to produce"):
         authz.check(TopicName.parse("acme/ns/x"), TopicOperation.PRODUCE, "stranger")
-    authz.metadata.set_policy("acme/ns", "subscription_auth_mode", "Prefix")
+    await authz.metadata.set_policy("acme/ns", "subscription_auth_mode", "Prefix")
     assert not authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.CONSUME, "ns-reader", "other-sub")
     assert authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.CONSUME, "ns-reader", "ns-reader-1")
     authz.wildcards = False

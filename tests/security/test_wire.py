@@ -229,7 +229,7 @@ def proxied(role: str, original: str | None = None, original_token: str | None =
 
 async def grant(b: Broker, topic_ns: str, role: str, actions: list[str]) -> None:
     assert b.server is not None
-    b.server.service.metadata.grant_namespace_permission(topic_ns, role, actions)
+    await b.server.service.metadata.grant_namespace_permission(topic_ns, role, actions)
 
 
 @pytest.mark.parametrize("authenticate_original", [False, True])

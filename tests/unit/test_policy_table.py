@@ -24,8 +24,9 @@ from broker.metadata.policy_values import (
     Retention,
     SubscribeRate,
 )
-from broker.metadata.store import MetadataStore
+from broker.metadata.store import BrokerMetadata
 from broker.topic_name import TopicName
+from metadata_store.memory import MemoryMetadataStore
 
 NS = "public/default"
 TOPIC = TopicName.parse(f"persistent://{NS}/t")
@@ -92,17 +93,18 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
 }
 
 
-def make(**config: Any) -> tuple[PolicyResolver, MetadataStore]:
-    store = MetadataStore(None, CLUSTER)
+async def make(**config: Any) -> tuple[PolicyResolver, BrokerMetadata]:
+    store = BrokerMetadata(CLUSTER)
+    await store.start(MemoryMetadataStore())
     return PolicyResolver(BrokerConfig(clusterName=CLUSTER, **config), store), store
 
 
-def set_topic(store: MetadataStore, policy: Policy[Any], value: Any) -> None:
-    store.set_topic_policy(TOPIC.full, policy.topic_field, value)
+async def set_topic(store: BrokerMetadata, policy: Policy[Any], value: Any) -> None:
+    await store.set_topic_policy(TOPIC.full, policy.topic_field, value)
 
 
-def set_namespace(store: MetadataStore, policy: Policy[Any], value: Any) -> None:
-    store.set_policy(NS, policy.namespace_field, {CLUSTER: value} if policy.per_cluster else value)
+async def set_namespace(store: BrokerMetadata, policy: Policy[Any], value: Any) -> None:
+    await store.set_policy(NS, policy.namespace_field, {CLUSTER: value} if policy.per_cluster else value)
 
 
 def test_every_row_has_samples_and_its_own_name_and_fields() -> None:
@@ -118,15 +120,15 @@ def test_every_row_has_samples_and_its_own_name_and_fields() -> None:
 
 
 @pytest.mark.parametrize("policy", TABLE, ids=lambda p: p.name)
-def test_topic_over_namespace_over_broker(policy: Policy[Any]) -> None:
-    resolver, store = make()
+async def test_topic_over_namespace_over_broker(policy: Policy[Any]) -> None:
+    resolver, store = await make()
     topic, namespace = SAMPLES[policy.name]
     broker = resolver.broker_value(policy)
     assert resolver.get(TOPIC, policy) == broker
     assert resolver.for_namespace(NS, policy) == broker
     below = broker
     if namespace is not None:
-        set_namespace(store, policy, namespace)
+        await set_namespace(store, policy, namespace)
         expected = policy.parse(namespace)
         if policy.overlay:
             expected = {**broker, **expected}
@@ -136,7 +138,7 @@ def test_topic_over_namespace_over_broker(policy: Policy[Any]) -> None:
         assert policy.dump(resolver.namespace_value(NS, policy)) == namespace
         below = expected
     if topic is not None:
-        set_topic(store, policy, topic)
+        await set_topic(store, policy, topic)
         own = policy.parse(topic)
         assert policy.dump(own) == topic
         got = resolver.get(TOPIC, policy)
@@ -147,22 +149,22 @@ def test_topic_over_namespace_over_broker(policy: Policy[Any]) -> None:
             assert got == own
         # A partition has its partitioned topic's policies.
         assert resolver.get(TOPIC.partition(2), policy) == got
-        set_topic(store, policy, None)
+        await set_topic(store, policy, None)
     if namespace is not None:
-        set_namespace(store, policy, None)
+        await set_namespace(store, policy, None)
     assert resolver.get(TOPIC, policy) == broker
 
 
 @pytest.mark.parametrize("policy", [p for p in TABLE if p.topic_key is not None], ids=lambda p: p.name)
-def test_topic_values_are_ignored_when_topic_level_policies_are_off(policy: Policy[Any]) -> None:
-    resolver, store = make(topicLevelPoliciesEnabled=False)
-    set_topic(store, policy, SAMPLES[policy.name][0])
+async def test_topic_values_are_ignored_when_topic_level_policies_are_off(policy: Policy[Any]) -> None:
+    resolver, store = await make(topicLevelPoliciesEnabled=False)
+    await set_topic(store, policy, SAMPLES[policy.name][0])
     assert resolver.topic_value(TOPIC, policy) is None
     assert resolver.get(TOPIC, policy) == resolver.broker_value(policy)
 
 
-def test_broker_defaults_follow_the_configuration() -> None:
-    resolver, _ = make(ttlDurationDefaultInSeconds=7, defaultRetentionTimeInMinutes=3, defaultRetentionSizeInMB=4,
+async def test_broker_defaults_follow_the_configuration() -> None:
+    resolver, _ = await make(ttlDurationDefaultInSeconds=7, defaultRetentionTimeInMinutes=3, defaultRetentionSizeInMB=4,
                        maxPublishRatePerTopicInMessages=9, allowAutoTopicCreationType="partitioned",
                        defaultNumPartitions=5, backlogQuotaDefaultLimitBytes=100)
     assert resolver.get(TOPIC, T.MESSAGE_TTL) == 7
@@ -176,20 +178,20 @@ def test_broker_defaults_follow_the_configuration() -> None:
     assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == "FULL"
 
 
-def test_empty_or_undefined_values_pass_to_the_next_level() -> None:
-    resolver, store = make()
-    set_topic(store, T.SUBSCRIPTION_TYPES_ENABLED, [])
-    set_namespace(store, T.SUBSCRIPTION_TYPES_ENABLED, ["Shared"])
+async def test_empty_or_undefined_values_pass_to_the_next_level() -> None:
+    resolver, store = await make()
+    await set_topic(store, T.SUBSCRIPTION_TYPES_ENABLED, [])
+    await set_namespace(store, T.SUBSCRIPTION_TYPES_ENABLED, ["Shared"])
     assert resolver.get(TOPIC, T.SUBSCRIPTION_TYPES_ENABLED) == ["Shared"]
-    set_topic(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "UNDEFINED")
-    set_namespace(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "UNDEFINED")
+    await set_topic(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "UNDEFINED")
+    await set_namespace(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "UNDEFINED")
     assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == "FULL"
 
 
-def test_a_namespace_rate_of_another_cluster_does_not_apply() -> None:
-    resolver, store = make()
-    store.set_policy(NS, T.PUBLISH_RATE.namespace_field,
-                     {"east": {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": 5}})
+async def test_a_namespace_rate_of_another_cluster_does_not_apply() -> None:
+    resolver, store = await make()
+    await store.set_policy(NS, T.PUBLISH_RATE.namespace_field,
+                           {"east": {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": 5}})
     assert resolver.get(TOPIC, T.PUBLISH_RATE) == resolver.broker_value(T.PUBLISH_RATE)
 
 

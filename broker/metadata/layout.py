@@ -1,0 +1,208 @@
+"""Where the broker's metadata lives in the metadata store, and in which value format.
+
+Apache Pulsar's paths and JSON where Pulsar has them, so that a Pulsar broker (or pulsar-admin
+through one) reads what we wrote, and we read what it wrote:
+
+==========================  =====================================================  =============================
+what                        path                                                   value
+==========================  =====================================================  =============================
+cluster                     ``/admin/clusters/<cluster>``                          ClusterData JSON (as given)
+tenant                      ``/admin/policies/<tenant>``                           TenantInfo JSON
+namespace                   ``/admin/policies/<tenant>/<ns>``                      Policies JSON
+partitioned topic           ``/admin/partitioned-topics/<t>/<ns>/<domain>/<enc>``  PartitionedTopicMetadata JSON
+topic policies              ``/admin/topic-policies/local/<t>/<ns>/<domain>/<enc>`` TopicPolicies JSON
+==========================  =====================================================  =============================
+
+``<enc>`` is Pulsar's ``TopicName.getEncodedLocalName()`` (``Codec.encode``: Java's URLEncoder).
+Topic policies: Pulsar keeps them by default in each namespace's ``__change_events`` system topic;
+its ``MetadataStoreTopicPoliciesService`` keeps them at the path above (local policies), which is
+the one we use. A partitioned topic's properties are the ``properties`` of its
+PartitionedTopicMetadata, as in Pulsar.
+
+Ours, where Pulsar keeps the thing elsewhere (under ``/pulsar-py``, so that no Pulsar component
+misreads it):
+
+- ``/pulsar-py/schemas/<t>/<ns>/<domain>/<enc>/<version>``: one schema version (our JSON record).
+  Pulsar keeps schema data in BookKeeper ledgers and only a protobuf SchemaLocator under
+  ``/schemas/<t>/<ns>/<topic>``; we keep the data in the store until schemas are stored in
+  BookKeeper, and never write ``/schemas``.
+- ``/pulsar-py/topic-properties/...``: a non-partitioned topic's properties (Pulsar: the managed
+  ledger's properties).
+- ``/pulsar-py/terminated/...``: ``{"ledgerId", "entryId"}`` of a terminated topic's last message
+  (Pulsar: the managed ledger's ``terminatedPosition``).
+- ``/pulsar-py/compactions/...``: ``{"ledger", "horizon", "generation"}`` of a topic's compacted
+  view (Pulsar: the properties of the ``__compaction`` cursor).
+
+Pure: paths and bytes only, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote_plus, unquote_plus
+
+from broker.topic_name import TopicName
+
+JsonDoc = dict[str, Any]
+
+CLUSTERS_ROOT = "/admin/clusters"
+POLICIES_ROOT = "/admin/policies"
+PARTITIONED_TOPICS_ROOT = "/admin/partitioned-topics"
+TOPIC_POLICIES_ROOT = "/admin/topic-policies/local"
+OURS_ROOT = "/pulsar-py"
+SCHEMAS_ROOT = f"{OURS_ROOT}/schemas"
+TOPIC_PROPERTIES_ROOT = f"{OURS_ROOT}/topic-properties"
+TERMINATED_ROOT = f"{OURS_ROOT}/terminated"
+COMPACTIONS_ROOT = f"{OURS_ROOT}/compactions"
+
+# A schema version's node name: zero-padded like ZooKeeper's sequential names, so that the
+# children list sorts by version.
+SCHEMA_VERSION_DIGITS = 10
+
+
+def encode_local_name(local_name: str) -> str:
+    """Pulsar's ``Codec.encode`` (Java's ``URLEncoder``, UTF-8): letters, digits and ``.-*_`` stay,
+    a space becomes ``+``, every other byte ``%XX``. (Python's quote_plus also keeps ``~``.)"""
+    return quote_plus(local_name, safe="*").replace("~", "%7E")
+
+
+def decode_local_name(encoded: str) -> str:
+    return unquote_plus(encoded)
+
+
+def encode_json(doc: Any) -> bytes:
+    """Compact JSON, as Pulsar's Jackson writes it (field order does not matter to a reader)."""
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_json(value: bytes) -> Any:
+    """The JSON document of a node; an empty value (a node made as some path's parent) is None."""
+    if not value:
+        return None
+    return json.loads(value)
+
+
+def topic_parts(topic: str) -> list[str]:
+    name = TopicName.parse(topic)
+    return [name.tenant, name.namespace_part, name.domain, encode_local_name(name.local_name)]
+
+
+def topic_from_parts(parts: Sequence[str]) -> str:
+    tenant, ns, domain, encoded = parts
+    return f"{domain}://{tenant}/{ns}/{decode_local_name(encoded)}"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of record: the nodes ``<root>/<depth elements>`` each hold one cache entry.
+
+    ``decode`` turns a node's value into the cached value (None: no entry), ``encode`` the other
+    way. ``versioned`` kinds (schemas) keep their entry in the children of the unit node instead.
+    """
+
+    name: str
+    root: str
+    depth: int
+    key_to_parts: Callable[[str], list[str]]
+    parts_to_key: Callable[[Sequence[str]], str]
+    decode: Callable[[bytes], Any]
+    encode: Callable[[Any], bytes]
+    versioned: bool = False
+
+    def path(self, key: str) -> str:
+        return "/".join([self.root, *self.key_to_parts(key)])
+
+    def key_of(self, path: str) -> str | None:
+        """The key whose unit node is ``path`` (or, for a versioned kind, a child of it)."""
+        if not path.startswith(self.root + "/"):
+            return None
+        parts = path[len(self.root) + 1:].split("/")
+        if len(parts) == self.depth or (self.versioned and len(parts) == self.depth + 1):
+            try:
+                return self.parts_to_key(parts[: self.depth])
+            except Exception:  # (a node of a shape we never write: not ours to cache)
+                return None
+        return None
+
+
+def _doc(value: bytes) -> JsonDoc | None:
+    doc = decode_json(value)
+    return doc if isinstance(doc, dict) else None
+
+
+def _doc_or_empty(value: bytes) -> JsonDoc:
+    """Clusters and tenants: a node that exists is one, even with an empty value."""
+    return _doc(value) or {}
+
+
+def _partitioned_decode(value: bytes) -> JsonDoc | None:
+    doc = _doc(value)
+    if doc is None or not isinstance(doc.get("partitions"), int):
+        return None
+    return doc
+
+
+def partitioned_topic_metadata(partitions: int, properties: dict[str, str] | None) -> JsonDoc:
+    """Pulsar's PartitionedTopicMetadata: ``partitions``, ``properties`` (absent when none) and
+    ``deleted`` (Pulsar 3+ marks a topic being deleted; older readers ignore it)."""
+    doc: JsonDoc = {"partitions": partitions}
+    if properties:
+        doc["properties"] = dict(properties)
+    doc["deleted"] = False
+    return doc
+
+
+def _terminated_decode(value: bytes) -> list[int] | None:
+    doc = _doc(value)
+    if doc is None:
+        return None
+    return [int(doc["ledgerId"]), int(doc["entryId"])]
+
+
+def _terminated_encode(position: Sequence[int]) -> bytes:
+    return encode_json({"ledgerId": position[0], "entryId": position[1]})
+
+
+def schema_version_name(version: int) -> str:
+    return f"{version:0{SCHEMA_VERSION_DIGITS}d}"
+
+
+CLUSTERS = Kind("clusters", CLUSTERS_ROOT, 1, lambda k: [k], lambda p: p[0], _doc_or_empty, encode_json)
+TENANTS = Kind("tenants", POLICIES_ROOT, 1, lambda k: [k], lambda p: p[0], _doc_or_empty, encode_json)
+NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join,
+                  lambda v: _doc(v) or {}, encode_json)
+PARTITIONED_TOPICS = Kind("partitioned", PARTITIONED_TOPICS_ROOT, 4, topic_parts, topic_from_parts,
+                          _partitioned_decode, encode_json)
+TOPIC_POLICIES = Kind("topic_policies", TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
+TOPIC_PROPERTIES = Kind("topic_properties", TOPIC_PROPERTIES_ROOT, 4, topic_parts, topic_from_parts,
+                        _doc, encode_json)
+TERMINATED = Kind("terminated", TERMINATED_ROOT, 4, topic_parts, topic_from_parts,
+                  _terminated_decode, _terminated_encode)
+COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
+# The unit node is the topic's; its children are the versions, each one schema record (JSON).
+SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
+
+KINDS = (CLUSTERS, TENANTS, NAMESPACES, PARTITIONED_TOPICS, TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED,
+         COMPACTIONS, SCHEMAS)
+
+
+def classify(path: str) -> tuple[Kind, str] | None:
+    """The kind and key of the record ``path`` holds (or is a schema version of), or None."""
+    for kind in KINDS:
+        key = kind.key_of(path)
+        if key is not None:
+            return kind, key
+    return None
+
+
+def directory_of(kind: Kind, path: str) -> bool:
+    """Whether ``path`` is a directory above records of ``kind``: its root, an ancestor of the root,
+    or a key's leading part below it (``/admin/policies/<tenant>`` for namespaces)."""
+    if path == "/" or kind.root == path or kind.root.startswith(path + "/"):
+        return True
+    if not path.startswith(kind.root + "/"):
+        return False
+    return len(path[len(kind.root) + 1:].split("/")) < kind.depth
