@@ -171,8 +171,18 @@ def drain(service_url: str, topic: str, checker: Checker) -> None:
     """Read the topic from the start (a new subscription) until every acknowledged message is seen."""
     client = pulsar.Client(service_url, operation_timeout_seconds=30)
     try:
-        consumer = client.subscribe(topic, f"check-{uuid.uuid4().hex[:6]}",
-                                    initial_position=pulsar.InitialPosition.Earliest)
+        name = f"check-{uuid.uuid4().hex[:6]}"
+
+        def subscribed() -> pulsar.Consumer | None:
+            # After a ZooKeeper restart a metadata-store connection can take up to its session timeout (30 s) to come
+            # back (kazoo waits that long for the answer to a handshake the restarting server never gives); creating
+            # the subscription writes a cursor znode, so it is retried meanwhile.
+            try:
+                return client.subscribe(topic, name, initial_position=pulsar.InitialPosition.Earliest)
+            except pulsar.PulsarException:
+                return None
+
+        consumer = wait_for(subscribed, 2 * WAIT_S, "the checking subscription")
 
         def seen_all() -> bool:
             with contextlib.suppress(pulsar.Timeout):
@@ -285,6 +295,9 @@ def test_bookie_kill9_while_producing(cluster: LocalCluster) -> None:
                     add_bookie(cluster)  # the module's cluster keeps 3 live bookies
             ensemble = zk.ledger(current)
             assert len(ensemble.segments) > 1 and victim not in ensemble.last_ensemble.ensemble, ensemble
+            pause, _ = checker.longest_pause()
+            print(f"bookie kill: longest pause without receipts {pause:.2f} s")
+            assert pause < SEND_TIMEOUT_MS / 1000
             drain(only.service_url, topic, checker)
         finally:
             client.close()
