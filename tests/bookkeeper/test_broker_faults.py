@@ -374,6 +374,11 @@ def test_zookeeper_restart_under_load(cluster: LocalCluster) -> None:
                 stop_process(cluster.zookeeper.pid)
                 cluster.zookeeper = start_zookeeper(Path(cluster.state_dir), port=port)
                 print(f"zookeeper down for {time.monotonic() - stopped_at:.1f} s")
+                # The broker's metadata store saw the connection go and come back (same session, or a new one).
+                log = Path(only.log)
+                wait_for(lambda: "CONNECTION_LOST" in (text := log.read_text(errors="replace"))
+                         and ("RECONNECTED" in text or "SESSION_REESTABLISHED" in text), 2 * WAIT_S,
+                         "the broker's metadata store to reconnect")
                 after_restart = acked_count(checker)
                 wait_acked(checker, after_restart + 300)
                 producing.finish()
