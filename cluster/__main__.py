@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from cluster.local import ClusterError, LocalCluster, start_cluster, stop_cluster
+from cluster.local import ClusterError, LocalCluster, broker_settings, start_broker, start_cluster, stop_cluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,14 +15,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--state", default=".cluster", help="state directory; cluster.json is written there")
     parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("--brokers", type=int, default=0)
+    parser.add_argument("--brokers", type=int, default=1,
+                        help="brokers on BookKeeper storage and ZooKeeper metadata: 0 or 1 (several need cluster mode)")
     args = parser.parse_args(argv)
     state = Path(args.state).resolve()
     description = state / "cluster.json"
     if args.command == "up":
-        if args.brokers != 0:
-            print(f"cluster-up: BROKERS={args.brokers} is not supported yet: brokers on BookKeeper storage are not "
-                  "implemented (issue 16); use BROKERS=0 (ZooKeeper + bookies only)", file=sys.stderr)
+        if args.brokers not in (0, 1):
+            print(f"cluster-up: BROKERS={args.brokers} is not supported: more than one broker needs cluster mode "
+                  "(bundle ownership), not implemented yet; two brokers serving the same topics would fence each "
+                  "other's ledgers. Use BROKERS=1 (or 0: ZooKeeper + bookies only)", file=sys.stderr)
             return 2
         if description.exists():
             print(f"cluster-up: {description} exists: a cluster is (or was) running; `make cluster-down` first",
@@ -33,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cluster = start_cluster(state, bookies=args.bookies)
         except ClusterError as e:
+            print(f"cluster-up: {e}", file=sys.stderr)
+            return 1
+        try:
+            quorum = min(2, args.bookies)  # Pulsar's default 2/2/2 when there are bookies enough
+            for _ in range(args.brokers):
+                start_broker(cluster, broker_settings(cluster, ensemble=quorum, write_quorum=quorum,
+                                                      ack_quorum=quorum))
+        except ClusterError as e:
+            stop_cluster(cluster)
             print(f"cluster-up: {e}", file=sys.stderr)
             return 1
         description.write_text(cluster.to_json())

@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -65,6 +67,18 @@ class ProcessInfo:
     log: str
 
 
+@dataclass(frozen=True)
+class BrokerInfo:
+    """One of our brokers (`python -m broker standalone`) on the cluster's BookKeeper and ZooKeeper."""
+
+    role: str  # "broker"
+    pid: int
+    service_url: str  # pulsar://127.0.0.1:<port>
+    web_url: str  # http://127.0.0.1:<port>
+    directory: str
+    log: str
+
+
 @dataclass
 class LocalCluster:
     """What runs, and how to reach it; `cluster.json` is this, serialized."""
@@ -72,6 +86,7 @@ class LocalCluster:
     state_dir: str
     zookeeper: ProcessInfo
     bookies: list[ProcessInfo] = field(default_factory=list)
+    brokers: list[BrokerInfo] = field(default_factory=list)
 
     @property
     def zk_address(self) -> str:
@@ -97,7 +112,7 @@ class LocalCluster:
             "metadataStoreUrl": self.metadata_store_url,
             "bookkeeperMetadataServiceUri": self.metadata_service_uri,
             "ledgersRootPath": LEDGERS_ROOT,
-            "brokers": [],
+            "brokers": [asdict(b) for b in self.brokers],
             "stateDir": self.state_dir,
         }
         return json.dumps(body, indent=2) + "\n"
@@ -109,10 +124,12 @@ class LocalCluster:
             state_dir=body["stateDir"],
             zookeeper=ProcessInfo(**body["zookeeper"]),
             bookies=[ProcessInfo(**b) for b in body["bookies"]],
+            brokers=[BrokerInfo(**b) for b in body.get("brokers", [])],
         )
 
     def pids(self) -> list[int]:
-        return [b.pid for b in self.bookies] + [self.zookeeper.pid]
+        """Everything that runs, in stopping order: brokers, bookies, ZooKeeper."""
+        return [b.pid for b in self.brokers] + [b.pid for b in self.bookies] + [self.zookeeper.pid]
 
 
 # ---- dependencies ------------------------------------------------------------------------------------------------
@@ -368,6 +385,75 @@ def kill_bookie(cluster: LocalCluster, address: str, hard: bool = True) -> None:
             os.kill(info.pid, signal.SIGKILL)
     _kill(info.pid)
     cluster.bookies.remove(info)
+
+
+# ---- brokers -----------------------------------------------------------------------------------------------------
+
+# The line the broker logs once it serves (broker/server.py): its plain URLs first.
+BROKER_READY_RE = re.compile(r"broker ready in [\d.]+ s: (pulsar://\S+)\s+(http://\S+)")
+BROKER_START_TIMEOUT_S = 60.0
+
+
+def broker_settings(cluster: LocalCluster, chroot: str = "", ensemble: int = 2, write_quorum: int = 2,
+                    ack_quorum: int = 2) -> dict[str, str]:
+    """Pulsar's keys for a broker on this cluster: topics on BookKeeper, metadata in ZooKeeper (under `chroot`,
+    e.g. "/test-1", when given; BookKeeper's ledgers stay under /ledgers at the root)."""
+    return {
+        "managedLedgerStorage": "bookkeeper",
+        "metadataStoreUrl": f"zk:{cluster.zk_address}{chroot}",
+        "bookkeeperMetadataServiceUri": f"zk+hierarchical://{cluster.zk_address}{LEDGERS_ROOT}",
+        "managedLedgerDefaultEnsembleSize": str(ensemble),
+        "managedLedgerDefaultWriteQuorum": str(write_quorum),
+        "managedLedgerDefaultAckQuorum": str(ack_quorum),
+    }
+
+
+def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, name: str | None = None,
+                 port: int | None = None, timeout: float = BROKER_START_TIMEOUT_S) -> BrokerInfo:
+    """Start `python -m broker standalone` on free ports with `settings` (default: `broker_settings(cluster)`)
+    written to its config file, wait for its ready line in its log, and record it in `cluster.brokers`.
+    Starting one again with the same `name` reuses its directory (its log is appended to); `port` (default a free
+    one) lets a restarted broker take its predecessor's binary port, so clients reconnect to it."""
+    settings = broker_settings(cluster) if settings is None else settings
+    state = Path(cluster.state_dir)
+    directory = state / (name or f"broker-{len(cluster.brokers) + 1}")
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "broker.conf"
+    conf.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    log = directory / "broker.log"
+    offset = log.stat().st_size if log.exists() else 0
+    cmd = [sys.executable, "-m", "broker", "standalone", "--config", str(conf), "--port", str(port or 0),
+           "--web-port", "0", "--data-dir", str(directory / "data"), "--bind-address", "127.0.0.1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
+                                env=env, start_new_session=True)
+    urls: list[str] = []
+
+    def ready() -> bool:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            m = BROKER_READY_RE.search(f.read().decode(errors="replace"))
+        if m:
+            urls[:] = [m.group(1), m.group(2)]
+        return m is not None
+
+    try:
+        wait_until(ready, f"broker {directory.name}", timeout=timeout, alive=proc, log=log)
+    except BaseException:
+        _kill(proc.pid)
+        raise
+    info = BrokerInfo("broker", proc.pid, urls[0], urls[1], str(directory), str(log))
+    cluster.brokers.append(info)
+    return info
+
+
+def kill_broker(cluster: LocalCluster, info: BrokerInfo) -> None:
+    """kill -9 one broker (a crash) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGKILL)
+    _kill(info.pid)
+    cluster.brokers.remove(info)
 
 
 def stop_process(pid: int) -> None:

@@ -35,6 +35,7 @@ from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
+from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.bookkeeper.client import BookKeeper
@@ -99,6 +100,8 @@ class BrokerService:
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
         self._resuming: asyncio.Task[None] | None = None
+        # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
+        self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")
         # The heartbeat log of health_check (opened on the first check).
         self._health_ledger: ManagedLedger | None = None
         self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
@@ -367,6 +370,21 @@ class BrokerService:
         await self._while_unloading(name, unload)
         return True
 
+    def ledger_fenced(self, topic: PersistentTopic) -> None:
+        """A write failed because the topic's managed ledger is fenced (another broker took it over, or a storage
+        failure stopped it): that instance cannot be used again. Unload the topic, as Pulsar's
+        PersistentTopic.addFailed closes it on ManagedLedgerFencedException: its clients are disconnected, and the
+        next use loads it afresh from the metadata. (Kept loaded, its producers would resend into the fenced ledger
+        for ever.)"""
+        if self.closed or topic.closed or self.topics.get(topic.name.full) is not topic or topic.fenced_unload:
+            return
+        topic.fenced_unload = True
+
+        async def unload() -> None:
+            await self.unload_topic(topic.name)
+
+        self._fenced_unloads.spawn(unload(), name=f"unload fenced {topic.name.full}")
+
     def is_unloading(self, name: TopicName) -> bool:
         return name.full in self._unloading
 
@@ -460,6 +478,7 @@ class BrokerService:
         if self._resuming is not None:
             self._resuming.cancel()
             await asyncio.gather(self._resuming, return_exceptions=True)
+        await self._fenced_unloads.close()
         await self.housekeeping.stop()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)

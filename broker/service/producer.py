@@ -17,7 +17,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import read_entry_metadata
 from broker.service.replication import REPLICATOR_PREFIX
-from managed_ledger import Position
+from managed_ledger import LedgerFencedError, Position
 
 if TYPE_CHECKING:
     from broker.service.abstract_topic import AbstractTopic
@@ -188,6 +188,8 @@ class Producer:
             cnx.write_many([commands.send_error(self.producer_id, seq, E.PersistenceError,
                                                 f"Failed to persist message: {exc}") for seq, *_ in batch])
             cnx.sends_finished(len(batch), nbytes)
+            if isinstance(exc, LedgerFencedError):
+                self.topic.match_kind(self.topic.service.ledger_fenced, lambda _: None)
             return
         ledger_id, entry_id = first
         step = 1 if self.topic.consecutive_positions else 0

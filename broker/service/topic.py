@@ -70,6 +70,8 @@ class PersistentTopic(AbstractTopic):
         self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")
+        # Set once a write found the managed ledger fenced and the unload of this instance was asked for.
+        self.fenced_unload = False
 
     def published_totals(self) -> tuple[int, int]:
         """Messages and bytes published to the topic since it loaded."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
+import pulsar
+import pytest
 from kazoo.client import KazooClient
 
 from cluster.__main__ import main as cluster_main
-from cluster.local import LocalCluster, run_bookkeeper_tool
+from cluster.local import LocalCluster, broker_settings, kill_broker, run_bookkeeper_tool, start_broker
 
 
 def test_metadata_formatted_and_bookies_registered(bk_cluster: LocalCluster) -> None:
@@ -41,6 +44,29 @@ def test_cluster_json_round_trip(bk_cluster: LocalCluster) -> None:
     assert LocalCluster.from_json(bk_cluster.to_json()) == bk_cluster
 
 
-def test_brokers_other_than_zero_are_refused(tmp_path: Path) -> None:
-    assert cluster_main(["up", "--state", str(tmp_path), "--brokers", "1"]) == 2
+def test_more_than_one_broker_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cluster_main(["up", "--state", str(tmp_path), "--brokers", "2"]) == 2
+    assert "cluster mode" in capsys.readouterr().err
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_a_broker_on_the_cluster_is_recorded_and_serves(bk_cluster: LocalCluster) -> None:
+    """What `make cluster-up` does for BROKERS=1: a broker subprocess on BookKeeper storage and ZooKeeper metadata,
+    in cluster.json (role, pid, URLs), stopped by pid."""
+    cluster = LocalCluster(bk_cluster.state_dir, bk_cluster.zookeeper, list(bk_cluster.bookies))
+    info = start_broker(cluster, broker_settings(cluster, f"/cluster-json-{uuid.uuid4().hex[:6]}"), "json-broker")
+    try:
+        body = json.loads(cluster.to_json())
+        assert body["brokers"] == [{"role": "broker", "pid": info.pid, "service_url": info.service_url,
+                                    "web_url": info.web_url, "directory": info.directory, "log": info.log}]
+        assert LocalCluster.from_json(cluster.to_json()).pids()[0] == info.pid
+        client = pulsar.Client(info.service_url, operation_timeout_seconds=30)
+        try:
+            topic = f"persistent://public/default/cluster-json-{uuid.uuid4().hex[:6]}"
+            consumer = client.subscribe(topic, "s")
+            client.create_producer(topic).send(b"hello")
+            assert consumer.receive(timeout_millis=10_000).data() == b"hello"
+        finally:
+            client.close()
+    finally:
+        kill_broker(cluster, info)
