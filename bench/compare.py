@@ -219,11 +219,19 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
         producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
                                           block_if_queue_full=True)
 
-        def drain(c: pulsar.Consumer) -> None:
-            for _ in range(n):
-                c.acknowledge(c.receive(20_000))
+        received = [0] * subscriptions
 
-        threads = [threading.Thread(target=drain, args=(c,)) for c in consumers]
+        def drain(i: int, c: pulsar.Consumer) -> None:
+            # A receive that times out ends this consumer's count: the row says how many never came
+            # (before, the thread died with the Timeout and the run still counted all n).
+            try:
+                for _ in range(n):
+                    c.acknowledge(c.receive(20_000))
+                    received[i] += 1
+            except pulsar.Timeout:
+                pass
+
+        threads = [threading.Thread(target=drain, args=(i, c)) for i, c in enumerate(consumers)]
         for t in threads:
             t.start()
         payload = b"f" * size
@@ -235,7 +243,9 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
         producer.close()
         for c in consumers:
             c.close()
-        return n * subscriptions, n * subscriptions * size, {}
+        got = sum(received)
+        missed = n * subscriptions - got
+        return got, got * size, {"missed": float(missed)} if missed else {}
     return run
 
 
@@ -264,7 +274,10 @@ def median_result(results: list[Result]) -> Result:
     """The run with the median rate, with every extra figure replaced by its median."""
     ordered = sorted(results, key=lambda r: r.rate)
     mid = ordered[len(ordered) // 2]
-    extra = {k: statistics.median(r.extra[k] for r in results) for k in mid.extra}
+    keys = {k for r in results for k in r.extra}
+    extra = {k: statistics.median(r.extra.get(k, 0.0) for r in results) for k in keys}
+    if "missed" in extra:  # a loss in any run shows, not the median run's
+        extra["missed"] = max(r.extra.get("missed", 0.0) for r in results)
     return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra, mid.storage_cpu)
 
 
@@ -401,6 +414,8 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
                 f"{n} {results[n].messages / results[n].extra['until_on_disk_s']:,.0f} msg/s" for n in names))
         for n in names:
             ex = results[n].extra
+            if ex.get("missed"):
+                notes.append(f"{n}: {ex['missed']:,.0f} messages never received in a run (receive timed out)")
             if "pub_p50" in ex:
                 notes.append(f"{n}: publish p50/p99 {ex['pub_p50']:.2f}/{ex['pub_p99']:.2f} ms, "
                              f"end-to-end p50/p99 {ex['e2e_p50']:.2f}/{ex['e2e_p99']:.2f} ms")
