@@ -69,12 +69,14 @@ proto: $(STAMP)
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto proto/ml_data_formats.proto
 
-# Benchmarks (not tests): our broker vs pulsar-lite side by side, then Shared before/after a storm.
-bench: $(STAMP)
+# Benchmarks (not tests): our broker (file ledger; on 3 local bookies) vs pulsar-lite side by side, Shared
+# before/after a storm, then topic takeover time and a bookie crash under load (bench/bk_faults.py).
+bench: $(STAMP) cluster-deps
 	$(PY) -m pip install -q pulsar-lite
 	$(PY) -m bench.compare $(BENCH_ARGS)
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
+	$(PY) -m bench.bk_faults $(BK_FAULTS_ARGS)
 
 # Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
 # and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;

@@ -12,9 +12,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.local import LocalCluster
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)")
 START_TIMEOUT_S = 30.0
+STANDALONE_CONF = Path(__file__).resolve().parent.parent / "conf" / "standalone.conf"
+# The BookKeeper kind's ledgers: 3 bookies, each entry on 2 of them, acknowledged when both have it
+# (Pulsar's defaults are 2/2/2; 3/2/2 spreads the entries over the three bookies).
+BK_ENSEMBLE, BK_WRITE_QUORUM, BK_ACK_QUORUM = 3, 2, 2
 
 
 def _free_port() -> int:
@@ -29,6 +35,16 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process (its threads included), from /proc; 0 once it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 @dataclass
 class BrokerProcess:
     name: str
@@ -37,15 +53,18 @@ class BrokerProcess:
     notes: str
     log_path: Path
     extra: dict[str, str] = field(default_factory=dict)
+    # Processes whose CPU is the storage's cost, reported apart from the broker's (the bookies).
+    storage_pids: list[int] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return process_cpu_seconds(self.proc.pid)
+
+    def storage_cpu_seconds(self) -> float:
+        return sum(process_cpu_seconds(pid) for pid in self.storage_pids)
 
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -63,12 +82,21 @@ class BrokerProcess:
             self.proc.wait()
 
 
-def start_ours(workdir: Path, *extra_args: str) -> BrokerProcess:
-    log_path = workdir / "ours.log"
+def start_ours(workdir: Path, *extra_args: str, name: str = "ours",
+               settings: dict[str, str] | None = None) -> BrokerProcess:
+    """Our broker in a process of its own; ``settings`` (Pulsar keys) go into a config file made of
+    conf/standalone.conf with those keys appended (the last value of a key wins)."""
+    log_path = workdir / f"{name}.log"
+    config_args: list[str] = []
+    if settings:
+        config = workdir / f"{name}.conf"
+        base = STANDALONE_CONF.read_text() if STANDALONE_CONF.exists() else ""
+        config.write_text(base + "\n" + "".join(f"{k}={v}\n" for k, v in settings.items()))
+        config_args = ["--config", str(config)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
-             "--data-dir", str(workdir / "ours-data"), "--bind-address", "127.0.0.1", *extra_args],
+            [sys.executable, "-m", "broker", "standalone", *config_args, "--port", "0", "--web-port", "0",
+             "--data-dir", str(workdir / f"{name}-data"), "--bind-address", "127.0.0.1", *extra_args],
             stdout=log, stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -76,11 +104,33 @@ def start_ours(workdir: Path, *extra_args: str) -> BrokerProcess:
         m = READY_RE.search(log_path.read_text(errors="replace"))
         if m:
             storage = re.search(r"storage (\w+)", log_path.read_text(errors="replace"))
-            return BrokerProcess("ours", proc, int(m.group(1)),
+            return BrokerProcess(name, proc, int(m.group(1)),
                                  f"storage={storage.group(1) if storage else '?'}", log_path)
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"our broker did not start; see {log_path}")
+
+
+def bookkeeper_settings(cluster: LocalCluster, ensemble: int = BK_ENSEMBLE, write_quorum: int = BK_WRITE_QUORUM,
+                        ack_quorum: int = BK_ACK_QUORUM) -> dict[str, str]:
+    """Our broker's keys for topics on the cluster's bookies, metadata in its ZooKeeper."""
+    return {
+        "managedLedgerStorage": "bookkeeper",
+        "metadataStoreUrl": cluster.metadata_store_url,
+        "managedLedgerDefaultEnsembleSize": str(ensemble),
+        "managedLedgerDefaultWriteQuorum": str(write_quorum),
+        "managedLedgerDefaultAckQuorum": str(ack_quorum),
+    }
+
+
+def start_ours_bk(workdir: Path, cluster: LocalCluster, name: str = "ours-bk") -> BrokerProcess:
+    """Our broker with managedLedgerStorage=bookkeeper on ``cluster``; its bookies' CPU is the storage's."""
+    broker = start_ours(workdir, name=name, settings=bookkeeper_settings(cluster))
+    broker.notes = (f"storage=bookkeeper, {len(cluster.bookies)} local bookies (journalSyncData=false), "
+                    f"ensemble {BK_ENSEMBLE} / write {BK_WRITE_QUORUM} / ack {BK_ACK_QUORUM}, "
+                    f"metadata in ZooKeeper")
+    broker.storage_pids = [b.pid for b in cluster.bookies]
+    return broker
 
 
 def find_pulsar_lite() -> str | None:

@@ -1,10 +1,14 @@
-"""Side-by-side benchmark: our broker vs pulsar-lite, same machine, same run, official client as load.
+"""Side-by-side benchmark: our broker (file ledger, and on BookKeeper) vs pulsar-lite, same machine, same run.
 
-Each workload runs against both brokers alternately (A B A B ...); the table shows medians, and
-ours/peer is the median (and range) of the ratios within each round.
+The official client is the load. Each workload runs against every broker kind alternately
+(A B C A B C ...); the table shows medians, and first/other is the median (and range) of the ratios
+within each round (the first kind of --kinds against each other one).
+Kinds: ``ours`` (file ledger), ``ours-bk`` (managedLedgerStorage=bookkeeper on ZooKeeper + 3 local
+bookies started here, cluster/local.py), ``lite`` (pulsar-lite).
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
-Broker CPU is read from /proc for each broker process around each run; RSS at the end.
+Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
+CPU is the storage's, reported in a column of its own (like Pulsar's bookies, it is not the broker's).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from pathlib import Path
 import pulsar
 from pulsar import ConsumerType
 
-from bench.brokers import BrokerProcess, start_ours, start_pulsar_lite
+from bench.brokers import BrokerProcess, start_ours, start_ours_bk, start_pulsar_lite
+from cluster.local import LocalCluster, missing_dependencies, start_cluster, stop_cluster
 
 
 @dataclass
@@ -36,6 +41,7 @@ class Result:
     nbytes: int
     broker_cpu: float
     extra: dict[str, float] = field(default_factory=dict)
+    storage_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -49,6 +55,10 @@ class Result:
     def cpu_us_per_msg(self) -> float:
         return self.broker_cpu / self.messages * 1e6 if self.messages else 0.0
 
+    @property
+    def storage_cpu_us_per_msg(self) -> float:
+        return self.storage_cpu / self.messages * 1e6 if self.messages else 0.0
+
 
 class Window:
     """The timed part of a workload: set-up done before ``start()`` is neither timed nor charged."""
@@ -59,6 +69,7 @@ class Window:
 
     def start(self) -> None:
         self.cpu0 = self.broker.cpu_seconds()
+        self.storage_cpu0 = self.broker.storage_cpu_seconds()
         self.t0 = time.perf_counter()
 
 
@@ -208,11 +219,19 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
         producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
                                           block_if_queue_full=True)
 
-        def drain(c: pulsar.Consumer) -> None:
-            for _ in range(n):
-                c.acknowledge(c.receive(20_000))
+        received = [0] * subscriptions
 
-        threads = [threading.Thread(target=drain, args=(c,)) for c in consumers]
+        def drain(i: int, c: pulsar.Consumer) -> None:
+            # A receive that times out ends this consumer's count: the row says how many never came
+            # (before, the thread died with the Timeout and the run still counted all n).
+            try:
+                for _ in range(n):
+                    c.acknowledge(c.receive(20_000))
+                    received[i] += 1
+            except pulsar.Timeout:
+                pass
+
+        threads = [threading.Thread(target=drain, args=(i, c)) for i, c in enumerate(consumers)]
         for t in threads:
             t.start()
         payload = b"f" * size
@@ -224,7 +243,9 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
         producer.close()
         for c in consumers:
             c.close()
-        return n * subscriptions, n * subscriptions * size, {}
+        got = sum(received)
+        missed = n * subscriptions - got
+        return got, got * size, {"missed": float(missed)} if missed else {}
     return run
 
 
@@ -239,11 +260,12 @@ def measure(broker: BrokerProcess, workload: Workload) -> Result:
         messages, nbytes, extra = workload(client, window)
         elapsed = time.perf_counter() - window.t0
         cpu = broker.cpu_seconds() - window.cpu0
+        storage_cpu = broker.storage_cpu_seconds() - window.storage_cpu0
         # How long until what the run wrote is on disk: a broker that receipts before syncing
         # leaves its data in the page cache, where the timed window never pays for writing it.
         os.sync()
         extra["until_on_disk_s"] = time.perf_counter() - window.t0
-        return Result(messages, elapsed, nbytes, cpu, extra)
+        return Result(messages, elapsed, nbytes, cpu, extra, storage_cpu)
     finally:
         client.close()
 
@@ -252,17 +274,21 @@ def median_result(results: list[Result]) -> Result:
     """The run with the median rate, with every extra figure replaced by its median."""
     ordered = sorted(results, key=lambda r: r.rate)
     mid = ordered[len(ordered) // 2]
-    extra = {k: statistics.median(r.extra[k] for r in results) for k in mid.extra}
-    return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra)
+    keys = {k for r in results for k in r.extra}
+    extra = {k: statistics.median(r.extra.get(k, 0.0) for r in results) for k in keys}
+    if "missed" in extra:  # a loss in any run shows, not the median run's
+        extra["missed"] = max(r.extra.get("missed", 0.0) for r in results)
+    return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra, mid.storage_cpu)
 
 
-def paired_ratios(runs: dict[str, list[Result]]) -> list[float]:
-    """ours/peer for each round (the two runs of a round are back to back): this VM's speed drifts
-    by up to 2x over minutes, and a ratio within a round cancels most of that drift."""
-    if len(runs) != 2:
-        return []
-    ours, peer = runs.values()
-    return [a.rate / b.rate for a, b in zip(ours, peer, strict=True) if b.rate > 0]
+def paired_ratios(runs: dict[str, list[Result]]) -> dict[str, list[float]]:
+    """first/other for each round and each other kind (the runs of a round are back to back): this
+    VM's speed drifts by up to 2x over minutes, and a ratio within a round cancels most of that drift."""
+    if len(runs) < 2:
+        return {}
+    (_, first), *others = runs.items()
+    return {name: [a.rate / b.rate for a, b in zip(first, other, strict=True) if b.rate > 0]
+            for name, other in others}
 
 
 def workloads(scale: float) -> list[tuple[str, Workload]]:
@@ -289,17 +315,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="runs per broker per workload (median shown)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply message counts (0.1 for a quick look)")
     p.add_argument("--only", help="run only workloads whose name contains this")
+    p.add_argument("--kinds", default=",".join(KINDS), type=parse_kinds,
+                   help=f"comma-separated broker kinds, in column order ({', '.join(KINDS)}); default all")
     args = p.parse_args(argv)
+    print(f"load average before: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        brokers = [start_ours(work)]
-        peer = start_pulsar_lite(work)
-        if peer is None:
-            print("pulsar-lite is not installed (pip install pulsar-lite): measuring our broker alone")
-        else:
-            brokers.append(peer)
-        table: list[tuple[str, dict[str, Result], list[float]]] = []
+        cluster: LocalCluster | None = None
+        brokers: list[BrokerProcess] = []
+        table: list[tuple[str, dict[str, Result], dict[str, list[float]]]] = []
         try:
+            for kind in args.kinds:
+                if kind == "ours":
+                    brokers.append(start_ours(work))
+                elif kind == "ours-bk":
+                    why = missing_dependencies()
+                    if why is not None:
+                        print(f"ours-bk skipped: cannot start bookies ({why})")
+                        continue
+                    cluster = start_cluster(work / "bk-cluster", bookies=3)
+                    brokers.append(start_ours_bk(work, cluster))
+                else:
+                    peer = start_pulsar_lite(work)
+                    if peer is None:
+                        print("pulsar-lite is not installed (pip install pulsar-lite): skipped")
+                    else:
+                        brokers.append(peer)
+            # Warm-up, not recorded: the bookies' JIT and every broker's first topics and connections.
+            for b in brokers:
+                measure(b, produce(2000, 100, False))
+                measure(b, produce(20_000, 100, True))
             for name, workload in workloads(args.scale):
                 if args.only and args.only not in name:
                     continue
@@ -313,11 +358,30 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for b in brokers:
                 b.stop()
+            if cluster is not None:
+                stop_cluster(cluster)
     print_table(table, brokers, rss, args.runs)
+    print(f"\nload average after: {load_average()}")
     return 0
 
 
-def print_table(table: list[tuple[str, dict[str, Result], list[float]]], brokers: list[BrokerProcess],
+KINDS = ("ours", "ours-bk", "lite")
+
+
+def parse_kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(f"expected distinct kinds among {', '.join(KINDS)}, got {text!r}")
+    return kinds
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min, {os.cpu_count()} CPUs)"
+
+
+def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]]], brokers: list[BrokerProcess],
                 rss: dict[str, float], runs: int) -> None:
     names = [b.name for b in brokers]
     print(f"\n{date.today()}, {platform.machine()}, {platform.python_implementation()} "
@@ -325,26 +389,33 @@ def print_table(table: list[tuple[str, dict[str, Result], list[float]]], brokers
           f"alternating runs")
     for b in brokers:
         print(f"  {b.name}: {b.notes}; RSS at end {rss[b.name]:.0f} MB")
-    head = "| workload | " + " | ".join(f"{n} msg/s | {n} MB/s | {n} CPU us/msg" for n in names)
-    if len(names) == 2:
-        head += " | ours/peer (median of rounds; range) |"
-    head += " notes |"
+    with_storage = {b.name for b in brokers if b.storage_pids}
+    head = "| workload | " + " | ".join(
+        f"{n} msg/s | {n} MB/s | {n} CPU us/msg" + (f" | {n} bookies CPU us/msg" if n in with_storage else "")
+        for n in names)
+    for other in names[1:]:
+        head += f" | {names[0]}/{other} (median of rounds; range)"
+    head += " | notes |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
     for name, results, ratios in table:
         cells = []
         for n in names:
             r = results[n]
-            cells.append(f"{r.rate:,.0f} | {r.mb_s:.1f} | {r.cpu_us_per_msg:.1f}")
+            cells.append(f"{r.rate:,.0f} | {r.mb_s:.1f} | {r.cpu_us_per_msg:.1f}"
+                         + (f" | {r.storage_cpu_us_per_msg:.1f}" if n in with_storage else ""))
         row = f"| {name} | " + " | ".join(cells)
-        if ratios:
-            row += f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        for other in names[1:]:
+            rs = ratios.get(other, [])
+            row += f" | {statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})" if rs else " | -"
         notes = []
         if name.startswith("produce"):
             notes.append("until on disk (run + os.sync()): " + ", ".join(
                 f"{n} {results[n].messages / results[n].extra['until_on_disk_s']:,.0f} msg/s" for n in names))
         for n in names:
             ex = results[n].extra
+            if ex.get("missed"):
+                notes.append(f"{n}: {ex['missed']:,.0f} messages never received in a run (receive timed out)")
             if "pub_p50" in ex:
                 notes.append(f"{n}: publish p50/p99 {ex['pub_p50']:.2f}/{ex['pub_p99']:.2f} ms, "
                              f"end-to-end p50/p99 {ex['e2e_p50']:.2f}/{ex['e2e_p99']:.2f} ms")
