@@ -302,6 +302,10 @@ class Subscription:
         """SEEK: drop consumers (they come back with fresh permits), then move the cursor."""
         self.seek_pending = not self.durable
         self.disconnect_consumers()
+        if self.dispatcher is not None:
+            # A read parked at the old position would be served from the new one by the reset and
+            # its entries dropped as stale: the cursor would skip them. Cancel it first.
+            self.dispatcher.cancel_reads()
         self.cursor.reset(position)
         if self.dispatcher is not None:
             self.dispatcher.on_cursor_reset()
