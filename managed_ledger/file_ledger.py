@@ -26,26 +26,22 @@ from typing import TYPE_CHECKING
 from managed_ledger import cursor_store, segment
 from managed_ledger.api import (
     AddCallback,
-    EntryNotFoundError,
     InitialPosition,
     LedgerClosedError,
     LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
-    NoMoreEntriesError,
-    ReadCallback,
 )
-from managed_ledger.completion import OrderedCompleter
-from managed_ledger.cursor_base import BaseCursor, CursorRecord
-from managed_ledger.entry import Entry
+from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader
-from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.segment import SegmentIndex
+from managed_ledger.stored import StoredManagedLedger
 
 if TYPE_CHECKING:
     from managed_ledger.file import FileManagedLedgerFactory
@@ -53,12 +49,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# How long after a read the cached entries every cursor has passed are dropped (batched).
-CACHE_EVICTION_INTERVAL_S = 0.01
-_EVERYTHING = Position(2**63 - 1, 0)  # after every position: evict_before it drops all
 
 
-class FileManagedLedger(BaseManagedLedger):
+class FileManagedLedger(StoredManagedLedger):
+    _reader: EntryReader
+
     def __init__(
         self,
         factory: FileManagedLedgerFactory,
@@ -391,50 +386,6 @@ class FileManagedLedger(BaseManagedLedger):
         log.info("managed ledger %s recovered from the write failure; writing to ledger %d", self._name, new_id)
 
     # -- reading ------------------------------------------------------------------------------
-
-    def _fetch(
-        self,
-        positions: list[Position],
-        completer: OrderedCompleter,
-        callback: ReadCallback,
-        on_fail: Callable[[], None] | None,
-    ) -> None:
-        self._reader.fetch(positions, completer, callback, on_fail)
-        # The cursor has moved past these positions (reads move it when issued): soon, drop
-        # the cached entries every active cursor is past. Batched per CACHE_EVICTION_INTERVAL_S
-        # (Pulsar's managedLedgerCacheEvictionIntervalMs is 10 ms), after this read took its
-        # cache hits.
-        self._schedule_eviction()
-
-    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
-        if not cursor.is_active:
-            self._schedule_eviction()  # it may have been the slowest reader
-
-    def _schedule_eviction(self) -> None:
-        if not self._eviction_pending:
-            self._eviction_pending = True
-            self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
-
-    def _evict_read_entries(self) -> None:
-        """Drop cached entries before the slowest active cursor's read position (all of them
-        when no cursor is active). Inactive cursors (a subscription without consumers) read from
-        disk when they come back, as in Pulsar."""
-        self._eviction_pending = False
-        if self._state is not LedgerState.OPEN:
-            return
-        slowest = _EVERYTHING
-        for cursor in (*self._cursors.values(), *self._non_durable):
-            if cursor.is_active and cursor.read_position < slowest:
-                slowest = cursor.read_position
-        self._reader.evict_before(slowest)
-
-    async def read_entry(self, position: Position) -> Entry:
-        self._check_open()
-        if position > self._last_confirmed:
-            raise NoMoreEntriesError(f"{position} is past the last confirmed entry {self._last_confirmed}")
-        if not self._map.is_entry(position):
-            raise EntryNotFoundError(f"no entry at {position} in {self._name}")
-        return await self._reader.read(position)
 
     # -- cursors ------------------------------------------------------------------------------
 

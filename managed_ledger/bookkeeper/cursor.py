@@ -22,15 +22,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
-from managed_ledger.api import ManagedLedgerError, ReadCallback
+from managed_ledger.api import ManagedLedgerError
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
 from managed_ledger.bookkeeper.writer import LedgerWriter
-from managed_ledger.cursor_base import BaseCursor, CursorRecord
-from managed_ledger.position import Position
+from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.stored import StoredCursor
 from metadata_store.api import MetadataStoreError
 
 if TYPE_CHECKING:
@@ -42,31 +41,12 @@ log = logging.getLogger(__name__)
 CURSOR_LEDGER_MAX_ENTRIES = 50_000
 
 
-class BkCursor(BaseCursor):
+class BkCursor(StoredCursor):
     _ledger: BookKeeperManagedLedger
 
     @property
     def ledger(self) -> BookKeeperManagedLedger:
         return self._ledger
-
-    def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
-        on_fail = None if read_from is None else partial(self._read_failed, read_from, self._read_position)
-        self._ledger._fetch(positions, self._completer, callback, on_fail)
-
-    async def flush(self) -> None:
-        self._check_usable()
-        if self._durable:
-            await self._ledger._persistence.flush(self._name)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        await super().close()
-        if self._durable and not self._ledger.is_closed:
-            try:
-                await self._ledger._persistence.flush(self._name)
-            except ManagedLedgerError as exc:
-                log.warning("cursor %s/%s: state not saved on close: %s", self._ledger.name, self._name, exc)
 
 
 @dataclass

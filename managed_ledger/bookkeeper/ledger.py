@@ -30,14 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from managed_ledger.api import (
     AddCallback,
-    EntryNotFoundError,
     InitialPosition,
     LedgerClosedError,
     LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
-    NoMoreEntriesError,
-    ReadCallback,
 )
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.cursor import BkCursor, CursorStore, snapshot
@@ -46,14 +43,14 @@ from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFenced
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.reads import BkEntryReader
 from managed_ledger.bookkeeper.writer import LedgerWriter
-from managed_ledger.completion import Completion, OrderedCompleter
-from managed_ledger.cursor_base import BaseCursor, CursorRecord
+from managed_ledger.completion import Completion
+from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
-from managed_ledger.entry import Entry
-from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
+from managed_ledger.stored import StoredManagedLedger
 from metadata_store.api import BadVersionError, MetadataStoreError
 
 if TYPE_CHECKING:
@@ -61,10 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How long after a read the cached entries every active cursor has passed are dropped (Pulsar's
-# managedLedgerCacheEvictionIntervalMs is 10 ms).
-CACHE_EVICTION_INTERVAL_S = 0.01
-_EVERYTHING = Position(2**63 - 1, 0)
 
 
 @dataclass(eq=False)
@@ -75,7 +68,9 @@ class _Add:
     started: float
 
 
-class BookKeeperManagedLedger(BaseManagedLedger):
+class BookKeeperManagedLedger(StoredManagedLedger):
+    _reader: BkEntryReader
+
     def __init__(self, factory: BookKeeperManagedLedgerFactory, name: str, config: ManagedLedgerConfig,
                  ledger_map: LedgerMap, info: ml_formats.StoredManagedLedger, info_version: int,
                  writer: LedgerWriter, last_confirmed: Position) -> None:
@@ -359,38 +354,6 @@ class BookKeeperManagedLedger(BaseManagedLedger):
             handle = await self._factory.bk.open_ledger(ledger_id, self._factory.password, recover=False)
             self._handles.setdefault(ledger_id, handle)
         return await handle.read(first, last)
-
-    def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
-               on_fail: Callable[[], None] | None) -> None:
-        self._reader.fetch(positions, completer, callback, on_fail)
-        self._schedule_eviction()
-
-    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
-        if not cursor.is_active:
-            self._schedule_eviction()
-
-    def _schedule_eviction(self) -> None:
-        if not self._eviction_pending:
-            self._eviction_pending = True
-            self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
-
-    def _evict_read_entries(self) -> None:
-        self._eviction_pending = False
-        if self._state is not LedgerState.OPEN:
-            return
-        slowest = _EVERYTHING
-        for cursor in (*self._cursors.values(), *self._non_durable):
-            if cursor.is_active and cursor.read_position < slowest:
-                slowest = cursor.read_position
-        self._reader.evict_before(slowest)
-
-    async def read_entry(self, position: Position) -> Entry:
-        self._check_open()
-        if position > self._last_confirmed:
-            raise NoMoreEntriesError(f"{position} is past the last confirmed entry {self._last_confirmed}")
-        if not self._map.is_entry(position):
-            raise EntryNotFoundError(f"no entry at {position} in {self._name}")
-        return await self._reader.read(position)
 
     # -- cursors ------------------------------------------------------------------------------
 

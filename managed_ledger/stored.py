@@ -1,0 +1,110 @@
+"""What the stored ledgers (file, BookKeeper) share above ``BaseManagedLedger``.
+
+Both read through an entry reader over the factory's read cache and drop, soon after each read,
+the cached entries every active cursor has passed; both persist durable cursor states through
+``CursorPersistence``. The memory ledger has neither (its entries are its storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol
+
+from managed_ledger.api import EntryNotFoundError, ManagedLedgerError, NoMoreEntriesError, ReadCallback
+from managed_ledger.completion import OrderedCompleter
+from managed_ledger.cursor_base import BaseCursor
+from managed_ledger.cursor_persistence import CursorPersistence
+from managed_ledger.entry import Entry
+from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.position import Position
+
+log = logging.getLogger(__name__)
+
+# How long after a read the cached entries every active cursor has passed are dropped (batched;
+# Pulsar's managedLedgerCacheEvictionIntervalMs is 10 ms).
+CACHE_EVICTION_INTERVAL_S = 0.01
+_EVERYTHING = Position(2**63 - 1, 0)  # after every position: evict_before it drops all
+
+
+class StoredReader(Protocol):
+    """A stored ledger's reads: from the cache, else from storage (posted back to the loop)."""
+
+    def fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
+              on_fail: Callable[[], None] | None) -> None: ...
+
+    def evict_before(self, position: Position) -> None: ...
+
+    async def read(self, position: Position) -> Entry: ...
+
+
+class StoredManagedLedger(BaseManagedLedger):
+    _reader: StoredReader
+    _last_confirmed: Position
+    _loop: asyncio.AbstractEventLoop
+    _persistence: CursorPersistence
+    _eviction_pending: bool  # a cache eviction is scheduled (see _fetch)
+
+    def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
+               on_fail: Callable[[], None] | None) -> None:
+        self._reader.fetch(positions, completer, callback, on_fail)
+        # The cursor has moved past these positions (reads move it when issued): soon, drop the
+        # cached entries every active cursor is past, after this read took its cache hits.
+        self._schedule_eviction()
+
+    def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
+        if not cursor.is_active:
+            self._schedule_eviction()  # it may have been the slowest reader
+
+    def _schedule_eviction(self) -> None:
+        if not self._eviction_pending:
+            self._eviction_pending = True
+            self._loop.call_later(CACHE_EVICTION_INTERVAL_S, self._evict_read_entries)
+
+    def _evict_read_entries(self) -> None:
+        """Drop cached entries before the slowest active cursor's read position (all of them
+        when no cursor is active). Inactive cursors (a subscription without consumers) read from
+        storage when they come back, as in Pulsar."""
+        self._eviction_pending = False
+        if self._state is not LedgerState.OPEN:
+            return
+        slowest = _EVERYTHING
+        for cursor in (*self._cursors.values(), *self._non_durable):
+            if cursor.is_active and cursor.read_position < slowest:
+                slowest = cursor.read_position
+        self._reader.evict_before(slowest)
+
+    async def read_entry(self, position: Position) -> Entry:
+        self._check_open()
+        if position > self._last_confirmed:
+            raise NoMoreEntriesError(f"{position} is past the last confirmed entry {self._last_confirmed}")
+        if not self._map.is_entry(position):
+            raise EntryNotFoundError(f"no entry at {position} in {self._name}")
+        return await self._reader.read(position)
+
+
+class StoredCursor(BaseCursor):
+    """A cursor of a stored ledger: reads through the ledger's reader, state through its persistence."""
+
+    _ledger: StoredManagedLedger
+
+    def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
+        on_fail = None if read_from is None else partial(self._read_failed, read_from, self._read_position)
+        self._ledger._fetch(positions, self._completer, callback, on_fail)
+
+    async def flush(self) -> None:
+        self._check_usable()
+        if self._durable:
+            await self._ledger._persistence.flush(self._name)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await super().close()
+        if self._durable and not self._ledger.is_closed:
+            try:
+                await self._ledger._persistence.flush(self._name)
+            except ManagedLedgerError as exc:
+                log.warning("cursor %s/%s: state not saved on close: %s", self._ledger.name, self._name, exc)
