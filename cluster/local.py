@@ -377,6 +377,19 @@ def add_bookie(cluster: LocalCluster) -> ProcessInfo:
     return info
 
 
+def restart_bookie(cluster: LocalCluster, info: ProcessInfo) -> ProcessInfo:
+    """Start again a bookie stopped by ``kill_bookie`` (same address, same directory, so same data) and wait until
+    it registers."""
+    directory = Path(info.directory)
+    cmd = ["java", *BOOKIE_JVM_OPTS, "-cp", _bk_classpath(), "org.apache.bookkeeper.server.Main", "--conf",
+           str(directory / "bk_server.conf")]
+    proc = _spawn(cmd, Path(info.log), directory)
+    again = ProcessInfo("bookie", proc.pid, info.address, info.directory, info.log)
+    cluster.bookies.append(again)
+    _wait_registered(cluster.zk_address, again, proc)
+    return again
+
+
 def kill_bookie(cluster: LocalCluster, address: str, hard: bool = True) -> None:
     """Stop one bookie: SIGKILL (a crash) by default, else a graceful stop."""
     info = next(b for b in cluster.bookies if b.address == address)

@@ -35,7 +35,7 @@ from managed_ledger.api import (
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
-from managed_ledger.bookkeeper.ledger import BookKeeperManagedLedger
+from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
@@ -94,21 +94,29 @@ def ml_metadata_store_url(metadata_store_url: str, bookkeeper_zk: str) -> str:
 
 class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``: an open
-    ``MetadataStore``, or a ``metadataStoreUrl`` the factory opens when it starts and closes with itself.
+    ``MetadataStore``, a callable returning one when the factory starts (a broker's own store, opened after the
+    factory is built: one ZooKeeper session for both), or a ``metadataStoreUrl`` the factory opens when it starts
+    and closes with itself.
 
     root: where managed-ledger znodes live (Pulsar's ``/managed-ledgers``).
     ensemble_size, write_quorum, ack_quorum: of every ledger this factory creates (Pulsar's
     managedLedgerDefaultEnsembleSize / WriteQuorum / AckQuorum).
     cache_size_bytes: the read cache shared by all managed ledgers of the factory.
     owns_client: close ``bk`` (and so its ZooKeeper connection) with the factory.
+    session_timeout_s: of the ZooKeeper session the factory opens for a ``metadataStoreUrl`` (None: the store's
+    default), Pulsar's metadataStoreSessionTimeoutMillis.
+    add_retry_window_s: after a failed add, how long creating the next ledger is retried before the pending adds
+    fail (they succeed, in order, on the new ledger when it comes in time).
     """
 
-    def __init__(self, bk: BookKeeper, store: MetadataStore | str, *, root: str = ml_formats.MANAGED_LEDGERS_ROOT,
+    def __init__(self, bk: BookKeeper, store: MetadataStore | str | Callable[[], MetadataStore], *,
+                 root: str = ml_formats.MANAGED_LEDGERS_ROOT,
                  ensemble_size: int = DEFAULT_ENSEMBLE_SIZE, write_quorum: int = DEFAULT_WRITE_QUORUM,
                  ack_quorum: int = DEFAULT_ACK_QUORUM, clock: Clock = time.time,
                  cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
                  cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
-                 owns_client: bool = True) -> None:
+                 owns_client: bool = True, add_retry_window_s: float = DEFAULT_ADD_RETRY_WINDOW_S,
+                 session_timeout_s: float | None = None) -> None:
         super().__init__()
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
@@ -121,6 +129,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self.clock = clock
         self.cache = ReadCache(cache_size_bytes)
         self.cursor_persist_interval_s = cursor_persist_interval_s
+        self.add_retry_window_s = add_retry_window_s
+        self.session_timeout_s = session_timeout_s
         self._owns_client = owns_client
         self._owns_store = False
         self._names: set[str] = set()
@@ -132,7 +142,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
 
     @property
     def store(self) -> MetadataStore:
-        if isinstance(self._store, str):
+        if isinstance(self._store, str) or callable(self._store):
             raise ManagedLedgerError("the managed-ledger factory is not started (no metadata store yet)")
         return self._store
 
@@ -144,8 +154,10 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             self._started = asyncio.get_running_loop().create_future()
             try:
                 if isinstance(self._store, str):
-                    self._store = await open_metadata_store(self._store)
+                    self._store = await open_metadata_store(self._store, session_timeout_s=self.session_timeout_s)
                     self._owns_store = True
+                elif callable(self._store):
+                    self._store = self._store()
                 if self._owns_client:
                     await self.bk.start()
                 await self._scan(self.root, 0)

@@ -12,6 +12,12 @@ move. Rollover (Pulsar's rule, in ``ledger_base``): when an add fills the curren
 new ledger created, the ledger list written (CAS), and that add completes only then, so whoever sees its callback
 sees the new current ledger. Adds that arrive meanwhile wait in a queue and go to the new ledger.
 
+A failed add (Pulsar's ``OpAddEntry.handleAddFailure``: the bookies failed and the ensemble could not be replaced)
+does not stop the managed ledger: the ledger is closed where the acknowledged adds end, a new one is created (retried
+for ``add_retry_window_s`` while too few bookies are writable), and every add that was pending is sent to it in its
+order; callbacks keep the add order. Only fencing (the ledger recovered by someone else, the ledger list rewritten)
+stops writes.
+
 Trimming: ledgers every durable cursor consumed leave the list (CAS first), then are deleted from BookKeeper.
 """
 
@@ -38,7 +44,13 @@ from managed_ledger.api import (
 )
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.cursor import BkCursor, CursorStore, snapshot
-from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.errors import (
+    BookKeeperError,
+    MetadataConflictError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+)
+from managed_ledger.bookkeeper.errors import LedgerClosedError as BkLedgerClosedError
 from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFencedError
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.reads import BkEntryReader
@@ -58,6 +70,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# After a failed add, creating the next ledger is retried this long (it fails while too few bookies are writable),
+# then the pending adds fail; shorter than the clients' send timeout (30 s), so they hear of it first.
+DEFAULT_ADD_RETRY_WINDOW_S = 10.0
+_RETRY_FIRST_DELAY_S = 0.1
+_RETRY_MAX_DELAY_S = 1.0
 
 
 @dataclass(eq=False)
@@ -66,6 +83,7 @@ class _Add:
     callback: AddCallback
     fill: Callable[[Completion], None]  # its reserved place in the add order
     started: float
+    writer: LedgerWriter | None = None  # the ledger it was sent to (None while queued)
 
 
 class BookKeeperManagedLedger(StoredManagedLedger):
@@ -85,6 +103,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._sizes: dict[int, array[int]] = {writer.ledger_id: array("l")}  # entry sizes of ledgers we wrote
         self._last_confirmed = last_confirmed
         self._queued: deque[_Add] = deque()  # adds waiting for the next ledger
+        self._inflight: deque[_Add] = deque()  # adds sent to the current ledger, not yet acknowledged
         self._fenced = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._rollover: asyncio.Task[None] | None = None
@@ -213,8 +232,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             self._add_completer.complete(partial(callback, None, error))
             return
         if self._fenced:
-            error = LedgerFencedError(f"managed ledger {self._name} is fenced: another owner took it over, "
-                                      "or a write failed")
+            error = LedgerFencedError(f"managed ledger {self._name} is fenced: another owner took it over")
             self._add_completer.complete(partial(callback, None, error))
             return
         if not data:
@@ -223,6 +241,9 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                    time.monotonic())
         if self._writer is None or self._queued:
             self._queued.append(add)
+            if self._writer is None and self._rollover is None:
+                # The last ledger creation failed (its adds failed): this add tries again (Pulsar's WriteFailed).
+                self._rollover = self._spawn(self._switch_ledger(None))
         else:
             self._send(add)
 
@@ -235,6 +256,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._sizes[first.ledger_id].extend(sizes)
         if self._has_active_cursor():
             self._reader.remember(first, add.data)  # tailing readers read it from memory (as Pulsar caches adds)
+        add.writer = writer
+        self._inflight.append(add)
         futures = [writer.add_entry_nowait(d) for d in add.data]
         for future in futures[:-1]:
             future.add_done_callback(_retrieve)  # the last one reports for all (adds fail from the first failure on)
@@ -243,23 +266,35 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             self._writer = None
             self._rollover = self._spawn(self._roll_over(writer, add, first, futures[-1]))
         else:
-            futures[-1].add_done_callback(partial(self._added, add, first, len(sizes)))
+            futures[-1].add_done_callback(partial(self._added, add, writer, first, len(sizes)))
 
-    def _added(self, add: _Add, first: Position, count: int, future: asyncio.Future[int]) -> None:
+    def _added(self, add: _Add, writer: LedgerWriter, first: Position, count: int, future: asyncio.Future[int]
+               ) -> None:
         """The bookies acknowledged the add's last entry (and so every entry before it), or it failed."""
+        if add.writer is not writer:
+            return  # its ledger failed meanwhile: the add waits in the queue for the next ledger
         exc = future.exception()
         if exc is None:
-            now = time.monotonic()
-            self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
-            self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
-            last = Position(first.ledger_id, first.entry_id + count - 1)
-            if last > self._last_confirmed:
-                self._last_confirmed = last
+            self._inflight.popleft()  # acknowledgements come in add order: it is the oldest in flight
+            self._count_durable(add, first, count)
             add.fill(partial(add.callback, first, None))
             self._wake_parked()
             return
-        self._fence(exc)
-        add.fill(partial(add.callback, None, _add_error(exc)))
+        if self._state is not LedgerState.OPEN:  # closing or deleted: no new ledger
+            self._inflight.remove(add)
+            add.fill(partial(add.callback, None, _add_error(exc)))
+        elif self._rollover is None:
+            self._writer = None
+            self._rollover = self._spawn(self._switch_ledger(writer, exc))
+        # else a switch is under way (it takes this add back into the queue)
+
+    def _count_durable(self, add: _Add, first: Position, count: int) -> None:
+        now = time.monotonic()
+        self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
+        self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
+        last = Position(first.ledger_id, first.entry_id + count - 1)
+        if last > self._last_confirmed:
+            self._last_confirmed = last
 
     async def _roll_over(self, old: LedgerWriter, filling: _Add, first: Position, last_future: asyncio.Future[int]
                          ) -> None:
@@ -274,19 +309,84 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         if not last_future.done() or last_future.exception() is not None:
             failure = (last_future.exception() if last_future.done() else close_error) \
                 or ManagedLedgerError("add not acknowledged")
-            self._fence(failure)
-            filling.fill(partial(filling.callback, None, _add_error(failure)))
+            await self._switch_ledger(old, failure)  # this task becomes the switch after a failed add
             return
-        self._added_held(filling, first, count)
+        self._inflight.clear()  # every add sent to the old ledger is durable now (the filling one last)
+        self._count_durable(filling, first, count)
+        self._wake_parked()
         error = close_error or await self._start_next_ledger()
         filling.fill(partial(filling.callback, first, None))  # durable either way
         self._rollover = None
         if error is not None:
             self._fence(error)
             return
+        self._send_queued()
+
+    def _send_queued(self) -> None:
         while self._queued and self._writer is not None:
             self._send(self._queued.popleft())
         self.trim_consumed_ledgers()
+
+    async def _switch_ledger(self, failed: LedgerWriter | None, failure: BaseException | None = None) -> None:
+        """Pulsar's answer to a failed add (``OpAddEntry.handleAddFailure`` -> ``ledgerClosed`` ->
+        ``createLedgerAfterClosed``): close the ledger where the acknowledged adds end, create a new one, write the
+        ledger list, and send the adds that were pending, in their order (none was acknowledged, so none is
+        stored twice). A fenced ledger, or a ledger list someone else rewrote, means another owner: fenced.
+
+        ``failed`` is None when the last attempt gave up and a new add tries again. Runs as ``self._rollover``."""
+        if failed is not None:
+            # The adds sent to the failed ledger go back to the head of the queue, in their order.
+            for add in self._inflight:
+                add.writer = None
+            self._queued.extendleft(reversed(self._inflight))
+            self._inflight.clear()
+            if self._fenced or _is_fencing(failure):
+                self._rollover = None
+                self._fence(failure or ManagedLedgerError("fenced"))
+                self._fail_queued(_add_error(failure or ManagedLedgerError("fenced")))
+                return
+            log.warning("%s: add to ledger %d failed (%s): closing it, the pending adds go to a new ledger",
+                        self._name, failed.ledger_id, failure)
+            if not await self._close_failed_ledger(failed):
+                self._rollover = None
+                return
+        deadline = time.monotonic() + self._factory.add_retry_window_s
+        delay = _RETRY_FIRST_DELAY_S
+        while (error := await self._start_next_ledger()) is not None:
+            if not self._fenced and self._state is LedgerState.OPEN and time.monotonic() + delay <= deadline:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_DELAY_S)
+                if not self._fenced and self._state is LedgerState.OPEN:
+                    continue
+            # As Pulsar when creating the ledger fails: the pending adds fail (retriable when not fenced), and the
+            # next add tries again.
+            self._rollover = None
+            log.error("%s: no new ledger after a failed add: %s", self._name, error)
+            self._fail_queued(_add_error(error) if self._fenced else _retriable_add_error(error))
+            return
+        self._rollover = None
+        self._send_queued()
+
+    async def _close_failed_ledger(self, failed: LedgerWriter) -> bool:
+        """Cut the failed ledger where the acknowledged adds end and close it there in BookKeeper. False: fenced."""
+        ledger_id = failed.ledger_id
+        last = self._last_confirmed
+        keep = last.entry_id + 1 if last.ledger_id == ledger_id else 0
+        sizes = self._sizes.get(ledger_id)
+        kept = sum(sizes[:keep]) if sizes is not None else 0
+        if sizes is not None:
+            del sizes[keep:]
+        if self._map.get(ledger_id) is not None:
+            self._map.cut(ledger_id, keep, kept)
+        try:
+            await failed.close_failed(keep - 1, kept)
+        except BookKeeperError as exc:
+            if _is_fencing(exc):
+                self._fence(exc)
+                return False
+            # The ledger list says where it ends, whatever its metadata says (Pulsar logs and goes on too).
+            log.warning("%s: failed ledger %d not closed: %s", self._name, ledger_id, exc)
+        return True
 
     async def _start_next_ledger(self) -> BaseException | None:
         """Create the next ledger and CAS the ledger list with it; the error if that failed."""
@@ -311,16 +411,6 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             await factory.bk.delete_ledger(writer.ledger_id)
         return LedgerClosedError(f"managed ledger {self._name} closed during a rollover") if not self._fenced \
             else LedgerFencedError(f"managed ledger {self._name} was taken over")
-
-    def _added_held(self, add: _Add, first: Position, count: int) -> None:
-        """The filling add is durable: count it, but its callback waits for the new ledger."""
-        now = time.monotonic()
-        self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
-        self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
-        last = Position(first.ledger_id, first.entry_id + count - 1)
-        if last > self._last_confirmed:
-            self._last_confirmed = last
-        self._wake_parked()
 
     def _fail_queued(self, error: ManagedLedgerError) -> None:
         queued, self._queued = self._queued, deque()
@@ -462,6 +552,18 @@ class BookKeeperManagedLedger(StoredManagedLedger):
 def _retrieve(future: asyncio.Future[int]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _is_fencing(exc: BaseException | None) -> bool:
+    """Another client recovered or closed the ledger, or the managed ledger has another owner: no new ledger."""
+    return isinstance(exc, BkLedgerFencedError | BkLedgerClosedError | MetadataConflictError | UnauthorizedError
+                      | LedgerFencedError)
+
+
+def _retriable_add_error(exc: BaseException) -> ManagedLedgerError:
+    error = ManagedLedgerError(f"add failed, no ledger to write to (will retry with the next add): {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _add_error(exc: BaseException) -> ManagedLedgerError:

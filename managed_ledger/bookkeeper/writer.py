@@ -242,6 +242,32 @@ class LedgerWriter:
             self.state = WriterState.CLOSED
             await self._cancel_tasks()
 
+    async def close_failed(self, last_entry_id: int, length: int) -> None:
+        """After an add failed for good (not fenced): close the ledger at ``last_entry_id`` (at most the LAC: the
+        end of what the caller acknowledged to its own clients), as BookKeeper's handle closes itself at its LAC
+        after an unrecoverable add error. LedgerFencedError if another client is recovering or closed it."""
+        if self.state is not WriterState.FAILED:
+            raise BookKeeperError(f"ledger {self.ledger_id}: close_failed on a {self.state.value} writer")
+        if last_entry_id > self.last_add_confirmed:
+            raise ValueError(f"ledger {self.ledger_id}: cannot close at {last_entry_id}, past the LAC "
+                             f"{self.last_add_confirmed}")
+        await self._cancel_tasks()
+
+        def needs_update(md: LedgerMetadata) -> bool:
+            if md.state == LedgerState.CLOSED:
+                if (md.last_entry_id, md.length) != (last_entry_id, length):
+                    raise LedgerFencedError(f"ledger {self.ledger_id} was closed at {md.last_entry_id} by another "
+                                            "client")
+                return False
+            if md.state != LedgerState.OPEN:
+                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client")
+            return True
+
+        self.metadata, self.version = await self.bk.update_metadata(
+            self.ledger_id, self.metadata, self.version, needs_update, lambda md: md.closed(last_entry_id, length))
+        self.state = WriterState.CLOSED
+        self.last_add_confirmed, self.length = last_entry_id, length
+
     async def abandon(self) -> None:
         """Stop without closing the ledger (as a crashed writer would): pending adds fail, tasks end."""
         self._fail(LedgerClosedError(f"the client writing ledger {self.ledger_id} was closed"))
