@@ -248,6 +248,12 @@ class ZooKeeperMetadataStore:
         return f"<ZooKeeperMetadataStore {self.address.connect_string} session={self.session_id:#x}>"
 
     @property
+    def kazoo_client(self) -> KazooClient:
+        """The session's client, for a ZooKeeper user in the same process that should not open a session of its own
+        (the BookKeeper client of a broker whose store is at the ZooKeeper's root). Not to be stopped by it."""
+        return self._client
+
+    @property
     def session_id(self) -> int:
         client_id = self._client.client_id
         return int(client_id[0]) if client_id else 0

@@ -11,8 +11,9 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
@@ -37,16 +38,27 @@ from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
-from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from managed_ledger import (
+    InitialPosition,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFactory,
+    Position,
+)
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.factory import (
     BookKeeperManagedLedgerFactory,
     bookkeeper_zookeeper,
     ml_metadata_store_url,
 )
+from managed_ledger.bookkeeper.zk import AsyncZk
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 from metadata_store.api import MetadataStore, MetadataStoreError
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
 
@@ -153,17 +165,40 @@ class BrokerService:
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
+        """One ZooKeeper session per broker where the settings allow, as Pulsar: the managed-ledger znodes go
+        through the broker's own metadata store when ``metadataStoreUrl`` is a ZooKeeper, and the BookKeeper client
+        uses that store's session too when BookKeeper's ZooKeeper is the same one, without a chroot. Otherwise
+        their sessions honour ``metadataStoreSessionTimeoutMillis``."""
         cfg = self.config
+        session_timeout_s = cfg.metadataStoreSessionTimeoutMillis / 1000
         try:
             zk, ledgers_root = bookkeeper_zookeeper(cfg.bookkeeperMetadataServiceUri, cfg.metadataStoreUrl)
             rate = cfg.managedLedgerDefaultMarkDeleteRateLimit
+            ml_store_url = ml_metadata_store_url(cfg.metadataStoreUrl, zk)
+            shares_store = ml_store_url.removeprefix("zk:") == cfg.metadataStoreUrl.strip().removeprefix("zk:")
+            bk_zk = AsyncZk(zk, session_timeout_s=session_timeout_s, shared=partial(self._shared_zk_session, zk))
             return BookKeeperManagedLedgerFactory(
-                BookKeeper(zk, ledgers_root), ml_metadata_store_url(cfg.metadataStoreUrl, zk),
+                BookKeeper(bk_zk, ledgers_root), self._broker_metadata_store if shares_store else ml_store_url,
                 ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
                 ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
-                cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0)
+                cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0, session_timeout_s=session_timeout_s)
         except ValueError as exc:
             raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
+
+    def _broker_metadata_store(self) -> MetadataStore:
+        if self.metadata_store is None:
+            raise ManagedLedgerError("the broker's metadata store is not open")
+        return self.metadata_store
+
+    def _shared_zk_session(self, hosts: str) -> KazooClient | None:
+        """The broker's ZooKeeper client, when its store is on ``hosts`` at the root (BookKeeper's paths are
+        absolute), else None."""
+        from metadata_store.zookeeper import ZooKeeperMetadataStore  # (kazoo only in ZooKeeper set-ups)
+
+        store = self.metadata_store
+        if isinstance(store, ZooKeeperMetadataStore) and not store.address.chroot and store.address.hosts == hosts:
+            return store.kazoo_client
+        return None
 
     def generate_producer_name(self) -> str:
         return f"{self.config.clusterName}-0-{next(self._producer_names)}"

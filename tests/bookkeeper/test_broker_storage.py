@@ -4,6 +4,8 @@ second broker taking the topic over (its data and the subscription's position co
 
 from __future__ import annotations
 
+import re
+import socket
 import uuid
 from typing import Any
 
@@ -16,6 +18,8 @@ from broker.embedded import BrokerThread
 from broker.service.broker_service import BrokerService
 from cluster.local import LocalCluster
 from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
+from managed_ledger.bookkeeper.zk import AsyncZk
 
 RECEIVE_TIMEOUT_MS = 10_000
 
@@ -75,3 +79,57 @@ def test_bad_bookkeeper_settings_are_refused_clearly(overrides: dict[str, Any], 
     config = BrokerConfig.load(managedLedgerStorage="bookkeeper", **overrides)
     with pytest.raises(ConfigError, match=why):
         BrokerService(config, None)
+
+
+def zk_connections(address: str) -> int:
+    """Client connections ZooKeeper counts now (its ``srvr`` four-letter word, whitelisted by default)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"srvr")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    match = re.search(rb"Connections: (\d+)", answer)
+    assert match, answer
+    return int(match.group(1)) - 1  # less this very connection
+
+
+def test_one_zookeeper_session_for_metadata_and_storage(bk_cluster: LocalCluster) -> None:
+    """metadataStoreUrl names the ZooKeeper that BookKeeper uses (at its root): the broker's metadata, its
+    managed-ledger znodes and its BookKeeper client share one session, as in Pulsar."""
+    before = zk_connections(bk_cluster.zk_address)
+    topic = f"persistent://public/default/one-session-{uuid.uuid4().hex[:10]}"
+    with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}",
+                      metadataStoreSessionTimeoutMillis=20_000, managedLedgerDefaultEnsembleSize=3,
+                      managedLedgerDefaultWriteQuorum=2, managedLedgerDefaultAckQuorum=2) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            consumer = client.subscribe(topic, "sub")
+            client.create_producer(topic, batching_enabled=False).send(b"hello")
+            assert consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS).data() == b"hello"
+        finally:
+            client.close()
+        service = broker.server.service
+        factory = service.ledger_factory
+        assert isinstance(factory, BookKeeperManagedLedgerFactory)
+        assert factory.store is service.metadata_store
+        assert isinstance(factory.bk.zk, AsyncZk) and factory.bk.zk.shares_session
+        assert zk_connections(bk_cluster.zk_address) <= before + 1
+
+
+def test_separate_sessions_honour_the_session_timeout(bk_cluster: LocalCluster) -> None:
+    """With the broker's metadata under a chroot, BookKeeper's client needs a session of its own (its paths are at
+    the root): it gets metadataStoreSessionTimeoutMillis, as the managed-ledger znodes share the broker's."""
+    chroot = f"/one-session-{uuid.uuid4().hex[:8]}"
+    with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}{chroot}",
+                      bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
+                      metadataStoreSessionTimeoutMillis=12_000, managedLedgerDefaultEnsembleSize=3,
+                      managedLedgerDefaultWriteQuorum=2, managedLedgerDefaultAckQuorum=2) as broker:
+        service = broker.server.service
+        factory = service.ledger_factory
+        assert isinstance(factory, BookKeeperManagedLedgerFactory)
+        broker.run_coroutine(factory.start())
+        assert factory.store is service.metadata_store
+        zk = factory.bk.zk
+        assert isinstance(zk, AsyncZk) and not zk.shares_session
+        assert zk._zk._session_timeout == 12_000
