@@ -280,6 +280,16 @@ class BrokerConfig:
     managedLedgerDefaultEnsembleSize: int = setting(2, POSITIVE)
     managedLedgerDefaultWriteQuorum: int = setting(2, POSITIVE)
     managedLedgerDefaultAckQuorum: int = setting(2, POSITIVE)
+    # managedLedgerStorage=bookkeeper: compression of the managed-ledger and cursor znodes (Pulsar's
+    # keys: NONE, LZ4, ZLIB, ZSTD or SNAPPY; only values larger than the threshold are compressed).
+    # Compressed znodes are read whatever these say.
+    managedLedgerInfoCompressionType: str = setting("NONE", Rule(choices=("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")))
+    managedLedgerInfoCompressionThresholdInBytes: int = setting(16 * 1024, AT_LEAST_0)
+    managedCursorInfoCompressionType: str = setting("NONE", Rule(choices=("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")))
+    managedCursorInfoCompressionThresholdInBytes: int = setting(16 * 1024, AT_LEAST_0)
+    # Cursor-ledger entries keep individually acknowledged entries as per-ledger bitsets (Pulsar's
+    # key; false, its 4.0 default: as ranges). Both forms are read.
+    managedLedgerPersistIndividualAckAsLongArray: bool = False
     # Ledger rollover (Pulsar's keys and defaults): a ledger is closed and a new one started when
     # it has this many entries, this much data or this age - but never before the minimum age.
     managedLedgerMaxEntriesPerLedger: int = setting(50000, POSITIVE)

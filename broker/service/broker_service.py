@@ -52,6 +52,7 @@ from managed_ledger.bookkeeper.factory import (
     bookkeeper_zookeeper,
     ml_metadata_store_url,
 )
+from managed_ledger.bookkeeper.ml_formats import MetadataFormats
 from managed_ledger.bookkeeper.zk import AsyncZk
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
@@ -181,7 +182,12 @@ class BrokerService:
                 BookKeeper(bk_zk, ledgers_root), self._broker_metadata_store if shares_store else ml_store_url,
                 ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
                 ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
-                cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0, session_timeout_s=session_timeout_s)
+                cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0, session_timeout_s=session_timeout_s,
+                formats=MetadataFormats.from_names(
+                    cfg.managedLedgerInfoCompressionType, cfg.managedCursorInfoCompressionType,
+                    ledger_info_threshold=cfg.managedLedgerInfoCompressionThresholdInBytes,
+                    cursor_info_threshold=cfg.managedCursorInfoCompressionThresholdInBytes,
+                    acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray))
         except ValueError as exc:
             raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
 

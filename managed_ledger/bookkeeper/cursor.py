@@ -73,9 +73,16 @@ class CursorStore:
         self._bk = ledger._factory.bk
         self._store = ledger._factory.store
         self.ledgers: dict[str, CursorLedger] = {}
+        self._formats = ledger._factory.formats
 
     def _path(self, name: str) -> str:
         return ml_formats.cursor_path(self._ml._factory.root, self._ml.name, name)
+
+    def _cursor_info(self, cursors_ledger_id: int, record: CursorRecord) -> bytes:
+        return ml_formats.encode_cursor_info(cursors_ledger_id, record, formats=self._formats)
+
+    def _position_info(self, record: CursorRecord) -> bytes:
+        return ml_formats.encode_position_info(record, formats=self._formats)
 
     async def recover_all(self) -> dict[str, CursorRecord]:
         """Every cursor znode under the managed ledger's znode, with its state (fencing cursor ledgers)."""
@@ -113,7 +120,7 @@ class CursorStore:
 
     async def create(self, name: str, record: CursorRecord) -> None:
         """A new cursor: its znode, with the state as a snapshot (the cursor ledger comes with the first write)."""
-        stat = await self._store.put(self._path(name), ml_formats.encode_cursor_info(-1, record), -1)
+        stat = await self._store.put(self._path(name), self._cursor_info(-1, record), -1)
         self.ledgers[name] = CursorLedger(stat.version)
 
     async def write(self, name: str, record: CursorRecord) -> None:
@@ -121,7 +128,7 @@ class CursorStore:
         state = self.ledgers.get(name)
         if state is None:
             raise ManagedLedgerError(f"cursor {name} has no stored state")
-        entry = ml_formats.encode_position_info(record)
+        entry = self._position_info(record)
         if state.writer is not None and state.entries < CURSOR_LEDGER_MAX_ENTRIES:
             await state.writer.add_entry(entry)
             state.entries += 1
@@ -132,7 +139,7 @@ class CursorStore:
                                               custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name, name))
         try:
             await writer.add_entry(entry)
-            stat = await self._store.put(self._path(name), ml_formats.encode_cursor_info(writer.ledger_id, record),
+            stat = await self._store.put(self._path(name), self._cursor_info(writer.ledger_id, record),
                                          state.znode_version)
         except BaseException:
             await _discard(writer)
@@ -147,10 +154,10 @@ class CursorStore:
         if state is None:
             return
         if record.individually_deleted.range_count() <= ml_formats.MAX_RANGES_IN_METADATA_STORE:
-            await self._store.put(self._path(name), ml_formats.encode_cursor_info(-1, record), state.znode_version)
+            await self._store.put(self._path(name), self._cursor_info(-1, record), state.znode_version)
             await self._drop_ledger(state.writer, state.ledger_id)
         elif state.writer is not None:
-            await state.writer.add_entry(ml_formats.encode_position_info(record))
+            await state.writer.add_entry(self._position_info(record))
             await state.writer.close()
 
     async def delete(self, name: str) -> None:

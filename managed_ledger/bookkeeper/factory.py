@@ -105,6 +105,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     owns_client: close ``bk`` (and so its ZooKeeper connection) with the factory.
     session_timeout_s: of the ZooKeeper session the factory opens for a ``metadataStoreUrl`` (None: the store's
     default), Pulsar's metadataStoreSessionTimeoutMillis.
+    formats: how ManagedLedgerInfo, ManagedCursorInfo and PositionInfo are written (compression, long-array acks).
     add_retry_window_s: after a failed add, how long creating the next ledger is retried before the pending adds
     fail (they succeed, in order, on the new ledger when it comes in time).
     """
@@ -116,7 +117,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                  cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
                  cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
                  owns_client: bool = True, add_retry_window_s: float = DEFAULT_ADD_RETRY_WINDOW_S,
-                 session_timeout_s: float | None = None) -> None:
+                 session_timeout_s: float | None = None, formats: ml_formats.MetadataFormats = ml_formats.PLAIN
+                 ) -> None:
         super().__init__()
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
@@ -131,6 +133,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.add_retry_window_s = add_retry_window_s
         self.session_timeout_s = session_timeout_s
+        self.formats = formats
         self._owns_client = owns_client
         self._owns_store = False
         self._names: set[str] = set()

@@ -206,7 +206,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
     async def _write_info(self) -> None:
         """CAS the ledger list as it is now; BadVersionError: someone else owns the managed ledger now."""
         async with self._info_lock:
-            data = ml_formats.encode_ledger_info(self._stored_info())
+            data = ml_formats.encode_ledger_info(self._stored_info(), self._factory.formats)
             stat = await self._factory.store.put(self._path, data, self._info_version)
             self._info_version = stat.version
 

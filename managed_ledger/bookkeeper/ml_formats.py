@@ -7,13 +7,21 @@
   ledger's id (or -1) and a snapshot of the position. Each entry of a cursor ledger is a ``PositionInfo``.
 - Ranges of individually deleted entries are open below and closed above (Guava ``Range.openClosed``): our closed
   range ``[l:a, l:b]`` is ``MessageRange((l, a-1), (l, b)]``.
-- Binary protobuf, uncompressed (Pulsar's default ``managedLedgerInfoCompressionType=NONE``). A value starting with
-  Pulsar's compression magic is refused with a clear error rather than misread.
+- Binary protobuf, uncompressed by default (Pulsar's ``managedLedgerInfoCompressionType=NONE``). Compressed values
+  (Pulsar's ``MetaStoreImpl.compressManagedInfo``) are always read, and written when ``MetadataFormats`` says so:
+  ``[magic 0x4778: u16][metadata size: i32][ManagedLedgerInfoMetadata / ManagedCursorInfoMetadata][payload]``, all
+  big-endian, the payload compressed with Pulsar's message codecs (LZ4 raw block, ZLIB with its header, ZSTD frame,
+  raw Snappy), and only when the serialized value is larger than the threshold (16 KiB by default).
+- Individually deleted ranges in a cursor-ledger entry come as ``MessageRange``s, or (Pulsar's
+  ``managedLedgerPersistIndividualAckAsLongArray``) as ``individualDeletedMessageRanges``: per ledger id, the words
+  of a ``java.util.BitSet`` of deleted entry ids (``BitSet.toLongArray``: bit ``e % 64`` of word ``e // 64``).
+  Both are read; which one is written follows ``MetadataFormats``.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
@@ -21,8 +29,11 @@ from urllib.parse import unquote_plus
 from google.protobuf.message import DecodeError, Message
 
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import (
+    CompressionType,
     ManagedCursorInfo,
+    ManagedCursorInfoMetadata,
     ManagedLedgerInfo,
+    ManagedLedgerInfoMetadata,
     MessageRange,
     PositionInfo,
 )
@@ -38,12 +49,50 @@ MAX_RANGES_TO_PERSIST = 10_000
 MAX_RANGES_IN_METADATA_STORE = 1000
 # First two bytes of a compressed ManagedLedgerInfo / ManagedCursorInfo (MetaStoreImpl.MAGIC_MANAGED_INFO_METADATA).
 COMPRESSION_MAGIC = 0x4778
+_HEADER = struct.Struct(">Hi")  # the magic (Java short) and the metadata's size (Java int)
+# Pulsar's managedLedgerInfoCompressionThresholdInBytes / managedCursorInfoCompressionThresholdInBytes: values up to
+# this size are stored uncompressed even when a codec is configured.
+DEFAULT_COMPRESSION_THRESHOLD_BYTES = 16 * 1024
+# Pulsar's CompressionType names (the configuration values) -> the enum.
+COMPRESSION_TYPES: dict[str, int] = {"NONE": CompressionType.NONE, "LZ4": CompressionType.LZ4,
+                                     "ZLIB": CompressionType.ZLIB, "ZSTD": CompressionType.ZSTD,
+                                     "SNAPPY": CompressionType.SNAPPY}
+_WORD_BITS = 64
 
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
 
 
 class MetadataFormatError(ValueError):
     """A znode or cursor-ledger entry that is not Pulsar managed-ledger metadata we can read."""
+
+
+@dataclass(frozen=True)
+class MetadataFormats:
+    """How metadata is written (reading takes every form): Pulsar's managedLedgerInfoCompressionType and
+    ...ThresholdInBytes, managedCursorInfoCompressionType and ...ThresholdInBytes, and
+    managedLedgerPersistIndividualAckAsLongArray (false in Pulsar 4.0)."""
+
+    ledger_info_compression: int = CompressionType.NONE
+    ledger_info_threshold: int = DEFAULT_COMPRESSION_THRESHOLD_BYTES
+    cursor_info_compression: int = CompressionType.NONE
+    cursor_info_threshold: int = DEFAULT_COMPRESSION_THRESHOLD_BYTES
+    acks_as_long_array: bool = False
+
+    @classmethod
+    def from_names(cls, ledger_info: str = "NONE", cursor_info: str = "NONE", **kwargs: int | bool) -> MetadataFormats:
+        """From Pulsar's setting values; ValueError names a bad one."""
+        def codec(key: str, name: str) -> int:
+            try:
+                return COMPRESSION_TYPES[name.strip().upper()]
+            except KeyError:
+                raise ValueError(f"{key}={name!r}: expected one of {', '.join(COMPRESSION_TYPES)}") from None
+
+        return cls(codec("managedLedgerInfoCompressionType", ledger_info),
+                   cursor_info_compression=codec("managedCursorInfoCompressionType", cursor_info),
+                   **kwargs)  # type: ignore[arg-type]
+
+
+PLAIN = MetadataFormats()
 
 
 def url_encode(text: str) -> str:
@@ -100,7 +149,7 @@ class StoredManagedLedger:
     terminated: Position | None = None
 
 
-def encode_ledger_info(info: StoredManagedLedger) -> bytes:
+def encode_ledger_info(info: StoredManagedLedger, formats: MetadataFormats = PLAIN) -> bytes:
     message = ManagedLedgerInfo()
     for ledger in info.ledgers:
         item = message.ledgerInfo.add(ledgerId=ledger.ledger_id)
@@ -113,13 +162,14 @@ def encode_ledger_info(info: StoredManagedLedger) -> bytes:
         message.terminatedPosition.ledgerId, message.terminatedPosition.entryId = info.terminated
     for key, value in info.properties:
         message.properties.add(key=key, value=value)
-    return message.SerializeToString()
+    return _compressed(message.SerializeToString(), formats.ledger_info_compression, formats.ledger_info_threshold,
+                       ManagedLedgerInfoMetadata)
 
 
 def decode_ledger_info(data: bytes) -> StoredManagedLedger:
     """Parse a managed ledger's znode (empty: a managed ledger without ledgers yet)."""
     message = ManagedLedgerInfo()
-    _parse(message, data, "ManagedLedgerInfo")
+    _parse(message, _uncompressed(data, ManagedLedgerInfoMetadata, "ManagedLedgerInfo"), "ManagedLedgerInfo")
     ledgers = tuple(
         StoredLedger(item.ledgerId, item.entries if item.HasField("entries") else None,
                      item.size if item.HasField("size") else None, item.timestamp)
@@ -142,11 +192,16 @@ class StoredCursorInfo:
     record: CursorRecord
 
 
-def encode_position_info(record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERSIST) -> bytes:
+def encode_position_info(record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERSIST,
+                         formats: MetadataFormats = PLAIN) -> bytes:
     """One cursor-ledger entry. Past ``max_ranges`` the ranges furthest from the mark-delete are left out (those
-    entries may be delivered again after a recovery; an unacknowledged one is never skipped)."""
+    entries may be delivered again after a recovery; an unacknowledged one is never skipped). In the long-array
+    form the limit counts deleted entries, ledger by ledger, as Pulsar's ``toRanges``."""
     message = PositionInfo(ledgerId=record.mark_delete.ledger_id, entryId=record.mark_delete.entry_id)
-    _fill_ranges(message.individualDeletedMessages, record.individually_deleted, max_ranges)
+    if formats.acks_as_long_array:
+        _fill_long_arrays(message, record.individually_deleted, max_ranges)
+    else:
+        _fill_ranges(message.individualDeletedMessages, record.individually_deleted, max_ranges)
     _fill_properties(message, record.properties)
     _fill_batches(message, record.batch_acks, max_ranges)
     return message.SerializeToString()
@@ -155,16 +210,16 @@ def encode_position_info(record: CursorRecord, max_ranges: int = MAX_RANGES_TO_P
 def decode_position_info(data: bytes) -> CursorRecord:
     message = PositionInfo()
     _parse(message, data, "PositionInfo")
-    record = CursorRecord(Position(message.ledgerId, message.entryId), _ranges(message.individualDeletedMessages),
-                          {p.name: p.value for p in message.properties}, _batches(message))
-    for item in message.individualDeletedMessageRanges:  # Pulsar's long-array form: not written by us
-        raise MetadataFormatError(f"PositionInfo uses individualDeletedMessageRanges (key {item.key}), "
-                                  "which this broker does not read")
-    return record
+    ranges = _ranges(message.individualDeletedMessages)
+    for item in message.individualDeletedMessageRanges:  # Pulsar's long-array form
+        for first, last in _bit_runs(item.values):
+            ranges.add_range(item.key, first, last)
+    return CursorRecord(Position(message.ledgerId, message.entryId), ranges,
+                        {p.name: p.value for p in message.properties}, _batches(message))
 
 
 def encode_cursor_info(cursors_ledger_id: int, record: CursorRecord,
-                       max_ranges: int = MAX_RANGES_IN_METADATA_STORE) -> bytes:
+                       max_ranges: int = MAX_RANGES_IN_METADATA_STORE, formats: MetadataFormats = PLAIN) -> bytes:
     message = ManagedCursorInfo(cursorsLedgerId=cursors_ledger_id, markDeleteLedgerId=record.mark_delete.ledger_id,
                                 markDeleteEntryId=record.mark_delete.entry_id)
     _fill_ranges(message.individualDeletedMessages, record.individually_deleted, max_ranges)
@@ -172,12 +227,13 @@ def encode_cursor_info(cursors_ledger_id: int, record: CursorRecord,
     if record.last_active is not None:
         message.lastActive = int(record.last_active * 1000)
     _fill_batches(message, record.batch_acks, max_ranges)
-    return message.SerializeToString()
+    return _compressed(message.SerializeToString(), formats.cursor_info_compression, formats.cursor_info_threshold,
+                       ManagedCursorInfoMetadata)
 
 
 def decode_cursor_info(data: bytes) -> StoredCursorInfo:
     message = ManagedCursorInfo()
-    _parse(message, data, "ManagedCursorInfo")
+    _parse(message, _uncompressed(data, ManagedCursorInfoMetadata, "ManagedCursorInfo"), "ManagedCursorInfo")
     record = CursorRecord(Position(message.markDeleteLedgerId, message.markDeleteEntryId),
                           _ranges(message.individualDeletedMessages), {p.name: p.value for p in message.properties},
                           _batches(message), message.lastActive / 1000 if message.HasField("lastActive") else None)
@@ -187,9 +243,124 @@ def decode_cursor_info(data: bytes) -> StoredCursorInfo:
 # -- helpers ------------------------------------------------------------------------------------------------------
 
 
+def _compressed(data: bytes, codec: int, threshold: int,
+                metadata_type: type[ManagedLedgerInfoMetadata] | type[ManagedCursorInfoMetadata]) -> bytes:
+    """Pulsar's ``compressLedgerInfo`` / ``compressCursorInfo``: the value as is unless a codec is set and the
+    value is larger than the threshold."""
+    if codec == CompressionType.NONE or len(data) <= threshold:
+        return data
+    metadata = metadata_type(compressionType=codec, uncompressedSize=len(data)).SerializeToString()  # type: ignore[arg-type]
+    return _HEADER.pack(COMPRESSION_MAGIC, len(metadata)) + metadata + _compress(codec, data)
+
+
+def _uncompressed(data: bytes, metadata_type: type[ManagedLedgerInfoMetadata] | type[ManagedCursorInfoMetadata],
+                  what: str) -> bytes:
+    """Pulsar's ``parseManagedLedgerInfo`` / ``parseManagedCursorInfo``: a value with the magic is decompressed."""
+    if len(data) < _HEADER.size or struct.unpack_from(">H", data)[0] != COMPRESSION_MAGIC:
+        return data
+    _, size = _HEADER.unpack_from(data)
+    if size < 0 or _HEADER.size + size > len(data):
+        raise MetadataFormatError(f"compressed {what}: bad metadata size {size}")
+    metadata = metadata_type()
+    _parse(metadata, data[_HEADER.size:_HEADER.size + size], f"{what}'s compression metadata")
+    payload = data[_HEADER.size + size:]
+    try:
+        plain = _decompress(metadata.compressionType, payload, metadata.uncompressedSize)
+    except MetadataFormatError:
+        raise
+    except Exception as exc:  # each codec library has errors of its own
+        raise MetadataFormatError(f"compressed {what} does not decompress: {exc!r}") from exc
+    if len(plain) != metadata.uncompressedSize:
+        raise MetadataFormatError(f"compressed {what}: {len(plain)} bytes, {metadata.uncompressedSize} announced")
+    return plain
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    """Pulsar's message codecs (``CompressionCodecProvider``); libraries imported on first use."""
+    if codec == CompressionType.LZ4:
+        import lz4.block
+
+        return bytes(lz4.block.compress(data, store_size=False))
+    if codec == CompressionType.ZLIB:
+        return zlib.compress(data)
+    if codec == CompressionType.ZSTD:
+        import zstandard
+
+        return bytes(zstandard.ZstdCompressor().compress(data))
+    if codec == CompressionType.SNAPPY:
+        import cramjam
+
+        return bytes(cramjam.snappy.compress_raw(data))
+    raise ValueError(f"unknown compression type {codec}")
+
+
+def _decompress(codec: int, data: bytes, size: int) -> bytes:
+    if codec == CompressionType.NONE:
+        return data
+    if codec == CompressionType.LZ4:
+        import lz4.block
+
+        return bytes(lz4.block.decompress(data, uncompressed_size=size))
+    if codec == CompressionType.ZLIB:
+        return zlib.decompress(data)
+    if codec == CompressionType.ZSTD:
+        import zstandard
+
+        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
+    if codec == CompressionType.SNAPPY:
+        import cramjam
+
+        return bytes(cramjam.snappy.decompress_raw(data))
+    raise MetadataFormatError(f"unknown compression type {codec}")
+
+
+def _fill_long_arrays(message: PositionInfo, ranges: PositionRangeSet, max_entries: int) -> None:
+    """Per ledger, the BitSet words of its deleted entries; a ledger that would take the count of deleted entries
+    past ``max_entries`` is left out (Pulsar's ``toRanges``)."""
+    words_of: dict[int, list[int]] = {}
+    for first, last in ranges:
+        words = words_of.setdefault(first.ledger_id, [])
+        for entry_id in range(first.entry_id, last.entry_id + 1):
+            index, bit = divmod(entry_id, _WORD_BITS)
+            if index >= len(words):
+                words.extend([0] * (index + 1 - len(words)))
+            words[index] |= 1 << bit
+    count = 0
+    for ledger_id, words in words_of.items():
+        count += sum(w.bit_count() for w in words)
+        if count > max_entries:
+            continue
+        message.individualDeletedMessageRanges.add(key=ledger_id, values=[_signed64(w) for w in words])
+
+
+def _bit_runs(words: Iterable[int]) -> Iterable[tuple[int, int]]:
+    """Runs [first, last] of set bits of BitSet words (Java longs, so possibly negative)."""
+    start = -1
+    base = 0
+    full = (1 << _WORD_BITS) - 1
+    for word in words:
+        word &= full
+        if word in (0, full):  # (most words: a whole run, or none)
+            if word and start < 0:
+                start = base
+            elif not word and start >= 0:
+                yield start, base - 1
+                start = -1
+            base += _WORD_BITS
+            continue
+        for bit in range(_WORD_BITS):
+            if word >> bit & 1:
+                if start < 0:
+                    start = base + bit
+            elif start >= 0:
+                yield start, base + bit - 1
+                start = -1
+        base += _WORD_BITS
+    if start >= 0:
+        yield start, base - 1
+
+
 def _parse(message: Message, data: bytes, what: str) -> None:
-    if len(data) >= 2 and struct.unpack_from(">H", data)[0] == COMPRESSION_MAGIC:
-        raise MetadataFormatError(f"{what} is compressed (Pulsar's managedLedgerInfoCompressionType): not supported")
     try:
         message.ParseFromString(data)
     except DecodeError as exc:
