@@ -299,11 +299,12 @@ class ManagedLedger(abc.ABC):
         name: str,
         initial_position: InitialPosition = InitialPosition.LATEST,
         properties: dict[str, int] | None = None,
+        cursor_properties: Mapping[str, str] | None = None,
     ) -> ManagedCursor:
         """Open the durable cursor ``name``, creating it at initial_position if new.
 
-        An existing cursor (open, or stored from before) is returned as it is: initial_position
-        and properties only apply on creation.
+        An existing cursor (open, or stored from before) is returned as it is: initial_position,
+        properties and cursor_properties only apply on creation.
         """
 
     @abc.abstractmethod
@@ -415,6 +416,15 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def set_properties(self, properties: Mapping[str, int]) -> None:
         """Replace the cursor's properties without moving it (saved with its state)."""
+
+    @property
+    @abc.abstractmethod
+    def cursor_properties(self) -> Mapping[str, str]:
+        """Pulsar's cursorProperties: a string map (a subscription's properties), stored with a durable cursor."""
+
+    @abc.abstractmethod
+    async def set_cursor_properties(self, properties: Mapping[str, str]) -> None:
+        """Replace the cursor properties; returns once they are durable (as Pulsar's setCursorProperties)."""
 
     @abc.abstractmethod
     def touch(self) -> None:

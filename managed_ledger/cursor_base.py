@@ -48,6 +48,9 @@ class CursorRecord:
     # Wall-clock time (epoch seconds) of the cursor's last activity as of its last save; None for a
     # cursor saved before this was kept. Lets inactivity (subscription expiry) span restarts.
     last_active: float | None = None
+    # Pulsar's cursorProperties (a subscription's properties): strings, set when the subscription is created or
+    # over REST, kept apart from the long ``properties`` of the mark-delete.
+    cursor_properties: dict[str, str] = field(default_factory=dict)
 
     def raise_floor(self, floor: Position) -> bool:
         """Move the mark-delete up to floor (its ledgers were trimmed under it); True if moved."""
@@ -457,6 +460,16 @@ class BaseCursor(ManagedCursor):
         self._check_usable()
         self._record.properties = dict(properties)
         self._state_changed()
+
+    @property
+    def cursor_properties(self) -> Mapping[str, str]:
+        return self._record.cursor_properties
+
+    async def set_cursor_properties(self, properties: Mapping[str, str]) -> None:
+        self._check_usable()
+        self._record.cursor_properties = dict(properties)
+        self._state_changed()
+        await self.flush()
 
     def touch(self) -> None:
         """Activity that changes nothing else (a consumer came or went): saved all the same."""

@@ -7,7 +7,8 @@ File ``cursors/<encoded name>.cur`` in the managed ledger's directory::
     8  .  body: UTF-8 JSON {"name", "markDelete": [ledger, entry], "properties": {..},
           "deleted": [[ledger, first, last], ...], "deletedTruncated": bool,
           "batchAcks": [[ledger, entry, [ack_set words]], ...],   (absent in older files)
-          "lastActive": epoch milliseconds}                       (absent in older files)
+          "lastActive": epoch milliseconds,                       (absent in older files)
+          "cursorProperties": {name: value}}                      (absent when empty)
 
 Written with temp file + fsync + rename + fsync(dir), so a reader sees the old state or the new
 one, never a mix. The individually deleted ranges written are bounded (Pulsar's
@@ -56,6 +57,7 @@ def encode(name: str, record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERS
             "batchAcks": [[p.ledger_id, p.entry_id, words]
                           for p, words in sorted(record.batch_acks.items())[:max_ranges]],
             **({"lastActive": int(record.last_active * 1000)} if record.last_active is not None else {}),
+            **({"cursorProperties": record.cursor_properties} if record.cursor_properties else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -85,5 +87,7 @@ def decode(data: bytes) -> StoredCursor:
     batch_acks = {Position(int(ledger_id), int(entry_id)): [int(w) for w in words]
                   for ledger_id, entry_id, words in doc.get("batchAcks", [])}
     last_active = doc.get("lastActive")
+    cursor_properties = {str(k): str(v) for k, v in doc.get("cursorProperties", {}).items()}
     return StoredCursor(str(doc["name"]), CursorRecord(mark_delete, deleted, properties, batch_acks,
-                                                       None if last_active is None else int(last_active) / 1000))
+                                                       None if last_active is None else int(last_active) / 1000,
+                                                       cursor_properties))

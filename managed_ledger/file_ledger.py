@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -394,6 +394,7 @@ class FileManagedLedger(StoredManagedLedger):
         name: str,
         initial_position: InitialPosition = InitialPosition.LATEST,
         properties: dict[str, int] | None = None,
+        cursor_properties: Mapping[str, str] | None = None,
     ) -> FileCursor:
         self._check_open()
         cursor = self._cursors.get(name)
@@ -403,7 +404,7 @@ class FileManagedLedger(StoredManagedLedger):
         record = self._stored.get(name)
         if record is None:
             record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
-                                  dict(properties or {}))
+                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}))
             self._stored[name] = record
             self._persistence.track(name, dirty=True)
             handle = self._cursors[name] = FileCursor(self, name, record, durable=True)

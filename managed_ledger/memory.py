@@ -8,7 +8,7 @@ recovery paths of the service layer can be exercised without files.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -208,6 +208,7 @@ class MemoryManagedLedger(BaseManagedLedger):
         name: str,
         initial_position: InitialPosition = InitialPosition.LATEST,
         properties: dict[str, int] | None = None,
+        cursor_properties: Mapping[str, str] | None = None,
     ) -> MemoryCursor:
         self._check_open()
         cursor = self._cursors.get(name)
@@ -217,7 +218,8 @@ class MemoryManagedLedger(BaseManagedLedger):
         record = self._store.cursors.get(name)
         if record is None:
             mark_delete = self._initial_mark_delete(initial_position)
-            record = self._store.cursors[name] = CursorRecord(mark_delete, PositionRangeSet(), dict(properties or {}))
+            record = self._store.cursors[name] = CursorRecord(mark_delete, PositionRangeSet(), dict(properties or {}),
+                                                              cursor_properties=dict(cursor_properties or {}))
         cursor = self._cursors[name] = MemoryCursor(self, name, record, durable=True)
         return cursor
 

@@ -419,7 +419,7 @@ class TopicsResource:
         properties = parse_properties(await read_body(request))
 
         async def replace(t: PersistentTopic, sub: Subscription) -> None:
-            sub.subscription_properties = dict(properties)
+            await sub.set_subscription_properties(properties)
 
         return await self.for_each_subscription(request, None, replace)
 

@@ -13,7 +13,7 @@ the one typed branch point, exhaustive over the two kinds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -33,8 +33,14 @@ class AnySubscription(Protocol):
     msg_ack_counter: int
     # Out counters of the consumers that have left (stats stay cumulative).
     departed: DepartedOut
-    # Set by the SUBSCRIBE that created the subscription (immutable for later consumers), or REST.
-    subscription_properties: dict[str, str]
+
+    @property
+    def subscription_properties(self) -> Mapping[str, str]:
+        """Set by the SUBSCRIBE that created the subscription (immutable for later consumers), or over REST;
+        stored with a persistent subscription's cursor (Pulsar's cursorProperties)."""
+        ...
+
+    async def set_subscription_properties(self, properties: Mapping[str, str]) -> None: ...
 
     @property
     def name(self) -> str: ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from broker.dispatch.factory import non_persistent_dispatcher
@@ -66,7 +66,10 @@ class NonPersistentSubscription:
         # Read by the stats sampler like a persistent subscription's; nothing is ever acknowledged.
         self.msg_ack_counter = 0
         self.departed = DepartedOut()
-        self.subscription_properties: dict[str, str] = {}
+        self.subscription_properties: dict[str, str] = {}  # kept while the topic lives (nothing is stored)
+
+    async def set_subscription_properties(self, properties: Mapping[str, str]) -> None:
+        self.subscription_properties = dict(properties)
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -229,12 +232,14 @@ class NonPersistentTopic(AbstractTopic):
     # -- subscriptions ---------------------------------------------------------------------------
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
+        properties: Mapping[str, str] | None = None,
     ) -> NonPersistentSubscription:
         """``initial_position`` and ``start`` have no meaning without stored messages."""
         self._check_open()
         sub = self.subscriptions.get(name)
         if sub is None:
             sub = self.subscriptions[name] = NonPersistentSubscription(self, name, durable)
+            sub.subscription_properties = dict(properties or {})
         return sub
 
     def remove_subscription(self, sub: NonPersistentSubscription) -> None:

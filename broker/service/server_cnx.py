@@ -429,9 +429,11 @@ class ServerCnx:
                 await self.service.schemas.check_consumer(name.base.full, c.schema,
                                                     may_register=topic.is_idle and topic.is_empty)
             start = c.start_message_id if c.HasField("start_message_id") else None
-            sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start)
-            if c.subscription_properties and not sub.subscription_properties and not sub.consumers:
-                sub.subscription_properties = {kv.key: kv.value for kv in c.subscription_properties}
+            properties = {kv.key: kv.value for kv in c.subscription_properties}
+            sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start,
+                                                         properties)
+            if properties and not sub.subscription_properties and not sub.consumers:
+                await sub.set_subscription_properties(properties)
             consumer = Consumer(
                 self, c.consumer_id, c.consumer_name, c.subType, c.priority_level, sub,
                 name.partition_index, {kv.key: kv.value for kv in c.metadata},

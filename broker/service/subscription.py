@@ -85,9 +85,6 @@ class Subscription:
         self.last_mark_delete_advanced = 0.0
         self.msg_ack_counter = 0
         self.departed = DepartedOut()
-        # SUBSCRIBE.subscription_properties of the SUBSCRIBE that created it, or set over REST.
-        # Kept while the topic is loaded (not yet stored with the cursor).
-        self.subscription_properties: dict[str, str] = {}
         service = topic.service
         # A replicated subscription (replicate_subscription_state): its position is mirrored to
         # the topic's other clusters through the snapshots it reads (replicated_subscriptions.py).
@@ -309,6 +306,15 @@ class Subscription:
         self.cursor.reset(position)
         if self.dispatcher is not None:
             self.dispatcher.on_cursor_reset()
+
+    @property
+    def subscription_properties(self) -> Mapping[str, str]:
+        """SUBSCRIBE.subscription_properties of the SUBSCRIBE that created it, or set over REST: the cursor's
+        (Pulsar's cursorProperties), so they survive unloads and restarts."""
+        return self.cursor.cursor_properties
+
+    async def set_subscription_properties(self, properties: Mapping[str, str]) -> None:
+        await self.cursor.set_cursor_properties(properties)
 
     @property
     def backlog(self) -> int:

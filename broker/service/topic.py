@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.errors import (
@@ -145,7 +145,10 @@ class PersistentTopic(AbstractTopic):
 
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
+        properties: Mapping[str, str] | None = None,
     ) -> Subscription:
+        """``properties``: the subscription's (SUBSCRIBE.subscription_properties), stored with a new durable cursor
+        (Pulsar's cursorProperties); a subscription that exists keeps its own."""
         if self.closed:  # unloaded or deleted while the client was being set up: it retries
             raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry")
         sub = self.subscriptions.get(name)
@@ -161,12 +164,14 @@ class PersistentTopic(AbstractTopic):
                         f"Exceed the maximum number of subscriptions of the topic: {self.name}")
             pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
                    else InitialPosition.LATEST)
-            cursor = await self.ledger.open_cursor(name, pos)
+            cursor = await self.ledger.open_cursor(name, pos, cursor_properties=properties)
             sub = self.subscriptions.get(name)
             if sub is not None:  # created while we awaited
                 return sub
         else:
             cursor = self.ledger.new_non_durable_cursor(self._reader_start(start, initial_position), name)
+            if properties:
+                await cursor.set_cursor_properties(properties)  # (in memory only: a non-durable cursor)
         sub = Subscription(self, name, cursor, durable)
         self.subscriptions[name] = sub
         return sub

@@ -57,12 +57,14 @@ class CursorLedger:
     ledger_id: int = -1  # -1: none (the znode's snapshot is the state)
     writer: LedgerWriter | None = None  # open for appends: a ledger this process created
     entries: int = 0
+    cursor_properties: dict[str, str] | None = None  # what the znode holds (they live only there, as in Pulsar)
 
 
 def snapshot(record: CursorRecord) -> CursorRecord:
     """A copy of a record as it is now (the live one keeps changing while a write is in flight)."""
     return CursorRecord(record.mark_delete, record.individually_deleted.copy(), dict(record.properties),
-                        {p: list(words) for p, words in record.batch_acks.items()}, record.last_active)
+                        {p: list(words) for p, words in record.batch_acks.items()}, record.last_active,
+                        dict(record.cursor_properties))
 
 
 class CursorStore:
@@ -100,7 +102,8 @@ class CursorStore:
             # Rewrite the znode as it is: its version moves on, so a previous owner that still writes this cursor
             # (its cursor ledger not yet used, so not fenced by the recovery above) fails its next CAS.
             stat = await self._store.put(f"{ml_path}/{child}", got.value, got.stat.version)
-            self.ledgers[name] = CursorLedger(stat.version, stored.cursors_ledger_id)
+            self.ledgers[name] = CursorLedger(stat.version, stored.cursors_ledger_id,
+                                              cursor_properties=dict(record.cursor_properties))
             records[name] = record
         return records
 
@@ -115,13 +118,15 @@ class CursorStore:
                         self._ml.name, name, ledger_id)
             return snapshot_record
         record = ml_formats.decode_position_info(data)
-        record.last_active = snapshot_record.last_active  # a PositionInfo does not carry it
+        # A PositionInfo carries neither: they are the znode's.
+        record.last_active = snapshot_record.last_active
+        record.cursor_properties = snapshot_record.cursor_properties
         return record
 
     async def create(self, name: str, record: CursorRecord) -> None:
         """A new cursor: its znode, with the state as a snapshot (the cursor ledger comes with the first write)."""
         stat = await self._store.put(self._path(name), self._cursor_info(-1, record), -1)
-        self.ledgers[name] = CursorLedger(stat.version)
+        self.ledgers[name] = CursorLedger(stat.version, cursor_properties=dict(record.cursor_properties))
 
     async def write(self, name: str, record: CursorRecord) -> None:
         """Make ``record`` (a snapshot) the cursor's durable state."""
@@ -132,6 +137,10 @@ class CursorStore:
         if state.writer is not None and state.entries < CURSOR_LEDGER_MAX_ENTRIES:
             await state.writer.add_entry(entry)
             state.entries += 1
+            if record.cursor_properties != state.cursor_properties:  # changed (set over REST): into the znode
+                stat = await self._store.put(self._path(name), self._cursor_info(state.ledger_id, record),
+                                             state.znode_version)
+                state.znode_version, state.cursor_properties = stat.version, dict(record.cursor_properties)
             return
         factory = self._ml._factory
         writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
@@ -146,6 +155,7 @@ class CursorStore:
             raise
         old_writer, old_id = state.writer, state.ledger_id
         state.znode_version, state.ledger_id, state.writer, state.entries = stat.version, writer.ledger_id, writer, 1
+        state.cursor_properties = dict(record.cursor_properties)
         await self._drop_ledger(old_writer, old_id)
 
     async def close(self, name: str, record: CursorRecord) -> None:

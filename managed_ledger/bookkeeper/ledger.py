@@ -29,7 +29,7 @@ import logging
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -448,7 +448,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
     # -- cursors ------------------------------------------------------------------------------
 
     async def open_cursor(self, name: str, initial_position: InitialPosition = InitialPosition.LATEST,
-                          properties: dict[str, int] | None = None) -> BkCursor:
+                          properties: dict[str, int] | None = None,
+                          cursor_properties: Mapping[str, str] | None = None) -> BkCursor:
         self._check_open()
         cursor = self._cursors.get(name)
         if cursor is not None:
@@ -457,7 +458,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         record = self._stored.get(name)
         if record is None:
             record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
-                                  dict(properties or {}))
+                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}))
             try:
                 await self._cursor_store.create(name, record)
             except (BookKeeperError, MetadataStoreError) as exc:

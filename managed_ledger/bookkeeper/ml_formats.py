@@ -227,6 +227,8 @@ def encode_cursor_info(cursors_ledger_id: int, record: CursorRecord,
     if record.last_active is not None:
         message.lastActive = int(record.last_active * 1000)
     _fill_batches(message, record.batch_acks, max_ranges)
+    for name, value in sorted(record.cursor_properties.items()):
+        message.cursorProperties.add(name=name, value=value)
     return _compressed(message.SerializeToString(), formats.cursor_info_compression, formats.cursor_info_threshold,
                        ManagedCursorInfoMetadata)
 
@@ -236,7 +238,8 @@ def decode_cursor_info(data: bytes) -> StoredCursorInfo:
     _parse(message, _uncompressed(data, ManagedCursorInfoMetadata, "ManagedCursorInfo"), "ManagedCursorInfo")
     record = CursorRecord(Position(message.markDeleteLedgerId, message.markDeleteEntryId),
                           _ranges(message.individualDeletedMessages), {p.name: p.value for p in message.properties},
-                          _batches(message), message.lastActive / 1000 if message.HasField("lastActive") else None)
+                          _batches(message), message.lastActive / 1000 if message.HasField("lastActive") else None,
+                          {p.name: p.value for p in message.cursorProperties})
     return StoredCursorInfo(message.cursorsLedgerId, record)
 
 

@@ -1,5 +1,6 @@
 """Compressed managed-ledger and cursor znodes and long-array acknowledgements, on real ZooKeeper and bookies: what
-one factory writes with them, another (writing plain values) reads back, and the znodes carry Pulsar's magic."""
+one factory writes with them, another (writing plain values) reads back, and the znodes carry Pulsar's magic.
+Cursor properties set on the first owner reach the second, which took over without the first closing."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ async def test_compressed_metadata_and_long_array_acks_survive_a_takeover(bk_clu
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     cursor.delete([positions[0], positions[1], positions[4], positions[7]])
     await cursor.flush()  # a cursor-ledger entry (PositionInfo, long arrays) and a compressed znode
+    await cursor.set_cursor_properties({"team": "blue"})  # durable on return: into the znode (Pulsar keeps them there)
     # The first owner is not closed (as after a crash): the next one reads the cursor's state from its ledger.
 
     zk = KazooClient(hosts=bk_cluster.zk_address)
@@ -46,10 +48,11 @@ async def test_compressed_metadata_and_long_array_acks_survive_a_takeover(bk_clu
     second = factory(bk_cluster, root, ml_formats.PLAIN)
     try:
         ml = await second.open(NAME, ManagedLedgerConfig())
-        cursor = ml.cursors["sub"]
-        assert cursor.mark_delete_position == positions[1]
-        assert list(cursor.individually_deleted) == [(positions[4], positions[4]), (positions[7], positions[7])]
-        entries = await cursor.read_entries_async(10)
+        reopened = ml.cursors["sub"]
+        assert reopened.mark_delete_position == positions[1]
+        assert dict(reopened.cursor_properties) == {"team": "blue"}
+        assert list(reopened.individually_deleted) == [(positions[4], positions[4]), (positions[7], positions[7])]
+        entries = await reopened.read_entries_async(10)
         assert [e.data for e in entries] == [b"m%d" % i for i in (2, 3, 5, 6, 8, 9)]
         assert ml.last_confirmed_entry == positions[-1]
     finally:

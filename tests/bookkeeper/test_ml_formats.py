@@ -191,3 +191,14 @@ def test_long_array_limit_leaves_out_whole_ledgers() -> None:
     record = CursorRecord(Position(1, -1), ranges)
     data = F.encode_position_info(record, max_ranges=8, formats=F.MetadataFormats(acks_as_long_array=True))
     assert list(F.decode_position_info(data).individually_deleted) == [(Position(1, 0), Position(1, 4))]
+
+
+def test_cursor_properties_golden_and_round_trip() -> None:
+    """Pulsar's ManagedCursorInfo.cursorProperties (field 8, StringProperty{name, value}): a subscription's
+    properties, which live only in the znode."""
+    record = CursorRecord(Position(9, -1), cursor_properties={"k": "v"})
+    data = F.encode_cursor_info(-1, record)
+    assert data.hex() == CURSOR_INFO_NO_LEDGER + "42060a016b120176"
+    assert F.decode_cursor_info(data).record.cursor_properties == {"k": "v"}
+    # A PositionInfo (a cursor-ledger entry) has no such field: they are not in it.
+    assert F.decode_position_info(F.encode_position_info(record)).cursor_properties == {}

@@ -767,6 +767,40 @@ async def test_cursor_properties_set_without_moving(factory: ManagedLedgerFactor
     assert reopened.mark_delete_position == ps[0] and dict(reopened.properties) == {"a": 1, "b": 2}
 
 
+async def test_cursor_properties_are_kept_with_a_durable_cursor(factory: ManagedLedgerFactory) -> None:
+    """Pulsar's cursorProperties (a subscription's properties): given at creation, replaced whole, durable once
+    set_cursor_properties returns, and kept across reopening; apart from the long properties."""
+    ml = await factory.open("t")
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST, properties={"n": 1}, cursor_properties={"team": "blue"})
+    assert dict(c.cursor_properties) == {"team": "blue"} and dict(c.properties) == {"n": 1}
+    again = await ml.open_cursor("sub", cursor_properties={"team": "red"})  # an existing cursor keeps its own
+    assert again is c and dict(c.cursor_properties) == {"team": "blue"}
+    plain = await ml.open_cursor("plain", InitialPosition.EARLIEST)
+    assert dict(plain.cursor_properties) == {}
+    await ml.close()
+
+    ml = await factory.open("t")
+    c = ml.cursors["sub"]
+    assert dict(c.cursor_properties) == {"team": "blue"} and dict(c.properties) == {"n": 1}
+    await c.set_cursor_properties({"owner": "ops", "é": "ü"})
+    assert dict(c.cursor_properties) == {"owner": "ops", "é": "ü"}
+    await ml.close()
+
+    ml = await factory.open("t")
+    assert dict(ml.cursors["sub"].cursor_properties) == {"owner": "ops", "é": "ü"}
+    assert dict(ml.cursors["plain"].cursor_properties) == {}
+    await ml.cursors["sub"].set_cursor_properties({})
+    await ml.close()
+    assert dict((await factory.open("t")).cursors["sub"].cursor_properties) == {}
+
+
+async def test_a_non_durable_cursor_keeps_cursor_properties_in_memory(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t")
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "reader")
+    await reader.set_cursor_properties({"k": "v"})
+    assert dict(reader.cursor_properties) == {"k": "v"}
+
+
 async def test_a_reopened_cursor_keeps_its_inactivity(factory: ManagedLedgerFactory, clock: FakeClock,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     ml = await factory.open("t")
