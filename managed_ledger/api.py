@@ -152,6 +152,17 @@ class ManagedLedgerFactory(abc.ABC):
         # Inline completion depth for everything this factory serves. A factory is used from
         # one event loop, so this is the "per-loop" counter of the architecture.
         self.nesting = NestingCounter()
+        self._names_listeners: list[Callable[[str], None]] = []
+
+    def add_names_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(name)`` after a managed ledger is created or deleted: through this factory, or (storage
+        that brokers share) by another broker, as soon as the storage tells. Runs on the factory's event loop
+        and must not block; ``list_names`` already answers with the change."""
+        self._names_listeners.append(listener)
+
+    def _names_changed(self, name: str) -> None:
+        for listener in list(self._names_listeners):
+            listener(name)
 
     async def start(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """Connect to the storage and learn what it holds, ahead of the first ``open`` (which starts it anyway);

@@ -175,6 +175,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             directory = join(self._ml_dir, encode_name(name))
             await self._run_on_writer(partial(_create_directory, self.fs, directory, name))
             self._names[name] = directory
+            self._names_changed(name)
             recovered = file_layout.Recovered()  # just created: no segments, no cursors to scan
         else:
             recovered = await asyncio.get_running_loop().run_in_executor(
@@ -244,7 +245,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             fs.remove_tree(doomed)
 
         await self._run_on_writer(remove)
-        self._names.pop(name, None)
+        if self._names.pop(name, None) is not None:
+            self._names_changed(name)
 
     def _forget(self, ledger: FileManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:

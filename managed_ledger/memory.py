@@ -50,8 +50,11 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
             raise ManagedLedgerError("managed-ledger factory is closed")
         ledger = self._open.get(name)
         if ledger is None:
+            created = name not in self._stored
             stored = self._stored.setdefault(name, _StoredLedger())
             ledger = self._open[name] = MemoryManagedLedger(self, name, stored, config or ManagedLedgerConfig())
+            if created:
+                self._names_changed(name)
         return ledger
 
     async def delete(self, name: str) -> None:
@@ -60,6 +63,8 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
             await ledger.delete()
         elif self._stored.pop(name, None) is None:
             raise LedgerNotFoundError(f"no managed ledger named {name!r}")
+        else:
+            self._names_changed(name)
 
     async def close(self) -> None:
         for ledger in list(self._open.values()):
@@ -76,8 +81,8 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
     def _forget(self, ledger: MemoryManagedLedger, *, delete_data: bool) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]
-        if delete_data:
-            self._stored.pop(ledger.name, None)
+        if delete_data and self._stored.pop(ledger.name, None) is not None:
+            self._names_changed(ledger.name)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
+from broker.service.topic_watchers import TopicListEvents
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import (
@@ -112,6 +113,10 @@ class BrokerService:
         # change may lift it, so they re-plan a read after every metadata change.
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
+        # PIP-145 topic-list watchers hear of created and deleted topics: managed-ledger names, and partitioned
+        # topics (metadata).
+        self.topic_list_events = TopicListEvents()
+        self.ledger_factory.add_names_listener(self.topic_list_events.ledger_changed)
         self._resuming: asyncio.Task[None] | None = None
         # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
         self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")
@@ -122,6 +127,7 @@ class BrokerService:
         self.closed = False
 
     def _metadata_changed(self) -> None:
+        self.topic_list_events.changed(None)
         for dispatcher in list(self.unacked_blocked):
             asyncio.get_running_loop().call_soon(dispatcher.trigger_read)
         # Replication clusters (or a cluster's URL) may have changed.

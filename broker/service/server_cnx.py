@@ -83,7 +83,8 @@ class ServerCnx:
         # PIP-145 topic-list watchers of this connection, and whether their check loop runs.
         self.topic_watchers = TopicWatchers(
             lambda ns: service.topics_of_namespace(ns, pb.CommandGetTopicsOfNamespace.PERSISTENT), topics_hash,
-            lambda wid, new, deleted, digest: self.write(commands.watch_topic_update(wid, new, deleted, digest)))
+            lambda wid, new, deleted, digest: self.write(commands.watch_topic_update(wid, new, deleted, digest)),
+            service.topic_list_events)
         self._watching = False
         self.handlers: dict[int, Handler] = {
             T.LOOKUP: self.handle_lookup,

@@ -14,7 +14,8 @@ owner may still be running:
 
 ``list_names`` is synchronous: it answers from the names this factory knows, which are those opened or created
 through it plus, once the factory has started, those found under the root in Pulsar's four-level layout
-(``tenant/namespace/domain/topic``).
+(``tenant/namespace/domain/topic``), kept up to date from the metadata store's notifications (another broker's
+topics come and go); ``add_names_listener`` hears of each change.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKee
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
-from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError
+from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, Notification, NotificationType
 from metadata_store.factory import open_metadata_store
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._instance_ids = itertools.count(1)
         self._started: asyncio.Future[None] | None = None
         self._closed = False
+        self._rescans: dict[str, asyncio.Task[None]] = {}  # levels being re-read after a notification
 
     @property
     def store(self) -> MetadataStore:
@@ -164,6 +166,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                 if self._owns_client:
                     await self.bk.start()
                 await self._scan(self.root, 0)
+                self.store.register_listener(self._on_notification)
             except BaseException as exc:
                 self._started.set_exception(exc)
                 self._started.exception()
@@ -172,12 +175,57 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             self._started.set_result(None)
         await asyncio.shield(self._started)
 
-    async def _scan(self, path: str, depth: int) -> None:
+    async def _scan(self, path: str, depth: int, found: set[str] | None = None) -> None:
+        """The names under ``path`` (``depth`` levels below the root) into ``found``, else into the known names.
+        Reading the children arms the store's watches on them: ``_on_notification`` hears of the next change."""
         if depth == PULSAR_NAME_DEPTH:
-            self._names.add(path[len(self.root) + 1:])
+            if found is None:
+                self._names.add(path[len(self.root) + 1:])
+            else:
+                found.add(path[len(self.root) + 1:])
             return
         for child in await self.store.get_children(path):
-            await self._scan(f"{path}/{child}", depth + 1)
+            await self._scan(f"{path}/{child}", depth + 1, found)
+
+    def _add_name(self, name: str) -> None:
+        if name not in self._names:
+            self._names.add(name)
+            self._names_changed(name)
+
+    def _discard_name(self, name: str) -> None:
+        if name in self._names:
+            self._names.discard(name)
+            self._names_changed(name)
+
+    def _on_notification(self, notification: Notification) -> None:
+        """Children of a level above the managed ledgers changed, or such a level was created (another broker
+        created or deleted a managed ledger, or the first of a namespace): rescan that level. Hints only, as every
+        watch: the rescan reads what is there."""
+        path = notification.path
+        if notification.type not in (NotificationType.CHILDREN_CHANGED, NotificationType.CREATED) or self._closed:
+            return
+        if path != self.root and not path.startswith(self.root + "/"):
+            return
+        depth = 0 if path == self.root else path[len(self.root) + 1:].count("/") + 1
+        if depth >= PULSAR_NAME_DEPTH or path in self._rescans:
+            return  # (a managed ledger's own children are its cursors)
+        task = asyncio.get_running_loop().create_task(self._rescan(path, depth))
+        self._rescans[path] = task
+        task.add_done_callback(lambda _: self._rescans.pop(path, None))
+
+    async def _rescan(self, path: str, depth: int) -> None:
+        found: set[str] = set()
+        try:
+            await self._scan(path, depth, found)
+        except MetadataStoreError as exc:
+            log.warning("managed-ledger names under %s not re-read: %s", path, exc)
+            return
+        prefix = path[len(self.root) + 1:] + "/" if path != self.root else ""
+        for name in sorted(found - self._names):
+            self._add_name(name)
+        for name in sorted(n for n in self._names if n.startswith(prefix) and n not in found):
+            if name not in self._open and name not in self._opening:  # (being created here: not yet visible)
+                self._discard_name(name)
 
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
@@ -199,7 +247,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         try:
             ledger = await self._take_over(name, config or ManagedLedgerConfig())
             self._open[name] = ledger
-            self._names.add(name)
+            self._add_name(name)
             future.set_result(ledger)
             return ledger
         except BaseException as exc:
@@ -286,7 +334,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     async def _delete_stored(self, name: str, ledger_ids: list[int]) -> None:
         """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
-        self._names.discard(name)
+        self._discard_name(name)
         for ledger_id in ledger_ids:
             try:
                 await self.bk.delete_ledger(ledger_id)
@@ -299,6 +347,10 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if self._closed:
             return
         self._closed = True
+        rescans = list(self._rescans.values())
+        for task in rescans:
+            task.cancel()
+        await asyncio.gather(*rescans, return_exceptions=True)
         for ledger in list(self._open.values()):
             await ledger.close()
         if self._owns_client and self._started is not None:

@@ -4,22 +4,26 @@ second broker taking the topic over (its data and the subscription's position co
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import uuid
 from typing import Any
 
+import aiohttp
 import pulsar
 import pytest
 from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig, ConfigError
 from broker.embedded import BrokerThread
+from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.broker_service import BrokerService
 from cluster.local import LocalCluster
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.zk import AsyncZk
+from tests.component.wire import T, WireClient, producer_cmd
 
 RECEIVE_TIMEOUT_MS = 10_000
 
@@ -133,3 +137,48 @@ def test_separate_sessions_honour_the_session_timeout(bk_cluster: LocalCluster) 
         zk = factory.bk.zk
         assert isinstance(zk, AsyncZk) and not zk.shares_session
         assert zk._zk._session_timeout == 12_000
+
+
+async def test_topic_list_watchers_hear_of_topics_another_broker_creates(bk_cluster: LocalCluster) -> None:
+    """Two brokers on one ZooKeeper and BookKeeper: a topic-list watcher on the first is pushed the topic the second
+    creates (the managed-ledger znode's creation reaches the first through ZooKeeper's notifications), and its
+    deletion."""
+    chroot = f"/watchers-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = dict(
+        managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}{chroot}",
+        bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
+        managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2, managedLedgerDefaultAckQuorum=2)
+    first = await asyncio.to_thread(BrokerThread(**settings).start)
+    try:
+        second = await asyncio.to_thread(BrokerThread(**settings).start)
+        try:
+            base = f"watched-{uuid.uuid4().hex[:8]}"
+            topic = f"persistent://public/default/{base}-x"
+            watcher = await WireClient.open(int(first.service_url.rsplit(":", 1)[1]))
+            await watcher.connect()
+            watch = pb.BaseCommand(type=T.WATCH_TOPIC_LIST)
+            w = watch.watchTopicList
+            w.request_id, w.watcher_id, w.namespace = 1, 3, "public/default"
+            w.topics_pattern = f"public/default/{base}-.*"
+            watcher.send(watch)
+            assert not (await watcher.recv()).watchTopicListSuccess.topic
+
+            creator = await WireClient.open(int(second.service_url.rsplit(":", 1)[1]))
+            await creator.connect()
+            creator.send(producer_cmd(topic, producer_id=1, request_id=1))
+            assert (await creator.recv()).type == T.PRODUCER_SUCCESS
+            update = (await watcher.recv()).watchTopicUpdate
+            assert update.watcher_id == 3 and list(update.new_topics) == [topic]
+            creator.close()
+
+            async with aiohttp.ClientSession() as http:
+                url = f"{second.web_url}/admin/v2/persistent/public/default/{base}-x?force=true"
+                async with http.delete(url) as r:
+                    assert r.status == 204, await r.text()
+            update = (await watcher.recv()).watchTopicUpdate
+            assert list(update.deleted_topics) == [topic] and not update.new_topics
+            watcher.close()
+        finally:
+            await asyncio.to_thread(second.stop)
+    finally:
+        await asyncio.to_thread(first.stop)
