@@ -3,13 +3,19 @@
 v2 responses carry no request id, so a response is matched by (op, ledgerId, entryId); requests with the same key on
 one connection wait in FIFO order (the bookie answers same-key requests in order). Any connection failure fails every
 request waiting on it with `BookieUnavailableError`; the next request opens a new connection.
+
+Cheap per request, as the publish path sends one per entry and bookie: requests made in one loop iteration go out in
+one write, and a request is a future (no task, no timeout context each); one timer per connection fails the requests
+not answered within the timeout, oldest first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from managed_ledger.bookkeeper.protocol import (
@@ -35,19 +41,28 @@ class BookieUnavailableError(ConnectionError):
     """The bookie could not be reached, the connection broke, or it did not answer in time."""
 
 
+_ADD_KEY = struct.Struct(">qq")  # ledgerId, entryId: the first 16 bytes of a packaged entry
+
+
 def _key(request: Request) -> Key:
     if isinstance(request, AddRequest):
-        return (OpCode.ADD_ENTRY, request.ledger_id, request.entry_id)
+        ledger_id, entry_id = _ADD_KEY.unpack_from(request.entry)
+        return (OpCode.ADD_ENTRY, ledger_id, entry_id)
     return (OpCode.READ_ENTRY, request.ledger_id, request.entry_id)
 
 
 class BookieConnection(asyncio.Protocol):
-    def __init__(self, bookie_id: str) -> None:
+    def __init__(self, bookie_id: str, timeout: Callable[[], float] = lambda: REQUEST_TIMEOUT_S) -> None:
         self.bookie_id = bookie_id
         self._decoder = ResponseDecoder()
         self._transport: asyncio.Transport | None = None
         self._pending: dict[Key, deque[asyncio.Future[Response]]] = {}
         self.closed = False
+        self._timeout = timeout
+        self._out: list[bytes] = []  # requests of this loop iteration, written together
+        self._flush_scheduled = False
+        self._sent: deque[tuple[float, asyncio.Future[Response]]] = deque()  # (deadline, future), in send order
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (No isinstance check: uvloop's TCPTransport, the broker's, is not a subclass of asyncio.Transport.)
@@ -77,6 +92,11 @@ class BookieConnection(asyncio.Protocol):
         self.closed = True
         if self._transport is not None:
             self._transport.abort()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._out.clear()
+        self._sent.clear()
         pending, self._pending = self._pending, {}
         for waiters in pending.values():
             for future in waiters:
@@ -84,13 +104,49 @@ class BookieConnection(asyncio.Protocol):
                     future.set_exception(error)
 
     def send(self, request: Request) -> asyncio.Future[Response]:
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        """Start a request: its future gets the response, or BookieUnavailableError (the connection failed, or no
+        answer within the timeout)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Response] = loop.create_future()
         if self.closed or self._transport is None:
             future.set_exception(BookieUnavailableError(f"connection to bookie {self.bookie_id} is closed"))
             return future
         self._pending.setdefault(_key(request), deque()).append(future)
-        self._transport.write(encode_request(request))
+        self._out.append(encode_request(request))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        sent = self._sent
+        while sent and sent[0][1].done():  # (answered: forget them as we go)
+            sent.popleft()
+        timeout = self._timeout()
+        sent.append((loop.time() + timeout, future))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(timeout, self._sweep)
         return future
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if out and self._transport is not None and not self.closed:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+
+    def _sweep(self) -> None:
+        """Fail the requests past their deadline; come back at the next deadline."""
+        self._sweeper = None
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        sent = self._sent
+        while sent and (sent[0][1].done() or sent[0][0] <= now):
+            _, future = sent.popleft()
+            if not future.done():
+                future.set_exception(BookieUnavailableError(
+                    f"bookie {self.bookie_id} did not answer within {self._timeout():g}s"))
+        if sent:
+            self._sweeper = loop.call_later(max(sent[0][0] - now, 0.001), self._sweep)
 
     def close(self) -> None:
         self._fail(BookieUnavailableError(f"connection to bookie {self.bookie_id} closed by the client"))
@@ -116,7 +172,8 @@ class BookieClient:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                _, protocol = await loop.create_connection(lambda: BookieConnection(bookie_id), host, port)
+                _, protocol = await loop.create_connection(
+                    lambda: BookieConnection(bookie_id, lambda: self.request_timeout), host, port)
         except (OSError, TimeoutError) as e:
             raise BookieUnavailableError(f"cannot connect to bookie {bookie_id}: {e}") from e
         return protocol
@@ -130,16 +187,23 @@ class BookieClient:
             self._connections[bookie_id] = pending
         return await asyncio.shield(pending)
 
+    def send(self, bookie_id: str, request: Request) -> asyncio.Future[Response]:
+        """Start one request (connecting first if needed); the future gets the response, or a
+        `BookieUnavailableError` on any failure, a timeout included."""
+        pending = self._connections.get(bookie_id)
+        if pending is not None and pending.done() and not pending.cancelled() and pending.exception() is None:
+            connection = pending.result()
+            if not connection.closed:
+                return connection.send(request)
+        return asyncio.ensure_future(self._send_connected(bookie_id, request))
+
+    async def _send_connected(self, bookie_id: str, request: Request) -> Response:
+        connection = await self.connection(bookie_id)
+        return await connection.send(request)
+
     async def request(self, bookie_id: str, request: Request) -> Response:
         """Send one request and await its response; any failure is a `BookieUnavailableError`."""
-        timeout = self.request_timeout
-        connection = await self.connection(bookie_id)
-        future = connection.send(request)
-        try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise BookieUnavailableError(f"bookie {bookie_id} did not answer within {timeout}s") from None
+        return await self.send(bookie_id, request)
 
     async def close(self) -> None:
         connections, self._connections = self._connections, {}

@@ -7,9 +7,9 @@ import enum
 import random
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from managed_ledger.bookkeeper.bookie import BookieUnavailableError
 from managed_ledger.bookkeeper.digest import INVALID_ENTRY_ID, Digester, master_key
 from managed_ledger.bookkeeper.errors import (
     BookKeeperError,
@@ -20,7 +20,7 @@ from managed_ledger.bookkeeper.errors import (
     status_name,
 )
 from managed_ledger.bookkeeper.metadata import LedgerMetadata, LedgerState
-from managed_ledger.bookkeeper.protocol import AddRequest, Flag, StatusCode
+from managed_ledger.bookkeeper.protocol import AddRequest, Flag, Response, StatusCode
 from managed_ledger.bookkeeper.reader import LedgerReader
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class _PendingAdd:
     entry: bytes  # packaged, as sent
     payload_length: int
     future: asyncio.Future[int]
+    write_set: list[str]  # its bookies, kept current through ensemble changes
     acked: set[str] = field(default_factory=set)
 
 
@@ -62,7 +63,7 @@ class LedgerWriter:
         self._key = master_key(password)
         self._password = password
         self._pending: deque[_PendingAdd] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._requests: set[asyncio.Future[Response]] = set()  # add requests in flight
         self._failed_bookies: set[str] = set()
         self._ensemble_change: asyncio.Task[None] | None = None
         self._error: BookKeeperError | None = None
@@ -83,27 +84,28 @@ class LedgerWriter:
         self.length += len(payload)
         entry = self._digester.package(self.ledger_id, self.last_add_pushed, self.last_add_confirmed, self.length,
                                        payload)
-        op = _PendingAdd(self.last_add_pushed, entry, len(payload), future)
+        op = _PendingAdd(self.last_add_pushed, entry, len(payload), future,
+                         self.metadata.write_set(self.last_add_pushed))
         self._pending.append(op)
-        for bookie_id in self.metadata.write_set(op.entry_id):
+        for bookie_id in op.write_set:
             self._send(op, bookie_id)
         return future
 
     def _send(self, op: _PendingAdd, bookie_id: str) -> None:
-        task = asyncio.create_task(self._add_to(op, bookie_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        request = self.bk.bookies.send(bookie_id, AddRequest(self._key, op.entry, self._flags))
+        self._requests.add(request)
+        request.add_done_callback(partial(self._add_done, op, bookie_id))
 
-    async def _add_to(self, op: _PendingAdd, bookie_id: str) -> None:
-        try:
-            response = await self.bk.bookies.request(bookie_id, AddRequest(self._key, op.entry, self._flags))
-        except BookieUnavailableError:
-            self._on_add_result(op, bookie_id, None)
-            return
-        self._on_add_result(op, bookie_id, response.status)
+    def _add_done(self, op: _PendingAdd, bookie_id: str, request: asyncio.Future[Response]) -> None:
+        self._requests.discard(request)
+        if request.cancelled():
+            return  # the writer stopped
+        exc = request.exception()
+        # (Any failure of the request, BookieUnavailableError above all, is the bookie's: it is replaced.)
+        self._on_add_result(op, bookie_id, None if exc is not None else request.result().status)
 
     def _on_add_result(self, op: _PendingAdd, bookie_id: str, status: StatusCode | int | None) -> None:
-        if bookie_id not in self.metadata.write_set(op.entry_id):
+        if bookie_id not in op.write_set:
             return  # this bookie was replaced meanwhile
         if status == StatusCode.EOK:
             if not op.future.done():
@@ -122,8 +124,7 @@ class LedgerWriter:
             return  # completions wait until the new ensemble is in place
         while self._pending:
             head = self._pending[0]
-            write_set = self.metadata.write_set(head.entry_id)
-            if len(head.acked.intersection(write_set)) < self.metadata.ack_quorum:
+            if len(head.acked.intersection(head.write_set)) < self.metadata.ack_quorum:
                 return
             self._pending.popleft()
             self.last_add_confirmed = head.entry_id
@@ -195,7 +196,7 @@ class LedgerWriter:
         self._failed_bookies -= failed
         # Every unacknowledged entry goes to the bookies that now hold its place in the write set.
         for op in self._pending:
-            write_set = updated.write_set(op.entry_id)
+            write_set = op.write_set = updated.write_set(op.entry_id)
             op.acked.intersection_update(write_set)
             for bookie_id in write_set:
                 if bookie_id in replacement.values() and bookie_id not in op.acked:
@@ -275,7 +276,7 @@ class LedgerWriter:
 
     async def _cancel_tasks(self) -> None:
         self.bk._writers.discard(self)
-        tasks = list(self._tasks)
+        tasks: list[asyncio.Future[Any]] = list(self._requests)
         if self._ensemble_change is not None:
             tasks.append(self._ensemble_change)
         for task in tasks:

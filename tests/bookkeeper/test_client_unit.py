@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from managed_ledger.bookkeeper.bookie import BookieConnection, BookieUnavailableError
 from managed_ledger.bookkeeper.client import (
     BookKeeper,
     BookKeeperError,
@@ -17,8 +18,16 @@ from managed_ledger.bookkeeper.client import (
     UnauthorizedError,
     WriterState,
 )
+from managed_ledger.bookkeeper.digest import Digester, DigestType, master_key
 from managed_ledger.bookkeeper.metadata import LedgerState, ledger_path, serialize
-from managed_ledger.bookkeeper.protocol import AddRequest, AddResponse, Request, StatusCode, encode_response
+from managed_ledger.bookkeeper.protocol import (
+    AddRequest,
+    AddResponse,
+    Request,
+    StatusCode,
+    encode_request,
+    encode_response,
+)
 from tests.bookkeeper.fakes import FakeBookie, FakeZk
 from tests.waiting import eventually
 
@@ -210,3 +219,37 @@ async def test_closing_the_client_stops_its_writers(env: Env) -> None:
         await pending
     assert lh.state is WriterState.FAILED
     assert (await env.bk.read_metadata(lh.ledger_id))[0].state == LedgerState.OPEN
+
+
+class RecordingTransport:
+    """Stands in for the socket: records what the connection writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_requests_of_one_loop_iteration_go_out_in_one_write_and_silence_times_out() -> None:
+    connection = BookieConnection("127.0.0.1:1", lambda: 0.2)
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    key = master_key(b"")
+    digester = Digester(DigestType.CRC32C, b"")
+    requests = [AddRequest(key, digester.package(7, e, -1, 0, b"x")) for e in range(100)]
+    futures = [connection.send(r) for r in requests]
+    assert transport.writes == []  # not yet: at the end of this loop iteration
+    await asyncio.sleep(0)
+    assert transport.writes == [b"".join(encode_request(r) for r in requests)]
+
+    # Answers for all but the last: those complete; the last fails once its deadline passes.
+    connection.data_received(b"".join(encode_response(AddResponse(StatusCode.EOK, 7, e)) for e in range(99)))
+    assert all(f.done() and f.result().status == StatusCode.EOK for f in futures[:99])
+    with pytest.raises(BookieUnavailableError, match="did not answer"):
+        await asyncio.wait_for(futures[99], 5)
+    assert not transport.aborted  # a silent request fails alone; the connection stays
