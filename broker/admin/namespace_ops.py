@@ -6,7 +6,9 @@ unsubscribe and unload; we have one broker, so "every bundle" is the whole names
   the backlog of a topic nobody uses is cleared too.
 - ``POST .../unsubscribe/{sub}``: ``sub`` is deleted from every topic that has it; refused as a
   whole (412) when any of them has a connected consumer, before anything is deleted.
-- ``PUT .../unload``: every loaded topic is closed; its clients reconnect and load it again.
+- ``PUT .../unload``: the bundles are released (``service.ownership.unload_bundle``): their loaded topics close,
+  their clients look up again (in cluster mode another broker may take them); a bundle another broker owns is
+  unloaded by that broker (307 for a bundle, passed on for a namespace).
 
 Each also exists per bundle (``.../{bundle}/clearBacklog``, ``.../{bundle}/unload``, ...): only the
 topics whose name hashes into the bundle's range, with Pulsar's hash (CRC32 of the full topic
@@ -19,8 +21,10 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import aiohttp
 from aiohttp import web
 
+from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError, no_content
 from broker.metadata import policies as P
 from broker.service import admin_ops
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 BUNDLE_PATTERN = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
+# How long a namespace unload waits for another broker to unload its bundle.
+FORWARD_TIMEOUT_S = 60.0
 
 
 class NamespaceOperationsResource:
@@ -92,7 +98,40 @@ class NamespaceOperationsResource:
         return no_content()
 
     async def unload(self, request: web.Request) -> web.Response:
-        ns, covers = self.scope(request)
-        for topic in [t for t in self.service.all_topics() if t.name.namespace == ns and covers(t.name)]:
-            await self.service.unload_topic(topic.name)
+        """Release the bundle (or every bundle of the namespace): its topics close, their clients look up again
+        (cluster mode: any broker may take it then). A bundle another broker owns is that broker's to unload: a
+        bundle's unload is redirected there (307), a namespace's is passed on to each owner."""
+        ns, _ = self.scope(request)
+        ownership = self.service.ownership
+        bundles = ownership.bundles(ns)
+        range_name = request.match_info.get("bundle")
+        if range_name is not None:
+            bundle = bundles.get(range_name)
+            if bundle is None:
+                raise HttpError(404, f"Bundle {ns}/{range_name} not found")
+            if ownership.distributed and not ownership.is_owned(bundle):
+                owner = await ownership.owner_of(bundle)
+                base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+                if base:
+                    raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+                return no_content()  # (owned by nobody: nothing to unload)
+            await ownership.unload_bundle(bundle)
+            return no_content()
+        for bundle in bundles.bundles:
+            if not ownership.distributed or ownership.is_owned(bundle):
+                await ownership.unload_bundle(bundle)
+                continue
+            owner = await ownership.owner_of(bundle)
+            if owner is not None and owner.http_url:
+                await forward_put(request, f"{owner.http_url}{NS.format(**request.match_info)}/"
+                                           f"{bundle.range_name}/unload")
         return no_content()
+
+
+async def forward_put(request: web.Request, url: str) -> None:
+    """PUT ``url`` on another broker with this request's credentials; its error becomes ours."""
+    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+    timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.put(url, headers=headers) as answer:
+        if answer.status >= 400:
+            raise HttpError(answer.status, f"{url}: {await answer.text()}")

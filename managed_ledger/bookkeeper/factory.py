@@ -39,7 +39,7 @@ from managed_ledger.bookkeeper.ledger import BookKeeperManagedLedger
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
-from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError
+from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, Notification, NotificationType
 from metadata_store.factory import open_metadata_store
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._opening: dict[str, asyncio.Future[BookKeeperManagedLedger]] = {}
         self._instance_ids = itertools.count(1)
         self._started: asyncio.Future[None] | None = None
+        self._rescans: set[asyncio.Task[None]] = set()  # (cancelled by close)
+        self._local_changes = 0  # names added or removed here: a rescan under way meanwhile is redone
         self._closed = False
 
     @property
@@ -148,6 +150,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                     self._owns_store = True
                 if self._owns_client:
                     await self.bk.start()
+                self.store.register_listener(self._notified)
                 await self._scan(self.root, 0)
             except BaseException as exc:
                 self._started.set_exception(exc)
@@ -158,11 +161,43 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         await asyncio.shield(self._started)
 
     async def _scan(self, path: str, depth: int) -> None:
+        await self._scan_into(path, depth, self._names)
+
+    def _notified(self, n: Notification) -> None:
+        """Other brokers create and delete managed ledgers: a changed list of children under the root (every level
+        scanned is watched) is scanned again, so ``list_names`` shows the topics of every broker."""
+        if self._closed or n.type not in (NotificationType.CHILDREN_CHANGED, NotificationType.CREATED):
+            return
+        if not (n.path == self.root or n.path.startswith(self.root + "/")):
+            return
+        depth = 0 if n.path == self.root else n.path[len(self.root) + 1:].count("/") + 1
+        if depth >= PULSAR_NAME_DEPTH:
+            return
+        task = asyncio.get_running_loop().create_task(self._rescan(n.path, depth))
+        self._rescans.add(task)
+        task.add_done_callback(self._rescans.discard)
+
+    async def _rescan(self, path: str, depth: int) -> None:
+        prefix = path[len(self.root) + 1:] + "/" if path != self.root else ""
+        for _ in range(3):
+            changes = self._local_changes
+            found: set[str] = set()
+            try:
+                await self._scan_into(path, depth, found)
+            except MetadataStoreError as exc:
+                log.debug("rescan of %s failed: %s", path, exc)
+                return
+            if changes == self._local_changes:  # (else an open or delete here raced the scan: scan again)
+                kept = {n for n in self._names if not n.startswith(prefix) or n in self._open}
+                self._names = kept | found
+                return
+
+    async def _scan_into(self, path: str, depth: int, found: set[str]) -> None:
         if depth == PULSAR_NAME_DEPTH:
-            self._names.add(path[len(self.root) + 1:])
+            found.add(path[len(self.root) + 1:])
             return
         for child in await self.store.get_children(path):
-            await self._scan(f"{path}/{child}", depth + 1)
+            await self._scan_into(f"{path}/{child}", depth + 1, found)
 
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
@@ -185,6 +220,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             ledger = await self._take_over(name, config or ManagedLedgerConfig())
             self._open[name] = ledger
             self._names.add(name)
+            self._local_changes += 1
             future.set_result(ledger)
             return ledger
         except BaseException as exc:
@@ -272,6 +308,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._names.discard(name)
+        self._local_changes += 1
         for ledger_id in ledger_ids:
             try:
                 await self.bk.delete_ledger(ledger_id)
@@ -284,6 +321,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if self._closed:
             return
         self._closed = True
+        for task in list(self._rescans):
+            task.cancel()
+        await asyncio.gather(*self._rescans, return_exceptions=True)
         for ledger in list(self._open.values()):
             await ledger.close()
         if self._owns_client and self._started is not None:
