@@ -15,14 +15,12 @@ name), so ``--bundle`` in scripts means what it means against Pulsar.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from broker.admin.common import HttpError, no_content
-from broker.metadata import policies as P
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
@@ -56,11 +54,10 @@ class NamespaceOperationsResource:
         bundle = request.match_info.get("bundle")
         if bundle is None:
             return ns, lambda name: True
-        lower, upper = (int(end, 16) for end in bundle.split("_"))
-        bounds = (lower, upper)
-        if bounds not in itertools.pairwise(P.bundle_boundaries()):
+        found = self.web.metadata.namespace_bundles(ns).get(bundle)
+        if found is None:
             raise HttpError(404, f"Bundle {ns}/{bundle} not found")
-        return ns, lambda name: P.bundle_of(name.full) == bounds
+        return ns, lambda name: found.includes(name.full)
 
     async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""

@@ -65,7 +65,8 @@ class BrokerService:
         self.config = config
         self.data_dir = data_dir
         # The broker's metadata, in the metadata store opened by open() (metadataStoreUrl).
-        self.metadata = BrokerMetadata(config.clusterName)
+        self.metadata = BrokerMetadata(config.clusterName,
+                                      default_bundles=config.defaultNumberOfNamespaceBundles)
         self.metadata_store: MetadataStore | None = None
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)

@@ -1,0 +1,1 @@
+"""Cluster mode: namespace bundles, their split and unload, and (later) ownership and lookups."""
