@@ -266,12 +266,15 @@ class BrokerConfig:
     # loadBalancerNamespaceMaximumBundles bundles; checked every loadBalancerSplitIntervalMinutes.
     loadBalancerAutoBundleSplitEnabled: bool = True
     loadBalancerAutoUnloadSplitBundlesEnabled: bool = True
-    loadBalancerNamespaceBundleMaxTopics: int = setting(1000, Rule(-1, means="-1 = no check"))
-    loadBalancerNamespaceBundleMaxSessions: int = setting(1000, Rule(-1, means="-1 = no check"))
-    loadBalancerNamespaceBundleMaxMsgRate: int = setting(30000, Rule(-1, means="-1 = no check"))
-    loadBalancerNamespaceBundleMaxBandwidthMbytes: int = setting(100, Rule(-1, means="-1 = no check"))
+    loadBalancerNamespaceBundleMaxTopics: int = setting(1000, AT_LEAST_0)
+    loadBalancerNamespaceBundleMaxSessions: int = setting(1000, Rule(-1, means="0 or -1 = not checked"))
+    loadBalancerNamespaceBundleMaxMsgRate: int = setting(30000, AT_LEAST_0)
+    loadBalancerNamespaceBundleMaxBandwidthMbytes: int = setting(100, AT_LEAST_0)
     loadBalancerNamespaceMaximumBundles: int = setting(128, POSITIVE)
+    # (Pulsar's extensible load manager's key; its modular one splits when it writes a load report.)
     loadBalancerSplitIntervalMinutes: float = setting(1, POSITIVE)
+    # flow_or_qps_equally_divide splits only a bundle past a rate threshold by this many per cent.
+    flowOrQpsDifferenceThresholdPercentage: int = setting(10, AT_LEAST_0)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""

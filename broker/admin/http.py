@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.admin.broker_stats import BrokerStatsResource
+from broker.admin.bundles import BundlesResource
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
 from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry, render_metrics
@@ -58,6 +59,7 @@ class WebService:
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
         self.topic_policies = TopicPoliciesResource(self)
+        self.bundles = BundlesResource(self)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.ready)
@@ -84,6 +86,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
+        self.bundles.register(r)
         BrokerStatsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)

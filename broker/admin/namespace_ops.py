@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.admin.common import HttpError, no_content
+from broker.cluster.operations import BundleOperationError
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-BUNDLE_PATTERN = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
+# A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar).
+BUNDLE_PATTERN = "[^/]*_[^/]*"
 
 
 class NamespaceOperationsResource:
@@ -54,9 +56,10 @@ class NamespaceOperationsResource:
         bundle = request.match_info.get("bundle")
         if bundle is None:
             return ns, lambda name: True
-        found = self.web.metadata.namespace_bundles(ns).get(bundle)
-        if found is None:
-            raise HttpError(404, f"Bundle {ns}/{bundle} not found")
+        try:
+            found = self.web.bundles.ops.bundle(ns, bundle)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
         return ns, lambda name: found.includes(name.full)
 
     async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
@@ -89,7 +92,6 @@ class NamespaceOperationsResource:
         return no_content()
 
     async def unload(self, request: web.Request) -> web.Response:
-        ns, covers = self.scope(request)
-        for topic in [t for t in self.service.all_topics() if t.name.namespace == ns and covers(t.name)]:
-            await self.service.unload_topic(topic.name)
+        """The bundle's (every bundle's) topics are closed through ownership (broker.cluster)."""
+        await self.web.bundles.unload(self.web.namespaces.namespace(request), request.match_info.get("bundle"))
         return no_content()

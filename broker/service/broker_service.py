@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from broker.cluster.ownership import BundleOwnership, SingleBrokerOwnership
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
 from broker.metadata.legacy import LEGACY_FILE_NAME
@@ -68,6 +69,9 @@ class BrokerService:
         self.metadata = BrokerMetadata(config.clusterName,
                                       default_bundles=config.defaultNumberOfNamespaceBundles)
         self.metadata_store: MetadataStore | None = None
+        # Who owns which namespace bundle (broker.cluster): this broker all of them, until cluster
+        # mode puts its ownership here.
+        self.ownership: BundleOwnership = SingleBrokerOwnership(self)
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
