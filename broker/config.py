@@ -254,7 +254,7 @@ class BrokerConfig:
     replicatedSubscriptionsSnapshotFrequencyMillis: int = setting(1000, POSITIVE)
     replicatedSubscriptionsSnapshotTimeoutSeconds: int = setting(30, POSITIVE)
     replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = setting(10, POSITIVE)
-    # -- namespace bundles and their split (Pulsar's keys and defaults; docs/bundles.md) -------------
+    # -- namespace bundles and their split (Pulsar's keys and defaults; docs/features.md) -------------
     # Bundles of a namespace created without a count (and of one whose stored documents have none).
     defaultNumberOfNamespaceBundles: int = setting(4, Rule(1, 1 << 16))
     # The split algorithm used when a split request names none, and the ones a request may name.
