@@ -21,6 +21,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from broker.admin.broker_stats import BrokerStatsResource
+from broker.admin.bundles import BundlesResource
 from broker.admin.cluster import ownership_middleware
 from broker.admin.common import (
     HttpError,
@@ -70,6 +71,7 @@ class WebService:
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
         self.topic_policies = TopicPoliciesResource(self)
+        self.bundles = BundlesResource(self)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.ready)
@@ -96,6 +98,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
+        self.bundles.register(r)
         BrokerStatsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)

@@ -17,7 +17,6 @@ name), so ``--bundle`` in scripts means what it means against Pulsar.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from aiohttp import web
 
 from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError, no_content
-from broker.metadata import policies as P
+from broker.cluster.operations import BundleOperationError
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
@@ -36,7 +35,8 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-BUNDLE_PATTERN = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
+# A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar).
+BUNDLE_PATTERN = "[^/]*_[^/]*"
 # How long a namespace unload waits for another broker to unload its bundle.
 FORWARD_TIMEOUT_S = 60.0
 
@@ -62,11 +62,11 @@ class NamespaceOperationsResource:
         bundle = request.match_info.get("bundle")
         if bundle is None:
             return ns, lambda name: True
-        lower, upper = (int(end, 16) for end in bundle.split("_"))
-        bounds = (lower, upper)
-        if bounds not in itertools.pairwise(P.bundle_boundaries()):
-            raise HttpError(404, f"Bundle {ns}/{bundle} not found")
-        return ns, lambda name: P.bundle_of(name.full) == bounds
+        try:
+            found = self.web.bundles.ops.bundle(ns, bundle)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        return ns, lambda name: found.includes(name.full)
 
     async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""
@@ -98,33 +98,32 @@ class NamespaceOperationsResource:
         return no_content()
 
     async def unload(self, request: web.Request) -> web.Response:
-        """Release the bundle (or every bundle of the namespace): its topics close, their clients look up again
-        (cluster mode: any broker may take it then). A bundle another broker owns is that broker's to unload: a
-        bundle's unload is redirected there (307), a namespace's is passed on to each owner."""
-        ns, _ = self.scope(request)
-        ownership = self.service.ownership
-        bundles = ownership.bundles(ns)
+        """Release the bundle (or every bundle of the namespace) through ownership (broker.cluster): its topics
+        close, their clients look up again (cluster mode: any broker may take it then). In cluster mode a bundle
+        another broker owns is that broker's to unload: a bundle's unload is redirected there (307), a namespace's
+        is passed on to each owner; a bundle nobody owns has nothing to unload."""
+        ns = self.web.namespaces.namespace(request)
         range_name = request.match_info.get("bundle")
-        if range_name is not None:
-            bundle = bundles.get(range_name)
-            if bundle is None:
-                raise HttpError(404, f"Bundle {ns}/{range_name} not found")
-            if ownership.distributed and not ownership.is_owned(bundle):
-                owner = await ownership.owner_of(bundle)
-                base = owner and (owner.http_url_tls if request.secure else owner.http_url)
-                if base:
-                    raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
-                return no_content()  # (owned by nobody: nothing to unload)
-            await ownership.unload_bundle(bundle)
+        ownership = self.service.ownership
+        if not ownership.distributed:
+            await self.web.bundles.unload(ns, range_name)
             return no_content()
-        for bundle in bundles.bundles:
-            if not ownership.distributed or ownership.is_owned(bundle):
+        try:
+            targets = ([self.web.bundles.ops.bundle(ns, range_name)] if range_name is not None
+                       else self.service.metadata.namespace_bundles(ns).bundles)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        for bundle in targets:
+            if ownership.is_owned(bundle):
                 await ownership.unload_bundle(bundle)
                 continue
             owner = await ownership.owner_of(bundle)
-            if owner is not None and owner.http_url:
-                await forward_put(request, f"{owner.http_url}{NS.format(**request.match_info)}/"
-                                           f"{bundle.range_name}/unload")
+            base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+            if not base:
+                continue  # (owned by nobody)
+            if range_name is not None:
+                raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+            await forward_put(request, f"{base}{NS.format(**request.match_info)}/{bundle.range_name}/unload")
         return no_content()
 
 

@@ -1,1 +1,1 @@
-"""Cluster mode: namespace bundles, bundle ownership, the broker registry and lookups (Pulsar's)."""
+"""Cluster mode: namespace bundles (their split and unload), bundle ownership, the broker registry and lookups."""

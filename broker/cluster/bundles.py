@@ -1,60 +1,27 @@
-"""STAND-IN for helper "bundles"'s model (branch r-bundles): the agreed interface, to be replaced by theirs.
+"""Namespace bundles, for the cluster floor: the values (defined with the metadata that stores them,
+``broker.metadata.bundles``, so that ``BrokerMetadata`` can return them without importing this
+package) and, in ``broker.cluster.split``, the split algorithms and the automatic split.
 
-Namespace bundles as Pulsar's: ranges of the 32-bit CRC32 hash of a topic's full name; the last range includes
-its upper end.
+- ``hash_topic(full_name)``: Pulsar's bundle hash (CRC-32 of the UTF-8 full topic name,
+  partition suffix included);
+- ``NamespaceBundle(namespace, lower, upper)``: ``range_name``, ``contains(h)``, ``parse``;
+- ``NamespaceBundles(namespace, boundaries)``: ``bundles``, ``find(full_topic_name)``,
+  ``get(range_name)``, ``from_bundles_data`` / ``to_bundles_data`` (Pulsar's BundlesData JSON);
+- ``BrokerMetadata.namespace_bundles(ns)`` and ``await BrokerMetadata.split_bundle(ns, bundle,
+  split_points)`` (``broker.metadata.store``) read and change a namespace's bundles.
 """
 
-from __future__ import annotations
+from broker.metadata.bundles import (
+    DEFAULT_NUMBER_OF_BUNDLES,
+    FULL_LOWER,
+    FULL_UPPER,
+    BundleError,
+    NamespaceBundle,
+    NamespaceBundles,
+    format_boundary,
+    hash_topic,
+    parse_boundary,
+)
 
-import itertools
-import zlib
-from dataclasses import dataclass
-
-FULL_UPPER = 0xFFFFFFFF
-DEFAULT_NUM_BUNDLES = 4  # Pulsar's defaultNumberOfNamespaceBundles
-
-
-def hash_topic(full_name: str) -> int:
-    return zlib.crc32(full_name.encode())
-
-
-@dataclass(frozen=True)
-class NamespaceBundle:
-    namespace: str
-    lower: int
-    upper: int
-
-    @property
-    def range_name(self) -> str:
-        return f"0x{self.lower:08x}_0x{self.upper:08x}"
-
-    def contains(self, h: int) -> bool:
-        return self.lower <= h < self.upper or (self.upper == FULL_UPPER and h == FULL_UPPER)
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.range_name}"
-
-
-@dataclass(frozen=True)
-class NamespaceBundles:
-    namespace: str
-    boundaries: tuple[int, ...]
-
-    @property
-    def bundles(self) -> list[NamespaceBundle]:
-        return [NamespaceBundle(self.namespace, lo, hi) for lo, hi in itertools.pairwise(self.boundaries)]
-
-    def find(self, full_topic_name: str) -> NamespaceBundle:
-        h = hash_topic(full_topic_name)
-        for bundle in self.bundles:
-            if bundle.contains(h):
-                return bundle
-        raise ValueError(f"no bundle of {self.namespace} contains {full_topic_name}")
-
-    def get(self, range_name: str) -> NamespaceBundle | None:
-        return next((b for b in self.bundles if b.range_name == range_name), None)
-
-
-def default_bundles(namespace: str, count: int = DEFAULT_NUM_BUNDLES) -> NamespaceBundles:
-    step = (1 << 32) // count
-    return NamespaceBundles(namespace, tuple(min(i * step, FULL_UPPER) for i in range(count + 1)))
+__all__ = ["DEFAULT_NUMBER_OF_BUNDLES", "FULL_LOWER", "FULL_UPPER", "BundleError", "NamespaceBundle",
+           "NamespaceBundles", "format_boundary", "hash_topic", "parse_boundary"]

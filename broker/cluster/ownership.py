@@ -34,12 +34,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.cluster import placement
-from broker.cluster.bundles import NamespaceBundle, NamespaceBundles, hash_topic
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import (
     OWNERSHIP_ROOT,
     BrokerUrls,
@@ -61,7 +61,7 @@ class TopicHost(Protocol):
 
     def served_topic_names(self) -> list[str]: ...  # loaded topics (persistent and non-persistent), full names
 
-    async def unload_topics(self, names: list[str]) -> None: ...  # close them; their clients look up again
+    async def unload_topics(self, names: list[str]) -> int: ...  # close them (how many); their clients look up again
 
     def stop_serving_now(self) -> None: ...  # disconnect every client and close every topic (in the background)
 
@@ -93,9 +93,11 @@ class Ownership(Protocol):
 
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...
 
-    async def unload_bundle(self, bundle: NamespaceBundle) -> None: ...
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...  # None: owned here now
 
-    async def bundle_split(self, parent: NamespaceBundle, children: list[NamespaceBundle]) -> None: ...
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int: ...  # how many topics were closed
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None: ...
 
     def owned_bundles(self) -> list[NamespaceBundle]: ...
 
@@ -108,7 +110,11 @@ class Ownership(Protocol):
 def _topics_in(host: TopicHost, bundle: NamespaceBundle) -> list[str]:
     """The loaded topics whose names hash into ``bundle``."""
     return [full for full in host.served_topic_names()
-            if TopicName.parse(full).namespace == bundle.namespace and bundle.contains(hash_topic(full))]
+            if TopicName.parse(full).namespace == bundle.namespace and bundle.includes(full)]
+
+
+# What the bundle operations (broker.cluster.operations) need: the same protocol.
+BundleOwnership = Ownership
 
 
 class StandaloneOwnership:
@@ -139,10 +145,13 @@ class StandaloneOwnership:
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
         return None
 
-    async def unload_bundle(self, bundle: NamespaceBundle) -> None:
-        await self.host.unload_topics(_topics_in(self.host, bundle))
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        return None
 
-    async def bundle_split(self, parent: NamespaceBundle, children: list[NamespaceBundle]) -> None:
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
+        return await self.host.unload_topics(_topics_in(self.host, bundle))
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
         return None  # (the broker keeps owning everything: its topics stay loaded)
 
     def owned_bundles(self) -> list[NamespaceBundle]:
@@ -263,12 +272,13 @@ class ClusterOwnership:
             return self.mine
         raise ServiceNotReadyError(f"could not acquire the ownership of {bundle}")
 
-    async def unload_bundle(self, bundle: NamespaceBundle) -> None:
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         """Release an owned bundle (Pulsar's OwnedBundle.handleUnloadRequest): mark the node disabled (lookups meanwhile
         answer 'being unloaded', which clients retry), close the bundle's topics (their clients look up again), then
-        delete the node so any broker may take it. Not owned here: nothing to do."""
+        delete the node so any broker may take it. Not owned here: nothing to do. Returns how many topics
+        were closed."""
         if self._owned.get(bundle) is not BundleState.ACTIVE:
-            return
+            return 0
         self._owned[bundle] = BundleState.UNLOADING
         path = ownership_path(bundle)
         try:
@@ -277,25 +287,30 @@ class ClusterOwnership:
                 if got is not None and got.stat.created_by_self:
                     await self.store.put(path, self.mine.with_disabled(True).to_bytes(), got.stat.version,
                                          ephemeral=True)
-            await self.host.unload_topics(_topics_in(self.host, bundle))
+            closed = await self.host.unload_topics(_topics_in(self.host, bundle))
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(path)
         finally:
             if self._owned.get(bundle) is BundleState.UNLOADING:
                 del self._owned[bundle]
             self.registry.report_changed()
-        log.info("bundle %s unloaded", bundle)
+        log.info("bundle %s unloaded (%d topics closed)", bundle, closed)
+        return closed
 
-    async def bundle_split(self, parent: NamespaceBundle, children: list[NamespaceBundle]) -> None:
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
         """Pulsar's splitAndOwnBundle: the owner of the parent owns the children, then releases the parent. The
-        parent's topics are closed (they load again, under a child, on their next use)."""
+        parent's topics stay loaded: they are the children's now, served by the same broker."""
         if self._owned.get(parent) is not BundleState.ACTIVE:
             raise ServiceNotReadyError(f"bundle {parent} is not owned by this broker")
         for child in children:
             owner = await self.acquire(child)
             if not owner.same_owner(self.mine):
                 log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
-        await self.unload_bundle(parent)
+        del self._owned[parent]
+        with contextlib.suppress(NotFoundError):
+            await self.store.delete(ownership_path(parent))
+        self.registry.report_changed()
+        log.info("bundle %s split into %s, owned here", parent, ", ".join(c.range_name for c in children))
 
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
         state = self._owned.get(bundle)
@@ -308,6 +323,17 @@ class ClusterOwnership:
             return NamespaceEphemeralData.from_bytes(got.value)
         except ClusterDataError as exc:
             raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        """None when this broker owns the bundle (taking it when nobody does); else its owner."""
+        if self.is_owned(bundle):
+            return None
+        owner = await self.owner_of(bundle)
+        if owner is None or (owner.same_owner(self.mine) and bundle not in self._owned):
+            owner = await self.acquire(bundle)
+        if owner.disabled:
+            raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
+        return None if self.is_owned(bundle) else owner
 
     async def close(self) -> None:
         """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once."""

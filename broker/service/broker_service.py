@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.bundles import NamespaceBundles, default_bundles
+from broker.cluster.bundles import NamespaceBundles
 from broker.cluster.data import BrokerUrls, LoadReport
 from broker.cluster.load import Counters, LoadSampler, memory_mb
 from broker.cluster.ownership import ClusterOwnership, Ownership, StandaloneOwnership
@@ -78,7 +78,8 @@ class BrokerService:
         self.config = config
         self.data_dir = data_dir
         # The broker's metadata, in the metadata store opened by open() (metadataStoreUrl).
-        self.metadata = BrokerMetadata(config.clusterName)
+        self.metadata = BrokerMetadata(config.clusterName,
+                                      default_bundles=config.defaultNumberOfNamespaceBundles)
         self.metadata_store: MetadataStore | None = None
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
@@ -195,7 +196,7 @@ class BrokerService:
         return is_shared_store_url(self.config.metadataStoreUrl)
 
     def namespace_bundles(self, namespace: str) -> NamespaceBundles:
-        return default_bundles(namespace)
+        return self.metadata.namespace_bundles(namespace)
 
     async def start_cluster(self, urls: BrokerUrls) -> None:
         """Cluster mode, once the broker's ports are bound: register in /loadbalance/brokers, run for leader, own
@@ -236,8 +237,12 @@ class BrokerService:
     def served_topic_names(self) -> list[str]:
         return [*self.topics, *self.non_persistent_topics]
 
-    async def unload_topics(self, names: list[str]) -> None:
-        await asyncio.gather(*(self.unload_topic(TopicName.parse(n)) for n in names), return_exceptions=True)
+    async def unload_topics(self, names: list[str]) -> int:
+        done = await asyncio.gather(*(self.unload_topic(TopicName.parse(n)) for n in names), return_exceptions=True)
+        for name, result in zip(names, done, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("unloading %s failed: %s", name, result)
+        return sum(1 for result in done if result is True)
 
     def stop_serving_now(self) -> None:
         """The metadata session is lost: other brokers may own these bundles any moment. Every client of every
