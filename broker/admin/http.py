@@ -167,9 +167,18 @@ class WebService:
     async def brokers(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] not in self.metadata.clusters:
             raise HttpError(404, "Cluster does not exist")
+        registry = self.service.registry
+        if registry is not None:  # cluster mode: every registered broker
+            return json_response(sorted(await registry.active_brokers()))
         return json_response([self.broker_id])
 
     async def leader_broker(self, request: web.Request) -> web.Response:
+        registry = self.service.registry
+        if registry is not None:  # cluster mode: the elected one
+            leader = registry.leader
+            if leader is None:
+                raise HttpError(404, "No leader broker")
+            return json_response({"serviceUrl": leader.service_url, "brokerId": leader.broker_id})
         return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 
     async def version(self, request: web.Request) -> web.Response:

@@ -161,6 +161,50 @@ class StandaloneOwnership:
         return None
 
 
+class PendingOwnership:
+    """Cluster mode before the broker has registered (its ports are bound, its session is not in use yet): it owns
+    nothing and answers every lookup ServiceNotReady, which clients retry."""
+
+    distributed = True
+    is_leader = False
+
+    def __init__(self, bundles_of: Callable[[str], NamespaceBundles]) -> None:
+        self._bundles_of = bundles_of
+
+    def bundles(self, namespace: str) -> NamespaceBundles:
+        return self._bundles_of(namespace)
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle:
+        return self._bundles_of(name.namespace).find(name.full)
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool:
+        return False
+
+    def check_serving(self, name: TopicName) -> None:
+        raise ServiceNotReadyError("The broker is starting: it serves no bundle yet")
+
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
+        raise ServiceNotReadyError("The broker is starting: look up again")
+
+    async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
+        return 0
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    def owned_bundles(self) -> list[NamespaceBundle]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
 class BundleState(enum.Enum):
     ACTIVE = "active"
     UNLOADING = "unloading"  # the node says disabled; the topics are being closed

@@ -17,7 +17,7 @@ from typing import Any
 from broker.cluster.bundles import NamespaceBundles
 from broker.cluster.data import BrokerUrls, LoadReport
 from broker.cluster.load import Counters, LoadSampler, memory_mb
-from broker.cluster.ownership import ClusterOwnership, Ownership, StandaloneOwnership
+from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError
@@ -122,7 +122,8 @@ class BrokerService:
         self.health_ledger_name = HEALTH_LEDGER
         # Which bundles this broker serves: all of them (one broker), or those it owns in ZooKeeper (cluster mode,
         # set up by start_cluster once the broker's ports are known).
-        self.ownership: Ownership = StandaloneOwnership(self, self.namespace_bundles)
+        self.ownership: Ownership = (PendingOwnership(self.namespace_bundles) if self.distributed
+                                     else StandaloneOwnership(self, self.namespace_bundles))
         self.registry: BrokerRegistry | None = None
         self.load = LoadSampler()
         # Topics closed at once when the metadata session was lost (their closes run here).

@@ -32,6 +32,9 @@ def test_registry_leader_and_owner_per_bundle(brokers: Brokers) -> None:
         leader = json.loads(zk.get("/loadbalance/leader")[0])
         assert leader["brokerId"] in registered and leader["serviceUrl"] == f"http://{leader['brokerId']}"
         assert zk.exists("/loadbalance/leader").ephemeralOwner != 0  # (ephemeral)
+        for b in (b1, b2, b3):  # the admin API tells the same from any broker
+            assert set(http_json(f"{b.web_url}/admin/v2/brokers/standalone")) == registered
+            assert http_json(f"{b.web_url}/admin/v2/brokers/leaderBroker")["brokerId"] == leader["brokerId"]
 
         topics = topic_names("spread", 12)
         clients = [pulsar.Client(b.service_url, operation_timeout_seconds=30) for b in (b1, b2, b3)]
