@@ -65,6 +65,8 @@ class TopicHost(Protocol):
 
     def stop_serving_now(self) -> None: ...  # disconnect every client and close every topic (in the background)
 
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None: ...  # (Pulsar loads a bundle's topics then)
+
 
 @dataclass(frozen=True)
 class LookupAnswer:
@@ -313,6 +315,7 @@ class ClusterOwnership:
             self._owned[bundle] = BundleState.ACTIVE
             log.info("bundle %s now owned by this broker", bundle)
             self.registry.report_changed()
+            self.host.bundle_acquired(bundle)
             return self.mine
         raise ServiceNotReadyError(f"could not acquire the ownership of {bundle}")
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.bundles import NamespaceBundles
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import BrokerUrls, LoadReport
 from broker.cluster.load import Counters, LoadSampler, memory_mb
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
@@ -128,6 +128,8 @@ class BrokerService:
         self.load = LoadSampler()
         # Topics closed at once when the metadata session was lost (their closes run here).
         self._dropped = OwnedTasks("broker service: topics dropped with the metadata session")
+        # Replicated topics loaded as their bundle comes to this broker (cluster mode).
+        self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
         self._health_lock = asyncio.Lock()
         self.closed = False
         self.started_at_ms = int(time.time() * 1000)
@@ -525,15 +527,24 @@ class BrokerService:
         """Load the stored topics that are replicated (their namespace's or own replication
         clusters name another cluster), so that what their replicators had not sent before a
         restart goes out now rather than when a client next uses the topic. Pulsar loads the
-        topics of a bundle when it comes to own it; here one broker owns them all."""
-        loaded = 0
+        topics of a bundle when it comes to own it (cluster mode: ``bundle_acquired``); one broker owns them all."""
         try:
             await self.ledger_factory.start()  # (BookKeeper: connects, and learns the stored names)
         except Exception as exc:
             log.error("managed-ledger storage not started: %s", exc)
             return
-        if self.ownership.distributed:
-            return  # (cluster mode: a topic loads on the broker that owns its bundle, on its next lookup)
+        if not self.ownership.distributed:
+            await self._load_replicated(lambda name: True)
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None:
+        """Cluster mode: this broker now owns ``bundle``; its replicated topics load, so their replicators resume."""
+        if not self.closed:
+            self._bundle_loads.spawn(self._load_replicated(
+                lambda name: name.namespace == bundle.namespace and bundle.includes(name.full)),
+                name=f"replicated topics of {bundle}")
+
+    async def _load_replicated(self, covers: Callable[[TopicName], bool]) -> None:
+        loaded = 0
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return
@@ -544,13 +555,13 @@ class BrokerService:
                 name = TopicName.parse(f"persistent://{parts[0]}/{parts[1]}/{parts[3]}")
             except BrokerError:
                 continue
-            if name.full in self.topics or not self.replication_targets(name):
+            if name.full in self.topics or not covers(name) or not self.replication_targets(name):
                 continue
             try:
                 await self.get_topic(name, create=False)
                 loaded += 1
             except Exception as exc:  # (a topic that cannot be loaded now loads on its next use)
-                log.warning("replicated topic %s not loaded at start: %s", name, exc)
+                log.warning("replicated topic %s not loaded: %s", name, exc)
         if loaded:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
 
@@ -579,6 +590,7 @@ class BrokerService:
         if self.registry is not None:
             await self.registry.close()
         self.closed = True
+        await self._bundle_loads.close()
         await self._dropped.wait()
         if self._resuming is not None:
             self._resuming.cancel()

@@ -121,6 +121,9 @@ class FakeHost:
     def stop_serving_now(self) -> None:
         self.topics.clear()
 
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None:
+        return None
+
 
 async def test_single_broker_unload_closes_the_bundles_topics_only() -> None:
     inside = names_in(FIRST, 3)

@@ -33,6 +33,7 @@ class Host:
     def __init__(self) -> None:
         self.topics: set[str] = set()
         self.dropped = 0
+        self.acquired: list[NamespaceBundle] = []
 
     def served_topic_names(self) -> list[str]:
         return sorted(self.topics)
@@ -44,6 +45,9 @@ class Host:
     def stop_serving_now(self) -> None:
         self.dropped += len(self.topics)
         self.topics.clear()
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None:
+        self.acquired.append(bundle)
 
 
 def urls(n: int) -> BrokerUrls:
@@ -118,7 +122,7 @@ async def test_lookups_connect_to_the_owner_or_redirect_as_pulsar(tree: str) -> 
             owner = b
         assert not answer.redirect and answer.urls.url == owner.urls.pulsar_url
         bundle = BUNDLES.find(topic().full)
-        assert owner.ownership.is_owned(bundle)
+        assert owner.ownership.is_owned(bundle) and owner.host.acquired == [bundle]  # (its topics load)
         owner.ownership.check_serving(topic())
         other = b if owner is a else a
         with pytest.raises(ServiceNotReadyError, match="not served by this instance"):
