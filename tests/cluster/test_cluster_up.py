@@ -43,9 +43,18 @@ def test_cluster_up_with_two_brokers(tmp_path: Path) -> None:
             client.close()
     finally:
         assert cluster_main(["down", "--state", str(state)]) == 0
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        raise AssertionError(f"pid {pid} still runs after cluster-down")
+    running = [pid for pid in pids if runs(pid)]
+    assert not running, f"pids {running} still run after cluster-down"
+
+
+def runs(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left for its parent to reap does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
