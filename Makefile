@@ -78,6 +78,7 @@ bench: $(STAMP) cluster-deps
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
 	$(PY) -m bench.bk_faults $(BK_FAULTS_ARGS)
+	$(PY) -m bench.cluster_scale
 
 # Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
 # and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;
