@@ -119,3 +119,43 @@ def test_topic_lists_and_regex_consumers_see_every_broker(brokers: Brokers) -> N
     finally:
         for client in clients:
             client.close()
+
+
+def test_split_and_bundle_unload_go_to_the_owner(brokers: Brokers) -> None:
+    b1, b2 = brokers.start(2)
+    topic = topic_names("split", 1)[0]
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        producer.send(b"before")
+        with brokers.zk() as zk:
+            ((parent, data),) = brokers.owners(zk).items()
+        owner_web = str(data["httpUrl"])
+        other = b2 if owner_web == b1.web_url else b1
+        ns = f"{other.web_url}/admin/v2/namespaces/public/default"
+        split = requests.put(f"{ns}/{parent}/split", timeout=60)  # (requests repeats a PUT on a 307)
+        assert split.status_code == 204, split.text
+        assert [(r.status_code, r.headers["Location"].split("/admin")[0]) for r in split.history] == \
+            [(307, owner_web)]
+        with brokers.zk() as zk:
+            owners = brokers.owners(zk)
+        assert parent not in owners and len(owners) == 2
+        assert {str(o["httpUrl"]) for o in owners.values()} == {owner_web}
+        assert len(http_json(f"{ns}/bundles")["boundaries"]) == 6  # 4 bundles + 1: 6 boundaries
+        producer.send(b"after")  # the topic stayed where it was
+        assert [consumer.receive(TIMEOUT_MS).data() for _ in range(2)] == [b"before", b"after"]
+        # A bundle's unload through the other broker: redirected to the owner, which releases it.
+        local = topic.removeprefix("persistent://")
+        child = requests.get(f"{other.web_url}/admin/v2/persistent/{local}/stats", timeout=30)  # (owner's)
+        assert child.status_code == 200
+        with brokers.zk() as zk:
+            ranges = sorted(brokers.owners(zk))
+        unloaded = requests.put(f"{ns}/{ranges[0]}/unload", timeout=60)
+        assert unloaded.status_code == 204 and [r.status_code for r in unloaded.history] == [307]
+        with brokers.zk() as zk:
+            assert ranges[0] not in brokers.owners(zk)
+        producer.send(b"again")  # the client looks the topic up again, wherever its bundle goes
+        assert consumer.receive(TIMEOUT_MS).data() == b"again"
+    finally:
+        client.close()
