@@ -166,6 +166,12 @@ class BrokerServer:
         servers, self._servers = self._servers, []
         for server in servers:
             server.close()
+        # Cluster mode: release the bundles first (their topics close, their clients move to other brokers) while
+        # the connections are still up; standalone: nothing to do here.
+        try:
+            await self.service.ownership.close()
+        except Exception as exc:  # (the session ends below anyway: the ownership nodes go with it)
+            log.warning("shutdown: releasing the bundles failed: %s", exc)
         if self._auth_refresh is not None:
             await self._auth_refresh.stop()
         await self.security.authentication.stop()

@@ -383,13 +383,14 @@ class ClusterOwnership:
         return None if self.is_owned(bundle) else owner
 
     async def close(self) -> None:
-        """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once."""
+        """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once; no
+        bundle is taken from now on."""
+        self._closed = True
         for bundle in self.owned_bundles():
             try:
                 await self.unload_bundle(bundle)
             except Exception as exc:  # (the session ends next anyway: the node goes with it)
                 log.warning("releasing %s at shutdown: %s", bundle, exc)
-        self._closed = True
         self._tasks.cancel()
         await self._tasks.wait()
 

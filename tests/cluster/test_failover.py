@@ -13,7 +13,7 @@ import signal
 import pulsar
 import pytest
 
-from cluster.local import BrokerInfo
+from cluster.local import BrokerInfo, stop_process
 from tests.bookkeeper.test_broker_faults import (
     Checker,
     Producing,
@@ -155,3 +155,29 @@ def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
         client.close()
     drain(taker_broker.service_url, topic, checker)
     assert not checker.lost(), "an acknowledged message is not readable from the new owner"
+
+
+def test_graceful_stop_hands_the_bundles_over(brokers: Brokers) -> None:
+    """SIGTERM of the owner while producing: it releases its bundles before it stops (the log says so), the client
+    carries on through the other broker, nothing acknowledged is lost."""
+    b1, b2 = brokers.start(2)
+    topic = f"persistent://public/default/stop-{os.urandom(3).hex()}"
+    checker = Checker()
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        keep_data(client, topic)
+        producer = open_producer(client, topic)
+        with Producing(producer, checker, "g") as producing:
+            wait_acked(checker, 200)
+            owner = owner_of(brokers, topic)
+            survivor = b2 if owner is b1 else b1
+            stop_process(owner.pid)
+            brokers.cluster.brokers.remove(owner)
+            assert "unloaded" in log_of(owner) and "broker stopped" in log_of(owner)
+            wait_acked(checker, acked_count(checker) + 200)
+            producing.finish()
+        assert owner_of(brokers, topic) is survivor
+    finally:
+        client.close()
+    drain(survivor.service_url, topic, checker)
+    assert not checker.lost()
