@@ -156,6 +156,9 @@ def test_split_and_bundle_unload_go_to_the_owner(brokers: Brokers) -> None:
         with brokers.zk() as zk:
             assert ranges[0] not in brokers.owners(zk)
         producer.send(b"again")  # the client looks the topic up again, wherever its bundle goes
-        assert consumer.receive(TIMEOUT_MS).data() == b"again"
+        seen = []
+        while b"again" not in seen:  # (what was not acknowledged yet may come again first: at least once)
+            seen.append(consumer.receive(TIMEOUT_MS).data())
+        assert set(seen) <= {b"before", b"after", b"again"}
     finally:
         client.close()
