@@ -52,7 +52,8 @@ $(BK_STAMP): cluster/pom.xml
 	elif [ "$$CI" = true ]; then echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central)" >&2; exit 1; \
 	else echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central); the BookKeeper tests will be skipped"; fi
 
-# ZooKeeper + $(BOOKIES) bookies + $(BROKERS) broker (0 or 1) on free 127.0.0.1 ports; .cluster/cluster.json says what runs where.
+# ZooKeeper + $(BOOKIES) bookies + $(BROKERS) brokers (cluster mode: they share the bundles) on free 127.0.0.1 ports;
+# .cluster/cluster.json says what runs where.
 cluster-up: $(STAMP) cluster-deps
 	$(PY) -m cluster up --state .cluster --bookies $(BOOKIES) --brokers $(BROKERS)
 
@@ -77,6 +78,7 @@ bench: $(STAMP) cluster-deps
 	$(PY) -m bench.raw_publish
 	$(PY) -m bench.storm
 	$(PY) -m bench.bk_faults $(BK_FAULTS_ARGS)
+	$(PY) -m bench.cluster_scale
 
 # Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
 # and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;

@@ -254,6 +254,27 @@ class BrokerConfig:
     replicatedSubscriptionsSnapshotFrequencyMillis: int = setting(1000, POSITIVE)
     replicatedSubscriptionsSnapshotTimeoutSeconds: int = setting(30, POSITIVE)
     replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = setting(10, POSITIVE)
+    # -- namespace bundles and their split (Pulsar's keys and defaults; docs/features.md) -------------
+    # Bundles of a namespace created without a count (and of one whose stored documents have none).
+    defaultNumberOfNamespaceBundles: int = setting(4, Rule(1, 1 << 16))
+    # The split algorithm used when a split request names none, and the ones a request may name.
+    defaultNamespaceBundleSplitAlgorithm: str = setting("range_equally_divide", Rule(choices=P.SPLIT_ALGORITHMS))
+    supportedNamespaceBundleSplitAlgorithms: list[str] = field(
+        default_factory=lambda: list(P.SPLIT_ALGORITHMS), metadata={"rule": Rule(choices=P.SPLIT_ALGORITHMS)})
+    # Automatic split: a bundle past any of these thresholds (topics, producers + consumers,
+    # messages per second in + out, MB per second in + out) is split in two, until the namespace has
+    # loadBalancerNamespaceMaximumBundles bundles; checked every loadBalancerSplitIntervalMinutes.
+    loadBalancerAutoBundleSplitEnabled: bool = True
+    loadBalancerAutoUnloadSplitBundlesEnabled: bool = True
+    loadBalancerNamespaceBundleMaxTopics: int = setting(1000, AT_LEAST_0)
+    loadBalancerNamespaceBundleMaxSessions: int = setting(1000, Rule(-1, means="0 or -1 = not checked"))
+    loadBalancerNamespaceBundleMaxMsgRate: int = setting(30000, AT_LEAST_0)
+    loadBalancerNamespaceBundleMaxBandwidthMbytes: int = setting(100, AT_LEAST_0)
+    loadBalancerNamespaceMaximumBundles: int = setting(128, POSITIVE)
+    # (Pulsar's extensible load manager's key; its modular one splits when it writes a load report.)
+    loadBalancerSplitIntervalMinutes: float = setting(1, POSITIVE)
+    # flow_or_qps_equally_divide splits only a bundle past a rate threshold by this many per cent.
+    flowOrQpsDifferenceThresholdPercentage: int = setting(10, AT_LEAST_0)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""

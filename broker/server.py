@@ -15,6 +15,7 @@ from broker.admin.context import AdminContext
 from broker.admin.http import WebService
 from broker.auth import Security
 from broker.auth.tls import HANDSHAKE_TIMEOUT_S
+from broker.cluster.data import BrokerUrls, ListenerUrls
 from broker.config import BrokerConfig, ConfigError
 from broker.connection import Connection
 from broker.listeners import Listener, parse_advertised_listeners, parse_bind_addresses
@@ -96,6 +97,9 @@ class BrokerServer:
             self._servers.append(server)
         self.web_port, self.web_tls_port = await self.web.start(cfg.bindAddress, cfg.webServicePort,
                                                                 cfg.webServicePortTls, self.security.tls_context)
+        # Cluster mode (a ZooKeeper metadata store): register, run for leader, own bundles. Before this, lookups
+        # answer ServiceNotReady (clients retry).
+        await self.service.start_cluster(self.advertised_urls())
         if self._auth_refresh is not None:
             self._auth_refresh.start()
         self.security.authentication.start()
@@ -132,6 +136,15 @@ class BrokerServer:
     def web_url_tls(self) -> str:
         return f"https://{self.advertised_host}:{self.web_tls_port}" if self.web_tls_port else ""
 
+    def advertised_urls(self) -> BrokerUrls:
+        """This broker as others see it: Pulsar's broker id (advertised host : web port) and its URLs."""
+        listeners = {name: ListenerUrls(lst.url, lst.url_tls) for name, lst in self.listeners.items()}
+        return BrokerUrls(f"{self.advertised_host}:{self.web_port or self.web_tls_port}",
+                          f"pulsar://{self.advertised_host}:{self.port}" if self.port else None,
+                          self.service_url_tls or None,
+                          f"http://{self.advertised_host}:{self.web_port}" if self.web_port else None,
+                          self.web_url_tls or None, listeners)
+
     def listener(self, name: str | None) -> Listener | None:
         """The listener a lookup names, or the internal one when it names none; None when the
         broker has no such listener (or none at all)."""
@@ -153,6 +166,12 @@ class BrokerServer:
         servers, self._servers = self._servers, []
         for server in servers:
             server.close()
+        # Cluster mode: release the bundles first (their topics close, their clients move to other brokers) while
+        # the connections are still up; standalone: nothing to do here.
+        try:
+            await self.service.ownership.close()
+        except Exception as exc:  # (the session ends below anyway: the ownership nodes go with it)
+            log.warning("shutdown: releasing the bundles failed: %s", exc)
         if self._auth_refresh is not None:
             await self._auth_refresh.stop()
         await self.security.authentication.stop()

@@ -11,6 +11,9 @@ PRODUCER_EXCEPTION = "producer_exception"
 CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
 TOPIC_TYPES = ("partitioned", "non-partitioned")
+# NamespaceBundleSplitAlgorithm names (Pulsar's supportedNamespaceBundleSplitAlgorithms default).
+SPLIT_ALGORITHMS = ("range_equally_divide", "topic_count_equally_divide", "specified_positions_divide",
+                    "flow_or_qps_equally_divide")
 # InactiveTopicDeleteMode: what an inactive topic may still have.
 DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
 DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"

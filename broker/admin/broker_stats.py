@@ -16,7 +16,6 @@ All are super-user operations (the access table's default).
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,6 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
-from broker.metadata import policies as P
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -42,11 +40,6 @@ _CONSUMER_FIELDS = ("consumerName", "msgRateOut", "msgThroughputOut", "msgRateRe
                     "clientVersion")
 _PUBLISHER_FIELDS = ("msgRateIn", "msgThroughputIn", "averageMsgSize", "producerId", "producerName", "address",
                      "connectedSince", "clientVersion")
-
-
-def bundle_name(full_name: str) -> str:
-    lower, upper = P.bundle_of(full_name)
-    return f"0x{lower:08x}_0x{upper:08x}"
 
 
 class BrokerStatsResource:
@@ -70,7 +63,8 @@ class BrokerStatsResource:
             stats = S.topic_stats(topic, self.web.sampler)
             domain = topic.name.domain
             bundles = out.setdefault(topic.name.namespace, {})
-            kinds = bundles.setdefault(bundle_name(topic.full_name), {"persistent": {}})
+            bundle = self.web.metadata.namespace_bundles(topic.name.namespace).find(topic.full_name)
+            kinds = bundles.setdefault(bundle.range_name, {"persistent": {}})
             kinds.setdefault(domain, {})[topic.full_name] = self._topic(topic, stats, domain)
         return json_response(out)
 
@@ -122,7 +116,7 @@ class BrokerStatsResource:
         out_bytes = sum(r.bytes for r in sampler.sub_out.values())
         cores = os.cpu_count() or 1
         namespaces = sorted(service.metadata.namespaces)
-        bundles = [f"{ns}/{b}" for ns in namespaces for b in _bundle_names()]
+        bundles = [str(b) for ns in namespaces for b in service.metadata.namespace_bundles(ns).bundles]
         return json_response({
             "webServiceUrl": process.web_url,
             "webServiceUrlTls": process.web_url_tls or None,
@@ -161,12 +155,9 @@ class BrokerStatsResource:
             raise HttpError(404, f"Broker {request.match_info['broker']} not found (this one is "
                                  f"{self.web.broker_id})")
         status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
-        return json_response({f"{ns}/{b}": status for ns in sorted(self.service.metadata.namespaces)
-                              for b in _bundle_names()})
-
-
-def _bundle_names() -> list[str]:
-    return [f"0x{lo:08x}_0x{hi:08x}" for lo, hi in itertools.pairwise(P.bundle_boundaries())]
+        metadata = self.service.metadata
+        return json_response({str(b): status for ns in sorted(metadata.namespaces)
+                              for b in metadata.namespace_bundles(ns).bundles})
 
 
 def _rss_mb() -> float:

@@ -25,6 +25,7 @@ from broker.errors import (
     InvalidTopicNameError,
     NotAllowedError,
     ProducerBusyError,
+    ServiceNotReadyError,
     SubscriptionNotFoundError,
     TooManySubscriptionsError,
     TopicNotFoundError,
@@ -100,6 +101,7 @@ _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ..
     ((TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, EntryNotFoundError), 404),
     ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),
     (NotAllowedError, 405),
+    (ServiceNotReadyError, 503),
 )
 
 

@@ -16,11 +16,22 @@ from __future__ import annotations
 import dataclasses
 import ssl
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from aiohttp import web
 
 from broker.admin.broker_stats import BrokerStatsResource
-from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
+from broker.admin.bundles import BundlesResource
+from broker.admin.cluster import ownership_middleware
+from broker.admin.common import (
+    HttpError,
+    check_name,
+    json_errors,
+    json_response,
+    no_content,
+    query_flag,
+    read_body,
+)
 from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
@@ -48,7 +59,9 @@ class WebService:
     def __init__(self, ctx: AdminContext) -> None:
         self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
-        self.app = web.Application(middlewares=[json_errors, security_middleware(ctx.security, ctx.config)])
+        # ownership_middleware (cluster mode) sends a call on a topic to its owner, after the security checks.
+        self.app = web.Application(middlewares=[json_errors, security_middleware(ctx.security, ctx.config),
+                                                ownership_middleware(ctx)])
         self._runner: web.AppRunner | None = None
         self.sampler = StatsSampler(ctx)
         self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,
@@ -58,6 +71,7 @@ class WebService:
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
         self.topic_policies = TopicPoliciesResource(self)
+        self.bundles = BundlesResource(self)
         r = self.app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/admin/v2/brokers/ready", self.ready)
@@ -84,6 +98,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
+        self.bundles.register(r)
         BrokerStatsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)
@@ -152,9 +167,18 @@ class WebService:
     async def brokers(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] not in self.metadata.clusters:
             raise HttpError(404, "Cluster does not exist")
+        registry = self.service.registry
+        if registry is not None:  # cluster mode: every registered broker
+            return json_response(sorted(await registry.active_brokers()))
         return json_response([self.broker_id])
 
     async def leader_broker(self, request: web.Request) -> web.Response:
+        registry = self.service.registry
+        if registry is not None:  # cluster mode: the elected one
+            leader = registry.leader
+            if leader is None:
+                raise HttpError(404, "No leader broker")
+            return json_response({"serviceUrl": leader.service_url, "brokerId": leader.broker_id})
         return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 
     async def version(self, request: web.Request) -> web.Response:
@@ -259,11 +283,36 @@ class WebService:
         return no_content()
 
     # -- lookup ------------------------------------------------------------------------------------
+    async def cluster_lookup(self, request: web.Request, name: TopicName) -> web.Response:
+        """Cluster mode (TopicLookupBase.internalLookupTopicAsync): the owner's LookupData, or 307 to the lookup
+        path on the broker that is to own the topic (or the leader), with Pulsar's authoritative flag."""
+        s = self.ctx.process
+        listener_name = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName")
+        wanted = listener_name
+        if s.listeners and not wanted:
+            internal = s.listener(None)
+            wanted = internal.name if internal is not None else None
+        answer = await self.service.ownership.lookup(name, query_flag(request, "authoritative"), wanted)
+        if answer.redirect:
+            base = answer.http_url_tls if request.secure else answer.http_url
+            if not base:
+                raise HttpError(412, "Redirected cluster's service url is not configured.")
+            location = (f"{base}/lookup/v2/topic/{name.domain}/{name.namespace}/{quote(name.local_name, safe='')}"
+                        f"?authoritative={'true' if answer.authoritative else 'false'}")
+            if listener_name:
+                location += f"&listenerName={quote(listener_name, safe='')}"
+            raise web.HTTPTemporaryRedirect(location)
+        plain, tls = answer.urls.url or "", answer.urls.url_tls or ""
+        return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": answer.http_url or "",
+                              "httpUrlTls": answer.http_url_tls or "", "nativeUrl": plain or tls})
+
     async def lookup(self, request: web.Request) -> web.Response:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         self.service.check_namespace(name)
         s = self.ctx.process
+        if self.service.ownership.distributed:
+            return await self.cluster_lookup(request, name)
         # Plain and TLS URLs as Pulsar's LookupData has them; a TLS client uses brokerUrlTls.
         plain = f"pulsar://{s.advertised_host}:{s.port}" if s.port else ""
         tls = s.service_url_tls

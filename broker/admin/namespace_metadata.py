@@ -69,7 +69,8 @@ class NamespaceMetadataResource:
         return self.web.metadata
 
     def _view(self, ns: str) -> dict[str, Any]:
-        return P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster)
+        return P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster,
+                               self.metadata.namespace_bundles(ns))
 
     # -- replication clusters ----------------------------------------------------------------------
     async def get_replication(self, request: web.Request) -> web.Response:
@@ -121,4 +122,5 @@ class NamespaceMetadataResource:
 
     # -- bundles -----------------------------------------------------------------------------------
     async def bundles(self, request: web.Request) -> web.Response:
-        return json_response(self._view(self.web.namespaces.namespace(request))["bundles"])
+        ns = self.web.namespaces.namespace(request)
+        return json_response(self.metadata.namespace_bundles(ns).to_bundles_data())

@@ -149,7 +149,8 @@ class NamespacesResource:
 
     async def get_policies(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
-        return json_response(P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster))
+        return json_response(P.policies_view(self.metadata.namespace_policies(ns), self.web.ctx.cluster,
+                                             self.metadata.namespace_bundles(ns)))
 
     async def create(self, request: web.Request) -> web.Response:
         tenant = self.tenant(request)

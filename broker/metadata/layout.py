@@ -9,6 +9,7 @@ what                        path                                                
 cluster                     ``/admin/clusters/<cluster>``                          ClusterData JSON (as given)
 tenant                      ``/admin/policies/<tenant>``                           TenantInfo JSON
 namespace                   ``/admin/policies/<tenant>/<ns>``                      Policies JSON
+namespace, local            ``/admin/local-policies/<tenant>/<ns>``                LocalPolicies JSON (bundles)
 partitioned topic           ``/admin/partitioned-topics/<t>/<ns>/<domain>/<enc>``  PartitionedTopicMetadata JSON
 topic policies              ``/admin/topic-policies/local/<t>/<ns>/<domain>/<enc>`` TopicPolicies JSON
 ==========================  =====================================================  =============================
@@ -50,6 +51,7 @@ JsonDoc = dict[str, Any]
 
 CLUSTERS_ROOT = "/admin/clusters"
 POLICIES_ROOT = "/admin/policies"
+LOCAL_POLICIES_ROOT = "/admin/local-policies"
 PARTITIONED_TOPICS_ROOT = "/admin/partitioned-topics"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies/local"
 OURS_ROOT = "/pulsar-py"
@@ -174,6 +176,10 @@ CLUSTERS = Kind("clusters", CLUSTERS_ROOT, 1, lambda k: [k], lambda p: p[0], _do
 TENANTS = Kind("tenants", POLICIES_ROOT, 1, lambda k: [k], lambda p: p[0], _doc_or_empty, encode_json)
 NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join,
                   lambda v: _doc(v) or {}, encode_json)
+# Pulsar's LocalPolicies: the namespace's bundles as this cluster splits them (its bookie affinity
+# group and anti-affinity group too, kept as they are).
+LOCAL_POLICIES = Kind("local_policies", LOCAL_POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _doc,
+                      encode_json)
 PARTITIONED_TOPICS = Kind("partitioned", PARTITIONED_TOPICS_ROOT, 4, topic_parts, topic_from_parts,
                           _partitioned_decode, encode_json)
 TOPIC_POLICIES = Kind("topic_policies", TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
@@ -185,8 +191,8 @@ COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_p
 # The unit node is the topic's; its children are the versions, each one schema record (JSON).
 SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
 
-KINDS = (CLUSTERS, TENANTS, NAMESPACES, PARTITIONED_TOPICS, TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED,
-         COMPACTIONS, SCHEMAS)
+KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, PARTITIONED_TOPICS, TOPIC_POLICIES, TOPIC_PROPERTIES,
+         TERMINATED, COMPACTIONS, SCHEMAS)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

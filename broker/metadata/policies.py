@@ -13,11 +13,17 @@ Pure functions: no I/O, unit-testable.
 
 from __future__ import annotations
 
-import itertools
-import zlib
 from typing import Any
 
 from broker.metadata import policy_table as T
+from broker.metadata.bundles import (
+    FULL_LOWER,
+    FULL_UPPER,
+    BundleError,
+    NamespaceBundles,
+    format_boundary,
+    parse_boundary,
+)
 
 # (The scalar parsers and the error the admin API shares with the policy values.)
 from broker.metadata.policy_values import PolicyError as PolicyError
@@ -31,8 +37,6 @@ from broker.metadata.policy_values import parse_subscription_types as parse_subs
 # Namespace-only fields of Pulsar's Policies that are no policy of a topic (the topic policies,
 # with their field names, are the rows of broker.metadata.policy_table).
 AUTH_POLICIES = "auth_policies"
-# Pulsar's defaultNumberOfNamespaceBundles: shown in the Policies view (we do not split bundles).
-DEFAULT_BUNDLES = 4
 
 
 # -- scalars whose admin messages are the namespace API's own ------------------------------------
@@ -128,6 +132,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     check(T.AUTO_TOPIC_CREATION.namespace_field, T.AUTO_TOPIC_CREATION.normalize)
     check(T.BACKLOG_QUOTAS.namespace_field, T.BACKLOG_QUOTAS.normalize)
     check(AUTH_POLICIES, parse_auth_policies)
+    check("bundles", parse_bundles)
     for limit in (T.MAX_PRODUCERS, T.MAX_CONSUMERS, T.MAX_CONSUMERS_PER_SUBSCRIPTION, T.MAX_UNACKED_PER_CONSUMER,
                   T.MAX_SUBSCRIPTIONS, T.MAX_TOPICS_PER_NAMESPACE):
         key = limit.namespace_field
@@ -145,31 +150,40 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     return {k: v for k, v in policies.items() if v is not None}
 
 
-def bundle_boundaries() -> list[int]:
-    """A namespace's bundle boundaries: DEFAULT_BUNDLES equal ranges of the 32-bit hash space (the
-    last one includes its upper end), as Pulsar lays them out."""
-    step = (1 << 32) // DEFAULT_BUNDLES
-    return [min(i * step, (1 << 32) - 1) for i in range(DEFAULT_BUNDLES + 1)]
+def parse_bundles(body: Any) -> dict[str, Any] | None:
+    """The ``bundles`` (BundlesData) of a Policies body at namespace creation, as Pulsar's
+    validatePolicies: ``numBundles`` > 0 with boundaries: those (sorted, repeats dropped), which
+    must cover the whole hash range; without: that many equal bundles; ``numBundles`` absent or
+    <= 0: None (the broker's defaultNumberOfNamespaceBundles). A bad one is a 400."""
+    doc = check_object(body, "bundles")
+    count = doc.get("numBundles")
+    if count is None:
+        return None
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise PolicyError(400, "bundles.numBundles must be an integer")
+    if count <= 0:
+        return None
+    boundaries = doc.get("boundaries")
+    try:
+        if not boundaries:
+            return NamespaceBundles.equal("", count).to_bundles_data()
+        if not isinstance(boundaries, list):
+            raise PolicyError(400, "bundles.boundaries must be a JSON array of hex strings")
+        points = sorted({parse_boundary(b) for b in boundaries})
+        if points[0] != FULL_LOWER or points[-1] != FULL_UPPER:
+            raise PolicyError(400, "Input bundles do not cover the whole hash range. "
+                                   f"first:{format_boundary(points[0])}, last:{format_boundary(points[-1])}")
+        return NamespaceBundles("", tuple(points)).to_bundles_data()
+    except BundleError as exc:
+        raise PolicyError(400, str(exc)) from None
 
 
-def bundle_of(full_name: str) -> tuple[int, int]:
-    """The (lower, upper) bundle range a topic's name hashes into (Pulsar's hash: CRC32 of the
-    full name; the last range includes its upper end)."""
-    h = zlib.crc32(full_name.encode())
-    boundaries = bundle_boundaries()
-    for lower, upper in itertools.pairwise(boundaries):
-        if h < upper:
-            return lower, upper
-    return boundaries[-2], boundaries[-1]
-
-
-def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:
-    """Pulsar's Policies JSON for a namespace: its defaults, overlaid with what is stored."""
-    boundaries = [f"0x{b:08x}" for b in bundle_boundaries()]
+def policies_view(stored: dict[str, Any], cluster: str, bundles: NamespaceBundles) -> dict[str, Any]:
+    """Pulsar's Policies JSON for a namespace: its defaults, overlaid with what is stored; its
+    ``bundles`` are the ones in force (``BrokerMetadata.namespace_bundles``)."""
     view: dict[str, Any] = {
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "replication_clusters": [cluster],
-        "bundles": {"boundaries": boundaries, "numBundles": DEFAULT_BUNDLES},
         T.BACKLOG_QUOTAS.namespace_field: {},
         "clusterDispatchRate": {},
         "topicDispatchRate": {},
@@ -190,4 +204,5 @@ def policies_view(stored: dict[str, Any], cluster: str) -> dict[str, Any]:
         "properties": {},
     }
     view.update(stored)
+    view["bundles"] = bundles.to_bundles_data()
     return view

@@ -19,6 +19,7 @@ HTTP statuses. A store that cannot be reached raises ``metadata_store.MetadataSt
 from __future__ import annotations
 
 import copy
+import logging
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,12 +29,15 @@ from typing import Any, Generic, TypeVar
 
 from broker.metadata import layout as L
 from broker.metadata import policies as P
+from broker.metadata.bundles import DEFAULT_NUMBER_OF_BUNDLES, BundleError, NamespaceBundle, NamespaceBundles
 from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
 from broker.metadata.legacy import import_legacy_file
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
 from metadata_store.api import MetadataStore
 from metadata_store.factory import open_metadata_store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
@@ -91,13 +95,20 @@ class TenantInfo:
 class BrokerMetadata:
     """The broker's view of the metadata store (see the module docstring). ``start`` loads it."""
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: str, *, default_bundles: int = DEFAULT_NUMBER_OF_BUNDLES) -> None:
         self.cluster = cluster
+        # Pulsar's defaultNumberOfNamespaceBundles: a namespace created without a bundle count
+        # (and one whose stored documents have no bundles) has this many equal bundles.
+        self.default_bundles = default_bundles
         self.cache = MetadataCache()
         t = self.cache.tables
         self._clusters = t[L.CLUSTERS.name]
         self._tenants = t[L.TENANTS.name]
         self._namespaces = t[L.NAMESPACES.name]
+        # namespace -> its LocalPolicies document (Pulsar keeps the split bundles there)
+        self._local_policies = t[L.LOCAL_POLICIES.name]
+        self._bundles_generation = -1
+        self._bundles: dict[str, NamespaceBundles] = {}
         # base topic name -> its PartitionedTopicMetadata document
         self._partitioned = t[L.PARTITIONED_TOPICS.name]
         # base topic name (without partition suffix) -> list of versions (index = version)
@@ -138,6 +149,7 @@ class BrokerMetadata:
                 await self.cache.create(L.TENANTS, tenant, TenantInfo((), (self.cluster,)).to_json())
         for ns in DEFAULT_NAMESPACES:
             if ns not in self._namespaces:
+                # (No bundles stored: namespace_bundles gives it default_bundles equal ones.)
                 await self.cache.create(L.NAMESPACES, ns, {})
 
     @property
@@ -270,10 +282,15 @@ class BrokerMetadata:
         return sorted(ns for ns in self._namespaces if ns.split("/")[0] == tenant)
 
     async def create_namespace(self, namespace: str, policies: Mapping[str, Any]) -> None:
+        """Create a namespace with its Policies; without ``bundles`` (Pulsar's BundlesData, checked
+        by ``policies.validate_policies``) it gets ``default_bundles`` equal bundles, as in Pulsar."""
         self._tenant_must_exist(namespace.split("/")[0])
         if namespace in self._namespaces:
             raise AlreadyExistsError("Namespace already exists")
-        await self._create(L.NAMESPACES, namespace, copy.deepcopy(dict(policies)), "Namespace already exists")
+        doc = copy.deepcopy(dict(policies))
+        if doc.get("bundles") is None:
+            doc["bundles"] = NamespaceBundles.equal(namespace, self.default_bundles).to_bundles_data()
+        await self._create(L.NAMESPACES, namespace, doc, "Namespace already exists")
 
     async def delete_namespace(self, namespace: str) -> None:
         """Refused while a partitioned topic of the namespace is still recorded (delete those first)."""
@@ -281,6 +298,7 @@ class BrokerMetadata:
         if self.partitioned_topics_of(namespace):
             raise InUseError("Cannot delete non empty namespace")
         await self.cache.delete(L.NAMESPACES, namespace)
+        await self.cache.delete(L.LOCAL_POLICIES, namespace)
 
     def namespace_policies(self, namespace: str) -> JsonDoc:
         """A copy of the namespace's stored Policies document (Pulsar's getPolicies)."""
@@ -322,6 +340,58 @@ class BrokerMetadata:
     def _namespace_must_exist(self, namespace: str) -> None:
         if namespace not in self._namespaces:
             raise NotFoundError("Namespace does not exist")
+
+    # -- bundles (Pulsar's NamespaceBundleFactory and NamespaceService.updateNamespaceBundles) -------
+    def namespace_bundles(self, namespace: str) -> NamespaceBundles:
+        """The namespace's bundles, as Pulsar's NamespaceBundleFactory loads them: the LocalPolicies'
+        ``bundles`` when stored, else the Policies' ``bundles`` (Pulsar copies those into new
+        LocalPolicies on first load; we read them in place and write LocalPolicies on the first
+        split), else ``default_bundles`` equal bundles. ``NotFoundError`` for an unknown namespace."""
+        if self._bundles_generation != self.cache.generation:
+            self._bundles.clear()
+            self._bundles_generation = self.cache.generation
+        found = self._bundles.get(namespace)
+        if found is None:
+            self._namespace_must_exist(namespace)
+            found = self._bundles[namespace] = self._stored_bundles(
+                namespace, self._local_policies.get(namespace), self._namespaces[namespace])
+        return found
+
+    def _stored_bundles(self, namespace: str, local: Mapping[str, Any] | None,
+                        policies: Mapping[str, Any] | None) -> NamespaceBundles:
+        for where, doc in (("LocalPolicies", local), ("Policies", policies)):
+            data = (doc or {}).get("bundles")
+            if data is None:
+                continue
+            try:
+                return NamespaceBundles.from_bundles_data(namespace, data)
+            except BundleError as exc:
+                log.warning("namespace %s: ignoring the bundles of its %s: %s", namespace, where, exc)
+        return NamespaceBundles.equal(namespace, self.default_bundles)
+
+    async def split_bundle(self, namespace: str, bundle: NamespaceBundle,
+                           split_points: Sequence[int]) -> NamespaceBundles:
+        """Cut ``bundle`` at ``split_points`` (each strictly inside it) and store the namespace's new
+        bundles as Pulsar does: LocalPolicies by compare-and-set (refused when ``bundle`` is no
+        longer one of the stored bundles: another split got there first), then Policies.bundles.
+        ``BundleError`` for a bad split, ``NotFoundError`` for an unknown namespace or bundle."""
+        self._namespace_must_exist(namespace)
+        result: list[NamespaceBundles] = []
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            bundles = self._stored_bundles(namespace, current, self._namespaces.get(namespace))
+            if bundle not in bundles.bundles:
+                raise NotFoundError(f"Bundle {bundle} not found under namespace {namespace}")
+            new, _children = bundles.split(bundle, split_points)
+            result[:] = [new]
+            doc: JsonDoc = copy.deepcopy(dict(current or {}))
+            doc["bundles"] = new.to_bundles_data()
+            doc.setdefault("migrated", False)
+            return doc
+        await self._modify(L.LOCAL_POLICIES, namespace, change)
+        new = result[0]
+        await self.set_policy(namespace, "bundles", new.to_bundles_data())
+        return new
 
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
     async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:

@@ -234,6 +234,22 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     return frame(cmd)
 
 
+def lookup_redirect(request_id: int, broker_url: str | None, broker_url_tls: str | None,
+                    authoritative: bool) -> bytes:
+    """Look up again at that broker (cluster mode); ``authoritative``: the leader picked it, which then takes the
+    bundle without asking the leader again."""
+    cmd = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
+    r = cmd.lookupTopicResponse
+    r.request_id = request_id
+    r.response = pb.CommandLookupTopicResponse.Redirect
+    if broker_url:
+        r.brokerServiceUrl = broker_url
+    if broker_url_tls:
+        r.brokerServiceUrlTls = broker_url_tls
+    r.authoritative = authoritative
+    return frame(cmd)
+
+
 def lookup_failed(request_id: int, code: int, message: str) -> bytes:
     cmd = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse

@@ -134,7 +134,7 @@ class AbstractTopic(ABC):
         """Store or deliver ``entries`` (in order; ``num_messages`` and ``nbytes`` in all).
         ``callback`` runs once: the first entry's position (the receipts), or an error for all."""
 
-    def deduplicated_entries_stored(self, count: int) -> None:  # noqa: B027 - optional hook
+    def deduplicated_entries_stored(self, count: int, last: Position) -> None:  # noqa: B027 - optional hook
         """Entries were stored while deduplication is on (persistent topics snapshot the state)."""
 
     def _check_new_producer(self) -> None:  # noqa: B027 - optional hook

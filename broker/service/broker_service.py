@@ -15,8 +15,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
+from broker.cluster.data import BrokerUrls, LoadReport
+from broker.cluster.load import Counters, LoadSampler, memory_mb
+from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
+from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from broker.errors import BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -32,6 +37,7 @@ from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compaction import load_view
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
+from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
@@ -39,6 +45,7 @@ from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
+from broker.version import __version__
 from managed_ledger import (
     InitialPosition,
     ManagedLedger,
@@ -74,12 +81,19 @@ HEALTH_CHECK_TIMEOUT_S = 10.0
 AnyTopic = PersistentTopic | NonPersistentTopic
 
 
+def is_shared_store_url(url: str) -> bool:
+    """A metadataStoreUrl that several brokers can share (ZooKeeper): not empty, ``local:`` or ``memory:``."""
+    url = url.strip()
+    return bool(url) and not url.startswith(("local:", "memory:"))
+
+
 class BrokerService:
     def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
         self.config = config
         self.data_dir = data_dir
         # The broker's metadata, in the metadata store opened by open() (metadataStoreUrl).
-        self.metadata = BrokerMetadata(config.clusterName)
+        self.metadata = BrokerMetadata(config.clusterName,
+                                      default_bundles=config.defaultNumberOfNamespaceBundles)
         self.metadata_store: MetadataStore | None = None
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
@@ -123,8 +137,20 @@ class BrokerService:
         # The heartbeat log of health_check (opened on the first check).
         self._health_ledger: ManagedLedger | None = None
         self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
+        self.health_ledger_name = HEALTH_LEDGER
+        # Which bundles this broker serves: all of them (one broker), or those it owns in ZooKeeper (cluster mode,
+        # set up by start_cluster once the broker's ports are known).
+        self.ownership: Ownership = (PendingOwnership(self.namespace_bundles) if self.distributed
+                                     else StandaloneOwnership(self, self.namespace_bundles))
+        self.registry: BrokerRegistry | None = None
+        self.load = LoadSampler()
+        # Topics closed at once when the metadata session was lost (their closes run here).
+        self._dropped = OwnedTasks("broker service: topics dropped with the metadata session")
+        # Replicated topics loaded as their bundle comes to this broker (cluster mode).
+        self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
         self._health_lock = asyncio.Lock()
         self.closed = False
+        self.started_at_ms = int(time.time() * 1000)
 
     def _metadata_changed(self) -> None:
         self.topic_list_events.changed(None)
@@ -212,6 +238,73 @@ class BrokerService:
             return store.kazoo_client
         return None
 
+    # -- cluster mode ------------------------------------------------------------------------------------
+    @property
+    def distributed(self) -> bool:
+        """Cluster mode: the metadata store is shared (ZooKeeper), so brokers own bundles; a local or memory store
+        means one broker owning everything."""
+        return is_shared_store_url(self.config.metadataStoreUrl)
+
+    def namespace_bundles(self, namespace: str) -> NamespaceBundles:
+        return self.metadata.namespace_bundles(namespace)
+
+    async def start_cluster(self, urls: BrokerUrls) -> None:
+        """Cluster mode, once the broker's ports are bound: register in /loadbalance/brokers, run for leader, own
+        bundles through ZooKeeper. (Standalone: nothing to do.)"""
+        if not self.distributed or self.metadata_store is None:
+            return
+        self.health_ledger_name = f"{HEALTH_LEDGER}-{urls.broker_id.replace(':', '-')}"
+        registry = BrokerRegistry(self.metadata_store, urls, lambda: self.load_report(urls))
+        ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles)
+        await registry.start()
+        self.registry, self.ownership = registry, ownership
+
+    def load_report(self, urls: BrokerUrls) -> LoadReport:
+        topics = self.all_topics()
+        msg_in = bytes_in = msg_out = bytes_out = producers = consumers = 0
+        for topic in topics:
+            msg_in += topic.msg_in
+            bytes_in += topic.bytes_in
+            producers += len(topic.producers)
+            subs: list[AnySubscription] = [*topic.subscriptions.values()]
+            for sub in subs:
+                for c in sub.consumers:
+                    consumers += 1
+                    msg_out += c.msg_out
+                    bytes_out += c.bytes_out
+        rates = self.load.sample(Counters(msg_in, bytes_in, msg_out, bytes_out))
+        rss, total = memory_mb()
+        owned = self.ownership.owned_bundles()
+        return LoadReport(urls, cpu_usage=rates.cpu_percent, cpu_limit=100.0, memory_usage_mb=rss,
+                          memory_limit_mb=total, msg_rate_in=rates.msg_rate_in, msg_rate_out=rates.msg_rate_out,
+                          msg_throughput_in=rates.throughput_in, msg_throughput_out=rates.throughput_out,
+                          num_topics=len(topics), num_bundles=len(owned), num_consumers=consumers,
+                          num_producers=producers, bundles=tuple(sorted(str(b) for b in owned)),
+                          last_update_ms=int(time.time() * 1000), version=__version__,
+                          start_timestamp_ms=self.started_at_ms)
+
+    # TopicHost (broker.cluster.ownership): what bundle ownership does to the loaded topics.
+    def served_topic_names(self) -> list[str]:
+        return [*self.topics, *self.non_persistent_topics]
+
+    async def unload_topics(self, names: list[str]) -> int:
+        done = await asyncio.gather(*(self.unload_topic(TopicName.parse(n)) for n in names), return_exceptions=True)
+        for name, result in zip(names, done, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("unloading %s failed: %s", name, result)
+        return sum(1 for result in done if result is True)
+
+    def stop_serving_now(self) -> None:
+        """The metadata session is lost: other brokers may own these bundles any moment. Every client of every
+        topic is disconnected now (no receipt goes out after this), the topics leave the registry now, and their
+        closes run in the background."""
+        topics: list[AnyTopic] = self.all_topics()
+        self.topics.clear()
+        self.non_persistent_topics.clear()
+        for topic in topics:
+            admin_ops.disconnect_clients(topic)
+            self._dropped.spawn(topic.close(), name=f"drop {topic.name.full}")
+
     def generate_producer_name(self) -> str:
         return f"{self.config.clusterName}-0-{next(self._producer_names)}"
 
@@ -273,6 +366,7 @@ class BrokerService:
         loading = self._loading.get(name.full)
         if loading is not None:
             return await loading
+        self.ownership.check_serving(name)
         if not self.topic_exists(name):
             self._check_may_create(name, create, explicit)
             self.check_topics_limit(name, 1)
@@ -280,6 +374,11 @@ class BrokerService:
         self._loading[name.full] = fut
         try:
             ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
+            try:
+                self.ownership.check_serving(name)  # (the bundle may have been lost or unloaded meanwhile)
+            except ServiceNotReadyError:
+                await ledger.close()
+                raise
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
@@ -304,6 +403,7 @@ class BrokerService:
         if topic is not None:
             return topic
         self.check_namespace(name)
+        self.ownership.check_serving(name)
         self._check_may_create(name, create, explicit)
         topic = self.non_persistent_topics[name.full] = NonPersistentTopic(self, name)
         return topic
@@ -474,13 +574,24 @@ class BrokerService:
         """Load the stored topics that are replicated (their namespace's or own replication
         clusters name another cluster), so that what their replicators had not sent before a
         restart goes out now rather than when a client next uses the topic. Pulsar loads the
-        topics of a bundle when it comes to own it; here one broker owns them all."""
-        loaded = 0
+        topics of a bundle when it comes to own it (cluster mode: ``bundle_acquired``); one broker owns them all."""
         try:
             await self.ledger_factory.start()  # (BookKeeper: connects, and learns the stored names)
         except Exception as exc:
             log.error("managed-ledger storage not started: %s", exc)
             return
+        if not self.ownership.distributed:
+            await self._load_replicated(lambda name: True)
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None:
+        """Cluster mode: this broker now owns ``bundle``; its replicated topics load, so their replicators resume."""
+        if not self.closed:
+            self._bundle_loads.spawn(self._load_replicated(
+                lambda name: name.namespace == bundle.namespace and bundle.includes(name.full)),
+                name=f"replicated topics of {bundle}")
+
+    async def _load_replicated(self, covers: Callable[[TopicName], bool]) -> None:
+        loaded = 0
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return
@@ -491,13 +602,13 @@ class BrokerService:
                 name = TopicName.parse(f"persistent://{parts[0]}/{parts[1]}/{parts[3]}")
             except BrokerError:
                 continue
-            if name.full in self.topics or not self.replication_targets(name):
+            if name.full in self.topics or not covers(name) or not self.replication_targets(name):
                 continue
             try:
                 await self.get_topic(name, create=False)
                 loaded += 1
             except Exception as exc:  # (a topic that cannot be loaded now loads on its next use)
-                log.warning("replicated topic %s not loaded at start: %s", name, exc)
+                log.warning("replicated topic %s not loaded: %s", name, exc)
         if loaded:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
 
@@ -507,7 +618,7 @@ class BrokerService:
         is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S."""
         async def round_trip() -> None:
             if self._health_ledger is None or self._health_ledger.is_closed:
-                self._health_ledger = await self.ledger_factory.open(HEALTH_LEDGER, self.ledger_config)
+                self._health_ledger = await self.ledger_factory.open(self.health_ledger_name, self.ledger_config)
             ledger = self._health_ledger
             cursor = await ledger.open_cursor("health", InitialPosition.LATEST)
             position = await ledger.add_entry_async(f"health {time.time_ns()}".encode())
@@ -521,7 +632,13 @@ class BrokerService:
             await round_trip()  # (one reader on the heartbeat cursor at a time)
 
     async def close(self) -> None:
+        # Cluster mode: release the bundles first (their topics close, their clients look up another broker).
+        await self.ownership.close()
+        if self.registry is not None:
+            await self.registry.close()
         self.closed = True
+        await self._bundle_loads.close()
+        await self._dropped.wait()
         if self._resuming is not None:
             self._resuming.cancel()
             await asyncio.gather(self._resuming, return_exceptions=True)

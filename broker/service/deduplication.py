@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.protocol.entry import read_entry_metadata
-from managed_ledger import InitialPosition, ManagedCursor
+from managed_ledger import InitialPosition, ManagedCursor, Position
 
 if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
@@ -37,6 +37,8 @@ class Deduplication:
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._opening: asyncio.Task[None] | None = None
+        # The last entry whose producer and sequence id are in topic.sequence_persisted.
+        self.covered: Position | None = None
 
     @property
     def interval(self) -> int:
@@ -83,8 +85,11 @@ class Deduplication:
         self.cursor = await self.topic.ledger.open_cursor(DEDUP_CURSOR, InitialPosition.LATEST)
         self.cursor.set_active(False)  # it never reads: it must not hold entries in the cache
 
-    def entries_persisted(self, count: int) -> None:
-        """Called as entries are stored while deduplication is on; snapshots every interval."""
+    def entries_persisted(self, count: int, last: Position) -> None:
+        """Called as entries are stored while deduplication is on, once ``sequence_persisted`` covers them (up to
+        ``last``); snapshots every interval."""
+        if self.covered is None or last > self.covered:
+            self.covered = last
         if self.cursor is None:
             if self._opening is None or self._opening.done():
                 self._opening = asyncio.get_running_loop().create_task(self._open())
@@ -94,8 +99,11 @@ class Deduplication:
             self.snapshot()
 
     def snapshot(self) -> None:
-        last = self.topic.ledger.last_confirmed_entry
-        if self.cursor is None or self.cursor.is_closed or last.entry_id < 0:
+        # The position the state covers, not the ledger's last confirmed entry: entries confirmed whose producer
+        # completions have not run yet (a topic closing under load) are not in sequence_persisted, and a snapshot
+        # past them would keep the next owner from replaying them (their resends would be stored twice).
+        last = self.covered
+        if self.cursor is None or self.cursor.is_closed or last is None or last.entry_id < 0:
             return
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()

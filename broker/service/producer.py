@@ -203,7 +203,7 @@ class Producer:
                     name, highest = self._dedup_key(send)
                     if highest > persisted.get(name, -1):
                         persisted[name] = highest
-            topic.deduplicated_entries_stored(len(batch))
+            topic.deduplicated_entries_stored(len(batch), Position(ledger_id, entry_id + (len(batch) - 1) * step))
         cnx.sends_finished(len(batch), nbytes)
 
     def close(self) -> None:

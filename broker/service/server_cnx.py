@@ -225,6 +225,9 @@ class ServerCnx:
     def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.lookupTopic
         server = self.connection.server
+        if self.service.ownership.distributed:
+            self._spawn(self._cluster_lookup(c))
+            return
         urls = self.broker_urls()
         if c.advertised_listener_name or server.listeners:
             listener = server.listener(c.advertised_listener_name)
@@ -241,6 +244,28 @@ class ServerCnx:
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
         self.write(commands.lookup_connect(c.request_id, *urls))
+
+    async def _cluster_lookup(self, c: pb.CommandLookupTopic) -> None:
+        """Cluster mode (TopicLookupBase.lookupTopicAsync): Connect to the bundle's owner, or Redirect to the broker
+        that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, which clients retry."""
+        server = self.connection.server
+        listener_name = c.advertised_listener_name or None
+        if server.listeners and not listener_name:
+            internal = server.listener(None)
+            listener_name = internal.name if internal is not None else None
+        try:
+            name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.LOOKUP)
+            self.service.check_namespace(name)
+            answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)
+        except BrokerError as exc:
+            self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
+            return
+        if answer.redirect:
+            self.write(commands.lookup_redirect(c.request_id, answer.urls.url, answer.urls.url_tls,
+                                                answer.authoritative))
+        else:
+            self.write(commands.lookup_connect(c.request_id, answer.urls.url or "", answer.urls.url_tls))
 
     def handle_partitioned_metadata(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.partitionMetadata

@@ -246,8 +246,8 @@ class PersistentTopic(AbstractTopic):
     def is_idle(self) -> bool:
         return not self.producers and not any(s.consumers for s in self.subscriptions.values())
 
-    def deduplicated_entries_stored(self, count: int) -> None:
-        self.dedup.entries_persisted(count)
+    def deduplicated_entries_stored(self, count: int, last: Position) -> None:
+        self.dedup.entries_persisted(count, last)
 
     # -- geo-replication ---------------------------------------------------------------------------
     async def start_replication(self) -> None:

@@ -58,6 +58,8 @@ DEFAULT_CURSOR_PERSIST_INTERVAL_S = 1.0
 PASSWORD = b""
 # Depth of Pulsar's managed-ledger names under the root: tenant/namespace/domain/topic.
 PULSAR_NAME_DEPTH = 4
+# Reads of a level raced by changes before the last one read is taken as it is (a later notification reads again).
+RESCAN_ATTEMPTS = 5
 
 
 # Pulsar's bookkeeperMetadataServiceUri schemes that name a ZooKeeper (zk, zk+hierarchical, zk+longhierarchical,
@@ -144,6 +146,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._started: asyncio.Future[None] | None = None
         self._closed = False
         self._rescans: dict[str, asyncio.Task[None]] = {}  # levels being re-read after a notification
+        self._rescan_again: set[str] = set()  # levels notified again while being re-read
+        self._local_changes = 0  # names added or removed here: a re-read under way meanwhile is redone
 
     @property
     def store(self) -> MetadataStore:
@@ -207,20 +211,28 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if path != self.root and not path.startswith(self.root + "/"):
             return
         depth = 0 if path == self.root else path[len(self.root) + 1:].count("/") + 1
-        if depth >= PULSAR_NAME_DEPTH or path in self._rescans:
+        if depth >= PULSAR_NAME_DEPTH:
             return  # (a managed ledger's own children are its cursors)
+        if path in self._rescans:
+            self._rescan_again.add(path)  # (read again when the read under way ends: it may have missed this)
+            return
         task = asyncio.get_running_loop().create_task(self._rescan(path, depth))
         self._rescans[path] = task
         task.add_done_callback(lambda _: self._rescans.pop(path, None))
 
     async def _rescan(self, path: str, depth: int) -> None:
-        found: set[str] = set()
-        try:
-            await self._scan(path, depth, found)
-        except MetadataStoreError as exc:
-            log.warning("managed-ledger names under %s not re-read: %s", path, exc)
-            return
         prefix = path[len(self.root) + 1:] + "/" if path != self.root else ""
+        for _ in range(RESCAN_ATTEMPTS):
+            self._rescan_again.discard(path)
+            changes = self._local_changes
+            found: set[str] = set()
+            try:
+                await self._scan(path, depth, found)
+            except MetadataStoreError as exc:
+                log.warning("managed-ledger names under %s not re-read: %s", path, exc)
+                return
+            if changes == self._local_changes and path not in self._rescan_again:
+                break  # (else a ledger opened or deleted here, or another notification, raced the read: again)
         for name in sorted(found - self._names):
             self._add_name(name)
         for name in sorted(n for n in self._names if n.startswith(prefix) and n not in found):
@@ -248,6 +260,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             ledger = await self._take_over(name, config or ManagedLedgerConfig())
             self._open[name] = ledger
             self._add_name(name)
+            self._local_changes += 1
             future.set_result(ledger)
             return ledger
         except BaseException as exc:
@@ -335,6 +348,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._discard_name(name)
+        self._local_changes += 1
         for ledger_id in ledger_ids:
             try:
                 await self.bk.delete_ledger(ledger_id)

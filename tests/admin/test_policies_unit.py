@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.metadata import policies as P
+from broker.metadata.bundles import NamespaceBundles
 from broker.metadata.policy_values import AutoTopicCreation, BacklogQuota, Retention
 
 
@@ -70,7 +71,7 @@ def test_auto_topic_creation_values() -> None:
 
 
 def test_policies_view_has_pulsar_defaults_and_stored_values() -> None:
-    view = P.policies_view({"message_ttl_in_seconds": 30}, "standalone")
+    view = P.policies_view({"message_ttl_in_seconds": 30}, "standalone", NamespaceBundles.equal("t/ns", 4))
     assert view["message_ttl_in_seconds"] == 30
     assert view["replication_clusters"] == ["standalone"]
     assert view["bundles"]["numBundles"] == 4 and view["bundles"]["boundaries"][-1] == "0xffffffff"

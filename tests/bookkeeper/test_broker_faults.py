@@ -6,8 +6,7 @@ ZooKeeper (cluster/local.py), and the official client producing and consuming.
   and every acknowledged message is consumed;
 - kill -9 of a bookie of the current ensemble while producing: the ensemble changes, no send fails, nothing
   acknowledged is lost;
-- a paused broker (SIGSTOP) whose topic a second broker takes over: once resumed, its writes fail (fenced) and
-  every message it acknowledged is readable from the second broker;
+- (a paused broker whose topic another broker takes over: in cluster mode, tests/cluster/test_failover.py);
 - ZooKeeper restarted under load: producing resumes, nothing acknowledged is lost.
 
 The module has a cluster of its own (ZooKeeper + 3 bookies): it kills bookies and restarts ZooKeeper. Each test
@@ -18,11 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import signal
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,8 +62,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @contextlib.contextmanager
-def broker(cluster: LocalCluster, settings: dict[str, str], name: str, port: int | None = None) -> Iterator[BrokerInfo]:
-    info = start_broker(cluster, settings, name, port=port)
+def broker(cluster: LocalCluster, settings: dict[str, str], name: str, port: int | None = None,
+           web_port: int | None = None) -> Iterator[BrokerInfo]:
+    info = start_broker(cluster, settings, name, port=port, web_port=web_port)
     try:
         yield info
     finally:
@@ -77,6 +74,10 @@ def broker(cluster: LocalCluster, settings: dict[str, str], name: str, port: int
 
 def port_of(info: BrokerInfo) -> int:
     return int(info.service_url.rsplit(":", 1)[1])
+
+
+def web_port_of(info: BrokerInfo) -> int:
+    return int(info.web_url.rsplit(":", 1)[1])
 
 
 class Checker:
@@ -256,8 +257,10 @@ def test_broker_kill9_while_producing(cluster: LocalCluster) -> None:
                 kill_broker(cluster, first)
                 with checker.lock:
                     acked_before_kill = set(checker.acked)
-                # The same port: the client reconnects and resends what was pending.
-                with broker(cluster, settings, "kill9", port=port_of(first)) as second:
+                # The same ports: the client reconnects and resends what was pending, and the broker is the same one
+                # to the cluster (its id is host:webport): it takes back its bundles at once, without waiting for
+                # the previous session to expire.
+                with broker(cluster, settings, "kill9", port=port_of(first), web_port=web_port_of(first)) as second:
                     wait_acked(checker, len(acked_before_kill) + 200)
                     producing.finish()
                     info = zk.managed_ledger(topic)
@@ -303,60 +306,6 @@ def test_bookie_kill9_while_producing(cluster: LocalCluster) -> None:
             client.close()
     assert not checker.failed, f"sends failed: {dict(list(checker.failed.items())[:5])}"
     assert not checker.lost()
-
-
-def test_paused_broker_is_fenced_by_the_next_owner(cluster: LocalCluster) -> None:
-    """Broker A is paused (SIGSTOP) with sends in flight; broker B opens the topic (recovering, so fencing, A's
-    ledger); A resumes. A's writes into its old ledger must fail: no receipt names an entry of that ledger beyond
-    the last entry B's recovery closed it at. A then unloads the topic (as Pulsar does on a fenced managed
-    ledger); its producer reconnects to A, which loads the topic afresh and fences B in turn (two owners of one
-    topic fence each other: without bundle ownership nothing sends the producer to B). Finally A is killed, B
-    reloads the topic, and every message ever acknowledged is readable from B."""
-    topic, chroot = new_topic("pause")
-    settings = broker_settings(cluster, chroot)
-    checker = Checker()
-    with broker(cluster, settings, "pause-a") as first, zk_view(cluster, chroot) as zk:
-        client = pulsar.Client(first.service_url, operation_timeout_seconds=30)
-        try:
-            # A short send timeout: a send that keeps failing ends (as failed) within the test's time.
-            producer = open_producer(client, topic, send_timeout_ms=5_000)
-            with Producing(producer, checker, "p") as producing:
-                wait_acked(checker, 200)
-                old_ledger = zk.managed_ledger(topic).ledgers[-1].ledger_id
-                os.kill(first.pid, signal.SIGSTOP)
-                try:
-                    with broker(cluster, settings, "pause-b") as second:
-                        taker = pulsar.Client(second.service_url, operation_timeout_seconds=30)
-                        try:
-                            # Opening the topic on B recovers A's ledger: fenced on the bookies, then closed.
-                            taker.subscribe(topic, "taker", initial_position=pulsar.InitialPosition.Earliest)
-                            closed = zk.ledger(old_ledger)
-                            assert closed.is_closed
-                            os.kill(first.pid, signal.SIGCONT)
-                            wait_for(lambda: "fenced" in Path(first.log).read_text(errors="replace"), WAIT_S,
-                                     "broker A to find its managed ledger fenced")
-                            wait_acked(checker, acked_count(checker) + 100)  # A produces again, on a new ledger
-                            producing.finish()
-                            kill_broker(cluster, first)
-                            with checker.lock:
-                                beyond = {text: position for text, position in checker.acked.items()
-                                          if position[0] == old_ledger and position[1] > closed.last_entry_id}
-                            assert not beyond, f"receipts for entries past the fenced ledger's end: {beyond}"
-                            # B's view of the topic is stale (A took it back): reload it from the metadata.
-                            unload = urllib.request.Request(
-                                f"{second.web_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}"
-                                "/unload", method="PUT")
-                            with urllib.request.urlopen(unload, timeout=30) as answer:
-                                assert answer.status in (200, 204)
-                            drain(second.service_url, topic, checker)
-                        finally:
-                            taker.close()
-                finally:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(first.pid, signal.SIGCONT)
-        finally:
-            client.close()
-    assert not checker.lost(), "an acknowledged message is not readable from the second broker"
 
 
 def test_zookeeper_restart_under_load(cluster: LocalCluster) -> None:

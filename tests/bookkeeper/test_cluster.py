@@ -44,9 +44,9 @@ def test_cluster_json_round_trip(bk_cluster: LocalCluster) -> None:
     assert LocalCluster.from_json(bk_cluster.to_json()) == bk_cluster
 
 
-def test_more_than_one_broker_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cluster_main(["up", "--state", str(tmp_path), "--brokers", "2"]) == 2
-    assert "cluster mode" in capsys.readouterr().err
+def test_a_negative_broker_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cluster_main(["up", "--state", str(tmp_path), "--brokers", "-1"]) == 2
+    assert "BROKERS=-1" in capsys.readouterr().err
     assert not (tmp_path / "cluster.json").exists()
 
 

@@ -237,3 +237,25 @@ def test_hand_encoded_message_matches_protobuf(consumer_id: int, ledger: int, en
                                                redelivery: int, payload: bytes, ack_set: list[int] | None) -> None:
     expected = commands.message_protobuf(consumer_id, ledger, entry, partition, redelivery, payload, ack_set)
     assert commands.message(consumer_id, ledger, entry, partition, redelivery, payload, ack_set) == expected
+
+
+def test_lookup_redirect_frame() -> None:
+    """Cluster mode's Redirect: response type 1, the other broker's URLs, and the authoritative flag as given."""
+    data = commands.lookup_redirect(7, "pulsar://b2:6650", None, authoritative=False)
+    decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE))
+    decoder.feed(data)
+    frame = decoder.next_frame()
+    assert frame is not None
+    r = frame.command.lookupTopicResponse
+    assert frame.command.type == pb.BaseCommand.LOOKUP_RESPONSE
+    assert (r.request_id, r.response, r.brokerServiceUrl) == (7, pb.CommandLookupTopicResponse.Redirect,
+                                                              "pulsar://b2:6650")
+    assert r.HasField("authoritative") and not r.authoritative and not r.HasField("brokerServiceUrlTls")
+    # Golden: the whole frame, so an encoder change is seen.
+    expected = pb.BaseCommand(type=pb.BaseCommand.LOOKUP_RESPONSE)
+    expected.lookupTopicResponse.request_id = 7
+    expected.lookupTopicResponse.response = pb.CommandLookupTopicResponse.Redirect
+    expected.lookupTopicResponse.brokerServiceUrl = "pulsar://b2:6650"
+    expected.lookupTopicResponse.authoritative = False
+    body = expected.SerializeToString()
+    assert data == struct.pack(">II", len(body) + 4, len(body)) + body

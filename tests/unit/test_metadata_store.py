@@ -94,6 +94,9 @@ async def test_golden_values_at_pulsars_paths(metadata: BrokerMetadata, store: M
         b'{"adminRoles":["admin"],"allowedClusters":["standalone","east"]}')
     assert await node(store, "/admin/policies/acme/ns") == {
         "message_ttl_in_seconds": 60, "deduplicationEnabled": True,
+        # (Created without a count: defaultNumberOfNamespaceBundles equal bundles, as Pulsar stores them.)
+        "bundles": {"boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+                    "numBundles": 4},
         "auth_policies": {"namespace_auth": {"app": ["produce"]},
                           "destination_auth": {TOPIC: {"reader": ["consume"]}},
                           "subscription_auth_roles": {"sub": ["app"]}}}

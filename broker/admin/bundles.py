@@ -1,0 +1,140 @@
+"""Admin REST v2: split a namespace bundle (Pulsar's Namespaces.splitNamespaceBundle), and the
+automatic split round, run every ``loadBalancerSplitIntervalMinutes``.
+
+- ``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/split?unload=&splitAlgorithmName=`` with an
+  optional JSON body: the split positions (``[1073741824, ...]``, numbers or hex strings such as
+  ``"0x50000000"``), used by ``specified_positions_divide``. ``{bundle}`` is a range name
+  (``0x00000000_0x40000000``), ``LARGEST`` or ``HOT``. The checks and statuses are
+  ``broker.cluster.operations``'s; a success is 204.
+- ``GET .../bundles`` (the bundles now) is in ``namespace_metadata.py``; the unloads
+  (``PUT .../unload``, ``.../{bundle}/unload``) in ``namespace_ops.py``.
+
+The bundle operations and the automatic split live in ``broker.cluster``; this resource gives
+them the broker's topics and their sampled load (the stats sampler is the web service's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.cluster import redirect_url
+from broker.admin.common import HttpError, no_content, read_body
+from broker.admin.stats import ZERO, StatsSampler
+from broker.cluster.operations import HOT, LARGEST, BundleOperationError, BundleOperations, BundleSplitter
+from broker.cluster.split import TopicLoad
+from broker.metadata.bundles import BundleError, parse_boundary
+from broker.service.broker_service import MODE_ALL
+from broker.service.periodic import PeriodicTask
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+    from broker.service.broker_service import BrokerService
+    from broker.service.kinds import AnySubscription
+
+NS = "/admin/v2/namespaces/{tenant}/{ns}"
+# A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar), LARGEST or HOT.
+SPLIT_BUNDLE_PATTERN = "[^/]*_[^/]*|LARGEST|HOT"
+SECONDS_PER_MINUTE = 60
+
+
+def topic_loads(service: BrokerService, sampler: StatsSampler) -> list[TopicLoad]:
+    """The loaded topics' load over the sampler's last interval (statsUpdateFrequencyInSecs)."""
+    loads = []
+    for topic in service.all_topics():
+        rate_in = sampler.topic_in.get(topic, ZERO)
+        subs: list[AnySubscription] = list(topic.subscriptions.values())
+        outs = [sampler.sub_out.get(s, ZERO) for s in subs]
+        loads.append(TopicLoad(topic.full_name, rate_in.msgs, sum(r.msgs for r in outs), rate_in.bytes,
+                               sum(r.bytes for r in outs), len(topic.producers),
+                               sum(len(s.consumers) for s in subs)))
+    return loads
+
+
+def parse_positions(body: Any) -> list[int]:
+    """Pulsar's ``List<Long> splitBoundaries`` body (we also take hex strings)."""
+    if body is None:
+        return []
+    if not isinstance(body, list):
+        raise HttpError(400, "Split boundaries must be a JSON array of positions, e.g. [1073741824]")
+    positions = []
+    for p in body:
+        if isinstance(p, bool) or not isinstance(p, int | str):
+            raise HttpError(400, f"Invalid split boundary {p!r}: expected a number or a hex string")
+        try:
+            positions.append(parse_boundary(p) if isinstance(p, str) else parse_boundary(str(p)))
+        except BundleError as exc:
+            raise HttpError(400, str(exc)) from None
+    return positions
+
+
+def parse_flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise HttpError(400, f"{name} must be true or false")
+    return value == "true"
+
+
+class BundlesResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+        service = web_service.service
+        self.ops = BundleOperations(
+            service.metadata, lambda: service.ownership, web_service.ctx.config,
+            topics_of=lambda ns: service.topics_of_namespace(ns, MODE_ALL),
+            loads=lambda: topic_loads(service, web_service.sampler))
+        # (Cluster mode: every broker runs the round over its own loaded topics, so over the bundles it owns.)
+        self.splitter = BundleSplitter(self.ops)
+        self._round = PeriodicTask("bundle-split", web_service.ctx.config.loadBalancerSplitIntervalMinutes
+                                   * SECONDS_PER_MINUTE, self._split_round)
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_put(NS + "/{bundle:" + SPLIT_BUNDLE_PATTERN + "}/split", self.split)
+        self.web.app.on_startup.append(self._start)
+        self.web.app.on_cleanup.append(self._stop)
+
+    async def _start(self, app: web.Application) -> None:
+        self._round.start()
+
+    async def _stop(self, app: web.Application) -> None:
+        await self._round.stop()
+
+    async def _split_round(self) -> None:
+        await self.splitter.run_once()
+
+    async def split(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        positions = parse_positions(await read_body(request))
+        await self.to_owner(request, ns, request.match_info["bundle"])
+        try:
+            await self.ops.split(ns, request.match_info["bundle"], unload=parse_flag(request, "unload"),
+                                 algorithm=request.query.get("splitAlgorithmName") or None, positions=positions)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        return no_content()
+
+    async def to_owner(self, request: web.Request, ns: str, range_name: str) -> None:
+        """Cluster mode: a bundle is split by its owner (Pulsar's validateNamespaceBundleOwnership). Owned by
+        another broker: 307 there; owned by nobody: this broker takes it first. (LARGEST and HOT name bundles
+        of this broker's own topics.)"""
+        ownership = self.web.service.ownership
+        if not ownership.distributed or range_name in (LARGEST, HOT):
+            return
+        try:
+            bundle = self.ops.bundle(ns, range_name)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        owner = await ownership.claim(bundle)
+        if owner is not None:
+            base = owner.http_url_tls if request.secure else owner.http_url
+            if not base:
+                raise HttpError(412, f"Failed to find ownership for ServiceUnit:{bundle}")
+            raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+
+    async def unload(self, ns: str, bundle: str | None) -> None:
+        """For the unload endpoints: one bundle, or the whole namespace."""
+        try:
+            await self.ops.unload(ns, bundle)
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None

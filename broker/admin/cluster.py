@@ -1,0 +1,88 @@
+"""Admin REST in cluster mode: calls on a topic go to the broker that owns it (Pulsar's validateTopicOwnership).
+
+A request on a topic (``/admin/v2/{persistent|non-persistent}/{tenant}/{ns}/{topic}[/...]``) whose action needs
+the loaded topic (``OWNER_ACTIONS``: create, delete, stats, subscriptions, cursors, unload, terminate, compaction,
+messages...) is served only by the owner of the topic's bundle: any other broker looks the owner up (taking the
+bundle itself, or finding which broker should, when nobody owns it, as a lookup does) and answers
+``307 Temporary Redirect`` to the same path and query on the owner's web service, with ``authoritative`` set as
+Pulsar sets it (true when this broker is the leader). Metadata-only actions (partitions, properties, topic
+policies, the namespace's lists) are answered by any broker, and so is an action on a partitioned topic's base
+name. A standalone broker owns everything: the middleware does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from yarl import URL
+
+from broker.admin.common import HttpError, query_flag
+from broker.admin.context import AdminContext
+from broker.errors import BrokerError
+from broker.topic_name import TopicName
+
+DOMAINS = ("persistent", "non-persistent")
+# The actions (path element after the topic) that Pulsar serves on the topic's owner only; "" is the topic itself
+# (PUT create, DELETE delete).
+OWNER_ACTIONS = frozenset({
+    "", "stats", "internalStats", "subscriptions", "subscription", "all_subscription", "unload", "terminate",
+    "lastMessageId", "compaction", "ledger", "examinemessage", "messageid", "trim", "backlog",
+})
+
+
+def topic_of(path: str) -> tuple[TopicName, str] | None:
+    """(the topic, the action) of an admin path on one topic, else None."""
+    parts = path.split("/")
+    # "", "admin", "v2", domain, tenant, ns, topic[, action, ...]
+    if len(parts) < 7 or parts[1] != "admin" or parts[2] != "v2" or parts[3] not in DOMAINS or not parts[6]:
+        return None
+    try:
+        name = TopicName.parse(f"{parts[3]}://{parts[4]}/{parts[5]}/{parts[6]}")
+    except BrokerError:
+        return None
+    return name, parts[7] if len(parts) > 7 else ""
+
+
+def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def redirect_to_owner(request: web.Request,
+                                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        service = ctx.service
+        if not service.ownership.distributed:
+            return await handler(request)
+        found = topic_of(request.path)
+        if found is not None:
+            name, action = found
+            if action in OWNER_ACTIONS and not (name.partition_index < 0
+                                                 and service.metadata.partitions_of(name.full) > 0):
+                await validate_topic_ownership(ctx, request, name)
+        return await handler(request)
+
+    return redirect_to_owner
+
+
+async def validate_topic_ownership(ctx: AdminContext, request: web.Request, name: TopicName) -> None:
+    """Return when this broker owns the topic's bundle (taking it when the lookup picks this broker); else raise
+    the 307 to the owner (or the broker picked to own it)."""
+    ownership = ctx.service.ownership
+    if ownership.is_owned(ownership.bundle_of(name)):
+        return
+    if not ctx.metadata.namespace_exists(name.namespace):
+        return  # (the handler answers the missing namespace)
+    answer = await ownership.lookup(name, query_flag(request, "authoritative"), None)
+    if ownership.is_owned(ownership.bundle_of(name)):
+        return
+    base = answer.http_url_tls if request.secure else answer.http_url
+    if not base:
+        raise HttpError(412, f"Failed to find ownership for topic:{name.full}")
+    raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+
+
+def redirect_url(request: web.Request, base: str, authoritative: bool) -> str:
+    """The request's path and query on the broker at ``base``, with ``authoritative`` replaced."""
+    target = URL(base)
+    query = dict(request.url.query)
+    query["authoritative"] = "true" if authoritative else "false"
+    url = request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
+    return str(url.with_query(query))

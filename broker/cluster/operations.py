@@ -1,0 +1,217 @@
+"""Split and unload of namespace bundles (Pulsar's NamespacesBase.internalSplitNamespaceBundle /
+NamespaceService.splitAndOwnBundle, and the unload), and the automatic split (BundleSplitterTask).
+
+``BundleOperations`` checks a request as Pulsar does, then changes the metadata
+(``BrokerMetadata.split_bundle``: compare-and-set) and tells ownership:
+
+- a bundle name that is malformed or not one of the namespace's bundles now: 412 (Pulsar's
+  ``validateNamespaceBundleRange``: "Invalid bundle range", "Cannot find bundle in the bundles
+  list"); ``LARGEST`` / ``HOT`` name the bundle with the most topics / the most traffic (404 when
+  the namespace has none);
+- a split algorithm the broker does not support (``supportedNamespaceBundleSplitAlgorithms``):
+  412 "Unsupported namespace bundle split algorithm, ..."; ``specified_positions_divide`` without
+  boundaries: 412; no algorithm: ``defaultNamespaceBundleSplitAlgorithm``;
+- a bundle of one hash: 412 "... can't be split further" (Pulsar lets this IllegalArgumentException
+  surface as a 500; the caller is at fault, so we say 412);
+- an algorithm that finds no boundary (too few topics, positions outside the bundle, too little
+  traffic): nothing is split and the request succeeds, as in Pulsar.
+
+``BundleSplitter.run_once`` is one round of the automatic split; its owner runs it every
+``loadBalancerSplitIntervalMinutes`` (on a single broker always; in cluster mode only on the
+leader: ``should_run``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from broker.cluster import split as S
+from broker.cluster.ownership import BundleOwnership
+from broker.config import BrokerConfig
+from broker.metadata.bundles import BundleError, NamespaceBundle, NamespaceBundles
+from broker.metadata.store import BrokerMetadata, NotFoundError
+from broker.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+# Pulsar's BundleType: split the bundle with the most topics / the most traffic.
+LARGEST = "LARGEST"
+HOT = "HOT"
+
+
+class BundleOperationError(Exception):
+    """A refused bundle operation, with the HTTP status Pulsar answers."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    parent: NamespaceBundle
+    children: tuple[NamespaceBundle, ...]  # empty: the algorithm found no boundary, nothing split
+    bundles: NamespaceBundles  # the namespace's bundles now
+
+
+def thresholds_of(config: BrokerConfig) -> S.SplitThresholds:
+    return S.SplitThresholds(
+        max_topics=config.loadBalancerNamespaceBundleMaxTopics,
+        max_sessions=config.loadBalancerNamespaceBundleMaxSessions,
+        max_msg_rate=config.loadBalancerNamespaceBundleMaxMsgRate,
+        max_bandwidth_mbytes=config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
+        max_bundles=config.loadBalancerNamespaceMaximumBundles,
+        flow_or_qps_difference_percent=config.flowOrQpsDifferenceThresholdPercentage)
+
+
+class BundleOperations:
+    """``topics_of(ns)``: the namespace's topics (partitions by name), what Pulsar's
+    getOwnedTopicListForNamespaceBundle lists; ``loads()``: the loaded topics' load."""
+
+    def __init__(self, metadata: BrokerMetadata, ownership: Callable[[], BundleOwnership], config: BrokerConfig,
+                 topics_of: Callable[[str], Sequence[str]], loads: Callable[[], Sequence[S.TopicLoad]]) -> None:
+        self.metadata = metadata
+        self._ownership = ownership
+        self.config = config
+        self.topics_of = topics_of
+        self.loads = loads
+
+    @property
+    def ownership(self) -> BundleOwnership:
+        return self._ownership()
+
+    # -- naming a bundle -----------------------------------------------------------------------------
+    def bundle(self, namespace: str, range_name: str) -> NamespaceBundle:
+        """One of the namespace's bundles now, by its range name; 412 otherwise (Pulsar's wording)."""
+        bundles = self._bundles(namespace)
+        try:
+            wanted = NamespaceBundle.parse(namespace, range_name)
+        except BundleError as exc:
+            raise BundleOperationError(412, f"Invalid bundle range: {range_name} ({exc})") from None
+        if wanted.lower not in bundles.boundaries[:-1]:
+            raise BundleOperationError(412, f"Cannot find bundle {wanted} in the bundles list")
+        if wanted not in bundles.bundles:
+            raise BundleOperationError(412, f"Invalid upper boundary for bundle {wanted}")
+        return wanted
+
+    def _bundles(self, namespace: str) -> NamespaceBundles:
+        try:
+            return self.metadata.namespace_bundles(namespace)
+        except NotFoundError:
+            raise BundleOperationError(404, "Namespace does not exist") from None
+
+    def _named(self, namespace: str, name: str) -> NamespaceBundle:
+        if name not in (LARGEST, HOT):
+            return self.bundle(namespace, name)
+        bundles = self._bundles(namespace).bundles
+        if name == LARGEST:
+            topics = self.topics_of(namespace)
+            scores = [(float(sum(1 for t in topics if b.includes(t))), b) for b in bundles]
+        else:
+            loads = [t for t in self.loads() if TopicName.parse(t.name).namespace == namespace]
+            scores = [(sum(t.throughput for t in loads if b.includes(t.name)), b) for b in bundles]
+        best = max(scores, key=lambda c: c[0])
+        if best[0] <= 0:
+            raise BundleOperationError(404, f"Bundle range {name} not found")
+        return best[1]
+
+    # -- split -----------------------------------------------------------------------------------------
+    def algorithm(self, name: str | None, positions: Sequence[int]) -> str:
+        """The algorithm a split request asks for, checked as Pulsar's admin checks it."""
+        supported = self.config.supportedNamespaceBundleSplitAlgorithms
+        if name:
+            if name not in supported:
+                raise BundleOperationError(412, "Unsupported namespace bundle split algorithm, supported "
+                                                f"algorithms are {supported}")
+            if name == S.SPECIFIED_POSITIONS_DIVIDE and not positions:
+                raise BundleOperationError(412, "With specified_positions_divide split algorithm, "
+                                                "splitBoundaries must not be empty")
+            return name
+        return self.config.defaultNamespaceBundleSplitAlgorithm
+
+    async def split(self, namespace: str, bundle_name: str, *, algorithm: str | None = None,
+                    positions: Sequence[int] = (), unload: bool = False) -> SplitResult:
+        algo = self.algorithm(algorithm, positions)
+        parent = self._named(namespace, bundle_name)
+        if not parent.can_split:
+            raise BundleOperationError(412, f"{parent} bundle can't be split further since range not larger than 1")
+        points = S.split_points(algo, parent, topics=self.topics_of(namespace), loads=self.loads(),
+                                positions=positions, thresholds=thresholds_of(self.config))
+        if not points:
+            log.info("[%s] No valid boundary found in %s to split bundle %s (%s)", namespace, list(positions),
+                     parent.range_name, algo)
+            return SplitResult(parent, (), self.metadata.namespace_bundles(namespace))
+        try:
+            bundles = await self.metadata.split_bundle(namespace, parent, points)
+        except NotFoundError as exc:  # split by someone else meanwhile
+            raise BundleOperationError(412, exc.message) from None
+        except BundleError as exc:
+            raise BundleOperationError(412, str(exc)) from None
+        index = bundles.boundaries.index(parent.lower)
+        children = bundles.bundles[index: index + len(points) + 1]
+        await self.ownership.bundle_split(parent, children)
+        log.info("[%s] split bundle %s into %s (%s)", namespace, parent.range_name,
+                 [c.range_name for c in children], algo)
+        if unload:
+            for child in children:
+                await self.ownership.unload_bundle(child)
+        return SplitResult(parent, children, bundles)
+
+    # -- unload ----------------------------------------------------------------------------------------
+    async def unload(self, namespace: str, bundle_name: str | None = None) -> int:
+        """Unload one bundle (by range name) or, with None, every bundle of the namespace; returns how
+        many topics were closed."""
+        targets = [self.bundle(namespace, bundle_name)] if bundle_name is not None else \
+            list(self._bundles(namespace).bundles)
+        closed = 0
+        for bundle in targets:
+            closed += await self.ownership.unload_bundle(bundle)
+        return closed
+
+
+class BundleSplitter:
+    """Pulsar's BundleSplitterTask and the load manager's split round: find the loaded bundles past
+    a threshold and split each with the default algorithm (unloading the children when
+    ``loadBalancerAutoUnloadSplitBundlesEnabled``). ``should_run()``: whether this broker runs it
+    now (the leader, in cluster mode)."""
+
+    def __init__(self, ops: BundleOperations, should_run: Callable[[], bool] = lambda: True) -> None:
+        self.ops = ops
+        self.should_run = should_run
+        self.splits = 0  # bundles split so far (tests, logs)
+
+    def choose(self) -> list[NamespaceBundle]:
+        """The bundles this round would split (from the loaded topics' load)."""
+        loads = self.ops.loads()
+        namespaces = sorted({TopicName.parse(t.name).namespace for t in loads})
+        stats: list[S.BundleStats] = []
+        counts: dict[str, int] = {}
+        for ns in namespaces:
+            try:
+                bundles = self.ops.metadata.namespace_bundles(ns)
+            except NotFoundError:
+                continue
+            counts[ns] = len(bundles)
+            stats.extend(s for s in (S.bundle_stats(b, loads) for b in bundles.bundles) if s.topics)
+        return S.bundles_to_split(stats, counts, thresholds_of(self.ops.config))
+
+    async def run_once(self) -> list[NamespaceBundle]:
+        config = self.ops.config
+        if not config.loadBalancerAutoBundleSplitEnabled or not self.should_run():
+            return []
+        done: list[NamespaceBundle] = []
+        for bundle in self.choose():
+            try:
+                result = await self.ops.split(bundle.namespace, bundle.range_name,
+                                              unload=config.loadBalancerAutoUnloadSplitBundlesEnabled)
+            except BundleOperationError as exc:  # (split or removed meanwhile: next round sees it)
+                log.info("automatic split of %s skipped: %s", bundle, exc.message)
+                continue
+            if result.children:
+                log.info("Load-manager split bundle %s into %s", bundle, [c.range_name for c in result.children])
+                self.splits += 1
+                done.append(bundle)
+        return done

@@ -1,0 +1,445 @@
+"""Bundle ownership: which broker serves the topics of a namespace bundle (Pulsar's ``OwnershipCache``).
+
+Two implementations of one ``Ownership`` protocol, chosen by the metadata store:
+
+- ``StandaloneOwnership`` (a ``local:`` or ``memory:`` store: one broker): this broker owns every bundle; nothing is
+  written, lookups answer Connect to this broker, and unloading a bundle closes its topics (they load again on
+  their next use).
+- ``ClusterOwnership`` (ZooKeeper: several brokers): a bundle is owned through the ephemeral node
+  ``/namespace/<tenant>/<ns>/<0xlower_0xupper>`` holding the owner's ``NamespaceEphemeralData``; the broker keeps
+  the bundles it owns in memory, so ``is_owned`` and ``check_serving`` (called when a topic loads, never per
+  message) cost a dict look-up.
+
+Cluster states of a bundle on this broker:
+
+    (not owned) --acquire: create the node--> ACTIVE --unload: node disabled, topics closed, node deleted--> (not owned)
+    ACTIVE --session lost--> (not owned)        (every topic closed and every client disconnected at once)
+
+A lost metadata session (``SESSION_LOST``: the store gave up on the session, at 5/6 of its timeout when cut off, so
+before ZooKeeper deletes the nodes) makes this broker stop serving everything it owned, at once: another broker may
+own those bundles soon. BookKeeper's fencing covers the rest (a paused broker that wakes up after that cannot
+acknowledge a write into a ledger the new owner recovered).
+
+Lookups (``lookup``) follow Pulsar's ``NamespaceService.findBrokerServiceUrl`` and ``searchForCandidateBroker``:
+owned by anyone (not being unloaded): Connect to the owner; owned by nobody: an authoritative request makes this
+broker take it; otherwise the leader (or any broker when the leader is gone) picks a broker with
+``broker.cluster.placement`` and this broker takes the bundle itself when picked, else it answers Redirect to the
+one picked (authoritative, since the leader decided); a broker that is not the leader redirects to the leader (not
+authoritative).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.cluster import placement
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
+from broker.cluster.data import (
+    OWNERSHIP_ROOT,
+    BrokerUrls,
+    ClusterDataError,
+    ListenerUrls,
+    NamespaceEphemeralData,
+)
+from broker.cluster.registry import BrokerRegistry
+from broker.errors import ServiceNotReadyError
+from broker.tasks import OwnedTasks
+from broker.topic_name import TopicName
+from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
+
+log = logging.getLogger(__name__)
+
+
+class TopicHost(Protocol):
+    """What ownership needs of the broker service: its loaded topics, and closing them."""
+
+    def served_topic_names(self) -> list[str]: ...  # loaded topics (persistent and non-persistent), full names
+
+    async def unload_topics(self, names: list[str]) -> int: ...  # close them (how many); their clients look up again
+
+    def stop_serving_now(self) -> None: ...  # disconnect every client and close every topic (in the background)
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None: ...  # (Pulsar loads a bundle's topics then)
+
+
+@dataclass(frozen=True)
+class LookupAnswer:
+    """Where a client goes: Connect to ``urls`` (the owner) or Redirect there (look up again, at that broker)."""
+
+    redirect: bool
+    authoritative: bool
+    urls: ListenerUrls  # pulsar:// and pulsar+ssl:// for the client's listener
+    http_url: str | None
+    http_url_tls: str | None
+
+
+class Ownership(Protocol):
+    @property
+    def distributed(self) -> bool: ...  # False: one broker owns everything
+
+    def bundles(self, namespace: str) -> NamespaceBundles: ...
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle: ...
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool: ...
+
+    def check_serving(self, name: TopicName) -> None: ...  # ServiceNotReadyError unless this broker serves it
+
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer: ...
+
+    async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...  # None: owned here now
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int: ...  # how many topics were closed
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None: ...
+
+    def owned_bundles(self) -> list[NamespaceBundle]: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def _topics_in(host: TopicHost, bundle: NamespaceBundle) -> list[str]:
+    """The loaded topics whose names hash into ``bundle``."""
+    return [full for full in host.served_topic_names()
+            if TopicName.parse(full).namespace == bundle.namespace and bundle.includes(full)]
+
+
+# What the bundle operations (broker.cluster.operations) need: the same protocol.
+BundleOwnership = Ownership
+
+
+class StandaloneOwnership:
+    """One broker: it owns every bundle of every namespace."""
+
+    distributed = False
+    is_leader = True
+
+    def __init__(self, host: TopicHost, bundles_of: Callable[[str], NamespaceBundles]) -> None:
+        self.host = host
+        self._bundles_of = bundles_of
+
+    def bundles(self, namespace: str) -> NamespaceBundles:
+        return self._bundles_of(namespace)
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle:
+        return self._bundles_of(name.namespace).find(name.full)
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool:
+        return True
+
+    def check_serving(self, name: TopicName) -> None:
+        return None
+
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
+        raise NotImplementedError("a standalone broker answers lookups itself")  # (server_cnx, admin lookup)
+
+    async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        return None
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        return None
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
+        return await self.host.unload_topics(_topics_in(self.host, bundle))
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
+        return None  # (the broker keeps owning everything: its topics stay loaded)
+
+    def owned_bundles(self) -> list[NamespaceBundle]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+class PendingOwnership:
+    """Cluster mode before the broker has registered (its ports are bound, its session is not in use yet): it owns
+    nothing and answers every lookup ServiceNotReady, which clients retry."""
+
+    distributed = True
+    is_leader = False
+
+    def __init__(self, bundles_of: Callable[[str], NamespaceBundles]) -> None:
+        self._bundles_of = bundles_of
+
+    def bundles(self, namespace: str) -> NamespaceBundles:
+        return self._bundles_of(namespace)
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle:
+        return self._bundles_of(name.namespace).find(name.full)
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool:
+        return False
+
+    def check_serving(self, name: TopicName) -> None:
+        raise ServiceNotReadyError("The broker is starting: it serves no bundle yet")
+
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
+        raise ServiceNotReadyError("The broker is starting: look up again")
+
+    async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
+        return 0
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
+        raise ServiceNotReadyError("The broker is starting")
+
+    def owned_bundles(self) -> list[NamespaceBundle]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+class BundleState(enum.Enum):
+    ACTIVE = "active"
+    UNLOADING = "unloading"  # the node says disabled; the topics are being closed
+
+
+def ownership_path(bundle: NamespaceBundle) -> str:
+    return f"{OWNERSHIP_ROOT}/{bundle.namespace}/{bundle.range_name}"
+
+
+class ClusterOwnership:
+    distributed = True
+
+    def __init__(self, store: MetadataStore, urls: BrokerUrls, registry: BrokerRegistry, host: TopicHost,
+                 bundles_of: Callable[[str], NamespaceBundles]) -> None:
+        self.store = store
+        self.urls = urls
+        self.registry = registry
+        self.host = host
+        self._bundles_of = bundles_of
+        self.mine = NamespaceEphemeralData.of(urls)
+        self._owned: dict[NamespaceBundle, BundleState] = {}
+        self._acquiring: dict[NamespaceBundle, asyncio.Future[NamespaceEphemeralData]] = {}
+        self.placement = placement.Placement()
+        self._tasks = OwnedTasks("bundle ownership")
+        self._closed = False
+        store.register_session_listener(self._session_event)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.registry.is_leader
+
+    def bundles(self, namespace: str) -> NamespaceBundles:
+        return self._bundles_of(namespace)
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle:
+        return self._bundles_of(name.namespace).find(name.full)
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool:
+        return self._owned.get(bundle) is BundleState.ACTIVE
+
+    def owned_bundles(self) -> list[NamespaceBundle]:
+        return [b for b, s in self._owned.items() if s is BundleState.ACTIVE]
+
+    def check_serving(self, name: TopicName) -> None:
+        if self._closed or not self.is_owned(self.bundle_of(name)):
+            raise ServiceNotReadyError(
+                f"Namespace bundle for topic ({name.full}) not served by this instance:{self.urls.broker_id}. "
+                f"Please redo the lookup. Request is denied: namespace={name.namespace}")
+
+    # -- session ---------------------------------------------------------------------------------------
+    def _session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.SESSION_LOST and self._owned:
+            lost = list(self._owned)
+            self._owned.clear()
+            log.warning("metadata session lost: no longer serving %d bundles (%s)", len(lost),
+                        ", ".join(map(str, lost[:8])))
+            self.host.stop_serving_now()
+            self.registry.report_changed()
+
+    # -- acquire and release -------------------------------------------------------------------------------
+    async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+        """Take the bundle unless another broker holds it; the owner's data either way (Pulsar's
+        tryAcquiringOwnership)."""
+        state = self._owned.get(bundle)
+        if state is not None:
+            return self.mine.with_disabled(state is BundleState.UNLOADING)
+        pending = self._acquiring.get(bundle)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[NamespaceEphemeralData] = asyncio.get_running_loop().create_future()
+        self._acquiring[bundle] = future
+        try:
+            owner = await self._acquire(bundle)
+            future.set_result(owner)
+            return owner
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._acquiring[bundle]
+
+    async def _acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+        if self._closed:
+            raise ServiceNotReadyError("Broker is shutting down")
+        path = ownership_path(bundle)
+        value = self.mine.to_bytes()
+        for _ in range(3):
+            try:
+                await self.store.put(path, value, -1, ephemeral=True)
+            except BadVersionError:
+                got = await self.store.get(path)
+                if got is None:
+                    continue  # released meanwhile
+                try:
+                    owner = NamespaceEphemeralData.from_bytes(got.value)
+                except ClusterDataError as exc:
+                    raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
+                if got.stat.created_by_self or not owner.same_owner(self.mine):
+                    return owner  # (ours already: it is being unloaded; or another broker's)
+                # This broker's node from before a restart (its old session not expired yet): take it back, as
+                # Pulsar's resource locks do when they find their own value.
+                with contextlib.suppress(NotFoundError, BadVersionError):
+                    await self.store.delete(path, got.stat.version)
+                continue
+            self._owned[bundle] = BundleState.ACTIVE
+            log.info("bundle %s now owned by this broker", bundle)
+            self.registry.report_changed()
+            self.host.bundle_acquired(bundle)
+            return self.mine
+        raise ServiceNotReadyError(f"could not acquire the ownership of {bundle}")
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> int:
+        """Release an owned bundle (Pulsar's OwnedBundle.handleUnloadRequest): mark the node disabled (lookups meanwhile
+        answer 'being unloaded', which clients retry), close the bundle's topics (their clients look up again), then
+        delete the node so any broker may take it. Not owned here: nothing to do. Returns how many topics
+        were closed."""
+        if self._owned.get(bundle) is not BundleState.ACTIVE:
+            return 0
+        self._owned[bundle] = BundleState.UNLOADING
+        path = ownership_path(bundle)
+        try:
+            with contextlib.suppress(MetadataStoreError):
+                got = await self.store.get(path)
+                if got is not None and got.stat.created_by_self:
+                    await self.store.put(path, self.mine.with_disabled(True).to_bytes(), got.stat.version,
+                                         ephemeral=True)
+            closed = await self.host.unload_topics(_topics_in(self.host, bundle))
+            with contextlib.suppress(NotFoundError):
+                await self.store.delete(path)
+        finally:
+            if self._owned.get(bundle) is BundleState.UNLOADING:
+                del self._owned[bundle]
+            self.registry.report_changed()
+        log.info("bundle %s unloaded (%d topics closed)", bundle, closed)
+        return closed
+
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
+        """Pulsar's splitAndOwnBundle: the owner of the parent owns the children, then releases the parent. The
+        parent's topics stay loaded: they are the children's now, served by the same broker."""
+        if self._owned.get(parent) is not BundleState.ACTIVE:
+            raise ServiceNotReadyError(f"bundle {parent} is not owned by this broker")
+        for child in children:
+            owner = await self.acquire(child)
+            if not owner.same_owner(self.mine):
+                log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
+        del self._owned[parent]
+        with contextlib.suppress(NotFoundError):
+            await self.store.delete(ownership_path(parent))
+        self.registry.report_changed()
+        log.info("bundle %s split into %s, owned here", parent, ", ".join(c.range_name for c in children))
+
+    async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        state = self._owned.get(bundle)
+        if state is not None:
+            return self.mine.with_disabled(state is BundleState.UNLOADING)
+        got = await self.store.get(ownership_path(bundle))
+        if got is None:
+            return None
+        try:
+            return NamespaceEphemeralData.from_bytes(got.value)
+        except ClusterDataError as exc:
+            raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
+
+    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
+        """None when this broker owns the bundle (taking it when nobody does); else its owner."""
+        if self.is_owned(bundle):
+            return None
+        owner = await self.owner_of(bundle)
+        if owner is None or (owner.same_owner(self.mine) and bundle not in self._owned):
+            owner = await self.acquire(bundle)
+        if owner.disabled:
+            raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
+        return None if self.is_owned(bundle) else owner
+
+    async def close(self) -> None:
+        """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once; no
+        bundle is taken from now on."""
+        self._closed = True
+        for bundle in self.owned_bundles():
+            try:
+                await self.unload_bundle(bundle)
+            except Exception as exc:  # (the session ends next anyway: the node goes with it)
+                log.warning("releasing %s at shutdown: %s", bundle, exc)
+        self._tasks.cancel()
+        await self._tasks.wait()
+
+    # -- lookup ---------------------------------------------------------------------------------------------
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
+        bundle = self.bundle_of(name)
+        try:
+            owner = await self.owner_of(bundle)
+            if owner is not None and not owner.disabled and not (
+                    owner.same_owner(self.mine) and bundle not in self._owned):
+                return self._connect(owner, listener)
+            if owner is not None and owner.disabled:
+                raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
+            return await self._search_candidate(bundle, authoritative, listener)
+        except MetadataStoreError as exc:
+            raise ServiceNotReadyError(f"lookup of {name.full}: metadata store: {exc}") from None
+
+    def _connect(self, owner: NamespaceEphemeralData, listener: str | None) -> LookupAnswer:
+        urls = owner.urls().for_listener(listener)
+        if urls is None:
+            raise ServiceNotReadyError(f"the broker do not have {listener} listener")
+        return LookupAnswer(False, True, urls, owner.http_url, owner.http_url_tls)
+
+    async def _search_candidate(self, bundle: NamespaceBundle, authoritative: bool,
+                                listener: str | None) -> LookupAnswer:
+        registry = self.registry
+        redirect_authoritative = registry.is_leader
+        if authoritative:
+            candidate = self.urls.broker_id  # the leader already picked this broker
+        else:
+            brokers = await registry.active_brokers()
+            leader = registry.leader
+            if registry.is_leader or leader is None or leader.broker_id not in brokers:
+                brokers[self.urls.broker_id] = registry.current_report()
+                chosen = self.placement.select(bundle, brokers)
+                if chosen is None:
+                    raise ServiceNotReadyError(f"No broker was available to own {bundle}")
+                candidate, redirect_authoritative = chosen, True
+            else:
+                candidate = leader.broker_id
+        if candidate == self.urls.broker_id:
+            owner = await self.acquire(bundle)
+            if owner.disabled:
+                raise ServiceNotReadyError(f"Namespace bundle {bundle} is currently being unloaded")
+            return self._connect(owner, listener)
+        report = await registry.broker_report(candidate)
+        if report is None:
+            raise ServiceNotReadyError(f"broker {candidate} picked for {bundle} is gone; look up again")
+        urls = report.urls.for_listener(listener)
+        if urls is None:
+            raise ServiceNotReadyError(f"the broker do not have {listener} listener")
+        return LookupAnswer(True, redirect_authoritative, urls, report.urls.web_url, report.urls.web_url_tls)

@@ -1,0 +1,240 @@
+"""Cluster mode in-process: registry, leader election, ownership and lookups of two brokers sharing one memory
+metadata store (each a session of its own), with fake topic hosts; Pulsar's JSON values; the placement rules."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+
+import pytest
+
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
+from broker.cluster.data import (
+    BrokerUrls,
+    LeaderBroker,
+    ListenerUrls,
+    LoadReport,
+    NamespaceEphemeralData,
+)
+from broker.cluster.ownership import ClusterOwnership, ownership_path
+from broker.cluster.placement import Placement
+from broker.cluster.registry import BrokerRegistry
+from broker.errors import ServiceNotReadyError
+from broker.topic_name import TopicName
+from metadata_store.memory import MemoryMetadataStore
+from tests.waiting import eventually
+
+NS = "public/default"
+BUNDLES = NamespaceBundles(NS, (0, 0x40000000, 0x80000000, 0xC0000000, 0xFFFFFFFF))
+
+
+class Host:
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+        self.dropped = 0
+        self.acquired: list[NamespaceBundle] = []
+
+    def served_topic_names(self) -> list[str]:
+        return sorted(self.topics)
+
+    async def unload_topics(self, names: list[str]) -> int:
+        self.topics -= set(names)
+        return len(names)
+
+    def stop_serving_now(self) -> None:
+        self.dropped += len(self.topics)
+        self.topics.clear()
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> None:
+        self.acquired.append(bundle)
+
+
+def urls(n: int) -> BrokerUrls:
+    return BrokerUrls(f"127.0.0.{n}:8080", f"pulsar://127.0.0.{n}:6650", None, f"http://127.0.0.{n}:8080", None,
+                      {"external": ListenerUrls(f"pulsar://broker-{n}.example.com:16650", None)})
+
+
+class Broker:
+    def __init__(self, tree: str, n: int) -> None:
+        self.store = MemoryMetadataStore(tree)
+        self.urls = urls(n)
+        self.host = Host()
+        self.registry = BrokerRegistry(self.store, self.urls, lambda: LoadReport(self.urls, bundles=tuple(
+            str(b) for b in self.ownership.owned_bundles())))
+        self.ownership = ClusterOwnership(self.store, self.urls, self.registry, self.host, lambda ns: BUNDLES)
+
+    async def start(self) -> Broker:
+        await self.registry.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.ownership.close()
+        await self.registry.close()
+        await self.store.close()
+
+
+def topic(i: int = 0) -> TopicName:
+    return TopicName.parse(f"persistent://{NS}/t-{i}")
+
+
+@pytest.fixture
+def tree() -> str:
+    return f"cluster-{uuid.uuid4().hex}"
+
+
+async def test_registry_and_leader_at_pulsars_paths(tree: str) -> None:
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        assert await a.store.get_children("/loadbalance/brokers") == ["127.0.0.1:8080", "127.0.0.2:8080"]
+        got = await a.store.get("/loadbalance/brokers/127.0.0.2:8080")
+        assert got is not None and got.stat.ephemeral
+        report = json.loads(got.value)
+        assert report["pulsarServiceUrl"] == "pulsar://127.0.0.2:6650"
+        assert report["advertisedListeners"] == {"external": {"brokerServiceUrl":
+                                                               "pulsar://broker-2.example.com:16650"}}
+        leader = await a.store.get("/loadbalance/leader")
+        assert leader is not None and leader.stat.ephemeral
+        assert json.loads(leader.value) == {"brokerId": "127.0.0.1:8080", "serviceUrl": "http://127.0.0.1:8080"}
+        assert a.registry.is_leader and not b.registry.is_leader
+        assert b.registry.leader == LeaderBroker("127.0.0.1:8080", "http://127.0.0.1:8080")
+        await a.stop()  # the leader goes: the other broker runs again and wins
+        await eventually(lambda: b.registry.is_leader, "the second broker to lead")
+    finally:
+        await b.stop()
+
+
+async def test_lookups_connect_to_the_owner_or_redirect_as_pulsar(tree: str) -> None:
+    a = await Broker(tree, 1).start()  # the leader
+    b = await Broker(tree, 2).start()
+    try:
+        # Not the leader, nobody owns it: Redirect to the leader, not authoritative.
+        answer = await b.ownership.lookup(topic(), False, None)
+        assert (answer.redirect, answer.authoritative, answer.urls.url) == (True, False, "pulsar://127.0.0.1:6650")
+        # The leader picks a broker; if it is the other one, Redirect there, authoritative, and the other one
+        # takes the bundle on the authoritative lookup.
+        answer = await a.ownership.lookup(topic(), False, None)
+        owner = a
+        if answer.redirect:
+            assert answer.authoritative and answer.urls.url == "pulsar://127.0.0.2:6650"
+            answer = await b.ownership.lookup(topic(), True, None)
+            owner = b
+        assert not answer.redirect and answer.urls.url == owner.urls.pulsar_url
+        bundle = BUNDLES.find(topic().full)
+        assert owner.ownership.is_owned(bundle) and owner.host.acquired == [bundle]  # (its topics load)
+        owner.ownership.check_serving(topic())
+        other = b if owner is a else a
+        with pytest.raises(ServiceNotReadyError, match="not served by this instance"):
+            other.ownership.check_serving(topic())
+        node = await a.store.get(ownership_path(bundle))
+        assert node is not None and node.stat.ephemeral
+        assert NamespaceEphemeralData.from_bytes(node.value) == NamespaceEphemeralData.of(owner.urls)
+        # Either broker now answers Connect to the owner, for the client's listener too.
+        for broker in (a, b):
+            again = await broker.ownership.lookup(topic(), False, None)
+            assert not again.redirect and again.authoritative and again.urls.url == owner.urls.pulsar_url
+            external = await broker.ownership.lookup(topic(), False, "external")
+            assert external.urls == owner.urls.listeners["external"]
+            with pytest.raises(ServiceNotReadyError, match="do not have nope listener"):
+                await broker.ownership.lookup(topic(), False, "nope")
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_unload_releases_and_session_loss_stops_serving(tree: str) -> None:
+    a = await Broker(tree, 1).start()
+    try:
+        await a.ownership.lookup(topic(), False, None)  # alone: the leader takes it
+        bundle = BUNDLES.find(topic().full)
+        a.host.topics.update({topic().full, topic(1).full})
+        in_bundle = {t for t in a.host.topics if BUNDLES.find(t) == bundle}
+        assert await a.ownership.unload_bundle(bundle) == len(in_bundle)
+        assert not a.ownership.is_owned(bundle) and await a.store.get(ownership_path(bundle)) is None
+        # Owned again on the next lookup; then the session is lost: nothing is served any more, at once.
+        await a.ownership.lookup(topic(), False, None)
+        a.host.topics.add(topic().full)
+        a.store.expire_session()
+        await eventually(lambda: not a.ownership.owned_bundles(), "the ownership to be dropped")
+        assert a.host.dropped >= 1 and not a.host.topics
+        with pytest.raises(ServiceNotReadyError):
+            a.ownership.check_serving(topic())
+        # A new session: registered again, and the bundle can be owned again.
+        await eventually(lambda: a.registry.is_leader, "the broker to lead again")
+        answer = await a.ownership.lookup(topic(), False, None)
+        assert not answer.redirect and a.ownership.is_owned(bundle)
+    finally:
+        await a.stop()
+
+
+async def test_a_restarted_broker_takes_back_its_own_node(tree: str) -> None:
+    first = await Broker(tree, 1).start()
+    await first.ownership.lookup(topic(), False, None)
+    bundle = BUNDLES.find(topic().full)
+    # The same broker (same URLs) in a new session while the old one's nodes are still there (a kill -9 whose
+    # session has not expired yet: the old store is simply left open).
+    second = await Broker(tree, 1).start()
+    try:
+        assert second.registry.is_leader
+        answer = await second.ownership.lookup(topic(), False, None)
+        assert not answer.redirect and second.ownership.is_owned(bundle)
+        node = await second.store.get(ownership_path(bundle))
+        assert node is not None and node.stat.created_by_self
+    finally:
+        await second.stop()
+        await first.store.close()
+
+
+async def test_split_keeps_the_topics_and_owns_the_children(tree: str) -> None:
+    a = await Broker(tree, 1).start()
+    try:
+        await a.ownership.lookup(topic(), False, None)
+        parent = BUNDLES.find(topic().full)
+        a.host.topics.add(topic().full)
+        half = (parent.lower + parent.upper) // 2
+        children = [NamespaceBundle(NS, parent.lower, half), NamespaceBundle(NS, half, parent.upper)]
+        await a.ownership.bundle_split(parent, children)
+        assert a.host.topics == {topic().full}
+        assert all(a.ownership.is_owned(c) for c in children) and not a.ownership.is_owned(parent)
+        assert await a.store.get(ownership_path(parent)) is None
+        for child in children:
+            assert await a.store.get(ownership_path(child)) is not None
+    finally:
+        await a.stop()
+
+
+def test_namespace_ephemeral_data_json() -> None:
+    data = NamespaceEphemeralData.of(urls(3))
+    body = json.loads(data.to_bytes())
+    assert body == {"nativeUrl": "pulsar://127.0.0.3:6650", "nativeUrlTls": None, "httpUrl": "http://127.0.0.3:8080",
+                    "httpUrlTls": None, "disabled": False,
+                    "advertisedListeners": {"external": {"brokerServiceUrl": "pulsar://broker-3.example.com:16650"}}}
+    assert NamespaceEphemeralData.from_bytes(data.to_bytes()) == data
+    # As Pulsar's Java writes it (unknown fields ignored, no listeners).
+    java = b'{"nativeUrl":"pulsar://h:6650","nativeUrlTls":null,"httpUrl":"http://h:8080","httpUrlTls":null,' \
+           b'"disabled":true,"extra":1}'
+    parsed = NamespaceEphemeralData.from_bytes(java)
+    assert parsed.disabled and parsed.native_url == "pulsar://h:6650" and not parsed.listeners
+    # An older LeaderBroker names only the URL.
+    assert LeaderBroker.from_bytes(b'{"serviceUrl":"http://h:8080"}').broker_id == "h:8080"
+
+
+def report(n: int, bundles: tuple[str, ...] = (), rate: float = 0.0, cpu: float = 0.0) -> LoadReport:
+    return LoadReport(urls(n), cpu_usage=cpu, msg_rate_in=rate, bundles=bundles)
+
+
+def test_placement_spreads_a_namespace_then_takes_the_least_loaded() -> None:
+    bundle = BUNDLES.bundles[0]
+    placement = Placement(random.Random(7))
+    # Fewest bundles of the namespace first, even when busier.
+    brokers = {"a": report(1, (f"{NS}/{BUNDLES.bundles[1].range_name}",), rate=0.0),
+               "b": report(2, ("other/ns/0x00000000_0xffffffff",), rate=500.0)}
+    assert placement.select(bundle, brokers) == "b"
+    # Then the least message rate; an overloaded broker (CPU above 85 %) scores infinity.
+    fresh = Placement(random.Random(7))
+    brokers = {"a": report(1, rate=100.0), "b": report(2, rate=10.0, cpu=90.0), "c": report(3, rate=50.0)}
+    assert fresh.select(bundle, brokers) == "c"
+    # What the leader assigned counts for its broker until its report shows it.
+    assert fresh.select(BUNDLES.bundles[1], brokers) == "a"
+    assert fresh.select(bundle, {}) is None
