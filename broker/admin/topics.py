@@ -185,7 +185,12 @@ class TopicsResource:
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         mode = 0 if request.path.split("/")[3] == "persistent" else 1
-        return json_response(self.service.topics_of_namespace(ns, mode))
+        names = self.service.topics_of_namespace(ns, mode)
+        bundle = request.query.get("bundle")
+        if bundle:  # Pulsar's getList(bundle): the topics whose bundle's range name is exactly this
+            bundles = self.web.metadata.namespace_bundles(ns)
+            names = [n for n in names if bundles.find(n).range_name == bundle]
+        return json_response(names)
 
     async def list_partitioned(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)

@@ -389,9 +389,13 @@ class BrokerMetadata:
             doc.setdefault("migrated", False)
             return doc
         await self._modify(L.LOCAL_POLICIES, namespace, change)
-        new = result[0]
-        await self.set_policy(namespace, "bundles", new.to_bundles_data())
-        return new
+
+        def latest(_: Any) -> JsonDoc:
+            # (From the LocalPolicies as they are when this write happens: a split by another broker
+            # that landed after ours is not undone in Policies.bundles.)
+            return self._stored_bundles(namespace, self._local_policies.get(namespace), None).to_bundles_data()
+        await self.update_policy(namespace, "bundles", latest)
+        return result[0]
 
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
     async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:

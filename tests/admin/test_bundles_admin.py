@@ -69,6 +69,14 @@ def test_split_algorithms(admin: Admin) -> None:
     assert len(halves) == 2
     counts = [sum(b.includes(t) for t in topics) for b in halves]
     assert abs(counts[0] - counts[1]) <= 1 and min(counts) >= 1
+    # the topic list of one bundle (Pulsar's getList ?bundle=)
+    listed = admin.ok("GET", f"/admin/v2/persistent/{ns}?bundle={halves[0].range_name}")
+    assert listed == sorted(t for t in topics if halves[0].includes(t)) and listed
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}?bundle=0x00000000_0x00000001") == []
+    # flow_or_qps_equally_divide: no traffic on these topics, so no boundary: 204, nothing split
+    unchanged = boundaries(admin, ns)
+    admin.ok("PUT", f"{NS}/{ns}/{halves[0].range_name}/split?splitAlgorithmName=flow_or_qps_equally_divide")
+    assert boundaries(admin, ns) == unchanged
     # LARGEST: the bundle with the most topics
     before = len(boundaries(admin, ns))
     admin.ok("PUT", f"{NS}/{ns}/LARGEST/split")

@@ -230,5 +230,7 @@ async def test_concurrent_splits_of_two_bundles_both_land(tree: str, metadata: B
     assert [b.range_name for b in new.bundles[:4]] == [
         "0x00000000_0x20000000", "0x20000000_0x40000000", "0x40000000_0x60000000", "0x60000000_0x80000000"]
     await eventually(lambda: other.namespace_bundles(NS) == new, "the other broker sees both splits")
+    policies = await node(metadata, "/admin/policies/public/default")
+    assert policies["bundles"] == new.to_bundles_data()  # Policies.bundles has both splits too
     await other.close()
     await other_store.close()
