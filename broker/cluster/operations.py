@@ -145,14 +145,21 @@ class BundleOperations:
                      parent.range_name, algo)
             return SplitResult(parent, (), self.metadata.namespace_bundles(namespace))
         try:
-            bundles = await self.metadata.split_bundle(namespace, parent, points)
+            _, children = self.metadata.namespace_bundles(namespace).split(parent, points)
+        except BundleError as exc:
+            raise BundleOperationError(412, str(exc)) from None
+        written: list[NamespaceBundles] = []
+
+        async def write_bundles() -> None:
+            written.append(await self.metadata.split_bundle(namespace, parent, points))
+
+        try:  # (the children are owned before the new boundaries are written, as Pulsar's splitAndOwnBundle)
+            await self.ownership.bundle_split(parent, children, write_bundles)
         except NotFoundError as exc:  # split by someone else meanwhile
             raise BundleOperationError(412, exc.message) from None
         except BundleError as exc:
             raise BundleOperationError(412, str(exc)) from None
-        index = bundles.boundaries.index(parent.lower)
-        children = bundles.bundles[index: index + len(points) + 1]
-        await self.ownership.bundle_split(parent, children)
+        bundles = written[0]
         log.info("[%s] split bundle %s into %s (%s)", namespace, parent.range_name,
                  [c.range_name for c in children], algo)
         if unload:

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -99,7 +99,8 @@ class Ownership(Protocol):
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> int: ...  # how many topics were closed
 
-    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None: ...
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
+                           write_bundles: WriteBundles = None) -> None: ...
 
     def owned_bundles(self) -> list[NamespaceBundle]: ...
 
@@ -114,6 +115,9 @@ def _topics_in(host: TopicHost, bundle: NamespaceBundle) -> list[str]:
     return [full for full in host.served_topic_names()
             if TopicName.parse(full).namespace == bundle.namespace and bundle.includes(full)]
 
+
+# A split's write of the namespace's new boundaries, run by bundle_split once the children are owned.
+WriteBundles = Callable[[], Awaitable[object]] | None
 
 # What the bundle operations (broker.cluster.operations) need: the same protocol.
 BundleOwnership = Ownership
@@ -153,8 +157,10 @@ class StandaloneOwnership:
     async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         return await self.host.unload_topics(_topics_in(self.host, bundle))
 
-    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
-        return None  # (the broker keeps owning everything: its topics stay loaded)
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
+                           write_bundles: WriteBundles = None) -> None:
+        if write_bundles is not None:  # (the broker keeps owning everything: its topics stay loaded)
+            await write_bundles()
 
     def owned_bundles(self) -> list[NamespaceBundle]:
         return []
@@ -197,7 +203,8 @@ class PendingOwnership:
     async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         return 0
 
-    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
+                           write_bundles: WriteBundles = None) -> None:
         raise ServiceNotReadyError("The broker is starting")
 
     def owned_bundles(self) -> list[NamespaceBundle]:
@@ -344,15 +351,30 @@ class ClusterOwnership:
         log.info("bundle %s unloaded (%d topics closed)", bundle, closed)
         return closed
 
-    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle]) -> None:
-        """Pulsar's splitAndOwnBundle: the owner of the parent owns the children, then releases the parent. The
-        parent's topics stay loaded: they are the children's now, served by the same broker."""
+    async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
+                           write_bundles: WriteBundles = None) -> None:
+        """Pulsar's splitAndOwnBundle: the owner of the parent takes the children first, then writes the namespace's
+        new boundaries (``write_bundles``), then releases the parent; so no broker that already sees the new
+        boundaries finds a child unowned and gives it away. The parent's topics stay loaded: they are the children's
+        now, served by the same broker. If the boundaries cannot be written, the children are released again."""
         if self._owned.get(parent) is not BundleState.ACTIVE:
             raise ServiceNotReadyError(f"bundle {parent} is not owned by this broker")
-        for child in children:
-            owner = await self.acquire(child)
-            if not owner.same_owner(self.mine):
-                log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
+        taken: list[NamespaceBundle] = []
+        try:
+            for child in children:
+                owner = await self.acquire(child)
+                if owner.same_owner(self.mine):
+                    taken.append(child)
+                else:
+                    log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
+            if write_bundles is not None:
+                await write_bundles()
+        except BaseException:
+            for child in taken:
+                self._owned.pop(child, None)
+                with contextlib.suppress(MetadataStoreError):
+                    await self.store.delete(ownership_path(child))
+            raise
         del self._owned[parent]
         with contextlib.suppress(NotFoundError):
             await self.store.delete(ownership_path(parent))
