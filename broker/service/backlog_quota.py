@@ -153,6 +153,7 @@ class BacklogQuotaManager:
             self._age_exceeded.discard(topic.full_name)
             return
         if age_quota.policy == CONSUMER_BACKLOG_EVICTION:
+            topic.backlog_quota_evictions["message_age"] += 1
             for cursor in durable_cursors(topic):
                 expired = await admin_ops.expire_cursor(topic, cursor, age_quota.limit_time, now_ms)
                 self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
@@ -169,6 +170,7 @@ class BacklogQuotaManager:
         avg = average_entry_size(topic)
         if avg <= 0:
             return
+        topic.backlog_quota_evictions["destination_storage"] += 1
         for cursor in durable_cursors(topic):
             backlog = cursor.number_of_entries_in_backlog()
             excess = math.ceil((backlog * avg - target) / avg)
