@@ -26,6 +26,7 @@ from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
+from broker.admin.otel import OpenTelemetryExport
 from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
@@ -54,6 +55,7 @@ class WebService:
         self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,
                                       self.sampler.sample_async)
         self._metrics = make_registry(ctx, self.sampler)
+        self.otel = OpenTelemetryExport(ctx, self.sampler)  # off unless OTEL_SDK_DISABLED=false
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -107,9 +109,11 @@ class WebService:
             assert sockets, "HTTP server did not bind"
             bound.append(int(sockets[0].getsockname()[1]))
         self._sampling.start()
+        self.otel.start()
         return bound[0], bound[1]
 
     async def stop(self) -> None:
+        await self.otel.stop()
         await self._sampling.stop()
         if self._runner is not None:
             await self._runner.cleanup()
