@@ -236,7 +236,6 @@ class BrokerMetrics:
         if cfg.exposeManagedCursorMetricsInPrometheus:
             self._write_cursors(out, cl, topics)
         self._write_cache(out, cl, sum(1 for t in topics if hasattr(t, "ledger")))
-        self._write_process(out, cl)
         self._write_ledger_storage(out, cl)
 
     # -- topic level -------------------------------------------------------------------------------
@@ -408,9 +407,6 @@ class BrokerMetrics:
         out.add("pulsar_ml_cache_evictions", cl, round(s.cache_evictions_rate * s.interval_s))
         out.add("pulsar_ml_cache_hits_rate", cl, s.cache_hits_rate)
         out.add("pulsar_ml_cache_misses_rate", cl, s.cache_misses_rate)
-
-    def _write_process(self, out: Exposition, cl: str) -> None:
-        """Nothing beyond prometheus_client's process_* (appended in render)."""
 
     def _write_ledger_storage(self, out: Exposition, cl: str) -> None:
         stats = getattr(self.ctx.service.ledger_factory, "stats", None)
