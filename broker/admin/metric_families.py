@@ -136,6 +136,15 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_replication_disconnected_count": (GAUGE, "Replicators not connected to the remote cluster"),
     "pulsar_replication_rate_expired": (GAUGE, "Replication messages expired per second"),
     "pulsar_replication_delay_in_seconds": (GAUGE, "Age of the oldest message sent and not yet confirmed"),
+    # -- compaction (topics compacted at least once) --
+    "pulsar_compaction_removed_event_count": (GAUGE, "Entries compaction left out, all runs"),
+    "pulsar_compaction_succeed_count": (GAUGE, "Compaction runs that succeeded"),
+    "pulsar_compaction_failed_count": (GAUGE, "Compaction runs that failed"),
+    "pulsar_compaction_duration_time_in_mills": (GAUGE, "Duration of the last compaction run (ms)"),
+    "pulsar_compaction_read_throughput": (GAUGE, "Bytes per second the last run read"),
+    "pulsar_compaction_write_throughput": (GAUGE, "Bytes per second the last run wrote"),
+    "pulsar_compaction_compacted_entries_count": (GAUGE, "Entries in the compacted view"),
+    "pulsar_compaction_compacted_entries_size": (GAUGE, "Bytes of the compacted view"),
     # -- managed-ledger cache (broker-wide) --
     "pulsar_ml_count": (GAUGE, "Open managed ledgers"),
     "pulsar_ml_cache_used_size": (GAUGE, "Bytes held by the entry cache"),
@@ -188,6 +197,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_py_ledger_cache_misses_total": (COUNTER, "Managed-ledger read-cache lookups that missed"),
     "pulsar_py_ledger_cache_hit_ratio": (GAUGE, "Read-cache hits / lookups"),
 }
-for _prefix, _names, _doc in ADD_BUCKETS:
+COMPACTION_LATENCY = ("pulsar_compaction_latency", _LATENCY_BUCKETS,
+                      "Compacted-ledger writes of all runs by latency (ms bound); _sum in us")
+for _prefix, _names, _doc in (*ADD_BUCKETS, COMPACTION_LATENCY):
     for _name in (*_names, "count", "sum"):
         FAMILIES[f"{_prefix}_{_name}"] = (GAUGE, _doc)

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from broker.admin.exposition import Exposition, escape
-from broker.admin.metric_families import ADD_BUCKETS, FAMILIES
+from broker.admin.metric_families import ADD_BUCKETS, COMPACTION_LATENCY, FAMILIES
 from broker.admin.stats import StatsSampler, topic_stats
 from broker.service.replication import REPLICATOR_PREFIX
 from broker.topic_name import is_system_topic
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
+    from broker.service.compaction import CompactionRecord
 
 PARTITION_SUFFIX = "-partition-"
 # PrometheusLabels.backlogQuotaTypeLabel: the quota_type label of each backlog quota type.
@@ -264,6 +265,9 @@ class BrokerMetrics:
         for name, value in buckets:
             out.add(name, labels, value)
         out.add("pulsar_py_publish_rate_limited_total", labels, st["publishRateLimitedTimes"])
+        compactor = getattr(topic, "compactor", None)
+        if compactor is not None and compactor.record.runs:
+            _write_compaction(out, labels, compactor.record)
         if cfg.exposeProducerLevelMetricsInPrometheus:
             for p in st["publishers"]:
                 if p["producerName"].startswith(REPLICATOR_PREFIX):
@@ -430,6 +434,23 @@ class BrokerMetrics:
             out.add("pulsar_py_ledger_cache_hits_total", cl, hits)
             out.add("pulsar_py_ledger_cache_misses_total", cl, misses)
             out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
+
+
+def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None:
+    """Pulsar's per-topic compaction series (only for topics compacted at least once)."""
+    for name, value in (("pulsar_compaction_removed_event_count", r.removed_entries),
+                        ("pulsar_compaction_succeed_count", r.succeeded), ("pulsar_compaction_failed_count", r.failed),
+                        ("pulsar_compaction_duration_time_in_mills", r.last_duration_ms),
+                        ("pulsar_compaction_read_throughput", r.last_read_bytes_per_s),
+                        ("pulsar_compaction_write_throughput", r.last_write_bytes_per_s),
+                        ("pulsar_compaction_compacted_entries_count", r.compacted_entries),
+                        ("pulsar_compaction_compacted_entries_size", r.compacted_bytes)):
+        out.add(name, labels, value)
+    prefix, names, _doc = COMPACTION_LATENCY
+    for bucket, n in zip(names, r.latency_counts, strict=True):
+        out.add(f"{prefix}_{bucket}", labels, n)
+    out.add(f"{prefix}_sum", labels, r.latency_sum_us)
+    out.add(f"{prefix}_count", labels, sum(r.latency_counts))
 
 
 def _in_replay(topic: AnyTopic, sub_name: str) -> int:

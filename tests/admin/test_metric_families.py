@@ -30,7 +30,7 @@ from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 MAIN_SITUATIONS = ("always", "topic", "subscription", "producer", "consumer", "ml", "cursor", "file",
-                   "non-persistent")
+                   "non-persistent", "compaction")
 # Counters that must grow while messages flow (topic-scoped ones are read for the test's topic).
 TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total",
                     "pulsar_out_bytes_total", "pulsar_broker_in_bytes_total", "pulsar_ml_cache_inserted_entries_total",
@@ -89,6 +89,9 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
                 consumer.acknowledge(consumer.receive(TIMEOUT_MS))
 
         traffic()
+        compact = urllib.request.Request(f"{busy_broker.web_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
+                                         "/compaction", method="PUT")
+        urllib.request.urlopen(compact, timeout=10).close()
         target = busy_broker.web_url.removeprefix("http://")
         with prometheus_server(prometheus_bin, target, tmp_path) as prom:
             def all_stored() -> set[str] | None:
