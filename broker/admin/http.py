@@ -195,7 +195,7 @@ class WebService:
         return no_content()
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=render_metrics(self._metrics), headers={"Content-Type": METRICS_CONTENT_TYPE})
+        return web.Response(body=await render_metrics(self._metrics), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     # -- clusters / tenants ------------------------------------------------------------------------
     async def clusters(self, request: web.Request) -> web.Response:
