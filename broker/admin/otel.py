@@ -44,8 +44,9 @@ SCOPE = "org.apache.pulsar.broker"  # Pulsar's Constants.BROKER_INSTRUMENTATION_
 SERVICE_NAME = "pulsar-broker"  # PulsarBrokerOpenTelemetry.SERVICE_NAME
 # How long the export thread waits for the loop's snapshot before reporting nothing this time.
 SNAPSHOT_TIMEOUT_S = 10.0
-# Callbacks of one collection run within this long of each other: they share one snapshot.
-SNAPSHOT_REUSE_S = 1.0
+# The callbacks of one collection run right after each other: within this long of the snapshot's
+# completion they share it (well below any sensible OTEL_METRIC_EXPORT_INTERVAL).
+SNAPSHOT_REUSE_S = 0.5
 
 COUNTER, UP_DOWN, GAUGE = "counter", "updowncounter", "gauge"
 # Pulsar's instruments (OpenTelemetryTopicStats and the broker's connection counters):
@@ -160,10 +161,9 @@ class _SharedSnapshot:
 
     def get(self) -> Snapshot:
         with self._lock:
-            now = time.monotonic()
-            if now - self._at > SNAPSHOT_REUSE_S:
+            if time.monotonic() - self._at > SNAPSHOT_REUSE_S:
                 self._last = self._from_loop()
-                self._at = now
+                self._at = time.monotonic()  # from when it was taken: a long snapshot is not taken twice
             return self._last
 
     def _from_loop(self) -> Snapshot:
