@@ -391,7 +391,7 @@ class BrokerMetrics:
         out.add("pulsar_broker_in_bytes_total", f'{cl},system_topic="false"', b.get("in_bytes", 0.0) - in_system)
         out.add("pulsar_broker_in_bytes_total", f'{cl},system_topic="true"', in_system)
         out.add("pulsar_broker_throttled_connections", cl,
-                sum(1 for c in process.connections if getattr(c, "paused", False)))
+                sum(1 for c in process.connections if getattr(c, "throttled_by_pending_sends", False)))
         out.add("pulsar_broker_throttled_connections_global_limit", cl, process.connections_throttled_by_buffer)
         bl = f'{cl},broker="{escape(f"{process.advertised_host}:{process.web_port}")}",metric="broker_connection"'
         out.add("pulsar_active_connections", bl, len(process.connections))
