@@ -99,6 +99,8 @@ class BacklogQuotaManager:
         if quota is None:
             return None
         oldest = await self.oldest_unacked_publish_time(topic)
+        # Pulsar's best-effort backlog age (pulsar_storage_backlog_age_seconds), as of this check.
+        topic.oldest_backlog_age_s = max(0, (now_ms - oldest) // 1000) if oldest is not None else None
         if oldest is not None and now_ms - oldest > quota.limit_time * 1000:
             return quota
         return None
