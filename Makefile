@@ -71,7 +71,8 @@ proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto proto/ml_data_formats.proto
 
 # Benchmarks (not tests): our broker (file ledger; on 3 local bookies) vs pulsar-lite side by side, Shared
-# before/after a storm, then topic takeover time and a bookie crash under load (bench/bk_faults.py).
+# before/after a storm, then topic takeover time and a bookie crash under load (bench/bk_faults.py),
+# then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py).
 bench: $(STAMP) cluster-deps
 	$(PY) -m pip install -q pulsar-lite
 	$(PY) -m bench.compare $(BENCH_ARGS)
@@ -79,6 +80,7 @@ bench: $(STAMP) cluster-deps
 	$(PY) -m bench.storm
 	$(PY) -m bench.bk_faults $(BK_FAULTS_ARGS)
 	$(PY) -m bench.cluster_scale
+	$(PY) -m bench.metrics_scrape
 
 # Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
 # and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;

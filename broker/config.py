@@ -346,6 +346,15 @@ class BrokerConfig:
     # Per-consumer and per-producer series in /metrics (Pulsar's defaults: off).
     exposeConsumerLevelMetricsInPrometheus: bool = False
     exposeProducerLevelMetricsInPrometheus: bool = False
+    # pulsar_ml_* per namespace (Pulsar's default: on) and pulsar_ml_cursor_* per cursor (off).
+    exposeManagedLedgerMetricsInPrometheus: bool = True
+    exposeManagedCursorMetricsInPrometheus: bool = False
+    # topic="persistent://t/n/x" partition="3" instead of topic="persistent://t/n/x-partition-3".
+    splitTopicAndPartitionLabelInPrometheus: bool = False
+    # Producers in the topic stats (publishers) and per-producer metrics (Pulsar's default: on).
+    exposePublisherStats: bool = True
+    # pulsar_replication_* series of replicated topics (Pulsar's default: on).
+    replicationMetricsEnabled: bool = True
     # -- TLS (Pulsar's keys; see broker.auth.tls) ---------------------------------------------------
     # TLS listeners: binary pulsar+ssl:// and HTTPS. Empty = off; 0 picks a free port.
     brokerServicePortTls: int | None = setting(None, PORT)

@@ -272,6 +272,11 @@ class Connection(asyncio.Protocol):
             self._update_reading()
         self.server.publish_buffer_add(self, -nbytes)
 
+    @property
+    def throttled_by_pending_sends(self) -> bool:
+        """Not read because it has maxPendingPublishRequestsPerConnection sends in flight (metrics)."""
+        return self._paused_for_count
+
     def set_paused_for_buffer(self, paused: bool) -> None:
         if paused != self._paused_for_buffer:
             self._paused_for_buffer = paused

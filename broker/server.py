@@ -53,6 +53,7 @@ class BrokerServer:
         self._buffer_paused: set[Connection] = set()
         self.connections_created = 0
         self.connections_closed = 0
+        self.connections_refused = 0  # opened, then refused (brokerMaxConnections[PerIp])
         self._servers: list[asyncio.Server] = []
         # Bound ports; 0 = that listener is off.
         self.port = 0
@@ -200,11 +201,19 @@ class BrokerServer:
     def connection_refusal(self, ip: str) -> str | None:
         """Why a just-opened connection must be refused (brokerMaxConnections[PerIp]), else None."""
         cfg = self.config
+        refusal = None
         if 0 < cfg.brokerMaxConnections < len(self.connections):
-            return "Reached the maximum number of connections"
-        if 0 < cfg.brokerMaxConnectionsPerIp < self._per_ip.get(ip, 0):
-            return "Reached the maximum number of connections from this address"
-        return None
+            refusal = "Reached the maximum number of connections"
+        elif 0 < cfg.brokerMaxConnectionsPerIp < self._per_ip.get(ip, 0):
+            refusal = "Reached the maximum number of connections from this address"
+        if refusal is not None:
+            self.connections_refused += 1
+        return refusal
+
+    @property
+    def connections_throttled_by_buffer(self) -> int:
+        """Connections not read because the broker-wide publish buffer is full."""
+        return len(self._buffer_paused)
 
     def connection_closed(self, conn: Connection) -> None:
         if conn in self.connections:

@@ -69,7 +69,7 @@ class EntryReader:
         completer: OrderedCompleter,
         callback: ReadCallback,
         on_fail: Callable[[], None] | None,
-    ) -> None:
+    ) -> bool:
         """Complete callback with the entries at positions (stored, ascending), in completer's order."""
         cache, owner, stats = self._cache, self._owner, self._stats
         found: list[Entry | None] = [cache.get(owner, p) for p in positions]
@@ -77,7 +77,7 @@ class EntryReader:
         stats.cache_hits_total += len(positions) - len(missing)
         if not missing:
             completer.complete(partial(callback, cast("list[Entry]", found), None))
-            return
+            return False
         stats.cache_misses_total += len(missing)
         fill = completer.reserve()
 
@@ -105,6 +105,7 @@ class EntryReader:
 
         jobs = self._jobs([positions[i] for i in missing])
         self._pool.submit(read_from_disk, self._fs, jobs).add_done_callback(posted)
+        return True
 
     async def read(self, position: Position) -> Entry:
         """One stored entry (the caller checked that it is stored)."""

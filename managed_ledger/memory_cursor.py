@@ -28,6 +28,7 @@ class MemoryCursor(BaseCursor):
 
     def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
         entry = self._ledger._entry
+        self._ledger.add_stats.count_read(len(positions), False)  # memory: everything is "cached"
         self._completer.complete(partial(callback, [entry(p) for p in positions], None))
 
     async def flush(self) -> None:

@@ -44,7 +44,8 @@ class ReadCache:
         self._count: dict[int, int] = {}  # entries held per owner
         self._dead: set[int] = set()  # owners dropped while they still had entries here
         self._dead_entries = 0
-        self.evictions = 0
+        self.evictions = 0  # entries that left (evicted or dropped below the readers), in total
+        self.inserted = 0  # entries put in, in total
         # Each owner's keys in insertion order (mostly position order: adds come in order), for
         # evict_before. Keys of entries already gone are skipped, and compacted away in time.
         self._order: dict[int, deque[CacheKey]] = {}
@@ -75,6 +76,7 @@ class ReadCache:
             self.size -= len(old) + ENTRY_OVERHEAD
         else:
             self._count[owner] = self._count.get(owner, 0) + 1
+            self.inserted += 1
             self._remember_order(owner, (key,))
         entries[key] = data
         self.size += cost
@@ -96,6 +98,7 @@ class ReadCache:
                 added += cost
             entry_id += 1
         self._count[owner] = self._count.get(owner, 0) + len(keys)
+        self.inserted += len(keys)
         self._remember_order(owner, keys)
         self.size += added
         self._evict()

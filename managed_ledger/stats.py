@@ -132,14 +132,27 @@ class IntervalBuckets:
 
 class AddStats:
     """A managed ledger's adds over the last stats interval: write latency (request to durable, and
-    of the write itself, from when the writer took it), and entry size."""
+    of the write itself, from when the writer took it), and entry size. Also its reads, as plain
+    counters since it opened (one increment per read operation, never per entry): entries read and
+    read operations that missed the cache (Pulsar's ReadEntriesRate and ReadEntriesOpsCacheMissesRate
+    are rates of these)."""
 
-    __slots__ = ("entry_size", "ledger_write_latency_us", "write_latency_us")
+    __slots__ = ("entries_read", "entry_size", "ledger_write_latency_us", "read_ops", "read_ops_cache_missed",
+                 "write_latency_us")
 
     def __init__(self) -> None:
         self.write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.ledger_write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.entry_size = IntervalBuckets(ENTRY_SIZE_BUCKETS)
+        self.entries_read = 0
+        self.read_ops = 0
+        self.read_ops_cache_missed = 0
+
+    def count_read(self, entries: int, missed: bool) -> None:
+        self.entries_read += entries
+        self.read_ops += 1
+        if missed:
+            self.read_ops_cache_missed += 1
 
     def refresh(self) -> None:
         self.write_latency_us.refresh()

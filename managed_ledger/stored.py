@@ -33,7 +33,8 @@ class StoredReader(Protocol):
     """A stored ledger's reads: from the cache, else from storage (posted back to the loop)."""
 
     def fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
-              on_fail: Callable[[], None] | None) -> None: ...
+              on_fail: Callable[[], None] | None) -> bool:
+        """Start the read; True when some of the entries were not in the cache."""
 
     def evict_before(self, position: Position) -> None: ...
 
@@ -49,7 +50,8 @@ class StoredManagedLedger(BaseManagedLedger):
 
     def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
                on_fail: Callable[[], None] | None) -> None:
-        self._reader.fetch(positions, completer, callback, on_fail)
+        missed = self._reader.fetch(positions, completer, callback, on_fail)
+        self.add_stats.count_read(len(positions), missed)
         # The cursor has moved past these positions (reads move it when issued): soon, drop the
         # cached entries every active cursor is past, after this read took its cache hits.
         self._schedule_eviction()

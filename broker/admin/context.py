@@ -69,6 +69,12 @@ class ServingProcess(Protocol):
     @property
     def connections_closed(self) -> int: ...
 
+    @property
+    def connections_refused(self) -> int: ...
+
+    @property
+    def connections_throttled_by_buffer(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class AdminContext:

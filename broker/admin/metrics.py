@@ -1,401 +1,533 @@
 """Prometheus exposition with Apache Pulsar's metric names and labels.
 
-A custom collector reads the live broker objects at scrape time; nothing is updated per message.
-Counters (pulsar_in_messages_total, ...) are the plain integers the service objects keep; rates
+Read at scrape time from the live broker objects; nothing is updated per message. Counters
+(pulsar_in_messages_total, ...) are the plain integers the service objects keep; rates
 (pulsar_rate_in, ...) come from the StatsSampler's snapshot over the last stats interval. The
 per-topic and per-subscription values are taken from the same builders as the admin stats JSON,
-so /metrics and ``.../stats`` always agree.
+so /metrics and ``.../stats`` agree. The families and their help texts are in metric_families.py;
+docs/metrics.md lists them with their labels, units and the switches that govern them.
 
-Labels: ``cluster`` everywhere; ``namespace`` and ``topic`` (full name, partitions included) at
-topic level (exposeTopicLevelMetricsInPrometheus, default on; off = one series per namespace plus
-pulsar_topics_count); ``subscription`` at subscription level; ``consumer_name``/``consumer_id`` and
-``producer_name``/``producer_id`` when the consumer / producer level is enabled.
-
-Our own (prefix ``pulsar_py_``): topics deleted as inactive, subscriptions expired, times a topic's
-publish rate limit held its publishers, the permit-invariant drift count per subscription, the messages a
-non-persistent subscription dropped (Pulsar only has the rate), and, when the managed-ledger
-factory exposes a ``stats`` object, its fsync latency histogram and read-cache hit ratio (see
-``LedgerStorageStats``).
+As in Pulsar 4 (NamespaceStatsAggregator):
+- ``pulsar_broker_*`` aggregates are always there (0 on an idle broker);
+- exposeTopicLevelMetricsInPrometheus (on): topic and subscription series, plus pulsar_topics_count
+  per namespace; off: one series per namespace instead (pulsar_msg_backlog with remote_cluster="local");
+- exposeConsumerLevelMetricsInPrometheus / exposeProducerLevelMetricsInPrometheus: per consumer / producer;
+- splitTopicAndPartitionLabelInPrometheus: topic="<partitioned topic>" partition="<n>" ("-1" otherwise);
+- exposeManagedLedgerMetricsInPrometheus: pulsar_ml_* per namespace; exposeManagedCursorMetricsInPrometheus:
+  pulsar_ml_cursor_* per cursor; replicationMetricsEnabled: pulsar_replication_*.
+Besides, on a broker with no topic loaded, the cluster-only zero series Pulsar 2.x printed
+(pulsar_topics_count{cluster} 0, ...) are written, so dashboards of that age still see the broker.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.process_collector import ProcessCollector
 
+from broker.admin.exposition import Exposition, escape
+from broker.admin.metric_families import ADD_BUCKETS, COMPACTION_LATENCY, FAMILIES
 from broker.admin.stats import StatsSampler, topic_stats
+from broker.service.replication import REPLICATOR_PREFIX
+from broker.topic_name import is_system_topic
+from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
+
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
-    from broker.service.kinds import AnySubscription
+    from broker.service.compaction import CompactionRecord
 
-TOPIC_LABELS = ["cluster", "namespace", "topic"]
-# (name, help, ReplicatorStats key) of the per-remote-cluster replication gauges.
-_REPLICATION_GAUGES = (
-    ("pulsar_replication_rate_in", "Messages per second received from the remote cluster", "msgRateIn"),
-    ("pulsar_replication_rate_out", "Messages per second sent to the remote cluster", "msgRateOut"),
-    ("pulsar_replication_throughput_in", "Bytes per second received from the remote cluster", "msgThroughputIn"),
-    ("pulsar_replication_throughput_out", "Bytes per second sent to the remote cluster", "msgThroughputOut"),
-    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster", "replicationBacklog"),
-    ("pulsar_replication_connected_count", "1 while the replicator to the remote cluster is connected", "connected"),
-    ("pulsar_replication_delay_in_seconds", "Age of the oldest message sent and not yet confirmed",
-     "replicationDelayInSeconds"),
-)
-SUB_LABELS = [*TOPIC_LABELS, "subscription"]
+PARTITION_SUFFIX = "-partition-"
+# Topics written between two returns to the event loop (about 30 ms of CPU on a 2-core machine):
+# a scrape of 10,000 topics takes seconds, the loop must keep serving clients meanwhile.
+TOPICS_PER_SLICE = 100
+# PrometheusLabels.backlogQuotaTypeLabel: the quota_type label of each backlog quota type.
+QUOTA_TYPE_LABELS = (("destination_storage", "size"), ("message_age", "time"))
+# Pulsar's always-present zero series before PIP-214 (printDefaultBrokerStats), cluster label only.
+IDLE_ZERO_FAMILIES = ("pulsar_topics_count", "pulsar_subscriptions_count", "pulsar_producers_count",
+                      "pulsar_consumers_count", "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in",
+                      "pulsar_throughput_out", "pulsar_storage_size", "pulsar_storage_logical_size",
+                      "pulsar_storage_write_rate", "pulsar_storage_read_rate", "pulsar_msg_backlog")
+_REPLICATION = (("pulsar_replication_rate_in", "msgRateIn"), ("pulsar_replication_rate_out", "msgRateOut"),
+                ("pulsar_replication_throughput_in", "msgThroughputIn"),
+                ("pulsar_replication_throughput_out", "msgThroughputOut"),
+                ("pulsar_replication_backlog", "replicationBacklog"),
+                ("pulsar_replication_rate_expired", "msgRateExpired"),
+                ("pulsar_replication_delay_in_seconds", "replicationDelayInSeconds"))
+_TOPIC_GAUGES = (("pulsar_rate_in", "msgRateIn"), ("pulsar_rate_out", "msgRateOut"),
+                 ("pulsar_throughput_in", "msgThroughputIn"), ("pulsar_throughput_out", "msgThroughputOut"),
+                 ("pulsar_average_msg_size", "averageMsgSize"), ("pulsar_storage_size", "storageSize"),
+                 ("pulsar_storage_logical_size", "storageSize"), ("pulsar_storage_backlog_size", "backlogSize"),
+                 ("pulsar_publish_rate_limit_times", "publishRateLimitedTimes"),
+                 ("pulsar_storage_offloaded_size", "offloadedStorageSize"),
+                 ("pulsar_in_bytes_total", "bytesInCounter"), ("pulsar_in_messages_total", "msgInCounter"))
+_SUB_GAUGES = (("pulsar_subscription_back_log", "msgBacklog"),
+               ("pulsar_subscription_back_log_no_delayed", "msgBacklogNoDelayed"),
+               ("pulsar_subscription_delayed", "msgDelayed"),
+               ("pulsar_subscription_msg_rate_redeliver", "msgRateRedeliver"),
+               ("pulsar_subscription_unacked_messages", "unackedMessages"),
+               ("pulsar_subscription_msg_rate_out", "msgRateOut"),
+               ("pulsar_subscription_msg_ack_rate", "messageAckRate"),
+               ("pulsar_subscription_msg_throughput_out", "msgThroughputOut"),
+               ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"),
+               ("pulsar_subscription_last_expire_timestamp", "lastExpireTimestamp"),
+               ("pulsar_subscription_last_acked_timestamp", "lastAckedTimestamp"),
+               ("pulsar_subscription_last_consumed_flow_timestamp", "lastConsumedFlowTimestamp"),
+               ("pulsar_subscription_last_consumed_timestamp", "lastConsumedTimestamp"),
+               ("pulsar_subscription_last_mark_delete_advanced_timestamp", "lastMarkDeleteAdvancedTimestamp"),
+               ("pulsar_subscription_msg_rate_expired", "msgRateExpired"),
+               ("pulsar_subscription_total_msg_expired", "totalMsgExpired"))
+_SUB_ZEROS = ("pulsar_subscription_filter_processed_msg_count", "pulsar_subscription_filter_accepted_msg_count",
+              "pulsar_subscription_filter_rejected_msg_count", "pulsar_subscription_filter_rescheduled_msg_count",
+              "pulsar_subscription_delayed_message_index_size_bytes")
+_CONSUMER_GAUGES = (("pulsar_consumer_msg_rate_redeliver", "msgRateRedeliver"),
+                    ("pulsar_consumer_unacked_messages", "unackedMessages"),
+                    ("pulsar_consumer_blocked_on_unacked_messages", "blockedConsumerOnUnackedMsgs"),
+                    ("pulsar_consumer_msg_rate_out", "msgRateOut"),
+                    ("pulsar_consumer_msg_ack_rate", "messageAckRate"),
+                    ("pulsar_consumer_msg_throughput_out", "msgThroughputOut"),
+                    ("pulsar_consumer_available_permits", "availablePermits"),
+                    ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"))
+# Integer counters of the storage's own stats object, exported as pulsar_py_ledger_<name>.
+_LEDGER_COUNTERS = ("entries_written_total", "bytes_written_total", "cursor_persists_total", "corrupt_records_total",
+                    "truncated_bytes_total", "write_errors_total", "read_errors_total", "segment_reopens_total")
+_LEDGER_HISTOGRAMS = (("fsync_latency", "pulsar_py_ledger_fsync_latency_seconds"),
+                      ("group_commit_size", "pulsar_py_ledger_group_commit_entries"))
+
+
+def _ranges(bounds: Sequence[float], scale: float) -> list[str]:
+    """Pulsar's ``quantile`` values of the pulsar_ml_*Buckets series: "low_high" of each range."""
+    edges = [0.0, *(b / scale for b in bounds)]
+    return [f"{lo:.1f}_{hi:.1f}" for lo, hi in itertools.pairwise(edges)]
+
+
+_LATENCY_RANGES = _ranges(ADD_LATENCY_BUCKETS_US, 1000.0)  # microseconds -> ms
+_SIZE_RANGES = _ranges(ENTRY_SIZE_BUCKETS, 1.0)
 
 
 class HistogramSnapshot(Protocol):
     count: int
-    total: float  # sum of the observations
+    total: float
 
-    def cumulative(self) -> Sequence[tuple[float, int]]:
-        """(upper bound, observations <= it), ascending, +Inf last."""
-
-
-class LedgerStorageStats(Protocol):
-    """What /metrics reads from ``service.ledger_factory.stats`` when the storage has one (the file
-    ledger's FileLedgerStats). Every member is optional, read with getattr: a storage without
-    fsyncs or without a cache simply leaves those series out.
-
-    - ``fsync_latency`` / ``group_commit_size``: objects with ``snapshot() -> HistogramSnapshot``
-    - ``cache_hits_total`` / ``cache_misses_total``: read-cache lookups
-    - ``*_total`` integers listed in ``_LEDGER_COUNTERS``
-    """
+    def cumulative(self) -> Sequence[tuple[float, int]]: ...
 
 
-# Integer counters of the storage stats exported as pulsar_py_ledger_<name>_total.
-_LEDGER_COUNTERS = (
-    ("entries_written_total", "Entries made durable"),
-    ("bytes_written_total", "Bytes appended to ledger files"),
-    ("cursor_persists_total", "Cursor (subscription position) states written"),
-    ("corrupt_records_total", "Bad records found by recovery or reads"),
-    ("truncated_bytes_total", "Bytes cut from ledger file tails by recovery"),
-    ("write_errors_total", "Write or sync failures (each fences a managed ledger)"),
-    ("read_errors_total", "Reads that failed"),
-    ("segment_reopens_total", "Ledger files reopened for an append after being closed under the open-file limit"),
-)
-_LEDGER_HISTOGRAMS = (
-    ("fsync_latency", "pulsar_py_ledger_fsync_latency_seconds", "Time an fsync of appended entries took"),
-    ("group_commit_size", "pulsar_py_ledger_group_commit_entries", "Entries made durable by one fsync"),
-)
+def _namespace_sums() -> defaultdict[str, float]:
+    return defaultdict(float)
 
 
-# Pulsar's per-topic add buckets (gauges, one per bucket, not cumulative, over the last stats
-# interval): (metric prefix, help, suffix per bucket, name past the last bucket).
-_LATENCY_BUCKET_NAMES = ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000")
-_ADD_BUCKETS = (
-    ("pulsar_storage_write_latency", "Entries stored in the last stats interval with a write latency (add request "
-     "to durable) in this bucket; _sum in microseconds", _LATENCY_BUCKET_NAMES, "overflow"),
-    ("pulsar_storage_ledger_write_latency", "Entries stored in the last stats interval with a ledger write latency "
-     "(from the writer taking the entry to durable) in this bucket; _sum in microseconds",
-     _LATENCY_BUCKET_NAMES, "overflow"),
-    ("pulsar_entry_size", "Entries stored in the last stats interval with a size (bytes) in this bucket",
-     ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb"), "le_overflow"),
-)
+class BrokerMetrics:
+    """Builds the /metrics text. Keeps each topic's label prefix between scrapes."""
+
+    def __init__(self, ctx: AdminContext, sampler: StatsSampler) -> None:
+        self.ctx = ctx
+        self.sampler = sampler
+        self._labels: dict[str, str] = {}  # topic full name -> its cluster/namespace/topic labels
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)  # process_* (Pulsar's JVM exporter has these too)
+
+    # -- labels ------------------------------------------------------------------------------------
+    def _topic_labels(self, topic: AnyTopic, previous: dict[str, str]) -> str:
+        name = topic.full_name
+        labels = previous.get(name)
+        if labels is None:
+            cluster = escape(self.ctx.config.clusterName)
+            ns = escape(topic.name.namespace)
+            if self.ctx.config.splitTopicAndPartitionLabelInPrometheus:
+                base, sep, index = name.rpartition(PARTITION_SUFFIX)
+                if not sep or not index.isdigit():
+                    base, index = name, "-1"
+                labels = f'cluster="{cluster}",namespace="{ns}",topic="{escape(base)}",partition="{index}"'
+            else:
+                labels = f'cluster="{cluster}",namespace="{ns}",topic="{escape(name)}"'
+        self._labels[name] = labels
+        return labels
+
+    # -- the scrape --------------------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The whole text in one go (tools and benchmarks; the HTTP handler uses render_async)."""
+        out = Exposition(FAMILIES)
+        for _ in self.write(out):
+            pass
+        return out.text().encode() + bytes(generate_latest(self._process))
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The text in chunks, giving the loop back every TOPICS_PER_SLICE topics and after each
+        family, so that clients are served during a long scrape (seconds at 10,000 topics)."""
+        out = Exposition(FAMILIES)
+        for _ in self.write(out):
+            await asyncio.sleep(0)
+        for chunk in out.chunks():
+            yield chunk
+        yield bytes(generate_latest(self._process))
+
+    def write(self, out: Exposition) -> Iterator[None]:
+        """Write every family to ``out``; yields between slices of topics (the caller may let the
+        loop run there: topics that close meanwhile are skipped)."""
+        ctx, cfg, sampler = self.ctx, self.ctx.config, self.sampler
+        service = ctx.service
+        cl = f'cluster="{escape(cfg.clusterName)}"'
+        topics = [t for t in service.all_topics() if not t.closed]
+        previous, self._labels = self._labels, {}
+        by_topic = cfg.exposeTopicLevelMetricsInPrometheus
+        broker: defaultdict[str, float] = defaultdict(float)
+        namespaces: dict[str, defaultdict[str, float]] = {}
+        replication_by_ns: dict[str, dict[str, defaultdict[str, float]]] = {}
+        ml_by_ns: dict[str, defaultdict[str, float]] = {}
+        in_system = out_internal = 0
+        for i, topic in enumerate(topics):
+            if i and i % TOPICS_PER_SLICE == 0:
+                yield
+                if topic.closed:
+                    continue
+            st = topic_stats(topic, sampler)
+            subs: dict[str, dict[str, Any]] = st["subscriptions"]
+            ns = topic.name.namespace
+            persistent = hasattr(topic, "ledger")
+            entries_in = sampler.topic_entries_in.get(topic, 0.0)
+            entries_read = sampler.topic_entries_read.get(topic, 0.0)
+            read_misses = sampler.topic_read_misses.get(topic, 0.0)
+            backlog = sum(s["msgBacklog"] for s in subs.values())
+            ack_rate = sum(s["messageAckRate"] for s in subs.values())
+            n_consumers = sum(len(s["consumers"]) for s in subs.values())
+            producers = [p for p in topic.producers.values() if not p.replicator]
+            evictions = getattr(topic, "backlog_quota_evictions", None) or {}
+            buckets = _add_buckets(topic)
+            values = {
+                "pulsar_subscriptions_count": len(subs), "pulsar_producers_count": len(producers),
+                "pulsar_consumers_count": n_consumers, "pulsar_msg_backlog": backlog,
+                "pulsar_storage_write_rate": entries_in, "pulsar_storage_read_rate": entries_read,
+                "pulsar_storage_read_cache_misses_rate": read_misses, "pulsar_consumer_msg_ack_rate": ack_rate,
+                "pulsar_out_bytes_total": st["bytesOutCounter"], "pulsar_out_messages_total": st["msgOutCounter"],
+                "pulsar_subscription_delayed": sum(s["msgDelayed"] for s in subs.values()),
+                "pulsar_subscription_in_replay": sum(_in_replay(topic, n) for n in subs),
+                **{name: st[key] for name, key in _TOPIC_GAUGES},
+            }
+            for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+                         "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+                         "pulsar_storage_size", "pulsar_storage_logical_size", "pulsar_storage_write_rate",
+                         "pulsar_storage_read_rate", "pulsar_storage_read_cache_misses_rate", "pulsar_msg_backlog"):
+                broker[name] += values[name]
+            for quota, _label in QUOTA_TYPE_LABELS:
+                broker[quota] += evictions.get(quota, 0)
+            if is_system_topic(topic.full_name):
+                in_system += st["bytesInCounter"]
+            out_internal += sum(r["bytesOutCounter"] for r in st["replication"].values())
+            broker["in_bytes"] += st["bytesInCounter"]
+            broker["out_bytes"] += st["bytesOutCounter"]
+            replication = st["replication"] if cfg.replicationMetricsEnabled else {}
+            if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
+                _ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s)
+            if by_topic:
+                namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1
+                labels = self._topic_labels(topic, previous)
+                self._write_topic(out, topic, labels, st, values, evictions, buckets, replication)
+            else:
+                sums = namespaces.setdefault(ns, _namespace_sums())
+                sums["pulsar_topics_count"] += 1
+                for name, value in values.items():
+                    if name not in ("pulsar_average_msg_size", "pulsar_publish_rate_limit_times"):
+                        sums[name] += value
+                for quota, _label in QUOTA_TYPE_LABELS:
+                    sums[quota] += evictions.get(quota, 0)
+                for name, value in buckets:
+                    sums[name] += value
+                for remote, r in replication.items():
+                    rs = replication_by_ns.setdefault(ns, {}).setdefault(remote, _namespace_sums())
+                    for name, key in _REPLICATION:
+                        rs[name] += float(r[key])
+                    rs["pulsar_replication_connected_count"] += 1 if r["connected"] else 0
+                    rs["pulsar_replication_disconnected_count"] += 0 if r["connected"] else 1
+
+        if not topics:
+            for name in IDLE_ZERO_FAMILIES:
+                out.add(name, cl, 0)
+        for ns, sums in sorted(namespaces.items()):
+            nl = f'{cl},namespace="{escape(ns)}"'
+            out.add("pulsar_topics_count", nl, sums.pop("pulsar_topics_count"))
+            if not by_topic:
+                self._write_namespace(out, nl, sums, replication_by_ns.get(ns, {}))
+        self._write_broker(out, cl, len(topics), broker, in_system, out_internal)
+        for ns, sums in sorted(ml_by_ns.items()):
+            _write_ml(out, f'{cl},namespace="{escape(ns)}"', sums)
+        if cfg.exposeManagedCursorMetricsInPrometheus:
+            self._write_cursors(out, cl, topics)
+        self._write_cache(out, cl, sum(1 for t in topics if hasattr(t, "ledger")))
+        self._write_ledger_storage(out, cl)
+
+    # -- topic level -------------------------------------------------------------------------------
+    def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, st: dict[str, Any],
+                     values: dict[str, float], evictions: dict[str, int], buckets: list[tuple[str, float]],
+                     replication: dict[str, dict[str, Any]]) -> None:
+        cfg = self.ctx.config
+        for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+                     "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+                     "pulsar_average_msg_size", "pulsar_storage_size", "pulsar_storage_logical_size",
+                     "pulsar_msg_backlog", "pulsar_storage_write_rate", "pulsar_storage_read_rate",
+                     "pulsar_storage_read_cache_misses_rate", "pulsar_storage_backlog_size",
+                     "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
+                     "pulsar_in_bytes_total", "pulsar_in_messages_total"):
+            out.add(name, labels, values[name])
+        for name in ("pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total", "pulsar_txn_tb_committed_total",
+                     "pulsar_delayed_message_index_size_bytes"):
+            out.add(name, labels, 0)
+        limit_size, limit_time, age = self._backlog_quota(topic)
+        out.add("pulsar_storage_backlog_quota_limit", labels, limit_size)
+        out.add("pulsar_storage_backlog_quota_limit_time", labels, limit_time)
+        out.add("pulsar_storage_backlog_age_seconds", labels, age)
+        for quota, label in QUOTA_TYPE_LABELS:
+            out.add("pulsar_storage_backlog_quota_exceeded_evictions_total", f'{labels},quota_type="{label}"',
+                    evictions.get(quota, 0))
+        for name, value in buckets:
+            out.add(name, labels, value)
+        out.add("pulsar_py_publish_rate_limited_total", labels, st["publishRateLimitedTimes"])
+        compactor = getattr(topic, "compactor", None)
+        if compactor is not None and compactor.record.runs:
+            _write_compaction(out, labels, compactor.record)
+        if cfg.exposeProducerLevelMetricsInPrometheus:
+            for p in st["publishers"]:
+                if p["producerName"].startswith(REPLICATOR_PREFIX):
+                    continue
+                pl = f'{labels},producer_name="{escape(p["producerName"])}",producer_id="{p["producerId"]}"'
+                out.add("pulsar_producer_msg_rate_in", pl, p["msgRateIn"])
+                out.add("pulsar_producer_msg_throughput_in", pl, p["msgThroughputIn"])
+                out.add("pulsar_producer_msg_average_Size", pl, p["averageMsgSize"])
+        for sub_name, s in st["subscriptions"].items():
+            sl = f'{labels},subscription="{escape(sub_name)}"'
+            for name, key in _SUB_GAUGES:
+                out.add(name, sl, s[key])
+            out.add("pulsar_subscription_in_replay", sl, _in_replay(topic, sub_name))
+            out.add("pulsar_subscription_blocked_on_unacked_messages", sl,
+                    1 if s["blockedSubscriptionOnUnackedMsgs"] else 0)
+            out.add("pulsar_subscription_msg_drop_rate", sl, s.get("msgDropRate", 0.0))
+            out.add("pulsar_subscription_consumers_count", sl, len(s["consumers"]))
+            for name in _SUB_ZEROS:
+                out.add(name, sl, 0)
+            sub = topic.subscriptions.get(sub_name)
+            dispatcher = sub.dispatcher if sub is not None else None
+            out.add("pulsar_py_permit_invariant_drift", sl,
+                    dispatcher.invariant_drift_count if dispatcher is not None else 0)
+            if "msgDropRate" in s:
+                out.add("pulsar_py_subscription_msg_dropped_total", sl, sub.msg_dropped if sub is not None else 0)
+            if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
+                for c, cs in zip(sub.consumers, s["consumers"], strict=False):
+                    ccl = f'{sl},consumer_name="{escape(c.name)}",consumer_id="{c.consumer_id}"'
+                    for name, key in _CONSUMER_GAUGES:
+                        out.add(name, ccl, float(cs[key]))
+        for remote, r in replication.items():
+            rl = f'{labels},remote_cluster="{escape(remote)}"'
+            for name, key in _REPLICATION:
+                out.add(name, rl, float(r[key]))
+            out.add("pulsar_replication_connected_count", rl, 1 if r["connected"] else 0)
+            out.add("pulsar_replication_disconnected_count", rl, 0 if r["connected"] else 1)
+
+    def _backlog_quota(self, topic: AnyTopic) -> tuple[float, float, float]:
+        """(size limit in bytes, time limit in seconds, age of the oldest backlog in seconds); -1 = none."""
+        quotas = self.ctx.service.backlog_quotas
+        size = quotas.quota(topic.name, "destination_storage")
+        age = quotas.quota(topic.name, "message_age")
+        oldest = getattr(topic, "oldest_backlog_age_s", None)
+        return (float(size.limit_size) if size is not None else -1.0,
+                float(age.limit_time) if age is not None else -1.0,
+                float(oldest) if oldest is not None else -1.0)
+
+    # -- namespace level ---------------------------------------------------------------------------
+    @staticmethod
+    def _write_namespace(out: Exposition, nl: str, sums: dict[str, float],
+                         replication: dict[str, defaultdict[str, float]]) -> None:
+        for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+                     "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+                     "pulsar_consumer_msg_ack_rate", "pulsar_in_bytes_total", "pulsar_in_messages_total",
+                     "pulsar_out_bytes_total", "pulsar_out_messages_total", "pulsar_storage_size",
+                     "pulsar_storage_logical_size", "pulsar_storage_backlog_size", "pulsar_storage_offloaded_size",
+                     "pulsar_storage_write_rate", "pulsar_storage_read_rate", "pulsar_storage_read_cache_misses_rate",
+                     "pulsar_subscription_delayed", "pulsar_subscription_in_replay"):
+            out.add(name, nl, sums.get(name, 0.0))
+        for name in ("pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total", "pulsar_txn_tb_committed_total",
+                     "pulsar_delayed_message_index_size_bytes"):
+            out.add(name, nl, 0)
+        out.add("pulsar_msg_backlog", f'{nl},remote_cluster="local"', sums.get("pulsar_msg_backlog", 0.0))
+        for quota, label in QUOTA_TYPE_LABELS:
+            out.add("pulsar_storage_backlog_quota_exceeded_evictions_total", f'{nl},quota_type="{label}"',
+                    sums.get(quota, 0.0))
+        for prefix, names, _doc in ADD_BUCKETS:
+            for bucket in (*names, "count", "sum"):
+                name = f"{prefix}_{bucket}"
+                out.add(name, nl, sums.get(name, 0.0))
+        for remote, rs in sorted(replication.items()):
+            rl = f'{nl},remote_cluster="{escape(remote)}"'
+            for name, value in rs.items():
+                out.add(name, rl, value)
+
+    # -- broker level ------------------------------------------------------------------------------
+    def _write_broker(self, out: Exposition, cl: str, n_topics: int, b: dict[str, float], in_system: int,
+                      out_internal: int) -> None:
+        process = self.ctx.process
+        for name, key in (("pulsar_broker_topics_count", None), ("pulsar_broker_subscriptions_count",
+                                                                  "pulsar_subscriptions_count"),
+                          ("pulsar_broker_producers_count", "pulsar_producers_count"),
+                          ("pulsar_broker_consumers_count", "pulsar_consumers_count"),
+                          ("pulsar_broker_rate_in", "pulsar_rate_in"), ("pulsar_broker_rate_out", "pulsar_rate_out"),
+                          ("pulsar_broker_throughput_in", "pulsar_throughput_in"),
+                          ("pulsar_broker_throughput_out", "pulsar_throughput_out"),
+                          ("pulsar_broker_storage_size", "pulsar_storage_size"),
+                          ("pulsar_broker_storage_logical_size", "pulsar_storage_logical_size"),
+                          ("pulsar_broker_storage_write_rate", "pulsar_storage_write_rate"),
+                          ("pulsar_broker_storage_read_rate", "pulsar_storage_read_rate"),
+                          ("pulsar_broker_storage_read_cache_misses_rate", "pulsar_storage_read_cache_misses_rate"),
+                          ("pulsar_broker_msg_backlog", "pulsar_msg_backlog")):
+            out.add(name, cl, n_topics if key is None else b.get(key, 0.0))
+        for quota, label in QUOTA_TYPE_LABELS:
+            out.add("pulsar_broker_storage_backlog_quota_exceeded_evictions_total", f'{cl},quota_type="{label}"',
+                    b.get(quota, 0.0))
+        out.add("pulsar_broker_out_bytes_total", f'{cl},system_subscription="false"', b.get("out_bytes", 0.0))
+        out.add("pulsar_broker_out_bytes_total", f'{cl},system_subscription="true"', out_internal)
+        out.add("pulsar_broker_in_bytes_total", f'{cl},system_topic="false"', b.get("in_bytes", 0.0) - in_system)
+        out.add("pulsar_broker_in_bytes_total", f'{cl},system_topic="true"', in_system)
+        out.add("pulsar_broker_throttled_connections", cl,
+                sum(1 for c in process.connections if getattr(c, "throttled_by_pending_sends", False)))
+        out.add("pulsar_broker_throttled_connections_global_limit", cl, process.connections_throttled_by_buffer)
+        bl = f'{cl},broker="{escape(f"{process.advertised_host}:{process.web_port}")}",metric="broker_connection"'
+        out.add("pulsar_active_connections", bl, len(process.connections))
+        out.add("pulsar_connection_created_total_count", bl, process.connections_created)
+        out.add("pulsar_connection_create_success_count", bl,
+                process.connections_created - process.connections_refused)
+        out.add("pulsar_connection_create_fail_count", bl, process.connections_refused)
+        out.add("pulsar_connection_closed_total_count", bl, process.connections_closed)
+        service = self.ctx.service
+        out.add("pulsar_py_inactive_topics_deleted_total", cl, service.inactive_topics.deleted_total)
+        out.add("pulsar_py_subscriptions_expired_total", cl, service.housekeeping.subscriptions_expired_total)
+        authn = self.ctx.security.authentication
+        for (provider, method), n in sorted(authn.successes_by.items()):
+            out.add("pulsar_authentication_success_total",
+                    f'{cl},provider_name="{escape(provider)}",auth_method="{escape(method)}"', n)
+        for (provider, method, reason), n in sorted(authn.failures_by.items()):
+            out.add("pulsar_authentication_failures_total", f'{cl},provider_name="{escape(provider)}",'
+                    f'auth_method="{escape(method)}",reason="{escape(reason)}"', n)
+
+    # -- managed ledgers, cursors, cache -------------------------------------------------------------
+    def _write_cursors(self, out: Exposition, cl: str, topics: list[AnyTopic]) -> None:
+        for topic in topics:
+            ledger = getattr(topic, "ledger", None)
+            if ledger is None:
+                continue
+            base = f'{cl},namespace="{escape(topic.name.namespace)}",ledger_name="{escape(ledger.name)}"'
+            for name, cursor in sorted(ledger.cursors.items()):
+                out.add("pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
+                        f'{base},cursor_name="{escape(name)}"', cursor.individually_deleted.range_count())
+
+    def _write_cache(self, out: Exposition, cl: str, open_ledgers: int) -> None:
+        cache = getattr(self.ctx.service.ledger_factory, "cache", None)
+        s = self.sampler
+        out.add("pulsar_ml_count", cl, open_ledgers)
+        out.add("pulsar_ml_cache_used_size", cl, getattr(cache, "size", 0))
+        out.add("pulsar_ml_cache_entries", cl, len(cache) if cache is not None else 0)
+        out.add("pulsar_ml_cache_inserted_entries_total", cl, getattr(cache, "inserted", 0))
+        out.add("pulsar_ml_cache_evicted_entries_total", cl, getattr(cache, "evictions", 0))
+        out.add("pulsar_ml_cache_evictions", cl, round(s.cache_evictions_rate * s.interval_s))
+        out.add("pulsar_ml_cache_hits_rate", cl, s.cache_hits_rate)
+        out.add("pulsar_ml_cache_misses_rate", cl, s.cache_misses_rate)
+
+    def _write_ledger_storage(self, out: Exposition, cl: str) -> None:
+        stats = getattr(self.ctx.service.ledger_factory, "stats", None)
+        if stats is None:
+            return
+        for attr, name in _LEDGER_HISTOGRAMS:
+            snapshot = getattr(getattr(stats, attr, None), "snapshot", None)
+            if snapshot is None:
+                continue
+            snap: HistogramSnapshot = snapshot()
+            cumulative = list(snap.cumulative())
+            if not cumulative or cumulative[-1][0] != float("inf"):
+                cumulative.append((float("inf"), snap.count))
+            out.histogram(name, cl, cumulative, snap.count, snap.total)
+        for attr in _LEDGER_COUNTERS:
+            value = getattr(stats, attr, None)
+            if isinstance(value, int):
+                out.add(f"pulsar_py_ledger_{attr}", cl, value)
+        hits, misses = getattr(stats, "cache_hits_total", None), getattr(stats, "cache_misses_total", None)
+        if isinstance(hits, int) and isinstance(misses, int):
+            out.add("pulsar_py_ledger_cache_hits_total", cl, hits)
+            out.add("pulsar_py_ledger_cache_misses_total", cl, misses)
+            out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
 
 
-def add_bucket_values(topic: AnyTopic) -> list[tuple[str, float]]:
+def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None:
+    """Pulsar's per-topic compaction series (only for topics compacted at least once)."""
+    for name, value in (("pulsar_compaction_removed_event_count", r.removed_entries),
+                        ("pulsar_compaction_succeed_count", r.succeeded), ("pulsar_compaction_failed_count", r.failed),
+                        ("pulsar_compaction_duration_time_in_mills", r.last_duration_ms),
+                        ("pulsar_compaction_read_throughput", r.last_read_bytes_per_s),
+                        ("pulsar_compaction_write_throughput", r.last_write_bytes_per_s),
+                        ("pulsar_compaction_compacted_entries_count", r.compacted_entries),
+                        ("pulsar_compaction_compacted_entries_size", r.compacted_bytes)):
+        out.add(name, labels, value)
+    prefix, names, _doc = COMPACTION_LATENCY
+    for bucket, n in zip(names, r.latency_counts, strict=True):
+        out.add(f"{prefix}_{bucket}", labels, n)
+    out.add(f"{prefix}_sum", labels, r.latency_sum_us)
+    out.add(f"{prefix}_count", labels, sum(r.latency_counts))
+
+
+def _in_replay(topic: AnyTopic, sub_name: str) -> int:
+    sub = topic.subscriptions.get(sub_name)
+    dispatcher = sub.dispatcher if sub is not None else None
+    return len(getattr(dispatcher, "replay", ()))
+
+
+def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
     """(metric name, value) of a persistent topic's add buckets; [] for a non-persistent one."""
     stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
     if stats is None:
         return []
     out: list[tuple[str, float]] = []
     measured = (stats.write_latency_us, stats.ledger_write_latency_us, stats.entry_size)
-    for (prefix, _doc, names, overflow), buckets in zip(_ADD_BUCKETS, measured, strict=True):
-        out.extend((f"{prefix}_{name}", float(n)) for name, n in zip((*names, overflow), buckets.counts, strict=True))
+    for (prefix, names, _doc), buckets in zip(ADD_BUCKETS, measured, strict=True):
+        out.extend((f"{prefix}_{name}", float(n)) for name, n in zip(names, buckets.counts, strict=True))
         out.append((f"{prefix}_count", float(sum(buckets.counts))))
         out.append((f"{prefix}_sum", float(buckets.sum)))
     return out
 
 
-_ADD_BUCKET_DOCS = {f"{prefix}_{name}": doc for prefix, doc, names, overflow in _ADD_BUCKETS
-                    for name in (*names, overflow, "count", "sum")}
-
-# (metric name, help, key in the topic stats JSON) for gauges taken straight from the stats.
-_TOPIC_GAUGES = (
-    ("pulsar_rate_in", "Messages published per second (last stats interval)", "msgRateIn"),
-    ("pulsar_rate_out", "Messages delivered per second (last stats interval)", "msgRateOut"),
-    ("pulsar_throughput_in", "Bytes published per second (last stats interval)", "msgThroughputIn"),
-    ("pulsar_throughput_out", "Bytes delivered per second (last stats interval)", "msgThroughputOut"),
-    ("pulsar_storage_size", "Bytes stored for the topic", "storageSize"),
-    ("pulsar_storage_logical_size", "Bytes of entry data of the topic (no replication here)", "storageSize"),
-    ("pulsar_storage_backlog_size", "Estimated bytes not yet acknowledged by the slowest subscription",
-     "backlogSize"),
-    ("pulsar_storage_offloaded_size", "Bytes offloaded to tiered storage (none here)", "offloadedStorageSize"),
-)
-_SUB_GAUGES = (
-    ("pulsar_subscription_back_log", "Entries after the mark-delete position", "msgBacklog"),
-    ("pulsar_subscription_back_log_no_delayed", "Backlog without delayed messages", "msgBacklogNoDelayed"),
-    ("pulsar_subscription_delayed", "Messages waiting for their delivery time", "msgDelayed"),
-    ("pulsar_subscription_msg_rate_redeliver", "Messages redelivered per second", "msgRateRedeliver"),
-    ("pulsar_subscription_unacked_messages", "Delivered, not acknowledged", "unackedMessages"),
-    ("pulsar_subscription_msg_rate_out", "Messages delivered per second", "msgRateOut"),
-    ("pulsar_subscription_msg_throughput_out", "Bytes delivered per second", "msgThroughputOut"),
-    ("pulsar_subscription_msg_ack_rate", "Acknowledgements per second", "messageAckRate"),
-    ("pulsar_subscription_msg_rate_expired", "Messages expired (TTL) per second", "msgRateExpired"),
-    ("pulsar_subscription_total_msg_expired", "Messages expired (TTL) in total", "totalMsgExpired"),
-    ("pulsar_subscription_last_expire_timestamp", "Last expiry (epoch ms)", "lastExpireTimestamp"),
-    ("pulsar_subscription_last_acked_timestamp", "Last ack (epoch ms)", "lastAckedTimestamp"),
-    ("pulsar_subscription_last_consumed_flow_timestamp", "Last flow (epoch ms)", "lastConsumedFlowTimestamp"),
-    ("pulsar_subscription_last_consumed_timestamp", "Last delivery (epoch ms)", "lastConsumedTimestamp"),
-    ("pulsar_subscription_last_mark_delete_advanced_timestamp", "Last mark-delete move (epoch ms)",
-     "lastMarkDeleteAdvancedTimestamp"),
-)
+def _ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: list[tuple[str, float]],
+             interval_s: float) -> None:
+    """Add one managed ledger to its namespace's pulsar_ml_* sums."""
+    sums["pulsar_ml_AddEntryBytesRate"] += values["pulsar_throughput_in"]
+    sums["pulsar_ml_AddEntryWithReplicasBytesRate"] += values["pulsar_throughput_in"]
+    sums["pulsar_ml_AddEntryMessagesRate"] += values["pulsar_storage_write_rate"]
+    sums["pulsar_ml_NumberOfMessagesInBacklog"] += values["pulsar_msg_backlog"]
+    sums["pulsar_ml_ReadEntriesRate"] += values["pulsar_storage_read_rate"]
+    sums["pulsar_ml_ReadEntriesBytesRate"] += values["pulsar_throughput_out"]
+    sums["pulsar_ml_ReadEntriesSucceeded"] += round(values["pulsar_storage_read_rate"] * interval_s)
+    sums["pulsar_ml_StoredMessagesSize"] += values["pulsar_storage_size"]
+    for name, value in buckets:
+        sums[name] += value
 
 
-class _Families:
-    """Metric families created on first use, in a stable order, for one scrape."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
-
-    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = GaugeMetricFamily(name, doc, labels=labels)
-        assert isinstance(family, GaugeMetricFamily)
-        return family
-
-    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = CounterMetricFamily(name, doc, labels=labels)
-        assert isinstance(family, CounterMetricFamily)
-        return family
-
-    def __iter__(self) -> Iterator[Metric]:
-        return iter(self._families.values())
+def _write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
+    for name in ("pulsar_ml_AddEntryBytesRate", "pulsar_ml_AddEntryWithReplicasBytesRate",
+                 "pulsar_ml_AddEntryMessagesRate", "pulsar_ml_NumberOfMessagesInBacklog", "pulsar_ml_ReadEntriesRate",
+                 "pulsar_ml_ReadEntriesBytesRate", "pulsar_ml_ReadEntriesSucceeded", "pulsar_ml_StoredMessagesSize"):
+        out.add(name, nl, sums.get(name, 0.0))
+    out.add("pulsar_ml_AddEntrySucceed", nl, sums.get("pulsar_storage_write_latency_count", 0.0))
+    out.add("pulsar_ml_AddEntryErrors", nl, 0)
+    out.add("pulsar_ml_ReadEntriesErrors", nl, 0)
+    for family, prefix, ranges in (
+            ("pulsar_ml_AddEntryLatencyBuckets", "pulsar_storage_write_latency", _LATENCY_RANGES),
+            ("pulsar_ml_LedgerAddEntryLatencyBuckets", "pulsar_storage_ledger_write_latency", _LATENCY_RANGES),
+            ("pulsar_ml_EntrySizeBuckets", "pulsar_entry_size", _SIZE_RANGES)):
+        names = next(n for p, n, _d in ADD_BUCKETS if p == prefix)
+        for quantile, bucket in zip(ranges, names, strict=False):
+            out.add(family, f'{nl},quantile="{quantile}"', sums.get(f"{prefix}_{bucket}", 0.0))
+        out.add(f"{family}_OVERFLOW", nl, sums.get(f"{prefix}_{names[-1]}", 0.0))
 
 
-class BrokerCollector(Collector):
-    def __init__(self, ctx: AdminContext, sampler: StatsSampler) -> None:
-        self.ctx = ctx
-        self.sampler = sampler
+def make_registry(ctx: AdminContext, sampler: StatsSampler) -> BrokerMetrics:
+    return BrokerMetrics(ctx, sampler)
 
-    def collect(self) -> Iterator[Metric]:
-        ctx = self.ctx
-        service = ctx.service
-        cfg = ctx.config
-        cluster = cfg.clusterName
-        topics = [t for t in service.all_topics() if not t.closed]
-        stats = {t: topic_stats(t, self.sampler) for t in topics}
-        f = _Families()
-        by_topic = cfg.exposeTopicLevelMetricsInPrometheus
-
-        def broker(name: str, doc: str, value: float) -> None:
-            f.gauge(name, doc, ["cluster"]).add_metric([cluster], value)
-
-        sub_stats = [s for st in stats.values() for s in st["subscriptions"].values()]
-        broker("pulsar_broker_topics_count", "Topics loaded", len(topics))
-        broker("pulsar_broker_subscriptions_count", "Subscriptions", len(sub_stats))
-        broker("pulsar_broker_producers_count", "Producers", sum(len(t.producers) for t in topics))
-        broker("pulsar_broker_consumers_count", "Consumers", sum(len(s["consumers"]) for s in sub_stats))
-        broker("pulsar_broker_rate_in", "Messages published per second", sum(s["msgRateIn"] for s in stats.values()))
-        broker("pulsar_broker_rate_out", "Messages delivered per second",
-               sum(s["msgRateOut"] for s in stats.values()))
-        broker("pulsar_broker_throughput_in", "Bytes published per second",
-               sum(s["msgThroughputIn"] for s in stats.values()))
-        broker("pulsar_broker_throughput_out", "Bytes delivered per second",
-               sum(s["msgThroughputOut"] for s in stats.values()))
-        broker("pulsar_broker_storage_size", "Bytes stored", sum(s["storageSize"] for s in stats.values()))
-        broker("pulsar_broker_msg_backlog", "Entries not yet acknowledged, all subscriptions",
-               sum(s["msgBacklog"] for s in sub_stats))
-        broker("pulsar_active_connections", "Open client connections", len(ctx.process.connections))
-        broker("pulsar_connection_created_total_count", "Connections opened", ctx.process.connections_created)
-        broker("pulsar_connection_closed_total_count", "Connections closed", ctx.process.connections_closed)
-        for name, doc, value in (
-                ("pulsar_py_inactive_topics_deleted", "Topics deleted as inactive (brokerDeleteInactiveTopics*)",
-                 service.inactive_topics.deleted_total),
-                ("pulsar_py_subscriptions_expired", "Subscriptions deleted as abandoned (subscription expiration)",
-                 service.housekeeping.subscriptions_expired_total)):
-            f.counter(name, doc, ["cluster"]).add_metric([cluster], value)
-
-        authn = ctx.security.authentication
-        for (provider, method), n in sorted(authn.successes_by.items()):
-            f.counter("pulsar_authentication_success", "Credentials a provider accepted",
-                      ["cluster", "provider_name", "auth_method"]).add_metric([cluster, provider, method], n)
-        for (provider, method, reason), n in sorted(authn.failures_by.items()):
-            f.counter("pulsar_authentication_failures", "Credentials a provider refused, by reason",
-                      ["cluster", "provider_name", "auth_method", "reason"]).add_metric(
-                [cluster, provider, method, reason], n)
-
-        if by_topic:
-            self._topic_level(f, cluster, stats)
-        else:
-            self._namespace_level(f, cluster, stats)
-        yield from f
-        yield from self._ledger_storage()
-
-    def _topic_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
-        cfg = self.ctx.config
-        for topic, st in stats.items():
-            labels = [cluster, topic.name.namespace, topic.full_name]
-            subs = st["subscriptions"]
-            f.gauge("pulsar_subscriptions_count", "Subscriptions of the topic", TOPIC_LABELS).add_metric(
-                labels, len(subs))
-            f.gauge("pulsar_producers_count", "Producers of the topic", TOPIC_LABELS).add_metric(
-                labels, len(st["publishers"]))
-            f.gauge("pulsar_consumers_count", "Consumers of the topic", TOPIC_LABELS).add_metric(
-                labels, sum(len(s["consumers"]) for s in subs.values()))
-            for name, doc, key in _TOPIC_GAUGES:
-                f.gauge(name, doc, TOPIC_LABELS).add_metric(labels, st[key])
-            f.gauge("pulsar_average_msg_size", "Average published message size (bytes)", TOPIC_LABELS).add_metric(
-                labels, st["averageMsgSize"])
-            self._replication(f, labels, st["replication"])
-            f.gauge("pulsar_msg_backlog", "Entries not yet acknowledged, all subscriptions",
-                    TOPIC_LABELS).add_metric(labels, sum(s["msgBacklog"] for s in subs.values()))
-            f.gauge("pulsar_storage_write_rate", "Entries written per second", TOPIC_LABELS).add_metric(
-                labels, self.sampler.topic_entries_in.get(topic, 0.0))
-            for name, value in add_bucket_values(topic):
-                f.gauge(name, _ADD_BUCKET_DOCS[name], TOPIC_LABELS).add_metric(labels, value)
-            f.counter("pulsar_in_bytes", "Bytes published to the topic", TOPIC_LABELS).add_metric(
-                labels, st["bytesInCounter"])
-            f.counter("pulsar_in_messages", "Messages published to the topic", TOPIC_LABELS).add_metric(
-                labels, st["msgInCounter"])
-            f.counter("pulsar_py_publish_rate_limited", "Times the topic's publish rate limit held its publishers",
-                      TOPIC_LABELS).add_metric(labels, st["publishRateLimitedTimes"])
-            if cfg.exposeProducerLevelMetricsInPrometheus:
-                self._producers(f, labels, topic)
-            for sub_name, s in subs.items():
-                sub_labels = [*labels, sub_name]
-                for name, doc, key in _SUB_GAUGES:
-                    f.gauge(name, doc, SUB_LABELS).add_metric(sub_labels, float(s[key]))
-                f.gauge("pulsar_subscription_blocked_on_unacked_messages", "1 when blocked on unacked messages",
-                        SUB_LABELS).add_metric(sub_labels, 1.0 if s["blockedSubscriptionOnUnackedMsgs"] else 0.0)
-                f.gauge("pulsar_subscription_consumers_count", "Consumers of the subscription",
-                        SUB_LABELS).add_metric(sub_labels, len(s["consumers"]))
-                f.counter("pulsar_out_bytes", "Bytes delivered by the subscription", SUB_LABELS).add_metric(
-                    sub_labels, s["bytesOutCounter"])
-                f.counter("pulsar_out_messages", "Messages delivered by the subscription", SUB_LABELS).add_metric(
-                    sub_labels, s["msgOutCounter"])
-                sub = topic.subscriptions.get(sub_name)
-                dispatcher = sub.dispatcher if sub is not None else None
-                f.gauge("pulsar_py_permit_invariant_drift", "Times the dispatcher permit total drifted from the "
-                        "sum over consumers (must stay 0)", SUB_LABELS).add_metric(
-                    sub_labels, dispatcher.invariant_drift_count if dispatcher is not None else 0)
-                if "msgDropRate" in s:  # non-persistent topics
-                    f.gauge("pulsar_subscription_msg_drop_rate", "Messages dropped per second: no consumer could "
-                            "take them (non-persistent topics)", SUB_LABELS).add_metric(sub_labels, s["msgDropRate"])
-                    f.counter("pulsar_py_subscription_msg_dropped", "Messages dropped because no consumer could "
-                              "take them (non-persistent topics)", SUB_LABELS).add_metric(
-                        sub_labels, sub.msg_dropped if sub is not None else 0)
-                if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
-                    self._consumers(f, sub_labels, sub)
-
-    @staticmethod
-    def _replication(f: _Families, labels: list[str], replication: dict[str, dict[str, Any]]) -> None:
-        """Pulsar's per-topic replication series, one per remote cluster."""
-        rl = [*TOPIC_LABELS, "remote_cluster"]
-        for remote, r in replication.items():
-            values = [*labels, remote]
-            for name, doc, key in _REPLICATION_GAUGES:
-                f.gauge(name, doc, rl).add_metric(values, float(r[key]))
-
-    def _producers(self, f: _Families, labels: list[str], topic: AnyTopic) -> None:
-        pl = [*TOPIC_LABELS, "producer_name", "producer_id"]
-        for p in topic.producers.values():
-            rate = self.sampler.producer_in.get(p)
-            msgs, nbytes = (rate.msgs, rate.bytes) if rate is not None else (0.0, 0.0)
-            plabels = [*labels, p.name, str(p.producer_id)]
-            f.gauge("pulsar_producer_msg_rate_in", "Messages published per second", pl).add_metric(plabels, msgs)
-            f.gauge("pulsar_producer_msg_throughput_in", "Bytes published per second", pl).add_metric(
-                plabels, nbytes)
-            f.gauge("pulsar_producer_msg_average_Size", "Average message size (bytes)", pl).add_metric(
-                plabels, nbytes / msgs if msgs else 0.0)
-
-    def _consumers(self, f: _Families, sub_labels: list[str], sub: AnySubscription) -> None:
-        cl = [*SUB_LABELS, "consumer_name", "consumer_id"]
-        for c in sub.consumers:
-            rate = self.sampler.consumer_out.get(c)
-            clabels = [*sub_labels, c.name, str(c.consumer_id)]
-            f.gauge("pulsar_consumer_msg_rate_out", "Messages delivered per second", cl).add_metric(
-                clabels, rate.msgs if rate is not None else 0.0)
-            f.gauge("pulsar_consumer_msg_throughput_out", "Bytes delivered per second", cl).add_metric(
-                clabels, rate.bytes if rate is not None else 0.0)
-            f.gauge("pulsar_consumer_msg_rate_redeliver", "Messages redelivered per second", cl).add_metric(
-                clabels, self.sampler.consumer_redeliver.get(c, 0.0))
-            f.gauge("pulsar_consumer_unacked_messages", "Delivered, not acknowledged", cl).add_metric(
-                clabels, c.unacked_messages)
-            f.gauge("pulsar_consumer_blocked_on_unacked_messages", "1 when blocked on unacked messages",
-                    cl).add_metric(clabels, 1.0 if getattr(c, "blocked", False) else 0.0)
-            f.gauge("pulsar_consumer_available_permits", "Permits the consumer has granted", cl).add_metric(
-                clabels, max(c.permits, 0))
-
-    def _namespace_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
-        """Pulsar's aggregation when topic-level metrics are off: one series per namespace."""
-        sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for topic, st in stats.items():
-            ns = sums[topic.name.namespace]
-            subs = st["subscriptions"].values()
-            ns["pulsar_topics_count"] += 1
-            ns["pulsar_subscriptions_count"] += len(st["subscriptions"])
-            ns["pulsar_producers_count"] += len(st["publishers"])
-            ns["pulsar_consumers_count"] += sum(len(s["consumers"]) for s in subs)
-            for name, _doc, key in _TOPIC_GAUGES:
-                ns[name] += st[key]
-            ns["pulsar_msg_backlog"] += sum(s["msgBacklog"] for s in subs)
-            ns["pulsar_in_bytes"] += st["bytesInCounter"]
-            ns["pulsar_in_messages"] += st["msgInCounter"]
-            ns["pulsar_out_bytes"] += st["bytesOutCounter"]
-            ns["pulsar_out_messages"] += st["msgOutCounter"]
-            for name, value in add_bucket_values(topic):
-                ns[name] += value
-        nl = ["cluster", "namespace"]
-        for namespace, values in sorted(sums.items()):
-            for name, value in values.items():
-                if name in ("pulsar_in_bytes", "pulsar_in_messages", "pulsar_out_bytes", "pulsar_out_messages"):
-                    f.counter(name, "Namespace total", nl).add_metric([cluster, namespace], value)
-                else:
-                    f.gauge(name, "Namespace total", nl).add_metric([cluster, namespace], value)
-
-    def _ledger_storage(self) -> Iterator[Metric]:
-        stats = getattr(self.ctx.service.ledger_factory, "stats", None)
-        if stats is None:
-            return
-        labels = [self.ctx.cluster]
-        for attr, name, doc in _LEDGER_HISTOGRAMS:
-            histogram = getattr(stats, attr, None)
-            snapshot = getattr(histogram, "snapshot", None)
-            if snapshot is None:
-                continue
-            snap: HistogramSnapshot = snapshot()
-            buckets = [("+Inf" if math.isinf(le) else repr(float(le)), float(n)) for le, n in snap.cumulative()]
-            if not buckets or buckets[-1][0] != "+Inf":
-                buckets.append(("+Inf", float(snap.count)))
-            h = HistogramMetricFamily(name, doc, labels=["cluster"])
-            h.add_metric(labels, buckets, float(snap.total))
-            yield h
-        for attr, doc in _LEDGER_COUNTERS:
-            value = getattr(stats, attr, None)
-            if isinstance(value, int):
-                c = CounterMetricFamily(f"pulsar_py_ledger_{attr.removesuffix('_total')}", doc, labels=["cluster"])
-                c.add_metric(labels, float(value))
-                yield c
-        hits = getattr(stats, "cache_hits_total", None)
-        misses = getattr(stats, "cache_misses_total", None)
-        if isinstance(hits, int) and isinstance(misses, int):
-            for name, value in (("pulsar_py_ledger_cache_hits", hits), ("pulsar_py_ledger_cache_misses", misses)):
-                c = CounterMetricFamily(name, "Managed-ledger read-cache lookups", labels=["cluster"])
-                c.add_metric(labels, float(value))
-                yield c
-            ratio = GaugeMetricFamily("pulsar_py_ledger_cache_hit_ratio", "Read-cache hits / lookups",
-                                      labels=["cluster"])
-            ratio.add_metric(labels, hits / (hits + misses) if hits + misses else 0.0)
-            yield ratio
-
-
-def make_registry(ctx: AdminContext, sampler: StatsSampler) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(ctx, sampler))
-    return registry
-
-
-def render_metrics(registry: CollectorRegistry) -> bytes:
-    return bytes(generate_latest(registry))

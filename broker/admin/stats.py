@@ -58,6 +58,9 @@ class StatsSampler:
         self._prev: dict[object, tuple[int, ...]] = {}
         self.topic_in: dict[AnyTopic, Rate] = {}
         self.topic_entries_in: dict[AnyTopic, float] = {}
+        # Persistent topics: entries read from storage and read operations that missed the cache, per second.
+        self.topic_entries_read: dict[AnyTopic, float] = {}
+        self.topic_read_misses: dict[AnyTopic, float] = {}
         self.producer_in: dict[Producer, Rate] = {}
         self.sub_out: dict[AnySubscription, Rate] = {}
         self.sub_ack: dict[AnySubscription, float] = {}
@@ -70,6 +73,8 @@ class StatsSampler:
         self.replicator_out: dict[Replicator, Rate] = {}
         # Non-persistent replicators: messages dropped per second.
         self.replicator_drop: dict[Replicator, float] = {}
+        # The managed-ledger entry cache, broker-wide: entries per second hit, missed and evicted.
+        self.cache_hits_rate = self.cache_misses_rate = self.cache_evictions_rate = 0.0
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -101,6 +106,8 @@ class StatsSampler:
 
         topic_in: dict[AnyTopic, Rate] = {}
         entries_in: dict[AnyTopic, float] = {}
+        entries_read: dict[AnyTopic, float] = {}
+        read_misses: dict[AnyTopic, float] = {}
         producer_in: dict[Producer, Rate] = {}
         sub_out: dict[AnySubscription, Rate] = {}
         sub_ack: dict[AnySubscription, float] = {}
@@ -113,7 +120,10 @@ class StatsSampler:
         replicator_drop: dict[Replicator, float] = {}
 
         def sample_storage(topic: PersistentTopic) -> None:
-            topic.ledger.add_stats.refresh()  # the adds' latency and size buckets of this interval
+            add_stats = topic.ledger.add_stats
+            add_stats.refresh()  # the adds' latency and size buckets of this interval
+            entries_read[topic], read_misses[topic] = delta((topic, "reads"), (add_stats.entries_read,
+                                                                               add_stats.read_ops_cache_missed))
             for name in topic.subscription_names():
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
@@ -141,8 +151,14 @@ class StatsSampler:
                 replicator_out[rep] = Rate(*delta(rep, (rep.msg_out, rep.bytes_out)))
                 (replicator_drop[rep],) = delta((rep, "dropped"), (rep.msg_dropped,))  # 0 unless non-persistent
             topic.match_kind(sample_storage, lambda t: None)  # non-persistent: nothing stored, nothing expires
+        factory = service.ledger_factory
+        cache, storage = getattr(factory, "cache", None), getattr(factory, "stats", None)
+        self.cache_hits_rate, self.cache_misses_rate, self.cache_evictions_rate = delta(
+            ("cache",), (getattr(storage, "cache_hits_total", 0), getattr(storage, "cache_misses_total", 0),
+                         getattr(cache, "evictions", 0)))
         self._prev = cur
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
+        self.topic_entries_read, self.topic_read_misses = entries_read, read_misses
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
@@ -362,7 +378,8 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "backlogSize": backlog_size,
         "offloadedStorageSize": 0,
         "earliestMsgPublishTimeInBacklogs": 0,
-        "publishers": [publisher_stats(p, sampler) for p in topic.producers.values()],
+        "publishers": ([publisher_stats(p, sampler) for p in topic.producers.values()]
+                       if sampler.ctx.config.exposePublisherStats else []),
         "waitingPublishers": len(topic.waiting_producers),
         "subscriptions": subs,
         "replication": replication_stats(topic, sampler),

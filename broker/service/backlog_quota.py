@@ -99,6 +99,8 @@ class BacklogQuotaManager:
         if quota is None:
             return None
         oldest = await self.oldest_unacked_publish_time(topic)
+        # Pulsar's best-effort backlog age (pulsar_storage_backlog_age_seconds), as of this check.
+        topic.oldest_backlog_age_s = max(0, (now_ms - oldest) // 1000) if oldest is not None else None
         if oldest is not None and now_ms - oldest > quota.limit_time * 1000:
             return quota
         return None
@@ -153,6 +155,7 @@ class BacklogQuotaManager:
             self._age_exceeded.discard(topic.full_name)
             return
         if age_quota.policy == CONSUMER_BACKLOG_EVICTION:
+            topic.backlog_quota_evictions["message_age"] += 1
             for cursor in durable_cursors(topic):
                 expired = await admin_ops.expire_cursor(topic, cursor, age_quota.limit_time, now_ms)
                 self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
@@ -169,6 +172,7 @@ class BacklogQuotaManager:
         avg = average_entry_size(topic)
         if avg <= 0:
             return
+        topic.backlog_quota_evictions["destination_storage"] += 1
         for cursor in durable_cursors(topic):
             backlog = cursor.number_of_entries_in_backlog()
             excess = math.ceil((backlog * avg - target) / avg)

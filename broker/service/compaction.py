@@ -23,13 +23,16 @@ import bisect
 import enum
 import logging
 import struct
+import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, read_entry_metadata
 from managed_ledger import Entry, Position
+from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
@@ -194,6 +197,33 @@ def decode_record(data: bytes) -> CompactedEntry:
     return CompactedEntry(Entry(Position(lid, eid), body), None, len(msgs), len(msgs) - 1 if batch else -1)
 
 
+@dataclass
+class CompactionRecord:
+    """Pulsar's CompactionRecord, for the pulsar_compaction_* metrics: what the runs of one topic did."""
+
+    succeeded: int = 0
+    failed: int = 0
+    removed_entries: int = 0  # entries read and left out of the compacted view, all runs
+    last_duration_ms: int = 0
+    last_read_bytes_per_s: float = 0.0
+    last_write_bytes_per_s: float = 0.0
+    compacted_entries: int = 0  # in the current compacted view
+    compacted_bytes: int = 0
+    # Write latency of the compacted ledger's entries, all runs: per bucket, not cumulative (Pulsar's
+    # CompactionRecord.WRITE_LATENCY_BUCKETS_USEC: the managed ledger's bounds, one more past the
+    # last), and their sum in microseconds.
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(ADD_LATENCY_BUCKETS_US) + 1))
+    latency_sum_us: int = 0
+
+    def add_latency(self, us: int) -> None:
+        self.latency_counts[bisect.bisect_left(ADD_LATENCY_BUCKETS_US, us)] += 1
+        self.latency_sum_us += us
+
+    @property
+    def runs(self) -> int:
+        return self.succeeded + self.failed
+
+
 class Compactor:
     """Runs compaction for one topic at a time and keeps its status (for GET .../compaction)."""
 
@@ -201,6 +231,7 @@ class Compactor:
         self.topic = topic
         self.status = CompactionStatus.NOT_RUN
         self.last_error = ""
+        self.record = CompactionRecord()
         self._task: asyncio.Task[None] | None = None
         # The topic's bytes_in counter when the last run started (threshold-triggered compaction).
         self.bytes_in_at_trigger = 0
@@ -216,17 +247,23 @@ class Compactor:
         return True
 
     async def _run(self) -> None:
+        started = time.monotonic()
         try:
             await self.compact()
             self.status = CompactionStatus.SUCCESS
+            self.record.succeeded += 1
         except asyncio.CancelledError:
             self.status = CompactionStatus.ERROR
             self.last_error = "cancelled"
+            self.record.failed += 1
             raise
         except Exception as exc:
             log.exception("compaction of %s failed", self.topic.name)
             self.status = CompactionStatus.ERROR
             self.last_error = str(exc)
+            self.record.failed += 1
+        finally:
+            self.record.last_duration_ms = int((time.monotonic() - started) * 1000)
 
     async def compact(self) -> CompactedView:
         topic = self.topic
@@ -238,9 +275,20 @@ class Compactor:
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = f"{topic.name.persistence_path}/__compaction/{generation}"
         ledger = await service.ledger_factory.open(name, service.ledger_config)
+        record, started = self.record, time.monotonic()
+        written = 0
         for c in kept:
-            await ledger.add_entry_async(encode_record(c))
+            data = encode_record(c)
+            add_started = time.monotonic()
+            await ledger.add_entry_async(data)
+            record.add_latency(int((time.monotonic() - add_started) * 1e6))
+            written += len(data)
         await ledger.close()
+        elapsed = max(time.monotonic() - started, 1e-9)
+        record.removed_entries += len(entries) - len(kept)
+        record.last_read_bytes_per_s = sum(len(e.data) for e in entries) / elapsed
+        record.last_write_bytes_per_s = written / elapsed
+        record.compacted_entries, record.compacted_bytes = len(kept), written
         view = CompactedView(horizon, kept, name)
         await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
         topic.compacted_view = view

@@ -67,6 +67,10 @@ class PersistentTopic(AbstractTopic):
         # Replicated subscriptions: present while the topic is replicated (and they are enabled).
         self.replicated_subscriptions: ReplicatedSubscriptionsController | None = None
         self.data_entries_added = 0
+        # Backlog-quota evictions by quota type (Pulsar's destination_storage / message_age), for metrics.
+        self.backlog_quota_evictions = {"destination_storage": 0, "message_age": 0}
+        # Age of the oldest unacknowledged message as of the last time-quota check (None = unknown).
+        self.oldest_backlog_age_s: int | None = None
         self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
         # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")

@@ -47,7 +47,7 @@ class BkEntryReader:
         self._cache.evict_before(self._owner, position[0], position[1])
 
     def fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
-              on_fail: Callable[[], None] | None) -> None:
+              on_fail: Callable[[], None] | None) -> bool:
         """Complete callback with the entries at positions (stored, ascending), in completer's order."""
         cache, owner = self._cache, self._owner
         found: list[Entry | None] = [cache.get(owner, p) for p in positions]
@@ -55,7 +55,7 @@ class BkEntryReader:
         self.cache_hits += len(positions) - len(missing)
         if not missing:
             completer.complete(partial(callback, cast("list[Entry]", found), None))
-            return
+            return False
         self.cache_misses += len(missing)
         fill = completer.reserve()
 
@@ -76,6 +76,7 @@ class BkEntryReader:
             fill(partial(callback, cast("list[Entry]", found), None))
 
         self._spawn(read())
+        return True
 
     async def read(self, position: Position) -> Entry:
         cached = self._cache.get(self._owner, position)

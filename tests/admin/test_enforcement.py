@@ -4,10 +4,12 @@ consumer_backlog_eviction, by size and by age), per-namespace auto topic creatio
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 
 import pulsar
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
@@ -132,6 +134,11 @@ def test_backlog_quota_consumer_eviction_by_size(admin: Admin, client: pulsar.Cl
     # the oldest entries went; the newest stay for the subscription
     assert 0 < sub_stats(admin, topic, "slow")["msgBacklog"] < 60
     client.create_producer(topic).send(b"producers are never refused under eviction")
+    metrics = topic_metrics(admin, topic)
+    assert metrics[("pulsar_storage_backlog_quota_exceeded_evictions_total", "size")] >= 1
+    assert metrics[("pulsar_storage_backlog_quota_exceeded_evictions_total", "time")] == 0
+    assert metrics[("pulsar_storage_backlog_quota_limit", "")] == 2000
+    assert metrics[("pulsar_storage_backlog_quota_limit_time", "")] == -1
 
 
 def test_backlog_quota_eviction_by_age(admin: Admin, client: pulsar.Client) -> None:
@@ -142,6 +149,31 @@ def test_backlog_quota_eviction_by_age(admin: Admin, client: pulsar.Client) -> N
     client.subscribe(topic, "slow").close()
     fill(client, topic, 4)
     wait_for(lambda: sub_stats(admin, topic, "slow")["msgBacklog"] == 0, what="aged backlog evicted")
+    metrics = topic_metrics(admin, topic)
+    assert metrics[("pulsar_storage_backlog_quota_exceeded_evictions_total", "time")] >= 1
+    assert metrics[("pulsar_storage_backlog_quota_limit_time", "")] == 1
+    wait_for(lambda: topic_metrics(admin, topic)[("pulsar_storage_backlog_age_seconds", "")] == -1,
+             what="no backlog age once nothing is left unacknowledged (next quota check)")
+
+
+def test_backlog_age_metric_under_a_time_quota(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/quota-age-metric"
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota?backlogQuotaType=message_age",
+             {"limitTime": 3600, "policy": "producer_request_hold"})
+    client.subscribe(topic, "slow").close()
+    fill(client, topic, 3)
+    # Best effort, as in Pulsar: known from the next time-quota check on.
+    wait_for(lambda: topic_metrics(admin, topic)[("pulsar_storage_backlog_age_seconds", "")] >= 0,
+             what="pulsar_storage_backlog_age_seconds known")
+
+
+def topic_metrics(admin: Admin, topic: str) -> dict[tuple[str, str], float]:
+    """(family, quota_type label) -> value of one topic's series on /metrics."""
+    with urllib.request.urlopen(f"{admin.web_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, s.labels.get("quota_type", "")): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.labels.get("topic") == topic}
 
 
 def test_namespace_auto_topic_creation_partitioned(admin: Admin, client: pulsar.Client) -> None:

@@ -4,6 +4,7 @@ producing and consuming on both sides."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
 from broker.protocol import commands
@@ -22,6 +24,7 @@ from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from managed_ledger import Position
 from tests.admin.conftest import Admin, rest_path
+from tests.admin.metric_table import expected
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
 from tests.waiting import wait_for
 
@@ -594,3 +597,25 @@ def test_unloading_replicated_topics_never_hangs(pair: Pair) -> None:
         pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/unload")
         pair.admin_a.stats(topic)  # loaded again, with its replicator
         pair.admin_a.ok("PUT", f"/admin/v2/{rest_path(topic)}/unload")
+
+
+def test_replication_metric_families(pair: Pair) -> None:
+    """Every replication family docs/metrics.md lists is on /metrics of a replicating broker."""
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/metrics"
+    exchange(*both_ways(pair, topic), 3)
+    want = expected("replication")
+
+    def families() -> dict[str, list[float]] | None:
+        got: dict[str, list[float]] = {}
+        with urllib.request.urlopen(f"{pair.a.web_url}/metrics", timeout=10) as r:
+            for family in text_string_to_metric_families(r.read().decode()):
+                for s in family.samples:
+                    if s.labels.get("remote_cluster") == "b" and s.labels.get("topic") == topic:
+                        got.setdefault(s.name, []).append(s.value)
+        return got if all(n in got for n in want) else None
+
+    got = wait_for(families, what="replication series of the topic")
+    for name in want:
+        assert all(v >= 0 for v in got[name]), name
+    assert got["pulsar_replication_connected_count"] == [1]

@@ -63,7 +63,7 @@ def test_a_topic_without_producers_or_subscriptions_is_deleted_with_its_data(tmp
         wait_for(lambda: not stored(broker, topic), what="the topic to be deleted")
         assert broker.server.service.inactive_topics.deleted_total == 1
         metrics = Admin(broker.web_url).get("/metrics").body.decode()
-        assert 'pulsar_py_inactive_topics_deleted_total{cluster="standalone"} 1.0' in metrics
+        assert 'pulsar_py_inactive_topics_deleted_total{cluster="standalone"} 1\n' in metrics
         # Its data went with it: a reader from the start finds nothing (the topic is created anew).
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         assert not reader.has_message_available()
@@ -242,7 +242,7 @@ def test_subscriptions_without_consumers_expire(tmp_path: Path) -> None:
         producer.send(b"x")
         subscriptions = f"/admin/v2/{rest_path(topic)}/subscriptions"
         wait_for(lambda: admin.ok("GET", subscriptions) == ["connected"], what="the abandoned subscription to expire")
-        assert 'pulsar_py_subscriptions_expired_total{cluster="standalone"} 1.0' in admin.get("/metrics").body.decode()
+        assert 'pulsar_py_subscriptions_expired_total{cluster="standalone"} 1\n' in admin.get("/metrics").body.decode()
         # A namespace's policy overrides the broker: 0 = never.
         kept_ns = admin.new_namespace()
         assert admin.post(f"/admin/v2/namespaces/{kept_ns}/subscriptionExpirationTime", 0).status == 204

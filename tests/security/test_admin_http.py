@@ -8,6 +8,7 @@ import urllib.request
 import uuid
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
 from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
@@ -146,15 +147,16 @@ def test_authentication_metrics_by_provider_and_reason(pki: Pki) -> None:
         wrong = SecureAdmin.basic(url, pki, "alice", "wrong")
         assert wrong.call("GET", "/admin/v2/clusters").status == 401
         text = SecureAdmin.bearer(url, pki, SUPER_USER).call("GET", "/metrics").body.decode()
-    counted = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-               for line in text.splitlines() if line.startswith("pulsar_authentication_")}
+    counted = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+               for s in f.samples if s.name.startswith("pulsar_authentication_")}
+    token_labels = (("auth_method", "token"), ("cluster", "standalone"),
+                    ("provider_name", "AuthenticationProviderToken"))
     assert counted == {
-        'pulsar_authentication_success_total{auth_method="token",cluster="standalone",'
-        'provider_name="AuthenticationProviderToken"}': 1.0,
-        'pulsar_authentication_failures_total{auth_method="token",cluster="standalone",'
-        'provider_name="AuthenticationProviderToken",reason="INVALID_TOKEN"}': 1.0,
-        'pulsar_authentication_failures_total{auth_method="basic",cluster="standalone",'
-        'provider_name="AuthenticationProviderBasic",reason="INVALID_TOKEN"}': 1.0,
+        ("pulsar_authentication_success_total", token_labels): 1.0,
+        ("pulsar_authentication_failures_total", (*token_labels, ("reason", "INVALID_TOKEN"))): 1.0,
+        ("pulsar_authentication_failures_total", (("auth_method", "basic"), ("cluster", "standalone"),
+                                                  ("provider_name", "AuthenticationProviderBasic"),
+                                                  ("reason", "INVALID_TOKEN"))): 1.0,
     }, counted
 
 

@@ -1,0 +1,122 @@
+"""The cost of one /metrics scrape (and one OpenTelemetry snapshot) at 1,000 and 10,000 topics.
+
+An in-process broker (memory storage, so creating the topics costs nothing on disk) gets N
+persistent topics, each with one subscription and a few stored messages; then the sampler runs
+once and we time, on the broker's loop: building the /metrics text (wall and CPU time of the
+thread), the same over HTTP as Prometheus would fetch it, and one OpenTelemetry snapshot. The
+scrape runs on the event loop, so its time is how long the broker stops serving clients while
+it is being scraped. Medians of a few scrapes.
+
+    python -m bench.metrics_scrape [--topics 1000 10000] [--scrapes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import urllib.request
+from typing import Any
+
+from broker.admin.otel import take_snapshot
+from broker.embedded import BrokerThread
+from broker.service import admin_ops
+from broker.topic_name import TopicName
+
+MESSAGES_PER_TOPIC = 3
+CREATE_BATCH = 200  # topics created per round trip to the loop
+
+
+async def _create(broker: BrokerThread, names: list[str]) -> None:
+    service = broker.server.service
+    for name in names:
+        topic = await service.get_persistent_topic(TopicName.parse(name), create=True)
+        await admin_ops.create_subscription(topic, "sub", None)
+        for i in range(MESSAGES_PER_TOPIC):
+            topic.ledger.add_entry(bytes(40 + i), lambda *_: None)
+
+
+async def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+class LoopProbe:
+    """On the broker's loop: the longest time it went without running this task (a 1 ms ticker)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.longest = 0.0
+
+    async def run(self) -> None:
+        last = time.perf_counter()
+        while not self.stop:
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            self.longest = max(self.longest, now - last)
+            last = now
+
+
+def _timed(fn: Any) -> tuple[float, float, Any]:
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = fn()
+    return time.perf_counter() - wall, time.thread_time() - cpu, result
+
+
+def measure(n_topics: int, scrapes: int) -> dict[str, float]:
+    with BrokerThread(managedLedgerStorage="memory", statsUpdateFrequencyInSecs=3600,
+                      brokerDeleteInactiveTopicsEnabled=False) as broker:
+        names = [f"persistent://public/default/scrape-{i}" for i in range(n_topics)]
+        for start in range(0, n_topics, CREATE_BATCH):
+            broker.run_coroutine(_create(broker, names[start:start + CREATE_BATCH]), timeout=600)
+        web = broker.server.web
+        broker.run_coroutine(web.sampler.sample_async())
+        loop = broker.run_coroutine(_running_loop())
+
+        async def on_loop(fn: Any) -> tuple[float, float, Any]:
+            return _timed(fn)
+
+        text_walls, text_cpus, otel_walls, http_walls, stalls = [], [], [], [], []
+        size = 0
+        for _ in range(scrapes):
+            wall, cpu, body = broker.run_coroutine(on_loop(web._metrics.render), timeout=600)
+            text_walls.append(wall)
+            text_cpus.append(cpu)
+            size = len(body)
+            wall, _cpu, _snap = broker.run_coroutine(on_loop(lambda: take_snapshot(web.ctx, web.sampler)),
+                                                     timeout=600)
+            otel_walls.append(wall)
+            probe = LoopProbe()
+            probing = asyncio.run_coroutine_threadsafe(probe.run(), loop)
+            started = time.perf_counter()
+            with urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=600) as r:
+                r.read()
+            http_walls.append(time.perf_counter() - started)
+            probe.stop = True
+            probing.result(60)
+            stalls.append(probe.longest)
+        return {"topics": n_topics, "bytes": size, "lines": body.count(b"\n"),
+                "text_wall_ms": statistics.median(text_walls) * 1000,
+                "text_cpu_ms": statistics.median(text_cpus) * 1000,
+                "http_wall_ms": statistics.median(http_walls) * 1000,
+                "otel_snapshot_ms": statistics.median(otel_walls) * 1000,
+                "stall_ms": statistics.median(stalls) * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--scrapes", type=int, default=5)
+    args = parser.parse_args()
+    print("| topics | series lines | bytes | scrape wall ms | scrape CPU ms | GET /metrics ms "
+          "| longest loop stall during the GET, ms | OTel snapshot ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in args.topics:
+        r = measure(n, args.scrapes)
+        print(f"| {r['topics']:,} | {r['lines']:,} | {r['bytes']:,} | {r['text_wall_ms']:.0f} | "
+              f"{r['text_cpu_ms']:.0f} | {r['http_wall_ms']:.0f} | {r['stall_ms']:.0f} | "
+              f"{r['otel_snapshot_ms']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Every metric family /metrics can expose: Apache Pulsar's (same names, labels and meaning) and
+our own ``pulsar_py_*``. One row per family: name -> (type, help). docs/metrics.md lists them with
+their labels and units, and the tests check the two agree.
+
+Types: Pulsar writes all its topic and namespace series as ``gauge``; here the monotonic ``*_total``
+series are declared ``counter`` (same sample names, so every query works unchanged).
+"""
+
+from __future__ import annotations
+
+from broker.admin.exposition import COUNTER, GAUGE, HISTOGRAM
+
+_LATENCY_BUCKETS = ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow")
+ENTRY_SIZE_BUCKETS = ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb",
+                      "le_overflow")
+# (metric prefix, bucket names, what it measures) of Pulsar's per-topic add buckets: gauges per bucket
+# (not cumulative) counting the entries of the last stats interval, with _count and _sum.
+ADD_BUCKETS = (
+    ("pulsar_storage_write_latency", _LATENCY_BUCKETS,
+     "Entries of the last stats interval whose add (request to durable) took this long (ms bound); _sum in us"),
+    ("pulsar_storage_ledger_write_latency", _LATENCY_BUCKETS,
+     "Entries of the last stats interval whose ledger write took this long (ms bound); _sum in us"),
+    ("pulsar_entry_size", ENTRY_SIZE_BUCKETS,
+     "Entries of the last stats interval of this size (bytes bound); _sum in bytes"),
+)
+
+FAMILIES: dict[str, tuple[str, str]] = {
+    # -- broker (PIP-214 aggregates, always present) --
+    "pulsar_broker_topics_count": (GAUGE, "Topics loaded by this broker"),
+    "pulsar_broker_subscriptions_count": (GAUGE, "Subscriptions on this broker"),
+    "pulsar_broker_producers_count": (GAUGE, "Producers connected to this broker"),
+    "pulsar_broker_consumers_count": (GAUGE, "Consumers connected to this broker"),
+    "pulsar_broker_rate_in": (GAUGE, "Messages published per second"),
+    "pulsar_broker_rate_out": (GAUGE, "Messages delivered per second"),
+    "pulsar_broker_throughput_in": (GAUGE, "Bytes published per second"),
+    "pulsar_broker_throughput_out": (GAUGE, "Bytes delivered per second"),
+    "pulsar_broker_storage_size": (GAUGE, "Bytes stored by the broker's topics"),
+    "pulsar_broker_storage_logical_size": (GAUGE, "Bytes stored, without replicas"),
+    "pulsar_broker_storage_write_rate": (GAUGE, "Entries written per second"),
+    "pulsar_broker_storage_read_rate": (GAUGE, "Entries read per second"),
+    "pulsar_broker_storage_read_cache_misses_rate": (GAUGE, "Read operations per second that missed the cache"),
+    "pulsar_broker_storage_backlog_quota_exceeded_evictions_total": (
+        COUNTER, "Backlog evictions because a quota was exceeded, by quota type"),
+    "pulsar_broker_msg_backlog": (GAUGE, "Entries not yet acknowledged, all subscriptions"),
+    "pulsar_broker_in_bytes_total": (COUNTER, "Bytes published, by system_topic"),
+    "pulsar_broker_out_bytes_total": (COUNTER, "Bytes delivered, by system_subscription"),
+    "pulsar_broker_throttled_connections": (GAUGE, "Connections not read because of their own publish limits"),
+    "pulsar_broker_throttled_connections_global_limit": (
+        GAUGE, "Connections not read because the broker-wide publish buffer is full"),
+    # -- connections (BrokerOperabilityMetrics; labels cluster, broker, metric) --
+    "pulsar_active_connections": (GAUGE, "Open client connections"),
+    "pulsar_connection_created_total_count": (GAUGE, "Connections opened"),
+    "pulsar_connection_create_success_count": (GAUGE, "Connections opened and accepted"),
+    "pulsar_connection_create_fail_count": (GAUGE, "Connections refused (connection limits)"),
+    "pulsar_connection_closed_total_count": (GAUGE, "Connections closed"),
+    # -- authentication --
+    "pulsar_authentication_success_total": (COUNTER, "Credentials a provider accepted"),
+    "pulsar_authentication_failures_total": (COUNTER, "Credentials a provider refused, by reason"),
+    # -- namespace (topic count always; the rest when topic level is off) --
+    "pulsar_topics_count": (GAUGE, "Topics of the namespace loaded by this broker"),
+    # -- topic (or namespace when topic level is off) --
+    "pulsar_subscriptions_count": (GAUGE, "Subscriptions"),
+    "pulsar_producers_count": (GAUGE, "Producers"),
+    "pulsar_consumers_count": (GAUGE, "Consumers"),
+    "pulsar_rate_in": (GAUGE, "Messages published per second (last stats interval)"),
+    "pulsar_rate_out": (GAUGE, "Messages delivered per second (last stats interval)"),
+    "pulsar_throughput_in": (GAUGE, "Bytes published per second (last stats interval)"),
+    "pulsar_throughput_out": (GAUGE, "Bytes delivered per second (last stats interval)"),
+    "pulsar_average_msg_size": (GAUGE, "Average published message size (bytes)"),
+    "pulsar_consumer_msg_ack_rate": (GAUGE, "Acknowledgements per second"),
+    "pulsar_txn_tb_active_total": (GAUGE, "Open transactions on the topic (no transactions here: 0)"),
+    "pulsar_txn_tb_aborted_total": (COUNTER, "Aborted transactions on the topic (no transactions here: 0)"),
+    "pulsar_txn_tb_committed_total": (COUNTER, "Committed transactions on the topic (no transactions here: 0)"),
+    "pulsar_storage_size": (GAUGE, "Bytes stored"),
+    "pulsar_storage_logical_size": (GAUGE, "Bytes stored, without replicas"),
+    "pulsar_msg_backlog": (GAUGE, "Entries not yet acknowledged, all subscriptions"),
+    "pulsar_storage_write_rate": (GAUGE, "Entries written per second"),
+    "pulsar_storage_read_rate": (GAUGE, "Entries read per second"),
+    "pulsar_storage_read_cache_misses_rate": (GAUGE, "Read operations per second that missed the cache"),
+    "pulsar_storage_backlog_size": (GAUGE, "Estimated bytes not yet acknowledged by the slowest subscription"),
+    "pulsar_publish_rate_limit_times": (GAUGE, "Times the publish rate limit held the topic's publishers"),
+    "pulsar_storage_offloaded_size": (GAUGE, "Bytes offloaded to tiered storage (none here: 0)"),
+    "pulsar_storage_backlog_quota_limit": (GAUGE, "Size backlog quota (bytes; -1 = none)"),
+    "pulsar_storage_backlog_quota_limit_time": (GAUGE, "Time backlog quota (seconds; -1 = none)"),
+    "pulsar_storage_backlog_age_seconds": (GAUGE, "Age of the oldest unacknowledged message (-1 = none)"),
+    "pulsar_storage_backlog_quota_exceeded_evictions_total": (
+        COUNTER, "Backlog evictions because a quota was exceeded, by quota type"),
+    "pulsar_delayed_message_index_size_bytes": (GAUGE, "Memory of delayed-delivery indexes (bytes)"),
+    "pulsar_in_bytes_total": (COUNTER, "Bytes published"),
+    "pulsar_in_messages_total": (COUNTER, "Messages published"),
+    "pulsar_out_bytes_total": (COUNTER, "Bytes delivered"),
+    "pulsar_out_messages_total": (COUNTER, "Messages delivered"),
+    # -- producer (exposeProducerLevelMetricsInPrometheus) --
+    "pulsar_producer_msg_rate_in": (GAUGE, "Messages published per second"),
+    "pulsar_producer_msg_throughput_in": (GAUGE, "Bytes published per second"),
+    "pulsar_producer_msg_average_Size": (GAUGE, "Average message size (bytes)"),
+    # -- subscription --
+    "pulsar_subscription_back_log": (GAUGE, "Entries after the mark-delete position"),
+    "pulsar_subscription_back_log_no_delayed": (GAUGE, "Backlog without delayed messages"),
+    "pulsar_subscription_delayed": (GAUGE, "Entries waiting for their delivery time"),
+    "pulsar_subscription_in_replay": (GAUGE, "Entries waiting to be redelivered"),
+    "pulsar_subscription_msg_rate_redeliver": (GAUGE, "Messages redelivered per second"),
+    "pulsar_subscription_unacked_messages": (GAUGE, "Delivered, not acknowledged"),
+    "pulsar_subscription_blocked_on_unacked_messages": (GAUGE, "1 when blocked on unacked messages"),
+    "pulsar_subscription_msg_rate_out": (GAUGE, "Messages delivered per second"),
+    "pulsar_subscription_msg_ack_rate": (GAUGE, "Acknowledgements per second"),
+    "pulsar_subscription_msg_throughput_out": (GAUGE, "Bytes delivered per second"),
+    "pulsar_subscription_last_expire_timestamp": (GAUGE, "Last expiry (epoch ms)"),
+    "pulsar_subscription_last_acked_timestamp": (GAUGE, "Last ack (epoch ms)"),
+    "pulsar_subscription_last_consumed_flow_timestamp": (GAUGE, "Last flow (epoch ms)"),
+    "pulsar_subscription_last_consumed_timestamp": (GAUGE, "Last delivery (epoch ms)"),
+    "pulsar_subscription_last_mark_delete_advanced_timestamp": (GAUGE, "Last mark-delete move (epoch ms)"),
+    "pulsar_subscription_msg_rate_expired": (GAUGE, "Messages expired (TTL) per second"),
+    "pulsar_subscription_total_msg_expired": (GAUGE, "Messages expired (TTL) in total"),
+    "pulsar_subscription_msg_drop_rate": (GAUGE, "Messages dropped per second (non-persistent)"),
+    "pulsar_subscription_consumers_count": (GAUGE, "Consumers of the subscription"),
+    "pulsar_subscription_filter_processed_msg_count": (GAUGE, "Messages seen by entry filters (none here: 0)"),
+    "pulsar_subscription_filter_accepted_msg_count": (GAUGE, "Messages entry filters accepted (none here: 0)"),
+    "pulsar_subscription_filter_rejected_msg_count": (GAUGE, "Messages entry filters rejected (none here: 0)"),
+    "pulsar_subscription_filter_rescheduled_msg_count": (GAUGE, "Messages entry filters put off (none here: 0)"),
+    "pulsar_subscription_delayed_message_index_size_bytes": (GAUGE, "Memory of the delayed-delivery index"),
+    # -- consumer (exposeConsumerLevelMetricsInPrometheus) --
+    "pulsar_consumer_msg_rate_redeliver": (GAUGE, "Messages redelivered per second"),
+    "pulsar_consumer_unacked_messages": (GAUGE, "Delivered, not acknowledged"),
+    "pulsar_consumer_blocked_on_unacked_messages": (GAUGE, "1 when blocked on unacked messages"),
+    "pulsar_consumer_msg_rate_out": (GAUGE, "Messages delivered per second"),
+    "pulsar_consumer_msg_throughput_out": (GAUGE, "Bytes delivered per second"),
+    "pulsar_consumer_available_permits": (GAUGE, "Permits the consumer has granted"),
+    # -- replication (replicationMetricsEnabled; per remote_cluster) --
+    "pulsar_replication_rate_in": (GAUGE, "Messages per second received from the remote cluster"),
+    "pulsar_replication_rate_out": (GAUGE, "Messages per second sent to the remote cluster"),
+    "pulsar_replication_throughput_in": (GAUGE, "Bytes per second received from the remote cluster"),
+    "pulsar_replication_throughput_out": (GAUGE, "Bytes per second sent to the remote cluster"),
+    "pulsar_replication_backlog": (GAUGE, "Entries not yet replicated"),
+    "pulsar_replication_connected_count": (GAUGE, "Replicators connected to the remote cluster"),
+    "pulsar_replication_disconnected_count": (GAUGE, "Replicators not connected to the remote cluster"),
+    "pulsar_replication_rate_expired": (GAUGE, "Replication messages expired per second"),
+    "pulsar_replication_delay_in_seconds": (GAUGE, "Age of the oldest message sent and not yet confirmed"),
+    # -- compaction (topics compacted at least once) --
+    "pulsar_compaction_removed_event_count": (GAUGE, "Entries compaction left out, all runs"),
+    "pulsar_compaction_succeed_count": (GAUGE, "Compaction runs that succeeded"),
+    "pulsar_compaction_failed_count": (GAUGE, "Compaction runs that failed"),
+    "pulsar_compaction_duration_time_in_mills": (GAUGE, "Duration of the last compaction run (ms)"),
+    "pulsar_compaction_read_throughput": (GAUGE, "Bytes per second the last run read"),
+    "pulsar_compaction_write_throughput": (GAUGE, "Bytes per second the last run wrote"),
+    "pulsar_compaction_compacted_entries_count": (GAUGE, "Entries in the compacted view"),
+    "pulsar_compaction_compacted_entries_size": (GAUGE, "Bytes of the compacted view"),
+    # -- managed-ledger cache (broker-wide) --
+    "pulsar_ml_count": (GAUGE, "Open managed ledgers"),
+    "pulsar_ml_cache_used_size": (GAUGE, "Bytes held by the entry cache"),
+    "pulsar_ml_cache_entries": (GAUGE, "Entries held by the entry cache"),
+    "pulsar_ml_cache_inserted_entries_total": (COUNTER, "Entries put in the entry cache"),
+    "pulsar_ml_cache_evicted_entries_total": (COUNTER, "Entries that left the entry cache"),
+    "pulsar_ml_cache_evictions": (GAUGE, "Entries that left the entry cache in the last stats interval"),
+    "pulsar_ml_cache_hits_rate": (GAUGE, "Entries per second read from the cache"),
+    "pulsar_ml_cache_misses_rate": (GAUGE, "Entries per second the cache did not have"),
+    # -- managed ledgers per namespace (exposeManagedLedgerMetricsInPrometheus) --
+    "pulsar_ml_AddEntryBytesRate": (GAUGE, "Bytes added per second"),
+    "pulsar_ml_AddEntryWithReplicasBytesRate": (GAUGE, "Bytes added per second, times the copies kept"),
+    "pulsar_ml_AddEntryMessagesRate": (GAUGE, "Entries added per second"),
+    "pulsar_ml_AddEntrySucceed": (GAUGE, "Entries added in the last stats interval"),
+    "pulsar_ml_AddEntryErrors": (GAUGE, "Adds that failed in the last stats interval"),
+    "pulsar_ml_AddEntryLatencyBuckets": (GAUGE, "Adds of the last interval by latency range (quantile=ms range)"),
+    "pulsar_ml_AddEntryLatencyBuckets_OVERFLOW": (GAUGE, "Adds of the last interval that took over 1 s"),
+    "pulsar_ml_LedgerAddEntryLatencyBuckets": (GAUGE, "Ledger writes of the last interval by latency range"),
+    "pulsar_ml_LedgerAddEntryLatencyBuckets_OVERFLOW": (GAUGE, "Ledger writes of the last interval over 1 s"),
+    "pulsar_ml_EntrySizeBuckets": (GAUGE, "Entries of the last interval by size range (quantile=bytes range)"),
+    "pulsar_ml_EntrySizeBuckets_OVERFLOW": (GAUGE, "Entries of the last interval over 1 MB"),
+    "pulsar_ml_NumberOfMessagesInBacklog": (GAUGE, "Entries not yet acknowledged, all cursors"),
+    "pulsar_ml_ReadEntriesRate": (GAUGE, "Entries read per second"),
+    "pulsar_ml_ReadEntriesBytesRate": (GAUGE, "Bytes delivered per second (read bytes are not counted here)"),
+    "pulsar_ml_ReadEntriesSucceeded": (GAUGE, "Entries read in the last stats interval"),
+    "pulsar_ml_ReadEntriesErrors": (GAUGE, "Reads that failed in the last stats interval (not counted here: 0)"),
+    "pulsar_ml_StoredMessagesSize": (GAUGE, "Bytes stored"),
+    # -- managed cursors (exposeManagedCursorMetricsInPrometheus) --
+    "pulsar_ml_cursor_nonContiguousDeletedMessagesRange": (GAUGE, "Ranges of individually acknowledged entries"),
+    # -- the process (what Pulsar's JVM process_* collector reports) come from prometheus_client --
+    # -- ours --
+    "pulsar_py_inactive_topics_deleted_total": (COUNTER, "Topics deleted as inactive (brokerDeleteInactiveTopics*)"),
+    "pulsar_py_subscriptions_expired_total": (COUNTER, "Subscriptions deleted as abandoned (expiration)"),
+    "pulsar_py_publish_rate_limited_total": (COUNTER, "Times the topic's publish rate limit held its publishers"),
+    "pulsar_py_permit_invariant_drift": (GAUGE, "Times the dispatcher permit total drifted from the sum over "
+                                                "consumers (must stay 0)"),
+    "pulsar_py_subscription_msg_dropped_total": (COUNTER, "Messages a non-persistent subscription dropped"),
+    "pulsar_py_ledger_fsync_latency_seconds": (HISTOGRAM, "Time an fsync of appended entries took"),
+    "pulsar_py_ledger_group_commit_entries": (HISTOGRAM, "Entries made durable by one fsync"),
+    "pulsar_py_ledger_entries_written_total": (COUNTER, "Entries made durable"),
+    "pulsar_py_ledger_bytes_written_total": (COUNTER, "Bytes appended to ledger files"),
+    "pulsar_py_ledger_cursor_persists_total": (COUNTER, "Cursor (subscription position) states written"),
+    "pulsar_py_ledger_corrupt_records_total": (COUNTER, "Bad records found by recovery or reads"),
+    "pulsar_py_ledger_truncated_bytes_total": (COUNTER, "Bytes cut from ledger file tails by recovery"),
+    "pulsar_py_ledger_write_errors_total": (COUNTER, "Write or sync failures (each fences a managed ledger)"),
+    "pulsar_py_ledger_read_errors_total": (COUNTER, "Reads that failed"),
+    "pulsar_py_ledger_segment_reopens_total": (COUNTER, "Ledger files reopened after being closed under the "
+                                                        "open-file limit"),
+    "pulsar_py_ledger_cache_hits_total": (COUNTER, "Managed-ledger read-cache lookups that hit"),
+    "pulsar_py_ledger_cache_misses_total": (COUNTER, "Managed-ledger read-cache lookups that missed"),
+    "pulsar_py_ledger_cache_hit_ratio": (GAUGE, "Read-cache hits / lookups"),
+}
+COMPACTION_LATENCY = ("pulsar_compaction_latency", _LATENCY_BUCKETS,
+                      "Compacted-ledger writes of all runs by latency (ms bound); _sum in us")
+for _prefix, _names, _doc in (*ADD_BUCKETS, COMPACTION_LATENCY):
+    for _name in (*_names, "count", "sum"):
+        FAMILIES[f"{_prefix}_{_name}"] = (GAUGE, _doc)
