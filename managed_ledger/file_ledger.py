@@ -28,11 +28,12 @@ from managed_ledger.api import (
     AddCallback,
     InitialPosition,
     LedgerClosedError,
-    LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
+    StorageUnavailableError,
 )
 from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.disk_space import NO_SPACE_ERRNOS
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader
@@ -142,13 +143,24 @@ class FileManagedLedger(StoredManagedLedger):
         return (record.mark_delete, list(record.individually_deleted)) != before
 
     async def _start(self) -> None:
-        """Create the new current ledger's segment (and drop empty ones); raise if that fails."""
+        """Create the new current ledger's segment (and drop empty ones); raise if that fails.
+
+        On a full disk (ENOSPC, EDQUOT) the managed ledger opens fenced instead: what is stored
+        can be read and acknowledged, adds fail with StorageUnavailableError, and it recovers (a
+        new segment) on an add once there is room, like a ledger fenced by a failed write."""
         future: asyncio.Future[None] = self._loop.create_future()
 
         def created(exc: BaseException | None) -> None:
             if future.done():
                 return
             if exc is None:
+                future.set_result(None)
+            elif isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+                log.error("managed ledger %s opens read-only: cannot create a ledger: %s", self._name, exc)
+                if self._factory.disk is not None:
+                    self._factory.disk.write_failed(exc)
+                self._fenced = True
+                self._last_recovery = self._loop.time()
                 future.set_result(None)
             else:
                 future.set_exception(ManagedLedgerError(f"cannot create a ledger for {self._name}: {exc}"))
@@ -167,7 +179,12 @@ class FileManagedLedger(StoredManagedLedger):
             raise
         for name in list(self._stored):
             if self._persistence.is_dirty(name):
-                await self._persistence.flush(name)
+                try:
+                    await self._persistence.flush(name)
+                except ManagedLedgerError as exc:
+                    if not self._fenced:
+                        raise
+                    log.warning("%s: cursor %s not saved yet (kept in memory, retried): %s", self._name, name, exc)
 
     # -- hooks of the base ----------------------------------------------------------------------
 
@@ -205,7 +222,12 @@ class FileManagedLedger(StoredManagedLedger):
             fs.replace_atomically(path, data, sync=True)
             stats.add(cursor_persists_total=1)
 
-        self._writer.run(write, done)
+        def written(exc: BaseException | None) -> None:
+            if exc is not None and self._factory.disk is not None:
+                self._factory.disk.write_failed(exc)
+            done(exc)
+
+        self._writer.run(write, written)
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -256,9 +278,15 @@ class FileManagedLedger(StoredManagedLedger):
             error: ManagedLedgerError = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
             self._add_completer.complete(partial(callback, None, error))
             return
-        if self._fenced:
+        disk = self._factory.disk
+        if disk is not None and not disk.writable():
+            # The free-space floor: refused before anything is queued, so nothing is fenced.
             self._add_completer.complete(partial(
-                callback, None, LedgerFencedError(f"managed ledger {self._name} is fenced after a write failure")))
+                callback, None, StorageUnavailableError(f"storage refuses new entries: {disk.refuse()}")))
+            return
+        if self._fenced:
+            error = StorageUnavailableError(f"managed ledger {self._name} is fenced after a write failure")
+            self._add_completer.complete(partial(callback, None, error))
             self._recover_from_fault()
             return
         # Keep our own immutable copies of views / bytearrays.
@@ -302,6 +330,8 @@ class FileManagedLedger(StoredManagedLedger):
             self._wake_parked()
             return
         self._fence(exc)
+        if self._factory.disk is not None:
+            self._factory.disk.write_failed(exc)
         error = exc if isinstance(exc, ManagedLedgerError) else ManagedLedgerError(f"write failed: {exc}")
         if error is not exc:
             error.__cause__ = exc
@@ -324,6 +354,8 @@ class FileManagedLedger(StoredManagedLedger):
     def _created(self, exc: BaseException | None) -> None:
         if exc is not None:
             self._fence(exc)
+            if self._factory.disk is not None:
+                self._factory.disk.write_failed(exc)
 
     def _fence(self, exc: BaseException) -> None:
         """Stop taking writes and forget the entries that were queued but never confirmed."""

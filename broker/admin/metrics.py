@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from broker.admin.stats import StatsSampler, topic_stats
+from managed_ledger.disk_space import DiskSpaceGuard
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -232,6 +233,7 @@ class BrokerCollector(Collector):
             self._namespace_level(f, cluster, stats)
         yield from f
         yield from self._ledger_storage()
+        yield from disk_space_metrics(self.ctx.service.disk_space, [cluster])
 
     def _topic_level(self, f: _Families, cluster: str, stats: dict[AnyTopic, dict[str, Any]]) -> None:
         cfg = self.ctx.config
@@ -389,6 +391,35 @@ class BrokerCollector(Collector):
                                       labels=["cluster"])
             ratio.add_metric(labels, hits / (hits + misses) if hits + misses else 0.0)
             yield ratio
+
+
+def disk_space_metrics(disk: DiskSpaceGuard | None, labels: list[str]) -> Iterator[Metric]:
+    """The file ledger's free-space floor (docs/exhaustion.md): whether new entries are refused, and why."""
+    if disk is None:
+        return
+    disk.writable()  # (re-measures at most once per check interval)
+    values: list[tuple[str, str, float]] = [
+        ("pulsar_py_storage_write_disabled", "1 while the storage refuses new entries (the disk is full or over "
+         "managedLedgerDiskUsageThreshold / under managedLedgerMinFreeDiskSpaceMB), else 0",
+         1.0 if disk.write_disabled else 0.0),
+        ("pulsar_py_storage_disk_warning", "1 while the data directory's disk is over "
+         "managedLedgerDiskUsageWarnThreshold", 1.0 if disk.warning else 0.0)]
+    if disk.last is not None:
+        values += [("pulsar_py_storage_disk_usage_ratio", "Fraction of the data directory's file system in use",
+                    disk.last.usage),
+                   ("pulsar_py_storage_disk_free_bytes", "Bytes available in the data directory's file system",
+                    float(disk.last.free_bytes))]
+    for name, doc, value in values:
+        g = GaugeMetricFamily(name, doc, labels=["cluster"])
+        g.add_metric(labels, value)
+        yield g
+    for name, doc, count in (
+            ("pulsar_py_storage_writes_refused", "Adds refused by the free-space floor", disk.refused_total),
+            ("pulsar_py_storage_no_space_errors", "Writes that failed with ENOSPC or EDQUOT",
+             disk.no_space_errors_total)):
+        c = CounterMetricFamily(name, doc, labels=["cluster"])
+        c.add_metric(labels, float(count))
+        yield c
 
 
 def make_registry(ctx: AdminContext, sampler: StatsSampler) -> CollectorRegistry:

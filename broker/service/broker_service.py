@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from broker.errors import BrokerError, NotAllowedError, PersistenceError, TopicNotFoundError
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -37,13 +37,21 @@ from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
-from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from managed_ledger import (
+    InitialPosition,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFactory,
+    Position,
+)
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.factory import (
     BookKeeperManagedLedgerFactory,
     bookkeeper_zookeeper,
     ml_metadata_store_url,
 )
+from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 from metadata_store.api import MetadataStore, MetadataStoreError
@@ -150,6 +158,12 @@ class BrokerService:
             group_bytes=max(1, cfg.journalBufferedWritesThreshold),
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
+            disk_space=DiskSpacePolicy(
+                usage_threshold=cfg.managedLedgerDiskUsageThreshold,
+                lwm_threshold=cfg.managedLedgerDiskUsageLwmThreshold,
+                warn_threshold=cfg.managedLedgerDiskUsageWarnThreshold,
+                min_free_bytes=cfg.managedLedgerMinFreeDiskSpaceMB * MB,
+                check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000),
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
@@ -232,7 +246,10 @@ class BrokerService:
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
         try:
-            ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
+            try:
+                ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
+            except ManagedLedgerError as exc:  # (a full disk, an unreachable bookie: the client retries)
+                raise PersistenceError(f"Failed to open the managed ledger of {name}: {exc}") from exc
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
@@ -454,10 +471,20 @@ class BrokerService:
         if loaded:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
 
+    @property
+    def disk_space(self) -> DiskSpaceGuard | None:
+        """The file ledger's free-space floor (None for other storage, or without a data dir)."""
+        factory = self.ledger_factory
+        return factory.disk if isinstance(factory, FileManagedLedgerFactory) else None
+
     async def health_check(self) -> None:
         """Pulsar's broker health check, through storage: append an entry to the broker's own
         heartbeat log and read it back through its cursor (which then acknowledges it, so the log
-        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S."""
+        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S.
+        While the free-space floor refuses new entries it fails at once with the reason."""
+        disk = self.disk_space
+        if disk is not None and not disk.writable():
+            raise PersistenceError(f"storage refuses new entries: {disk.reason}")
         async def round_trip() -> None:
             if self._health_ledger is None or self._health_ledger.is_closed:
                 self._health_ledger = await self.ledger_factory.open(HEALTH_LEDGER, self.ledger_config)
