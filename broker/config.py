@@ -306,6 +306,9 @@ class BrokerConfig:
     managedLedgerDiskUsageWarnThreshold: float = setting(0.90, Rule(0, 1, above=True))
     managedLedgerMinFreeDiskSpaceMB: int = setting(16, Rule(0, means="0 = no minimum"))
     managedLedgerDiskCheckIntervalMillis: int = setting(1000, POSITIVE)
+    # An add refused by the floor is held this long (stored if room returns meanwhile), then its
+    # SEND fails with PersistenceError; the clients' sendTimeout (default 30 s) should end first.
+    managedLedgerDiskFullAddHoldSeconds: float = setting(30.0, Rule(0, means="0 = fail at once"))
     # Durable cursor (subscription) positions are written at most this often per second; acks
     # since the last write are redelivered after a crash (Pulsar's key and default).
     managedLedgerDefaultMarkDeleteRateLimit: float = setting(1.0, Rule(0, means="0 = write every change"))

@@ -43,6 +43,10 @@ class DiskSpacePolicy:
     min_free_bytes: int = 0
     # BookKeeper's diskCheckInterval is 10 s; statvfs costs about a microsecond, so check every second.
     check_interval_s: float = 1.0
+    # How long a refused add is held (stored if room returns in time) before it fails: the
+    # official clients' default sendTimeout, 30 s, so a client's own timeout fires first (see
+    # FileManagedLedger._hold). 0: fail at once.
+    add_hold_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

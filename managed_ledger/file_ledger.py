@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from managed_ledger.api import (
     StorageUnavailableError,
 )
 from managed_ledger.cursor_base import CursorRecord
-from managed_ledger.disk_space import NO_SPACE_ERRNOS
+from managed_ledger.disk_space import NO_SPACE_ERRNOS, DiskSpaceGuard
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader
@@ -80,6 +81,9 @@ class FileManagedLedger(StoredManagedLedger):
         self._stored: dict[str, CursorRecord] = {}  # durable cursors' state, open handle or not
         self._empty_on_disk: list[int] = []  # segments without entries found on open: removed
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
+        # Adds held while the free-space floor refuses them (see _hold): (entries, callback, deadline).
+        self._held: deque[tuple[list[bytes], AddCallback, float]] = deque()
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -279,13 +283,16 @@ class FileManagedLedger(StoredManagedLedger):
             self._add_completer.complete(partial(callback, None, error))
             return
         disk = self._factory.disk
-        if disk is not None and not disk.writable():
-            # The free-space floor: refused before anything is queued, so nothing is fenced.
-            self._add_completer.complete(partial(
-                callback, None, StorageUnavailableError(f"storage refuses new entries: {disk.refuse()}")))
+        if disk is not None and (self._held or not disk.writable()):
+            # The free-space floor: nothing is queued, so nothing is fenced (see _hold).
+            self._hold(data, callback, disk)
             return
+        self._add_checked(data, callback)
+
+    def _add_checked(self, data: list[bytes], callback: AddCallback) -> None:
         if self._fenced:
-            error = StorageUnavailableError(f"managed ledger {self._name} is fenced after a write failure")
+            message = f"managed ledger {self._name} is fenced after a write failure"
+            error: ManagedLedgerError = StorageUnavailableError(message)
             self._add_completer.complete(partial(callback, None, error))
             self._recover_from_fault()
             return
@@ -310,6 +317,57 @@ class FileManagedLedger(StoredManagedLedger):
                             nbytes=total + len(sizes) * segment.RECORD_HEADER_SIZE)
         if self._current_ledger_is_full():
             self._rollover()
+
+    def _hold(self, data: list[bytes], callback: AddCallback, disk: DiskSpaceGuard) -> None:
+        """Hold an add the free-space floor refuses: it is stored (in order, before any later add)
+        as soon as there is room again, or fails with StorageUnavailableError after the hold time.
+
+        Why hold rather than fail at once: the broker answers a failed add with SendError, and
+        the official clients answer any SendError by closing the connection and resending their
+        pending messages on a new one; the C++ client restarts its send timer on each reconnection,
+        so failing at once loops (reconnect, resend, fail) and its send never times out. Held, the
+        sends time out in the client after its sendTimeout, and come through if room returns first.
+        The bytes held count against the broker's publish buffer like any pending add."""
+        hold = disk.policy.add_hold_s
+        if hold <= 0:
+            error = StorageUnavailableError(f"storage refuses new entries: {disk.refuse()}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        if not self._held:
+            disk.refuse()  # (counted once per held run of adds)
+        data = [d if type(d) is bytes else bytes(d) for d in data]
+        self._held.append((data, callback, self._loop.time() + hold))
+        if self._hold_timer is None:
+            self._hold_timer = self._loop.call_later(disk.policy.check_interval_s, self._release_held)
+
+    def _release_held(self) -> None:
+        """Store the held adds if there is room now; fail those held too long."""
+        self._hold_timer = None
+        disk = self._factory.disk
+        if not self._held or disk is None or self._state is not LedgerState.OPEN:
+            return
+        if disk.writable():
+            held, self._held = self._held, deque()
+            for data, callback, _ in held:
+                self._add_checked(data, callback)
+            return
+        now = self._loop.time()
+        while self._held and self._held[0][2] <= now:
+            _, callback, _ = self._held.popleft()
+            error = StorageUnavailableError(f"storage refuses new entries: {disk.reason}")
+            self._add_completer.complete(partial(callback, None, error))
+        if self._held:
+            self._hold_timer = self._loop.call_later(disk.policy.check_interval_s, self._release_held)
+
+    def _fail_held(self) -> None:
+        """Closing or deleting: the held adds fail."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        held, self._held = self._held, deque()
+        for _, callback, _ in held:
+            error = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
+            self._add_completer.complete(partial(callback, None, error))
 
     def _add_done(self, first: Position, count: int, callback: AddCallback, started: float,
                   exc: BaseException | None) -> None:
@@ -483,6 +541,7 @@ class FileManagedLedger(StoredManagedLedger):
         if self._state is not LedgerState.OPEN:
             return
         self._shut(LedgerState.CLOSED)
+        self._fail_held()
         await self._release()
 
     async def _release(self) -> None:
@@ -503,6 +562,7 @@ class FileManagedLedger(StoredManagedLedger):
             return
         self._check_open()
         self._shut(LedgerState.DELETED)
+        self._fail_held()
         for name in list(self._stored):
             self._persistence.forget(name)
         self._cursors.clear()

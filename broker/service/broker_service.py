@@ -163,7 +163,8 @@ class BrokerService:
                 lwm_threshold=cfg.managedLedgerDiskUsageLwmThreshold,
                 warn_threshold=cfg.managedLedgerDiskUsageWarnThreshold,
                 min_free_bytes=cfg.managedLedgerMinFreeDiskSpaceMB * MB,
-                check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000),
+                check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
+                add_hold_s=cfg.managedLedgerDiskFullAddHoldSeconds),
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:

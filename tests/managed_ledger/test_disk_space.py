@@ -7,6 +7,7 @@ end in tests/reliability/test_disk_full.py.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from managed_ledger.file import FileManagedLedgerFactory
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.ml_support import FakeClock
 from tests.managed_ledger.test_file_ledger import read_all
+from tests.waiting import eventually
 
 MB = 1024 * 1024
+TIMEOUT = 10.0
 ROOT = "/data/ledgers"
 
 
@@ -30,6 +33,7 @@ class FakeDisk:
         self.total = total
         self.used = used
         self.measured = 0
+        self.looked = 0  # clock readings: one per writable() call
         self.now = 0.0
 
     def measure(self, path: str) -> DiskUsage:
@@ -37,6 +41,7 @@ class FakeDisk:
         return DiskUsage(self.total, self.total - self.used)
 
     def clock(self) -> float:
+        self.looked += 1
         return self.now
 
 
@@ -105,11 +110,11 @@ def test_statvfs_measures_a_real_directory(tmp_path: Path) -> None:
 # -- the file ledger under the floor, and on a full disk -----------------------------------------
 
 
-def crash_factory(fs: CrashFileSystem, disk: FakeDisk | None = None) -> FileManagedLedgerFactory:
+def crash_factory(fs: CrashFileSystem, disk: FakeDisk | None = None, **policy: float) -> FileManagedLedgerFactory:
     fs.makedirs_durable("/data")
     factory = FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, fault_retry_interval_s=0)
     if disk is not None:
-        factory.disk = guard(disk, check_interval_s=1.0)
+        factory.disk = guard(disk, **{"check_interval_s": 1.0, "add_hold_s": 0.0, **policy})
     return factory
 
 
@@ -192,4 +197,36 @@ async def test_a_ledger_opened_on_a_full_disk_is_readable_and_heals() -> None:
         except StorageUnavailableError:
             await factory.writer.barrier()
     assert [e.data for e in await read_all(ml)] == [b"kept", b"back"]
+    await factory.close()
+
+
+async def test_refused_adds_are_held_and_stored_in_order_when_room_returns_or_fail_after_the_hold() -> None:
+    fs = CrashFileSystem()
+    disk = FakeDisk(used=10 * MB)
+    # (The hold timer runs on the loop's clock; the disk is looked at when the fake clock moves.)
+    factory = crash_factory(fs, disk, check_interval_s=0.01, add_hold_s=60.0)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"before")
+    disk.used, disk.now = 96 * MB, 1.0
+    held = [asyncio.ensure_future(ml.add_entry_async(b"held%d" % i)) for i in range(3)]
+    looked = disk.looked
+    await eventually(lambda: disk.looked >= looked + 3, "three turns of the hold timer while still full")
+    assert not any(f.done() for f in held)
+    disk.used, disk.now = 50 * MB, 2.0
+    positions = await asyncio.wait_for(asyncio.gather(*held), TIMEOUT)
+    assert positions == sorted(positions)
+    after = await ml.add_entry_async(b"after")
+    assert after > positions[-1]
+    assert [e.data for e in await read_all(ml)] == [b"before", b"held0", b"held1", b"held2", b"after"]
+
+    assert factory.disk is not None
+    factory.disk.policy = DiskSpacePolicy(check_interval_s=0.01, add_hold_s=0.05)
+    disk.used, disk.now = 96 * MB, 3.0
+    with pytest.raises(StorageUnavailableError, match="refuses new entries"):
+        await asyncio.wait_for(ml.add_entry_async(b"too long"), TIMEOUT)
+    closing = asyncio.ensure_future(ml.add_entry_async(b"closed"))
+    await asyncio.sleep(0)
+    await ml.close()
+    with pytest.raises(ManagedLedgerError):
+        await closing
     await factory.close()
