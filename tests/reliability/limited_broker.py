@@ -1,4 +1,5 @@
-"""Broker processes under exhausted resources: a data directory on a small tmpfs, a low fd limit.
+"""Broker processes under exhausted resources: a data directory on a small tmpfs, a low fd limit,
+a memory cgroup.
 
 The tmpfs is mounted inside a private mount namespace (``unshare --user --map-root-user --mount``,
 root or not), so it exists only for the broker process and vanishes with it: nothing outside the
@@ -43,7 +44,7 @@ class LimitedBroker:
     """``python -m broker standalone`` started through ``argv_prefix`` with ``config`` lines."""
 
     def __init__(self, tmp: Path, config: dict[str, object], *, tmpfs_size: str | None = None,
-                 nofile: int | None = None) -> None:
+                 nofile: int | None = None, cgroup: Path | None = None) -> None:
         self.tmp = tmp
         conf = tmp / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
@@ -58,6 +59,8 @@ class LimitedBroker:
                     str(self.mount), tmpfs_size, *broker]
         if nofile is not None:
             argv = ["prlimit", f"--nofile={nofile}:{nofile}", *argv]
+        if cgroup is not None:  # join the cgroup, then become the broker (exec: the pid is the one in it)
+            argv = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
