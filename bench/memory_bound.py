@@ -11,13 +11,14 @@ subscription with a consumer on each topic, reading VmRSS after each step. Print
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,38 +40,58 @@ def rss_mb(pid: int) -> float:
 
 
 class Raw:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=600)
-        self.buf = b""
+    """One raw-protocol connection (asyncio): answers the broker's PINGs, matches answers to requests."""
 
-    def send_connect(self) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.waiting: dict[int, asyncio.Future[pb.BaseCommand]] = {}
+        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def open(cls, port: int) -> Raw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        raw = cls(reader, writer)
         connect = pb.BaseCommand(type=T.CONNECT)
         connect.connect.client_version = "bench-memory"
         connect.connect.protocol_version = 20
-        self.sock.sendall(commands.frame(connect))
+        writer.write(commands.frame(connect))
+        await raw.connected
+        return raw
 
-    def next_command(self) -> pb.BaseCommand:
-        while len(self.buf) < 4 or len(self.buf) < 4 + _LEN.unpack_from(self.buf)[0]:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed by the broker")
-            self.buf += data
-        end = 4 + _LEN.unpack_from(self.buf)[0]
-        frame, self.buf = self.buf[:end], self.buf[end:]
-        cmd = pb.BaseCommand()
-        cmd.ParseFromString(frame[8:8 + _LEN.unpack_from(frame, 4)[0]])
-        return cmd
+    async def _read(self) -> None:
+        try:
+            while True:
+                size = _LEN.unpack(await self.reader.readexactly(4))[0]
+                frame = await self.reader.readexactly(size)
+                cmd = pb.BaseCommand()
+                cmd.ParseFromString(frame[4:4 + _LEN.unpack_from(frame)[0]])
+                if cmd.type == T.PING:
+                    self.writer.write(commands.pong())
+                elif cmd.type == T.CONNECTED:
+                    self.connected.set_result(None)
+                else:
+                    answer = getattr(cmd, pb.BaseCommand.Type.Name(cmd.type).lower(), None)
+                    request_id = getattr(answer, "request_id", None)
+                    future = self.waiting.pop(request_id, None) if request_id is not None else None
+                    if future is not None and not future.done():
+                        future.set_result(cmd)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            error = ConnectionError(f"closed by the broker: {exc}")
+            if not self.connected.done():
+                self.connected.set_exception(error)
+            for waiter in self.waiting.values():
+                if not waiter.done():
+                    waiter.set_exception(error)
 
-    def expect(self, *kinds: int) -> pb.BaseCommand:
-        while True:
-            cmd = self.next_command()
-            if cmd.type == T.PING:
-                self.sock.sendall(commands.pong())
-                continue
-            if cmd.type in kinds:
-                return cmd
-            if cmd.type == T.ERROR:
-                raise RuntimeError(f"broker error: {cmd.error.message}")
+    async def request(self, cmd: pb.BaseCommand, request_id: int) -> pb.BaseCommand:
+        future: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = future
+        self.writer.write(commands.frame(cmd))
+        answer = await future
+        if answer.type == T.ERROR:
+            raise RuntimeError(f"broker error: {answer.error.message}")
+        return answer
 
 
 def start_broker(data_dir: Path) -> subprocess.Popen[str]:
@@ -100,30 +121,9 @@ def main() -> None:
             break
     if not port:
         raise SystemExit("the broker did not start:\n" + "".join(lines))
-    os.set_blocking(proc.stdout.fileno(), False)  # (its log is not read further; a full pipe would block it)
-    rows: list[tuple[str, float]] = []
+    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()  # drain its log
     try:
-        time.sleep(1)
-        rows.append(("started, idle", rss_mb(proc.pid)))
-        idle = [Raw(port) for _ in range(args.connections)]
-        for c in idle:
-            c.send_connect()
-        for c in idle:
-            c.expect(T.CONNECTED)
-        rows.append((f"+ {args.connections} connections (handshaken, idle)", rss_mb(proc.pid)))
-
-        workers = [Raw(port) for _ in range(TOPIC_CONNECTIONS)]
-        for w in workers:
-            w.send_connect()
-            w.expect(T.CONNECTED)
-        started = time.monotonic()
-        _requests(workers, args.topics, "producer")
-        rows.append((f"+ {args.topics} topics, one producer each ({time.monotonic() - started:.0f} s)",
-                     rss_mb(proc.pid)))
-        started = time.monotonic()
-        _requests(workers, args.topics, "subscribe")
-        rows.append((f"+ one subscription and consumer on each topic ({time.monotonic() - started:.0f} s)",
-                     rss_mb(proc.pid)))
+        rows = asyncio.run(_measure(proc.pid, port, args.connections, args.topics))
     finally:
         proc.terminate()
         try:
@@ -143,32 +143,58 @@ def main() -> None:
           f"per subscription with a consumer {per_sub:.1f} KB")
 
 
-def _requests(workers: list[Raw], count: int, kind: str) -> None:
+async def _measure(pid: int, port: int, connections: int, topics: int) -> list[tuple[str, float]]:
+    rows: list[tuple[str, float]] = []
+    await asyncio.sleep(1)
+    rows.append(("started, idle", rss_mb(pid)))
+    idle = []
+    for i in range(0, connections, 100):
+        idle += await asyncio.gather(*(Raw.open(port) for _ in range(min(100, connections - i))))
+    await asyncio.sleep(1)
+    rows.append((f"+ {connections} connections (handshaken, idle)", rss_mb(pid)))
+    workers = [await Raw.open(port) for _ in range(TOPIC_CONNECTIONS)]
+    for kind in ("producer", "subscribe"):
+        started = time.monotonic()
+        await _requests(workers, topics, kind)
+        what = f"+ {topics} topics, one producer each" if kind == "producer" \
+            else "+ one subscription and consumer on each topic"
+        rows.append((f"{what} ({time.monotonic() - started:.0f} s)", rss_mb(pid)))
+    for raw in [*idle, *workers]:
+        raw.writer.close()
+        raw.task.cancel()
+    return rows
+
+
+async def _requests(workers: list[Raw], count: int, kind: str) -> None:
     """PRODUCER or SUBSCRIBE on topics 0..count-1, spread over the workers, IN_FLIGHT outstanding each."""
-    assignments: list[list[int]] = [list(range(i, count, len(workers))) for i in range(len(workers))]
-    for w, topics in zip(workers, assignments, strict=True):
-        pending = 0
-        for n, t in enumerate(topics):
-            cmd = pb.BaseCommand()
-            name = f"persistent://public/default/memory-{t}"
-            if kind == "producer":
-                cmd.type = T.PRODUCER
-                cmd.producer.topic = name
-                cmd.producer.producer_id = t
-                cmd.producer.request_id = t
-            else:
-                cmd.type = T.SUBSCRIBE
-                cmd.subscribe.topic = name
-                cmd.subscribe.subscription = "sub"
-                cmd.subscribe.subType = pb.CommandSubscribe.Shared
-                cmd.subscribe.consumer_id = t
-                cmd.subscribe.request_id = count + t
-            w.sock.sendall(commands.frame(cmd))
-            pending += 1
-            if pending >= IN_FLIGHT or n == len(topics) - 1:
-                for _ in range(pending):
-                    w.expect(T.PRODUCER_SUCCESS if kind == "producer" else T.SUCCESS)
-                pending = 0
+    async def worker(w: Raw, topics: list[int]) -> None:
+        for i in range(0, len(topics), IN_FLIGHT):
+            await asyncio.gather(*(w.request(_command(kind, t, count), _request_id(kind, t, count))
+                                   for t in topics[i:i + IN_FLIGHT]))
+
+    await asyncio.gather(*(worker(w, list(range(i, count, len(workers)))) for i, w in enumerate(workers)))
+
+
+def _request_id(kind: str, t: int, count: int) -> int:
+    return t if kind == "producer" else count + t
+
+
+def _command(kind: str, t: int, count: int) -> pb.BaseCommand:
+    cmd = pb.BaseCommand()
+    name = f"persistent://public/default/memory-{t}"
+    if kind == "producer":
+        cmd.type = T.PRODUCER
+        cmd.producer.topic = name
+        cmd.producer.producer_id = t
+        cmd.producer.request_id = t
+    else:
+        cmd.type = T.SUBSCRIBE
+        cmd.subscribe.topic = name
+        cmd.subscribe.subscription = "sub"
+        cmd.subscribe.subType = pb.CommandSubscribe.Shared
+        cmd.subscribe.consumer_id = t
+        cmd.subscribe.request_id = count + t
+    return cmd
 
 
 if __name__ == "__main__":
