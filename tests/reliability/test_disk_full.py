@@ -119,8 +119,13 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
             status, text = b.http("GET", "/admin/v2/namespaces/public")
             assert status == 200 and f"public/full-disk-{n}" not in json.loads(text)
 
+        # The acknowledgements are kept in memory (on a really full disk their cursor file cannot be
+        # written now) and written once there is room (below).
+        persisted = b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0
         ballast.unlink()
         full_at = len(receipted)
+        wait_for(lambda: (b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0) > persisted,
+                 what="the cursor's state to be written once space returns")
 
         def resumed() -> bool:
             try:
