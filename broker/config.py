@@ -327,6 +327,19 @@ class BrokerConfig:
     # traffic never waits.
     journalMaxGroupWaitMSec: float = setting(1.0, Rule(0, means="0 = never wait"))
     journalBufferedWritesThreshold: int = setting(512 * 1024, POSITIVE)
+    # Ours, after BookKeeper's diskUsageThreshold / diskUsageLwmThreshold / diskUsageWarnThreshold
+    # (same defaults) and diskCheckInterval: the file ledger refuses new entries (SendError
+    # PersistenceError) while the file system of dataDir is at least this full or has less than
+    # managedLedgerMinFreeDiskSpaceMB available, and takes them again below the low-water mark;
+    # cursor positions and metadata are still written in the reserve left. docs/exhaustion.md
+    managedLedgerDiskUsageThreshold: float = setting(0.95, Rule(0, 1, above=True, means="1 = no usage limit"))
+    managedLedgerDiskUsageLwmThreshold: float = setting(0.90, Rule(0, 1, above=True))
+    managedLedgerDiskUsageWarnThreshold: float = setting(0.90, Rule(0, 1, above=True))
+    managedLedgerMinFreeDiskSpaceMB: int = setting(16, Rule(0, means="0 = no minimum"))
+    managedLedgerDiskCheckIntervalMillis: int = setting(1000, POSITIVE)
+    # An add refused by the floor is held this long (stored if room returns meanwhile), then its
+    # SEND fails with PersistenceError; the clients' sendTimeout (default 30 s) should end first.
+    managedLedgerDiskFullAddHoldSeconds: float = setting(30.0, Rule(0, means="0 = fail at once"))
     # Durable cursor (subscription) positions are written at most this often per second; acks
     # since the last write are redelivered after a crash (Pulsar's key and default).
     managedLedgerDefaultMarkDeleteRateLimit: float = setting(1.0, Rule(0, means="0 = write every change"))

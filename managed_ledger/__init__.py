@@ -23,6 +23,7 @@ from managed_ledger.api import (
     ManagedLedgerFactory,
     NoMoreEntriesError,
     ReadCallback,
+    StorageUnavailableError,
 )
 from managed_ledger.entry import Entry
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
@@ -57,4 +58,5 @@ __all__ = [
     "Position",
     "PositionRangeSet",
     "ReadCallback",
+    "StorageUnavailableError",
 ]

@@ -49,6 +49,13 @@ class LedgerFencedError(ManagedLedgerError):
     """The managed ledger stopped taking writes after a storage failure (ManagedLedgerFencedException)."""
 
 
+class StorageUnavailableError(ManagedLedgerError):
+    """The store cannot take new entries now - its disk is full (the free-space floor refuses them)
+    or a write failed - and heals by itself once the fault clears. Unlike LedgerFencedError the
+    managed ledger stays usable: reads, cursors and later adds go on (Pulsar answers such adds with
+    PersistenceError and keeps the topic)."""
+
+
 class CursorNotFoundError(ManagedLedgerError):
     """No cursor of that name (Pulsar CursorNotFoundException)."""
 

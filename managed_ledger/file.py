@@ -38,6 +38,7 @@ from managed_ledger.api import (
     ManagedLedgerFactory,
 )
 from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
+from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
 from managed_ledger.file_layout import CURSORS, NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
@@ -73,6 +74,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     cursor_persist_interval_s: the longest a durable cursor's acknowledgements wait before they
     are written (the crash window for redelivery); ``flush()`` does not wait.
     fault_retry_interval_s: how often a fenced managed ledger may try to recover.
+    disk_space: the free-space floor (``disk_space``): new entries are refused while the file
+    system of root_dir is too full; None: no floor (a write failing with ENOSPC still fails).
     fs: the file system (tests put a fault-injecting one here).
     """
 
@@ -90,6 +93,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
         max_ranges_to_persist: int = MAX_RANGES_TO_PERSIST,
         fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
+        disk_space: DiskSpacePolicy | None = None,
         fs: FileSystem | None = None,
     ) -> None:
         super().__init__()
@@ -113,6 +117,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self._instance_ids = itertools.count(1)  # cache owner ids: never reused
         self._closed = False
         self._ledger_ids = self._scan_root()
+        self.disk = DiskSpaceGuard(self.root, disk_space) if disk_space is not None else None
 
     def _scan_root(self) -> file_layout.LedgerIds:
         """Blocking start-up work (the factory is built before the broker serves anything)."""

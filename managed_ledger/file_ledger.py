@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
@@ -28,11 +29,12 @@ from managed_ledger.api import (
     AddCallback,
     InitialPosition,
     LedgerClosedError,
-    LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
+    StorageUnavailableError,
 )
 from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.disk_space import NO_SPACE_ERRNOS, DiskSpaceGuard
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader
@@ -79,6 +81,9 @@ class FileManagedLedger(StoredManagedLedger):
         self._stored: dict[str, CursorRecord] = {}  # durable cursors' state, open handle or not
         self._empty_on_disk: list[int] = []  # segments without entries found on open: removed
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
+        # Adds held while the free-space floor refuses them (see _hold): (entries, callback, deadline).
+        self._held: deque[tuple[list[bytes], AddCallback, float]] = deque()
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -142,13 +147,24 @@ class FileManagedLedger(StoredManagedLedger):
         return (record.mark_delete, list(record.individually_deleted)) != before
 
     async def _start(self) -> None:
-        """Create the new current ledger's segment (and drop empty ones); raise if that fails."""
+        """Create the new current ledger's segment (and drop empty ones); raise if that fails.
+
+        On a full disk (ENOSPC, EDQUOT) the managed ledger opens fenced instead: what is stored
+        can be read and acknowledged, adds fail with StorageUnavailableError, and it recovers (a
+        new segment) on an add once there is room, like a ledger fenced by a failed write."""
         future: asyncio.Future[None] = self._loop.create_future()
 
         def created(exc: BaseException | None) -> None:
             if future.done():
                 return
             if exc is None:
+                future.set_result(None)
+            elif isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+                log.error("managed ledger %s opens read-only: cannot create a ledger: %s", self._name, exc)
+                if self._factory.disk is not None:
+                    self._factory.disk.write_failed(exc)
+                self._fenced = True
+                self._last_recovery = self._loop.time()
                 future.set_result(None)
             else:
                 future.set_exception(ManagedLedgerError(f"cannot create a ledger for {self._name}: {exc}"))
@@ -167,7 +183,12 @@ class FileManagedLedger(StoredManagedLedger):
             raise
         for name in list(self._stored):
             if self._persistence.is_dirty(name):
-                await self._persistence.flush(name)
+                try:
+                    await self._persistence.flush(name)
+                except ManagedLedgerError as exc:
+                    if not self._fenced:
+                        raise
+                    log.warning("%s: cursor %s not saved yet (kept in memory, retried): %s", self._name, name, exc)
 
     # -- hooks of the base ----------------------------------------------------------------------
 
@@ -205,7 +226,12 @@ class FileManagedLedger(StoredManagedLedger):
             fs.replace_atomically(path, data, sync=True)
             stats.add(cursor_persists_total=1)
 
-        self._writer.run(write, done)
+        def written(exc: BaseException | None) -> None:
+            if exc is not None and self._factory.disk is not None:
+                self._factory.disk.write_failed(exc)
+            done(exc)
+
+        self._writer.run(write, written)
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -256,9 +282,18 @@ class FileManagedLedger(StoredManagedLedger):
             error: ManagedLedgerError = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
             self._add_completer.complete(partial(callback, None, error))
             return
+        disk = self._factory.disk
+        if disk is not None and (self._held or not disk.writable()):
+            # The free-space floor: nothing is queued, so nothing is fenced (see _hold).
+            self._hold(data, callback, disk)
+            return
+        self._add_checked(data, callback)
+
+    def _add_checked(self, data: list[bytes], callback: AddCallback) -> None:
         if self._fenced:
-            self._add_completer.complete(partial(
-                callback, None, LedgerFencedError(f"managed ledger {self._name} is fenced after a write failure")))
+            message = f"managed ledger {self._name} is fenced after a write failure"
+            error: ManagedLedgerError = StorageUnavailableError(message)
+            self._add_completer.complete(partial(callback, None, error))
             self._recover_from_fault()
             return
         # Keep our own immutable copies of views / bytearrays.
@@ -283,6 +318,57 @@ class FileManagedLedger(StoredManagedLedger):
         if self._current_ledger_is_full():
             self._rollover()
 
+    def _hold(self, data: list[bytes], callback: AddCallback, disk: DiskSpaceGuard) -> None:
+        """Hold an add the free-space floor refuses: it is stored (in order, before any later add)
+        as soon as there is room again, or fails with StorageUnavailableError after the hold time.
+
+        Why hold rather than fail at once: the broker answers a failed add with SendError, and
+        the official clients answer any SendError by closing the connection and resending their
+        pending messages on a new one; the C++ client restarts its send timer on each reconnection,
+        so failing at once loops (reconnect, resend, fail) and its send never times out. Held, the
+        sends time out in the client after its sendTimeout, and come through if room returns first.
+        The bytes held count against the broker's publish buffer like any pending add."""
+        hold = disk.policy.add_hold_s
+        if hold <= 0:
+            error = StorageUnavailableError(f"storage refuses new entries: {disk.refuse()}")
+            self._add_completer.complete(partial(callback, None, error))
+            return
+        if not self._held:
+            disk.refuse()  # (counted once per held run of adds)
+        data = [d if type(d) is bytes else bytes(d) for d in data]
+        self._held.append((data, callback, self._loop.time() + hold))
+        if self._hold_timer is None:
+            self._hold_timer = self._loop.call_later(disk.policy.check_interval_s, self._release_held)
+
+    def _release_held(self) -> None:
+        """Store the held adds if there is room now; fail those held too long."""
+        self._hold_timer = None
+        disk = self._factory.disk
+        if not self._held or disk is None or self._state is not LedgerState.OPEN:
+            return
+        if disk.writable():
+            held, self._held = self._held, deque()
+            for data, callback, _ in held:
+                self._add_checked(data, callback)
+            return
+        now = self._loop.time()
+        while self._held and self._held[0][2] <= now:
+            _, callback, _ = self._held.popleft()
+            error = StorageUnavailableError(f"storage refuses new entries: {disk.reason}")
+            self._add_completer.complete(partial(callback, None, error))
+        if self._held:
+            self._hold_timer = self._loop.call_later(disk.policy.check_interval_s, self._release_held)
+
+    def _fail_held(self) -> None:
+        """Closing or deleting: the held adds fail."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        held, self._held = self._held, deque()
+        for _, callback, _ in held:
+            error = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
+            self._add_completer.complete(partial(callback, None, error))
+
     def _add_done(self, first: Position, count: int, callback: AddCallback, started: float,
                   exc: BaseException | None) -> None:
         if exc is None:
@@ -302,6 +388,8 @@ class FileManagedLedger(StoredManagedLedger):
             self._wake_parked()
             return
         self._fence(exc)
+        if self._factory.disk is not None:
+            self._factory.disk.write_failed(exc)
         error = exc if isinstance(exc, ManagedLedgerError) else ManagedLedgerError(f"write failed: {exc}")
         if error is not exc:
             error.__cause__ = exc
@@ -324,6 +412,8 @@ class FileManagedLedger(StoredManagedLedger):
     def _created(self, exc: BaseException | None) -> None:
         if exc is not None:
             self._fence(exc)
+            if self._factory.disk is not None:
+                self._factory.disk.write_failed(exc)
 
     def _fence(self, exc: BaseException) -> None:
         """Stop taking writes and forget the entries that were queued but never confirmed."""
@@ -452,6 +542,7 @@ class FileManagedLedger(StoredManagedLedger):
         if self._state is not LedgerState.OPEN:
             return
         self._shut(LedgerState.CLOSED)
+        self._fail_held()
         await self._release()
 
     async def _release(self) -> None:
@@ -472,6 +563,7 @@ class FileManagedLedger(StoredManagedLedger):
             return
         self._check_open()
         self._shut(LedgerState.DELETED)
+        self._fail_held()
         for name in list(self._stored):
             self._persistence.forget(name)
         self._cursors.clear()

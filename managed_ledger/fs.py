@@ -132,12 +132,20 @@ class OsFileSystem:
         tmp = path + TMP_SUFFIX
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            _OsFile(fd).write(data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            try:
+                _OsFile(fd).write(data)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            # (A full disk: the old content stays; a half-written temporary must not hold space.)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         if sync:
             self.fsync_dir(os.path.dirname(path))
 

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from managed_ledger.api import LedgerFencedError
+from managed_ledger.api import StorageUnavailableError
 from managed_ledger.fs import FileHandle, FileSystem
 from managed_ledger.stats import FileLedgerStats
 
@@ -501,8 +501,8 @@ def _timed_sync(handle: FileHandle | OSError) -> tuple[float, OSError | None]:
     return time.perf_counter() - started, None
 
 
-def _fenced(cause: BaseException) -> LedgerFencedError:
-    error = LedgerFencedError(f"managed ledger is fenced after a storage failure: {cause}")
+def _fenced(cause: BaseException) -> StorageUnavailableError:
+    error = StorageUnavailableError(f"managed ledger is fenced after a storage failure: {cause}")
     error.__cause__ = cause
     return error
 

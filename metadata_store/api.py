@@ -30,6 +30,10 @@ class MetadataStoreError(Exception):
     """The store could not do what was asked (the backend failed, timed out or is closed)."""
 
 
+class StoreWriteError(MetadataStoreError):
+    """A change could not be made durable (a full disk, an I/O error): none of it was applied."""
+
+
 class NotFoundError(MetadataStoreError):
     """The path does not exist (delete, or a put with an expected version on a missing node)."""
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metadata_store import paths
-from metadata_store.api import MetadataStoreError, Stat
+from metadata_store.api import MetadataStoreError, Stat, StoreWriteError
 from metadata_store.memory import Plan, TreeStore
 from metadata_store.tree import PERSISTENT, Counter, NodeTree, Op, Remove, Write
 
@@ -219,7 +219,7 @@ class Journal:
     def append(self, record: bytes) -> None:
         """Write one record and fsync it; on failure, cut the file back so no partial record stays."""
         if self.broken is not None:
-            raise MetadataStoreError(f"{self.path}: writes refused since an earlier failure: {self.broken}")
+            raise StoreWriteError(f"{self.path}: writes refused since an earlier failure: {self.broken}")
         try:
             _write_all(self._fd, record)
             os.fsync(self._fd)
@@ -230,7 +230,7 @@ class Journal:
                 os.fsync(self._fd)
             except OSError as undo:
                 self.broken = f"{e}; undoing it failed too: {undo}"
-            raise MetadataStoreError(f"{self.path}: cannot write the journal: {e}") from e
+            raise StoreWriteError(f"{self.path}: cannot write the journal: {e}") from e
         self.size += len(record)
 
     def wants_rewrite(self) -> bool:
@@ -250,11 +250,16 @@ class Journal:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+            try:
+                _write_all(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):  # (a full disk: a partial copy must not hold its space)
+                os.unlink(tmp)
+            raise
         _fsync_dir(self.directory)
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from broker.errors import (
     IncompatibleSchemaError,
     InvalidTopicNameError,
     NotAllowedError,
+    PersistenceError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -41,6 +42,7 @@ from broker.metadata.store import (
 )
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
 from metadata_store.api import MetadataStoreError as StoreUnavailableError
+from metadata_store.api import StoreWriteError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,6 +104,7 @@ _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ..
     ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),
     (NotAllowedError, 405),
     (ServiceNotReadyError, 503),
+    (PersistenceError, 500),  # (storage cannot write: a full disk)
 )
 
 
@@ -141,6 +144,9 @@ async def json_errors(request: web.Request,
         raise HttpError(exc.status, exc.reason) from None
     except MetadataStoreError as exc:
         raise HttpError(metadata_status(exc), exc.message) from None
+    except StoreWriteError as exc:  # (the local journal on a full disk: nothing of the change was applied)
+        log.error("HTTP %s %s: the metadata store could not write: %s", request.method, request.path, exc)
+        raise HttpError(500, f"Metadata store could not save the change: {exc}") from None
     except StoreUnavailableError as exc:  # (ZooKeeper unreachable past its timeout...)
         log.warning("HTTP %s %s: the metadata store failed: %s", request.method, request.path, exc)
         raise HttpError(503, f"Metadata store unavailable: {exc}") from None

@@ -182,6 +182,14 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_py_permit_invariant_drift": (GAUGE, "Times the dispatcher permit total drifted from the sum over "
                                                 "consumers (must stay 0)"),
     "pulsar_py_subscription_msg_dropped_total": (COUNTER, "Messages a non-persistent subscription dropped"),
+    "pulsar_py_storage_write_disabled": (GAUGE, "1 while the storage refuses new entries (the disk is full, over "
+                                         "managedLedgerDiskUsageThreshold or under managedLedgerMinFreeDiskSpaceMB)"),
+    "pulsar_py_storage_disk_warning": (GAUGE, "1 while the data directory's disk is over "
+                                       "managedLedgerDiskUsageWarnThreshold"),
+    "pulsar_py_storage_disk_usage_ratio": (GAUGE, "Fraction of the data directory's file system in use"),
+    "pulsar_py_storage_disk_free_bytes": (GAUGE, "Bytes available in the data directory's file system"),
+    "pulsar_py_storage_writes_refused_total": (COUNTER, "Adds refused by the free-space floor"),
+    "pulsar_py_storage_no_space_errors_total": (COUNTER, "Writes that failed with ENOSPC or EDQUOT"),
     "pulsar_py_ledger_fsync_latency_seconds": (HISTOGRAM, "Time an fsync of appended entries took"),
     "pulsar_py_ledger_group_commit_entries": (HISTOGRAM, "Entries made durable by one fsync"),
     "pulsar_py_ledger_entries_written_total": (COUNTER, "Entries made durable"),

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.compaction import CompactionRecord
+    from managed_ledger.disk_space import DiskSpaceGuard
 
 PARTITION_SUFFIX = "-partition-"
 # Topics written between two returns to the event loop (about 30 ms of CPU on a 2-core machine):
@@ -260,6 +261,7 @@ class BrokerMetrics:
             self._write_cursors(out, cl, topics)
         self._write_cache(out, cl, sum(1 for t in topics if hasattr(t, "ledger")))
         self._write_ledger_storage(out, cl)
+        _write_disk_space(out, cl, self.ctx.service.disk_space)
 
     # -- topic level -------------------------------------------------------------------------------
     def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, st: dict[str, Any],
@@ -456,6 +458,20 @@ class BrokerMetrics:
             out.add("pulsar_py_ledger_cache_hits_total", cl, hits)
             out.add("pulsar_py_ledger_cache_misses_total", cl, misses)
             out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
+
+
+def _write_disk_space(out: Exposition, cl: str, disk: DiskSpaceGuard | None) -> None:
+    """The file ledger's free-space floor (docs/exhaustion.md): whether new entries are refused, and why."""
+    if disk is None:
+        return
+    disk.writable()  # (measures again at most once per check interval)
+    out.add("pulsar_py_storage_write_disabled", cl, 1 if disk.write_disabled else 0)
+    out.add("pulsar_py_storage_disk_warning", cl, 1 if disk.warning else 0)
+    if disk.last is not None:
+        out.add("pulsar_py_storage_disk_usage_ratio", cl, disk.last.usage)
+        out.add("pulsar_py_storage_disk_free_bytes", cl, disk.last.free_bytes)
+    out.add("pulsar_py_storage_writes_refused_total", cl, disk.refused_total)
+    out.add("pulsar_py_storage_no_space_errors_total", cl, disk.no_space_errors_total)
 
 
 def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None:

@@ -21,7 +21,7 @@ from broker.cluster.load import Counters, LoadSampler, memory_mb
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError
+from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -62,6 +62,7 @@ from managed_ledger.bookkeeper.factory import (
 )
 from managed_ledger.bookkeeper.ml_formats import MetadataFormats
 from managed_ledger.bookkeeper.zk import AsyncZk
+from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 from metadata_store.api import MetadataStore, MetadataStoreError
@@ -195,6 +196,13 @@ class BrokerService:
             group_bytes=max(1, cfg.journalBufferedWritesThreshold),
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
+            disk_space=DiskSpacePolicy(
+                usage_threshold=cfg.managedLedgerDiskUsageThreshold,
+                lwm_threshold=cfg.managedLedgerDiskUsageLwmThreshold,
+                warn_threshold=cfg.managedLedgerDiskUsageWarnThreshold,
+                min_free_bytes=cfg.managedLedgerMinFreeDiskSpaceMB * MB,
+                check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
+                add_hold_s=cfg.managedLedgerDiskFullAddHoldSeconds),
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
@@ -373,7 +381,10 @@ class BrokerService:
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
         try:
-            ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
+            try:
+                ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
+            except ManagedLedgerError as exc:  # (a full disk, an unreachable bookie: the client retries)
+                raise PersistenceError(f"Failed to open the managed ledger of {name}: {exc}") from exc
             try:
                 self.ownership.check_serving(name)  # (the bundle may have been lost or unloaded meanwhile)
             except ServiceNotReadyError:
@@ -612,10 +623,20 @@ class BrokerService:
         if loaded:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
 
+    @property
+    def disk_space(self) -> DiskSpaceGuard | None:
+        """The file ledger's free-space floor (None for other storage, or without a data dir)."""
+        factory = self.ledger_factory
+        return factory.disk if isinstance(factory, FileManagedLedgerFactory) else None
+
     async def health_check(self) -> None:
         """Pulsar's broker health check, through storage: append an entry to the broker's own
         heartbeat log and read it back through its cursor (which then acknowledges it, so the log
-        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S."""
+        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S.
+        While the free-space floor refuses new entries it fails at once with the reason."""
+        disk = self.disk_space
+        if disk is not None and not disk.writable():
+            raise PersistenceError(f"storage refuses new entries: {disk.reason}")
         async def round_trip() -> None:
             if self._health_ledger is None or self._health_ledger.is_closed:
                 self._health_ledger = await self.ledger_factory.open(self.health_ledger_name, self.ledger_config)

@@ -16,10 +16,10 @@ import pytest
 from managed_ledger import (
     Entry,
     InitialPosition,
-    LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
     Position,
+    StorageUnavailableError,
 )
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
@@ -457,7 +457,7 @@ async def test_write_error_fences_then_recovers_when_the_fault_clears(op: str, c
     assert all(isinstance(r, ManagedLedgerError) for r in results)
     assert ml.is_fenced
     assert factory.stats.write_errors_total >= 1
-    with pytest.raises(LedgerFencedError):  # fails fast
+    with pytest.raises(StorageUnavailableError):  # fails fast
         await ml.add_entry_async(b"while broken")
     assert ml.last_confirmed_entry == ok[-1]
     assert ml.number_of_entries == 3  # the failed adds were forgotten
@@ -469,7 +469,7 @@ async def test_write_error_fences_then_recovers_when_the_fault_clears(op: str, c
         try:
             p = await ml.add_entry_async(b"back")
             break
-        except LedgerFencedError:
+        except StorageUnavailableError:
             await factory.writer.barrier()  # the recovery submitted by that add has completed
     else:
         pytest.fail("the ledger did not recover")
