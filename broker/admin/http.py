@@ -21,6 +21,7 @@ from aiohttp import web
 
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.common import HttpError, check_name, json_errors, json_response, no_content, read_body
+from broker.admin.console import ConsoleResource
 from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry, render_metrics
 from broker.admin.namespace_metadata import NamespaceMetadataResource
@@ -82,6 +83,8 @@ class WebService:
         r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
+        self.console = ConsoleResource(self)
+        self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
         BrokerStatsResource(self).register(r)
