@@ -23,8 +23,13 @@ def points(testid: str) -> str:
 
 async def open_page(page: Page, url: str, hash_path: str) -> None:
     await page.goto(f"{url}/#{hash_path}")
-    await page.wait_for(f"document.getElementById('main').dataset.ready === {json.dumps(hash_path)}",
-                        what=f"page {hash_path} rendered")
+    try:
+        await page.wait_for(f"document.getElementById('main').dataset.ready === {json.dumps(hash_path)}",
+                            what=f"page {hash_path} rendered")
+    except AssertionError:
+        state = await page.eval("JSON.stringify([location.href, document.getElementById('main').dataset.ready, "
+                                "document.getElementById('main').textContent.slice(0, 300)])")
+        raise AssertionError(f"page {hash_path} not rendered: {state}") from None
 
 
 async def test_overview_shows_the_broker_and_its_charts_move(page: Page, console_broker: BrokerThread,

@@ -5,7 +5,7 @@ import { overviewPage } from "./overview.js";
 import { namespacePage, namespacesPage, tenantsPage } from "./tenants.js";
 import { topicPage } from "./topic.js";
 import { topicsPage } from "./topics.js";
-import { h } from "./ui.js";
+import { h, showError } from "./ui.js";
 
 const ROUTES = [
   [/^\/?$/, overviewPage, "overview"],
@@ -27,7 +27,9 @@ function context() {
       const tick = async () => {
         if (!page.alive || running) return;
         running = true;
-        try { await fn(); } finally { running = false; }
+        try { await fn(); } catch (error) {
+          if (page.alive && error.status !== 401) showError(error); // (401: the sign-in dialog is up)
+        } finally { running = false; }
       };
       page.timers.push(setInterval(tick, ms));
       return tick;
@@ -50,13 +52,19 @@ async function route() {
     if (!m) continue;
     document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === nav));
     main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+    delete main.dataset.ready;
+    // The page renders into its own element, shown when it is ready, unless another page was
+    // asked for meanwhile (a slow page never covers a newer one).
+    const view = h("div", { class: "view" });
     try {
-      await page(main, m.slice(1).map((x) => (x === undefined ? x : decodeURIComponent(x))), ctx);
+      await page(view, m.slice(1).map((x) => (x === undefined ? x : decodeURIComponent(x))), ctx);
     } catch (error) {
-      if (error.status === 401) return; // the sign-in dialog is up
-      main.replaceChildren(h("h1", {}, "Error"),
+      if (error.status === 401 || !ctx.alive()) return; // (the sign-in dialog is up, or another page)
+      view.replaceChildren(h("h1", {}, "Error"),
         h("p", { class: "error", "data-testid": "page-error" }, error.status ? `${error.status} ${error.reason}` : String(error)));
     }
+    if (!ctx.alive()) return;
+    main.replaceChildren(view);
     main.dataset.ready = path || "/";
     return;
   }

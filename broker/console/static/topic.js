@@ -40,7 +40,7 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
       }),
       action("Terminate", async () => {
         if (!(await ask({ title: `Terminate ${name}?`, text: "No message can be published to it any more. This cannot be undone.", okText: "Terminate", danger: true }))) return;
-        try { await post(`${path}/terminate${partitions ? "/partitions" : ""}`); done(`Terminated ${name}`); } catch (e) { showError(e, "Terminate"); }
+        try { const last = await post(`${path}/terminate${partitions ? "/partitions" : ""}`); done(`Terminated ${name}: last message ${JSON.stringify(last)}`); } catch (e) { showError(e, "Terminate"); }
       }, "danger"));
   }
   topicActions.push(action("Delete", async () => {
@@ -177,7 +177,9 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
   const peek = async (sub, subPath) => {
     const count = await ask({ title: `Peek messages of ${sub}`, text: "The first messages of the backlog are shown; nothing is acknowledged.", label: "how many", value: "5", okText: "Peek" });
     if (count === null) return;
-    const n = Math.max(1, Math.min(100, Number(count) || 1));
+    // (Not past the backlog's end: a position beyond it answers 404.)
+    const backlog = Number((previous?.stats.subscriptions || {})[sub]?.msgBacklog ?? 1);
+    const n = Math.max(1, Math.min(100, Number(count) || 1, backlog));
     let schemas = [];
     try { schemas = (await get(`/admin/v2/schemas/${enc(tenant)}/${enc(ns)}/${enc(local)}/schemas`)).getSchemaResponses || []; } catch { /* no schema */ }
     const messages = [];

@@ -45,18 +45,24 @@ export function ask({ title, text = "", label = "", value, okText = "OK", danger
   const ok = document.getElementById("ask-ok");
   ok.textContent = okText;
   ok.classList.toggle("danger", danger);
+  // Settled by the dialog's own buttons (not its close event, which arrives later and could
+  // reach the next question).
   return new Promise((resolve) => {
+    const form = document.getElementById("ask-form");
     const cancel = document.getElementById("ask-cancel");
-    const done = (result) => {
+    const finish = (result) => {
+      form.removeEventListener("submit", onSubmit);
       cancel.removeEventListener("click", onCancel);
-      dialog.removeEventListener("close", onClose);
+      dialog.removeEventListener("cancel", onEscape);
+      dialog.close();
       resolve(result);
     };
-    const onCancel = () => { dialog.returnValue = "cancel"; dialog.close(); };
-    const onClose = () => done(dialog.returnValue === "ok" ? (value === undefined ? true : input.value) : null);
+    const onSubmit = (event) => { event.preventDefault(); finish(value === undefined ? true : input.value); };
+    const onCancel = () => finish(null);
+    const onEscape = (event) => { event.preventDefault(); finish(null); };
+    form.addEventListener("submit", onSubmit);
     cancel.addEventListener("click", onCancel);
-    dialog.addEventListener("close", onClose);
-    dialog.returnValue = "";
+    dialog.addEventListener("cancel", onEscape);
     dialog.showModal();
     (value === undefined ? ok : input).focus();
   });
