@@ -25,7 +25,7 @@ async def until(condition: Callable[[], object], what: str) -> None:
     await eventually(condition, what, interval=0.1)  # (each check is an HTTP call)
 
 
-class Order(Record):
+class Order(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
     item = String()
     quantity = Integer()
 
