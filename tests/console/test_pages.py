@@ -77,3 +77,35 @@ async def test_lists_and_topic_page_show_real_data(page: Page, console_broker: B
     assert backlog >= shown  # (the producer keeps sending: the broker's figure only grows)
     await page.screenshot(screenshot_path("topic"))
     assert page.problems == []
+
+
+async def test_topic_search_paging_and_every_kind_of_topic(page: Page, console_broker: BrokerThread,
+                                                           admin: Admin) -> None:
+    url = console_broker.web_url
+    ns = admin.new_namespace()
+    tenant, local_ns = ns.split("/")
+    for i in range(120):
+        admin.ok("PUT", f"/admin/v2/persistent/{ns}/item-{i:03d}")
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 3)
+    admin.ok("PUT", f"/admin/v2/non-persistent/{ns}/live")
+    await open_page(page, url, f"/topics/{tenant}/{local_ns}")
+    await page.wait_for(f"{text('[data-testid=page-info]')} === '1–50 of 122'", what="the first page of 122")
+    await page.click("#page-next")
+    await page.wait_for(f"{text('[data-testid=page-info]')} === '51–100 of 122'", what="the second page")
+    assert "item-050" in await page.eval(text("[data-testid=topics]"))
+    await page.fill("#topic-search", "item-11")
+    await page.wait_for(f"{text('[data-testid=page-info]')} === '1–10 of 10'", what="10 matches")
+    await page.fill("#topic-search", "")
+    await page.fill("#topic-kind", "partitioned")
+    await page.wait_for(f"{text('[data-testid=page-info]')} === '1–1 of 1'", what="one partitioned topic")
+    assert "3 partitions" in await page.eval(text("[data-testid=topics]"))
+    await page.screenshot(screenshot_path("topics-paged"))
+
+    # A partitioned topic's page (its partitions linked) and a non-persistent topic's.
+    await open_page(page, url, f"/topic/persistent/{tenant}/{local_ns}/parted")
+    assert "partition-2" in await page.wait_for("document.getElementById('main').textContent")
+    await open_page(page, url, f"/topic/persistent/{tenant}/{local_ns}/parted-partition-1")
+    await page.wait_for("!!document.querySelector('[data-testid=ledgers], [data-testid=ledgers-empty]')")
+    await open_page(page, url, f"/topic/non-persistent/{tenant}/{local_ns}/live")
+    await page.wait_for("!!document.querySelector('[data-testid=subscriptions-empty]')")
+    assert page.problems == []
