@@ -13,7 +13,7 @@ console needs that Pulsar's admin REST lacks.
   Super-user only, as the rest of broker-stats.
 - ``GET /admin/v2/namespaces/{tenant}/{ns}/topicsPage?search=&kind=&offset=&limit=``: a namespace's
   topics one page at a time (a partitioned topic is one row with its partition count; its
-  partitions are left out), filtered by a substring of the name, with a summary of each row's
+  partitions are left out), filtered by a substring of the topic's name (case-insensitive), with a summary of each row's
   stats. The name list is built from the storage's and the metadata's in-memory lists, and stats
   are computed only for the rows of the page, so it stays fast with 10,000 topics. Needs consume
   permission on the namespace (as ``.../topics``).
@@ -170,8 +170,8 @@ class ConsoleResource:
                     continue
                 if name.startswith(wanted):
                     rows.append((name, 0))
-        if search:
-            rows = [r for r in rows if search in r[0].split("://", 1)[-1].lower()]
+        if search:  # (in the topic's own name: tenant and namespace are the same for every row)
+            rows = [r for r in rows if search in r[0].split("/", 4)[4].lower()]
         rows.sort()
         page = rows[offset:offset + limit]
         return json_response({"total": len(rows), "offset": offset, "limit": limit,

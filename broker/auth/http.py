@@ -143,7 +143,10 @@ def check_origin(request: web.Request) -> None:
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    if urlsplit(origin).netloc.lower() != request.host.lower():
+    # Behind a reverse proxy the browser's host may be in X-Forwarded-Host (a cross-site page cannot
+    # set that header: it is not one a browser sends without a CORS preflight, which is refused).
+    hosts = {request.host.lower(), request.headers.get("X-Forwarded-Host", "").split(",")[0].strip().lower()}
+    if urlsplit(origin).netloc.lower() not in hosts - {""}:
         raise AuthorizationError(f"Cross-origin {request.method} from {origin} refused: the admin API takes "
                                  "state-changing requests from its own origin only")
 

@@ -78,7 +78,7 @@ export async function topicsPage(main, [tenant, local], ctx) {
     const last = Math.min(page.total, offset + PAGE);
     pager.replaceChildren(
       h("button", { class: "small", id: "page-prev", disabled: offset === 0, onclick: () => { offset = Math.max(0, offset - PAGE); load(); } }, "‹ Previous"),
-      h("span", { "data-testid": "page-info" }, page.total ? `${offset + 1}–${last} of ${page.total}` : "0 topics"),
+      h("span", { "data-testid": "page-info" }, page.total ? `${offset + 1}-${last} of ${page.total}` : "0 topics"),
       h("button", { class: "small", id: "page-next", disabled: last >= page.total, onclick: () => { offset += PAGE; load(); } }, "Next ›"));
   };
   let debounce = 0;
