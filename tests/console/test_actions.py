@@ -36,6 +36,9 @@ def namespaces(admin: Admin) -> list[str]:
 
 async def confirm(page: Page, ok: bool = True, value: str | None = None) -> None:
     await page.wait_for("document.getElementById('ask').open", what="the confirmation dialog")
+    # The input is shown only when the question asks for a value.
+    shown = await page.eval("document.getElementById('ask-input').getClientRects().length > 0")
+    assert shown is (value is not None)
     if value is not None:
         await page.fill("#ask-input", value)
     await page.click("#ask-ok" if ok else "#ask-cancel")
@@ -82,7 +85,7 @@ async def test_create_set_policy_and_delete_a_namespace(page: Page, console_brok
     # Deleting asks first: cancelled, nothing happens; confirmed, the namespace goes.
     await open_page(page, url, f"/namespace/public/{name}")
     await page.click_text("button", "Delete namespace")
-    await confirm(page, ok=False)
+    await confirm(page, ok=False, value="")
     assert f"public/{name}" in namespaces(admin)
     await page.click_text("button", "Delete namespace")
     await confirm(page, value="")

@@ -59,6 +59,11 @@ async def test_sign_in_and_roles(page: Page, secure_broker: BrokerThread, pki: P
     await page.goto(url + "/")
     await page.wait_for("document.getElementById('login').open", what="the sign-in dialog")
     await page.screenshot(screenshot_path("sign-in"))
+    # Only the chosen method's fields are shown.
+    visible = "(id) => { const el = document.getElementById(id); return !!el && el.getClientRects().length > 0; }"
+    assert await page.eval(f"[({visible})('login-token'), ({visible})('login-user')]") == [True, False]
+    await page.click("input[name=method][value=basic]")
+    assert await page.eval(f"[({visible})('login-token'), ({visible})('login-password')]") == [False, True]
 
     # A bad token: refused, with the broker's reason; nothing kept.
     await sign_in_with_token(page, "not-a-token")

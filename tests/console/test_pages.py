@@ -11,6 +11,7 @@ from broker.version import __version__
 from tests.admin.conftest import Admin
 from tests.console.cdp import Page
 from tests.console.conftest import Traffic, screenshot_path
+from tests.waiting import eventually
 
 
 def text(selector: str) -> str:
@@ -45,6 +46,13 @@ async def test_overview_shows_the_broker_and_its_charts_move(page: Page, console
     await page.wait_for(f"parseFloat({text('[data-testid=rate-in]')}) > 0", what="a non-zero msg/s in")
     await page.screenshot(screenshot_path("overview"))
     assert page.problems == []
+
+    # The Content-Security-Policy is in force: an injected inline script does not run.
+    await page.eval("document.body.append(Object.assign(document.createElement('script'), "
+                    "{textContent: 'window.injected = true'}))")
+    await eventually(lambda: any("Content Security Policy" in p for p in page.problems),
+                     "the browser's report of the refused inline script", interval=0.05)
+    assert await page.eval("window.injected === undefined") is True
 
 
 async def test_lists_and_topic_page_show_real_data(page: Page, console_broker: BrokerThread,

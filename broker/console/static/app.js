@@ -40,10 +40,7 @@ function context() {
 }
 
 async function route() {
-  if (current) {
-    current.alive = false;
-    current.timers.forEach(clearInterval);
-  }
+  stopPage();
   const path = decodeURI(location.hash.replace(/^#/, "").split("?")[0]);
   const main = document.getElementById("main");
   const ctx = context();
@@ -78,7 +75,15 @@ function showWho() {
   document.getElementById("logout").hidden = !auth.get();
 }
 
+function stopPage() {
+  if (current) {
+    current.alive = false;
+    current.timers.forEach(clearInterval);
+  }
+}
+
 function loginDialog(error) {
+  stopPage(); // (its polling would only be refused; the page is shown again after sign-in)
   const dialog = document.getElementById("login");
   const message = document.getElementById("login-error");
   if (auth.get()) {
