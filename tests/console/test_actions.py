@@ -173,3 +173,46 @@ async def test_peek_decodes_json_and_avro(page: Page, console_broker: BrokerThre
         assert (await page.eval(text("[data-testid=payload]"))).startswith("00000000  ")
         await page.screenshot(screenshot_path(f"peek-{kind}"))
     assert page.problems == []
+
+
+async def test_create_unload_compact_and_delete_topics(page: Page, console_broker: BrokerThread,
+                                                       admin: Admin) -> None:
+    url = console_broker.web_url
+    ns = admin.new_namespace()
+    tenant, local_ns = ns.split("/")
+    await open_page(page, url, f"/topics/{tenant}/{local_ns}")
+    await page.fill("#new-topic-name", "made-here")
+    await page.click("#create-topic")
+    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}").json == [f"persistent://{ns}/made-here"],
+                "the topic created")
+    await page.fill("#new-topic-name", "parted")
+    await page.fill("#new-topic-partitions", "2")
+    await page.click("#create-topic")
+    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}/parted/partitions").json == {"partitions": 2},
+                "the partitioned topic created")
+    await page.wait_for(f"{text('[data-testid=topics]')}.includes('2 partitions')", what="the new row")
+
+    def loaded() -> bool:
+        rows = admin.ok("GET", f"/admin/v2/namespaces/{ns}/topicsPage?search=made-here")["topics"]
+        return bool(rows[0]["loaded"])
+
+    assert loaded()
+    await open_page(page, url, f"/topic/persistent/{tenant}/{local_ns}/made-here")
+    await page.click_text("button", "Unload")
+    await confirm(page)
+    await until(lambda: not loaded(), "the topic unloaded")
+    await page.click_text("button", "Compact")
+    await confirm(page)
+    await until(lambda: admin.ok("GET", f"/admin/v2/persistent/{ns}/made-here/compaction")["status"]
+                in ("RUNNING", "SUCCESS"), "compaction started")
+    await page.click_text("button", "Delete")
+    await confirm(page)
+    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}").json == [
+        f"persistent://{ns}/parted-partition-0", f"persistent://{ns}/parted-partition-1"], "the topic deleted")
+    await page.wait_for(f"document.getElementById('main').dataset.ready === '/topics/{tenant}/{local_ns}'",
+                        what="back on the topic list")
+    await click_row_button(page, "topics", "parted", "Delete")
+    await confirm(page)
+    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}/parted/partitions").json == {"partitions": 0},
+                "the partitioned topic deleted")
+    assert page.problems == []
