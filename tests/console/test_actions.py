@@ -185,6 +185,9 @@ async def test_create_unload_compact_and_delete_topics(page: Page, console_broke
     await page.click("#create-topic")
     await until(lambda: admin.get(f"/admin/v2/persistent/{ns}").json == [f"persistent://{ns}/made-here"],
                 "the topic created")
+    # (The console clears the name after the broker answered: wait for that before typing the next.)
+    await page.wait_for("document.querySelector('#notice[data-kind=ok]')?.textContent.endsWith('/made-here') && "
+                        "document.getElementById('new-topic-name').value === ''", what="the create finished")
     await page.fill("#new-topic-name", "parted")
     await page.fill("#new-topic-partitions", "2")
     await page.click("#create-topic")
