@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +66,8 @@ class Browser:
             "--disable-background-networking", "--disable-component-update", "--mute-audio",
             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
             f"--user-data-dir={self._profile.name}", "--window-size=1360,900", "about:blank",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)  # (its own process group: close() ends its helpers too)
         try:
             url = await asyncio.wait_for(self._devtools_url(), START_TIMEOUT_S)
         except BaseException:
@@ -150,6 +152,10 @@ class Browser:
             except TimeoutError:
                 self._proc.kill()
                 await self._proc.wait()
+        if self._proc is not None:
+            # Chromium's helper processes (zygote, GPU, utilities) are in the group it leads.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
         if self._drain is not None:
             self._drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
