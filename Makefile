@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
+.PHONY: run test test-deps console-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP) test-deps cluster-deps
+test: $(STAMP) test-deps console-deps cluster-deps
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -28,6 +28,17 @@ test-deps:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus; \
 	else echo "test-deps: prometheus is not installed and cannot be installed here (needs root and apt-get);" \
 	  "the Prometheus tests will be skipped"; fi
+
+# Headless Chromium for the web console tests (tests/console/, driven over the DevTools protocol from Python):
+# Debian's `chromium` package, installed as root with apt-get (idempotent). Without it those tests skip, except
+# under CI=true, where they fail.
+console-deps:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	elif [ "$$CI" = true ]; then echo "console-deps: chromium is not installed and cannot be installed here (needs root and apt-get)" >&2; exit 1; \
+	else echo "console-deps: chromium is not installed and cannot be installed here (needs root and apt-get);" \
+	  "the console tests will be skipped"; fi
 
 # Real ZooKeeper + BookKeeper for the BookKeeper tests and `make cluster-up` (docs/cluster.md): Debian's `zookeeper`
 # package (apt-get as root, idempotent) and bookkeeper-server with its dependencies from Maven Central into

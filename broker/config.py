@@ -113,6 +113,8 @@ class BrokerConfig:
     # brokerServicePortTls=6651 serves TLS only.
     brokerServicePort: int | None = setting(6650, PORT)
     webServicePort: int | None = setting(8080, PORT)
+    # The web console at / and /console/ on the HTTP port(s) (docs/console.md); false: those paths answer 404.
+    webConsoleEnabled: bool = True
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
     # Named listeners (broker.listeners): name:pulsar://host:port / name:pulsar+ssl://host:port,

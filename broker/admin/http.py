@@ -32,6 +32,7 @@ from broker.admin.common import (
     query_flag,
     read_body,
 )
+from broker.admin.console import ConsoleResource
 from broker.admin.context import AdminContext
 from broker.admin.metrics import make_registry
 from broker.admin.namespace_metadata import NamespaceMetadataResource
@@ -98,6 +99,8 @@ class WebService:
         r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
+        self.console = ConsoleResource(self)
+        self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
         self.bundles.register(r)

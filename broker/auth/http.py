@@ -7,7 +7,8 @@ for the tenant's admins; stats, partitions and lookup for roles that may produce
 subscription operations and peeking for roles that may consume. A route the table does not name
 is for super users only, so a new endpoint is never open by accident.
 
-Refusals are AuthenticationError (401: no or bad credentials) and AuthorizationError (403: this
+A browser's state-changing request from another origin is refused first (``check_origin``:
+CSRF). Refusals are AuthenticationError (401: no or bad credentials) and AuthorizationError (403: this
 role may not); ``broker.admin.common`` turns them into ``{"reason": ...}`` JSON. Pulsar itself
 answers 401 for both.
 """
@@ -18,6 +19,7 @@ import enum
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -47,6 +49,7 @@ _TOPIC_OPS = {
 }
 ORIGINAL_PRINCIPAL_HEADER = "X-Original-Principal"
 _GET = frozenset({"GET", "HEAD"})
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 _NS = r"/\{tenant\}/\{ns\}"
 _TOPIC = r"/admin/v2/(non-)?persistent" + _NS + r"/\{topic\}"
@@ -56,6 +59,8 @@ _SCHEMA = r"/admin/v2/schemas" + _NS + r"/\{topic\}/schema(s|/\{version\})?"
 ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple(
     (methods, re.compile(pattern), access) for methods, pattern, access in (
         (_GET, r"/status\.html|/metrics/?", Access.PUBLIC),
+        # The console's static files (no data in them: every call they make is authorized here).
+        (_GET, r"/|/console/?|/console/\{file\}", Access.PUBLIC),
         (_GET, r"/admin/v2/brokers/ready", Access.AUTHENTICATED),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
         (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
@@ -63,7 +68,7 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
-        (_GET, r"/admin/v2/namespaces" + _NS + r"/topics", Access.NAMESPACE_CONSUME),
+        (_GET, r"/admin/v2/namespaces" + _NS + r"/topics(Page)?", Access.NAMESPACE_CONSUME),
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
         (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
         (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats)", Access.TOPIC_LOOKUP),
@@ -98,6 +103,7 @@ def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        check_origin(request)
         resource = request.match_info.route.resource
         if not authn.enabled or resource is None:  # no resource: the router answers 404 / 405
             return await handler(request)
@@ -121,6 +127,28 @@ def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
         return await handler(request)
 
     return middleware
+
+
+def check_origin(request: web.Request) -> None:
+    """Refuse a state-changing request that a browser sent from another origin (CSRF).
+
+    Browsers send ``Origin`` with every POST, PUT and DELETE; a page of another site that makes
+    the user's browser call the admin REST is refused, whether or not authentication is on.
+    Clients that are not browsers (pulsar-admin, curl, the console itself, which is served from
+    this origin) send no Origin or this one. The console authenticates with an Authorization
+    header, never a cookie, so a cross-site page could not borrow its credentials anyway.
+    """
+    if request.method in _SAFE_METHODS:
+        return
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    # Behind a reverse proxy the browser's host may be in X-Forwarded-Host (a cross-site page cannot
+    # set that header: it is not one a browser sends without a CORS preflight, which is refused).
+    hosts = {request.host.lower(), request.headers.get("X-Forwarded-Host", "").split(",")[0].strip().lower()}
+    if urlsplit(origin).netloc.lower() not in hosts - {""}:
+        raise AuthorizationError(f"Cross-origin {request.method} from {origin} refused: the admin API takes "
+                                 "state-changing requests from its own origin only")
 
 
 def _authorize(security: Security, access: Access, role: str, request: web.Request) -> None:
