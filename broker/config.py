@@ -254,6 +254,10 @@ class BrokerConfig:
     replicatedSubscriptionsSnapshotFrequencyMillis: int = setting(1000, POSITIVE)
     replicatedSubscriptionsSnapshotTimeoutSeconds: int = setting(30, POSITIVE)
     replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = setting(10, POSITIVE)
+    # -- transactions (PIP-31; docs/transactions.md): off by default, as in Pulsar ---------------------
+    transactionCoordinatorEnabled: bool = False
+    # Open transactions one coordinator may hold; 0 = no limit (Pulsar's default).
+    maxActiveTransactionsPerCoordinator: int = setting(0, UNLIMITED)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""

@@ -35,6 +35,7 @@ from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
+from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
@@ -106,6 +107,9 @@ class BrokerService:
         self._health_ledger: ManagedLedger | None = None
         self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
         self._health_lock = asyncio.Lock()
+        # The transaction coordinators (transactionCoordinatorEnabled; docs/transactions.md).
+        self.transactions: TransactionService | None = (
+            TransactionService(self) if config.transactionCoordinatorEnabled else None)
         self.closed = False
 
     def _metadata_changed(self) -> None:
@@ -236,6 +240,7 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
+            await topic.txn_buffer.recover()
             await topic.start_replication()
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
@@ -413,6 +418,8 @@ class BrokerService:
         legacy = self.data_dir / LEGACY_FILE_NAME if self.data_dir is not None else None
         try:
             await self.metadata.start(self.metadata_store, legacy)
+            if self.transactions is not None:
+                await self.transactions.create_assign_topic()
         except BaseException:
             await self.metadata.close()
             await self.metadata_store.close()
@@ -434,6 +441,11 @@ class BrokerService:
         except Exception as exc:
             log.error("managed-ledger storage not started: %s", exc)
             return
+        if self.transactions is not None:
+            try:
+                await self.transactions.load_stored()
+            except Exception:  # (each loads again on its first request)
+                log.exception("transaction coordinators not loaded at start")
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return
@@ -480,6 +492,8 @@ class BrokerService:
             await asyncio.gather(self._resuming, return_exceptions=True)
         await self._fenced_unloads.close()
         await self.housekeeping.stop()
+        if self.transactions is not None:
+            await self.transactions.close()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
         self.topics.clear()

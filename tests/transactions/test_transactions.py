@@ -1,0 +1,250 @@
+"""Transactions over the wire against an in-process broker (transactionCoordinatorEnabled=true):
+the coordinator's requests and errors, transactional produce (the buffer, its read limit and
+markers) and acknowledge (pending acks, conflicts), commit and abort, timeouts, restarts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+from tests.component.wire import port_of
+from tests.transactions.client import T, TxnWireClient
+from tests.waiting import eventually
+
+E = pb.ServerError
+IN = "persistent://public/default/txn-in"
+OUT1 = "persistent://public/default/txn-out-1"
+OUT2 = "persistent://public/default/txn-out-2"
+QUIET_S = 0.3  # how long "nothing arrives" is watched for (never asserted on time)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    async with Broker(data_dir=tmp_path, transactionCoordinatorEnabled=True) as b:
+        yield b
+
+
+@pytest.fixture
+async def client(broker: Broker) -> AsyncIterator[TxnWireClient]:
+    c = await TxnWireClient.open(port_of(broker))
+    assert not (await c.tc_connect(0)).HasField("error")
+    yield c
+    await c.close()
+
+
+async def nothing_arrives(c: TxnWireClient, consumer_id: int) -> None:
+    with pytest.raises(TimeoutError):
+        await c.receive(consumer_id, wait_s=QUIET_S)
+
+
+async def test_disabled_by_default_refuses_every_transaction_command(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        c = await TxnWireClient.open(port_of(b))
+        cmd = pb.BaseCommand(type=T.TC_CLIENT_CONNECT_REQUEST)
+        cmd.tcClientConnectRequest.tc_id = 0
+        reply = await c.request(cmd, cmd.tcClientConnectRequest)
+        assert reply.type == T.ERROR and reply.error.error == E.NotAllowedError
+        await c.producer(OUT1, 1)
+        receipt = await c.send(1, 0, "x", txn=(0, 0))
+        assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+        meta = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+        meta.partitionMetadata.topic = "persistent://pulsar/system/transaction_coordinator_assign"
+        reply = await c.request(meta, meta.partitionMetadata)
+        # No assignment topic: the Java and Go clients then refuse to start transactions.
+        assert reply.partitionMetadataResponse.partitions == 0
+        await c.close()
+
+
+async def test_assign_topic_has_one_partition_and_unknown_coordinator_is_refused(client: TxnWireClient) -> None:
+    meta = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+    meta.partitionMetadata.topic = "persistent://pulsar/system/transaction_coordinator_assign"
+    reply = await client.request(meta, meta.partitionMetadata)
+    assert reply.partitionMetadataResponse.partitions == 1
+    assert (await client.tc_connect(1)).error == E.TransactionCoordinatorNotFound
+    assert (await client.new_txn_raw(tc_id=5)).error == E.TransactionCoordinatorNotFound
+
+
+async def test_new_txn_ids_and_status_errors(client: TxnWireClient) -> None:
+    t1 = await client.new_txn()
+    t2 = await client.new_txn()
+    assert t1 == (0, 0) and t2 == (0, 1)  # most = coordinator id, least = its sequence
+    assert (await client.add_partitions((0, 99), OUT1)).error == E.TransactionNotFound
+    assert not (await client.end_txn(t1, commit=True)).HasField("error")
+    # Ended: forgotten (Pulsar answers TransactionNotFound for it from then on)
+    assert (await client.end_txn(t1, commit=False)).error == E.TransactionNotFound
+    assert (await client.add_partitions(t1, OUT1)).error == E.TransactionNotFound
+
+
+async def topic_of(broker: Broker, name: str) -> PersistentTopic:
+    assert broker.server is not None
+    return await broker.server.service.get_persistent_topic(TopicName.parse(name), create=False)
+
+
+async def test_commit_across_two_topics_and_a_subscription(broker: Broker, client: TxnWireClient) -> None:
+    # input: two messages waiting on a subscription
+    await client.producer(IN, 1)
+    for i in range(2):
+        assert (await client.send(1, i, f"in-{i}")).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10)
+    inputs = await client.receive_n(10, 2)
+    # observers: a durable consumer on each output topic and a reader
+    await client.subscribe(OUT1, "watch", 11)
+    await client.subscribe(OUT2, "watch", 12)
+    await client.subscribe(OUT1, "reader", 13, durable=False)
+
+    txn = await client.new_txn()
+    assert not (await client.add_partitions(txn, OUT1, OUT2)).HasField("error")
+    assert not (await client.add_subscription(txn, IN, "work")).HasField("error")
+    await client.producer(OUT1, 2)
+    await client.producer(OUT2, 3)
+    assert (await client.send(2, 0, "out-a", txn)).type == T.SEND_RECEIPT
+    assert (await client.send(3, 0, "out-b", txn)).type == T.SEND_RECEIPT
+    ack = await client.ack(10, *inputs, txn=txn)
+    assert not ack.HasField("error") and (ack.txnid_most_bits, ack.txnid_least_bits) == txn
+    # Uncommitted: nobody sees the outputs, GET_LAST_MESSAGE_ID does not show them, and the
+    # inputs stay unacknowledged.
+    await nothing_arrives(client, 11)
+    await nothing_arrives(client, 13)
+    assert (await client.last_message_id(11))[1] < 0
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.cursor.number_of_entries_in_backlog() == 2
+
+    assert not (await client.end_txn(txn, commit=True)).HasField("error")
+    assert [m.body for m in await client.receive_n(11, 1)] == ["out-a"]
+    assert [m.body for m in await client.receive_n(12, 1)] == ["out-b"]
+    assert [m.body for m in await client.receive_n(13, 1)] == ["out-a"]
+    assert work.cursor.number_of_entries_in_backlog() == 0
+    # the commit markers are never delivered
+    await nothing_arrives(client, 11)
+
+
+async def test_abort_drops_messages_and_redelivers_acked_inputs(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    assert (await client.send(1, 0, "in-0")).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (first,) = await client.receive_n(10, 1)
+    await client.subscribe(OUT1, "watch", 11)
+    await client.subscribe(OUT1, "reader", 13, durable=False)
+    await client.producer(OUT1, 2)
+
+    txn = await client.new_txn()
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    assert (await client.send(2, 0, "aborted", txn)).type == T.SEND_RECEIPT
+    assert not (await client.ack(10, first, txn=txn)).HasField("error")
+    # Ordinary messages after the open transaction's first entry wait behind it (order is kept).
+    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    await nothing_arrives(client, 11)
+
+    assert not (await client.end_txn(txn, commit=False)).HasField("error")
+    (plain,) = await client.receive_n(11, 1)
+    assert plain.body == "plain"
+    assert [m.body for m in await client.receive_n(13, 1)] == ["plain"]
+    # The input the aborted transaction acknowledged comes back.
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+    await nothing_arrives(client, 11)
+    # The aborted entry and the marker were acknowledged by the broker itself: acking "plain"
+    # leaves no backlog.
+    await client.ack(11, plain)
+    watch = (await topic_of(broker, OUT1)).subscriptions["watch"]
+    await eventually(lambda: watch.cursor.number_of_entries_in_backlog() == 0, "no backlog")
+
+
+async def test_conflicting_acks_are_refused(client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    for i in range(3):
+        await client.send(1, i, f"in-{i}")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    msgs = await client.receive_n(10, 3)
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    assert not (await client.ack(10, msgs[0], txn=t1)).HasField("error")
+    assert (await client.ack(10, msgs[0], txn=t2)).error == E.TransactionConflict
+    # An ordinary ack, then a transactional one of the same message: already acknowledged.
+    await client.ack(10, msgs[1])
+    assert (await client.ack(10, msgs[1], txn=t2)).error == E.TransactionConflict
+    # Cumulative transactional acks are for Exclusive and Failover subscriptions only.
+    assert (await client.ack(10, msgs[2], txn=t2, cumulative=True)).error == E.NotAllowedError
+    # After t1 aborts, t2 may take the message.
+    await client.end_txn(t1, commit=False)
+    assert not (await client.ack(10, msgs[0], txn=t2)).HasField("error")
+
+
+async def test_cumulative_ack_in_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    for i in range(3):
+        await client.send(1, i, f"in-{i}")
+    await client.subscribe(IN, "work", 10)
+    msgs = await client.receive_n(10, 3)
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    assert not (await client.ack(10, msgs[1], txn=t1, cumulative=True)).HasField("error")
+    assert (await client.ack(10, msgs[2], txn=t2, cumulative=True)).error == E.TransactionConflict
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.cursor.number_of_entries_in_backlog() == 3
+    await client.end_txn(t1, commit=True)
+    assert work.cursor.number_of_entries_in_backlog() == 1
+
+
+async def test_timeout_aborts_the_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.subscribe(OUT1, "watch", 11)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=2000)
+    await client.add_partitions(txn, OUT1)
+    assert (await client.send(2, 0, "late", txn)).type == T.SEND_RECEIPT
+    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    # Aborted by the coordinator: the ordinary message behind it is released, the other never is.
+    assert [m.body for m in await client.receive_n(11, 1)] == ["plain"]
+    assert broker.server is not None and broker.server.service.transactions is not None
+    tc = broker.server.service.transactions.coordinators[0]
+    assert tc.timed_out == 1
+    await eventually(lambda: txn not in tc.txns, "the abort logged")
+    assert (await client.end_txn(txn, commit=True)).error == E.TransactionNotFound
+    # A SEND in the aborted transaction is refused.
+    receipt = await client.send(2, 2, "later", txn)
+    assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+
+
+async def test_send_without_add_partition_is_refused(client: TxnWireClient) -> None:
+    await client.producer(OUT2, 2)
+    txn = await client.new_txn()
+    receipt = await client.send(2, 0, "x", txn)
+    assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+
+
+async def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.producer(OUT1, 2)
+        aborted = await c.new_txn()
+        await c.add_partitions(aborted, OUT1)
+        await c.send(2, 0, "aborted", aborted)
+        await c.end_txn(aborted, commit=False)
+        await c.send(2, 1, "plain-1")
+        open_txn = await c.new_txn()
+        await c.add_partitions(open_txn, OUT1)
+        await c.send(2, 2, "committed-later", open_txn)
+        await c.send(2, 3, "plain-2")
+        await c.close()
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "after", 11)
+        # The open transaction holds back what follows it; the aborted message stays dropped.
+        assert [m.body for m in await c.receive_n(11, 1)] == ["plain-1"]
+        await nothing_arrives(c, 11)
+        assert not (await c.end_txn(open_txn, commit=True)).HasField("error")
+        assert [m.body for m in await c.receive_n(11, 2)] == ["committed-later", "plain-2"]
+        # Ids are not reused after a restart.
+        assert await c.new_txn() == (0, 2)
+        await c.close()
