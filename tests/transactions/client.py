@@ -181,7 +181,8 @@ class TxnWireClient:
         s.durable = durable
         reply = await self.request(cmd, s)
         assert reply.type == T.SUCCESS, reply
-        self.flow(consumer_id, permits)
+        if permits:
+            self.flow(consumer_id, permits)
 
     def flow(self, consumer_id: int, permits: int) -> None:
         cmd = pb.BaseCommand(type=T.FLOW)
