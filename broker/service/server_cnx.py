@@ -33,7 +33,7 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
-from broker.protocol.entry import parse_payload
+from broker.protocol.entry import build_entry, entry_body, parse_payload
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import command_body
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
@@ -391,6 +391,11 @@ class ServerCnx:
                 c.producer_id, seq, E.NotAllowedError,
                 f"Exceeds max allowed delivery delay of {policy.max_delivery_delay_ms} milliseconds"))
             return
+        if txn is not None and not md.HasField("txnid_most_bits"):
+            # The Go client puts the transaction in CommandSend only; dispatch and recovery read it
+            # from the stored metadata, so the broker writes it there (Java sends both already).
+            md.txnid_most_bits, md.txnid_least_bits = txn
+            payload = build_entry(md.SerializeToString(), entry_body(payload))
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
         self.connection.send_started(len(payload))
         if producer.publish(seq, highest, c.num_messages, payload, last_chunk, txn):

@@ -155,14 +155,18 @@ class TxnWireClient:
         reply = await self.request(cmd, cmd.producer)
         assert reply.type == T.PRODUCER_SUCCESS, reply
 
-    async def send(self, producer_id: int, seq: int, text: str, txn: Txn | None = None) -> pb.BaseCommand:
+    async def send(self, producer_id: int, seq: int, text: str, txn: Txn | None = None,
+                   txn_in_metadata: bool = True) -> pb.BaseCommand:
+        """A SEND; in a transaction the id goes in CommandSend and (as Java does, unlike Go)
+        in the message metadata too unless ``txn_in_metadata`` is False."""
         cmd = pb.BaseCommand(type=T.SEND)
         cmd.send.producer_id = producer_id
         cmd.send.sequence_id = seq
         md = pb.MessageMetadata(producer_name=f"p{producer_id}", sequence_id=seq, publish_time=1)
         if txn is not None:
             cmd.send.txnid_most_bits, cmd.send.txnid_least_bits = txn
-            md.txnid_most_bits, md.txnid_least_bits = txn
+            if txn_in_metadata:
+                md.txnid_most_bits, md.txnid_least_bits = txn
         meta = md.SerializeToString()
         tail = struct.pack(">I", len(meta)) + meta + text.encode()
         payload = b"\x0e\x01" + struct.pack(">I", crc32c(tail)) + tail

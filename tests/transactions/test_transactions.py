@@ -137,9 +137,11 @@ async def test_abort_drops_messages_and_redelivers_acked_inputs(broker: Broker, 
     await client.add_partitions(txn, OUT1)
     await client.add_subscription(txn, IN, "work")
     assert (await client.send(2, 0, "aborted", txn)).type == T.SEND_RECEIPT
+    # as the Go client sends: the transaction only in CommandSend
+    assert (await client.send(2, 2, "aborted-go", txn, txn_in_metadata=False)).type == T.SEND_RECEIPT
     assert not (await client.ack(10, first, txn=txn)).HasField("error")
     # Ordinary messages after the open transaction's first entry wait behind it (order is kept).
-    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    assert (await client.send(2, 3, "plain")).type == T.SEND_RECEIPT
     await nothing_arrives(client, 11)
 
     assert not (await client.end_txn(txn, commit=False)).HasField("error")
