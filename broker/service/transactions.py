@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from broker.errors import TransactionCoordinatorNotFoundError
+from broker.errors import InvalidTopicNameError, TopicNotFoundError, TransactionCoordinatorNotFoundError
 from broker.topic_name import TopicName
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.log import TransactionLog, log_ledger_name
@@ -95,11 +95,19 @@ class TransactionService:
             await topic.txn_buffer.prepare()
 
     async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None:
-        t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+        try:
+            t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+        except (TopicNotFoundError, InvalidTopicNameError) as exc:  # deleted since: nothing to end there
+            log.warning("transaction %s: %s not ended: %s", txn, topic, exc.message)
+            return
         await t.txn_buffer.end(txn, commit)
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
-        t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+        try:
+            t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+        except (TopicNotFoundError, InvalidTopicNameError) as exc:
+            log.warning("transaction %s: subscription %s of %s not ended: %s", txn, subscription, topic, exc.message)
+            return
         sub = t.subscriptions.get(subscription)
         if sub is None:
             if subscription not in t.ledger.cursors:

@@ -156,13 +156,15 @@ class TxnWireClient:
         assert reply.type == T.PRODUCER_SUCCESS, reply
 
     async def send(self, producer_id: int, seq: int, text: str, txn: Txn | None = None,
-                   txn_in_metadata: bool = True) -> pb.BaseCommand:
+                   txn_in_metadata: bool = True, key: str | None = None) -> pb.BaseCommand:
         """A SEND; in a transaction the id goes in CommandSend and (as Java does, unlike Go)
         in the message metadata too unless ``txn_in_metadata`` is False."""
         cmd = pb.BaseCommand(type=T.SEND)
         cmd.send.producer_id = producer_id
         cmd.send.sequence_id = seq
         md = pb.MessageMetadata(producer_name=f"p{producer_id}", sequence_id=seq, publish_time=1)
+        if key is not None:
+            md.partition_key = key
         if txn is not None:
             cmd.send.txnid_most_bits, cmd.send.txnid_least_bits = txn
             if txn_in_metadata:

@@ -11,8 +11,10 @@ import pytest
 
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import entry_body
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
+from managed_ledger import Position
 from tests.component.wire import port_of
 from tests.transactions.client import T, TxnWireClient
 from tests.waiting import eventually
@@ -250,3 +252,31 @@ async def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path) -
         # Ids are not reused after a restart.
         assert await c.new_txn() == (0, 2)
         await c.close()
+
+
+async def test_compaction_keeps_neither_aborted_nor_uncommitted_messages(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT1, 2)
+    await client.send(2, 0, "v1", key="k")
+    aborted = await client.new_txn()
+    await client.add_partitions(aborted, OUT1)
+    await client.send(2, 1, "v2-aborted", aborted, key="k")
+    await client.end_txn(aborted, commit=False)
+    open_txn = await client.new_txn()
+    await client.add_partitions(open_txn, OUT1)
+    first_open = await client.send(2, 2, "v3-open", open_txn, key="k")
+    topic = await topic_of(broker, OUT1)
+    view = await topic.compactor.compact()
+    kept = [entry_body(c.entry.data).decode() for c in view.entries]
+    assert kept == ["v1"]  # the aborted and the uncommitted value of k are not in the view
+    open_id = first_open.send_receipt.message_id
+    assert view.horizon < Position(open_id.ledgerId, open_id.entryId)
+
+
+async def test_ending_on_a_deleted_topic_does_not_block_the_commit(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT2, 2)
+    txn = await client.new_txn()
+    await client.add_partitions(txn, OUT1, OUT2)
+    await client.send(2, 0, "x", txn)
+    assert broker.server is not None
+    await broker.server.service.delete_topic(TopicName.parse(OUT1))
+    assert not (await client.end_txn(txn, commit=True)).HasField("error")
