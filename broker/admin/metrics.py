@@ -226,6 +226,20 @@ class BrokerCollector(Collector):
                       ["cluster", "provider_name", "auth_method", "reason"]).add_metric(
                 [cluster, provider, method, reason], n)
 
+        transactions = service.transactions
+        if transactions is not None:  # Pulsar's TransactionAggregator names, one series per coordinator
+            for tc_id, tc in sorted(transactions.coordinators.items()):
+                labels = [cluster, str(tc_id)]
+                for name, doc, value in (
+                        ("pulsar_txn_active_count", "Transactions open", len(tc.txns)),
+                        ("pulsar_txn_created_count", "Transactions created", tc.created),
+                        ("pulsar_txn_committed_count", "Transactions committed", tc.committed),
+                        ("pulsar_txn_aborted_count", "Transactions aborted (timeouts included)", tc.aborted),
+                        ("pulsar_txn_timeout_count", "Transactions aborted by their timeout", tc.timed_out),
+                        ("pulsar_txn_append_log_count", "Records written to the coordinator's log",
+                         tc.log.appended)):
+                    f.gauge(name, doc, ["cluster", "coordinator_id"]).add_metric(labels, value)
+
         if by_topic:
             self._topic_level(f, cluster, stats)
         else:

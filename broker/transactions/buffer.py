@@ -76,6 +76,8 @@ class TransactionBuffer:
         self.committed_count = 0
         self.aborted_count = 0
         self._snapshot_dirty = False
+        self.recover_started_ms = 0
+        self.recover_ended_ms = 0
 
     # -- what dispatch asks --------------------------------------------------------------------------
     def read_limit(self) -> Position | None:
@@ -101,6 +103,7 @@ class TransactionBuffer:
         cursor = self.cursor
         if cursor is None:
             return
+        self.recover_started_ms = int(time.time() * 1000)
         for key, ledger_id in cursor.properties.items():
             if key.startswith(_ABORTED_PREFIX):
                 most, least = key[len(_ABORTED_PREFIX):].split(":")
@@ -118,6 +121,7 @@ class TransactionBuffer:
         finally:
             await reader.close()
         self._update_limit()
+        self.recover_ended_ms = int(time.time() * 1000)
         log.info("%s: transaction buffer recovered (%d entries replayed, %d open, %d aborted)",
                  self.ledger.name, replayed, len(self.ongoing), len(self.aborted))
 
@@ -224,6 +228,12 @@ class TransactionBuffer:
         self._snapshot()
 
     # -- stats ---------------------------------------------------------------------------------------
+    def txn_stats(self, txn: TxnID) -> dict[str, object]:
+        """Pulsar's TransactionInBufferStats of one transaction on this topic."""
+        first = self.ongoing.get(txn)
+        return {"startPosition": str(first) if first is not None and txn not in self._in_flight else None,
+                "aborted": txn in self.aborted}
+
     def stats(self) -> dict[str, object]:
         """Pulsar's TransactionBufferStats (the fields operators read)."""
         last = self.ledger.last_confirmed_entry
@@ -233,9 +243,6 @@ class TransactionBuffer:
             "maxReadPosition": str(limit),
             "lastSnapshotTimestamps": 0,
             "ongoingTxnSize": len(self.ongoing),
-            "recoverStartTime": 0,
-            "recoverEndTime": 0,
-            "totalAbortedTransactions": len(self.aborted),
-            "committedTxnCount": self.committed_count,
-            "abortedTxnCount": self.aborted_count,
+            "recoverStartTime": self.recover_started_ms,
+            "recoverEndTime": self.recover_ended_ms,
         }

@@ -60,13 +60,16 @@ class TransactionCoordinator:
         self.committed = 0
         self.aborted = 0
         self.timed_out = 0
+        self.recover_started_ms = 0
+        self.recover_ended_ms = 0
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     # -- recovery ----------------------------------------------------------------------------------
     async def recover(self) -> None:
         """Rebuild the live transactions from the log; finish those caught ending; re-arm timeouts."""
+        self.recover_started_ms = self.now_ms()
         self.sequence = self.log.max_txn_id
         for position, r in await self.log.replay():
             self.sequence = max(self.sequence, r.txn.least)
@@ -90,6 +93,7 @@ class TransactionCoordinator:
             else:
                 self._ending[meta.txn] = asyncio.get_running_loop().create_future()
                 self._tasks.spawn(self._finish(meta))
+        self.recover_ended_ms = self.now_ms()
         if self.txns:
             log.info("transaction coordinator %d recovered %d live transactions", self.tc_id, len(self.txns))
 
@@ -101,7 +105,7 @@ class TransactionCoordinator:
                                   f"{self.max_active} active transactions")
         self.sequence += 1
         txn = TxnID(self.tc_id, self.sequence)
-        meta = TxnMeta(txn, TxnStatus.OPEN, self._now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS)
+        meta = TxnMeta(txn, TxnStatus.OPEN, self.now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS)
         self.txns[txn] = meta
         try:
             meta.first_record = await self.log.append(LogRecord(txn, "new", timeout_ms=meta.timeout_ms,
@@ -216,7 +220,7 @@ class TransactionCoordinator:
     # -- timeouts ------------------------------------------------------------------------------------
     def _arm_timeout(self, meta: TxnMeta) -> None:
         loop = asyncio.get_running_loop()
-        delay = max(0.0, (meta.deadline_ms - self._now_ms()) / 1000)
+        delay = max(0.0, (meta.deadline_ms - self.now_ms()) / 1000)
         self._timeouts[meta.txn] = loop.call_later(delay, self._timed_out, meta.txn)
 
     def _disarm_timeout(self, txn: TxnID) -> None:
@@ -240,6 +244,19 @@ class TransactionCoordinator:
             log.debug("timeout abort of %s: %s", txn, exc)
         except Exception:
             log.exception("timeout abort of %s failed", txn)
+
+    # -- stats ---------------------------------------------------------------------------------------
+    @property
+    def low_watermark(self) -> int:
+        """Every transaction with a sequence up to this one has ended."""
+        open_ones = [t.least for t in self.txns]
+        return min(open_ones) - 1 if open_ones else self.sequence
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's TransactionCoordinatorStats."""
+        return {"state": "Ready" if not self.closed else "Close", "leastSigBits": self.sequence,
+                "lowWaterMark": self.low_watermark, "ongoingTxnSize": len(self.txns),
+                "recoverStartTime": self.recover_started_ms, "recoverEndTime": self.recover_ended_ms}
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -74,6 +74,7 @@ class TransactionLog:
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.ledger = ledger
         self.cursor = cursor
+        self.appended = 0  # records written since it opened (pulsar_txn_append_log_count)
 
     @classmethod
     async def open(cls, ledger: ManagedLedger) -> TransactionLog:
@@ -104,7 +105,9 @@ class TransactionLog:
             await reader.close()
 
     async def append(self, record: LogRecord) -> Position:
-        return await self.ledger.add_entry_async(record.encode())
+        position = await self.ledger.add_entry_async(record.encode())
+        self.appended += 1
+        return position
 
     def trim_before(self, oldest_live: Position | None, max_txn_id: int) -> None:
         """Everything before ``oldest_live`` (the first record of the oldest transaction not yet

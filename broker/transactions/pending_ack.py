@@ -166,8 +166,14 @@ class PendingAcks:
         return pending
 
     def stats(self) -> dict[str, object]:
-        return {"totalPendingAckTransactions": len(self.by_txn),
-                "pendingAckPositions": sum(len(a.individual) for a in self.by_txn.values())}
+        """Pulsar's TransactionPendingAckStats."""
+        return {"state": "Ready", "lowWaterMarks": None, "ongoingTxnSize": len(self.by_txn)}
+
+    def txn_stats(self, txn: TxnID) -> dict[str, object]:
+        """Pulsar's TransactionInPendingAckStats of one transaction."""
+        acks = self.by_txn.get(txn)
+        cumulative = acks.cumulative if acks is not None else None
+        return {"cumulativeAckPosition": str(cumulative) if cumulative is not None else None}
 
 
 def _overlap(a: Iterable[int], b: Iterable[int], batch_size: int) -> bool:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from broker.embedded import Broker
@@ -280,3 +282,58 @@ async def test_ending_on_a_deleted_topic_does_not_block_the_commit(broker: Broke
     assert broker.server is not None
     await broker.server.service.delete_topic(TopicName.parse(OUT1))
     assert not (await client.end_txn(txn, commit=True)).HasField("error")
+
+
+async def http_get(broker: Broker, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, http.get(broker.web_url + path) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_admin_v3_transactions_and_metrics(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10)
+    (msg,) = await client.receive_n(10, 1)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=600_000)
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    receipt = await client.send(2, 0, "x", txn)
+    await client.ack(10, msg, txn=txn, cumulative=True)
+    base = "/admin/v3/transactions"
+
+    status, coordinators = await http_get(broker, base + "/coordinators")
+    assert status == 200 and [c["id"] for c in coordinators] == [0]
+    status, stats = await http_get(broker, base + "/coordinatorStats")
+    assert status == 200 and stats["0"]["ongoingTxnSize"] == 1 and stats["0"]["state"] == "Ready"
+    assert (await http_get(broker, base + "/coordinatorStats?coordinatorId=3"))[0] == 404
+
+    status, meta = await http_get(broker, f"{base}/transactionMetadata/{txn[0]}/{txn[1]}")
+    assert status == 200 and meta["status"] == "OPEN" and meta["txnId"] == "(0,0)"
+    mid = receipt.send_receipt.message_id
+    assert meta["producedPartitions"][OUT1] == {"startPosition": f"{mid.ledgerId}:{mid.entryId}", "aborted": False}
+    assert meta["ackedPartitions"][IN]["work"]["cumulativeAckPosition"] == f"{msg.id[0]}:{msg.id[1]}"
+    assert (await http_get(broker, f"{base}/transactionMetadata/0/77"))[0] == 404
+    status, slow = await http_get(broker, f"{base}/slowTransactions/0")
+    assert status == 200 and list(slow) == ["(0,0)"]
+
+    status, buffer = await http_get(broker, f"{base}/transactionBufferStats/public/default/txn-out-1")
+    assert status == 200 and buffer["ongoingTxnSize"] == 1
+    assert buffer["maxReadPosition"] == f"{mid.ledgerId}:{mid.entryId - 1}"
+    status, pending = await http_get(broker, f"{base}/pendingAckStats/public/default/txn-in/work")
+    assert status == 200 and pending["ongoingTxnSize"] == 1
+    assert (await http_get(broker, f"{base}/pendingAckStats/public/default/txn-in/nope"))[0] == 404
+    assert (await http_get(broker, f"{base}/transactionBufferStats/public/default/missing"))[0] == 404
+
+    await client.end_txn(txn, commit=False)
+    async with aiohttp.ClientSession() as http, http.get(broker.web_url + "/metrics") as resp:
+        text = await resp.text()
+    assert 'pulsar_txn_created_count{cluster="standalone",coordinator_id="0"} 1.0' in text
+    assert 'pulsar_txn_aborted_count{cluster="standalone",coordinator_id="0"} 1.0' in text
+    assert 'pulsar_txn_active_count{cluster="standalone",coordinator_id="0"} 0.0' in text
+
+
+async def test_admin_v3_transactions_answer_503_when_disabled(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        status, body = await http_get(b, "/admin/v3/transactions/coordinatorStats")
+        assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
