@@ -4,6 +4,7 @@ markers) and acknowledge (pending acks, conflicts), commit and abort, timeouts, 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
+from broker.transactions.model import TxnID, TxnStatus
 from managed_ledger import Position
 from tests.component.wire import port_of
 from tests.transactions.client import T, TxnWireClient
@@ -337,3 +339,42 @@ async def test_admin_v3_transactions_answer_503_when_disabled(tmp_path: Path) ->
     async with Broker(data_dir=tmp_path) as b:
         status, body = await http_get(b, "/admin/v3/transactions/coordinatorStats")
         assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
+
+
+async def test_commit_logged_but_markers_not_written_is_finished_after_restart(tmp_path: Path) -> None:
+    """The broker stops after the coordinator logged COMMITTING and before any topic was told
+    (the topics' END_TXN_ON_PARTITION never completes): the restarted coordinator finishes it."""
+    data = tmp_path / "data"
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "watch", 11)
+        await c.producer(OUT1, 2)
+        txn = await c.new_txn()
+        await c.add_partitions(txn, OUT1)
+        await c.send(2, 0, "committed", txn)
+        assert b.server is not None and b.server.service.transactions is not None
+        ts = b.server.service.transactions
+        stuck = asyncio.Event()
+
+        async def never(topic: str, txn_id: TxnID, commit: bool) -> None:
+            stuck.set()
+            await asyncio.Event().wait()  # (cancelled when the broker stops)
+
+        ts.end_on_partition = never  # type: ignore[method-assign]
+        end = asyncio.ensure_future(c.end_txn(txn, commit=True))
+        await asyncio.wait_for(stuck.wait(), 10)
+        assert ts.coordinators[0].get(TxnID(*txn)).status is TxnStatus.COMMITTING
+        await nothing_arrives(c, 11)
+        end.cancel()
+        await c.close()
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "watch", 11)
+        assert [m.body for m in await c.receive_n(11, 1)] == ["committed"]
+        # The client's retry: the same outcome (still finishing), or already forgotten.
+        again = await c.end_txn(txn, commit=True)
+        assert not again.HasField("error") or again.error == E.TransactionNotFound
+        assert (await c.end_txn(txn, commit=False)).error in (E.TransactionNotFound, E.InvalidTxnStatus)
+        await c.close()
