@@ -42,6 +42,7 @@ from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.subscription import position_of
 from broker.service.topic_watchers import TopicWatchers, compile_pattern
+from broker.service.txn_commands import CoordinatorCommands
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
     from broker.service.nonpersistent import NonPersistentTopic
     from broker.service.topic import PersistentTopic
-    from broker.service.transactions import TransactionService
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -111,16 +111,8 @@ class ServerCnx:
             T.CONSUMER_STATS: self.handle_consumer_stats,
             T.AUTH_RESPONSE: self.handle_auth_response,
         }
-        txn_handlers: dict[int, Handler] = {
-            T.TC_CLIENT_CONNECT_REQUEST: self.handle_tc_client_connect,
-            T.NEW_TXN: self.handle_new_txn,
-            T.ADD_PARTITION_TO_TXN: self.handle_add_partition_to_txn,
-            T.ADD_SUBSCRIPTION_TO_TXN: self.handle_add_subscription_to_txn,
-            T.END_TXN: self.handle_end_txn,
-            T.END_TXN_ON_PARTITION: self.handle_end_txn_on_partition,
-            T.END_TXN_ON_SUBSCRIPTION: self.handle_end_txn_on_subscription,
-        }
-        for txn_type, handler in txn_handlers.items():
+        # The transaction coordinator's commands (txn_commands.py), or NotAllowedError when off.
+        for txn_type, handler in CoordinatorCommands(self).handlers().items():
             self.handlers[txn_type] = handler if service.transactions is not None else self.handle_txn
 
     # -- ClientConnection protocol (used by producers/consumers) ---------------------------------------
@@ -757,114 +749,6 @@ class ServerCnx:
         """Any transaction command while transactionCoordinatorEnabled=false (Pulsar's answer)."""
         request_id = getattr(command_body(cmd), "request_id", 0)
         self.write(commands.error(request_id, E.NotAllowedError, "Transactions are not enabled."))
-
-    # -- transactions (transactionCoordinatorEnabled; broker/transactions/) ------------------------------
-    def _txn_request(self, kind: int, request_id: int, txn: TxnID | None,
-                     work: Callable[[TransactionService], Coroutine[Any, Any, TxnID | None]]) -> None:
-        """Run a coordinator request; answer with ``kind`` (the txn id it returns, else ``txn``)
-        or the request's error."""
-        transactions = self.service.transactions
-        assert transactions is not None
-
-        async def run() -> None:
-            try:
-                got = await work(transactions)
-            except BrokerError as exc:
-                self.write(commands.txn_response(kind, request_id, txn, exc.code, exc.message))
-                return
-            except Exception as exc:
-                log.exception("transaction request %s failed", pb.BaseCommand.Type.Name(kind))
-                self.write(commands.txn_response(kind, request_id, txn, E.UnknownError, str(exc)))
-                return
-            self.write(commands.txn_response(kind, request_id, got if got is not None else txn))
-
-        self._spawn(run())
-
-    def handle_tc_client_connect(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.tcClientConnectRequest
-
-        async def work(ts: TransactionService) -> None:
-            await ts.coordinator(c.tc_id)
-
-        self._txn_request(T.TC_CLIENT_CONNECT_RESPONSE, c.request_id, None, work)
-
-    def handle_new_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.newTxn
-
-        async def work(ts: TransactionService) -> TxnID:
-            # txn_ttl_seconds carries milliseconds (Java and Go; upstream renamed it txn_ttl_millis)
-            return await (await ts.coordinator(c.tc_id)).new_txn(c.txn_ttl_seconds)
-
-        self._txn_request(T.NEW_TXN_RESPONSE, c.request_id, None, work)
-
-    def handle_add_partition_to_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.addPartitionToTxn
-        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
-        partitions = list(c.partitions)
-
-        async def work(ts: TransactionService) -> None:
-            for p in partitions:
-                self._authorize(TopicName.parse(p), TopicOperation.PRODUCE)
-            tc = await ts.coordinator_of(txn)
-            tc.get(txn).expect_open()
-            await ts.prepare_partitions(partitions)
-            await tc.add_partitions(txn, partitions)
-
-        self._txn_request(T.ADD_PARTITION_TO_TXN_RESPONSE, c.request_id, txn, work)
-
-    def handle_add_subscription_to_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.addSubscriptionToTxn
-        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
-        subscriptions = [(s.topic, s.subscription) for s in c.subscription]
-
-        async def work(ts: TransactionService) -> None:
-            for topic, sub in subscriptions:
-                self._authorize(TopicName.parse(topic), TopicOperation.CONSUME, sub)
-            await (await ts.coordinator_of(txn)).add_subscriptions(txn, subscriptions)
-
-        self._txn_request(T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, c.request_id, txn, work)
-
-    def handle_end_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.endTxn
-        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
-        if c.txn_action not in (pb.COMMIT, pb.ABORT) or not c.HasField("txn_action"):
-            self.write(commands.txn_response(T.END_TXN_RESPONSE, c.request_id, txn, E.InvalidTxnStatus,
-                                             "END_TXN needs txn_action COMMIT or ABORT"))
-            return
-
-        async def work(ts: TransactionService) -> None:
-            await (await ts.coordinator_of(txn)).end_txn(txn, commit=c.txn_action == pb.COMMIT)
-
-        self._txn_request(T.END_TXN_RESPONSE, c.request_id, txn, work)
-
-    def _check_broker_role(self, what: str) -> None:
-        """With authorization on, only a super user (another broker) may end a transaction on a
-        topic directly."""
-        authz = self.security.authorization
-        if authz.enabled and not authz.is_super_user(self.auth.role):
-            raise NotAllowedError(f"{what} is for brokers (super users) only")
-
-    def handle_end_txn_on_partition(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        """What another broker's coordinator sends the owner of a topic (one broker: ourselves)."""
-        c = cmd.endTxnOnPartition
-        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
-
-        async def work(ts: TransactionService) -> None:
-            self._check_broker_role("END_TXN_ON_PARTITION")
-            await ts.end_on_partition(c.topic, txn, c.txn_action == pb.COMMIT)
-
-        self._txn_request(T.END_TXN_ON_PARTITION_RESPONSE, c.request_id, txn, work)
-
-    def handle_end_txn_on_subscription(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.endTxnOnSubscription
-        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
-
-        async def work(ts: TransactionService) -> None:
-            self._check_broker_role("END_TXN_ON_SUBSCRIPTION")
-            await ts.end_on_subscription(c.subscription.topic, c.subscription.subscription, txn,
-                                         c.txn_action == pb.COMMIT)
-
-        self._txn_request(T.END_TXN_ON_SUBSCRIPTION_RESPONSE, c.request_id, txn, work)
 
 
 def topics_hash(topics: list[str]) -> str:

@@ -361,7 +361,7 @@ async def test_commit_logged_but_markers_not_written_is_finished_after_restart(t
             stuck.set()
             await asyncio.Event().wait()  # (cancelled when the broker stops)
 
-        ts.end_on_partition = never  # type: ignore[method-assign]
+        ts.end_on_partition = never  # type: ignore[method-assign,assignment]
         end = asyncio.ensure_future(c.end_txn(txn, commit=True))
         await asyncio.wait_for(stuck.wait(), 10)
         assert ts.coordinators[0].get(TxnID(*txn)).status is TxnStatus.COMMITTING
