@@ -218,7 +218,10 @@ class Subscription:
                     self.ack_cumulative(consumer, pos)
             return
         positions: list[Position] = []
+        pending = self.pending_acks
         for mid in message_ids:
+            if pending and pending.holds(position_of(mid)):
+                continue  # acknowledged in an open transaction: that transaction decides
             if mid.ack_set and any(mid.ack_set):
                 self.ack_partial(consumer, position_of(mid), list(mid.ack_set))
             else:

@@ -378,3 +378,17 @@ async def test_commit_logged_but_markers_not_written_is_finished_after_restart(t
         assert not again.HasField("error") or again.error == E.TransactionNotFound
         assert (await c.end_txn(txn, commit=False)).error in (E.TransactionNotFound, E.InvalidTxnStatus)
         await c.close()
+
+
+async def test_plain_ack_of_a_message_pending_in_a_transaction_is_ignored(broker: Broker,
+                                                                            client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (msg,) = await client.receive_n(10, 1)
+    txn = await client.new_txn()
+    await client.add_subscription(txn, IN, "work")
+    await client.ack(10, msg, txn=txn)
+    await client.ack(10, msg)  # the transaction decides, not this
+    await client.end_txn(txn, commit=False)
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
