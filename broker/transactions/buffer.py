@@ -14,9 +14,10 @@ be read before the position is known).
 State across restarts: a durable cursor ``pulsar.txn.buffer``, created when a transaction first
 adds the topic (ADD_PARTITION_TO_TXN, before any transactional SEND), is the snapshot: its
 properties hold the aborted set (``aborted:<most>:<least>`` -> the ledger of its marker, dropped
-once that ledger is trimmed) and its mark-delete the position up to which that set is complete.
-It moves to the end whenever no transaction is open on the topic. At load the entries after it
-are replayed (transactional entries open a transaction, markers end one). A topic without that
+once that ledger is trimmed) and its mark-delete the position up to which that set is complete:
+after every end, just before the first entry of the oldest transaction still open (the end when
+none is). At load the entries after it are replayed (transactional entries open a transaction,
+markers end one). A topic without that
 cursor never had a transactional entry and loads as before.
 """
 
@@ -208,9 +209,12 @@ class TransactionBuffer:
                 loop.call_soon(w.trigger_read)
 
     def _snapshot(self) -> None:
-        """No transaction open here: the aborted set is complete up to the end; save it there."""
+        """Save the aborted set, complete up to just before the oldest open transaction's first
+        entry (the end when none is open): the replay at load starts there. Every transaction
+        with an entry before that point has ended, and its fate is in the set, so the cursor does
+        not hold the topic's data back for longer than its oldest open transaction."""
         cursor = self.cursor
-        if cursor is None or self.ongoing or cursor.is_closed:
+        if cursor is None or self._in_flight or cursor.is_closed:
             return
         first_ledger = self.ledger.first_position.ledger_id
         trimmed = [t for t, lid in self.aborted.items() if lid < first_ledger]
@@ -219,12 +223,13 @@ class TransactionBuffer:
         if self._snapshot_dirty or trimmed:
             cursor.set_properties({f"{_ABORTED_PREFIX}{t.most}:{t.least}": lid for t, lid in self.aborted.items()})
             self._snapshot_dirty = False
-        last = self.ledger.last_confirmed_entry
-        if last > cursor.mark_delete_position:
-            cursor.mark_delete(last)
+        limit = self._limit
+        upto = self.ledger.last_confirmed_entry if limit is None else self.ledger.previous_position(limit)
+        if upto > cursor.mark_delete_position:
+            cursor.mark_delete(upto)
 
     def snapshot_idle(self) -> None:
-        """Called now and then (topic housekeeping, unload): move the snapshot to the end if idle."""
+        """Called when the topic closes: the snapshot as far as it can go."""
         self._snapshot()
 
     # -- stats ---------------------------------------------------------------------------------------

@@ -392,3 +392,22 @@ async def test_plain_ack_of_a_message_pending_in_a_transaction_is_ignored(broker
     await client.ack(10, msg)  # the transaction decides, not this
     await client.end_txn(txn, commit=False)
     assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+
+
+async def test_buffer_snapshot_follows_the_oldest_open_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT1, 2)
+    old = await client.new_txn()
+    await client.add_partitions(old, OUT1)
+    await client.send(2, 0, "plain-0")
+    first_old = (await client.send(2, 1, "old", old)).send_receipt.message_id
+    for i in range(3):  # later transactions come and go while the old one stays open
+        t = await client.new_txn()
+        await client.add_partitions(t, OUT1)
+        await client.send(2, 2 + i, f"t{i}", t)
+        await client.end_txn(t, commit=i % 2 == 0)
+    topic = await topic_of(broker, OUT1)
+    snapshot = topic.ledger.cursors["pulsar.txn.buffer"]
+    assert snapshot.mark_delete_position == topic.ledger.previous_position(
+        Position(first_old.ledgerId, first_old.entryId))
+    await client.end_txn(old, commit=True)
+    assert snapshot.mark_delete_position == topic.ledger.last_confirmed_entry
