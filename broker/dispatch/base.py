@@ -233,11 +233,15 @@ class Dispatcher(ConsumerMembers, ABC):
 
     def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
         """(messages still to deliver, ack_set to send) for an entry about to be dispatched: a
-        batch partly acknowledged by index (kept by the cursor) costs only what is left of it."""
+        batch partly acknowledged by index (kept by the cursor, or held by an open transaction)
+        costs only what is left of it."""
         batch_acks = self.cursor.batch_acks
-        if not batch_acks:
-            return num_messages, None
-        words = batch_acks.get(pos)
+        held = self.context.held_indexes
+        words = batch_acks.get(pos) if batch_acks else None
+        if held is not None:
+            in_txn = held(pos)
+            if in_txn is not None:
+                words = in_txn if words is None else [a & b for a, b in zip(words, in_txn, strict=False)]
         if words is None:
             return num_messages, None
         return min(num_messages, sum((w & _U64).bit_count() for w in words)), words

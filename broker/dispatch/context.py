@@ -201,5 +201,8 @@ class DispatchContext:
     limit_waiters: MutableSet[ReadTrigger] = field(default_factory=set)
     # ... an entry of this aborted transaction (most, least bits) is acknowledged, never delivered ...
     txn_aborted: Callable[[int, int], bool] = _not_aborted
-    # ... and an entry acknowledged in a transaction still open is not delivered (None: no such acks).
+    # ... an entry acknowledged in a transaction still open is not delivered (None: no such acks) ...
     held: Callable[[Position], bool] | None = None
+    # ... and the batch indexes open transactions acknowledged in an entry (ack_set words, bit set =
+    # not acknowledged by any of them), left out when it is delivered; None when there are none.
+    held_indexes: Callable[[Position], list[int] | None] | None = None

@@ -55,6 +55,20 @@ class PendingAcks:
         cumulative = self._cumulative
         return cumulative is not None and position <= cumulative[1]
 
+    def held_indexes(self, position: Position) -> list[int] | None:
+        """The messages of a batch entry still unacknowledged by every open transaction (ack_set
+        words: bit set = not acknowledged in any of them); None when none acked part of it."""
+        owners = self._owners.get(position)
+        if owners is None:
+            return None
+        words: list[int] | None = None
+        for txn in owners:
+            ack_set = self.by_txn[txn].individual.get(position)
+            if ack_set is None:
+                continue
+            words = list(ack_set) if words is None else [a & b for a, b in zip(words, ack_set, strict=False)]
+        return words
+
     # -- adding --------------------------------------------------------------------------------------
     def add_individual(self, txn: TxnID, acks: list[tuple[Position, list[int] | None, int]],
                        is_acked: Callable[[Position], bool]) -> None:

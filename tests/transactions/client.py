@@ -35,7 +35,8 @@ class Message:
     def __init__(self, cmd: pb.CommandMessage, payload: bytes) -> None:
         self.id = (commands.from_u64(cmd.message_id.ledgerId), commands.from_u64(cmd.message_id.entryId))
         self.message_id = cmd.message_id
-        self.body = entry_body(payload).decode()
+        self.body = entry_body(payload).decode(errors="replace")
+        self.ack_set = list(cmd.ack_set)
 
 
 class TxnWireClient:
@@ -177,6 +178,31 @@ class TxnWireClient:
         self.writer.write(commands.frame_with_payload(cmd, payload))
         return await asyncio.wait_for(fut, WAIT_S)
 
+    async def send_batch(self, producer_id: int, seq: int, texts: list[str]) -> pb.BaseCommand:
+        """One SEND carrying a batch of ``texts`` (uncompressed)."""
+        cmd = pb.BaseCommand(type=T.SEND)
+        cmd.send.producer_id = producer_id
+        cmd.send.sequence_id = seq
+        cmd.send.num_messages = len(texts)
+        md = pb.MessageMetadata(producer_name=f"p{producer_id}", sequence_id=seq, publish_time=1,
+                                num_messages_in_batch=len(texts))
+        body = b""
+        for text in texts:
+            single = pb.SingleMessageMetadata(payload_size=len(text.encode())).SerializeToString()
+            body += struct.pack(">I", len(single)) + single + text.encode()
+        meta = md.SerializeToString()
+        tail = struct.pack(">I", len(meta)) + meta + body
+        payload = b"\x0e\x01" + struct.pack(">I", crc32c(tail)) + tail
+        fut: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
+        self.receipts[(producer_id, seq)] = fut
+        self.writer.write(commands.frame_with_payload(cmd, payload))
+        return await asyncio.wait_for(fut, WAIT_S)
+
+    def redeliver_unacknowledged(self, consumer_id: int) -> None:
+        cmd = pb.BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+        cmd.redeliverUnacknowledgedMessages.consumer_id = consumer_id
+        self.writer.write(commands.frame(cmd))
+
     async def subscribe(self, topic: str, sub: str, consumer_id: int,
                         sub_type: int = pb.CommandSubscribe.Exclusive, permits: int = 1000,
                         durable: bool = True) -> None:
@@ -203,13 +229,19 @@ class TxnWireClient:
         return [await self.receive(consumer_id) for _ in range(n)]
 
     async def ack(self, consumer_id: int, *messages: Message, txn: Txn | None = None,
-                  cumulative: bool = False) -> pb.CommandAckResponse:
+                  cumulative: bool = False, ack_set: list[int] | None = None,
+                  batch_size: int = 0) -> pb.CommandAckResponse:
+        """An ACK of ``messages`` (with ``ack_set``: only the batch indexes whose bit is clear)."""
         cmd = pb.BaseCommand(type=T.ACK)
         c = cmd.ack
         c.consumer_id = consumer_id
         c.ack_type = pb.CommandAck.Cumulative if cumulative else pb.CommandAck.Individual
         for m in messages:
-            c.message_id.add().CopyFrom(m.message_id)
+            mid = c.message_id.add()
+            mid.CopyFrom(m.message_id)
+            if ack_set is not None:
+                mid.ack_set.extend(ack_set)
+                mid.batch_size = batch_size
         if txn is not None:
             c.txnid_most_bits, c.txnid_least_bits = txn
         return (await self.request(cmd, c)).ackResponse

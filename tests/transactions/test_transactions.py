@@ -411,3 +411,28 @@ async def test_buffer_snapshot_follows_the_oldest_open_transaction(broker: Broke
         Position(first_old.ledgerId, first_old.entryId))
     await client.end_txn(old, commit=True)
     assert snapshot.mark_delete_position == topic.ledger.last_confirmed_entry
+
+
+async def test_batch_index_acks_in_a_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    assert (await client.send_batch(1, 0, ["m0", "m1", "m2", "m3"])).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (batch,) = await client.receive_n(10, 1)
+    assert batch.ack_set == []
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    # t1 acknowledges messages 0 and 1 (bit set = still unacknowledged)
+    assert not (await client.ack(10, batch, txn=t1, ack_set=[0b1100], batch_size=4)).HasField("error")
+    overlap = await client.ack(10, batch, txn=t2, ack_set=[0b1010], batch_size=4)  # message 0 again
+    assert overlap.error == E.TransactionConflict
+    assert not (await client.ack(10, batch, txn=t2, ack_set=[0b0111], batch_size=4)).HasField("error")
+    # Redelivered: without the indexes the open transactions hold.
+    client.redeliver_unacknowledged(10)
+    (again,) = await client.receive_n(10, 1)
+    assert again.ack_set == [0b0100]
+    await client.end_txn(t1, commit=True)
+    await client.end_txn(t2, commit=False)
+    client.redeliver_unacknowledged(10)
+    (last,) = await client.receive_n(10, 1)
+    assert last.ack_set == [0b1100]  # t1's acks applied, t2's dropped
