@@ -656,7 +656,7 @@ func Test_transactions(t *testing.T) {
 	none(t, work, 500*time.Millisecond)
 
 	// timeout: the coordinator aborts it; what follows it is released, it never is
-	t3 := newTxn(time.Second)
+	t3 := newTxn(3 * time.Second)
 	send(t, p1, &pulsar.ProducerMessage{Payload: []byte("timed-out"), Transaction: t3})
 	send(t, p1, &pulsar.ProducerMessage{Payload: []byte("after-timeout")})
 	next, err := watch1.Receive(ctxT(t, 20*time.Second))

@@ -205,7 +205,7 @@ async def test_cumulative_ack_in_transaction(broker: Broker, client: TxnWireClie
 async def test_timeout_aborts_the_transaction(broker: Broker, client: TxnWireClient) -> None:
     await client.subscribe(OUT1, "watch", 11)
     await client.producer(OUT1, 2)
-    txn = await client.new_txn(timeout_ms=2000)
+    txn = await client.new_txn(timeout_ms=5000)  # (room for the SENDs on a loaded machine)
     await client.add_partitions(txn, OUT1)
     assert (await client.send(2, 0, "late", txn)).type == T.SEND_RECEIPT
     assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT

@@ -699,7 +699,7 @@ class ClientTest {
                     "inputs acknowledged by the commit");
 
             // timeout: the coordinator aborts it; what follows it is released, it never is
-            Transaction t3 = txc.newTransaction().withTransactionTimeout(1, TimeUnit.SECONDS).build().get();
+            Transaction t3 = txc.newTransaction().withTransactionTimeout(3, TimeUnit.SECONDS).build().get();
             p1.newMessage(t3).value("timed-out").send();
             p1.send("after-timeout");
             Message<String> next = watch1.receive(20, TimeUnit.SECONDS);
