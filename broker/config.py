@@ -277,6 +277,10 @@ class BrokerConfig:
     loadBalancerSplitIntervalMinutes: float = setting(1, POSITIVE)
     # flow_or_qps_equally_divide splits only a bundle past a rate threshold by this many per cent.
     flowOrQpsDifferenceThresholdPercentage: int = setting(10, AT_LEAST_0)
+    # -- transactions (PIP-31; docs/transactions.md): off by default, as in Pulsar ---------------------
+    transactionCoordinatorEnabled: bool = False
+    # Open transactions one coordinator may hold; 0 = no limit (Pulsar's default).
+    maxActiveTransactionsPerCoordinator: int = setting(0, UNLIMITED)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""

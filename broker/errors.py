@@ -122,6 +122,24 @@ class ProducerBlockedQuotaExceededException(BrokerError):
     code = E.ProducerBlockedQuotaExceededException
 
 
+# -- transactions (PIP-31): the client's transaction is unknown, ended, or in another's way ---------
+
+class TransactionCoordinatorNotFoundError(BrokerError):
+    code = E.TransactionCoordinatorNotFound
+
+
+class TransactionNotFoundError(BrokerError):
+    code = E.TransactionNotFound
+
+
+class InvalidTxnStatusError(BrokerError):
+    code = E.InvalidTxnStatus
+
+
+class TransactionConflictError(BrokerError):
+    code = E.TransactionConflict
+
+
 # -- the broker cannot serve right now (broker's fault, client retries) ------------------------------
 
 class ServiceNotReadyError(BrokerError):

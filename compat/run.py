@@ -282,7 +282,9 @@ def main() -> int:
     started = time.monotonic()
     runs: list[ClientRun] = []
     try:
-        with broker_process("plain", {}) as plain, broker_process("secure", secure) as sec:
+        # The plain broker runs the transaction coordinator (scenario "transactions").
+        plain_settings = {"transactionCoordinatorEnabled": True}
+        with broker_process("plain", plain_settings) as plain, broker_process("secure", secure) as sec:
             env = {**os.environ, "PULSAR_URL": plain["service_url"], "PULSAR_HTTP": plain["web_url"],
                    "PULSAR_TLS_URL": sec["service_url_tls"], "PULSAR_HTTPS": sec["web_url_tls"],
                    "PULSAR_TOKEN": token, "PULSAR_CA": str(pki.ca_cert)}

@@ -38,7 +38,7 @@ SCENARIOS: dict[str, str] = {
     "initial_subscription_refused": "initial subscription refused when auto subscription creation is off",
     "out_counters": "msgOutCounter after the consumer left",
     "broker_entry_metadata": "broker entry metadata (publish time, index)",
-    "transactions": "transactions",
+    "transactions": "transactions: commit and abort of produce + ack across two topics and a subscription, timeout",
     "admin_tenants": "admin: tenants",
     "admin_namespaces": "admin: namespaces and their policies",
     "admin_topics": "admin: topics and partitioned topics",
@@ -50,8 +50,6 @@ SCENARIOS: dict[str, str] = {
 
 # scenario id -> how it fails for the user (the test asserts exactly this).
 UNSUPPORTED: dict[str, str] = {
-    "transactions": "the broker has no transaction coordinator: a transactional client fails at once "
-                    "(Java: newTransaction() fails; Go: NewClient returns an error)",
     "broker_entry_metadata": "no brokerEntryMetadataInterceptors: messages carry no broker publish time or "
                              "index (Java getBrokerPublishTime() empty, hasIndex() false; "
                              "Go BrokerPublishTime()/Index() nil)",

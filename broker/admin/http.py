@@ -44,6 +44,7 @@ from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
 from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
+from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
 from broker.metadata.store import InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
@@ -105,6 +106,7 @@ class WebService:
         NamespaceOperationsResource(self).register(r)
         self.bundles.register(r)
         BrokerStatsResource(self).register(r)
+        TransactionsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)
         self.schemas.register(r)

@@ -239,6 +239,8 @@ class BrokerMetrics:
                     sums[quota] += evictions.get(quota, 0)
                 for name, value in buckets:
                     sums[name] += value
+                for name, value in zip(_TXN_BUFFER_FAMILIES, _txn_buffer_counts(topic), strict=True):
+                    sums[name] += value
                 for remote, r in replication.items():
                     rs = replication_by_ns.setdefault(ns, {}).setdefault(remote, _namespace_sums())
                     for name, key in _REPLICATION:
@@ -262,6 +264,7 @@ class BrokerMetrics:
         self._write_cache(out, cl, sum(1 for t in topics if hasattr(t, "ledger")))
         self._write_ledger_storage(out, cl)
         _write_disk_space(out, cl, self.ctx.service.disk_space)
+        self._write_transactions(out, cl)
 
     # -- topic level -------------------------------------------------------------------------------
     def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, st: dict[str, Any],
@@ -276,9 +279,11 @@ class BrokerMetrics:
                      "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
                      "pulsar_in_bytes_total", "pulsar_in_messages_total"):
             out.add(name, labels, values[name])
-        for name in ("pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total", "pulsar_txn_tb_committed_total",
-                     "pulsar_delayed_message_index_size_bytes"):
-            out.add(name, labels, 0)
+        active, aborted, committed = _txn_buffer_counts(topic)
+        out.add("pulsar_txn_tb_active_total", labels, active)
+        out.add("pulsar_txn_tb_aborted_total", labels, aborted)
+        out.add("pulsar_txn_tb_committed_total", labels, committed)
+        out.add("pulsar_delayed_message_index_size_bytes", labels, 0)
         limit_size, limit_time, age = self._backlog_quota(topic)
         out.add("pulsar_storage_backlog_quota_limit", labels, limit_size)
         out.add("pulsar_storage_backlog_quota_limit_time", labels, limit_time)
@@ -351,9 +356,9 @@ class BrokerMetrics:
                      "pulsar_storage_write_rate", "pulsar_storage_read_rate", "pulsar_storage_read_cache_misses_rate",
                      "pulsar_subscription_delayed", "pulsar_subscription_in_replay"):
             out.add(name, nl, sums.get(name, 0.0))
-        for name in ("pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total", "pulsar_txn_tb_committed_total",
-                     "pulsar_delayed_message_index_size_bytes"):
-            out.add(name, nl, 0)
+        for name in _TXN_BUFFER_FAMILIES:
+            out.add(name, nl, sums.get(name, 0.0))
+        out.add("pulsar_delayed_message_index_size_bytes", nl, 0)
         out.add("pulsar_msg_backlog", f'{nl},remote_cluster="local"', sums.get("pulsar_msg_backlog", 0.0))
         for quota, label in QUOTA_TYPE_LABELS:
             out.add("pulsar_storage_backlog_quota_exceeded_evictions_total", f'{nl},quota_type="{label}"',
@@ -424,6 +429,20 @@ class BrokerMetrics:
                 out.add("pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
                         f'{base},cursor_name="{escape(name)}"', cursor.individually_deleted.range_count())
 
+    def _write_transactions(self, out: Exposition, cl: str) -> None:
+        """Pulsar's transaction coordinator series (its TransactionAggregator names), one per coordinator."""
+        transactions = self.ctx.service.transactions
+        if transactions is None:
+            return
+        for tc_id, tc in sorted(transactions.coordinators.items()):
+            labels = f'{cl},coordinator_id="{tc_id}"'
+            out.add("pulsar_txn_active_count", labels, len(tc.txns))
+            out.add("pulsar_txn_created_count", labels, tc.created)
+            out.add("pulsar_txn_committed_count", labels, tc.committed)
+            out.add("pulsar_txn_aborted_count", labels, tc.aborted)
+            out.add("pulsar_txn_timeout_count", labels, tc.timed_out)
+            out.add("pulsar_txn_append_log_count", labels, tc.log.appended)
+
     def _write_cache(self, out: Exposition, cl: str, open_ledgers: int) -> None:
         cache = getattr(self.ctx.service.ledger_factory, "cache", None)
         s = self.sampler
@@ -472,6 +491,17 @@ def _write_disk_space(out: Exposition, cl: str, disk: DiskSpaceGuard | None) -> 
         out.add("pulsar_py_storage_disk_free_bytes", cl, disk.last.free_bytes)
     out.add("pulsar_py_storage_writes_refused_total", cl, disk.refused_total)
     out.add("pulsar_py_storage_no_space_errors_total", cl, disk.no_space_errors_total)
+
+
+_TXN_BUFFER_FAMILIES = ("pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total", "pulsar_txn_tb_committed_total")
+
+
+def _txn_buffer_counts(topic: AnyTopic) -> tuple[int, int, int]:
+    """(open, aborted, committed) transactions of a topic's transaction buffer (zeros without one)."""
+    buffer = getattr(topic, "txn_buffer", None)
+    if buffer is None:
+        return 0, 0, 0
+    return len(buffer.ongoing), buffer.aborted_count, buffer.committed_count
 
 
 def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None:

@@ -83,6 +83,8 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (frozenset({"POST"}), _SCHEMA, Access.TOPIC_PRODUCE),
         (_ANY, _SCHEMA, Access.TENANT_ADMIN),
         (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP),
+        # Transactions: coordinators and transactions span tenants (Pulsar: super user)
+        (_ANY, r"/admin/v3/transactions/.*", Access.SUPER_USER),
     )
 )
 

@@ -185,16 +185,43 @@ class Dispatcher(ConsumerMembers, ABC):
         if self.cursor.cancel_pending_read():
             self.read_outstanding = False
 
+    def at_read_limit(self) -> bool:
+        """Whether new entries may not be read now (an open transaction holds them back); the
+        dispatcher is then woken when the limit moves on."""
+        limit = self.context.read_limit()
+        if limit is not None and self.cursor.read_position >= limit:
+            self.context.limit_waiters.add(self)
+            return True
+        return False
+
+    def clip_to_read_limit(self, entries: list[Entry]) -> list[Entry]:
+        """The entries of a read of new entries that lie before the read limit; the cursor goes
+        back to the first one beyond it (read again once the limit has moved on)."""
+        limit = self.context.read_limit()
+        if limit is None or not entries or entries[-1].position < limit:
+            return entries
+        keep = [e for e in entries if e.position < limit]
+        self.cursor.seek(entries[len(keep)].position)
+        self.context.limit_waiters.add(self)
+        return keep
+
     def filter_markers(self, entries: list[Entry]) -> list[tuple[Entry, EntryMeta]]:
-        """Parse metadata once; marker entries are acknowledged and never delivered."""
+        """Parse metadata once; marker entries and entries of aborted transactions are
+        acknowledged and never delivered; entries held by a pending transactional ack are skipped
+        (delivered again if that transaction aborts)."""
         out: list[tuple[Entry, EntryMeta]] = []
         markers: list[Position] = []
+        held = self.context.held
         for e in entries:
             meta = entry_meta(e.data)
             if meta.is_marker:
                 markers.append(e.position)
                 if meta.marker_type == SNAPSHOT_MARKER:
                     self.context.snapshot_marker(e.position, e.data)
+            elif meta.txn is not None and self.context.txn_aborted(*meta.txn):
+                markers.append(e.position)
+            elif held is not None and held(e.position):
+                continue
             else:
                 out.append((e, meta))
         if markers:
@@ -206,11 +233,15 @@ class Dispatcher(ConsumerMembers, ABC):
 
     def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
         """(messages still to deliver, ack_set to send) for an entry about to be dispatched: a
-        batch partly acknowledged by index (kept by the cursor) costs only what is left of it."""
+        batch partly acknowledged by index (kept by the cursor, or held by an open transaction)
+        costs only what is left of it."""
         batch_acks = self.cursor.batch_acks
-        if not batch_acks:
-            return num_messages, None
-        words = batch_acks.get(pos)
+        held = self.context.held_indexes
+        words = batch_acks.get(pos) if batch_acks else None
+        if held is not None:
+            in_txn = held(pos)
+            if in_txn is not None:
+                words = in_txn if words is None else [a & b for a, b in zip(words, in_txn, strict=False)]
         if words is None:
             return num_messages, None
         return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
@@ -234,6 +265,13 @@ class Dispatcher(ConsumerMembers, ABC):
     def on_writable(self) -> None:
         self.trigger_read()
 
+    def redeliver_positions(self, positions: list[Position]) -> None:
+        """Deliver these positions again (no consumer holds them: a transaction that
+        acknowledged them aborted)."""
+        self.cancel_reads()
+        self.cursor.rewind()
+        self.trigger_read()
+
     def on_cursor_reset(self) -> None:
         """The cursor was moved (seek/reset/skip): drop in-flight reads and start over."""
         self.cancel_reads()
@@ -241,6 +279,7 @@ class Dispatcher(ConsumerMembers, ABC):
 
     def close(self) -> None:
         self.closed = True
+        self.context.limit_waiters.discard(self)
         self.lane.close()
         self.cancel_reads()
         if self._rate_timer is not None:

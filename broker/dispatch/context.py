@@ -165,6 +165,14 @@ def _nothing() -> None:
     pass
 
 
+def _no_limit() -> Position | None:
+    return None
+
+
+def _not_aborted(most: int, least: int) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchContext:
     loop: asyncio.AbstractEventLoop
@@ -186,3 +194,15 @@ class DispatchContext:
     snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker
     # ... and the mark-delete moved because the dispatcher acknowledged markers itself.
     mark_delete_moved: Callable[[], None] = _nothing
+    # Transactions: reads of new entries stop before this position (the first entry of the oldest
+    # transaction still open on the topic: Pulsar's maxReadPosition); None = no limit ...
+    read_limit: Callable[[], Position | None] = _no_limit
+    # ... the dispatchers stopped there, woken (trigger_read) when it moves on ...
+    limit_waiters: MutableSet[ReadTrigger] = field(default_factory=set)
+    # ... an entry of this aborted transaction (most, least bits) is acknowledged, never delivered ...
+    txn_aborted: Callable[[int, int], bool] = _not_aborted
+    # ... an entry acknowledged in a transaction still open is not delivered (None: no such acks) ...
+    held: Callable[[Position], bool] | None = None
+    # ... and the batch indexes open transactions acknowledged in an entry (ack_set words, bit set =
+    # not acknowledged by any of them), left out when it is delivered; None when there are none.
+    held_indexes: Callable[[Position], list[int] | None] | None = None

@@ -219,6 +219,8 @@ class SharedDispatcher(Dispatcher):
             return
         replaying = bool(self.replay) and not self._replay_stalled
         permits = self.total_permits
+        if not replaying and self.at_read_limit():
+            return  # an open transaction holds the next entries back
         if not replaying:
             room = self._unacked_room()
             if room is not None:
@@ -266,6 +268,8 @@ class SharedDispatcher(Dispatcher):
         if not self._end_read(epoch, exc):
             return
         replaying = replayed is not None
+        if not replaying:
+            entries = self.clip_to_read_limit(entries)
         # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
         now_ms = int(time.time() * 1000) if self.context.policy().delayed_delivery else 1 << 62
         state = self.delivery_state
@@ -355,6 +359,11 @@ class SharedDispatcher(Dispatcher):
         consumer.redelivered += len(positions)
         self.add_to_replay(positions)
         self._kick()
+
+    def redeliver_positions(self, positions: list[Position]) -> None:
+        if positions:
+            self.add_to_replay(positions)
+            self._kick()
 
     def on_cursor_reset(self) -> None:
         self._chunk_owner.clear()

@@ -108,6 +108,8 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
             self._serve_compacted(active, view)
             return
+        if self.at_read_limit():
+            return  # an open transaction holds the next entries back
         size = self.read_size(active.permits)
         if size is None:
             return  # the dispatch rate limits allow nothing now; retried when they do
@@ -125,6 +127,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 self.cursor.seek(entries[0].position)
             self.trigger_read()
             return
+        entries = self.clip_to_read_limit(entries)
         state = self.delivery_state
         deliveries = []
         budget = target.permits
@@ -167,6 +170,10 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.take_permits(target, target.send_entries(deliveries))
         # Continue on the next loop turn: a long view must not deepen the stack.
         self.context.loop.call_soon(self.trigger_read)
+
+    def redeliver_positions(self, positions: list[Position]) -> None:
+        if self.active is not None:
+            self.redeliver(self.active, None)
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         """Exclusive/Failover redeliver everything unacknowledged (the ids are not needed)."""

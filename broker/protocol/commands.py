@@ -339,11 +339,14 @@ def active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
     return frame(cmd)
 
 
-def ack_response(consumer_id: int, request_id: int, code: int | None = None, message_text: str = "") -> bytes:
+def ack_response(consumer_id: int, request_id: int, code: int | None = None, message_text: str = "",
+                 txn: tuple[int, int] | None = None) -> bytes:
     cmd = pb.BaseCommand(type=T.ACK_RESPONSE)
     r = cmd.ackResponse
     r.consumer_id = consumer_id
     r.request_id = request_id
+    if txn is not None:
+        r.txnid_most_bits, r.txnid_least_bits = txn
     if code is not None:
         r.error = code  # type: ignore[assignment]
         r.message = message_text
@@ -427,4 +430,33 @@ def consumer_stats_error(request_id: int, code: int, message_text: str) -> bytes
     r.request_id = request_id
     r.error_code = code  # type: ignore[assignment]
     r.error_message = message_text
+    return frame(cmd)
+
+
+# -- transactions (PIP-31): the coordinator's answers ------------------------------------------------
+
+# Response type -> the BaseCommand field that carries it.
+_TXN_RESPONSES: dict[int, str] = {
+    T.TC_CLIENT_CONNECT_RESPONSE: "tcClientConnectResponse",
+    T.NEW_TXN_RESPONSE: "newTxnResponse",
+    T.ADD_PARTITION_TO_TXN_RESPONSE: "addPartitionToTxnResponse",
+    T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE: "addSubscriptionToTxnResponse",
+    T.END_TXN_RESPONSE: "endTxnResponse",
+    T.END_TXN_ON_PARTITION_RESPONSE: "endTxnOnPartitionResponse",
+    T.END_TXN_ON_SUBSCRIPTION_RESPONSE: "endTxnOnSubscriptionResponse",
+}
+
+
+def txn_response(kind: int, request_id: int, txn: tuple[int, int] | None = None,
+                 code: int | None = None, message_text: str = "") -> bytes:
+    """One of the coordinator's responses (``kind`` a *_RESPONSE type): the request id, the
+    transaction id (most, least) where the response has one, and an error when ``code``."""
+    cmd = pb.BaseCommand(type=kind)  # type: ignore[arg-type]
+    r = getattr(cmd, _TXN_RESPONSES[kind])
+    r.request_id = request_id
+    if txn is not None:
+        r.txnid_most_bits, r.txnid_least_bits = txn
+    if code is not None:
+        r.error = code
+        r.message = message_text
     return frame(cmd)

@@ -157,6 +157,8 @@ class EntryMeta(NamedTuple):
     chunk_uuid: str = ""
     chunk_id: int = 0
     num_chunks: int = 0
+    # (txnid_most_bits, txnid_least_bits) of a transactional entry or transaction marker.
+    txn: tuple[int, int] | None = None
 
 
 def entry_meta(entry: bytes) -> EntryMeta:
@@ -191,4 +193,5 @@ def entry_meta(entry: bytes) -> EntryMeta:
         chunk_uuid=md.uuid,
         chunk_id=md.chunk_id,
         num_chunks=md.num_chunks_from_msg if md.num_chunks_from_msg > 1 else 0,
+        txn=(md.txnid_most_bits, md.txnid_least_bits) if md.HasField("txnid_most_bits") else None,
     )

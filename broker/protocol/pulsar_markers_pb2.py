@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulsar_markers.proto\x12\x0epulsar.markers\">\n\x0fSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"Y\n\x10SnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x30\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"\x86\x01\n\x08Snapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x32\n\x10local_message_id\x18\x02 \x01(\x0b\x32\x18.pulsar.markers.Position\x12\x31\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"b\n\x12SubscriptionUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12\x31\n\x08\x63lusters\x18\x02 \x03(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"P\n\x0f\x43lusterPosition\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12,\n\nmessage_id\x18\x02 \x02(\x0b\x32\x18.pulsar.markers.Position\"/\n\x08Position\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04*\xc7\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulsar_markers.proto\x12\x0epulsar.markers\">\n\x0fSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"Y\n\x10SnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x30\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"\x86\x01\n\x08Snapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x32\n\x10local_message_id\x18\x02 \x01(\x0b\x32\x18.pulsar.markers.Position\x12\x31\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"b\n\x12SubscriptionUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12\x31\n\x08\x63lusters\x18\x02 \x03(\x0b\x32\x1f.pulsar.markers.ClusterPosition\"P\n\x0f\x43lusterPosition\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12,\n\nmessage_id\x18\x02 \x02(\x0b\x32\x18.pulsar.markers.Position\"/\n\x08Position\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04*\xfa\x01\n\nMarkerType\x12\x12\n\x0eUNKNOWN_MARKER\x10\x00\x12,\n(REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST\x10\n\x12-\n)REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE\x10\x0b\x12$\n REPLICATED_SUBSCRIPTION_SNAPSHOT\x10\x0c\x12\"\n\x1eREPLICATED_SUBSCRIPTION_UPDATE\x10\r\x12\x12\n\x0eTXN_COMMITTING\x10\x14\x12\x0e\n\nTXN_COMMIT\x10\x15\x12\r\n\tTXN_ABORT\x10\x16')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulsar_markers_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MARKERTYPE']._serialized_start=564
-  _globals['_MARKERTYPE']._serialized_end=763
+  _globals['_MARKERTYPE']._serialized_end=814
   _globals['_SNAPSHOTREQUEST']._serialized_start=40
   _globals['_SNAPSHOTREQUEST']._serialized_end=102
   _globals['_SNAPSHOTRESPONSE']._serialized_start=104

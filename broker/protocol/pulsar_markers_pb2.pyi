@@ -14,11 +14,17 @@ class MarkerType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE: _ClassVar[MarkerType]
     REPLICATED_SUBSCRIPTION_SNAPSHOT: _ClassVar[MarkerType]
     REPLICATED_SUBSCRIPTION_UPDATE: _ClassVar[MarkerType]
+    TXN_COMMITTING: _ClassVar[MarkerType]
+    TXN_COMMIT: _ClassVar[MarkerType]
+    TXN_ABORT: _ClassVar[MarkerType]
 UNKNOWN_MARKER: MarkerType
 REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST: MarkerType
 REPLICATED_SUBSCRIPTION_SNAPSHOT_RESPONSE: MarkerType
 REPLICATED_SUBSCRIPTION_SNAPSHOT: MarkerType
 REPLICATED_SUBSCRIPTION_UPDATE: MarkerType
+TXN_COMMITTING: MarkerType
+TXN_COMMIT: MarkerType
+TXN_ABORT: MarkerType
 
 class SnapshotRequest(_message.Message):
     __slots__ = ("snapshot_id", "source_cluster")

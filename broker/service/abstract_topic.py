@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from broker.service.kinds import AnySubscription
     from broker.service.nonpersistent import NonPersistentTopic
     from broker.service.topic import PersistentTopic
+    from broker.transactions.model import TxnID
 
 T = TypeVar("T")
 
@@ -130,9 +131,11 @@ class AbstractTopic(ABC):
 
     @abstractmethod
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
-                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
+                        callback: Callable[[Position | None, BaseException | None], None],
+                        txn: TxnID | None = None) -> None:
         """Store or deliver ``entries`` (in order; ``num_messages`` and ``nbytes`` in all).
-        ``callback`` runs once: the first entry's position (the receipts), or an error for all."""
+        ``callback`` runs once: the first entry's position (the receipts), or an error for all.
+        ``txn``: transactional entries (persistent topics only: SEND refuses them elsewhere)."""
 
     def deduplicated_entries_stored(self, count: int, last: Position) -> None:  # noqa: B027 - optional hook
         """Entries were stored while deduplication is on (persistent topics snapshot the state)."""

@@ -36,6 +36,7 @@ from broker.metadata.policy_values import (
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
+from broker.transactions.buffer import BUFFER_CURSOR
 from managed_ledger import ManagedCursor, ManagedLedgerError
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ EVICTION_TARGET = 0.9
 
 
 def durable_cursors(topic: PersistentTopic) -> list[ManagedCursor]:
-    return [c for c in topic.ledger.cursors.values() if not c.is_closed]
+    """The cursors a backlog is counted on (not the transaction buffer's snapshot cursor)."""
+    return [c for c in topic.ledger.cursors.values() if not c.is_closed and c.name != BUFFER_CURSOR]
 
 
 def average_entry_size(topic: PersistentTopic) -> float:

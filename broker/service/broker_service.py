@@ -43,6 +43,7 @@ from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
+from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from broker.version import __version__
@@ -150,6 +151,13 @@ class BrokerService:
         # Replicated topics loaded as their bundle comes to this broker (cluster mode).
         self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
         self._health_lock = asyncio.Lock()
+        # The transaction coordinators (transactionCoordinatorEnabled; docs/transactions.md). Not in cluster mode
+        # yet: every broker would load every coordinator's log, where Pulsar serves each from its partition's owner.
+        if config.transactionCoordinatorEnabled and self.distributed:
+            raise ConfigError("transactionCoordinatorEnabled=true is not supported with several brokers yet "
+                              "(metadataStoreUrl names a shared ZooKeeper): see docs/transactions.md")
+        self.transactions: TransactionService | None = (
+            TransactionService(self) if config.transactionCoordinatorEnabled else None)
         self.closed = False
         self.started_at_ms = int(time.time() * 1000)
 
@@ -393,6 +401,7 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
+            await topic.txn_buffer.recover()
             await topic.start_replication()
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
@@ -571,6 +580,8 @@ class BrokerService:
         legacy = self.data_dir / LEGACY_FILE_NAME if self.data_dir is not None else None
         try:
             await self.metadata.start(self.metadata_store, legacy)
+            if self.transactions is not None:
+                await self.transactions.create_assign_topic()
         except BaseException:
             await self.metadata.close()
             await self.metadata_store.close()
@@ -591,6 +602,11 @@ class BrokerService:
         except Exception as exc:
             log.error("managed-ledger storage not started: %s", exc)
             return
+        if self.transactions is not None:
+            try:
+                await self.transactions.load_stored()
+            except Exception:  # (each loads again on its first request)
+                log.exception("transaction coordinators not loaded at start")
         if not self.ownership.distributed:
             await self._load_replicated(lambda name: True)
 
@@ -665,6 +681,8 @@ class BrokerService:
             await asyncio.gather(self._resuming, return_exceptions=True)
         await self._fenced_unloads.close()
         await self.housekeeping.stop()
+        if self.transactions is not None:
+            await self.transactions.close()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
         self.topics.clear()

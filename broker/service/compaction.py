@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import entry_body, read_entry_metadata
+from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from managed_ledger import Entry, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
+    from broker.transactions.buffer import TransactionBuffer
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,12 @@ async def _read_range(topic: PersistentTopic, horizon: Position) -> list[Entry]:
                 return out
     finally:
         await cursor.close()
+
+
+def _hidden(e: Entry, buffer: TransactionBuffer) -> bool:
+    """Never in a compacted view: transaction markers and entries of aborted transactions."""
+    meta = entry_meta(e.data)
+    return (meta.is_marker and meta.txn is not None) or (meta.txn is not None and buffer.is_aborted(*meta.txn))
 
 
 def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[CompactedEntry]:
@@ -269,7 +276,11 @@ class Compactor:
         topic = self.topic
         service = topic.service
         horizon = topic.ledger.last_confirmed_entry
-        entries = await _read_range(topic, horizon)
+        buffer = topic.txn_buffer
+        limit = buffer.read_limit()
+        if limit is not None:  # an open transaction: compact only what consumers may read
+            horizon = min(horizon, topic.ledger.previous_position(limit))
+        entries = [e for e in await _read_range(topic, horizon) if not _hidden(e, buffer)]
         kept = select_survivors(entries, service.config.topicCompactionRetainNullKey)
         old = topic.compacted_view
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1

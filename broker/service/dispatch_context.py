@@ -44,6 +44,11 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         unacked_blocked=service.unacked_blocked,
         snapshot_marker=sub.snapshot_read,
         mark_delete_moved=sub.mark_delete_moved,
+        read_limit=topic.txn_buffer.read_limit,
+        limit_waiters=topic.txn_buffer.waiters,
+        txn_aborted=topic.txn_buffer.is_aborted,
+        held=sub.pending_acks.holds if sub.pending_acks is not None else None,
+        held_indexes=sub.pending_acks.held_indexes if sub.pending_acks is not None else None,
     )
 
 

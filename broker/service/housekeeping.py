@@ -32,6 +32,7 @@ from broker.metadata.policy_table import (
 )
 from broker.service import admin_ops
 from broker.service.periodic import PeriodicTask
+from broker.transactions.buffer import BUFFER_CURSOR
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
@@ -85,6 +86,8 @@ class Housekeeping:
             if ttl <= 0 or topic.closed:
                 continue
             for cursor in list(topic.ledger.cursors.values()):
+                if cursor.name == BUFFER_CURSOR:  # (the transaction buffer's snapshot: not a subscription)
+                    continue
                 expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
                 service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from broker.protocol import pulsar_api_pb2 as pb
     from broker.service.abstract_topic import AbstractTopic
     from broker.service.consumer import Consumer, DepartedOut
+    from broker.transactions.model import TxnID
     from managed_ledger import Position
 
 
@@ -79,6 +80,11 @@ class AnySubscription(Protocol):
 
     def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
         """An ACK command's message ids (with their batch ack sets)."""
+        ...
+
+    async def acknowledge_in_txn(self, consumer: Consumer, txn: TxnID, cumulative: bool,
+                                 message_ids: Sequence[pb.MessageIdData]) -> None:
+        """An ACK with a transaction id (NotAllowedError where there are no transactions)."""
         ...
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...

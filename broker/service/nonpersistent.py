@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from broker.dispatch.factory import non_persistent_dispatcher
 from broker.dispatch.nonpersistent import MESSAGE_POSITION, NonPersistentDispatcher
-from broker.errors import ServiceNotReadyError
+from broker.errors import NotAllowedError, ServiceNotReadyError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import EntryMeta, entry_meta
 from broker.service.abstract_topic import AbstractTopic
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from broker.service.consumer import Consumer
     from broker.service.topic import PersistentTopic
     from broker.topic_name import TopicName
+    from broker.transactions.model import TxnID
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,6 +134,10 @@ class NonPersistentSubscription:
         """No cursor, no mark-delete (PROTOCOL.md section 14)."""
         return None
 
+    async def acknowledge_in_txn(self, consumer: Consumer, txn: TxnID, cumulative: bool,
+                                 message_ids: Sequence[pb.MessageIdData]) -> None:
+        raise NotAllowedError("Transactions are not supported on non-persistent topics")
+
     def acknowledge(self, consumer: Consumer, cumulative: bool, message_ids: Sequence[pb.MessageIdData]) -> None:
         """Nothing stored, nothing to acknowledge (the C++ client never acks these)."""
 
@@ -213,7 +218,8 @@ class NonPersistentTopic(AbstractTopic):
     consecutive_positions = False  # every receipt carries MESSAGE_POSITION
 
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
-                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
+                        callback: Callable[[Position | None, BaseException | None], None],
+                        txn: TxnID | None = None) -> None:
         self.msg_in += num_messages
         self.bytes_in += nbytes
         self.entries_added += len(entries)

@@ -22,11 +22,13 @@ from managed_ledger import LedgerFencedError, Position
 if TYPE_CHECKING:
     from broker.service.abstract_topic import AbstractTopic
     from broker.service.consumer import ClientConnection
+    from broker.transactions.model import TxnID
 
 E = pb.ServerError
 
-# One queued SEND: (sequence id, highest sequence id, messages in it, entry, advances sequence).
-_Send = tuple[int, int, int, bytes, bool]
+# One queued SEND: (sequence id, highest sequence id, messages in it, entry, advances sequence,
+# transaction or None).
+_Send = tuple[int, int, int, bytes, bool, "TxnID | None"]
 
 ACCESS_MODE_NAMES: dict[int, str] = {
     pb.ProducerAccessMode.Shared: "Shared",
@@ -101,7 +103,7 @@ class Producer:
         return ACCESS_MODE_NAMES.get(self.access_mode, "Shared")
 
     def publish(self, sequence_id: int, highest_sequence_id: int, num_messages: int, entry: bytes,
-                advances_sequence: bool = True) -> bool:
+                advances_sequence: bool = True, txn: TxnID | None = None) -> bool:
         """Queue ``entry`` for the next ``flush()``; True when it opened a new batch.
 
         The connection calls ``flush()`` once the frames of the current read are routed (or
@@ -109,9 +111,10 @@ class Producer:
         one completion. Once the receipt or error of each is written, the connection hears
         ``sends_finished``. ``advances_sequence`` is False for chunks other than the last one of
         a message: they share the message's sequence id, so only the last chunk may move
-        deduplication state.
+        deduplication state. ``txn``: a transactional SEND, stored through the topic's
+        transaction buffer.
         """
-        self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence))
+        self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence, txn))
         return len(self._batch) == 1
 
     def flush(self) -> None:
@@ -135,14 +138,16 @@ class Producer:
             batch = self._drop_duplicates(batch)
             if not batch:
                 return
-        entries = [b[3] for b in batch]
-        num_messages = sum(b[2] for b in batch)
-        nbytes = sum(map(len, entries))
-        self.pending += len(batch)
-        self.msg_in += num_messages
-        self.bytes_in += nbytes
-        topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, batch, nbytes, dedup))
-        topic.publish_throttle.record(cnx, num_messages, nbytes)
+        for run in _runs_by_transaction(batch):
+            entries = [b[3] for b in run]
+            num_messages = sum(b[2] for b in run)
+            nbytes = sum(map(len, entries))
+            self.pending += len(run)
+            self.msg_in += num_messages
+            self.bytes_in += nbytes
+            topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, run, nbytes, dedup),
+                                  run[0][5])
+            topic.publish_throttle.record(cnx, num_messages, nbytes)
 
     def _dedup_key(self, send: _Send) -> tuple[str, int]:
         """(producer name, highest sequence id) deduplication goes by: this producer's, or for a
@@ -162,7 +167,7 @@ class Producer:
         pushed: dict[str, int] = {}  # what this batch pushes, per producer name
         kept: list[_Send] = []
         for send in batch:
-            seq, highest, _, entry, advances = send
+            seq, highest, _, entry, advances, _txn = send
             if advances:
                 name, key_highest = self._dedup_key(send)
                 if key_highest <= topic.sequence_persisted.get(name, -1):
@@ -208,6 +213,20 @@ class Producer:
 
     def close(self) -> None:
         self.state = ProducerState.CLOSED
+
+
+def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
+    """The batch cut where the transaction changes (one append each; the ledger completes them
+    in order, so receipts keep SEND order)."""
+    if batch[0][5] is None and batch[-1][5] is None and all(b[5] is None for b in batch):
+        return [batch]
+    runs: list[list[_Send]] = [[batch[0]]]
+    for send in batch[1:]:
+        if send[5] == runs[-1][0][5]:
+            runs[-1].append(send)
+        else:
+            runs.append([send])
+    return runs
 
     def __repr__(self) -> str:
         return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"

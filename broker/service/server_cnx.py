@@ -33,7 +33,7 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
-from broker.protocol.entry import parse_payload
+from broker.protocol.entry import build_entry, entry_body, parse_payload
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import command_body
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
@@ -42,13 +42,17 @@ from broker.service.producer import Producer, ProducerState
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.subscription import position_of
 from broker.service.topic_watchers import TopicWatchers, compile_pattern
+from broker.service.txn_commands import CoordinatorCommands
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
+from broker.transactions.model import TxnID
 from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.nonpersistent import NonPersistentTopic
+    from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -108,9 +112,9 @@ class ServerCnx:
             T.CONSUMER_STATS: self.handle_consumer_stats,
             T.AUTH_RESPONSE: self.handle_auth_response,
         }
-        for txn_type in (T.NEW_TXN, T.ADD_PARTITION_TO_TXN, T.ADD_SUBSCRIPTION_TO_TXN, T.END_TXN,
-                         T.END_TXN_ON_PARTITION, T.END_TXN_ON_SUBSCRIPTION, T.TC_CLIENT_CONNECT_REQUEST):
-            self.handlers[txn_type] = self.handle_txn
+        # The transaction coordinator's commands (txn_commands.py), or NotAllowedError when off.
+        for txn_type, handler in CoordinatorCommands(self).handlers().items():
+            self.handlers[txn_type] = handler if service.transactions is not None else self.handle_txn
 
     # -- ClientConnection protocol (used by producers/consumers) ---------------------------------------
     @property
@@ -365,9 +369,13 @@ class ServerCnx:
         if payload is None:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Message has no payload"))
             return
+        txn: TxnID | None = None
         if c.HasField("txnid_most_bits") or c.HasField("txnid_least_bits"):
-            self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Transactions are not enabled."))
-            return
+            try:
+                txn = self._txn_send_allowed(producer, TxnID(c.txnid_most_bits, c.txnid_least_bits))
+            except BrokerError as exc:
+                self.write(commands.send_error(c.producer_id, seq, exc.code, exc.message))
+                return
         if producer.state is ProducerState.WAITING:
             self.write(commands.send_error(c.producer_id, seq, E.PersistenceError, "Producer is not ready"))
             return
@@ -401,10 +409,28 @@ class ServerCnx:
                 c.producer_id, seq, E.NotAllowedError,
                 f"Exceeds max allowed delivery delay of {policy.max_delivery_delay_ms} milliseconds"))
             return
+        if txn is not None and not md.HasField("txnid_most_bits"):
+            # The Go client puts the transaction in CommandSend only; dispatch and recovery read it
+            # from the stored metadata, so the broker writes it there (Java sends both already).
+            md.txnid_most_bits, md.txnid_least_bits = txn
+            payload = build_entry(md.SerializeToString(), entry_body(payload))
         last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
         self.connection.send_started(len(payload))
-        if producer.publish(seq, highest, c.num_messages, payload, last_chunk):
+        if producer.publish(seq, highest, c.num_messages, payload, last_chunk, txn):
             self.open_batches.append(producer)
+
+    def _txn_send_allowed(self, producer: Producer, txn: TxnID) -> TxnID:
+        if self.service.transactions is None:
+            raise NotAllowedError("Transactions are not enabled.")
+
+        def persistent(topic: PersistentTopic) -> None:
+            topic.txn_buffer.check_append(txn)
+
+        def non_persistent(topic: NonPersistentTopic) -> None:
+            raise NotAllowedError("Transactions are not supported on non-persistent topics")
+
+        producer.topic.match_kind(persistent, non_persistent)
+        return txn
 
     def flush_sends(self) -> None:
         """Store the SENDs queued since the last flush, one batch per producer (connection.py
@@ -519,9 +545,7 @@ class ServerCnx:
                                                  "Consumer not found"))
             return
         if c.HasField("txnid_most_bits") or c.HasField("txnid_least_bits"):
-            if has_request:
-                self.write(commands.ack_response(c.consumer_id, c.request_id, E.NotAllowedError,
-                                                 "Transactions are not enabled."))
+            self._ack_in_txn(consumer, c)
             return
         if c.HasField("validation_error"):
             log.warning("consumer %s discarded a message: %s", consumer.name,
@@ -529,6 +553,33 @@ class ServerCnx:
         consumer.subscription.acknowledge(consumer, c.ack_type == pb.CommandAck.Cumulative, c.message_id)
         if has_request:
             self.write(commands.ack_response(c.consumer_id, c.request_id))
+
+    def _ack_in_txn(self, consumer: Consumer, c: pb.CommandAck) -> None:
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+        reply_to = c.request_id if c.HasField("request_id") else None
+
+        def answer(code: int | None = None, message: str = "") -> None:
+            if reply_to is not None:
+                self.write(commands.ack_response(c.consumer_id, reply_to, code, message, txn=txn))
+
+        if self.service.transactions is None:
+            answer(E.NotAllowedError, "Transactions are not enabled.")
+            return
+
+        async def run() -> None:
+            try:
+                await consumer.subscription.acknowledge_in_txn(
+                    consumer, txn, c.ack_type == pb.CommandAck.Cumulative, list(c.message_id))
+            except BrokerError as exc:
+                answer(exc.code, exc.message)
+                return
+            except Exception as exc:
+                log.exception("transactional ack on %s failed", consumer.subscription.name)
+                answer(E.UnknownError, f"Failed to acknowledge in transaction {txn}: {exc}")
+                return
+            answer()
+
+        self._spawn(run())
 
     def handle_redeliver(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.redeliverUnacknowledgedMessages
@@ -723,6 +774,7 @@ class ServerCnx:
         ))
 
     def handle_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        """Any transaction command while transactionCoordinatorEnabled=false (Pulsar's answer)."""
         request_id = getattr(command_body(cmd), "request_id", 0)
         self.write(commands.error(request_id, E.NotAllowedError, "Transactions are not enabled."))
 

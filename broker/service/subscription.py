@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
-from broker.errors import ConsumerBusyError, ServiceNotReadyError
+from broker.errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError
 from broker.metadata.policy_table import (
     MAX_CONSUMERS,
     MAX_CONSUMERS_PER_SUBSCRIPTION,
@@ -25,6 +25,8 @@ from broker.service.consumer import DepartedOut
 from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
+from broker.transactions.model import TxnID
+from broker.transactions.pending_ack import PendingAcks
 from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -91,6 +93,10 @@ class Subscription:
         self.snapshots: SnapshotCache | None = None
         if durable and cursor.properties.get(REPLICATED_PROPERTY):
             self.snapshots = SnapshotCache(service.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
+        # Transactional acks waiting for their transaction (transactions enabled, or some stored).
+        self.pending_acks: PendingAcks | None = None
+        if service.config.transactionCoordinatorEnabled or any(map(PendingAcks.is_own_property, cursor.properties)):
+            self.pending_acks = PendingAcks.from_properties(cursor.properties)
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
         policies = service.policies
         self.dispatch_rates = (topic.dispatch_rate,
@@ -209,7 +215,10 @@ class Subscription:
                     self.ack_cumulative(consumer, pos)
             return
         positions: list[Position] = []
+        pending = self.pending_acks
         for mid in message_ids:
+            if pending and pending.holds(position_of(mid)):
+                continue  # acknowledged in an open transaction: that transaction decides
             if mid.ack_set and any(mid.ack_set):
                 self.ack_partial(consumer, position_of(mid), list(mid.ack_set))
             else:
@@ -264,6 +273,77 @@ class Subscription:
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.redeliver(consumer, positions)
+
+    # -- transactional acknowledgements (broker/transactions/pending_ack.py) -----------------------
+    async def acknowledge_in_txn(self, consumer: Consumer, txn: TxnID, cumulative: bool,
+                                 message_ids: Sequence[pb.MessageIdData]) -> None:
+        """An ACK with a transaction id: held as pending until the transaction ends (saved with
+        the cursor before the answer). TransactionConflict when it collides."""
+        pending = self.pending_acks
+        if pending is None:
+            raise NotAllowedError("Transactions are not enabled.")
+        if cumulative:
+            if self.sub_type in (Sub.Shared, Sub.Key_Shared):
+                raise NotAllowedError("Cumulative acknowledge with transaction is only supported by "
+                                      "Exclusive and Failover subscriptions")
+            if len(message_ids) != 1:
+                raise NotAllowedError("Cumulative acknowledge with transaction takes one message id")
+            pos = position_of(message_ids[0])
+            pending.add_cumulative(txn, pos, self.cursor.mark_delete_position)
+            consumer.remove_pending_up_to(pos)
+        else:
+            acks = [(position_of(m), list(m.ack_set) if m.ack_set and any(m.ack_set) else None,
+                     m.batch_size if m.HasField("batch_size") else 0) for m in message_ids]
+            pending.add_individual(txn, acks, self.cursor.is_acked)
+            held = [pos for pos, ack_set, _ in acks if ack_set is None]
+            for pos in held:
+                if not consumer.remove_pending(pos):
+                    for other in self.consumers:
+                        if other is not consumer and other.remove_pending(pos):
+                            break
+            if held and self.dispatcher is not None:
+                self.dispatcher.on_acked(held)  # (no longer pending on anyone, not to be replayed)
+        await self._save_pending()
+
+    async def _save_pending(self) -> None:
+        if self.pending_acks is None or not self.durable:
+            return
+        kept = {k: v for k, v in self.cursor.properties.items() if not PendingAcks.is_own_property(k)}
+        self.cursor.set_properties({**kept, **self.pending_acks.to_properties()})
+        await self.cursor.flush()
+
+    async def end_txn(self, txn: TxnID, commit: bool) -> None:
+        """END_TXN_ON_SUBSCRIPTION: the transaction's acks become real (commit) or are dropped
+        and their messages delivered again (abort)."""
+        pending = self.pending_acks
+        acks = pending.end(txn) if pending is not None else None
+        if acks is None:
+            return
+        cursor = self.cursor
+        if commit:
+            before = cursor.mark_delete_position
+            whole = [p for p, ack_set in acks.individual.items() if ack_set is None]
+            for pos, ack_set in acks.individual.items():
+                if ack_set is not None and not cursor.is_acked(pos):
+                    old = cursor.batch_acks.get(pos)
+                    merged = ack_set if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
+                    if any(w & _U64 for w in merged):
+                        cursor.set_batch_ack(pos, merged)
+                    else:
+                        whole.append(pos)
+            if whole:
+                cursor.delete(whole)
+            if acks.cumulative is not None:
+                cursor.mark_delete(acks.cumulative)
+            self.msg_ack_counter += len(acks.individual)
+            if cursor.mark_delete_position != before:
+                self.last_mark_delete_advanced = time.time()
+                self.mark_delete_moved()
+            if self.dispatcher is not None:
+                self.dispatcher.on_acked(whole + ([acks.cumulative] if acks.cumulative is not None else []))
+        elif self.dispatcher is not None:
+            self.dispatcher.redeliver_positions(sorted(p for p, a in acks.individual.items() if a is None))
+        await self._save_pending()
 
     # -- cursor moves ------------------------------------------------------------------------------
     async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:

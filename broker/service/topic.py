@@ -35,6 +35,8 @@ from broker.service.replication import REPLICATOR_PREFIX, PersistentReplicator, 
 from broker.service.subscription import Subscription
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
+from broker.transactions.buffer import BUFFER_CURSOR, TransactionBuffer
+from broker.transactions.model import TxnID
 from managed_ledger import InitialPosition, ManagedLedger, Position
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ class PersistentTopic(AbstractTopic):
         # Deduplication state snapshots (cursor "pulsar.dedup"), recovered when the topic loads.
         self.dedup = Deduplication(self)
         self.ledger = ledger
+        # Transactional entries wait here until their transaction ends (recovered when it loads).
+        self.txn_buffer = TransactionBuffer(ledger)
         self.subscriptions: dict[str, Subscription] = {}
         # The dispatch rate limit all its subscriptions share (each has its own too).
         policies = service.policies
@@ -118,7 +122,8 @@ class PersistentTopic(AbstractTopic):
         return self.terminated_at
 
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
-                        callback: Callable[[Position | None, BaseException | None], None]) -> None:
+                        callback: Callable[[Position | None, BaseException | None], None],
+                        txn: TxnID | None = None) -> None:
         self.msg_in += num_messages
         self.bytes_in += nbytes
         self.entries_added += len(entries)
@@ -126,7 +131,10 @@ class PersistentTopic(AbstractTopic):
         # subscriptions take snapshots for.
         self.data_entries_added += len(entries) if not producer.replicator else sum(
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
-        self.ledger.add_entries(entries, callback)
+        if txn is not None:
+            self.txn_buffer.append(txn, entries, callback)
+        else:
+            self.ledger.add_entries(entries, callback)
 
     def match_kind(self, persistent: Callable[[PersistentTopic], T],
                    non_persistent: Callable[[NonPersistentTopic], T]) -> T:
@@ -145,7 +153,7 @@ class PersistentTopic(AbstractTopic):
     def is_subscription_cursor(name: str) -> bool:
         """A stored cursor that is a subscription, not one of the broker's own (deduplication's,
         the replicators')."""
-        return name != DEDUP_CURSOR and not is_replicator_name(name)
+        return name not in (DEDUP_CURSOR, BUFFER_CURSOR) and not is_replicator_name(name)
 
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
@@ -222,6 +230,9 @@ class PersistentTopic(AbstractTopic):
         last message it can ever read is the compacted view's last survivor.
         """
         last = self.ledger.last_confirmed_entry
+        limit = self.txn_buffer.read_limit()
+        if limit is not None:  # an open transaction: what follows its first entry is not readable yet
+            last = min(last, self.ledger.previous_position(limit))
         view = self.compacted_view
         if compacted and view is not None and last <= view.horizon:
             if not view.entries:
@@ -316,6 +327,7 @@ class PersistentTopic(AbstractTopic):
             self.replicated_subscriptions.close()
         await self.compactor.close()
         await self.dedup.close()
+        self.txn_buffer.snapshot_idle()
         for sub in list(self.subscriptions.values()):
             sub.close()
         await self._closing.wait()

@@ -343,7 +343,8 @@ async def test_authorization_extras(authz: AuthorizationService) -> None:
 
 def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     server = BrokerServer(cfg(**secure_settings(pki)))
-    super_only = {"/admin/v2/brokers/", "/admin/v2/broker-stats/", "/admin/v2/clusters/", "/admin/v2/tenants"}
+    super_only = {"/admin/v2/brokers/", "/admin/v2/broker-stats/", "/admin/v2/clusters/", "/admin/v2/tenants",
+                  "/admin/v3/transactions/"}
     for route in server.web.app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         access = access_for(route.method, canonical)
@@ -367,6 +368,7 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("POST", "/admin/v2/schemas/{tenant}/{ns}/{topic}/schema", Access.TOPIC_PRODUCE),
     ("GET", "/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}", Access.TOPIC_LOOKUP),
     ("GET", "/metrics", Access.PUBLIC),
+    ("GET", "/admin/v3/transactions/coordinatorStats", Access.SUPER_USER),
     ("DELETE", "/admin/v2/some/new/endpoint", Access.SUPER_USER),
 ])
 def test_access_rules(method: str, path: str, access: Access) -> None:

@@ -1,0 +1,154 @@
+"""The transaction coordinator's commands on a client connection (Pulsar's ServerCnx
+handleTcClientConnect, handleNewTxn, handleAddPartitionToTxn, handleAddSubscriptionToTxn,
+handleEndTxn, and the broker-to-broker handleEndTxnOnPartition / handleEndTxnOnSubscription).
+
+Routed here by ``ServerCnx`` when transactionCoordinatorEnabled is on; each request runs as a task
+of the connection and is answered with its own response type (an error in it, never a
+CommandError: the Java client matches these responses per coordinator, a CommandError would hang
+it). Transactional SEND and ACK stay in the command router: they are a producer's and a
+consumer's commands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from broker.auth import TopicOperation
+from broker.errors import BrokerError, NotAllowedError
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.topic_name import TopicName
+from broker.transactions.model import TxnID
+
+if TYPE_CHECKING:
+    from broker.service.server_cnx import Handler, ServerCnx
+    from broker.service.transactions import TransactionService
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand.Type
+E = pb.ServerError
+
+
+class CoordinatorCommands:
+    def __init__(self, cnx: ServerCnx) -> None:
+        self.cnx = cnx
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            T.TC_CLIENT_CONNECT_REQUEST: self.handle_tc_client_connect,
+            T.NEW_TXN: self.handle_new_txn,
+            T.ADD_PARTITION_TO_TXN: self.handle_add_partition_to_txn,
+            T.ADD_SUBSCRIPTION_TO_TXN: self.handle_add_subscription_to_txn,
+            T.END_TXN: self.handle_end_txn,
+            T.END_TXN_ON_PARTITION: self.handle_end_txn_on_partition,
+            T.END_TXN_ON_SUBSCRIPTION: self.handle_end_txn_on_subscription,
+        }
+
+    def _txn_request(self, kind: int, request_id: int, txn: TxnID | None,
+                     work: Callable[[TransactionService], Coroutine[Any, Any, TxnID | None]]) -> None:
+        """Run a coordinator request; answer with ``kind`` (the txn id it returns, else ``txn``)
+        or the request's error."""
+        transactions = self.cnx.service.transactions
+        assert transactions is not None
+
+        async def run() -> None:
+            try:
+                got = await work(transactions)
+            except BrokerError as exc:
+                self.cnx.write(commands.txn_response(kind, request_id, txn, exc.code, exc.message))
+                return
+            except Exception as exc:
+                log.exception("transaction request %s failed", pb.BaseCommand.Type.Name(kind))
+                self.cnx.write(commands.txn_response(kind, request_id, txn, E.UnknownError, str(exc)))
+                return
+            self.cnx.write(commands.txn_response(kind, request_id, got if got is not None else txn))
+
+        self.cnx._spawn(run())
+
+    def handle_tc_client_connect(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.tcClientConnectRequest
+
+        async def work(ts: TransactionService) -> None:
+            await ts.coordinator(c.tc_id)
+
+        self._txn_request(T.TC_CLIENT_CONNECT_RESPONSE, c.request_id, None, work)
+
+    def handle_new_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.newTxn
+
+        async def work(ts: TransactionService) -> TxnID:
+            # txn_ttl_seconds carries milliseconds (Java and Go; upstream renamed it txn_ttl_millis)
+            return await (await ts.coordinator(c.tc_id)).new_txn(c.txn_ttl_seconds)
+
+        self._txn_request(T.NEW_TXN_RESPONSE, c.request_id, None, work)
+
+    def handle_add_partition_to_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.addPartitionToTxn
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+        partitions = list(c.partitions)
+
+        async def work(ts: TransactionService) -> None:
+            for p in partitions:
+                self.cnx._authorize(TopicName.parse(p), TopicOperation.PRODUCE)
+            tc = await ts.coordinator_of(txn)
+            tc.get(txn).expect_open()
+            await ts.prepare_partitions(partitions)
+            await tc.add_partitions(txn, partitions)
+
+        self._txn_request(T.ADD_PARTITION_TO_TXN_RESPONSE, c.request_id, txn, work)
+
+    def handle_add_subscription_to_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.addSubscriptionToTxn
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+        subscriptions = [(s.topic, s.subscription) for s in c.subscription]
+
+        async def work(ts: TransactionService) -> None:
+            for topic, sub in subscriptions:
+                self.cnx._authorize(TopicName.parse(topic), TopicOperation.CONSUME, sub)
+            await (await ts.coordinator_of(txn)).add_subscriptions(txn, subscriptions)
+
+        self._txn_request(T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, c.request_id, txn, work)
+
+    def handle_end_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.endTxn
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+        if c.txn_action not in (pb.COMMIT, pb.ABORT) or not c.HasField("txn_action"):
+            self.cnx.write(commands.txn_response(T.END_TXN_RESPONSE, c.request_id, txn, E.InvalidTxnStatus,
+                                             "END_TXN needs txn_action COMMIT or ABORT"))
+            return
+
+        async def work(ts: TransactionService) -> None:
+            await (await ts.coordinator_of(txn)).end_txn(txn, commit=c.txn_action == pb.COMMIT)
+
+        self._txn_request(T.END_TXN_RESPONSE, c.request_id, txn, work)
+
+    def _check_broker_role(self, what: str) -> None:
+        """With authorization on, only a super user (another broker) may end a transaction on a
+        topic directly."""
+        authz = self.cnx.security.authorization
+        if authz.enabled and not authz.is_super_user(self.cnx.auth.role):
+            raise NotAllowedError(f"{what} is for brokers (super users) only")
+
+    def handle_end_txn_on_partition(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        """What another broker's coordinator sends the owner of a topic (one broker: ourselves)."""
+        c = cmd.endTxnOnPartition
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+
+        async def work(ts: TransactionService) -> None:
+            self._check_broker_role("END_TXN_ON_PARTITION")
+            await ts.end_on_partition(c.topic, txn, c.txn_action == pb.COMMIT)
+
+        self._txn_request(T.END_TXN_ON_PARTITION_RESPONSE, c.request_id, txn, work)
+
+    def handle_end_txn_on_subscription(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        c = cmd.endTxnOnSubscription
+        txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
+
+        async def work(ts: TransactionService) -> None:
+            self._check_broker_role("END_TXN_ON_SUBSCRIPTION")
+            await ts.end_on_subscription(c.subscription.topic, c.subscription.subscription, txn,
+                                         c.txn_action == pb.COMMIT)
+
+        self._txn_request(T.END_TXN_ON_SUBSCRIPTION_RESPONSE, c.request_id, txn, work)

@@ -1,0 +1,253 @@
+"""A topic's transaction buffer (Pulsar's TopicTransactionBuffer).
+
+Transactional entries are appended to the topic's ledger like any other, but dispatch reads
+only up to the *read limit*: the first entry of the oldest transaction still open on the topic
+(Pulsar's maxReadPosition, exclusive here), so consumers never see uncommitted data and order is
+kept (entries after it wait too, transactional or not). When a transaction ends, its marker
+(TXN_COMMIT or TXN_ABORT, an entry with an empty payload) is appended and the limit moves on; an
+aborted transaction joins the *aborted set*, whose entries dispatch acknowledges and skips.
+
+While its first append is in flight a transaction's position is not known yet: it holds the limit
+just after the last entry confirmed when the append was issued (nothing written after that can
+be read before the position is known).
+
+State across restarts: a durable cursor ``pulsar.txn.buffer``, created when a transaction first
+adds the topic (ADD_PARTITION_TO_TXN, before any transactional SEND), is the snapshot: its
+properties hold the aborted set (``aborted:<most>:<least>`` -> the ledger of its marker, dropped
+once that ledger is trimmed) and its mark-delete the position up to which that set is complete:
+after every end, just before the first entry of the oldest transaction still open (the end when
+none is). At load the entries after it are replayed (transactional entries open a transaction,
+markers end one). A topic without that
+cursor never had a transactional entry and loads as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, MutableSet
+from typing import Protocol
+
+from broker.errors import NotAllowedError
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol import pulsar_markers_pb2 as mk
+from broker.protocol.entry import build_entry, read_entry_metadata
+from broker.protocol.errors import ProtocolError
+from broker.transactions.model import TxnID
+from managed_ledger import InitialPosition, ManagedCursor, ManagedLedger, Position
+
+log = logging.getLogger(__name__)
+
+BUFFER_CURSOR = "pulsar.txn.buffer"
+MARKER_PRODUCER = "pulsar.txn.marker"  # Pulsar's Markers: the producer name of transaction markers
+_ABORTED_PREFIX = "aborted:"
+_READ_BATCH = 500
+# Ended transactions remembered (besides the aborted set) to refuse late SENDs for them.
+RECENTLY_COMMITTED = 10_000
+
+AddCallback = Callable[[Position | None, BaseException | None], None]
+
+
+def txn_marker(commit: bool, txn: TxnID) -> bytes:
+    md = pb.MessageMetadata(producer_name=MARKER_PRODUCER, sequence_id=0, publish_time=int(time.time() * 1000),
+                            marker_type=mk.TXN_COMMIT if commit else mk.TXN_ABORT,
+                            txnid_most_bits=txn.most, txnid_least_bits=txn.least)
+    return build_entry(md.SerializeToString(), b"")
+
+
+class ReadTrigger(Protocol):
+    """What the buffer wakes when the limit moves on: a dispatcher."""
+
+    def trigger_read(self) -> None: ...
+
+
+class TransactionBuffer:
+    def __init__(self, ledger: ManagedLedger) -> None:
+        self.ledger = ledger
+        self.cursor: ManagedCursor | None = ledger.cursors.get(BUFFER_CURSOR)
+        # Open transactions -> their first entry (or the provisional limit while it is in flight).
+        self.ongoing: dict[TxnID, Position] = {}
+        self._in_flight: set[TxnID] = set()
+        self.aborted: dict[TxnID, int] = {}
+        self._committed: dict[TxnID, None] = {}  # recent ones, oldest first
+        self._limit: Position | None = None
+        # Dispatchers stopped at the limit: woken when it moves.
+        self.waiters: MutableSet[ReadTrigger] = set()
+        self.committed_count = 0
+        self.aborted_count = 0
+        self._snapshot_dirty = False
+        self.recover_started_ms = 0
+        self.recover_ended_ms = 0
+
+    # -- what dispatch asks --------------------------------------------------------------------------
+    def read_limit(self) -> Position | None:
+        """Dispatch reads only entries before this position; None: no limit."""
+        return self._limit
+
+    def is_aborted(self, most: int, least: int) -> bool:
+        return bool(self.aborted) and TxnID(most, least) in self.aborted
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    @property
+    def prepared(self) -> bool:
+        return self.cursor is not None
+
+    async def prepare(self) -> None:
+        """Before the first transactional SEND: create the snapshot cursor at the end (nothing
+        before it is transactional)."""
+        if self.cursor is None:
+            self.cursor = await self.ledger.open_cursor(BUFFER_CURSOR, InitialPosition.LATEST)
+
+    async def recover(self) -> None:
+        """At load: the aborted set from the snapshot, then the entries after it."""
+        cursor = self.cursor
+        if cursor is None:
+            return
+        self.recover_started_ms = int(time.time() * 1000)
+        for key, ledger_id in cursor.properties.items():
+            if key.startswith(_ABORTED_PREFIX):
+                most, least = key[len(_ABORTED_PREFIX):].split(":")
+                self.aborted[TxnID(int(most), int(least))] = ledger_id
+        reader = self.ledger.new_non_durable_cursor(cursor.mark_delete_position, f"{BUFFER_CURSOR}-replay")
+        replayed = 0
+        try:
+            while True:
+                entries = await reader.read_entries_async(_READ_BATCH)
+                if not entries:
+                    break
+                replayed += len(entries)
+                for e in entries:
+                    self._replay(e.position, e.data)
+        finally:
+            await reader.close()
+        self._update_limit()
+        self.recover_ended_ms = int(time.time() * 1000)
+        log.info("%s: transaction buffer recovered (%d entries replayed, %d open, %d aborted)",
+                 self.ledger.name, replayed, len(self.ongoing), len(self.aborted))
+
+    def _replay(self, position: Position, data: bytes) -> None:
+        try:
+            md = read_entry_metadata(data)
+        except ProtocolError:
+            return
+        if not md.HasField("txnid_most_bits"):
+            return
+        txn = TxnID(md.txnid_most_bits, md.txnid_least_bits)
+        if md.HasField("marker_type"):
+            if md.marker_type in (mk.TXN_COMMIT, mk.TXN_ABORT):
+                self.ongoing.pop(txn, None)
+                if md.marker_type == mk.TXN_ABORT:
+                    self.aborted[txn] = position.ledger_id
+                else:
+                    self._remember_committed(txn)
+            return
+        if txn not in self.aborted and txn not in self._committed:
+            self.ongoing.setdefault(txn, position)
+
+    # -- publishing ----------------------------------------------------------------------------------
+    def check_append(self, txn: TxnID) -> None:
+        """A transactional SEND may go in: the buffer is prepared and the transaction not ended here."""
+        if self.cursor is None:
+            raise NotAllowedError(f"Transaction {txn} did not add the partition {self.ledger.name} first")
+        if txn in self.aborted or txn in self._committed:
+            raise NotAllowedError(f"Transaction {txn} has already ended on {self.ledger.name}")
+
+    def append(self, txn: TxnID, entries: list[bytes], callback: AddCallback) -> None:
+        if txn not in self.ongoing:
+            last = self.ledger.last_confirmed_entry
+            self.ongoing[txn] = Position(last.ledger_id, last.entry_id + 1)
+            self._in_flight.add(txn)
+            self._update_limit()
+
+        def stored(first: Position | None, exc: BaseException | None) -> None:
+            if txn in self._in_flight:
+                self._in_flight.discard(txn)
+                if first is not None:
+                    self.ongoing[txn] = first
+                else:  # nothing of it was stored: it holds nothing back
+                    del self.ongoing[txn]
+                self._update_limit()
+            callback(first, exc)
+
+        self.ledger.add_entries(entries, stored)
+
+    # -- ending --------------------------------------------------------------------------------------
+    async def end(self, txn: TxnID, commit: bool) -> Position:
+        """END_TXN_ON_PARTITION: append the marker, then release (commit) or drop (abort) the
+        transaction's entries. Ending twice writes a second marker and changes nothing else."""
+        position = await self.ledger.add_entry_async(txn_marker(commit, txn))
+        self.ongoing.pop(txn, None)
+        self._in_flight.discard(txn)
+        if commit:
+            self._remember_committed(txn)
+            self.committed_count += 1
+        else:
+            self.aborted[txn] = position.ledger_id
+            self._snapshot_dirty = True
+            self.aborted_count += 1
+        self._update_limit()
+        self._snapshot()
+        return position
+
+    def _remember_committed(self, txn: TxnID) -> None:
+        self._committed[txn] = None
+        if len(self._committed) > RECENTLY_COMMITTED:
+            del self._committed[next(iter(self._committed))]
+
+    def _update_limit(self) -> None:
+        limit = min(self.ongoing.values()) if self.ongoing else None
+        if limit == self._limit:
+            return
+        moved_on = self._limit is not None and (limit is None or limit > self._limit)
+        self._limit = limit
+        if moved_on and self.waiters:
+            waiting = list(self.waiters)
+            self.waiters.clear()
+            loop = asyncio.get_running_loop()
+            for w in waiting:
+                loop.call_soon(w.trigger_read)
+
+    def _snapshot(self) -> None:
+        """Save the aborted set, complete up to just before the oldest open transaction's first
+        entry (the end when none is open): the replay at load starts there. Every transaction
+        with an entry before that point has ended, and its fate is in the set, so the cursor does
+        not hold the topic's data back for longer than its oldest open transaction."""
+        cursor = self.cursor
+        if cursor is None or self._in_flight or cursor.is_closed:
+            return
+        first_ledger = self.ledger.first_position.ledger_id
+        trimmed = [t for t, lid in self.aborted.items() if lid < first_ledger]
+        for t in trimmed:
+            del self.aborted[t]
+        if self._snapshot_dirty or trimmed:
+            cursor.set_properties({f"{_ABORTED_PREFIX}{t.most}:{t.least}": lid for t, lid in self.aborted.items()})
+            self._snapshot_dirty = False
+        limit = self._limit
+        upto = self.ledger.last_confirmed_entry if limit is None else self.ledger.previous_position(limit)
+        if upto > cursor.mark_delete_position:
+            cursor.mark_delete(upto)
+
+    def snapshot_idle(self) -> None:
+        """Called when the topic closes: the snapshot as far as it can go."""
+        self._snapshot()
+
+    # -- stats ---------------------------------------------------------------------------------------
+    def txn_stats(self, txn: TxnID) -> dict[str, object]:
+        """Pulsar's TransactionInBufferStats of one transaction on this topic."""
+        first = self.ongoing.get(txn)
+        return {"startPosition": str(first) if first is not None and txn not in self._in_flight else None,
+                "aborted": txn in self.aborted}
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's TransactionBufferStats (the fields operators read)."""
+        last = self.ledger.last_confirmed_entry
+        limit = self.ledger.previous_position(self._limit) if self._limit is not None else last
+        return {
+            "state": "Ready",
+            "maxReadPosition": str(limit),
+            "lastSnapshotTimestamps": 0,
+            "ongoingTxnSize": len(self.ongoing),
+            "recoverStartTime": self.recover_started_ms,
+            "recoverEndTime": self.recover_ended_ms,
+        }

@@ -1,0 +1,447 @@
+"""Transactions over the wire against an in-process broker (transactionCoordinatorEnabled=true):
+the coordinator's requests and errors, transactional produce (the buffer, its read limit and
+markers) and acknowledge (pending acks, conflicts), commit and abort, timeouts, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import entry_body
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+from broker.transactions.model import TxnID, TxnStatus
+from managed_ledger import Position
+from tests.admin.metric_table import expected
+from tests.component.wire import port_of
+from tests.transactions.client import T, TxnWireClient
+from tests.waiting import eventually
+
+E = pb.ServerError
+IN = "persistent://public/default/txn-in"
+OUT1 = "persistent://public/default/txn-out-1"
+OUT2 = "persistent://public/default/txn-out-2"
+QUIET_S = 0.3  # how long "nothing arrives" is watched for (never asserted on time)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    async with Broker(data_dir=tmp_path, transactionCoordinatorEnabled=True) as b:
+        yield b
+
+
+@pytest.fixture
+async def client(broker: Broker) -> AsyncIterator[TxnWireClient]:
+    c = await TxnWireClient.open(port_of(broker))
+    assert not (await c.tc_connect(0)).HasField("error")
+    yield c
+    await c.close()
+
+
+async def nothing_arrives(c: TxnWireClient, consumer_id: int) -> None:
+    with pytest.raises(TimeoutError):
+        await c.receive(consumer_id, wait_s=QUIET_S)
+
+
+async def test_disabled_by_default_refuses_every_transaction_command(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        c = await TxnWireClient.open(port_of(b))
+        cmd = pb.BaseCommand(type=T.TC_CLIENT_CONNECT_REQUEST)
+        cmd.tcClientConnectRequest.tc_id = 0
+        reply = await c.request(cmd, cmd.tcClientConnectRequest)
+        assert reply.type == T.ERROR and reply.error.error == E.NotAllowedError
+        await c.producer(OUT1, 1)
+        receipt = await c.send(1, 0, "x", txn=(0, 0))
+        assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+        meta = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+        meta.partitionMetadata.topic = "persistent://pulsar/system/transaction_coordinator_assign"
+        reply = await c.request(meta, meta.partitionMetadata)
+        # No assignment topic: the Java and Go clients then refuse to start transactions.
+        assert reply.partitionMetadataResponse.partitions == 0
+        await c.close()
+
+
+async def test_assign_topic_has_one_partition_and_unknown_coordinator_is_refused(client: TxnWireClient) -> None:
+    meta = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+    meta.partitionMetadata.topic = "persistent://pulsar/system/transaction_coordinator_assign"
+    reply = await client.request(meta, meta.partitionMetadata)
+    assert reply.partitionMetadataResponse.partitions == 1
+    assert (await client.tc_connect(1)).error == E.TransactionCoordinatorNotFound
+    assert (await client.new_txn_raw(tc_id=5)).error == E.TransactionCoordinatorNotFound
+
+
+async def test_new_txn_ids_and_status_errors(client: TxnWireClient) -> None:
+    t1 = await client.new_txn()
+    t2 = await client.new_txn()
+    assert t1 == (0, 0) and t2 == (0, 1)  # most = coordinator id, least = its sequence
+    assert (await client.add_partitions((0, 99), OUT1)).error == E.TransactionNotFound
+    assert not (await client.end_txn(t1, commit=True)).HasField("error")
+    # Ended: forgotten (Pulsar answers TransactionNotFound for it from then on)
+    assert (await client.end_txn(t1, commit=False)).error == E.TransactionNotFound
+    assert (await client.add_partitions(t1, OUT1)).error == E.TransactionNotFound
+
+
+async def topic_of(broker: Broker, name: str) -> PersistentTopic:
+    assert broker.server is not None
+    return await broker.server.service.get_persistent_topic(TopicName.parse(name), create=False)
+
+
+async def test_commit_across_two_topics_and_a_subscription(broker: Broker, client: TxnWireClient) -> None:
+    # input: two messages waiting on a subscription
+    await client.producer(IN, 1)
+    for i in range(2):
+        assert (await client.send(1, i, f"in-{i}")).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10)
+    inputs = await client.receive_n(10, 2)
+    # observers: a durable consumer on each output topic and a reader
+    await client.subscribe(OUT1, "watch", 11)
+    await client.subscribe(OUT2, "watch", 12)
+    await client.subscribe(OUT1, "reader", 13, durable=False)
+
+    txn = await client.new_txn()
+    assert not (await client.add_partitions(txn, OUT1, OUT2)).HasField("error")
+    assert not (await client.add_subscription(txn, IN, "work")).HasField("error")
+    await client.producer(OUT1, 2)
+    await client.producer(OUT2, 3)
+    assert (await client.send(2, 0, "out-a", txn)).type == T.SEND_RECEIPT
+    assert (await client.send(3, 0, "out-b", txn)).type == T.SEND_RECEIPT
+    ack = await client.ack(10, *inputs, txn=txn)
+    assert not ack.HasField("error") and (ack.txnid_most_bits, ack.txnid_least_bits) == txn
+    # Uncommitted: nobody sees the outputs, GET_LAST_MESSAGE_ID does not show them, and the
+    # inputs stay unacknowledged.
+    await nothing_arrives(client, 11)
+    await nothing_arrives(client, 13)
+    assert (await client.last_message_id(11))[1] < 0
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.cursor.number_of_entries_in_backlog() == 2
+
+    assert not (await client.end_txn(txn, commit=True)).HasField("error")
+    assert [m.body for m in await client.receive_n(11, 1)] == ["out-a"]
+    assert [m.body for m in await client.receive_n(12, 1)] == ["out-b"]
+    assert [m.body for m in await client.receive_n(13, 1)] == ["out-a"]
+    assert work.cursor.number_of_entries_in_backlog() == 0
+    # the commit markers are never delivered
+    await nothing_arrives(client, 11)
+
+
+async def test_abort_drops_messages_and_redelivers_acked_inputs(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    assert (await client.send(1, 0, "in-0")).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (first,) = await client.receive_n(10, 1)
+    await client.subscribe(OUT1, "watch", 11)
+    await client.subscribe(OUT1, "reader", 13, durable=False)
+    await client.producer(OUT1, 2)
+
+    txn = await client.new_txn()
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    assert (await client.send(2, 0, "aborted", txn)).type == T.SEND_RECEIPT
+    # as the Go client sends: the transaction only in CommandSend
+    assert (await client.send(2, 2, "aborted-go", txn, txn_in_metadata=False)).type == T.SEND_RECEIPT
+    assert not (await client.ack(10, first, txn=txn)).HasField("error")
+    # Ordinary messages after the open transaction's first entry wait behind it (order is kept).
+    assert (await client.send(2, 3, "plain")).type == T.SEND_RECEIPT
+    await nothing_arrives(client, 11)
+
+    assert not (await client.end_txn(txn, commit=False)).HasField("error")
+    (plain,) = await client.receive_n(11, 1)
+    assert plain.body == "plain"
+    assert [m.body for m in await client.receive_n(13, 1)] == ["plain"]
+    # The input the aborted transaction acknowledged comes back.
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+    await nothing_arrives(client, 11)
+    # The aborted entry and the marker were acknowledged by the broker itself: acking "plain"
+    # leaves no backlog.
+    await client.ack(11, plain)
+    watch = (await topic_of(broker, OUT1)).subscriptions["watch"]
+    await eventually(lambda: watch.cursor.number_of_entries_in_backlog() == 0, "no backlog")
+
+
+async def test_conflicting_acks_are_refused(client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    for i in range(3):
+        await client.send(1, i, f"in-{i}")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    msgs = await client.receive_n(10, 3)
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    assert not (await client.ack(10, msgs[0], txn=t1)).HasField("error")
+    assert (await client.ack(10, msgs[0], txn=t2)).error == E.TransactionConflict
+    # An ordinary ack, then a transactional one of the same message: already acknowledged.
+    await client.ack(10, msgs[1])
+    assert (await client.ack(10, msgs[1], txn=t2)).error == E.TransactionConflict
+    # Cumulative transactional acks are for Exclusive and Failover subscriptions only.
+    assert (await client.ack(10, msgs[2], txn=t2, cumulative=True)).error == E.NotAllowedError
+    # After t1 aborts, t2 may take the message.
+    await client.end_txn(t1, commit=False)
+    assert not (await client.ack(10, msgs[0], txn=t2)).HasField("error")
+
+
+async def test_cumulative_ack_in_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    for i in range(3):
+        await client.send(1, i, f"in-{i}")
+    await client.subscribe(IN, "work", 10)
+    msgs = await client.receive_n(10, 3)
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    assert not (await client.ack(10, msgs[1], txn=t1, cumulative=True)).HasField("error")
+    assert (await client.ack(10, msgs[2], txn=t2, cumulative=True)).error == E.TransactionConflict
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.cursor.number_of_entries_in_backlog() == 3
+    await client.end_txn(t1, commit=True)
+    assert work.cursor.number_of_entries_in_backlog() == 1
+
+
+async def test_timeout_aborts_the_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.subscribe(OUT1, "watch", 11)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=5000)  # (room for the SENDs on a loaded machine)
+    await client.add_partitions(txn, OUT1)
+    assert (await client.send(2, 0, "late", txn)).type == T.SEND_RECEIPT
+    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    # Aborted by the coordinator: the ordinary message behind it is released, the other never is.
+    assert [m.body for m in await client.receive_n(11, 1)] == ["plain"]
+    assert broker.server is not None and broker.server.service.transactions is not None
+    tc = broker.server.service.transactions.coordinators[0]
+    assert tc.timed_out == 1
+    await eventually(lambda: txn not in tc.txns, "the abort logged")
+    assert (await client.end_txn(txn, commit=True)).error == E.TransactionNotFound
+    # A SEND in the aborted transaction is refused.
+    receipt = await client.send(2, 2, "later", txn)
+    assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+
+
+async def test_send_without_add_partition_is_refused(client: TxnWireClient) -> None:
+    await client.producer(OUT2, 2)
+    txn = await client.new_txn()
+    receipt = await client.send(2, 0, "x", txn)
+    assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+
+
+async def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.producer(OUT1, 2)
+        aborted = await c.new_txn()
+        await c.add_partitions(aborted, OUT1)
+        await c.send(2, 0, "aborted", aborted)
+        await c.end_txn(aborted, commit=False)
+        await c.send(2, 1, "plain-1")
+        open_txn = await c.new_txn()
+        await c.add_partitions(open_txn, OUT1)
+        await c.send(2, 2, "committed-later", open_txn)
+        await c.send(2, 3, "plain-2")
+        await c.close()
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "after", 11)
+        # The open transaction holds back what follows it; the aborted message stays dropped.
+        assert [m.body for m in await c.receive_n(11, 1)] == ["plain-1"]
+        await nothing_arrives(c, 11)
+        assert not (await c.end_txn(open_txn, commit=True)).HasField("error")
+        assert [m.body for m in await c.receive_n(11, 2)] == ["committed-later", "plain-2"]
+        # Ids are not reused after a restart.
+        assert await c.new_txn() == (0, 2)
+        await c.close()
+
+
+async def test_compaction_keeps_neither_aborted_nor_uncommitted_messages(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT1, 2)
+    await client.send(2, 0, "v1", key="k")
+    aborted = await client.new_txn()
+    await client.add_partitions(aborted, OUT1)
+    await client.send(2, 1, "v2-aborted", aborted, key="k")
+    await client.end_txn(aborted, commit=False)
+    open_txn = await client.new_txn()
+    await client.add_partitions(open_txn, OUT1)
+    first_open = await client.send(2, 2, "v3-open", open_txn, key="k")
+    topic = await topic_of(broker, OUT1)
+    view = await topic.compactor.compact()
+    kept = [entry_body(c.entry.data).decode() for c in view.entries]
+    assert kept == ["v1"]  # the aborted and the uncommitted value of k are not in the view
+    open_id = first_open.send_receipt.message_id
+    assert view.horizon < Position(open_id.ledgerId, open_id.entryId)
+
+
+async def test_ending_on_a_deleted_topic_does_not_block_the_commit(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT2, 2)
+    txn = await client.new_txn()
+    await client.add_partitions(txn, OUT1, OUT2)
+    await client.send(2, 0, "x", txn)
+    assert broker.server is not None
+    await broker.server.service.delete_topic(TopicName.parse(OUT1))
+    assert not (await client.end_txn(txn, commit=True)).HasField("error")
+
+
+async def http_get(broker: Broker, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, http.get(broker.web_url + path) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_admin_v3_transactions_and_metrics(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10)
+    (msg,) = await client.receive_n(10, 1)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=600_000)
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    receipt = await client.send(2, 0, "x", txn)
+    await client.ack(10, msg, txn=txn, cumulative=True)
+    base = "/admin/v3/transactions"
+
+    status, coordinators = await http_get(broker, base + "/coordinators")
+    assert status == 200 and [c["id"] for c in coordinators] == [0]
+    status, stats = await http_get(broker, base + "/coordinatorStats")
+    assert status == 200 and stats["0"]["ongoingTxnSize"] == 1 and stats["0"]["state"] == "Ready"
+    assert (await http_get(broker, base + "/coordinatorStats?coordinatorId=3"))[0] == 404
+
+    status, meta = await http_get(broker, f"{base}/transactionMetadata/{txn[0]}/{txn[1]}")
+    assert status == 200 and meta["status"] == "OPEN" and meta["txnId"] == "(0,0)"
+    mid = receipt.send_receipt.message_id
+    assert meta["producedPartitions"][OUT1] == {"startPosition": f"{mid.ledgerId}:{mid.entryId}", "aborted": False}
+    assert meta["ackedPartitions"][IN]["work"]["cumulativeAckPosition"] == f"{msg.id[0]}:{msg.id[1]}"
+    assert (await http_get(broker, f"{base}/transactionMetadata/0/77"))[0] == 404
+    status, slow = await http_get(broker, f"{base}/slowTransactions/0")
+    assert status == 200 and list(slow) == ["(0,0)"]
+
+    status, buffer = await http_get(broker, f"{base}/transactionBufferStats/public/default/txn-out-1")
+    assert status == 200 and buffer["ongoingTxnSize"] == 1
+    assert buffer["maxReadPosition"] == f"{mid.ledgerId}:{mid.entryId - 1}"
+    status, pending = await http_get(broker, f"{base}/pendingAckStats/public/default/txn-in/work")
+    assert status == 200 and pending["ongoingTxnSize"] == 1
+    assert (await http_get(broker, f"{base}/pendingAckStats/public/default/txn-in/nope"))[0] == 404
+    assert (await http_get(broker, f"{base}/transactionBufferStats/public/default/missing"))[0] == 404
+
+    await client.end_txn(txn, commit=False)
+    async with aiohttp.ClientSession() as http, http.get(broker.web_url + "/metrics") as resp:
+        text = await resp.text()
+    samples = {(s.name, s.labels.get("coordinator_id"), s.labels.get("topic")): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("pulsar_txn_created_count", "0", None)] == 1
+    assert samples[("pulsar_txn_aborted_count", "0", None)] == 1
+    assert samples[("pulsar_txn_active_count", "0", None)] == 0
+    out_topic = "persistent://public/default/txn-out-1"
+    assert samples[("pulsar_txn_tb_aborted_total", None, out_topic)] == 1
+    assert samples[("pulsar_txn_tb_active_total", None, out_topic)] == 0
+    # Every coordinator family docs/metrics.md lists for a broker with transactions is there.
+    assert set(expected("transactions")) <= {name for name, _, _ in samples}
+
+
+async def test_admin_v3_transactions_answer_503_when_disabled(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        status, body = await http_get(b, "/admin/v3/transactions/coordinatorStats")
+        assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
+
+
+async def test_commit_logged_but_markers_not_written_is_finished_after_restart(tmp_path: Path) -> None:
+    """The broker stops after the coordinator logged COMMITTING and before any topic was told
+    (the topics' END_TXN_ON_PARTITION never completes): the restarted coordinator finishes it."""
+    data = tmp_path / "data"
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "watch", 11)
+        await c.producer(OUT1, 2)
+        txn = await c.new_txn()
+        await c.add_partitions(txn, OUT1)
+        await c.send(2, 0, "committed", txn)
+        assert b.server is not None and b.server.service.transactions is not None
+        ts = b.server.service.transactions
+        stuck = asyncio.Event()
+
+        async def never(topic: str, txn_id: TxnID, commit: bool) -> None:
+            stuck.set()
+            await asyncio.Event().wait()  # (cancelled when the broker stops)
+
+        ts.end_on_partition = never  # type: ignore[method-assign,assignment]
+        end = asyncio.ensure_future(c.end_txn(txn, commit=True))
+        await asyncio.wait_for(stuck.wait(), 10)
+        assert ts.coordinators[0].get(TxnID(*txn)).status is TxnStatus.COMMITTING
+        await nothing_arrives(c, 11)
+        end.cancel()
+        await c.close()
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT1, "watch", 11)
+        assert [m.body for m in await c.receive_n(11, 1)] == ["committed"]
+        # The client's retry: the same outcome (still finishing), or already forgotten.
+        again = await c.end_txn(txn, commit=True)
+        assert not again.HasField("error") or again.error == E.TransactionNotFound
+        assert (await c.end_txn(txn, commit=False)).error in (E.TransactionNotFound, E.InvalidTxnStatus)
+        await c.close()
+
+
+async def test_plain_ack_of_a_message_pending_in_a_transaction_is_ignored(broker: Broker,
+                                                                            client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (msg,) = await client.receive_n(10, 1)
+    txn = await client.new_txn()
+    await client.add_subscription(txn, IN, "work")
+    await client.ack(10, msg, txn=txn)
+    await client.ack(10, msg)  # the transaction decides, not this
+    await client.end_txn(txn, commit=False)
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+
+
+async def test_buffer_snapshot_follows_the_oldest_open_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(OUT1, 2)
+    old = await client.new_txn()
+    await client.add_partitions(old, OUT1)
+    await client.send(2, 0, "plain-0")
+    first_old = (await client.send(2, 1, "old", old)).send_receipt.message_id
+    for i in range(3):  # later transactions come and go while the old one stays open
+        t = await client.new_txn()
+        await client.add_partitions(t, OUT1)
+        await client.send(2, 2 + i, f"t{i}", t)
+        await client.end_txn(t, commit=i % 2 == 0)
+    topic = await topic_of(broker, OUT1)
+    snapshot = topic.ledger.cursors["pulsar.txn.buffer"]
+    assert snapshot.mark_delete_position == topic.ledger.previous_position(
+        Position(first_old.ledgerId, first_old.entryId))
+    await client.end_txn(old, commit=True)
+    assert snapshot.mark_delete_position == topic.ledger.last_confirmed_entry
+
+
+async def test_batch_index_acks_in_a_transaction(broker: Broker, client: TxnWireClient) -> None:
+    await client.producer(IN, 1)
+    assert (await client.send_batch(1, 0, ["m0", "m1", "m2", "m3"])).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (batch,) = await client.receive_n(10, 1)
+    assert batch.ack_set == []
+    t1, t2 = await client.new_txn(), await client.new_txn()
+    for t in (t1, t2):
+        await client.add_subscription(t, IN, "work")
+    # t1 acknowledges messages 0 and 1 (bit set = still unacknowledged)
+    assert not (await client.ack(10, batch, txn=t1, ack_set=[0b1100], batch_size=4)).HasField("error")
+    overlap = await client.ack(10, batch, txn=t2, ack_set=[0b1010], batch_size=4)  # message 0 again
+    assert overlap.error == E.TransactionConflict
+    assert not (await client.ack(10, batch, txn=t2, ack_set=[0b0111], batch_size=4)).HasField("error")
+    # Redelivered: without the indexes the open transactions hold.
+    client.redeliver_unacknowledged(10)
+    (again,) = await client.receive_n(10, 1)
+    assert again.ack_set == [0b0100]
+    await client.end_txn(t1, commit=True)
+    await client.end_txn(t2, commit=False)
+    client.redeliver_unacknowledged(10)
+    (last,) = await client.receive_n(10, 1)
+    assert last.ack_set == [0b1100]  # t1's acks applied, t2's dropped

@@ -1,0 +1,89 @@
+"""The pure parts of transactions: the status machine, pending acks (conflicts, batch indexes,
+their saved form) and the coordinator's log records."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.errors import InvalidTxnStatusError, TransactionConflictError
+from broker.transactions.log import LogRecord
+from broker.transactions.model import TxnID, TxnMeta, TxnStatus
+from broker.transactions.pending_ack import PendingAcks
+from managed_ledger import Position
+
+T1, T2 = TxnID(0, 1), TxnID(0, 2)
+P1, P2, P3 = Position(3, 1), Position(3, 2), Position(3, 3)
+
+
+def never_acked(_: Position) -> bool:
+    return False
+
+
+def test_status_moves() -> None:
+    meta = TxnMeta(T1, TxnStatus.OPEN, 0, 1000)
+    meta.move(TxnStatus.COMMITTING)
+    with pytest.raises(InvalidTxnStatusError):
+        meta.move(TxnStatus.ABORTING)  # committing: no way back
+    with pytest.raises(InvalidTxnStatusError):
+        meta.expect_open()
+    meta.move(TxnStatus.COMMITTED)
+    with pytest.raises(InvalidTxnStatusError):
+        meta.move(TxnStatus.COMMITTING)
+
+
+def test_individual_conflicts_are_all_or_nothing() -> None:
+    acks = PendingAcks()
+    acks.add_individual(T1, [(P1, None, 0)], never_acked)
+    with pytest.raises(TransactionConflictError):
+        acks.add_individual(T2, [(P2, None, 0), (P1, None, 0)], never_acked)
+    assert not acks.holds(P2)  # nothing of the refused ack was taken
+    acks.add_individual(T1, [(P1, None, 0)], never_acked)  # the same transaction again: fine
+    with pytest.raises(TransactionConflictError):
+        acks.add_individual(T2, [(P3, None, 0)], lambda p: p == P3)  # already acknowledged
+    assert acks.holds(P1)
+    ended = acks.end(T1)
+    assert ended is not None and list(ended.individual) == [P1]
+    assert not acks.holds(P1) and not acks
+    acks.add_individual(T2, [(P1, None, 0)], never_acked)
+
+
+def test_batch_index_acks_conflict_only_on_common_messages() -> None:
+    acks = PendingAcks()
+    # a batch of 4: bit set = still unacked; T1 acks messages 0 and 1, T2 messages 2 and 3
+    acks.add_individual(T1, [(P1, [0b1100], 4)], never_acked)
+    acks.add_individual(T2, [(P1, [0b0011], 4)], never_acked)
+    assert not acks.holds(P1)  # partly acked: the entry is still delivered
+    with pytest.raises(TransactionConflictError):
+        acks.add_individual(T2, [(P1, [0b1110], 4)], never_acked)  # message 0 is T1's
+
+
+def test_cumulative_acks_one_transaction_at_a_time() -> None:
+    acks = PendingAcks()
+    acks.add_cumulative(T1, P2, mark_delete=Position(3, 0))
+    assert acks.holds(P1) and acks.holds(P2) and not acks.holds(P3)
+    with pytest.raises(TransactionConflictError):
+        acks.add_cumulative(T2, P3, mark_delete=Position(3, 0))
+    with pytest.raises(TransactionConflictError):
+        acks.add_individual(T2, [(P1, None, 0)], never_acked)
+    with pytest.raises(TransactionConflictError):
+        PendingAcks().add_cumulative(T1, P1, mark_delete=P2)  # already acknowledged
+
+
+def test_pending_acks_survive_their_saved_form() -> None:
+    acks = PendingAcks()
+    acks.add_individual(T1, [(P1, None, 0), (P2, [-2, 7], 70)], never_acked)
+    back = PendingAcks.from_properties({**acks.to_properties(), "other": 1})
+    assert back.by_txn[T1].individual == {P1: None, P2: [-2, 7]}
+    assert back.holds(P1) and not back.holds(P2)
+    cumulative = PendingAcks()
+    cumulative.add_cumulative(T2, P3, mark_delete=Position(3, 0))
+    again = PendingAcks.from_properties(cumulative.to_properties())
+    assert again.by_txn[T2].cumulative == P3 and again.holds(P1)
+
+
+def test_log_records_round_trip() -> None:
+    for record in (LogRecord(T1, "new", timeout_ms=5, opened_ms=7),
+                   LogRecord(T1, "partitions", partitions=("persistent://a/b/c",)),
+                   LogRecord(T1, "subscriptions", subscriptions=(("persistent://a/b/c", "s"),)),
+                   LogRecord(T1, "status", status=TxnStatus.ABORTING)):
+        assert LogRecord.decode(record.encode()) == record
