@@ -165,6 +165,15 @@ async def test_topic_list_watchers_hear_of_topics_another_broker_creates(bk_clus
 
             creator = await WireClient.open(int(second.service_url.rsplit(":", 1)[1]))
             await creator.connect()
+            # Cluster mode: the second broker takes the topic's bundle (an authoritative lookup makes the broker asked
+            # the owner when nobody owns it), so the topic is created there, not on the watcher's broker.
+            lookup = pb.BaseCommand(type=T.LOOKUP)
+            lookup.lookupTopic.topic, lookup.lookupTopic.request_id = topic, 7
+            lookup.lookupTopic.authoritative = True
+            creator.send(lookup)
+            answer = (await creator.recv()).lookupTopicResponse
+            assert answer.response == pb.CommandLookupTopicResponse.Connect, answer
+            assert answer.brokerServiceUrl == second.service_url
             creator.send(producer_cmd(topic, producer_id=1, request_id=1))
             assert (await creator.recv()).type == T.PRODUCER_SUCCESS
             update = (await watcher.recv()).watchTopicUpdate
