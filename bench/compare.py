@@ -377,10 +377,15 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         brokers.append(peer)
             idle_rss = {b.name: b.rss_mb() for b in brokers}
-            # Warm-up, not recorded: the bookies' JIT and every broker's first topics and connections.
+            # Warm-up, not recorded: the JVMs' JIT (Apache Pulsar's, the bookies') and every broker's first topics
+            # and connections; each path the workloads take, once, for every kind alike.
             for b in brokers:
                 measure(b, produce(2000, 100, False))
                 measure(b, produce(20_000, 100, True))
+                measure(b, produce(10_000, 1024, True))
+                measure(b, consume(20_000, 100, True))
+                measure(b, consume(3000, 100, False))
+                measure(b, fan_out(10, 2000, 100))
             for name, workload in workloads(args.scale):
                 if args.only and args.only not in name:
                     continue
