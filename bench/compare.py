@@ -330,7 +330,7 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         ("end-to-end batched 1 KiB", end_to_end(s(100_000), 1024)),
         ("latency 1k msg/s, 100 B", latency(1000, max(1.0, 3 * scale), 100)),
         ("latency 10k msg/s, 100 B", latency(10_000, max(1.0, 3 * scale), 100)),
-        ("1000 topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
+        (f"{max(10, int(1000 * scale))} topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
         ("fan-out to 10 subscriptions", fan_out(10, s(20_000), 100)),
         (f"{topic_count(scale)} topics, each a producer + a subscription",
          topics_with_subscriptions(topic_count(scale))),
