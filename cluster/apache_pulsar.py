@@ -32,8 +32,9 @@ CONF_DIR = REPO_ROOT / "bench" / "pulsar"
 STANDALONE_CONF = CONF_DIR / "standalone.conf"
 LOG4J_CONF = CONF_DIR / "log4j2.properties"
 
-# A 1 GiB heap (G1, the JVM's default collector) and 1 GiB of direct memory on this 2-core machine: Pulsar's own
-# scripts give a standalone 2 GiB of each. No -Xms and no pre-touch, so the RSS shows what it uses.
+# A 1 GiB heap (G1) and 1 GiB of direct memory on this 2-core machine; Pulsar's conf/pulsar_env.sh gives
+# -Xms2g -Xmx2g -XX:MaxDirectMemorySize=4g (and pre-touches the heap). No -Xms and no pre-touch here, so the RSS
+# shows what it uses.
 HEAP_OPTS = ["-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC"]
 # What Pulsar's launch scripts open up on Java 17 (Netty, the load manager's /proc readings, DbLedgerStorage).
 JVM_OPTS = [
