@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-deps console-deps cluster-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
+.PHONY: run test test-deps console-deps cluster-deps pulsar-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP) test-deps console-deps cluster-deps
+test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -63,6 +63,23 @@ $(BK_STAMP): cluster/pom.xml
 	elif [ "$$CI" = true ]; then echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central)" >&2; exit 1; \
 	else echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central); the BookKeeper tests will be skipped"; fi
 
+# Apache Pulsar itself (pulsar-broker 4.0.7 and its runtime dependencies from Maven Central, ~240 MB, into
+# $(PULSAR_LIB), ignored by git; ~/.m2 caches the downloads): the benchmark's `pulsar` kind (standalone) and the
+# mixed-broker BookKeeper test. bench/pulsar/settings.xml keeps Maven on Maven Central (Pulsar's poms name other
+# repositories). Idempotent; without java and mvn it says why, and those skip.
+PULSAR_LIB := .deps/pulsar/lib
+PULSAR_STAMP := .deps/pulsar/.installed
+
+pulsar-deps: $(PULSAR_STAMP)
+
+$(PULSAR_STAMP): bench/pulsar/pom.xml
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(PULSAR_LIB) && (cd bench/pulsar && \
+	    mvn -q -B -s settings.xml -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=../../$(PULSAR_LIB)); \
+	then touch $(PULSAR_STAMP); \
+	elif [ "$$CI" = true ]; then echo "pulsar-deps: cannot fetch Apache Pulsar (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "pulsar-deps: cannot fetch Apache Pulsar (needs java, mvn and Maven Central); it is left out of the bench"; fi
+
 # ZooKeeper + $(BOOKIES) bookies + $(BROKERS) brokers (cluster mode: they share the bundles) on free 127.0.0.1 ports;
 # .cluster/cluster.json says what runs where.
 cluster-up: $(STAMP) cluster-deps
@@ -81,10 +98,11 @@ proto: $(STAMP)
 	sed -i -E 's/^( *)None: (.*)$$/\1# None: \2  -- Python keyword; use Schema.Type.Value("None")/' broker/protocol/pulsar_api_pb2.pyi
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=managed_ledger/bookkeeper --pyi_out=managed_ledger/bookkeeper proto/bookkeeper_data_formats.proto proto/ml_data_formats.proto
 
-# Benchmarks (not tests): our broker (file ledger; on 3 local bookies) vs pulsar-lite side by side, Shared
-# before/after a storm, then topic takeover time and a bookie crash under load (bench/bk_faults.py),
+# Benchmarks (not tests): our broker (file ledger; on 3 local bookies) vs Apache Pulsar standalone (when
+# `make pulsar-deps` has fetched it) and pulsar-lite side by side, Shared before/after a storm, then topic
+# takeover time and a bookie crash under load (bench/bk_faults.py), 1 vs 2 brokers (bench/cluster_scale.py),
 # then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py).
-bench: $(STAMP) cluster-deps
+bench: $(STAMP) cluster-deps pulsar-deps
 	$(PY) -m pip install -q pulsar-lite
 	$(PY) -m bench.compare $(BENCH_ARGS)
 	$(PY) -m bench.raw_publish

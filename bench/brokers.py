@@ -1,4 +1,4 @@
-"""Broker processes under benchmark: ours and the peer (pulsar-lite), with CPU and RSS readings."""
+"""Broker processes under benchmark: ours, Apache Pulsar standalone and pulsar-lite, with CPU and RSS readings."""
 
 from __future__ import annotations
 
@@ -169,3 +169,19 @@ def start_pulsar_lite(workdir: Path) -> BrokerProcess | None:
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"pulsar-lite did not start; see {log_path}")
+
+
+def start_apache_pulsar(workdir: Path) -> BrokerProcess | None:
+    """Apache Pulsar standalone from the jars of `make pulsar-deps` (None when they are missing): one JVM with the
+    broker, one bookie (journal fsync on) and RocksDB metadata, so its CPU and RSS include its storage, as ours do."""
+    from cluster import apache_pulsar
+
+    why = apache_pulsar.missing_dependencies()
+    if why is not None:
+        print(f"Apache Pulsar skipped: {why}")
+        return None
+    p = apache_pulsar.start_standalone(workdir / "apache-pulsar")
+    notes = (f"Apache Pulsar {apache_pulsar.pulsar_version()} standalone (PulsarStandaloneStarter), one JVM "
+             f"{' '.join(apache_pulsar.HEAP_OPTS)}: broker + 1 bookie (DbLedgerStorage, journalSyncData=true) + "
+             f"RocksDB metadata; functions worker and stream storage off")
+    return BrokerProcess("pulsar", p.proc, p.port, notes, p.log_path)

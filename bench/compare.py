@@ -4,7 +4,8 @@ The official client is the load. Each workload runs against every broker kind al
 (A B C A B C ...); the table shows medians, and first/other is the median (and range) of the ratios
 within each round (the first kind of --kinds against each other one).
 Kinds: ``ours`` (file ledger), ``ours-bk`` (managedLedgerStorage=bookkeeper on ZooKeeper + 3 local
-bookies started here, cluster/local.py), ``lite`` (pulsar-lite).
+bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone from the jars of
+`make pulsar-deps`, cluster/apache_pulsar.py), ``lite`` (pulsar-lite).
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
 Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
@@ -30,7 +31,7 @@ from pathlib import Path
 import pulsar
 from pulsar import ConsumerType
 
-from bench.brokers import BrokerProcess, start_ours, start_ours_bk, start_pulsar_lite
+from bench.brokers import BrokerProcess, start_apache_pulsar, start_ours, start_ours_bk, start_pulsar_lite
 from cluster.local import LocalCluster, missing_dependencies, start_cluster, stop_cluster
 
 
@@ -211,6 +212,30 @@ def many_topics(topics: int, per_topic: int) -> Workload:
     return run
 
 
+def topics_with_subscriptions(topics: int) -> Workload:
+    """Creation of ``topics`` topics, each with a producer and a subscription (consumer attached), all held open;
+    the rate is topics per second, and the broker's RSS is read while they are all open. Topics are not deleted
+    afterwards (no broker here deletes inactive ones), so the RSS of later rounds includes earlier rounds' topics:
+    the ``rss_per_topic_kb`` figure is the growth during this run divided by its topics."""
+    def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
+        tag = uuid.uuid4().hex[:8]
+        rss0 = window.broker.rss_mb()
+        producers, consumers = [], []
+        for i in range(topics):
+            topic = f"persistent://public/default/bench-rss-{tag}-{i}"
+            consumers.append(client.subscribe(topic, "sub", receiver_queue_size=10))
+            producers.append(client.create_producer(topic, batching_enabled=False))
+        elapsed = time.perf_counter() - window.t0
+        rss = window.broker.rss_mb()
+        for p in producers:
+            p.close()
+        for c in consumers:
+            c.close()
+        return topics, 0, {"rss_mb": rss, "rss_per_topic_kb": (rss - rss0) * 1024 / topics,
+                           "create_s": elapsed}
+    return run
+
+
 def fan_out(subscriptions: int, n: int, size: int) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         topic = fresh_topic("fanout")
@@ -305,9 +330,15 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         ("end-to-end batched 1 KiB", end_to_end(s(100_000), 1024)),
         ("latency 1k msg/s, 100 B", latency(1000, max(1.0, 3 * scale), 100)),
         ("latency 10k msg/s, 100 B", latency(10_000, max(1.0, 3 * scale), 100)),
-        ("1000 topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
+        (f"{max(10, int(1000 * scale))} topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
         ("fan-out to 10 subscriptions", fan_out(10, s(20_000), 100)),
+        (f"{topic_count(scale)} topics, each a producer + a subscription",
+         topics_with_subscriptions(topic_count(scale))),
     ]
+
+
+def topic_count(scale: float) -> int:
+    return max(10, int(2000 * scale))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,16 +366,26 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     cluster = start_cluster(work / "bk-cluster", bookies=3)
                     brokers.append(start_ours_bk(work, cluster))
+                elif kind == "pulsar":
+                    apache = start_apache_pulsar(work)
+                    if apache is not None:
+                        brokers.append(apache)
                 else:
                     peer = start_pulsar_lite(work)
                     if peer is None:
                         print("pulsar-lite is not installed (pip install pulsar-lite): skipped")
                     else:
                         brokers.append(peer)
-            # Warm-up, not recorded: the bookies' JIT and every broker's first topics and connections.
+            idle_rss = {b.name: b.rss_mb() for b in brokers}
+            # Warm-up, not recorded: the JVMs' JIT (Apache Pulsar's, the bookies') and every broker's first topics
+            # and connections; each path the workloads take, once, for every kind alike.
             for b in brokers:
                 measure(b, produce(2000, 100, False))
                 measure(b, produce(20_000, 100, True))
+                measure(b, produce(10_000, 1024, True))
+                measure(b, consume(20_000, 100, True))
+                measure(b, consume(3000, 100, False))
+                measure(b, fan_out(10, 2000, 100))
             for name, workload in workloads(args.scale):
                 if args.only and args.only not in name:
                     continue
@@ -360,12 +401,12 @@ def main(argv: list[str] | None = None) -> int:
                 b.stop()
             if cluster is not None:
                 stop_cluster(cluster)
-    print_table(table, brokers, rss, args.runs)
+    print_table(table, brokers, rss, args.runs, idle_rss)
     print(f"\nload average after: {load_average()}")
     return 0
 
 
-KINDS = ("ours", "ours-bk", "lite")
+KINDS = ("ours", "ours-bk", "pulsar", "lite")
 
 
 def parse_kinds(text: str) -> list[str]:
@@ -382,13 +423,13 @@ def load_average() -> str:
 
 
 def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]]], brokers: list[BrokerProcess],
-                rss: dict[str, float], runs: int) -> None:
+                rss: dict[str, float], runs: int, idle_rss: dict[str, float]) -> None:
     names = [b.name for b in brokers]
     print(f"\n{date.today()}, {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, official pulsar-client {pulsar.__version__}; medians of {runs} "
           f"alternating runs")
     for b in brokers:
-        print(f"  {b.name}: {b.notes}; RSS at end {rss[b.name]:.0f} MB")
+        print(f"  {b.name}: {b.notes}; RSS idle after start {idle_rss[b.name]:.0f} MB, at end {rss[b.name]:.0f} MB")
     with_storage = {b.name for b in brokers if b.storage_pids}
     head = "| workload | " + " | ".join(
         f"{n} msg/s | {n} MB/s | {n} CPU us/msg" + (f" | {n} bookies CPU us/msg" if n in with_storage else "")
@@ -416,6 +457,8 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
             ex = results[n].extra
             if ex.get("missed"):
                 notes.append(f"{n}: {ex['missed']:,.0f} messages never received in a run (receive timed out)")
+            if "rss_mb" in ex:
+                notes.append(f"{n}: RSS with them open {ex['rss_mb']:.0f} MB (+{ex['rss_per_topic_kb']:.1f} KB/topic)")
             if "pub_p50" in ex:
                 notes.append(f"{n}: publish p50/p99 {ex['pub_p50']:.2f}/{ex['pub_p99']:.2f} ms, "
                              f"end-to-end p50/p99 {ex['e2e_p50']:.2f}/{ex['e2e_p99']:.2f} ms")

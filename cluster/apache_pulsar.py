@@ -1,0 +1,203 @@
+"""Apache Pulsar itself, run from the jars `make pulsar-deps` fetches (bench/pulsar/pom.xml -> .deps/pulsar/lib).
+
+Two ways to start it, each a real JVM on free 127.0.0.1 ports, stopped by its pid:
+
+- ``start_standalone``: ``org.apache.pulsar.PulsarStandaloneStarter`` (one JVM: broker, one embedded bookie, metadata
+  in RocksDB), configured by bench/pulsar/standalone.conf; the benchmark's ``pulsar`` kind;
+- ``start_broker``: ``org.apache.pulsar.PulsarBrokerStarter`` on a ZooKeeper and bookies that already run
+  (cluster/local.py), after ``PulsarClusterMetadataSetup`` has written the cluster's metadata; the mixed-broker test.
+
+Ready means the admin API answers with the namespace ``public/default`` listed (standalone) or the broker's
+``/admin/v2/brokers/health`` answers ``ok``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.local import free_port
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Where `make pulsar-deps` puts pulsar-broker and its dependencies (override with PULSAR_LIB).
+DEFAULT_LIB = REPO_ROOT / ".deps" / "pulsar" / "lib"
+CONF_DIR = REPO_ROOT / "bench" / "pulsar"
+STANDALONE_CONF = CONF_DIR / "standalone.conf"
+LOG4J_CONF = CONF_DIR / "log4j2.properties"
+
+# A 1 GiB heap (G1) and 1 GiB of direct memory on this 2-core machine; Pulsar's conf/pulsar_env.sh gives
+# -Xms2g -Xmx2g -XX:MaxDirectMemorySize=4g (and pre-touches the heap). No -Xms and no pre-touch here, so the RSS
+# shows what it uses.
+HEAP_OPTS = ["-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC"]
+# What Pulsar's launch scripts open up on Java 17 (Netty, the load manager's /proc readings, DbLedgerStorage).
+JVM_OPTS = [
+    "-Djava.net.preferIPv4Stack=true", "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.net=ALL-UNNAMED", "--add-opens", "java.management/sun.management=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED", "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.platform=ALL-UNNAMED",
+]
+START_TIMEOUT_S = 180.0  # a cold JVM with ~300 jars on a busy 2-core machine: 30-90 s
+STOP_TIMEOUT_S = 20.0
+
+
+def pulsar_lib() -> Path:
+    return Path(os.environ.get("PULSAR_LIB", str(DEFAULT_LIB)))
+
+
+def pulsar_version() -> str:
+    for jar in pulsar_lib().glob("pulsar-broker-[0-9]*.jar"):
+        return jar.stem.removeprefix("pulsar-broker-")
+    return "?"
+
+
+def missing_dependencies() -> str | None:
+    """Why Apache Pulsar cannot be started here, or None."""
+    if shutil.which("java") is None:
+        return "no `java` on PATH"
+    if not any(pulsar_lib().glob("pulsar-broker-[0-9]*.jar")):
+        return f"no pulsar-broker jar in {pulsar_lib()} (run `make pulsar-deps`)"
+    return None
+
+
+def java_command(main_class: str, *args: str, heap: list[str] | None = None) -> list[str]:
+    return ["java", *(HEAP_OPTS if heap is None else heap), *JVM_OPTS,
+            f"-Dlog4j.configurationFile={LOG4J_CONF}", "-cp", f"{pulsar_lib()}/*", main_class, *args]
+
+
+@dataclass
+class PulsarProcess:
+    """One Apache Pulsar JVM: its pid, binary-protocol and HTTP ports, and its log."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    web_port: int
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def stop(self) -> None:
+        """SIGTERM (Pulsar's shutdown hook closes the broker and its bookie), SIGKILL after STOP_TIMEOUT_S."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def http_get(url: str, timeout: float = 5.0) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _wait_ready(process: PulsarProcess, ready: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.proc.poll() is not None:
+            raise RuntimeError(f"Apache Pulsar exited with {process.proc.returncode}; "
+                               f"log {process.log_path}:\n{_log_tail(process.log_path)}")
+        body = http_get(process.web_url + ready, timeout=2.0)
+        if body is not None and ("public/default" in body or body.strip() == "ok"):
+            return
+        time.sleep(0.5)
+    process.stop()
+    raise RuntimeError(f"Apache Pulsar was not ready within {timeout:.0f} s; log {process.log_path}:\n"
+                       f"{_log_tail(process.log_path)}")
+
+
+def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S) -> PulsarProcess:
+    """PulsarStandaloneStarter with bench/pulsar/standalone.conf, no functions worker, no stream storage."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, web_port, bookie_port = free_port(), free_port(), free_port()
+    config = workdir / "standalone.conf"
+    config.write_text(STANDALONE_CONF.read_text()
+                      + f"\nbrokerServicePort={port}\nwebServicePort={web_port}\nbrokerShutdownTimeoutMs=5000\n")
+    log_path = workdir / "pulsar-standalone.log"
+    with open(log_path, "wb") as log:
+        # cwd = workdir: the standalone picks ZooKeeper mode if ./data/standalone/zookeeper exists, RocksDB otherwise.
+        proc = subprocess.Popen(
+            java_command("org.apache.pulsar.PulsarStandaloneStarter", "--config", str(config),
+                         "--metadata-dir", str(workdir / "metadata"), "--bookkeeper-dir", str(workdir / "bookie"),
+                         "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage"),
+            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+        )
+    process = PulsarProcess(proc, port, web_port, log_path)
+    _wait_ready(process, "/admin/v2/namespaces/public", timeout)
+    return process
+
+
+def run_cluster_metadata_setup(cluster_name: str, zk: str, web_url: str, service_url: str, log_path: Path,
+                               timeout: float = 180.0) -> None:
+    """PulsarClusterMetadataSetup: the cluster, tenant `public`, namespace `public/default` in ZooKeeper."""
+    with open(log_path, "wb") as log:
+        subprocess.run(
+            java_command("org.apache.pulsar.PulsarClusterMetadataSetup", "--cluster", cluster_name,
+                         "--metadata-store", f"zk:{zk}", "--configuration-metadata-store", f"zk:{zk}",
+                         "--web-service-url", web_url, "--broker-service-url", service_url,
+                         heap=["-Xmx256m", "-XX:+UseSerialGC"]),
+            stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout,
+        )
+
+
+def start_broker(workdir: Path, settings: dict[str, str], timeout: float = START_TIMEOUT_S) -> PulsarProcess:
+    """PulsarBrokerStarter with ``settings`` (Pulsar keys: metadataStoreUrl, clusterName, ...) on free ports."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, web_port = free_port(), free_port()
+    base = {
+        "bindAddress": "127.0.0.1", "advertisedAddress": "127.0.0.1", "brokerServicePort": str(port),
+        "webServicePort": str(web_port), "functionsWorkerEnabled": "false", "brokerShutdownTimeoutMs": "5000",
+        "numIOThreads": "2", "numOrderedExecutorThreads": "2", "numHttpServerThreads": "4",
+        "numExecutorThreadPoolSize": "2", "numCacheExecutorThreadPoolSize": "2",
+        "brokerDeleteInactiveTopicsEnabled": "false", "managedLedgerCacheSizeMB": "32",
+    }
+    config = workdir / "broker.conf"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {**base, **settings}.items()))
+    log_path = workdir / "pulsar-broker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            java_command("org.apache.pulsar.PulsarBrokerStarter", "--broker-conf", str(config),
+                         heap=["-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC"]),
+            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+        )
+    process = PulsarProcess(proc, port, web_port, log_path)
+    _wait_ready(process, "/admin/v2/brokers/health", timeout)
+    return process
+
+
+def admin(process: PulsarProcess, method: str, path: str, body: object | None = None, timeout: float = 30.0) -> str:
+    """One admin REST call; raises on an HTTP error."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(process.web_url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data is not None else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return str(resp.read().decode())
