@@ -149,8 +149,9 @@ class BrokerMetadata:
                 await self.cache.create(L.TENANTS, tenant, TenantInfo((), (self.cluster,)).to_json())
         for ns in DEFAULT_NAMESPACES:
             if ns not in self._namespaces:
-                # (No bundles stored: namespace_bundles gives it default_bundles equal ones.)
-                await self.cache.create(L.NAMESPACES, ns, {})
+                # As Pulsar's set-up writes them (an Apache Pulsar broker on the same store refuses lookups in a
+                # namespace without replication clusters); bundles: default_bundles equal ones.
+                await self.cache.create(L.NAMESPACES, ns, self._new_namespace_policies(ns, {}))
 
     @property
     def generation(self) -> int:
@@ -287,10 +288,18 @@ class BrokerMetadata:
         self._tenant_must_exist(namespace.split("/")[0])
         if namespace in self._namespaces:
             raise AlreadyExistsError("Namespace already exists")
-        doc = copy.deepcopy(dict(policies))
+        doc = self._new_namespace_policies(namespace, policies)
+        await self._create(L.NAMESPACES, namespace, doc, "Namespace already exists")
+
+    def _new_namespace_policies(self, namespace: str, policies: Mapping[str, Any]) -> JsonDoc:
+        """A new namespace's Policies as Pulsar's validatePolicies completes them: the local cluster as its
+        replication cluster when none is named, and default_bundles equal bundles when none are given."""
+        doc: JsonDoc = copy.deepcopy(dict(policies))
+        if not doc.get("replication_clusters"):
+            doc["replication_clusters"] = [self.cluster]
         if doc.get("bundles") is None:
             doc["bundles"] = NamespaceBundles.equal(namespace, self.default_bundles).to_bundles_data()
-        await self._create(L.NAMESPACES, namespace, doc, "Namespace already exists")
+        return doc
 
     async def delete_namespace(self, namespace: str) -> None:
         """Refused while a partitioned topic of the namespace is still recorded (delete those first)."""

@@ -52,6 +52,12 @@ async def store(tree: str) -> AsyncIterator[MemoryMetadataStore]:
     await s.close()
 
 
+# The stored Policies of the namespaces the bootstrap creates.
+DEFAULT_NS = {"replication_clusters": ["standalone"],
+              "bundles": {"boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+                          "numBundles": 4}}
+
+
 @pytest.fixture
 async def metadata(store: MemoryMetadataStore) -> AsyncIterator[BrokerMetadata]:
     m = BrokerMetadata("standalone")
@@ -65,8 +71,10 @@ async def test_bootstrap_is_pulsars_initial_metadata(metadata: BrokerMetadata, s
     assert await node(store, "/admin/clusters/standalone") == {}
     for tenant in ("public", "pulsar"):
         assert await node(store, f"/admin/policies/{tenant}") == {"adminRoles": [], "allowedClusters": ["standalone"]}
-    assert await node(store, "/admin/policies/public/default") == {}
-    assert await node(store, "/admin/policies/pulsar/system") == {}
+    # Completed as Pulsar's validatePolicies does (an Apache Pulsar broker refuses lookups in a namespace without
+    # replication clusters): the local cluster, and defaultNumberOfNamespaceBundles equal bundles.
+    for ns in ("public/default", "pulsar/system"):
+        assert await node(store, f"/admin/policies/{ns}") == DEFAULT_NS
 
 
 async def test_golden_values_at_pulsars_paths(metadata: BrokerMetadata, store: MetadataStore) -> None:
@@ -93,7 +101,7 @@ async def test_golden_values_at_pulsars_paths(metadata: BrokerMetadata, store: M
     assert (await store.get("/admin/policies/acme")).value == (  # type: ignore[union-attr]
         b'{"adminRoles":["admin"],"allowedClusters":["standalone","east"]}')
     assert await node(store, "/admin/policies/acme/ns") == {
-        "message_ttl_in_seconds": 60, "deduplicationEnabled": True,
+        "message_ttl_in_seconds": 60, "deduplicationEnabled": True, "replication_clusters": ["standalone"],
         # (Created without a count: defaultNumberOfNamespaceBundles equal bundles, as Pulsar stores them.)
         "bundles": {"boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
                     "numBundles": 4},
@@ -210,7 +218,7 @@ async def test_modify_policies_is_all_or_nothing(metadata: BrokerMetadata, store
     with pytest.raises(ValueError):
         await metadata.modify_policies("public/default", half_done)
     assert metadata.policy("public/default", "message_ttl_in_seconds") is None
-    assert await node(store, "/admin/policies/public/default") == {}
+    assert await node(store, "/admin/policies/public/default") == DEFAULT_NS
 
 
 async def test_compare_and_set_keeps_both_writers_changes(tree: str, store: MemoryMetadataStore) -> None:
@@ -234,7 +242,7 @@ async def test_compare_and_set_keeps_both_writers_changes(tree: str, store: Memo
     await a.set_policy("public/default", "message_ttl_in_seconds", 30)
     store.get = orig_get  # type: ignore[method-assign]
     assert rounds == 2
-    expected = {"message_ttl_in_seconds": 30, "deduplicationEnabled": True}
+    expected = {**DEFAULT_NS, "message_ttl_in_seconds": 30, "deduplicationEnabled": True}
     assert await node(store, "/admin/policies/public/default") == expected
     await eventually(lambda: a.namespace_policies("public/default") == expected
                      and b.namespace_policies("public/default") == expected, "both caches agree")
@@ -367,7 +375,7 @@ async def test_update_policy_reads_modifies_and_writes_one_value(metadata: Broke
                                                                  store: MetadataStore) -> None:
     await metadata.update_policy("public/default", "properties", lambda p: {**(p or {}), "a": "1"})
     await metadata.update_policy("public/default", "properties", lambda p: {**(p or {}), "b": "2"})
-    assert await node(store, "/admin/policies/public/default") == {"properties": {"a": "1", "b": "2"}}
+    assert await node(store, "/admin/policies/public/default") == {**DEFAULT_NS, "properties": {"a": "1", "b": "2"}}
     await metadata.update_policy("public/default", "properties", lambda _: None)
     assert metadata.policy("public/default", "properties") is None
     await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda q: {**(q or {}), "x": 1})
