@@ -434,12 +434,33 @@ class ZooKeeperMetadataStore:
 
     # ---- watches -----------------------------------------------------------------------------------------------
 
-    def _watch_node(self, path: str) -> None:
-        """Arm an exists watch on ``path`` unless one is armed (the answer is not awaited)."""
+    def _watch_node(self, path: str, existed: bool | None = None) -> None:
+        """Arm an exists watch on ``path`` unless one is armed. ``existed``: whether the node existed when the
+        watch that fired was set off; if the answer says otherwise, the node was deleted (or created) before the
+        new watch was armed, a change no watch reports: it is told here instead."""
         self._watched.add(path)
         if path not in self._armed and not self._closed:
             self._armed.add(path)
-            self._client.exists_async(path, watch=self._data_watcher)
+            answer = self._client.exists_async(path, watch=self._data_watcher)
+            if existed is not None:
+                answer.rawlink(lambda result: self._post_call(self._rearmed, path, existed, result))
+
+    def _post_call(self, handler: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self._loop.call_soon_threadsafe(handler, *args)
+
+    def _rearmed(self, path: str, existed: bool, result: Any) -> None:
+        try:
+            exists = result.get_nowait() is not None
+        except Exception:  # (a lost connection: watches are re-armed, and caches re-read, on reconnection)
+            return
+        if self._closed or exists == existed:
+            return
+        kind = NotificationType.CREATED if exists else NotificationType.DELETED
+        notes = [Notification(kind, path)]
+        if path != paths.ROOT:
+            notes.append(Notification(NotificationType.CHILDREN_CHANGED, paths.parent(path)))
+        self._deliver(notes)
 
     def _watch_children(self, path: str) -> None:
         if path not in self._armed_children and not self._closed:
@@ -461,7 +482,8 @@ class ZooKeeperMetadataStore:
             return  # a connection state change: watches are re-armed on reconnection
         path = event.path
         self._armed.discard(path)
-        self._watch_node(path)  # before telling anyone, so no later change goes unseen
+        # Before telling anyone, so no later change goes unseen (a deletion before it is armed is told by _rearmed).
+        self._watch_node(path, existed=event.type != EventType.DELETED)
         parent = paths.parent(path) if path != paths.ROOT else None
         if event.type == EventType.CREATED:
             if path in self._watched_children:

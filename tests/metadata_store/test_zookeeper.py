@@ -203,3 +203,28 @@ async def test_nothing_listening_fails_fast_with_a_clear_error() -> None:
     with pytest.raises(MetadataStoreError, match="cannot"):
         await ZooKeeperMetadataStore.open(f"zk:127.0.0.1:{port}/chroot", connect_timeout_s=1.0)
     assert time.monotonic() - started < 10.0
+
+
+async def test_a_deletion_before_the_watch_is_armed_again_is_still_told(zk_server: ProcessInfo) -> None:
+    """ZooKeeper's watches are one-shot: between a MODIFIED event and the new watch, the node may go, and no watch
+    reports that. Another client changes then deletes the node while this store's event loop is held (so the
+    MODIFIED event waits on the loop and the watch is armed again only after the deletion): DELETED is told all the
+    same, from the answer of the re-arming read."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/rearm-{time.monotonic_ns()}"
+    store = await ZooKeeperMetadataStore.open(f"{zk_server.address}{chroot}")
+    other = KazooClient(hosts=f"{zk_server.address}{chroot}")
+    other.start(timeout=10)
+    try:
+        seen: list[Notification] = []
+        store.register_listener(seen.append)
+        await store.put("/x", b"1", None)
+        assert await store.get("/x") is not None  # (arms the watch on /x)
+        other.set("/x", b"2")  # the loop is held from here ...
+        other.delete("/x")  # ... to here: the MODIFIED event is handled after the deletion
+        await eventually(lambda: Notification(NotificationType.DELETED, "/x") in seen, "DELETED on /x")
+    finally:
+        other.stop()
+        other.close()
+        await store.close()
