@@ -58,6 +58,7 @@ UNSUPPORTED: dict[str, str] = {
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
 
-# scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's.
+# scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's;
+# cluster_lookup is written for Java and Go (compat/run.py starts its cluster only for them).
 ONLY: dict[str, set[str]] = {sid: {"Java"} for sid in SCENARIOS if sid.startswith("admin_")}
 ONLY["cluster_lookup"] = {"Java", "Go"}
