@@ -10,6 +10,11 @@ the clients' output stay under compat/.work/ (ignored by git) for a failed run.
 
 Environment given to the client suites: PULSAR_URL, PULSAR_HTTP (plain broker); PULSAR_TLS_URL,
 PULSAR_HTTPS, PULSAR_TOKEN (a super-user token), PULSAR_CA (the CA certificate) for the secure one.
+For the Java and Go suites it also starts a cluster (scenario "cluster_lookup", cluster/local.py):
+ZooKeeper, 2 bookies and 2 brokers in cluster mode; PULSAR_CLUSTER_URL, PULSAR_CLUSTER_HTTP are the
+first broker's (the only address the clients are given), PULSAR_CLUSTER_URL2, PULSAR_CLUSTER_HTTP2 the
+second's (for the assertion that both own topics). Without java or the BookKeeper jars the scenario
+is "not covered" (CI=true: the run fails instead).
 Exit status 1 when a scenario fails or has no test.
 """
 
@@ -36,6 +41,7 @@ from typing import Any
 import jwt
 
 from broker.version import __version__ as broker_version
+from cluster.local import broker_settings, missing_dependencies, running_cluster, start_broker
 from compat import render
 from compat.scenarios import ONLY, SCENARIOS, UNSUPPORTED
 from tests.security.pki import HS256_SECRET, make_pki
@@ -100,6 +106,35 @@ def broker_process(name: str, settings: dict[str, Any]) -> Iterator[dict[str, st
                 proc.kill()
                 proc.wait()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# The clients that have a "cluster_lookup" test (the others show n/a).
+CLUSTER_CLIENTS = {"java", "go"}
+
+
+@contextmanager
+def cluster_brokers(clients: list[str]) -> Iterator[dict[str, str]]:
+    """ZooKeeper + 2 bookies + 2 brokers in cluster mode (cluster/local.py), all stopped by pid on exit; yields the
+    PULSAR_CLUSTER_* environment, or nothing (the tests then skip as "not covered") when they cannot run here."""
+    if not CLUSTER_CLIENTS & set(clients):
+        yield {}
+        return
+    why = missing_dependencies()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            raise SystemExit(f"compat: scenario cluster_lookup needs ZooKeeper and BookKeeper under CI: {why}")
+        print(f"compat: no cluster for scenario cluster_lookup: {why}", file=sys.stderr)
+        yield {}
+        return
+    state = WORK / "cluster"  # its logs stay for a failed run; cleared by the next one
+    shutil.rmtree(state, ignore_errors=True)
+    print(f"compat: starting ZooKeeper, 2 bookies and 2 brokers in cluster mode (logs under {state.relative_to(ROOT)})",
+          flush=True)
+    with running_cluster(state, bookies=2) as cluster:  # stops brokers, bookies and ZooKeeper by pid
+        settings = broker_settings(cluster, ensemble=2, write_quorum=2, ack_quorum=2)
+        first, second = (start_broker(cluster, settings, f"broker-{i}") for i in (1, 2))
+        yield {"PULSAR_CLUSTER_URL": first.service_url, "PULSAR_CLUSTER_HTTP": first.web_url,
+               "PULSAR_CLUSTER_URL2": second.service_url, "PULSAR_CLUSTER_HTTP2": second.web_url}
 
 
 def run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
@@ -284,8 +319,9 @@ def main() -> int:
     try:
         # The plain broker runs the transaction coordinator (scenario "transactions").
         plain_settings = {"transactionCoordinatorEnabled": True}
-        with broker_process("plain", plain_settings) as plain, broker_process("secure", secure) as sec:
-            env = {**os.environ, "PULSAR_URL": plain["service_url"], "PULSAR_HTTP": plain["web_url"],
+        with (broker_process("plain", plain_settings) as plain, broker_process("secure", secure) as sec,
+              cluster_brokers(clients) as cluster):
+            env = {**os.environ, **cluster, "PULSAR_URL": plain["service_url"], "PULSAR_HTTP": plain["web_url"],
                    "PULSAR_TLS_URL": sec["service_url_tls"], "PULSAR_HTTPS": sec["web_url_tls"],
                    "PULSAR_TOKEN": token, "PULSAR_CA": str(pki.ca_cert)}
             for c in clients:

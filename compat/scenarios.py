@@ -39,6 +39,8 @@ SCENARIOS: dict[str, str] = {
     "out_counters": "msgOutCounter after the consumer left",
     "broker_entry_metadata": "broker entry metadata (publish time, index)",
     "transactions": "transactions: commit and abort of produce + ack across two topics and a subscription, timeout",
+    "cluster_lookup": "two brokers in cluster mode: given the first one's URL, produce and consume on topics and a "
+                      "partitioned topic owned by both (lookups followed)",
     "admin_tenants": "admin: tenants",
     "admin_namespaces": "admin: namespaces and their policies",
     "admin_topics": "admin: topics and partitioned topics",
@@ -56,5 +58,7 @@ UNSUPPORTED: dict[str, str] = {
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
 
-# scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's.
+# scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's;
+# cluster_lookup is written for Java and Go (compat/run.py starts its cluster only for them).
 ONLY: dict[str, set[str]] = {sid: {"Java"} for sid in SCENARIOS if sid.startswith("admin_")}
+ONLY["cluster_lookup"] = {"Java", "Go"}

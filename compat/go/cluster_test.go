@@ -1,0 +1,107 @@
+package compat
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// Test_cluster_lookup: two brokers in cluster mode (one ZooKeeper, two bookies) started by compat/run.py. The client
+// is given only the first broker's URL and must follow lookups to whichever broker owns each topic's bundle.
+func Test_cluster_lookup(t *testing.T) {
+	url := os.Getenv("PULSAR_CLUSTER_URL")
+	if url == "" {
+		t.Skip("not covered: compat/run.py started no cluster here (no java or no BookKeeper jars)")
+	}
+	web := need(t, "PULSAR_CLUSTER_HTTP")
+	url2 := need(t, "PULSAR_CLUSTER_URL2")
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer c.Close()
+
+	const topics, perTopic, partitions, partitioned = 8, 5, 4, 20
+	names := make([]string, topics)
+	for i := range names {
+		names[i] = topicName("cluster")
+	}
+	for _, tp := range names {
+		p := mustProducer(t, c, pulsar.ProducerOptions{Topic: tp, DisableBatching: true})
+		sendN(t, p, tp+"/", perTopic)
+		p.Close()
+	}
+	for _, tp := range names {
+		cons := mustSubscribe(t, c, pulsar.ConsumerOptions{Topic: tp, SubscriptionName: "s", Type: pulsar.Exclusive})
+		equal(t, expected(tp+"/", perTopic), receiveN(t, cons, perTopic))
+		cons.Close()
+	}
+
+	pt := topicName("cluster-part")
+	httpDo(t, http.MethodPut, web+"/admin/v2/"+strings.Replace(pt, "://", "/", 1)+"/partitions", "4", nil)
+	parts, err := c.TopicPartitions(pt)
+	if err != nil || len(parts) != partitions {
+		t.Fatalf("partitions: %v %v", parts, err)
+	}
+	cons := mustSubscribe(t, c, pulsar.ConsumerOptions{Topic: pt, SubscriptionName: "s", Type: pulsar.Shared})
+	p := mustProducer(t, c, pulsar.ProducerOptions{Topic: pt, DisableBatching: true})
+	for i := 0; i < partitioned; i++ {
+		send(t, p, &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i), Payload: []byte(fmt.Sprintf("p%d", i))})
+	}
+	got := receiveN(t, cons, partitioned)
+	sort.Strings(got)
+	want := expected("p", partitioned)
+	sort.Strings(want)
+	equal(t, want, got)
+
+	// Who owns what, asked of the first broker only (HTTP lookup; net/http follows a 307): both brokers own some.
+	owners := map[string]string{}
+	for _, tp := range append(append([]string{}, names...), parts...) {
+		var data struct {
+			BrokerURL string `json:"brokerUrl"`
+		}
+		httpDo(t, http.MethodGet, web+"/lookup/v2/topic/"+strings.Replace(tp, "://", "/", 1), "", &data)
+		owners[tp] = data.BrokerURL
+	}
+	seen := map[string]bool{}
+	for _, o := range owners {
+		seen[o] = true
+	}
+	if len(seen) != 2 || !seen[url] || !seen[url2] {
+		t.Fatalf("owners should be both brokers %s and %s: %v", url, url2, owners)
+	}
+}
+
+func httpDo(t *testing.T, method, url, body string, out any) {
+	var reader io.Reader
+	if body != "" {
+		reader = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, reader)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	client := http.Client{Timeout: 60 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, b)
+		}
+	}
+}
