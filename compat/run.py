@@ -36,6 +36,7 @@ from typing import Any
 import jwt
 
 from broker.version import __version__ as broker_version
+from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from compat import render
 from compat.scenarios import ONLY, SCENARIOS, UNSUPPORTED
 from tests.security.pki import HS256_SECRET, make_pki
@@ -282,8 +283,11 @@ def main() -> int:
     started = time.monotonic()
     runs: list[ClientRun] = []
     try:
-        # The plain broker runs the transaction coordinator (scenario "transactions").
-        plain_settings = {"transactionCoordinatorEnabled": True}
+        # The plain broker runs the transaction coordinator (scenario "transactions") and stamps and
+        # exposes broker entry metadata (scenario "broker_entry_metadata").
+        plain_settings = {"transactionCoordinatorEnabled": True,
+                          "brokerEntryMetadataInterceptors": list(BROKER_ENTRY_INTERCEPTORS),
+                          "exposingBrokerEntryMetadataToClientEnabled": True}
         with broker_process("plain", plain_settings) as plain, broker_process("secure", secure) as sec:
             env = {**os.environ, "PULSAR_URL": plain["service_url"], "PULSAR_HTTP": plain["web_url"],
                    "PULSAR_TLS_URL": sec["service_url_tls"], "PULSAR_HTTPS": sec["web_url_tls"],
