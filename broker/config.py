@@ -170,6 +170,14 @@ class BrokerConfig:
     defaultNumPartitions: int = setting(1, POSITIVE)
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
+    # Broker entry metadata (PIP-70): Pulsar's interceptor class names
+    # (org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor,
+    # ...AppendIndexMetadataInterceptor); each stored entry then carries the broker's publish time
+    # and/or its last message's index. Consumers get it only when exposing... is on and their
+    # CONNECT says supports_broker_entry_metadata.
+    brokerEntryMetadataInterceptors: list[str] = field(default_factory=list,
+                                                       metadata={"rule": Rule(choices=P.BROKER_ENTRY_INTERCEPTORS)})
+    exposingBrokerEntryMetadataToClientEnabled: bool = False
     # Entries between two snapshots of the deduplication state (Pulsar's default), and the time
     # after which a snapshot is taken anyway if entries came since the last one (a namespace's or
     # topic's deduplicationSnapshotInterval overrides it; 0 = by entries only), checked every

@@ -41,6 +41,7 @@ from typing import Any
 import jwt
 
 from broker.version import __version__ as broker_version
+from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from cluster.local import broker_settings, missing_dependencies, running_cluster, start_broker
 from compat import render
 from compat.scenarios import ONLY, SCENARIOS, UNSUPPORTED
@@ -317,8 +318,11 @@ def main() -> int:
     started = time.monotonic()
     runs: list[ClientRun] = []
     try:
-        # The plain broker runs the transaction coordinator (scenario "transactions").
-        plain_settings = {"transactionCoordinatorEnabled": True}
+        # The plain broker runs the transaction coordinator (scenario "transactions") and stamps and
+        # exposes broker entry metadata (scenario "broker_entry_metadata").
+        plain_settings = {"transactionCoordinatorEnabled": True,
+                          "brokerEntryMetadataInterceptors": list(BROKER_ENTRY_INTERCEPTORS),
+                          "exposingBrokerEntryMetadataToClientEnabled": True}
         with (broker_process("plain", plain_settings) as plain, broker_process("secure", secure) as sec,
               cluster_brokers(clients) as cluster):
             env = {**os.environ, **cluster, "PULSAR_URL": plain["service_url"], "PULSAR_HTTP": plain["web_url"],

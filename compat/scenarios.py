@@ -52,9 +52,6 @@ SCENARIOS: dict[str, str] = {
 
 # scenario id -> how it fails for the user (the test asserts exactly this).
 UNSUPPORTED: dict[str, str] = {
-    "broker_entry_metadata": "no brokerEntryMetadataInterceptors: messages carry no broker publish time or "
-                             "index (Java getBrokerPublishTime() empty, hasIndex() false; "
-                             "Go BrokerPublishTime()/Index() nil)",
     "admin_v3": "404 with a JSON reason: functions, sources, sinks and packages are not served",
 }
 

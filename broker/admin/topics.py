@@ -27,7 +27,7 @@ from broker.admin import stats as S
 from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
 from broker.errors import NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import entry_body, parse_payload
+from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
@@ -664,10 +664,16 @@ def parse_properties(body: object) -> dict[str, str]:
 def entry_response(entry: Entry) -> web.Response:
     """The message as Pulsar's admin API returns it: the (uncompressed) payload as the body, the
     metadata in X-Pulsar-* headers (PersistentTopicsBase.generateResponseWithEntry)."""
-    data = entry.data
+    bem = peek_broker_entry_metadata(entry.data)
+    data = skip_broker_entry_metadata(entry.data)
     md = parse_payload(data, verify=False).metadata
     payload = entry_body(data)
     h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
+    if bem is not None:  # (PIP-70, as Pulsar names them)
+        if bem.HasField("broker_timestamp"):
+            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = S.iso_time(bem.broker_timestamp / 1000)
+        if bem.HasField("index"):
+            h["X-Pulsar-Broker-Entry-METADATA-index"] = str(bem.index)
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
     h["X-Pulsar-publish-time"] = S.iso_time(md.publish_time / 1000)

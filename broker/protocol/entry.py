@@ -7,9 +7,10 @@ integers big-endian):
     [0x0e01][crc32c:u32]                         optional; CRC32C of everything after it
     [metadataSize:u32][MessageMetadata][body]    body: the payload, compressed or batched as sent
 
-This broker stores no broker-entry metadata (brokerEntryMetadataInterceptors is not supported),
-but an entry that carries it is read correctly here, so a ledger written by another broker is
-too. A SEND payload with it is refused like any payload whose metadata cannot be read.
+The broker prepends broker-entry metadata (PIP-70) when ``brokerEntryMetadataInterceptors`` is
+set (``with_broker_entry_metadata``); every reader below skips it, so a ledger written by another
+broker is read too. A SEND payload with it is refused like any payload whose metadata cannot be
+read. ``skip_broker_entry_metadata`` strips it for consumers that may not see it.
 
 Two readers, for two kinds of input:
 
@@ -40,7 +41,7 @@ from broker.protocol.limits import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _CRC_HEAD = MAGIC_CRC32C.to_bytes(2, "big")
-_BROKER_META_HEAD = MAGIC_BROKER_ENTRY_METADATA.to_bytes(2, "big")
+_BROKER_META_HEAD = BROKER_ENTRY_METADATA_HEAD = MAGIC_BROKER_ENTRY_METADATA.to_bytes(2, "big")
 
 # Marker types (MessageMetadata.marker_type) of replicated subscriptions: entries that are never
 # delivered to consumers (replicated_subscriptions.py writes and reads them).
@@ -90,6 +91,39 @@ def build_entry(metadata: bytes, body: bytes | memoryview) -> bytes:
     """An entry as clients send and the broker stores it: magic, CRC32C, metadata, body."""
     tail = b"".join((_U32.pack(len(metadata)), metadata, body))
     return _CRC_HEAD + _U32.pack(crc32c(tail)) + tail
+
+
+# -- broker-entry metadata (PIP-70) ------------------------------------------------------------------
+
+def with_broker_entry_metadata(entry: bytes, broker_timestamp: int | None, index: int | None) -> bytes:
+    """``entry`` with BrokerEntryMetadata prepended (the fields that are not None)."""
+    bem = pb.BrokerEntryMetadata()
+    if broker_timestamp is not None:
+        bem.broker_timestamp = broker_timestamp
+    if index is not None:
+        bem.index = index
+    data = bem.SerializeToString()
+    return b"".join((_BROKER_META_HEAD, _U32.pack(len(data)), data, entry))
+
+
+def peek_broker_entry_metadata(entry: bytes) -> pb.BrokerEntryMetadata | None:
+    """The BrokerEntryMetadata of a stored entry, None when it has none (or it cannot be read)."""
+    if len(entry) < 6 or entry[:2] != _BROKER_META_HEAD:
+        return None
+    (size,) = _U32.unpack_from(entry, 2)
+    bem = pb.BrokerEntryMetadata()
+    try:
+        bem.ParseFromString(memoryview(entry)[6 : 6 + size])  # type: ignore[arg-type]  # upb takes buffers
+    except DecodeError:
+        return None
+    return bem
+
+
+def skip_broker_entry_metadata(entry: bytes) -> bytes:
+    """``entry`` without its BrokerEntryMetadata (itself when it has none)."""
+    if entry[:2] != _BROKER_META_HEAD:
+        return entry
+    return entry[6 + _U32.unpack_from(entry, 2)[0] :]
 
 
 # -- stored entries (validated when published) --------------------------------------------------------

@@ -401,6 +401,8 @@ class BrokerService:
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
             await topic.dedup.recover()
+            if topic.entry_stamper is not None:
+                await topic.entry_stamper.recover(ledger)
             await topic.txn_buffer.recover()
             await topic.start_replication()
             terminated = self.metadata.terminated.get(name.full)

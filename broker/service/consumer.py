@@ -12,6 +12,7 @@ from broker.dispatch.context import Delivery
 from broker.dispatch.nonpersistent import MESSAGE_POSITION
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import BROKER_ENTRY_METADATA_HEAD, skip_broker_entry_metadata
 from managed_ledger import Position
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ class ClientConnection(Protocol):
     def sends_finished(self, count: int, nbytes: int) -> None: ...
     def set_rate_throttled(self, delta: int) -> None: ...
     def consumer_closed_by_broker(self, consumer: Consumer) -> None: ...
+    # Broker entry metadata stays on dispatched entries (PIP-70: the client asked for it and
+    # exposingBrokerEntryMetadataToClientEnabled is on); else it is stripped.
+    @property
+    def keeps_broker_entry_metadata(self) -> bool: ...
     def producer_closed_by_broker(self, producer_id: int) -> None: ...
 
 
@@ -71,8 +76,8 @@ class Consumer:
     __slots__ = (
         "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
         "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
-        "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered", "sub_type",
-        "subscription", "unacked_messages",
+        "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered",
+        "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
     )
 
     def __init__(
@@ -88,6 +93,7 @@ class Consumer:
         key_shared_meta: pb.KeySharedMeta | None = None,
     ) -> None:
         self.cnx = cnx
+        self.strip_broker_meta = not cnx.keeps_broker_entry_metadata
         self.consumer_id = consumer_id
         self.name = name
         self.sub_type = sub_type
@@ -127,7 +133,8 @@ class Consumer:
     def send_entries(self, batch: Iterable[Delivery]) -> int:
         """Write MESSAGE frames; returns the messages sent (the permits they cost).
 
-        The caller has already taken the permits. Entries are sent verbatim, as stored.
+        The caller has already taken the permits. Entries are sent verbatim, as stored, less
+        their broker entry metadata unless this consumer keeps it.
         """
         frames: list[bytes] = []
         partition = self.partition_index
@@ -135,10 +142,14 @@ class Consumer:
         sent = 0
         nbytes = 0
         pending = self.pending_acks
+        strip = self.strip_broker_meta
         for entry, messages, redelivery_count, ack_set in batch:
             pos = entry.position
+            data = entry.data
+            if strip and data[:2] == BROKER_ENTRY_METADATA_HEAD:
+                data = skip_broker_entry_metadata(data)
             frames.append(commands.message(cid, pos.ledger_id, pos.entry_id, partition, redelivery_count,
-                                           entry.data, ack_set))
+                                           data, ack_set))
             self.unacked_messages += messages - pending.get(pos, 0)
             pending[pos] = messages
             sent += messages

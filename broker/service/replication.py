@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from broker.metadata.policy_table import REPLICATOR_DISPATCH_RATE
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import build_entry, entry_body, entry_meta, parse_payload
+from broker.protocol.entry import (
+    BROKER_ENTRY_METADATA_HEAD,
+    build_entry,
+    entry_body,
+    entry_meta,
+    parse_payload,
+    skip_broker_entry_metadata,
+)
 from broker.protocol.errors import ProtocolError
 from broker.service.rate_limits import DispatchRate
 from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
@@ -262,6 +269,8 @@ class Replicator(ABC):
     def _parse(self, entries: list[Entry]) -> list[tuple[Entry, pb.MessageMetadata | None]]:
         out: list[tuple[Entry, pb.MessageMetadata | None]] = []
         for entry in entries:
+            if entry.data[:2] == BROKER_ENTRY_METADATA_HEAD:  # (this cluster's own: not replicated)
+                entry = Entry(entry.position, skip_broker_entry_metadata(entry.data))
             try:
                 out.append((entry, parse_payload(entry.data, verify=False).metadata))
             except ProtocolError as exc:  # (entries are checked on the way in: never seen)

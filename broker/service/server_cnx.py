@@ -73,6 +73,7 @@ class ServerCnx:
         self.auth = ConnectionAuth(self.security.authentication)
         self.client_version = ""
         self.protocol_version = 0
+        self.keeps_broker_entry_metadata = False
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         # ids whose creation is in progress (a duplicate request gets ServiceNotReady)
@@ -169,6 +170,10 @@ class ServerCnx:
     def handle_connect(self, cmd: pb.CommandConnect) -> None:
         self.client_version = cmd.client_version
         self.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        # PIP-70, as Pulsar decides it per connection: protocol v18+, the client's feature flag, the setting.
+        self.keeps_broker_entry_metadata = (self.protocol_version >= 18
+                                            and cmd.feature_flags.supports_broker_entry_metadata
+                                            and self.service.config.exposingBrokerEntryMetadataToClientEnabled)
         try:
             self.auth.connect(cmd, self.connection.peer_cert)
         except AuthenticationError as exc:

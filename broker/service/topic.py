@@ -26,6 +26,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
+from broker.service.broker_entry_metadata import EntryStamper
 from broker.service.compaction import CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
@@ -80,6 +81,8 @@ class PersistentTopic(AbstractTopic):
         self._closing = OwnedTasks(f"topic {name}")
         # Set once a write found the managed ledger fenced and the unload of this instance was asked for.
         self.fenced_unload = False
+        # Broker entry metadata (PIP-70) prepended to each entry; None when not configured.
+        self.entry_stamper = EntryStamper.configured(service.config.brokerEntryMetadataInterceptors)
 
     def published_totals(self) -> tuple[int, int]:
         """Messages and bytes published to the topic since it loaded."""
@@ -131,6 +134,8 @@ class PersistentTopic(AbstractTopic):
         # subscriptions take snapshots for.
         self.data_entries_added += len(entries) if not producer.replicator else sum(
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
+        if self.entry_stamper is not None:
+            entries = self.entry_stamper.stamp(entries, num_messages)
         if txn is not None:
             self.txn_buffer.append(txn, entries, callback)
         else:

@@ -586,11 +586,16 @@ func Test_broker_entry_metadata(t *testing.T) {
 	p := mustProducer(t, c, pulsar.ProducerOptions{Topic: tp, DisableBatching: true})
 	cons := mustSubscribe(t, c, pulsar.ConsumerOptions{Topic: tp, SubscriptionName: "s"})
 	sendN(t, p, "m", 2)
-	m := receive(t, cons, 10*time.Second)
-	// not supported yet (compat/scenarios.py UNSUPPORTED): the broker stores no broker entry metadata,
-	// so the client reports none; when it does, this test fails and the scenario moves to "pass"
-	if m.BrokerPublishTime() != nil || m.Index() != nil {
-		t.Fatal("broker entry metadata present: now supported?")
+	// the plain compat broker runs with both of Pulsar's interceptors and exposes their metadata
+	// (compat/run.py): a publish time and a per-topic index from 0 on each message
+	for i := uint64(0); i < 2; i++ {
+		m := receive(t, cons, 10*time.Second)
+		if m.BrokerPublishTime() == nil || m.Index() == nil {
+			t.Fatal("no broker entry metadata")
+		}
+		if *m.Index() != i {
+			t.Fatalf("index %d, want %d", *m.Index(), i)
+		}
 	}
 }
 

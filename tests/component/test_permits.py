@@ -36,6 +36,7 @@ class FakeCnx:
         self.writable = True
         self.remote_address = "test"
         self.client_version = "test"
+        self.keeps_broker_entry_metadata = False
 
     def write(self, data: bytes) -> None:
         self.frames += 1

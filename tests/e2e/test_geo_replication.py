@@ -22,6 +22,7 @@ from broker.protocol.frames import FrameDecoder
 from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
+from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from managed_ledger import Position
 from tests.admin.conftest import Admin, rest_path
 from tests.admin.metric_table import expected
@@ -82,8 +83,12 @@ def link(admin: Admin, cluster: str, peer: BrokerThread) -> None:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    # Cluster a stamps broker entry metadata (PIP-70) on what it stores, b does not: replicators
+    # must send entries without it, and a's consumers (the Python client does not ask for it) get
+    # entries without it.
     with (BrokerThread(clusterName="a", data_dir=tmp_path_factory.mktemp("a"),
-                       brokerDeleteInactiveTopicsEnabled=False) as a,
+                       brokerDeleteInactiveTopicsEnabled=False,
+                       brokerEntryMetadataInterceptors=list(BROKER_ENTRY_INTERCEPTORS)) as a,
           BrokerThread(clusterName="b", data_dir=tmp_path_factory.mktemp("b"),
                        brokerDeleteInactiveTopicsEnabled=False) as b):
         p = Pair(a, b)

@@ -152,3 +152,18 @@ def test_every_number_has_a_declared_range() -> None:
         if str(f.type).removesuffix(" | None") in ("int", "float"):
             rule = f.metadata.get("rule")
             assert rule is not None and rule.low is not None, f"{f.name} has no range"
+
+
+def test_broker_entry_metadata_interceptors_are_pulsars_class_names(tmp_path: Path) -> None:
+    names = ("org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor,"
+             "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerEntryMetadataInterceptors={names}\nexposingBrokerEntryMetadataToClientEnabled=true\n")
+    cfg = BrokerConfig.load(conf)
+    assert cfg.brokerEntryMetadataInterceptors == names.split(",")
+    assert cfg.exposingBrokerEntryMetadataToClientEnabled
+    conf.write_text("brokerEntryMetadataInterceptors=com.example.MyInterceptor\n")
+    with pytest.raises(ConfigError) as err:
+        BrokerConfig.load(conf)
+    assert str(err.value).startswith("brokerEntryMetadataInterceptors=com.example.MyInterceptor: expected ")
+    assert "\n" not in str(err.value)

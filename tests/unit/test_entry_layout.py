@@ -18,7 +18,10 @@ from broker.protocol.entry import (
     entry_meta,
     metadata_span,
     parse_payload,
+    peek_broker_entry_metadata,
     read_entry_metadata,
+    skip_broker_entry_metadata,
+    with_broker_entry_metadata,
 )
 from broker.protocol.errors import ProtocolError
 
@@ -88,3 +91,20 @@ def test_send_payload_is_checked_and_broker_metadata_refused() -> None:
         parse_payload(with_broker_metadata(entry))  # a client never sends it
     with pytest.raises(ProtocolError):
         read_entry_metadata(_U32.pack(3) + b"\xff\xff\xff")
+
+
+def test_broker_entry_metadata_golden_bytes() -> None:
+    """PIP-70's layout: magic 0x0e02, a u32 size, BrokerEntryMetadata{broker_timestamp = 1,
+    index = 2}, then the entry as the client sent it."""
+    entry = with_checksum(metadata())
+    stamped = with_broker_entry_metadata(entry, 1_700_000_000_123, 7)
+    assert stamped == b"\x0e\x02\x00\x00\x00\x09" + b"\x08\xfb\xd0\x95\xff\xbc\x31" + b"\x10\x07" + entry
+    assert with_broker_entry_metadata(entry, None, 0) == b"\x0e\x02\x00\x00\x00\x02\x10\x00" + entry
+    assert with_broker_entry_metadata(entry, 5, None) == b"\x0e\x02\x00\x00\x00\x02\x08\x05" + entry
+    bem = peek_broker_entry_metadata(stamped)
+    assert bem is not None and (bem.broker_timestamp, bem.index) == (1_700_000_000_123, 7)
+    assert skip_broker_entry_metadata(stamped) == entry
+    assert peek_broker_entry_metadata(entry) is None
+    assert skip_broker_entry_metadata(entry) is entry
+    assert read_entry_metadata(stamped) == metadata()
+    assert entry_body(stamped) == BODY
