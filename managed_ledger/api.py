@@ -538,6 +538,11 @@ class ManagedCursor(abc.ABC):
     async def flush(self) -> None:
         """Wait until the acknowledgement state so far is durable."""
 
+    @abc.abstractmethod
+    def save_now(self) -> None:
+        """Start writing the unsaved state now, without waiting for the mark-delete rate (a consumer
+        closed; ``reset`` does it itself). Does not wait; nothing for a state kept only in memory."""
+
     # -- moving --
 
     @abc.abstractmethod
@@ -551,7 +556,9 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def reset(self, position: Position) -> None:
         """SEEK of a subscription: forget all acks, mark-delete = previous_position(position),
-        read_position = position (clamped into [first position, next add position])."""
+        read_position = position (clamped into [first position, next add position]). A durable
+        cursor's new state is written at once (``save_now``), as Pulsar's resetCursor bypasses the
+        mark-delete rate limiter."""
 
     # -- counting --
 
