@@ -194,6 +194,11 @@ class ManagedLedgerFactory(abc.ABC):
     def list_names(self) -> list[str]:
         """Names of all stored managed ledgers (open or not), sorted."""
 
+    @abc.abstractmethod
+    def exists(self, name: str) -> bool:
+        """Whether a managed ledger of this name is stored (open or not): the ``list_names`` answer for
+        one name, in constant time (asked on every topic lookup and creation)."""
+
 
 class ManagedLedger(abc.ABC):
     """The log of one topic: append entries, open cursors, trim what everyone consumed.

@@ -217,6 +217,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def list_names(self) -> list[str]:
         return sorted(self._names)
 
+    def exists(self, name: str) -> bool:
+        return name in self._names
+
     # -- for the managed ledgers ------------------------------------------------------------------
 
     def _new_ledger_id(self) -> int:
