@@ -194,6 +194,11 @@ class ManagedLedgerFactory(abc.ABC):
     def list_names(self) -> list[str]:
         """Names of all stored managed ledgers (open or not), sorted."""
 
+    @abc.abstractmethod
+    def exists(self, name: str) -> bool:
+        """Whether a managed ledger of this name is stored (open or not): the ``list_names`` answer for
+        one name, in constant time (asked on every topic lookup and creation)."""
+
 
 class ManagedLedger(abc.ABC):
     """The log of one topic: append entries, open cursors, trim what everyone consumed.
@@ -538,6 +543,11 @@ class ManagedCursor(abc.ABC):
     async def flush(self) -> None:
         """Wait until the acknowledgement state so far is durable."""
 
+    @abc.abstractmethod
+    def save_now(self) -> None:
+        """Start writing the unsaved state now, without waiting for the mark-delete rate (a consumer
+        closed; ``reset`` does it itself). Does not wait; nothing for a state kept only in memory."""
+
     # -- moving --
 
     @abc.abstractmethod
@@ -551,7 +561,9 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def reset(self, position: Position) -> None:
         """SEEK of a subscription: forget all acks, mark-delete = previous_position(position),
-        read_position = position (clamped into [first position, next add position])."""
+        read_position = position (clamped into [first position, next add position]). A durable
+        cursor's new state is written at once (``save_now``), as Pulsar's resetCursor bypasses the
+        mark-delete rate limiter."""
 
     # -- counting --
 

@@ -396,6 +396,7 @@ class BaseCursor(ManagedCursor):
         self._read_position = position
         self._touch()
         self._state_changed()
+        self.save_now()
         self._entries_available()
 
     def _ledgers_trimmed(self, first: Position, floor: Position) -> None:
@@ -470,6 +471,9 @@ class BaseCursor(ManagedCursor):
         self._record.cursor_properties = dict(properties)
         self._state_changed()
         await self.flush()
+
+    def save_now(self) -> None:
+        """Nothing here: the memory ledger's cursor states are not written anywhere (stored cursors override)."""
 
     def touch(self) -> None:
         """Activity that changes nothing else (a consumer came or went): saved all the same."""

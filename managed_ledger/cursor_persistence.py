@@ -1,11 +1,14 @@
 """Batched persistence of durable cursor states, shared by the storage implementations that write them somewhere.
 
-Acks are hot, so a change does not write at once. The first change after a write arms a timer (the ledger's
-mark-delete rate, else the factory's default interval: Pulsar's managedLedgerDefaultMarkDeleteRateLimit = 1/s);
-when it fires, the cursor's whole state is handed to the ledger's ``_write_cursor_state`` (a file replaced
+Acks are hot, so writes are rate-limited per cursor: at most one per interval (the ledger's mark-delete rate,
+else the factory's default: Pulsar's managedLedgerDefaultMarkDeleteRateLimit = 1/s). The limit has a leading
+edge, as Pulsar's RateLimiter lets the first acquire through: the first change after a quiet interval is written
+at once (on the next loop turn, so changes of the same turn share the write); changes within the interval after a
+write wait for its end, and one trailing write then saves the last of them, so the last state is never left
+unwritten. A write hands the cursor's whole state to the ledger's ``_write_cursor_state`` (a file replaced
 atomically, an entry of a BookKeeper cursor ledger), which calls back when it is durable. One write per cursor is
-in flight at a time; changes made meanwhile go into the next one. ``flush()`` skips the timer and waits for a
-write that includes everything acknowledged before it.
+in flight at a time; changes made meanwhile go into the next one. ``write_now()`` skips the limit (a consumer
+closing, a seek); ``flush()`` skips it and waits for a write that includes everything acknowledged before it.
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ class _State:
     version: int = 0  # bumped by every change
     persisted: int = 0  # version the file on disk holds
     in_flight: bool = False
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.Handle | None = None  # (uvloop's call_later(0) gives a plain Handle)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     forgotten: bool = False
+    last_write: float = float("-inf")  # loop time the last write started
+    urgent: bool = False  # write_now() asked while a write was in flight: the next one starts at once
 
 
 class CursorPersistence:
@@ -81,8 +86,25 @@ class CursorPersistence:
             return
         state.version += 1
         if not state.in_flight and state.timer is None:
-            loop = asyncio.get_running_loop()
-            state.timer = loop.call_later(self._interval, self._write, name, state)
+            self._arm(name, state, self._wait(state))
+
+    def write_now(self, name: str) -> None:
+        """Write the cursor's unsaved changes without waiting for the rate limit (nothing when it has none)."""
+        state = self._states.get(name)
+        if state is None or state.forgotten or state.version <= state.persisted:
+            return
+        if state.in_flight:
+            state.urgent = True
+        else:
+            self._cancel(state)
+            self._arm(name, state, 0.0)
+
+    def _wait(self, state: _State) -> float:
+        """How long a write must wait for the rate limit: none after a quiet interval (the leading edge)."""
+        return max(0.0, state.last_write + self._interval - asyncio.get_running_loop().time())
+
+    def _arm(self, name: str, state: _State, delay: float) -> None:
+        state.timer = asyncio.get_running_loop().call_later(delay, self._write, name, state)
 
     def is_dirty(self, name: str) -> bool:
         state = self._states.get(name)
@@ -140,6 +162,8 @@ class CursorPersistence:
             return
         version = state.version
         state.in_flight = True
+        state.urgent = False
+        state.last_write = asyncio.get_running_loop().time()
         self._ledger._write_cursor_state(name, record, partial(self._written, name, state, version))
 
     def _written(self, name: str, state: _State, version: int, exc: BaseException | None) -> None:
@@ -164,4 +188,4 @@ class CursorPersistence:
         if state.waiters:
             self._write(name, state)  # someone is flushing: no delay
         elif state.timer is None:
-            state.timer = asyncio.get_running_loop().call_later(self._interval, self._write, name, state)
+            self._arm(name, state, 0.0 if state.urgent else self._wait(state))

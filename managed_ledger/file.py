@@ -71,8 +71,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     closed and reopened on demand); default: half the process's file-descriptor limit.
     cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
     ``cache_size_bytes`` of a ManagedLedgerConfig is not used by this implementation).
-    cursor_persist_interval_s: the longest a durable cursor's acknowledgements wait before they
-    are written (the crash window for redelivery); ``flush()`` does not wait.
+    cursor_persist_interval_s: the least time between two writes of a durable cursor's state (the
+    first change after a quiet interval is written at once; the crash window for redelivery);
+    ``flush()``, ``save_now()`` and a reset do not wait.
     fault_retry_interval_s: how often a fenced managed ledger may try to recover.
     disk_space: the free-space floor (``disk_space``): new entries are refused while the file
     system of root_dir is too full; None: no floor (a write failing with ENOSPC still fails).
@@ -215,6 +216,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
 
     def list_names(self) -> list[str]:
         return sorted(self._names)
+
+    def exists(self, name: str) -> bool:
+        return name in self._names
 
     # -- for the managed ledgers ------------------------------------------------------------------
 

@@ -3,13 +3,15 @@
 Reading: positions are taken (and ``read_position`` moved) when the read is issued; the entries
 come from the factory's cache, or from disk on a worker thread (see ``FileManagedLedger._fetch``).
 
-Persisting (durable cursors only; readers' non-durable cursors never touch the disk): batched by
-``cursor_persistence.CursorPersistence`` (at most ``persist_interval_s`` late, Pulsar's
-managedLedgerDefaultMarkDeleteRateLimit = 1/s); each write replaces the cursor's file atomically
+Persisting (durable cursors only; readers' non-durable cursors never touch the disk): rate-limited
+by ``cursor_persistence.CursorPersistence`` (the first change after a quiet interval at once, then at
+most one write per ``persist_interval_s``, Pulsar's managedLedgerDefaultMarkDeleteRateLimit = 1/s;
+``save_now``, a reset and a flush skip the limit); each write replaces the cursor's file atomically
 on the writer thread.
 
-The crash window: acknowledgements made since the last completed write are lost by a crash and
-those entries are delivered again (at-least-once). A cursor state never points past stored
+The crash window: acknowledgements made since the last completed write (at most
+``persist_interval_s`` of them) are lost by a crash and those entries are delivered again
+(at-least-once). A cursor state never points past stored
 data: a mark-delete only moves over confirmed (synced) entries.
 """
 

@@ -74,6 +74,9 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
     def list_names(self) -> list[str]:
         return sorted(self._stored)
 
+    def exists(self, name: str) -> bool:
+        return name in self._stored
+
     def _new_ledger_id(self) -> int:
         self._last_ledger_id += 1
         return self._last_ledger_id

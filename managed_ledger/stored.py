@@ -101,6 +101,10 @@ class StoredCursor(BaseCursor):
         if self._durable:
             await self._ledger._persistence.flush(self._name)
 
+    def save_now(self) -> None:
+        if self._durable and not self._closed:
+            self._ledger._persistence.write_now(self._name)
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -117,7 +117,7 @@ class TopicsResource:
 
     def exists(self, name: TopicName) -> bool:
         return (self.service.get_topic_if_loaded(name) is not None
-                or name.persistence_path in self.service.ledger_factory.list_names())
+                or self.service.ledger_factory.exists(name.persistence_path))
 
     def _not_partitioned(self, name: TopicName) -> None:
         if self.partitions(name) > 0:

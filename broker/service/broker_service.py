@@ -340,7 +340,7 @@ class BrokerService:
     def topic_exists(self, name: TopicName) -> bool:
         if not name.persistent:
             return name.full in self.non_persistent_topics
-        return name.persistence_path in self.ledger_factory.list_names()
+        return self.ledger_factory.exists(name.persistence_path)
 
     def _check_may_create(self, name: TopicName, create: bool, explicit: bool) -> None:
         """TopicNotFoundError unless a missing topic may be created: a partition of a partitioned
@@ -514,12 +514,12 @@ class BrokerService:
             topic: AnyTopic | None = self.topics.pop(name.full, None) or self.non_persistent_topics.pop(name.full, None)
             if topic is not None:
                 await topic.close()
-            if name.persistence_path in self.ledger_factory.list_names():
+            if self.ledger_factory.exists(name.persistence_path):
                 await self.ledger_factory.delete(name.persistence_path)
             self.expiry_stats.forget(name.full)
             # (A partition has no policies of its own: its partitioned topic's stay.)
             compaction = await self.metadata.forget_topic(name.full)
-            if compaction is not None and compaction["ledger"] in self.ledger_factory.list_names():
+            if compaction is not None and self.ledger_factory.exists(compaction["ledger"]):
                 await self.ledger_factory.delete(compaction["ledger"])
 
         await self._while_unloading(name, delete)

@@ -320,7 +320,7 @@ async def load_view(topic: PersistentTopic) -> CompactedView | None:
     if not record:
         return None
     factory = topic.service.ledger_factory
-    if record["ledger"] not in factory.list_names():
+    if not factory.exists(record["ledger"]):
         log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
         return None
     ledger = await factory.open(record["ledger"], topic.service.ledger_config)

@@ -183,6 +183,7 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
         self.cursor.touch()  # (subscription expiry counts from here)
+        self.cursor.save_now()  # its acks reach the disk now, not at the next mark-delete tick
         self.update_cursor_activity()
         if not self.consumers and not self.durable and not self.seek_pending:
             self.topic.remove_subscription(self)

@@ -375,6 +375,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     def list_names(self) -> list[str]:
         return sorted(self._names)
 
+    def exists(self, name: str) -> bool:
+        return name in self._names
+
     def _forget(self, ledger: BookKeeperManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]

@@ -752,6 +752,7 @@ async def test_open_same_name_returns_same_instance(factory: ManagedLedgerFactor
     c = await factory.open("other")
     assert c is not a
     assert factory.list_names() == ["other", "t"]
+    assert factory.exists("t") and factory.exists("other") and not factory.exists("missing")
 
 
 async def test_cursor_properties_set_without_moving(factory: ManagedLedgerFactory) -> None:
@@ -918,14 +919,17 @@ async def test_delete_ledger(factory: ManagedLedgerFactory) -> None:
     await ml.delete()
     assert ml.is_closed
     assert factory.list_names() == []
+    assert not factory.exists("t")
     fresh = await factory.open("t")
     assert fresh.number_of_entries == 0
     assert dict(fresh.cursors) == {}
 
     await add_all(fresh, 1)
     await fresh.close()
+    assert factory.exists("t")  # stored, though closed
     await factory.delete("t")  # deleting a closed ledger by name
     assert factory.list_names() == []
+    assert not factory.exists("t")
     with pytest.raises(LedgerNotFoundError):
         await factory.delete("t")
 

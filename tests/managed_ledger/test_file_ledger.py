@@ -137,6 +137,63 @@ async def test_hot_acks_are_coalesced_into_one_cursor_write(tmp_path: Path) -> N
     await factory.close()
 
 
+async def _persisted_writes(factory: FileManagedLedgerFactory) -> int:
+    """Cursor writes completed once everything scheduled for this loop turn has run."""
+    await asyncio.sleep(0)  # one loop turn (not a timed wait): a write due now starts
+    await factory.writer.barrier()
+    return factory.stats.cursor_persists_total
+
+
+async def test_cursor_writes_have_a_leading_edge_and_skip_the_rate_on_save_now_and_reset(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 6)
+    await factory.close()
+
+    factory = make(tmp_path, cursor_persist_interval_s=3600)  # one write an hour, but...
+    ml = await factory.open("t")
+    sub = ml.cursors["sub"]
+    writes = await _persisted_writes(factory)
+    sub.mark_delete(ps[0])
+    sub.mark_delete(ps[1])
+    assert await _persisted_writes(factory) == writes + 1  # ...the first change after a quiet hour goes at once
+    sub.mark_delete(ps[2])
+    assert await _persisted_writes(factory) == writes + 1  # the next ones wait for the rate
+    sub.save_now()  # (a consumer closed)
+    assert await _persisted_writes(factory) == writes + 2
+    sub.save_now()  # nothing new: nothing written
+    assert await _persisted_writes(factory) == writes + 2
+    sub.reset(ps[4])  # a seek writes at once
+    assert await _persisted_writes(factory) == writes + 3
+    await factory.close()
+    factory = make(tmp_path)
+    assert (await factory.open("t")).cursors["sub"].mark_delete_position == ps[3]
+    await factory.close()
+
+
+async def test_a_change_within_the_rate_is_written_at_its_end(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 3)
+    await factory.close()
+
+    factory = make(tmp_path, cursor_persist_interval_s=0.05)
+    ml = await factory.open("t")
+    sub = ml.cursors["sub"]
+    writes = await _persisted_writes(factory)
+    sub.mark_delete(ps[0])
+    sub.mark_delete(ps[1])  # (the same loop turn: shares the leading write)
+    await eventually(lambda: factory.stats.cursor_persists_total == writes + 1, "the leading write")
+    sub.mark_delete(ps[2])
+    await eventually(lambda: factory.stats.cursor_persists_total == writes + 2, "the trailing write")
+    fresh = make(tmp_path)  # what a crash now would find: the last change is on disk (all acked)
+    assert (await fresh.open("t")).cursors["sub"].number_of_entries_in_backlog() == 0
+    await fresh.close()
+    await factory.close()
+
+
 async def test_ledger_ids_never_go_back(tmp_path: Path) -> None:
     factory = make(tmp_path)
     ml = await factory.open("t")
