@@ -204,6 +204,10 @@ async def test_create_unload_compact_and_delete_topics(page: Page, console_broke
     await page.click_text("button", "Unload")
     await confirm(page)
     await until(lambda: not loaded(), "the topic unloaded")
+    # (The console went back to the topic list, so that its own refresh does not load the topic again.)
+    await page.wait_for(f"document.getElementById('main').dataset.ready === '/topics/{tenant}/{local_ns}'",
+                        what="back on the topic list after the unload")
+    await open_page(page, url, f"/topic/persistent/{tenant}/{local_ns}/made-here")
     await page.click_text("button", "Compact")
     await confirm(page)
     await until(lambda: admin.ok("GET", f"/admin/v2/persistent/{ns}/made-here/compaction")["status"]

@@ -29,7 +29,10 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
   const topicActions = [
     action("Unload", async () => {
       if (!(await ask({ title: `Unload ${name}?`, text: "Its clients reconnect.", okText: "Unload" }))) return;
-      try { await put(`${path}/unload`); done(`Unloaded ${name}`); } catch (e) { showError(e, "Unload"); }
+      // Back to the topic list: this page's own refresh would load the topic again at once (a stats call loads
+      // a stored topic, as in Pulsar).
+      try { await put(`${path}/unload`); notice(`Unloaded ${name}`); ctx.go(`#/topics/${enc(tenant)}/${enc(ns)}`); }
+      catch (e) { showError(e, "Unload"); }
     }),
   ];
   if (persistent) {
