@@ -123,7 +123,19 @@ WriteBundles = Callable[[], Awaitable[object]] | None
 BundleOwnership = Ownership
 
 
-class StandaloneOwnership:
+class _NamespaceBundlesView:
+    """Which bundles a namespace has and which one a topic falls in: the same for every kind of ownership."""
+
+    _bundles_of: Callable[[str], NamespaceBundles]
+
+    def bundles(self, namespace: str) -> NamespaceBundles:
+        return self._bundles_of(namespace)
+
+    def bundle_of(self, name: TopicName) -> NamespaceBundle:
+        return self._bundles_of(name.namespace).find(name.full)
+
+
+class StandaloneOwnership(_NamespaceBundlesView):
     """One broker: it owns every bundle of every namespace."""
 
     distributed = False
@@ -132,12 +144,6 @@ class StandaloneOwnership:
     def __init__(self, host: TopicHost, bundles_of: Callable[[str], NamespaceBundles]) -> None:
         self.host = host
         self._bundles_of = bundles_of
-
-    def bundles(self, namespace: str) -> NamespaceBundles:
-        return self._bundles_of(namespace)
-
-    def bundle_of(self, name: TopicName) -> NamespaceBundle:
-        return self._bundles_of(name.namespace).find(name.full)
 
     def is_owned(self, bundle: NamespaceBundle) -> bool:
         return True
@@ -169,7 +175,7 @@ class StandaloneOwnership:
         return None
 
 
-class PendingOwnership:
+class PendingOwnership(_NamespaceBundlesView):
     """Cluster mode before the broker has registered (its ports are bound, its session is not in use yet): it owns
     nothing and answers every lookup ServiceNotReady, which clients retry."""
 
@@ -178,12 +184,6 @@ class PendingOwnership:
 
     def __init__(self, bundles_of: Callable[[str], NamespaceBundles]) -> None:
         self._bundles_of = bundles_of
-
-    def bundles(self, namespace: str) -> NamespaceBundles:
-        return self._bundles_of(namespace)
-
-    def bundle_of(self, name: TopicName) -> NamespaceBundle:
-        return self._bundles_of(name.namespace).find(name.full)
 
     def is_owned(self, bundle: NamespaceBundle) -> bool:
         return False
@@ -223,7 +223,7 @@ def ownership_path(bundle: NamespaceBundle) -> str:
     return f"{OWNERSHIP_ROOT}/{bundle.namespace}/{bundle.range_name}"
 
 
-class ClusterOwnership:
+class ClusterOwnership(_NamespaceBundlesView):
     distributed = True
 
     def __init__(self, store: MetadataStore, urls: BrokerUrls, registry: BrokerRegistry, host: TopicHost,
@@ -244,12 +244,6 @@ class ClusterOwnership:
     @property
     def is_leader(self) -> bool:
         return self.registry.is_leader
-
-    def bundles(self, namespace: str) -> NamespaceBundles:
-        return self._bundles_of(namespace)
-
-    def bundle_of(self, name: TopicName) -> NamespaceBundle:
-        return self._bundles_of(name.namespace).find(name.full)
 
     def is_owned(self, bundle: NamespaceBundle) -> bool:
         return self._owned.get(bundle) is BundleState.ACTIVE
