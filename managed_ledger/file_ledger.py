@@ -512,16 +512,7 @@ class FileManagedLedger(StoredManagedLedger):
         cursor = self._cursors[name] = FileCursor(self, name, record, durable=True)
         return cursor
 
-    async def delete_cursor(self, name: str) -> None:
-        self._check_open()
-        cursor = self._cursors.pop(name, None)
-        record = self._stored.pop(name, None)
-        if cursor is None and record is None:
-            self._close_non_durable(name)
-            return
-        if cursor is not None:
-            cursor._close_handle()
-        self._persistence.forget(name)
+    async def _remove_cursor_state(self, name: str) -> None:
         fs = self._fs
         path = self._cursor_path(name)
         cursors_dir = join(self._dir, CURSORS)
@@ -533,7 +524,6 @@ class FileManagedLedger(StoredManagedLedger):
                 return
             fs.fsync_dir(cursors_dir)
 
-        self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
         await self._factory._run_on_writer(remove)
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import abstractmethod
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
 from managed_ledger.api import EntryNotFoundError, ManagedLedgerError, NoMoreEntriesError, ReadCallback
 from managed_ledger.completion import OrderedCompleter
-from managed_ledger.cursor_base import BaseCursor
+from managed_ledger.cursor_base import BaseCursor, CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.entry import Entry
 from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
@@ -46,6 +47,7 @@ class StoredManagedLedger(BaseManagedLedger):
     _last_confirmed: Position
     _loop: asyncio.AbstractEventLoop
     _persistence: CursorPersistence
+    _stored: dict[str, CursorRecord]  # durable cursors' state, open handle or not
     _eviction_pending: bool  # a cache eviction is scheduled (see _fetch)
 
     def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
@@ -77,6 +79,23 @@ class StoredManagedLedger(BaseManagedLedger):
             if cursor.is_active and cursor.read_position < slowest:
                 slowest = cursor.read_position
         self._reader.evict_before(slowest)
+
+    async def delete_cursor(self, name: str) -> None:
+        self._check_open()
+        cursor = self._cursors.pop(name, None)
+        record = self._stored.pop(name, None)
+        if cursor is None and record is None:
+            self._close_non_durable(name)
+            return
+        if cursor is not None:
+            cursor._close_handle()
+        self._persistence.forget(name)
+        self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
+        await self._remove_cursor_state(name)
+
+    @abstractmethod
+    async def _remove_cursor_state(self, name: str) -> None:
+        """Remove a deleted durable cursor's stored state (its file, or its ledger and znode)."""
 
     async def read_entry(self, position: Position) -> Entry:
         self._check_open()

@@ -446,6 +446,7 @@ class ZooKeeperMetadataStore:
                 answer.rawlink(lambda result: self._post_call(self._rearmed, path, existed, result))
 
     def _post_call(self, handler: Callable[..., None], *args: Any) -> None:
+        """Run handler(*args) on the loop (called from kazoo's threads)."""
         with contextlib.suppress(RuntimeError):  # the loop is closed
             self._loop.call_soon_threadsafe(handler, *args)
 
@@ -468,14 +469,10 @@ class ZooKeeperMetadataStore:
             self._client.get_children_async(path, watch=self._child_watcher)
 
     def _on_data_watch(self, event: WatchedEvent) -> None:  # on kazoo's thread
-        self._post(self._data_event, event)
+        self._post_call(self._data_event, event)
 
     def _on_child_watch(self, event: WatchedEvent) -> None:  # on kazoo's thread
-        self._post(self._child_event, event)
-
-    def _post(self, handler: Callable[[WatchedEvent], None], event: WatchedEvent) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            self._loop.call_soon_threadsafe(handler, event)
+        self._post_call(self._child_event, event)
 
     def _data_event(self, event: WatchedEvent) -> None:
         if self._closed or event.type == EventType.NONE or event.path is None:

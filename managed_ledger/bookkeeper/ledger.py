@@ -473,17 +473,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
         return cursor
 
-    async def delete_cursor(self, name: str) -> None:
-        self._check_open()
-        cursor = self._cursors.pop(name, None)
-        record = self._stored.pop(name, None)
-        if cursor is None and record is None:
-            self._close_non_durable(name)
-            return
-        if cursor is not None:
-            cursor._close_handle()
-        self._persistence.forget(name)
-        self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
+    async def _remove_cursor_state(self, name: str) -> None:
         try:
             await self._cursor_store.delete(name)
         except BookKeeperError as exc:
