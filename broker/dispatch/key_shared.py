@@ -86,6 +86,31 @@ class KeySharedDispatcher(SharedDispatcher):
                 return None
         return owner
 
+    def _take_replay(self, n: int) -> list[Position]:
+        """The first ``n`` waiting entries that could go out now, in order, skipping every entry of a
+        hash whose consumer cannot take it (no permits, or another consumer still drains it), and,
+        once one entry of a hash is skipped, the later ones of that hash too (order). Reading from
+        the head regardless would let one slow consumer's backlog stall every other consumer until
+        it caught up (Pulsar 4's PIP-379 filters replays the same way)."""
+        taken: list[Position] = []
+        skipped: set[int] = set()
+        for p in self.replay:
+            h = self._hash_of.get(p)
+            if h is not None:
+                if h in skipped:
+                    continue
+                owner = self.owner(h)
+                holder = None if self.allow_out_of_order else self._drain_owner.get(h)
+                if owner is None or not self._available(owner) or (holder is not None and holder is not owner):
+                    skipped.add(h)
+                    continue
+            taken.append(p)
+            if len(taken) >= n:
+                break
+        for p in taken:
+            self._drop_from_replay(p)
+        return taken
+
     # -- bookkeeping hooks -------------------------------------------------------------------------
     def _dispatched(self, consumer: Consumer, p: Position, meta: EntryMeta) -> None:
         if self.allow_out_of_order:

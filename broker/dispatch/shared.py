@@ -231,11 +231,16 @@ class SharedDispatcher(Dispatcher):
         if size is None:
             return  # the dispatch rate limits allow nothing now; retried when they do
         n, max_bytes = size
-        epoch = self._begin_read()
         if replaying:
             positions = self._take_replay(n)
+            if not positions:  # nothing waiting can go out now (Key_Shared: every hash blocked)
+                self._replay_stalled = True
+                self._read_more()
+                return
+            epoch = self._begin_read()
             self.cursor.replay_entries(positions, lambda es, exc: self._read_complete(epoch, es, exc, positions))
         else:
+            epoch = self._begin_read()
             self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None), max_bytes)
 
     def _unacked_room(self) -> int | None:

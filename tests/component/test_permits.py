@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -417,6 +418,53 @@ async def test_key_shared_leaving_owner_messages_go_first() -> None:
     await drain_lane()
     got = list(b.pending_acks)  # in delivery order
     assert got[:3] == held and len(got) == 4 and got[3] > held[-1]
+    h.check()
+
+
+def keys_for(h: KeyHarness, wanted: Callable[[Consumer | None, Consumer | None], bool], leaving: Consumer) -> str:
+    """A key whose owner now and once ``leaving`` has left satisfy ``wanted(now, after)``."""
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    for i in range(10_000):
+        key = f"key-{i}"
+        kh = sticky_key_hash(key.encode())
+        now = d.owner(kh)
+        d.consumers.remove(leaving)
+        d._rebuild_ring()
+        after = d.owner(kh)
+        d.consumers.append(leaving)
+        d._rebuild_ring()
+        if wanted(now, after):
+            return key
+    raise AssertionError("no such key")
+
+
+async def test_key_shared_replay_skips_hashes_whose_consumer_cannot_take_them() -> None:
+    """Entries waiting for a consumer without permits must not hold back the entries behind them
+    that another consumer can take (head-of-line blocking of the replay set; Pulsar 4 filters
+    replays by hash the same way)."""
+    h = await KeyHarness.create_keyed()
+    d = h.dispatcher
+    a, b, c = h.consumer_named("a"), h.consumer_named("b"), h.consumer_named("c")
+    for consumer in (a, b, c):
+        d.add_consumer(consumer)
+    key_x = keys_for(h, lambda now, after: now is c and after is a, leaving=c)  # goes c -> a
+    key_b = keys_for(h, lambda now, after: now is b and after is b, leaving=c)
+    d.flow(c, 100)
+    await drain_lane()
+    for key in (key_x, key_x, key_x, key_b, key_b, key_b):
+        h.publish_key(key)
+    await drain_lane()
+    assert len(c.pending_acks) == 3 and not b.pending_acks  # b has no permits: key_b waits
+    d.remove_consumer(c)  # its three key_x entries wait ahead of key_b's, for a, who has no permits
+    await drain_lane()
+    d.flow(b, 2)
+    await drain_lane()
+    assert len(b.pending_acks) == 2, "b's entries were held behind entries only a (no permits) can take"
+    assert not a.pending_acks
+    d.flow(a, 10)
+    await drain_lane()
+    assert len(a.pending_acks) == 3
     h.check()
 
 
