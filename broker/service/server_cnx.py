@@ -665,15 +665,21 @@ class ServerCnx:
 
         self._spawn(self._guard(c.request_id, run(), "Failed to get last message id"))
 
+    def _may_list_topics(self, request_id: int, namespace: str) -> bool:
+        """Whether this connection may list (or watch) the topics of ``namespace``; if not, the error is sent."""
+        if not self.security.authorization.allows_namespace_consume_proxied(namespace, self.auth.role,
+                                                                           self.auth.original_principal):
+            self.write(commands.error(request_id, E.AuthorizationError,
+                                      f"Role {self.auth.role!r} is not authorized to list the topics of {namespace}"))
+            return False
+        if not self.service.metadata.namespace_exists(namespace):
+            self.write(commands.error(request_id, E.MetadataError, f"Namespace {namespace} does not exist"))
+            return False
+        return True
+
     def handle_get_topics_of_namespace(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getTopicsOfNamespace
-        if not self.security.authorization.allows_namespace_consume_proxied(c.namespace, self.auth.role,
-                                                                           self.auth.original_principal):
-            self.write(commands.error(c.request_id, E.AuthorizationError,
-                                      f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
-            return
-        if not self.service.metadata.namespace_exists(c.namespace):
-            self.write(commands.error(c.request_id, E.MetadataError, f"Namespace {c.namespace} does not exist"))
+        if not self._may_list_topics(c.request_id, c.namespace):
             return
         topics = self.service.topics_of_namespace(c.namespace, c.mode)
         digest = topics_hash(topics)
@@ -685,13 +691,7 @@ class ServerCnx:
     def handle_watch_topic_list(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         """PIP-145: the topics of a namespace matching a pattern now, then pushes as they change."""
         c = cmd.watchTopicList
-        if not self.security.authorization.allows_namespace_consume_proxied(c.namespace, self.auth.role,
-                                                                           self.auth.original_principal):
-            self.write(commands.error(c.request_id, E.AuthorizationError,
-                                      f"Role {self.auth.role!r} is not authorized to list the topics of {c.namespace}"))
-            return
-        if not self.service.metadata.namespace_exists(c.namespace):
-            self.write(commands.error(c.request_id, E.MetadataError, f"Namespace {c.namespace} does not exist"))
+        if not self._may_list_topics(c.request_id, c.namespace):
             return
         try:
             pattern = compile_pattern(c.topics_pattern)

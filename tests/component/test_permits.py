@@ -421,7 +421,7 @@ async def test_key_shared_leaving_owner_messages_go_first() -> None:
     h.check()
 
 
-def keys_for(h: KeyHarness, wanted: Callable[[Consumer | None, Consumer | None], bool], leaving: Consumer) -> str:
+def keys_for(h: KeyHarness, wanted: Callable[[object, object], bool], leaving: Consumer) -> str:
     """A key whose owner now and once ``leaving`` has left satisfy ``wanted(now, after)``."""
     d = h.dispatcher
     assert isinstance(d, KeySharedDispatcher)
