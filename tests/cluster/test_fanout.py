@@ -21,7 +21,12 @@ WAIT_S = 30.0
 
 
 def owner_urls(brokers: Brokers, topics: list[str]) -> dict[str, str]:
-    """topic -> the broker URL its HTTP lookup answers."""
+    """topic -> the broker URL its HTTP lookup answers (placing its bundle when nobody owns it yet).
+
+    The tests place the bundles this way before the client uses the topics: a binary lookup that reads the owner of a
+    bundle another broker is just acquiring can send the client there a moment before that broker serves it; the C++
+    client then leaves the consumer or producer waiting ("Ignoring reconnection request since we're already
+    connected") until its operation timeout."""
     out = {}
     for topic in topics:
         domain, local = topic.split("://")
@@ -46,6 +51,7 @@ def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> Non
     client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
     try:
         http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+        owners = owner_urls(brokers, parts)
         client.subscribe(base, "s", initial_position=pulsar.InitialPosition.Earliest).close()
         client.subscribe(base, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
         producer = client.create_producer(
@@ -56,7 +62,6 @@ def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> Non
         producer.close()
     finally:
         client.close()
-    owners = owner_urls(brokers, parts)
     assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
 
     stats = http_json(f"{admin}/partitioned-stats")
@@ -125,8 +130,8 @@ def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: B
     live = [f"non-persistent://public/default/np-{tag}-{i}" for i in range(8)]
     client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
     try:
-        producers = spread_client_topics(client, live)  # (live while their producers are)
         assert set(owner_urls(brokers, live).values()) == {b1.service_url, b2.service_url}
+        producers = spread_client_topics(client, live)  # (live while their producers are)
         for b in (b1, b2):
             assert set(live) <= set(http_json(f"{b.web_url}/admin/v2/non-persistent/public/default"))
             ns = f"{b.web_url}/admin/v2/namespaces/public/default"
@@ -141,10 +146,10 @@ def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: B
         ns = f"{b1.web_url}/admin/v2/namespaces/{name}"
         http_json(ns, method="PUT")
         stored = [f"persistent://{name}/t-{i}" for i in range(8)]
+        assert set(owner_urls(brokers, stored).values()) == {b1.service_url, b2.service_url}
         for p in spread_client_topics(client, stored):
             p.send(b"x")
             p.close()
-        assert set(owner_urls(brokers, stored).values()) == {b1.service_url, b2.service_url}
         assert status_of(ns, "DELETE") == 409  # (not empty)
         http_json(f"{ns}?force=true", method="DELETE")
     finally:
