@@ -8,7 +8,7 @@ addresses on it), and the process reaches them exactly as the others do. ``down(
 side down and up: the process then reaches nothing and nothing reaches it (ZooKeeper, bookies, clients, brokers).
 
 Only what it creates is touched: the namespace and the veth pair, removed on exit (``ip netns del``, after the
-processes in it are gone). Needs root and iproute2; ``netns_or_skip`` skips without them (fails under CI=true).
+processes in it are gone). Needs root, iproute2 and a kernel that lets it create namespaces (``netns_or_skip``).
 """
 
 from __future__ import annotations
@@ -61,12 +61,23 @@ class LinkedNamespace:
 
 
 def netns_or_skip() -> None:
-    missing = ("not root" if os.geteuid() != 0 else "no iproute2 (ip)" if shutil.which("ip") is None
+    """Skip unless this process may create network namespaces: root, iproute2 and sysctl, and a kernel (container)
+    that grants it (a container without CAP_NET_ADMIN / CAP_SYS_ADMIN refuses: a skip, with the reason, even under
+    CI=true, since no install provides it; missing tools fail under CI=true)."""
+    missing = ("no iproute2 (ip)" if shutil.which("ip") is None
                else "no sysctl" if shutil.which("sysctl") is None else None)
     if missing is not None:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"link-down tests need root and iproute2: {missing}")
-        pytest.skip(f"link-down tests need root and iproute2: {missing}")
+            pytest.fail(f"link-down tests need iproute2 and sysctl: {missing}")
+        pytest.skip(f"link-down tests need iproute2 and sysctl: {missing}")
+    if os.geteuid() != 0:
+        pytest.skip("link-down tests create network namespaces: they need root")
+    probe = f"lkdprobe{os.getpid()}"
+    try:
+        ip("netns", "add", probe)
+    except RuntimeError as exc:
+        pytest.skip(f"this machine does not let tests create network namespaces: {exc}")
+    ip("netns", "del", probe)
 
 
 @contextlib.contextmanager
