@@ -55,7 +55,8 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
         if found is not None:
             name, action = found
             if action in OWNER_ACTIONS and not (name.partition_index < 0
-                                                 and service.metadata.partitions_of(name.full) > 0):
+                                                 and service.metadata.partitions_of(name.full) > 0) and not (
+                    action == "" and request.method == "GET"):  # (GET .../{ns}/{bundle}: a bundle's topic list)
                 await validate_topic_ownership(ctx, request, name)
         return await handler(request)
 
@@ -70,13 +71,25 @@ async def validate_topic_ownership(ctx: AdminContext, request: web.Request, name
         return
     if not ctx.metadata.namespace_exists(name.namespace):
         return  # (the handler answers the missing namespace)
-    answer = await ownership.lookup(name, query_flag(request, "authoritative"), None)
+    base = await topic_owner_url(ctx, name, request.secure, query_flag(request, "authoritative"))
+    if base is not None:
+        raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+
+
+async def topic_owner_url(ctx: AdminContext, name: TopicName, secure: bool, authoritative: bool = False) -> str | None:
+    """None when this broker serves ``name`` (standalone; or it owns the topic's bundle, taking it when the lookup
+    picks this broker); else the web service URL of the broker that owns it, or of the one that decides who will
+    (the leader: a call there is redirected once more). 412 when that broker has no URL of the scheme asked."""
+    ownership = ctx.service.ownership
+    if not ownership.distributed or ownership.is_owned(ownership.bundle_of(name)):
+        return None
+    answer = await ownership.lookup(name, authoritative, None)
     if ownership.is_owned(ownership.bundle_of(name)):
-        return
-    base = answer.http_url_tls if request.secure else answer.http_url
+        return None
+    base = answer.http_url_tls if secure else answer.http_url
     if not base:
         raise HttpError(412, f"Failed to find ownership for topic:{name.full}")
-    raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+    return base
 
 
 def redirect_url(request: web.Request, base: str, authoritative: bool) -> str:

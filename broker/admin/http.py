@@ -39,6 +39,7 @@ from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
 from broker.admin.otel import OpenTelemetryExport
+from broker.admin.peers import PeerAdmin
 from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
@@ -71,6 +72,8 @@ class WebService:
                                       self.sampler.sample_async)
         self._metrics = make_registry(ctx, self.sampler)
         self.otel = OpenTelemetryExport(ctx, self.sampler)  # off unless OTEL_SDK_DISABLED=false
+        # Calls to the other brokers' admin API (cluster mode: operations over many topics go to each owner).
+        self.peers = PeerAdmin(ctx.config)
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -103,7 +106,8 @@ class WebService:
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
         self.namespaces.register(r)
-        NamespaceOperationsResource(self).register(r)
+        self.namespace_ops = NamespaceOperationsResource(self)
+        self.namespace_ops.register(r)
         self.bundles.register(r)
         BrokerStatsResource(self).register(r)
         TransactionsResource(self).register(r)
@@ -138,6 +142,7 @@ class WebService:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.peers.close()
 
     @property
     def service(self) -> BrokerService:

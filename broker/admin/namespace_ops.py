@@ -1,30 +1,34 @@
 """Admin REST v2: operations on every topic of a namespace (Pulsar's namespace clearBacklog,
-unsubscribe and unload; we have one broker, so "every bundle" is the whole namespace).
+unsubscribe and unload).
 
 - ``POST .../clearBacklog`` and ``.../clearBacklog/{sub}``: every subscription (or just ``sub``)
   of every stored persistent topic skips to the end. Topics are loaded for it when they are not:
-  the backlog of a topic nobody uses is cleared too.
-- ``POST .../unsubscribe/{sub}``: ``sub`` is deleted from every topic that has it; refused as a
-  whole (412) when any of them has a connected consumer, before anything is deleted.
+  the backlog of a topic nobody uses is cleared too (standalone; in cluster mode, as in Pulsar, only
+  the bundles some broker owns are visited).
+- ``POST .../unsubscribe/{sub}``: ``sub`` is deleted from every topic that has it; refused (412)
+  when any of them has a connected consumer, before anything of that bundle is deleted.
 - ``PUT .../unload``: the bundles are released (``service.ownership.unload_bundle``): their loaded topics close,
-  their clients look up again (in cluster mode another broker may take them); a bundle another broker owns is
-  unloaded by that broker (307 for a bundle, passed on for a namespace).
+  their clients look up again (in cluster mode another broker may take them).
 
 Each also exists per bundle (``.../{bundle}/clearBacklog``, ``.../{bundle}/unload``, ...): only the
 topics whose name hashes into the bundle's range, with Pulsar's hash (CRC32 of the full topic
 name), so ``--bundle`` in scripts means what it means against Pulsar.
+
+Cluster mode (``on_owners``): a bundle another broker owns is that broker's: a namespace-wide request is passed on
+to the owner of each bundle (``broker.admin.peers``), a request on one bundle is redirected there (307).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
-import aiohttp
 from aiohttp import web
 
 from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError, no_content
+from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.operations import BundleOperationError
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
@@ -37,8 +41,6 @@ if TYPE_CHECKING:
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 # A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar).
 BUNDLE_PATTERN = "[^/]*_[^/]*"
-# How long a namespace unload waits for another broker to unload its bundle.
-FORWARD_TIMEOUT_S = 60.0
 
 
 class NamespaceOperationsResource:
@@ -56,81 +58,99 @@ class NamespaceOperationsResource:
     def service(self) -> BrokerService:
         return self.web.service
 
-    def scope(self, request: web.Request) -> tuple[str, Callable[[TopicName], bool]]:
-        """(namespace, which of its topics the request covers: all, or one bundle's)."""
+    def scope(self, request: web.Request) -> tuple[str, NamespaceBundle | None]:
+        """(namespace, the bundle named in the path or None for the whole namespace)."""
         ns = self.web.namespaces.namespace(request)
-        bundle = request.match_info.get("bundle")
-        if bundle is None:
-            return ns, lambda name: True
+        range_name = request.match_info.get("bundle")
+        if range_name is None:
+            return ns, None
         try:
-            found = self.web.bundles.ops.bundle(ns, bundle)
+            return ns, self.web.bundles.ops.bundle(ns, range_name)
         except BundleOperationError as exc:
             raise HttpError(exc.status, exc.message) from None
-        return ns, lambda name: found.includes(name.full)
 
-    async def stored_topics(self, ns: str, covers: Callable[[TopicName], bool]) -> list[PersistentTopic]:
+    async def stored_topics(self, ns: str, bundle: NamespaceBundle | None) -> list[PersistentTopic]:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""
         names = [TopicName.parse(n) for n in self.service.topics_of_namespace(ns, 0)]
         stored = set(self.service.ledger_factory.list_names())
         return [await self.service.get_persistent_topic(n, create=False) for n in names
-                if n.persistence_path in stored and covers(n)]
+                if n.persistence_path in stored and (bundle is None or bundle.includes(n.full))]
 
-    async def clear_backlog(self, request: web.Request) -> web.Response:
-        ns, covers = self.scope(request)
-        only = request.match_info.get("sub")
-        for topic in await self.stored_topics(ns, covers):
-            for name in admin_ops.subscription_names(topic):
-                if only is None or name == only:
-                    admin_ops.skip_all(await admin_ops.subscription(topic, name))
-        return no_content()
+    async def on_owners(self, request: web.Request, action: str,
+                        local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
+        """Run ``local`` over the namespace or the bundle of the path. Standalone: here, at once. Cluster mode, as
+        Pulsar's NamespacesBase: each bundle owned here is done here; a namespace-wide request is passed on to the
+        owner of each other bundle (``.../{bundle}/{action}`` there, with the broker client's credentials); a request
+        on one bundle that another broker owns is redirected there (307). A bundle nobody owns has nothing loaded:
+        skipped, as Pulsar does (checkOwnershipPresent)."""
+        ns, named = self.scope(request)
+        if not self.service.ownership.distributed:
+            await local(ns, named)
+            return
+        await self.each_bundle(request, ns, named, request.method, action, local)
 
-    async def unsubscribe(self, request: web.Request) -> web.Response:
-        ns, covers = self.scope(request)
-        name = request.match_info["sub"]
-        topics = [t for t in await self.stored_topics(ns, covers) if name in admin_ops.subscription_names(t)]
-        for topic in topics:
-            sub = topic.subscriptions.get(name)
-            if sub is not None and sub.consumers:
-                raise HttpError(412, f"Subscription {name} has active connected consumers on {topic.full_name}")
-        for topic in topics:
-            await admin_ops.delete_subscription(topic, name, force=False)
-            self.service.expiry_stats.forget(topic.full_name, name)
-        return no_content()
-
-    async def unload(self, request: web.Request) -> web.Response:
-        """Release the bundle (or every bundle of the namespace) through ownership (broker.cluster): its topics
-        close, their clients look up again (cluster mode: any broker may take it then). In cluster mode a bundle
-        another broker owns is that broker's to unload: a bundle's unload is redirected there (307), a namespace's
-        is passed on to each owner; a bundle nobody owns has nothing to unload."""
-        ns = self.web.namespaces.namespace(request)
-        range_name = request.match_info.get("bundle")
+    async def each_bundle(self, request: web.Request, ns: str, named: NamespaceBundle | None, method: str,
+                          action: str, local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
+        """Cluster mode: ``local`` on the bundles owned here, ``method`` on ``{bundle}/{action}`` at the owner
+        of the others (one bundle named in the path: a 307 there instead)."""
         ownership = self.service.ownership
-        if not ownership.distributed:
-            await self.web.bundles.unload(ns, range_name)
-            return no_content()
-        try:
-            targets = ([self.web.bundles.ops.bundle(ns, range_name)] if range_name is not None
-                       else self.service.metadata.namespace_bundles(ns).bundles)
-        except BundleOperationError as exc:
-            raise HttpError(exc.status, exc.message) from None
+        targets = [named] if named is not None else self.service.metadata.namespace_bundles(ns).bundles
         for bundle in targets:
             if ownership.is_owned(bundle):
-                await ownership.unload_bundle(bundle)
+                await local(ns, bundle)
                 continue
             owner = await ownership.owner_of(bundle)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if not base:
                 continue  # (owned by nobody)
-            if range_name is not None:
+            if named is not None:
                 raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
-            await forward_put(request, f"{base}{NS.format(**request.match_info)}/{bundle.range_name}/unload")
+            url = f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}"
+            await self.web.peers.call(method, url, request)
+
+    async def release_bundles(self, request: web.Request, ns: str) -> None:
+        """Cluster mode: every bundle of ``ns`` released by its owner (a namespace being deleted)."""
+        await self.each_bundle(request, ns, None, "PUT", "unload", self._unload)
+
+    async def clear_backlog(self, request: web.Request) -> web.Response:
+        only = request.match_info.get("sub")
+
+        async def clear(ns: str, bundle: NamespaceBundle | None) -> None:
+            for topic in await self.stored_topics(ns, bundle):
+                for name in admin_ops.subscription_names(topic):
+                    if only is None or name == only:
+                        admin_ops.skip_all(await admin_ops.subscription(topic, name))
+
+        await self.on_owners(request, "clearBacklog" if only is None else f"clearBacklog/{quote(only, safe='')}",
+                             clear)
         return no_content()
 
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        """(In cluster mode the refusal for connected consumers is per bundle, as in Pulsar: the bundles done before
+        one that refuses stay done.)"""
+        name = request.match_info["sub"]
 
-async def forward_put(request: web.Request, url: str) -> None:
-    """PUT ``url`` on another broker with this request's credentials; its error becomes ours."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
-    timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.put(url, headers=headers) as answer:
-        if answer.status >= 400:
-            raise HttpError(answer.status, f"{url}: {await answer.text()}")
+        async def unsubscribe(ns: str, bundle: NamespaceBundle | None) -> None:
+            topics = [t for t in await self.stored_topics(ns, bundle) if name in admin_ops.subscription_names(t)]
+            for topic in topics:
+                sub = topic.subscriptions.get(name)
+                if sub is not None and sub.consumers:
+                    raise HttpError(412, f"Subscription {name} has active connected consumers on {topic.full_name}")
+            for topic in topics:
+                await admin_ops.delete_subscription(topic, name, force=False)
+                self.service.expiry_stats.forget(topic.full_name, name)
+
+        await self.on_owners(request, f"unsubscribe/{quote(name, safe='')}", unsubscribe)
+        return no_content()
+
+    async def unload(self, request: web.Request) -> web.Response:
+        """Release the bundle (or every bundle of the namespace) through ownership (broker.cluster): its topics
+        close, their clients look up again (cluster mode: any broker may take it then)."""
+        await self.on_owners(request, "unload", self._unload)
+        return no_content()
+
+    async def _unload(self, ns: str, bundle: NamespaceBundle | None) -> None:
+        if self.service.ownership.distributed and bundle is not None:
+            await self.service.ownership.unload_bundle(bundle)
+        else:
+            await self.web.bundles.unload(ns, None if bundle is None else bundle.range_name)

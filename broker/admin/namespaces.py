@@ -163,24 +163,32 @@ class NamespacesResource:
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
+        """DELETE a namespace; with ``force`` its topics first, each by its owner (cluster mode: Pulsar deletes every
+        topic through its owner, then the bundles: here each owner releases its bundles before the policies go)."""
         ns = self.namespace(request)
         service = self.web.service
-        topics = service.topics_of_namespace(ns, 2)
+        topics = await self.web.topics.topics_of_namespace(request, ns, 2)
         partitioned = self.metadata.partitioned_topics_of(ns)
         if (topics or partitioned) and not query_flag(request, "force"):
             raise HttpError(409, "Cannot delete non empty namespace")
-        for name in topics:
-            await self.web.topics.delete_one(TopicName.parse(name), force=True)
+
+        async def delete(name: TopicName) -> None:
+            await self.web.topics.delete_one(name, force=True)
+
+        await self.web.topics.on_owners(request, [TopicName.parse(n) for n in topics], "DELETE", "", delete,
+                                        "?force=true")
         for base in partitioned:
             await self.metadata.delete_partitioned(base)
             await service.schemas.delete(base)
+        if service.ownership.distributed:
+            await self.web.namespace_ops.release_bundles(request, ns)
         await self.metadata.delete_namespace(ns)
         return no_content()
 
     async def topics(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)
         mode = {"PERSISTENT": 0, "NON_PERSISTENT": 1, "ALL": 2}.get(request.query.get("mode", "PERSISTENT"), 0)
-        return json_response(self.web.service.topics_of_namespace(ns, mode))
+        return json_response(await self.web.topics.topics_of_namespace(request, ns, mode))
 
     # -- deduplication / schema compatibility ----------------------------------------------------------
     async def get_deduplication(self, request: web.Request) -> web.Response:

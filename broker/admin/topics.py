@@ -19,18 +19,30 @@ import base64
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.common import DOMAINS, HttpError, int_param, json_response, no_content, query_flag, read_body
-from broker.errors import NotAllowedError
+from broker.admin.cluster import redirect_url, topic_owner_url
+from broker.admin.common import (
+    DOMAINS,
+    HttpError,
+    int_param,
+    json_response,
+    no_content,
+    query_flag,
+    read_body,
+    status_for,
+)
+from broker.admin.peers import topic_path
+from broker.cluster.operations import BundleOperationError
+from broker.errors import BrokerError, NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -43,6 +55,8 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 TOPIC = "/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 INT64_MAX = (1 << 63) - 1
+# A bundle's range in a path (GET .../{tenant}/{ns}/{bundle}: no topic route answers GET without an action).
+BUNDLE_RANGE = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
 
 
 class TopicsResource:
@@ -56,6 +70,8 @@ class TopicsResource:
             stored = _refused_without_storage if d == "non-persistent" else _as_is
             r.add_get(base + "/{tenant}/{ns}", self.list_topics)
             r.add_get(base + "/{tenant}/{ns}/partitioned", self.list_partitioned)
+            if base.endswith("/non-persistent"):  # (Pulsar's getListFromBundle, what getList asks each owner)
+                r.add_get(base + "/{tenant}/{ns}/{bundle:" + BUNDLE_RANGE + "}", self.list_in_bundle)
             r.add_put(base + TOPIC, self.create)
             r.add_delete(base + TOPIC, self.delete)
             r.add_get(base + TOPIC + "/partitions", self.get_partitions)
@@ -70,6 +86,7 @@ class TopicsResource:
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
+            r.add_get(base + TOPIC + "/partitioned-internalStats", self.partitioned_internal_stats)
             r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
             r.add_put(base + SUB, stored(self.create_subscription))
             r.add_delete(base + SUB, self.delete_subscription)
@@ -141,6 +158,36 @@ class TopicsResource:
     async def existing_partitions(self, name: TopicName) -> list[AnyTopic]:
         return [await self.service.get_topic(p, create=False) for p in self._existing_partitions(name)]
 
+    def partitions_to_ask(self, name: TopicName) -> list[TopicName]:
+        """The partitions an operation over a partitioned topic visits: the created ones; in cluster mode every
+        non-persistent partition (live on its owner only: this broker cannot tell which exist)."""
+        if self.service.ownership.distributed and not name.persistent:
+            return [name.partition(i) for i in range(self.partitions(name))]
+        return self._existing_partitions(name)
+
+    async def on_owners(self, request: web.Request, partitions: list[TopicName], method: str, action: str,
+                        local: Callable[[TopicName], Awaitable[Any]], query: str = "") -> dict[TopicName, Any]:
+        """Each partition's answer, from the broker that owns it (Pulsar's admin calls per partition through the
+        broker's admin client): ``local`` for the ones this broker serves (taking an unowned bundle when the lookup
+        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``). A partition that
+        is not found (404) is left out."""
+        answers: dict[TopicName, Any] = {}
+        for p in partitions:
+            try:
+                base = await topic_owner_url(self.web.ctx, p, request.secure)
+                if base is None:
+                    answers[p] = await local(p)
+                else:
+                    suffix = f"/{action}" if action else ""
+                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request)
+            except HttpError as exc:
+                if exc.status_code != 404:
+                    raise
+            except BrokerError as exc:
+                if status_for(exc) != 404:
+                    raise
+        return answers
+
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
         refused with 405 (operations on one position of one log)."""
@@ -185,12 +232,50 @@ class TopicsResource:
     async def list_topics(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         mode = 0 if request.path.split("/")[3] == "persistent" else 1
-        names = self.service.topics_of_namespace(ns, mode)
+        names = await self.topics_of_namespace(request, ns, mode)
         bundle = request.query.get("bundle")
         if bundle:  # Pulsar's getList(bundle): the topics whose bundle's range name is exactly this
             bundles = self.web.metadata.namespace_bundles(ns)
             names = [n for n in names if bundles.find(n).range_name == bundle]
         return json_response(names)
+
+    async def topics_of_namespace(self, request: web.Request, ns: str, mode: int) -> list[str]:
+        """``service.topics_of_namespace``; in cluster mode the non-persistent topics (live on their owner only) of
+        every bundle another broker owns are asked of that broker, as Pulsar's getList / internalGetListOfTopics
+        do (getListInBundle of each bundle through the broker's admin client; a bundle nobody owns has none)."""
+        names = set(self.service.topics_of_namespace(ns, mode))
+        ownership = self.service.ownership
+        if mode == 0 or not ownership.distributed:
+            return sorted(names)
+        for bundle in self.web.metadata.namespace_bundles(ns).bundles:
+            if ownership.is_owned(bundle):
+                continue
+            owner = await ownership.owner_of(bundle)
+            base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+            if base:
+                listed = await self.web.peers.call("GET", f"{base}/admin/v2/non-persistent/{ns}/{bundle.range_name}",
+                                                   request)
+                names.update(n for n in listed or () if isinstance(n, str) and not is_system_topic(n))
+        return sorted(names)
+
+    async def list_in_bundle(self, request: web.Request) -> web.Response:
+        """GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}: the live non-persistent topics of one bundle, from
+        its owner (307 there; an empty list when nobody owns it)."""
+        ns = self.web.namespaces.namespace(request)
+        try:
+            bundle = self.web.bundles.ops.bundle(ns, request.match_info["bundle"])
+        except BundleOperationError as exc:
+            raise HttpError(exc.status, exc.message) from None
+        ownership = self.service.ownership
+        if ownership.distributed and not ownership.is_owned(bundle):
+            owner = await ownership.owner_of(bundle)
+            base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+            if not base:
+                return json_response([])
+            raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+        return json_response(sorted(t.full_name for t in self.service.non_persistent_topics.values()
+                                    if t.name.namespace == ns and bundle.includes(t.full_name)
+                                    and not is_system_topic(t.full_name)))
 
     async def list_partitioned(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
@@ -296,14 +381,27 @@ class TopicsResource:
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
-        """POST .../createMissedPartitions: create each partition that has no topic yet."""
+        """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
+        owner)."""
         name = self.name(request)
         n = self.partitions(name)
         if n == 0:
             raise HttpError(404, "Partitioned Topic not found")
-        for i in range(n):
-            if not self.exists(name.partition(i)):
-                await self.service.get_topic(name.partition(i), create=True, explicit=True)
+        missing = [p for p in (name.partition(i) for i in range(n)) if not self.exists(p)]
+
+        async def create(p: TopicName) -> None:
+            if not self.exists(p):
+                await self.service.get_topic(p, create=True, explicit=True)
+
+        async def create_there(p: TopicName) -> None:
+            try:
+                await self.on_owners(request, [p], "PUT", "", create)
+            except HttpError as exc:
+                if exc.status_code != 409:  # (created meanwhile, or a live non-persistent partition there)
+                    raise
+
+        for p in missing:
+            await create_there(p)
         return no_content()
 
     async def trim(self, request: web.Request) -> web.Response:
@@ -327,6 +425,10 @@ class TopicsResource:
         return no_content()
 
     async def delete_partitioned(self, request: web.Request) -> web.Response:
+        """DELETE .../partitions: each partition deleted by its owner (Pulsar's admin call per partition), then the
+        partitioned topic's metadata. Without ``force``, a partition with clients connected refuses (412): checked
+        here first for the ones this broker serves; another owner refuses its own (the partitions deleted before it
+        stay deleted, as in Pulsar)."""
         name = self.name(request)
         n = self.partitions(name)
         if n == 0:
@@ -336,9 +438,13 @@ class TopicsResource:
         if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
                              for p in parts):
             raise HttpError(412, "Topic has active producers/subscriptions")
-        for p in parts:
+
+        async def delete(p: TopicName) -> None:
             if self.exists(p):
                 await self.delete_one(p, force=True)
+
+        await self.on_owners(request, self.partitions_to_ask(name), "DELETE", "", delete,
+                             "?force=true" if force else "")
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)
         return no_content()
@@ -349,16 +455,36 @@ class TopicsResource:
         return json_response(S.topic_stats(topic, self.web.sampler))
 
     async def partitioned_stats(self, request: web.Request) -> web.Response:
+        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
         name = self.name(request)
         n = self.partitions(name)
         if n == 0:
             raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
-        per_partition = {t.full_name: S.topic_stats(t, self.web.sampler) for t in await self.existing_partitions(name)}
+
+        async def stats(p: TopicName) -> dict[str, Any]:
+            return S.topic_stats(await self.service.get_topic(p, create=False), self.web.sampler)
+
+        answers = await self.on_owners(request, self.partitions_to_ask(name), "GET", "stats", stats)
+        per_partition = {p.full: doc for p, doc in answers.items()}
         return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
 
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self.topic(self.name(request))
         return json_response(S.internal_stats(topic))
+
+    async def partitioned_internal_stats(self, request: web.Request) -> web.Response:
+        """Pulsar's PartitionedTopicInternalStats: {"metadata": {"partitions": n}, "partitions": {name: internal
+        stats}}, each partition's from its owner."""
+        name = self.name(request)
+        n = self.partitions(name)
+        if n == 0:
+            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+
+        async def internal(p: TopicName) -> dict[str, Any]:
+            return S.internal_stats(await self.service.get_topic(p, create=False))
+
+        answers = await self.on_owners(request, self.partitions_to_ask(name), "GET", "internalStats", internal)
+        return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def subscriptions(self, request: web.Request) -> web.Response:
@@ -564,12 +690,15 @@ class TopicsResource:
         if not name.persistent:
             raise HttpError(405, "Termination is only for persistent topics")
         if request.path.endswith("/partitions"):
-            result: dict[str, object] = {}
-            for topic in await self.stored_targets(name):
-                last = await topic.terminate()
-                result[str(topic.name.partition_index)] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
-                                                           "partitionIndex": topic.name.partition_index}
-            return web.json_response(result)
+            self._single(name, None)
+
+            async def terminate(p: TopicName) -> dict[str, int]:
+                last = await (await self.service.get_persistent_topic(p, create=False)).terminate()
+                return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": p.partition_index}
+
+            parts = self._existing_partitions(name) if self.partitions(name) else [name]
+            answers = await self.on_owners(request, parts, "POST", "terminate", terminate)
+            return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
         [topic] = await self.stored_targets(name, "Terminate")
         last = await topic.terminate()
         return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,

@@ -71,7 +71,10 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_GET, r"/admin/v2/namespaces" + _NS + r"/topics(Page)?", Access.NAMESPACE_CONSUME),
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
         (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
-        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats)", Access.TOPIC_LOOKUP),
+        # (Pulsar's getListFromBundle: the non-persistent topics of one bundle, what getList asks each owner)
+        (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.TENANT_ADMIN),
+        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats)",
+         Access.TOPIC_LOOKUP),
         (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"
                         r"|examinemessage|messageid/.*)",
          Access.TOPIC_CONSUME),

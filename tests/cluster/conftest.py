@@ -90,11 +90,13 @@ def brokers(zk_bookies: LocalCluster) -> Iterator[Brokers]:
         group.stop_all()
 
 
-def http_json(url: str, method: str = "GET", timeout: float = 30) -> Any:
-    request = urllib.request.Request(url, method=method)
+def http_json(url: str, method: str = "GET", timeout: float = 30, body: object = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, method=method, data=data,
+                                     headers={"Content-Type": "application/json"} if data is not None else {})
     with urllib.request.urlopen(request, timeout=timeout) as answer:
-        body = answer.read()
-    return json.loads(body) if body else None
+        text = answer.read()
+    return json.loads(text) if text else None
 
 
 def log_of(broker: BrokerInfo) -> str:

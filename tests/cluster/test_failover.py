@@ -7,8 +7,11 @@ twice)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pulsar
 import pytest
@@ -51,6 +54,47 @@ def keep_data(client: pulsar.Client, topic: str) -> None:
     client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
 
 
+@dataclass
+class Run:
+    """One producing run: the topic, what was acknowledged and consumed, the producing thread."""
+
+    topic: str
+    checker: Checker
+    producing: Producing
+
+    def acked(self) -> int:
+        return acked_count(self.checker)
+
+
+@contextlib.contextmanager
+def producing_through(brokers: Brokers, prefix: str, topic: str | None = None) -> Iterator[Run]:
+    """A client given every live broker produces to a new topic (or ``topic``; with a subscription from the start: the
+    data stays) until 200 sends are acknowledged; the body injects its fault; on the way out, 200 more must be
+    acknowledged after it (the client carried on), then the sending stops with every send's outcome known and the
+    client closes."""
+    topic = topic or f"persistent://public/default/{prefix}-{os.urandom(3).hex()}"
+    checker = Checker()
+    client = pulsar.Client(service_urls(*brokers.live), operation_timeout_seconds=30)
+    try:
+        keep_data(client, topic)
+        with Producing(open_producer(client, topic), checker, prefix[0]) as producing:
+            wait_acked(checker, 200)
+            run = Run(topic, checker, producing)
+            yield run
+            wait_acked(checker, run.acked() + 200)
+            producing.finish()
+    finally:
+        client.close()
+
+
+def read_everything(run: Run, broker: BrokerInfo, no_duplicates: bool = True) -> None:
+    """Every acknowledged message is read from ``broker`` (and, with deduplication on, none twice)."""
+    drain(broker.service_url, run.topic, run.checker)
+    assert not run.checker.lost(), "an acknowledged message is not readable"
+    if no_duplicates:
+        assert not run.checker.duplicates(), f"stored twice: {sorted(run.checker.duplicates())[:5]}"
+
+
 @pytest.fixture
 def dedup_brokers(brokers: Brokers) -> Brokers:
     brokers.settings["brokerDeduplicationEnabled"] = "true"
@@ -60,56 +104,30 @@ def dedup_brokers(brokers: Brokers) -> Brokers:
 def test_kill9_of_the_owner_while_producing(dedup_brokers: Brokers) -> None:
     brokers = dedup_brokers
     b1, b2 = brokers.start(2)
-    topic = f"persistent://public/default/kill9-{os.urandom(3).hex()}"
-    checker = Checker()
-    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
-    try:
-        keep_data(client, topic)
-        producer = open_producer(client, topic)
-        with Producing(producer, checker, "k") as producing:
-            wait_acked(checker, 200)
-            owner = owner_of(brokers, topic)
-            survivor = b2 if owner is b1 else b1
-            brokers.kill(owner)
-            acked_at_kill = acked_count(checker)
-            # The owner's session expires, the client looks up through the survivor, which takes the bundle.
-            wait_acked(checker, acked_at_kill + 200)
-            producing.finish()
-        assert owner_of(brokers, topic) is survivor
-        assert bundle_owners(brokers) == {survivor.service_url}
-    finally:
-        client.close()
-    drain(survivor.service_url, topic, checker)
-    assert not checker.lost()
-    assert not checker.duplicates(), f"stored twice: {sorted(checker.duplicates())[:5]}"
+    with producing_through(brokers, "kill9") as run:
+        owner = owner_of(brokers, run.topic)
+        survivor = b2 if owner is b1 else b1
+        # The owner's session expires, the client looks up through the survivor, which takes the bundle.
+        brokers.kill(owner)
+    assert owner_of(brokers, run.topic) is survivor
+    assert bundle_owners(brokers) == {survivor.service_url}
+    read_everything(run, survivor)
 
 
 def test_graceful_unload_under_load(dedup_brokers: Brokers) -> None:
     brokers = dedup_brokers
     b1, b2 = brokers.start(2)
-    topic = f"persistent://public/default/unload-{os.urandom(3).hex()}"
-    checker = Checker()
-    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
-    try:
-        keep_data(client, topic)
-        producer = open_producer(client, topic)
-        with Producing(producer, checker, "u") as producing:
-            for round_ in range(3):
-                wait_acked(checker, acked_count(checker) + 150)
-                # Through the broker that does not own it: the namespace unload is passed on to the owner.
-                owner = owner_of(brokers, topic)
-                other = b2 if owner is b1 else b1
-                released = log_of(owner).count("unloaded")
-                http_json(f"{other.web_url}/admin/v2/namespaces/public/default/unload", method="PUT")
-                assert log_of(owner).count("unloaded") > released, f"round {round_}: the owner released nothing"
-            wait_acked(checker, acked_count(checker) + 150)
-            producing.finish()
-        assert not checker.failed, dict(list(checker.failed.items())[:3])
-    finally:
-        client.close()
-    drain(b1.service_url, topic, checker)
-    assert not checker.lost()
-    assert not checker.duplicates()
+    with producing_through(brokers, "unload") as run:
+        for round_ in range(3):
+            # Through the broker that does not own it: the namespace unload is passed on to the owner.
+            owner = owner_of(brokers, run.topic)
+            other = b2 if owner is b1 else b1
+            released = log_of(owner).count("unloaded")
+            http_json(f"{other.web_url}/admin/v2/namespaces/public/default/unload", method="PUT")
+            assert log_of(owner).count("unloaded") > released, f"round {round_}: the owner released nothing"
+            wait_acked(run.checker, run.acked() + 150)
+    assert not run.checker.failed, dict(list(run.checker.failed.items())[:3])
+    read_everything(run, b1)
 
 
 def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
@@ -118,66 +136,42 @@ def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
     paused broker finds its session lost and stops serving at once; the producer moves to the new owner. No receipt
     names an entry past the end at which the recovery closed the ledger, and every acknowledged message is read."""
     b1, b2 = brokers.start(2)
-    topic = f"persistent://public/default/pause-{os.urandom(3).hex()}"
-    checker = Checker()
-    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
-    try:
-        keep_data(client, topic)
-        producer = open_producer(client, topic)
-        with Producing(producer, checker, "p") as producing, zk_view(brokers.cluster, brokers.chroot) as zk:
-            wait_acked(checker, 200)
-            paused = owner_of(brokers, topic)
-            taker_broker = b2 if paused is b1 else b1
-            old_ledger = zk.managed_ledger(topic).ledgers[-1].ledger_id
-            os.kill(paused.pid, signal.SIGSTOP)
+    with producing_through(brokers, "pause") as run, zk_view(brokers.cluster, brokers.chroot) as zk:
+        paused = owner_of(brokers, run.topic)
+        taker_broker = b2 if paused is b1 else b1
+        old_ledger = zk.managed_ledger(run.topic).ledgers[-1].ledger_id
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: paused.service_url not in bundle_owners(brokers), 3 * SESSION_TIMEOUT_MS / 1000,
+                     "the paused broker's ownership to expire")
+            taker = pulsar.Client(taker_broker.service_url, operation_timeout_seconds=30)
             try:
-                wait_for(lambda: paused.service_url not in bundle_owners(brokers), 3 * SESSION_TIMEOUT_MS / 1000,
-                         "the paused broker's ownership to expire")
-                taker = pulsar.Client(taker_broker.service_url, operation_timeout_seconds=30)
-                try:
-                    taker.subscribe(topic, "taker", initial_position=pulsar.InitialPosition.Earliest).close()
-                finally:
-                    taker.close()
-                closed = zk.ledger(old_ledger)
-                assert closed.is_closed  # recovered (fenced) by the new owner
-                assert bundle_owners(brokers) == {taker_broker.service_url}
+                taker.subscribe(run.topic, "taker", initial_position=pulsar.InitialPosition.Earliest).close()
             finally:
-                os.kill(paused.pid, signal.SIGCONT)
-            wait_for(lambda: "metadata session lost" in log_of(paused), WAIT_S, "the paused broker to stop serving")
-            wait_acked(checker, acked_count(checker) + 200)  # on the new owner
-            producing.finish()
-            with checker.lock:
-                beyond = {text: pos for text, pos in checker.acked.items()
-                          if pos[0] == old_ledger and pos[1] > closed.last_entry_id}
-            assert not beyond, f"receipts for entries past the fenced ledger's end: {beyond}"
-        assert owner_of(brokers, topic) is taker_broker
-    finally:
-        client.close()
-    drain(taker_broker.service_url, topic, checker)
-    assert not checker.lost(), "an acknowledged message is not readable from the new owner"
+                taker.close()
+            closed = zk.ledger(old_ledger)
+            assert closed.is_closed  # recovered (fenced) by the new owner
+            assert bundle_owners(brokers) == {taker_broker.service_url}
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        wait_for(lambda: "metadata session lost" in log_of(paused), WAIT_S, "the paused broker to stop serving")
+    with run.checker.lock:
+        beyond = {text: pos for text, pos in run.checker.acked.items()
+                  if pos[0] == old_ledger and pos[1] > closed.last_entry_id}
+    assert not beyond, f"receipts for entries past the fenced ledger's end: {beyond}"
+    assert owner_of(brokers, run.topic) is taker_broker
+    read_everything(run, taker_broker, no_duplicates=False)
 
 
 def test_graceful_stop_hands_the_bundles_over(brokers: Brokers) -> None:
     """SIGTERM of the owner while producing: it releases its bundles before it stops (the log says so), the client
     carries on through the other broker, nothing acknowledged is lost."""
     b1, b2 = brokers.start(2)
-    topic = f"persistent://public/default/stop-{os.urandom(3).hex()}"
-    checker = Checker()
-    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
-    try:
-        keep_data(client, topic)
-        producer = open_producer(client, topic)
-        with Producing(producer, checker, "g") as producing:
-            wait_acked(checker, 200)
-            owner = owner_of(brokers, topic)
-            survivor = b2 if owner is b1 else b1
-            stop_process(owner.pid)
-            brokers.cluster.brokers.remove(owner)
-            assert "unloaded" in log_of(owner) and "broker stopped" in log_of(owner)
-            wait_acked(checker, acked_count(checker) + 200)
-            producing.finish()
-        assert owner_of(brokers, topic) is survivor
-    finally:
-        client.close()
-    drain(survivor.service_url, topic, checker)
-    assert not checker.lost()
+    with producing_through(brokers, "stop") as run:
+        owner = owner_of(brokers, run.topic)
+        survivor = b2 if owner is b1 else b1
+        stop_process(owner.pid)
+        brokers.cluster.brokers.remove(owner)
+        assert "unloaded" in log_of(owner) and "broker stopped" in log_of(owner)
+    assert owner_of(brokers, run.topic) is survivor
+    read_everything(run, survivor, no_duplicates=False)

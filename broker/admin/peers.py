@@ -1,0 +1,125 @@
+"""Broker-to-broker admin calls (Pulsar's ``pulsar().getAdminClient()``), for the operations over many topics that
+cluster mode passes on to the owner of each bundle or partition: namespace clearBacklog / unsubscribe / unload /
+delete, partitioned-stats and partitioned-internalStats, terminate/partitions, deleting a partitioned topic, creating
+missing partitions, listing non-persistent topics.
+
+Credentials, as Pulsar's broker: its own, ``brokerClientAuthenticationPlugin`` / ``...Parameters`` (token or basic
+become the Authorization header; tls a client certificate), with ``brokerClientTrustCertsFilePath`` /
+``brokerClientCertificateFilePath`` / ``brokerClientKeyFilePath`` for HTTPS. Pulsar checks the caller's permission on
+the broker it called and then calls the others as itself (a superuser). When no broker credentials are configured,
+the caller's own Authorization header is carried instead, so that a cluster with authentication but without broker
+credentials still works for a caller allowed everywhere.
+
+Redirects (307, an owner that moved meanwhile) are followed here, at most ``MAX_REDIRECTS`` times, keeping the
+credentials (aiohttp drops the Authorization header on a redirect to another port). An error answer of the other
+broker becomes ours (its status and reason); a broker that does not answer is a 503.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+from broker.admin.common import HttpError
+from broker.service.remote_producer import RemoteError, client_credentials
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.topic_name import TopicName
+
+# How long one call to another broker may take (a namespace unload there closes every topic of a bundle).
+CALL_TIMEOUT_S = 60.0
+# Owners move (unload, failover) while a call is on its way: a few 307s in a row are normal, more is a loop.
+MAX_REDIRECTS = 5
+
+
+def topic_path(name: TopicName) -> str:
+    """The admin v2 path of one topic (``/admin/v2/persistent/t/ns/local``), its local name URL-encoded."""
+    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace_part}/{quote(name.local_name, safe='')}"
+
+
+class PeerAdmin:
+    """One HTTP session for every call this broker makes to the others' admin API; closed with the web service."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        try:
+            method, data, cert = client_credentials(config.brokerClientAuthenticationPlugin,
+                                                    config.brokerClientAuthenticationParameters)
+        except RemoteError:  # (refused at start by the broker service: this is only for unit tests)
+            method, data, cert = None, b"", None
+        self._authorization = ("Bearer " + data.decode() if method == "token"
+                               else "Basic " + base64.b64encode(data).decode() if method == "basic" else None)
+        self._config = config
+        self._cert = cert or ((config.brokerClientCertificateFilePath, config.brokerClientKeyFilePath)
+                              if config.brokerClientCertificateFilePath and config.brokerClientKeyFilePath else None)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        cfg = self._config
+        context = ssl.create_default_context(cafile=cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
+                                             or None)
+        context.check_hostname = False  # (Pulsar's broker clients do not verify host names by default)
+        if cfg.tlsAllowInsecureConnection:
+            context.verify_mode = ssl.CERT_NONE
+        if self._cert is not None:
+            context.load_cert_chain(*self._cert)
+        return context
+
+    def headers(self, caller: web.Request | None) -> dict[str, str]:
+        if self._authorization is not None:
+            return {"Authorization": self._authorization}
+        if caller is not None and "Authorization" in caller.headers:
+            return {"Authorization": caller.headers["Authorization"]}
+        return {}
+
+    async def call(self, method: str, url: str, caller: web.Request | None = None, body: object = None) -> Any:
+        """``method`` on another broker's admin ``url``: its JSON answer (None when empty). HttpError with the other
+        broker's status and reason when it refuses; 503 when it cannot be reached."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S))
+        headers = self.headers(caller)
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        target = URL(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                ssl_arg: ssl.SSLContext | bool = self._ssl_context() if target.scheme == "https" else True
+                async with self._session.request(method, target, headers=headers, data=data, ssl=ssl_arg,
+                                                 allow_redirects=False) as answer:
+                    if answer.status in (307, 308) and "Location" in answer.headers:
+                        target = target.join(URL(answer.headers["Location"]))
+                        continue
+                    text = await answer.text()
+            except (aiohttp.ClientError, TimeoutError, OSError, ssl.SSLError) as exc:
+                raise HttpError(503, f"{method} {target}: {exc or type(exc).__name__}") from None
+            if answer.status >= 400:
+                raise HttpError(answer.status, f"{method} {target}: {reason_of(text)}")
+            if not text:
+                return None
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        raise HttpError(503, f"{method} {url}: more than {MAX_REDIRECTS} redirects")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def reason_of(text: str) -> str:
+    """The ``reason`` of a Pulsar error body, else the body itself."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    return str(doc.get("reason", text)) if isinstance(doc, dict) else text

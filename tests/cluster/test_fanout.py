@@ -1,0 +1,162 @@
+"""Cluster mode: admin operations over many topics reach every topic's owner (real broker processes, the official
+client). Every call goes to one broker only; the topics it covers are spread over both, so each check fails when
+that broker acts only on what it serves itself: partitioned-stats and partitioned-internalStats, namespace
+clearBacklog and unsubscribe, terminate/partitions, createMissedPartitions, deleting a partitioned topic, deleting a
+namespace, and the non-persistent topic lists (live on their owner only)."""
+
+from __future__ import annotations
+
+import urllib.error
+import uuid
+
+import pulsar
+import pytest
+
+from tests.cluster.conftest import Brokers, http_json
+from tests.waiting import wait_for
+
+TIMEOUT_MS = 30_000
+PARTITIONS = 8
+WAIT_S = 30.0
+
+
+def owner_urls(brokers: Brokers, topics: list[str]) -> dict[str, str]:
+    """topic -> the broker URL its HTTP lookup answers (placing its bundle when nobody owns it yet).
+
+    The tests place the bundles this way before the client uses the topics: a binary lookup that reads the owner of a
+    bundle another broker is just acquiring can send the client there a moment before that broker serves it; the C++
+    client then leaves the consumer or producer waiting ("Ignoring reconnection request since we're already
+    connected") until its operation timeout."""
+    out = {}
+    for topic in topics:
+        domain, local = topic.split("://")
+        out[topic] = http_json(f"{brokers.live[0].web_url}/lookup/v2/topic/{domain}/{local}")["brokerUrl"]
+    return out
+
+
+def status_of(url: str, method: str = "GET") -> int:
+    try:
+        http_json(url, method=method)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    return 200
+
+
+def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> None:
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/fan-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    ns = f"{b1.web_url}/admin/v2/namespaces/public/default"
+    parts = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+        owners = owner_urls(brokers, parts)
+        client.subscribe(base, "s", initial_position=pulsar.InitialPosition.Earliest).close()
+        client.subscribe(base, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer = client.create_producer(
+            base, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution, batching_enabled=False,
+            send_timeout_millis=TIMEOUT_MS)
+        for i in range(4 * PARTITIONS):
+            producer.send(f"m{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
+
+    stats = http_json(f"{admin}/partitioned-stats")
+    assert stats["metadata"] == {"partitions": PARTITIONS} and set(stats["partitions"]) == set(parts)
+    assert stats["msgInCounter"] == 4 * PARTITIONS
+    assert all(p["msgInCounter"] == 4 for p in stats["partitions"].values())
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 4 * PARTITIONS
+    internal = http_json(f"{admin}/partitioned-internalStats")
+    assert internal["metadata"] == {"partitions": PARTITIONS} and set(internal["partitions"]) == set(parts)
+    assert all(set(p["cursors"]) == {"s", "keep"} for p in internal["partitions"].values())
+
+    # Through b1, for the whole namespace: each bundle's owner clears its topics' backlog.
+    http_json(f"{ns}/clearBacklog/s", method="POST")
+    stats = http_json(f"{admin}/partitioned-stats")
+    assert [p["subscriptions"]["s"]["msgBacklog"] for p in stats["partitions"].values()] == [0] * PARTITIONS
+    assert stats["subscriptions"]["keep"]["msgBacklog"] == 4 * PARTITIONS  # (only the one named)
+    http_json(f"{ns}/unsubscribe/s", method="POST")
+    stats = http_json(f"{admin}/partitioned-stats")
+    assert all(set(p["subscriptions"]) == {"keep"} for p in stats["partitions"].values())
+
+    terminated = http_json(f"{admin}/terminate/partitions", method="POST")
+    assert set(terminated) == {str(i) for i in range(PARTITIONS)}
+    assert all(t["entryId"] >= 0 and t["partitionIndex"] == int(i) for i, t in terminated.items())
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        for part in parts:  # (on both brokers)
+            with pytest.raises(pulsar.TopicTerminated):
+                client.create_producer(part)
+    finally:
+        client.close()
+
+    http_json(f"{admin}/partitions?force=true", method="DELETE")
+    assert status_of(f"{admin}/partitioned-stats") == 404
+    for b in (b1, b2):  # (the other broker hears of the deleted metadata through its watch)
+        url = f"{b.web_url}/admin/v2/persistent/public/default"
+
+        def forgotten(url: str = url) -> bool:
+            return not set(http_json(url)) & set(parts)
+
+        wait_for(forgotten, WAIT_S, f"{url} to forget the partitions")
+        assert base not in set(http_json(f"{url}/partitioned"))
+    with brokers.zk() as zk:
+        assert not {p.removeprefix("persistent://public/default/") for p in parts} & set(
+            zk.get_children("/managed-ledgers/public/default/persistent"))
+
+    # createMissedPartitions through b1: every partition created (by its owner), wherever its bundle is.
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    http_json(f"{admin}/createMissedPartitions", method="POST")
+    with brokers.zk() as zk:
+        assert {p.removeprefix("persistent://public/default/") for p in parts} <= set(
+            zk.get_children("/managed-ledgers/public/default/persistent"))
+    assert set(owner_urls(brokers, parts).values()) == {b1.service_url, b2.service_url}
+    http_json(f"{admin}/partitions", method="DELETE")
+    with brokers.zk() as zk:
+        assert not {p.removeprefix("persistent://public/default/") for p in parts} & set(
+            zk.get_children("/managed-ledgers/public/default/persistent"))
+
+
+def spread_client_topics(client: pulsar.Client, topics: list[str]) -> list[pulsar.Producer]:
+    return [client.create_producer(t, send_timeout_millis=TIMEOUT_MS) for t in topics]
+
+
+def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: Brokers) -> None:
+    b1, b2 = brokers.start(2)
+    tag = uuid.uuid4().hex[:6]
+    live = [f"non-persistent://public/default/np-{tag}-{i}" for i in range(8)]
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        assert set(owner_urls(brokers, live).values()) == {b1.service_url, b2.service_url}
+        producers = spread_client_topics(client, live)  # (live while their producers are)
+        for b in (b1, b2):
+            assert set(live) <= set(http_json(f"{b.web_url}/admin/v2/non-persistent/public/default"))
+            ns = f"{b.web_url}/admin/v2/namespaces/public/default"
+            assert set(live) <= set(http_json(f"{ns}/topics?mode=NON_PERSISTENT"))
+            assert set(live) <= set(http_json(f"{ns}/topics?mode=ALL"))
+            assert not set(live) & set(http_json(f"{ns}/topics"))  # (PERSISTENT)
+        for p in producers:
+            p.close()
+
+        # A namespace whose topics are served by both brokers, deleted through one.
+        name = f"public/fan-{tag}"
+        ns = f"{b1.web_url}/admin/v2/namespaces/{name}"
+        http_json(ns, method="PUT")
+        stored = [f"persistent://{name}/t-{i}" for i in range(8)]
+        assert set(owner_urls(brokers, stored).values()) == {b1.service_url, b2.service_url}
+        for p in spread_client_topics(client, stored):
+            p.send(b"x")
+            p.close()
+        assert status_of(ns, "DELETE") == 409  # (not empty)
+        http_json(f"{ns}?force=true", method="DELETE")
+    finally:
+        client.close()
+    for b in (b1, b2):
+        assert name not in http_json(f"{b.web_url}/admin/v2/namespaces/public")
+    with brokers.zk() as zk:
+        assert not zk.exists(f"/managed-ledgers/{name}/persistent") or not zk.get_children(
+            f"/managed-ledgers/{name}/persistent")
+        assert not brokers.owners(zk, name), "bundles of the deleted namespace still owned"

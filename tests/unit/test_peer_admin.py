@@ -1,0 +1,111 @@
+"""broker/admin/peers.py: the broker-to-broker admin client, against real aiohttp servers on loopback: the
+credentials it sends (the broker's own, else the caller's), 307s followed with them kept (aiohttp itself drops the
+Authorization header on a redirect to another port), the other broker's refusal passed on, an unreachable broker."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from broker.admin.common import HttpError
+from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, topic_path
+from broker.config import BrokerConfig
+from broker.topic_name import TopicName
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def owner() -> AsyncIterator[str]:
+    """An 'owner' answering with the Authorization it got; a 'non-owner' redirecting there; a loop; a refusal."""
+    async def seen(request: web.Request) -> web.Response:
+        return web.json_response({"authorization": request.headers.get("Authorization"), "method": request.method,
+                                  "body": await request.text()})
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"reason": "Topic not found"}, status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/seen", seen)
+    app.router.add_get("/refuse", refuse)
+    runner, url = await serve(app)
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(f"{url}/seen")
+
+    async def loop(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect("/loop")
+
+    other = web.Application()
+    other.router.add_route("*", "/moved", redirect)
+    other.router.add_get("/loop", loop)
+    other_runner, other_url = await serve(other)
+    try:
+        yield f"{url}|{other_url}"
+    finally:
+        await other_runner.cleanup()
+        await runner.cleanup()
+
+
+def caller(authorization: str | None) -> web.Request:
+    return make_mocked_request("GET", "/", headers={"Authorization": authorization} if authorization else {})
+
+
+async def test_the_broker_credentials_go_through_a_redirect(owner: str) -> None:
+    _, other = owner.split("|")
+    peers = PeerAdmin(BrokerConfig(
+        brokerClientAuthenticationPlugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        brokerClientAuthenticationParameters="token:broker-token"))
+    try:
+        got = await peers.call("POST", f"{other}/moved", caller("Bearer user-token"), body={"x": 1})
+    finally:
+        await peers.close()
+    assert got == {"authorization": "Bearer broker-token", "method": "POST", "body": '{"x": 1}'}
+
+
+async def test_without_broker_credentials_the_callers_are_carried(owner: str) -> None:
+    _, other = owner.split("|")
+    peers = PeerAdmin(BrokerConfig())
+    try:
+        assert (await peers.call("DELETE", f"{other}/moved", caller("Bearer user-token")))["authorization"] == \
+            "Bearer user-token"
+        assert (await peers.call("GET", f"{other}/moved", caller(None)))["authorization"] is None
+    finally:
+        await peers.close()
+
+
+async def test_refusals_loops_and_unreachable_brokers(owner: str) -> None:
+    url, other = owner.split("|")
+    peers = PeerAdmin(BrokerConfig())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]  # (nothing listens there once closed)
+    try:
+        with pytest.raises(HttpError) as refused:
+            await peers.call("GET", f"{url}/refuse")
+        assert refused.value.status_code == 404 and "Topic not found" in str(refused.value.text)
+        with pytest.raises(HttpError) as looping:
+            await peers.call("GET", f"{other}/loop")
+        assert looping.value.status_code == 503 and f"more than {MAX_REDIRECTS} redirects" in str(looping.value.text)
+        with pytest.raises(HttpError) as unreachable:
+            await peers.call("GET", f"http://127.0.0.1:{closed_port}/x")
+        assert unreachable.value.status_code == 503
+    finally:
+        await peers.close()
+
+
+def test_topic_paths_encode_the_local_name() -> None:
+    assert topic_path(TopicName.parse("persistent://t/ns/a b-partition-3")) == \
+        "/admin/v2/persistent/t/ns/a%20b-partition-3"
+    assert topic_path(TopicName.parse("non-persistent://t/ns/x")) == "/admin/v2/non-persistent/t/ns/x"
