@@ -74,8 +74,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# After a failed add, creating the next ledger is retried this long (it fails while too few bookies are writable),
-# then the pending adds fail; shorter than the clients' send timeout (30 s), so they hear of it first.
+# After a failed add, each pending add waits at most this long for the next ledger (creating it fails while too few
+# bookies are writable), then fails. The broker passes managedLedgerDiskFullAddHoldSeconds (30 s) instead: at least
+# the clients' send timeout, since the official clients answer a SendError by reconnecting and resending, the C++
+# one restarting its send timer (docs/exhaustion.md).
 DEFAULT_ADD_RETRY_WINDOW_S = 10.0
 _RETRY_FIRST_DELAY_S = 0.1
 _RETRY_MAX_DELAY_S = 1.0
