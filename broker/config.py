@@ -245,6 +245,9 @@ class BrokerConfig:
     # Also delete a partitioned topic's metadata once its last partition was deleted as inactive.
     brokerDeleteInactivePartitionedTopicMetadataEnabled: bool = False
     dispatcherMaxReadBatchSize: int = setting(100, POSITIVE)
+    # Bytes per dispatcher read, at most (past the first entry): with large entries it, not the
+    # entry count, bounds what one read holds in memory (Pulsar's key and default, 5 MB).
+    dispatcherMaxReadSizeBytes: int = setting(5 * 1024 * 1024, POSITIVE)
     maxUnackedMessagesPerConsumer: int = setting(50000, UNLIMITED)
     # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
     # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.
@@ -353,6 +356,9 @@ class BrokerConfig:
     managedLedgerDiskCheckIntervalMillis: int = setting(1000, POSITIVE)
     # An add refused by the floor is held this long (stored if room returns meanwhile), then its
     # SEND fails with PersistenceError; the clients' sendTimeout (default 30 s) should end first.
+    # On BookKeeper storage the same holds while no writable ensemble can be formed (bookies
+    # read-only or away); managedLedgerDiskCheckIntervalMillis is then how often the broker reads
+    # which bookies are writable.
     managedLedgerDiskFullAddHoldSeconds: float = setting(30.0, Rule(0, means="0 = fail at once"))
     # Durable cursor (subscription) positions are written at most this often per second; acks
     # since the last write are redelivered after a crash (Pulsar's key and default).

@@ -248,8 +248,14 @@ def _alive(pid: int) -> bool:
 # ---- the cluster -------------------------------------------------------------------------------------------------
 
 
-def _bookie_conf_text(port: int, zk: str, directory: Path) -> str:
-    return "\n".join([
+def _bookie_conf_text(port: int, zk: str, directory: Path, overrides: dict[str, str] | None = None) -> str:
+    settings = dict(line.split("=", 1) for line in _bookie_conf_lines(port, zk, directory))
+    settings.update(overrides or {})  # (a key twice would be a list to BookKeeper's configuration: replace it)
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def _bookie_conf_lines(port: int, zk: str, directory: Path) -> list[str]:
+    return [
         f"bookiePort={port}",
         "advertisedAddress=127.0.0.1",
         "listeningInterface=lo",
@@ -265,8 +271,7 @@ def _bookie_conf_text(port: int, zk: str, directory: Path) -> str:
         # Pulsar's bookkeeper.conf value (5 MiB + 10 KiB).
         "nettyMaxFrameSizeBytes=5253120",
         "httpServerEnabled=false",
-        "",
-    ])
+    ]
 
 
 def missing_zookeeper() -> str | None:
@@ -318,14 +323,19 @@ def format_metadata(state: Path, zk: str) -> None:
         raise ClusterError(f"initnewcluster failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
 
 
-def start_bookie(state: Path, zk: str) -> tuple[ProcessInfo, subprocess.Popen[bytes]]:
+def start_bookie(state: Path, zk: str, conf_overrides: dict[str, str] | None = None,
+                 wrapper: list[str] | None = None) -> tuple[ProcessInfo, subprocess.Popen[bytes]]:
+    """Start one bookie (not waiting for it). ``conf_overrides``: bk_server.conf keys to set (e.g. ledger
+    directories, disk thresholds); ``wrapper``: a command line the java command is appended to, which must exec it
+    (so the pid is the bookie's), e.g. one that mounts a small tmpfs in a private mount namespace first."""
     port = free_port()
     directory = state / f"bookie-{port}"
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "bk_server.conf"
-    conf.write_text(_bookie_conf_text(port, zk, directory))
+    conf.write_text(_bookie_conf_text(port, zk, directory, conf_overrides))
     log = directory / "bookie.log"
-    cmd = ["java", *BOOKIE_JVM_OPTS, "-cp", _bk_classpath(), "org.apache.bookkeeper.server.Main", "--conf", str(conf)]
+    cmd = [*(wrapper or []), "java", *BOOKIE_JVM_OPTS, "-cp", _bk_classpath(), "org.apache.bookkeeper.server.Main",
+           "--conf", str(conf)]
     proc = _spawn(cmd, log, directory)
     return ProcessInfo("bookie", proc.pid, f"127.0.0.1:{port}", str(directory), str(log)), proc
 
@@ -369,9 +379,11 @@ def start_cluster(state_dir: Path | str, bookies: int = 3) -> LocalCluster:
     return cluster
 
 
-def add_bookie(cluster: LocalCluster) -> ProcessInfo:
-    """Start one more bookie in a running cluster (e.g. to replace a killed one) and wait until it registers."""
-    info, proc = start_bookie(Path(cluster.state_dir), cluster.zk_address)
+def add_bookie(cluster: LocalCluster, conf_overrides: dict[str, str] | None = None,
+               wrapper: list[str] | None = None) -> ProcessInfo:
+    """Start one more bookie in a running cluster (e.g. to replace a killed one) and wait until it registers
+    (``start_bookie`` for the arguments)."""
+    info, proc = start_bookie(Path(cluster.state_dir), cluster.zk_address, conf_overrides, wrapper)
     cluster.bookies.append(info)
     _wait_registered(cluster.zk_address, info, proc)
     return info

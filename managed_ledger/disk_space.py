@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,28 @@ def statvfs_usage(path: str) -> DiskUsage:
     return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
+class StorageGuard(Protocol):
+    """What health checks and metrics read of a store's "can it take new entries" state: the file
+    ledger's free-space floor (`DiskSpaceGuard`) or, on BookKeeper, whether enough bookies are
+    writable (`managed_ledger.bookkeeper.availability.BookieAvailability`)."""
+
+    write_disabled: bool
+    reason: str
+    last: DiskUsage | None
+    refused_total: int
+    no_space_errors_total: int
+
+    def writable(self) -> bool: ...
+
+    @property
+    def warning(self) -> bool: ...
+
+    @property
+    def bookie_counts(self) -> tuple[int, int] | None:
+        """(writable, read-only) bookies on BookKeeper storage; None elsewhere."""
+        ...
+
+
 class DiskSpaceGuard:
     """Whether new entries may be written to ``path``'s file system (see the module docstring)."""
 
@@ -89,6 +112,10 @@ class DiskSpaceGuard:
         if self._clock() >= self._next_check:
             self.check()
         return not self.write_disabled
+
+    @property
+    def bookie_counts(self) -> tuple[int, int] | None:
+        return None
 
     def refuse(self) -> str:
         """Count one refused add; the reason to give its sender."""

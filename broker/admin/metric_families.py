@@ -189,12 +189,17 @@ FAMILIES: dict[str, tuple[str, str]] = {
                                                 "consumers (must stay 0)"),
     "pulsar_py_subscription_msg_dropped_total": (COUNTER, "Messages a non-persistent subscription dropped"),
     "pulsar_py_storage_write_disabled": (GAUGE, "1 while the storage refuses new entries (the disk is full, over "
-                                         "managedLedgerDiskUsageThreshold or under managedLedgerMinFreeDiskSpaceMB)"),
+                                         "managedLedgerDiskUsageThreshold or under managedLedgerMinFreeDiskSpaceMB; "
+                                         "on BookKeeper: too few writable bookies for an ensemble)"),
+    "pulsar_py_bookkeeper_writable_bookies": (GAUGE, "Bookies registered writable (BookKeeper storage)"),
+    "pulsar_py_bookkeeper_readonly_bookies": (GAUGE, "Bookies registered read-only, e.g. their disks over "
+                                                     "diskUsageThreshold (BookKeeper storage)"),
     "pulsar_py_storage_disk_warning": (GAUGE, "1 while the data directory's disk is over "
                                        "managedLedgerDiskUsageWarnThreshold"),
     "pulsar_py_storage_disk_usage_ratio": (GAUGE, "Fraction of the data directory's file system in use"),
     "pulsar_py_storage_disk_free_bytes": (GAUGE, "Bytes available in the data directory's file system"),
-    "pulsar_py_storage_writes_refused_total": (COUNTER, "Adds refused by the free-space floor"),
+    "pulsar_py_storage_writes_refused_total": (COUNTER, "Runs of adds refused by the free-space floor (or held for "
+                                                         "want of writable bookies)"),
     "pulsar_py_storage_no_space_errors_total": (COUNTER, "Writes that failed with ENOSPC or EDQUOT"),
     "pulsar_py_ledger_fsync_latency_seconds": (HISTOGRAM, "Time an fsync of appended entries took"),
     "pulsar_py_ledger_group_commit_entries": (HISTOGRAM, "Entries made durable by one fsync"),

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.compaction import CompactionRecord
-    from managed_ledger.disk_space import DiskSpaceGuard
+    from managed_ledger.disk_space import StorageGuard
 
 PARTITION_SUFFIX = "-partition-"
 # Topics written between two returns to the event loop (about 30 ms of CPU on a 2-core machine):
@@ -479,10 +479,15 @@ class BrokerMetrics:
             out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
 
 
-def _write_disk_space(out: Exposition, cl: str, disk: DiskSpaceGuard | None) -> None:
-    """The file ledger's free-space floor (docs/exhaustion.md): whether new entries are refused, and why."""
+def _write_disk_space(out: Exposition, cl: str, disk: StorageGuard | None) -> None:
+    """The file ledger's free-space floor, or BookKeeper's writable bookies (docs/exhaustion.md): whether new
+    entries are refused, and why."""
     if disk is None:
         return
+    counts = disk.bookie_counts
+    if counts is not None:
+        out.add("pulsar_py_bookkeeper_writable_bookies", cl, counts[0])
+        out.add("pulsar_py_bookkeeper_readonly_bookies", cl, counts[1])
     disk.writable()  # (measures again at most once per check interval)
     out.add("pulsar_py_storage_write_disabled", cl, 1 if disk.write_disabled else 0)
     out.add("pulsar_py_storage_disk_warning", cl, 1 if disk.warning else 0)

@@ -125,7 +125,7 @@ class Dispatcher(ConsumerMembers, ABC):
         """(entries, max bytes or None) for a read on behalf of ``permits`` messages, within the
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
-        max_bytes: int | None = None
+        max_bytes: int | None = self.context.max_read_bytes
         for rate in self.context.rates:
             budget = rate.budget()
             if budget is None:

@@ -182,6 +182,8 @@ class DispatchContext:
     partition_index: int = -1
     # dispatcherMaxReadBatchSize: entries per read, at most.
     max_read_batch: int = 100
+    # dispatcherMaxReadSizeBytes: bytes per read, at most (past the first entry).
+    max_read_bytes: int = 5 * 1024 * 1024
     # The policies in force now (cheap to call: re-resolved only after a metadata change).
     policy: Callable[[], DispatchPolicy] = _no_policy
     # The dispatch rate limits consulted before every read: the topic's and the subscription's.

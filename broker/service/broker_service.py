@@ -63,7 +63,7 @@ from managed_ledger.bookkeeper.factory import (
 )
 from managed_ledger.bookkeeper.ml_formats import MetadataFormats
 from managed_ledger.bookkeeper.zk import AsyncZk
-from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
+from managed_ledger.disk_space import DiskSpacePolicy, StorageGuard
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.memory import MemoryManagedLedgerFactory
 from metadata_store.api import MetadataStore, MetadataStoreError
@@ -231,6 +231,8 @@ class BrokerService:
                 ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
                 ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
                 cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0, session_timeout_s=session_timeout_s,
+                add_retry_window_s=cfg.managedLedgerDiskFullAddHoldSeconds,
+                storage_check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
                 formats=MetadataFormats.from_names(
                     cfg.managedLedgerInfoCompressionType, cfg.managedCursorInfoCompressionType,
                     ledger_info_threshold=cfg.managedLedgerInfoCompressionThresholdInBytes,
@@ -642,10 +644,15 @@ class BrokerService:
             log.info("loaded %d replicated topics: their replicators resume", loaded)
 
     @property
-    def disk_space(self) -> DiskSpaceGuard | None:
-        """The file ledger's free-space floor (None for other storage, or without a data dir)."""
+    def disk_space(self) -> StorageGuard | None:
+        """Whether storage takes new entries: the file ledger's free-space floor, or on BookKeeper whether enough
+        bookies are writable (None for memory storage, or without a data dir)."""
         factory = self.ledger_factory
-        return factory.disk if isinstance(factory, FileManagedLedgerFactory) else None
+        if isinstance(factory, FileManagedLedgerFactory):
+            return factory.disk
+        if isinstance(factory, BookKeeperManagedLedgerFactory):
+            return factory.availability
+        return None
 
     async def health_check(self) -> None:
         """Pulsar's broker health check, through storage: append an entry to the broker's own

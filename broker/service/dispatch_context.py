@@ -38,6 +38,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         name=sub.name,
         partition_index=topic.name.partition_index,
         max_read_batch=service.config.dispatcherMaxReadBatchSize,
+        max_read_bytes=service.config.dispatcherMaxReadSizeBytes,
         policy=policy.get,
         rates=sub.dispatch_rates,
         compacted_view=lambda: topic.compacted_view,

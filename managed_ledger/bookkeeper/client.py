@@ -117,6 +117,15 @@ class BookKeeper:
                         self.bookies.addresses[bookie_id] = address
         return ids
 
+    async def read_only_bookies(self) -> list[str]:
+        """Bookie ids registered read-only: children of <root>/available/readonly. A bookie whose ledger disks are
+        over its ``diskUsageThreshold`` (with ``readOnlyModeEnabled``, the default) moves its registration there and
+        answers adds with EREADONLY; it is never chosen for an ensemble (see `writable_bookies`)."""
+        try:
+            return await self.zk.children(f"{self.root}/available/readonly")
+        except NoNodeError:
+            return []
+
     async def new_ledger_id(self) -> int:
         """BookKeeper's id scheme: an ephemeral sequential znode's number, long ids once idgen-long exists."""
         if await self.zk.exists(f"{self.root}/idgen-long") is not None:

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 
 from managed_ledger.api import ManagedLedgerError
 from managed_ledger.bookkeeper import ml_formats
-from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
+from managed_ledger.bookkeeper.errors import (
+    BookKeeperError,
+    LedgerClosedError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+)
 from managed_ledger.bookkeeper.writer import LedgerWriter
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.stored import StoredCursor
@@ -135,17 +141,39 @@ class CursorStore:
             raise ManagedLedgerError(f"cursor {name} has no stored state")
         entry = self._position_info(record)
         if state.writer is not None and state.entries < CURSOR_LEDGER_MAX_ENTRIES:
-            await state.writer.add_entry(entry)
-            state.entries += 1
-            if record.cursor_properties != state.cursor_properties:  # changed (set over REST): into the znode
-                stat = await self._store.put(self._path(name), self._cursor_info(state.ledger_id, record),
-                                             state.znode_version)
-                state.znode_version, state.cursor_properties = stat.version, dict(record.cursor_properties)
-            return
+            try:
+                await state.writer.add_entry(entry)
+            except BookKeeperError as exc:
+                if isinstance(exc, LedgerFencedError | LedgerClosedError):
+                    raise  # another owner recovered the cursor ledger
+                # Its bookies failed and none could replace them (read-only, full, away): as Pulsar (the cursor
+                # goes to NoLedger), this ledger takes no more; the state goes to a new one, or to the znode.
+                log.warning("%s: cursor %s: its ledger %d failed (%s): switching", self._ml.name, name,
+                            state.ledger_id, exc)
+            else:
+                state.entries += 1
+                if record.cursor_properties != state.cursor_properties:  # changed (set over REST): into the znode
+                    stat = await self._store.put(self._path(name), self._cursor_info(state.ledger_id, record),
+                                                 state.znode_version)
+                    state.znode_version, state.cursor_properties = stat.version, dict(record.cursor_properties)
+                return
         factory = self._ml._factory
-        writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
-                                              password=factory.password,
-                                              custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name, name))
+        try:
+            writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
+                                                  password=factory.password,
+                                                  custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name,
+                                                                                                    name))
+        except NotEnoughBookiesError:
+            # No ensemble (bookies read-only or away) but ZooKeeper takes writes: the state goes into the znode as
+            # a snapshot (what a close writes, Pulsar's persistPositionToMetaStore), when its ranges fit there.
+            if record.individually_deleted.range_count() > ml_formats.MAX_RANGES_IN_METADATA_STORE:
+                raise
+            stat = await self._store.put(self._path(name), self._cursor_info(-1, record), state.znode_version)
+            old_writer, old_id = state.writer, state.ledger_id
+            state.znode_version, state.ledger_id, state.writer, state.entries = stat.version, -1, None, 0
+            state.cursor_properties = dict(record.cursor_properties)
+            await self._drop_ledger(old_writer, old_id)
+            return
         try:
             await writer.add_entry(entry)
             stat = await self._store.put(self._path(name), self._cursor_info(writer.ledger_id, record),

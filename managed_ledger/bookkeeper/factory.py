@@ -34,6 +34,7 @@ from managed_ledger.api import (
     ManagedLedgerFactory,
 )
 from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.availability import BookieAvailability
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
 from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger
@@ -110,7 +111,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     default), Pulsar's metadataStoreSessionTimeoutMillis.
     formats: how ManagedLedgerInfo, ManagedCursorInfo and PositionInfo are written (compression, long-array acks).
     add_retry_window_s: after a failed add, how long creating the next ledger is retried before the pending adds
-    fail (they succeed, in order, on the new ledger when it comes in time).
+    fail (they succeed, in order, on the new ledger when it comes in time); each add is held at most this long
+    from its arrival (the broker passes managedLedgerDiskFullAddHoldSeconds: see docs/exhaustion.md).
+    storage_check_interval_s: how often ``availability`` reads which bookies are writable.
     """
 
     def __init__(self, bk: BookKeeper, store: MetadataStore | str | Callable[[], MetadataStore], *,
@@ -120,8 +123,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                  cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
                  cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
                  owns_client: bool = True, add_retry_window_s: float = DEFAULT_ADD_RETRY_WINDOW_S,
-                 session_timeout_s: float | None = None, formats: ml_formats.MetadataFormats = ml_formats.PLAIN
-                 ) -> None:
+                 session_timeout_s: float | None = None, formats: ml_formats.MetadataFormats = ml_formats.PLAIN,
+                 storage_check_interval_s: float = 1.0) -> None:
         super().__init__()
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
@@ -135,6 +138,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self.cache = ReadCache(cache_size_bytes)
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.add_retry_window_s = add_retry_window_s
+        self.availability = BookieAvailability(bk, ensemble_size, storage_check_interval_s)
         self.session_timeout_s = session_timeout_s
         self.formats = formats
         self._owns_client = owns_client
@@ -171,6 +175,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                     await self.bk.start()
                 await self._scan(self.root, 0)
                 self.store.register_listener(self._on_notification)
+                self.availability.start()
             except BaseException as exc:
                 self._started.set_exception(exc)
                 self._started.exception()
@@ -365,6 +370,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         for task in rescans:
             task.cancel()
         await asyncio.gather(*rescans, return_exceptions=True)
+        await self.availability.stop()
         for ledger in list(self._open.values()):
             await ledger.close()
         if self._owns_client and self._started is not None:

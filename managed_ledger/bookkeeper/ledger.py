@@ -14,8 +14,10 @@ sees the new current ledger. Adds that arrive meanwhile wait in a queue and go t
 
 A failed add (Pulsar's ``OpAddEntry.handleAddFailure``: the bookies failed and the ensemble could not be replaced)
 does not stop the managed ledger: the ledger is closed where the acknowledged adds end, a new one is created (retried
-for ``add_retry_window_s`` while too few bookies are writable), and every add that was pending is sent to it in its
-order; callbacks keep the add order. Only fencing (the ledger recovered by someone else, the ledger list rewritten)
+while too few bookies are writable: bookies away, or read-only because their disks are full), and every add that was
+pending is sent to it in its order; callbacks keep the add order. Meanwhile adds are held, each at most
+``add_retry_window_s`` from its arrival, then fail (StorageUnavailableError when no ensemble can be formed), as the
+file ledger holds adds on a full disk. Only fencing (the ledger recovered by someone else, the ledger list rewritten)
 stops writes.
 
 Trimming: ledgers every durable cursor consumed leave the list (CAS first), then are deleted from BookKeeper.
@@ -41,6 +43,7 @@ from managed_ledger.api import (
     LedgerFencedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
+    StorageUnavailableError,
 )
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.cursor import BkCursor, CursorStore, snapshot
@@ -48,6 +51,7 @@ from managed_ledger.bookkeeper.errors import (
     BookKeeperError,
     MetadataConflictError,
     NoSuchLedgerError,
+    NotEnoughBookiesError,
     UnauthorizedError,
 )
 from managed_ledger.bookkeeper.errors import LedgerClosedError as BkLedgerClosedError
@@ -70,8 +74,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# After a failed add, creating the next ledger is retried this long (it fails while too few bookies are writable),
-# then the pending adds fail; shorter than the clients' send timeout (30 s), so they hear of it first.
+# After a failed add, each pending add waits at most this long for the next ledger (creating it fails while too few
+# bookies are writable), then fails. The broker passes managedLedgerDiskFullAddHoldSeconds (30 s) instead: at least
+# the clients' send timeout, since the official clients answer a SendError by reconnecting and resending, the C++
+# one restarting its send timer (docs/exhaustion.md).
 DEFAULT_ADD_RETRY_WINDOW_S = 10.0
 _RETRY_FIRST_DELAY_S = 0.1
 _RETRY_MAX_DELAY_S = 1.0
@@ -347,25 +353,49 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                 return
             log.warning("%s: add to ledger %d failed (%s): closing it, the pending adds go to a new ledger",
                         self._name, failed.ledger_id, failure)
+            if isinstance(failure, NotEnoughBookiesError):  # no bookie to replace one that failed or turned read-only
+                self._factory.availability.no_ensemble(failure)
             if not await self._close_failed_ledger(failed):
                 self._rollover = None
                 return
-        deadline = time.monotonic() + self._factory.add_retry_window_s
         delay = _RETRY_FIRST_DELAY_S
+        held = False
         while (error := await self._start_next_ledger()) is not None:
-            if not self._fenced and self._state is LedgerState.OPEN and time.monotonic() + delay <= deadline:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_DELAY_S)
-                if not self._fenced and self._state is LedgerState.OPEN:
-                    continue
-            # As Pulsar when creating the ledger fails: the pending adds fail (retriable when not fenced), and the
-            # next add tries again.
-            self._rollover = None
-            log.error("%s: no new ledger after a failed add: %s", self._name, error)
-            self._fail_queued(_add_error(error) if self._fenced else _retriable_add_error(error))
-            return
+            if self._fenced or self._state is not LedgerState.OPEN:
+                self._rollover = None
+                self._fail_queued(_add_error(error) if self._fenced else _retriable_add_error(error))
+                return
+            availability = self._factory.availability
+            if isinstance(error, NotEnoughBookiesError):
+                availability.no_ensemble(error)  # (health and metrics say why at once)
+                if not held:
+                    availability.refuse()
+                    held = True
+            # Each add is held at most add_retry_window_s from its arrival (the file ledger's hold on a full disk:
+            # the clients' send timeout should end first), then fails as Pulsar fails adds when creating the
+            # ledger fails (retriable: the topic stays); later adds keep waiting, in order, for a new ledger.
+            self._expire_queued(error)
+            if not self._queued:
+                self._rollover = None  # the next add tries again
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX_DELAY_S)
         self._rollover = None
         self._send_queued()
+
+    def _expire_queued(self, error: BaseException) -> None:
+        """Fail the queued adds held for the whole retry window (the oldest are at the head)."""
+        window = self._factory.add_retry_window_s
+        now = time.monotonic()
+        expired: list[_Add] = []
+        while self._queued and now - self._queued[0].started >= window:
+            expired.append(self._queued.popleft())
+        if not expired:
+            return
+        log.error("%s: no new ledger after a failed add, %d adds fail: %s", self._name, len(expired), error)
+        failure = _retriable_add_error(error)
+        for add in expired:
+            add.fill(partial(add.callback, None, failure))
 
     async def _close_failed_ledger(self, failed: LedgerWriter) -> bool:
         """Cut the failed ledger where the acknowledged adds end and close it there in BookKeeper. False: fenced."""
@@ -552,7 +582,11 @@ def _is_fencing(exc: BaseException | None) -> bool:
 
 
 def _retriable_add_error(exc: BaseException) -> ManagedLedgerError:
-    error = ManagedLedgerError(f"add failed, no ledger to write to (will retry with the next add): {exc}")
+    if isinstance(exc, NotEnoughBookiesError):  # bookies read-only (full) or away: as the file ledger's full disk
+        error: ManagedLedgerError = StorageUnavailableError(f"storage refuses new entries: no writable ensemble: "
+                                                            f"{exc}")
+    else:
+        error = ManagedLedgerError(f"add failed, no ledger to write to (will retry with the next add): {exc}")
     error.__cause__ = exc
     return error
 

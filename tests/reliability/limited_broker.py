@@ -23,6 +23,8 @@ from tests.reliability.broker_process import READY_RE, STARTUP_TIMEOUT_S
 
 # Mounts the tmpfs ($1 = mount point, $2 = size), then becomes the broker (exec: the pid stays).
 _MOUNT_AND_EXEC = 'mount -t tmpfs -o size="$2" tmpfs "$1" && mkdir "$1/data" && shift 2 && exec "$@"'
+# Mounts a block device ($1 = mount point, $2 = device), then becomes the broker.
+_MOUNT_DEVICE_AND_EXEC = 'mount "$2" "$1" && mkdir "$1/data" && shift 2 && exec "$@"'
 
 
 def private_mounts_unavailable() -> str | None:
@@ -44,23 +46,31 @@ class LimitedBroker:
     """``python -m broker standalone`` started through ``argv_prefix`` with ``config`` lines."""
 
     def __init__(self, tmp: Path, config: dict[str, object], *, tmpfs_size: str | None = None,
-                 nofile: int | None = None, cgroup: Path | None = None) -> None:
+                 nofile: int | None = None, cgroup: Path | list[Path] | None = None,
+                 block_device: str | None = None) -> None:
+        """``tmpfs_size``: dataDir on a tmpfs of that size; ``block_device``: dataDir on that (formatted) device,
+        mounted in a private mount namespace (needs root); ``cgroup``: cgroups (v1: one per controller) the broker
+        joins."""
         self.tmp = tmp
         conf = tmp / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         self.mount = tmp / "mnt"
         self.mount.mkdir(exist_ok=True)
-        data_dir = self.mount / "data" if tmpfs_size else tmp / "data"
+        data_dir = self.mount / "data" if tmpfs_size or block_device else tmp / "data"
         broker = [sys.executable, "-m", "broker", "standalone", "--config", str(conf), "--port", "0",
                   "--web-port", "0", "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"]
         argv = broker
         if tmpfs_size:
             argv = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", _MOUNT_AND_EXEC, "sh",
                     str(self.mount), tmpfs_size, *broker]
+        elif block_device:
+            argv = ["unshare", "--mount", "sh", "-c", _MOUNT_DEVICE_AND_EXEC, "sh", str(self.mount), block_device,
+                    *broker]
         if nofile is not None:
             argv = ["prlimit", f"--nofile={nofile}:{nofile}", *argv]
-        if cgroup is not None:  # join the cgroup, then become the broker (exec: the pid is the one in it)
-            argv = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
+        for group in [cgroup] if isinstance(cgroup, Path) else cgroup or []:
+            # join the cgroup, then become the broker (exec: the pid is the one in it)
+            argv = ["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$@"', "sh", *argv]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []

@@ -175,14 +175,20 @@ def test_a_broker_in_a_memory_cgroup_slows_producers_instead_of_dying(
         assert len(refused) >= 20 and all("NotAllowed" in r or "opic" in r for r in refused), refused[:3]
         assert proc.poll() is None
         assert vm_kb(proc.pid, "VmHWM") <= bound_kb
-        # Everything receipted is stored.
+        # Everything receipted is stored. The readers keep the client's default receiver queue (1,000 permits:
+        # 250 MB of these messages): dispatcherMaxReadSizeBytes, not the permits, bounds what one read holds (with
+        # only the 100-entry batch limit, 25 MB a read, the broker reached the cgroup's limit and stalled).
         for t in range(3):
-            reader = client.create_reader(f"{TOPIC}-{t}", pulsar.MessageId.earliest, receiver_queue_size=10)
+            reader = client.create_reader(f"{TOPIC}-{t}", pulsar.MessageId.earliest)
             count = 0
             while reader.has_message_available():
                 reader.read_next(timeout_millis=30_000)
                 count += 1
             assert count == sum(len(receipted[i]) for i in range(PRODUCERS) if i % 3 == t)
+            reader.close()
+        assert proc.poll() is None
+        assert oom_kills(group, events_file) == 0
+        assert vm_kb(proc.pid, "VmHWM") <= bound_kb, (vm_kb(proc.pid, "VmHWM") // 1024, bound_kb // 1024)
     finally:
         client.close()
         b.stop()
