@@ -17,7 +17,7 @@ import pytest
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from cluster.local import BrokerInfo
-from tests.cluster.conftest import Brokers, log_of
+from tests.cluster.conftest import Brokers, http_json, log_of
 from tests.transactions.client import T, TxnWireClient
 
 E = pb.ServerError
@@ -298,3 +298,33 @@ async def owner(client: TxnWireClient, topic: str) -> str:
         if r2.response == pb.CommandLookupTopicResponse.Connect:
             return r2.brokerServiceUrl
     raise AssertionError(f"no owner found for {topic}")
+
+
+async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transactions(txn_brokers: Brokers) -> None:
+    """The namespace pulsar/system is unloaded on A: A closes coordinator 0 (its requests now answer
+    TransactionCoordinatorNotFound, on which the Java client looks up again), B takes the bundle and recovers the
+    coordinator from its log, open transaction included, which then commits through B."""
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        out = await topic_on(ca, a, "moved-out")
+        assert not (await ca.tc_connect()).HasField("error")
+        await ca.subscribe(out, "check", 30)
+        await ca.producer(out, 2, txn_enabled=True)
+        txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(txn, out)).HasField("error")
+        assert (await ca.send(2, 0, "out-0", txn)).HasField("send_receipt")
+
+        http_json(f"{a.web_url}/admin/v2/namespaces/pulsar/system/unload", method="PUT")
+        assert "transaction coordinator 0 released with its bundle" in log_of(a)
+        assert (await ca.new_txn_raw()).error == E.TransactionCoordinatorNotFound
+        assert (await ca.tc_connect()).error == E.ServiceNotReady
+        assert await take(cb, b, ASSIGN_0)
+        assert not (await cb.tc_connect()).HasField("error")
+        assert not (await cb.end_txn(txn, commit=True)).HasField("error")  # (B's coordinator knew it: open)
+        assert (await ca.receive(30)).body == "out-0"
+        assert (await cb.new_txn())[1] > txn[1]  # ids go on from the log: never reused
+    finally:
+        await ca.close()
+        await cb.close()
