@@ -132,7 +132,9 @@ def cluster_brokers(clients: list[str]) -> Iterator[dict[str, str]]:
     print(f"compat: starting ZooKeeper, 2 bookies and 2 brokers in cluster mode (logs under {state.relative_to(ROOT)})",
           flush=True)
     with running_cluster(state, bookies=2) as cluster:  # stops brokers, bookies and ZooKeeper by pid
-        settings = broker_settings(cluster, ensemble=2, write_quorum=2, ack_quorum=2)
+        # (with the transaction coordinator: scenario cluster_transactions)
+        settings = {**broker_settings(cluster, ensemble=2, write_quorum=2, ack_quorum=2),
+                    "transactionCoordinatorEnabled": "true"}
         first, second = (start_broker(cluster, settings, f"broker-{i}") for i in (1, 2))
         yield {"PULSAR_CLUSTER_URL": first.service_url, "PULSAR_CLUSTER_HTTP": first.web_url,
                "PULSAR_CLUSTER_URL2": second.service_url, "PULSAR_CLUSTER_HTTP2": second.web_url}

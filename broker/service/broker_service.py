@@ -151,11 +151,8 @@ class BrokerService:
         # Replicated topics loaded as their bundle comes to this broker (cluster mode).
         self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
         self._health_lock = asyncio.Lock()
-        # The transaction coordinators (transactionCoordinatorEnabled; docs/transactions.md). Not in cluster mode
-        # yet: every broker would load every coordinator's log, where Pulsar serves each from its partition's owner.
-        if config.transactionCoordinatorEnabled and self.distributed:
-            raise ConfigError("transactionCoordinatorEnabled=true is not supported with several brokers yet "
-                              "(metadataStoreUrl names a shared ZooKeeper): see docs/transactions.md")
+        # The transaction coordinators (transactionCoordinatorEnabled; docs/transactions.md). In cluster mode each is
+        # served by the owner of its assignment-topic partition's bundle, as in Pulsar.
         self.transactions: TransactionService | None = (
             TransactionService(self) if config.transactionCoordinatorEnabled else None)
         self.closed = False
@@ -276,6 +273,8 @@ class BrokerService:
         ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles)
         await registry.start()
         self.registry, self.ownership = registry, ownership
+        if self.transactions is not None:
+            self.transactions.start_cluster(urls.pulsar_url or urls.pulsar_url_tls or "")
 
     def load_report(self, urls: BrokerUrls) -> LoadReport:
         topics = self.all_topics()
@@ -303,9 +302,14 @@ class BrokerService:
 
     # TopicHost (broker.cluster.ownership): what bundle ownership does to the loaded topics.
     def served_topic_names(self) -> list[str]:
-        return [*self.topics, *self.non_persistent_topics]
+        # (A transaction coordinator is served as its assignment-topic partition: it goes with that bundle.)
+        coordinators = self.transactions.served_assign_partitions() if self.transactions is not None else []
+        return [*self.topics, *self.non_persistent_topics, *coordinators]
 
     async def unload_topics(self, names: list[str]) -> int:
+        if self.transactions is not None:
+            tc_ids = [tc for tc in map(self.transactions.coordinator_of_partition, names) if tc is not None]
+            await self.transactions.release(tc_ids)
         done = await asyncio.gather(*(self.unload_topic(TopicName.parse(n)) for n in names), return_exceptions=True)
         for name, result in zip(names, done, strict=True):
             if isinstance(result, BaseException):
@@ -316,6 +320,8 @@ class BrokerService:
         """The metadata session is lost: other brokers may own these bundles any moment. Every client of every
         topic is disconnected now (no receipt goes out after this), the topics leave the registry now, and their
         closes run in the background."""
+        if self.transactions is not None:
+            self.transactions.drop_all_now()
         topics: list[AnyTopic] = self.all_topics()
         self.topics.clear()
         self.non_persistent_topics.clear()
@@ -615,7 +621,11 @@ class BrokerService:
             await self._load_replicated(lambda name: True)
 
     def bundle_acquired(self, bundle: NamespaceBundle) -> None:
-        """Cluster mode: this broker now owns ``bundle``; its replicated topics load, so their replicators resume."""
+        """Cluster mode: this broker now owns ``bundle``; its replicated topics load, so their replicators resume, and
+        so do the transaction coordinators whose assignment partition it holds."""
+        if not self.closed and self.transactions is not None:
+            for tc_id in self.transactions.bundle_acquired(bundle):
+                self._bundle_loads.spawn(self.transactions.load_quietly(tc_id), name=f"transaction coordinator {tc_id}")
         if not self.closed:
             self._bundle_loads.spawn(self._load_replicated(
                 lambda name: name.namespace == bundle.namespace and bundle.includes(name.full)),

@@ -322,6 +322,10 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             topic = await self.service.get_topic(name, create=True)
+            transactions = self.service.transactions
+            if c.txn_enabled and transactions is not None and name.persistent:
+                # (Its transactions' coordinator may be on another broker, which cannot prepare this topic.)
+                await transactions.prepare_topic(name)
             if topic.encryption_required and not c.encrypted:
                 raise MetadataError(f"Encryption is required in {name}")
             schema_version = b""

@@ -3,10 +3,23 @@ TransactionMetadataStoreService) and how they reach topics and subscriptions.
 
 With ``transactionCoordinatorEnabled`` the broker makes sure the assignment topic
 ``persistent://pulsar/system/transaction_coordinator_assign`` exists (1 partition, as Pulsar's
-standalone; an operator may create it with more: partition i is coordinator i). A coordinator is
-loaded (its log replayed) on the first request that names it, TC_CLIENT_CONNECT as a rule, and
-on start for those with a log. One broker serves them all; END_TXN reaches the topics in-process
-(Pulsar's TransactionBufferClient sends END_TXN_ON_PARTITION / _SUBSCRIPTION to their owners).
+standalone; an operator may create it with more: partition i is coordinator i).
+
+Which broker serves coordinator i: the owner of the bundle its partition
+(``transaction_coordinator_assign-partition-<i>``) hashes into, as in Pulsar. Clients find it by a
+lookup of that partition and send TC_CLIENT_CONNECT there; a broker that does not own the bundle
+answers TC_CLIENT_CONNECT with ServiceNotReady (Pulsar's checkTopicNsOwnership: the client looks up
+again) and the other coordinator requests with TransactionCoordinatorNotFound (the Java client
+reconnects, through a new lookup, and sends them again). A coordinator is loaded (its log replayed,
+transactions caught ending finished) on the first request that names it, and when its bundle comes
+to this broker if it has a log; it is closed when the bundle goes (unload, split away, lost
+session), and the next owner recovers it from the same log. One broker (no shared metadata store)
+serves them all.
+
+Ending a transaction reaches each topic and subscription where it is served: in-process when this
+broker owns the topic's bundle, else through END_TXN_ON_PARTITION / END_TXN_ON_SUBSCRIPTION sent to
+its owner (``txn_buffer_client``, Pulsar's TransactionBufferClient), retried by the coordinator
+until the owner, whoever it is by then, has heard.
 """
 
 from __future__ import annotations
@@ -15,18 +28,28 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from broker.errors import InvalidTopicNameError, TopicNotFoundError, TransactionCoordinatorNotFoundError
+from broker.errors import (
+    InvalidTopicNameError,
+    ServiceNotReadyError,
+    TopicNotFoundError,
+    TransactionCoordinatorNotFoundError,
+)
+from broker.metadata.store import AlreadyExistsError
+from broker.service.txn_buffer_client import TxnBufferClient
+from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.log import TransactionLog, log_ledger_name
 from broker.transactions.model import TxnID
 
 if TYPE_CHECKING:
+    from broker.cluster.bundles import NamespaceBundle
     from broker.service.broker_service import BrokerService
 
 log = logging.getLogger(__name__)
 
 ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+_ASSIGN = TopicName.parse(ASSIGN_TOPIC)
 # Coordinators created with the assignment topic (Pulsar's standalone makes 1).
 DEFAULT_COORDINATORS = 1
 
@@ -36,34 +59,99 @@ class TransactionService:
         self.service = service
         self.coordinators: dict[int, TransactionCoordinator] = {}
         self._loading: dict[int, asyncio.Future[TransactionCoordinator]] = {}
+        # Coordinators being closed because their bundle went (or the session was lost).
+        self._closing = OwnedTasks("transaction coordinators being closed")
+        # END_TXN_ON_* to other brokers (cluster mode; made once the broker's own URL is known).
+        self._tb_client: TxnBufferClient | None = None
         self.closed = False
 
     async def create_assign_topic(self) -> None:
-        """At start: the assignment topic, when it is missing."""
+        """At start: the assignment topic, when it is missing (several brokers may race to create it)."""
         metadata = self.service.metadata
         if metadata.partitions_of(ASSIGN_TOPIC) == 0:
-            await metadata.create_partitioned_topic(ASSIGN_TOPIC, DEFAULT_COORDINATORS)
+            try:
+                await metadata.create_partitioned_topic(ASSIGN_TOPIC, DEFAULT_COORDINATORS)
+            except AlreadyExistsError:
+                return  # (another broker created it meanwhile)
             log.info("created %s with %d partition(s)", ASSIGN_TOPIC, DEFAULT_COORDINATORS)
 
     async def load_stored(self) -> None:
-        """Once storage is up: load the coordinators that have a log (their open transactions
-        time out, those caught ending are finished, without waiting for a client)."""
+        """Once storage is up, one broker: load the coordinators that have a log (their open
+        transactions time out, those caught ending are finished, without waiting for a client).
+        In cluster mode this happens as their bundles come to this broker (``bundle_acquired``)."""
+        if self.service.ownership.distributed:
+            return
         names = set(self.service.ledger_factory.list_names())
         for tc_id in range(self.count):
             if log_ledger_name(tc_id) in names:
                 await self.coordinator(tc_id)
 
+    # -- which coordinators this broker serves -------------------------------------------------------
+    @staticmethod
+    def assign_partition(tc_id: int) -> TopicName:
+        """The assignment topic's partition of coordinator ``tc_id``: its owner serves the coordinator."""
+        return _ASSIGN.partition(tc_id)
+
+    @staticmethod
+    def coordinator_of_partition(name: str) -> int | None:
+        """The coordinator an assignment-topic partition stands for (None: another topic)."""
+        topic = TopicName.parse(name)
+        if topic.base.full != ASSIGN_TOPIC or topic.partition_index < 0:
+            return None
+        return topic.partition_index
+
+    def serves(self, tc_id: int) -> bool:
+        ownership = self.service.ownership
+        return not ownership.distributed or ownership.is_owned(ownership.bundle_of(self.assign_partition(tc_id)))
+
+    def served_assign_partitions(self) -> list[str]:
+        """The assignment partitions of the loaded coordinators (what bundle ownership unloads with them)."""
+        return [self.assign_partition(tc_id).full for tc_id in sorted({*self.coordinators, *self._loading})]
+
+    def bundle_acquired(self, bundle: NamespaceBundle) -> list[int]:
+        """The coordinators with a log whose partition falls in ``bundle`` (newly owned): the caller loads them, so
+        that what their previous owner left half done is finished without waiting for a client."""
+        if bundle.namespace != _ASSIGN.namespace or self.closed:
+            return []
+        names = set(self.service.ledger_factory.list_names())
+        return [tc_id for tc_id in range(self.count)
+                if bundle.includes(self.assign_partition(tc_id).full) and log_ledger_name(tc_id) in names]
+
+    async def load_quietly(self, tc_id: int) -> None:
+        try:
+            await self.coordinator(tc_id)
+        except Exception as exc:  # (it loads on its next request)
+            log.warning("transaction coordinator %d not loaded with its bundle: %s", tc_id, exc)
+
+    async def release(self, tc_ids: list[int]) -> None:
+        """Their bundle went: close them (their clients get TransactionCoordinatorNotFound and look up again)."""
+        for tc_id in tc_ids:
+            tc = self.coordinators.pop(tc_id, None)
+            if tc is not None:
+                log.info("transaction coordinator %d released with its bundle", tc_id)
+                await tc.close()
+
+    def drop_all_now(self) -> None:
+        """The metadata session is lost: every coordinator stops now (closed in the background)."""
+        coordinators = list(self.coordinators.values())
+        self.coordinators.clear()
+        for tc in coordinators:
+            self._closing.spawn(tc.close(), name=f"drop transaction coordinator {tc.tc_id}")
+
     @property
     def count(self) -> int:
         return self.service.metadata.partitions_of(ASSIGN_TOPIC)
 
-    async def coordinator(self, tc_id: int) -> TransactionCoordinator:
-        """Coordinator ``tc_id``, loaded (its log replayed) on first use."""
+    async def coordinator(self, tc_id: int, connect: bool = False) -> TransactionCoordinator:
+        """Coordinator ``tc_id``, loaded (its log replayed) on first use. Not served here:
+        ServiceNotReady for a TC_CLIENT_CONNECT (``connect``), else TransactionCoordinatorNotFound."""
         tc = self.coordinators.get(tc_id)
         if tc is not None:
             return tc
         if self.closed or not 0 <= tc_id < self.count:
             raise TransactionCoordinatorNotFoundError(f"Transaction coordinator with id {tc_id} not found!")
+        if not self.serves(tc_id):
+            self._not_served(tc_id, connect)
         loading = self._loading.get(tc_id)
         if loading is not None:
             return await asyncio.shield(loading)
@@ -74,6 +162,9 @@ class TransactionService:
             tc = TransactionCoordinator(tc_id, await TransactionLog.open(ledger), self,
                                         max_active=self.service.config.maxActiveTransactionsPerCoordinator)
             await tc.recover()
+            if self.closed or not self.serves(tc_id):  # (its bundle went while it loaded)
+                await tc.close()
+                self._not_served(tc_id, connect)
             self.coordinators[tc_id] = tc
             fut.set_result(tc)
             return tc
@@ -84,17 +175,67 @@ class TransactionService:
         finally:
             del self._loading[tc_id]
 
+    def _not_served(self, tc_id: int, connect: bool) -> None:
+        partition = self.assign_partition(tc_id)
+        if connect:
+            raise ServiceNotReadyError(
+                f"Namespace bundle for topic ({partition.full}) not served by this instance. "
+                f"Please redo the lookup. Request is denied: namespace={partition.namespace}")
+        raise TransactionCoordinatorNotFoundError(
+            f"Transaction coordinator with id {tc_id} not found! (not served by this broker)")
+
     async def coordinator_of(self, txn: TxnID) -> TransactionCoordinator:
         return await self.coordinator(txn.most)
 
     # -- what a coordinator does on topics (TxnParticipants) -----------------------------------------
+    def start_cluster(self, own_url: str) -> None:
+        """Cluster mode, once this broker's service URL is known: topics of other brokers are reached from it."""
+        self._tb_client = TxnBufferClient(own_url, self.service.config)
+
+    def _served_elsewhere(self, topic: str) -> bool:
+        """The topic's bundle is not this broker's (cluster mode): its owner is told over the wire."""
+        ownership = self.service.ownership
+        if not ownership.distributed or self._tb_client is None:
+            return False
+        try:
+            return not ownership.is_owned(ownership.bundle_of(TopicName.parse(topic)))
+        except InvalidTopicNameError:
+            return False
+
     async def prepare_partitions(self, partitions: list[str]) -> None:
-        """ADD_PARTITION_TO_TXN: the topics' buffers are ready before the first transactional SEND."""
+        """ADD_PARTITION_TO_TXN: the buffers of the topics served here are ready before the first
+        transactional SEND. (A topic another broker serves is prepared there, when a producer of a
+        client with transactions on connects: ``prepare_topic``.)"""
         for partition in partitions:
+            if self._served_elsewhere(partition):
+                continue
             topic = await self.service.get_persistent_topic(TopicName.parse(partition), create=True)
             await topic.txn_buffer.prepare()
 
+    async def prepare_topic(self, name: TopicName) -> None:
+        """A producer with transactions enabled (CommandProducer.txn_enabled, as the Java client sends) connects to
+        this (loaded) topic: its buffer is ready before its first transactional SEND, whichever broker its
+        coordinator is on."""
+        topic = await self.service.get_persistent_topic(name, create=False)
+        await topic.txn_buffer.prepare()
+
     async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None:
+        if self._served_elsewhere(topic):
+            assert self._tb_client is not None
+            await self._tb_client.end_on_partition(topic, txn, commit)
+            return
+        await self.end_on_partition_here(topic, txn, commit)
+
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+        if self._served_elsewhere(topic):
+            assert self._tb_client is not None
+            await self._tb_client.end_on_subscription(topic, subscription, txn, commit)
+            return
+        await self.end_on_subscription_here(topic, subscription, txn, commit)
+
+    async def end_on_partition_here(self, topic: str, txn: TxnID, commit: bool) -> None:
+        """END_TXN_ON_PARTITION on this broker: ServiceNotReady when it does not serve the topic (the sender looks
+        up again); a topic that does not exist has nothing to end."""
         try:
             t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:  # deleted since: nothing to end there
@@ -102,7 +243,7 @@ class TransactionService:
             return
         await t.txn_buffer.end(txn, commit)
 
-    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_subscription_here(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
         try:
             t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:
@@ -120,3 +261,6 @@ class TransactionService:
         coordinators = list(self.coordinators.values())
         self.coordinators.clear()
         await asyncio.gather(*(tc.close() for tc in coordinators), return_exceptions=True)
+        await self._closing.wait()
+        if self._tb_client is not None:
+            await self._tb_client.close()

@@ -71,7 +71,7 @@ class CoordinatorCommands:
         c = cmd.tcClientConnectRequest
 
         async def work(ts: TransactionService) -> None:
-            await ts.coordinator(c.tc_id)
+            await ts.coordinator(c.tc_id, connect=True)
 
         self._txn_request(T.TC_CLIENT_CONNECT_RESPONSE, c.request_id, None, work)
 
@@ -132,13 +132,14 @@ class CoordinatorCommands:
             raise NotAllowedError(f"{what} is for brokers (super users) only")
 
     def handle_end_txn_on_partition(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        """What another broker's coordinator sends the owner of a topic (one broker: ourselves)."""
+        """What a coordinator on another broker sends the owner of a topic (txn_buffer_client.py); ServiceNotReady
+        when this broker does not serve it (the sender looks up again)."""
         c = cmd.endTxnOnPartition
         txn = TxnID(c.txnid_most_bits, c.txnid_least_bits)
 
         async def work(ts: TransactionService) -> None:
             self._check_broker_role("END_TXN_ON_PARTITION")
-            await ts.end_on_partition(c.topic, txn, c.txn_action == pb.COMMIT)
+            await ts.end_on_partition_here(c.topic, txn, c.txn_action == pb.COMMIT)
 
         self._txn_request(T.END_TXN_ON_PARTITION_RESPONSE, c.request_id, txn, work)
 
@@ -148,7 +149,7 @@ class CoordinatorCommands:
 
         async def work(ts: TransactionService) -> None:
             self._check_broker_role("END_TXN_ON_SUBSCRIPTION")
-            await ts.end_on_subscription(c.subscription.topic, c.subscription.subscription, txn,
-                                         c.txn_action == pb.COMMIT)
+            await ts.end_on_subscription_here(c.subscription.topic, c.subscription.subscription, txn,
+                                              c.txn_action == pb.COMMIT)
 
         self._txn_request(T.END_TXN_ON_SUBSCRIPTION_RESPONSE, c.request_id, txn, work)

@@ -173,9 +173,13 @@ class TransactionBuffer:
         self.ledger.add_entries(entries, stored)
 
     # -- ending --------------------------------------------------------------------------------------
-    async def end(self, txn: TxnID, commit: bool) -> Position:
+    async def end(self, txn: TxnID, commit: bool) -> Position | None:
         """END_TXN_ON_PARTITION: append the marker, then release (commit) or drop (abort) the
-        transaction's entries. Ending twice writes a second marker and changes nothing else."""
+        transaction's entries. A transaction known to have ended here already (the coordinator
+        asked again: its answer was lost, or the topic moved) is left alone: None. Otherwise (not
+        remembered) ending twice writes a second marker and changes nothing else."""
+        if txn not in self.ongoing and (txn in self._committed if commit else txn in self.aborted):
+            return None
         position = await self.ledger.add_entry_async(txn_marker(commit, txn))
         self.ongoing.pop(txn, None)
         self._in_flight.discard(txn)

@@ -17,7 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from broker.errors import BrokerError, NotAllowedError, TransactionNotFoundError
+from broker.errors import (
+    BrokerError,
+    NotAllowedError,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFoundError,
+)
 from broker.tasks import OwnedTasks
 from broker.transactions.log import LogRecord, TransactionLog
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
@@ -182,7 +187,7 @@ class TransactionCoordinator:
             meta.move(final)
         except BaseException as exc:
             if not done.done():
-                done.set_exception(exc if isinstance(exc, Exception) else BrokerError("coordinator closed"))
+                done.set_exception(self._moved() if self.closed or not isinstance(exc, Exception) else exc)
                 done.exception()
             raise
         if commit:
@@ -271,5 +276,12 @@ class TransactionCoordinator:
         await self._tasks.close()
         for fut in self._ending.values():
             if not fut.done():
-                fut.cancel()
+                # Its END_TXN is answered TransactionCoordinatorNotFound: the client finds the coordinator's next
+                # broker (which finishes the end from the log) and asks again.
+                fut.set_exception(self._moved())
+                fut.exception()
         await self.log.close()
+
+    def _moved(self) -> TransactionCoordinatorNotFoundError:
+        return TransactionCoordinatorNotFoundError(
+            f"Transaction coordinator with id {self.tc_id} is closed here (unloaded, or the broker is stopping)")

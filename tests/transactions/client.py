@@ -27,7 +27,7 @@ _RESPONSES = {
     T.ADD_PARTITION_TO_TXN_RESPONSE: "addPartitionToTxnResponse",
     T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE: "addSubscriptionToTxnResponse", T.END_TXN_RESPONSE: "endTxnResponse",
     T.ACK_RESPONSE: "ackResponse", T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
-    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse", T.LOOKUP_RESPONSE: "lookupTopicResponse",
 }
 
 
@@ -149,10 +149,19 @@ class TxnWireClient:
         return (await self.request(cmd, c)).endTxnResponse
 
     # -- producers and consumers ---------------------------------------------------------------------
-    async def producer(self, topic: str, producer_id: int) -> None:
+    async def lookup(self, topic: str, authoritative: bool = False) -> pb.CommandLookupTopicResponse:
+        cmd = pb.BaseCommand(type=T.LOOKUP)
+        cmd.lookupTopic.topic = topic
+        cmd.lookupTopic.authoritative = authoritative
+        return (await self.request(cmd, cmd.lookupTopic)).lookupTopicResponse
+
+    async def producer(self, topic: str, producer_id: int, txn_enabled: bool = False) -> None:
+        """A producer; ``txn_enabled`` as the Java client sends it when its transactions are on."""
         cmd = pb.BaseCommand(type=T.PRODUCER)
         cmd.producer.topic = topic
         cmd.producer.producer_id = producer_id
+        if txn_enabled:
+            cmd.producer.txn_enabled = True
         reply = await self.request(cmd, cmd.producer)
         assert reply.type == T.PRODUCER_SUCCESS, reply
 

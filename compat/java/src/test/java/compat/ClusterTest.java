@@ -2,6 +2,7 @@ package compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.net.HttpURLConnection;
@@ -15,12 +16,14 @@ import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.admin.PulsarAdmin;
 import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageRoutingMode;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.api.transaction.Transaction;
 import org.apache.pulsar.common.policies.data.TopicStats;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
@@ -108,5 +111,78 @@ class ClusterTest {
             TopicStats stats = admin.topics().getStats(onSecond);
             assertTrue(stats.getSubscriptions().containsKey("s"), stats.getSubscriptions().keySet().toString());
         }
+    }
+
+    /**
+     * Scenario cluster_transactions: a transaction whose coordinator (the owner of
+     * transaction_coordinator_assign-partition-0) is on one broker produces to a topic of each broker and acknowledges
+     * on a subscription of the other broker's topic; abort then commit, seen by consumers of both.
+     */
+    @Test
+    void cluster_transactions() throws Exception {
+        String url = System.getenv("PULSAR_CLUSTER_URL");
+        Assumptions.assumeTrue(url != null && !url.isEmpty(),
+                "not covered: compat/run.py started no cluster here (no java or no BookKeeper jars)");
+        String http = Env.need("PULSAR_CLUSTER_HTTP");
+        String url2 = Env.need("PULSAR_CLUSTER_URL2");
+        try (PulsarClient client = PulsarClient.builder().serviceUrl(url).enableTransaction(true)
+                     .operationTimeout(30, TimeUnit.SECONDS).build();
+             PulsarAdmin admin = PulsarAdmin.builder().serviceHttpUrl(http)
+                     .connectionTimeout(5, TimeUnit.SECONDS).readTimeout(30, TimeUnit.SECONDS)
+                     .requestTimeout(60, TimeUnit.SECONDS).build()) {
+            String coordinator = admin.lookups()
+                    .lookupTopic("persistent://pulsar/system/transaction_coordinator_assign-partition-0");
+            String other = coordinator.equals(url) ? url2 : url;
+            String in = topicOn(admin, other, "cluster-txn-in");
+            String outThere = topicOn(admin, other, "cluster-txn-out");
+            String outHere = topicOn(admin, coordinator, "cluster-txn-out");
+            try (Producer<String> input = client.newProducer(Schema.STRING).topic(in).enableBatching(false).create();
+                 Consumer<String> work = ClientTest.txnConsumer(client, in, "work", SubscriptionType.Shared);
+                 Consumer<String> watchThere = ClientTest.txnConsumer(client, outThere, "watch",
+                         SubscriptionType.Exclusive);
+                 Consumer<String> watchHere = ClientTest.txnConsumer(client, outHere, "watch",
+                         SubscriptionType.Exclusive);
+                 Producer<String> there = ClientTest.txnProducer(client, outThere);
+                 Producer<String> here = ClientTest.txnProducer(client, outHere)) {
+                input.send("a");
+
+                Message<String> a = work.receive(30, TimeUnit.SECONDS);
+                assertNotNull(a);
+                Transaction aborted = client.newTransaction().withTransactionTimeout(1, TimeUnit.MINUTES).build()
+                        .get(30, TimeUnit.SECONDS);
+                there.newMessage(aborted).value("aborted").send();
+                here.newMessage(aborted).value("aborted").send();
+                work.acknowledgeAsync(a.getMessageId(), aborted).get(30, TimeUnit.SECONDS);
+                aborted.abort().get(30, TimeUnit.SECONDS);
+                Message<String> again = work.receive(30, TimeUnit.SECONDS);
+                assertNotNull(again, "the input acknowledged by the aborted transaction came back");
+                assertEquals("a", again.getValue());
+
+                Transaction committed = client.newTransaction().withTransactionTimeout(1, TimeUnit.MINUTES).build()
+                        .get(30, TimeUnit.SECONDS);
+                there.newMessage(committed).value("committed").send();
+                here.newMessage(committed).value("committed").send();
+                work.acknowledgeAsync(again.getMessageId(), committed).get(30, TimeUnit.SECONDS);
+                assertNull(watchThere.receive(500, TimeUnit.MILLISECONDS), "uncommitted message seen");
+                committed.commit().get(30, TimeUnit.SECONDS);
+                assertEquals("committed", watchThere.receive(30, TimeUnit.SECONDS).getValue());
+                assertEquals("committed", watchHere.receive(30, TimeUnit.SECONDS).getValue());
+                assertNull(watchThere.receive(500, TimeUnit.MILLISECONDS), "aborted message seen");
+                assertNull(watchHere.receive(500, TimeUnit.MILLISECONDS), "aborted message seen");
+                assertEquals(0, admin.topics().getStats(in).getSubscriptions().get("work").getMsgBacklog(),
+                        "input acknowledged by the commit");
+            }
+        }
+    }
+
+    /** A new topic that {@code broker} owns (its bundle is placed by the lookup; names landing elsewhere skipped). */
+    static String topicOn(PulsarAdmin admin, String broker, String prefix) throws Exception {
+        for (int i = 0; i < 40; i++) {
+            String t = Env.topic(prefix);
+            if (broker.equals(admin.lookups().lookupTopic(t))) {
+                return t;
+            }
+        }
+        throw new AssertionError("no topic placed on " + broker);
     }
 }

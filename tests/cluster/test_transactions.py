@@ -1,0 +1,330 @@
+"""Transactions across two broker processes (ZooKeeper + bookies): the coordinator on one broker, topics and a
+subscription on the other, so that ending a transaction goes over the wire (END_TXN_ON_PARTITION /
+END_TXN_ON_SUBSCRIPTION from the coordinator's broker to the topic's owner). Placement is forced with authoritative
+lookups, which make the broker asked take a bundle nobody owns. The raw-protocol client of tests/transactions plays
+the Java client's part: look up, TC_CLIENT_CONNECT, NEW_TXN, ADD_*, END_TXN, and a producer with txn_enabled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from cluster.local import BrokerInfo
+from tests.cluster.conftest import Brokers, http_json, log_of
+from tests.transactions.client import T, TxnWireClient
+
+E = pb.ServerError
+ASSIGN_0 = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
+QUIET_S = 0.5  # how long "nothing more arrives" is watched for
+MOVE_S = 90.0  # a dead broker's session (6 s) expires and the survivor takes its bundles
+
+
+def port_of(broker: BrokerInfo) -> int:
+    return int(broker.service_url.rsplit(":", 1)[1])
+
+
+async def connect(broker: BrokerInfo) -> TxnWireClient:
+    return await TxnWireClient.open(port_of(broker))
+
+
+async def take(client: TxnWireClient, broker: BrokerInfo, topic: str) -> bool:
+    """Make ``broker`` (the one ``client`` is connected to) own the bundle of ``topic``, unless another owns it."""
+    r = await client.lookup(topic, authoritative=True)
+    assert r.response == pb.CommandLookupTopicResponse.Connect, r
+    return r.brokerServiceUrl == broker.service_url
+
+
+async def topic_on(client: TxnWireClient, broker: BrokerInfo, tag: str) -> str:
+    """A new topic name whose bundle ``broker`` owns (names falling in the other broker's bundles are skipped)."""
+    for _ in range(50):
+        name = f"persistent://public/default/{tag}-{os.urandom(3).hex()}"
+        if await take(client, broker, name):
+            return name
+    raise AssertionError(f"no topic name for {broker.service_url}")
+
+
+async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Await ``probe`` until it says yes, for up to MOVE_S (a probe is a request to a broker: there is no event to
+    wait on)."""
+    delay = 0.05
+    try:
+        async with asyncio.timeout(MOVE_S):
+            while not await probe():
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {MOVE_S} s waiting for {what}") from None
+
+
+@pytest.fixture
+def txn_brokers(brokers: Brokers) -> Brokers:
+    brokers.settings["transactionCoordinatorEnabled"] = "true"
+    return brokers
+
+
+async def test_commit_and_abort_with_the_coordinator_on_another_broker(txn_brokers: Brokers) -> None:
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)  # the coordinator and one output on A
+        out_a = await topic_on(ca, a, "out-a")
+        in_topic = await topic_on(cb, b, "in")  # the input (and its subscription) and the other output on B
+        out_b = await topic_on(cb, b, "out-b")
+        # Only A serves coordinator 0: B answers as a Pulsar broker that does not own the partition.
+        assert not (await ca.tc_connect()).HasField("error")
+        refused = await cb.tc_connect()
+        assert refused.error == E.ServiceNotReady, refused
+        assert (await cb.new_txn_raw()).error == E.TransactionCoordinatorNotFound
+
+        await ca.subscribe(out_a, "check", 30)
+        await cb.subscribe(out_b, "check", 31)
+        await cb.producer(in_topic, 1)
+        for i in range(2):
+            assert (await cb.send(1, i, f"in-{i}")).HasField("send_receipt")
+        await ca.producer(out_a, 2, txn_enabled=True)
+        await cb.producer(out_b, 3, txn_enabled=True)
+        await cb.subscribe(in_topic, "work", 10)
+        first, second = await cb.receive_n(10, 2)
+
+        # Commit: consume in-0, produce out-0 to both outputs.
+        txn = await ca.new_txn()
+        assert txn[0] == 0
+        assert not (await ca.add_partitions(txn, out_a, out_b)).HasField("error")
+        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
+        assert (await ca.send(2, 0, "out-0", txn)).HasField("send_receipt")
+        assert (await cb.send(3, 0, "out-0", txn)).HasField("send_receipt")
+        assert not (await cb.ack(10, first, txn=txn)).HasField("error")
+        for consumer, client in ((30, ca), (31, cb)):
+            with pytest.raises(TimeoutError):  # nothing before the commit
+                await client.receive(consumer, wait_s=QUIET_S)
+        assert not (await ca.end_txn(txn, commit=True)).HasField("error")
+        assert (await ca.receive(30)).body == "out-0"
+        assert (await cb.receive(31)).body == "out-0"
+
+        # Abort: consume in-1, produce out-1; nothing of it is seen, in-1 comes again.
+        txn2 = await ca.new_txn()
+        assert not (await ca.add_partitions(txn2, out_a, out_b)).HasField("error")
+        assert not (await ca.add_subscription(txn2, in_topic, "work")).HasField("error")
+        assert (await ca.send(2, 1, "out-1", txn2)).HasField("send_receipt")
+        assert (await cb.send(3, 1, "out-1", txn2)).HasField("send_receipt")
+        assert not (await cb.ack(10, second, txn=txn2)).HasField("error")
+        assert not (await ca.end_txn(txn2, commit=False)).HasField("error")
+        # Ordinary messages after the aborted ones are delivered; the aborted ones never.
+        assert (await ca.send(2, 2, "after")).HasField("send_receipt")
+        assert (await cb.send(3, 2, "after")).HasField("send_receipt")
+        assert (await ca.receive(30)).body == "after"
+        assert (await cb.receive(31)).body == "after"
+        again = await cb.receive(10)  # (the abort delivers its acknowledged messages again)
+        assert again.body == "in-1"  # in-0 was acknowledged by the committed transaction, in-1 was not
+        with pytest.raises(TimeoutError):
+            await cb.receive(10, wait_s=QUIET_S)
+        # The ends went over the wire: A's coordinator opened a link to B.
+        assert f"transaction link to {b.service_url} open" in log_of(a)
+    finally:
+        await ca.close()
+        await cb.close()
+
+
+async def coordinator_broker(client_of: Callable[[], Awaitable[TxnWireClient]], expected: BrokerInfo) -> bool:
+    """Whether a lookup of coordinator 0's partition (asked of ``expected``) now lands on ``expected``."""
+    client = await client_of()
+    try:
+        r = await client.lookup(ASSIGN_0)
+        return r.response == pb.CommandLookupTopicResponse.Connect and r.brokerServiceUrl == expected.service_url
+    finally:
+        await client.close()
+
+
+async def test_kill9_of_the_coordinators_broker_in_the_middle_of_commits(txn_brokers: Brokers) -> None:
+    """Three transactions (each: consume one input, produce one output) are committed at once and the broker of
+    their coordinator is killed with kill -9 a random moment later. The other broker, which owns the topics, takes
+    the coordinator when the client looks it up again, recovers its log and finishes what was logged; the client
+    asks for the commits again (as the Java client's retry does). In the end every output is there exactly once and
+    every input acknowledged: all of each transaction or nothing, never twice."""
+    rounds = 3
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        in_topic = await topic_on(cb, b, "k9-in")
+        out_b = await topic_on(cb, b, "k9-out")
+        assert not (await ca.tc_connect()).HasField("error")
+        await cb.subscribe(out_b, "check", 31, permits=0)  # (keeps the outputs until they are checked)
+        await cb.producer(in_topic, 1)
+        for i in range(rounds):
+            assert (await cb.send(1, i, f"in-{i}")).HasField("send_receipt")
+        await cb.producer(out_b, 3, txn_enabled=True)
+        await cb.subscribe(in_topic, "work", 10)
+        inputs = await cb.receive_n(10, rounds)
+        txns = []
+        for r, msg in enumerate(inputs):
+            txn = await ca.new_txn(timeout_ms=300_000)
+            assert not (await ca.add_partitions(txn, out_b)).HasField("error")
+            assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
+            assert (await cb.send(3, r, f"out-{r}", txn)).HasField("send_receipt")
+            assert not (await cb.ack(10, msg, txn=txn)).HasField("error")
+            txns.append(txn)
+        for r, txn in enumerate(txns):
+            end = pb.BaseCommand(type=T.END_TXN)
+            end.endTxn.request_id = 1_000_000 + r
+            end.endTxn.txnid_most_bits, end.endTxn.txnid_least_bits = txn
+            end.endTxn.txn_action = pb.COMMIT
+            ca.writer.write(commands.frame(end))
+        await asyncio.sleep(random.uniform(0, 0.05))  # where the kill lands, not a wait for anything
+        txn_brokers.kill(a)
+        await ca.close()
+
+        # The client looks coordinator 0 up again, through B: once A's session has expired, B takes it.
+        await until(lambda: coordinator_broker(lambda: connect(b), b), "B to serve coordinator 0")
+        ca = await connect(b)
+        assert not (await ca.tc_connect()).HasField("error")
+        for txn in txns:
+            again = await ca.end_txn(txn, commit=True)
+            # Finished by the recovered coordinator (then forgotten: TransactionNotFound), or still open (the
+            # kill came before COMMITTING was logged) and committed now.
+            assert not again.HasField("error") or again.error == E.TransactionNotFound, again
+
+        cb.flow(31, 100)
+        got = [m.body for m in await cb.receive_n(31, rounds)]
+        assert got == [f"out-{r}" for r in range(rounds)]
+        with pytest.raises(TimeoutError):  # and nothing twice
+            await cb.receive(31, wait_s=QUIET_S)
+        await cb.close()
+        cb = await connect(b)  # every input was acknowledged by its transaction: nothing comes again
+        await cb.subscribe(in_topic, "work", 10)
+        with pytest.raises(TimeoutError):
+            await cb.receive(10, wait_s=QUIET_S)
+    finally:
+        await ca.close()
+        await cb.close()
+
+
+async def test_kill9_after_one_of_two_owners_heard_the_commit(txn_brokers: Brokers) -> None:
+    """The commit made certainly half done: of the two topics a transaction produced to, B's has its commit marker
+    (its consumer sees the message) while C's owner is paused (SIGSTOP) and has not heard; then the coordinator's
+    broker A is killed with kill -9. B takes the coordinator, recovers COMMITTING from the log and tells both topics
+    again: B's topic ends once (no message twice), C's gets its marker once C runs again."""
+    a, b, c = txn_brokers.start(3)
+    ca, cb, cc = await connect(a), await connect(b), await connect(c)
+    paused = False
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        in_topic = await topic_on(cb, b, "half-in")
+        out_b = await topic_on(cb, b, "half-out-b")
+        out_c = await topic_on(cc, c, "half-out-c")
+        assert not (await ca.tc_connect()).HasField("error")
+        await cb.subscribe(out_b, "check", 31)
+        await cc.subscribe(out_c, "check", 32)
+        await cb.producer(in_topic, 1)
+        assert (await cb.send(1, 0, "in-0")).HasField("send_receipt")
+        await cb.producer(out_b, 3, txn_enabled=True)
+        await cc.producer(out_c, 4, txn_enabled=True)
+        await cb.subscribe(in_topic, "work", 10)
+        (msg,) = await cb.receive_n(10, 1)
+        txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(txn, out_b, out_c)).HasField("error")
+        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
+        assert (await cb.send(3, 0, "out-0", txn)).HasField("send_receipt")
+        assert (await cc.send(4, 0, "out-0", txn)).HasField("send_receipt")
+        assert not (await cb.ack(10, msg, txn=txn)).HasField("error")
+
+        os.kill(c.pid, signal.SIGSTOP)
+        paused = True
+        end = pb.BaseCommand(type=T.END_TXN)
+        end.endTxn.request_id = 1_000_000
+        end.endTxn.txnid_most_bits, end.endTxn.txnid_least_bits = txn
+        end.endTxn.txn_action = pb.COMMIT
+        ca.writer.write(commands.frame(end))
+        assert (await cb.receive(31)).body == "out-0"  # B heard: COMMITTING is logged, C cannot hear
+        txn_brokers.kill(a)
+        await ca.close()
+        os.kill(c.pid, signal.SIGCONT)
+        paused = False
+
+        await until(lambda: take_with(b), "B to take coordinator 0")
+        ca = await connect(b)
+        assert not (await ca.tc_connect()).HasField("error")
+        again = await ca.end_txn(txn, commit=True)
+        assert not again.HasField("error") or again.error == E.TransactionNotFound, again
+
+        out_c_owner = await owner(cb, out_c)
+        if out_c_owner != c.service_url:  # (C's session ran out while it was paused: the topic moved)
+            await cc.close()
+            cc = await connect(b if out_c_owner == b.service_url else c)
+            await cc.subscribe(out_c, "check", 32)
+        assert (await cc.receive(32, wait_s=MOVE_S)).body == "out-0"
+        for client, consumer in ((cb, 31), (cc, 32)):
+            with pytest.raises(TimeoutError):  # once each
+                await client.receive(consumer, wait_s=QUIET_S)
+        await cb.close()
+        cb = await connect(b)
+        await cb.subscribe(in_topic, "work", 10)
+        with pytest.raises(TimeoutError):  # the input was acknowledged by the transaction
+            await cb.receive(10, wait_s=QUIET_S)
+    finally:
+        if paused:
+            os.kill(c.pid, signal.SIGCONT)
+        for client in (ca, cb, cc):
+            await client.close()
+
+
+async def take_with(broker: BrokerInfo) -> bool:
+    """An authoritative lookup of coordinator 0's partition at ``broker``: it takes the bundle once nobody owns it."""
+    client = await connect(broker)
+    try:
+        return await take(client, broker, ASSIGN_0)
+    finally:
+        await client.close()
+
+
+async def owner(client: TxnWireClient, topic: str) -> str:
+    for _ in range(10):
+        r = await client.lookup(topic)
+        if r.response == pb.CommandLookupTopicResponse.Connect:
+            return r.brokerServiceUrl
+        assert r.response == pb.CommandLookupTopicResponse.Redirect, r
+        other = await TxnWireClient.open(int(r.brokerServiceUrl.rsplit(":", 1)[1]))
+        try:
+            r2 = await other.lookup(topic, authoritative=r.authoritative)
+        finally:
+            await other.close()
+        if r2.response == pb.CommandLookupTopicResponse.Connect:
+            return r2.brokerServiceUrl
+    raise AssertionError(f"no owner found for {topic}")
+
+
+async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transactions(txn_brokers: Brokers) -> None:
+    """The namespace pulsar/system is unloaded on A: A closes coordinator 0 (its requests now answer
+    TransactionCoordinatorNotFound, on which the Java client looks up again), B takes the bundle and recovers the
+    coordinator from its log, open transaction included, which then commits through B."""
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        out = await topic_on(ca, a, "moved-out")
+        assert not (await ca.tc_connect()).HasField("error")
+        await ca.subscribe(out, "check", 30)
+        await ca.producer(out, 2, txn_enabled=True)
+        txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(txn, out)).HasField("error")
+        assert (await ca.send(2, 0, "out-0", txn)).HasField("send_receipt")
+
+        http_json(f"{a.web_url}/admin/v2/namespaces/pulsar/system/unload", method="PUT")
+        assert "transaction coordinator 0 released with its bundle" in log_of(a)
+        assert (await ca.new_txn_raw()).error == E.TransactionCoordinatorNotFound
+        assert (await ca.tc_connect()).error == E.ServiceNotReady
+        assert await take(cb, b, ASSIGN_0)
+        assert not (await cb.tc_connect()).HasField("error")
+        assert not (await cb.end_txn(txn, commit=True)).HasField("error")  # (B's coordinator knew it: open)
+        assert (await ca.receive(30)).body == "out-0"
+        assert (await cb.new_txn())[1] > txn[1]  # ids go on from the log: never reused
+    finally:
+        await ca.close()
+        await cb.close()
