@@ -91,6 +91,8 @@ class Ownership(Protocol):
 
     def check_serving(self, name: TopicName) -> None: ...  # ServiceNotReadyError unless this broker serves it
 
+    async def wait_serving(self, name: TopicName) -> None: ...  # check_serving, after a pending acquisition ends
+
     async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer: ...
 
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...
@@ -133,6 +135,12 @@ class _NamespaceBundlesView:
 
     def bundle_of(self, name: TopicName) -> NamespaceBundle:
         return self._bundles_of(name.namespace).find(name.full)
+
+    def check_serving(self, name: TopicName) -> None:
+        raise NotImplementedError
+
+    async def wait_serving(self, name: TopicName) -> None:
+        self.check_serving(name)
 
 
 class StandaloneOwnership(_NamespaceBundlesView):
@@ -250,6 +258,16 @@ class ClusterOwnership(_NamespaceBundlesView):
 
     def owned_bundles(self) -> list[NamespaceBundle]:
         return [b for b, s in self._owned.items() if s is BundleState.ACTIVE]
+
+    async def wait_serving(self, name: TopicName) -> None:
+        """check_serving once a pending acquisition of the topic's bundle has ended: the ownership node is
+        visible to other brokers' lookups before this broker has heard back from the store, so a client they
+        sent here may come first (Pulsar's ownership cache hands out the pending future the same way)."""
+        pending = self._acquiring.get(self.bundle_of(name))
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+        self.check_serving(name)
 
     def check_serving(self, name: TopicName) -> None:
         if self._closed or not self.is_owned(self.bundle_of(name)):

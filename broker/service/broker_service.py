@@ -371,6 +371,8 @@ class BrokerService:
             return await self.get_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
+        if name.full not in self.non_persistent_topics:
+            await self.ownership.wait_serving(name)
         return self._non_persistent_topic(name, create, explicit)
 
     async def get_persistent_topic(self, name: TopicName, create: bool, *, explicit: bool = False) -> PersistentTopic:
@@ -390,7 +392,13 @@ class BrokerService:
         loading = self._loading.get(name.full)
         if loading is not None:
             return await loading
-        self.ownership.check_serving(name)
+        await self.ownership.wait_serving(name)
+        loading = self._loading.get(name.full)  # (loaded meanwhile)
+        if loading is not None:
+            return await loading
+        topic = self.topics.get(name.full)
+        if topic is not None:
+            return topic
         if not self.topic_exists(name):
             self._check_may_create(name, create, explicit)
             self.check_topics_limit(name, 1)

@@ -3,9 +3,11 @@ metadata store (each a session of its own), with fake topic hosts; Pulsar's JSON
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import uuid
+from typing import Any
 
 import pytest
 
@@ -238,3 +240,37 @@ def test_placement_spreads_a_namespace_then_takes_the_least_loaded() -> None:
     # What the leader assigned counts for its broker until its report shows it.
     assert fresh.select(BUNDLES.bundles[1], brokers) == "a"
     assert fresh.select(bundle, {}) is None
+
+
+async def test_a_client_sent_here_while_the_bundle_is_being_taken_waits_for_it(tree: str) -> None:
+    """Another broker's lookup sees the ownership node as soon as the store has it, before this broker has heard
+    back: a topic load in that window waits for the acquisition instead of refusing the client."""
+    a = await Broker(tree, 1).start()
+    try:
+        release = asyncio.Event()
+        put = a.store.put
+
+        async def slow_put(*args: Any, **kwargs: Any) -> Any:
+            await release.wait()
+            return await put(*args, **kwargs)
+
+        a.store.put = slow_put  # type: ignore[method-assign]
+        bundle = BUNDLES.find(topic().full)
+        acquiring = asyncio.ensure_future(a.ownership.acquire(bundle))
+        await eventually(lambda: bundle in a.ownership._acquiring, "the acquisition to start")
+        with pytest.raises(ServiceNotReadyError):
+            a.ownership.check_serving(topic())
+        waiting = asyncio.ensure_future(a.ownership.wait_serving(topic()))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        release.set()
+        await asyncio.wait_for(waiting, 10)  # served now: no ServiceNotReadyError
+        await acquiring
+        with pytest.raises(ServiceNotReadyError):  # a bundle nobody is taking is refused at once
+            await a.ownership.wait_serving(TopicName.parse(f"persistent://{NS}/{_other_bundle_topic(bundle)}"))
+    finally:
+        await a.stop()
+
+
+def _other_bundle_topic(bundle: NamespaceBundle) -> str:
+    return next(f"t-{i}" for i in range(1000) if BUNDLES.find(f"persistent://{NS}/t-{i}") != bundle)
