@@ -445,3 +445,67 @@ async def test_batch_index_acks_in_a_transaction(broker: Broker, client: TxnWire
     client.redeliver_unacknowledged(10)
     (last,) = await client.receive_n(10, 1)
     assert last.ack_set == [0b1100]  # t1's acks applied, t2's dropped
+
+
+async def http_post(broker: Broker, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, http.post(broker.web_url + path) as resp:
+        body = await resp.text()
+        return resp.status, (await resp.json(content_type=None)) if body else None
+
+
+async def test_admin_v3_abort_transaction_and_internal_stats(broker: Broker, client: TxnWireClient) -> None:
+    base = "/admin/v3/transactions"
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10)
+    (msg,) = await client.receive_n(10, 1)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=600_000)
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    await client.send(2, 0, "x", txn)
+    await client.ack(10, msg, txn=txn)
+
+    # Internal stats: the ledgers that hold the coordinator's log, the buffer's snapshot and the pending acks.
+    status, tc = await http_get(broker, f"{base}/coordinatorInternalStats/0")
+    log_stats = tc["transactionLogStats"]
+    assert status == 200 and log_stats["managedLedgerName"] == "pulsar/system/persistent/__transaction_log_0"
+    assert log_stats["managedLedgerInternalStats"]["numberOfEntries"] >= 3  # new, partitions, subscriptions
+    assert "transaction.subscription" in log_stats["managedLedgerInternalStats"]["cursors"]
+    assert (await http_get(broker, f"{base}/coordinatorInternalStats/7"))[0] == 404
+    status, tb = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-out-1")
+    assert status == 200 and tb["snapshotType"] == "Single"
+    snapshot = tb["singleSnapshotSystemTopicInternalStats"]
+    assert snapshot["managedLedgerName"] == "public/default/persistent/txn-out-1"
+    assert "pulsar.txn.buffer" in snapshot["managedLedgerInternalStats"]["cursors"]
+    # A topic that never had a transaction has no snapshot (Pulsar's 404).
+    status, body = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-in")
+    assert status == 404 and "Snapshot" in body["reason"]
+    status, pa = await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/work")
+    assert status == 200 and "work" in pa["pendingAckLogStats"]["managedLedgerInternalStats"]["cursors"]
+    assert (await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/nope"))[0] == 404
+
+    # abortTransaction: 204, then the transaction is gone; its ack is dropped (the input comes back)
+    # and its message is never delivered.
+    assert await http_post(broker, f"{base}/abortTransaction/{txn[0]}/{txn[1]}") == (204, None)
+    status, body = await http_post(broker, f"{base}/abortTransaction/{txn[0]}/{txn[1]}")
+    assert status == 500 and body["reason"]  # Pulsar's answer to an unknown transaction
+    assert (await http_post(broker, f"{base}/abortTransaction/4/0"))[0] == 404
+    assert (await http_post(broker, f"{base}/abortTransaction/{1 << 31}/0"))[0] == 500
+    assert (await http_post(broker, f"{base}/abortTransaction/x/0"))[0] == 400
+    (again,) = await client.receive_n(10, 1)
+    assert again.body == "in-0"
+    await client.subscribe(OUT1, "check", 20)
+    await nothing_arrives(client, 20)
+    # A committed transaction cannot be aborted afterwards.
+    committing = await client.new_txn(timeout_ms=600_000)
+    await client.end_txn(committing, commit=True)
+    assert (await http_post(broker, f"{base}/abortTransaction/{committing[0]}/{committing[1]}"))[0] == 500
+
+
+async def test_admin_v3_abort_and_internal_stats_answer_503_when_disabled(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        status, body = await http_post(b, "/admin/v3/transactions/abortTransaction/0/0")
+        assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
+        assert (await http_get(b, "/admin/v3/transactions/coordinatorInternalStats/0"))[0] == 503
+        assert (await http_get(b, "/admin/v3/transactions/transactionBufferInternalStats/public/default/t"))[0] == 503
