@@ -56,6 +56,10 @@ def txn_marker(commit: bool, txn: TxnID) -> bytes:
     return build_entry(md.SerializeToString(), b"")
 
 
+def _unchanged(entry: bytes) -> bytes:
+    return entry
+
+
 class ReadTrigger(Protocol):
     """What the buffer wakes when the limit moves on: a dispatcher."""
 
@@ -79,6 +83,8 @@ class TransactionBuffer:
         self._snapshot_dirty = False
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
+        # What the topic does to an entry the broker writes (broker entry metadata), set by the topic.
+        self.stamp: Callable[[bytes], bytes] = _unchanged
 
     # -- what dispatch asks --------------------------------------------------------------------------
     def read_limit(self) -> Position | None:
@@ -176,7 +182,7 @@ class TransactionBuffer:
     async def end(self, txn: TxnID, commit: bool) -> Position:
         """END_TXN_ON_PARTITION: append the marker, then release (commit) or drop (abort) the
         transaction's entries. Ending twice writes a second marker and changes nothing else."""
-        position = await self.ledger.add_entry_async(txn_marker(commit, txn))
+        position = await self.ledger.add_entry_async(self.stamp(txn_marker(commit, txn)))
         self.ongoing.pop(txn, None)
         self._in_flight.discard(txn)
         if commit:

@@ -15,10 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import entry_body
+from broker.protocol import pulsar_markers_pb2 as mk
+from broker.protocol.entry import entry_body, peek_broker_entry_metadata, read_entry_metadata
+from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController, marker_entry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from broker.transactions.model import TxnID, TxnStatus
+from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from managed_ledger import Position
 from tests.admin.metric_table import expected
 from tests.component.wire import port_of
@@ -509,3 +512,39 @@ async def test_admin_v3_abort_and_internal_stats_answer_503_when_disabled(tmp_pa
         assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
         assert (await http_get(b, "/admin/v3/transactions/coordinatorInternalStats/0"))[0] == 503
         assert (await http_get(b, "/admin/v3/transactions/transactionBufferInternalStats/public/default/t"))[0] == 503
+
+
+async def test_markers_carry_broker_entry_metadata_when_configured(tmp_path: Path) -> None:
+    """Commit and abort markers (and replicated-subscription markers) are stamped like every other
+    entry, each counted as one message: Pulsar 4.0's managed ledger hands every add to its
+    interceptor, a marker with one message. The index stays continuous across them."""
+    async with Broker(data_dir=tmp_path, transactionCoordinatorEnabled=True,
+                      brokerEntryMetadataInterceptors=list(BROKER_ENTRY_INTERCEPTORS)) as b:
+        c = await TxnWireClient.open(port_of(b))
+        assert not (await c.tc_connect()).HasField("error")
+        await c.producer(OUT1, 1)
+        await c.send(1, 0, "plain-0")
+        for seq, commit in ((1, True), (2, False)):
+            txn = await c.new_txn()
+            await c.add_partitions(txn, OUT1)
+            await c.send(1, seq, f"txn-{seq}", txn)
+            assert not (await c.end_txn(txn, commit=commit)).HasField("error")
+        await c.send(1, 3, "plain-3")
+        topic = await topic_of(b, OUT1)
+        assert topic.replicated_subscriptions is None
+        before = topic.ledger.last_confirmed_entry
+        ReplicatedSubscriptionsController(topic).write(marker_entry(mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b""))
+        await eventually(lambda: topic.ledger.last_confirmed_entry > before, "the replicated-subscription marker")
+        kinds = []
+        pos = topic.ledger.first_position
+        for i in range(7):
+            if i:
+                pos = topic.ledger.next_valid_position(pos)
+            e = await topic.ledger.read_entry(pos)
+            bem = peek_broker_entry_metadata(e.data)
+            assert bem is not None and bem.HasField("broker_timestamp")
+            meta = read_entry_metadata(e.data)
+            kinds.append((bem.index, meta.marker_type if meta.HasField("marker_type") else None))
+        assert kinds == [(0, None), (1, None), (2, mk.TXN_COMMIT), (3, None), (4, mk.TXN_ABORT), (5, None),
+                         (6, mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST)]
+        await c.close()
