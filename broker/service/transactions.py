@@ -94,15 +94,17 @@ class TransactionService:
             topic = await self.service.get_persistent_topic(TopicName.parse(partition), create=True)
             await topic.txn_buffer.prepare()
 
-    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool,
+                               low_watermark: int | None = None) -> None:
         try:
             t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:  # deleted since: nothing to end there
             log.warning("transaction %s: %s not ended: %s", txn, topic, exc.message)
             return
-        await t.txn_buffer.end(txn, commit)
+        await t.txn_buffer.end(txn, commit, low_watermark)
 
-    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool,
+                                  low_watermark: int | None = None) -> None:
         try:
             t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:
@@ -113,7 +115,7 @@ class TransactionService:
             if subscription not in t.ledger.cursors:
                 return  # gone (unsubscribed): nothing to apply
             sub = await t.get_or_create_subscription(subscription, True, 0, None)
-        await sub.end_txn(txn, commit)
+        await sub.end_txn(txn, commit, low_watermark)
 
     async def close(self) -> None:
         self.closed = True

@@ -179,9 +179,14 @@ class TransactionBuffer:
         self.ledger.add_entries(entries, stored)
 
     # -- ending --------------------------------------------------------------------------------------
-    async def end(self, txn: TxnID, commit: bool) -> Position:
+    async def end(self, txn: TxnID, commit: bool, low_watermark: int | None = None) -> Position:
         """END_TXN_ON_PARTITION: append the marker, then release (commit) or drop (abort) the
-        transaction's entries. Ending twice writes a second marker and changes nothing else."""
+        transaction's entries. Ending twice writes a second marker and changes nothing else.
+
+        ``low_watermark`` (Pulsar's): every transaction of ``txn``'s coordinator at or below it has
+        ended; one still open here never heard its end (its entries came without the coordinator
+        knowing the topic, or the end was lost) and would hold the read limit forever: it is
+        aborted (an ABORT marker), as Pulsar's TopicTransactionBuffer does."""
         position = await self.ledger.add_entry_async(self.stamp(txn_marker(commit, txn)))
         self.ongoing.pop(txn, None)
         self._in_flight.discard(txn)
@@ -194,6 +199,12 @@ class TransactionBuffer:
             self.aborted_count += 1
         self._update_limit()
         self._snapshot()
+        if low_watermark is not None:
+            stale = [t for t in self.ongoing if t.most == txn.most and t.least <= low_watermark and t != txn]
+            for t in stale:
+                log.warning("%s: transaction %s is below its coordinator's low watermark %d: aborted",
+                            self.ledger.name, t, low_watermark)
+                await self.end(t, commit=False)
         return position
 
     def _remember_committed(self, txn: TxnID) -> None:

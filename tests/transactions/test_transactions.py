@@ -369,7 +369,7 @@ async def test_commit_logged_but_markers_not_written_is_finished_after_restart(t
         ts = b.server.service.transactions
         stuck = asyncio.Event()
 
-        async def never(topic: str, txn_id: TxnID, commit: bool) -> None:
+        async def never(topic: str, txn_id: TxnID, commit: bool, low_watermark: int | None = None) -> None:
             stuck.set()
             await asyncio.Event().wait()  # (cancelled when the broker stops)
 
@@ -548,3 +548,55 @@ async def test_markers_carry_broker_entry_metadata_when_configured(tmp_path: Pat
         assert kinds == [(0, None), (1, None), (2, mk.TXN_COMMIT), (3, None), (4, mk.TXN_ABORT), (5, None),
                          (6, mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST)]
         await c.close()
+
+
+async def test_low_watermark_aborts_what_a_topic_and_a_subscription_never_heard_ended(
+        broker: Broker, client: TxnWireClient) -> None:
+    """A transaction whose end never reaches a topic or a subscription (here: it sent and acked
+    there without telling the coordinator, which then ended it elsewhere) would hold the topic's
+    read limit and the acked input forever. The next end there from the same coordinator carries
+    its low watermark (every transaction at or below it has ended): the buffer aborts the stray
+    one (an ABORT marker) and the subscription drops its acks, as Pulsar's do."""
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.send(1, 1, "in-1")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    first, second = await client.receive_n(10, 2)
+    await client.subscribe(OUT1, "watch", 11)
+    await client.producer(OUT1, 2)
+
+    stray = await client.new_txn(timeout_ms=600_000)
+    later = await client.new_txn(timeout_ms=600_000)
+    assert not (await client.add_partitions(later, OUT1)).HasField("error")  # (prepares OUT1's buffer)
+    assert not (await client.add_subscription(later, IN, "work")).HasField("error")
+    # The stray transaction sends and acks where it never registered, then ends.
+    assert (await client.send(2, 0, "stray", stray)).type == T.SEND_RECEIPT
+    assert not (await client.ack(10, first, txn=stray)).HasField("error")
+    assert not (await client.end_txn(stray, commit=True)).HasField("error")
+    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    buffer = (await topic_of(broker, OUT1)).txn_buffer
+    assert TxnID(*stray) in buffer.ongoing  # (the limit is held: nothing is delivered)
+    await nothing_arrives(client, 11)
+
+    assert not (await client.ack(10, second, txn=later)).HasField("error")
+    assert not (await client.end_txn(later, commit=True)).HasField("error")
+    (plain,) = await client.receive_n(11, 1)
+    assert plain.body == "plain" and not buffer.ongoing and TxnID(*stray) in buffer.aborted
+    await nothing_arrives(client, 11)
+    # The stray ack was dropped: its input comes back; the committed one does not.
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.pending_acks is not None and not work.pending_acks
+
+
+async def test_coordinator_low_watermark(broker: Broker, client: TxnWireClient) -> None:
+    assert broker.server is not None and broker.server.service.transactions is not None
+    tc = broker.server.service.transactions.coordinators[0]
+    assert tc.low_watermark == -1  # (nothing given yet)
+    a = await client.new_txn()
+    b = await client.new_txn()
+    assert tc.low_watermark == a[1] - 1
+    await client.end_txn(a, commit=True)
+    assert tc.low_watermark == b[1] - 1
+    await client.end_txn(b, commit=False)
+    assert tc.low_watermark == b[1]
