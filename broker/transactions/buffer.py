@@ -115,6 +115,7 @@ class TransactionBuffer:
             if key.startswith(_ABORTED_PREFIX):
                 most, least = key[len(_ABORTED_PREFIX):].split(":")
                 self.aborted[TxnID(int(most), int(least))] = ledger_id
+        saved = set(self.aborted)
         reader = self.ledger.new_non_durable_cursor(cursor.mark_delete_position, f"{BUFFER_CURSOR}-replay")
         replayed = 0
         try:
@@ -127,6 +128,9 @@ class TransactionBuffer:
                     self._replay(e.position, e.data)
         finally:
             await reader.close()
+        # Aborts found by the replay are not in the saved set yet: the next snapshot must save them
+        # before it moves the mark-delete past their markers (or a crash after it forgets them).
+        self._snapshot_dirty = set(self.aborted) != saved
         self._update_limit()
         self.recover_ended_ms = int(time.time() * 1000)
         log.info("%s: transaction buffer recovered (%d entries replayed, %d open, %d aborted)",
