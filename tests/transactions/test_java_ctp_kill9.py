@@ -28,7 +28,7 @@ import pytest
 from cluster.apache_pulsar import missing_dependencies, pulsar_lib
 from cluster.local import free_port
 from tests.reliability.broker_process import start_broker_with_web
-from tests.transactions.client import TxnWireClient
+from tests.transactions.client import Message, TxnWireClient
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -167,10 +167,15 @@ async def test_java_loop_and_broker_killed_at_random_points_output_each_input_on
         try:
             await c.subscribe(OUT, "check", 1)
             seen: list[str] = []
+            ids: dict[str, list[tuple[int, int]]] = {}  # body -> the ids it came with (what a failure shows)
+
+            def got(m: Message) -> None:
+                seen.append(m.body)
+                ids.setdefault(m.body, []).append(m.id)
 
             async def all_outputs() -> None:
                 while set(seen) != expected:
-                    seen.append((await c.receive(1, wait_s=PROGRESS_WAIT_S)).body)
+                    got(await c.receive(1, wait_s=PROGRESS_WAIT_S))
 
             await asyncio.wait_for(all_outputs(), PROGRESS_WAIT_S)
             # The loop stops; its last transactions (if any) end, by commit or by their timeout.
@@ -183,9 +188,9 @@ async def test_java_loop_and_broker_killed_at_random_points_output_each_input_on
             await until(settled, "no open transaction", loop)
             with pytest.raises(TimeoutError):  # nothing twice
                 while True:
-                    seen.append((await c.receive(1, wait_s=QUIET_S)).body)
+                    got(await c.receive(1, wait_s=QUIET_S))
             twice = sorted({b for b in seen if seen.count(b) > 1})
-            assert sorted(seen) == sorted(expected), (twice, [
+            assert sorted(seen) == sorted(expected), (twice, [ids[b] for b in twice], [
                 f"run {i}: {line}" for i, text in enumerate(loop.logs(), 1) for line in text.splitlines()
                 if any(line.startswith(("committed", "failed")) and f"in-{b[4:]}" in line for b in twice)])
         finally:
