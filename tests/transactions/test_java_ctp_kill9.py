@@ -53,8 +53,8 @@ def require_java() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
-def classes(tmp_path: Path) -> Path:
+def compile_loop(tmp_path: Path) -> Path:
+    """TxnLoop.java compiled against the Pulsar jars (skips or fails first when they are missing)."""
     require_java()
     out = tmp_path / "classes"
     subprocess.run(["javac", "-nowarn", "-cp", f"{pulsar_lib()}/*", "-d", str(out), str(JAVA_SOURCE)],
@@ -129,11 +129,15 @@ async def publish(port: int, first: int, count: int) -> None:
         await c.close()
 
 
-async def test_java_loop_and_broker_killed_at_random_points_output_each_input_once(
-        tmp_path: Path, classes: Path) -> None:
+async def test_java_loop_and_broker_killed_at_random_points_output_each_input_once(tmp_path: Path) -> None:
+    await run_loop_under_kills(tmp_path, compile_loop(tmp_path), {"managedLedgerStorage": "file"})
+
+
+async def run_loop_under_kills(tmp_path: Path, classes: Path, storage: dict[str, str]) -> None:
+    """The scenario on a broker with ``storage`` (its storage keys; tests/bookkeeper runs it on bookies)."""
     config = tmp_path / "broker.conf"
-    config.write_text("managedLedgerStorage=file\ntransactionCoordinatorEnabled=true\n"
-                      "brokerDeduplicationEnabled=true\n")
+    settings = {**storage, "transactionCoordinatorEnabled": "true", "brokerDeduplicationEnabled": "true"}
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     data = tmp_path / "data"
     port, web_port = free_port(), free_port()
     http = f"http://127.0.0.1:{web_port}"
