@@ -8,7 +8,17 @@
 - ``GET .../transactionBufferStats/{tenant}/{ns}/{topic}``: TransactionBufferStats;
 - ``GET .../transactionInBufferStats/{tenant}/{ns}/{topic}/{most}/{least}``;
 - ``GET .../pendingAckStats/{tenant}/{ns}/{topic}/{sub}``: TransactionPendingAckStats;
-- ``GET .../transactionInPendingAckStats/{tenant}/{ns}/{topic}/{sub}/{most}/{least}``.
+- ``GET .../transactionInPendingAckStats/{tenant}/{ns}/{topic}/{sub}/{most}/{least}``;
+- ``POST .../abortTransaction/{most}/{least}``: abort an open transaction (204), as END_TXN with
+  ABORT from a client; Pulsar answers a coordinator's refusal (unknown transaction, already
+  committing) with 500 and its message, and so do we;
+- ``GET .../coordinatorInternalStats/{id}``: TransactionCoordinatorInternalStats, the managed
+  ledger of the coordinator's log;
+- ``GET .../transactionBufferInternalStats/{tenant}/{ns}/{topic}``: TransactionBufferInternalStats
+  (snapshotType ``Single``): the ledger that holds the buffer's snapshot, which here is the topic's
+  own (its ``pulsar.txn.buffer`` cursor), 404 when the topic never had a transaction;
+- ``GET .../pendingAckInternalStats/{tenant}/{ns}/{topic}/{sub}``: TransactionPendingAckInternalStats:
+  the ledger that holds the pending acks, here the topic's own (the subscription cursor's properties).
 
 503 when transactionCoordinatorEnabled=false (Pulsar's answer), 404 for an unknown coordinator,
 transaction, topic or subscription. Super-user operations (the access table's default).
@@ -20,13 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, int_param, json_response
-from broker.errors import TransactionCoordinatorNotFoundError, TransactionNotFoundError
+from broker.admin.common import HttpError, int_param, json_response, no_content
+from broker.admin.stats import iso_time
+from broker.errors import (
+    InvalidTxnStatusError,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFoundError,
+)
 from broker.service.transactions import TransactionService
 from broker.topic_name import TopicName
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.model import TxnID, TxnMeta
 from broker.transactions.pending_ack import PendingAcks
+from managed_ledger import ManagedLedger
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -50,6 +66,10 @@ class TransactionsResource:
         r.add_get(BASE + "/pendingAckStats" + TOPIC + "/{sub}", self.pending_ack_stats)
         r.add_get(BASE + "/transactionInPendingAckStats" + TOPIC + "/{sub}/{most}/{least}",
                   self.in_pending_ack_stats)
+        r.add_post(BASE + "/abortTransaction/{most}/{least}", self.abort_transaction)
+        r.add_get(BASE + "/coordinatorInternalStats/{coordinatorId}", self.coordinator_internal_stats)
+        r.add_get(BASE + "/transactionBufferInternalStats" + TOPIC, self.buffer_internal_stats)
+        r.add_get(BASE + "/pendingAckInternalStats" + TOPIC + "/{sub}", self.pending_ack_internal_stats)
 
     # -- helpers ---------------------------------------------------------------------------------------
     @property
@@ -132,6 +152,21 @@ class TransactionsResource:
                 "timeoutAt": meta.deadline_ms, "owner": None, "producedPartitions": produced,
                 "ackedPartitions": acked}
 
+    async def abort_transaction(self, request: web.Request) -> web.Response:
+        txn = self._txn(request)
+        if not 0 <= txn.most <= _INT_MAX:  # (Pulsar's check: the coordinator id is an int)
+            raise HttpError(500, "mostSigBits out of bounds")
+        tc = await self._coordinator(txn.most)
+        try:
+            await tc.end_txn(txn, commit=False)
+        except (TransactionNotFoundError, InvalidTxnStatusError) as exc:
+            raise HttpError(500, exc.message) from None
+        return no_content()
+
+    async def coordinator_internal_stats(self, request: web.Request) -> web.Response:
+        tc = await self._coordinator(int_param(request.match_info["coordinatorId"], "coordinatorId"))
+        return json_response({"transactionLogStats": _log_stats(tc.log.ledger)})
+
     # -- topics ----------------------------------------------------------------------------------------
     async def buffer_stats(self, request: web.Request) -> web.Response:
         return json_response((await self._topic(request)).txn_buffer.stats())
@@ -139,6 +174,19 @@ class TransactionsResource:
     async def in_buffer_stats(self, request: web.Request) -> web.Response:
         topic = await self._topic(request)
         return json_response(topic.txn_buffer.txn_stats(self._txn(request)))
+
+    async def buffer_internal_stats(self, request: web.Request) -> web.Response:
+        topic = await self._topic(request)
+        if not topic.txn_buffer.prepared:
+            raise HttpError(404, "Transaction buffer Snapshot for the topic does not exist")
+        return json_response({"snapshotType": "Single",
+                              "singleSnapshotSystemTopicInternalStats": _log_stats(topic.ledger),
+                              "segmentInternalStats": None, "segmentIndexInternalStats": None})
+
+    async def pending_ack_internal_stats(self, request: web.Request) -> web.Response:
+        await self._pending(request)
+        topic = await self._topic(request)
+        return json_response({"pendingAckLogStats": _log_stats(topic.ledger)})
 
     async def pending_ack_stats(self, request: web.Request) -> web.Response:
         pending = await self._pending(request)
@@ -159,3 +207,52 @@ class TransactionsResource:
         if sub.pending_acks is None:
             raise HttpError(503, "This Broker is not configured with transactionCoordinatorEnabled=true.")
         return sub.pending_acks
+
+
+_INT_MAX = (1 << 31) - 1
+
+
+def _log_stats(ledger: ManagedLedger) -> dict[str, Any]:
+    """Pulsar's TransactionLogStats / SnapshotSystemTopicInternalStats: a managed ledger's name and
+    its ManagedLedgerInternalStats (every cursor, the broker's own included)."""
+    infos = ledger.ledgers_info()
+    current = infos[-1] if infos else None
+    cursors = {
+        name: {
+            "markDeletePosition": str(c.mark_delete_position),
+            "readPosition": str(c.read_position),
+            "waitingReadOp": c.has_pending_read,
+            "pendingReadOps": 0,
+            "messagesConsumedCounter": max(0, ledger.number_of_entries - c.number_of_entries_in_backlog()),
+            "cursorLedger": -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": c.individually_deleted.to_pulsar_string(),
+            "lastLedgerSwitchTimestamp": "",
+            "state": "Closed" if c.is_closed else "Open",
+            "active": False,
+            "numberOfEntriesSinceFirstNotAckedMessage": 0,
+            "totalNonContiguousDeletedMessagesRange": c.individually_deleted.range_count(),
+            "subscriptionHavePendingRead": c.has_pending_read,
+            "subscriptionHavePendingReplayRead": False,
+            "properties": dict(c.properties),
+        }
+        for name, c in sorted(ledger.cursors.items())
+    }
+    return {
+        "managedLedgerName": ledger.name,
+        "managedLedgerInternalStats": {
+            "entriesAddedCounter": ledger.number_of_entries,
+            "numberOfEntries": ledger.number_of_entries,
+            "totalSize": ledger.total_size,
+            "currentLedgerEntries": current.entries if current else 0,
+            "currentLedgerSize": current.size if current else 0,
+            "lastLedgerCreatedTimestamp": iso_time(current.created_at) if current else "",
+            "waitingCursorsCount": sum(1 for c in ledger.cursors.values() if c.has_pending_read),
+            "pendingAddEntriesCount": 0,
+            "lastConfirmedEntry": str(ledger.last_confirmed_entry),
+            "state": "Closed" if ledger.is_closed else ("Fenced" if ledger.is_fenced else "LedgerOpened"),
+            "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": False,
+                         "underReplicated": False} for i in infos],
+            "cursors": cursors,
+        },
+    }

@@ -254,4 +254,4 @@ class ReplicatedSubscriptionsController:
             if exc is not None:
                 log.warning("replicated subscriptions of %s: marker not stored: %s", self.topic.name, exc)
 
-        self.topic.ledger.add_entry(entry, done)
+        self.topic.ledger.add_entry(self.topic.stamp_broker_entry(entry), done)

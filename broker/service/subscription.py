@@ -313,10 +313,18 @@ class Subscription:
         self.cursor.set_properties({**kept, **self.pending_acks.to_properties()})
         await self.cursor.flush()
 
-    async def end_txn(self, txn: TxnID, commit: bool) -> None:
+    async def end_txn(self, txn: TxnID, commit: bool, low_watermark: int | None = None) -> None:
         """END_TXN_ON_SUBSCRIPTION: the transaction's acks become real (commit) or are dropped
-        and their messages delivered again (abort)."""
+        and their messages delivered again (abort). ``low_watermark`` (Pulsar's): every
+        transaction of ``txn``'s coordinator at or below it has ended, so acks still pending for
+        one of them (its end never came) are dropped as an abort would, as Pulsar's
+        PendingAckHandleImpl does."""
         pending = self.pending_acks
+        if pending is not None and low_watermark is not None:
+            for stale in [t for t in pending.by_txn if t.most == txn.most and t.least <= low_watermark and t != txn]:
+                log.warning("%s/%s: transaction %s is below its coordinator's low watermark %d: its acks dropped",
+                            self.topic.name, self.name, stale, low_watermark)
+                await self.end_txn(stale, commit=False)
         acks = pending.end(txn) if pending is not None else None
         if acks is None:
             return

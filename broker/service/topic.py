@@ -83,6 +83,13 @@ class PersistentTopic(AbstractTopic):
         self.fenced_unload = False
         # Broker entry metadata (PIP-70) prepended to each entry; None when not configured.
         self.entry_stamper = EntryStamper.configured(service.config.brokerEntryMetadataInterceptors)
+        # Markers the broker writes are stamped too (Pulsar's interceptor sees every add, one message each).
+        self.txn_buffer.stamp = self.stamp_broker_entry
+
+    def stamp_broker_entry(self, entry: bytes) -> bytes:
+        """An entry the broker writes itself (a marker): with broker entry metadata when configured,
+        counted as one message, as Pulsar's managed-ledger interceptor does; stamp just before the add."""
+        return entry if self.entry_stamper is None else self.entry_stamper.stamp([entry], 1)[0]
 
     def published_totals(self) -> tuple[int, int]:
         """Messages and bytes published to the topic since it loaded."""

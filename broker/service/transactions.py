@@ -219,21 +219,24 @@ class TransactionService:
         topic = await self.service.get_persistent_topic(name, create=False)
         await topic.txn_buffer.prepare()
 
-    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool,
+                               low_watermark: int | None = None) -> None:
         if self._served_elsewhere(topic):
             assert self._tb_client is not None
-            await self._tb_client.end_on_partition(topic, txn, commit)
+            await self._tb_client.end_on_partition(topic, txn, commit, low_watermark)
             return
-        await self.end_on_partition_here(topic, txn, commit)
+        await self.end_on_partition_here(topic, txn, commit, low_watermark)
 
-    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool,
+                                  low_watermark: int | None = None) -> None:
         if self._served_elsewhere(topic):
             assert self._tb_client is not None
-            await self._tb_client.end_on_subscription(topic, subscription, txn, commit)
+            await self._tb_client.end_on_subscription(topic, subscription, txn, commit, low_watermark)
             return
-        await self.end_on_subscription_here(topic, subscription, txn, commit)
+        await self.end_on_subscription_here(topic, subscription, txn, commit, low_watermark)
 
-    async def end_on_partition_here(self, topic: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_partition_here(self, topic: str, txn: TxnID, commit: bool,
+                                    low_watermark: int | None = None) -> None:
         """END_TXN_ON_PARTITION on this broker: ServiceNotReady when it does not serve the topic (the sender looks
         up again); a topic that does not exist has nothing to end."""
         try:
@@ -241,9 +244,10 @@ class TransactionService:
         except (TopicNotFoundError, InvalidTopicNameError) as exc:  # deleted since: nothing to end there
             log.warning("transaction %s: %s not ended: %s", txn, topic, exc.message)
             return
-        await t.txn_buffer.end(txn, commit)
+        await t.txn_buffer.end(txn, commit, low_watermark)
 
-    async def end_on_subscription_here(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_subscription_here(self, topic: str, subscription: str, txn: TxnID, commit: bool,
+                                       low_watermark: int | None = None) -> None:
         try:
             t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:
@@ -254,7 +258,7 @@ class TransactionService:
             if subscription not in t.ledger.cursors:
                 return  # gone (unsubscribed): nothing to apply
             sub = await t.get_or_create_subscription(subscription, True, 0, None)
-        await sub.end_txn(txn, commit)
+        await sub.end_txn(txn, commit, low_watermark)
 
     async def close(self) -> None:
         self.closed = True

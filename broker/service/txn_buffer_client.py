@@ -207,21 +207,26 @@ class TxnBufferClient:
         self.closed = False
 
     # -- the two requests ----------------------------------------------------------------------------
-    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool, low_watermark: int | None = None) -> None:
         cmd = pb.BaseCommand(type=T.END_TXN_ON_PARTITION)
         c = cmd.endTxnOnPartition
         c.topic = topic
         c.txnid_most_bits, c.txnid_least_bits = txn
         c.txn_action = pb.COMMIT if commit else pb.ABORT
+        if low_watermark is not None:
+            c.txnid_least_bits_of_low_watermark = low_watermark
         reply = await self._to_owner(topic, cmd, c)
         self._check(topic, reply, "endTxnOnPartitionResponse")
 
-    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool,
+                                  low_watermark: int | None = None) -> None:
         cmd = pb.BaseCommand(type=T.END_TXN_ON_SUBSCRIPTION)
         c = cmd.endTxnOnSubscription
         c.subscription.topic, c.subscription.subscription = topic, subscription
         c.txnid_most_bits, c.txnid_least_bits = txn
         c.txn_action = pb.COMMIT if commit else pb.ABORT
+        if low_watermark is not None:
+            c.txnid_least_bits_of_low_watermark = low_watermark
         reply = await self._to_owner(topic, cmd, c)
         self._check(topic, reply, "endTxnOnSubscriptionResponse")
 

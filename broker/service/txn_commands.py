@@ -139,7 +139,7 @@ class CoordinatorCommands:
 
         async def work(ts: TransactionService) -> None:
             self._check_broker_role("END_TXN_ON_PARTITION")
-            await ts.end_on_partition_here(c.topic, txn, c.txn_action == pb.COMMIT)
+            await ts.end_on_partition_here(c.topic, txn, c.txn_action == pb.COMMIT, _low_watermark(c))
 
         self._txn_request(T.END_TXN_ON_PARTITION_RESPONSE, c.request_id, txn, work)
 
@@ -150,6 +150,10 @@ class CoordinatorCommands:
         async def work(ts: TransactionService) -> None:
             self._check_broker_role("END_TXN_ON_SUBSCRIPTION")
             await ts.end_on_subscription_here(c.subscription.topic, c.subscription.subscription, txn,
-                                              c.txn_action == pb.COMMIT)
+                                              c.txn_action == pb.COMMIT, _low_watermark(c))
 
         self._txn_request(T.END_TXN_ON_SUBSCRIPTION_RESPONSE, c.request_id, txn, work)
+
+
+def _low_watermark(c: pb.CommandEndTxnOnPartition | pb.CommandEndTxnOnSubscription) -> int | None:
+    return c.txnid_least_bits_of_low_watermark if c.HasField("txnid_least_bits_of_low_watermark") else None

@@ -56,6 +56,10 @@ def txn_marker(commit: bool, txn: TxnID) -> bytes:
     return build_entry(md.SerializeToString(), b"")
 
 
+def _unchanged(entry: bytes) -> bytes:
+    return entry
+
+
 class ReadTrigger(Protocol):
     """What the buffer wakes when the limit moves on: a dispatcher."""
 
@@ -79,6 +83,8 @@ class TransactionBuffer:
         self._snapshot_dirty = False
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
+        # What the topic does to an entry the broker writes (broker entry metadata), set by the topic.
+        self.stamp: Callable[[bytes], bytes] = _unchanged
 
     # -- what dispatch asks --------------------------------------------------------------------------
     def read_limit(self) -> Position | None:
@@ -109,6 +115,7 @@ class TransactionBuffer:
             if key.startswith(_ABORTED_PREFIX):
                 most, least = key[len(_ABORTED_PREFIX):].split(":")
                 self.aborted[TxnID(int(most), int(least))] = ledger_id
+        saved = set(self.aborted)
         reader = self.ledger.new_non_durable_cursor(cursor.mark_delete_position, f"{BUFFER_CURSOR}-replay")
         replayed = 0
         try:
@@ -121,6 +128,9 @@ class TransactionBuffer:
                     self._replay(e.position, e.data)
         finally:
             await reader.close()
+        # Aborts found by the replay are not in the saved set yet: the next snapshot must save them
+        # before it moves the mark-delete past their markers (or a crash after it forgets them).
+        self._snapshot_dirty = set(self.aborted) != saved
         self._update_limit()
         self.recover_ended_ms = int(time.time() * 1000)
         log.info("%s: transaction buffer recovered (%d entries replayed, %d open, %d aborted)",
@@ -173,14 +183,20 @@ class TransactionBuffer:
         self.ledger.add_entries(entries, stored)
 
     # -- ending --------------------------------------------------------------------------------------
-    async def end(self, txn: TxnID, commit: bool) -> Position | None:
+    async def end(self, txn: TxnID, commit: bool, low_watermark: int | None = None) -> Position | None:
         """END_TXN_ON_PARTITION: append the marker, then release (commit) or drop (abort) the
         transaction's entries. A transaction known to have ended here already (the coordinator
         asked again: its answer was lost, or the topic moved) is left alone: None. Otherwise (not
-        remembered) ending twice writes a second marker and changes nothing else."""
+        remembered) ending twice writes a second marker and changes nothing else.
+
+        ``low_watermark`` (Pulsar's): every transaction of ``txn``'s coordinator at or below it has
+        ended; one still open here never heard its end (its entries came without the coordinator
+        knowing the topic, or the end was lost) and would hold the read limit forever: it is
+        aborted (an ABORT marker), as Pulsar's TopicTransactionBuffer does."""
         if txn not in self.ongoing and (txn in self._committed if commit else txn in self.aborted):
+            await self._below_low_watermark(txn, low_watermark)
             return None
-        position = await self.ledger.add_entry_async(txn_marker(commit, txn))
+        position = await self.ledger.add_entry_async(self.stamp(txn_marker(commit, txn)))
         self.ongoing.pop(txn, None)
         self._in_flight.discard(txn)
         if commit:
@@ -192,7 +208,17 @@ class TransactionBuffer:
             self.aborted_count += 1
         self._update_limit()
         self._snapshot()
+        await self._below_low_watermark(txn, low_watermark)
         return position
+
+    async def _below_low_watermark(self, txn: TxnID, low_watermark: int | None) -> None:
+        if low_watermark is None:
+            return
+        stale = [t for t in self.ongoing if t.most == txn.most and t.least <= low_watermark and t != txn]
+        for t in stale:
+            log.warning("%s: transaction %s is below its coordinator's low watermark %d: aborted",
+                        self.ledger.name, t, low_watermark)
+            await self.end(t, commit=False)
 
     def _remember_committed(self, txn: TxnID) -> None:
         self._committed[txn] = None

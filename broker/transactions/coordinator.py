@@ -40,9 +40,11 @@ RETRY_MAX_S = 5.0
 class TxnParticipants(Protocol):
     """The topics and subscriptions a transaction touched, as the coordinator reaches them."""
 
-    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool) -> None: ...
+    async def end_on_partition(self, topic: str, txn: TxnID, commit: bool,
+                               low_watermark: int | None = None) -> None: ...
 
-    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None: ...
+    async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool,
+                                  low_watermark: int | None = None) -> None: ...
 
 
 class TransactionCoordinator:
@@ -177,8 +179,9 @@ class TransactionCoordinator:
         commit = meta.status is TxnStatus.COMMITTING
         txn = meta.txn
         done = self._ending[txn]
-        calls = [lambda p=p: self.participants.end_on_partition(p, txn, commit) for p in meta.partitions]
-        calls += [lambda s=s: self.participants.end_on_subscription(s[0], s[1], txn, commit)
+        lwm = self.low_watermark  # (told to the participants, as Pulsar's END_TXN_ON_PARTITION carries it)
+        calls = [lambda p=p: self.participants.end_on_partition(p, txn, commit, lwm) for p in meta.partitions]
+        calls += [lambda s=s: self.participants.end_on_subscription(s[0], s[1], txn, commit, lwm)
                   for s in meta.subscriptions]
         try:
             await asyncio.gather(*(self._until_done(txn, call) for call in calls))

@@ -1,15 +1,20 @@
 """Transactions on BookKeeper storage: the coordinator's log, the transaction buffer's snapshot
-cursor and the pending acks live in BookKeeper and ZooKeeper; a second broker picks them up."""
+cursor and the pending acks live in BookKeeper and ZooKeeper; a second broker picks them up; the
+Java consume-transform-produce loop under kill -9 ends exactly once on bookies too."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
+
+import pytest
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from cluster.local import LocalCluster
 from tests.transactions.client import TxnWireClient
+from tests.transactions.test_java_ctp_kill9 import compile_loop, run_loop_under_kills
 
 E = pb.ServerError
 QUIET_S = 0.3
@@ -74,3 +79,15 @@ def bookkeeper_broker(cluster: LocalCluster) -> BrokerThread:
                         bookkeeperMetadataServiceUri=f"zk+hierarchical://{cluster.zk_address}/ledgers",
                         managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2,
                         managedLedgerDefaultAckQuorum=2, transactionCoordinatorEnabled=True)
+
+
+@pytest.mark.timeout(900)
+def test_java_loop_under_kill9_exactly_once_on_bookkeeper(bk_cluster: LocalCluster, tmp_path: Path) -> None:
+    """tests/transactions/test_java_ctp_kill9.py's scenario (the Java consume-transform-produce loop
+    killed with kill -9, then its broker) with the topics and the coordinator's log on bookies."""
+    classes = compile_loop(tmp_path)
+    asyncio.run(run_loop_under_kills(tmp_path, classes, {
+        "managedLedgerStorage": "bookkeeper",
+        "bookkeeperMetadataServiceUri": f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
+        "managedLedgerDefaultEnsembleSize": "2", "managedLedgerDefaultWriteQuorum": "2",
+        "managedLedgerDefaultAckQuorum": "2"}))

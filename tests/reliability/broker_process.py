@@ -9,19 +9,22 @@ import threading
 import time
 from pathlib import Path
 
-STARTUP_TIMEOUT_S = 20.0
+STARTUP_TIMEOUT_S = 60.0  # a loaded 2-core machine (JVMs beside it) can take long
 READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
 
 
-def start_broker(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], int]:
-    proc, port, _ = start_broker_with_web(data_dir, config)
+def start_broker(data_dir: Path, config: Path, port: int = 0) -> tuple[subprocess.Popen[str], int]:
+    proc, port, _ = start_broker_with_web(data_dir, config, port)
     return proc, port
 
 
-def start_broker_with_web(data_dir: Path, config: Path) -> tuple[subprocess.Popen[str], int, int]:
-    """The process, its binary port and its HTTP port."""
+def start_broker_with_web(data_dir: Path, config: Path, port: int = 0,
+                          web_port: int = 0) -> tuple[subprocess.Popen[str], int, int]:
+    """The process, its binary port and its HTTP port (``port``/``web_port`` 0: free ones; a
+    fixed one lets clients reconnect to a restarted broker)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "standalone", "--config", str(config), "--port", "0", "--web-port", "0",
+        [sys.executable, "-m", "broker", "standalone", "--config", str(config), "--port", str(port),
+         "--web-port", str(web_port),
          "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

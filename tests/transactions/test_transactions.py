@@ -15,10 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import entry_body
+from broker.protocol import pulsar_markers_pb2 as mk
+from broker.protocol.entry import entry_body, peek_broker_entry_metadata, read_entry_metadata
+from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController, marker_entry
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from broker.transactions.model import TxnID, TxnStatus
+from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from managed_ledger import Position
 from tests.admin.metric_table import expected
 from tests.component.wire import port_of
@@ -366,7 +369,7 @@ async def test_commit_logged_but_markers_not_written_is_finished_after_restart(t
         ts = b.server.service.transactions
         stuck = asyncio.Event()
 
-        async def never(topic: str, txn_id: TxnID, commit: bool) -> None:
+        async def never(topic: str, txn_id: TxnID, commit: bool, low_watermark: int | None = None) -> None:
             stuck.set()
             await asyncio.Event().wait()  # (cancelled when the broker stops)
 
@@ -445,3 +448,155 @@ async def test_batch_index_acks_in_a_transaction(broker: Broker, client: TxnWire
     client.redeliver_unacknowledged(10)
     (last,) = await client.receive_n(10, 1)
     assert last.ack_set == [0b1100]  # t1's acks applied, t2's dropped
+
+
+async def http_post(broker: Broker, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, http.post(broker.web_url + path) as resp:
+        body = await resp.text()
+        return resp.status, (await resp.json(content_type=None)) if body else None
+
+
+async def test_admin_v3_abort_transaction_and_internal_stats(broker: Broker, client: TxnWireClient) -> None:
+    base = "/admin/v3/transactions"
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.subscribe(IN, "work", 10)
+    (msg,) = await client.receive_n(10, 1)
+    await client.producer(OUT1, 2)
+    txn = await client.new_txn(timeout_ms=600_000)
+    await client.add_partitions(txn, OUT1)
+    await client.add_subscription(txn, IN, "work")
+    await client.send(2, 0, "x", txn)
+    await client.ack(10, msg, txn=txn)
+
+    # Internal stats: the ledgers that hold the coordinator's log, the buffer's snapshot and the pending acks.
+    status, tc = await http_get(broker, f"{base}/coordinatorInternalStats/0")
+    log_stats = tc["transactionLogStats"]
+    assert status == 200 and log_stats["managedLedgerName"] == "pulsar/system/persistent/__transaction_log_0"
+    assert log_stats["managedLedgerInternalStats"]["numberOfEntries"] >= 3  # new, partitions, subscriptions
+    assert "transaction.subscription" in log_stats["managedLedgerInternalStats"]["cursors"]
+    assert (await http_get(broker, f"{base}/coordinatorInternalStats/7"))[0] == 404
+    status, tb = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-out-1")
+    assert status == 200 and tb["snapshotType"] == "Single"
+    snapshot = tb["singleSnapshotSystemTopicInternalStats"]
+    assert snapshot["managedLedgerName"] == "public/default/persistent/txn-out-1"
+    assert "pulsar.txn.buffer" in snapshot["managedLedgerInternalStats"]["cursors"]
+    # A topic that never had a transaction has no snapshot (Pulsar's 404).
+    status, body = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-in")
+    assert status == 404 and "Snapshot" in body["reason"]
+    status, pa = await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/work")
+    assert status == 200 and "work" in pa["pendingAckLogStats"]["managedLedgerInternalStats"]["cursors"]
+    assert (await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/nope"))[0] == 404
+
+    # abortTransaction: 204, then the transaction is gone; its ack is dropped (the input comes back)
+    # and its message is never delivered.
+    assert await http_post(broker, f"{base}/abortTransaction/{txn[0]}/{txn[1]}") == (204, None)
+    status, body = await http_post(broker, f"{base}/abortTransaction/{txn[0]}/{txn[1]}")
+    assert status == 500 and body["reason"]  # Pulsar's answer to an unknown transaction
+    assert (await http_post(broker, f"{base}/abortTransaction/4/0"))[0] == 404
+    assert (await http_post(broker, f"{base}/abortTransaction/{1 << 31}/0"))[0] == 500
+    assert (await http_post(broker, f"{base}/abortTransaction/x/0"))[0] == 400
+    (again,) = await client.receive_n(10, 1)
+    assert again.body == "in-0"
+    await client.subscribe(OUT1, "check", 20)
+    await nothing_arrives(client, 20)
+    # A committed transaction cannot be aborted afterwards.
+    committing = await client.new_txn(timeout_ms=600_000)
+    await client.end_txn(committing, commit=True)
+    assert (await http_post(broker, f"{base}/abortTransaction/{committing[0]}/{committing[1]}"))[0] == 500
+
+
+async def test_admin_v3_abort_and_internal_stats_answer_503_when_disabled(tmp_path: Path) -> None:
+    async with Broker(data_dir=tmp_path) as b:
+        status, body = await http_post(b, "/admin/v3/transactions/abortTransaction/0/0")
+        assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
+        assert (await http_get(b, "/admin/v3/transactions/coordinatorInternalStats/0"))[0] == 503
+        assert (await http_get(b, "/admin/v3/transactions/transactionBufferInternalStats/public/default/t"))[0] == 503
+
+
+async def test_markers_carry_broker_entry_metadata_when_configured(tmp_path: Path) -> None:
+    """Commit and abort markers (and replicated-subscription markers) are stamped like every other
+    entry, each counted as one message: Pulsar 4.0's managed ledger hands every add to its
+    interceptor, a marker with one message. The index stays continuous across them."""
+    async with Broker(data_dir=tmp_path, transactionCoordinatorEnabled=True,
+                      brokerEntryMetadataInterceptors=list(BROKER_ENTRY_INTERCEPTORS)) as b:
+        c = await TxnWireClient.open(port_of(b))
+        assert not (await c.tc_connect()).HasField("error")
+        await c.producer(OUT1, 1)
+        await c.send(1, 0, "plain-0")
+        for seq, commit in ((1, True), (2, False)):
+            txn = await c.new_txn()
+            await c.add_partitions(txn, OUT1)
+            await c.send(1, seq, f"txn-{seq}", txn)
+            assert not (await c.end_txn(txn, commit=commit)).HasField("error")
+        await c.send(1, 3, "plain-3")
+        topic = await topic_of(b, OUT1)
+        assert topic.replicated_subscriptions is None
+        before = topic.ledger.last_confirmed_entry
+        ReplicatedSubscriptionsController(topic).write(marker_entry(mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST, b""))
+        await eventually(lambda: topic.ledger.last_confirmed_entry > before, "the replicated-subscription marker")
+        kinds = []
+        pos = topic.ledger.first_position
+        for i in range(7):
+            if i:
+                pos = topic.ledger.next_valid_position(pos)
+            e = await topic.ledger.read_entry(pos)
+            bem = peek_broker_entry_metadata(e.data)
+            assert bem is not None and bem.HasField("broker_timestamp")
+            meta = read_entry_metadata(e.data)
+            kinds.append((bem.index, meta.marker_type if meta.HasField("marker_type") else None))
+        assert kinds == [(0, None), (1, None), (2, mk.TXN_COMMIT), (3, None), (4, mk.TXN_ABORT), (5, None),
+                         (6, mk.REPLICATED_SUBSCRIPTION_SNAPSHOT_REQUEST)]
+        await c.close()
+
+
+async def test_low_watermark_aborts_what_a_topic_and_a_subscription_never_heard_ended(
+        broker: Broker, client: TxnWireClient) -> None:
+    """A transaction whose end never reaches a topic or a subscription (here: it sent and acked
+    there without telling the coordinator, which then ended it elsewhere) would hold the topic's
+    read limit and the acked input forever. The next end there from the same coordinator carries
+    its low watermark (every transaction at or below it has ended): the buffer aborts the stray
+    one (an ABORT marker) and the subscription drops its acks, as Pulsar's do."""
+    await client.producer(IN, 1)
+    await client.send(1, 0, "in-0")
+    await client.send(1, 1, "in-1")
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    first, second = await client.receive_n(10, 2)
+    await client.subscribe(OUT1, "watch", 11)
+    await client.producer(OUT1, 2)
+
+    stray = await client.new_txn(timeout_ms=600_000)
+    later = await client.new_txn(timeout_ms=600_000)
+    assert not (await client.add_partitions(later, OUT1)).HasField("error")  # (prepares OUT1's buffer)
+    assert not (await client.add_subscription(later, IN, "work")).HasField("error")
+    # The stray transaction sends and acks where it never registered, then ends.
+    assert (await client.send(2, 0, "stray", stray)).type == T.SEND_RECEIPT
+    assert not (await client.ack(10, first, txn=stray)).HasField("error")
+    assert not (await client.end_txn(stray, commit=True)).HasField("error")
+    assert (await client.send(2, 1, "plain")).type == T.SEND_RECEIPT
+    buffer = (await topic_of(broker, OUT1)).txn_buffer
+    assert TxnID(*stray) in buffer.ongoing  # (the limit is held: nothing is delivered)
+    await nothing_arrives(client, 11)
+
+    assert not (await client.ack(10, second, txn=later)).HasField("error")
+    assert not (await client.end_txn(later, commit=True)).HasField("error")
+    (plain,) = await client.receive_n(11, 1)
+    assert plain.body == "plain" and not buffer.ongoing and TxnID(*stray) in buffer.aborted
+    await nothing_arrives(client, 11)
+    # The stray ack was dropped: its input comes back; the committed one does not.
+    assert [m.body for m in await client.receive_n(10, 1)] == ["in-0"]
+    work = (await topic_of(broker, IN)).subscriptions["work"]
+    assert work.pending_acks is not None and not work.pending_acks
+
+
+async def test_coordinator_low_watermark(broker: Broker, client: TxnWireClient) -> None:
+    assert broker.server is not None and broker.server.service.transactions is not None
+    tc = broker.server.service.transactions.coordinators[0]
+    assert tc.low_watermark == -1  # (nothing given yet)
+    a = await client.new_txn()
+    b = await client.new_txn()
+    assert tc.low_watermark == a[1] - 1
+    await client.end_txn(a, commit=True)
+    assert tc.low_watermark == b[1] - 1
+    await client.end_txn(b, commit=False)
+    assert tc.low_watermark == b[1]

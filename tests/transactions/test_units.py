@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 
 from broker.errors import InvalidTxnStatusError, TransactionConflictError
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry
+from broker.transactions.buffer import TransactionBuffer, txn_marker
 from broker.transactions.log import LogRecord
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
 from broker.transactions.pending_ack import PendingAcks
-from managed_ledger import Position
+from managed_ledger import MemoryManagedLedgerFactory, Position
 
 T1, T2 = TxnID(0, 1), TxnID(0, 2)
 P1, P2, P3 = Position(3, 1), Position(3, 2), Position(3, 3)
@@ -87,3 +90,26 @@ def test_log_records_round_trip() -> None:
                    LogRecord(T1, "subscriptions", subscriptions=(("persistent://a/b/c", "s"),)),
                    LogRecord(T1, "status", status=TxnStatus.ABORTING)):
         assert LogRecord.decode(record.encode()) == record
+
+
+async def test_buffer_saves_aborts_found_by_its_replay_before_moving_past_them() -> None:
+    """A crash after an ABORT marker was stored but before the snapshot saved it: the replay at
+    load finds the abort; the next snapshot (here after a commit) must save it with the
+    mark-delete that passes its marker, or a second crash forgets that the transaction aborted
+    (its messages would then be delivered as committed)."""
+    factory = MemoryManagedLedgerFactory()
+    ledger = await factory.open("t")
+    first = TransactionBuffer(ledger)
+    await first.prepare()
+    assert first.cursor is not None
+    ledger.add_entry(build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1,
+                                                    txnid_most_bits=0, txnid_least_bits=1).SerializeToString(),
+                                 b"aborted"), lambda *_: None)
+    await ledger.add_entry_async(txn_marker(False, T1))  # (stored; the snapshot never ran: crash)
+    again = TransactionBuffer(ledger)
+    again.cursor = first.cursor
+    await again.recover()
+    assert T1 in again.aborted
+    await again.end(T2, commit=True)
+    assert again.cursor is not None and again.cursor.mark_delete_position == ledger.last_confirmed_entry
+    assert "aborted:0:1" in again.cursor.properties  # saved with the mark-delete that passed its marker
