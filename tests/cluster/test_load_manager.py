@@ -1,0 +1,139 @@
+"""The leader's load manager with real broker processes and the official client: load shedding moves a bundle off
+an overloaded broker (clients follow, nothing receipted is lost), only the leader sheds, and the automatic split is
+decided by the leader and done by the owner.
+
+Load is made deterministic with Pulsar's own key ``loadBalancerOverrideBrokerNicSpeedGbps``: a tiny NIC limit makes
+a broker that receives messages overloaded (bandwidth in) while one that receives none is idle; history 0 and a
+minimum throughput of 0 make the shedder act on the first report that shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pulsar
+
+from broker.metadata.bundles import hash_topic
+from cluster.local import BrokerInfo
+from tests.bookkeeper.test_broker_faults import Checker, Producing, acked_count, drain, open_producer, wait_acked
+from tests.cluster.conftest import Brokers, http_json, log_of
+from tests.cluster.test_failover import keep_data, service_urls
+from tests.waiting import wait_for
+
+WAIT_S = 90.0
+SHED = "ThresholdShedder: unloading bundle"
+
+
+def four_bundles() -> list[tuple[int, int]]:
+    step = 0x40000000
+    return [(i * step, min((i + 1) * step, 0xFFFFFFFF)) for i in range(4)]
+
+
+def topic_in(lower: int, upper: int, kind: str, n: int = 1) -> list[str]:
+    """``n`` new topic names of public/default whose hash falls in [lower, upper)."""
+    out: list[str] = []
+    tag = os.urandom(3).hex()
+    i = 0
+    while len(out) < n:
+        name = f"persistent://public/default/{kind}-{tag}-{i}"
+        if lower <= hash_topic(name) < upper or (upper == 0xFFFFFFFF and hash_topic(name) == upper):
+            out.append(name)
+        i += 1
+    return out
+
+
+def range_name(lower: int, upper: int) -> str:
+    return f"0x{lower:08x}_0x{upper:08x}"
+
+
+def owner_web(brokers: Brokers, rng: str) -> str | None:
+    with brokers.zk() as zk:
+        data = brokers.owners(zk).get(rng)
+    return str(data["httpUrl"]) if data else None
+
+
+def leader_of(brokers: Brokers) -> BrokerInfo:
+    with brokers.zk() as zk:
+        leader = json.loads(zk.get("/loadbalance/leader")[0])
+    return next(b for b in brokers.live if b.web_url.removeprefix("http://") == leader["brokerId"])
+
+
+def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers) -> None:
+    brokers.settings.update({
+        "loadBalancerSheddingIntervalMinutes": "0.05", "loadBalancerHistoryResourcePercentage": "0",
+        "loadBalancerBundleUnloadMinThroughputThreshold": "0", "loadBalancerOverrideBrokerNicSpeedGbps": "0.00001",
+        "loadBalancerAutoBundleSplitEnabled": "false"})
+    b1, b2 = brokers.start(2)
+    ranges = four_bundles()
+    # One topic per bundle, each looked up once: placement spreads the namespace's bundles, two per broker.
+    topics = {range_name(lo, up): topic_in(lo, up, "shed")[0] for lo, up in ranges}
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        for topic in topics.values():
+            keep_data(client, topic)
+        owners = {rng: owner_web(brokers, rng) for rng in topics}
+        busy_web = owners[range_name(*ranges[0])]
+        hot = [rng for rng, web in owners.items() if web == busy_web]
+        assert len(hot) == 2, owners  # (fewest bundles of the namespace first: 2 and 2)
+        busy = next(b for b in brokers.live if b.web_url == busy_web)
+        idle = b2 if busy is b1 else b1
+        checkers = {rng: Checker() for rng in hot}
+        producers = [open_producer(client, topics[rng]) for rng in hot]
+        with Producing(producers[0], checkers[hot[0]], "a") as first, \
+                Producing(producers[1], checkers[hot[1]], "b") as second:
+            for rng in hot:
+                wait_acked(checkers[rng], 100)
+
+            def moved() -> str | None:
+                return next((rng for rng in hot if owner_web(brokers, rng) == idle.web_url), None)
+
+            shed = wait_for(moved, WAIT_S, "a bundle of the overloaded broker to move to the idle one")
+            # The clients follow it: more receipts on both topics after the move.
+            for rng in hot:
+                wait_acked(checkers[rng], acked_count(checkers[rng]) + 100)
+            first.finish()
+            second.finish()
+        leader = leader_of(brokers)
+        assert SHED in log_of(leader) and f"public/default/{shed}" in log_of(leader)
+        other = b2 if leader is b1 else b1
+        assert SHED not in log_of(other)  # a non-leader never sheds
+        for rng in hot:
+            assert not checkers[rng].failed, dict(list(checkers[rng].failed.items())[:3])
+    finally:
+        client.close()
+    for rng in hot:
+        drain(b1.service_url, topics[rng], checkers[rng])
+        assert not checkers[rng].lost()
+
+
+def test_the_automatic_split_is_the_leaders(brokers: Brokers) -> None:
+    """Three loaded topics in one bundle of a non-leader, past loadBalancerNamespaceBundleMaxTopics (2): the leader
+    asks the owner to split it; the owner's own round never does (its log has no split of its own)."""
+    brokers.settings.update({"loadBalancerSplitIntervalMinutes": "0.05", "loadBalancerNamespaceBundleMaxTopics": "2",
+                             "loadBalancerSheddingEnabled": "false"})
+    b1, b2 = brokers.start(2)
+    leader = leader_of(brokers)
+    non_leader = b2 if leader is b1 else b1
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        # One topic per bundle: two bundles per broker; three topics in one of the non-leader's.
+        owners = {}
+        for lo, up in four_bundles():
+            rng = range_name(lo, up)
+            client.create_producer(topic_in(lo, up, "first")[0]).send(b"x")
+            owners[rng] = (lo, up, owner_web(brokers, rng))
+        lo, up = next((lo, up) for lo, up, web in owners.values() if web == non_leader.web_url)
+        topics = topic_in(lo, up, "split", 3)
+        for topic in topics:
+            client.create_producer(topic).send(b"x")
+
+        def split() -> bool:
+            boundaries = http_json(f"{b1.web_url}/admin/v2/namespaces/public/default/bundles")["boundaries"]
+            return len(boundaries) > 5
+
+        wait_for(split, WAIT_S, "the leader to have the hot bundle split")
+        assert "Load-manager splitting bundle" in log_of(leader)
+        assert "Load-manager splitting bundle" not in log_of(non_leader)
+        assert "Load-manager split bundle" not in log_of(non_leader)  # (the single-broker round stays off)
+    finally:
+        client.close()
