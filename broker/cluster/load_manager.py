@@ -31,7 +31,7 @@ import aiohttp
 from broker.cluster import split as S
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import LoadReport, ResourceWeights
-from broker.cluster.placement import Placement
+from broker.cluster.placement import Placement, anti_affinity_allows_unload
 from broker.cluster.registry import BrokerRegistry
 from broker.cluster.shedding import ShedderSettings, ThresholdShedder
 from broker.config import BrokerConfig
@@ -140,6 +140,10 @@ class LoadManager:
             bundle = NamespaceBundle.parse(*name.rsplit("/", 1))
         except ValueError:
             return False
+        group = self.placement.group_of(bundle.namespace)
+        if group and not anti_affinity_allows_unload(owner_id, sorted(brokers),
+                                                     self.placement.group_counts(group, brokers)):
+            return False  # (it would land on a broker as crowded with its group: shouldAntiAffinityNamespaceUnload)
         dest = self.placement.choose(bundle, brokers)
         if dest is None:
             log.info("ThresholdShedder: no broker available to unload bundle %s from broker %s", name, owner_id)

@@ -19,8 +19,13 @@ unload with ``destinationBroker``); the next assignment of that bundle takes it 
 registered (Pulsar's ``ModularLoadManagerWrapper.getLeastLoaded``), so a shed bundle does not come back to the
 broker it left.
 
-Not followed: namespace isolation policies and anti-affinity groups, and Pulsar's long-term averages of the rates
-(we use the last reported rates).
+Anti-affinity groups (``LoadManagerShared.filterAntiAffinityGroupOwnedBrokers``, before step 1): a bundle of a
+namespace in a group goes to the brokers that serve the fewest namespaces of that group (none, when some broker
+serves none), so the group's namespaces spread over the brokers as far as they go. (Failure domains, which Pulsar
+applies first when ``failureDomainsEnabled``, are not kept: every broker is its own domain.)
+
+Not followed: namespace isolation policies, and Pulsar's long-term averages of the rates (we use the last reported
+rates).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.data import LoadReport, ResourceWeights
@@ -45,6 +50,8 @@ class Placement:
         self._rng = rng or random.Random()
         self.weights = weights or ResourceWeights()
         self.overloaded = overloaded
+        # namespace -> its anti-affinity group (the broker's metadata)
+        self.group_of: Callable[[str], str | None] = lambda namespace: None
         # bundle ("tenant/ns/0x.._0x..") -> (broker id, when assigned)
         self.preallocated: dict[str, tuple[str, float]] = {}
         # bundle -> the broker the load shedding sent it to (Pulsar keys it by the range alone; we by the bundle)
@@ -79,11 +86,29 @@ class Placement:
         for b, (owner, _) in self.preallocated.items():
             if b.startswith(prefix):
                 counts[owner] += 1
-        fewest = min(counts.values())
-        chosen = self._least_loaded(sorted(b for b, n in counts.items() if n == fewest), brokers)
+        candidates = sorted(brokers)
+        group = self.group_of(bundle.namespace)
+        if group:
+            candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers))
+        fewest = min(counts[b] for b in candidates)
+        chosen = self._least_loaded([b for b in candidates if counts[b] == fewest], brokers)
         if brokers[chosen].max_resource_usage_with_weight(self.weights) > self.overloaded:
             chosen = self._least_loaded(sorted(brokers), brokers)
         return chosen
+
+    def group_counts(self, group: str, brokers: Mapping[str, LoadReport]) -> dict[str, int]:
+        """Pulsar's getAntiAffinityNamespaceOwnedBrokers: broker -> how many namespaces of ``group`` it serves a
+        bundle of (reported or assigned)."""
+        served: dict[str, set[str]] = {b: {name.rsplit("/", 1)[0] for name in r.bundles} for b, r in brokers.items()}
+        for name, (owner, _) in self.preallocated.items():
+            served.setdefault(owner, set()).add(name.rsplit("/", 1)[0])
+        wanted = group.lower()
+        counts = {}
+        for b, namespaces in served.items():
+            n = sum(1 for ns in namespaces if (self.group_of(ns) or "").lower() == wanted)
+            if n:
+                counts[b] = n
+        return counts
 
     def _least_loaded(self, candidates: list[str], brokers: Mapping[str, LoadReport]) -> str:
         scores = {b: self._score(brokers[b]) for b in candidates}
@@ -96,3 +121,24 @@ class Placement:
         if report.max_resource_usage_with_weight(self.weights) > self.overloaded:
             return math.inf
         return report.msg_rate_in + report.msg_rate_out
+
+
+def spread_anti_affinity(candidates: list[str], counts: Mapping[str, int]) -> list[str]:
+    """filterAntiAffinityGroupOwnedBrokers without failure domains: keep the candidates serving the fewest
+    namespaces of the group (``counts``: the brokers serving at least one)."""
+    if not candidates:
+        return candidates
+    least = min(counts.get(b, 0) for b in candidates)
+    return [b for b in candidates if counts.get(b, 0) == least]
+
+
+def anti_affinity_allows_unload(current: str, candidates: list[str], counts: Mapping[str, int]) -> bool:
+    """LoadManagerShared.shouldAntiAffinityNamespaceUnload: unloading a bundle of a group's namespace helps only if
+    another candidate serves fewer of the group's namespaces, or not every candidate serves the same number."""
+    if not counts:
+        return True
+    least = min(counts.get(b, 0) for b in candidates) if candidates else 0
+    mine = counts.get(current, 0)
+    if least == 0 or mine > least:
+        return True
+    return sum(1 for b in candidates if counts.get(b, 0) == least) != len(candidates)

@@ -49,6 +49,9 @@ T = TypeVar("T")
 JsonDoc = dict[str, Any]  # a stored document (Pulsar's JSON field names)
 
 
+ANTI_AFFINITY_GROUP = "namespaceAntiAffinityGroup"  # LocalPolicies' field
+
+
 class MetadataStoreError(Exception):
     """A metadata change refused before anything was changed."""
 
@@ -405,6 +408,30 @@ class BrokerMetadata:
             return self._stored_bundles(namespace, self._local_policies.get(namespace), None).to_bundles_data()
         await self.update_policy(namespace, "bundles", latest)
         return result[0]
+
+    # -- anti-affinity group: LocalPolicies.namespaceAntiAffinityGroup (Pulsar keeps it there, per cluster) -------
+    def anti_affinity_group(self, namespace: str) -> str | None:
+        group = (self._local_policies.get(namespace) or {}).get(ANTI_AFFINITY_GROUP)
+        return group if isinstance(group, str) and group else None
+
+    async def set_anti_affinity_group(self, namespace: str, group: str | None) -> None:
+        """Set (None: remove) the group; LocalPolicies are created with the namespace's bundles when missing."""
+        self._namespace_must_exist(namespace)
+        bundles = self.namespace_bundles(namespace).to_bundles_data()
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            doc: JsonDoc = copy.deepcopy(dict(current or {"bundles": bundles, "migrated": False}))
+            if group is None:
+                doc.pop(ANTI_AFFINITY_GROUP, None)
+            else:
+                doc[ANTI_AFFINITY_GROUP] = group
+            return doc
+        await self._modify(L.LOCAL_POLICIES, namespace, change)
+
+    def anti_affinity_namespaces(self, tenant: str, group: str) -> list[str]:
+        """The tenant's namespaces in ``group`` (case-insensitive, as Pulsar compares groups)."""
+        return sorted(ns for ns in self._namespaces if ns.startswith(tenant + "/")
+                      and (self.anti_affinity_group(ns) or "").lower() == group.lower())
 
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
     async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 
 import pulsar
+import requests
 
 from broker.metadata.bundles import hash_topic
 from cluster.local import BrokerInfo
@@ -135,5 +137,40 @@ def test_the_automatic_split_is_the_leaders(brokers: Brokers) -> None:
         assert "Load-manager splitting bundle" in log_of(leader)
         assert "Load-manager splitting bundle" not in log_of(non_leader)
         assert "Load-manager split bundle" not in log_of(non_leader)  # (the single-broker round stays off)
+    finally:
+        client.close()
+
+
+def test_anti_affinity_namespaces_land_on_different_brokers(brokers: Brokers) -> None:
+    """Three pairs of one-bundle namespaces, each pair an anti-affinity group: each pair's second namespace goes to
+    the broker that does not serve the first (without the groups, a coin toss each)."""
+    b1, b2 = brokers.start(2)
+    tag = os.urandom(3).hex()
+    pairs = [(f"public/aa-{tag}-{i}-x", f"public/aa-{tag}-{i}-y") for i in range(3)]
+    for i, pair in enumerate(pairs):
+        for ns in pair:
+            requests.put(f"{b1.web_url}/admin/v2/namespaces/{ns}", json={"bundles": {"numBundles": 1}},
+                         timeout=30).raise_for_status()
+            answer = requests.post(f"{b1.web_url}/admin/v2/namespaces/{ns}/antiAffinity", data=f"group-{tag}-{i}",
+                                   timeout=30)
+            assert answer.status_code == 204, answer.text
+    def group_seen(url: str) -> bool:
+        return requests.get(url, timeout=30).status_code == 200
+
+    for pair in pairs:  # (every broker's metadata sees the groups: the leader's placement reads them)
+        for broker in (b1, b2):
+            wait_for(partial(group_seen, f"{broker.web_url}/admin/v2/namespaces/{pair[1]}/antiAffinity"), WAIT_S,
+                     "the group")
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        for first, second in pairs:
+            client.create_producer(f"persistent://{first}/t").send(b"x")
+            client.create_producer(f"persistent://{second}/t").send(b"x")
+            with brokers.zk() as zk:
+                owners_first = brokers.owners(zk, first)
+                owners_second = brokers.owners(zk, second)
+            assert len(owners_first) == 1 and len(owners_second) == 1
+            (one,), (two,) = owners_first.values(), owners_second.values()
+            assert one["httpUrl"] != two["httpUrl"], (first, second)
     finally:
         client.close()

@@ -3,6 +3,7 @@ shed bundle (affinity, overloaded owner) and the report's JSON (lastStats, bandw
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from broker.cluster.bundles import NamespaceBundle
@@ -94,3 +95,29 @@ def test_report_json_carries_last_stats_and_bandwidth() -> None:
     assert back.max_resource_usage == 0.5
     (stats,) = split_stats({"a": back})
     assert str(stats.bundle) == B[0] and stats.throughput == 2 * MB
+
+
+def test_anti_affinity_spreads_a_groups_namespaces() -> None:
+    from broker.cluster.placement import anti_affinity_allows_unload, spread_anti_affinity
+
+    groups = {"t/a1": "g", "t/a2": "G", "t/a3": "g", "t/free": None}
+    placement = Placement(random.Random(3))
+    placement.group_of = groups.get
+    a2 = NamespaceBundle.parse("t/a2", "0x00000000_0xffffffff")
+    a3 = NamespaceBundle.parse("t/a3", "0x00000000_0xffffffff")
+    # b is the least loaded, but a serves none of the group while b serves t/a1: a.
+    brokers = {"a": report(1, {"t/free/0x00000000_0xffffffff": 0.0}, cpu=50.0),
+               "b": report(2, {"t/a1/0x00000000_0xffffffff": 0.0})}
+    assert placement.group_counts("g", brokers) == {"b": 1}
+    for _ in range(5):
+        assert placement.choose(a2, brokers) == "a"
+    # Each broker serves one: the fewest wins again (any of the two: the least loaded, b).
+    brokers["a"] = dataclasses.replace(report(1, {"t/a2/0x00000000_0xffffffff": 0.0}), msg_rate_in=100.0)
+    assert placement.choose(a3, brokers) == "b"
+    assert spread_anti_affinity(["a", "b", "c"], {"a": 2, "b": 1}) == ["c"]
+    assert spread_anti_affinity(["a", "b"], {"a": 2, "b": 1}) == ["b"]
+    # Shedding a group's bundle: only when it may land somewhere less crowded with the group.
+    assert anti_affinity_allows_unload("a", ["a", "b"], {"a": 2, "b": 1})
+    assert not anti_affinity_allows_unload("a", ["a", "b"], {"a": 1, "b": 1})
+    assert anti_affinity_allows_unload("a", ["a", "b"], {"a": 1})
+    assert anti_affinity_allows_unload("a", ["a", "b"], {})
