@@ -423,13 +423,14 @@ def broker_settings(cluster: LocalCluster, chroot: str = "", ensemble: int = 2, 
 
 def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, name: str | None = None,
                  port: int | None = None, timeout: float = BROKER_START_TIMEOUT_S,
-                 web_port: int | None = None) -> BrokerInfo:
+                 web_port: int | None = None, bind_address: str = "127.0.0.1") -> BrokerInfo:
     """Start `python -m broker standalone` on free ports with `settings` (default: `broker_settings(cluster)`)
     written to its config file, wait for its ready line in its log, and record it in `cluster.brokers`.
     Starting one again with the same `name` reuses its directory (its log is appended to); `port` (default a free
     one) lets a restarted broker take its predecessor's binary port, so clients reconnect to it; with `web_port` too
     it is the same broker to the cluster (Pulsar's broker id is host:webport), which takes back at once the bundles
-    its previous run owned."""
+    its previous run owned. `bind_address` (another 127.0.0.x) makes it a broker of another host to the others
+    (isolation policies match hosts)."""
     settings = broker_settings(cluster) if settings is None else settings
     state = Path(cluster.state_dir)
     directory = state / (name or f"broker-{len(cluster.brokers) + 1}")
@@ -439,7 +440,7 @@ def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, 
     log = directory / "broker.log"
     offset = log.stat().st_size if log.exists() else 0
     cmd = [sys.executable, "-m", "broker", "standalone", "--config", str(conf), "--port", str(port or 0),
-           "--web-port", str(web_port or 0), "--data-dir", str(directory / "data"), "--bind-address", "127.0.0.1"]
+           "--web-port", str(web_port or 0), "--data-dir", str(directory / "data"), "--bind-address", bind_address]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,

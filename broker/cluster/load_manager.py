@@ -31,7 +31,7 @@ import aiohttp
 from broker.cluster import split as S
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import LoadReport, ResourceWeights
-from broker.cluster.placement import Placement, anti_affinity_allows_unload
+from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
 from broker.cluster.registry import BrokerRegistry
 from broker.cluster.shedding import ShedderSettings, ThresholdShedder
 from broker.config import BrokerConfig
@@ -140,8 +140,11 @@ class LoadManager:
             bundle = NamespaceBundle.parse(*name.rsplit("/", 1))
         except ValueError:
             return False
+        allowed = isolation_candidates(bundle.namespace, sorted(brokers), self.placement.isolation() or {})
+        if not [b for b in allowed if b != owner_id]:
+            return False  # (no other broker may have it: shouldNamespacePoliciesUnload)
         group = self.placement.group_of(bundle.namespace)
-        if group and not anti_affinity_allows_unload(owner_id, sorted(brokers),
+        if group and not anti_affinity_allows_unload(owner_id, allowed,
                                                      self.placement.group_counts(group, brokers)):
             return False  # (it would land on a broker as crowded with its group: shouldAntiAffinityNamespaceUnload)
         dest = self.placement.choose(bundle, brokers)

@@ -24,16 +24,23 @@ namespace in a group goes to the brokers that serve the fewest namespaces of tha
 serves none), so the group's namespaces spread over the brokers as far as they go. (Failure domains, which Pulsar
 applies first when ``failureDomainsEnabled``, are not kept: every broker is its own domain.)
 
-Not followed: namespace isolation policies, and Pulsar's long-term averages of the rates (we use the last reported
-rates).
+Namespace isolation policies (``LoadManagerShared.applyNamespacePolicies``, first of all): a namespace that a
+policy's ``namespaces`` regexes match goes to the brokers whose host matches the policy's ``primary`` regexes, and
+also to its ``secondary`` ones when fewer primaries than the ``min_available`` policy's ``min_limit`` are up; any other
+namespace goes to the shared brokers (those no policy names as primary). No candidate: no broker (the lookup fails,
+as in Pulsar). Regexes match the whole host (Java's ``matches``), the host being the broker id's (``host:webport``).
+
+Not followed: Pulsar's long-term averages of the rates (we use the last reported rates).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.data import LoadReport, ResourceWeights
@@ -52,6 +59,8 @@ class Placement:
         self.overloaded = overloaded
         # namespace -> its anti-affinity group (the broker's metadata)
         self.group_of: Callable[[str], str | None] = lambda namespace: None
+        # the cluster's namespace isolation policies (name -> NamespaceIsolationData), or None
+        self.isolation: Callable[[], Mapping[str, Any] | None] = lambda: None
         # bundle ("tenant/ns/0x.._0x..") -> (broker id, when assigned)
         self.preallocated: dict[str, tuple[str, float]] = {}
         # bundle -> the broker the load shedding sent it to (Pulsar keys it by the range alone; we by the bundle)
@@ -86,14 +95,17 @@ class Placement:
         for b, (owner, _) in self.preallocated.items():
             if b.startswith(prefix):
                 counts[owner] += 1
-        candidates = sorted(brokers)
+        allowed = isolation_candidates(bundle.namespace, sorted(brokers), self.isolation() or {})
+        if not allowed:
+            return None
+        candidates = allowed
         group = self.group_of(bundle.namespace)
         if group:
             candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers))
         fewest = min(counts[b] for b in candidates)
         chosen = self._least_loaded([b for b in candidates if counts[b] == fewest], brokers)
         if brokers[chosen].max_resource_usage_with_weight(self.weights) > self.overloaded:
-            chosen = self._least_loaded(sorted(brokers), brokers)
+            chosen = self._least_loaded(allowed, brokers)
         return chosen
 
     def group_counts(self, group: str, brokers: Mapping[str, LoadReport]) -> dict[str, int]:
@@ -142,3 +154,39 @@ def anti_affinity_allows_unload(current: str, candidates: list[str], counts: Map
     if least == 0 or mine > least:
         return True
     return sum(1 for b in candidates if counts.get(b, 0) == least) != len(candidates)
+
+
+def _matches_any(patterns: Any, text: str) -> bool:
+    for pattern in patterns if isinstance(patterns, list) else []:
+        try:
+            if isinstance(pattern, str) and re.fullmatch(pattern, text):
+                return True
+        except re.error:
+            continue
+    return False
+
+
+def broker_host(broker_id: str) -> str:
+    return broker_id.rsplit(":", 1)[0] if ":" in broker_id else broker_id
+
+
+def isolation_candidates(namespace: str, brokers: list[str], policies: Mapping[str, Any]) -> list[str]:
+    """LoadManagerShared.applyNamespacePolicies over NamespaceIsolationData documents: the brokers ``namespace`` may
+    go to (in ``brokers``' order)."""
+    policy = next((p for _, p in sorted(policies.items())
+                   if isinstance(p, dict) and _matches_any(p.get("namespaces"), namespace)), None)
+    if policy is None:
+        return [b for b in brokers if not any(isinstance(p, dict) and _matches_any(p.get("primary"), broker_host(b))
+                                              for p in policies.values())]
+    primaries = [b for b in brokers if _matches_any(policy.get("primary"), broker_host(b))]
+    secondaries = [b for b in brokers if b not in primaries and _matches_any(policy.get("secondary"), broker_host(b))]
+    return primaries + secondaries if len(primaries) < min_limit(policy) else primaries
+
+
+def min_limit(policy: Mapping[str, Any]) -> int:
+    """The min_available auto-failover policy's ``min_limit`` (checked when the policy was written)."""
+    params = (policy.get("auto_failover_policy") or {}).get("parameters") or {}
+    try:
+        return int(params.get("min_limit", 1))
+    except (TypeError, ValueError):
+        return 1

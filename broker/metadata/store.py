@@ -110,6 +110,7 @@ class BrokerMetadata:
         self._namespaces = t[L.NAMESPACES.name]
         # namespace -> its LocalPolicies document (Pulsar keeps the split bundles there)
         self._local_policies = t[L.LOCAL_POLICIES.name]
+        self._isolation = t[L.ISOLATION_POLICIES.name]
         self._bundles_generation = -1
         self._bundles: dict[str, NamespaceBundles] = {}
         # base topic name -> its PartitionedTopicMetadata document
@@ -408,6 +409,27 @@ class BrokerMetadata:
             return self._stored_bundles(namespace, self._local_policies.get(namespace), None).to_bundles_data()
         await self.update_policy(namespace, "bundles", latest)
         return result[0]
+
+    # -- namespace isolation policies: /admin/clusters/<cluster>/namespaceIsolationPolicies ---------------------
+    def isolation_policies(self, cluster: str) -> JsonDoc | None:
+        """policy name -> NamespaceIsolationData, or None when the cluster has none stored."""
+        found = self._isolation.get(cluster)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def set_isolation_policy(self, cluster: str, name: str, data: JsonDoc | None) -> None:
+        """Set (None: remove) one policy; NotFoundError when removing from a cluster with none stored."""
+        self._cluster_must_exist(cluster)
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            if current is None and data is None:
+                raise NotFoundError(f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
+            doc: JsonDoc = copy.deepcopy(dict(current or {}))
+            if data is None:
+                doc.pop(name, None)
+            else:
+                doc[name] = copy.deepcopy(data)
+            return doc
+        await self._modify(L.ISOLATION_POLICIES, cluster, change)
 
     # -- anti-affinity group: LocalPolicies.namespaceAntiAffinityGroup (Pulsar keeps it there, per cluster) -------
     def anti_affinity_group(self, namespace: str) -> str | None:

@@ -294,6 +294,7 @@ class BrokerService:
             c.loadBalancerBandwidthOutResourceWeight)
         ownership.placement.overloaded = c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
         ownership.placement.group_of = self.metadata.anti_affinity_group
+        ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
         await registry.start()
         self.registry, self.ownership = registry, ownership
         self.load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles,

@@ -45,3 +45,44 @@ def test_anti_affinity_bad_input(admin: Admin) -> None:
     assert admin.call("POST", "/admin/v2/namespaces/no-tenant/x/antiAffinity", raw=b"g").status == 404
     assert admin.get("/admin/v2/namespaces/standalone/antiAffinity/g").status == 412  # no tenant
     assert admin.get("/admin/v2/namespaces/nowhere/antiAffinity/g?tenant=public").status == 412
+
+
+def policy_doc(**overrides: object) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "namespaces": ["public/iso.*"], "primary": ["127\\.0\\.0\\.1"], "secondary": [],
+        "auto_failover_policy": {"policy_type": "min_available",
+                                 "parameters": {"min_limit": "1", "usage_threshold": "80"}}}
+    doc.update(overrides)
+    return doc
+
+
+def test_isolation_policies_set_read_delete(admin: Admin) -> None:
+    base = "/admin/v2/clusters/standalone/namespaceIsolationPolicies"
+    if admin.get(base).status == 200:  # (module-scoped broker: start from none)
+        for name in admin.ok("GET", base):
+            admin.delete(f"{base}/{name}")
+    missing = admin.get(f"{base}/p1")
+    assert missing.status == 404 and "Cannot find NamespaceIsolationPolicy p1" in missing.reason
+    assert admin.post(f"{base}/p1", policy_doc()).status == 204
+    assert admin.ok("GET", f"{base}/p1") == policy_doc()
+    assert admin.ok("GET", base) == {"p1": policy_doc()}
+    assert admin.post(f"{base}/p1", policy_doc(secondary=["127\\.0\\.0\\.2"])).status == 204  # (an update)
+    assert admin.ok("GET", f"{base}/p1")["secondary"] == ["127\\.0\\.0\\.2"]
+    assert admin.delete(f"{base}/p1").status == 204
+    assert admin.get(f"{base}/p1").status == 404
+    assert admin.ok("GET", base) == {}
+
+
+def test_isolation_policies_bad_input(admin: Admin) -> None:
+    base = "/admin/v2/clusters/standalone/namespaceIsolationPolicies"
+    for bad in (policy_doc(namespaces=[]), policy_doc(primary=[]), policy_doc(primary=["("]),
+                policy_doc(secondary=None), policy_doc(auto_failover_policy=None),
+                policy_doc(auto_failover_policy={"policy_type": "other", "parameters": {}}),
+                policy_doc(auto_failover_policy={"policy_type": "min_available",
+                                                 "parameters": {"min_limit": "x", "usage_threshold": "80"}}),
+                ["not", "an", "object"]):
+        reply = admin.post(f"{base}/bad", bad)
+        assert reply.status == 400 and "Invalid format of input policy data" in reply.reason, (bad, reply.body)
+    assert admin.get(f"{base}/bad").status == 404
+    assert admin.post("/admin/v2/clusters/nowhere/namespaceIsolationPolicies/p", policy_doc()).status == 412
+    assert admin.get("/admin/v2/clusters/nowhere/namespaceIsolationPolicies").status == 412

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 from functools import partial
+from typing import Any
 
 import pulsar
 import requests
 
 from broker.metadata.bundles import hash_topic
-from cluster.local import BrokerInfo
+from cluster.local import BrokerInfo, start_broker
 from tests.bookkeeper.test_broker_faults import Checker, Producing, acked_count, drain, open_producer, wait_acked
 from tests.cluster.conftest import Brokers, http_json, log_of
 from tests.cluster.test_failover import keep_data, service_urls
@@ -31,13 +32,13 @@ def four_bundles() -> list[tuple[int, int]]:
     return [(i * step, min((i + 1) * step, 0xFFFFFFFF)) for i in range(4)]
 
 
-def topic_in(lower: int, upper: int, kind: str, n: int = 1) -> list[str]:
-    """``n`` new topic names of public/default whose hash falls in [lower, upper)."""
+def topic_in(lower: int, upper: int, kind: str, n: int = 1, namespace: str = "public/default") -> list[str]:
+    """``n`` new topic names of ``namespace`` whose hash falls in [lower, upper)."""
     out: list[str] = []
     tag = os.urandom(3).hex()
     i = 0
     while len(out) < n:
-        name = f"persistent://public/default/{kind}-{tag}-{i}"
+        name = f"persistent://{namespace}/{kind}-{tag}-{i}"
         if lower <= hash_topic(name) < upper or (upper == 0xFFFFFFFF and hash_topic(name) == upper):
             out.append(name)
         i += 1
@@ -174,3 +175,59 @@ def test_anti_affinity_namespaces_land_on_different_brokers(brokers: Brokers) ->
             assert one["httpUrl"] != two["httpUrl"], (first, second)
     finally:
         client.close()
+
+
+def test_isolation_policy_keeps_a_namespace_on_its_primary_broker(brokers: Brokers) -> None:
+    """Two "hosts" (127.0.0.1 and 127.0.0.2): a policy makes 127.0.0.2 the primary of public/iso-* (127.0.0.1 its
+    secondary, min_limit 1). Every bundle of the isolated namespace goes to 127.0.0.2, every bundle of another
+    namespace to 127.0.0.1 (the only shared broker); when 127.0.0.2 dies, the secondary takes the isolated one."""
+    b1 = brokers.start(1)[0]
+    b2 = start_broker(brokers.cluster, {**brokers.settings, "advertisedAddress": "127.0.0.2"},
+                      f"{brokers.chroot[1:]}-host2", bind_address="127.0.0.2")
+    brokers.started.append(b2)
+    assert "127.0.0.2" in b2.web_url
+    cluster = http_json(f"{b1.web_url}/admin/v2/clusters")[0]
+    tag = os.urandom(3).hex()
+    policy: dict[str, Any] = {
+        "namespaces": [f"public/iso-{tag}.*"], "primary": ["127\\.0\\.0\\.2"], "secondary": ["127\\.0\\.0\\.1"],
+        "auto_failover_policy": {"policy_type": "min_available",
+                                 "parameters": {"min_limit": "1", "usage_threshold": "80"}}}
+    answer = requests.post(f"{b1.web_url}/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/iso", json=policy,
+                           timeout=30)
+    assert answer.status_code == 204, answer.text
+    for b in (b1, b2):  # (each broker's metadata has it: the leader's placement reads it)
+        wait_for(partial(http_ok, f"{b.web_url}/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/iso"),
+                 WAIT_S, "the policy")
+    isolated, free = f"public/iso-{tag}", f"public/free-{tag}"
+    for ns in (isolated, free):
+        requests.put(f"{b1.web_url}/admin/v2/namespaces/{ns}", timeout=30).raise_for_status()
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        producers = {}
+        for ns in (isolated, free):
+            for lo, up in four_bundles():
+                topic = topic_in(lo, up, "iso", namespace=ns)[0]
+                producers[topic] = client.create_producer(topic)
+                producers[topic].send(b"x")
+        with brokers.zk() as zk:
+            on_isolated = {str(o["httpUrl"]) for o in brokers.owners(zk, isolated).values()}
+            on_free = {str(o["httpUrl"]) for o in brokers.owners(zk, free).values()}
+        assert on_isolated == {b2.web_url} and on_free == {b1.web_url}
+        # The primary dies: fewer primaries than min_limit, so the secondary is a candidate now.
+        brokers.kill(b2)
+        for topic, producer in producers.items():
+            if topic.startswith(f"persistent://{isolated}/"):
+                producer.send(b"after")
+
+        def on_b1() -> bool:
+            with brokers.zk() as zk:
+                owners = brokers.owners(zk, isolated).values()
+            return len(owners) == 4 and {str(o["httpUrl"]) for o in owners} == {b1.web_url}
+
+        wait_for(on_b1, WAIT_S, "the secondary to take the isolated namespace")
+    finally:
+        client.close()
+
+
+def http_ok(url: str) -> bool:
+    return requests.get(url, timeout=30).status_code == 200

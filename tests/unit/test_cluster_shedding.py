@@ -121,3 +121,36 @@ def test_anti_affinity_spreads_a_groups_namespaces() -> None:
     assert not anti_affinity_allows_unload("a", ["a", "b"], {"a": 1, "b": 1})
     assert anti_affinity_allows_unload("a", ["a", "b"], {"a": 1})
     assert anti_affinity_allows_unload("a", ["a", "b"], {})
+
+
+def test_isolation_candidates_as_apply_namespace_policies() -> None:
+    from broker.cluster.placement import isolation_candidates
+
+    def policy(primary: list[str], secondary: list[str], min_limit: int = 1) -> dict[str, object]:
+        return {"namespaces": ["t/iso.*"], "primary": primary, "secondary": secondary,
+                "auto_failover_policy": {"policy_type": "min_available",
+                                         "parameters": {"min_limit": str(min_limit), "usage_threshold": "80"}}}
+
+    brokers = ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"]
+    policies = {"p": policy(["10\\.0\\.0\\.1"], ["10\\.0\\.0\\.2"])}
+    # Matched: its primaries; enough of them (min_limit 1): not the secondaries.
+    assert isolation_candidates("t/iso-a", brokers, policies) == ["10.0.0.1:8080"]
+    # Fewer primaries than min_limit: the secondaries too.
+    assert isolation_candidates("t/iso-a", brokers, {"p": policy(["10\\.0\\.0\\.1"], ["10\\.0\\.0\\.2"], 2)}) == \
+        ["10.0.0.1:8080", "10.0.0.2:8080"]
+    assert isolation_candidates("t/iso-a", brokers[1:], policies) == ["10.0.0.2:8080"]
+    # Not matched (the regex matches the whole name): the shared brokers, those no policy names as primary.
+    assert isolation_candidates("t/other", brokers, policies) == ["10.0.0.2:8080", "10.0.0.3:8080"]
+    assert isolation_candidates("x/t/iso", brokers, policies) == ["10.0.0.2:8080", "10.0.0.3:8080"]
+    # No primary nor secondary up: nobody (the lookup fails, as in Pulsar).
+    assert isolation_candidates("t/iso-a", ["10.0.0.3:8080"], policies) == []
+    assert isolation_candidates("t/x", brokers, {}) == brokers
+    # Placement keeps to them even when the others are idler.
+    placement = Placement(random.Random(5))
+    placement.isolation = lambda: policies
+    reports = {b: dataclasses.replace(report(i, {}), urls=BrokerUrls(b, None, None, None, None))
+               for i, b in enumerate(brokers)}
+    reports["10.0.0.1:8080"] = dataclasses.replace(reports["10.0.0.1:8080"], msg_rate_in=1000.0)
+    iso = NamespaceBundle.parse("t/iso-a", "0x00000000_0xffffffff")
+    assert placement.choose(iso, reports) == "10.0.0.1:8080"
+    assert placement.choose(iso, {"10.0.0.3:8080": reports["10.0.0.3:8080"]}) is None
