@@ -217,7 +217,8 @@ def test_isolation_policy_keeps_a_namespace_on_its_primary_broker(brokers: Broke
         brokers.kill(b2)
         for topic, producer in producers.items():
             if topic.startswith(f"persistent://{isolated}/"):
-                producer.send(b"after")
+                # (a send may time out while the dead broker's session lasts and the client backs off: again)
+                wait_for(partial(sent, producer), 3 * WAIT_S, f"a send to {topic} after the primary died")
 
         def on_b1() -> bool:
             with brokers.zk() as zk:
@@ -227,6 +228,14 @@ def test_isolation_policy_keeps_a_namespace_on_its_primary_broker(brokers: Broke
         wait_for(on_b1, WAIT_S, "the secondary to take the isolated namespace")
     finally:
         client.close()
+
+
+def sent(producer: pulsar.Producer) -> bool:
+    try:
+        producer.send(b"after")
+    except pulsar.Timeout:
+        return False
+    return True
 
 
 def http_ok(url: str) -> bool:
