@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from broker.cluster.bundles import NamespaceBundle
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport, ResourceWeights
 from broker.cluster.load_manager import split_stats
 from broker.cluster.placement import Placement
@@ -154,3 +154,46 @@ def test_isolation_candidates_as_apply_namespace_policies() -> None:
     iso = NamespaceBundle.parse("t/iso-a", "0x00000000_0xffffffff")
     assert placement.choose(iso, reports) == "10.0.0.1:8080"
     assert placement.choose(iso, {"10.0.0.3:8080": reports["10.0.0.3:8080"]}) is None
+
+
+class StubRegistry:
+    """What the load manager reads of the registry: the leader flag and the brokers' reports."""
+
+    def __init__(self, me: str, reports: dict[str, LoadReport]) -> None:
+        self.is_leader = False
+        self.reports = reports
+        self.urls = reports[me].urls
+
+    async def active_brokers(self) -> dict[str, LoadReport]:
+        return dict(self.reports)
+
+    def current_report(self) -> LoadReport:
+        return self.reports[self.urls.broker_id]
+
+
+async def test_only_the_leader_sheds_and_asks_the_owner() -> None:
+    from broker.cluster.load_manager import LoadManager
+    from broker.config import BrokerConfig
+
+    config = BrokerConfig(loadBalancerHistoryResourcePercentage=0.0, loadBalancerBundleUnloadMinThroughputThreshold=0.0)
+    reports = {"h1:8080": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=95.0),
+               "h2:8080": report(2, {B[2]: 0.0, B[3]: 0.0})}
+    registry = StubRegistry("h2:8080", reports)
+    placement = Placement(random.Random(2))
+    manager = LoadManager(config, registry, placement, lambda ns: NamespaceBundles.equal(ns, 4))  # type: ignore[arg-type]
+    asked: list[str] = []
+
+    async def put(url: str) -> None:
+        asked.append(url)
+
+    manager._put = put  # type: ignore[method-assign]
+    assert await manager.shed_once() == [] and asked == []  # not the leader: nothing, whatever the load
+    registry.is_leader = True
+    assert await manager.shed_once() == [B[0]]
+    assert asked == [f"http://h1:8080/admin/v2/namespaces/{B[0]}/unload"]
+    assert placement.affinity == {B[0]: "h2:8080"}  # the next lookup gives it to h2
+    # Recently unloaded: not again (the next hottest goes instead, still away from h1).
+    assert await manager.shed_once() == [B[1]]
+    # Shedding off: nothing.
+    manager.config = BrokerConfig(loadBalancerSheddingEnabled=False)
+    assert await manager.shed_once() == []
