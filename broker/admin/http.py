@@ -103,7 +103,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
-        LoadPoliciesResource(self).register(r)  # (its {cluster}/antiAffinity/{group} before {tenant}/{ns}/...)
+        LoadPoliciesResource(self).register(r)
         self.namespaces.register(r)
         NamespaceOperationsResource(self).register(r)
         self.bundles.register(r)

@@ -450,11 +450,6 @@ class BrokerMetadata:
             return doc
         await self._modify(L.LOCAL_POLICIES, namespace, change)
 
-    def anti_affinity_namespaces(self, tenant: str, group: str) -> list[str]:
-        """The tenant's namespaces in ``group`` (case-insensitive, as Pulsar compares groups)."""
-        return sorted(ns for ns in self._namespaces if ns.startswith(tenant + "/")
-                      and (self.anti_affinity_group(ns) or "").lower() == group.lower())
-
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
     async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:
         await self._modify_auth(namespace, lambda auth: auth[P.NAMESPACE_AUTH].__setitem__(role, list(actions)))
