@@ -100,6 +100,10 @@ POSITIVE = Rule(0, above=True)  # sizes, counts and intervals that cannot be zer
 NO_LIMIT_MINUS_1 = Rule(-1, means="-1 = no limit")
 
 
+# Pulsar's default (and our only) load-shedding strategy.
+THRESHOLD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+
+
 def setting(default: Any, rule: Rule) -> Any:
     """A field with its rule (``Any``: the annotation, not this call, gives the field's type)."""
     return field(default=default, metadata={"rule": rule})
@@ -288,6 +292,28 @@ class BrokerConfig:
     loadBalancerSplitIntervalMinutes: float = setting(1, POSITIVE)
     # flow_or_qps_equally_divide splits only a bundle past a rate threshold by this many per cent.
     flowOrQpsDifferenceThresholdPercentage: int = setting(10, AT_LEAST_0)
+    # -- the leader's load shedding (cluster mode; Pulsar's ModularLoadManagerImpl keys and 4.0 defaults;
+    # docs/cluster.md#load-shedding) ---------------------------------------------------------------------
+    loadBalancerSheddingEnabled: bool = True
+    loadBalancerSheddingIntervalMinutes: float = setting(1, POSITIVE)
+    # A bundle the shedding unloaded is not shed again for this long.
+    loadBalancerSheddingGracePeriodMinutes: float = setting(30, AT_LEAST_0)
+    loadBalancerLoadSheddingStrategy: str = setting(THRESHOLD_SHEDDER, Rule(choices=(THRESHOLD_SHEDDER,)))
+    # ThresholdShedder: a broker whose (smoothed, weighted) usage is more than this many points above the
+    # brokers' average sheds bundles down to 5 points under it, unless that is under the minimum throughput (MB/s).
+    loadBalancerBrokerThresholdShedderPercentage: int = setting(10, Rule(0, 100))
+    loadBalancerHistoryResourcePercentage: float = setting(0.9, Rule(0, 1))
+    loadBalancerBundleUnloadMinThroughputThreshold: float = setting(10, AT_LEAST_0)
+    loadBalancerCPUResourceWeight: float = setting(1.0, AT_LEAST_0)
+    loadBalancerMemoryResourceWeight: float = setting(0.0, AT_LEAST_0)
+    loadBalancerDirectMemoryResourceWeight: float = setting(0.0, AT_LEAST_0)
+    loadBalancerBandwidthInResourceWeight: float = setting(1.0, AT_LEAST_0)
+    loadBalancerBandwidthOutResourceWeight: float = setting(1.0, AT_LEAST_0)
+    # Placement: a broker above this usage gets no new bundle while another is below it.
+    loadBalancerBrokerOverloadedThresholdPercentage: int = setting(85, Rule(0, 100))
+    # The bandwidth limit the load report counts against (Gbit/s); 0: unknown, bandwidth not counted (Pulsar
+    # reads the NIC's speed then; our broker counts its own message bytes, not the NIC's).
+    loadBalancerOverrideBrokerNicSpeedGbps: float = setting(0, Rule(0, means="0 = unknown"))
     # -- transactions (PIP-31; docs/transactions.md): off by default, as in Pulsar ---------------------
     transactionCoordinatorEnabled: bool = False
     # Open transactions one coordinator may hold; 0 = no limit (Pulsar's default).

@@ -442,8 +442,9 @@ def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, 
     Starting one again with the same `name` reuses its directory (its log is appended to); `port` (default a free
     one) lets a restarted broker take its predecessor's binary port, so clients reconnect to it; with `web_port` too
     it is the same broker to the cluster (Pulsar's broker id is host:webport), which takes back at once the bundles
-    its previous run owned. ``bind_address`` and ``command_prefix`` (e.g. ``ip netns exec <ns>``) place a broker in a
-    network namespace of a test's own (tests/cluster/netns.py); its ``advertisedAddress`` comes with ``settings``."""
+    its previous run owned. ``bind_address`` (another 127.0.0.x) makes it a broker of another host to the others
+    (isolation policies match hosts); with ``command_prefix`` (e.g. ``ip netns exec <ns>``) it runs in a network
+    namespace of a test's own (tests/cluster/netns.py); its ``advertisedAddress`` comes with ``settings``."""
     settings = broker_settings(cluster) if settings is None else settings
     state = Path(cluster.state_dir)
     directory = state / (name or f"broker-{len(cluster.brokers) + 1}")

@@ -1,5 +1,6 @@
 """Admin REST v2: split a namespace bundle (Pulsar's Namespaces.splitNamespaceBundle), and the
-automatic split round, run every ``loadBalancerSplitIntervalMinutes``.
+automatic split round of a single broker, run every ``loadBalancerSplitIntervalMinutes`` (in cluster mode the
+leader's, ``broker.cluster.load_manager``).
 
 - ``PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/split?unload=&splitAlgorithmName=`` with an
   optional JSON body: the split positions (``[1073741824, ...]``, numbers or hex strings such as
@@ -84,8 +85,9 @@ class BundlesResource:
             service.metadata, lambda: service.ownership, web_service.ctx.config,
             topics_of=lambda ns: service.topics_of_namespace(ns, MODE_ALL),
             loads=lambda: topic_loads(service, web_service.sampler))
-        # (Cluster mode: every broker runs the round over its own loaded topics, so over the bundles it owns.)
-        self.splitter = BundleSplitter(self.ops)
+        # (One broker only: in cluster mode the leader's load manager, broker.cluster.load_manager, picks the
+        # bundles to split from every broker's report and asks their owners, as Pulsar's leader does.)
+        self.splitter = BundleSplitter(self.ops, should_run=lambda: not service.ownership.distributed)
         self._round = PeriodicTask("bundle-split", web_service.ctx.config.loadBalancerSplitIntervalMinutes
                                    * SECONDS_PER_MINUTE, self._split_round)
 

@@ -34,6 +34,7 @@ from broker.admin.common import (
 )
 from broker.admin.console import ConsoleResource
 from broker.admin.context import AdminContext
+from broker.admin.load_policies import LoadPoliciesResource
 from broker.admin.metrics import make_registry
 from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
@@ -105,6 +106,7 @@ class WebService:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
+        LoadPoliciesResource(self).register(r)
         self.namespaces.register(r)
         self.namespace_ops = NamespaceOperationsResource(self)
         self.namespace_ops.register(r)

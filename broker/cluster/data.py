@@ -130,6 +130,48 @@ class LeaderBroker:
 
 
 @dataclass(frozen=True)
+class BundleLoad:
+    """One bundle's load in a broker's report: Pulsar's ``NamespaceBundleStats`` (``LocalBrokerData.lastStats``)."""
+
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_in: float = 0.0  # bytes per second
+    msg_throughput_out: float = 0.0
+    consumer_count: int = 0
+    producer_count: int = 0
+    topics: int = 0
+
+    @property
+    def throughput(self) -> float:
+        return self.msg_throughput_in + self.msg_throughput_out
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"msgRateIn": self.msg_rate_in, "msgThroughputIn": self.msg_throughput_in,
+                "msgRateOut": self.msg_rate_out, "msgThroughputOut": self.msg_throughput_out,
+                "consumerCount": self.consumer_count, "producerCount": self.producer_count,
+                "topics": self.topics, "cacheSize": 0}
+
+    @classmethod
+    def from_json(cls, data: Any) -> BundleLoad:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(_num(data.get("msgRateIn")), _num(data.get("msgRateOut")), _num(data.get("msgThroughputIn")),
+                   _num(data.get("msgThroughputOut")), int(_num(data.get("consumerCount"))),
+                   int(_num(data.get("producerCount"))), int(_num(data.get("topics"))))
+
+
+@dataclass(frozen=True)
+class ResourceWeights:
+    """Pulsar's loadBalancer{CPU,Memory,DirectMemory,BandwidthIn,BandwidthOut}ResourceWeight (4.0 defaults)."""
+
+    cpu: float = 1.0
+    memory: float = 0.0
+    direct_memory: float = 0.0
+    bandwidth_in: float = 1.0
+    bandwidth_out: float = 1.0
+
+
+@dataclass(frozen=True)
 class LoadReport:
     """A broker's ``LocalBrokerData``: its URLs and its load (what placement reads back)."""
 
@@ -150,13 +192,27 @@ class LoadReport:
     last_update_ms: int = 0
     version: str = ""
     start_timestamp_ms: int = 0
+    # Kbit/s as Pulsar's bandwidthIn/Out (usage and limit); a limit of 0: unknown, the resource is not counted.
+    bandwidth_in_usage: float = 0.0
+    bandwidth_in_limit: float = 0.0
+    bandwidth_out_usage: float = 0.0
+    bandwidth_out_limit: float = 0.0
+    bundle_stats: Mapping[str, BundleLoad] = field(default_factory=dict)  # lastStats, by bundle name
+
+    def _shares(self) -> tuple[float, float, float, float]:
+        return (_share(self.cpu_usage, self.cpu_limit), _share(self.memory_usage_mb, self.memory_limit_mb),
+                _share(self.bandwidth_in_usage, self.bandwidth_in_limit),
+                _share(self.bandwidth_out_usage, self.bandwidth_out_limit))
 
     @property
     def max_resource_usage(self) -> float:
         """Pulsar's getMaxResourceUsage: the highest usage / limit among the resources, as a fraction."""
-        shares = [self.cpu_usage / self.cpu_limit if self.cpu_limit > 0 else 0.0,
-                  self.memory_usage_mb / self.memory_limit_mb if self.memory_limit_mb > 0 else 0.0]
-        return max(shares)
+        return max(self._shares())
+
+    def max_resource_usage_with_weight(self, w: ResourceWeights) -> float:
+        """Pulsar's LocalBrokerData.getMaxResourceUsageWithWeight: the highest weighted share (a fraction)."""
+        cpu, memory, bw_in, bw_out = self._shares()
+        return max(cpu * w.cpu, memory * w.memory, bw_in * w.bandwidth_in, bw_out * w.bandwidth_out)
 
     def to_bytes(self) -> bytes:
         u = self.urls
@@ -167,11 +223,12 @@ class LoadReport:
             "cpu": {"usage": self.cpu_usage, "limit": self.cpu_limit},
             "memory": {"usage": self.memory_usage_mb, "limit": self.memory_limit_mb},
             "directMemory": {"usage": 0.0, "limit": 0.0},
-            "bandwidthIn": {"usage": 0.0, "limit": 0.0},
-            "bandwidthOut": {"usage": 0.0, "limit": 0.0},
+            "bandwidthIn": {"usage": self.bandwidth_in_usage, "limit": self.bandwidth_in_limit},
+            "bandwidthOut": {"usage": self.bandwidth_out_usage, "limit": self.bandwidth_out_limit},
             "msgThroughputIn": self.msg_throughput_in, "msgThroughputOut": self.msg_throughput_out,
             "msgRateIn": self.msg_rate_in, "msgRateOut": self.msg_rate_out,
-            "lastUpdate": self.last_update_ms, "lastStats": {},
+            "lastUpdate": self.last_update_ms,
+            "lastStats": {name: load.to_json() for name, load in self.bundle_stats.items()},
             "numTopics": self.num_topics, "numBundles": self.num_bundles,
             "numConsumers": self.num_consumers, "numProducers": self.num_producers,
             "bundles": list(self.bundles), "lastBundleGains": [], "lastBundleLosses": [],
@@ -195,6 +252,8 @@ class LoadReport:
         cpu = _usage(data.get("cpu"))
         memory = _usage(data.get("memory"))
         bundles = data.get("bundles") or []
+        bw_in, bw_out = _usage(data.get("bandwidthIn")), _usage(data.get("bandwidthOut"))
+        last_stats = data.get("lastStats") or {}
         return cls(urls, cpu[0], cpu[1], memory[0], memory[1],
                    _num(data.get("msgRateIn")), _num(data.get("msgRateOut")),
                    _num(data.get("msgThroughputIn")), _num(data.get("msgThroughputOut")),
@@ -202,7 +261,13 @@ class LoadReport:
                    int(_num(data.get("numConsumers"))), int(_num(data.get("numProducers"))),
                    tuple(str(b) for b in bundles) if isinstance(bundles, list) else (),
                    int(_num(data.get("lastUpdate"))), _opt_str(data.get("brokerVersionString")) or "",
-                   int(_num(data.get("startTimestamp"))))
+                   int(_num(data.get("startTimestamp"))), bw_in[0], bw_in[1], bw_out[0], bw_out[1],
+                   {str(k): BundleLoad.from_json(v) for k, v in last_stats.items()}
+                   if isinstance(last_stats, dict) else {})
+
+
+def _share(usage: float, limit: float) -> float:
+    return usage / limit if limit > 0 else 0.0
 
 
 def _object(raw: bytes, what: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -41,21 +42,39 @@ class LoadSampler:
         self._cpu = time.process_time()
         self._counters = Counters(0, 0, 0, 0)
         self.rates = Rates()
+        self._bundle_counters: Mapping[str, Counters] = {}
+        self.bundle_rates: dict[str, Rates] = {}  # by bundle name, over the same interval
 
-    def sample(self, counters: Counters) -> Rates:
+    def sample(self, counters: Counters, per_bundle: Mapping[str, Counters] | None = None) -> Rates:
         now, cpu = time.monotonic(), time.process_time()
         elapsed = now - self._at
         if elapsed < MIN_SAMPLE_INTERVAL_S:
             return self.rates
-        before = self._counters
-        # (a counter may go down when topics unload: a negative delta is taken as nothing)
-        self.rates = Rates(max(0, counters.msg_in - before.msg_in) / elapsed,
-                           max(0, counters.msg_out - before.msg_out) / elapsed,
-                           max(0, counters.bytes_in - before.bytes_in) / elapsed,
-                           max(0, counters.bytes_out - before.bytes_out) / elapsed,
-                           100.0 * (cpu - self._cpu) / elapsed)
+        self.rates = _rates(self._counters, counters, elapsed, 100.0 * (cpu - self._cpu) / elapsed)
+        if per_bundle is not None:
+            zero = Counters(0, 0, 0, 0)
+            self.bundle_rates = {b: _rates(self._bundle_counters.get(b, zero), c, elapsed, 0.0)
+                                 for b, c in per_bundle.items()}
+            self._bundle_counters = per_bundle
         self._at, self._cpu, self._counters = now, cpu, counters
         return self.rates
+
+
+def _rates(before: Counters, after: Counters, elapsed: float, cpu_percent: float) -> Rates:
+    # (a counter may go down when topics unload: a negative delta is taken as nothing)
+    return Rates(max(0, after.msg_in - before.msg_in) / elapsed, max(0, after.msg_out - before.msg_out) / elapsed,
+                 max(0, after.bytes_in - before.bytes_in) / elapsed,
+                 max(0, after.bytes_out - before.bytes_out) / elapsed, cpu_percent)
+
+
+def bandwidth_kbps(bytes_per_s: float) -> float:
+    """Pulsar's bandwidth usage unit (kilobits per second, as LinuxBrokerHostUsageImpl reports it)."""
+    return bytes_per_s * 8 / 1024
+
+
+def nic_limit_kbps(gbps: float) -> float:
+    """Pulsar's getTotalNicLimitWithConfiguration: loadBalancerOverrideBrokerNicSpeedGbps in Kbit/s."""
+    return gbps * 1000 * 1000
 
 
 def memory_mb() -> tuple[float, float]:

@@ -7,22 +7,43 @@
    assigned to it that its report does not show yet, Pulsar's "preallocated" bundles), so that a namespace's
    bundles spread over the brokers;
 2. the default placement strategy, ``LeastLongTermMessageRate``: among those, a broker whose highest resource usage
-   is above ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their
-   message rate in + out; the best score wins, ties broken at random (all overloaded: any candidate).
+   (``getMaxResourceUsageWithWeight``, the ``loadBalancer...ResourceWeight`` keys) is above
+   ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their message rate
+   in + out; the best score wins, ties broken at random (all overloaded: any candidate);
+3. when the broker chosen is overloaded, the choice is made again among all the brokers (``selectBroker``'s last
+   step), so a namespace's spreading does not pin a bundle to an overloaded broker.
 
-Not followed: namespace isolation policies and anti-affinity groups (we have neither), and Pulsar's long-term
-averages of the rates (we use the last reported rates).
+A bundle the leader's load shedding (``broker.cluster.load_manager``) moved has an *affinity*: the broker the
+leader chose for it before asking its owner to unload it (Pulsar's ``setNamespaceBundleAffinity``, set by an
+unload with ``destinationBroker``); the next assignment of that bundle takes it (once) when that broker is still
+registered (Pulsar's ``ModularLoadManagerWrapper.getLeastLoaded``), so a shed bundle does not come back to the
+broker it left.
+
+Anti-affinity groups (``LoadManagerShared.filterAntiAffinityGroupOwnedBrokers``, before step 1): a bundle of a
+namespace in a group goes to the brokers that serve the fewest namespaces of that group (none, when some broker
+serves none), so the group's namespaces spread over the brokers as far as they go. (Failure domains, which Pulsar
+applies first when ``failureDomainsEnabled``, are not kept: every broker is its own domain.)
+
+Namespace isolation policies (``LoadManagerShared.applyNamespacePolicies``, first of all): a namespace that a
+policy's ``namespaces`` regexes match goes to the brokers whose host matches the policy's ``primary`` regexes, and
+also to its ``secondary`` ones when fewer primaries than the ``min_available`` policy's ``min_limit`` are up; any other
+namespace goes to the shared brokers (those no policy names as primary). No candidate: no broker (the lookup fails,
+as in Pulsar). Regexes match the whole host (Java's ``matches``), the host being the broker id's (``host:webport``).
+
+Not followed: Pulsar's long-term averages of the rates (we use the last reported rates).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from broker.cluster.bundles import NamespaceBundle
-from broker.cluster.data import LoadReport
+from broker.cluster.data import LoadReport, ResourceWeights
 
 # Pulsar's loadBalancerBrokerOverloadedThresholdPercentage.
 OVERLOADED_THRESHOLD = 0.85
@@ -31,13 +52,37 @@ PREALLOCATION_TTL_S = 60.0
 
 
 class Placement:
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None, weights: ResourceWeights | None = None,
+                 overloaded: float = OVERLOADED_THRESHOLD) -> None:
         self._rng = rng or random.Random()
+        self.weights = weights or ResourceWeights()
+        self.overloaded = overloaded
+        # namespace -> its anti-affinity group (the broker's metadata)
+        self.group_of: Callable[[str], str | None] = lambda namespace: None
+        # the cluster's namespace isolation policies (name -> NamespaceIsolationData), or None
+        self.isolation: Callable[[], Mapping[str, Any] | None] = lambda: None
         # bundle ("tenant/ns/0x.._0x..") -> (broker id, when assigned)
         self.preallocated: dict[str, tuple[str, float]] = {}
+        # bundle -> the broker the load shedding sent it to (Pulsar keys it by the range alone; we by the bundle)
+        self.affinity: dict[str, str] = {}
+
+    def set_affinity(self, bundle: str, broker_id: str | None) -> None:
+        if broker_id:
+            self.affinity[bundle] = broker_id
+        else:
+            self.affinity.pop(bundle, None)
 
     def select(self, bundle: NamespaceBundle, brokers: Mapping[str, LoadReport]) -> str | None:
-        """The broker id to own ``bundle``, or None when no broker is registered."""
+        """The broker id to own ``bundle``, or None when no broker is registered (an assignment: counted for the
+        chosen broker until its report shows the bundle)."""
+        affine = self.affinity.pop(str(bundle), None)
+        chosen = affine if affine in brokers else self.choose(bundle, brokers)
+        if chosen is not None:
+            self.preallocated[str(bundle)] = (chosen, time.monotonic())
+        return chosen
+
+    def choose(self, bundle: NamespaceBundle, brokers: Mapping[str, LoadReport]) -> str | None:
+        """Pulsar's selectBroker: where ``bundle`` would go now (nothing recorded)."""
         if not brokers:
             return None
         now = time.monotonic()
@@ -50,18 +95,98 @@ class Placement:
         for b, (owner, _) in self.preallocated.items():
             if b.startswith(prefix):
                 counts[owner] += 1
-        fewest = min(counts.values())
-        candidates = sorted(b for b, n in counts.items() if n == fewest)
-        scores = {b: _score(brokers[b]) for b in candidates}
-        best = min(scores.values())
-        winners = [b for b in candidates if scores[b] == best] if best < math.inf else candidates
-        chosen = self._rng.choice(winners)
-        self.preallocated[str(bundle)] = (chosen, now)
+        allowed = isolation_candidates(bundle.namespace, sorted(brokers), self.isolation() or {})
+        if not allowed:
+            return None
+        candidates = allowed
+        group = self.group_of(bundle.namespace)
+        if group:
+            candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers))
+        fewest = min(counts[b] for b in candidates)
+        chosen = self._least_loaded([b for b in candidates if counts[b] == fewest], brokers)
+        if brokers[chosen].max_resource_usage_with_weight(self.weights) > self.overloaded:
+            chosen = self._least_loaded(allowed, brokers)
         return chosen
 
+    def group_counts(self, group: str, brokers: Mapping[str, LoadReport]) -> dict[str, int]:
+        """Pulsar's getAntiAffinityNamespaceOwnedBrokers: broker -> how many namespaces of ``group`` it serves a
+        bundle of (reported or assigned)."""
+        served: dict[str, set[str]] = {b: {name.rsplit("/", 1)[0] for name in r.bundles} for b, r in brokers.items()}
+        for name, (owner, _) in self.preallocated.items():
+            served.setdefault(owner, set()).add(name.rsplit("/", 1)[0])
+        wanted = group.lower()
+        counts = {}
+        for b, namespaces in served.items():
+            n = sum(1 for ns in namespaces if (self.group_of(ns) or "").lower() == wanted)
+            if n:
+                counts[b] = n
+        return counts
 
-def _score(report: LoadReport) -> float:
-    """LeastLongTermMessageRate.getScore, with the last reported rates."""
-    if report.max_resource_usage > OVERLOADED_THRESHOLD:
-        return math.inf
-    return report.msg_rate_in + report.msg_rate_out
+    def _least_loaded(self, candidates: list[str], brokers: Mapping[str, LoadReport]) -> str:
+        scores = {b: self._score(brokers[b]) for b in candidates}
+        best = min(scores.values())
+        winners = [b for b in candidates if scores[b] == best] if best < math.inf else candidates
+        return self._rng.choice(winners)
+
+    def _score(self, report: LoadReport) -> float:
+        """LeastLongTermMessageRate.getScore, with the last reported rates."""
+        if report.max_resource_usage_with_weight(self.weights) > self.overloaded:
+            return math.inf
+        return report.msg_rate_in + report.msg_rate_out
+
+
+def spread_anti_affinity(candidates: list[str], counts: Mapping[str, int]) -> list[str]:
+    """filterAntiAffinityGroupOwnedBrokers without failure domains: keep the candidates serving the fewest
+    namespaces of the group (``counts``: the brokers serving at least one)."""
+    if not candidates:
+        return candidates
+    least = min(counts.get(b, 0) for b in candidates)
+    return [b for b in candidates if counts.get(b, 0) == least]
+
+
+def anti_affinity_allows_unload(current: str, candidates: list[str], counts: Mapping[str, int]) -> bool:
+    """LoadManagerShared.shouldAntiAffinityNamespaceUnload: unloading a bundle of a group's namespace helps only if
+    another candidate serves fewer of the group's namespaces, or not every candidate serves the same number."""
+    if not counts:
+        return True
+    least = min(counts.get(b, 0) for b in candidates) if candidates else 0
+    mine = counts.get(current, 0)
+    if least == 0 or mine > least:
+        return True
+    return sum(1 for b in candidates if counts.get(b, 0) == least) != len(candidates)
+
+
+def _matches_any(patterns: Any, text: str) -> bool:
+    for pattern in patterns if isinstance(patterns, list) else []:
+        try:
+            if isinstance(pattern, str) and re.fullmatch(pattern, text):
+                return True
+        except re.error:
+            continue
+    return False
+
+
+def broker_host(broker_id: str) -> str:
+    return broker_id.rsplit(":", 1)[0] if ":" in broker_id else broker_id
+
+
+def isolation_candidates(namespace: str, brokers: list[str], policies: Mapping[str, Any]) -> list[str]:
+    """LoadManagerShared.applyNamespacePolicies over NamespaceIsolationData documents: the brokers ``namespace`` may
+    go to (in ``brokers``' order)."""
+    policy = next((p for _, p in sorted(policies.items())
+                   if isinstance(p, dict) and _matches_any(p.get("namespaces"), namespace)), None)
+    if policy is None:
+        return [b for b in brokers if not any(isinstance(p, dict) and _matches_any(p.get("primary"), broker_host(b))
+                                              for p in policies.values())]
+    primaries = [b for b in brokers if _matches_any(policy.get("primary"), broker_host(b))]
+    secondaries = [b for b in brokers if b not in primaries and _matches_any(policy.get("secondary"), broker_host(b))]
+    return primaries + secondaries if len(primaries) < min_limit(policy) else primaries
+
+
+def min_limit(policy: Mapping[str, Any]) -> int:
+    """The min_available auto-failover policy's ``min_limit`` (checked when the policy was written)."""
+    params = (policy.get("auto_failover_policy") or {}).get("parameters") or {}
+    try:
+        return int(params.get("min_limit", 1))
+    except (TypeError, ValueError):
+        return 1

@@ -180,6 +180,18 @@ NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/"
 # group and anti-affinity group too, kept as they are).
 LOCAL_POLICIES = Kind("local_policies", LOCAL_POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _doc,
                       encode_json)
+# Pulsar's namespace isolation policies of a cluster: one node, a JSON map policy name -> NamespaceIsolationData.
+ISOLATION_NODE = "namespaceIsolationPolicies"
+
+
+def _isolation_key(parts: Sequence[str]) -> str:
+    if parts[1] != ISOLATION_NODE:
+        raise ValueError(f"not {ISOLATION_NODE}")
+    return parts[0]
+
+
+ISOLATION_POLICIES = Kind("isolation_policies", CLUSTERS_ROOT, 2, lambda k: [k, ISOLATION_NODE], _isolation_key,
+                          _doc, encode_json)
 PARTITIONED_TOPICS = Kind("partitioned", PARTITIONED_TOPICS_ROOT, 4, topic_parts, topic_from_parts,
                           _partitioned_decode, encode_json)
 TOPIC_POLICIES = Kind("topic_policies", TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
@@ -191,8 +203,8 @@ COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_p
 # The unit node is the topic's; its children are the versions, each one schema record (JSON).
 SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
 
-KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, PARTITIONED_TOPICS, TOPIC_POLICIES, TOPIC_PROPERTIES,
-         TERMINATED, COMPACTIONS, SCHEMAS)
+KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, PARTITIONED_TOPICS, TOPIC_POLICIES,
+         TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

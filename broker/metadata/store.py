@@ -49,6 +49,9 @@ T = TypeVar("T")
 JsonDoc = dict[str, Any]  # a stored document (Pulsar's JSON field names)
 
 
+ANTI_AFFINITY_GROUP = "namespaceAntiAffinityGroup"  # LocalPolicies' field
+
+
 class MetadataStoreError(Exception):
     """A metadata change refused before anything was changed."""
 
@@ -107,6 +110,7 @@ class BrokerMetadata:
         self._namespaces = t[L.NAMESPACES.name]
         # namespace -> its LocalPolicies document (Pulsar keeps the split bundles there)
         self._local_policies = t[L.LOCAL_POLICIES.name]
+        self._isolation = t[L.ISOLATION_POLICIES.name]
         self._bundles_generation = -1
         self._bundles: dict[str, NamespaceBundles] = {}
         # base topic name -> its PartitionedTopicMetadata document
@@ -405,6 +409,46 @@ class BrokerMetadata:
             return self._stored_bundles(namespace, self._local_policies.get(namespace), None).to_bundles_data()
         await self.update_policy(namespace, "bundles", latest)
         return result[0]
+
+    # -- namespace isolation policies: /admin/clusters/<cluster>/namespaceIsolationPolicies ---------------------
+    def isolation_policies(self, cluster: str) -> JsonDoc | None:
+        """policy name -> NamespaceIsolationData, or None when the cluster has none stored."""
+        found = self._isolation.get(cluster)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def set_isolation_policy(self, cluster: str, name: str, data: JsonDoc | None) -> None:
+        """Set (None: remove) one policy; NotFoundError when removing from a cluster with none stored."""
+        self._cluster_must_exist(cluster)
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            if current is None and data is None:
+                raise NotFoundError(f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
+            doc: JsonDoc = copy.deepcopy(dict(current or {}))
+            if data is None:
+                doc.pop(name, None)
+            else:
+                doc[name] = copy.deepcopy(data)
+            return doc
+        await self._modify(L.ISOLATION_POLICIES, cluster, change)
+
+    # -- anti-affinity group: LocalPolicies.namespaceAntiAffinityGroup (Pulsar keeps it there, per cluster) -------
+    def anti_affinity_group(self, namespace: str) -> str | None:
+        group = (self._local_policies.get(namespace) or {}).get(ANTI_AFFINITY_GROUP)
+        return group if isinstance(group, str) and group else None
+
+    async def set_anti_affinity_group(self, namespace: str, group: str | None) -> None:
+        """Set (None: remove) the group; LocalPolicies are created with the namespace's bundles when missing."""
+        self._namespace_must_exist(namespace)
+        bundles = self.namespace_bundles(namespace).to_bundles_data()
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            doc: JsonDoc = copy.deepcopy(dict(current or {"bundles": bundles, "migrated": False}))
+            if group is None:
+                doc.pop(ANTI_AFFINITY_GROUP, None)
+            else:
+                doc[ANTI_AFFINITY_GROUP] = group
+            return doc
+        await self._modify(L.LOCAL_POLICIES, namespace, change)
 
     # -- permissions: the namespace's AuthPolicies (what Pulsar's authorization provider stores) ------
     async def grant_namespace_permission(self, namespace: str, role: str, actions: Sequence[str]) -> None:

@@ -6,6 +6,7 @@ force come from ``self.policies`` (broker.metadata.policy_table's PolicyResolver
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import itertools
 import logging
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
-from broker.cluster.data import BrokerUrls, LoadReport
-from broker.cluster.load import Counters, LoadSampler, memory_mb
+from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport, ResourceWeights
+from broker.cluster.load import Counters, LoadSampler, bandwidth_kbps, memory_mb, nic_limit_kbps
+from broker.cluster.load_manager import LoadManager
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
@@ -83,6 +85,18 @@ HEALTH_CHECK_TIMEOUT_S = 10.0
 AnyTopic = PersistentTopic | NonPersistentTopic
 
 
+def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
+    """The HTTP credentials of the broker client (``brokerClientAuthenticationPlugin``: token or basic), for the
+    leader's admin calls to other brokers (TLS client certificates are not sent on those)."""
+    method, data, _ = client_credentials(config.brokerClientAuthenticationPlugin,
+                                         config.brokerClientAuthenticationParameters)
+    if method == "token":
+        return {"Authorization": f"Bearer {data.decode()}"}
+    if method == "basic":
+        return {"Authorization": f"Basic {base64.b64encode(data).decode()}"}
+    return {}
+
+
 def is_shared_store_url(url: str) -> bool:
     """A metadataStoreUrl that several brokers can share (ZooKeeper): not empty, ``local:`` or ``memory:``."""
     url = url.strip()
@@ -145,6 +159,7 @@ class BrokerService:
         self.ownership: Ownership = (PendingOwnership(self.namespace_bundles) if self.distributed
                                      else StandaloneOwnership(self, self.namespace_bundles))
         self.registry: BrokerRegistry | None = None
+        self.load_manager: LoadManager | None = None
         self.load = LoadSampler()
         # Topics closed at once when the metadata session was lost (their closes run here).
         self._dropped = OwnedTasks("broker service: topics dropped with the metadata session")
@@ -271,34 +286,72 @@ class BrokerService:
         self.health_ledger_name = f"{HEALTH_LEDGER}-{urls.broker_id.replace(':', '-')}"
         registry = BrokerRegistry(self.metadata_store, urls, lambda: self.load_report(urls))
         ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles)
+        c = self.config
+        ownership.placement.weights = ResourceWeights(
+            c.loadBalancerCPUResourceWeight, c.loadBalancerMemoryResourceWeight,
+            c.loadBalancerDirectMemoryResourceWeight, c.loadBalancerBandwidthInResourceWeight,
+            c.loadBalancerBandwidthOutResourceWeight)
+        ownership.placement.overloaded = c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
+        ownership.placement.group_of = self.metadata.anti_affinity_group
+        ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
         await registry.start()
         self.registry, self.ownership = registry, ownership
         if self.transactions is not None:
             self.transactions.start_cluster(urls.pulsar_url or urls.pulsar_url_tls or "")
+        self.load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles,
+                                        broker_client_headers(c))
+        self.load_manager.start()
 
     def load_report(self, urls: BrokerUrls) -> LoadReport:
         topics = self.all_topics()
+        owned = self.ownership.owned_bundles()
+        zero = Counters(0, 0, 0, 0)
+        per_bundle: dict[str, Counters] = {str(b): zero for b in owned}
+        sessions: dict[str, tuple[int, int, int]] = {}  # bundle -> (topics, producers, consumers)
         msg_in = bytes_in = msg_out = bytes_out = producers = consumers = 0
         for topic in topics:
-            msg_in += topic.msg_in
-            bytes_in += topic.bytes_in
-            producers += len(topic.producers)
+            t_out = t_bytes_out = t_consumers = 0
             subs: list[AnySubscription] = [*topic.subscriptions.values()]
             for sub in subs:
                 for c in sub.consumers:
-                    consumers += 1
-                    msg_out += c.msg_out
-                    bytes_out += c.bytes_out
-        rates = self.load.sample(Counters(msg_in, bytes_in, msg_out, bytes_out))
+                    t_consumers += 1
+                    t_out += c.msg_out
+                    t_bytes_out += c.bytes_out
+            msg_in += topic.msg_in
+            bytes_in += topic.bytes_in
+            producers += len(topic.producers)
+            consumers += t_consumers
+            msg_out += t_out
+            bytes_out += t_bytes_out
+            if self.ownership.distributed:
+                try:
+                    bundle = str(self.ownership.bundle_of(topic.name))
+                except Exception:  # (its namespace is gone)
+                    continue
+                was = per_bundle.get(bundle, zero)
+                per_bundle[bundle] = Counters(was.msg_in + topic.msg_in, was.bytes_in + topic.bytes_in,
+                                              was.msg_out + t_out, was.bytes_out + t_bytes_out)
+                n, p, k = sessions.get(bundle, (0, 0, 0))
+                sessions[bundle] = (n + 1, p + len(topic.producers), k + t_consumers)
+        rates = self.load.sample(Counters(msg_in, bytes_in, msg_out, bytes_out), per_bundle)
+        stats = {}
+        for bundle in per_bundle:
+            r = self.load.bundle_rates.get(bundle)
+            n, p, k = sessions.get(bundle, (0, 0, 0))
+            stats[bundle] = BundleLoad(r.msg_rate_in, r.msg_rate_out, r.throughput_in, r.throughput_out, k, p, n) \
+                if r is not None else BundleLoad(consumer_count=k, producer_count=p, topics=n)
         rss, total = memory_mb()
-        owned = self.ownership.owned_bundles()
+        nic = nic_limit_kbps(self.config.loadBalancerOverrideBrokerNicSpeedGbps)
         return LoadReport(urls, cpu_usage=rates.cpu_percent, cpu_limit=100.0, memory_usage_mb=rss,
                           memory_limit_mb=total, msg_rate_in=rates.msg_rate_in, msg_rate_out=rates.msg_rate_out,
                           msg_throughput_in=rates.throughput_in, msg_throughput_out=rates.throughput_out,
                           num_topics=len(topics), num_bundles=len(owned), num_consumers=consumers,
                           num_producers=producers, bundles=tuple(sorted(str(b) for b in owned)),
                           last_update_ms=int(time.time() * 1000), version=__version__,
-                          start_timestamp_ms=self.started_at_ms)
+                          start_timestamp_ms=self.started_at_ms,
+                          bandwidth_in_usage=bandwidth_kbps(rates.throughput_in), bandwidth_in_limit=nic,
+                          bandwidth_out_usage=bandwidth_kbps(rates.throughput_out), bandwidth_out_limit=nic,
+                          bundle_stats=stats)
 
     # TopicHost (broker.cluster.ownership): what bundle ownership does to the loaded topics.
     def served_topic_names(self) -> list[str]:
@@ -697,6 +750,8 @@ class BrokerService:
 
     async def close(self) -> None:
         # Cluster mode: release the bundles first (their topics close, their clients look up another broker).
+        if self.load_manager is not None:
+            await self.load_manager.close()
         await self.ownership.close()
         if self.registry is not None:
             await self.registry.close()

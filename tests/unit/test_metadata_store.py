@@ -362,12 +362,14 @@ async def test_the_import_never_overwrites_what_the_store_has(tmp_path: Path, me
 def test_paths_round_trip() -> None:
     for kind, key in ((L.CLUSTERS, "c"), (L.TENANTS, "t"), (L.NAMESPACES, "t/ns"),
                       (L.PARTITIONED_TOPICS, "persistent://t/ns/a b/c%d~e"),
-                      (L.TOPIC_POLICIES, "non-persistent://t/ns/x-partition-1"), (L.SCHEMAS, "persistent://t/ns/s")):
+                      (L.TOPIC_POLICIES, "non-persistent://t/ns/x-partition-1"), (L.SCHEMAS, "persistent://t/ns/s"),
+                      (L.ISOLATION_POLICIES, "c")):
         assert L.classify(kind.path(key)) == (kind, key)
     assert L.classify(L.SCHEMAS.path("persistent://t/ns/s") + "/0000000003") == (L.SCHEMAS, "persistent://t/ns/s")
     assert L.PARTITIONED_TOPICS.path("persistent://t/ns/a b/c") == "/admin/partitioned-topics/t/ns/persistent/a+b%2Fc"
     assert L.classify("/admin/partitioned-topics/t/ns") is None  # (a directory, no record)
-    assert L.classify("/admin/clusters/c/namespaceIsolationPolicies") is None  # (Pulsar's, not ours)
+    assert L.ISOLATION_POLICIES.path("c") == "/admin/clusters/c/namespaceIsolationPolicies"
+    assert L.classify("/admin/clusters/c/failureDomain") is None  # (Pulsar's, not ours)
     assert L.classify("/managed-ledgers/t/ns/persistent/x") is None
 
 

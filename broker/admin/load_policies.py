@@ -1,0 +1,208 @@
+"""Admin REST v2: the placement policies the leader's load manager applies (``broker.cluster.placement``).
+
+Anti-affinity groups (Pulsar's ``Namespaces`` resource; the group lives in the namespace's LocalPolicies,
+``/admin/local-policies/{tenant}/{ns}``, field ``namespaceAntiAffinityGroup``):
+
+- ``GET /admin/v2/namespaces/{tenant}/{ns}/antiAffinity``: the group, as Pulsar writes a ``String`` (the bare
+  text); 204 when none;
+- ``POST`` the same path, the group as the body (the bare text as Pulsar's admin client sends it, or a JSON
+  string): a blank group is 412 "antiAffinityGroup can't be empty";
+- ``DELETE`` the same path: no group.
+(Pulsar's listing of a group, ``GET /admin/v2/namespaces/{cluster}/antiAffinity/{group}?tenant=``, is not served:
+its tenant is in the query, out of reach of our path-based access rules.)
+
+Namespace isolation policies (Pulsar's ``Clusters`` resource; one node per cluster,
+``/admin/clusters/{cluster}/namespaceIsolationPolicies``, a JSON map policy name -> ``NamespaceIsolationData``
+``{"namespaces": [regex], "primary": [regex], "secondary": [regex], "auto_failover_policy": {"policy_type":
+"min_available", "parameters": {"min_limit": "1", "usage_threshold": "80"}}}``):
+
+- ``GET /admin/v2/clusters/{cluster}/namespaceIsolationPolicies``: the map; 404 "NamespaceIsolationPolicies for
+  cluster ... does not exist" when none was ever set;
+- ``GET .../namespaceIsolationPolicies/{policyName}``: one; 404 "Cannot find NamespaceIsolationPolicy ... for
+  cluster ...";
+- ``POST .../namespaceIsolationPolicies/{policyName}``: set it, checked as Pulsar's
+  ``NamespaceIsolationDataImpl.validate`` (namespaces and primary not empty, primary and secondary valid regexes,
+  an auto-failover policy ``min_available`` with integer ``min_limit`` and ``usage_threshold``), else 400; then the
+  namespaces the old or new policy matches are unloaded, so that they are placed again (Pulsar's
+  ``filterAndUnloadMatchedNamespaceAsync``);
+- ``DELETE .../namespaceIsolationPolicies/{policyName}``: remove it (404 when the cluster has none);
+- an unknown cluster: 412 "Cluster ... does not exist.".
+
+An unknown tenant or namespace is 404, as everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin.common import HttpError, json_response, no_content, read_body
+from broker.admin.namespace_ops import forward_put
+from broker.metadata.store import NotFoundError
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+
+log = logging.getLogger(__name__)
+
+NS = "/admin/v2/namespaces/{tenant}/{ns}"
+ISOLATION = "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies"
+FAILOVER_POLICIES = ("min_available",)
+
+
+def check_isolation_data(doc: Any) -> dict[str, Any]:
+    """NamespaceIsolationDataImpl.validate and MinAvailablePolicy's parameters; ValueError when wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+
+    def regexes(key: str, non_empty: bool) -> list[str]:
+        value = doc.get(key)
+        if not isinstance(value, list) or (non_empty and not value) or \
+                not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key} must be a{' non-empty' if non_empty else ''} list of strings")
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{key}: invalid regex {pattern!r}: {exc}") from None
+        return value
+
+    namespaces = doc.get("namespaces")
+    if not isinstance(namespaces, list) or not namespaces or not all(isinstance(v, str) for v in namespaces):
+        raise ValueError("namespaces must be a non-empty list of strings")
+    out: dict[str, Any] = {"namespaces": namespaces, "primary": regexes("primary", True),
+                           "secondary": regexes("secondary", False)}
+    policy = doc.get("auto_failover_policy")
+    if not isinstance(policy, dict) or policy.get("policy_type") is None or policy.get("parameters") is None:
+        raise ValueError("auto_failover_policy with policy_type and parameters is required")
+    if policy["policy_type"] not in FAILOVER_POLICIES:
+        raise ValueError(f"Unrecognized auto_failover_policy: {policy['policy_type']}")
+    params = policy["parameters"]
+    if not isinstance(params, dict):
+        raise ValueError("auto_failover_policy.parameters must be an object")
+    for key in ("min_limit", "usage_threshold"):
+        try:
+            int(str(params.get(key)))
+        except ValueError:
+            raise ValueError(f"auto_failover_policy.parameters.{key} must be an integer") from None
+    out["auto_failover_policy"] = {"policy_type": policy["policy_type"],
+                                   "parameters": {str(k): str(v) for k, v in params.items()}}
+    return out
+
+
+class LoadPoliciesResource:
+    def __init__(self, web_service: WebService) -> None:
+        self.web = web_service
+
+    def register(self, r: web.UrlDispatcher) -> None:
+        r.add_get(NS + "/antiAffinity", self.get_group)
+        r.add_post(NS + "/antiAffinity", self.set_group)
+        r.add_delete(NS + "/antiAffinity", self.remove_group)
+        r.add_get(ISOLATION, self.get_isolation_policies)
+        r.add_get(ISOLATION + "/{policy}", self.get_isolation_policy)
+        r.add_post(ISOLATION + "/{policy}", self.set_isolation_policy)
+        r.add_delete(ISOLATION + "/{policy}", self.delete_isolation_policy)
+
+    # -- isolation policies ----------------------------------------------------------------------------------
+    def _cluster(self, request: web.Request) -> str:
+        cluster = request.match_info["cluster"]
+        if cluster not in self.web.metadata.clusters:
+            raise HttpError(412, f"Cluster {cluster} does not exist.")
+        return cluster
+
+    async def get_isolation_policies(self, request: web.Request) -> web.Response:
+        cluster = self._cluster(request)
+        policies = self.web.metadata.isolation_policies(cluster)
+        if policies is None:
+            raise HttpError(404, f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
+        return json_response(policies)
+
+    async def get_isolation_policy(self, request: web.Request) -> web.Response:
+        cluster = self._cluster(request)
+        name = request.match_info["policy"]
+        policy = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        if policy is None:
+            raise HttpError(404, f"Cannot find NamespaceIsolationPolicy {name} for cluster {cluster}")
+        return json_response(policy)
+
+    async def set_isolation_policy(self, request: web.Request) -> web.Response:
+        cluster = self._cluster(request)
+        name = request.match_info["policy"]
+        body = await read_body(request)
+        try:
+            data = check_isolation_data(body)
+        except ValueError as exc:
+            raise HttpError(400, f"Invalid format of input policy data. policy: {name}; data: {body} ({exc})") \
+                from None
+        old = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        await self.web.metadata.set_isolation_policy(cluster, name, data)
+        await self._unload_matched(request, [data, old])
+        return no_content()
+
+    async def delete_isolation_policy(self, request: web.Request) -> web.Response:
+        cluster = self._cluster(request)
+        name = request.match_info["policy"]
+        old = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        try:
+            await self.web.metadata.set_isolation_policy(cluster, name, None)
+        except NotFoundError as exc:
+            raise HttpError(404, str(exc)) from None
+        await self._unload_matched(request, [old])
+        return no_content()
+
+    async def _unload_matched(self, request: web.Request, policies: list[Any]) -> None:
+        """Unload the bundles of the namespaces the policies match (each by its owner), so placement applies the
+        policies now rather than at the next move."""
+        patterns = [p for policy in policies if isinstance(policy, dict) for p in policy.get("namespaces") or []]
+        service = self.web.service
+        ownership = service.ownership
+        for ns in sorted(self.web.metadata.namespaces):
+            if not any(_full_match(p, ns) for p in patterns):
+                continue
+            for bundle in service.metadata.namespace_bundles(ns).bundles:
+                try:
+                    if ownership.is_owned(bundle) or not ownership.distributed:
+                        await ownership.unload_bundle(bundle)
+                        continue
+                    owner = await ownership.owner_of(bundle)
+                    if owner is not None and owner.http_url:
+                        await forward_put(request, f"{owner.http_url}/admin/v2/namespaces/{ns}/"
+                                                   f"{bundle.range_name}/unload")
+                except Exception as exc:  # (placement applies the policy at the bundle's next move anyway)
+                    log.warning("unloading %s after an isolation policy change: %s", bundle, exc)
+
+    async def get_group(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        group = self.web.metadata.anti_affinity_group(ns)
+        if group is None:
+            return no_content()
+        return web.Response(text=group, content_type="application/json")
+
+    async def set_group(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        text = (await request.read()).decode("utf-8", errors="replace").strip()
+        if text.startswith('"'):
+            try:
+                text = str(json.loads(text)).strip()
+            except ValueError:
+                raise HttpError(400, "The anti-affinity group must be text or a JSON string") from None
+        if not text:
+            raise HttpError(412, "antiAffinityGroup can't be empty")
+        await self.web.metadata.set_anti_affinity_group(ns, text)
+        return no_content()
+
+    async def remove_group(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        await self.web.metadata.set_anti_affinity_group(ns, None)
+        return no_content()
+
+
+def _full_match(pattern: str, text: str) -> bool:
+    try:
+        return re.fullmatch(pattern, text) is not None
+    except re.error:
+        return False

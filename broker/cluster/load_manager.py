@@ -1,0 +1,233 @@
+"""The leader's load-manager rounds (Apache Pulsar's ``ModularLoadManagerImpl`` on the leader): load shedding
+and the automatic bundle split. Every broker runs the loop; a round does something only while this broker is the
+leader (``/loadbalance/leader``), so the work moves with the leadership when the leader dies.
+
+Shedding (``doLoadShedding``, every ``loadBalancerSheddingIntervalMinutes`` when ``loadBalancerSheddingEnabled``
+and more than one broker is registered): the bundles unloaded less than ``loadBalancerSheddingGracePeriodMinutes``
+ago are forgotten past that; the strategy (``broker.cluster.shedding``, Pulsar's default ``ThresholdShedder``)
+names bundles per overloaded broker; for each, placement picks where it should go (``selectBroker``: the same
+rules as a lookup of an unowned bundle); nothing happens when that is its owner or no broker; otherwise the leader
+records the destination as the bundle's affinity (what Pulsar's unload with ``destinationBroker`` does on the
+leader), asks the owner to unload it (``PUT /admin/v2/namespaces/{ns}/{range}/unload`` on the owner's web URL), and
+marks it recently unloaded. Its clients look up again; the leader then gives the bundle to the destination.
+
+Split (``checkNamespaceBundleSplit``, every ``loadBalancerSplitIntervalMinutes`` when
+``loadBalancerAutoBundleSplitEnabled`` and more than one broker is registered): the bundles past Pulsar's thresholds
+in the brokers' reports (``lastStats``; ``broker.cluster.split.bundles_to_split``) are split by their owner
+(``PUT .../{range}/split?unload=...``), asked by the leader. (A single broker splits its own bundles:
+``broker.admin.bundles``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import aiohttp
+
+from broker.cluster import split as S
+from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
+from broker.cluster.data import LoadReport, ResourceWeights
+from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
+from broker.cluster.registry import BrokerRegistry
+from broker.cluster.shedding import ShedderSettings, ThresholdShedder
+from broker.config import BrokerConfig
+from broker.tasks import OwnedTasks
+from metadata_store.api import MetadataStoreError
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 60.0
+
+
+def shedder_settings(config: BrokerConfig) -> ShedderSettings:
+    return ShedderSettings(
+        threshold_percent=config.loadBalancerBrokerThresholdShedderPercentage,
+        history_percentage=config.loadBalancerHistoryResourcePercentage,
+        min_throughput_mb=config.loadBalancerBundleUnloadMinThroughputThreshold,
+        weights=ResourceWeights(config.loadBalancerCPUResourceWeight, config.loadBalancerMemoryResourceWeight,
+                                config.loadBalancerDirectMemoryResourceWeight,
+                                config.loadBalancerBandwidthInResourceWeight,
+                                config.loadBalancerBandwidthOutResourceWeight))
+
+
+def split_stats(brokers: Mapping[str, LoadReport]) -> list[S.BundleStats]:
+    """The bundles' load as their owners last reported it (Pulsar's bundle data, from ``lastStats``)."""
+    out = []
+    for report in brokers.values():
+        for name, load in sorted(report.bundle_stats.items()):
+            try:
+                bundle = NamespaceBundle.parse(*name.rsplit("/", 1))
+            except ValueError:
+                continue
+            out.append(S.BundleStats(bundle, load.topics, load.producer_count + load.consumer_count,
+                                     load.msg_rate_in + load.msg_rate_out, load.throughput))
+    return out
+
+
+class LoadManager:
+    """``placement``: the lookups' placement (the affinities set here are read by the next lookup);
+    ``bundles_of(ns)``: the namespace's bundles now; ``headers``: the broker client's credentials for the admin
+    calls to the owners."""
+
+    def __init__(self, config: BrokerConfig, registry: BrokerRegistry, placement: Placement,
+                 bundles_of: Callable[[str], NamespaceBundles], headers: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.registry = registry
+        self.placement = placement
+        self.bundles_of = bundles_of
+        self.headers = dict(headers or {})
+        self.shedder = ThresholdShedder(shedder_settings(config))
+        self.recently_unloaded: dict[str, float] = {}  # bundle -> when (time.time())
+        self.unloads = 0  # bundles unloaded by shedding (tests, logs)
+        self.splits = 0
+        self._tasks = OwnedTasks("load manager")
+
+    def start(self) -> None:
+        c = self.config
+        self._tasks.spawn(self._every(c.loadBalancerSheddingIntervalMinutes * 60, self.shed_once), name="shedding")
+        self._tasks.spawn(self._every(c.loadBalancerSplitIntervalMinutes * 60, self.split_once), name="split")
+
+    async def close(self) -> None:
+        self._tasks.cancel()
+        await self._tasks.wait()
+
+    async def _every(self, interval_s: float, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                result = job()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("load manager round failed; next in %.1f s", interval_s)
+
+    async def _brokers(self) -> dict[str, LoadReport]:
+        brokers = await self.registry.active_brokers()
+        brokers[self.registry.urls.broker_id] = self.registry.current_report()
+        return brokers
+
+    # -- shedding -------------------------------------------------------------------------------------
+    async def shed_once(self) -> list[str]:
+        """One round; the bundles unloaded."""
+        if not self.config.loadBalancerSheddingEnabled or not self.registry.is_leader:
+            return []
+        try:
+            brokers = await self._brokers()
+        except MetadataStoreError as exc:
+            log.warning("load shedding skipped: %s", exc)
+            return []
+        if len(brokers) <= 1:
+            return []
+        grace_s = self.config.loadBalancerSheddingGracePeriodMinutes * 60
+        now = time.time()
+        self.recently_unloaded = {b: at for b, at in self.recently_unloaded.items() if now - at < grace_s}
+        plan = self.shedder.find_bundles_for_unloading(brokers, self.recently_unloaded)
+        done = []
+        for broker_id, bundles in plan.items():
+            for name in bundles:
+                if await self._shed(name, broker_id, brokers):
+                    done.append(name)
+        return done
+
+    async def _shed(self, name: str, owner_id: str, brokers: dict[str, LoadReport]) -> bool:
+        try:
+            bundle = NamespaceBundle.parse(*name.rsplit("/", 1))
+        except ValueError:
+            return False
+        allowed = isolation_candidates(bundle.namespace, sorted(brokers), self.placement.isolation() or {})
+        if not [b for b in allowed if b != owner_id]:
+            return False  # (no other broker may have it: shouldNamespacePoliciesUnload)
+        group = self.placement.group_of(bundle.namespace)
+        if group and not anti_affinity_allows_unload(owner_id, allowed,
+                                                     self.placement.group_counts(group, brokers)):
+            return False  # (it would land on a broker as crowded with its group: shouldAntiAffinityNamespaceUnload)
+        dest = self.placement.choose(bundle, brokers)
+        if dest is None:
+            log.info("ThresholdShedder: no broker available to unload bundle %s from broker %s", name, owner_id)
+            return False
+        if dest == owner_id:
+            log.warning("ThresholdShedder: the destination broker %s is the same as the current owner of bundle %s",
+                     dest, name)
+            return False
+        owner = brokers.get(owner_id)
+        base = owner.urls.web_url if owner is not None else None
+        if not base:
+            return False
+        log.info("ThresholdShedder: unloading bundle %s from broker %s to broker %s", name, owner_id, dest)
+        self.placement.set_affinity(name, dest)
+        try:
+            await self._put(f"{base}/admin/v2/namespaces/{bundle.namespace}/{bundle.range_name}/unload")
+        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+            self.placement.set_affinity(name, None)
+            log.warning("load shedding of %s on %s failed: %s", name, owner_id, exc)
+            return False
+        self.recently_unloaded[name] = time.time()
+        self.unloads += 1
+        return True
+
+    # -- split ------------------------------------------------------------------------------------------
+    async def split_once(self) -> list[NamespaceBundle]:
+        if not self.config.loadBalancerAutoBundleSplitEnabled or not self.registry.is_leader:
+            return []
+        try:
+            brokers = await self._brokers()
+        except MetadataStoreError as exc:
+            log.warning("bundle split round skipped: %s", exc)
+            return []
+        if len(brokers) <= 1:
+            return []
+        stats = split_stats(brokers)
+        counts: dict[str, int] = {}
+        live: list[S.BundleStats] = []
+        for s in stats:
+            ns = s.bundle.namespace
+            try:
+                bundles = self.bundles_of(ns)
+            except Exception:  # (namespace deleted meanwhile)
+                continue
+            counts[ns] = len(bundles)
+            if s.bundle in bundles.bundles:  # (already split: Pulsar's checkBundleDataExistInNamespaceBundles)
+                live.append(s)
+        owner_of = {name: broker_id for broker_id, r in brokers.items() for name in r.bundle_stats}
+        unload = str(self.config.loadBalancerAutoUnloadSplitBundlesEnabled).lower()
+        done = []
+        for bundle in S.bundles_to_split(live, counts, _thresholds(self.config)):
+            owner = brokers.get(owner_of.get(str(bundle), ""))
+            if owner is None or not owner.urls.web_url:
+                continue
+            log.info("Load-manager splitting bundle %s (owner %s, unload %s)", bundle, owner.urls.broker_id, unload)
+            try:
+                await self._put(f"{owner.urls.web_url}/admin/v2/namespaces/{bundle.namespace}/"
+                                f"{bundle.range_name}/split?unload={unload}")
+            except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                log.warning("Failed to split namespace bundle %s: %s", bundle, exc)
+                continue
+            self.splits += 1
+            done.append(bundle)
+        return done
+
+    async def _put(self, url: str) -> None:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session, \
+                session.put(url, headers=self.headers) as answer:
+            if answer.status >= 400:
+                text = ""
+                with contextlib.suppress(aiohttp.ClientError, UnicodeDecodeError):
+                    text = await answer.text()
+                raise RuntimeError(f"PUT {url}: {answer.status} {text[:300]}")
+
+
+def _thresholds(config: BrokerConfig) -> S.SplitThresholds:
+    return S.SplitThresholds(
+        max_topics=config.loadBalancerNamespaceBundleMaxTopics,
+        max_sessions=config.loadBalancerNamespaceBundleMaxSessions,
+        max_msg_rate=config.loadBalancerNamespaceBundleMaxMsgRate,
+        max_bandwidth_mbytes=config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
+        max_bundles=config.loadBalancerNamespaceMaximumBundles,
+        flow_or_qps_difference_percent=config.flowOrQpsDifferenceThresholdPercentage)

@@ -1,0 +1,242 @@
+"""The leader's load manager with real broker processes and the official client: load shedding moves a bundle off
+an overloaded broker (clients follow, nothing receipted is lost), only the leader sheds, and the automatic split is
+decided by the leader and done by the owner.
+
+Load is made deterministic with Pulsar's own key ``loadBalancerOverrideBrokerNicSpeedGbps``: a tiny NIC limit makes
+a broker that receives messages overloaded (bandwidth in) while one that receives none is idle; history 0 and a
+minimum throughput of 0 make the shedder act on the first report that shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+from typing import Any
+
+import pulsar
+import requests
+
+from broker.metadata.bundles import hash_topic
+from cluster.local import BrokerInfo, start_broker
+from tests.bookkeeper.test_broker_faults import Checker, Producing, acked_count, drain, open_producer, wait_acked
+from tests.cluster.conftest import Brokers, http_json, log_of
+from tests.cluster.test_failover import keep_data, service_urls
+from tests.waiting import wait_for
+
+WAIT_S = 90.0
+SHED = "ThresholdShedder: unloading bundle"
+
+
+def four_bundles() -> list[tuple[int, int]]:
+    step = 0x40000000
+    return [(i * step, min((i + 1) * step, 0xFFFFFFFF)) for i in range(4)]
+
+
+def topic_in(lower: int, upper: int, kind: str, n: int = 1, namespace: str = "public/default") -> list[str]:
+    """``n`` new topic names of ``namespace`` whose hash falls in [lower, upper)."""
+    out: list[str] = []
+    tag = os.urandom(3).hex()
+    i = 0
+    while len(out) < n:
+        name = f"persistent://{namespace}/{kind}-{tag}-{i}"
+        if lower <= hash_topic(name) < upper or (upper == 0xFFFFFFFF and hash_topic(name) == upper):
+            out.append(name)
+        i += 1
+    return out
+
+
+def range_name(lower: int, upper: int) -> str:
+    return f"0x{lower:08x}_0x{upper:08x}"
+
+
+def owner_web(brokers: Brokers, rng: str) -> str | None:
+    with brokers.zk() as zk:
+        data = brokers.owners(zk).get(rng)
+    return str(data["httpUrl"]) if data else None
+
+
+def leader_of(brokers: Brokers) -> BrokerInfo:
+    with brokers.zk() as zk:
+        leader = json.loads(zk.get("/loadbalance/leader")[0])
+    return next(b for b in brokers.live if b.web_url.removeprefix("http://") == leader["brokerId"])
+
+
+def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers) -> None:
+    brokers.settings.update({
+        "loadBalancerSheddingIntervalMinutes": "0.05", "loadBalancerHistoryResourcePercentage": "0",
+        "loadBalancerBundleUnloadMinThroughputThreshold": "0", "loadBalancerOverrideBrokerNicSpeedGbps": "0.00001",
+        "loadBalancerAutoBundleSplitEnabled": "false"})
+    b1, b2 = brokers.start(2)
+    ranges = four_bundles()
+    # One topic per bundle, each looked up once: placement spreads the namespace's bundles, two per broker.
+    topics = {range_name(lo, up): topic_in(lo, up, "shed")[0] for lo, up in ranges}
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        for topic in topics.values():
+            keep_data(client, topic)
+        owners = {rng: owner_web(brokers, rng) for rng in topics}
+        busy_web = owners[range_name(*ranges[0])]
+        hot = [rng for rng, web in owners.items() if web == busy_web]
+        assert len(hot) == 2, owners  # (fewest bundles of the namespace first: 2 and 2)
+        busy = next(b for b in brokers.live if b.web_url == busy_web)
+        idle = b2 if busy is b1 else b1
+        checkers = {rng: Checker() for rng in hot}
+        producers = [open_producer(client, topics[rng]) for rng in hot]
+        with Producing(producers[0], checkers[hot[0]], "a") as first, \
+                Producing(producers[1], checkers[hot[1]], "b") as second:
+            for rng in hot:
+                wait_acked(checkers[rng], 100)
+
+            def moved() -> str | None:
+                return next((rng for rng in hot if owner_web(brokers, rng) == idle.web_url), None)
+
+            shed = wait_for(moved, WAIT_S, "a bundle of the overloaded broker to move to the idle one")
+            # The clients follow it: more receipts on both topics after the move.
+            for rng in hot:
+                wait_acked(checkers[rng], acked_count(checkers[rng]) + 100)
+            first.finish()
+            second.finish()
+        leader = leader_of(brokers)
+        assert SHED in log_of(leader) and f"public/default/{shed}" in log_of(leader)
+        other = b2 if leader is b1 else b1
+        assert SHED not in log_of(other)  # a non-leader never sheds
+        for rng in hot:
+            assert not checkers[rng].failed, dict(list(checkers[rng].failed.items())[:3])
+    finally:
+        client.close()
+    for rng in hot:
+        drain(b1.service_url, topics[rng], checkers[rng])
+        assert not checkers[rng].lost()
+
+
+def test_the_automatic_split_is_the_leaders(brokers: Brokers) -> None:
+    """Three loaded topics in one bundle of a non-leader, past loadBalancerNamespaceBundleMaxTopics (2): the leader
+    asks the owner to split it; the owner's own round never does (its log has no split of its own)."""
+    brokers.settings.update({"loadBalancerSplitIntervalMinutes": "0.05", "loadBalancerNamespaceBundleMaxTopics": "2",
+                             "loadBalancerSheddingEnabled": "false"})
+    b1, b2 = brokers.start(2)
+    leader = leader_of(brokers)
+    non_leader = b2 if leader is b1 else b1
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        # One topic per bundle: two bundles per broker; three topics in one of the non-leader's.
+        owners = {}
+        for lo, up in four_bundles():
+            rng = range_name(lo, up)
+            client.create_producer(topic_in(lo, up, "first")[0]).send(b"x")
+            owners[rng] = (lo, up, owner_web(brokers, rng))
+        lo, up = next((lo, up) for lo, up, web in owners.values() if web == non_leader.web_url)
+        topics = topic_in(lo, up, "split", 3)
+        for topic in topics:
+            client.create_producer(topic).send(b"x")
+
+        def split() -> bool:
+            boundaries = http_json(f"{b1.web_url}/admin/v2/namespaces/public/default/bundles")["boundaries"]
+            return len(boundaries) > 5
+
+        wait_for(split, WAIT_S, "the leader to have the hot bundle split")
+        assert "Load-manager splitting bundle" in log_of(leader)
+        assert "Load-manager splitting bundle" not in log_of(non_leader)
+        assert "Load-manager split bundle" not in log_of(non_leader)  # (the single-broker round stays off)
+    finally:
+        client.close()
+
+
+def test_anti_affinity_namespaces_land_on_different_brokers(brokers: Brokers) -> None:
+    """Three pairs of one-bundle namespaces, each pair an anti-affinity group: each pair's second namespace goes to
+    the broker that does not serve the first (without the groups, a coin toss each)."""
+    b1, b2 = brokers.start(2)
+    tag = os.urandom(3).hex()
+    pairs = [(f"public/aa-{tag}-{i}-x", f"public/aa-{tag}-{i}-y") for i in range(3)]
+    for i, pair in enumerate(pairs):
+        for ns in pair:
+            requests.put(f"{b1.web_url}/admin/v2/namespaces/{ns}", json={"bundles": {"numBundles": 1}},
+                         timeout=30).raise_for_status()
+            answer = requests.post(f"{b1.web_url}/admin/v2/namespaces/{ns}/antiAffinity", data=f"group-{tag}-{i}",
+                                   timeout=30)
+            assert answer.status_code == 204, answer.text
+    def group_seen(url: str) -> bool:
+        return requests.get(url, timeout=30).status_code == 200
+
+    for pair in pairs:  # (every broker's metadata sees the groups: the leader's placement reads them)
+        for broker in (b1, b2):
+            wait_for(partial(group_seen, f"{broker.web_url}/admin/v2/namespaces/{pair[1]}/antiAffinity"), WAIT_S,
+                     "the group")
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        for first, second in pairs:
+            client.create_producer(f"persistent://{first}/t").send(b"x")
+            client.create_producer(f"persistent://{second}/t").send(b"x")
+            with brokers.zk() as zk:
+                owners_first = brokers.owners(zk, first)
+                owners_second = brokers.owners(zk, second)
+            assert len(owners_first) == 1 and len(owners_second) == 1
+            (one,), (two,) = owners_first.values(), owners_second.values()
+            assert one["httpUrl"] != two["httpUrl"], (first, second)
+    finally:
+        client.close()
+
+
+def test_isolation_policy_keeps_a_namespace_on_its_primary_broker(brokers: Brokers) -> None:
+    """Two "hosts" (127.0.0.1 and 127.0.0.2): a policy makes 127.0.0.2 the primary of public/iso-* (127.0.0.1 its
+    secondary, min_limit 1). Every bundle of the isolated namespace goes to 127.0.0.2, every bundle of another
+    namespace to 127.0.0.1 (the only shared broker); when 127.0.0.2 dies, the secondary takes the isolated one."""
+    b1 = brokers.start(1)[0]
+    b2 = start_broker(brokers.cluster, {**brokers.settings, "advertisedAddress": "127.0.0.2"},
+                      f"{brokers.chroot[1:]}-host2", bind_address="127.0.0.2")
+    brokers.started.append(b2)
+    assert "127.0.0.2" in b2.web_url
+    cluster = http_json(f"{b1.web_url}/admin/v2/clusters")[0]
+    tag = os.urandom(3).hex()
+    policy: dict[str, Any] = {
+        "namespaces": [f"public/iso-{tag}.*"], "primary": ["127\\.0\\.0\\.2"], "secondary": ["127\\.0\\.0\\.1"],
+        "auto_failover_policy": {"policy_type": "min_available",
+                                 "parameters": {"min_limit": "1", "usage_threshold": "80"}}}
+    answer = requests.post(f"{b1.web_url}/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/iso", json=policy,
+                           timeout=30)
+    assert answer.status_code == 204, answer.text
+    for b in (b1, b2):  # (each broker's metadata has it: the leader's placement reads it)
+        wait_for(partial(http_ok, f"{b.web_url}/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/iso"),
+                 WAIT_S, "the policy")
+    isolated, free = f"public/iso-{tag}", f"public/free-{tag}"
+    for ns in (isolated, free):
+        requests.put(f"{b1.web_url}/admin/v2/namespaces/{ns}", timeout=30).raise_for_status()
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        producers = {}
+        for ns in (isolated, free):
+            for lo, up in four_bundles():
+                topic = topic_in(lo, up, "iso", namespace=ns)[0]
+                producers[topic] = client.create_producer(topic)
+                producers[topic].send(b"x")
+        with brokers.zk() as zk:
+            on_isolated = {str(o["httpUrl"]) for o in brokers.owners(zk, isolated).values()}
+            on_free = {str(o["httpUrl"]) for o in brokers.owners(zk, free).values()}
+        assert on_isolated == {b2.web_url} and on_free == {b1.web_url}
+        # The primary dies: fewer primaries than min_limit, so the secondary is a candidate now.
+        brokers.kill(b2)
+        for topic, producer in producers.items():
+            if topic.startswith(f"persistent://{isolated}/"):
+                # (a send may time out while the dead broker's session lasts and the client backs off: again)
+                wait_for(partial(sent, producer), 3 * WAIT_S, f"a send to {topic} after the primary died")
+
+        def on_b1() -> bool:
+            with brokers.zk() as zk:
+                owners = brokers.owners(zk, isolated).values()
+            return len(owners) == 4 and {str(o["httpUrl"]) for o in owners} == {b1.web_url}
+
+        wait_for(on_b1, WAIT_S, "the secondary to take the isolated namespace")
+    finally:
+        client.close()
+
+
+def sent(producer: pulsar.Producer) -> bool:
+    try:
+        producer.send(b"after")
+    except pulsar.Timeout:
+        return False
+    return True
+
+
+def http_ok(url: str) -> bool:
+    return requests.get(url, timeout=30).status_code == 200
