@@ -187,8 +187,9 @@ def test_geo_replication_runs_on_the_owner_and_moves_with_the_topic(brokers: Bro
                 assert replicator_producers(remote, t) == ["pulsar.repl.a"]
             # A bundle unloaded during replication: the replicator moves with the topic, wherever it lands.
             first = topics[0]
-            http_json(f"{b1.web_url}/admin/v2/namespaces/geo/ns/{bundle_of(brokers, first, 'geo/ns')}/unload",
-                      method="PUT")
+            unloaded = requests.put(  # (through b1: a 307 to the owner when that is b2)
+                f"{b1.web_url}/admin/v2/namespaces/geo/ns/{bundle_of(brokers, first, 'geo/ns')}/unload", timeout=60)
+            assert unloaded.status_code == 204, unloaded.text
             for t in topics:
                 wait_acked(checkers[t], acked_count(checkers[t]) + 100)
             owners[first] = owner_of([b1, b2], first)
@@ -404,6 +405,18 @@ def test_token_auth_and_authorization_on_both_brokers(brokers: Brokers, tmp_path
     target = other_than(pair, owners[topics[0]])
     move(brokers, topics[0], "public/default", to=target, headers=admin)
     assert owner_of([b1, b2], topics[0], admin) is target
+    # A namespace unload is passed on to each bundle's owner with the caller's credentials: the admin's go through,
+    # a role without rights is refused.
+    ns_unload = f"{b1.web_url}/admin/v2/namespaces/public/default/unload"
+    with brokers.zk() as zk:
+        before = brokers.owners(zk)
+    assert len(before) == 2
+    assert requests.put(ns_unload, headers=auth("nobody"), timeout=60).status_code in (401, 403)
+    with brokers.zk() as zk:
+        assert brokers.owners(zk) == before  # (nothing unloaded)
+    assert requests.put(ns_unload, headers=admin, timeout=60).status_code == 204
+    with brokers.zk() as zk:
+        assert not brokers.owners(zk)
 
 
 # ---- metrics -------------------------------------------------------------------------------------------------------
