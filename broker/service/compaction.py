@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">qqI")
 _WORD = struct.Struct(">q")
-COMPACTION_DOMAIN = "__compaction"  # (where the domain of a topic's managed-ledger name is)
+COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
 READ_CHUNK = 500  # entries per read while compacting
 C = pb.CompressionType
 

@@ -2,7 +2,8 @@
 processes on one ZooKeeper and two bookies, the official client, the admin REST API).
 
 - geo-replication: each replicator runs on its topic's owner only, and moves with the topic (a bundle unload, a
-  graceful stop of the owner); the remote cluster gets every acknowledged message once, in order;
+  graceful stop of the owner); the remote cluster gets every acknowledged message once, in order; a replicated
+  subscription keeps moving on the remote after its topic moves;
 - compaction asked of a non-owner runs on the owner (307); after the bundle moves, a compacted reader on the new
   owner sees the compacted view, and compaction runs there;
 - namespace and topic policies set through one broker are enforced at once on a topic another broker serves;
@@ -219,6 +220,73 @@ def test_geo_replication_runs_on_the_owner_and_moves_with_the_topic(brokers: Bro
         assert not checker.duplicates(), sorted(checker.duplicates())[:5]
         numbers = [int(m.split("-")[1]) for m in checker.consumed]
         assert numbers == sorted(numbers), "out of order on the remote"
+
+
+def position_on(broker: BrokerInfo, topic: str, data: bytes) -> tuple[int, int]:
+    """Where ``data`` is stored on ``broker`` (a reader from the start: no subscription moves)."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        while True:
+            msg = reader.read_next(TIMEOUT_MS)
+            if msg.data() == data:
+                return msg.message_id().ledger_id(), msg.message_id().entry_id()
+    finally:
+        client.close()
+
+
+def mark_delete_on(broker: BrokerInfo, topic: str, subscription: str) -> tuple[int, int]:
+    local = topic.removeprefix("persistent://")
+    cursor = http_json(f"{broker.web_url}/admin/v2/persistent/{local}/internalStats")["cursors"][subscription]
+    ledger, entry = str(cursor["markDeletePosition"]).split(":")
+    return int(ledger), int(entry)
+
+
+def test_replicated_subscription_across_a_move(brokers: Brokers, remote: BrokerInfo) -> None:
+    """Both ways between cluster a (two brokers) and b: a replicated subscription acknowledged on a moves on b too,
+    before and after the topic's bundle moves to a's other broker (the snapshots are taken by the owner)."""
+    brokers.settings.update(clusterName="a", brokerDeleteInactiveTopicsEnabled="false")
+    b1, b2 = brokers.start(2)
+    pair = (b1, b2)
+    for web, peer, cluster in ((b1.web_url, remote, "b"), (remote.web_url, b1, "a")):
+        admin = f"{web}/admin/v2"
+        linked = requests.put(f"{admin}/clusters/{cluster}", json={"serviceUrl": peer.web_url,
+                                                                  "brokerServiceUrl": peer.service_url}, timeout=30)
+        assert linked.ok, linked.text
+        assert requests.put(f"{admin}/tenants/geo", json={"allowedClusters": ["a", "b"]}, timeout=30).ok
+        assert requests.put(f"{admin}/namespaces/geo/ns", timeout=30).ok
+        assert requests.post(f"{admin}/namespaces/geo/ns/replication", json=["a", "b"], timeout=30).ok
+    topic = f"persistent://geo/ns/rsub-{os.urandom(3).hex()}"
+    on_b = pulsar.Client(remote.service_url, operation_timeout_seconds=30)
+    on_a = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        on_b.subscribe(topic, "s", replicate_subscription_state_enabled=True).close()
+        consumer = on_a.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+        producer = on_a.create_producer(topic, batching_enabled=False)
+
+        def round_(first: int) -> None:
+            """Publish ten, receive and acknowledge them on a; b's subscription passes the last of them."""
+            for i in range(first, first + 10):
+                producer.send(b"m%d" % i)
+            for i in range(first, first + 10):
+                msg = consumer.receive(TIMEOUT_MS)
+                assert msg.data() == b"m%d" % i
+                consumer.acknowledge(msg)
+            last = position_on(remote, topic, b"m%d" % (first + 9))
+            wait_for(lambda: mark_delete_on(remote, topic, "s") >= last, WAIT_S,
+                     f"b's subscription past m{first + 9}")
+
+        round_(0)
+        owner = owner_of([b1, b2], topic)
+        consumer.close()
+        producer.close()
+        move(brokers, topic, "geo/ns", to=other_than(pair, owner))
+        consumer = on_a.subscribe(topic, "s", replicate_subscription_state_enabled=True)
+        producer = on_a.create_producer(topic, batching_enabled=False)
+        round_(10)
+    finally:
+        on_a.close()
+        on_b.close()
 
 
 # ---- compaction ----------------------------------------------------------------------------------------------------
