@@ -396,7 +396,7 @@ def test_policies_set_through_one_broker_hold_on_the_other(brokers: Brokers) -> 
         wait_for(lambda: not refused(lambda: client.create_producer(topic).close(), pulsar.ProducerBusy), WAIT_S,
                  "the second producer accepted again")
         # A backlog quota through the other broker: s1 holds a backlog (one message, not acknowledged) above it.
-        quota = {"limitSize": 1, "limitTime": -1, "policy": "producer_exception"}
+        quota: dict[str, int | str] = {"limitSize": 1, "limitTime": -1, "policy": "producer_exception"}
         assert requests.post(f"{ns}/backlogQuota?backlogQuotaType=destination_storage", json=quota,
                              timeout=30).status_code == 204
         wait_for(lambda: refused(lambda: client.create_producer(topic).close(),
