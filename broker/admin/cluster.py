@@ -69,6 +69,7 @@ async def validate_topic_ownership(ctx: AdminContext, request: web.Request, name
     ownership = ctx.service.ownership
     if ownership.is_owned(ownership.bundle_of(name)):
         return
+    await ctx.service.refresh_namespace(name)
     if not ctx.metadata.namespace_exists(name.namespace):
         return  # (the handler answers the missing namespace)
     base = await topic_owner_url(ctx, name, request.secure, query_flag(request, "authoritative"))

@@ -331,6 +331,7 @@ class WebService:
     async def lookup(self, request: web.Request) -> web.Response:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        await self.service.refresh_namespace(name)
         self.service.check_namespace(name)
         s = self.ctx.process
         if self.service.ownership.distributed:

@@ -96,6 +96,11 @@ class MetadataCache:
         while self._refresher is not None and not self._refresher.done():
             await asyncio.shield(self._refresher)
 
+    async def read_through(self, kind: L.Kind, key: str) -> None:
+        """Read one record from the store now, for a key asked for before its notification came (another broker's
+        record, just written), as Pulsar's metadata cache loads a key it does not hold."""
+        await self._refresh_unit(kind, key)
+
     # -- reading nodes ---------------------------------------------------------------------------------
     async def _read_unit(self, kind: L.Kind, key: str) -> Any:
         """The decoded value of a record as the store has it now (None: there is none)."""

@@ -34,6 +34,7 @@ from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
 from broker.metadata.legacy import import_legacy_file
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
+from metadata_store import api as store_api
 from metadata_store.api import MetadataStore
 from metadata_store.factory import open_metadata_store
 
@@ -281,6 +282,17 @@ class BrokerMetadata:
 
     # -- namespaces (Pulsar's NamespaceResources) ---------------------------------------------------
     def namespace_exists(self, namespace: str) -> bool:
+        return namespace in self._namespaces
+
+    async def namespace_exists_fresh(self, namespace: str) -> bool:
+        """``namespace_exists``, reading the store when the cache has no such namespace: another broker may have
+        just created it, its notification not here yet. (A store that cannot be read: the cache's answer.)"""
+        if namespace not in self._namespaces:
+            try:
+                for kind in (L.NAMESPACES, L.LOCAL_POLICIES):
+                    await self.cache.read_through(kind, namespace)
+            except store_api.MetadataStoreError as exc:
+                log.warning("namespace %s not read from the metadata store: %s", namespace, exc)
         return namespace in self._namespaces
 
     def namespaces_of(self, tenant: str) -> list[str]:

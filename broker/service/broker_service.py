@@ -390,6 +390,13 @@ class BrokerService:
         if not self.metadata.namespace_exists(name.namespace):
             raise TopicNotFoundError(f"Namespace {name.namespace} does not exist (topic {name})")
 
+    async def refresh_namespace(self, name: TopicName) -> None:
+        """Cluster mode: a namespace this broker has not heard of yet is read from the metadata store (another
+        broker may have just created it; its notification may be on its way), as Pulsar's metadata cache loads a
+        key it does not hold. One broker: its own cache is the truth."""
+        if self.distributed and not self.metadata.namespace_exists(name.namespace):
+            await self.metadata.namespace_exists_fresh(name.namespace)
+
     def get_topic_if_loaded(self, name: TopicName) -> AnyTopic | None:
         if not name.persistent:
             return self.non_persistent_topics.get(name.full)
@@ -441,6 +448,7 @@ class BrokerService:
             return await self.get_persistent_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
+        await self.refresh_namespace(name)
         self.check_namespace(name)
         loading = self._loading.get(name.full)
         if loading is not None:
@@ -508,6 +516,7 @@ class BrokerService:
         """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
         if name.partition_index >= 0:
             return 0
+        await self.refresh_namespace(name)
         self.check_namespace(name)
         n = self.metadata.partitions_of(name.full)
         if n > 0:

@@ -10,7 +10,11 @@ only some messages of a batch survive, the entry is kept with an ack_set marking
 MESSAGE carries that ack_set and the client skips the other indexes, the same mechanism as
 batch-index acknowledgements. So nothing is ever re-encoded or re-compressed.
 
-On disk the view is a managed ledger of its own (``<topic>/__compaction/<n>``), one record per
+On disk the view is a managed ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth
+of a topic's, beside the topics rather than under one, so that a topic's managed ledger keeps only its cursors as
+children and every broker of a cluster knows the view's name; a view of an older version, nested under its topic,
+loads from its recorded name on file storage, while on BookKeeper its topic loads again and the next compaction
+writes the view anew), one record per
 surviving entry: [ledgerId:i64][entryId:i64][ack_set word count:u32][words:i64...][entry bytes].
 The metadata store records which ledger holds the current view and its horizon; a new run writes
 a new ledger, switches the record, then deletes the old ledger.
@@ -36,6 +40,7 @@ from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
+    from broker.topic_name import TopicName
     from broker.transactions.buffer import TransactionBuffer
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">qqI")
 _WORD = struct.Struct(">q")
+COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
 READ_CHUNK = 500  # entries per read while compacting
 C = pb.CompressionType
 
@@ -284,7 +290,7 @@ class Compactor:
         kept = select_survivors(entries, service.config.topicCompactionRetainNullKey)
         old = topic.compacted_view
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
-        name = f"{topic.name.persistence_path}/__compaction/{generation}"
+        name = compacted_ledger_name(topic.name, generation)
         ledger = await service.ledger_factory.open(name, service.ledger_config)
         record, started = self.record, time.monotonic()
         written = 0
@@ -312,6 +318,11 @@ class Compactor:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+def compacted_ledger_name(name: TopicName, generation: int) -> str:
+    """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
+    return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
 
 
 async def load_view(topic: PersistentTopic) -> CompactedView | None:

@@ -264,6 +264,7 @@ class ServerCnx:
             listener_name = internal.name if internal is not None else None
         try:
             name = TopicName.parse(c.topic)
+            await self.service.refresh_namespace(name)
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
             answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)

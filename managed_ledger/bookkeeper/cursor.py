@@ -101,6 +101,8 @@ class CursorStore:
             got = await self._store.get(f"{ml_path}/{child}")
             if got is None:
                 continue  # deleted meanwhile
+            if not got.value:
+                continue  # (no cursor: a bare parent node, as a compacted view's of older versions under the topic)
             stored = ml_formats.decode_cursor_info(got.value)
             record = stored.record
             if stored.cursors_ledger_id != -1:

@@ -343,7 +343,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         ledger_ids = [stored.ledger_id for stored in ml_formats.decode_ledger_info(got.value).ledgers]
         for child in await self.store.get_children(path):
             cursor = await self.store.get(f"{path}/{child}")
-            if cursor is not None:
+            if cursor is not None and cursor.value:  # (a bare parent node is no cursor: see cursor.recover_all)
                 cursor_ledger = ml_formats.decode_cursor_info(cursor.value).cursors_ledger_id
                 if cursor_ledger != -1:
                     ledger_ids.append(cursor_ledger)

@@ -312,6 +312,21 @@ async def test_reconnection_rereads_everything(tree: str, metadata: BrokerMetada
     await other.close()
 
 
+async def test_a_namespace_not_heard_of_yet_is_read_through(tree: str, metadata: BrokerMetadata) -> None:
+    """Cluster mode: another broker created the namespace, its notification not here yet. A lookup there must not
+    answer "does not exist" (the broker reads the store on a miss, as Pulsar's metadata cache loads a key)."""
+    other = MemoryMetadataStore(tree)
+    metadata.cache._closed = True  # (deaf: the notification does not arrive)
+    await other.put("/admin/policies/public/fresh", b"{}", None)
+    await metadata.cache.settled()
+    assert not metadata.namespace_exists("public/fresh")
+    assert await metadata.namespace_exists_fresh("public/fresh")
+    assert metadata.namespace_exists("public/fresh")  # (now cached)
+    assert not await metadata.namespace_exists_fresh("public/never")
+    metadata.cache._closed = False
+    await other.close()
+
+
 async def test_the_old_metadata_json_is_imported_once(tmp_path: Path, store: MemoryMetadataStore) -> None:
     legacy = tmp_path / "metadata.json"
     legacy.write_text(json.dumps({
