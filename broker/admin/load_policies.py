@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import HttpError, json_response, no_content, read_body
-from broker.admin.namespace_ops import forward_put
 from broker.metadata.store import NotFoundError
 
 if TYPE_CHECKING:
@@ -170,8 +169,8 @@ class LoadPoliciesResource:
                         continue
                     owner = await ownership.owner_of(bundle)
                     if owner is not None and owner.http_url:
-                        await forward_put(request, f"{owner.http_url}/admin/v2/namespaces/{ns}/"
-                                                   f"{bundle.range_name}/unload")
+                        await self.web.peers.call("PUT", f"{owner.http_url}/admin/v2/namespaces/{ns}/"
+                                                         f"{bundle.range_name}/unload", request)
                 except Exception as exc:  # (placement applies the policy at the bundle's next move anyway)
                     log.warning("unloading %s after an isolation policy change: %s", bundle, exc)
 

@@ -17,7 +17,6 @@ broker becomes ours (its status and reason); a broker that does not answer is a 
 
 from __future__ import annotations
 
-import base64
 import json
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from aiohttp import web
 from yarl import URL
 
 from broker.admin.common import HttpError
+from broker.service.broker_service import broker_client_headers
 from broker.service.remote_producer import RemoteError, client_credentials
 
 if TYPE_CHECKING:
@@ -50,12 +50,11 @@ class PeerAdmin:
 
     def __init__(self, config: BrokerConfig) -> None:
         try:
-            method, data, cert = client_credentials(config.brokerClientAuthenticationPlugin,
-                                                    config.brokerClientAuthenticationParameters)
+            _, _, cert = client_credentials(config.brokerClientAuthenticationPlugin,
+                                            config.brokerClientAuthenticationParameters)
+            self._authorization = broker_client_headers(config).get("Authorization")
         except RemoteError:  # (refused at start by the broker service: this is only for unit tests)
-            method, data, cert = None, b"", None
-        self._authorization = ("Bearer " + data.decode() if method == "token"
-                               else "Basic " + base64.b64encode(data).decode() if method == "basic" else None)
+            cert, self._authorization = None, None
         self._config = config
         self._cert = cert or ((config.brokerClientCertificateFilePath, config.brokerClientKeyFilePath)
                               if config.brokerClientCertificateFilePath and config.brokerClientKeyFilePath else None)
