@@ -31,6 +31,7 @@ import aiohttp
 from broker.cluster import split as S
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import LoadReport, ResourceWeights
+from broker.cluster.operations import thresholds_of
 from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
 from broker.cluster.registry import BrokerRegistry
 from broker.cluster.shedding import ShedderSettings, ThresholdShedder
@@ -197,7 +198,7 @@ class LoadManager:
         owner_of = {name: broker_id for broker_id, r in brokers.items() for name in r.bundle_stats}
         unload = str(self.config.loadBalancerAutoUnloadSplitBundlesEnabled).lower()
         done = []
-        for bundle in S.bundles_to_split(live, counts, _thresholds(self.config)):
+        for bundle in S.bundles_to_split(live, counts, thresholds_of(self.config)):
             owner = brokers.get(owner_of.get(str(bundle), ""))
             if owner is None or not owner.urls.web_url:
                 continue
@@ -222,12 +223,3 @@ class LoadManager:
                     text = await answer.text()
                 raise RuntimeError(f"PUT {url}: {answer.status} {text[:300]}")
 
-
-def _thresholds(config: BrokerConfig) -> S.SplitThresholds:
-    return S.SplitThresholds(
-        max_topics=config.loadBalancerNamespaceBundleMaxTopics,
-        max_sessions=config.loadBalancerNamespaceBundleMaxSessions,
-        max_msg_rate=config.loadBalancerNamespaceBundleMaxMsgRate,
-        max_bandwidth_mbytes=config.loadBalancerNamespaceBundleMaxBandwidthMbytes,
-        max_bundles=config.loadBalancerNamespaceMaximumBundles,
-        flow_or_qps_difference_percent=config.flowOrQpsDifferenceThresholdPercentage)
