@@ -154,8 +154,10 @@ def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: B
         http_json(f"{ns}?force=true", method="DELETE")
     finally:
         client.close()
-    for b in (b1, b2):
-        assert name not in http_json(f"{b.web_url}/admin/v2/namespaces/public")
+    for web_url in (b1.web_url, b2.web_url):  # (the other broker hears of the deletion through its ZooKeeper watch)
+        def deleted(url: str = web_url) -> bool:
+            return name not in http_json(f"{url}/admin/v2/namespaces/public")
+        wait_for(deleted, 30, f"{web_url} to see {name} deleted")
     with brokers.zk() as zk:
         assert not zk.exists(f"/managed-ledgers/{name}/persistent") or not zk.get_children(
             f"/managed-ledgers/{name}/persistent")
