@@ -70,7 +70,7 @@ class Exposition:
         return list(self._lines)
 
     def text(self) -> str:
-        return "".join(line for lines in self._lines.values() for line in lines)
+        return "".join(["".join(lines) for lines in self._lines.values()])
 
     def chunks(self) -> Iterator[bytes]:
         """The text family by family (a few MB at most at 10,000 topics), for streaming."""

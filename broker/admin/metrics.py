@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,8 +32,10 @@ from prometheus_client.process_collector import ProcessCollector
 
 from broker.admin.exposition import Exposition, escape
 from broker.admin.metric_families import ADD_BUCKETS, COMPACTION_LATENCY, FAMILIES
-from broker.admin.stats import StatsSampler, topic_stats
-from broker.service.replication import REPLICATOR_PREFIX
+from broker.admin.scrape_stats import SubscriptionCounters, TopicCounters, topic_counters
+from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
+from broker.metadata.policy_table import BACKLOG_QUOTAS
+from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.topic_name import is_system_topic
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS
 
@@ -42,12 +45,15 @@ if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.compaction import CompactionRecord
+    from broker.service.kinds import AnySubscription
     from managed_ledger.disk_space import DiskSpaceGuard
 
 PARTITION_SUFFIX = "-partition-"
-# Topics written between two returns to the event loop (about 30 ms of CPU on a 2-core machine):
-# a scrape of 10,000 topics takes seconds, the loop must keep serving clients meanwhile.
-TOPICS_PER_SLICE = 100
+# The scrape gives the event loop back once it has run SLICE_S (checked every TOPICS_PER_CHECK
+# topics, a fraction of a millisecond): a scrape of 10,000 topics takes seconds of CPU, and the
+# loop must keep serving clients meanwhile.
+SLICE_S = 0.01
+TOPICS_PER_CHECK = 8
 # PrometheusLabels.backlogQuotaTypeLabel: the quota_type label of each backlog quota type.
 QUOTA_TYPE_LABELS = (("destination_storage", "size"), ("message_age", "time"))
 # Pulsar's always-present zero series before PIP-214 (printDefaultBrokerStats), cluster label only.
@@ -61,29 +67,6 @@ _REPLICATION = (("pulsar_replication_rate_in", "msgRateIn"), ("pulsar_replicatio
                 ("pulsar_replication_backlog", "replicationBacklog"),
                 ("pulsar_replication_rate_expired", "msgRateExpired"),
                 ("pulsar_replication_delay_in_seconds", "replicationDelayInSeconds"))
-_TOPIC_GAUGES = (("pulsar_rate_in", "msgRateIn"), ("pulsar_rate_out", "msgRateOut"),
-                 ("pulsar_throughput_in", "msgThroughputIn"), ("pulsar_throughput_out", "msgThroughputOut"),
-                 ("pulsar_average_msg_size", "averageMsgSize"), ("pulsar_storage_size", "storageSize"),
-                 ("pulsar_storage_logical_size", "storageSize"), ("pulsar_storage_backlog_size", "backlogSize"),
-                 ("pulsar_publish_rate_limit_times", "publishRateLimitedTimes"),
-                 ("pulsar_storage_offloaded_size", "offloadedStorageSize"),
-                 ("pulsar_in_bytes_total", "bytesInCounter"), ("pulsar_in_messages_total", "msgInCounter"))
-_SUB_GAUGES = (("pulsar_subscription_back_log", "msgBacklog"),
-               ("pulsar_subscription_back_log_no_delayed", "msgBacklogNoDelayed"),
-               ("pulsar_subscription_delayed", "msgDelayed"),
-               ("pulsar_subscription_msg_rate_redeliver", "msgRateRedeliver"),
-               ("pulsar_subscription_unacked_messages", "unackedMessages"),
-               ("pulsar_subscription_msg_rate_out", "msgRateOut"),
-               ("pulsar_subscription_msg_ack_rate", "messageAckRate"),
-               ("pulsar_subscription_msg_throughput_out", "msgThroughputOut"),
-               ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"),
-               ("pulsar_subscription_last_expire_timestamp", "lastExpireTimestamp"),
-               ("pulsar_subscription_last_acked_timestamp", "lastAckedTimestamp"),
-               ("pulsar_subscription_last_consumed_flow_timestamp", "lastConsumedFlowTimestamp"),
-               ("pulsar_subscription_last_consumed_timestamp", "lastConsumedTimestamp"),
-               ("pulsar_subscription_last_mark_delete_advanced_timestamp", "lastMarkDeleteAdvancedTimestamp"),
-               ("pulsar_subscription_msg_rate_expired", "msgRateExpired"),
-               ("pulsar_subscription_total_msg_expired", "totalMsgExpired"))
 _SUB_ZEROS = ("pulsar_subscription_filter_processed_msg_count", "pulsar_subscription_filter_accepted_msg_count",
               "pulsar_subscription_filter_rejected_msg_count", "pulsar_subscription_filter_rescheduled_msg_count",
               "pulsar_subscription_delayed_message_index_size_bytes")
@@ -159,8 +142,8 @@ class BrokerMetrics:
         return out.text().encode() + bytes(generate_latest(self._process))
 
     async def stream(self) -> AsyncIterator[bytes]:
-        """The text in chunks, giving the loop back every TOPICS_PER_SLICE topics and after each
-        family, so that clients are served during a long scrape (seconds at 10,000 topics)."""
+        """The text in chunks, giving the loop back every SLICE_S of work and after each family,
+        so that clients are served during a long scrape (seconds at 10,000 topics)."""
         out = Exposition(FAMILIES)
         for _ in self.write(out):
             await asyncio.sleep(0)
@@ -182,33 +165,37 @@ class BrokerMetrics:
         replication_by_ns: dict[str, dict[str, defaultdict[str, float]]] = {}
         ml_by_ns: dict[str, defaultdict[str, float]] = {}
         in_system = out_internal = 0
+        slice_started = time.perf_counter()
         for i, topic in enumerate(topics):
-            if i and i % TOPICS_PER_SLICE == 0:
+            if i % TOPICS_PER_CHECK == 0 and time.perf_counter() - slice_started > SLICE_S:
                 yield
+                slice_started = time.perf_counter()
                 if topic.closed:
                     continue
-            st = topic_stats(topic, sampler)
-            subs: dict[str, dict[str, Any]] = st["subscriptions"]
+            tc = topic_counters(topic, sampler)
+            subs = tc.subscriptions
             ns = topic.name.namespace
             persistent = hasattr(topic, "ledger")
-            entries_in = sampler.topic_entries_in.get(topic, 0.0)
-            entries_read = sampler.topic_entries_read.get(topic, 0.0)
-            read_misses = sampler.topic_read_misses.get(topic, 0.0)
-            backlog = sum(s["msgBacklog"] for s in subs.values())
-            ack_rate = sum(s["messageAckRate"] for s in subs.values())
-            n_consumers = sum(len(s["consumers"]) for s in subs.values())
             producers = [p for p in topic.producers.values() if not p.replicator]
             evictions = getattr(topic, "backlog_quota_evictions", None) or {}
             buckets = _add_buckets(topic)
             values = {
                 "pulsar_subscriptions_count": len(subs), "pulsar_producers_count": len(producers),
-                "pulsar_consumers_count": n_consumers, "pulsar_msg_backlog": backlog,
-                "pulsar_storage_write_rate": entries_in, "pulsar_storage_read_rate": entries_read,
-                "pulsar_storage_read_cache_misses_rate": read_misses, "pulsar_consumer_msg_ack_rate": ack_rate,
-                "pulsar_out_bytes_total": st["bytesOutCounter"], "pulsar_out_messages_total": st["msgOutCounter"],
-                "pulsar_subscription_delayed": sum(s["msgDelayed"] for s in subs.values()),
-                "pulsar_subscription_in_replay": sum(_in_replay(topic, n) for n in subs),
-                **{name: st[key] for name, key in _TOPIC_GAUGES},
+                "pulsar_consumers_count": sum(s.consumers for s in subs),
+                "pulsar_msg_backlog": sum(s.backlog for s in subs),
+                "pulsar_storage_write_rate": sampler.topic_entries_in.get(topic, 0.0),
+                "pulsar_storage_read_rate": sampler.topic_entries_read.get(topic, 0.0),
+                "pulsar_storage_read_cache_misses_rate": sampler.topic_read_misses.get(topic, 0.0),
+                "pulsar_consumer_msg_ack_rate": sum(s.ack_rate for s in subs),
+                "pulsar_out_bytes_total": tc.bytes_out, "pulsar_out_messages_total": tc.msg_out,
+                "pulsar_subscription_delayed": 0,
+                "pulsar_subscription_in_replay": sum(_in_replay(s.sub) for s in subs),
+                "pulsar_rate_in": tc.rate_in, "pulsar_rate_out": tc.rate_out,
+                "pulsar_throughput_in": tc.throughput_in, "pulsar_throughput_out": tc.throughput_out,
+                "pulsar_average_msg_size": tc.average_msg_size, "pulsar_storage_size": tc.storage_size,
+                "pulsar_storage_logical_size": tc.storage_size, "pulsar_storage_backlog_size": tc.backlog_size,
+                "pulsar_publish_rate_limit_times": tc.rate_limited_times, "pulsar_storage_offloaded_size": 0,
+                "pulsar_in_bytes_total": tc.bytes_in, "pulsar_in_messages_total": tc.msg_in,
             }
             for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
                          "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
@@ -218,17 +205,20 @@ class BrokerMetrics:
             for quota, _label in QUOTA_TYPE_LABELS:
                 broker[quota] += evictions.get(quota, 0)
             if is_system_topic(topic.full_name):
-                in_system += st["bytesInCounter"]
-            out_internal += sum(r["bytesOutCounter"] for r in st["replication"].values())
-            broker["in_bytes"] += st["bytesInCounter"]
-            broker["out_bytes"] += st["bytesOutCounter"]
-            replication = st["replication"] if cfg.replicationMetricsEnabled else {}
+                in_system += tc.bytes_in
+            # Replication stats only for a replicated topic (a replicator, or a remote one producing here).
+            all_replication = (replication_stats(topic, sampler)
+                               if topic.replicators or len(producers) != len(topic.producers) else {})
+            out_internal += sum(r["bytesOutCounter"] for r in all_replication.values())
+            broker["in_bytes"] += tc.bytes_in
+            broker["out_bytes"] += tc.bytes_out
+            replication = all_replication if cfg.replicationMetricsEnabled else {}
             if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
                 _ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s)
             if by_topic:
                 namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1
                 labels = self._topic_labels(topic, previous)
-                self._write_topic(out, topic, labels, st, values, evictions, buckets, replication)
+                self._write_topic(out, topic, labels, tc, values, evictions, buckets, replication)
             else:
                 sums = namespaces.setdefault(ns, _namespace_sums())
                 sums["pulsar_topics_count"] += 1
@@ -267,7 +257,7 @@ class BrokerMetrics:
         self._write_transactions(out, cl)
 
     # -- topic level -------------------------------------------------------------------------------
-    def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, st: dict[str, Any],
+    def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, tc: TopicCounters,
                      values: dict[str, float], evictions: dict[str, int], buckets: list[tuple[str, float]],
                      replication: dict[str, dict[str, Any]]) -> None:
         cfg = self.ctx.config
@@ -293,37 +283,31 @@ class BrokerMetrics:
                     evictions.get(quota, 0))
         for name, value in buckets:
             out.add(name, labels, value)
-        out.add("pulsar_py_publish_rate_limited_total", labels, st["publishRateLimitedTimes"])
+        out.add("pulsar_py_publish_rate_limited_total", labels, tc.rate_limited_times)
         compactor = getattr(topic, "compactor", None)
         if compactor is not None and compactor.record.runs:
             _write_compaction(out, labels, compactor.record)
-        if cfg.exposeProducerLevelMetricsInPrometheus:
-            for p in st["publishers"]:
-                if p["producerName"].startswith(REPLICATOR_PREFIX):
+        if cfg.exposeProducerLevelMetricsInPrometheus and cfg.exposePublisherStats:
+            for producer in topic.producers.values():
+                if producer.replicator:
                     continue
+                p = publisher_stats(producer, self.sampler)
                 pl = f'{labels},producer_name="{escape(p["producerName"])}",producer_id="{p["producerId"]}"'
                 out.add("pulsar_producer_msg_rate_in", pl, p["msgRateIn"])
                 out.add("pulsar_producer_msg_throughput_in", pl, p["msgThroughputIn"])
                 out.add("pulsar_producer_msg_average_Size", pl, p["averageMsgSize"])
-        for sub_name, s in st["subscriptions"].items():
-            sl = f'{labels},subscription="{escape(sub_name)}"'
-            for name, key in _SUB_GAUGES:
-                out.add(name, sl, s[key])
-            out.add("pulsar_subscription_in_replay", sl, _in_replay(topic, sub_name))
-            out.add("pulsar_subscription_blocked_on_unacked_messages", sl,
-                    1 if s["blockedSubscriptionOnUnackedMsgs"] else 0)
-            out.add("pulsar_subscription_msg_drop_rate", sl, s.get("msgDropRate", 0.0))
-            out.add("pulsar_subscription_consumers_count", sl, len(s["consumers"]))
-            for name in _SUB_ZEROS:
-                out.add(name, sl, 0)
-            sub = topic.subscriptions.get(sub_name)
+        for s in tc.subscriptions:
+            sl = f'{labels},subscription="{escape(s.name)}"'
+            _write_subscription(out, sl, s)
+            sub = s.sub
             dispatcher = sub.dispatcher if sub is not None else None
             out.add("pulsar_py_permit_invariant_drift", sl,
                     dispatcher.invariant_drift_count if dispatcher is not None else 0)
-            if "msgDropRate" in s:
-                out.add("pulsar_py_subscription_msg_dropped_total", sl, sub.msg_dropped if sub is not None else 0)
+            if s.drop_rate is not None and sub is not None:
+                out.add("pulsar_py_subscription_msg_dropped_total", sl, sub.msg_dropped)
             if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
-                for c, cs in zip(sub.consumers, s["consumers"], strict=False):
+                for c in sub.consumers:
+                    cs = consumer_stats(c, self.sampler)
                     ccl = f'{sl},consumer_name="{escape(c.name)}",consumer_id="{c.consumer_id}"'
                     for name, key in _CONSUMER_GAUGES:
                         out.add(name, ccl, float(cs[key]))
@@ -335,13 +319,13 @@ class BrokerMetrics:
             out.add("pulsar_replication_disconnected_count", rl, 0 if r["connected"] else 1)
 
     def _backlog_quota(self, topic: AnyTopic) -> tuple[float, float, float]:
-        """(size limit in bytes, time limit in seconds, age of the oldest backlog in seconds); -1 = none."""
-        quotas = self.ctx.service.backlog_quotas
-        size = quotas.quota(topic.name, "destination_storage")
-        age = quotas.quota(topic.name, "message_age")
+        """(size limit in bytes, time limit in seconds, age of the oldest backlog in seconds); -1 = none.
+        (One policy resolution for both types: BacklogQuotaManager.quota resolves them one by one.)"""
+        quotas = self.ctx.service.policies.get(topic.name, BACKLOG_QUOTAS)
+        size, age = quotas[DESTINATION_STORAGE], quotas[MESSAGE_AGE]
         oldest = getattr(topic, "oldest_backlog_age_s", None)
-        return (float(size.limit_size) if size is not None else -1.0,
-                float(age.limit_time) if age is not None else -1.0,
+        return (float(size.limit_size) if size.limit_size >= 0 else -1.0,
+                float(age.limit_time) if age.limit_time >= 0 else -1.0,
                 float(oldest) if oldest is not None else -1.0)
 
     # -- namespace level ---------------------------------------------------------------------------
@@ -521,10 +505,42 @@ def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None
     out.add(f"{prefix}_count", labels, sum(r.latency_counts))
 
 
-def _in_replay(topic: AnyTopic, sub_name: str) -> int:
-    sub = topic.subscriptions.get(sub_name)
+def _in_replay(sub: AnySubscription | None) -> int:
     dispatcher = sub.dispatcher if sub is not None else None
     return len(getattr(dispatcher, "replay", ()))
+
+
+def _write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> None:
+    """Pulsar's subscription series of one subscription."""
+    add = out.add
+    add("pulsar_subscription_back_log", sl, s.backlog)
+    add("pulsar_subscription_back_log_no_delayed", sl, s.backlog)
+    add("pulsar_subscription_delayed", sl, 0)
+    add("pulsar_subscription_msg_rate_redeliver", sl, s.rate_redeliver)
+    add("pulsar_subscription_unacked_messages", sl, s.unacked)
+    add("pulsar_subscription_msg_rate_out", sl, s.rate_out)
+    add("pulsar_subscription_msg_ack_rate", sl, s.ack_rate)
+    add("pulsar_subscription_msg_throughput_out", sl, s.throughput_out)
+    add("pulsar_out_bytes_total", sl, s.bytes_out)
+    add("pulsar_out_messages_total", sl, s.msg_out)
+    add("pulsar_subscription_last_expire_timestamp", sl, s.last_expire_ms)
+    add("pulsar_subscription_last_acked_timestamp", sl, s.last_acked_ms)
+    add("pulsar_subscription_last_consumed_flow_timestamp", sl, 0)
+    add("pulsar_subscription_last_consumed_timestamp", sl, s.last_consumed_ms)
+    add("pulsar_subscription_last_mark_delete_advanced_timestamp", sl, s.last_mark_delete_ms)
+    add("pulsar_subscription_msg_rate_expired", sl, s.rate_expired)
+    add("pulsar_subscription_total_msg_expired", sl, s.total_expired)
+    add("pulsar_subscription_in_replay", sl, _in_replay(s.sub))
+    add("pulsar_subscription_blocked_on_unacked_messages", sl, 1 if s.blocked else 0)
+    add("pulsar_subscription_msg_drop_rate", sl, s.drop_rate if s.drop_rate is not None else 0.0)
+    add("pulsar_subscription_consumers_count", sl, s.consumers)
+    for name in _SUB_ZEROS:
+        add(name, sl, 0)
+
+
+# The family names of _add_buckets' values, in its order: (bucket names, "_count", "_sum") per measure.
+_ADD_BUCKET_NAMES = tuple((tuple(f"{prefix}_{name}" for name in names), f"{prefix}_count", f"{prefix}_sum")
+                          for prefix, names, _doc in ADD_BUCKETS)
 
 
 def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
@@ -534,10 +550,11 @@ def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
         return []
     out: list[tuple[str, float]] = []
     measured = (stats.write_latency_us, stats.ledger_write_latency_us, stats.entry_size)
-    for (prefix, names, _doc), buckets in zip(ADD_BUCKETS, measured, strict=True):
-        out.extend((f"{prefix}_{name}", float(n)) for name, n in zip(names, buckets.counts, strict=True))
-        out.append((f"{prefix}_count", float(sum(buckets.counts))))
-        out.append((f"{prefix}_sum", float(buckets.sum)))
+    for (names, count, total), buckets in zip(_ADD_BUCKET_NAMES, measured, strict=True):
+        counts = buckets.counts
+        out.extend(zip(names, counts, strict=True))
+        out.append((count, sum(counts)))
+        out.append((total, buckets.sum))
     return out
 
 
