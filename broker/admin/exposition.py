@@ -17,6 +17,7 @@ from collections.abc import Iterator
 COUNTER = "counter"
 GAUGE = "gauge"
 HISTOGRAM = "histogram"
+SUMMARY = "summary"
 
 
 def escape(value: str) -> str:
@@ -63,6 +64,18 @@ class Exposition:
         for bound, n in cumulative:
             le = "+Inf" if math.isinf(bound) else repr(float(bound))
             lines.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {n}\n')
+        lines.append(f"{name}_count{{{labels}}} {count}\n")
+        lines.append(f"{name}_sum{{{labels}}} {fmt(float(total))}\n")
+
+    def summary(self, name: str, labels: str, quantiles: list[tuple[float, float]], count: int,
+                total: float) -> None:
+        """A Prometheus summary: ``quantiles`` is (quantile, value); NaN for a quantile of nothing."""
+        lines = self._lines.get(name)
+        if lines is None:
+            lines = self._lines[name] = [self._header(name)]
+        sep = "," if labels else ""
+        for q, v in quantiles:
+            lines.append(f'{name}{{{labels}{sep}quantile="{q!r}"}} {fmt(v)}\n')
         lines.append(f"{name}_count{{{labels}}} {count}\n")
         lines.append(f"{name}_sum{{{labels}}} {fmt(float(total))}\n")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +35,7 @@ from broker.admin.exposition import Exposition, escape
 from broker.admin.metric_families import ADD_BUCKETS, COMPACTION_LATENCY, FAMILIES
 from broker.admin.scrape_stats import SubscriptionCounters, TopicCounters, topic_counters
 from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
+from broker.auth.providers import EXPIRING_TOKEN_MINUTES_BUCKETS, TokenProvider
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.topic_name import is_system_topic
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
 
     from broker.admin.context import AdminContext
-    from broker.service.broker_service import AnyTopic
+    from broker.service.broker_service import AnyTopic, BrokerService
     from broker.service.compaction import CompactionRecord
     from broker.service.kinds import AnySubscription
     from managed_ledger.disk_space import DiskSpaceGuard
@@ -392,6 +394,8 @@ class BrokerMetrics:
         out.add("pulsar_connection_create_fail_count", bl, process.connections_refused)
         out.add("pulsar_connection_closed_total_count", bl, process.connections_closed)
         service = self.ctx.service
+        _write_operations(out, cl, bl.replace('metric="broker_connection"', 'metric="pulsar_topic_load_times"'),
+                          service)
         out.add("pulsar_py_inactive_topics_deleted_total", cl, service.inactive_topics.deleted_total)
         out.add("pulsar_py_subscriptions_expired_total", cl, service.housekeeping.subscriptions_expired_total)
         authn = self.ctx.security.authentication
@@ -401,6 +405,7 @@ class BrokerMetrics:
         for (provider, method, reason), n in sorted(authn.failures_by.items()):
             out.add("pulsar_authentication_failures_total", f'{cl},provider_name="{escape(provider)}",'
                     f'auth_method="{escape(method)}",reason="{escape(reason)}"', n)
+        _write_tokens(out, cl, authn.providers.get("token", []))
 
     # -- managed ledgers, cursors, cache -------------------------------------------------------------
     def _write_cursors(self, out: Exposition, cl: str, topics: list[AnyTopic]) -> None:
@@ -461,6 +466,48 @@ class BrokerMetrics:
             out.add("pulsar_py_ledger_cache_hits_total", cl, hits)
             out.add("pulsar_py_ledger_cache_misses_total", cl, misses)
             out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
+
+
+# Pulsar's quantiles: NamespaceService's lookup summary, and DimensionStats' (topic load times).
+LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
+TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
+_TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
+                      ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
+
+
+def _write_operations(out: Exposition, cl: str, load_labels: str, service: BrokerService) -> None:
+    """Lookups and topic loads: Pulsar's NamespaceService summary and counters, BrokerService's pending
+    gauges, BrokerOperabilityMetrics' topic-load series (labels cluster, broker, metric)."""
+    lookups, loads = service.lookup_stats, service.topic_load_stats
+    out.summary("pulsar_broker_lookup", cl, [(q, lookups.latency.quantile(q)) for q in LOOKUP_QUANTILES],
+                lookups.latency.count, lookups.latency.sum_ms)
+    out.add("pulsar_broker_lookup_answers_total", cl, lookups.answers)
+    out.add("pulsar_broker_lookup_redirects_total", cl, lookups.redirects)
+    out.add("pulsar_broker_lookup_failures_total", cl, lookups.failures)
+    out.add("pulsar_broker_lookup_pending_requests", cl, lookups.pending)
+    out.add("pulsar_broker_topic_load_pending_requests", cl, service.pending_topic_loads)
+    times = loads.times
+    out.summary("pulsar_topic_load_times", cl, [(q, times.quantile(q)) for q in TOPIC_LOAD_QUANTILES],
+                times.count, times.sum_ms)
+    out.add("pulsar_topic_load_time_mean_ms", load_labels, times.mean())
+    for name, q in _TOPIC_LOAD_GAUGES:
+        out.add(f"pulsar_topic_load_time_{name}_ms", load_labels, times.quantile(q))
+    out.add("pulsar_topic_load_rate_s", load_labels, times.last_count)
+    out.add("pulsar_topic_load_failed_count", load_labels, loads.failed)
+    out.add("topic_load_failed_total", cl, loads.failed)
+
+
+def _write_tokens(out: Exposition, cl: str, providers: Sequence[object]) -> None:
+    """Pulsar's AuthenticationMetricsToken series, when the token provider is configured."""
+    tokens = [p for p in providers if isinstance(p, TokenProvider)]
+    if not tokens:
+        return
+    out.add("pulsar_expired_token_total", cl, sum(p.expired_tokens for p in tokens))
+    per_bucket = [sum(counts) for counts in zip(*(p.expiring_minutes for p in tokens), strict=True)]
+    cumulative = list(zip((*EXPIRING_TOKEN_MINUTES_BUCKETS, math.inf), itertools.accumulate(per_bucket),
+                          strict=True))
+    out.histogram("pulsar_expiring_token_minutes", cl, cumulative, sum(per_bucket),
+                  sum(p.expiring_minutes_sum for p in tokens))
 
 
 def _write_disk_space(out: Exposition, cl: str, disk: DiskSpaceGuard | None) -> None:
