@@ -80,6 +80,19 @@ _CONSUMER_GAUGES = (("pulsar_consumer_msg_rate_redeliver", "msgRateRedeliver"),
                     ("pulsar_consumer_msg_throughput_out", "msgThroughputOut"),
                     ("pulsar_consumer_available_permits", "availablePermits"),
                     ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"))
+_ZEROS = (0,) * len(_SUB_ZEROS)
+# A topic's own series (values from the ``values`` dict of write(), then those _write_topic reads), in order.
+_TOPIC_VALUES = ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+                 "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+                 "pulsar_average_msg_size", "pulsar_storage_size", "pulsar_storage_logical_size",
+                 "pulsar_msg_backlog", "pulsar_storage_write_rate", "pulsar_storage_read_rate",
+                 "pulsar_storage_read_cache_misses_rate", "pulsar_storage_backlog_size",
+                 "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
+                 "pulsar_in_bytes_total", "pulsar_in_messages_total")
+_TOPIC_FAMILIES = (*_TOPIC_VALUES, "pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total",
+                   "pulsar_txn_tb_committed_total", "pulsar_delayed_message_index_size_bytes",
+                   "pulsar_storage_backlog_quota_limit", "pulsar_storage_backlog_quota_limit_time",
+                   "pulsar_storage_backlog_age_seconds", "pulsar_py_publish_rate_limited_total")
 # Integer counters of the storage's own stats object, exported as pulsar_py_ledger_<name>.
 _LEDGER_COUNTERS = ("entries_written_total", "bytes_written_total", "cursor_persists_total", "corrupt_records_total",
                     "truncated_bytes_total", "write_errors_total", "read_errors_total", "segment_reopens_total")
@@ -263,29 +276,19 @@ class BrokerMetrics:
                      values: dict[str, float], evictions: dict[str, int], buckets: list[tuple[str, float]],
                      replication: dict[str, dict[str, Any]]) -> None:
         cfg = self.ctx.config
-        for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
-                     "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
-                     "pulsar_average_msg_size", "pulsar_storage_size", "pulsar_storage_logical_size",
-                     "pulsar_msg_backlog", "pulsar_storage_write_rate", "pulsar_storage_read_rate",
-                     "pulsar_storage_read_cache_misses_rate", "pulsar_storage_backlog_size",
-                     "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
-                     "pulsar_in_bytes_total", "pulsar_in_messages_total"):
-            out.add(name, labels, values[name])
-        active, aborted, committed = _txn_buffer_counts(topic)
-        out.add("pulsar_txn_tb_active_total", labels, active)
-        out.add("pulsar_txn_tb_aborted_total", labels, aborted)
-        out.add("pulsar_txn_tb_committed_total", labels, committed)
-        out.add("pulsar_delayed_message_index_size_bytes", labels, 0)
         limit_size, limit_time, age = self._backlog_quota(topic)
-        out.add("pulsar_storage_backlog_quota_limit", labels, limit_size)
-        out.add("pulsar_storage_backlog_quota_limit_time", labels, limit_time)
-        out.add("pulsar_storage_backlog_age_seconds", labels, age)
+        active, aborted, committed = _txn_buffer_counts(topic)
+        topic_values = (*[values[name] for name in _TOPIC_VALUES], active, aborted, committed, 0, limit_size,
+                        limit_time, age, tc.rate_limited_times)
+        # One line per family, appended straight to the family's lines (no call per sample).
+        for lines, name, value in zip(out.families(_TOPIC_FAMILIES), _TOPIC_FAMILIES, topic_values, strict=True):
+            lines.append(f"{name}{{{labels}}} {value!r}\n")
         for quota, label in QUOTA_TYPE_LABELS:
             out.add("pulsar_storage_backlog_quota_exceeded_evictions_total", f'{labels},quota_type="{label}"',
                     evictions.get(quota, 0))
-        for name, value in buckets:
-            out.add(name, labels, value)
-        out.add("pulsar_py_publish_rate_limited_total", labels, tc.rate_limited_times)
+        if buckets:
+            for lines, (name, value) in zip(out.families(_ADD_BUCKET_FAMILIES), buckets, strict=True):
+                lines.append(f"{name}{{{labels}}} {value!r}\n")
         compactor = getattr(topic, "compactor", None)
         if compactor is not None and compactor.record.runs:
             _write_compaction(out, labels, compactor.record)
@@ -557,37 +560,35 @@ def _in_replay(sub: AnySubscription | None) -> int:
     return len(getattr(dispatcher, "replay", ()))
 
 
+# Pulsar's subscription series, in the order _write_subscription writes their values.
+_SUB_FAMILIES = ("pulsar_subscription_back_log", "pulsar_subscription_back_log_no_delayed",
+                 "pulsar_subscription_delayed", "pulsar_subscription_msg_rate_redeliver",
+                 "pulsar_subscription_unacked_messages", "pulsar_subscription_msg_rate_out",
+                 "pulsar_subscription_msg_ack_rate", "pulsar_subscription_msg_throughput_out", "pulsar_out_bytes_total",
+                 "pulsar_out_messages_total", "pulsar_subscription_last_expire_timestamp",
+                 "pulsar_subscription_last_acked_timestamp", "pulsar_subscription_last_consumed_flow_timestamp",
+                 "pulsar_subscription_last_consumed_timestamp",
+                 "pulsar_subscription_last_mark_delete_advanced_timestamp", "pulsar_subscription_msg_rate_expired",
+                 "pulsar_subscription_total_msg_expired", "pulsar_subscription_in_replay",
+                 "pulsar_subscription_blocked_on_unacked_messages", "pulsar_subscription_msg_drop_rate",
+                 "pulsar_subscription_consumers_count", *_SUB_ZEROS)
+
+
 def _write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> None:
     """Pulsar's subscription series of one subscription."""
-    add = out.add
-    add("pulsar_subscription_back_log", sl, s.backlog)
-    add("pulsar_subscription_back_log_no_delayed", sl, s.backlog)
-    add("pulsar_subscription_delayed", sl, 0)
-    add("pulsar_subscription_msg_rate_redeliver", sl, s.rate_redeliver)
-    add("pulsar_subscription_unacked_messages", sl, s.unacked)
-    add("pulsar_subscription_msg_rate_out", sl, s.rate_out)
-    add("pulsar_subscription_msg_ack_rate", sl, s.ack_rate)
-    add("pulsar_subscription_msg_throughput_out", sl, s.throughput_out)
-    add("pulsar_out_bytes_total", sl, s.bytes_out)
-    add("pulsar_out_messages_total", sl, s.msg_out)
-    add("pulsar_subscription_last_expire_timestamp", sl, s.last_expire_ms)
-    add("pulsar_subscription_last_acked_timestamp", sl, s.last_acked_ms)
-    add("pulsar_subscription_last_consumed_flow_timestamp", sl, 0)
-    add("pulsar_subscription_last_consumed_timestamp", sl, s.last_consumed_ms)
-    add("pulsar_subscription_last_mark_delete_advanced_timestamp", sl, s.last_mark_delete_ms)
-    add("pulsar_subscription_msg_rate_expired", sl, s.rate_expired)
-    add("pulsar_subscription_total_msg_expired", sl, s.total_expired)
-    add("pulsar_subscription_in_replay", sl, _in_replay(s.sub))
-    add("pulsar_subscription_blocked_on_unacked_messages", sl, 1 if s.blocked else 0)
-    add("pulsar_subscription_msg_drop_rate", sl, s.drop_rate if s.drop_rate is not None else 0.0)
-    add("pulsar_subscription_consumers_count", sl, s.consumers)
-    for name in _SUB_ZEROS:
-        add(name, sl, 0)
+    values = (s.backlog, s.backlog, 0, s.rate_redeliver, s.unacked, s.rate_out, s.ack_rate, s.throughput_out,
+              s.bytes_out, s.msg_out, s.last_expire_ms, s.last_acked_ms, 0, s.last_consumed_ms,
+              s.last_mark_delete_ms, s.rate_expired, s.total_expired, _in_replay(s.sub), 1 if s.blocked else 0,
+              s.drop_rate if s.drop_rate is not None else 0.0, s.consumers, *_ZEROS)
+    for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):
+        lines.append(f"{name}{{{sl}}} {value!r}\n")
 
 
 # The family names of _add_buckets' values, in its order: (bucket names, "_count", "_sum") per measure.
 _ADD_BUCKET_NAMES = tuple((tuple(f"{prefix}_{name}" for name in names), f"{prefix}_count", f"{prefix}_sum")
                           for prefix, names, _doc in ADD_BUCKETS)
+
+_ADD_BUCKET_FAMILIES = tuple(name for names, count, total in _ADD_BUCKET_NAMES for name in (*names, count, total))
 
 
 def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
