@@ -77,6 +77,15 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_topic_load_rate_s": (GAUGE, "Topics loaded in the last stats interval"),
     "pulsar_topic_load_failed_count": (GAUGE, "Topic loads that failed"),
     "topic_load_failed_total": (COUNTER, "Topic loads that failed"),
+    # -- schema registry (SchemaRegistryStats; label namespace) --
+    "pulsar_schema_get_ops_failed_total": (COUNTER, "Schema gets (and lists) that failed"),
+    "pulsar_schema_put_ops_failed_total": (COUNTER, "Schema puts that failed (incompatible ones included)"),
+    "pulsar_schema_del_ops_failed_total": (COUNTER, "Schema deletes that failed"),
+    "pulsar_schema_compatible_total": (COUNTER, "Compatibility checks that passed"),
+    "pulsar_schema_incompatible_total": (COUNTER, "Compatibility checks that failed"),
+    "pulsar_schema_get_ops_latency": (SUMMARY, "Schema get latency (ms); quantiles over the last stats interval"),
+    "pulsar_schema_put_ops_latency": (SUMMARY, "Schema put latency (ms); quantiles over the last stats interval"),
+    "pulsar_schema_del_ops_latency": (SUMMARY, "Schema delete latency (ms); quantiles over the last stats interval"),
     # -- namespace (topic count always; the rest when topic level is off) --
     "pulsar_topics_count": (GAUGE, "Topics of the namespace loaded by this broker"),
     # -- topic (or namespace when topic level is off) --

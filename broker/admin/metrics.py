@@ -474,13 +474,15 @@ class BrokerMetrics:
 # Pulsar's quantiles: NamespaceService's lookup summary, and DimensionStats' (topic load times).
 LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
 TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
+SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 _TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
                       ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
 
 
 def _write_operations(out: Exposition, cl: str, load_labels: str, service: BrokerService) -> None:
     """Lookups and topic loads: Pulsar's NamespaceService summary and counters, BrokerService's pending
-    gauges, BrokerOperabilityMetrics' topic-load series (labels cluster, broker, metric)."""
+    gauges, BrokerOperabilityMetrics' topic-load series (labels cluster, broker, metric); and the schema
+    registry's operations per namespace (SchemaRegistryStats)."""
     lookups, loads = service.lookup_stats, service.topic_load_stats
     out.summary("pulsar_broker_lookup", cl, [(q, lookups.latency.quantile(q)) for q in LOOKUP_QUANTILES],
                 lookups.latency.count, lookups.latency.sum_ms)
@@ -498,6 +500,17 @@ def _write_operations(out: Exposition, cl: str, load_labels: str, service: Broke
     out.add("pulsar_topic_load_rate_s", load_labels, times.last_count)
     out.add("pulsar_topic_load_failed_count", load_labels, loads.failed)
     out.add("topic_load_failed_total", cl, loads.failed)
+    for ns, st in sorted(service.schemas.stats.by_namespace.items()):
+        nl = f'{cl},namespace="{escape(ns)}"'
+        for name, value in (("pulsar_schema_get_ops_failed_total", st.get_failed),
+                            ("pulsar_schema_put_ops_failed_total", st.put_failed),
+                            ("pulsar_schema_del_ops_failed_total", st.delete_failed),
+                            ("pulsar_schema_compatible_total", st.compatible),
+                            ("pulsar_schema_incompatible_total", st.incompatible)):
+            out.add(name, nl, value)
+        for name, summary in (("pulsar_schema_get_ops_latency", st.get), ("pulsar_schema_put_ops_latency", st.put),
+                              ("pulsar_schema_del_ops_latency", st.delete)):
+            out.summary(name, nl, [(q, summary.quantile(q)) for q in SCHEMA_QUANTILES], summary.count, summary.sum_ms)
 
 
 def _write_tokens(out: Exposition, cl: str, providers: Sequence[object]) -> None:

@@ -98,6 +98,7 @@ class StatsSampler:
         service = self.ctx.service
         service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
         service.topic_load_stats.times.rotate()
+        service.schemas.stats.rotate()
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:

@@ -99,3 +99,37 @@ class TopicLoadStats:
 
     def load_failed(self) -> None:
         self.failed += 1
+
+
+class NamespaceSchemaStats:
+    """One namespace's schema-registry operations (Pulsar's SchemaRegistryStats, label namespace)."""
+
+    __slots__ = ("compatible", "delete", "delete_failed", "get", "get_failed", "incompatible", "put", "put_failed")
+
+    def __init__(self) -> None:
+        self.get, self.put, self.delete = LatencySummary(), LatencySummary(), LatencySummary()
+        self.get_failed = self.put_failed = self.delete_failed = 0
+        self.compatible = self.incompatible = 0
+
+
+class SchemaStats:
+    """Schema-registry operations per namespace: gets (and lists), puts, deletes with their latency and
+    failures, and the compatibility checks' outcomes."""
+
+    def __init__(self) -> None:
+        self.by_namespace: dict[str, NamespaceSchemaStats] = {}
+
+    def of(self, base_topic: str) -> NamespaceSchemaStats:
+        """The stats of the topic's namespace ("unknown" for a name that is not a topic's, as Pulsar)."""
+        _, sep, rest = base_topic.partition("://")
+        namespace = rest.rpartition("/")[0] if sep and rest.count("/") >= 2 else "unknown"
+        stats = self.by_namespace.get(namespace)
+        if stats is None:
+            stats = self.by_namespace[namespace] = NamespaceSchemaStats()
+        return stats
+
+    def rotate(self) -> None:
+        for s in self.by_namespace.values():
+            s.get.rotate()
+            s.put.rotate()
+            s.delete.rotate()

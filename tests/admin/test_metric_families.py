@@ -31,11 +31,15 @@ from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 MAIN_SITUATIONS = ("always", "topic", "subscription", "producer", "consumer", "ml", "cursor", "file",
-                   "non-persistent", "compaction")
+                   "non-persistent", "compaction", "schema")
 # Counters that must grow while messages flow (topic-scoped ones are read for the test's topic).
 TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total",
                     "pulsar_out_bytes_total", "pulsar_broker_in_bytes_total", "pulsar_ml_cache_inserted_entries_total",
                     "pulsar_py_ledger_entries_written_total", "pulsar_py_ledger_bytes_written_total")
+
+
+class SchemaRecord(pulsar.schema.Record):  # type: ignore[misc]  # (the client's untyped base class)
+    name = pulsar.schema.String()
 
 
 def scrape(web_url: str) -> dict[str, list[float]]:
@@ -95,6 +99,13 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
         compact = urllib.request.Request(f"{busy_broker.web_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
                                          "/compaction", method="PUT")
         urllib.request.urlopen(compact, timeout=10).close()
+        # Schema registry traffic: a put (a producer with a schema), a get (the admin API), a refused put.
+        typed = f"persistent://public/default/schema-{uuid.uuid4().hex[:8]}"
+        client.create_producer(typed, schema=pulsar.schema.StringSchema())
+        urllib.request.urlopen(f"{busy_broker.web_url}/admin/v2/schemas/{typed.removeprefix('persistent://')}/schema",
+                               timeout=10).close()
+        with pytest.raises(Exception):  # noqa: B017  # the client's error for an incompatible schema
+            client.create_producer(typed, schema=pulsar.schema.JsonSchema(SchemaRecord))
         target = busy_broker.web_url.removeprefix("http://")
         with prometheus_server(prometheus_bin, target, tmp_path) as prom:
             def all_stored() -> set[str] | None:
@@ -127,6 +138,9 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
             assert total("pulsar_broker_lookup_count") >= 2
             assert total("pulsar_topic_load_times_count") >= 1
             assert total("pulsar_broker_lookup_failures_total") == 0
+            for name in ("pulsar_schema_put_ops_latency_count", "pulsar_schema_get_ops_latency_count",
+                         "pulsar_schema_incompatible_total", "pulsar_schema_put_ops_failed_total"):
+                assert total(name) >= 1, name
     finally:
         client.close()
 
