@@ -77,6 +77,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_topic_load_rate_s": (GAUGE, "Topics loaded in the last stats interval"),
     "pulsar_topic_load_failed_count": (GAUGE, "Topic loads that failed"),
     "topic_load_failed_total": (COUNTER, "Topic loads that failed"),
+    # -- metadata store (MetadataStoreStats; labels name, type, status) --
+    "pulsar_metadata_store_ops_latency_ms": (HISTOGRAM, "Metadata store get / put / del latency (ms), by outcome"),
+    "pulsar_metadata_store_put_bytes_total": (COUNTER, "Bytes put into the metadata store"),
     # -- schema registry (SchemaRegistryStats; label namespace) --
     "pulsar_schema_get_ops_failed_total": (COUNTER, "Schema gets (and lists) that failed"),
     "pulsar_schema_put_ops_failed_total": (COUNTER, "Schema puts that failed (incompatible ones included)"),

@@ -40,6 +40,7 @@ from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.topic_name import is_system_topic
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS
+from metadata_store.stats import LATENCY_BUCKETS_MS, StoreStats
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
@@ -500,6 +501,14 @@ def _write_operations(out: Exposition, cl: str, load_labels: str, service: Broke
     out.add("pulsar_topic_load_rate_s", load_labels, times.last_count)
     out.add("pulsar_topic_load_failed_count", load_labels, loads.failed)
     out.add("topic_load_failed_total", cl, loads.failed)
+    store_stats = getattr(service.metadata_store, "stats", None)
+    if isinstance(store_stats, StoreStats):
+        sl = f'{cl},name="metadata-store"'  # (Pulsar's MetadataStoreConfig.METADATA_STORE)
+        for (op, status), h in store_stats.latency.items():
+            cumulative = list(zip((*LATENCY_BUCKETS_MS, math.inf), itertools.accumulate(h.counts), strict=True))
+            out.histogram("pulsar_metadata_store_ops_latency_ms", f'{sl},type="{op}",status="{status}"', cumulative,
+                          h.count, h.sum_ms)
+        out.add("pulsar_metadata_store_put_bytes_total", sl, store_stats.put_bytes)
     for ns, st in sorted(service.schemas.stats.by_namespace.items()):
         nl = f'{cl},namespace="{escape(ns)}"'
         for name, value in (("pulsar_schema_get_ops_failed_total", st.get_failed),

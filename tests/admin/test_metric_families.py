@@ -138,7 +138,8 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
             assert total("pulsar_broker_lookup_count") >= 2
             assert total("pulsar_topic_load_times_count") >= 1
             assert total("pulsar_broker_lookup_failures_total") == 0
-            for name in ("pulsar_schema_put_ops_latency_count", "pulsar_schema_get_ops_latency_count",
+            for name in ("pulsar_metadata_store_ops_latency_ms_count", "pulsar_metadata_store_put_bytes_total",
+                         "pulsar_schema_put_ops_latency_count", "pulsar_schema_get_ops_latency_count",
                          "pulsar_schema_incompatible_total", "pulsar_schema_put_ops_failed_total"):
                 assert total(name) >= 1, name
     finally:
