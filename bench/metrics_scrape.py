@@ -70,8 +70,10 @@ def _timed(fn: Any) -> tuple[float, float, Any]:
 
 
 def measure(n_topics: int, scrapes: int) -> dict[str, float]:
+    # (No automatic bundle split: past loadBalancerNamespaceBundleMaxTopics it would unload the topics
+    # being measured, and the scrapes after it would find an empty broker.)
     with BrokerThread(managedLedgerStorage="memory", statsUpdateFrequencyInSecs=3600,
-                      brokerDeleteInactiveTopicsEnabled=False) as broker:
+                      brokerDeleteInactiveTopicsEnabled=False, loadBalancerAutoBundleSplitEnabled=False) as broker:
         names = [f"persistent://public/default/scrape-{i}" for i in range(n_topics)]
         for start in range(0, n_topics, CREATE_BATCH):
             broker.run_coroutine(_create(broker, names[start:start + CREATE_BATCH]), timeout=600)
@@ -111,6 +113,8 @@ def measure(n_topics: int, scrapes: int) -> dict[str, float]:
             probe.stop = True
             probing.result(60)
             stalls.append(probe.longest)
+        loaded = len(broker.server.service.topics)
+        assert loaded == n_topics, f"{loaded} topics loaded at the end, not {n_topics}: the numbers mean nothing"
         return {"topics": n_topics, "bytes": size, "lines": body.count(b"\n"),
                 "text_wall_ms": statistics.median(text_walls) * 1000,
                 "text_cpu_ms": statistics.median(text_cpus) * 1000,
