@@ -3,11 +3,14 @@
 An in-process broker (memory storage, so creating the topics costs nothing on disk) gets N
 persistent topics, each with one subscription and a few stored messages; then the sampler runs
 once and we time, on the broker's loop: building the /metrics text (wall and CPU time of the
-thread), the same over HTTP as Prometheus would fetch it, and one OpenTelemetry snapshot. The
-scrape runs on the event loop, so its time is how long the broker stops serving clients while
-it is being scraped. Medians of a few scrapes.
+thread), the same over HTTP as Prometheus would fetch it (the CPU time of the broker's loop thread
+and of the whole process during the GET, and the longest time the loop went without running a 1 ms
+ticker meanwhile), and one OpenTelemetry snapshot. Medians of a few scrapes.
 
     python -m bench.metrics_scrape [--topics 1000 10000] [--scrapes 5]
+
+Run as a file (``python bench/metrics_scrape.py``) with another checkout first on PYTHONPATH, it
+measures that checkout's broker: how before/after numbers are taken in one run, alternating.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -26,6 +30,7 @@ from broker.topic_name import TopicName
 
 MESSAGES_PER_TOPIC = 3
 CREATE_BATCH = 200  # topics created per round trip to the loop
+IDLE_PROBE_S = 10.0  # how long the loop is watched with no scrape, for the stall baseline
 
 
 async def _create(broker: BrokerThread, names: list[str]) -> None:
@@ -37,8 +42,9 @@ async def _create(broker: BrokerThread, names: list[str]) -> None:
             topic.ledger.add_entry(bytes(40 + i), lambda *_: None)
 
 
-async def _running_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
+async def _running_loop() -> tuple[asyncio.AbstractEventLoop, int]:
+    """The broker's loop and the CPU-time clock of the thread running it."""
+    return asyncio.get_running_loop(), time.pthread_getcpuclockid(threading.get_ident())
 
 
 class LoopProbe:
@@ -64,19 +70,29 @@ def _timed(fn: Any) -> tuple[float, float, Any]:
 
 
 def measure(n_topics: int, scrapes: int) -> dict[str, float]:
+    # (No automatic bundle split: past loadBalancerNamespaceBundleMaxTopics it would unload the topics
+    # being measured, and the scrapes after it would find an empty broker.)
     with BrokerThread(managedLedgerStorage="memory", statsUpdateFrequencyInSecs=3600,
-                      brokerDeleteInactiveTopicsEnabled=False) as broker:
+                      brokerDeleteInactiveTopicsEnabled=False, loadBalancerAutoBundleSplitEnabled=False) as broker:
         names = [f"persistent://public/default/scrape-{i}" for i in range(n_topics)]
         for start in range(0, n_topics, CREATE_BATCH):
             broker.run_coroutine(_create(broker, names[start:start + CREATE_BATCH]), timeout=600)
         web = broker.server.web
         broker.run_coroutine(web.sampler.sample_async())
-        loop = broker.run_coroutine(_running_loop())
+        loop, loop_clock = broker.run_coroutine(_running_loop())
 
         async def on_loop(fn: Any) -> tuple[float, float, Any]:
             return _timed(fn)
 
+        # The baseline: the longest stall of the loop with N topics and no scrape (the broker's own
+        # periodic work over all topics, the garbage collector), to read the GET's stall against.
+        idle = LoopProbe()
+        idling = asyncio.run_coroutine_threadsafe(idle.run(), loop)
+        time.sleep(IDLE_PROBE_S)
+        idle.stop = True
+        idling.result(60)
         text_walls, text_cpus, otel_walls, http_walls, stalls = [], [], [], [], []
+        http_loop_cpus, http_process_cpus = [], []
         size = 0
         for _ in range(scrapes):
             wall, cpu, body = broker.run_coroutine(on_loop(web._metrics.render), timeout=600)
@@ -88,19 +104,25 @@ def measure(n_topics: int, scrapes: int) -> dict[str, float]:
             otel_walls.append(wall)
             probe = LoopProbe()
             probing = asyncio.run_coroutine_threadsafe(probe.run(), loop)
-            started = time.perf_counter()
+            started, loop_cpu, process_cpu = time.perf_counter(), time.clock_gettime(loop_clock), time.process_time()
             with urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=600) as r:
                 r.read()
             http_walls.append(time.perf_counter() - started)
+            http_loop_cpus.append(time.clock_gettime(loop_clock) - loop_cpu)
+            http_process_cpus.append(time.process_time() - process_cpu)
             probe.stop = True
             probing.result(60)
             stalls.append(probe.longest)
+        loaded = len(broker.server.service.topics)
+        assert loaded == n_topics, f"{loaded} topics loaded at the end, not {n_topics}: the numbers mean nothing"
         return {"topics": n_topics, "bytes": size, "lines": body.count(b"\n"),
                 "text_wall_ms": statistics.median(text_walls) * 1000,
                 "text_cpu_ms": statistics.median(text_cpus) * 1000,
                 "http_wall_ms": statistics.median(http_walls) * 1000,
+                "http_loop_cpu_ms": statistics.median(http_loop_cpus) * 1000,
+                "http_process_cpu_ms": statistics.median(http_process_cpus) * 1000,
                 "otel_snapshot_ms": statistics.median(otel_walls) * 1000,
-                "stall_ms": statistics.median(stalls) * 1000}
+                "stall_ms": statistics.median(stalls) * 1000, "idle_stall_ms": idle.longest * 1000}
 
 
 def main() -> None:
@@ -109,12 +131,14 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=5)
     args = parser.parse_args()
     print("| topics | series lines | bytes | scrape wall ms | scrape CPU ms | GET /metrics ms "
-          "| longest loop stall during the GET, ms | OTel snapshot ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| GET: loop thread CPU ms | GET: process CPU ms | longest loop stall during the GET, ms "
+          f"| longest stall in {IDLE_PROBE_S:.0f} s without a scrape, ms | OTel snapshot ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.topics:
         r = measure(n, args.scrapes)
         print(f"| {r['topics']:,} | {r['lines']:,} | {r['bytes']:,} | {r['text_wall_ms']:.0f} | "
-              f"{r['text_cpu_ms']:.0f} | {r['http_wall_ms']:.0f} | {r['stall_ms']:.0f} | "
+              f"{r['text_cpu_ms']:.0f} | {r['http_wall_ms']:.0f} | {r['http_loop_cpu_ms']:.0f} | "
+              f"{r['http_process_cpu_ms']:.0f} | {r['stall_ms']:.0f} | {r['idle_stall_ms']:.0f} | "
               f"{r['otel_snapshot_ms']:.0f} |", flush=True)
 
 

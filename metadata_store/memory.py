@@ -26,6 +26,7 @@ from metadata_store.api import (
     SessionEvent,
     Stat,
 )
+from metadata_store.stats import StoreStats, measured
 from metadata_store.tree import PERSISTENT, NodeTree, Op, new_session_id
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class TreeStore:
 
     def __init__(self, tree: NodeTree, description: str) -> None:
         self._tree = tree
+        self.stats = StoreStats()  # (Pulsar's pulsar_metadata_store_* metrics)
         self._description = description
         self._session = new_session_id()
         self._listeners: list[Callable[[Notification], None]] = []
@@ -58,6 +60,7 @@ class TreeStore:
 
     # ---- the contract ------------------------------------------------------------------------------------------
 
+    @measured("get")
     async def get(self, path: str) -> GetResult | None:
         self._enter(path)
         with self._tree.lock:
@@ -76,6 +79,7 @@ class TreeStore:
         with self._tree.lock:
             return path in self._tree.nodes
 
+    @measured("put")
     async def put(self, path: str, value: bytes, expected_version: int | None, *,
                   ephemeral: bool = False, sequential: bool = False) -> Stat:
         self._enter(path)
@@ -92,6 +96,7 @@ class TreeStore:
         assert stat is not None
         return stat
 
+    @measured("del")
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         self._enter(path)
         await self._commit(lambda: (self._tree.plan_delete(path, expected_version), None))

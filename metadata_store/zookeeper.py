@@ -69,6 +69,7 @@ from metadata_store.api import (
     Stat,
 )
 from metadata_store.kazoo_async import awaitable
+from metadata_store.stats import StoreStats, measured
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class ZooKeeperMetadataStore:
     def __init__(self, client: KazooClient, address: ZkAddress, loop: asyncio.AbstractEventLoop,
                  session_timeout_s: float, operation_timeout_s: float) -> None:
         self.address = address
+        self.stats = StoreStats()  # (Pulsar's pulsar_metadata_store_* metrics)
         self.session_timeout_s = session_timeout_s
         self.operation_timeout_s = operation_timeout_s
         self._client = client
@@ -260,6 +262,7 @@ class ZooKeeperMetadataStore:
 
     # ---- the contract ------------------------------------------------------------------------------------------
 
+    @measured("get")
     async def get(self, path: str) -> GetResult | None:
         self._enter(path)
         while True:
@@ -294,6 +297,7 @@ class ZooKeeperMetadataStore:
         self._watched.add(path)
         return await self._call(path, self._client.exists_async(path, watch=self._data_watcher)) is not None
 
+    @measured("put")
     async def put(self, path: str, value: bytes, expected_version: int | None, *,
                   ephemeral: bool = False, sequential: bool = False) -> Stat:
         self._enter(path)
@@ -331,6 +335,7 @@ class ZooKeeperMetadataStore:
                     continue
         return self._stat(made, zstat)
 
+    @measured("del")
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         self._enter(path)
         if path == paths.ROOT:

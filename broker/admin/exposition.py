@@ -17,6 +17,7 @@ from collections.abc import Iterator
 COUNTER = "counter"
 GAUGE = "gauge"
 HISTOGRAM = "histogram"
+SUMMARY = "summary"
 
 
 def escape(value: str) -> str:
@@ -44,6 +45,22 @@ class Exposition:
     def __init__(self, families: dict[str, tuple[str, str]]) -> None:
         self._declared = families
         self._lines: dict[str, list[str]] = {}
+        self._groups: dict[tuple[str, ...], list[list[str]]] = {}
+
+    def family(self, name: str) -> list[str]:
+        """The sample lines of family ``name`` (its header first), to append ``name{labels} value\\n``
+        lines to directly: what a writer of many series per topic does instead of one ``add`` each."""
+        lines = self._lines.get(name)
+        if lines is None:
+            lines = self._lines[name] = [self._header(name)]
+        return lines
+
+    def families(self, names: tuple[str, ...]) -> list[list[str]]:
+        """``family`` of each name (looked up once per scrape for a given tuple)."""
+        group = self._groups.get(names)
+        if group is None:
+            group = self._groups[names] = [self.family(name) for name in names]
+        return group
 
     def add(self, name: str, labels: str, value: float) -> None:
         """One sample. ``value`` is an int or a float (never a bool): ``repr`` writes both as the text
@@ -66,16 +83,30 @@ class Exposition:
         lines.append(f"{name}_count{{{labels}}} {count}\n")
         lines.append(f"{name}_sum{{{labels}}} {fmt(float(total))}\n")
 
+    def summary(self, name: str, labels: str, quantiles: list[tuple[float, float]], count: int,
+                total: float) -> None:
+        """A Prometheus summary: ``quantiles`` is (quantile, value); NaN for a quantile of nothing."""
+        lines = self._lines.get(name)
+        if lines is None:
+            lines = self._lines[name] = [self._header(name)]
+        sep = "," if labels else ""
+        for q, v in quantiles:
+            lines.append(f'{name}{{{labels}{sep}quantile="{q!r}"}} {fmt(v)}\n')
+        lines.append(f"{name}_count{{{labels}}} {count}\n")
+        lines.append(f"{name}_sum{{{labels}}} {fmt(float(total))}\n")
+
     def names(self) -> list[str]:
-        return list(self._lines)
+        return [name for name, lines in self._lines.items() if len(lines) > 1]
 
     def text(self) -> str:
-        return "".join(line for lines in self._lines.values() for line in lines)
+        return "".join(["".join(lines) for lines in self._lines.values() if len(lines) > 1])
 
     def chunks(self) -> Iterator[bytes]:
-        """The text family by family (a few MB at most at 10,000 topics), for streaming."""
+        """The text family by family (a few MB at most at 10,000 topics), for streaming; families
+        without a sample are left out."""
         for lines in self._lines.values():
-            yield "".join(lines).encode()
+            if len(lines) > 1:
+                yield "".join(lines).encode()
 
     def _header(self, name: str) -> str:
         kind, doc = self._declared[name]

@@ -329,6 +329,21 @@ class WebService:
                               "httpUrlTls": answer.http_url_tls or "", "nativeUrl": plain or tls})
 
     async def lookup(self, request: web.Request) -> web.Response:
+        """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure)."""
+        stats = self.service.lookup_stats
+        started = stats.start()
+        try:
+            response = await self._lookup(request)
+        except web.HTTPTemporaryRedirect:
+            stats.done(started, redirect=True)
+            raise
+        except BaseException:
+            stats.done(started, failed=True)
+            raise
+        stats.done(started)
+        return response
+
+    async def _lookup(self, request: web.Request) -> web.Response:
         m = request.match_info
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         await self.service.refresh_namespace(name)

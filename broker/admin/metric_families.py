@@ -8,7 +8,7 @@ series are declared ``counter`` (same sample names, so every query works unchang
 
 from __future__ import annotations
 
-from broker.admin.exposition import COUNTER, GAUGE, HISTOGRAM
+from broker.admin.exposition import COUNTER, GAUGE, HISTOGRAM, SUMMARY
 
 _LATENCY_BUCKETS = ("le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow")
 ENTRY_SIZE_BUCKETS = ("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb",
@@ -56,6 +56,39 @@ FAMILIES: dict[str, tuple[str, str]] = {
     # -- authentication --
     "pulsar_authentication_success_total": (COUNTER, "Credentials a provider accepted"),
     "pulsar_authentication_failures_total": (COUNTER, "Credentials a provider refused, by reason"),
+    "pulsar_expired_token_total": (COUNTER, "Tokens refused because they had expired"),
+    "pulsar_expiring_token_minutes": (HISTOGRAM, "Minutes left on the accepted tokens that expire"),
+    # -- lookups (NamespaceService) and topic loads (BrokerService, BrokerOperabilityMetrics) --
+    "pulsar_broker_lookup": (SUMMARY, "Lookup latency (ms); quantiles over the last stats interval"),
+    "pulsar_broker_lookup_answers_total": (COUNTER, "Lookups answered with this broker (not redirected)"),
+    "pulsar_broker_lookup_redirects_total": (COUNTER, "Lookups redirected to another broker"),
+    "pulsar_broker_lookup_failures_total": (COUNTER, "Lookups that failed"),
+    "pulsar_broker_lookup_pending_requests": (GAUGE, "Lookups in progress"),
+    "pulsar_broker_topic_load_pending_requests": (GAUGE, "Topic loads in progress"),
+    "pulsar_topic_load_times": (SUMMARY, "Topic load time (ms); quantiles over the last stats interval"),
+    "pulsar_topic_load_time_mean_ms": (GAUGE, "Mean topic load time of the last stats interval"),
+    "pulsar_topic_load_time_median_ms": (GAUGE, "Median topic load time of the last stats interval"),
+    "pulsar_topic_load_time_75percentile_ms": (GAUGE, "75th percentile topic load time, last stats interval"),
+    "pulsar_topic_load_time_95percentile_ms": (GAUGE, "95th percentile topic load time, last stats interval"),
+    "pulsar_topic_load_time_99_percentile_ms": (GAUGE, "99th percentile topic load time, last stats interval"),
+    "pulsar_topic_load_time_99_9_percentile_ms": (GAUGE, "99.9th percentile topic load time, last stats interval"),
+    "pulsar_topic_load_time_99_99_percentile_ms": (GAUGE, "99.99th percentile topic load time, last stats "
+                                                          "interval"),
+    "pulsar_topic_load_rate_s": (GAUGE, "Topics loaded in the last stats interval"),
+    "pulsar_topic_load_failed_count": (GAUGE, "Topic loads that failed"),
+    "topic_load_failed_total": (COUNTER, "Topic loads that failed"),
+    # -- metadata store (MetadataStoreStats; labels name, type, status) --
+    "pulsar_metadata_store_ops_latency_ms": (HISTOGRAM, "Metadata store get / put / del latency (ms), by outcome"),
+    "pulsar_metadata_store_put_bytes_total": (COUNTER, "Bytes put into the metadata store"),
+    # -- schema registry (SchemaRegistryStats; label namespace) --
+    "pulsar_schema_get_ops_failed_total": (COUNTER, "Schema gets (and lists) that failed"),
+    "pulsar_schema_put_ops_failed_total": (COUNTER, "Schema puts that failed (incompatible ones included)"),
+    "pulsar_schema_del_ops_failed_total": (COUNTER, "Schema deletes that failed"),
+    "pulsar_schema_compatible_total": (COUNTER, "Compatibility checks that passed"),
+    "pulsar_schema_incompatible_total": (COUNTER, "Compatibility checks that failed"),
+    "pulsar_schema_get_ops_latency": (SUMMARY, "Schema get latency (ms); quantiles over the last stats interval"),
+    "pulsar_schema_put_ops_latency": (SUMMARY, "Schema put latency (ms); quantiles over the last stats interval"),
+    "pulsar_schema_del_ops_latency": (SUMMARY, "Schema delete latency (ms); quantiles over the last stats interval"),
     # -- namespace (topic count always; the rest when topic level is off) --
     "pulsar_topics_count": (GAUGE, "Topics of the namespace loaded by this broker"),
     # -- topic (or namespace when topic level is off) --

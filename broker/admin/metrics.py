@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,23 +33,30 @@ from prometheus_client.process_collector import ProcessCollector
 
 from broker.admin.exposition import Exposition, escape
 from broker.admin.metric_families import ADD_BUCKETS, COMPACTION_LATENCY, FAMILIES
-from broker.admin.stats import StatsSampler, topic_stats
-from broker.service.replication import REPLICATOR_PREFIX
+from broker.admin.scrape_stats import SubscriptionCounters, TopicCounters, topic_counters
+from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
+from broker.auth.providers import EXPIRING_TOKEN_MINUTES_BUCKETS, TokenProvider
+from broker.metadata.policy_table import BACKLOG_QUOTAS
+from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.topic_name import is_system_topic
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS
+from metadata_store.stats import LATENCY_BUCKETS_MS, StoreStats
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
 
     from broker.admin.context import AdminContext
-    from broker.service.broker_service import AnyTopic
+    from broker.service.broker_service import AnyTopic, BrokerService
     from broker.service.compaction import CompactionRecord
+    from broker.service.kinds import AnySubscription
     from managed_ledger.disk_space import StorageGuard
 
 PARTITION_SUFFIX = "-partition-"
-# Topics written between two returns to the event loop (about 30 ms of CPU on a 2-core machine):
-# a scrape of 10,000 topics takes seconds, the loop must keep serving clients meanwhile.
-TOPICS_PER_SLICE = 100
+# The scrape gives the event loop back once it has run SLICE_S (checked every TOPICS_PER_CHECK
+# topics, a fraction of a millisecond): a scrape of 10,000 topics takes seconds of CPU, and the
+# loop must keep serving clients meanwhile.
+SLICE_S = 0.01
+TOPICS_PER_CHECK = 8
 # PrometheusLabels.backlogQuotaTypeLabel: the quota_type label of each backlog quota type.
 QUOTA_TYPE_LABELS = (("destination_storage", "size"), ("message_age", "time"))
 # Pulsar's always-present zero series before PIP-214 (printDefaultBrokerStats), cluster label only.
@@ -61,29 +70,6 @@ _REPLICATION = (("pulsar_replication_rate_in", "msgRateIn"), ("pulsar_replicatio
                 ("pulsar_replication_backlog", "replicationBacklog"),
                 ("pulsar_replication_rate_expired", "msgRateExpired"),
                 ("pulsar_replication_delay_in_seconds", "replicationDelayInSeconds"))
-_TOPIC_GAUGES = (("pulsar_rate_in", "msgRateIn"), ("pulsar_rate_out", "msgRateOut"),
-                 ("pulsar_throughput_in", "msgThroughputIn"), ("pulsar_throughput_out", "msgThroughputOut"),
-                 ("pulsar_average_msg_size", "averageMsgSize"), ("pulsar_storage_size", "storageSize"),
-                 ("pulsar_storage_logical_size", "storageSize"), ("pulsar_storage_backlog_size", "backlogSize"),
-                 ("pulsar_publish_rate_limit_times", "publishRateLimitedTimes"),
-                 ("pulsar_storage_offloaded_size", "offloadedStorageSize"),
-                 ("pulsar_in_bytes_total", "bytesInCounter"), ("pulsar_in_messages_total", "msgInCounter"))
-_SUB_GAUGES = (("pulsar_subscription_back_log", "msgBacklog"),
-               ("pulsar_subscription_back_log_no_delayed", "msgBacklogNoDelayed"),
-               ("pulsar_subscription_delayed", "msgDelayed"),
-               ("pulsar_subscription_msg_rate_redeliver", "msgRateRedeliver"),
-               ("pulsar_subscription_unacked_messages", "unackedMessages"),
-               ("pulsar_subscription_msg_rate_out", "msgRateOut"),
-               ("pulsar_subscription_msg_ack_rate", "messageAckRate"),
-               ("pulsar_subscription_msg_throughput_out", "msgThroughputOut"),
-               ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"),
-               ("pulsar_subscription_last_expire_timestamp", "lastExpireTimestamp"),
-               ("pulsar_subscription_last_acked_timestamp", "lastAckedTimestamp"),
-               ("pulsar_subscription_last_consumed_flow_timestamp", "lastConsumedFlowTimestamp"),
-               ("pulsar_subscription_last_consumed_timestamp", "lastConsumedTimestamp"),
-               ("pulsar_subscription_last_mark_delete_advanced_timestamp", "lastMarkDeleteAdvancedTimestamp"),
-               ("pulsar_subscription_msg_rate_expired", "msgRateExpired"),
-               ("pulsar_subscription_total_msg_expired", "totalMsgExpired"))
 _SUB_ZEROS = ("pulsar_subscription_filter_processed_msg_count", "pulsar_subscription_filter_accepted_msg_count",
               "pulsar_subscription_filter_rejected_msg_count", "pulsar_subscription_filter_rescheduled_msg_count",
               "pulsar_subscription_delayed_message_index_size_bytes")
@@ -95,6 +81,19 @@ _CONSUMER_GAUGES = (("pulsar_consumer_msg_rate_redeliver", "msgRateRedeliver"),
                     ("pulsar_consumer_msg_throughput_out", "msgThroughputOut"),
                     ("pulsar_consumer_available_permits", "availablePermits"),
                     ("pulsar_out_bytes_total", "bytesOutCounter"), ("pulsar_out_messages_total", "msgOutCounter"))
+_ZEROS = (0,) * len(_SUB_ZEROS)
+# A topic's own series (values from the ``values`` dict of write(), then those _write_topic reads), in order.
+_TOPIC_VALUES = ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
+                 "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+                 "pulsar_average_msg_size", "pulsar_storage_size", "pulsar_storage_logical_size",
+                 "pulsar_msg_backlog", "pulsar_storage_write_rate", "pulsar_storage_read_rate",
+                 "pulsar_storage_read_cache_misses_rate", "pulsar_storage_backlog_size",
+                 "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
+                 "pulsar_in_bytes_total", "pulsar_in_messages_total")
+_TOPIC_FAMILIES = (*_TOPIC_VALUES, "pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total",
+                   "pulsar_txn_tb_committed_total", "pulsar_delayed_message_index_size_bytes",
+                   "pulsar_storage_backlog_quota_limit", "pulsar_storage_backlog_quota_limit_time",
+                   "pulsar_storage_backlog_age_seconds", "pulsar_py_publish_rate_limited_total")
 # Integer counters of the storage's own stats object, exported as pulsar_py_ledger_<name>.
 _LEDGER_COUNTERS = ("entries_written_total", "bytes_written_total", "cursor_persists_total", "corrupt_records_total",
                     "truncated_bytes_total", "write_errors_total", "read_errors_total", "segment_reopens_total")
@@ -159,13 +158,17 @@ class BrokerMetrics:
         return out.text().encode() + bytes(generate_latest(self._process))
 
     async def stream(self) -> AsyncIterator[bytes]:
-        """The text in chunks, giving the loop back every TOPICS_PER_SLICE topics and after each
-        family, so that clients are served during a long scrape (seconds at 10,000 topics)."""
+        """The text in chunks, giving the loop back every SLICE_S of work and after each family,
+        so that clients are served during a long scrape (seconds at 10,000 topics)."""
         out = Exposition(FAMILIES)
         for _ in self.write(out):
             await asyncio.sleep(0)
         for chunk in out.chunks():
             yield chunk
+            # The loop's turn between families: writing to the response does not give it back
+            # (aiohttp's drain returns at once unless the transport is paused), and at 10,000
+            # topics the 127 MB took seconds without one.
+            await asyncio.sleep(0)
         yield bytes(generate_latest(self._process))
 
     def write(self, out: Exposition) -> Iterator[None]:
@@ -182,33 +185,37 @@ class BrokerMetrics:
         replication_by_ns: dict[str, dict[str, defaultdict[str, float]]] = {}
         ml_by_ns: dict[str, defaultdict[str, float]] = {}
         in_system = out_internal = 0
+        slice_started = time.perf_counter()
         for i, topic in enumerate(topics):
-            if i and i % TOPICS_PER_SLICE == 0:
+            if i % TOPICS_PER_CHECK == 0 and time.perf_counter() - slice_started > SLICE_S:
                 yield
+                slice_started = time.perf_counter()
                 if topic.closed:
                     continue
-            st = topic_stats(topic, sampler)
-            subs: dict[str, dict[str, Any]] = st["subscriptions"]
+            tc = topic_counters(topic, sampler)
+            subs = tc.subscriptions
             ns = topic.name.namespace
             persistent = hasattr(topic, "ledger")
-            entries_in = sampler.topic_entries_in.get(topic, 0.0)
-            entries_read = sampler.topic_entries_read.get(topic, 0.0)
-            read_misses = sampler.topic_read_misses.get(topic, 0.0)
-            backlog = sum(s["msgBacklog"] for s in subs.values())
-            ack_rate = sum(s["messageAckRate"] for s in subs.values())
-            n_consumers = sum(len(s["consumers"]) for s in subs.values())
             producers = [p for p in topic.producers.values() if not p.replicator]
             evictions = getattr(topic, "backlog_quota_evictions", None) or {}
             buckets = _add_buckets(topic)
             values = {
                 "pulsar_subscriptions_count": len(subs), "pulsar_producers_count": len(producers),
-                "pulsar_consumers_count": n_consumers, "pulsar_msg_backlog": backlog,
-                "pulsar_storage_write_rate": entries_in, "pulsar_storage_read_rate": entries_read,
-                "pulsar_storage_read_cache_misses_rate": read_misses, "pulsar_consumer_msg_ack_rate": ack_rate,
-                "pulsar_out_bytes_total": st["bytesOutCounter"], "pulsar_out_messages_total": st["msgOutCounter"],
-                "pulsar_subscription_delayed": sum(s["msgDelayed"] for s in subs.values()),
-                "pulsar_subscription_in_replay": sum(_in_replay(topic, n) for n in subs),
-                **{name: st[key] for name, key in _TOPIC_GAUGES},
+                "pulsar_consumers_count": sum(s.consumers for s in subs),
+                "pulsar_msg_backlog": sum(s.backlog for s in subs),
+                "pulsar_storage_write_rate": sampler.topic_entries_in.get(topic, 0.0),
+                "pulsar_storage_read_rate": sampler.topic_entries_read.get(topic, 0.0),
+                "pulsar_storage_read_cache_misses_rate": sampler.topic_read_misses.get(topic, 0.0),
+                "pulsar_consumer_msg_ack_rate": sum(s.ack_rate for s in subs),
+                "pulsar_out_bytes_total": tc.bytes_out, "pulsar_out_messages_total": tc.msg_out,
+                "pulsar_subscription_delayed": 0,
+                "pulsar_subscription_in_replay": sum(_in_replay(s.sub) for s in subs),
+                "pulsar_rate_in": tc.rate_in, "pulsar_rate_out": tc.rate_out,
+                "pulsar_throughput_in": tc.throughput_in, "pulsar_throughput_out": tc.throughput_out,
+                "pulsar_average_msg_size": tc.average_msg_size, "pulsar_storage_size": tc.storage_size,
+                "pulsar_storage_logical_size": tc.storage_size, "pulsar_storage_backlog_size": tc.backlog_size,
+                "pulsar_publish_rate_limit_times": tc.rate_limited_times, "pulsar_storage_offloaded_size": 0,
+                "pulsar_in_bytes_total": tc.bytes_in, "pulsar_in_messages_total": tc.msg_in,
             }
             for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
                          "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
@@ -218,17 +225,20 @@ class BrokerMetrics:
             for quota, _label in QUOTA_TYPE_LABELS:
                 broker[quota] += evictions.get(quota, 0)
             if is_system_topic(topic.full_name):
-                in_system += st["bytesInCounter"]
-            out_internal += sum(r["bytesOutCounter"] for r in st["replication"].values())
-            broker["in_bytes"] += st["bytesInCounter"]
-            broker["out_bytes"] += st["bytesOutCounter"]
-            replication = st["replication"] if cfg.replicationMetricsEnabled else {}
+                in_system += tc.bytes_in
+            # Replication stats only for a replicated topic (a replicator, or a remote one producing here).
+            all_replication = (replication_stats(topic, sampler)
+                               if topic.replicators or len(producers) != len(topic.producers) else {})
+            out_internal += sum(r["bytesOutCounter"] for r in all_replication.values())
+            broker["in_bytes"] += tc.bytes_in
+            broker["out_bytes"] += tc.bytes_out
+            replication = all_replication if cfg.replicationMetricsEnabled else {}
             if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
                 _ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s)
             if by_topic:
                 namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1
                 labels = self._topic_labels(topic, previous)
-                self._write_topic(out, topic, labels, st, values, evictions, buckets, replication)
+                self._write_topic(out, topic, labels, tc, values, evictions, buckets, replication)
             else:
                 sums = namespaces.setdefault(ns, _namespace_sums())
                 sums["pulsar_topics_count"] += 1
@@ -267,63 +277,47 @@ class BrokerMetrics:
         self._write_transactions(out, cl)
 
     # -- topic level -------------------------------------------------------------------------------
-    def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, st: dict[str, Any],
+    def _write_topic(self, out: Exposition, topic: AnyTopic, labels: str, tc: TopicCounters,
                      values: dict[str, float], evictions: dict[str, int], buckets: list[tuple[str, float]],
                      replication: dict[str, dict[str, Any]]) -> None:
         cfg = self.ctx.config
-        for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",
-                     "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
-                     "pulsar_average_msg_size", "pulsar_storage_size", "pulsar_storage_logical_size",
-                     "pulsar_msg_backlog", "pulsar_storage_write_rate", "pulsar_storage_read_rate",
-                     "pulsar_storage_read_cache_misses_rate", "pulsar_storage_backlog_size",
-                     "pulsar_publish_rate_limit_times", "pulsar_storage_offloaded_size",
-                     "pulsar_in_bytes_total", "pulsar_in_messages_total"):
-            out.add(name, labels, values[name])
-        active, aborted, committed = _txn_buffer_counts(topic)
-        out.add("pulsar_txn_tb_active_total", labels, active)
-        out.add("pulsar_txn_tb_aborted_total", labels, aborted)
-        out.add("pulsar_txn_tb_committed_total", labels, committed)
-        out.add("pulsar_delayed_message_index_size_bytes", labels, 0)
         limit_size, limit_time, age = self._backlog_quota(topic)
-        out.add("pulsar_storage_backlog_quota_limit", labels, limit_size)
-        out.add("pulsar_storage_backlog_quota_limit_time", labels, limit_time)
-        out.add("pulsar_storage_backlog_age_seconds", labels, age)
+        active, aborted, committed = _txn_buffer_counts(topic)
+        topic_values = (*[values[name] for name in _TOPIC_VALUES], active, aborted, committed, 0, limit_size,
+                        limit_time, age, tc.rate_limited_times)
+        # One line per family, appended straight to the family's lines (no call per sample).
+        for lines, name, value in zip(out.families(_TOPIC_FAMILIES), _TOPIC_FAMILIES, topic_values, strict=True):
+            lines.append(f"{name}{{{labels}}} {value!r}\n")
         for quota, label in QUOTA_TYPE_LABELS:
             out.add("pulsar_storage_backlog_quota_exceeded_evictions_total", f'{labels},quota_type="{label}"',
                     evictions.get(quota, 0))
-        for name, value in buckets:
-            out.add(name, labels, value)
-        out.add("pulsar_py_publish_rate_limited_total", labels, st["publishRateLimitedTimes"])
+        if buckets:
+            for lines, (name, value) in zip(out.families(_ADD_BUCKET_FAMILIES), buckets, strict=True):
+                lines.append(f"{name}{{{labels}}} {value!r}\n")
         compactor = getattr(topic, "compactor", None)
         if compactor is not None and compactor.record.runs:
             _write_compaction(out, labels, compactor.record)
-        if cfg.exposeProducerLevelMetricsInPrometheus:
-            for p in st["publishers"]:
-                if p["producerName"].startswith(REPLICATOR_PREFIX):
+        if cfg.exposeProducerLevelMetricsInPrometheus and cfg.exposePublisherStats:
+            for producer in topic.producers.values():
+                if producer.replicator:
                     continue
+                p = publisher_stats(producer, self.sampler)
                 pl = f'{labels},producer_name="{escape(p["producerName"])}",producer_id="{p["producerId"]}"'
                 out.add("pulsar_producer_msg_rate_in", pl, p["msgRateIn"])
                 out.add("pulsar_producer_msg_throughput_in", pl, p["msgThroughputIn"])
                 out.add("pulsar_producer_msg_average_Size", pl, p["averageMsgSize"])
-        for sub_name, s in st["subscriptions"].items():
-            sl = f'{labels},subscription="{escape(sub_name)}"'
-            for name, key in _SUB_GAUGES:
-                out.add(name, sl, s[key])
-            out.add("pulsar_subscription_in_replay", sl, _in_replay(topic, sub_name))
-            out.add("pulsar_subscription_blocked_on_unacked_messages", sl,
-                    1 if s["blockedSubscriptionOnUnackedMsgs"] else 0)
-            out.add("pulsar_subscription_msg_drop_rate", sl, s.get("msgDropRate", 0.0))
-            out.add("pulsar_subscription_consumers_count", sl, len(s["consumers"]))
-            for name in _SUB_ZEROS:
-                out.add(name, sl, 0)
-            sub = topic.subscriptions.get(sub_name)
+        for s in tc.subscriptions:
+            sl = f'{labels},subscription="{escape(s.name)}"'
+            _write_subscription(out, sl, s)
+            sub = s.sub
             dispatcher = sub.dispatcher if sub is not None else None
             out.add("pulsar_py_permit_invariant_drift", sl,
                     dispatcher.invariant_drift_count if dispatcher is not None else 0)
-            if "msgDropRate" in s:
-                out.add("pulsar_py_subscription_msg_dropped_total", sl, sub.msg_dropped if sub is not None else 0)
+            if s.drop_rate is not None and sub is not None:
+                out.add("pulsar_py_subscription_msg_dropped_total", sl, sub.msg_dropped)
             if cfg.exposeConsumerLevelMetricsInPrometheus and sub is not None:
-                for c, cs in zip(sub.consumers, s["consumers"], strict=False):
+                for c in sub.consumers:
+                    cs = consumer_stats(c, self.sampler)
                     ccl = f'{sl},consumer_name="{escape(c.name)}",consumer_id="{c.consumer_id}"'
                     for name, key in _CONSUMER_GAUGES:
                         out.add(name, ccl, float(cs[key]))
@@ -335,13 +329,13 @@ class BrokerMetrics:
             out.add("pulsar_replication_disconnected_count", rl, 0 if r["connected"] else 1)
 
     def _backlog_quota(self, topic: AnyTopic) -> tuple[float, float, float]:
-        """(size limit in bytes, time limit in seconds, age of the oldest backlog in seconds); -1 = none."""
-        quotas = self.ctx.service.backlog_quotas
-        size = quotas.quota(topic.name, "destination_storage")
-        age = quotas.quota(topic.name, "message_age")
+        """(size limit in bytes, time limit in seconds, age of the oldest backlog in seconds); -1 = none.
+        (One policy resolution for both types: BacklogQuotaManager.quota resolves them one by one.)"""
+        quotas = self.ctx.service.policies.get(topic.name, BACKLOG_QUOTAS)
+        size, age = quotas[DESTINATION_STORAGE], quotas[MESSAGE_AGE]
         oldest = getattr(topic, "oldest_backlog_age_s", None)
-        return (float(size.limit_size) if size is not None else -1.0,
-                float(age.limit_time) if age is not None else -1.0,
+        return (float(size.limit_size) if size.limit_size >= 0 else -1.0,
+                float(age.limit_time) if age.limit_time >= 0 else -1.0,
                 float(oldest) if oldest is not None else -1.0)
 
     # -- namespace level ---------------------------------------------------------------------------
@@ -408,6 +402,8 @@ class BrokerMetrics:
         out.add("pulsar_connection_create_fail_count", bl, process.connections_refused)
         out.add("pulsar_connection_closed_total_count", bl, process.connections_closed)
         service = self.ctx.service
+        _write_operations(out, cl, bl.replace('metric="broker_connection"', 'metric="pulsar_topic_load_times"'),
+                          service)
         out.add("pulsar_py_inactive_topics_deleted_total", cl, service.inactive_topics.deleted_total)
         out.add("pulsar_py_subscriptions_expired_total", cl, service.housekeeping.subscriptions_expired_total)
         authn = self.ctx.security.authentication
@@ -417,6 +413,7 @@ class BrokerMetrics:
         for (provider, method, reason), n in sorted(authn.failures_by.items()):
             out.add("pulsar_authentication_failures_total", f'{cl},provider_name="{escape(provider)}",'
                     f'auth_method="{escape(method)}",reason="{escape(reason)}"', n)
+        _write_tokens(out, cl, authn.providers.get("token", []))
 
     # -- managed ledgers, cursors, cache -------------------------------------------------------------
     def _write_cursors(self, out: Exposition, cl: str, topics: list[AnyTopic]) -> None:
@@ -479,6 +476,69 @@ class BrokerMetrics:
             out.add("pulsar_py_ledger_cache_hit_ratio", cl, hits / (hits + misses) if hits + misses else 0.0)
 
 
+# Pulsar's quantiles: NamespaceService's lookup summary, and DimensionStats' (topic load times).
+LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
+TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
+SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
+_TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
+                      ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
+
+
+def _write_operations(out: Exposition, cl: str, load_labels: str, service: BrokerService) -> None:
+    """Lookups and topic loads: Pulsar's NamespaceService summary and counters, BrokerService's pending
+    gauges, BrokerOperabilityMetrics' topic-load series (labels cluster, broker, metric); and the schema
+    registry's operations per namespace (SchemaRegistryStats)."""
+    lookups, loads = service.lookup_stats, service.topic_load_stats
+    out.summary("pulsar_broker_lookup", cl, [(q, lookups.latency.quantile(q)) for q in LOOKUP_QUANTILES],
+                lookups.latency.count, lookups.latency.sum_ms)
+    out.add("pulsar_broker_lookup_answers_total", cl, lookups.answers)
+    out.add("pulsar_broker_lookup_redirects_total", cl, lookups.redirects)
+    out.add("pulsar_broker_lookup_failures_total", cl, lookups.failures)
+    out.add("pulsar_broker_lookup_pending_requests", cl, lookups.pending)
+    out.add("pulsar_broker_topic_load_pending_requests", cl, service.pending_topic_loads)
+    times = loads.times
+    out.summary("pulsar_topic_load_times", cl, [(q, times.quantile(q)) for q in TOPIC_LOAD_QUANTILES],
+                times.count, times.sum_ms)
+    out.add("pulsar_topic_load_time_mean_ms", load_labels, times.mean())
+    for name, q in _TOPIC_LOAD_GAUGES:
+        out.add(f"pulsar_topic_load_time_{name}_ms", load_labels, times.quantile(q))
+    out.add("pulsar_topic_load_rate_s", load_labels, times.last_count)
+    out.add("pulsar_topic_load_failed_count", load_labels, loads.failed)
+    out.add("topic_load_failed_total", cl, loads.failed)
+    store_stats = getattr(service.metadata_store, "stats", None)
+    if isinstance(store_stats, StoreStats):
+        sl = f'{cl},name="metadata-store"'  # (Pulsar's MetadataStoreConfig.METADATA_STORE)
+        for (op, status), h in store_stats.latency.items():
+            cumulative = list(zip((*LATENCY_BUCKETS_MS, math.inf), itertools.accumulate(h.counts), strict=True))
+            out.histogram("pulsar_metadata_store_ops_latency_ms", f'{sl},type="{op}",status="{status}"', cumulative,
+                          h.count, h.sum_ms)
+        out.add("pulsar_metadata_store_put_bytes_total", sl, store_stats.put_bytes)
+    for ns, st in sorted(service.schemas.stats.by_namespace.items()):
+        nl = f'{cl},namespace="{escape(ns)}"'
+        for name, value in (("pulsar_schema_get_ops_failed_total", st.get_failed),
+                            ("pulsar_schema_put_ops_failed_total", st.put_failed),
+                            ("pulsar_schema_del_ops_failed_total", st.delete_failed),
+                            ("pulsar_schema_compatible_total", st.compatible),
+                            ("pulsar_schema_incompatible_total", st.incompatible)):
+            out.add(name, nl, value)
+        for name, summary in (("pulsar_schema_get_ops_latency", st.get), ("pulsar_schema_put_ops_latency", st.put),
+                              ("pulsar_schema_del_ops_latency", st.delete)):
+            out.summary(name, nl, [(q, summary.quantile(q)) for q in SCHEMA_QUANTILES], summary.count, summary.sum_ms)
+
+
+def _write_tokens(out: Exposition, cl: str, providers: Sequence[object]) -> None:
+    """Pulsar's AuthenticationMetricsToken series, when the token provider is configured."""
+    tokens = [p for p in providers if isinstance(p, TokenProvider)]
+    if not tokens:
+        return
+    out.add("pulsar_expired_token_total", cl, sum(p.expired_tokens for p in tokens))
+    per_bucket = [sum(counts) for counts in zip(*(p.expiring_minutes for p in tokens), strict=True)]
+    cumulative = list(zip((*EXPIRING_TOKEN_MINUTES_BUCKETS, math.inf), itertools.accumulate(per_bucket),
+                          strict=True))
+    out.histogram("pulsar_expiring_token_minutes", cl, cumulative, sum(per_bucket),
+                  sum(p.expiring_minutes_sum for p in tokens))
+
+
 def _write_disk_space(out: Exposition, cl: str, disk: StorageGuard | None) -> None:
     """The file ledger's free-space floor, or BookKeeper's writable bookies (docs/exhaustion.md): whether new
     entries are refused, and why."""
@@ -526,10 +586,40 @@ def _write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None
     out.add(f"{prefix}_count", labels, sum(r.latency_counts))
 
 
-def _in_replay(topic: AnyTopic, sub_name: str) -> int:
-    sub = topic.subscriptions.get(sub_name)
+def _in_replay(sub: AnySubscription | None) -> int:
     dispatcher = sub.dispatcher if sub is not None else None
     return len(getattr(dispatcher, "replay", ()))
+
+
+# Pulsar's subscription series, in the order _write_subscription writes their values.
+_SUB_FAMILIES = ("pulsar_subscription_back_log", "pulsar_subscription_back_log_no_delayed",
+                 "pulsar_subscription_delayed", "pulsar_subscription_msg_rate_redeliver",
+                 "pulsar_subscription_unacked_messages", "pulsar_subscription_msg_rate_out",
+                 "pulsar_subscription_msg_ack_rate", "pulsar_subscription_msg_throughput_out", "pulsar_out_bytes_total",
+                 "pulsar_out_messages_total", "pulsar_subscription_last_expire_timestamp",
+                 "pulsar_subscription_last_acked_timestamp", "pulsar_subscription_last_consumed_flow_timestamp",
+                 "pulsar_subscription_last_consumed_timestamp",
+                 "pulsar_subscription_last_mark_delete_advanced_timestamp", "pulsar_subscription_msg_rate_expired",
+                 "pulsar_subscription_total_msg_expired", "pulsar_subscription_in_replay",
+                 "pulsar_subscription_blocked_on_unacked_messages", "pulsar_subscription_msg_drop_rate",
+                 "pulsar_subscription_consumers_count", *_SUB_ZEROS)
+
+
+def _write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> None:
+    """Pulsar's subscription series of one subscription."""
+    values = (s.backlog, s.backlog, 0, s.rate_redeliver, s.unacked, s.rate_out, s.ack_rate, s.throughput_out,
+              s.bytes_out, s.msg_out, s.last_expire_ms, s.last_acked_ms, 0, s.last_consumed_ms,
+              s.last_mark_delete_ms, s.rate_expired, s.total_expired, _in_replay(s.sub), 1 if s.blocked else 0,
+              s.drop_rate if s.drop_rate is not None else 0.0, s.consumers, *_ZEROS)
+    for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):
+        lines.append(f"{name}{{{sl}}} {value!r}\n")
+
+
+# The family names of _add_buckets' values, in its order: (bucket names, "_count", "_sum") per measure.
+_ADD_BUCKET_NAMES = tuple((tuple(f"{prefix}_{name}" for name in names), f"{prefix}_count", f"{prefix}_sum")
+                          for prefix, names, _doc in ADD_BUCKETS)
+
+_ADD_BUCKET_FAMILIES = tuple(name for names, count, total in _ADD_BUCKET_NAMES for name in (*names, count, total))
 
 
 def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
@@ -539,10 +629,11 @@ def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
         return []
     out: list[tuple[str, float]] = []
     measured = (stats.write_latency_us, stats.ledger_write_latency_us, stats.entry_size)
-    for (prefix, names, _doc), buckets in zip(ADD_BUCKETS, measured, strict=True):
-        out.extend((f"{prefix}_{name}", float(n)) for name, n in zip(names, buckets.counts, strict=True))
-        out.append((f"{prefix}_count", float(sum(buckets.counts))))
-        out.append((f"{prefix}_sum", float(buckets.sum)))
+    for (names, count, total), buckets in zip(_ADD_BUCKET_NAMES, measured, strict=True):
+        counts = buckets.counts
+        out.extend(zip(names, counts, strict=True))
+        out.append((count, sum(counts)))
+        out.append((total, buckets.sum))
     return out
 
 

@@ -28,7 +28,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from broker.admin.stats import StatsSampler, topic_stats
+from broker.admin.scrape_stats import topic_counters
+from broker.admin.stats import StatsSampler
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -71,6 +72,48 @@ INSTRUMENTS: dict[str, tuple[str, str, str]] = {
     "pulsar.broker.topic.storage.entry.outgoing.count": (COUNTER, "{entry}", "Entries written to storage"),
     "pulsar.broker.topic.storage.entry.incoming.count": (COUNTER, "{entry}", "Entries read from storage"),
     "pulsar.broker.topic.subscription.delayed.entry.count": (UP_DOWN, "{entry}", "Entries delayed for dispatch"),
+    "pulsar.broker.topic.storage.backlog.age": (GAUGE, "s", "Age of the oldest unacknowledged message"),
+    "pulsar.broker.topic.transaction.count": (
+        UP_DOWN, "{transaction}", "Transactions of the topic, by pulsar.transaction.status"),
+    "pulsar.broker.topic.compaction.removed.message.count": (COUNTER, "{message}", "Messages removed by compaction"),
+    "pulsar.broker.topic.compaction.operation.count": (
+        COUNTER, "{operation}", "Compaction operations, by pulsar.compaction.status"),
+    "pulsar.broker.topic.compaction.compacted.entry.count": (COUNTER, "{entry}", "Compacted entries"),
+    "pulsar.broker.topic.compaction.compacted.entry.size": (COUNTER, "By", "Size of the compacted entries"),
+    # -- consumers (OpenTelemetryConsumerStats) --
+    "pulsar.broker.consumer.message.outgoing.count": (COUNTER, "{message}", "Messages dispatched to this consumer"),
+    "pulsar.broker.consumer.message.outgoing.size": (COUNTER, "By", "Message bytes dispatched to this consumer"),
+    "pulsar.broker.consumer.message.redeliver.count": (
+        COUNTER, "{message}", "Messages redelivered to this consumer"),
+    "pulsar.broker.consumer.message.unack.count": (
+        UP_DOWN, "{message}", "Messages unacknowledged by this consumer"),
+    "pulsar.broker.consumer.message.unack.blocked": (
+        GAUGE, "1", "Whether this consumer is blocked on unacknowledged messages"),
+    "pulsar.broker.consumer.permit.count": (UP_DOWN, "{permit}", "Permits available for this consumer"),
+    # -- producers (OpenTelemetryProducerStats) --
+    "pulsar.broker.producer.message.incoming.count": (COUNTER, "{message}", "Messages received from this producer"),
+    "pulsar.broker.producer.message.incoming.size": (COUNTER, "By", "Message bytes received from this producer"),
+    "pulsar.broker.producer.message.drop.count": (COUNTER, "{message}", "Messages dropped from this producer"),
+    # -- lookups and topic loads (BrokerService) --
+    "pulsar.broker.request.topic.lookup.concurrent.usage": (UP_DOWN, "{operation}", "Lookups in progress"),
+    "pulsar.broker.topic.load.concurrent.usage": (UP_DOWN, "{operation}", "Topic loads in progress"),
+    # -- managed ledgers (OpenTelemetryManagedLedgerStats), cursors, cache --
+    "pulsar.broker.managed_ledger.message.outgoing.count": (
+        UP_DOWN, "{operation}", "Write operations to this ledger, by pulsar.managed_ledger.operation.status"),
+    "pulsar.broker.managed_ledger.message.incoming.count": (
+        UP_DOWN, "{operation}", "Read operations from this ledger, by pulsar.managed_ledger.operation.status"),
+    "pulsar.broker.managed_ledger.message.incoming.cache.miss.count": (
+        UP_DOWN, "{operation}", "Reads from this ledger that missed the cache"),
+    "pulsar.broker.managed_ledger.backlog.count": (UP_DOWN, "{message}", "Backlog of all the ledger's cursors"),
+    "pulsar.broker.managed_ledger.message_range.count": (
+        UP_DOWN, "{range}", "Non-contiguous deleted message ranges of the cursor"),
+    "pulsar.broker.managed_ledger.count": (UP_DOWN, "{managed_ledger}", "Managed ledgers"),
+    "pulsar.broker.managed_ledger.cache.eviction.count": (COUNTER, "{eviction}", "Cache eviction operations"),
+    "pulsar.broker.managed_ledger.cache.entry.count": (
+        UP_DOWN, "{entry}", "Cache entries, by pulsar.managed_ledger.cache.entry.status"),
+    "pulsar.broker.managed_ledger.cache.entry.size": (UP_DOWN, "{By}", "Bytes of the entries in the cache"),
+    "pulsar.broker.managed_ledger.cache.operation.count": (
+        COUNTER, "{entry}", "Cache lookups, by pulsar.managed_ledger.cache.operation.status"),
     "pulsar.broker.connection.count": (UP_DOWN, "{connection}", "Connections, by pulsar.connection.status"),
     "pulsar.broker.connection.create.operation.count": (
         UP_DOWN, "{operation}", "Connection create operations, by pulsar.connection.create.operation.status"),
@@ -102,29 +145,30 @@ def take_snapshot(ctx: AdminContext, sampler: StatsSampler) -> Snapshot:
     def record(name: str, value: float, attrs: Attrs) -> None:
         out[name].append((value, attrs))
 
-    quotas = ctx.service.backlog_quotas
-    for topic in ctx.service.all_topics():
+    service = ctx.service
+    quotas = service.backlog_quotas
+    for topic in service.all_topics():
         if topic.closed:
             continue
-        st = topic_stats(topic, sampler)
+        tc = topic_counters(topic, sampler)
         a = topic_attributes(topic)
-        subs: dict[str, dict[str, Any]] = st["subscriptions"]
-        record("pulsar.broker.topic.subscription.count", len(subs), a)
+        record("pulsar.broker.topic.subscription.count", len(tc.subscriptions), a)
         record("pulsar.broker.topic.producer.count", sum(1 for p in topic.producers.values() if not p.replicator), a)
-        record("pulsar.broker.topic.consumer.count", sum(len(s["consumers"]) for s in subs.values()), a)
-        record("pulsar.broker.topic.message.incoming.count", st["msgInCounter"], a)
-        record("pulsar.broker.topic.message.outgoing.count", st["msgOutCounter"], a)
-        record("pulsar.broker.topic.message.incoming.size", st["bytesInCounter"], a)
-        record("pulsar.broker.topic.message.outgoing.size", st["bytesOutCounter"], a)
-        record("pulsar.broker.topic.publish.rate.limit.count", st["publishRateLimitedTimes"], a)
-        record("pulsar.broker.topic.subscription.delayed.entry.count", sum(s["msgDelayed"] for s in subs.values()), a)
+        record("pulsar.broker.topic.consumer.count", sum(s.consumers for s in tc.subscriptions), a)
+        record("pulsar.broker.topic.message.incoming.count", tc.msg_in, a)
+        record("pulsar.broker.topic.message.outgoing.count", tc.msg_out, a)
+        record("pulsar.broker.topic.message.incoming.size", tc.bytes_in, a)
+        record("pulsar.broker.topic.message.outgoing.size", tc.bytes_out, a)
+        record("pulsar.broker.topic.publish.rate.limit.count", tc.rate_limited_times, a)
+        record("pulsar.broker.topic.subscription.delayed.entry.count", 0, a)
+        _record_clients(record, topic, a)
         ledger = getattr(topic, "ledger", None)
         if ledger is None:
             continue
-        record("pulsar.broker.topic.storage.size", st["storageSize"], a)
-        record("pulsar.broker.topic.storage.logical.size", st["storageSize"], a)
-        record("pulsar.broker.topic.storage.backlog.size", st["backlogSize"], a)
-        record("pulsar.broker.topic.storage.offloaded.size", st["offloadedStorageSize"], a)
+        record("pulsar.broker.topic.storage.size", tc.storage_size, a)
+        record("pulsar.broker.topic.storage.logical.size", tc.storage_size, a)
+        record("pulsar.broker.topic.storage.backlog.size", tc.backlog_size, a)
+        record("pulsar.broker.topic.storage.offloaded.size", 0, a)
         record("pulsar.broker.topic.storage.entry.outgoing.count", topic.entries_added, a)
         record("pulsar.broker.topic.storage.entry.incoming.count", ledger.add_stats.entries_read, a)
         size_quota = quotas.quota(topic.name, "destination_storage")
@@ -137,6 +181,36 @@ def take_snapshot(ctx: AdminContext, sampler: StatsSampler) -> Snapshot:
         for quota, label in (("destination_storage", "size"), ("message_age", "time")):
             record("pulsar.broker.topic.storage.backlog.quota.eviction.count", evictions.get(quota, 0),
                    {**a, "pulsar.backlog.quota.type": label})
+        age = getattr(topic, "oldest_backlog_age_s", None)
+        if age is not None:
+            record("pulsar.broker.topic.storage.backlog.age", age, a)
+        buffer = getattr(topic, "txn_buffer", None)
+        if buffer is not None:
+            for status, n in (("active", len(buffer.ongoing)), ("committed", buffer.committed_count),
+                              ("aborted", buffer.aborted_count)):
+                record("pulsar.broker.topic.transaction.count", n, {**a, "pulsar.transaction.status": status})
+        compactor = getattr(topic, "compactor", None)
+        if compactor is not None and compactor.record.runs:
+            r = compactor.record
+            record("pulsar.broker.topic.compaction.removed.message.count", r.removed_entries, a)
+            for status, n in (("success", r.succeeded), ("failure", r.failed)):
+                record("pulsar.broker.topic.compaction.operation.count", n, {**a, "pulsar.compaction.status": status})
+            record("pulsar.broker.topic.compaction.compacted.entry.count", r.compacted_entries, a)
+            record("pulsar.broker.topic.compaction.compacted.entry.size", r.compacted_bytes, a)
+        ml = {"pulsar.namespace": topic.name.namespace, "pulsar.managed_ledger.name": ledger.name}
+        stats = ledger.add_stats
+        record("pulsar.broker.managed_ledger.message.outgoing.count", topic.entries_added,
+               {**ml, "pulsar.managed_ledger.operation.status": "success"})
+        record("pulsar.broker.managed_ledger.message.incoming.count", stats.entries_read,
+               {**ml, "pulsar.managed_ledger.operation.status": "success"})
+        record("pulsar.broker.managed_ledger.message.incoming.cache.miss.count", stats.read_ops_cache_missed, ml)
+        record("pulsar.broker.managed_ledger.backlog.count", sum(s.backlog for s in tc.subscriptions), ml)
+        for name, cursor in sorted(ledger.cursors.items()):
+            record("pulsar.broker.managed_ledger.message_range.count", cursor.individually_deleted.range_count(),
+                   {**ml, "pulsar.managed_ledger.cursor.name": name})
+    record("pulsar.broker.request.topic.lookup.concurrent.usage", service.lookup_stats.pending, {})
+    record("pulsar.broker.topic.load.concurrent.usage", service.pending_topic_loads, {})
+    _record_cache(record, ctx)
     process = ctx.process
     record("pulsar.broker.connection.count", len(process.connections), {"pulsar.connection.status": "active"})
     record("pulsar.broker.connection.count", process.connections_created, {"pulsar.connection.status": "open"})
@@ -253,6 +327,53 @@ class OpenTelemetryExport:
         provider, self.provider = self.provider, None
         if provider is not None:
             await asyncio.get_running_loop().run_in_executor(None, provider.shutdown)
+
+
+# Pulsar's ProducerAccessMode names, as the pulsar.producer.access_mode attribute has them.
+_ACCESS_MODES = {"Shared": "shared", "Exclusive": "exclusive", "WaitForExclusive": "wait_for_exclusive",
+                 "ExclusiveWithFencing": "exclusive_with_fencing"}
+
+
+def _record_clients(record: Callable[[str, float, Attrs], None], topic: AnyTopic, a: Attrs) -> None:
+    """Pulsar's consumer and producer instruments (the consumer attributes of Consumer.getOpenTelemetryAttributes
+    that identify it: subscription name and type, consumer name and id)."""
+    for sub_name, sub in topic.subscriptions.items():
+        sub_attrs = {**a, "pulsar.subscription.name": sub_name, "pulsar.subscription.type": sub.type_name()}
+        for c in sub.consumers:
+            ca = {**sub_attrs, "pulsar.consumer.name": c.name, "pulsar.consumer.id": c.consumer_id}
+            record("pulsar.broker.consumer.message.outgoing.count", c.msg_out, ca)
+            record("pulsar.broker.consumer.message.outgoing.size", c.bytes_out, ca)
+            record("pulsar.broker.consumer.message.redeliver.count", c.redelivered, ca)
+            record("pulsar.broker.consumer.message.unack.count", c.unacked_messages, ca)
+            record("pulsar.broker.consumer.message.unack.blocked", 1 if getattr(c, "blocked", False) else 0, ca)
+            record("pulsar.broker.consumer.permit.count", max(c.permits, 0), ca)
+    for p in topic.producers.values():
+        if p.replicator:
+            continue
+        pa = {**a, "pulsar.producer.name": p.name, "pulsar.producer.id": p.producer_id,
+              "pulsar.producer.access_mode": _ACCESS_MODES.get(p.access_mode_name, "shared")}
+        record("pulsar.broker.producer.message.incoming.count", p.msg_in, pa)
+        record("pulsar.broker.producer.message.incoming.size", p.bytes_in, pa)
+        if topic.drops_messages:
+            record("pulsar.broker.producer.message.drop.count", 0, pa)  # (SEND never waits here: no drops)
+
+
+def _record_cache(record: Callable[[str, float, Attrs], None], ctx: AdminContext) -> None:
+    """Pulsar's managed-ledger cache instruments (OpenTelemetryManagedLedgerCacheStats)."""
+    service = ctx.service
+    factory = service.ledger_factory
+    cache, storage = getattr(factory, "cache", None), getattr(factory, "stats", None)
+    record("pulsar.broker.managed_ledger.count", sum(1 for t in service.topics.values() if not t.closed), {})
+    inserted, evicted = getattr(cache, "inserted", 0), getattr(cache, "evictions", 0)
+    record("pulsar.broker.managed_ledger.cache.eviction.count", evicted, {})
+    for status, n in (("active", len(cache) if cache is not None else 0), ("inserted", inserted),
+                      ("evicted", evicted)):
+        record("pulsar.broker.managed_ledger.cache.entry.count", n,
+               {"pulsar.managed_ledger.cache.entry.status": status})
+    record("pulsar.broker.managed_ledger.cache.entry.size", getattr(cache, "size", 0), {})
+    for status, attr in (("hit", "cache_hits_total"), ("miss", "cache_misses_total")):
+        record("pulsar.broker.managed_ledger.cache.operation.count", getattr(storage, attr, 0),
+               {"pulsar.managed_ledger.cache.operation.status": status})
 
 
 def _callback(shared: _SharedSnapshot, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:

@@ -96,6 +96,9 @@ class StatsSampler:
         self._last = now
         self.interval_s = elapsed
         service = self.ctx.service
+        service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
+        service.topic_load_stats.times.rotate()
+        service.schemas.stats.rotate()
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:

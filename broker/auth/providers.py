@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import functools
 import logging
 import os
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ MIN_HMAC_KEY_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 MIN_RSA_KEY_BITS = 2048
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 EC_ALGORITHMS = ("ES256", "ES384", "ES512")
+# Upper bounds (minutes) of Pulsar's pulsar_expiring_token_minutes histogram.
+EXPIRING_TOKEN_MINUTES_BUCKETS = (5.0, 10.0, 60.0, 240.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +163,20 @@ class TokenProvider:
             raise ConfigError(f"tokenAudienceClaim={self.audience_claim} is set but tokenAudience "
                               "(this broker's audience) is not")
         self.leeway = cfg.tokenAllowedClockSkewSeconds
+        # Pulsar's AuthenticationMetricsToken: tokens refused as expired, and the minutes left on
+        # the accepted tokens that expire (pulsar_expiring_token_minutes, per bucket, not cumulative).
+        self.expired_tokens = 0
+        self.expiring_minutes = [0] * (len(EXPIRING_TOKEN_MINUTES_BUCKETS) + 1)
+        self.expiring_minutes_sum = 0.0
 
     def authenticate(self, data: AuthData) -> Identity:
         claims = self.verify(bearer_token(data))
-        return Identity(self.role_of(claims), expiry(claims))
+        identity = Identity(self.role_of(claims), expiry(claims))
+        if identity.expires_at is not None:
+            minutes = (identity.expires_at - time.time()) / 60.0
+            self.expiring_minutes[bisect.bisect_left(EXPIRING_TOKEN_MINUTES_BUCKETS, minutes)] += 1
+            self.expiring_minutes_sum += minutes
+        return identity
 
     def verify(self, token: str) -> dict[str, Any]:
         import jwt
@@ -174,6 +188,8 @@ class TokenProvider:
                 options={"verify_aud": False, "verify_iat": False, "enforce_minimum_key_length": True},
             )
         except jwt.PyJWTError as exc:  # the message names the problem, never the token
+            if isinstance(exc, jwt.ExpiredSignatureError):
+                self.expired_tokens += 1
             raise AuthenticationError(f"Failed to authenticate token: {exc}", "INVALID_TOKEN") from None
         if self.audience_claim:
             audience = claims.get(self.audience_claim)

@@ -41,6 +41,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
+from broker.service.operation_stats import LookupStats, TopicLoadStats
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -130,6 +131,9 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Future[None]] = {}
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
+        # Lookups and topic loads, for Pulsar's pulsar_broker_lookup* and pulsar_topic_load_* metrics.
+        self.lookup_stats = LookupStats()
+        self.topic_load_stats = TopicLoadStats()
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
         # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:
@@ -465,6 +469,7 @@ class BrokerService:
             self.check_topics_limit(name, 1)
         fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
         self._loading[name.full] = fut
+        load_started = time.monotonic()
         try:
             try:
                 ledger = await self.ledger_factory.open(name.persistence_path, self.ledger_config_for(name))
@@ -487,9 +492,11 @@ class BrokerService:
                 topic.terminated_at = Position(*terminated)
             self.topics[name.full] = topic
             fut.set_result(topic)
+            self.topic_load_stats.loaded(load_started)
             self.housekeeping.start()
             return topic
         except BaseException as exc:
+            self.topic_load_stats.load_failed()
             fut.set_exception(exc)
             fut.exception()  # mark retrieved: waiters re-raise it themselves
             raise
@@ -631,6 +638,11 @@ class BrokerService:
             await self.unload_topic(topic.name)
 
         self._fenced_unloads.spawn(unload(), name=f"unload fenced {topic.name.full}")
+
+    @property
+    def pending_topic_loads(self) -> int:
+        """Persistent topics being loaded now (Pulsar's pulsar_broker_topic_load_pending_requests)."""
+        return len(self._loading)
 
     def is_unloading(self, name: TopicName) -> bool:
         return name.full in self._unloading

@@ -18,6 +18,7 @@ from broker.metadata.policy_table import SCHEMA_COMPATIBILITY_STRATEGY, PolicyRe
 from broker.metadata.store import BrokerMetadata
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service import avro_compat
+from broker.service.operation_stats import SchemaStats
 from broker.topic_name import TopicName
 
 _VERSION = struct.Struct(">q")
@@ -74,11 +75,22 @@ class SchemaRegistry:
     def __init__(self, store: BrokerMetadata, policies: PolicyResolver) -> None:
         self.store = store
         self.policies = policies
+        self.stats = SchemaStats()  # Pulsar's pulsar_schema_* metrics
+
+    @staticmethod
+    def _ms_since(started: float) -> float:
+        return (time.perf_counter() - started) * 1000.0
 
     def versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:
         return self.store.schema_versions(base_topic)
 
     def get(self, base_topic: str, version: int | None = None) -> tuple[Mapping[str, Any], int] | None:
+        started = time.perf_counter()
+        found = self._get(base_topic, version)
+        self.stats.of(base_topic).get.observe(self._ms_since(started))
+        return found
+
+    def _get(self, base_topic: str, version: int | None) -> tuple[Mapping[str, Any], int] | None:
         versions = self.versions(base_topic)
         if not versions:
             return None
@@ -94,13 +106,24 @@ class SchemaRegistry:
         return self.policies.get(TopicName.parse(base_topic), SCHEMA_COMPATIBILITY_STRATEGY)
 
     def _find_or_check(self, base_topic: str, schema: pb.Schema) -> int | None:
+        """The version already holding ``schema``, or None when it may be added; IncompatibleSchemaError
+        when it may not. A check against existing versions is counted (compatible or not)."""
         versions = self.versions(base_topic)
         for i, rec in enumerate(versions):
             if _same(rec, schema):
                 return i
-        live = [r for r in versions if not r.get("deleted")]
-        if not live:
+        if not any(not r.get("deleted") for r in versions):
             return None
+        try:
+            found = self._check(base_topic, schema, versions)
+        except IncompatibleSchemaError:
+            self.stats.of(base_topic).incompatible += 1
+            raise
+        self.stats.of(base_topic).compatible += 1
+        return found
+
+    def _check(self, base_topic: str, schema: pb.Schema, versions: Sequence[Mapping[str, Any]]) -> int | None:
+        live = [r for r in versions if not r.get("deleted")]
         strategy = self.strategy(base_topic)
         if strategy == "ALWAYS_COMPATIBLE":
             return None
@@ -150,12 +173,19 @@ class SchemaRegistry:
     async def add_or_get(self, base_topic: str, schema: pb.Schema, may_add: bool = True) -> int:
         """The version of ``schema`` on the topic, registering it if it is new and compatible
         (and ``may_add``: a namespace's isAllowAutoUpdateSchema=false leaves that to the admin API)."""
-        found = self._find_or_check(base_topic, schema)
-        if found is not None:
-            return found
-        if not may_add:
-            raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
-        return await self.store.add_schema_version(base_topic, _record(schema))
+        started = time.perf_counter()
+        stats = self.stats.of(base_topic)
+        try:
+            found = self._find_or_check(base_topic, schema)
+            if found is None:
+                if not may_add:
+                    raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+                found = await self.store.add_schema_version(base_topic, _record(schema))
+        except BaseException:
+            stats.put_failed += 1
+            raise
+        stats.put.observe(self._ms_since(started))
+        return found
 
     async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
         """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
@@ -166,4 +196,11 @@ class SchemaRegistry:
         self._find_or_check(base_topic, schema)
 
     async def delete(self, base_topic: str) -> None:
-        await self.store.delete_schemas(base_topic)
+        started = time.perf_counter()
+        stats = self.stats.of(base_topic)
+        try:
+            await self.store.delete_schemas(base_topic)
+        except BaseException:
+            stats.delete_failed += 1
+            raise
+        stats.delete.observe(self._ms_since(started))

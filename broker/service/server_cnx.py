@@ -234,13 +234,16 @@ class ServerCnx:
     def handle_lookup(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.lookupTopic
         server = self.connection.server
+        stats = self.service.lookup_stats
+        started = stats.start()
         if self.service.ownership.distributed:
-            self._spawn(self._cluster_lookup(c))
+            self._spawn(self._cluster_lookup(c, started))
             return
         urls = self.broker_urls()
         if c.advertised_listener_name or server.listeners:
             listener = server.listener(c.advertised_listener_name)
             if listener is None:  # Pulsar's wording, which the C++ client treats as retryable
+                stats.done(started, failed=True)
                 self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady,
                                                   f"the broker do not have {c.advertised_listener_name} listener"))
                 return
@@ -250,14 +253,17 @@ class ServerCnx:
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
         except BrokerError as exc:
+            stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
+        stats.done(started)
         self.write(commands.lookup_connect(c.request_id, *urls))
 
-    async def _cluster_lookup(self, c: pb.CommandLookupTopic) -> None:
+    async def _cluster_lookup(self, c: pb.CommandLookupTopic, started: float) -> None:
         """Cluster mode (TopicLookupBase.lookupTopicAsync): Connect to the bundle's owner, or Redirect to the broker
         that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, which clients retry."""
         server = self.connection.server
+        stats = self.service.lookup_stats
         listener_name = c.advertised_listener_name or None
         if server.listeners and not listener_name:
             internal = server.listener(None)
@@ -269,8 +275,13 @@ class ServerCnx:
             self.service.check_namespace(name)
             answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)
         except BrokerError as exc:
+            stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
+        except BaseException:
+            stats.done(started, failed=True)
+            raise
+        stats.done(started, redirect=answer.redirect)
         if answer.redirect:
             self.write(commands.lookup_redirect(c.request_id, answer.urls.url, answer.urls.url_tls,
                                                 answer.authoritative))

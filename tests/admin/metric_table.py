@@ -11,8 +11,8 @@ from broker.admin.metric_families import FAMILIES
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # The "here" codes a row may have (comma-separated), each a situation the tests set up.
 CONDITIONS = {"always", "topic", "subscription", "producer", "consumer", "namespace", "idle", "ml", "cursor",
-              "replication", "auth", "file", "non-persistent", "compaction", "transactions", "bookkeeper"}
-_NAME = re.compile(r"^(pulsar_|process_)[A-Za-z0-9_]+$")
+              "replication", "auth", "file", "non-persistent", "compaction", "transactions", "bookkeeper", "schema"}
+_NAME = re.compile(r"^(pulsar_|process_|topic_load_)[A-Za-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,11 @@ class Row:
     @property
     def may_be_negative(self) -> bool:
         return "-1" in self.meaning
+
+    @property
+    def may_be_nan(self) -> bool:
+        """Pulsar's summaries of an interval without observations (the row says "NaN when ...")."""
+        return "NaN" in self.meaning
 
 
 def _names(cell: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -30,11 +31,15 @@ from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 MAIN_SITUATIONS = ("always", "topic", "subscription", "producer", "consumer", "ml", "cursor", "file",
-                   "non-persistent", "compaction")
+                   "non-persistent", "compaction", "schema")
 # Counters that must grow while messages flow (topic-scoped ones are read for the test's topic).
 TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total",
                     "pulsar_out_bytes_total", "pulsar_broker_in_bytes_total", "pulsar_ml_cache_inserted_entries_total",
                     "pulsar_py_ledger_entries_written_total", "pulsar_py_ledger_bytes_written_total")
+
+
+class SchemaRecord(pulsar.schema.Record):  # type: ignore[misc]  # (the client's untyped base class)
+    name = pulsar.schema.String()
 
 
 def scrape(web_url: str) -> dict[str, list[float]]:
@@ -55,6 +60,8 @@ def present(name: str, names: set[str] | dict[str, list[float]]) -> bool:
 def assert_plausible(name: str, row: Row, values: list[float]) -> None:
     floor = -1.0 if row.may_be_negative else 0.0
     for v in values:
+        if math.isnan(v) and row.may_be_nan:
+            continue
         assert not math.isnan(v) and v >= floor, f"{name} = {v}"
 
 
@@ -92,6 +99,13 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
         compact = urllib.request.Request(f"{busy_broker.web_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
                                          "/compaction", method="PUT")
         urllib.request.urlopen(compact, timeout=10).close()
+        # Schema registry traffic: a put (a producer with a schema), a get (the admin API), a refused put.
+        typed = f"persistent://public/default/schema-{uuid.uuid4().hex[:8]}"
+        client.create_producer(typed, schema=pulsar.schema.StringSchema())
+        urllib.request.urlopen(f"{busy_broker.web_url}/admin/v2/schemas/{typed.removeprefix('persistent://')}/schema",
+                               timeout=10).close()
+        with pytest.raises(Exception):  # noqa: B017  # the client's error for an incompatible schema
+            client.create_producer(typed, schema=pulsar.schema.JsonSchema(SchemaRecord))
         target = busy_broker.web_url.removeprefix("http://")
         with prometheus_server(prometheus_bin, target, tmp_path) as prom:
             def all_stored() -> set[str] | None:
@@ -119,6 +133,15 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
                 return all(total(name) > before[name] for name in TRAFFIC_COUNTERS)
 
             wait_for(grown, PROMETHEUS_WAIT_S, "traffic counters growing in Prometheus")
+            # The test's subscribes looked topics up and loaded them: Pulsar's lookup and topic-load series count them.
+            assert total("pulsar_broker_lookup_answers_total") >= 2
+            assert total("pulsar_broker_lookup_count") >= 2
+            assert total("pulsar_topic_load_times_count") >= 1
+            assert total("pulsar_broker_lookup_failures_total") == 0
+            for name in ("pulsar_metadata_store_ops_latency_ms_count", "pulsar_metadata_store_put_bytes_total",
+                         "pulsar_schema_put_ops_latency_count", "pulsar_schema_get_ops_latency_count",
+                         "pulsar_schema_incompatible_total", "pulsar_schema_put_ops_failed_total"):
+                assert total(name) >= 1, name
     finally:
         client.close()
 
@@ -158,19 +181,28 @@ def test_authentication_families() -> None:
     secret = b"metrics-test-secret-0123456789abcdef"
     with BrokerThread(authenticationEnabled=True, authenticationProviders=["token"],
                       tokenSecretKey="data:;base64," + base64.b64encode(secret).decode()) as b:
-        good = pulsar.Client(b.service_url, operation_timeout_seconds=10,
-                             authentication=pulsar.AuthenticationToken(jwt.encode({"sub": "u"}, secret, "HS256")))
+        now = int(time.time())
+        good = pulsar.Client(b.service_url, operation_timeout_seconds=10, authentication=pulsar.AuthenticationToken(
+            jwt.encode({"sub": "u", "exp": now + 7200}, secret, "HS256")))  # expires in 120 minutes
         bad = pulsar.Client(b.service_url, operation_timeout_seconds=3,
                             authentication=pulsar.AuthenticationToken("not-a-token"))
+        expired = pulsar.Client(b.service_url, operation_timeout_seconds=3, authentication=pulsar.AuthenticationToken(
+            jwt.encode({"sub": "u", "exp": now - 600}, secret, "HS256")))
         try:
             good.create_producer(f"persistent://public/default/auth-{uuid.uuid4().hex[:8]}")
-            with pytest.raises(Exception):  # noqa: B017  # the client's own error type for a refused CONNECT
-                bad.create_producer(f"persistent://public/default/auth-{uuid.uuid4().hex[:8]}")
+            for refused in (bad, expired):
+                with pytest.raises(Exception):  # noqa: B017  # the client's own error type for a refused CONNECT
+                    refused.create_producer(f"persistent://public/default/auth-{uuid.uuid4().hex[:8]}")
             got = scrape(b.web_url)
         finally:
             good.close()
             bad.close()
+            expired.close()
     for name, row in expected("auth").items():
         assert present(name, got), name
-        assert_plausible(name, row, got[name])
-        assert sum(got[name]) >= 1, name
+        values = got.get(name) or got[f"{name}_count"]  # (a histogram's observations)
+        assert_plausible(name, row, values)
+        assert sum(values) >= 1, name
+    # The accepted token had 120 minutes left: counted from the le="240.0" bucket on, not in le="60.0".
+    assert got["pulsar_expiring_token_minutes_bucket"][:5] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert got["pulsar_expired_token_total"][0] >= 1  # (the client retries a refused CONNECT)

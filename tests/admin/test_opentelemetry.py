@@ -27,9 +27,13 @@ from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 OTLP_WAIT_S = 30.0
-# Instruments only there when a backlog quota is set.
-QUOTA_ONLY = {"pulsar.broker.topic.storage.backlog.quota.limit.size",
-              "pulsar.broker.topic.storage.backlog.quota.limit.time"}
+# Instruments only there in situations this test does not set up: a backlog quota, a time quota's
+# backlog age, a compacted topic, a non-persistent producer.
+CONDITIONAL = {"pulsar.broker.topic.storage.backlog.quota.limit.size",
+               "pulsar.broker.topic.storage.backlog.quota.limit.time", "pulsar.broker.topic.storage.backlog.age",
+               "pulsar.broker.topic.compaction.removed.message.count", "pulsar.broker.topic.compaction.operation.count",
+               "pulsar.broker.topic.compaction.compacted.entry.count",
+               "pulsar.broker.topic.compaction.compacted.entry.size", "pulsar.broker.producer.message.drop.count"}
 
 
 class OtlpReceiver:
@@ -116,8 +120,8 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
     with BrokerThread(clusterName="otel-cluster") as broker:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
         try:
-            consumer = client.subscribe(topic, "otel-sub")
-            producer = client.create_producer(topic, batching_enabled=False)
+            consumer = client.subscribe(topic, "otel-sub", consumer_name="otel-consumer")
+            producer = client.create_producer(topic, producer_name="otel-producer", batching_enabled=False)
             for _ in range(4):
                 producer.send(b"o" * 100)
             for _ in range(4):
@@ -136,7 +140,7 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
         finally:
             client.close()
     assert receiver.bad_requests == 0
-    assert set(INSTRUMENTS) - QUOTA_ONLY <= set(got)
+    assert set(INSTRUMENTS) - CONDITIONAL <= set(got), sorted(set(INSTRUMENTS) - CONDITIONAL - set(got))
     metric, resource, scope = got["pulsar.broker.topic.message.incoming.count"]
     assert resource["pulsar.cluster"] == "otel-cluster" and resource["service.name"] == "pulsar-broker"
     assert scope == SCOPE
@@ -155,6 +159,21 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
     assert connections["open"] >= 1 and connections["active"] >= 0
     evictions = points(got["pulsar.broker.topic.storage.backlog.quota.eviction.count"][0])
     assert {a["pulsar.backlog.quota.type"] for a, _ in evictions} == {"size", "time"}
+    # Consumer and producer instruments carry their own attributes besides the topic's.
+    (c_attrs, delivered), = [p for p in points(got["pulsar.broker.consumer.message.outgoing.count"][0])
+                             if p[0].get("pulsar.consumer.name") == "otel-consumer"]
+    assert delivered >= 4
+    assert c_attrs["pulsar.subscription.name"] == "otel-sub" and c_attrs["pulsar.subscription.type"] == "Exclusive"
+    assert c_attrs["pulsar.topic"] == attrs["pulsar.topic"] and isinstance(c_attrs["pulsar.consumer.id"], int)
+    (p_attrs, published), = [p for p in points(got["pulsar.broker.producer.message.incoming.count"][0])
+                             if p[0].get("pulsar.producer.name") == "otel-producer"]
+    assert published >= 4 and p_attrs["pulsar.producer.access_mode"] == "shared"
+    entries = {a["pulsar.managed_ledger.cache.entry.status"]: v
+               for a, v in points(got["pulsar.broker.managed_ledger.cache.entry.count"][0])}
+    assert entries["inserted"] >= 4
+    outgoing = [v for a, v in points(got["pulsar.broker.managed_ledger.message.outgoing.count"][0])
+                if a["pulsar.managed_ledger.operation.status"] == "success"]
+    assert sum(outgoing) >= 4
 
 
 def test_off_unless_enabled_pulsars_way(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,135 @@
+"""Counters of the broker's control operations (lookups, topic loads), as Pulsar's metrics report
+them: a latency summary per stats interval, outcome counters, operations in flight.
+
+Nothing here is on the message path: one lookup or one topic load adds one observation. The
+quantiles cover the observations of the last full stats interval (``rotate`` is called by the
+stats sampler, as Pulsar's summaries rotate with statsUpdateFrequencyInSecs): NaN when that
+interval had none, as in Pulsar.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+# Observations kept per interval for the quantiles (beyond that, one in two is kept, and so on:
+# the quantiles stay representative, the memory bounded).
+WINDOW_LIMIT = 4096
+
+
+class LatencySummary:
+    """Milliseconds of an operation: count and sum since start, quantiles of the last interval."""
+
+    __slots__ = ("_current", "_last", "_seen", "_stride", "count", "sum_ms")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum_ms = 0.0
+        self._current: list[float] = []
+        self._last: list[float] = []  # sorted
+        self._seen = 0  # observations of the current interval
+        self._stride = 1
+
+    def observe(self, ms: float) -> None:
+        self.count += 1
+        self.sum_ms += ms
+        self._seen += 1
+        if self._seen % self._stride == 0:
+            self._current.append(ms)
+            if len(self._current) >= WINDOW_LIMIT:
+                self._current = self._current[::2]
+                self._stride *= 2
+
+    def rotate(self) -> None:
+        self._last = sorted(self._current)
+        self._current, self._seen, self._stride = [], 0, 1
+
+    def quantile(self, q: float) -> float:
+        values = self._last
+        if not values:
+            return math.nan
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+    def mean(self) -> float:
+        values = self._last
+        return sum(values) / len(values) if values else math.nan
+
+    @property
+    def last_count(self) -> int:
+        return len(self._last)
+
+
+class LookupStats:
+    """Pulsar's NamespaceService lookup metrics: answers (Connect), redirects, failures, latency,
+    and lookups in flight."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.redirects = 0
+        self.failures = 0
+        self.pending = 0
+        self.latency = LatencySummary()
+
+    def start(self) -> float:
+        self.pending += 1
+        return time.monotonic()
+
+    def done(self, started: float, *, redirect: bool = False, failed: bool = False) -> None:
+        """One lookup finished (``started`` from ``start``)."""
+        self.pending -= 1
+        if failed:
+            self.failures += 1
+            return
+        self.latency.observe((time.monotonic() - started) * 1000.0)
+        if redirect:
+            self.redirects += 1
+        else:
+            self.answers += 1
+
+
+class TopicLoadStats:
+    """Pulsar's BrokerOperabilityMetrics topic-load metrics: load times and failed loads."""
+
+    def __init__(self) -> None:
+        self.failed = 0
+        self.times = LatencySummary()
+
+    def loaded(self, started: float) -> None:
+        self.times.observe((time.monotonic() - started) * 1000.0)
+
+    def load_failed(self) -> None:
+        self.failed += 1
+
+
+class NamespaceSchemaStats:
+    """One namespace's schema-registry operations (Pulsar's SchemaRegistryStats, label namespace)."""
+
+    __slots__ = ("compatible", "delete", "delete_failed", "get", "get_failed", "incompatible", "put", "put_failed")
+
+    def __init__(self) -> None:
+        self.get, self.put, self.delete = LatencySummary(), LatencySummary(), LatencySummary()
+        self.get_failed = self.put_failed = self.delete_failed = 0
+        self.compatible = self.incompatible = 0
+
+
+class SchemaStats:
+    """Schema-registry operations per namespace: gets (and lists), puts, deletes with their latency and
+    failures, and the compatibility checks' outcomes."""
+
+    def __init__(self) -> None:
+        self.by_namespace: dict[str, NamespaceSchemaStats] = {}
+
+    def of(self, base_topic: str) -> NamespaceSchemaStats:
+        """The stats of the topic's namespace ("unknown" for a name that is not a topic's, as Pulsar)."""
+        _, sep, rest = base_topic.partition("://")
+        namespace = rest.rpartition("/")[0] if sep and rest.count("/") >= 2 else "unknown"
+        stats = self.by_namespace.get(namespace)
+        if stats is None:
+            stats = self.by_namespace[namespace] = NamespaceSchemaStats()
+        return stats
+
+    def rotate(self) -> None:
+        for s in self.by_namespace.values():
+            s.get.rotate()
+            s.put.rotate()
+            s.delete.rotate()
