@@ -213,7 +213,7 @@ class TxnBufferClient:
         c.topic = topic
         c.txnid_most_bits, c.txnid_least_bits = txn
         c.txn_action = pb.COMMIT if commit else pb.ABORT
-        if low_watermark is not None:
+        if low_watermark is not None and low_watermark >= 0:  # (-1: nothing below the first transaction)
             c.txnid_least_bits_of_low_watermark = low_watermark
         reply = await self._to_owner(topic, cmd, c)
         self._check(topic, reply, "endTxnOnPartitionResponse")
@@ -225,7 +225,7 @@ class TxnBufferClient:
         c.subscription.topic, c.subscription.subscription = topic, subscription
         c.txnid_most_bits, c.txnid_least_bits = txn
         c.txn_action = pb.COMMIT if commit else pb.ABORT
-        if low_watermark is not None:
+        if low_watermark is not None and low_watermark >= 0:  # (-1: nothing below the first transaction)
             c.txnid_least_bits_of_low_watermark = low_watermark
         reply = await self._to_owner(topic, cmd, c)
         self._check(topic, reply, "endTxnOnSubscriptionResponse")
