@@ -179,7 +179,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         directory = self._names.get(name)
         if directory is None:
             directory = join(self._ml_dir, encode_name(name))
-            await self._run_on_writer(partial(_create_directory, self.fs, directory, name))
+            await self._run_on_writer(partial(_create_directory, self.fs, directory, name),
+                                      sync_dir=_parent_dir(directory))
             self._names[name] = directory
             self._names_changed(name)
             recovered = file_layout.Recovered()  # just created: no segments, no cursors to scan
@@ -228,8 +229,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
 
-    async def _run_on_writer(self, task: Callable[[], None]) -> None:
-        """Run task on the writer thread (in order with all writes); raise its error."""
+    async def _run_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> None:
+        """Run task on the writer thread (in order with all writes); raise its error. sync_dir: a
+        directory the task made a name in, fsynced (grouped with the round's others) before this returns."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def done(exc: BaseException | None) -> None:
@@ -240,7 +242,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             else:
                 future.set_exception(ManagedLedgerError(f"storage operation failed: {exc}"))
 
-        self.writer.run(task, done)
+        self.writer.run(task, done, sync_dir=sync_dir)
         await future
 
     async def _remove_directory(self, name: str, directory: str) -> None:
@@ -287,12 +289,12 @@ def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
 
     The directory's own name spells the ledger's name, so only a long (hashed) name needs a
     "name" file. The entries inside (cursors/, and name) become durable with the first segment:
-    creating it syncs this directory, and nothing is stored before that.
+    creating it syncs this directory, and nothing is stored before that. The parent directory is
+    synced by the writer (the task's ``sync_dir``), once for all the directories of the round.
     """
     fs.makedirs(join(directory, CURSORS))
     if decode_name(posixpath.basename(directory)) != name:
         fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
-    fs.fsync_dir(_parent_dir(directory))
 
 
 __all__ = ["FileManagedLedger", "FileManagedLedgerFactory"]

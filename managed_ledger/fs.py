@@ -48,9 +48,11 @@ class FileSystem(Protocol):
 
     def read_file(self, path: str) -> bytes: ...
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         """Replace path's content all-or-nothing: write a temporary file, sync it, rename it over
-        path and sync the directory (with sync=False: the same without the syncs)."""
+        path and sync the directory (with sync=False: the same without the syncs). With
+        sync_dir=False the directory is not synced: the caller does it (grouped) before anything
+        relies on the new content."""
 
     def rename(self, src: str, dst: str) -> None: ...
 
@@ -128,7 +130,7 @@ class OsFileSystem:
         with open(path, "rb") as f:
             return f.read()
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         tmp = path + TMP_SUFFIX
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
@@ -146,7 +148,7 @@ class OsFileSystem:
             except OSError:
                 pass
             raise
-        if sync:
+        if sync and sync_dir:
             self.fsync_dir(os.path.dirname(path))
 
     def rename(self, src: str, dst: str) -> None:

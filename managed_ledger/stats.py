@@ -77,6 +77,8 @@ class FileLedgerStats:
     bytes_written_total: int = 0
     # Cursor state files written.
     cursor_persists_total: int = 0
+    # Directories fsynced to make new names durable (one per directory per writer batch).
+    directory_syncs_total: int = 0
     # Segment files reopened for an append after being parked (closed beyond the open-file limit).
     segment_reopens_total: int = 0
     # Reads served from the cache / that went to disk.

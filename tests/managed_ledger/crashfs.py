@@ -206,7 +206,7 @@ class CrashFileSystem:
             self._check("read", path, mutating=False)
             return bytes(self._inode(path).data)
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         tmp = path + TMP_SUFFIX
         with self._lock:
             parent, name = self._split(tmp)
@@ -220,7 +220,7 @@ class CrashFileSystem:
         finally:
             handle.close()
         self.rename(tmp, path)
-        if sync:
+        if sync and sync_dir:
             self.fsync_dir(path.rpartition("/")[0])
 
     def rename(self, src: str, dst: str) -> None:
