@@ -77,6 +77,10 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     fault_retry_interval_s: how often a fenced managed ledger may try to recover.
     disk_space: the free-space floor (``disk_space``): new entries are refused while the file
     system of root_dir is too full; None: no floor (a write failing with ENOSPC still fails).
+    page_cache_reads: serve a read whose data is all in the OS page cache on the loop (no worker
+    thread; ``file_reads``). Off by default: it saves ~25% of the broker's CPU per consumed message
+    but, on a machine whose cores are contended, the single loop thread then gets less CPU than the
+    loop and a reader thread together, and consume throughput fell (docs/benchmarks.md).
     fs: the file system (tests put a fault-injecting one here).
     """
 
@@ -95,6 +99,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         max_ranges_to_persist: int = MAX_RANGES_TO_PERSIST,
         fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
         disk_space: DiskSpacePolicy | None = None,
+        page_cache_reads: bool = False,
         fs: FileSystem | None = None,
     ) -> None:
         super().__init__()
@@ -106,6 +111,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
+        self.page_cache_reads = page_cache_reads
         self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
                                         group_bytes=group_bytes,
                                         max_open_files=max_open_files or default_max_open_files())

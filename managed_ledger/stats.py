@@ -84,6 +84,8 @@ class FileLedgerStats:
     # Reads served from the cache / that went to disk.
     cache_hits_total: int = 0
     cache_misses_total: int = 0
+    # Reads of missed entries served on the loop from the OS page cache (no worker thread).
+    page_cache_reads_total: int = 0
     fsync_latency: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
     group_commit_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

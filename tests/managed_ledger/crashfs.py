@@ -315,6 +315,9 @@ class _Handle:
             self._inode.durable = bytes(self._inode.data)
             self._fs.syncs += 1
 
+    def pread_cached(self, size: int, offset: int) -> bytearray | None:
+        return None  # (reads always take the worker-thread path here)
+
     def truncate(self, size: int) -> None:
         with self._fs._lock:
             self._fs._check("truncate", self._path, mutating=True)
