@@ -101,7 +101,10 @@ proto: $(STAMP)
 # Benchmarks (not tests): our broker (file ledger; on 3 local bookies) vs Apache Pulsar standalone (when
 # `make pulsar-deps` has fetched it) and pulsar-lite side by side, Shared before/after a storm, then topic
 # takeover time and a bookie crash under load (bench/bk_faults.py), 1 vs 2 brokers (bench/cluster_scale.py),
-# then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py).
+# then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py), and the topic
+# creation rate up to 10,000 topics, each with a producer and a subscription (bench/topic_creation.py; Apache
+# Pulsar and pulsar-lite at 1,000; TOPIC_CREATION_ARGS sets the options of the first run).
+TOPIC_CREATION_ARGS ?= --kinds ours --topics 10000 --block 1000
 bench: $(STAMP) cluster-deps pulsar-deps
 	$(PY) -m pip install -q pulsar-lite
 	$(PY) -m bench.compare $(BENCH_ARGS)
@@ -110,6 +113,8 @@ bench: $(STAMP) cluster-deps pulsar-deps
 	$(PY) -m bench.bk_faults $(BK_FAULTS_ARGS)
 	$(PY) -m bench.cluster_scale
 	$(PY) -m bench.metrics_scrape
+	$(PY) -m bench.topic_creation $(TOPIC_CREATION_ARGS)
+	$(PY) -m bench.topic_creation --kinds ours,pulsar,lite --topics 1000 --block 250
 
 # Client compatibility suite (issue 18): the official Java (Maven) and Go clients, pulsar-rs (cargo)
 # and pulsar-flex (npm, pure JS) run the scenarios of compat/scenarios.py against brokers it starts;

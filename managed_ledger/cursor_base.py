@@ -476,9 +476,20 @@ class BaseCursor(ManagedCursor):
         """Nothing here: the memory ledger's cursor states are not written anywhere (stored cursors override)."""
 
     def touch(self) -> None:
-        """Activity that changes nothing else (a consumer came or went): saved all the same."""
+        """Activity that changes nothing else (a consumer came or went): saved all the same,
+        unless the recorded activity is under TOUCH_SAVE_INTERVAL_S old (a consumer attaching
+        to a subscription just created, or reconnecting at once): then only in memory, and on
+        disk with the state's next write (at the latest the close's). Inactivity is counted in
+        minutes (subscription expiry), so the saved value is never stale by more than that."""
+        previous = self._record.last_active
         self._touch()
-        self._state_changed()
+        now = self._record.last_active
+        if previous is None or now is None or now - previous >= TOUCH_SAVE_INTERVAL_S:
+            self._state_changed()
+
+
+# A touch this soon after the recorded activity is not written on its own (see touch()).
+TOUCH_SAVE_INTERVAL_S = 1.0
 
 
 def _wall() -> float:

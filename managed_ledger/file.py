@@ -77,6 +77,10 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     fault_retry_interval_s: how often a fenced managed ledger may try to recover.
     disk_space: the free-space floor (``disk_space``): new entries are refused while the file
     system of root_dir is too full; None: no floor (a write failing with ENOSPC still fails).
+    page_cache_reads: serve a read whose data is all in the OS page cache on the loop (no worker
+    thread; ``file_reads``). Off by default: it saves ~25% of the broker's CPU per consumed message
+    but, on a machine whose cores are contended, the single loop thread then gets less CPU than the
+    loop and a reader thread together, and consume throughput fell (docs/benchmarks.md).
     fs: the file system (tests put a fault-injecting one here).
     """
 
@@ -95,6 +99,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         max_ranges_to_persist: int = MAX_RANGES_TO_PERSIST,
         fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
         disk_space: DiskSpacePolicy | None = None,
+        page_cache_reads: bool = False,
         fs: FileSystem | None = None,
     ) -> None:
         super().__init__()
@@ -106,6 +111,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
+        self.page_cache_reads = page_cache_reads
         self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
                                         group_bytes=group_bytes,
                                         max_open_files=max_open_files or default_max_open_files())
@@ -179,7 +185,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         directory = self._names.get(name)
         if directory is None:
             directory = join(self._ml_dir, encode_name(name))
-            await self._run_on_writer(partial(_create_directory, self.fs, directory, name))
+            await self._run_on_writer(partial(_create_directory, self.fs, directory, name),
+                                      sync_dir=_parent_dir(directory))
             self._names[name] = directory
             self._names_changed(name)
             recovered = file_layout.Recovered()  # just created: no segments, no cursors to scan
@@ -228,8 +235,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
 
-    async def _run_on_writer(self, task: Callable[[], None]) -> None:
-        """Run task on the writer thread (in order with all writes); raise its error."""
+    async def _run_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> None:
+        """Run task on the writer thread (in order with all writes); raise its error. sync_dir: a
+        directory the task made a name in, fsynced (grouped with the round's others) before this returns."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def done(exc: BaseException | None) -> None:
@@ -240,7 +248,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             else:
                 future.set_exception(ManagedLedgerError(f"storage operation failed: {exc}"))
 
-        self.writer.run(task, done)
+        self.writer.run(task, done, sync_dir=sync_dir)
         await future
 
     async def _remove_directory(self, name: str, directory: str) -> None:
@@ -287,12 +295,12 @@ def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
 
     The directory's own name spells the ledger's name, so only a long (hashed) name needs a
     "name" file. The entries inside (cursors/, and name) become durable with the first segment:
-    creating it syncs this directory, and nothing is stored before that.
+    creating it syncs this directory, and nothing is stored before that. The parent directory is
+    synced by the writer (the task's ``sync_dir``), once for all the directories of the round.
     """
     fs.makedirs(join(directory, CURSORS))
     if decode_name(posixpath.basename(directory)) != name:
         fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
-    fs.fsync_dir(_parent_dir(directory))
 
 
 __all__ = ["FileManagedLedger", "FileManagedLedgerFactory"]

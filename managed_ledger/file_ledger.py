@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from managed_ledger import cursor_store, segment
+from managed_ledger import cursor_base, cursor_store, segment
 from managed_ledger.api import (
     AddCallback,
     InitialPosition,
@@ -72,7 +72,7 @@ class FileManagedLedger(StoredManagedLedger):
         self._indexes: dict[int, SegmentIndex] = {}
         self._paths: dict[int, str] = {}  # segment file of each ledger
         self._reader = EntryReader(factory._next_instance_id(), self._locate, factory.cache, factory.pool,
-                                   factory.fs, factory.stats)
+                                   factory.fs, factory.stats, page_cache_reads=factory.page_cache_reads)
         self._fenced = False
         self._recovering = False
         self._last_recovery = float("-inf")  # loop.time() of the last recovery attempt
@@ -223,7 +223,8 @@ class FileManagedLedger(StoredManagedLedger):
         stats = self._factory.stats
 
         def write() -> None:
-            fs.replace_atomically(path, data, sync=True)
+            # (The directory is synced by the writer, once for every cursor file of the round.)
+            fs.replace_atomically(path, data, sync=True, sync_dir=False)
             stats.add(cursor_persists_total=1)
 
         def written(exc: BaseException | None) -> None:
@@ -231,7 +232,7 @@ class FileManagedLedger(StoredManagedLedger):
                 self._factory.disk.write_failed(exc)
             done(exc)
 
-        self._writer.run(write, written)
+        self._writer.run(write, written, sync_dir=join(self._dir, CURSORS))
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -493,8 +494,10 @@ class FileManagedLedger(StoredManagedLedger):
             return cursor
         record = self._stored.get(name)
         if record is None:
+            # (Active from its creation: the consumer attaching next needs no write of its own.)
             record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
-                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}))
+                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}),
+                                  last_active=cursor_base._wall())
             self._stored[name] = record
             self._persistence.track(name, dirty=True)
             handle = self._cursors[name] = FileCursor(self, name, record, durable=True)

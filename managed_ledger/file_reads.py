@@ -1,11 +1,17 @@
 """Reading entries of a file ledger: from the cache on the loop, or from disk on the worker pool.
 
 A read whose entries are all cached completes through the cursor's ``OrderedCompleter``: inline
-while the nesting limit allows, else posted. Any miss sends the whole read to the factory's
-worker pool: the read *reserves* its place in the cursor's completion order first, so a later
-cache hit of the same cursor cannot overtake it, and the pool thread (pure I/O: open, one pread
-per run of consecutive records, CRC checks) hands the bytes back with ``call_soon_threadsafe``.
-The loop then fills the reservation, and the entries go into the cache.
+while the nesting limit allows, else posted. With the factory's ``page_cache_reads`` on (off by
+default), a read whose missing entries are all in the OS page cache (a backlog written recently,
+what a consumer catching up mostly reads) is served on the loop too: one ``preadv(RWF_NOWAIT)``
+per run of records, which fails at once rather than wait for the disk. That spares the hand-off
+to a worker thread and back (a submit, two thread wake-ups, a ``call_soon_threadsafe``), which
+costs more CPU than the read itself. Any read that would wait for the disk (or fails: the worker
+path then reports it) goes to the factory's worker pool: the read *reserves* its place in the
+cursor's completion order first, so a later cache hit of the same cursor cannot overtake it, and
+the pool thread (pure I/O: open, one pread per run of consecutive records, CRC checks) hands the
+bytes back with ``call_soon_threadsafe``. The loop then fills the reservation, and the entries go
+into the cache.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class EntryReader:
         pool: ThreadPoolExecutor,
         fs: FileSystem,
         stats: FileLedgerStats,
+        *,
+        page_cache_reads: bool = False,
     ) -> None:
         self._owner = owner  # cache key prefix: unique per managed-ledger instance
         self._locate = locate
@@ -50,6 +58,7 @@ class EntryReader:
         self._pool = pool
         self._fs = fs
         self._stats = stats
+        self._page_cache_reads = page_cache_reads
         self._loop = asyncio.get_running_loop()
 
     def remember(self, first: Position, data: list[bytes]) -> None:
@@ -79,6 +88,15 @@ class EntryReader:
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
         stats.cache_misses_total += len(missing)
+        jobs = self._jobs([positions[i] for i in missing])
+        cached = read_from_page_cache(self._fs, jobs) if self._page_cache_reads else None
+        if cached is not None:
+            stats.page_cache_reads_total += 1
+            for i, data in zip(missing, itertools.chain.from_iterable(cached), strict=True):
+                found[i] = Entry(positions[i], data)
+                cache.put(owner, positions[i], data)
+            completer.complete(partial(callback, cast("list[Entry]", found), None))
+            return False
         fill = completer.reserve()
 
         def finished(result: Future[list[list[bytes]]]) -> None:
@@ -103,7 +121,6 @@ class EntryReader:
             except RuntimeError:  # the loop is closed: nobody waits for this read any more
                 pass
 
-        jobs = self._jobs([positions[i] for i in missing])
         self._pool.submit(read_from_disk, self._fs, jobs).add_done_callback(posted)
         return True
 
@@ -152,6 +169,28 @@ def read_from_disk(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes]]:
             out.append(segment.read_run(handle, first_offset, spans))
         finally:
             handle.close()
+    return out
+
+
+def read_from_page_cache(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes]] | None:
+    """On the loop: what ``read_from_disk`` would return if every byte is in the page cache, else
+    None (nothing waits for the disk; an error of any kind also gives None, for the worker path
+    to meet it again and report it)."""
+    out: list[list[bytes]] = []
+    for path, first_offset, spans in jobs:
+        try:
+            handle = fs.open_read(path)
+        except OSError:
+            return None
+        try:
+            run = segment.read_run_cached(handle, first_offset, spans)
+        except (OSError, CorruptEntryError):
+            return None
+        finally:
+            handle.close()
+        if run is None:
+            return None
+        out.append(run)
     return out
 
 

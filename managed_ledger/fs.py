@@ -28,6 +28,10 @@ class FileHandle(Protocol):
     def pread(self, size: int, offset: int) -> bytes:
         """Up to size bytes from offset (fewer at the end of the file)."""
 
+    def pread_cached(self, size: int, offset: int) -> bytearray | None:
+        """size bytes from offset if they can be had without waiting for the disk (all in the
+        page cache), else None (also at the end of the file, or where this is not supported)."""
+
     def sync(self) -> None:
         """Make written data durable (fdatasync)."""
 
@@ -48,9 +52,11 @@ class FileSystem(Protocol):
 
     def read_file(self, path: str) -> bytes: ...
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         """Replace path's content all-or-nothing: write a temporary file, sync it, rename it over
-        path and sync the directory (with sync=False: the same without the syncs)."""
+        path and sync the directory (with sync=False: the same without the syncs). With
+        sync_dir=False the directory is not synced: the caller does it (grouped) before anything
+        relies on the new content."""
 
     def rename(self, src: str, dst: str) -> None: ...
 
@@ -72,6 +78,9 @@ class FileSystem(Protocol):
 
 # Buffers per writev call (the kernel's limit, usually 1024).
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+# preadv2's "fail rather than wait for the disk" (Linux 4.14+; None elsewhere).
+_RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None) if hasattr(os, "preadv") else None
 
 TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garbage after a crash
 
@@ -98,6 +107,16 @@ class _OsFile:
 
     def pread(self, size: int, offset: int) -> bytes:
         return os.pread(self._fd, size, offset)
+
+    def pread_cached(self, size: int, offset: int) -> bytearray | None:
+        if _RWF_NOWAIT is None:
+            return None
+        buf = bytearray(size)
+        try:
+            n = os.preadv(self._fd, [buf], offset, _RWF_NOWAIT)
+        except OSError:  # EAGAIN: some of it is not cached; EOPNOTSUPP: not on this file system
+            return None
+        return buf if n == size else None
 
     def sync(self) -> None:
         os.fdatasync(self._fd)
@@ -128,7 +147,7 @@ class OsFileSystem:
         with open(path, "rb") as f:
             return f.read()
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         tmp = path + TMP_SUFFIX
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
@@ -146,7 +165,7 @@ class OsFileSystem:
             except OSError:
                 pass
             raise
-        if sync:
+        if sync and sync_dir:
             self.fsync_dir(os.path.dirname(path))
 
     def rename(self, src: str, dst: str) -> None:

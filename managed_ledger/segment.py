@@ -230,6 +230,16 @@ def read_run(handle: FileHandle, first_offset: int, spans: list[tuple[int, int]]
     blob = handle.pread(total, first_offset)
     if len(blob) < total:
         raise CorruptEntryError(f"segment shorter than its index ({len(blob)} of {total} bytes at {first_offset})")
+    return _split_run(blob, first_offset, spans)
+
+
+def read_run_cached(handle: FileHandle, first_offset: int, spans: list[tuple[int, int]]) -> list[bytes] | None:
+    """``read_run`` if the bytes are all in the page cache (no wait for the disk), else None."""
+    blob = handle.pread_cached(spans[-1][0] + spans[-1][1] - first_offset, first_offset)
+    return None if blob is None else _split_run(blob, first_offset, spans)
+
+
+def _split_run(blob: bytes | bytearray, first_offset: int, spans: list[tuple[int, int]]) -> list[bytes]:
     view = memoryview(blob)
     out: list[bytes] = []
     for offset, record_length in spans:

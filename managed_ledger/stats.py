@@ -77,11 +77,15 @@ class FileLedgerStats:
     bytes_written_total: int = 0
     # Cursor state files written.
     cursor_persists_total: int = 0
+    # Directories fsynced to make new names durable (one per directory per writer batch).
+    directory_syncs_total: int = 0
     # Segment files reopened for an append after being parked (closed beyond the open-file limit).
     segment_reopens_total: int = 0
     # Reads served from the cache / that went to disk.
     cache_hits_total: int = 0
     cache_misses_total: int = 0
+    # Reads of missed entries served on the loop from the OS page cache (no worker thread).
+    page_cache_reads_total: int = 0
     fsync_latency: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
     group_commit_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

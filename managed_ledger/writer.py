@@ -24,6 +24,14 @@ confirmed records always form a prefix. After a failed fsync the kernel may have
 dirty pages (and cleared the error), so the only safe state is "synced size": ``recover``
 truncates the owner's segments back to what the loop knows is confirmed.
 
+Directory entries are grouped too: creating a segment, a topic's directory or a subscription's
+cursor file makes a new name that is durable only once its directory is fsynced. Those operations
+name the directory (``sync_dir``) instead of syncing it themselves; the writer syncs each directory
+named in a batch once, after the batch's operations and before any of its completions is posted
+(so nothing is confirmed before its name is durable). When many subscriptions or topics are
+created at once, one directory sync covers all the files created in it in that round, and the
+distinct directories of a round are synced by a few threads at once, as segments are.
+
 ``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
 still synced): an append is confirmed once it is in the OS page cache. That survives the broker
 process dying (kill -9) but NOT a power cut or kernel crash: receipted messages written in the
@@ -41,6 +49,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from managed_ledger.api import StorageUnavailableError
 from managed_ledger.fs import FileHandle, FileSystem
@@ -90,6 +99,7 @@ class _Op:
     nbytes: int = 0  # appends: the total size of parts
     task: Callable[[], None] | None = None
     truncations: tuple[tuple[str, int], ...] = ()
+    sync_dir: str | None = None  # tasks: a directory to fsync (grouped) once the task succeeded
 
 
 class GroupCommitWriter:
@@ -185,10 +195,13 @@ class GroupCommitWriter:
         record. Paths that do not exist are skipped."""
         self._submit(_Op("recover", owner, done, truncations=tuple(truncations)))
 
-    def run(self, task: Callable[[], None], done: Done = _ignore, owner: Owner | None = None) -> None:
+    def run(self, task: Callable[[], None], done: Done = _ignore, owner: Owner | None = None,
+            sync_dir: str | None = None) -> None:
         """Run task on the writer thread, in order with everything else (file creation,
-        cursor state, deletion). Its OSError goes to done; it fences the owner if one is given."""
-        self._submit(_Op("task", owner, done, task=task))
+        cursor state, deletion). Its OSError goes to done; it fences the owner if one is given.
+        sync_dir: a directory in which the task made (or renamed) a name; it is fsynced, once for
+        every operation of the batch that names it, before done runs (see the module docstring)."""
+        self._submit(_Op("task", owner, done, task=task, sync_dir=sync_dir))
 
     async def barrier(self) -> None:
         """Wait until everything submitted before has completed."""
@@ -280,6 +293,8 @@ class GroupCommitWriter:
         errors: list[BaseException | None] = [None] * len(batch)
         # Appends waiting for the sync of their segment: segment -> batch indexes.
         unsynced: dict[_Segment, list[int]] = {}
+        # Operations waiting for the sync of a directory they made a name in: directory -> batch indexes.
+        dirs: dict[str, list[int]] = {}
         i = 0
         n = len(batch)
         while i < n:
@@ -303,7 +318,13 @@ class GroupCommitWriter:
                 errors[i] = exc
                 if op.owner is not None:
                     self._fail_owner(op.owner, exc, unsynced, errors)
+            else:
+                directory = _parent(op.path) if op.kind == "create" else op.sync_dir
+                if directory is not None:
+                    dirs.setdefault(directory, []).append(i)
             i += 1
+        if dirs:
+            self._sync_dirs(batch, dirs, unsynced, errors)
         self._sync_all(unsynced, errors)
         self._park_beyond_limit()
         return [(op.done, errors[k]) for k, op in enumerate(batch)]
@@ -384,6 +405,43 @@ class GroupCommitWriter:
             if segment in unsynced:
                 self._sync_segment(segment, unsynced, errors, outcome)
 
+    def _sync_dirs(self, batch: list[_Op], dirs: dict[str, list[int]], unsynced: dict[_Segment, list[int]],
+                   errors: list[BaseException | None]) -> None:
+        """fsync each directory the batch made names in, once; an operation whose directory
+        failed to sync fails (and fences its owner, as a failed create always did)."""
+        paths = list(dirs)
+        if len(paths) < PARALLEL_SYNC_MIN:
+            outcomes = [_sync_dir(self._fs, path) for path in paths]
+        else:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
+            outcomes = list(self._sync_pool.map(partial(_sync_dir, self._fs), paths))
+        self._stats.add(directory_syncs_total=len(paths))
+        for path, exc in zip(paths, outcomes, strict=True):
+            if exc is None:
+                continue
+            for k in dirs[path]:
+                errors[k] = exc
+                owner = batch[k].owner
+                if owner is not None:
+                    self._fail_after(batch, k, owner, exc, unsynced, errors)
+
+    def _fail_after(self, batch: list[_Op], k: int, owner: Owner, exc: OSError,
+                    unsynced: dict[_Segment, list[int]], errors: list[BaseException | None]) -> None:
+        """Operation k of owner failed after the rest of the batch ran (its directory sync): fail
+        what the owner did after it in the batch, as if it had been fenced at k. (An append
+        after it may already be synced - a close syncs at once - but the name of the file it
+        went to may not be durable.) A recover of the owner later in the batch ends that."""
+        for j in range(k + 1, len(batch)):
+            op = batch[j]
+            if op.owner is not owner:
+                continue
+            if op.kind == "recover":
+                return
+            if op.kind not in ("close", "release") and errors[j] is None:
+                errors[j] = _fenced(exc)
+        self._fail_owner(owner, exc, unsynced, errors)
+
     def _sync_segment(self, segment: _Segment, unsynced: dict[_Segment, list[int]],
                       errors: list[BaseException | None],
                       outcome: tuple[float, OSError | None] | None = None) -> None:
@@ -427,11 +485,11 @@ class GroupCommitWriter:
         elif op.kind == "create":
             handle = fs.open_append(op.path, create=True)
             try:
-                # The directory entry is made durable now; the header's bytes with the first
-                # append's sync (the same fdatasync), which is when anything starts to depend on
-                # them. A crash before that leaves a short file, which recovery removes.
+                # The directory entry is made durable with the batch's directory syncs (before
+                # the create is confirmed); the header's bytes with the first append's sync (the
+                # same fdatasync), which is when anything starts to depend on them. A crash
+                # before that leaves a short file, which recovery removes.
                 handle.write(op.data)
-                fs.fsync_dir(_parent(op.path))
             except OSError:
                 _close_quietly(handle)
                 try:  # leave no half-written header behind
@@ -499,6 +557,15 @@ def _timed_sync(handle: FileHandle | OSError) -> tuple[float, OSError | None]:
     except OSError as exc:
         return time.perf_counter() - started, exc
     return time.perf_counter() - started, None
+
+
+def _sync_dir(fs: FileSystem, path: str) -> OSError | None:
+    """fsync a directory: its error, if it failed. Runs on the sync threads too."""
+    try:
+        fs.fsync_dir(path)
+    except OSError as exc:
+        return exc
+    return None
 
 
 def _fenced(cause: BaseException) -> StorageUnavailableError:

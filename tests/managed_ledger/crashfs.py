@@ -206,7 +206,7 @@ class CrashFileSystem:
             self._check("read", path, mutating=False)
             return bytes(self._inode(path).data)
 
-    def replace_atomically(self, path: str, data: bytes, *, sync: bool) -> None:
+    def replace_atomically(self, path: str, data: bytes, *, sync: bool, sync_dir: bool = True) -> None:
         tmp = path + TMP_SUFFIX
         with self._lock:
             parent, name = self._split(tmp)
@@ -220,7 +220,7 @@ class CrashFileSystem:
         finally:
             handle.close()
         self.rename(tmp, path)
-        if sync:
+        if sync and sync_dir:
             self.fsync_dir(path.rpartition("/")[0])
 
     def rename(self, src: str, dst: str) -> None:
@@ -314,6 +314,9 @@ class _Handle:
             self._fs._check("sync", self._path, mutating=True)
             self._inode.durable = bytes(self._inode.data)
             self._fs.syncs += 1
+
+    def pread_cached(self, size: int, offset: int) -> bytearray | None:
+        return None  # (reads always take the worker-thread path here)
 
     def truncate(self, size: int) -> None:
         with self._fs._lock:

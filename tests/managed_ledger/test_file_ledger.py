@@ -10,6 +10,7 @@ import threading
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -832,4 +833,67 @@ async def test_only_active_cursors_keep_entries_cached(tmp_path: Path) -> None:
     assert len(factory.cache) == 0
     idle.set_active(True)
     assert [e.data for e in await idle.read_entries_async(10)] == [b"m0", b"m1", b"m2", b"m3", b"n0", b"n1"]
+    await factory.close()
+
+
+# -- reads served from the page cache on the loop -------------------------------------------------
+
+
+async def test_reads_of_entries_in_the_page_cache_are_served_on_the_loop(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    factory = make(tmp_path, cache_size_bytes=0, page_cache_reads=True)  # every read misses the broker's cache
+    ml = await factory.open("t")
+    await add_all(ml, 20)  # just written: in the OS page cache
+    submitted: list[object] = []
+    real_submit = factory.pool.submit
+    def submit(*args: Any, **kwargs: Any) -> Any:
+        submitted.append(args)
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(factory.pool, "submit", submit)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    data = [e.data for e in await cursor.read_entries_async(7)] + [e.data for e in await cursor.read_entries_async(13)]
+    assert data == [b"m%d" % i for i in range(20)]
+    if factory.stats.page_cache_reads_total == 0:  # (a file system without RWF_NOWAIT: the worker path)
+        pytest.skip("preadv(RWF_NOWAIT) is not supported here")
+    assert factory.stats.page_cache_reads_total == 2 and not submitted  # no worker thread involved
+    await factory.close()
+
+
+async def test_page_cache_reads_are_off_by_default(tmp_path: Path) -> None:
+    factory = make(tmp_path, cache_size_bytes=0)
+    ml = await factory.open("t")
+    await add_all(ml, 5)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    assert [e.data for e in await cursor.read_entries_async(5)] == [b"m%d" % i for i in range(5)]
+    assert factory.stats.page_cache_reads_total == 0
+    await factory.close()
+
+
+async def test_a_read_that_would_wait_for_the_disk_goes_to_a_worker_and_keeps_its_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    factory = make(tmp_path, cache_size_bytes=0, page_cache_reads=True)
+    ml = await factory.open("t")
+    await add_all(ml, 10)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    from managed_ledger import file_reads
+
+    real = file_reads.read_from_page_cache
+    calls = 0
+
+    def first_misses(fs: object, jobs: list[file_reads.ReadJob]) -> list[list[bytes]] | None:
+        nonlocal calls
+        calls += 1
+        return None if calls == 1 else real(fs, jobs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_reads, "read_from_page_cache", first_misses)
+    done: list[str] = []
+    first = asyncio.ensure_future(cursor.read_entries_async(4))  # goes to a worker thread
+    first.add_done_callback(lambda _: done.append("first"))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(cursor.read_entries_async(6))  # served on the loop, completes after
+    second.add_done_callback(lambda _: done.append("second"))
+    assert [e.data for e in await second] == [b"m%d" % i for i in range(4, 10)]
+    assert [e.data for e in await first] == [b"m%d" % i for i in range(4)]
+    assert done == ["first", "second"] and calls == 2
     await factory.close()

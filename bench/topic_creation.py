@@ -1,0 +1,167 @@
+"""Topic creation rate at 1,000 and 10,000 topics, each with a producer and a subscription.
+
+Issue 20, item 4: the rate must stay flat as topics accumulate (every per-topic operation O(1) in the
+number of topics). One broker process per kind (ours, Apache Pulsar standalone, pulsar-lite), a fresh
+data directory each; the official client creates the topics in blocks, from a few threads (each topic:
+a consumer on subscription "sub", then a producer; both held open until the end, as in a broker with
+that many active topics). For each block: topics per second (wall), the broker's CPU per topic
+(process CPU time, all threads) and its RSS once the block is open. Flat means the last block's rate
+and CPU per topic are those of the first; ``--topics 10000 --block 1000`` shows both 1,000 and 10,000.
+
+    python -m bench.topic_creation                       # ours, 10,000 topics in blocks of 1,000
+    python -m bench.topic_creation --kinds ours,pulsar,lite --topics 1000 --block 250
+
+Our broker runs with automatic bundle splitting off unless ``--split`` is given: past 1,000 topics
+in a bundle it splits the bundle and unloads its topics (Pulsar's default too), and under heavy
+load a client creating topics then timed out on a topic being unloaded (seen at ~3,300 topics).
+Apache Pulsar and pulsar-lite run with their own defaults.
+
+Kinds whose broker cannot be had (no jars for Apache Pulsar: `make pulsar-deps`; no pulsar-lite wheel)
+are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pulsar
+
+from bench.brokers import BrokerProcess, start_apache_pulsar, start_ours, start_pulsar_lite
+
+KINDS = ("ours", "pulsar", "lite")
+
+
+@dataclass
+class Block:
+    topics_total: int  # topics open once the block was done
+    seconds: float
+    broker_cpu_s: float
+    rss_mb: float
+    count: int
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_topic(self) -> float:
+        return self.broker_cpu_s * 1000 / self.count
+
+
+def create_topics(client: pulsar.Client, names: list[str], threads: int,
+                  held: list[pulsar.Consumer | pulsar.Producer]) -> None:
+    """Each name: subscribe (subscription "sub") and create a producer, from ``threads`` threads; all kept open."""
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(part: list[str]) -> None:
+        try:
+            for topic in part:
+                consumer = client.subscribe(topic, "sub", receiver_queue_size=10)
+                producer = client.create_producer(topic, batching_enabled=False)
+                with lock:
+                    held.extend((consumer, producer))
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(names[i::threads],)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise RuntimeError(f"topic creation failed: {errors[0]!r}")
+
+
+def run_kind(broker: BrokerProcess, topics: int, block: int, threads: int) -> list[Block]:
+    client = pulsar.Client(broker.url, operation_timeout_seconds=120, io_threads=2)
+    held: list[pulsar.Consumer | pulsar.Producer] = []
+    tag = uuid.uuid4().hex[:8]
+    blocks: list[Block] = []
+    try:
+        done = 0
+        while done < topics:
+            count = min(block, topics - done)
+            names = [f"persistent://public/default/create-{tag}-{i}" for i in range(done, done + count)]
+            cpu0, t0 = broker.cpu_seconds(), time.perf_counter()
+            create_topics(client, names, threads, held)
+            seconds = time.perf_counter() - t0
+            done += count
+            blocks.append(Block(done, seconds, broker.cpu_seconds() - cpu0, broker.rss_mb(), count))
+            b = blocks[-1]
+            print(f"  {broker.name}: {done:,} topics open; last {count:,}: {b.rate:,.0f} topics/s, "
+                  f"{b.cpu_ms_per_topic:.2f} ms broker CPU per topic, RSS {b.rss_mb:.0f} MB, "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        for handle in held:
+            try:
+                handle.close()
+            except pulsar.PulsarException:
+                pass
+        client.close()
+    return blocks
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kinds", default="ours", help=f"comma-separated, among {', '.join(KINDS)} (default: ours)")
+    p.add_argument("--topics", type=int, default=10_000, help="topics to create (default 10,000)")
+    p.add_argument("--block", type=int, default=1000, help="topics per measured block (default 1,000)")
+    p.add_argument("--threads", type=int, default=4, help="client threads creating topics at once (default 4)")
+    p.add_argument("--split", action="store_true",
+                   help="leave our broker's automatic bundle split on (default: off, see below)")
+    args = p.parse_args(argv)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        p.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    results: dict[str, list[Block]] = {}
+    for kind in kinds:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            # Our broker splits a bundle past 1,000 topics (loadBalancerNamespaceBundleMaxTopics) and unloads
+            # its topics, as Pulsar does; that is a rate of its own, not the creation rate measured here.
+            settings = None if args.split else {"loadBalancerAutoBundleSplitEnabled": "false"}
+            broker = (start_ours(work, settings=settings) if kind == "ours"
+                      else start_apache_pulsar(work) if kind == "pulsar" else start_pulsar_lite(work))
+            if broker is None:
+                print(f"{kind} skipped: not installed (see the module docstring)")
+                continue
+            try:
+                idle = broker.rss_mb()
+                results[broker.name] = run_kind(broker, args.topics, args.block, args.threads)
+                print(f"  {broker.name}: RSS idle {idle:.0f} MB", flush=True)
+            except RuntimeError:
+                print(f"{broker.name} failed; the end of its log:\n"
+                      + "\n".join(broker.log_path.read_text(errors="replace").splitlines()[-30:]))
+                raise
+            finally:
+                broker.stop()
+    print(f"\n{date.today()}: {args.topics:,} topics, each a consumer (subscription) + a producer, "
+          f"{args.threads} client threads, blocks of {args.block:,}; load average after: {os.getloadavg()}")
+    print("\n| broker | topics open | topics/s (this block) | broker CPU ms/topic | RSS MB |")
+    print("|---|---|---|---|---|")
+    for name, blocks in results.items():
+        for b in blocks:
+            print(f"| {name} | {b.topics_total:,} | {b.rate:,.0f} | {b.cpu_ms_per_topic:.2f} | {b.rss_mb:.0f} |")
+    for name, blocks in results.items():
+        if len(blocks) >= 2:
+            first, last = blocks[0], blocks[-1]
+            print(f"{name}: last block / first block: rate {last.rate / first.rate:.2f}, CPU per topic "
+                  f"{last.cpu_ms_per_topic / first.cpu_ms_per_topic:.2f}; median rate "
+                  f"{statistics.median(b.rate for b in blocks):,.0f} topics/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
