@@ -84,6 +84,7 @@ class Loop:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+        self.proc = None  # killed on purpose: `until` no longer reports it as "the loop exited"
 
     def logs(self) -> Iterator[str]:
         for i in range(1, self.runs + 1):
