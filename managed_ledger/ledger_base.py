@@ -245,8 +245,8 @@ class BaseManagedLedger(ManagedLedger):
         self._config = config
 
     def trim_consumed_ledgers(self) -> int:
-        if self._state is not LedgerState.OPEN or self._config.infinite_retention:
-            return 0
+        if self._state is not LedgerState.OPEN or self._config.infinite_retention or len(self._map) < 2:
+            return 0  # (only closed ledgers go: none, nothing to do; the retention sweep's common case)
         config = self._config
         records = [record for _, record in self._named_records()]
         # Only durable cursors hold data. With none at all, everything but the current ledger

@@ -32,10 +32,12 @@ from broker.metadata.policy_values import (
     PRODUCER_EXCEPTION,
     PRODUCER_REQUEST_HOLD,
     BacklogQuota,
+    BacklogQuotas,
 )
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
+from broker.service.periodic import sweep_in_slices
 from broker.transactions.buffer import BUFFER_CURSOR
 from managed_ledger import ManagedCursor, ManagedLedgerError
 
@@ -83,21 +85,25 @@ class BacklogQuotaManager:
         # producer-creation path uses this verdict instead of reading the log).
         self._age_exceeded: set[str] = set()
 
-    def quota(self, name: TopicName, quota_type: str) -> BacklogQuota | None:
+    def quota(self, name: TopicName, quota_type: str,
+              quotas: BacklogQuotas | None = None) -> BacklogQuota | None:
         """The quota in force for one type (the topic's, else its namespace's, else the broker's
-        backlogQuotaDefault* settings, resolved per type as in Pulsar), or None when it sets no limit."""
-        quota = self.service.policies.get(name, BACKLOG_QUOTAS)[quota_type]
+        backlogQuotaDefault* settings, resolved per type as in Pulsar), or None when it sets no limit;
+        ``quotas``: the topic's resolved map, when the caller has it already."""
+        quota = (quotas if quotas is not None else self.service.policies.get(name, BACKLOG_QUOTAS))[quota_type]
         relevant = quota.limit_size if quota_type == DESTINATION_STORAGE else quota.limit_time
         return quota if relevant >= 0 else None
 
-    def size_exceeded(self, topic: PersistentTopic) -> BacklogQuota | None:
-        quota = self.quota(topic.name, DESTINATION_STORAGE)
+    def size_exceeded(self, topic: PersistentTopic,
+                      quotas: BacklogQuotas | None = None) -> BacklogQuota | None:
+        quota = self.quota(topic.name, DESTINATION_STORAGE, quotas)
         if quota is not None and estimated_backlog_size(topic) > quota.limit_size:
             return quota
         return None
 
-    async def age_exceeded(self, topic: PersistentTopic, now_ms: int) -> BacklogQuota | None:
-        quota = self.quota(topic.name, MESSAGE_AGE)
+    async def age_exceeded(self, topic: PersistentTopic, now_ms: int,
+                           quotas: BacklogQuotas | None = None) -> BacklogQuota | None:
+        quota = self.quota(topic.name, MESSAGE_AGE, quotas)
         if quota is None:
             return None
         oldest = await self.oldest_unacked_publish_time(topic)
@@ -138,21 +144,25 @@ class BacklogQuotaManager:
     async def check_all(self) -> None:
         now_ms = int(time.time() * 1000)
         loaded = set()
-        for topic in list(self.service.topics.values()):
+
+        async def check(topic: PersistentTopic) -> None:
             if topic.closed:
-                continue
+                return
             loaded.add(topic.full_name)
             await self.check_topic(topic, now_ms)
+
+        await sweep_in_slices(list(self.service.topics.values()), check)
         self._age_exceeded &= loaded
 
     async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:
-        size_quota = self.size_exceeded(topic)
+        quotas = self.service.policies.get(topic.name, BACKLOG_QUOTAS)  # (resolved once: both types)
+        size_quota = self.size_exceeded(topic, quotas)
         if size_quota is not None:
             if size_quota.policy == CONSUMER_BACKLOG_EVICTION:
                 self.evict_for_size(topic, size_quota)
             else:
                 admin_ops.disconnect_producers(topic)
-        age_quota = await self.age_exceeded(topic, now_ms)
+        age_quota = await self.age_exceeded(topic, now_ms, quotas)
         if age_quota is None:
             self._age_exceeded.discard(topic.full_name)
             return

@@ -569,9 +569,16 @@ class BrokerService:
         it trim."""
         if topic.closed:
             return
-        wanted = self.ledger_config_for(topic.name)
-        if wanted != topic.ledger.config:
-            topic.ledger.update_config(wanted)
+        retention = self.policies.get(topic.name, RETENTION)
+        persistence = self.policies.get(topic.name, PERSISTENCE)
+        rate = None if persistence is None else persistence.max_mark_delete_rate
+        config = topic.ledger.config
+        # (Compared field by field: a new config object per topic per sweep cost more than the rest.)
+        if (config.retention_time_s, config.retention_size_bytes, config.mark_delete_rate) != (
+                retention.time_s, retention.size_bytes, rate):
+            topic.ledger.update_config(dataclasses.replace(
+                config, retention_time_s=retention.time_s, retention_size_bytes=retention.size_bytes,
+                mark_delete_rate=rate))
         topic.ledger.trim_consumed_ledgers()
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:

@@ -9,9 +9,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A sweep over every loaded topic holds the loop for at most about this long at a time: it yields to
+# the other callbacks (client requests, receipts) between slices. At 10,000 topics a whole retention
+# sweep took ~1 s, one stall of the loop every 2 minutes.
+SWEEP_SLICE_S = 0.005
+
+
+async def sweep_in_slices(items: Iterable[T], step: Callable[[T], Awaitable[None] | None],
+                          slice_s: float = SWEEP_SLICE_S) -> None:
+    """Run ``step`` on each item (a snapshot the caller took), yielding to the event loop whenever a
+    slice has run for ``slice_s``; ``step`` may be a plain function or a coroutine function. Whatever
+    ``step`` looks at may have changed during a yield (a topic closed meanwhile): it checks."""
+    clock = time.perf_counter
+    started = clock()
+    for item in items:
+        result = step(item)
+        if result is not None:
+            await result
+        if clock() - started >= slice_s:
+            await asyncio.sleep(0)
+            started = clock()
 
 
 class PeriodicTask:
