@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -82,6 +85,14 @@ def create_topics(client: pulsar.Client, names: list[str], threads: int,
         raise RuntimeError(f"topic creation failed: {errors[0]!r}")
 
 
+def start_py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy (next to this Python, or on the PATH) sampling ``pid`` into ``out`` (collapsed stacks)."""
+    exe = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "--native", "--format", "raw",
+                             "--rate", "200", "-o", out, "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_kind(broker: BrokerProcess, topics: int, block: int, threads: int) -> list[Block]:
     client = pulsar.Client(broker.url, operation_timeout_seconds=120, io_threads=2)
     held: list[pulsar.Consumer | pulsar.Producer] = []
@@ -117,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topics", type=int, default=10_000, help="topics to create (default 10,000)")
     p.add_argument("--block", type=int, default=1000, help="topics per measured block (default 1,000)")
     p.add_argument("--threads", type=int, default=4, help="client threads creating topics at once (default 4)")
+    p.add_argument("--profile", metavar="OUT.txt",
+                   help="record our broker with py-spy (--native, --idle off) for the run; collapsed stacks to OUT.txt")
     p.add_argument("--split", action="store_true",
                    help="leave our broker's automatic bundle split on (default: off, see below)")
     args = p.parse_args(argv)
@@ -137,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             if broker is None:
                 print(f"{kind} skipped: not installed (see the module docstring)")
                 continue
+            spy = start_py_spy(broker.proc.pid, args.profile) if args.profile and kind == "ours" else None
             try:
                 idle = broker.rss_mb()
                 results[broker.name] = run_kind(broker, args.topics, args.block, args.threads)
@@ -146,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                       + "\n".join(broker.log_path.read_text(errors="replace").splitlines()[-30:]))
                 raise
             finally:
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                    spy.wait(timeout=60)
                 broker.stop()
     print(f"\n{date.today()}: {args.topics:,} topics, each a consumer (subscription) + a producer, "
           f"{args.threads} client threads, blocks of {args.block:,}; load average after: {os.getloadavg()}")

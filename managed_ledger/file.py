@@ -183,19 +183,30 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
 
     async def _load(self, name: str, config: ManagedLedgerConfig) -> FileManagedLedger:
         directory = self._names.get(name)
-        if directory is None:
-            directory = join(self._ml_dir, encode_name(name))
-            await self._run_on_writer(partial(_create_directory, self.fs, directory, name),
-                                      sync_dir=_parent_dir(directory))
-            self._names[name] = directory
-            self._names_changed(name)
-            recovered = file_layout.Recovered()  # just created: no segments, no cursors to scan
-        else:
+        if directory is not None:
             recovered = await asyncio.get_running_loop().run_in_executor(
                 self.pool, file_layout.recover_directory, self.fs, directory, self.stats
             )
-        ledger = FileManagedLedger(self, name, directory, config, recovered)
-        await ledger._start()
+            ledger = FileManagedLedger(self, name, directory, config, recovered)
+            await ledger._start()
+            return ledger
+        # A new one: its directory and its first segment are queued to the writer together, in that order, so
+        # they are made in one round and their directories (the parent's and its own) synced at once; neither
+        # is confirmed before both names are durable. (Awaited one after the other, they took two rounds.)
+        directory = join(self._ml_dir, encode_name(name))
+        made = self._submit_on_writer(partial(_create_directory, self.fs, directory, name),
+                                      sync_dir=_parent_dir(directory))
+        ledger = FileManagedLedger(self, name, directory, config, file_layout.Recovered())  # nothing to scan
+        started = asyncio.ensure_future(ledger._finish_start(ledger._begin_start()))
+        await asyncio.wait([made, started])
+        made_error = made.exception()
+        if made_error is not None:  # (then the segment could not be made either, or was made in a directory
+            if started.exception() is None:  # whose name may not be durable: not opened)
+                await ledger.close()
+            raise made_error
+        started.result()  # (its error, if any)
+        self._names[name] = directory
+        self._names_changed(name)
         return ledger
 
     async def delete(self, name: str) -> None:
@@ -238,6 +249,10 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     async def _run_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> None:
         """Run task on the writer thread (in order with all writes); raise its error. sync_dir: a
         directory the task made a name in, fsynced (grouped with the round's others) before this returns."""
+        await self._submit_on_writer(task, sync_dir)
+
+    def _submit_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> asyncio.Future[None]:
+        """``_run_on_writer`` queued now; the future is its outcome."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def done(exc: BaseException | None) -> None:
@@ -249,7 +264,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
                 future.set_exception(ManagedLedgerError(f"storage operation failed: {exc}"))
 
         self.writer.run(task, done, sync_dir=sync_dir)
-        await future
+        return future
 
     async def _remove_directory(self, name: str, directory: str) -> None:
         """Delete a managed ledger's files: rename into trash (atomic, synced), then remove."""

@@ -152,6 +152,10 @@ class FileManagedLedger(StoredManagedLedger):
         On a full disk (ENOSPC, EDQUOT) the managed ledger opens fenced instead: what is stored
         can be read and acknowledged, adds fail with StorageUnavailableError, and it recovers (a
         new segment) on an add once there is room, like a ledger fenced by a failed write."""
+        await self._finish_start(self._begin_start())
+
+    def _begin_start(self) -> asyncio.Future[None]:
+        """``_start``'s first part: the segment's creation queued to the writer now (its outcome: the future)."""
         future: asyncio.Future[None] = self._loop.create_future()
 
         def created(exc: BaseException | None) -> None:
@@ -174,6 +178,9 @@ class FileManagedLedger(StoredManagedLedger):
                             segment.encode_header(current.ledger_id, current.created_at), created)
         for ledger_id in self._empty_on_disk:
             self._unlink_later(self._segment_path(ledger_id))
+        return future
+
+    async def _finish_start(self, future: asyncio.Future[None]) -> None:
         try:
             await future
         except BaseException:

@@ -18,6 +18,7 @@ import pytest
 
 from managed_ledger import InitialPosition, ManagedLedgerError
 from managed_ledger.file import FileManagedLedgerFactory
+from managed_ledger.fs import FileHandle
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.ml_support import FakeClock
 
@@ -27,15 +28,22 @@ TOPICS = 8
 
 
 class CountingFileSystem(CrashFileSystem):
-    """Counts fsync_dir calls per directory."""
+    """Counts fsync_dir calls per directory; ``events``: directory syncs and file creations, in order."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dir_syncs: Counter[str] = Counter()
+        self.events: list[tuple[str, str]] = []
 
     def fsync_dir(self, path: str) -> None:
         self.dir_syncs[path] += 1
+        self.events.append(("fsync_dir", path))
         super().fsync_dir(path)
+
+    def open_append(self, path: str, *, create: bool) -> FileHandle:
+        if create:
+            self.events.append(("create", path))
+        return super().open_append(path, create=create)
 
 
 def factory(fs: CrashFileSystem) -> FileManagedLedgerFactory:
@@ -103,6 +111,37 @@ async def test_topics_created_together_share_the_parent_directory_sync() -> None
     for i in range(TOPICS):
         ml = await f.open(f"topic-{i}")
         assert list(ml.cursors) == ["sub"]
+    await f.close()
+
+
+async def test_a_new_topic_directory_and_first_segment_are_made_in_one_round() -> None:
+    """The directory and the segment are queued together: the segment is created before the parent's sync (one
+    round, not two: a directory sync awaited, then the segment), and opening returns only once both names are
+    durable (a power cut right after finds the topic with its segment)."""
+    fs = CountingFileSystem()
+    fs.makedirs_durable("/data")
+    f = factory(fs)
+    await f.open("warm-up")
+    parent = f"{ROOT}/ml"
+    fs.events.clear()
+    release = await hold_writer(f)  # (so the round is known: both queue up meanwhile)
+    opening = asyncio.ensure_future(f.open("new-topic"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    release.set()
+    ml = await asyncio.wait_for(opening, 10)
+    segment_created = next(i for i, (kind, _) in enumerate(fs.events) if kind == "create")
+    parent_synced = fs.events.index(("fsync_dir", parent))
+    own_synced = fs.events.index(("fsync_dir", ml.directory))
+    assert segment_created < parent_synced and segment_created < own_synced
+
+    fs.power_cut()
+    await f.close()
+    fs.reboot()
+    f = factory(fs)
+    assert f.exists("new-topic")
+    ml = await f.open("new-topic")
+    await ml.add_entry_async(b"after the cut")
     await f.close()
 
 
