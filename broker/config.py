@@ -283,6 +283,9 @@ class BrokerConfig:
     # loadBalancerNamespaceMaximumBundles bundles; checked every loadBalancerSplitIntervalMinutes.
     loadBalancerAutoBundleSplitEnabled: bool = True
     loadBalancerAutoUnloadSplitBundlesEnabled: bool = True
+    # A bundle being unloaded waits at most this long for its topics to close, then releases its ownership anyway
+    # (the closes go on; another owner fences the ledgers it takes over), as Pulsar's OwnedBundle does.
+    namespaceBundleUnloadingTimeoutMs: int = setting(60000, POSITIVE)
     loadBalancerNamespaceBundleMaxTopics: int = setting(1000, AT_LEAST_0)
     loadBalancerNamespaceBundleMaxSessions: int = setting(1000, Rule(-1, means="0 or -1 = not checked"))
     loadBalancerNamespaceBundleMaxMsgRate: int = setting(30000, AT_LEAST_0)
