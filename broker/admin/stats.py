@@ -61,6 +61,8 @@ class StatsSampler:
         # Persistent topics: entries read from storage and read operations that missed the cache, per second.
         self.topic_entries_read: dict[AnyTopic, float] = {}
         self.topic_read_misses: dict[AnyTopic, float] = {}
+        # Persistent topics: cursor states written (mark-deletes persisted) per second (Pulsar's MarkDeleteRate).
+        self.topic_mark_deletes: dict[AnyTopic, float] = {}
         self.producer_in: dict[Producer, Rate] = {}
         self.sub_out: dict[AnySubscription, Rate] = {}
         self.sub_ack: dict[AnySubscription, float] = {}
@@ -73,8 +75,10 @@ class StatsSampler:
         self.replicator_out: dict[Replicator, Rate] = {}
         # Non-persistent replicators: messages dropped per second.
         self.replicator_drop: dict[Replicator, float] = {}
-        # The managed-ledger entry cache, broker-wide: entries per second hit, missed and evicted.
+        # The managed-ledger entry cache, broker-wide: entries per second hit, missed and evicted; bytes per
+        # second hit and missed.
         self.cache_hits_rate = self.cache_misses_rate = self.cache_evictions_rate = 0.0
+        self.cache_hits_throughput = self.cache_misses_throughput = 0.0
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -99,6 +103,8 @@ class StatsSampler:
         service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
         service.topic_load_stats.times.rotate()
         service.schemas.stats.rotate()
+        if service.transactions is not None:
+            service.transactions.tb_client_stats.rotate()
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:
@@ -111,6 +117,7 @@ class StatsSampler:
         entries_in: dict[AnyTopic, float] = {}
         entries_read: dict[AnyTopic, float] = {}
         read_misses: dict[AnyTopic, float] = {}
+        mark_deletes: dict[AnyTopic, float] = {}
         producer_in: dict[Producer, Rate] = {}
         sub_out: dict[AnySubscription, Rate] = {}
         sub_ack: dict[AnySubscription, float] = {}
@@ -125,8 +132,8 @@ class StatsSampler:
         def sample_storage(topic: PersistentTopic) -> None:
             add_stats = topic.ledger.add_stats
             add_stats.refresh()  # the adds' latency and size buckets of this interval
-            entries_read[topic], read_misses[topic] = delta((topic, "reads"), (add_stats.entries_read,
-                                                                               add_stats.read_ops_cache_missed))
+            entries_read[topic], read_misses[topic], mark_deletes[topic] = delta(
+                (topic, "reads"), (add_stats.entries_read, add_stats.read_ops_cache_missed, add_stats.mark_delete_ops))
             for name in topic.subscription_names():
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
@@ -156,12 +163,15 @@ class StatsSampler:
             topic.match_kind(sample_storage, lambda t: None)  # non-persistent: nothing stored, nothing expires
         factory = service.ledger_factory
         cache, storage = getattr(factory, "cache", None), getattr(factory, "stats", None)
-        self.cache_hits_rate, self.cache_misses_rate, self.cache_evictions_rate = delta(
+        (self.cache_hits_rate, self.cache_misses_rate, self.cache_evictions_rate, self.cache_hits_throughput,
+         self.cache_misses_throughput) = delta(
             ("cache",), (getattr(storage, "cache_hits_total", 0), getattr(storage, "cache_misses_total", 0),
-                         getattr(cache, "evictions", 0)))
+                         getattr(cache, "evictions", 0), getattr(storage, "cache_hit_bytes_total", 0),
+                         getattr(storage, "cache_miss_bytes_total", 0)))
         self._prev = cur
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.topic_entries_read, self.topic_read_misses = entries_read, read_misses
+        self.topic_mark_deletes = mark_deletes
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver
