@@ -13,9 +13,10 @@ samples without a scrape or stats request in between is not counted there (docum
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.service import admin_ops
@@ -41,6 +42,9 @@ class Rate(NamedTuple):
 
 
 ZERO = Rate()
+# The sampler gives the loop back after this much work (checked every TOPICS_PER_CHECK topics).
+SAMPLE_SLICE_S = 0.01
+TOPICS_PER_CHECK = 8
 
 
 class SubscriptionTotals(NamedTuple):
@@ -90,15 +94,23 @@ class StatsSampler:
 
     # -- sampling --------------------------------------------------------------------------------
     async def sample_async(self) -> None:
-        self.sample()
+        """``sample`` on the loop, giving it back after every SAMPLE_SLICE_S of work (seconds at 10,000 topics
+        would hold every client); the new rates replace the old ones at the end, all at once."""
+        for _ in self._sample():
+            await asyncio.sleep(0)
 
     def sample(self) -> None:
+        for _ in self._sample():
+            pass
+
+    def _sample(self) -> Iterator[None]:
+        """Take the rates of the interval that ends now; yields between slices of topics (a topic closed
+        meanwhile is still sampled: its numbers are those it ended with)."""
         now = self.clock()
         elapsed = now - self._last
         if elapsed <= 0:
             return
         self._last = now
-        self.interval_s = elapsed
         service = self.ctx.service
         service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
         service.topic_load_stats.times.rotate()
@@ -139,7 +151,11 @@ class StatsSampler:
                 key = (topic.full_name, name)
                 (sub_expired[key],) = delta(key, (record.total_expired,))
 
-        for topic in service.all_topics():
+        slice_started = time.perf_counter()
+        for i, topic in enumerate(list(service.all_topics())):
+            if i % TOPICS_PER_CHECK == 0 and time.perf_counter() - slice_started > SAMPLE_SLICE_S:
+                yield
+                slice_started = time.perf_counter()
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
             entries_in[topic] = entries
@@ -169,6 +185,7 @@ class StatsSampler:
                          getattr(cache, "evictions", 0), getattr(storage, "cache_hit_bytes_total", 0),
                          getattr(storage, "cache_miss_bytes_total", 0)))
         self._prev = cur
+        self.interval_s = elapsed
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.topic_entries_read, self.topic_read_misses = entries_read, read_misses
         self.topic_mark_deletes = mark_deletes

@@ -36,6 +36,7 @@ from broker.metadata.policy_values import (
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
+from broker.service.periodic import sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 from managed_ledger import ManagedCursor, ManagedLedgerError
 
@@ -138,7 +139,7 @@ class BacklogQuotaManager:
     async def check_all(self) -> None:
         now_ms = int(time.time() * 1000)
         loaded = set()
-        for topic in list(self.service.topics.values()):
+        async for topic in sliced(list(self.service.topics.values())):
             if topic.closed:
                 continue
             loaded.add(topic.full_name)

@@ -31,7 +31,7 @@ from broker.metadata.policy_table import (
     SUBSCRIPTION_EXPIRATION,
 )
 from broker.service import admin_ops
-from broker.service.periodic import PeriodicTask
+from broker.service.periodic import PeriodicTask, sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class Housekeeping:
         """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
         service = self.service
         now_ms = int(time.time() * 1000)
-        for topic in list(service.topics.values()):
+        async for topic in sliced(list(service.topics.values())):
             ttl = service.policies.get(topic.name, MESSAGE_TTL)
             if ttl <= 0 or topic.closed:
                 continue
@@ -94,13 +94,16 @@ class Housekeeping:
     async def apply_retention(self) -> None:
         """Bring loaded topics up to date with their retention (and persistence) policies and
         delete ledgers that retention no longer keeps (time passes even without traffic)."""
-        for topic in list(self.service.topics.values()):
-            self.service.apply_ledger_policies(topic)
+        async for topic in sliced(list(self.service.topics.values())):
+            if not topic.closed:
+                self.service.apply_ledger_policies(topic)
 
     async def compact_if_due(self) -> None:
         """Start compaction on topics that received more than their threshold."""
         service = self.service
-        for topic in list(service.topics.values()):
+        async for topic in sliced(list(service.topics.values())):
+            if topic.closed:
+                continue
             threshold = service.policies.get(topic.name, COMPACTION_THRESHOLD)
             if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
                 topic.compactor.trigger()
@@ -109,7 +112,7 @@ class Housekeeping:
         """Pulsar's checkInactiveSubscriptions: delete the durable subscriptions of loaded topics
         that have had no consumer, read or ack for the expiration time."""
         service = self.service
-        for topic in list(service.topics.values()):
+        async for topic in sliced(list(service.topics.values())):
             limit_s = service.policies.for_namespace(topic.name.namespace, SUBSCRIPTION_EXPIRATION) * 60
             if limit_s <= 0 or topic.closed:
                 continue
@@ -136,14 +139,16 @@ class Housekeeping:
         """Deduplication state of topics that took entries since their last snapshot, once it is
         their deduplicationSnapshotInterval old (Pulsar's time-based snapshots)."""
         service = self.service
-        for topic in list(service.topics.values()):
-            if topic.dedup.cursor is not None:
+        async for topic in sliced(list(service.topics.values())):
+            if topic.dedup.cursor is not None and not topic.closed:
                 topic.dedup.snapshot_if_due(service.policies.get(topic.name, DEDUP_SNAPSHOT_INTERVAL))
 
     async def check_backlogged_cursors(self) -> None:
         """Subscriptions and replicators that fell behind (or caught up) since consumers (or the
         remote cluster) came or went leave (or rejoin) the read cache's active cursors."""
-        for topic in list(self.service.topics.values()):
+        async for topic in sliced(list(self.service.topics.values())):
+            if topic.closed:
+                continue
             for sub in list(topic.subscriptions.values()):
                 sub.update_cursor_activity()
             for replicator in list(topic.replicators.values()):

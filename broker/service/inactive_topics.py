@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from broker.metadata.policy_table import INACTIVE_TOPIC_POLICIES, RETENTION
 from broker.metadata.policy_values import DELETE_WHEN_NO_SUBSCRIPTIONS, InactiveTopicPolicies
 from broker.service import admin_ops
+from broker.service.periodic import sliced
 from broker.topic_name import TopicName, is_system_topic
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class InactiveTopicMonitor:
     async def check_all(self) -> None:
         """Housekeeping: delete the loaded topics that have been inactive for long enough."""
         service = self.service
-        for topic in list(service.topics.values()):
+        async for topic in sliced(list(service.topics.values())):
             if not topic.closed and self._due(topic):
                 await self._delete(topic)
         self.checks += 1
