@@ -43,8 +43,9 @@ TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar
 # Families the traffic makes non-zero at some scrape (rates and per-interval buckets are 0 in a quiet interval):
 # cache hits (tailing consumers read what was just added), cursor state writes (acks), ledger rollovers (the
 # broker rolls over every few entries), ends of transactions on a topic.
-ONCE_ABOVE_ZERO = ("pulsar_ml_cache_hits_throughput", "pulsar_ml_MarkDeleteRate", "pulsar_ml_LedgerSwitchLatencyBuckets",
-                   "pulsar_ml_cursor_persistLedgerSucceed", "pulsar_ml_cursor_writeLedgerSize",
+ONCE_ABOVE_ZERO = ("pulsar_ml_cache_hits_throughput", "pulsar_ml_MarkDeleteRate",
+                   "pulsar_ml_LedgerSwitchLatencyBuckets", "pulsar_ml_cursor_persistLedgerSucceed",
+                   "pulsar_ml_cursor_writeLedgerSize",
                    "pulsar_ml_cursor_writeLedgerLogicalSize", "pulsar_txn_tb_client_commit_latency_count",
                    "pulsar_txn_tb_client_commit_latency")
 TXN_TOPIC = "persistent://public/default/families-txn"
