@@ -217,6 +217,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_ml_NumberOfMessagesInBacklog": (GAUGE, "Entries not yet acknowledged, all cursors"),
     "pulsar_ml_ReadEntriesRate": (GAUGE, "Entries read per second"),
     "pulsar_ml_ReadEntriesBytesRate": (GAUGE, "Bytes delivered per second (read bytes are not counted here)"),
+    "pulsar_ml_ReadEntriesOpsCacheMissesRate": (GAUGE, "Read operations per second that missed the cache"),
     "pulsar_ml_ReadEntriesSucceeded": (GAUGE, "Entries read in the last stats interval"),
     "pulsar_ml_ReadEntriesErrors": (GAUGE, "Reads that failed in the last stats interval (not counted here: 0)"),
     "pulsar_ml_StoredMessagesSize": (GAUGE, "Bytes stored"),

@@ -695,6 +695,7 @@ def _ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: l
     sums["pulsar_ml_AddEntryMessagesRate"] += values["pulsar_storage_write_rate"]
     sums["pulsar_ml_NumberOfMessagesInBacklog"] += values["pulsar_msg_backlog"]
     sums["pulsar_ml_ReadEntriesRate"] += values["pulsar_storage_read_rate"]
+    sums["pulsar_ml_ReadEntriesOpsCacheMissesRate"] += values["pulsar_storage_read_cache_misses_rate"]
     sums["pulsar_ml_ReadEntriesBytesRate"] += values["pulsar_throughput_out"]
     sums["pulsar_ml_ReadEntriesSucceeded"] += round(values["pulsar_storage_read_rate"] * interval_s)
     sums["pulsar_ml_StoredMessagesSize"] += values["pulsar_storage_size"]
@@ -709,7 +710,7 @@ def _write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
     for name in ("pulsar_ml_AddEntryBytesRate", "pulsar_ml_AddEntryWithReplicasBytesRate",
                  "pulsar_ml_AddEntryMessagesRate", "pulsar_ml_NumberOfMessagesInBacklog", "pulsar_ml_ReadEntriesRate",
                  "pulsar_ml_ReadEntriesBytesRate", "pulsar_ml_ReadEntriesSucceeded", "pulsar_ml_StoredMessagesSize",
-                 "pulsar_ml_MarkDeleteRate"):
+                 "pulsar_ml_MarkDeleteRate", "pulsar_ml_ReadEntriesOpsCacheMissesRate"):
         out.add(name, nl, sums.get(name, 0.0))
     out.add("pulsar_ml_AddEntrySucceed", nl, sums.get("pulsar_storage_write_latency_count", 0.0))
     out.add("pulsar_ml_AddEntryErrors", nl, 0)
