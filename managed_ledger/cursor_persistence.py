@@ -22,12 +22,15 @@ from typing import Protocol
 
 from managed_ledger.api import ManagedLedgerConfig, ManagedLedgerError
 from managed_ledger.cursor_base import CursorRecord
+from managed_ledger.stats import AddStats
 
 log = logging.getLogger(__name__)
 
 
 class PersistingLedger(Protocol):
     """What CursorPersistence needs from its managed ledger."""
+
+    add_stats: AddStats  # (counts the mark-delete writes: Pulsar's MarkDeleteRate)
 
     @property
     def name(self) -> str: ...
@@ -164,6 +167,7 @@ class CursorPersistence:
         state.in_flight = True
         state.urgent = False
         state.last_write = asyncio.get_running_loop().time()
+        self._ledger.add_stats.mark_delete_ops += 1
         self._ledger._write_cursor_state(name, record, partial(self._written, name, state, version))
 
     def _written(self, name: str, state: _State, version: int, exc: BaseException | None) -> None:

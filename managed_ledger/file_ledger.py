@@ -235,6 +235,8 @@ class FileManagedLedger(StoredManagedLedger):
             stats.add(cursor_persists_total=1)
 
         def written(exc: BaseException | None) -> None:
+            # (The cursor's state file is the file ledger's cursor ledger: one copy.)
+            self._stats_of_cursor(name).persisted_to_ledger(exc is None, len(data))
             if exc is not None and self._factory.disk is not None:
                 self._factory.disk.write_failed(exc)
             done(exc)
@@ -410,15 +412,19 @@ class FileManagedLedger(StoredManagedLedger):
             log.error("%s: no rollover (will retry on the next add): %s", self._name, exc)
             return
         now = self._clock()
+        started = time.monotonic()
         self._writer.close_segment(self, self._segment_path(self._map.current_id))
-        self._writer.create(self, self._segment_path(new_id), segment.encode_header(new_id, now), self._created)
+        self._writer.create(self, self._segment_path(new_id), segment.encode_header(new_id, now),
+                            partial(self._created, started))
         self._map.close_current(now)
         self._map.open_ledger(new_id, now)
         self._indexes[new_id] = SegmentIndex()
         self.trim_consumed_ledgers()
 
-    def _created(self, exc: BaseException | None) -> None:
-        if exc is not None:
+    def _created(self, started: float, exc: BaseException | None) -> None:
+        if exc is None:
+            self.add_stats.count_ledger_switch(started)
+        else:
             self._fence(exc)
             if self._factory.disk is not None:
                 self._factory.disk.write_failed(exc)

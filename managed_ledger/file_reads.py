@@ -83,7 +83,10 @@ class EntryReader:
         cache, owner, stats = self._cache, self._owner, self._stats
         found: list[Entry | None] = [cache.get(owner, p) for p in positions]
         missing = [i for i, e in enumerate(found) if e is None]
-        stats.cache_hits_total += len(positions) - len(missing)
+        hits = len(positions) - len(missing)
+        if hits:
+            stats.cache_hits_total += hits
+            stats.cache_hit_bytes_total += sum([len(e.data) for e in found if e is not None])
         if not missing:
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
@@ -95,6 +98,7 @@ class EntryReader:
             for i, data in zip(missing, itertools.chain.from_iterable(cached), strict=True):
                 found[i] = Entry(positions[i], data)
                 cache.put(owner, positions[i], data)
+                stats.cache_miss_bytes_total += len(data)
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
         fill = completer.reserve()
@@ -111,6 +115,7 @@ class EntryReader:
             for i, data in zip(missing, itertools.chain.from_iterable(result.result()), strict=True):
                 found[i] = Entry(positions[i], data)
                 cache.put(owner, positions[i], data)
+                stats.cache_miss_bytes_total += len(data)
             fill(partial(callback, cast("list[Entry]", found), None))
 
         loop = self._loop

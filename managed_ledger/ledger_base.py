@@ -28,7 +28,7 @@ from managed_ledger.cursor_base import BaseCursor, CursorRecord
 from managed_ledger.entry import Entry
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
-from managed_ledger.stats import AddStats
+from managed_ledger.stats import AddStats, CursorStats
 
 Clock = Callable[[], float]
 
@@ -63,6 +63,8 @@ class BaseManagedLedger(ManagedLedger):
         self._non_durable: dict[BaseCursor, None] = {}  # insertion-ordered set
         self._waiting: dict[BaseCursor, None] = {}  # cursors with a parked read, in park order
         self.add_stats = AddStats()
+        # Durable cursors' state writes, by cursor name (kept across reopened handles; dropped with the cursor).
+        self.cursor_stats: dict[str, CursorStats] = {}
 
     # -- what a storage implementation provides ----------------------------------------------------
 
@@ -83,6 +85,12 @@ class BaseManagedLedger(ManagedLedger):
 
     def _cursor_state_changed(self, name: str) -> None:
         """A durable cursor's acknowledgement state changed (the file ledger persists it)."""
+
+    def _stats_of_cursor(self, name: str) -> CursorStats:
+        stats = self.cursor_stats.get(name)
+        if stats is None:
+            stats = self.cursor_stats[name] = CursorStats()
+        return stats
 
     # -- properties ---------------------------------------------------------------------------
 

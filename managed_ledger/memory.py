@@ -192,7 +192,9 @@ class MemoryManagedLedger(BaseManagedLedger):
 
     def _after_add(self) -> None:
         if self._current_ledger_is_full():
+            started = time.monotonic()
             self._open_new_ledger(recovering=False)
+            self.add_stats.count_ledger_switch(started)
             self.trim_consumed_ledgers()
         self._wake_parked()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from dataclasses import dataclass, field
 
 # Upper bounds (seconds) of the fsync latency buckets: 100 us (NVMe with a write cache) to 1 s
@@ -81,9 +82,12 @@ class FileLedgerStats:
     directory_syncs_total: int = 0
     # Segment files reopened for an append after being parked (closed beyond the open-file limit).
     segment_reopens_total: int = 0
-    # Reads served from the cache / that went to disk.
+    # Entries of reads served from the cache / that went to disk, and their bytes (Pulsar's
+    # ManagedLedgerFactoryMBean counts both: cache hits / misses rate and throughput).
     cache_hits_total: int = 0
     cache_misses_total: int = 0
+    cache_hit_bytes_total: int = 0
+    cache_miss_bytes_total: int = 0
     # Reads of missed entries served on the loop from the OS page cache (no worker thread).
     page_cache_reads_total: int = 0
     fsync_latency: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
@@ -141,16 +145,21 @@ class AddStats:
     read operations that missed the cache (Pulsar's ReadEntriesRate and ReadEntriesOpsCacheMissesRate
     are rates of these)."""
 
-    __slots__ = ("entries_read", "entry_size", "ledger_write_latency_us", "read_ops", "read_ops_cache_missed",
-                 "write_latency_us")
+    __slots__ = ("entries_read", "entry_size", "ledger_switch_latency_us", "ledger_write_latency_us",
+                 "mark_delete_ops", "read_ops", "read_ops_cache_missed", "write_latency_us")
 
     def __init__(self) -> None:
         self.write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.ledger_write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.entry_size = IntervalBuckets(ENTRY_SIZE_BUCKETS)
+        # Rollovers: from starting to create the next ledger until it takes adds (Pulsar's
+        # LedgerSwitchLatency, same buckets as the add latency).
+        self.ledger_switch_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.entries_read = 0
         self.read_ops = 0
         self.read_ops_cache_missed = 0
+        # Cursor states written (Pulsar's markDeleteOps: one per mark-delete persisted, after the rate limit).
+        self.mark_delete_ops = 0
 
     def count_read(self, entries: int, missed: bool) -> None:
         self.entries_read += entries
@@ -158,7 +167,41 @@ class AddStats:
         if missed:
             self.read_ops_cache_missed += 1
 
+    def count_ledger_switch(self, started: float) -> None:
+        """A rollover started at ``started`` (time.monotonic()) has its new ledger now."""
+        self.ledger_switch_latency_us.add(int((time.monotonic() - started) * 1e6))
+
     def refresh(self) -> None:
         self.write_latency_us.refresh()
         self.ledger_write_latency_us.refresh()
+        self.ledger_switch_latency_us.refresh()
         self.entry_size.refresh()
+
+
+class CursorStats:
+    """What one durable cursor's state writes did, as Pulsar's ManagedCursorMXBean counts them: writes to
+    the cursor's own storage (Pulsar's cursor ledger; here also the file ledger's cursor state file) and
+    to the metadata store, by outcome; bytes written (once, and times the copies kept) and read back at
+    recovery. Loop-only plain counters."""
+
+    __slots__ = ("persist_ledger_errors", "persist_ledger_succeed", "persist_zookeeper_errors",
+                 "persist_zookeeper_succeed", "read_ledger_size", "write_ledger_logical_size", "write_ledger_size")
+
+    def __init__(self) -> None:
+        self.persist_ledger_succeed = self.persist_ledger_errors = 0
+        self.persist_zookeeper_succeed = self.persist_zookeeper_errors = 0
+        self.write_ledger_size = self.write_ledger_logical_size = self.read_ledger_size = 0
+
+    def persisted_to_ledger(self, ok: bool, size: int = 0, copies: int = 1) -> None:
+        if ok:
+            self.persist_ledger_succeed += 1
+            self.write_ledger_logical_size += size
+            self.write_ledger_size += size * copies
+        else:
+            self.persist_ledger_errors += 1
+
+    def persisted_to_metadata(self, ok: bool) -> None:
+        if ok:
+            self.persist_zookeeper_succeed += 1
+        else:
+            self.persist_zookeeper_errors += 1

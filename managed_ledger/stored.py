@@ -90,6 +90,7 @@ class StoredManagedLedger(BaseManagedLedger):
         if cursor is not None:
             cursor._close_handle()
         self._persistence.forget(name)
+        self.cursor_stats.pop(name, None)
         self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
         await self._remove_cursor_state(name)
 

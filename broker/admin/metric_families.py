@@ -107,6 +107,13 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_txn_aborted_count": (GAUGE, "Transactions the coordinator aborted (timeouts included)"),
     "pulsar_txn_timeout_count": (GAUGE, "Transactions aborted by their timeout"),
     "pulsar_txn_append_log_count": (GAUGE, "Records written to the coordinator's log"),
+    "pulsar_txn_tb_client_commit_failed_total": (COUNTER, "Ends of transactions on a topic (commits) that failed"),
+    "pulsar_txn_tb_client_abort_failed_total": (COUNTER, "Ends of transactions on a topic (aborts) that failed"),
+    "pulsar_txn_tb_client_commit_latency": (SUMMARY, "Time to commit a transaction on a topic (ns); quantiles over "
+                                                     "the last stats interval"),
+    "pulsar_txn_tb_client_abort_latency": (SUMMARY, "Time to abort a transaction on a topic (ns); quantiles over the "
+                                                    "last stats interval"),
+    "pulsar_txn_tb_client_pending_requests": (GAUGE, "Ends of transactions on topics in progress"),
     "pulsar_txn_tb_active_total": (GAUGE, "Open transactions in the topic's transaction buffer"),
     "pulsar_txn_tb_aborted_total": (COUNTER, "Aborted transactions seen by the topic's transaction buffer"),
     "pulsar_txn_tb_committed_total": (COUNTER, "Committed transactions seen by the topic's transaction buffer"),
@@ -193,6 +200,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_ml_cache_evictions": (GAUGE, "Entries that left the entry cache in the last stats interval"),
     "pulsar_ml_cache_hits_rate": (GAUGE, "Entries per second read from the cache"),
     "pulsar_ml_cache_misses_rate": (GAUGE, "Entries per second the cache did not have"),
+    "pulsar_ml_cache_hits_throughput": (GAUGE, "Bytes per second read from the cache"),
+    "pulsar_ml_cache_misses_throughput": (GAUGE, "Bytes per second of reads the cache did not have"),
     # -- managed ledgers per namespace (exposeManagedLedgerMetricsInPrometheus) --
     "pulsar_ml_AddEntryBytesRate": (GAUGE, "Bytes added per second"),
     "pulsar_ml_AddEntryWithReplicasBytesRate": (GAUGE, "Bytes added per second, times the copies kept"),
@@ -208,11 +217,23 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_ml_NumberOfMessagesInBacklog": (GAUGE, "Entries not yet acknowledged, all cursors"),
     "pulsar_ml_ReadEntriesRate": (GAUGE, "Entries read per second"),
     "pulsar_ml_ReadEntriesBytesRate": (GAUGE, "Bytes delivered per second (read bytes are not counted here)"),
+    "pulsar_ml_ReadEntriesOpsCacheMissesRate": (GAUGE, "Read operations per second that missed the cache"),
     "pulsar_ml_ReadEntriesSucceeded": (GAUGE, "Entries read in the last stats interval"),
     "pulsar_ml_ReadEntriesErrors": (GAUGE, "Reads that failed in the last stats interval (not counted here: 0)"),
     "pulsar_ml_StoredMessagesSize": (GAUGE, "Bytes stored"),
+    "pulsar_ml_MarkDeleteRate": (GAUGE, "Cursor states (mark-delete positions) written per second"),
+    "pulsar_ml_LedgerSwitchLatencyBuckets": (GAUGE, "Ledger rollovers of the last interval by the time the next ledger "
+                                                    "took to be ready (quantile=ms range)"),
+    "pulsar_ml_LedgerSwitchLatencyBuckets_OVERFLOW": (GAUGE, "Ledger rollovers of the last interval over 1 s"),
     # -- managed cursors (exposeManagedCursorMetricsInPrometheus) --
     "pulsar_ml_cursor_nonContiguousDeletedMessagesRange": (GAUGE, "Ranges of individually acknowledged entries"),
+    "pulsar_ml_cursor_persistLedgerSucceed": (GAUGE, "Cursor states written to the cursor's ledger (or state file)"),
+    "pulsar_ml_cursor_persistLedgerErrors": (GAUGE, "Cursor state writes to the cursor's ledger that failed"),
+    "pulsar_ml_cursor_persistZookeeperSucceed": (GAUGE, "Cursor states written to the metadata store"),
+    "pulsar_ml_cursor_persistZookeeperErrors": (GAUGE, "Cursor state writes to the metadata store that failed"),
+    "pulsar_ml_cursor_writeLedgerSize": (GAUGE, "Bytes of cursor states written, times the copies kept"),
+    "pulsar_ml_cursor_writeLedgerLogicalSize": (GAUGE, "Bytes of cursor states written"),
+    "pulsar_ml_cursor_readLedgerSize": (GAUGE, "Bytes of cursor states read back from the cursor's ledger"),
     # -- the process (what Pulsar's JVM process_* collector reports) come from prometheus_client --
     # -- ours --
     "pulsar_py_inactive_topics_deleted_total": (COUNTER, "Topics deleted as inactive (brokerDeleteInactiveTopics*)"),

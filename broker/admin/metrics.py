@@ -39,7 +39,7 @@ from broker.auth.providers import EXPIRING_TOKEN_MINUTES_BUCKETS, TokenProvider
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.topic_name import is_system_topic
-from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS
+from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS, CursorStats
 from metadata_store.stats import LATENCY_BUCKETS_MS, StoreStats
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from broker.service.broker_service import AnyTopic, BrokerService
     from broker.service.compaction import CompactionRecord
     from broker.service.kinds import AnySubscription
+    from broker.service.operation_stats import TxnBufferClientStats
     from managed_ledger.disk_space import StorageGuard
 
 PARTITION_SUFFIX = "-partition-"
@@ -188,6 +189,7 @@ class BrokerMetrics:
         slice_started = time.perf_counter()
         for i, topic in enumerate(topics):
             if i % TOPICS_PER_CHECK == 0 and time.perf_counter() - slice_started > SLICE_S:
+                out.flush()  # (the slice's lines become one part per family: see exposition.py)
                 yield
                 slice_started = time.perf_counter()
                 if topic.closed:
@@ -234,7 +236,8 @@ class BrokerMetrics:
             broker["out_bytes"] += tc.bytes_out
             replication = all_replication if cfg.replicationMetricsEnabled else {}
             if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
-                _ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s)
+                _ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s,
+                         _switch_counts(topic), sampler.topic_mark_deletes.get(topic, 0.0))
             if by_topic:
                 namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1
                 labels = self._topic_labels(topic, previous)
@@ -422,9 +425,14 @@ class BrokerMetrics:
             if ledger is None:
                 continue
             base = f'{cl},namespace="{escape(topic.name.namespace)}",ledger_name="{escape(ledger.name)}"'
+            cursor_stats = getattr(ledger, "cursor_stats", {})
             for name, cursor in sorted(ledger.cursors.items()):
-                out.add("pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
-                        f'{base},cursor_name="{escape(name)}"', cursor.individually_deleted.range_count())
+                labels = f'{base},cursor_name="{escape(name)}"'
+                out.add("pulsar_ml_cursor_nonContiguousDeletedMessagesRange", labels,
+                        cursor.individually_deleted.range_count())
+                stats = cursor_stats.get(name) or _NO_CURSOR_STATS
+                for family, attr in _CURSOR_STATS:
+                    out.add(family, labels, getattr(stats, attr))
 
     def _write_transactions(self, out: Exposition, cl: str) -> None:
         """Pulsar's transaction coordinator series (its TransactionAggregator names), one per coordinator."""
@@ -439,6 +447,7 @@ class BrokerMetrics:
             out.add("pulsar_txn_aborted_count", labels, tc.aborted)
             out.add("pulsar_txn_timeout_count", labels, tc.timed_out)
             out.add("pulsar_txn_append_log_count", labels, tc.log.appended)
+        _write_txn_buffer_client(out, cl, transactions.tb_client_stats)
 
     def _write_cache(self, out: Exposition, cl: str, open_ledgers: int) -> None:
         cache = getattr(self.ctx.service.ledger_factory, "cache", None)
@@ -451,6 +460,8 @@ class BrokerMetrics:
         out.add("pulsar_ml_cache_evictions", cl, round(s.cache_evictions_rate * s.interval_s))
         out.add("pulsar_ml_cache_hits_rate", cl, s.cache_hits_rate)
         out.add("pulsar_ml_cache_misses_rate", cl, s.cache_misses_rate)
+        out.add("pulsar_ml_cache_hits_throughput", cl, s.cache_hits_throughput)
+        out.add("pulsar_ml_cache_misses_throughput", cl, s.cache_misses_throughput)
 
     def _write_ledger_storage(self, out: Exposition, cl: str) -> None:
         stats = getattr(self.ctx.service.ledger_factory, "stats", None)
@@ -482,6 +493,17 @@ TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
 SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 _TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
                       ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
+
+
+# Pulsar's ManagedCursorMetrics series (ManagedCursorMXBean) and the CursorStats counter each one reads.
+_CURSOR_STATS = (("pulsar_ml_cursor_persistLedgerSucceed", "persist_ledger_succeed"),
+                 ("pulsar_ml_cursor_persistLedgerErrors", "persist_ledger_errors"),
+                 ("pulsar_ml_cursor_persistZookeeperSucceed", "persist_zookeeper_succeed"),
+                 ("pulsar_ml_cursor_persistZookeeperErrors", "persist_zookeeper_errors"),
+                 ("pulsar_ml_cursor_writeLedgerSize", "write_ledger_size"),
+                 ("pulsar_ml_cursor_writeLedgerLogicalSize", "write_ledger_logical_size"),
+                 ("pulsar_ml_cursor_readLedgerSize", "read_ledger_size"))
+_NO_CURSOR_STATS = CursorStats()  # (a cursor whose state was never written: zeros)
 
 
 def _write_operations(out: Exposition, cl: str, load_labels: str, service: BrokerService) -> None:
@@ -524,6 +546,24 @@ def _write_operations(out: Exposition, cl: str, load_labels: str, service: Broke
         for name, summary in (("pulsar_schema_get_ops_latency", st.get), ("pulsar_schema_put_ops_latency", st.put),
                               ("pulsar_schema_del_ops_latency", st.delete)):
             out.summary(name, nl, [(q, summary.quantile(q)) for q in SCHEMA_QUANTILES], summary.count, summary.sum_ms)
+
+
+# Pulsar's TransactionBufferClientStatsImpl: summaries with these quantiles, observed in nanoseconds.
+TXN_CLIENT_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
+_NS_PER_MS = 1_000_000
+
+
+def _write_txn_buffer_client(out: Exposition, cl: str, stats: TxnBufferClientStats) -> None:
+    """pulsar_txn_tb_client_*: ends of transactions on topics, by namespace (and topic, topic level on)."""
+    out.add("pulsar_txn_tb_client_pending_requests", cl, stats.pending)
+    for (ns, topic), s in sorted(stats.by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        labels = f'{cl},namespace="{escape(ns)}"' + (f',topic="{escape(topic)}"' if topic is not None else "")
+        out.add("pulsar_txn_tb_client_commit_failed_total", labels, s.commit_failed)
+        out.add("pulsar_txn_tb_client_abort_failed_total", labels, s.abort_failed)
+        for name, summary in (("pulsar_txn_tb_client_commit_latency", s.commit),
+                              ("pulsar_txn_tb_client_abort_latency", s.abort)):
+            out.summary(name, labels, [(q, summary.quantile(q) * _NS_PER_MS) for q in TXN_CLIENT_QUANTILES],
+                        summary.count, summary.sum_ms * _NS_PER_MS)
 
 
 def _write_tokens(out: Exposition, cl: str, providers: Sequence[object]) -> None:
@@ -637,17 +677,31 @@ def _add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
     return out
 
 
+def _switch_counts(topic: AnyTopic) -> Sequence[int]:
+    """The ledger rollovers of the last interval by latency bucket (zeros for a non-persistent topic)."""
+    stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
+    return stats.ledger_switch_latency_us.counts if stats is not None else (0,) * len(_SWITCH_KEYS)
+
+
+# The sums keys of the ledger-switch latency buckets (one per range, the overflow last).
+_SWITCH_KEYS = tuple(f"switch_{i}" for i in range(len(_LATENCY_RANGES) + 1))
+
+
 def _ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: list[tuple[str, float]],
-             interval_s: float) -> None:
+             interval_s: float, switch_counts: Sequence[int], mark_delete_rate: float) -> None:
     """Add one managed ledger to its namespace's pulsar_ml_* sums."""
     sums["pulsar_ml_AddEntryBytesRate"] += values["pulsar_throughput_in"]
     sums["pulsar_ml_AddEntryWithReplicasBytesRate"] += values["pulsar_throughput_in"]
     sums["pulsar_ml_AddEntryMessagesRate"] += values["pulsar_storage_write_rate"]
     sums["pulsar_ml_NumberOfMessagesInBacklog"] += values["pulsar_msg_backlog"]
     sums["pulsar_ml_ReadEntriesRate"] += values["pulsar_storage_read_rate"]
+    sums["pulsar_ml_ReadEntriesOpsCacheMissesRate"] += values["pulsar_storage_read_cache_misses_rate"]
     sums["pulsar_ml_ReadEntriesBytesRate"] += values["pulsar_throughput_out"]
     sums["pulsar_ml_ReadEntriesSucceeded"] += round(values["pulsar_storage_read_rate"] * interval_s)
     sums["pulsar_ml_StoredMessagesSize"] += values["pulsar_storage_size"]
+    sums["pulsar_ml_MarkDeleteRate"] += mark_delete_rate
+    for key, n in zip(_SWITCH_KEYS, switch_counts, strict=True):
+        sums[key] += n
     for name, value in buckets:
         sums[name] += value
 
@@ -655,7 +709,8 @@ def _ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: l
 def _write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
     for name in ("pulsar_ml_AddEntryBytesRate", "pulsar_ml_AddEntryWithReplicasBytesRate",
                  "pulsar_ml_AddEntryMessagesRate", "pulsar_ml_NumberOfMessagesInBacklog", "pulsar_ml_ReadEntriesRate",
-                 "pulsar_ml_ReadEntriesBytesRate", "pulsar_ml_ReadEntriesSucceeded", "pulsar_ml_StoredMessagesSize"):
+                 "pulsar_ml_ReadEntriesBytesRate", "pulsar_ml_ReadEntriesSucceeded", "pulsar_ml_StoredMessagesSize",
+                 "pulsar_ml_MarkDeleteRate", "pulsar_ml_ReadEntriesOpsCacheMissesRate"):
         out.add(name, nl, sums.get(name, 0.0))
     out.add("pulsar_ml_AddEntrySucceed", nl, sums.get("pulsar_storage_write_latency_count", 0.0))
     out.add("pulsar_ml_AddEntryErrors", nl, 0)
@@ -668,6 +723,9 @@ def _write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
         for quantile, bucket in zip(ranges, names, strict=False):
             out.add(family, f'{nl},quantile="{quantile}"', sums.get(f"{prefix}_{bucket}", 0.0))
         out.add(f"{family}_OVERFLOW", nl, sums.get(f"{prefix}_{names[-1]}", 0.0))
+    for quantile, key in zip(_LATENCY_RANGES, _SWITCH_KEYS, strict=False):
+        out.add("pulsar_ml_LedgerSwitchLatencyBuckets", f'{nl},quantile="{quantile}"', sums.get(key, 0.0))
+    out.add("pulsar_ml_LedgerSwitchLatencyBuckets_OVERFLOW", nl, sums.get(_SWITCH_KEYS[-1], 0.0))
 
 
 def make_registry(ctx: AdminContext, sampler: StatsSampler) -> BrokerMetrics:

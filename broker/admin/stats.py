@@ -13,9 +13,10 @@ samples without a scrape or stats request in between is not counted there (docum
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.service import admin_ops
@@ -41,6 +42,9 @@ class Rate(NamedTuple):
 
 
 ZERO = Rate()
+# The sampler gives the loop back after this much work (checked every TOPICS_PER_CHECK topics).
+SAMPLE_SLICE_S = 0.01
+TOPICS_PER_CHECK = 8
 
 
 class SubscriptionTotals(NamedTuple):
@@ -61,6 +65,8 @@ class StatsSampler:
         # Persistent topics: entries read from storage and read operations that missed the cache, per second.
         self.topic_entries_read: dict[AnyTopic, float] = {}
         self.topic_read_misses: dict[AnyTopic, float] = {}
+        # Persistent topics: cursor states written (mark-deletes persisted) per second (Pulsar's MarkDeleteRate).
+        self.topic_mark_deletes: dict[AnyTopic, float] = {}
         self.producer_in: dict[Producer, Rate] = {}
         self.sub_out: dict[AnySubscription, Rate] = {}
         self.sub_ack: dict[AnySubscription, float] = {}
@@ -73,8 +79,10 @@ class StatsSampler:
         self.replicator_out: dict[Replicator, Rate] = {}
         # Non-persistent replicators: messages dropped per second.
         self.replicator_drop: dict[Replicator, float] = {}
-        # The managed-ledger entry cache, broker-wide: entries per second hit, missed and evicted.
+        # The managed-ledger entry cache, broker-wide: entries per second hit, missed and evicted; bytes per
+        # second hit and missed.
         self.cache_hits_rate = self.cache_misses_rate = self.cache_evictions_rate = 0.0
+        self.cache_hits_throughput = self.cache_misses_throughput = 0.0
 
     # -- counters --------------------------------------------------------------------------------
     def subscription_totals(self, sub: AnySubscription) -> SubscriptionTotals:
@@ -86,19 +94,29 @@ class StatsSampler:
 
     # -- sampling --------------------------------------------------------------------------------
     async def sample_async(self) -> None:
-        self.sample()
+        """``sample`` on the loop, giving it back after every SAMPLE_SLICE_S of work (seconds at 10,000 topics
+        would hold every client); the new rates replace the old ones at the end, all at once."""
+        for _ in self._sample():
+            await asyncio.sleep(0)
 
     def sample(self) -> None:
+        for _ in self._sample():
+            pass
+
+    def _sample(self) -> Iterator[None]:
+        """Take the rates of the interval that ends now; yields between slices of topics (a topic closed
+        meanwhile is still sampled: its numbers are those it ended with)."""
         now = self.clock()
         elapsed = now - self._last
         if elapsed <= 0:
             return
         self._last = now
-        self.interval_s = elapsed
         service = self.ctx.service
         service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
         service.topic_load_stats.times.rotate()
         service.schemas.stats.rotate()
+        if service.transactions is not None:
+            service.transactions.tb_client_stats.rotate()
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:
@@ -111,6 +129,7 @@ class StatsSampler:
         entries_in: dict[AnyTopic, float] = {}
         entries_read: dict[AnyTopic, float] = {}
         read_misses: dict[AnyTopic, float] = {}
+        mark_deletes: dict[AnyTopic, float] = {}
         producer_in: dict[Producer, Rate] = {}
         sub_out: dict[AnySubscription, Rate] = {}
         sub_ack: dict[AnySubscription, float] = {}
@@ -125,14 +144,18 @@ class StatsSampler:
         def sample_storage(topic: PersistentTopic) -> None:
             add_stats = topic.ledger.add_stats
             add_stats.refresh()  # the adds' latency and size buckets of this interval
-            entries_read[topic], read_misses[topic] = delta((topic, "reads"), (add_stats.entries_read,
-                                                                               add_stats.read_ops_cache_missed))
+            entries_read[topic], read_misses[topic], mark_deletes[topic] = delta(
+                (topic, "reads"), (add_stats.entries_read, add_stats.read_ops_cache_missed, add_stats.mark_delete_ops))
             for name in topic.subscription_names():
                 record = service.expiry_stats.get(topic.full_name, name)
                 key = (topic.full_name, name)
                 (sub_expired[key],) = delta(key, (record.total_expired,))
 
-        for topic in service.all_topics():
+        slice_started = time.perf_counter()
+        for i, topic in enumerate(list(service.all_topics())):
+            if i % TOPICS_PER_CHECK == 0 and time.perf_counter() - slice_started > SAMPLE_SLICE_S:
+                yield
+                slice_started = time.perf_counter()
             msgs, nbytes, entries = delta(topic, (topic.msg_in, topic.bytes_in, topic.entries_added))
             topic_in[topic] = Rate(msgs, nbytes)
             entries_in[topic] = entries
@@ -156,12 +179,16 @@ class StatsSampler:
             topic.match_kind(sample_storage, lambda t: None)  # non-persistent: nothing stored, nothing expires
         factory = service.ledger_factory
         cache, storage = getattr(factory, "cache", None), getattr(factory, "stats", None)
-        self.cache_hits_rate, self.cache_misses_rate, self.cache_evictions_rate = delta(
+        (self.cache_hits_rate, self.cache_misses_rate, self.cache_evictions_rate, self.cache_hits_throughput,
+         self.cache_misses_throughput) = delta(
             ("cache",), (getattr(storage, "cache_hits_total", 0), getattr(storage, "cache_misses_total", 0),
-                         getattr(cache, "evictions", 0)))
+                         getattr(cache, "evictions", 0), getattr(storage, "cache_hit_bytes_total", 0),
+                         getattr(storage, "cache_miss_bytes_total", 0)))
         self._prev = cur
+        self.interval_s = elapsed
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.topic_entries_read, self.topic_read_misses = entries_read, read_misses
+        self.topic_mark_deletes = mark_deletes
         self.sub_out, self.sub_ack, self.sub_redeliver, self.sub_expired = sub_out, sub_ack, sub_redeliver, sub_expired
         self.sub_drop = sub_drop
         self.consumer_out, self.consumer_redeliver = consumer_out, consumer_redeliver

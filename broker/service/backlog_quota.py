@@ -37,7 +37,7 @@ from broker.metadata.policy_values import (
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
-from broker.service.periodic import sweep_in_slices
+from broker.service.periodic import sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 from managed_ledger import ManagedCursor, ManagedLedgerError
 
@@ -144,14 +144,11 @@ class BacklogQuotaManager:
     async def check_all(self) -> None:
         now_ms = int(time.time() * 1000)
         loaded = set()
-
-        async def check(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(self.service.topics.values())):
             if topic.closed:
-                return
+                continue
             loaded.add(topic.full_name)
             await self.check_topic(topic, now_ms)
-
-        await sweep_in_slices(list(self.service.topics.values()), check)
         self._age_exceeded &= loaded
 
     async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:

@@ -3,8 +3,7 @@
 They start with the first loaded topic (before that there is nothing to do) and stop in the
 service's close(). Each job reads the policies in force for each topic (topic, namespace, then
 broker; see broker.metadata.policy_table) at every run, so a policy change reaches loaded
-topics by the next run. A job walks the topics in slices of a few milliseconds and lets the loop
-serve clients between them (``periodic.sweep_in_slices``): at 10,000 topics no run stalls the loop.
+topics by the next run.
 
 | job | every | does |
 |---|---|---|
@@ -32,12 +31,11 @@ from broker.metadata.policy_table import (
     SUBSCRIPTION_EXPIRATION,
 )
 from broker.service import admin_ops
-from broker.service.periodic import PeriodicTask, sweep_in_slices
+from broker.service.periodic import PeriodicTask, sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
-    from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -83,44 +81,41 @@ class Housekeeping:
         """Message TTL: acknowledge, on every durable subscription, what is older than the TTL."""
         service = self.service
         now_ms = int(time.time() * 1000)
-
-        async def expire(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(service.topics.values())):
             ttl = service.policies.get(topic.name, MESSAGE_TTL)
             if ttl <= 0 or topic.closed:
-                return
+                continue
             for cursor in list(topic.ledger.cursors.values()):
                 if cursor.name == BUFFER_CURSOR:  # (the transaction buffer's snapshot: not a subscription)
                     continue
                 expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
                 service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
 
-        await sweep_in_slices(list(service.topics.values()), expire)
-
     async def apply_retention(self) -> None:
         """Bring loaded topics up to date with their retention (and persistence) policies and
         delete ledgers that retention no longer keeps (time passes even without traffic)."""
-        await sweep_in_slices(list(self.service.topics.values()), self.service.apply_ledger_policies)
+        async for topic in sliced(list(self.service.topics.values())):
+            if not topic.closed:
+                self.service.apply_ledger_policies(topic)
 
     async def compact_if_due(self) -> None:
         """Start compaction on topics that received more than their threshold."""
         service = self.service
-
-        def check(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(service.topics.values())):
+            if topic.closed:
+                continue
             threshold = service.policies.get(topic.name, COMPACTION_THRESHOLD)
-            if threshold > 0 and not topic.closed and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
+            if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
                 topic.compactor.trigger()
-
-        await sweep_in_slices(list(service.topics.values()), check)
 
     async def expire_subscriptions(self) -> None:
         """Pulsar's checkInactiveSubscriptions: delete the durable subscriptions of loaded topics
         that have had no consumer, read or ack for the expiration time."""
         service = self.service
-
-        async def expire(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(service.topics.values())):
             limit_s = service.policies.for_namespace(topic.name.namespace, SUBSCRIPTION_EXPIRATION) * 60
             if limit_s <= 0 or topic.closed:
-                return
+                continue
             now = time.time()  # the managed ledgers' clock
             for name in admin_ops.subscription_names(topic):
                 if topic.closed:
@@ -140,28 +135,21 @@ class Housekeeping:
                 log.info("deleted subscription %s of %s: no consumer, read or ack for %.0f s",
                          name, topic.name, now - cursor.last_active)
 
-        await sweep_in_slices(list(service.topics.values()), expire)
-
     async def snapshot_deduplication(self) -> None:
         """Deduplication state of topics that took entries since their last snapshot, once it is
         their deduplicationSnapshotInterval old (Pulsar's time-based snapshots)."""
         service = self.service
-
-        def snapshot(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(service.topics.values())):
             if topic.dedup.cursor is not None and not topic.closed:
                 topic.dedup.snapshot_if_due(service.policies.get(topic.name, DEDUP_SNAPSHOT_INTERVAL))
-
-        await sweep_in_slices(list(service.topics.values()), snapshot)
 
     async def check_backlogged_cursors(self) -> None:
         """Subscriptions and replicators that fell behind (or caught up) since consumers (or the
         remote cluster) came or went leave (or rejoin) the read cache's active cursors."""
-        def check(topic: PersistentTopic) -> None:
+        async for topic in sliced(list(self.service.topics.values())):
             if topic.closed:
-                return
+                continue
             for sub in list(topic.subscriptions.values()):
                 sub.update_cursor_activity()
             for replicator in list(topic.replicators.values()):
                 replicator.update_cursor_activity()
-
-        await sweep_in_slices(list(self.service.topics.values()), check)

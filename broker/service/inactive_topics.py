@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from broker.metadata.policy_table import INACTIVE_TOPIC_POLICIES, RETENTION
 from broker.metadata.policy_values import DELETE_WHEN_NO_SUBSCRIPTIONS, InactiveTopicPolicies
 from broker.service import admin_ops
-from broker.service.periodic import sweep_in_slices
+from broker.service.periodic import sliced
 from broker.topic_name import TopicName, is_system_topic
 
 if TYPE_CHECKING:
@@ -60,11 +60,10 @@ class InactiveTopicMonitor:
 
     async def check_all(self) -> None:
         """Housekeeping: delete the loaded topics that have been inactive for long enough."""
-        async def check(topic: PersistentTopic) -> None:
+        service = self.service
+        async for topic in sliced(list(service.topics.values())):
             if not topic.closed and self._due(topic):
                 await self._delete(topic)
-
-        await sweep_in_slices(list(self.service.topics.values()), check)
         self.checks += 1
 
     def _due(self, topic: PersistentTopic) -> bool:

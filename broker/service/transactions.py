@@ -35,6 +35,7 @@ from broker.errors import (
     TransactionCoordinatorNotFoundError,
 )
 from broker.metadata.store import AlreadyExistsError
+from broker.service.operation_stats import TxnBufferClientStats
 from broker.service.txn_buffer_client import TxnBufferClient
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
@@ -63,6 +64,8 @@ class TransactionService:
         self._closing = OwnedTasks("transaction coordinators being closed")
         # END_TXN_ON_* to other brokers (cluster mode; made once the broker's own URL is known).
         self._tb_client: TxnBufferClient | None = None
+        # Every end of a transaction on a topic, here or over the wire (Pulsar's pulsar_txn_tb_client_* series).
+        self.tb_client_stats = TxnBufferClientStats(service.config.exposeTopicLevelMetricsInPrometheus)
         self.closed = False
 
     async def create_assign_topic(self) -> None:
@@ -221,19 +224,31 @@ class TransactionService:
 
     async def end_on_partition(self, topic: str, txn: TxnID, commit: bool,
                                low_watermark: int | None = None) -> None:
-        if self._served_elsewhere(topic):
-            assert self._tb_client is not None
-            await self._tb_client.end_on_partition(topic, txn, commit, low_watermark)
-            return
-        await self.end_on_partition_here(topic, txn, commit, low_watermark)
+        stats = self.tb_client_stats
+        started, failed = stats.start(), True
+        try:
+            if self._served_elsewhere(topic):
+                assert self._tb_client is not None
+                await self._tb_client.end_on_partition(topic, txn, commit, low_watermark)
+            else:
+                await self.end_on_partition_here(topic, txn, commit, low_watermark)
+            failed = False
+        finally:
+            stats.done(topic, commit, started, failed=failed)
 
     async def end_on_subscription(self, topic: str, subscription: str, txn: TxnID, commit: bool,
                                   low_watermark: int | None = None) -> None:
-        if self._served_elsewhere(topic):
-            assert self._tb_client is not None
-            await self._tb_client.end_on_subscription(topic, subscription, txn, commit, low_watermark)
-            return
-        await self.end_on_subscription_here(topic, subscription, txn, commit, low_watermark)
+        stats = self.tb_client_stats
+        started, failed = stats.start(), True
+        try:
+            if self._served_elsewhere(topic):
+                assert self._tb_client is not None
+                await self._tb_client.end_on_subscription(topic, subscription, txn, commit, low_watermark)
+            else:
+                await self.end_on_subscription_here(topic, subscription, txn, commit, low_watermark)
+            failed = False
+        finally:
+            stats.done(topic, commit, started, failed=failed)
 
     async def end_on_partition_here(self, topic: str, txn: TxnID, commit: bool,
                                     low_watermark: int | None = None) -> None:

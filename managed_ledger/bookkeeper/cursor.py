@@ -36,7 +36,7 @@ from managed_ledger.bookkeeper.errors import (
 from managed_ledger.bookkeeper.writer import LedgerWriter
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.stored import StoredCursor
-from metadata_store.api import MetadataStoreError
+from metadata_store.api import MetadataStoreError, Stat
 
 if TYPE_CHECKING:
     from managed_ledger.bookkeeper.ledger import BookKeeperManagedLedger
@@ -121,6 +121,7 @@ class CursorStore:
             if reader.last_add_confirmed < 0:
                 return snapshot_record
             [data] = await reader.read(reader.last_add_confirmed, reader.last_add_confirmed)
+            self._ml._stats_of_cursor(name).read_ledger_size += len(data)
         except NoSuchLedgerError:
             log.warning("cursor %s/%s: cursor ledger %d is gone; using the znode's snapshot",
                         self._ml.name, name, ledger_id)
@@ -133,8 +134,18 @@ class CursorStore:
 
     async def create(self, name: str, record: CursorRecord) -> None:
         """A new cursor: its znode, with the state as a snapshot (the cursor ledger comes with the first write)."""
-        stat = await self._store.put(self._path(name), self._cursor_info(-1, record), -1)
+        stat = await self._put(name, self._cursor_info(-1, record), -1)
         self.ledgers[name] = CursorLedger(stat.version, cursor_properties=dict(record.cursor_properties))
+
+    async def _put(self, name: str, value: bytes, version: int | None) -> Stat:
+        """Write the cursor's znode (counted in its persist-to-metadata-store stats)."""
+        try:
+            stat = await self._store.put(self._path(name), value, version)
+        except MetadataStoreError:
+            self._ml._stats_of_cursor(name).persisted_to_metadata(False)
+            raise
+        self._ml._stats_of_cursor(name).persisted_to_metadata(True)
+        return stat
 
     async def write(self, name: str, record: CursorRecord) -> None:
         """Make ``record`` (a snapshot) the cursor's durable state."""
@@ -142,10 +153,12 @@ class CursorStore:
         if state is None:
             raise ManagedLedgerError(f"cursor {name} has no stored state")
         entry = self._position_info(record)
+        stats = self._ml._stats_of_cursor(name)
         if state.writer is not None and state.entries < CURSOR_LEDGER_MAX_ENTRIES:
             try:
                 await state.writer.add_entry(entry)
             except BookKeeperError as exc:
+                stats.persisted_to_ledger(False)
                 if isinstance(exc, LedgerFencedError | LedgerClosedError):
                     raise  # another owner recovered the cursor ledger
                 # Its bookies failed and none could replace them (read-only, full, away): as Pulsar (the cursor
@@ -153,9 +166,10 @@ class CursorStore:
                 log.warning("%s: cursor %s: its ledger %d failed (%s): switching", self._ml.name, name,
                             state.ledger_id, exc)
             else:
+                stats.persisted_to_ledger(True, len(entry), self._ml._factory.write_quorum)
                 state.entries += 1
                 if record.cursor_properties != state.cursor_properties:  # changed (set over REST): into the znode
-                    stat = await self._store.put(self._path(name), self._cursor_info(state.ledger_id, record),
+                    stat = await self._put(name, self._cursor_info(state.ledger_id, record),
                                                  state.znode_version)
                     state.znode_version, state.cursor_properties = stat.version, dict(record.cursor_properties)
                 return
@@ -170,15 +184,20 @@ class CursorStore:
             # a snapshot (what a close writes, Pulsar's persistPositionToMetaStore), when its ranges fit there.
             if record.individually_deleted.range_count() > ml_formats.MAX_RANGES_IN_METADATA_STORE:
                 raise
-            stat = await self._store.put(self._path(name), self._cursor_info(-1, record), state.znode_version)
+            stat = await self._put(name, self._cursor_info(-1, record), state.znode_version)
             old_writer, old_id = state.writer, state.ledger_id
             state.znode_version, state.ledger_id, state.writer, state.entries = stat.version, -1, None, 0
             state.cursor_properties = dict(record.cursor_properties)
             await self._drop_ledger(old_writer, old_id)
             return
         try:
-            await writer.add_entry(entry)
-            stat = await self._store.put(self._path(name), self._cursor_info(writer.ledger_id, record),
+            try:
+                await writer.add_entry(entry)
+            except BookKeeperError:
+                stats.persisted_to_ledger(False)
+                raise
+            stats.persisted_to_ledger(True, len(entry), factory.write_quorum)
+            stat = await self._put(name, self._cursor_info(writer.ledger_id, record),
                                          state.znode_version)
         except BaseException:
             await _discard(writer)
@@ -194,7 +213,7 @@ class CursorStore:
         if state is None:
             return
         if record.individually_deleted.range_count() <= ml_formats.MAX_RANGES_IN_METADATA_STORE:
-            await self._store.put(self._path(name), self._cursor_info(-1, record), state.znode_version)
+            await self._put(name, self._cursor_info(-1, record), state.znode_version)
             await self._drop_ledger(state.writer, state.ledger_id)
         elif state.writer is not None:
             await state.writer.add_entry(self._position_info(record))

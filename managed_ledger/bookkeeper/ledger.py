@@ -421,6 +421,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
     async def _start_next_ledger(self) -> BaseException | None:
         """Create the next ledger and CAS the ledger list with it; the error if that failed."""
         factory = self._factory
+        started = time.monotonic()
         try:
             writer = await factory.bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
                                                     password=factory.password,
@@ -435,6 +436,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             self._sizes[writer.ledger_id] = array("l")
             if await self._write_info_or_fence():
                 self._writer = writer
+                self.add_stats.count_ledger_switch(started)
                 return None
         await writer.abandon()  # closing meanwhile, or taken over: the new ledger goes
         with contextlib.suppress(BookKeeperError):

@@ -1,15 +1,18 @@
 """Every Apache Pulsar metric family docs/metrics.md lists is on /metrics when its row says so.
 
-The main test runs a real Prometheus scraping a broker under traffic from the official client,
-and checks through Prometheus's API that every family of the situations set up (topic level,
+The main test runs a real Prometheus scraping a broker under traffic from the official client
+(and transactions, from the project's wire client: the official Python client has none), and
+checks through Prometheus's API that every family of the situations set up (topic level,
 subscriptions, producer and consumer level, managed ledgers and cursors, the file ledger, a
-non-persistent subscription) has been stored, that no value is negative (but where the row says
--1) and that the traffic counters grow. The namespace-level, idle-broker and authentication
+non-persistent subscription, transactions) has been stored, that no value is negative (but where
+the row says -1), that the traffic counters grow and that the families traffic moves have been
+above zero. The namespace-level, idle-broker and authentication
 situations are checked on one scrape each, parsed with prometheus_client's parser.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import math
 import time
@@ -27,15 +30,25 @@ from broker.admin.metric_families import FAMILIES
 from broker.embedded import BrokerThread
 from tests.admin.metric_table import Row, expected, rows
 from tests.admin.prometheus_server import PROMETHEUS_WAIT_S, metric_names, prometheus_server, query
+from tests.transactions.client import TxnWireClient
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 MAIN_SITUATIONS = ("always", "topic", "subscription", "producer", "consumer", "ml", "cursor", "file",
-                   "non-persistent", "compaction", "schema")
+                   "non-persistent", "compaction", "schema", "transactions")
 # Counters that must grow while messages flow (topic-scoped ones are read for the test's topic).
 TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total",
                     "pulsar_out_bytes_total", "pulsar_broker_in_bytes_total", "pulsar_ml_cache_inserted_entries_total",
                     "pulsar_py_ledger_entries_written_total", "pulsar_py_ledger_bytes_written_total")
+# Families the traffic makes non-zero at some scrape (rates and per-interval buckets are 0 in a quiet interval):
+# cache hits (tailing consumers read what was just added), cursor state writes (acks), ledger rollovers (the
+# broker rolls over every few entries), ends of transactions on a topic.
+ONCE_ABOVE_ZERO = ("pulsar_ml_cache_hits_throughput", "pulsar_ml_MarkDeleteRate",
+                   "pulsar_ml_LedgerSwitchLatencyBuckets", "pulsar_ml_cursor_persistLedgerSucceed",
+                   "pulsar_ml_cursor_writeLedgerSize",
+                   "pulsar_ml_cursor_writeLedgerLogicalSize", "pulsar_txn_tb_client_commit_latency_count",
+                   "pulsar_txn_tb_client_commit_latency")
+TXN_TOPIC = "persistent://public/default/families-txn"
 
 
 class SchemaRecord(pulsar.schema.Record):  # type: ignore[misc]  # (the client's untyped base class)
@@ -74,9 +87,25 @@ def test_table_and_code_agree() -> None:
 
 @pytest.fixture
 def busy_broker() -> Iterator[BrokerThread]:
+    # (Ledgers of 4 entries, rolled over at once: the ledger-switch series see rollovers.)
     with BrokerThread(statsUpdateFrequencyInSecs=0.5, exposeConsumerLevelMetricsInPrometheus=True,
-                      exposeProducerLevelMetricsInPrometheus=True, exposeManagedCursorMetricsInPrometheus=True) as b:
+                      exposeProducerLevelMetricsInPrometheus=True, exposeManagedCursorMetricsInPrometheus=True,
+                      managedLedgerMaxEntriesPerLedger=4, managedLedgerMinLedgerRolloverTimeMinutes=0,
+                      transactionCoordinatorEnabled=True) as b:
         yield b
+
+
+async def commit_one_transaction(port: int, seq: int) -> None:
+    """One transaction that publishes a message and commits (the coordinator ends it on the topic)."""
+    client = await TxnWireClient.open(port)
+    try:
+        await client.producer(TXN_TOPIC, 1, txn_enabled=True)
+        txn = await client.new_txn()
+        await client.add_partitions(txn, TXN_TOPIC)
+        await client.send(1, seq, "t", txn)
+        assert not (await client.end_txn(txn, commit=True)).HasField("error")
+    finally:
+        await client.close()
 
 
 def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, prometheus_bin: str,
@@ -89,11 +118,15 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
         producer = client.create_producer(topic, producer_name="fam-producer", batching_enabled=False)
         client.subscribe(f"non-persistent://public/default/np-{uuid.uuid4().hex[:8]}", "np-sub")
 
+        port = int(busy_broker.service_url.rsplit(":", 1)[1])
+        rounds = iter(range(1_000_000))
+
         def traffic() -> None:
             for _ in range(5):
                 producer.send(b"m" * 300)
             for _ in range(5):
                 consumer.acknowledge(consumer.receive(TIMEOUT_MS))
+            asyncio.run(commit_one_transaction(port, next(rounds)))
 
         traffic()
         compact = urllib.request.Request(f"{busy_broker.web_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
@@ -133,6 +166,14 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
                 return all(total(name) > before[name] for name in TRAFFIC_COUNTERS)
 
             wait_for(grown, PROMETHEUS_WAIT_S, "traffic counters growing in Prometheus")
+
+            def ever_above_zero() -> list[str]:
+                traffic()
+                window = f"{PROMETHEUS_WAIT_S * 4:.0f}s"
+                # (">= 0" leaves out the NaN of a summary quantile over an interval without observations.)
+                return [n for n in ONCE_ABOVE_ZERO if not total(f"max_over_time(sum({n} >= 0)[{window}:1s])") > 0]
+
+            wait_for(lambda: not ever_above_zero(), PROMETHEUS_WAIT_S * 2, "traffic-moved families above zero once")
             # The test's subscribes looked topics up and loaded them: Pulsar's lookup and topic-load series count them.
             assert total("pulsar_broker_lookup_answers_total") >= 2
             assert total("pulsar_broker_lookup_count") >= 2

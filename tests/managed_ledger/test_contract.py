@@ -30,6 +30,8 @@ from managed_ledger import (
     Position,
     cursor_base,
 )
+from managed_ledger.ledger_base import BaseManagedLedger
+from managed_ledger.stored import StoredManagedLedger
 from tests.managed_ledger.ml_support import FakeClock
 
 TIMEOUT = 5.0  # seconds to wait for an awaited event; never a fixed sleep
@@ -948,3 +950,28 @@ async def test_config_validation() -> None:
     with pytest.raises(ValueError):
         ManagedLedgerConfig(retention_time_s=-2)
     assert ManagedLedgerConfig(retention_time_s=-1, retention_size_bytes=-1).infinite_retention
+
+
+async def test_rollovers_and_cursor_state_writes_are_counted(factory: ManagedLedgerFactory) -> None:
+    """What Pulsar's LedgerSwitchLatencyBuckets, MarkDeleteRate and per-cursor persist metrics read: every
+    rollover's switch time, every cursor state written (none where nothing is stored: the memory ledger)."""
+    ml = await factory.open("t", SMALL_KEEP)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 8)  # ledgers of 3, 3 and 2 entries: two rollovers
+    base = ml if isinstance(ml, BaseManagedLedger) else None
+    assert base is not None
+    stats = base.add_stats
+    stats.refresh()
+    # (BookKeeper also counts the creation of the first ledger, as Pulsar does when it opens a managed ledger.)
+    assert sum(stats.ledger_switch_latency_us.counts) in (2, 3)
+    c.mark_delete(ps[3])
+    await c.flush()
+    if isinstance(ml, StoredManagedLedger):
+        assert stats.mark_delete_ops >= 1
+        written = base.cursor_stats["sub"]
+        assert written.persist_ledger_succeed >= 1 and written.persist_ledger_errors == 0
+        assert 0 < written.write_ledger_logical_size <= written.write_ledger_size
+    else:
+        assert stats.mark_delete_ops == 0 and not base.cursor_stats
+    await ml.delete_cursor("sub")
+    assert "sub" not in base.cursor_stats

@@ -343,6 +343,10 @@ async def test_admin_v3_transactions_and_metrics(broker: Broker, client: TxnWire
     out_topic = "persistent://public/default/txn-out-1"
     assert samples[("pulsar_txn_tb_aborted_total", None, out_topic)] == 1
     assert samples[("pulsar_txn_tb_active_total", None, out_topic)] == 0
+    # The coordinator ended the aborted transaction on the topic it produced to (Pulsar's transaction buffer client).
+    assert samples[("pulsar_txn_tb_client_abort_latency_count", None, out_topic)] == 1
+    assert samples[("pulsar_txn_tb_client_abort_failed_total", None, out_topic)] == 0
+    assert samples[("pulsar_txn_tb_client_pending_requests", None, None)] == 0
     # Every coordinator family docs/metrics.md lists for a broker with transactions is there.
     assert set(expected("transactions")) <= {name for name, _, _ in samples}
 

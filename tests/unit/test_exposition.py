@@ -26,3 +26,27 @@ def test_text_parses_back_with_escaped_labels() -> None:
     assert h.type == "histogram"
     assert {s.labels.get("le"): s.value for s in h.samples if s.name == "h_seconds_bucket"} == {"0.1": 1, "+Inf": 2}
     assert out.names() == ["a_total", "b", "h_seconds"]
+
+
+def test_flushed_slices_give_the_same_text() -> None:
+    """The writer flushes at every slice of a long scrape: the text is the same as without, the
+    lists it appends to keep working, and a family with only its header stays out."""
+
+    def fill(out: Exposition, flush: bool) -> None:
+        lines = out.family("b")
+        out.family("h_seconds")  # (never gets a sample)
+        for i in range(5):
+            lines.append(f'b{{k="{i}"}} {i}\n')
+            out.add("a_total", f'k="{i}"', i)
+            if flush and i % 2:
+                out.flush()
+                assert lines == []  # the slice's lines are let go; the list stays the writer's
+
+    plain, flushed = Exposition(FAMILIES), Exposition(FAMILIES)
+    fill(plain, False)
+    fill(flushed, True)
+    assert flushed.names() == plain.names() == ["b", "a_total"]
+    text = flushed.text()
+    assert text == plain.text()
+    assert text.count("# HELP b ") == 1 and "h_seconds" not in text
+    assert flushed.names() == ["b", "a_total"]  # (still, once the text was given out)
