@@ -21,19 +21,25 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from broker.admin.otel import INSTRUMENTS, SCOPE
+from broker.admin.otel import SCOPE
+from broker.admin.otel_instruments import HISTOGRAMS, INSTRUMENTS, AttributeCache, Snapshot, take_snapshot
 from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 OTLP_WAIT_S = 30.0
 # Instruments only there in situations this test does not set up: a backlog quota, a time quota's
-# backlog age, a compacted topic, a non-persistent producer.
+# backlog age, a compacted topic, a non-persistent producer, a schema compatibility check,
+# replication (test_replicator_instruments), transactions (test_transaction_instruments), authentication.
 CONDITIONAL = {"pulsar.broker.topic.storage.backlog.quota.limit.size",
                "pulsar.broker.topic.storage.backlog.quota.limit.time", "pulsar.broker.topic.storage.backlog.age",
                "pulsar.broker.topic.compaction.removed.message.count", "pulsar.broker.topic.compaction.operation.count",
                "pulsar.broker.topic.compaction.compacted.entry.count",
-               "pulsar.broker.topic.compaction.compacted.entry.size", "pulsar.broker.producer.message.drop.count"}
+               "pulsar.broker.topic.compaction.compacted.entry.size", "pulsar.broker.producer.message.drop.count",
+               "pulsar.broker.operation.schema_registry.compatibility_check.count",
+               *(n for n in INSTRUMENTS if n.startswith(("pulsar.broker.replication.", "pulsar.broker.transaction.",
+                                                         "pulsar.authentication.")))}
 
 
 class OtlpReceiver:
@@ -101,6 +107,13 @@ def points(metric: Any) -> list[tuple[dict[str, Any], float]]:
     return out
 
 
+def histogram_points(metric: Any) -> dict[tuple[tuple[str, Any], ...], tuple[int, float]]:
+    """attributes (sorted pairs) -> (count, sum) of a cumulative histogram."""
+    assert metric.WhichOneof("data") == "histogram"
+    return {tuple(sorted((a.key, a.value.string_value) for a in p.attributes)): (p.count, p.sum)
+            for p in metric.histogram.data_points}
+
+
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver()
@@ -122,6 +135,7 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
         try:
             consumer = client.subscribe(topic, "otel-sub", consumer_name="otel-consumer")
             producer = client.create_producer(topic, producer_name="otel-producer", batching_enabled=False)
+            client.create_producer(f"{topic}-typed", schema=pulsar.schema.StringSchema()).close()  # a schema put
             for _ in range(4):
                 producer.send(b"o" * 100)
             for _ in range(4):
@@ -141,6 +155,16 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
             client.close()
     assert receiver.bad_requests == 0
     assert set(INSTRUMENTS) - CONDITIONAL <= set(got), sorted(set(INSTRUMENTS) - CONDITIONAL - set(got))
+    assert set(HISTOGRAMS) <= set(got)
+    # The histograms, recorded where lookups and schema operations happen (seconds, Pulsar's attributes).
+    lookups = got["pulsar.broker.request.topic.lookup.duration"][0]
+    assert lookups.unit == "s" and got["pulsar.broker.request.topic.lookup.duration"][2] == SCOPE
+    answered = histogram_points(lookups)
+    assert answered[(("pulsar.lookup.response", "broker"),)][0] >= 1, answered
+    schema_ops = histogram_points(got["pulsar.broker.request.schema_registry.duration"][0])
+    put = (("pulsar.namespace", "public/default"), ("pulsar.schema_registry.request", "put"),
+           ("pulsar.schema_registry.response", "success"))
+    assert schema_ops[put][0] >= 1 and schema_ops[put][1] >= 0, schema_ops
     metric, resource, scope = got["pulsar.broker.topic.message.incoming.count"]
     assert resource["pulsar.cluster"] == "otel-cluster" and resource["service.name"] == "pulsar-broker"
     assert scope == SCOPE
@@ -195,3 +219,53 @@ def test_unsupported_exporter_is_refused_without_stopping_the_broker(monkeypatch
         finally:
             client.close()
     assert any("carrier-pigeon" in r.getMessage() for r in caplog.records)
+
+
+def test_attribute_sets_are_built_once_per_entity_and_dropped_with_it() -> None:
+    """The snapshot reuses each topic's, consumer's and producer's attribute dicts while they live (no dict
+    per observation), and forgets a topic once it is unloaded."""
+    kept = "persistent://public/default/otel-cache-kept"
+    gone = "persistent://public/default/otel-cache-gone"
+    with BrokerThread(managedLedgerStorage="memory") as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            consumer = client.subscribe(kept, "s", consumer_name="c")
+            producer = client.create_producer(kept, producer_name="p")
+            producer.send(b"x")
+            gone_producer = client.create_producer(gone)
+            gone_producer.send(b"y")
+            web = broker.server.web
+            cache = AttributeCache()
+
+            def snapshot() -> Snapshot:
+                snap: Snapshot = broker.run_coroutine(take_snapshot(web.ctx, web.sampler, cache))
+                return snap
+
+            def attrs_of(snap: Snapshot, instrument: str, topic: str) -> list[Any]:
+                local = topic.rsplit("/", 1)[1]  # (managed-ledger instruments name the ledger, not the topic)
+                return [a for _, a, _ in snap[instrument] if a.get("pulsar.topic") == topic
+                        or str(a.get("pulsar.managed_ledger.name", "")).endswith(f"/{local}")]
+
+            first, second = snapshot(), snapshot()
+            for instrument in ("pulsar.broker.topic.message.incoming.count", "pulsar.broker.consumer.permit.count",
+                               "pulsar.broker.producer.message.incoming.count",
+                               "pulsar.broker.managed_ledger.message_range.count"):
+                (a1,), (a2,) = attrs_of(first, instrument, kept), attrs_of(second, instrument, kept)
+                assert a1 is a2 and a1 == a2, instrument
+            # One dict per topic serves all its topic-level instruments.
+            (incoming,) = attrs_of(second, "pulsar.broker.topic.message.incoming.count", kept)
+            (storage,) = attrs_of(second, "pulsar.broker.topic.storage.size", kept)
+            assert incoming is storage
+            start = cache.topics[kept].start_ns
+            assert all(t0 == start for _, a, t0 in second["pulsar.broker.topic.storage.size"] if a is incoming)
+            assert gone in cache.topics
+            gone_producer.close()
+            broker.run_coroutine(broker.server.service.unload_topic(TopicName.parse(gone)))
+            third = snapshot()
+            assert gone not in cache.topics and not attrs_of(third, "pulsar.broker.topic.storage.size", gone)
+            consumer.close()
+            fourth = snapshot()
+            assert not attrs_of(fourth, "pulsar.broker.consumer.permit.count", kept)
+            assert not cache.topics[kept].consumers
+        finally:
+            client.close()
