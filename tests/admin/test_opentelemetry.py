@@ -12,6 +12,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -23,9 +24,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from broker.admin.otel import SCOPE
 from broker.admin.otel_instruments import HISTOGRAMS, INSTRUMENTS, AttributeCache, Snapshot, take_snapshot
-from broker.embedded import BrokerThread
+from broker.embedded import Broker, BrokerThread
 from broker.topic_name import TopicName
-from tests.waiting import wait_for
+from tests.component.wire import port_of
+from tests.e2e.test_geo_replication import Pair, link
+from tests.transactions.client import T, TxnWireClient
+from tests.waiting import eventually, wait_for
 
 TIMEOUT_MS = 10_000
 OTLP_WAIT_S = 30.0
@@ -83,6 +87,21 @@ class OtlpReceiver:
         self.server.server_close()
         self._thread.join()
 
+    def values(self, name: str, cluster: str) -> dict[tuple[tuple[str, Any], ...], float]:
+        """The newest value of each series of metric ``name`` exported by the broker of ``cluster``."""
+        out: dict[tuple[tuple[str, Any], ...], float] = {}
+        with self._lock:
+            requests = list(self.requests)
+        for request in requests:
+            for rm in request.resource_metrics:
+                if {a.key: a.value.string_value for a in rm.resource.attributes}.get("pulsar.cluster") != cluster:
+                    continue
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name == name:
+                            out.update((tuple(sorted(attrs.items())), v) for attrs, v in points(m))
+        return out
+
     def latest(self) -> dict[str, Any]:
         """name -> (metric, resource attributes, scope name) from the newest request that has it."""
         out: dict[str, Any] = {}
@@ -121,7 +140,8 @@ def receiver() -> Iterator[OtlpReceiver]:
     r.close()
 
 
-def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+def export_to(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OTel environment of the brokers started next: OTLP/HTTP to ``receiver`` every 300 ms."""
     monkeypatch.setenv("OTEL_SDK_DISABLED", "false")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -129,6 +149,10 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+
+
+def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    export_to(receiver, monkeypatch)
     topic = f"persistent://public/default/otel-{uuid.uuid4().hex[:8]}-partition-1"
     with BrokerThread(clusterName="otel-cluster") as broker:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
@@ -269,3 +293,86 @@ def test_attribute_sets_are_built_once_per_entity_and_dropped_with_it() -> None:
             assert not cache.topics[kept].consumers
         finally:
             client.close()
+
+
+def test_replicator_instruments(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two clusters replicating one namespace: each broker exports its replicator's series, by remote cluster."""
+    export_to(receiver, monkeypatch)
+    with (BrokerThread(clusterName="otel-a", data_dir=tmp_path / "a") as a,
+          BrokerThread(clusterName="otel-b", data_dir=tmp_path / "b") as b):
+        pair = Pair(a, b)
+        try:
+            link(pair.admin_a, "otel-b", b)
+            link(pair.admin_b, "otel-a", a)
+            for admin in (pair.admin_a, pair.admin_b):
+                admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["otel-a", "otel-b"]})
+            topic = f"persistent://{pair.namespace(['otel-a', 'otel-b'])}/replicated"
+            on_b = pair.client_b.subscribe(topic, "s")
+            producer = pair.client_a.create_producer(topic, batching_enabled=False)
+            for i in range(5):
+                producer.send(b"r%d" % i)
+            for _ in range(5):
+                on_b.acknowledge(on_b.receive(TIMEOUT_MS))
+            series = (("pulsar.domain", "persistent"), ("pulsar.namespace", topic.split("/", 2)[2].rsplit("/", 1)[0]),
+                      ("pulsar.tenant", "geo"), ("pulsar.topic", topic))
+
+            def exported(name: str, cluster: str, remote: str) -> float | None:
+                value = receiver.values(name, cluster).get(
+                    tuple(sorted((*series, ("pulsar.replication.remote.cluster.name", remote)))))
+                return value if value is not None and value >= 5 else None
+
+            sent = wait_for(lambda: exported("pulsar.broker.replication.message.outgoing.count", "otel-a", "otel-b"),
+                            OTLP_WAIT_S, "a's replicator's outgoing count at the OTLP receiver")
+            received = wait_for(lambda: exported("pulsar.broker.replication.message.incoming.count", "otel-b",
+                                                 "otel-a"), OTLP_WAIT_S, "b's incoming replicated messages")
+            assert sent == received == 5
+            size = wait_for(lambda: exported("pulsar.broker.replication.message.outgoing.size", "otel-a", "otel-b"),
+                            OTLP_WAIT_S, "a's replicated bytes")
+            assert size >= 5 * 2
+            backlog = receiver.values("pulsar.broker.replication.message.backlog.count", "otel-a")
+            assert backlog and all(v >= 0 for v in backlog.values())
+            metric, _, _ = receiver.latest()["pulsar.broker.replication.message.backlog.age"]
+            assert metric.WhichOneof("data") == "gauge" and metric.unit == "s"
+        finally:
+            pair.close()
+
+
+async def test_transaction_instruments(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A committed transaction that acknowledged a message: the coordinator's and the subscription's
+    pending-ack store's series (the raw-protocol client: the Python client has no transactions)."""
+    export_to(receiver, monkeypatch)
+    topic = "persistent://public/default/otel-txn"
+    async with Broker(data_dir=tmp_path, clusterName="otel-txn", transactionCoordinatorEnabled=True) as broker:
+        client = await TxnWireClient.open(port_of(broker))
+        try:
+            assert not (await client.tc_connect(0)).HasField("error")
+            await client.producer(topic, 1)
+            assert (await client.send(1, 0, "in")).type == T.SEND_RECEIPT
+            await client.subscribe(topic, "work", 10)
+            (message,) = await client.receive_n(10, 1)
+            txn = await client.new_txn()
+            assert not (await client.add_subscription(txn, topic, "work")).HasField("error")
+            assert not (await client.ack(10, message, txn=txn)).HasField("error")
+            assert not (await client.end_txn(txn, commit=True)).HasField("error")
+
+            def coordinator() -> dict[str, float]:
+                return {dict(k)["pulsar.transaction.status"]: v for k, v in receiver.values(
+                    "pulsar.broker.transaction.coordinator.transaction.count", "otel-txn").items()
+                    if dict(k).get("pulsar.transaction.coordinator.id") == 0}
+
+            def pending_ack() -> dict[tuple[tuple[str, Any], ...], float]:
+                return receiver.values("pulsar.broker.transaction.pending.ack.store.transaction.count", "otel-txn")
+
+            sub = {"pulsar.namespace": "public/default", "pulsar.subscription.name": "work", "pulsar.tenant": "public",
+                   "pulsar.topic": topic, "pulsar.transaction.pending.ack.store.operation.status": "success"}
+            committed, aborted = (tuple(sorted({**sub, "pulsar.transaction.status": s}.items()))
+                                  for s in ("committed", "aborted"))
+            await eventually(lambda: coordinator().get("committed") == 1 and pending_ack().get(committed) == 1,
+                             "the coordinator's and the pending-ack store's series at the OTLP receiver")
+        finally:
+            await client.close()
+    statuses = coordinator()
+    assert statuses["created"] == 1 and statuses["active"] == 0 and statuses["aborted"] == statuses["timeout"] == 0
+    appended = receiver.values("pulsar.broker.transaction.coordinator.append.log.count", "otel-txn")
+    assert appended[(("pulsar.transaction.coordinator.id", 0),)] >= 2  # (opened, committed: a record each at least)
+    assert pending_ack()[aborted] == 0
