@@ -157,14 +157,13 @@ class OpenTelemetryExport:
         self._resource = defaults.merge(Resource(attrs))
         self._reader = _reader(InMemoryMetricReader)
         provider = MeterProvider(resource=self._resource, metric_readers=[self._reader])
-        meter = provider.get_meter(SCOPE, __version__)
         service = self.ctx.service
-        for name, (unit, description) in HISTOGRAMS.items():
-            histogram = meter.create_histogram(name, unit, description)
-            if name == "pulsar.broker.request.topic.lookup.duration":
-                service.lookup_stats.histogram = histogram
-            else:
-                service.schemas.stats.histogram = histogram
+        h = {name: provider.get_meter(i.scope, __version__).create_histogram(name, i.unit, i.description)
+             for name, i in HISTOGRAMS.items()}
+        service.lookup_stats.histogram = h["pulsar.broker.request.topic.lookup.duration"]
+        service.schemas.stats.histogram = h["pulsar.broker.request.schema_registry.duration"]
+        for token in self.ctx.security.authentication.providers.get("token", []):
+            token.record_expiry = h["pulsar.authentication.token.expiry.duration"].record  # type: ignore[attr-defined]
         return provider
 
     async def _run(self) -> None:

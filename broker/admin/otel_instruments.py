@@ -151,10 +151,13 @@ INSTRUMENTS: dict[str, Instrument] = {
     "pulsar.authentication.token.expired.count": _i(COUNTER, "{token}", "Expired tokens", AUTH_SCOPE),
 }
 
-# Recorded where they happen (see broker/service/operation_stats.py): name -> (unit, description).
-HISTOGRAMS: dict[str, tuple[str, str]] = {
-    "pulsar.broker.request.topic.lookup.duration": ("s", "The duration of topic lookup requests (binary or HTTP)"),
-    "pulsar.broker.request.schema_registry.duration": ("s", "The duration of Schema Registry requests"),
+# Recorded where they happen (broker/service/operation_stats.py, the token provider): name -> instrument.
+HISTOGRAMS: dict[str, Instrument] = {
+    "pulsar.broker.request.topic.lookup.duration": _i(
+        "histogram", "s", "The duration of topic lookup requests (binary or HTTP)"),
+    "pulsar.broker.request.schema_registry.duration": _i("histogram", "s", "The duration of Schema Registry requests"),
+    "pulsar.authentication.token.expiry.duration": _i(
+        "histogram", "s", "The remaining time of expiring token in seconds", AUTH_SCOPE),
 }
 
 Attrs = Mapping[str, str | int]
