@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -96,7 +97,8 @@ class OpenTelemetryExport:
         self._exporter: MetricExporter | None = None
         self._reader: InMemoryMetricReader | None = None
         self._resource: Resource | None = None
-        self._encoded = AttributeBytes()
+        self._encoded = AttributeBytes()  # (worker thread only, one export at a time: _export_lock)
+        self._export_lock = threading.Lock()  # (an export cancelled at stop may still be running in its thread)
         self._headers = {name: EncodedInstrument(name, i.description, i.unit, i.kind == GAUGE, i.kind == COUNTER)
                          for name, i in INSTRUMENTS.items()}
         self._tasks = OwnedTasks("OpenTelemetry export")
@@ -181,6 +183,10 @@ class OpenTelemetryExport:
 
     def export_snapshot(self, snapshot: Snapshot, now_ns: int) -> None:
         """(Worker thread.) The SDK's histograms and the snapshot's points, to the exporter."""
+        with self._export_lock:
+            self._export(snapshot, now_ns)
+
+    def _export(self, snapshot: Snapshot, now_ns: int) -> None:
         exporter = self._exporter
         if exporter is None:
             return
