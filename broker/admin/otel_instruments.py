@@ -203,7 +203,7 @@ class TopicAttrs:
     @classmethod
     def of(cls, topic: AnyTopic) -> TopicAttrs:
         a = topic_attributes(topic)
-        built = cls(topic, time.time_ns(), a)
+        built = cls(topic, int(topic.created * 1e9), a)  # (its counters started with the topic object)
         built.quota = tuple({**a, "pulsar.backlog.quota.type": label} for _, label in _QUOTA_TYPES)
         built.txn = tuple({**a, "pulsar.transaction.status": s} for s in _TXN_STATUSES)
         built.compaction = tuple({**a, "pulsar.compaction.status": s} for s in ("success", "failure"))
