@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from broker.admin.otel import SCOPE
+from broker.admin.otel import SCOPE, _request_sender
 from broker.admin.otel_instruments import HISTOGRAMS, INSTRUMENTS, AttributeCache, Snapshot, take_snapshot
 from broker.embedded import Broker, BrokerThread
 from broker.topic_name import TopicName
@@ -178,6 +178,8 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
                 return got if mine and mine[0] >= 4 else None
 
             got = wait_for(exported, OTLP_WAIT_S, "pulsar.broker.* metrics at the OTLP receiver")
+            # (What arrived are the requests otlp_encode wrote, sent through the OTLP/HTTP exporter.)
+            assert _request_sender(broker.server.web.otel._exporter) is not None
         finally:
             client.close()
     assert receiver.bad_requests == 0
