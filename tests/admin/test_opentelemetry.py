@@ -8,6 +8,7 @@ module, so `go install` cannot fetch it; no release binaries are reachable).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
 import uuid
@@ -32,7 +33,7 @@ from tests.e2e.test_geo_replication import Pair, link
 from tests.security.conftest import expiring_token
 from tests.security.pki import HS256_SECRET
 from tests.transactions.client import T, TxnWireClient
-from tests.waiting import eventually, wait_for
+from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 OTLP_WAIT_S = 30.0
@@ -372,8 +373,10 @@ async def test_transaction_instruments(receiver: OtlpReceiver, monkeypatch: pyte
                    "pulsar.topic": topic, "pulsar.transaction.pending.ack.store.operation.status": "success"}
             committed, aborted = (tuple(sorted({**sub, "pulsar.transaction.status": s}.items()))
                                   for s in ("committed", "aborted"))
-            await eventually(lambda: coordinator().get("committed") == 1 and pending_ack().get(committed) == 1,
-                             "the coordinator's and the pending-ack store's series at the OTLP receiver")
+            # (polled from a thread: the broker runs on this loop, and exports come every 300 ms)
+            await asyncio.to_thread(wait_for, lambda: coordinator().get("committed") == 1
+                                    and pending_ack().get(committed) == 1, OTLP_WAIT_S,
+                                    "the coordinator's and the pending-ack store's series at the OTLP receiver")
         finally:
             await client.close()
     statuses = coordinator()
