@@ -11,20 +11,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 
-from broker.admin.otel import SCOPE, _request_sender
+from broker.admin.otel import SCOPE, OpenTelemetryExport, _request_sender
 from broker.admin.otel_instruments import HISTOGRAMS, INSTRUMENTS, AttributeCache, Snapshot, take_snapshot
 from broker.embedded import Broker, BrokerThread
 from broker.topic_name import TopicName
@@ -33,6 +35,7 @@ from tests.e2e.test_geo_replication import Pair, link
 from tests.security.conftest import expiring_token
 from tests.security.pki import HS256_SECRET
 from tests.transactions.client import T, TxnWireClient
+from tests.unit.test_otlp_encode import normalized, parsed
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
@@ -251,6 +254,10 @@ def test_unsupported_exporter_is_refused_without_stopping_the_broker(monkeypatch
     assert any("carrier-pigeon" in r.getMessage() for r in caplog.records)
 
 
+async def on_loop(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
 def test_attribute_sets_are_built_once_per_entity_and_dropped_with_it() -> None:
     """The snapshot reuses each topic's, consumer's and producer's attribute dicts while they live (no dict
     per observation), and forgets a topic once it is unloaded."""
@@ -277,6 +284,13 @@ def test_attribute_sets_are_built_once_per_entity_and_dropped_with_it() -> None:
                         or str(a.get("pulsar.managed_ledger.name", "")).endswith(f"/{local}")]
 
             first, second = snapshot(), snapshot()
+            # The SDK's data model and encoder (the fallback for exporters without the request path) give
+            # the same points as the hand-written requests.
+            export = OpenTelemetryExport(web.ctx, web.sampler, env={"OTEL_SDK_DISABLED": "false"})
+            export.provider = broker.run_coroutine(on_loop(export._histograms))
+            now = time.time_ns()
+            by_sdk = normalized(encode_metrics(export.metrics_data(second, now)))
+            assert by_sdk == normalized(parsed(export.encoded_requests(second, now))) and len(by_sdk) > 20
             for instrument in ("pulsar.broker.topic.message.incoming.count", "pulsar.broker.consumer.permit.count",
                                "pulsar.broker.producer.message.incoming.count",
                                "pulsar.broker.managed_ledger.message_range.count"):
