@@ -11,10 +11,33 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
+from typing import Protocol
 
 # Observations kept per interval for the quantiles (beyond that, one in two is kept, and so on:
 # the quantiles stay representative, the memory bounded).
 WINDOW_LIMIT = 4096
+
+
+class Histogram(Protocol):
+    """Where a duration also goes: an OpenTelemetry histogram (its ``record``) once the export binds one."""
+
+    def record(self, amount: float, attributes: Mapping[str, str] | None = None) -> None: ...
+
+
+class _Unbound:
+    """No OpenTelemetry export: the durations go nowhere else."""
+
+    def record(self, amount: float, attributes: Mapping[str, str] | None = None) -> None:
+        pass
+
+
+UNBOUND: Histogram = _Unbound()
+
+# Pulsar's pulsar.lookup.response attribute values (NamespaceService.PULSAR_LOOKUP_RESPONSE_*).
+_LOOKUP_BROKER = {"pulsar.lookup.response": "broker"}
+_LOOKUP_REDIRECT = {"pulsar.lookup.response": "redirect"}
+_LOOKUP_FAILURE = {"pulsar.lookup.response": "failure"}
 
 
 class LatencySummary:
@@ -69,6 +92,8 @@ class LookupStats:
         self.failures = 0
         self.pending = 0
         self.latency = LatencySummary()
+        # pulsar.broker.request.topic.lookup.duration (seconds, by outcome; failures too, as Pulsar)
+        self.histogram = UNBOUND
 
     def start(self) -> float:
         self.pending += 1
@@ -77,10 +102,12 @@ class LookupStats:
     def done(self, started: float, *, redirect: bool = False, failed: bool = False) -> None:
         """One lookup finished (``started`` from ``start``)."""
         self.pending -= 1
+        elapsed = time.monotonic() - started
+        self.histogram.record(elapsed, _LOOKUP_FAILURE if failed else _LOOKUP_REDIRECT if redirect else _LOOKUP_BROKER)
         if failed:
             self.failures += 1
             return
-        self.latency.observe((time.monotonic() - started) * 1000.0)
+        self.latency.observe(elapsed * 1000.0)
         if redirect:
             self.redirects += 1
         else:
@@ -104,12 +131,18 @@ class TopicLoadStats:
 class NamespaceSchemaStats:
     """One namespace's schema-registry operations (Pulsar's SchemaRegistryStats, label namespace)."""
 
-    __slots__ = ("compatible", "delete", "delete_failed", "get", "get_failed", "incompatible", "put", "put_failed")
+    __slots__ = ("attributes", "compatible", "delete", "delete_failed", "get", "get_failed",
+                 "incompatible", "put", "put_failed")
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str) -> None:
         self.get, self.put, self.delete = LatencySummary(), LatencySummary(), LatencySummary()
         self.get_failed = self.put_failed = self.delete_failed = 0
         self.compatible = self.incompatible = 0
+        # Pulsar's attributes of pulsar.broker.request.schema_registry.duration, built once per namespace
+        self.attributes = {(request, ok): {"pulsar.namespace": namespace, "pulsar.schema_registry.request": request,
+                                          "pulsar.schema_registry.response": "success" if ok else "failure"}
+                          for request in ("get", "put", "delete") for ok in (True, False)}
+
 
 
 class SchemaStats:
@@ -118,6 +151,7 @@ class SchemaStats:
 
     def __init__(self) -> None:
         self.by_namespace: dict[str, NamespaceSchemaStats] = {}
+        self.histogram = UNBOUND  # pulsar.broker.request.schema_registry.duration, once the export binds it
 
     def of(self, base_topic: str) -> NamespaceSchemaStats:
         """The stats of the topic's namespace ("unknown" for a name that is not a topic's, as Pulsar)."""
@@ -125,8 +159,18 @@ class SchemaStats:
         namespace = rest.rpartition("/")[0] if sep and rest.count("/") >= 2 else "unknown"
         stats = self.by_namespace.get(namespace)
         if stats is None:
-            stats = self.by_namespace[namespace] = NamespaceSchemaStats()
+            stats = self.by_namespace[namespace] = NamespaceSchemaStats(namespace)
         return stats
+
+    def done(self, base_topic: str, request: str, ms: float, ok: bool = True) -> None:
+        """One ``get``, ``put`` or ``delete`` finished: its latency (successes only, as Pulsar's summaries)
+        or its failure; and its duration, failures too, to the OpenTelemetry histogram."""
+        stats = self.of(base_topic)
+        if ok:
+            getattr(stats, request).observe(ms)
+        else:
+            setattr(stats, f"{request}_failed", getattr(stats, f"{request}_failed") + 1)
+        self.histogram.record(ms / 1000.0, stats.attributes[(request, ok)])
 
     def rotate(self) -> None:
         for s in self.by_namespace.values():

@@ -87,7 +87,7 @@ class SchemaRegistry:
     def get(self, base_topic: str, version: int | None = None) -> tuple[Mapping[str, Any], int] | None:
         started = time.perf_counter()
         found = self._get(base_topic, version)
-        self.stats.of(base_topic).get.observe(self._ms_since(started))
+        self.stats.done(base_topic, "get", self._ms_since(started))
         return found
 
     def _get(self, base_topic: str, version: int | None) -> tuple[Mapping[str, Any], int] | None:
@@ -174,7 +174,6 @@ class SchemaRegistry:
         """The version of ``schema`` on the topic, registering it if it is new and compatible
         (and ``may_add``: a namespace's isAllowAutoUpdateSchema=false leaves that to the admin API)."""
         started = time.perf_counter()
-        stats = self.stats.of(base_topic)
         try:
             found = self._find_or_check(base_topic, schema)
             if found is None:
@@ -182,9 +181,9 @@ class SchemaRegistry:
                     raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
                 found = await self.store.add_schema_version(base_topic, _record(schema))
         except BaseException:
-            stats.put_failed += 1
+            self.stats.done(base_topic, "put", self._ms_since(started), ok=False)
             raise
-        stats.put.observe(self._ms_since(started))
+        self.stats.done(base_topic, "put", self._ms_since(started))
         return found
 
     async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
@@ -197,10 +196,9 @@ class SchemaRegistry:
 
     async def delete(self, base_topic: str) -> None:
         started = time.perf_counter()
-        stats = self.stats.of(base_topic)
         try:
             await self.store.delete_schemas(base_topic)
         except BaseException:
-            stats.delete_failed += 1
+            self.stats.done(base_topic, "delete", self._ms_since(started), ok=False)
             raise
-        stats.delete.observe(self._ms_since(started))
+        self.stats.done(base_topic, "delete", self._ms_since(started))

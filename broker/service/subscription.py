@@ -95,6 +95,9 @@ class Subscription:
             self.snapshots = SnapshotCache(service.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
         # Transactional acks waiting for their transaction (transactions enabled, or some stored).
         self.pending_acks: PendingAcks | None = None
+        # Transactions whose acknowledgements ended here: committed (True), aborted (False); OpenTelemetry's
+        # pulsar.broker.transaction.pending.ack.store.transaction.count.
+        self.txns_ended = {True: 0, False: 0}
         if service.config.transactionCoordinatorEnabled or any(map(PendingAcks.is_own_property, cursor.properties)):
             self.pending_acks = PendingAcks.from_properties(cursor.properties)
         # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
@@ -353,6 +356,7 @@ class Subscription:
         elif self.dispatcher is not None:
             self.dispatcher.redeliver_positions(sorted(p for p, a in acks.individual.items() if a is None))
         await self._save_pending()
+        self.txns_ended[commit] += 1
 
     # -- cursor moves ------------------------------------------------------------------------------
     async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:

@@ -1,0 +1,159 @@
+"""OTLP metrics requests (``ExportMetricsServiceRequest``, protobuf) written by hand from a snapshot.
+
+Sans-IO: values in, bytes out. Why by hand: the OTLP exporter's encoder builds one protobuf KeyValue
+and AnyValue object per attribute per data point (about 40 us a point, 25,000 points per 1,000
+topics); here each attribute set is encoded once, kept while the snapshot keeps handing the same
+dict (the attribute cache of ``otel_instruments``), and a data point is its cached attribute bytes
+and three packed numbers. Checked against the opentelemetry-proto classes in
+``tests/unit/test_otlp_encode.py``.
+
+Field numbers (opentelemetry/proto/metrics/v1/metrics.proto, common/v1/common.proto): the request's
+``resource_metrics`` 1; ResourceMetrics ``resource`` 1, ``scope_metrics`` 2; Resource ``attributes`` 1;
+ScopeMetrics ``scope`` 1, ``metrics`` 2; InstrumentationScope ``name`` 1, ``version`` 2; Metric
+``name`` 1, ``description`` 2, ``unit`` 3, ``gauge`` 5, ``sum`` 7; Sum ``data_points`` 1,
+``aggregation_temporality`` 2, ``is_monotonic`` 3; Gauge ``data_points`` 1; NumberDataPoint
+``start_time_unix_nano`` 2 and ``time_unix_nano`` 3 (fixed64), ``as_double`` 4 (double), ``as_int`` 6
+(sfixed64), ``attributes`` 7; KeyValue ``key`` 1, ``value`` 2; AnyValue ``string_value`` 1,
+``bool_value`` 2, ``int_value`` 3, ``double_value`` 4.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+
+CUMULATIVE = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+_U64 = (1 << 64) - 1
+_DOUBLE = struct.Struct("<d")
+_SFIXED64 = struct.Struct("<q")
+# One data point's numbers: start (field 2) and time (field 3), fixed64 each, then the value.
+_TIMES = struct.Struct("<BQBQ")
+_TIME = struct.Struct("<BQ")
+_TAG_START, _TAG_TIME = 0x11, 0x19  # fields 2 and 3, wire type 1 (64-bit)
+_TAG_DOUBLE, _TAG_INT = b"\x21", b"\x31"  # as_double (4) and as_int (6), wire type 1
+
+
+def varint(n: int) -> bytes:
+    n &= _U64  # (negative int64: two's complement, ten bytes)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a string, bytes or an embedded message)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def any_value(value: object) -> bytes:
+    if isinstance(value, str):
+        return field(1, value.encode())
+    if isinstance(value, bool):
+        return b"\x10" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return b"\x18" + varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _DOUBLE.pack(value)
+    return field(1, str(value).encode())
+
+
+def attributes(attrs: Mapping[str, object], number: int) -> bytes:
+    """Each attribute as a KeyValue in repeated field ``number``."""
+    return b"".join(field(number, field(1, k.encode()) + field(2, any_value(v))) for k, v in attrs.items())
+
+
+class AttributeBytes:
+    """Encoded attribute sets, by the identity of the dict they came from. An entry holds its dict, so
+    the id cannot be reused while the entry lives; entries not used by the last request are dropped."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Mapping[str, object], bytes]] = {}
+        self._used: dict[int, tuple[Mapping[str, object], bytes]] = {}
+
+    def __call__(self, attrs: Mapping[str, object]) -> bytes:
+        key = id(attrs)
+        entry = self._used.get(key)
+        if entry is None:
+            entry = self._cache.get(key)
+            if entry is None or entry[0] is not attrs:
+                entry = (attrs, attributes(attrs, 7))
+            self._used[key] = entry
+        return entry[1]
+
+    def end(self) -> None:
+        self._cache, self._used = self._used, {}
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+class Instrument:
+    """What a metric's header says: name, description, unit, and Sum (monotonic or not) or Gauge."""
+
+    __slots__ = ("description", "is_gauge", "monotonic", "name", "unit")
+
+    def __init__(self, name: str, description: str, unit: str, is_gauge: bool, monotonic: bool) -> None:
+        self.name, self.description, self.unit = name, description, unit
+        self.is_gauge, self.monotonic = is_gauge, monotonic
+
+
+def data_point(attrs: bytes, start_ns: int, now_ns: int, value: float) -> bytes:
+    """A NumberDataPoint as a data_points field; ``start_ns`` 0 (a gauge's) is left out, as the SDK does."""
+    body = _TIMES.pack(_TAG_START, start_ns, _TAG_TIME, now_ns) if start_ns else _TIME.pack(_TAG_TIME, now_ns)
+    if isinstance(value, int) and not isinstance(value, bool):
+        body += _TAG_INT + _SFIXED64.pack(value)
+    else:
+        body += _TAG_DOUBLE + _DOUBLE.pack(float(value))
+    return field(1, body + attrs)
+
+
+def metric(instrument: Instrument, points: Sequence[bytes]) -> bytes:
+    """A Metric of already encoded data points (each one ``field(1, NumberDataPoint)``)."""
+    header = field(1, instrument.name.encode()) + field(2, instrument.description.encode()) + field(
+        3, instrument.unit.encode())
+    if instrument.is_gauge:
+        return header + field(5, b"".join(points))
+    return header + field(7, b"".join(points) + b"\x10" + varint(CUMULATIVE)
+                          + (b"\x18\x01" if instrument.monotonic else b""))
+
+
+def requests(resource: Mapping[str, object], scopes: Sequence[tuple[str, str, Sequence[tuple[Instrument, list[
+        tuple[float, Mapping[str, object], int]]]]]], now_ns: int, encoded: AttributeBytes,
+             max_points: int) -> Iterator[bytes]:
+    """ExportMetricsServiceRequest bodies of at most ``max_points`` data points each: ``scopes`` is
+    (scope name, scope version, [(instrument, [(value, attributes, start ns)])])."""
+    resource_bytes = field(1, attributes(resource, 1))
+    scope_bodies: list[bytes] = []
+    n = 0
+
+    def flush() -> bytes:
+        body = field(1, resource_bytes + b"".join(scope_bodies))
+        scope_bodies.clear()
+        return body
+
+    for scope_name, version, instruments in scopes:
+        scope_header = field(1, field(1, scope_name.encode()) + field(2, version.encode()))
+        metrics: list[bytes] = []
+        for instrument, points in instruments:
+            start = 0
+            while start < len(points):
+                room = max_points - n
+                chunk = points[start:start + room]
+                start += len(chunk)
+                n += len(chunk)
+                keep_start = not instrument.is_gauge
+                metrics.append(field(2, metric(instrument, [data_point(encoded(a), t0 if keep_start else 0, now_ns, v)
+                                                           for v, a, t0 in chunk])))
+                if n >= max_points:
+                    scope_bodies.append(field(2, scope_header + b"".join(metrics)))
+                    metrics = []
+                    yield flush()
+                    n = 0
+        if metrics:
+            scope_bodies.append(field(2, scope_header + b"".join(metrics)))
+    if scope_bodies:
+        yield flush()
+    encoded.end()
