@@ -71,6 +71,9 @@ def send_command(send: pb.CommandSend) -> SendCommand:
                        send.is_chunk, txn)
 
 
+# Builds a NamedTuple without its generated __new__ (a keyword-taking Python function): the hot path.
+_new_tuple = tuple.__new__
+
 # A BaseCommand holding only type = SEND (field 1, varint 6) and send (field 6, length-delimited):
 # how every client encodes a SEND.
 _SEND_PREFIX = b"\x08\x06\x32"
@@ -122,7 +125,7 @@ def _read_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
             return None
     if producer_id is None or sequence_id is None:
         return None
-    return SendCommand(producer_id, sequence_id, num_messages, highest, chunk == 1, None)
+    return _new_tuple(SendCommand, (producer_id, sequence_id, num_messages, highest, chunk == 1, None))
 
 
 class FrameDecoder:
@@ -173,6 +176,20 @@ class FrameDecoder:
     def next_frame_or_send(self) -> Frame | SendFrame | None:
         """Like ``next_frame``, but a SEND comes as a SendFrame (the broker's hot path: the
         common encodings are read without protobuf)."""
+        buf, pos = self._buf, self._pos
+        if not self._chunks and len(buf) - pos >= 12:
+            total, cmd_size = _HEADER.unpack_from(buf, pos)
+            end = pos + 4 + total
+            # A whole frame within the limits holding a SEND of the usual shape (else _next
+            # decodes it, or raises the error, as for any frame).
+            if (end <= len(buf) and total + 4 <= self._max_frame and 4 < cmd_size <= total - 4
+                    and buf[pos + 8 : pos + 11] == _SEND_PREFIX and buf[pos + 11] == cmd_size - 4):
+                cmd_end = pos + 8 + cmd_size
+                send = _read_send(buf, pos + 12, cmd_end)
+                if send is not None:
+                    self._pos = end
+                    self._need = 4
+                    return _new_tuple(SendFrame, (send, buf[cmd_end:end] if end > cmd_end else None))
         return self._next(True)
 
     def _next(self, sends: bool) -> Frame | SendFrame | None:
@@ -196,12 +213,6 @@ class FrameDecoder:
             raise ProtocolError(f"commandSize {cmd_size} does not fit in frame of totalSize {total}")
         end = pos + 4 + total
         cmd_end = pos + 8 + cmd_size
-        if sends and cmd_size > 4 and buf[pos + 8 : pos + 11] == _SEND_PREFIX and buf[pos + 11] == cmd_size - 4:
-            fast = _read_send(buf, pos + 12, cmd_end)
-            if fast is not None:
-                self._pos = end
-                self._need = 4
-                return SendFrame(fast, buf[cmd_end:end] if end > cmd_end else None)
         view = memoryview(buf)
         command = pb.BaseCommand()
         try:

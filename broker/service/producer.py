@@ -198,8 +198,7 @@ class Producer:
             return
         ledger_id, entry_id = first
         step = 1 if self.topic.consecutive_positions else 0
-        encode = self._receipts.encode
-        cnx.write_many([encode(send[0], ledger_id, entry_id + i * step, send[1]) for i, send in enumerate(batch)])
+        cnx.write_many(self._receipts.encode_many(batch, ledger_id, entry_id, step))
         if dedup:
             topic = self.topic
             persisted = topic.sequence_persisted

@@ -5,6 +5,7 @@ fields, the same checks, the same errors."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import example, given, settings
@@ -32,7 +33,7 @@ def reference_checks(payload: bytes) -> SendChecks:
                       not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1)
 
 
-def outcome(fn, arg):  # type: ignore[no-untyped-def]
+def outcome(fn: Callable[[bytes], object], arg: bytes) -> object:
     try:
         return fn(arg)
     except ProtocolError:
@@ -160,6 +161,18 @@ def test_send_body_agrees_with_protobuf_on_any_bytes(body: bytes) -> None:
     assert decode_send(frame) == reference_send(frame)
 
 
-@pytest.mark.parametrize("body", [b"\x08\x01\x10\x02", b"\x08\x01\x10\x02\x18\x05", b"\x08\x01\x10\xe8\x07\x30\xf0\x07"])
+@pytest.mark.parametrize("body", [b"\x08\x01\x10\x02", b"\x08\x01\x10\x02\x18\x05",
+                                  b"\x08\x01\x10\xe8\x07\x30\xf0\x07"])
 def test_common_send_bodies_take_the_fast_path(body: bytes) -> None:
     assert _read_send(body, 0, len(body)) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(U64, st.lists(st.tuples(U64, U64), min_size=1, max_size=5), U64, st.integers(0, 2**40),
+       st.sampled_from([0, 1]))
+def test_receipts_of_a_stored_batch_are_protobufs(producer_id: int, sends: list[tuple[int, int]], ledger_id: int,
+                                                  first: int, step: int) -> None:
+    encoder = commands.ReceiptEncoder(producer_id)
+    got = encoder.encode_many(sends, ledger_id, first, step)
+    assert got == [commands.send_receipt_protobuf(producer_id, seq, ledger_id, first + i * step, highest)
+                   for i, (seq, highest) in enumerate(sends)]
