@@ -126,6 +126,9 @@ def _is_common_metadata(buf: bytes, pos: int, end: int) -> bool:
             and _COMMON_METADATA_TAIL.fullmatch(buf, name_end, end) is not None)
 
 
+_COPY_FOR_CRC = 16 * 1024
+
+
 def check_send_payload(payload: bytes) -> SendChecks:
     """What a SEND's checks need of its payload; raises ProtocolError when the metadata cannot be
     read, as ``parse_payload`` does. Metadata of the common shape is recognised by a pattern, with
@@ -133,9 +136,11 @@ def check_send_payload(payload: bytes) -> SendChecks:
     n = len(payload)
     pos = 0
     checksum_ok = True
-    if n >= 6 and payload[:2] == _CRC_HEAD:
+    if n >= 6 and payload.startswith(_CRC_HEAD):
         pos = 6
-        checksum_ok = crc32c(memoryview(payload)[6:]) == _U32.unpack_from(payload, 2)[0]
+        # A small payload's tail is copied: cheaper than making a memoryview and slicing it.
+        tail = payload[6:] if n <= _COPY_FOR_CRC else memoryview(payload)[6:]
+        checksum_ok = crc32c(tail) == _U32.unpack_from(payload, 2)[0]
     if n - pos >= 4:
         (meta_size,) = _U32.unpack_from(payload, pos)
         if meta_size <= n - pos - 4:

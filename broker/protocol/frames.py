@@ -183,7 +183,7 @@ class FrameDecoder:
             # A whole frame within the limits holding a SEND of the usual shape (else _next
             # decodes it, or raises the error, as for any frame).
             if (end <= len(buf) and total + 4 <= self._max_frame and 4 < cmd_size <= total - 4
-                    and buf[pos + 8 : pos + 11] == _SEND_PREFIX and buf[pos + 11] == cmd_size - 4):
+                    and buf.startswith(_SEND_PREFIX, pos + 8) and buf[pos + 11] == cmd_size - 4):
                 cmd_end = pos + 8 + cmd_size
                 send = _read_send(buf, pos + 12, cmd_end)
                 if send is not None:
