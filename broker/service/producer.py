@@ -213,6 +213,9 @@ class Producer:
     def close(self) -> None:
         self.state = ProducerState.CLOSED
 
+    def __repr__(self) -> str:
+        return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"
+
 
 def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
     """The batch cut where the transaction changes (one append each; the ledger completes them
@@ -226,6 +229,3 @@ def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
         else:
             runs.append([send])
     return runs
-
-    def __repr__(self) -> str:
-        return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"
