@@ -24,7 +24,7 @@ from broker.listeners import Listener
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import FrameDecoder
+from broker.protocol.frames import FrameDecoder, SendFrame
 from broker.protocol.limits import max_frame_size
 from broker.service.broker_service import BrokerService
 from broker.service.server_cnx import ServerCnx
@@ -37,7 +37,7 @@ RESUME_FRACTION = 0.5
 
 
 # Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
-_PING, _PONG, _CONNECT, _SEND = int(T.PING), int(T.PONG), int(T.CONNECT), int(T.SEND)
+_PING, _PONG, _CONNECT = int(T.PING), int(T.PONG), int(T.CONNECT)
 
 
 class State(enum.Enum):
@@ -157,14 +157,19 @@ class Connection(asyncio.Protocol):
         The SENDs among them are queued per producer and stored together at the end (or before
         the next other command): one append and one completion for all of a read's messages.
         """
-        decoder = self.decoder
+        next_frame = self.decoder.next_frame_or_send
         cnx = self.cnx
         try:
             while self.state is not State.CLOSED and not self.reading_paused:
-                frame = decoder.next_frame()
+                frame = next_frame()
                 if frame is None:
                     break
-                self._route(frame.command, frame.payload)
+                if isinstance(frame, SendFrame):  # the hot path first
+                    if self.state is not State.CONNECTED:
+                        raise ProtocolError("command SEND before CONNECT")
+                    cnx.handle_send(frame.send, frame.payload)
+                else:
+                    self._route(frame.command, frame.payload)
         except ProtocolError as exc:
             if cnx.open_batches:
                 cnx.flush_sends()  # SENDs accepted before the bad frame are still stored
@@ -199,9 +204,6 @@ class Connection(asyncio.Protocol):
             log.debug("ignoring a command of unknown type from %s", self.remote_address)
             return
         t = cmd.type
-        if t == _SEND and self.state is State.CONNECTED:  # the hot path first
-            self.cnx.handle_send(cmd, payload)
-            return
         if t == _PING:
             self.write(commands.PONG)
             return
@@ -220,7 +222,7 @@ class Connection(asyncio.Protocol):
             if t in _CLIENT_NEVER_SENDS:
                 raise ProtocolError(f"unexpected command {pb.BaseCommand.Type.Name(t)} from client")
             return  # unknown type: ignored, as Pulsar does
-        if t != _SEND and cnx.open_batches:
+        if cnx.open_batches:
             cnx.flush_sends()  # commands act on what was sent before them
         handler(cmd, payload)
 

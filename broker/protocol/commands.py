@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Iterable
+from typing import Any
 
 from broker.protocol import pulsar_api_pb2 as pb
 
@@ -160,6 +162,10 @@ def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: i
     return _HEADER.pack(len(cmd) + 4, len(cmd)) + cmd
 
 
+# The frame head of a SEND_RECEIPT whose body is n bytes (n < 128): sizes, prefix, body length.
+_RECEIPT_HEADS = [_HEADER.pack(n + 8, n + 4) + _RECEIPT_PREFIX + _SMALL_VARINTS[n] for n in range(0x80)]
+
+
 class ReceiptEncoder:
     """SEND_RECEIPTs of one producer, encoded like ``send_receipt`` with the producer id and the
     ledger id prepared once (they rarely change), and the highest sequence id always present."""
@@ -172,16 +178,28 @@ class ReceiptEncoder:
         self._ledger_part = b""
 
     def encode(self, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int) -> bytes:
+        return self.encode_many(((sequence_id, highest_sequence_id),), ledger_id, entry_id, 1)[0]
+
+    def encode_many(self, sends: Iterable[tuple[Any, ...]], ledger_id: int, first_entry_id: int,
+                    step: int) -> list[bytes]:
+        """The receipts of ``sends`` ((sequence id, highest sequence id, ...) each), stored from
+        entry ``first_entry_id`` on, ``step`` entries apart (0: all in one entry)."""
         if ledger_id != self._ledger_id:
             self._ledger_id = ledger_id
             self._ledger_part = b"\x08" + _varint(ledger_id) + b"\x10"
-        mid = self._ledger_part + _varint(entry_id)
-        seq = _varint(sequence_id)
-        highest = seq if highest_sequence_id == sequence_id else _varint(highest_sequence_id)
-        # Every length here is below 128 (the body is at most 57 bytes): one-byte varints.
-        body = b"".join((self._head, seq, b"\x1a", _SMALL_VARINTS[len(mid)], mid, b"\x20", highest))
-        n = len(body)
-        return _HEADER.pack(n + 8, n + 4) + _RECEIPT_PREFIX + _SMALL_VARINTS[n] + body
+        head, ledger_part, small, varint, heads = self._head, self._ledger_part, _SMALL_VARINTS, _varint, _RECEIPT_HEADS
+        out = []
+        entry_id = first_entry_id
+        for send in sends:
+            sequence_id = send[0]
+            mid = ledger_part + (small[entry_id] if 0 <= entry_id < 0x80 else varint(entry_id))
+            seq = small[sequence_id] if 0 <= sequence_id < 0x80 else varint(sequence_id)
+            highest = seq if send[1] == sequence_id else varint(send[1])
+            # Every length here is below 128 (the body is at most 57 bytes): one-byte varints.
+            body = b"".join((head, seq, b"\x1a", small[len(mid)], mid, b"\x20", highest))
+            out.append(heads[len(body)] + body)
+            entry_id += step
+        return out
 
 
 def send_receipt_protobuf(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,

@@ -27,6 +27,7 @@ Sans-IO: no asyncio, no I/O.
 from __future__ import annotations
 
 import base64
+import re
 import struct
 from typing import NamedTuple
 
@@ -85,6 +86,73 @@ def parse_payload(payload: bytes, verify: bool = True) -> ParsedPayload:
         raise ProtocolError(f"metadata size {meta_size} exceeds the payload")
     metadata = _parse_metadata(memoryview(payload)[pos + 4 : pos + 4 + meta_size])
     return ParsedPayload(metadata, checksum_ok, payload)
+
+
+class SendChecks(NamedTuple):
+    """What the broker checks of a SEND payload before storing it (``check_send_payload``)."""
+
+    # False when a checksum was present and did not match; True when it matched or was absent.
+    checksum_ok: bool
+    # deliver_at_time - publish_time (ms) for a delayed message, else None.
+    delivery_delay: int | None
+    encrypted: bool  # has encryption_keys
+    has_txn: bool  # the metadata carries txnid_most_bits
+    last_chunk: bool  # not a chunk, or the last chunk of its message
+
+
+# The checks of metadata of the common shape (no delivery time, encryption, transaction or chunk).
+_COMMON_CHECKS = SendChecks(True, None, False, False, True)
+_COMMON_CHECKS_BAD_CRC = SendChecks(False, None, False, False, True)
+
+
+# The common shape of a SEND's MessageMetadata, as clients serialize it (fields in number order):
+# producer_name (1, read by hand: a length-prefixed ASCII string), then sequence_id (2), publish_time
+# (3), and optionally compression (8), uncompressed_size (9), num_messages_in_batch (11), event_time
+# (12) and highest_sequence_id (24), each a varint of at most 9 bytes. Protobuf parses every such
+# metadata (an unknown compression value is kept aside, not an error) with its required fields set,
+# and none of the fields a SEND's checks look at (encryption, delivery time, transaction, chunk).
+_VARINT = rb"[\x80-\xff]{0,8}[\x00-\x7f]"
+_COMMON_METADATA_TAIL = re.compile(
+    rb"\x10%s\x18%s(?:\x40%s)?(?:\x48%s)?(?:\x58%s)?(?:\x60%s)?(?:\xc0\x01%s)?" % ((_VARINT,) * 7))
+
+
+def _is_common_metadata(buf: bytes, pos: int, end: int) -> bool:
+    """True when buf[pos:end] is a MessageMetadata of the common shape above (else the caller
+    hands it to protobuf)."""
+    if end - pos < 2 or buf[pos] != 0x0A:
+        return False
+    name_end = pos + 2 + buf[pos + 1]
+    return (buf[pos + 1] < 0x80 and name_end <= end and buf[pos + 2 : name_end].isascii()
+            and _COMMON_METADATA_TAIL.fullmatch(buf, name_end, end) is not None)
+
+
+_COPY_FOR_CRC = 16 * 1024
+
+
+def check_send_payload(payload: bytes) -> SendChecks:
+    """What a SEND's checks need of its payload; raises ProtocolError when the metadata cannot be
+    read, as ``parse_payload`` does. Metadata of the common shape is recognised by a pattern, with
+    no protobuf message built; any other goes through ``parse_payload``."""
+    n = len(payload)
+    pos = 0
+    checksum_ok = True
+    if n >= 6 and payload.startswith(_CRC_HEAD):
+        pos = 6
+        # A small payload's tail is copied: cheaper than making a memoryview and slicing it.
+        tail = payload[6:] if n <= _COPY_FOR_CRC else memoryview(payload)[6:]
+        checksum_ok = crc32c(tail) == _U32.unpack_from(payload, 2)[0]
+    if n - pos >= 4:
+        (meta_size,) = _U32.unpack_from(payload, pos)
+        if meta_size <= n - pos - 4:
+            if _is_common_metadata(payload, pos + 4, pos + 4 + meta_size):
+                return _COMMON_CHECKS if checksum_ok else _COMMON_CHECKS_BAD_CRC
+    parsed = parse_payload(payload)
+    md = parsed.metadata
+    return SendChecks(parsed.checksum_ok,
+                      md.deliver_at_time - md.publish_time if md.HasField("deliver_at_time") else None,
+                      len(md.encryption_keys) > 0,
+                      md.HasField("txnid_most_bits"),
+                      not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1)
 
 
 def build_entry(metadata: bytes, body: bytes | memoryview) -> bytes:

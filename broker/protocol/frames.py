@@ -45,6 +45,89 @@ class Frame(NamedTuple):
     payload: bytes | None
 
 
+class SendCommand(NamedTuple):
+    """What the broker reads of a CommandSend (``next_frame_or_send``)."""
+
+    producer_id: int
+    sequence_id: int
+    num_messages: int
+    highest_sequence_id: int | None  # None when absent
+    is_chunk: bool
+    # (txnid_most_bits, txnid_least_bits) when either is present, else None.
+    txn: tuple[int, int] | None
+
+
+class SendFrame(NamedTuple):
+    send: SendCommand
+    payload: bytes | None
+
+
+def send_command(send: pb.CommandSend) -> SendCommand:
+    """A parsed CommandSend's fields, as ``SendCommand``."""
+    txn = ((send.txnid_most_bits, send.txnid_least_bits)
+           if send.HasField("txnid_most_bits") or send.HasField("txnid_least_bits") else None)
+    return SendCommand(send.producer_id, send.sequence_id, send.num_messages,
+                       send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
+                       send.is_chunk, txn)
+
+
+# Builds a NamedTuple without its generated __new__ (a keyword-taking Python function): the hot path.
+_new_tuple = tuple.__new__
+
+# A BaseCommand holding only type = SEND (field 1, varint 6) and send (field 6, length-delimited):
+# how every client encodes a SEND.
+_SEND_PREFIX = b"\x08\x06\x32"
+
+
+def _read_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
+    """Hand-decode the CommandSend in buf[pos:end] when it has the common shape: producer_id,
+    sequence_id and optionally num_messages, highest_sequence_id and is_chunk, each once, every
+    varint at most 9 bytes (values below 2**63; num_messages below 2**31; is_chunk 0 or 1). Any
+    other shape (transactions, marker, message_id, unknown fields, a repeated field, large or
+    malformed varints) gives None, and the caller parses it with protobuf: for what this accepts,
+    the values are the ones protobuf would read."""
+    producer_id = sequence_id = highest = chunk = None
+    num_messages = 1
+    has_num = False
+    while pos < end:
+        tag = buf[pos]
+        pos += 1
+        if pos >= end:
+            return None
+        b = buf[pos]
+        pos += 1
+        if b < 0x80:
+            value = b
+        else:
+            value = b & 0x7F
+            shift = 7
+            while True:
+                if pos >= end or shift > 56:
+                    return None
+                b = buf[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+        if tag == 0x08 and producer_id is None:
+            producer_id = value
+        elif tag == 0x10 and sequence_id is None:
+            sequence_id = value
+        elif tag == 0x18 and not has_num and value < 0x80000000:
+            num_messages = value
+            has_num = True
+        elif tag == 0x30 and highest is None:
+            highest = value
+        elif tag == 0x38 and chunk is None and value < 2:
+            chunk = value
+        else:
+            return None
+    if producer_id is None or sequence_id is None:
+        return None
+    return _new_tuple(SendCommand, (producer_id, sequence_id, num_messages, highest, chunk == 1, None))
+
+
 class FrameDecoder:
     """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
 
@@ -86,6 +169,30 @@ class FrameDecoder:
         self._pos = 0
 
     def next_frame(self) -> Frame | None:
+        frame = self._next(False)
+        assert not isinstance(frame, SendFrame)
+        return frame
+
+    def next_frame_or_send(self) -> Frame | SendFrame | None:
+        """Like ``next_frame``, but a SEND comes as a SendFrame (the broker's hot path: the
+        common encodings are read without protobuf)."""
+        buf, pos = self._buf, self._pos
+        if not self._chunks and len(buf) - pos >= 12:
+            total, cmd_size = _HEADER.unpack_from(buf, pos)
+            end = pos + 4 + total
+            # A whole frame within the limits holding a SEND of the usual shape (else _next
+            # decodes it, or raises the error, as for any frame).
+            if (end <= len(buf) and total + 4 <= self._max_frame and 4 < cmd_size <= total - 4
+                    and buf.startswith(_SEND_PREFIX, pos + 8) and buf[pos + 11] == cmd_size - 4):
+                cmd_end = pos + 8 + cmd_size
+                send = _read_send(buf, pos + 12, cmd_end)
+                if send is not None:
+                    self._pos = end
+                    self._need = 4
+                    return _new_tuple(SendFrame, (send, buf[cmd_end:end] if end > cmd_end else None))
+        return self._next(True)
+
+    def _next(self, sends: bool) -> Frame | SendFrame | None:
         if self._chunks:
             return None
         buf, pos = self._buf, self._pos
@@ -133,4 +240,6 @@ class FrameDecoder:
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None
         self._pos = end
         self._need = 4
+        if sends and command.type == _SEND:
+            return SendFrame(send_command(command.send), payload)
         return Frame(command, payload)

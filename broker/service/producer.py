@@ -198,8 +198,7 @@ class Producer:
             return
         ledger_id, entry_id = first
         step = 1 if self.topic.consecutive_positions else 0
-        encode = self._receipts.encode
-        cnx.write_many([encode(send[0], ledger_id, entry_id + i * step, send[1]) for i, send in enumerate(batch)])
+        cnx.write_many(self._receipts.encode_many(batch, ledger_id, entry_id, step))
         if dedup:
             topic = self.topic
             persisted = topic.sequence_persisted
@@ -214,6 +213,9 @@ class Producer:
     def close(self) -> None:
         self.state = ProducerState.CLOSED
 
+    def __repr__(self) -> str:
+        return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"
+
 
 def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
     """The batch cut where the transaction changes (one append each; the ledger completes them
@@ -227,6 +229,3 @@ def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
         else:
             runs.append([send])
     return runs
-
-    def __repr__(self) -> str:
-        return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"

@@ -33,9 +33,9 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
-from broker.protocol.entry import build_entry, entry_body, parse_payload
+from broker.protocol.entry import build_entry, check_send_payload, entry_body, parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import command_body
+from broker.protocol.frames import SendCommand, command_body
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
 from broker.service.consumer import Consumer
 from broker.service.producer import Producer, ProducerState
@@ -95,7 +95,6 @@ class ServerCnx:
             T.LOOKUP: self.handle_lookup,
             T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
             T.PRODUCER: self.handle_producer,
-            T.SEND: self.handle_send,
             T.CLOSE_PRODUCER: self.handle_close_producer,
             T.SUBSCRIBE: self.handle_subscribe,
             T.FLOW: self.handle_flow,
@@ -379,8 +378,9 @@ class ServerCnx:
         finally:
             self._pending_producers.discard(c.producer_id)
 
-    def handle_send(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
-        c = cmd.send
+    def handle_send(self, c: SendCommand, payload: bytes | None) -> None:
+        """A SEND (connection.py reads it with ``next_frame_or_send``): checked, then queued on
+        its producer for the read's ``flush_sends``."""
         producer = self.producers.get(c.producer_id)
         if producer is None:
             if c.producer_id in self._closed_producer_ids:
@@ -391,9 +391,9 @@ class ServerCnx:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Message has no payload"))
             return
         txn: TxnID | None = None
-        if c.HasField("txnid_most_bits") or c.HasField("txnid_least_bits"):
+        if c.txn is not None:
             try:
-                txn = self._txn_send_allowed(producer, TxnID(c.txnid_most_bits, c.txnid_least_bits))
+                txn = self._txn_send_allowed(producer, TxnID(*c.txn))
             except BrokerError as exc:
                 self.write(commands.send_error(c.producer_id, seq, exc.code, exc.message))
                 return
@@ -401,43 +401,43 @@ class ServerCnx:
             self.write(commands.send_error(c.producer_id, seq, E.PersistenceError, "Producer is not ready"))
             return
         try:
-            parsed = parse_payload(payload)
+            checks = check_send_payload(payload)
         except ProtocolError as exc:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, str(exc)))
             return
-        if not parsed.checksum_ok:
+        if not checks.checksum_ok:
             self.write(commands.send_error(c.producer_id, seq, E.ChecksumError, "Checksum failed on the broker"))
             return
         # Chunks are exempt (as in Pulsar): the frame limit already bounds them.
         if not c.is_chunk and len(payload) > self._max_payload:
             self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
             return
-        highest = c.highest_sequence_id if c.HasField("highest_sequence_id") else seq
+        highest = c.highest_sequence_id if c.highest_sequence_id is not None else seq
         if highest < seq:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError,
                                            "Invalid lowest or highest sequence id"))
             return
-        md = parsed.metadata
         policy = producer.topic.send_policy
         if policy.max_message_size and not c.is_chunk and len(payload) > policy.max_message_size + ENTRY_OVERHEAD:
             self.write(commands.send_error(c.producer_id, seq, E.NotAllowedError, "Exceed maximum message size"))
             return
-        if policy.encryption_required and not md.encryption_keys:
+        if policy.encryption_required and not checks.encrypted:
             self.write(commands.send_error(c.producer_id, seq, E.MetadataError, "Messages must be encrypted"))
             return
-        if policy.max_delivery_delay_ms and md.deliver_at_time - md.publish_time > policy.max_delivery_delay_ms:
+        if (policy.max_delivery_delay_ms and checks.delivery_delay is not None
+                and checks.delivery_delay > policy.max_delivery_delay_ms):
             self.write(commands.send_error(
                 c.producer_id, seq, E.NotAllowedError,
                 f"Exceeds max allowed delivery delay of {policy.max_delivery_delay_ms} milliseconds"))
             return
-        if txn is not None and not md.HasField("txnid_most_bits"):
+        if txn is not None and not checks.has_txn:
             # The Go client puts the transaction in CommandSend only; dispatch and recovery read it
             # from the stored metadata, so the broker writes it there (Java sends both already).
+            md = parse_payload(payload, verify=False).metadata
             md.txnid_most_bits, md.txnid_least_bits = txn
             payload = build_entry(md.SerializeToString(), entry_body(payload))
-        last_chunk = not md.HasField("chunk_id") or md.chunk_id == md.num_chunks_from_msg - 1
         self.connection.send_started(len(payload))
-        if producer.publish(seq, highest, c.num_messages, payload, last_chunk, txn):
+        if producer.publish(seq, highest, c.num_messages, payload, checks.last_chunk, txn):
             self.open_batches.append(producer)
 
     def _txn_send_allowed(self, producer: Producer, txn: TxnID) -> TxnID:
