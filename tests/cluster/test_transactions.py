@@ -328,3 +328,65 @@ async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transact
     finally:
         await ca.close()
         await cb.close()
+
+
+async def take_topic(broker: BrokerInfo, topic: str) -> bool:
+    """An authoritative lookup of ``topic`` at ``broker``: it takes the bundle once nobody owns it."""
+    client = await connect(broker)
+    try:
+        return await take(client, broker, topic)
+    finally:
+        await client.close()
+
+
+async def test_producers_without_txn_enabled_on_another_broker_than_the_coordinator(txn_brokers: Brokers) -> None:
+    """The Go client's way: its producers never set txn_enabled and its SENDs carry the transaction in CommandSend
+    only. Topics on B, coordinator on A: B's topics are prepared by their first transactional SEND (Pulsar's first
+    snapshot), not refused; commit and abort are seen right. Then B is killed with kill -9 while a transaction is
+    open on a topic whose first transactional SEND it was: A takes the topic, and its buffer, recovered from the
+    snapshot that SEND took, still holds the transaction open, so its abort drops the message."""
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        out = await topic_on(cb, b, "go-out")
+        fresh = await topic_on(cb, b, "go-fresh")
+        assert not (await ca.tc_connect()).HasField("error")
+        await cb.subscribe(out, "check", 31)
+        await cb.subscribe(fresh, "check", 32)
+        await cb.producer(out, 3)
+        await cb.producer(fresh, 4)
+
+        committed = await ca.new_txn()
+        assert not (await ca.add_partitions(committed, out)).HasField("error")
+        assert (await cb.send(3, 0, "committed", committed, txn_in_metadata=False)).HasField("send_receipt")
+        aborted = await ca.new_txn()
+        assert not (await ca.add_partitions(aborted, out)).HasField("error")
+        assert (await cb.send(3, 1, "aborted", aborted, txn_in_metadata=False)).HasField("send_receipt")
+        assert (await cb.send(3, 2, "plain")).HasField("send_receipt")
+        with pytest.raises(TimeoutError):
+            await cb.receive(31, wait_s=QUIET_S)
+        assert not (await ca.end_txn(committed, commit=True)).HasField("error")
+        assert not (await ca.end_txn(aborted, commit=False)).HasField("error")
+        assert [m.body for m in await cb.receive_n(31, 2)] == ["committed", "plain"]
+
+        open_txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(open_txn, fresh)).HasField("error")
+        assert (await cb.send(4, 0, "open", open_txn, txn_in_metadata=False)).HasField("send_receipt")
+        assert (await cb.send(4, 1, "after")).HasField("send_receipt")
+        with pytest.raises(TimeoutError):
+            await cb.receive(32, wait_s=QUIET_S)
+        txn_brokers.kill(b)
+        await cb.close()
+
+        await until(lambda: take_topic(a, fresh), "A to take the topic of the killed broker")
+        await ca.subscribe(fresh, "check", 40)
+        with pytest.raises(TimeoutError):  # still open on A: it holds back what follows it
+            await ca.receive(40, wait_s=QUIET_S)
+        assert not (await ca.end_txn(open_txn, commit=False)).HasField("error")
+        assert [m.body for m in await ca.receive_n(40, 1)] == ["after"]
+        with pytest.raises(TimeoutError):
+            await ca.receive(40, wait_s=QUIET_S)
+    finally:
+        await ca.close()
+        await cb.close()
