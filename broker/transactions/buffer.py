@@ -142,6 +142,8 @@ class TransactionBuffer:
     async def close(self) -> None:
         """The topic closes: a first snapshot under way is given up and the appends behind it fail."""
         await self._first_snapshot.close()
+        if self.held is not None:  # (its task was cancelled before it ran)
+            self._fail_held(ManagedLedgerError(f"{self.ledger.name} closed before its first transaction"))
 
     async def recover(self) -> None:
         """At load: the aborted set from the snapshot, then the entries after it."""
