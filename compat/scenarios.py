@@ -58,9 +58,7 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 # scenario id -> the clients it is for (the others show "n/a"): the admin scenarios are the Java admin client's;
-# cluster_lookup is written for Java and Go (compat/run.py starts its cluster only for them); cluster_transactions for
-# Java (the Go client's producers do not send txn_enabled, so a topic on another broker than the coordinator's is not
-# prepared for them: docs/transactions.md).
+# cluster_lookup and cluster_transactions are written for Java and Go (compat/run.py starts its cluster only for them).
 ONLY: dict[str, set[str]] = {sid: {"Java"} for sid in SCENARIOS if sid.startswith("admin_")}
 ONLY["cluster_lookup"] = {"Java", "Go"}
-ONLY["cluster_transactions"] = {"Java"}
+ONLY["cluster_transactions"] = {"Java", "Go"}

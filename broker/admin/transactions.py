@@ -22,17 +22,31 @@
 
 503 when transactionCoordinatorEnabled=false (Pulsar's answer), 404 for an unknown coordinator,
 transaction, topic or subscription. Super-user operations (the access table's default).
+
+Cluster mode, as Pulsar's TransactionsBase: a call on one coordinator (``coordinatorId`` given,
+``transactionMetadata`` and ``abortTransaction`` by the transaction's coordinator,
+``coordinatorInternalStats``) is answered by the owner of that coordinator's assignment partition,
+any other broker answering 307 there; without ``coordinatorId``, ``coordinatorStats`` and
+``slowTransactions`` gather every coordinator's answer from its owner (``peers``), and
+``coordinators`` names each one's broker (a lookup of its partition). A transaction's produced and
+acknowledged partitions are described by their topics' owners. A call on a topic is answered by
+the topic's owner (307 elsewhere).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 
+from broker.admin.cluster import topic_owner_url, validate_topic_ownership
 from broker.admin.common import HttpError, int_param, json_response, no_content
+from broker.admin.peers import topic_path
 from broker.admin.stats import iso_time
 from broker.errors import (
+    BrokerError,
     InvalidTxnStatusError,
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
@@ -94,69 +108,147 @@ class TransactionsResource:
         _ = self.transactions  # (503 first when disabled)
         m = request.match_info
         name = TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+        if self.web.service.ownership.distributed:
+            await validate_topic_ownership(self.web.ctx, request, name)  # (307 to its owner)
         return await self.web.service.get_persistent_topic(name, create=False)
 
-    def _coordinator_ids(self, request: web.Request) -> list[int]:
-        raw = request.query.get("coordinatorId")
-        return [int_param(raw, "coordinatorId")] if raw is not None else list(range(self.transactions.count))
+    async def _owned_coordinator(self, request: web.Request, tc_id: int) -> TransactionCoordinator:
+        """Coordinator ``tc_id``, served here; in cluster mode a 307 to the owner of its assignment partition
+        when that is another broker (Pulsar's validateTopicOwnership of the partition)."""
+        ts = self.transactions
+        if self.web.service.ownership.distributed and 0 <= tc_id < ts.count:
+            await validate_topic_ownership(self.web.ctx, request, ts.assign_partition(tc_id))
+        return await self._coordinator(tc_id)
+
+    async def _from_each_coordinator(self, request: web.Request, path: str,
+                                     local: Callable[[TransactionCoordinator], Awaitable[Any]]) -> dict[int, Any]:
+        """Every coordinator's answer: ``local`` for those served here, else ``path?coordinatorId=i`` asked of the
+        owner of its assignment partition (Pulsar asks each through the broker's admin client)."""
+        ts = self.transactions
+        if ts.count == 0:
+            raise HttpError(404, "Transaction coordinator not found")
+        answers: dict[int, Any] = {}
+        for tc_id in range(ts.count):
+            base = await topic_owner_url(self.web.ctx, ts.assign_partition(tc_id), request.secure)
+            if base is None:
+                answers[tc_id] = await local(await self._coordinator(tc_id))
+            else:
+                answers[tc_id] = await self.web.peers.call("GET", f"{base}{BASE}/{path}?coordinatorId={tc_id}",
+                                                           request)
+        return answers
 
     # -- coordinators ----------------------------------------------------------------------------------
     async def coordinators(self, request: web.Request) -> web.Response:
-        url = self.web.ctx.process.service_url
-        return json_response([{"id": i, "brokerServiceUrl": url} for i in range(self.transactions.count)])
+        ts = self.transactions
+        if not self.web.service.ownership.distributed:
+            url = self.web.ctx.process.service_url
+            return json_response([{"id": i, "brokerServiceUrl": url} for i in range(ts.count)])
+        return json_response([{"id": i, "brokerServiceUrl": await self._owner_service_url(request, i)}
+                              for i in range(ts.count)])
+
+    async def _owner_service_url(self, request: web.Request, tc_id: int) -> str:
+        """The binary service URL of the broker that serves coordinator ``tc_id``: a lookup of its partition
+        (placing its bundle when nobody owns it), redirects followed."""
+        partition = self.transactions.assign_partition(tc_id)
+        answer = await self.web.service.ownership.lookup(partition, False, None)
+        if not answer.redirect:
+            return answer.urls.url or answer.urls.url_tls or ""
+        base = answer.http_url_tls if request.secure else answer.http_url
+        if not base:
+            raise HttpError(412, f"Failed to find ownership for topic:{partition.full}")
+        found = await self.web.peers.call(
+            "GET", f"{base}/lookup/v2/topic/{partition.domain}/{partition.namespace}/"
+                   f"{quote(partition.local_name, safe='')}?authoritative={str(answer.authoritative).lower()}",
+            request)
+        return str(found.get("brokerUrl") or found.get("brokerUrlTls") or "") if isinstance(found, dict) else ""
 
     async def coordinator_stats(self, request: web.Request) -> web.Response:
-        if "coordinatorId" in request.query:
-            (tc_id,) = self._coordinator_ids(request)
-            return json_response((await self._coordinator(tc_id)).stats())
-        if self.transactions.count == 0:
-            raise HttpError(404, "Transaction coordinator not found")
-        return json_response({str(i): (await self._coordinator(i)).stats() for i in self._coordinator_ids(request)})
+        raw = request.query.get("coordinatorId")
+        if raw is not None:
+            return json_response((await self._owned_coordinator(request, int_param(raw, "coordinatorId"))).stats())
+
+        async def stats(tc: TransactionCoordinator) -> Any:
+            return tc.stats()
+
+        answers = await self._from_each_coordinator(request, "coordinatorStats", stats)
+        return json_response({str(i): answer for i, answer in answers.items()})
 
     async def transaction_metadata(self, request: web.Request) -> web.Response:
         txn = self._txn(request)
-        tc = await self._coordinator(txn.most)
+        tc = await self._owned_coordinator(request, txn.most)
         try:
             meta = tc.get(txn)
         except TransactionNotFoundError as exc:
             raise HttpError(404, exc.message) from None
-        return json_response(await self._metadata(meta))
+        return json_response(await self._metadata(request, meta))
 
     async def slow_transactions(self, request: web.Request) -> web.Response:
         timeout_ms = int_param(request.match_info["timeout"], "timeout")
-        out: dict[str, Any] = {}
-        for tc_id in self._coordinator_ids(request):
-            tc = await self._coordinator(tc_id)
+
+        async def slow(tc: TransactionCoordinator) -> dict[str, Any]:
             now = tc.now_ms()
-            for meta in list(tc.txns.values()):
-                if now - meta.opened_ms > timeout_ms:
-                    out[str(meta.txn)] = await self._metadata(meta)
+            return {str(meta.txn): await self._metadata(request, meta)
+                    for meta in list(tc.txns.values()) if now - meta.opened_ms > timeout_ms}
+
+        raw = request.query.get("coordinatorId")
+        if raw is not None:
+            return json_response(await slow(await self._owned_coordinator(request, int_param(raw, "coordinatorId"))))
+        out: dict[str, Any] = {}
+        for answer in (await self._from_each_coordinator(request, f"slowTransactions/{timeout_ms}", slow)).values():
+            out.update(answer or {})
         return json_response(out)
 
-    async def _metadata(self, meta: TxnMeta) -> dict[str, Any]:
-        """Pulsar's TransactionMetadata."""
-        service = self.web.service
+    async def _metadata(self, request: web.Request, meta: TxnMeta) -> dict[str, Any]:
+        """Pulsar's TransactionMetadata; each partition and subscription as its topic's owner describes it."""
         produced: dict[str, Any] = {}
         for partition in meta.partitions:
-            topic = service.topics.get(partition)
-            produced[partition] = (topic.txn_buffer.txn_stats(meta.txn) if topic is not None
-                                   else {"startPosition": None, "aborted": False})
+            produced[partition] = await self._on_topic_owner(
+                request, partition, f"transactionInBufferStats{{topic}}/{meta.txn.most}/{meta.txn.least}",
+                lambda topic: topic.txn_buffer.txn_stats(meta.txn), {"startPosition": None, "aborted": False})
         acked: dict[str, dict[str, Any]] = {}
         for topic_name, sub_name in meta.subscriptions:
-            topic = service.topics.get(topic_name)
-            sub = topic.subscriptions.get(sub_name) if topic is not None else None
-            pending = sub.pending_acks if sub is not None else None
-            acked.setdefault(topic_name, {})[sub_name] = (pending.txn_stats(meta.txn) if pending is not None
-                                                          else {"cumulativeAckPosition": None})
+
+            def pending_stats(topic: PersistentTopic, sub_name: str = sub_name) -> dict[str, Any] | None:
+                sub = topic.subscriptions.get(sub_name)
+                return sub.pending_acks.txn_stats(meta.txn) if sub is not None and sub.pending_acks else None
+
+            acked.setdefault(topic_name, {})[sub_name] = await self._on_topic_owner(
+                request, topic_name,
+                f"transactionInPendingAckStats{{topic}}/{quote(sub_name, safe='')}/{meta.txn.most}/{meta.txn.least}",
+                pending_stats, {"cumulativeAckPosition": None})
         return {"txnId": str(meta.txn), "status": meta.status.value, "openTimestamp": meta.opened_ms,
                 "timeoutAt": meta.deadline_ms, "owner": None, "producedPartitions": produced,
                 "ackedPartitions": acked}
+
+    async def _on_topic_owner(self, request: web.Request, topic_name: str, path: str,
+                              local: Callable[[PersistentTopic], Any], missing: dict[str, Any]) -> Any:
+        """``local`` of the topic when it is loaded here; ``path`` (``{topic}`` standing for the topic's
+        tenant/namespace/local name) asked of its owner when another broker serves it; ``missing`` when neither
+        knows it."""
+        service = self.web.service
+        topic = service.topics.get(topic_name)
+        if topic is not None:
+            return local(topic) or missing
+        try:
+            name = TopicName.parse(topic_name)
+            base = await topic_owner_url(self.web.ctx, name, request.secure) if service.ownership.distributed else None
+        except (BrokerError, HttpError):
+            return missing
+        if base is None:
+            return missing
+        where = topic_path(name).removeprefix(f"/admin/v2/{name.domain}")
+        try:
+            return await self.web.peers.call("GET", f"{base}{BASE}/{path.format(topic=where)}", request)
+        except HttpError as exc:
+            if exc.status_code == 404:
+                return missing
+            raise
 
     async def abort_transaction(self, request: web.Request) -> web.Response:
         txn = self._txn(request)
         if not 0 <= txn.most <= _INT_MAX:  # (Pulsar's check: the coordinator id is an int)
             raise HttpError(500, "mostSigBits out of bounds")
-        tc = await self._coordinator(txn.most)
+        tc = await self._owned_coordinator(request, txn.most)
         try:
             await tc.end_txn(txn, commit=False)
         except (TransactionNotFoundError, InvalidTxnStatusError) as exc:
@@ -164,7 +256,7 @@ class TransactionsResource:
         return no_content()
 
     async def coordinator_internal_stats(self, request: web.Request) -> web.Response:
-        tc = await self._coordinator(int_param(request.match_info["coordinatorId"], "coordinatorId"))
+        tc = await self._owned_coordinator(request, int_param(request.match_info["coordinatorId"], "coordinatorId"))
         return json_response({"transactionLogStats": _log_stats(tc.log.ledger)})
 
     # -- topics ----------------------------------------------------------------------------------------

@@ -333,10 +333,8 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             topic = await self.service.get_topic(name, create=True)
-            transactions = self.service.transactions
-            if c.txn_enabled and transactions is not None and name.persistent:
-                # (Its transactions' coordinator may be on another broker, which cannot prepare this topic.)
-                await transactions.prepare_topic(name)
+            # (c.txn_enabled asks Pulsar to wait for the topic's transaction buffer to recover: ours has
+            # recovered when the topic is loaded; its first transactional SEND takes its first snapshot.)
             if topic.encryption_required and not c.encrypted:
                 raise MetadataError(f"Encryption is required in {name}")
             schema_version = b""

@@ -143,7 +143,7 @@ class PersistentTopic(AbstractTopic):
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
         if self.entry_stamper is not None:
             entries = self.entry_stamper.stamp(entries, num_messages)
-        if txn is not None:
+        if txn is not None or self.txn_buffer.held is not None:  # (held: behind its first snapshot)
             self.txn_buffer.append(txn, entries, callback)
         else:
             self.ledger.add_entries(entries, callback)
@@ -340,6 +340,7 @@ class PersistentTopic(AbstractTopic):
         await self.compactor.close()
         await self.dedup.close()
         self.txn_buffer.snapshot_idle()
+        await self.txn_buffer.close()
         for sub in list(self.subscriptions.values()):
             sub.close()
         await self._closing.wait()

@@ -205,23 +205,6 @@ class TransactionService:
         except InvalidTopicNameError:
             return False
 
-    async def prepare_partitions(self, partitions: list[str]) -> None:
-        """ADD_PARTITION_TO_TXN: the buffers of the topics served here are ready before the first
-        transactional SEND. (A topic another broker serves is prepared there, when a producer of a
-        client with transactions on connects: ``prepare_topic``.)"""
-        for partition in partitions:
-            if self._served_elsewhere(partition):
-                continue
-            topic = await self.service.get_persistent_topic(TopicName.parse(partition), create=True)
-            await topic.txn_buffer.prepare()
-
-    async def prepare_topic(self, name: TopicName) -> None:
-        """A producer with transactions enabled (CommandProducer.txn_enabled, as the Java client sends) connects to
-        this (loaded) topic: its buffer is ready before its first transactional SEND, whichever broker its
-        coordinator is on."""
-        topic = await self.service.get_persistent_topic(name, create=False)
-        await topic.txn_buffer.prepare()
-
     async def end_on_partition(self, topic: str, txn: TxnID, commit: bool,
                                low_watermark: int | None = None) -> None:
         stats = self.tb_client_stats

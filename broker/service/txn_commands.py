@@ -94,7 +94,6 @@ class CoordinatorCommands:
                 self.cnx._authorize(TopicName.parse(p), TopicOperation.PRODUCE)
             tc = await ts.coordinator_of(txn)
             tc.get(txn).expect_open()
-            await ts.prepare_partitions(partitions)
             await tc.add_partitions(txn, partitions)
 
         self._txn_request(T.ADD_PARTITION_TO_TXN_RESPONSE, c.request_id, txn, work)

@@ -11,14 +11,22 @@ While its first append is in flight a transaction's position is not known yet: i
 just after the last entry confirmed when the append was issued (nothing written after that can
 be read before the position is known).
 
-State across restarts: a durable cursor ``pulsar.txn.buffer``, created when a transaction first
-adds the topic (ADD_PARTITION_TO_TXN, before any transactional SEND), is the snapshot: its
+State across restarts: a durable cursor ``pulsar.txn.buffer``, created by the topic's first
+transactional SEND before that SEND is stored (Pulsar's "first snapshot"), is the snapshot: its
 properties hold the aborted set (``aborted:<most>:<least>`` -> the ledger of its marker, dropped
 once that ledger is trimmed) and its mark-delete the position up to which that set is complete:
 after every end, just before the first entry of the oldest transaction still open (the end when
 none is). At load the entries after it are replayed (transactional entries open a transaction,
 markers end one). A topic without that
-cursor never had a transactional entry and loads as before.
+cursor never had a transactional entry and loads as before: a topic that never sees a transaction
+costs nothing more than one without transactions.
+
+While that first snapshot is being taken (one cursor creation), every append to the topic waits in
+order behind the SEND that asked for it, transactional or not, so that receipts keep SEND order and
+no transactional entry is stored before the cursor that makes the replay at load see it. Pulsar's
+TopicTransactionBuffer does the same (state NoSnapshot: the first transactional append takes the
+first snapshot, appends queued behind it), so neither a coordinator on another broker nor the
+producer's ``txn_enabled`` has to prepare the topic beforehand.
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.entry import build_entry, read_entry_metadata
 from broker.protocol.errors import ProtocolError
+from broker.tasks import OwnedTasks
 from broker.transactions.model import TxnID
-from managed_ledger import InitialPosition, ManagedCursor, ManagedLedger, Position
+from managed_ledger import InitialPosition, ManagedCursor, ManagedLedger, ManagedLedgerError, Position
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +56,8 @@ _READ_BATCH = 500
 RECENTLY_COMMITTED = 10_000
 
 AddCallback = Callable[[Position | None, BaseException | None], None]
+# An append waiting for the first snapshot: (its transaction or None, the entries, the callback).
+_Held = tuple[TxnID | None, list[bytes], AddCallback]
 
 
 def txn_marker(commit: bool, txn: TxnID) -> bytes:
@@ -81,6 +92,9 @@ class TransactionBuffer:
         self.committed_count = 0
         self.aborted_count = 0
         self._snapshot_dirty = False
+        # Appends waiting, in order, while the first snapshot is taken (None: no first snapshot under way).
+        self.held: list[_Held] | None = None
+        self._first_snapshot = OwnedTasks(f"transaction buffer of {ledger.name}")
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
         # What the topic does to an entry the broker writes (broker entry metadata), set by the topic.
@@ -100,10 +114,36 @@ class TransactionBuffer:
         return self.cursor is not None
 
     async def prepare(self) -> None:
-        """Before the first transactional SEND: create the snapshot cursor at the end (nothing
-        before it is transactional)."""
+        """Before the first transactional entry is stored: create the snapshot cursor at the end
+        (nothing before it is transactional)."""
         if self.cursor is None:
             self.cursor = await self.ledger.open_cursor(BUFFER_CURSOR, InitialPosition.LATEST)
+
+    async def _take_first_snapshot(self) -> None:
+        """The first snapshot, then the appends held behind it, in order (each failed if it fails)."""
+        try:
+            await self.prepare()
+        except Exception as exc:
+            log.warning("%s: first transaction buffer snapshot failed: %s", self.ledger.name, exc)
+            self._fail_held(exc)
+            return
+        except asyncio.CancelledError:
+            self._fail_held(ManagedLedgerError(f"{self.ledger.name} closed before its first transaction"))
+            raise
+        held, self.held = self.held or [], None
+        for txn, entries, callback in held:
+            self.append(txn, entries, callback)
+
+    def _fail_held(self, exc: Exception) -> None:
+        held, self.held = self.held or [], None
+        for _txn, _entries, callback in held:
+            callback(None, exc)
+
+    async def close(self) -> None:
+        """The topic closes: a first snapshot under way is given up and the appends behind it fail."""
+        await self._first_snapshot.close()
+        if self.held is not None:  # (its task was cancelled before it ran)
+            self._fail_held(ManagedLedgerError(f"{self.ledger.name} closed before its first transaction"))
 
     async def recover(self) -> None:
         """At load: the aborted set from the snapshot, then the entries after it."""
@@ -157,13 +197,26 @@ class TransactionBuffer:
 
     # -- publishing ----------------------------------------------------------------------------------
     def check_append(self, txn: TxnID) -> None:
-        """A transactional SEND may go in: the buffer is prepared and the transaction not ended here."""
-        if self.cursor is None:
-            raise NotAllowedError(f"Transaction {txn} did not add the partition {self.ledger.name} first")
+        """A transactional SEND may go in: the transaction has not ended here."""
         if txn in self.aborted or txn in self._committed:
             raise NotAllowedError(f"Transaction {txn} has already ended on {self.ledger.name}")
 
-    def append(self, txn: TxnID, entries: list[bytes], callback: AddCallback) -> None:
+    def append(self, txn: TxnID | None, entries: list[bytes], callback: AddCallback) -> None:
+        """Store the entries of a SEND (``txn`` None: an ordinary one, which comes here only while
+        the first snapshot is taken)."""
+        if self.held is not None:
+            self.held.append((txn, entries, callback))
+            return
+        if txn is None:
+            self.ledger.add_entries(entries, callback)
+            return
+        if self.cursor is None:
+            self.held = [(txn, entries, callback)]
+            self._first_snapshot.spawn(self._take_first_snapshot(), name=f"first snapshot of {self.ledger.name}")
+            return
+        if txn in self.aborted or txn in self._committed:  # (it ended while held behind the first snapshot)
+            callback(None, NotAllowedError(f"Transaction {txn} has already ended on {self.ledger.name}"))
+            return
         if txn not in self.ongoing:
             last = self.ledger.last_confirmed_entry
             self.ongoing[txn] = Position(last.ledger_id, last.entry_id + 1)

@@ -13,6 +13,8 @@ import signal
 from collections.abc import Awaitable, Callable
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -325,6 +327,135 @@ async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transact
         assert not (await cb.end_txn(txn, commit=True)).HasField("error")  # (B's coordinator knew it: open)
         assert (await ca.receive(30)).body == "out-0"
         assert (await cb.new_txn())[1] > txn[1]  # ids go on from the log: never reused
+    finally:
+        await ca.close()
+        await cb.close()
+
+
+async def take_topic(broker: BrokerInfo, topic: str) -> bool:
+    """An authoritative lookup of ``topic`` at ``broker``: it takes the bundle once nobody owns it."""
+    client = await connect(broker)
+    try:
+        return await take(client, broker, topic)
+    finally:
+        await client.close()
+
+
+async def test_producers_without_txn_enabled_on_another_broker_than_the_coordinator(txn_brokers: Brokers) -> None:
+    """The Go client's way: its producers never set txn_enabled and its SENDs carry the transaction in CommandSend
+    only. Topics on B, coordinator on A: B's topics are prepared by their first transactional SEND (Pulsar's first
+    snapshot), not refused; commit and abort are seen right. Then B is killed with kill -9 while a transaction is
+    open on a topic whose first transactional SEND it was: A takes the topic, and its buffer, recovered from the
+    snapshot that SEND took, still holds the transaction open, so its abort drops the message."""
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        out = await topic_on(cb, b, "go-out")
+        fresh = await topic_on(cb, b, "go-fresh")
+        assert not (await ca.tc_connect()).HasField("error")
+        await cb.subscribe(out, "check", 31)
+        await cb.subscribe(fresh, "check", 32)
+        await cb.producer(out, 3)
+        await cb.producer(fresh, 4)
+
+        committed = await ca.new_txn()
+        assert not (await ca.add_partitions(committed, out)).HasField("error")
+        assert (await cb.send(3, 0, "committed", committed, txn_in_metadata=False)).HasField("send_receipt")
+        aborted = await ca.new_txn()
+        assert not (await ca.add_partitions(aborted, out)).HasField("error")
+        assert (await cb.send(3, 1, "aborted", aborted, txn_in_metadata=False)).HasField("send_receipt")
+        assert (await cb.send(3, 2, "plain")).HasField("send_receipt")
+        with pytest.raises(TimeoutError):
+            await cb.receive(31, wait_s=QUIET_S)
+        assert not (await ca.end_txn(committed, commit=True)).HasField("error")
+        assert not (await ca.end_txn(aborted, commit=False)).HasField("error")
+        assert [m.body for m in await cb.receive_n(31, 2)] == ["committed", "plain"]
+
+        open_txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(open_txn, fresh)).HasField("error")
+        assert (await cb.send(4, 0, "open", open_txn, txn_in_metadata=False)).HasField("send_receipt")
+        assert (await cb.send(4, 1, "after")).HasField("send_receipt")
+        with pytest.raises(TimeoutError):
+            await cb.receive(32, wait_s=QUIET_S)
+        txn_brokers.kill(b)
+        await cb.close()
+
+        await until(lambda: take_topic(a, fresh), "A to take the topic of the killed broker")
+        await ca.subscribe(fresh, "check", 40)
+        with pytest.raises(TimeoutError):  # still open on A: it holds back what follows it
+            await ca.receive(40, wait_s=QUIET_S)
+        assert not (await ca.end_txn(open_txn, commit=False)).HasField("error")
+        assert [m.body for m in await ca.receive_n(40, 1)] == ["after"]
+        with pytest.raises(TimeoutError):
+            await ca.receive(40, wait_s=QUIET_S)
+    finally:
+        await ca.close()
+        await cb.close()
+
+
+def no_redirect(url: str) -> requests.Response:
+    return requests.get(url, allow_redirects=False, timeout=30)
+
+
+async def test_admin_v3_coordinator_reads_go_to_the_coordinators_broker(txn_brokers: Brokers) -> None:
+    """Coordinator 0 on A, a transaction producing to a topic of B and acknowledging on B's subscription. Asked of
+    B, as Pulsar's TransactionsBase answers: a read of coordinator 0 is a 307 to A; without coordinatorId,
+    coordinatorStats and slowTransactions gather A's answers; coordinators names A; the transaction's topic and
+    subscription are described by B, their owner, even when A answers. A topic read asked of A is a 307 to B.
+    pulsar_txn_* metrics: each broker its own coordinators (A lists coordinator 0, B does not)."""
+    a, b = txn_brokers.start(2)
+    ca, cb = await connect(a), await connect(b)
+    try:
+        assert await take(ca, a, ASSIGN_0)
+        out = await topic_on(cb, b, "admin-out")
+        in_topic = await topic_on(cb, b, "admin-in")
+        assert not (await ca.tc_connect()).HasField("error")
+        await cb.producer(in_topic, 1)
+        assert (await cb.send(1, 0, "in-0")).HasField("send_receipt")
+        await cb.subscribe(in_topic, "work", 10)
+        (msg,) = await cb.receive_n(10, 1)
+        await cb.producer(out, 2)
+        txn = await ca.new_txn(timeout_ms=300_000)
+        assert not (await ca.add_partitions(txn, out)).HasField("error")
+        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
+        receipt = await cb.send(2, 0, "out-0", txn)
+        assert not (await cb.ack(10, msg, txn=txn, cumulative=True)).HasField("error")
+        v3a, v3b = f"{a.web_url}/admin/v3/transactions", f"{b.web_url}/admin/v3/transactions"
+        most, least = txn
+
+        for path in ("coordinatorStats?coordinatorId=0", f"transactionMetadata/{most}/{least}",
+                     "slowTransactions/0?coordinatorId=0", "coordinatorInternalStats/0"):
+            moved = no_redirect(f"{v3b}/{path}")
+            assert moved.status_code == 307 and moved.headers["Location"].startswith(a.web_url), (path, moved.text)
+        assert http_json(f"{v3b}/coordinatorStats?coordinatorId=0")["ongoingTxnSize"] == 1  # (the 307 followed)
+        assert http_json(f"{v3b}/coordinatorStats") == {"0": http_json(f"{v3a}/coordinatorStats?coordinatorId=0")}
+        assert http_json(f"{v3b}/coordinators") == [{"id": 0, "brokerServiceUrl": a.service_url}]
+
+        position = receipt.send_receipt.message_id
+        metadata = http_json(f"{v3b}/transactionMetadata/{most}/{least}")
+        assert metadata["status"] == "OPEN"
+        assert metadata["producedPartitions"] == {
+            out: {"startPosition": f"{position.ledgerId}:{position.entryId}", "aborted": False}}
+        acked = msg.message_id
+        assert metadata["ackedPartitions"] == {
+            in_topic: {"work": {"cumulativeAckPosition": f"{acked.ledgerId}:{acked.entryId}"}}}
+        slow = http_json(f"{v3b}/slowTransactions/0")
+        assert list(slow) == [metadata["txnId"]] and slow[metadata["txnId"]] == metadata
+
+        local = out.removeprefix("persistent://")
+        moved = no_redirect(f"{v3a}/transactionBufferStats/{local}")
+        assert moved.status_code == 307 and moved.headers["Location"].startswith(b.web_url), moved.text
+        assert http_json(f"{v3a}/transactionBufferStats/{local}")["ongoingTxnSize"] == 1
+
+        def coordinators_in_metrics(broker: BrokerInfo) -> set[str]:
+            text = requests.get(f"{broker.web_url}/metrics", timeout=30).text
+            return {s.labels["coordinator_id"] for f in text_string_to_metric_families(text)
+                    if f.name == "pulsar_txn_active_count" for s in f.samples}
+
+        assert coordinators_in_metrics(a) == {"0"}
+        assert coordinators_in_metrics(b) == set()
+        assert not (await ca.end_txn(txn, commit=False)).HasField("error")
     finally:
         await ca.close()
         await cb.close()

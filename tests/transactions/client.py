@@ -46,6 +46,7 @@ class TxnWireClient:
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self.receipts: dict[tuple[int, int], asyncio.Future[pb.BaseCommand]] = {}
+        self.receipt_order: list[tuple[int, int]] = []  # (producer id, sequence id) as receipts and errors came
         self.messages: dict[int, asyncio.Queue[Message]] = {}
         self.closed_consumers: set[int] = set()
         self._task: asyncio.Task[None] | None = None
@@ -86,6 +87,7 @@ class TxnWireClient:
                 self.queue(cmd.message.consumer_id).put_nowait(Message(cmd.message, f.payload))
             elif cmd.type in (T.SEND_RECEIPT, T.SEND_ERROR):
                 body = cmd.send_receipt if cmd.type == T.SEND_RECEIPT else cmd.send_error
+                self.receipt_order.append((body.producer_id, body.sequence_id))
                 receipt = self.receipts.pop((body.producer_id, body.sequence_id), None)
                 if receipt is not None and not receipt.done():
                     receipt.set_result(cmd)
@@ -169,6 +171,11 @@ class TxnWireClient:
                    txn_in_metadata: bool = True, key: str | None = None) -> pb.BaseCommand:
         """A SEND; in a transaction the id goes in CommandSend and (as Java does, unlike Go)
         in the message metadata too unless ``txn_in_metadata`` is False."""
+        return await asyncio.wait_for(self.send_nowait(producer_id, seq, text, txn, txn_in_metadata, key), WAIT_S)
+
+    def send_nowait(self, producer_id: int, seq: int, text: str, txn: Txn | None = None,
+                    txn_in_metadata: bool = True, key: str | None = None) -> asyncio.Future[pb.BaseCommand]:
+        """``send`` written at once: the future of its receipt (several SENDs in one go)."""
         cmd = pb.BaseCommand(type=T.SEND)
         cmd.send.producer_id = producer_id
         cmd.send.sequence_id = seq
@@ -185,7 +192,7 @@ class TxnWireClient:
         fut: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
         self.receipts[(producer_id, seq)] = fut
         self.writer.write(commands.frame_with_payload(cmd, payload))
-        return await asyncio.wait_for(fut, WAIT_S)
+        return fut
 
     async def send_batch(self, producer_id: int, seq: int, texts: list[str]) -> pb.BaseCommand:
         """One SEND carrying a batch of ``texts`` (uncompressed)."""

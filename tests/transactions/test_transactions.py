@@ -226,11 +226,49 @@ async def test_timeout_aborts_the_transaction(broker: Broker, client: TxnWireCli
     assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
 
 
-async def test_send_without_add_partition_is_refused(client: TxnWireClient) -> None:
-    await client.producer(OUT2, 2)
-    txn = await client.new_txn()
-    receipt = await client.send(2, 0, "x", txn)
-    assert receipt.type == T.SEND_ERROR and receipt.send_error.error == E.NotAllowedError
+async def test_first_transactional_send_takes_the_first_snapshot_in_send_order(tmp_path: Path) -> None:
+    """A topic gets its buffer's snapshot cursor from its first transactional SEND (as Pulsar's first snapshot),
+    whoever told the coordinator about the topic and whether the producer said txn_enabled (the Go client does
+    not): it is not refused. SENDs written behind it in the same go, ordinary or not, wait for it and are stored
+    and receipted in SEND order. The snapshot sees the transaction's entry: after a restart the open transaction
+    still holds back what follows it."""
+    data = tmp_path / "data"
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.producer(OUT2, 2)  # (no txn_enabled, as the Go client)
+        assert (await c.send(2, 0, "plain-0")).HasField("send_receipt")
+        assert b.server is not None
+        topic = b.server.service.topics[OUT2]
+        assert isinstance(topic, PersistentTopic) and not topic.txn_buffer.prepared
+        txn = await c.new_txn()
+        sent = [c.send_nowait(2, 1, "plain-1"), c.send_nowait(2, 2, "txn-2", txn, txn_in_metadata=False),
+                c.send_nowait(2, 3, "plain-3"), c.send_nowait(2, 4, "txn-4", txn, txn_in_metadata=False),
+                c.send_nowait(2, 5, "plain-5")]
+        receipts = [await asyncio.wait_for(f, 10) for f in sent]
+        assert all(r.HasField("send_receipt") for r in receipts), receipts
+        assert c.receipt_order[-5:] == [(2, seq) for seq in range(1, 6)]
+        ids = [(r.send_receipt.message_id.ledgerId, r.send_receipt.message_id.entryId) for r in receipts]
+        assert ids == sorted(ids) and len(set(ids)) == 5
+        assert topic.txn_buffer.prepared
+        cursor = topic.ledger.cursors["pulsar.txn.buffer"]
+        assert cursor.mark_delete_position < Position(*ids[1])  # (the replay at load starts before txn-2)
+        # The coordinator hears of the topic after the SENDs (the Go client adds partitions concurrently).
+        assert not (await c.add_partitions(txn, OUT2)).HasField("error")
+        await c.subscribe(OUT2, "s", 11)
+        assert [m.body for m in await c.receive_n(11, 2)] == ["plain-0", "plain-1"]
+        await nothing_arrives(c, 11)
+        await c.close()
+    async with Broker(data_dir=data, transactionCoordinatorEnabled=True) as b:
+        c = await TxnWireClient.open(port_of(b))
+        await c.tc_connect()
+        await c.subscribe(OUT2, "s", 11)
+        # (not acknowledged: delivered again) and nothing more: the open transaction holds back what follows it
+        assert [m.body for m in await c.receive_n(11, 2)] == ["plain-0", "plain-1"]
+        await nothing_arrives(c, 11)
+        assert not (await c.end_txn(txn, commit=True)).HasField("error")
+        assert [m.body for m in await c.receive_n(11, 4)] == ["txn-2", "plain-3", "txn-4", "plain-5"]
+        await c.close()
 
 
 async def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path) -> None:

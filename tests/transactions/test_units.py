@@ -1,7 +1,11 @@
 """The pure parts of transactions: the status machine, pending acks (conflicts, batch indexes,
-their saved form) and the coordinator's log records."""
+their saved form), the coordinator's log records, and the buffer's replay and first snapshot."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -12,7 +16,8 @@ from broker.transactions.buffer import TransactionBuffer, txn_marker
 from broker.transactions.log import LogRecord
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
 from broker.transactions.pending_ack import PendingAcks
-from managed_ledger import MemoryManagedLedgerFactory, Position
+from managed_ledger import ManagedLedgerError, MemoryManagedLedgerFactory, Position
+from tests.waiting import eventually
 
 T1, T2 = TxnID(0, 1), TxnID(0, 2)
 P1, P2, P3 = Position(3, 1), Position(3, 2), Position(3, 3)
@@ -113,3 +118,77 @@ async def test_buffer_saves_aborts_found_by_its_replay_before_moving_past_them()
     await again.end(T2, commit=True)
     assert again.cursor is not None and again.cursor.mark_delete_position == ledger.last_confirmed_entry
     assert "aborted:0:1" in again.cursor.properties  # saved with the mark-delete that passed its marker
+
+
+def _txn_entry(txn: TxnID, seq: int) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1,
+                            txnid_most_bits=txn.most, txnid_least_bits=txn.least)
+    return build_entry(md.SerializeToString(), b"x")
+
+
+class _Results:
+    """What each append's callback heard, in the order the callbacks ran."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Position | None, BaseException | None]] = []
+
+    def callback(self, name: str) -> Callable[[Position | None, BaseException | None], None]:
+        return lambda position, exc: self.got.append((name, position, exc))
+
+
+async def _gated_buffer(monkeypatch: pytest.MonkeyPatch) -> tuple[TransactionBuffer, asyncio.Event, list[str]]:
+    """A buffer whose snapshot cursor is created only once the event is set (or fails, when the list says so)."""
+    ledger = await MemoryManagedLedgerFactory().open("t")
+    ledger.add_entry(build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+                                 .SerializeToString(), b"plain-0"), lambda *_: None)
+    gate, fail = asyncio.Event(), list[str]()
+    real = ledger.open_cursor
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()
+        if fail:
+            raise ManagedLedgerError(fail[0])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "open_cursor", gated)
+    return TransactionBuffer(ledger), gate, fail
+
+
+async def test_first_snapshot_holds_every_append_behind_it_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer, gate, _ = await _gated_buffer(monkeypatch)
+    ledger, results = buffer.ledger, _Results()
+    buffer.append(T1, [_txn_entry(T1, 1)], results.callback("txn-1"))
+    buffer.append(None, [b"plain-2"], results.callback("plain-2"))
+    buffer.append(T2, [_txn_entry(T2, 3)], results.callback("txn-3"))
+    assert buffer.held is not None and len(buffer.held) == 3
+    assert ledger.number_of_entries == 1 and results.got == []  # (nothing stored before the snapshot)
+    gate.set()
+    await eventually(lambda: len(results.got) == 3, "the held appends stored")
+    assert [name for name, _, _ in results.got] == ["txn-1", "plain-2", "txn-3"]
+    positions = [p for _, p, _ in results.got]
+    assert all(p is not None for p in positions) and positions == sorted(p for p in positions if p is not None)
+    assert buffer.held is None and buffer.cursor is not None
+    assert positions[0] is not None and buffer.cursor.mark_delete_position < positions[0]
+    assert buffer.read_limit() == positions[0]  # T1 open: it holds the limit at its first entry
+
+
+async def test_first_snapshot_failing_or_given_up_fails_the_appends_behind_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer, gate, fail = await _gated_buffer(monkeypatch)
+    results = _Results()
+    fail.append("no space")
+    buffer.append(T1, [_txn_entry(T1, 1)], results.callback("txn-1"))
+    buffer.append(None, [b"plain-2"], results.callback("plain-2"))
+    gate.set()
+    await eventually(lambda: len(results.got) == 2, "the held appends failed")
+    assert [(name, p, str(exc)) for name, p, exc in results.got] == [("txn-1", None, "no space"),
+                                                                      ("plain-2", None, "no space")]
+    assert buffer.held is None and buffer.cursor is None and buffer.ledger.number_of_entries == 1
+    # The next transactional SEND tries again; the topic closing meanwhile fails it and what waits behind it.
+    fail.clear()
+    gate.clear()
+    buffer.append(T2, [_txn_entry(T2, 3)], results.callback("txn-3"))
+    buffer.append(None, [b"plain-4"], results.callback("plain-4"))
+    await buffer.close()
+    assert [name for name, p, exc in results.got[2:] if p is None and isinstance(exc, ManagedLedgerError)] == [
+        "txn-3", "plain-4"]
+    assert buffer.held is None and buffer.cursor is None and buffer.ledger.number_of_entries == 1
