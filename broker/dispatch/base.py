@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from abc import ABC, abstractmethod
 
@@ -117,9 +118,13 @@ class Dispatcher(ConsumerMembers, ABC):
     def _read_more(self) -> None: ...
 
     def entries_to_read(self, permits: int) -> int:
-        """How many entries a read for ``permits`` messages should ask for (at least one)."""
+        """How many entries a read for ``permits`` messages should ask for (at least one).
+
+        Rounded up, as Pulsar's ``calculateToRead``: the entry that does not fit whole goes out
+        anyway (permits may go negative by less than one entry), so rounding down only cost a
+        second read for it, once per FLOW."""
         avg = self.avg_messages_per_entry
-        return max(1, min(self.max_read_batch, int(permits / avg) if avg > 1 else permits))
+        return max(1, min(self.max_read_batch, math.ceil(permits / avg) if avg > 1 else permits))
 
     def read_size(self, permits: int) -> tuple[int, int | None] | None:
         """(entries, max bytes or None) for a read on behalf of ``permits`` messages, within the
