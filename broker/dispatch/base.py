@@ -34,7 +34,7 @@ from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
 from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
-from broker.protocol.entry import EntryMeta, entry_meta
+from broker.protocol.entry import EntryMeta
 from managed_ledger import Entry, ManagedCursor, Position
 
 log = logging.getLogger(__name__)
@@ -217,8 +217,9 @@ class Dispatcher(ConsumerMembers, ABC):
         out: list[tuple[Entry, EntryMeta]] = []
         markers: list[Position] = []
         held = self.context.held
+        parse = self.context.entry_meta
         for e in entries:
-            meta = entry_meta(e.data)
+            meta = parse(e)
             if meta.is_marker:
                 markers.append(e.position)
                 if meta.marker_type == SNAPSHOT_MARKER:
