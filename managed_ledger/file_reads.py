@@ -165,8 +165,16 @@ class EntryReader:
             d = next(data)
             found[i] = Entry(positions[i], d)
             cache.put(owner, positions[i], d)
-        for p, d in zip(ahead, data, strict=True):
-            cache.put(owner, p, d)
+        if not ahead:
+            return
+        rest = list(data)
+        if len(rest) != len(ahead):
+            raise ManagedLedgerError(f"read ahead returned {len(rest)} entries for {len(ahead)}")
+        if any(cache.contains(owner, p) for p in ahead):  # another read cached some meanwhile
+            for p, d in zip(ahead, rest, strict=True):
+                cache.put(owner, p, d)
+        else:
+            cache.put_run(owner, ahead[0], rest)  # consecutive ids of one ledger (_ahead)
 
     async def read(self, position: Position) -> Entry:
         """One stored entry (the caller checked that it is stored)."""
