@@ -9,6 +9,7 @@ import pytest
 from broker.dispatch import entry_metas
 from broker.dispatch.entry_metas import SHARED_ENTRY_METAS, SharedEntryMetas
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import EntryMeta, entry_meta
 from managed_ledger import Entry, Position
 
 
@@ -21,11 +22,10 @@ def entry(ledger: int, entry_id: int, batch: int) -> Entry:
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     seen: list[bytes] = []
-    real = entry_metas.entry_meta
 
-    def counting(data: bytes) -> entry_metas.EntryMeta:
+    def counting(data: bytes) -> EntryMeta:
         seen.append(data)
-        return real(data)
+        return entry_meta(data)
 
     monkeypatch.setattr(entry_metas, "entry_meta", counting)
     return seen
