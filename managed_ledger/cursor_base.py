@@ -282,16 +282,29 @@ class BaseCursor(ManagedCursor):
         ledger_map = self._ledger._map
         last = self._ledger.last_confirmed_entry
         mark_delete = record.mark_delete
-        added = False
+        deleted = record.individually_deleted
+        batch_acks = record.batch_acks
+        added = 0
+        # Runs of consecutive entry ids go into the set as one range (an ACK's ids come sorted:
+        # the client groups them), not one insert each.
+        run_ledger = run_first = run_last = -1
         for p in positions:
             if mark_delete < p <= last and ledger_map.is_entry(p):
-                added = record.individually_deleted.add(p) or added
-                if record.batch_acks:
-                    record.batch_acks.pop(p, None)
+                ledger_id, entry_id = p
+                if ledger_id == run_ledger and entry_id == run_last + 1:
+                    run_last = entry_id
+                else:
+                    if run_ledger >= 0:
+                        added += deleted.add_range(run_ledger, run_first, run_last)
+                    run_ledger, run_first, run_last = ledger_id, entry_id, entry_id
+                if batch_acks:
+                    batch_acks.pop(p, None)
+        if run_ledger >= 0:
+            added += deleted.add_range(run_ledger, run_first, run_last)
         if not added:
             return
         self._touch()
-        first = record.individually_deleted.first_range()
+        first = deleted.first_range()
         if first is not None and first[0] == ledger_map.next_valid(mark_delete):
             self._move_mark_delete(first[1])
         else:

@@ -17,6 +17,7 @@ reopening it recovers too.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections import deque
@@ -72,7 +73,8 @@ class FileManagedLedger(StoredManagedLedger):
         self._indexes: dict[int, SegmentIndex] = {}
         self._paths: dict[int, str] = {}  # segment file of each ledger
         self._reader = EntryReader(factory._next_instance_id(), self._locate, factory.cache, factory.pool,
-                                   factory.fs, factory.stats, page_cache_reads=factory.page_cache_reads)
+                                   factory.fs, factory.stats, page_cache_reads=factory.page_cache_reads,
+                                   following=self._following)
         self._fenced = False
         self._recovering = False
         self._last_recovery = float("-inf")  # loop.time() of the last recovery attempt
@@ -247,6 +249,27 @@ class FileManagedLedger(StoredManagedLedger):
 
     def _locate(self, position: Position) -> tuple[str, tuple[int, int]]:
         return self._segment_path(position.ledger_id), self._indexes[position.ledger_id].span(position.entry_id)
+
+    def _following(self, position: Position, max_entries: int, max_bytes: int) -> list[Position]:
+        """Up to ``max_entries`` positions after ``position`` in its ledger, within ``max_bytes`` of
+        data, none past the last confirmed entry (what a read ahead may read)."""
+        index = self._indexes.get(position.ledger_id)
+        if index is None:
+            return []
+        last = self._last_confirmed
+        if position.ledger_id > last.ledger_id:
+            return []
+        end = last.entry_id if position.ledger_id == last.ledger_id else index.entries - 1
+        end = min(end, position.entry_id + max_entries)
+        first = position.entry_id + 1
+        if end < first:
+            return []
+        # The byte bound counts record headers too: it bounds what the pread reads. At least one.
+        offsets = index.offsets
+        fits = bisect.bisect_right(offsets, offsets[first] + max_bytes, first + 1, end + 2) - 2
+        end = max(first, min(end, fits))
+        ledger_id = position.ledger_id
+        return [Position(ledger_id, e) for e in range(first, end + 1)]
 
     def _segment_path(self, ledger_id: int) -> str:
         path = self._paths.get(ledger_id)

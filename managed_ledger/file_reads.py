@@ -12,13 +12,20 @@ cursor's completion order first, so a later cache hit of the same cursor cannot 
 the pool thread (pure I/O: open, one pread per run of consecutive records, CRC checks) hands the
 bytes back with ``call_soon_threadsafe``. The loop then fills the reservation, and the entries go
 into the cache.
+
+A sequential read that misses reads ahead: the entries after it in the same ledger (up to
+``READ_AHEAD_ENTRIES`` / ``READ_AHEAD_BYTES``, none past the last confirmed entry) come in the
+same pread and go into the cache, so the reads that follow (a consumer asks for a few entries per
+FLOW) are cache hits completed on the loop instead of one worker hand-off each. BookKeeper's
+DbLedgerStorage does the same after a read-cache miss (``dbStorage_readAheadCacheBatchSize``).
+Replays (positions picked out of order) do not read ahead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import cast
@@ -36,6 +43,14 @@ from managed_ledger.stats import FileLedgerStats
 Span = tuple[int, int]  # (offset, record length) in a segment file
 ReadJob = tuple[str, int, list[Span]]  # (segment path, first offset, spans of consecutive records)
 Locate = Callable[[Position], tuple[str, Span]]  # where an entry is: (segment path, span)
+# The stored positions after a position in its ledger, up to (entries, bytes), none unconfirmed.
+Following = Callable[[Position, int, int], list[Position]]
+
+# Read-ahead after a miss of a sequential read. 100 entries is BookKeeper's DbLedgerStorage
+# default read-ahead batch; the byte bound keeps one read-ahead a small share of the cache (and a
+# worker's pread short) when entries are large batches.
+READ_AHEAD_ENTRIES = 100
+READ_AHEAD_BYTES = 1 << 20
 
 
 class EntryReader:
@@ -51,6 +66,7 @@ class EntryReader:
         stats: FileLedgerStats,
         *,
         page_cache_reads: bool = False,
+        following: Following | None = None,
     ) -> None:
         self._owner = owner  # cache key prefix: unique per managed-ledger instance
         self._locate = locate
@@ -59,6 +75,9 @@ class EntryReader:
         self._fs = fs
         self._stats = stats
         self._page_cache_reads = page_cache_reads
+        self._following = following
+        # Bound the read-ahead by the cache too: it must not push out what readers need now.
+        self._ahead_bytes = min(READ_AHEAD_BYTES, cache.max_bytes // 16)
         self._loop = asyncio.get_running_loop()
 
     def remember(self, first: Position, data: list[bytes]) -> None:
@@ -91,14 +110,13 @@ class EntryReader:
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
         stats.cache_misses_total += len(missing)
-        jobs = self._jobs([positions[i] for i in missing])
+        wanted = [positions[i] for i in missing]
+        ahead = self._ahead(positions[-1]) if on_fail is not None else []
+        jobs = self._jobs(wanted + ahead)
         cached = read_from_page_cache(self._fs, jobs) if self._page_cache_reads else None
         if cached is not None:
             stats.page_cache_reads_total += 1
-            for i, data in zip(missing, itertools.chain.from_iterable(cached), strict=True):
-                found[i] = Entry(positions[i], data)
-                cache.put(owner, positions[i], data)
-                stats.cache_miss_bytes_total += len(data)
+            self._take(positions, found, missing, ahead, itertools.chain.from_iterable(cached))
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
         fill = completer.reserve()
@@ -112,10 +130,7 @@ class EntryReader:
                     on_fail()
                 fill(partial(callback, [], _read_error(exc)))
                 return
-            for i, data in zip(missing, itertools.chain.from_iterable(result.result()), strict=True):
-                found[i] = Entry(positions[i], data)
-                cache.put(owner, positions[i], data)
-                stats.cache_miss_bytes_total += len(data)
+            self._take(positions, found, missing, ahead, itertools.chain.from_iterable(result.result()))
             fill(partial(callback, cast("list[Entry]", found), None))
 
         loop = self._loop
@@ -128,6 +143,43 @@ class EntryReader:
 
         self._pool.submit(read_from_disk, self._fs, jobs).add_done_callback(posted)
         return True
+
+    def _ahead(self, last: Position) -> list[Position]:
+        """The positions to read ahead after ``last`` (a sequential read's last one): those that
+        follow it in its ledger, up to the first one already cached."""
+        if self._following is None or self._ahead_bytes <= 0:
+            return []
+        cache, owner = self._cache, self._owner
+        out: list[Position] = []
+        for p in self._following(last, READ_AHEAD_ENTRIES, self._ahead_bytes):
+            if cache.contains(owner, p):
+                break
+            out.append(p)
+        if out:
+            self._stats.read_ahead_entries_total += len(out)
+        return out
+
+    def _take(self, positions: list[Position], found: list[Entry | None], missing: list[int],
+              ahead: list[Position], data: Iterator[bytes]) -> None:
+        """On the loop: fill the missed entries from ``data`` (disk order: the missed ones, then the
+        read-ahead) and cache all of it."""
+        cache, owner, stats = self._cache, self._owner, self._stats
+        for i in missing:
+            d = next(data)
+            found[i] = Entry(positions[i], d)
+            cache.put(owner, positions[i], d)
+            stats.cache_miss_bytes_total += len(d)
+        if not ahead:
+            return
+        rest = list(data)
+        stats.cache_miss_bytes_total += sum([len(d) for d in rest])  # (read from storage too)
+        if len(rest) != len(ahead):
+            raise ManagedLedgerError(f"read ahead returned {len(rest)} entries for {len(ahead)}")
+        if any(cache.contains(owner, p) for p in ahead):  # another read cached some meanwhile
+            for p, d in zip(ahead, rest, strict=True):
+                cache.put(owner, p, d)
+        else:
+            cache.put_run(owner, ahead[0], rest)  # consecutive ids of one ledger (_ahead)
 
     async def read(self, position: Position) -> Entry:
         """One stored entry (the caller checked that it is stored)."""

@@ -65,6 +65,10 @@ class ReadCache:
         self._entries.move_to_end(key)
         return Entry(position, data)
 
+    def contains(self, owner: int, position: Position) -> bool:
+        """Whether the entry is cached (without touching its place in the LRU order)."""
+        return (owner, position[0], position[1]) in self._entries
+
     def put(self, owner: int, position: Position, data: bytes) -> None:
         cost = len(data) + ENTRY_OVERHEAD
         if cost > self.max_bytes:

@@ -90,6 +90,8 @@ class FileLedgerStats:
     cache_miss_bytes_total: int = 0
     # Reads of missed entries served on the loop from the OS page cache (no worker thread).
     page_cache_reads_total: int = 0
+    # Entries read ahead after a miss of a sequential read (into the cache, for the reads after it).
+    read_ahead_entries_total: int = 0
     fsync_latency: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
     group_commit_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -9,4 +9,5 @@ from above comes through one ``DispatchContext`` (context.py).
   key_selector.py (Key_Shared ownership): persistent dispatchers, one module per type
 - nonpersistent.py: the four dispatchers of non-persistent topics
 - factory.py: which dispatcher a subscription gets
+- entry_metas.py: entry metadata parsed once per topic for all its subscriptions (fan-out)
 """

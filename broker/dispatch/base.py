@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from abc import ABC, abstractmethod
 
@@ -33,7 +34,7 @@ from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
 from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
-from broker.protocol.entry import EntryMeta, entry_meta
+from broker.protocol.entry import EntryMeta
 from managed_ledger import Entry, ManagedCursor, Position
 
 log = logging.getLogger(__name__)
@@ -117,9 +118,13 @@ class Dispatcher(ConsumerMembers, ABC):
     def _read_more(self) -> None: ...
 
     def entries_to_read(self, permits: int) -> int:
-        """How many entries a read for ``permits`` messages should ask for (at least one)."""
+        """How many entries a read for ``permits`` messages should ask for (at least one).
+
+        Rounded up, as Pulsar's ``calculateToRead``: the entry that does not fit whole goes out
+        anyway (permits may go negative by less than one entry), so rounding down only cost a
+        second read for it, once per FLOW."""
         avg = self.avg_messages_per_entry
-        return max(1, min(self.max_read_batch, int(permits / avg) if avg > 1 else permits))
+        return max(1, min(self.max_read_batch, math.ceil(permits / avg) if avg > 1 else permits))
 
     def read_size(self, permits: int) -> tuple[int, int | None] | None:
         """(entries, max bytes or None) for a read on behalf of ``permits`` messages, within the
@@ -212,8 +217,9 @@ class Dispatcher(ConsumerMembers, ABC):
         out: list[tuple[Entry, EntryMeta]] = []
         markers: list[Position] = []
         held = self.context.held
+        parse = self.context.entry_meta
         for e in entries:
-            meta = entry_meta(e.data)
+            meta = parse(e)
             if meta.is_marker:
                 markers.append(e.position)
                 if meta.marker_type == SNAPSHOT_MARKER:

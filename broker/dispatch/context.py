@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import EntryMeta, entry_meta
 from managed_ledger import Entry, Position
 
 
@@ -169,6 +170,10 @@ def _no_limit() -> Position | None:
     return None
 
 
+def _parse_entry_meta(entry: Entry) -> EntryMeta:
+    return entry_meta(entry.data)
+
+
 def _not_aborted(most: int, least: int) -> bool:
     return False
 
@@ -208,3 +213,6 @@ class DispatchContext:
     # ... and the batch indexes open transactions acknowledged in an entry (ack_set words, bit set =
     # not acknowledged by any of them), left out when it is delivered; None when there are none.
     held_indexes: Callable[[Position], list[int] | None] | None = None
+    # An entry's parsed metadata: the topic's ``SharedEntryMetas`` (entry_metas.py) parses each
+    # entry once for all its subscriptions; by default each read parses its own.
+    entry_meta: Callable[[Entry], EntryMeta] = _parse_entry_meta

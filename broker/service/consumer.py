@@ -143,19 +143,20 @@ class Consumer:
         nbytes = 0
         pending = self.pending_acks
         strip = self.strip_broker_meta
+        header = commands.message_header
         for entry, messages, redelivery_count, ack_set in batch:
             pos = entry.position
             data = entry.data
+            nbytes += len(data)
             if strip and data[:2] == BROKER_ENTRY_METADATA_HEAD:
                 data = skip_broker_entry_metadata(data)
-            frames.append(commands.message(cid, pos.ledger_id, pos.entry_id, partition, redelivery_count,
-                                           data, ack_set))
+            # The entry goes out as its own buffer of the writev: never copied into a frame.
+            frames += (header(cid, pos[0], pos[1], partition, redelivery_count, len(data), ack_set), data)
             self.unacked_messages += messages - pending.get(pos, 0)
             pending[pos] = messages
             sent += messages
-            nbytes += len(entry.data)
         if frames:
-            self.cnx.write(b"".join(frames))
+            self.cnx.write_many(frames)
             self.msg_out += sent
             self.bytes_out += nbytes
             self.last_consumed = time.time()

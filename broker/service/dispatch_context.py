@@ -50,6 +50,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         txn_aborted=topic.txn_buffer.is_aborted,
         held=sub.pending_acks.holds if sub.pending_acks is not None else None,
         held_indexes=sub.pending_acks.held_indexes if sub.pending_acks is not None else None,
+        entry_meta=topic.entry_metas.get,
     )
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
+from broker.dispatch.entry_metas import SharedEntryMetas
 from broker.errors import (
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -61,6 +62,9 @@ class PersistentTopic(AbstractTopic):
         # Transactional entries wait here until their transaction ends (recovered when it loads).
         self.txn_buffer = TransactionBuffer(ledger)
         self.subscriptions: dict[str, Subscription] = {}
+        # Entry metadata parsed once for all subscriptions while there are several.
+        subscriptions = self.subscriptions
+        self.entry_metas = SharedEntryMetas(lambda: len(subscriptions) > 1)
         # The dispatch rate limit all its subscriptions share (each has its own too).
         policies = service.policies
         self.dispatch_rate = DispatchRate(service.metadata, lambda: policies.get(name, TOPIC_DISPATCH_RATE).as_tuple(),

@@ -42,6 +42,9 @@ class FakeCnx:
     def write(self, data: bytes) -> None:
         self.frames += 1
 
+    def write_many(self, frames: list[bytes]) -> None:
+        self.frames += 1
+
     def consumer_closed_by_broker(self, consumer: Consumer) -> None:
         pass
 

@@ -897,3 +897,65 @@ async def test_a_read_that_would_wait_for_the_disk_goes_to_a_worker_and_keeps_it
     assert [e.data for e in await first] == [b"m%d" % i for i in range(4)]
     assert done == ["first", "second"] and calls == 2
     await factory.close()
+
+
+# -- read-ahead after a miss ------------------------------------------------------------------------
+
+
+def count_submits(factory: FileManagedLedgerFactory, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    submitted: list[object] = []
+    real_submit = factory.pool.submit
+
+    def submit(*args: Any, **kwargs: Any) -> Any:
+        submitted.append(args)
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(factory.pool, "submit", submit)
+    return submitted
+
+
+async def test_a_sequential_read_that_misses_reads_ahead_into_the_cache(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await add_all(ml, 30)  # no active cursor: nothing of it is cached
+    assert len(factory.cache) == 0
+    submitted = count_submits(factory, monkeypatch)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    data = [e.data for e in await cursor.read_entries_async(3)]
+    assert len(submitted) == 1 and factory.stats.read_ahead_entries_total == 27
+    while len(data) < 30:  # the rest: cache hits, no worker thread
+        data += [e.data for e in await cursor.read_entries_async(4)]
+    assert data == [b"m%d" % i for i in range(30)] and len(submitted) == 1
+    await factory.close()
+
+
+async def test_read_ahead_stops_at_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from managed_ledger import file_reads
+    monkeypatch.setattr(file_reads, "READ_AHEAD_ENTRIES", 5)
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await add_all(ml, 20)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    assert len(await cursor.read_entries_async(2)) == 2
+    assert factory.stats.read_ahead_entries_total == 5  # entries 2-6
+    assert len(await cursor.read_entries_async(10)) == 10  # 2-6 cached; 7-11 missed, 12-16 read ahead
+    assert factory.stats.read_ahead_entries_total == 10
+    # Never past the last confirmed entry, and the byte bound keeps at least one entry.
+    assert ml._following(Position(ml.last_confirmed_entry.ledger_id, 18), 100, 1 << 20) == [
+        Position(ml.last_confirmed_entry.ledger_id, 19)]
+    assert ml._following(ml.last_confirmed_entry, 100, 1 << 20) == []
+    assert len(ml._following(Position(ml.last_confirmed_entry.ledger_id, 0), 100, 1)) == 1
+    await factory.close()
+
+
+async def test_replays_do_not_read_ahead(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    positions = await add_all(ml, 10)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    done: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+    cursor.replay_entries([positions[2]], lambda es, exc: done.set_result(es))
+    assert [e.data for e in await done] == [b"m2"]
+    assert factory.stats.read_ahead_entries_total == 0 and len(factory.cache) == 1
+    await factory.close()

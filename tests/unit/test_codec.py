@@ -237,6 +237,8 @@ def test_hand_encoded_message_matches_protobuf(consumer_id: int, ledger: int, en
                                                redelivery: int, payload: bytes, ack_set: list[int] | None) -> None:
     expected = commands.message_protobuf(consumer_id, ledger, entry, partition, redelivery, payload, ack_set)
     assert commands.message(consumer_id, ledger, entry, partition, redelivery, payload, ack_set) == expected
+    header = commands.message_header(consumer_id, ledger, entry, partition, redelivery, len(payload), ack_set)
+    assert header + payload == expected
 
 
 def test_lookup_redirect_frame() -> None:

@@ -1,0 +1,173 @@
+"""The broker's consume path in one process, without sockets: CPU per message of dispatch + storage.
+
+A file-ledger backlog of batch entries (136 messages of 100 B each, ~14 KB, as the official client
+batches them in bench/compare.py), read by an Exclusive dispatcher (``consume``) or by ten Shared
+subscriptions (``fanout``) into a fake connection; the fake client acknowledges what it got and gives
+back 500 permits per 500 messages (the official client's FLOW for a receiver queue of 1000). It
+prints the loop thread's and the whole process's CPU per delivered message.
+
+What it leaves out (socket writes, frame decoding, the ACK and FLOW commands) is the same for every
+version of the dispatch code, so on a machine too busy for bench/compare.py to show a difference of
+this size, alternating runs of two checkouts still compare their dispatch and storage work:
+
+    PYTHONPATH=<checkout> python -m bench.dispatch_cycle consume
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import struct
+import tempfile
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import uvloop
+
+from broker.dispatch.base import Dispatcher
+from broker.dispatch.context import DispatchContext, DispatchPolicy
+from broker.dispatch.shared import SharedDispatcher
+from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.consumer import Consumer
+from managed_ledger import InitialPosition, Position
+from managed_ledger.file import FileManagedLedgerFactory
+
+BATCH = 136  # messages per entry
+PAYLOAD = 105  # bytes per message in a batch (100 B + its single-message metadata)
+FLOW = 500  # permits the client gives back per 500 messages received (receiver queue 1000)
+
+
+class FakeConnection:
+    """Counts what is written and wakes the fake client (one callback per loop turn)."""
+
+    writable = True
+    remote_address = "bench"
+    client_version = "bench"
+    keeps_broker_entry_metadata = False
+
+    def __init__(self, on_write: Any) -> None:
+        self.bytes = 0
+        self._on_write = on_write
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        self.bytes += len(data)
+        self._poke()
+
+    def write_many(self, frames: list[bytes]) -> None:
+        self.bytes += sum(map(len, frames))
+        self._poke()
+
+    def _poke(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        self._on_write()
+
+
+class FakeClient:
+    """Takes what was sent, acknowledges it, and gives back FLOW permits per FLOW messages."""
+
+    def __init__(self, dispatcher: Dispatcher, cursor: Any, total: int) -> None:
+        self.dispatcher = dispatcher
+        self.cursor = cursor
+        self.total = total
+        self.consumer: Consumer | None = None
+        self.done: Any = None
+        self.seen = 0
+        self.finished = False
+
+    def received(self) -> None:
+        c = self.consumer
+        assert c is not None
+        got = c.msg_out - self.seen
+        if got >= FLOW or (got and c.permits <= 0):
+            acked = sorted(c.pending_acks)
+            for p in acked:
+                c.remove_pending(p)
+            self.cursor.delete(acked)
+            self.dispatcher.on_acked(acked)
+            self.seen = c.msg_out
+            self.dispatcher.flow(c, FLOW)
+        if c.msg_out >= self.total and not self.finished:
+            self.finished = True
+            self.done()
+
+
+def batch_entry() -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=BATCH)
+    meta = md.SerializeToString()
+    return struct.pack(">I", len(meta)) + meta + b"x" * (BATCH * PAYLOAD)
+
+
+async def run(mode: str, entries: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        factory = FileManagedLedgerFactory(tmp)
+        ml = await factory.open("t")
+        subscriptions = 1 if mode == "consume" else 10
+        cursors = [await ml.open_cursor(f"s{i}", InitialPosition.EARLIEST) for i in range(subscriptions)]
+        for cursor in cursors:
+            cursor.set_active(False)  # a backlog: written while nobody reads (so not in the read cache)
+        stored = asyncio.Event()
+        count = 0
+
+        def added(position: Position | None, exc: BaseException | None) -> None:
+            nonlocal count
+            count += 1
+            if count == entries:
+                stored.set()
+
+        data = batch_entry()
+        for _ in range(entries):
+            ml.add_entry(data, added)
+        await stored.wait()
+
+        loop = asyncio.get_running_loop()
+        finished = asyncio.Event()
+        clients: list[FakeClient] = []
+
+        def done() -> None:
+            if all(c.finished for c in clients):
+                finished.set()
+
+        process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+        for i, cursor in enumerate(cursors):
+            cursor.set_active(True)
+            context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100,
+                                      policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
+                                                                    max_unacked_per_subscription=0))
+            dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)
+                                      if mode == "consume" else SharedDispatcher(context, cursor))
+            client = FakeClient(dispatcher, cursor, entries * BATCH)
+            consumer = Consumer(FakeConnection(client.received), i, f"c{i}",  # type: ignore[arg-type]
+                                pb.CommandSubscribe.Exclusive, 0, SimpleNamespace(name=f"s{i}"), -1, {})
+            client.consumer = consumer
+            client.done = done
+            dispatcher.add_consumer(consumer)
+            dispatcher.flow(consumer, 2 * FLOW)
+            clients.append(client)
+        await finished.wait()
+        for c in clients:
+            c.dispatcher.close()
+        messages = entries * BATCH * subscriptions
+        print(f"{mode}: {1e6 * (time.thread_time() - thread0) / messages:.3f} us/msg on the loop, "
+              f"{1e6 * (time.process_time() - process0) / messages:.3f} us/msg in the process, "
+              f"{messages / (time.perf_counter() - wall0):,.0f} msg/s", flush=True)
+        await factory.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("mode", choices=("consume", "fanout"))
+    p.add_argument("--entries", type=int, default=1500, help="backlog entries (of 136 messages each)")
+    args = p.parse_args()
+    uvloop.run(run(args.mode, args.entries if args.mode == "consume" else args.entries // 3))
+
+
+if __name__ == "__main__":
+    main()
