@@ -28,7 +28,7 @@ from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.remote_producer import _address as parse_url
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, SingleFlight
 from broker.transactions.model import TxnID
 from broker.version import __version__
 
@@ -200,7 +200,7 @@ class TxnBufferClient:
                 cafile=config.brokerClientTrustCertsFilePath or config.tlsTrustCertsFilePath or None)
             self._context.check_hostname = False  # (Pulsar's broker clients do not check host names by default)
         self._links: dict[str, _BrokerLink] = {}
-        self._opening: dict[str, asyncio.Future[_BrokerLink]] = {}
+        self._opening: SingleFlight[str, _BrokerLink] = SingleFlight("transaction buffer client: links being opened")
         self._owners: dict[str, str] = {}  # topic -> its owner's URL, as last looked up
         self._ids = itertools.count(1)
         self._closing = OwnedTasks("transaction buffer client: links being closed")
@@ -277,32 +277,23 @@ class TxnBufferClient:
         link = self._links.get(url)
         if link is not None and not link.closed:
             return link
-        opening = self._opening.get(url)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        future: asyncio.Future[_BrokerLink] = asyncio.get_running_loop().create_future()
-        self._opening[url] = future
-        try:
-            link = _BrokerLink(url, self._credentials, self._context)
-            await link.open()
-            if self.closed:
-                await link.aclose()
-                raise TxnBufferClientError("the transaction buffer client is closed")
-            old = self._links.get(url)
-            if old is not None:
-                self._closing.spawn(old.aclose(), name=f"close link to {url}")
-            self._links[url] = link
-            future.set_result(link)
-            return link
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._opening[url]
+        return await self._opening.run(url, lambda: self._open_link(url))
+
+    async def _open_link(self, url: str) -> _BrokerLink:
+        link = _BrokerLink(url, self._credentials, self._context)
+        await link.open()
+        if self.closed:
+            await link.aclose()
+            raise TxnBufferClientError("the transaction buffer client is closed")
+        old = self._links.get(url)
+        if old is not None:
+            self._closing.spawn(old.aclose(), name=f"close link to {url}")
+        self._links[url] = link
+        return link
 
     async def close(self) -> None:
         self.closed = True
+        await self._opening.close()
         links = list(self._links.values())
         self._links.clear()
         await asyncio.gather(*(link.aclose() for link in links), return_exceptions=True)
