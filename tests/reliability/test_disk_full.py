@@ -1,8 +1,7 @@
 """A broker whose data directory is on a small file system that fills up (issue 23, item 1).
 
-The broker runs on an 8 MB tmpfs of its own (a private mount namespace: tests/reliability/
-limited_broker.py); the test fills the tmpfs with a ballast file through /proc/<pid>/root and
-frees it again. With the official client:
+The broker runs on an 8 MB tmpfs of its own (a private mount namespace: tests/full_disk.py); the
+test fills the tmpfs with a ballast file through /proc/<pid>/root and frees it again. With the official client:
 
 - while the store cannot write, every send fails with the client's send timeout (the broker holds
   refused adds for managedLedgerDiskFullAddHoldSeconds, then answers SendError PersistenceError),
@@ -25,7 +24,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.reliability.limited_broker import LimitedBroker, fill, private_mounts_unavailable
+from tests.full_disk import private_mounts_unavailable
+from tests.reliability.limited_broker import LimitedBroker
 from tests.waiting import wait_for
 
 TOPIC = "persistent://public/default/disk-full"
@@ -69,13 +69,13 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
             producer.send(message(i))
             receipted.append(message(i))
 
-        ballast = b.volume / "ballast"
+        ballast = b.ballast
         if mode == "floor":
-            fill(ballast, until_usage=0.7)
+            ballast.fill(until_usage=0.7)
             # (The floor looks at the disk every managedLedgerDiskCheckIntervalMillis.)
             wait_for(lambda: b.metric("pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         else:
-            fill(ballast)  # the first write that fails for space turns writes off
+            ballast.fill()  # the first write that fails for space turns writes off
         if mode == "enospc":
             # (A few more may fit: the last page of a segment file has room until it is full.)
             for _ in range(100):
@@ -122,7 +122,7 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
         # The acknowledgements are kept in memory (on a really full disk their cursor file cannot be
         # written now) and written once there is room (below).
         persisted = b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0
-        ballast.unlink()
+        ballast.remove()
         full_at = len(receipted)
         wait_for(lambda: (b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0) > persisted,
                  what="the cursor's state to be written once space returns")
