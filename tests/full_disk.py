@@ -4,7 +4,7 @@ The tmpfs is mounted inside a private mount namespace (``unshare --user --map-ro
 by a shell that then becomes the process (exec: the pid stays), so it exists only for that process and vanishes
 with it: nothing outside the test is touched. The test reaches the mount through ``/proc/<pid>/root`` and fills it
 with a ballast file (``Ballast``), then frees it again. Also the two HTTP look-ups such tests make of a broker
-process: an admin call and a /metrics value.
+process (an admin call and a /metrics value), and what a full disk must leave working for the official client.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pulsar
+import pytest
 
 # Mounts the tmpfs ($1 = mount point, $2 = size, $3 = the directory made in it), then becomes the process.
 _MOUNT_AND_EXEC = 'mount -t tmpfs -o size="$2" tmpfs "$1" && mkdir "$1/$3" && shift 3 && exec "$@"'
@@ -98,3 +101,34 @@ def metric_value(web_url: str, name: str) -> float | None:
         if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+# -- what a full disk must leave working, as the official client sees it ------------------------------------------
+def sends_fail(producer: pulsar.Producer, sends: int = 3) -> None:
+    """Each send fails (the client's send timeout: the broker holds the adds it cannot store, then refuses them)."""
+    for i in range(sends):
+        with pytest.raises(pulsar.PulsarException):
+            producer.send(b"refused-%d" % i)
+
+
+def new_producer_accepted_but_refused(client: pulsar.Client, topic: str, send_timeout_ms: int) -> None:
+    """A new producer is accepted; its sends then fail the same way."""
+    other = client.create_producer(topic, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+    with pytest.raises(pulsar.PulsarException):
+        other.send(b"refused")
+    other.close()
+
+
+def stored_messages_readable(readers: pulsar.Client, consumer: pulsar.Consumer, topic: str,
+                             receipted: list[bytes]) -> pulsar.Reader:
+    """A new reader reads every receipted message (and is returned); the consumer receives and acknowledges each
+    of them."""
+    reader = readers.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(timeout_millis=10_000).data() for _ in receipted] == receipted
+    got = []
+    for _ in receipted:
+        msg = consumer.receive(timeout_millis=10_000)
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+    assert got == receipted
+    return reader

@@ -38,7 +38,16 @@ from cluster.local import (
 from managed_ledger.bookkeeper import metadata as ledger_metadata
 from managed_ledger.bookkeeper import ml_formats
 from tests.bookkeeper.conftest import require_cluster_deps
-from tests.full_disk import Ballast, http_call, metric_value, on_private_tmpfs, private_mounts_unavailable
+from tests.full_disk import (
+    Ballast,
+    http_call,
+    metric_value,
+    new_producer_accepted_but_refused,
+    on_private_tmpfs,
+    private_mounts_unavailable,
+    sends_fail,
+    stored_messages_readable,
+)
 from tests.waiting import wait_for
 
 TOPIC = "persistent://public/default/bookies-full"
@@ -152,29 +161,17 @@ def test_full_bookies_fail_sends_in_time_reads_go_on_and_writes_resume(
                 filled.append(bookie)
         wait_for(lambda: len(registered(readonly=True)) == 3 and not registered(readonly=False),
                  what="all bookies read-only")
-        for i in range(3):
-            with pytest.raises(pulsar.PulsarException):  # (Timeout: the broker holds the adds it cannot store)
-                producer.send(b"refused-%d" % i)
+        sends_fail(producer)
         wait_for(lambda: metric(broker, "pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         assert metric(broker, "pulsar_py_bookkeeper_writable_bookies") == 0.0
         assert metric(broker, "pulsar_py_bookkeeper_readonly_bookies") == 3.0
         status, text = http(broker, "GET", "/admin/v2/brokers/health")
         assert status == 500 and "refuses new entries" in text and "read-only" in text, (status, text)
-        other = writer.create_producer(TOPIC, batching_enabled=False, send_timeout_millis=SEND_TIMEOUT_MS)
-        with pytest.raises(pulsar.PulsarException):
-            other.send(b"refused")
-        other.close()
+        new_producer_accepted_but_refused(writer, TOPIC, SEND_TIMEOUT_MS)
 
         # Readers and consumers read what is stored (from the read-only bookies: no read cache); acknowledgements
         # are written, into the cursor's znode (no cursor ledger can be written now).
-        reader = readers.create_reader(TOPIC, pulsar.MessageId.earliest)
-        assert [reader.read_next(timeout_millis=10_000).data() for _ in receipted] == receipted
-        got = []
-        for _ in receipted:
-            msg = consumer.receive(timeout_millis=10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-        assert got == receipted
+        stored_messages_readable(readers, consumer, TOPIC, receipted)
         last = ids[-1]
         cursor_znode = ml_formats.cursor_path(ml_formats.MANAGED_LEDGERS_ROOT,
                                               "public/default/persistent/" + TOPIC.rsplit("/", 1)[1], "sub")

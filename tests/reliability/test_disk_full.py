@@ -24,7 +24,12 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.full_disk import private_mounts_unavailable
+from tests.full_disk import (
+    new_producer_accepted_but_refused,
+    private_mounts_unavailable,
+    sends_fail,
+    stored_messages_readable,
+)
 from tests.reliability.limited_broker import LimitedBroker
 from tests.waiting import wait_for
 
@@ -86,27 +91,13 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
                 receipted.append(message(len(receipted)))
             else:
                 pytest.fail("the full disk took 100 more messages")
-        for i in range(3):
-            with pytest.raises(pulsar.PulsarException):  # (Timeout: the broker holds the refused adds)
-                producer.send(b"refused-%d" % i)
+        sends_fail(producer)
         wait_for(lambda: b.metric("pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         status, text = b.http("GET", "/admin/v2/brokers/health")
         assert status == 500 and ("refuses new entries" in text or "space" in text), text
-        # A new producer is accepted (its sends then fail the same way).
-        other = writer.create_producer(TOPIC, batching_enabled=False, send_timeout_millis=SEND_TIMEOUT_MS)
-        with pytest.raises(pulsar.PulsarException):
-            other.send(b"refused")
-        other.close()
-
+        new_producer_accepted_but_refused(writer, TOPIC, SEND_TIMEOUT_MS)
         # Readers and consumers read what is stored; consumers acknowledge.
-        reader = readers.create_reader(TOPIC, pulsar.MessageId.earliest)
-        assert [reader.read_next(timeout_millis=10_000).data() for _ in receipted] == receipted
-        got = []
-        for _ in receipted:
-            msg = consumer.receive(timeout_millis=10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-        assert got == receipted
+        reader = stored_messages_readable(readers, consumer, TOPIC, receipted)
 
         if mode == "enospc":
             # A metadata change on the full disk: 500 with the reason, and nothing of it applied. (The
