@@ -9,11 +9,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from tests.full_disk import Ballast, http_call, metric_value, on_private_tmpfs
-from tests.reliability.broker_process import READY_RE, STARTUP_TIMEOUT_S
+from tests.reliability.broker_process import await_ready
 
 # Mounts a block device ($1 = mount point, $2 = device), then becomes the broker.
 _MOUNT_DEVICE_AND_EXEC = 'mount "$2" "$1" && mkdir "$1/data" && shift 2 && exec "$@"'
@@ -50,21 +49,8 @@ class LimitedBroker:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            m = READY_RE.search(line)
-            if m:
-                self.port, self.web_port = int(m.group(1)), int(m.group(2))
-                threading.Thread(target=self._keep_reading, daemon=True).start()
-                return
-        self.proc.kill()
-        self.proc.wait()
-        raise AssertionError("broker did not report ready:\n" + "".join(self.lines))
+        self.port, self.web_port = await_ready(self.proc, self.lines)
+        threading.Thread(target=self._keep_reading, daemon=True).start()
 
     def _keep_reading(self) -> None:
         assert self.proc.stdout is not None
