@@ -17,8 +17,8 @@ positions answer 405.
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
 from broker.errors import BrokerError, NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.compression import UnknownCodecError, decompress
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
@@ -638,25 +639,6 @@ def message_id(body: object) -> Position:
 
 # -- peek / get-message responses ---------------------------------------------------------------------
 
-def _decompress(codec: int, data: bytes, size: int) -> bytes | None:
-    """The uncompressed payload, or None when the codec is not available here."""
-    C = pb.CompressionType
-    if codec == C.NONE:
-        return data
-    if codec == C.LZ4:
-        import lz4.block
-
-        return bytes(lz4.block.decompress(data, uncompressed_size=size))
-    if codec == C.ZLIB:
-        return zlib.decompress(data)
-    if codec == C.ZSTD:
-        try:
-            import zstandard
-        except ImportError:
-            return None
-        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
-    return None  # SNAPPY: no codec installed; the body stays compressed (header says so)
-
 
 
 def entry_response(entry: Entry) -> web.Response:
@@ -720,8 +702,8 @@ def entry_response(entry: Entry) -> web.Response:
         h["X-Pulsar-null-partition-key"] = _bool(md.null_partition_key)
     body = payload
     if not md.encryption_keys:  # encrypted payloads are returned as stored
-        plain = _decompress(md.compression, payload, md.uncompressed_size)
-        body = payload if plain is None else plain
+        with contextlib.suppress(UnknownCodecError):  # (a codec we do not know: as stored, the header says which)
+            body = decompress(md.compression, payload, md.uncompressed_size)
     return web.Response(body=body, headers=h, content_type="application/octet-stream")
 
 
