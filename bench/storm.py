@@ -10,6 +10,11 @@ shown too.
 The broker runs as a subprocess (its CPU is measured separately from the client's). Load is the
 official client: a producer with batching and no per-message callback, consumers calling
 receive() + acknowledge().
+
+``--type Key_Shared`` runs the same on a Key_Shared subscription (messages over ``--keys`` keys, key-based
+batching): a storm there leaves hashes blocked while their old consumer's messages are replayed.
+``--profile FILE`` runs the broker under cProfile and writes its profile to FILE at the end (what share of
+the broker's time a function takes; the rates are then lower than without it).
 """
 
 from __future__ import annotations
@@ -58,16 +63,36 @@ def client_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def start_broker(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+@dataclass(frozen=True)
+class Load:
+    """The subscription the consumers share, and the keys the producer spreads messages over (Key_Shared)."""
+
+    consumer_type: ConsumerType = ConsumerType.Shared
+    keys: int = 0
+
+    def producer(self, client: pulsar.Client, topic: str) -> pulsar.Producer:
+        batching = pulsar.BatchingType.KeyBased if self.keys else pulsar.BatchingType.Default
+        return client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                      block_if_queue_full=True, batching_type=batching)
+
+    def send(self, producer: pulsar.Producer, payload: bytes, i: int) -> None:
+        if self.keys:
+            producer.send_async(payload, None, partition_key=f"k{i % self.keys}")
+        else:
+            producer.send_async(payload, None)
+
+
+def start_broker(data_dir: str, profile: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
     log_path = os.path.join(data_dir, "broker.log")
     log = open(log_path, "wb")  # the broker's own log; read for the bound port
+    under = ["-m", "cProfile", "-o", profile] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
+        [sys.executable, *under, "-m", "broker", "standalone", "--port", "0", "--web-port", "0",
          "--data-dir", os.path.join(data_dir, "data"), "--bind-address", "127.0.0.1"],
         stdout=log, stderr=subprocess.STDOUT,
     )
     log.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # (a busy machine, or the broker under cProfile)
     while time.monotonic() < deadline:
         with open(log_path) as f:
             m = READY_RE.search(f.read())
@@ -78,11 +103,11 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError("broker did not start")
 
 
-def measure(client: pulsar.Client, topic: str, n: int, consumers: int, pid: int, name: str) -> Phase:
-    subs = [client.subscribe(topic, "bench", consumer_type=ConsumerType.Shared, receiver_queue_size=1000)
+def measure(client: pulsar.Client, topic: str, n: int, consumers: int, pid: int, name: str,
+            load: Load = Load()) -> Phase:
+    subs = [client.subscribe(topic, "bench", consumer_type=load.consumer_type, receiver_queue_size=1000)
             for _ in range(consumers)]
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
-                                      block_if_queue_full=True)
+    producer = load.producer(client, topic)
     counts = [0] * consumers
     stop = threading.Event()
 
@@ -101,8 +126,8 @@ def measure(client: pulsar.Client, topic: str, n: int, consumers: int, pid: int,
     for t in threads:
         t.start()
     payload = b"x" * 100
-    for _ in range(n):
-        producer.send_async(payload, None)
+    for i in range(n):
+        load.send(producer, payload, i)
     producer.flush()
     while sum(counts) < n:
         time.sleep(0.005)
@@ -117,17 +142,16 @@ def measure(client: pulsar.Client, topic: str, n: int, consumers: int, pid: int,
     return phase
 
 
-def storm(client: pulsar.Client, topic: str, seconds: float, consumers: int) -> int:
+def storm(client: pulsar.Client, topic: str, seconds: float, consumers: int, load: Load = Load()) -> int:
     """Consumers subscribe and close continually while messages flow; returns reconnects."""
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
-                                      block_if_queue_full=True)
+    producer = load.producer(client, topic)
     stop = threading.Event()
     reconnects = [0]
 
     def churn(seed: int) -> None:
         r = random.Random(seed)
         while not stop.is_set():
-            c = client.subscribe(topic, "bench", consumer_type=ConsumerType.Shared,
+            c = client.subscribe(topic, "bench", consumer_type=load.consumer_type,
                                  receiver_queue_size=r.choice([10, 100, 1000]))
             for _ in range(r.randint(0, 200)):
                 try:
@@ -141,8 +165,10 @@ def storm(client: pulsar.Client, topic: str, seconds: float, consumers: int) -> 
     for t in threads:
         t.start()
     end = time.monotonic() + seconds
+    sent = 0
     while time.monotonic() < end:
-        producer.send_async(b"s" * 100, None)
+        load.send(producer, b"s" * 100, sent)
+        sent += 1
         if random.random() < 0.001:
             producer.flush()
     producer.flush()
@@ -150,7 +176,7 @@ def storm(client: pulsar.Client, topic: str, seconds: float, consumers: int) -> 
     for t in threads:
         t.join()
     # Drain what the storm left so the "after" phase starts from an empty backlog.
-    c = client.subscribe(topic, "bench", consumer_type=ConsumerType.Shared)
+    c = client.subscribe(topic, "bench", consumer_type=load.consumer_type)
     while True:
         try:
             c.acknowledge(c.receive(timeout_millis=500))
@@ -167,23 +193,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--consumers", type=int, default=4)
     p.add_argument("--storm-seconds", type=float, default=10.0)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--type", choices=["Shared", "Key_Shared"], default="Shared")
+    p.add_argument("--keys", type=int, default=1000, help="Key_Shared: the distinct keys messages carry")
+    p.add_argument("--profile", metavar="FILE", help="run the broker under cProfile, its profile written to FILE")
     args = p.parse_args(argv)
+    load = Load(ConsumerType.KeyShared, args.keys) if args.type == "Key_Shared" else Load()
     with tempfile.TemporaryDirectory() as data:
-        proc, port = start_broker(data)
+        proc, port = start_broker(data, args.profile and os.path.abspath(args.profile))
         try:
             client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=30)
             topic = f"persistent://public/default/bench-storm-{os.getpid()}"
             control_topic = f"persistent://public/default/bench-storm-control-{os.getpid()}"
             for t in (topic, control_topic):
-                measure(client, t, args.messages, args.consumers, proc.pid, "warm-up")
-            before = [measure(client, topic, args.messages, args.consumers, proc.pid, "before")
+                measure(client, t, args.messages, args.consumers, proc.pid, "warm-up", load)
+            before = [measure(client, topic, args.messages, args.consumers, proc.pid, "before", load)
                       for _ in range(args.runs)]
-            reconnects = storm(client, topic, args.storm_seconds, args.consumers)
+            reconnects = storm(client, topic, args.storm_seconds, args.consumers, load)
             after: list[Phase] = []
             control: list[Phase] = []
             for _ in range(args.runs):
-                after.append(measure(client, topic, args.messages, args.consumers, proc.pid, "after"))
-                control.append(measure(client, control_topic, args.messages, args.consumers, proc.pid, "control"))
+                after.append(measure(client, topic, args.messages, args.consumers, proc.pid, "after", load))
+                control.append(measure(client, control_topic, args.messages, args.consumers, proc.pid, "control",
+                                       load))
             client.close()
         finally:
             proc.terminate()
@@ -191,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     med_b = statistics.median(x.rate for x in before)
     med_a = statistics.median(x.rate for x in after)
     paired = statistics.median(a.rate / c.rate for a, c in zip(after, control, strict=True))
-    print(f"\nShared subscription, {args.consumers} consumers, {args.messages} x 100 B batched, "
+    print(f"\n{args.type} subscription, {args.consumers} consumers, {args.messages} x 100 B batched, "
           f"median of {args.runs}; storm: {args.storm_seconds:.0f} s, {reconnects} reconnects")
     print(f"{'phase':<8} {'msg/s':>10} {'broker CPU s':>13} {'broker us/msg':>14} {'client CPU s':>13}")
     for ph in before + [ph for pair in zip(after, control, strict=True) for ph in pair]:

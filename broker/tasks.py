@@ -9,6 +9,10 @@ replicator closes, a topic's replicated-subscription moves) holds an ``OwnedTask
   (instead of asyncio's "exception was never retrieved" whenever the task is collected);
 - ``cancel()`` cancels those under way, ``wait()`` awaits them (their errors already logged), and
   ``close()`` does both, in that order.
+
+``SingleFlight`` (one run of a piece of work per key, awaited by every concurrent caller: a topic load,
+a bundle acquisition, a ledger open) is defined in ``managed_ledger/single_flight.py``, the lowest floor
+that uses it, and taken from here by the broker.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from typing import Any
+
+from managed_ledger.single_flight import SingleFlight
+
+__all__ = ["OwnedTasks", "SingleFlight"]
 
 log = logging.getLogger(__name__)
 

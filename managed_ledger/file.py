@@ -44,6 +44,7 @@ from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock
 from managed_ledger.read_cache import ReadCache
+from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
 from managed_ledger.writer import DEFAULT_GROUP_BYTES, DEFAULT_GROUP_WAIT_S, GroupCommitWriter
 
@@ -120,7 +121,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self._trash = join(self.root, "trash")
         self._names: dict[str, str] = {}  # stored managed ledgers: name -> directory
         self._open: dict[str, FileManagedLedger] = {}
-        self._opening: dict[str, asyncio.Future[FileManagedLedger]] = {}
+        self._opening: SingleFlight[str, FileManagedLedger] = SingleFlight("managed-ledger open")
         self._instance_ids = itertools.count(1)  # cache owner ids: never reused
         self._closed = False
         self._ledger_ids = self._scan_root()
@@ -164,22 +165,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         ledger = self._open.get(name)
         if ledger is not None:
             return ledger
-        opening = self._opening.get(name)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        future: asyncio.Future[FileManagedLedger] = asyncio.get_running_loop().create_future()
-        self._opening[name] = future
-        try:
-            ledger = await self._load(name, config or ManagedLedgerConfig())
-            self._open[name] = ledger
-            future.set_result(ledger)
-            return ledger
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: concurrent openers re-raise it themselves
-            raise
-        finally:
-            del self._opening[name]
+        return await self._opening.run(name, lambda: self._load(name, config or ManagedLedgerConfig()))
 
     async def _load(self, name: str, config: ManagedLedgerConfig) -> FileManagedLedger:
         directory = self._names.get(name)
@@ -189,6 +175,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             )
             ledger = FileManagedLedger(self, name, directory, config, recovered)
             await ledger._start()
+            self._open[name] = ledger
             return ledger
         # A new one: its directory and its first segment are queued to the writer together, in that order, so
         # they are made in one round and their directories (the parent's and its own) synced at once; neither
@@ -207,6 +194,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         started.result()  # (its error, if any)
         self._names[name] = directory
         self._names_changed(name)
+        self._open[name] = ledger
         return ledger
 
     async def delete(self, name: str) -> None:
@@ -223,8 +211,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         if self._closed:
             return
         self._closed = True  # no new opens from here on
-        if self._opening:  # let opens in progress finish, so their ledgers get closed below
-            await asyncio.wait(list(self._opening.values()))
+        await self._opening.wait()  # let opens in progress finish, so their ledgers get closed below
         for ledger in list(self._open.values()):
             await ledger.close()
         if self.writer._loop is not None:

@@ -23,7 +23,7 @@ from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
-from managed_ledger import ManagedLedgerError, Position
+from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -505,37 +505,19 @@ def _live_internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
 
 def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     ledger = topic.ledger
-    infos = ledger.ledgers_info()
-    current = infos[-1] if infos else None
     cursors: dict[str, Any] = {}
     for name in admin_ops.subscription_names(topic):
         sub = topic.subscriptions.get(name)
         cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
-        md, read = cursor.mark_delete_position, cursor.read_position
-        backlog = cursor.number_of_entries_in_backlog()
-        cursors[name] = {
-            "markDeletePosition": str(md),
-            "readPosition": str(read),
-            "waitingReadOp": cursor.has_pending_read,
-            "pendingReadOps": 0,
-            "messagesConsumedCounter": max(0, ledger.number_of_entries - backlog),
-            "cursorLedger": -1,
-            "cursorLedgerLastEntry": -1,
-            "individuallyDeletedMessages": cursor.individually_deleted.to_pulsar_string(),
-            "lastLedgerSwitchTimestamp": "",
-            "state": "Closed" if cursor.is_closed else "Open",
-            "active": bool(sub is not None and sub.consumers),
-            "numberOfEntriesSinceFirstNotAckedMessage": _entries_between(topic, md, read),
-            "totalNonContiguousDeletedMessagesRange": cursor.individually_deleted.range_count(),
-            "subscriptionHavePendingRead": cursor.has_pending_read,
-            "subscriptionHavePendingReplayRead": False,
-            "properties": dict(cursor.properties),
-        }
+        cursors[name] = stats = cursor_internal_stats(ledger, cursor)
+        stats["active"] = bool(sub is not None and sub.consumers)
+        stats["numberOfEntriesSinceFirstNotAckedMessage"] = _entries_between(
+            topic, cursor.mark_delete_position, cursor.read_position)
         d = sub.dispatcher if sub is not None else None
         if d is not None:
             # Ours, not Pulsar's: the dispatcher's permit accounting, so drift is visible from outside.
             balance = d.permit_balance()
-            cursors[name]["dispatcher"] = {
+            stats["dispatcher"] = {
                 "type": d.type_name,
                 "totalPermits": d.total_permits,
                 "sumOfConsumerPermitsMinusPendingFlow": balance,
@@ -545,22 +527,60 @@ def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
                 "readOutstanding": d.read_outstanding,
             }
     return {
-        "entriesAddedCounter": topic.entries_added,
+        **ledger_internal_stats(ledger, cursors, entries_added=topic.entries_added,
+                                pending_adds=sum(p.pending for p in topic.producers.values())),
+        "schemaLedgers": [],
+        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
+                            "underReplicated": False},
+    }
+
+
+def ledger_internal_stats(ledger: ManagedLedger, cursors: dict[str, dict[str, Any]] | None = None, *,
+                          entries_added: int | None = None, pending_adds: int = 0) -> dict[str, Any]:
+    """Pulsar's ManagedLedgerInternalStats: a topic's (with its subscriptions' cursors, its counter of
+    entries added and its producers' pending adds) or a transaction log's (every cursor of the ledger, the
+    broker's own included, as ``cursor_internal_stats`` gives them; entries added = entries kept)."""
+    infos = ledger.ledgers_info()
+    current = infos[-1] if infos else None
+    if cursors is None:
+        cursors = {name: cursor_internal_stats(ledger, c) for name, c in sorted(ledger.cursors.items())}
+    return {
+        "entriesAddedCounter": ledger.number_of_entries if entries_added is None else entries_added,
         "numberOfEntries": ledger.number_of_entries,
         "totalSize": ledger.total_size,
         "currentLedgerEntries": current.entries if current else 0,
         "currentLedgerSize": current.size if current else 0,
         "lastLedgerCreatedTimestamp": iso_time(current.created_at) if current else "",
         "waitingCursorsCount": sum(1 for c in ledger.cursors.values() if c.has_pending_read),
-        "pendingAddEntriesCount": sum(p.pending for p in topic.producers.values()),
+        "pendingAddEntriesCount": pending_adds,
         "lastConfirmedEntry": str(ledger.last_confirmed_entry),
         "state": "Closed" if ledger.is_closed else ("Fenced" if ledger.is_fenced else "LedgerOpened"),
         "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": False,
                      "underReplicated": False} for i in infos],
         "cursors": cursors,
-        "schemaLedgers": [],
-        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
-                            "underReplicated": False},
+    }
+
+
+def cursor_internal_stats(ledger: ManagedLedger, cursor: ManagedCursor) -> dict[str, Any]:
+    """Pulsar's CursorStats, as for a cursor with no consumers (a subscription sets ``active`` and
+    ``numberOfEntriesSinceFirstNotAckedMessage`` itself)."""
+    return {
+        "markDeletePosition": str(cursor.mark_delete_position),
+        "readPosition": str(cursor.read_position),
+        "waitingReadOp": cursor.has_pending_read,
+        "pendingReadOps": 0,
+        "messagesConsumedCounter": max(0, ledger.number_of_entries - cursor.number_of_entries_in_backlog()),
+        "cursorLedger": -1,
+        "cursorLedgerLastEntry": -1,
+        "individuallyDeletedMessages": cursor.individually_deleted.to_pulsar_string(),
+        "lastLedgerSwitchTimestamp": "",
+        "state": "Closed" if cursor.is_closed else "Open",
+        "active": False,
+        "numberOfEntriesSinceFirstNotAckedMessage": 0,
+        "totalNonContiguousDeletedMessagesRange": cursor.individually_deleted.range_count(),
+        "subscriptionHavePendingRead": cursor.has_pending_read,
+        "subscriptionHavePendingReplayRead": False,
+        "properties": dict(cursor.properties),
     }
 
 

@@ -3,7 +3,8 @@
 Partitioned topics follow Pulsar: operations that make sense per partition (create or delete a
 subscription, skip all, reset by time, expire, unload) are applied to every partition; the ones
 that name a position in one log (skip n, reset to a message id, peek, last message id) answer
-405 on the partitioned name and work on ``...-partition-k``.
+405 on the partitioned name and work on ``...-partition-k``. The operations on a partitioned topic as a whole
+(create, grow, delete, its partitioned stats) are in partitioned_topics.py.
 
 Reads never create anything: stats and subscriptions of a partition that was never written to
 are left out rather than creating its managed ledger.
@@ -16,8 +17,8 @@ positions answer 405.
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +32,17 @@ from broker.admin.common import (
     int_param,
     json_response,
     no_content,
+    parse_properties,
     query_flag,
     read_body,
     status_for,
 )
+from broker.admin.partitioned_topics import PartitionedTopics
 from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
 from broker.errors import BrokerError, NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.compression import UnknownCodecError, decompress
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
@@ -62,6 +66,7 @@ BUNDLE_RANGE = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
 class TopicsResource:
     def __init__(self, web_service: WebService) -> None:
         self.web = web_service
+        self.partitioned = PartitionedTopics(self)  # the operations on a partitioned topic as a whole
 
     def register(self, r: web.UrlDispatcher) -> None:
         for d in DOMAINS:
@@ -69,24 +74,24 @@ class TopicsResource:
             # Operations on stored messages or cursor positions: 405 on non-persistent topics.
             stored = _refused_without_storage if d == "non-persistent" else _as_is
             r.add_get(base + "/{tenant}/{ns}", self.list_topics)
-            r.add_get(base + "/{tenant}/{ns}/partitioned", self.list_partitioned)
+            r.add_get(base + "/{tenant}/{ns}/partitioned", self.partitioned.list_partitioned)
             if base.endswith("/non-persistent"):  # (Pulsar's getListFromBundle, what getList asks each owner)
                 r.add_get(base + "/{tenant}/{ns}/{bundle:" + BUNDLE_RANGE + "}", self.list_in_bundle)
             r.add_put(base + TOPIC, self.create)
             r.add_delete(base + TOPIC, self.delete)
-            r.add_get(base + TOPIC + "/partitions", self.get_partitions)
+            r.add_get(base + TOPIC + "/partitions", self.partitioned.get_partitions)
             r.add_get(base + TOPIC + "/properties", self.get_properties)
             r.add_put(base + TOPIC + "/properties", self.update_properties)
             r.add_delete(base + TOPIC + "/properties", self.remove_property)
-            r.add_put(base + TOPIC + "/partitions", self.create_partitioned)
-            r.add_post(base + TOPIC + "/partitions", self.update_partitions)
-            r.add_delete(base + TOPIC + "/partitions", self.delete_partitioned)
-            r.add_post(base + TOPIC + "/createMissedPartitions", self.create_missed_partitions)
+            r.add_put(base + TOPIC + "/partitions", self.partitioned.create_partitioned)
+            r.add_post(base + TOPIC + "/partitions", self.partitioned.update_partitions)
+            r.add_delete(base + TOPIC + "/partitions", self.partitioned.delete_partitioned)
+            r.add_post(base + TOPIC + "/createMissedPartitions", self.partitioned.create_missed_partitions)
             r.add_post(base + TOPIC + "/trim", stored(self.trim))
             r.add_get(base + TOPIC + "/stats", self.stats)
-            r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned_stats)
+            r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
-            r.add_get(base + TOPIC + "/partitioned-internalStats", self.partitioned_internal_stats)
+            r.add_get(base + TOPIC + "/partitioned-internalStats", self.partitioned.partitioned_internal_stats)
             r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
             r.add_put(base + SUB, stored(self.create_subscription))
             r.add_delete(base + SUB, self.delete_subscription)
@@ -277,12 +282,6 @@ class TopicsResource:
                                     if t.name.namespace == ns and bundle.includes(t.full_name)
                                     and not is_system_topic(t.full_name)))
 
-    async def list_partitioned(self, request: web.Request) -> web.Response:
-        ns = self.web.namespaces.namespace(request)
-        domain = request.path.split("/")[3]
-        return json_response(sorted(t for t in self.service.metadata.partitioned_topics
-                                    if t.startswith(f"{domain}://{ns}/")))
-
     async def create(self, request: web.Request) -> web.Response:
         """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
@@ -349,61 +348,6 @@ class TopicsResource:
         if name.partition_index < 0:
             await self.service.schemas.delete(name.full)
 
-    async def get_partitions(self, request: web.Request) -> web.Response:
-        name = self.name(request)
-        auto = query_flag(request, "checkAllowAutoCreation")
-        doc: dict[str, object] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
-        properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
-        if properties:
-            doc["properties"] = properties
-        return json_response(doc)
-
-    async def create_partitioned(self, request: web.Request) -> web.Response:
-        """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
-        {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
-        name = self.name(request)
-        n = await read_body(request)
-        properties: dict[str, str] = {}
-        if isinstance(n, dict):
-            properties = parse_properties(n.get("properties"))
-            n = n.get("partitions")
-        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-            raise HttpError(412, "Number of partitions should be more than 0")
-        if name.partition_index >= 0:
-            raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
-        try:
-            self.service.check_topics_limit(name, n)
-        except NotAllowedError as exc:
-            raise HttpError(412, exc.message) from exc
-        if self.partitions(name) == 0 and self.exists(name):
-            raise HttpError(409, "This topic already exists")
-        await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
-        return no_content()
-
-    async def create_missed_partitions(self, request: web.Request) -> web.Response:
-        """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
-        owner)."""
-        name = self.name(request)
-        n = self.partitions(name)
-        if n == 0:
-            raise HttpError(404, "Partitioned Topic not found")
-        missing = [p for p in (name.partition(i) for i in range(n)) if not self.exists(p)]
-
-        async def create(p: TopicName) -> None:
-            if not self.exists(p):
-                await self.service.get_topic(p, create=True, explicit=True)
-
-        async def create_there(p: TopicName) -> None:
-            try:
-                await self.on_owners(request, [p], "PUT", "", create)
-            except HttpError as exc:
-                if exc.status_code != 409:  # (created meanwhile, or a live non-persistent partition there)
-                    raise
-
-        for p in missing:
-            await create_there(p)
-        return no_content()
-
     async def trim(self, request: web.Request) -> web.Response:
         """POST .../trim: delete the ledgers every subscription has consumed, as retention allows
         (what happens on its own at rollover), on the topic or each partition."""
@@ -411,80 +355,14 @@ class TopicsResource:
             topic.ledger.trim_consumed_ledgers()
         return no_content()
 
-    async def update_partitions(self, request: web.Request) -> web.Response:
-        name = self.name(request)
-        n = await read_body(request)
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise HttpError(400, "Number of partitions must be an integer")
-        current = self.partitions(name)
-        if current == 0:
-            raise HttpError(404, "Partitioned topic does not exist")
-        if n <= current:
-            raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
-        await self.service.metadata.set_partitions(name.full, n)
-        return no_content()
-
-    async def delete_partitioned(self, request: web.Request) -> web.Response:
-        """DELETE .../partitions: each partition deleted by its owner (Pulsar's admin call per partition), then the
-        partitioned topic's metadata. Without ``force``, a partition with clients connected refuses (412): checked
-        here first for the ones this broker serves; another owner refuses its own (the partitions deleted before it
-        stay deleted, as in Pulsar)."""
-        name = self.name(request)
-        n = self.partitions(name)
-        if n == 0:
-            raise HttpError(404, "Partitioned topic does not exist")
-        force = query_flag(request, "force")
-        parts = [name.partition(i) for i in range(n)]
-        if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
-                             for p in parts):
-            raise HttpError(412, "Topic has active producers/subscriptions")
-
-        async def delete(p: TopicName) -> None:
-            if self.exists(p):
-                await self.delete_one(p, force=True)
-
-        await self.on_owners(request, self.partitions_to_ask(name), "DELETE", "", delete,
-                             "?force=true" if force else "")
-        await self.service.metadata.delete_partitioned(name.full)
-        await self.service.schemas.delete(name.full)
-        return no_content()
-
     # -- stats -----------------------------------------------------------------------------------
     async def stats(self, request: web.Request) -> web.Response:
         topic = await self.topic(self.name(request))
         return json_response(S.topic_stats(topic, self.web.sampler))
 
-    async def partitioned_stats(self, request: web.Request) -> web.Response:
-        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
-        name = self.name(request)
-        n = self.partitions(name)
-        if n == 0:
-            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
-
-        async def stats(p: TopicName) -> dict[str, Any]:
-            return S.topic_stats(await self.service.get_topic(p, create=False), self.web.sampler)
-
-        answers = await self.on_owners(request, self.partitions_to_ask(name), "GET", "stats", stats)
-        per_partition = {p.full: doc for p, doc in answers.items()}
-        return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
-
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self.topic(self.name(request))
         return json_response(S.internal_stats(topic))
-
-    async def partitioned_internal_stats(self, request: web.Request) -> web.Response:
-        """Pulsar's PartitionedTopicInternalStats: {"metadata": {"partitions": n}, "partitions": {name: internal
-        stats}}, each partition's from its owner."""
-        name = self.name(request)
-        n = self.partitions(name)
-        if n == 0:
-            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
-
-        async def internal(p: TopicName) -> dict[str, Any]:
-            return S.internal_stats(await self.service.get_topic(p, create=False))
-
-        answers = await self.on_owners(request, self.partitions_to_ask(name), "GET", "internalStats", internal)
-        return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def subscriptions(self, request: web.Request) -> web.Response:
@@ -761,33 +639,6 @@ def message_id(body: object) -> Position:
 
 # -- peek / get-message responses ---------------------------------------------------------------------
 
-def _decompress(codec: int, data: bytes, size: int) -> bytes | None:
-    """The uncompressed payload, or None when the codec is not available here."""
-    C = pb.CompressionType
-    if codec == C.NONE:
-        return data
-    if codec == C.LZ4:
-        import lz4.block
-
-        return bytes(lz4.block.decompress(data, uncompressed_size=size))
-    if codec == C.ZLIB:
-        return zlib.decompress(data)
-    if codec == C.ZSTD:
-        try:
-            import zstandard
-        except ImportError:
-            return None
-        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
-    return None  # SNAPPY: no codec installed; the body stays compressed (header says so)
-
-
-def parse_properties(body: object) -> dict[str, str]:
-    """Topic properties: a JSON object of strings (None: none)."""
-    if body is None:
-        return {}
-    if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in body.items()):
-        raise HttpError(400, "Topic properties must be a JSON object of string values")
-    return body
 
 
 def entry_response(entry: Entry) -> web.Response:
@@ -851,8 +702,8 @@ def entry_response(entry: Entry) -> web.Response:
         h["X-Pulsar-null-partition-key"] = _bool(md.null_partition_key)
     body = payload
     if not md.encryption_keys:  # encrypted payloads are returned as stored
-        plain = _decompress(md.compression, payload, md.uncompressed_size)
-        body = payload if plain is None else plain
+        with contextlib.suppress(UnknownCodecError):  # (a codec we do not know: as stored, the header says which)
+            body = decompress(md.compression, payload, md.uncompressed_size)
     return web.Response(body=body, headers=h, content_type="application/octet-stream")
 
 

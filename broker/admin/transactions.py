@@ -44,7 +44,7 @@ from aiohttp import web
 from broker.admin.cluster import topic_owner_url, validate_topic_ownership
 from broker.admin.common import HttpError, int_param, json_response, no_content
 from broker.admin.peers import topic_path
-from broker.admin.stats import iso_time
+from broker.admin.stats import ledger_internal_stats
 from broker.errors import (
     BrokerError,
     InvalidTxnStatusError,
@@ -307,44 +307,4 @@ _INT_MAX = (1 << 31) - 1
 def _log_stats(ledger: ManagedLedger) -> dict[str, Any]:
     """Pulsar's TransactionLogStats / SnapshotSystemTopicInternalStats: a managed ledger's name and
     its ManagedLedgerInternalStats (every cursor, the broker's own included)."""
-    infos = ledger.ledgers_info()
-    current = infos[-1] if infos else None
-    cursors = {
-        name: {
-            "markDeletePosition": str(c.mark_delete_position),
-            "readPosition": str(c.read_position),
-            "waitingReadOp": c.has_pending_read,
-            "pendingReadOps": 0,
-            "messagesConsumedCounter": max(0, ledger.number_of_entries - c.number_of_entries_in_backlog()),
-            "cursorLedger": -1,
-            "cursorLedgerLastEntry": -1,
-            "individuallyDeletedMessages": c.individually_deleted.to_pulsar_string(),
-            "lastLedgerSwitchTimestamp": "",
-            "state": "Closed" if c.is_closed else "Open",
-            "active": False,
-            "numberOfEntriesSinceFirstNotAckedMessage": 0,
-            "totalNonContiguousDeletedMessagesRange": c.individually_deleted.range_count(),
-            "subscriptionHavePendingRead": c.has_pending_read,
-            "subscriptionHavePendingReplayRead": False,
-            "properties": dict(c.properties),
-        }
-        for name, c in sorted(ledger.cursors.items())
-    }
-    return {
-        "managedLedgerName": ledger.name,
-        "managedLedgerInternalStats": {
-            "entriesAddedCounter": ledger.number_of_entries,
-            "numberOfEntries": ledger.number_of_entries,
-            "totalSize": ledger.total_size,
-            "currentLedgerEntries": current.entries if current else 0,
-            "currentLedgerSize": current.size if current else 0,
-            "lastLedgerCreatedTimestamp": iso_time(current.created_at) if current else "",
-            "waitingCursorsCount": sum(1 for c in ledger.cursors.values() if c.has_pending_read),
-            "pendingAddEntriesCount": 0,
-            "lastConfirmedEntry": str(ledger.last_confirmed_entry),
-            "state": "Closed" if ledger.is_closed else ("Fenced" if ledger.is_fenced else "LedgerOpened"),
-            "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": False,
-                         "underReplicated": False} for i in infos],
-            "cursors": cursors,
-        },
-    }
+    return {"managedLedgerName": ledger.name, "managedLedgerInternalStats": ledger_internal_stats(ledger)}

@@ -30,7 +30,6 @@ authoritative).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import logging
@@ -49,7 +48,7 @@ from broker.cluster.data import (
 )
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import ServiceNotReadyError
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
 
@@ -243,7 +242,7 @@ class ClusterOwnership(_NamespaceBundlesView):
         self._bundles_of = bundles_of
         self.mine = NamespaceEphemeralData.of(urls)
         self._owned: dict[NamespaceBundle, BundleState] = {}
-        self._acquiring: dict[NamespaceBundle, asyncio.Future[NamespaceEphemeralData]] = {}
+        self._acquiring: SingleFlight[NamespaceBundle, NamespaceEphemeralData] = SingleFlight("bundle acquisition")
         self.placement = placement.Placement()
         self._tasks = OwnedTasks("bundle ownership")
         self._closed = False
@@ -266,7 +265,7 @@ class ClusterOwnership(_NamespaceBundlesView):
         pending = self._acquiring.get(self.bundle_of(name))
         if pending is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(pending)
+                await pending
         self.check_serving(name)
 
     def check_serving(self, name: TopicName) -> None:
@@ -292,21 +291,7 @@ class ClusterOwnership(_NamespaceBundlesView):
         state = self._owned.get(bundle)
         if state is not None:
             return self.mine.with_disabled(state is BundleState.UNLOADING)
-        pending = self._acquiring.get(bundle)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[NamespaceEphemeralData] = asyncio.get_running_loop().create_future()
-        self._acquiring[bundle] = future
-        try:
-            owner = await self._acquire(bundle)
-            future.set_result(owner)
-            return owner
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._acquiring[bundle]
+        return await self._acquiring.run(bundle, lambda: self._acquire(bundle))
 
     async def _acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
         if self._closed:
@@ -425,6 +410,7 @@ class ClusterOwnership(_NamespaceBundlesView):
                 await self.unload_bundle(bundle)
             except Exception as exc:  # (the session ends next anyway: the node goes with it)
                 log.warning("releasing %s at shutdown: %s", bundle, exc)
+        await self._acquiring.close()
         self._tasks.cancel()
         await self._tasks.wait()
 

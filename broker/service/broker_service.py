@@ -47,7 +47,7 @@ from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.service.transactions import TransactionService
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName, is_system_topic
 from broker.version import __version__
 from managed_ledger import (
@@ -127,7 +127,7 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         # Live non-persistent topics (kept while they have producers or consumers; nothing stored).
         self.non_persistent_topics: dict[str, NonPersistentTopic] = {}
-        self._loading: dict[str, asyncio.Future[PersistentTopic]] = {}
+        self._loading: SingleFlight[str, PersistentTopic] = SingleFlight("topic load")
         self._producer_names = itertools.count()
         # Topics being unloaded or deleted: a load of the same name waits for that to finish, so
         # a client reconnecting at once never gets the managed ledger that is being closed.
@@ -489,8 +489,9 @@ class BrokerService:
         if not self.topic_exists(name):
             self._check_may_create(name, create, explicit)
             self.check_topics_limit(name, 1)
-        fut: asyncio.Future[PersistentTopic] = asyncio.get_running_loop().create_future()
-        self._loading[name.full] = fut
+        return await self._loading.run(name.full, lambda: self._load_topic(name))
+
+    async def _load_topic(self, name: TopicName) -> PersistentTopic:
         load_started = time.monotonic()
         try:
             try:
@@ -513,17 +514,12 @@ class BrokerService:
             if terminated is not None:
                 topic.terminated_at = Position(*terminated)
             self.topics[name.full] = topic
-            fut.set_result(topic)
             self.topic_load_stats.loaded(load_started)
             self.housekeeping.start()
             return topic
-        except BaseException as exc:
+        except BaseException:
             self.topic_load_stats.load_failed()
-            fut.set_exception(exc)
-            fut.exception()  # mark retrieved: waiters re-raise it themselves
             raise
-        finally:
-            del self._loading[name.full]
 
     def _non_persistent_topic(self, name: TopicName, create: bool, explicit: bool) -> NonPersistentTopic:
         """The live non-persistent topic, created on first use (nothing to load)."""
@@ -806,6 +802,7 @@ class BrokerService:
         if self.registry is not None:
             await self.registry.close()
         self.closed = True
+        await self._loading.close()
         await self._bundle_loads.close()
         await self._dropped.wait()
         await self._unloads.wait()

@@ -28,12 +28,12 @@ import enum
 import logging
 import struct
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.compression import decompress
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from managed_ledger import Entry, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
@@ -50,7 +50,6 @@ _RECORD_HEAD = struct.Struct(">qqI")
 _WORD = struct.Struct(">q")
 COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
 READ_CHUNK = 500  # entries per read while compacting
-C = pb.CompressionType
 
 
 class CompactionError(Exception):
@@ -90,27 +89,6 @@ class CompactedView:
 
 def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
     return read_entry_metadata(entry), entry_body(entry)
-
-
-def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:
-    """Codecs are imported on first use: only compaction needs them, never the publish path."""
-    if codec == C.NONE:
-        return data
-    if codec == C.LZ4:
-        import lz4.block
-
-        return bytes(lz4.block.decompress(data, uncompressed_size=uncompressed_size))
-    if codec == C.ZLIB:
-        return zlib.decompress(data)
-    if codec == C.ZSTD:
-        import zstandard
-
-        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed_size))
-    if codec == C.SNAPPY:
-        import cramjam
-
-        return bytes(cramjam.snappy.decompress_raw(data))
-    raise CompactionError(f"unknown compression codec {codec}")
 
 
 class _Message(NamedTuple):

@@ -28,14 +28,15 @@ from urllib.parse import urlparse
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
-from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from broker.protocol.limits import MAX_PROTOCOL_VERSION
+from broker.service.peer_link import CommandReader, keepalive_reply
 from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 T = pb.BaseCommand.Type
+CLIENT_VERSION = f"pulsar-py-broker-replicator/{__version__}"
 CONNECT_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0  # for the unsent bytes of a connection being closed
 MAX_LOOKUP_HOPS = 5
@@ -162,7 +163,6 @@ class RemoteProducer:
         self._on_lost = on_lost
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
         # Requests on the producer's connection (schema registrations): request id -> answer.
         self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._next_request = 10
@@ -200,7 +200,7 @@ class RemoteProducer:
         await self._expect(reader, T.PRODUCER_SUCCESS)
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
 
-    async def _open(self) -> asyncio.StreamReader:
+    async def _open(self) -> CommandReader:
         """A new connection to ``self.url``, past CONNECT / CONNECTED."""
         host, port, tls = _address(self.url)
         context = self.settings.ssl_context
@@ -208,16 +208,16 @@ class RemoteProducer:
             context = ssl.create_default_context()
         async with asyncio.timeout(CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it can swallow a cancel)
             reader, self._writer = await asyncio.open_connection(host, port, ssl=context if tls else None)
-        self._decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
+        commands_in = CommandReader(reader, lambda: RemoteError("connection closed by the remote broker"))
         connect = pb.BaseCommand(type=T.CONNECT)
         c = connect.connect
-        c.client_version = f"pulsar-py-broker-replicator/{__version__}"
+        c.client_version = CLIENT_VERSION
         c.protocol_version = MAX_PROTOCOL_VERSION
         if self.settings.auth_method is not None:
             c.auth_method_name, c.auth_data = self.settings.auth_method, self.settings.auth_data
         self._write(commands.frame(connect))
-        await self._expect(reader, T.CONNECTED)
-        return reader
+        await self._expect(commands_in, T.CONNECTED)
+        return commands_in
 
     def _write(self, data: bytes) -> None:
         writer = self._writer
@@ -226,10 +226,10 @@ class RemoteProducer:
             raise RemoteError("connection to the remote broker is closed")
         writer.write(data)
 
-    async def _expect(self, reader: asyncio.StreamReader, wanted: int) -> pb.BaseCommand:
+    async def _expect(self, reader: CommandReader, wanted: int) -> pb.BaseCommand:
         while True:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                cmd = await self._next(reader)
+                cmd = await reader.next_command()
             if cmd.type == wanted:
                 if cmd.type != T.PRODUCER_SUCCESS or cmd.producer_success.producer_ready:
                     return cmd
@@ -238,32 +238,16 @@ class RemoteProducer:
                 raise RemoteError(f"{pb.ServerError.Name(cmd.error.error)}: {cmd.error.message}")
             self._answer(cmd)
 
-    async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                return frame.command
-            data = await reader.read(65536)
-            if not data:
-                raise RemoteError("connection closed by the remote broker")
-            self._decoder.feed(data)
-
     def _answer(self, cmd: pb.BaseCommand) -> None:
         """Keep-alive pings and authentication challenges (the same credentials again)."""
-        if cmd.type == T.PING:
-            self._write(commands.pong())
-        elif cmd.type == T.AUTH_CHALLENGE and self.settings.auth_method is not None:
-            reply = pb.BaseCommand(type=T.AUTH_RESPONSE)
-            r = reply.authResponse
-            r.client_version = f"pulsar-py-broker-replicator/{__version__}"
-            r.protocol_version = MAX_PROTOCOL_VERSION
-            r.response.auth_method_name, r.response.auth_data = self.settings.auth_method, self.settings.auth_data
-            self._write(commands.frame(reply))
+        reply = keepalive_reply(cmd, CLIENT_VERSION, self.settings.auth_method, self.settings.auth_data)
+        if reply is not None:
+            self._write(reply)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, reader: CommandReader) -> None:
         try:
             while True:
-                cmd = await self._next(reader)
+                cmd = await reader.next_command()
                 if cmd.type == T.SEND_RECEIPT:
                     self._on_receipt(cmd.send_receipt.sequence_id)
                 elif cmd.type == T.SEND_ERROR:

@@ -37,7 +37,7 @@ from broker.errors import (
 from broker.metadata.store import AlreadyExistsError
 from broker.service.operation_stats import TxnBufferClientStats
 from broker.service.txn_buffer_client import TxnBufferClient
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.log import TransactionLog, log_ledger_name
@@ -59,7 +59,7 @@ class TransactionService:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.coordinators: dict[int, TransactionCoordinator] = {}
-        self._loading: dict[int, asyncio.Future[TransactionCoordinator]] = {}
+        self._loading: SingleFlight[int, TransactionCoordinator] = SingleFlight("transaction coordinator load")
         # Coordinators being closed because their bundle went (or the session was lost).
         self._closing = OwnedTasks("transaction coordinators being closed")
         # END_TXN_ON_* to other brokers (cluster mode; made once the broker's own URL is known).
@@ -155,28 +155,18 @@ class TransactionService:
             raise TransactionCoordinatorNotFoundError(f"Transaction coordinator with id {tc_id} not found!")
         if not self.serves(tc_id):
             self._not_served(tc_id, connect)
-        loading = self._loading.get(tc_id)
-        if loading is not None:
-            return await asyncio.shield(loading)
-        fut: asyncio.Future[TransactionCoordinator] = asyncio.get_running_loop().create_future()
-        self._loading[tc_id] = fut
-        try:
-            ledger = await self.service.ledger_factory.open(log_ledger_name(tc_id), self.service.ledger_config)
-            tc = TransactionCoordinator(tc_id, await TransactionLog.open(ledger), self,
-                                        max_active=self.service.config.maxActiveTransactionsPerCoordinator)
-            await tc.recover()
-            if self.closed or not self.serves(tc_id):  # (its bundle went while it loaded)
-                await tc.close()
-                self._not_served(tc_id, connect)
-            self.coordinators[tc_id] = tc
-            fut.set_result(tc)
-            return tc
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            del self._loading[tc_id]
+        return await self._loading.run(tc_id, lambda: self._load(tc_id, connect))
+
+    async def _load(self, tc_id: int, connect: bool) -> TransactionCoordinator:
+        ledger = await self.service.ledger_factory.open(log_ledger_name(tc_id), self.service.ledger_config)
+        tc = TransactionCoordinator(tc_id, await TransactionLog.open(ledger), self,
+                                    max_active=self.service.config.maxActiveTransactionsPerCoordinator)
+        await tc.recover()
+        if self.closed or not self.serves(tc_id):  # (its bundle went while it loaded)
+            await tc.close()
+            self._not_served(tc_id, connect)
+        self.coordinators[tc_id] = tc
+        return tc
 
     def _not_served(self, tc_id: int, connect: bool) -> None:
         partition = self.assign_partition(tc_id)
@@ -260,6 +250,7 @@ class TransactionService:
 
     async def close(self) -> None:
         self.closed = True
+        await self._loading.wait()  # (a load in progress sees `closed` and closes its coordinator)
         coordinators = list(self.coordinators.values())
         self.coordinators.clear()
         await asyncio.gather(*(tc.close() for tc in coordinators), return_exceptions=True)

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
-from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
+from broker.protocol.limits import MAX_PROTOCOL_VERSION
+from broker.service.peer_link import CommandReader, keepalive_reply
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.remote_producer import _address as parse_url
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, SingleFlight
 from broker.transactions.model import TxnID
 from broker.version import __version__
 
@@ -43,7 +43,6 @@ CONNECT_TIMEOUT_S = 10.0
 # last ledger) may take longer on a busy machine, and a retry after a timeout only costs a second request.
 REQUEST_TIMEOUT_S = 30.0
 MAX_LOOKUP_HOPS = 8  # redirects followed before giving up (the client's own limit is of this order)
-_FRAME_LIMIT = max_frame_size(5 * 1024 * 1024)
 CLIENT_VERSION = f"pulsar-py-broker-txn/{__version__}"
 
 # Responses matched to their request by request id: type -> field of BaseCommand.
@@ -67,7 +66,6 @@ class _BrokerLink:
         self._auth_method, self._auth_data = credentials
         self._context = context
         self._writer: asyncio.StreamWriter | None = None
-        self._decoder = FrameDecoder(_FRAME_LIMIT)
         self._pending: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._reader_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -80,7 +78,8 @@ class _BrokerLink:
             context.check_hostname = False
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                reader, self._writer = await asyncio.open_connection(host, port, ssl=context)
+                stream, self._writer = await asyncio.open_connection(host, port, ssl=context)
+                reader = CommandReader(stream, lambda: TxnBufferClientError(f"connection to {self.url} closed"))
                 connect = pb.BaseCommand(type=T.CONNECT)
                 c = connect.connect
                 c.client_version, c.protocol_version = CLIENT_VERSION, MAX_PROTOCOL_VERSION
@@ -88,7 +87,7 @@ class _BrokerLink:
                     c.auth_method_name, c.auth_data = self._auth_method, self._auth_data
                 self._writer.write(commands.frame(connect))
                 while True:
-                    cmd = await self._next(reader)
+                    cmd = await reader.next_command()
                     if cmd.type == T.CONNECTED:
                         break
                     if cmd.type == T.ERROR:
@@ -104,25 +103,10 @@ class _BrokerLink:
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
         log.info("transaction link to %s open", self.url)
 
-    async def _next(self, reader: asyncio.StreamReader) -> pb.BaseCommand:
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                return frame.command
-            data = await reader.read(65536)
-            if not data:
-                raise TxnBufferClientError(f"connection to {self.url} closed")
-            self._decoder.feed(data)
-
     def _answer(self, cmd: pb.BaseCommand) -> None:
-        if cmd.type == T.PING:
-            self._write(commands.pong())
-        elif cmd.type == T.AUTH_CHALLENGE and self._auth_method is not None:
-            reply = pb.BaseCommand(type=T.AUTH_RESPONSE)
-            r = reply.authResponse
-            r.client_version, r.protocol_version = CLIENT_VERSION, MAX_PROTOCOL_VERSION
-            r.response.auth_method_name, r.response.auth_data = self._auth_method, self._auth_data
-            self._write(commands.frame(reply))
+        reply = keepalive_reply(cmd, CLIENT_VERSION, self._auth_method, self._auth_data)
+        if reply is not None:
+            self._write(reply)
 
     def _write(self, data: bytes) -> None:
         writer = self._writer
@@ -130,10 +114,10 @@ class _BrokerLink:
             raise TxnBufferClientError(f"connection to {self.url} is closed")
         writer.write(data)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, reader: CommandReader) -> None:
         try:
             while True:
-                cmd = await self._next(reader)
+                cmd = await reader.next_command()
                 field = _RESPONSES.get(cmd.type)
                 if field is None:
                     self._answer(cmd)
@@ -200,7 +184,7 @@ class TxnBufferClient:
                 cafile=config.brokerClientTrustCertsFilePath or config.tlsTrustCertsFilePath or None)
             self._context.check_hostname = False  # (Pulsar's broker clients do not check host names by default)
         self._links: dict[str, _BrokerLink] = {}
-        self._opening: dict[str, asyncio.Future[_BrokerLink]] = {}
+        self._opening: SingleFlight[str, _BrokerLink] = SingleFlight("transaction buffer client: links being opened")
         self._owners: dict[str, str] = {}  # topic -> its owner's URL, as last looked up
         self._ids = itertools.count(1)
         self._closing = OwnedTasks("transaction buffer client: links being closed")
@@ -277,32 +261,23 @@ class TxnBufferClient:
         link = self._links.get(url)
         if link is not None and not link.closed:
             return link
-        opening = self._opening.get(url)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        future: asyncio.Future[_BrokerLink] = asyncio.get_running_loop().create_future()
-        self._opening[url] = future
-        try:
-            link = _BrokerLink(url, self._credentials, self._context)
-            await link.open()
-            if self.closed:
-                await link.aclose()
-                raise TxnBufferClientError("the transaction buffer client is closed")
-            old = self._links.get(url)
-            if old is not None:
-                self._closing.spawn(old.aclose(), name=f"close link to {url}")
-            self._links[url] = link
-            future.set_result(link)
-            return link
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._opening[url]
+        return await self._opening.run(url, lambda: self._open_link(url))
+
+    async def _open_link(self, url: str) -> _BrokerLink:
+        link = _BrokerLink(url, self._credentials, self._context)
+        await link.open()
+        if self.closed:
+            await link.aclose()
+            raise TxnBufferClientError("the transaction buffer client is closed")
+        old = self._links.get(url)
+        if old is not None:
+            self._closing.spawn(old.aclose(), name=f"close link to {url}")
+        self._links[url] = link
+        return link
 
     async def close(self) -> None:
         self.closed = True
+        await self._opening.close()
         links = list(self._links.values())
         self._links.clear()
         await asyncio.gather(*(link.aclose() for link in links), return_exceptions=True)

@@ -41,6 +41,7 @@ from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKee
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
+from managed_ledger.single_flight import SingleFlight
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, Notification, NotificationType
 from metadata_store.factory import open_metadata_store
 
@@ -145,7 +146,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._owns_store = False
         self._names: set[str] = set()
         self._open: dict[str, BookKeeperManagedLedger] = {}
-        self._opening: dict[str, asyncio.Future[BookKeeperManagedLedger]] = {}
+        self._opening: SingleFlight[str, BookKeeperManagedLedger] = SingleFlight("managed-ledger open")
         self._instance_ids = itertools.count(1)
         self._started: asyncio.Future[None] | None = None
         self._closed = False
@@ -256,30 +257,17 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         ledger = self._open.get(name)
         if ledger is not None:
             return ledger
-        opening = self._opening.get(name)
-        if opening is not None:
-            return await asyncio.shield(opening)
-        future: asyncio.Future[BookKeeperManagedLedger] = asyncio.get_running_loop().create_future()
-        self._opening[name] = future
-        try:
-            ledger = await self._take_over(name, config or ManagedLedgerConfig())
-            self._open[name] = ledger
-            self._add_name(name)
-            self._local_changes += 1
-            future.set_result(ledger)
-            return ledger
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._opening[name]
+        return await self._opening.run(name, lambda: self._take_over(name, config or ManagedLedgerConfig()))
 
     async def _take_over(self, name: str, config: ManagedLedgerConfig) -> BookKeeperManagedLedger:
         try:
-            return await self._take_over_once(name, config)
+            ledger = await self._take_over_once(name, config)
         except (BookKeeperError, MetadataStoreError, ml_formats.MetadataFormatError) as exc:
             raise ManagedLedgerError(f"managed ledger {name} cannot be opened: {exc}") from exc
+        self._open[name] = ledger
+        self._add_name(name)
+        self._local_changes += 1
+        return ledger
 
     async def _take_over_once(self, name: str, config: ManagedLedgerConfig) -> BookKeeperManagedLedger:
         path = ml_formats.ledger_path(self.root, name)
@@ -366,6 +354,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if self._closed:
             return
         self._closed = True
+        await self._opening.close()
         rescans = list(self._rescans.values())
         for task in rescans:
             task.cancel()

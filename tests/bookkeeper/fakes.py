@@ -3,18 +3,21 @@
 `FakeZk` keeps znodes in a dict with versions, sequential names and kazoo's errors. `FakeBookie` is a real asyncio
 TCP server speaking the v2 protocol through our own codec, with the bookie-side rules the client depends on (master
 key recorded by the first add/fence, EFENCED for plain adds after a fence, the last entry for a read of -1) and knobs
-to misbehave: hold responses, answer with an error code, stay silent, or send garbage.
+to misbehave: hold responses, answer with an error code, stay silent, or send garbage. `FakeCluster` is the three
+together: a FakeZk, fake bookies registered in it, and our BookKeeper client on them (`running()` for a fixture).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.protocol import (
     LAST_ADD_CONFIRMED,
     AddRequest,
@@ -183,3 +186,34 @@ class _BookieSide(asyncio.Protocol):
                 self.bookie.held.append(frame)
             else:
                 self.transport.write(frame)
+
+
+class FakeCluster:
+    """A FakeZk, fake bookies registered in it (writable: /ledgers/available/<id>) and a BookKeeper client on them."""
+
+    def __init__(self) -> None:
+        self.zk = FakeZk()
+        self.bookies: dict[str, FakeBookie] = {}
+        self.bk = BookKeeper(self.zk)
+
+    async def add_bookie(self) -> FakeBookie:
+        bookie = FakeBookie()
+        self.bookies[await bookie.start()] = bookie
+        await self.zk.create(f"/ledgers/available/{bookie.bookie_id}", makepath=True)
+        return bookie
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, bookies: int = 3) -> AsyncIterator[FakeCluster]:
+        """Started with ``bookies`` bookies (and the read-only registration folder, empty); stopped after."""
+        cluster = cls()
+        for _ in range(bookies):
+            await cluster.add_bookie()
+        await cluster.zk.create("/ledgers/available/readonly")
+        await cluster.bk.start()
+        try:
+            yield cluster
+        finally:
+            await cluster.bk.close()
+            for bookie in cluster.bookies.values():
+                await bookie.stop()

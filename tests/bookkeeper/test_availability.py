@@ -15,24 +15,17 @@ from managed_ledger.bookkeeper.client import NotEnoughBookiesError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.protocol import AddRequest, AddResponse, Request, StatusCode, encode_response
 from metadata_store.memory import MemoryMetadataStore
-from tests.bookkeeper.test_client_unit import Env
+from tests.bookkeeper.fakes import FakeCluster
 from tests.waiting import eventually
 
 
 @pytest.fixture
-async def env() -> AsyncIterator[Env]:
-    env = Env()
-    for _ in range(3):
-        await env.add_bookie()
-    await env.zk.create("/ledgers/available/readonly")
-    await env.bk.start()
-    yield env
-    await env.bk.close()
-    for bookie in env.bookies.values():
-        await bookie.stop()
+async def env() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster.running(bookies=3) as cluster:
+        yield cluster
 
 
-async def turn_read_only(env: Env, bookie_id: str) -> None:
+async def turn_read_only(env: FakeCluster, bookie_id: str) -> None:
     """What a bookie does when its disks are full: registration moved, adds answered EREADONLY."""
     await env.zk.delete(f"/ledgers/available/{bookie_id}")
     await env.zk.create(f"/ledgers/available/readonly/{bookie_id}")
@@ -47,7 +40,7 @@ async def turn_read_only(env: Env, bookie_id: str) -> None:
     bookie.respond = refuse
 
 
-async def test_read_only_bookies_are_never_in_a_new_ensemble(env: Env) -> None:
+async def test_read_only_bookies_are_never_in_a_new_ensemble(env: FakeCluster) -> None:
     read_only = next(iter(env.bookies))
     await turn_read_only(env, read_only)
     assert await env.bk.read_only_bookies() == [read_only]
@@ -59,7 +52,7 @@ async def test_read_only_bookies_are_never_in_a_new_ensemble(env: Env) -> None:
         await env.bk.create_ledger(3, 2, 2)
 
 
-async def test_an_ereadonly_answer_changes_the_ensemble(env: Env) -> None:
+async def test_an_ereadonly_answer_changes_the_ensemble(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(2, 2, 2)
     first = lh.metadata.last_ensemble.ensemble[0]
     await turn_read_only(env, first)
@@ -67,7 +60,7 @@ async def test_an_ereadonly_answer_changes_the_ensemble(env: Env) -> None:
     assert first not in lh.metadata.last_ensemble.ensemble
 
 
-async def test_no_writable_ensemble_fails_the_adds_and_the_guard_says_why(env: Env) -> None:
+async def test_no_writable_ensemble_fails_the_adds_and_the_guard_says_why(env: FakeCluster) -> None:
     guard = BookieAvailability(env.bk, ensemble_size=2)
     await guard.check()
     assert guard.writable() and guard.bookie_counts == (3, 0) and not guard.warning
@@ -89,13 +82,13 @@ async def test_no_writable_ensemble_fails_the_adds_and_the_guard_says_why(env: E
     await (await env.bk.create_ledger(2, 2, 2)).add_entry(b"y")
 
 
-async def make_writable(env: Env, bookie_id: str) -> None:
+async def make_writable(env: FakeCluster, bookie_id: str) -> None:
     await env.zk.delete(f"/ledgers/available/readonly/{bookie_id}")
     await env.zk.create(f"/ledgers/available/{bookie_id}")
     env.bookies[bookie_id].respond = env.bookies[bookie_id].default_response
 
 
-async def test_the_managed_ledger_holds_adds_fails_them_after_the_window_and_resumes(env: Env) -> None:
+async def test_the_managed_ledger_holds_adds_fails_them_after_the_window_and_resumes(env: FakeCluster) -> None:
     factory = BookKeeperManagedLedgerFactory(env.bk, MemoryMetadataStore(), ensemble_size=2, write_quorum=2,
                                              ack_quorum=2, owns_client=False, add_retry_window_s=0.3,
                                              storage_check_interval_s=0.05)
@@ -129,7 +122,7 @@ async def test_the_managed_ledger_holds_adds_fails_them_after_the_window_and_res
         await factory.close()
 
 
-async def test_cursor_positions_go_to_the_znode_while_no_ensemble_can_be_formed(env: Env) -> None:
+async def test_cursor_positions_go_to_the_znode_while_no_ensemble_can_be_formed(env: FakeCluster) -> None:
     store = MemoryMetadataStore()
     factory = BookKeeperManagedLedgerFactory(env.bk, store, ensemble_size=2, write_quorum=2, ack_quorum=2,
                                              owns_client=False, cursor_persist_interval_s=0.0)

@@ -18,8 +18,6 @@ What the broker's clients see is what they see on a full disk with file storage 
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +38,16 @@ from cluster.local import (
 from managed_ledger.bookkeeper import metadata as ledger_metadata
 from managed_ledger.bookkeeper import ml_formats
 from tests.bookkeeper.conftest import require_cluster_deps
-from tests.reliability.limited_broker import fill, private_mounts_unavailable
+from tests.full_disk import (
+    Ballast,
+    http_call,
+    metric_value,
+    new_producer_accepted_but_refused,
+    on_private_tmpfs,
+    private_mounts_unavailable,
+    sends_fail,
+    stored_messages_readable,
+)
 from tests.waiting import wait_for
 
 TOPIC = "persistent://public/default/bookies-full"
@@ -50,8 +57,6 @@ TMPFS = "16m"
 # BookKeeper's defaults for the thresholds, written out; the disk checked every 500 ms instead of 10 s.
 BOOKIE_DISK = {"diskUsageThreshold": "0.95", "diskUsageWarnThreshold": "0.90", "diskUsageLwmThreshold": "0.90",
                "diskCheckInterval": "500", "readOnlyModeEnabled": "true"}
-# Mounts the tmpfs ($1 mount point, $2 size), then becomes the bookie (exec: the pid stays the bookie's).
-_MOUNT_AND_EXEC = 'mount -t tmpfs -o size="$2" tmpfs "$1" && mkdir "$1/ledgers" && shift 2 && exec "$@"'
 
 _unavailable = private_mounts_unavailable()
 pytestmark = pytest.mark.skipif(_unavailable is not None, reason=str(_unavailable))
@@ -61,19 +66,15 @@ class FullableBookie:
     def __init__(self, cluster: LocalCluster, mount: Path) -> None:
         mount.mkdir()
         self.mount = mount
-        self.info = add_bookie(
-            cluster, {**BOOKIE_DISK, "ledgerDirectories": str(mount / "ledgers")},
-            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", _MOUNT_AND_EXEC, "sh", str(mount), TMPFS])
-
-    @property
-    def ballast(self) -> Path:
-        return Path(f"/proc/{self.info.pid}/root{self.mount}/ballast")
+        self.info = add_bookie(cluster, {**BOOKIE_DISK, "ledgerDirectories": str(mount / "ledgers")},
+                               on_private_tmpfs(mount, TMPFS, "ledgers", []))
+        self.ballast = Ballast(self.info.pid, mount)
 
     def fill(self) -> None:
-        fill(self.ballast)  # until ENOSPC: a really full disk
+        self.ballast.fill()  # until ENOSPC: a really full disk
 
     def empty(self) -> None:
-        self.ballast.unlink()
+        self.ballast.remove()
 
 
 @pytest.fixture(scope="module")
@@ -89,20 +90,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
 
 
 def http(broker: BrokerInfo, method: str, path: str) -> tuple[int, str]:
-    request = urllib.request.Request(broker.web_url + path, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return http_call(broker.web_url, method, path)
 
 
 def metric(broker: BrokerInfo, name: str) -> float | None:
-    _, text = http(broker, "GET", "/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    return metric_value(broker.web_url, name)
 
 
 def message(i: int) -> bytes:
@@ -169,29 +161,17 @@ def test_full_bookies_fail_sends_in_time_reads_go_on_and_writes_resume(
                 filled.append(bookie)
         wait_for(lambda: len(registered(readonly=True)) == 3 and not registered(readonly=False),
                  what="all bookies read-only")
-        for i in range(3):
-            with pytest.raises(pulsar.PulsarException):  # (Timeout: the broker holds the adds it cannot store)
-                producer.send(b"refused-%d" % i)
+        sends_fail(producer)
         wait_for(lambda: metric(broker, "pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         assert metric(broker, "pulsar_py_bookkeeper_writable_bookies") == 0.0
         assert metric(broker, "pulsar_py_bookkeeper_readonly_bookies") == 3.0
         status, text = http(broker, "GET", "/admin/v2/brokers/health")
         assert status == 500 and "refuses new entries" in text and "read-only" in text, (status, text)
-        other = writer.create_producer(TOPIC, batching_enabled=False, send_timeout_millis=SEND_TIMEOUT_MS)
-        with pytest.raises(pulsar.PulsarException):
-            other.send(b"refused")
-        other.close()
+        new_producer_accepted_but_refused(writer, TOPIC, SEND_TIMEOUT_MS)
 
         # Readers and consumers read what is stored (from the read-only bookies: no read cache); acknowledgements
         # are written, into the cursor's znode (no cursor ledger can be written now).
-        reader = readers.create_reader(TOPIC, pulsar.MessageId.earliest)
-        assert [reader.read_next(timeout_millis=10_000).data() for _ in receipted] == receipted
-        got = []
-        for _ in receipted:
-            msg = consumer.receive(timeout_millis=10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-        assert got == receipted
+        stored_messages_readable(readers, consumer, TOPIC, receipted)
         last = ids[-1]
         cursor_znode = ml_formats.cursor_path(ml_formats.MANAGED_LEDGERS_ROOT,
                                               "public/default/persistent/" + TOPIC.rsplit("/", 1)[1], "sub")
@@ -234,5 +214,4 @@ def test_full_bookies_fail_sends_in_time_reads_go_on_and_writes_resume(
         zk.stop()
         zk.close()
         for bookie in filled:
-            if bookie.ballast.exists():
-                bookie.empty()
+            bookie.empty()

@@ -9,7 +9,6 @@ import pytest
 
 from managed_ledger.bookkeeper.bookie import BookieConnection, BookieUnavailableError
 from managed_ledger.bookkeeper.client import (
-    BookKeeper,
     BookKeeperError,
     LedgerClosedError,
     LedgerFencedError,
@@ -28,34 +27,14 @@ from managed_ledger.bookkeeper.protocol import (
     encode_request,
     encode_response,
 )
-from tests.bookkeeper.fakes import FakeBookie, FakeZk
+from tests.bookkeeper.fakes import FakeCluster
 from tests.waiting import eventually
 
 
-class Env:
-    def __init__(self) -> None:
-        self.zk = FakeZk()
-        self.bookies: dict[str, FakeBookie] = {}
-        self.bk = BookKeeper(self.zk)
-
-    async def add_bookie(self) -> FakeBookie:
-        bookie = FakeBookie()
-        self.bookies[await bookie.start()] = bookie
-        await self.zk.create(f"/ledgers/available/{bookie.bookie_id}", makepath=True)
-        return bookie
-
-
 @pytest.fixture
-async def env() -> AsyncIterator[Env]:
-    env = Env()
-    for _ in range(3):
-        await env.add_bookie()
-    await env.zk.create("/ledgers/available/readonly")
-    await env.bk.start()
-    yield env
-    await env.bk.close()
-    for bookie in env.bookies.values():
-        await bookie.stop()
+async def env() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster.running(bookies=3) as cluster:
+        yield cluster
 
 
 def fail_adds(status: StatusCode) -> Callable[[Request], bytes | None]:
@@ -65,7 +44,7 @@ def fail_adds(status: StatusCode) -> Callable[[Request], bytes | None]:
     return respond
 
 
-async def test_out_of_order_responses_complete_in_entry_order(env: Env) -> None:
+async def test_out_of_order_responses_complete_in_entry_order(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2)
     for bookie in env.bookies.values():
         bookie.hold = lambda request: True
@@ -84,7 +63,7 @@ async def test_out_of_order_responses_complete_in_entry_order(env: Env) -> None:
     assert all(entry[16:24] == b"\xff" * 8 for entry in first.entries.values())
 
 
-async def test_fenced_answer_fails_the_writer(env: Env) -> None:
+async def test_fenced_answer_fails_the_writer(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 3, 2)
     await lh.add_entry(b"ok")
     for bookie in env.bookies.values():
@@ -100,7 +79,7 @@ async def test_fenced_answer_fails_the_writer(env: Env) -> None:
 
 
 @pytest.mark.parametrize("failure", ["EIO", "EREADONLY", "garbage", "silence", "crash"])
-async def test_a_failing_bookie_is_replaced(env: Env, failure: str) -> None:
+async def test_a_failing_bookie_is_replaced(env: FakeCluster, failure: str) -> None:
     lh = await env.bk.create_ledger(3, 3, 3)  # Qa = Qw: no add completes without the failing bookie
     await lh.add_entry(b"before")
     victim_id = lh.metadata.last_ensemble.ensemble[1]
@@ -125,7 +104,7 @@ async def test_a_failing_bookie_is_replaced(env: Env, failure: str) -> None:
     await lh.close()
 
 
-async def test_a_late_failure_replaces_the_bookie_for_later_entries(env: Env) -> None:
+async def test_a_late_failure_replaces_the_bookie_for_later_entries(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 3, 2)
     victim = env.bookies[lh.metadata.last_ensemble.ensemble[2]]
     spare = await env.add_bookie()
@@ -139,19 +118,19 @@ async def test_a_late_failure_replaces_the_bookie_for_later_entries(env: Env) ->
     await lh.close()
 
 
-async def test_no_replacement_bookie_fails_the_adds(env: Env) -> None:
+async def test_no_replacement_bookie_fails_the_adds(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 3, 3)
     env.bookies[lh.metadata.last_ensemble.ensemble[0]].respond = fail_adds(StatusCode.EIO)
     with pytest.raises(NotEnoughBookiesError):
         await lh.add_entry(b"x")
 
 
-async def test_create_needs_enough_bookies(env: Env) -> None:
+async def test_create_needs_enough_bookies(env: FakeCluster) -> None:
     with pytest.raises(NotEnoughBookiesError):
         await env.bk.create_ledger(4, 2, 2)  # the `readonly` child is no bookie
 
 
-async def test_close_loses_to_a_recoverer_that_closed_elsewhere(env: Env) -> None:
+async def test_close_loses_to_a_recoverer_that_closed_elsewhere(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2)
     for i in range(3):
         await lh.add_entry(b"%d" % i)
@@ -161,7 +140,7 @@ async def test_close_loses_to_a_recoverer_that_closed_elsewhere(env: Env) -> Non
         await lh.close()
 
 
-async def test_close_after_a_recoverer_closed_at_the_same_point(env: Env) -> None:
+async def test_close_after_a_recoverer_closed_at_the_same_point(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2)
     for i in range(3):
         await lh.add_entry(b"%d" % i)
@@ -171,7 +150,7 @@ async def test_close_after_a_recoverer_closed_at_the_same_point(env: Env) -> Non
     assert (await env.bk.read_metadata(lh.ledger_id))[1] == version + 1
 
 
-async def test_recovery_needs_an_answer_from_every_write_quorum(env: Env) -> None:
+async def test_recovery_needs_an_answer_from_every_write_quorum(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2)
     await lh.add_entry(b"x")
     ensemble = lh.metadata.last_ensemble.ensemble
@@ -181,7 +160,7 @@ async def test_recovery_needs_an_answer_from_every_write_quorum(env: Env) -> Non
         await env.bk.open_ledger(lh.ledger_id)
 
 
-async def test_wrong_password(env: Env) -> None:
+async def test_wrong_password(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2, password=b"secret")
     await lh.add_entry(b"x")
     with pytest.raises(UnauthorizedError):
@@ -190,7 +169,7 @@ async def test_wrong_password(env: Env) -> None:
     assert await reader.read(0, 0) == [b"x"]
 
 
-async def test_ledger_ids_short_then_long(env: Env) -> None:
+async def test_ledger_ids_short_then_long(env: FakeCluster) -> None:
     assert [await env.bk.new_ledger_id() for _ in range(3)] == [0, 1, 2]
     assert await env.zk.children("/ledgers/idgen") == []  # the id znodes are removed
     await env.zk.create("/ledgers/idgen-long")
@@ -201,14 +180,14 @@ async def test_ledger_ids_short_then_long(env: Env) -> None:
     assert await env.zk.exists("/ledgers/000/0000/0042/9496/L7298") is not None
 
 
-async def test_delete_removes_the_znode_and_empty_parents(env: Env) -> None:
+async def test_delete_removes_the_znode_and_empty_parents(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 2, 2)
     await lh.close()
     await env.bk.delete_ledger(lh.ledger_id)
     assert await env.zk.exists("/ledgers/00") is None
 
 
-async def test_closing_the_client_stops_its_writers(env: Env) -> None:
+async def test_closing_the_client_stops_its_writers(env: FakeCluster) -> None:
     lh = await env.bk.create_ledger(3, 3, 3)
     for bookie in env.bookies.values():
         bookie.respond = lambda request: None  # adds stay pending

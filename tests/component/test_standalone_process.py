@@ -7,15 +7,13 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pulsar
 import pytest
 
-STARTUP_TIMEOUT_S = 20.0
-READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
+from tests.reliability.broker_process import await_ready
 
 
 def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int, int]:
@@ -24,19 +22,8 @@ def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> 
          "--data-dir", str(tmp_path / "data"), "--bind-address", "127.0.0.1", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = READY_RE.search(line)
-        if m:
-            return proc, int(m.group(1)), int(m.group(2))
-    proc.kill()
-    raise AssertionError("broker did not report ready:\n" + "".join(lines))
+    port, web_port = await_ready(proc)
+    return proc, port, web_port
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -28,9 +28,18 @@ def start_broker_with_web(data_dir: Path, config: Path, port: int = 0,
          "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    port, web_port = await_ready(proc)
+    # Keep reading its output so a chatty broker never blocks on a full pipe.
+    threading.Thread(target=_discard, args=(proc,), daemon=True).start()
+    return proc, port, web_port
+
+
+def await_ready(proc: subprocess.Popen[str], lines: list[str] | None = None) -> tuple[int, int]:
+    """Read a starting broker's output (kept in ``lines``) up to its ready line: its binary and HTTP ports. A broker
+    that exits, or is not ready within STARTUP_TIMEOUT_S, is killed: AssertionError with what it wrote."""
     assert proc.stdout is not None
+    lines = [] if lines is None else lines
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    lines: list[str] = []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -38,10 +47,9 @@ def start_broker_with_web(data_dir: Path, config: Path, port: int = 0,
         lines.append(line)
         m = READY_RE.search(line)
         if m:
-            # Keep reading its output so a chatty broker never blocks on a full pipe.
-            threading.Thread(target=_discard, args=(proc,), daemon=True).start()
-            return proc, int(m.group(1)), int(m.group(2))
+            return int(m.group(1)), int(m.group(2))
     proc.kill()
+    proc.wait()
     raise AssertionError("broker did not report ready:\n" + "".join(lines))
 
 

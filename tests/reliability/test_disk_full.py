@@ -1,8 +1,7 @@
 """A broker whose data directory is on a small file system that fills up (issue 23, item 1).
 
-The broker runs on an 8 MB tmpfs of its own (a private mount namespace: tests/reliability/
-limited_broker.py); the test fills the tmpfs with a ballast file through /proc/<pid>/root and
-frees it again. With the official client:
+The broker runs on an 8 MB tmpfs of its own (a private mount namespace: tests/full_disk.py); the
+test fills the tmpfs with a ballast file through /proc/<pid>/root and frees it again. With the official client:
 
 - while the store cannot write, every send fails with the client's send timeout (the broker holds
   refused adds for managedLedgerDiskFullAddHoldSeconds, then answers SendError PersistenceError),
@@ -25,7 +24,13 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.reliability.limited_broker import LimitedBroker, fill, private_mounts_unavailable
+from tests.full_disk import (
+    new_producer_accepted_but_refused,
+    private_mounts_unavailable,
+    sends_fail,
+    stored_messages_readable,
+)
+from tests.reliability.limited_broker import LimitedBroker
 from tests.waiting import wait_for
 
 TOPIC = "persistent://public/default/disk-full"
@@ -69,13 +74,13 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
             producer.send(message(i))
             receipted.append(message(i))
 
-        ballast = b.volume / "ballast"
+        ballast = b.ballast
         if mode == "floor":
-            fill(ballast, until_usage=0.7)
+            ballast.fill(until_usage=0.7)
             # (The floor looks at the disk every managedLedgerDiskCheckIntervalMillis.)
             wait_for(lambda: b.metric("pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         else:
-            fill(ballast)  # the first write that fails for space turns writes off
+            ballast.fill()  # the first write that fails for space turns writes off
         if mode == "enospc":
             # (A few more may fit: the last page of a segment file has room until it is full.)
             for _ in range(100):
@@ -86,27 +91,13 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
                 receipted.append(message(len(receipted)))
             else:
                 pytest.fail("the full disk took 100 more messages")
-        for i in range(3):
-            with pytest.raises(pulsar.PulsarException):  # (Timeout: the broker holds the refused adds)
-                producer.send(b"refused-%d" % i)
+        sends_fail(producer)
         wait_for(lambda: b.metric("pulsar_py_storage_write_disabled") == 1.0, what="the write-disabled gauge")
         status, text = b.http("GET", "/admin/v2/brokers/health")
         assert status == 500 and ("refuses new entries" in text or "space" in text), text
-        # A new producer is accepted (its sends then fail the same way).
-        other = writer.create_producer(TOPIC, batching_enabled=False, send_timeout_millis=SEND_TIMEOUT_MS)
-        with pytest.raises(pulsar.PulsarException):
-            other.send(b"refused")
-        other.close()
-
+        new_producer_accepted_but_refused(writer, TOPIC, SEND_TIMEOUT_MS)
         # Readers and consumers read what is stored; consumers acknowledge.
-        reader = readers.create_reader(TOPIC, pulsar.MessageId.earliest)
-        assert [reader.read_next(timeout_millis=10_000).data() for _ in receipted] == receipted
-        got = []
-        for _ in receipted:
-            msg = consumer.receive(timeout_millis=10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-        assert got == receipted
+        reader = stored_messages_readable(readers, consumer, TOPIC, receipted)
 
         if mode == "enospc":
             # A metadata change on the full disk: 500 with the reason, and nothing of it applied. (The
@@ -122,7 +113,7 @@ def test_sends_fail_while_full_reads_go_on_and_writes_resume_when_space_returns(
         # The acknowledgements are kept in memory (on a really full disk their cursor file cannot be
         # written now) and written once there is room (below).
         persisted = b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0
-        ballast.unlink()
+        ballast.remove()
         full_at = len(receipted)
         wait_for(lambda: (b.metric("pulsar_py_ledger_cursor_persists_total") or 0.0) > persisted,
                  what="the cursor's state to be written once space returns")

@@ -1,0 +1,163 @@
+"""Admin REST v2: a partitioned topic as a whole (Pulsar's partitioned-topic endpoints of PersistentTopics /
+NonPersistentTopics): list, create, grow, delete, create the partitions still missing, and the stats and internal
+stats of every partition together.
+
+A partition's own work is done by the broker that owns it (``TopicsResource.on_owners``: locally, or the same call
+at the owner). The routes are registered with the other topic routes, in topics.py; so are the operations that
+apply to each partition in turn (subscriptions, unload, terminate, ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.admin import stats as S
+from broker.admin.common import HttpError, json_response, no_content, parse_properties, query_flag, read_body
+from broker.errors import NotAllowedError
+from broker.service import admin_ops
+from broker.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from broker.admin.topics import TopicsResource
+    from broker.service.broker_service import BrokerService
+
+
+class PartitionedTopics:
+    """The handlers; ``topics`` gives the names, the partition counts and the calls at each partition's owner."""
+
+    def __init__(self, topics: TopicsResource) -> None:
+        self.topics = topics
+
+    @property
+    def service(self) -> BrokerService:
+        return self.topics.service
+
+    async def list_partitioned(self, request: web.Request) -> web.Response:
+        ns = self.topics.web.namespaces.namespace(request)
+        domain = request.path.split("/")[3]
+        return json_response(sorted(t for t in self.service.metadata.partitioned_topics
+                                    if t.startswith(f"{domain}://{ns}/")))
+
+    async def get_partitions(self, request: web.Request) -> web.Response:
+        name = self.topics.name(request)
+        auto = query_flag(request, "checkAllowAutoCreation")
+        doc: dict[str, object] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
+        properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
+        if properties:
+            doc["properties"] = properties
+        return json_response(doc)
+
+    async def create_partitioned(self, request: web.Request) -> web.Response:
+        """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
+        {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
+        name = self.topics.name(request)
+        n = await read_body(request)
+        properties: dict[str, str] = {}
+        if isinstance(n, dict):
+            properties = parse_properties(n.get("properties"))
+            n = n.get("partitions")
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise HttpError(412, "Number of partitions should be more than 0")
+        if name.partition_index >= 0:
+            raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
+        try:
+            self.service.check_topics_limit(name, n)
+        except NotAllowedError as exc:
+            raise HttpError(412, exc.message) from exc
+        if self.topics.partitions(name) == 0 and self.topics.exists(name):
+            raise HttpError(409, "This topic already exists")
+        await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
+        return no_content()
+
+    async def create_missed_partitions(self, request: web.Request) -> web.Response:
+        """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
+        owner)."""
+        name = self.topics.name(request)
+        n = self.topics.partitions(name)
+        if n == 0:
+            raise HttpError(404, "Partitioned Topic not found")
+        missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
+
+        async def create(p: TopicName) -> None:
+            if not self.topics.exists(p):
+                await self.service.get_topic(p, create=True, explicit=True)
+
+        async def create_there(p: TopicName) -> None:
+            try:
+                await self.topics.on_owners(request, [p], "PUT", "", create)
+            except HttpError as exc:
+                if exc.status_code != 409:  # (created meanwhile, or a live non-persistent partition there)
+                    raise
+
+        for p in missing:
+            await create_there(p)
+        return no_content()
+
+    async def update_partitions(self, request: web.Request) -> web.Response:
+        name = self.topics.name(request)
+        n = await read_body(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise HttpError(400, "Number of partitions must be an integer")
+        current = self.topics.partitions(name)
+        if current == 0:
+            raise HttpError(404, "Partitioned topic does not exist")
+        if n <= current:
+            raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
+        await self.service.metadata.set_partitions(name.full, n)
+        return no_content()
+
+    async def delete_partitioned(self, request: web.Request) -> web.Response:
+        """DELETE .../partitions: each partition deleted by its owner (Pulsar's admin call per partition), then the
+        partitioned topic's metadata. Without ``force``, a partition with clients connected refuses (412): checked
+        here first for the ones this broker serves; another owner refuses its own (the partitions deleted before it
+        stay deleted, as in Pulsar)."""
+        name = self.topics.name(request)
+        n = self.topics.partitions(name)
+        if n == 0:
+            raise HttpError(404, "Partitioned topic does not exist")
+        force = query_flag(request, "force")
+        parts = [name.partition(i) for i in range(n)]
+        if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
+                             for p in parts):
+            raise HttpError(412, "Topic has active producers/subscriptions")
+
+        async def delete(p: TopicName) -> None:
+            if self.topics.exists(p):
+                await self.topics.delete_one(p, force=True)
+
+        await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "DELETE", "", delete,
+                             "?force=true" if force else "")
+        await self.service.metadata.delete_partitioned(name.full)
+        await self.service.schemas.delete(name.full)
+        return no_content()
+
+    async def partitioned_stats(self, request: web.Request) -> web.Response:
+        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
+        name = self.topics.name(request)
+        n = self.topics.partitions(name)
+        if n == 0:
+            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+
+        async def stats(p: TopicName) -> dict[str, Any]:
+            return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
+
+        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "stats", stats)
+        per_partition = {p.full: doc for p, doc in answers.items()}
+        return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
+
+    async def partitioned_internal_stats(self, request: web.Request) -> web.Response:
+        """Pulsar's PartitionedTopicInternalStats: {"metadata": {"partitions": n}, "partitions": {name: internal
+        stats}}, each partition's from its owner."""
+        name = self.topics.name(request)
+        n = self.topics.partitions(name)
+        if n == 0:
+            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+
+        async def internal(p: TopicName) -> dict[str, Any]:
+            return S.internal_stats(await self.service.get_topic(p, create=False))
+
+        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "internalStats",
+                                              internal)
+        return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})
