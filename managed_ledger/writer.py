@@ -14,15 +14,27 @@ least ``group_bytes / 8`` bytes, the writer gathers the next batch for up to ``g
 (or until ``group_bytes`` are queued) before writing it. Light traffic (the previous batch was
 small: a few messages, a cursor update) never waits, so its latency is a bare write + sync.
 
+Pipelined syncs: a light batch of appends (under ``group_bytes / 8``, to fewer than
+``PARALLEL_SYNC_MIN`` segments, nothing but appends) does not wait for the syncs of the batches
+before it. The writer writes it at once and hands its fdatasyncs to the sync threads, then takes
+the next batch; up to ``PIPELINE_DEPTH`` such rounds have syncs in flight. A sync covers what was
+written before it started, so each round is durable when its own syncs return. The thread whose
+sync completes the oldest round settles it and posts its completions (rounds settle strictly in
+order, so completions keep submission order). Anything else (a heavy batch, many segments, a
+segment to create or close, a cursor write, a barrier) first waits until every round in flight
+has settled, then runs as above. Before this, an append that arrived during a sync waited for that
+sync to end before its own write and sync began.
+
 An append completes (successfully) only after the sync of its segment returned: a receipt sent
 from its callback is a promise that the record survives a power cut.
 
 Failures: when a write or sync of a segment fails (ENOSPC, EIO), every not-yet-confirmed append
 of that owner (managed ledger) fails, and so does every later operation of the owner until a
 ``recover`` operation succeeds: nothing of a failed owner is confirmed after a failure, so the
-confirmed records always form a prefix. After a failed fsync the kernel may have dropped the
-dirty pages (and cleared the error), so the only safe state is "synced size": ``recover``
-truncates the owner's segments back to what the loop knows is confirmed.
+confirmed records always form a prefix. (A pipelined round written before the writer learned of
+an earlier round's failed sync fails that owner's appends when it settles.) After a failed fsync
+the kernel may have dropped the dirty pages (and cleared the error), so the only safe state is
+"synced size": ``recover`` truncates the owner's segments back to what the loop knows is confirmed.
 
 Directory entries are grouped too: creating a segment, a topic's directory or a subscription's
 cursor file makes a new name that is durable only once its directory is fsynced. Those operations
@@ -48,7 +60,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from managed_ledger.api import StorageUnavailableError
@@ -71,6 +83,10 @@ DEFAULT_MAX_OPEN_FILES = 1024
 # A batch that appended to at least this many segments syncs them on this many threads at once.
 PARALLEL_SYNC_MIN = 4
 SYNC_THREADS = 8
+# Light rounds (see "Pipelined syncs" in the module docstring): at most this many rounds have their
+# syncs in flight at once. Overlapping fdatasyncs of one file share the file system's journal
+# commits: at 1k appends/s on a busy 2-core VM this halved the median wait (4-9 ms -> 1.4-2.6 ms).
+PIPELINE_DEPTH = 4
 
 
 def _ignore(exc: BaseException | None) -> None:
@@ -86,6 +102,7 @@ class _Segment:
     owner: Owner
     written: int  # file size after our writes
     synced: int  # file size known durable
+    syncing: int = 0  # pipelined rounds whose sync of this file is in flight (under the writer's _settle_lock)
 
 
 @dataclass(eq=False, slots=True)
@@ -100,6 +117,20 @@ class _Op:
     task: Callable[[], None] | None = None
     truncations: tuple[tuple[str, int], ...] = ()
     sync_dir: str | None = None  # tasks: a directory to fsync (grouped) once the task succeeded
+
+
+@dataclass(eq=False)
+class _Round:
+    """A pipelined batch of appends: written, its syncs in flight on the sync threads."""
+
+    seq: int
+    batch: list[_Op]
+    errors: list[BaseException | None]
+    unsynced: dict[_Segment, list[int]]  # segment -> batch indexes of the appends it confirms
+    sizes: dict[_Segment, int]  # the segment's size after this round's write: what its sync makes durable
+    taken_at: float
+    outcomes: dict[_Segment, tuple[float, OSError | None]] = field(default_factory=dict)
+    remaining: int = 0  # syncs not yet returned
 
 
 class GroupCommitWriter:
@@ -138,6 +169,16 @@ class GroupCommitWriter:
         self._open_lru: OrderedDict[_Segment, None] = OrderedDict()  # segments with a handle, oldest first
         self._sync_pool: ThreadPoolExecutor | None = None  # created on first need
         self._failed: dict[Owner, BaseException] = {}
+        # The round (batch sequence number) in which each failed owner failed: a pipelined round
+        # settled later fails the owner's appends only if they were written after the failure.
+        self._failed_seq: dict[Owner, int] = {}
+        self._seq = 0  # the writer thread's current batch
+        # Pipelined rounds, oldest first: settled (completions posted) strictly in this order by
+        # whichever thread returns a round's last sync. Guarded by _settle_lock, as are the
+        # failure of an owner by a settled sync and every _Segment.syncing.
+        self._inflight: deque[_Round] = deque()
+        self._settle_lock = threading.RLock()
+        self._settled = threading.Condition(self._settle_lock)
 
     # -- loop side ------------------------------------------------------------------------------
 
@@ -256,22 +297,139 @@ class GroupCommitWriter:
             self._taken_bytes += nbytes
             self._taken_others += others
             self._last_batch_bytes = nbytes
+            self._seq += 1
+            if self._sync and not others and nbytes * 8 < self._group_bytes:
+                if self._start_round(batch, taken_at):
+                    continue
+            self._drain()  # anything but light appends runs alone, after every pipelined round settled
             try:
                 results = self._process(batch)
             except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
                 log.exception("managed-ledger writer: a batch of %d operations failed", len(batch))
                 results = [(op.done, exc) for op in batch]
-            loop = self._loop
-            assert loop is not None
-            try:
-                loop.call_soon_threadsafe(self._complete, results, taken_at)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                log.debug("writer: loop closed, %d completions dropped", len(results))
+            self._post(results, taken_at)
+        self._drain()
         for segment in list(self._segments.values()):
             self._forget(segment)
         if self._sync_pool is not None:
             self._sync_pool.shutdown(wait=True)
             self._sync_pool = None
+
+    def _post(self, results: list[tuple[Done, BaseException | None]], taken_at: float) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self._complete, results, taken_at)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            log.debug("writer: loop closed, %d completions dropped", len(results))
+
+    # -- pipelined syncs (light rounds of appends) ------------------------------------------------
+
+    def _start_round(self, batch: list[_Op], taken_at: float) -> bool:
+        """Write a batch of appends to few segments and hand its syncs to the sync threads, without
+        waiting for the syncs of earlier rounds; the thread whose sync completes a round settles it
+        (in order: see _sync_returned). False (nothing done) when the batch is not for this path:
+        it appends to PARALLEL_SYNC_MIN segments or more (those share one serial round, as before)."""
+        paths = {op.path for op in batch}
+        if len(paths) >= PARALLEL_SYNC_MIN:
+            return False
+        errors: list[BaseException | None] = [None] * len(batch)
+        unsynced: dict[_Segment, list[int]] = {}
+        try:
+            i, n = 0, len(batch)
+            while i < n:
+                op = batch[i]
+                failure = self._failed.get(op.owner) if op.owner is not None else None
+                j = i + 1
+                while j < n and batch[j].path == op.path:
+                    j += 1
+                if failure is not None:
+                    for k in range(i, j):
+                        errors[k] = _fenced(failure)
+                else:
+                    self._append_run(batch, i, j, errors, unsynced)
+                i = j
+            # (A list: once the first sync is submitted, settling may change unsynced at any time.)
+            syncs: list[tuple[_Segment, FileHandle | OSError]] = []
+            for segment in unsynced:
+                try:
+                    syncs.append((segment, self._handle(segment)))
+                except OSError as exc:  # (reopening a parked file failed: that is its sync's outcome)
+                    syncs.append((segment, exc))
+        except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
+            log.exception("managed-ledger writer: a batch of %d appends failed", len(batch))
+            self._drain()
+            self._post([(op.done, exc) for op in batch], taken_at)
+            return True
+        round_ = _Round(self._seq, batch, errors, unsynced, {s: s.written for s, _ in syncs}, taken_at,
+                        remaining=len(syncs))
+        with self._settled:
+            while len(self._inflight) >= PIPELINE_DEPTH:
+                self._settled.wait()
+            self._inflight.append(round_)
+            for segment, _ in syncs:
+                segment.syncing += 1
+        if not syncs:
+            self._sync_returned(round_, None, (0.0, None))
+        else:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
+            for segment, handle in syncs:
+                self._sync_pool.submit(self._sync_in_round, round_, segment, handle)
+        self._park_beyond_limit()
+        return True
+
+    def _sync_in_round(self, round_: _Round, segment: _Segment, handle: FileHandle | OSError) -> None:
+        """On a sync thread: sync one segment of a pipelined round."""
+        try:
+            outcome = _timed_sync(handle)
+        except BaseException as exc:  # pragma: no cover - _timed_sync returns OSErrors; a bug must not hang adds
+            outcome = (0.0, OSError(f"sync failed: {exc!r}"))
+        self._sync_returned(round_, segment, outcome)
+
+    def _sync_returned(self, round_: _Round, segment: _Segment | None,
+                       outcome: tuple[float, OSError | None]) -> None:
+        """A sync of a round returned: once all of a round's have, settle every complete round at
+        the head of the pipeline and post its completions (so completions stay in submission order)."""
+        with self._settled:
+            if segment is not None:
+                round_.outcomes[segment] = outcome
+                round_.remaining -= 1
+            inflight = self._inflight
+            while inflight and inflight[0].remaining <= 0:
+                done = inflight.popleft()
+                try:
+                    results = self._settle(done)
+                except Exception as exc:  # a bug: fail the round rather than leave its callers waiting
+                    log.exception("managed-ledger writer: settling %d appends failed", len(done.batch))
+                    results = [(op.done, exc) for op in done.batch]
+                self._post(results, done.taken_at)
+                self._settled.notify_all()
+
+    def _settle(self, round_: _Round) -> list[tuple[Done, BaseException | None]]:
+        """Apply a round's sync outcomes in its order (under _settle_lock, rounds in order). An
+        owner that failed in an earlier round gets none of this round's appends confirmed: they
+        were written after the failure (before the writer knew of it)."""
+        unsynced, errors = round_.unsynced, round_.errors
+        for segment in list(unsynced):
+            segment.syncing -= 1
+            if segment not in unsynced:  # (settled by a failure of its owner in this round)
+                continue
+            failed_at = self._failed_seq.get(segment.owner)
+            if failed_at is not None and failed_at < round_.seq:
+                fenced = _fenced(self._failed[segment.owner])
+                for k in unsynced.pop(segment):
+                    errors[k] = fenced
+                continue
+            self._sync_segment(segment, unsynced, errors, round_.outcomes[segment], round_.sizes[segment],
+                               round_.seq)
+        return [(op.done, errors[k]) for k, op in enumerate(round_.batch)]
+
+    def _drain(self) -> None:
+        """Wait until every pipelined round has settled (and posted its completions)."""
+        with self._settled:
+            while self._inflight:
+                self._settled.wait()
 
     def _gather(self) -> None:
         """Wait up to group_wait_s for group_bytes of appends to be queued; any other operation
@@ -343,8 +501,18 @@ class GroupCommitWriter:
     def _park_beyond_limit(self) -> None:
         """Close the least recently used files beyond the limit (after the batch's syncs: every
         parked segment is fully synced, so parking never delays or loses a confirmation)."""
-        while len(self._open_lru) > self._max_open:
-            segment, _ = self._open_lru.popitem(last=False)
+        excess = len(self._open_lru) - self._max_open
+        if excess <= 0:
+            return
+        with self._settle_lock:  # (a file with a pipelined sync in flight stays open until it returns)
+            parked = []
+            for segment in self._open_lru:
+                if not segment.syncing:
+                    parked.append(segment)
+                    if len(parked) == excess:
+                        break
+        for segment in parked:
+            del self._open_lru[segment]
             if segment.handle is not None:
                 _close_quietly(segment.handle)
                 segment.handle = None
@@ -444,8 +612,11 @@ class GroupCommitWriter:
 
     def _sync_segment(self, segment: _Segment, unsynced: dict[_Segment, list[int]],
                       errors: list[BaseException | None],
-                      outcome: tuple[float, OSError | None] | None = None) -> None:
-        """Sync one segment (or apply the outcome of a sync already done) and settle its appends."""
+                      outcome: tuple[float, OSError | None] | None = None, size: int = -1,
+                      seq: int = -1) -> None:
+        """Sync one segment (or apply the outcome of a sync already done) and settle its appends.
+        size: what the sync made durable (a pipelined round's; the segment's size when not given).
+        seq: the round (the writer's current batch when not given)."""
         waiting = unsynced.pop(segment, [])
         if self._sync:
             if outcome is None:
@@ -457,22 +628,26 @@ class GroupCommitWriter:
             if exc is not None:
                 for k in waiting:
                     errors[k] = exc
-                self._fail_owner(segment.owner, exc, unsynced, errors)
+                self._fail_owner(segment.owner, exc, unsynced, errors, seq)
                 return
             self._stats.fsync_latency.observe(elapsed)
-        segment.synced = segment.written
+        segment.synced = max(segment.synced, size) if size >= 0 else segment.written
         if waiting:
             self._stats.group_commit_size.observe(len(waiting))
             self._stats.add(entries_written_total=len(waiting))
 
     def _fail_owner(self, owner: Owner, exc: BaseException, unsynced: dict[_Segment, list[int]],
-                    errors: list[BaseException | None]) -> None:
-        """Fence owner: its appends not yet confirmed in this batch fail with exc."""
+                    errors: list[BaseException | None], seq: int = -1) -> None:
+        """Fence owner: its appends not yet confirmed in this batch (round seq: the writer's
+        current batch when not given) fail with exc."""
         if owner not in self._failed:
             # (The owner's name only: its other state belongs to the loop.)
             log.error("write failed, fencing %s: %s", getattr(owner, "name", "?"), exc)
             self._stats.add(write_errors_total=1)
-        self._failed[owner] = exc
+        seq = self._seq if seq < 0 else seq
+        with self._settle_lock:  # (the writer thread and the settling sync thread both fence)
+            self._failed[owner] = exc
+            self._failed_seq[owner] = min(seq, self._failed_seq.get(owner, seq))
         for segment in [s for s in unsynced if s.owner is owner]:
             for k in unsynced.pop(segment):
                 errors[k] = exc
@@ -515,6 +690,7 @@ class GroupCommitWriter:
                     self._sync_segment(segment, unsynced, errors)
                 self._forget(segment)
             self._failed.pop(op.owner, None)
+            self._failed_seq.pop(op.owner, None)
         else:  # pragma: no cover - the submit methods build every op
             raise AssertionError(op.kind)
 
@@ -545,6 +721,7 @@ class GroupCommitWriter:
         for directory in dirs:
             fs.fsync_dir(directory)
         self._failed.pop(op.owner, None)
+        self._failed_seq.pop(op.owner, None)
 
 
 def _timed_sync(handle: FileHandle | OSError) -> tuple[float, OSError | None]:
