@@ -286,19 +286,24 @@ class BaseCursor(ManagedCursor):
         batch_acks = record.batch_acks
         added = 0
         # Runs of consecutive entry ids go into the set as one range (an ACK's ids come sorted:
-        # the client groups them), not one insert each.
+        # the client groups them), not one insert each; a run's ledger is looked up once.
         run_ledger = run_first = run_last = -1
+        run_end = 0  # entries in run_ledger
         for p in positions:
-            if mark_delete < p <= last and ledger_map.is_entry(p):
-                ledger_id, entry_id = p
-                if ledger_id == run_ledger and entry_id == run_last + 1:
-                    run_last = entry_id
-                else:
-                    if run_ledger >= 0:
-                        added += deleted.add_range(run_ledger, run_first, run_last)
-                    run_ledger, run_first, run_last = ledger_id, entry_id, entry_id
-                if batch_acks:
-                    batch_acks.pop(p, None)
+            if not mark_delete < p <= last:
+                continue
+            ledger_id, entry_id = p
+            if ledger_id == run_ledger and entry_id == run_last + 1 and entry_id < run_end:
+                run_last = entry_id
+            else:
+                meta = ledger_map.get(ledger_id)
+                if meta is None or not 0 <= entry_id < meta.entries:
+                    continue  # not an entry
+                if run_ledger >= 0:
+                    added += deleted.add_range(run_ledger, run_first, run_last)
+                run_ledger, run_first, run_last, run_end = ledger_id, entry_id, entry_id, meta.entries
+            if batch_acks:
+                batch_acks.pop(p, None)
         if run_ledger >= 0:
             added += deleted.add_range(run_ledger, run_first, run_last)
         if not added:

@@ -128,14 +128,23 @@ class SharedDispatcher(Dispatcher):
         self.trigger_read()
 
     def _forget_acked(self, positions: list[Position]) -> None:
-        for p in positions:
-            self.redelivery_counts.pop(p, None)
-            self._drop_from_replay(p)
-            self._delayed_set.discard(p)
-            self._pending_released(p)
+        # Per acknowledged id, so only what is there to forget (usually nothing: no redelivery,
+        # replay or delay) is looked at.
+        if self.redelivery_counts:
+            for p in positions:
+                self.redelivery_counts.pop(p, None)
+        if self._replay_set:
+            for p in positions:
+                self._drop_from_replay(p)
+        if self._delayed_set:
+            self._delayed_set.difference_update(positions)
+        self._released(positions)
         self._kick()
 
     # -- hooks for Key_Shared ----------------------------------------------------------------------
+    def _released(self, positions: list[Position]) -> None:
+        """``positions`` (acknowledged) are no longer pending on the consumers they were delivered to."""
+
     def _replay_added(self, p: Position) -> None:
         """``p`` entered the replay set."""
 
@@ -143,7 +152,8 @@ class SharedDispatcher(Dispatcher):
         """``p`` left the replay set (taken for a read, or acknowledged)."""
 
     def _pending_released(self, p: Position) -> None:
-        """``p`` is no longer pending on the consumer it was delivered to."""
+        """``p`` is no longer pending on the consumer it was delivered to (``_released`` for
+        acknowledged ones)."""
 
     def _dispatched(self, consumer: Consumer, p: Position, meta: EntryMeta) -> None:
         """``p`` was handed to ``consumer``."""
