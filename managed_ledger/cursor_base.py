@@ -81,7 +81,13 @@ class _ParkedRead(NamedTuple):
     callback: ReadCallback
 
 
+_NOWHERE = Position(-1, -1)  # before every position
+
+
 class BaseCursor(ManagedCursor):
+    # The last entry a read of this cursor read ahead into the read cache (stored ledgers): kept
+    # there while the cursor reads up to it, even if it is inactive (stored.py's eviction).
+    read_ahead_until: Position = _NOWHERE
     def __init__(self, ledger: BaseManagedLedger, name: str, record: CursorRecord, durable: bool) -> None:
         self._ledger = ledger
         self._name = name
