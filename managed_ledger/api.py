@@ -114,8 +114,7 @@ class ManagedLedgerConfig:
     # managedLedgerMaxMarkDeleteRate); None = the factory's default; 0 = each change at once.
     mark_delete_rate: float | None = None
     # A read that found nothing looks again after this delay before it waits for the next add
-    # (Pulsar's managedLedgerNewEntriesCheckDelayInMillis, 10 ms in the broker's configuration;
-    # 0 here: a bare managed ledger wakes its readers at every add).
+    # (Pulsar's managedLedgerNewEntriesCheckDelayInMillis; 0: readers are woken at every add).
     new_entries_check_delay_s: float = 0.0
 
     def __post_init__(self) -> None:

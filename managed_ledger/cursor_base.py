@@ -10,8 +10,8 @@ Read position rule: a read moves ``read_position`` past the positions it takes w
 flight therefore keeps its move: the in-flight read's completion does not touch the position.
 
 A read that finds nothing to read waits (``read_entries_or_wait``). With the ledger's
-``new_entries_check_delay_s`` (Pulsar's managedLedgerNewEntriesCheckDelayInMillis, 10 ms in the
-broker) it first looks again once that delay is over, and only then, if still nothing came, parks
+``new_entries_check_delay_s`` (Pulsar's managedLedgerNewEntriesCheckDelayInMillis, off by default
+here) it first looks again once that delay is over, and only then, if still nothing came, parks
 to be woken by the next add. A reader at the tail of a busy topic so takes what was added during
 the delay in one read, not one read (and one MESSAGE write) per add. A seek, rewind or reset
 during the delay looks at once.
