@@ -113,6 +113,9 @@ class ManagedLedgerConfig:
     # Persisted mark-deletes per second per durable cursor (a topic's persistence policy,
     # managedLedgerMaxMarkDeleteRate); None = the factory's default; 0 = each change at once.
     mark_delete_rate: float | None = None
+    # A read that found nothing looks again after this delay before it waits for the next add
+    # (Pulsar's managedLedgerNewEntriesCheckDelayInMillis; 0: readers are woken at every add).
+    new_entries_check_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_entries_per_ledger < 1:
@@ -129,6 +132,8 @@ class ManagedLedgerConfig:
             raise ValueError("retention limits are >= 0, or -1 for infinite")
         if self.mark_delete_rate is not None and self.mark_delete_rate < 0:
             raise ValueError("mark_delete_rate must be >= 0")
+        if self.new_entries_check_delay_s < 0:
+            raise ValueError("new_entries_check_delay_s must be >= 0")
 
     @property
     def infinite_retention(self) -> bool:

@@ -78,6 +78,7 @@ class EntryReader:
         self._following = following
         # Bound the read-ahead by the cache too: it must not push out what readers need now.
         self._ahead_bytes = min(READ_AHEAD_BYTES, cache.max_bytes // 16)
+        self.last_read_ahead: Position | None = None
         self._loop = asyncio.get_running_loop()
 
     def remember(self, first: Position, data: list[bytes]) -> None:
@@ -107,11 +108,13 @@ class EntryReader:
             stats.cache_hits_total += hits
             stats.cache_hit_bytes_total += sum([len(e.data) for e in found if e is not None])
         if not missing:
+            self.last_read_ahead = None
             completer.complete(partial(callback, cast("list[Entry]", found), None))
             return False
         stats.cache_misses_total += len(missing)
         wanted = [positions[i] for i in missing]
         ahead = self._ahead(positions[-1]) if on_fail is not None else []
+        self.last_read_ahead = ahead[-1] if ahead else None
         jobs = self._jobs(wanted + ahead)
         cached = read_from_page_cache(self._fs, jobs) if self._page_cache_reads else None
         if cached is not None:

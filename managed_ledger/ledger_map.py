@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from managed_ledger.api import LedgerInfo
 from managed_ledger.position import Position
 
+# Builds a Position without the NamedTuple's keyword-taking __new__ (per entry a cursor reads).
+_new_tuple = tuple.__new__
+
 
 @dataclass
 class LedgerMeta:
@@ -169,8 +172,8 @@ class LedgerMap:
         """The first valid position after position (crossing into the next ledger)."""
         meta = self._meta.get(position.ledger_id)
         nxt = position.entry_id + 1
-        if meta is not None and 0 <= nxt < meta.entries:  # fast path: same ledger
-            return Position(position.ledger_id, nxt)
+        if meta is not None and 0 <= nxt < meta.entries:  # fast path: same ledger (per entry read)
+            return _new_tuple(Position, (position.ledger_id, nxt))
         return self.ceil(Position(position.ledger_id, nxt))
 
     def previous(self, position: Position) -> Position:

@@ -31,6 +31,9 @@ ENTRY_OVERHEAD = 160
 CacheKey = tuple[int, int, int]  # (managed ledger instance id, ledger id, entry id)
 
 
+# Builds an Entry without the NamedTuple's keyword-taking __new__ (per cache hit).
+_new_tuple = tuple.__new__
+
 class ReadCache:
     """LRU by bytes. Dropping a closed ledger's entries is lazy: they are marked dead (their owner
     id is never used again, so nobody reads them) and leave by LRU eviction, or in one sweep once
@@ -63,7 +66,7 @@ class ReadCache:
         if data is None:
             return None
         self._entries.move_to_end(key)
-        return Entry(position, data)
+        return _new_tuple(Entry, (position, data))
 
     def contains(self, owner: int, position: Position) -> bool:
         """Whether the entry is cached (without touching its place in the LRU order)."""

@@ -39,6 +39,10 @@ class StoredReader(Protocol):
 
     def evict_before(self, position: Position) -> None: ...
 
+    @property
+    def last_read_ahead(self) -> Position | None:
+        """The last position the latest ``fetch`` read ahead into the cache (None: it read none)."""
+
     async def read(self, position: Position) -> Entry: ...
 
 
@@ -51,12 +55,14 @@ class StoredManagedLedger(BaseManagedLedger):
     _eviction_pending: bool  # a cache eviction is scheduled (see _fetch)
 
     def _fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
-               on_fail: Callable[[], None] | None) -> None:
+               on_fail: Callable[[], None] | None) -> Position | None:
+        """Start a read; the last position it reads ahead into the cache, if any."""
         missed = self._reader.fetch(positions, completer, callback, on_fail)
         self.add_stats.count_read(len(positions), missed)
         # The cursor has moved past these positions (reads move it when issued): soon, drop the
         # cached entries every active cursor is past, after this read took its cache hits.
         self._schedule_eviction()
+        return self._reader.last_read_ahead
 
     def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
         if not cursor.is_active:
@@ -70,14 +76,17 @@ class StoredManagedLedger(BaseManagedLedger):
     def _evict_read_entries(self) -> None:
         """Drop cached entries before the slowest active cursor's read position (all of them
         when no cursor is active). Inactive cursors (a subscription without consumers) read from
-        storage when they come back, as in Pulsar."""
+        storage when they come back, as in Pulsar; a backlogged one (inactive, but read) keeps
+        what its last read read ahead until it has read it: dropped at once, each of its reads
+        went to the disk again for a whole read-ahead and used a few entries of it."""
         self._eviction_pending = False
         if self._state is not LedgerState.OPEN:
             return
         slowest = _EVERYTHING
         for cursor in (*self._cursors.values(), *self._non_durable):
-            if cursor.is_active and cursor.read_position < slowest:
-                slowest = cursor.read_position
+            position = cursor.read_position
+            if position < slowest and (cursor.is_active or position <= cursor.read_ahead_until):
+                slowest = position
         self._reader.evict_before(slowest)
 
     async def delete_cursor(self, name: str) -> None:
@@ -114,7 +123,9 @@ class StoredCursor(BaseCursor):
 
     def _deliver(self, positions: list[Position], callback: ReadCallback, read_from: Position | None) -> None:
         on_fail = None if read_from is None else partial(self._read_failed, read_from, self._read_position)
-        self._ledger._fetch(positions, self._completer, callback, on_fail)
+        ahead = self._ledger._fetch(positions, self._completer, callback, on_fail)
+        if ahead is not None:
+            self.read_ahead_until = ahead
 
     async def flush(self) -> None:
         self._check_usable()

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
@@ -236,6 +237,14 @@ class Dispatcher(ConsumerMembers, ABC):
             if self.cursor.mark_delete_position != before:
                 self.context.mark_delete_moved()
         return out
+
+    def delivery_states(self) -> Callable[[Position, int], tuple[int, list[int] | None]] | None:
+        """``delivery_state`` while some entry may be partly acknowledged (batch-index acks kept
+        by the cursor or held by an open transaction); None when none is, the usual case: every
+        entry then costs all its messages and goes without an ack_set (asked once per read)."""
+        if self.cursor.batch_acks or self.context.held_indexes is not None:
+            return self.delivery_state
+        return None
 
     def delivery_state(self, pos: Position, num_messages: int) -> tuple[int, list[int] | None]:
         """(messages still to deliver, ack_set to send) for an entry about to be dispatched: a

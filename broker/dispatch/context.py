@@ -29,7 +29,8 @@ from managed_ledger import Entry, Position
 
 
 class Delivery(NamedTuple):
-    """One entry on its way to a consumer."""
+    """One entry on its way to a consumer (per dispatched entry: the dispatchers build it with
+    ``new_delivery``, without the NamedTuple's keyword-taking ``__new__``)."""
 
     entry: Entry
     # Permits it costs: messages of the entry not yet acknowledged (all of them unless batch-index acked).
@@ -37,6 +38,13 @@ class Delivery(NamedTuple):
     redelivery_count: int
     # Batch-index ack state: bit i set = message i still to deliver; None when nothing was acked.
     ack_set: list[int] | None
+
+
+def new_delivery(entry: Entry, messages: int, redelivery_count: int, ack_set: list[int] | None) -> Delivery:
+    return _new_tuple(Delivery, (entry, messages, redelivery_count, ack_set))
+
+
+_new_tuple = tuple.__new__
 
 
 class FrameSink(Protocol):

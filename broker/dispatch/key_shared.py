@@ -134,6 +134,10 @@ class KeySharedDispatcher(SharedDispatcher):
             del self._drain_count[h]
             del self._drain_owner[h]
 
+    def _released(self, positions: list[Position]) -> None:
+        for p in positions:
+            self._pending_released(p)
+
     def _forget_acked(self, positions: list[Position]) -> None:
         super()._forget_acked(positions)
         for p in positions:

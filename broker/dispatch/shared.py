@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.context import Consumer, Delivery, DispatchContext
+from broker.dispatch.context import Consumer, Delivery, DispatchContext, new_delivery
 from broker.protocol.entry import EntryMeta
 from managed_ledger import Entry, ManagedCursor, Position
 
@@ -128,14 +128,23 @@ class SharedDispatcher(Dispatcher):
         self.trigger_read()
 
     def _forget_acked(self, positions: list[Position]) -> None:
-        for p in positions:
-            self.redelivery_counts.pop(p, None)
-            self._drop_from_replay(p)
-            self._delayed_set.discard(p)
-            self._pending_released(p)
+        # Per acknowledged id, so only what is there to forget (usually nothing: no redelivery,
+        # replay or delay) is looked at.
+        if self.redelivery_counts:
+            for p in positions:
+                self.redelivery_counts.pop(p, None)
+        if self._replay_set:
+            for p in positions:
+                self._drop_from_replay(p)
+        if self._delayed_set:
+            self._delayed_set.difference_update(positions)
+        self._released(positions)
         self._kick()
 
     # -- hooks for Key_Shared ----------------------------------------------------------------------
+    def _released(self, positions: list[Position]) -> None:
+        """``positions`` (acknowledged) are no longer pending on the consumers they were delivered to."""
+
     def _replay_added(self, p: Position) -> None:
         """``p`` entered the replay set."""
 
@@ -143,7 +152,8 @@ class SharedDispatcher(Dispatcher):
         """``p`` left the replay set (taken for a read, or acknowledged)."""
 
     def _pending_released(self, p: Position) -> None:
-        """``p`` is no longer pending on the consumer it was delivered to."""
+        """``p`` is no longer pending on the consumer it was delivered to (``_released`` for
+        acknowledged ones)."""
 
     def _dispatched(self, consumer: Consumer, p: Position, meta: EntryMeta) -> None:
         """``p`` was handed to ``consumer``."""
@@ -277,7 +287,8 @@ class SharedDispatcher(Dispatcher):
             entries = self.clip_to_read_limit(entries)
         # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
         now_ms = int(time.time() * 1000) if self.context.policy().delayed_delivery else 1 << 62
-        state = self.delivery_state
+        state = self.delivery_states()
+        redelivery_counts = self.redelivery_counts
         per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
         undelivered: list[Position] = []
         dispatched = 0
@@ -292,14 +303,18 @@ class SharedDispatcher(Dispatcher):
             if consumer is None:
                 undelivered.append(pos)
                 continue
-            messages, ack_set = state(pos, meta.num_messages)
+            if state is None:
+                messages, ack_set = meta.num_messages, None
+            else:
+                messages, ack_set = state(pos, meta.num_messages)
             self.take_permits(consumer, messages)
             sent_messages += messages
             self._dispatched(consumer, pos, meta)
             slot = per_consumer.get(id(consumer))
             if slot is None:
                 slot = per_consumer[id(consumer)] = (consumer, [])
-            slot[1].append(Delivery(entry, messages, self.redelivery_counts.get(pos, 0), ack_set))
+            slot[1].append(new_delivery(entry, messages, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
+                                        ack_set))
             dispatched += 1
             sent_bytes += len(entry.data)
         for consumer, batch in per_consumer.values():

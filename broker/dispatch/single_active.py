@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Sequence
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.context import CompactedView, Consumer, Delivery, DispatchContext
+from broker.dispatch.context import CompactedView, Consumer, Delivery, DispatchContext, new_delivery
 from broker.protocol import commands
 from managed_ledger import Entry, ManagedCursor, Position
 
@@ -128,7 +128,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.trigger_read()
             return
         entries = self.clip_to_read_limit(entries)
-        state = self.delivery_state
+        state = self.delivery_states()
         deliveries = []
         budget = target.permits
         for entry, meta in self.filter_markers(entries):
@@ -136,8 +136,11 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 # Out of permits (the read was sized on an average): the rest is read again later.
                 self.cursor.seek(entry.position)
                 break
-            messages, ack_set = state(entry.position, meta.num_messages)
-            deliveries.append(Delivery(entry, messages, 0, ack_set))
+            if state is None:
+                messages, ack_set = meta.num_messages, None
+            else:
+                messages, ack_set = state(entry.position, meta.num_messages)
+            deliveries.append(new_delivery(entry, messages, 0, ack_set))
             budget -= messages
         if deliveries:
             sent = target.send_entries(deliveries)

@@ -263,8 +263,50 @@ class EntryMeta(NamedTuple):
     txn: tuple[int, int] | None = None
 
 
+# -- the consume path's fast reader (see entry_meta) --------------------------------------------------
+
+# The MessageMetadata of an ordinary stored entry, as clients serialize it (fields in number order):
+# producer_name (1, read by hand), sequence_id (2), publish_time (3, captured), and optionally
+# compression (8), uncompressed_size (9), num_messages_in_batch (11, captured: at most 4 bytes, so
+# below 2**28 and read as protobuf reads an int32), event_time (12) and highest_sequence_id (24).
+# None of them but the two captured ones changes an EntryMeta: such an entry has no key, delivery
+# time, marker, chunk or transaction. Each varint at most 9 bytes (values below 2**63).
+_ENTRY_META_TAIL = re.compile(
+    rb"\x10%s\x18(%s)(?:\x40%s)?(?:\x48%s)?(?:\x58([\x80-\xff]{0,3}[\x00-\x7f]))?(?:\x60%s)?(?:\xc0\x01%s)?"
+    % ((_VARINT,) * 6))
+_new_tuple = tuple.__new__  # builds a NamedTuple without its keyword-taking __new__ (the hot path)
+
+
+def _varint_value(data: bytes) -> int:
+    value = shift = 0
+    for b in data:
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return value
+
+
+def _common_entry_meta(entry: bytes, pos: int, end: int) -> EntryMeta | None:
+    """The EntryMeta of metadata entry[pos:end] of the common shape above, read by a pattern
+    instead of protobuf (4-5x cheaper; per dispatched entry, so per message when unbatched);
+    None for any other shape, which ``entry_meta`` then parses. Property-tested against it."""
+    if end > len(entry) or end - pos < 2 or entry[pos] != 0x0A or entry[pos + 1] >= 0x80:
+        return None
+    name_end = pos + 2 + entry[pos + 1]
+    if name_end > end or not entry[pos + 2 : name_end].isascii():
+        return None
+    m = _ENTRY_META_TAIL.fullmatch(entry, name_end, end)
+    if m is None:
+        return None
+    publish_time, batch = m.groups()
+    if batch is None:
+        return _new_tuple(EntryMeta, (1, NONE_KEY, 0, False, _varint_value(publish_time), False, 0, "", 0, 0, None))
+    return _new_tuple(EntryMeta, (_varint_value(batch), NONE_KEY, 0, False, _varint_value(publish_time), True,
+                                  0, "", 0, 0, None))
+
+
 def entry_meta(entry: bytes) -> EntryMeta:
-    """Parsed once per dispatched entry (the hot path: metadata_span inlined)."""
+    """Parsed once per dispatched entry (the hot path: metadata_span inlined). Metadata of the
+    common shape is read by ``_common_entry_meta``; any other by protobuf."""
     head = entry[:2]
     if head == _CRC_HEAD:
         pos = 6
@@ -273,8 +315,14 @@ def entry_meta(entry: bytes) -> EntryMeta:
     else:
         pos = 0
     (size,) = _U32.unpack_from(entry, pos)
+    common = _common_entry_meta(entry, pos + 4, pos + 4 + size)
+    return common if common is not None else _parsed_entry_meta(memoryview(entry)[pos + 4 : pos + 4 + size])
+
+
+def _parsed_entry_meta(metadata: memoryview) -> EntryMeta:
+    """The EntryMeta of any MessageMetadata, through protobuf."""
     md = pb.MessageMetadata()
-    md.ParseFromString(memoryview(entry)[pos + 4 : pos + 4 + size])  # type: ignore[arg-type]  # upb takes buffers
+    md.ParseFromString(metadata)  # type: ignore[arg-type]  # upb takes buffers
     is_batch = md.HasField("num_messages_in_batch")
     # Absent and empty keys mean the same (no key); deliver_at_time defaults to 0.
     key = md.ordering_key

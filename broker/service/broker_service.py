@@ -122,6 +122,7 @@ class BrokerService:
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
             read_nesting_limit=config.managedLedgerReadNestingLimit,
+            new_entries_check_delay_s=config.managedLedgerNewEntriesCheckDelayInMillis / 1000,
         )
         self.ledger_factory: ManagedLedgerFactory = self._make_ledger_factory()
         self.topics: dict[str, PersistentTopic] = {}

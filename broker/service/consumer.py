@@ -74,7 +74,8 @@ class Consumer:
     """
 
     __slots__ = (
-        "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "key_shared_meta",
+        "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "headers",
+        "key_shared_meta",
         "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
         "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered",
         "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
@@ -100,6 +101,8 @@ class Consumer:
         self.priority_level = priority_level
         self.subscription = subscription
         self.partition_index = partition_index
+        # MESSAGE headers, with this consumer's constant parts encoded once.
+        self.headers = commands.MessageHeaderEncoder(consumer_id, partition_index)
         self.metadata = metadata
         self.key_shared_meta = key_shared_meta
         self.hash_ranges: list[tuple[int, int]] = (
@@ -137,26 +140,24 @@ class Consumer:
         their broker entry metadata unless this consumer keeps it.
         """
         frames: list[bytes] = []
-        partition = self.partition_index
-        cid = self.consumer_id
         sent = 0
         nbytes = 0
+        newly_unacked = 0
         pending = self.pending_acks
         strip = self.strip_broker_meta
-        header = commands.message_header
-        for entry, messages, redelivery_count, ack_set in batch:
-            pos = entry.position
-            data = entry.data
+        header = self.headers.header
+        for (pos, data), messages, redelivery_count, ack_set in batch:
             nbytes += len(data)
-            if strip and data[:2] == BROKER_ENTRY_METADATA_HEAD:
+            if strip and data.startswith(BROKER_ENTRY_METADATA_HEAD):
                 data = skip_broker_entry_metadata(data)
             # The entry goes out as its own buffer of the writev: never copied into a frame.
-            frames += (header(cid, pos[0], pos[1], partition, redelivery_count, len(data), ack_set), data)
-            self.unacked_messages += messages - pending.get(pos, 0)
+            frames += (header(pos[0], pos[1], redelivery_count, len(data), ack_set), data)
+            newly_unacked += messages - pending.get(pos, 0)
             pending[pos] = messages
             sent += messages
         if frames:
             self.cnx.write_many(frames)
+            self.unacked_messages += newly_unacked
             self.msg_out += sent
             self.bytes_out += nbytes
             self.last_consumed = time.time()
@@ -184,6 +185,21 @@ class Consumer:
             return False
         self.unacked_messages -= n
         return True
+
+    def remove_pending_many(self, positions: list[Position]) -> list[Position]:
+        """``remove_pending`` of each; the positions that were not pending here."""
+        pending = self.pending_acks
+        pop = pending.pop
+        missing: list[Position] = []
+        removed = 0
+        for p in positions:
+            n = pop(p, None)
+            if n is None:
+                missing.append(p)
+            else:
+                removed += n
+        self.unacked_messages -= removed
+        return missing
 
     def remove_pending_up_to(self, pos: Position) -> None:
         pending = self.pending_acks

@@ -39,8 +39,15 @@ Sub = pb.CommandSubscribe
 _U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
+_new_tuple = tuple.__new__  # a NamedTuple without its keyword-taking __new__ (per acknowledged id)
+_I64_LIMIT = 1 << 63
+
+
 def position_of(mid: pb.MessageIdData) -> Position:
-    return Position(commands.from_u64(mid.ledgerId), commands.from_u64(mid.entryId))
+    ledger_id, entry_id = mid.ledgerId, mid.entryId
+    if ledger_id >= _I64_LIMIT or entry_id >= _I64_LIMIT:  # negative ids, as uint64 on the wire
+        return Position(commands.from_u64(ledger_id), commands.from_u64(entry_id))
+    return _new_tuple(Position, (ledger_id, entry_id))
 
 
 def check_consumer_admission(sub: AnySubscription, consumer: Consumer) -> None:
@@ -219,14 +226,17 @@ class Subscription:
                     self.ack_cumulative(consumer, pos)
             return
         positions: list[Position] = []
-        pending = self.pending_acks
+        # Acks held by open transactions (usually none: then not asked per id).
+        pending = self.pending_acks if self.pending_acks else None
         for mid in message_ids:
-            if pending and pending.holds(position_of(mid)):
+            pos = position_of(mid)
+            if pending is not None and pending.holds(pos):
                 continue  # acknowledged in an open transaction: that transaction decides
-            if mid.ack_set and any(mid.ack_set):
-                self.ack_partial(consumer, position_of(mid), list(mid.ack_set))
+            ack_set = mid.ack_set
+            if ack_set and any(ack_set):
+                self.ack_partial(consumer, pos, list(ack_set))
             else:
-                positions.append(position_of(mid))
+                positions.append(pos)
         if positions:
             self.ack_individual(consumer, positions)
 
@@ -245,12 +255,11 @@ class Subscription:
             c.set_pending_messages(pos, remaining)
 
     def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
-        for p in positions:
-            if not consumer.remove_pending(p):
-                # Acks for messages delivered to another consumer of the subscription are valid.
-                for other in self.consumers:
-                    if other is not consumer and other.remove_pending(p):
-                        break
+        for p in consumer.remove_pending_many(positions):
+            # Acks for messages delivered to another consumer of the subscription are valid.
+            for other in self.consumers:
+                if other is not consumer and other.remove_pending(p):
+                    break
         before = self.cursor.mark_delete_position
         self.cursor.delete(positions)
         self._after_ack(consumer, positions, before)

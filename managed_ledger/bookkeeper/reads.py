@@ -39,6 +39,7 @@ class BkEntryReader:
         self._tasks: set[asyncio.Task[None]] = set()
         self.cache_hits = 0
         self.cache_misses = 0
+        self.last_read_ahead: Position | None = None  # (no read-ahead: the bookies do theirs)
 
     def remember(self, first: Position, data: list[bytes]) -> None:
         self._cache.put_run(self._owner, first, data)

@@ -33,6 +33,7 @@ from managed_ledger import (
 from managed_ledger.ledger_base import BaseManagedLedger
 from managed_ledger.stored import StoredManagedLedger
 from tests.managed_ledger.ml_support import FakeClock
+from tests.waiting import eventually
 
 TIMEOUT = 5.0  # seconds to wait for an awaited event; never a fixed sleep
 
@@ -351,6 +352,55 @@ async def test_read_entries_or_wait_parks_and_wakes(factory: ManagedLedgerFactor
     c.read_entries_or_wait(5, rec2)
     await rec2.wait()
     assert datas(rec2.calls[0][0]) == [b"there"]
+
+
+async def test_new_entries_check_delay_reads_what_came_meanwhile(factory: ManagedLedgerFactory) -> None:
+    """Pulsar's managedLedgerNewEntriesCheckDelayInMillis: a read that found nothing is not woken
+    by each add during the delay; it takes them all in one read (here at a seek, which looks at
+    once, so the test needs no clock)."""
+    ml = await factory.open("t", ManagedLedgerConfig(new_entries_check_delay_s=600))
+    c = await ml.open_cursor("c")
+    rec = ReadRecorder()
+    c.read_entries_or_wait(10, rec)
+    assert c.has_pending_read
+    ps = [await ml.add_entry_async(b"a"), await ml.add_entry_async(b"b"), await ml.add_entry_async(b"c")]
+    await settle()
+    assert rec.calls == [] and c.has_pending_read  # the adds did not wake it
+    c.seek(ps[0])
+    await rec.wait()
+    assert positions(rec.calls[0][0]) == ps and not c.has_pending_read
+
+
+async def test_new_entries_check_delay_then_waits_for_an_add(factory: ManagedLedgerFactory) -> None:
+    """Nothing came during the delay: the read parks until the next add, which wakes it at once."""
+    ml = await factory.open("t", ManagedLedgerConfig(new_entries_check_delay_s=0.001))
+    assert isinstance(ml, BaseManagedLedger)
+    c = await ml.open_cursor("c")
+    rec = ReadRecorder()
+    c.read_entries_or_wait(10, rec)
+    await eventually(lambda: c in ml._waiting, "the delay over, registered for the next add")
+    p = await ml.add_entry_async(b"x")
+    await rec.wait()
+    assert positions(rec.calls[0][0]) == [p]
+
+
+async def test_new_entries_check_delay_cancel_and_close(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t", ManagedLedgerConfig(new_entries_check_delay_s=0.001))
+    c = await ml.open_cursor("c")
+    rec = ReadRecorder()
+    c.read_entries_or_wait(10, rec)
+    assert c.cancel_pending_read() and not c.has_pending_read
+    p = await ml.add_entry_async(b"x")
+    c2 = await ml.open_cursor("c2", InitialPosition.LATEST)
+    rec2 = ReadRecorder()
+    c2.read_entries_or_wait(10, rec2)
+    await c2.close()
+    # Neither read completes, now or later (their delay timers are gone); the entry is still there.
+    await settle()
+    assert rec.calls == [] and rec2.calls == []
+    assert isinstance(c, cursor_base.BaseCursor) and isinstance(c2, cursor_base.BaseCursor)
+    assert c._check_timer is None and c2._check_timer is None
+    assert positions(await c.read_entries_async(5)) == [p]
 
 
 async def test_cancel_pending_read(factory: ManagedLedgerFactory) -> None:

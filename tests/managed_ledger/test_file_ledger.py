@@ -930,6 +930,27 @@ async def test_a_sequential_read_that_misses_reads_ahead_into_the_cache(tmp_path
     await factory.close()
 
 
+async def test_a_backlogged_cursor_keeps_what_it_read_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inactive (backlogged) cursor reads from storage, but the entries its read brought in
+    ahead of it stay cached until it has read them: the eviction after each read (every reader
+    active or not past them) used to drop them, so every read went to the disk again."""
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    await add_all(ml, 30)
+    submitted = count_submits(factory, monkeypatch)
+    cursor = ml.new_non_durable_cursor(Position(-1, -1), "r")
+    cursor.set_active(False)
+    data = [e.data for e in await cursor.read_entries_async(3)]
+    while len(data) < 30:
+        ml._evict_read_entries()  # (what the timer after each read does)
+        assert len(factory.cache) == 30 - len(data)  # only what it has read is gone
+        data += [e.data for e in await cursor.read_entries_async(4)]
+    assert data == [b"m%d" % i for i in range(30)] and len(submitted) == 1
+    ml._evict_read_entries()  # past its read-ahead: nothing of it is kept any more
+    assert len(factory.cache) == 0
+    await factory.close()
+
+
 async def test_read_ahead_stops_at_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from managed_ledger import file_reads
     monkeypatch.setattr(file_reads, "READ_AHEAD_ENTRIES", 5)

@@ -239,6 +239,21 @@ def test_hand_encoded_message_matches_protobuf(consumer_id: int, ledger: int, en
     assert commands.message(consumer_id, ledger, entry, partition, redelivery, payload, ack_set) == expected
     header = commands.message_header(consumer_id, ledger, entry, partition, redelivery, len(payload), ack_set)
     assert header + payload == expected
+    encoder = commands.MessageHeaderEncoder(consumer_id, partition)
+    for _ in range(2):  # the prepared parts, made by the first call, then reused
+        assert encoder.header(ledger, entry, redelivery, len(payload), ack_set) + payload == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(-1, 2**31 - 1),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**63 - 1), st.integers(0, 2)), max_size=20))
+def test_message_header_encoder_across_ledgers_and_entries(consumer_id: int, partition: int,
+                                                           entries: list[tuple[int, int, int]]) -> None:
+    """One consumer's encoder, fed entries of changing ledgers, entry id sizes and redelivery counts."""
+    encoder = commands.MessageHeaderEncoder(consumer_id, partition)
+    for ledger, entry, redelivery in entries:
+        assert encoder.header(ledger, entry, redelivery, 14_000) == commands.message_header(
+            consumer_id, ledger, entry, partition, redelivery, 14_000)
 
 
 def test_lookup_redirect_frame() -> None:
