@@ -75,10 +75,9 @@ class RunFailed(Exception):
     """A run that does not count (a fixed rate not achieved, sends that failed): the table says why, and the
     bench exits with status 1 once every workload has run."""
 
-    def __init__(self, why: str, messages: int, extra: dict[str, float]) -> None:
+    def __init__(self, why: str, messages: int, nbytes: int, extra: dict[str, float]) -> None:
         super().__init__(why)
-        self.messages = messages
-        self.extra = extra
+        self.messages, self.nbytes, self.extra = messages, nbytes, extra
 
 
 class Window:
@@ -195,7 +194,7 @@ def latency(rate: int, seconds: float, size: int) -> Workload:
                 extra[f"{key}_{q}"] = r.ms(series, q)
         total = int(rate * (seconds + fixed_rate.WARMUP_S))
         if r.failure is not None:
-            raise RunFailed(r.failure, total, extra)
+            raise RunFailed(r.failure, total, total * size, extra)
         return total, total * size, extra
     return run
 
@@ -289,7 +288,7 @@ def measure(broker: BrokerProcess, workload: Workload) -> Result:
         try:
             messages, nbytes, extra = workload(client, window)
         except RunFailed as exc:
-            messages, nbytes, extra, failures = exc.messages, 0, exc.extra, [str(exc)]
+            messages, nbytes, extra, failures = exc.messages, exc.nbytes, exc.extra, [str(exc)]
         elapsed = time.perf_counter() - window.t0
         cpu = broker.cpu_seconds() - window.cpu0
         storage_cpu = broker.storage_cpu_seconds() - window.storage_cpu0
@@ -309,8 +308,8 @@ def median_result(results: list[Result]) -> Result:
     counted = [r for r in results if not r.failures]
     if not counted:
         first = results[0]
-        return Result(first.messages, first.seconds, 0, first.broker_cpu, first.extra, first.storage_cpu, failures,
-                      counted=0)
+        return Result(first.messages, first.seconds, first.nbytes, first.broker_cpu, first.extra, first.storage_cpu,
+                      failures, counted=0)
     results = counted
     ordered = sorted(results, key=lambda r: r.rate)
     mid = ordered[len(ordered) // 2]
