@@ -104,6 +104,8 @@ proto: $(STAMP)
 # then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py), and the topic
 # creation rate up to 10,000 topics, each with a producer and a subscription (bench/topic_creation.py; Apache
 # Pulsar and pulsar-lite at 1,000; TOPIC_CREATION_ARGS sets the options of the first run).
+# The fixed-rate latency workloads of bench/compare.py need Go (as make compat): bench/fixed_rate.py builds
+# the load generator bench/go_load into bench/go_load/.bin (ignored); without Go they are skipped, with the reason.
 TOPIC_CREATION_ARGS ?= --kinds ours --topics 10000 --block 1000
 bench: $(STAMP) cluster-deps pulsar-deps
 	$(PY) -m pip install -q pulsar-lite

@@ -8,6 +8,8 @@ bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone fr
 `make pulsar-deps`, cluster/apache_pulsar.py), ``lite`` (pulsar-lite).
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
+The fixed-rate latency workloads use a load generator on the official Go client (bench/fixed_rate.py);
+a run that does not achieve the rate offered fails (RunFailed): the table says so and the bench exits 1.
 Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
 CPU is the storage's, reported in a column of its own (like Pulsar's bookies, it is not the broker's).
 """
@@ -15,11 +17,10 @@ CPU is the storage's, reported in a column of its own (like Pulsar's bookies, it
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import platform
 import statistics
-import struct
+import sys
 import tempfile
 import threading
 import time
@@ -27,13 +28,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pulsar
 from pulsar import ConsumerType
 
+from bench import fixed_rate
 from bench.brokers import BrokerProcess, start_apache_pulsar, start_ours, start_ours_bk, start_pulsar_lite
 from cluster.local import LocalCluster, missing_dependencies, start_cluster, stop_cluster
 
@@ -46,9 +46,16 @@ class Result:
     broker_cpu: float
     extra: dict[str, float] = field(default_factory=dict)
     storage_cpu: float = 0.0
+    # Why runs did not count (RunFailed): one for each failed run. A median result keeps every run's.
+    failures: list[str] = field(default_factory=list)
+    # Of the median result: how many runs counted (the figures are of those).
+    counted: int = 1
 
     @property
     def rate(self) -> float:
+        """Messages per second; for a fixed-rate workload, the rate it achieved."""
+        if "achieved" in self.extra:
+            return self.extra["achieved"]
         return self.messages / self.seconds if self.seconds else 0.0
 
     @property
@@ -62,6 +69,15 @@ class Result:
     @property
     def storage_cpu_us_per_msg(self) -> float:
         return self.storage_cpu / self.messages * 1e6 if self.messages else 0.0
+
+
+class RunFailed(Exception):
+    """A run that does not count (a fixed rate not achieved, sends that failed): the table says why, and the
+    bench exits with status 1 once every workload has run."""
+
+    def __init__(self, why: str, messages: int, nbytes: int, extra: dict[str, float]) -> None:
+        super().__init__(why)
+        self.messages, self.nbytes, self.extra = messages, nbytes, extra
 
 
 class Window:
@@ -155,77 +171,31 @@ def end_to_end(n: int, size: int) -> Workload:
     return run
 
 
-def _receive_latencies(url: str, topic: str, n: int, ready: Any, out: Any) -> None:
-    """The latency workload's consumer, in a process of its own: receive and acknowledge n messages;
-    put the end-to-end p50 and p99 (send -> receive, from the send time each payload carries) on out."""
-    client = pulsar.Client(url, operation_timeout_seconds=60, io_threads=1)
-    try:
-        consumer = client.subscribe(topic, "bench")
-        ready.set()
-        e2e: list[float] = []
-        for _ in range(n):
-            msg = consumer.receive(20_000)
-            (sent,) = struct.unpack_from(">q", msg.data())
-            e2e.append((time.perf_counter_ns() - sent) / 1e6)
-            consumer.acknowledge(msg)
-        consumer.close()
-        q = statistics.quantiles(e2e, n=100)
-        out.put((q[49], q[98]))
-    finally:
-        client.close()
+# Kinds whose end-to-end latency the fixed-rate workloads cannot measure, and why (their consumer is still
+# attached and acknowledges what it gets, so the broker does the same work).
+NO_END_TO_END = {"pulsar-lite": "the Go client discards its deliveries (ChecksumMismatch: pulsar-lite 0.2's MESSAGE "
+                                "frames fail the client's CRC32C check)"}
 
 
 def latency(rate: int, seconds: float, size: int) -> Workload:
-    """Publish at a fixed rate; publish latency (send -> receipt) and end-to-end (send -> receive).
-
-    The consumer runs in a process of its own (started before the timed window): in the
-    publisher's process its Python thread shares the GIL with the pacing loop and the receipt
-    callbacks, so a broker that delivers faster slowed the publisher down and got a worse
-    publish latency (seen at 10k msg/s asked, where Pulsar's and pulsar-lite's consumers fell
-    seconds behind while ours kept up). Send times are CLOCK_MONOTONIC (perf_counter_ns), which
-    both processes share."""
+    """Publish unbatched at a fixed rate, open loop, with the Go load generator (bench/fixed_rate.py):
+    publish (send -> receipt) and end-to-end (send -> received) percentiles, and the rate achieved, which
+    is the rate of the row; a run below fixed_rate.MIN_RATIO of the rate offered fails (RunFailed).
+    CPU per message counts the warm-up's messages too (the broker's CPU is read over the whole run)."""
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         topic = fresh_topic("latency")
-        n = int(rate * seconds)
-        ctx = multiprocessing.get_context("spawn")  # (no fork: the client's C++ threads are running)
-        ready, out = ctx.Event(), ctx.Queue()
-        reader = ctx.Process(target=_receive_latencies, args=(window.broker.url, topic, n, ready, out), daemon=True)
-        reader.start()
-        try:
-            if not ready.wait(60):
-                raise RuntimeError("the latency workload's consumer did not subscribe within 60 s")
-            producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
-            publish: list[float] = []
-            pad = b"l" * max(0, size - 8)
-
-            def receipt(sent: int, res: object, mid: object) -> None:
-                publish.append((time.perf_counter_ns() - sent) / 1e6)
-
-            window.start()
-            # Paced in 1 ms ticks with time.sleep (which releases the GIL): a busy-wait would starve the
-            # client's callback threads and measure the harness instead of the broker.
-            tick = 0.001
-            per_tick = max(1, int(rate * tick))
-            start = time.perf_counter()
-            sent_count = 0
-            while sent_count < n:
-                ticks = int((time.perf_counter() - start) / tick)
-                due = min(n, (ticks + 1) * per_tick)
-                while sent_count < due:
-                    sent = time.perf_counter_ns()
-                    producer.send_async(struct.pack(">q", sent) + pad, partial(receipt, sent))
-                    sent_count += 1
-                time.sleep(max(0.0, start + (ticks + 1) * tick - time.perf_counter()))
-            producer.flush()
-            e2e_p50, e2e_p99 = out.get(timeout=120)
-            producer.close()
-        finally:
-            reader.join(30)
-            if reader.is_alive():
-                reader.kill()
-        q = statistics.quantiles
-        return n, n * size, {"pub_p50": q(publish, n=100)[49], "pub_p99": q(publish, n=100)[98],
-                             "e2e_p50": e2e_p50, "e2e_p99": e2e_p99}
+        window.start()
+        r = fixed_rate.run(window.broker.url, topic, rate, seconds, size,
+                           end_to_end=window.broker.name not in NO_END_TO_END)
+        extra = {"offered": float(rate), "achieved": r.figure("achieved"), "client_cpu_s": r.client_cpu_s}
+        for series, key in (("publish_ms", "pub"), ("end_to_end_ms", "e2e"), ("from_schedule_ms", "sched"),
+                            ("lag_ms", "lag")):
+            for q in ("p50", "p99", "p999", "max"):
+                extra[f"{key}_{q}"] = r.ms(series, q)
+        total = int(rate * (seconds + fixed_rate.WARMUP_S))
+        if r.failure is not None:
+            raise RunFailed(r.failure, total, total * size, extra)
+        return total, total * size, extra
     return run
 
 
@@ -314,7 +284,11 @@ def measure(broker: BrokerProcess, workload: Workload) -> Result:
     client = pulsar.Client(broker.url, operation_timeout_seconds=60, io_threads=2)
     try:
         window = Window(broker)
-        messages, nbytes, extra = workload(client, window)
+        failures: list[str] = []
+        try:
+            messages, nbytes, extra = workload(client, window)
+        except RunFailed as exc:
+            messages, nbytes, extra, failures = exc.messages, exc.nbytes, exc.extra, [str(exc)]
         elapsed = time.perf_counter() - window.t0
         cpu = broker.cpu_seconds() - window.cpu0
         storage_cpu = broker.storage_cpu_seconds() - window.storage_cpu0
@@ -322,20 +296,29 @@ def measure(broker: BrokerProcess, workload: Workload) -> Result:
         # leaves its data in the page cache, where the timed window never pays for writing it.
         os.sync()
         extra["until_on_disk_s"] = time.perf_counter() - window.t0
-        return Result(messages, elapsed, nbytes, cpu, extra, storage_cpu)
+        return Result(messages, elapsed, nbytes, cpu, extra, storage_cpu, failures, counted=0 if failures else 1)
     finally:
         client.close()
 
 
 def median_result(results: list[Result]) -> Result:
-    """The run with the median rate, with every extra figure replaced by its median."""
+    """The run with the median rate, with every extra figure replaced by its median; of the runs that counted
+    (with every run's failure kept), or, when none did, the first run as it failed."""
+    failures = [f for r in results for f in r.failures]
+    counted = [r for r in results if not r.failures]
+    if not counted:
+        first = results[0]
+        return Result(first.messages, first.seconds, first.nbytes, first.broker_cpu, first.extra, first.storage_cpu,
+                      failures, counted=0)
+    results = counted
     ordered = sorted(results, key=lambda r: r.rate)
     mid = ordered[len(ordered) // 2]
     keys = {k for r in results for k in r.extra}
     extra = {k: statistics.median(r.extra.get(k, 0.0) for r in results) for k in keys}
     if "missed" in extra:  # a loss in any run shows, not the median run's
         extra["missed"] = max(r.extra.get("missed", 0.0) for r in results)
-    return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra, mid.storage_cpu)
+    return Result(mid.messages, mid.seconds, mid.nbytes, mid.broker_cpu, extra, mid.storage_cpu, failures,
+                  counted=len(counted))
 
 
 def paired_ratios(runs: dict[str, list[Result]]) -> dict[str, list[float]]:
@@ -344,7 +327,8 @@ def paired_ratios(runs: dict[str, list[Result]]) -> dict[str, list[float]]:
     if len(runs) < 2:
         return {}
     (_, first), *others = runs.items()
-    return {name: [a.rate / b.rate for a, b in zip(first, other, strict=True) if b.rate > 0]
+    return {name: [a.rate / b.rate for a, b in zip(first, other, strict=True)
+                   if b.rate > 0 and not a.failures and not b.failures]
             for name, other in others}
 
 
@@ -360,13 +344,16 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         ("consume+ack unbatched 100 B", consume(s(30_000), 100, False)),
         ("end-to-end batched 100 B", end_to_end(s(200_000), 100)),
         ("end-to-end batched 1 KiB", end_to_end(s(100_000), 1024)),
-        ("latency 1k msg/s, 100 B", latency(1000, max(1.0, 3 * scale), 100)),
-        ("latency 10k msg/s, 100 B", latency(10_000, max(1.0, 3 * scale), 100)),
+        (f"{LATENCY} 1k msg/s, 100 B", latency(1000, max(2.0, 10 * scale), 100)),
+        (f"{LATENCY} 10k msg/s, 100 B", latency(10_000, max(2.0, 10 * scale), 100)),
         (f"{max(10, int(1000 * scale))} topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
         ("fan-out to 10 subscriptions", fan_out(10, s(20_000), 100)),
         (f"{topic_count(scale)} topics, each a producer + a subscription",
          topics_with_subscriptions(topic_count(scale))),
     ]
+
+
+LATENCY = "latency"  # the fixed-rate workloads' names start with it
 
 
 def topic_count(scale: float) -> int:
@@ -382,6 +369,15 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated broker kinds, in column order ({', '.join(KINDS)}); default all")
     args = p.parse_args(argv)
     print(f"load average before: {load_average()}", flush=True)
+    chosen = [(name, w) for name, w in workloads(args.scale) if not args.only or args.only in name]
+    if any(name.startswith(LATENCY) for name, _ in chosen):
+        try:
+            fixed_rate.build()
+        except fixed_rate.LoadGeneratorUnavailable as exc:
+            if fixed_rate.required():
+                raise
+            print(f"fixed-rate latency workloads skipped: {exc}", flush=True)
+            chosen = [(name, w) for name, w in chosen if not name.startswith(LATENCY)]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cluster: LocalCluster | None = None
@@ -418,9 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure(b, consume(20_000, 100, True))
                 measure(b, consume(3000, 100, False))
                 measure(b, fan_out(10, 2000, 100))
-            for name, workload in workloads(args.scale):
-                if args.only and args.only not in name:
-                    continue
+            for name, workload in chosen:
                 runs: dict[str, list[Result]] = {b.name: [] for b in brokers}
                 for _ in range(args.runs):
                     for b in brokers:  # alternate A B A B
@@ -435,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
                 stop_cluster(cluster)
     print_table(table, brokers, rss, args.runs, idle_rss)
     print(f"\nload average after: {load_average()}")
-    return 0
+    failed = [(name, kind, why) for name, results, _ in table for kind, r in results.items() for why in r.failures]
+    for name, kind, why in failed:
+        print(f"FAILED: {name}, {kind}: {why}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 KINDS = ("ours", "ours-bk", "pulsar", "lite")
@@ -491,10 +488,27 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
                 notes.append(f"{n}: {ex['missed']:,.0f} messages never received in a run (receive timed out)")
             if "rss_mb" in ex:
                 notes.append(f"{n}: RSS with them open {ex['rss_mb']:.0f} MB (+{ex['rss_per_topic_kb']:.1f} KB/topic)")
-            if "pub_p50" in ex:
-                notes.append(f"{n}: publish p50/p99 {ex['pub_p50']:.2f}/{ex['pub_p99']:.2f} ms, "
-                             f"end-to-end p50/p99 {ex['e2e_p50']:.2f}/{ex['e2e_p99']:.2f} ms")
+            if "offered" in ex:
+                notes.append(latency_note(n, results[n], runs))
         print(row + " | " + "; ".join(notes) + " |")
+
+
+def latency_note(name: str, r: Result, runs: int) -> str:
+    """A fixed-rate row's figures for one kind: the rate achieved, the percentiles (ms), the load
+    generator's CPU; and, loudly, the runs that did not reach the rate offered."""
+    ex = r.extra
+    text = f"{name}: "
+    if r.failures:
+        text += f"**FAILED in {len(r.failures)} of {runs} runs** ({r.failures[0]}); "
+        text += "figures of the first failed run: " if not r.counted else "figures of the runs that counted: "
+    text += (f"achieved {ex['achieved']:,.0f} of {ex['offered']:,.0f} msg/s; publish p50/p99/p99.9 "
+             f"{ex['pub_p50']:.2f}/{ex['pub_p99']:.2f}/{ex['pub_p999']:.2f} ms (max {ex['pub_max']:.1f}; p99 from the "
+             f"schedule {ex['sched_p99']:.2f}), ")
+    if name in NO_END_TO_END:
+        text += f"end-to-end not measured ({NO_END_TO_END[name]})"
+    else:
+        text += f"end-to-end p50/p99/p99.9 {ex['e2e_p50']:.2f}/{ex['e2e_p99']:.2f}/{ex['e2e_p999']:.2f} ms"
+    return text + f"; load generator CPU {ex['client_cpu_s']:.1f} s"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from bench.compare import Result, paired_ratios, parse_kinds
+from bench.compare import Result, median_result, paired_ratios, parse_kinds
 
 
 def test_kinds_are_parsed_in_order_and_bad_ones_refused() -> None:
@@ -23,3 +23,20 @@ def test_ratios_are_the_first_kind_against_each_other_within_rounds() -> None:
     runs = {"ours": [r(100), r(200)], "ours-bk": [r(50), r(100)], "lite": [r(100), r(0)]}
     assert paired_ratios(runs) == {"ours-bk": [2.0, 2.0], "lite": [1.0]}
     assert paired_ratios({"ours": [r(1)]}) == {}
+
+
+def test_failed_runs_do_not_count_and_are_kept() -> None:
+    def ok(p99: float) -> Result:
+        return Result(messages=100, seconds=1.0, nbytes=0, broker_cpu=0.0,
+                      extra={"achieved": 10_000.0, "offered": 10_000.0, "pub_p99": p99})
+
+    failed = Result(0, 1.0, 0, 0.0, {"achieved": 7000.0, "offered": 10_000.0, "pub_p99": 900.0},
+                    failures=["offered 10000 msg/s, achieved 7000"], counted=0)
+    median = median_result([ok(3.0), failed, ok(5.0)])
+    assert median.counted == 2 and median.failures == ["offered 10000 msg/s, achieved 7000"]
+    assert median.extra["pub_p99"] == 4.0  # of the two runs that counted
+    assert median.rate == 10_000.0  # a fixed-rate run's rate is the rate it achieved
+    none = median_result([failed, failed])
+    assert none.counted == 0 and len(none.failures) == 2
+    # A round with a failed run gives no ratio.
+    assert paired_ratios({"ours": [ok(1.0), ok(1.0)], "pulsar": [failed, ok(1.0)]}) == {"pulsar": [1.0]}

@@ -1,0 +1,43 @@
+"""The fixed-rate latency load generator (bench/go_load, the official Go client) against our broker: it
+reports what it measured, and fails loudly (exit status 3, the reason in its report) when the rate
+offered was not achieved. Needs Go (skipped without it, except under CI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import fixed_rate
+from broker.embedded import BrokerThread
+from tests.e2e.conftest import topic_name
+
+
+@pytest.fixture(scope="module")
+def load_generator() -> None:
+    try:
+        fixed_rate.build()
+    except fixed_rate.LoadGeneratorUnavailable as exc:
+        if fixed_rate.required():
+            raise
+        pytest.skip(str(exc))
+
+
+def test_every_message_is_measured_and_received(pulsar_broker: BrokerThread, load_generator: None) -> None:
+    run = fixed_rate.run(pulsar_broker.service_url, topic_name("fixed-rate"), rate=200, seconds=1.0, size=100)
+    assert run.figure("messages") == 200
+    assert run.figure("received") == 200  # end to end: the consumer got every measured message
+    assert run.figure("send_errors") == 0
+    assert 0 < run.ms("publish_ms", "p50") <= run.ms("publish_ms", "p99") <= run.ms("publish_ms", "max")
+    assert 0 < run.ms("end_to_end_ms", "p50") <= run.ms("end_to_end_ms", "max")
+    assert run.client_cpu_s > 0
+    # (Whether 200 msg/s were achieved depends on this machine's load: the report and the verdict agree.)
+    achieved = run.figure("achieved")
+    assert (run.failure is None) == (achieved >= fixed_rate.MIN_RATIO * 200), (run.failure, achieved)
+
+
+def test_a_rate_not_achieved_fails_the_run(pulsar_broker: BrokerThread, load_generator: None) -> None:
+    # A million messages a second: no client sends and has receipted 2,000 messages in 2 ms.
+    run = fixed_rate.run(pulsar_broker.service_url, topic_name("fixed-rate"), rate=1_000_000, seconds=0.002, size=100,
+                         warmup_s=0)
+    assert run.failure is not None and "offered 1000000 msg/s, achieved" in run.failure
+    assert 0 < run.figure("achieved") < fixed_rate.MIN_RATIO * 1_000_000
+    assert run.figure("received") == 2000  # the run still finished: every message was sent and received
