@@ -27,6 +27,8 @@ Besides, on a broker with no topic loaded, the cluster-only zero series Pulsar 2
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
@@ -47,7 +49,12 @@ from broker.admin.metrics_ledgers import (
     write_ledger_storage,
     write_ml,
 )
-from broker.admin.metrics_operations import write_operations, write_tokens, write_transactions
+from broker.admin.metrics_operations import (
+    write_operations,
+    write_replicated_snapshots,
+    write_tokens,
+    write_transactions,
+)
 from broker.admin.metrics_topic import (
     CONSUMER_GAUGES,
     REPLICATION,
@@ -63,7 +70,9 @@ from broker.admin.scrape_stats import TopicCounters, topic_counters
 from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
+from broker.service.backlog_quota import CHECK_DURATION_BUCKETS_S
 from broker.topic_name import is_system_topic
+from broker.version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -364,6 +373,8 @@ class BrokerMetrics:
         out.add("pulsar_broker_throttled_connections", cl,
                 sum(1 for c in process.connections if getattr(c, "throttled_by_pending_sends", False)))
         out.add("pulsar_broker_throttled_connections_global_limit", cl, process.connections_throttled_by_buffer)
+        out.add("pulsar_broker_pending_bytes_to_dispatch", cl, sum(_queued_bytes(c) for c in process.connections))
+        out.add("pulsar_version_info", f'{cl},version="{escape(__version__)}",commit=""', 1)
         bl = f'{cl},broker="{escape(f"{process.advertised_host}:{process.web_port}")}",metric="broker_connection"'
         out.add("pulsar_active_connections", bl, len(process.connections))
         out.add("pulsar_connection_created_total_count", bl, process.connections_created)
@@ -371,6 +382,8 @@ class BrokerMetrics:
                 process.connections_created - process.connections_refused)
         out.add("pulsar_connection_create_fail_count", bl, process.connections_refused)
         out.add("pulsar_connection_closed_total_count", bl, process.connections_closed)
+        out.add("pulsar_health", bl.replace('metric="broker_connection"', 'metric="broker_health"'),
+                self.ctx.service.health_check_status)
         service = self.ctx.service
         write_operations(out, cl, bl.replace('metric="broker_connection"', 'metric="pulsar_topic_load_times"'),
                           service)
@@ -384,6 +397,18 @@ class BrokerMetrics:
             out.add("pulsar_authentication_failures_total", f'{cl},provider_name="{escape(provider)}",'
                     f'auth_method="{escape(method)}",reason="{escape(reason)}"', n)
         write_tokens(out, cl, authn.providers.get("token", []))
+        quotas = service.backlog_quotas
+        cumulative = list(zip((*CHECK_DURATION_BUCKETS_S, math.inf), itertools.accumulate(quotas.check_durations),
+                              strict=True))
+        out.histogram("pulsar_storage_backlog_quota_check_duration_seconds", cl, cumulative,
+                      cumulative[-1][1], quotas.check_duration_sum_s)
+        write_replicated_snapshots(out, cl, service.replicated_snapshot_stats)
+
+
+def _queued_bytes(connection: object) -> int:
+    """What a client connection has written and not yet sent (``Connection.queued_bytes``)."""
+    queued = getattr(connection, "queued_bytes", None)
+    return queued() if queued is not None else 0
 
 
 def make_registry(ctx: AdminContext, sampler: StatsSampler) -> BrokerMetrics:

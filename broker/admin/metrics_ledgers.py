@@ -162,6 +162,16 @@ def write_cache(out: Exposition, cl: str, factory: object, sampler: StatsSampler
     out.add("pulsar_ml_cache_misses_rate", cl, s.cache_misses_rate)
     out.add("pulsar_ml_cache_hits_throughput", cl, s.cache_hits_throughput)
     out.add("pulsar_ml_cache_misses_throughput", cl, s.cache_misses_throughput)
+    # No limit on the bytes of reads in flight (Pulsar's managedLedgerMaxReadsInFlightSizeInMB, 0 = none by default):
+    # -1 for both, as Pulsar's InflightReadsLimiter writes when it is off.
+    out.add("pulsar_ml_reads_inflight_bytes", cl, -1)
+    out.add("pulsar_ml_reads_available_inflight_bytes", cl, -1)
+    misses = getattr(getattr(factory, "stats", None), "cache_misses_total", None)
+    if isinstance(misses, int):
+        # Pulsar's PendingReadsManager counts the entries of cache misses, by whether a read already in flight had
+        # them. Reads in flight are not shared here: every miss is read from storage (its other counters: n/a).
+        out.add("pulsar_ml_cache_pendingreads_entries_read_total", cl, misses)
+        out.add("pulsar_ml_cache_pendingreads_missed_total", cl, misses)
 
 
 def write_ledger_storage(out: Exposition, cl: str, factory: object) -> None:

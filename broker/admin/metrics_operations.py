@@ -1,7 +1,8 @@
 """The broker-wide operation part of /metrics: lookups and topic loads (Pulsar's NamespaceService
 and BrokerOperabilityMetrics), the metadata store (MetadataStoreStats), the schema registry
-(SchemaRegistryStats), token authentication (AuthenticationMetricsToken) and transactions (the
-coordinators' TransactionAggregator series and the transaction-buffer client's).
+(SchemaRegistryStats), token authentication (AuthenticationMetricsToken), transactions (the
+coordinators' TransactionAggregator series, the transaction-buffer client's, the pending acks') and
+replicated-subscription snapshots.
 
 broker/admin/metrics.py calls these once per scrape; docs/metrics.md lists the families.
 """
@@ -13,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from broker.admin.exposition import Exposition, escape
+from broker.admin.metric_families import TXN_EXECUTION_LATENCY
 from broker.auth.providers import EXPIRING_TOKEN_MINUTES_BUCKETS, TokenProvider
 from metadata_store.stats import LATENCY_BUCKETS_MS, StoreStats
 
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from broker.service.broker_service import BrokerService
-    from broker.service.operation_stats import TxnBufferClientStats
+    from broker.service.operation_stats import PendingAckStats, TxnBufferClientStats
+    from broker.service.replicated_subscriptions import SnapshotStats
     from broker.service.transactions import TransactionService
 
 # Pulsar's quantiles: NamespaceService's lookup summary, and DimensionStats' (topic load times).
@@ -113,9 +116,42 @@ def write_transactions(out: Exposition, cl: str, transactions: TransactionServic
     for tc_id, tc in sorted(transactions.coordinators.items()):
         labels = f'{cl},coordinator_id="{tc_id}"'
         out.add("pulsar_txn_active_count", labels, len(tc.txns))
-        out.add("pulsar_txn_created_count", labels, tc.created)
-        out.add("pulsar_txn_committed_count", labels, tc.committed)
-        out.add("pulsar_txn_aborted_count", labels, tc.aborted)
-        out.add("pulsar_txn_timeout_count", labels, tc.timed_out)
-        out.add("pulsar_txn_append_log_count", labels, tc.log.appended)
+        out.add("pulsar_txn_committed_total", labels, tc.committed)
+        out.add("pulsar_txn_aborted_total", labels, tc.aborted)
+        out.add("pulsar_txn_created_total", labels, tc.created)
+        out.add("pulsar_txn_timeout_total", labels, tc.timed_out)
+        out.add("pulsar_txn_append_log_total", labels, tc.log.appended)
+        for name, n in zip(TXN_EXECUTION_LATENCY, tc.take_execution_latency(), strict=True):
+            out.add(name, labels, n)
     _write_txn_buffer_client(out, cl, transactions.tb_client_stats)
+    _write_pending_acks(out, cl, transactions.pending_ack_stats)
+
+
+# Pulsar's PendingAckHandleStatsImpl commit latency summary: these quantiles, observed in microseconds.
+PENDING_ACK_QUANTILES = (0.5, 0.9, 0.99, 0.999)
+_US_PER_MS = 1000
+
+
+def _write_pending_acks(out: Exposition, cl: str, stats: PendingAckStats) -> None:
+    """pulsar_txn_tp_*: ends of transactions on subscriptions, by namespace, topic and subscription (topic level
+    on) or namespace."""
+    for (ns, topic, sub), s in sorted(stats.by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2] or "")):
+        labels = f'{cl},namespace="{escape(ns)}"'
+        if topic is not None and sub is not None:
+            labels += f',topic="{escape(topic)}",subscription="{escape(sub)}"'
+        for status, committed, aborted in (("succeed", s.committed, s.aborted),
+                                           ("failed", s.commit_failed, s.abort_failed)):
+            out.add("pulsar_txn_tp_committed_count_total", f'{labels},status="{status}"', committed)
+            out.add("pulsar_txn_tp_aborted_count_total", f'{labels},status="{status}"', aborted)
+        c = s.commit
+        out.summary("pulsar_txn_tp_commit_latency", labels,
+                    [(q, c.quantile(q) * _US_PER_MS) for q in PENDING_ACK_QUANTILES], c.count, c.sum_ms * _US_PER_MS)
+
+
+def write_replicated_snapshots(out: Exposition, cl: str, stats: SnapshotStats) -> None:
+    """Pulsar's replicated-subscription snapshot metrics, once a replicated topic has had a controller."""
+    if not stats.seen:
+        return
+    out.summary("pulsar_replicated_subscriptions_snapshot_ms", cl, [], stats.completed, stats.completed_ms)
+    out.add("pulsar_replicated_subscriptions_pending_snapshots", cl, stats.pending)
+    out.add("pulsar_replicated_subscriptions_timedout_snapshots_total", cl, stats.timed_out)
