@@ -171,13 +171,10 @@ class WebService:
         try:
             await self.service.health_check()
         except TimeoutError:
-            self.service.health_check_status = 0
             raise HttpError(500, f"Health check timed out after {self.service.health_check_timeout_s:g} s: "
                                  "storage did not write and read back an entry") from None
         except Exception as exc:  # (the reason goes to the prober: a fenced ledger, a full disk...)
-            self.service.health_check_status = 0
             raise HttpError(500, f"Health check failed: {exc}") from None
-        self.service.health_check_status = 1
         return web.Response(text="ok")
 
     async def status(self, request: web.Request) -> web.Response:

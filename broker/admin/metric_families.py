@@ -57,8 +57,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_connection_create_success_count": (GAUGE, "Connections opened and accepted"),
     "pulsar_connection_create_fail_count": (GAUGE, "Connections refused (connection limits)"),
     "pulsar_connection_closed_total_count": (GAUGE, "Connections closed"),
-    "pulsar_health": (GAUGE, "Outcome of the last health check (/admin/v2/brokers/health): 1 passed, 0 failed, "
-                             "-1 none yet"),
+    "pulsar_health": (GAUGE, "Outcome of the last periodic health check (healthCheckMetricsUpdateTimeInSeconds): "
+                             "1 passed, 0 failed, -1 none yet"),
     # -- authentication --
     "pulsar_authentication_success_total": (COUNTER, "Credentials a provider accepted"),
     "pulsar_authentication_failures_total": (COUNTER, "Credentials a provider refused, by reason"),

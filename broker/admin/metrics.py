@@ -375,7 +375,8 @@ class BrokerMetrics:
         out.add("pulsar_broker_throttled_connections_global_limit", cl, process.connections_throttled_by_buffer)
         out.add("pulsar_broker_pending_bytes_to_dispatch", cl, sum(_queued_bytes(c) for c in process.connections))
         out.add("pulsar_version_info", f'{cl},version="{escape(__version__)}",commit=""', 1)
-        bl = f'{cl},broker="{escape(f"{process.advertised_host}:{process.web_port}")}",metric="broker_connection"'
+        # (broker: the advertised address alone, as Pulsar's BrokerOperabilityMetrics labels it)
+        bl = f'{cl},broker="{escape(process.advertised_host)}",metric="broker_connection"'
         out.add("pulsar_active_connections", bl, len(process.connections))
         out.add("pulsar_connection_created_total_count", bl, process.connections_created)
         out.add("pulsar_connection_create_success_count", bl,

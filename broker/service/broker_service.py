@@ -139,7 +139,7 @@ class BrokerService:
         self.lookup_stats = LookupStats()
         self.topic_load_stats = TopicLoadStats()
         self.replicated_snapshot_stats = SnapshotStats()  # (pulsar_replicated_subscriptions_*)
-        # The outcome of the last health check over the admin API (pulsar_health): -1 none yet, 1 passed, 0 failed.
+        # The outcome of the last periodic health check (pulsar_health): -1 none yet, 1 passed, 0 failed.
         self.health_check_status = -1
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
         # were checked by BrokerConfig's rules; the client credentials need parsing.)
@@ -797,6 +797,17 @@ class BrokerService:
 
         async with self._health_lock, asyncio.timeout(self.health_check_timeout_s):
             await round_trip()  # (one reader on the heartbeat cursor at a time)
+
+    async def check_health_for_metrics(self) -> None:
+        """Pulsar's HealthChecker: the health check every healthCheckMetricsUpdateTimeInSeconds, its outcome kept
+        for pulsar_health (the admin API's check does not change it, as in Pulsar)."""
+        try:
+            await self.health_check()
+        except Exception as exc:  # (the reason is logged; the metric says only that it failed)
+            log.warning("periodic health check failed: %s", exc)
+            self.health_check_status = 0
+        else:
+            self.health_check_status = 1
 
     async def close(self) -> None:
         # Cluster mode: release the bundles first (their topics close, their clients look up another broker).

@@ -93,7 +93,8 @@ def busy_broker() -> Iterator[BrokerThread]:
     with BrokerThread(statsUpdateFrequencyInSecs=0.5, exposeConsumerLevelMetricsInPrometheus=True,
                       exposeProducerLevelMetricsInPrometheus=True, exposeManagedCursorMetricsInPrometheus=True,
                       managedLedgerMaxEntriesPerLedger=4, managedLedgerMinLedgerRolloverTimeMinutes=0,
-                      transactionCoordinatorEnabled=True, backlogQuotaCheckIntervalInSeconds=1) as b:
+                      transactionCoordinatorEnabled=True, backlogQuotaCheckIntervalInSeconds=1,
+                      healthCheckMetricsUpdateTimeInSeconds=1) as b:
         yield b
 
 
@@ -147,7 +148,6 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
                                timeout=10).close()
         with pytest.raises(Exception):  # noqa: B017  # the client's error for an incompatible schema
             client.create_producer(typed, schema=pulsar.schema.JsonSchema(SchemaRecord))
-        urllib.request.urlopen(f"{busy_broker.web_url}/admin/v2/brokers/health", timeout=30).close()  # (pulsar_health)
         target = busy_broker.web_url.removeprefix("http://")
         with prometheus_server(prometheus_bin, target, tmp_path) as prom:
             def all_stored() -> set[str] | None:
@@ -236,6 +236,7 @@ def test_idle_broker_families() -> None:
         assert_plausible(name, row, got.get(name, []))
     assert got["pulsar_topics_count"] == [0.0]  # Pulsar 2.x's cluster-only zero series
     assert got["pulsar_broker_topics_count"] == [0.0]
+    assert got["pulsar_health"] == [-1.0]  # (healthCheckMetricsUpdateTimeInSeconds=-1: no periodic check)
 
 
 def test_authentication_families() -> None:
