@@ -132,7 +132,7 @@ class BrokerMetrics:
         out = Exposition(FAMILIES)
         for _ in self.write(out):
             pass
-        return out.text().encode() + bytes(generate_latest(self._process))
+        return out.text().encode() + self._process_text()
 
     async def stream(self) -> AsyncIterator[bytes]:
         """The text in chunks, giving the loop back every SLICE_S of work and after each family,
@@ -146,7 +146,19 @@ class BrokerMetrics:
             # (aiohttp's drain returns at once unless the transport is paused), and at 10,000
             # topics the 127 MB took seconds without one.
             await asyncio.sleep(0)
-        yield bytes(generate_latest(self._process))
+        yield self._process_text()
+
+    def _process_text(self) -> bytes:
+        """The process_* series, with the cluster label Pulsar gives every series of its default registry."""
+        cl = f'cluster="{escape(self.ctx.config.clusterName)}"'
+        lines = []
+        for line in generate_latest(self._process).decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, rest = line.partition(" ")
+                base, brace, labels = name.partition("{")
+                line = f"{base}{{{cl},{labels} {rest}" if brace else f"{name}{{{cl}}} {rest}"
+            lines.append(line)
+        return ("\n".join(lines) + "\n").encode()
 
     def write(self, out: Exposition) -> Iterator[None]:
         """Write every family to ``out``; yields between slices of topics (the caller may let the
