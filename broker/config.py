@@ -220,6 +220,8 @@ class BrokerConfig:
     # Backlog quotas: checked every backlogQuotaCheckIntervalInSeconds and when a producer is created.
     backlogQuotaCheckEnabled: bool = True
     backlogQuotaCheckIntervalInSeconds: float = setting(60, POSITIVE)
+    # Every so often, the health check (/admin/v2/brokers/health's) for the pulsar_health metric (-1 = never).
+    healthCheckMetricsUpdateTimeInSeconds: float = setting(-1, Rule(-1, means="-1 = never"))
     # Default destination_storage limit in bytes, and message_age limit in seconds (-1 = no limit).
     backlogQuotaDefaultLimitBytes: int = setting(-1, NO_LIMIT_MINUS_1)
     backlogQuotaDefaultLimitSecond: int = setting(-1, NO_LIMIT_MINUS_1)

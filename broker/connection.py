@@ -246,6 +246,12 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         self._out += frames
 
+    def queued_bytes(self) -> int:
+        """Bytes of frames written but not yet sent: queued for this loop turn's writev, and left in
+        the transport's buffer by a socket that took less (a slow reader). Read by /metrics."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return sum(map(len, self._out)) + buffered
+
     def _flush(self) -> None:
         out, self._out = self._out, []
         if out and self.transport is not None and not self.transport.is_closing():

@@ -47,12 +47,18 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_broker_throttled_connections": (GAUGE, "Connections not read because of their own publish limits"),
     "pulsar_broker_throttled_connections_global_limit": (
         GAUGE, "Connections not read because the broker-wide publish buffer is full"),
+    "pulsar_broker_pending_bytes_to_dispatch": (
+        GAUGE, "Bytes of messages written to consumers' connections and not yet sent (queued, or in the socket "
+               "buffer of a slow reader)"),
+    "pulsar_version_info": (GAUGE, "1, labelled with the broker's version"),
     # -- connections (BrokerOperabilityMetrics; labels cluster, broker, metric) --
     "pulsar_active_connections": (GAUGE, "Open client connections"),
     "pulsar_connection_created_total_count": (GAUGE, "Connections opened"),
     "pulsar_connection_create_success_count": (GAUGE, "Connections opened and accepted"),
     "pulsar_connection_create_fail_count": (GAUGE, "Connections refused (connection limits)"),
     "pulsar_connection_closed_total_count": (GAUGE, "Connections closed"),
+    "pulsar_health": (GAUGE, "Outcome of the last periodic health check (healthCheckMetricsUpdateTimeInSeconds): "
+                             "1 passed, 0 failed, -1 none yet"),
     # -- authentication --
     "pulsar_authentication_success_total": (COUNTER, "Credentials a provider accepted"),
     "pulsar_authentication_failures_total": (COUNTER, "Credentials a provider refused, by reason"),
@@ -102,11 +108,17 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_average_msg_size": (GAUGE, "Average published message size (bytes)"),
     "pulsar_consumer_msg_ack_rate": (GAUGE, "Acknowledgements per second"),
     "pulsar_txn_active_count": (GAUGE, "Transactions open on the coordinator"),
-    "pulsar_txn_created_count": (GAUGE, "Transactions the coordinator created"),
-    "pulsar_txn_committed_count": (GAUGE, "Transactions the coordinator committed"),
-    "pulsar_txn_aborted_count": (GAUGE, "Transactions the coordinator aborted (timeouts included)"),
-    "pulsar_txn_timeout_count": (GAUGE, "Transactions aborted by their timeout"),
-    "pulsar_txn_append_log_count": (GAUGE, "Records written to the coordinator's log"),
+    "pulsar_txn_created_total": (COUNTER, "Transactions the coordinator created"),
+    "pulsar_txn_committed_total": (COUNTER, "Transactions the coordinator committed"),
+    "pulsar_txn_aborted_total": (COUNTER, "Transactions the coordinator aborted (timeouts included)"),
+    "pulsar_txn_timeout_total": (COUNTER, "Transactions aborted by their timeout"),
+    "pulsar_txn_append_log_total": (COUNTER, "Records written to the coordinator's log"),
+    "pulsar_txn_tp_committed_count_total": (COUNTER, "Transactions committed on the subscription's pending acks, "
+                                                     "by status (succeed / failed)"),
+    "pulsar_txn_tp_aborted_count_total": (COUNTER, "Transactions aborted on the subscription's pending acks, by "
+                                                   "status (succeed / failed)"),
+    "pulsar_txn_tp_commit_latency": (SUMMARY, "Time to commit a transaction's acks on the subscription (us); "
+                                              "quantiles over the last stats interval"),
     "pulsar_txn_tb_client_commit_failed_total": (COUNTER, "Ends of transactions on a topic (commits) that failed"),
     "pulsar_txn_tb_client_abort_failed_total": (COUNTER, "Ends of transactions on a topic (aborts) that failed"),
     "pulsar_txn_tb_client_commit_latency": (SUMMARY, "Time to commit a transaction on a topic (ns); quantiles over "
@@ -131,6 +143,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_storage_backlog_age_seconds": (GAUGE, "Age of the oldest unacknowledged message (-1 = none)"),
     "pulsar_storage_backlog_quota_exceeded_evictions_total": (
         COUNTER, "Backlog evictions because a quota was exceeded, by quota type"),
+    "pulsar_storage_backlog_quota_check_duration_seconds": (
+        HISTOGRAM, "Time a check of every topic's backlog quotas took"),
     "pulsar_delayed_message_index_size_bytes": (GAUGE, "Memory of delayed-delivery indexes (bytes)"),
     "pulsar_in_bytes_total": (COUNTER, "Bytes published"),
     "pulsar_in_messages_total": (COUNTER, "Messages published"),
@@ -182,6 +196,11 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_replication_disconnected_count": (GAUGE, "Replicators not connected to the remote cluster"),
     "pulsar_replication_rate_expired": (GAUGE, "Replication messages expired per second"),
     "pulsar_replication_delay_in_seconds": (GAUGE, "Age of the oldest message sent and not yet confirmed"),
+    # -- replicated subscriptions (a topic replicated with enableReplicatedSubscriptions) --
+    "pulsar_replicated_subscriptions_snapshot_ms": (SUMMARY, "Time a snapshot took to gather every cluster's "
+                                                             "position (ms)"),
+    "pulsar_replicated_subscriptions_pending_snapshots": (GAUGE, "Snapshots being gathered"),
+    "pulsar_replicated_subscriptions_timedout_snapshots_total": (COUNTER, "Snapshots given up on (timed out)"),
     # -- compaction (topics compacted at least once) --
     "pulsar_compaction_removed_event_count": (GAUGE, "Entries compaction left out, all runs"),
     "pulsar_compaction_succeed_count": (GAUGE, "Compaction runs that succeeded"),
@@ -202,6 +221,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_ml_cache_misses_rate": (GAUGE, "Entries per second the cache did not have"),
     "pulsar_ml_cache_hits_throughput": (GAUGE, "Bytes per second read from the cache"),
     "pulsar_ml_cache_misses_throughput": (GAUGE, "Bytes per second of reads the cache did not have"),
+    "pulsar_ml_cache_pendingreads_entries_read_total": (COUNTER, "Entries read from storage (cache misses)"),
+    "pulsar_ml_cache_pendingreads_missed_total": (COUNTER, "Entries of cache misses that no read in flight had"),
+    "pulsar_ml_reads_inflight_bytes": (GAUGE, "Bytes of reads in flight under the read limit (-1: no limit)"),
+    "pulsar_ml_reads_available_inflight_bytes": (GAUGE, "Bytes the read limit still allows (-1: no limit)"),
     # -- managed ledgers per namespace (exposeManagedLedgerMetricsInPrometheus) --
     "pulsar_ml_AddEntryBytesRate": (GAUGE, "Bytes added per second"),
     "pulsar_ml_AddEntryWithReplicasBytesRate": (GAUGE, "Bytes added per second, times the copies kept"),
@@ -272,6 +295,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
 }
 COMPACTION_LATENCY = ("pulsar_compaction_latency", _LATENCY_BUCKETS,
                       "Compacted-ledger writes of all runs by latency (ms bound); _sum in us")
+# Pulsar's transaction coordinator execution latency buckets (ms bounds; TransactionAggregator's names).
+TXN_EXECUTION_LATENCY = tuple(f"pulsar_txn_execution_latency_le_{b}" for b in (
+    "10", "20", "50", "100", "500", "1000", "5000", "15000", "30000", "60000", "300000", "1500000", "3000000",
+    "overflow"))
+for _name in TXN_EXECUTION_LATENCY:
+    FAMILIES[_name] = (GAUGE, "Transactions ended since the last scrape that were open this long (ms bound)")
 for _prefix, _names, _doc in (*ADD_BUCKETS, COMPACTION_LATENCY):
     for _name in (*_names, "count", "sum"):
         FAMILIES[f"{_prefix}_{_name}"] = (GAUGE, _doc)

@@ -117,6 +117,7 @@ class StatsSampler:
         service.schemas.stats.rotate()
         if service.transactions is not None:
             service.transactions.tb_client_stats.rotate()
+            service.transactions.pending_ack_stats.rotate()
         prev, cur = self._prev, {}
 
         def delta(obj: object, values: tuple[int, ...]) -> list[float]:

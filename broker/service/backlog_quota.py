@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from broker.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
@@ -78,12 +79,20 @@ def estimated_backlog_size(topic: PersistentTopic, cursor: ManagedCursor | None 
     return int(entries * average_entry_size(topic))
 
 
+# Pulsar's BrokerService backlog-quota check histogram bounds (seconds).
+CHECK_DURATION_BUCKETS_S = (5.0, 10.0, 30.0, 60.0, 300.0)
+
+
 class BacklogQuotaManager:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         # Topics found over their message_age quota by the last check (the age needs a read, so the
         # producer-creation path uses this verdict instead of reading the log).
         self._age_exceeded: set[str] = set()
+        # How long each check of all topics took (pulsar_storage_backlog_quota_check_duration_seconds): counts per
+        # bucket of CHECK_DURATION_BUCKETS_S (the overflow last), and their sum.
+        self.check_durations = [0] * (len(CHECK_DURATION_BUCKETS_S) + 1)
+        self.check_duration_sum_s = 0.0
 
     def quota(self, name: TopicName, quota_type: str,
               quotas: BacklogQuotas | None = None) -> BacklogQuota | None:
@@ -142,6 +151,7 @@ class BacklogQuotaManager:
 
     # -- periodic check --------------------------------------------------------------------------
     async def check_all(self) -> None:
+        started = time.monotonic()
         now_ms = int(time.time() * 1000)
         loaded = set()
         async for topic in sliced(list(self.service.topics.values())):
@@ -150,6 +160,9 @@ class BacklogQuotaManager:
             loaded.add(topic.full_name)
             await self.check_topic(topic, now_ms)
         self._age_exceeded &= loaded
+        elapsed = time.monotonic() - started
+        self.check_durations[bisect_left(CHECK_DURATION_BUCKETS_S, elapsed)] += 1
+        self.check_duration_sum_s += elapsed
 
     async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:
         quotas = self.service.policies.get(topic.name, BACKLOG_QUOTAS)  # (resolved once: both types)

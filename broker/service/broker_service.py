@@ -43,6 +43,7 @@ from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LookupStats, TopicLoadStats
 from broker.service.remote_producer import RemoteError, client_credentials
+from broker.service.replicated_subscriptions import SnapshotStats
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
@@ -138,6 +139,9 @@ class BrokerService:
         # Lookups and topic loads, for Pulsar's pulsar_broker_lookup* and pulsar_topic_load_* metrics.
         self.lookup_stats = LookupStats()
         self.topic_load_stats = TopicLoadStats()
+        self.replicated_snapshot_stats = SnapshotStats()  # (pulsar_replicated_subscriptions_*)
+        # The outcome of the last periodic health check (pulsar_health): -1 none yet, 1 passed, 0 failed.
+        self.health_check_status = -1
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
         # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:
@@ -794,6 +798,17 @@ class BrokerService:
 
         async with self._health_lock, asyncio.timeout(self.health_check_timeout_s):
             await round_trip()  # (one reader on the heartbeat cursor at a time)
+
+    async def check_health_for_metrics(self) -> None:
+        """Pulsar's HealthChecker: the health check every healthCheckMetricsUpdateTimeInSeconds, its outcome kept
+        for pulsar_health (the admin API's check does not change it, as in Pulsar)."""
+        try:
+            await self.health_check()
+        except Exception as exc:  # (the reason is logged; the metric says only that it failed)
+            log.warning("periodic health check failed: %s", exc)
+            self.health_check_status = 0
+        else:
+            self.health_check_status = 1
 
     async def close(self) -> None:
         # Cluster mode: release the bundles first (their topics close, their clients look up another broker).

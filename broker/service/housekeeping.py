@@ -15,6 +15,7 @@ topics by the next run.
 | backlogged-cursors | statsUpdateFrequencyInSecs | backlogged subscriptions leave the read cache's active cursors |
 | inactive-topic-check | brokerDeleteInactiveTopicsFrequencySeconds | deletes inactive topics (inactive_topics) |
 | dedup-snapshot | brokerDeduplicationSnapshotFrequencyInSeconds | time-based deduplication snapshots |
+| health-check-metrics | healthCheckMetricsUpdateTimeInSeconds | the health check, its outcome for pulsar_health |
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class Housekeeping:
         if cfg.backlogQuotaCheckEnabled:
             self.tasks.append(PeriodicTask("backlog-quota-check", cfg.backlogQuotaCheckIntervalInSeconds,
                                            service.backlog_quotas.check_all))
+        if cfg.healthCheckMetricsUpdateTimeInSeconds > 0:
+            self.tasks.append(PeriodicTask("health-check-metrics", cfg.healthCheckMetricsUpdateTimeInSeconds,
+                                           service.check_health_for_metrics))
         if cfg.brokerDeleteInactiveTopicsEnabled:  # (as in Pulsar: only if enabled at start)
             self.tasks.append(PeriodicTask("inactive-topic-check", cfg.brokerDeleteInactiveTopicsFrequencySeconds,
                                            service.inactive_topics.check_all))

@@ -208,9 +208,7 @@ class TxnBufferClientStats:
 
     def done(self, topic: str, commit: bool, started: float, *, failed: bool) -> None:
         self.pending -= 1
-        _, sep, rest = topic.partition("://")
-        namespace = rest.rpartition("/")[0] if sep and rest.count("/") >= 2 else "unknown"
-        key = (namespace, topic if self.by_topic else None)
+        key = (namespace_of(topic), topic if self.by_topic else None)
         stats = self.by_key.get(key)
         if stats is None:
             stats = self.by_key[key] = TxnEndStats()
@@ -226,3 +224,51 @@ class TxnBufferClientStats:
         for s in self.by_key.values():
             s.commit.rotate()
             s.abort.rotate()
+
+
+def namespace_of(topic: str) -> str:
+    """The namespace of a full topic name ("unknown" if it is not one, as Pulsar's stats label it)."""
+    _, sep, rest = topic.partition("://")
+    return rest.rpartition("/")[0] if sep and rest.count("/") >= 2 else "unknown"
+
+
+class PendingAckEndStats:
+    """Transactions whose acknowledgements ended on one subscription (or namespace): commits and aborts that
+    succeeded or failed, and the latency of the commits that succeeded."""
+
+    __slots__ = ("abort_failed", "aborted", "commit", "commit_failed", "committed")
+
+    def __init__(self) -> None:
+        self.commit = LatencySummary()
+        self.committed = self.commit_failed = self.aborted = self.abort_failed = 0
+
+
+class PendingAckStats:
+    """Pulsar's PendingAckHandleStats (pulsar_txn_tp_*): the end of a transaction on a subscription that has
+    acknowledgements pending in it (END_TXN_ON_SUBSCRIPTION, or a coordinator of this broker ending it in place),
+    by namespace, topic and subscription (topic level on) or namespace. Latencies in milliseconds (the exposition
+    writes them in Pulsar's microseconds)."""
+
+    def __init__(self, by_topic: bool) -> None:
+        self.by_topic = by_topic
+        self.by_key: dict[tuple[str, str | None, str | None], PendingAckEndStats] = {}
+
+    def done(self, topic: str, subscription: str, commit: bool, started: float, *, failed: bool) -> None:
+        """One end finished (``started`` from time.perf_counter())."""
+        key = (namespace_of(topic), topic, subscription) if self.by_topic else (namespace_of(topic), None, None)
+        stats = self.by_key.get(key)
+        if stats is None:
+            stats = self.by_key[key] = PendingAckEndStats()
+        if commit and failed:
+            stats.commit_failed += 1
+        elif commit:
+            stats.committed += 1
+            stats.commit.observe((time.perf_counter() - started) * 1000.0)
+        elif failed:
+            stats.abort_failed += 1
+        else:
+            stats.aborted += 1
+
+    def rotate(self) -> None:
+        for s in self.by_key.values():
+            s.commit.rotate()

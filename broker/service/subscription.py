@@ -26,7 +26,7 @@ from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY, SnapshotCache, marker_payload
 from broker.transactions.model import TxnID
-from broker.transactions.pending_ack import PendingAcks
+from broker.transactions.pending_ack import PendingAcks, TxnAcks
 from managed_ledger import ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -340,6 +340,23 @@ class Subscription:
         acks = pending.end(txn) if pending is not None else None
         if acks is None:
             return
+        started = time.perf_counter()
+        try:
+            await self._apply_end(acks, commit)
+        except Exception:
+            self._count_end(commit, started, failed=True)
+            raise
+        self.txns_ended[commit] += 1
+        self._count_end(commit, started, failed=False)
+
+    def _count_end(self, commit: bool, started: float, *, failed: bool) -> None:
+        """pulsar_txn_tp_*: one transaction's acknowledgements ended here."""
+        transactions = self.topic.service.transactions
+        if transactions is not None:
+            transactions.pending_ack_stats.done(self.topic.full_name, self.name, commit, started, failed=failed)
+
+    async def _apply_end(self, acks: TxnAcks, commit: bool) -> None:
+        """A transaction's acks become real (commit), or their messages go out again (abort)."""
         cursor = self.cursor
         if commit:
             before = cursor.mark_delete_position
@@ -365,7 +382,6 @@ class Subscription:
         elif self.dispatcher is not None:
             self.dispatcher.redeliver_positions(sorted(p for p, a in acks.individual.items() if a is None))
         await self._save_pending()
-        self.txns_ended[commit] += 1
 
     # -- cursor moves ------------------------------------------------------------------------------
     async def seek(self, message_id: pb.MessageIdData | None, publish_time: int) -> None:

@@ -35,7 +35,7 @@ from broker.errors import (
     TransactionCoordinatorNotFoundError,
 )
 from broker.metadata.store import AlreadyExistsError
-from broker.service.operation_stats import TxnBufferClientStats
+from broker.service.operation_stats import PendingAckStats, TxnBufferClientStats
 from broker.service.txn_buffer_client import TxnBufferClient
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
@@ -66,6 +66,8 @@ class TransactionService:
         self._tb_client: TxnBufferClient | None = None
         # Every end of a transaction on a topic, here or over the wire (Pulsar's pulsar_txn_tb_client_* series).
         self.tb_client_stats = TxnBufferClientStats(service.config.exposeTopicLevelMetricsInPrometheus)
+        # Every end of a transaction on a subscription with acks pending in it (pulsar_txn_tp_*).
+        self.pending_ack_stats = PendingAckStats(service.config.exposeTopicLevelMetricsInPrometheus)
         self.closed = False
 
     async def create_assign_topic(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol
 
@@ -36,6 +37,9 @@ DEFAULT_TIMEOUT_MS = 60_000
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 
+
+# Pulsar's TransactionMetadataStoreStats execution latency bounds (ms): how long a transaction was open.
+EXECUTION_LATENCY_BUCKETS_MS = (10, 20, 50, 100, 500, 1000, 5000, 15000, 30000, 60000, 300000, 1500000, 3000000)
 
 class TxnParticipants(Protocol):
     """The topics and subscriptions a transaction touched, as the coordinator reaches them."""
@@ -69,9 +73,19 @@ class TransactionCoordinator:
         self.timed_out = 0
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
+        # Ended transactions by how long they were open (Pulsar's execution latency buckets, counted
+        # since the last /metrics scrape, which takes them: take_execution_latency).
+        self._execution_latency = [0] * (len(EXECUTION_LATENCY_BUCKETS_MS) + 1)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    def take_execution_latency(self) -> list[int]:
+        """The transactions ended since the last call, by bucket of EXECUTION_LATENCY_BUCKETS_MS (the
+        overflow last); the counts start again from zero (as Pulsar's StatsBuckets.refresh at a scrape)."""
+        counts = self._execution_latency
+        self._execution_latency = [0] * len(counts)
+        return counts
 
     # -- recovery ----------------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -197,6 +211,7 @@ class TransactionCoordinator:
             self.committed += 1
         else:
             self.aborted += 1
+        self._execution_latency[bisect_left(EXECUTION_LATENCY_BUCKETS_MS, self.now_ms() - meta.opened_ms)] += 1
         self.txns.pop(txn, None)
         self._ending.pop(txn, None)
         self._trim()

@@ -74,7 +74,7 @@ class TransactionLog:
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.ledger = ledger
         self.cursor = cursor
-        self.appended = 0  # records written since it opened (pulsar_txn_append_log_count)
+        self.appended = 0  # records written since it opened (pulsar_txn_append_log_total)
 
     @classmethod
     async def open(cls, ledger: ManagedLedger) -> TransactionLog:

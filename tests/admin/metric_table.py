@@ -11,7 +11,8 @@ from broker.admin.metric_families import FAMILIES
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # The "here" codes a row may have (comma-separated), each a situation the tests set up.
 CONDITIONS = {"always", "topic", "subscription", "producer", "consumer", "namespace", "idle", "ml", "cursor",
-              "replication", "auth", "file", "non-persistent", "compaction", "transactions", "bookkeeper", "schema"}
+              "replication", "replicated subscription", "auth", "file", "non-persistent", "compaction",
+              "transactions", "bookkeeper", "schema"}
 _NAME = re.compile(r"^(pulsar_|process_|topic_load_)[A-Za-z0-9_]+$")
 
 

@@ -26,8 +26,9 @@ import pulsar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.admin.metric_families import FAMILIES
+from broker.admin.metric_families import FAMILIES, TXN_EXECUTION_LATENCY
 from broker.embedded import BrokerThread
+from broker.protocol import pulsar_api_pb2 as pb
 from tests.admin.metric_table import Row, expected, rows
 from tests.admin.prometheus_server import PROMETHEUS_WAIT_S, metric_names, prometheus_server, query
 from tests.transactions.client import TxnWireClient
@@ -47,7 +48,8 @@ ONCE_ABOVE_ZERO = ("pulsar_ml_cache_hits_throughput", "pulsar_ml_MarkDeleteRate"
                    "pulsar_ml_LedgerSwitchLatencyBuckets", "pulsar_ml_cursor_persistLedgerSucceed",
                    "pulsar_ml_cursor_writeLedgerSize",
                    "pulsar_ml_cursor_writeLedgerLogicalSize", "pulsar_txn_tb_client_commit_latency_count",
-                   "pulsar_txn_tb_client_commit_latency")
+                   "pulsar_txn_tb_client_commit_latency", "pulsar_txn_tp_commit_latency_count",
+                   "pulsar_txn_tp_commit_latency", "pulsar_storage_backlog_quota_check_duration_seconds_count")
 TXN_TOPIC = "persistent://public/default/families-txn"
 
 
@@ -91,18 +93,25 @@ def busy_broker() -> Iterator[BrokerThread]:
     with BrokerThread(statsUpdateFrequencyInSecs=0.5, exposeConsumerLevelMetricsInPrometheus=True,
                       exposeProducerLevelMetricsInPrometheus=True, exposeManagedCursorMetricsInPrometheus=True,
                       managedLedgerMaxEntriesPerLedger=4, managedLedgerMinLedgerRolloverTimeMinutes=0,
-                      transactionCoordinatorEnabled=True) as b:
+                      transactionCoordinatorEnabled=True, backlogQuotaCheckIntervalInSeconds=1,
+                      healthCheckMetricsUpdateTimeInSeconds=1) as b:
         yield b
 
 
 async def commit_one_transaction(port: int, seq: int) -> None:
-    """One transaction that publishes a message and commits (the coordinator ends it on the topic)."""
+    """One transaction that publishes a message and acknowledges one, and commits (the coordinator ends it on the
+    topic and on the subscription)."""
     client = await TxnWireClient.open(port)
     try:
         await client.producer(TXN_TOPIC, 1, txn_enabled=True)
+        # (Shared: the previous round's consumer may not have left yet.)
+        await client.subscribe(TXN_TOPIC, "txn-sub", 1, sub_type=pb.CommandSubscribe.Shared)
+        await client.send(1, 2 * seq, "plain")
         txn = await client.new_txn()
         await client.add_partitions(txn, TXN_TOPIC)
-        await client.send(1, seq, "t", txn)
+        await client.add_subscription(txn, TXN_TOPIC, "txn-sub")
+        await client.send(1, 2 * seq + 1, "t", txn)
+        await client.ack(1, await client.receive(1), txn=txn)
         assert not (await client.end_txn(txn, commit=True)).HasField("error")
     finally:
         await client.close()
@@ -181,8 +190,19 @@ def test_every_family_under_traffic_in_prometheus(busy_broker: BrokerThread, pro
             assert total("pulsar_broker_lookup_failures_total") == 0
             for name in ("pulsar_metadata_store_ops_latency_ms_count", "pulsar_metadata_store_put_bytes_total",
                          "pulsar_schema_put_ops_latency_count", "pulsar_schema_get_ops_latency_count",
-                         "pulsar_schema_incompatible_total", "pulsar_schema_put_ops_failed_total"):
+                         "pulsar_schema_incompatible_total", "pulsar_schema_put_ops_failed_total",
+                         'pulsar_txn_tp_committed_count_total{status="succeed"}', "pulsar_txn_committed_total"):
                 assert total(name) >= 1, name
+            assert total('pulsar_txn_tp_committed_count_total{status="failed"}') == 0
+            # Transactions ended since the previous scrape, by how long they were open: some scrape saw each.
+            window = f"{PROMETHEUS_WAIT_S * 4:.0f}s"
+            ended = sum(total(f"sum(sum_over_time({name}[{window}]))") for name in TXN_EXECUTION_LATENCY)
+            assert ended >= 1
+            assert total("pulsar_version_info") == 1
+            assert total("pulsar_health") == 1
+            # No read in flight is shared here: every entry a cache miss wanted was read from storage.
+            assert total("pulsar_ml_cache_pendingreads_entries_read_total") == total(
+                "pulsar_ml_cache_pendingreads_missed_total")
     finally:
         client.close()
 
@@ -216,6 +236,7 @@ def test_idle_broker_families() -> None:
         assert_plausible(name, row, got.get(name, []))
     assert got["pulsar_topics_count"] == [0.0]  # Pulsar 2.x's cluster-only zero series
     assert got["pulsar_broker_topics_count"] == [0.0]
+    assert got["pulsar_health"] == [-1.0]  # (healthCheckMetricsUpdateTimeInSeconds=-1: no periodic check)
 
 
 def test_authentication_families() -> None:

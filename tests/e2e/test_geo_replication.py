@@ -392,6 +392,19 @@ def test_replicated_subscription_follows_to_the_other_cluster(pair: Pair, enable
     assert stats["isReplicated"] is True
     on_b = pair.client_b.subscribe(topic, "s", replicate_subscription_state_enabled=flag)
     assert on_b.receive(TIMEOUT_MS).data() == b"m10"
+    # Pulsar's snapshot metrics on a: every family docs/metrics.md lists for replicated subscriptions, the two
+    # snapshots above (at least) completed, none given up.
+    got: dict[str, list[float]] = {}
+    with urllib.request.urlopen(f"{pair.a.web_url}/metrics", timeout=10) as r:
+        for family in text_string_to_metric_families(r.read().decode()):
+            for s in family.samples:
+                got.setdefault(s.name, []).append(s.value)
+    for name in expected("replicated subscription"):
+        values = got.get(name) or got[f"{name}_count"]  # (a summary without quantiles: _count and _sum)
+        assert all(v >= 0 for v in values), name
+    assert got["pulsar_replicated_subscriptions_snapshot_ms_count"][0] >= 2
+    assert got["pulsar_replicated_subscriptions_snapshot_ms_sum"][0] > 0
+    assert got["pulsar_replicated_subscriptions_timedout_snapshots_total"] == [0]
 
 
 def test_replicated_subscription_status_rest(pair: Pair) -> None:

@@ -375,8 +375,15 @@ async def test_admin_v3_transactions_and_metrics(broker: Broker, client: TxnWire
         text = await resp.text()
     samples = {(s.name, s.labels.get("coordinator_id"), s.labels.get("topic")): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
-    assert samples[("pulsar_txn_created_count", "0", None)] == 1
-    assert samples[("pulsar_txn_aborted_count", "0", None)] == 1
+    assert samples[("pulsar_txn_created_total", "0", None)] == 1
+    assert samples[("pulsar_txn_aborted_total", "0", None)] == 1
+    # The subscription's pending acks of the aborted transaction (Pulsar's PendingAckHandleStats).
+    tp = {(s.name, s.labels.get("subscription"), s.labels.get("status")): s.value
+          for family in text_string_to_metric_families(text) for s in family.samples
+          if s.name.startswith("pulsar_txn_tp_") and s.labels.get("topic") == "persistent://public/default/txn-in"}
+    assert tp[("pulsar_txn_tp_aborted_count_total", "work", "succeed")] == 1
+    assert tp[("pulsar_txn_tp_aborted_count_total", "work", "failed")] == 0
+    assert tp[("pulsar_txn_tp_committed_count_total", "work", "succeed")] == 0
     assert samples[("pulsar_txn_active_count", "0", None)] == 0
     out_topic = "persistent://public/default/txn-out-1"
     assert samples[("pulsar_txn_tb_aborted_total", None, out_topic)] == 1
