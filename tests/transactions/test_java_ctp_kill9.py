@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster import processes
 from cluster.apache_pulsar import missing_dependencies, pulsar_lib
 from cluster.local import free_port
 from tests.needs import unavailable
@@ -77,6 +78,7 @@ class Loop:
                  "-cp", f"{self.classes}{os.pathsep}{pulsar_lib()}/*", "TxnLoop",
                  self.url, IN, OUT, SUB, str(TXN_TIMEOUT_S)],
                 stdout=log, stderr=subprocess.STDOUT)
+        processes.track(self.proc.pid, f"Java TxnLoop {self.runs}")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
