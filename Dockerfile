@@ -5,6 +5,8 @@ WORKDIR /opt/broker
 COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY managed_ledger ./managed_ledger
+COPY metadata_store ./metadata_store
+COPY compression_codecs ./compression_codecs
 COPY conf ./conf
 RUN pip install --no-cache-dir . && mkdir -p /data
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster import processes
 from cluster.local import LocalCluster
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -80,6 +81,7 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        processes.forget(self.proc.pid)
 
 
 def start_ours(workdir: Path, *extra_args: str, name: str = "ours",
@@ -99,6 +101,7 @@ def start_ours(workdir: Path, *extra_args: str, name: str = "ours",
              "--data-dir", str(workdir / f"{name}-data"), "--bind-address", "127.0.0.1", *extra_args],
             stdout=log, stderr=subprocess.STDOUT,
         )
+    processes.track(proc.pid, f"broker {name} ({log_path})")
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         m = READY_RE.search(log_path.read_text(errors="replace"))

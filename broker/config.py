@@ -28,11 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from broker import vocabulary as P
+from compression_codecs import BY_NAME
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "conf" / "standalone.conf"
 
+# Pulsar's CompressionType names (managedLedgerInfoCompressionType, managedCursorInfoCompressionType).
+CODEC_NAMES = tuple(BY_NAME)
 # Pulsar's OpenID fallback discovery modes (only DISABLED is supported; broker.auth.openid says so).
 OPENID_DISCOVERY_MODES = ("DISABLED", "KUBERNETES_DISCOVER_TRUSTED_ISSUER", "KUBERNETES_DISCOVER_PUBLIC_KEYS")
 
@@ -352,9 +355,9 @@ class BrokerConfig:
     # managedLedgerStorage=bookkeeper: compression of the managed-ledger and cursor znodes (Pulsar's
     # keys: NONE, LZ4, ZLIB, ZSTD or SNAPPY; only values larger than the threshold are compressed).
     # Compressed znodes are read whatever these say.
-    managedLedgerInfoCompressionType: str = setting("NONE", Rule(choices=("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")))
+    managedLedgerInfoCompressionType: str = setting("NONE", Rule(choices=CODEC_NAMES))
     managedLedgerInfoCompressionThresholdInBytes: int = setting(16 * 1024, AT_LEAST_0)
-    managedCursorInfoCompressionType: str = setting("NONE", Rule(choices=("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")))
+    managedCursorInfoCompressionType: str = setting("NONE", Rule(choices=CODEC_NAMES))
     managedCursorInfoCompressionThresholdInBytes: int = setting(16 * 1024, AT_LEAST_0)
     # Cursor-ledger entries keep individually acknowledged entries as per-ledger bitsets (Pulsar's
     # key; false, its 4.0 default: as ranges). Both forms are read.

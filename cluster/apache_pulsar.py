@@ -23,6 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster import processes
 from cluster.local import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,13 +97,8 @@ class PulsarProcess:
 
     def stop(self) -> None:
         """SIGTERM (Pulsar's shutdown hook closes the broker and its bookie), SIGKILL after STOP_TIMEOUT_S."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.stop(self.proc.pid, STOP_TIMEOUT_S)
+        self.proc.poll()  # (reaped by the stop: the Popen learns its return code)
 
 
 def http_get(url: str, timeout: float = 5.0) -> str | None:
@@ -142,17 +138,23 @@ def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S) -> PulsarP
     config = workdir / "standalone.conf"
     config.write_text(STANDALONE_CONF.read_text()
                       + f"\nbrokerServicePort={port}\nwebServicePort={web_port}\nbrokerShutdownTimeoutMs=5000\n")
-    log_path = workdir / "pulsar-standalone.log"
+    # cwd = workdir: the standalone picks ZooKeeper mode if ./data/standalone/zookeeper exists, RocksDB otherwise.
+    command = java_command("org.apache.pulsar.PulsarStandaloneStarter", "--config", str(config),
+                           "--metadata-dir", str(workdir / "metadata"), "--bookkeeper-dir", str(workdir / "bookie"),
+                           "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage")
+    return _start(command, workdir, workdir / "pulsar-standalone.log", port, web_port,
+                  "/admin/v2/namespaces/public", timeout)
+
+
+def _start(command: list[str], workdir: Path, log_path: Path, port: int, web_port: int, ready: str,
+           timeout: float) -> PulsarProcess:
+    """Start the JVM in a session of its own (recorded in cluster/processes.py), its output to ``log_path``, and
+    wait until ``ready`` answers."""
     with open(log_path, "wb") as log:
-        # cwd = workdir: the standalone picks ZooKeeper mode if ./data/standalone/zookeeper exists, RocksDB otherwise.
-        proc = subprocess.Popen(
-            java_command("org.apache.pulsar.PulsarStandaloneStarter", "--config", str(config),
-                         "--metadata-dir", str(workdir / "metadata"), "--bookkeeper-dir", str(workdir / "bookie"),
-                         "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage"),
-            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
-        )
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
+    processes.track(proc.pid, f"Apache Pulsar ({log_path})", group=True)
     process = PulsarProcess(proc, port, web_port, log_path)
-    _wait_ready(process, "/admin/v2/namespaces/public", timeout)
+    _wait_ready(process, ready, timeout)
     return process
 
 
@@ -182,16 +184,9 @@ def start_broker(workdir: Path, settings: dict[str, str], timeout: float = START
     }
     config = workdir / "broker.conf"
     config.write_text("".join(f"{k}={v}\n" for k, v in {**base, **settings}.items()))
-    log_path = workdir / "pulsar-broker.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            java_command("org.apache.pulsar.PulsarBrokerStarter", "--broker-conf", str(config),
-                         heap=["-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC"]),
-            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
-        )
-    process = PulsarProcess(proc, port, web_port, log_path)
-    _wait_ready(process, "/admin/v2/brokers/health", timeout)
-    return process
+    command = java_command("org.apache.pulsar.PulsarBrokerStarter", "--broker-conf", str(config),
+                           heap=["-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC"])
+    return _start(command, workdir, workdir / "pulsar-broker.log", port, web_port, "/admin/v2/brokers/health", timeout)
 
 
 def admin(process: PulsarProcess, method: str, path: str, body: object | None = None, timeout: float = 30.0) -> str:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from cluster import processes
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Where `make cluster-deps` puts bookkeeper-server and its dependencies (override with BOOKKEEPER_LIB).
 DEFAULT_LIB = REPO_ROOT / ".deps" / "bookkeeper" / "lib"
@@ -50,7 +52,6 @@ TOOL_JVM_OPTS = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *BOO
 
 # How long a process may take to become ready: JVM start-up on a busy 2-core machine can take several seconds.
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.1
 
 
@@ -211,38 +212,10 @@ def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         # A session of its own: `make cluster-up` returns while the cluster runs, and a Ctrl-C in the caller's
         # terminal does not reach the JVMs; they are stopped by pid only.
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, start_new_session=True)
-
-
-def _kill(pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM, then SIGKILL if it is still there after `timeout`. Reaps it when it is our child."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(POLL_INTERVAL_S)
-
-
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie that is not our child still answers kill(0); /proc tells.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+    processes.track(proc.pid, str(log), group=True)
+    return proc
 
 
 # ---- the cluster -------------------------------------------------------------------------------------------------
@@ -300,7 +273,7 @@ def start_zookeeper(state: Path, port: int | None = None, tick_ms: int | None = 
     try:
         wait_until(lambda: _zk_ready(port), f"ZooKeeper on port {port}", alive=proc, log=log)
     except BaseException:
-        _kill(proc.pid)
+        processes.stop(proc.pid)
         raise
     return info
 
@@ -408,7 +381,7 @@ def kill_bookie(cluster: LocalCluster, address: str, hard: bool = True) -> None:
     if hard:
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, signal.SIGKILL)
-    _kill(info.pid)
+    processes.stop(info.pid)
     cluster.bookies.remove(info)
 
 
@@ -460,6 +433,7 @@ def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, 
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
                                 env=env, start_new_session=True)
+    processes.track(proc.pid, f"broker {directory.name}", group=True)
     urls: list[str] = []
 
     def ready() -> bool:
@@ -473,7 +447,7 @@ def start_broker(cluster: LocalCluster, settings: dict[str, str] | None = None, 
     try:
         wait_until(ready, f"broker {directory.name}", timeout=timeout, alive=proc, log=log)
     except BaseException:
-        _kill(proc.pid)
+        processes.stop(proc.pid)
         raise
     info = BrokerInfo("broker", proc.pid, urls[0], urls[1], str(directory), str(log))
     cluster.brokers.append(info)
@@ -484,19 +458,19 @@ def kill_broker(cluster: LocalCluster, info: BrokerInfo) -> None:
     """kill -9 one broker (a crash) and reap it."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(info.pid, signal.SIGKILL)
-    _kill(info.pid)
+    processes.stop(info.pid)
     cluster.brokers.remove(info)
 
 
 def stop_process(pid: int) -> None:
     """Stop one process of ours by pid: SIGTERM, then SIGKILL after a grace period."""
-    _kill(pid)
+    processes.stop(pid)
 
 
 def stop_cluster(cluster: LocalCluster) -> None:
     """Stop every process of the cluster by pid (bookies first, then ZooKeeper)."""
     for pid in cluster.pids():
-        _kill(pid)
+        processes.stop(pid)
 
 
 @contextlib.contextmanager

@@ -5,11 +5,19 @@ from collections.abc import Iterator
 
 import pytest
 
+from cluster import processes
 from cluster.local import ProcessInfo
 from tests.zookeeper import zookeeper_server
 
 # Check the dispatcher permit invariant on every change (raises on drift) in every test broker.
 os.environ.setdefault("PULSAR_BROKER_DEBUG", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Whatever the tests started (ZooKeeper, bookies, brokers, Apache Pulsar, Chromium, Prometheus: each recorded in
+    cluster/processes.py) is stopped by pid when the run ends, however it ends: a SIGTERM or SIGINT skips the
+    fixtures' teardown, and those processes run in sessions of their own."""
+    processes.stop_all_at_exit()
 
 
 @pytest.fixture(scope="session")

@@ -6,14 +6,12 @@ CI=true, where they fail.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 from cluster.local import ProcessInfo, missing_zookeeper, start_zookeeper, stop_process
+from tests.needs import unavailable
 
 # tickTime 500 ms: the server grants sessions from 1 s to 10 s, so tests can expire one quickly.
 TICK_MS = 500
@@ -22,11 +20,8 @@ TICK_MS = 500
 def require_zookeeper() -> None:
     """Skip (locally) or fail (CI=true) when no ZooKeeper server can run here."""
     why = missing_zookeeper()
-    if why is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"this test needs a real ZooKeeper under CI: {why}")
-    pytest.skip(f"no ZooKeeper here: {why}")
+    if why is not None:
+        unavailable(f"no ZooKeeper here: {why}")
 
 
 @contextmanager

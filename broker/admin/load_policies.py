@@ -120,32 +120,33 @@ class LoadPoliciesResource:
             raise HttpError(404, f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
         return json_response(policies)
 
+    def _named(self, request: web.Request) -> tuple[str, str]:
+        """The cluster (412 when unknown) and the policy's name, from the path."""
+        return self._cluster(request), request.match_info["policy"]
+
     async def get_isolation_policy(self, request: web.Request) -> web.Response:
-        cluster = self._cluster(request)
-        name = request.match_info["policy"]
-        policy = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        cluster, name = self._named(request)
+        policy = self.web.metadata.isolation_policy(cluster, name)
         if policy is None:
             raise HttpError(404, f"Cannot find NamespaceIsolationPolicy {name} for cluster {cluster}")
         return json_response(policy)
 
     async def set_isolation_policy(self, request: web.Request) -> web.Response:
-        cluster = self._cluster(request)
-        name = request.match_info["policy"]
+        cluster, name = self._named(request)
         body = await read_body(request)
         try:
             data = check_isolation_data(body)
         except ValueError as exc:
             raise HttpError(400, f"Invalid format of input policy data. policy: {name}; data: {body} ({exc})") \
                 from None
-        old = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        old = self.web.metadata.isolation_policy(cluster, name)
         await self.web.metadata.set_isolation_policy(cluster, name, data)
         await self._unload_matched(request, [data, old])
         return no_content()
 
     async def delete_isolation_policy(self, request: web.Request) -> web.Response:
-        cluster = self._cluster(request)
-        name = request.match_info["policy"]
-        old = (self.web.metadata.isolation_policies(cluster) or {}).get(name)
+        cluster, name = self._named(request)
+        old = self.web.metadata.isolation_policy(cluster, name)
         try:
             await self.web.metadata.set_isolation_policy(cluster, name, None)
         except NotFoundError as exc:

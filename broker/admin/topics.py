@@ -42,11 +42,11 @@ from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
 from broker.errors import BrokerError, NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.compression import UnknownCodecError, decompress
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
+from compression_codecs import UnknownCodecError, decompress
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:

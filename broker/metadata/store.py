@@ -428,6 +428,11 @@ class BrokerMetadata:
         found = self._isolation.get(cluster)
         return copy.deepcopy(found) if found is not None else None
 
+    def isolation_policy(self, cluster: str, name: str) -> JsonDoc | None:
+        """One NamespaceIsolationData, or None when the cluster has no policy of that name."""
+        found = (self._isolation.get(cluster) or {}).get(name)
+        return copy.deepcopy(found) if found is not None else None
+
     async def set_isolation_policy(self, cluster: str, name: str, data: JsonDoc | None) -> None:
         """Set (None: remove) one policy; NotFoundError when removing from a cluster with none stored."""
         self._cluster_must_exist(cluster)

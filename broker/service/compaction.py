@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.compression import decompress
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
+from compression_codecs import decompress
 from managed_ledger import Entry, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 

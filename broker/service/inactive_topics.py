@@ -2,15 +2,15 @@
 
 Every brokerDeleteInactiveTopicsFrequencySeconds the monitor looks at the loaded persistent
 topics, as Pulsar's checkGC does:
-- a topic is *active* while it has a producer, or (mode delete_when_no_subscriptions) any
-  subscription, stored or live, or (mode delete_when_subscriptions_caught_up) a subscription with
-  a backlog. An active topic's inactivity clock restarts;
+- a topic is *active* while a producer or a consumer is connected (Pulsar's usage count, in both
+  modes), or (mode delete_when_no_subscriptions) while it has any subscription, stored or live, or
+  (mode delete_when_subscriptions_caught_up) a subscription with a backlog. An active topic's
+  inactivity clock restarts;
 - the clock also restarts when the topic loads, when a producer leaves and when a subscription is
   deleted (``PersistentTopic.last_active``); messages alone do not restart it;
 - a topic inactive for maxInactiveDurationSeconds is deleted with its data, unless its namespace
   keeps data forever (retention time -1) or for longer than it has been inactive. In caught-up mode
-  its consumers are disconnected first (they reconnect and may create the topic again) and its
-  subscriptions go with it.
+  its subscriptions (all caught up, none with a consumer) go with it.
 
 Not deleted: system topics, and topics with a compacted view (Pulsar keeps those too: its
 compaction cursor counts as a subscription). The deduplication cursor is not a subscription.
@@ -51,7 +51,7 @@ class InactiveTopicMonitor:
 
     @staticmethod
     def is_active(topic: PersistentTopic, mode: str) -> bool:
-        if topic.producers or topic.waiting_producers or topic.compacted_view is not None or topic.replicators:
+        if not topic.is_idle or topic.waiting_producers or topic.compacted_view is not None or topic.replicators:
             return True
         names = admin_ops.subscription_names(topic)
         if mode == DELETE_WHEN_NO_SUBSCRIPTIONS:
@@ -88,10 +88,8 @@ class InactiveTopicMonitor:
         name = topic.name
         if service.is_unloading(name):
             return  # an admin unload or delete is at work on it
-        # Nothing awaits between the check and here: the topic leaves the loaded set at once (in
-        # delete_topic), so a producer or consumer arriving now loads a new one.
-        for sub in list(topic.subscriptions.values()):
-            sub.disconnect_consumers()
+        # Nothing awaits between the check (no producer, no consumer) and here: the topic leaves the
+        # loaded set at once (in delete_topic), so a producer or consumer arriving now loads a new one.
         await service.delete_topic(name)
         self.deleted_total += 1
         log.info("deleted topic %s: inactive for %.0f s", name, time.monotonic() - topic.last_active)

@@ -21,13 +21,13 @@
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
 from google.protobuf.message import DecodeError, Message
 
+import compression_codecs
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import (
     CompressionType,
     ManagedCursorInfo,
@@ -54,9 +54,7 @@ _HEADER = struct.Struct(">Hi")  # the magic (Java short) and the metadata's size
 # this size are stored uncompressed even when a codec is configured.
 DEFAULT_COMPRESSION_THRESHOLD_BYTES = 16 * 1024
 # Pulsar's CompressionType names (the configuration values) -> the enum.
-COMPRESSION_TYPES: dict[str, int] = {"NONE": CompressionType.NONE, "LZ4": CompressionType.LZ4,
-                                     "ZLIB": CompressionType.ZLIB, "ZSTD": CompressionType.ZSTD,
-                                     "SNAPPY": CompressionType.SNAPPY}
+COMPRESSION_TYPES: dict[str, int] = compression_codecs.BY_NAME
 _WORD_BITS = 64
 
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
@@ -253,7 +251,7 @@ def _compressed(data: bytes, codec: int, threshold: int,
     if codec == CompressionType.NONE or len(data) <= threshold:
         return data
     metadata = metadata_type(compressionType=codec, uncompressedSize=len(data)).SerializeToString()  # type: ignore[arg-type]
-    return _HEADER.pack(COMPRESSION_MAGIC, len(metadata)) + metadata + _compress(codec, data)
+    return _HEADER.pack(COMPRESSION_MAGIC, len(metadata)) + metadata + compression_codecs.compress(codec, data)
 
 
 def _uncompressed(data: bytes, metadata_type: type[ManagedLedgerInfoMetadata] | type[ManagedCursorInfoMetadata],
@@ -268,53 +266,12 @@ def _uncompressed(data: bytes, metadata_type: type[ManagedLedgerInfoMetadata] | 
     _parse(metadata, data[_HEADER.size:_HEADER.size + size], f"{what}'s compression metadata")
     payload = data[_HEADER.size + size:]
     try:
-        plain = _decompress(metadata.compressionType, payload, metadata.uncompressedSize)
-    except MetadataFormatError:
-        raise
+        plain = compression_codecs.decompress(metadata.compressionType, payload, metadata.uncompressedSize)
     except Exception as exc:  # each codec library has errors of its own
         raise MetadataFormatError(f"compressed {what} does not decompress: {exc!r}") from exc
     if len(plain) != metadata.uncompressedSize:
         raise MetadataFormatError(f"compressed {what}: {len(plain)} bytes, {metadata.uncompressedSize} announced")
     return plain
-
-
-def _compress(codec: int, data: bytes) -> bytes:
-    """Pulsar's message codecs (``CompressionCodecProvider``); libraries imported on first use."""
-    if codec == CompressionType.LZ4:
-        import lz4.block
-
-        return bytes(lz4.block.compress(data, store_size=False))
-    if codec == CompressionType.ZLIB:
-        return zlib.compress(data)
-    if codec == CompressionType.ZSTD:
-        import zstandard
-
-        return bytes(zstandard.ZstdCompressor().compress(data))
-    if codec == CompressionType.SNAPPY:
-        import cramjam
-
-        return bytes(cramjam.snappy.compress_raw(data))
-    raise ValueError(f"unknown compression type {codec}")
-
-
-def _decompress(codec: int, data: bytes, size: int) -> bytes:
-    if codec == CompressionType.NONE:
-        return data
-    if codec == CompressionType.LZ4:
-        import lz4.block
-
-        return bytes(lz4.block.decompress(data, uncompressed_size=size))
-    if codec == CompressionType.ZLIB:
-        return zlib.decompress(data)
-    if codec == CompressionType.ZSTD:
-        import zstandard
-
-        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
-    if codec == CompressionType.SNAPPY:
-        import cramjam
-
-        return bytes(cramjam.snappy.decompress_raw(data))
-    raise MetadataFormatError(f"unknown compression type {codec}")
 
 
 def _fill_long_arrays(message: PositionInfo, ranges: PositionRangeSet, max_entries: int) -> None:

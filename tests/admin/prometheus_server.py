@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cluster import processes
 from tests.waiting import wait_for
 
 # Prometheus 2.42 applies discovered targets after a fixed 5 s, then scrapes every 500 ms; a rate
@@ -40,6 +41,7 @@ def prometheus_server(prometheus_bin: str, target: str, tmp_path: Path) -> Itera
         [f"{prometheus_bin}/prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
         stdout=log, stderr=subprocess.STDOUT)
+    processes.track(proc.pid, "prometheus")
     url = f"http://127.0.0.1:{port}"
     try:
         def ready() -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.local import LocalCluster, missing_dependencies, running_cluster
+from tests.needs import unavailable
 
 
 def require_cluster_deps(javac: bool = False) -> None:
@@ -17,11 +17,8 @@ def require_cluster_deps(javac: bool = False) -> None:
     why = missing_dependencies()
     if why is None and javac and shutil.which("javac") is None:
         why = "no `javac` on PATH (a JDK is needed to compile the Java interoperability check)"
-    if why is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"BookKeeper tests need real bookies under CI: {why}")
-    pytest.skip(f"real BookKeeper unavailable: {why}")
+    if why is not None:
+        unavailable(f"real BookKeeper unavailable: {why}")
 
 
 @pytest.fixture(scope="package")

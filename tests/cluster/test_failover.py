@@ -95,6 +95,23 @@ def read_everything(run: Run, broker: BrokerInfo, no_duplicates: bool = True) ->
         assert not run.checker.duplicates(), f"stored twice: {sorted(run.checker.duplicates())[:5]}"
 
 
+@contextlib.contextmanager
+def fault_to_the_owner(brokers: Brokers, prefix: str, moves: bool = True,
+                       no_duplicates: bool = True) -> Iterator[tuple[Run, BrokerInfo, BrokerInfo]]:
+    """Two brokers; a client produces through both (``producing_through``) while the body does its fault to the
+    topic's owner: it gets the run, the owner and the other broker. Afterwards every acknowledged message is read
+    (``read_everything``) from the other broker, which then owns the topic (``moves``), else from the topic's owner
+    then."""
+    b1, b2 = brokers.start(2)
+    with producing_through(brokers, prefix) as run:
+        owner = owner_of(brokers, run.topic)
+        other = b2 if owner is b1 else b1
+        yield run, owner, other
+    if moves:
+        assert owner_of(brokers, run.topic) is other
+    read_everything(run, other if moves else owner_of(brokers, run.topic), no_duplicates)
+
+
 @pytest.fixture
 def dedup_brokers(brokers: Brokers) -> Brokers:
     brokers.settings["brokerDeduplicationEnabled"] = "true"
@@ -102,32 +119,24 @@ def dedup_brokers(brokers: Brokers) -> Brokers:
 
 
 def test_kill9_of_the_owner_while_producing(dedup_brokers: Brokers) -> None:
-    brokers = dedup_brokers
-    b1, b2 = brokers.start(2)
-    with producing_through(brokers, "kill9") as run:
-        owner = owner_of(brokers, run.topic)
-        survivor = b2 if owner is b1 else b1
+    with fault_to_the_owner(dedup_brokers, "kill9") as (_, owner, survivor):
         # The owner's session expires, the client looks up through the survivor, which takes the bundle.
-        brokers.kill(owner)
-    assert owner_of(brokers, run.topic) is survivor
-    assert bundle_owners(brokers) == {survivor.service_url}
-    read_everything(run, survivor)
+        dedup_brokers.kill(owner)
+    assert bundle_owners(dedup_brokers) == {survivor.service_url}
 
 
 def test_graceful_unload_under_load(dedup_brokers: Brokers) -> None:
     brokers = dedup_brokers
-    b1, b2 = brokers.start(2)
-    with producing_through(brokers, "unload") as run:
+    with fault_to_the_owner(brokers, "unload", moves=False) as (run, _, _):
         for round_ in range(3):
             # Through the broker that does not own it: the namespace unload is passed on to the owner.
             owner = owner_of(brokers, run.topic)
-            other = b2 if owner is b1 else b1
+            other = next(b for b in brokers.live if b is not owner)
             released = log_of(owner).count("unloaded")
             http_json(f"{other.web_url}/admin/v2/namespaces/public/default/unload", method="PUT")
             assert log_of(owner).count("unloaded") > released, f"round {round_}: the owner released nothing"
             wait_acked(run.checker, run.acked() + 150)
     assert not run.checker.failed, dict(list(run.checker.failed.items())[:3])
-    read_everything(run, b1)
 
 
 def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
@@ -135,10 +144,8 @@ def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
     the bundle when a client looks up there and opens the topic (recovery fences the owner's ledger). Resumed, the
     paused broker finds its session lost and stops serving at once; the producer moves to the new owner. No receipt
     names an entry past the end at which the recovery closed the ledger, and every acknowledged message is read."""
-    b1, b2 = brokers.start(2)
-    with producing_through(brokers, "pause") as run, zk_view(brokers.cluster, brokers.chroot) as zk:
-        paused = owner_of(brokers, run.topic)
-        taker_broker = b2 if paused is b1 else b1
+    with fault_to_the_owner(brokers, "pause", no_duplicates=False) as (run, paused, taker_broker), \
+            zk_view(brokers.cluster, brokers.chroot) as zk:
         old_ledger = zk.managed_ledger(run.topic).ledgers[-1].ledger_id
         os.kill(paused.pid, signal.SIGSTOP)
         try:
@@ -159,19 +166,12 @@ def test_owner_paused_longer_than_its_session(brokers: Brokers) -> None:
         beyond = {text: pos for text, pos in run.checker.acked.items()
                   if pos[0] == old_ledger and pos[1] > closed.last_entry_id}
     assert not beyond, f"receipts for entries past the fenced ledger's end: {beyond}"
-    assert owner_of(brokers, run.topic) is taker_broker
-    read_everything(run, taker_broker, no_duplicates=False)
 
 
 def test_graceful_stop_hands_the_bundles_over(brokers: Brokers) -> None:
     """SIGTERM of the owner while producing: it releases its bundles before it stops (the log says so), the client
     carries on through the other broker, nothing acknowledged is lost."""
-    b1, b2 = brokers.start(2)
-    with producing_through(brokers, "stop") as run:
-        owner = owner_of(brokers, run.topic)
-        survivor = b2 if owner is b1 else b1
+    with fault_to_the_owner(brokers, "stop", no_duplicates=False) as (_, owner, _):
         stop_process(owner.pid)
         brokers.cluster.brokers.remove(owner)
         assert "unloaded" in log_of(owner) and "broker stopped" in log_of(owner)
-    assert owner_of(brokers, run.topic) is survivor
-    read_everything(run, survivor, no_duplicates=False)

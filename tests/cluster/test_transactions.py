@@ -16,11 +16,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from cluster.local import BrokerInfo
 from tests.cluster.conftest import Brokers, http_json, log_of
-from tests.transactions.client import T, TxnWireClient
+from tests.transactions.client import Output, TxnWireClient, consume_and_produce, waiting_inputs
 
 E = pb.ServerError
 ASSIGN_0 = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
@@ -52,6 +51,12 @@ async def topic_on(client: TxnWireClient, broker: BrokerInfo, tag: str) -> str:
     raise AssertionError(f"no topic name for {broker.service_url}")
 
 
+async def coordinator_on(client: TxnWireClient, broker: BrokerInfo) -> None:
+    """Make ``broker`` (the one ``client`` is connected to) serve coordinator 0, and connect ``client`` to it."""
+    assert await take(client, broker, ASSIGN_0)
+    assert not (await client.tc_connect()).HasField("error")
+
+
 async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
     """Await ``probe`` until it says yes, for up to MOVE_S (a probe is a request to a broker: there is no event to
     wait on)."""
@@ -75,34 +80,25 @@ async def test_commit_and_abort_with_the_coordinator_on_another_broker(txn_broke
     a, b = txn_brokers.start(2)
     ca, cb = await connect(a), await connect(b)
     try:
-        assert await take(ca, a, ASSIGN_0)  # the coordinator and one output on A
+        await coordinator_on(ca, a)  # the coordinator and one output on A
         out_a = await topic_on(ca, a, "out-a")
         in_topic = await topic_on(cb, b, "in")  # the input (and its subscription) and the other output on B
         out_b = await topic_on(cb, b, "out-b")
         # Only A serves coordinator 0: B answers as a Pulsar broker that does not own the partition.
-        assert not (await ca.tc_connect()).HasField("error")
         refused = await cb.tc_connect()
         assert refused.error == E.ServiceNotReady, refused
         assert (await cb.new_txn_raw()).error == E.TransactionCoordinatorNotFound
 
         await ca.subscribe(out_a, "check", 30)
         await cb.subscribe(out_b, "check", 31)
-        await cb.producer(in_topic, 1)
-        for i in range(2):
-            assert (await cb.send(1, i, f"in-{i}")).HasField("send_receipt")
-        await ca.producer(out_a, 2, txn_enabled=True)
-        await cb.producer(out_b, 3, txn_enabled=True)
-        await cb.subscribe(in_topic, "work", 10)
-        first, second = await cb.receive_n(10, 2)
+        first, second = await waiting_inputs(cb, in_topic, 2)
+        outputs = [Output(ca, 2, out_a), Output(cb, 3, out_b)]
+        for out in outputs:
+            await out.client.producer(out.topic, out.producer_id, txn_enabled=True)
 
         # Commit: consume in-0, produce out-0 to both outputs.
-        txn = await ca.new_txn()
+        txn, _ = await consume_and_produce(ca, cb, in_topic, first, outputs, 0)
         assert txn[0] == 0
-        assert not (await ca.add_partitions(txn, out_a, out_b)).HasField("error")
-        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
-        assert (await ca.send(2, 0, "out-0", txn)).HasField("send_receipt")
-        assert (await cb.send(3, 0, "out-0", txn)).HasField("send_receipt")
-        assert not (await cb.ack(10, first, txn=txn)).HasField("error")
         for consumer, client in ((30, ca), (31, cb)):
             with pytest.raises(TimeoutError):  # nothing before the commit
                 await client.receive(consumer, wait_s=QUIET_S)
@@ -111,12 +107,7 @@ async def test_commit_and_abort_with_the_coordinator_on_another_broker(txn_broke
         assert (await cb.receive(31)).body == "out-0"
 
         # Abort: consume in-1, produce out-1; nothing of it is seen, in-1 comes again.
-        txn2 = await ca.new_txn()
-        assert not (await ca.add_partitions(txn2, out_a, out_b)).HasField("error")
-        assert not (await ca.add_subscription(txn2, in_topic, "work")).HasField("error")
-        assert (await ca.send(2, 1, "out-1", txn2)).HasField("send_receipt")
-        assert (await cb.send(3, 1, "out-1", txn2)).HasField("send_receipt")
-        assert not (await cb.ack(10, second, txn=txn2)).HasField("error")
+        txn2, _ = await consume_and_produce(ca, cb, in_topic, second, outputs, 1)
         assert not (await ca.end_txn(txn2, commit=False)).HasField("error")
         # Ordinary messages after the aborted ones are delivered; the aborted ones never.
         assert (await ca.send(2, 2, "after")).HasField("send_receipt")
@@ -154,31 +145,16 @@ async def test_kill9_of_the_coordinators_broker_in_the_middle_of_commits(txn_bro
     a, b = txn_brokers.start(2)
     ca, cb = await connect(a), await connect(b)
     try:
-        assert await take(ca, a, ASSIGN_0)
+        await coordinator_on(ca, a)
         in_topic = await topic_on(cb, b, "k9-in")
         out_b = await topic_on(cb, b, "k9-out")
-        assert not (await ca.tc_connect()).HasField("error")
         await cb.subscribe(out_b, "check", 31, permits=0)  # (keeps the outputs until they are checked)
-        await cb.producer(in_topic, 1)
-        for i in range(rounds):
-            assert (await cb.send(1, i, f"in-{i}")).HasField("send_receipt")
+        inputs = await waiting_inputs(cb, in_topic, rounds)
         await cb.producer(out_b, 3, txn_enabled=True)
-        await cb.subscribe(in_topic, "work", 10)
-        inputs = await cb.receive_n(10, rounds)
-        txns = []
-        for r, msg in enumerate(inputs):
-            txn = await ca.new_txn(timeout_ms=300_000)
-            assert not (await ca.add_partitions(txn, out_b)).HasField("error")
-            assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
-            assert (await cb.send(3, r, f"out-{r}", txn)).HasField("send_receipt")
-            assert not (await cb.ack(10, msg, txn=txn)).HasField("error")
-            txns.append(txn)
-        for r, txn in enumerate(txns):
-            end = pb.BaseCommand(type=T.END_TXN)
-            end.endTxn.request_id = 1_000_000 + r
-            end.endTxn.txnid_most_bits, end.endTxn.txnid_least_bits = txn
-            end.endTxn.txn_action = pb.COMMIT
-            ca.writer.write(commands.frame(end))
+        txns = [(await consume_and_produce(ca, cb, in_topic, msg, [Output(cb, 3, out_b)], r))[0]
+                for r, msg in enumerate(inputs)]
+        for txn in txns:
+            ca.end_txn_nowait(txn, commit=True)
         await asyncio.sleep(random.uniform(0, 0.05))  # where the kill lands, not a wait for anything
         txn_brokers.kill(a)
         await ca.close()
@@ -217,33 +193,21 @@ async def test_kill9_after_one_of_two_owners_heard_the_commit(txn_brokers: Broke
     ca, cb, cc = await connect(a), await connect(b), await connect(c)
     paused = False
     try:
-        assert await take(ca, a, ASSIGN_0)
+        await coordinator_on(ca, a)
         in_topic = await topic_on(cb, b, "half-in")
         out_b = await topic_on(cb, b, "half-out-b")
         out_c = await topic_on(cc, c, "half-out-c")
-        assert not (await ca.tc_connect()).HasField("error")
         await cb.subscribe(out_b, "check", 31)
         await cc.subscribe(out_c, "check", 32)
-        await cb.producer(in_topic, 1)
-        assert (await cb.send(1, 0, "in-0")).HasField("send_receipt")
-        await cb.producer(out_b, 3, txn_enabled=True)
-        await cc.producer(out_c, 4, txn_enabled=True)
-        await cb.subscribe(in_topic, "work", 10)
-        (msg,) = await cb.receive_n(10, 1)
-        txn = await ca.new_txn(timeout_ms=300_000)
-        assert not (await ca.add_partitions(txn, out_b, out_c)).HasField("error")
-        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
-        assert (await cb.send(3, 0, "out-0", txn)).HasField("send_receipt")
-        assert (await cc.send(4, 0, "out-0", txn)).HasField("send_receipt")
-        assert not (await cb.ack(10, msg, txn=txn)).HasField("error")
+        (msg,) = await waiting_inputs(cb, in_topic, 1)
+        outputs = [Output(cb, 3, out_b), Output(cc, 4, out_c)]
+        for out in outputs:
+            await out.client.producer(out.topic, out.producer_id, txn_enabled=True)
+        txn, _ = await consume_and_produce(ca, cb, in_topic, msg, outputs, 0)
 
         os.kill(c.pid, signal.SIGSTOP)
         paused = True
-        end = pb.BaseCommand(type=T.END_TXN)
-        end.endTxn.request_id = 1_000_000
-        end.endTxn.txnid_most_bits, end.endTxn.txnid_least_bits = txn
-        end.endTxn.txn_action = pb.COMMIT
-        ca.writer.write(commands.frame(end))
+        ca.end_txn_nowait(txn, commit=True)
         assert (await cb.receive(31)).body == "out-0"  # B heard: COMMITTING is logged, C cannot hear
         txn_brokers.kill(a)
         await ca.close()
@@ -309,9 +273,8 @@ async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transact
     a, b = txn_brokers.start(2)
     ca, cb = await connect(a), await connect(b)
     try:
-        assert await take(ca, a, ASSIGN_0)
+        await coordinator_on(ca, a)
         out = await topic_on(ca, a, "moved-out")
-        assert not (await ca.tc_connect()).HasField("error")
         await ca.subscribe(out, "check", 30)
         await ca.producer(out, 2, txn_enabled=True)
         txn = await ca.new_txn(timeout_ms=300_000)
@@ -322,8 +285,7 @@ async def test_unloading_the_coordinators_bundle_moves_it_with_its_open_transact
         assert "transaction coordinator 0 released with its bundle" in log_of(a)
         assert (await ca.new_txn_raw()).error == E.TransactionCoordinatorNotFound
         assert (await ca.tc_connect()).error == E.ServiceNotReady
-        assert await take(cb, b, ASSIGN_0)
-        assert not (await cb.tc_connect()).HasField("error")
+        await coordinator_on(cb, b)
         assert not (await cb.end_txn(txn, commit=True)).HasField("error")  # (B's coordinator knew it: open)
         assert (await ca.receive(30)).body == "out-0"
         assert (await cb.new_txn())[1] > txn[1]  # ids go on from the log: never reused
@@ -350,10 +312,9 @@ async def test_producers_without_txn_enabled_on_another_broker_than_the_coordina
     a, b = txn_brokers.start(2)
     ca, cb = await connect(a), await connect(b)
     try:
-        assert await take(ca, a, ASSIGN_0)
+        await coordinator_on(ca, a)
         out = await topic_on(cb, b, "go-out")
         fresh = await topic_on(cb, b, "go-fresh")
-        assert not (await ca.tc_connect()).HasField("error")
         await cb.subscribe(out, "check", 31)
         await cb.subscribe(fresh, "check", 32)
         await cb.producer(out, 3)
@@ -407,20 +368,12 @@ async def test_admin_v3_coordinator_reads_go_to_the_coordinators_broker(txn_brok
     a, b = txn_brokers.start(2)
     ca, cb = await connect(a), await connect(b)
     try:
-        assert await take(ca, a, ASSIGN_0)
+        await coordinator_on(ca, a)
         out = await topic_on(cb, b, "admin-out")
         in_topic = await topic_on(cb, b, "admin-in")
-        assert not (await ca.tc_connect()).HasField("error")
-        await cb.producer(in_topic, 1)
-        assert (await cb.send(1, 0, "in-0")).HasField("send_receipt")
-        await cb.subscribe(in_topic, "work", 10)
-        (msg,) = await cb.receive_n(10, 1)
+        (msg,) = await waiting_inputs(cb, in_topic, 1)
         await cb.producer(out, 2)
-        txn = await ca.new_txn(timeout_ms=300_000)
-        assert not (await ca.add_partitions(txn, out)).HasField("error")
-        assert not (await ca.add_subscription(txn, in_topic, "work")).HasField("error")
-        receipt = await cb.send(2, 0, "out-0", txn)
-        assert not (await cb.ack(10, msg, txn=txn, cumulative=True)).HasField("error")
+        txn, (receipt,) = await consume_and_produce(ca, cb, in_topic, msg, [Output(cb, 2, out)], 0, cumulative=True)
         v3a, v3b = f"{a.web_url}/admin/v3/transactions", f"{b.web_url}/admin/v3/transactions"
         most, least = txn
 

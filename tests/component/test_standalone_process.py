@@ -13,6 +13,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from cluster import processes
 from tests.reliability.broker_process import await_ready
 
 
@@ -22,6 +23,7 @@ def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> 
          "--data-dir", str(tmp_path / "data"), "--bind-address", "127.0.0.1", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    processes.track(proc.pid, f"broker ({tmp_path})")
     port, web_port = await_ready(proc)
     return proc, port, web_port
 

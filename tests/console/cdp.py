@@ -25,6 +25,8 @@ from typing import Any
 
 import aiohttp
 
+from cluster import processes
+
 # Starting Chromium on a busy two-core machine can take a while.
 START_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 30.0
@@ -68,6 +70,7 @@ class Browser:
             f"--user-data-dir={self._profile.name}", "--window-size=1360,900", "about:blank",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             start_new_session=True)  # (its own process group: close() ends its helpers too)
+        processes.track(self._proc.pid, "Chromium", group=True)
         try:
             url = await asyncio.wait_for(self._devtools_url(), START_TIMEOUT_S)
         except BaseException:

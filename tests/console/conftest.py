@@ -3,7 +3,6 @@ a failure under CI=true), a broker with traffic from the official client, screen
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +14,7 @@ import pytest
 from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
 from tests.console.cdp import Browser, Page, find_chromium
+from tests.needs import unavailable
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"  # (ignored by git)
 
@@ -22,10 +22,7 @@ SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"  # (ignored by git
 def chromium_or_skip() -> str:
     binary = find_chromium()
     if binary is None:
-        reason = "no Chromium (Debian package chromium; `make console-deps` installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
+        unavailable("no Chromium (Debian package chromium; `make console-deps` installs it)")
     return binary
 
 

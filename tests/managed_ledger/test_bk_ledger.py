@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from cluster import processes
 from cluster.local import REPO_ROOT, LocalCluster
 from managed_ledger import (
     Entry,
@@ -139,6 +140,7 @@ async def test_cursor_state_survives_kill_9_of_its_owner(ml_bk_cluster: LocalClu
     owner = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.managed_ledger.bk_owner", ml_bk_cluster.zk_address, root,
         stdout=asyncio.subprocess.PIPE, env=env)
+    processes.track(owner.pid, "managed-ledger owner")
     try:
         assert owner.stdout is not None
         line = await asyncio.wait_for(owner.stdout.readline(), TIMEOUT)

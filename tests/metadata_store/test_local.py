@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import metadata_store.local as local
+from cluster import processes
 from metadata_store import MetadataStoreError
 from metadata_store.local import JOURNAL, MAGIC, CorruptJournalError, LocalMetadataStore
 
@@ -39,6 +40,7 @@ def _write_then_kill_9(directory: Path, after: int) -> int:
     """Run the writer until it reported ``after`` completed puts, SIGKILL it; the last put it reported."""
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(directory)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    processes.track(proc.pid, "metadata-store writer")
     try:
         assert proc.stdout is not None
         last = -1

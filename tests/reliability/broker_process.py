@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+from cluster import processes
+
 STARTUP_TIMEOUT_S = 60.0  # a loaded 2-core machine (JVMs beside it) can take long
 READY_RE = re.compile(r"broker ready in [\d.]+ s: pulsar://[^:]+:(\d+)\s+http://[^:]+:(\d+)")
 
@@ -28,6 +30,7 @@ def start_broker_with_web(data_dir: Path, config: Path, port: int = 0,
          "--data-dir", str(data_dir), "--bind-address", "127.0.0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+    processes.track(proc.pid, f"broker ({data_dir})")
     port, web_port = await_ready(proc)
     # Keep reading its output so a chatty broker never blocks on a full pipe.
     threading.Thread(target=_discard, args=(proc,), daemon=True).start()

@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+from cluster import processes
 from tests.full_disk import Ballast, http_call, metric_value, on_private_tmpfs
 from tests.reliability.broker_process import await_ready
 
@@ -48,6 +49,7 @@ class LimitedBroker:
             argv = ["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec "$@"', "sh", *argv]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        processes.track(self.proc.pid, "broker with limits")
         self.lines: list[str] = []
         self.port, self.web_port = await_ready(self.proc, self.lines)
         threading.Thread(target=self._keep_reading, daemon=True).start()

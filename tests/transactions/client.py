@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from broker.protocol import commands
@@ -19,6 +21,8 @@ from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 T = pb.BaseCommand.Type
 WAIT_S = 10.0
 Txn = tuple[int, int]
+WORK = "work"  # the input's subscription in the tests' consume-and-produce transactions
+WORK_CONSUMER = 10
 
 # Response type -> (its field in BaseCommand).
 _RESPONSES = {
@@ -144,11 +148,15 @@ class TxnWireClient:
         return (await self.request(cmd, c)).addSubscriptionToTxnResponse
 
     async def end_txn(self, txn: Txn, commit: bool) -> pb.CommandEndTxnResponse:
-        cmd = pb.BaseCommand(type=T.END_TXN)
-        c = cmd.endTxn
-        c.txnid_most_bits, c.txnid_least_bits = txn
-        c.txn_action = pb.COMMIT if commit else pb.ABORT
-        return (await self.request(cmd, c)).endTxnResponse
+        cmd = _end_txn(txn, commit)
+        return (await self.request(cmd, cmd.endTxn)).endTxnResponse
+
+    def end_txn_nowait(self, txn: Txn, commit: bool) -> None:
+        """END_TXN written without waiting for its answer (dropped when it comes): the broker is to be killed
+        while it works on it."""
+        cmd = _end_txn(txn, commit)
+        cmd.endTxn.request_id = next(self.ids)
+        self.writer.write(commands.frame(cmd))
 
     # -- producers and consumers ---------------------------------------------------------------------
     async def lookup(self, topic: str, authoritative: bool = False) -> pb.CommandLookupTopicResponse:
@@ -274,3 +282,49 @@ class TxnWireClient:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _end_txn(txn: Txn, commit: bool) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.END_TXN)
+    c = cmd.endTxn
+    c.txnid_most_bits, c.txnid_least_bits = txn
+    c.txn_action = pb.COMMIT if commit else pb.ABORT
+    return cmd
+
+
+@dataclass(frozen=True)
+class Output:
+    """A topic a transaction produces to, through producer ``producer_id`` of ``client``."""
+
+    client: TxnWireClient
+    producer_id: int
+    topic: str
+
+
+async def waiting_inputs(client: TxnWireClient, topic: str, count: int,
+                         sub_type: int = pb.CommandSubscribe.Exclusive) -> list[Message]:
+    """``count`` messages "in-0", "in-1"... published to ``topic`` (producer 1) and received, not acknowledged, by
+    consumer WORK_CONSUMER of the subscription WORK."""
+    await client.producer(topic, 1)
+    for i in range(count):
+        assert (await client.send(1, i, f"in-{i}")).HasField("send_receipt")
+    await client.subscribe(topic, WORK, WORK_CONSUMER, sub_type=sub_type)
+    return await client.receive_n(WORK_CONSUMER, count)
+
+
+async def consume_and_produce(coordinator: TxnWireClient, consumer: TxnWireClient, input_topic: str, msg: Message,
+                              outputs: Sequence[Output], seq: int, timeout_ms: int = 300_000,
+                              cumulative: bool = False) -> tuple[Txn, list[pb.BaseCommand]]:
+    """A transaction of the usual shape, left open: with its output topics and the input's subscription WORK
+    registered at ``coordinator``, it sends "out-<seq>" to each output and acknowledges ``msg`` through ``consumer``
+    (the client of consumer WORK_CONSUMER); every step must succeed. The transaction and the SEND receipts."""
+    txn = await coordinator.new_txn(timeout_ms=timeout_ms)
+    assert not (await coordinator.add_partitions(txn, *(o.topic for o in outputs))).HasField("error")
+    assert not (await coordinator.add_subscription(txn, input_topic, WORK)).HasField("error")
+    receipts = []
+    for out in outputs:
+        receipt = await out.client.send(out.producer_id, seq, f"out-{seq}", txn)
+        assert receipt.HasField("send_receipt"), receipt
+        receipts.append(receipt)
+    assert not (await consumer.ack(WORK_CONSUMER, msg, txn=txn, cumulative=cumulative)).HasField("error")
+    return txn, receipts

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from tests.reliability.broker_process import start_broker
-from tests.transactions.client import T, TxnWireClient
+from tests.transactions.client import Output, TxnWireClient, consume_and_produce
 
 E = pb.ServerError
 ROUNDS = 5
@@ -50,19 +49,12 @@ async def test_commit_interrupted_by_kill9_completes_exactly_once(tmp_path: Path
             await c.subscribe(IN, "work", 10)
             (msg,) = await c.receive_n(10, 1)
             assert msg.body == f"in-{r}"
-            txn = await c.new_txn(timeout_ms=120_000)
-            assert not (await c.add_partitions(txn, *OUTS)).HasField("error")
-            assert not (await c.add_subscription(txn, IN, "work")).HasField("error")
-            for k, out in enumerate(OUTS):
-                await c.producer(out, 2 + k)
-                assert (await c.send(2 + k, r, f"out-{r}", txn)).HasField("send_receipt")
-            assert not (await c.ack(10, msg, txn=txn)).HasField("error")
+            outputs = [Output(c, 2 + k, out) for k, out in enumerate(OUTS)]
+            for o in outputs:
+                await c.producer(o.topic, o.producer_id)
+            txn, _ = await consume_and_produce(c, c, IN, msg, outputs, r, timeout_ms=120_000)
             # END_TXN, then kill -9 after a random moment (maybe before the broker even reads it).
-            end = pb.BaseCommand(type=T.END_TXN)
-            end.endTxn.request_id = 1_000_000 + r
-            end.endTxn.txnid_most_bits, end.endTxn.txnid_least_bits = txn
-            end.endTxn.txn_action = pb.COMMIT
-            c.writer.write(commands.frame(end))
+            c.end_txn_nowait(txn, commit=True)
             await asyncio.sleep(rng.uniform(0, 0.02))  # where the kill lands, not a wait for anything
             proc.send_signal(signal.SIGKILL)
             proc.wait(15)

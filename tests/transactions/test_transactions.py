@@ -25,7 +25,7 @@ from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from managed_ledger import Position
 from tests.admin.metric_table import expected
 from tests.component.wire import port_of
-from tests.transactions.client import T, TxnWireClient
+from tests.transactions.client import Output, T, TxnWireClient, consume_and_produce, waiting_inputs
 from tests.waiting import eventually
 
 E = pb.ServerError
@@ -98,12 +98,7 @@ async def topic_of(broker: Broker, name: str) -> PersistentTopic:
 
 
 async def test_commit_across_two_topics_and_a_subscription(broker: Broker, client: TxnWireClient) -> None:
-    # input: two messages waiting on a subscription
-    await client.producer(IN, 1)
-    for i in range(2):
-        assert (await client.send(1, i, f"in-{i}")).type == T.SEND_RECEIPT
-    await client.subscribe(IN, "work", 10)
-    inputs = await client.receive_n(10, 2)
+    inputs = await waiting_inputs(client, IN, 2)
     # observers: a durable consumer on each output topic and a reader
     await client.subscribe(OUT1, "watch", 11)
     await client.subscribe(OUT2, "watch", 12)
@@ -136,10 +131,7 @@ async def test_commit_across_two_topics_and_a_subscription(broker: Broker, clien
 
 
 async def test_abort_drops_messages_and_redelivers_acked_inputs(broker: Broker, client: TxnWireClient) -> None:
-    await client.producer(IN, 1)
-    assert (await client.send(1, 0, "in-0")).type == T.SEND_RECEIPT
-    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
-    (first,) = await client.receive_n(10, 1)
+    (first,) = await waiting_inputs(client, IN, 1, pb.CommandSubscribe.Shared)
     await client.subscribe(OUT1, "watch", 11)
     await client.subscribe(OUT1, "reader", 13, durable=False)
     await client.producer(OUT1, 2)
@@ -170,11 +162,7 @@ async def test_abort_drops_messages_and_redelivers_acked_inputs(broker: Broker, 
 
 
 async def test_conflicting_acks_are_refused(client: TxnWireClient) -> None:
-    await client.producer(IN, 1)
-    for i in range(3):
-        await client.send(1, i, f"in-{i}")
-    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
-    msgs = await client.receive_n(10, 3)
+    msgs = await waiting_inputs(client, IN, 3, pb.CommandSubscribe.Shared)
     t1, t2 = await client.new_txn(), await client.new_txn()
     for t in (t1, t2):
         await client.add_subscription(t, IN, "work")
@@ -191,11 +179,7 @@ async def test_conflicting_acks_are_refused(client: TxnWireClient) -> None:
 
 
 async def test_cumulative_ack_in_transaction(broker: Broker, client: TxnWireClient) -> None:
-    await client.producer(IN, 1)
-    for i in range(3):
-        await client.send(1, i, f"in-{i}")
-    await client.subscribe(IN, "work", 10)
-    msgs = await client.receive_n(10, 3)
+    msgs = await waiting_inputs(client, IN, 3)
     t1, t2 = await client.new_txn(), await client.new_txn()
     for t in (t1, t2):
         await client.add_subscription(t, IN, "work")
@@ -335,16 +319,10 @@ async def http_get(broker: Broker, path: str) -> tuple[int, Any]:
 
 
 async def test_admin_v3_transactions_and_metrics(broker: Broker, client: TxnWireClient) -> None:
-    await client.producer(IN, 1)
-    await client.send(1, 0, "in-0")
-    await client.subscribe(IN, "work", 10)
-    (msg,) = await client.receive_n(10, 1)
+    (msg,) = await waiting_inputs(client, IN, 1)
     await client.producer(OUT1, 2)
-    txn = await client.new_txn(timeout_ms=600_000)
-    await client.add_partitions(txn, OUT1)
-    await client.add_subscription(txn, IN, "work")
-    receipt = await client.send(2, 0, "x", txn)
-    await client.ack(10, msg, txn=txn, cumulative=True)
+    txn, (receipt,) = await consume_and_produce(client, client, IN, msg, [Output(client, 2, OUT1)], 0,
+                                                timeout_ms=600_000, cumulative=True)
     base = "/admin/v3/transactions"
 
     status, coordinators = await http_get(broker, base + "/coordinators")
@@ -443,10 +421,7 @@ async def test_commit_logged_but_markers_not_written_is_finished_after_restart(t
 
 async def test_plain_ack_of_a_message_pending_in_a_transaction_is_ignored(broker: Broker,
                                                                             client: TxnWireClient) -> None:
-    await client.producer(IN, 1)
-    await client.send(1, 0, "in-0")
-    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
-    (msg,) = await client.receive_n(10, 1)
+    (msg,) = await waiting_inputs(client, IN, 1, pb.CommandSubscribe.Shared)
     txn = await client.new_txn()
     await client.add_subscription(txn, IN, "work")
     await client.ack(10, msg, txn=txn)
@@ -507,16 +482,9 @@ async def http_post(broker: Broker, path: str) -> tuple[int, Any]:
 
 async def test_admin_v3_abort_transaction_and_internal_stats(broker: Broker, client: TxnWireClient) -> None:
     base = "/admin/v3/transactions"
-    await client.producer(IN, 1)
-    await client.send(1, 0, "in-0")
-    await client.subscribe(IN, "work", 10)
-    (msg,) = await client.receive_n(10, 1)
+    (msg,) = await waiting_inputs(client, IN, 1)
     await client.producer(OUT1, 2)
-    txn = await client.new_txn(timeout_ms=600_000)
-    await client.add_partitions(txn, OUT1)
-    await client.add_subscription(txn, IN, "work")
-    await client.send(2, 0, "x", txn)
-    await client.ack(10, msg, txn=txn)
+    txn, _ = await consume_and_produce(client, client, IN, msg, [Output(client, 2, OUT1)], 0, timeout_ms=600_000)
 
     # Internal stats: the ledgers that hold the coordinator's log, the buffer's snapshot and the pending acks.
     status, tc = await http_get(broker, f"{base}/coordinatorInternalStats/0")
@@ -606,11 +574,7 @@ async def test_low_watermark_aborts_what_a_topic_and_a_subscription_never_heard_
     read limit and the acked input forever. The next end there from the same coordinator carries
     its low watermark (every transaction at or below it has ended): the buffer aborts the stray
     one (an ABORT marker) and the subscription drops its acks, as Pulsar's do."""
-    await client.producer(IN, 1)
-    await client.send(1, 0, "in-0")
-    await client.send(1, 1, "in-1")
-    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
-    first, second = await client.receive_n(10, 2)
+    first, second = await waiting_inputs(client, IN, 2, pb.CommandSubscribe.Shared)
     await client.subscribe(OUT1, "watch", 11)
     await client.producer(OUT1, 2)
 

@@ -1,4 +1,5 @@
-"""broker.protocol.compression: every codec a client may use round-trips; an unknown one is refused by type."""
+"""compression_codecs: every codec a client may use reads what the libraries write the way Pulsar's Java codecs do,
+and round-trips; an unknown one is refused by type; the numbers are both protos' CompressionType."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import lz4.block
 import pytest
 import zstandard
 
+import compression_codecs as codecs
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.compression import UnknownCodecError, decompress
+from managed_ledger.bookkeeper import ml_data_formats_pb2 as ml
 
 PLAIN = b"hello, compressed world " * 40
 C = pb.CompressionType
@@ -24,9 +26,25 @@ C = pb.CompressionType
     (C.SNAPPY, bytes(cramjam.snappy.compress_raw(PLAIN))),
 ])
 def test_each_codec_gives_the_payload_back(codec: int, compressed: bytes) -> None:
-    assert decompress(codec, compressed, len(PLAIN)) == PLAIN
+    assert codecs.decompress(codec, compressed, len(PLAIN)) == PLAIN
+
+
+@pytest.mark.parametrize("codec", list(codecs.CODECS))
+def test_each_codec_round_trips(codec: int) -> None:
+    compressed = codecs.compress(codec, PLAIN)
+    assert (compressed == PLAIN) is (codec == codecs.NONE)
+    assert codecs.decompress(codec, compressed, len(PLAIN)) == PLAIN
 
 
 def test_an_unknown_codec_is_refused() -> None:
-    with pytest.raises(UnknownCodecError, match="unknown compression codec 99"):
-        decompress(99, b"x", 1)
+    with pytest.raises(codecs.UnknownCodecError, match="unknown compression codec 99"):
+        codecs.decompress(99, b"x", 1)
+    with pytest.raises(codecs.UnknownCodecError, match="unknown compression codec 5"):
+        codecs.compress(5, b"x")
+
+
+def test_the_numbers_and_names_are_both_protos_compression_types() -> None:
+    for enum in (pb.CompressionType, ml.CompressionType):
+        assert {name: enum.Value(name) for name in enum.keys()} == codecs.BY_NAME
+    assert {number: codec.name for number, codec in codecs.CODECS.items()} == \
+        {codecs.NONE: "NONE", codecs.LZ4: "LZ4", codecs.ZLIB: "ZLIB", codecs.ZSTD: "ZSTD", codecs.SNAPPY: "SNAPPY"}

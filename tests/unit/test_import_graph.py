@@ -1,13 +1,12 @@
 """The import graph between packages: no cycle, and the lower floors import nothing above them.
 
-Every module under ``broker/`` and ``managed_ledger/`` is parsed with ``ast`` (nothing is
-imported). Each import becomes an edge between *packages*: ``broker.<sub>`` for a subpackage or a
-top-level module of ``broker`` (``broker.admin``, ``broker.service``, ``broker.server``,
-``broker.config``...), ``broker`` for the package's own ``__init__`` (the public facade), and
-``managed_ledger`` for the whole storage package. Imports inside functions and inside
-``if TYPE_CHECKING:`` count too: a type-only import is still a design dependency (the importer
-must know the imported module's types), and a cycle hidden behind TYPE_CHECKING is still a cycle
-a reader has to untangle.
+Every module under ``broker/``, ``managed_ledger/``, ``metadata_store/`` and ``compression_codecs/`` is parsed
+with ``ast`` (nothing is imported). Each import becomes an edge between *packages*: ``broker.<sub>`` for a
+subpackage or a top-level module of ``broker`` (``broker.admin``, ``broker.service``, ``broker.server``,
+``broker.config``...), ``broker`` for the package's own ``__init__`` (the public facade), and each of the other
+three as a whole. Imports inside functions and inside ``if TYPE_CHECKING:`` count too: a type-only import is still
+a design dependency (the importer must know the imported module's types), and a cycle hidden behind TYPE_CHECKING
+is still a cycle a reader has to untangle.
 
 Run ``python tests/unit/test_import_graph.py`` to print the graph.
 """
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TOP_PACKAGES = ("broker", "managed_ledger", "metadata_store")
+TOP_PACKAGES = ("broker", "managed_ledger", "metadata_store", "compression_codecs")
 ABOVE_DISPATCH = ("broker.service", "broker.admin", "broker.server", "broker.connection", "broker.auth",
                   "broker.metadata")
 
@@ -45,7 +44,7 @@ MODULES = _modules()
 def package_of(module: str) -> str | None:
     """The graph node of a module of ours (None for a module from outside the project)."""
     parts = module.split(".")
-    if parts[0] in ("managed_ledger", "metadata_store"):
+    if parts[0] in ("managed_ledger", "metadata_store", "compression_codecs"):
         return parts[0]
     if parts[0] != "broker":
         return None
@@ -191,3 +190,10 @@ def test_metadata_store_stands_on_nothing_of_ours() -> None:
     bad = {target: where for target, where in imports_of("metadata_store").items()
            if target.split(".")[0] in ("broker", "managed_ledger")}
     assert not bad, f"metadata_store imports from broker or managed_ledger: {bad}"
+
+
+def test_compression_codecs_stand_on_nothing_of_ours() -> None:
+    """The codec table is the ground floor under both the broker and the managed ledger."""
+    bad = {target: where for target, where in imports_of("compression_codecs").items()
+           if package_of(target) is not None and package_of(target) != "compression_codecs"}
+    assert not bad, f"compression_codecs imports from our packages: {bad}"

@@ -1,0 +1,115 @@
+"""Pulsar's compression codecs (``CompressionCodecProvider``): the one table of NONE, LZ4, ZLIB, ZSTD and SNAPPY for
+everything here that reads or writes compressed bytes: a message payload (compaction reads a batch's keys, the admin
+API's peek returns the body) and the managed ledger's compressed metadata (``managed_ledger/bookkeeper/ml_formats.py``).
+
+The ground floor: this package imports nothing of ours, so the broker and the managed ledger (which may not import
+the broker) both stand on it. A codec is named by its number in Pulsar's ``CompressionType``, the same in
+PulsarApi.proto and MLDataFormats.proto (tests/unit/test_compression.py holds both enums to these numbers).
+
+The bytes are those of Pulsar's Java codecs: LZ4 a raw block without its size (the uncompressed size travels beside
+it, in the MessageMetadata or the compression metadata), ZLIB with its zlib header (``java.util.zip.Deflater``),
+ZSTD one frame, SNAPPY raw (no framing). Each library is imported on first use: the publish and dispatch paths never
+compress nor decompress.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Pulsar's CompressionType numbers.
+NONE = 0
+LZ4 = 1
+ZLIB = 2
+ZSTD = 3
+SNAPPY = 4
+
+
+class UnknownCodecError(ValueError):
+    """A compression type this broker does not know."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str  # Pulsar's name (the configuration values, e.g. managedLedgerInfoCompressionType=LZ4)
+    compress: Callable[[bytes], bytes]
+    decompress: Callable[[bytes, int], bytes]  # (compressed bytes, the uncompressed size announced beside them)
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+def _same_back(data: bytes, size: int) -> bytes:
+    return data
+
+
+def _lz4_compress(data: bytes) -> bytes:
+    import lz4.block
+
+    return bytes(lz4.block.compress(data, store_size=False))
+
+
+def _lz4_decompress(data: bytes, size: int) -> bytes:
+    import lz4.block
+
+    return bytes(lz4.block.decompress(data, uncompressed_size=size))
+
+
+def _zlib_decompress(data: bytes, size: int) -> bytes:
+    return zlib.decompress(data)
+
+
+def _zstd_compress(data: bytes) -> bytes:
+    import zstandard
+
+    return bytes(zstandard.ZstdCompressor().compress(data))
+
+
+def _zstd_decompress(data: bytes, size: int) -> bytes:
+    import zstandard
+
+    return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    import cramjam
+
+    return bytes(cramjam.snappy.compress_raw(data))
+
+
+def _snappy_decompress(data: bytes, size: int) -> bytes:
+    import cramjam
+
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+CODECS: dict[int, Codec] = {
+    NONE: Codec("NONE", _same, _same_back),
+    LZ4: Codec("LZ4", _lz4_compress, _lz4_decompress),
+    ZLIB: Codec("ZLIB", zlib.compress, _zlib_decompress),
+    ZSTD: Codec("ZSTD", _zstd_compress, _zstd_decompress),
+    SNAPPY: Codec("SNAPPY", _snappy_compress, _snappy_decompress),
+}
+# Pulsar's names -> numbers.
+BY_NAME: dict[str, int] = {codec.name: number for number, codec in CODECS.items()}
+
+
+def codec(number: int) -> Codec:
+    """The codec of a CompressionType number; UnknownCodecError for one this broker does not know."""
+    found = CODECS.get(number)
+    if found is None:
+        raise UnknownCodecError(f"unknown compression codec {number}")
+    return found
+
+
+def compress(number: int, data: bytes) -> bytes:
+    """``data`` compressed with the codec ``number``, as Pulsar's codec writes it."""
+    return codec(number).compress(data)
+
+
+def decompress(number: int, data: bytes, uncompressed_size: int) -> bytes:
+    """``data``, compressed with the codec ``number``, uncompressed (``uncompressed_size``: the size announced with
+    it). Each library raises errors of its own on bytes it cannot read."""
+    return codec(number).decompress(data, uncompressed_size)
