@@ -176,3 +176,12 @@ def test_receipts_of_a_stored_batch_are_protobufs(producer_id: int, sends: list[
     got = encoder.encode_many(sends, ledger_id, first, step)
     assert got == [commands.send_receipt_protobuf(producer_id, seq, ledger_id, first + i * step, highest)
                    for i, (seq, highest) in enumerate(sends)]
+
+
+@pytest.mark.parametrize("first", [0, 126, 127, 128, 16382, 16383, 16384, 2**21 - 2, 2**21 - 1, 2**21])
+def test_receipts_at_the_varint_length_boundaries_are_protobufs(first: int) -> None:
+    """encode_many writes varints of up to three bytes inline: each length and each boundary."""
+    sends = [(first + i, first + i + (i % 2)) for i in range(3)]
+    got = commands.ReceiptEncoder(5).encode_many(sends, first + 1, first, 1)
+    assert got == [commands.send_receipt_protobuf(5, seq, first + 1, first + i, highest)
+                   for i, (seq, highest) in enumerate(sends)]
