@@ -153,6 +153,12 @@ def test_send_command_agrees_with_protobuf(send: pb.CommandSend) -> None:
 @example(b"\x08\x01")  # sequence_id missing
 @example(b"\x08\x01\x10\x02\x18\xff\xff\xff\xff\x0f")  # num_messages -1 as 5 bytes (int32 wraps)
 @example(b"\x08\x01\x10\x02\x38\x02")  # is_chunk = 2
+@example(b"\x08\x7f\x10\xff\x7f")  # the unbatched shape (_read_unbatched_send): 2-byte sequence id
+@example(b"\x08\x01\x10\x80\x80\x01")  # 3 bytes
+@example(b"\x08\x01\x10\x80")  # a sequence id that does not end
+@example(b"\x08\x01\x10\x05\x05")  # one byte, then a stray one
+@example(b"\x08\x01\x10\x85\x80\x80")  # 3 bytes that do not end
+@example(b"\x08\x80\x01\x10\x05")  # a 2-byte producer id
 def test_send_body_agrees_with_protobuf_on_any_bytes(body: bytes) -> None:
     if len(body) >= 0x80:
         return
