@@ -159,7 +159,8 @@ class Connection(asyncio.Protocol):
         """Route buffered frames; stops while reading is paused (backpressure) and resumes after.
 
         The SENDs among them are queued per producer and stored together at the end (or before
-        the next other command): one append and one completion for all of a read's messages.
+        the next other command, or every SENDS_PER_APPEND SENDs of a big read): one append and one
+        completion for many messages.
         """
         next_frame = self.decoder.next_frame_or_send
         cnx = self.cnx
