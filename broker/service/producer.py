@@ -110,9 +110,8 @@ class Producer:
         before any other command, or every SENDS_PER_APPEND SENDs), so the SENDs of one read go
         to storage together: one append, one completion. Once the receipt or error of each is
         written, the connection hears ``sends_finished``. ``advances_sequence`` is False for
-        chunks other than the last one of
-        a message: they share the message's sequence id, so only the last chunk may move
-        deduplication state. ``txn``: a transactional SEND, stored through the topic's
+        chunks other than the last one of a message: they share the message's sequence id, so
+        only the last chunk may move deduplication state. ``txn``: a transactional SEND, stored through the topic's
         transaction buffer.
         """
         self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence, txn))
