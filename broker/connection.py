@@ -46,6 +46,10 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+# Module constants for the per-frame checks: a member looked up on an Enum class costs ~0.2 us on
+# Python 3.11, twice per SEND.
+_CONNECTED, _CLOSED = State.CONNECTED, State.CLOSED
+
 _ALLOWED_MOVES = {
     State.AWAITING_CONNECT: {State.CONNECTED, State.CLOSED},
     State.CONNECTED: {State.CLOSED},
@@ -155,17 +159,18 @@ class Connection(asyncio.Protocol):
         """Route buffered frames; stops while reading is paused (backpressure) and resumes after.
 
         The SENDs among them are queued per producer and stored together at the end (or before
-        the next other command): one append and one completion for all of a read's messages.
+        the next other command, or every SENDS_PER_APPEND SENDs of a big read): one append and one
+        completion for many messages.
         """
         next_frame = self.decoder.next_frame_or_send
         cnx = self.cnx
         try:
-            while self.state is not State.CLOSED and not self.reading_paused:
+            while self.state is not _CLOSED and not self.reading_paused:
                 frame = next_frame()
                 if frame is None:
                     break
                 if isinstance(frame, SendFrame):  # the hot path first
-                    if self.state is not State.CONNECTED:
+                    if self.state is not _CONNECTED:
                         raise ProtocolError("command SEND before CONNECT")
                     cnx.handle_send(frame.send, frame.payload)
                 else:

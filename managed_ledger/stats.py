@@ -129,9 +129,15 @@ class IntervalBuckets:
         self._sum += value * times
 
     def add_each(self, values: list[int]) -> None:
+        if not values:
+            return
         counts, bounds = self._counts, self.bounds
-        for v in values:
-            counts[bisect.bisect_left(bounds, v)] += 1
+        first = bisect.bisect_left(bounds, min(values))
+        if first == bisect.bisect_left(bounds, max(values)):
+            counts[first] += len(values)  # (all in one bucket: the usual batch of adds, one per SEND)
+        else:
+            for v in values:
+                counts[bisect.bisect_left(bounds, v)] += 1
         self._sum += sum(values)
 
     def refresh(self) -> None:

@@ -655,16 +655,17 @@ class Derived(Generic[T]):
     """A value derived from the metadata (a policy in force), recomputed only after the metadata
     changed: cheap enough to ask per message."""
 
-    __slots__ = ("_compute", "_generation", "_store", "_value")
+    __slots__ = ("_cache", "_compute", "_generation", "_value")
 
     def __init__(self, store: BrokerMetadata, compute: Callable[[], T]) -> None:
-        self._store = store
+        self._cache = store.cache  # (its generation is a plain attribute: no property call per message)
         self._compute = compute
         self._generation = -1
         self._value: T
 
     def get(self) -> T:
-        if self._generation != self._store.generation:
+        generation = self._cache.generation
+        if self._generation != generation:
             self._value = self._compute()
-            self._generation = self._store.generation
+            self._generation = generation
         return self._value

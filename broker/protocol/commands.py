@@ -192,8 +192,23 @@ class ReceiptEncoder:
         entry_id = first_entry_id
         for send in sends:
             sequence_id = send[0]
-            mid = ledger_part + (small[entry_id] if 0 <= entry_id < 0x80 else varint(entry_id))
-            seq = small[sequence_id] if 0 <= sequence_id < 0x80 else varint(sequence_id)
+            # Varints of up to three bytes inline (ids below 2**21): a call saved for each.
+            if 0 <= entry_id < 0x80:
+                mid = ledger_part + small[entry_id]
+            elif 0 < entry_id < 0x4000:
+                mid = ledger_part + bytes(((entry_id & 0x7F) | 0x80, entry_id >> 7))
+            elif 0 < entry_id < 0x200000:
+                mid = ledger_part + bytes(((entry_id & 0x7F) | 0x80, ((entry_id >> 7) & 0x7F) | 0x80, entry_id >> 14))
+            else:
+                mid = ledger_part + varint(entry_id)
+            if 0 <= sequence_id < 0x80:
+                seq = small[sequence_id]
+            elif 0 < sequence_id < 0x4000:
+                seq = bytes(((sequence_id & 0x7F) | 0x80, sequence_id >> 7))
+            elif 0 < sequence_id < 0x200000:
+                seq = bytes(((sequence_id & 0x7F) | 0x80, ((sequence_id >> 7) & 0x7F) | 0x80, sequence_id >> 14))
+            else:
+                seq = varint(sequence_id)
             highest = seq if send[1] == sequence_id else varint(send[1])
             # Every length here is below 128 (the body is at most 57 bytes): one-byte varints.
             body = b"".join((head, seq, b"\x1a", small[len(mid)], mid, b"\x20", highest))

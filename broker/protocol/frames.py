@@ -128,6 +128,31 @@ def _read_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
     return _new_tuple(SendCommand, (producer_id, sequence_id, num_messages, highest, chunk == 1, None))
 
 
+def _read_unbatched_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
+    """The CommandSend of an unbatched message from every client: producer_id below 128, then
+    sequence_id in 1-3 bytes, nothing else (``8 <= cmd_size <= 10``), read without a loop; None for
+    anything else (``_read_send`` then reads it)."""
+    if buf[pos] != 0x08 or buf[pos + 1] >= 0x80 or buf[pos + 2] != 0x10:
+        return None
+    n = end - pos - 3  # the sequence id's bytes
+    b0 = buf[pos + 3]
+    if n == 1:
+        if b0 >= 0x80:
+            return None
+        seq = b0
+    elif n == 2:
+        b1 = buf[pos + 4]
+        if b0 < 0x80 or b1 >= 0x80:
+            return None
+        seq = (b0 & 0x7F) | (b1 << 7)
+    else:
+        b1, b2 = buf[pos + 4], buf[pos + 5]
+        if b0 < 0x80 or b1 < 0x80 or b2 >= 0x80:
+            return None
+        seq = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+    return _new_tuple(SendCommand, (buf[pos + 1], seq, 1, None, False, None))
+
+
 class FrameDecoder:
     """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
 
@@ -185,7 +210,9 @@ class FrameDecoder:
             if (end <= len(buf) and total + 4 <= self._max_frame and 4 < cmd_size <= total - 4
                     and buf.startswith(_SEND_PREFIX, pos + 8) and buf[pos + 11] == cmd_size - 4):
                 cmd_end = pos + 8 + cmd_size
-                send = _read_send(buf, pos + 12, cmd_end)
+                send = _read_unbatched_send(buf, pos + 12, cmd_end) if 8 <= cmd_size <= 10 else None
+                if send is None:
+                    send = _read_send(buf, pos + 12, cmd_end)
                 if send is not None:
                     self._pos = end
                     self._need = 4

@@ -1,9 +1,9 @@
 """A producer attached to a topic over one connection.
 
-Receipts leave in SEND order: the SENDs of one read are stored as one batch, the managed ledger
-completes appends in call order, and each completion writes its batch's receipts at once, in
-order. The C++ client closes the connection on a receipt for a sequence id beyond its pending
-head, so order is not optional.
+Receipts leave in SEND order: the SENDs of one read are stored as one batch (a big read as several,
+in order), the managed ledger completes appends in call order, and each completion writes its
+batch's receipts at once, in order. The C++ client closes the connection on a receipt for a
+sequence id beyond its pending head, so order is not optional.
 """
 
 from __future__ import annotations
@@ -107,11 +107,11 @@ class Producer:
         """Queue ``entry`` for the next ``flush()``; True when it opened a new batch.
 
         The connection calls ``flush()`` once the frames of the current read are routed (or
-        before any other command), so the SENDs of one read go to storage together: one append,
-        one completion. Once the receipt or error of each is written, the connection hears
-        ``sends_finished``. ``advances_sequence`` is False for chunks other than the last one of
-        a message: they share the message's sequence id, so only the last chunk may move
-        deduplication state. ``txn``: a transactional SEND, stored through the topic's
+        before any other command, or every SENDS_PER_APPEND SENDs), so the SENDs of one read go
+        to storage together: one append, one completion. Once the receipt or error of each is
+        written, the connection hears ``sends_finished``. ``advances_sequence`` is False for
+        chunks other than the last one of a message: they share the message's sequence id, so
+        only the last chunk may move deduplication state. ``txn``: a transactional SEND, stored through the topic's
         transaction buffer.
         """
         self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence, txn))

@@ -147,10 +147,10 @@ class PersistentTopic(AbstractTopic):
             1 for e in entries if not read_entry_metadata(e).HasField("marker_type"))
         if self.entry_stamper is not None:
             entries = self.entry_stamper.stamp(entries, num_messages)
-        if txn is not None or self.txn_buffer.held is not None:  # (held: behind its first snapshot)
-            self.txn_buffer.append(txn, entries, callback)
+        if txn is None:
+            self.txn_buffer.add_entries(entries, callback)  # (the ledger's, unless held behind a first snapshot)
         else:
-            self.ledger.add_entries(entries, callback)
+            self.txn_buffer.append(txn, entries, callback)
 
     def match_kind(self, persistent: Callable[[PersistentTopic], T],
                    non_persistent: Callable[[NonPersistentTopic], T]) -> T:

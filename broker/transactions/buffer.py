@@ -94,6 +94,9 @@ class TransactionBuffer:
         self._snapshot_dirty = False
         # Appends waiting, in order, while the first snapshot is taken (None: no first snapshot under way).
         self.held: list[_Held] | None = None
+        # Where the topic stores a SEND without a transaction: the ledger, or, swapped in while the
+        # first snapshot is taken, the queue behind it (so the common publish path asks nothing).
+        self.add_entries: Callable[[list[bytes], AddCallback], None] = ledger.add_entries
         self._first_snapshot = OwnedTasks(f"transaction buffer of {ledger.name}")
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
@@ -130,14 +133,24 @@ class TransactionBuffer:
         except asyncio.CancelledError:
             self._fail_held(ManagedLedgerError(f"{self.ledger.name} closed before its first transaction"))
             raise
-        held, self.held = self.held or [], None
-        for txn, entries, callback in held:
+        for txn, entries, callback in self._end_hold():
             self.append(txn, entries, callback)
 
     def _fail_held(self, exc: Exception) -> None:
-        held, self.held = self.held or [], None
-        for _txn, _entries, callback in held:
+        for _txn, _entries, callback in self._end_hold():
             callback(None, exc)
+
+    def _start_hold(self, first: _Held) -> None:
+        self.held = [first]
+        self.add_entries = self._add_held
+
+    def _end_hold(self) -> list[_Held]:
+        held, self.held = self.held or [], None
+        self.add_entries = self.ledger.add_entries
+        return held
+
+    def _add_held(self, entries: list[bytes], callback: AddCallback) -> None:
+        self.append(None, entries, callback)
 
     async def close(self) -> None:
         """The topic closes: a first snapshot under way is given up and the appends behind it fail."""
@@ -202,8 +215,8 @@ class TransactionBuffer:
             raise NotAllowedError(f"Transaction {txn} has already ended on {self.ledger.name}")
 
     def append(self, txn: TxnID | None, entries: list[bytes], callback: AddCallback) -> None:
-        """Store the entries of a SEND (``txn`` None: an ordinary one, which comes here only while
-        the first snapshot is taken)."""
+        """Store the entries of a SEND (``txn`` None: an ordinary one, which the topic sends here
+        only while the first snapshot is taken, through ``add_entries``)."""
         if self.held is not None:
             self.held.append((txn, entries, callback))
             return
@@ -211,7 +224,7 @@ class TransactionBuffer:
             self.ledger.add_entries(entries, callback)
             return
         if self.cursor is None:
-            self.held = [(txn, entries, callback)]
+            self._start_hold((txn, entries, callback))
             self._first_snapshot.spawn(self._take_first_snapshot(), name=f"first snapshot of {self.ledger.name}")
             return
         if txn in self.aborted or txn in self._committed:  # (it ended while held behind the first snapshot)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from managed_ledger import AddCallback
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
 from tests.waiting import eventually
 
@@ -83,3 +84,34 @@ async def test_sends_before_a_bad_frame_are_stored_and_accounted() -> None:
                          and not b.server.connections, "the connection's sends to settle")
         ledger = b.server.service.topics[topic].ledger
         await eventually(lambda: ledger.number_of_entries == 5, "the five SENDs to be stored")
+
+
+async def test_a_big_read_is_stored_in_appends_of_bounded_size() -> None:
+    """More than SENDS_PER_APPEND SENDs in one read go to storage in several appends (the writer
+    starts on the first while the rest are checked), receipts still in order and consecutive."""
+    from broker.service.server_cnx import SENDS_PER_APPEND
+
+    async with Broker() as b:
+        assert b.server is not None
+        c = await WireClient.open(port_of(b))
+        topic = "persistent://public/default/batch-bounded"
+        await open_producers(c, [topic])
+        buffer = b.server.service.topics[topic].txn_buffer
+        appends: list[int] = []
+        real = buffer.add_entries
+
+        def counted(entries: list[bytes], callback: AddCallback) -> None:
+            appends.append(len(entries))
+            real(entries, callback)
+
+        buffer.add_entries = counted
+        n = 2 * SENDS_PER_APPEND + 10
+        c.writer.write(frames(*(send_frame(1, seq, b"b") for seq in range(n))))
+        got = []
+        for _ in range(n):
+            r = await c.recv()
+            assert r.type == T.SEND_RECEIPT, r
+            got.append((r.send_receipt.sequence_id, r.send_receipt.message_id.entryId))
+        assert got == [(seq, seq) for seq in range(n)]
+        assert sum(appends) == n and max(appends) <= SENDS_PER_APPEND
+        c.close()

@@ -158,7 +158,7 @@ async def test_first_snapshot_holds_every_append_behind_it_in_order(monkeypatch:
     buffer, gate, _ = await _gated_buffer(monkeypatch)
     ledger, results = buffer.ledger, _Results()
     buffer.append(T1, [_txn_entry(T1, 1)], results.callback("txn-1"))
-    buffer.append(None, [b"plain-2"], results.callback("plain-2"))
+    buffer.add_entries([b"plain-2"], results.callback("plain-2"))  # (the topic's path for a SEND without a transaction)
     buffer.append(T2, [_txn_entry(T2, 3)], results.callback("txn-3"))
     assert buffer.held is not None and len(buffer.held) == 3
     assert ledger.number_of_entries == 1 and results.got == []  # (nothing stored before the snapshot)
@@ -168,6 +168,7 @@ async def test_first_snapshot_holds_every_append_behind_it_in_order(monkeypatch:
     positions = [p for _, p, _ in results.got]
     assert all(p is not None for p in positions) and positions == sorted(p for p in positions if p is not None)
     assert buffer.held is None and buffer.cursor is not None
+    assert buffer.add_entries == ledger.add_entries  # (the hold is over: straight to the ledger again)
     assert positions[0] is not None and buffer.cursor.mark_delete_position < positions[0]
     assert buffer.read_limit() == positions[0]  # T1 open: it holds the limit at its first entry
 
@@ -187,7 +188,7 @@ async def test_first_snapshot_failing_or_given_up_fails_the_appends_behind_it(mo
     fail.clear()
     gate.clear()
     buffer.append(T2, [_txn_entry(T2, 3)], results.callback("txn-3"))
-    buffer.append(None, [b"plain-4"], results.callback("plain-4"))
+    buffer.add_entries([b"plain-4"], results.callback("plain-4"))
     await buffer.close()
     assert [name for name, p, exc in results.got[2:] if p is None and isinstance(exc, ManagedLedgerError)] == [
         "txn-3", "plain-4"]

@@ -153,6 +153,12 @@ def test_send_command_agrees_with_protobuf(send: pb.CommandSend) -> None:
 @example(b"\x08\x01")  # sequence_id missing
 @example(b"\x08\x01\x10\x02\x18\xff\xff\xff\xff\x0f")  # num_messages -1 as 5 bytes (int32 wraps)
 @example(b"\x08\x01\x10\x02\x38\x02")  # is_chunk = 2
+@example(b"\x08\x7f\x10\xff\x7f")  # the unbatched shape (_read_unbatched_send): 2-byte sequence id
+@example(b"\x08\x01\x10\x80\x80\x01")  # 3 bytes
+@example(b"\x08\x01\x10\x80")  # a sequence id that does not end
+@example(b"\x08\x01\x10\x05\x05")  # one byte, then a stray one
+@example(b"\x08\x01\x10\x85\x80\x80")  # 3 bytes that do not end
+@example(b"\x08\x80\x01\x10\x05")  # a 2-byte producer id
 def test_send_body_agrees_with_protobuf_on_any_bytes(body: bytes) -> None:
     if len(body) >= 0x80:
         return
@@ -175,4 +181,13 @@ def test_receipts_of_a_stored_batch_are_protobufs(producer_id: int, sends: list[
     encoder = commands.ReceiptEncoder(producer_id)
     got = encoder.encode_many(sends, ledger_id, first, step)
     assert got == [commands.send_receipt_protobuf(producer_id, seq, ledger_id, first + i * step, highest)
+                   for i, (seq, highest) in enumerate(sends)]
+
+
+@pytest.mark.parametrize("first", [0, 126, 127, 128, 16382, 16383, 16384, 2**21 - 2, 2**21 - 1, 2**21])
+def test_receipts_at_the_varint_length_boundaries_are_protobufs(first: int) -> None:
+    """encode_many writes varints of up to three bytes inline: each length and each boundary."""
+    sends = [(first + i, first + i + (i % 2)) for i in range(3)]
+    got = commands.ReceiptEncoder(5).encode_many(sends, first + 1, first, 1)
+    assert got == [commands.send_receipt_protobuf(5, seq, first + 1, first + i, highest)
                    for i, (seq, highest) in enumerate(sends)]

@@ -1,0 +1,163 @@
+"""The broker's produce path in one process, without sockets: CPU per unbatched SEND.
+
+A real ``BrokerServer`` (file ledger, fdatasync on, a temporary data directory) and one real
+``Connection`` on a fake transport. The fake client feeds pre-built SEND frames (one message each,
+as an unbatched official client sends them) in reads of ``--per-read`` frames, keeps at most
+``--window`` SENDs in flight (the official client's max pending messages in bench/compare.py) and
+counts the receipts the connection writes. It prints the event loop thread's CPU and the whole
+process's CPU per SEND, the SENDs per read and per fdatasync.
+
+What it leaves out (the socket reads and writes, the client) is the same for every version of the
+broker, so on a machine too busy for bench/compare.py to show a difference of this size, alternating
+runs of two checkouts still compare their produce paths:
+
+    PYTHONPATH=<checkout> python -m bench.send_cycle
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import struct
+import tempfile
+import time
+from typing import Any
+
+import uvloop
+
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.protocol import commands
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.checksum import crc32c
+from broker.server import BrokerServer
+
+T = pb.BaseCommand.Type
+_LEN = struct.Struct(">I")
+
+
+def send_frames(n: int, size: int, producer_id: int = 1) -> list[bytes]:
+    """n unbatched SENDs as the official client frames them: CRC32C, metadata with the producer
+    name, sequence id, publish time and uncompressed size."""
+    out = []
+    body = b"x" * size
+    for seq in range(n):
+        send = pb.BaseCommand(type=T.SEND)
+        send.send.producer_id = producer_id
+        send.send.sequence_id = seq
+        meta = pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=seq,
+                                  publish_time=1_700_000_000_000 + seq, uncompressed_size=size).SerializeToString()
+        tail = _LEN.pack(len(meta)) + meta + body
+        out.append(commands.frame_with_payload(send, b"\x0e\x01" + _LEN.pack(crc32c(tail)) + tail))
+    return out
+
+
+class FakeTransport:
+    """What the connection writes: counted (receipts) and otherwise dropped."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.writes = 0
+        self.on_write: Any = None
+        self.paused = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 6650)}.get(name, default)
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.writes += 1
+        self.frames += len(data)
+        if self.on_write is not None:
+            self.on_write()
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        pass
+
+
+def _fsyncs(server: BrokerServer) -> float:
+    factory: Any = server.service.ledger_factory
+    stats = getattr(factory, "stats", None)
+    return float(stats.fsync_latency.count) if stats is not None else 0.0
+
+
+async def run(messages: int, size: int, per_read: int, window: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = BrokerConfig(brokerServicePort=0, webServicePort=0, bindAddress="127.0.0.1", dataDir=tmp)
+        server = BrokerServer(cfg)
+        await server.start()
+        try:
+            transport = FakeTransport()
+            conn = Connection(server)
+            conn.connection_made(transport)  # type: ignore[arg-type]
+            connect = pb.BaseCommand(type=T.CONNECT)
+            connect.connect.client_version = "send-cycle"
+            connect.connect.protocol_version = 20
+            conn.data_received(commands.frame(connect))
+            producer = pb.BaseCommand(type=T.PRODUCER)
+            producer.producer.topic = "persistent://public/default/send-cycle"
+            producer.producer.producer_id = 1
+            producer.producer.request_id = 1
+            ready = asyncio.Event()
+            transport.on_write = lambda: ready.set() if conn.cnx.producers else None  # (PRODUCER_SUCCESS)
+            conn.data_received(commands.frame(producer))
+            await ready.wait()
+            frames = send_frames(messages, size)
+            reads = [b"".join(frames[i : i + per_read]) for i in range(0, messages, per_read)]
+            base = transport.frames
+            done = asyncio.Event()
+            sent = 0
+            loop = asyncio.get_running_loop()
+
+            def feed() -> None:
+                nonlocal sent
+                received = transport.frames - base
+                while sent < len(reads) and sent * per_read - received < window and not transport.paused:
+                    conn.data_received(reads[sent])
+                    sent += 1
+                if received >= messages:
+                    done.set()
+
+            transport.on_write = lambda: loop.call_soon(feed)
+            fsyncs0 = _fsyncs(server)
+            process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+            feed()
+            await done.wait()
+            process, thread, wall = time.process_time() - process0, time.thread_time() - thread0, \
+                time.perf_counter() - wall0
+            fsyncs = _fsyncs(server) - fsyncs0
+            conn.connection_lost(None)
+        finally:
+            await server.stop()
+    return {"loop_us": thread / messages * 1e6, "process_us": process / messages * 1e6,
+            "msg_s": messages / wall, "per_fsync": messages / fsyncs if fsyncs else 0.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--messages", type=int, default=50_000)
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--per-read", type=int, default=100, help="SENDs per socket read")
+    p.add_argument("--window", type=int, default=5000, help="SENDs in flight")
+    p.add_argument("--runs", type=int, default=3)
+    args = p.parse_args(argv)
+    for _ in range(args.runs):
+        r = uvloop.run(run(args.messages, args.size, args.per_read, args.window))
+        print(f"loop {r['loop_us']:.2f} us/SEND, process {r['process_us']:.2f} us/SEND, "
+              f"{r['msg_s']:,.0f} SEND/s, {r['per_fsync']:.0f} SENDs per fdatasync", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
