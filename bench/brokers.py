@@ -174,17 +174,19 @@ def start_pulsar_lite(workdir: Path) -> BrokerProcess | None:
     raise RuntimeError(f"pulsar-lite did not start; see {log_path}")
 
 
-def start_apache_pulsar(workdir: Path) -> BrokerProcess | None:
+def start_apache_pulsar(workdir: Path, heap: list[str] | None = None) -> BrokerProcess | None:
     """Apache Pulsar standalone from the jars of `make pulsar-deps` (None when they are missing): one JVM with the
-    broker, one bookie (journal fsync on) and RocksDB metadata, so its CPU and RSS include its storage, as ours do."""
+    broker, one bookie (journal fsync on) and RocksDB metadata, so its CPU and RSS include its storage, as ours do.
+    ``heap``: the JVM's memory options (default: apache_pulsar.HEAP_OPTS, sized for this machine)."""
     from cluster import apache_pulsar
 
     why = apache_pulsar.missing_dependencies()
     if why is not None:
         print(f"Apache Pulsar skipped: {why}")
         return None
-    p = apache_pulsar.start_standalone(workdir / "apache-pulsar")
+    p = apache_pulsar.start_standalone(workdir / "apache-pulsar", heap=heap)
+    jvm = " ".join(apache_pulsar.HEAP_OPTS if heap is None else heap)
     notes = (f"Apache Pulsar {apache_pulsar.pulsar_version()} standalone (PulsarStandaloneStarter), one JVM "
-             f"{' '.join(apache_pulsar.HEAP_OPTS)}: broker + 1 bookie (DbLedgerStorage, journalSyncData=true) + "
+             f"{jvm}: broker + 1 bookie (DbLedgerStorage, journalSyncData=true) + "
              f"RocksDB metadata; functions worker and stream storage off")
     return BrokerProcess("pulsar", p.proc, p.port, notes, p.log_path)

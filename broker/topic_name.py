@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from broker.errors import InvalidTopicNameError
 
@@ -20,10 +21,28 @@ class TopicName:
     tenant: str
     namespace_part: str  # the namespace's own name (without the tenant)
     local_name: str  # may contain "/" and the partition suffix
+    # Derived once (a topic's handling reads them many times per request): the full name, the namespace and the
+    # partition index (-1: not a partition).
+    full: str = field(init=False, repr=False, compare=False)
+    namespace: str = field(init=False, repr=False, compare=False)
+    partition_index: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        namespace = f"{self.tenant}/{self.namespace_part}"
+        object.__setattr__(self, "namespace", namespace)
+        object.__setattr__(self, "full", f"{self.domain}://{namespace}/{self.local_name}")
+        m = _PARTITION_RE.match(self.local_name) if PARTITION_SUFFIX in self.local_name else None
+        object.__setattr__(self, "partition_index", int(m.group(2)) if m else -1)
 
     @staticmethod
     def parse(name: str) -> TopicName:
-        """Accepts full names and the short forms ``x`` and ``tenant/ns/x`` (as the client does)."""
+        """Accepts full names and the short forms ``x`` and ``tenant/ns/x`` (as the client does). The same string
+        gives the same (immutable) value: recent names are remembered, as every request of a client names its
+        topic again."""
+        return _parse(name)
+
+    @staticmethod
+    def _parse(name: str) -> TopicName:
         if not name:
             raise InvalidTopicNameError("Invalid topic name: empty")
         if "://" not in name:
@@ -53,29 +72,16 @@ class TopicName:
     def persistent(self) -> bool:
         return self.domain == "persistent"
 
-    @property
-    def namespace(self) -> str:
-        return f"{self.tenant}/{self.namespace_part}"
-
-    @property
-    def full(self) -> str:
-        return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
-
     def __str__(self) -> str:
         return self.full
 
     @property
-    def partition_index(self) -> int:
-        """k for ``...-partition-k``, else -1."""
-        m = _PARTITION_RE.match(self.local_name)
-        return int(m.group(2)) if m else -1
-
-    @property
     def base(self) -> TopicName:
         """The partitioned topic this partition belongs to (itself when not a partition)."""
-        m = _PARTITION_RE.match(self.local_name)
-        if not m:
+        if self.partition_index < 0:
             return self
+        m = _PARTITION_RE.match(self.local_name)
+        assert m is not None
         return TopicName(self.domain, self.tenant, self.namespace_part, m.group(1))
 
     def partition(self, index: int) -> TopicName:
@@ -85,6 +91,10 @@ class TopicName:
     def persistence_path(self) -> str:
         """The managed ledger name: tenant/ns/domain/local (Pulsar's layout)."""
         return f"{self.tenant}/{self.namespace_part}/{self.domain}/{self.local_name}"
+
+
+# (Errors are not remembered: a bad name raises each time.)
+_parse = lru_cache(maxsize=4096)(TopicName._parse)
 
 
 def is_system_topic(full_name: str) -> bool:

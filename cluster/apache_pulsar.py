@@ -37,6 +37,9 @@ LOG4J_CONF = CONF_DIR / "log4j2.properties"
 # -Xms2g -Xmx2g -XX:MaxDirectMemorySize=4g (and pre-touches the heap). No -Xms and no pre-touch here, so the RSS
 # shows what it uses.
 HEAP_OPTS = ["-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC"]
+# What Pulsar's own launch script would give the standalone (conf/pulsar_env.sh PULSAR_MEM, and G1 as its PULSAR_GC):
+# for a bench that wants Pulsar as it ships rather than sized for this machine.
+PULSAR_ENV_HEAP_OPTS = ["-Xms2g", "-Xmx2g", "-XX:MaxDirectMemorySize=4g", "-XX:+UseG1GC"]
 # What Pulsar's launch scripts open up on Java 17 (Netty, the load manager's /proc readings, DbLedgerStorage).
 JVM_OPTS = [
     "-Djava.net.preferIPv4Stack=true", "-Dio.netty.tryReflectionSetAccessible=true",
@@ -131,8 +134,9 @@ def _wait_ready(process: PulsarProcess, ready: str, timeout: float) -> None:
                        f"{_log_tail(process.log_path)}")
 
 
-def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S) -> PulsarProcess:
-    """PulsarStandaloneStarter with bench/pulsar/standalone.conf, no functions worker, no stream storage."""
+def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list[str] | None = None) -> PulsarProcess:
+    """PulsarStandaloneStarter with bench/pulsar/standalone.conf, no functions worker, no stream storage; ``heap``:
+    the JVM's memory options (default HEAP_OPTS)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, web_port, bookie_port = free_port(), free_port(), free_port()
     config = workdir / "standalone.conf"
@@ -141,7 +145,8 @@ def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S) -> PulsarP
     # cwd = workdir: the standalone picks ZooKeeper mode if ./data/standalone/zookeeper exists, RocksDB otherwise.
     command = java_command("org.apache.pulsar.PulsarStandaloneStarter", "--config", str(config),
                            "--metadata-dir", str(workdir / "metadata"), "--bookkeeper-dir", str(workdir / "bookie"),
-                           "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage")
+                           "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage",
+                           heap=heap)
     return _start(command, workdir, workdir / "pulsar-standalone.log", port, web_port,
                   "/admin/v2/namespaces/public", timeout)
 

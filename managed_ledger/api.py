@@ -213,6 +213,9 @@ class ManagedLedger(abc.ABC):
     once per interval to publish them.
     """
 
+    # (Implementations may declare slots; "__dict__" keeps other attributes possible, made only when one is set.)
+    __slots__ = ("__dict__",)
+
     add_stats: AddStats
 
     @property

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 # File names stay well under the 255-byte limit of common file systems.
 _MAX_ENCODED = 180
+# encode_name's escapes of the ASCII characters outside _SAFE, for str.translate.
+_ASCII_ESCAPES = {i: f"%{i:02X}" for i in range(128) if chr(i) not in _SAFE}
 NAME_FILE = "name"
 CURSORS = "cursors"
 
@@ -43,7 +45,10 @@ def encode_name(name: str) -> str:
     """A file-name-safe, reversible spelling of name: %XX for every byte outside [A-Za-z0-9_-]
     (so "/" and "." never reach the file system). Too long: a prefix plus a hash (then only
     the ``name`` file inside tells the real name)."""
-    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+    if name.isascii():  # (the usual case: one translate, no per-character Python)
+        out = name.translate(_ASCII_ESCAPES)
+    else:
+        out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
     if len(out) > _MAX_ENCODED:
         out = out[:100] + "~" + hashlib.sha256(name.encode()).hexdigest()[:40]
     return out
@@ -53,6 +58,8 @@ def decode_name(encoded: str) -> str | None:
     """The name encode_name spelled, or None for a hashed (too long) one."""
     if "~" in encoded:
         return None
+    if "%" not in encoded:
+        return encoded
     raw = bytearray()
     i = 0
     while i < len(encoded):

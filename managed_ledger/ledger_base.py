@@ -48,6 +48,9 @@ _TRANSITIONS: dict[LedgerState, frozenset[LedgerState]] = {
 
 
 class BaseManagedLedger(ManagedLedger):
+    __slots__ = ("_add_completer", "_clock", "_config", "_cursors", "_map", "_name", "_nesting", "_non_durable",
+                 "_state", "_waiting", "add_stats", "cursor_stats")
+
     def __init__(
         self, name: str, config: ManagedLedgerConfig, ledger_map: LedgerMap, nesting: NestingCounter, clock: Clock
     ) -> None:

@@ -47,6 +47,7 @@ class StoredReader(Protocol):
 
 
 class StoredManagedLedger(BaseManagedLedger):
+    __slots__ = ()
     _reader: StoredReader
     _last_confirmed: Position
     _loop: asyncio.AbstractEventLoop

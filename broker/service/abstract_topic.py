@@ -40,7 +40,17 @@ class SendPolicy(NamedTuple):
     max_message_size: int = 0  # the topic's maxMessageSize policy; 0 = only the broker's
 
 
+# A topic's WaitForExclusive queue until a producer waits: shared, never appended to (an empty deque is ~770 bytes).
+_NONE_WAITING: deque[tuple[Producer, int]] = deque()
+
+
 class AbstractTopic(ABC):
+    # Slots (a loaded topic's attributes are more than an instance dict shares its keys for, so each topic had a
+    # dict of its own); "__dict__" keeps other attributes possible, a dict made only when one is set.
+    __slots__ = ("__dict__", "_send_policy", "bytes_in", "closed", "created", "entries_added", "exclusive_producer",
+                 "last_active", "loop", "msg_in", "name", "producers", "publish_throttle", "sequence_persisted",
+                 "sequence_pushed", "service", "terminated_at", "topic_epoch", "waiting_producers")
+
     def __init__(self, service: BrokerService, name: TopicName) -> None:
         self.service = service
         self.name = name
@@ -49,7 +59,7 @@ class AbstractTopic(ABC):
         self.exclusive_producer: Producer | None = None
         self.topic_epoch = 0
         # WaitForExclusive producers queued for the exclusive slot, oldest first.
-        self.waiting_producers: deque[tuple[Producer, int]] = deque()
+        self.waiting_producers = _NONE_WAITING
         # Deduplication: highest sequence id per producer name, sent to storage / stored (only
         # used where deduplication_enabled).
         self.sequence_pushed: dict[str, int] = {}
@@ -175,6 +185,8 @@ class AbstractTopic(ABC):
                 self.remove_producer(other)
         elif mode == Mode.WaitForExclusive and (holder is not None or self.producers):
             producer.state = ProducerState.WAITING
+            if self.waiting_producers is _NONE_WAITING:
+                self.waiting_producers = deque()
             self.waiting_producers.append((producer, request_id))
             return False
         if mode != Mode.Shared:
@@ -191,7 +203,8 @@ class AbstractTopic(ABC):
             del self.producers[producer.name]
         if self.exclusive_producer is producer:
             self.exclusive_producer = None
-        self.waiting_producers = deque((p, r) for p, r in self.waiting_producers if p is not producer)
+        if self.waiting_producers:
+            self.waiting_producers = deque((p, r) for p, r in self.waiting_producers if p is not producer)
         self._grant_waiting()
 
     def _grant_waiting(self) -> None:

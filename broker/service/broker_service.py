@@ -542,6 +542,22 @@ class BrokerService:
         if self.non_persistent_topics.get(topic.full_name) is topic:
             del self.non_persistent_topics[topic.full_name]
 
+    def partitions_now(self, name: TopicName, auto_create: bool = True) -> int | None:
+        """``partitions_for``'s answer when it needs no waiting, else None: not when the namespace must be read from
+        the metadata store first (cluster mode) nor when a partitioned topic is to be created."""
+        if name.partition_index >= 0:
+            return 0
+        if self.distributed and not self.metadata.namespace_exists(name.namespace):
+            return None
+        self.check_namespace(name)
+        n = self.metadata.partitions_of(name.full)
+        if n > 0:
+            return n
+        rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
+        if auto_create and rule.allow and rule.partitioned and not self.topic_exists(name):
+            return None
+        return 0
+
     async def partitions_for(self, name: TopicName, auto_create: bool = True) -> int:
         """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
         if name.partition_index >= 0:

@@ -295,23 +295,39 @@ class ServerCnx:
             self.write(commands.lookup_connect(c.request_id, answer.urls.url or "", answer.urls.url_tls))
 
     def handle_partitioned_metadata(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        """Answered at once when nothing needs waiting for (the usual case: a client asks this before each producer
+        and consumer); otherwise (a namespace to read from the metadata store, a partitioned topic to create) in a
+        task."""
         c = cmd.partitionMetadata
+        auto_create = c.metadata_auto_creation_enabled
+        try:
+            name = TopicName.parse(c.topic)
+            self._authorize(name, TopicOperation.LOOKUP)
+            known = self.service.partitions_now(name, auto_create)
+        except BrokerError as exc:
+            self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
+            return
+        if known is not None:
+            self._answer_partitions(c, name, known)
+            return
 
         async def run() -> None:
             try:
-                name = TopicName.parse(c.topic)
-                self._authorize(name, TopicOperation.LOOKUP)
-                auto_create = c.metadata_auto_creation_enabled
                 n = await self.service.partitions_for(name, auto_create=auto_create)
-                if n == 0 and not auto_create and not self._topic_known(name):
-                    # PIP-344: the client asked not to create it, and it does not exist
-                    raise TopicNotFoundError(f"Topic {name} does not exist")
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
-            self.write(commands.partitioned_metadata(c.request_id, n))
+            self._answer_partitions(c, name, n)
 
         self._spawn(run())
+
+    def _answer_partitions(self, c: pb.CommandPartitionedTopicMetadata, name: TopicName, n: int) -> None:
+        if n == 0 and not c.metadata_auto_creation_enabled and not self._topic_known(name):
+            # PIP-344: the client asked not to create it, and it does not exist
+            missing = TopicNotFoundError(f"Topic {name} does not exist")
+            self.write(commands.partitioned_metadata_failed(c.request_id, missing.code, missing.message))
+            return
+        self.write(commands.partitioned_metadata(c.request_id, n))
 
     def _topic_known(self, name: TopicName) -> bool:
         """A topic that exists, or a partition of a partitioned topic declared with it."""

@@ -51,6 +51,11 @@ T = TypeVar("T")
 
 
 class PersistentTopic(AbstractTopic):
+    __slots__ = ("_closing", "_dedup", "_replication_update", "backlog_quota_evictions", "compacted_view",
+                 "compactor", "data_entries_added", "dedup", "dispatch_rate", "entry_metas", "entry_stamper",
+                 "fenced_unload", "ledger", "oldest_backlog_age_s", "replicated_subscriptions", "replicators",
+                 "subscribe_rate", "subscriptions", "txn_buffer")
+
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
         super().__init__(service, name)
         # The compacted view (latest message per key up to a horizon) and who builds it.
