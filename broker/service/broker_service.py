@@ -41,7 +41,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.operation_stats import LookupStats, TopicLoadStats
+from broker.service.operation_stats import LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -137,6 +137,7 @@ class BrokerService:
         # Lookups and topic loads, for Pulsar's pulsar_broker_lookup* and pulsar_topic_load_* metrics.
         self.lookup_stats = LookupStats()
         self.topic_load_stats = TopicLoadStats()
+        self.snapshot_stats = SnapshotStats()  # replicated subscriptions' snapshots (OpenTelemetry)
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
         # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:

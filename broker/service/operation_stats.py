@@ -200,6 +200,9 @@ class TxnBufferClientStats:
     def __init__(self, by_topic: bool) -> None:
         self.by_topic = by_topic
         self.by_key: dict[tuple[str, str | None], TxnEndStats] = {}
+        # Per topic, whatever the Prometheus switch (Pulsar's PersistentTopicMetrics, read by OpenTelemetry):
+        # [commits that succeeded, commits that failed, aborts that succeeded, aborts that failed].
+        self.by_topic_name: dict[str, list[int]] = {}
         self.pending = 0
 
     def start(self) -> float:
@@ -214,6 +217,10 @@ class TxnBufferClientStats:
         stats = self.by_key.get(key)
         if stats is None:
             stats = self.by_key[key] = TxnEndStats()
+        ends = self.by_topic_name.get(topic)
+        if ends is None:
+            ends = self.by_topic_name[topic] = [0, 0, 0, 0]
+        ends[(0 if commit else 2) + failed] += 1
         if failed:
             if commit:
                 stats.commit_failed += 1
@@ -226,3 +233,23 @@ class TxnBufferClientStats:
         for s in self.by_key.values():
             s.commit.rotate()
             s.abort.rotate()
+
+
+_SNAPSHOT_SUCCESS = {"pulsar.replication.subscription.snapshot.operation.result": "success"}
+_SNAPSHOT_TIMEOUT = {"pulsar.replication.subscription.snapshot.operation.result": "timeout"}
+
+
+class SnapshotStats:
+    """Pulsar's OpenTelemetryReplicatedSubscriptionStats: the broker's replicated-subscription snapshots begun, and
+    how long each took, by result (written, or given up after replicatedSubscriptionsSnapshotTimeoutSeconds)."""
+
+    def __init__(self) -> None:
+        self.started = self.succeeded = self.timed_out = 0
+        self.histogram = UNBOUND  # pulsar.broker.replication.subscription.snapshot.operation.duration, once bound
+
+    def ended(self, seconds: float, *, written: bool) -> None:
+        if written:
+            self.succeeded += 1
+        else:
+            self.timed_out += 1
+        self.histogram.record(seconds, _SNAPSHOT_SUCCESS if written else _SNAPSHOT_TIMEOUT)

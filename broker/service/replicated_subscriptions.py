@@ -159,6 +159,7 @@ class ReplicatedSubscriptionsController:
             if now - pending.started > self.timeout_s:
                 log.info("replicated subscriptions of %s: snapshot %s timed out", self.topic.name, snapshot_id)
                 del self.pending[snapshot_id]
+                self.topic.service.snapshot_stats.ended(now - pending.started, written=False)
         remotes = frozenset(r for r, rep in self.topic.replicators.items() if rep.connected)
         if not remotes or self.pending or not any(s.replicated for s in self.topic.subscriptions.values()):
             return
@@ -167,6 +168,7 @@ class ReplicatedSubscriptionsController:
         self._last_snapshot_entries = self.topic.data_entries_added
         snapshot_id = str(uuid.uuid4())
         self.pending[snapshot_id] = _Pending(now, remotes, self.topic.data_entries_added)
+        self.topic.service.snapshot_stats.started += 1
         self._request(snapshot_id)
 
     def _request(self, snapshot_id: str) -> None:
@@ -191,6 +193,7 @@ class ReplicatedSubscriptionsController:
                                clusters=list(pending.responses.values()))
         self.write(marker_entry(SNAPSHOT, snapshot.SerializeToString(), [self.local_cluster]))
         self.completed += 1
+        self.topic.service.snapshot_stats.ended(time.monotonic() - pending.started, written=True)
         self.covered_entries = pending.entries
 
     # -- markers from the other clusters (via the replicator to the cluster they came from) --------
