@@ -110,6 +110,37 @@ def data_point(attrs: bytes, start_ns: int, now_ns: int, value: float) -> bytes:
     return field(1, body + attrs)
 
 
+class PointWriter:
+    """``data_point`` for the many points of one export (one ``now_ns``), faster: all of a point's bytes but its
+    value depend on its attribute set, start time and value type only, so they are built once per attribute
+    dict met (an entity's attributes always come with its start time) and a point is head + packed value +
+    attribute bytes. Holds the dicts it met until the export ends, so their ids stay theirs."""
+
+    def __init__(self, now_ns: int, encoded: AttributeBytes) -> None:
+        self.now_ns, self.encoded = now_ns, encoded
+        # (gauges' points, without a start time; sums')
+        self._by_attrs: tuple[dict[int, tuple[Mapping[str, object], int, bool, bytes, bytes]], ...] = ({}, {})
+
+    def points(self, chunk: Sequence[tuple[float, Mapping[str, object], int]], keep_start: bool) -> list[bytes]:
+        by_attrs, out = self._by_attrs[keep_start], []
+        pack_int, pack_double = _SFIXED64.pack, _DOUBLE.pack
+        for value, attrs, t0 in chunk:
+            start = t0 if keep_start else 0
+            is_int = type(value) is int  # (a bool is written as a double, as data_point does)
+            known = by_attrs.get(id(attrs))
+            if known is None or known[1] != start or known[2] is not is_int or known[0] is not attrs:
+                attr_bytes = self.encoded(attrs)
+                known = by_attrs[id(attrs)] = (attrs, start, is_int, self._head(start, len(attr_bytes), is_int),
+                                               attr_bytes)
+            out.append(known[3] + (pack_int(value) if is_int else pack_double(float(value))) + known[4])
+        return out
+
+    def _head(self, start_ns: int, attrs_len: int, is_int: bool) -> bytes:
+        times = _TIMES.pack(_TAG_START, start_ns, _TAG_TIME, self.now_ns) if start_ns else _TIME.pack(
+            _TAG_TIME, self.now_ns)
+        return b"\x0a" + varint(len(times) + 9 + attrs_len) + times + (_TAG_INT if is_int else _TAG_DOUBLE)
+
+
 def metric(instrument: Instrument, points: Sequence[bytes]) -> bytes:
     """A Metric of already encoded data points (each one ``field(1, NumberDataPoint)``)."""
     header = field(1, instrument.name.encode()) + field(2, instrument.description.encode()) + field(
@@ -134,6 +165,7 @@ def requests(resource: Mapping[str, object], scopes: Sequence[tuple[str, str, Se
         scope_bodies.clear()
         return body
 
+    writer = PointWriter(now_ns, encoded)
     for scope_name, version, instruments in scopes:
         scope_header = field(1, field(1, scope_name.encode()) + field(2, version.encode()))
         metrics: list[bytes] = []
@@ -144,9 +176,7 @@ def requests(resource: Mapping[str, object], scopes: Sequence[tuple[str, str, Se
                 chunk = points[start:start + room]
                 start += len(chunk)
                 n += len(chunk)
-                keep_start = not instrument.is_gauge
-                metrics.append(field(2, metric(instrument, [data_point(encoded(a), t0 if keep_start else 0, now_ns, v)
-                                                           for v, a, t0 in chunk])))
+                metrics.append(field(2, metric(instrument, writer.points(chunk, not instrument.is_gauge))))
                 if n >= max_points:
                     scope_bodies.append(field(2, scope_header + b"".join(metrics)))
                     metrics = []
