@@ -57,6 +57,17 @@ _ALLOWED_MOVES = {
 }
 
 
+class ThrottleCounts:
+    """How often connections stopped and started being read (Pulsar's ServerCnxThrottleTracker, OpenTelemetry's
+    pulsar.broker.connection.rate_limit.count): paused / resumed, for any reason; throttled / unthrottled, by
+    maxPendingPublishRequestsPerConnection."""
+
+    __slots__ = ("paused", "resumed", "throttled", "unthrottled")
+
+    def __init__(self) -> None:
+        self.paused = self.resumed = self.throttled = self.unthrottled = 0
+
+
 class ConnectionOwner(Protocol):
     """The broker process that accepts connections (``broker.server.BrokerServer``): what a
     connection reads (config, service, security, ports and listeners for LOOKUP) and the
@@ -89,6 +100,9 @@ class ConnectionOwner(Protocol):
     def connection_closed(self, conn: Connection) -> None: ...
 
     def publish_buffer_add(self, conn: Connection, nbytes: int) -> None: ...
+
+    @property
+    def throttle_counts(self) -> ThrottleCounts: ...
 
 
 class Connection(asyncio.Protocol):
@@ -275,6 +289,7 @@ class Connection(asyncio.Protocol):
         self.pending_sends += 1
         if self.pending_sends >= self.max_pending_sends and not self._paused_for_count:
             self._paused_for_count = True
+            self.server.throttle_counts.throttled += 1
             self._update_reading()
         self.server.publish_buffer_add(self, nbytes)
 
@@ -282,6 +297,7 @@ class Connection(asyncio.Protocol):
         self.pending_sends -= count
         if self._paused_for_count and self.pending_sends <= self.max_pending_sends * RESUME_FRACTION:
             self._paused_for_count = False
+            self.server.throttle_counts.unthrottled += 1
             self._update_reading()
         self.server.publish_buffer_add(self, -nbytes)
 
@@ -306,8 +322,10 @@ class Connection(asyncio.Protocol):
             return
         self.reading_paused = want_paused
         if want_paused:
+            self.server.throttle_counts.paused += 1
             self.transport.pause_reading()
         else:
+            self.server.throttle_counts.resumed += 1
             self.transport.resume_reading()
             # Frames that arrived before the pause are still buffered in the decoder.
             asyncio.get_running_loop().call_soon(self._process_frames)

@@ -17,7 +17,7 @@ from broker.auth import Security
 from broker.auth.tls import HANDSHAKE_TIMEOUT_S
 from broker.cluster.data import BrokerUrls, ListenerUrls
 from broker.config import BrokerConfig, ConfigError
-from broker.connection import Connection
+from broker.connection import Connection, ThrottleCounts
 from broker.listeners import Listener, parse_advertised_listeners, parse_bind_addresses
 from broker.service.broker_service import BrokerService
 from broker.service.periodic import PeriodicTask
@@ -54,6 +54,7 @@ class BrokerServer:
         self.connections_created = 0
         self.connections_closed = 0
         self.connections_refused = 0  # opened, then refused (brokerMaxConnections[PerIp])
+        self.throttle_counts = ThrottleCounts()
         self._servers: list[asyncio.Server] = []
         # Bound ports; 0 = that listener is off.
         self.port = 0

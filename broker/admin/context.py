@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.auth import Security
 from broker.config import BrokerConfig
 from broker.listeners import Listener
 from broker.metadata.store import BrokerMetadata
 from broker.service.broker_service import BrokerService
+
+if TYPE_CHECKING:
+    from broker.connection import ThrottleCounts
 
 
 class ServingProcess(Protocol):
@@ -74,6 +77,9 @@ class ServingProcess(Protocol):
 
     @property
     def connections_throttled_by_buffer(self) -> int: ...
+
+    @property
+    def throttle_counts(self) -> ThrottleCounts: ...
 
 
 @dataclass(frozen=True)

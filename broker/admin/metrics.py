@@ -415,7 +415,7 @@ class BrokerMetrics:
                               strict=True))
         out.histogram("pulsar_storage_backlog_quota_check_duration_seconds", cl, cumulative,
                       cumulative[-1][1], quotas.check_duration_sum_s)
-        write_replicated_snapshots(out, cl, service.replicated_snapshot_stats)
+        write_replicated_snapshots(out, cl, service.snapshot_stats)
 
 
 def _queued_bytes(connection: object) -> int:

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from broker.service.broker_service import BrokerService
-    from broker.service.operation_stats import PendingAckStats, TxnBufferClientStats
-    from broker.service.replicated_subscriptions import SnapshotStats
+    from broker.service.operation_stats import PendingAckStats, SnapshotStats, TxnBufferClientStats
     from broker.service.transactions import TransactionService
 
 # Pulsar's quantiles: NamespaceService's lookup summary, and DimensionStats' (topic load times).
@@ -152,6 +151,6 @@ def write_replicated_snapshots(out: Exposition, cl: str, stats: SnapshotStats) -
     """Pulsar's replicated-subscription snapshot metrics, once a replicated topic has had a controller."""
     if not stats.seen:
         return
-    out.summary("pulsar_replicated_subscriptions_snapshot_ms", cl, [], stats.completed, stats.completed_ms)
+    out.summary("pulsar_replicated_subscriptions_snapshot_ms", cl, [], stats.succeeded, stats.succeeded_ms)
     out.add("pulsar_replicated_subscriptions_pending_snapshots", cl, stats.pending)
     out.add("pulsar_replicated_subscriptions_timedout_snapshots_total", cl, stats.timed_out)

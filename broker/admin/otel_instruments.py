@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.admin.scrape_stats import topic_counters
 from broker.admin.stats import StatsSampler
+from broker.metadata.policy_table import BACKLOG_QUOTAS
+from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service.replication import REPLICATOR_PREFIX
+from managed_ledger.stats import CursorStats
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
+    from broker.service.compaction import CompactionRecord
 
 BROKER_SCOPE = "org.apache.pulsar.broker"  # Pulsar's Constants.BROKER_INSTRUMENTATION_SCOPE_NAME
 AUTH_SCOPE = "org.apache.pulsar.authentication"  # AuthenticationMetrics.INSTRUMENTATION_SCOPE_NAME
@@ -78,16 +82,22 @@ INSTRUMENTS: dict[str, Instrument] = {
     "pulsar.broker.topic.compaction.removed.message.count": _i(COUNTER, "{message}", "Messages removed by compaction"),
     "pulsar.broker.topic.compaction.operation.count": _i(
         COUNTER, "{operation}", "Compaction operations, by pulsar.compaction.status"),
+    "pulsar.broker.topic.compaction.duration": _i(UP_DOWN, "s", "Time spent compacting the topic, all runs"),
+    "pulsar.broker.topic.compaction.incoming.size": _i(COUNTER, "By", "Bytes read by compaction"),
+    "pulsar.broker.topic.compaction.outgoing.size": _i(COUNTER, "By", "Bytes written by compaction"),
     "pulsar.broker.topic.compaction.compacted.entry.count": _i(COUNTER, "{entry}", "Compacted entries"),
     "pulsar.broker.topic.compaction.compacted.entry.size": _i(COUNTER, "By", "Size of the compacted entries"),
+    "pulsar.broker.topic.transaction.buffer.client.operation.count": _i(
+        COUNTER, "{operation}", "Transaction ends on the topic asked by this broker's coordinators, by "
+        "pulsar.transaction.status and pulsar.transaction.buffer.client.operation.status"),
     # -- consumers (OpenTelemetryConsumerStats) --
     "pulsar.broker.consumer.message.outgoing.count": _i(COUNTER, "{message}", "Messages dispatched to this consumer"),
     "pulsar.broker.consumer.message.outgoing.size": _i(COUNTER, "By", "Message bytes dispatched to this consumer"),
+    "pulsar.broker.consumer.message.ack.count": _i(COUNTER, "{ack}", "Acknowledgments received from this consumer"),
     "pulsar.broker.consumer.message.redeliver.count": _i(
         COUNTER, "{message}", "Messages redelivered to this consumer"),
     "pulsar.broker.consumer.message.unack.count": _i(UP_DOWN, "{message}", "Messages unacknowledged by this consumer"),
-    "pulsar.broker.consumer.message.unack.blocked": _i(
-        GAUGE, "1", "Whether this consumer is blocked on unacknowledged messages"),
+    "pulsar.broker.consumer.blocked": _i(UP_DOWN, "1", "Whether this consumer is blocked on unacknowledged messages"),
     "pulsar.broker.consumer.permit.count": _i(UP_DOWN, "{permit}", "Permits available for this consumer"),
     # -- producers (OpenTelemetryProducerStats) --
     "pulsar.broker.producer.message.incoming.count": _i(COUNTER, "{message}", "Messages received from this producer"),
@@ -110,6 +120,9 @@ INSTRUMENTS: dict[str, Instrument] = {
         UP_DOWN, "{message}", "Messages that expired for this replicator"),
     "pulsar.broker.replication.message.dropped.count": _i(
         UP_DOWN, "{message}", "Messages dropped by this replicator"),
+    # -- replicated subscriptions (OpenTelemetryReplicatedSubscriptionStats) --
+    "pulsar.broker.replication.subscription.snapshot.operation.count": _i(
+        COUNTER, "{operation}", "Replicated-subscription snapshots begun"),
     # -- lookups and topic loads (BrokerService) --
     "pulsar.broker.request.topic.lookup.concurrent.usage": _i(UP_DOWN, "{operation}", "Lookups in progress"),
     "pulsar.broker.topic.load.concurrent.usage": _i(UP_DOWN, "{operation}", "Topic loads in progress"),
@@ -121,11 +134,29 @@ INSTRUMENTS: dict[str, Instrument] = {
         UP_DOWN, "{operation}", "Write operations to this ledger, by pulsar.managed_ledger.operation.status"),
     "pulsar.broker.managed_ledger.message.incoming.count": _i(
         UP_DOWN, "{operation}", "Read operations from this ledger, by pulsar.managed_ledger.operation.status"),
+    "pulsar.broker.managed_ledger.message.outgoing.logical.size": _i(
+        COUNTER, "By", "Bytes written to this ledger, without replicas"),
+    "pulsar.broker.managed_ledger.message.outgoing.replicated.size": _i(
+        COUNTER, "By", "Bytes written to this ledger, replicas included"),
+    "pulsar.broker.managed_ledger.message.incoming.size": _i(COUNTER, "By", "Bytes read from this ledger"),
     "pulsar.broker.managed_ledger.message.incoming.cache.miss.count": _i(
         UP_DOWN, "{operation}", "Reads from this ledger that missed the cache"),
+    "pulsar.broker.managed_ledger.mark_delete.count": _i(
+        COUNTER, "{operation}", "Mark-delete operations of this ledger's cursors"),
     "pulsar.broker.managed_ledger.backlog.count": _i(UP_DOWN, "{message}", "Backlog of all the ledger's cursors"),
     "pulsar.broker.managed_ledger.message_range.count": _i(
         UP_DOWN, "{range}", "Non-contiguous deleted message ranges of the cursor"),
+    "pulsar.broker.managed_ledger.persist.operation.count": _i(
+        COUNTER, "{operation}", "Cursor state writes to the cursor's storage, by "
+        "pulsar.managed_ledger.cursor.operation.status"),
+    "pulsar.broker.managed_ledger.persist.mds.operation.count": _i(
+        COUNTER, "{operation}", "Cursor state writes to the metadata store, by "
+        "pulsar.managed_ledger.cursor.operation.status"),
+    "pulsar.broker.managed_ledger.cursor.outgoing.size": _i(
+        COUNTER, "{By}", "Bytes of cursor state written, replicas included"),
+    "pulsar.broker.managed_ledger.cursor.outgoing.logical.size": _i(
+        COUNTER, "{By}", "Bytes of cursor state written, without replicas"),
+    "pulsar.broker.managed_ledger.cursor.incoming.size": _i(COUNTER, "{By}", "Bytes of cursor state read"),
     "pulsar.broker.managed_ledger.count": _i(UP_DOWN, "{managed_ledger}", "Managed ledgers"),
     "pulsar.broker.managed_ledger.cache.eviction.count": _i(COUNTER, "{eviction}", "Cache eviction operations"),
     "pulsar.broker.managed_ledger.cache.entry.count": _i(
@@ -133,6 +164,8 @@ INSTRUMENTS: dict[str, Instrument] = {
     "pulsar.broker.managed_ledger.cache.entry.size": _i(UP_DOWN, "{By}", "Bytes of the entries in the cache"),
     "pulsar.broker.managed_ledger.cache.operation.count": _i(
         COUNTER, "{entry}", "Cache lookups, by pulsar.managed_ledger.cache.operation.status"),
+    "pulsar.broker.managed_ledger.cache.operation.size": _i(
+        COUNTER, "{By}", "Bytes looked up in the cache, by pulsar.managed_ledger.cache.operation.status"),
     # -- transactions: coordinators (OpenTelemetryTransactionCoordinatorStats), pending acks --
     "pulsar.broker.transaction.coordinator.transaction.count": _i(
         UP_DOWN, "{transaction}", "Transactions handled by the coordinator, by pulsar.transaction.status"),
@@ -140,12 +173,17 @@ INSTRUMENTS: dict[str, Instrument] = {
         COUNTER, "{entry}", "Transaction metadata entries appended by the coordinator"),
     "pulsar.broker.transaction.pending.ack.store.transaction.count": _i(
         COUNTER, "{transaction}", "Transactions handled by the subscription's pending ack store"),
+    "pulsar.broker.transaction.buffer.client.pending.count": _i(
+        UP_DOWN, "{transaction}", "Transaction ends on topics in flight from this broker's coordinators"),
     # -- metadata store (Pulsar's metrics reference) --
     "pulsar.broker.metadata.store.outgoing.size": _i(COUNTER, "{By}", "Bytes written to the metadata store"),
     # -- connections (PulsarStats) --
     "pulsar.broker.connection.count": _i(UP_DOWN, "{connection}", "Connections, by pulsar.connection.status"),
     "pulsar.broker.connection.create.operation.count": _i(
         UP_DOWN, "{operation}", "Connection create operations, by pulsar.connection.create.operation.status"),
+    "pulsar.broker.connection.rate_limit.count": _i(
+        COUNTER, "{operation}", "Times connections stopped or started being read, by "
+        "pulsar.connection.rate_limit.operation.name"),
     # -- authentication (AuthenticationMetrics, AuthenticationMetricsToken: their own scope) --
     "pulsar.authentication.operation.count": _i(COUNTER, "{operation}", "Authentication operations", AUTH_SCOPE),
     "pulsar.authentication.token.expired.count": _i(COUNTER, "{token}", "Expired tokens", AUTH_SCOPE),
@@ -156,6 +194,9 @@ HISTOGRAMS: dict[str, Instrument] = {
     "pulsar.broker.request.topic.lookup.duration": _i(
         "histogram", "s", "The duration of topic lookup requests (binary or HTTP)"),
     "pulsar.broker.request.schema_registry.duration": _i("histogram", "s", "The duration of Schema Registry requests"),
+    "pulsar.broker.replication.subscription.snapshot.operation.duration": _i(
+        "histogram", "s", "How long replicated-subscription snapshots took, by "
+        "pulsar.replication.subscription.snapshot.operation.result (success, timeout)"),
     "pulsar.authentication.token.expiry.duration": _i(
         "histogram", "s", "The remaining time of expiring token in seconds", AUTH_SCOPE),
 }
@@ -192,9 +233,10 @@ class TopicAttrs:
     quota: tuple[Attrs, ...] = ()  # by pulsar.backlog.quota.type: size, time
     txn: tuple[Attrs, ...] = ()  # by pulsar.transaction.status: active, committed, aborted
     compaction: tuple[Attrs, ...] = ()  # by pulsar.compaction.status: success, failure
+    tb_client: tuple[Attrs, ...] = ()  # transaction ends asked: commit ok / failed, abort ok / failed (on first use)
     ml: Attrs = field(default_factory=dict)  # the managed ledger's (persistent topics)
     ml_ok: Attrs = field(default_factory=dict)  # and with pulsar.managed_ledger.operation.status=success
-    cursors: dict[str, Attrs] = field(default_factory=dict)
+    cursors: dict[str, tuple[Attrs, Attrs, Attrs]] = field(default_factory=dict)  # cursor's; its writes ok, failed
     consumers: dict[tuple[str, str, str, int], Attrs] = field(default_factory=dict)
     producers: dict[tuple[str, int, str], Attrs] = field(default_factory=dict)
     replicators: dict[str, Attrs] = field(default_factory=dict)
@@ -272,7 +314,9 @@ def _topic(out: Snapshot, ctx: AdminContext, sampler: StatsSampler, topic: AnyTo
     out["pulsar.broker.topic.message.incoming.size"].append((tc.bytes_in, a, t0))
     out["pulsar.broker.topic.message.outgoing.size"].append((tc.bytes_out, a, t0))
     out["pulsar.broker.topic.publish.rate.limit.count"].append((tc.rate_limited_times, a, t0))
-    out["pulsar.broker.topic.subscription.delayed.entry.count"].append((0, a, t0))
+    delayed = sum(getattr(sc.sub.dispatcher, "number_of_delayed_messages", 0) for sc in tc.subscriptions
+                  if sc.sub is not None)
+    out["pulsar.broker.topic.subscription.delayed.entry.count"].append((delayed, a, t0))
     _clients(out, topic, ta)
     _replicators(out, topic, ta)
     ledger = getattr(topic, "ledger", None)
@@ -285,48 +329,107 @@ def _topic(out: Snapshot, ctx: AdminContext, sampler: StatsSampler, topic: AnyTo
     out["pulsar.broker.topic.storage.entry.outgoing.count"].append((topic.entries_added, a, t0))
     stats = ledger.add_stats
     out["pulsar.broker.topic.storage.entry.incoming.count"].append((stats.entries_read, a, t0))
-    quotas = ctx.service.backlog_quotas
-    size_quota = quotas.quota(topic.name, "destination_storage")
-    if size_quota is not None:
-        out["pulsar.broker.topic.storage.backlog.quota.limit.size"].append((size_quota.limit_size, a, t0))
-    time_quota = quotas.quota(topic.name, "message_age")
-    if time_quota is not None:
-        out["pulsar.broker.topic.storage.backlog.quota.limit.time"].append((time_quota.limit_time, a, t0))
+    # As Pulsar's: the limits in force and the oldest backlog's age, -1 where there is none.
+    quotas = ctx.service.policies.get(topic.name, BACKLOG_QUOTAS)
+    size_limit, time_limit = quotas[DESTINATION_STORAGE].limit_size, quotas[MESSAGE_AGE].limit_time
+    out["pulsar.broker.topic.storage.backlog.quota.limit.size"].append((max(size_limit, -1), a, t0))
+    out["pulsar.broker.topic.storage.backlog.quota.limit.time"].append((max(time_limit, -1), a, t0))
     evictions = getattr(topic, "backlog_quota_evictions", {})
     eviction = out["pulsar.broker.topic.storage.backlog.quota.eviction.count"]
     for (quota, _label), qa in zip(_QUOTA_TYPES, ta.quota, strict=True):
         eviction.append((evictions.get(quota, 0), qa, t0))
     age = getattr(topic, "oldest_backlog_age_s", None)
-    if age is not None:
-        out["pulsar.broker.topic.storage.backlog.age"].append((age, a, t0))
+    out["pulsar.broker.topic.storage.backlog.age"].append((-1 if age is None else age, a, t0))
     buffer = getattr(topic, "txn_buffer", None)
     if buffer is not None:
         txn = out["pulsar.broker.topic.transaction.count"]
         for n, txa in zip((len(buffer.ongoing), buffer.committed_count, buffer.aborted_count), ta.txn, strict=True):
             txn.append((n, txa, t0))
+        _txn_buffer_client(out, ctx, ta)
     compactor = getattr(topic, "compactor", None)
     if compactor is not None and compactor.record.runs:
-        r = compactor.record
-        out["pulsar.broker.topic.compaction.removed.message.count"].append((r.removed_entries, a, t0))
-        ops = out["pulsar.broker.topic.compaction.operation.count"]
-        ops.append((r.succeeded, ta.compaction[0], t0))
-        ops.append((r.failed, ta.compaction[1], t0))
-        out["pulsar.broker.topic.compaction.compacted.entry.count"].append((r.compacted_entries, a, t0))
-        out["pulsar.broker.topic.compaction.compacted.entry.size"].append((r.compacted_bytes, a, t0))
-    out["pulsar.broker.managed_ledger.message.outgoing.count"].append((topic.entries_added, ta.ml_ok, t0))
-    out["pulsar.broker.managed_ledger.message.incoming.count"].append((stats.entries_read, ta.ml_ok, t0))
-    out["pulsar.broker.managed_ledger.message.incoming.cache.miss.count"].append(
-        (stats.read_ops_cache_missed, ta.ml, t0))
-    out["pulsar.broker.managed_ledger.backlog.count"].append((sum(s.backlog for s in tc.subscriptions), ta.ml, t0))
+        _compaction(out, compactor.record, ta)
+    ml, ml_ok = ta.ml, ta.ml_ok
+    out["pulsar.broker.managed_ledger.message.outgoing.count"].append((topic.entries_added, ml_ok, t0))
+    # (Bytes written: what the topic took in, as /metrics' AddEntryBytesRate, times the copies BookKeeper keeps
+    # (one for the file ledger); bytes read: what its subscriptions were sent, as ReadEntriesBytesRate.)
+    copies = getattr(ctx.service.ledger_factory, "write_quorum", 1)
+    out["pulsar.broker.managed_ledger.message.outgoing.logical.size"].append((tc.bytes_in, ml, t0))
+    out["pulsar.broker.managed_ledger.message.outgoing.replicated.size"].append((tc.bytes_in * copies, ml, t0))
+    out["pulsar.broker.managed_ledger.message.incoming.count"].append((stats.entries_read, ml_ok, t0))
+    out["pulsar.broker.managed_ledger.message.incoming.size"].append((tc.bytes_out, ml, t0))
+    out["pulsar.broker.managed_ledger.message.incoming.cache.miss.count"].append((stats.read_ops_cache_missed, ml, t0))
+    out["pulsar.broker.managed_ledger.mark_delete.count"].append((stats.mark_delete_ops, ml, t0))
+    out["pulsar.broker.managed_ledger.backlog.count"].append((sum(s.backlog for s in tc.subscriptions), ml, t0))
+    _cursors(out, ledger, ta)
+
+
+def _compaction(out: Snapshot, r: CompactionRecord, ta: TopicAttrs) -> None:
+    """OpenTelemetryTopicStats' compaction instruments, for a topic compacted at least once."""
+    a, t0 = ta.base, ta.start_ns
+    out["pulsar.broker.topic.compaction.removed.message.count"].append((r.removed_entries, a, t0))
+    ops = out["pulsar.broker.topic.compaction.operation.count"]
+    ops.append((r.succeeded, ta.compaction[0], t0))
+    ops.append((r.failed, ta.compaction[1], t0))
+    out["pulsar.broker.topic.compaction.duration"].append((r.duration_ms / 1000.0, a, t0))
+    out["pulsar.broker.topic.compaction.incoming.size"].append((r.read_bytes, a, t0))
+    out["pulsar.broker.topic.compaction.outgoing.size"].append((r.write_bytes, a, t0))
+    out["pulsar.broker.topic.compaction.compacted.entry.count"].append((r.compacted_entries, a, t0))
+    out["pulsar.broker.topic.compaction.compacted.entry.size"].append((r.compacted_bytes, a, t0))
+
+
+def _txn_buffer_client(out: Snapshot, ctx: AdminContext, ta: TopicAttrs) -> None:
+    """The ends of transactions on this topic this broker's coordinators asked for, by status and outcome
+    (Pulsar's PersistentTopicAttributes: the topic's attributes without pulsar.domain)."""
+    transactions = ctx.service.transactions
+    if transactions is None:
+        return
+    ends: Sequence[int] = transactions.tb_client_stats.by_topic_name.get(ta.topic.full_name) or _NO_ENDS
+    if not ta.tb_client:
+        common = {k: v for k, v in ta.base.items() if k != "pulsar.domain"}
+        ta.tb_client = tuple({**common, "pulsar.transaction.status": status,
+                              "pulsar.transaction.buffer.client.operation.status": outcome}
+                             for status in ("committed", "aborted") for outcome in ("success", "failure"))
+    ops, t0 = out["pulsar.broker.topic.transaction.buffer.client.operation.count"], ta.start_ns
+    for n, attrs in zip(ends, ta.tb_client, strict=True):
+        ops.append((n, attrs, t0))
+
+
+_NO_ENDS = (0, 0, 0, 0)
+_NO_CURSOR_STATS = CursorStats()  # (a cursor whose state was never written: zeros)
+
+
+def _cursors(out: Snapshot, ledger: Any, ta: TopicAttrs) -> None:
+    """OpenTelemetryManagedCursorStats: each cursor's deleted ranges and state writes (ManagedCursorAttributes)."""
+    t0 = ta.start_ns
     ranges = out["pulsar.broker.managed_ledger.message_range.count"]
+    persist = out["pulsar.broker.managed_ledger.persist.operation.count"]
+    persist_mds = out["pulsar.broker.managed_ledger.persist.mds.operation.count"]
+    written = out["pulsar.broker.managed_ledger.cursor.outgoing.size"]
+    written_logical = out["pulsar.broker.managed_ledger.cursor.outgoing.logical.size"]
+    read = out["pulsar.broker.managed_ledger.cursor.incoming.size"]
+    cursor_stats = getattr(ledger, "cursor_stats", {})
     cursors = {}
     for name, cursor in ledger.cursors.items():
-        ca = ta.cursors.get(name)
-        if ca is None:
-            ca = {**ta.ml, "pulsar.managed_ledger.cursor.name": name}
-        cursors[name] = ca
+        attrs = ta.cursors.get(name)
+        if attrs is None:
+            named = {**ta.ml, "pulsar.managed_ledger.cursor.name": name}
+            attrs = (named, {**named, _CURSOR_STATUS: "success"}, {**named, _CURSOR_STATUS: "failure"})
+        cursors[name] = attrs
+        ca, ok, failed = attrs
         ranges.append((cursor.individually_deleted.range_count(), ca, t0))
+        st = cursor_stats.get(name) or _NO_CURSOR_STATS
+        persist.append((st.persist_ledger_succeed, ok, t0))
+        persist.append((st.persist_ledger_errors, failed, t0))
+        persist_mds.append((st.persist_zookeeper_succeed, ok, t0))
+        persist_mds.append((st.persist_zookeeper_errors, failed, t0))
+        written.append((st.write_ledger_size, ca, t0))
+        written_logical.append((st.write_ledger_logical_size, ca, t0))
+        read.append((st.read_ledger_size, ca, t0))
     ta.cursors = cursors
+
+
+_CURSOR_STATUS = "pulsar.managed_ledger.cursor.operation.status"
 
 
 def _clients(out: Snapshot, topic: AnyTopic, ta: TopicAttrs) -> None:
@@ -357,10 +460,10 @@ def _clients(out: Snapshot, topic: AnyTopic, ta: TopicAttrs) -> None:
             consumers[key] = ca
             out["pulsar.broker.consumer.message.outgoing.count"].append((c.msg_out, ca, t0))
             out["pulsar.broker.consumer.message.outgoing.size"].append((c.bytes_out, ca, t0))
+            out["pulsar.broker.consumer.message.ack.count"].append((c.msg_ack_counter, ca, t0))
             out["pulsar.broker.consumer.message.redeliver.count"].append((c.redelivered, ca, t0))
             out["pulsar.broker.consumer.message.unack.count"].append((c.unacked_messages, ca, t0))
-            blocked = 1 if getattr(c, "blocked", False) else 0
-            out["pulsar.broker.consumer.message.unack.blocked"].append((blocked, ca, t0))
+            out["pulsar.broker.consumer.blocked"].append((1 if c.blocked else 0, ca, t0))
             out["pulsar.broker.consumer.permit.count"].append((max(c.permits, 0), ca, t0))
     ta.consumers, ta.pending_acks = consumers, pending
     producers: dict[tuple[str, int, str], Attrs] = {}
@@ -426,6 +529,8 @@ _CACHE_ENTRY = {s: {"pulsar.managed_ledger.cache.entry.status": s} for s in ("ac
 _CACHE_OP = {s: {"pulsar.managed_ledger.cache.operation.status": s} for s in ("hit", "miss")}
 _COORDINATOR_STATUSES = ("aborted", "active", "committed", "created", "timeout")
 _METADATA_STORE = {"pulsar.metadata.store.name": METADATA_STORE_NAME}
+_RATE_LIMIT_OPERATIONS = ("paused", "resumed", "throttled", "unthrottled")
+_RATE_LIMIT = {s: {"pulsar.connection.rate_limit.operation.name": s} for s in _RATE_LIMIT_OPERATIONS}
 
 
 def _broker(out: Snapshot, ctx: AdminContext, t0: int) -> None:
@@ -448,6 +553,11 @@ def _broker(out: Snapshot, ctx: AdminContext, t0: int) -> None:
                 out["pulsar.broker.transaction.coordinator.transaction.count"].append(
                     (n, {**ids, "pulsar.transaction.status": status}, t0))
             out["pulsar.broker.transaction.coordinator.append.log.count"].append((tc.log.appended, ids, t0))
+        out["pulsar.broker.transaction.buffer.client.pending.count"].append(
+            (transactions.tb_client_stats.pending, _NO_ATTRS, t0))
+    started = service.snapshot_stats.started
+    if started:  # (a synchronous counter in Pulsar: there once a snapshot began)
+        out["pulsar.broker.replication.subscription.snapshot.operation.count"].append((started, _NO_ATTRS, t0))
     store_stats = getattr(service.metadata_store, "stats", None)
     if store_stats is not None:
         out["pulsar.broker.metadata.store.outgoing.size"].append((store_stats.put_bytes, _METADATA_STORE, t0))
@@ -459,6 +569,9 @@ def _broker(out: Snapshot, ctx: AdminContext, t0: int) -> None:
     creates = out["pulsar.broker.connection.create.operation.count"]
     creates.append((process.connections_created - process.connections_refused, _CREATE["success"], t0))
     creates.append((process.connections_refused, _CREATE["failure"], t0))
+    throttles, limits = process.throttle_counts, out["pulsar.broker.connection.rate_limit.count"]
+    for operation in _RATE_LIMIT_OPERATIONS:
+        limits.append((getattr(throttles, operation), _RATE_LIMIT[operation], t0))
     _authentication(out, ctx, t0)
 
 
@@ -475,9 +588,12 @@ def _cache(out: Snapshot, ctx: AdminContext, t0: int) -> None:
                       ("evicted", evicted)):
         out["pulsar.broker.managed_ledger.cache.entry.count"].append((n, _CACHE_ENTRY[status], t0))
     out["pulsar.broker.managed_ledger.cache.entry.size"].append((getattr(cache, "size", 0), _NO_ATTRS, t0))
-    for status, attr in (("hit", "cache_hits_total"), ("miss", "cache_misses_total")):
+    for status, ops, nbytes in (("hit", "cache_hits_total", "cache_hit_bytes_total"),
+                                ("miss", "cache_misses_total", "cache_miss_bytes_total")):
         out["pulsar.broker.managed_ledger.cache.operation.count"].append(
-            (getattr(storage, attr, 0), _CACHE_OP[status], t0))
+            (getattr(storage, ops, 0), _CACHE_OP[status], t0))
+        out["pulsar.broker.managed_ledger.cache.operation.size"].append(
+            (getattr(storage, nbytes, 0), _CACHE_OP[status], t0))
 
 
 def _authentication(out: Snapshot, ctx: AdminContext, t0: int) -> None:

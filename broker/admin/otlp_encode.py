@@ -26,9 +26,8 @@ CUMULATIVE = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 _U64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
 _SFIXED64 = struct.Struct("<q")
-# One data point's numbers: start (field 2) and time (field 3), fixed64 each, then the value.
-_TIMES = struct.Struct("<BQBQ")
-_TIME = struct.Struct("<BQ")
+# A data point's start (field 2) and time (field 3): a tag and a fixed64 each.
+_START = struct.Struct("<BQ")
 _TAG_START, _TAG_TIME = 0x11, 0x19  # fields 2 and 3, wire type 1 (64-bit)
 _TAG_DOUBLE, _TAG_INT = b"\x21", b"\x31"  # as_double (4) and as_int (6), wire type 1
 
@@ -65,6 +64,11 @@ def attributes(attrs: Mapping[str, object], number: int) -> bytes:
     return b"".join(field(number, field(1, k.encode()) + field(2, any_value(v))) for k, v in attrs.items())
 
 
+# A point's bytes before its value, for one attribute dict: (the dict, start ns, value is an int, head, the
+# encoded attributes).
+Head = tuple[Mapping[str, object], int, bool, bytes, bytes]
+
+
 class AttributeBytes:
     """Encoded attribute sets, by the identity of the dict they came from. An entry holds its dict, so
     the id cannot be reused while the entry lives; entries not used by the last request are dropped."""
@@ -72,6 +76,9 @@ class AttributeBytes:
     def __init__(self) -> None:
         self._cache: dict[int, tuple[Mapping[str, object], bytes]] = {}
         self._used: dict[int, tuple[Mapping[str, object], bytes]] = {}
+        # PointWriter's heads, kept the same way: (gauges' points, without a start time; sums').
+        self.heads: tuple[dict[int, Head], ...] = ({}, {})
+        self._heads_used: tuple[dict[int, Head], ...] = ({}, {})
 
     def __call__(self, attrs: Mapping[str, object]) -> bytes:
         key = id(attrs)
@@ -85,6 +92,7 @@ class AttributeBytes:
 
     def end(self) -> None:
         self._cache, self._used = self._used, {}
+        self.heads, self._heads_used = self._heads_used, ({}, {})
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -101,13 +109,49 @@ class Instrument:
 
 
 def data_point(attrs: bytes, start_ns: int, now_ns: int, value: float) -> bytes:
-    """A NumberDataPoint as a data_points field; ``start_ns`` 0 (a gauge's) is left out, as the SDK does."""
-    body = _TIMES.pack(_TAG_START, start_ns, _TAG_TIME, now_ns) if start_ns else _TIME.pack(_TAG_TIME, now_ns)
+    """A NumberDataPoint as a data_points field; ``start_ns`` 0 (a gauge's) is left out, as the SDK does. The
+    time comes last (protobuf fields may come in any order): all the bytes before it but the value are then
+    the same from one export to the next (``PointWriter``)."""
+    body = _START.pack(_TAG_START, start_ns) if start_ns else b""
     if isinstance(value, int) and not isinstance(value, bool):
         body += _TAG_INT + _SFIXED64.pack(value)
     else:
         body += _TAG_DOUBLE + _DOUBLE.pack(float(value))
-    return field(1, body + attrs)
+    return field(1, body + attrs + _START.pack(_TAG_TIME, now_ns))
+
+
+class PointWriter:
+    """``data_point`` for many points, faster: all of a point's bytes before its value depend on its attribute
+    set, start time and value type only, so they are built once per attribute dict (an entity's attributes
+    always come with its start time) and kept from one export to the next with the attribute bytes
+    (``AttributeBytes``, dropped with them); a point is head + packed value + attribute bytes + time."""
+
+    def __init__(self, now_ns: int, encoded: AttributeBytes) -> None:
+        self.encoded = encoded
+        self.time = _START.pack(_TAG_TIME, now_ns)
+
+    def points(self, chunk: Sequence[tuple[float, Mapping[str, object], int]], keep_start: bool) -> list[bytes]:
+        kept, used, out = self.encoded.heads[keep_start], self.encoded._heads_used[keep_start], []
+        pack_int, pack_double, time = _SFIXED64.pack, _DOUBLE.pack, self.time
+        for value, attrs, t0 in chunk:
+            start = t0 if keep_start else 0
+            is_int = type(value) is int  # (a bool is written as a double, as data_point does)
+            key = id(attrs)
+            head = used.get(key)
+            if head is None or head[1] != start or head[2] is not is_int or head[0] is not attrs:
+                head = kept.get(key)
+                if head is None or head[1] != start or head[2] is not is_int or head[0] is not attrs:
+                    head = self._head(attrs, start, is_int)
+                used[key] = head
+            out.append(head[3] + (pack_int(value) if is_int else pack_double(float(value))) + head[4] + time)
+        return out
+
+    def _head(self, attrs: Mapping[str, object], start_ns: int, is_int: bool) -> Head:
+        attr_bytes = self.encoded(attrs)
+        start = _START.pack(_TAG_START, start_ns) if start_ns else b""
+        length = len(start) + 9 + len(attr_bytes) + 9
+        return attrs, start_ns, is_int, b"\x0a" + varint(length) + start + (_TAG_INT if is_int else _TAG_DOUBLE), \
+            attr_bytes
 
 
 def metric(instrument: Instrument, points: Sequence[bytes]) -> bytes:
@@ -134,6 +178,7 @@ def requests(resource: Mapping[str, object], scopes: Sequence[tuple[str, str, Se
         scope_bodies.clear()
         return body
 
+    writer = PointWriter(now_ns, encoded)
     for scope_name, version, instruments in scopes:
         scope_header = field(1, field(1, scope_name.encode()) + field(2, version.encode()))
         metrics: list[bytes] = []
@@ -144,9 +189,7 @@ def requests(resource: Mapping[str, object], scopes: Sequence[tuple[str, str, Se
                 chunk = points[start:start + room]
                 start += len(chunk)
                 n += len(chunk)
-                keep_start = not instrument.is_gauge
-                metrics.append(field(2, metric(instrument, [data_point(encoded(a), t0 if keep_start else 0, now_ns, v)
-                                                           for v, a, t0 in chunk])))
+                metrics.append(field(2, metric(instrument, writer.points(chunk, not instrument.is_gauge))))
                 if n >= max_points:
                     scope_bodies.append(field(2, scope_header + b"".join(metrics)))
                     metrics = []

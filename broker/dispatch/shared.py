@@ -83,6 +83,10 @@ class SharedDispatcher(Dispatcher):
     def type_name(self) -> str:
         return "Shared"
 
+    @property
+    def number_of_delayed_messages(self) -> int:  # (Pulsar's Dispatcher.getNumberOfDelayedMessages: entries held)
+        return len(self._delayed_set)
+
     # -- replay set --------------------------------------------------------------------------------
     def add_to_replay(self, positions: list[Position]) -> None:
         for p in positions:

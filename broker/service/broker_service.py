@@ -41,9 +41,8 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.operation_stats import LookupStats, TopicLoadStats
+from broker.service.operation_stats import LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.remote_producer import RemoteError, client_credentials
-from broker.service.replicated_subscriptions import SnapshotStats
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
@@ -139,7 +138,7 @@ class BrokerService:
         # Lookups and topic loads, for Pulsar's pulsar_broker_lookup* and pulsar_topic_load_* metrics.
         self.lookup_stats = LookupStats()
         self.topic_load_stats = TopicLoadStats()
-        self.replicated_snapshot_stats = SnapshotStats()  # (pulsar_replicated_subscriptions_*)
+        self.snapshot_stats = SnapshotStats()  # replicated subscriptions' snapshots (pulsar_replicated_subscriptions_*)
         # The outcome of the last periodic health check (pulsar_health): -1 none yet, 1 passed, 0 failed.
         self.health_check_status = -1
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,

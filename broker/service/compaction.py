@@ -196,6 +196,9 @@ class CompactionRecord:
     failed: int = 0
     removed_entries: int = 0  # entries read and left out of the compacted view, all runs
     last_duration_ms: int = 0
+    duration_ms: int = 0  # all runs (Pulsar's compactionDurationTimeInMills, OTel's compaction.duration)
+    read_bytes: int = 0  # read by all runs (OTel's compaction.incoming.size)
+    write_bytes: int = 0  # written to compacted ledgers by all runs (OTel's compaction.outgoing.size)
     last_read_bytes_per_s: float = 0.0
     last_write_bytes_per_s: float = 0.0
     compacted_entries: int = 0  # in the current compacted view
@@ -255,6 +258,7 @@ class Compactor:
             self.record.failed += 1
         finally:
             self.record.last_duration_ms = int((time.monotonic() - started) * 1000)
+            self.record.duration_ms += self.record.last_duration_ms
 
     async def compact(self) -> CompactedView:
         topic = self.topic
@@ -281,7 +285,10 @@ class Compactor:
         await ledger.close()
         elapsed = max(time.monotonic() - started, 1e-9)
         record.removed_entries += len(entries) - len(kept)
-        record.last_read_bytes_per_s = sum(len(e.data) for e in entries) / elapsed
+        read = sum(len(e.data) for e in entries)
+        record.read_bytes += read
+        record.write_bytes += written
+        record.last_read_bytes_per_s = read / elapsed
         record.last_write_bytes_per_s = written / elapsed
         record.compacted_entries, record.compacted_bytes = len(kept), written
         view = CompactedView(horizon, kept, name)

@@ -75,8 +75,8 @@ class Consumer:
 
     __slots__ = (
         "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "headers",
-        "key_shared_meta",
-        "last_acked", "last_consumed", "metadata", "msg_out", "name", "partition_index",
+        "key_shared_meta", "last_acked", "last_consumed", "metadata", "msg_ack_counter", "msg_out", "name",
+        "partition_index",
         "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered",
         "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
     )
@@ -116,6 +116,7 @@ class Consumer:
         self.msg_out = 0
         self.bytes_out = 0
         self.redelivered = 0
+        self.msg_ack_counter = 0  # messages (entries) this consumer acknowledged (Pulsar's messageAckCounter)
         # Reads the compacted view up to the compaction horizon, then the live topic.
         self.read_compacted = False
         # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.

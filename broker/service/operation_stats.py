@@ -200,6 +200,9 @@ class TxnBufferClientStats:
     def __init__(self, by_topic: bool) -> None:
         self.by_topic = by_topic
         self.by_key: dict[tuple[str, str | None], TxnEndStats] = {}
+        # Per topic, whatever the Prometheus switch (Pulsar's PersistentTopicMetrics, read by OpenTelemetry):
+        # [commits that succeeded, commits that failed, aborts that succeeded, aborts that failed].
+        self.by_topic_name: dict[str, list[int]] = {}
         self.pending = 0
 
     def start(self) -> float:
@@ -212,6 +215,10 @@ class TxnBufferClientStats:
         stats = self.by_key.get(key)
         if stats is None:
             stats = self.by_key[key] = TxnEndStats()
+        ends = self.by_topic_name.get(topic)
+        if ends is None:
+            ends = self.by_topic_name[topic] = [0, 0, 0, 0]
+        ends[(0 if commit else 2) + failed] += 1
         if failed:
             if commit:
                 stats.commit_failed += 1
@@ -272,3 +279,34 @@ class PendingAckStats:
     def rotate(self) -> None:
         for s in self.by_key.values():
             s.commit.rotate()
+
+
+_SNAPSHOT_SUCCESS = {"pulsar.replication.subscription.snapshot.operation.result": "success"}
+_SNAPSHOT_TIMEOUT = {"pulsar.replication.subscription.snapshot.operation.result": "timeout"}
+
+
+class SnapshotStats:
+    """The broker's replicated-subscription snapshots, for Prometheus (Pulsar's static ReplicatedSubscriptionsController
+    and snapshot builder metrics: pulsar_replicated_subscriptions_*) and OpenTelemetry (its
+    OpenTelemetryReplicatedSubscriptionStats): begun, being gathered now, written (and the time they took), given up
+    after replicatedSubscriptionsSnapshotTimeoutSeconds. ``seen`` once a controller was made, as Pulsar's Prometheus
+    metrics exist once its class was loaded."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.started = self.pending = self.succeeded = self.timed_out = 0
+        self.succeeded_ms = 0.0
+        self.histogram = UNBOUND  # pulsar.broker.replication.subscription.snapshot.operation.duration, once bound
+
+    def begun(self) -> None:
+        self.started += 1
+        self.pending += 1
+
+    def ended(self, seconds: float, *, written: bool) -> None:
+        self.pending -= 1
+        if written:
+            self.succeeded += 1
+            self.succeeded_ms += seconds * 1000.0
+        else:
+            self.timed_out += 1
+        self.histogram.record(seconds, _SNAPSHOT_SUCCESS if written else _SNAPSHOT_TIMEOUT)

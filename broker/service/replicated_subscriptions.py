@@ -40,6 +40,7 @@ from broker.tasks import OwnedTasks
 from managed_ledger import Position
 
 if TYPE_CHECKING:
+    from broker.service.operation_stats import SnapshotStats
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
 
@@ -106,19 +107,6 @@ class SnapshotCache:
         return len(self._snapshots)
 
 
-class SnapshotStats:
-    """The broker's snapshots (Pulsar's static ReplicatedSubscriptionsController and snapshot builder metrics):
-    being gathered now, given up on (timed out), and the time the completed ones took. ``seen`` once a
-    controller was made, as Pulsar's metrics exist once its class was loaded."""
-
-    def __init__(self) -> None:
-        self.seen = False
-        self.pending = 0
-        self.timed_out = 0
-        self.completed = 0
-        self.completed_ms = 0.0
-
-
 @dataclass
 class _Pending:
     """A snapshot being gathered: the clusters' answers, round one then round two."""
@@ -146,7 +134,7 @@ class ReplicatedSubscriptionsController:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks = OwnedTasks(f"replicated subscriptions of {topic.name}")  # subscription moves under way
         self.closed = False
-        self.stats: SnapshotStats = topic.service.replicated_snapshot_stats
+        self.stats: SnapshotStats = topic.service.snapshot_stats
         self.stats.seen = True
 
     def start(self) -> None:
@@ -176,8 +164,7 @@ class ReplicatedSubscriptionsController:
             if now - pending.started > self.timeout_s:
                 log.info("replicated subscriptions of %s: snapshot %s timed out", self.topic.name, snapshot_id)
                 del self.pending[snapshot_id]
-                self.stats.pending -= 1
-                self.stats.timed_out += 1
+                self.stats.ended(now - pending.started, written=False)
         remotes = frozenset(r for r, rep in self.topic.replicators.items() if rep.connected)
         if not remotes or self.pending or not any(s.replicated for s in self.topic.subscriptions.values()):
             return
@@ -186,7 +173,7 @@ class ReplicatedSubscriptionsController:
         self._last_snapshot_entries = self.topic.data_entries_added
         snapshot_id = str(uuid.uuid4())
         self.pending[snapshot_id] = _Pending(now, remotes, self.topic.data_entries_added)
-        self.stats.pending += 1
+        self.stats.begun()
         self._request(snapshot_id)
 
     def _request(self, snapshot_id: str) -> None:
@@ -206,9 +193,7 @@ class ReplicatedSubscriptionsController:
             self._request(response.snapshot_id)
             return
         del self.pending[response.snapshot_id]
-        self.stats.pending -= 1
-        self.stats.completed += 1
-        self.stats.completed_ms += (time.monotonic() - pending.started) * 1000.0
+        self.stats.ended(time.monotonic() - pending.started, written=True)
         snapshot = mk.Snapshot(snapshot_id=response.snapshot_id,
                                local_message_id=_cluster_position(self.local_cluster, position).message_id,
                                clusters=list(pending.responses.values()))

@@ -277,6 +277,7 @@ class Subscription:
         consumer.last_acked = now
         self.last_acked = now
         self.msg_ack_counter += len(positions)
+        consumer.msg_ack_counter += len(positions)
         if self.cursor.mark_delete_position != before:
             self.last_mark_delete_advanced = now
             self.mark_delete_moved()

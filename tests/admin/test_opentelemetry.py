@@ -27,9 +27,19 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from broker.admin.otel import SCOPE, OpenTelemetryExport, _request_sender
-from broker.admin.otel_instruments import HISTOGRAMS, INSTRUMENTS, AttributeCache, Snapshot, take_snapshot
+from broker.admin.otel_instruments import (
+    COUNTER,
+    GAUGE,
+    HISTOGRAMS,
+    INSTRUMENTS,
+    UP_DOWN,
+    AttributeCache,
+    Snapshot,
+    take_snapshot,
+)
 from broker.embedded import Broker, BrokerThread
 from broker.topic_name import TopicName
+from tests.admin.conftest import Admin, rest_path
 from tests.component.wire import port_of
 from tests.e2e.test_geo_replication import Pair, link
 from tests.security.conftest import expiring_token
@@ -40,17 +50,15 @@ from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
 OTLP_WAIT_S = 30.0
-# Instruments only there in situations this test does not set up: a backlog quota, a time quota's
-# backlog age, a compacted topic, a non-persistent producer, a schema compatibility check,
-# replication (test_replicator_instruments), transactions (test_transaction_instruments), authentication.
-CONDITIONAL = {"pulsar.broker.topic.storage.backlog.quota.limit.size",
-               "pulsar.broker.topic.storage.backlog.quota.limit.time", "pulsar.broker.topic.storage.backlog.age",
-               "pulsar.broker.topic.compaction.removed.message.count", "pulsar.broker.topic.compaction.operation.count",
-               "pulsar.broker.topic.compaction.compacted.entry.count",
-               "pulsar.broker.topic.compaction.compacted.entry.size", "pulsar.broker.producer.message.drop.count",
+# Instruments only there in situations this test does not set up: a compacted topic
+# (test_compaction_instruments), a non-persistent producer, a schema compatibility check, replication
+# (test_replicator_instruments), transactions (test_transaction_instruments), authentication.
+CONDITIONAL = {"pulsar.broker.producer.message.drop.count",
                "pulsar.broker.operation.schema_registry.compatibility_check.count",
+               "pulsar.broker.topic.transaction.buffer.client.operation.count",
                *(n for n in (*INSTRUMENTS, *HISTOGRAMS) if n.startswith(
-                   ("pulsar.broker.replication.", "pulsar.broker.transaction.", "pulsar.authentication.")))}
+                   ("pulsar.broker.topic.compaction.", "pulsar.broker.replication.", "pulsar.broker.transaction.",
+                    "pulsar.authentication.")))}
 
 
 class OtlpReceiver:
@@ -161,6 +169,8 @@ def export_to(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
     export_to(receiver, monkeypatch)
     topic = f"persistent://public/default/otel-{uuid.uuid4().hex[:8]}-partition-1"
+    base = topic.rsplit("-partition-", 1)[0]
+    ledger_name = TopicName.parse(topic).persistence_path
     with BrokerThread(clusterName="otel-cluster") as broker:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
         try:
@@ -174,12 +184,16 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
 
             def exported() -> dict[str, Any] | None:
                 got = receiver.latest()
-                incoming = got.get("pulsar.broker.topic.message.incoming.count")
-                if incoming is None:
+                if not {"pulsar.broker.topic.message.incoming.count", "pulsar.broker.consumer.message.ack.count",
+                        "pulsar.broker.managed_ledger.persist.operation.count"} <= set(got):
                     return None
-                mine = [v for attrs, v in points(incoming[0]) if attrs.get("pulsar.topic") == topic.rsplit(
-                    "-partition-", 1)[0]]
-                return got if mine and mine[0] >= 4 else None
+                incoming = of_topic(got, "pulsar.broker.topic.message.incoming.count", "pulsar.topic", base)
+                acked = of_topic(got, "pulsar.broker.consumer.message.ack.count", "pulsar.topic", base)
+                # (the cursor's state is written a little after the acks)
+                persisted = [v for a, v in points(got["pulsar.broker.managed_ledger.persist.operation.count"][0])
+                             if a["pulsar.managed_ledger.name"] == ledger_name
+                             and a["pulsar.managed_ledger.cursor.operation.status"] == "success"]
+                return got if incoming >= 4 and acked >= 4 and sum(persisted) >= 1 else None
 
             got = wait_for(exported, OTLP_WAIT_S, "pulsar.broker.* metrics at the OTLP receiver")
             # (What arrived are the requests otlp_encode wrote, sent through the OTLP/HTTP exporter.)
@@ -231,6 +245,46 @@ def test_pulsar_otel_metrics_exported_over_otlp(receiver: OtlpReceiver, monkeypa
     outgoing = [v for a, v in points(got["pulsar.broker.managed_ledger.message.outgoing.count"][0])
                 if a["pulsar.managed_ledger.operation.status"] == "success"]
     assert sum(outgoing) >= 4
+    # Acknowledgments, per consumer; blocked on unacknowledged messages: an UpDownCounter, 0 or 1.
+    (ack_attrs, acked), = [p for p in points(got["pulsar.broker.consumer.message.ack.count"][0])
+                           if p[0].get("pulsar.consumer.name") == "otel-consumer"]
+    assert acked == 4 and ack_attrs == c_attrs and got["pulsar.broker.consumer.message.ack.count"][0].unit == "{ack}"
+    blocked = got["pulsar.broker.consumer.blocked"][0]
+    assert not blocked.sum.is_monotonic and blocked.unit == "1"
+    assert [v for a, v in points(blocked) if a == c_attrs] == [0]
+    # The managed ledger's bytes and mark-deletes, and its cursor's state writes (ManagedCursorAttributes).
+    ml = {"pulsar.namespace": "public/default", "pulsar.managed_ledger.name": ledger_name}
+    for name in ("pulsar.broker.managed_ledger.message.outgoing.logical.size",
+                 "pulsar.broker.managed_ledger.message.outgoing.replicated.size",
+                 "pulsar.broker.managed_ledger.message.incoming.size"):
+        (value,) = [v for a, v in points(got[name][0]) if a == ml]
+        assert value >= 400 and got[name][0].unit == "By" and got[name][0].sum.is_monotonic, (name, value)
+    (mark_deletes,) = [v for a, v in points(got["pulsar.broker.managed_ledger.mark_delete.count"][0]) if a == ml]
+    assert mark_deletes >= 1
+    cursor = {**ml, "pulsar.managed_ledger.cursor.name": "otel-sub"}
+    persisted = {a["pulsar.managed_ledger.cursor.operation.status"]: v
+                 for a, v in points(got["pulsar.broker.managed_ledger.persist.operation.count"][0])
+                 if {k: a[k] for k in cursor} == cursor}
+    assert persisted["success"] >= 1 and persisted["failure"] == 0
+    (written,) = [v for a, v in points(got["pulsar.broker.managed_ledger.cursor.outgoing.logical.size"][0])
+                  if a == cursor]
+    assert written > 0
+    assert got["pulsar.broker.managed_ledger.cursor.outgoing.size"][0].unit == "{By}"
+    # No quota set: the limits are -1, as Pulsar's defaults (backlogQuotaDefaultLimitBytes / ...Second).
+    for name in ("pulsar.broker.topic.storage.backlog.quota.limit.size",
+                 "pulsar.broker.topic.storage.backlog.quota.limit.time"):
+        assert [v for a, v in points(got[name][0]) if a == attrs] == [-1], name
+    looked_up = {a["pulsar.managed_ledger.cache.operation.status"]: v
+                 for a, v in points(got["pulsar.broker.managed_ledger.cache.operation.size"][0])}
+    assert set(looked_up) == {"hit", "miss"} and sum(looked_up.values()) >= 400
+    limits = {a["pulsar.connection.rate_limit.operation.name"]
+              for a, _ in points(got["pulsar.broker.connection.rate_limit.count"][0])}
+    assert limits == {"paused", "resumed", "throttled", "unthrottled"}
+
+
+def of_topic(got: dict[str, Any], name: str, key: str, value: str) -> float:
+    """The sum of instrument ``name``'s points whose attribute ``key`` is ``value``."""
+    return sum(v for a, v in points(got[name][0]) if a.get(key) == value)
 
 
 def test_off_unless_enabled_pulsars_way(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,6 +382,8 @@ def test_replicator_instruments(receiver: OtlpReceiver, monkeypatch: pytest.Monk
                 admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["otel-a", "otel-b"]})
             topic = f"persistent://{pair.namespace(['otel-a', 'otel-b'])}/replicated"
             on_b = pair.client_b.subscribe(topic, "s")
+            # A replicated subscription: a's topic takes snapshots of both clusters' positions (every second).
+            pair.client_a.subscribe(topic, "r", replicate_subscription_state_enabled=True)
             producer = pair.client_a.create_producer(topic, batching_enabled=False)
             for i in range(5):
                 producer.send(b"r%d" % i)
@@ -353,6 +409,18 @@ def test_replicator_instruments(receiver: OtlpReceiver, monkeypatch: pytest.Monk
             assert backlog and all(v >= 0 for v in backlog.values())
             metric, _, _ = receiver.latest()["pulsar.broker.replication.message.backlog.age"]
             assert metric.WhichOneof("data") == "gauge" and metric.unit == "s"
+
+            def written() -> tuple[int, float] | None:
+                got = receiver.latest().get("pulsar.broker.replication.subscription.snapshot.operation.duration")
+                return None if got is None else histogram_points(got[0]).get(
+                    (("pulsar.replication.subscription.snapshot.operation.result", "success"),))
+
+            count, seconds = wait_for(written, OTLP_WAIT_S, "a replicated-subscription snapshot's duration")
+            assert count >= 1 and 0 < seconds / count < 30
+            got = receiver.latest()
+            assert got["pulsar.broker.replication.subscription.snapshot.operation.duration"][0].unit == "s"
+            begun = receiver.values("pulsar.broker.replication.subscription.snapshot.operation.count", "otel-a")
+            assert begun[()] >= count
         finally:
             pair.close()
 
@@ -398,6 +466,17 @@ async def test_transaction_instruments(receiver: OtlpReceiver, monkeypatch: pyte
     appended = receiver.values("pulsar.broker.transaction.coordinator.append.log.count", "otel-txn")
     assert appended[(("pulsar.transaction.coordinator.id", 0),)] >= 2  # (opened, committed: a record each at least)
     assert pending_ack()[aborted] == 0
+    # The coordinator's end of the transaction on the topic's subscription, through the transaction buffer
+    # client (Pulsar's PersistentTopicAttributes: the topic's attributes without pulsar.domain).
+    ends = {(dict(k)["pulsar.transaction.status"], dict(k)["pulsar.transaction.buffer.client.operation.status"]): v
+            for k, v in receiver.values("pulsar.broker.topic.transaction.buffer.client.operation.count",
+                                        "otel-txn").items() if dict(k)["pulsar.topic"] == topic}
+    assert ends == {("committed", "success"): 1, ("committed", "failure"): 0, ("aborted", "success"): 0,
+                    ("aborted", "failure"): 0}
+    (key,) = [k for k in receiver.values("pulsar.broker.topic.transaction.buffer.client.operation.count",
+                                         "otel-txn") if dict(k)["pulsar.topic"] == topic][:1]
+    assert "pulsar.domain" not in dict(key)
+    assert receiver.values("pulsar.broker.transaction.buffer.client.pending.count", "otel-txn") == {(): 0}
 
 
 def test_authentication_instruments(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -434,3 +513,178 @@ def test_authentication_instruments(receiver: OtlpReceiver, monkeypatch: pytest.
     (failure,) = [dict(k) for k in receiver.values("pulsar.authentication.operation.count", "otel-auth")
                   if dict(k)["pulsar.authentication.result"] == "failure"]
     assert failure["pulsar.authentication.method"] == "token" and failure["pulsar.authentication.error"]
+
+
+RATE_LIMIT_OPERATIONS = ("paused", "resumed", "throttled", "unthrottled")
+
+
+def test_connection_rate_limit_instruments(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer past maxPendingPublishRequestsPerConnection: its connection is throttled and paused, then
+    unthrottled and resumed (Pulsar's ServerCnxThrottleTracker operations)."""
+    export_to(receiver, monkeypatch)
+    with BrokerThread(clusterName="otel-throttle", maxPendingPublishRequestsPerConnection=2) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            producer = client.create_producer("persistent://public/default/otel-throttled", batching_enabled=False)
+            for i in range(200):
+                producer.send_async(b"t%d" % i, None)
+            producer.flush()
+
+            def operations() -> dict[str, float]:
+                return {dict(k)["pulsar.connection.rate_limit.operation.name"]: v for k, v in
+                        receiver.values("pulsar.broker.connection.rate_limit.count", "otel-throttle").items()}
+
+            wait_for(lambda: all(operations().get(o, 0) >= 1 for o in RATE_LIMIT_OPERATIONS), OTLP_WAIT_S,
+                     "the connection's pauses at the OTLP receiver")
+        finally:
+            client.close()
+    got = operations()
+    assert got["resumed"] <= got["paused"] and got["unthrottled"] <= got["throttled"] <= got["paused"]
+    metric, _, _ = receiver.latest()["pulsar.broker.connection.rate_limit.count"]
+    assert metric.sum.is_monotonic and metric.unit == "{operation}"
+
+
+def test_compaction_instruments(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compacted topic: runs by status, time spent, bytes read and written, what the compacted view holds."""
+    export_to(receiver, monkeypatch)
+    topic = "persistent://public/default/otel-compacted"
+    with BrokerThread(clusterName="otel-compaction") as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        admin = Admin(broker.web_url)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(10):
+                producer.send(b"v" * 50, partition_key=f"k{i % 3}")
+            admin.ok("PUT", f"/admin/v2/{rest_path(topic)}/compaction")
+            wait_for(lambda: admin.ok("GET", f"/admin/v2/{rest_path(topic)}/compaction")["status"] == "SUCCESS",
+                     what="compaction")
+
+            def value(name: str) -> float | None:
+                return next((v for k, v in receiver.values(name, "otel-compaction").items()
+                             if dict(k).get("pulsar.topic") == topic), None)
+
+            wait_for(lambda: value("pulsar.broker.topic.compaction.outgoing.size"), OTLP_WAIT_S,
+                     "the compaction series at the OTLP receiver")
+        finally:
+            client.close()
+    read = value("pulsar.broker.topic.compaction.incoming.size")
+    written = value("pulsar.broker.topic.compaction.outgoing.size")
+    assert read is not None and written is not None and read >= 10 * 50 and 3 * 50 <= written < read
+    assert value("pulsar.broker.topic.compaction.compacted.entry.count") == 3
+    assert value("pulsar.broker.topic.compaction.removed.message.count") == 7
+    duration = value("pulsar.broker.topic.compaction.duration")
+    assert duration is not None and 0 <= duration < 60
+    got = receiver.latest()
+    metric = got["pulsar.broker.topic.compaction.duration"][0]
+    assert metric.unit == "s" and not metric.sum.is_monotonic and points(metric)[0][1] == duration
+    statuses = {dict(k)["pulsar.compaction.status"]: v for k, v in receiver.values(
+        "pulsar.broker.topic.compaction.operation.count", "otel-compaction").items()}
+    assert statuses == {"success": 1, "failure": 0}
+
+
+def test_the_otlp_exporter_is_the_version_its_private_request_path_was_checked_with() -> None:
+    """broker/admin/otel.py sends its hand-encoded requests through OTLPMetricExporter._export_batch, a private
+    method read in the versions CHECKED_EXPORTER names. A different installed version must fail here (and the
+    broker falls back to the public export), so whoever upgrades it checks the method again and moves the pin
+    in pyproject.toml with CHECKED_EXPORTER."""
+    import inspect
+    import tomllib
+
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    from broker.admin.otel import CHECKED_EXPORTER, EXPORTER_PACKAGE, checked_exporter, exporter_version
+
+    found = exporter_version()
+    assert checked_exporter(found), f"{EXPORTER_PACKAGE} {found} is outside {CHECKED_EXPORTER}: check _export_batch"
+    (low_major, low_minor), (high_major, high_minor) = CHECKED_EXPORTER
+    pins = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"{EXPORTER_PACKAGE}>={low_major}.{low_minor},<{high_major}.{high_minor}" in pins
+    parameters = list(inspect.signature(OTLPMetricExporter._export_batch).parameters)
+    assert parameters == ["self", "export_request"]
+    assert not checked_exporter((high_major, high_minor, 0)) and not checked_exporter(None)
+
+
+def test_an_unchecked_exporter_version_goes_through_the_public_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    import broker.admin.otel as otel
+
+    exporter = OTLPMetricExporter(endpoint="http://127.0.0.1:9/v1/metrics")
+    try:
+        assert _request_sender(exporter) is not None
+        monkeypatch.setattr(otel, "exporter_version", lambda: (1, 99, 0))
+        assert _request_sender(exporter) is None
+    finally:
+        exporter.shutdown()
+
+
+# Every instrument Apache Pulsar 4.0.7's broker registers (read from its jars: each class that builds an
+# instrument on an OpenTelemetry Meter, in pulsar-broker, managed-ledger, pulsar-broker-common, pulsar-metadata),
+# besides the JVM runtime's, the internal Pulsar clients' and the function worker's.
+PULSAR_4_0_INSTRUMENTS = {
+    *(f"pulsar.broker.topic.{n}" for n in (
+        "subscription.count", "producer.count", "consumer.count", "message.incoming.count",
+        "message.outgoing.count", "message.incoming.size", "message.outgoing.size", "publish.rate.limit.count",
+        "storage.size", "storage.logical.size", "storage.backlog.size", "storage.offloaded.size",
+        "storage.backlog.quota.limit.size", "storage.backlog.quota.limit.time", "storage.backlog.quota.eviction.count",
+        "storage.backlog.age", "storage.entry.outgoing.count", "storage.entry.incoming.count",
+        "compaction.removed.message.count", "compaction.operation.count", "compaction.duration",
+        "compaction.incoming.size", "compaction.outgoing.size", "compaction.compacted.entry.count",
+        "compaction.compacted.entry.size", "transaction.count", "transaction.buffer.client.operation.count",
+        "subscription.delayed.entry.count")),
+    *(f"pulsar.broker.consumer.{n}" for n in (
+        "message.outgoing.count", "message.outgoing.size", "message.ack.count", "message.redeliver.count",
+        "message.unack.count", "blocked", "permit.count")),
+    *(f"pulsar.broker.producer.message.{n}" for n in ("incoming.count", "incoming.size", "drop.count")),
+    *(f"pulsar.broker.replication.message.{n}" for n in (
+        "incoming.count", "outgoing.count", "incoming.size", "outgoing.size", "backlog.count", "backlog.age",
+        "expired.count", "dropped.count")),
+    "pulsar.broker.replication.subscription.snapshot.operation.count",
+    "pulsar.broker.replication.subscription.snapshot.operation.duration",
+    *(f"pulsar.broker.managed_ledger.{n}" for n in (
+        "message.outgoing.count", "message.outgoing.logical.size", "message.outgoing.replicated.size",
+        "backlog.count", "message.incoming.count", "message.incoming.size", "message.incoming.cache.miss.count",
+        "mark_delete.count", "persist.operation.count", "persist.mds.operation.count", "message_range.count",
+        "cursor.outgoing.size", "cursor.outgoing.logical.size", "cursor.incoming.size", "count",
+        "cache.eviction.count", "cache.entry.count", "cache.entry.size", "cache.operation.count",
+        "cache.operation.size", "cache.pool.allocation.active.count", "cache.pool.allocation.size",
+        "inflight.read.limit", "inflight.read.usage")),
+    "pulsar.broker.request.topic.lookup.duration", "pulsar.broker.request.topic.lookup.concurrent.usage",
+    "pulsar.broker.request.topic.lookup.concurrent.limit", "pulsar.broker.topic.load.concurrent.usage",
+    "pulsar.broker.topic.load.concurrent.limit", "pulsar.broker.connection.rate_limit.count",
+    "pulsar.broker.connection.count", "pulsar.broker.connection.create.operation.count",
+    "pulsar.broker.request.schema_registry.duration",
+    "pulsar.broker.operation.schema_registry.compatibility_check.count",
+    "pulsar.broker.transaction.coordinator.transaction.count", "pulsar.broker.transaction.coordinator.append.log.count",
+    "pulsar.broker.transaction.pending.ack.store.transaction.count",
+    "pulsar.broker.transaction.buffer.client.pending.count",
+    "pulsar.broker.metadata.store.outgoing.size", "pulsar.broker.metadata.store.executor.queue.size",
+    "pulsar.authentication.operation.count", "pulsar.authentication.token.expired.count",
+    "pulsar.authentication.token.expiry.duration",
+    "pulsar.web.executor.thread.limit", "pulsar.web.executor.thread.usage",
+    "pulsar.web.filter.rate_limit.request.count",
+}
+# What has no counterpart here (docs/metrics.md, "Registered by Pulsar 4.0.7 and not here, and why").
+NOT_HERE = {"pulsar.broker.managed_ledger.cache.pool.allocation.active.count",
+            "pulsar.broker.managed_ledger.cache.pool.allocation.size",
+            "pulsar.broker.managed_ledger.inflight.read.limit", "pulsar.broker.managed_ledger.inflight.read.usage",
+            "pulsar.broker.request.topic.lookup.concurrent.limit", "pulsar.broker.topic.load.concurrent.limit",
+            "pulsar.broker.metadata.store.executor.queue.size", "pulsar.web.executor.thread.limit",
+            "pulsar.web.executor.thread.usage", "pulsar.web.filter.rate_limit.request.count"}
+
+
+def test_every_pulsar_instrument_is_exported_or_documented_as_not_applying() -> None:
+    ours = set(INSTRUMENTS) | set(HISTOGRAMS)
+    assert ours == PULSAR_4_0_INSTRUMENTS - NOT_HERE, (sorted(ours - PULSAR_4_0_INSTRUMENTS),
+                                                       sorted(PULSAR_4_0_INSTRUMENTS - NOT_HERE - ours))
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    section = doc[doc.index("## OpenTelemetry"):]
+    types = {COUNTER: "Counter", UP_DOWN: "UpDownCounter", GAUGE: "Gauge", "histogram": "Histogram"}
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| pulsar."):
+            name, kind, unit = (cell.strip() for cell in line.strip("|").split("|")[:3])
+            rows[name] = (kind.split(" ")[0], unit)
+    assert rows == {name: (types[i.kind], i.unit) for name, i in {**INSTRUMENTS, **HISTOGRAMS}.items()}
+    not_here = section[section.index("Registered by Pulsar 4.0.7 and not here"):]
+    assert [name for name in sorted(NOT_HERE) if f"`{name}`" not in not_here] == []

@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from broker.admin.otlp_encode import AttributeBytes, Instrument, requests, varint
+from broker.admin.otlp_encode import AttributeBytes, Instrument, PointWriter, data_point, requests, varint
 
 NOW = 1_764_633_600_000_000_123
 TOPIC = {"pulsar.domain": "persistent", "pulsar.topic": "persistent://t/n/x", "pulsar.partition.index": 3}
@@ -108,3 +108,16 @@ def test_attribute_sets_encoded_once_while_handed_again_and_dropped_after() -> N
 def test_varint_of_negative_int64_is_ten_bytes_as_protobuf() -> None:
     assert varint(300) == b"\xac\x02" and varint(0) == b"\x00"
     assert varint(-1) == b"\xff" * 9 + b"\x01"
+
+
+def test_point_writer_writes_the_bytes_of_data_point() -> None:
+    """The batch writer's cached heads give each point exactly the bytes of data_point, whatever the mix of
+    start times, attribute sets and value types (ints, doubles, a bool written as a double, negatives)."""
+    encoded = AttributeBytes()
+    big = {**OTHER, "pad": "x" * 200}  # a point over 127 bytes: a two-byte length
+    chunk = [(5, TOPIC, 100), (-3, TOPIC, 100), (1.25, TOPIC, 100), (True, OTHER, 100), (2**62, big, 7),
+             (0.0, {}, 0), (7, TOPIC, 101), (-(2**63), big, 7)]
+    writer = PointWriter(NOW, encoded)
+    for keep_start in (True, False):
+        expected = [data_point(encoded(a), t0 if keep_start else 0, NOW, v) for v, a, t0 in chunk]
+        assert writer.points(chunk, keep_start) == expected
