@@ -22,14 +22,14 @@ import abc
 import asyncio
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from managed_ledger.completion import NestingCounter
 from managed_ledger.entry import Entry
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
-from managed_ledger.stats import AddStats
+from managed_ledger.stats import AddLatencySink, AddStats
 
 MIB = 1024 * 1024
 
@@ -116,6 +116,9 @@ class ManagedLedgerConfig:
     # A read that found nothing looks again after this delay before it waits for the next add
     # (Pulsar's managedLedgerNewEntriesCheckDelayInMillis; 0: readers are woken at every add).
     new_entries_check_delay_s: float = 0.0
+    # Where every ledger of this config reports its adds' latency, once per group made durable together (the
+    # broker's pulsar_broker_publish_latency); None: nowhere. Not a setting: shared by reference.
+    add_latency_sink: AddLatencySink | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_entries_per_ledger < 1:

@@ -414,9 +414,8 @@ class FileManagedLedger(StoredManagedLedger):
                   exc: BaseException | None) -> None:
         if exc is None:
             now = time.monotonic()
-            self.add_stats.write_latency_us.add(int((now - started) * 1e6), count)
-            self.add_stats.ledger_write_latency_us.add(int((now - max(started, self._writer.batch_taken_at)) * 1e6),
-                                                       count)
+            self.add_stats.added(int((now - started) * 1e6),
+                                 int((now - max(started, self._writer.batch_taken_at)) * 1e6), count)
             position = Position(first.ledger_id, first.entry_id + count - 1)
             self._last_confirmed = position
             self._add_completer.complete(partial(callback, first, None))

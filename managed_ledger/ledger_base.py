@@ -65,7 +65,7 @@ class BaseManagedLedger(ManagedLedger):
         self._cursors: dict[str, BaseCursor] = {}  # open durable cursor handles
         self._non_durable: dict[BaseCursor, None] = {}  # insertion-ordered set
         self._waiting: dict[BaseCursor, None] = {}  # cursors with a parked read, in park order
-        self.add_stats = AddStats()
+        self.add_stats = AddStats(config.add_latency_sink)
         # Durable cursors' state writes, by cursor name (kept across reopened handles; dropped with the cursor).
         self.cursor_stats: dict[str, CursorStats] = {}
 

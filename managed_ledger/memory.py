@@ -166,8 +166,7 @@ class MemoryManagedLedger(BaseManagedLedger):
         if type(data) is not bytes:  # keep our own immutable copy of views / bytearrays
             data = bytes(data)
         self.add_stats.entry_size.add(len(data))
-        self.add_stats.write_latency_us.add(0)  # (stored at once)
-        self.add_stats.ledger_write_latency_us.add(0)
+        self.add_stats.added(0, 0, 1)  # (stored at once)
         position = self._map.record_add(len(data))
         self._data[position.ledger_id].append(data)
         self._store.last_confirmed = position
@@ -182,8 +181,7 @@ class MemoryManagedLedger(BaseManagedLedger):
         data = [d if type(d) is bytes else bytes(d) for d in data]
         sizes = [len(d) for d in data]
         self.add_stats.entry_size.add_each(sizes)
-        self.add_stats.write_latency_us.add(0, len(data))  # (stored at once)
-        self.add_stats.ledger_write_latency_us.add(0, len(data))
+        self.add_stats.added(0, 0, len(data))  # (stored at once)
         first = self._map.record_adds(len(data), sum(sizes))
         self._data[first.ledger_id].extend(data)
         self._store.last_confirmed = Position(first.ledger_id, first.entry_id + len(data) - 1)

@@ -10,6 +10,7 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 # Upper bounds (seconds) of the fsync latency buckets: 100 us (NVMe with a write cache) to 1 s
 # (a struggling spinning disk); +Inf is implicit. Same shape as BookKeeper's journal sync histograms.
@@ -146,6 +147,13 @@ class IntervalBuckets:
         self._sum = 0
 
 
+class AddLatencySink(Protocol):
+    """Where a process-wide view of add latency goes (the broker's pulsar_broker_publish_latency summary): called
+    once per group of adds made durable together, never per entry."""
+
+    def observe_n(self, ms: float, n: int) -> None: ...
+
+
 class AddStats:
     """A managed ledger's adds over the last stats interval: write latency (request to durable, and
     of the write itself, from when the writer took it), and entry size. Also its reads, as plain
@@ -154,9 +162,10 @@ class AddStats:
     are rates of these)."""
 
     __slots__ = ("entries_read", "entry_size", "ledger_switch_latency_us", "ledger_write_latency_us",
-                 "mark_delete_ops", "read_ops", "read_ops_cache_missed", "write_latency_us")
+                 "mark_delete_ops", "read_ops", "read_ops_cache_missed", "sink", "write_latency_us")
 
-    def __init__(self) -> None:
+    def __init__(self, sink: AddLatencySink | None = None) -> None:
+        self.sink = sink
         self.write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.ledger_write_latency_us = IntervalBuckets(ADD_LATENCY_BUCKETS_US)
         self.entry_size = IntervalBuckets(ENTRY_SIZE_BUCKETS)
@@ -168,6 +177,14 @@ class AddStats:
         self.read_ops_cache_missed = 0
         # Cursor states written (Pulsar's markDeleteOps: one per mark-delete persisted, after the rate limit).
         self.mark_delete_ops = 0
+
+    def added(self, latency_us: int, ledger_latency_us: int, count: int) -> None:
+        """``count`` entries made durable together: ``latency_us`` from the add request, ``ledger_latency_us``
+        from when the storage took them."""
+        self.write_latency_us.add(latency_us, count)
+        self.ledger_write_latency_us.add(ledger_latency_us, count)
+        if self.sink is not None:
+            self.sink.observe_n(latency_us / 1000.0, count)
 
     def count_read(self, entries: int, missed: bool) -> None:
         self.entries_read += entries

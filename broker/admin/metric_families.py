@@ -66,6 +66,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_expiring_token_minutes": (HISTOGRAM, "Minutes left on the accepted tokens that expire"),
     # -- lookups (NamespaceService) and topic loads (BrokerService, BrokerOperabilityMetrics) --
     "pulsar_broker_lookup": (SUMMARY, "Lookup latency (ms); quantiles over the last stats interval"),
+    "pulsar_broker_publish_latency": (SUMMARY, "Add latency, request to durable (ms); quantiles over the last "
+                                               "stats interval"),
     "pulsar_broker_lookup_answers_total": (COUNTER, "Lookups answered with this broker (not redirected)"),
     "pulsar_broker_lookup_redirects_total": (COUNTER, "Lookups redirected to another broker"),
     "pulsar_broker_lookup_failures_total": (COUNTER, "Lookups that failed"),

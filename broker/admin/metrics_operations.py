@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
 TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
 SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
+PUBLISH_QUANTILES = (0.0, 0.5, 0.95, 0.99, 0.999, 0.9999, 1.0)  # (AbstractTopic.PUBLISH_LATENCY's)
 _TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
                       ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
 
@@ -41,6 +42,9 @@ def write_operations(out: Exposition, cl: str, load_labels: str, service: Broker
     lookups, loads = service.lookup_stats, service.topic_load_stats
     out.summary("pulsar_broker_lookup", cl, [(q, lookups.latency.quantile(q)) for q in LOOKUP_QUANTILES],
                 lookups.latency.count, lookups.latency.sum_ms)
+    publish = service.publish_latency
+    out.summary("pulsar_broker_publish_latency", cl, [(q, publish.quantile(q)) for q in PUBLISH_QUANTILES],
+                publish.count, publish.sum_ms)
     out.add("pulsar_broker_lookup_answers_total", cl, lookups.answers)
     out.add("pulsar_broker_lookup_redirects_total", cl, lookups.redirects)
     out.add("pulsar_broker_lookup_failures_total", cl, lookups.failures)

@@ -112,7 +112,8 @@ class StatsSampler:
             return
         self._last = now
         service = self.ctx.service
-        service.lookup_stats.latency.rotate()  # (the lookup and topic-load quantiles cover one interval)
+        service.lookup_stats.latency.rotate()  # (the lookup, publish and topic-load quantiles cover one interval)
+        service.publish_latency.rotate()
         service.topic_load_stats.times.rotate()
         service.schemas.stats.rotate()
         if service.transactions is not None:

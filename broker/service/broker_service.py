@@ -41,7 +41,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.operation_stats import LookupStats, SnapshotStats, TopicLoadStats
+from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -118,11 +118,14 @@ class BrokerService:
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
+        # Every add's latency, request to durable (Pulsar's broker-wide pulsar_broker_publish_latency summary).
+        self.publish_latency = LatencySummary()
         self.ledger_config = ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
             read_nesting_limit=config.managedLedgerReadNestingLimit,
             new_entries_check_delay_s=config.managedLedgerNewEntriesCheckDelayInMillis / 1000,
+            add_latency_sink=self.publish_latency,
         )
         self.ledger_factory: ManagedLedgerFactory = self._make_ledger_factory()
         self.topics: dict[str, PersistentTopic] = {}

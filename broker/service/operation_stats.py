@@ -63,6 +63,24 @@ class LatencySummary:
                 self._current = self._current[::2]
                 self._stride *= 2
 
+    def observe_n(self, ms: float, n: int) -> None:
+        """``n`` operations that each took ``ms`` (a group of adds made durable together): the same samples,
+        count and sum as n observe() calls, kept in slices up to each halving of the window."""
+        self.count += n
+        self.sum_ms += ms * n
+        while n:
+            stride, seen = self._stride, self._seen
+            first_kept = (seen // stride + 1) * stride  # (observe keeps the one that makes _seen a multiple)
+            take = min(n, first_kept + (WINDOW_LIMIT - len(self._current) - 1) * stride - seen)
+            kept = (seen + take) // stride - seen // stride
+            self._seen = seen + take
+            n -= take
+            if kept:
+                self._current.extend([ms] * kept)
+                if len(self._current) >= WINDOW_LIMIT:
+                    self._current = self._current[::2]
+                    self._stride *= 2
+
     def rotate(self) -> None:
         self._last = sorted(self._current)
         self._current, self._seen, self._stride = [], 0, 1

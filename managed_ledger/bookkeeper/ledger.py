@@ -296,8 +296,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
 
     def _count_durable(self, add: _Add, first: Position, count: int) -> None:
         now = time.monotonic()
-        self.add_stats.write_latency_us.add(int((now - add.started) * 1e6), count)
-        self.add_stats.ledger_write_latency_us.add(int((now - add.started) * 1e6), count)
+        latency_us = int((now - add.started) * 1e6)
+        self.add_stats.added(latency_us, latency_us, count)
         last = Position(first.ledger_id, first.entry_id + count - 1)
         if last > self._last_confirmed:
             self._last_confirmed = last

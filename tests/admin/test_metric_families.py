@@ -40,7 +40,8 @@ MAIN_SITUATIONS = ("always", "topic", "subscription", "producer", "consumer", "m
 # Counters that must grow while messages flow (topic-scoped ones are read for the test's topic).
 TRAFFIC_COUNTERS = ("pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total",
                     "pulsar_out_bytes_total", "pulsar_broker_in_bytes_total", "pulsar_ml_cache_inserted_entries_total",
-                    "pulsar_py_ledger_entries_written_total", "pulsar_py_ledger_bytes_written_total")
+                    "pulsar_py_ledger_entries_written_total", "pulsar_py_ledger_bytes_written_total",
+                    "pulsar_broker_publish_latency_count")
 # Families the traffic makes non-zero at some scrape (rates and per-interval buckets are 0 in a quiet interval):
 # cache hits (tailing consumers read what was just added), cursor state writes (acks), ledger rollovers (the
 # broker rolls over every few entries), ends of transactions on a topic.
@@ -49,7 +50,8 @@ ONCE_ABOVE_ZERO = ("pulsar_ml_cache_hits_throughput", "pulsar_ml_MarkDeleteRate"
                    "pulsar_ml_cursor_writeLedgerSize",
                    "pulsar_ml_cursor_writeLedgerLogicalSize", "pulsar_txn_tb_client_commit_latency_count",
                    "pulsar_txn_tb_client_commit_latency", "pulsar_txn_tp_commit_latency_count",
-                   "pulsar_txn_tp_commit_latency", "pulsar_storage_backlog_quota_check_duration_seconds_count")
+                   "pulsar_txn_tp_commit_latency", "pulsar_storage_backlog_quota_check_duration_seconds_count",
+                   "pulsar_broker_publish_latency")
 TXN_TOPIC = "persistent://public/default/families-txn"
 
 

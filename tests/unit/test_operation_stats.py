@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from broker.service.operation_stats import WINDOW_LIMIT, LatencySummary, LookupStats
 
 
@@ -40,3 +43,22 @@ def test_lookup_outcomes() -> None:
     stats.done(c, failed=True)
     assert (stats.answers, stats.redirects, stats.failures, stats.pending) == (1, 1, 1, 0)
     assert stats.latency.count == 2  # a failure has no latency, as in Pulsar
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e4, allow_nan=False), st.integers(0, 3000)), max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_observe_n_keeps_what_n_observes_would(groups: list[tuple[float, int]]) -> None:
+    """A group of adds made durable together (observe_n, the publish-latency path) keeps the same samples,
+    count and sum as one observe() per add, also past the window's halving."""
+    grouped, one_by_one = LatencySummary(), LatencySummary()
+    for ms, n in groups:
+        grouped.observe_n(ms, n)
+        for _ in range(n):
+            one_by_one.observe(ms)
+    assert grouped.count == one_by_one.count
+    assert math.isclose(grouped.sum_ms, one_by_one.sum_ms, rel_tol=1e-9, abs_tol=1e-6)
+    grouped.rotate()
+    one_by_one.rotate()
+    quantiles = (0.0, 0.5, 0.99, 1.0)
+    assert [grouped.quantile(q) for q in quantiles] == [one_by_one.quantile(q) for q in quantiles]
+    assert grouped.last_count == one_by_one.last_count
