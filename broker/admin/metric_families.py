@@ -161,6 +161,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_subscription_back_log_no_delayed": (GAUGE, "Backlog without delayed messages"),
     "pulsar_subscription_delayed": (GAUGE, "Entries waiting for their delivery time"),
     "pulsar_subscription_in_replay": (GAUGE, "Entries waiting to be redelivered"),
+    "pulsar_subscription_dispatch_throttled_msg_events": (GAUGE, "Reads cut short by a dispatch rate limit on "
+                                                                 "messages, by the limit's kind"),
+    "pulsar_subscription_dispatch_throttled_bytes_events": (GAUGE, "Reads cut short by a dispatch rate limit on "
+                                                                   "bytes, by the limit's kind"),
     "pulsar_subscription_msg_rate_redeliver": (GAUGE, "Messages redelivered per second"),
     "pulsar_subscription_unacked_messages": (GAUGE, "Delivered, not acknowledged"),
     "pulsar_subscription_blocked_on_unacked_messages": (GAUGE, "1 when blocked on unacked messages"),

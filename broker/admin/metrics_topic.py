@@ -85,6 +85,8 @@ def in_replay(sub: AnySubscription | None) -> int:
 
 
 # Pulsar's subscription series, in the order write_subscription writes their values.
+_THROTTLED_FAMILIES = ("pulsar_subscription_dispatch_throttled_msg_events",
+                       "pulsar_subscription_dispatch_throttled_bytes_events")
 _SUB_FAMILIES = ("pulsar_subscription_back_log", "pulsar_subscription_back_log_no_delayed",
                  "pulsar_subscription_delayed", "pulsar_subscription_msg_rate_redeliver",
                  "pulsar_subscription_unacked_messages", "pulsar_subscription_msg_rate_out",
@@ -106,4 +108,15 @@ def write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> Non
               s.drop_rate if s.drop_rate is not None else 0.0, s.consumers, *_ZEROS)
     for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):
         lines.append(f"{name}{{{sl}}} {value!r}\n")
+    # Reads cut short by a dispatch rate limit, by the limit's kind (AbstractBaseDispatcher's counters; the
+    # dispatcher's rates are the topic's then the subscription's; there is no broker-wide dispatch limit here).
+    dispatcher = getattr(s.sub, "dispatcher", None)
+    msg_events = getattr(dispatcher, "throttled_msg_events", None) or (0, 0)
+    bytes_events = getattr(dispatcher, "throttled_bytes_events", None) or (0, 0)
+    msg_lines, bytes_lines = out.families(_THROTTLED_FAMILIES)
+    for reason, i in (("subscription", 1), ("topic", 0), ("broker", -1)):
+        msg_lines.append(f'pulsar_subscription_dispatch_throttled_msg_events{{{sl},reason="{reason}"}} '
+                         f"{msg_events[i] if i >= 0 else 0}\n")
+        bytes_lines.append(f'pulsar_subscription_dispatch_throttled_bytes_events{{{sl},reason="{reason}"}} '
+                           f"{bytes_events[i] if i >= 0 else 0}\n")
 

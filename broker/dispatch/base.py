@@ -66,6 +66,10 @@ class Dispatcher(ConsumerMembers, ABC):
         self.read_epoch = 0
         # A read put off by the dispatch rate limits, retried when they allow it.
         self._rate_timer: asyncio.TimerHandle | None = None
+        # Reads cut short by each dispatch rate limit (index as context.rates), on messages and on bytes:
+        # Pulsar's dispatchThrottled{Msg,Bytes}Events (pulsar_subscription_dispatch_throttled_*_events).
+        self.throttled_msg_events = [0] * len(context.rates)
+        self.throttled_bytes_events = [0] * len(context.rates)
         self.closed = False
 
     # -- consumers ---------------------------------------------------------------------------------
@@ -132,18 +136,25 @@ class Dispatcher(ConsumerMembers, ABC):
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
         max_bytes: int | None = self.context.max_read_bytes
-        for rate in self.context.rates:
+        for i, rate in enumerate(self.context.rates):
             budget = rate.budget()
             if budget is None:
                 continue
             messages, nbytes = budget
-            if messages <= 0:
+            if messages <= 0:  # (nothing left on one measure or both: budget() gives (0, 0))
+                if rate.limits_messages:
+                    self.throttled_msg_events[i] += 1
+                if rate.limits_bytes:
+                    self.throttled_bytes_events[i] += 1
                 if self._rate_timer is None:
                     self._rate_timer = self.context.loop.call_later(rate.wait(), self._rate_retry)
                 return None
-            permits = min(permits, messages)
-            if nbytes is not None:
-                max_bytes = nbytes if max_bytes is None else min(max_bytes, nbytes)
+            if messages < permits:
+                self.throttled_msg_events[i] += 1
+                permits = messages
+            if nbytes is not None and (max_bytes is None or nbytes < max_bytes):
+                self.throttled_bytes_events[i] += 1
+                max_bytes = nbytes
         return self.entries_to_read(permits), max_bytes
 
     def _rate_retry(self) -> None:

@@ -110,6 +110,16 @@ class DispatchRateLimit(Protocol):
     @property
     def active(self) -> bool: ...
 
+    @property
+    def limits_messages(self) -> bool:
+        """A limit on messages is in force (as of the last budget())."""
+        ...
+
+    @property
+    def limits_bytes(self) -> bool:
+        """A limit on bytes is in force (as of the last budget())."""
+        ...
+
     def budget(self) -> tuple[int, int | None] | None:
         """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
         ...

@@ -233,6 +233,16 @@ class DispatchRate(_RateLimit):
         """A limit is in force (as of the last budget())."""
         return self._limited
 
+    @property
+    def limits_messages(self) -> bool:
+        """A limit on messages is in force (as of the last budget())."""
+        return self._limited and self._buckets[0] is not None
+
+    @property
+    def limits_bytes(self) -> bool:
+        """A limit on bytes is in force (as of the last budget())."""
+        return self._limited and self._buckets[1] is not None
+
     def budget(self) -> tuple[int, int | None] | None:
         """(messages, bytes or None) that may be dispatched now; None = no limit at all."""
         self._refresh()

@@ -552,6 +552,35 @@ def test_dispatch_rate_paces_delivery_in_order(admin: Admin, client: pulsar.Clie
     producer.close()
 
 
+def test_reads_cut_by_dispatch_limits_are_counted_by_kind(admin: Admin, client: pulsar.Client,
+                                                          pulsar_broker: BrokerThread) -> None:
+    # The subscription's limit on messages and the topic's on bytes (far above what flows, but below the
+    # dispatcher's own 5 MB read size) each cut the reads: Pulsar's dispatch_throttled events, by kind.
+    _, topic = new_topic(admin, "throttled-events")
+    admin.ok("POST", policy_path(topic, "subscriptionDispatchRate"), {"dispatchThrottlingRateInMsg": 200})
+    admin.ok("POST", policy_path(topic, "dispatchRate"), {"dispatchThrottlingRateInByte": 1_000_000})
+    client.subscribe(topic, "s").close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(300):
+        producer.send_async(b"m%d" % i, None)
+    producer.flush()
+    consumer = client.subscribe(topic, "s", receiver_queue_size=1000)
+    assert receive_all(consumer, 300) == [b"m%d" % i for i in range(300)]
+    text = admin.get("/metrics").body.decode()
+
+    def events(measure: str, reason: str) -> float:
+        prefix = f"pulsar_subscription_dispatch_throttled_{measure}_events{{"
+        rows = [line for line in text.splitlines() if line.startswith(prefix) and f'topic="{topic}"' in line
+                and 'subscription="s"' in line and f'reason="{reason}"' in line]
+        assert len(rows) == 1, (measure, reason, rows)
+        return float(rows[0].rsplit(" ", 1)[1])
+
+    assert events("msg", "subscription") >= 1 and events("msg", "topic") == 0 and events("msg", "broker") == 0
+    assert events("bytes", "topic") >= 1 and events("bytes", "subscription") == 0
+    consumer.close()
+    producer.close()
+
+
 def test_dispatch_rate_relative_to_publish_rate_follows_the_producers(
         admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
     # 5 messages a second on top of the publish rate: a consumer keeps up with producers that
