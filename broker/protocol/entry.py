@@ -105,39 +105,56 @@ _COMMON_CHECKS = SendChecks(True, None, False, False, True)
 _COMMON_CHECKS_BAD_CRC = SendChecks(False, None, False, False, True)
 
 
-# The common shape of a SEND's MessageMetadata, as clients serialize it (fields in number order):
+# The common shape of a MessageMetadata, as clients serialize it (fields in number order):
 # producer_name (1, read by hand: a length-prefixed ASCII string), then the fields below, each once,
 # a varint of at most 9 bytes. Protobuf parses every such metadata (an unknown compression value is
 # kept aside, not an error) with its required fields set, and none of the fields a SEND's checks look
-# at (encryption, delivery time, transaction, chunk). To accept another varint field, add its row.
-_COMMON_METADATA_FIELDS = (
-    # (tag: field number << 3 | varint, as its varint bytes; required)
-    (b"\x10", True),  # 2 sequence_id
-    (b"\x18", True),  # 3 publish_time
-    (b"\x40", False),  # 8 compression
-    (b"\x48", False),  # 9 uncompressed_size
-    (b"\x58", False),  # 11 num_messages_in_batch
-    (b"\x60", False),  # 12 event_time
-    (b"\xc0\x01", False),  # 24 highest_sequence_id
+# at (encryption, delivery time, transaction, chunk), nor any a stored entry's EntryMeta takes but the
+# two the consume path captures (it then has no key, delivery time, marker, chunk or transaction).
+# To accept another varint field, add its row.
+_VARINT = rb"[\x80-\xff]{0,8}+[\x00-\x7f]"
+_COMMON_METADATA_FIELDS: tuple[tuple[bytes, bool, bytes | None], ...] = (
+    # (tag: field number << 3 | varint, as its varint bytes; required; what the consume path
+    # captures of its value, as a pattern, or None)
+    (b"\x10", True, None),  # 2 sequence_id
+    (b"\x18", True, _VARINT),  # 3 publish_time
+    (b"\x40", False, None),  # 8 compression
+    (b"\x48", False, None),  # 9 uncompressed_size
+    # 11 num_messages_in_batch: captured when at most 4 bytes, so below 2**28 and read as protobuf
+    # reads an int32 (a longer one goes to protobuf)
+    (b"\x58", False, rb"[\x80-\xff]{0,3}+[\x00-\x7f]"),
+    (b"\x60", False, None),  # 12 event_time
+    (b"\xc0\x01", False, None),  # 24 highest_sequence_id
 )
+
+
+def _fields_pattern(capture: bool) -> re.Pattern[bytes]:
+    """The fields after producer_name, one compiled pattern; with ``capture``, a group for each field
+    the consume path reads (in table order)."""
+    parts = []
+    for tag, required, captured in _COMMON_METADATA_FIELDS:
+        field = re.escape(tag) + (b"(" + captured + b")" if capture and captured is not None else _VARINT)
+        parts.append(field if required else b"(?:" + field + b")?+")
+    return re.compile(b"".join(parts))
+
+
 # Recognised by one compiled pattern over the bytes, not by a walk in Python: per SEND the pattern
 # took 1.7 us and a hand-written varint walk over the same fields 3.8 us (tests/unit/test_send_fast_path.py
-# holds it to protobuf's answers). Possessive: a field's tag byte is never another's, so nothing is
-# lost by not backtracking, and the matcher does less.
-_VARINT = rb"[\x80-\xff]{0,8}+[\x00-\x7f]"
-_COMMON_METADATA_TAIL = re.compile(b"".join(
-    re.escape(tag) + _VARINT if required else b"(?:" + re.escape(tag) + _VARINT + b")?+"
-    for tag, required in _COMMON_METADATA_FIELDS))
+# and test_entry_meta_fast_path.py hold both patterns to protobuf's answers). Possessive: a field's
+# tag byte is never another's, so nothing is lost by not backtracking, and the matcher does less.
+_COMMON_METADATA_TAIL = _fields_pattern(capture=False)  # the produce path's
+_ENTRY_META_TAIL = _fields_pattern(capture=True)  # the consume path's: (publish_time, num_messages_in_batch)
 
 
-def _is_common_metadata(buf: bytes, pos: int, end: int) -> bool:
-    """True when buf[pos:end] is a MessageMetadata of the common shape above (else the caller
-    hands it to protobuf)."""
-    if end - pos < 2 or buf[pos] != 0x0A:
-        return False
+def _common_match(pattern: re.Pattern[bytes], buf: bytes, pos: int, end: int) -> re.Match[bytes] | None:
+    """``pattern``'s match of the fields after producer_name when buf[pos:end] is a MessageMetadata
+    of the common shape above; None for any other (the caller then hands it to protobuf)."""
+    if end - pos < 2 or buf[pos] != 0x0A or buf[pos + 1] >= 0x80:
+        return None
     name_end = pos + 2 + buf[pos + 1]
-    return (buf[pos + 1] < 0x80 and name_end <= end and buf[pos + 2 : name_end].isascii()
-            and _COMMON_METADATA_TAIL.fullmatch(buf, name_end, end) is not None)
+    if name_end > end or not buf[pos + 2 : name_end].isascii():
+        return None
+    return pattern.fullmatch(buf, name_end, end)
 
 
 _COPY_FOR_CRC = 16 * 1024
@@ -158,7 +175,7 @@ def check_send_payload(payload: bytes) -> SendChecks:
     if n - pos >= 4:
         (meta_size,) = _U32.unpack_from(payload, pos)
         if meta_size <= n - pos - 4:
-            if _is_common_metadata(payload, pos + 4, pos + 4 + meta_size):
+            if _common_match(_COMMON_METADATA_TAIL, payload, pos + 4, pos + 4 + meta_size) is not None:
                 return _COMMON_CHECKS if checksum_ok else _COMMON_CHECKS_BAD_CRC
     parsed = parse_payload(payload)
     md = parsed.metadata
@@ -279,15 +296,6 @@ class EntryMeta(NamedTuple):
 
 # -- the consume path's fast reader (see entry_meta) --------------------------------------------------
 
-# The MessageMetadata of an ordinary stored entry, as clients serialize it (fields in number order):
-# producer_name (1, read by hand), sequence_id (2), publish_time (3, captured), and optionally
-# compression (8), uncompressed_size (9), num_messages_in_batch (11, captured: at most 4 bytes, so
-# below 2**28 and read as protobuf reads an int32), event_time (12) and highest_sequence_id (24).
-# None of them but the two captured ones changes an EntryMeta: such an entry has no key, delivery
-# time, marker, chunk or transaction. Each varint at most 9 bytes (values below 2**63).
-_ENTRY_META_TAIL = re.compile(
-    rb"\x10%s\x18(%s)(?:\x40%s)?(?:\x48%s)?(?:\x58([\x80-\xff]{0,3}[\x00-\x7f]))?(?:\x60%s)?(?:\xc0\x01%s)?"
-    % ((_VARINT,) * 6))
 _new_tuple = tuple.__new__  # builds a NamedTuple without its keyword-taking __new__ (the hot path)
 
 
@@ -303,12 +311,9 @@ def _common_entry_meta(entry: bytes, pos: int, end: int) -> EntryMeta | None:
     """The EntryMeta of metadata entry[pos:end] of the common shape above, read by a pattern
     instead of protobuf (4-5x cheaper; per dispatched entry, so per message when unbatched);
     None for any other shape, which ``entry_meta`` then parses. Property-tested against it."""
-    if end > len(entry) or end - pos < 2 or entry[pos] != 0x0A or entry[pos + 1] >= 0x80:
+    if end > len(entry):
         return None
-    name_end = pos + 2 + entry[pos + 1]
-    if name_end > end or not entry[pos + 2 : name_end].isascii():
-        return None
-    m = _ENTRY_META_TAIL.fullmatch(entry, name_end, end)
+    m = _common_match(_ENTRY_META_TAIL, entry, pos, end)
     if m is None:
         return None
     publish_time, batch = m.groups()

@@ -95,13 +95,13 @@ def test_checks_agree_with_protobuf_on_truncated_payloads(payload: bytes) -> Non
 
 def test_the_clients_metadata_takes_the_fast_path() -> None:
     """What the official client sends (unbatched; batched) is the shape the pattern knows."""
-    from broker.protocol.entry import _is_common_metadata
+    from broker.protocol.entry import _COMMON_METADATA_TAIL, _common_match
 
     for md in (pb.MessageMetadata(producer_name="standalone-0-0", sequence_id=5, publish_time=1764633600000),
                pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=0, publish_time=1764633600000,
                                   num_messages_in_batch=5)):
         meta = md.SerializeToString()
-        assert _is_common_metadata(meta, 0, len(meta))
+        assert _common_match(_COMMON_METADATA_TAIL, meta, 0, len(meta)) is not None
 
 
 def decode_send(frame: bytes) -> object:
