@@ -551,6 +551,25 @@ class BrokerService:
             return 0
         if self.distributed and not self.metadata.namespace_exists(name.namespace):
             return None
+        return self._partitions_known(name, auto_create)
+
+    async def partitions_for(self, name: TopicName, auto_create: bool = True) -> int:
+        """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
+        if name.partition_index >= 0:
+            return 0
+        await self.refresh_namespace(name)
+        n = self._partitions_known(name, auto_create)
+        if n is not None:
+            return n
+        rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
+        partitions = rule.default_partitions or self.config.defaultNumPartitions
+        self.check_topics_limit(name, partitions)
+        await self.metadata.set_partitions(name.full, partitions)
+        return partitions
+
+    def _partitions_known(self, name: TopicName, auto_create: bool) -> int | None:
+        """The partition count of a topic (not a partition) as known now, its namespace known; None when the
+        auto-creation rule makes it a new partitioned topic (which ``partitions_for`` creates)."""
         self.check_namespace(name)
         n = self.metadata.partitions_of(name.full)
         if n > 0:
@@ -558,23 +577,6 @@ class BrokerService:
         rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
         if auto_create and rule.allow and rule.partitioned and not self.topic_exists(name):
             return None
-        return 0
-
-    async def partitions_for(self, name: TopicName, auto_create: bool = True) -> int:
-        """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
-        if name.partition_index >= 0:
-            return 0
-        await self.refresh_namespace(name)
-        self.check_namespace(name)
-        n = self.metadata.partitions_of(name.full)
-        if n > 0:
-            return n
-        rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
-        if auto_create and rule.allow and rule.partitioned and not self.topic_exists(name):
-            partitions = rule.default_partitions or self.config.defaultNumPartitions
-            self.check_topics_limit(name, partitions)
-            await self.metadata.set_partitions(name.full, partitions)
-            return partitions
         return 0
 
     def check_topics_limit(self, name: TopicName, new_topics: int) -> None:
