@@ -18,8 +18,7 @@ from broker.protocol.entry import (
     entry_meta,
     with_broker_entry_metadata,
 )
-
-U64 = st.integers(0, 2**64 - 1)
+from tests.metadata_strategies import message_metadata
 
 
 def reference(meta: bytes) -> object:
@@ -29,27 +28,8 @@ def reference(meta: bytes) -> object:
         return type(exc)
 
 
-metadata = st.builds(
-    pb.MessageMetadata,
-    producer_name=st.one_of(st.just("standalone-0-0"), st.text(max_size=140)),
-    sequence_id=U64, publish_time=U64,
-    compression=st.sampled_from([None, 0, 1, 4]),
-    uncompressed_size=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
-    num_messages_in_batch=st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1), st.integers(0, 2000)),
-    event_time=st.one_of(st.none(), U64),
-    highest_sequence_id=st.one_of(st.none(), U64),
-    deliver_at_time=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
-    txnid_most_bits=st.one_of(st.none(), U64),
-    chunk_id=st.one_of(st.none(), st.integers(0, 5)),
-    num_chunks_from_msg=st.one_of(st.none(), st.integers(0, 5)),
-    partition_key=st.one_of(st.none(), st.text(max_size=5)),
-    ordering_key=st.one_of(st.none(), st.binary(max_size=3)),
-    marker_type=st.one_of(st.none(), st.integers(0, 3)),
-)
-
-
 @settings(max_examples=500, deadline=None)
-@given(metadata)
+@given(message_metadata)
 def test_agrees_with_protobuf_on_valid_metadata(md: pb.MessageMetadata) -> None:
     meta = md.SerializeToString()
     fast = _common_entry_meta(meta, 0, len(meta))

@@ -18,9 +18,9 @@ from broker.protocol.entry import SendChecks, check_send_payload, parse_payload
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import FrameDecoder, SendFrame, _read_send, send_command
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
+from tests.metadata_strategies import U64, message_metadata
 
 MAX_FRAME = max_frame_size(DEFAULT_MAX_MESSAGE_SIZE)
-U64 = st.integers(0, 2**64 - 1)
 
 
 def reference_checks(payload: bytes) -> SendChecks:
@@ -49,25 +49,8 @@ def payload_of(meta: bytes, body: bytes = b"x" * 10, crc: bool = True) -> bytes:
     return with_crc(tail) if crc else tail
 
 
-metadata = st.builds(
-    pb.MessageMetadata,
-    producer_name=st.one_of(st.just("standalone-0-0"), st.text(max_size=140)),
-    sequence_id=U64, publish_time=U64,
-    compression=st.sampled_from([None, 0, 1, 4]),
-    uncompressed_size=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
-    num_messages_in_batch=st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
-    event_time=st.one_of(st.none(), U64),
-    highest_sequence_id=st.one_of(st.none(), U64),
-    deliver_at_time=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
-    txnid_most_bits=st.one_of(st.none(), U64),
-    chunk_id=st.one_of(st.none(), st.integers(0, 5)),
-    num_chunks_from_msg=st.one_of(st.none(), st.integers(0, 5)),
-    partition_key=st.one_of(st.none(), st.text(max_size=5)),
-)
-
-
 @settings(max_examples=400, deadline=None)
-@given(metadata, st.booleans(), st.booleans())
+@given(message_metadata, st.booleans(), st.booleans())
 def test_checks_agree_with_protobuf_on_valid_metadata(md: pb.MessageMetadata, crc: bool, corrupt: bool) -> None:
     tail_payload = payload_of(md.SerializeToString(), crc=False)
     payload = with_crc(tail_payload, corrupt) if crc else tail_payload
@@ -104,24 +87,20 @@ def test_the_clients_metadata_takes_the_fast_path() -> None:
         assert _common_match(_COMMON_METADATA_TAIL, meta, 0, len(meta)) is not None
 
 
-def decode_send(frame: bytes) -> object:
+def decoder_of(frame: bytes) -> FrameDecoder:
     dec = FrameDecoder(MAX_FRAME)
     dec.feed(frame)
-    try:
-        got = dec.next_frame_or_send()
-    except ProtocolError:
-        return "ProtocolError"
+    return dec
+
+
+def decode_send(frame: bytes) -> SendFrame:
+    got = decoder_of(frame).next_frame_or_send()
     assert isinstance(got, SendFrame)
     return got
 
 
-def reference_send(frame: bytes) -> object:
-    dec = FrameDecoder(MAX_FRAME)
-    dec.feed(frame)
-    try:
-        got = dec.next_frame()
-    except ProtocolError:
-        return "ProtocolError"
+def reference_send(frame: bytes) -> SendFrame:
+    got = decoder_of(frame).next_frame()
     assert got is not None
     return SendFrame(send_command(got.command.send), got.payload)
 
@@ -143,7 +122,7 @@ def test_send_command_agrees_with_protobuf(send: pb.CommandSend) -> None:
     cmd = pb.BaseCommand(type=pb.BaseCommand.SEND)
     cmd.send.CopyFrom(send)
     frame = commands.frame_with_payload(cmd, b"payload")
-    assert decode_send(frame) == reference_send(frame)
+    assert outcome(decode_send, frame) == outcome(reference_send, frame)
 
 
 @settings(max_examples=600, deadline=None)
@@ -164,7 +143,7 @@ def test_send_body_agrees_with_protobuf_on_any_bytes(body: bytes) -> None:
         return
     command = b"\x08\x06\x32" + bytes([len(body)]) + body
     frame = struct.pack(">II", 4 + len(command) + 3, len(command)) + command + b"abc"
-    assert decode_send(frame) == reference_send(frame)
+    assert outcome(decode_send, frame) == outcome(reference_send, frame)
 
 
 @pytest.mark.parametrize("body", [b"\x08\x01\x10\x02", b"\x08\x01\x10\x02\x18\x05",
