@@ -14,20 +14,28 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
-// Test_cluster_lookup: two brokers in cluster mode (one ZooKeeper, two bookies) started by compat/run.py. The client
-// is given only the first broker's URL and must follow lookups to whichever broker owns each topic's bundle.
-func Test_cluster_lookup(t *testing.T) {
-	url := os.Getenv("PULSAR_CLUSTER_URL")
+// clusterClient: a client of the cluster compat/run.py started (given the first broker's URL only; closed when the
+// test ends), the two brokers' URLs and the first one's web URL; the test is skipped when there is no cluster.
+func clusterClient(t *testing.T, transactions bool) (c pulsar.Client, url, url2, web string) {
+	url = os.Getenv("PULSAR_CLUSTER_URL")
 	if url == "" {
 		t.Skip("not covered: compat/run.py started no cluster here (no java or no BookKeeper jars)")
 	}
-	web := need(t, "PULSAR_CLUSTER_HTTP")
-	url2 := need(t, "PULSAR_CLUSTER_URL2")
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second, Logger: quietLogger()})
+	web = need(t, "PULSAR_CLUSTER_HTTP")
+	url2 = need(t, "PULSAR_CLUSTER_URL2")
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, EnableTransaction: transactions,
+		OperationTimeout: 30 * time.Second, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
+	return c, url, url2, web
+}
+
+// Test_cluster_lookup: two brokers in cluster mode (one ZooKeeper, two bookies) started by compat/run.py. The client
+// is given only the first broker's URL and must follow lookups to whichever broker owns each topic's bundle.
+func Test_cluster_lookup(t *testing.T) {
+	c, url, url2, web := clusterClient(t, false)
 
 	const topics, perTopic, partitions, partitioned = 8, 5, 4, 20
 	names := make([]string, topics)
@@ -111,18 +119,7 @@ func httpDo(t *testing.T, method, url, body string, out any) {
 // abort then commit, seen by consumers of both. The Go client's producers never send txn_enabled and its SENDs carry
 // the transaction in CommandSend only: the other broker's topics are prepared by their first transactional SEND.
 func Test_cluster_transactions(t *testing.T) {
-	url := os.Getenv("PULSAR_CLUSTER_URL")
-	if url == "" {
-		t.Skip("not covered: compat/run.py started no cluster here (no java or no BookKeeper jars)")
-	}
-	web := need(t, "PULSAR_CLUSTER_HTTP")
-	url2 := need(t, "PULSAR_CLUSTER_URL2")
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, EnableTransaction: true,
-		OperationTimeout: 30 * time.Second, Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer c.Close()
+	c, url, url2, web := clusterClient(t, true)
 
 	coordinator := lookupBroker(t, web, "persistent://pulsar/system/transaction_coordinator_assign-partition-0")
 	other := url
