@@ -22,24 +22,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 
+from broker.protocol.varint import varint
+
 CUMULATIVE = 2  # AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-_U64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
 _SFIXED64 = struct.Struct("<q")
 # A data point's start (field 2) and time (field 3): a tag and a fixed64 each.
 _START = struct.Struct("<BQ")
 _TAG_START, _TAG_TIME = 0x11, 0x19  # fields 2 and 3, wire type 1 (64-bit)
 _TAG_DOUBLE, _TAG_INT = b"\x21", b"\x31"  # as_double (4) and as_int (6), wire type 1
-
-
-def varint(n: int) -> bytes:
-    n &= _U64  # (negative int64: two's complement, ten bytes)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def field(number: int, payload: bytes) -> bytes:

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.varint import SMALL_VARINTS as _SMALL_VARINTS
+from broker.protocol.varint import varint as _varint
 
 _HEADER = struct.Struct(">II")
 _U64_MASK = (1 << 64) - 1
@@ -125,23 +127,6 @@ def producer_success(
     return frame(cmd)
 
 
-def _varint(value: int) -> bytes:
-    value &= _U64_MASK  # negative int64 values are encoded as their 64-bit two's complement
-    if value < 0x80:
-        return _SMALL_VARINTS[value]
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL_VARINTS = [bytes([i]) for i in range(0x80)]
 # BaseCommand{type = SEND_RECEIPT (field 1, varint 7), send_receipt = field 7 (length-delimited)}
 _RECEIPT_PREFIX = b"\x08\x07\x3a"
 

@@ -19,7 +19,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from broker.admin.otlp_encode import AttributeBytes, Instrument, PointWriter, data_point, requests, varint
+from broker.admin.otlp_encode import AttributeBytes, Instrument, PointWriter, data_point, requests
+from broker.protocol.varint import varint
 
 NOW = 1_764_633_600_000_000_123
 TOPIC = {"pulsar.domain": "persistent", "pulsar.topic": "persistent://t/n/x", "pulsar.partition.index": 3}
