@@ -9,7 +9,8 @@ bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone fr
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
 The fixed-rate latency workloads use a load generator on the official Go client (bench/fixed_rate.py);
-a run that does not achieve the rate offered fails (RunFailed): the table says so and the bench exits 1.
+a run that does not achieve the rate offered fails (RunFailed): the table says so and the bench exits 1
+(with --keep-going FILE, 0, the failure written to FILE: `make bench` runs its other benches, then fails).
 Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
 CPU is the storage's, reported in a column of its own (like Pulsar's bookies, it is not the broker's).
 """
@@ -367,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="run only workloads whose name contains this")
     p.add_argument("--kinds", default=",".join(KINDS), type=parse_kinds,
                    help=f"comma-separated broker kinds, in column order ({', '.join(KINDS)}); default all")
+    p.add_argument("--keep-going", type=Path, metavar="FILE",
+                   help="when a run fails, exit 0 and append its FAILED line to FILE (for a caller that runs more "
+                        "benches first and fails at its end when FILE is not empty)")
     args = p.parse_args(argv)
     print(f"load average before: {load_average()}", flush=True)
     chosen = [(name, w) for name, w in workloads(args.scale) if not args.only or args.only in name]
@@ -430,9 +434,22 @@ def main(argv: list[str] | None = None) -> int:
     print_table(table, brokers, rss, args.runs, idle_rss)
     print(f"\nload average after: {load_average()}")
     failed = [(name, kind, why) for name, results, _ in table for kind, r in results.items() for why in r.failures]
-    for name, kind, why in failed:
-        print(f"FAILED: {name}, {kind}: {why}", file=sys.stderr)
-    return 1 if failed else 0
+    return report_failures(failed, args.keep_going)
+
+
+def report_failures(failed: list[tuple[str, str, str]], keep_going: Path | None) -> int:
+    """Print each failed run (workload, kind, why) and return the exit status: 1 when a run failed; with
+    ``keep_going``, 0, the lines appended to that file instead (`make bench` goes on to its other benches and
+    fails at its end when the file is not empty)."""
+    lines = [f"FAILED: {name}, {kind}: {why}" for name, kind, why in failed]
+    for line in lines:
+        print(line, file=sys.stderr)
+    if keep_going is None:
+        return 1 if lines else 0
+    if lines:
+        with keep_going.open("a") as out:
+            out.write("".join(line + "\n" for line in lines))
+    return 0
 
 
 KINDS = ("ours", "ours-bk", "pulsar", "lite")

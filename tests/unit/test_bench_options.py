@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from bench.compare import Result, median_result, paired_ratios, parse_kinds
+from bench.compare import Result, main, median_result, paired_ratios, parse_kinds, report_failures
 
 
 def test_kinds_are_parsed_in_order_and_bad_ones_refused() -> None:
@@ -40,3 +41,22 @@ def test_failed_runs_do_not_count_and_are_kept() -> None:
     assert none.counted == 0 and len(none.failures) == 2
     # A round with a failed run gives no ratio.
     assert paired_ratios({"ours": [ok(1.0), ok(1.0)], "pulsar": [failed, ok(1.0)]}) == {"pulsar": [1.0]}
+
+
+def test_a_failed_run_sets_the_exit_status_or_with_keep_going_the_file(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    failed = [("latency 10k msg/s", "ours", "offered 10000 msg/s, achieved 7000")]
+    assert report_failures(failed, None) == 1
+    assert report_failures([], None) == 0
+    assert "FAILED: latency 10k msg/s, ours: offered 10000 msg/s, achieved 7000" in capsys.readouterr().err
+    record = tmp_path / "failed"
+    assert report_failures([], record) == 0 and not record.exists()
+    assert report_failures(failed, record) == 0
+    assert report_failures(failed, record) == 0  # appended: one file for several runs
+    assert record.read_text() == "FAILED: latency 10k msg/s, ours: offered 10000 msg/s, achieved 7000\n" * 2
+
+
+def test_keep_going_takes_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--keep-going"])
+    assert "expected one argument" in capsys.readouterr().err
