@@ -93,7 +93,9 @@ class TopicName:
         return f"{self.tenant}/{self.namespace_part}/{self.domain}/{self.local_name}"
 
 
-# (Errors are not remembered: a bad name raises each time.)
+# (Errors are not remembered: a bad name raises each time.) Names of deleted topics stay until newer
+# names evict them (at most 4,096 entries, each a name and its parts): a memory cost only, as a name
+# parses the same whatever became of its topic.
 _parse = lru_cache(maxsize=4096)(TopicName._parse)
 
 
