@@ -31,6 +31,8 @@ from managed_ledger.memory_cursor import MemoryCursor
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 
+_OPEN = LedgerState.OPEN  # (per add: a module constant costs a tenth of the Enum member's look-up, ledger_base)
+
 Clock = Callable[[], float]
 
 
@@ -159,7 +161,7 @@ class MemoryManagedLedger(BaseManagedLedger):
     # -- writing ------------------------------------------------------------------------------
 
     def add_entry(self, data: bytes, callback: AddCallback) -> None:
-        if self._state is not LedgerState.OPEN:
+        if self._state is not _OPEN:
             error = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
             self._add_completer.complete(partial(callback, None, error))
             return
@@ -174,7 +176,7 @@ class MemoryManagedLedger(BaseManagedLedger):
         self._after_add()
 
     def add_entries(self, data: list[bytes], callback: AddCallback) -> None:
-        if self._state is not LedgerState.OPEN:
+        if self._state is not _OPEN:
             error = LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
             self._add_completer.complete(partial(callback, None, error))
             return
