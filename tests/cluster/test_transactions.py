@@ -57,6 +57,20 @@ async def coordinator_on(client: TxnWireClient, broker: BrokerInfo) -> None:
     assert not (await client.tc_connect()).HasField("error")
 
 
+async def clients_with_coordinator_on(a: BrokerInfo, b: BrokerInfo,
+                                      *tags: str) -> tuple[TxnWireClient, TxnWireClient, list[str]]:
+    """A client of each broker (the caller closes them), coordinator 0 on A (its client connected to it) and, for
+    each tag, a new topic whose bundle B owns."""
+    ca, cb = await connect(a), await connect(b)
+    try:
+        await coordinator_on(ca, a)
+        return ca, cb, [await topic_on(cb, b, tag) for tag in tags]
+    except BaseException:
+        await ca.close()
+        await cb.close()
+        raise
+
+
 async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
     """Await ``probe`` until it says yes, for up to MOVE_S (a probe is a request to a broker: there is no event to
     wait on)."""
@@ -143,11 +157,8 @@ async def test_kill9_of_the_coordinators_broker_in_the_middle_of_commits(txn_bro
     every input acknowledged: all of each transaction or nothing, never twice."""
     rounds = 3
     a, b = txn_brokers.start(2)
-    ca, cb = await connect(a), await connect(b)
+    ca, cb, (in_topic, out_b) = await clients_with_coordinator_on(a, b, "k9-in", "k9-out")
     try:
-        await coordinator_on(ca, a)
-        in_topic = await topic_on(cb, b, "k9-in")
-        out_b = await topic_on(cb, b, "k9-out")
         await cb.subscribe(out_b, "check", 31, permits=0)  # (keeps the outputs until they are checked)
         inputs = await waiting_inputs(cb, in_topic, rounds)
         await cb.producer(out_b, 3, txn_enabled=True)
@@ -310,11 +321,8 @@ async def test_producers_without_txn_enabled_on_another_broker_than_the_coordina
     open on a topic whose first transactional SEND it was: A takes the topic, and its buffer, recovered from the
     snapshot that SEND took, still holds the transaction open, so its abort drops the message."""
     a, b = txn_brokers.start(2)
-    ca, cb = await connect(a), await connect(b)
+    ca, cb, (out, fresh) = await clients_with_coordinator_on(a, b, "go-out", "go-fresh")
     try:
-        await coordinator_on(ca, a)
-        out = await topic_on(cb, b, "go-out")
-        fresh = await topic_on(cb, b, "go-fresh")
         await cb.subscribe(out, "check", 31)
         await cb.subscribe(fresh, "check", 32)
         await cb.producer(out, 3)
@@ -366,11 +374,8 @@ async def test_admin_v3_coordinator_reads_go_to_the_coordinators_broker(txn_brok
     subscription are described by B, their owner, even when A answers. A topic read asked of A is a 307 to B.
     pulsar_txn_* metrics: each broker its own coordinators (A lists coordinator 0, B does not)."""
     a, b = txn_brokers.start(2)
-    ca, cb = await connect(a), await connect(b)
+    ca, cb, (out, in_topic) = await clients_with_coordinator_on(a, b, "admin-out", "admin-in")
     try:
-        await coordinator_on(ca, a)
-        out = await topic_on(cb, b, "admin-out")
-        in_topic = await topic_on(cb, b, "admin-in")
         (msg,) = await waiting_inputs(cb, in_topic, 1)
         await cb.producer(out, 2)
         txn, (receipt,) = await consume_and_produce(ca, cb, in_topic, msg, [Output(cb, 2, out)], 0, cumulative=True)
