@@ -425,7 +425,7 @@ class FileManagedLedger(StoredManagedLedger):
                 meta = self._map.get(position.ledger_id)
                 if meta is not None and meta.entries == position.entry_id + 1:
                     self.trim_consumed_ledgers()
-            self._wake_parked()
+            self._wake_parked_soon()
             return
         self._fence(exc)
         if self._factory.disk is not None:
