@@ -658,10 +658,18 @@ async def test_adds_confirmed_together_wake_a_waiting_reader_once(tmp_path: Path
     ml = await factory.open("t")
     cursors = [await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)]
     reads: list[list[list[Position]]] = [[] for _ in cursors]
+
+    def reader(got: list[list[Position]]) -> Callable[[list[Entry], BaseException | None], None]:
+        return lambda entries, exc: got.append([e.position for e in entries])
+
     for cursor, got in zip(cursors, reads, strict=True):
-        cursor.read_entries_or_wait(100, lambda es, exc, got=got: got.append([e.position for e in es]))
+        cursor.read_entries_or_wait(100, reader(got))
     gate = threading.Event()
-    factory.writer.run(lambda: gate.wait(TIMEOUT))  # holds the writer: the adds below queue as one round
+
+    def hold() -> None:  # holds the writer: the adds below queue behind it and go as one round
+        gate.wait(TIMEOUT)
+
+    factory.writer.run(hold)
     confirmed: list[Position] = []
     wakes_seen: list[int] = []  # reads completed when each add's confirmation ran
 
