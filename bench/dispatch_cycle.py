@@ -32,6 +32,7 @@ import uvloop
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.context import DispatchContext, DispatchPolicy
+from broker.dispatch.entry_metas import SharedEntryMetas
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
@@ -122,9 +123,10 @@ TAIL_IN_FLIGHT = 64  # entries added and not yet confirmed, at most
 def subscribe(loop: asyncio.AbstractEventLoop, mode: str, cursors: list[Any], total: int,
               done: Any) -> list[FakeClient]:
     clients = []
+    metas = SharedEntryMetas(lambda: len(cursors) > 1)  # the topic's, as broker/service/topic.py makes it
     for i, cursor in enumerate(cursors):
         cursor.set_active(True)
-        context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100,
+        context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100, entry_meta=metas.get,
                                   policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
                                                                 max_unacked_per_subscription=0))
         dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)
