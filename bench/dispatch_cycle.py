@@ -120,9 +120,17 @@ TAIL_PER_TURN = 3  # entries the producer adds per loop turn
 TAIL_IN_FLIGHT = 64  # entries added and not yet confirmed, at most
 
 
-def subscribe(loop: asyncio.AbstractEventLoop, mode: str, cursors: list[Any], total: int,
-              done: Any) -> list[FakeClient]:
-    clients = []
+def subscribe(mode: str, cursors: list[Any], total: int) -> tuple[list[FakeClient], asyncio.Event]:
+    """A dispatcher, consumer and fake client per cursor, each given its first FLOWs; the event is set
+    once every client has received ``total`` messages."""
+    loop = asyncio.get_running_loop()
+    finished = asyncio.Event()
+    clients: list[FakeClient] = []
+
+    def done() -> None:
+        if all(c.finished for c in clients):
+            finished.set()
+
     metas = SharedEntryMetas(lambda: len(cursors) > 1)  # the topic's, as broker/service/topic.py makes it
     for i, cursor in enumerate(cursors):
         cursor.set_active(True)
@@ -139,7 +147,7 @@ def subscribe(loop: asyncio.AbstractEventLoop, mode: str, cursors: list[Any], to
         dispatcher.add_consumer(consumer)
         dispatcher.flow(consumer, 2 * FLOW)
         clients.append(client)
-    return clients
+    return clients, finished
 
 
 async def run_tail(entries: int) -> None:
@@ -147,17 +155,9 @@ async def run_tail(entries: int) -> None:
         factory = FileManagedLedgerFactory(tmp)
         ml = await factory.open("t")
         cursors = [await ml.open_cursor(f"s{i}", InitialPosition.LATEST) for i in range(10)]
-        loop = asyncio.get_running_loop()
-        finished = asyncio.Event()
-        clients: list[FakeClient] = []
-
-        def done() -> None:
-            if all(c.finished for c in clients):
-                finished.set()
-
         process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
         writes0 = FakeConnection.writes
-        clients = subscribe(loop, "fanout", cursors, entries * TAIL_BATCH, done)
+        clients, finished = subscribe("fanout", cursors, entries * TAIL_BATCH)
         data = batch_entry(TAIL_BATCH)
         in_flight = 0
         room = asyncio.Event()
@@ -211,16 +211,8 @@ async def run(mode: str, entries: int) -> None:
             ml.add_entry(data, added)
         await stored.wait()
 
-        loop = asyncio.get_running_loop()
-        finished = asyncio.Event()
-        clients: list[FakeClient] = []
-
-        def done() -> None:
-            if all(c.finished for c in clients):
-                finished.set()
-
         process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
-        clients = subscribe(loop, mode, cursors, entries * BATCH, done)
+        clients, finished = subscribe(mode, cursors, entries * BATCH)
         await finished.wait()
         for c in clients:
             c.dispatcher.close()
