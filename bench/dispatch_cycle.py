@@ -6,6 +6,11 @@ subscriptions (``fanout``) into a fake connection; the fake client acknowledges 
 back 500 permits per 500 messages (the official client's FLOW for a receiver queue of 1000). It
 prints the loop thread's and the whole process's CPU per delivered message.
 
+``tail`` is the fan-out of bench/compare.py as it runs there: ten Shared subscriptions waiting at the
+tail while a producer adds smaller entries (30 messages, as the official client batches at 1 ms)
+through the writer with fdatasync, a few per loop turn and up to 64 in flight; it also prints the
+MESSAGE writes per added entry per subscription (1.0: a read and a write per entry).
+
 What it leaves out (socket writes, frame decoding, the ACK and FLOW commands) is the same for every
 version of the dispatch code, so on a machine too busy for bench/compare.py to show a difference of
 this size, alternating runs of two checkouts still compare their dispatch and storage work:
@@ -27,6 +32,7 @@ import uvloop
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.context import DispatchContext, DispatchPolicy
+from broker.dispatch.entry_metas import SharedEntryMetas
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
@@ -42,6 +48,8 @@ FLOW = 500  # permits the client gives back per 500 messages received (receiver 
 class FakeConnection:
     """Counts what is written and wakes the fake client (one callback per loop turn)."""
 
+    writes = 0  # write calls of every fake connection (class-wide)
+
     writable = True
     remote_address = "bench"
     client_version = "bench"
@@ -53,10 +61,12 @@ class FakeConnection:
         self._scheduled = False
 
     def write(self, data: bytes) -> None:
+        FakeConnection.writes += 1
         self.bytes += len(data)
         self._poke()
 
     def write_many(self, frames: list[bytes]) -> None:
+        FakeConnection.writes += 1
         self.bytes += sum(map(len, frames))
         self._poke()
 
@@ -99,10 +109,84 @@ class FakeClient:
             self.done()
 
 
-def batch_entry() -> bytes:
-    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=BATCH)
+def batch_entry(messages: int = BATCH) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=messages)
     meta = md.SerializeToString()
-    return struct.pack(">I", len(meta)) + meta + b"x" * (BATCH * PAYLOAD)
+    return struct.pack(">I", len(meta)) + meta + b"x" * (messages * PAYLOAD)
+
+
+TAIL_BATCH = 30  # messages per entry in ``tail``
+TAIL_PER_TURN = 3  # entries the producer adds per loop turn
+TAIL_IN_FLIGHT = 64  # entries added and not yet confirmed, at most
+
+
+def subscribe(mode: str, cursors: list[Any], total: int) -> tuple[list[FakeClient], asyncio.Event]:
+    """A dispatcher, consumer and fake client per cursor, each given its first FLOWs; the event is set
+    once every client has received ``total`` messages."""
+    loop = asyncio.get_running_loop()
+    finished = asyncio.Event()
+    clients: list[FakeClient] = []
+
+    def done() -> None:
+        if all(c.finished for c in clients):
+            finished.set()
+
+    metas = SharedEntryMetas(lambda: len(cursors) > 1)  # the topic's, as broker/service/topic.py makes it
+    for i, cursor in enumerate(cursors):
+        cursor.set_active(True)
+        context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100, entry_meta=metas.get,
+                                  policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
+                                                                max_unacked_per_subscription=0))
+        dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)
+                                  if mode == "consume" else SharedDispatcher(context, cursor))
+        client = FakeClient(dispatcher, cursor, total)
+        consumer = Consumer(FakeConnection(client.received), i, f"c{i}",  # type: ignore[arg-type]
+                            pb.CommandSubscribe.Exclusive, 0, SimpleNamespace(name=f"s{i}"), -1, {})
+        client.consumer = consumer
+        client.done = done
+        dispatcher.add_consumer(consumer)
+        dispatcher.flow(consumer, 2 * FLOW)
+        clients.append(client)
+    return clients, finished
+
+
+async def run_tail(entries: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        factory = FileManagedLedgerFactory(tmp)
+        ml = await factory.open("t")
+        cursors = [await ml.open_cursor(f"s{i}", InitialPosition.LATEST) for i in range(10)]
+        process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+        writes0 = FakeConnection.writes
+        clients, finished = subscribe("fanout", cursors, entries * TAIL_BATCH)
+        data = batch_entry(TAIL_BATCH)
+        in_flight = 0
+        room = asyncio.Event()
+
+        def added(position: Position | None, exc: BaseException | None) -> None:
+            nonlocal in_flight
+            in_flight -= 1
+            room.set()
+
+        sent = 0
+        while sent < entries:
+            while in_flight >= TAIL_IN_FLIGHT:
+                room.clear()
+                await room.wait()
+            for _ in range(min(TAIL_PER_TURN, entries - sent)):
+                in_flight += 1
+                sent += 1
+                ml.add_entry(data, added)
+            await asyncio.sleep(0)
+        await finished.wait()
+        for c in clients:
+            c.dispatcher.close()
+        messages = entries * TAIL_BATCH * len(cursors)
+        writes = FakeConnection.writes - writes0
+        print(f"tail: {1e6 * (time.thread_time() - thread0) / messages:.3f} us/msg on the loop, "
+              f"{1e6 * (time.process_time() - process0) / messages:.3f} us/msg in the process, "
+              f"{messages / (time.perf_counter() - wall0):,.0f} msg/s, "
+              f"{writes / entries / len(cursors):.2f} writes per entry per subscription", flush=True)
+        await factory.close()
 
 
 async def run(mode: str, entries: int) -> None:
@@ -127,30 +211,8 @@ async def run(mode: str, entries: int) -> None:
             ml.add_entry(data, added)
         await stored.wait()
 
-        loop = asyncio.get_running_loop()
-        finished = asyncio.Event()
-        clients: list[FakeClient] = []
-
-        def done() -> None:
-            if all(c.finished for c in clients):
-                finished.set()
-
         process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
-        for i, cursor in enumerate(cursors):
-            cursor.set_active(True)
-            context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100,
-                                      policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
-                                                                    max_unacked_per_subscription=0))
-            dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)
-                                      if mode == "consume" else SharedDispatcher(context, cursor))
-            client = FakeClient(dispatcher, cursor, entries * BATCH)
-            consumer = Consumer(FakeConnection(client.received), i, f"c{i}",  # type: ignore[arg-type]
-                                pb.CommandSubscribe.Exclusive, 0, SimpleNamespace(name=f"s{i}"), -1, {})
-            client.consumer = consumer
-            client.done = done
-            dispatcher.add_consumer(consumer)
-            dispatcher.flow(consumer, 2 * FLOW)
-            clients.append(client)
+        clients, finished = subscribe(mode, cursors, entries * BATCH)
         await finished.wait()
         for c in clients:
             c.dispatcher.close()
@@ -163,10 +225,14 @@ async def run(mode: str, entries: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    p.add_argument("mode", choices=("consume", "fanout"))
-    p.add_argument("--entries", type=int, default=1500, help="backlog entries (of 136 messages each)")
+    p.add_argument("mode", choices=("consume", "fanout", "tail"))
+    p.add_argument("--entries", type=int, default=1500,
+                   help="backlog entries (of 136 messages each); tail: entries added (of 30 messages)")
     args = p.parse_args()
-    uvloop.run(run(args.mode, args.entries if args.mode == "consume" else args.entries // 3))
+    if args.mode == "tail":
+        uvloop.run(run_tail(args.entries))
+    else:
+        uvloop.run(run(args.mode, args.entries if args.mode == "consume" else args.entries // 3))
 
 
 if __name__ == "__main__":

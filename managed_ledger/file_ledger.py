@@ -419,6 +419,10 @@ class FileManagedLedger(StoredManagedLedger):
                                  int((now - max(started, self._writer.batch_taken_at)) * 1e6), count)
             position = Position(first.ledger_id, first.entry_id + count - 1)
             self._last_confirmed = position
+            # Posted before the receipt is written: the first receipt of this loop turn schedules
+            # its connection's flush after the wake, so the MESSAGEs the wake sends to a consumer on
+            # that connection go out in the receipts' writev, not in one of their own a turn later.
+            self._wake_parked_soon()
             self._add_completer.complete(partial(callback, first, None))
             if position.ledger_id != self._map.current_id and self._state is LedgerState.OPEN:
                 # The last entry of a rolled-over ledger is confirmed: the trim that the
@@ -426,7 +430,6 @@ class FileManagedLedger(StoredManagedLedger):
                 meta = self._map.get(position.ledger_id)
                 if meta is not None and meta.entries == position.entry_id + 1:
                     self.trim_consumed_ledgers()
-            self._wake_parked()
             return
         self._fence(exc)
         if self._factory.disk is not None:

@@ -8,6 +8,7 @@ owning event loop and never blocks.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import types
 from abc import abstractmethod
@@ -53,7 +54,7 @@ _TRANSITIONS: dict[LedgerState, frozenset[LedgerState]] = {
 
 class BaseManagedLedger(ManagedLedger):
     __slots__ = ("_add_completer", "_clock", "_config", "_cursors", "_map", "_name", "_nesting", "_non_durable",
-                 "_state", "_waiting", "add_stats", "cursor_stats")
+                 "_state", "_waiting", "_wake_posted", "add_stats", "cursor_stats")
 
     def __init__(
         self, name: str, config: ManagedLedgerConfig, ledger_map: LedgerMap, nesting: NestingCounter, clock: Clock
@@ -69,6 +70,7 @@ class BaseManagedLedger(ManagedLedger):
         self._cursors: dict[str, BaseCursor] = {}  # open durable cursor handles
         self._non_durable: dict[BaseCursor, None] = {}  # insertion-ordered set
         self._waiting: dict[BaseCursor, None] = {}  # cursors with a parked read, in park order
+        self._wake_posted = False  # a _wake_parked_soon is posted to the loop and has not run yet
         self.add_stats = AddStats(config.add_latency_sink)
         # Durable cursors' state writes, by cursor name (kept across reopened handles; dropped with the cursor).
         self.cursor_stats: dict[str, CursorStats] = {}
@@ -215,6 +217,22 @@ class BaseManagedLedger(ManagedLedger):
         if self._waiting:
             for cursor in list(self._waiting):
                 cursor._entries_available()
+
+    def _wake_parked_soon(self) -> None:
+        """Adds were confirmed: wake the parked reads once, on the loop's next turn.
+
+        A storage whose adds are confirmed in groups from elsewhere (the file writer's rounds, the
+        bookies' acknowledgements) calls this per confirmed add instead of ``_wake_parked``: every
+        add confirmed in this loop turn then goes out in one read per waiting cursor (and one write
+        per consumer), not one read per add and per cursor. A reader at the tail still gets the entry
+        on the next turn, never after a timer."""
+        if self._waiting and not self._wake_posted:
+            self._wake_posted = True
+            asyncio.get_running_loop().call_soon(self._wake_posted_parked)
+
+    def _wake_posted_parked(self) -> None:
+        self._wake_posted = False
+        self._wake_parked()
 
     def _floor(self) -> Position:
         """The mark-delete position meaning "nothing stored is consumed".

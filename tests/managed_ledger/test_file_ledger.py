@@ -650,6 +650,43 @@ async def test_sync_off_never_fsyncs_appends(tmp_path: Path) -> None:
     await factory.close()
 
 
+async def test_adds_confirmed_together_wake_a_waiting_reader_once(tmp_path: Path) -> None:
+    """Adds made durable in one writer round go to each cursor waiting at the tail in one read (one
+    MESSAGE write per consumer), not in one read per add; the read completes on the next loop turn
+    after the adds' completions, with no timer (the new-entries check delay stays 0)."""
+    factory = make(tmp_path)
+    ml = await factory.open("t")
+    cursors = [await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)]
+    reads: list[list[list[Position]]] = [[] for _ in cursors]
+
+    def reader(got: list[list[Position]]) -> Callable[[list[Entry], BaseException | None], None]:
+        return lambda entries, exc: got.append([e.position for e in entries])
+
+    for cursor, got in zip(cursors, reads, strict=True):
+        cursor.read_entries_or_wait(100, reader(got))
+    gate = threading.Event()
+
+    def hold() -> None:  # holds the writer: the adds below queue behind it and go as one round
+        gate.wait(TIMEOUT)
+
+    factory.writer.run(hold)
+    confirmed: list[Position] = []
+    wakes_seen: list[int] = []  # reads completed when each add's confirmation ran
+
+    def added(position: Position | None, exc: BaseException | None) -> None:
+        assert exc is None and position is not None
+        confirmed.append(position)
+        wakes_seen.append(sum(map(len, reads)))
+
+    for i in range(5):
+        ml.add_entry(b"e%d" % i, added)
+    gate.set()
+    await eventually(lambda: all(reads), "every waiting cursor read")
+    assert len(confirmed) == 5 and wakes_seen == [0] * 5  # the receipts first, then the reads
+    assert reads == [[confirmed]] * 3  # one read each, of all five
+    await factory.close()
+
+
 # -- reading ------------------------------------------------------------------------------------
 
 
