@@ -34,6 +34,9 @@ T = pb.BaseCommand.Type
 
 # Resume reading once in-flight sends fall to this fraction of the pause threshold.
 RESUME_FRACTION = 0.5
+# asyncio's and uvloop's default high-water mark of a transport's write buffer (64 KiB); the
+# transport's own limit is read when the connection is made.
+DEFAULT_HIGH_WATER = 64 * 1024
 
 
 # Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
@@ -114,6 +117,12 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._out: list[bytes] = []
+        # Flow control within a loop turn: frames queued for the turn's writev count toward the
+        # transport's high-water mark (see write_many); the transport's own pause is kept apart.
+        self._out_bytes = 0
+        self._high_water = DEFAULT_HIGH_WATER
+        self._held_by_queue = False
+        self._transport_paused = False
         self.cnx: ServerCnx = ServerCnx(self, server.service)
         self.remote_address = ""
         # The client certificate the TLS handshake verified (None on the plain port or without one).
@@ -145,6 +154,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio callbacks ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is duck-typed
+        limits = getattr(transport, "get_write_buffer_limits", None)
+        if limits is not None:
+            self._high_water = limits()[1]
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -211,11 +223,14 @@ class Connection(asyncio.Protocol):
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
+        self._transport_paused = True
         self.writable = False
 
     def resume_writing(self) -> None:
-        self.writable = True
-        self.cnx.on_writable()
+        self._transport_paused = False
+        if not self._held_by_queue:  # (else this turn's writev decides, in _flush)
+            self.writable = True
+            self.cnx.on_writable()
 
     # -- routing -------------------------------------------------------------------------------------
     def _route(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
@@ -259,11 +274,24 @@ class Connection(asyncio.Protocol):
         self._out.append(data)
 
     def write_many(self, frames: list[bytes]) -> None:
+        """Queue frames (a read's MESSAGEs, a run of receipts) for this loop turn's writev.
+
+        The transport learns of them only at the flush, so its pause_writing cannot stop a
+        dispatcher whose reads complete inline several times in one turn (cache hits): the bytes
+        queued here count toward the same high-water mark, and past it the connection is not
+        writable until the flush. So what a slow reader makes the broker hold stays within the mark
+        plus one read, whatever happens within a turn.
+        """
         if not frames or self.transport is None or self.state is State.CLOSED:
             return
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out += frames
+        if self.writable:
+            self._out_bytes += sum(map(len, frames))
+            if self._out_bytes > self._high_water:
+                self.writable = False
+                self._held_by_queue = True
 
     def queued_bytes(self) -> int:
         """Bytes of frames written but not yet sent: queued for this loop turn's writev, and left in
@@ -273,8 +301,14 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        self._out_bytes = 0
         if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(out)
+            self.transport.writelines(out)  # (may pause writing at once: a slow reader)
+        if self._held_by_queue:
+            self._held_by_queue = False
+            if not self._transport_paused and self.state is not State.CLOSED:
+                self.writable = True
+                self.cnx.on_writable()
 
     def close(self) -> None:
         if self.state is not State.CLOSED:

@@ -164,6 +164,53 @@ async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() 
         producer.close()
 
 
+
+async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark() -> None:
+    # Entries confirmed together wake the tailing read once; its reads then complete inline from
+    # the cache, one after the other, in the same loop turn, before that turn's writev tells the
+    # transport anything. The frames queued in the turn count toward the high-water mark, so a
+    # consumer that reads nothing makes the broker hold at most the mark plus one read.
+    batch = 20
+    async with Broker(dispatcherMaxReadBatchSize=batch) as b:
+        assert b.server is not None
+        topic = "persistent://public/default/bp-one-turn"
+        consumer = await WireClient.open(port_of(b))
+        await consumer.connect()
+        consumer.send(subscribe_cmd(topic))
+        assert (await consumer.recv()).type == T.SUCCESS
+        flow = pb.BaseCommand(type=T.FLOW)
+        flow.flow.consumer_id, flow.flow.messagePermits = 1, 1000
+        consumer.send(flow)
+        conn = next(c for c in b.server.connections if c.cnx.consumers)
+        peak = 0
+        queue = conn.write_many
+
+        def watched(frames: list[bytes]) -> None:
+            nonlocal peak
+            queue(frames)
+            peak = max(peak, conn.queued_bytes())
+
+        conn.write_many = watched  # type: ignore[method-assign]
+        producer = await WireClient.open(port_of(b))
+        await producer.connect()
+        producer.send(producer_cmd(topic))
+        assert (await producer.recv()).type == T.PRODUCER_SUCCESS
+        body = b"q" * 8192
+        producer.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, body)) for seq in range(400)))
+        for _ in range(400):
+            assert (await producer.recv()).type == T.SEND_RECEIPT
+        assert conn.transport is not None
+        high_water = conn.transport.get_write_buffer_limits()[1]
+        assert 0 < peak <= high_water + batch * (8192 + 256), (peak, high_water)
+        seqs: list[int] = []
+        while len(seqs) < 400:
+            msg = await consumer.recv()
+            assert msg.type == T.MESSAGE
+            seqs.append(msg.message.message_id.entryId)
+        assert seqs == sorted(seqs) and len(set(seqs)) == 400
+        consumer.close()
+        producer.close()
+
 # -- limits ---------------------------------------------------------------------------------------------
 
 async def test_publish_rate_limit_stops_reading_the_socket_until_released() -> None:
