@@ -153,6 +153,11 @@ def _read_unbatched_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
     return _new_tuple(SendCommand, (buf[pos + 1], seq, 1, None, False, None))
 
 
+# One SEND of a run (``FrameDecoder.next_send_run``): (sequence id, highest sequence id, messages in
+# it, payload), the highest sequence id being the sequence id where the command has none.
+RunSend = tuple[int, int, int, bytes]
+
+
 class FrameDecoder:
     """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
 
@@ -218,6 +223,72 @@ class FrameDecoder:
                     self._need = 4
                     return _new_tuple(SendFrame, (send, buf[cmd_end:end] if end > cmd_end else None))
         return self._next(True)
+
+    def next_send_run(self, limit: int, budget: int) -> tuple[int, list[RunSend]] | None:
+        """The SENDs one producer sent in a row at the head of the buffer, read in one pass: the
+        producer id and at most ``limit`` SENDs, none after the one whose payload brings the run's
+        payloads to ``budget`` bytes. A run holds only whole SEND frames of the shapes
+        ``next_frame_or_send`` reads by hand, with a payload, not a chunk (no transaction: those
+        shapes have none); it ends before any other frame, which ``next_frame_or_send`` then reads
+        (None when the first frame is one)."""
+        if self._chunks:
+            return None
+        buf, pos = self._buf, self._pos
+        n = len(buf)
+        max_frame = self._max_frame
+        header = _HEADER.unpack_from
+        sends: list[RunSend] = []
+        append = sends.append
+        producer_id = -1
+        while n - pos >= 12 and limit > 0:
+            total, cmd_size = header(buf, pos)
+            end = pos + 4 + total
+            cmd_end = pos + 8 + cmd_size
+            # As in next_frame_or_send, and a payload after the command.
+            if (end > n or total + 4 > max_frame or cmd_size <= 4 or cmd_end >= end
+                    or not buf.startswith(_SEND_PREFIX, pos + 8) or buf[pos + 11] != cmd_size - 4):
+                break
+            # The unbatched shape (_read_unbatched_send's), inline: producer id below 128, a 1-3
+            # byte sequence id; any other goes to _read_send.
+            seq = -1
+            if 8 <= cmd_size <= 10 and buf[pos + 12] == 0x08 and buf[pos + 13] < 0x80 and buf[pos + 14] == 0x10:
+                b0 = buf[pos + 15]
+                if cmd_size == 8:
+                    if b0 < 0x80:
+                        seq = b0
+                elif cmd_size == 9:
+                    b1 = buf[pos + 16]
+                    if b0 >= 0x80 and b1 < 0x80:
+                        seq = (b0 & 0x7F) | (b1 << 7)
+                else:
+                    b1, b2 = buf[pos + 16], buf[pos + 17]
+                    if b0 >= 0x80 and b1 >= 0x80 and b2 < 0x80:
+                        seq = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+            if seq >= 0:
+                pid = buf[pos + 13]
+                highest = seq
+                num_messages = 1
+            else:
+                send = _read_send(buf, pos + 12, cmd_end)
+                if send is None or send[4]:  # another shape, or a chunk
+                    break
+                pid, seq, num_messages, h = send[0], send[1], send[2], send[3]
+                highest = seq if h is None else h
+            if pid != producer_id:
+                if producer_id >= 0:
+                    break
+                producer_id = pid
+            append((seq, highest, num_messages, buf[cmd_end:end]))
+            pos = end
+            limit -= 1
+            budget -= end - cmd_end
+            if budget <= 0:
+                break
+        if not sends:
+            return None
+        self._pos = pos
+        self._need = 4
+        return producer_id, sends
 
     def _next(self, sends: bool) -> Frame | SendFrame | None:
         if self._chunks:
