@@ -24,6 +24,8 @@ from broker.protocol.limits import MIN_TOTAL_SIZE
 
 _U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">II")
+# A frame's header, the first 7 bytes of its command and the 8th (next_send_run).
+_RUN_HEAD = struct.Struct(">II7sB")
 _SEND = int(pb.BaseCommand.Type.SEND)
 
 
@@ -236,23 +238,24 @@ class FrameDecoder:
         buf, pos = self._buf, self._pos
         n = len(buf)
         max_frame = self._max_frame
-        header = _HEADER.unpack_from
+        head_of = _RUN_HEAD.unpack_from
         sends: list[RunSend] = []
         append = sends.append
         producer_id = -1
-        while n - pos >= 12 and limit > 0:
-            total, cmd_size = header(buf, pos)
+        # The first 7 bytes of this producer's unbatched CommandSend (_read_unbatched_send's shape:
+        # type, the send field, its length, producer id), by command size (8-10: a 1-3 byte sequence
+        # id): a frame that starts so has its sequence id read right here.
+        heads: dict[int, bytes] = {}
+        head_for = heads.get
+        # A whole SEND frame is more than 16 bytes: header, a command of 8 or more, a payload.
+        while n - pos > 16 and limit > 0:
+            total, cmd_size, head, b0 = head_of(buf, pos)
             end = pos + 4 + total
             cmd_end = pos + 8 + cmd_size
-            # As in next_frame_or_send, and a payload after the command.
-            if (end > n or total + 4 > max_frame or cmd_size <= 4 or cmd_end >= end
-                    or not buf.startswith(_SEND_PREFIX, pos + 8) or buf[pos + 11] != cmd_size - 4):
+            if end > n or total + 4 > max_frame or cmd_end >= end:  # (cmd_end >= end: no payload)
                 break
-            # The unbatched shape (_read_unbatched_send's), inline: producer id below 128, a 1-3
-            # byte sequence id; any other goes to _read_send.
             seq = -1
-            if 8 <= cmd_size <= 10 and buf[pos + 12] == 0x08 and buf[pos + 13] < 0x80 and buf[pos + 14] == 0x10:
-                b0 = buf[pos + 15]
+            if head == head_for(cmd_size):
                 if cmd_size == 8:
                     if b0 < 0x80:
                         seq = b0
@@ -265,20 +268,24 @@ class FrameDecoder:
                     if b0 >= 0x80 and b1 >= 0x80 and b2 < 0x80:
                         seq = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
             if seq >= 0:
-                pid = buf[pos + 13]
-                highest = seq
-                num_messages = 1
+                append((seq, seq, 1, buf[cmd_end:end]))
             else:
+                # Any other SEND of a shape _read_send reads (as next_frame_or_send checks it).
+                if cmd_size <= 4 or not head.startswith(_SEND_PREFIX) or head[3] != cmd_size - 4:
+                    break
                 send = _read_send(buf, pos + 12, cmd_end)
                 if send is None or send[4]:  # another shape, or a chunk
                     break
-                pid, seq, num_messages, h = send[0], send[1], send[2], send[3]
-                highest = seq if h is None else h
-            if pid != producer_id:
-                if producer_id >= 0:
-                    break
-                producer_id = pid
-            append((seq, highest, num_messages, buf[cmd_end:end]))
+                pid = send[0]
+                if pid != producer_id:
+                    if producer_id >= 0:
+                        break
+                    producer_id = pid
+                    if pid < 0x80:
+                        for size in (8, 9, 10):
+                            heads[size] = bytes((0x08, 0x06, 0x32, size - 4, 0x08, pid, 0x10))
+                highest = send[3]
+                append((send[1], send[1] if highest is None else highest, send[2], buf[cmd_end:end]))
             pos = end
             limit -= 1
             budget -= end - cmd_end
