@@ -280,3 +280,13 @@ def test_a_run_is_one_producers_sends_in_a_row() -> None:
     assert dec.next_send_run(10, 1000) == (2, [(0, 0, 1, b"x")])
     assert dec.next_send_run(10, 1000) == (1, [(2, 2, 1, b"x")])
     assert dec.next_send_run(10, 1000) is None and dec.buffered == 0
+
+
+def test_receipts_of_a_long_batch_of_consecutive_ids_are_protobufs() -> None:
+    """encode_many encodes a varint's tail once per 128 consecutive ids: across its changes."""
+    for first in (0, 16000, 2**21 - 300, 2**63 - 200):
+        sends = [(first + i, first + i) for i in range(600)]
+        for step in (0, 1):
+            got = commands.ReceiptEncoder(3).encode_many(sends, 9, first, step)
+            assert got == [commands.send_receipt_protobuf(3, seq, 9, first + i * step, highest)
+                           for i, (seq, highest) in enumerate(sends)]
