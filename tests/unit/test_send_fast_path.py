@@ -16,7 +16,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
 from broker.protocol.entry import SendChecks, check_send_payload, parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import FrameDecoder, SendFrame, _read_send, send_command
+from broker.protocol.frames import Frame, FrameDecoder, SendFrame, _read_send, send_command
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 
 MAX_FRAME = max_frame_size(DEFAULT_MAX_MESSAGE_SIZE)
@@ -221,20 +221,23 @@ def frame_of(item: tuple[pb.CommandSend | None, bytes | None]) -> bytes:
     return commands.PING if send is None else a_send_frame(send, payload)
 
 
+def row_of(frame: Frame | SendFrame) -> object:
+    """A frame as the run test compares it: a SEND as (producer id, sequence id, highest or
+    sequence id, messages, payload, chunk, transaction), another command as its type."""
+    if not isinstance(frame, SendFrame):
+        return frame.command.type
+    s = frame.send
+    highest = s.sequence_id if s.highest_sequence_id is None else s.highest_sequence_id
+    return s.producer_id, s.sequence_id, highest, s.num_messages, frame.payload, s.is_chunk, s.txn
+
+
 def one_at_a_time(data: bytes) -> tuple[list[object], int]:
-    """The reference: each frame on its own (next_frame_or_send), a SEND as (producer id,
-    sequence id, highest or sequence id, messages, payload, chunk, transaction); and the bytes
-    left buffered."""
+    """The reference: each frame on its own (next_frame_or_send); and the bytes left buffered."""
     dec = FrameDecoder(MAX_FRAME)
     dec.feed(data)
     out: list[object] = []
     while (frame := dec.next_frame_or_send()) is not None:
-        if isinstance(frame, SendFrame):
-            s = frame.send
-            highest = s.sequence_id if s.highest_sequence_id is None else s.highest_sequence_id
-            out.append((s.producer_id, s.sequence_id, highest, s.num_messages, frame.payload, s.is_chunk, s.txn))
-        else:
-            out.append(frame.command.type)
+        out.append(row_of(frame))
     return out, dec.buffered
 
 
@@ -258,16 +261,12 @@ def test_runs_read_what_one_frame_at_a_time_reads(items: list[tuple[pb.CommandSe
             assert all(sum(len(s[3]) for s in sends[:i]) < budget for i in range(1, len(sends)))
             got += [(producer_id, seq, highest, num, payload, False, None) for seq, highest, num, payload in sends]
             continue
+        # What a run leaves to the single reader: another command, a chunk, a transaction, no
+        # payload, another shape.
         frame = dec.next_frame_or_send()
         if frame is None:
             break
-        if isinstance(frame, SendFrame):
-            s = frame.send
-            # What a run leaves to the single reader: a chunk, a transaction, no payload or another shape.
-            highest = s.sequence_id if s.highest_sequence_id is None else s.highest_sequence_id
-            got.append((s.producer_id, s.sequence_id, highest, s.num_messages, frame.payload, s.is_chunk, s.txn))
-        else:
-            got.append(frame.command.type)
+        got.append(row_of(frame))
     assert (got, dec.buffered) == one_at_a_time(data)
 
 
