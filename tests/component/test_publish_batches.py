@@ -151,3 +151,26 @@ async def test_each_send_of_a_run_gets_its_own_answer() -> None:
         await eventually(lambda: conn.pending_sends == 0 and b.server is not None
                          and b.server.publish_buffer_bytes == 0, "the run's sends to settle")
         c.close()
+
+
+async def test_a_run_of_a_producer_still_waiting_for_exclusive_access_is_refused_per_send() -> None:
+    async with Broker() as b:
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        topic = "persistent://public/default/batch-run-waiting"
+        holder = producer_cmd(topic, producer_id=1, request_id=1)
+        holder.producer.producer_access_mode = pb.ProducerAccessMode.Exclusive
+        waiting = producer_cmd(topic, producer_id=2, request_id=2)
+        waiting.producer.producer_access_mode = pb.ProducerAccessMode.WaitForExclusive
+        c.send(holder)
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(waiting)
+        reply = await c.recv()
+        assert reply.type == T.PRODUCER_SUCCESS and not reply.producer_success.producer_ready
+        c.writer.write(frames(*(send_frame(2, seq, b"w") for seq in range(3))))
+        for seq in range(3):
+            r = await c.recv()
+            assert r.type == T.SEND_ERROR and r.send_error.sequence_id == seq, r
+            assert (r.send_error.error, r.send_error.message) == (pb.ServerError.PersistenceError,
+                                                                  "Producer is not ready")
+        c.close()
