@@ -199,7 +199,8 @@ class ReceiptEncoder:
         append = out.append
         # A varint of v >= 128 is v's low 7 bits with the continuation bit, then the varint of
         # v >> 7: that tail changes once in 128 consecutive ids (a stored batch's entry ids are
-        # consecutive, its sequence ids mostly), so it is encoded once for them.
+        # consecutive, its sequence ids mostly), so it is encoded once for them. Written out for
+        # both ids: a call per varint would add ~15% to a receipt.
         seq_high = entry_high = -1
         seq_tail = entry_tail = b""
         entry_id = first_entry_id
