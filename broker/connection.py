@@ -105,6 +105,9 @@ class ConnectionOwner(Protocol):
     def publish_buffer_add(self, conn: Connection, nbytes: int) -> None: ...
 
     @property
+    def publish_buffer_room(self) -> int: ...
+
+    @property
     def throttle_counts(self) -> ThrottleCounts: ...
 
 
@@ -186,16 +189,27 @@ class Connection(asyncio.Protocol):
 
         The SENDs among them are queued per producer and stored together at the end (or before
         the next other command, or every SENDS_PER_APPEND SENDs of a big read): one append and one
-        completion for many messages.
+        completion for many messages. The SENDs one producer sent in a row are read and checked as
+        a run (``next_send_run``), no more than the pending-send limit and the publish buffer take
+        before reading pauses, so that pause comes after the same SEND as if each were alone.
         """
-        next_frame = self.decoder.next_frame_or_send
+        decoder = self.decoder
+        next_run = decoder.next_send_run
+        next_frame = decoder.next_frame_or_send
         cnx = self.cnx
+        server = self.server
         try:
             while self.state is not _CLOSED and not self.reading_paused:
+                if self.state is _CONNECTED:
+                    limit = min(self.max_pending_sends - self.pending_sends, cnx.sends_before_flush)
+                    run = next_run(limit, server.publish_buffer_room)
+                    if run is not None:
+                        cnx.handle_send_run(run[0], run[1])
+                        continue
                 frame = next_frame()
                 if frame is None:
                     break
-                if isinstance(frame, SendFrame):  # the hot path first
+                if isinstance(frame, SendFrame):
                     if self.state is not _CONNECTED:
                         raise ProtocolError("command SEND before CONNECT")
                     cnx.handle_send(frame.send, frame.payload)
@@ -319,8 +333,8 @@ class Connection(asyncio.Protocol):
 
     # -- producer backpressure -----------------------------------------------------------------------
     # Never an error for load: past a limit we stop reading the socket, and TCP slows the producer.
-    def send_started(self, nbytes: int) -> None:
-        self.pending_sends += 1
+    def sends_started(self, count: int, nbytes: int) -> None:
+        self.pending_sends += count
         if self.pending_sends >= self.max_pending_sends and not self._paused_for_count:
             self._paused_for_count = True
             self.server.throttle_counts.throttled += 1

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # How long a graceful stop waits for in-flight handler tasks before closing sockets anyway.
 SHUTDOWN_GRACE_S = 5.0
+# publish_buffer_room without a limit (maxMessagePublishBufferSizeInMB 0): more than any read holds.
+_NO_LIMIT = 1 << 62
 
 
 class BrokerServer:
@@ -227,6 +229,12 @@ class BrokerServer:
             else:
                 self._per_ip.pop(ip, None)
         self._buffer_paused.discard(conn)
+
+    @property
+    def publish_buffer_room(self) -> int:
+        """Bytes publishers may still add before the buffer is over its limit (and pauses them)."""
+        limit = self.publish_buffer_limit
+        return limit - self.publish_buffer_bytes if limit > 0 else _NO_LIMIT
 
     def publish_buffer_add(self, conn: Connection, nbytes: int) -> None:
         """Track in-flight publish bytes; pause publishers above the limit, resume them at half."""

@@ -24,6 +24,8 @@ from broker.protocol.limits import MIN_TOTAL_SIZE
 
 _U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">II")
+# A frame's header, the first 7 bytes of its command and the 8th (next_send_run).
+_RUN_HEAD = struct.Struct(">II7sB")
 _SEND = int(pb.BaseCommand.Type.SEND)
 
 
@@ -153,6 +155,11 @@ def _read_unbatched_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
     return _new_tuple(SendCommand, (buf[pos + 1], seq, 1, None, False, None))
 
 
+# One SEND of a run (``FrameDecoder.next_send_run``): (sequence id, highest sequence id, messages in
+# it, payload), the highest sequence id being the sequence id where the command has none.
+RunSend = tuple[int, int, int, bytes]
+
+
 class FrameDecoder:
     """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
 
@@ -218,6 +225,77 @@ class FrameDecoder:
                     self._need = 4
                     return _new_tuple(SendFrame, (send, buf[cmd_end:end] if end > cmd_end else None))
         return self._next(True)
+
+    def next_send_run(self, limit: int, budget: int) -> tuple[int, list[RunSend]] | None:
+        """The SENDs one producer sent in a row at the head of the buffer, read in one pass: the
+        producer id and at most ``limit`` SENDs, none after the one whose payload brings the run's
+        payloads to ``budget`` bytes. A run holds only whole SEND frames of the shapes
+        ``next_frame_or_send`` reads by hand, with a payload, not a chunk (no transaction: those
+        shapes have none); it ends before any other frame, which ``next_frame_or_send`` then reads
+        (None when the first frame is one)."""
+        if self._chunks:
+            return None
+        buf, pos = self._buf, self._pos
+        n = len(buf)
+        max_frame = self._max_frame
+        head_of = _RUN_HEAD.unpack_from
+        sends: list[RunSend] = []
+        append = sends.append
+        producer_id = -1
+        # The first 7 bytes of this producer's unbatched CommandSend (_read_unbatched_send's shape:
+        # type, the send field, its length, producer id), by command size (8-10: a 1-3 byte sequence
+        # id): a frame that starts so has its sequence id read right here.
+        heads: dict[int, bytes] = {}
+        head_for = heads.get
+        # A whole SEND frame is more than 16 bytes: header, a command of 8 or more, a payload.
+        while n - pos > 16 and limit > 0:
+            total, cmd_size, head, b0 = head_of(buf, pos)
+            end = pos + 4 + total
+            cmd_end = pos + 8 + cmd_size
+            if end > n or total + 4 > max_frame or cmd_end >= end:  # (cmd_end >= end: no payload)
+                break
+            seq = -1
+            if head == head_for(cmd_size):
+                if cmd_size == 8:
+                    if b0 < 0x80:
+                        seq = b0
+                elif cmd_size == 9:
+                    b1 = buf[pos + 16]
+                    if b0 >= 0x80 and b1 < 0x80:
+                        seq = (b0 & 0x7F) | (b1 << 7)
+                else:
+                    b1, b2 = buf[pos + 16], buf[pos + 17]
+                    if b0 >= 0x80 and b1 >= 0x80 and b2 < 0x80:
+                        seq = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+            if seq >= 0:
+                append((seq, seq, 1, buf[cmd_end:end]))
+            else:
+                # Any other SEND of a shape _read_send reads (as next_frame_or_send checks it).
+                if cmd_size <= 4 or not head.startswith(_SEND_PREFIX) or head[3] != cmd_size - 4:
+                    break
+                send = _read_send(buf, pos + 12, cmd_end)
+                if send is None or send[4]:  # another shape, or a chunk
+                    break
+                pid = send[0]
+                if pid != producer_id:
+                    if producer_id >= 0:
+                        break
+                    producer_id = pid
+                    if pid < 0x80:
+                        for size in (8, 9, 10):
+                            heads[size] = bytes((0x08, 0x06, 0x32, size - 4, 0x08, pid, 0x10))
+                highest = send[3]
+                append((send[1], send[1] if highest is None else highest, send[2], buf[cmd_end:end]))
+            pos = end
+            limit -= 1
+            budget -= end - cmd_end
+            if budget <= 0:
+                break
+        if not sends:
+            return None
+        self._pos = pos
+        self._need = 4
+        return producer_id, sends
 
     def _next(self, sends: bool) -> Frame | SendFrame | None:
         if self._chunks:

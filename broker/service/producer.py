@@ -28,7 +28,7 @@ E = pb.ServerError
 
 # One queued SEND: (sequence id, highest sequence id, messages in it, entry, advances sequence,
 # transaction or None).
-_Send = tuple[int, int, int, bytes, bool, "TxnID | None"]
+QueuedSend = tuple[int, int, int, bytes, bool, "TxnID | None"]
 
 ACCESS_MODE_NAMES: dict[int, str] = {
     pb.ProducerAccessMode.Shared: "Shared",
@@ -95,7 +95,7 @@ class Producer:
         self.msg_in = 0
         self.bytes_in = 0
         self.connected_since = time.time()
-        self._batch: list[_Send] = []  # SENDs of the current read, stored together by flush()
+        self._batch: list[QueuedSend] = []  # SENDs of the current read, stored together by flush()
         self._receipts = commands.ReceiptEncoder(producer_id)
 
     @property
@@ -116,6 +116,13 @@ class Producer:
         """
         self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence, txn))
         return len(self._batch) == 1
+
+    def publish_many(self, sends: list[QueuedSend]) -> bool:
+        """Queue ``sends`` (as ``publish`` queues one) for the next ``flush()``; True when they
+        opened a new batch."""
+        batch = self._batch
+        batch += sends
+        return len(batch) == len(sends)
 
     def flush(self) -> None:
         batch = self._batch
@@ -149,7 +156,7 @@ class Producer:
                                   run[0][5])
             topic.publish_throttle.record(cnx, num_messages, nbytes)
 
-    def _dedup_key(self, send: _Send) -> tuple[str, int]:
+    def _dedup_key(self, send: QueuedSend) -> tuple[str, int]:
         """(producer name, highest sequence id) deduplication goes by: this producer's, or for a
         replicator (``pulsar.repl.<cluster>``) the original producer's, from the message's
         metadata, as Pulsar does."""
@@ -161,11 +168,11 @@ class Producer:
             highest = max(highest, md.highest_sequence_id)
         return md.producer_name, highest
 
-    def _drop_duplicates(self, batch: list[_Send]) -> list[_Send]:
+    def _drop_duplicates(self, batch: list[QueuedSend]) -> list[QueuedSend]:
         """Answer the SENDs deduplication recognises at once; the rest are to be stored."""
         topic, cnx = self.topic, self.cnx
         pushed: dict[str, int] = {}  # what this batch pushes, per producer name
-        kept: list[_Send] = []
+        kept: list[QueuedSend] = []
         for send in batch:
             seq, highest, _, entry, advances, _txn = send
             if advances:
@@ -185,7 +192,7 @@ class Producer:
         topic.sequence_pushed.update(pushed)
         return kept
 
-    def _stored(self, batch: list[_Send], nbytes: int, dedup: bool, first: Position | None,
+    def _stored(self, batch: list[QueuedSend], nbytes: int, dedup: bool, first: Position | None,
                 exc: BaseException | None) -> None:
         self.pending -= len(batch)
         cnx = self.cnx
@@ -217,12 +224,12 @@ class Producer:
         return f"Producer({self.name!r}, id={self.producer_id}, topic={self.topic.name})"
 
 
-def _runs_by_transaction(batch: list[_Send]) -> list[list[_Send]]:
+def _runs_by_transaction(batch: list[QueuedSend]) -> list[list[QueuedSend]]:
     """The batch cut where the transaction changes (one append each; the ledger completes them
     in order, so receipts keep SEND order)."""
     if batch[0][5] is None and batch[-1][5] is None and all(b[5] is None for b in batch):
         return [batch]
-    runs: list[list[_Send]] = [[batch[0]]]
+    runs: list[list[QueuedSend]] = [[batch[0]]]
     for send in batch[1:]:
         if send[5] == runs[-1][0][5]:
             runs[-1].append(send)

@@ -115,3 +115,62 @@ async def test_a_big_read_is_stored_in_appends_of_bounded_size() -> None:
         assert got == [(seq, seq) for seq in range(n)]
         assert sum(appends) == n and max(appends) <= SENDS_PER_APPEND
         c.close()
+
+
+async def test_each_send_of_a_run_gets_its_own_answer() -> None:
+    """One producer's SENDs in one read are checked as a run: a bad one gets its own SendError
+    (the code a SEND alone gets), its neighbours are stored, and nothing stays accounted."""
+    async with Broker(maxMessageSize=1024) as b:
+        assert b.server is not None
+        c = await WireClient.open(port_of(b))
+        topic = "persistent://public/default/batch-run-errors"
+        await open_producers(c, [topic])
+        bad_highest = send_frame(5, 5, b"h")
+        bad_highest[0].send.producer_id, bad_highest[0].send.highest_sequence_id = 1, 3
+        c.writer.write(frames(
+            send_frame(1, 0, b"a"),
+            send_frame(1, 1, b"b", corrupt=True),
+            send_frame(1, 2, b"c"),
+            (send_frame(1, 3, b"")[0], b"\x00\x00\xff\xff"),  # a metadata size past the payload's end
+            send_frame(1, 4, b"z" * 2000),  # over maxMessageSize
+            bad_highest,  # highest sequence id below the sequence id
+            send_frame(1, 6, b"d"),
+        ))
+        answers: dict[int, tuple[int, int]] = {}
+        for _ in range(7):
+            r = await c.recv()
+            if r.type == T.SEND_RECEIPT:
+                answers[r.send_receipt.sequence_id] = (-1, r.send_receipt.message_id.entryId)
+            else:
+                assert r.type == T.SEND_ERROR, r
+                answers[r.send_error.sequence_id] = (r.send_error.error, -1)
+        E = pb.ServerError
+        assert answers == {0: (-1, 0), 1: (E.ChecksumError, -1), 2: (-1, 1), 3: (E.MetadataError, -1),
+                           4: (E.NotAllowedError, -1), 5: (E.MetadataError, -1), 6: (-1, 2)}
+        conn = next(iter(b.server.connections))
+        await eventually(lambda: conn.pending_sends == 0 and b.server is not None
+                         and b.server.publish_buffer_bytes == 0, "the run's sends to settle")
+        c.close()
+
+
+async def test_a_run_of_a_producer_still_waiting_for_exclusive_access_is_refused_per_send() -> None:
+    async with Broker() as b:
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        topic = "persistent://public/default/batch-run-waiting"
+        holder = producer_cmd(topic, producer_id=1, request_id=1)
+        holder.producer.producer_access_mode = pb.ProducerAccessMode.Exclusive
+        waiting = producer_cmd(topic, producer_id=2, request_id=2)
+        waiting.producer.producer_access_mode = pb.ProducerAccessMode.WaitForExclusive
+        c.send(holder)
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(waiting)
+        reply = await c.recv()
+        assert reply.type == T.PRODUCER_SUCCESS and not reply.producer_success.producer_ready
+        c.writer.write(frames(*(send_frame(2, seq, b"w") for seq in range(3))))
+        for seq in range(3):
+            r = await c.recv()
+            assert r.type == T.SEND_ERROR and r.send_error.sequence_id == seq, r
+            assert (r.send_error.error, r.send_error.message) == (pb.ServerError.PersistenceError,
+                                                                  "Producer is not ready")
+        c.close()

@@ -16,7 +16,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
 from broker.protocol.entry import SendChecks, check_send_payload, parse_payload
 from broker.protocol.errors import ProtocolError
-from broker.protocol.frames import FrameDecoder, SendFrame, _read_send, send_command
+from broker.protocol.frames import Frame, FrameDecoder, SendFrame, _read_send, send_command
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 from tests.metadata_strategies import U64, message_metadata
 
@@ -170,3 +170,101 @@ def test_receipts_at_the_varint_length_boundaries_are_protobufs(first: int) -> N
     got = commands.ReceiptEncoder(5).encode_many(sends, first + 1, first, 1)
     assert got == [commands.send_receipt_protobuf(5, seq, first + 1, first + i, highest)
                    for i, (seq, highest) in enumerate(sends)]
+
+
+# -- runs of SENDs (FrameDecoder.next_send_run) --------------------------------------------------------
+
+def a_send_frame(send: pb.CommandSend, payload: bytes | None) -> bytes:
+    cmd = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    cmd.send.CopyFrom(send)
+    return commands.frame_with_payload(cmd, payload) if payload else commands.frame(cmd)
+
+
+# Mostly one producer's plain SENDs (runs), now and then another producer, a chunk, a transaction.
+run_sends = st.builds(
+    pb.CommandSend, producer_id=st.sampled_from([1] * 6 + [0, 127, 128, 300]),
+    sequence_id=st.one_of(st.integers(0, 2**22), U64),
+    num_messages=st.one_of(st.none(), st.integers(-1, 200)),
+    highest_sequence_id=st.one_of(st.none(), st.none(), U64),
+    is_chunk=st.sampled_from([None] * 6 + [False, True]),
+    txnid_most_bits=st.sampled_from([None] * 8 + [7]),
+)
+frames_in_a_read = st.lists(st.one_of(
+    st.tuples(run_sends, st.binary(max_size=40)),  # an empty payload: a SEND without one
+    st.just((None, None)),  # another command
+), max_size=40)
+
+
+def frame_of(item: tuple[pb.CommandSend | None, bytes | None]) -> bytes:
+    send, payload = item
+    return commands.PING if send is None else a_send_frame(send, payload)
+
+
+def row_of(frame: Frame | SendFrame) -> object:
+    """A frame as the run test compares it: a SEND as (producer id, sequence id, highest or
+    sequence id, messages, payload, chunk, transaction), another command as its type."""
+    if not isinstance(frame, SendFrame):
+        return frame.command.type
+    s = frame.send
+    highest = s.sequence_id if s.highest_sequence_id is None else s.highest_sequence_id
+    return s.producer_id, s.sequence_id, highest, s.num_messages, frame.payload, s.is_chunk, s.txn
+
+
+def one_at_a_time(data: bytes) -> tuple[list[object], int]:
+    """The reference: each frame on its own (next_frame_or_send); and the bytes left buffered."""
+    dec = FrameDecoder(MAX_FRAME)
+    dec.feed(data)
+    out: list[object] = []
+    while (frame := dec.next_frame_or_send()) is not None:
+        out.append(row_of(frame))
+    return out, dec.buffered
+
+
+@settings(max_examples=400, deadline=None)
+@given(frames_in_a_read, st.integers(1, 6), st.integers(1, 200), st.integers(0, 30))
+def test_runs_read_what_one_frame_at_a_time_reads(items: list[tuple[pb.CommandSend | None, bytes | None]],
+                                                  limit: int, budget: int, cut: int) -> None:
+    """Runs and single frames taken in turn give the frames one at a time would, in order; a run
+    is one producer's SENDs with a payload, no chunk, no transaction, at most ``limit`` of them and
+    none after the one whose payload reaches ``budget`` bytes; an incomplete last frame waits."""
+    data = b"".join(map(frame_of, items))
+    data = data[: len(data) - cut] if cut < len(data) else data
+    dec = FrameDecoder(MAX_FRAME)
+    dec.feed(data)
+    got: list[object] = []
+    while True:
+        run = dec.next_send_run(limit, budget)
+        if run is not None:
+            producer_id, sends = run
+            assert 1 <= len(sends) <= limit
+            assert all(sum(len(s[3]) for s in sends[:i]) < budget for i in range(1, len(sends)))
+            got += [(producer_id, seq, highest, num, payload, False, None) for seq, highest, num, payload in sends]
+            continue
+        # What a run leaves to the single reader: another command, a chunk, a transaction, no
+        # payload, another shape.
+        frame = dec.next_frame_or_send()
+        if frame is None:
+            break
+        got.append(row_of(frame))
+    assert (got, dec.buffered) == one_at_a_time(data)
+
+
+def test_a_run_is_one_producers_sends_in_a_row() -> None:
+    frames = [a_send_frame(pb.CommandSend(producer_id=p, sequence_id=s), b"x") for p, s in
+              ((1, 0), (1, 1), (1, 200), (2, 0), (1, 2))]
+    dec = FrameDecoder(MAX_FRAME)
+    dec.feed(b"".join(frames))
+    assert dec.next_send_run(10, 1000) == (1, [(0, 0, 1, b"x"), (1, 1, 1, b"x"), (200, 200, 1, b"x")])
+    assert dec.next_send_run(10, 1000) == (2, [(0, 0, 1, b"x")])
+    assert dec.next_send_run(10, 1000) == (1, [(2, 2, 1, b"x")])
+    assert dec.next_send_run(10, 1000) is None and dec.buffered == 0
+
+
+def test_receipts_of_a_long_batch_of_consecutive_ids_are_protobufs() -> None:
+    """encode_many encodes a varint's tail once per 128 consecutive ids: across its changes."""
+    for first in (0, 16000, 2**21 - 300, 2**63 - 200):
+        sends = [(first + i, first + i) for i in range(600)]
+        for step in (0, 1):
+            got = commands.ReceiptEncoder(3).encode_many(sends, 9, first, step)
+            assert got == [commands.send_receipt_protobuf(3, seq, 9, first + i * step, highest)
+                           for i, (seq, highest) in enumerate(sends)]
