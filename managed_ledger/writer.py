@@ -42,7 +42,10 @@ name the directory (``sync_dir``) instead of syncing it themselves; the writer s
 named in a batch once, after the batch's operations and before any of its completions is posted
 (so nothing is confirmed before its name is durable). When many subscriptions or topics are
 created at once, one directory sync covers all the files created in it in that round, and the
-distinct directories of a round are synced by a few threads at once, as segments are.
+distinct directories of a round are synced by a few threads at once, as segments are. A segment
+can also be created with no directory sync (``create(sync_dir=False)``: a managed ledger's first
+segment on open); its owner then names the directory in an operation queued ahead of the first one
+that depends on the name (``run(..., also_sync=...)``), whose failure fences the owner.
 
 ``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
 still synced): an append is confirmed once it is in the OS page cache. That survives the broker
