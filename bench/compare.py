@@ -219,7 +219,10 @@ def topics_with_subscriptions(topics: int) -> Workload:
     """Creation of ``topics`` topics, each with a producer and a subscription (consumer attached), all held open;
     the rate is topics per second, and the broker's RSS is read while they are all open. Topics are not deleted
     afterwards (no broker here deletes inactive ones), so the RSS of later rounds includes earlier rounds' topics:
-    the ``rss_per_topic_kb`` figure is the growth during this run divided by its topics."""
+    the ``rss_per_topic_kb`` figure is the growth during this run divided by its topics. Nor are the earlier
+    workloads' topics: when it runs last in a full run, each broker already holds some thousands of topics, so this is
+    the creation rate at that size (pulsar-lite's CPU per topic grows with the topics it holds; bench.topic_creation
+    starts each broker fresh: docs/benchmarks.md, "Why the two creation benches disagreed"). One client thread."""
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         tag = uuid.uuid4().hex[:8]
         rss0 = window.broker.rss_mb()

@@ -382,6 +382,11 @@ class ManagedLedger(abc.ABC):
     def is_fenced(self) -> bool:
         """Writes refused after a storage failure (never for the in-memory implementation)."""
 
+    async def sync_creation(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Make the managed ledger's existence durable now (an explicit creation). A store may defer it until
+        the first entry or cursor is stored (the file ledger does: opening then costs no sync); by default
+        opening made it durable already."""
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Close: parked reads fail with LedgerClosedError, cursors close, data stays."""

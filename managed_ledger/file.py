@@ -178,13 +178,15 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             self._open[name] = ledger
             return ledger
         # A new one: its directory and its first segment are queued to the writer together, in that order, so
-        # they are made in one round and their directories (the parent's and its own) synced at once; neither
-        # is confirmed before both names are durable. (Awaited one after the other, they took two rounds.)
+        # they are made in one round, and no directory is synced for them then: opening costs no fsync. Their
+        # names become durable with the first thing that depends on them (the first add, a cursor's file: see
+        # FileManagedLedger._unsynced_dirs), before it is confirmed. Until then a power cut may take the empty
+        # managed ledger back (nothing in it was confirmed; a topic is made again on its next use); an explicit
+        # creation syncs at once (``sync_creation``).
         directory = join(self._ml_dir, encode_name(name))
-        made = self._submit_on_writer(partial(_create_directory, self.fs, directory, name),
-                                      sync_dir=_parent_dir(directory))
+        made = self._submit_on_writer(partial(_create_directory, self.fs, directory, name))
         ledger = FileManagedLedger(self, name, directory, config, file_layout.Recovered())  # nothing to scan
-        started = asyncio.ensure_future(ledger._finish_start(ledger._begin_start()))
+        started = asyncio.ensure_future(ledger._finish_start(ledger._begin_start(_parent_dir(directory))))
         await asyncio.wait([made, started])
         made_error = made.exception()
         if made_error is not None:  # (then the segment could not be made either, or was made in a directory
@@ -233,12 +235,13 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
 
-    async def _run_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> None:
-        """Run task on the writer thread (in order with all writes); raise its error. sync_dir: a
-        directory the task made a name in, fsynced (grouped with the round's others) before this returns."""
-        await self._submit_on_writer(task, sync_dir)
+    async def _run_on_writer(self, task: Callable[[], None], *sync_dirs: str) -> None:
+        """Run task on the writer thread (in order with all writes); raise its error. sync_dirs:
+        directories the task made names in (or whose new names it depends on), fsynced (grouped with
+        the round's others) before this returns."""
+        await self._submit_on_writer(task, *sync_dirs)
 
-    def _submit_on_writer(self, task: Callable[[], None], sync_dir: str | None = None) -> asyncio.Future[None]:
+    def _submit_on_writer(self, task: Callable[[], None], *sync_dirs: str) -> asyncio.Future[None]:
         """``_run_on_writer`` queued now; the future is its outcome."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -250,7 +253,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             else:
                 future.set_exception(ManagedLedgerError(f"storage operation failed: {exc}"))
 
-        self.writer.run(task, done, sync_dir=sync_dir)
+        self.writer.run(task, done, also_sync=sync_dirs)
         return future
 
     async def _remove_directory(self, name: str, directory: str) -> None:
@@ -293,12 +296,15 @@ def _read_name(fs: FileSystem, directory: str) -> str | None:
 
 
 def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
-    """A new managed ledger's directory, durable (with its name) before any segment is created.
+    """A new managed ledger's directory (and its cursors/), not yet durable.
 
     The directory's own name spells the ledger's name, so only a long (hashed) name needs a
-    "name" file. The entries inside (cursors/, and name) become durable with the first segment:
-    creating it syncs this directory, and nothing is stored before that. The parent directory is
-    synced by the writer (the task's ``sync_dir``), once for all the directories of the round.
+    "name" file (its content synced here, before the name can become durable). The directory's
+    entry in its parent and the entries inside it become durable before anything stored in it is
+    confirmed: the managed ledger syncs both directories (grouped with the writer round's others)
+    ahead of its first add or cursor file. A crash before that leaves an empty directory (a
+    managed ledger with nothing in it) or none; one with a hashed name and no readable "name" file
+    is removed on start.
     """
     fs.makedirs(join(directory, CURSORS))
     if decode_name(posixpath.basename(directory)) != name:

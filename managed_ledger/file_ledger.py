@@ -55,13 +55,15 @@ _OPEN = LedgerState.OPEN  # (per add: a module constant costs a tenth of the Enu
 _NOTHING_HELD: deque[tuple[list[bytes], AddCallback, float]] = deque()
 
 
+def _nothing() -> None:
+    """A writer task that only carries directory syncs."""
 
 
 class FileManagedLedger(StoredManagedLedger):
     # (Its attributes and its bases' are more than an instance dict shares its keys for: slots save ~1.5 KB each.)
     __slots__ = ("_dir", "_empty_on_disk", "_eviction_pending", "_factory", "_fenced", "_fs", "_held", "_hold_timer",
-                 "_indexes", "_last_confirmed", "_last_recovery", "_loop", "_paths", "_persistence", "_reader",
-                 "_recovering", "_stored", "_writer")
+                 "_indexes", "_last_confirmed", "_last_recovery", "_loop", "_names_sync_queued", "_paths",
+                 "_persistence", "_reader", "_recovering", "_stored", "_unsynced_dirs", "_writer")
     _reader: EntryReader
 
     def __init__(
@@ -93,6 +95,11 @@ class FileManagedLedger(StoredManagedLedger):
         # Adds held while the free-space floor refuses them (see _hold): (entries, callback, deadline).
         self._held = _NOTHING_HELD
         self._hold_timer: asyncio.TimerHandle | None = None
+        # Directories holding a new name of this ledger not yet known durable (its current segment's, made on
+        # open; its directory's parent, for a new ledger): synced before the first add or cursor file that
+        # depends on them is confirmed (see _sync_names).
+        self._unsynced_dirs: tuple[str, ...] = ()
+        self._names_sync_queued = False
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -163,8 +170,11 @@ class FileManagedLedger(StoredManagedLedger):
         new segment) on an add once there is room, like a ledger fenced by a failed write."""
         await self._finish_start(self._begin_start())
 
-    def _begin_start(self) -> asyncio.Future[None]:
-        """``_start``'s first part: the segment's creation queued to the writer now (its outcome: the future)."""
+    def _begin_start(self, *new_dirs: str) -> asyncio.Future[None]:
+        """``_start``'s first part: the segment's creation queued to the writer now (its outcome: the future).
+
+        Its directory entry is not synced now (an open costs no fsync): it is synced, with ``new_dirs`` (the
+        parent of a directory just made for this ledger), ahead of the first add or cursor file (_sync_names)."""
         future: asyncio.Future[None] = self._loop.create_future()
 
         def created(exc: BaseException | None) -> None:
@@ -184,7 +194,8 @@ class FileManagedLedger(StoredManagedLedger):
 
         current = self._map.current
         self._writer.create(self, self._segment_path(current.ledger_id),
-                            segment.encode_header(current.ledger_id, current.created_at), created)
+                            segment.encode_header(current.ledger_id, current.created_at), created, sync_dir=False)
+        self._unsynced_dirs = (self._dir, *new_dirs)
         for ledger_id in self._empty_on_disk:
             self._unlink_later(self._segment_path(ledger_id))
         return future
@@ -243,14 +254,49 @@ class FileManagedLedger(StoredManagedLedger):
             fs.replace_atomically(path, data, sync=True, sync_dir=False)
             stats.add(cursor_persists_total=1)
 
+        # The names above the file (cursors/ in the ledger's directory, that directory in its parent) must be
+        # durable too before the file is relied on: this write syncs those not yet known durable itself (it is
+        # not fenced with the ledger, so the ledger's own sync of them, _sync_names, does not cover it).
+        unsynced = self._unsynced_dirs
+
         def written(exc: BaseException | None) -> None:
             # (The cursor's state file is the file ledger's cursor ledger: one copy.)
             self._stats_of_cursor(name).persisted_to_ledger(exc is None, len(data))
-            if exc is not None and self._factory.disk is not None:
+            if exc is None:
+                self._names_synced(unsynced)
+            elif self._factory.disk is not None:
                 self._factory.disk.write_failed(exc)
             done(exc)
 
-        self._writer.run(write, written, sync_dir=join(self._dir, CURSORS))
+        self._writer.run(write, written, sync_dir=join(self._dir, CURSORS), also_sync=unsynced)
+
+    def _sync_names(self) -> None:
+        """Queue the sync of the directories holding this ledger's names not yet durable (its segment, made on
+        open; its new directory) ahead of the add about to be queued. The writer syncs them (grouped with its
+        round's other directories) before any later add of this ledger is confirmed; a failed sync fences the
+        ledger, so none is (the writer fails the owner's later adds, and this ledger recovers as from a failed
+        write, syncing the names again with its next add)."""
+        unsynced = self._unsynced_dirs
+        self._names_sync_queued = True
+
+        def synced(exc: BaseException | None) -> None:
+            self._names_sync_queued = False
+            if exc is None:
+                self._names_synced(unsynced)
+            else:
+                self._fence(exc)
+
+        self._writer.run(_nothing, synced, owner=self, also_sync=unsynced)
+
+    def _names_synced(self, synced: tuple[str, ...]) -> None:
+        if self._unsynced_dirs:
+            self._unsynced_dirs = tuple(d for d in self._unsynced_dirs if d not in synced)
+
+    async def sync_creation(self) -> None:
+        unsynced = self._unsynced_dirs
+        if unsynced:
+            await self._factory._run_on_writer(_nothing, *unsynced)
+            self._names_synced(unsynced)
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -347,6 +393,8 @@ class FileManagedLedger(StoredManagedLedger):
         self.add_stats.entry_size.add_each(sizes)
         first = self._map.record_adds(len(data), total)
         self._indexes[first.ledger_id].extend(sizes)
+        if self._unsynced_dirs and not self._names_sync_queued:
+            self._sync_names()
         if self._has_active_cursor():
             # Cached for readers that tail the log. With no active cursor nobody reads soon (as in
             # Pulsar, which caches an add only when there are active cursors): skipping the cache

@@ -3,9 +3,10 @@
 One file per ledger, named ``<ledgerId, 20 digits>.seg`` in its managed ledger's directory.
 All integers are big-endian.
 
-File header, 32 bytes, written when the ledger is created (its directory entry synced at once, its
-bytes with the first entry's fdatasync, or when the segment is closed; so only the last segment
-can be shorter than its header: one a crash caught before its first entry)::
+File header, 32 bytes, written when the ledger is created (its directory entry synced at once on a
+rollover, or, for the segment a managed ledger opens with, with its first entry or cursor file; its
+bytes with the first entry's fdatasync, or when the segment is closed; so only the last segment can
+be shorter than its header: one a crash caught before its first entry)::
 
     0   4  magic b"PMLS"
     4   2  format version (1)

@@ -42,7 +42,10 @@ name the directory (``sync_dir``) instead of syncing it themselves; the writer s
 named in a batch once, after the batch's operations and before any of its completions is posted
 (so nothing is confirmed before its name is durable). When many subscriptions or topics are
 created at once, one directory sync covers all the files created in it in that round, and the
-distinct directories of a round are synced by a few threads at once, as segments are.
+distinct directories of a round are synced by a few threads at once, as segments are. A segment
+can also be created with no directory sync (``create(sync_dir=False)``: a managed ledger's first
+segment on open); its owner then names the directory in an operation queued ahead of the first one
+that depends on the name (``run(..., also_sync=...)``), whose failure fences the owner.
 
 ``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
 still synced): an append is confirmed once it is in the OS page cache. That survives the broker
@@ -116,7 +119,9 @@ class _Op:
     nbytes: int = 0  # appends: the total size of parts
     task: Callable[[], None] | None = None
     truncations: tuple[tuple[str, int], ...] = ()
-    sync_dir: str | None = None  # tasks: a directory to fsync (grouped) once the task succeeded
+    # Directories to fsync (grouped) once the operation succeeded, before its completion: a task's, or a
+    # created segment's own directory (none when its name is made durable later: ``create(sync_dir=False)``).
+    sync_dirs: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -217,10 +222,11 @@ class GroupCommitWriter:
             with self._cond:
                 self._cond.notify()
 
-    def create(self, owner: Owner, path: str, header: bytes, done: Done) -> None:
+    def create(self, owner: Owner, path: str, header: bytes, done: Done, *, sync_dir: bool = True) -> None:
         """Create the segment path (must not exist) with its header: its directory entry durable
-        at once, the header with the first append."""
-        self._submit(_Op("create", owner, done, path, header))
+        at once (sync_dir=False: not; the owner syncs the directory before anything depends on the
+        name, see ``run``), the header with the first append."""
+        self._submit(_Op("create", owner, done, path, header, sync_dirs=(_parent(path),) if sync_dir else ()))
 
     def close_segment(self, owner: Owner, path: str, done: Done = _ignore) -> None:
         """Sync (confirming its appends) and close an open segment. Runs even for a failed owner."""
@@ -237,12 +243,15 @@ class GroupCommitWriter:
         self._submit(_Op("recover", owner, done, truncations=tuple(truncations)))
 
     def run(self, task: Callable[[], None], done: Done = _ignore, owner: Owner | None = None,
-            sync_dir: str | None = None) -> None:
+            sync_dir: str | None = None, also_sync: tuple[str, ...] = ()) -> None:
         """Run task on the writer thread, in order with everything else (file creation,
         cursor state, deletion). Its OSError goes to done; it fences the owner if one is given.
         sync_dir: a directory in which the task made (or renamed) a name; it is fsynced, once for
-        every operation of the batch that names it, before done runs (see the module docstring)."""
-        self._submit(_Op("task", owner, done, task=task, sync_dir=sync_dir))
+        every operation of the batch that names it, before done runs (see the module docstring).
+        also_sync: more directories synced the same way (names made earlier that the task's outcome
+        depends on); a failed sync of any fails the task."""
+        dirs = also_sync if sync_dir is None else (sync_dir, *also_sync)
+        self._submit(_Op("task", owner, done, task=task, sync_dirs=dirs))
 
     async def barrier(self) -> None:
         """Wait until everything submitted before has completed."""
@@ -477,8 +486,7 @@ class GroupCommitWriter:
                 if op.owner is not None:
                     self._fail_owner(op.owner, exc, unsynced, errors)
             else:
-                directory = _parent(op.path) if op.kind == "create" else op.sync_dir
-                if directory is not None:
+                for directory in op.sync_dirs:
                     dirs.setdefault(directory, []).append(i)
             i += 1
         if dirs:

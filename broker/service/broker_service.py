@@ -493,10 +493,14 @@ class BrokerService:
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
-        if not self.topic_exists(name):
-            self._check_may_create(name, create, explicit)
-            self.check_topics_limit(name, 1)
-        return await self._loading.run(name.full, lambda: self._load_topic(name))
+        if self.topic_exists(name):
+            return await self._loading.run(name.full, lambda: self._load_topic(name))
+        self._check_may_create(name, create, explicit)
+        self.check_topics_limit(name, 1)
+        topic = await self._loading.run(name.full, lambda: self._load_topic(name))
+        if explicit:  # (an admin's create must outlive a power cut; an auto-created topic is made again on use)
+            await topic.ledger.sync_creation()
+        return topic
 
     async def _load_topic(self, name: TopicName) -> PersistentTopic:
         load_started = time.monotonic()

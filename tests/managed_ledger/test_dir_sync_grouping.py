@@ -1,6 +1,8 @@
 """New names (subscriptions' cursor files, topics' directories and segments) are made durable by
 directory fsyncs grouped per writer round: one fsync of a directory for all the files created in it
-in the round, and still nothing confirmed before its name is durable (issue 20, item 4).
+in the round, and still nothing confirmed before its name is durable (issue 20, item 4). A new
+topic's names are synced with the first thing stored in it (its first add, a cursor file), not
+when it is opened.
 
 The writer is held on a task while the operations queue up, so the round is known: every operation
 submitted meanwhile is in the next one. ``CrashFileSystem`` counts the directory fsyncs and loses
@@ -16,8 +18,8 @@ from collections import Counter
 
 import pytest
 
-from managed_ledger import InitialPosition, ManagedLedgerError
-from managed_ledger.file import FileManagedLedgerFactory
+from managed_ledger import InitialPosition, ManagedLedgerError, Position
+from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.fs import FileHandle
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.ml_support import FakeClock
@@ -48,6 +50,12 @@ class CountingFileSystem(CrashFileSystem):
 
 def factory(fs: CrashFileSystem) -> FileManagedLedgerFactory:
     return FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, fault_retry_interval_s=0)
+
+
+async def stored(ml: FileManagedLedger) -> list[tuple[Position, bytes]]:
+    """(position, data) of every entry stored in the managed ledger."""
+    entries = await ml.new_non_durable_cursor(Position(-1, -1), "check").read_entries_async(100)
+    return [(e.position, e.data) for e in entries]
 
 
 async def hold_writer(f: FileManagedLedgerFactory) -> threading.Event:
@@ -87,61 +95,88 @@ async def test_subscriptions_created_together_share_one_directory_sync_and_survi
     await f.close()
 
 
-async def test_topics_created_together_share_the_parent_directory_sync() -> None:
+async def test_topics_written_together_share_the_parent_directory_sync() -> None:
+    """Opening a new topic syncs no directory; the first adds of topics opened together sync their parent
+    once, in their round, and each add is receipted only once its names are durable."""
     fs = CountingFileSystem()
     fs.makedirs_durable("/data")
     f = factory(fs)
     await f.open("warm-up")  # the factory's own directories and ledger-id file
     parent = f"{ROOT}/ml"
+    syncs_before = sum(fs.dir_syncs.values())
+    ledgers = await asyncio.gather(*(f.open(f"topic-{i}") for i in range(TOPICS)))
+    assert sum(fs.dir_syncs.values()) == syncs_before  # opening costs no directory sync
     before = fs.dir_syncs[parent]
     release = await hold_writer(f)
-    opening = [asyncio.ensure_future(f.open(f"topic-{i}")) for i in range(TOPICS)]
-    for _ in range(3):
-        await asyncio.sleep(0)
+    adding = [asyncio.ensure_future(ml.add_entry_async(f"first of {ml.name}".encode())) for ml in ledgers]
+    await asyncio.sleep(0)  # every add is queued now, while the writer is held
     release.set()
-    ledgers = await asyncio.wait_for(asyncio.gather(*opening), 10)
+    await asyncio.wait_for(asyncio.gather(*adding), 10)
     assert fs.dir_syncs[parent] - before == 1  # eight new directories, one sync of their parent
-    for ml in ledgers:
-        await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    assert all(fs.dir_syncs[ml.directory] == 1 for ml in ledgers)
 
-    fs.power_cut()
+    fs.power_cut()  # every receipt was given after its names were durable
     await f.close()
     fs.reboot()
     f = factory(fs)
     for i in range(TOPICS):
         ml = await f.open(f"topic-{i}")
-        assert list(ml.cursors) == ["sub"]
+        assert [data for _, data in await stored(ml)] == [f"first of topic-{i}".encode()]
     await f.close()
 
 
-async def test_a_new_topic_directory_and_first_segment_are_made_in_one_round() -> None:
-    """The directory and the segment are queued together: the segment is created before the parent's sync (one
-    round, not two: a directory sync awaited, then the segment), and opening returns only once both names are
-    durable (a power cut right after finds the topic with its segment)."""
+async def test_a_new_topic_costs_no_sync_until_something_is_stored_in_it() -> None:
+    """The directory and the first segment are made in one round with no directory sync; the first add syncs
+    both directories (the topic's own and its parent) before its receipt; an explicit creation syncs them at
+    once. A power cut before either may take back the empty topic, which is made again on its next use."""
     fs = CountingFileSystem()
     fs.makedirs_durable("/data")
     f = factory(fs)
     await f.open("warm-up")
     parent = f"{ROOT}/ml"
     fs.events.clear()
-    release = await hold_writer(f)  # (so the round is known: both queue up meanwhile)
-    opening = asyncio.ensure_future(f.open("new-topic"))
-    for _ in range(3):
-        await asyncio.sleep(0)
-    release.set()
-    ml = await asyncio.wait_for(opening, 10)
-    segment_created = next(i for i, (kind, _) in enumerate(fs.events) if kind == "create")
-    parent_synced = fs.events.index(("fsync_dir", parent))
-    own_synced = fs.events.index(("fsync_dir", ml.directory))
-    assert segment_created < parent_synced and segment_created < own_synced
+    ml = await f.open("new-topic")
+    assert [kind for kind, _ in fs.events] == ["create"]  # the segment; no fsync_dir
+    position = await ml.add_entry_async(b"first")
+    assert ("fsync_dir", parent) in fs.events and ("fsync_dir", ml.directory) in fs.events
+    explicit = await f.open("explicit-topic")
+    await explicit.sync_creation()
+    assert ("fsync_dir", explicit.directory) in fs.events
+    await f.open("never-used")
 
     fs.power_cut()
     await f.close()
     fs.reboot()
     f = factory(fs)
-    assert f.exists("new-topic")
+    assert f.exists("new-topic") and f.exists("explicit-topic")
+    assert not f.exists("never-used")  # (nothing stored, not explicit: its names were never synced)
     ml = await f.open("new-topic")
-    await ml.add_entry_async(b"after the cut")
+    assert await stored(ml) == [(position, b"first")]
+    again = await f.open("never-used")
+    await again.add_entry_async(b"after the cut")
+    await f.close()
+
+
+async def test_a_failed_sync_of_a_new_topic_s_names_fails_its_adds_and_they_are_synced_again() -> None:
+    fs = CountingFileSystem()
+    fs.makedirs_durable("/data")
+    f = factory(fs)
+    ml = await f.open("t")
+    fs.inject("fsync_dir", errno.EIO, count=1, path_part="/ml")
+    results = await asyncio.gather(*(ml.add_entry_async(b"x") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(r, ManagedLedgerError) for r in results), results  # none receipted
+    await f.writer.barrier()  # (the recovery the failure started has run)
+    assert not ml.is_fenced
+    syncs_before = fs.dir_syncs[f"{ROOT}/ml"]
+    position = await asyncio.wait_for(ml.add_entry_async(b"after"), 10)
+    assert fs.dir_syncs[f"{ROOT}/ml"] == syncs_before + 1  # the names are synced again before this receipt
+
+    fs.power_cut()
+    await f.close()
+    fs.reboot()
+    f = factory(fs)
+    ml = await f.open("t")
+    assert await stored(ml) == [(position, b"after")]
     await f.close()
 
 

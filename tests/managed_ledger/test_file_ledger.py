@@ -847,9 +847,10 @@ async def test_a_failing_writer_operation_fails_its_batch_and_the_writer_goes_on
 async def test_a_segment_closed_before_its_first_entry_keeps_a_durable_header() -> None:
     fs = CrashFileSystem()
     factory = crash_factory(fs)
-    ml = await factory.open("t")  # its first segment: header written, not yet synced
+    ml = await factory.open("t")  # its first segment: header written, not yet synced, nor its name
+    await ml.open_cursor("sub")  # (the cursor's file makes the names above it durable, the segment's too)
     directory = ml.directory
-    await factory.close()  # closing syncs it
+    await factory.close()  # closing syncs the header
     fs.power_cut()
     fs.reboot()
     [name] = [f for f in fs.listdir(directory) if f.endswith(seg.SUFFIX)]
