@@ -25,14 +25,15 @@ segment to create or close, a cursor write, a barrier) first waits until every r
 has settled, then runs as above. Before this, an append that arrived during a sync waited for that
 sync to end before its own write and sync began.
 
-The writer is a role, not a thread. A round of appends to one segment written when nothing else
-is queued (a sparse stream: a lone batch per millisecond) is synced by the thread that wrote it,
-which first gives up the role; the next submission wakes another thread (one kept waiting for it)
-to take the role and write, while the first still syncs. So such a round costs one thread wake-up
-(the loop's notify) instead of two (the notify, then a sync thread's hand-off), and an append that
-arrives during its sync is still written and synced at once. At most ``PIPELINE_DEPTH + 1``
-threads share the role. While more is queued, the holder keeps writing and hands the round's syncs
-to the sync threads, as it does for rounds of two or three segments.
+The writer is a role, not a thread. With ``sync_lone_rounds`` (off by default: see
+``SYNC_LONE_ROUNDS``), a round of appends to one segment written when nothing else is queued (a
+sparse stream: a lone batch per millisecond) is synced by the thread that wrote it, which first
+gives up the role; the next submission wakes another thread (one kept waiting for it) to take the
+role and write, while the first still syncs. So such a round costs one thread wake-up (the loop's
+notify) instead of two (the notify, then a sync thread's hand-off), and an append that arrives
+during its sync is still written and synced at once. At most ``PIPELINE_DEPTH + 1`` threads share
+the role. While more is queued, the holder keeps writing and hands the round's syncs to the sync
+threads, as it does for rounds of two or three segments.
 
 An append completes (successfully) only after the sync of its segment returned: a receipt sent
 from its callback is a promise that the record survives a power cut.
@@ -96,6 +97,11 @@ SYNC_THREADS = 8
 # syncs in flight at once. Overlapping fdatasyncs of one file share the file system's journal
 # commits: at 1k appends/s on a busy 2-core VM this halved the median wait (4-9 ms -> 1.4-2.6 ms).
 PIPELINE_DEPTH = 4
+# A lone light round synced by the thread that wrote it ("The writer is a role" in the module
+# docstring). Off: on this shared 2-core VM (load 5-7) it cut the CPU per paced batched SEND by a
+# median 16% but raised the publish p50 at 1k msg/s in every pair measured (docs/benchmarks.md,
+# "Sparse batched produce"); to be decided on a quiet machine.
+SYNC_LONE_ROUNDS = False
 
 
 def _ignore(exc: BaseException | None) -> None:
@@ -147,8 +153,9 @@ class GroupCommitWriter:
 
     def __init__(self, fs: FileSystem, stats: FileLedgerStats, *, sync: bool = True,
                  group_wait_s: float = DEFAULT_GROUP_WAIT_S, group_bytes: int = DEFAULT_GROUP_BYTES,
-                 max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES, sync_lone_rounds: bool | None = None) -> None:
         self._fs = fs
+        self._sync_lone_rounds = SYNC_LONE_ROUNDS if sync_lone_rounds is None else sync_lone_rounds
         # At most this many segment files stay open; the least recently appended-to beyond it are
         # parked (closed, all synced) and reopened by their next append. Every topic has a segment
         # open for appends, so without this a broker with many idle topics runs out of descriptors.
@@ -444,7 +451,7 @@ class GroupCommitWriter:
                 segment.syncing += 1
         if not syncs:
             self._sync_returned(round_, None, (0.0, None))
-        elif len(syncs) == 1 and not self._queue:
+        elif len(syncs) == 1 and self._sync_lone_rounds and not self._queue:
             self._park_beyond_limit()
             return (round_, *syncs[0])
         else:
