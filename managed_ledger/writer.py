@@ -98,9 +98,9 @@ SYNC_THREADS = 8
 # commits: at 1k appends/s on a busy 2-core VM this halved the median wait (4-9 ms -> 1.4-2.6 ms).
 PIPELINE_DEPTH = 4
 # A lone light round synced by the thread that wrote it ("The writer is a role" in the module
-# docstring). Off: on this shared 2-core VM (load 5-7) it cut the CPU per paced batched SEND by a
-# median 16% but raised the publish p50 at 1k msg/s in every pair measured (docs/benchmarks.md,
-# "Sparse batched produce"); to be decided on a quiet machine.
+# docstring). Off: on a shared 2-core VM (load 5-8) it cut the CPU per paced batched SEND by a
+# median 9-16%, but the publish latency at 1k msg/s was not shown to hold (p99 higher in 5 of 6
+# pairs; docs/benchmarks.md, "Sparse batched produce"); to be decided on a quiet machine.
 SYNC_LONE_ROUNDS = False
 
 
