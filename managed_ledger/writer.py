@@ -1,7 +1,7 @@
-"""Group commit: one writer per factory does every write and sync of the file ledger.
+"""Group commit: one writer thread per factory does every write and sync of the file ledger.
 
 The loop submits operations (append a record, create / close a segment, replace a small file,
-...) and returns at once. The writer (a role: see below) takes *everything* queued as one batch, performs it
+...) and returns at once. The writer thread takes *everything* queued as one batch, performs it
 in order - consecutive appends to one segment become one ``write`` - then syncs each segment it
 appended to once (fdatasync) and posts the batch's completions back to the loop with one
 ``call_soon_threadsafe``, in submission order. While it syncs, new submissions pile up and become
@@ -24,16 +24,6 @@ order, so completions keep submission order). Anything else (a heavy batch, many
 segment to create or close, a cursor write, a barrier) first waits until every round in flight
 has settled, then runs as above. Before this, an append that arrived during a sync waited for that
 sync to end before its own write and sync began.
-
-The writer is a role, not a thread. With ``sync_lone_rounds`` (off by default: see
-``SYNC_LONE_ROUNDS``), a round of appends to one segment written when nothing else is queued (a
-sparse stream: a lone batch per millisecond) is synced by the thread that wrote it, which first
-gives up the role; the next submission wakes another thread (one kept waiting for it) to take the
-role and write, while the first still syncs. So such a round costs one thread wake-up (the loop's
-notify) instead of two (the notify, then a sync thread's hand-off), and an append that arrives
-during its sync is still written and synced at once. At most ``PIPELINE_DEPTH + 1`` threads share
-the role. While more is queued, the holder keeps writing and hands the round's syncs to the sync
-threads, as it does for rounds of two or three segments.
 
 An append completes (successfully) only after the sync of its segment returned: a receipt sent
 from its callback is a promise that the record survives a power cut.
@@ -100,11 +90,6 @@ SYNC_THREADS = 8
 # syncs in flight at once. Overlapping fdatasyncs of one file share the file system's journal
 # commits: at 1k appends/s on a busy 2-core VM this halved the median wait (4-9 ms -> 1.4-2.6 ms).
 PIPELINE_DEPTH = 4
-# A lone light round synced by the thread that wrote it ("The writer is a role" in the module
-# docstring). Off: on a shared 2-core VM (load 5-8) it cut the CPU per paced batched SEND by a
-# median 9-16%, but the publish latency at 1k msg/s was not shown to hold (p99 higher in 5 of 6
-# pairs; docs/benchmarks.md, "Sparse batched produce"); to be decided on a quiet machine.
-SYNC_LONE_ROUNDS = False
 
 
 def _ignore(exc: BaseException | None) -> None:
@@ -154,13 +139,12 @@ class _Round:
 
 
 class GroupCommitWriter:
-    """The writer (its threads). ``submit_*`` are called on the loop; ``done`` callbacks run there too."""
+    """The writer thread. ``submit_*`` are called on the loop; ``done`` callbacks run there too."""
 
     def __init__(self, fs: FileSystem, stats: FileLedgerStats, *, sync: bool = True,
                  group_wait_s: float = DEFAULT_GROUP_WAIT_S, group_bytes: int = DEFAULT_GROUP_BYTES,
-                 max_open_files: int = DEFAULT_MAX_OPEN_FILES, sync_lone_rounds: bool | None = None) -> None:
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self._fs = fs
-        self._sync_lone_rounds = SYNC_LONE_ROUNDS if sync_lone_rounds is None else sync_lone_rounds
         # At most this many segment files stay open; the least recently appended-to beyond it are
         # parked (closed, all synced) and reopened by their next append. Every topic has a segment
         # open for appends, so without this a broker with many idle topics runs out of descriptors.
@@ -171,27 +155,21 @@ class GroupCommitWriter:
         self._group_wait_s = group_wait_s if sync else 0.0
         self._group_bytes = group_bytes
         self._submitted_bytes = 0  # append bytes ever submitted (written by the loop only)
-        self._taken_bytes = 0  # append bytes ever taken into a batch (writer role only)
+        self._taken_bytes = 0  # append bytes ever taken into a batch (writer thread only)
         self._submitted_others = 0  # operations other than appends ever submitted (loop only)
-        self._taken_others = 0  # ... and ever taken into a batch (writer role only)
+        self._taken_others = 0  # ... and ever taken into a batch (writer thread only)
         self._gathering = False  # the writer waits for group_bytes to be queued
-        self._last_batch_bytes = 0  # writer role only
+        self._last_batch_bytes = 0  # writer thread only
         self._queue: deque[_Op] = deque()
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # threads waiting to take the writer role
-        self._gathered = threading.Condition(lock)  # the writer gathering a group (see _gather)
+        self._cond = threading.Condition()
         self._stopping = False
-        # No thread holds the writer role (see _submit): set by the holder when it gives the role up
-        # (its queue is empty, or it is about to sync a round itself), cleared by the thread taking it.
-        self._idle = True
-        self._waiting = 0  # threads waiting for the role (under _cond)
-        self._ended = False  # the last holder finished after stop(): every thread leaves
+        self._idle = False  # the writer thread is waiting for work (see _submit)
         self._loop: asyncio.AbstractEventLoop | None = None
         # When the writer took the batch whose completions are running now (loop thread only): an
         # append's completion reads it to time its write apart from its wait in the queue.
         self.batch_taken_at = 0.0
-        self._threads: list[threading.Thread] = []
-        # Writer-role state (only the thread holding the role touches it; never the loop):
+        self._thread: threading.Thread | None = None
+        # Writer-thread state (never touched by the loop):
         self._segments: dict[str, _Segment] = {}
         self._open_lru: OrderedDict[_Segment, None] = OrderedDict()  # segments with a handle, oldest first
         self._sync_pool: ThreadPoolExecutor | None = None  # created on first need
@@ -210,34 +188,25 @@ class GroupCommitWriter:
     # -- loop side ------------------------------------------------------------------------------
 
     def _submit(self, op: _Op) -> None:
-        if not self._threads:
+        if self._thread is None:
             if self._stopping:
                 raise RuntimeError("the writer is stopped")
             self._loop = asyncio.get_running_loop()
-            self._spawn()
+            self._thread = threading.Thread(target=self._run, name="ml-writer", daemon=True)
+            self._thread.start()
         # The hot path takes no lock (contending for it with the writer thread costs more than
-        # the rest of an add): deque.append is atomic, and a condition is only signalled when
-        # nobody holds the writer role (or the holder gathers). The holder sets _idle before its
-        # last look at the queue, and we append before looking at _idle, so one of us always sees
-        # the other.
+        # the rest of an add): deque.append is atomic, and the condition is only signalled when
+        # the writer is, or is about to be, waiting. The writer sets _idle before its last look
+        # at the queue, and we append before looking at _idle, so one of us always sees the other.
         other = op.kind != "append"
         if other:
             # Only appends are gathered into groups: anything else ends a wait at once. (Counted
             # before it is queued, so the writer never takes more than it has seen counted.)
             self._submitted_others += 1
         self._queue.append(op)
-        if self._idle:
+        if self._idle or (other and self._gathering):
             with self._cond:
                 self._cond.notify()
-        elif other and self._gathering:
-            with self._cond:
-                self._gathered.notify()
-
-    def _spawn(self) -> None:
-        """Start one more thread to share the writer role (on the loop, or under _cond)."""
-        thread = threading.Thread(target=self._run, name="ml-writer", daemon=True)
-        self._threads.append(thread)
-        thread.start()
 
     def append(self, owner: Owner, path: str, records: list[bytes], done: Done, nbytes: int = -1) -> None:
         """Append records (the concatenation of the parts; nbytes is their total size, computed
@@ -251,7 +220,7 @@ class GroupCommitWriter:
         self._submit(_Op("append", owner, done, path, parts=records, nbytes=nbytes))
         if self._gathering and self._submitted_bytes - self._taken_bytes >= self._group_bytes:
             with self._cond:
-                self._gathered.notify()
+                self._cond.notify()
 
     def create(self, owner: Owner, path: str, header: bytes, done: Done, *, sync_dir: bool = True) -> None:
         """Create the segment path (must not exist) with its header: its directory entry durable
@@ -275,7 +244,7 @@ class GroupCommitWriter:
 
     def run(self, task: Callable[[], None], done: Done = _ignore, owner: Owner | None = None,
             sync_dir: str | None = None, also_sync: tuple[str, ...] = ()) -> None:
-        """Run task on the writer (its thread holding the role), in order with everything else (file creation,
+        """Run task on the writer thread, in order with everything else (file creation,
         cursor state, deletion). Its OSError goes to done; it fences the owner if one is given.
         sync_dir: a directory in which the task made (or renamed) a name; it is fsynced, once for
         every operation of the batch that names it, before done runs (see the module docstring).
@@ -299,12 +268,11 @@ class GroupCommitWriter:
         """Finish what is queued, then end the thread (joins it). Completions not yet run on the
         loop are still posted; call after ``barrier()`` to have them all delivered."""
         with self._cond:
-            self._stopping = True  # (no thread is started after this: see _give_up_role)
-            self._cond.notify_all()
-            self._gathered.notify_all()
-        for thread in self._threads:
-            thread.join()
-        self._threads.clear()
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def _complete(self, results: list[tuple[Done, BaseException | None]], taken_at: float) -> None:
         self.batch_taken_at = taken_at
@@ -317,50 +285,16 @@ class GroupCommitWriter:
     # -- writer thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
-        """A thread sharing the writer role: take the role when there is work, write while
-        holding it; a round it gives the role up for is synced (and settled) here."""
-        while self._take_role():
-            pending = self._write()
-            if pending is not None:
-                self._sync_in_round(*pending)
-
-    def _take_role(self) -> bool:
-        """Wait until nobody holds the writer role and there is work (or stop() was called), and
-        take it; False when the writer has ended."""
-        with self._cond:
-            self._waiting += 1
-            while not self._ended and not (self._idle and (self._queue or self._stopping)):
-                self._cond.wait()
-            self._waiting -= 1
-            if self._ended:
-                return False
-            self._idle = False
-            return True
-
-    def _give_up_role(self) -> None:
-        """Let another thread take the writer role (this one is about to sync a round): one more
-        thread is started when none is waiting, so a submission during the sync is written at once."""
-        with self._cond:
-            self._idle = True
-            if not self._waiting and not self._stopping and len(self._threads) <= PIPELINE_DEPTH:
-                self._spawn()
-            elif self._queue:
-                self._cond.notify()
-
-    def _write(self) -> tuple[_Round, _Segment, FileHandle | OSError] | None:
-        """Holding the writer role: take and run batches until the queue is empty (the role is
-        given up, None), a round is to be synced by this thread (the role is given up: its sync),
-        or the writer stops (the last holder cleans up and ends every thread)."""
         queue = self._queue
         while True:
             if not queue:
                 with self._cond:
-                    if not self._stopping:
-                        # (What arrives before _idle is set, unnotified, _take_role sees next.)
-                        self._idle = True
-                        return None
-                self._finish()
-                return None
+                    self._idle = True
+                    while not queue and not self._stopping:
+                        self._cond.wait()
+                    self._idle = False
+                if not queue:
+                    break  # stopping, and nothing left to do
             if self._group_wait_s > 0 and self._last_batch_bytes * 8 >= self._group_bytes:
                 self._gather()
             batch = [queue.popleft() for _ in range(len(queue))]
@@ -374,11 +308,7 @@ class GroupCommitWriter:
             self._last_batch_bytes = nbytes
             self._seq += 1
             if self._sync and not others and nbytes * 8 < self._group_bytes:
-                started = self._start_round(batch, taken_at)
-                if isinstance(started, tuple):
-                    self._give_up_role()
-                    return started
-                if started:
+                if self._start_round(batch, taken_at):
                     continue
             self._drain()  # anything but light appends runs alone, after every pipelined round settled
             try:
@@ -387,18 +317,12 @@ class GroupCommitWriter:
                 log.exception("managed-ledger writer: a batch of %d operations failed", len(batch))
                 results = [(op.done, exc) for op in batch]
             self._post(results, taken_at)
-
-    def _finish(self) -> None:
-        """The last holder after stop(): wait for the rounds in flight, close every file, end."""
         self._drain()
         for segment in list(self._segments.values()):
             self._forget(segment)
         if self._sync_pool is not None:
             self._sync_pool.shutdown(wait=True)
             self._sync_pool = None
-        with self._cond:
-            self._ended = True
-            self._cond.notify_all()
 
     def _post(self, results: list[tuple[Done, BaseException | None]], taken_at: float) -> None:
         loop = self._loop
@@ -410,15 +334,11 @@ class GroupCommitWriter:
 
     # -- pipelined syncs (light rounds of appends) ------------------------------------------------
 
-    def _start_round(self, batch: list[_Op],
-                     taken_at: float) -> bool | tuple[_Round, _Segment, FileHandle | OSError]:
-        """Write a batch of appends to few segments and start its syncs, without waiting for the
-        syncs of earlier rounds; the thread whose sync completes a round settles it (in order: see
-        _sync_returned). The sync of a round to one segment, when nothing else is queued, is
-        returned, for this thread to do once it gave up the writer role; other syncs go to the sync
-        threads (True): while more is queued, this thread goes on writing it.
-        False (nothing done) when the batch is not for this path: it appends to PARALLEL_SYNC_MIN
-        segments or more (those share one serial round, as before)."""
+    def _start_round(self, batch: list[_Op], taken_at: float) -> bool:
+        """Write a batch of appends to few segments and hand its syncs to the sync threads, without
+        waiting for the syncs of earlier rounds; the thread whose sync completes a round settles it
+        (in order: see _sync_returned). False (nothing done) when the batch is not for this path:
+        it appends to PARALLEL_SYNC_MIN segments or more (those share one serial round, as before)."""
         paths = {op.path for op in batch}
         if len(paths) >= PARALLEL_SYNC_MIN:
             return False
@@ -460,9 +380,6 @@ class GroupCommitWriter:
                 segment.syncing += 1
         if not syncs:
             self._sync_returned(round_, None, (0.0, None))
-        elif len(syncs) == 1 and self._sync_lone_rounds and not self._queue:
-            self._park_beyond_limit()
-            return (round_, *syncs[0])
         else:
             if self._sync_pool is None:
                 self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
@@ -527,7 +444,7 @@ class GroupCommitWriter:
         """Wait up to group_wait_s for group_bytes of appends to be queued; any other operation
         (a barrier, a segment to create or close, a cursor write) or stop() ends the wait."""
         deadline = time.monotonic() + self._group_wait_s
-        with self._gathered:
+        with self._cond:
             self._gathering = True
             try:
                 while (self._submitted_bytes - self._taken_bytes < self._group_bytes and not self._stopping
@@ -535,7 +452,7 @@ class GroupCommitWriter:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    self._gathered.wait(remaining)
+                    self._cond.wait(remaining)
             finally:
                 self._gathering = False
 

@@ -64,8 +64,8 @@ async def read_all(ml: FileManagedLedger) -> list[Entry]:
 
 def ml_threads(factory: FileManagedLedgerFactory) -> list[threading.Thread]:
     """The factory's threads that are alive."""
-    threads = [*factory.writer._threads, *factory.pool._threads]
-    return [t for t in threads if t.is_alive()]
+    threads = [factory.writer._thread, *factory.pool._threads]
+    return [t for t in threads if t is not None and t.is_alive()]
 
 
 # -- restarts -----------------------------------------------------------------------------------

@@ -9,8 +9,6 @@ import errno
 import threading
 from typing import Any
 
-import pytest
-
 from managed_ledger import InitialPosition, ManagedLedgerError, Position
 from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.fs import FileHandle
@@ -71,22 +69,14 @@ class _GatedHandle:
         return getattr(self._inner, name)
 
 
-@pytest.fixture(params=[False, True], ids=["sync-threads", "lone-rounds-on-writer"])
-def lone_rounds(request: pytest.FixtureRequest) -> bool:
-    """Both ways of syncing a lone round: handed to a sync thread, or by the thread that wrote it."""
-    return bool(request.param)
-
-
-def factory_on(fs: CrashFileSystem, lone_rounds: bool = False) -> FileManagedLedgerFactory:
+def factory_on(fs: CrashFileSystem) -> FileManagedLedgerFactory:
     fs.makedirs_durable("/data")
-    factory = FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, fault_retry_interval_s=0)
-    factory.writer._sync_lone_rounds = lone_rounds
-    return factory
+    return FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, fault_retry_interval_s=0)
 
 
-async def test_a_round_is_synced_while_an_earlier_sync_is_in_flight_and_completes_after_it(lone_rounds: bool) -> None:
+async def test_a_round_is_synced_while_an_earlier_sync_is_in_flight_and_completes_after_it() -> None:
     fs = GatedFileSystem()
-    factory = factory_on(fs, lone_rounds)
+    factory = factory_on(fs)
     ml = await factory.open("t")
     await ml.add_entry_async(b"first")
     gate = fs.arm()
@@ -106,9 +96,9 @@ async def test_a_round_is_synced_while_an_earlier_sync_is_in_flight_and_complete
     await factory.close()
 
 
-async def test_a_round_written_before_an_earlier_sync_failed_is_not_confirmed(lone_rounds: bool) -> None:
+async def test_a_round_written_before_an_earlier_sync_failed_is_not_confirmed() -> None:
     fs = GatedFileSystem()
-    factory = factory_on(fs, lone_rounds)
+    factory = factory_on(fs)
     ml = await factory.open("t")
     first = await ml.add_entry_async(b"first")
     gate = fs.arm(errno.EIO)
@@ -143,49 +133,4 @@ async def test_a_round_written_before_an_earlier_sync_failed_is_not_confirmed(lo
     cursor = await ml.open_cursor("check", InitialPosition.EARLIEST)
     entries = await cursor.read_entries_async(10)
     assert [e.data for e in entries] == [b"first"]
-    await factory.close()
-
-
-class ThreadRecordingFileSystem(CrashFileSystem):
-    """CrashFileSystem that records which thread wrote and which synced each segment."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[str, int]] = []  # ("write" / "sync", thread ident), segments only
-
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
-        inner = super().open_append(path, create=create)
-        return _RecordingHandle(self, inner) if path.endswith(".seg") else inner
-
-
-class _RecordingHandle:
-    def __init__(self, fs: ThreadRecordingFileSystem, inner: FileHandle) -> None:
-        self._fs = fs
-        self._inner = inner
-
-    def write_parts(self, parts: list[bytes]) -> None:
-        self._fs.calls.append(("write", threading.get_ident()))
-        self._inner.write_parts(parts)
-
-    def sync(self) -> None:
-        self._fs.calls.append(("sync", threading.get_ident()))
-        self._inner.sync()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-async def test_a_lone_round_is_synced_by_the_thread_that_wrote_it() -> None:
-    # A sparse stream (each add alone): no hand-off of the sync to another thread per round.
-    fs = ThreadRecordingFileSystem()
-    factory = factory_on(fs, lone_rounds=True)
-    ml = await factory.open("t")
-    for i in range(5):
-        await ml.add_entry_async(b"m%d" % i)
-    calls = fs.calls
-    rounds = [(calls[k][1], calls[k + 1][1]) for k in range(len(calls) - 1)
-              if calls[k][0] == "write" and calls[k + 1][0] == "sync"]
-    assert len(rounds) == 5
-    assert all(writer == syncer for writer, syncer in rounds)
-    assert factory.writer._sync_pool is None  # (no sync thread was ever needed)
     await factory.close()
