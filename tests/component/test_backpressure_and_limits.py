@@ -124,26 +124,40 @@ async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer,
 
 # -- consumer backpressure -----------------------------------------------------------------------------
 
+async def idle_consumer_and_producer(b: Broker, topic: str, permits: int) -> tuple[WireClient, WireClient, Connection]:
+    """A consumer given ``permits`` that then reads nothing, a producer on the same topic, and the
+    broker's connection of the consumer."""
+    assert b.server is not None
+    consumer = await WireClient.open(port_of(b))
+    await consumer.connect()
+    consumer.send(subscribe_cmd(topic))
+    assert (await consumer.recv()).type == T.SUCCESS
+    flow = pb.BaseCommand(type=T.FLOW)
+    flow.flow.consumer_id, flow.flow.messagePermits = 1, permits
+    consumer.send(flow)
+    conn = next(c for c in b.server.connections if c.cnx.consumers)
+    producer = await WireClient.open(port_of(b))
+    await producer.connect()
+    producer.send(producer_cmd(topic))
+    assert (await producer.recv()).type == T.PRODUCER_SUCCESS
+    return consumer, producer, conn
+
+
+async def receive_entries_in_order(consumer: WireClient, n: int) -> None:
+    seqs: list[int] = []
+    while len(seqs) < n:
+        msg = await consumer.recv()
+        assert msg.type == T.MESSAGE
+        seqs.append(msg.message.message_id.entryId)
+    assert seqs == sorted(seqs) and len(set(seqs)) == n
+
+
 async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() -> None:
     async with Broker() as b:
-        assert b.server is not None
-        server = b.server
-        topic = "persistent://public/default/bp-reader"
-        consumer = await WireClient.open(port_of(b))
-        await consumer.connect()
-        consumer.send(subscribe_cmd(topic))
-        assert (await consumer.recv()).type == T.SUCCESS
-        flow = pb.BaseCommand(type=T.FLOW)
-        flow.flow.consumer_id, flow.flow.messagePermits = 1, 32768
-        consumer.send(flow)
-        # The consumer now stops reading its socket while 8192 x 8 KiB are published.
-        producer = await WireClient.open(port_of(b))
-        await producer.connect()
-        producer.send(producer_cmd(topic))
-        assert (await producer.recv()).type == T.PRODUCER_SUCCESS
+        # The consumer stops reading its socket while 8192 x 8 KiB are published.
+        consumer, producer, conn = await idle_consumer_and_producer(b, "persistent://public/default/bp-reader", 32768)
         body = b"z" * 8192
         peak = 0
-        conn = next(c for c in server.connections if c.cnx.consumers)
         for seq in range(8192):
             producer.send(*send_frame(1, seq, body))
             if seq % 256 == 255:
@@ -154,15 +168,9 @@ async def test_slow_reader_bounds_broker_buffers_and_gets_everything_in_order() 
         # One read batch (100 entries) may go out past the high-water mark, never the backlog.
         assert peak < 2 * 1024 * 1024, peak
         assert not conn.writable
-        seqs: list[int] = []
-        while len(seqs) < 8192:
-            msg = await consumer.recv()
-            assert msg.type == T.MESSAGE
-            seqs.append(msg.message.message_id.entryId)
-        assert seqs == sorted(seqs) and len(set(seqs)) == 8192
+        await receive_entries_in_order(consumer, 8192)
         consumer.close()
         producer.close()
-
 
 
 async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark() -> None:
@@ -172,16 +180,7 @@ async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark
     # consumer that reads nothing makes the broker hold at most the mark plus one read.
     batch = 20
     async with Broker(dispatcherMaxReadBatchSize=batch) as b:
-        assert b.server is not None
-        topic = "persistent://public/default/bp-one-turn"
-        consumer = await WireClient.open(port_of(b))
-        await consumer.connect()
-        consumer.send(subscribe_cmd(topic))
-        assert (await consumer.recv()).type == T.SUCCESS
-        flow = pb.BaseCommand(type=T.FLOW)
-        flow.flow.consumer_id, flow.flow.messagePermits = 1, 1000
-        consumer.send(flow)
-        conn = next(c for c in b.server.connections if c.cnx.consumers)
+        consumer, producer, conn = await idle_consumer_and_producer(b, "persistent://public/default/bp-one-turn", 1000)
         peak = 0
         queue = conn.write_many
 
@@ -191,10 +190,6 @@ async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark
             peak = max(peak, conn.queued_bytes())
 
         conn.write_many = watched  # type: ignore[method-assign]
-        producer = await WireClient.open(port_of(b))
-        await producer.connect()
-        producer.send(producer_cmd(topic))
-        assert (await producer.recv()).type == T.PRODUCER_SUCCESS
         body = b"q" * 8192
         producer.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, body)) for seq in range(400)))
         for _ in range(400):
@@ -202,14 +197,10 @@ async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark
         assert conn.transport is not None
         high_water = conn.transport.get_write_buffer_limits()[1]
         assert 0 < peak <= high_water + batch * (8192 + 256), (peak, high_water)
-        seqs: list[int] = []
-        while len(seqs) < 400:
-            msg = await consumer.recv()
-            assert msg.type == T.MESSAGE
-            seqs.append(msg.message.message_id.entryId)
-        assert seqs == sorted(seqs) and len(set(seqs)) == 400
+        await receive_entries_in_order(consumer, 400)
         consumer.close()
         producer.close()
+
 
 # -- limits ---------------------------------------------------------------------------------------------
 
