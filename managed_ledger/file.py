@@ -46,7 +46,7 @@ from managed_ledger.ledger_base import Clock
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
-from managed_ledger.writer import DEFAULT_GROUP_BYTES, DEFAULT_GROUP_WAIT_S, GroupCommitWriter
+from managed_ledger.writer import DEFAULT_GROUP_BYTES, DEFAULT_GROUP_MIN_BYTES, DEFAULT_GROUP_WAIT_S, GroupCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     once the data is in the OS page cache: it survives a broker crash but NOT a power cut or
     kernel crash - receipted messages of the last seconds can be lost. Use only where that is
     acceptable (tests, throw-away data).
-    group_wait_s, group_bytes: group commit of heavy streams (see ``writer``).
+    group_wait_s, group_bytes, group_min_bytes: group commit of steady streams (see ``writer``).
     max_open_files: segment files kept open for appends (the least recently used beyond it are
     closed and reopened on demand); default: half the process's file-descriptor limit.
     cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
@@ -93,6 +93,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         sync: bool = True,
         group_wait_s: float = DEFAULT_GROUP_WAIT_S,
         group_bytes: int = DEFAULT_GROUP_BYTES,
+        group_min_bytes: int = DEFAULT_GROUP_MIN_BYTES,
         max_open_files: int | None = None,
         cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
         read_threads: int = DEFAULT_READ_THREADS,
@@ -114,7 +115,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.fault_retry_interval_s = fault_retry_interval_s
         self.page_cache_reads = page_cache_reads
         self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
-                                        group_bytes=group_bytes,
+                                        group_bytes=group_bytes, group_min_bytes=group_min_bytes,
                                         max_open_files=max_open_files or default_max_open_files())
         self.pool = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="ml-read")
         self._ml_dir = join(self.root, "ml")

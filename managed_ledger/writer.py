@@ -7,12 +7,17 @@ appended to once (fdatasync) and posts the batch's completions back to the loop 
 ``call_soon_threadsafe``, in submission order. While it syncs, new submissions pile up and become
 the next batch: under load, many appends share one fsync.
 
-Heavy streams also wait a little to share a sync (like BookKeeper's journal group commit): an
-fdatasync costs a fixed ~70-100 us of CPU on top of its per-byte work, so syncing a 128 KB batch
-entry at a time spends much of a small machine's CPU on syncs. When the previous batch carried at
-least ``group_bytes / 8`` bytes, the writer gathers the next batch for up to ``group_wait_s``
-(or until ``group_bytes`` are queued) before writing it. Light traffic (the previous batch was
-small: a few messages, a cursor update) never waits, so its latency is a bare write + sync.
+Steady streams also wait a little to share a sync (like BookKeeper's journal group commit): each
+round costs a fixed few hundred microseconds of CPU (an fdatasync ~200 us on a small VM, and the
+thread wake-ups around it) on top of its per-byte work, so a stream synced round by round spends
+much of a small machine's CPU on rounds (a batching client's 8 KB batch per millisecond: 5 us of
+broker CPU per 100-byte message synced alone, 3.8 grouped; docs/benchmarks.md). When the previous
+batch carried at least ``group_min_bytes``, the writer gathers the next batch for up to
+``group_wait_s`` (or until ``group_bytes`` are queued) before writing it. In steady state a stream
+is grouped exactly when it brings ``group_min_bytes`` within ``group_wait_s`` (4 MB/s by default):
+one that slows down ends its own grouping, since a wait that gathers less than the threshold is
+followed by no wait. Light traffic (a few messages, a cursor update, 10k unbatched 100-byte
+messages a second) never waits, so its latency is a bare write + sync.
 
 Pipelined syncs: a light batch of appends (under ``group_bytes / 8``, to fewer than
 ``PARALLEL_SYNC_MIN`` segments, nothing but appends) does not wait for the syncs of the batches
@@ -76,10 +81,13 @@ Done = Callable[[BaseException | None], None]
 Owner = object  # identifies a managed ledger; None for operations that fence nobody
 
 
-# Group commit of heavy streams: BookKeeper's journalMaxGroupWaitMSec (2 ms there) and
+# Group commit of steady streams: BookKeeper's journalMaxGroupWaitMSec (2 ms there) and
 # journalBufferedWritesThreshold (512 KiB).
 DEFAULT_GROUP_WAIT_S = 0.001
 DEFAULT_GROUP_BYTES = 512 * 1024
+# Ours: a batch of at least this many bytes makes the writer gather the next (streams of 4 MB/s and
+# more with the default wait are grouped).
+DEFAULT_GROUP_MIN_BYTES = 4096
 # Segment files kept open for appends (see GroupCommitWriter); the factory sizes it from the
 # process's file-descriptor limit.
 DEFAULT_MAX_OPEN_FILES = 1024
@@ -143,6 +151,7 @@ class GroupCommitWriter:
 
     def __init__(self, fs: FileSystem, stats: FileLedgerStats, *, sync: bool = True,
                  group_wait_s: float = DEFAULT_GROUP_WAIT_S, group_bytes: int = DEFAULT_GROUP_BYTES,
+                 group_min_bytes: int = DEFAULT_GROUP_MIN_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self._fs = fs
         # At most this many segment files stay open; the least recently appended-to beyond it are
@@ -151,9 +160,10 @@ class GroupCommitWriter:
         self._max_open = max(1, max_open_files)
         self._stats = stats
         self._sync = sync
-        # Group commit of heavy streams (see the module docstring); off without syncs.
+        # Group commit of steady streams (see the module docstring); off without syncs.
         self._group_wait_s = group_wait_s if sync else 0.0
         self._group_bytes = group_bytes
+        self._group_min_bytes = max(1, group_min_bytes)
         self._submitted_bytes = 0  # append bytes ever submitted (written by the loop only)
         self._taken_bytes = 0  # append bytes ever taken into a batch (writer thread only)
         self._submitted_others = 0  # operations other than appends ever submitted (loop only)
@@ -295,7 +305,7 @@ class GroupCommitWriter:
                     self._idle = False
                 if not queue:
                     break  # stopping, and nothing left to do
-            if self._group_wait_s > 0 and self._last_batch_bytes * 8 >= self._group_bytes:
+            if self._group_wait_s > 0 and self._last_batch_bytes >= self._group_min_bytes:
                 self._gather()
             batch = [queue.popleft() for _ in range(len(queue))]
             taken_at = time.monotonic()

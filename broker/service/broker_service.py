@@ -229,6 +229,7 @@ class BrokerService:
             sync=cfg.managedLedgerSyncData,
             group_wait_s=max(0.0, cfg.journalMaxGroupWaitMSec) / 1000,
             group_bytes=max(1, cfg.journalBufferedWritesThreshold),
+            group_min_bytes=cfg.journalGroupMinBatchBytes,
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
             disk_space=DiskSpacePolicy(

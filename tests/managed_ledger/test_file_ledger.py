@@ -617,6 +617,25 @@ async def test_heavy_stream_waits_to_share_one_sync(tmp_path: Path) -> None:
     await factory.close()
 
 
+async def test_a_steady_stream_of_small_batches_is_grouped_until_it_slows_down(tmp_path: Path) -> None:
+    """A batch of group_min_bytes (far below an eighth of group_bytes: a batching client's 8 KB
+    SEND) makes the writer gather the next one; a gathered batch smaller than that ends the
+    grouping, so the stream's next add is written at once."""
+    factory = make(tmp_path, group_wait_s=60, group_bytes=512 * 1024, group_min_bytes=4096)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"h" * 5000)
+    syncs = factory.stats.fsync_latency.count
+    small = asyncio.ensure_future(ml.add_entry_async(b"s"))
+    await eventually(lambda: factory.writer._gathering, "the writer to gather the next batch")
+    assert not small.done()
+    await asyncio.wait_for(factory.writer.barrier(), TIMEOUT)  # any other operation ends a wait
+    assert (await small).entry_id == 1
+    assert factory.stats.fsync_latency.count == syncs + 1
+    # That batch carried 1 byte: the stream has slowed down, its next add does not wait 60 s.
+    assert (await asyncio.wait_for(ml.add_entry_async(b"t"), TIMEOUT)).entry_id == 2
+    await factory.close()
+
+
 async def test_light_traffic_never_waits_for_a_group(tmp_path: Path) -> None:
     factory = make(tmp_path, group_wait_s=60, group_bytes=64 * 1024)
     ml = await factory.open("t")
