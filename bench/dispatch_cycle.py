@@ -11,6 +11,13 @@ tail while a producer adds smaller entries (30 messages, as the official client 
 through the writer with fdatasync, a few per loop turn and up to 64 in flight; it also prints the
 MESSAGE writes per added entry per subscription (1.0: a read and a write per entry).
 
+``e2e`` is bench/compare.py's end-to-end at 1 KiB: one Exclusive subscription at the tail while a
+producer adds entries of 77 messages of 1 KiB (2 per loop turn, through the writer with fdatasync);
+the fake client acknowledges in groups of 3000 messages (one ACK of many ids, as the official
+client's 100 ms grouping sends them at this rate) and gives back 500 permits per 500 messages. It
+runs the same adds with no subscription first and prints the difference: what delivering and
+acknowledging adds per message on the loop.
+
 What it leaves out (socket writes, frame decoding, the ACK and FLOW commands) is the same for every
 version of the dispatch code, so on a machine too busy for bench/compare.py to show a difference of
 this size, alternating runs of two checkouts still compare their dispatch and storage work:
@@ -83,8 +90,10 @@ class FakeConnection:
 class FakeClient:
     """Takes what was sent, acknowledges it, and gives back FLOW permits per FLOW messages."""
 
-    def __init__(self, dispatcher: Dispatcher, cursor: Any, total: int) -> None:
+    def __init__(self, dispatcher: Dispatcher, cursor: Any, total: int, ack_every: int = FLOW) -> None:
         self.dispatcher = dispatcher
+        self.ack_every = ack_every
+        self.acked = 0
         self.cursor = cursor
         self.total = total
         self.consumer: Consumer | None = None
@@ -96,12 +105,17 @@ class FakeClient:
         c = self.consumer
         assert c is not None
         got = c.msg_out - self.seen
-        if got >= FLOW or (got and c.permits <= 0):
+        flow = got >= FLOW or (got > 0 and c.permits <= 0)
+        if ((flow and self.ack_every <= FLOW) or c.msg_out - self.acked >= self.ack_every
+                or (c.msg_out >= self.total and c.pending_acks)):
+            # One ACK of every id received (the official client groups them: ackGroupingTime),
+            # handled as the subscription handles an ACK of many ids.
             acked = sorted(c.pending_acks)
-            for p in acked:
-                c.remove_pending(p)
+            c.remove_pending_many(acked)
             self.cursor.delete(acked)
             self.dispatcher.on_acked(acked)
+            self.acked = c.msg_out
+        if flow:
             self.seen = c.msg_out
             self.dispatcher.flow(c, FLOW)
         if c.msg_out >= self.total and not self.finished:
@@ -109,10 +123,10 @@ class FakeClient:
             self.done()
 
 
-def batch_entry(messages: int = BATCH) -> bytes:
+def batch_entry(messages: int = BATCH, payload: int = PAYLOAD) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=messages)
     meta = md.SerializeToString()
-    return struct.pack(">I", len(meta)) + meta + b"x" * (messages * PAYLOAD)
+    return struct.pack(">I", len(meta)) + meta + b"x" * (messages * payload)
 
 
 TAIL_BATCH = 30  # messages per entry in ``tail``
@@ -120,7 +134,14 @@ TAIL_PER_TURN = 3  # entries the producer adds per loop turn
 TAIL_IN_FLIGHT = 64  # entries added and not yet confirmed, at most
 
 
-def subscribe(mode: str, cursors: list[Any], total: int) -> tuple[list[FakeClient], asyncio.Event]:
+E2E_BATCH = 77  # messages per entry in ``e2e`` (1 KiB each: the official client's 1 ms batches at ~40k msg/s)
+E2E_PAYLOAD = 1024 + 5  # bytes per message in its batch (1 KiB + its single-message metadata)
+E2E_PER_TURN = 2  # entries the producer adds per loop turn in ``e2e``
+E2E_ACK_EVERY = 3000  # messages per grouped ACK in ``e2e`` (the client's 100 ms at ~30k msg/s)
+
+
+def subscribe(mode: str, cursors: list[Any], total: int,
+              ack_every: int = FLOW) -> tuple[list[FakeClient], asyncio.Event]:
     """A dispatcher, consumer and fake client per cursor, each given its first FLOWs; the event is set
     once every client has received ``total`` messages."""
     loop = asyncio.get_running_loop()
@@ -138,8 +159,8 @@ def subscribe(mode: str, cursors: list[Any], total: int) -> tuple[list[FakeClien
                                   policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
                                                                 max_unacked_per_subscription=0))
         dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)
-                                  if mode == "consume" else SharedDispatcher(context, cursor))
-        client = FakeClient(dispatcher, cursor, total)
+                                  if mode in ("consume", "e2e") else SharedDispatcher(context, cursor))
+        client = FakeClient(dispatcher, cursor, total, ack_every)
         consumer = Consumer(FakeConnection(client.received), i, f"c{i}",  # type: ignore[arg-type]
                             pb.CommandSubscribe.Exclusive, 0, SimpleNamespace(name=f"s{i}"), -1, {})
         client.consumer = consumer
@@ -150,29 +171,37 @@ def subscribe(mode: str, cursors: list[Any], total: int) -> tuple[list[FakeClien
     return clients, finished
 
 
-async def run_tail(entries: int) -> None:
+async def run_tail(mode: str, entries: int, subscriptions: int) -> float:
+    """``tail`` or ``e2e`` with this many subscriptions (none: the adds alone); the loop's CPU
+    seconds per message added."""
+    e2e = mode == "e2e"
+    per_entry, per_turn = (E2E_BATCH, E2E_PER_TURN) if e2e else (TAIL_BATCH, TAIL_PER_TURN)
     with tempfile.TemporaryDirectory() as tmp:
         factory = FileManagedLedgerFactory(tmp)
         ml = await factory.open("t")
-        cursors = [await ml.open_cursor(f"s{i}", InitialPosition.LATEST) for i in range(10)]
+        cursors = [await ml.open_cursor(f"s{i}", InitialPosition.LATEST) for i in range(subscriptions)]
         process0, thread0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
         writes0 = FakeConnection.writes
-        clients, finished = subscribe("fanout", cursors, entries * TAIL_BATCH)
-        data = batch_entry(TAIL_BATCH)
-        in_flight = 0
+        clients, finished = (subscribe("e2e", cursors, entries * per_entry, E2E_ACK_EVERY) if e2e
+                             else subscribe("fanout", cursors, entries * per_entry))
+        data = batch_entry(E2E_BATCH, E2E_PAYLOAD) if e2e else batch_entry(TAIL_BATCH)
+        in_flight = confirmed = 0
         room = asyncio.Event()
 
         def added(position: Position | None, exc: BaseException | None) -> None:
-            nonlocal in_flight
+            nonlocal in_flight, confirmed
             in_flight -= 1
+            confirmed += 1
             room.set()
+            if not cursors and confirmed == entries:
+                finished.set()
 
         sent = 0
         while sent < entries:
             while in_flight >= TAIL_IN_FLIGHT:
                 room.clear()
                 await room.wait()
-            for _ in range(min(TAIL_PER_TURN, entries - sent)):
+            for _ in range(min(per_turn, entries - sent)):
                 in_flight += 1
                 sent += 1
                 ml.add_entry(data, added)
@@ -180,13 +209,23 @@ async def run_tail(entries: int) -> None:
         await finished.wait()
         for c in clients:
             c.dispatcher.close()
-        messages = entries * TAIL_BATCH * len(cursors)
+        loop_cpu = time.thread_time() - thread0
+        messages = entries * per_entry * max(1, len(cursors))
         writes = FakeConnection.writes - writes0
-        print(f"tail: {1e6 * (time.thread_time() - thread0) / messages:.3f} us/msg on the loop, "
+        print(f"{mode}{'' if cursors else ', the adds alone'}: {1e6 * loop_cpu / messages:.3f} us/msg on the loop, "
               f"{1e6 * (time.process_time() - process0) / messages:.3f} us/msg in the process, "
-              f"{messages / (time.perf_counter() - wall0):,.0f} msg/s, "
-              f"{writes / entries / len(cursors):.2f} writes per entry per subscription", flush=True)
+              f"{messages / (time.perf_counter() - wall0):,.0f} msg/s"
+              + (f", {writes / entries / len(cursors):.2f} writes per entry per subscription" if cursors else ""),
+              flush=True)
         await factory.close()
+        return loop_cpu / (entries * per_entry)
+
+
+async def run_e2e(entries: int) -> None:
+    """``e2e``, and the same adds with no subscription: what delivery and acks add per message."""
+    alone = await run_tail("e2e", entries, 0)
+    both = await run_tail("e2e", entries, 1)
+    print(f"e2e: delivery and acks add {1e6 * (both - alone):.3f} us/msg on the loop", flush=True)
 
 
 async def run(mode: str, entries: int) -> None:
@@ -225,12 +264,15 @@ async def run(mode: str, entries: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    p.add_argument("mode", choices=("consume", "fanout", "tail"))
+    p.add_argument("mode", choices=("consume", "fanout", "tail", "e2e"))
     p.add_argument("--entries", type=int, default=1500,
-                   help="backlog entries (of 136 messages each); tail: entries added (of 30 messages)")
+                   help="backlog entries (of 136 messages each); tail: entries added (of 30 messages); "
+                        "e2e: entries added (of 77 messages)")
     args = p.parse_args()
     if args.mode == "tail":
-        uvloop.run(run_tail(args.entries))
+        uvloop.run(run_tail(args.mode, args.entries, 10))
+    elif args.mode == "e2e":
+        uvloop.run(run_e2e(args.entries))
     else:
         uvloop.run(run(args.mode, args.entries if args.mode == "consume" else args.entries // 3))
 
