@@ -231,8 +231,8 @@ class FrameDecoder:
         producer id and at most ``limit`` SENDs, none after the one whose payload brings the run's
         payloads to ``budget`` bytes. A run holds only whole SEND frames of the shapes
         ``next_frame_or_send`` reads by hand, with a payload, not a chunk (no transaction: those
-        shapes have none); it ends before any other frame, which ``next_frame_or_send`` then reads
-        (None when the first frame is one)."""
+        shapes have none), none with a highest sequence id below its sequence id; it ends before
+        any other frame, which ``next_frame_or_send`` then reads (None when the first frame is one)."""
         if self._chunks:
             return None
         buf, pos = self._buf, self._pos
@@ -285,6 +285,8 @@ class FrameDecoder:
                         for size in (8, 9, 10):
                             heads[size] = bytes((0x08, 0x06, 0x32, size - 4, 0x08, pid, 0x10))
                 highest = send[3]
+                if highest is not None and highest < send[1]:
+                    break  # (refused: read alone, as next_frame_or_send reads it)
                 append((send[1], send[1] if highest is None else highest, send[2], buf[cmd_end:end]))
             pos = end
             limit -= 1
