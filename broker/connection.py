@@ -279,13 +279,19 @@ class Connection(asyncio.Protocol):
         """Queue a frame; everything queued in one loop turn goes out in one writev.
 
         Receipts and messages are produced one at a time by callbacks; a syscall each cost more
-        than the rest of the send path. The flush runs on the next loop turn, in order.
+        than the rest of the send path. The flush runs on the next loop turn, in order. Its bytes
+        count toward the turn's high-water mark as ``write_many``'s do.
         """
         if self.transport is None or self.state is State.CLOSED:
             return
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(data)
+        if self.writable:  # (as in write_many)
+            self._out_bytes += len(data)
+            if self._out_bytes > self._high_water:
+                self.writable = False
+                self._held_by_queue = True
 
     def write_many(self, frames: list[bytes]) -> None:
         """Queue frames (a read's MESSAGEs, a run of receipts) for this loop turn's writev.

@@ -384,7 +384,7 @@ class FileManagedLedger(StoredManagedLedger):
             return
         # Keep our own immutable copies of views / bytearrays.
         data = [d if type(d) is bytes else bytes(d) for d in data]
-        sizes = [len(d) for d in data]
+        sizes = list(map(len, data))
         if max(sizes) > segment.MAX_ENTRY_SIZE:
             error = ManagedLedgerError(f"entry of {max(sizes)} bytes exceeds {segment.MAX_ENTRY_SIZE}")
             self._add_completer.complete(partial(callback, None, error))

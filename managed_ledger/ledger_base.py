@@ -195,7 +195,9 @@ class BaseManagedLedger(ManagedLedger):
         cursor._close_handle()
 
     def _has_active_cursor(self) -> bool:
-        return any(c._active for c in self._cursors.values()) or any(c._active for c in self._non_durable)
+        # (Per add: a topic without cursors, publish-only, builds no generator.)
+        return bool((self._cursors and any(c._active for c in self._cursors.values()))
+                    or (self._non_durable and any(c._active for c in self._non_durable)))
 
     def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
         """A cursor became active or inactive (the file ledger's cache follows the active ones)."""

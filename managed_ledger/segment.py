@@ -101,13 +101,14 @@ def encode_records(data: list[bytes], sizes: list[int]) -> list[bytes]:
     pack = _LENGTH.pack
     record_header = _RECORD_HEADER.pack
     parts: list[bytes] = []
-    # The CRC of a length's 4 bytes, the seed of its record's CRC, once per length: a batch's
-    # entries mostly have one size (one producer's unbatched messages).
-    seeds: dict[int, int] = {}
+    # The CRC of a length's 4 bytes, the seed of its record's CRC, once per run of one length: a
+    # batch's entries mostly have one size (one producer's unbatched messages). (No dict of seeds:
+    # a read's one entry, a batching client's SEND, costs 2.1 us instead of 3.2.)
+    last = seed = -1
     for d, n in zip(data, sizes, strict=True):
-        seed = seeds.get(n)
-        if seed is None:
-            seed = seeds[n] = crc32c(pack(n))
+        if n != last:
+            seed = crc32c(pack(n))
+            last = n
         parts += (record_header(n, crc32c(d, seed)), d)
     return parts
 

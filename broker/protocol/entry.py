@@ -102,7 +102,6 @@ class SendChecks(NamedTuple):
 
 # The checks of metadata of the common shape (no delivery time, encryption, transaction or chunk).
 _COMMON_CHECKS = SendChecks(True, None, False, False, True)
-_COMMON_CHECKS_BAD_CRC = SendChecks(False, None, False, False, True)
 
 
 # The common shape of a MessageMetadata, as clients serialize it (fields in number order):
@@ -160,23 +159,46 @@ def _common_match(pattern: re.Pattern[bytes], buf: bytes, pos: int, end: int) ->
 _COPY_FOR_CRC = 16 * 1024
 
 
+def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
+    """How many payloads at the head of ``payloads`` are plain: at most ``max_size`` bytes, their
+    CRC32C right (or absent) and their metadata of the common shape, so that ``check_send_payload``
+    gives each ``_COMMON_CHECKS``. One loop for a run of SENDs (a call and a SendChecks per SEND
+    cost ~0.9 us more); the first that is not plain ends the count, and ``check_send_payload`` tells
+    what it is."""
+    unpack = _U32.unpack_from
+    match = _COMMON_METADATA_TAIL.fullmatch
+    count = 0
+    for payload in payloads:
+        n = len(payload)
+        if n > max_size:
+            break
+        pos = 0
+        if n >= 6 and payload.startswith(_CRC_HEAD):
+            pos = 6
+            # A small payload's tail is copied: cheaper than making a memoryview and slicing it.
+            tail = payload[6:] if n <= _COPY_FOR_CRC else memoryview(payload)[6:]
+            if crc32c(tail) != unpack(payload, 2)[0]:
+                break
+        if n - pos < 4:
+            break
+        # (_common_match inlined: the metadata's size, then producer_name, then the pattern.)
+        start = pos + 4
+        end = start + unpack(payload, pos)[0]
+        if end > n or end - start < 2 or payload[start] != 0x0A or payload[start + 1] >= 0x80:
+            break
+        name_end = start + 2 + payload[start + 1]
+        if name_end > end or not payload[start + 2 : name_end].isascii() or match(payload, name_end, end) is None:
+            break
+        count += 1
+    return count
+
+
 def check_send_payload(payload: bytes) -> SendChecks:
     """What a SEND's checks need of its payload; raises ProtocolError when the metadata cannot be
-    read, as ``parse_payload`` does. Metadata of the common shape is recognised by a pattern, with
-    no protobuf message built; any other goes through ``parse_payload``."""
-    n = len(payload)
-    pos = 0
-    checksum_ok = True
-    if n >= 6 and payload.startswith(_CRC_HEAD):
-        pos = 6
-        # A small payload's tail is copied: cheaper than making a memoryview and slicing it.
-        tail = payload[6:] if n <= _COPY_FOR_CRC else memoryview(payload)[6:]
-        checksum_ok = crc32c(tail) == _U32.unpack_from(payload, 2)[0]
-    if n - pos >= 4:
-        (meta_size,) = _U32.unpack_from(payload, pos)
-        if meta_size <= n - pos - 4:
-            if _common_match(_COMMON_METADATA_TAIL, payload, pos + 4, pos + 4 + meta_size) is not None:
-                return _COMMON_CHECKS if checksum_ok else _COMMON_CHECKS_BAD_CRC
+    read, as ``parse_payload`` does. A plain payload (``plain_send_payloads``) is recognised with no
+    protobuf message built; any other goes through ``parse_payload``."""
+    if plain_send_payloads([payload], len(payload)):
+        return _COMMON_CHECKS
     parsed = parse_payload(payload)
     md = parsed.metadata
     return SendChecks(parsed.checksum_ok,

@@ -155,6 +155,17 @@ def _read_unbatched_send(buf: bytes, pos: int, end: int) -> SendCommand | None:
     return _new_tuple(SendCommand, (buf[pos + 1], seq, 1, None, False, None))
 
 
+def _unbatched_heads(producer_id: int) -> dict[int, bytes]:
+    """The first 7 bytes of producer_id's unbatched CommandSend (``_read_unbatched_send``'s shape:
+    type, the send field, its length, producer id) by command size (8-10: a 1-3 byte sequence id)."""
+    return {size: bytes((0x08, 0x06, 0x32, size - 4, 0x08, producer_id, 0x10)) for size in (8, 9, 10)}
+
+
+# The heads of producer ids below 128, made once (a run of batched SENDs, often one a read, needs
+# them on every read).
+_UNBATCHED_HEADS = [_unbatched_heads(pid) for pid in range(0x80)]
+_NO_HEADS: dict[int, bytes] = {}
+
 # One SEND of a run (``FrameDecoder.next_send_run``): (sequence id, highest sequence id, messages in
 # it, payload), the highest sequence id being the sequence id where the command has none.
 RunSend = tuple[int, int, int, bytes]
@@ -231,8 +242,8 @@ class FrameDecoder:
         producer id and at most ``limit`` SENDs, none after the one whose payload brings the run's
         payloads to ``budget`` bytes. A run holds only whole SEND frames of the shapes
         ``next_frame_or_send`` reads by hand, with a payload, not a chunk (no transaction: those
-        shapes have none); it ends before any other frame, which ``next_frame_or_send`` then reads
-        (None when the first frame is one)."""
+        shapes have none), none with a highest sequence id below its sequence id; it ends before
+        any other frame, which ``next_frame_or_send`` then reads (None when the first frame is one)."""
         if self._chunks:
             return None
         buf, pos = self._buf, self._pos
@@ -242,11 +253,9 @@ class FrameDecoder:
         sends: list[RunSend] = []
         append = sends.append
         producer_id = -1
-        # The first 7 bytes of this producer's unbatched CommandSend (_read_unbatched_send's shape:
-        # type, the send field, its length, producer id), by command size (8-10: a 1-3 byte sequence
-        # id): a frame that starts so has its sequence id read right here.
-        heads: dict[int, bytes] = {}
-        head_for = heads.get
+        # The first 7 bytes of this producer's unbatched CommandSend, by command size (none until
+        # the first SEND tells the producer): a frame that starts so has its sequence id read right here.
+        head_for = _NO_HEADS.get
         # A whole SEND frame is more than 16 bytes: header, a command of 8 or more, a payload.
         while n - pos > 16 and limit > 0:
             total, cmd_size, head, b0 = head_of(buf, pos)
@@ -282,9 +291,10 @@ class FrameDecoder:
                         break
                     producer_id = pid
                     if pid < 0x80:
-                        for size in (8, 9, 10):
-                            heads[size] = bytes((0x08, 0x06, 0x32, size - 4, 0x08, pid, 0x10))
+                        head_for = _UNBATCHED_HEADS[pid].get
                 highest = send[3]
+                if highest is not None and highest < send[1]:
+                    break  # (refused: read alone, as next_frame_or_send reads it)
                 append((send[1], send[1] if highest is None else highest, send[2], buf[cmd_end:end]))
             pos = end
             limit -= 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import time
 from functools import partial
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from broker.protocol import commands
@@ -44,9 +45,18 @@ class ProducerState(enum.Enum):
     CLOSED = "closed"
 
 
+# Per flushed batch (the hot path): an Enum member as a module constant (a look-up on its class costs
+# ~0.2 us on Python 3.11), a QueuedSend's fields by itemgetter (map over them is twice as fast as a
+# generator expression).
+_READY = ProducerState.READY
+_MESSAGES = itemgetter(2)
+_ENTRY = itemgetter(3)
+
+
 class Producer:
     __slots__ = (
         "_batch",
+        "_batch_has_txn",
         "_receipts",
         "access_mode",
         "bytes_in",
@@ -96,6 +106,7 @@ class Producer:
         self.bytes_in = 0
         self.connected_since = time.time()
         self._batch: list[QueuedSend] = []  # SENDs of the current read, stored together by flush()
+        self._batch_has_txn = False  # a SEND of _batch is in a transaction (flush cuts it at each change)
         self._receipts = commands.ReceiptEncoder(producer_id)
 
     @property
@@ -115,11 +126,13 @@ class Producer:
         transaction buffer.
         """
         self._batch.append((sequence_id, highest_sequence_id, num_messages, entry, advances_sequence, txn))
+        if txn is not None:
+            self._batch_has_txn = True
         return len(self._batch) == 1
 
     def publish_many(self, sends: list[QueuedSend]) -> bool:
-        """Queue ``sends`` (as ``publish`` queues one) for the next ``flush()``; True when they
-        opened a new batch."""
+        """Queue ``sends`` (as ``publish`` queues one, none in a transaction) for the next
+        ``flush()``; True when they opened a new batch."""
         batch = self._batch
         batch += sends
         return len(batch) == len(sends)
@@ -129,10 +142,11 @@ class Producer:
         if not batch:
             return
         self._batch = []
+        has_txn, self._batch_has_txn = self._batch_has_txn, False
         cnx = self.cnx
         topic = self.topic
         error = None
-        if self.state is not ProducerState.READY:
+        if self.state is not _READY:
             error = (E.PersistenceError, "Producer is closed")
         elif topic.terminated_at is not None:
             error = (E.TopicTerminatedError, f"Topic {topic.name} was already terminated")
@@ -145,9 +159,9 @@ class Producer:
             batch = self._drop_duplicates(batch)
             if not batch:
                 return
-        for run in _runs_by_transaction(batch):
-            entries = [b[3] for b in run]
-            num_messages = sum(b[2] for b in run)
+        for run in _runs_by_transaction(batch) if has_txn else (batch,):
+            entries = list(map(_ENTRY, run))
+            num_messages = sum(map(_MESSAGES, run))
             nbytes = sum(map(len, entries))
             self.pending += len(run)
             self.msg_in += num_messages
@@ -227,8 +241,6 @@ class Producer:
 def _runs_by_transaction(batch: list[QueuedSend]) -> list[list[QueuedSend]]:
     """The batch cut where the transaction changes (one append each; the ledger completes them
     in order, so receipts keep SEND order)."""
-    if batch[0][5] is None and batch[-1][5] is None and all(b[5] is None for b in batch):
-        return [batch]
     runs: list[list[QueuedSend]] = [[batch[0]]]
     for send in batch[1:]:
         if send[5] == runs[-1][0][5]:

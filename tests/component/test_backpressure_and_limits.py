@@ -202,6 +202,29 @@ async def test_reads_completing_within_one_loop_turn_stop_at_the_high_water_mark
         producer.close()
 
 
+async def test_single_frames_queued_in_one_loop_turn_count_toward_the_high_water_mark() -> None:
+    # write() (errors, pongs, single answers) is accounted as write_many() is: past the mark within
+    # one turn the connection is not writable, and the turn's writev makes it writable again.
+    async with Broker() as b:
+        assert b.server is not None
+        client = await WireClient.open(port_of(b))
+        await client.connect()
+        conn = next(iter(b.server.connections))
+        assert conn.transport is not None and conn.writable
+        high_water = conn.transport.get_write_buffer_limits()[1]
+        frame = commands.error(1, pb.ServerError.UnknownError, "x" * 1000)
+        written = 0
+        for _ in range(high_water // len(frame) + 2):
+            if not conn.writable:
+                break
+            conn.write(frame)
+            written += len(frame)
+        assert not conn.writable
+        assert high_water < written <= high_water + len(frame)
+        await eventually(lambda: conn.writable, "the turn's writev")
+        client.close()
+
+
 # -- limits ---------------------------------------------------------------------------------------------
 
 async def test_publish_rate_limit_stops_reading_the_socket_until_released() -> None:

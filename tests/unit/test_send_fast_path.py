@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
-from broker.protocol.entry import SendChecks, check_send_payload, parse_payload
+from broker.protocol.entry import SendChecks, check_send_payload, parse_payload, plain_send_payloads
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import Frame, FrameDecoder, SendFrame, _read_send, send_command
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
@@ -74,6 +74,31 @@ def test_checks_agree_with_protobuf_on_any_bytes(meta: bytes, crc: bool) -> None
 @given(st.binary(max_size=40))
 def test_checks_agree_with_protobuf_on_truncated_payloads(payload: bytes) -> None:
     assert outcome(check_send_payload, payload) == outcome(reference_checks, payload)
+
+
+COMMON = SendChecks(True, None, False, False, True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=30) | message_metadata.map(lambda md: md.SerializeToString()),
+                          st.booleans(), st.booleans()), max_size=6),
+       st.integers(0, 200))
+@example([(b"\x0a\x01p\x10\x01\x18\x01", True, False)] * 3 + [(b"\x0a\x01p\x10\x01\x18\x01", True, True)], 200)
+def test_a_run_of_plain_payloads_ends_at_the_first_that_is_not(
+        metas: list[tuple[bytes, bool, bool]], max_size: int) -> None:
+    """``plain_send_payloads`` counts the payloads at the head of a run that protobuf's reading gives
+    the common checks, within the size; the first it does not count is one that needs a look (its
+    CRC, its metadata, its size), so its SEND is checked alone."""
+    payloads = [payload_of(meta, crc=crc) if not corrupt else with_crc(payload_of(meta, crc=False), True)
+                for meta, crc, corrupt in metas]
+    count = plain_send_payloads(payloads, max_size)
+    assert 0 <= count <= len(payloads)
+    for payload in payloads[:count]:
+        assert len(payload) <= max_size and outcome(reference_checks, payload) == COMMON
+    if count < len(payloads):
+        first = payloads[count]
+        assert plain_send_payloads([first], max_size) == 0
+        assert plain_send_payloads(payloads[count:], max_size) == 0
 
 
 def test_the_clients_metadata_takes_the_fast_path() -> None:
