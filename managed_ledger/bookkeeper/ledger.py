@@ -283,7 +283,9 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             self._inflight.popleft()  # acknowledgements come in add order: it is the oldest in flight
             self._count_durable(add, first, count)
             add.fill(partial(add.callback, first, None))
-            self._wake_parked()
+            # Reads parked at the tail are woken once per loop turn, on the next one, whatever number of adds the
+            # bookies' answers confirmed in this one (after the receipts, as the file ledger's).
+            self._wake_parked_soon()
             return
         if self._state is not LedgerState.OPEN:  # closing or deleted: no new ledger
             self._inflight.remove(add)
