@@ -35,7 +35,7 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.errors import NoSuchLedgerError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import LedgerState
-from tests.managed_ledger.ml_support import bookkeeper_factory
+from tests.managed_ledger.ml_support import TailReads, bookkeeper_factory
 from tests.waiting import eventually
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0)
@@ -244,34 +244,17 @@ async def test_adds_confirmed_together_wake_a_waiting_reader_once(
     ml = await factory.open("t")
     for data in (b"a", b"b"):  # (connects to the 3 bookies: entries 0 and 1 go to bookies 0, 1 and 1, 2)
         await ml.add_entry_async(data)
-    cursors = [await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)]
-    reads: list[list[list[Position]]] = [[] for _ in cursors]
-
-    def reader(got: list[list[Position]]) -> Callable[[list[Entry], BaseException | None], None]:
-        return lambda entries, exc: got.append([e.position for e in entries])
-
-    for cursor, got in zip(cursors, reads, strict=True):
-        cursor.read_entries_or_wait(100, reader(got))
+    tail = TailReads([await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)])
     transports = [c.result()._transport for c in factory.bk.bookies._connections.values()]
     assert len(transports) == 3 and all(t is not None for t in transports)
     held = [t for t in transports if t is not None]
     for transport in held:
         transport.pause_reading()
-    confirmed: list[Position] = []
-    wakes_seen: list[int] = []  # reads completed when each add's confirmation ran
-
-    def added(position: Position | None, exc: BaseException | None) -> None:
-        assert exc is None and position is not None
-        confirmed.append(position)
-        wakes_seen.append(sum(map(len, reads)))
-
-    for i in range(5):
-        ml.add_entry(b"e%d" % i, added)
+    tail.add(ml, 5)
     await eventually(lambda: sum(map(_unread_bytes, held)) >= 5 * 2 * ADD_RESPONSE_FRAME_SIZE,
                      "every bookie answer waiting in the sockets")
-    assert confirmed == []
+    assert tail.confirmed == []
     for transport in held:
         transport.resume_reading()
-    await eventually(lambda: all(reads), "every waiting cursor read")
-    assert len(confirmed) == 5 and wakes_seen == [0] * 5  # the receipts first, then the reads
-    assert reads == [[confirmed]] * 3  # one read each, of all five
+    await eventually(tail.all_read, "every waiting cursor read")
+    tail.check_one_read_each_after_the_receipts(5)
