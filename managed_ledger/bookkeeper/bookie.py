@@ -5,8 +5,9 @@ one connection wait in FIFO order (the bookie answers same-key requests in order
 request waiting on it with `BookieUnavailableError`; the next request opens a new connection.
 
 Cheap per request, as the publish path sends one per entry and bookie: requests made in one loop iteration go out in
-one write, and a request is a future (no task, no timeout context each); one timer per connection fails the requests
-not answered within the timeout, oldest first.
+one write; an add is a ready frame and a waiter called with its answer (`send_add`: no future, no task, no loop
+callback each; `send` wraps the same in a future for everything else); the timeout is kept per loop iteration's
+batch: one timer per connection fails the requests of a batch not answered within the timeout, oldest first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import struct
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 from managed_ledger.bookkeeper.protocol import (
@@ -35,6 +37,8 @@ REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 
 Key = tuple[int, int, int]  # (op, ledgerId, entryId)
+# Called once per request: (entryId, the response, None) or (entryId, None, the BookieUnavailableError).
+Waiter = Callable[[int, Response | None, Exception | None], None]
 
 
 class BookieUnavailableError(ConnectionError):
@@ -42,13 +46,24 @@ class BookieUnavailableError(ConnectionError):
 
 
 _ADD_KEY = struct.Struct(">qq")  # ledgerId, entryId: the first 16 bytes of a packaged entry
+_ADD = int(OpCode.ADD_ENTRY)
+_READ = int(OpCode.READ_ENTRY)
 
 
 def _key(request: Request) -> Key:
     if isinstance(request, AddRequest):
         ledger_id, entry_id = _ADD_KEY.unpack_from(request.entry)
-        return (OpCode.ADD_ENTRY, ledger_id, entry_id)
-    return (OpCode.READ_ENTRY, request.ledger_id, request.entry_id)
+        return (_ADD, ledger_id, entry_id)
+    return (_READ, request.ledger_id, request.entry_id)
+
+
+def _resolve(future: asyncio.Future[Response], _entry_id: int, response: Response | None,
+             error: Exception | None) -> None:
+    if not future.done():
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(cast("Response", response))
 
 
 class BookieConnection(asyncio.Protocol):
@@ -56,12 +71,17 @@ class BookieConnection(asyncio.Protocol):
         self.bookie_id = bookie_id
         self._decoder = ResponseDecoder()
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[Key, deque[asyncio.Future[Response]]] = {}
+        # Waiting requests by key: a waiter, or a list of them (oldest first) when keys repeat.
+        self._pending: dict[Key, Waiter | list[Waiter]] = {}
         self.closed = False
         self._timeout = timeout
         self._out: list[bytes] = []  # requests of this loop iteration, written together
+        self._out_waiters: list[tuple[Key, Waiter]] = []  # and who waits for them
         self._flush_scheduled = False
-        self._sent: deque[tuple[float, asyncio.Future[Response]]] = deque()  # (deadline, future), in send order
+        # Written batches in write order: (deadline, [(key, waiter)]); the first one's answered prefix ends at
+        # _sent_checked.
+        self._sent: deque[tuple[float, list[tuple[Key, Waiter]]]] = deque()
+        self._sent_checked = 0
         self._sweeper: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -74,16 +94,18 @@ class BookieConnection(asyncio.Protocol):
         except ProtocolError as e:
             self._fail(BookieUnavailableError(f"bookie {self.bookie_id} broke the protocol: {e}"))
             return
+        pending = self._pending
         for response in responses:
-            op = OpCode.ADD_ENTRY if isinstance(response, AddResponse) else OpCode.READ_ENTRY
-            waiters = self._pending.get((op, response.ledger_id, response.entry_id))
-            if not waiters:
+            key = (_ADD if type(response) is AddResponse else _READ, response.ledger_id, response.entry_id)
+            waiter = pending.pop(key, None)
+            if waiter is None:
                 continue  # an answer nobody waits for any more (timed out)
-            future = waiters.popleft()
-            if not waiters:
-                del self._pending[(op, response.ledger_id, response.entry_id)]
-            if not future.done():
-                future.set_result(response)
+            if type(waiter) is list:
+                first = waiter.pop(0)
+                if waiter:
+                    pending[key] = waiter[0] if len(waiter) == 1 else waiter
+                waiter = first
+            waiter(response.entry_id, response, None)  # type: ignore[operator]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(BookieUnavailableError(f"connection to bookie {self.bookie_id} lost: {exc or 'closed'}"))
@@ -96,54 +118,102 @@ class BookieConnection(asyncio.Protocol):
             self._sweeper.cancel()
             self._sweeper = None
         self._out.clear()
+        self._out_waiters.clear()
         self._sent.clear()
         pending, self._pending = self._pending, {}
-        for waiters in pending.values():
-            for future in waiters:
-                if not future.done():
-                    future.set_exception(error)
+        for key, waiters in pending.items():
+            for waiter in waiters if type(waiters) is list else (waiters,):
+                waiter(key[2], None, error)  # type: ignore[operator]
 
     def send(self, request: Request) -> asyncio.Future[Response]:
         """Start a request: its future gets the response, or BookieUnavailableError (the connection failed, or no
         answer within the timeout)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Response] = loop.create_future()
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         if self.closed or self._transport is None:
             future.set_exception(BookieUnavailableError(f"connection to bookie {self.bookie_id} is closed"))
             return future
-        self._pending.setdefault(_key(request), deque()).append(future)
-        self._out.append(encode_request(request))
+        self.start(_key(request), encode_request(request), partial(_resolve, future))
+        return future
+
+    def send_add(self, ledger_id: int, entry_id: int, frame: bytes, waiter: Waiter) -> None:
+        """Start an ADD of a ready frame (`protocol.encode_add`); ``waiter`` gets its answer, or the error on the
+        next loop iteration (never from inside this call)."""
+        if self.closed or self._transport is None:
+            error = BookieUnavailableError(f"connection to bookie {self.bookie_id} is closed")
+            asyncio.get_running_loop().call_soon(waiter, entry_id, None, error)
+            return
+        self.start((_ADD, ledger_id, entry_id), frame, waiter)
+
+    def start(self, key: Key, frame: bytes, waiter: Waiter) -> None:
+        """Queue a frame for this loop iteration's write; ``waiter`` gets the response with this key."""
+        pending = self._pending
+        waiting = pending.get(key)
+        if waiting is None:
+            pending[key] = waiter
+        elif type(waiting) is list:
+            waiting.append(waiter)
+        else:
+            pending[key] = [waiting, waiter]  # type: ignore[list-item]
+        self._out.append(frame)
+        self._out_waiters.append((key, waiter))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)
-        sent = self._sent
-        while sent and sent[0][1].done():  # (answered: forget them as we go)
-            sent.popleft()
-        timeout = self._timeout()
-        sent.append((loop.time() + timeout, future))
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(timeout, self._sweep)
-        return future
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         out = self._out
-        if out and self._transport is not None and not self.closed:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if not out or self._transport is None or self.closed:
+            return
+        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
+        batch, self._out_waiters = self._out_waiters, []
+        self._forget_answered()
+        loop = asyncio.get_running_loop()
+        timeout = self._timeout()
+        self._sent.append((loop.time() + timeout, batch))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(timeout, self._sweep)
+
+    def _waiting(self, key: Key, waiter: Waiter) -> bool:
+        waiting = self._pending.get(key)
+        return waiting is waiter or (type(waiting) is list and waiter in waiting)
+
+    def _forget_answered(self) -> None:
+        """Drop the written batches whose requests were all answered (from the oldest on)."""
+        sent = self._sent
+        while sent:
+            batch = sent[0][1]
+            i = self._sent_checked
+            while i < len(batch) and not self._waiting(*batch[i]):
+                i += 1
+            if i < len(batch):
+                self._sent_checked = i
+                return
+            sent.popleft()
+            self._sent_checked = 0
 
     def _sweep(self) -> None:
         """Fail the requests past their deadline; come back at the next deadline."""
         self._sweeper = None
         if self.closed:
             return
+        self._forget_answered()
         loop = asyncio.get_running_loop()
         now = loop.time()
         sent = self._sent
-        while sent and (sent[0][1].done() or sent[0][0] <= now):
-            _, future = sent.popleft()
-            if not future.done():
-                future.set_exception(BookieUnavailableError(
+        while sent and sent[0][0] <= now:
+            _, batch = sent.popleft()
+            self._sent_checked = 0
+            for key, waiter in batch:
+                if not self._waiting(key, waiter):
+                    continue
+                waiting = self._pending.pop(key)
+                if type(waiting) is list:
+                    waiting.remove(waiter)
+                    if waiting:
+                        self._pending[key] = waiting[0] if len(waiting) == 1 else waiting
+                waiter(key[2], None, BookieUnavailableError(
                     f"bookie {self.bookie_id} did not answer within {self._timeout():g}s"))
         if sent:
             self._sweeper = loop.call_later(max(sent[0][0] - now, 0.001), self._sweep)
@@ -160,6 +230,7 @@ class BookieClient:
         self.addresses: dict[str, tuple[str, int]] = dict(resolve or {})
         self._connections: dict[str, asyncio.Future[BookieConnection]] = {}
         self.request_timeout = REQUEST_TIMEOUT_S
+        self._connecting: set[asyncio.Task[None]] = set()  # adds waiting for their connection
 
     def _address(self, bookie_id: str) -> tuple[str, int]:
         if bookie_id in self.addresses:
@@ -197,6 +268,28 @@ class BookieClient:
                 return connection.send(request)
         return asyncio.ensure_future(self._send_connected(bookie_id, request))
 
+    def send_add(self, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes, waiter: Waiter) -> None:
+        """Start an ADD of a ready frame (connecting first if needed); ``waiter`` gets the response, or a
+        `BookieUnavailableError` on any failure, never from inside this call."""
+        pending = self._connections.get(bookie_id)
+        if pending is not None and pending.done() and not pending.cancelled() and pending.exception() is None:
+            connection = pending.result()
+            if not connection.closed:
+                connection.send_add(ledger_id, entry_id, frame, waiter)
+                return
+        task = asyncio.ensure_future(self._send_add_connected(bookie_id, ledger_id, entry_id, frame, waiter))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+
+    async def _send_add_connected(self, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes,
+                                  waiter: Waiter) -> None:
+        try:
+            connection = await self.connection(bookie_id)
+        except BookieUnavailableError as e:
+            waiter(entry_id, None, e)
+            return
+        connection.send_add(ledger_id, entry_id, frame, waiter)
+
     async def _send_connected(self, bookie_id: str, request: Request) -> Response:
         connection = await self.connection(bookie_id)
         return await connection.send(request)
@@ -206,6 +299,8 @@ class BookieClient:
         return await self.send(bookie_id, request)
 
     async def close(self) -> None:
+        for task in list(self._connecting):
+            task.cancel()
         connections, self._connections = self._connections, {}
         for pending in connections.values():
             if not pending.done():

@@ -264,27 +264,28 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             self._reader.remember(first, add.data)  # tailing readers read it from memory (as Pulsar caches adds)
         add.writer = writer
         self._inflight.append(add)
-        futures = [writer.add_entry_nowait(d) for d in add.data]
-        for future in futures[:-1]:
-            future.add_done_callback(_retrieve)  # the last one reports for all (adds fail from the first failure on)
+        *rest, last = add.data
+        for data in rest:
+            writer.add_entry_then(data, _ignore)  # the last one reports for all (adds fail from the first failure on)
         if self._current_ledger_is_full():
             # This add completes after the rollover, so its callback sees the new current ledger.
             self._writer = None
-            self._rollover = self._spawn(self._roll_over(writer, add, first, futures[-1]))
+            self._rollover = self._spawn(self._roll_over(writer, add, first, writer.add_entry_nowait(last)))
         else:
-            futures[-1].add_done_callback(partial(self._added, add, writer, first, len(sizes)))
+            writer.add_entry_then(last, partial(self._added, add, writer, first, len(sizes)))
 
-    def _added(self, add: _Add, writer: LedgerWriter, first: Position, count: int, future: asyncio.Future[int]
-               ) -> None:
+    def _added(self, add: _Add, writer: LedgerWriter, first: Position, count: int, _entry_id: int,
+               exc: BaseException | None) -> None:
         """The bookies acknowledged the add's last entry (and so every entry before it), or it failed."""
         if add.writer is not writer:
             return  # its ledger failed meanwhile: the add waits in the queue for the next ledger
-        exc = future.exception()
         if exc is None:
             self._inflight.popleft()  # acknowledgements come in add order: it is the oldest in flight
             self._count_durable(add, first, count)
             add.fill(partial(add.callback, first, None))
-            self._wake_parked()
+            # Reads parked at the tail are woken once per loop turn, on the next one, whatever number of adds the
+            # bookies' answers confirmed in this one (after the receipts, as the file ledger's).
+            self._wake_parked_soon()
             return
         if self._state is not LedgerState.OPEN:  # closing or deleted: no new ledger
             self._inflight.remove(add)
@@ -572,9 +573,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map])
 
 
-def _retrieve(future: asyncio.Future[int]) -> None:
-    if not future.cancelled():
-        future.exception()
+def _ignore(_entry_id: int, _error: BaseException | None) -> None:
+    pass
 
 
 def _is_fencing(exc: BaseException | None) -> bool:

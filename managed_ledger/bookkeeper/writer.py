@@ -6,6 +6,7 @@ import asyncio
 import enum
 import random
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from managed_ledger.bookkeeper.errors import (
     status_name,
 )
 from managed_ledger.bookkeeper.metadata import LedgerMetadata, LedgerState
-from managed_ledger.bookkeeper.protocol import AddRequest, Flag, Response, StatusCode
+from managed_ledger.bookkeeper.protocol import AddFrames, Flag, Response, StatusCode
 from managed_ledger.bookkeeper.reader import LedgerReader
 
 if TYPE_CHECKING:
@@ -37,11 +38,23 @@ class WriterState(enum.Enum):
 @dataclass(eq=False)
 class _PendingAdd:
     entry_id: int
-    entry: bytes  # packaged, as sent
+    frame: bytes  # the ADD request as sent (the same bytes to every bookie of its write set)
     payload_length: int
-    future: asyncio.Future[int]
-    write_set: list[str]  # its bookies, kept current through ensemble changes
-    acked: set[str] = field(default_factory=set)
+    done: AddDone  # called once: (entry id, None) when acknowledged in order, or (-1, the error)
+    write_set: Sequence[str]  # its bookies, kept current through ensemble changes
+    acked: set[str] = field(default_factory=set)  # always within write_set
+
+
+# Told the outcome of one add: (its entry id, None) once acknowledged in entry order, or (-1, the error).
+AddDone = Callable[[int, "BaseException | None"], None]
+
+
+def _settle(future: asyncio.Future[int], entry_id: int, error: BaseException | None) -> None:
+    if not future.done():
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(entry_id)
 
 
 class LedgerWriter:
@@ -60,13 +73,15 @@ class LedgerWriter:
         self._recovery = recovery
         self._flags = Flag.RECOVERY_ADD | Flag.HIGH_PRIORITY if recovery else Flag.NONE
         self._digester = Digester(metadata.digest_type, password)
-        self._key = master_key(password)
+        self._frames = AddFrames(master_key(password), self._flags)
         self._password = password
-        self._pending: deque[_PendingAdd] = deque()
-        self._requests: set[asyncio.Future[Response]] = set()  # add requests in flight
+        self._pending: deque[_PendingAdd] = deque()  # in entry order, consecutive ids
+        self._waiters: dict[str, Callable[[int, Response | None, Exception | None], None]] = {}  # per bookie
+        self._write_sets: tuple[LedgerMetadata | None, int, list[tuple[str, ...]]] = (None, 0, [])
         self._failed_bookies: set[str] = set()
         self._ensemble_change: asyncio.Task[None] | None = None
         self._error: BookKeeperError | None = None
+        self._drained: asyncio.Future[None] | None = None  # close() waits for _pending to empty
 
     # -- adds --
 
@@ -77,38 +92,62 @@ class LedgerWriter:
     def add_entry_nowait(self, payload: bytes) -> asyncio.Future[int]:
         """Start an append; the future completes as `add_entry` does (in entry order)."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.add_entry_then(payload, partial(_settle, future))
+        return future
+
+    def add_entry_then(self, payload: bytes, done: AddDone) -> None:
+        """Start an append; ``done`` is called as `add_entry` returns (in entry order), or with the error (on a
+        later loop iteration if the writer is not open now). No future, no loop callback: the publish path."""
         if self.state is not WriterState.OPEN:
-            future.set_exception(self._error or LedgerClosedError(f"ledger {self.ledger_id} is {self.state.value}"))
-            return future
+            error = self._error or LedgerClosedError(f"ledger {self.ledger_id} is {self.state.value}")
+            asyncio.get_running_loop().call_soon(done, -1, error)
+            return
         self.last_add_pushed += 1
         self.length += len(payload)
-        entry = self._digester.package(self.ledger_id, self.last_add_pushed, self.last_add_confirmed, self.length,
-                                       payload)
-        op = _PendingAdd(self.last_add_pushed, entry, len(payload), future,
-                         self.metadata.write_set(self.last_add_pushed))
+        entry_id = self.last_add_pushed
+        head = self._digester.head(self.ledger_id, entry_id, self.last_add_confirmed, self.length, payload)
+        op = _PendingAdd(entry_id, self._frames.frame(head, payload), len(payload), done, self._write_set(entry_id))
         self._pending.append(op)
         for bookie_id in op.write_set:
             self._send(op, bookie_id)
-        return future
+
+    def _write_set(self, entry_id: int) -> Sequence[str]:
+        """`metadata.write_set`, from the write sets of the last segment computed once per ensemble."""
+        metadata, first, sets = self._write_sets
+        if metadata is not self.metadata:
+            metadata = self.metadata
+            ensemble = metadata.last_ensemble.ensemble
+            size = metadata.ensemble_size
+            sets = [tuple(ensemble[(e + i) % size] for i in range(metadata.write_quorum)) for e in range(size)]
+            self._write_sets = metadata, metadata.last_ensemble.first_entry_id, sets
+            first = metadata.last_ensemble.first_entry_id
+        if entry_id < first:
+            return metadata.write_set(entry_id)
+        return sets[entry_id % len(sets)]
 
     def _send(self, op: _PendingAdd, bookie_id: str) -> None:
-        request = self.bk.bookies.send(bookie_id, AddRequest(self._key, op.entry, self._flags))
-        self._requests.add(request)
-        request.add_done_callback(partial(self._add_done, op, bookie_id))
+        waiter = self._waiters.get(bookie_id)
+        if waiter is None:
+            waiter = self._waiters[bookie_id] = partial(self._add_answered, bookie_id)
+        self.bk.bookies.send_add(bookie_id, self.ledger_id, op.entry_id, op.frame, waiter)
 
-    def _add_done(self, op: _PendingAdd, bookie_id: str, request: asyncio.Future[Response]) -> None:
-        self._requests.discard(request)
-        if request.cancelled():
-            return  # the writer stopped
-        exc = request.exception()
+    def _add_answered(self, bookie_id: str, entry_id: int, response: Response | None, error: Exception | None
+                      ) -> None:
         # (Any failure of the request, BookieUnavailableError above all, is the bookie's: it is replaced.)
-        self._on_add_result(op, bookie_id, None if exc is not None else request.result().status)
+        status = None if response is None else response.status
+        pending = self._pending
+        index = entry_id - pending[0].entry_id if pending else -1
+        if 0 <= index < len(pending):
+            self._on_add_result(pending[index], bookie_id, status)
+        elif status != StatusCode.EOK and self.state in (WriterState.OPEN, WriterState.CLOSING):
+            # An entry acknowledged (by Qa others) or failed already: only a failure still counts.
+            self._on_add_result(None, bookie_id, status)
 
-    def _on_add_result(self, op: _PendingAdd, bookie_id: str, status: StatusCode | int | None) -> None:
-        if bookie_id not in op.write_set:
+    def _on_add_result(self, op: _PendingAdd | None, bookie_id: str, status: StatusCode | int | None) -> None:
+        if op is not None and bookie_id not in op.write_set:
             return  # this bookie was replaced meanwhile
         if status == StatusCode.EOK:
-            if not op.future.done():
+            if op is not None:  # (in _pending: not acknowledged yet)
                 op.acked.add(bookie_id)
                 self._complete_in_order()
         elif status in (StatusCode.EFENCED, StatusCode.EUA):
@@ -124,12 +163,14 @@ class LedgerWriter:
             return  # completions wait until the new ensemble is in place
         while self._pending:
             head = self._pending[0]
-            if len(head.acked.intersection(head.write_set)) < self.metadata.ack_quorum:
+            if len(head.acked) < self.metadata.ack_quorum:
                 return
             self._pending.popleft()
             self.last_add_confirmed = head.entry_id
-            if not head.future.done():
-                head.future.set_result(head.entry_id)
+            head.done(head.entry_id, None)
+        if self._drained is not None:
+            self._drained.set_result(None)
+            self._drained = None
 
     def _fail(self, error: BookKeeperError) -> None:
         """Unrecoverable: error out every pending add; the writer takes no more."""
@@ -140,8 +181,10 @@ class LedgerWriter:
         pending, self._pending = self._pending, deque()
         for op in pending:
             self.length -= op.payload_length
-            if not op.future.done():
-                op.future.set_exception(error)
+            op.done(-1, error)
+        if self._drained is not None:
+            self._drained.set_result(None)
+            self._drained = None
 
     # -- ensemble change --
 
@@ -213,7 +256,9 @@ class LedgerWriter:
             return
         self.state = WriterState.CLOSING
         if self._pending:
-            await asyncio.gather(*(op.future for op in list(self._pending)), return_exceptions=True)
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)  # until every pending add is acknowledged, or the writer failed
         if self.state is WriterState.FAILED:
             await self._cancel_tasks()
             assert self._error is not None
@@ -276,7 +321,8 @@ class LedgerWriter:
 
     async def _cancel_tasks(self) -> None:
         self.bk._writers.discard(self)
-        tasks: list[asyncio.Future[Any]] = list(self._requests)
+        # (Requests still in flight are answered to a writer that ignores them: its _pending is empty.)
+        tasks: list[asyncio.Future[Any]] = []
         if self._ensemble_change is not None:
             tasks.append(self._ensemble_change)
         for task in tasks:

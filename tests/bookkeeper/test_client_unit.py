@@ -232,3 +232,28 @@ async def test_requests_of_one_loop_iteration_go_out_in_one_write_and_silence_ti
     with pytest.raises(BookieUnavailableError, match="did not answer"):
         await asyncio.wait_for(futures[99], 5)
     assert not transport.aborted  # a silent request fails alone; the connection stays
+
+
+async def test_same_key_requests_are_answered_in_order_and_time_out_alone() -> None:
+    """v2 answers carry no request id: two requests with one key on one connection get its answers oldest first;
+    an add's waiter (`send_add`, the publish path) is called directly with the answer, and once with the error when
+    its deadline passes, while the connection stays."""
+    connection = BookieConnection("127.0.0.1:1", lambda: 0.2)
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    key = master_key(b"")
+    entry = Digester(DigestType.CRC32C, b"").package(7, 0, -1, 1, b"x")
+    first, second = connection.send(AddRequest(key, entry)), connection.send(AddRequest(key, entry))
+    answers: list[tuple[int, object, object]] = []
+    for entry_id in (1, 2):
+        connection.send_add(7, entry_id, b"frame", lambda e, r, exc: answers.append((e, r, exc)))
+    await asyncio.sleep(0)
+    connection.data_received(encode_response(AddResponse(StatusCode.EOK, 7, 0))
+                             + encode_response(AddResponse(StatusCode.EFENCED, 7, 0))
+                             + encode_response(AddResponse(StatusCode.EOK, 7, 1)))
+    assert first.result().status == StatusCode.EOK and second.result().status == StatusCode.EFENCED
+    assert answers == [(1, AddResponse(StatusCode.EOK, 7, 1), None)]
+    await eventually(lambda: len(answers) == 2, "the unanswered add timed out")
+    entry_id, response, error = answers[1]
+    assert (entry_id, response) == (2, None) and isinstance(error, BookieUnavailableError)
+    assert not transport.aborted and not connection.closed

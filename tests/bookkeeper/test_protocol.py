@@ -142,6 +142,20 @@ def test_byte_at_a_time() -> None:
     assert got_requests[0].ledger_id == 1 and got_requests[0].entry_id == 0
 
 
+def test_whole_add_responses_and_look_alikes_decode_alike() -> None:
+    """A read of whole ADD responses only is decoded in one pass; anything else in it (here a READ response, making
+    the read 3 x 28 bytes long as two ADD responses and it) takes the general path from the start."""
+    adds = [AddResponse(StatusCode.EOK, 7, e) for e in range(3)] + [AddResponse(StatusCode.EFENCED, 7, 3)]
+    assert ResponseDecoder().feed(b"".join(encode_response(r) for r in adds)) == adds
+    read = ReadResponse(StatusCode.EOK, 7, 0, b"x" * 4)
+    assert len(encode_response(read)) == 32
+    mixed: list[AddResponse | ReadResponse] = [adds[0], read]
+    stream = b"".join(encode_response(r) for r in mixed) + encode_response(adds[1])[:24]
+    decoder = ResponseDecoder()
+    assert decoder.feed(stream) == mixed and decoder.buffered == 24
+    assert decoder.feed(encode_response(adds[1])[24:]) == [adds[1]]
+
+
 def test_unknown_status_code_is_kept() -> None:
     frame = encode_response(AddResponse(999, 1, 0))
     assert ResponseDecoder().feed(frame) == [AddResponse(999, 1, 0)]

@@ -7,7 +7,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from managed_ledger import ManagedLedgerFactory, MemoryManagedLedgerFactory
+from managed_ledger import Entry, ManagedLedger, ManagedLedgerFactory, MemoryManagedLedgerFactory, Position
+from managed_ledger.api import ManagedCursor
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.file import FileManagedLedgerFactory
@@ -46,3 +47,35 @@ def bookkeeper_factory(zk_address: str, clock: Callable[[], float] = time.time, 
     return BookKeeperManagedLedgerFactory(
         BookKeeper(zk_address), f"zk:{zk_address}", root=root or f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers",
         ensemble_size=3, write_quorum=2, ack_quorum=2, clock=clock, cursor_persist_interval_s=cursor_persist_interval_s)
+
+
+class TailReads:
+    """Cursors with a read parked at the tail (``read_entries_or_wait``), then adds: what each read got, and how
+    many reads had completed when each add's confirmation ran (the wake-once-per-turn tests of each ledger)."""
+
+    def __init__(self, cursors: list[ManagedCursor]) -> None:
+        self.reads: list[list[list[Position]]] = [[] for _ in cursors]
+        self.confirmed: list[Position] = []
+        self.wakes_seen: list[int] = []
+        for cursor, got in zip(cursors, self.reads, strict=True):
+            cursor.read_entries_or_wait(100, self._reader(got))
+
+    @staticmethod
+    def _reader(got: list[list[Position]]) -> Callable[[list[Entry], BaseException | None], None]:
+        return lambda entries, exc: got.append([e.position for e in entries])
+
+    def add(self, ml: ManagedLedger, count: int) -> None:
+        for i in range(count):
+            ml.add_entry(b"e%d" % i, self._added)
+
+    def _added(self, position: Position | None, exc: BaseException | None) -> None:
+        assert exc is None and position is not None
+        self.confirmed.append(position)
+        self.wakes_seen.append(sum(map(len, self.reads)))
+
+    def all_read(self) -> bool:
+        return all(self.reads)
+
+    def check_one_read_each_after_the_receipts(self, count: int) -> None:
+        assert len(self.confirmed) == count and self.wakes_seen == [0] * count  # the receipts first, then the reads
+        assert self.reads == [[self.confirmed]] * len(self.reads)  # one read each, of all the adds

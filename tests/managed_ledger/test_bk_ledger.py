@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import json
 import os
 import signal
+import struct
 import sys
+import termios
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -32,12 +35,14 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.errors import NoSuchLedgerError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import LedgerState
-from tests.managed_ledger.ml_support import bookkeeper_factory
+from tests.managed_ledger.ml_support import TailReads, bookkeeper_factory
+from tests.waiting import eventually
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0)
 SMALL_KEEP = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0, retention_time_s=-1,
                                  retention_size_bytes=-1)
 TIMEOUT = 30.0
+ADD_RESPONSE_FRAME_SIZE = 28  # u32 length, header, rc, ledgerId, entryId
 
 
 @pytest.fixture
@@ -222,3 +227,34 @@ async def test_reads_of_uncached_entries_come_from_the_bookies(
     assert [e.data for e in entries] == [f"m{i}".encode() for i in range(7)]
     with pytest.raises(ManagedLedgerError):
         await again.read_entry(Position(positions[0].ledger_id - 1, 0))
+
+
+def _unread_bytes(transport: asyncio.Transport) -> int:
+    """Bytes waiting in the socket's receive buffer (read neither by us nor by the loop)."""
+    answer = fcntl.ioctl(transport.get_extra_info("socket").fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int(struct.unpack("i", answer)[0])
+
+
+async def test_adds_confirmed_together_wake_a_waiting_reader_once(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """Adds whose bookie answers arrive together (held here in the sockets: reading from the bookies is paused until
+    all ten answers, 5 entries x 2 bookies, are there) go to each cursor waiting at the tail in one read, not in one
+    read per add; the receipts run first, then the reads, on the next loop turn (as the file ledger's)."""
+    factory = make_factory()
+    ml = await factory.open("t")
+    for data in (b"a", b"b"):  # (connects to the 3 bookies: entries 0 and 1 go to bookies 0, 1 and 1, 2)
+        await ml.add_entry_async(data)
+    tail = TailReads([await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)])
+    transports = [c.result()._transport for c in factory.bk.bookies._connections.values()]
+    assert len(transports) == 3 and all(t is not None for t in transports)
+    held = [t for t in transports if t is not None]
+    for transport in held:
+        transport.pause_reading()
+    tail.add(ml, 5)
+    await eventually(lambda: sum(map(_unread_bytes, held)) >= 5 * 2 * ADD_RESPONSE_FRAME_SIZE,
+                     "every bookie answer waiting in the sockets")
+    assert tail.confirmed == []
+    for transport in held:
+        transport.resume_reading()
+    await eventually(tail.all_read, "every waiting cursor read")
+    tail.check_one_read_each_after_the_receipts(5)

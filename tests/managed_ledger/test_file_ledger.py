@@ -26,7 +26,7 @@ from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.file_layout import encode_name
 from tests.managed_ledger.crashfs import CrashFileSystem
-from tests.managed_ledger.ml_support import FakeClock
+from tests.managed_ledger.ml_support import FakeClock, TailReads
 from tests.waiting import eventually
 
 TIMEOUT = 10.0
@@ -675,34 +675,17 @@ async def test_adds_confirmed_together_wake_a_waiting_reader_once(tmp_path: Path
     after the adds' completions, with no timer (the new-entries check delay stays 0)."""
     factory = make(tmp_path)
     ml = await factory.open("t")
-    cursors = [await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)]
-    reads: list[list[list[Position]]] = [[] for _ in cursors]
-
-    def reader(got: list[list[Position]]) -> Callable[[list[Entry], BaseException | None], None]:
-        return lambda entries, exc: got.append([e.position for e in entries])
-
-    for cursor, got in zip(cursors, reads, strict=True):
-        cursor.read_entries_or_wait(100, reader(got))
+    tail = TailReads([await ml.open_cursor(f"c{i}", InitialPosition.LATEST) for i in range(3)])
     gate = threading.Event()
 
     def hold() -> None:  # holds the writer: the adds below queue behind it and go as one round
         gate.wait(TIMEOUT)
 
     factory.writer.run(hold)
-    confirmed: list[Position] = []
-    wakes_seen: list[int] = []  # reads completed when each add's confirmation ran
-
-    def added(position: Position | None, exc: BaseException | None) -> None:
-        assert exc is None and position is not None
-        confirmed.append(position)
-        wakes_seen.append(sum(map(len, reads)))
-
-    for i in range(5):
-        ml.add_entry(b"e%d" % i, added)
+    tail.add(ml, 5)
     gate.set()
-    await eventually(lambda: all(reads), "every waiting cursor read")
-    assert len(confirmed) == 5 and wakes_seen == [0] * 5  # the receipts first, then the reads
-    assert reads == [[confirmed]] * 3  # one read each, of all five
+    await eventually(tail.all_read, "every waiting cursor read")
+    tail.check_one_read_each_after_the_receipts(5)
     await factory.close()
 
 
