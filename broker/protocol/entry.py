@@ -166,7 +166,6 @@ def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
     cost ~0.9 us more); the first that is not plain ends the count, and ``check_send_payload`` tells
     what it is."""
     unpack = _U32.unpack_from
-    match = _COMMON_METADATA_TAIL.fullmatch
     count = 0
     for payload in payloads:
         n = len(payload)
@@ -181,13 +180,8 @@ def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
                 break
         if n - pos < 4:
             break
-        # (_common_match inlined: the metadata's size, then producer_name, then the pattern.)
-        start = pos + 4
-        end = start + unpack(payload, pos)[0]
-        if end > n or end - start < 2 or payload[start] != 0x0A or payload[start + 1] >= 0x80:
-            break
-        name_end = start + 2 + payload[start + 1]
-        if name_end > end or not payload[start + 2 : name_end].isascii() or match(payload, name_end, end) is None:
+        end = pos + 4 + unpack(payload, pos)[0]
+        if end > n or _common_match(_COMMON_METADATA_TAIL, payload, pos + 4, end) is None:
             break
         count += 1
     return count
