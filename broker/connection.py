@@ -287,11 +287,8 @@ class Connection(asyncio.Protocol):
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(data)
-        if self.writable:  # (as in write_many)
-            self._out_bytes += len(data)
-            if self._out_bytes > self._high_water:
-                self.writable = False
-                self._held_by_queue = True
+        if self.writable:
+            self._count_queued(len(data))
 
     def write_many(self, frames: list[bytes]) -> None:
         """Queue frames (a read's MESSAGEs, a run of receipts) for this loop turn's writev.
@@ -308,10 +305,15 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         self._out += frames
         if self.writable:
-            self._out_bytes += sum(map(len, frames))
-            if self._out_bytes > self._high_water:
-                self.writable = False
-                self._held_by_queue = True
+            self._count_queued(sum(map(len, frames)))
+
+    def _count_queued(self, nbytes: int) -> None:
+        """Count bytes queued in this loop turn toward the transport's high-water mark; past it the
+        connection is not writable until the flush (see ``write_many``)."""
+        self._out_bytes += nbytes
+        if self._out_bytes > self._high_water:
+            self.writable = False
+            self._held_by_queue = True
 
     def queued_bytes(self) -> int:
         """Bytes of frames written but not yet sent: queued for this loop turn's writev, and left in
