@@ -22,7 +22,13 @@ messages a second) never waits, so its latency is a bare write + sync.
 Pipelined syncs: a light batch of appends (under ``group_bytes / 8``, to fewer than
 ``PARALLEL_SYNC_MIN`` segments, nothing but appends) does not wait for the syncs of the batches
 before it. The writer writes it at once and hands its fdatasyncs to the sync threads, then takes
-the next batch; up to ``PIPELINE_DEPTH`` such rounds have syncs in flight. A sync covers what was
+the next batch; up to ``PIPELINE_DEPTH`` such rounds have syncs in flight. Except for a grouped stream
+(a batch of ``group_min_bytes`` or more, to one segment) while syncs take less than ``group_wait_s``:
+the writer would only wait for the next batch during that sync, so it runs the sync itself and then
+gathers. Handing it to a sync thread costs more CPU than the sync (a thread wake-up and a contended
+GIL on each side: 345 -> 256 us of broker CPU per 83-message batch arriving each millisecond,
+``bench.send_cycle --batch 83 --per-read 1 --pace-ms 1``), and the stream's batches are only one
+sync further apart. A slower sync sends the next rounds back to the sync threads. A sync covers what was
 written before it started, so each round is durable when its own syncs return. The thread whose
 sync completes the oldest round settles it and posts its completions (rounds settle strictly in
 order, so completions keep submission order). Anything else (a heavy batch, many segments, a
@@ -170,6 +176,7 @@ class GroupCommitWriter:
         self._taken_others = 0  # ... and ever taken into a batch (writer thread only)
         self._gathering = False  # the writer waits for group_bytes to be queued
         self._last_batch_bytes = 0  # writer thread only
+        self._last_sync_s = 0.0  # how long the last pipelined sync took (any thread writes it)
         self._queue: deque[_Op] = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -390,6 +397,11 @@ class GroupCommitWriter:
                 segment.syncing += 1
         if not syncs:
             self._sync_returned(round_, None, (0.0, None))
+        elif (len(syncs) == 1 and self._group_wait_s > 0 and self._last_batch_bytes >= self._group_min_bytes
+              and self._last_sync_s < self._group_wait_s):
+            # A grouped stream (see "Pipelined syncs" in the module docstring): the writer would only
+            # wait for the next batch now, and syncs take less than that wait, so it syncs itself.
+            self._sync_in_round(round_, *syncs[0])
         else:
             if self._sync_pool is None:
                 self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
@@ -404,6 +416,7 @@ class GroupCommitWriter:
             outcome = _timed_sync(handle)
         except BaseException as exc:  # pragma: no cover - _timed_sync returns OSErrors; a bug must not hang adds
             outcome = (0.0, OSError(f"sync failed: {exc!r}"))
+        self._last_sync_s = outcome[0]
         self._sync_returned(round_, segment, outcome)
 
     def _sync_returned(self, round_: _Round, segment: _Segment | None,

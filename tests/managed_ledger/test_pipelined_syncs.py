@@ -134,3 +134,57 @@ async def test_a_round_written_before_an_earlier_sync_failed_is_not_confirmed() 
     entries = await cursor.read_entries_async(10)
     assert [e.data for e in entries] == [b"first"]
     await factory.close()
+
+
+class _WhereSynced(CrashFileSystem):
+    """CrashFileSystem that records the thread of each segment sync; ``slow_next`` makes the next one take that
+    many seconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        self.slow_next = 0.0
+
+    def open_append(self, path: str, *, create: bool) -> FileHandle:
+        inner = super().open_append(path, create=create)
+        return _RecordingHandle(self, inner) if path.endswith(".seg") else inner
+
+
+class _RecordingHandle:
+    def __init__(self, fs: _WhereSynced, inner: FileHandle) -> None:
+        self._fs = fs
+        self._inner = inner
+
+    def sync(self) -> None:
+        delay, self._fs.slow_next = self._fs.slow_next, 0.0
+        if delay:
+            threading.Event().wait(delay)
+        self._fs.threads.append(threading.current_thread().name)
+        self._inner.sync()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_grouped_stream_is_synced_on_the_writer_while_syncs_are_quicker_than_the_group_wait() -> None:
+    """A batch that makes the writer gather the next one (group_min_bytes) is synced on the writer thread itself
+    when the last sync took less than the group wait (the writer waits that long anyway: no sync thread is woken);
+    after a slower sync, or for a light batch, the sync goes to the sync threads (pipelined) as before."""
+    fs = _WhereSynced()
+    fs.makedirs_durable("/data")
+    factory = FileManagedLedgerFactory(ROOT, clock=FakeClock(), fs=fs, fault_retry_interval_s=0, group_wait_s=0.05,
+                                       group_min_bytes=4096)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"warm-up")  # (the first add also syncs the new topic's names: a round of its own)
+    fs.threads.clear()
+    heavy = b"h" * 5000
+    await ml.add_entry_async(heavy)  # quick sync: on the writer
+    fs.slow_next = 0.2  # longer than the group wait: the next sync after it goes to a sync thread
+    await ml.add_entry_async(heavy)
+    await ml.add_entry_async(heavy)  # (its sync was quick again: the next is the writer's)
+    await ml.add_entry_async(heavy)
+    await ml.add_entry_async(b"light")  # a light batch ends the grouping: pipelined
+    where = ["writer" if name == "ml-writer" else "sync" if name.startswith("ml-sync") else name
+             for name in fs.threads]
+    assert where == ["writer", "writer", "sync", "writer", "sync"]
+    await factory.close()
