@@ -39,7 +39,7 @@ from managed_ledger.api import (
 )
 from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
 from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
-from managed_ledger.file_layout import CURSORS, NAME_FILE, decode_name, encode_name, join
+from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock
@@ -297,7 +297,7 @@ def _read_name(fs: FileSystem, directory: str) -> str | None:
 
 
 def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
-    """A new managed ledger's directory (and its cursors/), not yet durable.
+    """A new managed ledger's directory, not yet durable (its cursors/ is made with its first cursor file).
 
     The directory's own name spells the ledger's name, so only a long (hashed) name needs a
     "name" file (its content synced here, before the name can become durable). The directory's
@@ -307,7 +307,7 @@ def _create_directory(fs: FileSystem, directory: str, name: str) -> None:
     managed ledger with nothing in it) or none; one with a hashed name and no readable "name" file
     is removed on start.
     """
-    fs.makedirs(join(directory, CURSORS))
+    fs.makedirs(directory)
     if decode_name(posixpath.basename(directory)) != name:
         fs.replace_atomically(join(directory, NAME_FILE), json.dumps({"name": name}).encode(), sync=True)
 

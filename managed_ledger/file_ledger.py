@@ -61,9 +61,10 @@ def _nothing() -> None:
 
 class FileManagedLedger(StoredManagedLedger):
     # (Its attributes and its bases' are more than an instance dict shares its keys for: slots save ~1.5 KB each.)
-    __slots__ = ("_dir", "_empty_on_disk", "_eviction_pending", "_factory", "_fenced", "_fs", "_held", "_hold_timer",
-                 "_indexes", "_last_confirmed", "_last_recovery", "_loop", "_names_sync_queued", "_paths",
-                 "_persistence", "_reader", "_recovering", "_stored", "_unsynced_dirs", "_writer")
+    __slots__ = ("_cursors_dir_made", "_dir", "_empty_on_disk", "_eviction_pending", "_factory", "_fenced", "_fs",
+                 "_held", "_hold_timer", "_indexes", "_last_confirmed", "_last_recovery", "_loop",
+                 "_names_sync_queued", "_paths", "_persistence", "_reader", "_recovering", "_stored",
+                 "_unsynced_dirs", "_writer")
     _reader: EntryReader
 
     def __init__(
@@ -100,6 +101,10 @@ class FileManagedLedger(StoredManagedLedger):
         # depends on them is confirmed (see _sync_names).
         self._unsynced_dirs: tuple[str, ...] = ()
         self._names_sync_queued = False
+        # cursors/ exists and its name is durable: a ledger's first cursor file makes it (a topic with no
+        # subscription has none, so opening a new one makes one directory, not two). A recovered confirmed
+        # cursor proves it; otherwise the first cursor write makes it if missing and syncs its name.
+        self._cursors_dir_made = bool(recovered.cursors)
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -249,7 +254,12 @@ class FileManagedLedger(StoredManagedLedger):
         path = self._cursor_path(name)
         stats = self._factory.stats
 
+        cursors_dir = join(self._dir, CURSORS)
+        make_dir = not self._cursors_dir_made
+
         def write() -> None:
+            if make_dir:
+                fs.makedirs(cursors_dir)
             # (The directory is synced by the writer, once for every cursor file of the round.)
             fs.replace_atomically(path, data, sync=True, sync_dir=False)
             stats.add(cursor_persists_total=1)
@@ -258,17 +268,20 @@ class FileManagedLedger(StoredManagedLedger):
         # durable too before the file is relied on: this write syncs those not yet known durable itself (it is
         # not fenced with the ledger, so the ledger's own sync of them, _sync_names, does not cover it).
         unsynced = self._unsynced_dirs
+        if make_dir and self._dir not in unsynced:
+            unsynced = (*unsynced, self._dir)
 
         def written(exc: BaseException | None) -> None:
             # (The cursor's state file is the file ledger's cursor ledger: one copy.)
             self._stats_of_cursor(name).persisted_to_ledger(exc is None, len(data))
             if exc is None:
                 self._names_synced(unsynced)
+                self._cursors_dir_made = True
             elif self._factory.disk is not None:
                 self._factory.disk.write_failed(exc)
             done(exc)
 
-        self._writer.run(write, written, sync_dir=join(self._dir, CURSORS), also_sync=unsynced)
+        self._writer.run(write, written, sync_dir=cursors_dir, also_sync=unsynced)
 
     def _sync_names(self) -> None:
         """Queue the sync of the directories holding this ledger's names not yet durable (its segment, made on

@@ -157,6 +157,34 @@ async def test_a_new_topic_costs_no_sync_until_something_is_stored_in_it() -> No
     await f.close()
 
 
+async def test_a_topic_s_cursors_directory_is_made_with_its_first_subscription_and_survives_a_power_cut() -> None:
+    """Opening a new topic makes one directory (no cursors/: a topic without subscriptions never needs it). The
+    first subscription, made after the topic's names were synced by an add, makes cursors/ and syncs the topic's
+    directory too (the new name is in it) before it is confirmed: it survives a power cut right after."""
+    fs = CountingFileSystem()
+    fs.makedirs_durable("/data")
+    f = factory(fs)
+    ml = await f.open("t")
+    assert not fs.exists(f"{ml.directory}/cursors")
+    position = await ml.add_entry_async(b"first")  # (syncs the topic's names: the directory's are durable)
+    fs.events.clear()
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    assert ("fsync_dir", ml.directory) in fs.events and ("fsync_dir", f"{ml.directory}/cursors") in fs.events
+    fs.events.clear()
+    await ml.open_cursor("second", InitialPosition.LATEST)
+    assert ("fsync_dir", ml.directory) not in fs.events  # (cursors/ is known durable now)
+
+    fs.power_cut()
+    await f.close()
+    fs.reboot()
+    f = factory(fs)
+    ml = await f.open("t")
+    assert set(ml.cursors) == {"sub", "second"}
+    assert await stored(ml) == [(position, b"first")]
+    await ml.open_cursor("after-reboot", InitialPosition.EARLIEST)  # (a recovered cursor: cursors/ exists)
+    await f.close()
+
+
 async def test_a_failed_sync_of_a_new_topic_s_names_fails_its_adds_and_they_are_synced_again() -> None:
     fs = CountingFileSystem()
     fs.makedirs_durable("/data")
