@@ -37,13 +37,27 @@ def _port_open(port: int) -> bool:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process (its threads included), from /proc; 0 once it has gone."""
+    """User + system CPU of one process (its threads included, exited ones too); 0 once it has gone.
+
+    Read from the process's CPU clock (nanoseconds) where the OS has one: /proc's stat counts in
+    clock ticks (10 ms), and a window of 20-50 ms of broker CPU over 100,000 messages (the consume
+    rows) then reads as 0.2-0.5 us per message for the same work."""
+    try:
+        return time.clock_gettime(_process_cpu_clock(pid))
+    except (OSError, OverflowError):
+        pass
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _process_cpu_clock(pid: int) -> int:
+    """Linux's clock id for another process's CPU time, as clock_getcpuclockid(3) makes it:
+    (~pid << 3) | CPUCLOCK_SCHED (2), process-wide (the thread bit, 4, clear)."""
+    return ((~pid) << 3) | 2
 
 
 @dataclass
