@@ -291,10 +291,9 @@ class PolicyResolver:
             answers.clear()
             self._answers_generation = generation
         key = (namespace, policy)
-        try:
-            return cast("T", answers[key])
-        except KeyError:
-            pass
+        value: T | None = answers.get(key)
+        if value is not None:
+            return value
         value = self._first(policy, self.namespace_value(namespace, policy))
         if not isinstance(value, (list, dict, set)):
             if len(answers) >= ANSWERS_KEPT:
