@@ -611,7 +611,7 @@ class BrokerService:
         rate = None if persistence is None else persistence.max_mark_delete_rate
         key = (retention.time_s, retention.size_bytes, rate)
         # (The configs are frozen and most topics share their values: one made per distinct set of values, not one
-        # per topic load, which cost a dataclasses.replace, ~10 us, per new topic.)
+        # per topic load, which cost a dataclasses.replace, ~4.4 us in process, per new topic.)
         memo = self._ledger_configs
         if memo[0] is not base:
             memo = self._ledger_configs = (base, {})
