@@ -10,6 +10,7 @@ import pulsar
 import pytest
 
 from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
 from managed_ledger import Position
 from tests.admin.conftest import Admin
 
@@ -172,6 +173,26 @@ def test_retention_change_reaches_a_loaded_topic(admin: Admin, pulsar_broker: Br
         assert loaded.ledger.config.retention_time_s == 3600
     finally:
         client.close()
+
+
+def test_a_topic_loaded_after_a_retention_change_gets_it(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    """The managed-ledger configs of loading topics are made once per set of policy values and
+    shared (frozen); a topic that loads after a change gets the new values, the others keep theirs."""
+    ns, other = admin.new_namespace(), admin.new_namespace()
+    service = pulsar_broker.server.service
+    before, elsewhere = TopicName.parse(f"persistent://{ns}/before"), TopicName.parse(f"persistent://{other}/t")
+    assert service.ledger_config_for(before) is service.ledger_config_for(elsewhere)  # (the same values)
+    assert service.ledger_config_for(before).retention_time_s == 0
+    policy = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+    assert admin.post(f"{NS}/{ns}/retention", policy).status == 204
+    after = service.ledger_config_for(TopicName.parse(f"persistent://{ns}/after"))
+    assert (after.retention_time_s, after.retention_size_bytes) == (3600, 100 * 1024 * 1024)
+    assert service.ledger_config_for(elsewhere).retention_time_s == 0
+    assert admin.post(f"{NS}/{ns}/persistence", {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1,
+                                                  "bookkeeperAckQuorum": 1, "managedLedgerMaxMarkDeleteRate": 2.5},
+                      ).status == 204
+    assert service.ledger_config_for(before).mark_delete_rate == 2.5
+    assert service.ledger_config_for(elsewhere).mark_delete_rate is None
 
 
 def test_schema_validation_enforced_and_auto_update(admin: Admin, client: pulsar.Client) -> None:

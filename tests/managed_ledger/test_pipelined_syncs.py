@@ -188,3 +188,52 @@ async def test_a_grouped_stream_is_synced_on_the_writer_while_syncs_are_quicker_
              for name in fs.threads]
     assert where == ["writer", "writer", "sync", "writer", "sync"]
     await factory.close()
+
+
+class _HeldCreation(CrashFileSystem):
+    """CrashFileSystem whose next segment creation waits for ``release`` and then fails with EIO."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.armed = False
+
+    def open_append(self, path: str, *, create: bool) -> FileHandle:
+        if create and self.armed and path.endswith(".seg"):
+            self.armed = False
+            self.entered.set()
+            self.release.wait(TIMEOUT)
+            raise OSError(errno.EIO, "held creation failed", path)
+        return super().open_append(path, create=create)
+
+
+async def test_an_open_cancelled_while_its_segment_is_made_still_closes_the_ledger_when_that_fails(
+        monkeypatch: Any) -> None:
+    """A new managed ledger's open awaits its directory's and segment's outcomes in its own task; that task
+    cancelled meanwhile, a segment that then cannot be made still closes the ledger (and frees its writer
+    state), and the next open of the name works."""
+    import managed_ledger.file as file_module
+
+    made: list[Any] = []
+    real = file_module.FileManagedLedger
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(file_module, "FileManagedLedger", recording)
+    fs = _HeldCreation()
+    factory = factory_on(fs)
+    fs.armed = True
+    opening = asyncio.ensure_future(factory.open("t"))
+    await asyncio.get_running_loop().run_in_executor(None, fs.entered.wait, TIMEOUT)
+    factory._opening.cancel()  # (the open's own work, not only a waiter: as its owner does on close)
+    await asyncio.wait([opening], timeout=TIMEOUT)
+    assert opening.cancelled()
+    fs.release.set()
+    await eventually(lambda: made[0].is_closed, "the cancelled open's ledger closed")
+    ml = await factory.open("t")
+    assert ml is not made[0]
+    assert await ml.add_entry_async(b"x") == Position(ml.last_confirmed_entry.ledger_id, 0)
+    await factory.close()

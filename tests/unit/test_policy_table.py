@@ -266,3 +266,37 @@ def test_bad_values_are_refused_with_pulsars_status(parse: Any, body: Any, statu
     with pytest.raises(PolicyError) as info:
         parse(body)
     assert (info.value.status, info.value.reason) == (status, message)
+
+
+async def test_namespace_answers_are_kept_until_the_metadata_changes() -> None:
+    """for_namespace (and get for a topic with no value of its own) keeps its answers while the
+    metadata is unchanged; any change (a policy set or removed, a namespace deleted or made again)
+    gives the new value at once."""
+    resolver, store = await make()
+    first = resolver.get(TOPIC, T.RETENTION)
+    assert resolver.for_namespace(NS, T.RETENTION) is first  # (kept: not resolved again)
+    await store.set_policy(NS, "retention_policies", {"retentionTimeInMinutes": 5, "retentionSizeInMB": 1})
+    assert resolver.get(TOPIC, T.RETENTION) == Retention(5, 1)
+    assert resolver.for_namespace(NS, T.RETENTION) == Retention(5, 1)
+    await store.set_policy(NS, "retention_policies", None)
+    assert resolver.get(TOPIC, T.RETENTION) == first
+    await store.set_topic_policy(TOPIC.full, "retentionPolicies", {"retentionTimeInMinutes": 7, "retentionSizeInMB": 2})
+    assert resolver.get(TOPIC, T.RETENTION) == Retention(7, 2)  # (the topic's own, over the kept one)
+    assert resolver.for_namespace(NS, T.RETENTION) == first
+    await store.create_namespace("public/gone", {"max_producers_per_topic": 3})
+    assert resolver.for_namespace("public/gone", T.MAX_PRODUCERS) == 3
+    await store.delete_namespace("public/gone")
+    assert resolver.for_namespace("public/gone", T.MAX_PRODUCERS) == resolver.broker_value(T.MAX_PRODUCERS)
+    await store.create_namespace("public/gone", {"max_producers_per_topic": 4})
+    assert resolver.for_namespace("public/gone", T.MAX_PRODUCERS) == 4
+
+
+async def test_lists_and_maps_are_answered_fresh() -> None:
+    """A list or map answer is never kept: a caller that changes the one it got changes nothing else."""
+    resolver, _ = await make()
+    clusters = resolver.get(TOPIC, T.REPLICATION_CLUSTERS)
+    clusters.append("elsewhere")
+    assert resolver.get(TOPIC, T.REPLICATION_CLUSTERS) == [CLUSTER]
+    quotas = resolver.get(TOPIC, T.BACKLOG_QUOTAS)
+    quotas.clear()
+    assert resolver.get(TOPIC, T.BACKLOG_QUOTAS) != {}
