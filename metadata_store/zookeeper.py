@@ -217,6 +217,9 @@ class ZooKeeperMetadataStore:
         self._watched_children: set[str] = set()
         self._armed: set[str] = set()
         self._armed_children: set[str] = set()
+        # Each watched node's version as the last call that armed its watch answered it: a re-armed watch that
+        # answers a later version than the event implied tells of a change no watch reported (_rearmed).
+        self._versions: dict[str, int] = {}
         # One callable each, so kazoo's per-path watcher sets hold it once.
         self._data_watcher: Callable[[WatchedEvent], None] = self._on_data_watch
         self._child_watcher: Callable[[WatchedEvent], None] = self._on_child_watch
@@ -270,6 +273,7 @@ class ZooKeeperMetadataStore:
             self._watched.add(path)
             try:
                 data, zstat = await self._call(path, self._client.get_async(path, watch=self._data_watcher))
+                self._versions[path] = zstat.version
                 return GetResult(bytes(data), self._stat(path, zstat))
             except NotFoundError:
                 # getData sets no watch on a missing node; exists does (it fires when the node is made).
@@ -295,7 +299,8 @@ class ZooKeeperMetadataStore:
         self._enter(path)
         self._armed.add(path)
         self._watched.add(path)
-        return await self._call(path, self._client.exists_async(path, watch=self._data_watcher)) is not None
+        zstat = await self._call(path, self._client.exists_async(path, watch=self._data_watcher))
+        return self._note_version(path, zstat)
 
     @measured("put")
     async def put(self, path: str, value: bytes, expected_version: int | None, *,
@@ -408,7 +413,15 @@ class ZooKeeperMetadataStore:
 
     async def _settle(self, path: str, arm: Any) -> None:
         with contextlib.suppress(MetadataStoreError):  # the call it rode behind says what went wrong
-            await self._call(path, arm)
+            self._note_version(path, await self._call(path, arm))
+
+    def _note_version(self, path: str, zstat: ZnodeStat | None) -> bool:
+        """Keep the version an arming exists answered; whether the node exists."""
+        if zstat is None:
+            self._versions.pop(path, None)
+            return False
+        self._versions[path] = zstat.version
+        return True
 
     async def _call(self, path: str, result: Any) -> Any:
         """Await a kazoo result within the operation timeout; kazoo's errors become the contract's."""
@@ -439,34 +452,41 @@ class ZooKeeperMetadataStore:
 
     # ---- watches -----------------------------------------------------------------------------------------------
 
-    def _watch_node(self, path: str, existed: bool | None = None) -> None:
+    def _watch_node(self, path: str, existed: bool | None = None, expected: int | None = None) -> None:
         """Arm an exists watch on ``path`` unless one is armed. ``existed``: whether the node existed when the
-        watch that fired was set off; if the answer says otherwise, the node was deleted (or created) before the
-        new watch was armed, a change no watch reports: it is told here instead."""
+        watch that fired was set off, ``expected``: its version then, if known. If the answer says otherwise, the
+        node was deleted, created or changed again before the new watch was armed, a change no watch reports: it
+        is told here instead."""
         self._watched.add(path)
         if path not in self._armed and not self._closed:
             self._armed.add(path)
             answer = self._client.exists_async(path, watch=self._data_watcher)
-            if existed is not None:
-                answer.rawlink(lambda result: self._post_call(self._rearmed, path, existed, result))
+            answer.rawlink(lambda result: self._post_call(self._rearmed, path, existed, expected, result))
 
     def _post_call(self, handler: Callable[..., None], *args: Any) -> None:
         """Run handler(*args) on the loop (called from kazoo's threads)."""
         with contextlib.suppress(RuntimeError):  # the loop is closed
             self._loop.call_soon_threadsafe(handler, *args)
 
-    def _rearmed(self, path: str, existed: bool, result: Any) -> None:
+    def _rearmed(self, path: str, existed: bool | None, expected: int | None, result: Any) -> None:
         try:
-            exists = result.get_nowait() is not None
+            zstat = result.get_nowait()
         except Exception:  # (a lost connection: watches are re-armed, and caches re-read, on reconnection)
             return
-        if self._closed or exists == existed:
+        exists = self._note_version(path, zstat)
+        if self._closed or existed is None:
             return
-        kind = NotificationType.CREATED if exists else NotificationType.DELETED
-        notes = [Notification(kind, path)]
-        if path != paths.ROOT:
-            notes.append(Notification(NotificationType.CHILDREN_CHANGED, paths.parent(path)))
-        self._deliver(notes)
+        if exists != existed:
+            kind = NotificationType.CREATED if exists else NotificationType.DELETED
+            notes = [Notification(kind, path)]
+            if path != paths.ROOT:
+                notes.append(Notification(NotificationType.CHILDREN_CHANGED, paths.parent(path)))
+            self._deliver(notes)
+        elif exists and expected is not None and zstat.version > expected:
+            # Written again by another session before this watch was set: the change that fired the watch
+            # left the node at ``expected``. (Only later versions count: an answer of this session's own
+            # write may be handled before the event it fired, which then expects one version too many.)
+            self._deliver([Notification(NotificationType.MODIFIED, path)])
 
     def _watch_children(self, path: str) -> None:
         if path not in self._armed_children and not self._closed:
@@ -484,8 +504,12 @@ class ZooKeeperMetadataStore:
             return  # a connection state change: watches are re-armed on reconnection
         path = event.path
         self._armed.discard(path)
-        # Before telling anyone, so no later change goes unseen (a deletion before it is armed is told by _rearmed).
-        self._watch_node(path, existed=event.type != EventType.DELETED)
+        # The version the change that fired left: 0 for a new node, one past the armed one for a write.
+        known = self._versions.get(path)
+        expected = 0 if event.type == EventType.CREATED else (
+            known + 1 if event.type == EventType.CHANGED and known is not None else None)
+        # Before telling anyone, so no later change goes unseen (one before it is armed is told by _rearmed).
+        self._watch_node(path, existed=event.type != EventType.DELETED, expected=expected)
         parent = paths.parent(path) if path != paths.ROOT else None
         if event.type == EventType.CREATED:
             if path in self._watched_children:

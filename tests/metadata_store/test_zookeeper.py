@@ -228,3 +228,39 @@ async def test_a_deletion_before_the_watch_is_armed_again_is_still_told(zk_serve
         other.stop()
         other.close()
         await store.close()
+
+
+@pytest.mark.parametrize("first", ["create", "set"])
+async def test_a_change_before_the_watch_is_armed_again_is_still_told(zk_server: ProcessInfo, first: str) -> None:
+    """As above, for a write: another client makes (or changes) the node and changes it again while this store's
+    event loop is held, so the watch is armed again only after the second write, which no watch reports. It is
+    told all the same (a second MODIFIED), from the version the re-arming read answers."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/rearm-{time.monotonic_ns()}"
+    store = await ZooKeeperMetadataStore.open(f"{zk_server.address}{chroot}")
+    other = KazooClient(hosts=f"{zk_server.address}{chroot}")
+    other.start(timeout=10)
+    try:
+        seen: list[Notification] = []
+        store.register_listener(seen.append)
+        if first == "create":
+            assert await store.get("/x") is None  # (arms the watch on the missing /x)
+            other.create("/x", b"1")  # the loop is held from here ...
+            told = Notification(NotificationType.CREATED, "/x")
+        else:
+            await store.put("/x", b"1", None)
+            assert await store.get("/x") is not None
+            other.set("/x", b"2")  # the loop is held from here ...
+            told = Notification(NotificationType.MODIFIED, "/x")
+        other.set("/x", b"3")  # ... to here: the first write's event is handled after the second write
+        modified = Notification(NotificationType.MODIFIED, "/x")
+        expected = 1 if first == "create" else 2
+        await eventually(lambda: told in seen and seen.count(modified) >= expected, f"{told} then MODIFIED: {seen}")
+        # Nothing more is missed: the watch is armed again.
+        other.set("/x", b"4")
+        await eventually(lambda: seen.count(modified) >= expected + 1, f"MODIFIED x{expected + 1}: {seen}")
+    finally:
+        other.stop()
+        other.close()
+        await store.close()
