@@ -55,6 +55,7 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         yield request.param, b
     finally:
         b.stop()
+        print("".join(b.lines[-300:]))  # the broker's log, shown with a failure
 
 
 def message(i: int) -> bytes:
