@@ -220,13 +220,13 @@ class EntryReader:
 def read_from_disk(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes]]:
     """Worker thread: one open per run of records, a pread per ~256 KB of it (segment.read_run)."""
     out: list[list[bytes]] = []
-    for path, first_offset, spans in jobs:
+    for path, _, spans in jobs:
         try:
             handle = fs.open_read(path)
         except FileNotFoundError as exc:
             raise EntryNotFoundError(f"segment {path} is gone (ledger trimmed)") from exc
         try:
-            out.append(segment.read_run(handle, first_offset, spans))
+            out.append(segment.read_run(handle, spans))
         finally:
             handle.close()
     return out

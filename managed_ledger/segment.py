@@ -239,7 +239,7 @@ def scan(handle: FileHandle, expected_ledger_id: int) -> ScanResult | None:
 READ_CHUNK_BYTES = 256 * 1024
 
 
-def read_run(handle: FileHandle, first_offset: int, spans: list[tuple[int, int]]) -> list[bytes]:
+def read_run(handle: FileHandle, spans: list[tuple[int, int]]) -> list[bytes]:
     """The data of contiguous records (spans: (offset, record length), ascending, back to back)
     with a pread per ``READ_CHUNK_BYTES`` or so; every record's length and CRC is checked."""
     out: list[bytes] = []

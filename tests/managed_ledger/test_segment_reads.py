@@ -49,7 +49,7 @@ def test_a_run_is_read_in_chunks_of_whole_records(tmp_path: Path, entries: list[
     try:
         for first in range(len(spans)):  # every suffix of the run, from an offset inside the file
             handle.preads.clear()
-            assert read_run(handle, spans[first][0], spans[first:]) == entries[first:]  # type: ignore[arg-type]
+            assert read_run(handle, spans[first:]) == entries[first:]  # type: ignore[arg-type]
             assert len(handle.preads) > 1 or sum(n for _, n in spans[first:]) <= 100
             # Each pread is whole records, back to back, and no longer than the chunk unless one record is.
             offset = spans[first][0]
@@ -73,15 +73,15 @@ def test_a_bad_record_in_a_later_chunk_and_a_short_file_are_errors(tmp_path: Pat
     fs = OsFileSystem()
     handle = fs.open_read(str(path))
     try:
-        assert read_run(handle, spans[0][0], spans[:9]) == entries[:9]
+        assert read_run(handle, spans[:9]) == entries[:9]
         with pytest.raises(CorruptEntryError, match="checksum mismatch"):
-            read_run(handle, spans[0][0], spans)
+            read_run(handle, spans)
     finally:
         handle.close()
     path.write_bytes(bytes(raw[: spans[-1][0] + 3]))  # the last record torn
     handle = fs.open_read(str(path))
     try:
         with pytest.raises(CorruptEntryError, match="shorter than its index"):
-            read_run(handle, spans[10][0], spans[10:])
+            read_run(handle, spans[10:])
     finally:
         handle.close()
