@@ -187,24 +187,14 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         directory = join(self._ml_dir, encode_name(name))
         made = self._submit_on_writer(partial(_create_directory, self.fs, directory, name))
         ledger = FileManagedLedger(self, name, directory, config, file_layout.Recovered())  # nothing to scan
-        created = ledger._begin_start(_parent_dir(directory))
-        try:
-            await _settled(made, created)  # (both outcomes come in the same writer round, in this order)
-        except BaseException:  # cancelled: a segment that could not be made still closes the ledger
-            created.add_done_callback(partial(_undo_failed_start, ledger))
-            raise
-        start_error: Exception | None = None
-        try:
-            await ledger._finish_start(created)  # (no waiting left in it: its outcome is in)
-        except Exception as exc:
-            start_error = exc
+        started = asyncio.ensure_future(ledger._finish_start(ledger._begin_start(_parent_dir(directory))))
+        await asyncio.wait([made, started])
         made_error = made.exception()
         if made_error is not None:  # (then the segment could not be made either, or was made in a directory
-            if start_error is None:  # whose name may not be durable: not opened)
+            if started.exception() is None:  # whose name may not be durable: not opened)
                 await ledger.close()
             raise made_error
-        if start_error is not None:
-            raise start_error
+        started.result()  # (its error, if any)
         self._names[name] = directory
         self._names_changed(name)
         self._open[name] = ledger
@@ -292,21 +282,6 @@ def default_max_open_files() -> int:
     if soft == resource.RLIM_INFINITY:
         return 1 << 20
     return max(16, soft // 2)
-
-
-async def _settled(*futures: asyncio.Future[None]) -> None:
-    """Wait until every future is done, whatever its outcome (read with ``exception()``): as
-    ``asyncio.wait`` on them, without its waiter and callbacks (a new managed ledger awaits two)."""
-    for future in futures:
-        try:
-            await future
-        except Exception:  # (read by the caller)
-            pass
-
-
-def _undo_failed_start(ledger: FileManagedLedger, created: asyncio.Future[None]) -> None:
-    if not created.cancelled() and created.exception() is not None:
-        ledger._start_failed()
 
 
 def _parent_dir(path: str) -> str:

@@ -209,7 +209,9 @@ class FileManagedLedger(StoredManagedLedger):
         try:
             await future
         except BaseException:
-            self._start_failed()
+            self._shut(LedgerState.CLOSED)
+            self._persistence.stop()
+            self._writer.release(self)
             raise
         for name in list(self._stored):
             if self._persistence.is_dirty(name):
@@ -219,12 +221,6 @@ class FileManagedLedger(StoredManagedLedger):
                     if not self._fenced:
                         raise
                     log.warning("%s: cursor %s not saved yet (kept in memory, retried): %s", self._name, name, exc)
-
-    def _start_failed(self) -> None:
-        """The segment could not be made: the ledger is closed and lets go of the writer."""
-        self._shut(LedgerState.CLOSED)
-        self._persistence.stop()
-        self._writer.release(self)
 
     # -- hooks of the base ----------------------------------------------------------------------
 
