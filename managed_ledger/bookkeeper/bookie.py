@@ -39,6 +39,9 @@ CONNECT_TIMEOUT_S = 10.0
 Key = tuple[int, int, int]  # (op, ledgerId, entryId)
 # Called once per request: (entryId, the response, None) or (entryId, None, the BookieUnavailableError).
 Waiter = Callable[[int, Response | None, Exception | None], None]
+# One request: its waiter in a tuple made for it. The tuple's identity tells requests apart where the key and the
+# waiter do not (an add's waiter is one per bookie, so a re-sent entry has both the same); compared by `is` only.
+Ticket = tuple[Waiter]
 
 
 class BookieUnavailableError(ConnectionError):
@@ -71,16 +74,16 @@ class BookieConnection(asyncio.Protocol):
         self.bookie_id = bookie_id
         self._decoder = ResponseDecoder()
         self._transport: asyncio.Transport | None = None
-        # Waiting requests by key: a waiter, or a list of them (oldest first) when keys repeat.
-        self._pending: dict[Key, Waiter | list[Waiter]] = {}
+        # Waiting requests by key: a ticket, or a list of them (oldest first) when keys repeat.
+        self._pending: dict[Key, Ticket | list[Ticket]] = {}
         self.closed = False
         self._timeout = timeout
         self._out: list[bytes] = []  # requests of this loop iteration, written together
-        self._out_waiters: list[tuple[Key, Waiter]] = []  # and who waits for them
+        self._out_tickets: list[tuple[Key, Ticket]] = []  # and who waits for them
         self._flush_scheduled = False
-        # Written batches in write order: (deadline, [(key, waiter)]); the first one's answered prefix ends at
+        # Written batches in write order: (deadline, [(key, ticket)]); the first one's answered prefix ends at
         # _sent_checked.
-        self._sent: deque[tuple[float, list[tuple[Key, Waiter]]]] = deque()
+        self._sent: deque[tuple[float, list[tuple[Key, Ticket]]]] = deque()
         self._sent_checked = 0
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -97,15 +100,16 @@ class BookieConnection(asyncio.Protocol):
         pending = self._pending
         for response in responses:
             key = (_ADD if type(response) is AddResponse else _READ, response.ledger_id, response.entry_id)
-            waiter = pending.pop(key, None)
-            if waiter is None:
+            found = pending.pop(key, None)
+            if found is None:
                 continue  # an answer nobody waits for any more (timed out)
-            if type(waiter) is list:
-                first = waiter.pop(0)
-                if waiter:
-                    pending[key] = waiter[0] if len(waiter) == 1 else waiter
-                waiter = first
-            waiter(response.entry_id, response, None)  # type: ignore[operator]
+            if type(found) is list:
+                ticket = found.pop(0)
+                if found:
+                    pending[key] = found[0] if len(found) == 1 else found
+            else:
+                ticket = cast("Ticket", found)
+            ticket[0](response.entry_id, response, None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(BookieUnavailableError(f"connection to bookie {self.bookie_id} lost: {exc or 'closed'}"))
@@ -118,12 +122,12 @@ class BookieConnection(asyncio.Protocol):
             self._sweeper.cancel()
             self._sweeper = None
         self._out.clear()
-        self._out_waiters.clear()
+        self._out_tickets.clear()
         self._sent.clear()
         pending, self._pending = self._pending, {}
-        for key, waiters in pending.items():
-            for waiter in waiters if type(waiters) is list else (waiters,):
-                waiter(key[2], None, error)  # type: ignore[operator]
+        for key, tickets in pending.items():
+            for ticket in tickets if type(tickets) is list else (cast("Ticket", tickets),):
+                ticket[0](key[2], None, error)
 
     def send(self, request: Request) -> asyncio.Future[Response]:
         """Start a request: its future gets the response, or BookieUnavailableError (the connection failed, or no
@@ -146,16 +150,17 @@ class BookieConnection(asyncio.Protocol):
 
     def start(self, key: Key, frame: bytes, waiter: Waiter) -> None:
         """Queue a frame for this loop iteration's write; ``waiter`` gets the response with this key."""
+        ticket: Ticket = (waiter,)
         pending = self._pending
         waiting = pending.get(key)
         if waiting is None:
-            pending[key] = waiter
+            pending[key] = ticket
         elif type(waiting) is list:
-            waiting.append(waiter)
+            waiting.append(ticket)
         else:
-            pending[key] = [waiting, waiter]  # type: ignore[list-item]
+            pending[key] = [waiting, ticket]  # type: ignore[list-item]
         self._out.append(frame)
-        self._out_waiters.append((key, waiter))
+        self._out_tickets.append((key, ticket))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -167,7 +172,7 @@ class BookieConnection(asyncio.Protocol):
             return
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
-        batch, self._out_waiters = self._out_waiters, []
+        batch, self._out_tickets = self._out_tickets, []
         self._forget_answered()
         loop = asyncio.get_running_loop()
         timeout = self._timeout()
@@ -175,9 +180,9 @@ class BookieConnection(asyncio.Protocol):
         if self._sweeper is None:
             self._sweeper = loop.call_later(timeout, self._sweep)
 
-    def _waiting(self, key: Key, waiter: Waiter) -> bool:
+    def _waiting(self, key: Key, ticket: Ticket) -> bool:
         waiting = self._pending.get(key)
-        return waiting is waiter or (type(waiting) is list and waiter in waiting)
+        return waiting is ticket or (type(waiting) is list and any(t is ticket for t in waiting))
 
     def _forget_answered(self) -> None:
         """Drop the written batches whose requests were all answered (from the oldest on)."""
@@ -205,15 +210,15 @@ class BookieConnection(asyncio.Protocol):
         while sent and sent[0][0] <= now:
             _, batch = sent.popleft()
             self._sent_checked = 0
-            for key, waiter in batch:
-                if not self._waiting(key, waiter):
+            for key, ticket in batch:
+                if not self._waiting(key, ticket):
                     continue
                 waiting = self._pending.pop(key)
                 if type(waiting) is list:
-                    waiting.remove(waiter)
+                    del waiting[next(i for i, t in enumerate(waiting) if t is ticket)]
                     if waiting:
                         self._pending[key] = waiting[0] if len(waiting) == 1 else waiting
-                waiter(key[2], None, BookieUnavailableError(
+                ticket[0](key[2], None, BookieUnavailableError(
                     f"bookie {self.bookie_id} did not answer within {self._timeout():g}s"))
         if sent:
             self._sweeper = loop.call_later(max(sent[0][0] - now, 0.001), self._sweep)

@@ -257,3 +257,28 @@ async def test_same_key_requests_are_answered_in_order_and_time_out_alone() -> N
     entry_id, response, error = answers[1]
     assert (entry_id, response) == (2, None) and isinstance(error, BookieUnavailableError)
     assert not transport.aborted and not connection.closed
+
+
+async def test_a_resent_entry_with_the_same_waiter_keeps_its_own_deadline() -> None:
+    """An add's waiter is one per bookie, so an entry sent again to the same bookie has the same key and waiter as
+    the first send. Once the first was answered, its deadline passing must not fail the second: each request is
+    told apart by its own ticket, not by (key, waiter)."""
+    first = [0.0]  # the first batch's deadline passes at once, the later ones' never in this test
+    connection = BookieConnection("127.0.0.1:1", lambda: first.pop() if first else 1000.0)
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    answers: list[tuple[int, object, object]] = []
+
+    def waiter(entry_id: int, response: object, error: object) -> None:
+        answers.append((entry_id, response, error))
+
+    connection.send_add(7, 0, b"frame", waiter)
+    await asyncio.sleep(0)  # written: the first batch, deadline now
+    connection.data_received(encode_response(AddResponse(StatusCode.EOK, 7, 0)))
+    connection.send_add(7, 0, b"frame", waiter)
+    await asyncio.sleep(0)  # written: the second batch
+    connection._sweep()  # the first batch's deadline has passed
+    assert answers == [(0, AddResponse(StatusCode.EOK, 7, 0), None)]  # the second is still waiting
+    connection.data_received(encode_response(AddResponse(StatusCode.EOK, 7, 0)))
+    assert answers[1] == (0, AddResponse(StatusCode.EOK, 7, 0), None)
+    connection.close()
