@@ -9,9 +9,11 @@ network is back SESSION_REESTABLISHED with a new session.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,29 +207,37 @@ async def test_nothing_listening_fails_fast_with_a_clear_error() -> None:
     assert time.monotonic() - started < 10.0
 
 
-async def test_a_deletion_before_the_watch_is_armed_again_is_still_told(zk_server: ProcessInfo) -> None:
-    """ZooKeeper's watches are one-shot: between a MODIFIED event and the new watch, the node may go, and no watch
-    reports that. Another client changes then deletes the node while this store's event loop is held (so the
-    MODIFIED event waits on the loop and the watch is armed again only after the deletion): DELETED is told all the
-    same, from the answer of the re-arming read."""
+@contextlib.asynccontextmanager
+async def store_and_other_client(zk_server: ProcessInfo) -> AsyncIterator[tuple[ZooKeeperMetadataStore, Any,
+                                                                                list[Notification]]]:
+    """A store, a plain kazoo client on the same (fresh) chroot, and what the store is told."""
     from kazoo.client import KazooClient
 
     chroot = f"/rearm-{time.monotonic_ns()}"
     store = await ZooKeeperMetadataStore.open(f"{zk_server.address}{chroot}")
     other = KazooClient(hosts=f"{zk_server.address}{chroot}")
     other.start(timeout=10)
+    seen: list[Notification] = []
+    store.register_listener(seen.append)
     try:
-        seen: list[Notification] = []
-        store.register_listener(seen.append)
+        yield store, other, seen
+    finally:
+        other.stop()
+        other.close()
+        await store.close()
+
+
+async def test_a_deletion_before_the_watch_is_armed_again_is_still_told(zk_server: ProcessInfo) -> None:
+    """ZooKeeper's watches are one-shot: between a MODIFIED event and the new watch, the node may go, and no watch
+    reports that. Another client changes then deletes the node while this store's event loop is held (so the
+    MODIFIED event waits on the loop and the watch is armed again only after the deletion): DELETED is told all the
+    same, from the answer of the re-arming read."""
+    async with store_and_other_client(zk_server) as (store, other, seen):
         await store.put("/x", b"1", None)
         assert await store.get("/x") is not None  # (arms the watch on /x)
         other.set("/x", b"2")  # the loop is held from here ...
         other.delete("/x")  # ... to here: the MODIFIED event is handled after the deletion
         await eventually(lambda: Notification(NotificationType.DELETED, "/x") in seen, "DELETED on /x")
-    finally:
-        other.stop()
-        other.close()
-        await store.close()
 
 
 @pytest.mark.parametrize("first", ["create", "set"])
@@ -235,15 +245,7 @@ async def test_a_change_before_the_watch_is_armed_again_is_still_told(zk_server:
     """As above, for a write: another client makes (or changes) the node and changes it again while this store's
     event loop is held, so the watch is armed again only after the second write, which no watch reports. It is
     told all the same (a second MODIFIED), from the version the re-arming read answers."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/rearm-{time.monotonic_ns()}"
-    store = await ZooKeeperMetadataStore.open(f"{zk_server.address}{chroot}")
-    other = KazooClient(hosts=f"{zk_server.address}{chroot}")
-    other.start(timeout=10)
-    try:
-        seen: list[Notification] = []
-        store.register_listener(seen.append)
+    async with store_and_other_client(zk_server) as (store, other, seen):
         if first == "create":
             assert await store.get("/x") is None  # (arms the watch on the missing /x)
             other.create("/x", b"1")  # the loop is held from here ...
@@ -260,7 +262,3 @@ async def test_a_change_before_the_watch_is_armed_again_is_still_told(zk_server:
         # Nothing more is missed: the watch is armed again.
         other.set("/x", b"4")
         await eventually(lambda: seen.count(modified) >= expected + 1, f"MODIFIED x{expected + 1}: {seen}")
-    finally:
-        other.stop()
-        other.close()
-        await store.close()
