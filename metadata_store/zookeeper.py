@@ -273,11 +273,12 @@ class ZooKeeperMetadataStore:
             self._watched.add(path)
             try:
                 data, zstat = await self._call(path, self._client.get_async(path, watch=self._data_watcher))
-                self._versions[path] = zstat.version
+                self._note_version(path, zstat)
                 return GetResult(bytes(data), self._stat(path, zstat))
             except NotFoundError:
                 # getData sets no watch on a missing node; exists does (it fires when the node is made).
-                if await self._call(path, self._client.exists_async(path, watch=self._data_watcher)) is None:
+                zstat = await self._call(path, self._client.exists_async(path, watch=self._data_watcher))
+                if not self._note_version(path, zstat):
                     return None
                 # made in between: read it
 
@@ -416,7 +417,7 @@ class ZooKeeperMetadataStore:
             self._note_version(path, await self._call(path, arm))
 
     def _note_version(self, path: str, zstat: ZnodeStat | None) -> bool:
-        """Keep the version an arming exists answered; whether the node exists."""
+        """Keep the version an arming call (get, exists) answered; whether the node exists."""
         if zstat is None:
             self._versions.pop(path, None)
             return False
