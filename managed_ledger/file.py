@@ -46,7 +46,12 @@ from managed_ledger.ledger_base import Clock
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
-from managed_ledger.writer import DEFAULT_GROUP_BYTES, DEFAULT_GROUP_MIN_BYTES, DEFAULT_GROUP_WAIT_S, GroupCommitWriter
+from managed_ledger.writer import (
+    DEFAULT_GROUP_BYTES,
+    DEFAULT_GROUP_MIN_BYTES,
+    DEFAULT_GROUP_WAIT_S,
+    GroupCommitWriter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     kernel crash - receipted messages of the last seconds can be lost. Use only where that is
     acceptable (tests, throw-away data).
     group_wait_s, group_bytes, group_min_bytes: group commit of steady streams (see ``writer``).
+    direct_io: write segments with direct I/O (O_DIRECT) where the file system has it, when syncing
+    (see ``writer``), and read entries that miss the read cache the same way; False: through the page
+    cache.
     max_open_files: segment files kept open for appends (the least recently used beyond it are
     closed and reopened on demand); default: half the process's file-descriptor limit.
     cache_size_bytes: the read cache, shared by all managed ledgers of the factory (the
@@ -81,7 +89,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     page_cache_reads: serve a read whose data is all in the OS page cache on the loop (no worker
     thread; ``file_reads``). Off by default: it saves ~25% of the broker's CPU per consumed message
     but, on a machine whose cores are contended, the single loop thread then gets less CPU than the
-    loop and a reader thread together, and consume throughput fell (docs/benchmarks.md).
+    loop and a reader thread together, and consume throughput fell (docs/benchmarks.md). Only with
+    direct_io off: direct writes leave nothing in the page cache.
     fs: the file system (tests put a fault-injecting one here).
     """
 
@@ -95,6 +104,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         group_bytes: int = DEFAULT_GROUP_BYTES,
         group_min_bytes: int = DEFAULT_GROUP_MIN_BYTES,
         max_open_files: int | None = None,
+        direct_io: bool = True,
         cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
         read_threads: int = DEFAULT_READ_THREADS,
         cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
@@ -113,10 +123,12 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.cursor_persist_interval_s = cursor_persist_interval_s
         self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
-        self.page_cache_reads = page_cache_reads
+        self.direct_io = direct_io and sync  # segments written (and read) with direct I/O where possible
+        self.page_cache_reads = page_cache_reads and not self.direct_io  # (segments are not in the page cache)
         self.writer = GroupCommitWriter(self.fs, self.stats, sync=sync, group_wait_s=group_wait_s,
                                         group_bytes=group_bytes, group_min_bytes=group_min_bytes,
-                                        max_open_files=max_open_files or default_max_open_files())
+                                        max_open_files=max_open_files or default_max_open_files(),
+                                        direct_io=direct_io)
         self.pool = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="ml-read")
         self._ml_dir = join(self.root, "ml")
         self._trash = join(self.root, "trash")

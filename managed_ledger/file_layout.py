@@ -168,9 +168,10 @@ def _recover_segment(
         result = segment.scan(handle, ledger_id)
         if result is None:
             size = handle.size()
-            if size < segment.HEADER_SIZE and last:
-                # The header becomes durable with the first entry's sync: a short last segment
-                # was created shortly before a crash and never confirmed an entry. Nothing lost.
+            if last and (size < segment.HEADER_SIZE or not handle.pread(segment.HEADER_SIZE, 0).strip(b"\0")):
+                # The header becomes durable with the first entry's sync: a short last segment (or
+                # one whose header block is still zeros) was created shortly before a crash and
+                # never confirmed an entry. Nothing lost.
                 log.info("segment %s: created before a crash, never written (%d bytes); removed", path, size)
                 fs.unlink(path)
                 return None, True
@@ -194,6 +195,12 @@ def _recover_segment(
             stats.add(corrupt_records_total=1, truncated_bytes_total=result.cut_bytes)
             handle.truncate(result.valid_end)
             handle.sync()
+        elif result.zero_tail:
+            # The zeros after the last record, which the writer had not cut yet (the broker stopped
+            # before closing the segment): nothing lost. No sync: should the cut itself be lost, the
+            # next open finds the same zeros.
+            log.debug("segment %s: %d zero bytes after the last record cut", path, result.cut_bytes)
+            handle.truncate(result.valid_end)
         return RecoveredSegment(ledger_id, result.created_at, result.index), result.problem is not None
     finally:
         try:

@@ -84,7 +84,7 @@ class FileManagedLedger(StoredManagedLedger):
         self._paths: dict[int, str] = {}  # segment file of each ledger
         self._reader = EntryReader(factory._next_instance_id(), self._locate, factory.cache, factory.pool,
                                    factory.fs, factory.stats, page_cache_reads=factory.page_cache_reads,
-                                   following=self._following)
+                                   direct_reads=factory.direct_io, following=self._following)
         self._fenced = False
         self._recovering = False
         self._last_recovery = float("-inf")  # loop.time() of the last recovery attempt

@@ -66,6 +66,7 @@ class EntryReader:
         stats: FileLedgerStats,
         *,
         page_cache_reads: bool = False,
+        direct_reads: bool = False,
         following: Following | None = None,
     ) -> None:
         self._owner = owner  # cache key prefix: unique per managed-ledger instance
@@ -75,6 +76,7 @@ class EntryReader:
         self._fs = fs
         self._stats = stats
         self._page_cache_reads = page_cache_reads
+        self._direct_reads = direct_reads
         self._following = following
         # Bound the read-ahead by the cache too: it must not push out what readers need now.
         self._ahead_bytes = min(READ_AHEAD_BYTES, cache.max_bytes // 16)
@@ -144,7 +146,7 @@ class EntryReader:
             except RuntimeError:  # the loop is closed: nobody waits for this read any more
                 pass
 
-        self._pool.submit(read_from_disk, self._fs, jobs).add_done_callback(posted)
+        self._pool.submit(read_from_disk, self._fs, jobs, self._direct_reads).add_done_callback(posted)
         return True
 
     def _ahead(self, last: Position) -> list[Position]:
@@ -189,7 +191,7 @@ class EntryReader:
         cached = self._cache.get(self._owner, position)
         if cached is not None:
             return cached
-        future = self._pool.submit(read_from_disk, self._fs, self._jobs([position]))
+        future = self._pool.submit(read_from_disk, self._fs, self._jobs([position]), self._direct_reads)
         try:
             [[data]] = await asyncio.wrap_future(future)
         except (OSError, ManagedLedgerError) as exc:
@@ -217,12 +219,13 @@ class EntryReader:
         return jobs
 
 
-def read_from_disk(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes]]:
-    """Worker thread: one open per run of records, a pread per ~256 KB of it (segment.read_run)."""
+def read_from_disk(fs: FileSystem, jobs: list[ReadJob], direct: bool = False) -> list[list[bytes]]:
+    """Worker thread: one open per run of records, a pread per ~256 KB of it (segment.read_run);
+    direct: with direct I/O (segments written with it are not in the page cache)."""
     out: list[list[bytes]] = []
     for path, _, spans in jobs:
         try:
-            handle = fs.open_read(path)
+            handle = fs.open_read(path, direct=direct)
         except FileNotFoundError as exc:
             raise EntryNotFoundError(f"segment {path} is gone (ledger trimmed)") from exc
         try:

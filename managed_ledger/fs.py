@@ -11,19 +11,28 @@ that file (fdatasync); a created, renamed or removed directory entry is durable 
 
 from __future__ import annotations
 
+import errno
+import logging
+import mmap
 import os
 import shutil
+import threading
+from collections.abc import Sequence
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class FileHandle(Protocol):
     """An open file. Methods may raise OSError."""
 
     def write(self, data: bytes) -> None:
-        """Append all of data at the end of the file (handles are append-only)."""
+        """Write all of data at the handle's position, which starts at 0 and moves past what is
+        written: for filling a new file."""
 
-    def write_parts(self, parts: list[bytes]) -> None:
-        """Append the concatenation of parts (one gathering write: nothing is joined in memory)."""
+    def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int) -> None:
+        """Write the concatenation of parts at offset (one gathering write: nothing is joined in
+        memory); the file grows if it ends before that."""
 
     def pread(self, size: int, offset: int) -> bytes:
         """Up to size bytes from offset (fewer at the end of the file)."""
@@ -45,10 +54,14 @@ class FileHandle(Protocol):
 class FileSystem(Protocol):
     """Paths are strings. Methods may raise OSError."""
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
-        """Open for appending (and reading); create=True makes a new file and fails if one exists."""
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
+        """Open for writing (and reading); create=True makes a new file and fails if one exists.
+        (Not O_APPEND: segments are written at offsets, block by block.) direct: bypass the page
+        cache (O_DIRECT) where the file system allows it; writes must then be whole ``BLOCK``s from
+        block-aligned memory (an ``mmap``) at block-aligned offsets."""
 
-    def open_read(self, path: str) -> FileHandle: ...
+    def open_read(self, path: str, *, direct: bool = False) -> FileHandle:
+        """Open for reading; direct: bypass the page cache where the file system allows it."""
 
     def read_file(self, path: str) -> bytes: ...
 
@@ -82,14 +95,33 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 102
 # preadv2's "fail rather than wait for the disk" (Linux 4.14+; None elsewhere).
 _RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None) if hasattr(os, "preadv") else None
 
+# The block that direct writes are made of (offsets, lengths and buffer addresses are multiples of
+# it; 4 KiB satisfies every device's logical block size).
+BLOCK = 4096
+
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)  # (Linux; 0 elsewhere: buffered)
+
+# Each reading thread's block-aligned buffer for direct reads (grown as needed, kept).
+_read_buffers = threading.local()
+
+
+def _read_buffer(size: int) -> mmap.mmap:
+    buf: mmap.mmap | None = getattr(_read_buffers, "buf", None)
+    if buf is None or len(buf) < size:
+        if buf is not None:
+            buf.close()
+        buf = _read_buffers.buf = mmap.mmap(-1, -(-size // (256 * 1024)) * 256 * 1024)
+    return buf
+
 TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garbage after a crash
 
 
 class _OsFile:
-    __slots__ = ("_fd",)
+    __slots__ = ("_direct", "_fd")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, direct: bool = False) -> None:
         self._fd = fd
+        self._direct = direct
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -97,19 +129,35 @@ class _OsFile:
             written = os.write(self._fd, view)
             view = view[written:]
 
-    def write_parts(self, parts: list[bytes]) -> None:
+    def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int) -> None:
         for start in range(0, len(parts), _IOV_MAX):
             chunk = parts[start : start + _IOV_MAX]
-            written = os.writev(self._fd, chunk)
+            written = os.pwritev(self._fd, chunk, offset)
             expected = sum(map(len, chunk))
-            if written < expected:  # a short write (rare): finish this chunk byte-wise
-                self.write(b"".join(chunk)[written:])
+            if written < expected:  # a short write (rare: a full disk): finish this chunk
+                if self._direct:  # (the rest would not be block-aligned)
+                    raise OSError(errno.ENOSPC, f"short direct write ({written} of {expected} bytes)")
+                self._pwrite_all(memoryview(b"".join(chunk))[written:], offset + written)
+            offset += expected
+
+    def _pwrite_all(self, view: memoryview, offset: int) -> None:
+        while view:
+            written = os.pwrite(self._fd, view, offset)
+            view = view[written:]
+            offset += written
 
     def pread(self, size: int, offset: int) -> bytes:
-        return os.pread(self._fd, size, offset)
+        if not self._direct:
+            return os.pread(self._fd, size, offset)
+        # Whole blocks into this thread's block-aligned buffer, then the bytes asked for out of it.
+        start = offset - offset % BLOCK
+        length = -(-(offset + size - start) // BLOCK) * BLOCK
+        buf = _read_buffer(length)
+        n = os.preadv(self._fd, [memoryview(buf)[:length]], start)
+        return buf[offset - start : min(offset - start + size, n)] if n > offset - start else b""
 
     def pread_cached(self, size: int, offset: int) -> bytearray | None:
-        if _RWF_NOWAIT is None:
+        if _RWF_NOWAIT is None or self._direct:
             return None
         buf = bytearray(size)
         try:
@@ -134,14 +182,36 @@ class _OsFile:
 class OsFileSystem:
     """The real file system (Linux/macOS)."""
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
-        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+    def __init__(self) -> None:
+        self._no_direct = False  # a direct open failed: this file system has no direct I/O
+
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
         if create:
             flags |= os.O_CREAT | os.O_EXCL
+        if direct and _O_DIRECT and not self._no_direct:
+            try:
+                return _OsFile(os.open(path, flags | _O_DIRECT, 0o644), direct=True)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # This file system has no direct I/O (older tmpfs). Linux refuses O_DIRECT after
+                # creating the file, so it is ours already: open it without O_EXCL.
+                log.info("no direct I/O for %s (%s): writing through the page cache", path, exc)
+                self._no_direct = True
+                flags &= ~os.O_EXCL
         return _OsFile(os.open(path, flags, 0o644))
 
-    def open_read(self, path: str) -> FileHandle:
-        return _OsFile(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+    def open_read(self, path: str, *, direct: bool = False) -> FileHandle:
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        if direct and _O_DIRECT and not self._no_direct:
+            try:
+                return _OsFile(os.open(path, flags | _O_DIRECT), direct=True)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._no_direct = True
+        return _OsFile(os.open(path, flags))
 
     def read_file(self, path: str) -> bytes:
         with open(path, "rb") as f:

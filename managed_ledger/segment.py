@@ -22,11 +22,17 @@ Then the records, back to back, one per entry, in entry-id order (entry id = rec
     4   4  CRC32C of bytes 0..3 and the n data bytes (so a flipped length bit is caught too)
     8   n  the entry data, verbatim (the producer's magic + crc + metadata + payload)
 
-There is no footer and no separate index: a segment is only ever appended to, and the record
-chain is self-describing. Recovery walks it from the header and stops at the first record that
-is incomplete (a torn write), fails its CRC, or claims an absurd length; that record and
-everything after it are cut (``ScanResult.valid_end``). Zero-filled tails, which some file
-systems leave after a crash, fail the CRC (CRC32C of a zero length field is not zero).
+There is no footer and no separate index: records are only ever added after the last one, and
+the record chain is self-describing. Recovery walks it from the header and stops at the first
+record that is incomplete (a torn write), fails its CRC, or claims an absurd length; that record
+and everything after it are cut (``ScanResult.valid_end``).
+
+A segment may end in zeros: the writer writes whole blocks, the last one filled up with zeros
+(``writer``), and a closed segment is cut back to its last record. Eight zero bytes where a record
+header should be can never start a record (the CRC32C of a zero length field is not zero), so a
+walk that meets them checks that only zeros follow and then ends cleanly (``ScanResult.zero_tail``):
+records written over the zeros but never synced were lost, exactly as an unsynced append is. Zeros
+followed by anything else are a torn write, cut as above.
 
 The in-memory ``SegmentIndex`` (record offsets, 8 bytes per entry) is rebuilt by that walk on
 open and extended on every add; reads use it to fetch a run of entries with one ``pread``.
@@ -168,6 +174,7 @@ class ScanResult:
     index: SegmentIndex
     file_size: int
     problem: str | None  # why the walk stopped before the end of the file, None if it did not
+    zero_tail: bool = False  # the walk ended cleanly at zeros that run to the end of the file
 
     @property
     def valid_end(self) -> int:
@@ -210,8 +217,14 @@ def scan(handle: FileHandle, expected_ledger_id: int) -> ScanResult | None:
     offsets = array("Q", [HEADER_SIZE])
     pos = HEADER_SIZE
     problem: str | None = None
+    zero_tail = False
     while pos < file_size:
         head = reader.read(pos, RECORD_HEADER_SIZE)
+        if head == _NO_RECORD or (len(head) < RECORD_HEADER_SIZE and head == _NO_RECORD[: len(head)]):
+            zero_tail = _zeros_to_end(reader, pos, file_size)
+            if not zero_tail:
+                problem = f"zeros at offset {pos} and data after them"
+            break
         if len(head) < RECORD_HEADER_SIZE:
             problem = f"torn record header at offset {pos}"
             break
@@ -228,7 +241,19 @@ def scan(handle: FileHandle, expected_ledger_id: int) -> ScanResult | None:
             break
         pos += RECORD_HEADER_SIZE + length
         offsets.append(pos)
-    return ScanResult(header[0], header[1], SegmentIndex(offsets), file_size, problem)
+    return ScanResult(header[0], header[1], SegmentIndex(offsets), file_size, problem, zero_tail)
+
+
+_NO_RECORD = bytes(RECORD_HEADER_SIZE)
+
+
+def _zeros_to_end(reader: _ChunkReader, pos: int, file_size: int) -> bool:
+    while pos < file_size:
+        chunk = reader.read(pos, min(SCAN_CHUNK, file_size - pos))
+        if not chunk or chunk.tobytes().strip(b"\0"):
+            return False
+        pos += len(chunk)
+    return True
 
 
 # A run of records is read in preads of about this many bytes (a record longer than that alone).

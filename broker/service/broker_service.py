@@ -236,6 +236,7 @@ class BrokerService:
             group_wait_s=max(0.0, cfg.journalMaxGroupWaitMSec) / 1000,
             group_bytes=max(1, cfg.journalBufferedWritesThreshold),
             group_min_bytes=cfg.journalGroupMinBatchBytes,
+            direct_io=cfg.managedLedgerDirectIO,
             cache_size_bytes=self.ledger_config.cache_size_bytes,
             cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0,
             disk_space=DiskSpacePolicy(

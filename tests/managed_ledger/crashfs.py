@@ -19,6 +19,7 @@ import errno as errno_codes
 import os
 import random
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from managed_ledger.fs import TMP_SUFFIX, FileHandle
@@ -60,8 +61,8 @@ class CrashFileSystem:
     # -- test controls ------------------------------------------------------------------------
 
     def inject(self, op: str, errno: int, count: int | None = 1, path_part: str = "") -> None:
-        """Fail the next count operations op ("write", "sync", "create", "truncate", "rename",
-        "fsync_dir", "unlink", "read") on paths containing path_part."""
+        """Fail the next count operations op ("write", "sync", "create", "truncate",
+        "rename", "fsync_dir", "unlink", "read") on paths containing path_part."""
         with self._lock:
             self._faults.append(_Fault(op, errno, count, path_part))
 
@@ -172,17 +173,22 @@ class CrashFileSystem:
     def _crash_file(self, inode: _Inode, torn: bool) -> None:
         data, durable = bytes(inode.data), inode.durable
         kept = durable
-        if torn and len(data) > len(durable) and data.startswith(durable):
-            # Part of an unsynced append reached the disk: a torn record, maybe with junk after it.
-            kept = data[: len(durable) + self.random.randrange(len(data) - len(durable) + 1)]
+        if torn and len(data) >= len(durable) and data != durable:
+            # Unsynced writes (appended, or over the zeros after the last record) reached the disk in
+            # part, from the first changed byte on: a torn record, maybe with junk after it. (A file
+            # that was cut and not synced keeps its durable bytes.)
+            first = next((i for i, (a, b) in enumerate(zip(data, durable, strict=False)) if a != b), len(durable))
+            cut = first + self.random.randrange(len(data) - first + 1)
+            kept = data[:cut] + durable[cut:]
             if self.random.random() < 0.3:
-                kept += self.random.randbytes(self.random.randrange(1, 64))
+                junk = self.random.randbytes(self.random.randrange(1, 64))
+                kept = kept[:cut] + junk + kept[cut + len(junk) :]
         inode.data = bytearray(kept)
         inode.durable = kept
 
     # -- FileSystem ---------------------------------------------------------------------------
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
         with self._lock:
             if create:
                 self._check("create", path, mutating=True)
@@ -196,7 +202,7 @@ class CrashFileSystem:
                 inode = self._inode(path)
             return _Handle(self, inode, path)
 
-    def open_read(self, path: str) -> FileHandle:
+    def open_read(self, path: str, *, direct: bool = False) -> FileHandle:
         with self._lock:
             self._check("open", path, mutating=False)
             return _Handle(self, self._inode(path), path)
@@ -301,8 +307,16 @@ class _Handle:
             self._fs._check("write", self._path, mutating=True)
             self._inode.data += data
 
-    def write_parts(self, parts: list[bytes]) -> None:
-        self.write(b"".join(parts))
+    def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int) -> None:
+        with self._fs._lock:
+            self._fs._check("write", self._path, mutating=True)
+            self._put(b"".join(parts), offset)
+
+    def _put(self, data: bytes, offset: int) -> None:
+        inode = self._inode
+        if len(inode.data) < offset:
+            inode.data += bytes(offset - len(inode.data))
+        inode.data[offset : offset + len(data)] = data
 
     def pread(self, size: int, offset: int) -> bytes:
         with self._fs._lock:

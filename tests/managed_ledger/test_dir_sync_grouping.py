@@ -42,10 +42,10 @@ class CountingFileSystem(CrashFileSystem):
         self.events.append(("fsync_dir", path))
         super().fsync_dir(path)
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
         if create:
             self.events.append(("create", path))
-        return super().open_append(path, create=create)
+        return super().open_append(path, create=create, direct=direct)
 
 
 def factory(fs: CrashFileSystem) -> FileManagedLedgerFactory:

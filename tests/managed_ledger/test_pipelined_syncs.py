@@ -46,8 +46,8 @@ class GatedFileSystem(CrashFileSystem):
             gate, self.gate = (self.gate, None) if path.endswith(".seg") else (None, self.gate)
             return gate
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
-        return _GatedHandle(self, super().open_append(path, create=create), path)
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
+        return _GatedHandle(self, super().open_append(path, create=create, direct=direct), path)
 
 
 class _GatedHandle:
@@ -145,8 +145,8 @@ class _WhereSynced(CrashFileSystem):
         self.threads: list[str] = []
         self.slow_next = 0.0
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
-        inner = super().open_append(path, create=create)
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
+        inner = super().open_append(path, create=create, direct=direct)
         return _RecordingHandle(self, inner) if path.endswith(".seg") else inner
 
 
@@ -199,13 +199,13 @@ class _HeldCreation(CrashFileSystem):
         self.release = threading.Event()
         self.armed = False
 
-    def open_append(self, path: str, *, create: bool) -> FileHandle:
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
         if create and self.armed and path.endswith(".seg"):
             self.armed = False
             self.entered.set()
             self.release.wait(TIMEOUT)
             raise OSError(errno.EIO, "held creation failed", path)
-        return super().open_append(path, create=create)
+        return super().open_append(path, create=create, direct=direct)
 
 
 async def test_an_open_cancelled_while_its_segment_is_made_still_closes_the_ledger_when_that_fails(

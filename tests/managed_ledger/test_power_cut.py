@@ -4,7 +4,8 @@ Each round opens the file ledger on a CrashFileSystem, runs a producer (concurre
 consumer (reads, individual and cumulative acks, the odd flush) until the power goes after a
 random number of disk operations, closes everything (with every operation failing), and
 reboots with only what was synced ("drop") or with torn, partly written tails and random
-directory-entry survival ("torn"). After every reboot:
+directory-entry survival ("torn"). Segments are written a block at a time, the last partial block
+again with each write, zeros after the last record (``writer``). After every reboot:
 
 - every receipted entry is there, at the position its receipt named, unless the cursor had
   acknowledged it (then it may have been trimmed);
@@ -48,11 +49,12 @@ class Model:
         return payload in self.flushed or self.receipted[payload] <= self.flushed_upto
 
 
-async def produce(ml: FileManagedLedger, model: Model, rng: random.Random, tag: str, fs: CrashFileSystem) -> None:
+async def produce(ml: FileManagedLedger, model: Model, rng: random.Random, tag: str, fs: CrashFileSystem,
+                  pad: bytes) -> None:
     for _ in range(30):
         if fs.dead:
             return
-        payloads = [f"{tag}-{model.sent + i}".encode() for i in range(rng.randint(1, 8))]
+        payloads = [f"{tag}-{model.sent + i}".encode() + pad for i in range(rng.randint(1, 8))]
         model.sent += len(payloads)
         results = await asyncio.gather(*(ml.add_entry_async(p) for p in payloads), return_exceptions=True)
         for payload, result in zip(payloads, results, strict=True):
@@ -139,7 +141,10 @@ async def test_no_receipted_entry_lost_through_power_cuts(mode: str) -> None:
             await factory.close()
             break
         fs.power_cut_after(rng.randrange(1, 120))
-        await asyncio.gather(produce(ml, model, rng, f"r{round_no}", fs), consume(cursor, model, rng, fs))
+        # Small entries (a ledger's stay in one block, written again write after write) or large ones
+        # (over several blocks).
+        pad = b"." * rng.choice([0, 0, 1500])
+        await asyncio.gather(produce(ml, model, rng, f"r{round_no}", fs, pad), consume(cursor, model, rng, fs))
         cuts_during_work += fs.dead
         await factory.close()  # with the power off every write fails: close must still finish
         fs.power_cut()

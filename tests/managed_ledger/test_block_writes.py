@@ -1,0 +1,174 @@
+"""Segments are written in whole blocks, the last one filled up with zeros, with direct I/O when
+syncing (``writer``). Closing a segment cuts the zeros, and a segment left with zeros at its end (a
+crash, a stop) reads as ending at its last record. Torn writes over the zeros are cut like any torn
+tail. The power-cut suite (test_power_cut.py) runs on block writes too."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from managed_ledger import ManagedLedgerConfig, ManagedLedgerError, Position
+from managed_ledger import segment as seg
+from managed_ledger.file import FileManagedLedger
+from managed_ledger.fs import BLOCK, OsFileSystem
+from tests.managed_ledger.crashfs import CrashFileSystem
+from tests.managed_ledger.test_file_ledger import crash_factory, make, read_all
+
+KEEP = ManagedLedgerConfig(retention_time_s=-1, retention_size_bytes=-1)
+PAD = b"." * 1500  # entries over several blocks
+RECORD = seg.RECORD_HEADER_SIZE + 2 + len(PAD)  # "m0".."m9" and the pad
+
+
+def records_end(entries: int) -> int:
+    return seg.HEADER_SIZE + entries * RECORD
+
+
+def payloads(count: int) -> list[bytes]:
+    return [f"m{i}".encode() + PAD for i in range(count)]
+
+
+async def add_big(ml: FileManagedLedger, count: int) -> list[Position]:
+    return [await ml.add_entry_async(p) for p in payloads(count)]
+
+
+async def test_a_segment_is_written_in_whole_blocks_and_cut_to_its_last_record_when_it_closes(tmp_path: Path) -> None:
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 10)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    data = path.read_bytes()
+    assert len(data) == -(-records_end(10) // BLOCK) * BLOCK  # to the end of its last block
+    assert not data[records_end(10) :].strip(b"\0")
+    await factory.close()
+    assert path.stat().st_size == records_end(10)
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == payloads(10)
+    assert factory.stats.corrupt_records_total == 0
+    await factory.close()
+
+
+async def test_a_segment_left_with_zeros_reopens_with_every_entry_and_no_corruption() -> None:
+    fs = CrashFileSystem(mode="drop")
+    factory = crash_factory(fs)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 10)
+    path = f"{ml.directory}/{seg.file_name(ps[0].ledger_id)}"
+    fs.power_cut()  # every confirmed record was synced, with the zeros after it
+    await factory.close()
+    fs.reboot()
+    assert len(fs.file_bytes(path)) > records_end(10)
+    factory = crash_factory(fs)
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == payloads(10)
+    assert factory.stats.corrupt_records_total == 0 and factory.stats.truncated_bytes_total == 0
+    assert len(fs.file_bytes(path)) == records_end(10)  # the zeros were cut
+    await ml.add_entry_async(b"new")  # and the ledger goes on
+    await factory.close()
+
+
+async def test_a_record_written_over_the_zeros_but_never_synced_is_lost_cleanly() -> None:
+    fs = CrashFileSystem(mode="drop")
+    factory = crash_factory(fs)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 3)
+    path = f"{ml.directory}/{seg.file_name(ps[0].ledger_id)}"
+    assert records_end(3) // BLOCK == records_end(4) // BLOCK  # the 4th record goes over the zeros of a block
+    fs.inject("sync", errno.EIO, count=None, path_part=".seg")  # the 4th record is written, never synced
+    with pytest.raises(ManagedLedgerError):
+        await ml.add_entry_async(b"m3" + PAD)
+    assert fs.file_bytes(path)[records_end(3) : records_end(4)].strip(b"\0")
+    fs.power_cut()
+    await factory.close()
+    fs.reboot()
+    factory = crash_factory(fs)
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == payloads(3)
+    assert factory.stats.corrupt_records_total == 0
+    await factory.close()
+
+
+def _segment_with(tail: bytes, entries: int = 4) -> bytes:
+    data = [f"m{i}".encode() for i in range(entries)]
+    return seg.encode_header(7, 0.0) + b"".join(seg.encode_records(data, [len(d) for d in data])) + tail
+
+
+@pytest.mark.parametrize(("tail", "entries", "problem"), [
+    (bytes(3000), 4, None),  # zeros to the end: a clean end
+    (bytes(5), 4, None),  # fewer zeros than a record header
+    (bytes(100) + b"\x01" + bytes(50), 4, "zeros at offset"),  # zeros, then something: torn
+    (_segment_with(b"", 1)[seg.HEADER_SIZE : seg.HEADER_SIZE + 7] + bytes(400), 4, "checksum mismatch"),
+])
+def test_the_scan_ends_cleanly_at_zeros_and_cuts_anything_else(tmp_path: Path, tail: bytes, entries: int,
+                                                                problem: str | None) -> None:
+    path = tmp_path / seg.file_name(7)
+    path.write_bytes(_segment_with(tail))
+    handle = OsFileSystem().open_read(str(path))
+    try:
+        result = seg.scan(handle, 7)
+    finally:
+        handle.close()
+    assert result is not None
+    assert result.index.entries == entries
+    assert result.valid_end == seg.HEADER_SIZE + entries * (seg.RECORD_HEADER_SIZE + 2)
+    assert result.zero_tail == (problem is None)
+    assert (result.problem is None) if problem is None else (problem in str(result.problem))
+
+
+def _open_flags(path: Path) -> list[int]:
+    """The flags of this process's open descriptors of path (from /proc/self/fdinfo)."""
+    flags = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                with open(f"/proc/self/fdinfo/{fd}") as info:
+                    flags.append(int(next(line for line in info if line.startswith("flags:")).split()[1], 8))
+        except (OSError, StopIteration):
+            continue
+    return flags
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT") or not os.path.isdir("/proc/self/fdinfo"), reason="Linux only")
+@pytest.mark.parametrize("direct_io", [True, False])
+async def test_segments_are_written_with_direct_io_when_syncing(tmp_path: Path, direct_io: bool) -> None:
+    factory = make(tmp_path, direct_io=direct_io)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 3)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    [flags] = _open_flags(path)  # the writer's descriptor (reads opened none yet)
+    assert bool(flags & os.O_DIRECT) == direct_io
+    assert [e.data for e in await read_all(ml)] == payloads(3)
+    await factory.close()
+    assert path.stat().st_size == records_end(3)
+
+
+async def test_a_file_system_without_direct_io_is_written_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+    direct_opens = 0
+
+    def no_direct(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        nonlocal direct_opens
+        if flags & getattr(os, "O_DIRECT", 0):
+            direct_opens += 1
+            fd = real_open(path, flags & ~os.O_DIRECT, mode, **kwargs)  # (made, as Linux does, then refused)
+            os.close(fd)
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 4)
+    await factory.close()
+    monkeypatch.undo()
+    assert direct_opens == (1 if hasattr(os, "O_DIRECT") else 0)  # tried once, then not again
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == payloads(4) and ps
+    await factory.close()
