@@ -14,7 +14,7 @@ import pytest
 
 from managed_ledger import ManagedLedgerConfig, ManagedLedgerError, Position
 from managed_ledger import segment as seg
-from managed_ledger.file import FileManagedLedger
+from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.fs import BLOCK, OsFileSystem
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.test_file_ledger import crash_factory, make, read_all
@@ -36,6 +36,25 @@ async def add_big(ml: FileManagedLedger, count: int) -> list[Position]:
     return [await ml.add_entry_async(p) for p in payloads(count)]
 
 
+async def crash_ledger(count: int) -> tuple[CrashFileSystem, FileManagedLedgerFactory, FileManagedLedger, str]:
+    """"t" on a CrashFileSystem with count entries in its first segment (and that segment's path)."""
+    fs = CrashFileSystem(mode="drop")
+    factory = crash_factory(fs)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, count)
+    return fs, factory, ml, f"{ml.directory}/{seg.file_name(ps[0].ledger_id)}"
+
+
+async def cut_power_and_reopen(fs: CrashFileSystem, factory: FileManagedLedgerFactory,
+                               ) -> tuple[FileManagedLedgerFactory, FileManagedLedger]:
+    """Power off, close everything (every write failing), power back on: the factory and "t" again."""
+    fs.power_cut()
+    await factory.close()
+    fs.reboot()
+    factory = crash_factory(fs)
+    return factory, await factory.open("t", KEEP)
+
+
 async def test_a_segment_is_written_in_whole_blocks_and_cut_to_its_last_record_when_it_closes(tmp_path: Path) -> None:
     factory = make(tmp_path)
     ml = await factory.open("t", KEEP)
@@ -54,17 +73,9 @@ async def test_a_segment_is_written_in_whole_blocks_and_cut_to_its_last_record_w
 
 
 async def test_a_segment_left_with_zeros_reopens_with_every_entry_and_no_corruption() -> None:
-    fs = CrashFileSystem(mode="drop")
-    factory = crash_factory(fs)
-    ml = await factory.open("t", KEEP)
-    ps = await add_big(ml, 10)
-    path = f"{ml.directory}/{seg.file_name(ps[0].ledger_id)}"
-    fs.power_cut()  # every confirmed record was synced, with the zeros after it
-    await factory.close()
-    fs.reboot()
-    assert len(fs.file_bytes(path)) > records_end(10)
-    factory = crash_factory(fs)
-    ml = await factory.open("t", KEEP)
+    fs, factory, ml, path = await crash_ledger(10)
+    assert len(fs.file_bytes(path)) > records_end(10)  # synced with every record confirmed: zeros after them
+    factory, ml = await cut_power_and_reopen(fs, factory)
     assert [e.data for e in await read_all(ml)] == payloads(10)
     assert factory.stats.corrupt_records_total == 0 and factory.stats.truncated_bytes_total == 0
     assert len(fs.file_bytes(path)) == records_end(10)  # the zeros were cut
@@ -73,21 +84,13 @@ async def test_a_segment_left_with_zeros_reopens_with_every_entry_and_no_corrupt
 
 
 async def test_a_record_written_over_the_zeros_but_never_synced_is_lost_cleanly() -> None:
-    fs = CrashFileSystem(mode="drop")
-    factory = crash_factory(fs)
-    ml = await factory.open("t", KEEP)
-    ps = await add_big(ml, 3)
-    path = f"{ml.directory}/{seg.file_name(ps[0].ledger_id)}"
+    fs, factory, ml, path = await crash_ledger(3)
     assert records_end(3) // BLOCK == records_end(4) // BLOCK  # the 4th record goes over the zeros of a block
     fs.inject("sync", errno.EIO, count=None, path_part=".seg")  # the 4th record is written, never synced
     with pytest.raises(ManagedLedgerError):
         await ml.add_entry_async(b"m3" + PAD)
     assert fs.file_bytes(path)[records_end(3) : records_end(4)].strip(b"\0")
-    fs.power_cut()
-    await factory.close()
-    fs.reboot()
-    factory = crash_factory(fs)
-    ml = await factory.open("t", KEEP)
+    factory, ml = await cut_power_and_reopen(fs, factory)
     assert [e.data for e in await read_all(ml)] == payloads(3)
     assert factory.stats.corrupt_records_total == 0
     await factory.close()
