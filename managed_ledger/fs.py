@@ -12,6 +12,7 @@ that file (fdatasync); a created, renamed or removed directory entry is durable 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -117,11 +118,22 @@ TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garba
 
 
 class _OsFile:
-    __slots__ = ("_direct", "_fd")
+    __slots__ = ("_direct", "_fd", "_fs")
 
-    def __init__(self, fd: int, direct: bool = False) -> None:
+    def __init__(self, fd: int, direct: bool = False, fs: OsFileSystem | None = None) -> None:
         self._fd = fd
         self._direct = direct
+        self._fs = fs  # told when the file system refuses a direct read or write
+
+    def _refused(self, exc: OSError) -> None:
+        """A direct read or write failed with EINVAL although the open took O_DIRECT (a file system
+        with other alignment rules, say): this file goes on through the page cache (Linux lets
+        fcntl clear O_DIRECT), and so do the files opened after it."""
+        log.warning("direct I/O refused (%s): reading and writing through the page cache", exc)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~_O_DIRECT)
+        self._direct = False
+        if self._fs is not None:
+            self._fs._no_direct = True
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -132,7 +144,13 @@ class _OsFile:
     def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int) -> None:
         for start in range(0, len(parts), _IOV_MAX):
             chunk = parts[start : start + _IOV_MAX]
-            written = os.pwritev(self._fd, chunk, offset)
+            try:
+                written = os.pwritev(self._fd, chunk, offset)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or not self._direct:
+                    raise
+                self._refused(exc)
+                written = os.pwritev(self._fd, chunk, offset)
             expected = sum(map(len, chunk))
             if written < expected:  # a short write (rare: a full disk): finish this chunk
                 if self._direct:  # (the rest would not be block-aligned)
@@ -153,7 +171,13 @@ class _OsFile:
         start = offset - offset % BLOCK
         length = -(-(offset + size - start) // BLOCK) * BLOCK
         buf = _read_buffer(length)
-        n = os.preadv(self._fd, [memoryview(buf)[:length]], start)
+        try:
+            n = os.preadv(self._fd, [memoryview(buf)[:length]], start)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._refused(exc)
+            return os.pread(self._fd, size, offset)
         return buf[offset - start : min(offset - start + size, n)] if n > offset - start else b""
 
     def pread_cached(self, size: int, offset: int) -> bytearray | None:
@@ -191,7 +215,7 @@ class OsFileSystem:
             flags |= os.O_CREAT | os.O_EXCL
         if direct and _O_DIRECT and not self._no_direct:
             try:
-                return _OsFile(os.open(path, flags | _O_DIRECT, 0o644), direct=True)
+                return _OsFile(os.open(path, flags | _O_DIRECT, 0o644), direct=True, fs=self)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
@@ -206,7 +230,7 @@ class OsFileSystem:
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
         if direct and _O_DIRECT and not self._no_direct:
             try:
-                return _OsFile(os.open(path, flags | _O_DIRECT), direct=True)
+                return _OsFile(os.open(path, flags | _O_DIRECT), direct=True, fs=self)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise

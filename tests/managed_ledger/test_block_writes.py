@@ -175,3 +175,50 @@ async def test_a_file_system_without_direct_io_is_written_through_the_page_cache
     ml = await factory.open("t", KEEP)
     assert [e.data for e in await read_all(ml)] == payloads(4) and ps
     await factory.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="Linux only")
+async def test_a_direct_write_or_read_the_file_system_refuses_goes_on_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    refused: list[str] = []
+
+    def refusing(real: Any, name: str) -> Any:
+        def call(fd: int, *args: Any) -> Any:
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # (opened with O_DIRECT, then refused)
+                refused.append(name)
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real(fd, *args)
+        return call
+
+    monkeypatch.setattr(os, "pwritev", refusing(os.pwritev, "write"))
+    monkeypatch.setattr(os, "preadv", refusing(os.preadv, "read"))
+    factory = make(tmp_path, cache_size_bytes=0)  # (every read goes to the file)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 4)  # the first write is refused, then written through the page cache
+    assert refused == ["write"] and factory.stats.write_errors_total == 0
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    assert not any(flags & os.O_DIRECT for flags in _open_flags(path))
+    assert [e.data for e in await read_all(ml)] == payloads(4)  # read without direct I/O from now on
+    assert refused == ["write"]
+    await factory.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="Linux only")
+def test_a_direct_read_the_file_system_refuses_is_read_again_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10_000)
+    fs = OsFileSystem()
+    handle = fs.open_read(str(path), direct=True)
+
+    def refuse(fd: int, *args: Any) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "preadv", refuse)
+    try:
+        assert handle.pread(100, 5000) == b"x" * 100
+    finally:
+        handle.close()
+    assert fs._no_direct  # the files opened next are not direct
