@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from managed_ledger import ManagedLedgerConfig, ManagedLedgerError, Position
+from managed_ledger import ManagedLedgerConfig, ManagedLedgerError, Position, StorageUnavailableError
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.fs import BLOCK, OsFileSystem
@@ -222,3 +222,38 @@ def test_a_direct_read_the_file_system_refuses_is_read_again_through_the_page_ca
     finally:
         handle.close()
     assert fs._no_direct  # the files opened next are not direct
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="Linux only")
+async def test_a_short_direct_write_fails_like_a_full_disk_and_the_ledger_recovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    real = os.pwritev
+    short = 1
+
+    def short_once(fd: int, buffers: Any, offset: int) -> int:
+        nonlocal short
+        if short and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            short -= 1
+            return real(fd, [memoryview(buffers[0])[:BLOCK]], offset) if len(buffers[0]) > BLOCK else 0
+        return int(real(fd, buffers, offset))
+
+    factory = make(tmp_path, fault_retry_interval_s=0)
+    ml = await factory.open("t", KEEP)
+    await add_big(ml, 2)
+    monkeypatch.setattr(os, "pwritev", short_once)
+    with pytest.raises(ManagedLedgerError, match="short direct write"):
+        await ml.add_entry_async(b"m2" + PAD)
+    assert factory.stats.write_errors_total == 1
+    with pytest.raises(StorageUnavailableError):  # fails fast and starts the recovery (a cut, a new segment)
+        await ml.add_entry_async(b"while fenced")
+    await factory.writer.barrier()
+    back = await ml.add_entry_async(b"back")
+    assert [e.data for e in await read_all(ml)] == [*payloads(2), b"back"]
+    await factory.close()
+    factory = make(tmp_path)  # and after a restart: nothing torn, nothing unconfirmed
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == [*payloads(2), b"back"] and back.entry_id == 0
+    assert factory.stats.corrupt_records_total == 0
+    await factory.close()
