@@ -37,6 +37,7 @@ from typing import Any
 
 import uvloop
 
+from broker.__main__ import tune_gc
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.context import DispatchContext, DispatchPolicy
 from broker.dispatch.entry_metas import SharedEntryMetas
@@ -269,6 +270,9 @@ def main() -> None:
                    help="backlog entries (of 136 messages each); tail: entries added (of 30 messages); "
                         "e2e: entries added (of 77 messages)")
     args = p.parse_args()
+    # The standalone broker's collector settings (broker/__main__.py): with CPython's defaults this
+    # process would pay for young collections the broker does not run.
+    tune_gc()
     if args.mode == "tail":
         uvloop.run(run_tail(args.mode, args.entries, 10))
     elif args.mode == "e2e":

@@ -33,6 +33,7 @@ from typing import Any
 
 import uvloop
 
+from broker.__main__ import tune_gc
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.protocol import commands
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="one read every this many ms (0: as fast as the window allows)")
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args(argv)
+    # The standalone broker's collector settings (broker/__main__.py); CPython's defaults cost this
+    # bench's produce path ~3 us per SEND at one SEND per read, which the broker does not pay.
+    tune_gc()
     for _ in range(args.runs):
         r = uvloop.run(run(args.messages, args.size, args.per_read, args.window, args.batch, args.pace_ms / 1e3))
         line = (f"loop {r['loop_us']:.2f} us/SEND, process {r['process_us']:.2f} us/SEND, "
