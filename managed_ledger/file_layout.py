@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from managed_ledger import cursor_store, segment
 from managed_ledger.api import ManagedLedgerError
 from managed_ledger.cursor_base import CursorRecord
-from managed_ledger.fs import TMP_SUFFIX, FileSystem
+from managed_ledger.fs import TMP_SUFFIX, FileHandle, FileSystem
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.segment import SegmentIndex
@@ -160,6 +160,12 @@ def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) ->
     return out
 
 
+def _all_zeros(handle: FileHandle, size: int) -> bool:
+    """Whether the first size bytes of the file are all zeros (read a MiB at a time)."""
+    step = 1 << 20
+    return not any(handle.pread(min(step, size - offset), offset).strip(b"\0") for offset in range(0, size, step))
+
+
 def _recover_segment(
     fs: FileSystem, path: str, ledger_id: int, stats: FileLedgerStats, *, last: bool
 ) -> tuple[RecoveredSegment | None, bool]:
@@ -168,10 +174,10 @@ def _recover_segment(
         result = segment.scan(handle, ledger_id)
         if result is None:
             size = handle.size()
-            if last and (size < segment.HEADER_SIZE or not handle.pread(segment.HEADER_SIZE, 0).strip(b"\0")):
+            if last and (size < segment.HEADER_SIZE or _all_zeros(handle, size)):
                 # The header becomes durable with the first entry's sync: a short last segment (or
-                # one whose header block is still zeros) was created shortly before a crash and
-                # never confirmed an entry. Nothing lost.
+                # one that holds only zeros) was created shortly before a crash and never confirmed
+                # an entry. Nothing lost. (A zeroed header with anything after it is damage: below.)
                 log.info("segment %s: created before a crash, never written (%d bytes); removed", path, size)
                 fs.unlink(path)
                 return None, True

@@ -171,13 +171,16 @@ class _OsFile:
         start = offset - offset % BLOCK
         length = -(-(offset + size - start) // BLOCK) * BLOCK
         buf = _read_buffer(length)
+        view = memoryview(buf)[:length]
         try:
-            n = os.preadv(self._fd, [memoryview(buf)[:length]], start)
+            n = os.preadv(self._fd, [view], start)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             self._refused(exc)
             return os.pread(self._fd, size, offset)
+        finally:
+            view.release()  # (as the writer's: the buffer must stay growable after a failed read)
         return buf[offset - start : min(offset - start + size, n)] if n > offset - start else b""
 
     def pread_cached(self, size: int, offset: int) -> bytearray | None:

@@ -618,7 +618,13 @@ class GroupCommitWriter:
         buf[len(tail) : used] = parts[0] if len(parts) == 1 else b"".join(parts)
         if padded > used:
             buf[used:padded] = _ZERO_BLOCK[: padded - used]
-        handle.pwrite_parts([memoryview(buf)[:padded]], start)
+        view = memoryview(buf)[:padded]
+        try:
+            handle.pwrite_parts([view], start)
+        finally:
+            # Released here: a failed write's traceback keeps pwrite_parts' frame (and so this view)
+            # alive until a full collection, and an exported buffer cannot be grown (closed).
+            view.release()
         end = segment.written + nbytes
         keep = end % BLOCK
         segment.tail = buf[used - keep : used] if keep else b""
