@@ -618,6 +618,14 @@ class FileManagedLedger(StoredManagedLedger):
                     self._persistence.forget(name)
                     self._cursors.pop(name, None)
                     handle._close_handle()
+                    # The write may have put the file in place before it failed (in its directory's
+                    # sync, say): the next sync of cursors/ would make it durable, and the subscription
+                    # would come back at the next start. (Queued now: before any later write of the name.)
+                    try:
+                        await self._remove_cursor_state(name)
+                    except Exception as exc:
+                        log.warning("%s: cursor %s: the file of its failed creation was not removed: %s",
+                                    self._name, name, exc)
                 raise
             return handle
         cursor = self._cursors[name] = FileCursor(self, name, record, durable=True)

@@ -333,7 +333,8 @@ class BaseManagedLedger(ManagedLedger):
         """Move to CLOSED or DELETED: parked reads fail, every cursor handle closes."""
         self._move_to(state)
         error = LedgerClosedError(f"managed ledger {self._name} is {state.value}")
-        for cursor in list(self._waiting):
+        # Parked at the tail, or still in the new-entries check delay (not yet in _waiting).
+        for cursor in (*self._waiting, *self._cursors.values(), *self._non_durable):
             cursor._fail_parked(error)
         for cursor in (*self._cursors.values(), *self._non_durable):
             cursor._close_handle()

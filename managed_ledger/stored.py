@@ -91,18 +91,30 @@ class StoredManagedLedger(BaseManagedLedger):
         self._reader.evict_before(slowest)
 
     async def delete_cursor(self, name: str) -> None:
+        """The stored state goes first: if removing it fails, the cursor is still here (its changes
+        are written again) and a retry can delete it; dropped first, a failed removal left a file
+        that brought the subscription back at the next start, and a retry found nothing to delete."""
         self._check_open()
-        cursor = self._cursors.pop(name, None)
-        record = self._stored.pop(name, None)
+        cursor = self._cursors.get(name)
+        record = self._stored.get(name)
         if cursor is None and record is None:
             self._close_non_durable(name)
             return
-        if cursor is not None:
-            cursor._close_handle()
-        self._persistence.forget(name)
+        self._persistence.forget(name)  # no write of it starts any more (one in flight is ordered before the removal)
+        try:
+            await self._remove_cursor_state(name)
+        except BaseException:
+            if record is not None and self._stored.get(name) is record:
+                self._persistence.track(name, dirty=True)
+            raise
+        if self._stored.get(name) is record:
+            self._stored.pop(name, None)
+        handle = self._cursors.get(name)
+        if handle is not None and (handle is cursor or handle._record is record):  # (or opened meanwhile)
+            del self._cursors[name]
+            handle._close_handle()
         self.cursor_stats.pop(name, None)
         self.trim_consumed_ledgers()  # the deleted cursor may have been the slowest
-        await self._remove_cursor_state(name)
 
     @abstractmethod
     async def _remove_cursor_state(self, name: str) -> None:

@@ -403,6 +403,20 @@ async def test_new_entries_check_delay_cancel_and_close(factory: ManagedLedgerFa
     assert positions(await c.read_entries_async(5)) == [p]
 
 
+@pytest.mark.parametrize("delete", [False, True])
+async def test_closing_the_ledger_fails_a_read_still_in_its_check_delay(factory: ManagedLedgerFactory,
+                                                                         delete: bool) -> None:
+    """A read in the new-entries check delay is not yet registered for the next add; closing (or
+    deleting) the ledger fails it all the same, as it fails reads parked for an add."""
+    ml = await factory.open("t", ManagedLedgerConfig(new_entries_check_delay_s=600))
+    c = await ml.open_cursor("c")
+    rec = ReadRecorder()
+    c.read_entries_or_wait(10, rec)
+    await (ml.delete() if delete else ml.close())
+    await rec.wait()
+    assert rec.calls[0][0] == [] and isinstance(rec.calls[0][1], LedgerClosedError)
+
+
 async def test_cancel_pending_read(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("t")
     c = await ml.open_cursor("c")

@@ -1023,3 +1023,50 @@ async def test_replays_do_not_read_ahead(tmp_path: Path) -> None:
     assert [e.data for e in await done] == [b"m2"]
     assert factory.stats.read_ahead_entries_total == 0 and len(factory.cache) == 1
     await factory.close()
+
+
+# -- a subscription's creation or removal that fails on the disk ------------------------------------
+
+
+async def test_a_subscription_whose_creation_failed_does_not_come_back() -> None:
+    # Its file was renamed into place, then the sync of cursors/ failed: the file is removed, or the
+    # next cursor write's sync of cursors/ would make it durable and bring the subscription back.
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t", SMALL_KEEP)
+    keep = await ml.open_cursor("keep", InitialPosition.EARLIEST)
+    await ml.add_entry_async(b"x")
+    fs.inject("fsync_dir", errno.EIO, count=1, path_part="cursors")
+    with pytest.raises(ManagedLedgerError):
+        await ml.open_cursor("ghost", InitialPosition.EARLIEST)
+    assert "ghost" not in ml.cursors
+    keep.mark_delete(ml.last_confirmed_entry)
+    await keep.flush()  # another cursor's write syncs cursors/
+    fs.power_cut()
+    await factory.close()
+    fs.reboot()
+    factory = crash_factory(fs)
+    ml = await factory.open("t", SMALL_KEEP)
+    assert set(ml.cursors) == {"keep"}
+    await factory.close()
+
+
+async def test_an_unsubscribe_whose_removal_failed_leaves_the_subscription_and_can_be_retried() -> None:
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t", SMALL_KEEP)
+    gone = await ml.open_cursor("gone", InitialPosition.EARLIEST)
+    p = await ml.add_entry_async(b"x")
+    fs.inject("unlink", errno.EIO, count=1, path_part="cursors")
+    with pytest.raises(ManagedLedgerError, match="injected: unlink"):
+        await ml.delete_cursor("gone")
+    assert ml.cursors["gone"] is gone  # still there, and still saved
+    gone.mark_delete(p)
+    await gone.flush()
+    await ml.delete_cursor("gone")  # the retry removes it
+    assert "gone" not in ml.cursors
+    await factory.close()
+    factory = crash_factory(fs)
+    ml = await factory.open("t", SMALL_KEEP)
+    assert "gone" not in ml.cursors
+    await factory.close()
