@@ -658,6 +658,10 @@ class FileManagedLedger(StoredManagedLedger):
         """After _shut: save cursor states, let queued adds finish, close the segment."""
         await self._persistence.flush_all()
         self._persistence.stop()
+        # Every queued add's outcome known first: one that fails now (its sync, say) fences the
+        # ledger, and its records are cut below; released before, the writer kept them, and the
+        # failed add came back when the ledger was opened again.
+        await self._writer.barrier()
         if self._fenced:  # best effort: failed adds must not come back when it is reopened
             self._writer.recover(self, self._truncations(), lambda exc: None)
         self._writer.release(self)

@@ -358,6 +358,7 @@ class GroupCommitWriter:
             except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
                 log.exception("managed-ledger writer: a batch of %d operations failed", len(batch))
                 results = [(op.done, exc) for op in batch]
+                self._fence_all(batch, exc)
             self._post(results, taken_at)
         self._drain()
         for segment in list(self._segments.values()):
@@ -409,6 +410,7 @@ class GroupCommitWriter:
                     syncs.append((segment, exc))
         except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
             log.exception("managed-ledger writer: a batch of %d appends failed", len(batch))
+            self._fence_all(batch, exc)
             self._drain()
             self._post([(op.done, exc) for op in batch], taken_at)
             return True
@@ -460,6 +462,7 @@ class GroupCommitWriter:
                 except Exception as exc:  # a bug: fail the round rather than leave its callers waiting
                     log.exception("managed-ledger writer: settling %d appends failed", len(done.batch))
                     results = [(op.done, exc) for op in done.batch]
+                    self._fence_all(done.batch, exc, done.seq)
                 self._post(results, done.taken_at)
                 self._settled.notify_all()
 
@@ -736,6 +739,15 @@ class GroupCommitWriter:
         if waiting:
             self._stats.group_commit_size.observe(len(waiting))
             self._stats.add(entries_written_total=len(waiting))
+
+    def _fence_all(self, batch: list[_Op], exc: BaseException, seq: int = -1) -> None:
+        """A batch (or round) failed as a whole, a bug: fence each owner in it, as a failed write
+        would, so that none of its later appends (queued before the loop hears of the failure) is
+        confirmed after one that failed. Not an owner released in the batch: it is gone."""
+        released = {id(op.owner) for op in batch if op.kind == "release"}
+        owners = {id(op.owner): op.owner for op in batch if op.owner is not None and id(op.owner) not in released}
+        for owner in owners.values():
+            self._fail_owner(owner, exc, {}, [], seq)
 
     def _fail_owner(self, owner: Owner, exc: BaseException, unsynced: dict[_Segment, list[int]],
                     errors: list[BaseException | None], seq: int = -1) -> None:

@@ -1070,3 +1070,65 @@ async def test_an_unsubscribe_whose_removal_failed_leaves_the_subscription_and_c
     ml = await factory.open("t", SMALL_KEEP)
     assert "gone" not in ml.cursors
     await factory.close()
+
+
+# -- adds that fail while the ledger closes, and batches that fail as a whole ------------------------
+
+
+async def test_an_add_failing_while_the_ledger_closes_does_not_come_back() -> None:
+    # The close starts before the add's failure reaches the loop: it waits for it, then cuts the
+    # failed record (released at once, the writer kept it and a restart found it).
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"first")
+    fs.inject("sync", errno.EIO, count=1, path_part=".seg")
+    outcome: list[BaseException | None] = []
+    ml.add_entry(b"doomed", lambda position, exc: outcome.append(exc))
+    await ml.close()
+    await factory.close()
+    assert len(outcome) == 1 and outcome[0] is not None
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"first"]
+    await factory.close()
+
+
+async def test_after_a_batch_fails_as_a_whole_no_later_add_of_its_ledger_is_confirmed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failure that is no OSError (a bug, MemoryError) fences the batch's ledgers as a failed write
+    # does: the add queued behind the failed one fails too, instead of being confirmed and then cut
+    # off by the recovery.
+    from managed_ledger import writer as writer_module
+
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    await ml.add_entry_async(b"first")
+    entered, proceed = threading.Event(), threading.Event()
+    armed = True
+    real = writer_module.GroupCommitWriter._write_blocks
+
+    def write_blocks(self: Any, segment: Any, handle: Any, parts: Any, nbytes: int) -> None:
+        nonlocal armed
+        if armed and nbytes > 0:
+            armed = False
+            entered.set()
+            proceed.wait(10)
+            raise MemoryError("cannot allocate")
+        real(self, segment, handle, parts, nbytes)
+
+    monkeypatch.setattr(writer_module.GroupCommitWriter, "_write_blocks", write_blocks)
+    outcomes: list[tuple[str, bool]] = []
+    ml.add_entry(b"a1", lambda position, exc: outcomes.append(("a1", exc is None)))
+    await asyncio.to_thread(entered.wait, 10)
+    ml.add_entry(b"a2", lambda position, exc: outcomes.append(("a2", exc is None)))  # queued behind it
+    proceed.set()
+    await eventually(lambda: len(outcomes) == 2, "both adds answered")
+    assert outcomes == [("a1", False), ("a2", False)]
+    await factory.writer.barrier()
+    await factory.close()
+    factory = crash_factory(fs)
+    ml = await factory.open("t")
+    assert [e.data for e in await read_all(ml)] == [b"first"]
+    await factory.close()
