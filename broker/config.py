@@ -174,7 +174,10 @@ class BrokerConfig:
     # -- topics and subscriptions -------------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = setting("non-partitioned", Rule(choices=P.TOPIC_TYPES))
-    defaultNumPartitions: int = setting(1, POSITIVE)
+    defaultNumPartitions: int = setting(1, Rule(1, P.PARTITIONS_CEILING))
+    # Most partitions a partitioned topic may have (406 above it); 0: our ceiling, vocabulary.PARTITIONS_CEILING.
+    maxNumPartitionsPerPartitionedTopic: int = setting(0, Rule(0, P.PARTITIONS_CEILING, means="0 = up to "
+                                                               f"{P.PARTITIONS_CEILING:,}"))
     allowAutoSubscriptionCreation: bool = True
     brokerDeduplicationEnabled: bool = False
     # Broker entry metadata (PIP-70): Pulsar's interceptor class names

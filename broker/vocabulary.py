@@ -11,6 +11,10 @@ PRODUCER_EXCEPTION = "producer_exception"
 CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
 TOPIC_TYPES = ("partitioned", "non-partitioned")
+# Ours: the most partitions a partitioned topic may have, whatever maxNumPartitionsPerPartitionedTopic says (its
+# 0, Pulsar's default, means this). Each partition is a topic; a count in the millions (one admin call, or a
+# namespace's defaultNumPartitions) would otherwise make every listing of the namespace build millions of names.
+PARTITIONS_CEILING = 100_000
 # NamespaceBundleSplitAlgorithm names (Pulsar's supportedNamespaceBundleSplitAlgorithms default).
 SPLIT_ALGORITHMS = ("range_equally_divide", "topic_count_equally_divide", "specified_positions_divide",
                     "flow_or_qps_equally_divide")

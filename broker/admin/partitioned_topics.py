@@ -18,6 +18,7 @@ from broker.admin.common import HttpError, json_response, no_content, parse_prop
 from broker.errors import NotAllowedError
 from broker.service import admin_ops
 from broker.topic_name import TopicName
+from broker.vocabulary import PARTITIONS_CEILING
 
 if TYPE_CHECKING:
     from broker.admin.topics import TopicsResource
@@ -60,6 +61,7 @@ class PartitionedTopics:
             n = n.get("partitions")
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise HttpError(412, "Number of partitions should be more than 0")
+        self._check_at_most_max(n)
         if name.partition_index >= 0:
             raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
         try:
@@ -70,6 +72,12 @@ class PartitionedTopics:
             raise HttpError(409, "This topic already exists")
         await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
         return no_content()
+
+    def _check_at_most_max(self, n: int) -> None:
+        """Pulsar's maxNumPartitionsPerPartitionedTopic (406 above it), and our ceiling when it is 0."""
+        most = self.service.config.maxNumPartitionsPerPartitionedTopic or PARTITIONS_CEILING
+        if n > most:
+            raise HttpError(406, f"Number of partitions should be less than or equal to {most}")
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
         """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
@@ -105,6 +113,7 @@ class PartitionedTopics:
             raise HttpError(404, "Partitioned topic does not exist")
         if n <= current:
             raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
+        self._check_at_most_max(n)
         await self.service.metadata.set_partitions(name.full, n)
         return no_content()
 

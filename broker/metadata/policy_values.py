@@ -41,6 +41,9 @@ from broker.vocabulary import (
     MESSAGE_AGE as MESSAGE_AGE,
 )
 from broker.vocabulary import (
+    PARTITIONS_CEILING as PARTITIONS_CEILING,
+)
+from broker.vocabulary import (
     PRODUCER_EXCEPTION as PRODUCER_EXCEPTION,
 )
 from broker.vocabulary import (
@@ -423,6 +426,8 @@ class AutoTopicCreation:
                 problem = "[defaultNumPartitions] cannot be null when the type is partitioned."
             elif topic_type == "partitioned" and partitions is not None and partitions <= 0:
                 problem = "[defaultNumPartitions] cannot be less than 1 for partition type."
+            elif topic_type == "partitioned" and partitions is not None and partitions > PARTITIONS_CEILING:
+                raise PolicyError(406, f"Number of partitions should be less than or equal to {PARTITIONS_CEILING}")
             elif topic_type == "non-partitioned" and partitions is not None:
                 problem = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
             if problem is not None:

@@ -12,6 +12,7 @@ from pulsar.schema import Record, String
 from broker.embedded import BrokerThread
 from broker.metadata.layout import PARTITIONED_TOPICS_ROOT, TOPIC_PROPERTIES_ROOT
 from broker.topic_name import TopicName
+from broker.vocabulary import PARTITIONS_CEILING
 from tests.admin.conftest import Admin, rest_path
 from tests.waiting import wait_for
 
@@ -77,6 +78,14 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     assert admin.ok("GET", path) == {"partitions": 3}
     assert topic in admin.ok("GET", "/admin/v2/persistent/public/default/partitioned")
     assert admin.post(path, 2).status == 422  # cannot shrink
+    # Above the most a partitioned topic may have (maxNumPartitionsPerPartitionedTopic, else our ceiling): 406,
+    # as Pulsar answers; listing the namespace afterwards still answers (it built a name per partition).
+    for huge in (PARTITIONS_CEILING + 1, 2**31 - 1, 10**20):
+        assert admin.post(path, huge).status == 406
+        assert admin.put(f"/admin/v2/{rest_path(new_topic('huge'))}/partitions", huge).status == 406
+    assert admin.post("/admin/v2/namespaces/public/default/autoTopicCreation",
+                      {"allowAutoTopicCreation": True, "topicType": "partitioned",
+                       "defaultNumPartitions": 2**31 - 1}).status == 406
     assert admin.post(path, 4).status == 204
     assert admin.ok("GET", path) == {"partitions": 4}
     assert admin.post(f"/admin/v2/{rest_path(new_topic('nopart'))}/partitions", 4).status == 404
