@@ -15,7 +15,8 @@ replay set. The first chunk goes preferably to a consumer with permits for all t
 
 Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
 "stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
-consumer change, redelivery, delayed release) clears the mark and re-plans a parked read.
+consumer change, redelivery, delayed release, a consumer's connection writable again) clears the
+mark and re-plans a parked read.
 """
 
 from __future__ import annotations
@@ -125,6 +126,11 @@ class SharedDispatcher(Dispatcher):
             else:
                 self._kicked_during_read = True
         self.trigger_read()
+
+    def on_writable(self) -> None:
+        # A consumer's connection drained: what waits in the replay set for it may go now (the
+        # set was declared stalled, and a read for new entries may be parked).
+        self._kick()
 
     def on_acked(self, positions: list[Position]) -> None:
         self._forget_acked(positions)
@@ -282,7 +288,7 @@ class SharedDispatcher(Dispatcher):
 
     def _read_complete(self, epoch: int, entries: list[Entry], exc: BaseException | None,
                        replayed: list[Position] | None) -> None:
-        if exc is not None and replayed and not self.closed:
+        if exc is not None and replayed and not self.closed and epoch == self.read_epoch:
             self.add_to_replay(replayed)  # retried; a stale read (cursor reset) is simply dropped
         if not self._end_read(epoch, exc):
             return

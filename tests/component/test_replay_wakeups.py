@@ -1,0 +1,111 @@
+"""Entries waiting in a Shared or Key_Shared dispatcher's replay set go out as soon as they can: when
+the consumer they wait for becomes writable again (not only at the next FLOW, ack or publish, which
+on a quiet topic may never come), and a replay read made stale by a cursor reset does not put its
+positions back when it fails (they would go out twice: from the reset position, and from the replay)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
+from managed_ledger import Position
+from tests.component.test_permits import FakeCnx, Harness, KeyHarness, drain_lane
+
+
+async def drain(turns: int = 5) -> None:
+    for _ in range(turns):
+        await drain_lane()
+
+
+def set_writable(consumer: Any, writable: bool) -> None:
+    cnx = consumer.cnx
+    assert isinstance(cnx, FakeCnx)
+    cnx.writable = writable
+
+
+async def test_key_shared_nacked_entries_go_out_once_their_consumer_is_writable_again() -> None:
+    h = await KeyHarness.create_keyed()
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    a, b = h.consumer_named("a"), h.consumer_named("b")
+    d.add_consumer(a)
+    d.add_consumer(b)
+    d.flow(a, 100)
+    d.flow(b, 100)
+    await drain_lane()
+    key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(sticky_key_hash(k.encode())) is a)
+    h.publish_key(key)
+    await drain_lane()
+    [p1] = list(a.pending_acks)
+    set_writable(a, False)  # a's socket is backed up when its client nacks
+    d.redeliver(a, None)
+    await drain_lane()
+    assert not a.pending_acks and d.replay == [p1]
+    set_writable(a, True)  # drained: ServerCnx.on_writable tells the dispatchers
+    d.on_writable()
+    await drain()
+    assert p1 in a.pending_acks
+    h.check()
+
+
+async def test_a_replay_read_that_completed_while_the_consumer_was_backed_up_goes_out_when_it_drains() -> None:
+    h = await Harness.create()
+    d = h.shared()
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    h.publish(1)
+    await drain_lane()
+    [p1] = list(a.pending_acks)
+    held: list[Any] = []
+    real_replay = h.cursor.replay_entries
+    h.cursor.replay_entries = (  # type: ignore[method-assign]
+        lambda positions, callback: real_replay(positions, lambda es, exc: held.append((callback, es, exc))))
+    d.redeliver(a, None)  # the nack's replay read is held (a disk read)
+    await drain_lane()
+    set_writable(a, False)
+    h.cursor.replay_entries = real_replay  # type: ignore[method-assign]
+    callback, entries, exc = held.pop()
+    callback(entries, exc)  # it completes while nobody can take it
+    await drain_lane()
+    set_writable(a, True)
+    d.on_writable()
+    await drain()
+    assert p1 in a.pending_acks
+    h.check()
+
+
+async def test_a_stale_replay_read_that_fails_does_not_put_its_positions_back() -> None:
+    h = await Harness.create()
+    d = h.shared()
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    h.publish(3)
+    await drain_lane()
+    assert len(a.pending_acks) == 3
+    held: list[Any] = []
+    real_replay = h.cursor.replay_entries
+    h.cursor.replay_entries = lambda positions, callback: held.append(callback)  # type: ignore[method-assign]
+    d.redeliver(a, None)  # the replay read of the three is in flight
+    await drain_lane()
+    assert held and d.read_outstanding
+    # A seek to the first entry, as Subscription.reset_cursor makes it: consumers dropped, reads
+    # cancelled, the cursor reset, the dispatcher told; then a consumer attaches again.
+    a.closed = True
+    d.remove_consumer(a)
+    d.cancel_reads()
+    h.cursor.reset(Position(1, 0))
+    d.on_cursor_reset()
+    h.cursor.replay_entries = real_replay  # type: ignore[method-assign]
+    b = h.consumer()
+    d.add_consumer(b)
+    d.flow(b, 100)
+    await drain()
+    held[0]([], OSError("disk read failed"))  # the stale replay read fails (new reads waited for it)
+    d.trigger_read()  # (what the retry after a failed read does, a moment later)
+    await drain()
+    assert b.msg_out == 3 and not d.replay  # the three from the reset position, once
+    h.check()
