@@ -220,6 +220,14 @@ class Connection(asyncio.Protocol):
                 cnx.flush_sends()  # SENDs accepted before the bad frame are still stored
             self._protocol_error(exc)
             return
+        except Exception:
+            # A command no handler expected to fail like this: a bug. This connection closes (its
+            # client reconnects); the broker and its other connections go on.
+            log.exception("closing connection from %s: a command failed unexpectedly", self.remote_address)
+            if cnx.open_batches:
+                cnx.flush_sends()
+            self.close()
+            return
         if cnx.open_batches:
             cnx.flush_sends()
 

@@ -55,6 +55,7 @@ from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from broker.transactions.model import TxnID
 from broker.version import __version__
+from managed_ledger import ManagedLedgerError
 
 if TYPE_CHECKING:
     from broker.service.abstract_topic import SendPolicy
@@ -671,7 +672,13 @@ class ServerCnx:
         if c.HasField("validation_error"):
             log.warning("consumer %s discarded a message: %s", consumer.name,
                         pb.CommandAck.ValidationError.Name(c.validation_error))
-        consumer.subscription.acknowledge(consumer, c.ack_type == pb.CommandAck.Cumulative, c.message_id)
+        try:
+            consumer.subscription.acknowledge(consumer, c.ack_type == pb.CommandAck.Cumulative, c.message_id)
+        except ManagedLedgerError as exc:  # (a cumulative ack past the last entry, say: the cursor refuses it)
+            log.warning("consumer %s: acknowledgement refused: %s", consumer.name, exc)
+            if has_request:
+                self.write(commands.ack_response(c.consumer_id, c.request_id, E.PersistenceError, str(exc)))
+            return
         if has_request:
             self.write(commands.ack_response(c.consumer_id, c.request_id))
 

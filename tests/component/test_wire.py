@@ -186,3 +186,48 @@ async def test_read_compacted_refused_on_shared(broker: Broker) -> None:
     reply = await c.recv()
     assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
     c.close()
+
+
+async def test_a_cumulative_ack_past_the_last_entry_is_refused_and_the_connection_goes_on(broker: Broker) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    topic = "persistent://public/default/wire-ack-past-end"
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    ack = pb.BaseCommand(type=T.ACK)
+    ack.ack.consumer_id = 1
+    ack.ack.ack_type = pb.CommandAck.Cumulative
+    ack.ack.request_id = 2
+    ack.ack.message_id.add(ledgerId=2**62, entryId=0)
+    c.send(ack)
+    answer = await c.recv()
+    assert answer.type == T.ACK_RESPONSE and answer.ackResponse.request_id == 2
+    assert answer.ackResponse.error == pb.ServerError.PersistenceError
+    ping = pb.BaseCommand(type=T.PING)
+    ping.ping.SetInParent()
+    c.send(ping)
+    assert (await c.recv()).type == T.PONG
+    c.close()
+
+
+async def test_a_command_failing_unexpectedly_closes_only_its_connection(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from broker.service.server_cnx import ServerCnx
+
+    def broken(self: ServerCnx, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ServerCnx, "handle_get_last_message_id", broken)
+    good = await WireClient.open(port_of(broker))
+    await good.connect()
+    bad = await WireClient.open(port_of(broker))
+    await bad.connect()
+    ask = pb.BaseCommand(type=T.GET_LAST_MESSAGE_ID)
+    ask.getLastMessageId.consumer_id = 1
+    ask.getLastMessageId.request_id = 1
+    bad.send(ask)
+    assert await bad.closed_by_broker()
+    assert any("a command failed unexpectedly" in r.getMessage() and r.exc_info for r in caplog.records)
+    good.send(producer_cmd("persistent://public/default/wire-after-bug"))
+    assert (await good.recv()).type == T.PRODUCER_SUCCESS
+    good.close()
