@@ -92,7 +92,7 @@ class ServerCnx:
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         # ids whose creation is in progress (a duplicate request gets ServiceNotReady)
-        self._pending_producers: set[int] = set()
+        self._pending_producers: dict[int, bool] = {}  # id -> close requested while pending
         self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
         # producers the broker closed: their in-flight SENDs are dropped, not fatal
         self._closed_producer_ids: set[int] = set()
@@ -357,7 +357,7 @@ class ServerCnx:
             self.write(commands.error(c.request_id, E.ServiceNotReady,
                                       "Producer is already present on the connection"))
             return
-        self._pending_producers.add(c.producer_id)
+        self._pending_producers[c.producer_id] = False
         self._spawn(self._create_producer(c))
 
     async def _create_producer(self, c: pb.CommandProducer) -> None:
@@ -395,6 +395,9 @@ class ServerCnx:
                                           "is not allowed") from exc
             if self.connection.closed:
                 return
+            if self._pending_producers.get(c.producer_id):  # (as Pulsar answers it)
+                self.write(commands.error(c.request_id, E.UnknownError, "Closed producer before creation was complete"))
+                return
             ready = topic.add_producer(producer, c.request_id)
             self.producers[c.producer_id] = producer
             self.write(commands.producer_success(c.request_id, producer.name,
@@ -406,7 +409,7 @@ class ServerCnx:
             log.exception("failed to create producer on %s", c.topic)
             self.write(commands.error(c.request_id, E.UnknownError, f"Failed to create producer: {exc}"))
         finally:
-            self._pending_producers.discard(c.producer_id)
+            self._pending_producers.pop(c.producer_id, None)
 
     def handle_send(self, c: SendCommand, payload: bytes | None) -> None:
         """A SEND (connection.py reads it with ``next_frame_or_send``): checked, then queued on
@@ -572,6 +575,8 @@ class ServerCnx:
         producer = self.producers.pop(c.producer_id, None)
         if producer is not None:
             producer.topic.remove_producer(producer)
+        elif c.producer_id in self._pending_producers:
+            self._pending_producers[c.producer_id] = True  # its creation is abandoned when it completes
         self.write(commands.success(c.request_id))
 
     # -- consumers ------------------------------------------------------------------------------------------------

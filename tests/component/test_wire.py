@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from broker.embedded import Broker
+from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
@@ -231,3 +232,24 @@ async def test_a_command_failing_unexpectedly_closes_only_its_connection(
     good.send(producer_cmd("persistent://public/default/wire-after-bug"))
     assert (await good.recv()).type == T.PRODUCER_SUCCESS
     good.close()
+
+
+async def test_a_producer_closed_before_its_creation_completed_is_not_left_behind(broker: Broker) -> None:
+    topic = "persistent://public/default/wire-close-pending"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    create = producer_cmd(topic)
+    create.producer.producer_access_mode = pb.Exclusive
+    close = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+    close.close_producer.producer_id = 1
+    close.close_producer.request_id = 2
+    c.writer.write(commands.frame(create) + commands.frame(close))  # the close comes while the creation waits
+    answers = {(a := await c.recv()).type: a for _ in range(2)}
+    assert answers[T.SUCCESS].success.request_id == 2
+    assert answers[T.ERROR].error.request_id == 1  # the creation is abandoned, as Pulsar answers it
+    other = await WireClient.open(port_of(broker))
+    await other.connect()
+    other.send(create)  # an Exclusive producer: nothing holds the topic
+    assert (await other.recv()).type == T.PRODUCER_SUCCESS
+    c.close()
+    other.close()
