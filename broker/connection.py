@@ -37,6 +37,9 @@ RESUME_FRACTION = 0.5
 # asyncio's and uvloop's default high-water mark of a transport's write buffer (64 KiB); the
 # transport's own limit is read when the connection is made.
 DEFAULT_HIGH_WATER = 64 * 1024
+# Past this many bytes written but not yet taken by the client (a client that sends requests and never reads
+# the answers), the connection stops reading requests until the client has taken most of them.
+UNREAD_OUTPUT_LIMIT = 16 * 1024 * 1024
 
 
 # Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
@@ -137,6 +140,7 @@ class Connection(asyncio.Protocol):
         # Why reading is paused: too many sends in flight here, or the broker-wide publish buffer is full.
         self._paused_for_count = False
         self._paused_for_buffer = False
+        self._paused_for_output = False  # (a client not reading what it asked for: UNREAD_OUTPUT_LIMIT)
         self._rate_throttles = 0  # topics whose publish rate limit holds this connection
         self.pending_sends = 0
         self.max_pending_sends = cfg.maxPendingPublishRequestsPerConnection
@@ -250,6 +254,9 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._transport_paused = False
+        if self._paused_for_output:
+            self._paused_for_output = False
+            self._update_reading()
         if not self._held_by_queue:  # (else this turn's writev decides, in _flush)
             self.writable = True
             self.cnx.on_writable()
@@ -334,6 +341,10 @@ class Connection(asyncio.Protocol):
         self._out_bytes = 0
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)  # (may pause writing at once: a slow reader)
+            if (self._transport_paused and not self._paused_for_output
+                    and self.transport.get_write_buffer_size() > UNREAD_OUTPUT_LIMIT):
+                self._paused_for_output = True  # (until resume_writing: the client took most of it)
+                self._update_reading()
         if self._held_by_queue:
             self._held_by_queue = False
             if not self._transport_paused and self.state is not State.CLOSED:
@@ -381,7 +392,8 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def _update_reading(self) -> None:
-        want_paused = self._paused_for_count or self._paused_for_buffer or self._rate_throttles > 0
+        want_paused = (self._paused_for_count or self._paused_for_buffer or self._rate_throttles > 0
+                       or self._paused_for_output)
         if want_paused == self.reading_paused or self.transport is None or self.state is State.CLOSED:
             return
         self.reading_paused = want_paused

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -253,3 +255,32 @@ async def test_a_producer_closed_before_its_creation_completed_is_not_left_behin
     assert (await other.recv()).type == T.PRODUCER_SUCCESS
     c.close()
     other.close()
+
+
+async def test_a_client_that_never_reads_its_answers_is_no_longer_read_past_a_limit(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The answers the broker holds for it stay bounded (it stops reading requests), and once the client
+    # reads, every request is answered.
+    from broker import connection as connection_module
+
+    monkeypatch.setattr(connection_module, "UNREAD_OUTPUT_LIMIT", 256 * 1024)
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    assert broker.server is not None
+    [conn] = broker.server.connections
+    for sock, option in ((c.writer.get_extra_info("socket"), socket.SO_RCVBUF),
+                         (conn.transport.get_extra_info("socket") if conn.transport else None, socket.SO_SNDBUF)):
+        assert sock is not None
+        sock.setsockopt(socket.SOL_SOCKET, option, 16 * 1024)  # (small kernel buffers: the test stays small)
+    ping = pb.BaseCommand(type=T.PING)
+    ping.ping.SetInParent()
+    pings = 100_000
+    c.writer.write(commands.frame(ping) * pings)  # never drained: the client does not read either
+    await eventually(lambda: conn.reading_paused, "the broker to stop reading")
+    assert conn.queued_bytes() < 2 * 1024 * 1024
+    pongs = 0
+    while pongs < pings:
+        assert (await c.recv()).type == T.PONG
+        pongs += 1
+    assert not conn.reading_paused
+    c.close()
