@@ -70,9 +70,15 @@ async def read_body(request: web.Request) -> object:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except ValueError:
         raise HttpError(400, "Request body is not valid JSON") from None
+    if b"\\u" in raw:  # (an escape may spell a lone surrogate, which nothing can store or send on)
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise HttpError(400, "Request body has a string that is not valid Unicode (a lone surrogate)") from None
+    return body
 
 
 def query_flag(request: web.Request, name: str, default: bool = False) -> bool:

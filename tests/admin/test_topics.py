@@ -69,6 +69,18 @@ def test_errors_are_json_with_pulsar_statuses(admin: Admin) -> None:
         assert isinstance(reply.reason, str) and reply.reason, (method, path)
 
 
+def test_a_body_with_a_lone_surrogate_is_refused_with_400(admin: Admin) -> None:
+    # JSON may spell one ("\ud800"); nothing can store or send it on (it was a 500, after some state changed).
+    topic = f"/admin/v2/{rest_path(new_topic('surrogate'))}"
+    for method, path in (("PUT", topic), ("PUT", "/admin/v2/tenants/surrogate-t"),
+                         ("PUT", "/admin/v2/namespaces/public/default/properties")):
+        reply = admin.call(method, path, raw=b'{"a": "\\ud800"}')
+        assert reply.status == 400, (method, path, reply.status, reply.body)
+    assert admin.get(f"{topic}/stats").status == 404  # not created
+    assert admin.call("PUT", "/admin/v2/namespaces/public/default/properties",
+                      raw=b'{"a": "\\u00e9\\ud83d\\ude00"}').status == 204  # escapes of valid text are fine
+
+
 def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("parts")
     path = f"/admin/v2/{rest_path(topic)}/partitions"
