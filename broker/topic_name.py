@@ -12,6 +12,10 @@ PARTITION_SUFFIX = "-partition-"
 # Names of topics the broker uses itself: never listed to clients, never deleted as inactive.
 SYSTEM_TOPIC_MARKERS = ("__compaction", "__change_events", "__transaction_buffer_snapshot", "__transaction_pending_ack")
 _NAME_PART = re.compile(r"^[-=:.\w]+$")
+# Ours: a topic's name goes into metadata paths and cursor and segment directories; 4 KiB characters
+# keeps every such path (percent-encoded, up to 3 bytes a byte) far below the stores' limits (a path
+# length is 2 bytes in the local metadata store's records). Pulsar sets none; ZooKeeper's is ~1 MB.
+MAX_NAME_LENGTH = 4096
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 
 
@@ -45,6 +49,8 @@ class TopicName:
     def _parse(name: str) -> TopicName:
         if not name:
             raise InvalidTopicNameError("Invalid topic name: empty")
+        if len(name) > MAX_NAME_LENGTH:  # (characters: at most 4 bytes each in UTF-8)
+            raise InvalidTopicNameError(f"Invalid topic name: longer than {MAX_NAME_LENGTH} characters")
         if "://" not in name:
             parts = name.split("/")
             if len(parts) == 1:

@@ -883,6 +883,10 @@ class ServerCnx:
         except (BrokerError, IncompatibleSchemaError) as exc:
             r.error_code = exc.code  # type: ignore[assignment]
             r.error_message = exc.message
+        except Exception as exc:  # (answered all the same: the client waits for it)
+            log.exception("get-or-create schema on %s failed", c.topic)
+            r.error_code = E.UnknownError
+            r.error_message = f"Failed to add schema: {exc}"
         self.write(commands.frame(reply))
 
     def handle_consumer_stats(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

@@ -284,3 +284,27 @@ async def test_a_client_that_never_reads_its_answers_is_no_longer_read_past_a_li
         pongs += 1
     assert not conn.reading_paused
     c.close()
+
+
+async def test_a_topic_name_past_the_length_limit_is_refused_as_invalid(broker: Broker) -> None:
+    from broker.topic_name import MAX_NAME_LENGTH
+
+    topic = "persistent://public/default/" + "x" * MAX_NAME_LENGTH
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd(topic))
+    refused = await c.recv()
+    assert refused.type == T.ERROR and refused.error.error == pb.ServerError.InvalidTopicName
+    ask = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA)
+    ask.getOrCreateSchema.request_id = 2
+    ask.getOrCreateSchema.topic = topic
+    ask.getOrCreateSchema.schema.name = "s"
+    ask.getOrCreateSchema.schema.type = pb.Schema.String
+    ask.getOrCreateSchema.schema.schema_data = b""
+    c.send(ask)
+    answer = await c.recv()  # answered (before, an error other than the broker's own left it unanswered)
+    assert answer.type == T.GET_OR_CREATE_SCHEMA_RESPONSE
+    assert answer.getOrCreateSchemaResponse.error_code == pb.ServerError.InvalidTopicName
+    c.send(producer_cmd("persistent://public/default/" + "x" * 200, producer_id=2, request_id=3))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.close()
