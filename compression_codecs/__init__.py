@@ -57,8 +57,24 @@ def _lz4_decompress(data: bytes, size: int) -> bytes:
     return bytes(lz4.block.decompress(data, uncompressed_size=size))
 
 
+class SizeMismatchError(ValueError):
+    """Compressed bytes that hold more than the size announced beside them (a decompression bomb, or a lie)."""
+
+
+def _too_big(size: int) -> SizeMismatchError:
+    return SizeMismatchError(f"compressed data holds more than the {size} bytes announced")
+
+
+# Each codec below makes at most the announced size (plus what it takes to notice more): bytes that would grow
+# past it are refused before they take the memory.
+
+
 def _zlib_decompress(data: bytes, size: int) -> bytes:
-    return zlib.decompress(data)
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, size + 1)
+    if len(out) > size:
+        raise _too_big(size)
+    return out
 
 
 def _zstd_compress(data: bytes) -> bytes:
@@ -70,6 +86,9 @@ def _zstd_compress(data: bytes) -> bytes:
 def _zstd_decompress(data: bytes, size: int) -> bytes:
     import zstandard
 
+    declared = zstandard.frame_content_size(data)
+    if declared > size:  # (-1: not declared; then max_output_size holds it)
+        raise _too_big(size)
     return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
 
 
@@ -82,6 +101,17 @@ def _snappy_compress(data: bytes) -> bytes:
 def _snappy_decompress(data: bytes, size: int) -> bytes:
     import cramjam
 
+    # A raw snappy block starts with its uncompressed length (a varint): the size it would allocate.
+    declared = shift = 0
+    for i, byte in enumerate(data[:5]):
+        declared |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+        if i == 4:
+            raise ValueError("snappy: bad length")
+    if declared > size:
+        raise _too_big(size)
     return bytes(cramjam.snappy.decompress_raw(data))
 
 

@@ -46,7 +46,7 @@ from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_m
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
-from compression_codecs import UnknownCodecError, decompress
+from compression_codecs import decompress
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -61,6 +61,9 @@ SUB = TOPIC + "/subscription/{sub}"
 INT64_MAX = (1 << 63) - 1
 # A bundle's range in a path (GET .../{tenant}/{ns}/{bundle}: no topic route answers GET without an action).
 BUNDLE_RANGE = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
+# The most a peeked or fetched message is uncompressed to (its metadata announces the size; a larger one is
+# returned as stored, with the header naming its codec).
+PEEK_INFLATE_LIMIT = 64 * 1024 * 1024
 
 
 class TopicsResource:
@@ -701,8 +704,10 @@ def entry_response(entry: Entry) -> web.Response:
     if md.HasField("null_partition_key"):
         h["X-Pulsar-null-partition-key"] = _bool(md.null_partition_key)
     body = payload
-    if not md.encryption_keys:  # encrypted payloads are returned as stored
-        with contextlib.suppress(UnknownCodecError):  # (a codec we do not know: as stored, the header says which)
+    # Encrypted payloads are returned as stored; so is one the broker cannot (or will not: past PEEK_INFLATE_LIMIT)
+    # uncompress, with the header that says its codec.
+    if not md.encryption_keys and md.uncompressed_size <= PEEK_INFLATE_LIMIT:
+        with contextlib.suppress(Exception):  # (unknown codec, unreadable bytes: each library has its own errors)
             body = decompress(md.compression, payload, md.uncompressed_size)
     return web.Response(body=body, headers=h, content_type="application/octet-stream")
 

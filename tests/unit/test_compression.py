@@ -36,6 +36,16 @@ def test_each_codec_round_trips(codec: int) -> None:
     assert codecs.decompress(codec, compressed, len(PLAIN)) == PLAIN
 
 
+@pytest.mark.parametrize("codec", [C.LZ4, C.ZLIB, C.ZSTD, C.SNAPPY])
+def test_bytes_holding_more_than_announced_are_refused_before_they_take_the_memory(codec: int) -> None:
+    bomb = codecs.compress(codec, bytes(8 * 1024 * 1024))  # 8 MiB of zeros: a few KB (snappy: 390 KB) compressed
+    assert len(bomb) < 512 * 1024
+    with pytest.raises(Exception) as refused:  # (each library has errors of its own)
+        codecs.decompress(codec, bomb, 10)
+    if codec != C.LZ4:  # (the LZ4 block decoder stops at the size it is given)
+        assert isinstance(refused.value, codecs.SizeMismatchError)
+
+
 def test_an_unknown_codec_is_refused() -> None:
     with pytest.raises(codecs.UnknownCodecError, match="unknown compression codec 99"):
         codecs.decompress(99, b"x", 1)
