@@ -87,6 +87,11 @@ class IncompatibleSchemaError(BrokerError):
     code = E.IncompatibleSchema
 
 
+class InvalidSchemaDefinitionError(IncompatibleSchemaError):
+    """A schema whose definition does not parse (an AVRO or JSON schema that is not one): refused before it is
+    stored, or it would stand as the topic's first version and refuse every valid one after it."""
+
+
 class ConsumerAssignError(BrokerError):
     code = E.ConsumerAssignError
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import HttpError, int_param, json_response, read_body
-from broker.errors import IncompatibleSchemaError
+from broker.errors import IncompatibleSchemaError, InvalidSchemaDefinitionError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.schemas import SCHEMA_TYPE_NAMES
 from broker.topic_name import TopicName
@@ -84,6 +84,8 @@ class SchemasResource:
         name, schema = await self.payload_schema(request)
         try:
             version = await self.web.service.schemas.add_or_get(name.full, schema)
+        except InvalidSchemaDefinitionError as exc:
+            raise HttpError(422, exc.message) from None
         except IncompatibleSchemaError as exc:
             raise HttpError(409, exc.message) from None
         return json_response({"version": {"version": version}}, status=202)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from broker.errors import IncompatibleSchemaError
+from broker.errors import IncompatibleSchemaError, InvalidSchemaDefinitionError
 from broker.metadata.policy_table import SCHEMA_COMPATIBILITY_STRATEGY, PolicyResolver
 from broker.metadata.store import BrokerMetadata
 from broker.protocol import pulsar_api_pb2 as pb
@@ -69,6 +69,15 @@ def _same(record: Mapping[str, Any], schema: pb.Schema) -> bool:
     return (record["type"] == int(schema.type)
             and base64.b64decode(record["data"]) == schema.schema_data
             and record.get("properties", {}) == _properties(schema))
+
+
+def _check_definition(schema: pb.Schema) -> None:
+    """An AVRO or JSON schema's definition must parse before it is stored (Pulsar validates it too)."""
+    if int(schema.type) in _AVRO_TYPES:
+        try:
+            avro_compat.parse(schema.schema_data)
+        except ValueError as exc:
+            raise InvalidSchemaDefinitionError(f"Invalid schema definition: {exc}") from None
 
 
 class SchemaRegistry:
@@ -179,6 +188,7 @@ class SchemaRegistry:
             if found is None:
                 if not may_add:
                     raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+                _check_definition(schema)
                 found = await self.store.add_schema_version(base_topic, _record(schema))
         except BaseException:
             self.stats.done(base_topic, "put", self._ms_since(started), ok=False)

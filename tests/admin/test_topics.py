@@ -408,6 +408,13 @@ def test_schema_endpoints(admin: Admin, client: pulsar.Client) -> None:
     assert admin.post(path, {"type": "STRING", "schema": ""}).status == 409  # FULL: type change refused
     assert admin.post(path, {"type": "NOPE", "schema": ""}).status == 422
     assert admin.post(path, [1]).status == 400
+    # A definition that is no AVRO schema is refused before it is stored (stored first, it refused every valid one).
+    fresh = f"/admin/v2/schemas/public/default/{new_topic('bad-schema').rsplit('/', 1)[1]}/schema"
+    for kind in ("AVRO", "JSON"):
+        reply = admin.post(fresh, {"type": kind, "schema": "not avro"})
+        assert reply.status == 422 and "Invalid schema definition" in reply.reason
+    assert admin.get(fresh).status == 404
+    assert admin.post(fresh, {"type": "AVRO", "schema": definition}).status == 202
     producer = client.create_producer(topic, schema=pulsar.schema.AvroSchema(Item))
     producer.send(Item(name="x"))
     latest = admin.ok("GET", path)["version"]  # the client's definition text may add a version
