@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -93,8 +94,13 @@ def int_param(value: str, what: str) -> int:
         raise HttpError(400, f"{what} must be an integer, got {value!r}") from None
 
 
+# Pulsar's NamedEntity rule for tenant, namespace and cluster names (Java's \w: ASCII letters, digits, _); ours
+# also refuses ':' (it separates names in our store's paths) and a leading '.'.
+_NAMED = re.compile(r"[-=.\w]+", re.ASCII)
+
+
 def check_name(name: str, what: str) -> None:
-    if not name or any(ch in name for ch in "/:\\ ") or name.startswith("."):
+    if not _NAMED.fullmatch(name) or name.startswith("."):
         raise HttpError(412, f"Invalid {what} name '{name}'")
 
 

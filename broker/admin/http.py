@@ -285,8 +285,10 @@ class WebService:
         body = body or {}
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        return TenantInfo(tuple(body.get("adminRoles", [])),
-                          tuple(body.get("allowedClusters", [self.ctx.cluster])))
+        clusters = _names(body.get("allowedClusters", [self.ctx.cluster]), "allowedClusters")
+        if not clusters:
+            raise HttpError(412, "Clusters can not be empty")
+        return TenantInfo(_names(body.get("adminRoles"), "adminRoles"), clusters)
 
     async def put_tenant(self, request: web.Request) -> web.Response:
         tenant = request.match_info["tenant"]
@@ -363,3 +365,12 @@ class WebService:
             plain, tls = listener.url or "", listener.url_tls or ""
         return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": http,
                               "httpUrlTls": s.web_url_tls, "nativeUrl": plain or tls})
+
+
+def _names(value: object, what: str) -> tuple[str, ...]:
+    """A TenantInfo list (JSON null: empty, as Pulsar reads it)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise HttpError(400, f"{what} must be a list of strings")
+    return tuple(value)

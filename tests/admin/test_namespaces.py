@@ -27,11 +27,24 @@ def test_clusters_tenants_and_brokers(admin: Admin) -> None:
     assert admin.put(f"/admin/v2/tenants/{tenant}", {}).status == 409
     assert admin.ok("GET", f"/admin/v2/tenants/{tenant}")["allowedClusters"] == ["standalone"]
     assert admin.put("/admin/v2/tenants/bad-cluster-t", {"allowedClusters": ["mars"]}).status == 412
+    # Bodies of the wrong shape are a 400 (they were a 500, or "abc" stored as ["a", "b", "c"]); no clusters a 412.
+    for body in ({"adminRoles": 5}, {"adminRoles": "abc"}, {"allowedClusters": "standalone"},
+                 {"allowedClusters": [1]}):
+        assert admin.put("/admin/v2/tenants/bad-body-t", body).status == 400, body
+    assert admin.put("/admin/v2/tenants/bad-body-t", {"allowedClusters": []}).status == 412
+    assert admin.get("/admin/v2/tenants/bad-body-t").status == 404
+    # Pulsar's name rule (ASCII letters, digits and -=._): others are a 412, as Pulsar answers.
+    for name in ("%E2%98%83", "%25", "a%22b", "a%23b", "a'b", "caf%C3%A9"):
+        assert admin.put(f"/admin/v2/tenants/{name}", {}).status == 412, name
+        assert admin.put(f"{NS}/public/{name}").status == 412, name
     assert admin.get("/admin/v2/tenants/no-such-tenant").status == 404
     assert admin.put(f"{NS}/{tenant}/ns1").status == 204
     assert admin.delete(f"/admin/v2/tenants/{tenant}").status == 409  # still has a namespace
     assert admin.delete(f"{NS}/{tenant}/ns1").status == 204
     assert admin.delete(f"/admin/v2/tenants/{tenant}").status == 204
+    null_roles = f"t-{uuid.uuid4().hex[:8]}"
+    assert admin.put(f"/admin/v2/tenants/{null_roles}", {"adminRoles": None}).status == 204  # null: none
+    assert admin.ok("GET", f"/admin/v2/tenants/{null_roles}")["adminRoles"] == []
 
 
 def test_namespace_lifecycle_and_errors(admin: Admin) -> None:
