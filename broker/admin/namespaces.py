@@ -167,11 +167,26 @@ class NamespacesResource:
         topic through its owner, then the bundles: here each owner releases its bundles before the policies go)."""
         ns = self.namespace(request)
         service = self.web.service
-        topics = await self.web.topics.topics_of_namespace(request, ns, 2)
-        partitioned = self.metadata.partitioned_topics_of(ns)
-        if (topics or partitioned) and not query_flag(request, "force"):
-            raise HttpError(409, "Cannot delete non empty namespace")
+        deleting = service.namespaces_being_deleted
+        if ns in deleting:
+            raise HttpError(409, f"Namespace {ns} is being deleted")
+        deleting.add(ns)  # no topic is created in it from here on (a create already under way may still finish)
+        try:
+            force = query_flag(request, "force")
+            for _ in range(2):  # the second look finds what a create under way at the first one made
+                topics = await self.web.topics.topics_of_namespace(request, ns, 2)
+                partitioned = self.metadata.partitioned_topics_of(ns)
+                if (topics or partitioned) and not force:
+                    raise HttpError(409, "Cannot delete non empty namespace")
+                await self._delete_topics(request, topics, partitioned)
+            if service.ownership.distributed:
+                await self.web.namespace_ops.release_bundles(request, ns)
+            await self.metadata.delete_namespace(ns)
+        finally:
+            deleting.discard(ns)
+        return no_content()
 
+    async def _delete_topics(self, request: web.Request, topics: list[str], partitioned: list[str]) -> None:
         async def delete(name: TopicName) -> None:
             await self.web.topics.delete_one(name, force=True)
 
@@ -179,11 +194,7 @@ class NamespacesResource:
                                         "?force=true")
         for base in partitioned:
             await self.metadata.delete_partitioned(base)
-            await service.schemas.delete(base)
-        if service.ownership.distributed:
-            await self.web.namespace_ops.release_bundles(request, ns)
-        await self.metadata.delete_namespace(ns)
-        return no_content()
+            await self.web.service.schemas.delete(base)
 
     async def topics(self, request: web.Request) -> web.Response:
         ns = self.namespace(request)

@@ -142,6 +142,9 @@ class BrokerService:
         # Topics being unloaded or deleted: a load of the same name waits for that to finish, so
         # a client reconnecting at once never gets the managed ledger that is being closed.
         self._unloading: dict[str, asyncio.Future[None]] = {}
+        # Namespaces an admin is deleting: no topic is created in them meanwhile (Pulsar marks the policies
+        # deleted first); without it, a create between the emptiness check and the delete left an orphan.
+        self.namespaces_being_deleted: set[str] = set()
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
         # Lookups and topic loads, for Pulsar's pulsar_broker_lookup* and pulsar_topic_load_* metrics.
@@ -454,6 +457,8 @@ class BrokerService:
     def _check_may_create(self, name: TopicName, create: bool, explicit: bool) -> None:
         """TopicNotFoundError unless a missing topic may be created: a partition of a partitioned
         topic always, otherwise by admin request or the namespace's auto-creation rule."""
+        if name.namespace in self.namespaces_being_deleted:
+            raise NotAllowedError(f"Namespace {name.namespace} is being deleted")
         base = name.base
         is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
         allowed = explicit or (create and self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow)
