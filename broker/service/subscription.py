@@ -244,6 +244,11 @@ class Subscription:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
         if self.cursor.is_acked(pos):
             return
+        # No batch holds more messages than its largest frame fits (each takes a 4-byte size and 2 bytes of
+        # metadata at least): words past that are no messages, only memory (a client sent 4 MiB sets).
+        most_words = -(-self.topic.service.config.maxMessageSize // 6 // 64)
+        if len(ack_set) > most_words:
+            ack_set = ack_set[:most_words]
         old = self.batch_ack_sets.get(pos)
         merged = list(ack_set) if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
         if not any(w & _U64 for w in merged):

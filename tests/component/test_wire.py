@@ -308,3 +308,32 @@ async def test_a_topic_name_past_the_length_limit_is_refused_as_invalid(broker: 
     c.send(producer_cmd("persistent://public/default/" + "x" * 200, producer_id=2, request_id=3))
     assert (await c.recv()).type == T.PRODUCER_SUCCESS
     c.close()
+
+
+async def test_an_ack_set_longer_than_any_batch_is_cut_to_what_a_batch_can_hold(broker: Broker) -> None:
+    topic = "persistent://public/default/wire-huge-ack-set"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(topic, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*send_frame(1, 0, b"x"))
+    receipt = await c.recv()
+    assert receipt.type == T.SEND_RECEIPT
+    ack = pb.BaseCommand(type=T.ACK)
+    ack.ack.consumer_id = 1
+    ack.ack.ack_type = pb.CommandAck.Individual
+    mid = ack.ack.message_id.add(ledgerId=receipt.send_receipt.message_id.ledgerId,
+                                 entryId=receipt.send_receipt.message_id.entryId)
+    mid.ack_set.extend([-1] * 100_000)  # 800 KB of "still unacknowledged" bits (a 1 MB frame)
+    c.send(ack)
+    ping = pb.BaseCommand(type=T.PING)
+    ping.ping.SetInParent()
+    c.send(ping)
+    assert (await c.recv()).type == T.PONG  # (the ACK before it was handled)
+    assert broker.server is not None
+    sub = broker.server.service.topics[topic].subscriptions["sub"]
+    [kept] = sub.batch_ack_sets.values()
+    assert len(kept) == -(-broker.server.config.maxMessageSize // 6 // 64)
+    c.close()
