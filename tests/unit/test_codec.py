@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -99,6 +100,25 @@ def test_large_frame_in_small_reads() -> None:
     body = b"y" * (1024 * 1024)
     frames = decode_all(make_send(body=body), 65536)
     assert len(frames) == 1 and frames[0].payload is not None and frames[0].payload.endswith(body)
+
+
+def test_a_frame_dripped_in_tiny_reads_is_held_in_about_its_own_size() -> None:
+    # A client sending 2 bytes a read: the pieces are held back to back, not as a list of tiny objects
+    # (which cost ~20 times the bytes they held).
+    data = make_send(body=b"z" * (256 * 1024))
+    decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE))
+    tracemalloc.start()
+    try:
+        for i in range(0, len(data) - 2, 2):
+            decoder.feed(data[i : i + 2])  # (a new bytes object each read, as the transport gives them)
+            assert decoder.next_frame() is None  # (as the connection asks after each read)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 3 * len(data)
+    decoder.feed(data[i + 2 :])
+    frame = decoder.next_frame()
+    assert frame is not None and frame.payload is not None and frame.payload.endswith(b"z" * 1024)
 
 
 def test_oversize_frame_is_refused_before_buffering() -> None:
