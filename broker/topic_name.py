@@ -70,7 +70,7 @@ class TopicName:
         for part in (tenant, ns):
             if not _NAME_PART.match(part):
                 raise InvalidTopicNameError(f"Invalid tenant or namespace in topic name '{name}'")
-        if "\n" in local or "\r" in local:
+        if "\n" in local or "\r" in local or local in (".", ".."):  # (no path step: ZooKeeper refuses them too)
             raise InvalidTopicNameError(f"Invalid local name in topic name '{name}'")
         return TopicName(domain, tenant, ns, local)
 

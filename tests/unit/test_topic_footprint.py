@@ -68,6 +68,14 @@ def test_a_bad_topic_name_is_refused_every_time() -> None:
             TopicName.parse("persistent://only-tenant")
 
 
+@pytest.mark.parametrize("name", ["persistent://public/default/..", "public/default/.", "x" * 4097])
+def test_names_no_store_can_hold_are_invalid(name: str) -> None:
+    # A path step ('.', '..') or a name past MAX_NAME_LENGTH ('..' made later admin calls a 503).
+    with pytest.raises(InvalidTopicNameError):
+        TopicName.parse(name)
+    TopicName.parse("persistent://public/default/..." if name.endswith(".") else "x" * 4096)  # (just within)
+
+
 def test_ledger_directory_names_keep_their_spelling() -> None:
     def spelled(name: str) -> str:  # the per-character rule: %XX for each UTF-8 byte outside [A-Za-z0-9_-]
         return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
