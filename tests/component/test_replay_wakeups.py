@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
+from broker.dispatch.shared import SharedDispatcher
+from broker.service.consumer import Consumer
 from managed_ledger import Position
 from tests.component.test_permits import FakeCnx, Harness, KeyHarness, drain_lane
 
@@ -15,6 +17,20 @@ from tests.component.test_permits import FakeCnx, Harness, KeyHarness, drain_lan
 async def drain(turns: int = 5) -> None:
     for _ in range(turns):
         await drain_lane()
+
+
+async def one_consumer_with(entries: int) -> tuple[Harness, SharedDispatcher, Consumer]:
+    """A Shared dispatcher whose one consumer holds ``entries`` delivered entries."""
+    h = await Harness.create()
+    d = h.shared()
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    h.publish(entries)
+    await drain_lane()
+    assert len(a.pending_acks) == entries
+    return h, d, a
 
 
 def set_writable(consumer: Any, writable: bool) -> None:
@@ -49,14 +65,7 @@ async def test_key_shared_nacked_entries_go_out_once_their_consumer_is_writable_
 
 
 async def test_a_replay_read_that_completed_while_the_consumer_was_backed_up_goes_out_when_it_drains() -> None:
-    h = await Harness.create()
-    d = h.shared()
-    a = h.consumer()
-    d.add_consumer(a)
-    d.flow(a, 100)
-    await drain_lane()
-    h.publish(1)
-    await drain_lane()
+    h, d, a = await one_consumer_with(1)
     [p1] = list(a.pending_acks)
     held: list[Any] = []
     real_replay = h.cursor.replay_entries
@@ -77,15 +86,7 @@ async def test_a_replay_read_that_completed_while_the_consumer_was_backed_up_goe
 
 
 async def test_a_stale_replay_read_that_fails_does_not_put_its_positions_back() -> None:
-    h = await Harness.create()
-    d = h.shared()
-    a = h.consumer()
-    d.add_consumer(a)
-    d.flow(a, 100)
-    await drain_lane()
-    h.publish(3)
-    await drain_lane()
-    assert len(a.pending_acks) == 3
+    h, d, a = await one_consumer_with(3)
     held: list[Any] = []
     real_replay = h.cursor.replay_entries
     h.cursor.replay_entries = lambda positions, callback: held.append(callback)  # type: ignore[method-assign]
