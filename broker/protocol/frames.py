@@ -171,6 +171,9 @@ _NO_HEADS: dict[int, bytes] = {}
 RunSend = tuple[int, int, int, bytes]
 
 
+_CHUNKS_BEFORE_GATHERING = 16  # (see FrameDecoder._chunks)
+
+
 class FrameDecoder:
     """Incremental decoder. ``feed()`` buffers, ``next_frame()`` returns a Frame or None.
 
@@ -184,9 +187,10 @@ class FrameDecoder:
         self._max_frame = max_frame_size
         self._buf: bytes = b""
         self._pos = 0
-        # Reads that do not yet complete the frame they belong to, back to back: one bytearray, not a list of
-        # reads (a client dripping a frame 2 bytes a read made the list cost 20 times the bytes).
-        self._chunks = bytearray()
+        # Reads that do not yet complete the frame they belong to. Past a few they are gathered into one
+        # bytearray: a client dripping a frame 2 bytes a read made a list of reads cost 20 times the bytes,
+        # while a large frame's few big reads are joined once, at the end (no copy more).
+        self._chunks: list[bytes | bytearray] = []
         self._chunks_len = 0
         # Bytes the buffer must hold (from _pos) before another frame can be decoded.
         self._need = 4
@@ -199,12 +203,19 @@ class FrameDecoder:
         if not data:
             return
         if self._chunks or (len(self._buf) - self._pos) + len(data) < self._need:
-            self._chunks += data
+            chunks = self._chunks
+            chunks.append(data)
             self._chunks_len += len(data)
+            if len(chunks) > _CHUNKS_BEFORE_GATHERING:
+                first = chunks[0]
+                gathered = first if type(first) is bytearray else bytearray(first)
+                for piece in chunks[1:]:
+                    gathered += piece
+                chunks[:] = [gathered]
             if (len(self._buf) - self._pos) + self._chunks_len < self._need:
                 return
-            self._buf = b"".join((self._buf[self._pos :], self._chunks))
-            self._chunks = bytearray()  # (a new one: clear() would keep the grown allocation)
+            self._buf = b"".join((self._buf[self._pos :], *self._chunks))
+            self._chunks = []
             self._chunks_len = 0
         elif self._pos < len(self._buf):
             self._buf = self._buf[self._pos :] + data
