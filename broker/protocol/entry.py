@@ -112,27 +112,30 @@ _COMMON_CHECKS = SendChecks(True, None, False, False, True)
 # two the consume path captures (it then has no key, delivery time, marker, chunk or transaction).
 # To accept another varint field, add its row.
 _VARINT = rb"[\x80-\xff]{0,8}+[\x00-\x7f]"
-_COMMON_METADATA_FIELDS: tuple[tuple[bytes, bool, bytes | None], ...] = (
-    # (tag: field number << 3 | varint, as its varint bytes; required; what the consume path
-    # captures of its value, as a pattern, or None)
-    (b"\x10", True, None),  # 2 sequence_id
-    (b"\x18", True, _VARINT),  # 3 publish_time
-    (b"\x40", False, None),  # 8 compression
-    (b"\x48", False, None),  # 9 uncompressed_size
-    # 11 num_messages_in_batch: captured when at most 4 bytes, so below 2**28 and read as protobuf
-    # reads an int32 (a longer one goes to protobuf)
-    (b"\x58", False, rb"[\x80-\xff]{0,3}+[\x00-\x7f]"),
-    (b"\x60", False, None),  # 12 event_time
-    (b"\xc0\x01", False, None),  # 24 highest_sequence_id
+# num_messages_in_batch when at most 4 bytes, so below 2**28 and read as protobuf reads an int32 (a
+# longer one, or a negative one, goes to protobuf).
+_BATCH_COUNT = rb"[\x80-\xff]{0,3}+[\x00-\x7f]"
+_COMMON_METADATA_FIELDS: tuple[tuple[bytes, bool, bytes | None, bytes | None], ...] = (
+    # (tag: field number << 3 | varint, as its varint bytes; required; what the produce path, then
+    # the consume path, captures of its value, as a pattern, or None)
+    (b"\x10", True, None, None),  # 2 sequence_id
+    (b"\x18", True, None, _VARINT),  # 3 publish_time
+    (b"\x40", False, None, None),  # 8 compression
+    (b"\x48", False, None, None),  # 9 uncompressed_size
+    (b"\x58", False, _BATCH_COUNT, _BATCH_COUNT),  # 11 num_messages_in_batch
+    (b"\x60", False, None, None),  # 12 event_time
+    (b"\xc0\x01", False, None, None),  # 24 highest_sequence_id
 )
+_PRODUCE, _CONSUME = 2, 3  # the columns of what each path captures
 
 
-def _fields_pattern(capture: bool) -> re.Pattern[bytes]:
-    """The fields after producer_name, one compiled pattern; with ``capture``, a group for each field
-    the consume path reads (in table order)."""
+def _fields_pattern(column: int) -> re.Pattern[bytes]:
+    """The fields after producer_name, one compiled pattern, with a group for each field the path of
+    ``column`` reads (in table order)."""
     parts = []
-    for tag, required, captured in _COMMON_METADATA_FIELDS:
-        field = re.escape(tag) + (b"(" + captured + b")" if capture and captured is not None else _VARINT)
+    for tag, required, *captures in _COMMON_METADATA_FIELDS:
+        captured = captures[column - _PRODUCE]
+        field = re.escape(tag) + (b"(" + captured + b")" if captured is not None else _VARINT)
         parts.append(field if required else b"(?:" + field + b")?+")
     return re.compile(b"".join(parts))
 
@@ -141,8 +144,8 @@ def _fields_pattern(capture: bool) -> re.Pattern[bytes]:
 # took 1.7 us and a hand-written varint walk over the same fields 3.8 us (tests/unit/test_send_fast_path.py
 # and test_entry_meta_fast_path.py hold both patterns to protobuf's answers). Possessive: a field's
 # tag byte is never another's, so nothing is lost by not backtracking, and the matcher does less.
-_COMMON_METADATA_TAIL = _fields_pattern(capture=False)  # the produce path's
-_ENTRY_META_TAIL = _fields_pattern(capture=True)  # the consume path's: (publish_time, num_messages_in_batch)
+_COMMON_METADATA_TAIL = _fields_pattern(_PRODUCE)  # the produce path's: (num_messages_in_batch,)
+_ENTRY_META_TAIL = _fields_pattern(_CONSUME)  # the consume path's: (publish_time, num_messages_in_batch)
 
 
 def _common_match(pattern: re.Pattern[bytes], buf: bytes, pos: int, end: int) -> re.Match[bytes] | None:
@@ -156,15 +159,28 @@ def _common_match(pattern: re.Pattern[bytes], buf: bytes, pos: int, end: int) ->
     return pattern.fullmatch(buf, name_end, end)
 
 
+# The least a message of a batch takes: its 4-byte size, then its SingleMessageMetadata, whose one
+# required field (payload_size) takes 2 bytes, then its payload, which may be empty.
+MIN_BATCHED_MESSAGE_SIZE = 6
+
+
+def batch_fits(count: int, body_size: int, uncompressed_size: int) -> bool:
+    """Whether a batch of ``count`` messages can be held by a body of ``body_size`` bytes that
+    uncompresses to ``uncompressed_size`` (the larger of the two bounds it: a chunk's body is part
+    of its message). A count beyond it is a lie that consumers would read past the payload on
+    (the C++ client crashed on a batch that claimed 2**31-1 messages)."""
+    return 0 <= count and count * MIN_BATCHED_MESSAGE_SIZE <= max(body_size, uncompressed_size)
+
+
 _COPY_FOR_CRC = 16 * 1024
 
 
 def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
     """How many payloads at the head of ``payloads`` are plain: at most ``max_size`` bytes, their
-    CRC32C right (or absent) and their metadata of the common shape, so that ``check_send_payload``
-    gives each ``_COMMON_CHECKS``. One loop for a run of SENDs (a call and a SendChecks per SEND
-    cost ~0.9 us more); the first that is not plain ends the count, and ``check_send_payload`` tells
-    what it is."""
+    CRC32C right (or absent), their metadata of the common shape and, for a batch, a count its body
+    can hold (``batch_fits``), so that ``check_send_payload`` gives each ``_COMMON_CHECKS``. One
+    loop for a run of SENDs (a call and a SendChecks per SEND cost ~0.9 us more); the first that is
+    not plain ends the count, and ``check_send_payload`` tells what it is."""
     unpack = _U32.unpack_from
     count = 0
     for payload in payloads:
@@ -181,7 +197,15 @@ def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
         if n - pos < 4:
             break
         end = pos + 4 + unpack(payload, pos)[0]
-        if end > n or _common_match(_COMMON_METADATA_TAIL, payload, pos + 4, end) is None:
+        if end > n:
+            break
+        m = _common_match(_COMMON_METADATA_TAIL, payload, pos + 4, end)
+        if m is None:
+            break
+        # A batch whose body holds its count is plain; one whose count only what the body uncompresses
+        # to can hold (rare: a very compressible batch) is checked by ``check_send_payload``.
+        batch = m.group(1)
+        if batch is not None and _varint_value(batch) * MIN_BATCHED_MESSAGE_SIZE > n - end:
             break
         count += 1
     return count
@@ -189,12 +213,18 @@ def plain_send_payloads(payloads: list[bytes], max_size: int) -> int:
 
 def check_send_payload(payload: bytes) -> SendChecks:
     """What a SEND's checks need of its payload; raises ProtocolError when the metadata cannot be
-    read, as ``parse_payload`` does. A plain payload (``plain_send_payloads``) is recognised with no
-    protobuf message built; any other goes through ``parse_payload``."""
+    read, as ``parse_payload`` does, or claims more messages in its batch than the payload can hold.
+    A plain payload (``plain_send_payloads``) is recognised with no protobuf message built; any other
+    goes through ``parse_payload``."""
     if plain_send_payloads([payload], len(payload)):
         return _COMMON_CHECKS
     parsed = parse_payload(payload)
     md = parsed.metadata
+    if md.HasField("num_messages_in_batch"):
+        offset, size = metadata_span(payload)
+        if not batch_fits(md.num_messages_in_batch, len(payload) - offset - size, md.uncompressed_size):
+            raise ProtocolError(f"a batch of {md.num_messages_in_batch} messages cannot be held by its "
+                                f"{len(payload) - offset - size} bytes (uncompressed: {md.uncompressed_size})")
     return SendChecks(parsed.checksum_ok,
                       md.deliver_at_time - md.publish_time if md.HasField("deliver_at_time") else None,
                       len(md.encryption_keys) > 0,

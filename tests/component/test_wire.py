@@ -67,6 +67,27 @@ async def test_checksum_error_keeps_connection(broker: Broker) -> None:
     c.close()
 
 
+async def test_a_batch_claiming_more_messages_than_it_holds_is_refused(broker: Broker) -> None:
+    """The count is refused (consumers would read past the payload: the C++ client crashed on one
+    claiming 2**31-1), the SENDs around it in the same read are stored."""
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/wire-batch-count"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    single = struct.pack(">I", 2) + b"\x18\x00"  # one empty message: its size and SingleMessageMetadata
+    sends = [send_frame(1, 0, single, num_messages_in_batch=1),
+             send_frame(1, 1, single, num_messages_in_batch=2**31 - 1),
+             send_frame(1, 2, single * 5, num_messages_in_batch=6),
+             send_frame(1, 3, single * 5, num_messages_in_batch=5)]
+    c.writer.write(b"".join(commands.frame_with_payload(cmd, payload) for cmd, payload in sends))
+    replies = [await c.recv() for _ in range(4)]
+    # (an error is answered at once, a receipt once stored)
+    assert sorted((r.send_receipt.sequence_id if r.type == T.SEND_RECEIPT else r.send_error.sequence_id, r.type)
+                  for r in replies) == [(0, T.SEND_RECEIPT), (1, T.SEND_ERROR), (2, T.SEND_ERROR), (3, T.SEND_RECEIPT)]
+    assert {r.send_error.error for r in replies if r.type == T.SEND_ERROR} == {pb.ServerError.MetadataError}
+    c.close()
+
+
 async def test_receipts_in_send_order(broker: Broker) -> None:
     c = await WireClient.open(port_of(broker))
     await c.connect()

@@ -27,6 +27,13 @@ def reference_checks(payload: bytes) -> SendChecks:
     """The checks as protobuf reads them (the old path)."""
     parsed = parse_payload(payload)
     md = parsed.metadata
+    if md.HasField("num_messages_in_batch"):
+        # A batch's messages take 6 bytes at least (size, payload_size), of the body or of what it
+        # uncompresses to.
+        start = 6 if payload[:2] == b"\x0e\x01" else 0
+        body = len(payload) - start - 4 - struct.unpack_from(">I", payload, start)[0]
+        if not 0 <= md.num_messages_in_batch * 6 <= max(body, md.uncompressed_size):
+            raise ProtocolError("batch count beyond the payload")
     return SendChecks(parsed.checksum_ok,
                       md.deliver_at_time - md.publish_time if md.HasField("deliver_at_time") else None,
                       len(md.encryption_keys) > 0, md.HasField("txnid_most_bits"),
@@ -54,7 +61,7 @@ def payload_of(meta: bytes, body: bytes = b"x" * 10, crc: bool = True) -> bytes:
 def test_checks_agree_with_protobuf_on_valid_metadata(md: pb.MessageMetadata, crc: bool, corrupt: bool) -> None:
     tail_payload = payload_of(md.SerializeToString(), crc=False)
     payload = with_crc(tail_payload, corrupt) if crc else tail_payload
-    assert check_send_payload(payload) == reference_checks(payload)
+    assert outcome(check_send_payload, payload) == outcome(reference_checks, payload)
 
 
 @settings(max_examples=600, deadline=None)
@@ -99,6 +106,25 @@ def test_a_run_of_plain_payloads_ends_at_the_first_that_is_not(
         first = payloads[count]
         assert plain_send_payloads([first], max_size) == 0
         assert plain_send_payloads(payloads[count:], max_size) == 0
+
+
+@pytest.mark.parametrize("count, body, uncompressed_size, fits", [
+    (10, 60, None, True), (11, 60, None, False),  # uncompressed: the body holds them
+    (100, 60, 600, True), (101, 60, 600, False),  # compressed: what it uncompresses to holds them
+    (0, 0, None, True), (1, 0, None, False),
+    (2**27, 60, None, False),  # the fast path's longest count
+    (2**31 - 1, 60, 2**32 - 1, False), (-1, 60, None, False),  # (protobuf reads these)
+])
+@pytest.mark.parametrize("crc", [True, False])
+def test_a_batch_claiming_more_messages_than_its_payload_holds_is_refused(
+        count: int, body: int, uncompressed_size: int | None, fits: bool, crc: bool) -> None:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, num_messages_in_batch=count)
+    if uncompressed_size is not None:
+        md.compression, md.uncompressed_size = pb.LZ4, uncompressed_size
+    payload = payload_of(md.SerializeToString(), b"x" * body, crc=crc)
+    assert outcome(check_send_payload, payload) == (COMMON if fits else "ProtocolError")
+    # (one whose count only its uncompressed bytes hold takes protobuf's path)
+    assert plain_send_payloads([payload], len(payload)) == int(fits and count * 6 <= body)
 
 
 def test_the_clients_metadata_takes_the_fast_path() -> None:
