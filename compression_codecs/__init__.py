@@ -26,8 +26,13 @@ ZSTD = 3
 SNAPPY = 4
 
 
-class UnknownCodecError(ValueError):
-    """A compression type this broker does not know."""
+class DecompressionError(ValueError):
+    """Bytes a codec cannot uncompress: damaged, not of that codec, or more than the size announced.
+    Each library's own error is wrapped in it (its ``__cause__``)."""
+
+
+class UnknownCodecError(DecompressionError):
+    """A compression type this broker does not know (to compress with, or to uncompress)."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,13 @@ def _lz4_compress(data: bytes) -> bytes:
 def _lz4_decompress(data: bytes, size: int) -> bytes:
     import lz4.block
 
-    return bytes(lz4.block.decompress(data, uncompressed_size=size))
+    try:
+        return bytes(lz4.block.decompress(data, uncompressed_size=size))
+    except lz4.block.LZ4BlockError as exc:
+        raise DecompressionError(f"LZ4: {exc}") from exc
 
 
-class SizeMismatchError(ValueError):
+class SizeMismatchError(DecompressionError):
     """Compressed bytes that hold more than the size announced beside them (a decompression bomb, or a lie)."""
 
 
@@ -71,7 +79,10 @@ def _too_big(size: int) -> SizeMismatchError:
 
 def _zlib_decompress(data: bytes, size: int) -> bytes:
     inflater = zlib.decompressobj()
-    out = inflater.decompress(data, size + 1)
+    try:
+        out = inflater.decompress(data, size + 1)
+    except zlib.error as exc:
+        raise DecompressionError(f"ZLIB: {exc}") from exc
     if len(out) > size:
         raise _too_big(size)
     return out
@@ -86,10 +97,13 @@ def _zstd_compress(data: bytes) -> bytes:
 def _zstd_decompress(data: bytes, size: int) -> bytes:
     import zstandard
 
-    declared = zstandard.frame_content_size(data)
-    if declared > size:  # (-1: not declared; then max_output_size holds it)
-        raise _too_big(size)
-    return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
+    try:
+        declared = zstandard.frame_content_size(data)
+        if declared > size:  # (-1: not declared; then max_output_size holds it)
+            raise _too_big(size)
+        return bytes(zstandard.ZstdDecompressor().decompress(data, max_output_size=size))
+    except zstandard.ZstdError as exc:
+        raise DecompressionError(f"ZSTD: {exc}") from exc
 
 
 def _snappy_compress(data: bytes) -> bytes:
@@ -109,10 +123,13 @@ def _snappy_decompress(data: bytes, size: int) -> bytes:
         if byte < 0x80:
             break
         if i == 4:
-            raise ValueError("snappy: bad length")
+            raise DecompressionError("SNAPPY: bad length")
     if declared > size:
         raise _too_big(size)
-    return bytes(cramjam.snappy.decompress_raw(data))
+    try:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except cramjam.DecompressionError as exc:
+        raise DecompressionError(f"SNAPPY: {exc}") from exc
 
 
 CODECS: dict[int, Codec] = {
@@ -141,5 +158,5 @@ def compress(number: int, data: bytes) -> bytes:
 
 def decompress(number: int, data: bytes, uncompressed_size: int) -> bytes:
     """``data``, compressed with the codec ``number``, uncompressed (``uncompressed_size``: the size announced with
-    it). Each library raises errors of its own on bytes it cannot read."""
+    it); DecompressionError when it cannot be."""
     return codec(number).decompress(data, uncompressed_size)

@@ -46,7 +46,7 @@ from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_m
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName, is_system_topic
-from compression_codecs import decompress
+from compression_codecs import DecompressionError, decompress
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -707,7 +707,7 @@ def entry_response(entry: Entry) -> web.Response:
     # Encrypted payloads are returned as stored; so is one the broker cannot (or will not: past PEEK_INFLATE_LIMIT)
     # uncompress, with the header that says its codec.
     if not md.encryption_keys and md.uncompressed_size <= PEEK_INFLATE_LIMIT:
-        with contextlib.suppress(Exception):  # (unknown codec, unreadable bytes: each library has its own errors)
+        with contextlib.suppress(DecompressionError):
             body = decompress(md.compression, payload, md.uncompressed_size)
     return web.Response(body=body, headers=h, content_type="application/octet-stream")
 

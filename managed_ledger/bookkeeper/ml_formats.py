@@ -267,7 +267,7 @@ def _uncompressed(data: bytes, metadata_type: type[ManagedLedgerInfoMetadata] | 
     payload = data[_HEADER.size + size:]
     try:
         plain = compression_codecs.decompress(metadata.compressionType, payload, metadata.uncompressedSize)
-    except Exception as exc:  # each codec library has errors of its own
+    except compression_codecs.DecompressionError as exc:
         raise MetadataFormatError(f"compressed {what} does not decompress: {exc!r}") from exc
     if len(plain) != metadata.uncompressedSize:
         raise MetadataFormatError(f"compressed {what}: {len(plain)} bytes, {metadata.uncompressedSize} announced")
