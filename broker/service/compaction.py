@@ -3,7 +3,8 @@
 Compaction reads the topic up to a horizon (its last entry when the run starts), finds for every
 key (the partition key) the last message, and keeps only those; a null-value message deletes its
 key; messages without a key are dropped unless topicCompactionRetainNullKey (Pulsar's default since
-PIP-318 is to drop them). Batches are read message by message.
+PIP-318 is to drop them). Batches are read message by message; one that cannot be read is kept
+whole, its keys unknown (as Pulsar's compactor keeps it).
 
 The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
 only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
@@ -32,9 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from google.protobuf.message import DecodeError
+
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
-from compression_codecs import decompress
+from compression_codecs import DecompressionError, decompress
 from managed_ledger import Entry, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
@@ -96,21 +99,38 @@ class _Message(NamedTuple):
     null_value: bool
 
 
+class UnreadableBatchError(ValueError):
+    """A batch whose messages cannot be read: it does not uncompress, or its messages do not fit it."""
+
+
 def messages_of(entry: bytes) -> Iterator[_Message]:
-    """Key and null flag of every message of an entry (one for a non-batch entry)."""
+    """Key and null flag of every message of an entry (one for a non-batch entry); UnreadableBatchError
+    for a batch that cannot be read."""
     md, payload = _payload_of(entry)
     if not md.HasField("num_messages_in_batch"):
         yield _Message(md.partition_key if md.HasField("partition_key") else None, md.null_value)
         return
-    data = decompress(md.compression, payload, md.uncompressed_size)
+    try:
+        data = decompress(md.compression, payload, md.uncompressed_size)
+    except DecompressionError as exc:
+        raise UnreadableBatchError(str(exc)) from exc
     pos = 0
-    for _ in range(md.num_messages_in_batch):
-        (size,) = _U32.unpack_from(data, pos)
-        single = pb.SingleMessageMetadata()
-        single.ParseFromString(data[pos + 4:pos + 4 + size])
+    for i in range(md.num_messages_in_batch):
+        try:
+            (size,) = _U32.unpack_from(data, pos)
+            single = pb.SingleMessageMetadata()
+            single.ParseFromString(data[pos + 4:pos + 4 + size])
+        except (struct.error, DecodeError) as exc:
+            raise UnreadableBatchError(f"message {i} of {md.num_messages_in_batch}: {exc}") from exc
         pos += 4 + size + single.payload_size
         key = single.partition_key if single.HasField("partition_key") else None
         yield _Message(key, single.null_value)
+
+
+def _batch_count(entry: bytes) -> int | None:
+    """The messages of a batch entry, as its metadata counts them; None for an entry that is not a batch."""
+    md = read_entry_metadata(entry)
+    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None
 
 
 # -- the compactor ----------------------------------------------------------------------------------------
@@ -139,10 +159,16 @@ def _hidden(e: Entry, buffer: TransactionBuffer) -> bool:
 def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[CompactedEntry]:
     """Pass 1 finds each key's last message; pass 2 keeps entries holding a survivor."""
     latest: dict[str, tuple[Position, int, bool]] = {}
-    parsed: list[tuple[Entry, list[_Message]]] = []
+    parsed: list[tuple[Entry, list[_Message] | None]] = []
     for e in entries:
         try:
             msgs = list(messages_of(e.data))
+        except UnreadableBatchError as exc:
+            # Kept whole, its keys unknown, as Pulsar's compactor keeps it: failing the run would fail
+            # every later one too, and the consumers' own client decides what the batch holds.
+            log.warning("compaction: the batch at %s cannot be read (%s); it is kept whole", e.position, exc)
+            parsed.append((e, None))
+            continue
         except Exception as exc:
             raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
         parsed.append((e, msgs))
@@ -150,7 +176,12 @@ def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[Compac
             if m.key is not None:
                 latest[m.key] = (e.position, i, m.null_value)
     kept: list[CompactedEntry] = []
-    for e, msgs in parsed:
+    for e, read in parsed:
+        if read is None:
+            count = _batch_count(e.data) or 0
+            kept.append(CompactedEntry(e, None, count, count - 1))
+            continue
+        msgs = read
         alive = [i for i, m in enumerate(msgs)
                  if (m.key is None and retain_null_key and not m.null_value)
                  or (m.key is not None and latest[m.key] == (e.position, i, False))]
@@ -180,12 +211,14 @@ def decode_record(data: bytes) -> CompactedEntry:
     off = _RECORD_HEAD.size
     words = [_WORD.unpack_from(data, off + 8 * i)[0] for i in range(n)]
     body = data[off + 8 * n:]
-    msgs = list(messages_of(body))
-    batch = read_entry_metadata(body).HasField("num_messages_in_batch")
+    # (counted by the metadata, not read message by message: a batch that cannot be read is kept whole)
+    count = _batch_count(body)
     if words:
-        alive = [i for i in range(len(msgs)) if (words[i // 64] >> (i % 64)) & 1]
+        alive = [i for i in range(count or 1) if (words[i // 64] >> (i % 64)) & 1]
         return CompactedEntry(Entry(Position(lid, eid), body), words, len(alive), alive[-1])
-    return CompactedEntry(Entry(Position(lid, eid), body), None, len(msgs), len(msgs) - 1 if batch else -1)
+    if count is None:
+        return CompactedEntry(Entry(Position(lid, eid), body), None, 1, -1)
+    return CompactedEntry(Entry(Position(lid, eid), body), None, count, count - 1)
 
 
 @dataclass

@@ -1,0 +1,61 @@
+"""Compaction's reading of batches: a batch it cannot read is kept whole, as Pulsar's compactor keeps it,
+and the compacted view's records count a batch's messages from its metadata."""
+
+from __future__ import annotations
+
+import struct
+
+import lz4.block
+import pytest
+
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry
+from broker.service.compaction import CompactedEntry, decode_record, encode_record, select_survivors
+from managed_ledger import Entry, Position
+
+
+def single(key: str, value: bytes) -> bytes:
+    meta = pb.SingleMessageMetadata(partition_key=key, payload_size=len(value)).SerializeToString()
+    return struct.pack(">I", len(meta)) + meta + value
+
+
+def batch_entry(eid: int, *messages: tuple[str, bytes], compression: pb.CompressionType = pb.NONE,
+                body: bytes | None = None) -> Entry:
+    plain = b"".join(single(k, v) for k, v in messages)
+    md = pb.MessageMetadata(producer_name="p", sequence_id=eid, publish_time=1, num_messages_in_batch=len(messages),
+                            uncompressed_size=len(plain))
+    if compression != pb.NONE:
+        md.compression = compression
+    if body is None:
+        body = plain if compression == pb.NONE else lz4.block.compress(plain, store_size=False)
+    return Entry(Position(1, eid), build_entry(md.SerializeToString(), body))
+
+
+def survivors(entries: list[Entry]) -> list[tuple[int, list[int] | None, int, int]]:
+    return [(c.entry.position.entry_id, c.ack_set, c.messages, c.last_index) for c in select_survivors(entries, False)]
+
+
+GARBAGE_LZ4 = b"\xff" * 40  # (what a client announced as 3 messages in LZ4)
+
+
+@pytest.mark.parametrize("damage", ["does not uncompress", "messages do not fit"])
+def test_a_batch_that_cannot_be_read_is_kept_whole_and_supersedes_nothing(damage: str) -> None:
+    messages = (("k1", b"old"), ("k2", b"x"), ("k3", b"y"))
+    if damage == "does not uncompress":
+        unreadable = batch_entry(1, *messages, compression=pb.LZ4, body=GARBAGE_LZ4)
+    else:  # the count says 3, the body holds one and a half
+        whole = b"".join(single(k, v) for k, v in messages)
+        unreadable = batch_entry(1, *messages, body=whole[:len(single("k1", b"old")) + 5])
+    entries = [batch_entry(0, ("k1", b"first"), ("k9", b"kept")), unreadable, batch_entry(2, ("k1", b"last"))]
+    # k1 of entry 0 is superseded by entry 2's, not by the unreadable batch's (whose keys are unknown)
+    assert survivors(entries) == [(0, [0b10], 1, 1), (1, None, 3, 2), (2, None, 1, 0)]
+
+
+def test_the_records_of_a_view_count_an_unreadable_batch_by_its_metadata() -> None:
+    unreadable = batch_entry(4, ("a", b"1"), ("b", b"2"), compression=pb.LZ4, body=GARBAGE_LZ4)
+    readable = batch_entry(5, ("a", b"1"), ("b", b"2"), ("c", b"3"))
+    plain = Entry(Position(1, 6), build_entry(pb.MessageMetadata(producer_name="p", sequence_id=6, publish_time=1,
+                                                                 partition_key="z").SerializeToString(), b"v"))
+    for kept in (CompactedEntry(unreadable, None, 2, 1), CompactedEntry(readable, [0b101], 2, 2),
+                 CompactedEntry(readable, None, 3, 2), CompactedEntry(plain, None, 1, -1)):
+        assert decode_record(encode_record(kept)) == kept
