@@ -6,6 +6,7 @@ name; an unset policy answers 204 with no body, as Pulsar does for a null value.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from broker.topic_name import TopicName
 if TYPE_CHECKING:
     from broker.admin.http import WebService
     from broker.metadata.store import BrokerMetadata
+
+log = logging.getLogger(__name__)
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -170,7 +173,8 @@ class NamespacesResource:
         deleting = service.namespaces_being_deleted
         if ns in deleting:
             raise HttpError(409, f"Namespace {ns} is being deleted")
-        deleting.add(ns)  # no topic is created in it from here on (a create already under way may still finish)
+        deleting.add(ns)  # no topic is created in it here from now on (a create already under way may still finish)
+        marked = False
         try:
             force = query_flag(request, "force")
             for _ in range(2):  # the second look finds what a create under way at the first one made
@@ -178,13 +182,29 @@ class NamespacesResource:
                 partitioned = self.metadata.partitioned_topics_of(ns)
                 if (topics or partitioned) and not force:
                     raise HttpError(409, "Cannot delete non empty namespace")
+                if not marked:  # and none by any broker once its policies say so (Pulsar's mark)
+                    await self._mark_deleted(ns, True)
+                    marked = True
                 await self._delete_topics(request, topics, partitioned)
             if service.ownership.distributed:
                 await self.web.namespace_ops.release_bundles(request, ns)
             await self.metadata.delete_namespace(ns)
+        except BaseException:
+            if marked:  # (a delete that failed leaves the namespace usable; a retry marks it again)
+                try:
+                    await self._mark_deleted(ns, False)
+                except Exception:
+                    log.exception("namespace %s: could not take back its deleted mark", ns)
+            raise
         finally:
             deleting.discard(ns)
         return no_content()
+
+    async def _mark_deleted(self, ns: str, deleted: bool) -> None:
+        def mark(policies: dict[str, Any]) -> None:
+            policies["deleted"] = deleted
+
+        await self.metadata.modify_policies(ns, mark)
 
     async def _delete_topics(self, request: web.Request, topics: list[str], partitioned: list[str]) -> None:
         async def delete(name: TopicName) -> None:

@@ -62,7 +62,7 @@ class PartitionedTopics:
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise HttpError(412, "Number of partitions should be more than 0")
         self._check_at_most_max(n)
-        if name.namespace in self.service.namespaces_being_deleted:
+        if self.service.namespace_being_deleted(name.namespace):
             raise HttpError(412, f"Namespace {name.namespace} is being deleted")
         if name.partition_index >= 0:
             raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")

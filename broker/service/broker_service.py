@@ -142,8 +142,7 @@ class BrokerService:
         # Topics being unloaded or deleted: a load of the same name waits for that to finish, so
         # a client reconnecting at once never gets the managed ledger that is being closed.
         self._unloading: dict[str, asyncio.Future[None]] = {}
-        # Namespaces an admin is deleting: no topic is created in them meanwhile (Pulsar marks the policies
-        # deleted first); without it, a create between the emptiness check and the delete left an orphan.
+        # Namespaces an admin of this broker is deleting (``namespace_being_deleted``).
         self.namespaces_being_deleted: set[str] = set()
         self.backlog_quotas = BacklogQuotaManager(self)
         self.expiry_stats = admin_ops.ExpiryStats()
@@ -454,10 +453,17 @@ class BrokerService:
             return name.full in self.non_persistent_topics
         return self.ledger_factory.exists(name.persistence_path)
 
+    def namespace_being_deleted(self, namespace: str) -> bool:
+        """Whether a namespace is being deleted, here or by any broker of the cluster: no topic is
+        created in it meanwhile (without it, a create between the delete's emptiness check and its
+        end left an orphan). Here from the moment the delete starts; for every broker once its
+        policies say ``deleted``, as Pulsar marks them before deleting the topics."""
+        return namespace in self.namespaces_being_deleted or bool(self.metadata.policy(namespace, "deleted"))
+
     def _check_may_create(self, name: TopicName, create: bool, explicit: bool) -> None:
         """TopicNotFoundError unless a missing topic may be created: a partition of a partitioned
         topic always, otherwise by admin request or the namespace's auto-creation rule."""
-        if name.namespace in self.namespaces_being_deleted:
+        if self.namespace_being_deleted(name.namespace):
             raise NotAllowedError(f"Namespace {name.namespace} is being deleted")
         base = name.base
         is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index

@@ -102,6 +102,13 @@ def test_brokers_share_pulsars_znodes_in_zookeeper(zk_server: ProcessInfo, tmp_p
                 # ... and the other way round.
                 other.ok("PUT", f"{NS}/acme/second")
                 wait_for(lambda: "acme/second" in admin.ok("GET", f"{NS}/acme"))
+                # A namespace a broker is deleting (its policies marked deleted first, as a Pulsar broker
+                # marks them: written here as one would) takes no topic at the others.
+                policies = znode(zk, "/admin/policies/acme/second")
+                zk.set("/admin/policies/acme/second", json.dumps({**policies, "deleted": True}).encode())
+                wait_for(lambda: admin.get(f"{NS}/acme/second").json["deleted"] is True)
+                assert admin.put("/admin/v2/persistent/acme/second/t").status in (409, 412)
+                other.ok("DELETE", f"{NS}/acme/second")  # (a delete that finds the mark goes on)
                 other.ok("DELETE", "/admin/v2/persistent/acme/ns/my%20orders/partitions")
                 wait_for(lambda: admin.get("/admin/v2/persistent/acme/ns/my%20orders/partitions").json
                          == {"partitions": 0})
