@@ -8,7 +8,8 @@ bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone fr
 `make pulsar-deps`, cluster/apache_pulsar.py), ``lite`` (pulsar-lite).
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
-The fixed-rate latency workloads use a load generator on the official Go client (bench/fixed_rate.py);
+The fixed-rate latency workloads, and a fan-out row beside the Python client's, use a load generator on the
+official Go client (bench/fixed_rate.py);
 a run that does not achieve the rate offered fails (RunFailed): the table says so and the bench exits 1
 (with --keep-going FILE, 0, the failure written to FILE: `make bench` runs its other benches, then fails).
 Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
@@ -280,6 +281,24 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
     return run
 
 
+def fan_out_go(subscriptions: int, n: int, size: int) -> Workload:
+    """``fan_out`` with the official Go client (bench/go_load/fanout.go): the Python client's consumer threads
+    wait on its GIL in ``acknowledge`` (docs/benchmarks.md), so that row measures the client as much as the
+    broker. The rate is the Go program's (first send -> last delivery); the broker's CPU is over the whole run,
+    subscribing included."""
+    def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
+        if window.broker.name in NO_END_TO_END:
+            return 0, 0, {"not_measured": 1.0}
+        window.start()
+        r = fixed_rate.fan_out(window.broker.url, fresh_topic("go-fanout"), subscriptions, n, size)
+        got = int(r.figure("deliveries"))
+        extra = {"achieved": r.figure("rate"), "client_cpu_s": r.client_cpu_s}
+        if r.failure is not None:
+            raise RunFailed(r.failure, got, got * size, extra)
+        return got, got * size, extra
+    return run
+
+
 def measure(broker: BrokerProcess, workload: Workload) -> Result:
     # Start every run with no dirty pages left by the previous one: pulsar-lite does not fsync,
     # so the kernel would otherwise write its last run's data back during the next run, which
@@ -352,12 +371,18 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         (f"{LATENCY} 10k msg/s, 100 B", latency(10_000, max(2.0, 10 * scale), 100)),
         (f"{max(10, int(1000 * scale))} topics x 10 msgs", many_topics(max(10, int(1000 * scale)), 10)),
         ("fan-out to 10 subscriptions", fan_out(10, s(20_000), 100)),
+        (f"fan-out to 10 subscriptions, {GO_CLIENT}", fan_out_go(10, s(20_000), 100)),
         (f"{topic_count(scale)} topics, each a producer + a subscription",
          topics_with_subscriptions(topic_count(scale))),
     ]
 
 
 LATENCY = "latency"  # the fixed-rate workloads' names start with it
+GO_CLIENT = "Go client"  # and the other workloads of the Go load generator end with it
+
+
+def needs_go(name: str) -> bool:
+    return name.startswith(LATENCY) or name.endswith(GO_CLIENT)
 
 
 def topic_count(scale: float) -> int:
@@ -377,14 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     print(f"load average before: {load_average()}", flush=True)
     chosen = [(name, w) for name, w in workloads(args.scale) if not args.only or args.only in name]
-    if any(name.startswith(LATENCY) for name, _ in chosen):
+    if any(needs_go(name) for name, _ in chosen):
         try:
             fixed_rate.build()
         except fixed_rate.LoadGeneratorUnavailable as exc:
             if fixed_rate.required():
                 raise
-            print(f"fixed-rate latency workloads skipped: {exc}", flush=True)
-            chosen = [(name, w) for name, w in chosen if not name.startswith(LATENCY)]
+            print(f"workloads of the Go load generator skipped: {exc}", flush=True)
+            chosen = [(name, w) for name, w in chosen if not needs_go(name)]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cluster: LocalCluster | None = None
@@ -510,6 +535,10 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
                 notes.append(f"{n}: RSS with them open {ex['rss_mb']:.0f} MB (+{ex['rss_per_topic_kb']:.1f} KB/topic)")
             if "offered" in ex:
                 notes.append(latency_note(n, results[n], runs))
+            elif "not_measured" in ex:
+                notes.append(f"{n}: not measured ({NO_END_TO_END[n]})")
+            elif name.endswith(GO_CLIENT) and "client_cpu_s" in ex:
+                notes.append(f"{n}: load generator CPU {ex['client_cpu_s']:.1f} s")
         print(row + " | " + "; ".join(notes) + " |")
 
 

@@ -1,4 +1,5 @@
-"""Publish latency at a fixed rate, measured by a small load generator on the official Go client.
+"""Publish latency at a fixed rate, measured by a small load generator on the official Go client; and, with the
+same program, fan-out throughput with a client that is not bound by a GIL (``fan_out``).
 
 ``bench/go_load`` (built here with ``go build`` into ``bench/go_load/.bin``, ignored; the Go module proxy
 fetches the client into Go's module cache, as for compat/go) publishes unbatched messages at a fixed rate,
@@ -37,7 +38,7 @@ class LoadGeneratorUnavailable(RuntimeError):
 
 def build() -> Path:
     """The load generator's binary, (re)built when a source is newer (go build's own cache makes it quick)."""
-    sources = [GO_LOAD / name for name in ("main.go", "go.mod", "go.sum")]
+    sources = [*GO_LOAD.glob("*.go"), GO_LOAD / "go.mod", GO_LOAD / "go.sum"]
     if BINARY.exists() and all(BINARY.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return BINARY
     go = shutil.which("go")
@@ -71,14 +72,25 @@ def run(url: str, topic: str, rate: int, seconds: float, size: int, warmup_s: fl
     """One run against the broker at ``url`` (after ``warmup_s`` at the same rate, not measured); never raises
     for a broker's failure (see FixedRateRun.failure). ``end_to_end=False``: the consumer is attached and
     acknowledges what it gets, but the run neither waits for it nor reports end-to-end latency."""
+    return _run_load_generator(
+        ["-url", url, "-topic", topic, "-rate", str(rate), "-seconds", str(seconds), "-warmup", str(warmup_s),
+         "-size", str(size), "-min-ratio", str(MIN_RATIO), f"-e2e={str(end_to_end).lower()}"],
+        timeout=seconds + warmup_s + 300)
+
+
+def fan_out(url: str, topic: str, subscriptions: int, messages: int, size: int) -> FixedRateRun:
+    """``messages`` published as fast as the Go client's batching producer goes, each delivered to and
+    acknowledged by one consumer of each of ``subscriptions`` Shared subscriptions; the report's ``rate`` is
+    deliveries per second from the first send to the last delivery (bench/go_load/fanout.go). Never raises for a
+    broker's failure (see FixedRateRun.failure: deliveries that never came, sends that failed)."""
+    return _run_load_generator(["-url", url, "-topic", topic, "-fanout", str(subscriptions),
+                                "-messages", str(messages), "-size", str(size)], timeout=300)
+
+
+def _run_load_generator(args: list[str], timeout: float) -> FixedRateRun:
     binary = build()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(
-        [str(binary), "-url", url, "-topic", topic, "-rate", str(rate), "-seconds", str(seconds),
-         "-warmup", str(warmup_s), "-size", str(size), "-min-ratio", str(MIN_RATIO),
-         f"-e2e={str(end_to_end).lower()}"],
-        capture_output=True, text=True, timeout=seconds + warmup_s + 300,
-    )
+    done = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     try:

@@ -86,7 +86,27 @@ func main() {
 	minRatio := flag.Float64("min-ratio", 0.95, "fail (exit 3) when the rate achieved is below this share of -rate")
 	endToEnd := flag.Bool("e2e", true, "wait for the consumer to receive every message and measure end-to-end "+
 		"latency (false: the consumer still takes and acknowledges what it receives, nothing waits for it)")
+	fanOutTo := flag.Int("fanout", 0, "instead: fan-out throughput to this many Shared subscriptions (fanout.go)")
+	messages := flag.Int("messages", 20000, "with -fanout: messages to publish")
 	flag.Parse()
+	if *fanOutTo > 0 {
+		if *topic == "" || *messages <= 0 {
+			fmt.Fprintln(os.Stderr, "latency-load -fanout: -topic is required, -messages must be positive")
+			os.Exit(2)
+		}
+		client, err := newClient(*url)
+		rep := fanOutReport{Error: fmt.Sprint(err)}
+		if err == nil {
+			rep = fanOut(client, *topic, *fanOutTo, *messages, *size)
+			client.Close()
+		}
+		out, _ := json.Marshal(rep)
+		fmt.Println(string(out))
+		if rep.Error != "" {
+			os.Exit(1)
+		}
+		return
+	}
 	if *topic == "" || *rate <= 0 || *seconds <= 0 || *size < 9 {
 		fmt.Fprintln(os.Stderr, "latency-load: -topic is required; -rate and -seconds must be positive, -size >= 9")
 		os.Exit(2)
@@ -111,11 +131,7 @@ func run(url, topic string, rate, seconds, warmup float64, size int, endToEnd bo
 		rep.Error = fmt.Sprintf(format, args...)
 		return rep
 	}
-	logger := logrus.New()
-	logger.SetLevel(logrus.WarnLevel)
-	logger.SetOutput(os.Stderr)
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 60 * time.Second,
-		Logger: log.NewLoggerWithLogrus(logger)})
+	client, err := newClient(url)
 	if err != nil {
 		return fail("client: %v", err)
 	}
@@ -248,4 +264,12 @@ func run(url, topic string, rate, seconds, warmup float64, size int, endToEnd bo
 	rep.FromSchedule = quantiles(fromSchedule)
 	rep.Lag = quantiles(lag)
 	return rep
+}
+
+func newClient(url string) (pulsar.Client, error) {
+	logger := logrus.New()
+	logger.SetLevel(logrus.WarnLevel)
+	logger.SetOutput(os.Stderr)
+	return pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 60 * time.Second,
+		Logger: log.NewLoggerWithLogrus(logger)})
 }

@@ -41,3 +41,20 @@ def test_a_rate_not_achieved_fails_the_run(pulsar_broker: BrokerThread, load_gen
     assert run.failure is not None and "offered 1000000 msg/s, achieved" in run.failure
     assert 0 < run.figure("achieved") < fixed_rate.MIN_RATIO * 1_000_000
     assert run.figure("received") == 2000  # the run still finished: every message was sent and received
+
+
+def test_fan_out_counts_every_delivery_of_every_subscription(pulsar_broker: BrokerThread,
+                                                             load_generator: None) -> None:
+    run = fixed_rate.fan_out(pulsar_broker.service_url, topic_name("go-fanout"), subscriptions=3, messages=500,
+                             size=100)
+    assert run.failure is None, run.failure
+    assert (run.figure("subscriptions"), run.figure("messages"), run.figure("deliveries")) == (3, 500, 1500)
+    assert run.figure("rate") == pytest.approx(1500 / run.figure("seconds"))
+    assert run.client_cpu_s > 0
+
+
+def test_a_fan_out_that_cannot_start_fails_with_the_reason(pulsar_broker: BrokerThread, load_generator: None) -> None:
+    run = fixed_rate.fan_out(pulsar_broker.service_url, "persistent://no-such-tenant/ns/t", subscriptions=2,
+                             messages=10, size=100)
+    assert run.failure is not None and run.failure.startswith("subscribe: "), run.failure
+    assert run.figure("deliveries") == 0
