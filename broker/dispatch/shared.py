@@ -293,7 +293,12 @@ class SharedDispatcher(Dispatcher):
         if not self._end_read(epoch, exc):
             return
         replaying = replayed is not None
-        if not replaying:
+        if replaying:
+            # The read left out acknowledged positions when it was issued; one acknowledged while it
+            # was in flight (the client's late ack after a nack or an ack timeout) is not sent again.
+            is_acked = self.cursor.is_acked
+            entries = [e for e in entries if not is_acked(e.position)]
+        else:
             entries = self.clip_to_read_limit(entries)
         # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
         now_ms = int(time.time() * 1000) if self.context.policy().delayed_delivery else 1 << 62

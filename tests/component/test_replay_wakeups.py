@@ -1,16 +1,20 @@
 """Entries waiting in a Shared or Key_Shared dispatcher's replay set go out as soon as they can: when
 the consumer they wait for becomes writable again (not only at the next FLOW, ack or publish, which
 on a quiet topic may never come), and a replay read made stale by a cursor reset does not put its
-positions back when it fails (they would go out twice: from the reset position, and from the replay)."""
+positions back when it fails (they would go out twice: from the reset position, and from the replay);
+and an entry acknowledged while its replay read is in flight is not sent again when the read completes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
 from broker.service.consumer import Consumer
 from managed_ledger import Position
+from tests.component.test_lane_ordering import HeldReads, make_dispatcher
 from tests.component.test_permits import FakeCnx, Harness, KeyHarness, drain_lane
 
 
@@ -109,4 +113,31 @@ async def test_a_stale_replay_read_that_fails_does_not_put_its_positions_back() 
     d.trigger_read()  # (what the retry after a failed read does, a moment later)
     await drain()
     assert b.msg_out == 3 and not d.replay  # the three from the reset position, once
+    h.check()
+
+
+@pytest.mark.parametrize("kind", ["shared", "key_shared"])
+async def test_an_entry_acknowledged_while_its_replay_read_is_in_flight_is_not_sent_again(kind: str) -> None:
+    # A nack (or an ack timeout) puts entries in the replay set; their replay read goes to disk; the
+    # client's late ack of one of them lands before the read completes. That one is acknowledged: it
+    # must not go out again (the replay read left out acknowledged positions only when it was issued).
+    h = await Harness.create()
+    make_dispatcher(h, kind)
+    d = h.shared()
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    h.publish(2)
+    await drain_lane()
+    p1, p2 = sorted(a.pending_acks)
+    reads = HeldReads(h.cursor)
+    d.redeliver(a, [p1, p2])
+    await drain_lane()
+    assert len(reads.pending) == 1 and d.read_outstanding  # the replay read of both is in flight
+    h.ack(a, [p1])
+    while reads.release():  # the replay read completes (and whatever it triggers)
+        await drain_lane()
+    assert list(a.pending_acks) == [p2]  # p2 went out again, p1 did not
+    assert a.msg_out == 3
     h.check()
