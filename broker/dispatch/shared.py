@@ -11,7 +11,9 @@ entries (redeliveries still go out) until acks bring it down to half.
 
 Chunked messages (PIP-37): every chunk of a message goes to the consumer that got its first chunk,
 as Pulsar's SharedConsumerAssignor does; a chunk whose consumer has no permit now waits in the
-replay set. The first chunk goes preferably to a consumer with permits for all the chunks.
+replay set. The first chunk goes preferably to a consumer with permits for all the chunks. When
+that consumer leaves, its chunks go back to the replay set, and a later chunk of the message read
+meanwhile waits behind them.
 
 Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
 "stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
@@ -201,19 +203,25 @@ class SharedDispatcher(Dispatcher):
 
     def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
         if meta.num_chunks:
-            return self._chunk_consumer(meta)
+            return self._chunk_consumer(pos, meta)
         return self._next_consumer()
 
-    def _chunk_consumer(self, meta: EntryMeta) -> Consumer | None:
+    def _chunk_consumer(self, pos: Position, meta: EntryMeta) -> Consumer | None:
         """The consumer for a chunk: the one that has the message's earlier chunks (None while it
         has no permit: the chunk waits), else a new owner, preferably with permits for every
-        chunk left. The mapping ends with the last chunk."""
+        chunk left. The mapping ends with the last chunk.
+
+        A later chunk whose message has no consumer now waits while anything older waits in the
+        replay set: its consumer left while the chunk was being read, and the earlier chunks it had
+        went back there. Replayed in order, they pick the new consumer first."""
         uuid = meta.chunk_uuid
         owner = self._chunk_owner.get(uuid)
         if owner is not None and owner.closed:
             del self._chunk_owner[uuid]
             owner = None
         if owner is None:
+            if meta.chunk_id > 0 and self.replay and self.replay[0] < pos:
+                return None
             left = meta.num_chunks - meta.chunk_id
             owner, rr = next_round_robin(self.consumers, self._rr,
                                          lambda c: self._available(c) and c.permits >= left)
@@ -293,7 +301,12 @@ class SharedDispatcher(Dispatcher):
         if not self._end_read(epoch, exc):
             return
         replaying = replayed is not None
-        if not replaying:
+        if replaying:
+            # The read left out acknowledged positions when it was issued; one acknowledged while it
+            # was in flight (the client's late ack after a nack or an ack timeout) is not sent again.
+            is_acked = self.cursor.is_acked
+            entries = [e for e in entries if not is_acked(e.position)]
+        else:
             entries = self.clip_to_read_limit(entries)
         # With delayed delivery off (policy), deliver_at is ignored: everything goes out at once.
         now_ms = int(time.time() * 1000) if self.context.policy().delayed_delivery else 1 << 62
