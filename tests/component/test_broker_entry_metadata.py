@@ -48,7 +48,7 @@ async def publish(port: int, batches: list[int]) -> None:
     assert (await c.recv()).type == T.PRODUCER_SUCCESS
     for seq, n in enumerate(batches):
         fields: dict[str, object] = {"num_messages_in_batch": n} if n else {}
-        cmd, payload = send_frame(1, seq, b"x" * max(n, 1), False, **fields)
+        cmd, payload = send_frame(1, seq, b"x" * max(6 * n, 1), False, **fields)  # (6 bytes a message at least)
         cmd.send.num_messages = max(n, 1)
         c.send(cmd, payload)
         assert (await c.recv()).type == T.SEND_RECEIPT

@@ -45,12 +45,13 @@ def flow_cmd(consumer_id: int, permits: int) -> pb.BaseCommand:
 
 
 def batch_frame(producer_id: int, seq: int, messages: int) -> tuple[pb.BaseCommand, bytes]:
-    """A SEND whose metadata says it carries a batch of ``messages`` (the body is not parsed)."""
+    """A SEND whose metadata says it carries a batch of ``messages`` (the body is not parsed; it is as long
+    as the shortest batch of that many messages)."""
     cmd = pb.BaseCommand(type=T.SEND)
     cmd.send.producer_id, cmd.send.sequence_id, cmd.send.num_messages = producer_id, seq, messages
     meta = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1,
                               num_messages_in_batch=messages).SerializeToString()
-    tail = struct.pack(">I", len(meta)) + meta + b"batch"
+    tail = struct.pack(">I", len(meta)) + meta + b"b" * 6 * messages
     return cmd, b"\x0e\x01" + struct.pack(">I", crc32c(tail)) + tail
 
 
