@@ -571,14 +571,16 @@ class TopicsResource:
         if not name.persistent:
             raise HttpError(405, "Termination is only for persistent topics")
         if request.path.endswith("/partitions"):
-            self._single(name, None)
+            # (Pulsar's internalTerminatePartitionedTopic: a partition's name, or a name with no partitions, is 405.)
+            if name.partition_index >= 0 or self.partitions(name) == 0:
+                raise HttpError(405, "Termination of a non-partitioned topic is not allowed using "
+                                     "partitioned-terminate, please use terminate commands")
 
             async def terminate(p: TopicName) -> dict[str, int]:
                 last = await (await self.service.get_persistent_topic(p, create=False)).terminate()
                 return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": p.partition_index}
 
-            parts = self._existing_partitions(name) if self.partitions(name) else [name]
-            answers = await self.on_owners(request, parts, "POST", "terminate", terminate)
+            answers = await self.on_owners(request, self._existing_partitions(name), "POST", "terminate", terminate)
             return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
         [topic] = await self.stored_targets(name, "Terminate")
         last = await topic.terminate()
