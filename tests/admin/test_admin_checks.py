@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import uuid
 
+import pulsar
+import pytest
+
 from tests.admin.conftest import Admin
 
 
@@ -33,3 +36,22 @@ def test_terminate_partitions_is_only_for_a_partitioned_topic(admin: Admin) -> N
     assert admin.post(f"{base}-partition-0/terminate/partitions").status == 405
     answer = admin.ok("POST", f"{base}/terminate/partitions")
     assert sorted(answer) == ["0", "1"]
+
+
+# -- the admin's subscription create ----------------------------------------------------------------------------
+
+def test_admin_creates_a_subscription_where_clients_may_not(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar checks autoSubscriptionCreation on a client's SUBSCRIBE (ServerCnx) only; the admin's create
+    # (PersistentTopicsBase.internalCreateSubscription -> PersistentTopic.createSubscription) is not subject to it.
+    ns = admin.new_namespace()
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": False})
+    topic = f"persistent://{ns}/{new_name('t')}"
+    path = f"/admin/v2/persistent/{ns}/{topic.rsplit('/', 1)[1]}"
+    admin.ok("PUT", path)
+    assert admin.put(f"{path}/subscription/by-admin").status == 204
+    assert admin.ok("GET", f"{path}/subscriptions") == ["by-admin"]
+    consumer = client.subscribe(topic, "by-admin")  # the subscription exists: the client may use it
+    consumer.close()
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe(topic, "by-client")
+    assert admin.ok("GET", f"{path}/subscriptions") == ["by-admin"]
