@@ -289,6 +289,7 @@ class TopicsResource:
         """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
         properties = parse_properties(await read_body(request))
+        self._check_partition_name(name)
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
         try:
@@ -298,6 +299,20 @@ class TopicsResource:
         if properties:
             await self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
+
+    def _check_partition_name(self, name: TopicName) -> None:
+        """Pulsar's validateNonPartitionTopicName for the admin's create: a name ending in "-partition-<n>" is
+        refused (412) unless it is a partition of a partitioned topic that has more than n partitions."""
+        if name.partition_index < 0:
+            return
+        partitions = self.service.metadata.partitions_of(name.base.full)
+        local, base = name.local_name, name.base.local_name
+        if partitions == 0:
+            raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by numeric value if there '
+                                 f"isn't a partitioned topic {base} created.")
+        if name.partition_index >= partitions:
+            raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by a number smaller than '
+                                 f"number of partition of partitioned topic {base}")
 
     # -- properties ------------------------------------------------------------------------------
     def properties_key(self, name: TopicName) -> str:

@@ -55,3 +55,31 @@ def test_admin_creates_a_subscription_where_clients_may_not(admin: Admin, client
     with pytest.raises(pulsar.PulsarException):
         client.subscribe(topic, "by-client")
     assert admin.ok("GET", f"{path}/subscriptions") == ["by-admin"]
+
+
+# -- partition names --------------------------------------------------------------------------------------------
+
+def test_a_partition_name_past_the_partition_count_is_refused(admin: Admin, client: pulsar.Client) -> None:
+    # Admin create: PersistentTopicsBase.validateNonPartitionTopicNameAsync (412). Clients:
+    # BrokerService.getTopic refuses the name (NotAllowed); a "-partition-" name without a partitioned topic is
+    # a topic like any other for them.
+    ns = admin.new_namespace()
+    base = new_name("p")
+    path = f"/admin/v2/persistent/{ns}/{base}"
+    admin.ok("PUT", f"{path}/partitions", 3)
+    reply = admin.put(f"{path}-partition-7")
+    assert reply.status == 412, reply.body
+    assert reply.reason == (f'Can\'t create topic {base}-partition-7 with "-partition-" followed by a number smaller '
+                            f"than number of partition of partitioned topic {base}")
+    assert admin.put(f"{path}-partition-3").status == 412
+    assert admin.put(f"{path}-partition-2").status == 204
+    lone = new_name("lone")
+    reply = admin.put(f"/admin/v2/persistent/{ns}/{lone}-partition-1")
+    assert reply.status == 412 and "if there isn't a partitioned topic" in reply.reason
+    assert admin.put(f"/admin/v2/persistent/{ns}/{lone}-partition-x").status == 204  # (not a partition's name)
+    with pytest.raises(pulsar.PulsarException):
+        client.create_producer(f"persistent://{ns}/{base}-partition-7")
+    client.create_producer(f"persistent://{ns}/{lone}-partition-1").close()
+    listed = admin.ok("GET", f"/admin/v2/persistent/{ns}")
+    assert f"persistent://{ns}/{base}-partition-7" not in listed
+    assert f"persistent://{ns}/{lone}-partition-1" in listed
