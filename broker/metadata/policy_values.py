@@ -74,11 +74,33 @@ class PolicyError(ValueError):
         self.reason = reason
 
 
-def check_int(value: Any, what: str) -> int:
+# Java's int and long: the field types of Pulsar's policy classes. Its JSON binding (Jackson) refuses a number
+# outside its field's type (400), so no value past them is stored or handed on to a Pulsar tool.
+JAVA_INT = (-(2**31), 2**31 - 1)
+JAVA_LONG = (-(2**63), 2**63 - 1)
+_JAVA_TYPES = {JAVA_INT: "int", JAVA_LONG: "long"}
+
+
+def check_int(value: Any, what: str, java_type: tuple[int, int] = JAVA_LONG) -> int:
+    """An integer that fits ``java_type`` (JAVA_INT or JAVA_LONG: the field's type in Pulsar), else 400."""
     # bool is an int in Python but not in JSON: Pulsar's binding refuses true/false for a number.
     if isinstance(value, bool) or not isinstance(value, int):
         raise PolicyError(400, f"{what} must be an integer, got {value!r}")
+    lowest, highest = java_type
+    if not lowest <= value <= highest:
+        raise PolicyError(400, f"{what}: numeric value ({value}) out of range of {_JAVA_TYPES[java_type]} "
+                               f"({lowest} - {highest})")
     return value
+
+
+def check_java_int(value: Any, what: str) -> int:
+    """A value of a Java int field (Integer / int in Pulsar's classes)."""
+    return check_int(value, what, JAVA_INT)
+
+
+def check_java_long(value: Any, what: str) -> int:
+    """A value of a Java long field (Long / long in Pulsar's classes)."""
+    return check_int(value, what, JAVA_LONG)
 
 
 def check_object(body: Any, what: str) -> dict[str, Any]:
@@ -95,6 +117,35 @@ def parse_limit(body: Any, what: str, message: str | None = None) -> int:
     if value < 0:
         raise PolicyError(412, message or f"{what} must be 0 or more")
     return value
+
+
+def max_partitions(configured_max: int) -> int:
+    """The most partitions a partitioned topic may have: maxNumPartitionsPerPartitionedTopic, or our
+    PARTITIONS_CEILING when that is 0 (Pulsar's "no limit")."""
+    return configured_max if 0 < configured_max < PARTITIONS_CEILING else PARTITIONS_CEILING
+
+
+class TooManyPartitionsError(PolicyError):
+    """A partition count above ``most`` (Pulsar's NOT_ACCEPTABLE; the update of a partitioned topic answers 422
+    with its own words, see broker.admin.partitioned_topics)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(406, f"Number of partitions should be less than or equal to {most}")
+        self.most = most
+
+
+def check_partition_count(count: int, configured_max: int) -> int:
+    """The one check of a partitioned topic's partition count, wherever one is given: the admin's create and
+    update, a namespace's autoTopicCreation override, and the count a topic is auto-created with (the override's
+    or the broker's defaultNumPartitions). At least 1, at most ``max_partitions(configured_max)``; Pulsar's 406
+    (NOT_ACCEPTABLE) otherwise, as its AdminResource.internalCreatePartitionedTopic and
+    NamespacesBase.internalSetAutoTopicCreation answer."""
+    if count <= 0:
+        raise PolicyError(406, "Number of partitions should be more than 0")
+    most = max_partitions(configured_max)
+    if count > most:
+        raise TooManyPartitionsError(most)
+    return count
 
 
 def parse_bool(body: Any, what: str) -> bool:
@@ -417,7 +468,7 @@ class AutoTopicCreation:
         topic_type = doc.get("topicType")
         partitions = doc.get("defaultNumPartitions")
         if partitions is not None:
-            partitions = check_int(partitions, "defaultNumPartitions")
+            partitions = check_java_int(partitions, "defaultNumPartitions")
         if allow:
             problem = None
             if topic_type not in TOPIC_TYPES:
@@ -426,13 +477,19 @@ class AutoTopicCreation:
                 problem = "[defaultNumPartitions] cannot be null when the type is partitioned."
             elif topic_type == "partitioned" and partitions is not None and partitions <= 0:
                 problem = "[defaultNumPartitions] cannot be less than 1 for partition type."
-            elif topic_type == "partitioned" and partitions is not None and partitions > PARTITIONS_CEILING:
-                raise PolicyError(406, f"Number of partitions should be less than or equal to {PARTITIONS_CEILING}")
             elif topic_type == "non-partitioned" and partitions is not None:
                 problem = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
             if problem is not None:
                 raise PolicyError(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {problem}")
-        return cls(allow, None if topic_type is None else str(topic_type), partitions)
+        override = cls(allow, None if topic_type is None else str(topic_type), partitions)
+        override.check_partitions(0)  # (our ceiling; the admin route checks the broker's max)
+        return override
+
+    def check_partitions(self, configured_max: int) -> None:
+        """A partitioned override's defaultNumPartitions within maxNumPartitionsPerPartitionedTopic, allowed or
+        not (406, after the checks above, as NamespacesBase.internalSetAutoTopicCreation)."""
+        if self.partitioned and self.default_partitions is not None and self.default_partitions > 0:
+            check_partition_count(self.default_partitions, configured_max)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"allowAutoTopicCreation": self.allow}

@@ -33,6 +33,7 @@ from broker.metadata.policy_table import (
     RETENTION,
     PolicyResolver,
 )
+from broker.metadata.policy_values import PolicyError, check_partition_count
 from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
@@ -585,6 +586,10 @@ class BrokerService:
             return n
         rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
         partitions = rule.default_partitions or self.config.defaultNumPartitions
+        try:  # (an override stored before the max was lowered; Pulsar's BrokerService checks this too)
+            check_partition_count(partitions, self.config.maxNumPartitionsPerPartitionedTopic)
+        except PolicyError as exc:
+            raise NotAllowedError(exc.reason) from None
         self.check_topics_limit(name, partitions)
         await self.metadata.set_partitions(name.full, partitions)
         return partitions

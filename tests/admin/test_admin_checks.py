@@ -5,10 +5,12 @@ subscription create. Each case names the Pulsar class whose check it follows."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pulsar
 import pytest
 
+from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
 
 
@@ -83,3 +85,62 @@ def test_a_partition_name_past_the_partition_count_is_refused(admin: Admin, clie
     listed = admin.ok("GET", f"/admin/v2/persistent/{ns}")
     assert f"persistent://{ns}/{base}-partition-7" not in listed
     assert f"persistent://{ns}/{lone}-partition-1" in listed
+
+
+# -- partition counts: one check (policy_values.check_partition_count) ------------------------------------------
+
+MAX_PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("capped"),
+                      maxNumPartitionsPerPartitionedTopic=MAX_PARTITIONS) as b:
+        yield b
+
+
+def test_every_partition_count_meets_max_num_partitions(capped: BrokerThread) -> None:
+    admin = Admin(capped.web_url)
+    ns = admin.new_namespace()
+    p = f"/admin/v2/persistent/{ns}/{new_name('p')}"
+    # create (AdminResource.internalCreatePartitionedTopic): 406 both ways
+    reply = admin.put(f"{p}/partitions", MAX_PARTITIONS + 1)
+    assert (reply.status, reply.reason) == (
+        406, f"Number of partitions should be less than or equal to {MAX_PARTITIONS}")
+    reply = admin.put(f"{p}/partitions", 0)
+    assert (reply.status, reply.reason) == (406, "Number of partitions should be more than 0")
+    assert admin.put(f"{p}/partitions", 2147483648).status == 400  # (not a Java int)
+    admin.ok("PUT", f"{p}/partitions", 2)
+    # update (PersistentTopicsBase.internalUpdatePartitionedTopicAsync): 422
+    reply = admin.post(f"{p}/partitions", MAX_PARTITIONS + 1)
+    assert (reply.status, reply.reason) == (
+        422, f"Desired partitions {MAX_PARTITIONS + 1} can't be greater than the maximum partitions per topic "
+             f"{MAX_PARTITIONS}.")
+    reply = admin.post(f"{p}/partitions", 1)
+    assert (reply.status, reply.reason) == (422, "Desired partitions 1 can't be less than the current partitions 2.")
+    admin.ok("POST", f"{p}/partitions", MAX_PARTITIONS)
+    # a namespace's override (NamespacesBase.internalSetAutoTopicCreation): 406, allowed or not
+    path = f"/admin/v2/namespaces/{ns}/autoTopicCreation"
+    for allow in (True, False):
+        reply = admin.post(path, {"allowAutoTopicCreation": allow, "topicType": "partitioned",
+                                  "defaultNumPartitions": MAX_PARTITIONS + 1})
+        assert reply.status == 406, reply.body
+    assert admin.get(path).status == 204  # nothing stored
+    admin.ok("POST", path, {"allowAutoTopicCreation": True, "topicType": "partitioned",
+                            "defaultNumPartitions": MAX_PARTITIONS})
+
+
+def test_auto_creation_with_too_many_partitions_is_refused(capped: BrokerThread) -> None:
+    # A namespace created with an override above the max (Pulsar does not check a created namespace's policies):
+    # the auto-creation then refuses (BrokerService.createDefaultPartitionedTopicAsync), and creates nothing.
+    admin = Admin(capped.web_url)
+    ns = f"public/{new_name('over')}"
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}", {"autoTopicCreationOverride": {
+        "allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": MAX_PARTITIONS + 1}})
+    client = pulsar.Client(capped.service_url, operation_timeout_seconds=5)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(f"persistent://{ns}/{new_name('t')}")
+    finally:
+        client.close()
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}/partitioned") == []
