@@ -7,7 +7,9 @@ what ``GET`` answers and what the metadata store keeps). Scalar policies stay in
 checked by the small parsers here.
 
 Validation follows Pulsar's admin resources: a body of the wrong shape is a 400 (Pulsar's JSON
-binding rejects it), a well-formed value out of range is a 412 (Pulsar's PRECONDITION_FAILED).
+binding rejects it), and so is a number that does not fit its field's Java type (int or long, as in
+Pulsar's policy classes); a well-formed value out of range is what Pulsar answers for it, mostly 412
+(PRECONDITION_FAILED), 400 where Pulsar checks with checkArgument (retention, persistence).
 Pure: no I/O; of the rest of the broker it imports only Pulsar's vocabulary (broker.vocabulary).
 """
 
@@ -111,9 +113,10 @@ def check_object(body: Any, what: str) -> dict[str, Any]:
 
 # -- scalars ----------------------------------------------------------------------------------------
 
-def parse_limit(body: Any, what: str, message: str | None = None) -> int:
-    """An integer of 0 or more (a limit, a TTL, a threshold...); ``message`` for a negative one."""
-    value = check_int(body, what)
+def parse_limit(body: Any, what: str, message: str | None = None, java_type: tuple[int, int] = JAVA_INT) -> int:
+    """An integer of 0 or more (a limit, a TTL, a threshold...) that fits its field's Java type (an Integer unless
+    said: a compaction threshold is a Long); ``message`` for a negative one."""
+    value = check_int(body, what, java_type)
     if value < 0:
         raise PolicyError(412, message or f"{what} must be 0 or more")
     return value
@@ -206,16 +209,17 @@ class Retention:
     @classmethod
     def from_json(cls, body: Any) -> Retention:
         doc = check_object(body, "Retention policies")
-        minutes = check_int(doc.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
-        size_mb = check_int(doc.get("retentionSizeInMB", 0), "retentionSizeInMB")
+        minutes = check_java_int(doc.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+        size_mb = check_java_long(doc.get("retentionSizeInMB", 0), "retentionSizeInMB")
+        # (AdminResource.validateRetentionPolicies: checkArgument, a 400)
         if size_mb < -1:
-            raise PolicyError(412, "Invalid retention policy: size limit must be >= -1")
+            raise PolicyError(400, "Invalid retention policy: size limit must be >= -1")
         if minutes < -1:
-            raise PolicyError(412, "Invalid retention policy: time limit must be >= -1")
+            raise PolicyError(400, "Invalid retention policy: time limit must be >= -1")
         if (minutes == 0) != (size_mb == 0):
-            raise PolicyError(412, "Invalid retention policy: setting a single time or size limit to 0 is invalid "
-                                   "when the other is not 0. Use -1 to ignore a limit; set both to 0 to disable "
-                                   "retention.")
+            raise PolicyError(400, "Invalid retention policy: Setting a single time or size limit to 0 is invalid "
+                                   "when one of the limits has a non-zero value. Use the value of -1 instead of 0 to "
+                                   "ignore a specific limit. To disable retention both limits must be set to 0.")
         return cls(minutes, size_mb)
 
     def to_json(self) -> dict[str, int]:
@@ -248,8 +252,8 @@ class BacklogQuota:
     def from_json(cls, body: Any) -> BacklogQuota:
         doc = check_object(body, "Backlog quota")
         size_value = doc.get("limitSize", doc.get("limit", -1))
-        limit_size = check_int(-1 if size_value is None else size_value, "limitSize")
-        limit_time = check_int(doc.get("limitTime", -1), "limitTime")
+        limit_size = check_java_long(-1 if size_value is None else size_value, "limitSize")
+        limit_time = check_java_int(doc.get("limitTime", -1), "limitTime")
         policy = doc.get("policy")
         if policy not in BACKLOG_RETENTION_POLICIES:
             raise PolicyError(400, f"Invalid backlog quota policy {policy!r}; one of "
@@ -295,8 +299,8 @@ class PublishRate:
     @classmethod
     def from_json(cls, body: Any) -> PublishRate:
         doc = check_object(body, "Publish rate")
-        return cls(check_int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
-                   check_int(doc.get("publishThrottlingRateInByte", -1), "publishThrottlingRateInByte"))
+        return cls(check_java_int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
+                   check_java_long(doc.get("publishThrottlingRateInByte", -1), "publishThrottlingRateInByte"))
 
     def to_json(self) -> dict[str, int]:
         return {"publishThrottlingRateInMsg": self.messages, "publishThrottlingRateInByte": self.bytes}
@@ -320,9 +324,9 @@ class DispatchRate:
     @classmethod
     def from_json(cls, body: Any) -> DispatchRate:
         doc = check_object(body, "Dispatch rate")
-        msgs = check_int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
-        nbytes = check_int(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
-        period = check_int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
+        msgs = check_java_int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
+        nbytes = check_java_long(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
+        period = check_java_int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
         relative = parse_bool(doc.get("relativeToPublishRate", False), "relativeToPublishRate")
         if period < 1:
             raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
@@ -348,8 +352,8 @@ class SubscribeRate:
     @classmethod
     def from_json(cls, body: Any) -> SubscribeRate:
         doc = check_object(body, "Subscribe rate")
-        rate = check_int(doc.get("subscribeThrottlingRatePerConsumer", -1), "subscribeThrottlingRatePerConsumer")
-        period = check_int(doc.get("ratePeriodInSecond", 30), "ratePeriodInSecond")
+        rate = check_java_int(doc.get("subscribeThrottlingRatePerConsumer", -1), "subscribeThrottlingRatePerConsumer")
+        period = check_java_int(doc.get("ratePeriodInSecond", 30), "ratePeriodInSecond")
         if period < 1:
             raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
         return cls(rate, period)
@@ -374,8 +378,8 @@ class DelayedDelivery:
     def from_json(cls, body: Any) -> DelayedDelivery:
         doc = check_object(body, "Delayed delivery policies")
         active = parse_bool(doc.get("active", False), "active")
-        tick = check_int(doc.get("tickTime", 1000), "tickTime")
-        max_delay = check_int(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
+        tick = check_java_long(doc.get("tickTime", 1000), "tickTime")
+        max_delay = check_java_long(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
         if tick < 0 or max_delay < 0:
             raise PolicyError(412, "tickTime and maxDeliveryDelayInMillis must be 0 or more")
         return cls(active, tick, max_delay)
@@ -398,18 +402,18 @@ class Persistence:
     @classmethod
     def from_json(cls, body: Any) -> Persistence:
         doc = check_object(body, "Persistence policies")
-        ensemble = check_int(doc.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble")
-        write = check_int(doc.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum")
-        ack = check_int(doc.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum")
+        ensemble = check_java_int(doc.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble")
+        write = check_java_int(doc.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum")
+        ack = check_java_int(doc.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum")
         rate = doc.get("managedLedgerMaxMarkDeleteRate", 0.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)):
             raise PolicyError(400, "managedLedgerMaxMarkDeleteRate must be a number")
         for value, what, most in ((ensemble, "Ensemble", MAX_ENSEMBLE), (write, "WriteQuorum", MAX_WRITE_QUORUM),
                                   (ack, "AckQuorum", MAX_ACK_QUORUM)):
-            if not 0 < value <= most:
-                raise PolicyError(412, f"Bookkeeper-{what} must be <= {most} and > 0.")
+            if not 0 < value <= most:  # (AdminResource.validatePersistencePolicies: checkArgument, a 400)
+                raise PolicyError(400, f"Bookkeeper-{what} must be <= {most} and > 0.")
         if not ensemble >= write >= ack:
-            raise PolicyError(412, f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuoru ({ack})")
+            raise PolicyError(400, f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuorum ({ack})")
         if rate < 0:
             raise PolicyError(412, "managedLedgerMaxMarkDeleteRate must be 0 or more")
         return cls(ensemble, write, ack, float(rate))
@@ -436,7 +440,7 @@ class InactiveTopicPolicies:
     def from_json(cls, body: Any) -> InactiveTopicPolicies:
         doc = check_object(body, "Inactive topic policies")
         mode = parse_inactive_topic_delete_mode(doc.get("inactiveTopicDeleteMode"))
-        seconds = check_int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
+        seconds = check_java_int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
         enabled = parse_bool(doc.get("deleteWhileInactive", False), "deleteWhileInactive")
         if seconds < 0:
             raise PolicyError(412, "maxInactiveDurationSeconds must be >= 0")

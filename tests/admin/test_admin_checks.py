@@ -144,3 +144,103 @@ def test_auto_creation_with_too_many_partitions_is_refused(capped: BrokerThread)
     finally:
         client.close()
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}/partitioned") == []
+
+
+# -- Java int / long ranges of policy values ----------------------------------------------------------------------
+
+INT_PAST, LONG_PAST, LONG_BELOW = 2**31, 2**63, -(2**63) - 1
+# (path below the namespace, its method, the field's type in Pulsar)
+SCALARS = [("messageTTL", "POST", "int"), ("maxProducersPerTopic", "POST", "int"),
+           ("maxConsumersPerTopic", "POST", "int"), ("maxSubscriptionsPerTopic", "POST", "int"),
+           ("maxUnackedMessagesPerConsumer", "POST", "int"),
+           ("maxUnackedMessagesPerSubscription", "POST", "int"), ("subscriptionExpirationTime", "POST", "int"),
+           ("deduplicationSnapshotInterval", "POST", "int"), ("maxTopicsPerNamespace", "POST", "int"),
+           ("compactionThreshold", "PUT", "long")]
+OBJECTS = [
+    ("retention", {"retentionTimeInMinutes": INT_PAST, "retentionSizeInMB": 1}),
+    ("retention", {"retentionTimeInMinutes": 1, "retentionSizeInMB": LONG_PAST}),
+    ("backlogQuota", {"limitSize": 10, "limitTime": INT_PAST, "policy": "producer_exception"}),
+    ("backlogQuota", {"limitSize": LONG_PAST, "policy": "producer_exception"}),
+    ("dispatchRate", {"dispatchThrottlingRateInMsg": INT_PAST}),
+    ("dispatchRate", {"dispatchThrottlingRateInByte": LONG_PAST}),
+    ("subscriptionDispatchRate", {"ratePeriodInSecond": INT_PAST}),
+    ("publishRate", {"publishThrottlingRateInMsg": INT_PAST}),
+    ("publishRate", {"publishThrottlingRateInByte": LONG_BELOW}),
+    ("subscribeRate", {"subscribeThrottlingRatePerConsumer": INT_PAST}),
+    ("delayedDelivery", {"active": True, "tickTime": LONG_PAST}),
+    ("inactiveTopicPolicies", {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+                               "maxInactiveDurationSeconds": INT_PAST, "deleteWhileInactive": True}),
+    ("persistence", {"bookkeeperEnsemble": INT_PAST}),
+]
+
+
+def test_namespace_policy_numbers_must_fit_their_java_types(admin: Admin) -> None:
+    # Pulsar's Policies and policy classes (pulsar-client-admin-api) declare each number an int or a long; its
+    # binding refuses one that does not fit (400: "Numeric value (...) out of range of int"), so nothing is stored.
+    ns = admin.new_namespace()
+    for path, method, java_type in SCALARS:
+        past = INT_PAST if java_type == "int" else LONG_PAST
+        for value in (past, 10**20, LONG_BELOW):
+            reply = admin.call(method, f"/admin/v2/namespaces/{ns}/{path}", value)
+            assert reply.status == 400, (path, value, reply.status, reply.body)
+            assert "out of range" in reply.reason
+        if java_type == "long":
+            assert admin.call(method, f"/admin/v2/namespaces/{ns}/{path}", INT_PAST).status == 204
+    for path, body in OBJECTS:
+        reply = admin.post(f"/admin/v2/namespaces/{ns}/{path}", body)
+        assert reply.status == 400, (path, body, reply.status, reply.body)
+    policies = admin.ok("GET", f"/admin/v2/namespaces/{ns}")
+    assert "message_ttl_in_seconds" not in policies and "retention_policies" not in policies
+    assert policies["backlog_quota_map"] == {} and policies["compaction_threshold"] == INT_PAST
+
+
+def test_topic_policy_numbers_must_fit_their_java_types(admin: Admin) -> None:
+    ns = admin.new_namespace()
+    topic = f"/admin/v2/persistent/{ns}/{new_name('t')}"
+    admin.ok("PUT", topic)
+    for path in ("maxProducers", "maxConsumers", "maxConsumersPerSubscription", "maxSubscriptionsPerTopic",
+                 "maxUnackedMessagesOnConsumer", "maxUnackedMessagesOnSubscription", "deduplicationSnapshotInterval",
+                 "maxMessageSize"):
+        reply = admin.post(f"{topic}/{path}", INT_PAST)
+        assert reply.status == 400, (path, reply.status, reply.body)
+    assert admin.post(f"{topic}/compactionThreshold", LONG_PAST).status == 400
+    assert admin.post(f"{topic}/compactionThreshold", INT_PAST).status == 204  # (a Long)
+    for path, body in OBJECTS:
+        reply = admin.post(f"{topic}/{path}", body)
+        assert reply.status == 400, (path, body, reply.status, reply.body)
+    # messageTTL is an Integer query parameter: one JAX-RS cannot convert is a 404 (Jersey's QueryParamException)
+    for raw in (str(INT_PAST), "99999999999999999999", "1.5", "soon"):
+        assert admin.post(f"{topic}/messageTTL?messageTTL={raw}").status == 404, raw
+    assert admin.get(f"{topic}/messageTTL").status == 204  # nothing stored
+    admin.ok("POST", f"{topic}/messageTTL?messageTTL={2**31 - 1}")
+
+
+def test_a_created_namespace_policies_numbers_must_fit_their_java_types(admin: Admin) -> None:
+    # NamespacesBase.internalCreateNamespace reads the whole Policies: every number of it is checked.
+    for policies in ({"message_ttl_in_seconds": INT_PAST}, {"offload_threshold": LONG_PAST},
+                     {"offload_threshold": "abc"}, {"offload_deletion_lag_ms": LONG_BELOW},
+                     {"compaction_threshold": LONG_PAST}, {"max_unacked_messages_per_subscription": INT_PAST},
+                     {"latency_stats_sample_rate": {"standalone": INT_PAST}},
+                     {"offload_policies": {"managedLedgerOffloadMaxThreads": INT_PAST}},
+                     {"offload_policies": {"managedLedgerOffloadThresholdInBytes": LONG_PAST}},
+                     {"publish_max_message_rate": {"standalone": {"publishThrottlingRateInMsg": INT_PAST}}},
+                     {"clusterDispatchRate": {"standalone": {"dispatchThrottlingRateInByte": LONG_PAST}}},
+                     {"persistence": {"bookkeeperEnsemble": INT_PAST}},
+                     {"bundles": {"numBundles": INT_PAST}}):
+        ns = f"public/{new_name('created')}"
+        reply = admin.put(f"/admin/v2/namespaces/{ns}", policies)
+        assert reply.status == 400, (policies, reply.status, reply.body)
+        assert admin.get(f"/admin/v2/namespaces/{ns}").status == 404
+    ns = f"public/{new_name('created')}"
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}", {"offload_threshold": INT_PAST, "compaction_threshold": INT_PAST})
+
+
+def test_retention_and_persistence_out_of_range_are_400s(admin: Admin) -> None:
+    # AdminResource.validateRetentionPolicies / validatePersistencePolicies check with checkArgument: a 400.
+    ns = admin.new_namespace()
+    for path, body in (("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}),
+                       ("retention", {"retentionTimeInMinutes": 0, "retentionSizeInMB": 1}),
+                       ("persistence", {"bookkeeperEnsemble": 6, "bookkeeperWriteQuorum": 1,
+                                        "bookkeeperAckQuorum": 1})):
+        reply = admin.post(f"/admin/v2/namespaces/{ns}/{path}", body)
+        assert reply.status == 400, (path, body, reply.status, reply.body)
