@@ -244,3 +244,33 @@ def test_retention_and_persistence_out_of_range_are_400s(admin: Admin) -> None:
                                         "bookkeeperAckQuorum": 1})):
         reply = admin.post(f"/admin/v2/namespaces/{ns}/{path}", body)
         assert reply.status == 400, (path, body, reply.status, reply.body)
+
+
+# -- cluster data --------------------------------------------------------------------------------------------------
+
+def test_cluster_data_is_checked_as_pulsar_reads_it(admin: Admin) -> None:
+    # ClusterDataImpl: strings, booleans and a set of names (else its binding's 400), each URL with its scheme
+    # (checkPropertiesIfPresent's 400s); ClustersBase: no body is a 400.
+    name = new_name("c")
+    path = f"/admin/v2/clusters/{name}"
+    for body, reason in (({"serviceUrl": 5}, "serviceUrl must be a string"),
+                         ({"serviceUrl": {"a": 1}}, "serviceUrl must be a string"),
+                         ({"serviceUrl": "http://x:8080", "brokerServiceUrl": []}, "brokerServiceUrl must be a string"),
+                         ({"peerClusterNames": 5}, "peerClusterNames must be a JSON array"),
+                         ({"brokerClientTlsEnabled": "maybe"}, "brokerClientTlsEnabled must be true or false"),
+                         ({"serviceUrl": "pulsar://x:6650"}, "Illegal service url"),
+                         ({"brokerServiceUrl": "http://x:8080"}, "Illegal broker service url"),
+                         ({"serviceUrlTls": "http://x:8080"}, "Illegal service tls url"),
+                         ({"brokerServiceUrlTls": "pulsar://x:6650"}, "Illegal broker service tls url"),
+                         ({"proxyServiceUrl": "http://x"}, "Illegal proxy service url"),
+                         ([], "must be a JSON object")):
+        reply = admin.put(path, body)
+        assert reply.status == 400 and reason in reply.reason, (body, reply.status, reply.body)
+    assert admin.put(path).status == 400  # no body: "cluster data is required"
+    assert admin.get(path).status == 404  # none of them was stored
+    admin.ok("PUT", path, {"serviceUrl": "http://x:8080", "brokerServiceUrl": "pulsar://x:6650",
+                           "peerClusterNames": [], "brokerClientTlsEnabled": False, "serviceUrlTls": ""})
+    reply = admin.post(path, {"serviceUrl": 5})
+    assert reply.status == 400
+    assert admin.ok("GET", path)["serviceUrl"] == "http://x:8080"
+    admin.ok("DELETE", path)
