@@ -48,6 +48,7 @@ from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
+from broker.metadata.cluster_data import parse_cluster_data
 from broker.metadata.store import InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
@@ -257,9 +258,7 @@ class WebService:
     async def put_cluster(self, request: web.Request) -> web.Response:
         """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
         name = request.match_info["cluster"]
-        body = await read_body(request) or {}
-        if not isinstance(body, dict):
-            raise HttpError(400, "Cluster data must be a JSON object")
+        body = parse_cluster_data(await read_body(request))  # (400 as ClustersBase / ClusterDataImpl refuse it)
         if request.method == "PUT":
             check_name(name, "cluster")
             await self.metadata.create_cluster(name, body)

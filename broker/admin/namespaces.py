@@ -21,6 +21,7 @@ from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.config import BrokerConfig
     from broker.metadata.store import BrokerMetadata
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,20 @@ class PlainPolicy:
     parse: Callable[[Any], Any]
     set_method: str = "POST"
     unset: Any = None  # what GET answers when it is not set (None: 204, no content)
+    # A check of the parsed value against the broker's configuration (raises PolicyError).
+    check: Callable[[Any, BrokerConfig], None] | None = None
 
 
-def row(path: str, policy: T.Policy[Any], set_method: str = "POST") -> PlainPolicy:
+def row(path: str, policy: T.Policy[Any], set_method: str = "POST",
+        check: Callable[[Any, BrokerConfig], None] | None = None) -> PlainPolicy:
     """A structured policy: the table row's Policies field, validated and stored by the row."""
-    return PlainPolicy(path, policy.namespace_field, policy.normalize, set_method)
+    return PlainPolicy(path, policy.namespace_field, policy.normalize, set_method, check=check)
+
+
+def _partitions_within_max(stored: Any, config: BrokerConfig) -> None:
+    """NamespacesBase.internalSetAutoTopicCreation: a partitioned override's defaultNumPartitions at most the
+    broker's maxNumPartitionsPerPartitionedTopic (406)."""
+    T.AUTO_TOPIC_CREATION.parse(stored).check_partitions(config.maxNumPartitionsPerPartitionedTopic)
 
 
 # Rates the Policies document keeps per cluster ({cluster: rate}); the REST API shows this cluster's.
@@ -63,7 +73,7 @@ PLAIN_POLICIES = (
     PlainPolicy("isAllowAutoUpdateSchema", T.ALLOW_AUTO_UPDATE_SCHEMA.namespace_field,
                 lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True),
     PlainPolicy("compactionThreshold", T.COMPACTION_THRESHOLD.namespace_field, P.parse_compaction_threshold, "PUT"),
-    row("autoTopicCreation", T.AUTO_TOPIC_CREATION),
+    row("autoTopicCreation", T.AUTO_TOPIC_CREATION, check=_partitions_within_max),
     row("persistence", T.PERSISTENCE),
     row("autoSubscriptionCreation", T.AUTO_SUBSCRIPTION_CREATION),
     PlainPolicy("subscriptionExpirationTime", T.SUBSCRIPTION_EXPIRATION.namespace_field,
@@ -328,7 +338,10 @@ class NamespacesResource:
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        await self.metadata.set_policy(ns, policy.key, policy.parse(await read_body(request)))
+        value = policy.parse(await read_body(request))
+        if policy.check is not None:
+            policy.check(value, self.web.ctx.config)
+        await self.metadata.set_policy(ns, policy.key, value)
         self._applied(ns, policy.key)
         return no_content()
 

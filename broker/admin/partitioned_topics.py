@@ -16,9 +16,9 @@ from aiohttp import web
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response, no_content, parse_properties, query_flag, read_body
 from broker.errors import NotAllowedError
+from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
 from broker.topic_name import TopicName
-from broker.vocabulary import PARTITIONS_CEILING
 
 if TYPE_CHECKING:
     from broker.admin.topics import TopicsResource
@@ -59,9 +59,9 @@ class PartitionedTopics:
         if isinstance(n, dict):
             properties = parse_properties(n.get("properties"))
             n = n.get("partitions")
-        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-            raise HttpError(412, "Number of partitions should be more than 0")
-        self._check_at_most_max(n)
+        # (no body: Pulsar's binding gives its int parameter 0, which the check refuses)
+        n = check_java_int(0 if n is None else n, "Number of partitions")
+        check_partition_count(n, self.service.config.maxNumPartitionsPerPartitionedTopic)
         if self.service.namespace_being_deleted(name.namespace):
             raise HttpError(412, f"Namespace {name.namespace} is being deleted")
         if name.partition_index >= 0:
@@ -74,12 +74,6 @@ class PartitionedTopics:
             raise HttpError(409, "This topic already exists")
         await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
         return no_content()
-
-    def _check_at_most_max(self, n: int) -> None:
-        """Pulsar's maxNumPartitionsPerPartitionedTopic (406 above it), and our ceiling when it is 0."""
-        most = self.service.config.maxNumPartitionsPerPartitionedTopic or PARTITIONS_CEILING
-        if n > most:
-            raise HttpError(406, f"Number of partitions should be less than or equal to {most}")
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
         """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
@@ -107,15 +101,20 @@ class PartitionedTopics:
 
     async def update_partitions(self, request: web.Request) -> web.Response:
         name = self.topics.name(request)
-        n = await read_body(request)
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise HttpError(400, "Number of partitions must be an integer")
+        n = check_java_int(await read_body(request), "Number of partitions")
         current = self.topics.partitions(name)
         if current == 0:
             raise HttpError(404, "Partitioned topic does not exist")
-        if n <= current:
+        # Pulsar's 422s of PersistentTopicsBase.internalUpdatePartitionedTopicAsync, in its order.
+        if n < current:
+            raise HttpError(422, f"Desired partitions {n} can't be less than the current partitions {current}.")
+        try:
+            check_partition_count(n, self.service.config.maxNumPartitionsPerPartitionedTopic)
+        except TooManyPartitionsError as exc:
+            raise HttpError(422, f"Desired partitions {n} can't be greater than the maximum partitions per topic "
+                                 f"{exc.most}.") from None
+        if n == current:
             raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
-        self._check_at_most_max(n)
         await self.service.metadata.set_partitions(name.full, n)
         return no_content()
 

@@ -18,6 +18,7 @@ the producer / consumer limits on the next SEND or client.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from broker.admin.namespace_metadata import check_replication_clusters, parse_re
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
 from broker.metadata.policy_table import Policy
-from broker.metadata.policy_values import BacklogQuota, Retention
+from broker.metadata.policy_values import JAVA_INT, JAVA_LONG, BacklogQuota, Retention
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -69,8 +70,19 @@ def _replication_allowed(service: BrokerService, name: TopicName, clusters: list
     check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 
-def _limit(what: str, message: str) -> Callable[[Any], int]:
-    return lambda value: P.parse_limit(value, what, message)
+_JAVA_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # (what Java's Integer.valueOf reads)
+
+
+def _query_java_int(param: str, raw: str) -> int:
+    """A query parameter Pulsar declares an Integer: one that is not (not a number, or past a Java int) is a 404,
+    as JAX-RS answers a @QueryParam it cannot convert (Jersey's QueryParamException)."""
+    if _JAVA_INT_TEXT.fullmatch(raw) and JAVA_INT[0] <= int(raw) <= JAVA_INT[1]:
+        return int(raw)
+    raise HttpError(404, f"Query parameter {param} must be a Java int (an Integer), got {raw!r}")
+
+
+def _limit(what: str, message: str, java_type: tuple[int, int] = JAVA_INT) -> Callable[[Any], int]:
+    return lambda value: P.parse_limit(value, what, message, java_type)
 
 
 SPECS = (
@@ -102,7 +114,7 @@ SPECS = (
     Spec("persistence", T.PERSISTENCE),
     Spec("maxMessageSize", T.MAX_MESSAGE_SIZE, validate=_within_broker_max_message_size),
     Spec("compactionThreshold", T.COMPACTION_THRESHOLD,
-         _limit("compactionThreshold", "Invalid value for compactionThreshold")),
+         _limit("compactionThreshold", "Invalid value for compactionThreshold", JAVA_LONG)),
     Spec("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
 )
 
@@ -156,10 +168,7 @@ class TopicPoliciesResource:
             raw = request.query.get(spec.query)
             if raw is None:  # Pulsar stores "no value": the same as DELETE
                 return await self.remove(request, spec)
-            try:
-                body: object = int(raw)
-            except ValueError:
-                raise HttpError(400, f"{spec.query} must be an integer, got {raw!r}") from None
+            body: object = _query_java_int(spec.query, raw)
         else:
             body = await read_body(request)
         value = (spec.parse or spec.policy.parse)(body)

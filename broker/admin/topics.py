@@ -289,6 +289,7 @@ class TopicsResource:
         """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
         properties = parse_properties(await read_body(request))
+        self._check_partition_name(name)
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
         try:
@@ -298,6 +299,20 @@ class TopicsResource:
         if properties:
             await self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
+
+    def _check_partition_name(self, name: TopicName) -> None:
+        """Pulsar's validateNonPartitionTopicName for the admin's create: a name ending in "-partition-<n>" is
+        refused (412) unless it is a partition of a partitioned topic that has more than n partitions."""
+        if name.partition_index < 0:
+            return
+        partitions = self.service.metadata.partitions_of(name.base.full)
+        local, base = name.local_name, name.base.local_name
+        if partitions == 0:
+            raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by numeric value if there '
+                                 f"isn't a partitioned topic {base} created.")
+        if name.partition_index >= partitions:
+            raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by a number smaller than '
+                                 f"number of partition of partitioned topic {base}")
 
     # -- properties ------------------------------------------------------------------------------
     def properties_key(self, name: TopicName) -> str:
@@ -571,14 +586,16 @@ class TopicsResource:
         if not name.persistent:
             raise HttpError(405, "Termination is only for persistent topics")
         if request.path.endswith("/partitions"):
-            self._single(name, None)
+            # (Pulsar's internalTerminatePartitionedTopic: a partition's name, or a name with no partitions, is 405.)
+            if name.partition_index >= 0 or self.partitions(name) == 0:
+                raise HttpError(405, "Termination of a non-partitioned topic is not allowed using "
+                                     "partitioned-terminate, please use terminate commands")
 
             async def terminate(p: TopicName) -> dict[str, int]:
                 last = await (await self.service.get_persistent_topic(p, create=False)).terminate()
                 return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": p.partition_index}
 
-            parts = self._existing_partitions(name) if self.partitions(name) else [name]
-            answers = await self.on_owners(request, parts, "POST", "terminate", terminate)
+            answers = await self.on_owners(request, self._existing_partitions(name), "POST", "terminate", terminate)
             return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
         [topic] = await self.stored_targets(name, "Terminate")
         last = await topic.terminate()

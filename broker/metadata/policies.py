@@ -13,6 +13,7 @@ Pure functions: no I/O, unit-testable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from broker.metadata import policy_table as T
@@ -24,10 +25,10 @@ from broker.metadata.bundles import (
     format_boundary,
     parse_boundary,
 )
+from broker.metadata.policy_values import JAVA_LONG, check_java_int, check_java_long, check_object
 
 # (The scalar parsers and the error the admin API shares with the policy values.)
 from broker.metadata.policy_values import PolicyError as PolicyError
-from broker.metadata.policy_values import check_object
 from broker.metadata.policy_values import parse_backlog_quota_type as parse_backlog_quota_type
 from broker.metadata.policy_values import parse_bool as parse_bool
 from broker.metadata.policy_values import parse_limit as parse_limit
@@ -46,7 +47,7 @@ def parse_message_ttl(body: Any) -> int:
 
 
 def parse_compaction_threshold(body: Any) -> int:
-    return parse_limit(body, "Compaction threshold", "compactionThreshold must be 0 or more")
+    return parse_limit(body, "Compaction threshold", "compactionThreshold must be 0 or more", JAVA_LONG)
 
 
 def parse_dedup_snapshot_interval(body: Any) -> int | None:
@@ -128,13 +129,24 @@ def validate_policies(doc: Any) -> dict[str, Any]:
                 policies[key] = value
 
     check(T.RETENTION.namespace_field, T.RETENTION.normalize)
+    check(T.PERSISTENCE.namespace_field, T.PERSISTENCE.normalize)
     check(T.MESSAGE_TTL.namespace_field, parse_message_ttl)
+    check(T.COMPACTION_THRESHOLD.namespace_field, parse_compaction_threshold)
+    for rate in (T.PUBLISH_RATE, T.TOPIC_DISPATCH_RATE, T.SUBSCRIPTION_DISPATCH_RATE, T.REPLICATOR_DISPATCH_RATE,
+                 T.SUBSCRIBE_RATE):
+        check(rate.namespace_field, lambda v, rate=rate: _per_cluster(v, rate.namespace_field, rate.normalize))
+    check(CLUSTER_DISPATCH_RATE, lambda v: _per_cluster(v, CLUSTER_DISPATCH_RATE, T.TOPIC_DISPATCH_RATE.normalize))
+    check(LATENCY_STATS_SAMPLE_RATE,
+          lambda v: _per_cluster(v, LATENCY_STATS_SAMPLE_RATE, lambda n: check_java_int(n, LATENCY_STATS_SAMPLE_RATE)))
+    for key in OFFLOAD_LONGS:
+        check(key, lambda v, key=key: check_java_long(v, key), store=False)
+    check(OFFLOAD_POLICIES, parse_offload_policies, store=False)
     check(T.AUTO_TOPIC_CREATION.namespace_field, T.AUTO_TOPIC_CREATION.normalize)
     check(T.BACKLOG_QUOTAS.namespace_field, T.BACKLOG_QUOTAS.normalize)
     check(AUTH_POLICIES, parse_auth_policies)
     check("bundles", parse_bundles)
     for limit in (T.MAX_PRODUCERS, T.MAX_CONSUMERS, T.MAX_CONSUMERS_PER_SUBSCRIPTION, T.MAX_UNACKED_PER_CONSUMER,
-                  T.MAX_SUBSCRIPTIONS, T.MAX_TOPICS_PER_NAMESPACE):
+                  T.MAX_UNACKED_PER_SUBSCRIPTION, T.MAX_SUBSCRIPTIONS, T.MAX_TOPICS_PER_NAMESPACE):
         key = limit.namespace_field
         check(key, lambda v, key=key: parse_limit(v, key))
     check(T.SUBSCRIPTION_EXPIRATION.namespace_field, parse_subscription_expiration)
@@ -150,6 +162,40 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     return {k: v for k, v in policies.items() if v is not None}
 
 
+# Policies fields that are no policy of a topic here but are numbers in Pulsar's Policies: kept as given, checked for
+# their Java type as Pulsar's binding does (a body it could not read is a 400).
+CLUSTER_DISPATCH_RATE = "clusterDispatchRate"  # {cluster: DispatchRate} (the older name of topicDispatchRate)
+LATENCY_STATS_SAMPLE_RATE = "latency_stats_sample_rate"  # {cluster: int}
+OFFLOAD_LONGS = ("offload_threshold", "offload_threshold_in_seconds", "offload_deletion_lag_ms")
+OFFLOAD_POLICIES = "offload_policies"
+# OffloadPoliciesImpl's numbers (the rest are strings and a map).
+OFFLOAD_POLICY_INTS = (
+    "managedLedgerOffloadMaxThreads", "managedLedgerOffloadPrefetchRounds", "managedLedgerOffloadMaxBlockSizeInBytes",
+    "managedLedgerOffloadReadBufferSizeInBytes", "s3ManagedLedgerOffloadMaxBlockSizeInBytes",
+    "s3ManagedLedgerOffloadReadBufferSizeInBytes", "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
+    "gcsManagedLedgerOffloadReadBufferSizeInBytes",
+)
+OFFLOAD_POLICY_LONGS = ("managedLedgerOffloadThresholdInSeconds", "managedLedgerOffloadThresholdInBytes",
+                        "managedLedgerOffloadDeletionLagInMillis")
+
+
+def _per_cluster(body: Any, what: str, parse: Callable[[Any], Any]) -> dict[str, Any]:
+    """A {cluster: value} map of Pulsar's Policies, each value validated."""
+    return {cluster: parse(value) for cluster, value in check_object(body, what).items()}
+
+
+def parse_offload_policies(body: Any) -> dict[str, Any]:
+    """OffloadPolicies of a Policies body: its numbers must fit their Java types (null: not set)."""
+    doc = check_object(body, OFFLOAD_POLICIES)
+    for key in OFFLOAD_POLICY_INTS:
+        if doc.get(key) is not None:
+            check_java_int(doc[key], f"{OFFLOAD_POLICIES}.{key}")
+    for key in OFFLOAD_POLICY_LONGS:
+        if doc.get(key) is not None:
+            check_java_long(doc[key], f"{OFFLOAD_POLICIES}.{key}")
+    return doc
+
+
 def parse_bundles(body: Any) -> dict[str, Any] | None:
     """The ``bundles`` (BundlesData) of a Policies body at namespace creation, as Pulsar's
     validatePolicies: ``numBundles`` > 0 with boundaries: those (sorted, repeats dropped), which
@@ -159,8 +205,7 @@ def parse_bundles(body: Any) -> dict[str, Any] | None:
     count = doc.get("numBundles")
     if count is None:
         return None
-    if not isinstance(count, int) or isinstance(count, bool):
-        raise PolicyError(400, "bundles.numBundles must be an integer")
+    count = check_java_int(count, "bundles.numBundles")
     if count <= 0:
         return None
     boundaries = doc.get("boundaries")

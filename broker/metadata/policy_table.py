@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from broker.metadata.policy_values import (
     DESTINATION_STORAGE,
+    JAVA_INT,
+    JAVA_LONG,
     MESSAGE_AGE,
     AutoSubscriptionCreation,
     AutoTopicCreation,
@@ -112,8 +114,8 @@ class Policy(Generic[T]):
         return f"Policy({self.name})"
 
 
-def _limit(what: str) -> Callable[[Any], int]:
-    return lambda value: parse_limit(value, what)
+def _limit(what: str, java_type: tuple[int, int] = JAVA_INT) -> Callable[[Any], int]:
+    return lambda value: parse_limit(value, what, java_type=java_type)
 
 
 def _flag(what: str) -> Callable[[Any], bool]:
@@ -178,7 +180,7 @@ MAX_MESSAGE_SIZE: Policy[int] = Policy(  # (topic-level only; the broker's appli
     "max_message_size", "maxMessageSize", None, lambda c: c.maxMessageSize, _limit("maxMessageSize"))
 COMPACTION_THRESHOLD: Policy[int] = Policy(  # bytes published since the last compaction; 0 = never
     "compaction_threshold", "compactionThreshold", "compaction_threshold",
-    lambda c: c.brokerServiceCompactionThresholdInBytes, _limit("compactionThreshold"))
+    lambda c: c.brokerServiceCompactionThresholdInBytes, _limit("compactionThreshold", JAVA_LONG))
 SUBSCRIPTION_EXPIRATION: Policy[float] = Policy(  # minutes without consumers, reads or acks; 0 = never
     "subscription_expiration", None, "subscription_expiration_time_minutes",
     lambda c: c.subscriptionExpirationTimeMinutes, _limit("subscriptionExpirationTime"))

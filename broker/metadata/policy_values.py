@@ -7,7 +7,9 @@ what ``GET`` answers and what the metadata store keeps). Scalar policies stay in
 checked by the small parsers here.
 
 Validation follows Pulsar's admin resources: a body of the wrong shape is a 400 (Pulsar's JSON
-binding rejects it), a well-formed value out of range is a 412 (Pulsar's PRECONDITION_FAILED).
+binding rejects it), and so is a number that does not fit its field's Java type (int or long, as in
+Pulsar's policy classes); a well-formed value out of range is what Pulsar answers for it, mostly 412
+(PRECONDITION_FAILED), 400 where Pulsar checks with checkArgument (retention, persistence).
 Pure: no I/O; of the rest of the broker it imports only Pulsar's vocabulary (broker.vocabulary).
 """
 
@@ -74,11 +76,33 @@ class PolicyError(ValueError):
         self.reason = reason
 
 
-def check_int(value: Any, what: str) -> int:
+# Java's int and long: the field types of Pulsar's policy classes. Its JSON binding (Jackson) refuses a number
+# outside its field's type (400), so no value past them is stored or handed on to a Pulsar tool.
+JAVA_INT = (-(2**31), 2**31 - 1)
+JAVA_LONG = (-(2**63), 2**63 - 1)
+_JAVA_TYPES = {JAVA_INT: "int", JAVA_LONG: "long"}
+
+
+def check_int(value: Any, what: str, java_type: tuple[int, int] = JAVA_LONG) -> int:
+    """An integer that fits ``java_type`` (JAVA_INT or JAVA_LONG: the field's type in Pulsar), else 400."""
     # bool is an int in Python but not in JSON: Pulsar's binding refuses true/false for a number.
     if isinstance(value, bool) or not isinstance(value, int):
         raise PolicyError(400, f"{what} must be an integer, got {value!r}")
+    lowest, highest = java_type
+    if not lowest <= value <= highest:
+        raise PolicyError(400, f"{what}: numeric value ({value}) out of range of {_JAVA_TYPES[java_type]} "
+                               f"({lowest} - {highest})")
     return value
+
+
+def check_java_int(value: Any, what: str) -> int:
+    """A value of a Java int field (Integer / int in Pulsar's classes)."""
+    return check_int(value, what, JAVA_INT)
+
+
+def check_java_long(value: Any, what: str) -> int:
+    """A value of a Java long field (Long / long in Pulsar's classes)."""
+    return check_int(value, what, JAVA_LONG)
 
 
 def check_object(body: Any, what: str) -> dict[str, Any]:
@@ -89,12 +113,42 @@ def check_object(body: Any, what: str) -> dict[str, Any]:
 
 # -- scalars ----------------------------------------------------------------------------------------
 
-def parse_limit(body: Any, what: str, message: str | None = None) -> int:
-    """An integer of 0 or more (a limit, a TTL, a threshold...); ``message`` for a negative one."""
-    value = check_int(body, what)
+def parse_limit(body: Any, what: str, message: str | None = None, java_type: tuple[int, int] = JAVA_INT) -> int:
+    """An integer of 0 or more (a limit, a TTL, a threshold...) that fits its field's Java type (an Integer unless
+    said: a compaction threshold is a Long); ``message`` for a negative one."""
+    value = check_int(body, what, java_type)
     if value < 0:
         raise PolicyError(412, message or f"{what} must be 0 or more")
     return value
+
+
+def max_partitions(configured_max: int) -> int:
+    """The most partitions a partitioned topic may have: maxNumPartitionsPerPartitionedTopic, or our
+    PARTITIONS_CEILING when that is 0 (Pulsar's "no limit")."""
+    return configured_max if 0 < configured_max < PARTITIONS_CEILING else PARTITIONS_CEILING
+
+
+class TooManyPartitionsError(PolicyError):
+    """A partition count above ``most`` (Pulsar's NOT_ACCEPTABLE; the update of a partitioned topic answers 422
+    with its own words, see broker.admin.partitioned_topics)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(406, f"Number of partitions should be less than or equal to {most}")
+        self.most = most
+
+
+def check_partition_count(count: int, configured_max: int) -> int:
+    """The one check of a partitioned topic's partition count, wherever one is given: the admin's create and
+    update, a namespace's autoTopicCreation override, and the count a topic is auto-created with (the override's
+    or the broker's defaultNumPartitions). At least 1, at most ``max_partitions(configured_max)``; Pulsar's 406
+    (NOT_ACCEPTABLE) otherwise, as its AdminResource.internalCreatePartitionedTopic and
+    NamespacesBase.internalSetAutoTopicCreation answer."""
+    if count <= 0:
+        raise PolicyError(406, "Number of partitions should be more than 0")
+    most = max_partitions(configured_max)
+    if count > most:
+        raise TooManyPartitionsError(most)
+    return count
 
 
 def parse_bool(body: Any, what: str) -> bool:
@@ -155,16 +209,17 @@ class Retention:
     @classmethod
     def from_json(cls, body: Any) -> Retention:
         doc = check_object(body, "Retention policies")
-        minutes = check_int(doc.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
-        size_mb = check_int(doc.get("retentionSizeInMB", 0), "retentionSizeInMB")
+        minutes = check_java_int(doc.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+        size_mb = check_java_long(doc.get("retentionSizeInMB", 0), "retentionSizeInMB")
+        # (AdminResource.validateRetentionPolicies: checkArgument, a 400)
         if size_mb < -1:
-            raise PolicyError(412, "Invalid retention policy: size limit must be >= -1")
+            raise PolicyError(400, "Invalid retention policy: size limit must be >= -1")
         if minutes < -1:
-            raise PolicyError(412, "Invalid retention policy: time limit must be >= -1")
+            raise PolicyError(400, "Invalid retention policy: time limit must be >= -1")
         if (minutes == 0) != (size_mb == 0):
-            raise PolicyError(412, "Invalid retention policy: setting a single time or size limit to 0 is invalid "
-                                   "when the other is not 0. Use -1 to ignore a limit; set both to 0 to disable "
-                                   "retention.")
+            raise PolicyError(400, "Invalid retention policy: Setting a single time or size limit to 0 is invalid "
+                                   "when one of the limits has a non-zero value. Use the value of -1 instead of 0 to "
+                                   "ignore a specific limit. To disable retention both limits must be set to 0.")
         return cls(minutes, size_mb)
 
     def to_json(self) -> dict[str, int]:
@@ -197,8 +252,8 @@ class BacklogQuota:
     def from_json(cls, body: Any) -> BacklogQuota:
         doc = check_object(body, "Backlog quota")
         size_value = doc.get("limitSize", doc.get("limit", -1))
-        limit_size = check_int(-1 if size_value is None else size_value, "limitSize")
-        limit_time = check_int(doc.get("limitTime", -1), "limitTime")
+        limit_size = check_java_long(-1 if size_value is None else size_value, "limitSize")
+        limit_time = check_java_int(doc.get("limitTime", -1), "limitTime")
         policy = doc.get("policy")
         if policy not in BACKLOG_RETENTION_POLICIES:
             raise PolicyError(400, f"Invalid backlog quota policy {policy!r}; one of "
@@ -244,8 +299,8 @@ class PublishRate:
     @classmethod
     def from_json(cls, body: Any) -> PublishRate:
         doc = check_object(body, "Publish rate")
-        return cls(check_int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
-                   check_int(doc.get("publishThrottlingRateInByte", -1), "publishThrottlingRateInByte"))
+        return cls(check_java_int(doc.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg"),
+                   check_java_long(doc.get("publishThrottlingRateInByte", -1), "publishThrottlingRateInByte"))
 
     def to_json(self) -> dict[str, int]:
         return {"publishThrottlingRateInMsg": self.messages, "publishThrottlingRateInByte": self.bytes}
@@ -269,9 +324,9 @@ class DispatchRate:
     @classmethod
     def from_json(cls, body: Any) -> DispatchRate:
         doc = check_object(body, "Dispatch rate")
-        msgs = check_int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
-        nbytes = check_int(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
-        period = check_int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
+        msgs = check_java_int(doc.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg")
+        nbytes = check_java_long(doc.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte")
+        period = check_java_int(doc.get("ratePeriodInSecond", 1), "ratePeriodInSecond")
         relative = parse_bool(doc.get("relativeToPublishRate", False), "relativeToPublishRate")
         if period < 1:
             raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
@@ -297,8 +352,8 @@ class SubscribeRate:
     @classmethod
     def from_json(cls, body: Any) -> SubscribeRate:
         doc = check_object(body, "Subscribe rate")
-        rate = check_int(doc.get("subscribeThrottlingRatePerConsumer", -1), "subscribeThrottlingRatePerConsumer")
-        period = check_int(doc.get("ratePeriodInSecond", 30), "ratePeriodInSecond")
+        rate = check_java_int(doc.get("subscribeThrottlingRatePerConsumer", -1), "subscribeThrottlingRatePerConsumer")
+        period = check_java_int(doc.get("ratePeriodInSecond", 30), "ratePeriodInSecond")
         if period < 1:
             raise PolicyError(412, "ratePeriodInSecond must be 1 or more")
         return cls(rate, period)
@@ -323,8 +378,8 @@ class DelayedDelivery:
     def from_json(cls, body: Any) -> DelayedDelivery:
         doc = check_object(body, "Delayed delivery policies")
         active = parse_bool(doc.get("active", False), "active")
-        tick = check_int(doc.get("tickTime", 1000), "tickTime")
-        max_delay = check_int(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
+        tick = check_java_long(doc.get("tickTime", 1000), "tickTime")
+        max_delay = check_java_long(doc.get("maxDeliveryDelayInMillis", 0), "maxDeliveryDelayInMillis")
         if tick < 0 or max_delay < 0:
             raise PolicyError(412, "tickTime and maxDeliveryDelayInMillis must be 0 or more")
         return cls(active, tick, max_delay)
@@ -347,18 +402,18 @@ class Persistence:
     @classmethod
     def from_json(cls, body: Any) -> Persistence:
         doc = check_object(body, "Persistence policies")
-        ensemble = check_int(doc.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble")
-        write = check_int(doc.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum")
-        ack = check_int(doc.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum")
+        ensemble = check_java_int(doc.get("bookkeeperEnsemble", 2), "bookkeeperEnsemble")
+        write = check_java_int(doc.get("bookkeeperWriteQuorum", 2), "bookkeeperWriteQuorum")
+        ack = check_java_int(doc.get("bookkeeperAckQuorum", 2), "bookkeeperAckQuorum")
         rate = doc.get("managedLedgerMaxMarkDeleteRate", 0.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)):
             raise PolicyError(400, "managedLedgerMaxMarkDeleteRate must be a number")
         for value, what, most in ((ensemble, "Ensemble", MAX_ENSEMBLE), (write, "WriteQuorum", MAX_WRITE_QUORUM),
                                   (ack, "AckQuorum", MAX_ACK_QUORUM)):
-            if not 0 < value <= most:
-                raise PolicyError(412, f"Bookkeeper-{what} must be <= {most} and > 0.")
+            if not 0 < value <= most:  # (AdminResource.validatePersistencePolicies: checkArgument, a 400)
+                raise PolicyError(400, f"Bookkeeper-{what} must be <= {most} and > 0.")
         if not ensemble >= write >= ack:
-            raise PolicyError(412, f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuoru ({ack})")
+            raise PolicyError(400, f"Bookkeeper Ensemble ({ensemble}) >= WriteQuorum ({write}) >= AckQuorum ({ack})")
         if rate < 0:
             raise PolicyError(412, "managedLedgerMaxMarkDeleteRate must be 0 or more")
         return cls(ensemble, write, ack, float(rate))
@@ -385,7 +440,7 @@ class InactiveTopicPolicies:
     def from_json(cls, body: Any) -> InactiveTopicPolicies:
         doc = check_object(body, "Inactive topic policies")
         mode = parse_inactive_topic_delete_mode(doc.get("inactiveTopicDeleteMode"))
-        seconds = check_int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
+        seconds = check_java_int(doc.get("maxInactiveDurationSeconds", 0), "maxInactiveDurationSeconds")
         enabled = parse_bool(doc.get("deleteWhileInactive", False), "deleteWhileInactive")
         if seconds < 0:
             raise PolicyError(412, "maxInactiveDurationSeconds must be >= 0")
@@ -417,7 +472,7 @@ class AutoTopicCreation:
         topic_type = doc.get("topicType")
         partitions = doc.get("defaultNumPartitions")
         if partitions is not None:
-            partitions = check_int(partitions, "defaultNumPartitions")
+            partitions = check_java_int(partitions, "defaultNumPartitions")
         if allow:
             problem = None
             if topic_type not in TOPIC_TYPES:
@@ -426,13 +481,19 @@ class AutoTopicCreation:
                 problem = "[defaultNumPartitions] cannot be null when the type is partitioned."
             elif topic_type == "partitioned" and partitions is not None and partitions <= 0:
                 problem = "[defaultNumPartitions] cannot be less than 1 for partition type."
-            elif topic_type == "partitioned" and partitions is not None and partitions > PARTITIONS_CEILING:
-                raise PolicyError(406, f"Number of partitions should be less than or equal to {PARTITIONS_CEILING}")
             elif topic_type == "non-partitioned" and partitions is not None:
                 problem = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
             if problem is not None:
                 raise PolicyError(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {problem}")
-        return cls(allow, None if topic_type is None else str(topic_type), partitions)
+        override = cls(allow, None if topic_type is None else str(topic_type), partitions)
+        override.check_partitions(0)  # (our ceiling; the admin route checks the broker's max)
+        return override
+
+    def check_partitions(self, configured_max: int) -> None:
+        """A partitioned override's defaultNumPartitions within maxNumPartitionsPerPartitionedTopic, allowed or
+        not (406, after the checks above, as NamespacesBase.internalSetAutoTopicCreation)."""
+        if self.partitioned and self.default_partitions is not None and self.default_partitions > 0:
+            check_partition_count(self.default_partitions, configured_max)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"allowAutoTopicCreation": self.allow}

@@ -83,7 +83,7 @@ async def create_subscription(topic: PersistentTopic, name: str, start: Position
     """A durable subscription at ``start`` (a message id, inclusive), or at the end when None."""
     if name in topic.subscriptions or name in topic.ledger.cursors:
         raise SubscriptionExistsError(f"Subscription {name} already exists for topic {topic.full_name}")
-    sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None)
+    sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None, by_client=False)
     if start is not None:
         sub.reset_cursor(clamp_start(topic, start))
     return sub

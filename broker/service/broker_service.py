@@ -33,6 +33,7 @@ from broker.metadata.policy_table import (
     RETENTION,
     PolicyResolver,
 )
+from broker.metadata.policy_values import PolicyError, check_partition_count
 from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
@@ -462,11 +463,16 @@ class BrokerService:
 
     def _check_may_create(self, name: TopicName, create: bool, explicit: bool) -> None:
         """TopicNotFoundError unless a missing topic may be created: a partition of a partitioned
-        topic always, otherwise by admin request or the namespace's auto-creation rule."""
+        topic always (NotAllowedError for an index past its count), otherwise by admin request or the namespace's
+        auto-creation rule."""
         if self.namespace_being_deleted(name.namespace):
             raise NotAllowedError(f"Namespace {name.namespace} is being deleted")
         base = name.base
-        is_partition = base is not name and self.metadata.partitions_of(base.full) > name.partition_index
+        partitions = self.metadata.partitions_of(base.full) if base is not name else 0
+        if partitions > 0 and name.partition_index >= partitions:
+            # (Pulsar's BrokerService.getTopic: a partition name past the partitioned topic's count)
+            raise NotAllowedError(f"Illegal topic partition name {name} with max allowed {partitions} partitions")
+        is_partition = partitions > 0
         allowed = explicit or (create and self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow)
         if not is_partition and not allowed:
             raise TopicNotFoundError(f"Topic {name} does not exist")
@@ -586,6 +592,10 @@ class BrokerService:
             return n
         rule = self.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION)
         partitions = rule.default_partitions or self.config.defaultNumPartitions
+        try:  # (an override stored before the max was lowered; Pulsar's BrokerService checks this too)
+            check_partition_count(partitions, self.config.maxNumPartitionsPerPartitionedTopic)
+        except PolicyError as exc:
+            raise NotAllowedError(exc.reason) from None
         self.check_topics_limit(name, partitions)
         await self.metadata.set_partitions(name.full, partitions)
         return partitions

@@ -178,10 +178,12 @@ class PersistentTopic(AbstractTopic):
 
     async def get_or_create_subscription(
         self, name: str, durable: bool, initial_position: int, start: pb.MessageIdData | None,
-        properties: Mapping[str, str] | None = None,
+        properties: Mapping[str, str] | None = None, by_client: bool = True,
     ) -> Subscription:
         """``properties``: the subscription's (SUBSCRIBE.subscription_properties), stored with a new durable cursor
-        (Pulsar's cursorProperties); a subscription that exists keeps its own."""
+        (Pulsar's cursorProperties); a subscription that exists keeps its own. ``by_client``: a client's SUBSCRIBE,
+        which the auto-subscription-creation policy may refuse; the admin API's create (False) is not subject to it,
+        as in Pulsar (ServerCnx checks it, PersistentTopic.createSubscription does not)."""
         if self.closed:  # unloaded or deleted while the client was being set up: it retries
             raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry")
         sub = self.subscriptions.get(name)
@@ -189,7 +191,7 @@ class PersistentTopic(AbstractTopic):
             return sub
         if durable:
             if name not in self.ledger.cursors:
-                if not self.service.policies.get(self.name, AUTO_SUBSCRIPTION_CREATION).allow:
+                if by_client and not self.service.policies.get(self.name, AUTO_SUBSCRIPTION_CREATION).allow:
                     raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
                 limit = self.service.policies.get(self.name, MAX_SUBSCRIPTIONS)
                 if 0 < limit <= sum(1 for n in self.ledger.cursors if self.is_subscription_cursor(n)):

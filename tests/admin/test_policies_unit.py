@@ -21,8 +21,8 @@ def test_retention_values() -> None:
     assert Retention.from_json({"retentionTimeInMinutes": 60, "retentionSizeInMB": -1}).to_json() == {
         "retentionTimeInMinutes": 60, "retentionSizeInMB": -1}
     assert Retention.from_json({"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}).size_mb == 0
-    assert status_of(Retention.from_json, {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}) == 412
-    assert status_of(Retention.from_json, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}) == 412
+    assert status_of(Retention.from_json, {"retentionTimeInMinutes": -2, "retentionSizeInMB": 1}) == 400
+    assert status_of(Retention.from_json, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}) == 400
     assert status_of(Retention.from_json, {"retentionTimeInMinutes": "1h", "retentionSizeInMB": 10}) == 400
     assert status_of(Retention.from_json, [1, 2]) == 400
 

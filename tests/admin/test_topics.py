@@ -58,7 +58,7 @@ def test_errors_are_json_with_pulsar_statuses(admin: Admin) -> None:
         ("GET", "/admin/v2/persistent/public/default/missing-topic/stats", 404),
         ("GET", "/admin/v2/persistent/no-tenant/default/t/stats", 404),
         ("GET", "/admin/v2/persistent/public/no-ns/t/stats", 404),
-        ("PUT", "/admin/v2/persistent/public/default/t-bad/partitions", 412),  # no body
+        ("PUT", "/admin/v2/persistent/public/default/t-bad/partitions", 406),  # no body: 0 partitions
         ("GET", "/admin/v2/persistent/public/default/missing-topic/internalStats", 404),
         ("POST", "/admin/v2/persistent/public/default/x/subscription/s/skip/abc", 400),
         ("GET", "/admin/v2/not-an-endpoint", 404),
@@ -86,15 +86,17 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     path = f"/admin/v2/{rest_path(topic)}/partitions"
     assert admin.put(path, 3).status == 204
     assert admin.put(path, 3).status == 409
-    assert admin.put(f"/admin/v2/{rest_path(new_topic('zero'))}/partitions", 0).status == 412
+    assert admin.put(f"/admin/v2/{rest_path(new_topic('zero'))}/partitions", 0).status == 406
     assert admin.ok("GET", path) == {"partitions": 3}
     assert topic in admin.ok("GET", "/admin/v2/persistent/public/default/partitioned")
     assert admin.post(path, 2).status == 422  # cannot shrink
-    # Above the most a partitioned topic may have (maxNumPartitionsPerPartitionedTopic, else our ceiling): 406,
-    # as Pulsar answers; listing the namespace afterwards still answers (it built a name per partition).
-    for huge in (PARTITIONS_CEILING + 1, 2**31 - 1, 10**20):
-        assert admin.post(path, huge).status == 406
+    # Above the most a partitioned topic may have (maxNumPartitionsPerPartitionedTopic, else our ceiling): 406 to a
+    # create, 422 to an update, as Pulsar answers; listing the namespace afterwards still answers (it built a name
+    # per partition).
+    for huge in (PARTITIONS_CEILING + 1, 2**31 - 1):
+        assert admin.post(path, huge).status == 422  # (an update's words for it)
         assert admin.put(f"/admin/v2/{rest_path(new_topic('huge'))}/partitions", huge).status == 406
+    assert admin.put(f"/admin/v2/{rest_path(new_topic('huge'))}/partitions", 10**20).status == 400  # (no Java int)
     assert admin.post("/admin/v2/namespaces/public/default/autoTopicCreation",
                       {"allowAutoTopicCreation": True, "topicType": "partitioned",
                        "defaultNumPartitions": 2**31 - 1}).status == 406

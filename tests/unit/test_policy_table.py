@@ -226,9 +226,10 @@ def test_json_uses_pulsars_field_names() -> None:
 
 
 @pytest.mark.parametrize(("parse", "body", "status", "message"), [
-    (Retention.from_json, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}, 412,
-     "Invalid retention policy: setting a single time or size limit to 0 is invalid when the other is not 0. "
-     "Use -1 to ignore a limit; set both to 0 to disable retention."),
+    (Retention.from_json, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}, 400,
+     "Invalid retention policy: Setting a single time or size limit to 0 is invalid when one of the limits has a "
+     "non-zero value. Use the value of -1 instead of 0 to ignore a specific limit. To disable retention both limits "
+     "must be set to 0."),
     (Retention.from_json, {"retentionTimeInMinutes": "1h"}, 400, "retentionTimeInMinutes must be an integer, got '1h'"),
     (Retention.from_json, [1], 400, "Retention policies must be a JSON object"),
     (BacklogQuota.from_json, {"limitSize": 1}, 400,
@@ -241,9 +242,9 @@ def test_json_uses_pulsars_field_names() -> None:
     (PublishRate.from_json, {"publishThrottlingRateInMsg": True}, 400,
      "publishThrottlingRateInMsg must be an integer, got True"),
     (DelayedDelivery.from_json, {"tickTime": -1}, 412, "tickTime and maxDeliveryDelayInMillis must be 0 or more"),
-    (Persistence.from_json, {"bookkeeperEnsemble": 6}, 412, "Bookkeeper-Ensemble must be <= 5 and > 0."),
-    (Persistence.from_json, {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2}, 412,
-     "Bookkeeper Ensemble (1) >= WriteQuorum (2) >= AckQuoru (2)"),
+    (Persistence.from_json, {"bookkeeperEnsemble": 6}, 400, "Bookkeeper-Ensemble must be <= 5 and > 0."),
+    (Persistence.from_json, {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2}, 400,
+     "Bookkeeper Ensemble (1) >= WriteQuorum (2) >= AckQuorum (2)"),
     (Persistence.from_json, {"managedLedgerMaxMarkDeleteRate": "x"}, 400,
      "managedLedgerMaxMarkDeleteRate must be a number"),
     (InactiveTopicPolicies.from_json, {"inactiveTopicDeleteMode": "never"}, 400,
