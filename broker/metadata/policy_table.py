@@ -20,6 +20,7 @@ field names, so existing data directories load unchanged.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -37,6 +38,7 @@ from broker.metadata.policy_values import (
     DispatchRate,
     InactiveTopicPolicies,
     Persistence,
+    PolicyError,
     PublishRate,
     Retention,
     SubscribeRate,
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.metadata.store import BrokerMetadata
     from broker.topic_name import TopicName
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -263,6 +267,7 @@ class PolicyResolver:
         self._cache = metadata.cache
         self._answers: dict[tuple[str, Policy[Any]], Any] = {}
         self._answers_generation = -1
+        self._warned: set[tuple[str, str]] = set()  # (where, policy) whose stored value was not valid
 
     def topic_value(self, name: TopicName, policy: Policy[T]) -> T | None:
         """The topic's own value (a partition has its partitioned topic's), or None when unset,
@@ -270,7 +275,7 @@ class PolicyResolver:
         if policy.topic_key is None or not self.config.topicLevelPoliciesEnabled:
             return None
         raw = self.metadata.topic_policy(name.base.full, policy.topic_key)
-        return None if policy.unset(raw) else policy.parse(raw)
+        return None if policy.unset(raw) else self._parse_stored(policy, raw, name.base.full)
 
     def namespace_value(self, namespace: str, policy: Policy[T]) -> T | None:
         """The namespace's value (this cluster's, for a per-cluster policy), or None when unset."""
@@ -279,7 +284,20 @@ class PolicyResolver:
         raw = self.metadata.policy(namespace, policy.namespace_key)
         if policy.per_cluster and raw is not None:
             raw = raw.get(self.config.clusterName)
-        return None if policy.unset(raw) else policy.parse(raw)
+        return None if policy.unset(raw) else self._parse_stored(policy, raw, namespace)
+
+    def _parse_stored(self, policy: Policy[T], raw: Any, where: str) -> T | None:
+        """A stored value parsed; one the admin API would refuse now (stored by an older version, or
+        written into the store by hand) counts as unset, with a warning once, so that it never fails
+        the topics it applies to."""
+        try:
+            return policy.parse(raw)
+        except PolicyError as exc:
+            if (where, policy.name) not in self._warned:
+                self._warned.add((where, policy.name))
+                log.warning("%s: the stored %s %r is not valid (%s); the next level's value applies",
+                            where, policy.name, raw, exc)
+            return None
 
     def broker_value(self, policy: Policy[T]) -> T:
         """The broker's setting (PolicyError when the configuration holds a bad one)."""

@@ -188,6 +188,21 @@ async def test_empty_or_undefined_values_pass_to_the_next_level() -> None:
     assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == "FULL"
 
 
+async def test_a_stored_value_the_admin_api_would_refuse_passes_to_the_next_level(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Stored by an older version (which took 10**20) or written into the store by hand: it counts as unset,
+    with one warning, and never fails the topics it applies to."""
+    resolver, store = await make()
+    await set_namespace(store, T.MESSAGE_TTL, 30)
+    await set_topic(store, T.MESSAGE_TTL, 10**20)
+    for _ in range(3):
+        assert resolver.get(TOPIC, T.MESSAGE_TTL) == 30
+    await set_namespace(store, T.MESSAGE_TTL, "soon")
+    assert resolver.get(TOPIC, T.MESSAGE_TTL) == resolver.broker_value(T.MESSAGE_TTL)
+    warnings = [r.getMessage() for r in caplog.records if "is not valid" in r.getMessage()]
+    assert len(warnings) == 2 and "100000000000000000000" in warnings[0], warnings
+
+
 async def test_a_namespace_rate_of_another_cluster_does_not_apply() -> None:
     resolver, store = await make()
     await store.set_policy(NS, T.PUBLISH_RATE.namespace_field,
