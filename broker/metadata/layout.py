@@ -174,8 +174,22 @@ def schema_version_name(version: int) -> str:
 
 CLUSTERS = Kind("clusters", CLUSTERS_ROOT, 1, lambda k: [k], lambda p: p[0], _doc_or_empty, encode_json)
 TENANTS = Kind("tenants", POLICIES_ROOT, 1, lambda k: [k], lambda p: p[0], _doc_or_empty, encode_json)
-NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join,
-                  lambda v: _doc(v) or {}, encode_json)
+# Policies fields this broker once stored under another name -> Pulsar's name (read under either; written
+# under Pulsar's from the first change).
+_RENAMED_POLICIES = {"publish_max_message_rate": "publishMaxMessageRate"}
+
+
+def _policies_decode(value: bytes) -> JsonDoc:
+    doc = _doc(value) or {}
+    for old, new in _RENAMED_POLICIES.items():
+        if old in doc:
+            stored = doc.pop(old)
+            doc.setdefault(new, stored)
+    return doc
+
+
+NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _policies_decode,
+                  encode_json)
 # Pulsar's LocalPolicies: the namespace's bundles as this cluster splits them (its bookie affinity
 # group and anti-affinity group too, kept as they are).
 LOCAL_POLICIES = Kind("local_policies", LOCAL_POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _doc,

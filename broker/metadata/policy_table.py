@@ -195,7 +195,7 @@ SUBSCRIPTION_TYPES_ENABLED: Policy[list[str]] = Policy(  # an empty set counts a
     "subscription_types_enabled", "subscriptionTypesEnabled", "subscription_types_enabled",
     lambda c: parse_subscription_types(c.subscriptionTypesEnabled), parse_subscription_types, unset=_is_empty)
 PUBLISH_RATE: Policy[PublishRate] = Policy(
-    "publish_rate", "publishRate", "publish_max_message_rate",
+    "publish_rate", "publishRate", "publishMaxMessageRate",
     lambda c: PublishRate(c.maxPublishRatePerTopicInMessages, c.maxPublishRatePerTopicInBytes),
     PublishRate.from_json, PublishRate.to_json, per_cluster=True)
 TOPIC_DISPATCH_RATE: Policy[DispatchRate] = Policy(  # a topic's subscriptions together

@@ -1,7 +1,7 @@
 """Rate limits: publishing (PublishThrottle) and dispatching (DispatchRate), on token buckets;
 subscribing (SubscribeRateLimiter), counted per consumer.
 
-Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publish_max_message_rate`` and
+Publish rate limits (Pulsar's topic ``publishRate``, namespace ``publishMaxMessageRate`` and
 broker ``maxPublishRatePerTopicInMessages`` / ``...InBytes``; 0 or less = no limit).
 
 As in Pulsar (PIP-322), each limited topic has token buckets of one second's worth of messages and

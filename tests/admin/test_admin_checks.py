@@ -223,7 +223,7 @@ def test_a_created_namespace_policies_numbers_must_fit_their_java_types(admin: A
                      {"latency_stats_sample_rate": {"standalone": INT_PAST}},
                      {"offload_policies": {"managedLedgerOffloadMaxThreads": INT_PAST}},
                      {"offload_policies": {"managedLedgerOffloadThresholdInBytes": LONG_PAST}},
-                     {"publish_max_message_rate": {"standalone": {"publishThrottlingRateInMsg": INT_PAST}}},
+                     {"publishMaxMessageRate": {"standalone": {"publishThrottlingRateInMsg": INT_PAST}}},
                      {"clusterDispatchRate": {"standalone": {"dispatchThrottlingRateInByte": LONG_PAST}}},
                      {"persistence": {"bookkeeperEnsemble": INT_PAST}},
                      {"bundles": {"numBundles": INT_PAST}}):

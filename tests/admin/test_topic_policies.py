@@ -374,7 +374,7 @@ def test_max_unacked_messages_on_subscription_lifted_by_removing_the_policy(admi
 
 
 @pytest.mark.parametrize(("policy", "field", "broker_default", "rate", "own", "stored_own", "refused"), [
-    ("publishRate", "publish_max_message_rate",
+    ("publishRate", "publishMaxMessageRate",
      {"publishThrottlingRateInMsg": 0, "publishThrottlingRateInByte": 0},
      {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1},
      {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 4096},

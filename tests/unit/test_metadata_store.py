@@ -414,3 +414,18 @@ async def test_update_topic_properties_merges_into_the_stored_ones(metadata: Bro
     assert metadata.topic_properties[TOPIC] == {"c": "3", "d": "4"}
     await metadata.update_topic_properties(TOPIC, lambda _: None)
     assert not await store.exists(L.TOPIC_PROPERTIES.path(TOPIC)) and TOPIC not in metadata.topic_properties
+
+
+async def test_a_policy_once_stored_under_another_name_is_read_and_rewritten_under_pulsars(
+        metadata: BrokerMetadata, store: MetadataStore) -> None:
+    """Earlier versions kept the namespace publish rate as ``publish_max_message_rate``; Pulsar's Policies
+    field (what its brokers read) is ``publishMaxMessageRate``."""
+    rate = {"standalone": {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": -1}}
+    path = "/admin/policies/public/default"
+    stored = await node(store, path)
+    await store.put(path, json.dumps({**stored, "publish_max_message_rate": rate}).encode(), None)
+    await eventually(lambda: metadata.policy("public/default", "publishMaxMessageRate") == rate, "the change")
+    assert "publish_max_message_rate" not in metadata.namespace_policies("public/default")
+    await metadata.set_policy("public/default", "properties", {"a": "1"})  # any change writes Pulsar's name
+    written = await node(store, path)
+    assert written["publishMaxMessageRate"] == rate and "publish_max_message_rate" not in written
