@@ -42,7 +42,7 @@ from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
 from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
-from managed_ledger.ledger_base import Clock
+from managed_ledger.ledger_base import Clock, settled
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
@@ -175,7 +175,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> FileManagedLedger:
         if self._closed:
             raise ManagedLedgerError("managed-ledger factory is closed")
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)
         if ledger is not None:
             return ledger
         return await self._opening.run(name, lambda: self._load(name, config or ManagedLedgerConfig()))
@@ -213,7 +213,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         return ledger
 
     async def delete(self, name: str) -> None:
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)
         if ledger is not None:
             await ledger.delete()
             return
@@ -229,6 +229,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         await self._opening.wait()  # let opens in progress finish, so their ledgers get closed below
         for ledger in list(self._open.values()):
             await ledger.close()
+            await ledger.wait_ended()  # (one closing already: its close finishes before the writer stops)
         if self.writer._loop is not None:
             await self.writer.barrier()
         self.writer.stop()
@@ -286,6 +287,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     def _forget(self, ledger: FileManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]
+        ledger._ended.set()
 
 
 def default_max_open_files() -> int:

@@ -652,7 +652,10 @@ class FileManagedLedger(StoredManagedLedger):
             return
         self._shut(LedgerState.CLOSED)
         self._fail_held()
-        await self._release()
+        try:
+            await self._release()
+        finally:
+            self._factory._forget(self)
 
     async def _release(self) -> None:
         """After _shut: save cursor states, let queued adds finish, close the segment."""
@@ -667,7 +670,6 @@ class FileManagedLedger(StoredManagedLedger):
         self._writer.release(self)
         await self._writer.barrier()
         self._reader.forget_all()
-        self._factory._forget(self)
 
     async def delete(self) -> None:
         # A closed handle cannot delete (a newer handle may own the data by now): reopen it,
@@ -681,8 +683,10 @@ class FileManagedLedger(StoredManagedLedger):
             self._persistence.forget(name)
         self._cursors.clear()
         self._stored.clear()
-        self._writer.release(self)
-        await self._writer.barrier()
-        self._reader.forget_all()
-        self._factory._forget(self)
-        await self._factory._remove_directory(self._name, self._dir)
+        try:
+            self._writer.release(self)
+            await self._writer.barrier()
+            self._reader.forget_all()
+            await self._factory._remove_directory(self._name, self._dir)
+        finally:
+            self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)

@@ -13,6 +13,7 @@ import enum
 import types
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from managed_ledger.api import (
     CursorNotFoundError,
@@ -65,6 +66,9 @@ class BaseManagedLedger(ManagedLedger):
         self._nesting = nesting
         self._clock = clock
         self._state = LedgerState.OPEN
+        # Set once a close or delete has ended (the factory forgot this handle; a deleted ledger's data is
+        # gone): what an open arriving meanwhile waits for (``settled``).
+        self._ended = asyncio.Event()
         # Adds complete in call order: one ordering domain for the whole ledger.
         self._add_completer = OrderedCompleter(nesting, config.read_nesting_limit)
         self._cursors: dict[str, BaseCursor] = {}  # open durable cursor handles
@@ -325,6 +329,10 @@ class BaseManagedLedger(ManagedLedger):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    async def wait_ended(self) -> None:
+        """Returns once this handle's close or delete has ended (the factory has forgotten it)."""
+        await self._ended.wait()
+
     def _check_open(self) -> None:
         if self._state is not _OPEN:
             raise LedgerClosedError(f"managed ledger {self._name} is {self._state.value}")
@@ -339,3 +347,18 @@ class BaseManagedLedger(ManagedLedger):
         for cursor in (*self._cursors.values(), *self._non_durable):
             cursor._close_handle()
         self._non_durable.clear()
+
+
+LedgerT = TypeVar("LedgerT", bound=BaseManagedLedger)
+
+
+async def settled(open_ledgers: Mapping[str, LedgerT], name: str) -> LedgerT | None:
+    """A factory's open handle of ``name``, once a close or delete of it under way has ended (None when
+    none is open then). A close takes a while (cursors saved, queued adds finished), a delete longer (the
+    data removed): an open or delete arriving meanwhile must not get the handle that is closing, on which
+    every call fails, nor load the data while it is being removed."""
+    ledger = open_ledgers.get(name)
+    while ledger is not None and ledger.is_closed:
+        await ledger.wait_ended()
+        ledger = open_ledgers.get(name)
+    return ledger

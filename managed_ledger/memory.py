@@ -88,6 +88,7 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
             del self._open[ledger.name]
         if delete_data and self._stored.pop(ledger.name, None) is not None:
             self._names_changed(ledger.name)
+        ledger._ended.set()
 
 
 @dataclass

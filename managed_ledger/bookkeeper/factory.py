@@ -38,6 +38,7 @@ from managed_ledger.bookkeeper.availability import BookieAvailability
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
 from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger
+from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
@@ -254,7 +255,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if self._closed:
             raise ManagedLedgerError("managed-ledger factory is closed")
         await self.start()
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)
         if ledger is not None:
             return ledger
         return await self._opening.run(name, lambda: self._take_over(name, config or ManagedLedgerConfig()))
@@ -320,7 +321,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
 
     async def delete(self, name: str) -> None:
         await self.start()
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)
         if ledger is not None:
             await ledger.delete()
             return
@@ -362,6 +363,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         await self.availability.stop()
         for ledger in list(self._open.values()):
             await ledger.close()
+            await ledger.wait_ended()  # (one closing already: its close finishes first)
         if self._owns_client and self._started is not None:
             await self.bk.close()
         if self._owns_store:
@@ -376,3 +378,4 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     def _forget(self, ledger: BookKeeperManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]
+        ledger._ended.set()

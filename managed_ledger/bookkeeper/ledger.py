@@ -525,6 +525,13 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             return
         self._shut(LedgerState.CLOSED)
         self._fail_queued(LedgerClosedError(f"managed ledger {self._name} is closed"))
+        try:
+            await self._release()
+        finally:
+            self._factory._forget(self)
+
+    async def _release(self) -> None:
+        """After _shut: the rollover under way, cursor states, the open ledger closed, tasks finished."""
         if self._rollover is not None:
             await asyncio.gather(self._rollover, return_exceptions=True)
         await self._persistence.flush_all()
@@ -543,7 +550,6 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             except BookKeeperError as exc:
                 log.warning("%s: ledger %d not closed: %s", self._name, writer.ledger_id, exc)
         await self._stop_tasks()
-        self._factory._forget(self)
 
     async def _stop_tasks(self) -> None:
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
@@ -559,18 +565,20 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._fail_queued(LedgerClosedError(f"managed ledger {self._name} is deleted"))
         for name in list(self._stored):
             self._persistence.forget(name)
-        if self._rollover is not None:
-            await asyncio.gather(self._rollover, return_exceptions=True)
-        await self._stop_tasks()
-        cursor_names = list(self._stored)
-        self._cursors.clear()
-        self._stored.clear()
-        for name in cursor_names:
-            await self._cursor_store.delete(name)
-        if self._writer is not None:
-            await self._writer.abandon()
-        self._factory._forget(self)
-        await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map])
+        try:
+            if self._rollover is not None:
+                await asyncio.gather(self._rollover, return_exceptions=True)
+            await self._stop_tasks()
+            cursor_names = list(self._stored)
+            self._cursors.clear()
+            self._stored.clear()
+            for name in cursor_names:
+                await self._cursor_store.delete(name)
+            if self._writer is not None:
+                await self._writer.abandon()
+            await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map])
+        finally:
+            self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)
 
 
 def _ignore(_entry_id: int, _error: BaseException | None) -> None:

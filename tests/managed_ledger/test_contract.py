@@ -1039,3 +1039,21 @@ async def test_rollovers_and_cursor_state_writes_are_counted(factory: ManagedLed
         assert stats.mark_delete_ops == 0 and not base.cursor_stats
     await ml.delete_cursor("sub")
     assert "sub" not in base.cursor_stats
+
+
+@pytest.mark.parametrize("delete", [False, True])
+async def test_an_open_while_the_ledger_closes_waits_and_gets_a_new_handle(factory: ManagedLedgerFactory,
+                                                                           delete: bool) -> None:
+    """A close (or delete) takes a while (cursors saved, adds finished); an open in the meantime must not
+    get the handle being closed, on which every call then fails: it waits, and opens the ledger anew."""
+    ml = await factory.open("t", SMALL_KEEP)
+    ps = await add_all(ml, 3)
+    ending = asyncio.ensure_future(ml.delete() if delete else ml.close())
+    await asyncio.sleep(0)  # (the close has started: its state is set, its waits are not over)
+    assert ml.is_closed
+    again = await factory.open("t", SMALL_KEEP)
+    assert ending.done()
+    await ending
+    assert again is not ml and not again.is_closed
+    assert again.number_of_entries == (0 if delete else 3)
+    assert (await again.add_entry_async(b"after")) > (Position(-1, -1) if delete else ps[-1])
