@@ -8,8 +8,8 @@ bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone fr
 `make pulsar-deps`, cluster/apache_pulsar.py), ``lite`` (pulsar-lite).
 No per-message Python callbacks on the throughput paths (they cap the client near 30k msg/s):
 producers use send_async(payload, None) + flush(); consumers call receive() + acknowledge().
-The fixed-rate latency workloads, and a fan-out row beside the Python client's, use a load generator on the
-official Go client (bench/fixed_rate.py);
+The fixed-rate latency workloads, and produce and fan-out rows beside the Python client's, use a load generator
+on the official Go client (bench/fixed_rate.py);
 a run that does not achieve the rate offered fails (RunFailed): the table says so and the bench exits 1
 (with --keep-going FILE, 0, the failure written to FILE: `make bench` runs its other benches, then fails).
 Broker CPU is read from /proc for each broker process around each run; RSS at the end. The bookies'
@@ -281,6 +281,21 @@ def fan_out(subscriptions: int, n: int, size: int) -> Workload:
     return run
 
 
+def produce_go(n: int, size: int, batching: bool) -> Workload:
+    """``produce`` with the official Go client (bench/go_load/produce.go): the Python client spends about as
+    much CPU per message as the fastest brokers, so its rows show the client's limit as much as the brokers'.
+    The rate is the Go program's (first send -> last receipt)."""
+    def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
+        window.start()
+        r = fixed_rate.produce(window.broker.url, fresh_topic("go-produce"), n, size, batching)
+        got = int(r.figure("messages"))
+        extra = {"achieved": r.figure("rate"), "client_cpu_s": r.client_cpu_s}
+        if r.failure is not None:
+            raise RunFailed(r.failure, got, got * size, extra)
+        return got, got * size, extra
+    return run
+
+
 def fan_out_go(subscriptions: int, n: int, size: int) -> Workload:
     """``fan_out`` with the official Go client (bench/go_load/fanout.go): the Python client's consumer threads
     wait on its GIL in ``acknowledge`` (docs/benchmarks.md), so that row measures the client as much as the
@@ -363,6 +378,8 @@ def workloads(scale: float) -> list[tuple[str, Workload]]:
         ("produce batched 1 KiB", produce(s(100_000), 1024, True)),
         ("produce unbatched 100 B", produce(s(30_000), 100, False)),
         ("produce unbatched 1 KiB", produce(s(30_000), 1024, False)),
+        (f"produce batched 100 B, {GO_CLIENT}", produce_go(s(400_000), 100, True)),
+        (f"produce unbatched 100 B, {GO_CLIENT}", produce_go(s(60_000), 100, False)),
         ("consume+ack batched 100 B", consume(s(100_000), 100, True)),
         ("consume+ack unbatched 100 B", consume(s(30_000), 100, False)),
         ("end-to-end batched 100 B", end_to_end(s(200_000), 100)),

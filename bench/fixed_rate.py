@@ -1,5 +1,6 @@
 """Publish latency at a fixed rate, measured by a small load generator on the official Go client; and, with the
-same program, fan-out throughput with a client that is not bound by a GIL (``fan_out``).
+same program, throughput with a client that costs less than the Python one and is not bound by a GIL
+(``produce``, ``fan_out``).
 
 ``bench/go_load`` (built here with ``go build`` into ``bench/go_load/.bin``, ignored; the Go module proxy
 fetches the client into Go's module cache, as for compat/go) publishes unbatched messages at a fixed rate,
@@ -85,6 +86,15 @@ def fan_out(url: str, topic: str, subscriptions: int, messages: int, size: int) 
     broker's failure (see FixedRateRun.failure: deliveries that never came, sends that failed)."""
     return _run_load_generator(["-url", url, "-topic", topic, "-fanout", str(subscriptions),
                                 "-messages", str(messages), "-size", str(size)], timeout=300)
+
+
+def produce(url: str, topic: str, messages: int, size: int, batched: bool) -> FixedRateRun:
+    """``messages`` published as fast as the Go client goes (at most 5000 in flight, batches flushed every
+    millisecond, as the Python client's produce rows); the report's ``rate`` is messages per second from the first
+    send to the last receipt (bench/go_load/produce.go). Never raises for a broker's failure."""
+    return _run_load_generator(["-url", url, "-topic", topic, "-produce", "-messages", str(messages),
+                                "-size", str(size), f"-batched={str(batched).lower()}", "-pending", "5000"],
+                               timeout=300)
 
 
 def _run_load_generator(args: list[str], timeout: float) -> FixedRateRun:

@@ -87,22 +87,35 @@ func main() {
 	endToEnd := flag.Bool("e2e", true, "wait for the consumer to receive every message and measure end-to-end "+
 		"latency (false: the consumer still takes and acknowledges what it receives, nothing waits for it)")
 	fanOutTo := flag.Int("fanout", 0, "instead: fan-out throughput to this many Shared subscriptions (fanout.go)")
-	messages := flag.Int("messages", 20000, "with -fanout: messages to publish")
+	produceOnly := flag.Bool("produce", false, "instead: publish -messages as fast as the client goes (produce.go)")
+	batched := flag.Bool("batched", true, "with -produce: batching on")
+	pending := flag.Int("pending", 5000, "with -produce: messages in flight at most")
+	messages := flag.Int("messages", 20000, "with -fanout or -produce: messages to publish")
 	flag.Parse()
-	if *fanOutTo > 0 {
-		if *topic == "" || *messages <= 0 {
-			fmt.Fprintln(os.Stderr, "latency-load -fanout: -topic is required, -messages must be positive")
+	if *fanOutTo > 0 || *produceOnly {
+		if *topic == "" || *messages <= 0 || *pending <= 0 {
+			fmt.Fprintln(os.Stderr, "latency-load -fanout/-produce: -topic is required, -messages and -pending "+
+				"must be positive")
 			os.Exit(2)
 		}
 		client, err := newClient(*url)
-		rep := fanOutReport{Error: fmt.Sprint(err)}
-		if err == nil {
-			rep = fanOut(client, *topic, *fanOutTo, *messages, *size)
-			client.Close()
+		if err != nil {
+			fmt.Printf("{\"error\": %q}\n", err.Error())
+			os.Exit(1)
 		}
+		var rep any
+		failed := false
+		if *produceOnly {
+			r := produce(client, *topic, *messages, *size, *pending, *batched)
+			rep, failed = r, r.Error != ""
+		} else {
+			r := fanOut(client, *topic, *fanOutTo, *messages, *size)
+			rep, failed = r, r.Error != ""
+		}
+		client.Close()
 		out, _ := json.Marshal(rep)
 		fmt.Println(string(out))
-		if rep.Error != "" {
+		if failed {
 			os.Exit(1)
 		}
 		return

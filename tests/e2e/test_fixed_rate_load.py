@@ -58,3 +58,12 @@ def test_a_fan_out_that_cannot_start_fails_with_the_reason(pulsar_broker: Broker
                              messages=10, size=100)
     assert run.failure is not None and run.failure.startswith("subscribe: "), run.failure
     assert run.figure("deliveries") == 0
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_produce_counts_every_receipt(pulsar_broker: BrokerThread, load_generator: None, batched: bool) -> None:
+    run = fixed_rate.produce(pulsar_broker.service_url, topic_name("go-produce"), messages=700, size=100,
+                             batched=batched)
+    assert run.failure is None, run.failure
+    assert (run.figure("messages"), run.report["batched"]) == (700, batched)
+    assert run.figure("rate") == pytest.approx(700 / run.figure("seconds"))
