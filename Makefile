@@ -104,8 +104,9 @@ proto: $(STAMP)
 # then the cost of one /metrics scrape at 1,000 and 10,000 topics (bench/metrics_scrape.py), and the topic
 # creation rate up to 10,000 topics, each with a producer and a subscription (bench/topic_creation.py; Apache
 # Pulsar and pulsar-lite at 1,000; TOPIC_CREATION_ARGS sets the options of the first run).
-# The fixed-rate latency workloads of bench/compare.py need Go (as make compat): bench/fixed_rate.py builds
-# the load generator bench/go_load into bench/go_load/.bin (ignored); without Go they are skipped, with the reason.
+# The fixed-rate latency workloads of bench/compare.py, and its produce and fan-out rows on the Go client, need Go
+# (as make compat): bench/fixed_rate.py builds the load generator bench/go_load into bench/go_load/.bin (ignored);
+# without Go they are skipped, with the reason.
 # A FAILED run of bench.compare (a fixed rate not achieved, e.g. on a loaded machine) does not stop the benches
 # after it: it is written to $(BENCH_FAILED), and make bench fails at its end, after the others ran.
 TOPIC_CREATION_ARGS ?= --kinds ours --topics 10000 --block 1000
