@@ -286,13 +286,8 @@ def produce_go(n: int, size: int, batching: bool) -> Workload:
     much CPU per message as the fastest brokers, so its rows show the client's limit as much as the brokers'.
     The rate is the Go program's (first send -> last receipt)."""
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
-        window.start()
-        r = fixed_rate.produce(window.broker.url, fresh_topic("go-produce"), n, size, batching)
-        got = int(r.figure("messages"))
-        extra = {"achieved": r.figure("rate"), "client_cpu_s": r.client_cpu_s}
-        if r.failure is not None:
-            raise RunFailed(r.failure, got, got * size, extra)
-        return got, got * size, extra
+        return go_run(window, "messages", size, lambda url: fixed_rate.produce(url, fresh_topic("go-produce"), n,
+                                                                                size, batching))
     return run
 
 
@@ -304,14 +299,22 @@ def fan_out_go(subscriptions: int, n: int, size: int) -> Workload:
     def run(client: pulsar.Client, window: Window) -> tuple[int, int, dict[str, float]]:
         if window.broker.name in NO_END_TO_END:
             return 0, 0, {"not_measured": 1.0}
-        window.start()
-        r = fixed_rate.fan_out(window.broker.url, fresh_topic("go-fanout"), subscriptions, n, size)
-        got = int(r.figure("deliveries"))
-        extra = {"achieved": r.figure("rate"), "client_cpu_s": r.client_cpu_s}
-        if r.failure is not None:
-            raise RunFailed(r.failure, got, got * size, extra)
-        return got, got * size, extra
+        return go_run(window, "deliveries", size, lambda url: fixed_rate.fan_out(url, fresh_topic("go-fanout"),
+                                                                                  subscriptions, n, size))
     return run
+
+
+def go_run(window: Window, counted: str, size: int,
+           start: Callable[[str], fixed_rate.FixedRateRun]) -> tuple[int, int, dict[str, float]]:
+    """A throughput run of the Go load generator against ``window``'s broker: what it ``counted`` (messages or
+    deliveries) and its own rate; RunFailed with its reason when it failed."""
+    window.start()
+    r = start(window.broker.url)
+    got = int(r.figure(counted))
+    extra = {"achieved": r.figure("rate"), "client_cpu_s": r.client_cpu_s}
+    if r.failure is not None:
+        raise RunFailed(r.failure, got, got * size, extra)
+    return got, got * size, extra
 
 
 def measure(broker: BrokerProcess, workload: Workload) -> Result:
