@@ -331,9 +331,17 @@ class RemoteProducer:
 
     async def close(self) -> None:
         self.closed = True
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
+        try:
+            if self._reader_task is not None:
+                self._reader_task.cancel()
+                await asyncio.gather(self._reader_task, return_exceptions=True)
+        finally:
+            # (Also when this close is cancelled: the replicator's own close cancels its loop, which
+            # may be here. A connection left open keeps the producer on the remote broker, which
+            # then refuses the next one of that name as busy.)
+            writer = self._writer
+            if writer is not None and not writer.is_closing():
+                writer.close()
         await self._close_connection()
 
     async def _close_connection(self) -> None:
