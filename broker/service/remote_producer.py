@@ -140,13 +140,33 @@ def _token(params: str) -> str:
     return params
 
 
-def _address(url: str) -> tuple[str, int, bool]:
-    """(host, port, TLS) of a pulsar:// or pulsar+ssl:// URL."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("pulsar", "pulsar+ssl") or not parsed.hostname:
+Address = tuple[str, int, bool]  # host, port, TLS
+
+
+def _addresses(url: str) -> list[Address]:
+    """(host, port, TLS) of each broker a pulsar:// or pulsar+ssl:// URL names: Pulsar's service
+    URLs may name several (``pulsar://host1:6650,host2:6650``), as a cluster's brokerServiceUrl
+    may. RemoteError for a URL that cannot be used."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("pulsar", "pulsar+ssl"):
         raise RemoteError(f"unsupported broker service URL {url!r}")
-    tls = parsed.scheme == "pulsar+ssl"
-    return parsed.hostname, parsed.port or (6651 if tls else 6650), tls
+    tls = scheme == "pulsar+ssl"
+    out = []
+    for host_port in rest.split("/", 1)[0].split(","):
+        try:
+            parsed = urlparse(f"{scheme}://{host_port.strip()}")
+            host, port = parsed.hostname, parsed.port
+        except ValueError as exc:  # (a port that is not a number, or out of range)
+            raise RemoteError(f"unsupported broker service URL {url!r}: {exc}") from None
+        if not host:
+            raise RemoteError(f"unsupported broker service URL {url!r}")
+        out.append((host, port or (6651 if tls else 6650), tls))
+    return out
+
+
+def _address(url: str) -> Address:
+    """The first broker of a service URL (txn_buffer_client.py's single broker URLs)."""
+    return _addresses(url)[0]
 
 
 class RemoteProducer:
@@ -162,6 +182,7 @@ class RemoteProducer:
         self._on_receipt = on_receipt
         self._on_lost = on_lost
         self._writer: asyncio.StreamWriter | None = None
+        self._connected_to: Address | None = None  # the broker of the URL this connection went to
         self._reader_task: asyncio.Task[None] | None = None
         # Requests on the producer's connection (schema registrations): request id -> answer.
         self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
@@ -183,7 +204,7 @@ class RemoteProducer:
                 raise RemoteError(f"lookup failed: {pb.ServerError.Name(r.error)}: {r.message}")
             owner = (r.brokerServiceUrlTls if self.settings.ssl_context is not None else r.brokerServiceUrl) or self.url
             if r.response == pb.CommandLookupTopicResponse.Connect and (
-                    _address(owner) == _address(self.url) or r.proxy_through_service_url):
+                    _addresses(owner)[0] == self._connected_to or r.proxy_through_service_url):
                 break
             await self._close_connection()
             self.url = owner
@@ -201,13 +222,22 @@ class RemoteProducer:
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
 
     async def _open(self) -> CommandReader:
-        """A new connection to ``self.url``, past CONNECT / CONNECTED."""
-        host, port, tls = _address(self.url)
-        context = self.settings.ssl_context
-        if tls and context is None:
-            context = ssl.create_default_context()
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it can swallow a cancel)
-            reader, self._writer = await asyncio.open_connection(host, port, ssl=context if tls else None)
+        """A new connection to ``self.url`` (the first of its brokers that answers, as Pulsar's
+        client tries a service URL's hosts in turn), past CONNECT / CONNECTED."""
+        addresses = _addresses(self.url)
+        for i, (host, port, tls) in enumerate(addresses):
+            context = self.settings.ssl_context
+            if tls and context is None:
+                context = ssl.create_default_context()
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it can swallow a cancel)
+                    reader, self._writer = await asyncio.open_connection(host, port, ssl=context if tls else None)
+            except (OSError, TimeoutError):
+                if i == len(addresses) - 1:
+                    raise
+                continue
+            self._connected_to = (host, port, tls)
+            break
         commands_in = CommandReader(reader, lambda: RemoteError("connection closed by the remote broker"))
         connect = pb.BaseCommand(type=T.CONNECT)
         c = connect.connect
@@ -301,9 +331,17 @@ class RemoteProducer:
 
     async def close(self) -> None:
         self.closed = True
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
+        try:
+            if self._reader_task is not None:
+                self._reader_task.cancel()
+                await asyncio.gather(self._reader_task, return_exceptions=True)
+        finally:
+            # (Also when this close is cancelled: the replicator's own close cancels its loop, which
+            # may be here. A connection left open keeps the producer on the remote broker, which
+            # then refuses the next one of that name as busy.)
+            writer = self._writer
+            if writer is not None and not writer.is_closing():
+                writer.close()
         await self._close_connection()
 
     async def _close_connection(self) -> None:

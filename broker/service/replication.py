@@ -193,18 +193,26 @@ class Replicator(ABC):
             except (TimeoutError, OSError, RemoteError, ProtocolError, ManagedLedgerError) as exc:
                 if self.closed:
                     break
+                backoff = self._next_backoff(backoff)
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning("replicator %s -> %s: %s; retrying in %.1f s", self.topic.name, self.remote_cluster,
                             self.last_error, backoff)
             except Exception as exc:  # never die silently: a stuck replicator would hold its backlog
+                backoff = self._next_backoff(backoff)
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("replicator %s -> %s failed; retrying in %.1f s", self.topic.name,
                               self.remote_cluster, backoff)
             await self._disconnect()
-            if self._progress:  # (a remote that refuses every message is not retried at full speed)
-                backoff = BACKOFF_MIN_S
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _next_backoff(self, backoff: float) -> float:
+        """The wait before the next attempt: from the start again after a connection that got
+        receipts or stayed up longer than that wait (as Pulsar resets its backoff once connected),
+        else ``backoff`` (a remote that is away, or refuses every message at once, is not retried
+        at full speed)."""
+        lasted = self.connected and time.time() - self.connected_since >= backoff
+        return BACKOFF_MIN_S if self._progress or lasted else backoff
 
     async def _connect(self) -> None:
         cluster = self.topic.service.metadata.clusters.get(self.remote_cluster, {})

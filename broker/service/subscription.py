@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from itertools import zip_longest
 from typing import TYPE_CHECKING, cast
 
+from google.protobuf.message import DecodeError
+
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError
@@ -21,6 +23,7 @@ from broker.metadata.policy_table import (
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
+from broker.protocol.errors import ProtocolError
 from broker.service.consumer import DepartedOut
 from broker.service.dispatch_context import persistent_context
 from broker.service.rate_limits import DispatchRate
@@ -137,9 +140,15 @@ class Subscription:
         return True
 
     def snapshot_read(self, position: Position, entry: bytes) -> None:
-        """The dispatcher read a snapshot marker at ``position``."""
+        """The dispatcher read a snapshot marker at ``position``; one that cannot be read is
+        skipped (as Pulsar's dispatchers do), not raised into the dispatcher's read."""
         if self.snapshots is not None:
-            snapshot = mk.Snapshot.FromString(marker_payload(entry))
+            try:
+                snapshot = mk.Snapshot.FromString(marker_payload(entry))
+            except (DecodeError, ProtocolError) as exc:
+                log.warning("subscription %s on %s: snapshot marker at %s not understood (%s); skipped",
+                            self.name, self.topic.name, position, exc)
+                return
             self.snapshots.add(position, list(snapshot.clusters))
 
     def mark_delete_moved(self) -> None:

@@ -98,3 +98,64 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
             await producer.close()
     finally:
         server.close()
+
+
+async def test_a_service_url_with_several_hosts() -> None:
+    # Pulsar's service URLs may name several brokers (pulsar://host1:6650,host2:6650, accepted in
+    # a cluster's brokerServiceUrl): the producer tries them in turn, here past one that refuses.
+    async def idle(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3600)
+
+    refusing = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    refused_port = refusing.sockets[0].getsockname()[1]
+    refusing.close()
+    await refusing.wait_closed()
+    url: list[str] = []
+    server = await scripted_broker(url, idle)
+    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    several = f"pulsar://127.0.0.1:{refused_port},{url[0].removeprefix('pulsar://')}"
+    producer = RemoteProducer(RemoteSettings(several, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                              lambda seq: None, lambda exc: None)
+    try:
+        await asyncio.wait_for(producer.connect(), 10)
+        producer.send(0, 1, b"payload", is_chunk=False)
+    finally:
+        await producer.close()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("url", ["pulsar://127.0.0.1:99999", "http://127.0.0.1:6650", "pulsar://:6650"])
+async def test_an_unusable_service_url_is_a_remote_error(url: str) -> None:
+    producer = RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                              lambda seq: None, lambda exc: None)
+    with pytest.raises(RemoteError):
+        await producer.connect()
+    await producer.close()
+
+
+async def test_a_close_cancelled_midway_still_closes_the_connection() -> None:
+    # The replicator's close cancels its loop, which may be inside the producer's close at that
+    # moment: the connection is closed all the same (left open, the remote broker would keep the
+    # producer pulsar.repl.<cluster> and refuse the next replicator's as busy).
+    async def idle(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3600)
+
+    url: list[str] = []
+    server = await scripted_broker(url, idle)
+    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                              lambda seq: None, lambda exc: None)
+    try:
+        await producer.connect()
+        writer = producer._writer
+        assert writer is not None
+        closing = asyncio.ensure_future(producer.close())
+        await asyncio.sleep(0)  # (inside close, waiting for its reader task to end)
+        closing.cancel()
+        await asyncio.gather(closing, return_exceptions=True)
+        assert writer.is_closing()
+    finally:
+        await producer.close()
+        server.close()
+        await server.wait_closed()

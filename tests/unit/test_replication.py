@@ -1,16 +1,23 @@
-"""Re-stamping stored entries for geo-replication, and the replicated-subscription snapshot
-cache (pure: no broker)."""
+"""Re-stamping stored entries for geo-replication, the replicated-subscription snapshot cache, and
+the replicator's reconnect backoff (pure: no broker)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.checksum import crc32c
 from broker.protocol.entry import REQUEST, SNAPSHOT, parse_payload
+from broker.service.remote_producer import RemoteError
 from broker.service.replicated_subscriptions import SnapshotCache, marker_entry, marker_payload
-from broker.service.replication import restamp
+from broker.service.replication import BACKOFF_MIN_S, PersistentReplicator, Replicator, restamp
 from managed_ledger import Position
 
 
@@ -59,3 +66,39 @@ def test_snapshot_cache_gives_the_newest_snapshot_passed() -> None:
     assert passed is not None and passed[0].message_id.entry_id == 30
     assert len(cache) == 1  # 20 and 30 are gone, 40 waits
     assert cache.passed(Position(1, 40)) is not None and len(cache) == 0
+
+
+async def test_reconnect_backoff_starts_again_after_a_connection_that_lasted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remote was away for a while (the backoff grew), came back, and the link stayed up (idle:
+    # no receipts) until it broke again: the next attempt comes after the shortest backoff, as
+    # Pulsar resets its backoff once connected, not after the longest one reached before.
+    delays: list[float] = []
+    rep = cast(Replicator, object.__new__(PersistentReplicator))
+    rep.topic = cast(Any, SimpleNamespace(name="persistent://t/ns/x"))
+    rep.remote_cluster, rep.closed, rep.connected, rep.last_error = "b", False, False, ""
+    rep._progress = False
+    attempts = iter([False] * 6 + [True, True])
+
+    async def connect() -> None:
+        if not next(attempts):
+            raise RemoteError("connection refused")
+        rep.connected, rep.connected_since = True, time.time() - 3600  # (up for an hour)
+
+    async def replicate() -> None:
+        raise RemoteError("connection closed by the remote broker")
+
+    async def disconnect() -> None:
+        rep.connected = False
+
+    async def sleep(delay: float) -> None:
+        delays.append(delay)
+        if len(delays) == 8:
+            rep.closed = True
+
+    monkeypatch.setattr(rep, "_connect", connect)
+    monkeypatch.setattr(rep, "_replicate", replicate)
+    monkeypatch.setattr(rep, "_disconnect", disconnect)
+    monkeypatch.setattr(asyncio, "sleep", sleep)  # (the backoff waits, recorded rather than waited)
+    await rep._run()
+    assert delays[:6] == [BACKOFF_MIN_S * 2 ** i for i in range(6)]
+    assert delays[6:] == [BACKOFF_MIN_S, BACKOFF_MIN_S]
