@@ -128,6 +128,8 @@ class TransactionCoordinator:
         txn = TxnID(self.tc_id, self.sequence)
         meta = TxnMeta(txn, TxnStatus.OPEN, self.now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS)
         self.txns[txn] = meta
+        # Until it knows where its record went, it is after everything stored now (see _trim).
+        meta.stored_after = self.log.ledger.last_confirmed_entry
         try:
             meta.first_record = await self.log.append(LogRecord(txn, "new", timeout_ms=meta.timeout_ms,
                                                                 opened_ms=meta.opened_ms))
@@ -235,8 +237,13 @@ class TransactionCoordinator:
 
     def _trim(self) -> None:
         oldest = min((m.first_record for m in self.txns.values() if m.first_record is not None), default=None)
+        # A NEW_TXN whose record is being stored (first_record None) may have it in the log already (stored by the
+        # same flush as the record that brought us here) without knowing where: the trim stops at what was stored
+        # before it asked (else the next load would not see that open transaction).
+        in_flight = min((m.stored_after for m in self.txns.values()
+                         if m.first_record is None and m.stored_after is not None), default=None)
         try:
-            self.log.trim_before(oldest, self.sequence)
+            self.log.trim_before(oldest, self.sequence, at_most=in_flight)
         except InvalidPositionError:  # (nothing stored yet)
             pass
 
