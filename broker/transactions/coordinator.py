@@ -27,7 +27,7 @@ from broker.errors import (
 from broker.tasks import OwnedTasks
 from broker.transactions.log import LogRecord, TransactionLog
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
-from managed_ledger import InvalidPositionError
+from managed_ledger import InvalidPositionError, LedgerFencedError
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +199,13 @@ class TransactionCoordinator:
         calls = [lambda p=p: self.participants.end_on_partition(p, txn, commit, lwm) for p in meta.partitions]
         calls += [lambda s=s: self.participants.end_on_subscription(s[0], s[1], txn, commit, lwm)
                   for s in meta.subscriptions]
+        final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
         try:
-            await asyncio.gather(*(self._until_done(txn, call) for call in calls))
-            final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
-            await self.log.append(LogRecord(txn, "status", status=final))
+            await asyncio.gather(*(self._until_done(txn, call, "a participant was not told yet") for call in calls))
+            # Written again until it is (as Pulsar retries an end that failed on a managed-ledger error): the
+            # transaction is decided, so it must not stay half ended with every END_TXN for it failing.
+            await self._until_done(txn, lambda: self.log.append(LogRecord(txn, "status", status=final)),
+                                   "its final status was not logged yet", own_log=True)
             meta.move(final)
         except BaseException as exc:
             if not done.done():
@@ -220,7 +223,10 @@ class TransactionCoordinator:
         if not done.done():
             done.set_result(None)
 
-    async def _until_done(self, txn: TxnID, call: Callable[[], object]) -> None:
+    async def _until_done(self, txn: TxnID, call: Callable[[], object], what: str, own_log: bool = False) -> None:
+        """``call`` again and again until it succeeds; given up when the coordinator closes, or (``own_log``: a write
+        to the coordinator's log) when the log was fenced: another broker took the coordinator and finishes the end
+        from the log (Pulsar does not retry that either)."""
         delay = RETRY_FIRST_S
         while True:
             try:
@@ -229,9 +235,9 @@ class TransactionCoordinator:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self.closed:
+                if self.closed or (own_log and isinstance(exc, LedgerFencedError)):
                     raise
-                log.warning("transaction %s: a participant was not told yet (%s); retrying", txn, exc)
+                log.warning("transaction %s: %s (%s); retrying", txn, what, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
+from broker.transactions import coordinator as coordinator_module
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.log import TransactionLog, log_ledger_name
 from broker.transactions.model import TxnID, TxnStatus
-from managed_ledger import ManagedLedger, MemoryManagedLedgerFactory, Position
+from managed_ledger import ManagedLedger, ManagedLedgerError, MemoryManagedLedgerFactory, Position
 from tests.waiting import eventually
 
 
@@ -90,3 +92,27 @@ async def test_an_open_transaction_whose_record_was_stored_with_an_end_survives_
     again = await open_coordinator(factory, participants)
     assert second in again.txns and again.txns[second].status is TxnStatus.OPEN
     await again.close()
+
+
+async def test_an_end_whose_final_status_could_not_be_logged_is_finished_by_the_coordinator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pulsar's TransactionMetadataStoreService retries an end that failed on a managed-ledger error; the
+    transaction must not stay COMMITTING (holding the log and the low watermark) with every END_TXN failing."""
+    monkeypatch.setattr(coordinator_module, "RETRY_FIRST_S", 0.01)
+    factory = MemoryManagedLedgerFactory()
+    participants = Participants()
+    tc = await open_coordinator(factory, participants)
+    txn = await tc.new_txn(60_000)
+    await tc.add_partitions(txn, ["persistent://public/default/a"])
+    real = tc.log.append
+    failures = [ManagedLedgerError("bookie write failed")]
+
+    async def append(record: Any) -> Position:
+        if record.op == "status" and record.status is TxnStatus.COMMITTED and failures:
+            raise failures.pop()
+        return await real(record)
+
+    monkeypatch.setattr(tc.log, "append", append)
+    await asyncio.wait_for(tc.end_txn(txn, commit=True), 10)
+    assert txn not in tc.txns and tc.committed == 1
+    await tc.close()
