@@ -322,7 +322,7 @@ class Subscription:
         else:
             acks = [(position_of(m), list(m.ack_set) if m.ack_set and any(m.ack_set) else None,
                      m.batch_size if m.HasField("batch_size") else 0) for m in message_ids]
-            pending.add_individual(txn, acks, self.cursor.is_acked)
+            pending.add_individual(txn, acks, self.cursor.is_acked, self.cursor.batch_acks.get)
             held = [pos for pos, ack_set, _ in acks if ack_set is None]
             for pos in held:
                 if not consumer.remove_pending(pos):

@@ -27,7 +27,7 @@ from broker.errors import (
 from broker.tasks import OwnedTasks
 from broker.transactions.log import LogRecord, TransactionLog
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
-from managed_ledger import InvalidPositionError
+from managed_ledger import InvalidPositionError, LedgerFencedError
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,8 @@ class TransactionCoordinator:
         txn = TxnID(self.tc_id, self.sequence)
         meta = TxnMeta(txn, TxnStatus.OPEN, self.now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS)
         self.txns[txn] = meta
+        # Until it knows where its record went, it is after everything stored now (see _trim).
+        meta.stored_after = self.log.ledger.last_confirmed_entry
         try:
             meta.first_record = await self.log.append(LogRecord(txn, "new", timeout_ms=meta.timeout_ms,
                                                                 opened_ms=meta.opened_ms))
@@ -197,10 +199,13 @@ class TransactionCoordinator:
         calls = [lambda p=p: self.participants.end_on_partition(p, txn, commit, lwm) for p in meta.partitions]
         calls += [lambda s=s: self.participants.end_on_subscription(s[0], s[1], txn, commit, lwm)
                   for s in meta.subscriptions]
+        final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
         try:
-            await asyncio.gather(*(self._until_done(txn, call) for call in calls))
-            final = TxnStatus.COMMITTED if commit else TxnStatus.ABORTED
-            await self.log.append(LogRecord(txn, "status", status=final))
+            await asyncio.gather(*(self._until_done(txn, call, "a participant was not told yet") for call in calls))
+            # Written again until it is (as Pulsar retries an end that failed on a managed-ledger error): the
+            # transaction is decided, so it must not stay half ended with every END_TXN for it failing.
+            await self._until_done(txn, lambda: self.log.append(LogRecord(txn, "status", status=final)),
+                                   "its final status was not logged yet", own_log=True)
             meta.move(final)
         except BaseException as exc:
             if not done.done():
@@ -218,7 +223,10 @@ class TransactionCoordinator:
         if not done.done():
             done.set_result(None)
 
-    async def _until_done(self, txn: TxnID, call: Callable[[], object]) -> None:
+    async def _until_done(self, txn: TxnID, call: Callable[[], object], what: str, own_log: bool = False) -> None:
+        """``call`` again and again until it succeeds; given up when the coordinator closes, or (``own_log``: a write
+        to the coordinator's log) when the log was fenced: another broker took the coordinator and finishes the end
+        from the log (Pulsar does not retry that either)."""
         delay = RETRY_FIRST_S
         while True:
             try:
@@ -227,16 +235,21 @@ class TransactionCoordinator:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self.closed:
+                if self.closed or (own_log and isinstance(exc, LedgerFencedError)):
                     raise
-                log.warning("transaction %s: a participant was not told yet (%s); retrying", txn, exc)
+                log.warning("transaction %s: %s (%s); retrying", txn, what, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
     def _trim(self) -> None:
         oldest = min((m.first_record for m in self.txns.values() if m.first_record is not None), default=None)
+        # A NEW_TXN whose record is being stored (first_record None) may have it in the log already (stored by the
+        # same flush as the record that brought us here) without knowing where: the trim stops at what was stored
+        # before it asked (else the next load would not see that open transaction).
+        in_flight = min((m.stored_after for m in self.txns.values()
+                         if m.first_record is None and m.stored_after is not None), default=None)
         try:
-            self.log.trim_before(oldest, self.sequence)
+            self.log.trim_before(oldest, self.sequence, at_most=in_flight)
         except InvalidPositionError:  # (nothing stored yet)
             pass
 

@@ -109,11 +109,14 @@ class TransactionLog:
         self.appended += 1
         return position
 
-    def trim_before(self, oldest_live: Position | None, max_txn_id: int) -> None:
+    def trim_before(self, oldest_live: Position | None, max_txn_id: int, at_most: Position | None = None) -> None:
         """Everything before ``oldest_live`` (the first record of the oldest transaction not yet
-        ended; None: all of it) belongs to ended transactions: let it go."""
+        ended; None: all of it) belongs to ended transactions: let it go, but not past ``at_most``
+        (a record being stored goes after it)."""
         last = self.ledger.last_confirmed_entry
         upto = self.ledger.previous_position(oldest_live) if oldest_live is not None else last
+        if at_most is not None and at_most < upto:
+            upto = at_most
         if upto.entry_id < 0 and upto <= self.cursor.mark_delete_position:
             upto = self.cursor.mark_delete_position
         if max_txn_id > self.max_txn_id:

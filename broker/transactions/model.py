@@ -54,6 +54,8 @@ class TxnMeta:
     subscriptions: list[tuple[str, str]] = field(default_factory=list)
     # Its first record in the coordinator's log: the log is kept from the oldest live one.
     first_record: Position | None = None
+    # While that record is being stored: the last entry the log had stored before (the record goes after it).
+    stored_after: Position | None = None
 
     def move(self, to: TxnStatus) -> None:
         """The one place a status changes; an illegal move raises InvalidTxnStatusError."""

@@ -71,13 +71,20 @@ class PendingAcks:
 
     # -- adding --------------------------------------------------------------------------------------
     def add_individual(self, txn: TxnID, acks: list[tuple[Position, list[int] | None, int]],
-                       is_acked: Callable[[Position], bool]) -> None:
+                       is_acked: Callable[[Position], bool],
+                       batch_acked: Callable[[Position], list[int] | None] = lambda _: None) -> None:
         """All or nothing: a conflict on any position refuses the whole ACK. Each ack is (position,
-        ack_set or None for the whole entry, messages in the batch or 0 when not known)."""
+        ack_set or None for the whole entry, messages in the batch or 0 when not known).
+        ``batch_acked``: the ack_set the subscription keeps for a batch acknowledged in part, if any."""
         for pos, ack_set, batch_size in acks:
             if is_acked(pos):
                 raise TransactionConflictError(
                     f"Transaction {txn} tried to ack message {pos} that is already acknowledged")
+            if ack_set is not None:
+                kept = batch_acked(pos)
+                if kept is not None and _overlap(ack_set, kept, batch_size):
+                    raise TransactionConflictError(
+                        f"Transaction {txn} tried to ack message {pos} that is already acknowledged")
             for other in self._owners.get(pos, ()):
                 if other == txn:
                     continue

@@ -613,3 +613,19 @@ async def test_coordinator_low_watermark(broker: Broker, client: TxnWireClient) 
     assert tc.low_watermark == b[1] - 1
     await client.end_txn(b, commit=False)
     assert tc.low_watermark == b[1]
+
+
+async def test_a_batch_index_acknowledged_already_conflicts_with_a_transactional_ack(
+        broker: Broker, client: TxnWireClient) -> None:
+    """As Pulsar's PendingAckHandleImpl (the cursor's batch ack set overlapping the transaction's: "already acked
+    before"): a message of a batch acknowledged by index outside the transaction may not be acknowledged in one."""
+    await client.producer(IN, 1)
+    assert (await client.send_batch(1, 0, ["m0", "m1", "m2", "m3"])).type == T.SEND_RECEIPT
+    await client.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+    (batch,) = await client.receive_n(10, 1)
+    assert not (await client.ack(10, batch, ack_set=[0b1110], batch_size=4)).HasField("error")  # message 0
+    txn = await client.new_txn()
+    await client.add_subscription(txn, IN, "work")
+    again = await client.ack(10, batch, txn=txn, ack_set=[0b1100], batch_size=4)  # messages 0 and 1
+    assert again.error == E.TransactionConflict
+    assert not (await client.ack(10, batch, txn=txn, ack_set=[0b1101], batch_size=4)).HasField("error")  # message 1
