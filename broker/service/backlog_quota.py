@@ -38,6 +38,7 @@ from broker.metadata.policy_values import (
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from broker.service import admin_ops
+from broker.service.deduplication import DEDUP_CURSOR
 from broker.service.periodic import sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 from managed_ledger import ManagedCursor, ManagedLedgerError
@@ -58,6 +59,26 @@ EVICTION_TARGET = 0.9
 def durable_cursors(topic: PersistentTopic) -> list[ManagedCursor]:
     """The cursors a backlog is counted on (not the transaction buffer's snapshot cursor)."""
     return [c for c in topic.ledger.cursors.values() if not c.is_closed and c.name != BUFFER_CURSOR]
+
+
+def subscription_cursors(topic: PersistentTopic) -> list[ManagedCursor]:
+    """The durable cursors eviction may move: not deduplication's, whose position must stay that of the
+    state saved with it (it is moved by a snapshot, see advance_deduplication_cursor)."""
+    return [c for c in durable_cursors(topic) if c.name != DEDUP_CURSOR]
+
+
+def advance_deduplication_cursor(topic: PersistentTopic) -> bool:
+    """Deduplication's cursor is snapshotted every brokerDeduplicationEntriesInterval entries, so it may be
+    the slowest cursor without being a subscription: when it is, take a snapshot now, which brings it to the
+    end of the log, rather than count it as a backlog (Pulsar's BacklogQuotaManager.advanceSlowestSystemCursor).
+    True if it did."""
+    dedup = topic.dedup.cursor
+    if dedup is None or dedup.is_closed or dedup.number_of_entries_in_backlog() == 0:
+        return False
+    if any(c.mark_delete_position < dedup.mark_delete_position for c in durable_cursors(topic)):
+        return False
+    topic.dedup.snapshot()
+    return True
 
 
 def average_entry_size(topic: PersistentTopic) -> float:
@@ -138,6 +159,8 @@ class BacklogQuotaManager:
     def check_producer(self, topic: PersistentTopic) -> None:
         """Refuse a new producer while a hold/exception quota is exceeded."""
         exceeded = self.size_exceeded(topic)
+        if exceeded is not None and advance_deduplication_cursor(topic):
+            exceeded = self.size_exceeded(topic)
         if exceeded is None and topic.full_name in self._age_exceeded:
             exceeded = self.quota(topic.name, MESSAGE_AGE)
         if exceeded is None:
@@ -167,18 +190,22 @@ class BacklogQuotaManager:
     async def check_topic(self, topic: PersistentTopic, now_ms: int) -> None:
         quotas = self.service.policies.get(topic.name, BACKLOG_QUOTAS)  # (resolved once: both types)
         size_quota = self.size_exceeded(topic, quotas)
+        if size_quota is not None and advance_deduplication_cursor(topic):
+            size_quota = self.size_exceeded(topic, quotas)
         if size_quota is not None:
             if size_quota.policy == CONSUMER_BACKLOG_EVICTION:
                 self.evict_for_size(topic, size_quota)
             else:
                 admin_ops.disconnect_producers(topic)
         age_quota = await self.age_exceeded(topic, now_ms, quotas)
+        if age_quota is not None and advance_deduplication_cursor(topic):
+            age_quota = await self.age_exceeded(topic, now_ms, quotas)
         if age_quota is None:
             self._age_exceeded.discard(topic.full_name)
             return
         if age_quota.policy == CONSUMER_BACKLOG_EVICTION:
             topic.backlog_quota_evictions["message_age"] += 1
-            for cursor in durable_cursors(topic):
+            for cursor in subscription_cursors(topic):
                 expired = await admin_ops.expire_cursor(topic, cursor, age_quota.limit_time, now_ms)
                 self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
             self._age_exceeded.discard(topic.full_name)
@@ -195,7 +222,7 @@ class BacklogQuotaManager:
         if avg <= 0:
             return
         topic.backlog_quota_evictions["destination_storage"] += 1
-        for cursor in durable_cursors(topic):
+        for cursor in subscription_cursors(topic):
             backlog = cursor.number_of_entries_in_backlog()
             excess = math.ceil((backlog * avg - target) / avg)
             if excess > 0:

@@ -206,3 +206,28 @@ def test_retention_policy_applies_to_loaded_topics(admin: Admin, client: pulsar.
     assert isinstance(loaded, PersistentTopic)
     assert loaded.ledger.config.retention_time_s == -1
     assert loaded.ledger.config.retention_size_bytes == 64 * 1024 * 1024
+
+
+def test_backlog_quota_not_held_back_by_the_deduplication_cursor(admin: Admin, client: pulsar.Client,
+                                                                  broker: BrokerThread) -> None:
+    """Deduplication's cursor is snapshotted every brokerDeduplicationEntriesInterval (1000) entries, so it
+    trails the end of the log by up to that many entries. It is not a subscription: with every subscription
+    caught up, the backlog quota must not block producers because of it (Pulsar's BacklogQuotaManager takes a
+    deduplication snapshot when the slowest cursor is deduplication's, advanceSlowestSystemCursor)."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/quota-dedup"
+    admin.ok("POST", f"{NS}/{ns}/deduplication", True)
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota", {"limitSize": 1000, "policy": "producer_exception"})
+    consumer = client.subscribe(topic, "keeps-up")
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
+    for _ in range(30):  # ~3 KB written, every message consumed and acknowledged at once
+        producer.send(PAYLOAD)
+        consumer.acknowledge(consumer.receive(timeout_millis=5000))
+    wait_for(lambda: sub_stats(admin, topic, "keeps-up")["msgBacklog"] == 0, what="subscription caught up")
+    task = broker.server.service.housekeeping.task("backlog-quota-check")
+    runs = task.runs
+    wait_for(lambda: task.runs >= runs + 2, what="two backlog quota checks")
+    assert admin.stats(topic)["backlogSize"] == 0
+    producer.send(b"still accepted")  # not disconnected by the periodic check
+    client.create_producer(topic).send(b"a new producer is accepted")
+    consumer.close()
