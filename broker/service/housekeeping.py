@@ -32,6 +32,7 @@ from broker.metadata.policy_table import (
     SUBSCRIPTION_EXPIRATION,
 )
 from broker.service import admin_ops
+from broker.service.deduplication import DEDUP_CURSOR
 from broker.service.periodic import PeriodicTask, sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 
@@ -90,7 +91,9 @@ class Housekeeping:
             if ttl <= 0 or topic.closed:
                 continue
             for cursor in list(topic.ledger.cursors.values()):
-                if cursor.name == BUFFER_CURSOR:  # (the transaction buffer's snapshot: not a subscription)
+                # Not the transaction buffer's snapshot cursor nor deduplication's: neither is a subscription, and
+                # each must stay where its saved state says (Pulsar expires on subscriptions and replicators).
+                if cursor.name in (BUFFER_CURSOR, DEDUP_CURSOR):
                     continue
                 expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
                 service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)

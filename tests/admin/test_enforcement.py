@@ -231,3 +231,32 @@ def test_backlog_quota_not_held_back_by_the_deduplication_cursor(admin: Admin, c
     producer.send(b"still accepted")  # not disconnected by the periodic check
     client.create_producer(topic).send(b"a new producer is accepted")
     consumer.close()
+
+
+def test_message_ttl_leaves_the_deduplication_cursor_alone(admin: Admin, client: pulsar.Client,
+                                                           broker: BrokerThread) -> None:
+    """The TTL acknowledges on subscriptions (and replicators), never on deduplication's cursor (Pulsar's
+    checkMessageExpiry goes over its subscriptions): that cursor's position must stay the one its saved
+    sequence ids cover, or a broker that loads the topic again replays too little and lets resends in twice."""
+    from broker.service.deduplication import DEDUP_CURSOR
+    from broker.service.topic import PersistentTopic
+    from broker.topic_name import TopicName
+
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/ttl-dedup"
+    admin.ok("POST", f"{NS}/{ns}/deduplication", True)
+    admin.ok("POST", f"{NS}/{ns}/messageTTL", 1)
+    client.subscribe(topic, "slow").close()
+    producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+    for _ in range(5):
+        producer.send(PAYLOAD)
+    wait_for(lambda: sub_stats(admin, topic, "slow")["msgBacklog"] == 0, what="TTL expiry")
+    loaded = broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
+    assert isinstance(loaded, PersistentTopic)
+    task = broker.server.service.housekeeping.task("message-expiry")
+    runs = task.runs
+    wait_for(lambda: task.runs >= runs + 1, what="one more expiry run")
+    cursor = loaded.ledger.cursors[DEDUP_CURSOR]
+    if cursor.mark_delete_position == loaded.ledger.last_confirmed_entry:  # (a snapshot took it there)
+        assert cursor.properties.get("p1") == 4
+    producer.close()
