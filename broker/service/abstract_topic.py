@@ -18,6 +18,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.producer import Producer, ProducerState
 from broker.service.rate_limits import PublishThrottle
+from broker.service.replication import is_replicator_name
 from broker.topic_name import TopicName, is_system_topic
 from managed_ledger import Position
 
@@ -167,9 +168,12 @@ class AbstractTopic(ABC):
                 self.remove_producer(existing)
             else:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = self.service.policies.get(self.name, MAX_PRODUCERS)
-        if 0 < limit <= len(self.producers):
-            raise ProducerBusyError("Topic reached max producers limit")
+        # A remote cluster's replicator is neither limited nor counted, nor are a system topic's producers (Pulsar's
+        # isProducersExceeded and its count of user-created producers).
+        if not is_replicator_name(producer.name) and not is_system_topic(self.name.full):
+            limit = self.service.policies.get(self.name, MAX_PRODUCERS)
+            if 0 < limit <= sum(1 for name in self.producers if not is_replicator_name(name)):
+                raise ProducerBusyError("Topic reached max producers limit")
         mode = producer.access_mode
         holder = self.exclusive_producer
         if mode == Mode.Shared:

@@ -260,3 +260,19 @@ def test_message_ttl_leaves_the_deduplication_cursor_alone(admin: Admin, client:
     if cursor.mark_delete_position == loaded.ledger.last_confirmed_entry:  # (a snapshot took it there)
         assert cursor.properties.get("p1") == 4
     producer.close()
+
+
+def test_max_producers_does_not_count_replicator_producers(admin: Admin, client: pulsar.Client) -> None:
+    """maxProducersPerTopic limits the producers of users: a remote cluster's replicator (a producer named
+    pulsar.repl.<cluster>) is neither refused nor counted (Pulsar's isProducersExceeded: isRemote; its
+    USER_CREATED_PRODUCER_COUNTER), or replication into a topic at its limit would stall."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/max-producers-repl"
+    admin.ok("POST", f"{NS}/{ns}/maxProducersPerTopic", 1)
+    user = client.create_producer(topic, producer_name="user-1")
+    replicator = client.create_producer(topic, producer_name="pulsar.repl.east")  # the limit is reached: accepted
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, producer_name="user-2")
+    user.close()
+    client.create_producer(topic, producer_name="user-3").close()  # the replicator holds no user's place
+    replicator.close()
