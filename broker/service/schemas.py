@@ -225,12 +225,22 @@ class SchemaRegistry:
         return found
 
     async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
-        """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
-        if not self.has_schema(base_topic):
+        """A consumer's schema must be able to read the topic's (an idle schemaless topic adopts it).
+        As Pulsar's checkConsumerCompatibility: under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL
+        it must read the latest version (BACKWARD), under the other strategies it is held to them
+        against every version."""
+        live = [rec for _, rec in _live(self.versions(base_topic))]
+        if not live:
             if may_register:
                 await self.add_or_get(base_topic, schema)
             return
-        self._find_or_check(base_topic, schema)
+        if self._find(base_topic, schema) is not None:
+            return
+        strategy = self.strategy(base_topic)
+        if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+            self._counted(base_topic, schema, live[-1:], "BACKWARD")
+        else:
+            self._counted(base_topic, schema, live, strategy)
 
     async def delete(self, base_topic: str, keep_history: bool = False) -> int | None:
         """Delete the topic's schema. ``keep_history`` (the admin API's delete, as Pulsar's

@@ -1,4 +1,4 @@
-"""The schema registry as clients and the admin API see it: versions and deletes."""
+"""The schema registry as clients and the admin API see it: versions, deletes, consumers' schemas."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 import uuid
 from collections.abc import Iterator
 
+import pulsar
 import pytest
+from pulsar.schema import AvroSchema, Integer, Record, String
 
 from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
@@ -62,3 +64,32 @@ def test_a_deleted_schema_keeps_its_version_numbers(admin: Admin) -> None:
     # The definition deleted earlier is no version now: a new one, checked against the live ones.
     assert admin.post(path, {"type": "AVRO", "schema": RECORD}).status == 409
     assert [s["version"] for s in admin.ok("GET", path + "s")["getSchemaResponses"]] == [2]
+
+
+def test_a_consumer_reads_with_a_schema_the_topic_can_be_read_with(admin: Admin, client: pulsar.Client) -> None:
+    # A consumer's schema only has to read what the topic holds (Pulsar's checkConsumerCompatibility:
+    # BACKWARD against the latest version under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL), not
+    # be one producers could write with too.
+    class Item(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
+        a = String(required=True)
+        b = Integer(required=True)
+
+    writer = Item
+
+    class Item(Record):  # type: ignore[misc,no-redef]  # the same record, read without b
+        a = String(required=True)
+
+    reader = Item
+    topic, _ = new_topic("projection")
+    producer = client.create_producer(topic, schema=AvroSchema(writer))
+    consumer = client.subscribe(topic, "projection", schema=AvroSchema(reader))
+    producer.send(writer(a="x", b=1))
+    assert consumer.receive(timeout_millis=10_000).value().a == "x"
+    # The strategy still holds where the consumer's schema cannot read the topic's data.
+
+    class Item(Record):  # type: ignore[misc,no-redef]
+        a = String(required=True)
+        c = Integer(required=True)
+
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "unreadable", schema=AvroSchema(Item))
