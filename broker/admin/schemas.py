@@ -109,13 +109,17 @@ class SchemasResource:
         return json_response({"version": self.web.service.schemas.version_of(name.full, schema)})
 
     async def delete(self, request: web.Request) -> web.Response:
+        """DELETE: a tombstone version ends the schema's history (its number is the answer); the next
+        schema starts afresh. ``?force=true`` removes the history instead (as Pulsar)."""
         name = self.base_name(request)
         registry = self.web.service.schemas
-        versions = registry.versions(name.full)
-        if not versions:
+        if not registry.has_schema(name.full):
             raise HttpError(404, "Schema not found")
-        await registry.delete(name.full)
-        return json_response({"version": len(versions) - 1})
+        if request.query.get("force", "false").lower() == "true":
+            last = len(registry.versions(name.full)) - 1
+            await registry.delete(name.full)
+            return json_response({"version": last})
+        return json_response({"version": await registry.delete(name.full, keep_history=True)})
 
 
 def _schema_response(record: Mapping[str, Any], version: int) -> dict[str, Any]:

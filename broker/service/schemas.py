@@ -1,5 +1,9 @@
 """Schema registry: per base topic, an ordered list of schema versions (version = list index).
 
+Deleting a topic's schema (the admin API) appends a tombstone version, as Pulsar does: the versions
+before it are gone (never served again, their numbers never reused) and the next schema starts
+afresh, checked against nothing. Deleting the topic removes the whole history.
+
 On the wire a schema version is exactly 8 bytes, big-endian int64 (the C++ client reads 8 bytes
 blindly). A new definition is checked against the namespace's schemaCompatibilityStrategy
 (broker default FULL, as Pulsar): AVRO and JSON by Avro schema resolution, other types by type.
@@ -65,10 +69,32 @@ def to_proto(record: Mapping[str, Any]) -> pb.Schema:
     return s
 
 
+def _tombstone() -> dict[str, Any]:
+    return {"type": int(pb.Schema.Type.Value("None")), "name": "", "data": "", "properties": {},
+            "timestamp": int(time.time() * 1000), "deleted": True}
+
+
+def _live(versions: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any]]]:
+    """The versions after the last delete (Pulsar's trimDeletedSchemaAndGetList), with their numbers."""
+    start = next((i + 1 for i in range(len(versions) - 1, -1, -1) if versions[i].get("deleted")), 0)
+    return [(i, versions[i]) for i in range(start, len(versions))]
+
+
 def _same(record: Mapping[str, Any], schema: pb.Schema) -> bool:
-    return (record["type"] == int(schema.type)
-            and base64.b64decode(record["data"]) == schema.schema_data
-            and record.get("properties", {}) == _properties(schema))
+    """Does the version hold this schema? The same type and definition - for AVRO and JSON the same
+    parsed definition, whatever the text's layout - properties aside (Pulsar's
+    getSchemaVersionBySchemaData)."""
+    if record["type"] != int(schema.type):
+        return False
+    data = base64.b64decode(record["data"])
+    if data == schema.schema_data:
+        return True
+    if int(schema.type) in _AVRO_TYPES:
+        try:
+            return bool(avro_compat.parse(data) == avro_compat.parse(schema.schema_data))
+        except ValueError:
+            return False
+    return False
 
 
 def _check_definition(schema: pb.Schema) -> None:
@@ -100,14 +126,12 @@ class SchemaRegistry:
         return found
 
     def _get(self, base_topic: str, version: int | None) -> tuple[Mapping[str, Any], int] | None:
-        versions = self.versions(base_topic)
-        if not versions:
+        live = _live(self.versions(base_topic))
+        if not live:
             return None
         if version is None:
-            version = len(versions) - 1
-        if not 0 <= version < len(versions) or versions[version].get("deleted"):
-            return None
-        return versions[version], version
+            return live[-1][1], live[-1][0]
+        return next(((rec, v) for v, rec in live if v == version), None)
 
     def strategy(self, base_topic: str) -> str:
         """The topic's schemaCompatibilityStrategy, else its namespace's, else the default (FULL);
@@ -117,33 +141,39 @@ class SchemaRegistry:
     def _find_or_check(self, base_topic: str, schema: pb.Schema) -> int | None:
         """The version already holding ``schema``, or None when it may be added; IncompatibleSchemaError
         when it may not. A check against existing versions is counted (compatible or not)."""
-        versions = self.versions(base_topic)
-        for i, rec in enumerate(versions):
-            if _same(rec, schema):
-                return i
-        if not any(not r.get("deleted") for r in versions):
-            return None
+        live = [rec for _, rec in _live(self.versions(base_topic))]
+        found = self._find(base_topic, schema)
+        if found is not None or not live:
+            return found
+        strategy = self.strategy(base_topic)
+        self._counted(base_topic, schema, live if strategy.endswith("_TRANSITIVE") else live[-1:], strategy)
+        return None
+
+    def _find(self, base_topic: str, schema: pb.Schema) -> int | None:
+        return next((v for v, rec in _live(self.versions(base_topic)) if _same(rec, schema)), None)
+
+    def _counted(self, base_topic: str, schema: pb.Schema, against: Sequence[Mapping[str, Any]],
+                 strategy: str) -> None:
         try:
-            found = self._check(base_topic, schema, versions)
+            self._check(schema, against, strategy)
         except IncompatibleSchemaError:
             self.stats.of(base_topic).incompatible += 1
             raise
         self.stats.of(base_topic).compatible += 1
-        return found
 
-    def _check(self, base_topic: str, schema: pb.Schema, versions: Sequence[Mapping[str, Any]]) -> int | None:
-        live = [r for r in versions if not r.get("deleted")]
-        strategy = self.strategy(base_topic)
+    @staticmethod
+    def _check(schema: pb.Schema, against: Sequence[Mapping[str, Any]], strategy: str) -> None:
+        """IncompatibleSchemaError unless ``strategy`` lets ``schema`` follow the versions ``against``."""
         if strategy == "ALWAYS_COMPATIBLE":
-            return None
+            return
         if strategy == "ALWAYS_INCOMPATIBLE":
             raise IncompatibleSchemaError("Incompatible schema: the namespace allows no new schema versions")
-        if live[-1]["type"] != int(schema.type):
-            have = SCHEMA_TYPE_NAMES.get(live[-1]["type"], str(live[-1]["type"]))
-            want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
-            raise IncompatibleSchemaError(f"Incompatible schema: topic has {have}, got {want}")
+        for rec in against:
+            if rec["type"] != int(schema.type):
+                have = SCHEMA_TYPE_NAMES.get(rec["type"], str(rec["type"]))
+                want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
+                raise IncompatibleSchemaError(f"Incompatible schema: topic has {have}, got {want}")
         if int(schema.type) in _AVRO_TYPES:
-            against = live if strategy.endswith("_TRANSITIVE") else live[-1:]
             try:
                 new = avro_compat.parse(schema.schema_data)
                 for rec in against:
@@ -156,7 +186,6 @@ class SchemaRegistry:
                             f"Incompatible schema ({strategy}): existing schemas cannot read data of the new one")
             except ValueError as exc:
                 raise IncompatibleSchemaError(f"Invalid schema definition: {exc}") from None
-        return None
 
     def check_compatible(self, base_topic: str, schema: pb.Schema) -> str | None:
         """Why ``schema`` could not be added to the topic now (under its compatibility strategy),
@@ -170,14 +199,13 @@ class SchemaRegistry:
     def version_of(self, base_topic: str, schema: pb.Schema) -> int:
         """The version holding this schema (type and definition; properties aside, as Pulsar's
         schema hash), -1 when none does."""
-        for i, rec in enumerate(self.versions(base_topic)):
-            if (not rec.get("deleted") and rec["type"] == int(schema.type)
-                    and base64.b64decode(rec["data"]) == schema.schema_data):
+        for i, rec in _live(self.versions(base_topic)):
+            if rec["type"] == int(schema.type) and base64.b64decode(rec["data"]) == schema.schema_data:
                 return i
         return -1
 
     def has_schema(self, base_topic: str) -> bool:
-        return any(not r.get("deleted") for r in self.versions(base_topic))
+        return bool(_live(self.versions(base_topic)))
 
     async def add_or_get(self, base_topic: str, schema: pb.Schema, may_add: bool = True) -> int:
         """The version of ``schema`` on the topic, registering it if it is new and compatible
@@ -197,18 +225,36 @@ class SchemaRegistry:
         return found
 
     async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
-        """A consumer's schema must match the topic's type; an idle schemaless topic adopts it."""
-        if not any(not r.get("deleted") for r in self.versions(base_topic)):
+        """A consumer's schema must be able to read the topic's (an idle schemaless topic adopts it).
+        As Pulsar's checkConsumerCompatibility: under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL
+        it must read the latest version (BACKWARD), under the other strategies it is held to them
+        against every version."""
+        live = [rec for _, rec in _live(self.versions(base_topic))]
+        if not live:
             if may_register:
                 await self.add_or_get(base_topic, schema)
             return
-        self._find_or_check(base_topic, schema)
+        if self._find(base_topic, schema) is not None:
+            return
+        strategy = self.strategy(base_topic)
+        if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+            self._counted(base_topic, schema, live[-1:], "BACKWARD")
+        else:
+            self._counted(base_topic, schema, live, strategy)
 
-    async def delete(self, base_topic: str) -> None:
+    async def delete(self, base_topic: str, keep_history: bool = False) -> int | None:
+        """Delete the topic's schema. ``keep_history`` (the admin API's delete, as Pulsar's
+        deleteSchema) appends a tombstone and returns its version; otherwise (the topic is deleted,
+        or a forced delete) the whole history goes."""
         started = time.perf_counter()
         try:
-            await self.store.delete_schemas(base_topic)
+            if keep_history:
+                version: int | None = await self.store.add_schema_version(base_topic, _tombstone())
+            else:
+                version = None
+                await self.store.delete_schemas(base_topic)
         except BaseException:
             self.stats.done(base_topic, "delete", self._ms_since(started), ok=False)
             raise
         self.stats.done(base_topic, "delete", self._ms_since(started))
+        return version

@@ -879,7 +879,8 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             base = name.base.full
-            r.schema_version = encode_version(await self.service.schemas.add_or_get(base, c.schema))
+            may_add = self.service.policies.for_namespace(name.namespace, ALLOW_AUTO_UPDATE_SCHEMA)
+            r.schema_version = encode_version(await self.service.schemas.add_or_get(base, c.schema, may_add))
         except (BrokerError, IncompatibleSchemaError) as exc:
             r.error_code = exc.code  # type: ignore[assignment]
             r.error_message = exc.message

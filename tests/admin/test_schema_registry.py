@@ -1,0 +1,95 @@
+"""The schema registry as clients and the admin API see it: versions, deletes, consumers' schemas."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+from pulsar.schema import AvroSchema, Integer, Record, String
+
+from broker.embedded import BrokerThread
+from tests.admin.conftest import Admin
+
+
+@pytest.fixture(scope="module")
+def pulsar_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("schema-registry")) as b:
+        yield b
+
+
+def new_topic(prefix: str) -> tuple[str, str]:
+    """A fresh topic and its schema path."""
+    local = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return f"persistent://public/default/{local}", f"/admin/v2/schemas/public/default/{local}/schema"
+
+
+RECORD = '{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}'
+
+
+def test_the_same_definition_is_one_version(admin: Admin) -> None:
+    # Pulsar looks a schema up by its parsed definition and type (getSchemaVersionBySchemaData):
+    # neither the text's layout nor the properties make another version.
+    _, path = new_topic("same")
+    assert admin.ok("POST", path, {"type": "AVRO", "schema": RECORD, "properties": {"k": "1"}}) == {
+        "version": {"version": 0}}
+    spaced = json.dumps(json.loads(RECORD), indent=2)
+    for body in ({"type": "AVRO", "schema": RECORD}, {"type": "AVRO", "schema": spaced, "properties": {"k": "2"}}):
+        reply = admin.post(path, body)
+        assert reply.status == 202 and reply.json == {"version": {"version": 0}}
+    assert [s["version"] for s in admin.ok("GET", path + "s")["getSchemaResponses"]] == [0]
+    _, strings = new_topic("same-string")
+    assert admin.ok("POST", strings, {"type": "STRING", "schema": ""})["version"] == {"version": 0}
+    assert admin.ok("POST", strings, {"type": "STRING", "schema": "", "properties": {"x": "y"}})["version"] == {
+        "version": 0}
+
+
+def test_a_deleted_schema_keeps_its_version_numbers(admin: Admin) -> None:
+    # Pulsar's delete appends a tombstone version; what comes after starts afresh (no compatibility
+    # with what was deleted) under a new number, so a message written with an old version never
+    # finds another schema under that number.
+    _, path = new_topic("deleted")
+    admin.ok("POST", path, {"type": "AVRO", "schema": RECORD})
+    assert admin.delete(path).json == {"version": 1}
+    assert admin.get(path).status == 404
+    assert admin.get(f"{path}/0").status == 404
+    assert admin.get(f"{path}/1").status == 404
+    assert admin.ok("GET", path + "s") == {"getSchemaResponses": []}
+    assert admin.delete(path).status == 404  # nothing left to delete
+    reply = admin.post(path, {"type": "STRING", "schema": ""})  # FULL would refuse a type change
+    assert reply.status == 202 and reply.json == {"version": {"version": 2}}
+    assert admin.ok("GET", path)["version"] == 2 and admin.get(f"{path}/0").status == 404
+    # The definition deleted earlier is no version now: a new one, checked against the live ones.
+    assert admin.post(path, {"type": "AVRO", "schema": RECORD}).status == 409
+    assert [s["version"] for s in admin.ok("GET", path + "s")["getSchemaResponses"]] == [2]
+
+
+def test_a_consumer_reads_with_a_schema_the_topic_can_be_read_with(admin: Admin, client: pulsar.Client) -> None:
+    # A consumer's schema only has to read what the topic holds (Pulsar's checkConsumerCompatibility:
+    # BACKWARD against the latest version under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL), not
+    # be one producers could write with too.
+    class Item(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
+        a = String(required=True)
+        b = Integer(required=True)
+
+    writer = Item
+
+    class Item(Record):  # type: ignore[misc,no-redef]  # the same record, read without b
+        a = String(required=True)
+
+    reader = Item
+    topic, _ = new_topic("projection")
+    producer = client.create_producer(topic, schema=AvroSchema(writer))
+    consumer = client.subscribe(topic, "projection", schema=AvroSchema(reader))
+    producer.send(writer(a="x", b=1))
+    assert consumer.receive(timeout_millis=10_000).value().a == "x"
+    # The strategy still holds where the consumer's schema cannot read the topic's data.
+
+    class Item(Record):  # type: ignore[misc,no-redef]
+        a = String(required=True)
+        c = Integer(required=True)
+
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "unreadable", schema=AvroSchema(Item))
