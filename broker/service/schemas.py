@@ -11,6 +11,7 @@ blindly). A new definition is checked against the namespace's schemaCompatibilit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 import time
@@ -111,6 +112,11 @@ class SchemaRegistry:
         self.store = store
         self.policies = policies
         self.stats = SchemaStats()  # Pulsar's pulsar_schema_* metrics
+        # Topics with a registration under way: [its lock, how many hold or wait for it]. A new version is
+        # checked against the latest and then written; a second registration checked in between would be
+        # checked against the same old latest, and stored unchecked against the first (Pulsar serialises a
+        # schema id's writes too).
+        self._registering: dict[str, list[Any]] = {}
 
     @staticmethod
     def _ms_since(started: float) -> float:
@@ -212,17 +218,35 @@ class SchemaRegistry:
         (and ``may_add``: a namespace's isAllowAutoUpdateSchema=false leaves that to the admin API)."""
         started = time.perf_counter()
         try:
-            found = self._find_or_check(base_topic, schema)
+            found = self._find(base_topic, schema)  # (the common case: no lock)
             if found is None:
-                if not may_add:
-                    raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
-                _check_definition(schema)
-                found = await self.store.add_schema_version(base_topic, _record(schema))
+                found = await self._register(base_topic, schema, may_add)
         except BaseException:
             self.stats.done(base_topic, "put", self._ms_since(started), ok=False)
             raise
         self.stats.done(base_topic, "put", self._ms_since(started))
         return found
+
+    async def _register(self, base_topic: str, schema: pb.Schema, may_add: bool) -> int:
+        """Check and write a new version, one registration of the topic at a time."""
+        entry = self._registering.get(base_topic)
+        if entry is None:
+            entry = self._registering[base_topic] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                found = self._find_or_check(base_topic, schema)  # (again: the one before may have added it)
+                if found is not None:
+                    return found
+                if not may_add:
+                    raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+                _check_definition(schema)
+                version: int = await self.store.add_schema_version(base_topic, _record(schema))
+                return version
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._registering[base_topic]
 
     async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
         """A consumer's schema must be able to read the topic's (an idle schemaless topic adopts it).

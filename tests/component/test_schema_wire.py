@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
 from broker.embedded import Broker
+from broker.errors import IncompatibleSchemaError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.schemas import decode_version
 from tests.component.wire import T, WireClient, port_of, producer_cmd
@@ -50,3 +52,30 @@ async def test_get_or_create_schema_registers_nothing_when_auto_update_is_off(br
     answer = (await c.recv()).getOrCreateSchemaResponse
     assert not answer.HasField("error_code") and decode_version(answer.schema_version) == version
     c.close()
+
+
+def avro(*fields: str) -> pb.Schema:
+    definition = '{"type":"record","name":"R","fields":[' + ",".join(fields) + "]}"
+    return pb.Schema(name="R", type=pb.Schema.Type.Value("Avro"), schema_data=definition.encode())
+
+
+async def test_two_registrations_at_once_are_checked_one_after_the_other(broker: Broker) -> None:
+    """Each new version is compatible with the one before it (FULL, the default): two schemas that are each
+    compatible with the topic's but not with each other cannot both get in by registering at the same time."""
+    assert broker.server is not None
+    registry = broker.server.service.schemas
+    topic = "persistent://public/default/racing-schemas"
+    a = '{"name":"a","type":"int"}'
+    await registry.add_or_get(topic, avro(a))
+    as_string = avro(a, '{"name":"b","type":"string","default":""}')
+    as_int = avro(a, '{"name":"b","type":"int","default":0}')
+    outcomes = await asyncio.gather(registry.add_or_get(topic, as_string), registry.add_or_get(topic, as_int),
+                                    return_exceptions=True)
+    assert outcomes[0] == 1 and isinstance(outcomes[1], IncompatibleSchemaError), outcomes
+    assert len(registry.versions(topic)) == 2
+    # the same new schema registered twice at once is one version
+    again = avro(a, '{"name":"c","type":"long","default":0}')
+    other = "persistent://public/default/racing-schemas-2"
+    await registry.add_or_get(other, avro(a))
+    assert await asyncio.gather(registry.add_or_get(other, again), registry.add_or_get(other, again)) == [1, 1]
+    assert not registry._registering
