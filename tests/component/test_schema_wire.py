@@ -56,7 +56,7 @@ async def test_get_or_create_schema_registers_nothing_when_auto_update_is_off(br
 
 def avro(*fields: str) -> pb.Schema:
     definition = '{"type":"record","name":"R","fields":[' + ",".join(fields) + "]}"
-    return pb.Schema(name="R", type=pb.Schema.Type.Value("Avro"), schema_data=definition.encode())
+    return pb.Schema(name="R", type=pb.Schema.Avro, schema_data=definition.encode())
 
 
 async def test_two_registrations_at_once_are_checked_one_after_the_other(broker: Broker) -> None:
@@ -77,5 +77,5 @@ async def test_two_registrations_at_once_are_checked_one_after_the_other(broker:
     again = avro(a, '{"name":"c","type":"long","default":0}')
     other = "persistent://public/default/racing-schemas-2"
     await registry.add_or_get(other, avro(a))
-    assert await asyncio.gather(registry.add_or_get(other, again), registry.add_or_get(other, again)) == [1, 1]
+    assert list(await asyncio.gather(registry.add_or_get(other, again), registry.add_or_get(other, again))) == [1, 1]
     assert not registry._registering
