@@ -205,7 +205,7 @@ class BrokerConfig:
     # Schemas: a producer without a schema is refused on a topic that has one; producers may add
     # new schema versions (else only the admin API can). Namespace policies override both.
     isSchemaValidationEnforced: bool = False
-    isAllowAutoUpdateSchema: bool = True
+    isAllowAutoUpdateSchemaEnabled: bool = True  # (Pulsar's name; isAllowAutoUpdateSchema is read as it too)
     # Compaction: keep key-less messages in the compacted view (Pulsar's default since PIP-318: no).
     topicCompactionRetainNullKey: bool = False
     # Compact a topic automatically once this many bytes were added since its last compaction
@@ -522,7 +522,7 @@ class BrokerConfig:
             key, sep, value = line.partition("=")
             if not sep:
                 raise ConfigError(f"{path}:{lineno}: expected key=value, got {raw!r}")
-            key, value = key.strip(), value.strip()
+            key, value = _RENAMED_KEYS.get(key.strip(), key.strip()), value.strip()
             if key in _KINDS:
                 try:
                     self.set(key, value)
@@ -534,6 +534,7 @@ class BrokerConfig:
     def set(self, key: str, value: Any) -> None:
         """Convert ``value`` (text from a file or flag, or a Python value) and check it; ConfigError
         names the key and what it accepts."""
+        key = _RENAMED_KEYS.get(key, key)
         kind = _KINDS.get(key)
         if kind is None:
             raise KeyError(f"unknown configuration key {key!r}")
@@ -625,3 +626,5 @@ class _Kind:
 
 
 _KINDS = {f.name: _Kind.of(f) for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}
+# Keys this broker once read under another name than Pulsar's -> Pulsar's: both are read.
+_RENAMED_KEYS = {"isAllowAutoUpdateSchema": "isAllowAutoUpdateSchemaEnabled"}

@@ -235,7 +235,7 @@ SCHEMA_VALIDATION_ENFORCED: Policy[bool] = Policy(  # producers without a schema
     lambda c: c.isSchemaValidationEnforced, _flag("schemaValidationEnforced"))
 ALLOW_AUTO_UPDATE_SCHEMA: Policy[bool] = Policy(  # producers may register new schema versions
     "allow_auto_update_schema", None, "is_allow_auto_update_schema",
-    lambda c: c.isAllowAutoUpdateSchema, _flag("isAllowAutoUpdateSchema"))
+    lambda c: c.isAllowAutoUpdateSchemaEnabled, _flag("isAllowAutoUpdateSchema"))
 ENCRYPTION_REQUIRED: Policy[bool] = Policy(  # every message must carry encryption keys
     "encryption_required", None, "encryption_required", lambda c: False, _flag("encryptionRequired"))
 REPLICATION_CLUSTERS: Policy[list[str]] = Policy(  # (the other clusters in it are replicated to)

@@ -167,3 +167,12 @@ def test_broker_entry_metadata_interceptors_are_pulsars_class_names(tmp_path: Pa
         BrokerConfig.load(conf)
     assert str(err.value).startswith("brokerEntryMetadataInterceptors=com.example.MyInterceptor: expected ")
     assert "\n" not in str(err.value)
+
+
+def test_pulsars_key_and_the_name_this_broker_used_before_both_set_it(tmp_path: Path) -> None:
+    for key in ("isAllowAutoUpdateSchemaEnabled", "isAllowAutoUpdateSchema"):
+        conf = tmp_path / f"{key}.conf"
+        conf.write_text(f"{key}=false\n")
+        cfg = BrokerConfig.load(conf)
+        assert cfg.isAllowAutoUpdateSchemaEnabled is False and not cfg.unknown_keys, key
+        assert BrokerConfig.load(None, **{key: False}).isAllowAutoUpdateSchemaEnabled is False
