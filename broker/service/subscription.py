@@ -267,6 +267,10 @@ class Subscription:
         remaining = sum((w & _U64).bit_count() for w in merged)
         for c in self.consumers:
             c.set_pending_messages(pos, remaining)
+        if self.dispatcher is not None:
+            # Fewer unacked messages: a consumer or the subscription blocked on its unacked limit
+            # may be under half of it now (Pulsar's individualAckNormal: addAndGetUnAckedMsgs).
+            self.dispatcher.trigger_read()
 
     def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
         for p in consumer.remove_pending_many(positions):

@@ -276,3 +276,36 @@ def test_max_producers_does_not_count_replicator_producers(admin: Admin, client:
     user.close()
     client.create_producer(topic, producer_name="user-3").close()  # the replicator holds no user's place
     replicator.close()
+
+
+def send_batches(client: pulsar.Client, topic: str, batches: int, size: int) -> None:
+    """``batches`` batches of ``size`` messages each ("0", "1", ... in order)."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=size,
+                                      batching_max_publish_delay_ms=60_000)
+    for b in range(batches):
+        for i in range(size):
+            producer.send_async(f"{b * size + i}".encode(), None)
+        producer.flush()
+    producer.close()
+
+
+def test_consumer_blocked_on_unacked_resumes_after_batch_index_acks(admin: Admin, client: pulsar.Client) -> None:
+    """A Shared consumer at maxUnackedMessagesPerConsumer is unblocked when acks bring its unacked count
+    under half the limit, batch-index acks (part of a batch) included: Pulsar's Consumer.individualAckNormal
+    subtracts the acked batch indexes and calls flowConsumerBlockedPermits. The acks lowered the count but
+    dispatch was never re-planned: the consumer stayed blocked until some unrelated event."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/unacked-batch-index"
+    admin.ok("POST", f"{NS}/{ns}/maxUnackedMessagesPerConsumer", 10)
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                batch_index_ack_enabled=True)
+    send_batches(client, topic, 2, 10)
+    first = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
+    assert sorted(int(m.data()) for m in first) == list(range(10))
+    wait_for(lambda: admin.stats(topic)["subscriptions"]["sub"]["consumers"][0]["blockedConsumerOnUnackedMsgs"],
+             what="the consumer blocked at its limit")
+    for m in first[:6]:  # 4 unacked left: under half the limit
+        consumer.acknowledge(m)
+    second = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
+    assert sorted(int(m.data()) for m in second) == list(range(10, 20))
+    consumer.close()
