@@ -180,6 +180,14 @@ class Consumer:
             self.pending_acks[pos] = messages
             self.unacked_messages += messages - before
 
+    def lower_pending_messages(self, pos: Position, messages: int) -> None:
+        """At most ``messages`` of this delivered entry are still unacknowledged (batch indexes held
+        by a transaction)."""
+        before = self.pending_acks.get(pos)
+        if before is not None and messages < before:
+            self.pending_acks[pos] = messages
+            self.unacked_messages -= before - messages
+
     def remove_pending(self, pos: Position) -> bool:
         n = self.pending_acks.pop(pos, None)
         if n is None:

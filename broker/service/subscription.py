@@ -327,6 +327,18 @@ class Subscription:
             acks = [(position_of(m), list(m.ack_set) if m.ack_set and any(m.ack_set) else None,
                      m.batch_size if m.HasField("batch_size") else 0) for m in message_ids]
             pending.add_individual(txn, acks, self.cursor.is_acked, self.cursor.batch_acks.get)
+            # Batch indexes held by the transaction no longer count as unacked (Pulsar's
+            # individualAckWithTransaction subtracts them at once): a consumer blocked on its unacked
+            # limit is unblocked now, not at the commit.
+            partial = [(pos, ack_set) for pos, ack_set, _ in acks if ack_set is not None]
+            for pos, ack_set in partial:
+                old = self.batch_ack_sets.get(pos)
+                merged = ack_set if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
+                remaining = sum((w & _U64).bit_count() for w in merged)
+                for c in self.consumers:
+                    c.lower_pending_messages(pos, remaining)
+            if partial and self.dispatcher is not None:
+                self.dispatcher.trigger_read()
             held = [pos for pos, ack_set, _ in acks if ack_set is None]
             for pos in held:
                 if not consumer.remove_pending(pos):

@@ -629,3 +629,28 @@ async def test_a_batch_index_acknowledged_already_conflicts_with_a_transactional
     again = await client.ack(10, batch, txn=txn, ack_set=[0b1100], batch_size=4)  # messages 0 and 1
     assert again.error == E.TransactionConflict
     assert not (await client.ack(10, batch, txn=txn, ack_set=[0b1101], batch_size=4)).HasField("error")  # message 1
+
+
+async def test_batch_indexes_acked_in_a_transaction_unblock_a_consumer_at_its_unacked_limit(tmp_path: Path) -> None:
+    """As Pulsar's individualAckWithTransaction: the acked batch indexes stop counting as unacked at once, so a
+    consumer blocked on maxUnackedMessagesPerConsumer gets more before the transaction ends."""
+    async with Broker(data_dir=tmp_path, transactionCoordinatorEnabled=True, maxUnackedMessagesPerConsumer=10) as b:
+        c = await TxnWireClient.open(port_of(b))
+        try:
+            assert not (await c.tc_connect(0)).HasField("error")
+            await c.producer(IN, 1)
+            await c.subscribe(IN, "work", 10, sub_type=pb.CommandSubscribe.Shared)
+            # (one batch at a time: entries read together go out together, past the limit, as in Pulsar)
+            assert (await c.send_batch(1, 0, [f"b0-{i}" for i in range(10)])).type == T.SEND_RECEIPT
+            (first,) = await c.receive_n(10, 1)
+            assert (await c.send_batch(1, 1, [f"b1-{i}" for i in range(10)])).type == T.SEND_RECEIPT
+            await nothing_arrives(c, 10)  # 10 unacked: at the limit
+            txn = await c.new_txn()
+            await c.add_subscription(txn, IN, "work")
+            # messages 0-5 acknowledged in the transaction (a set bit: still unacknowledged): 4 left, under half
+            assert not (await c.ack(10, first, txn=txn, ack_set=[0b1111000000], batch_size=10)).HasField("error")
+            (second,) = await c.receive_n(10, 1)
+            assert second.message_id.entryId != first.message_id.entryId
+            assert not (await c.end_txn(txn, commit=True)).HasField("error")
+        finally:
+            await c.close()
