@@ -879,6 +879,8 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
             base = name.base.full
+            if not (self.service.topic_exists(name) or self.service.metadata.partitions_of(name.full) > 0):
+                raise TopicNotFoundError(f"Topic not found {name}")  # (as Pulsar: nothing is registered)
             may_add = self.service.policies.for_namespace(name.namespace, ALLOW_AUTO_UPDATE_SCHEMA)
             r.schema_version = encode_version(await self.service.schemas.add_or_get(base, c.schema, may_add))
         except (BrokerError, IncompatibleSchemaError) as exc:

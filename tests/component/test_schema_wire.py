@@ -22,10 +22,10 @@ async def broker() -> AsyncIterator[Broker]:
         yield b
 
 
-def get_or_create(request_id: int, schema_type: int) -> pb.BaseCommand:
+def get_or_create(request_id: int, schema_type: int, topic: str = TOPIC) -> pb.BaseCommand:
     ask = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA)
     ask.getOrCreateSchema.request_id = request_id
-    ask.getOrCreateSchema.topic = TOPIC
+    ask.getOrCreateSchema.topic = topic
     ask.getOrCreateSchema.schema.name = "s"
     ask.getOrCreateSchema.schema.type = schema_type  # type: ignore[assignment]
     ask.getOrCreateSchema.schema.schema_data = b""
@@ -79,3 +79,22 @@ async def test_two_registrations_at_once_are_checked_one_after_the_other(broker:
     await registry.add_or_get(other, avro(a))
     assert list(await asyncio.gather(registry.add_or_get(other, again), registry.add_or_get(other, again))) == [1, 1]
     assert not registry._registering
+
+
+async def test_get_or_create_schema_on_a_topic_that_does_not_exist_is_topic_not_found() -> None:
+    """As Pulsar's handleGetOrCreateSchema (getTopicIfExists, else TopicNotFound "Topic not found"): nothing is
+    registered for a topic nobody created (it registered the schema of a topic that did not exist)."""
+    async with Broker() as broker:
+        c = await WireClient.open(port_of(broker))
+        await c.connect()
+        missing = "persistent://public/default/never-created"
+        c.send(get_or_create(1, pb.Schema.String, missing))
+        answer = (await c.recv()).getOrCreateSchemaResponse
+        assert answer.error_code == pb.ServerError.TopicNotFound, answer
+        assert broker.server is not None and not broker.server.service.schemas.has_schema(missing)
+        c.send(producer_cmd(missing))  # created: then the schema is added
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(get_or_create(3, pb.Schema.String, missing))
+        answer = (await c.recv()).getOrCreateSchemaResponse
+        assert not answer.HasField("error_code") and answer.schema_version, answer
+        c.close()
