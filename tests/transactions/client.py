@@ -56,12 +56,14 @@ class TxnWireClient:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, port: int) -> TxnWireClient:
+    async def open(cls, port: int, connect: pb.BaseCommand | None = None) -> TxnWireClient:
+        """Connected to ``port``: with the ``connect`` command given (credentials), else a plain CONNECT."""
         r, w = await asyncio.open_connection("127.0.0.1", port)
         client = cls(r, w)
-        cmd = pb.BaseCommand(type=T.CONNECT)
-        cmd.connect.client_version = "txn-test"
-        cmd.connect.protocol_version = 20
+        cmd = connect if connect is not None else pb.BaseCommand(type=T.CONNECT)
+        if connect is None:
+            cmd.connect.client_version = "txn-test"
+            cmd.connect.protocol_version = 20
         w.write(commands.frame(cmd))
         while True:
             f = client.decoder.next_frame()
