@@ -161,9 +161,8 @@ class CoordinatorCommands:
 
     def _check_broker_role(self, what: str) -> None:
         """With authorization on, only a super user (another broker) may end a transaction on a
-        topic directly."""
-        authz = self.cnx.security.authorization
-        if authz.enabled and not authz.is_super_user(self.cnx.auth.role):
+        topic directly; behind a proxy, the client must be one too (not only the proxy)."""
+        if self.cnx.security.authorization.enabled and not self._is_super_user():
             raise NotAllowedError(f"{what} is for brokers (super users) only")
 
     def handle_end_txn_on_partition(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

@@ -30,6 +30,8 @@ _RESPONSES = {
     T.TC_CLIENT_CONNECT_RESPONSE: "tcClientConnectResponse", T.NEW_TXN_RESPONSE: "newTxnResponse",
     T.ADD_PARTITION_TO_TXN_RESPONSE: "addPartitionToTxnResponse",
     T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE: "addSubscriptionToTxnResponse", T.END_TXN_RESPONSE: "endTxnResponse",
+    T.END_TXN_ON_PARTITION_RESPONSE: "endTxnOnPartitionResponse",
+    T.END_TXN_ON_SUBSCRIPTION_RESPONSE: "endTxnOnSubscriptionResponse",
     T.ACK_RESPONSE: "ackResponse", T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
     T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse", T.LOOKUP_RESPONSE: "lookupTopicResponse",
 }
