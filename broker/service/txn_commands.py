@@ -7,6 +7,10 @@ of the connection and is answered with its own response type (an error in it, ne
 CommandError: the Java client matches these responses per coordinator, a CommandError would hang
 it). Transactional SEND and ACK stay in the command router: they are a producer's and a
 consumer's commands.
+
+A transaction belongs to the role that opened it (behind a proxy, the client the proxy speaks
+for): only that role, or a super user, may add to it or end it (Pulsar's verifyTxnOwnership). A
+super user behind a proxy is one whose proxy role is a super user too (Pulsar's isSuperUser).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker.auth import TopicOperation
-from broker.errors import BrokerError, NotAllowedError
+from broker.errors import BrokerError, NotAllowedError, TransactionNotFoundError
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
@@ -25,6 +29,7 @@ from broker.transactions.model import TxnID
 if TYPE_CHECKING:
     from broker.service.server_cnx import Handler, ServerCnx
     from broker.service.transactions import TransactionService
+    from broker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
@@ -67,6 +72,31 @@ class CoordinatorCommands:
 
         self.cnx._spawn(run())
 
+    # -- who may use a transaction ---------------------------------------------------------------------
+    def _principal(self) -> str | None:
+        """Pulsar's getPrincipal: the client a proxy speaks for, else the connection's role."""
+        auth = self.cnx.auth
+        return auth.original_principal or auth.role
+
+    def _is_super_user(self) -> bool:
+        """The connection's role is a super user and so is, behind a proxy, the client's."""
+        authz, auth = self.cnx.security.authorization, self.cnx.auth
+        return authz.is_super_user(auth.role) and (
+            auth.original_principal is None or authz.is_super_user(auth.original_principal))
+
+    def _check_owner(self, tc: TransactionCoordinator, txn: TxnID) -> None:
+        """TransactionNotFound (Pulsar's answer) unless this connection may use ``txn``: it opened it,
+        nobody owns it (opened with authentication off), or, with authorization on, it is a super user."""
+        owner = tc.get(txn).owner
+        principal = self._principal()
+        if owner is None or owner == principal:
+            return
+        if self.cnx.security.authorization.enabled and self._is_super_user():
+            return
+        message = f"Client ({principal}) is neither the owner of the transaction {txn} nor a super user"
+        log.warning("%s: %s", self.cnx.remote_address, message)
+        raise TransactionNotFoundError(message)
+
     def handle_tc_client_connect(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.tcClientConnectRequest
 
@@ -77,10 +107,11 @@ class CoordinatorCommands:
 
     def handle_new_txn(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.newTxn
+        owner = self._principal()
 
         async def work(ts: TransactionService) -> TxnID:
             # txn_ttl_seconds carries milliseconds (Java and Go; upstream renamed it txn_ttl_millis)
-            return await (await ts.coordinator(c.tc_id)).new_txn(c.txn_ttl_seconds)
+            return await (await ts.coordinator(c.tc_id)).new_txn(c.txn_ttl_seconds, owner)
 
         self._txn_request(T.NEW_TXN_RESPONSE, c.request_id, None, work)
 
@@ -93,6 +124,7 @@ class CoordinatorCommands:
             for p in partitions:
                 self.cnx._authorize(TopicName.parse(p), TopicOperation.PRODUCE)
             tc = await ts.coordinator_of(txn)
+            self._check_owner(tc, txn)
             tc.get(txn).expect_open()
             await tc.add_partitions(txn, partitions)
 
@@ -106,7 +138,9 @@ class CoordinatorCommands:
         async def work(ts: TransactionService) -> None:
             for topic, sub in subscriptions:
                 self.cnx._authorize(TopicName.parse(topic), TopicOperation.CONSUME, sub)
-            await (await ts.coordinator_of(txn)).add_subscriptions(txn, subscriptions)
+            tc = await ts.coordinator_of(txn)
+            self._check_owner(tc, txn)
+            await tc.add_subscriptions(txn, subscriptions)
 
         self._txn_request(T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, c.request_id, txn, work)
 
@@ -119,15 +153,16 @@ class CoordinatorCommands:
             return
 
         async def work(ts: TransactionService) -> None:
-            await (await ts.coordinator_of(txn)).end_txn(txn, commit=c.txn_action == pb.COMMIT)
+            tc = await ts.coordinator_of(txn)
+            self._check_owner(tc, txn)
+            await tc.end_txn(txn, commit=c.txn_action == pb.COMMIT)
 
         self._txn_request(T.END_TXN_RESPONSE, c.request_id, txn, work)
 
     def _check_broker_role(self, what: str) -> None:
         """With authorization on, only a super user (another broker) may end a transaction on a
-        topic directly."""
-        authz = self.cnx.security.authorization
-        if authz.enabled and not authz.is_super_user(self.cnx.auth.role):
+        topic directly; behind a proxy, the client must be one too (not only the proxy)."""
+        if self.cnx.security.authorization.enabled and not self._is_super_user():
             raise NotAllowedError(f"{what} is for brokers (super users) only")
 
     def handle_end_txn_on_partition(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

@@ -96,7 +96,8 @@ class TransactionCoordinator:
             self.sequence = max(self.sequence, r.txn.least)
             meta = self.txns.get(r.txn)
             if r.op == "new":
-                self.txns[r.txn] = TxnMeta(r.txn, TxnStatus.OPEN, r.opened_ms, r.timeout_ms, first_record=position)
+                self.txns[r.txn] = TxnMeta(r.txn, TxnStatus.OPEN, r.opened_ms, r.timeout_ms, owner=r.owner,
+                                           first_record=position)
             elif meta is None:
                 continue  # (its earlier records were trimmed: it had ended)
             elif r.op == "partitions":
@@ -119,20 +120,22 @@ class TransactionCoordinator:
             log.info("transaction coordinator %d recovered %d live transactions", self.tc_id, len(self.txns))
 
     # -- the operations of the protocol ------------------------------------------------------------
-    async def new_txn(self, timeout_ms: int) -> TxnID:
+    async def new_txn(self, timeout_ms: int, owner: str | None = None) -> TxnID:
+        """A new open transaction of ``owner`` (the role that asked; None: anyone may use it)."""
         self._check_open()
         if 0 < self.max_active <= len(self.txns):
             raise NotAllowedError(f"Transaction coordinator {self.tc_id} reached the limit of "
                                   f"{self.max_active} active transactions")
         self.sequence += 1
         txn = TxnID(self.tc_id, self.sequence)
-        meta = TxnMeta(txn, TxnStatus.OPEN, self.now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS)
+        meta = TxnMeta(txn, TxnStatus.OPEN, self.now_ms(), timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS,
+                       owner=owner)
         self.txns[txn] = meta
         # Until it knows where its record went, it is after everything stored now (see _trim).
         meta.stored_after = self.log.ledger.last_confirmed_entry
         try:
             meta.first_record = await self.log.append(LogRecord(txn, "new", timeout_ms=meta.timeout_ms,
-                                                                opened_ms=meta.opened_ms))
+                                                                opened_ms=meta.opened_ms, owner=owner))
         except BaseException:
             self.txns.pop(txn, None)
             raise

@@ -8,7 +8,7 @@ sequence number handed out (property ``maxLocalTxnId``), so ids are never reused
 record was trimmed.
 
 A record is a small JSON object (our own format; Pulsar writes its TransactionMetadataEntry
-protobuf): ``{"txn": [most, least], "op": ...}`` with op ``new`` (timeout_ms, opened_ms),
+protobuf): ``{"txn": [most, least], "op": ...}`` with op ``new`` (timeout_ms, opened_ms, owner when there is one),
 ``partitions`` / ``subscriptions`` (what was added) or ``status`` (the new status).
 """
 
@@ -42,12 +42,15 @@ class LogRecord:
     partitions: tuple[str, ...] = ()
     subscriptions: tuple[tuple[str, str], ...] = ()
     status: TxnStatus | None = None
+    owner: str | None = None
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {"txn": [self.txn.most, self.txn.least], "op": self.op}
         if self.op == "new":
             doc["timeout_ms"] = self.timeout_ms
             doc["opened_ms"] = self.opened_ms
+            if self.owner is not None:
+                doc["owner"] = self.owner
         elif self.op == "partitions":
             doc["partitions"] = list(self.partitions)
         elif self.op == "subscriptions":
@@ -67,6 +70,7 @@ class LogRecord:
             partitions=tuple(doc.get("partitions", ())),
             subscriptions=tuple((str(t), str(s)) for t, s in doc.get("subscriptions", ())),
             status=TxnStatus(doc["status"]) if "status" in doc else None,
+            owner=str(doc["owner"]) if doc.get("owner") is not None else None,
         )
 
 

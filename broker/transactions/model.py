@@ -49,6 +49,9 @@ class TxnMeta:
     status: TxnStatus
     opened_ms: int
     timeout_ms: int
+    # The role that opened it (Pulsar's TxnMeta owner; None with authentication off): only it, or a super
+    # user, may add to it or end it.
+    owner: str | None = None
     # Topics (partitions) it produced to, and (topic, subscription) pairs it acknowledged on.
     partitions: list[str] = field(default_factory=list)
     subscriptions: list[tuple[str, str]] = field(default_factory=list)

@@ -30,6 +30,8 @@ _RESPONSES = {
     T.TC_CLIENT_CONNECT_RESPONSE: "tcClientConnectResponse", T.NEW_TXN_RESPONSE: "newTxnResponse",
     T.ADD_PARTITION_TO_TXN_RESPONSE: "addPartitionToTxnResponse",
     T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE: "addSubscriptionToTxnResponse", T.END_TXN_RESPONSE: "endTxnResponse",
+    T.END_TXN_ON_PARTITION_RESPONSE: "endTxnOnPartitionResponse",
+    T.END_TXN_ON_SUBSCRIPTION_RESPONSE: "endTxnOnSubscriptionResponse",
     T.ACK_RESPONSE: "ackResponse", T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
     T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse", T.LOOKUP_RESPONSE: "lookupTopicResponse",
 }
@@ -56,12 +58,14 @@ class TxnWireClient:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, port: int) -> TxnWireClient:
+    async def open(cls, port: int, connect: pb.BaseCommand | None = None) -> TxnWireClient:
+        """Connected to ``port``: with the ``connect`` command given (credentials), else a plain CONNECT."""
         r, w = await asyncio.open_connection("127.0.0.1", port)
         client = cls(r, w)
-        cmd = pb.BaseCommand(type=T.CONNECT)
-        cmd.connect.client_version = "txn-test"
-        cmd.connect.protocol_version = 20
+        cmd = connect if connect is not None else pb.BaseCommand(type=T.CONNECT)
+        if connect is None:
+            cmd.connect.client_version = "txn-test"
+            cmd.connect.protocol_version = 20
         w.write(commands.frame(cmd))
         while True:
             f = client.decoder.next_frame()

@@ -116,3 +116,14 @@ async def test_an_end_whose_final_status_could_not_be_logged_is_finished_by_the_
     await asyncio.wait_for(tc.end_txn(txn, commit=True), 10)
     assert txn not in tc.txns and tc.committed == 1
     await tc.close()
+
+
+async def test_the_owner_of_an_open_transaction_survives_a_restart() -> None:
+    """The role that opened a transaction is in its log record: after a restart only it may still end it."""
+    factory = MemoryManagedLedgerFactory()
+    tc = await open_coordinator(factory, Participants())
+    owned, anyone = await tc.new_txn(60_000, owner="alice"), await tc.new_txn(60_000)
+    await tc.close()
+    again = await open_coordinator(factory, Participants())
+    assert again.get(owned).owner == "alice" and again.get(anyone).owner is None
+    await again.close()

@@ -91,6 +91,7 @@ def test_pending_acks_survive_their_saved_form() -> None:
 
 def test_log_records_round_trip() -> None:
     for record in (LogRecord(T1, "new", timeout_ms=5, opened_ms=7),
+                   LogRecord(T1, "new", timeout_ms=5, opened_ms=7, owner="alice"),
                    LogRecord(T1, "partitions", partitions=("persistent://a/b/c",)),
                    LogRecord(T1, "subscriptions", subscriptions=(("persistent://a/b/c", "s"),)),
                    LogRecord(T1, "status", status=TxnStatus.ABORTING)):
