@@ -566,6 +566,7 @@ class BrokerService:
         self.ownership.check_serving(name)
         self._check_may_create(name, create, explicit)
         topic = self.non_persistent_topics[name.full] = NonPersistentTopic(self, name)
+        self.housekeeping.start()  # (the inactive-topic check collects one no client attaches to)
         return topic
 
     def forget_non_persistent_topic(self, topic: NonPersistentTopic) -> None:

@@ -15,8 +15,13 @@ topics, as Pulsar's checkGC does:
 Not deleted: system topics, and topics with a compacted view (Pulsar keeps those too: its
 compaction cursor counts as a subscription). The deduplication cursor is not a subscription.
 A partitioned topic's metadata is deleted with its last partition only when
-brokerDeleteInactivePartitionedTopicMetadataEnabled is set. Non-persistent topics need no
-monitor: they are forgotten as soon as their last producer and consumer leave.
+brokerDeleteInactivePartitionedTopicMetadataEnabled is set.
+
+A non-persistent topic is forgotten as soon as its last producer and consumer leave; the monitor
+collects the ones no client ever attached to (an admin's create, a refused SUBSCRIBE or PRODUCER),
+as Pulsar's NonPersistentTopic.checkGC does: inactive (no producer, no consumer; in mode
+delete_when_no_subscriptions, no subscription either) for maxInactiveDurationSeconds. They hold
+nothing, so retention does not keep them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from broker.topic_name import TopicName, is_system_topic
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.nonpersistent import NonPersistentTopic
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -64,7 +70,26 @@ class InactiveTopicMonitor:
         async for topic in sliced(list(service.topics.values())):
             if not topic.closed and self._due(topic):
                 await self._delete(topic)
+        for live in list(service.non_persistent_topics.values()):
+            if not live.closed and self._live_due(live):
+                live.forget_inactive()
+                self.deleted_total += 1
+                log.info("forgot non-persistent topic %s: inactive for %.0f s", live.name,
+                         time.monotonic() - live.last_active)
         self.checks += 1
+
+    def _live_due(self, topic: NonPersistentTopic) -> bool:
+        """A non-persistent topic inactive for long enough (nothing stored: retention does not count)."""
+        if is_system_topic(topic.full_name) or self.service.is_unloading(topic.name):
+            return False
+        policy = self.policy(topic.name)
+        if not policy.delete_while_inactive:
+            return False
+        now = time.monotonic()
+        if not topic.is_idle or (policy.delete_mode == DELETE_WHEN_NO_SUBSCRIPTIONS and topic.subscriptions):
+            topic.last_active = now
+            return False
+        return now - topic.last_active >= policy.max_inactive_s
 
     def _due(self, topic: PersistentTopic) -> bool:
         service = self.service

@@ -9,7 +9,9 @@ permits is the entry's message count (num_messages_in_batch), as for persistent 
 There is no cursor, backlog, acknowledgement, redelivery, seek target, deduplication or delayed
 delivery: the C++ client never acknowledges these messages. A subscription is deleted when its
 last consumer leaves, and the topic is forgotten once it has neither producers nor consumers
-(Pulsar garbage-collects it after a minute of inactivity; it holds nothing worth keeping).
+(Pulsar garbage-collects it after a minute of inactivity; it holds nothing worth keeping). One no
+client ever attached to (an admin's create, a refused SUBSCRIBE) is collected by the
+inactive-topic monitor, as Pulsar's checkGC does.
 
 The dispatchers (one per subscription type, FLOW applied at once) are in
 broker/dispatch/nonpersistent.py.
@@ -285,6 +287,10 @@ class NonPersistentTopic(AbstractTopic):
                 sub.close()
             self.update_replication()
             self.service.forget_non_persistent_topic(self)
+
+    def forget_inactive(self) -> None:
+        """The inactive-topic monitor's: no client attached for the inactivity limit."""
+        self._forget_if_idle()
 
     async def close(self) -> None:
         self.closed = True

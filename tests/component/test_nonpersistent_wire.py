@@ -16,6 +16,7 @@ from broker.service.nonpersistent import NonPersistentSubscription
 from broker.topic_name import TopicName
 from tests.component import wire
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame
+from tests.waiting import eventually
 
 TOPIC = "non-persistent://public/default/np-wire"
 U64 = (1 << 64) - 1
@@ -181,3 +182,23 @@ async def test_a_fencing_producer_keeps_the_topic(broker: Broker) -> None:
     assert (await new.recv()).type == T.SEND_RECEIPT
     old.close()
     new.close()
+
+
+async def test_a_topic_no_client_ever_attached_to_is_collected_when_inactive() -> None:
+    """A refused SUBSCRIBE (here: Key_Shared disabled) creates the topic and leaves it with no client, so
+    nothing ever makes it "the last client leaving": Pulsar's checkGC deletes it once inactive for
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds; it stayed loaded (and listed) for ever."""
+    async with Broker(subscriptionKeySharedEnable=False, brokerDeleteInactiveTopicsFrequencySeconds=0.05,
+                      brokerDeleteInactiveTopicsMaxInactiveDurationSeconds=1) as broker:
+        assert broker.server is not None
+        service = broker.server.service
+        c = await client(broker)
+        c.send(subscribe_cmd(1, 1, "c", pb.CommandSubscribe.Key_Shared))
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+        topic = service.get_topic_if_loaded(TopicName.parse(TOPIC))
+        assert topic is not None and not topic.subscriptions  # the refusal left nothing attached
+        await eventually(lambda: service.get_topic_if_loaded(TopicName.parse(TOPIC)) is None,
+                         "the inactive topic to be forgotten")
+        assert topic.closed
+        c.close()
