@@ -18,10 +18,11 @@ from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSe
 T = pb.BaseCommand.Type
 
 
-async def scripted_broker(url_holder: list[str],
-                          after_producer: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> asyncio.Server:
-    """Answers CONNECT, LOOKUP (connect here) and PRODUCER, then does ``after_producer`` and stops
-    reading."""
+async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Awaitable[None]]
+                          ) -> tuple[asyncio.Server, str]:
+    """A broker (and its pulsar:// URL) that answers CONNECT, LOOKUP (connect here) and PRODUCER,
+    then does ``after_producer`` and stops reading."""
+    url: list[str] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = FrameDecoder(1 << 20)
@@ -32,18 +33,28 @@ async def scripted_broker(url_holder: list[str],
                 if cmd.type == T.CONNECT:
                     writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
                 elif cmd.type == T.LOOKUP:
-                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url_holder[0]))
+                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url[0]))
                 elif cmd.type == T.PRODUCER:
                     p = cmd.producer
                     writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
                     await after_producer(writer)
                     return
 
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    return server, url[0]
+
+
+def producer_to(url: str, on_lost: Callable[[BaseException], None] = lambda exc: None) -> RemoteProducer:
+    return RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+                          lambda seq: None, on_lost)
+
+
+async def idle(writer: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(3600)
 
 
 async def test_a_lost_link_is_reported_and_never_written_to() -> None:
-    url: list[str] = []
     closed = asyncio.Event()
 
     async def hang_up(writer: asyncio.StreamWriter) -> None:  # the link goes away right after
@@ -51,16 +62,14 @@ async def test_a_lost_link_is_reported_and_never_written_to() -> None:
         writer.close()
         closed.set()
 
-    server = await scripted_broker(url, hang_up)
-    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    server, url = await scripted_broker(hang_up)
     lost: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
     def on_lost(exc: BaseException) -> None:
         if not lost.done():
             lost.set_result(exc)
 
-    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, on_lost)
+    producer = producer_to(url, on_lost)
     try:
         await producer.connect()
         await asyncio.wait_for(closed.wait(), 10)
@@ -84,11 +93,8 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
         stalled.set()
         await asyncio.sleep(3600)
 
-    url: list[str] = []
-    server = await scripted_broker(url, stop_reading)
-    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, lambda exc: None)
+    server, url = await scripted_broker(stop_reading)
+    producer = producer_to(url)
     try:
         await producer.connect()
         await asyncio.wait_for(stalled.wait(), 10)
@@ -103,19 +109,12 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
 async def test_a_service_url_with_several_hosts() -> None:
     # Pulsar's service URLs may name several brokers (pulsar://host1:6650,host2:6650, accepted in
     # a cluster's brokerServiceUrl): the producer tries them in turn, here past one that refuses.
-    async def idle(writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(3600)
-
     refusing = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     refused_port = refusing.sockets[0].getsockname()[1]
     refusing.close()
     await refusing.wait_closed()
-    url: list[str] = []
-    server = await scripted_broker(url, idle)
-    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-    several = f"pulsar://127.0.0.1:{refused_port},{url[0].removeprefix('pulsar://')}"
-    producer = RemoteProducer(RemoteSettings(several, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, lambda exc: None)
+    server, url = await scripted_broker(idle)
+    producer = producer_to(f"pulsar://127.0.0.1:{refused_port},{url.removeprefix('pulsar://')}")
     try:
         await asyncio.wait_for(producer.connect(), 10)
         producer.send(0, 1, b"payload", is_chunk=False)
@@ -127,8 +126,7 @@ async def test_a_service_url_with_several_hosts() -> None:
 
 @pytest.mark.parametrize("url", ["pulsar://127.0.0.1:99999", "http://127.0.0.1:6650", "pulsar://:6650"])
 async def test_an_unusable_service_url_is_a_remote_error(url: str) -> None:
-    producer = RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, lambda exc: None)
+    producer = producer_to(url)
     with pytest.raises(RemoteError):
         await producer.connect()
     await producer.close()
@@ -138,14 +136,8 @@ async def test_a_close_cancelled_midway_still_closes_the_connection() -> None:
     # The replicator's close cancels its loop, which may be inside the producer's close at that
     # moment: the connection is closed all the same (left open, the remote broker would keep the
     # producer pulsar.repl.<cluster> and refuse the next replicator's as busy).
-    async def idle(writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(3600)
-
-    url: list[str] = []
-    server = await scripted_broker(url, idle)
-    url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
-    producer = RemoteProducer(RemoteSettings(url[0], None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
-                              lambda seq: None, lambda exc: None)
+    server, url = await scripted_broker(idle)
+    producer = producer_to(url)
     try:
         await producer.connect()
         writer = producer._writer
