@@ -42,6 +42,16 @@ Sub = pb.CommandSubscribe
 _U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
+def _merged(old: list[int] | None, ack_set: list[int]) -> list[int]:
+    """A batch's ack_set after another batch-index ack: a bit stays set (unacked) only if set in both."""
+    return list(ack_set) if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
+
+
+def _unacked(ack_set: list[int]) -> int:
+    """How many messages an ack_set leaves unacknowledged (its set bits)."""
+    return sum((w & _U64).bit_count() for w in ack_set)
+
+
 _new_tuple = tuple.__new__  # a NamedTuple without its keyword-taking __new__ (per acknowledged id)
 _I64_LIMIT = 1 << 63
 
@@ -230,7 +240,7 @@ class Subscription:
                 if mid.ack_set and any(mid.ack_set):
                     # Everything before the entry is acked; the entry itself only partly.
                     self.ack_cumulative(consumer, self.topic.ledger.previous_position(pos))
-                    self.ack_partial(consumer, pos, list(mid.ack_set))
+                    self.ack_partial(consumer, pos, self._ack_words(mid.ack_set))
                 else:
                     self.ack_cumulative(consumer, pos)
             return
@@ -243,28 +253,29 @@ class Subscription:
                 continue  # acknowledged in an open transaction: that transaction decides
             ack_set = mid.ack_set
             if ack_set and any(ack_set):
-                self.ack_partial(consumer, pos, list(ack_set))
+                self.ack_partial(consumer, pos, self._ack_words(ack_set))
             else:
                 positions.append(pos)
         if positions:
             self.ack_individual(consumer, positions)
 
+    def _ack_words(self, ack_set: Sequence[int]) -> list[int]:
+        """A client's ack_set words, cut to what a batch can hold: no batch holds more messages than its
+        largest frame fits (each takes a 4-byte size and 2 bytes of metadata at least), so words past that
+        are no messages, only memory (a client sent 4 MiB sets)."""
+        most_words = -(-self.topic.service.config.maxMessageSize // 6 // 64)
+        return list(ack_set[:most_words])
+
     def ack_partial(self, consumer: Consumer, pos: Position, ack_set: list[int]) -> None:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
         if self.cursor.is_acked(pos):
             return
-        # No batch holds more messages than its largest frame fits (each takes a 4-byte size and 2 bytes of
-        # metadata at least): words past that are no messages, only memory (a client sent 4 MiB sets).
-        most_words = -(-self.topic.service.config.maxMessageSize // 6 // 64)
-        if len(ack_set) > most_words:
-            ack_set = ack_set[:most_words]
-        old = self.batch_ack_sets.get(pos)
-        merged = list(ack_set) if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
-        if not any(w & _U64 for w in merged):
+        merged = _merged(self.batch_ack_sets.get(pos), ack_set)
+        remaining = _unacked(merged)
+        if not remaining:
             self.ack_individual(consumer, [pos])
             return
         self.cursor.set_batch_ack(pos, merged)
-        remaining = sum((w & _U64).bit_count() for w in merged)
         for c in self.consumers:
             c.set_pending_messages(pos, remaining)
         if self.dispatcher is not None:
@@ -324,7 +335,7 @@ class Subscription:
             pending.add_cumulative(txn, pos, self.cursor.mark_delete_position)
             consumer.remove_pending_up_to(pos)
         else:
-            acks = [(position_of(m), list(m.ack_set) if m.ack_set and any(m.ack_set) else None,
+            acks = [(position_of(m), self._ack_words(m.ack_set) if m.ack_set and any(m.ack_set) else None,
                      m.batch_size if m.HasField("batch_size") else 0) for m in message_ids]
             pending.add_individual(txn, acks, self.cursor.is_acked, self.cursor.batch_acks.get)
             # Batch indexes held by the transaction no longer count as unacked (Pulsar's
@@ -332,9 +343,7 @@ class Subscription:
             # limit is unblocked now, not at the commit.
             partial = [(pos, ack_set) for pos, ack_set, _ in acks if ack_set is not None]
             for pos, ack_set in partial:
-                old = self.batch_ack_sets.get(pos)
-                merged = ack_set if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
-                remaining = sum((w & _U64).bit_count() for w in merged)
+                remaining = _unacked(_merged(self.batch_ack_sets.get(pos), ack_set))
                 for c in self.consumers:
                     c.lower_pending_messages(pos, remaining)
             if partial and self.dispatcher is not None:
@@ -394,8 +403,7 @@ class Subscription:
             whole = [p for p, ack_set in acks.individual.items() if ack_set is None]
             for pos, ack_set in acks.individual.items():
                 if ack_set is not None and not cursor.is_acked(pos):
-                    old = cursor.batch_acks.get(pos)
-                    merged = ack_set if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
+                    merged = _merged(cursor.batch_acks.get(pos), ack_set)
                     if any(w & _U64 for w in merged):
                         cursor.set_batch_ack(pos, merged)
                     else:
