@@ -203,12 +203,10 @@ class SchemaRegistry:
         return None
 
     def version_of(self, base_topic: str, schema: pb.Schema) -> int:
-        """The version holding this schema (type and definition; properties aside, as Pulsar's
-        schema hash), -1 when none does."""
-        for i, rec in _live(self.versions(base_topic)):
-            if rec["type"] == int(schema.type) and base64.b64decode(rec["data"]) == schema.schema_data:
-                return i
-        return -1
+        """The version holding this schema (as ``_same`` finds it: Pulsar's getSchemaVersionBySchemaData),
+        -1 when none does."""
+        found = self._find(base_topic, schema)
+        return -1 if found is None else found
 
     def has_schema(self, base_topic: str) -> bool:
         return bool(_live(self.versions(base_topic)))
