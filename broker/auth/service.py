@@ -14,6 +14,11 @@ Pulsar's rules, followed here:
 - Credentials that expire (tokens) are re-checked every ``authenticationRefreshCheckSeconds``:
   an expired connection gets AUTH_CHALLENGE; a client that does not support refresh, that has not
   answered the previous challenge, or that answers with another role or bad credentials is closed.
+- Behind a proxy that relays its client's credentials (``authenticateOriginalAuthData``), the
+  credentials watched and refreshed are the client's: the proxy answers the challenge with its
+  client's fresh credentials, which must keep the original principal (Pulsar's ServerCnx uses its
+  originalAuthState for both the expiry check and the AUTH_RESPONSE). A proxy that names its client
+  without relaying credentials cannot have them re-checked: when its own expire, it is closed.
 """
 
 from __future__ import annotations
@@ -175,6 +180,10 @@ class ConnectionAuth:
         # The client a proxy connects for (CONNECT's original_principal, or the role of its relayed
         # credentials with authenticateOriginalAuthData); None on a direct connection.
         self.original_principal: str | None = None
+        # With authenticateOriginalAuthData: the relayed credentials' identity and the providers of their
+        # method (None when the client is anonymous): then these are the ones re-checked on expiry.
+        self.original_identity: Identity | None = None
+        self._original_providers: list[AuthenticationProvider] | None = None
 
     def _move(self, new: AuthState) -> None:
         if new not in _MOVES[self.state]:
@@ -223,12 +232,27 @@ class ConnectionAuth:
                 raise AuthenticationError(f"No anonymous role, and no authentication provider for the original "
                                           f"method [{method}]")
             return self.service.anonymous_role
-        return self.service.authenticate(providers, AuthData(cmd.original_auth_data.encode())).role
+        self.original_identity = self.service.authenticate(providers, AuthData(cmd.original_auth_data.encode()))
+        self._original_providers = providers
+        return self.original_identity.role
+
+    @property
+    def _refreshes_original(self) -> bool:
+        """Whether the credentials to re-check are the relayed client's, not the connection's own."""
+        return self._original_providers is not None
+
+    @property
+    def refreshed_role(self) -> str | None:
+        """The role whose credentials the refresh check watches (for the log)."""
+        return self.original_principal if self._refreshes_original else self.role
 
     def refresh_action(self, now: float) -> RefreshAction:
         """What the periodic check must do for this connection now."""
-        if self.identity is None or not self.identity.expired(now):
+        identity = self.original_identity if self._refreshes_original else self.identity
+        if identity is None or not identity.expired(now):
             return RefreshAction.NOTHING
+        if self.original_principal is not None and not self._refreshes_original:
+            return RefreshAction.CLOSE  # a proxy that does not relay its client's credentials: no way to re-check
         if not self.supports_refresh or self.state is AuthState.CHALLENGED:
             return RefreshAction.CLOSE  # cannot refresh, or did not answer the last challenge
         self._move(AuthState.CHALLENGED)
@@ -241,13 +265,21 @@ class ConnectionAuth:
         """
         if not self.service.enabled:
             return
-        if self._providers is None:
-            raise AuthenticationError("Unexpected AuthResponse: this connection has no credentials to refresh")
-        data = AuthData(cmd.response.auth_data, peer_cert=self.peer_cert)
-        identity = self.service.authenticate(self._providers, data)
-        if identity.role != self.role:
-            self.service.failures += 1
-            raise AuthenticationError("Principal cannot change during an authentication refresh")
-        self.identity = identity
+        if self._original_providers is not None:  # (a proxy answering with its client's fresh credentials)
+            identity = self.service.authenticate(self._original_providers, AuthData(cmd.response.auth_data))
+            self._check_same_role(identity, self.original_principal)
+            self.original_identity = identity
+        else:
+            if self._providers is None:
+                raise AuthenticationError("Unexpected AuthResponse: this connection has no credentials to refresh")
+            identity = self.service.authenticate(self._providers, AuthData(cmd.response.auth_data,
+                                                                           peer_cert=self.peer_cert))
+            self._check_same_role(identity, self.role)
+            self.identity = identity
         self.refreshes += 1
         self._move(AuthState.AUTHENTICATED)
+
+    def _check_same_role(self, identity: Identity, role: str | None) -> None:
+        if identity.role != role:
+            self.service.failures += 1
+            raise AuthenticationError("Principal cannot change during an authentication refresh")

@@ -210,12 +210,13 @@ class ServerCnx:
         """Called every authenticationRefreshCheckSeconds: challenge or drop expired credentials."""
         action = self.auth.refresh_action(time.time())
         if action is RefreshAction.CHALLENGE:
-            log.info("%s: credentials of role %s expired; asking for fresh ones", self.remote_address, self.auth.role)
+            log.info("%s: credentials of role %s expired; asking for fresh ones", self.remote_address,
+                     self.auth.refreshed_role)
             self.write(commands.auth_challenge(SERVER_VERSION, self.auth.method, REFRESH_AUTH_DATA,
                                                self.protocol_version))
         elif action is RefreshAction.CLOSE:
             log.warning("%s: closing: credentials of role %s expired and were not refreshed",
-                        self.remote_address, self.auth.role)
+                        self.remote_address, self.auth.refreshed_role)
             self.connection.close()
 
     def handle_auth_response(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

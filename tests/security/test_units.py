@@ -287,6 +287,33 @@ def test_connection_refresh_state_machine(service: AuthenticationService) -> Non
         anonymous.answer(answer)
 
 
+def test_proxied_connection_refreshes_the_relayed_credentials(pki: Pki) -> None:
+    """authenticateOriginalAuthData: the client's relayed token is the one watched and refreshed, not the
+    proxy's; a proxy that only names its client is closed when its own token expires."""
+    now = time.time()
+    relaying = AuthenticationService(cfg(**secure_settings(pki, authenticateOriginalAuthData=True)))
+    auth = ConnectionAuth(relaying)
+    cmd = connect("token", token("proxy").encode())  # (the proxy's token never expires)
+    cmd.original_auth_method, cmd.original_auth_data = "token", token("alice", exp=int(now) + 10)
+    auth.connect(cmd, None)
+    assert (auth.role, auth.original_principal) == ("proxy", "alice")
+    assert auth.refresh_action(now) is RefreshAction.NOTHING
+    assert auth.refresh_action(now + 11) is RefreshAction.CHALLENGE
+    answer = pb.CommandAuthResponse()
+    answer.response.auth_data = token("alice", exp=int(now) + 100).encode()
+    auth.answer(answer)
+    assert auth.refreshes == 1 and auth.refresh_action(now + 11) is RefreshAction.NOTHING
+    assert auth.refresh_action(now + 101) is RefreshAction.CHALLENGE
+    answer.response.auth_data = token("proxy").encode()  # the proxy's own credentials are not alice's
+    with pytest.raises(AuthenticationError, match="Principal cannot change"):
+        auth.answer(answer)
+    naming = ConnectionAuth(AuthenticationService(cfg(**secure_settings(pki))))
+    cmd = connect("token", token("proxy", exp=int(now) + 10).encode())
+    cmd.original_principal = "alice"
+    naming.connect(cmd, None)
+    assert naming.refresh_action(now + 11) is RefreshAction.CLOSE
+
+
 # -- authorization ------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -275,3 +275,40 @@ async def test_proxy_roles(pki: Pki, authenticate_original: bool) -> None:
             assert reply.error.message == "Invalid roles."
             assert await c.closed_by_broker()
             c.close()
+
+
+async def test_proxied_client_credentials_are_the_ones_refreshed(pki: Pki) -> None:
+    """authenticateOriginalAuthData: the proxy's own token does not expire, its client's does. The client's is
+    challenged (as Pulsar's ServerCnx does with its originalAuthState) and the proxy answers with the client's
+    fresh token; an answer for another principal, the proxy's own included, closes the connection."""
+    settings = secure_settings(pki, webServicePortTls=None, proxyRoles="proxy", authenticateOriginalAuthData=True,
+                               authenticationRefreshCheckSeconds=0.05)
+    async with Broker(**settings) as b:
+        await grant(b, "public/default", "proxy", ["produce"])
+        await grant(b, "public/default", "alice", ["produce"])
+        c = await WireClient.open(port(b))
+        c.send(proxied("proxy", "alice", token("alice", exp=int(time.time()) + 1)))
+        assert (await c.recv()).type == T.CONNECTED
+        assert (await c.recv()).type == T.AUTH_CHALLENGE  # at the first check after alice's token expired
+        c.send(auth_response(token("alice", exp=int(time.time()) + 1).encode()))
+        c.send(producer_cmd("public/default/proxied-refresh"))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        assert (await c.recv()).type == T.AUTH_CHALLENGE  # alice's new token expired too
+        c.send(auth_response(token("proxy").encode()))
+        error = await refused(c)
+        assert "Principal cannot change" in error.message
+
+
+async def test_proxy_without_relayed_credentials_is_closed_when_its_own_expire(pki: Pki) -> None:
+    """Without authenticateOriginalAuthData the client behind the proxy cannot be re-checked: Pulsar closes the
+    connection when the proxy's credentials expire rather than refresh the proxy's alone."""
+    settings = secure_settings(pki, webServicePortTls=None, proxyRoles="proxy", authenticationRefreshCheckSeconds=0.05)
+    async with Broker(**settings) as b:
+        c = await WireClient.open(port(b))
+        cmd = connect_cmd("token", token("proxy", exp=int(time.time()) + 1).encode())
+        cmd.connect.original_principal = "alice"
+        c.send(cmd)
+        assert (await c.recv()).type == T.CONNECTED
+        with pytest.raises(ConnectionError, match="closed by broker"):  # with no AUTH_CHALLENGE first
+            frame = await c.recv()
+            pytest.fail(f"expected the connection to close, got {frame.type}")
