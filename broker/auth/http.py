@@ -69,6 +69,13 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/namespaces" + _NS + r"/topics(Page)?", Access.NAMESPACE_CONSUME),
+        # Super users only, as Pulsar's NamespacesBase checks them (validateSuperUserAccess): unloading a namespace
+        # or a bundle and splitting a bundle (they move load between brokers), and setting or removing a
+        # namespace's delayed delivery policy (internalSetDelayedDelivery; its other policies are the tenant
+        # admins').
+        (frozenset({"PUT"}), r"/admin/v2/namespaces" + _NS + r"(/\{bundle\})?/unload"
+                             r"|/admin/v2/namespaces" + _NS + r"/\{bundle\}/split", Access.SUPER_USER),
+        (frozenset({"POST", "DELETE"}), r"/admin/v2/namespaces" + _NS + r"/delayedDelivery", Access.SUPER_USER),
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
         (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
         # (Pulsar's getListFromBundle: the non-persistent topics of one bundle, what getList asks each owner)

@@ -186,3 +186,29 @@ def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
         assert stats_via_proxy("mallory") == 403  # the proxy may, mallory may not
         assert stats_via_proxy(None) == 401  # a proxy must say for whom
         assert stats_via_proxy("proxy") == 401  # ... and not for another proxy
+
+
+def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
+                                                   root_admin: SecureAdmin) -> None:
+    """Pulsar's NamespacesBase asks for a super user (validateSuperUserAccess), not a tenant admin, to unload a
+    namespace or a bundle, split a bundle, and set or remove the namespace's delayed delivery policy."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    ns = f"/admin/v2/namespaces/{tenant}/orders"
+    root_admin.ok("PUT", ns)
+    bundle = root_admin.ok("GET", f"{ns}/bundles")["boundaries"][:2]
+    bundle_range = "_".join(bundle)
+    delayed = {"active": True, "tickTime": 1000}
+    calls = [("PUT", f"{ns}/unload", None), ("PUT", f"{ns}/{bundle_range}/unload", None),
+             ("PUT", f"{ns}/{bundle_range}/split", None), ("POST", f"{ns}/delayedDelivery", delayed),
+             ("DELETE", f"{ns}/delayedDelivery", None)]
+    ops = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "ops")
+    for method, path, body in calls:
+        reply = ops.call(method, path, body)
+        assert reply.status == 403 and "super user" in reply.reason, (method, path, reply.status, reply.body)
+    # What the tenant admin may still do there: read the policy, set the others.
+    assert ops.call("GET", f"{ns}/delayedDelivery").status in (200, 204)
+    ops.ok("POST", f"{ns}/messageTTL", 60)
+    for method, path, body in calls:
+        reply = root_admin.call(method, path, body)
+        assert reply.status < 400, (method, path, reply.status, reply.body)
