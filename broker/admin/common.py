@@ -65,8 +65,15 @@ def no_content() -> web.Response:
     return web.Response(status=NO_CONTENT)
 
 
+# How deep a request body's arrays and objects may nest. Pulsar's deepest bodies (Policies with its auth_policies,
+# a schema's properties) nest 3 or 4 levels; Jackson stops at 1000. Ours must stay far below Python's recursion
+# limit (1000 frames), which json.loads and every later walk of the value (copy.deepcopy, json.dumps) spend a
+# frame or more per level of: past it they raise RecursionError, a 500 for what is a client's bad body.
+MAX_BODY_NESTING = 64
+
+
 async def read_body(request: web.Request) -> object:
-    """The JSON body, or None when there is none."""
+    """The JSON body, or None when there is none (the size is bounded by aiohttp's client_max_size, 1 MiB: 413)."""
     raw = await request.read()
     if not raw.strip():
         return None
@@ -74,12 +81,31 @@ async def read_body(request: web.Request) -> object:
         body = json.loads(raw)
     except ValueError:
         raise HttpError(400, "Request body is not valid JSON") from None
+    except RecursionError:  # (nested deeper than the decoder's recursion limit)
+        raise HttpError(400, f"Request body nests deeper than {MAX_BODY_NESTING} levels") from None
+    # (a body with fewer brackets than the limit cannot nest past it: the walk is for the rare others)
+    if raw.count(b"[") + raw.count(b"{") > MAX_BODY_NESTING and _nesting_exceeds(body, MAX_BODY_NESTING):
+        raise HttpError(400, f"Request body nests deeper than {MAX_BODY_NESTING} levels")
     if b"\\u" in raw:  # (an escape may spell a lone surrogate, which nothing can store or send on)
         try:
             json.dumps(body, ensure_ascii=False).encode()
         except UnicodeEncodeError:
             raise HttpError(400, "Request body has a string that is not valid Unicode (a lone surrogate)") from None
     return body
+
+
+def _nesting_exceeds(value: object, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest more than ``limit`` levels (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def query_flag(request: web.Request, name: str, default: bool = False) -> bool:
