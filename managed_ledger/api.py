@@ -314,6 +314,11 @@ class ManagedLedger(abc.ABC):
         """Stored entries p with first <= p <= last."""
 
     @abc.abstractmethod
+    def nth_position(self, start: Position, n: int) -> Position | None:
+        """The n-th (0-based) stored entry at or after start, or None when fewer are stored; found ledger by
+        ledger, not entry by entry (an admin may ask for the millionth)."""
+
+    @abc.abstractmethod
     async def read_entry(self, position: Position) -> Entry:
         """One entry; NoMoreEntriesError past the end, EntryNotFoundError if not stored."""
 

@@ -161,6 +161,9 @@ class BaseManagedLedger(ManagedLedger):
     def count_entries_between(self, first: Position, last: Position) -> int:
         return self._map.count_between(first, last)
 
+    def nth_position(self, start: Position, n: int) -> Position | None:
+        return self._map.nth_after(start, n)
+
     # -- rollover -----------------------------------------------------------------------------
 
     def _current_ledger_is_full(self) -> bool:

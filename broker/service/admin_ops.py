@@ -167,30 +167,26 @@ async def peek(topic: PersistentTopic, sub: Subscription, n: int) -> Entry:
     ledger = topic.ledger
     last = ledger.last_confirmed_entry
     position = sub.cursor.mark_delete_position
-    if n > ledger.count_entries_between(ledger.next_valid_position(position), last):
+    first = ledger.next_valid_position(position)
+    if n > ledger.count_entries_between(first, last):
         raise EntryNotFoundError("Message not found")
-    for _ in range(n):
-        position = ledger.next_valid_position(position)
-    return await ledger.read_entry(position)
+    nth = ledger.nth_position(first, n - 1)  # (not n steps: a consumer role may ask for the n-millionth)
+    assert nth is not None  # (n entries are stored from first)
+    return await ledger.read_entry(nth)
 
 
 async def examine(topic: PersistentTopic, from_latest: bool, n: int) -> Entry:
     """The n-th (1-based) stored entry counted from the oldest, or from the newest with
     ``from_latest``; n past the end gives the entry at that end (Pulsar's examineMessage)."""
     ledger = topic.ledger
-    total = ledger.number_of_entries
+    first = ledger.first_position
+    total = ledger.count_entries_between(first, ledger.last_confirmed_entry)  # (not adds still in flight)
     if total <= 0:
         raise EntryNotFoundError("Could not examine messages due to the total message is zero")
     n = min(max(n, 1), total)
     index = total - n if from_latest else n - 1  # 0-based from the oldest
-    if index < total - 1 - index:  # walk from the nearer end
-        position = ledger.first_position
-        for _ in range(index):
-            position = ledger.next_valid_position(position)
-    else:
-        position = ledger.last_confirmed_entry
-        for _ in range(total - 1 - index):
-            position = ledger.previous_position(position)
+    position = ledger.nth_position(first, index)  # (not index steps: n may be in the millions)
+    assert position is not None  # (index < total)
     return await ledger.read_entry(position)
 
 

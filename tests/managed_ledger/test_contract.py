@@ -226,6 +226,14 @@ async def test_rollover_by_entry_count_and_positions_across_ledgers(factory: Man
     assert ml.count_entries_between(Position(l1, 1), Position(l3, 0)) == 6
     assert ml.count_entries_between(Position(l1, 0), ml.last_confirmed_entry) == 9
     assert ml.count_entries_between(Position(l2, 2), Position(l2, 1)) == 0
+    # the n-th entry at or after a position, found ledger by ledger: where n steps of next_valid_position lead
+    stepped = [Position(l1, 0)]
+    while len(stepped) < 9:
+        stepped.append(ml.next_valid_position(stepped[-1]))
+    assert [ml.nth_position(Position(l1, 0), n) for n in range(9)] == stepped
+    assert ml.nth_position(Position(l2, 1), 3) == Position(l3, 1)
+    assert ml.nth_position(Position(-1, -1), 0) == Position(l1, 0)
+    assert ml.nth_position(Position(l1, 0), 9) is None
 
 
 async def test_min_rollover_time_gates_every_limit(factory: ManagedLedgerFactory, clock: FakeClock) -> None:
