@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -78,7 +79,9 @@ async def read_body(request: web.Request) -> object:
     if not raw.strip():
         return None
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotFiniteError as exc:
+        raise HttpError(400, f"Request body has a number JSON cannot carry: {exc}") from None
     except ValueError:
         raise HttpError(400, "Request body is not valid JSON") from None
     except RecursionError:  # (nested deeper than the decoder's recursion limit)
@@ -92,6 +95,23 @@ async def read_body(request: web.Request) -> object:
         except UnicodeEncodeError:
             raise HttpError(400, "Request body has a string that is not valid Unicode (a lone surrogate)") from None
     return body
+
+
+class _NotFiniteError(ValueError):
+    """NaN, Infinity or a number too large for a double: Python's json reads them, JSON has none (and Pulsar's
+    Jackson refuses the first two). Stored, they would be written back as bare NaN / Infinity, which no JSON
+    reader (pulsar-admin's included) accepts: the namespace's policies could no longer be read."""
+
+
+def _refuse_constant(name: str) -> object:
+    raise _NotFiniteError(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFiniteError(f"{text} is out of range")
+    return value
 
 
 def _nesting_exceeds(value: object, limit: int) -> bool:

@@ -4,6 +4,7 @@ subscription create. Each case names the Pulsar class whose check it follows."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -300,3 +301,18 @@ def test_body_nested_within_the_limit_gets_the_handlers_answer(admin: Admin) -> 
     reply = admin.call("POST", f"/admin/v2/namespaces/{ns}/messageTTL", raw=nested)
     assert reply.status == 400 and "must be an integer" in reply.reason, reply.body[:200]
     admin.ok("PUT", f"/admin/v2/namespaces/{ns}-shallow", {"auth_policies": {"namespace_auth": {"app": ["consume"]}}})
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_number_json_cannot_carry_is_400(admin: Admin, number: str) -> None:
+    # Python's json reads NaN, Infinity and 1e400 (a float infinity); JSON has none of them and Pulsar's Jackson
+    # refuses NaN / Infinity. Stored in a policy (persistence's managedLedgerMaxMarkDeleteRate is a double), they
+    # came back as bare NaN / Infinity: the namespace's policies were no longer JSON any client could read.
+    ns = admin.new_namespace()
+    body = ('{"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1, '
+            f'"managedLedgerMaxMarkDeleteRate": {number}}}').encode()
+    reply = admin.call("POST", f"/admin/v2/namespaces/{ns}/persistence", raw=body)
+    assert reply.status == 400 and "JSON cannot carry" in reply.reason, reply.body
+    policies = admin.get(f"/admin/v2/namespaces/{ns}")
+    json.loads(policies.body, parse_constant=lambda name: pytest.fail(f"{name} in the namespace's policies"))
+    assert admin.get(f"/admin/v2/namespaces/{ns}/persistence").status == 204  # (still unset)
