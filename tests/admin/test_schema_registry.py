@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
-from pulsar.schema import AvroSchema, Integer, Record, String
+from pulsar.schema import AvroSchema, BytesSchema, Integer, Record, String, StringSchema
 
 from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
@@ -93,3 +93,45 @@ def test_a_consumer_reads_with_a_schema_the_topic_can_be_read_with(admin: Admin,
 
     with pytest.raises(pulsar.IncompatibleSchema):
         client.subscribe(topic, "unreadable", schema=AvroSchema(Item))
+
+
+def test_a_consumer_schema_is_refused_on_a_topic_in_use_without_a_schema(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar's addSchemaIfIdleOrCheckCompatible: a topic with no schema that has data, a producer or a
+    # consumer (AUTO_CONSUME ones aside) holds schemaless data, so a consumer with a schema is refused
+    # (IncompatibleSchema "... active topic with empty(BYTES) schema ..."); BYTES consumers send no schema.
+    with_data, _ = new_topic("schemaless-data")
+    producer = client.create_producer(with_data)
+    producer.send(b"raw")
+    producer.close()
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(with_data, "typed", schema=StringSchema())
+    bytes_consumer = client.subscribe(with_data, "bytes", schema=BytesSchema(),
+                                      initial_position=pulsar.InitialPosition.Earliest)
+    assert bytes_consumer.receive(timeout_millis=10_000).data() == b"raw"
+
+    with_producer, path = new_topic("schemaless-producer")
+    client.create_producer(with_producer)  # nothing sent
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(with_producer, "typed", schema=StringSchema())
+    assert admin.get(path).status == 404  # nothing was registered
+
+    with_consumer, _ = new_topic("schemaless-consumer")
+    client.subscribe(with_consumer, "bytes")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(with_consumer, "typed", schema=StringSchema())
+
+    # An idle topic (nothing stored, nobody attached) adopts the consumer's schema.
+    idle, path = new_topic("schemaless-idle")
+    client.subscribe(idle, "typed", schema=StringSchema())
+    assert admin.ok("GET", path)["type"] == "STRING"
+
+
+def test_a_consumer_schema_on_a_schemaless_topic_in_use_is_let_through_when_always_compatible(
+        admin: Admin, client: pulsar.Client) -> None:
+    # checkConsumerCompatibility answers ALWAYS_COMPATIBLE before it looks for a schema.
+    ns = admin.new_namespace()
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    topic = f"persistent://{ns}/schemaless"
+    client.create_producer(topic).send(b"raw")
+    consumer = client.subscribe(topic, "typed", schema=StringSchema(), initial_position=pulsar.InitialPosition.Earliest)
+    assert consumer.receive(timeout_millis=10_000).data() == b"raw"
