@@ -176,7 +176,7 @@ class SchemaRegistry:
         if strategy == "ALWAYS_COMPATIBLE":
             return
         if strategy == "ALWAYS_INCOMPATIBLE":
-            raise IncompatibleSchemaError("Incompatible schema: the namespace allows no new schema versions")
+            raise IncompatibleSchemaError("Incompatible schema: the compatibility strategy is ALWAYS_INCOMPATIBLE")
         for rec in against:
             if rec["type"] != int(schema.type):
                 have = SCHEMA_TYPE_NAMES.get(rec["type"], str(rec["type"]))
@@ -255,7 +255,10 @@ class SchemaRegistry:
         producer, no consumer but AUTO_CONSUME ones, nothing stored) adopts the schema as a producer's would be
         added. Otherwise: under ALWAYS_COMPATIBLE anything goes; a topic in use without a schema refuses it (its
         data carries none); under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL the schema must be the latest
-        version or read it (BACKWARD); under the other strategies it is held to them against every version."""
+        version or read it (BACKWARD); under the other strategies it is held to them against every version,
+        with no exception for a version it matches, so ALWAYS_INCOMPATIBLE refuses even the stored schema (a
+        producer with a stored schema gets its version: add_or_get finds it before any check, as Pulsar's
+        putSchemaIfAbsent)."""
         if int(schema.type) == _AUTO_CONSUME:
             return
         versions = self.versions(base_topic)
@@ -272,11 +275,10 @@ class SchemaRegistry:
             want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
             raise IncompatibleSchemaError("Failed to add schema to an active topic with empty(BYTES) schema: "
                                           f"new schema type {want}")
-        if self._find(base_topic, schema) is not None:
-            return
         if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
-            self._counted(base_topic, schema, live[-1:], "BACKWARD")
-        else:
+            if not _same(live[-1], schema):  # (checkCompatibilityWithLatest: the latest itself passes)
+                self._counted(base_topic, schema, live[-1:], "BACKWARD")
+        else:  # (checkCompatibilityWithAll: a version it matches is checked like any other)
             self._counted(base_topic, schema, live, strategy)
 
     async def delete(self, base_topic: str, keep_history: bool = False) -> int | None:

@@ -135,3 +135,51 @@ def test_a_consumer_schema_on_a_schemaless_topic_in_use_is_let_through_when_alwa
     client.create_producer(topic).send(b"raw")
     consumer = client.subscribe(topic, "typed", schema=StringSchema(), initial_position=pulsar.InitialPosition.Earliest)
     assert consumer.receive(timeout_millis=10_000).data() == b"raw"
+
+
+def test_always_incompatible_refuses_a_consumer_even_with_the_stored_schema(admin: Admin,
+                                                                            client: pulsar.Client) -> None:
+    # Pulsar's checkConsumerCompatibility holds a consumer to ALWAYS_INCOMPATIBLE against every version
+    # (checkCompatibilityWithAll, no exception for a version it matches): refused. A producer with the stored
+    # schema gets its version (putSchemaIfAbsent finds it before any check); a new one is refused.
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/frozen"
+    client.create_producer(topic, schema=StringSchema()).close()
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_INCOMPATIBLE")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "typed", schema=StringSchema())
+    client.create_producer(topic, schema=StringSchema()).close()
+
+    class Item(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
+        a = String()
+
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(Item))
+    client.subscribe(topic, "bytes").close()  # no schema: nothing to check
+
+
+@pytest.mark.parametrize("strategy", ["BACKWARD", "BACKWARD_TRANSITIVE"])
+def test_a_consumer_with_an_older_version_must_still_read_the_topic(admin: Admin, client: pulsar.Client,
+                                                                    strategy: str) -> None:
+    # Only the latest version itself passes unchecked, and only under the strategies checked against the latest
+    # (checkCompatibilityWithLatest's hash test); a schema that is an older version is checked as any other:
+    # here it cannot read the latest version's data.
+    class Old(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
+        a = String(required=True)
+
+    class New(Record):  # type: ignore[misc]
+        b = String(required=True)
+
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/moved-on"
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    client.create_producer(topic, schema=AvroSchema(Old)).close()
+    client.create_producer(topic, schema=AvroSchema(New)).close()
+    admin.ok("PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", strategy)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "old", schema=AvroSchema(Old))
+    if strategy == "BACKWARD":
+        client.subscribe(topic, "new", schema=AvroSchema(New)).close()
+    else:  # checked against every version, the latest too: it cannot read the first version's data either
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.subscribe(topic, "new", schema=AvroSchema(New))
