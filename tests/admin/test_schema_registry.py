@@ -183,3 +183,16 @@ def test_a_consumer_with_an_older_version_must_still_read_the_topic(admin: Admin
     else:  # checked against every version, the latest too: it cannot read the first version's data either
         with pytest.raises(pulsar.IncompatibleSchema):
             client.subscribe(topic, "new", schema=AvroSchema(New))
+
+
+def test_a_consumer_schema_is_refused_after_the_topic_schema_was_deleted(admin: Admin,
+                                                                         client: pulsar.Client) -> None:
+    # Pulsar's hasSchema sees the latest stored version, a delete's tombstone too: the topic is then checked
+    # (not idle), and with no live version a consumer's schema is refused, while a producer registers afresh.
+    topic, path = new_topic("deleted-schema")
+    client.create_producer(topic, schema=StringSchema()).close()
+    admin.ok("DELETE", path)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "typed", schema=StringSchema())
+    client.create_producer(topic, schema=StringSchema()).close()
+    client.subscribe(topic, "typed", schema=StringSchema()).close()
