@@ -74,8 +74,8 @@ class Consumer:
     """
 
     __slots__ = (
-        "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges", "headers",
-        "key_shared_meta", "last_acked", "last_consumed", "metadata", "msg_ack_counter", "msg_out", "name",
+        "auto_consume", "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges",
+        "headers", "key_shared_meta", "last_acked", "last_consumed", "metadata", "msg_ack_counter", "msg_out", "name",
         "partition_index",
         "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered",
         "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
@@ -119,6 +119,8 @@ class Consumer:
         self.msg_ack_counter = 0  # messages (entries) this consumer acknowledged (Pulsar's messageAckCounter)
         # Reads the compacted view up to the compaction horizon, then the live topic.
         self.read_compacted = False
+        # Subscribed with an AUTO_CONSUME schema: does not make the topic in use for a consumer's schema.
+        self.auto_consume = False
         # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.
         self.blocked = False
         self.connected_since = time.time()

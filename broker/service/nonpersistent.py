@@ -185,6 +185,13 @@ class NonPersistentTopic(AbstractTopic):
         return not self.producers and not self.waiting_producers \
             and not any(s.consumers for s in self.subscriptions.values())
 
+    @property
+    def in_use_for_schema(self) -> bool:
+        """Pulsar's NonPersistentTopic.addSchemaIfIdleOrCheckCompatible: a producer, a consumer without an
+        AUTO_CONSUME schema, or anything ever published; a consumer's schema is then checked, not adopted."""
+        return (bool(self.producers) or not self.is_empty
+                or any(not c.auto_consume for s in self.subscriptions.values() for c in s.consumers))
+
     def _check_open(self) -> None:
         if self.closed:
             # Forgotten while the request waited: the client retries and gets a fresh topic.

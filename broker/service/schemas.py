@@ -28,6 +28,8 @@ from broker.topic_name import TopicName
 
 _VERSION = struct.Struct(">q")
 _AVRO_TYPES = frozenset({pb.Schema.Type.Value("Avro"), pb.Schema.Type.Value("Json")})
+# A consumer's AUTO_CONSUME schema (the Java client sends it in SUBSCRIBE): it reads whatever is stored.
+_AUTO_CONSUME = pb.Schema.Type.Value("AutoConsume")
 
 SCHEMA_TYPE_NAMES = {v: k.upper() for k, v in pb.Schema.Type.items()}
 SCHEMA_TYPE_NAMES.update({pb.Schema.Type.Value("KeyValue"): "KEY_VALUE",
@@ -35,6 +37,7 @@ SCHEMA_TYPE_NAMES.update({pb.Schema.Type.Value("KeyValue"): "KEY_VALUE",
                           pb.Schema.Type.Value("LocalDate"): "LOCAL_DATE",
                           pb.Schema.Type.Value("LocalTime"): "LOCAL_TIME",
                           pb.Schema.Type.Value("LocalDateTime"): "LOCAL_DATE_TIME"})
+del SCHEMA_TYPE_NAMES[_AUTO_CONSUME]  # (only ever in a SUBSCRIBE, never stored: not a type the admin API takes)
 
 
 def encode_version(version: int) -> bytes:
@@ -173,7 +176,7 @@ class SchemaRegistry:
         if strategy == "ALWAYS_COMPATIBLE":
             return
         if strategy == "ALWAYS_INCOMPATIBLE":
-            raise IncompatibleSchemaError("Incompatible schema: the namespace allows no new schema versions")
+            raise IncompatibleSchemaError("Incompatible schema: the compatibility strategy is ALWAYS_INCOMPATIBLE")
         for rec in against:
             if rec["type"] != int(schema.type):
                 have = SCHEMA_TYPE_NAMES.get(rec["type"], str(rec["type"]))
@@ -246,22 +249,36 @@ class SchemaRegistry:
             if entry[1] == 0:
                 del self._registering[base_topic]
 
-    async def check_consumer(self, base_topic: str, schema: pb.Schema, may_register: bool) -> None:
-        """A consumer's schema must be able to read the topic's (an idle schemaless topic adopts it).
-        As Pulsar's checkConsumerCompatibility: under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL
-        it must read the latest version (BACKWARD), under the other strategies it is held to them
-        against every version."""
-        live = [rec for _, rec in _live(self.versions(base_topic))]
-        if not live:
-            if may_register:
-                await self.add_or_get(base_topic, schema)
+    async def check_consumer(self, base_topic: str, schema: pb.Schema, in_use: bool, may_add: bool = True) -> None:
+        """Admit a consumer's schema as Pulsar's addSchemaIfIdleOrCheckCompatible and checkConsumerCompatibility
+        do. An AUTO_CONSUME schema is not checked. A topic with no schema history that is not ``in_use`` (no
+        producer, no consumer but AUTO_CONSUME ones, nothing stored) adopts the schema as a producer's would be
+        added. Otherwise: under ALWAYS_COMPATIBLE anything goes; a topic in use without a schema refuses it (its
+        data carries none); under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL the schema must be the latest
+        version or read it (BACKWARD); under the other strategies it is held to them against every version,
+        with no exception for a version it matches, so ALWAYS_INCOMPATIBLE refuses even the stored schema (a
+        producer with a stored schema gets its version: add_or_get finds it before any check, as Pulsar's
+        putSchemaIfAbsent)."""
+        if int(schema.type) == _AUTO_CONSUME:
             return
-        if self._find(base_topic, schema) is not None:
+        versions = self.versions(base_topic)
+        if not versions and not in_use:
+            await self.add_or_get(base_topic, schema, may_add)
             return
+        # (A deleted schema's tombstone counts as history, as Pulsar's hasSchema sees it: the topic is then
+        # checked, and with no live version refuses the schema.)
         strategy = self.strategy(base_topic)
+        if strategy == "ALWAYS_COMPATIBLE":
+            return
+        live = [rec for _, rec in _live(versions)]
+        if not live:
+            want = SCHEMA_TYPE_NAMES.get(int(schema.type), str(schema.type))
+            raise IncompatibleSchemaError("Failed to add schema to an active topic with empty(BYTES) schema: "
+                                          f"new schema type {want}")
         if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
-            self._counted(base_topic, schema, live[-1:], "BACKWARD")
-        else:
+            if not _same(live[-1], schema):  # (checkCompatibilityWithLatest: the latest itself passes)
+                self._counted(base_topic, schema, live[-1:], "BACKWARD")
+        else:  # (checkCompatibilityWithAll: a version it matches is checked like any other)
             self._counted(base_topic, schema, live, strategy)
 
     async def delete(self, base_topic: str, keep_history: bool = False) -> int | None:

@@ -606,8 +606,8 @@ class ServerCnx:
             if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
                 raise NotAllowedError("Subscribe limited by subscribe rate limit per consumer.")
             if c.HasField("schema"):
-                await self.service.schemas.check_consumer(name.base.full, c.schema,
-                                                    may_register=topic.is_idle and topic.is_empty)
+                may_add = self.service.policies.for_namespace(name.namespace, ALLOW_AUTO_UPDATE_SCHEMA)
+                await self.service.schemas.check_consumer(name.base.full, c.schema, topic.in_use_for_schema, may_add)
             start = c.start_message_id if c.HasField("start_message_id") else None
             properties = {kv.key: kv.value for kv in c.subscription_properties}
             sub = await topic.get_or_create_subscription(c.subscription, c.durable, c.initialPosition, start,
@@ -623,6 +623,7 @@ class ServerCnx:
                 sub.drop_if_unused()
                 return
             consumer.read_compacted = c.read_compacted
+            consumer.auto_consume = c.HasField("schema") and c.schema.type == pb.Schema.AutoConsume
             sub.add_consumer(consumer)
             if c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions:
                 sub.set_replicated()

@@ -284,6 +284,14 @@ class PersistentTopic(AbstractTopic):
     def is_idle(self) -> bool:
         return not self.producers and not any(s.consumers for s in self.subscriptions.values())
 
+    @property
+    def in_use_for_schema(self) -> bool:
+        """Pulsar's PersistentTopic.addSchemaIfIdleOrCheckCompatible: a producer of its own (a geo-replicator's
+        aside), a consumer without an AUTO_CONSUME schema, or something stored; a consumer's schema is then
+        checked against the topic's, not adopted."""
+        return (any(not p.replicator for p in self.producers.values()) or not self.is_empty
+                or any(not c.auto_consume for s in self.subscriptions.values() for c in s.consumers))
+
     def deduplicated_entries_stored(self, count: int, last: Position) -> None:
         self.dedup.entries_persisted(count, last)
 

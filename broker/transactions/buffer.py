@@ -9,15 +9,17 @@ aborted transaction joins the *aborted set*, whose entries dispatch acknowledges
 
 While its first append is in flight a transaction's position is not known yet: it holds the limit
 just after the last entry confirmed when the append was issued (nothing written after that can
-be read before the position is known).
+be read before the position is known). That provisional position is never past the one the entry
+gets (adds are confirmed in order, so the entry lands after every entry confirmed before it was
+issued), which is what lets a snapshot be taken while first appends are in flight (below).
 
 State across restarts: a durable cursor ``pulsar.txn.buffer``, created by the topic's first
 transactional SEND before that SEND is stored (Pulsar's "first snapshot"), is the snapshot: its
 properties hold the aborted set (``aborted:<most>:<least>`` -> the ledger of its marker, dropped
 once that ledger is trimmed) and its mark-delete the position up to which that set is complete:
 after every end, just before the first entry of the oldest transaction still open (the end when
-none is). At load the entries after it are replayed (transactional entries open a transaction,
-markers end one). A topic without that
+none is), whatever appends are in flight then. At load the entries after it are replayed
+(transactional entries open a transaction, markers end one). A topic without that
 cursor never had a transactional entry and loads as before: a topic that never sees a transaction
 costs nothing more than one without transactions.
 
@@ -308,9 +310,16 @@ class TransactionBuffer:
         """Save the aborted set, complete up to just before the oldest open transaction's first
         entry (the end when none is open): the replay at load starts there. Every transaction
         with an entry before that point has ended, and its fate is in the set, so the cursor does
-        not hold the topic's data back for longer than its oldest open transaction."""
+        not hold the topic's data back for longer than its oldest open transaction.
+
+        Appends in flight do not stop it (Pulsar's TopicTransactionBuffer snapshots its
+        maxReadPosition and aborted list likewise, whatever is being written): the point is never
+        past the last confirmed entry, so never past an entry still in flight; and a transaction
+        whose first append is in flight is open here already, at a provisional position at or
+        before the one its entry gets, so the point stops short of that entry too and the replay
+        at load finds the transaction."""
         cursor = self.cursor
-        if cursor is None or self._in_flight or cursor.is_closed:
+        if cursor is None or cursor.is_closed:
             return
         first_ledger = self.ledger.first_position.ledger_id
         trimmed = [t for t, lid in self.aborted.items() if lid < first_ledger]

@@ -11,7 +11,7 @@ from broker.embedded import Broker
 from broker.errors import IncompatibleSchemaError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.schemas import decode_version
-from tests.component.wire import T, WireClient, port_of, producer_cmd
+from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
 
 TOPIC = "persistent://public/default/no-auto-update"
 
@@ -98,3 +98,55 @@ async def test_get_or_create_schema_on_a_topic_that_does_not_exist_is_topic_not_
         answer = (await c.recv()).getOrCreateSchemaResponse
         assert not answer.HasField("error_code") and answer.schema_version, answer
         c.close()
+
+
+def typed_subscribe(topic: str, schema_type: int, consumer_id: int, request_id: int) -> pb.BaseCommand:
+    cmd = subscribe_cmd(topic, f"sub-{consumer_id}", consumer_id, request_id)
+    cmd.subscribe.schema.name = "s"
+    cmd.subscribe.schema.type = schema_type  # type: ignore[assignment]
+    cmd.subscribe.schema.schema_data = b""
+    return cmd
+
+
+async def test_an_auto_consume_consumer_is_not_checked_and_does_not_make_the_topic_in_use() -> None:
+    """As Pulsar's handleSubscribe (no check for an AUTO_CONSUME schema, the Java client's Schema.AUTO_CONSUME())
+    and addSchemaIfIdleOrCheckCompatible (AUTO_CONSUME consumers do not count): nothing is registered for it,
+    and a consumer with a schema after it still finds the topic idle."""
+    async with Broker() as broker:
+        assert broker.server is not None
+        schemas = broker.server.service.schemas
+        topic = "persistent://public/default/auto-consume"
+        c = await WireClient.open(port_of(broker))
+        await c.connect()
+        c.send(typed_subscribe(topic, pb.Schema.AutoConsume, 1, 1))
+        assert (await c.recv()).type == T.SUCCESS
+        assert not schemas.has_schema(topic)
+        c.send(typed_subscribe(topic, pb.Schema.String, 2, 2))
+        assert (await c.recv()).type == T.SUCCESS
+        found = schemas.get(topic)
+        assert found is not None and found[0]["type"] == pb.Schema.String
+        # On a topic in use without a schema it is let through where a schema is refused.
+        busy = "persistent://public/default/auto-consume-busy"
+        c.send(producer_cmd(busy, producer_id=3, request_id=3))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.send(typed_subscribe(busy, pb.Schema.AutoConsume, 4, 4))
+        assert (await c.recv()).type == T.SUCCESS
+        c.send(typed_subscribe(busy, pb.Schema.String, 5, 5))
+        refused = await c.recv()
+        assert refused.type == T.ERROR and refused.error.error == pb.ServerError.IncompatibleSchema, refused
+        c.close()
+
+
+async def test_an_idle_topic_adopts_a_consumer_schema_only_when_auto_update_is_on(broker: Broker) -> None:
+    """Pulsar adds an idle topic's first schema for a consumer with Topic.addSchema, which with
+    isAllowAutoUpdateSchema=false only finds a version that is there already."""
+    assert broker.server is not None
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    topic = "persistent://public/default/idle-no-auto-update"
+    c.send(typed_subscribe(topic, pb.Schema.String, 1, 1))
+    refused = await c.recv()
+    assert refused.type == T.ERROR and refused.error.error == pb.ServerError.IncompatibleSchema, refused
+    assert "auto updating is disabled" in refused.error.message
+    assert not broker.server.service.schemas.has_schema(topic)
+    c.close()

@@ -4,8 +4,9 @@ their saved form), the coordinator's log records, and the buffer's replay and fi
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,7 +17,7 @@ from broker.transactions.buffer import TransactionBuffer, txn_marker
 from broker.transactions.log import LogRecord
 from broker.transactions.model import TxnID, TxnMeta, TxnStatus
 from broker.transactions.pending_ack import PendingAcks
-from managed_ledger import ManagedLedgerError, MemoryManagedLedgerFactory, Position
+from managed_ledger import ManagedLedger, ManagedLedgerError, MemoryManagedLedgerFactory, Position
 from tests.waiting import eventually
 
 T1, T2 = TxnID(0, 1), TxnID(0, 2)
@@ -194,3 +195,84 @@ async def test_first_snapshot_failing_or_given_up_fails_the_appends_behind_it(mo
     assert [name for name, p, exc in results.got[2:] if p is None and isinstance(exc, ManagedLedgerError)] == [
         "txn-3", "plain-4"]
     assert buffer.held is None and buffer.cursor is None and buffer.ledger.number_of_entries == 1
+
+
+class _SteppedLedger:
+    """A ledger whose adds wait, in order, until the test lets them through: storage slow to confirm, so that
+    appends are in flight exactly when the test wants them to be (still confirmed in order, as every ledger's)."""
+
+    def __init__(self, ledger: ManagedLedger) -> None:
+        self._ledger = ledger
+        self.waiting: deque[tuple[list[bytes], Callable[[Position | None, BaseException | None], None]]] = deque()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def add_entries(self, data: list[bytes], callback: Callable[[Position | None, BaseException | None], None]
+                    ) -> None:
+        self.waiting.append((data, callback))
+
+    def add_entry(self, data: bytes, callback: Callable[[Position | None, BaseException | None], None]) -> None:
+        self.waiting.append(([data], callback))
+
+    async def add_entry_async(self, data: bytes) -> Position:
+        stored: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.add_entry(data, lambda p, exc: stored.set_exception(exc) if exc is not None
+                       else stored.set_result(cast(Position, p)))
+        return await stored
+
+    def release(self, n: int) -> None:
+        for _ in range(n):
+            data, callback = self.waiting.popleft()
+            self._ledger.add_entries(data, callback)
+
+
+async def test_buffer_snapshot_keeps_up_while_first_appends_are_in_flight() -> None:
+    """A steady stream of small transactions: whenever one ends, the next one's first entry is stored and the
+    one after it is still being written. Each end's snapshot moves the mark-delete to just before the oldest
+    open transaction's first entry (it used to wait for a moment with no first append in flight, which such a
+    stream never gives, and lagged for good), and never past what it records: a buffer loaded from the
+    snapshot at any step (a crash then) finds the same open transaction and every abort."""
+    ledger = _SteppedLedger(await MemoryManagedLedgerFactory().open("t"))
+    buffer = TransactionBuffer(cast(ManagedLedger, ledger))
+    await buffer.prepare()
+    cursor = buffer.cursor
+    assert cursor is not None
+    txns = [TxnID(0, i) for i in range(1, 21)]
+    firsts: dict[TxnID, Position] = {}
+
+    def stored(txn: TxnID) -> Callable[[Position | None, BaseException | None], None]:
+        def done(position: Position | None, exc: BaseException | None) -> None:
+            assert exc is None and position is not None
+            firsts[txn] = position
+        return done
+
+    buffer.append(txns[0], [_txn_entry(txns[0], 0)], stored(txns[0]))
+    buffer.append(txns[1], [_txn_entry(txns[1], 1)], stored(txns[1]))
+    ledger.release(1)
+    await eventually(lambda: txns[0] in firsts, "the first transaction's entry stored")
+    aborted: set[TxnID] = set()
+    for k in range(len(txns) - 2):
+        ending, following, after = txns[k], txns[k + 1], txns[k + 2]
+        commit = k % 3 != 1
+        end = asyncio.ensure_future(buffer.end(ending, commit=commit))
+        await eventually(lambda: len(ledger.waiting) == 2, "the marker written behind the next first entry")
+        ledger.release(2)  # the next transaction's first entry, then the marker
+        buffer.append(after, [_txn_entry(after, k + 2)], stored(after))  # in flight while the end finishes
+        await end
+        if not commit:
+            aborted.add(ending)
+        assert buffer.txn_stats(after)["startPosition"] is None  # (still in flight: its position is not known)
+        assert cursor.mark_delete_position == ledger.previous_position(firsts[following]), k
+        again = TransactionBuffer(cast(ManagedLedger, ledger))
+        again.cursor = cursor
+        await again.recover()
+        assert again.ongoing == {following: firsts[following]}, k
+        assert set(again.aborted) == aborted, k
+    ledger.release(len(ledger.waiting))
+    for txn in txns[-2:]:
+        end = asyncio.ensure_future(buffer.end(txn, commit=True))
+        await eventually(lambda: len(ledger.waiting) == 1, "the marker written")
+        ledger.release(1)
+        await end
+    assert cursor.mark_delete_position == ledger.last_confirmed_entry  # nothing open: all of it
