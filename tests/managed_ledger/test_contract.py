@@ -1065,3 +1065,29 @@ async def test_an_open_while_the_ledger_closes_waits_and_gets_a_new_handle(facto
     assert again is not ml and not again.is_closed
     assert again.number_of_entries == (0 if delete else 3)
     assert (await again.add_entry_async(b"after")) > (Position(-1, -1) if delete else ps[-1])
+
+
+@pytest.mark.parametrize("moved_first", [False, True])
+async def test_a_write_of_a_cursor_being_deleted_leaves_no_stats_or_state(factory: ManagedLedgerFactory,
+                                                                          moved_first: bool) -> None:
+    """A cursor moved just before or while its deletion is under way: the state write that move asks for may
+    end after the deletion, and neither brings the cursor back (its stats entry, read by /metrics, or its
+    stored state)."""
+    ml = await factory.open("t", SMALL_KEEP)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 4)
+    if moved_first:
+        c.mark_delete(ps[0])
+    deleting = asyncio.ensure_future(ml.delete_cursor("sub"))
+    await asyncio.sleep(0)  # (the deletion is under way: its stored state is being removed)
+    try:
+        c.mark_delete(ps[1])
+    except CursorClosedError:
+        pass  # (where the deletion closes the cursor at once)
+    await deleting
+    base = ml if isinstance(ml, BaseManagedLedger) else None
+    assert base is not None
+    await ml.close()  # (every write asked for has ended)
+    assert "sub" not in base.cursor_stats
+    reopened = await factory.open("t", SMALL_KEEP)
+    assert "sub" not in reopened.cursors
