@@ -159,8 +159,8 @@ class ReadTrigger(Protocol):
 class DispatchPolicy(NamedTuple):
     """The policies a dispatcher reads (topic, else namespace, else broker), as one snapshot."""
 
-    # maxUnackedMessagesPerConsumer (Shared / Key_Shared); 0 = no limit. Read when the dispatcher
-    # is made: a change reaches a subscription with its next dispatcher.
+    # maxUnackedMessagesPerConsumer (Shared / Key_Shared); 0 = no limit. Read before every read:
+    # a change reaches the live consumers (blocked ones re-plan through ``unacked_blocked``).
     max_unacked_per_consumer: int = 0
     # maxUnackedMessagesOnSubscription; 0 = no limit. Read before every read of new entries.
     max_unacked_per_subscription: int = 0
@@ -213,7 +213,8 @@ class DispatchContext:
     rates: Sequence[DispatchRateLimit] = ()
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
-    # Dispatchers blocked on maxUnackedMessagesOnSubscription: re-planned after a policy change.
+    # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on
+    # maxUnackedMessagesPerConsumer: re-planned after a policy change.
     unacked_blocked: MutableSet[ReadTrigger] = field(default_factory=set)
     # Replicated subscriptions: a snapshot marker was read at this position (its entry bytes) ...
     snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker

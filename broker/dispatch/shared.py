@@ -5,7 +5,9 @@ consumer could take) sit in a replay set and are read before new entries. Each r
 the entry's redelivery count, which the client's dead-letter policy reads from MESSAGE. Delayed
 messages (deliver_at_time) are held back in a timer-driven set and do not block the entries
 behind them. A consumer with maxUnackedMessagesPerConsumer unacknowledged messages is blocked
-(its permits are kept) until acks bring it down to half of that, as in Pulsar. A subscription
+(its permits are kept) until acks bring it down to half of that, as in Pulsar; the limit is the
+one in force now (a policy change reaches the live consumers, as Pulsar's Consumer reads it from
+the topic's policies each time), and a block the new limit lifts ends at once. A subscription
 whose consumers hold maxUnackedMessagesOnSubscription unacknowledged messages reads no new
 entries (redeliveries still go out) until acks bring it down to half.
 
@@ -63,8 +65,8 @@ def next_round_robin(consumers: Sequence[Consumer], start: int,
 class SharedDispatcher(Dispatcher):
     def __init__(self, context: DispatchContext, cursor: ManagedCursor) -> None:
         super().__init__(context, cursor)
-        # 0 disables the limit (Pulsar's meaning). Read once: a policy change reaches the
-        # subscription with its next dispatcher.
+        # maxUnackedMessagesPerConsumer, 0 disables it (Pulsar's meaning): re-read from the policy
+        # before every read, so a change reaches the live consumers.
         self.max_unacked_per_consumer = context.policy().max_unacked_per_consumer
         self._rr = 0
         # Sorted positions waiting to be (re)delivered ahead of new entries.
@@ -172,6 +174,8 @@ class SharedDispatcher(Dispatcher):
 
     # -- consumers ---------------------------------------------------------------------------------
     def _consumer_removed(self, consumer: Consumer) -> None:
+        if consumer.blocked:
+            self._unblock(consumer)
         for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
             del self._chunk_owner[uuid]  # its chunks come back through the replay set
         leftover = consumer.clear_pending()
@@ -191,11 +195,21 @@ class SharedDispatcher(Dispatcher):
             if c.blocked:
                 if c.unacked_messages > limit // 2:
                     return False
-                c.blocked = False
+                self._unblock(c)
             elif c.unacked_messages >= limit:
                 c.blocked = True
+                # While a consumer is blocked, a policy change (the limit raised or removed)
+                # re-plans a read too.
+                self.context.unacked_blocked.add(self)
                 return False
+        elif c.blocked:
+            self._unblock(c)  # the limit was removed
         return c.permits > 0 and c.writable and not c.closed
+
+    def _unblock(self, c: Consumer) -> None:
+        c.blocked = False
+        if not self.blocked_on_unacked and not any(other.blocked for other in self.consumers):
+            self.context.unacked_blocked.discard(self)
 
     def _next_consumer(self) -> Consumer | None:
         best, self._rr = next_round_robin(self.consumers, self._rr, self._available)
@@ -243,6 +257,7 @@ class SharedDispatcher(Dispatcher):
 
     # -- reading -----------------------------------------------------------------------------------
     def _read_more(self) -> None:
+        self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
         if self.total_permits <= 0 or not self._any_available():
             return
         replaying = bool(self.replay) and not self._replay_stalled
@@ -290,7 +305,7 @@ class SharedDispatcher(Dispatcher):
             registry = self.context.unacked_blocked
             if blocked:
                 registry.add(self)
-            else:
+            elif not any(c.blocked for c in self.consumers):
                 registry.discard(self)
         return room
 

@@ -162,7 +162,7 @@ class BrokerService:
         self.inactive_topics = InactiveTopicMonitor(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)
-        # Shared / Key_Shared dispatchers blocked on their subscription's unacked limit: a policy
+        # Shared / Key_Shared dispatchers blocked on their subscription's or a consumer's unacked limit: a policy
         # change may lift it, so they re-plan a read after every metadata change.
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
