@@ -152,6 +152,10 @@ class BrokerConfig:
     # producers' connections are not read until the rate is back under (broker.service.rate_limits).
     maxPublishRatePerTopicInMessages: int = setting(0, UNLIMITED)
     maxPublishRatePerTopicInBytes: int = setting(0, UNLIMITED)
+    # Publish rate of the whole broker, every topic together, per second: past it, the connections
+    # that published are not read until the rate is back under (Pulsar's broker publish rate limiter).
+    brokerPublisherThrottlingMaxMessageRate: int = setting(0, UNLIMITED)
+    brokerPublisherThrottlingMaxByteRate: int = setting(0, UNLIMITED)
     # Dispatch rate per topic (all its subscriptions together) and per subscription, per second (a
     # namespace's or topic's dispatchRate / subscriptionDispatchRate override them).
     dispatchThrottlingRatePerTopicInMsg: int = setting(0, UNLIMITED)

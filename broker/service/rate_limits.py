@@ -10,6 +10,11 @@ may go below zero); while a bucket is below zero, the connections that published
 not read (the same lever as producer backpressure: TCP then slows the producers, nobody gets an
 error). Reading resumes when the buckets are back at zero. A connection is shared by all the
 producers and consumers on it, so they all wait, as in Pulsar.
+
+The broker-wide publish limit (``brokerPublisherThrottlingMaxMessageRate`` / ``...MaxByteRate``,
+Pulsar's BrokerService.brokerPublishRateLimiter) is the same mechanism over everything published to
+the broker: one pair of buckets that every topic's publishes are taken from; past it, the
+connections that published are not read until the buckets are back at zero.
 """
 
 from __future__ import annotations
@@ -111,13 +116,13 @@ class _RateLimit:
         """Hook: the limits changed (the buckets are new and full)."""
 
 
-class PublishThrottle(_RateLimit):
-    """One topic's publish rate limit (per second)."""
+class ConnectionThrottle(_RateLimit):
+    """A publish rate limit that stops reading the connections that publish past it, until its
+    buckets are back at zero. ``resolve`` gives (messages, bytes, period); 0 = no limit."""
 
-    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
-        policies = topic.service.policies
-        super().__init__(topic.service.metadata, lambda: (*policies.get(topic.name, PUBLISH_RATE).as_tuple(), 1), clock)
-        self.topic = topic
+    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(metadata, resolve, clock)
         self._paused: set[Throttleable] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._until = 0.0
@@ -127,7 +132,7 @@ class PublishThrottle(_RateLimit):
         self.release()  # a new limit starts with full buckets
 
     def record(self, connection: Throttleable, messages: int, nbytes: int) -> None:
-        """A read of ``connection`` published this to the topic: throttle it if over the limit.
+        """A read of ``connection`` published this: throttle it if over the limit.
         (Called for every stored batch: without a limit it costs a comparison and a test.)"""
         if self._generation != self._metadata.generation:
             self._refresh()
@@ -150,17 +155,56 @@ class PublishThrottle(_RateLimit):
             if self._timer is not None:
                 self._timer.cancel()
             self._until = until
-            self._timer = self.topic.loop.call_later(max(0.0, until - self._clock()), self.release)
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, until - self._clock()), self.release)
+
+    @property
+    def paused(self) -> int:
+        """Connections held now."""
+        return len(self._paused)
 
     def release(self) -> None:
         """Resume reading every throttled connection (the buckets are back at zero, the limit
-        changed, or the topic closes)."""
+        changed, or the topic or broker closes)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         paused, self._paused = self._paused, set()
         for connection in paused:
             connection.set_rate_throttled(-1)
+
+
+class PublishThrottle(ConnectionThrottle):
+    """One topic's publish rate limit (per second)."""
+
+    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
+        policies = topic.service.policies
+        super().__init__(topic.service.metadata, lambda: (*policies.get(topic.name, PUBLISH_RATE).as_tuple(), 1), clock)
+        self.topic = topic
+
+
+class BrokerPublishThrottle(ConnectionThrottle):
+    """The broker-wide publish rate limit: ``brokerPublisherThrottlingMaxMessageRate`` and
+    ``brokerPublisherThrottlingMaxByteRate`` per second, over every topic (0 = no limit on that
+    measure). Not made at all when both are 0, so an unlimited broker pays nothing per publish."""
+
+    def __init__(self, max_messages: int, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+        limits = (max(0, max_messages), max(0, max_bytes), 1)
+        super().__init__(_STATIC, lambda: limits, clock)
+
+    @classmethod
+    def from_config(cls, config: Any) -> BrokerPublishThrottle | None:
+        """The limiter the configuration asks for; None when it sets no limit."""
+        msgs, nbytes = config.brokerPublisherThrottlingMaxMessageRate, config.brokerPublisherThrottlingMaxByteRate
+        return cls(msgs, nbytes) if msgs > 0 or nbytes > 0 else None
+
+
+class _Static:
+    """The metadata of limits that never change (read once)."""
+
+    generation = 0
+
+
+_STATIC = _Static()
 
 
 # How often a dispatch rate relative to the publish rate re-measures the publish rate (seconds).
