@@ -166,6 +166,10 @@ class BrokerConfig:
     # replicatorDispatchRate overrides them).
     dispatchThrottlingRatePerReplicatorInMsg: int = setting(0, UNLIMITED)
     dispatchThrottlingRatePerReplicatorInByte: int = setting(0, UNLIMITED)
+    # Dispatch rate of the whole broker, every subscription of every topic together, per second
+    # (Pulsar's broker dispatch rate limiter); a topic's and a subscription's limits apply as well.
+    dispatchThrottlingRateInMsg: int = setting(0, UNLIMITED)
+    dispatchThrottlingRateInByte: int = setting(0, UNLIMITED)
     brokerMaxConnections: int = setting(0, UNLIMITED)
     brokerMaxConnectionsPerIp: int = setting(0, UNLIMITED)
     maxProducersPerTopic: int = setting(0, UNLIMITED)

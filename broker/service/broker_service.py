@@ -43,7 +43,7 @@ from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
-from broker.service.rate_limits import BrokerPublishThrottle
+from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -125,6 +125,10 @@ class BrokerService:
         self.schemas = SchemaRegistry(self.metadata, self.policies)
         # brokerPublisherThrottlingMax{Message,Byte}Rate over all topics; None when neither is set.
         self.broker_publish_throttle = BrokerPublishThrottle.from_config(config)
+        # dispatchThrottlingRateIn{Msg,Byte}: what every subscription of the broker dispatches together,
+        # on top of each topic's and subscription's limits; None when neither is set.
+        self.broker_dispatch_rate = DispatchRate.fixed(config.dispatchThrottlingRateInMsg,
+                                                       config.dispatchThrottlingRateInByte)
         # Every add's latency, request to durable (Pulsar's broker-wide pulsar_broker_publish_latency summary).
         self.publish_latency = LatencySummary()
         self.ledger_config = ManagedLedgerConfig(

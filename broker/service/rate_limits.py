@@ -239,6 +239,14 @@ class DispatchRate(_RateLimit):
         self.publish_rate = (0.0, 0.0)  # messages, bytes per second at the last sample
         self.throttled_times = 0  # reads put off for lack of budget
 
+    @classmethod
+    def fixed(cls, messages: int, nbytes: int) -> DispatchRate | None:
+        """A limit of ``messages`` and ``nbytes`` per second that never changes (the broker's own,
+        from its configuration); None when neither is set."""
+        if messages <= 0 and nbytes <= 0:
+            return None
+        return cls(_STATIC, lambda: (messages, nbytes, 1, False))
+
     def _resolve_base(self) -> tuple[int, int, int]:
         msgs, nbytes, period, relative = self._resolve_with_flag()
         self._base = (max(0, msgs), max(0, nbytes), max(1, period))

@@ -7,8 +7,11 @@ import asyncio
 import bisect
 from types import SimpleNamespace
 
+import pulsar
+
 from broker.dispatch.context import DispatchContext
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
+from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.consumer import Consumer
 from broker.service.rate_limits import DispatchRate
@@ -60,3 +63,36 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
     assert len(c.pending_acks) == 3 and d.throttled_msg_events[0] >= 1
     assert d._rate_timer is not None  # (the read is retried when the limit allows it)
     d.close()
+
+
+def test_broker_dispatch_rate_is_shared_by_every_topic_s_subscriptions() -> None:
+    """dispatchThrottlingRateInMsg: one limit over what every subscription of the broker dispatches
+    (Pulsar's broker dispatch rate limiter, asked by calculateToRead next to the topic's and the
+    subscription's). A consumer on one topic takes the whole second's budget; the next topic's
+    dispatcher then gets less than its consumer asks for (counted under reason="broker"), and it still
+    gets everything."""
+    with BrokerThread(dispatchThrottlingRateInMsg=10, managedLedgerStorage="memory", dataDir="") as broker:
+        rate = broker.server.service.broker_dispatch_rate
+        assert rate is not None
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            producers = {name: client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
+                         for name in ("first", "second")}
+            consumers = {name: client.subscribe(f"persistent://public/default/{name}", "s", receiver_queue_size=1000)
+                         for name in ("first", "second")}
+            for i in range(10):
+                producers["first"].send(b"%d" % i)
+            assert [consumers["first"].receive(10_000).data() for _ in range(10)] == [b"%d" % i for i in range(10)]
+            for i in range(5):
+                producers["second"].send(b"%d" % i)
+            assert [consumers["second"].receive(10_000).data() for _ in range(5)] == [b"%d" % i for i in range(5)]
+            second = broker.server.service.topics["persistent://public/default/second"].subscriptions["s"]
+            assert second.dispatch_rates[2] is rate and second.dispatcher is not None
+            assert second.dispatcher.throttled_msg_events[2] >= 1
+        finally:
+            client.close()
+
+
+def test_no_broker_dispatch_rate_adds_no_limit() -> None:
+    with BrokerThread(managedLedgerStorage="memory", dataDir="") as broker:
+        assert broker.server.service.broker_dispatch_rate is None
