@@ -170,6 +170,10 @@ class BrokerConfig:
     # (Pulsar's broker dispatch rate limiter); a topic's and a subscription's limits apply as well.
     dispatchThrottlingRateInMsg: int = setting(0, UNLIMITED)
     dispatchThrottlingRateInByte: int = setting(0, UNLIMITED)
+    # false: the dispatch rate limits (broker, topic, subscription) spare a subscription whose cursor
+    # is active - it has consumers and is less than managedLedgerCursorBackloggedThreshold entries
+    # behind, so it reads from the cache - as Pulsar's dispatchers do; true (Pulsar's default): all.
+    dispatchThrottlingOnNonBacklogConsumerEnabled: bool = True
     brokerMaxConnections: int = setting(0, UNLIMITED)
     brokerMaxConnectionsPerIp: int = setting(0, UNLIMITED)
     maxProducersPerTopic: int = setting(0, UNLIMITED)

@@ -70,6 +70,9 @@ class Dispatcher(ConsumerMembers, ABC):
         # Pulsar's dispatchThrottled{Msg,Bytes}Events (pulsar_subscription_dispatch_throttled_*_events).
         self.throttled_msg_events = [0] * len(context.rates)
         self.throttled_bytes_events = [0] * len(context.rates)
+        # dispatchThrottlingOnNonBacklogConsumerEnabled=false: the limits do not apply while the cursor
+        # is active (Pulsar's calculateToRead and acquirePermitsForDeliveredMessages ask cursor.isActive).
+        self._rates_spare_active = bool(context.rates) and not context.throttle_non_backlog
         self.closed = False
 
     # -- consumers ---------------------------------------------------------------------------------
@@ -136,6 +139,8 @@ class Dispatcher(ConsumerMembers, ABC):
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
         max_bytes: int | None = self.context.max_read_bytes
+        if self._rates_spare_active and self.cursor.is_active:
+            return self.entries_to_read(permits), max_bytes
         for i, rate in enumerate(self.context.rates):
             budget = rate.budget()
             if budget is None:
@@ -168,6 +173,8 @@ class Dispatcher(ConsumerMembers, ABC):
 
     def rate_consumed(self, messages: int, nbytes: int) -> None:
         """What a read sent, charged to the dispatch rate limits."""
+        if self._rates_spare_active and self.cursor.is_active:
+            return
         for rate in self.context.rates:
             rate.consume(messages, nbytes)
 

@@ -211,6 +211,9 @@ class DispatchContext:
     policy: Callable[[], DispatchPolicy] = _no_policy
     # The dispatch rate limits consulted before every read: the topic's and the subscription's.
     rates: Sequence[DispatchRateLimit] = ()
+    # dispatchThrottlingOnNonBacklogConsumerEnabled: False spares reads and sends while the cursor is
+    # active (not backlogged) from the rate limits.
+    throttle_non_backlog: bool = True
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
     # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on

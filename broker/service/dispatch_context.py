@@ -41,6 +41,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         max_read_bytes=service.config.dispatcherMaxReadSizeBytes,
         policy=policy.get,
         rates=sub.dispatch_rates,
+        throttle_non_backlog=service.config.dispatchThrottlingOnNonBacklogConsumerEnabled,
         compacted_view=lambda: topic.compacted_view,
         unacked_blocked=service.unacked_blocked,
         snapshot_marker=sub.snapshot_read,

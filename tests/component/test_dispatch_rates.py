@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pulsar
 
 from broker.dispatch.context import DispatchContext
+from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
@@ -96,3 +97,36 @@ def test_broker_dispatch_rate_is_shared_by_every_topic_s_subscriptions() -> None
 def test_no_broker_dispatch_rate_adds_no_limit() -> None:
     with BrokerThread(managedLedgerStorage="memory", dataDir="") as broker:
         assert broker.server.service.broker_dispatch_rate is None
+
+
+async def test_dispatch_rate_spares_an_active_cursor_when_non_backlog_throttling_is_off() -> None:
+    """dispatchThrottlingOnNonBacklogConsumerEnabled=false: a subscription whose cursor is active (not
+    backlogged) is neither held to the dispatch rate nor charged for what it is sent, as Pulsar's
+    calculateToRead and acquirePermitsForDeliveredMessages skip the limits while cursor.isActive();
+    once the cursor is inactive (backlogged) the limit applies again. The key was not known: every
+    subscription was held to the limit."""
+    factory = MemoryManagedLedgerFactory()
+    ledger = await factory.open("non-backlog")
+    cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (3, 0, 1, False), clock=lambda: 0.0)
+    context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,), throttle_non_backlog=False)
+    d = SharedDispatcher(context, cursor)
+    c = Consumer(FakeCnx(), 0, "c", pb.CommandSubscribe.Shared, 0, NO_SUBSCRIPTION, -1, {})  # type: ignore[arg-type]
+    d.add_consumer(c)
+    d.flow(c, 100)
+    assert cursor.is_active
+    for _ in range(10):
+        ledger.add_entry(entry_bytes(), lambda pos, exc: None)
+    await eventually(lambda: len(c.pending_acks) == 10, "everything sent to the active cursor's consumer")
+    assert rate.throttled_times == 0 and rate.budget() == (3, None)  # nothing charged
+    # Another subscription of the topic, backlogged (inactive): the same limit holds it to 3.
+    backlogged = await ledger.open_cursor("backlogged", InitialPosition.EARLIEST)
+    backlogged.set_active(False)  # (what a subscription does once it is backlogged)
+    d2 = SharedDispatcher(context, backlogged)
+    c2 = Consumer(FakeCnx(), 1, "c2", pb.CommandSubscribe.Shared, 0, NO_SUBSCRIPTION, -1, {})  # type: ignore[arg-type]
+    d2.add_consumer(c2)
+    d2.flow(c2, 100)
+    await eventually(lambda: rate.throttled_times > 0, "the limit to hold the inactive cursor")
+    assert len(c2.pending_acks) == 3
+    d2.close()
+    d.close()
