@@ -329,32 +329,40 @@ class DispatchRate(_RateLimit):
 class SubscribeRateLimiter:
     """Subscribes per consumer on one persistent topic (Pulsar's topic ``subscribeRate``, namespace
     ``clusterSubscribeRate``, broker ``subscribeThrottlingRatePerConsumer``): one consumer - its
-    client's host, consumer name and consumer id - may subscribe ``rate`` times per period. Every
-    count starts over when the period rolls, as Pulsar's limiters are renewed; what is kept is at
-    most one small count per consumer seen in the current period."""
+    client's host, consumer name and consumer id - has a token bucket of ``rate`` subscribes that
+    refills at ``rate`` per period, as Pulsar 4.0's SubscribeRateLimiter (an AsyncTokenBucket per
+    consumer): a burst of ``rate``, then one every ``period / rate`` seconds. A subscribe takes a
+    whole token. Buckets that are full again are dropped once a period (a full bucket is what a new
+    consumer gets), so what is kept is one small bucket per consumer seen lately."""
 
     def __init__(self, resolve: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
         self._resolve = resolve  # () -> (subscribes per consumer, period in seconds); 0 = no limit
         self._clock = clock
         self._limits = (0, 0)
-        self._window_start = 0.0
-        self._counts: dict[tuple[str, str, int], int] = {}
+        self._pruned = 0.0
+        self._buckets: dict[tuple[str, str, int], TokenBucket] = {}
         self.refused = 0
 
     def try_acquire(self, consumer: tuple[str, str, int]) -> bool:
-        """Count a subscribe of ``consumer``; False when it is over its rate (nothing counted)."""
+        """Take a subscribe of ``consumer``; False when its bucket has no whole token (nothing taken)."""
         rate, period = self._resolve()
         if rate <= 0 or period <= 0:
-            self._counts.clear()
+            self._buckets.clear()
             return True
         now = self._clock()
-        if (rate, period) != self._limits or now - self._window_start >= period:
+        if (rate, period) != self._limits:  # a new limit: every consumer starts with a full bucket
             self._limits = (rate, period)
-            self._window_start = now
-            self._counts.clear()
-        n = self._counts.get(consumer, 0)
-        if n >= rate:
+            self._buckets.clear()
+            self._pruned = now
+        elif now - self._pruned >= period:
+            self._pruned = now
+            for key in [k for k, b in self._buckets.items() if b.refill(now) >= b.capacity]:
+                del self._buckets[key]
+        bucket = self._buckets.get(consumer)
+        if bucket is None:
+            bucket = self._buckets[consumer] = TokenBucket(rate / period, now, capacity=rate)
+        if bucket.refill(now) < 1.0:
             self.refused += 1
             return False
-        self._counts[consumer] = n + 1
+        bucket.tokens -= 1.0
         return True
