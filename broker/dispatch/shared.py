@@ -83,6 +83,9 @@ class SharedDispatcher(Dispatcher):
         self.blocked_on_unacked = False
         # Chunked messages being delivered: uuid -> the consumer that got the first chunk.
         self._chunk_owner: dict[str, Consumer] = {}
+        # While a read's entries are handed out: messages given to each consumer (by id) and not yet
+        # sent, so maxUnackedMessagesPerConsumer counts them (empty otherwise).
+        self._handed: dict[int, int] = {}
 
     @property
     def type_name(self) -> str:
@@ -192,11 +195,14 @@ class SharedDispatcher(Dispatcher):
     def _available(self, c: Consumer) -> bool:
         limit = self.max_unacked_per_consumer
         if limit > 0:
+            unacked = c.unacked_messages
+            if self._handed:
+                unacked += self._handed.get(id(c), 0)
             if c.blocked:
-                if c.unacked_messages > limit // 2:
+                if unacked > limit // 2:
                     return False
                 self._unblock(c)
-            elif c.unacked_messages >= limit:
+            elif unacked >= limit:
                 c.blocked = True
                 # While a consumer is blocked, a policy change (the limit raised or removed)
                 # re-plans a read too.
@@ -332,6 +338,12 @@ class SharedDispatcher(Dispatcher):
         dispatched = 0
         sent_messages = 0
         sent_bytes = 0
+        # With maxUnackedMessagesPerConsumer, what each consumer is handed in this read counts toward it
+        # at once (Pulsar's getMaxEntriesInThisBatch caps a consumer's share of a read by its room), so
+        # a consumer passes its limit by less than an entry, not by a whole read.
+        limited = self.max_unacked_per_consumer > 0
+        handed = self._handed
+        handed.clear()
         for entry, meta in self.filter_markers(entries):
             pos = entry.position
             if meta.deliver_at_time > now_ms and not replaying:
@@ -348,6 +360,8 @@ class SharedDispatcher(Dispatcher):
             self.take_permits(consumer, messages)
             sent_messages += messages
             self._dispatched(consumer, pos, meta)
+            if limited:
+                handed[id(consumer)] = handed.get(id(consumer), 0) + messages
             slot = per_consumer.get(id(consumer))
             if slot is None:
                 slot = per_consumer[id(consumer)] = (consumer, [])
@@ -355,6 +369,7 @@ class SharedDispatcher(Dispatcher):
                                         ack_set))
             dispatched += 1
             sent_bytes += len(entry.data)
+        handed.clear()
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)

@@ -253,8 +253,7 @@ async def test_consumer_unacked_limit_follows_a_policy_change() -> None:
     h.consumer_unacked_limit = 10  # raised: 4 unacked is at most half of it
     policy_changed(h)
     await drain_lane()
-    # (One read goes to the consumer whole, so it may pass the limit by that read, as before.)
-    assert len(c.pending_acks) > 4 and c.blocked
+    assert len(c.pending_acks) == 10 and c.blocked
     h.consumer_unacked_limit = 0  # removed
     policy_changed(h)
     await drain_lane()
@@ -263,6 +262,31 @@ async def test_consumer_unacked_limit_follows_a_policy_change() -> None:
     h.publish(20)
     await drain_lane()
     assert len(c.pending_acks) == 22 and c.blocked and h.unacked_blocked == {d}
+    h.check()
+
+
+async def test_consumer_unacked_limit_caps_its_share_of_one_read() -> None:
+    """A read of many entries gives a consumer no more than its maxUnackedMessagesPerConsumer room, as
+    Pulsar's getMaxEntriesInThisBatch caps each consumer's share of a read; the rest goes to the other
+    consumers. The room was checked against the count before the read, so one consumer took the whole
+    read (20 here) past its limit of 5."""
+    h = await Harness.create()
+    h.consumer_unacked_limit = 5
+    d = h.shared()
+    h.publish(20)  # there before anyone asks: one read takes them all
+    a, b = h.consumer(), h.consumer()
+    d.add_consumer(a)
+    d.add_consumer(b)
+    d.flow(a, 100)
+    await drain_lane()
+    assert len(a.pending_acks) == 5 and a.blocked
+    d.flow(b, 100)
+    await drain_lane()
+    assert len(b.pending_acks) == 5 and b.blocked
+    assert h.unacked_blocked == {d}
+    h.ack(a, list(a.pending_acks)[:3])  # 2 left: at most half the limit
+    await drain_lane()
+    assert len(a.pending_acks) == 5 and len(b.pending_acks) == 5
     h.check()
 
 
