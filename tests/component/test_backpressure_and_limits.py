@@ -436,3 +436,27 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
         await eventually(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
         await eventually(lambda: len(os.listdir("/proc/self/fd")) <= fds_before, "sockets to close")
         await assert_healthy(b)
+
+
+async def test_non_durable_shared_consumer_has_no_unacked_limit() -> None:
+    # maxUnackedMessagesPerConsumer does not apply to the consumers of a non-durable subscription:
+    # Pulsar's Consumer.getMaxUnackedMessages answers 0 unless the subscription is durable. A
+    # non-durable Shared consumer used to stop after 5 unacknowledged messages here.
+    async with Broker(maxUnackedMessagesPerConsumer=5, managedLedgerStorage="memory", dataDir="") as b:
+        topic = "persistent://public/default/non-durable-unacked"
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.send(producer_cmd(topic))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        for seq in range(20):
+            c.send(*send_frame(1, seq, b"x"))
+        assert [(await c.recv()).send_receipt.sequence_id for _ in range(20)] == list(range(20))
+        c.send(subscribe_cmd(topic, "nd", 1, 2, pb.CommandSubscribe.Shared, durable=False,
+                             initialPosition=pb.CommandSubscribe.Earliest))
+        assert (await c.recv()).type == T.SUCCESS
+        flow = pb.BaseCommand(type=T.FLOW)
+        flow.flow.consumer_id, flow.flow.messagePermits = 1, 100
+        c.send(flow)
+        messages = [await c.recv() for _ in range(20)]
+        assert all(m.type == T.MESSAGE for m in messages)
+        c.close()
