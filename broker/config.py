@@ -174,6 +174,8 @@ class BrokerConfig:
     # is active - it has consumers and is less than managedLedgerCursorBackloggedThreshold entries
     # behind, so it reads from the cache - as Pulsar's dispatchers do; true (Pulsar's default): all.
     dispatchThrottlingOnNonBacklogConsumerEnabled: bool = True
+    # true: the dispatch rate limits on messages count entries (a batch counts one), as Pulsar's.
+    dispatchThrottlingOnBatchMessageEnabled: bool = False
     brokerMaxConnections: int = setting(0, UNLIMITED)
     brokerMaxConnectionsPerIp: int = setting(0, UNLIMITED)
     maxProducersPerTopic: int = setting(0, UNLIMITED)

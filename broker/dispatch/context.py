@@ -214,6 +214,8 @@ class DispatchContext:
     # dispatchThrottlingOnNonBacklogConsumerEnabled: False spares reads and sends while the cursor is
     # active (not backlogged) from the rate limits.
     throttle_non_backlog: bool = True
+    # dispatchThrottlingOnBatchMessageEnabled: the limits on messages count entries (a batch is one).
+    rate_counts_entries: bool = False
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
     # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on

@@ -373,7 +373,7 @@ class SharedDispatcher(Dispatcher):
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)
-        self.rate_consumed(sent_messages, sent_bytes)
+        self.rate_consumed(sent_messages, sent_bytes, dispatched)
         if undelivered:
             self.add_to_replay(undelivered)
         kicked, self._kicked_during_read = self._kicked_during_read, False

@@ -151,7 +151,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.take_permits(target, sent)
             self.note_dispatched(len(deliveries), sent)
             if self.rate_limited:
-                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         self.trigger_read()
 
     def _serve_compacted(self, target: Consumer, view: CompactedView, max_entries: int, max_bytes: int | None) -> None:
@@ -182,7 +182,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             sent = target.send_entries(deliveries)
             self.take_permits(target, sent)
             if self.rate_limited:
-                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         # Continue on the next loop turn: a long view must not deepen the stack.
         self.context.loop.call_soon(self.trigger_read)
 

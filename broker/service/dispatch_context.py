@@ -44,6 +44,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         policy=policy.get,
         rates=sub.dispatch_rates,
         throttle_non_backlog=service.config.dispatchThrottlingOnNonBacklogConsumerEnabled,
+        rate_counts_entries=service.config.dispatchThrottlingOnBatchMessageEnabled,
         compacted_view=lambda: topic.compacted_view,
         unacked_blocked=service.unacked_blocked,
         snapshot_marker=sub.snapshot_read,

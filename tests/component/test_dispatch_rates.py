@@ -130,3 +130,28 @@ async def test_dispatch_rate_spares_an_active_cursor_when_non_backlog_throttling
     assert len(c2.pending_acks) == 3
     d2.close()
     d.close()
+
+
+async def test_dispatch_rate_counts_entries_with_batch_message_throttling() -> None:
+    """dispatchThrottlingOnBatchMessageEnabled: a limit on messages counts entries, so a batch of 10
+    costs one (Pulsar's acquirePermitsForDeliveredMessages charges entries then). 3 per period: three
+    batches go out, and one period later three more. The key was unknown: the three batches cost 30
+    and the next period found the limit still 24 short."""
+    factory = MemoryManagedLedgerFactory()
+    ledger = await factory.open("batch-throttling")
+    cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    for _ in range(10):
+        ledger.add_entry(entry_bytes(batch=10), lambda pos, exc: None)
+    now = [0.0]
+    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (3, 0, 1, False), clock=lambda: now[0])
+    context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,), rate_counts_entries=True)
+    d = SharedDispatcher(context, cursor)
+    c = Consumer(FakeCnx(), 0, "c", pb.CommandSubscribe.Shared, 0, NO_SUBSCRIPTION, -1, {})  # type: ignore[arg-type]
+    d.add_consumer(c)
+    d.flow(c, 1000)
+    await eventually(lambda: rate.throttled_times > 0, "the limit to hold the dispatcher")
+    assert len(c.pending_acks) == 3 and c.unacked_messages == 30
+    now[0] = 1.0  # a period later: 3 entries' worth again
+    d.trigger_read()  # (what the retry timer does)
+    await eventually(lambda: len(c.pending_acks) == 6, "three more batches")
+    d.close()
