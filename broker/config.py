@@ -152,6 +152,10 @@ class BrokerConfig:
     # producers' connections are not read until the rate is back under (broker.service.rate_limits).
     maxPublishRatePerTopicInMessages: int = setting(0, UNLIMITED)
     maxPublishRatePerTopicInBytes: int = setting(0, UNLIMITED)
+    # Publish rate of the whole broker, every topic together, per second: past it, the connections
+    # that published are not read until the rate is back under (Pulsar's broker publish rate limiter).
+    brokerPublisherThrottlingMaxMessageRate: int = setting(0, UNLIMITED)
+    brokerPublisherThrottlingMaxByteRate: int = setting(0, UNLIMITED)
     # Dispatch rate per topic (all its subscriptions together) and per subscription, per second (a
     # namespace's or topic's dispatchRate / subscriptionDispatchRate override them).
     dispatchThrottlingRatePerTopicInMsg: int = setting(0, UNLIMITED)
@@ -162,6 +166,16 @@ class BrokerConfig:
     # replicatorDispatchRate overrides them).
     dispatchThrottlingRatePerReplicatorInMsg: int = setting(0, UNLIMITED)
     dispatchThrottlingRatePerReplicatorInByte: int = setting(0, UNLIMITED)
+    # Dispatch rate of the whole broker, every subscription of every topic together, per second
+    # (Pulsar's broker dispatch rate limiter); a topic's and a subscription's limits apply as well.
+    dispatchThrottlingRateInMsg: int = setting(0, UNLIMITED)
+    dispatchThrottlingRateInByte: int = setting(0, UNLIMITED)
+    # false: the dispatch rate limits (broker, topic, subscription) spare a subscription whose cursor
+    # is active - it has consumers and is less than managedLedgerCursorBackloggedThreshold entries
+    # behind, so it reads from the cache - as Pulsar's dispatchers do; true (Pulsar's default): all.
+    dispatchThrottlingOnNonBacklogConsumerEnabled: bool = True
+    # true: the dispatch rate limits on messages count entries (a batch counts one), as Pulsar's.
+    dispatchThrottlingOnBatchMessageEnabled: bool = False
     brokerMaxConnections: int = setting(0, UNLIMITED)
     brokerMaxConnectionsPerIp: int = setting(0, UNLIMITED)
     maxProducersPerTopic: int = setting(0, UNLIMITED)

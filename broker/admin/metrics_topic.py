@@ -109,14 +109,14 @@ def write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> Non
     for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):
         lines.append(f"{name}{{{sl}}} {value!r}\n")
     # Reads cut short by a dispatch rate limit, by the limit's kind (AbstractBaseDispatcher's counters; the
-    # dispatcher's rates are the topic's then the subscription's; there is no broker-wide dispatch limit here).
+    # dispatcher's rates are the topic's, the subscription's, then the broker's when it has one).
     dispatcher = getattr(s.sub, "dispatcher", None)
     msg_events = getattr(dispatcher, "throttled_msg_events", None) or (0, 0)
     bytes_events = getattr(dispatcher, "throttled_bytes_events", None) or (0, 0)
     msg_lines, bytes_lines = out.families(_THROTTLED_FAMILIES)
-    for reason, i in (("subscription", 1), ("topic", 0), ("broker", -1)):
+    for reason, i in (("subscription", 1), ("topic", 0), ("broker", 2)):
         msg_lines.append(f'pulsar_subscription_dispatch_throttled_msg_events{{{sl},reason="{reason}"}} '
-                         f"{msg_events[i] if i >= 0 else 0}\n")
+                         f"{msg_events[i] if i < len(msg_events) else 0}\n")
         bytes_lines.append(f'pulsar_subscription_dispatch_throttled_bytes_events{{{sl},reason="{reason}"}} '
-                           f"{bytes_events[i] if i >= 0 else 0}\n")
+                           f"{bytes_events[i] if i < len(bytes_events) else 0}\n")
 

@@ -70,6 +70,11 @@ class Dispatcher(ConsumerMembers, ABC):
         # Pulsar's dispatchThrottled{Msg,Bytes}Events (pulsar_subscription_dispatch_throttled_*_events).
         self.throttled_msg_events = [0] * len(context.rates)
         self.throttled_bytes_events = [0] * len(context.rates)
+        # dispatchThrottlingOnNonBacklogConsumerEnabled=false: the limits do not apply while the cursor
+        # is active (Pulsar's calculateToRead and acquirePermitsForDeliveredMessages ask cursor.isActive).
+        self._rates_spare_active = bool(context.rates) and not context.throttle_non_backlog
+        # dispatchThrottlingOnBatchMessageEnabled: the limits on messages count entries instead.
+        self._rates_count_entries = context.rate_counts_entries
         self.closed = False
 
     # -- consumers ---------------------------------------------------------------------------------
@@ -136,6 +141,10 @@ class Dispatcher(ConsumerMembers, ABC):
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
         max_bytes: int | None = self.context.max_read_bytes
+        if self._rates_spare_active and self.cursor.is_active:
+            return self.entries_to_read(permits), max_bytes
+        # Counting entries, a limit on messages caps the entries read (not the messages asked for).
+        entries = self.entries_to_read(permits) if self._rates_count_entries else 0
         for i, rate in enumerate(self.context.rates):
             budget = rate.budget()
             if budget is None:
@@ -149,13 +158,17 @@ class Dispatcher(ConsumerMembers, ABC):
                 if self._rate_timer is None:
                     self._rate_timer = self.context.loop.call_later(rate.wait(), self._rate_retry)
                 return None
-            if messages < permits:
+            if self._rates_count_entries:
+                if messages < entries:
+                    self.throttled_msg_events[i] += 1
+                    entries = messages
+            elif messages < permits:
                 self.throttled_msg_events[i] += 1
                 permits = messages
             if nbytes is not None and (max_bytes is None or nbytes < max_bytes):
                 self.throttled_bytes_events[i] += 1
                 max_bytes = nbytes
-        return self.entries_to_read(permits), max_bytes
+        return entries if self._rates_count_entries else self.entries_to_read(permits), max_bytes
 
     def _rate_retry(self) -> None:
         self._rate_timer = None
@@ -166,8 +179,13 @@ class Dispatcher(ConsumerMembers, ABC):
         """A dispatch rate limit is in force (as of the last read_size)."""
         return any(rate.active for rate in self.context.rates)
 
-    def rate_consumed(self, messages: int, nbytes: int) -> None:
-        """What a read sent, charged to the dispatch rate limits."""
+    def rate_consumed(self, messages: int, nbytes: int, entries: int) -> None:
+        """What a read sent, charged to the dispatch rate limits (its entries instead of its messages
+        with dispatchThrottlingOnBatchMessageEnabled, as Pulsar's acquirePermitsForDeliveredMessages)."""
+        if self._rates_spare_active and self.cursor.is_active:
+            return
+        if self._rates_count_entries:
+            messages = entries
         for rate in self.context.rates:
             rate.consume(messages, nbytes)
 

@@ -159,8 +159,8 @@ class ReadTrigger(Protocol):
 class DispatchPolicy(NamedTuple):
     """The policies a dispatcher reads (topic, else namespace, else broker), as one snapshot."""
 
-    # maxUnackedMessagesPerConsumer (Shared / Key_Shared); 0 = no limit. Read when the dispatcher
-    # is made: a change reaches a subscription with its next dispatcher.
+    # maxUnackedMessagesPerConsumer (Shared / Key_Shared); 0 = no limit. Read before every read:
+    # a change reaches the live consumers (blocked ones re-plan through ``unacked_blocked``).
     max_unacked_per_consumer: int = 0
     # maxUnackedMessagesOnSubscription; 0 = no limit. Read before every read of new entries.
     max_unacked_per_subscription: int = 0
@@ -211,9 +211,15 @@ class DispatchContext:
     policy: Callable[[], DispatchPolicy] = _no_policy
     # The dispatch rate limits consulted before every read: the topic's and the subscription's.
     rates: Sequence[DispatchRateLimit] = ()
+    # dispatchThrottlingOnNonBacklogConsumerEnabled: False spares reads and sends while the cursor is
+    # active (not backlogged) from the rate limits.
+    throttle_non_backlog: bool = True
+    # dispatchThrottlingOnBatchMessageEnabled: the limits on messages count entries (a batch is one).
+    rate_counts_entries: bool = False
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
-    # Dispatchers blocked on maxUnackedMessagesOnSubscription: re-planned after a policy change.
+    # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on
+    # maxUnackedMessagesPerConsumer: re-planned after a policy change.
     unacked_blocked: MutableSet[ReadTrigger] = field(default_factory=set)
     # Replicated subscriptions: a snapshot marker was read at this position (its entry bytes) ...
     snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker

@@ -5,7 +5,9 @@ consumer could take) sit in a replay set and are read before new entries. Each r
 the entry's redelivery count, which the client's dead-letter policy reads from MESSAGE. Delayed
 messages (deliver_at_time) are held back in a timer-driven set and do not block the entries
 behind them. A consumer with maxUnackedMessagesPerConsumer unacknowledged messages is blocked
-(its permits are kept) until acks bring it down to half of that, as in Pulsar. A subscription
+(its permits are kept) until acks bring it down to half of that, as in Pulsar; the limit is the
+one in force now (a policy change reaches the live consumers, as Pulsar's Consumer reads it from
+the topic's policies each time), and a block the new limit lifts ends at once. A subscription
 whose consumers hold maxUnackedMessagesOnSubscription unacknowledged messages reads no new
 entries (redeliveries still go out) until acks bring it down to half.
 
@@ -63,8 +65,8 @@ def next_round_robin(consumers: Sequence[Consumer], start: int,
 class SharedDispatcher(Dispatcher):
     def __init__(self, context: DispatchContext, cursor: ManagedCursor) -> None:
         super().__init__(context, cursor)
-        # 0 disables the limit (Pulsar's meaning). Read once: a policy change reaches the
-        # subscription with its next dispatcher.
+        # maxUnackedMessagesPerConsumer, 0 disables it (Pulsar's meaning): re-read from the policy
+        # before every read, so a change reaches the live consumers.
         self.max_unacked_per_consumer = context.policy().max_unacked_per_consumer
         self._rr = 0
         # Sorted positions waiting to be (re)delivered ahead of new entries.
@@ -81,6 +83,9 @@ class SharedDispatcher(Dispatcher):
         self.blocked_on_unacked = False
         # Chunked messages being delivered: uuid -> the consumer that got the first chunk.
         self._chunk_owner: dict[str, Consumer] = {}
+        # While a read's entries are handed out: messages given to each consumer (by id) and not yet
+        # sent, so maxUnackedMessagesPerConsumer counts them (empty otherwise).
+        self._handed: dict[int, int] = {}
 
     @property
     def type_name(self) -> str:
@@ -172,6 +177,8 @@ class SharedDispatcher(Dispatcher):
 
     # -- consumers ---------------------------------------------------------------------------------
     def _consumer_removed(self, consumer: Consumer) -> None:
+        if consumer.blocked:
+            self._unblock(consumer)
         for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
             del self._chunk_owner[uuid]  # its chunks come back through the replay set
         leftover = consumer.clear_pending()
@@ -188,14 +195,27 @@ class SharedDispatcher(Dispatcher):
     def _available(self, c: Consumer) -> bool:
         limit = self.max_unacked_per_consumer
         if limit > 0:
+            unacked = c.unacked_messages
+            if self._handed:
+                unacked += self._handed.get(id(c), 0)
             if c.blocked:
-                if c.unacked_messages > limit // 2:
+                if unacked > limit // 2:
                     return False
-                c.blocked = False
-            elif c.unacked_messages >= limit:
+                self._unblock(c)
+            elif unacked >= limit:
                 c.blocked = True
+                # While a consumer is blocked, a policy change (the limit raised or removed)
+                # re-plans a read too.
+                self.context.unacked_blocked.add(self)
                 return False
+        elif c.blocked:
+            self._unblock(c)  # the limit was removed
         return c.permits > 0 and c.writable and not c.closed
+
+    def _unblock(self, c: Consumer) -> None:
+        c.blocked = False
+        if not self.blocked_on_unacked and not any(other.blocked for other in self.consumers):
+            self.context.unacked_blocked.discard(self)
 
     def _next_consumer(self) -> Consumer | None:
         best, self._rr = next_round_robin(self.consumers, self._rr, self._available)
@@ -243,6 +263,7 @@ class SharedDispatcher(Dispatcher):
 
     # -- reading -----------------------------------------------------------------------------------
     def _read_more(self) -> None:
+        self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
         if self.total_permits <= 0 or not self._any_available():
             return
         replaying = bool(self.replay) and not self._replay_stalled
@@ -290,7 +311,7 @@ class SharedDispatcher(Dispatcher):
             registry = self.context.unacked_blocked
             if blocked:
                 registry.add(self)
-            else:
+            elif not any(c.blocked for c in self.consumers):
                 registry.discard(self)
         return room
 
@@ -317,6 +338,12 @@ class SharedDispatcher(Dispatcher):
         dispatched = 0
         sent_messages = 0
         sent_bytes = 0
+        # With maxUnackedMessagesPerConsumer, what each consumer is handed in this read counts toward it
+        # at once (Pulsar's getMaxEntriesInThisBatch caps a consumer's share of a read by its room), so
+        # a consumer passes its limit by less than an entry, not by a whole read.
+        limited = self.max_unacked_per_consumer > 0
+        handed = self._handed
+        handed.clear()
         for entry, meta in self.filter_markers(entries):
             pos = entry.position
             if meta.deliver_at_time > now_ms and not replaying:
@@ -333,6 +360,8 @@ class SharedDispatcher(Dispatcher):
             self.take_permits(consumer, messages)
             sent_messages += messages
             self._dispatched(consumer, pos, meta)
+            if limited:
+                handed[id(consumer)] = handed.get(id(consumer), 0) + messages
             slot = per_consumer.get(id(consumer))
             if slot is None:
                 slot = per_consumer[id(consumer)] = (consumer, [])
@@ -340,10 +369,11 @@ class SharedDispatcher(Dispatcher):
                                         ack_set))
             dispatched += 1
             sent_bytes += len(entry.data)
+        handed.clear()
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)
-        self.rate_consumed(sent_messages, sent_bytes)
+        self.rate_consumed(sent_messages, sent_bytes, dispatched)
         if undelivered:
             self.add_to_replay(undelivered)
         kicked, self._kicked_during_read = self._kicked_during_read, False

@@ -106,7 +106,11 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             return
         view = self.context.compacted_view()
         if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
-            self._serve_compacted(active, view)
+            # The compacted view is read within the dispatch rate limits too (Pulsar sizes the
+            # compacted read with the same calculateToRead).
+            size = self.read_size(active.permits)
+            if size is not None:
+                self._serve_compacted(active, view, *size)
             return
         if self.at_read_limit():
             return  # an open transaction holds the next entries back
@@ -147,22 +151,27 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.take_permits(target, sent)
             self.note_dispatched(len(deliveries), sent)
             if self.rate_limited:
-                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries))
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         self.trigger_read()
 
-    def _serve_compacted(self, target: Consumer, view: CompactedView) -> None:
-        """Deliver from the compacted view (in memory) and move the cursor past what was served.
+    def _serve_compacted(self, target: Consumer, view: CompactedView, max_entries: int, max_bytes: int | None) -> None:
+        """Deliver from the compacted view (in memory) and move the cursor past what was served:
+        at most ``max_entries`` entries and, past the first, ``max_bytes`` bytes (a read's size).
 
         Up to the compaction horizon a read_compacted consumer sees only the survivors; the cursor
         then continues on the live topic after the horizon.
         """
         entries = view.entries
         i = view.index_from(self.cursor.read_position)
-        budget = min(target.permits, self.max_read_batch)
+        budget = min(target.permits, max_entries)
+        room = max_bytes if max_bytes is not None else 1 << 62
         deliveries: list[Delivery] = []
         while i < len(entries) and len(deliveries) < budget and entries[i].entry.position <= view.horizon:
             c = entries[i]
             if not self.cursor.is_acked(c.entry.position):
+                if deliveries and len(c.entry.data) > room:
+                    break
+                room -= len(c.entry.data)
                 deliveries.append(Delivery(c.entry, c.messages, 0, c.ack_set))
             i += 1
         if i < len(entries) and entries[i].entry.position <= view.horizon:
@@ -170,7 +179,10 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         else:
             self.cursor.seek(self.cursor.ledger.next_valid_position(view.horizon))
         if deliveries:
-            self.take_permits(target, target.send_entries(deliveries))
+            sent = target.send_entries(deliveries)
+            self.take_permits(target, sent)
+            if self.rate_limited:
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         # Continue on the next loop turn: a long view must not deepen the stack.
         self.context.loop.call_soon(self.trigger_read)
 

@@ -78,6 +78,10 @@ class AbstractTopic(ABC):
         self._send_policy = Derived(service.metadata, self._read_send_policy)
         self.closed = False
 
+    def published_totals(self) -> tuple[int, int]:
+        """Messages and bytes published to the topic since it loaded."""
+        return self.msg_in, self.bytes_in
+
     @property
     def full_name(self) -> str:
         return self.name.full

@@ -43,6 +43,7 @@ from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
+from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -122,6 +123,12 @@ class BrokerService:
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
+        # brokerPublisherThrottlingMax{Message,Byte}Rate over all topics; None when neither is set.
+        self.broker_publish_throttle = BrokerPublishThrottle.from_config(config)
+        # dispatchThrottlingRateIn{Msg,Byte}: what every subscription of the broker dispatches together,
+        # on top of each topic's and subscription's limits; None when neither is set.
+        self.broker_dispatch_rate = DispatchRate.fixed(config.dispatchThrottlingRateInMsg,
+                                                       config.dispatchThrottlingRateInByte)
         # Every add's latency, request to durable (Pulsar's broker-wide pulsar_broker_publish_latency summary).
         self.publish_latency = LatencySummary()
         self.ledger_config = ManagedLedgerConfig(
@@ -162,7 +169,7 @@ class BrokerService:
         self.inactive_topics = InactiveTopicMonitor(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)
-        # Shared / Key_Shared dispatchers blocked on their subscription's unacked limit: a policy
+        # Shared / Key_Shared dispatchers blocked on their subscription's or a consumer's unacked limit: a policy
         # change may lift it, so they re-plan a read after every metadata change.
         self.unacked_blocked: set[Any] = set()
         self.metadata.listeners.append(self._metadata_changed)
@@ -897,6 +904,8 @@ class BrokerService:
             await self.transactions.close()
         waits: list[Awaitable[None]] = [t.close() for t in self.all_topics()]
         await asyncio.gather(*waits, return_exceptions=True)
+        if self.broker_publish_throttle is not None:
+            self.broker_publish_throttle.release()
         self.topics.clear()
         self.non_persistent_topics.clear()
         await self.ledger_factory.close()

@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from broker.service.subscription import Subscription
 
 
-def dispatch_policy(topic: AbstractTopic) -> DispatchPolicy:
-    """The policies a dispatcher reads, in force now for ``topic`` (topic, namespace, broker)."""
+def dispatch_policy(topic: AbstractTopic, durable: bool = True) -> DispatchPolicy:
+    """The policies a dispatcher reads, in force now for ``topic`` (topic, namespace, broker); a
+    non-durable subscription's consumers have no unacked limit of their own (Pulsar's
+    Consumer.getMaxUnackedMessages answers 0 for them)."""
     service, name = topic.service, topic.name
     return DispatchPolicy(
-        max_unacked_per_consumer=service.policies.get(name, MAX_UNACKED_PER_CONSUMER),
+        max_unacked_per_consumer=service.policies.get(name, MAX_UNACKED_PER_CONSUMER) if durable else 0,
         max_unacked_per_subscription=service.policies.get(name, MAX_UNACKED_PER_SUBSCRIPTION),
         delayed_delivery=topic.send_policy.delayed_delivery,
     )
@@ -32,7 +34,7 @@ def dispatch_policy(topic: AbstractTopic) -> DispatchPolicy:
 def persistent_context(sub: Subscription) -> DispatchContext:
     topic = sub.topic
     service = topic.service
-    policy = Derived(service.metadata, lambda: dispatch_policy(topic))
+    policy = Derived(service.metadata, lambda: dispatch_policy(topic, sub.durable))
     return DispatchContext(
         loop=topic.loop,
         name=sub.name,
@@ -41,6 +43,8 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         max_read_bytes=service.config.dispatcherMaxReadSizeBytes,
         policy=policy.get,
         rates=sub.dispatch_rates,
+        throttle_non_backlog=service.config.dispatchThrottlingOnNonBacklogConsumerEnabled,
+        rate_counts_entries=service.config.dispatchThrottlingOnBatchMessageEnabled,
         compacted_view=lambda: topic.compacted_view,
         unacked_blocked=service.unacked_blocked,
         snapshot_marker=sub.snapshot_read,

@@ -57,6 +57,7 @@ class Producer:
     __slots__ = (
         "_batch",
         "_batch_has_txn",
+        "_broker_throttle",
         "_receipts",
         "access_mode",
         "bytes_in",
@@ -108,6 +109,8 @@ class Producer:
         self._batch: list[QueuedSend] = []  # SENDs of the current read, stored together by flush()
         self._batch_has_txn = False  # a SEND of _batch is in a transaction (flush cuts it at each change)
         self._receipts = commands.ReceiptEncoder(producer_id)
+        # The broker-wide publish rate limit (None: none configured, nothing to do per publish).
+        self._broker_throttle = topic.service.broker_publish_throttle
 
     @property
     def access_mode_name(self) -> str:
@@ -169,6 +172,8 @@ class Producer:
             topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, run, nbytes, dedup),
                                   run[0][5])
             topic.publish_throttle.record(cnx, num_messages, nbytes)
+            if self._broker_throttle is not None:
+                self._broker_throttle.record(cnx, num_messages, nbytes)
 
     def _dedup_key(self, send: QueuedSend) -> tuple[str, int]:
         """(producer name, highest sequence id) deduplication goes by: this producer's, or for a

@@ -10,6 +10,11 @@ may go below zero); while a bucket is below zero, the connections that published
 not read (the same lever as producer backpressure: TCP then slows the producers, nobody gets an
 error). Reading resumes when the buckets are back at zero. A connection is shared by all the
 producers and consumers on it, so they all wait, as in Pulsar.
+
+The broker-wide publish limit (``brokerPublisherThrottlingMaxMessageRate`` / ``...MaxByteRate``,
+Pulsar's BrokerService.brokerPublishRateLimiter) is the same mechanism over everything published to
+the broker: one pair of buckets that every topic's publishes are taken from; past it, the
+connections that published are not read until the buckets are back at zero.
 """
 
 from __future__ import annotations
@@ -111,13 +116,13 @@ class _RateLimit:
         """Hook: the limits changed (the buckets are new and full)."""
 
 
-class PublishThrottle(_RateLimit):
-    """One topic's publish rate limit (per second)."""
+class ConnectionThrottle(_RateLimit):
+    """A publish rate limit that stops reading the connections that publish past it, until its
+    buckets are back at zero. ``resolve`` gives (messages, bytes, period); 0 = no limit."""
 
-    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
-        policies = topic.service.policies
-        super().__init__(topic.service.metadata, lambda: (*policies.get(topic.name, PUBLISH_RATE).as_tuple(), 1), clock)
-        self.topic = topic
+    def __init__(self, metadata: Any, resolve: Callable[[], tuple[int, int, int]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(metadata, resolve, clock)
         self._paused: set[Throttleable] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._until = 0.0
@@ -127,7 +132,7 @@ class PublishThrottle(_RateLimit):
         self.release()  # a new limit starts with full buckets
 
     def record(self, connection: Throttleable, messages: int, nbytes: int) -> None:
-        """A read of ``connection`` published this to the topic: throttle it if over the limit.
+        """A read of ``connection`` published this: throttle it if over the limit.
         (Called for every stored batch: without a limit it costs a comparison and a test.)"""
         if self._generation != self._metadata.generation:
             self._refresh()
@@ -150,17 +155,56 @@ class PublishThrottle(_RateLimit):
             if self._timer is not None:
                 self._timer.cancel()
             self._until = until
-            self._timer = self.topic.loop.call_later(max(0.0, until - self._clock()), self.release)
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, until - self._clock()), self.release)
+
+    @property
+    def paused(self) -> int:
+        """Connections held now."""
+        return len(self._paused)
 
     def release(self) -> None:
         """Resume reading every throttled connection (the buckets are back at zero, the limit
-        changed, or the topic closes)."""
+        changed, or the topic or broker closes)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         paused, self._paused = self._paused, set()
         for connection in paused:
             connection.set_rate_throttled(-1)
+
+
+class PublishThrottle(ConnectionThrottle):
+    """One topic's publish rate limit (per second)."""
+
+    def __init__(self, topic: AbstractTopic, clock: Callable[[], float] = time.monotonic) -> None:
+        policies = topic.service.policies
+        super().__init__(topic.service.metadata, lambda: (*policies.get(topic.name, PUBLISH_RATE).as_tuple(), 1), clock)
+        self.topic = topic
+
+
+class BrokerPublishThrottle(ConnectionThrottle):
+    """The broker-wide publish rate limit: ``brokerPublisherThrottlingMaxMessageRate`` and
+    ``brokerPublisherThrottlingMaxByteRate`` per second, over every topic (0 = no limit on that
+    measure). Not made at all when both are 0, so an unlimited broker pays nothing per publish."""
+
+    def __init__(self, max_messages: int, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+        limits = (max(0, max_messages), max(0, max_bytes), 1)
+        super().__init__(_STATIC, lambda: limits, clock)
+
+    @classmethod
+    def from_config(cls, config: Any) -> BrokerPublishThrottle | None:
+        """The limiter the configuration asks for; None when it sets no limit."""
+        msgs, nbytes = config.brokerPublisherThrottlingMaxMessageRate, config.brokerPublisherThrottlingMaxByteRate
+        return cls(msgs, nbytes) if msgs > 0 or nbytes > 0 else None
+
+
+class _Static:
+    """The metadata of limits that never change (read once)."""
+
+    generation = 0
+
+
+_STATIC = _Static()
 
 
 # How often a dispatch rate relative to the publish rate re-measures the publish rate (seconds).
@@ -194,6 +238,14 @@ class DispatchRate(_RateLimit):
         self._sample: tuple[float, int, int] | None = None  # (time, messages, bytes) published
         self.publish_rate = (0.0, 0.0)  # messages, bytes per second at the last sample
         self.throttled_times = 0  # reads put off for lack of budget
+
+    @classmethod
+    def fixed(cls, messages: int, nbytes: int) -> DispatchRate | None:
+        """A limit of ``messages`` and ``nbytes`` per second that never changes (the broker's own,
+        from its configuration); None when neither is set."""
+        if messages <= 0 and nbytes <= 0:
+            return None
+        return cls(_STATIC, lambda: (messages, nbytes, 1, False))
 
     def _resolve_base(self) -> tuple[int, int, int]:
         msgs, nbytes, period, relative = self._resolve_with_flag()
@@ -277,32 +329,40 @@ class DispatchRate(_RateLimit):
 class SubscribeRateLimiter:
     """Subscribes per consumer on one persistent topic (Pulsar's topic ``subscribeRate``, namespace
     ``clusterSubscribeRate``, broker ``subscribeThrottlingRatePerConsumer``): one consumer - its
-    client's host, consumer name and consumer id - may subscribe ``rate`` times per period. Every
-    count starts over when the period rolls, as Pulsar's limiters are renewed; what is kept is at
-    most one small count per consumer seen in the current period."""
+    client's host, consumer name and consumer id - has a token bucket of ``rate`` subscribes that
+    refills at ``rate`` per period, as Pulsar 4.0's SubscribeRateLimiter (an AsyncTokenBucket per
+    consumer): a burst of ``rate``, then one every ``period / rate`` seconds. A subscribe takes a
+    whole token. Buckets that are full again are dropped once a period (a full bucket is what a new
+    consumer gets), so what is kept is one small bucket per consumer seen lately."""
 
     def __init__(self, resolve: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
         self._resolve = resolve  # () -> (subscribes per consumer, period in seconds); 0 = no limit
         self._clock = clock
         self._limits = (0, 0)
-        self._window_start = 0.0
-        self._counts: dict[tuple[str, str, int], int] = {}
+        self._pruned = 0.0
+        self._buckets: dict[tuple[str, str, int], TokenBucket] = {}
         self.refused = 0
 
     def try_acquire(self, consumer: tuple[str, str, int]) -> bool:
-        """Count a subscribe of ``consumer``; False when it is over its rate (nothing counted)."""
+        """Take a subscribe of ``consumer``; False when its bucket has no whole token (nothing taken)."""
         rate, period = self._resolve()
         if rate <= 0 or period <= 0:
-            self._counts.clear()
+            self._buckets.clear()
             return True
         now = self._clock()
-        if (rate, period) != self._limits or now - self._window_start >= period:
+        if (rate, period) != self._limits:  # a new limit: every consumer starts with a full bucket
             self._limits = (rate, period)
-            self._window_start = now
-            self._counts.clear()
-        n = self._counts.get(consumer, 0)
-        if n >= rate:
+            self._buckets.clear()
+            self._pruned = now
+        elif now - self._pruned >= period:
+            self._pruned = now
+            for key in [k for k, b in self._buckets.items() if b.refill(now) >= b.capacity]:
+                del self._buckets[key]
+        bucket = self._buckets.get(consumer)
+        if bucket is None:
+            bucket = self._buckets[consumer] = TokenBucket(rate / period, now, capacity=rate)
+        if bucket.refill(now) < 1.0:
             self.refused += 1
             return False
-        self._counts[consumer] = n + 1
+        bucket.tokens -= 1.0
         return True

@@ -122,10 +122,12 @@ class Replicator(ABC):
         self._progress = False  # a receipt came on the current connection
         self._task: asyncio.Task[None] | None = None
         self.closed = False
-        # replicatorDispatchRate (topic, namespace, broker): each replicator has its own buckets.
+        # replicatorDispatchRate (topic, namespace, broker): each replicator has its own buckets; with
+        # relativeToPublishRate they follow the topic's publish rate, as a subscription's do.
         policies = topic.service.policies
         self.dispatch_rate = DispatchRate(topic.service.metadata,
-                                          lambda: policies.get(topic.name, REPLICATOR_DISPATCH_RATE).as_tuple())
+                                          lambda: policies.get(topic.name, REPLICATOR_DISPATCH_RATE).as_tuple(),
+                                          published=topic.published_totals)
 
     @property
     def remote_url(self) -> str | None:

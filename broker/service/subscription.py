@@ -120,12 +120,16 @@ class Subscription:
         self.txns_ended = {True: 0, False: 0}
         if service.config.transactionCoordinatorEnabled or any(map(PendingAcks.is_own_property, cursor.properties)):
             self.pending_acks = PendingAcks.from_properties(cursor.properties)
-        # Dispatch rate limits: the topic's (shared by its subscriptions) and this subscription's.
+        # Dispatch rate limits: the topic's (shared by its subscriptions), this subscription's and, when
+        # the broker sets one, the broker's (shared by every subscription), in that order (the metrics go by it).
         policies = service.policies
-        self.dispatch_rates = (topic.dispatch_rate,
-                               DispatchRate(service.metadata,
-                                            lambda: policies.get(topic.name, SUBSCRIPTION_DISPATCH_RATE).as_tuple(),
-                                            published=topic.published_totals))
+        rates: tuple[DispatchRate, ...] = (
+            topic.dispatch_rate,
+            DispatchRate(service.metadata, lambda: policies.get(topic.name, SUBSCRIPTION_DISPATCH_RATE).as_tuple(),
+                         published=topic.published_totals))
+        if service.broker_dispatch_rate is not None:
+            rates += (service.broker_dispatch_rate,)
+        self.dispatch_rates = rates
 
     @property
     def replicated(self) -> bool:

@@ -100,10 +100,6 @@ class PersistentTopic(AbstractTopic):
         counted as one message, as Pulsar's managed-ledger interceptor does; stamp just before the add."""
         return entry if self.entry_stamper is None else self.entry_stamper.stamp([entry], 1)[0]
 
-    def published_totals(self) -> tuple[int, int]:
-        """Messages and bytes published to the topic since it loaded."""
-        return self.msg_in, self.bytes_in
-
     @property
     def deduplication_enabled(self) -> bool:
         """Topic policy, else namespace policy, else the broker setting; re-read only when the

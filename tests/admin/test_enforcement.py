@@ -309,3 +309,26 @@ def test_consumer_blocked_on_unacked_resumes_after_batch_index_acks(admin: Admin
     second = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
     assert sorted(int(m.data()) for m in second) == list(range(10, 20))
     consumer.close()
+
+
+def test_consumer_unacked_limit_change_reaches_a_live_consumer(admin: Admin, client: pulsar.Client) -> None:
+    """A change of maxUnackedMessagesPerConsumer applies to the consumers already there (Pulsar's
+    Consumer.getMaxUnackedMessages reads the topic's policies each time): a consumer blocked at the old
+    limit gets the rest once the policy is removed, without acknowledging anything. It used to stay
+    blocked until its dispatcher was made again."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/unacked-policy-change"
+    admin.ok("POST", f"{NS}/{ns}/maxUnackedMessagesPerConsumer", 5)
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(str(i).encode())
+    first = [consumer.receive(timeout_millis=10_000) for _ in range(5)]
+    wait_for(lambda: admin.stats(topic)["subscriptions"]["sub"]["consumers"][0]["blockedConsumerOnUnackedMsgs"],
+             what="the consumer blocked at its limit")
+    admin.ok("DELETE", f"{NS}/{ns}/maxUnackedMessagesPerConsumer")
+    rest = [consumer.receive(timeout_millis=10_000) for _ in range(15)]
+    assert sorted(int(m.data()) for m in first + rest) == list(range(20))
+    assert not admin.stats(topic)["subscriptions"]["sub"]["consumers"][0]["blockedConsumerOnUnackedMsgs"]
+    producer.close()
+    consumer.close()

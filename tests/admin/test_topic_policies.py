@@ -13,6 +13,7 @@ from pulsar.schema import AvroSchema, Record, String
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.replication import PersistentReplicator
 from broker.topic_name import TopicName
 from managed_ledger.file import FileManagedLedger
 from tests.admin.conftest import Admin, rest_path
@@ -606,6 +607,33 @@ def test_dispatch_rate_relative_to_publish_rate_follows_the_producers(
     assert rate.relative and rate.publish_rate[0] > 0
     assert received == [b"m%d" % i for i in range(sent)]
     consumer.close()
+    producer.close()
+
+
+def test_replicator_dispatch_rate_relative_to_publish_rate_follows_the_producers(
+        admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    # relativeToPublishRate on replicatorDispatchRate raises the replicator's limit by the topic's publish
+    # rate, as for a subscription (Pulsar's DispatchRateLimiter is the same for both kinds: its rate function
+    # adds the topic's publish rate). The replicator's limit used to ignore the flag and stay at 5 a second.
+    _, topic = new_topic(admin, "relative-replicator")
+    admin.ok("POST", policy_path(topic, "replicatorDispatchRate"),
+             {"dispatchThrottlingRateInMsg": 5, "relativeToPublishRate": True})
+    producer = client.create_producer(topic, batching_enabled=False)
+    persistent = pulsar_broker.server.service.topics[TopicName.parse(topic).full]
+    # A replicator to a cluster that is not there (never started): only its limit is looked at.
+    rate = PersistentReplicator(persistent, "elsewhere", None).dispatch_rate  # type: ignore[arg-type]
+    assert rate.budget() is not None and rate.relative
+    sent = 0
+
+    def limit_raised() -> bool:
+        nonlocal sent
+        for _ in range(20):  # keep publishing while the limiter measures the rate
+            producer.send(b"m%d" % sent)
+            sent += 1
+        rate.budget()
+        return rate.limits[0] > 5
+
+    wait_for(limit_raised, timeout=30, what="the replicator's limit to follow the producers")
     producer.close()
 
 

@@ -252,6 +252,39 @@ async def test_publish_rate_limit_stops_reading_the_socket_until_released() -> N
         c.close()
 
 
+async def test_broker_publish_rate_limit_holds_every_topic_s_publishers() -> None:
+    # brokerPublisherThrottlingMaxMessageRate=1: one limit over all topics (Pulsar's broker publish
+    # rate limiter). A connection that publishes 30 to one topic empties it (29 s to pay back) and is not
+    # read; another connection's single message to another topic then finds it empty too and is held.
+    async with Broker(brokerPublisherThrottlingMaxMessageRate=1, managedLedgerStorage="memory", dataDir="") as b:
+        assert b.server is not None
+        throttle = b.server.service.broker_publish_throttle
+        assert throttle is not None
+        first, second = await WireClient.open(port_of(b)), await WireClient.open(port_of(b))
+        for c, name in ((first, "broker-rate-a"), (second, "broker-rate-b")):
+            await c.connect()
+            c.send(producer_cmd(f"persistent://public/default/{name}"))
+            assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        first.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, b"x")) for seq in range(30)))
+        assert [(await first.recv()).send_receipt.sequence_id for _ in range(30)] == list(range(30))
+        await eventually(lambda: throttle.paused == 1, "the broker rate limit to stop reading the first")
+        second.send(*send_frame(1, 0, b"x"))
+        assert (await second.recv()).send_receipt.sequence_id == 0
+        await eventually(lambda: throttle.paused == 2, "the broker rate limit to stop reading the second")
+        assert all(c.reading_paused for c in b.server.connections) and throttle.throttled_times == 1
+        for seq in range(30, 35):
+            first.send(*send_frame(1, seq, b"x"))
+        throttle.release()  # (what its timer does once the bucket is back at zero)
+        assert [(await first.recv()).send_receipt.sequence_id for _ in range(5)] == list(range(30, 35))
+        first.close()
+        second.close()
+
+
+async def test_no_broker_publish_rate_limit_makes_no_limiter() -> None:
+    async with Broker(managedLedgerStorage="memory", dataDir="") as b:
+        assert b.server is not None and b.server.service.broker_publish_throttle is None
+
+
 async def test_connection_limit() -> None:
     async with Broker(brokerMaxConnections=2) as b:
         first = await WireClient.open(port_of(b))
@@ -403,3 +436,27 @@ async def test_abrupt_disconnect_storm_leaks_nothing() -> None:
         await eventually(lambda: len(asyncio.all_tasks()) <= tasks_before, "handler tasks to finish")
         await eventually(lambda: len(os.listdir("/proc/self/fd")) <= fds_before, "sockets to close")
         await assert_healthy(b)
+
+
+async def test_non_durable_shared_consumer_has_no_unacked_limit() -> None:
+    # maxUnackedMessagesPerConsumer does not apply to the consumers of a non-durable subscription:
+    # Pulsar's Consumer.getMaxUnackedMessages answers 0 unless the subscription is durable. A
+    # non-durable Shared consumer used to stop after 5 unacknowledged messages here.
+    async with Broker(maxUnackedMessagesPerConsumer=5, managedLedgerStorage="memory", dataDir="") as b:
+        topic = "persistent://public/default/non-durable-unacked"
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.send(producer_cmd(topic))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        for seq in range(20):
+            c.send(*send_frame(1, seq, b"x"))
+        assert [(await c.recv()).send_receipt.sequence_id for _ in range(20)] == list(range(20))
+        c.send(subscribe_cmd(topic, "nd", 1, 2, pb.CommandSubscribe.Shared, durable=False,
+                             initialPosition=pb.CommandSubscribe.Earliest))
+        assert (await c.recv()).type == T.SUCCESS
+        flow = pb.BaseCommand(type=T.FLOW)
+        flow.flow.consumer_id, flow.flow.messagePermits = 1, 100
+        c.send(flow)
+        messages = [await c.recv() for _ in range(20)]
+        assert all(m.type == T.MESSAGE for m in messages)
+        c.close()

@@ -66,10 +66,11 @@ class Harness:
 
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
+        self.consumer_unacked_limit = 50000  # maxUnackedMessagesPerConsumer (0 = none)
         self.unacked_blocked: set[ReadTrigger] = set()
         self.context = DispatchContext(
             loop=asyncio.get_running_loop(), name="sub", max_read_batch=100,
-            policy=lambda: DispatchPolicy(max_unacked_per_consumer=50000,
+            policy=lambda: DispatchPolicy(max_unacked_per_consumer=self.consumer_unacked_limit,
                                           max_unacked_per_subscription=self.unacked_limit),
             unacked_blocked=self.unacked_blocked)
         self.ledger = ledger
@@ -225,6 +226,67 @@ async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked(
     assert unacked() == 10 and d.blocked_on_unacked
     seen = {p for c in (a, b) for p in c.pending_acks}
     assert max(seen).entry_id == 14  # the next new entries, in order
+    h.check()
+
+
+def policy_changed(h: Harness) -> None:
+    """What the broker's metadata listener does after a policy change."""
+    for blocked in list(h.unacked_blocked):
+        blocked.trigger_read()
+
+
+async def test_consumer_unacked_limit_follows_a_policy_change() -> None:
+    """maxUnackedMessagesPerConsumer changed under a live Shared dispatcher applies to its consumers at
+    once, as Pulsar's Consumer.getMaxUnackedMessages reads the topic's policies each time: removed or
+    raised, a blocked consumer is unblocked without waiting for an ack; lowered, it blocks there. The
+    dispatcher used to keep the limit it was made with, so the consumer stayed blocked."""
+    h = await Harness.create()
+    h.consumer_unacked_limit = 4
+    d = h.shared()
+    c = h.consumer()
+    d.add_consumer(c)
+    d.flow(c, 100)
+    await drain_lane()
+    h.publish(20)
+    await drain_lane()
+    assert len(c.pending_acks) == 4 and c.blocked and h.unacked_blocked == {d}
+    h.consumer_unacked_limit = 10  # raised: 4 unacked is at most half of it
+    policy_changed(h)
+    await drain_lane()
+    assert len(c.pending_acks) == 10 and c.blocked
+    h.consumer_unacked_limit = 0  # removed
+    policy_changed(h)
+    await drain_lane()
+    assert not c.blocked and not h.unacked_blocked
+    h.consumer_unacked_limit = 22  # set again: the consumer stops there
+    h.publish(20)
+    await drain_lane()
+    assert len(c.pending_acks) == 22 and c.blocked and h.unacked_blocked == {d}
+    h.check()
+
+
+async def test_consumer_unacked_limit_caps_its_share_of_one_read() -> None:
+    """A read of many entries gives a consumer no more than its maxUnackedMessagesPerConsumer room, as
+    Pulsar's getMaxEntriesInThisBatch caps each consumer's share of a read; the rest goes to the other
+    consumers. The room was checked against the count before the read, so one consumer took the whole
+    read (20 here) past its limit of 5."""
+    h = await Harness.create()
+    h.consumer_unacked_limit = 5
+    d = h.shared()
+    h.publish(20)  # there before anyone asks: one read takes them all
+    a, b = h.consumer(), h.consumer()
+    d.add_consumer(a)
+    d.add_consumer(b)
+    d.flow(a, 100)
+    await drain_lane()
+    assert len(a.pending_acks) == 5 and a.blocked
+    d.flow(b, 100)
+    await drain_lane()
+    assert len(b.pending_acks) == 5 and b.blocked
+    assert h.unacked_blocked == {d}
+    h.ack(a, list(a.pending_acks)[:3])  # 2 left: at most half the limit
+    await drain_lane()
+    assert len(a.pending_acks) == 5 and len(b.pending_acks) == 5
     h.check()
 
 

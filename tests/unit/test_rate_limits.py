@@ -131,20 +131,28 @@ def test_dispatch_rate_relative_to_the_publish_rate() -> None:
     assert plain.budget() == (1 << 30, 500) and not plain.relative
 
 
-def test_subscribe_rate_counts_each_consumer_per_period() -> None:
+def test_subscribe_rate_is_a_token_bucket_per_consumer() -> None:
+    """Pulsar 4.0's SubscribeRateLimiter: an AsyncTokenBucket per consumer, ``rate`` tokens refilled
+    over the period: a burst of ``rate`` subscribes, then one every period / rate. The limiter used
+    to count subscribes in a fixed window that started over for everyone when it rolled: no
+    subscribe in the middle of the window, then a whole new burst at its end."""
     now = [100.0]
     limits = [(2, 10)]
     limiter = SubscribeRateLimiter(lambda: limits[0], clock=lambda: now[0])
     a, b = ("10.0.0.1", "c", 0), ("10.0.0.1", "c", 1)
     assert limiter.try_acquire(a) and limiter.try_acquire(a)
-    assert not limiter.try_acquire(a)  # a third subscribe of the same consumer in the period
+    assert not limiter.try_acquire(a)  # the burst is spent
     assert limiter.try_acquire(b)  # another consumer id is another consumer
-    now[0] += 9.9
-    assert not limiter.try_acquire(a)
-    now[0] += 0.1  # the period rolled: every count starts over
-    assert limiter.try_acquire(a) and limiter.try_acquire(a) and not limiter.try_acquire(a)
-    assert limiter.refused == 3
+    now[0] += 4.9
+    assert not limiter.try_acquire(a)  # not yet a whole token back (one every 5 s)
+    now[0] += 0.1
+    assert limiter.try_acquire(a) and not limiter.try_acquire(a)
+    now[0] += 5.0  # (one token back, not a new burst of 2)
+    assert limiter.try_acquire(a) and not limiter.try_acquire(a)
+    assert limiter.refused == 4
+    now[0] += 100.0  # full again: dropped at the next subscribe past a period
+    assert limiter.try_acquire(b) and set(limiter._buckets) == {b}
     limits[0] = (0, 10)  # no limit
     assert all(limiter.try_acquire(a) for _ in range(10))
-    limits[0] = (1, 10)  # a new limit starts a new period
+    limits[0] = (1, 10)  # a new limit: full buckets
     assert limiter.try_acquire(a) and not limiter.try_acquire(a)
