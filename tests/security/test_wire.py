@@ -312,3 +312,4 @@ async def test_proxy_without_relayed_credentials_is_closed_when_its_own_expire(p
         with pytest.raises(ConnectionError, match="closed by broker"):  # with no AUTH_CHALLENGE first
             frame = await c.recv()
             pytest.fail(f"expected the connection to close, got {frame.type}")
+        c.close()
