@@ -79,10 +79,11 @@ class AuthorizationService:
         if original is not None:
             self.check(name, op, original, subscription)
 
-    def allows_namespace_consume_proxied(self, namespace: str, role: str | None, original: str | None) -> bool:
-        """``allows_namespace_consume`` for a connection a proxy may hold: both roles must be allowed."""
-        return self.allows_namespace_consume(namespace, role) and (
-            original is None or self.allows_namespace_consume(namespace, original))
+    def allows_namespace_proxied(self, namespace: str, role: str | None, original: str | None,
+                                 actions: tuple[str, ...]) -> bool:
+        """``allows_namespace`` for a connection a proxy may hold: both roles must be allowed."""
+        return self.allows_namespace(namespace, role, actions) and (
+            original is None or self.allows_namespace(namespace, original, actions))
 
     # -- topics ------------------------------------------------------------------------------------------
     def allows(self, name: TopicName, op: TopicOperation, role: str | None, subscription: str = "") -> bool:
@@ -104,15 +105,18 @@ class AuthorizationService:
             what = f"subscription {subscription} of " if subscription else ""
             raise AuthorizationError(f"Role {role!r} is not authorized to {op.value} on {what}topic {name}")
 
-    def allows_namespace_consume(self, namespace: str, role: str | None) -> bool:
-        """Listing a namespace's topics: tenant admins and roles with consume on the namespace."""
+    def allows_namespace(self, namespace: str, role: str | None, actions: tuple[str, ...]) -> bool:
+        """A namespace operation that Pulsar's PulsarAuthorizationProvider.allowNamespaceOperation lets a role
+        do with one of ``actions`` granted on the namespace (topic grants do not count), besides tenant admins:
+        listing its topics or bundles with consume or produce (``NAMESPACE_LOOKUP``), clearing its backlog or
+        unsubscribing with consume (``NAMESPACE_CONSUME``)."""
         if not self.enabled:
             return True
         if role is None:
             return False
         tenant = namespace.split("/", 1)[0]
         grants = self._auth(namespace)[P.NAMESPACE_AUTH]
-        return self.is_tenant_admin(tenant, role) or self._match(grants, role, "consume")
+        return self.is_tenant_admin(tenant, role) or any(self._match(grants, role, a) for a in actions)
 
     # -- grants ------------------------------------------------------------------------------------------
     def _auth(self, namespace: str) -> dict[str, Any]:
@@ -154,3 +158,9 @@ class AuthorizationService:
             if granted.startswith("*") and role.endswith(granted[1:]):
                 return True
         return False
+
+
+# Pulsar's namespace operations open to roles with grants (PulsarAuthorizationProvider.allowNamespaceOperation):
+# GET_TOPIC(S) and GET_BUNDLE with consume or produce; UNSUBSCRIBE and CLEAR_BACKLOG with consume.
+NAMESPACE_LOOKUP = ("consume", "produce")
+NAMESPACE_CONSUME = ("consume",)

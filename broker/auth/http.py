@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from broker.auth import Security
-from broker.auth.authorization import TopicOperation
+from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, TopicOperation
 from broker.auth.service import METHOD_HEADER
 from broker.config import BrokerConfig
 from broker.errors import AuthenticationError, AuthorizationError
@@ -36,6 +36,7 @@ class Access(enum.Enum):
     AUTHENTICATED = "any authenticated role"
     SUPER_USER = "a super user"
     TENANT_ADMIN = "an admin of the tenant"
+    NAMESPACE_LOOKUP = "produce or consume permission on the namespace"
     NAMESPACE_CONSUME = "consume permission on the namespace"
     TOPIC_LOOKUP = "produce or consume permission on the topic"
     TOPIC_PRODUCE = "produce permission on the topic"
@@ -68,7 +69,12 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
-        (_GET, r"/admin/v2/namespaces" + _NS + r"/topics(Page)?", Access.NAMESPACE_CONSUME),
+        # (Pulsar's namespace operations GET_TOPICS and GET_BUNDLE: consume or produce; CLEAR_BACKLOG and
+        # UNSUBSCRIBE: consume)
+        (_GET, r"/admin/v2/namespaces" + _NS + r"/(topics(Page)?|bundles)", Access.NAMESPACE_LOOKUP),
+        (frozenset({"POST"}),
+         r"/admin/v2/namespaces" + _NS + r"(/\{bundle\})?/(clearBacklog(/\{sub\})?|unsubscribe/\{sub\})",
+         Access.NAMESPACE_CONSUME),
         # Super users only, as Pulsar's NamespacesBase checks them (validateSuperUserAccess): unloading a namespace
         # or a bundle and splitting a bundle (they move load between brokers), and setting or removing a
         # namespace's delayed delivery policy (internalSetDelayedDelivery; its other policies are the tenant
@@ -77,10 +83,11 @@ ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple
                              r"|/admin/v2/namespaces" + _NS + r"/\{bundle\}/split", Access.SUPER_USER),
         (frozenset({"POST", "DELETE"}), r"/admin/v2/namespaces" + _NS + r"/delayedDelivery", Access.SUPER_USER),
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
-        (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_CONSUME),
+        (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_LOOKUP),
         # (Pulsar's getListFromBundle: the non-persistent topics of one bundle, what getList asks each owner)
-        (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.TENANT_ADMIN),
-        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats)",
+        (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.NAMESPACE_LOOKUP),
+        # (properties: Pulsar's topic operation GET_METADATA, which lookup rights allow)
+        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats|properties)",
          Access.TOPIC_LOOKUP),
         (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"
                         r"|examinemessage|messageid/.*)",
@@ -174,8 +181,10 @@ def _authorize(security: Security, access: Access, role: str, request: web.Reque
         allowed = True
     elif access is Access.TENANT_ADMIN:
         allowed = authz.is_tenant_admin(m["tenant"], role)
+    elif access is Access.NAMESPACE_LOOKUP:
+        allowed = authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_LOOKUP)
     elif access is Access.NAMESPACE_CONSUME:
-        allowed = authz.allows_namespace_consume(f"{m['tenant']}/{m['ns']}", role)
+        allowed = authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_CONSUME)
     else:
         allowed = authz.is_super_user(role)
     if not allowed:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker.auth import ConnectionAuth, TopicOperation
+from broker.auth.authorization import NAMESPACE_LOOKUP
 from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
     AuthenticationError,
@@ -797,8 +798,9 @@ class ServerCnx:
 
     def _may_list_topics(self, request_id: int, namespace: str) -> bool:
         """Whether this connection may list (or watch) the topics of ``namespace``; if not, the error is sent."""
-        if not self.security.authorization.allows_namespace_consume_proxied(namespace, self.auth.role,
-                                                                           self.auth.original_principal):
+        # (Pulsar's namespace operation GET_TOPICS: consume or produce granted on the namespace)
+        if not self.security.authorization.allows_namespace_proxied(namespace, self.auth.role,
+                                                                    self.auth.original_principal, NAMESPACE_LOOKUP):
             self.write(commands.error(request_id, E.AuthorizationError,
                                       f"Role {self.auth.role!r} is not authorized to list the topics of {namespace}"))
             return False

@@ -98,6 +98,29 @@ def test_namespace_permissions_round_trip(secure_broker: BrokerThread, pki: Pki,
     assert reader.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 403
 
 
+def test_namespace_operations_open_to_grants(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin,
+                                            namespace: str) -> None:
+    """Pulsar's allowNamespaceOperation: listing a namespace's topics or bundles takes consume or produce on it,
+    clearing its backlog or unsubscribing takes consume; a topic's properties take lookup rights."""
+    base = f"/admin/v2/namespaces/{namespace}"
+    root_admin.ok("POST", f"{base}/permissions/writer", ["produce"])
+    root_admin.ok("POST", f"{base}/permissions/reader", ["consume"])
+    root_admin.ok("PUT", f"/admin/v2/persistent/{namespace}/orders")
+    writer = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "writer")
+    reader = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "reader")
+    stranger = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "stranger")
+    listing = [f"{base}/topics", f"{base}/bundles", f"/admin/v2/persistent/{namespace}",
+               f"/admin/v2/persistent/{namespace}/orders/properties"]
+    for path in listing:
+        assert writer.call("GET", path).status == 200, path
+        assert reader.call("GET", path).status == 200, path
+        assert stranger.call("GET", path).status == 403, path
+    for path in (f"{base}/clearBacklog", f"{base}/clearBacklog/s", f"{base}/unsubscribe/s"):
+        assert reader.call("POST", path).status < 400, path
+        assert writer.call("POST", path).status == 403, path
+    assert reader.call("PUT", f"/admin/v2/persistent/{namespace}/orders/properties", {"k": "v"}).status == 403
+
+
 def test_permission_body_is_validated(root_admin: SecureAdmin, namespace: str) -> None:
     base = f"/admin/v2/namespaces/{namespace}/permissions"
     assert root_admin.call("POST", f"{base}/app", ["produce", "fly"]).status == 400

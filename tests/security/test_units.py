@@ -15,7 +15,7 @@ import jwt
 import pytest
 
 from broker.auth import Security
-from broker.auth.authorization import AuthorizationService, TopicOperation
+from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, AuthorizationService, TopicOperation
 from broker.auth.http import ACCESS_RULES, Access, access_for
 from broker.auth.providers import AuthData, BasicProvider, TlsProvider, TokenProvider, common_name, read_key_material
 from broker.auth.service import AuthenticationService, ConnectionAuth, RefreshAction
@@ -354,8 +354,12 @@ def test_authorization_rules(authz: AuthorizationService, role: str, topic: str,
 
 
 async def test_authorization_extras(authz: AuthorizationService) -> None:
-    assert authz.allows_namespace_consume("acme/ns", "ns-reader")
-    assert not authz.allows_namespace_consume("acme/ns", "ns-writer")
+    # Pulsar's namespace operations: listing (GET_TOPICS) with consume or produce, clearing a backlog with consume
+    assert authz.allows_namespace("acme/ns", "ns-reader", NAMESPACE_LOOKUP)
+    assert authz.allows_namespace("acme/ns", "ns-writer", NAMESPACE_LOOKUP)
+    assert authz.allows_namespace("acme/ns", "ns-reader", NAMESPACE_CONSUME)
+    assert not authz.allows_namespace("acme/ns", "ns-writer", NAMESPACE_CONSUME)
+    assert not authz.allows_namespace("acme/ns", "stranger", NAMESPACE_LOOKUP)
     assert not authz.allows(TopicName.parse("acme/ns/x"), TopicOperation.LOOKUP, None)
     with pytest.raises(AuthorizationError, match="'stranger' is not authorized to produce"):
         authz.check(TopicName.parse("acme/ns/x"), TopicOperation.PRODUCE, "stranger")
@@ -396,7 +400,17 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", Access.TOPIC_CONSUME),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/examinemessage", Access.TOPIC_CONSUME),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/messageid/{timestamp}", Access.TOPIC_CONSUME),
-    ("POST", "/admin/v2/namespaces/{tenant}/{ns}/clearBacklog", Access.TENANT_ADMIN),
+    # Pulsar's namespace operations CLEAR_BACKLOG / UNSUBSCRIBE (consume) and GET_TOPICS / GET_BUNDLE (consume or
+    # produce); a topic's properties are its GET_METADATA (lookup)
+    ("POST", "/admin/v2/namespaces/{tenant}/{ns}/clearBacklog", Access.NAMESPACE_CONSUME),
+    ("POST", "/admin/v2/namespaces/{tenant}/{ns}/{bundle}/clearBacklog/{sub}", Access.NAMESPACE_CONSUME),
+    ("POST", "/admin/v2/namespaces/{tenant}/{ns}/unsubscribe/{sub}", Access.NAMESPACE_CONSUME),
+    ("GET", "/admin/v2/namespaces/{tenant}/{ns}/topics", Access.NAMESPACE_LOOKUP),
+    ("GET", "/admin/v2/namespaces/{tenant}/{ns}/bundles", Access.NAMESPACE_LOOKUP),
+    ("GET", "/admin/v2/non-persistent/{tenant}/{ns}/{bundle}", Access.NAMESPACE_LOOKUP),
+    ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/properties", Access.TOPIC_LOOKUP),
+    ("PUT", "/admin/v2/persistent/{tenant}/{ns}/{topic}/properties", Access.TENANT_ADMIN),
+    ("POST", "/admin/v2/namespaces/{tenant}/{ns}/retention", Access.TENANT_ADMIN),
     ("GET", "/admin/v2/brokers/configuration/runtime", Access.SUPER_USER),
     ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/permissions/{role}", Access.TENANT_ADMIN),
     ("POST", "/admin/v2/schemas/{tenant}/{ns}/{topic}/schema", Access.TOPIC_PRODUCE),
