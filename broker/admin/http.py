@@ -119,6 +119,7 @@ class WebService:
         self.schemas.register(r)
         self.topic_policies.register(r)  # (before the topic routes: more specific paths)
         self.topics.register(r)
+        self.topic_policies.register_last(r)
 
     async def start(self, host: str, port: int | None, tls_port: int | None = None,
                     tls_context: ssl.SSLContext | None = None) -> tuple[int, int]:

@@ -135,6 +135,16 @@ class TopicPoliciesResource:
             r.add_post(topic + "/backlogQuota", self.set_backlog_quota)
             r.add_delete(topic + "/backlogQuota", self.remove_backlog_quota)
 
+    def register_last(self, r: web.UrlDispatcher) -> None:
+        """``.../{topic}/{sub}/dispatchRate`` after every other route: a path such as
+        ``.../{topic}/subscription/dispatchRate`` (the subscription named dispatchRate) is the literal route's,
+        as JAX-RS prefers literal segments."""
+        for domain in DOMAINS:
+            path = TOPIC.format(domain=domain) + "/{sub}/dispatchRate"
+            r.add_get(path, self.get_subscription_dispatch_rate)
+            r.add_post(path, self.set_subscription_dispatch_rate)
+            r.add_delete(path, self.remove_subscription_dispatch_rate)
+
     @property
     def service(self) -> BrokerService:
         return self.web.service
@@ -189,6 +199,48 @@ class TopicPoliciesResource:
         they load)."""
         if spec.policy in (T.RETENTION, T.PERSISTENCE):
             self.service.apply_ledger_policies_to(name.full)
+
+    # -- one subscription's dispatch rate (TopicPolicies.subscriptionPolicies) ------------------------------
+    async def get_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
+        """The subscription's own rate, 204 when it has none; with ?applied=true, then, the topic's
+        subscriptionDispatchRate in force (Pulsar's internalGetSubscriptionLevelDispatchRate)."""
+        name, sub = self.topic(request), request.match_info["sub"]
+        rate = self.service.policies.subscription_level_dispatch_rate(name, sub)
+        if rate is None and query_flag(request, "applied"):
+            rate = self.service.policies.get(name, T.SUBSCRIPTION_DISPATCH_RATE)
+        return no_content() if rate is None else json_response(rate.to_json())
+
+    async def set_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
+        """Sets the subscription's own rate (the subscription need not exist yet). A rate with neither
+        measure limited changes nothing, as Pulsar's DispatchRateImpl.normalize makes it no value."""
+        name, sub = self.topic(request), request.match_info["sub"]
+        rate = T.SUBSCRIPTION_LEVEL_DISPATCH_RATE.parse(await read_body(request))
+        if rate.messages <= 0 and rate.bytes <= 0:
+            return no_content()
+        await self._update_subscription_policy(name, sub, rate.to_json())
+        return no_content()
+
+    async def remove_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
+        name, sub = self.topic(request), request.match_info["sub"]
+        await self._update_subscription_policy(name, sub, None)
+        return no_content()
+
+    async def _update_subscription_policy(self, name: TopicName, sub: str, rate: dict[str, Any] | None) -> None:
+        """Set (or, None, remove) one subscription's dispatch rate; a subscription left with no policy is
+        dropped from the map, as Pulsar's SubscriptionPolicies.checkEmpty."""
+        def change(subscriptions: dict[str, Any] | None) -> dict[str, Any] | None:
+            subscriptions = dict(subscriptions or {})
+            own = dict(subscriptions.get(sub) or {})
+            if rate is None:
+                own.pop(T.SUBSCRIPTION_DISPATCH_RATE_KEY, None)
+            else:
+                own[T.SUBSCRIPTION_DISPATCH_RATE_KEY] = rate
+            if own:
+                subscriptions[sub] = own
+            else:
+                subscriptions.pop(sub, None)
+            return subscriptions or None
+        await self.service.metadata.update_topic_policy(name.full, T.SUBSCRIPTION_POLICIES_FIELD, change)
 
     # -- backlog quotas: one entry per quota type ------------------------------------------------------
     async def get_backlog_quota_map(self, request: web.Request) -> web.Response:

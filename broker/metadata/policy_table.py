@@ -206,6 +206,13 @@ SUBSCRIPTION_DISPATCH_RATE: Policy[DispatchRate] = Policy(  # each subscription
     "subscription_dispatch_rate", "subscriptionDispatchRate", "subscriptionDispatchRate",
     lambda c: DispatchRate(c.dispatchThrottlingRatePerSubscriptionInMsg, c.dispatchThrottlingRatePerSubscriptionInByte),
     DispatchRate.from_json, DispatchRate.to_json, per_cluster=True)
+# One subscription's own dispatch rate: TopicPolicies.subscriptionPolicies[subscription].dispatchRate (no namespace or
+# broker level of its own: PolicyResolver.subscription_dispatch_rate falls back to SUBSCRIPTION_DISPATCH_RATE).
+SUBSCRIPTION_POLICIES_FIELD = "subscriptionPolicies"
+SUBSCRIPTION_DISPATCH_RATE_KEY = "dispatchRate"
+SUBSCRIPTION_LEVEL_DISPATCH_RATE: Policy[DispatchRate] = Policy(
+    "subscription_level_dispatch_rate", None, None, SUBSCRIPTION_DISPATCH_RATE.broker, DispatchRate.from_json,
+    DispatchRate.to_json)
 REPLICATOR_DISPATCH_RATE: Policy[DispatchRate] = Policy(  # each replicator
     "replicator_dispatch_rate", "replicatorDispatchRate", "replicatorDispatchRate",
     lambda c: DispatchRate(c.dispatchThrottlingRatePerReplicatorInMsg, c.dispatchThrottlingRatePerReplicatorInByte),
@@ -276,6 +283,24 @@ class PolicyResolver:
             return None
         raw = self.metadata.topic_policy(name.base.full, policy.topic_key)
         return None if policy.unset(raw) else self._parse_stored(policy, raw, name.base.full)
+
+    def subscription_dispatch_rate(self, name: TopicName, subscription: str) -> DispatchRate:
+        """The dispatch rate in force for one subscription: its own (TopicPolicies' subscriptionPolicies, set by
+        ``.../{topic}/{subscription}/dispatchRate``), else the topic's subscriptionDispatchRate, else the
+        namespace's, else the broker's (Pulsar's AbstractTopic.getSubscriptionDispatchRate)."""
+        own = self.subscription_level_dispatch_rate(name, subscription)
+        return own if own is not None else self.get(name, SUBSCRIPTION_DISPATCH_RATE)
+
+    def subscription_level_dispatch_rate(self, name: TopicName, subscription: str) -> DispatchRate | None:
+        """One subscription's own dispatch rate, or None (unset, or topic-level policies off)."""
+        if not self.config.topicLevelPoliciesEnabled:
+            return None
+        where = name.base.full
+        raw = (self.metadata.topic_policy(where, SUBSCRIPTION_POLICIES_FIELD) or {}).get(subscription) or {}
+        rate = raw.get(SUBSCRIPTION_DISPATCH_RATE_KEY) if isinstance(raw, dict) else None
+        if rate is None:
+            return None
+        return self._parse_stored(SUBSCRIPTION_LEVEL_DISPATCH_RATE, rate, f"{where} subscription {subscription}")
 
     def namespace_value(self, namespace: str, policy: Policy[T]) -> T | None:
         """The namespace's value (this cluster's, for a per-cluster policy), or None when unset."""

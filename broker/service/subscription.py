@@ -15,11 +15,7 @@ from google.protobuf.message import DecodeError
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError
-from broker.metadata.policy_table import (
-    MAX_CONSUMERS,
-    MAX_CONSUMERS_PER_SUBSCRIPTION,
-    SUBSCRIPTION_DISPATCH_RATE,
-)
+from broker.metadata.policy_table import MAX_CONSUMERS, MAX_CONSUMERS_PER_SUBSCRIPTION
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
@@ -125,7 +121,7 @@ class Subscription:
         policies = service.policies
         rates: tuple[DispatchRate, ...] = (
             topic.dispatch_rate,
-            DispatchRate(service.metadata, lambda: policies.get(topic.name, SUBSCRIPTION_DISPATCH_RATE).as_tuple(),
+            DispatchRate(service.metadata, lambda: policies.subscription_dispatch_rate(topic.name, name).as_tuple(),
                          published=topic.published_totals))
         if service.broker_dispatch_rate is not None:
             rates += (service.broker_dispatch_rate,)

@@ -458,6 +458,66 @@ def test_dispatch_rate_rest(admin: Admin) -> None:
     assert policies["replicatorDispatchRate"] == {}
 
 
+def test_subscription_level_dispatch_rate_rest(admin: Admin) -> None:
+    """Pulsar's .../{topic}/{subName}/dispatchRate: one subscription's own rate, kept in TopicPolicies'
+    subscriptionPolicies; ?applied=true without one gives the topic's subscriptionDispatchRate in force; a rate
+    limiting neither measure changes nothing (DispatchRateImpl.normalize); removing the last of a subscription's
+    policies drops its entry."""
+    ns, topic = new_topic(admin, "sub-level-rate")
+    path = policy_path(topic, "billing/dispatchRate")
+    none = {"dispatchThrottlingRateInMsg": 0, "dispatchThrottlingRateInByte": 0, "ratePeriodInSecond": 1,
+            "relativeToPublishRate": False}
+    assert admin.get(path).status == 204
+    assert admin.ok("GET", path + "?applied=true") == none
+    topic_level = {**none, "dispatchThrottlingRateInMsg": 50}
+    admin.ok("POST", policy_path(topic, "subscriptionDispatchRate"), topic_level)
+    assert admin.ok("GET", path + "?applied=true") == topic_level
+    own = {"dispatchThrottlingRateInMsg": 5, "dispatchThrottlingRateInByte": 1000, "ratePeriodInSecond": 2,
+           "relativeToPublishRate": False}
+    assert admin.post(path, own).status == 204
+    assert admin.ok("GET", path) == own == admin.ok("GET", path + "?applied=true")
+    assert admin.ok("GET", policy_path(topic, "other/dispatchRate") + "?applied=true") == topic_level
+    assert admin.post(path, none).status == 204  # (neither measure limited: no change)
+    assert admin.ok("GET", path) == own
+    assert admin.post(path, {**own, "ratePeriodInSecond": 0}).status == 412
+    assert admin.post(path, [1]).status == 400
+    assert admin.delete(path).status == 204
+    assert admin.get(path).status == 204
+    stored = admin.ok("GET", f"/admin/v2/{rest_path(topic)}/subscriptionDispatchRate")
+    assert stored == topic_level  # (the topic's own subscriptionDispatchRate is untouched)
+    missing = f"persistent://{ns}/never-made"
+    assert admin.get(policy_path(missing, "billing/dispatchRate")).status == 404
+    # A subscription named dispatchRate is the subscription routes' (their literal segment wins, as in JAX-RS).
+    admin.ok("PUT", policy_path(topic, "subscription/dispatchRate"))
+    assert "dispatchRate" in admin.ok("GET", policy_path(topic, "subscriptions"))
+    assert admin.delete(policy_path(topic, "subscription/dispatchRate")).status == 204
+    assert "dispatchRate" not in admin.ok("GET", policy_path(topic, "subscriptions"))
+
+
+def test_subscription_level_dispatch_rate_limits_only_that_subscription(
+        admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    """One subscription's own rate (2 messages an hour) throttles it alone: the topic's other subscription
+    gets the whole backlog; removing the rate lets the first have the rest."""
+    _, topic = new_topic(admin, "sub-level-enforced")
+    path = policy_path(topic, "slow/dispatchRate")
+    admin.ok("POST", path, {"dispatchThrottlingRateInMsg": 2, "ratePeriodInSecond": 3600})
+    slow = client.subscribe(topic, "slow", receiver_queue_size=100)
+    fast = client.subscribe(topic, "fast", receiver_queue_size=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(b"m%d" % i)
+    assert receive_all(fast, 6) == [b"m%d" % i for i in range(6)]
+    assert receive_all(slow, 2) == [b"m0", b"m1"]
+    subscriptions = pulsar_broker.server.service.topics[TopicName.parse(topic).full].subscriptions
+    rate = subscriptions["slow"].dispatch_rates[1]
+    wait_for(lambda: rate.throttled_times > 0, what="the slow subscription to be throttled")
+    assert subscriptions["fast"].dispatch_rates[1].throttled_times == 0
+    assert admin.delete(path).status == 204
+    assert receive_all(slow, 4) == [b"m%d" % i for i in range(2, 6)]
+    for c in (slow, fast, producer):
+        c.close()
+
+
 def test_removing_a_slow_dispatch_rate_resumes_delivery_within_a_second(
         admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
     # 2 messages an hour: the dispatcher's next budget is half an hour away, but it asks again
