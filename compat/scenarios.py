@@ -46,6 +46,7 @@ SCENARIOS: dict[str, str] = {
     "admin_tenants": "admin: tenants",
     "admin_namespaces": "admin: namespaces and their policies",
     "admin_topics": "admin: topics and partitioned topics",
+    "admin_topic_policies": "admin: topic-level policies (topicPolicies()), a subscription's own dispatch rate too",
     "admin_stats": "admin: topic, partitioned and internal stats",
     "admin_subscriptions": "admin: subscriptions (create, peek, skip, reset, delete)",
     "admin_schemas": "admin: schemas",

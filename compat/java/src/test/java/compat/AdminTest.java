@@ -202,6 +202,70 @@ class AdminTest {
     }
 
     @Test
+    void admin_topic_policies() throws Exception {
+        String t = Env.topic("adm-tpol");
+        admin.topics().createNonPartitionedTopic(t);
+        var tp = admin.topicPolicies();
+        step("messageTTL", () -> {
+            tp.setMessageTTL(t, 120);
+            assertEquals(120, tp.getMessageTTL(t));
+            tp.removeMessageTTL(t);
+            assertEquals(null, tp.getMessageTTL(t));
+        });
+        step("retention", () -> {
+            tp.setRetention(t, new RetentionPolicies(30, 10));
+            assertEquals(new RetentionPolicies(30, 10), tp.getRetention(t));
+        });
+        step("backlogQuota", () -> {
+            tp.setBacklogQuota(t, BacklogQuota.builder().limitSize(5L << 20)
+                    .retentionPolicy(BacklogQuota.RetentionPolicy.producer_request_hold).build());
+            assertEquals(5L << 20, tp.getBacklogQuotaMap(t)
+                    .get(BacklogQuota.BacklogQuotaType.destination_storage).getLimitSize());
+            tp.removeBacklogQuota(t);
+            assertTrue(tp.getBacklogQuotaMap(t).isEmpty());
+        });
+        step("maxProducers", () -> {
+            tp.setMaxProducers(t, 3);
+            assertEquals(3, tp.getMaxProducers(t));
+        });
+        step("maxUnackedMessagesOnConsumer", () -> {
+            tp.setMaxUnackedMessagesOnConsumer(t, 700);
+            assertEquals(700, tp.getMaxUnackedMessagesOnConsumer(t));
+        });
+        step("dispatchRate", () -> {
+            tp.setDispatchRate(t, DispatchRate.builder().dispatchThrottlingRateInMsg(400).ratePeriodInSecond(1).build());
+            assertEquals(400, tp.getDispatchRate(t).getDispatchThrottlingRateInMsg());
+        });
+        step("subscriptionDispatchRate", () -> {
+            tp.setSubscriptionDispatchRate(t, DispatchRate.builder().dispatchThrottlingRateInMsg(40)
+                    .ratePeriodInSecond(1).build());
+            assertEquals(40, tp.getSubscriptionDispatchRate(t).getDispatchThrottlingRateInMsg());
+        });
+        step("subscription-level dispatchRate", () -> {
+            tp.setSubscriptionDispatchRate(t, "billing", DispatchRate.builder().dispatchThrottlingRateInMsg(4)
+                    .ratePeriodInSecond(2).build());
+            DispatchRate own = tp.getSubscriptionDispatchRate(t, "billing");
+            assertEquals(4, own.getDispatchThrottlingRateInMsg());
+            assertEquals(2, own.getRatePeriodInSecond());
+            // without its own, a subscription has the topic's (applied)
+            assertEquals(40, tp.getSubscriptionDispatchRate(t, "other", true).getDispatchThrottlingRateInMsg());
+            tp.removeSubscriptionDispatchRate(t, "billing");
+            assertEquals(null, tp.getSubscriptionDispatchRate(t, "billing"));
+        });
+        step("publishRate", () -> {
+            tp.setPublishRate(t, new PublishRate(900, 1 << 20));
+            assertEquals(900, tp.getPublishRate(t).publishThrottlingRateInMsg);
+        });
+        step("inactiveTopicPolicies", () -> {
+            tp.setInactiveTopicPolicies(t, new InactiveTopicPolicies(
+                    InactiveTopicDeleteMode.delete_when_subscriptions_caught_up, 300, true));
+            assertEquals(300, tp.getInactiveTopicPolicies(t).getMaxInactiveDurationSeconds());
+        });
+        step("applied", () -> assertEquals(new RetentionPolicies(30, 10), tp.getRetention(t, true)));
+        admin.topics().delete(t, true);
+    }
+
+    @Test
     void admin_stats() throws Exception {
         String t = Env.topic("adm-stats");
         String pt = Env.topic("adm-pstats");
