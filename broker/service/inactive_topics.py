@@ -1,16 +1,30 @@
 """Deleting inactive topics (Pulsar's brokerDeleteInactiveTopics* and inactive_topic_policies).
 
 Every brokerDeleteInactiveTopicsFrequencySeconds the monitor looks at the loaded persistent
-topics, as Pulsar's checkGC does:
-- a topic is *active* while a producer or a consumer is connected (Pulsar's usage count, in both
-  modes), or (mode delete_when_no_subscriptions) while it has any subscription, stored or live, or
-  (mode delete_when_subscriptions_caught_up) a subscription with a backlog. An active topic's
-  inactivity clock restarts;
+topics, as Pulsar's PersistentTopic.checkGC does for a topic of a V2 name (the only names we serve;
+Pulsar's TopicName.isGlobal() holds for all of them, replicated or not):
+- a topic is *active* while a producer of this cluster's clients is connected (Pulsar's
+  hasLocalProducers: another cluster's replicator does not count, nor does a consumer), or (mode
+  delete_when_no_subscriptions) while it has any subscription, stored or live, or (mode
+  delete_when_subscriptions_caught_up) a subscription with a backlog. The replication cursors are
+  not subscriptions. An active topic's inactivity clock restarts;
 - the clock also restarts when the topic loads, when a producer leaves and when a subscription is
   deleted (``PersistentTopic.last_active``); messages alone do not restart it;
-- a topic inactive for maxInactiveDurationSeconds is deleted with its data, unless its namespace
-  keeps data forever (retention time -1) or for longer than it has been inactive. In caught-up mode
-  its subscriptions (all caught up, none with a consumer) go with it.
+- a topic inactive for maxInactiveDurationSeconds, whose namespace does not keep data forever
+  (retention time -1) or for longer than it has been inactive, is then deleted with its data, in
+  Pulsar's order: its replicators are disconnected first, each unless it has a backlog (entries
+  not yet sent or confirmed); if one has, the topic is kept (they all go on being tried at every
+  check, and the ones disconnected start again with the next producer, as Pulsar's addProducer
+  restarts them). The topic is also kept, without its clock restarting, while any producer (another
+  cluster's replicator included) or any consumer is connected. Otherwise it is deleted, its
+  replication cursors with it; in caught-up mode its subscriptions (all caught up, none with a
+  consumer) go too.
+
+Nothing is sent to the other clusters: each deletes its own copy by the same rule. Two clusters
+replicating a topic both ways converge: the first check disconnects this side's replicator (the
+other side's replicator still produces here, so the topic is kept), the other side's check then
+finds no replicator producing there and deletes its copy, which disconnects its replicator, and the
+next check here deletes this one.
 
 Not deleted: system topics, and topics with a compacted view (Pulsar keeps those too: its
 compaction cursor counts as a subscription). The deduplication cursor is not a subscription.
@@ -26,6 +40,7 @@ nothing, so retention does not keep them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -57,7 +72,8 @@ class InactiveTopicMonitor:
 
     @staticmethod
     def is_active(topic: PersistentTopic, mode: str) -> bool:
-        if not topic.is_idle or topic.waiting_producers or topic.compacted_view is not None or topic.replicators:
+        """Pulsar's PersistentTopic.isActive for a V2 name: the subscriptions the mode counts, else a local producer."""
+        if topic.compacted_view is not None or topic.has_local_producers:
             return True
         names = admin_ops.subscription_names(topic)
         if mode == DELETE_WHEN_NO_SUBSCRIPTIONS:
@@ -69,7 +85,7 @@ class InactiveTopicMonitor:
         service = self.service
         async for topic in sliced(list(service.topics.values())):
             if not topic.closed and self._due(topic):
-                await self._delete(topic)
+                await self._delete(topic, self.policy(topic.name).delete_mode)
         for live in list(service.non_persistent_topics.values()):
             if not live.closed and self._live_due(live):
                 live.forget_inactive()
@@ -108,13 +124,26 @@ class InactiveTopicMonitor:
         retention_min = service.policies.get(topic.name, RETENTION).time_minutes
         return not (retention_min < 0 or inactive_s < retention_min * 60)
 
-    async def _delete(self, topic: PersistentTopic) -> None:
+    async def _delete(self, topic: PersistentTopic, mode: str) -> None:
         service = self.service
         name = topic.name
         if service.is_unloading(name):
             return  # an admin unload or delete is at work on it
-        # Nothing awaits between the check (no producer, no consumer) and here: the topic leaves the
-        # loaded set at once (in delete_topic), so a producer or consumer arriving now loads a new one.
+        # Pulsar's closeReplProducersIfNoBacklog: every replicator without a backlog is disconnected, whatever
+        # the others do; one with a backlog keeps the topic.
+        disconnected = await asyncio.gather(*(r.disconnect() for r in list(topic.replicators.values())))
+        if not all(disconnected):
+            log.debug("kept inactive topic %s: a replicator has a backlog", name)
+            return
+        # Then (Pulsar's hasRemoteProducers, and delete() refusing a topic with clients) no producer, another
+        # cluster's replicator included, and no consumer; and, as things may have changed during the
+        # disconnects, still inactive. The clock does not restart for these.
+        if topic.closed or service.topics.get(name.full) is not topic or service.is_unloading(name) \
+                or not topic.is_idle or self.is_active(topic, mode):
+            log.debug("kept inactive topic %s: a producer or consumer is connected", name)
+            return
+        # Nothing awaits between that check and here: the topic leaves the loaded set at once (in
+        # delete_topic), so a producer or consumer arriving now loads a new one.
         await service.delete_topic(name)
         self.deleted_total += 1
         log.info("deleted topic %s: inactive for %.0f s", name, time.monotonic() - topic.last_active)

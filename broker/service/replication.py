@@ -120,7 +120,9 @@ class Replicator(ABC):
         self._room = asyncio.Event()
         self._lost: asyncio.Future[BaseException] | None = None
         self._progress = False  # a receipt came on the current connection
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the send loop, while started
+        # Set while disconnect() stops the loop: a start() meanwhile waits for it.
+        self._stopping: asyncio.Future[None] | None = None
         self.closed = False
         # replicatorDispatchRate (topic, namespace, broker): each replicator has its own buckets; with
         # relativeToPublishRate they follow the topic's publish rate, as a subscription's do.
@@ -167,17 +169,52 @@ class Replicator(ABC):
     def _inspect(self, entry: Entry, md: pb.MessageMetadata) -> None:
         """Every entry read, before it is sent or skipped."""
 
+    @property
+    def started(self) -> bool:
+        """The send loop runs (connected or retrying); False once disconnect() or close() stopped it."""
+        return self._task is not None
+
     def start(self) -> None:
+        """Start the send loop (nothing if it runs, or once closed); after a disconnect(), again
+        (Pulsar's startProducer, which its topic calls for every producer it adds)."""
+        if self.closed or self._task is not None:
+            return
+        if self._stopping is not None:  # a disconnect() is under way: start once it is done
+            self._stopping.add_done_callback(lambda _: self.start())
+            return
         self._connection_changed()
         self._task = self.topic.loop.create_task(self._run())
 
+    async def disconnect(self) -> bool:
+        """Stop the send loop and close the remote producer, unless entries wait to be sent or
+        confirmed: False then, and the loop goes on (Pulsar's Replicator.disconnect(), which fails
+        with "Cannot close a replicator with backlog"). The replicator and its cursor stay; start()
+        resumes it."""
+        if self.backlog > 0:
+            return False
+        if self._task is None or self._stopping is not None:
+            return True
+        self._stopping = self.topic.loop.create_future()
+        try:
+            await self._stop("the replicator is disconnected")
+        finally:
+            stopping, self._stopping = self._stopping, None
+            stopping.set_result(None)
+        log.info("replicator %s -> %s disconnected", self.topic.name, self.remote_cluster)
+        return True
+
     async def close(self) -> None:
         self.closed = True
+        await self._stop("the replicator is closing")
+
+    async def _stop(self, why: str) -> None:
         # Whatever the loop awaits through _wait ends now, even if the cancel below were lost.
-        self._connection_lost(RemoteError("the replicator is closing"))
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        self._connection_lost(RemoteError(why))
+        task = self._task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._task = None
         await self._disconnect()
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -387,9 +424,9 @@ class PersistentReplicator(Replicator):
             if controller is not None:
                 controller.received(entry.position, md.marker_type, marker_payload(entry.data))
 
-    async def close(self) -> None:
+    async def _stop(self, why: str) -> None:
         self.cursor.cancel_pending_read()
-        await super().close()
+        await super()._stop(why)
 
 
 class NonPersistentReplicator(Replicator):

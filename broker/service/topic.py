@@ -121,6 +121,20 @@ class PersistentTopic(AbstractTopic):
         # Backlog quota (producer_request_hold / producer_exception): refuse while exceeded.
         self.service.backlog_quotas.check_producer(self)
 
+    def add_producer(self, producer: Producer, request_id: int) -> bool:
+        added = super().add_producer(producer, request_id)
+        # Replicators the inactive-topic check disconnected start again with any producer, a remote cluster's
+        # replicator included (Pulsar's addProducer calls startReplProducers).
+        for replicator in self.replicators.values():
+            replicator.start()
+        return added
+
+    @property
+    def has_local_producers(self) -> bool:
+        """A producer of this cluster's clients, connected or waiting (another cluster's replicator aside):
+        Pulsar's hasLocalProducers."""
+        return bool(self.waiting_producers) or any(not p.replicator for p in self.producers.values())
+
     async def terminate(self) -> Position:
         """No more messages, ever: record the last position, close producers (their reconnect is refused).
 

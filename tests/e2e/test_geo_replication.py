@@ -661,3 +661,85 @@ def test_a_malformed_snapshot_marker_does_not_stop_a_replicated_subscription(pai
     asyncio.run(publish_garbage_marker())
     pair.client_a.create_producer(topic).send(b"after")
     assert consumer.receive(TIMEOUT_MS).data() == b"after"
+
+
+# -- inactive replicated topics (Pulsar's PersistentTopic.checkGC for a global topic) -----------------------------
+
+def gc_namespace(pair: Pair, clusters_a: list[str], clusters_b: list[str]) -> str:
+    """A fresh namespace replicated to ``clusters_a`` on a and ``clusters_b`` on b, whose topics are deleted at
+    the first inactive-topic check that finds them inactive (the checks are run by the test: the brokers run none)."""
+    ns = f"geo/gc-{uuid.uuid4().hex[:8]}"
+    for admin, clusters in ((pair.admin_a, clusters_a), (pair.admin_b, clusters_b)):
+        admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
+        admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", clusters)
+        admin.ok("POST", f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies",
+                 {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 0,
+                  "deleteWhileInactive": True})
+    return ns
+
+
+def check_inactive(broker: BrokerThread) -> None:
+    broker.run_coroutine(broker.server.service.inactive_topics.check_all())
+
+
+def stored(broker: BrokerThread, topic: str) -> bool:
+    service = broker.server.service
+    name = TopicName.parse(topic)
+    return name.full in service.topics or service.topic_exists(name)
+
+
+def test_an_inactive_replicated_topic_is_deleted_on_each_side_once_no_replicator_produces_there(pair: Pair) -> None:
+    ns = gc_namespace(pair, ["a", "b"], ["a", "b"])
+    topic = f"persistent://{ns}/gc"
+    full = TopicName.parse(topic).full
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(b"m%d" % i)
+    # a's replicator made b's copy, whose replicator produces on a's.
+    wait_for(lambda: replicator_caught_up(pair.admin_a, topic, "b") and replicator_connected(pair.admin_b, topic, "a"),
+             what="both replicators")
+    check_inactive(pair.a)
+    assert stored(pair.a, topic)  # a producer of its own keeps it
+    producer.close()
+    # Not active any more (b's replicator is not a local producer, the replicators' cursors are not subscriptions):
+    # a's replicator, caught up, is disconnected, but b's still produces on a's copy, which is kept.
+    check_inactive(pair.a)
+    assert stored(pair.a, topic)
+    assert replicator_connected(pair.admin_a, topic, "b") is False
+    a_topic = pair.a.server.service.topics[full]
+    # b's copy: nothing of a's produces there any more, and its replicator is caught up: deleted.
+    check_inactive(pair.b)
+    assert not stored(pair.b, topic)
+    # Its replicator went with it; then a's copy is deleted too, its replication cursor with it.
+    wait_for(lambda: not a_topic.producers, what="b's replicator to leave a's copy")
+    check_inactive(pair.a)
+    assert not stored(pair.a, topic)
+    assert pair.a.server.service.inactive_topics.deleted_total >= 1
+
+
+def test_a_replicator_with_a_backlog_keeps_its_inactive_topic(pair: Pair) -> None:
+    # Cluster "gone" is known to a at an address where nobody listens: its replicator keeps a backlog.
+    method = "POST" if pair.admin_a.get("/admin/v2/clusters/gone").status == 200 else "PUT"
+    pair.admin_a.ok(method, "/admin/v2/clusters/gone", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
+    pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "gone"]})
+    ns = gc_namespace(pair, ["a", "b", "gone"], ["a", "b"])
+    topic = f"persistent://{ns}/backlog"
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(b"m%d" % i)
+    wait_for(lambda: replicator_caught_up(pair.admin_a, topic, "b"), what="the replicator to b")
+    producer.close()
+    check_inactive(pair.a)
+    # Kept: the replicator to "gone" has a backlog, and goes on trying; the one to b, caught up, was disconnected
+    # all the same (Pulsar's closeReplProducersIfNoBacklog).
+    assert stored(pair.a, topic)
+    out = replication(pair.admin_a, topic)
+    assert out["gone"]["replicationBacklog"] == 3 and out["b"]["connected"] is False
+    replicators = pair.a.server.service.topics[TopicName.parse(topic).full].replicators
+    assert replicators["gone"].started and not replicators["b"].started
+    # Any producer starts it again (Pulsar's addProducer starts the replication producers).
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)
+    wait_for(lambda: replicator_connected(pair.admin_a, topic, "b") is True, what="the replicator to b to reconnect")
+    producer.send(b"again")
+    wait_for(lambda: replicator_caught_up(pair.admin_a, topic, "b"), what="the new message to reach b")
+    producer.close()

@@ -122,6 +122,29 @@ def test_caught_up_mode_deletes_once_every_backlog_is_consumed_and_no_consumer_i
         client.close()
 
 
+def test_a_connected_consumer_keeps_its_topic_without_restarting_its_clock(tmp_path: Path) -> None:
+    # Pulsar's isActive, for a V2 name (isGlobal), counts only local producers besides the mode's subscriptions; a
+    # connected consumer makes the deletion refused (delete() finds the topic in use), the clock runs on.
+    with gc_broker(tmp_path, brokerDeleteInactiveTopicsMode=CAUGHT_UP,
+                   brokerDeleteInactiveTopicsMaxInactiveDurationSeconds=3600) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        admin = Admin(broker.web_url)
+        topic = topic_name("gc-clock")
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"m")
+        producer.close()
+        consumer.acknowledge(consumer.receive(10_000))
+        stats = f"/admin/v2/{rest_path(topic)}/stats"
+        wait_for(lambda: admin.ok("GET", stats)["subscriptions"]["s"]["msgBacklog"] == 0, what="the ack")
+        broker.server.service.topics[TopicName.parse(topic).full].last_active -= 3601  # inactive for an hour
+        wait_for(after_checks(broker), what="three checks with the consumer connected")
+        assert stored(broker, topic)  # in use: kept
+        consumer.close()  # then the next check deletes it: the hour was not counted again from the consumer
+        wait_for(lambda: not stored(broker, topic), what="the topic to be deleted once its consumer left")
+        client.close()
+
+
 def test_namespace_policy_and_retention_keep_topics(tmp_path: Path) -> None:
     with gc_broker(tmp_path) as broker:
         admin = Admin(broker.web_url)
