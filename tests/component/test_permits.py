@@ -301,9 +301,8 @@ async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     h.publish(20)
     await drain_lane()
     assert len(c.pending_acks) == 4 and d.blocked_on_unacked
-    h.unacked_limit = 0  # what the broker's metadata listener does after a policy change:
-    for blocked in list(h.unacked_blocked):
-        blocked.trigger_read()
+    h.unacked_limit = 0
+    policy_changed(h)
     await drain_lane()
     assert len(c.pending_acks) == 20 and not d.blocked_on_unacked
     assert not h.unacked_blocked
