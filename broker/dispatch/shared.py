@@ -212,6 +212,17 @@ class SharedDispatcher(Dispatcher):
             self._unblock(c)  # the limit was removed
         return c.permits > 0 and c.writable and not c.closed
 
+    def unacked_limits_changed(self) -> None:
+        """A policy change may have raised or removed the unacked limit this dispatcher or one of its
+        consumers is blocked on: re-plan now, under the limits in force now. A kick, not just a read:
+        the entries a blocked Key_Shared consumer owns wait in the replay set, declared stalled, while
+        a read waits for new entries on behalf of the other consumers, and that waiting read would
+        make a plain trigger_read a no-op (they would wait for the consumer's next ack or FLOW)."""
+        if self.closed:
+            return
+        self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
+        self._kick()
+
     def _unblock(self, c: Consumer) -> None:
         c.blocked = False
         if not self.blocked_on_unacked and not any(other.blocked for other in self.consumers):

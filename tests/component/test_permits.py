@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from broker.dispatch.context import DispatchContext, DispatchPolicy, ReadTrigger
+from broker.dispatch.context import DispatchContext, DispatchPolicy, UnackedBlocked
 from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
@@ -67,7 +67,7 @@ class Harness:
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
         self.consumer_unacked_limit = 50000  # maxUnackedMessagesPerConsumer (0 = none)
-        self.unacked_blocked: set[ReadTrigger] = set()
+        self.unacked_blocked: set[UnackedBlocked] = set()
         self.context = DispatchContext(
             loop=asyncio.get_running_loop(), name="sub", max_read_batch=100,
             policy=lambda: DispatchPolicy(max_unacked_per_consumer=self.consumer_unacked_limit,
@@ -232,7 +232,7 @@ async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked(
 def policy_changed(h: Harness) -> None:
     """What the broker's metadata listener does after a policy change."""
     for blocked in list(h.unacked_blocked):
-        blocked.trigger_read()
+        blocked.unacked_limits_changed()
 
 
 async def test_consumer_unacked_limit_follows_a_policy_change() -> None:
@@ -301,9 +301,8 @@ async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     h.publish(20)
     await drain_lane()
     assert len(c.pending_acks) == 4 and d.blocked_on_unacked
-    h.unacked_limit = 0  # what the broker's metadata listener does after a policy change:
-    for blocked in list(h.unacked_blocked):
-        blocked.trigger_read()
+    h.unacked_limit = 0
+    policy_changed(h)
     await drain_lane()
     assert len(c.pending_acks) == 20 and not d.blocked_on_unacked
     assert not h.unacked_blocked
