@@ -244,7 +244,12 @@ class SharedDispatcher(Dispatcher):
 
         A later chunk whose message has no consumer now waits while anything older waits in the
         replay set: its consumer left while the chunk was being read, and the earlier chunks it had
-        went back there. Replayed in order, they pick the new consumer first."""
+        went back there. Replayed in order, they pick the new consumer first.
+
+        The owner takes the later chunks past its maxUnackedMessagesPerConsumer (as Pulsar's
+        SharedConsumerAssignor gives them to the consumer of the first chunk whatever its count): a
+        client acknowledges a chunked message only once it has all of it, so an owner held back at its
+        limit would wait for acks that cannot come, and the subscription would stall there."""
         uuid = meta.chunk_uuid
         owner = self._chunk_owner.get(uuid)
         if owner is not None and owner.closed:
@@ -263,7 +268,7 @@ class SharedDispatcher(Dispatcher):
             else:
                 self._rr = rr
             self._chunk_owner[uuid] = owner
-        elif not self._available(owner):
+        elif not (owner.permits > 0 and owner.writable):  # (not _available: its unacked count does not matter)
             return None
         if meta.chunk_id >= meta.num_chunks - 1:
             del self._chunk_owner[uuid]
