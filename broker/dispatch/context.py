@@ -8,7 +8,7 @@ what a dispatcher needs from above comes in here:
 - ``DispatchContext``: the loop, the subscription's name and partition, the read batch size, the
   policies in force (``DispatchPolicy``, a snapshot re-resolved when the metadata changes), the
   dispatch rate limits it consults (``DispatchRateLimit``), the compacted view (``CompactedView``),
-  the registry of dispatchers blocked on maxUnackedMessagesOnSubscription, and the two hooks of
+  the registry of dispatchers blocked on an unacked limit (``UnackedBlocked``), and the two hooks of
   replicated subscriptions (a snapshot marker was read; the mark-delete moved);
 - ``Delivery``: one entry on its way to a consumer (what ``Consumer.send_entries`` takes).
 
@@ -156,6 +156,13 @@ class ReadTrigger(Protocol):
     def trigger_read(self) -> None: ...
 
 
+class UnackedBlocked(Protocol):
+    """A dispatcher blocked on an unacked limit (its subscription's or a consumer's)."""
+
+    def unacked_limits_changed(self) -> None:
+        """The policies changed: a limit it is blocked on may have been raised or removed."""
+
+
 class DispatchPolicy(NamedTuple):
     """The policies a dispatcher reads (topic, else namespace, else broker), as one snapshot."""
 
@@ -219,8 +226,8 @@ class DispatchContext:
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
     # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on
-    # maxUnackedMessagesPerConsumer: re-planned after a policy change.
-    unacked_blocked: MutableSet[ReadTrigger] = field(default_factory=set)
+    # maxUnackedMessagesPerConsumer: told after a policy change.
+    unacked_blocked: MutableSet[UnackedBlocked] = field(default_factory=set)
     # Replicated subscriptions: a snapshot marker was read at this position (its entry bytes) ...
     snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker
     # ... and the mark-delete moved because the dispatcher acknowledged markers itself.

@@ -212,6 +212,17 @@ class SharedDispatcher(Dispatcher):
             self._unblock(c)  # the limit was removed
         return c.permits > 0 and c.writable and not c.closed
 
+    def unacked_limits_changed(self) -> None:
+        """A policy change may have raised or removed the unacked limit this dispatcher or one of its
+        consumers is blocked on: re-plan now, under the limits in force now. A kick, not just a read:
+        the entries a blocked Key_Shared consumer owns wait in the replay set, declared stalled, while
+        a read waits for new entries on behalf of the other consumers, and that waiting read would
+        make a plain trigger_read a no-op (they would wait for the consumer's next ack or FLOW)."""
+        if self.closed:
+            return
+        self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
+        self._kick()
+
     def _unblock(self, c: Consumer) -> None:
         c.blocked = False
         if not self.blocked_on_unacked and not any(other.blocked for other in self.consumers):
@@ -233,7 +244,12 @@ class SharedDispatcher(Dispatcher):
 
         A later chunk whose message has no consumer now waits while anything older waits in the
         replay set: its consumer left while the chunk was being read, and the earlier chunks it had
-        went back there. Replayed in order, they pick the new consumer first."""
+        went back there. Replayed in order, they pick the new consumer first.
+
+        The owner takes the later chunks past its maxUnackedMessagesPerConsumer (as Pulsar's
+        SharedConsumerAssignor gives them to the consumer of the first chunk whatever its count): a
+        client acknowledges a chunked message only once it has all of it, so an owner held back at its
+        limit would wait for acks that cannot come, and the subscription would stall there."""
         uuid = meta.chunk_uuid
         owner = self._chunk_owner.get(uuid)
         if owner is not None and owner.closed:
@@ -252,7 +268,7 @@ class SharedDispatcher(Dispatcher):
             else:
                 self._rr = rr
             self._chunk_owner[uuid] = owner
-        elif not self._available(owner):
+        elif not (owner.permits > 0 and owner.writable):  # (not _available: its unacked count does not matter)
             return None
         if meta.chunk_id >= meta.num_chunks - 1:
             del self._chunk_owner[uuid]

@@ -207,7 +207,7 @@ class BrokerService:
     def _metadata_changed(self) -> None:
         self.topic_list_events.changed(None)
         for dispatcher in list(self.unacked_blocked):
-            asyncio.get_running_loop().call_soon(dispatcher.trigger_read)
+            asyncio.get_running_loop().call_soon(dispatcher.unacked_limits_changed)
         # Replication clusters (or a cluster's URL) may have changed.
         for topic in self.all_topics():
             topic.update_replication()

@@ -9,11 +9,13 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pulsar
 import pytest
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
+from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
 from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -459,4 +461,51 @@ async def test_non_durable_shared_consumer_has_no_unacked_limit() -> None:
         c.send(flow)
         messages = [await c.recv() for _ in range(20)]
         assert all(m.type == T.MESSAGE for m in messages)
+        c.close()
+
+
+async def test_raised_consumer_unacked_limit_frees_a_blocked_key_shared_consumer() -> None:
+    # maxUnackedMessagesPerConsumer=2: Key_Shared consumer "a" holds 2 unacked messages of its key and is
+    # blocked; the 3rd waits in the replay set while the dispatcher's read waits for new entries on behalf
+    # of "b". Raised by a namespace policy, the limit must let the 3rd go out to "a" at once (the live
+    # consumers follow the policy). The policy change only asked for a read, which the waiting read made
+    # a no-op: the 3rd stayed put until "a" acked or sent a FLOW.
+    async with Broker(maxUnackedMessagesPerConsumer=2, managedLedgerStorage="memory", dataDir="") as b:
+        assert b.server is not None
+        topic = "persistent://public/default/key-shared-unacked-raised"
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.send(producer_cmd(topic))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        for consumer_id, name in ((1, "a"), (2, "b")):
+            c.send(subscribe_cmd(topic, "ks", consumer_id, 10 + consumer_id, pb.CommandSubscribe.Key_Shared,
+                                 consumer_name=name))
+            assert (await c.recv()).type == T.SUCCESS
+            flow = pb.BaseCommand(type=T.FLOW)
+            flow.flow.consumer_id, flow.flow.messagePermits = consumer_id, 100
+            c.send(flow)
+        sub = b.server.service.topics[topic].subscriptions["ks"]
+        d = sub.dispatcher
+        assert isinstance(d, KeySharedDispatcher)
+        await eventually(lambda: d.total_permits == 200, "both consumers' permits")
+        a = next(x for x in d.consumers if x.consumer_id == 1)
+        key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(sticky_key_hash(k.encode())) is a)
+        for seq in range(3):
+            c.send(*send_frame(1, seq, b"m%d" % seq, partition_key=key))
+        received: list[int] = []
+        while len(received) < 5:  # 3 receipts and the 2 messages "a" may take
+            frame = await c.recv()
+            if frame.type == T.MESSAGE:
+                assert frame.message.consumer_id == 1
+                received.append(frame.message.message_id.entryId)
+            else:
+                assert frame.type == T.SEND_RECEIPT
+                received.append(-1)
+        await eventually(lambda: a.blocked and len(d.replay) == 1 and d.read_outstanding,
+                         "the 3rd message held for the blocked consumer, the read waiting for new entries")
+        url = f"{b.web_url}/admin/v2/namespaces/public/default/maxUnackedMessagesPerConsumer"
+        async with aiohttp.ClientSession() as http, http.post(url, json=100) as reply:
+            assert reply.status == 204
+        frame = await c.recv()
+        assert frame.type == T.MESSAGE and frame.message.consumer_id == 1 and frame.message.message_id.entryId == 2
         c.close()

@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from broker.dispatch.context import DispatchContext, DispatchPolicy, ReadTrigger
+from broker.dispatch.context import DispatchContext, DispatchPolicy, UnackedBlocked
 from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
@@ -67,7 +67,7 @@ class Harness:
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
         self.consumer_unacked_limit = 50000  # maxUnackedMessagesPerConsumer (0 = none)
-        self.unacked_blocked: set[ReadTrigger] = set()
+        self.unacked_blocked: set[UnackedBlocked] = set()
         self.context = DispatchContext(
             loop=asyncio.get_running_loop(), name="sub", max_read_batch=100,
             policy=lambda: DispatchPolicy(max_unacked_per_consumer=self.consumer_unacked_limit,
@@ -232,7 +232,7 @@ async def test_subscription_unacked_limit_stops_new_entries_until_half_is_acked(
 def policy_changed(h: Harness) -> None:
     """What the broker's metadata listener does after a policy change."""
     for blocked in list(h.unacked_blocked):
-        blocked.trigger_read()
+        blocked.unacked_limits_changed()
 
 
 async def test_consumer_unacked_limit_follows_a_policy_change() -> None:
@@ -288,6 +288,47 @@ async def test_consumer_unacked_limit_caps_its_share_of_one_read() -> None:
     await drain_lane()
     assert len(a.pending_acks) == 5 and len(b.pending_acks) == 5
     h.check()
+
+
+def chunk(chunk_id: int, num_chunks: int, uuid: str = "u") -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, uuid=uuid, chunk_id=chunk_id,
+                            num_chunks_from_msg=num_chunks, total_chunk_msg_size=num_chunks)
+    meta = md.SerializeToString()
+    return struct.pack(">I", len(meta)) + meta + b"x"
+
+
+async def test_consumer_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_message() -> None:
+    """A chunked message of 10 chunks, a maxUnackedMessagesPerConsumer of 5: the consumer that got the first
+    chunks gets the others past its limit, as Pulsar's SharedConsumerAssignor sends a message's chunks to the
+    consumer of its first chunk whatever that consumer's count. Held back at the limit, the rest waited for
+    acks that could not come (a client acknowledges a chunked message once it has all of it) and the
+    subscription stalled on that message for good: from the backlog (one read, capped at the limit since
+    the consumer's share of a read counts) and at the tail (one chunk per read) alike."""
+    for backlog in (True, False):
+        h = await Harness.create()
+        h.consumer_unacked_limit = 5
+        d = h.shared()
+        if backlog:
+            for i in range(10):
+                h.ledger.add_entry(chunk(i, 10), lambda pos, exc: None)
+        a, b = h.consumer(), h.consumer()
+        for c in (a, b):
+            d.add_consumer(c)
+            d.flow(c, 100)
+        await drain_lane()
+        if not backlog:
+            for i in range(10):
+                h.ledger.add_entry(chunk(i, 10), lambda pos, exc: None)
+                await drain_lane()
+        await drain_lane()
+        owner = a if a.pending_acks else b
+        assert len(owner.pending_acks) == 10 and not d.replay, (backlog, len(owner.pending_acks), len(d.replay))
+        assert owner.blocked  # (past its limit: it gets nothing else until it acks)
+        h.ledger.add_entry(entry_bytes(), lambda pos, exc: None)
+        await drain_lane()
+        other = b if owner is a else a
+        assert len(other.pending_acks) == 1 and len(owner.pending_acks) == 10
+        h.check()
 
 
 async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
