@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import ssl
 import time
 import urllib.error
@@ -30,8 +31,14 @@ def token(sub: str | None, key: Any = HS256_SECRET, algorithm: str = "HS256", **
     return jwt.encode(payload, key, algorithm=algorithm)
 
 
+def expires_in(seconds: float) -> int:
+    """A JWT ``exp`` (whole seconds) at least ``seconds`` from now: rounded down, a token made just before a
+    second's end could expire before the broker had checked it once."""
+    return math.ceil(time.time() + seconds)
+
+
 def expiring_token(sub: str, seconds: float) -> str:
-    return token(sub, exp=int(time.time() + seconds))
+    return token(sub, exp=expires_in(seconds))
 
 
 def secure_settings(pki: Pki, **overrides: Any) -> dict[str, Any]:
@@ -115,4 +122,4 @@ def namespace(root_admin: SecureAdmin) -> str:
     return f"{tenant}/ns"
 
 
-__all__ = ["CLIENT_ROLE", "SUPER_USER", "SecureAdmin", "expiring_token", "secure_settings", "token"]
+__all__ = ["CLIENT_ROLE", "SUPER_USER", "SecureAdmin", "expires_in", "expiring_token", "secure_settings", "token"]

@@ -16,7 +16,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from tests.component.wire import WAIT_S, T, WireClient, producer_cmd
-from tests.security.conftest import SUPER_USER, secure_settings, token
+from tests.security.conftest import SUPER_USER, expires_in, secure_settings, token
 from tests.security.pki import CLIENT_ROLE, Pki
 from tests.waiting import eventually
 
@@ -102,12 +102,12 @@ async def test_secrets_never_reach_the_log(broker: Broker, caplog: pytest.LogCap
 
 
 async def test_expired_credentials_are_challenged_and_refreshed(broker: Broker) -> None:
-    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode())
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode())
     challenge = await c.recv()  # within about a second: at the first check after expiry
     assert challenge.type == T.AUTH_CHALLENGE
     assert challenge.authChallenge.challenge.auth_method_name == "token"
     assert challenge.authChallenge.challenge.auth_data == b"PulsarAuthRefresh"
-    c.send(auth_response(token(SUPER_USER, exp=int(time.time()) + 1).encode()))
+    c.send(auth_response(token(SUPER_USER, exp=expires_in(1)).encode()))
     # Refreshed: the connection keeps working, and the new token is challenged when it expires.
     c.send(producer_cmd("public/default/refresh"))
     assert (await c.recv()).type == T.PRODUCER_SUCCESS
@@ -118,13 +118,13 @@ async def test_expired_credentials_are_challenged_and_refreshed(broker: Broker) 
 
 
 async def test_unanswered_challenge_closes(broker: Broker) -> None:
-    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode())
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode())
     assert (await c.recv()).type == T.AUTH_CHALLENGE
     assert await c.closed_by_broker()  # at the next check, still expired and unanswered
 
 
 async def test_client_without_refresh_support_is_closed_at_expiry(broker: Broker) -> None:
-    c = await connected(port(broker), "token", token(SUPER_USER, exp=int(time.time()) + 1).encode(), refresh=False)
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode(), refresh=False)
     assert await c.closed_by_broker()
 
 
@@ -287,10 +287,10 @@ async def test_proxied_client_credentials_are_the_ones_refreshed(pki: Pki) -> No
         await grant(b, "public/default", "proxy", ["produce"])
         await grant(b, "public/default", "alice", ["produce"])
         c = await WireClient.open(port(b))
-        c.send(proxied("proxy", "alice", token("alice", exp=int(time.time()) + 1)))
+        c.send(proxied("proxy", "alice", token("alice", exp=expires_in(1))))
         assert (await c.recv()).type == T.CONNECTED
         assert (await c.recv()).type == T.AUTH_CHALLENGE  # at the first check after alice's token expired
-        c.send(auth_response(token("alice", exp=int(time.time()) + 1).encode()))
+        c.send(auth_response(token("alice", exp=expires_in(1)).encode()))
         c.send(producer_cmd("public/default/proxied-refresh"))
         assert (await c.recv()).type == T.PRODUCER_SUCCESS
         assert (await c.recv()).type == T.AUTH_CHALLENGE  # alice's new token expired too
@@ -305,7 +305,7 @@ async def test_proxy_without_relayed_credentials_is_closed_when_its_own_expire(p
     settings = secure_settings(pki, webServicePortTls=None, proxyRoles="proxy", authenticationRefreshCheckSeconds=0.05)
     async with Broker(**settings) as b:
         c = await WireClient.open(port(b))
-        cmd = connect_cmd("token", token("proxy", exp=int(time.time()) + 1).encode())
+        cmd = connect_cmd("token", token("proxy", exp=expires_in(1)).encode())
         cmd.connect.original_principal = "alice"
         c.send(cmd)
         assert (await c.recv()).type == T.CONNECTED
