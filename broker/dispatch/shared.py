@@ -360,32 +360,34 @@ class SharedDispatcher(Dispatcher):
         limited = self.max_unacked_per_consumer > 0
         handed = self._handed
         handed.clear()
-        for entry, meta in self.filter_markers(entries):
-            pos = entry.position
-            if meta.deliver_at_time > now_ms and not replaying:
-                self._hold_delayed(meta.deliver_at_time, pos)
-                continue
-            consumer = self.select_consumer(pos, meta, replaying)
-            if consumer is None:
-                undelivered.append(pos)
-                continue
-            if state is None:
-                messages, ack_set = meta.num_messages, None
-            else:
-                messages, ack_set = state(pos, meta.num_messages)
-            self.take_permits(consumer, messages)
-            sent_messages += messages
-            self._dispatched(consumer, pos, meta)
-            if limited:
-                handed[id(consumer)] = handed.get(id(consumer), 0) + messages
-            slot = per_consumer.get(id(consumer))
-            if slot is None:
-                slot = per_consumer[id(consumer)] = (consumer, [])
-            slot[1].append(new_delivery(entry, messages, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
-                                        ack_set))
-            dispatched += 1
-            sent_bytes += len(entry.data)
-        handed.clear()
+        try:
+            for entry, meta in self.filter_markers(entries):
+                pos = entry.position
+                if meta.deliver_at_time > now_ms and not replaying:
+                    self._hold_delayed(meta.deliver_at_time, pos)
+                    continue
+                consumer = self.select_consumer(pos, meta, replaying)
+                if consumer is None:
+                    undelivered.append(pos)
+                    continue
+                if state is None:
+                    messages, ack_set = meta.num_messages, None
+                else:
+                    messages, ack_set = state(pos, meta.num_messages)
+                self.take_permits(consumer, messages)
+                sent_messages += messages
+                self._dispatched(consumer, pos, meta)
+                if limited:
+                    handed[id(consumer)] = handed.get(id(consumer), 0) + messages
+                slot = per_consumer.get(id(consumer))
+                if slot is None:
+                    slot = per_consumer[id(consumer)] = (consumer, [])
+                slot[1].append(new_delivery(entry, messages, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
+                                            ack_set))
+                dispatched += 1
+                sent_bytes += len(entry.data)
+        finally:
+            handed.clear()  # (also if a bug raised in the loop: stale counts would block consumers)
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)
