@@ -88,12 +88,14 @@ def fan_out(url: str, topic: str, subscriptions: int, messages: int, size: int) 
                                 "-messages", str(messages), "-size", str(size)], timeout=300)
 
 
-def produce(url: str, topic: str, messages: int, size: int, batched: bool) -> FixedRateRun:
-    """``messages`` published as fast as the Go client goes (at most 5000 in flight, batches flushed every
-    millisecond, as the Python client's produce rows); the report's ``rate`` is messages per second from the first
-    send to the last receipt (bench/go_load/produce.go). Never raises for a broker's failure."""
+def produce(url: str, topic: str, messages: int, size: int, batched: bool, producers: int = 1) -> FixedRateRun:
+    """``messages`` published as fast as the Go client goes (at most 5000 in flight per producer, batches flushed
+    every millisecond, as the Python client's produce rows), by ``producers`` producers at once, each on a topic of
+    its own (``topic``-<i> when several); the report's ``rate`` is messages per second from the first send to the
+    last receipt (bench/go_load/produce.go). Never raises for a broker's failure."""
     return _run_load_generator(["-url", url, "-topic", topic, "-produce", "-messages", str(messages),
-                                "-size", str(size), f"-batched={str(batched).lower()}", "-pending", "5000"],
+                                "-size", str(size), f"-batched={str(batched).lower()}", "-pending", "5000",
+                                "-producers", str(producers)],
                                timeout=300)
 
 

@@ -89,13 +89,14 @@ func main() {
 	fanOutTo := flag.Int("fanout", 0, "instead: fan-out throughput to this many Shared subscriptions (fanout.go)")
 	produceOnly := flag.Bool("produce", false, "instead: publish -messages as fast as the client goes (produce.go)")
 	batched := flag.Bool("batched", true, "with -produce: batching on")
-	pending := flag.Int("pending", 5000, "with -produce: messages in flight at most")
+	pending := flag.Int("pending", 5000, "with -produce: messages in flight at most (per producer)")
+	producers := flag.Int("producers", 1, "with -produce: producers at once, each on a topic of its own")
 	messages := flag.Int("messages", 20000, "with -fanout or -produce: messages to publish")
 	flag.Parse()
 	if *fanOutTo > 0 || *produceOnly {
-		if *topic == "" || *messages <= 0 || *pending <= 0 {
-			fmt.Fprintln(os.Stderr, "latency-load -fanout/-produce: -topic is required, -messages and -pending "+
-				"must be positive")
+		if *topic == "" || *messages <= 0 || *pending <= 0 || *producers <= 0 {
+			fmt.Fprintln(os.Stderr, "latency-load -fanout/-produce: -topic is required; -messages, -pending "+
+				"and -producers must be positive")
 			os.Exit(2)
 		}
 		client, err := newClient(*url)
@@ -106,7 +107,7 @@ func main() {
 		var rep any
 		failed := false
 		if *produceOnly {
-			r := produce(client, *topic, *messages, *size, *pending, *batched)
+			r := produce(client, *topic, *messages, *size, *pending, *batched, *producers)
 			rep, failed = r, r.Error != ""
 		} else {
 			r := fanOut(client, *topic, *fanOutTo, *messages, *size)
