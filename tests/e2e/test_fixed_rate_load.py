@@ -67,3 +67,14 @@ def test_produce_counts_every_receipt(pulsar_broker: BrokerThread, load_generato
     assert run.failure is None, run.failure
     assert (run.figure("messages"), run.report["batched"]) == (700, batched)
     assert run.figure("rate") == pytest.approx(700 / run.figure("seconds"))
+
+
+def test_produce_with_several_producers_spreads_over_their_topics(pulsar_broker: BrokerThread,
+                                                                  load_generator: None) -> None:
+    """-producers 3: three producers at once, each on a topic of its own (<topic>-<i>), the messages shared out."""
+    topic = topic_name("go-produce-many")
+    run = fixed_rate.produce(pulsar_broker.service_url, topic, messages=900, size=100, batched=True, producers=3)
+    assert run.failure is None, run.failure
+    assert (run.figure("messages"), run.report["producers"]) == (900, 3)
+    service = pulsar_broker.server.service
+    assert [service.topics[f"{topic}-{i}"].ledger.number_of_entries > 0 for i in range(3)] == [True] * 3
