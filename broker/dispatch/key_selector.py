@@ -2,8 +2,11 @@
 
 Shared by the persistent Key_Shared dispatcher and the non-persistent one. The sticky key
 (ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into 0..65535.
-AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name);
-STICKY uses the ranges each consumer declared, and overlapping ranges are refused at subscribe.
+AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name and
+a per-name index, as Pulsar 4.0's ConsistentHashingStickyKeyConsumerSelector does: consumers
+sharing a name get distinct points, so each owns its share of the keys); a point two consumers hash
+to belongs to the one that came first. STICKY uses the ranges each consumer declared, and
+overlapping ranges are refused at subscribe.
 """
 
 from __future__ import annotations
@@ -35,15 +38,29 @@ class KeySelector:
         self.sticky = sticky
         self._consumers: list[Consumer] = []
         self._ring: list[tuple[int, int]] = []  # (point, index into _consumers)
+        # id(consumer) -> (consumer, its name index): the lowest index no other member of that
+        # name holds, kept while it is a member (Pulsar's ConsumerNameIndexTracker). The entry
+        # holds the consumer, so an id is never reused while it is here.
+        self._name_index: dict[int, tuple[Consumer, int]] = {}
+
+    def _update_name_indexes(self) -> None:
+        present = {id(c) for c in self._consumers}
+        self._name_index = {k: v for k, v in self._name_index.items() if k in present}
+        for c in self._consumers:
+            if id(c) not in self._name_index:
+                taken = {i for other, i in self._name_index.values() if other.name == c.name}
+                self._name_index[id(c)] = (c, next(i for i in range(len(taken) + 1) if i not in taken))
 
     def rebuild(self, consumers: Sequence[Consumer]) -> None:
         self._consumers = list(consumers)
         if self.sticky:
             return
+        self._update_name_indexes()
         ring: list[tuple[int, int]] = []
         for i, c in enumerate(self._consumers):
+            name_index = self._name_index[id(c)][1]
             for k in range(POINTS_PER_CONSUMER):
-                ring.append((sticky_key_hash(f"{c.name}{k}".encode()), i))
+                ring.append((sticky_key_hash(f"{c.name}\0{name_index}\0{k}".encode()), i))
         ring.sort()
         self._ring = ring
 

@@ -202,3 +202,25 @@ async def test_a_topic_no_client_ever_attached_to_is_collected_when_inactive() -
                          "the inactive topic to be forgotten")
         assert topic.closed
         c.close()
+
+
+async def test_key_shared_consumers_of_one_name_share_the_keys(broker: Broker) -> None:
+    """Clients often give every instance the same consumer name: each still owns part of the ring
+    (Pulsar 4.0 adds a per-name index to the points). Before, both had the same points and the
+    first took every key."""
+    a, b = await client(broker), await client(broker)
+    for c, consumer_id in ((a, 1), (b, 2)):
+        c.send(subscribe_cmd(consumer_id, 1, "same", pb.CommandSubscribe.Key_Shared))
+        assert (await c.recv()).type == T.SUCCESS
+        c.send(flow_cmd(consumer_id, 1000))
+    a.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await a.recv()).type == T.PRODUCER_SUCCESS
+    keys = 64
+    for i in range(keys):
+        a.send(*send_frame(7, i, b"x", partition_key=f"key-{i}"))
+    sub = subscription(broker)
+    await eventually(lambda: sum(c.msg_out for c in sub.consumers) == keys, "every message delivered")
+    assert sub.msg_dropped == 0
+    assert all(c.msg_out > 0 for c in sub.consumers), [c.msg_out for c in sub.consumers]
+    a.close()
+    b.close()
