@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from broker.dispatch.key_selector import sticky_key_hash
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -224,3 +225,24 @@ async def test_key_shared_consumers_of_one_name_share_the_keys(broker: Broker) -
     assert all(c.msg_out > 0 for c in sub.consumers), [c.msg_out for c in sub.consumers]
     a.close()
     b.close()
+
+
+async def test_key_shared_counts_as_dropped_only_what_an_owner_could_not_take(broker: Broker) -> None:
+    """A key outside every STICKY range has no consumer: Pulsar releases it without counting a drop.
+    A key whose owner has no permits is dropped and counted (msgDropRate)."""
+    covered = sticky_key_hash(b"in")
+    assert sticky_key_hash(b"out") != covered
+    c = await client(broker)
+    cmd = subscribe_cmd(1, 1, "sticky", pb.CommandSubscribe.Key_Shared)
+    cmd.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+    cmd.subscribe.keySharedMeta.hashRanges.add(start=covered, end=covered)
+    c.send(cmd)
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*send_frame(7, 0, b"x", partition_key="in"))  # owned, but no permits: dropped
+    c.send(*send_frame(7, 1, b"y", partition_key="out"))  # nobody's: released
+    for _ in range(2):
+        assert (await c.recv()).type == T.SEND_RECEIPT  # each dispatched right after its receipt
+    assert subscription(broker).msg_dropped == 1
+    c.close()
