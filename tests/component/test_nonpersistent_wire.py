@@ -108,6 +108,7 @@ async def test_last_message_id_seek_ack_and_read_compacted(broker: Broker) -> No
     c.send(compacted)
     reply = await c.recv()
     assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+    assert reply.error.message == "readCompacted only valid on persistent topics"  # Pulsar's words
     c.close()
 
 
