@@ -247,3 +247,29 @@ async def test_key_shared_counts_as_dropped_only_what_an_owner_could_not_take(br
         assert (await c.recv()).type == T.SEND_RECEIPT  # each dispatched right after its receipt
     assert subscription(broker).msg_dropped == 1
     c.close()
+
+
+async def test_a_subscription_keeps_an_inactive_topic_in_every_delete_mode() -> None:
+    """Pulsar's NonPersistentTopic.isActive ignores inactiveTopicDeleteMode: any subscription keeps
+    the topic. Here the subscription a refused SUBSCRIBE left behind (a STICKY consumer without
+    ranges: the subscription is made before the consumer is refused, and stays, as in Pulsar). In
+    delete_when_subscriptions_caught_up mode the topic was collected with it."""
+    async with Broker(brokerDeleteInactiveTopicsMode="delete_when_subscriptions_caught_up",
+                      brokerDeleteInactiveTopicsFrequencySeconds=0.05,
+                      brokerDeleteInactiveTopicsMaxInactiveDurationSeconds=1) as broker:
+        assert broker.server is not None
+        service = broker.server.service
+        c = await client(broker)
+        cmd = subscribe_cmd(1, 1, "sticky", pb.CommandSubscribe.Key_Shared)
+        cmd.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+        c.send(cmd)
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.ConsumerAssignError
+        name = TopicName.parse(TOPIC)
+        topic = service.get_topic_if_loaded(name)
+        assert topic is not None and list(topic.subscriptions) == ["sub"] and not topic.subscriptions["sub"].consumers
+        topic.last_active -= 3600  # inactive for long enough already
+        checks = service.inactive_topics.checks
+        await eventually(lambda: service.inactive_topics.checks >= checks + 2, "two inactive-topic checks")
+        assert service.get_topic_if_loaded(name) is topic and not topic.closed
+        c.close()
