@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import mmh3
 
-from broker.errors import ConsumerAssignError
+from broker.errors import ConsumerAssignError, ConsumerBusyError
 from broker.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
 POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
+
+
+def _mode_name(sticky: bool) -> str:
+    return pb.KeySharedMode.Name(pb.KeySharedMode.STICKY if sticky else pb.KeySharedMode.AUTO_SPLIT)
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -80,14 +84,23 @@ class KeySelector:
 
     def validate_new_consumer(self, consumer: Consumer, members: Sequence[Consumer],
                               allow_out_of_order: bool) -> None:
-        """ConsumerAssignError when ``consumer`` cannot join ``members`` (mode, ordering or ranges differ)."""
+        """Why ``consumer`` cannot join ``members``: a mode or ordering other than the subscription's
+        is ConsumerBusyError, in the words of Pulsar's
+        AbstractSubscription.checkForConsumerCompatibilityErrorWithDispatcher; STICKY ranges that
+        are missing, invalid or taken are ConsumerAssignError (HashRangeExclusiveStickyKeyConsumerSelector)."""
         meta = consumer.key_shared_meta
         mode_sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
         if mode_sticky != self.sticky:
-            raise ConsumerAssignError("Key_Shared mode differs from the subscription's")
+            raise ConsumerBusyError(
+                "Subscription is of different type. Active subscription key_shared mode of "
+                f"'{_mode_name(self.sticky)}' is different than the connecting consumer's key_shared mode "
+                f"'{_mode_name(mode_sticky)}'.")
         ooo = meta is not None and meta.allowOutOfOrderDelivery
         if members and ooo != allow_out_of_order:
-            raise ConsumerAssignError("allowOutOfOrderDelivery differs from the subscription's")
+            raise ConsumerBusyError("Subscription is of different type. " + (
+                "Active subscription allows out of order delivery while the connecting consumer does not allow it."
+                if allow_out_of_order else
+                "Active subscription does not allow out of order delivery while the connecting consumer allows it."))
         if not self.sticky:
             return
         if not consumer.hash_ranges:

@@ -65,7 +65,8 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
         """``consumer`` joined or left."""
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
-        """Raise ConsumerAssignError when ``consumer`` cannot join (Key_Shared checks its mode)."""
+        """Raise ConsumerBusyError or ConsumerAssignError when ``consumer`` cannot join (Key_Shared
+        checks its mode, ordering and ranges)."""
 
     # -- consumers and permits -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:

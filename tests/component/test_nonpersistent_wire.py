@@ -273,3 +273,33 @@ async def test_a_subscription_keeps_an_inactive_topic_in_every_delete_mode() -> 
         await eventually(lambda: service.inactive_topics.checks >= checks + 2, "two inactive-topic checks")
         assert service.get_topic_if_loaded(name) is topic and not topic.closed
         c.close()
+
+
+async def test_a_consumer_unlike_the_subscription_is_refused_as_in_pulsar(broker: Broker) -> None:
+    """Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: another type, another Key_Shared
+    mode or another ordering is ConsumerBusy, with these words (the mode and ordering ones were
+    ConsumerAssignError)."""
+    c = await client(broker)
+    c.send(subscribe_cmd(1, 1, "first", pb.CommandSubscribe.Key_Shared))
+    assert (await c.recv()).type == T.SUCCESS
+    other_type = subscribe_cmd(2, 2, "other", pb.CommandSubscribe.Shared)
+    sticky = subscribe_cmd(3, 3, "sticky", pb.CommandSubscribe.Key_Shared)
+    sticky.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+    sticky.subscribe.keySharedMeta.hashRanges.add(start=0, end=100)
+    out_of_order = subscribe_cmd(4, 4, "ooo", pb.CommandSubscribe.Key_Shared)
+    out_of_order.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.AUTO_SPLIT
+    out_of_order.subscribe.keySharedMeta.allowOutOfOrderDelivery = True
+    expected = [
+        "Subscription is of different type. Active subscription type of 'Key_Shared' is different than "
+        "the connecting consumer's type 'Shared'.",
+        "Subscription is of different type. Active subscription key_shared mode of 'AUTO_SPLIT' is different "
+        "than the connecting consumer's key_shared mode 'STICKY'.",
+        "Subscription is of different type. Active subscription does not allow out of order delivery while "
+        "the connecting consumer allows it.",
+    ]
+    for cmd, message in zip((other_type, sticky, out_of_order), expected, strict=True):
+        c.send(cmd)
+        reply = await c.recv()
+        assert reply.type == T.ERROR
+        assert (reply.error.error, reply.error.message) == (pb.ServerError.ConsumerBusy, message)
+    c.close()
