@@ -57,6 +57,11 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
     def active_consumer_name(self) -> str | None:
         return None
 
+    @property
+    def key_shared_mode(self) -> str | None:
+        """AUTO_SPLIT or STICKY for Key_Shared (its subscription stats' keySharedMode)."""
+        return None
+
     @abstractmethod
     def select(self, meta: EntryMeta) -> Consumer | None:
         """The consumer that takes this entry now, or None to drop it."""
@@ -151,6 +156,10 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
     @property
     def type_name(self) -> str:
         return "Key_Shared"
+
+    @property
+    def key_shared_mode(self) -> str | None:
+        return "STICKY" if self.selector.sticky else "AUTO_SPLIT"
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
         self.selector.validate_new_consumer(consumer, self.consumers, self.allow_out_of_order)
