@@ -339,7 +339,7 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
     totals = sampler.subscription_totals(sub)
     rate = sampler.sub_out.get(sub, ZERO)
     dispatcher = sub.dispatcher
-    return {
+    stats: dict[str, Any] = {
         "msgRateOut": rate.msgs,
         "msgThroughputOut": rate.bytes,
         "bytesOutCounter": totals.bytes_out,
@@ -374,6 +374,9 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "subscriptionProperties": dict(sub.subscription_properties),
         "msgDropRate": sampler.sub_drop.get(sub, 0.0),
     }
+    if dispatcher is not None and dispatcher.key_shared_mode is not None:
+        stats["keySharedMode"] = dispatcher.key_shared_mode  # as NonPersistentSubscription.getStats sets it
+    return stats
 
 
 def _stored_parts(topic: PersistentTopic, sampler: StatsSampler) -> tuple[dict[str, dict[str, Any]], int, int]:

@@ -90,7 +90,8 @@ class Dispatcher(ConsumerMembers, ABC):
         self.check_invariant()
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
-        """Raise ConsumerAssignError when ``consumer`` cannot join (Key_Shared checks its mode)."""
+        """Raise ConsumerBusyError or ConsumerAssignError when ``consumer`` cannot join (Key_Shared
+        checks its mode, ordering and ranges)."""
 
     # -- flow --------------------------------------------------------------------------------------
     def flow(self, consumer: Consumer, permits: int) -> None:

@@ -2,8 +2,11 @@
 
 Shared by the persistent Key_Shared dispatcher and the non-persistent one. The sticky key
 (ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into 0..65535.
-AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name);
-STICKY uses the ranges each consumer declared, and overlapping ranges are refused at subscribe.
+AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name and
+a per-name index, as Pulsar 4.0's ConsistentHashingStickyKeyConsumerSelector does: consumers
+sharing a name get distinct points, so each owns its share of the keys); a point two consumers hash
+to belongs to the one that came first. STICKY uses the ranges each consumer declared, and
+overlapping ranges are refused at subscribe.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import mmh3
 
-from broker.errors import ConsumerAssignError
+from broker.errors import ConsumerAssignError, ConsumerBusyError
 from broker.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
 
 HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
 POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
+
+
+def _mode_name(sticky: bool) -> str:
+    return pb.KeySharedMode.Name(pb.KeySharedMode.STICKY if sticky else pb.KeySharedMode.AUTO_SPLIT)
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -35,15 +42,29 @@ class KeySelector:
         self.sticky = sticky
         self._consumers: list[Consumer] = []
         self._ring: list[tuple[int, int]] = []  # (point, index into _consumers)
+        # id(consumer) -> (consumer, its name index): the lowest index no other member of that
+        # name holds, kept while it is a member (Pulsar's ConsumerNameIndexTracker). The entry
+        # holds the consumer, so an id is never reused while it is here.
+        self._name_index: dict[int, tuple[Consumer, int]] = {}
+
+    def _update_name_indexes(self) -> None:
+        present = {id(c) for c in self._consumers}
+        self._name_index = {k: v for k, v in self._name_index.items() if k in present}
+        for c in self._consumers:
+            if id(c) not in self._name_index:
+                taken = {i for other, i in self._name_index.values() if other.name == c.name}
+                self._name_index[id(c)] = (c, next(i for i in range(len(taken) + 1) if i not in taken))
 
     def rebuild(self, consumers: Sequence[Consumer]) -> None:
         self._consumers = list(consumers)
         if self.sticky:
             return
+        self._update_name_indexes()
         ring: list[tuple[int, int]] = []
         for i, c in enumerate(self._consumers):
+            name_index = self._name_index[id(c)][1]
             for k in range(POINTS_PER_CONSUMER):
-                ring.append((sticky_key_hash(f"{c.name}{k}".encode()), i))
+                ring.append((sticky_key_hash(f"{c.name}\0{name_index}\0{k}".encode()), i))
         ring.sort()
         self._ring = ring
 
@@ -63,14 +84,23 @@ class KeySelector:
 
     def validate_new_consumer(self, consumer: Consumer, members: Sequence[Consumer],
                               allow_out_of_order: bool) -> None:
-        """ConsumerAssignError when ``consumer`` cannot join ``members`` (mode, ordering or ranges differ)."""
+        """Why ``consumer`` cannot join ``members``: a mode or ordering other than the subscription's
+        is ConsumerBusyError, in the words of Pulsar's
+        AbstractSubscription.checkForConsumerCompatibilityErrorWithDispatcher; STICKY ranges that
+        are missing, invalid or taken are ConsumerAssignError (HashRangeExclusiveStickyKeyConsumerSelector)."""
         meta = consumer.key_shared_meta
         mode_sticky = meta is not None and meta.keySharedMode == pb.KeySharedMode.STICKY
         if mode_sticky != self.sticky:
-            raise ConsumerAssignError("Key_Shared mode differs from the subscription's")
+            raise ConsumerBusyError(
+                "Subscription is of different type. Active subscription key_shared mode of "
+                f"'{_mode_name(self.sticky)}' is different than the connecting consumer's key_shared mode "
+                f"'{_mode_name(mode_sticky)}'.")
         ooo = meta is not None and meta.allowOutOfOrderDelivery
         if members and ooo != allow_out_of_order:
-            raise ConsumerAssignError("allowOutOfOrderDelivery differs from the subscription's")
+            raise ConsumerBusyError("Subscription is of different type. " + (
+                "Active subscription allows out of order delivery while the connecting consumer does not allow it."
+                if allow_out_of_order else
+                "Active subscription does not allow out of order delivery while the connecting consumer allows it."))
         if not self.sticky:
             return
         if not consumer.hash_ranges:

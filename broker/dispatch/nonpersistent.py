@@ -15,7 +15,8 @@ One dispatcher per subscription type, as in Pulsar:
   learn who is active through ACTIVE_CONSUMER_CHANGE.
 - Shared: round robin over the available consumers, best priority level first (shared.py).
 - Key_Shared: the owner of the message key's hash (key_selector.py). There is no per-key drain
-  state to keep: nothing is ever redelivered.
+  state to keep: nothing is ever redelivered. A key no consumer owns (outside every STICKY range)
+  is released without being counted as dropped, as in Pulsar.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
     def active_consumer_name(self) -> str | None:
         return None
 
+    @property
+    def key_shared_mode(self) -> str | None:
+        """AUTO_SPLIT or STICKY for Key_Shared (its subscription stats' keySharedMode)."""
+        return None
+
     @abstractmethod
     def select(self, meta: EntryMeta) -> Consumer | None:
         """The consumer that takes this entry now, or None to drop it."""
@@ -64,7 +70,8 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
         """``consumer`` joined or left."""
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
-        """Raise ConsumerAssignError when ``consumer`` cannot join (Key_Shared checks its mode)."""
+        """Raise ConsumerBusyError or ConsumerAssignError when ``consumer`` cannot join (Key_Shared
+        checks its mode, ordering and ranges)."""
 
     # -- consumers and permits -------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -89,13 +96,17 @@ class NonPersistentDispatcher(ConsumerMembers, ABC):
 
     # -- dispatch --------------------------------------------------------------------------------
     def send(self, entry: bytes, meta: EntryMeta) -> bool:
-        """Deliver ``entry`` to the selected consumer; False when nobody can take it (dropped)."""
+        """Deliver ``entry`` to the selected consumer; False when nobody can take it (dropped and
+        counted). Key_Shared releases an entry whose key no consumer owns uncounted."""
         consumer = self.select(meta)
         if consumer is None:
             return False
+        self._deliver(consumer, entry, meta)
+        return True
+
+    def _deliver(self, consumer: Consumer, entry: bytes, meta: EntryMeta) -> None:
         self.take_permits(consumer, meta.num_messages)
         consumer.send_unstored(entry, meta.num_messages)
-        return True
 
 
 class NonPersistentSingleActiveDispatcher(ActiveConsumerElection, NonPersistentDispatcher):
@@ -146,6 +157,10 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
     def type_name(self) -> str:
         return "Key_Shared"
 
+    @property
+    def key_shared_mode(self) -> str | None:
+        return "STICKY" if self.selector.sticky else "AUTO_SPLIT"
+
     def validate_new_consumer(self, consumer: Consumer) -> None:
         self.selector.validate_new_consumer(consumer, self.consumers, self.allow_out_of_order)
 
@@ -155,3 +170,14 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
     def select(self, meta: EntryMeta) -> Consumer | None:
         owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
         return owner if owner is not None and available(owner) else None
+
+    def send(self, entry: bytes, meta: EntryMeta) -> bool:
+        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
+        if owner is None:
+            # No consumer's range covers the key (STICKY): released without counting a drop, as
+            # Pulsar's NonPersistentStickyKeyDispatcherMultipleConsumers.sendMessages does.
+            return True
+        if not available(owner):
+            return False
+        self._deliver(owner, entry, meta)
+        return True

@@ -33,9 +33,9 @@ brokerDeleteInactivePartitionedTopicMetadataEnabled is set.
 
 A non-persistent topic is forgotten as soon as its last producer and consumer leave; the monitor
 collects the ones no client ever attached to (an admin's create, a refused SUBSCRIBE or PRODUCER),
-as Pulsar's NonPersistentTopic.checkGC does: inactive (no producer, no consumer; in mode
-delete_when_no_subscriptions, no subscription either) for maxInactiveDurationSeconds. They hold
-nothing, so retention does not keep them.
+as Pulsar's NonPersistentTopic.checkGC does: inactive (no producer, no consumer, no subscription,
+whatever the delete mode) for maxInactiveDurationSeconds. They hold nothing, so retention does not
+keep them.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ class InactiveTopicMonitor:
         if not policy.delete_while_inactive:
             return False
         now = time.monotonic()
-        if not topic.is_idle or (policy.delete_mode == DELETE_WHEN_NO_SUBSCRIPTIONS and topic.subscriptions):
+        # Pulsar's NonPersistentTopic.isActive ignores the delete mode: any subscription keeps it.
+        if not topic.is_idle or topic.subscriptions:
             topic.last_active = now
             return False
         return now - topic.last_active >= policy.max_inactive_s

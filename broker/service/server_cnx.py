@@ -598,7 +598,7 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.CONSUME, c.subscription)
             if c.read_compacted and not name.persistent:
-                raise NotAllowedError("read_compacted is not allowed on non-persistent topics")
+                raise NotAllowedError("readCompacted only valid on persistent topics")  # NonPersistentTopic's words
             if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=c.force_topic_creation)

@@ -62,8 +62,12 @@ def position_of(mid: pb.MessageIdData) -> Position:
 def check_consumer_admission(sub: AnySubscription, consumer: Consumer) -> None:
     """Pulsar's checks before a consumer joins a subscription, for both kinds of topic."""
     members = sub.consumers
-    if members and sub.sub_type != consumer.sub_type:
-        raise ConsumerBusyError("Subscription is of different type")
+    active_type = sub.sub_type
+    if members and active_type is not None and active_type != consumer.sub_type:
+        raise ConsumerBusyError(  # Pulsar's checkForConsumerCompatibilityErrorWithDispatcher
+            "Subscription is of different type. Active subscription type of "
+            f"'{Sub.SubType.Name(active_type)}' is different than the connecting consumer's type "
+            f"'{Sub.SubType.Name(consumer.sub_type)}'.")
     if consumer.sub_type == Sub.Exclusive and members:
         raise ConsumerBusyError("Exclusive consumer is already connected")
     service, name = sub.topic.service, sub.topic.name

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from broker.dispatch.key_selector import sticky_key_hash
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -107,6 +108,7 @@ async def test_last_message_id_seek_ack_and_read_compacted(broker: Broker) -> No
     c.send(compacted)
     reply = await c.recv()
     assert reply.type == T.ERROR and reply.error.error == pb.ServerError.NotAllowedError
+    assert reply.error.message == "readCompacted only valid on persistent topics"  # Pulsar's words
     c.close()
 
 
@@ -202,3 +204,102 @@ async def test_a_topic_no_client_ever_attached_to_is_collected_when_inactive() -
                          "the inactive topic to be forgotten")
         assert topic.closed
         c.close()
+
+
+async def test_key_shared_consumers_of_one_name_share_the_keys(broker: Broker) -> None:
+    """Clients often give every instance the same consumer name: each still owns part of the ring
+    (Pulsar 4.0 adds a per-name index to the points). Before, both had the same points and the
+    first took every key."""
+    a, b = await client(broker), await client(broker)
+    for c, consumer_id in ((a, 1), (b, 2)):
+        c.send(subscribe_cmd(consumer_id, 1, "same", pb.CommandSubscribe.Key_Shared))
+        assert (await c.recv()).type == T.SUCCESS
+        c.send(flow_cmd(consumer_id, 1000))
+    a.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await a.recv()).type == T.PRODUCER_SUCCESS
+    keys = 64
+    for i in range(keys):
+        a.send(*send_frame(7, i, b"x", partition_key=f"key-{i}"))
+    sub = subscription(broker)
+    await eventually(lambda: sum(c.msg_out for c in sub.consumers) == keys, "every message delivered")
+    assert sub.msg_dropped == 0
+    assert all(c.msg_out > 0 for c in sub.consumers), [c.msg_out for c in sub.consumers]
+    a.close()
+    b.close()
+
+
+async def test_key_shared_counts_as_dropped_only_what_an_owner_could_not_take(broker: Broker) -> None:
+    """A key outside every STICKY range has no consumer: Pulsar releases it without counting a drop.
+    A key whose owner has no permits is dropped and counted (msgDropRate)."""
+    covered = sticky_key_hash(b"in")
+    assert sticky_key_hash(b"out") != covered
+    c = await client(broker)
+    cmd = subscribe_cmd(1, 1, "sticky", pb.CommandSubscribe.Key_Shared)
+    cmd.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+    cmd.subscribe.keySharedMeta.hashRanges.add(start=covered, end=covered)
+    c.send(cmd)
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(*send_frame(7, 0, b"x", partition_key="in"))  # owned, but no permits: dropped
+    c.send(*send_frame(7, 1, b"y", partition_key="out"))  # nobody's: released
+    for _ in range(2):
+        assert (await c.recv()).type == T.SEND_RECEIPT  # each dispatched right after its receipt
+    assert subscription(broker).msg_dropped == 1
+    c.close()
+
+
+async def test_a_subscription_keeps_an_inactive_topic_in_every_delete_mode() -> None:
+    """Pulsar's NonPersistentTopic.isActive ignores inactiveTopicDeleteMode: any subscription keeps
+    the topic. Here the subscription a refused SUBSCRIBE left behind (a STICKY consumer without
+    ranges: the subscription is made before the consumer is refused, and stays, as in Pulsar). In
+    delete_when_subscriptions_caught_up mode the topic was collected with it."""
+    async with Broker(brokerDeleteInactiveTopicsMode="delete_when_subscriptions_caught_up",
+                      brokerDeleteInactiveTopicsFrequencySeconds=0.05,
+                      brokerDeleteInactiveTopicsMaxInactiveDurationSeconds=1) as broker:
+        assert broker.server is not None
+        service = broker.server.service
+        c = await client(broker)
+        cmd = subscribe_cmd(1, 1, "sticky", pb.CommandSubscribe.Key_Shared)
+        cmd.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+        c.send(cmd)
+        reply = await c.recv()
+        assert reply.type == T.ERROR and reply.error.error == pb.ServerError.ConsumerAssignError
+        name = TopicName.parse(TOPIC)
+        topic = service.get_topic_if_loaded(name)
+        assert topic is not None and list(topic.subscriptions) == ["sub"] and not topic.subscriptions["sub"].consumers
+        topic.last_active -= 3600  # inactive for long enough already
+        checks = service.inactive_topics.checks
+        await eventually(lambda: service.inactive_topics.checks >= checks + 2, "two inactive-topic checks")
+        assert service.get_topic_if_loaded(name) is topic and not topic.closed
+        c.close()
+
+
+async def test_a_consumer_unlike_the_subscription_is_refused_as_in_pulsar(broker: Broker) -> None:
+    """Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: another type, another Key_Shared
+    mode or another ordering is ConsumerBusy, with these words (the mode and ordering ones were
+    ConsumerAssignError)."""
+    c = await client(broker)
+    c.send(subscribe_cmd(1, 1, "first", pb.CommandSubscribe.Key_Shared))
+    assert (await c.recv()).type == T.SUCCESS
+    other_type = subscribe_cmd(2, 2, "other", pb.CommandSubscribe.Shared)
+    sticky = subscribe_cmd(3, 3, "sticky", pb.CommandSubscribe.Key_Shared)
+    sticky.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY
+    sticky.subscribe.keySharedMeta.hashRanges.add(start=0, end=100)
+    out_of_order = subscribe_cmd(4, 4, "ooo", pb.CommandSubscribe.Key_Shared)
+    out_of_order.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.AUTO_SPLIT
+    out_of_order.subscribe.keySharedMeta.allowOutOfOrderDelivery = True
+    expected = [
+        "Subscription is of different type. Active subscription type of 'Key_Shared' is different than "
+        "the connecting consumer's type 'Shared'.",
+        "Subscription is of different type. Active subscription key_shared mode of 'AUTO_SPLIT' is different "
+        "than the connecting consumer's key_shared mode 'STICKY'.",
+        "Subscription is of different type. Active subscription does not allow out of order delivery while "
+        "the connecting consumer allows it.",
+    ]
+    for cmd, message in zip((other_type, sticky, out_of_order), expected, strict=True):
+        c.send(cmd)
+        reply = await c.recv()
+        assert reply.type == T.ERROR
+        assert (reply.error.error, reply.error.message) == (pb.ServerError.ConsumerBusy, message)
+    c.close()

@@ -179,6 +179,15 @@ def test_a_consumer_without_permits_makes_drops_counted_in_stats(
     assert consumer.receive(TIMEOUT_MS).data() == b"m0"
 
 
+def test_key_shared_subscription_stats_name_the_mode(client: pulsar.Client, admin: Admin) -> None:
+    """NonPersistentSubscription.getStats sets keySharedMode for a Key_Shared subscription."""
+    topic = np_topic("np-ks-stats")
+    client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+    client.subscribe(topic, "ex")
+    assert sub_stats(admin, topic, "ks")["keySharedMode"] == "AUTO_SPLIT"
+    assert "keySharedMode" not in sub_stats(admin, topic, "ex")
+
+
 def test_a_batch_costs_one_permit_per_message(broker: BrokerThread, client: pulsar.Client) -> None:
     topic = np_topic("np-batch-permits")
     consumer = client.subscribe(topic, "s", receiver_queue_size=5)
