@@ -49,6 +49,7 @@ from broker.service.consumer import Consumer
 from broker.service.producer import Producer, ProducerState, QueuedSend
 from broker.service.schemas import decode_version, encode_version, to_proto
 from broker.service.subscription import position_of
+from broker.service.topic import check_subscription_name
 from broker.service.topic_watchers import TopicWatchers, compile_pattern
 from broker.service.txn_commands import CoordinatorCommands
 from broker.service.wire import WireConnection
@@ -603,6 +604,7 @@ class ServerCnx:
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
+            check_subscription_name(c.subscription)
             host = self.remote_address.rsplit(":", 1)[0]
             if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
                 raise NotAllowedError("Subscribe limited by subscribe rate limit per consumer.")

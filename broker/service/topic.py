@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from broker.dispatch.entry_metas import SharedEntryMetas
 from broker.errors import (
+    ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
     TooManySubscriptionsError,
@@ -48,6 +49,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
 T = TypeVar("T")
+
+
+RESERVED_SUBSCRIPTION = "Subscription with reserved subscription name attempted"  # (Pulsar's words)
+
+
+def check_subscription_name(name: str) -> None:
+    """A client may not subscribe with the name of one of the broker's own cursors (a replicator's,
+    deduplication's, the transaction buffer's): it would share that cursor, and its acks would move
+    it. As Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup (its
+    NamingException reaches the client as ProducerBusy)."""
+    if not PersistentTopic.is_subscription_cursor(name):
+        raise ProducerBusyError(RESERVED_SUBSCRIPTION)
 
 
 class PersistentTopic(AbstractTopic):
@@ -183,7 +196,8 @@ class PersistentTopic(AbstractTopic):
     @staticmethod
     def is_subscription_cursor(name: str) -> bool:
         """A stored cursor that is a subscription, not one of the broker's own (deduplication's,
-        the replicators')."""
+        the transaction buffer's, the replicators'). Their names are reserved: no client or admin
+        call may subscribe with one (``check_subscription_name``)."""
         return name not in (DEDUP_CURSOR, BUFFER_CURSOR) and not is_replicator_name(name)
 
     async def get_or_create_subscription(

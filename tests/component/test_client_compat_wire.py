@@ -215,3 +215,34 @@ async def test_initial_subscription_refused_when_auto_subscription_creation_is_o
     loaded = service.topics.get(topic)
     assert loaded is None or "init" not in loaded.ledger.cursors
     c.close()
+
+
+@pytest.mark.parametrize("subscription", ["pulsar.dedup", "pulsar.repl.elsewhere", "pulsar.txn.buffer"])
+async def test_a_broker_cursor_name_is_refused_as_a_subscription(broker: Broker, subscription: str) -> None:
+    """The names of the broker's own cursors (deduplication's, a replicator's, the transaction buffer's) are
+    reserved, as Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup (ProducerBusy, its
+    words; the C++ client reports it as InvalidConfiguration): a consumer on one would share that cursor and move
+    it with its acks (deduplication's snapshot, what a replicator has sent). Both were let in. The admin API's
+    subscription create refuses them too (412; Pulsar's does not check, but the collision is the same)."""
+    topic = f"persistent://public/default/reserved-{uuid.uuid4().hex[:8]}"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd(topic, producer_id=1, request_id=1))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.send(subscribe_cmd(topic, subscription, consumer_id=1, request_id=2))
+    reply = await c.recv()
+    assert reply.type == T.ERROR
+    assert (reply.error.error, reply.error.message) == (
+        pb.ProducerBusy, "Subscription with reserved subscription name attempted")
+    c.send(subscribe_cmd(topic, "ordinary", consumer_id=2, request_id=3))
+    assert (await c.recv()).type == T.SUCCESS  # (the connection goes on)
+    path = f"{broker.web_url}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}"
+    async with aiohttp.ClientSession() as http:
+        async with http.put(f"{path}/subscription/{subscription}") as r:
+            assert r.status == 412
+        async with http.get(f"{path}/subscriptions") as r:
+            assert await r.json() == ["ordinary"]
+    assert broker.server is not None
+    loaded = broker.server.service.topics[topic]
+    assert subscription not in loaded.subscriptions and subscription not in loaded.ledger.cursors
+    c.close()
