@@ -271,6 +271,9 @@ class BrokerConfig:
     # Also delete a partitioned topic's metadata once its last partition was deleted as inactive.
     brokerDeleteInactivePartitionedTopicMetadataEnabled: bool = False
     dispatcherMaxReadBatchSize: int = setting(100, POSITIVE)
+    # Failover: partitions too elect their active consumer from the hash ring of consumer names (a
+    # non-partitioned topic always does), rather than partition k taking consumer k % n.
+    activeConsumerFailoverConsistentHashing: bool = False
     # Bytes per dispatcher read, at most (past the first entry): with large entries it, not the
     # entry count, bounds what one read holds in memory (Pulsar's key and default, 5 MB).
     dispatcherMaxReadSizeBytes: int = setting(5 * 1024 * 1024, POSITIVE)

@@ -210,6 +210,10 @@ class DispatchContext:
     name: str
     # Partition of a partitioned topic, -1 otherwise (Failover spreads partitions by it).
     partition_index: int = -1
+    # The topic's full name: a persistent Failover subscription of a non-partitioned topic elects its active
+    # consumer from a hash ring by it (every partition too with activeConsumerFailoverConsistentHashing).
+    topic_name: str = ""
+    failover_consistent_hashing: bool = False
     # dispatcherMaxReadBatchSize: entries per read, at most.
     max_read_batch: int = 100
     # dispatcherMaxReadSizeBytes: bytes per read, at most (past the first entry).

@@ -1,31 +1,63 @@
 """Exclusive and Failover: one active consumer receives everything, in order.
 
-Failover keeps several consumers and elects one active: consumers sorted by (priority_level,
-name); a partition k of a partitioned topic picks index ``k % n`` (spreading partitions over
-consumers), a non-partitioned topic picks the first. On every change each consumer is told
-whether it is active (ACTIVE_CONSUMER_CHANGE, Failover only), and the cursor is rewound so the
-new active consumer gets every message the old one had not acknowledged.
+Failover keeps several consumers and elects one active among those of the highest priority level
+(lowest number), sorted by name: a partition k of a partitioned topic picks index ``k % n``
+(spreading partitions over consumers); a non-partitioned persistent topic (and every partition with
+activeConsumerFailoverConsistentHashing) picks from a hash ring of the consumers' names by the
+topic's name, as Pulsar's AbstractDispatcherSingleActiveConsumer does, so which consumer is active
+does not depend on names sorting first; a non-persistent topic picks the first (Pulsar passes it
+partition 0). On every change each consumer is told whether it is active (ACTIVE_CONSUMER_CHANGE,
+Failover only), and the cursor is rewound so the new active consumer gets every message the old one
+had not acknowledged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Sequence
+
+import mmh3
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.context import CompactedView, Consumer, Delivery, DispatchContext, new_delivery
 from broker.protocol import commands
 from managed_ledger import Entry, ManagedCursor, Position
 
+# Points each consumer has on the hash ring of a Failover election (Pulsar's CONSUMER_CONSISTENT_HASH_REPLICAS).
+RING_POINTS_PER_CONSUMER = 100
 
-def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
-    """The active consumer (also used by the non-persistent dispatcher): the highest priority level
-    (lowest number) sorted by name; partition k picks ``k % n`` of them, a non-partitioned topic the first."""
+
+def elect_active(consumers: Sequence[Consumer], partition_index: int, ring_topic: str | None = None) -> Consumer | None:
+    """The active consumer (also used by the non-persistent dispatcher) among the highest priority level
+    (lowest number), sorted by name: with ``ring_topic`` (the topic's name), the one whose point on a
+    hash ring of their names follows that name's hash; else partition k picks ``k % n`` of them, and a
+    non-partitioned topic the first."""
     if not consumers:
         return None
     ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
     top = [c for c in ordered if c.priority_level == ordered[0].priority_level]
+    if ring_topic is not None:
+        return top[_ring_index(top, ring_topic)]
     return top[partition_index % len(top)] if partition_index >= 0 else top[0]
+
+
+def _hash31(data: bytes) -> int:
+    """Pulsar's Murmur3_32Hash.makeHash: Murmur3 32-bit, seed 0, as a non-negative Java int."""
+    return int(mmh3.hash(data, 0, signed=False)) & 0x7FFFFFFF
+
+
+def _ring_index(top: Sequence[Consumer], topic: str) -> int:
+    """Pulsar's makeHashRing + peekConsumerIndexFromHashRing: each consumer's name + 0..99 hashed onto
+    a ring (a point two consumers hash to is the later one's, as a TreeMap put), and the first point
+    at or after the topic name's hash, wrapping to the first point."""
+    ring: dict[int, int] = {}
+    for i, c in enumerate(top):
+        for j in range(RING_POINTS_PER_CONSUMER):
+            ring[_hash31(f"{c.name}{j}".encode())] = i
+    points = sorted(ring)
+    k = bisect.bisect_left(points, _hash31(topic.encode()))
+    return ring[points[k] if k < len(points) else points[0]]
 
 
 class ActiveConsumerElection:
@@ -35,11 +67,14 @@ class ActiveConsumerElection:
 
     consumers: list[Consumer]
 
-    def _init_election(self, failover: bool, loop: asyncio.AbstractEventLoop, partition_index: int) -> None:
+    def _init_election(self, failover: bool, loop: asyncio.AbstractEventLoop, partition_index: int,
+                       ring_topic: str | None = None) -> None:
+        """``ring_topic``: elect from a hash ring by this topic name (see ``elect_active``)."""
         self.failover = failover
         self.active: Consumer | None = None
         self._election_loop = loop
         self._partition_index = partition_index
+        self._ring_topic = ring_topic
 
     @property
     def type_name(self) -> str:
@@ -50,7 +85,7 @@ class ActiveConsumerElection:
         return self.active.name if self.active is not None else None
 
     def _elect(self) -> Consumer | None:
-        return elect_active(self.consumers, self._partition_index)
+        return elect_active(self.consumers, self._partition_index, self._ring_topic)
 
     def _notify(self, consumer: Consumer, active: bool) -> None:
         # Deferred one loop turn so a new consumer's SUBSCRIBE success goes out first.
@@ -61,7 +96,8 @@ class ActiveConsumerElection:
 class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
     def __init__(self, context: DispatchContext, cursor: ManagedCursor, failover: bool) -> None:
         super().__init__(context, cursor)
-        self._init_election(failover, context.loop, context.partition_index)
+        ring = context.partition_index < 0 or context.failover_consistent_hashing
+        self._init_election(failover, context.loop, context.partition_index, context.topic_name if ring else None)
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()

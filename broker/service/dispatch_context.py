@@ -39,6 +39,8 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         loop=topic.loop,
         name=sub.name,
         partition_index=topic.name.partition_index,
+        topic_name=topic.name.full,
+        failover_consistent_hashing=service.config.activeConsumerFailoverConsistentHashing,
         max_read_batch=service.config.dispatcherMaxReadBatchSize,
         max_read_bytes=service.config.dispatcherMaxReadSizeBytes,
         policy=policy.get,
