@@ -1,10 +1,11 @@
 """Topic compaction: the latest message per key, kept durably through the managed ledger.
 
 Compaction reads the topic up to a horizon (its last entry when the run starts), finds for every
-key (the partition key) the last message, and keeps only those; a null-value message deletes its
-key; messages without a key are dropped unless topicCompactionRetainNullKey (Pulsar's default since
-PIP-318 is to drop them). Batches are read message by message; one that cannot be read is kept
-whole, its keys unknown (as Pulsar's compactor keeps it).
+key (the partition key) the last message, and keeps only those; a message with an empty payload
+(null-value or not) deletes its key; messages without a key are dropped unless
+topicCompactionRetainNullKey (Pulsar's default since PIP-318 is to drop them). Batches are read
+message by message; one that cannot be read is kept whole, its keys unknown (as Pulsar's compactor
+keeps it).
 
 The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
 only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
@@ -96,7 +97,18 @@ def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
 
 class _Message(NamedTuple):
     key: str | None
-    null_value: bool
+    null_value: bool  # the client's null value
+    tombstone: bool  # deletes its key: a null value, or an empty payload
+
+
+def _message(key: str | None, null_value: bool, payload_size: int) -> _Message:
+    return _Message(key, null_value, _is_tombstone(null_value, payload_size))
+
+
+def _is_tombstone(null_value: bool, payload_size: int) -> bool:
+    """Pulsar's compactor deletes a key on a message whose payload is empty (its size, uncompressed,
+    is 0), null_value flagged or not: an empty value (Java's ``value(new byte[0])``) deletes too."""
+    return null_value or payload_size == 0
 
 
 class UnreadableBatchError(ValueError):
@@ -108,7 +120,8 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
     for a batch that cannot be read."""
     md, payload = _payload_of(entry)
     if not md.HasField("num_messages_in_batch"):
-        yield _Message(md.partition_key if md.HasField("partition_key") else None, md.null_value)
+        size = md.uncompressed_size if md.HasField("uncompressed_size") else len(payload)
+        yield _message(md.partition_key if md.HasField("partition_key") else None, md.null_value, size)
         return
     try:
         data = decompress(md.compression, payload, md.uncompressed_size)
@@ -124,7 +137,7 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
             raise UnreadableBatchError(f"message {i} of {md.num_messages_in_batch}: {exc}") from exc
         pos += 4 + size + single.payload_size
         key = single.partition_key if single.HasField("partition_key") else None
-        yield _Message(key, single.null_value)
+        yield _message(key, single.null_value, single.payload_size)
 
 
 def _batch_count(entry: bytes) -> int | None:
@@ -174,7 +187,7 @@ def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[Compac
         parsed.append((e, msgs))
         for i, m in enumerate(msgs):
             if m.key is not None:
-                latest[m.key] = (e.position, i, m.null_value)
+                latest[m.key] = (e.position, i, m.tombstone)
     kept: list[CompactedEntry] = []
     for e, read in parsed:
         if read is None:

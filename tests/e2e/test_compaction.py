@@ -178,3 +178,20 @@ def test_read_compacted_seek_and_last_message_id(broker: BrokerThread, client: p
                                 initial_position=pulsar.InitialPosition.Earliest)
     last = consumer.get_last_message_id()
     assert (last.ledger_id(), last.entry_id()) == (ids[4].ledger_id(), ids[4].entry_id())
+
+
+def test_empty_payload_with_a_key_deletes_the_key(broker: BrokerThread, client: pulsar.Client) -> None:
+    # Pulsar's compactor takes a keyed message with an empty payload (size 0) as a tombstone, whether
+    # or not the client flagged it null_value: Java's value(new byte[0]) is the documented way to delete.
+    topic = topic_name("empty-tombstone")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"a1", partition_key="a")
+    producer.send(b"b1", partition_key="b")
+    producer.send(b"", partition_key="a")
+    batched = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    batched.send_async(b"c1", None, partition_key="c")
+    batched.send_async(b"", None, partition_key="b")
+    batched.flush()
+    compact(broker, topic)
+    assert read_all(client, topic) == [("c", b"c1")]
+
