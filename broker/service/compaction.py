@@ -1,6 +1,8 @@
 """Topic compaction: the latest message per key, kept durably through the managed ledger.
 
-Compaction reads the topic up to a horizon (its last entry when the run starts), finds for every
+Compaction reads the last run's compacted view, then the topic after that view's horizon up to a new
+horizon (its last entry when the run starts), as Pulsar's compactor reads through a readCompacted
+reader: the topic's ledgers before the last horizon may be deleted by retention. It finds for every
 key (the partition key) the last message, and keeps only those; a message with an empty payload
 (null-value or not) deletes its key; messages without a key are dropped unless
 topicCompactionRetainNullKey (Pulsar's default since PIP-318 is to drop them). Batches are read
@@ -30,7 +32,7 @@ import enum
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -148,9 +150,10 @@ def _batch_count(entry: bytes) -> int | None:
 
 # -- the compactor ----------------------------------------------------------------------------------------
 
-async def _read_range(topic: PersistentTopic, horizon: Position) -> list[Entry]:
+async def _read_range(topic: PersistentTopic, after: Position, horizon: Position) -> list[Entry]:
+    """The topic's entries after ``after`` up to ``horizon``."""
     ledger = topic.ledger
-    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-reader")
+    cursor = ledger.new_non_durable_cursor(after, "__compaction-reader")
     out: list[Entry] = []
     try:
         while True:
@@ -169,35 +172,49 @@ def _hidden(e: Entry, buffer: TransactionBuffer) -> bool:
     return (meta.is_marker and meta.txn is not None) or (meta.txn is not None and buffer.is_aborted(*meta.txn))
 
 
-def select_survivors(entries: list[Entry], retain_null_key: bool) -> list[CompactedEntry]:
-    """Pass 1 finds each key's last message; pass 2 keeps entries holding a survivor."""
+def _present(ack_set: list[int] | None, index: int) -> bool:
+    """Whether message ``index`` of an entry is in it: all are, unless an earlier run kept the entry
+    with an ack_set (its clear bits were compacted away and stay away)."""
+    return ack_set is None or bool((ack_set[index // 64] >> (index % 64)) & 1)
+
+
+def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
+                     previous: Sequence[CompactedEntry] = ()) -> list[CompactedEntry]:
+    """Pass 1 finds each key's last message; pass 2 keeps entries holding a survivor.
+
+    ``previous``: the view of the last run, which comes first: as Pulsar's compactor reads the
+    compacted ledger and then the topic after its horizon, a key whose topic ledgers retention has
+    deleted since lives on in the view, unless a later message of the topic supersedes it.
+    """
     latest: dict[str, tuple[Position, int, bool]] = {}
-    parsed: list[tuple[Entry, list[_Message] | None]] = []
-    for e in entries:
+    parsed: list[tuple[Entry, list[int] | None, list[_Message] | None]] = []
+    inputs = [(c.entry, c.ack_set) for c in previous] + [(e, None) for e in entries]
+    for e, ack_set in inputs:
         try:
             msgs = list(messages_of(e.data))
         except UnreadableBatchError as exc:
             # Kept whole, its keys unknown, as Pulsar's compactor keeps it: failing the run would fail
             # every later one too, and the consumers' own client decides what the batch holds.
             log.warning("compaction: the batch at %s cannot be read (%s); it is kept whole", e.position, exc)
-            parsed.append((e, None))
+            parsed.append((e, ack_set, None))
             continue
         except Exception as exc:
             raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
-        parsed.append((e, msgs))
+        parsed.append((e, ack_set, msgs))
         for i, m in enumerate(msgs):
-            if m.key is not None:
+            if m.key is not None and _present(ack_set, i):
                 latest[m.key] = (e.position, i, m.tombstone)
     kept: list[CompactedEntry] = []
-    for e, read in parsed:
+    for e, ack_set, read in parsed:
         if read is None:
             count = _batch_count(e.data) or 0
             kept.append(CompactedEntry(e, None, count, count - 1))
             continue
         msgs = read
         alive = [i for i, m in enumerate(msgs)
-                 if (m.key is None and retain_null_key and not m.null_value)
-                 or (m.key is not None and latest[m.key] == (e.position, i, False))]
+                 if _present(ack_set, i)
+                 and ((m.key is None and retain_null_key and not m.null_value)
+                      or (m.key is not None and latest[m.key] == (e.position, i, False)))]
         if not alive:
             continue
         is_batch = read_entry_metadata(e.data).HasField("num_messages_in_batch")
@@ -314,9 +331,14 @@ class Compactor:
         limit = buffer.read_limit()
         if limit is not None:  # an open transaction: compact only what consumers may read
             horizon = min(horizon, topic.ledger.previous_position(limit))
-        entries = [e for e in await _read_range(topic, horizon) if not _hidden(e, buffer)]
-        kept = select_survivors(entries, service.config.topicCompactionRetainNullKey)
+        # Incremental, as Pulsar's compactor (a readCompacted reader: the compacted ledger, then the
+        # topic after its horizon): the topic's ledgers up to the last horizon may be gone already.
         old = topic.compacted_view
+        previous = old.entries if old is not None else []
+        after = old.horizon if old is not None else Position(-1, -1)
+        horizon = max(horizon, after)
+        entries = [e for e in await _read_range(topic, after, horizon) if not _hidden(e, buffer)]
+        kept = select_survivors(entries, service.config.topicCompactionRetainNullKey, previous)
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = compacted_ledger_name(topic.name, generation)
         ledger = await service.ledger_factory.open(name, service.ledger_config)
@@ -330,8 +352,8 @@ class Compactor:
             written += len(data)
         await ledger.close()
         elapsed = max(time.monotonic() - started, 1e-9)
-        record.removed_entries += len(entries) - len(kept)
-        read = sum(len(e.data) for e in entries)
+        record.removed_entries += len(previous) + len(entries) - len(kept)
+        read = sum(len(e.data) for e in entries) + sum(len(c.entry.data) for c in previous)
         record.read_bytes += read
         record.write_bytes += written
         record.last_read_bytes_per_s = read / elapsed
@@ -342,7 +364,8 @@ class Compactor:
         topic.compacted_view = view
         if old is not None and old.ledger_name != name:
             await service.ledger_factory.delete(old.ledger_name)
-        log.info("compacted %s up to %s: %d of %d entries kept", topic.name, horizon, len(kept), len(entries))
+        log.info("compacted %s up to %s: %d of %d entries kept", topic.name, horizon, len(kept),
+                 len(previous) + len(entries))
         return view
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 from pulsar import CompressionType, MessageId
 
 from broker.embedded import BrokerThread
+from broker.service.compaction import messages_of
 from tests.e2e.conftest import topic_name
 from tests.waiting import wait_for
 
@@ -195,3 +196,39 @@ def test_empty_payload_with_a_key_deletes_the_key(broker: BrokerThread, client: 
     compact(broker, topic)
     assert read_all(client, topic) == [("c", b"c1")]
 
+
+
+
+def view_keys(broker: BrokerThread, topic: str) -> list[str]:
+    """The keys of the messages in ``topic``'s compacted view, in order (as the broker holds it)."""
+    view = broker.server.service.topics[topic].compacted_view
+    assert view is not None
+    return [m.key for c in view.entries for i, m in enumerate(messages_of(c.entry.data))
+            if m.key is not None and (c.ack_set is None or (c.ack_set[i // 64] >> (i % 64)) & 1)]
+
+
+def test_keys_compacted_before_their_ledgers_are_trimmed_survive_the_next_compaction() -> None:
+    # Pulsar's compactor reads the compacted view first, then the topic after its horizon: a key whose
+    # messages are only in the compacted ledger (their topic ledgers deleted by retention) stays.
+    with BrokerThread(managedLedgerMaxEntriesPerLedger=2, managedLedgerMinLedgerRolloverTimeMinutes=0) as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        topic = topic_name("compact-trim")
+        consumer = client.subscribe(topic, "all")
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+        for i in range(4):  # four batches, of which only the second message survives
+            producer.send_async(b"superseded", None, partition_key=f"old{i}")
+            producer.send_async(f"old{i}".encode(), None, partition_key=f"old{i}")
+            producer.flush()
+        compact(b, topic)
+        for i in range(4):
+            producer.send(f"new{i}".encode(), partition_key=f"new{i}")
+        producer.send(b"", partition_key="old3")  # a tombstone deletes a key of the view
+        for _ in range(8):
+            msg = consumer.receive(TIMEOUT_MS)
+            consumer.acknowledge(msg)
+        ledger = b.server.service.topics[topic].ledger
+        wait_for(lambda: ledger.first_position.ledger_id > msg.message_id().ledger_id(), 10,
+                 "the consumed ledgers to be trimmed")
+        compact(b, topic)
+        assert view_keys(b, topic) == ["old0", "old1", "old2", "new0", "new1", "new2", "new3"]
+        client.close()
