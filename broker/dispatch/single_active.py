@@ -98,6 +98,8 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         super().__init__(context, cursor)
         ring = context.partition_index < 0 or context.failover_consistent_hashing
         self._init_election(failover, context.loop, context.partition_index, context.topic_name if ring else None)
+        # No read was served yet (Pulsar's isFirstRead): see _compacted_read_position.
+        self._first_read = True
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()
@@ -141,12 +143,13 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         if active is None or active.permits <= 0 or not active.writable:
             return
         view = self.context.compacted_view()
-        if active.read_compacted and view is not None and self.cursor.read_position <= view.horizon:
+        start = self._compacted_read_position(active)
+        if active.read_compacted and view is not None and start <= view.horizon:
             # The compacted view is read within the dispatch rate limits too (Pulsar sizes the
             # compacted read with the same calculateToRead).
             size = self.read_size(active.permits)
             if size is not None:
-                self._serve_compacted(active, view, *size)
+                self._serve_compacted(active, view, start, *size)
             return
         if self.at_read_limit():
             return  # an open transaction holds the next entries back
@@ -158,9 +161,20 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc),
                                          max_bytes)
 
+    def _compacted_read_position(self, active: Consumer) -> Position:
+        """Where a read of the compacted view starts: the cursor's read position, but the view's start
+        on the first read for a consumer that SUBSCRIBEd from MessageId.earliest (a reader's cursor, or
+        a durable one not moved yet), as Pulsar's readFromEarliest: the view keeps keys whose topic
+        ledgers retention deleted, before the topic's first entry."""
+        if self._first_read and active.read_compacted_from_earliest and (
+                not self.cursor.is_durable or self.cursor.mark_delete_position.entry_id == -1):
+            return Position(-1, -1)
+        return self.cursor.read_position
+
     def _read_complete(self, epoch: int, target: Consumer, entries: list[Entry], exc: BaseException | None) -> None:
         if not self._end_read(epoch, exc):
             return
+        self._first_read = False
         if target is not self.active or target.closed:
             # The read was for a consumer that lost its place: put the entries back.
             if entries:
@@ -190,21 +204,26 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         self.trigger_read()
 
-    def _serve_compacted(self, target: Consumer, view: CompactedView, max_entries: int, max_bytes: int | None) -> None:
-        """Deliver from the compacted view (in memory) and move the cursor past what was served:
-        at most ``max_entries`` entries and, past the first, ``max_bytes`` bytes (a read's size).
+    def _serve_compacted(self, target: Consumer, view: CompactedView, start: Position, max_entries: int,
+                         max_bytes: int | None) -> None:
+        """Deliver from the compacted view (in memory), from ``start`` on, and move the cursor past what
+        was served: at most ``max_entries`` entries and, past the first, ``max_bytes`` bytes (a read's size).
 
         Up to the compaction horizon a read_compacted consumer sees only the survivors; the cursor
         then continues on the live topic after the horizon.
         """
+        self._first_read = False
         entries = view.entries
-        i = view.index_from(self.cursor.read_position)
+        i = view.index_from(start)
         budget = min(target.permits, max_entries)
         room = max_bytes if max_bytes is not None else 1 << 62
         deliveries: list[Delivery] = []
+        # (read from the view's start, entries before the mark-delete are delivered: the topic's
+        # ledgers they came from may be gone, the view keeps them)
+        mark_delete = self.cursor.mark_delete_position
         while i < len(entries) and len(deliveries) < budget and entries[i].entry.position <= view.horizon:
             c = entries[i]
-            if not self.cursor.is_acked(c.entry.position):
+            if c.entry.position <= mark_delete or not self.cursor.is_acked(c.entry.position):
                 if deliveries and len(c.entry.data) > room:
                     break
                 room -= len(c.entry.data)

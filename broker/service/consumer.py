@@ -77,7 +77,8 @@ class Consumer:
         "auto_consume", "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges",
         "headers", "key_shared_meta", "last_acked", "last_consumed", "metadata", "msg_ack_counter", "msg_out", "name",
         "partition_index",
-        "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "redelivered",
+        "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "read_compacted_from_earliest",
+        "redelivered",
         "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
     )
 
@@ -119,6 +120,9 @@ class Consumer:
         self.msg_ack_counter = 0  # messages (entries) this consumer acknowledged (Pulsar's messageAckCounter)
         # Reads the compacted view up to the compaction horizon, then the live topic.
         self.read_compacted = False
+        # SUBSCRIBE started it at MessageId.earliest (a reader's, a TableView's): its first read of the
+        # compacted view starts at the view's first entry, though the topic's first entry may be later.
+        self.read_compacted_from_earliest = False
         # Subscribed with an AUTO_CONSUME schema: does not make the topic in use for a consumer's schema.
         self.auto_consume = False
         # Shared: stopped at maxUnackedMessagesPerConsumer until acks bring it under half of that.

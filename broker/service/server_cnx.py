@@ -626,6 +626,8 @@ class ServerCnx:
                 sub.drop_if_unused()
                 return
             consumer.read_compacted = c.read_compacted
+            consumer.read_compacted_from_earliest = c.read_compacted and start is not None and (
+                commands.from_u64(start.ledgerId), commands.from_u64(start.entryId)) == (-1, -1)
             consumer.auto_consume = c.HasField("schema") and c.schema.type == pb.Schema.AutoConsume
             sub.add_consumer(consumer)
             if c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions:

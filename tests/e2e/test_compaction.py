@@ -207,28 +207,62 @@ def view_keys(broker: BrokerThread, topic: str) -> list[str]:
             if m.key is not None and (c.ack_set is None or (c.ack_set[i // 64] >> (i % 64)) & 1)]
 
 
+
+def compact_then_trim(b: BrokerThread, client: pulsar.Client, topic: str) -> None:
+    """Compact old0..old3 (four batches whose first message is superseded), publish new0..new3 and a
+    tombstone of old3, consume the batches so that retention deletes their ledgers, compact again."""
+    consumer = client.subscribe(topic, "all")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    for i in range(4):
+        producer.send_async(b"superseded", None, partition_key=f"old{i}")
+        producer.send_async(f"old{i}".encode(), None, partition_key=f"old{i}")
+        producer.flush()
+    compact(b, topic)
+    for i in range(4):
+        producer.send(f"new{i}".encode(), partition_key=f"new{i}")
+    producer.send(b"", partition_key="old3")  # a tombstone deletes a key of the view
+    for _ in range(8):
+        msg = consumer.receive(TIMEOUT_MS)
+        consumer.acknowledge(msg)
+    ledger = b.server.service.topics[topic].ledger
+    wait_for(lambda: ledger.first_position.ledger_id > msg.message_id().ledger_id(), 10,
+             "the consumed ledgers to be trimmed")
+    compact(b, topic)
+
+
+def trimming_broker() -> BrokerThread:
+    return BrokerThread(managedLedgerMaxEntriesPerLedger=2, managedLedgerMinLedgerRolloverTimeMinutes=0)
+
+
 def test_keys_compacted_before_their_ledgers_are_trimmed_survive_the_next_compaction() -> None:
     # Pulsar's compactor reads the compacted view first, then the topic after its horizon: a key whose
     # messages are only in the compacted ledger (their topic ledgers deleted by retention) stays.
-    with BrokerThread(managedLedgerMaxEntriesPerLedger=2, managedLedgerMinLedgerRolloverTimeMinutes=0) as b:
+    with trimming_broker() as b:
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         topic = topic_name("compact-trim")
-        consumer = client.subscribe(topic, "all")
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
-        for i in range(4):  # four batches, of which only the second message survives
-            producer.send_async(b"superseded", None, partition_key=f"old{i}")
-            producer.send_async(f"old{i}".encode(), None, partition_key=f"old{i}")
-            producer.flush()
-        compact(b, topic)
-        for i in range(4):
-            producer.send(f"new{i}".encode(), partition_key=f"new{i}")
-        producer.send(b"", partition_key="old3")  # a tombstone deletes a key of the view
-        for _ in range(8):
-            msg = consumer.receive(TIMEOUT_MS)
-            consumer.acknowledge(msg)
-        ledger = b.server.service.topics[topic].ledger
-        wait_for(lambda: ledger.first_position.ledger_id > msg.message_id().ledger_id(), 10,
-                 "the consumed ledgers to be trimmed")
-        compact(b, topic)
+        compact_then_trim(b, client, topic)
         assert view_keys(b, topic) == ["old0", "old1", "old2", "new0", "new1", "new2", "new3"]
+        client.close()
+
+
+def test_readers_from_earliest_read_the_view_before_the_first_ledger() -> None:
+    # Pulsar's PersistentDispatcherSingleActiveConsumer reads the compacted ledger from its start on a
+    # read_compacted reader's first read from MessageId.earliest (readFromEarliest), though the topic's
+    # first entry is past the view's first ones; a TableView is such a reader.
+    with trimming_broker() as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        topic = topic_name("compact-trim-read")
+        compact_then_trim(b, client, topic)
+        expected = [*((f"old{i}", f"old{i}".encode()) for i in range(3)),
+                    *((f"new{i}", f"new{i}".encode()) for i in range(4))]
+        assert read_all(client, topic) == expected
+        reader = client.create_reader(topic, MessageId.latest, is_read_compacted=True)
+        reader.seek(MessageId.earliest)
+        assert reader.read_next(TIMEOUT_MS).data() == b"old0"
+        reader.close()
+        table = client.create_table_view(topic)
+        seen: dict[str, bytes] = {}
+        table.for_each(lambda k, v: seen.__setitem__(k, v))
+        assert seen == dict(expected)
+        table.close()
         client.close()
