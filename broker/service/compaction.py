@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from compression_codecs import DecompressionError, decompress
-from managed_ledger import Entry, Position
+from managed_ledger import Entry, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
@@ -341,16 +341,27 @@ class Compactor:
         kept = select_survivors(entries, service.config.topicCompactionRetainNullKey, previous)
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = compacted_ledger_name(topic.name, generation)
-        ledger = await service.ledger_factory.open(name, service.ledger_config)
+        factory = service.ledger_factory
+        if factory.exists(name):
+            # Left by a run that did not finish (killed before the metadata switched to it): what it
+            # holds is not this run's; appended to, it would bring back the values it had kept.
+            log.warning("compaction of %s: deleting %s, left by a run that did not finish", topic.name, name)
+            await factory.delete(name)
+        ledger = await factory.open(name, service.ledger_config)
         record, started = self.record, time.monotonic()
         written = 0
-        for c in kept:
-            data = encode_record(c)
-            add_started = time.monotonic()
-            await ledger.add_entry_async(data)
-            record.add_latency(int((time.monotonic() - add_started) * 1e6))
-            written += len(data)
-        await ledger.close()
+        try:
+            for c in kept:
+                data = encode_record(c)
+                add_started = time.monotonic()
+                await ledger.add_entry_async(data)
+                record.add_latency(int((time.monotonic() - add_started) * 1e6))
+                written += len(data)
+            await ledger.close()
+        except BaseException:
+            # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
+            await asyncio.shield(_delete_quietly(factory, name))
+            raise
         elapsed = max(time.monotonic() - started, 1e-9)
         record.removed_entries += len(previous) + len(entries) - len(kept)
         read = sum(len(e.data) for e in entries) + sum(len(c.entry.data) for c in previous)
@@ -372,6 +383,13 @@ class Compactor:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
+    try:
+        await factory.delete(name)
+    except Exception:  # (the next run deletes it before writing)
+        log.warning("could not delete %s, the ledger of a failed compaction", name, exc_info=True)
 
 
 def compacted_ledger_name(name: TopicName, generation: int) -> str:

@@ -12,7 +12,8 @@ import pytest
 from pulsar import CompressionType, MessageId
 
 from broker.embedded import BrokerThread
-from broker.service.compaction import messages_of
+from broker.service.compaction import CompactedEntry, compacted_ledger_name, encode_record, messages_of
+from managed_ledger import Position
 from tests.e2e.conftest import topic_name
 from tests.waiting import wait_for
 
@@ -266,3 +267,41 @@ def test_readers_from_earliest_read_the_view_before_the_first_ledger() -> None:
         assert seen == dict(expected)
         table.close()
         client.close()
+
+
+def test_a_run_killed_midway_leaves_nothing_in_the_next_view(tmp_path: Path) -> None:
+    # A run killed (kill -9) after writing part of its compacted ledger, before the metadata switched to
+    # it, leaves that ledger behind under the name the next run takes. Pulsar's compactor writes each run
+    # to a new ledger (and deletes it when the run fails); the next view must hold that run's entries only.
+    def start() -> BrokerThread:
+        return BrokerThread(data_dir=tmp_path, managedLedgerStorage="file").start()
+
+    topic = topic_name("compact-crash")
+    b = start()
+    try:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, batching_enabled=False)
+        first = producer.send(b"v1", partition_key="k")
+        service = b.server.service
+        loaded = service.topics[topic]
+
+        async def crashed_run() -> None:  # what the killed run had written: k=v1, then nothing
+            entry = await loaded.ledger.read_entry(Position(first.ledger_id(), first.entry_id()))
+            ledger = await service.ledger_factory.open(compacted_ledger_name(loaded.name, 1), service.ledger_config)
+            await ledger.add_entry_async(encode_record(CompactedEntry(entry, None, 1, -1)))
+            await ledger.close()
+
+        b.run_coroutine(crashed_run())
+        producer.send(b"v2", partition_key="k")
+        compact(b, topic)
+        assert read_all(client, topic) == [("k", b"v2")]
+        client.close()
+    finally:
+        b.stop()
+    b = start()
+    try:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        assert read_all(client, topic) == [("k", b"v2")]
+        client.close()
+    finally:
+        b.stop()
