@@ -7,7 +7,7 @@ key (the partition key) the last message, and keeps only those; a message with a
 (null-value or not) deletes its key; messages without a key are dropped unless
 topicCompactionRetainNullKey (Pulsar's default since PIP-318 is to drop them). Batches are read
 message by message; one that cannot be read is kept whole, its keys unknown (as Pulsar's compactor
-keeps it).
+keeps it); an encrypted one is one message under the key of its metadata, kept or dropped whole.
 
 The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
 only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
@@ -121,7 +121,10 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
     """Key and null flag of every message of an entry (one for a non-batch entry); UnreadableBatchError
     for a batch that cannot be read."""
     md, payload = _payload_of(entry)
-    if not md.HasField("num_messages_in_batch"):
+    if not md.HasField("num_messages_in_batch") or _sealed(md):
+        # (an encrypted batch, whose messages only its consumers can read, is one message under the
+        # key of its metadata, which the client copies from its first message: Pulsar's
+        # RawBatchConverter.isReadableBatch and extractKeyAndSize)
         size = md.uncompressed_size if md.HasField("uncompressed_size") else len(payload)
         yield _message(md.partition_key if md.HasField("partition_key") else None, md.null_value, size)
         return
@@ -140,6 +143,11 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
         pos += 4 + size + single.payload_size
         key = single.partition_key if single.HasField("partition_key") else None
         yield _message(key, single.null_value, single.payload_size)
+
+
+def _sealed(md: pb.MessageMetadata) -> bool:
+    """An encrypted batch: kept or dropped whole."""
+    return md.HasField("num_messages_in_batch") and len(md.encryption_keys) > 0
 
 
 def _batch_count(entry: bytes) -> int | None:
@@ -217,8 +225,12 @@ def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
                       or (m.key is not None and latest[m.key] == (e.position, i, False)))]
         if not alive:
             continue
-        is_batch = read_entry_metadata(e.data).HasField("num_messages_in_batch")
-        if len(alive) == len(msgs):
+        md = read_entry_metadata(e.data)
+        is_batch = md.HasField("num_messages_in_batch")
+        if _sealed(md):
+            count = md.num_messages_in_batch
+            kept.append(CompactedEntry(e, None, count, count - 1))
+        elif len(alive) == len(msgs):
             kept.append(CompactedEntry(e, None, len(msgs), alive[-1] if is_batch else -1))
         else:
             words = [0] * ((len(msgs) + 63) // 64)
