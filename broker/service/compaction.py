@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from compression_codecs import DecompressionError, decompress
-from managed_ledger import Entry, ManagedLedgerFactory, Position
+from managed_ledger import Entry, InitialPosition, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
@@ -55,6 +55,10 @@ _U32 = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">qqI")
 _WORD = struct.Struct(">q")
 COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
+# The durable cursor that holds the topic's entries after the compaction horizon for the next run
+# (Pulsar's Compactor.COMPACTION_SUBSCRIPTION): not expired by message TTL nor as an inactive
+# subscription, as Pulsar exempts it (PersistentTopic.isCompactionSubscription).
+COMPACTION_CURSOR = "__compaction"
 READ_CHUNK = 500  # entries per read while compacting
 
 
@@ -338,6 +342,9 @@ class Compactor:
     async def compact(self) -> CompactedView:
         topic = self.topic
         service = topic.service
+        # Created by the first run at the earliest entry (as Pulsar's compactor subscribes): from then
+        # on nothing after the last horizon goes before the next run has read it.
+        cursor = await topic.ledger.open_cursor(COMPACTION_CURSOR, InitialPosition.EARLIEST)
         horizon = topic.ledger.last_confirmed_entry
         buffer = topic.txn_buffer
         limit = buffer.read_limit()
@@ -385,6 +392,8 @@ class Compactor:
         view = CompactedView(horizon, kept, name)
         await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
         topic.compacted_view = view
+        if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
+            cursor.mark_delete(horizon)  # (the view holds what came before)
         if old is not None and old.ledger_name != name:
             await service.ledger_factory.delete(old.ledger_name)
         log.info("compacted %s up to %s: %d of %d entries kept", topic.name, horizon, len(kept),

@@ -32,6 +32,7 @@ from broker.metadata.policy_table import (
     SUBSCRIPTION_EXPIRATION,
 )
 from broker.service import admin_ops
+from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.deduplication import DEDUP_CURSOR
 from broker.service.periodic import PeriodicTask, sliced
 from broker.transactions.buffer import BUFFER_CURSOR
@@ -93,7 +94,8 @@ class Housekeeping:
             for cursor in list(topic.ledger.cursors.values()):
                 # Not the transaction buffer's snapshot cursor nor deduplication's: neither is a subscription, and
                 # each must stay where its saved state says (Pulsar expires on subscriptions and replicators).
-                if cursor.name in (BUFFER_CURSOR, DEDUP_CURSOR):
+                # Nor compaction's, which Pulsar exempts: it holds what the next compaction reads.
+                if cursor.name in (BUFFER_CURSOR, DEDUP_CURSOR, COMPACTION_CURSOR):
                     continue
                 expired = await admin_ops.expire_cursor(topic, cursor, ttl, now_ms)
                 service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
@@ -127,6 +129,8 @@ class Housekeeping:
             for name in admin_ops.subscription_names(topic):
                 if topic.closed:
                     break
+                if name == COMPACTION_CURSOR:
+                    continue  # (never inactive, as Pulsar's isCompactionSubscription: compaction's own)
                 sub = topic.subscriptions.get(name)
                 if sub is not None and (sub.consumers or not sub.durable):
                     continue
