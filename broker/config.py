@@ -222,8 +222,9 @@ class BrokerConfig:
     isAllowAutoUpdateSchemaEnabled: bool = True  # (Pulsar's name; isAllowAutoUpdateSchema is read as it too)
     # Compaction: keep key-less messages in the compacted view (Pulsar's default since PIP-318: no).
     topicCompactionRetainNullKey: bool = False
-    # Compact a topic automatically once this many bytes were added since its last compaction
-    # (0 = never; per-namespace policy compaction_threshold overrides).
+    # Compact a topic automatically once more than this many bytes are not compacted yet (the
+    # __compaction cursor's backlog, as Pulsar's checkCompaction; 0 = never; the namespace's and
+    # topic's compactionThreshold policy overrides).
     brokerServiceCompactionThresholdInBytes: int = setting(0, NEVER)
     brokerServiceCompactionMonitorIntervalInSeconds: float = setting(60, POSITIVE)
     # -- namespace policy defaults (a namespace policy overrides each) ----------------------------

@@ -306,8 +306,6 @@ class Compactor:
         self.last_error = ""
         self.record = CompactionRecord()
         self._task: asyncio.Task[None] | None = None
-        # The topic's bytes_in counter when the last run started (threshold-triggered compaction).
-        self.bytes_in_at_trigger = 0
 
     def trigger(self) -> bool:
         """Start a run unless one is going; returns False when one already runs."""
@@ -315,7 +313,6 @@ class Compactor:
             return False
         self.status = CompactionStatus.RUNNING
         self.last_error = ""
-        self.bytes_in_at_trigger = self.topic.bytes_in
         self._task = asyncio.get_running_loop().create_task(self._run())
         return True
 

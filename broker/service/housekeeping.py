@@ -32,6 +32,7 @@ from broker.metadata.policy_table import (
     SUBSCRIPTION_EXPIRATION,
 )
 from broker.service import admin_ops
+from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.deduplication import DEDUP_CURSOR
 from broker.service.periodic import PeriodicTask, sliced
@@ -39,8 +40,22 @@ from broker.transactions.buffer import BUFFER_CURSOR
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
+    from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
+
+
+def compaction_backlog(topic: PersistentTopic) -> int:
+    """Bytes not compacted yet, as Pulsar's PersistentTopic.checkCompaction estimates them: the
+    __compaction cursor's backlog; before a first run, the topic's size when no durable subscription
+    holds it, else the slowest one's backlog. (What was published before a restart counts too.)"""
+    cursor = topic.ledger.cursors.get(COMPACTION_CURSOR)
+    if cursor is not None:
+        return estimated_backlog_size(topic, cursor)
+    subscriptions = [c for name, c in topic.ledger.cursors.items() if topic.is_subscription_cursor(name)]
+    if not subscriptions:
+        return topic.ledger.total_size
+    return estimated_backlog_size(topic, max(subscriptions, key=lambda c: c.number_of_entries_in_backlog()))
 
 
 class Housekeeping:
@@ -114,7 +129,7 @@ class Housekeeping:
             if topic.closed:
                 continue
             threshold = service.policies.get(topic.name, COMPACTION_THRESHOLD)
-            if threshold > 0 and topic.bytes_in - topic.compactor.bytes_in_at_trigger > threshold:
+            if threshold > 0 and compaction_backlog(topic) > threshold:
                 topic.compactor.trigger()
 
     async def expire_subscriptions(self) -> None:

@@ -344,3 +344,40 @@ def test_encrypted_batches_are_kept_whole_under_their_key(broker: BrokerThread, 
     while reader.has_message_available():
         seen.append(reader.read_next(TIMEOUT_MS).data())
     assert seen == [b"v3"]
+
+
+def test_compaction_threshold_counts_what_was_published_before_a_restart(tmp_path: Path) -> None:
+    # Pulsar's PersistentTopic.checkCompaction compares the __compaction subscription's backlog (the
+    # topic's size before a first run) with the threshold, so a topic loaded with more than that
+    # uncompacted is compacted at the next check. Counted as bytes published since the broker started,
+    # it waited for as much again to be published after every restart or bundle move.
+    url = "/admin/v2/namespaces/public/default/compactionThreshold"
+    topic = topic_name("auto-compact-restart")
+
+    def start(interval: float) -> BrokerThread:
+        return BrokerThread(data_dir=tmp_path, managedLedgerStorage="file",
+                            brokerServiceCompactionMonitorIntervalInSeconds=interval).start()
+
+    b = start(3600)  # (no check while publishing)
+    try:
+        req = urllib.request.Request(b.web_url + url, data=b"1000", method="PUT",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 204
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(40):  # ~40 x 100 B: past the 1000-byte threshold
+            producer.send(f"{i:03d}".encode() * 30, partition_key=f"k{i % 4}")
+        client.close()
+    finally:
+        b.stop()
+    b = start(0.1)
+    try:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        client.create_reader(topic, MessageId.earliest)  # (loads the topic)
+        wait_for(lambda: compaction_status(admin_url(b, topic))["status"] == "SUCCESS", 20,
+                 "threshold compaction of what was published before the restart")
+        assert read_all(client, topic) == [(f"k{j}", f"{36 + j:03d}".encode() * 30) for j in range(4)]
+        client.close()
+    finally:
+        b.stop()
