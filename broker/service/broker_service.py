@@ -548,6 +548,7 @@ class BrokerService:
                 raise
             topic = PersistentTopic(self, name, ledger)
             topic.compacted_view = await load_view(topic)
+            await topic.compactor.hold_for_first_run()
             await topic.dedup.recover()
             if topic.entry_stamper is not None:
                 await topic.entry_stamper.recover(ledger)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from google.protobuf.message import DecodeError
 
+from broker.metadata.policy_table import COMPACTION_THRESHOLD
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from compression_codecs import DecompressionError, decompress
@@ -306,6 +307,15 @@ class Compactor:
         self.last_error = ""
         self.record = CompactionRecord()
         self._task: asyncio.Task[None] | None = None
+
+    async def hold_for_first_run(self) -> None:
+        """At load, for a topic with a compaction threshold: the __compaction cursor, so what is published
+        before the first run stays for it (Pulsar's preCreateSubscriptionForCompactionIfNeeded)."""
+        topic = self.topic
+        if COMPACTION_CURSOR in topic.ledger.cursors or topic.service.policies.get(topic.name,
+                                                                                   COMPACTION_THRESHOLD) <= 0:
+            return
+        await topic.ledger.open_cursor(COMPACTION_CURSOR, InitialPosition.EARLIEST)
 
     def trigger(self) -> bool:
         """Start a run unless one is going; returns False when one already runs."""

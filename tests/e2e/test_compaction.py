@@ -381,3 +381,31 @@ def test_compaction_threshold_counts_what_was_published_before_a_restart(tmp_pat
         client.close()
     finally:
         b.stop()
+
+
+def test_a_topic_with_a_compaction_threshold_keeps_its_messages_for_the_first_run() -> None:
+    # Pulsar's PersistentTopic.preCreateSubscriptionForCompactionIfNeeded creates the __compaction
+    # subscription when a topic with a compaction threshold is loaded, so that what is published before
+    # the first run stays for it even once every other subscription has consumed it.
+    with trimming_broker() as b:
+        url = f"{b.web_url}/admin/v2/namespaces/public/default/compactionThreshold"
+        req = urllib.request.Request(url, data=b"1000000", method="PUT", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 204
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        topic = topic_name("compact-first-hold")
+        consumer = client.subscribe(topic, "all")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(4):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i}")
+        for _ in range(4):
+            msg = consumer.receive(TIMEOUT_MS)
+            consumer.acknowledge(msg)
+        producer.send(b"last", partition_key="k9")  # (a ledger after those consumed)
+        last = Position(msg.message_id().ledger_id(), msg.message_id().entry_id())
+        loaded = b.server.service.topics[topic]
+        wait_for(lambda: loaded.subscriptions["all"].cursor.mark_delete_position >= last, 10,
+                 "the acknowledgements (and what retention then deletes)")
+        compact(b, topic)
+        assert view_keys(b, topic) == ["k0", "k1", "k2", "k3", "k9"]
+        client.close()
