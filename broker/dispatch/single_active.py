@@ -100,6 +100,9 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         self._init_election(failover, context.loop, context.partition_index, context.topic_name if ring else None)
         # No read was served yet (Pulsar's isFirstRead): see _compacted_read_position.
         self._first_read = True
+        # Where a read of the compacted view from its start goes on, when that is before the cursor's
+        # first valid position (in ledgers retention deleted): the cursor cannot be moved there.
+        self._view_resume: Position | None = None
 
     def _update_active(self, notify_all: bool) -> None:
         new = self._elect()
@@ -110,6 +113,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.cancel_reads()
             if old is not None:
                 old.clear_pending()
+            self._view_resume = None
             self.cursor.rewind()
         if self.failover and (changed or notify_all):
             for c in self.consumers:
@@ -135,6 +139,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.active = None
             consumer.clear_pending()
             self.cancel_reads()
+            self._view_resume = None
             self.cursor.rewind()
             self._update_active(notify_all=True)
 
@@ -166,6 +171,8 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         on the first read for a consumer that SUBSCRIBEd from MessageId.earliest (a reader's cursor, or
         a durable one not moved yet), as Pulsar's readFromEarliest: the view keeps keys whose topic
         ledgers retention deleted, before the topic's first entry."""
+        if self._view_resume is not None:
+            return self._view_resume
         if self._first_read and active.read_compacted_from_earliest and (
                 not self.cursor.is_durable or self.cursor.mark_delete_position.entry_id == -1):
             return Position(-1, -1)
@@ -230,8 +237,12 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 deliveries.append(Delivery(c.entry, c.messages, 0, c.ack_set))
             i += 1
         if i < len(entries) and entries[i].entry.position <= view.horizon:
-            self.cursor.seek(entries[i].entry.position)
+            resume = entries[i].entry.position
+            self.cursor.seek(resume)
+            # (Pulsar's force seek: the cursor's own would skip the rest of the view)
+            self._view_resume = resume if self.cursor.read_position > resume else None
         else:
+            self._view_resume = None
             self.cursor.seek(self.cursor.ledger.next_valid_position(view.horizon))
         if deliveries:
             sent = target.send_entries(deliveries)
@@ -240,6 +251,10 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         # Continue on the next loop turn: a long view must not deepen the stack.
         self.context.loop.call_soon(self.trigger_read)
+
+    def on_cursor_reset(self) -> None:
+        self._view_resume = None
+        super().on_cursor_reset()
 
     def redeliver_positions(self, positions: list[Position]) -> None:
         if self.active is not None:
@@ -251,5 +266,6 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             return
         consumer.clear_pending()
         self.cancel_reads()
+        self._view_resume = None
         self.cursor.rewind()
         self.trigger_read()

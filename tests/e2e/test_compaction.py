@@ -274,6 +274,10 @@ def test_readers_from_earliest_read_the_view_before_the_first_ledger() -> None:
         expected = [*((f"old{i}", f"old{i}".encode()) for i in range(3)),
                     *((f"new{i}", f"new{i}".encode()) for i in range(4))]
         assert read_all(client, topic) == expected
+        # A little at a time (one permit at a time: the view in as many reads).
+        slow = client.create_reader(topic, MessageId.earliest, is_read_compacted=True, receiver_queue_size=1)
+        assert [slow.read_next(TIMEOUT_MS).data() for _ in expected] == [v for _, v in expected]
+        slow.close()
         reader = client.create_reader(topic, MessageId.latest, is_read_compacted=True)
         reader.seek(MessageId.earliest)
         assert reader.read_next(TIMEOUT_MS).data() == b"old0"
