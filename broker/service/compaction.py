@@ -203,6 +203,8 @@ def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
     parsed: list[tuple[Entry, list[int] | None, list[_Message] | None]] = []
     inputs = [(c.entry, c.ack_set) for c in previous] + [(e, None) for e in entries]
     for e, ack_set in inputs:
+        if entry_meta(e.data).is_marker:
+            continue  # (a server-only marker: never in a view, as in Pulsar whatever retains key-less messages)
         try:
             msgs = list(messages_of(e.data))
         except UnreadableBatchError as exc:

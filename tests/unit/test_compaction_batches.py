@@ -9,6 +9,7 @@ import lz4.block
 import pytest
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol import pulsar_markers_pb2 as pb_markers
 from broker.protocol.entry import build_entry
 from broker.service.compaction import CompactedEntry, decode_record, encode_record, select_survivors
 from managed_ledger import Entry, Position
@@ -59,3 +60,16 @@ def test_the_records_of_a_view_count_an_unreadable_batch_by_its_metadata() -> No
     for kept in (CompactedEntry(unreadable, None, 2, 1), CompactedEntry(readable, [0b101], 2, 2),
                  CompactedEntry(readable, None, 3, 2), CompactedEntry(plain, None, 1, -1)):
         assert decode_record(encode_record(kept)) == kept
+
+
+def test_server_markers_are_never_kept_even_with_key_less_messages_retained() -> None:
+    # Pulsar's compactor drops every server-only marker (Markers.isServerOnlyMarker), whatever
+    # topicCompactionRetainNullKey says: a replicated-subscription snapshot marker has no key, and kept it
+    # would be delivered to read_compacted consumers from the view, which does not filter markers.
+    marker = Entry(Position(1, 0), build_entry(pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, marker_type=pb_markers.REPLICATED_SUBSCRIPTION_SNAPSHOT,
+    ).SerializeToString(), b"snapshot"))
+    plain = Entry(Position(1, 1), build_entry(pb.MessageMetadata(
+        producer_name="p", sequence_id=1, publish_time=1).SerializeToString(), b"no key"))
+    kept = select_survivors([marker, plain], retain_null_key=True)
+    assert [c.entry.position for c in kept] == [Position(1, 1)]
