@@ -129,7 +129,14 @@ class Housekeeping:
             if topic.closed:
                 continue
             threshold = service.policies.get(topic.name, COMPACTION_THRESHOLD)
-            if threshold > 0 and compaction_backlog(topic) > threshold:
+            if threshold <= 0:
+                continue
+            try:  # (a threshold set since the topic loaded: Pulsar creates the cursor on the policy update)
+                await topic.compactor.hold_for_first_run()
+            except Exception:  # (closed meanwhile, a full disk: the others are checked all the same)
+                log.warning("could not open the compaction cursor of %s", topic.name, exc_info=True)
+                continue
+            if compaction_backlog(topic) > threshold:
                 topic.compactor.trigger()
 
     async def expire_subscriptions(self) -> None:

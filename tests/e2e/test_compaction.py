@@ -413,3 +413,20 @@ def test_a_topic_with_a_compaction_threshold_keeps_its_messages_for_the_first_ru
         compact(b, topic)
         assert view_keys(b, topic) == ["k0", "k1", "k2", "k3", "k9"]
         client.close()
+
+
+def test_a_compaction_threshold_set_on_a_loaded_topic_holds_its_messages_too() -> None:
+    # Pulsar creates the __compaction subscription when a topic's policies change to a compaction
+    # threshold too (PersistentTopic.applyUpdatedTopicPolicies), not only at load; here the threshold check
+    # does it, every brokerServiceCompactionMonitorIntervalInSeconds.
+    with BrokerThread(brokerServiceCompactionMonitorIntervalInSeconds=0.1) as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        topic = topic_name("compact-hold-later")
+        client.create_producer(topic).send(b"v", partition_key="k")
+        url = f"{b.web_url}/admin/v2/namespaces/public/default/compactionThreshold"
+        req = urllib.request.Request(url, data=b"1000000", method="PUT", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 204
+        ledger = b.server.service.topics[topic].ledger
+        wait_for(lambda: "__compaction" in ledger.cursors, 10, "the __compaction cursor")
+        client.close()
