@@ -29,7 +29,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.broker_entry_metadata import EntryStamper
-from broker.service.compaction import CompactedView, Compactor
+from broker.service.compaction import COMPACTION_CURSOR, CompactedView, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
@@ -56,10 +56,11 @@ RESERVED_SUBSCRIPTION = "Subscription with reserved subscription name attempted"
 
 def check_subscription_name(name: str) -> None:
     """A client may not subscribe with the name of one of the broker's own cursors (a replicator's,
-    deduplication's, the transaction buffer's): it would share that cursor, and its acks would move
-    it. As Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup (its
-    NamingException reaches the client as ProducerBusy)."""
-    if not PersistentTopic.is_subscription_cursor(name):
+    deduplication's, the transaction buffer's, the compactor's): it would share that cursor, and its
+    acks would move it. As Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup
+    (its NamingException reaches the client as ProducerBusy); Pulsar lets a client onto __compaction
+    but refuses its acks there (CompactorSubscription), here it is refused at once."""
+    if not PersistentTopic.is_subscription_cursor(name) or name == COMPACTION_CURSOR:
         raise ProducerBusyError(RESERVED_SUBSCRIPTION)
 
 

@@ -217,9 +217,10 @@ async def test_initial_subscription_refused_when_auto_subscription_creation_is_o
     c.close()
 
 
-@pytest.mark.parametrize("subscription", ["pulsar.dedup", "pulsar.repl.elsewhere", "pulsar.txn.buffer"])
+@pytest.mark.parametrize("subscription", ["pulsar.dedup", "pulsar.repl.elsewhere", "pulsar.txn.buffer", "__compaction"])
 async def test_a_broker_cursor_name_is_refused_as_a_subscription(broker: Broker, subscription: str) -> None:
-    """The names of the broker's own cursors (deduplication's, a replicator's, the transaction buffer's) are
+    """The names of the broker's own cursors (deduplication's, a replicator's, the transaction buffer's, the
+    compactor's, whose acks Pulsar refuses) are
     reserved, as Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup (ProducerBusy, its
     words; the C++ client reports it as InvalidConfiguration): a consumer on one would share that cursor and move
     it with its acks (deduplication's snapshot, what a replicator has sent). Both were let in. The admin API's
