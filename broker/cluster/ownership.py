@@ -339,14 +339,24 @@ class ClusterOwnership(_NamespaceBundlesView):
                     await self.store.put(path, self.mine.with_disabled(True).to_bytes(), got.stat.version,
                                          ephemeral=True)
             closed = await self.host.unload_topics(_topics_in(self.host, bundle))
-            with contextlib.suppress(NotFoundError):
-                await self.store.delete(path)
+            await self._release_node(bundle)
         finally:
             if self._owned.get(bundle) is BundleState.UNLOADING:
                 del self._owned[bundle]
             self.registry.report_changed()
         log.info("bundle %s unloaded (%d topics closed)", bundle, closed)
         return closed
+
+    async def _release_node(self, bundle: NamespaceBundle) -> None:
+        """Delete the bundle's ownership node if this session holds it, at the version read (Pulsar's
+        ResourceLockImpl.release deletes its own version only): after a lost session the node may be another
+        broker's, and deleting it would let a third broker take the bundle while that one still serves it."""
+        path = ownership_path(bundle)
+        got = await self.store.get(path)
+        if got is None or not got.stat.created_by_self:
+            return
+        with contextlib.suppress(NotFoundError, BadVersionError):
+            await self.store.delete(path, got.stat.version)
 
     async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
                            write_bundles: WriteBundles = None) -> None:
@@ -370,11 +380,10 @@ class ClusterOwnership(_NamespaceBundlesView):
             for child in taken:
                 self._owned.pop(child, None)
                 with contextlib.suppress(MetadataStoreError):
-                    await self.store.delete(ownership_path(child))
+                    await self._release_node(child)
             raise
-        del self._owned[parent]
-        with contextlib.suppress(NotFoundError):
-            await self.store.delete(ownership_path(parent))
+        self._owned.pop(parent, None)  # (gone already if the session was lost meanwhile)
+        await self._release_node(parent)
         self.registry.report_changed()
         log.info("bundle %s split into %s, owned here", parent, ", ".join(c.range_name for c in children))
 

@@ -274,3 +274,37 @@ async def test_a_client_sent_here_while_the_bundle_is_being_taken_waits_for_it(t
 
 def _other_bundle_topic(bundle: NamespaceBundle) -> str:
     return next(f"t-{i}" for i in range(1000) if BUNDLES.find(f"persistent://{NS}/t-{i}") != bundle)
+
+
+async def test_a_release_after_a_lost_session_leaves_the_new_owners_node(tree: str) -> None:
+    """An unload whose broker lost its session while the topics closed must not delete the node another broker
+    created meanwhile (Pulsar's lock release deletes its own version only): that broker would go on serving the
+    bundle while a third one takes it."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.host.topics.add(topic().full)
+        closing, resume = asyncio.Event(), asyncio.Event()
+        unload_topics = a.host.unload_topics
+
+        async def slow_unload(names: list[str]) -> int:
+            closing.set()
+            await resume.wait()
+            return await unload_topics(names)
+
+        a.host.unload_topics = slow_unload  # type: ignore[method-assign]
+        unloading = asyncio.ensure_future(a.ownership.unload_bundle(bundle))
+        await asyncio.wait_for(closing.wait(), 10)
+        a.store.expire_session()  # a's node goes; b takes the bundle
+        await eventually(lambda: bundle not in a.ownership._owned, "a to drop the bundle")
+        assert await b.ownership.acquire(bundle) == b.ownership.mine and b.ownership.is_owned(bundle)
+        resume.set()
+        await asyncio.wait_for(unloading, 10)
+        node = await b.store.get(ownership_path(bundle))
+        assert node is not None and node.stat.created_by_self, "a's unload deleted b's ownership node"
+    finally:
+        await b.stop()
+        await a.stop()
+
