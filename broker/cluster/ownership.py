@@ -30,6 +30,7 @@ authoritative).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -53,6 +54,10 @@ from broker.topic_name import TopicName
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
 
 log = logging.getLogger(__name__)
+
+# A failed release of a node left by a session taken as lost is tried again after this long (the store may be
+# reconnecting).
+RELEASE_RETRY_S = 1.0
 
 
 class TopicHost(Protocol):
@@ -242,6 +247,7 @@ class ClusterOwnership(_NamespaceBundlesView):
         self._bundles_of = bundles_of
         self.mine = NamespaceEphemeralData.of(urls)
         self._owned: dict[NamespaceBundle, BundleState] = {}
+        self._dropped: set[NamespaceBundle] = set()  # bundles given up at a session loss (their nodes to release)
         self._acquiring: SingleFlight[NamespaceBundle, NamespaceEphemeralData] = SingleFlight("bundle acquisition")
         self.placement = placement.Placement()
         self._tasks = OwnedTasks("bundle ownership")
@@ -279,10 +285,31 @@ class ClusterOwnership(_NamespaceBundlesView):
         if event is SessionEvent.SESSION_LOST and self._owned:
             lost = list(self._owned)
             self._owned.clear()
+            self._dropped.update(lost)
             log.warning("metadata session lost: no longer serving %d bundles (%s)", len(lost),
                         ", ".join(map(str, lost[:8])))
             self.host.stop_serving_now()
             self.registry.report_changed()
+        elif event is SessionEvent.SESSION_REESTABLISHED and self._dropped and not self._closed:
+            dropped, self._dropped = self._dropped, set()
+            self._tasks.spawn(self._release_dropped(dropped), name="release dropped bundles")
+
+    async def _release_dropped(self, bundles: set[NamespaceBundle]) -> None:
+        """After a session taken as lost (5/6 of its timeout without a connection) the store may reconnect to the
+        same session after all: ZooKeeper kept it, and with it the ownership nodes of the bundles this broker
+        stopped serving. Left there they would send every lookup, from any broker, to this broker, which refuses
+        the clients: they are deleted, so the bundles go to whichever broker a lookup picks. (After a real expiry
+        they are gone already.)"""
+        pending = set(bundles)
+        while pending and not self._closed:
+            for bundle in sorted(pending, key=str):
+                try:
+                    await self._release_node(bundle)
+                    pending.discard(bundle)
+                except MetadataStoreError as exc:
+                    log.warning("releasing %s after the lost session failed (%s); retrying", bundle, exc)
+            if pending:
+                await asyncio.sleep(RELEASE_RETRY_S)
 
     # -- acquire and release -------------------------------------------------------------------------------
     async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
@@ -309,8 +336,12 @@ class ClusterOwnership(_NamespaceBundlesView):
                     owner = NamespaceEphemeralData.from_bytes(got.value)
                 except ClusterDataError as exc:
                     raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
-                if got.stat.created_by_self or not owner.same_owner(self.mine):
-                    return owner  # (ours already: it is being unloaded; or another broker's)
+                if got.stat.created_by_self:
+                    # This session's node of a bundle no longer served here (a session taken as lost, then kept by
+                    # ZooKeeper): being released (_release_dropped), not to be served from.
+                    raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released; look up again") from None
+                if not owner.same_owner(self.mine):
+                    return owner  # (another broker's)
                 # This broker's node from before a restart (its old session not expired yet): take it back, as
                 # Pulsar's resource locks do when they find their own value.
                 with contextlib.suppress(NotFoundError, BadVersionError):

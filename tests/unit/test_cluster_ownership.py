@@ -24,6 +24,7 @@ from broker.cluster.placement import Placement
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import ServiceNotReadyError
 from broker.topic_name import TopicName
+from metadata_store.api import SessionEvent
 from metadata_store.memory import MemoryMetadataStore
 from tests.waiting import eventually
 
@@ -304,6 +305,45 @@ async def test_a_release_after_a_lost_session_leaves_the_new_owners_node(tree: s
         await asyncio.wait_for(unloading, 10)
         node = await b.store.get(ownership_path(bundle))
         assert node is not None and node.stat.created_by_self, "a's unload deleted b's ownership node"
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def _client_lookup(brokers: list[Broker], first: Broker, name: TopicName) -> Broker:
+    """What a client does: look up at ``first``, follow Redirects, connect to the broker answered and load the
+    topic there; ServiceNotReady anywhere: start again (the client retries)."""
+    by_url = {b.urls.pulsar_url: b for b in brokers}
+    async with asyncio.timeout(10):
+        while True:
+            broker, authoritative = first, False
+            try:
+                for _ in range(5):
+                    answer = await broker.ownership.lookup(name, authoritative, None)
+                    broker, authoritative = by_url[answer.urls.url], answer.authoritative
+                    if not answer.redirect:
+                        await broker.ownership.wait_serving(name)
+                        return broker
+            except ServiceNotReadyError:
+                pass
+            await asyncio.sleep(0.01)
+
+
+async def test_a_session_taken_as_lost_then_kept_does_not_leave_clients_looping(tree: str) -> None:
+    """Cut off from ZooKeeper past 5/6 of the timeout the broker takes its session as lost and stops serving; if it
+    then reconnects within the timeout, ZooKeeper kept the session and its ownership nodes. Those nodes must not
+    keep sending clients to a broker that refuses them (a lookup loop for as long as the broker lives)."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.store.post_session_event(SessionEvent.SESSION_LOST)
+        a.store.post_session_event(SessionEvent.SESSION_REESTABLISHED)
+        await eventually(lambda: not a.ownership.owned_bundles(), "a to stop serving")
+        for first in (b, a):
+            owner = await _client_lookup([a, b], first, topic())
+            owner.ownership.check_serving(topic())
     finally:
         await b.stop()
         await a.stop()
