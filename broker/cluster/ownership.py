@@ -442,9 +442,10 @@ class ClusterOwnership(_NamespaceBundlesView):
         return None if self.is_owned(bundle) else owner
 
     async def close(self) -> None:
-        """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once; no
-        bundle is taken from now on."""
+        """Graceful shutdown: leave the registry (no lookup picks this broker from now on), then release every bundle
+        (topics closed first), so other brokers take them at once; no bundle is taken from now on."""
         self._closed = True
+        await self.registry.unregister()
         for bundle in self.owned_bundles():
             try:
                 await self.unload_bundle(bundle)
@@ -484,7 +485,8 @@ class ClusterOwnership(_NamespaceBundlesView):
             brokers = await registry.active_brokers()
             leader = registry.leader
             if registry.is_leader or leader is None or leader.broker_id not in brokers:
-                brokers[self.urls.broker_id] = registry.current_report()
+                if not self._closed:  # (a stopping broker has left the registry: it takes nothing)
+                    brokers[self.urls.broker_id] = registry.current_report()
                 chosen = self.placement.select(bundle, brokers)
                 if chosen is None:
                     raise ServiceNotReadyError(f"No broker was available to own {bundle}")

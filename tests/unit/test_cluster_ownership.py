@@ -348,3 +348,33 @@ async def test_a_session_taken_as_lost_then_kept_does_not_leave_clients_looping(
         await b.stop()
         await a.stop()
 
+
+async def test_a_stopping_broker_leaves_the_registry_before_releasing_its_bundles(tree: str) -> None:
+    """Pulsar's unloadNamespaceBundlesGracefully first disables the broker in the load manager (its registration
+    goes), then unloads: no lookup sends clients to the stopping broker (as leader, or as the least loaded) while
+    its bundles are released."""
+    a = await Broker(tree, 1).start()  # the leader
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.host.topics.add(topic().full)
+        closing, resume = asyncio.Event(), asyncio.Event()
+
+        async def slow_unload(names: list[str]) -> int:
+            closing.set()
+            await resume.wait()
+            return len(names)
+
+        a.host.unload_topics = slow_unload  # type: ignore[method-assign]
+        stopping = asyncio.ensure_future(a.ownership.close())
+        await asyncio.wait_for(closing.wait(), 10)
+        assert await b.store.get("/loadbalance/brokers/127.0.0.1:8080") is None
+        other = TopicName.parse(f"persistent://{NS}/{_other_bundle_topic(bundle)}")
+        answer = await b.ownership.lookup(other, False, None)
+        assert answer.urls.url == b.urls.pulsar_url, "a lookup sent the client to the stopping broker"
+        resume.set()
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        await b.stop()
+        await a.stop()
