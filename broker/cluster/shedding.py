@@ -3,7 +3,8 @@
 
 For every broker, its usage is the highest weighted share of its resources (``getMaxResourceUsageWithWeight``:
 CPU, memory, direct memory, bandwidth in and out, each times its ``loadBalancer...ResourceWeight``), smoothed over
-the rounds: ``usage = history * loadBalancerHistoryResourcePercentage + now * (1 - that)``. The average over the
+the rounds: ``usage = history * loadBalancerHistoryResourcePercentage + now * (1 - that)``, starting at the first
+usage seen (Pulsar's ``updateAvgResourceUsage``: a new leader acts on the load as it is). The average over the
 brokers is the mark; a broker whose usage is ``loadBalancerBrokerThresholdShedderPercentage`` points or more above
 it is to shed ``throughput * (usage - average - threshold + 5 %)`` bytes per second (skipped under
 ``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its bundles, hottest first (the throughput in + out of
@@ -59,7 +60,8 @@ class ThresholdShedder:
         total = 0.0
         for broker_id, report in brokers.items():
             now = report.max_resource_usage_with_weight(s.weights)
-            smoothed = self.avg_usage.get(broker_id, 0.0) * history + (1 - history) * now
+            before = self.avg_usage.get(broker_id)  # (none yet: the current usage, as updateAvgResourceUsage)
+            smoothed = now if before is None else before * history + (1 - history) * now
             self.avg_usage[broker_id] = smoothed
             total += smoothed
         for gone in set(self.avg_usage) - set(brokers):

@@ -63,6 +63,15 @@ def test_a_broker_under_the_average_sheds_nothing() -> None:
     assert ThresholdShedder(NOW_ONLY).find_bundles_for_unloading(brokers) == {"a": [B[0]]}
 
 
+def test_a_broker_first_seen_counts_with_its_current_usage() -> None:
+    """Pulsar's updateAvgResourceUsage starts a broker's smoothed usage at its current usage (no history yet), not at
+    0: a leader that just took over (or a broker that just joined) sees an overloaded broker as overloaded in its
+    first round, instead of some twenty rounds (minutes) later with the default history of 0.9."""
+    brokers = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=90.0), "b": report(2, {B[3]: 0.0}, cpu=10.0)}
+    fresh = ThresholdShedder(ShedderSettings())  # history 0.9, minimum 10 MB/s
+    assert fresh.find_bundles_for_unloading(brokers) == {"a": [B[0]]}
+
+
 def test_history_smooths_a_spike_and_weights_pick_the_resources() -> None:
     calm = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=20.0), "b": report(2, {B[3]: 0.0}, cpu=20.0)}
     spike = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=100.0), "b": report(2, {B[3]: 0.0}, cpu=20.0)}
