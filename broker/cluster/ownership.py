@@ -446,6 +446,9 @@ class ClusterOwnership(_NamespaceBundlesView):
         (topics closed first), so other brokers take them at once; no bundle is taken from now on."""
         self._closed = True
         await self.registry.unregister()
+        # An acquisition under way lands first (bounded by the store's operation timeout), so its bundle is released
+        # with the others: cancelled, its node could be created all the same and left until the session ends.
+        await self._acquiring.wait()
         for bundle in self.owned_bundles():
             try:
                 await self.unload_bundle(bundle)

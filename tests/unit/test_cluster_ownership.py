@@ -378,3 +378,31 @@ async def test_a_stopping_broker_leaves_the_registry_before_releasing_its_bundle
     finally:
         await b.stop()
         await a.stop()
+
+
+async def test_a_bundle_taken_while_the_broker_stops_is_released_too(tree: str) -> None:
+    """An acquisition under way when the graceful stop begins lands afterwards: that bundle must be released with
+    the others (not left owned, its node sending clients to a broker that is going away)."""
+    a = await Broker(tree, 1).start()
+    try:
+        release = asyncio.Event()
+        put = a.store.put
+
+        async def slow_put(*args: Any, **kwargs: Any) -> Any:  # (the node is created; the answer is slow to come)
+            stat = await put(*args, **kwargs)
+            await release.wait()
+            return stat
+
+        bundle = BUNDLES.find(topic().full)
+        a.store.put = slow_put  # type: ignore[method-assign]
+        acquiring = asyncio.ensure_future(a.ownership.acquire(bundle))
+        await eventually(lambda: bundle in a.ownership._acquiring, "the acquisition to start")
+        stopping = asyncio.ensure_future(a.ownership.close())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(stopping, 10)
+        await asyncio.gather(acquiring, return_exceptions=True)
+        assert not a.ownership.owned_bundles()
+        assert await a.store.get(ownership_path(bundle)) is None, "the bundle stayed owned after the stop"
+    finally:
+        await a.stop()
