@@ -291,24 +291,23 @@ class ClusterOwnership(_NamespaceBundlesView):
             self.host.stop_serving_now()
             self.registry.report_changed()
         elif event is SessionEvent.SESSION_REESTABLISHED and self._dropped and not self._closed:
-            dropped, self._dropped = self._dropped, set()
-            self._tasks.spawn(self._release_dropped(dropped), name="release dropped bundles")
+            self._tasks.spawn(self._release_dropped(), name="release dropped bundles")
 
-    async def _release_dropped(self, bundles: set[NamespaceBundle]) -> None:
+    async def _release_dropped(self) -> None:
         """After a session taken as lost (5/6 of its timeout without a connection) the store may reconnect to the
         same session after all: ZooKeeper kept it, and with it the ownership nodes of the bundles this broker
         stopped serving. Left there they would send every lookup, from any broker, to this broker, which refuses
         the clients: they are deleted, so the bundles go to whichever broker a lookup picks. (After a real expiry
-        they are gone already.)"""
-        pending = set(bundles)
-        while pending and not self._closed:
-            for bundle in sorted(pending, key=str):
+        they are gone already.) Until its node is dealt with, a dropped bundle is not taken again (``_acquire``):
+        the release would delete the new node of this same session."""
+        while self._dropped and not self._closed:
+            for bundle in sorted(self._dropped, key=str):
                 try:
                     await self._release_node(bundle)
-                    pending.discard(bundle)
+                    self._dropped.discard(bundle)
                 except MetadataStoreError as exc:
                     log.warning("releasing %s after the lost session failed (%s); retrying", bundle, exc)
-            if pending:
+            if self._dropped:
                 await asyncio.sleep(RELEASE_RETRY_S)
 
     # -- acquire and release -------------------------------------------------------------------------------
@@ -323,6 +322,8 @@ class ClusterOwnership(_NamespaceBundlesView):
     async def _acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
         if self._closed:
             raise ServiceNotReadyError("Broker is shutting down")
+        if bundle in self._dropped:
+            raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released after a lost metadata session")
         path = ownership_path(bundle)
         value = self.mine.to_bytes()
         for _ in range(3):
@@ -336,17 +337,17 @@ class ClusterOwnership(_NamespaceBundlesView):
                     owner = NamespaceEphemeralData.from_bytes(got.value)
                 except ClusterDataError as exc:
                     raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
-                if got.stat.created_by_self:
-                    # This session's node of a bundle no longer served here (a session taken as lost, then kept by
-                    # ZooKeeper): being released (_release_dropped), not to be served from.
-                    raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released; look up again") from None
                 if not owner.same_owner(self.mine):
                     return owner  # (another broker's)
-                # This broker's node from before a restart (its old session not expired yet): take it back, as
-                # Pulsar's resource locks do when they find their own value.
-                with contextlib.suppress(NotFoundError, BadVersionError):
-                    await self.store.delete(path, got.stat.version)
-                continue
+                if not got.stat.created_by_self:
+                    # This broker's node from before a restart (its old session not expired yet): take it back, as
+                    # Pulsar's resource locks do when they find their own value.
+                    with contextlib.suppress(NotFoundError, BadVersionError):
+                        await self.store.delete(path, got.stat.version)
+                    continue
+                # Else this session's own node (a create that timed out but was applied): it is ours, owned below.
+            if bundle in self._dropped:  # (a session lost while the node was created)
+                raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released after a lost metadata session")
             self._owned[bundle] = BundleState.ACTIVE
             log.info("bundle %s now owned by this broker", bundle)
             self.registry.report_changed()
@@ -408,10 +409,10 @@ class ClusterOwnership(_NamespaceBundlesView):
             if write_bundles is not None:
                 await write_bundles()
         except BaseException:
-            for child in taken:
-                self._owned.pop(child, None)
+            for child in taken:  # (the node first: until it is gone the child is owned, so nobody takes it back)
                 with contextlib.suppress(MetadataStoreError):
                     await self._release_node(child)
+                self._owned.pop(child, None)
             raise
         self._owned.pop(parent, None)  # (gone already if the session was lost meanwhile)
         await self._release_node(parent)

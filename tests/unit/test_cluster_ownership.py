@@ -24,7 +24,7 @@ from broker.cluster.placement import Placement
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import ServiceNotReadyError
 from broker.topic_name import TopicName
-from metadata_store.api import SessionEvent
+from metadata_store.api import MetadataStoreError, SessionEvent
 from metadata_store.memory import MemoryMetadataStore
 from tests.waiting import eventually
 
@@ -404,5 +404,72 @@ async def test_a_bundle_taken_while_the_broker_stops_is_released_too(tree: str) 
         await asyncio.gather(acquiring, return_exceptions=True)
         assert not a.ownership.owned_bundles()
         assert await a.store.get(ownership_path(bundle)) is None, "the bundle stayed owned after the stop"
+    finally:
+        await a.stop()
+
+
+async def test_a_bundle_is_not_taken_again_while_its_node_of_a_lost_session_is_released(tree: str) -> None:
+    """After a session taken as lost, the release of the nodes it kept runs in the background: a lookup in the
+    meantime must not take such a bundle afresh (the release would then delete the new node of this very session,
+    leaving the broker serving a bundle nobody holds in ZooKeeper)."""
+    a = await Broker(tree, 1).start()
+    release, reading = asyncio.Event(), asyncio.Event()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        get = a.store.get
+
+        async def slow_get(path: str) -> Any:
+            got = await get(path)
+            if path == ownership_path(bundle) and not release.is_set():
+                reading.set()
+                await release.wait()
+            return got
+
+        a.store.get = slow_get  # type: ignore[method-assign]
+        a.store.expire_session()  # the nodes go; a new session
+        await eventually(lambda: not a.ownership.owned_bundles(), "a to stop serving")
+        await asyncio.wait_for(reading.wait(), 10)  # the release has read the (absent) node, not deleted yet
+        with pytest.raises(ServiceNotReadyError):
+            await a.ownership.acquire(bundle)
+        release.set()
+        a.store.get = get  # type: ignore[method-assign]
+
+        async def taken() -> None:
+            while True:
+                try:
+                    await a.ownership.acquire(bundle)
+                    return
+                except ServiceNotReadyError:
+                    await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(taken(), 10)
+        await asyncio.sleep(0)
+        node = await a.store.get(ownership_path(bundle))
+        assert a.ownership.is_owned(bundle) and node is not None and node.stat.created_by_self
+    finally:
+        release.set()
+        await a.stop()
+
+
+async def test_a_node_created_by_a_put_that_timed_out_is_taken_back(tree: str) -> None:
+    """A write that timed out may have been applied: the node is this session's. The next acquisition owns it (as
+    Pulsar's lock finds its own value), instead of answering for ever that the bundle is someone's."""
+    a = await Broker(tree, 1).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        put = a.store.put
+
+        async def applied_then_timed_out(*args: Any, **kwargs: Any) -> Any:
+            await put(*args, **kwargs)
+            raise MetadataStoreError("operation timed out")
+
+        a.store.put = applied_then_timed_out  # type: ignore[method-assign]
+        with pytest.raises(MetadataStoreError):
+            await a.ownership.acquire(bundle)
+        a.store.put = put  # type: ignore[method-assign]
+        answer = await a.ownership.lookup(topic(), False, None)
+        assert not answer.redirect and a.ownership.is_owned(bundle)
+        a.ownership.check_serving(topic())
     finally:
         await a.stop()
