@@ -99,6 +99,8 @@ class BrokerRegistry:
         active: they place bundles themselves)."""
         self._closed = True
         self._registered.clear()
+        self._tasks.cancel()  # (a report write under way could create the node again after the delete)
+        await self._tasks.wait()
         with contextlib.suppress(MetadataStoreError):
             await self.store.delete(self.path)
 

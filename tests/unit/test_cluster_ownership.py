@@ -473,3 +473,30 @@ async def test_a_node_created_by_a_put_that_timed_out_is_taken_back(tree: str) -
         a.ownership.check_serving(topic())
     finally:
         await a.stop()
+
+
+async def test_a_report_written_while_the_broker_leaves_the_registry_does_not_register_it_again(tree: str) -> None:
+    a = await Broker(tree, 1).start()
+    try:
+        blocked, go, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        put = a.store.put
+
+        async def slow_put(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path != a.registry.path:
+                return await put(path, *args, **kwargs)
+            try:
+                blocked.set()
+                await go.wait()
+                return await put(path, *args, **kwargs)
+            finally:
+                finished.set()
+
+        a.store.put = slow_put  # type: ignore[method-assign]
+        await a.ownership.acquire(BUNDLES.find(topic().full))  # (the report changes: a rewrite starts)
+        await asyncio.wait_for(blocked.wait(), 10)
+        await a.registry.unregister()
+        go.set()
+        await asyncio.wait_for(finished.wait(), 10)
+        assert await a.store.get(a.registry.path) is None, "the registration came back after the broker left"
+    finally:
+        await a.stop()
