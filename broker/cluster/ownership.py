@@ -402,10 +402,9 @@ class ClusterOwnership(_NamespaceBundlesView):
         try:
             for child in children:
                 owner = await self.acquire(child)
-                if owner.same_owner(self.mine):
-                    taken.append(child)
-                else:
-                    log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
+                if not owner.same_owner(self.mine):  # (its topics, loaded here, would be served by both)
+                    raise ServiceNotReadyError(f"split of {parent}: child {child} is owned by {owner.native_url}")
+                taken.append(child)
             if write_bundles is not None:
                 await write_bundles()
         except BaseException:

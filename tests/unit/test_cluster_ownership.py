@@ -500,3 +500,31 @@ async def test_a_report_written_while_the_broker_leaves_the_registry_does_not_re
         assert await a.store.get(a.registry.path) is None, "the registration came back after the broker left"
     finally:
         await a.stop()
+
+
+async def test_a_split_whose_child_another_broker_holds_is_refused(tree: str) -> None:
+    """The owner of the parent keeps the parent's topics loaded through a split (they are the children's now): a
+    child another broker holds would have its topics served by both. The split is refused instead, nothing
+    written, the parent still owned."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        parent = BUNDLES.find(topic().full)
+        await a.ownership.acquire(parent)
+        a.host.topics.add(topic().full)
+        half = (parent.lower + parent.upper) // 2
+        children = [NamespaceBundle(NS, parent.lower, half), NamespaceBundle(NS, half, parent.upper)]
+        await b.ownership.acquire(children[1])  # (a node left over, e.g. by a broker with other boundaries)
+        written: list[bool] = []
+
+        async def write_bundles() -> None:
+            written.append(True)
+
+        with pytest.raises(ServiceNotReadyError):
+            await a.ownership.bundle_split(parent, children, write_bundles)
+        assert not written and a.ownership.is_owned(parent) and not a.ownership.is_owned(children[0])
+        assert await a.store.get(ownership_path(children[0])) is None
+        assert a.host.topics == {topic().full}
+    finally:
+        await b.stop()
+        await a.stop()
