@@ -385,22 +385,27 @@ async def test_a_bundle_taken_while_the_broker_stops_is_released_too(tree: str) 
     the others (not left owned, its node sending clients to a broker that is going away)."""
     a = await Broker(tree, 1).start()
     try:
-        release = asyncio.Event()
+        created, release = asyncio.Event(), asyncio.Event()
         put = a.store.put
 
         async def slow_put(*args: Any, **kwargs: Any) -> Any:  # (the node is created; the answer is slow to come)
             stat = await put(*args, **kwargs)
+            created.set()
             await release.wait()
             return stat
 
         bundle = BUNDLES.find(topic().full)
         a.store.put = slow_put  # type: ignore[method-assign]
         acquiring = asyncio.ensure_future(a.ownership.acquire(bundle))
-        await eventually(lambda: bundle in a.ownership._acquiring, "the acquisition to start")
-        stopping = asyncio.ensure_future(a.ownership.close())
-        await asyncio.sleep(0)
-        release.set()
-        await asyncio.wait_for(stopping, 10)
+        await asyncio.wait_for(created.wait(), 10)
+        unregister = a.registry.unregister
+
+        async def then_answer() -> None:  # (the put's answer comes once the stop has begun)
+            await unregister()
+            asyncio.get_running_loop().call_soon(release.set)
+
+        a.registry.unregister = then_answer  # type: ignore[method-assign]
+        await asyncio.wait_for(a.ownership.close(), 10)
         await asyncio.gather(acquiring, return_exceptions=True)
         assert not a.ownership.owned_bundles()
         assert await a.store.get(ownership_path(bundle)) is None, "the bundle stayed owned after the stop"
