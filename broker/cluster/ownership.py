@@ -30,6 +30,7 @@ authoritative).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -53,6 +54,10 @@ from broker.topic_name import TopicName
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
 
 log = logging.getLogger(__name__)
+
+# A failed release of a node left by a session taken as lost is tried again after this long (the store may be
+# reconnecting).
+RELEASE_RETRY_S = 1.0
 
 
 class TopicHost(Protocol):
@@ -242,6 +247,7 @@ class ClusterOwnership(_NamespaceBundlesView):
         self._bundles_of = bundles_of
         self.mine = NamespaceEphemeralData.of(urls)
         self._owned: dict[NamespaceBundle, BundleState] = {}
+        self._dropped: set[NamespaceBundle] = set()  # bundles given up at a session loss (their nodes to release)
         self._acquiring: SingleFlight[NamespaceBundle, NamespaceEphemeralData] = SingleFlight("bundle acquisition")
         self.placement = placement.Placement()
         self._tasks = OwnedTasks("bundle ownership")
@@ -279,10 +285,30 @@ class ClusterOwnership(_NamespaceBundlesView):
         if event is SessionEvent.SESSION_LOST and self._owned:
             lost = list(self._owned)
             self._owned.clear()
+            self._dropped.update(lost)
             log.warning("metadata session lost: no longer serving %d bundles (%s)", len(lost),
                         ", ".join(map(str, lost[:8])))
             self.host.stop_serving_now()
             self.registry.report_changed()
+        elif event is SessionEvent.SESSION_REESTABLISHED and self._dropped and not self._closed:
+            self._tasks.spawn(self._release_dropped(), name="release dropped bundles")
+
+    async def _release_dropped(self) -> None:
+        """After a session taken as lost (5/6 of its timeout without a connection) the store may reconnect to the
+        same session after all: ZooKeeper kept it, and with it the ownership nodes of the bundles this broker
+        stopped serving. Left there they would send every lookup, from any broker, to this broker, which refuses
+        the clients: they are deleted, so the bundles go to whichever broker a lookup picks. (After a real expiry
+        they are gone already.) Until its node is dealt with, a dropped bundle is not taken again (``_acquire``):
+        the release would delete the new node of this same session."""
+        while self._dropped and not self._closed:
+            for bundle in sorted(self._dropped, key=str):
+                try:
+                    await self._release_node(bundle)
+                    self._dropped.discard(bundle)
+                except MetadataStoreError as exc:
+                    log.warning("releasing %s after the lost session failed (%s); retrying", bundle, exc)
+            if self._dropped:
+                await asyncio.sleep(RELEASE_RETRY_S)
 
     # -- acquire and release -------------------------------------------------------------------------------
     async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
@@ -296,6 +322,8 @@ class ClusterOwnership(_NamespaceBundlesView):
     async def _acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
         if self._closed:
             raise ServiceNotReadyError("Broker is shutting down")
+        if bundle in self._dropped:
+            raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released after a lost metadata session")
         path = ownership_path(bundle)
         value = self.mine.to_bytes()
         for _ in range(3):
@@ -309,13 +337,17 @@ class ClusterOwnership(_NamespaceBundlesView):
                     owner = NamespaceEphemeralData.from_bytes(got.value)
                 except ClusterDataError as exc:
                     raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
-                if got.stat.created_by_self or not owner.same_owner(self.mine):
-                    return owner  # (ours already: it is being unloaded; or another broker's)
-                # This broker's node from before a restart (its old session not expired yet): take it back, as
-                # Pulsar's resource locks do when they find their own value.
-                with contextlib.suppress(NotFoundError, BadVersionError):
-                    await self.store.delete(path, got.stat.version)
-                continue
+                if not owner.same_owner(self.mine):
+                    return owner  # (another broker's)
+                if not got.stat.created_by_self:
+                    # This broker's node from before a restart (its old session not expired yet): take it back, as
+                    # Pulsar's resource locks do when they find their own value.
+                    with contextlib.suppress(NotFoundError, BadVersionError):
+                        await self.store.delete(path, got.stat.version)
+                    continue
+                # Else this session's own node (a create that timed out but was applied): it is ours, owned below.
+            if bundle in self._dropped:  # (a session lost while the node was created)
+                raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released after a lost metadata session")
             self._owned[bundle] = BundleState.ACTIVE
             log.info("bundle %s now owned by this broker", bundle)
             self.registry.report_changed()
@@ -339,14 +371,24 @@ class ClusterOwnership(_NamespaceBundlesView):
                     await self.store.put(path, self.mine.with_disabled(True).to_bytes(), got.stat.version,
                                          ephemeral=True)
             closed = await self.host.unload_topics(_topics_in(self.host, bundle))
-            with contextlib.suppress(NotFoundError):
-                await self.store.delete(path)
+            await self._release_node(bundle)
         finally:
             if self._owned.get(bundle) is BundleState.UNLOADING:
                 del self._owned[bundle]
             self.registry.report_changed()
         log.info("bundle %s unloaded (%d topics closed)", bundle, closed)
         return closed
+
+    async def _release_node(self, bundle: NamespaceBundle) -> None:
+        """Delete the bundle's ownership node if this session holds it, at the version read (Pulsar's
+        ResourceLockImpl.release deletes its own version only): after a lost session the node may be another
+        broker's, and deleting it would let a third broker take the bundle while that one still serves it."""
+        path = ownership_path(bundle)
+        got = await self.store.get(path)
+        if got is None or not got.stat.created_by_self:
+            return
+        with contextlib.suppress(NotFoundError, BadVersionError):
+            await self.store.delete(path, got.stat.version)
 
     async def bundle_split(self, parent: NamespaceBundle, children: Sequence[NamespaceBundle],
                            write_bundles: WriteBundles = None) -> None:
@@ -360,21 +402,19 @@ class ClusterOwnership(_NamespaceBundlesView):
         try:
             for child in children:
                 owner = await self.acquire(child)
-                if owner.same_owner(self.mine):
-                    taken.append(child)
-                else:
-                    log.warning("split of %s: child %s is owned by %s", parent, child, owner.native_url)
+                if not owner.same_owner(self.mine):  # (its topics, loaded here, would be served by both)
+                    raise ServiceNotReadyError(f"split of {parent}: child {child} is owned by {owner.native_url}")
+                taken.append(child)
             if write_bundles is not None:
                 await write_bundles()
         except BaseException:
-            for child in taken:
-                self._owned.pop(child, None)
+            for child in taken:  # (the node first: until it is gone the child is owned, so nobody takes it back)
                 with contextlib.suppress(MetadataStoreError):
-                    await self.store.delete(ownership_path(child))
+                    await self._release_node(child)
+                self._owned.pop(child, None)
             raise
-        del self._owned[parent]
-        with contextlib.suppress(NotFoundError):
-            await self.store.delete(ownership_path(parent))
+        self._owned.pop(parent, None)  # (gone already if the session was lost meanwhile)
+        await self._release_node(parent)
         self.registry.report_changed()
         log.info("bundle %s split into %s, owned here", parent, ", ".join(c.range_name for c in children))
 
@@ -402,9 +442,13 @@ class ClusterOwnership(_NamespaceBundlesView):
         return None if self.is_owned(bundle) else owner
 
     async def close(self) -> None:
-        """Graceful shutdown: release every bundle (topics closed first), so other brokers take them at once; no
-        bundle is taken from now on."""
+        """Graceful shutdown: leave the registry (no lookup picks this broker from now on), then release every bundle
+        (topics closed first), so other brokers take them at once; no bundle is taken from now on."""
         self._closed = True
+        await self.registry.unregister()
+        # An acquisition under way lands first (bounded by the store's operation timeout), so its bundle is released
+        # with the others: cancelled, its node could be created all the same and left until the session ends.
+        await self._acquiring.wait()
         for bundle in self.owned_bundles():
             try:
                 await self.unload_bundle(bundle)
@@ -444,7 +488,8 @@ class ClusterOwnership(_NamespaceBundlesView):
             brokers = await registry.active_brokers()
             leader = registry.leader
             if registry.is_leader or leader is None or leader.broker_id not in brokers:
-                brokers[self.urls.broker_id] = registry.current_report()
+                if not self._closed:  # (a stopping broker has left the registry: it takes nothing)
+                    brokers[self.urls.broker_id] = registry.current_report()
                 chosen = self.placement.select(bundle, brokers)
                 if chosen is None:
                     raise ServiceNotReadyError(f"No broker was available to own {bundle}")

@@ -92,6 +92,18 @@ class BrokerRegistry:
         with contextlib.suppress(MetadataStoreError):
             await self.store.delete(self.path)
 
+    async def unregister(self) -> None:
+        """A graceful stop, before the bundles are released (Pulsar's unloadNamespaceBundlesGracefully calls the load
+        manager's disableBroker first): the registration goes and is not written again, so no lookup gives a bundle
+        to this broker, and the others stop waiting for it as leader (a leader that is not registered is not
+        active: they place bundles themselves)."""
+        self._closed = True
+        self._registered.clear()
+        self._tasks.cancel()  # (a report write under way could create the node again after the delete)
+        await self._tasks.wait()
+        with contextlib.suppress(MetadataStoreError):
+            await self.store.delete(self.path)
+
     def _session_event(self, event: SessionEvent) -> None:
         if event is SessionEvent.SESSION_LOST:
             self.is_leader = False

@@ -3,16 +3,16 @@
 
 For every broker, its usage is the highest weighted share of its resources (``getMaxResourceUsageWithWeight``:
 CPU, memory, direct memory, bandwidth in and out, each times its ``loadBalancer...ResourceWeight``), smoothed over
-the rounds: ``usage = history * loadBalancerHistoryResourcePercentage + now * (1 - that)``. The average over the
-brokers is the mark; a broker whose usage is not within ``loadBalancerBrokerThresholdShedderPercentage`` of it is
-to shed ``throughput * (usage - average - threshold + 5 %)`` bytes per second (skipped under
+the rounds: ``usage = history * loadBalancerHistoryResourcePercentage + now * (1 - that)``, starting at the first
+usage seen (Pulsar's ``updateAvgResourceUsage``: a new leader acts on the load as it is). The average over the
+brokers is the mark; a broker whose usage is ``loadBalancerBrokerThresholdShedderPercentage`` points or more above
+it is to shed ``throughput * (usage - average - threshold + 5 %)`` bytes per second (skipped under
 ``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its bundles, hottest first (the throughput in + out of
 its last report), except the recently unloaded ones, are picked until that much is picked, and at least one; a
 broker with a single bundle sheds nothing (Pulsar's "sole namespace bundle" warning).
 
-(As in Pulsar the test is ``not (average - threshold < usage < average + threshold)``: a broker far *under* the
-average passes it too, but its amount ``throughput * (usage - average - threshold + 5 %)`` is then negative, under
-any minimum: nothing moves, except from a broker with no throughput at all when the minimum is 0.)
+(As in Pulsar 4.0's ``findBundlesForUnloading``, only a broker at or above ``average + threshold`` sheds: one far
+*under* the average keeps its bundles, also when its throughput and the minimum are both 0.)
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class ThresholdShedder:
         total = 0.0
         for broker_id, report in brokers.items():
             now = report.max_resource_usage_with_weight(s.weights)
-            smoothed = self.avg_usage.get(broker_id, 0.0) * history + (1 - history) * now
+            before = self.avg_usage.get(broker_id)  # (none yet: the current usage, as updateAvgResourceUsage)
+            smoothed = now if before is None else before * history + (1 - history) * now
             self.avg_usage[broker_id] = smoothed
             total += smoothed
         for gone in set(self.avg_usage) - set(brokers):
@@ -75,8 +76,8 @@ class ThresholdShedder:
                 bundle_throughput[name] = load.throughput
         for broker_id, report in sorted(brokers.items()):
             usage = self.avg_usage.get(broker_id, 0.0)
-            if average - threshold < usage < average + threshold:
-                continue
+            if usage < average + threshold:
+                continue  # (not overloaded)
             throughput = report.msg_throughput_in + report.msg_throughput_out
             to_offload = throughput * (usage - average - threshold + ADDITIONAL_MARGIN)
             if to_offload < s.min_throughput_mb * MB:

@@ -557,6 +557,14 @@ class BrokerService:
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
                 topic.terminated_at = Position(*terminated)
+            try:
+                # Once more, with no await before the topic is registered: an unload of the bundle (or a lost session)
+                # while the state above was recovered closed the loaded topics only, not this one (Pulsar's
+                # unloadServiceUnit closes the futures of the topics being loaded too).
+                self.ownership.check_serving(name)
+            except ServiceNotReadyError:
+                await topic.close()
+                raise
             self.topics[name.full] = topic
             self.topic_load_stats.loaded(load_started)
             self.housekeeping.start()

@@ -296,6 +296,11 @@ class ServerCnx:
             stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
+        except Exception as exc:  # (Pulsar's handleLookupError: any other failure is ServiceNotReady, retried)
+            stats.done(started, failed=True)
+            log.warning("lookup of %s failed: %r", c.topic, exc)
+            self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady, f"Lookup failed: {exc}"))
+            return
         except BaseException:
             stats.done(started, failed=True)
             raise

@@ -24,6 +24,7 @@ from broker.cluster.placement import Placement
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import ServiceNotReadyError
 from broker.topic_name import TopicName
+from metadata_store.api import MetadataStoreError, SessionEvent
 from metadata_store.memory import MemoryMetadataStore
 from tests.waiting import eventually
 
@@ -274,3 +275,261 @@ async def test_a_client_sent_here_while_the_bundle_is_being_taken_waits_for_it(t
 
 def _other_bundle_topic(bundle: NamespaceBundle) -> str:
     return next(f"t-{i}" for i in range(1000) if BUNDLES.find(f"persistent://{NS}/t-{i}") != bundle)
+
+
+async def test_a_release_after_a_lost_session_leaves_the_new_owners_node(tree: str) -> None:
+    """An unload whose broker lost its session while the topics closed must not delete the node another broker
+    created meanwhile (Pulsar's lock release deletes its own version only): that broker would go on serving the
+    bundle while a third one takes it."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.host.topics.add(topic().full)
+        closing, resume = asyncio.Event(), asyncio.Event()
+        unload_topics = a.host.unload_topics
+
+        async def slow_unload(names: list[str]) -> int:
+            closing.set()
+            await resume.wait()
+            return await unload_topics(names)
+
+        a.host.unload_topics = slow_unload  # type: ignore[method-assign]
+        unloading = asyncio.ensure_future(a.ownership.unload_bundle(bundle))
+        await asyncio.wait_for(closing.wait(), 10)
+        a.store.expire_session()  # a's node goes; b takes the bundle
+        await eventually(lambda: bundle not in a.ownership._owned, "a to drop the bundle")
+        assert await b.ownership.acquire(bundle) == b.ownership.mine and b.ownership.is_owned(bundle)
+        resume.set()
+        await asyncio.wait_for(unloading, 10)
+        node = await b.store.get(ownership_path(bundle))
+        assert node is not None and node.stat.created_by_self, "a's unload deleted b's ownership node"
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def _client_lookup(brokers: list[Broker], first: Broker, name: TopicName) -> Broker:
+    """What a client does: look up at ``first``, follow Redirects, connect to the broker answered and load the
+    topic there; ServiceNotReady anywhere: start again (the client retries)."""
+    by_url = {b.urls.pulsar_url: b for b in brokers}
+    async with asyncio.timeout(10):
+        while True:
+            broker, authoritative = first, False
+            try:
+                for _ in range(5):
+                    answer = await broker.ownership.lookup(name, authoritative, None)
+                    broker, authoritative = by_url[answer.urls.url], answer.authoritative
+                    if not answer.redirect:
+                        await broker.ownership.wait_serving(name)
+                        return broker
+            except ServiceNotReadyError:
+                pass
+            await asyncio.sleep(0.01)
+
+
+async def test_a_session_taken_as_lost_then_kept_does_not_leave_clients_looping(tree: str) -> None:
+    """Cut off from ZooKeeper past 5/6 of the timeout the broker takes its session as lost and stops serving; if it
+    then reconnects within the timeout, ZooKeeper kept the session and its ownership nodes. Those nodes must not
+    keep sending clients to a broker that refuses them (a lookup loop for as long as the broker lives)."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.store.post_session_event(SessionEvent.SESSION_LOST)
+        a.store.post_session_event(SessionEvent.SESSION_REESTABLISHED)
+        await eventually(lambda: not a.ownership.owned_bundles(), "a to stop serving")
+        for first in (b, a):
+            owner = await _client_lookup([a, b], first, topic())
+            owner.ownership.check_serving(topic())
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_a_stopping_broker_leaves_the_registry_before_releasing_its_bundles(tree: str) -> None:
+    """Pulsar's unloadNamespaceBundlesGracefully first disables the broker in the load manager (its registration
+    goes), then unloads: no lookup sends clients to the stopping broker (as leader, or as the least loaded) while
+    its bundles are released."""
+    a = await Broker(tree, 1).start()  # the leader
+    b = await Broker(tree, 2).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        a.host.topics.add(topic().full)
+        closing, resume = asyncio.Event(), asyncio.Event()
+
+        async def slow_unload(names: list[str]) -> int:
+            closing.set()
+            await resume.wait()
+            return len(names)
+
+        a.host.unload_topics = slow_unload  # type: ignore[method-assign]
+        stopping = asyncio.ensure_future(a.ownership.close())
+        await asyncio.wait_for(closing.wait(), 10)
+        assert await b.store.get("/loadbalance/brokers/127.0.0.1:8080") is None
+        other = TopicName.parse(f"persistent://{NS}/{_other_bundle_topic(bundle)}")
+        answer = await b.ownership.lookup(other, False, None)
+        assert answer.urls.url == b.urls.pulsar_url, "a lookup sent the client to the stopping broker"
+        resume.set()
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_a_bundle_taken_while_the_broker_stops_is_released_too(tree: str) -> None:
+    """An acquisition under way when the graceful stop begins lands afterwards: that bundle must be released with
+    the others (not left owned, its node sending clients to a broker that is going away)."""
+    a = await Broker(tree, 1).start()
+    try:
+        created, release = asyncio.Event(), asyncio.Event()
+        put = a.store.put
+
+        async def slow_put(*args: Any, **kwargs: Any) -> Any:  # (the node is created; the answer is slow to come)
+            stat = await put(*args, **kwargs)
+            created.set()
+            await release.wait()
+            return stat
+
+        bundle = BUNDLES.find(topic().full)
+        a.store.put = slow_put  # type: ignore[method-assign]
+        acquiring = asyncio.ensure_future(a.ownership.acquire(bundle))
+        await asyncio.wait_for(created.wait(), 10)
+        unregister = a.registry.unregister
+
+        async def then_answer() -> None:  # (the put's answer comes once the stop has begun)
+            await unregister()
+            asyncio.get_running_loop().call_soon(release.set)
+
+        a.registry.unregister = then_answer  # type: ignore[method-assign]
+        await asyncio.wait_for(a.ownership.close(), 10)
+        await asyncio.gather(acquiring, return_exceptions=True)
+        assert not a.ownership.owned_bundles()
+        assert await a.store.get(ownership_path(bundle)) is None, "the bundle stayed owned after the stop"
+    finally:
+        await a.stop()
+
+
+async def test_a_bundle_is_not_taken_again_while_its_node_of_a_lost_session_is_released(tree: str) -> None:
+    """After a session taken as lost, the release of the nodes it kept runs in the background: a lookup in the
+    meantime must not take such a bundle afresh (the release would then delete the new node of this very session,
+    leaving the broker serving a bundle nobody holds in ZooKeeper)."""
+    a = await Broker(tree, 1).start()
+    release, reading = asyncio.Event(), asyncio.Event()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        await a.ownership.acquire(bundle)
+        get = a.store.get
+
+        async def slow_get(path: str) -> Any:
+            got = await get(path)
+            if path == ownership_path(bundle) and not release.is_set():
+                reading.set()
+                await release.wait()
+            return got
+
+        a.store.get = slow_get  # type: ignore[method-assign]
+        a.store.expire_session()  # the nodes go; a new session
+        await eventually(lambda: not a.ownership.owned_bundles(), "a to stop serving")
+        await asyncio.wait_for(reading.wait(), 10)  # the release has read the (absent) node, not deleted yet
+        with pytest.raises(ServiceNotReadyError):
+            await a.ownership.acquire(bundle)
+        release.set()
+        a.store.get = get  # type: ignore[method-assign]
+
+        async def taken() -> None:
+            while True:
+                try:
+                    await a.ownership.acquire(bundle)
+                    return
+                except ServiceNotReadyError:
+                    await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(taken(), 10)
+        await asyncio.sleep(0)
+        node = await a.store.get(ownership_path(bundle))
+        assert a.ownership.is_owned(bundle) and node is not None and node.stat.created_by_self
+    finally:
+        release.set()
+        await a.stop()
+
+
+async def test_a_node_created_by_a_put_that_timed_out_is_taken_back(tree: str) -> None:
+    """A write that timed out may have been applied: the node is this session's. The next acquisition owns it (as
+    Pulsar's lock finds its own value), instead of answering for ever that the bundle is someone's."""
+    a = await Broker(tree, 1).start()
+    try:
+        bundle = BUNDLES.find(topic().full)
+        put = a.store.put
+
+        async def applied_then_timed_out(*args: Any, **kwargs: Any) -> Any:
+            await put(*args, **kwargs)
+            raise MetadataStoreError("operation timed out")
+
+        a.store.put = applied_then_timed_out  # type: ignore[method-assign]
+        with pytest.raises(MetadataStoreError):
+            await a.ownership.acquire(bundle)
+        a.store.put = put  # type: ignore[method-assign]
+        answer = await a.ownership.lookup(topic(), False, None)
+        assert not answer.redirect and a.ownership.is_owned(bundle)
+        a.ownership.check_serving(topic())
+    finally:
+        await a.stop()
+
+
+async def test_a_report_written_while_the_broker_leaves_the_registry_does_not_register_it_again(tree: str) -> None:
+    a = await Broker(tree, 1).start()
+    try:
+        blocked, go, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        put = a.store.put
+
+        async def slow_put(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path != a.registry.path:
+                return await put(path, *args, **kwargs)
+            try:
+                blocked.set()
+                await go.wait()
+                return await put(path, *args, **kwargs)
+            finally:
+                finished.set()
+
+        a.store.put = slow_put  # type: ignore[method-assign]
+        await a.ownership.acquire(BUNDLES.find(topic().full))  # (the report changes: a rewrite starts)
+        await asyncio.wait_for(blocked.wait(), 10)
+        await a.registry.unregister()
+        go.set()
+        await asyncio.wait_for(finished.wait(), 10)
+        assert await a.store.get(a.registry.path) is None, "the registration came back after the broker left"
+    finally:
+        await a.stop()
+
+
+async def test_a_split_whose_child_another_broker_holds_is_refused(tree: str) -> None:
+    """The owner of the parent keeps the parent's topics loaded through a split (they are the children's now): a
+    child another broker holds would have its topics served by both. The split is refused instead, nothing
+    written, the parent still owned."""
+    a = await Broker(tree, 1).start()
+    b = await Broker(tree, 2).start()
+    try:
+        parent = BUNDLES.find(topic().full)
+        await a.ownership.acquire(parent)
+        a.host.topics.add(topic().full)
+        half = (parent.lower + parent.upper) // 2
+        children = [NamespaceBundle(NS, parent.lower, half), NamespaceBundle(NS, half, parent.upper)]
+        await b.ownership.acquire(children[1])  # (a node left over, e.g. by a broker with other boundaries)
+        written: list[bool] = []
+
+        async def write_bundles() -> None:
+            written.append(True)
+
+        with pytest.raises(ServiceNotReadyError):
+            await a.ownership.bundle_split(parent, children, write_bundles)
+        assert not written and a.ownership.is_owned(parent) and not a.ownership.is_owned(children[0])
+        assert await a.store.get(ownership_path(children[0])) is None
+        assert a.host.topics == {topic().full}
+    finally:
+        await b.stop()
+        await a.stop()

@@ -31,7 +31,7 @@ def test_the_overloaded_broker_sheds_its_hottest_bundles_down_to_the_mark() -> N
     # average 50 %, a at 90 %: shed (90 - 50 - 10 + 5) % = 35 % of its 100 MB/s, hottest first, at least that much.
     plan = ThresholdShedder(NOW_ONLY).find_bundles_for_unloading(brokers)
     assert plan == {"a": [B[0]]}
-    # b is 40 points under the average: outside the band too in Pulsar's test, but its amount is negative: nothing.
+    # b is 40 points under the average: not overloaded, nothing.
     default = ThresholdShedder(ShedderSettings(history_percentage=0.0))
     assert default.find_bundles_for_unloading(brokers) == {"a": [B[0]]}
 
@@ -52,6 +52,24 @@ def test_within_the_threshold_recent_sole_bundle_and_minimum_throughput() -> Non
     # Idle brokers: average 0, nothing.
     idle = {"a": report(1, {B[0]: 0.0, B[1]: 0.0}), "b": report(2, {})}
     assert ThresholdShedder(s).find_bundles_for_unloading(idle) == {}
+
+
+def test_a_broker_under_the_average_sheds_nothing() -> None:
+    """Pulsar 4.0.7's ThresholdShedder skips every broker whose usage is under average + threshold (``currentUsage <
+    avgUsage + threshold``): an idle broker far under the average keeps its bundles, even with the minimum
+    throughput at 0 (its amount to shed, 0 bytes/s, is not under a minimum of 0)."""
+    brokers = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=90.0),
+               "b": report(2, {B[2]: 0.0, B[3]: 0.0}, cpu=0.0)}
+    assert ThresholdShedder(NOW_ONLY).find_bundles_for_unloading(brokers) == {"a": [B[0]]}
+
+
+def test_a_broker_first_seen_counts_with_its_current_usage() -> None:
+    """Pulsar's updateAvgResourceUsage starts a broker's smoothed usage at its current usage (no history yet), not at
+    0: a leader that just took over (or a broker that just joined) sees an overloaded broker as overloaded in its
+    first round, instead of some twenty rounds (minutes) later with the default history of 0.9."""
+    brokers = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=90.0), "b": report(2, {B[3]: 0.0}, cpu=10.0)}
+    fresh = ThresholdShedder(ShedderSettings())  # history 0.9, minimum 10 MB/s
+    assert fresh.find_bundles_for_unloading(brokers) == {"a": [B[0]]}
 
 
 def test_history_smooths_a_spike_and_weights_pick_the_resources() -> None:
