@@ -509,7 +509,7 @@ def test_authentication_instruments(receiver: OtlpReceiver, monkeypatch: pytest.
     metric, _, scope = got["pulsar.authentication.token.expiry.duration"]
     assert scope == "org.apache.pulsar.authentication" and metric.unit == "s"
     (count, seconds), = histogram_points(metric).values()
-    assert count >= 1 and 3000 < seconds / count <= 3600
+    assert count >= 1 and 3000 < seconds / count <= 3601  # (expiring_token rounds its exp up to a whole second)
     (failure,) = [dict(k) for k in receiver.values("pulsar.authentication.operation.count", "otel-auth")
                   if dict(k)["pulsar.authentication.result"] == "failure"]
     assert failure["pulsar.authentication.method"] == "token" and failure["pulsar.authentication.error"]
