@@ -117,12 +117,14 @@ def test_table_view_sees_latest_values_and_updates(broker: BrokerThread, client:
     view.close()
 
 
-def test_compacted_view_survives_restart(tmp_path: Path) -> None:
-    def start() -> BrokerThread:
-        return BrokerThread(data_dir=tmp_path, managedLedgerStorage="file").start()
+def file_broker(data_dir: Path) -> BrokerThread:
+    """A started broker on file storage in ``data_dir`` (again after a stop: a restart)."""
+    return BrokerThread(data_dir=data_dir, managedLedgerStorage="file").start()
 
+
+def test_compacted_view_survives_restart(tmp_path: Path) -> None:
     topic = topic_name("restart")
-    b = start()
+    b = file_broker(tmp_path)
     try:
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=20)
@@ -133,7 +135,7 @@ def test_compacted_view_survives_restart(tmp_path: Path) -> None:
         client.close()
     finally:
         b.stop()
-    b = start()
+    b = file_broker(tmp_path)
     try:
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         assert read_all(client, topic) == [("k0", b"8"), ("k1", b"9")]
@@ -294,11 +296,8 @@ def test_a_run_killed_midway_leaves_nothing_in_the_next_view(tmp_path: Path) -> 
     # A run killed (kill -9) after writing part of its compacted ledger, before the metadata switched to
     # it, leaves that ledger behind under the name the next run takes. Pulsar's compactor writes each run
     # to a new ledger (and deletes it when the run fails); the next view must hold that run's entries only.
-    def start() -> BrokerThread:
-        return BrokerThread(data_dir=tmp_path, managedLedgerStorage="file").start()
-
     topic = topic_name("compact-crash")
-    b = start()
+    b = file_broker(tmp_path)
     try:
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         producer = client.create_producer(topic, batching_enabled=False)
@@ -319,7 +318,7 @@ def test_a_run_killed_midway_leaves_nothing_in_the_next_view(tmp_path: Path) -> 
         client.close()
     finally:
         b.stop()
-    b = start()
+    b = file_broker(tmp_path)
     try:
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         assert read_all(client, topic) == [("k", b"v2")]
