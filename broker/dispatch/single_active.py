@@ -147,15 +147,16 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         active = self.active
         if active is None or active.permits <= 0 or not active.writable:
             return
-        view = self.context.compacted_view()
-        start = self._compacted_read_position(active)
-        if active.read_compacted and view is not None and start <= view.horizon:
-            # The compacted view is read within the dispatch rate limits too (Pulsar sizes the
-            # compacted read with the same calculateToRead).
-            size = self.read_size(active.permits)
-            if size is not None:
-                self._serve_compacted(active, view, start, *size)
-            return
+        view = self.context.compacted_view() if active.read_compacted else None
+        if view is not None:
+            start = self._compacted_read_position(active)
+            if start <= view.horizon:
+                # The compacted view is read within the dispatch rate limits too (Pulsar sizes the
+                # compacted read with the same calculateToRead).
+                size = self.read_size(active.permits)
+                if size is not None:
+                    self._serve_compacted(active, view, start, *size)
+                return
         if self.at_read_limit():
             return  # an open transaction holds the next entries back
         size = self.read_size(active.permits)
