@@ -44,8 +44,7 @@ from broker.errors import BrokerError, NotAllowedError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
-from broker.service.compaction import COMPACTION_CURSOR
-from broker.service.topic import RESERVED_SUBSCRIPTION, PersistentTopic
+from broker.service.topic import RESERVED_SUBSCRIPTION, PersistentTopic, is_reserved_subscription
 from broker.topic_name import TopicName, is_system_topic
 from compression_codecs import DecompressionError, decompress
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
@@ -396,7 +395,7 @@ class TopicsResource:
         for a replicated subscription (Pulsar's query parameter)."""
         name = self.name(request)
         sub_name = request.match_info["sub"]
-        if not PersistentTopic.is_subscription_cursor(sub_name) or sub_name == COMPACTION_CURSOR:
+        if is_reserved_subscription(sub_name):
             # (Pulsar's admin API does not check this, but a subscription would share the broker's own cursor)
             raise HttpError(412, RESERVED_SUBSCRIPTION)
         body = await read_body(request)

@@ -60,8 +60,13 @@ def check_subscription_name(name: str) -> None:
     acks would move it. As Pulsar's internalSubscribe refuses the replicator prefix and pulsar.dedup
     (its NamingException reaches the client as ProducerBusy); Pulsar lets a client onto __compaction
     but refuses its acks there (CompactorSubscription), here it is refused at once."""
-    if not PersistentTopic.is_subscription_cursor(name) or name == COMPACTION_CURSOR:
+    if is_reserved_subscription(name):
         raise ProducerBusyError(RESERVED_SUBSCRIPTION)
+
+
+def is_reserved_subscription(name: str) -> bool:
+    """The name of one of the broker's own cursors, which no client or admin call may subscribe with."""
+    return not PersistentTopic.is_subscription_cursor(name) or name == COMPACTION_CURSOR
 
 
 class PersistentTopic(AbstractTopic):
