@@ -1,5 +1,6 @@
 """Segments are written in whole blocks, the last one filled up with zeros, with direct I/O when
-syncing (``writer``). Closing a segment cuts the zeros, and a segment left with zeros at its end (a
+syncing (``writer``); a write that grows the file lays down zeros ahead of the records too. Closing a
+segment cuts the zeros, and a segment left with zeros at its end (a
 crash, a stop) reads as ending at its last record. Torn writes over the zeros are cut like any torn
 tail. The power-cut suite (test_power_cut.py) runs on block writes too."""
 
@@ -16,6 +17,7 @@ from managed_ledger import ManagedLedgerConfig, ManagedLedgerError, Position, St
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.fs import BLOCK, OsFileSystem
+from managed_ledger.writer import PREALLOC_MAX
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.test_file_ledger import crash_factory, make, read_all
 
@@ -61,14 +63,72 @@ async def test_a_segment_is_written_in_whole_blocks_and_cut_to_its_last_record_w
     ps = await add_big(ml, 10)
     path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
     data = path.read_bytes()
-    assert len(data) == -(-records_end(10) // BLOCK) * BLOCK  # to the end of its last block
-    assert not data[records_end(10) :].strip(b"\0")
+    assert len(data) % BLOCK == 0 and len(data) >= records_end(10)  # whole blocks ...
+    assert not data[records_end(10) :].strip(b"\0")  # ... and zeros after the records
     await factory.close()
     assert path.stat().st_size == records_end(10)
     factory = make(tmp_path)
     ml = await factory.open("t", KEEP)
     assert [e.data for e in await read_all(ml)] == payloads(10)
     assert factory.stats.corrupt_records_total == 0
+    await factory.close()
+
+
+async def test_a_write_that_grows_a_segment_leaves_zeros_ahead_so_the_next_appends_do_not_grow_it(
+        tmp_path: Path) -> None:
+    # An fdatasync that changes a file's size also commits the file system's journal; one that
+    # overwrites zeros already in the file is the data and a cache flush (see "Zeros ahead").
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 10)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    size = path.stat().st_size
+    last_block_end = -(-records_end(10) // BLOCK) * BLOCK
+    assert size > last_block_end  # zeros beyond the last record's block
+    assert size - last_block_end <= min(PREALLOC_MAX, last_block_end)  # as many as the records at most
+    assert not path.read_bytes()[records_end(10) :].strip(b"\0")
+    assert records_end(11) <= size
+    await ml.add_entry_async(b"mA" + PAD)  # written over the zeros
+    assert path.stat().st_size == size
+    await factory.close()
+    assert path.stat().st_size == records_end(11)  # closing cuts the zeros
+    factory = make(tmp_path)
+    ml = await factory.open("t", KEEP)
+    assert [e.data for e in await read_all(ml)] == [*payloads(10), b"mA" + PAD]
+    assert factory.stats.corrupt_records_total == 0
+    await factory.close()
+
+
+async def test_a_segment_keeps_no_zeros_ahead_without_syncs(tmp_path: Path) -> None:
+    factory = make(tmp_path, sync=False)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 10)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    assert path.stat().st_size == -(-records_end(10) // BLOCK) * BLOCK
+    await factory.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="Linux only")
+async def test_no_room_for_the_zeros_ahead_still_stores_the_records(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.pwritev
+    refused = 0
+
+    def full_for_zeros(fd: int, buffers: Any, offset: int) -> int:
+        nonlocal refused
+        if len(buffers) > 1:  # the records and the zeros ahead of them
+            refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return int(real(fd, buffers, offset))
+
+    factory = make(tmp_path)
+    monkeypatch.setattr(os, "pwritev", full_for_zeros)
+    ml = await factory.open("t", KEEP)
+    ps = await add_big(ml, 4)
+    path = Path(ml.directory) / seg.file_name(ps[0].ledger_id)
+    assert refused and factory.stats.write_errors_total == 0
+    assert path.stat().st_size == -(-records_end(4) // BLOCK) * BLOCK  # no zeros beyond the last block
+    assert [e.data for e in await read_all(ml)] == payloads(4)
     await factory.close()
 
 
