@@ -24,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from broker.dispatch.context import Consumer, DispatchContext
-from broker.dispatch.key_selector import KeySelector, sticky_key_hash
+from broker.dispatch.key_selector import KeySelector
 from broker.dispatch.members import ConsumerMembers
 from broker.dispatch.shared import next_round_robin
 from broker.dispatch.single_active import ActiveConsumerElection
@@ -168,11 +168,11 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
         self.selector.rebuild(self.consumers)
 
     def select(self, meta: EntryMeta) -> Consumer | None:
-        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
+        owner = self.selector.owner(self.selector.key_hash(meta.sticky_key))
         return owner if owner is not None and available(owner) else None
 
     def send(self, entry: bytes, meta: EntryMeta) -> bool:
-        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
+        owner = self.selector.owner(self.selector.key_hash(meta.sticky_key))
         if owner is None:
             # No consumer's range covers the key (STICKY): released without counting a drop, as
             # Pulsar's NonPersistentStickyKeyDispatcherMultipleConsumers.sendMessages does.

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from broker.dispatch.key_selector import sticky_key_hash
+from broker.dispatch.key_selector import key_hash
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
@@ -231,8 +231,8 @@ async def test_key_shared_consumers_of_one_name_share_the_keys(broker: Broker) -
 async def test_key_shared_counts_as_dropped_only_what_an_owner_could_not_take(broker: Broker) -> None:
     """A key outside every STICKY range has no consumer: Pulsar releases it without counting a drop.
     A key whose owner has no permits is dropped and counted (msgDropRate)."""
-    covered = sticky_key_hash(b"in")
-    assert sticky_key_hash(b"out") != covered
+    covered = key_hash(b"in", sticky=True)
+    assert key_hash(b"out", sticky=True) != covered
     c = await client(broker)
     cmd = subscribe_cmd(1, 1, "sticky", pb.CommandSubscribe.Key_Shared)
     cmd.subscribe.keySharedMeta.keySharedMode = pb.KeySharedMode.STICKY

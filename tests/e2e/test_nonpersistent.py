@@ -133,6 +133,51 @@ def test_key_shared_keeps_each_key_on_one_consumer(client: pulsar.Client) -> Non
     assert len({next(iter(o)) for o in owner.values()}) == 2  # both consumers own keys
 
 
+# Which of two AUTO_SPLIT consumers named A and B gets each of the keys k0..k39 on Apache Pulsar 4.0.7, for a
+# persistent and a non-persistent topic alike (recorded from a live standalone).
+PULSAR_AUTO_SPLIT_OWNERS = "ABBABAAAABBABBABBBBABBABABAABABABBABAAAB"
+# Its Murmur3 hash is 0 modulo 65536: a STICKY selector gives it hash 1 (Pulsar keeps 0 for "no hash").
+ZERO_HASH_KEY = "z198787"
+
+
+def owners_of_keys(consumers: dict[str, pulsar.Consumer], n: int) -> dict[str, str]:
+    """partition key -> name of the consumer that received it, for ``n`` messages."""
+    owner: dict[str, str] = {}
+    for name, c in consumers.items():
+        while True:
+            try:
+                owner[c.receive(NOTHING_MORE_MS).partition_key()] = name
+            except pulsar.Timeout:
+                break
+    assert len(owner) == n, owner
+    return owner
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_key_shared_gives_each_key_to_the_consumer_pulsar_does(client: pulsar.Client, domain: str) -> None:
+    """AUTO_SPLIT hashes keys and ring points into 1..65535 (murmur % 65535 + 1); STICKY into 0..65535 with 0
+    made 1. Which consumer gets a key is what an application sees."""
+    policy = pulsar.ConsumerKeySharedPolicy
+    sticky = pulsar.KeySharedMode.Sticky
+    topic = f"{domain}://public/default/ks-sticky-{uuid.uuid4().hex[:10]}"
+    consumers = {name: client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name,
+                                        key_shared_policy=policy(sticky, sticky_ranges=[ranges]))
+                 for name, ranges in (("A", (0, 0)), ("B", (1, 65535)))}
+    client.create_producer(topic).send(b"x", partition_key=ZERO_HASH_KEY)
+    assert owners_of_keys(consumers, 1) == {ZERO_HASH_KEY: "B"}
+
+    topic = f"{domain}://public/default/ks-auto-{uuid.uuid4().hex[:10]}"
+    consumers = {name: client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name,
+                                        key_shared_policy=policy())
+                 for name in "AB"}
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"k{i}" for i in range(len(PULSAR_AUTO_SPLIT_OWNERS))]
+    for k in keys:
+        producer.send(k.encode(), partition_key=k)
+    owner = owners_of_keys(consumers, len(keys))
+    assert "".join(owner[k] for k in keys) == PULSAR_AUTO_SPLIT_OWNERS
+
+
 def test_failover_delivers_to_the_active_consumer_only(client: pulsar.Client) -> None:
     topic = np_topic("np-failover")
     consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name=f"f{i}")
