@@ -13,7 +13,9 @@ One dispatcher per subscription type, as in Pulsar:
 
 - Exclusive / Failover: the active consumer, elected as in single_active.py; Failover consumers
   learn who is active through ACTIVE_CONSUMER_CHANGE.
-- Shared: round robin over the available consumers, best priority level first (shared.py).
+- Shared: round robin over the available consumers, best priority level first (shared.py). Pulsar
+  also drops every message while the dispatcher's permit total is <= 0, which a batch overdrawing
+  one consumer can cause while another still has permits; here that other consumer gets them.
 - Key_Shared: the owner of the message key's hash (key_selector.py). There is no per-key drain
   state to keep: nothing is ever redelivered. A key no consumer owns (outside every STICKY range)
   is released without being counted as dropped, as in Pulsar.

@@ -143,6 +143,31 @@ async def test_a_batch_costs_its_message_count_in_permits(broker: Broker) -> Non
     c.close()
 
 
+async def test_shared_delivers_to_a_consumer_with_permits_when_the_total_is_spent(broker: Broker) -> None:
+    """A batch overdraws one Shared consumer and the dispatcher's total falls to -2 while the other still has
+    permits. Pulsar's NonPersistentDispatcherMultipleConsumers.sendMessages drops everything while the total is
+    <= 0; here the consumer that asked for messages gets them (kept on purpose: better for the application)."""
+    a, b = await client(broker), await client(broker)
+    for c, consumer_id, permits in ((a, 1, 1), (b, 2, 2)):
+        c.send(subscribe_cmd(consumer_id, 1, f"c{consumer_id}", pb.CommandSubscribe.Shared))
+        assert (await c.recv()).type == T.SUCCESS
+        c.send(flow_cmd(consumer_id, permits))
+    sub = subscription(broker)
+    d = sub.dispatcher
+    assert d is not None
+    await eventually(lambda: d.total_permits == 3, "both consumers' permits")
+    a.send(producer_cmd(TOPIC, producer_id=7, request_id=2))
+    assert (await a.recv()).type == T.PRODUCER_SUCCESS
+    a.send(*batch_frame(7, 0, 5))  # to one of them: total 3 - 5 = -2, the other keeps its permits
+    await eventually(lambda: d.total_permits == -2, "the batch delivered")
+    a.send(*send_frame(7, 1, b"x"))
+    await eventually(lambda: sum(c.msg_out for c in sub.consumers) == 6, "the single message delivered too")
+    assert sub.msg_dropped == 0
+    assert d.total_permits == d.permit_balance() == -3
+    a.close()
+    b.close()
+
+
 async def test_subscription_and_topic_go_with_their_last_client(broker: Broker) -> None:
     assert broker.server is not None
     service = broker.server.service
