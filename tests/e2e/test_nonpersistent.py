@@ -218,7 +218,7 @@ def test_a_consumer_without_permits_makes_drops_counted_in_stats(
                      what="a drop rate in the subscription stats")
     assert stats["msgBacklog"] == 0 and stats["type"] == "Exclusive"
     topic_stats = admin.stats(topic)
-    assert topic_stats["msgDropRate"] >= stats["msgDropRate"]
+    assert topic_stats["msgDropRate"] == 0.0  # Pulsar 4.0 never sets the topic's own rate
     assert topic_stats["msgInCounter"] == 10 and topic_stats["storageSize"] == 0
     assert [p["msgDropRate"] for p in topic_stats["publishers"]] == [0.0]
     assert consumer.receive(TIMEOUT_MS).data() == b"m0"
