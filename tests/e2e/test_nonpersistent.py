@@ -301,6 +301,43 @@ def test_admin_lists_live_topics_and_refuses_storage_operations(client: pulsar.C
     assert admin.call("GET", f"/admin/v2/{rest_path(topic)}/stats").status == 404
 
 
+# Apache Pulsar 4.0.7's answers over REST on a non-persistent topic (checked on a live standalone):
+# operation -> (status, reason) on a topic that exists.
+PULSAR_LIVE_TOPIC_ANSWERS = {
+    ("PUT", "/subscription/s"): (400, "Create subscription on non-persistent topic can only be done through client"),
+    ("POST", "/subscription/s/expireMessages/10"): (405, "Expire messages on a non-persistent topic is not allowed"),
+    ("POST", "/all_subscription/expireMessages/10"):
+        (405, "Expire messages for all subscriptions on a non-persistent topic is not allowed"),
+    ("GET", "/subscription/s/position/1"): (405, "Peek messages on a non-persistent topic is not allowed"),
+    ("POST", "/trim"): (405, "Trim on a non-persistent topic is not allowed"),
+    ("GET", "/lastMessageId"): (405, "GetLastMessageId on a non-persistent topic is not allowed"),
+    ("GET", "/examinemessage"): (405, "Examine messages on a non-persistent topic is not allowed"),
+    ("GET", "/messageid/0"): (405, "Get message ID by timestamp on a non-persistent topic is not allowed"),
+    ("POST", "/terminate"): (406, "Need to provide a persistent topic name"),
+}
+# ... and on one that does not exist: what Pulsar refuses before looking the topic up, else 404.
+REFUSED_BEFORE_LOOKUP = {("PUT", "/subscription/s"), ("POST", "/trim"), ("POST", "/terminate")}
+
+
+def test_admin_answers_on_a_live_topic_as_pulsar_does(client: pulsar.Client, admin: Admin) -> None:
+    topic = np_topic("np-admin-answers")
+    consumer = client.subscribe(topic, "s")
+    base = f"/admin/v2/{rest_path(topic)}"
+    missing = f"/admin/v2/{rest_path(np_topic('np-never'))}"
+    for (method, path), (status, reason) in PULSAR_LIVE_TOPIC_ANSWERS.items():
+        reply = admin.call(method, base + path)
+        assert (reply.status, reply.reason) == (status, reason), (method, path)
+        reply = admin.call(method, missing + path)
+        assert reply.status == (status if (method, path) in REFUSED_BEFORE_LOOKUP else 404), (method, path)
+    # What Pulsar does allow: the live subscription's properties, and a reset by time with nothing to move.
+    assert admin.put(f"{base}/subscription/s/properties", {"a": "b"}).status == 204
+    assert admin.ok("GET", f"{base}/subscription/s/properties") == {"a": "b"}
+    assert admin.post(f"{base}/subscription/s/resetcursor/0").status == 204
+    assert admin.post(f"{base}/subscription/other/resetcursor/0").status == 404
+    assert admin.ok("GET", f"{base}/subscriptions") == ["s"]  # nothing was created
+    consumer.close()
+
+
 def test_seek_last_message_id_and_unsubscribe(client: pulsar.Client) -> None:
     topic = np_topic("np-misc")
     consumer = client.subscribe(topic, "s")
