@@ -58,6 +58,13 @@ class NotAllowedError(BrokerError):
     code = E.NotAllowedError
 
 
+class UnsupportedOperationError(BrokerError):
+    """What this kind of topic cannot do where Pulsar answers UnknownError (its
+    UnsupportedOperationException): GetLastMessageId on a non-persistent topic. The client fails the
+    call at once."""
+    code = E.UnknownError
+
+
 class TooManySubscriptionsError(NotAllowedError):
     """maxSubscriptionsPerTopic reached (NotAllowedError on the wire, 412 over REST)."""
 

@@ -95,8 +95,8 @@ class BrokerStatsResource:
         if domain == "persistent":
             doc.update(storageSize=stats["storageSize"], backlogSize=stats["backlogSize"],
                        pendingAddEntriesCount=sum(p.pending for p in topic.producers.values()))
-        else:
-            doc["msgDropRate"] = stats.get("msgDropRate", 0.0)
+        # (A non-persistent topic's drops are its subscriptions' msgDropRate: Pulsar's
+        # NonPersistentTopic.updateRates writes none for the topic.)
         return doc
 
     def _process_cpu_percent(self) -> float:

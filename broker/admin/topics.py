@@ -10,8 +10,12 @@ Reads never create anything: stats and subscriptions of a partition that was nev
 are left out rather than creating its managed ledger.
 
 Non-persistent topics are the live ones: list, stats (Pulsar's NonPersistentTopicStats), live
-subscriptions (list, delete), unload and delete work; operations on stored messages or cursor
-positions answer 405.
+subscriptions (list, delete, properties, a reset by time that has nothing to move), unload and delete
+work. Creating a subscription is refused with Pulsar's 400 (only a client's SUBSCRIBE makes one),
+terminating with its 406. Operations on stored messages or cursor positions answer 405: with
+Pulsar's reason where Pulsar answers 405 (after its 404 for a topic that does not exist), with ours
+where Pulsar fails with a 500 (it casts the topic to a persistent one: skip, reset to a position,
+compaction, get a message by id).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 TOPIC = "/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
 INT64_MAX = (1 << 63) - 1
+# Pulsar's answer (400) to PUT .../subscription/{sub} on a non-persistent topic: only SUBSCRIBE makes one there.
+CREATE_LIVE_SUBSCRIPTION = "Create subscription on non-persistent topic can only be done through client"
 # A bundle's range in a path (GET .../{tenant}/{ns}/{bundle}: no topic route answers GET without an action).
 BUNDLE_RANGE = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
 # The most a peeked or fetched message is uncompressed to (its metadata announces the size; a larger one is
@@ -74,8 +80,14 @@ class TopicsResource:
     def register(self, r: web.UrlDispatcher) -> None:
         for d in DOMAINS:
             base = f"/admin/v2/{d}"
+            live = d == "non-persistent"
             # Operations on stored messages or cursor positions: 405 on non-persistent topics.
-            stored = _refused_without_storage if d == "non-persistent" else _as_is
+            stored = _refused_without_storage if live else _as_is
+
+            def refused(handler: Handler, reason: str, live: bool = live) -> Handler:
+                """``handler``, or on a non-persistent topic Pulsar's 405 with ``reason``."""
+                return self._refused_on_live_topic(reason) if live else handler
+
             r.add_get(base + "/{tenant}/{ns}", self.list_topics)
             r.add_get(base + "/{tenant}/{ns}/partitioned", self.partitioned.list_partitioned)
             if base.endswith("/non-persistent"):  # (Pulsar's getListFromBundle, what getList asks each owner)
@@ -90,23 +102,28 @@ class TopicsResource:
             r.add_post(base + TOPIC + "/partitions", self.partitioned.update_partitions)
             r.add_delete(base + TOPIC + "/partitions", self.partitioned.delete_partitioned)
             r.add_post(base + TOPIC + "/createMissedPartitions", self.partitioned.create_missed_partitions)
-            r.add_post(base + TOPIC + "/trim", stored(self.trim))
+            # (Pulsar refuses a non-persistent trim before looking the topic up)
+            r.add_post(base + TOPIC + "/trim",
+                       _refused("Trim on a non-persistent topic is not allowed") if live else self.trim)
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
             r.add_get(base + TOPIC + "/partitioned-internalStats", self.partitioned.partitioned_internal_stats)
             r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
-            r.add_put(base + SUB, stored(self.create_subscription))
+            r.add_put(base + SUB, _refused(CREATE_LIVE_SUBSCRIPTION, 400) if live else self.create_subscription)
             r.add_delete(base + SUB, self.delete_subscription)
             r.add_post(base + SUB + "/skip_all", stored(self.skip_all))
             r.add_post(base + SUB + "/skip/{n}", stored(self.skip))
-            r.add_post(base + SUB + "/resetcursor/{timestamp}", stored(self.reset_by_time))
+            r.add_post(base + SUB + "/resetcursor/{timestamp}", self.reset_live_by_time if live else self.reset_by_time)
             r.add_post(base + SUB + "/resetcursor", stored(self.reset_to_position))
-            r.add_post(base + SUB + "/expireMessages/{seconds}", stored(self.expire))
-            r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", stored(self.expire_all))
-            r.add_get(base + SUB + "/position/{n}", stored(self.peek))
-            r.add_get(base + SUB + "/properties", stored(self.get_subscription_properties))
-            r.add_put(base + SUB + "/properties", stored(self.set_subscription_properties))
+            r.add_post(base + SUB + "/expireMessages/{seconds}", refused(
+                self.expire, "Expire messages on a non-persistent topic is not allowed"))
+            r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", refused(
+                self.expire_all, "Expire messages for all subscriptions on a non-persistent topic is not allowed"))
+            r.add_get(base + SUB + "/position/{n}", refused(
+                self.peek, "Peek messages on a non-persistent topic is not allowed"))
+            r.add_get(base + SUB + "/properties", self.get_subscription_properties)
+            r.add_put(base + SUB + "/properties", self.set_subscription_properties)
             if d == "persistent":
                 r.add_post(base + SUB + "/replicatedSubscriptionStatus", self.set_replicated_status)
                 r.add_get(base + SUB + "/replicatedSubscriptionStatus", self.get_replicated_status)
@@ -118,12 +135,15 @@ class TopicsResource:
             r.add_put(base + TOPIC + "/unload", self.unload)
             r.add_post(base + TOPIC + "/terminate", self.terminate)
             r.add_post(base + TOPIC + "/terminate/partitions", self.terminate)
-            r.add_get(base + TOPIC + "/lastMessageId", stored(self.last_message_id))
+            r.add_get(base + TOPIC + "/lastMessageId", refused(
+                self.last_message_id, "GetLastMessageId on a non-persistent topic is not allowed"))
             r.add_put(base + TOPIC + "/compaction", stored(self.trigger_compaction))
             r.add_get(base + TOPIC + "/compaction", stored(self.compaction_status))
             r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", stored(self.message_by_id))
-            r.add_get(base + TOPIC + "/examinemessage", stored(self.examine_message))
-            r.add_get(base + TOPIC + "/messageid/{timestamp}", stored(self.message_id_by_time))
+            r.add_get(base + TOPIC + "/examinemessage", refused(
+                self.examine_message, "Examine messages on a non-persistent topic is not allowed"))
+            r.add_get(base + TOPIC + "/messageid/{timestamp}", refused(
+                self.message_id_by_time, "Get message ID by timestamp on a non-persistent topic is not allowed"))
 
     @property
     def service(self) -> BrokerService:
@@ -435,23 +455,27 @@ class TopicsResource:
             self.service.expiry_stats.forget(t.full_name, sub.name)
         return no_content()
 
+    async def _subscriptions(self, request: web.Request) -> list[AnySubscription]:
+        """The subscription of the path on the topic or each created partition, of either kind; 404 when there
+        is none."""
+        sub_name = request.match_info["sub"]
+        subs = [await self._subscription(t, sub_name) for t in await self.targets(self.name(request))]
+        if not subs:
+            raise HttpError(404, f"Subscription {sub_name} not found")
+        return subs
+
     async def get_subscription_properties(self, request: web.Request) -> web.Response:
-        """GET .../subscription/{sub}/properties (a partitioned topic answers for its partition 0)."""
-        name = self.name(request)
-        topics = await self.stored_targets(name, None)
-        if not topics:
-            raise HttpError(404, f"Subscription {request.match_info['sub']} not found")
-        sub = await admin_ops.subscription(topics[0], request.match_info["sub"])
+        """GET .../subscription/{sub}/properties (a partitioned topic answers for its partition 0); a
+        non-persistent subscription's are kept while it lives, as in Pulsar."""
+        sub = (await self._subscriptions(request))[0]
         return json_response(dict(sub.subscription_properties))
 
     async def set_subscription_properties(self, request: web.Request) -> web.Response:
         """PUT .../subscription/{sub}/properties: replace them all with the body's {key: value}."""
         properties = parse_properties(await read_body(request))
-
-        async def replace(t: PersistentTopic, sub: Subscription) -> None:
+        for sub in await self._subscriptions(request):
             await sub.set_subscription_properties(properties)
-
-        return await self.for_each_subscription(request, None, replace)
+        return no_content()
 
     async def skip_all(self, request: web.Request) -> web.Response:
         async def skip_all(t: PersistentTopic, sub: Subscription) -> None:
@@ -476,6 +500,13 @@ class TopicsResource:
             await admin_ops.reset_by_time(t, sub, timestamp)
 
         return await self.for_each_subscription(request, None, reset)
+
+    async def reset_live_by_time(self, request: web.Request) -> web.Response:
+        """POST .../resetcursor/{timestamp} on a non-persistent topic: nothing stored to rewind to, so
+        success, as Pulsar answers (and as a consumer's seek by time is answered)."""
+        int_param(request.match_info["timestamp"], "Timestamp")
+        await self._subscriptions(request)
+        return no_content()
 
     async def reset_to_position(self, request: web.Request) -> web.Response:
         body = await read_body(request)
@@ -573,6 +604,15 @@ class TopicsResource:
         return json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
                               "partitionIndex": name.partition_index})
 
+    def _refused_on_live_topic(self, reason: str) -> Handler:
+        """Pulsar's answer on a non-persistent topic to an operation on stored messages: 404 when the
+        topic does not exist, else 405 with ``reason``."""
+        async def refuse(request: web.Request) -> web.Response:
+            await self.targets(self.name(request))
+            raise HttpError(405, reason)
+
+        return refuse
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def unload(self, request: web.Request) -> web.Response:
         name = self.name(request)
@@ -586,8 +626,8 @@ class TopicsResource:
     async def terminate(self, request: web.Request) -> web.Response:
         """POST .../terminate (one topic) or .../terminate/partitions (each partition): the last message id."""
         name = self.name(request)
-        if not name.persistent:
-            raise HttpError(405, "Termination is only for persistent topics")
+        if not name.persistent:  # (Pulsar's validatePersistentTopicName)
+            raise HttpError(406, "Need to provide a persistent topic name")
         if request.path.endswith("/partitions"):
             # (Pulsar's internalTerminatePartitionedTopic: a partition's name, or a name with no partitions, is 405.)
             if name.partition_index >= 0 or self.partitions(name) == 0:
@@ -635,9 +675,9 @@ def _as_is(handler: Handler) -> Handler:
     return handler
 
 
-def _refused(reason: str) -> Handler:
+def _refused(reason: str, status: int = 405) -> Handler:
     async def refuse(request: web.Request) -> web.Response:
-        raise HttpError(405, reason)
+        raise HttpError(status, reason)
 
     return refuse
 

@@ -1,12 +1,17 @@
 """Key_Shared key selectors: which consumer owns a sticky-key hash.
 
 Shared by the persistent Key_Shared dispatcher and the non-persistent one. The sticky key
-(ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into 0..65535.
-AUTO_SPLIT places consumers on a consistent-hash ring (100 points each, from the consumer name and
-a per-name index, as Pulsar 4.0's ConsistentHashingStickyKeyConsumerSelector does: consumers
-sharing a name get distinct points, so each owns its share of the keys); a point two consumers hash
-to belongs to the one that came first. STICKY uses the ranges each consumer declared, and
-overlapping ranges are refused at subscribe.
+(ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 (sign bit cleared, as
+Pulsar's Murmur3_32Hash does) and folded into the key hash range of the mode's selector, as Pulsar
+4.0's StickyKeyConsumerSelector.makeStickyKeyHash does; which consumer gets a key depends on it:
+
+- AUTO_SPLIT (ConsistentHashingStickyKeyConsumerSelector): range 1..65535, so ``h % 65535 + 1``.
+  Consumers sit on a consistent-hash ring (100 points each, hashed the same way from the consumer
+  name and a per-name index: consumers sharing a name get distinct points, so each owns its share
+  of the keys); a point two consumers hash to belongs to the one that came first.
+- STICKY (HashRangeExclusiveStickyKeyConsumerSelector): range 0..65535, so ``h % 65536``, except
+  that 0 becomes 1 (Pulsar keeps 0 for "no hash"): a range [0, 0] owns no key. Each consumer
+  declares its ranges, and overlapping ranges are refused at subscribe.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from broker.protocol import pulsar_api_pb2 as pb
 if TYPE_CHECKING:
     from broker.dispatch.context import Consumer
 
-HASH_RANGE_SIZE = 65536  # Pulsar's key hash space
+HASH_RANGE_SIZE = 65536  # STICKY ranges lie in 0..65535 (Pulsar's DEFAULT_RANGE_SIZE)
+RING_RANGE_END = 65535  # AUTO_SPLIT's key hash range is 1..65535 (ConsistentHashingStickyKeyConsumerSelector)
 POINTS_PER_CONSUMER = 100  # Pulsar's default keySharedConsistentHashingReplicaPoints
 
 
@@ -31,8 +37,12 @@ def _mode_name(sticky: bool) -> str:
     return pb.KeySharedMode.Name(pb.KeySharedMode.STICKY if sticky else pb.KeySharedMode.AUTO_SPLIT)
 
 
-def sticky_key_hash(key: bytes) -> int:
-    return int(mmh3.hash(key, 0, signed=False)) % HASH_RANGE_SIZE
+def key_hash(key: bytes, sticky: bool) -> int:
+    """The key hash a selector of this mode gives ``key`` (see the module docstring)."""
+    h = int(mmh3.hash(key, 0, signed=False)) & 0x7FFFFFFF
+    if sticky:
+        return h % HASH_RANGE_SIZE or 1
+    return h % RING_RANGE_END + 1
 
 
 class KeySelector:
@@ -55,6 +65,9 @@ class KeySelector:
                 taken = {i for other, i in self._name_index.values() if other.name == c.name}
                 self._name_index[id(c)] = (c, next(i for i in range(len(taken) + 1) if i not in taken))
 
+    def key_hash(self, key: bytes) -> int:
+        return key_hash(key, self.sticky)
+
     def rebuild(self, consumers: Sequence[Consumer]) -> None:
         self._consumers = list(consumers)
         if self.sticky:
@@ -64,7 +77,7 @@ class KeySelector:
         for i, c in enumerate(self._consumers):
             name_index = self._name_index[id(c)][1]
             for k in range(POINTS_PER_CONSUMER):
-                ring.append((sticky_key_hash(f"{c.name}\0{name_index}\0{k}".encode()), i))
+                ring.append((key_hash(f"{c.name}\0{name_index}\0{k}".encode(), False), i))
         ring.sort()
         self._ring = ring
 

@@ -1,9 +1,10 @@
 """Key_Shared: every message of one key goes to the same consumer, in order.
 
 The sticky key (ordering_key, else partition_key, else NONE_KEY) is hashed with Murmur3_32 into
-0..65535. AUTO_SPLIT places consumers on a consistent-hash ring (100 points each); STICKY uses the
-ranges each consumer declared (overlaps are refused at subscribe). Ownership itself is the
-KeySelector's (key_selector.py), which the non-persistent Key_Shared dispatcher uses too.
+the key hash range of the mode. AUTO_SPLIT places consumers on a consistent-hash ring (100 points
+each); STICKY uses the ranges each consumer declared (overlaps are refused at subscribe). Hashing
+and ownership are the KeySelector's (key_selector.py), which the non-persistent Key_Shared
+dispatcher uses too.
 
 Per-key order across consumer changes ("draining hashes"): while messages of a hash are delivered
 and unacknowledged on one consumer, no other consumer may receive messages of that hash. When the
@@ -17,12 +18,12 @@ from __future__ import annotations
 import bisect
 
 from broker.dispatch.context import Consumer, DispatchContext
-from broker.dispatch.key_selector import KeySelector, sticky_key_hash
+from broker.dispatch.key_selector import KeySelector
 from broker.dispatch.shared import SharedDispatcher
 from broker.protocol.entry import EntryMeta
 from managed_ledger import ManagedCursor, Position
 
-__all__ = ["KeySharedDispatcher", "sticky_key_hash"]
+__all__ = ["KeySharedDispatcher"]
 
 
 class KeySharedDispatcher(SharedDispatcher):
@@ -64,13 +65,16 @@ class KeySharedDispatcher(SharedDispatcher):
         self._rebuild_ring()
         super()._consumer_removed(consumer)
 
+    def key_hash(self, key: bytes) -> int:
+        return self._selector.key_hash(key)
+
     def owner(self, key_hash: int) -> Consumer | None:
         return self._selector.owner(key_hash)
 
     def select_consumer(self, pos: Position, meta: EntryMeta, replaying: bool) -> Consumer | None:
         h = self._hash_of.get(pos)
         if h is None:
-            h = self._hash_of[pos] = sticky_key_hash(meta.sticky_key)
+            h = self._hash_of[pos] = self._selector.key_hash(meta.sticky_key)
         owner = self.owner(h)
         if owner is None or not self._available(owner):
             return None

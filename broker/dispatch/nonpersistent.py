@@ -13,7 +13,9 @@ One dispatcher per subscription type, as in Pulsar:
 
 - Exclusive / Failover: the active consumer, elected as in single_active.py; Failover consumers
   learn who is active through ACTIVE_CONSUMER_CHANGE.
-- Shared: round robin over the available consumers, best priority level first (shared.py).
+- Shared: round robin over the available consumers, best priority level first (shared.py). Pulsar
+  also drops every message while the dispatcher's permit total is <= 0, which a batch overdrawing
+  one consumer can cause while another still has permits; here that other consumer gets them.
 - Key_Shared: the owner of the message key's hash (key_selector.py). There is no per-key drain
   state to keep: nothing is ever redelivered. A key no consumer owns (outside every STICKY range)
   is released without being counted as dropped, as in Pulsar.
@@ -24,7 +26,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from broker.dispatch.context import Consumer, DispatchContext
-from broker.dispatch.key_selector import KeySelector, sticky_key_hash
+from broker.dispatch.key_selector import KeySelector
 from broker.dispatch.members import ConsumerMembers
 from broker.dispatch.shared import next_round_robin
 from broker.dispatch.single_active import ActiveConsumerElection
@@ -168,11 +170,11 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
         self.selector.rebuild(self.consumers)
 
     def select(self, meta: EntryMeta) -> Consumer | None:
-        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
+        owner = self.selector.owner(self.selector.key_hash(meta.sticky_key))
         return owner if owner is not None and available(owner) else None
 
     def send(self, entry: bytes, meta: EntryMeta) -> bool:
-        owner = self.selector.owner(sticky_key_hash(meta.sticky_key))
+        owner = self.selector.owner(self.selector.key_hash(meta.sticky_key))
         if owner is None:
             # No consumer's range covers the key (STICKY): released without counting a drop, as
             # Pulsar's NonPersistentStickyKeyDispatcherMultipleConsumers.sendMessages does.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from broker.dispatch.factory import non_persistent_dispatcher
 from broker.dispatch.nonpersistent import MESSAGE_POSITION, NonPersistentDispatcher
-from broker.errors import NotAllowedError, ServiceNotReadyError
+from broker.errors import NotAllowedError, ServiceNotReadyError, UnsupportedOperationError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import EntryMeta, entry_meta
 from broker.service.abstract_topic import AbstractTopic
@@ -49,10 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Sub = pb.CommandSubscribe
-
-# GetLastMessageId has no meaning here; PROTOCOL.md section 14 recommends "empty topic".
-NO_MESSAGE = Position(-1, -1)
-
 
 # -- subscription ---------------------------------------------------------------------------------
 
@@ -267,8 +263,9 @@ class NonPersistentTopic(AbstractTopic):
         self.remove_subscription(sub)
 
     async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:
-        """Pulsar does not support it here; PROTOCOL.md section 14 answers "empty topic"."""
-        return NO_MESSAGE, -1
+        """Not supported: Pulsar 4.0 answers GetLastMessageId with UnknownError, which the clients
+        raise at once (a reader's has_message_available too), rather than a last id that is not one."""
+        raise UnsupportedOperationError("GetLastMessageId is not supported on non-persistent topic")
 
     # -- geo-replication ---------------------------------------------------------------------------
     def update_replication(self) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
-from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
+from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -489,7 +489,7 @@ async def test_raised_consumer_unacked_limit_frees_a_blocked_key_shared_consumer
         assert isinstance(d, KeySharedDispatcher)
         await eventually(lambda: d.total_permits == 200, "both consumers' permits")
         a = next(x for x in d.consumers if x.consumer_id == 1)
-        key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(sticky_key_hash(k.encode())) is a)
+        key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(d.key_hash(k.encode())) is a)
         for seq in range(3):
             c.send(*send_frame(1, seq, b"m%d" % seq, partition_key=key))
         received: list[int] = []

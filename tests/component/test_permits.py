@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.dispatch.context import DispatchContext, DispatchPolicy, UnackedBlocked
-from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
+from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.embedded import Broker
@@ -475,7 +475,7 @@ def key_moving_to(h: KeyHarness, newcomer: Consumer, before: list[Consumer]) -> 
     assert isinstance(d, KeySharedDispatcher)
     for i in range(10_000):
         key = f"key-{i}"
-        kh = sticky_key_hash(key.encode())
+        kh = d.key_hash(key.encode())
         d.consumers.append(newcomer)
         d._rebuild_ring()
         after = d.owner(kh)
@@ -532,7 +532,7 @@ def keys_for(h: KeyHarness, wanted: Callable[[object, object], bool], leaving: C
     assert isinstance(d, KeySharedDispatcher)
     for i in range(10_000):
         key = f"key-{i}"
-        kh = sticky_key_hash(key.encode())
+        kh = d.key_hash(key.encode())
         now = d.owner(kh)
         d.consumers.remove(leaving)
         d._rebuild_ring()
@@ -647,7 +647,7 @@ async def test_key_shared_replay_read_in_flight_never_overtakes_a_leaving_consum
     b = h.consumer_named("b")
     # A key that stays with "a" when "b" joins (so "a" holds it until it leaves).
     key = next(k for k in (f"k{i}" for i in range(10_000))
-               if _owner_with(d, [a, b], sticky_key_hash(k.encode())) is a)
+               if _owner_with(d, [a, b], d.key_hash(k.encode())) is a)
     h.publish_key(key)  # e1 -> a (its one permit)
     h.publish_key(key)  # e2 -> replay set (a has no permits)
     await drain_lane()

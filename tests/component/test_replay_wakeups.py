@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker.dispatch.context import Delivery
-from broker.dispatch.key_shared import KeySharedDispatcher, sticky_key_hash
+from broker.dispatch.key_shared import KeySharedDispatcher
 from broker.dispatch.shared import SharedDispatcher
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.consumer import Consumer
@@ -57,7 +57,7 @@ async def test_key_shared_nacked_entries_go_out_once_their_consumer_is_writable_
     d.flow(a, 100)
     d.flow(b, 100)
     await drain_lane()
-    key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(sticky_key_hash(k.encode())) is a)
+    key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(d.key_hash(k.encode())) is a)
     h.publish_key(key)
     await drain_lane()
     [p1] = list(a.pending_acks)
