@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -290,9 +291,9 @@ async def test_consumer_unacked_limit_caps_its_share_of_one_read() -> None:
     h.check()
 
 
-def chunk(chunk_id: int, num_chunks: int, uuid: str = "u") -> bytes:
+def chunk(chunk_id: int, num_chunks: int, uuid: str = "u", key: str = "") -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, uuid=uuid, chunk_id=chunk_id,
-                            num_chunks_from_msg=num_chunks, total_chunk_msg_size=num_chunks)
+                            num_chunks_from_msg=num_chunks, total_chunk_msg_size=num_chunks, partition_key=key)
     meta = md.SerializeToString()
     return struct.pack(">I", len(meta)) + meta + b"x"
 
@@ -570,6 +571,44 @@ async def test_key_shared_replay_skips_hashes_whose_consumer_cannot_take_them() 
     d.flow(a, 10)
     await drain_lane()
     assert len(a.pending_acks) == 3
+    h.check()
+
+
+@pytest.mark.parametrize("shape", ["backlog", "tail", "few permits"])
+async def test_key_shared_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_message(shape: str) -> None:
+    """Key_Shared, a chunked message of 10 chunks, maxUnackedMessagesPerConsumer 5: the key's consumer gets
+    every chunk past its limit, in order, from the backlog (one read), at the tail (one chunk per read) and
+    with permits coming a few at a time (the chunks that had none wait in the replay set, and are let out
+    of it past the limit). Held back at the limit, the rest waited for acks the client cannot send before it
+    has the whole message, and the subscription stalled on it. The limit holds again after the message."""
+    h = await Harness.create_keyed()
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    a, b = h.consumer_named("a"), h.consumer_named("b")
+    if shape == "backlog":
+        for i in range(10):
+            h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
+    for c in (a, b):
+        d.add_consumer(c)
+        d.flow(c, 3 if shape == "few permits" else 100)
+    await drain_lane()
+    if shape != "backlog":
+        for i in range(10):
+            h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
+            await drain_lane()
+    owner, other = (a, b) if d.owner(sticky_key_hash(b"k")) is a else (b, a)
+    if shape == "few permits":
+        for _ in range(3):
+            d.flow(owner, 3)
+            await drain_lane()
+    await drain_lane()
+    assert len(owner.pending_acks) == 10 and not d.replay, (shape, len(owner.pending_acks), len(d.replay))
+    sent = list(owner.pending_acks)  # (in the order sent: nothing is acknowledged here)
+    assert sent == sorted(sent), shape  # the chunks in order
+    h.publish_key("k")  # past its limit, the next message of its key waits for acks
+    await drain_lane()
+    assert len(owner.pending_acks) == 10 and not other.pending_acks and len(d.replay) == 1, shape
     h.check()
 
 
