@@ -326,14 +326,21 @@ class DispatchRate(_RateLimit):
             by_bytes.consume(nbytes, now)
 
 
+# A subscribe needs a whole token (Pulsar's containsTokens() on its AsyncTokenBucket, which counts whole
+# tokens in integers): the float refill lands a hair under 1 where Pulsar's nanosecond arithmetic makes exactly 1
+# (11 s at 3 per 11 s gives 0.9999999999999999), so "whole" allows for that rounding, and no more.
+WHOLE_TOKEN = 1.0 - 1e-9
+
+
 class SubscribeRateLimiter:
     """Subscribes per consumer on one persistent topic (Pulsar's topic ``subscribeRate``, namespace
     ``clusterSubscribeRate``, broker ``subscribeThrottlingRatePerConsumer``): one consumer - its
     client's host, consumer name and consumer id - has a token bucket of ``rate`` subscribes that
     refills at ``rate`` per period, as Pulsar 4.0's SubscribeRateLimiter (an AsyncTokenBucket per
     consumer): a burst of ``rate``, then one every ``period / rate`` seconds. A subscribe takes a
-    whole token. Buckets that are full again are dropped once a period (a full bucket is what a new
-    consumer gets), so what is kept is one small bucket per consumer seen lately."""
+    whole token (Pulsar's containsTokens(): its bucket holds whole tokens only). Buckets that are
+    full again are dropped once a period (a full bucket is what a new consumer gets), so what is
+    kept is one small bucket per consumer seen lately."""
 
     def __init__(self, resolve: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
         self._resolve = resolve  # () -> (subscribes per consumer, period in seconds); 0 = no limit
@@ -361,7 +368,7 @@ class SubscribeRateLimiter:
         bucket = self._buckets.get(consumer)
         if bucket is None:
             bucket = self._buckets[consumer] = TokenBucket(rate / period, now, capacity=rate)
-        if bucket.refill(now) < 1.0:
+        if bucket.refill(now) < WHOLE_TOKEN:
             self.refused += 1
             return False
         bucket.tokens -= 1.0

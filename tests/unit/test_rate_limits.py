@@ -156,3 +156,18 @@ def test_subscribe_rate_is_a_token_bucket_per_consumer() -> None:
     assert all(limiter.try_acquire(a) for _ in range(10))
     limits[0] = (1, 10)  # a new limit: full buckets
     assert limiter.try_acquire(a) and not limiter.try_acquire(a)
+
+
+def test_subscribe_rate_admits_at_exactly_one_token_as_pulsars_integer_bucket() -> None:
+    """Pulsar 4.0's containsTokens() asks for a whole token (its AsyncTokenBucket counts whole tokens and
+    carries the rest as nanoseconds), so a fraction is refused, and a token is back exactly one period / rate
+    after it was spent. Refilled in floating point, 11 s at 3 per 11 s came to 0.9999999999999999 tokens, and
+    a subscribe Pulsar admits there was refused."""
+    now = [0.0]
+    limiter = SubscribeRateLimiter(lambda: (3, 11), clock=lambda: now[0])
+    a = ("10.0.0.1", "c", 0)
+    assert all(limiter.try_acquire(a) for _ in range(3)) and not limiter.try_acquire(a)
+    now[0] = 11 / 3 - 1e-3
+    assert not limiter.try_acquire(a)  # most of a token is not one
+    now[0] = 11 / 3
+    assert limiter.try_acquire(a) and not limiter.try_acquire(a)
