@@ -9,7 +9,8 @@ bytes, refilled continuously. What a socket read published is taken from them af
 may go below zero); while a bucket is below zero, the connections that published to the topic are
 not read (the same lever as producer backpressure: TCP then slows the producers, nobody gets an
 error). Reading resumes when the buckets are back at zero. A connection is shared by all the
-producers and consumers on it, so they all wait, as in Pulsar.
+producers and consumers on it, so they all wait, as in Pulsar. A connection that closes while held
+is let go at once (``forget``).
 
 The broker-wide publish limit (``brokerPublisherThrottlingMaxMessageRate`` / ``...MaxByteRate``,
 Pulsar's BrokerService.brokerPublishRateLimiter) is the same mechanism over everything published to
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
 
 
 class Throttleable(Protocol):
-    """The connection side: reading stops while any topic throttles it."""
+    """The connection side: reading stops while any publish rate limit throttles it. It is told which
+    limit, so that when it closes it has each limit still holding it ``forget`` it at once."""
 
-    def set_rate_throttled(self, delta: int) -> None: ...
+    def set_rate_throttled(self, delta: int, throttle: ConnectionThrottle) -> None: ...
 
 
 class TokenBucket:
@@ -150,7 +152,7 @@ class ConnectionThrottle(_RateLimit):
             if not self._paused:
                 self.throttled_times += 1
             self._paused.add(connection)
-            connection.set_rate_throttled(+1)
+            connection.set_rate_throttled(+1, self)
         if self._timer is None or until > self._until:
             if self._timer is not None:
                 self._timer.cancel()
@@ -170,7 +172,15 @@ class ConnectionThrottle(_RateLimit):
             self._timer = None
         paused, self._paused = self._paused, set()
         for connection in paused:
-            connection.set_rate_throttled(-1)
+            connection.set_rate_throttled(-1, self)
+
+    def forget(self, connection: Throttleable) -> None:
+        """``connection`` closed: hold it no longer (kept until the timer, it and all it refers to would
+        outlive it, for as long as other connections keep the limit busy and push the timer on)."""
+        self._paused.discard(connection)
+        if not self._paused and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class PublishThrottle(ConnectionThrottle):
