@@ -66,6 +66,39 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
     d.close()
 
 
+async def test_a_read_compacted_consumer_crossing_from_the_view_to_the_ledger_is_charged_once_per_message() -> None:
+    """The single active dispatcher charges the dispatch rate where it serves the compacted view and where it
+    serves a ledger read; a read goes one way or the other, never both, so a read_compacted consumer that reads
+    the view and then the entries after its horizon is charged once for every message it is sent (as Pulsar
+    charges each read once, in dispatchEntriesToConsumer, whichever reader read it): 10 from the view and 5
+    from the ledger cost 15 (the clock stands still, so nothing refills)."""
+    factory = MemoryManagedLedgerFactory()
+    ledger = await factory.open("compacted-then-ledger")
+    cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
+    stored: list[Entry] = []
+    data = entry_bytes()
+
+    def added(pos: Position | None, exc: BaseException | None) -> None:
+        assert pos is not None
+        stored.append(Entry(pos, data))
+
+    for _ in range(15):
+        ledger.add_entry(data, added)
+    await eventually(lambda: len(stored) == 15, "the entries stored")
+    view = View(stored[:10])
+    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (1000, 1 << 20, 1, False), clock=lambda: 0.0)
+    context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,),
+                              compacted_view=lambda: view)
+    d = SingleActiveConsumerDispatcher(context, cursor, failover=False)
+    c = Consumer(FakeCnx(), 0, "c", pb.CommandSubscribe.Exclusive, 0, NO_SUBSCRIPTION, -1, {})  # type: ignore[arg-type]
+    c.read_compacted = True
+    d.add_consumer(c)
+    d.flow(c, 100)
+    await eventually(lambda: len(c.pending_acks) == 15, "the view and the ledger's entries after it sent")
+    assert rate.budget() == (1000 - 15, (1 << 20) - 15 * len(data))
+    d.close()
+
+
 def test_broker_dispatch_rate_is_shared_by_every_topic_s_subscriptions() -> None:
     """dispatchThrottlingRateInMsg: one limit over what every subscription of the broker dispatches
     (Pulsar's broker dispatch rate limiter, asked by calculateToRead next to the topic's and the
