@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from types import SimpleNamespace
+from typing import Any
 
 import pulsar
 
@@ -18,7 +19,7 @@ from broker.service.consumer import Consumer
 from broker.service.rate_limits import DispatchRate
 from managed_ledger import Entry, InitialPosition, MemoryManagedLedgerFactory, Position
 from tests.component.test_permits import NO_SUBSCRIPTION, FakeCnx, entry_bytes
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_for
 
 
 class View:
@@ -102,27 +103,41 @@ async def test_a_read_compacted_consumer_crossing_from_the_view_to_the_ledger_is
 def test_broker_dispatch_rate_is_shared_by_every_topic_s_subscriptions() -> None:
     """dispatchThrottlingRateInMsg: one limit over what every subscription of the broker dispatches
     (Pulsar's broker dispatch rate limiter, asked by calculateToRead next to the topic's and the
-    subscription's). A consumer on one topic takes the whole second's budget; the next topic's
-    dispatcher then gets less than its consumer asks for (counted under reason="broker"), and it still
-    gets everything."""
+    subscription's). Its clock stands still here, so it never refills: 10 messages in all, whichever
+    topic takes them. The first topic's consumer takes the 10; the second topic's consumer, with 10
+    waiting in its backlog and permits for 1000, is then refused by the broker's limit and gets nothing.
+    A limit per topic or per subscription would have given it 10 of its own."""
     with BrokerThread(dispatchThrottlingRateInMsg=10, managedLedgerStorage="memory", dataDir="") as broker:
-        rate = broker.server.service.broker_dispatch_rate
+        service = broker.server.service
+        rate = service.broker_dispatch_rate
         assert rate is not None
+        rate._clock = lambda: 0.0  # (what is dispatched is never paid back)
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
         try:
-            producers = {name: client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
-                         for name in ("first", "second")}
-            consumers = {name: client.subscribe(f"persistent://public/default/{name}", "s", receiver_queue_size=1000)
-                         for name in ("first", "second")}
-            for i in range(10):
-                producers["first"].send(b"%d" % i)
-            assert [consumers["first"].receive(10_000).data() for _ in range(10)] == [b"%d" % i for i in range(10)]
-            for i in range(5):
-                producers["second"].send(b"%d" % i)
-            assert [consumers["second"].receive(10_000).data() for _ in range(5)] == [b"%d" % i for i in range(5)]
-            second = broker.server.service.topics["persistent://public/default/second"].subscriptions["s"]
-            assert second.dispatch_rates[2] is rate and second.dispatcher is not None
-            assert second.dispatcher.throttled_msg_events[2] >= 1
+            topics = {name: f"persistent://public/default/{name}" for name in ("first", "second")}
+            client.subscribe(topics["second"], "s").close()  # (its subscription keeps the backlog)
+            for topic in topics.values():
+                producer = client.create_producer(topic, batching_enabled=False)
+                for i in range(10):
+                    producer.send(b"%d" % i)
+
+            def dispatcher(name: str) -> Any:
+                return service.topics[topics[name]].subscriptions["s"].dispatcher
+
+            def sent(name: str) -> int:
+                return sum(len(c.pending_acks) for c in dispatcher(name).consumers)
+
+            def parked_on_the_limit(name: str) -> bool:  # refused, and waiting for the limit to allow more
+                d = dispatcher(name)
+                return d is not None and d.consumers and d._rate_timer is not None
+
+            client.subscribe(topics["first"], "s", receiver_queue_size=1000,
+                             initial_position=pulsar.InitialPosition.Earliest)
+            wait_for(lambda: sent("first") == 10 and parked_on_the_limit("first"), what="the first to take the 10")
+            client.subscribe(topics["second"], "s", receiver_queue_size=1000)
+            wait_for(lambda: parked_on_the_limit("second"), what="the second to be refused")
+            assert sent("second") == 0 and sent("first") == 10
+            assert dispatcher("second").throttled_msg_events[2] >= 1  # (refused by the broker's limit, index 2)
         finally:
             client.close()
 
