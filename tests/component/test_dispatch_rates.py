@@ -34,11 +34,10 @@ class View:
         return bisect.bisect_left(self._positions, position)
 
 
-async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
-    """A read_compacted consumer of an Exclusive / Failover subscription is served from the compacted
-    view within the dispatch rate limits, as Pulsar sizes that read with the same calculateToRead: 3
-    messages per period here, with the clock standing still. The view used to be served at once,
-    whatever the limit."""
+async def compacted_reader(entries: int, in_view: int, limits: tuple[int, int]) -> tuple[Any, Consumer, DispatchRate]:
+    """A read_compacted Exclusive consumer with permits for 100 on a topic of ``entries`` entries whose first
+    ``in_view`` are its compacted view, under a dispatch rate of ``limits`` (messages, bytes) per period whose
+    clock stands still: (dispatcher, consumer, rate)."""
     factory = MemoryManagedLedgerFactory()
     ledger = await factory.open("compacted")
     cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
@@ -49,11 +48,11 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
         assert pos is not None
         stored.append(Entry(pos, data))
 
-    for _ in range(10):
+    for _ in range(entries):
         ledger.add_entry(data, added)
-    await eventually(lambda: len(stored) == 10, "the entries stored")
-    view = View(stored)
-    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (3, 0, 1, False), clock=lambda: 0.0)
+    await eventually(lambda: len(stored) == entries, "the entries stored")
+    view = View(stored[:in_view])
+    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (*limits, 1, False), clock=lambda: 0.0)
     context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,),
                               compacted_view=lambda: view)
     d = SingleActiveConsumerDispatcher(context, cursor, failover=False)
@@ -61,6 +60,15 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
     c.read_compacted = True
     d.add_consumer(c)
     d.flow(c, 100)
+    return d, c, rate
+
+
+async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
+    """A read_compacted consumer of an Exclusive / Failover subscription is served from the compacted
+    view within the dispatch rate limits, as Pulsar sizes that read with the same calculateToRead: 3
+    messages per period here, with the clock standing still. The view used to be served at once,
+    whatever the limit."""
+    d, c, rate = await compacted_reader(10, 10, (3, 0))
     await eventually(lambda: rate.throttled_times > 0, "the dispatcher to run out of budget")
     assert len(c.pending_acks) == 3 and d.throttled_msg_events[0] >= 1
     assert d._rate_timer is not None  # (the read is retried when the limit allows it)
@@ -73,30 +81,9 @@ async def test_a_read_compacted_consumer_crossing_from_the_view_to_the_ledger_is
     the view and then the entries after its horizon is charged once for every message it is sent (as Pulsar
     charges each read once, in dispatchEntriesToConsumer, whichever reader read it): 10 from the view and 5
     from the ledger cost 15 (the clock stands still, so nothing refills)."""
-    factory = MemoryManagedLedgerFactory()
-    ledger = await factory.open("compacted-then-ledger")
-    cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
-    stored: list[Entry] = []
-    data = entry_bytes()
-
-    def added(pos: Position | None, exc: BaseException | None) -> None:
-        assert pos is not None
-        stored.append(Entry(pos, data))
-
-    for _ in range(15):
-        ledger.add_entry(data, added)
-    await eventually(lambda: len(stored) == 15, "the entries stored")
-    view = View(stored[:10])
-    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (1000, 1 << 20, 1, False), clock=lambda: 0.0)
-    context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,),
-                              compacted_view=lambda: view)
-    d = SingleActiveConsumerDispatcher(context, cursor, failover=False)
-    c = Consumer(FakeCnx(), 0, "c", pb.CommandSubscribe.Exclusive, 0, NO_SUBSCRIPTION, -1, {})  # type: ignore[arg-type]
-    c.read_compacted = True
-    d.add_consumer(c)
-    d.flow(c, 100)
+    d, c, rate = await compacted_reader(15, 10, (1000, 1 << 20))
     await eventually(lambda: len(c.pending_acks) == 15, "the view and the ledger's entries after it sent")
-    assert rate.budget() == (1000 - 15, (1 << 20) - 15 * len(data))
+    assert rate.budget() == (1000 - 15, (1 << 20) - 15 * len(entry_bytes()))
     d.close()
 
 
