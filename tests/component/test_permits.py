@@ -332,6 +332,30 @@ async def test_consumer_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_m
         h.check()
 
 
+@pytest.mark.parametrize("key_shared", [False, True])
+async def test_a_consumer_alone_at_its_unacked_limit_still_reads_the_rest_of_its_chunked_message(
+        key_shared: bool) -> None:
+    """The consumer of a chunked message of 10 chunks is the only one (maxUnackedMessagesPerConsumer 5), and
+    the chunks come one a read (the tail). Past its limit it may take the rest of the message, but the read
+    loop read only while some consumer was under its limit: with none, it stopped after 5 chunks and the
+    message never completed (Shared and Key_Shared alike)."""
+    h = await (Harness.create_keyed() if key_shared else Harness.create())
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    for i in range(10):
+        h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
+        await drain_lane()
+    assert len(a.pending_acks) == 10
+    h.publish(1)  # past its limit, the next message waits for acks
+    await drain_lane()
+    assert len(a.pending_acks) == 10
+    h.check()
+
+
 async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     h = await Harness.create()
     h.unacked_limit = 4
@@ -609,6 +633,31 @@ async def test_key_shared_unacked_limit_does_not_hold_back_the_rest_of_a_chunked
     h.publish_key("k")  # past its limit, the next message of its key waits for acks
     await drain_lane()
     assert len(owner.pending_acks) == 10 and not other.pending_acks and len(d.replay) == 1, shape
+    h.check()
+
+
+async def test_key_shared_chunked_message_whose_consumer_leaves_midway_goes_whole_to_the_next() -> None:
+    """The key's consumer leaves with 7 chunks of a 10-chunk message (past its unacked limit of 5): they come
+    back through the replay set and the key's next consumer gets the whole message, in order."""
+    h = await Harness.create_keyed()
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    a, b = h.consumer_named("a"), h.consumer_named("b")
+    for c in (a, b):
+        d.add_consumer(c)
+    owner, other = (a, b) if d.owner(sticky_key_hash(b"k")) is a else (b, a)
+    d.flow(owner, 7)
+    await drain_lane()
+    for i in range(10):
+        h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
+        await drain_lane()
+    assert len(owner.pending_acks) == 7
+    d.remove_consumer(owner)
+    d.flow(other, 100)
+    await drain_lane()
+    sent = list(other.pending_acks)
+    assert len(sent) == 10 and sent == sorted(sent) and not d.replay
     h.check()
 
 
