@@ -298,6 +298,14 @@ def chunk(chunk_id: int, num_chunks: int, uuid: str = "u", key: str = "") -> byt
     return struct.pack(">I", len(meta)) + meta + b"x"
 
 
+async def publish_chunks(h: Harness, num_chunks: int, one_a_read: bool = True) -> None:
+    """A chunked message of key "k": its chunks stored one a loop turn (one a read, as at the tail) or at once."""
+    for i in range(num_chunks):
+        h.ledger.add_entry(chunk(i, num_chunks, key="k"), lambda pos, exc: None)
+        if one_a_read:
+            await drain_lane()
+
+
 async def test_consumer_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_message() -> None:
     """A chunked message of 10 chunks, a maxUnackedMessagesPerConsumer of 5: the consumer that got the first
     chunks gets the others past its limit, as Pulsar's SharedConsumerAssignor sends a message's chunks to the
@@ -346,9 +354,7 @@ async def test_a_consumer_alone_at_its_unacked_limit_still_reads_the_rest_of_its
     d.add_consumer(a)
     d.flow(a, 100)
     await drain_lane()
-    for i in range(10):
-        h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
-        await drain_lane()
+    await publish_chunks(h, 10)
     assert len(a.pending_acks) == 10
     h.publish(1)  # past its limit, the next message waits for acks
     await drain_lane()
@@ -611,16 +617,13 @@ async def test_key_shared_unacked_limit_does_not_hold_back_the_rest_of_a_chunked
     assert isinstance(d, KeySharedDispatcher)
     a, b = h.consumer_named("a"), h.consumer_named("b")
     if shape == "backlog":
-        for i in range(10):
-            h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
+        await publish_chunks(h, 10, one_a_read=False)
     for c in (a, b):
         d.add_consumer(c)
         d.flow(c, 3 if shape == "few permits" else 100)
     await drain_lane()
     if shape != "backlog":
-        for i in range(10):
-            h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
-            await drain_lane()
+        await publish_chunks(h, 10)
     owner, other = (a, b) if d.owner(sticky_key_hash(b"k")) is a else (b, a)
     if shape == "few permits":
         for _ in range(3):
@@ -649,9 +652,7 @@ async def test_key_shared_chunked_message_whose_consumer_leaves_midway_goes_whol
     owner, other = (a, b) if d.owner(sticky_key_hash(b"k")) is a else (b, a)
     d.flow(owner, 7)
     await drain_lane()
-    for i in range(10):
-        h.ledger.add_entry(chunk(i, 10, key="k"), lambda pos, exc: None)
-        await drain_lane()
+    await publish_chunks(h, 10)
     assert len(owner.pending_acks) == 7
     d.remove_consumer(owner)
     d.flow(other, 100)
