@@ -11,6 +11,13 @@ and unacknowledged on one consumer, no other consumer may receive messages of th
 ring moves a hash to a newcomer, its messages wait until the old owner acks (or leaves, which puts
 its messages back for replay, ahead of anything newer). And a new entry never overtakes an older
 entry of the same hash waiting in the replay set. ``allowOutOfOrderDelivery`` turns both off.
+
+Chunked messages: the rest of a message goes to the consumer that got its first chunks, past its
+maxUnackedMessagesPerConsumer (each chunk counts as one unacked message, and a client acknowledges a
+chunked message only once it has all of it: held back at the limit, the key's consumer would wait
+for acks that cannot come, and the subscription stalled there; Pulsar 4.0's Key_Shared dispatcher
+caps every consumer at its room and stalls so). Only an earlier chunk of the same message waiting in
+the replay set holds a chunk back, so the chunks arrive in order.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class KeySharedDispatcher(SharedDispatcher):
         self._counted: set[Position] = set()
         # hash -> positions of it in the replay set, sorted
         self._replay_by_hash: dict[int, list[Position]] = {}
+        # Chunked messages under way (their consumer in _chunk_owner): uuid -> hash of their key, and the
+        # positions of their chunks that went to the replay set.
+        self._chunk_hash: dict[str, int] = {}
+        self._chunk_waiting: dict[str, list[Position]] = {}
 
     @property
     def type_name(self) -> str:
@@ -63,6 +74,8 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def _consumer_removed(self, consumer: Consumer) -> None:
         self._rebuild_ring()
+        for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
+            self._chunk_done(uuid)  # its chunks come back through the replay set, in order
         super()._consumer_removed(consumer)
 
     def key_hash(self, key: bytes) -> int:
@@ -75,6 +88,11 @@ class KeySharedDispatcher(SharedDispatcher):
         h = self._hash_of.get(pos)
         if h is None:
             h = self._hash_of[pos] = self._selector.key_hash(meta.sticky_key)
+        if meta.num_chunks:
+            return self._chunk_consumer_for(h, pos, meta)
+        return self._key_consumer(h, pos)
+
+    def _key_consumer(self, h: int, pos: Position) -> Consumer | None:
         owner = self.owner(h)
         if owner is None or not self._available(owner):
             return None
@@ -90,6 +108,52 @@ class KeySharedDispatcher(SharedDispatcher):
                 return None
         return owner
 
+    def _chunk_consumer_for(self, h: int, pos: Position, meta: EntryMeta) -> Consumer | None:
+        """A chunk goes to the consumer that has the earlier chunks of its message whatever its unacked
+        count (the module docstring says why), once no earlier chunk of it waits in the replay set; a
+        message none has started goes by its key, as any entry."""
+        uuid = meta.chunk_uuid
+        last = meta.chunk_id >= meta.num_chunks - 1
+        holder = self._chunk_owner.get(uuid)
+        if holder is not None and holder.closed:
+            self._chunk_done(uuid)
+            holder = None
+        if holder is None:
+            holder = self._key_consumer(h, pos)
+            if holder is not None and not last:
+                self._chunk_owner[uuid] = holder
+                self._chunk_hash[uuid] = h
+            return holder
+        waiting = self._chunk_waiting.get(uuid)
+        if waiting:
+            # (only those still waiting: taken for this replay read, earlier ones were handled already; or acked)
+            waiting[:] = [p for p in waiting if p in self._replay_set]
+        if not (holder.permits > 0 and holder.writable) or (waiting and waiting[0] < pos):
+            if waiting is None:
+                waiting = self._chunk_waiting[uuid] = []
+            if pos not in waiting:
+                bisect.insort(waiting, pos)
+            return None
+        if waiting and waiting[0] == pos:
+            del waiting[0]
+        if last:
+            self._chunk_done(uuid)
+        return holder
+
+    def _chunk_done(self, uuid: str) -> None:
+        self._chunk_owner.pop(uuid, None)
+        self._chunk_hash.pop(uuid, None)
+        self._chunk_waiting.pop(uuid, None)
+
+    def _chunk_takers(self) -> dict[int, Consumer]:
+        """hash -> a consumer midway through a chunked message of that key that can take a chunk now
+        (empty unless chunked messages are under way)."""
+        takers: dict[int, Consumer] = {}
+        for uuid, c in self._chunk_owner.items():
+            if c.permits > 0 and c.writable and not c.closed:
+                takers[self._chunk_hash[uuid]] = c
+        return takers
+
     def _take_replay(self, n: int) -> list[Position]:
         """The first ``n`` waiting entries that could go out now, in order, skipping every entry of a
         hash whose consumer cannot take it (no permits, or another consumer still drains it), and,
@@ -98,6 +162,9 @@ class KeySharedDispatcher(SharedDispatcher):
         it caught up (Pulsar 4's PIP-379 filters replays the same way)."""
         taken: list[Position] = []
         skipped: set[int] = set()
+        # A key with a chunked message under way is let through when that message's consumer can take a
+        # chunk (past its unacked limit, or the key moved on): its other entries come back if they cannot go.
+        takers = self._chunk_takers() if self._chunk_owner else {}
         for p in self.replay:
             h = self._hash_of.get(p)
             if h is not None:
@@ -105,7 +172,8 @@ class KeySharedDispatcher(SharedDispatcher):
                     continue
                 owner = self.owner(h)
                 holder = None if self.allow_out_of_order else self._drain_owner.get(h)
-                if owner is None or not self._available(owner) or (holder is not None and holder is not owner):
+                if (owner is None or not self._available(owner) or (holder is not None and holder is not owner)) \
+                        and h not in takers:
                     skipped.add(h)
                     continue
             taken.append(p)
@@ -169,3 +237,5 @@ class KeySharedDispatcher(SharedDispatcher):
         self._drain_count.clear()
         self._counted.clear()
         self._replay_by_hash.clear()
+        self._chunk_hash.clear()
+        self._chunk_waiting.clear()

@@ -275,7 +275,11 @@ class SharedDispatcher(Dispatcher):
         return owner
 
     def _any_available(self) -> bool:
-        return any(self._available(c) for c in self.consumers)
+        """Someone can take an entry now: a consumer under its limits, or one midway through a chunked
+        message that has a permit (it takes the next chunks past its unacked limit: held to it, the read
+        loop stopped when no one else could take anything, and the message never completed)."""
+        return (any(self._available(c) for c in self.consumers)
+                or any(c.permits > 0 and c.writable and not c.closed for c in self._chunk_owner.values()))
 
     # -- reading -----------------------------------------------------------------------------------
     def _read_more(self) -> None:

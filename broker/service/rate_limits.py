@@ -9,7 +9,8 @@ bytes, refilled continuously. What a socket read published is taken from them af
 may go below zero); while a bucket is below zero, the connections that published to the topic are
 not read (the same lever as producer backpressure: TCP then slows the producers, nobody gets an
 error). Reading resumes when the buckets are back at zero. A connection is shared by all the
-producers and consumers on it, so they all wait, as in Pulsar.
+producers and consumers on it, so they all wait, as in Pulsar. A connection that closes while held
+is let go at once (``forget``).
 
 The broker-wide publish limit (``brokerPublisherThrottlingMaxMessageRate`` / ``...MaxByteRate``,
 Pulsar's BrokerService.brokerPublishRateLimiter) is the same mechanism over everything published to
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
 
 
 class Throttleable(Protocol):
-    """The connection side: reading stops while any topic throttles it."""
+    """The connection side: reading stops while any publish rate limit throttles it. It is told which
+    limit, so that when it closes it has each limit still holding it ``forget`` it at once."""
 
-    def set_rate_throttled(self, delta: int) -> None: ...
+    def set_rate_throttled(self, delta: int, throttle: ConnectionThrottle) -> None: ...
 
 
 class TokenBucket:
@@ -150,7 +152,7 @@ class ConnectionThrottle(_RateLimit):
             if not self._paused:
                 self.throttled_times += 1
             self._paused.add(connection)
-            connection.set_rate_throttled(+1)
+            connection.set_rate_throttled(+1, self)
         if self._timer is None or until > self._until:
             if self._timer is not None:
                 self._timer.cancel()
@@ -170,7 +172,15 @@ class ConnectionThrottle(_RateLimit):
             self._timer = None
         paused, self._paused = self._paused, set()
         for connection in paused:
-            connection.set_rate_throttled(-1)
+            connection.set_rate_throttled(-1, self)
+
+    def forget(self, connection: Throttleable) -> None:
+        """``connection`` closed: hold it no longer (kept until the timer, it and all it refers to would
+        outlive it, for as long as other connections keep the limit busy and push the timer on)."""
+        self._paused.discard(connection)
+        if not self._paused and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class PublishThrottle(ConnectionThrottle):
@@ -326,14 +336,21 @@ class DispatchRate(_RateLimit):
             by_bytes.consume(nbytes, now)
 
 
+# A subscribe needs a whole token (Pulsar's containsTokens() on its AsyncTokenBucket, which counts whole
+# tokens in integers): the float refill lands a hair under 1 where Pulsar's nanosecond arithmetic makes exactly 1
+# (11 s at 3 per 11 s gives 0.9999999999999999), so "whole" allows for that rounding, and no more.
+WHOLE_TOKEN = 1.0 - 1e-9
+
+
 class SubscribeRateLimiter:
     """Subscribes per consumer on one persistent topic (Pulsar's topic ``subscribeRate``, namespace
     ``clusterSubscribeRate``, broker ``subscribeThrottlingRatePerConsumer``): one consumer - its
     client's host, consumer name and consumer id - has a token bucket of ``rate`` subscribes that
     refills at ``rate`` per period, as Pulsar 4.0's SubscribeRateLimiter (an AsyncTokenBucket per
     consumer): a burst of ``rate``, then one every ``period / rate`` seconds. A subscribe takes a
-    whole token. Buckets that are full again are dropped once a period (a full bucket is what a new
-    consumer gets), so what is kept is one small bucket per consumer seen lately."""
+    whole token (Pulsar's containsTokens(): its bucket holds whole tokens only). Buckets that are
+    full again are dropped once a period (a full bucket is what a new consumer gets), so what is
+    kept is one small bucket per consumer seen lately."""
 
     def __init__(self, resolve: Callable[[], tuple[int, int]], clock: Callable[[], float] = time.monotonic) -> None:
         self._resolve = resolve  # () -> (subscribes per consumer, period in seconds); 0 = no limit
@@ -361,7 +378,7 @@ class SubscribeRateLimiter:
         bucket = self._buckets.get(consumer)
         if bucket is None:
             bucket = self._buckets[consumer] = TokenBucket(rate / period, now, capacity=rate)
-        if bucket.refill(now) < 1.0:
+        if bucket.refill(now) < WHOLE_TOKEN:
             self.refused += 1
             return False
         bucket.tokens -= 1.0

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from broker.service.abstract_topic import SendPolicy
     from broker.service.broker_service import BrokerService
     from broker.service.nonpersistent import NonPersistentTopic
+    from broker.service.rate_limits import ConnectionThrottle
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class ServerCnx:
         self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
         # producers the broker closed: their in-flight SENDs are dropped, not fatal
         self._closed_producer_ids: set[int] = set()
+        # the publish rate limits not reading this connection now (told to forget it when it closes)
+        self._held_by: set[ConnectionThrottle] = set()
         self._max_payload = service.config.maxMessageSize + ENTRY_OVERHEAD
         # Producers with SENDs queued in this read (see flush_sends), and how many SENDs.
         self.open_batches: list[Producer] = []
@@ -173,6 +176,9 @@ class ServerCnx:
 
     def connection_closed(self) -> None:
         self._tasks.cancel()
+        held_by, self._held_by = self._held_by, set()
+        for throttle in held_by:
+            throttle.forget(self)
         for producer in self.producers.values():
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -575,7 +581,11 @@ class ServerCnx:
     def sends_finished(self, count: int, nbytes: int) -> None:
         self.connection.sends_finished(count, nbytes)
 
-    def set_rate_throttled(self, delta: int) -> None:
+    def set_rate_throttled(self, delta: int, throttle: ConnectionThrottle) -> None:
+        if delta > 0:
+            self._held_by.add(throttle)
+        else:
+            self._held_by.discard(throttle)
         self.connection.set_rate_throttled(delta)
 
     def handle_close_producer(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

@@ -282,6 +282,33 @@ async def test_broker_publish_rate_limit_holds_every_topic_s_publishers() -> Non
         second.close()
 
 
+async def test_a_closed_connection_is_let_go_by_the_publish_rate_limits_at_once() -> None:
+    # A connection held by the broker-wide and the topic's publish rate limits is closed while they still
+    # throttle (29 s to pay back): both forget it then. They kept it (and through it its producers and
+    # buffers) until their timers fired, and a limit kept busy by other connections pushes its timer
+    # further each time: with connections coming and going, the held set only grew. (Closed here by the
+    # broker, as its keep-alive does: a connection not read does not read the client's pongs, nor its close.)
+    async with Broker(brokerPublisherThrottlingMaxMessageRate=1, maxPublishRatePerTopicInMessages=1,
+                      managedLedgerStorage="memory", dataDir="") as b:
+        assert b.server is not None
+        broker_throttle = b.server.service.broker_publish_throttle
+        assert broker_throttle is not None
+        c = await WireClient.open(port_of(b))
+        await c.connect()
+        c.send(producer_cmd("persistent://public/default/rate-closed"))
+        assert (await c.recv()).type == T.PRODUCER_SUCCESS
+        c.writer.write(b"".join(commands.frame_with_payload(*send_frame(1, seq, b"x")) for seq in range(30)))
+        assert [(await c.recv()).send_receipt.sequence_id for _ in range(30)] == list(range(30))
+        topic_throttle = b.server.service.topics["persistent://public/default/rate-closed"].publish_throttle
+        await eventually(lambda: broker_throttle.paused == 1 and topic_throttle.paused == 1,
+                         "the rate limits to stop reading the connection")
+        server = b.server
+        producer_connection(server).close()
+        await eventually(lambda: not server.connections, "the broker to see the connection closed")
+        assert (broker_throttle.paused, topic_throttle.paused) == (0, 0)
+        c.close()
+
+
 async def test_no_broker_publish_rate_limit_makes_no_limiter() -> None:
     async with Broker(managedLedgerStorage="memory", dataDir="") as b:
         assert b.server is not None and b.server.service.broker_publish_throttle is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from types import SimpleNamespace
+from typing import Any
 
 import pulsar
 
@@ -18,7 +19,7 @@ from broker.service.consumer import Consumer
 from broker.service.rate_limits import DispatchRate
 from managed_ledger import Entry, InitialPosition, MemoryManagedLedgerFactory, Position
 from tests.component.test_permits import NO_SUBSCRIPTION, FakeCnx, entry_bytes
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_for
 
 
 class View:
@@ -33,11 +34,10 @@ class View:
         return bisect.bisect_left(self._positions, position)
 
 
-async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
-    """A read_compacted consumer of an Exclusive / Failover subscription is served from the compacted
-    view within the dispatch rate limits, as Pulsar sizes that read with the same calculateToRead: 3
-    messages per period here, with the clock standing still. The view used to be served at once,
-    whatever the limit."""
+async def compacted_reader(entries: int, in_view: int, limits: tuple[int, int]) -> tuple[Any, Consumer, DispatchRate]:
+    """A read_compacted Exclusive consumer with permits for 100 on a topic of ``entries`` entries whose first
+    ``in_view`` are its compacted view, under a dispatch rate of ``limits`` (messages, bytes) per period whose
+    clock stands still: (dispatcher, consumer, rate)."""
     factory = MemoryManagedLedgerFactory()
     ledger = await factory.open("compacted")
     cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
@@ -48,11 +48,11 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
         assert pos is not None
         stored.append(Entry(pos, data))
 
-    for _ in range(10):
+    for _ in range(entries):
         ledger.add_entry(data, added)
-    await eventually(lambda: len(stored) == 10, "the entries stored")
-    view = View(stored)
-    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (3, 0, 1, False), clock=lambda: 0.0)
+    await eventually(lambda: len(stored) == entries, "the entries stored")
+    view = View(stored[:in_view])
+    rate = DispatchRate(SimpleNamespace(generation=1), lambda: (*limits, 1, False), clock=lambda: 0.0)
     context = DispatchContext(loop=asyncio.get_running_loop(), name="sub", rates=(rate,),
                               compacted_view=lambda: view)
     d = SingleActiveConsumerDispatcher(context, cursor, failover=False)
@@ -60,36 +60,71 @@ async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
     c.read_compacted = True
     d.add_consumer(c)
     d.flow(c, 100)
+    return d, c, rate
+
+
+async def test_compacted_view_is_read_within_the_dispatch_rate() -> None:
+    """A read_compacted consumer of an Exclusive / Failover subscription is served from the compacted
+    view within the dispatch rate limits, as Pulsar sizes that read with the same calculateToRead: 3
+    messages per period here, with the clock standing still. The view used to be served at once,
+    whatever the limit."""
+    d, c, rate = await compacted_reader(10, 10, (3, 0))
     await eventually(lambda: rate.throttled_times > 0, "the dispatcher to run out of budget")
     assert len(c.pending_acks) == 3 and d.throttled_msg_events[0] >= 1
     assert d._rate_timer is not None  # (the read is retried when the limit allows it)
     d.close()
 
 
+async def test_a_read_compacted_consumer_crossing_from_the_view_to_the_ledger_is_charged_once_per_message() -> None:
+    """The single active dispatcher charges the dispatch rate where it serves the compacted view and where it
+    serves a ledger read; a read goes one way or the other, never both, so a read_compacted consumer that reads
+    the view and then the entries after its horizon is charged once for every message it is sent (as Pulsar
+    charges each read once, in dispatchEntriesToConsumer, whichever reader read it): 10 from the view and 5
+    from the ledger cost 15 (the clock stands still, so nothing refills)."""
+    d, c, rate = await compacted_reader(15, 10, (1000, 1 << 20))
+    await eventually(lambda: len(c.pending_acks) == 15, "the view and the ledger's entries after it sent")
+    assert rate.budget() == (1000 - 15, (1 << 20) - 15 * len(entry_bytes()))
+    d.close()
+
+
 def test_broker_dispatch_rate_is_shared_by_every_topic_s_subscriptions() -> None:
     """dispatchThrottlingRateInMsg: one limit over what every subscription of the broker dispatches
     (Pulsar's broker dispatch rate limiter, asked by calculateToRead next to the topic's and the
-    subscription's). A consumer on one topic takes the whole second's budget; the next topic's
-    dispatcher then gets less than its consumer asks for (counted under reason="broker"), and it still
-    gets everything."""
+    subscription's). Its clock stands still here, so it never refills: 10 messages in all, whichever
+    topic takes them. The first topic's consumer takes the 10; the second topic's consumer, with 10
+    waiting in its backlog and permits for 1000, is then refused by the broker's limit and gets nothing.
+    A limit per topic or per subscription would have given it 10 of its own."""
     with BrokerThread(dispatchThrottlingRateInMsg=10, managedLedgerStorage="memory", dataDir="") as broker:
-        rate = broker.server.service.broker_dispatch_rate
+        service = broker.server.service
+        rate = service.broker_dispatch_rate
         assert rate is not None
+        rate._clock = lambda: 0.0  # (what is dispatched is never paid back)
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
         try:
-            producers = {name: client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
-                         for name in ("first", "second")}
-            consumers = {name: client.subscribe(f"persistent://public/default/{name}", "s", receiver_queue_size=1000)
-                         for name in ("first", "second")}
-            for i in range(10):
-                producers["first"].send(b"%d" % i)
-            assert [consumers["first"].receive(10_000).data() for _ in range(10)] == [b"%d" % i for i in range(10)]
-            for i in range(5):
-                producers["second"].send(b"%d" % i)
-            assert [consumers["second"].receive(10_000).data() for _ in range(5)] == [b"%d" % i for i in range(5)]
-            second = broker.server.service.topics["persistent://public/default/second"].subscriptions["s"]
-            assert second.dispatch_rates[2] is rate and second.dispatcher is not None
-            assert second.dispatcher.throttled_msg_events[2] >= 1
+            topics = {name: f"persistent://public/default/{name}" for name in ("first", "second")}
+            client.subscribe(topics["second"], "s").close()  # (its subscription keeps the backlog)
+            for topic in topics.values():
+                producer = client.create_producer(topic, batching_enabled=False)
+                for i in range(10):
+                    producer.send(b"%d" % i)
+
+            def dispatcher(name: str) -> Any:
+                return service.topics[topics[name]].subscriptions["s"].dispatcher
+
+            def sent(name: str) -> int:
+                return sum(len(c.pending_acks) for c in dispatcher(name).consumers)
+
+            def parked_on_the_limit(name: str) -> bool:  # refused, and waiting for the limit to allow more
+                d = dispatcher(name)
+                return d is not None and d.consumers and d._rate_timer is not None
+
+            client.subscribe(topics["first"], "s", receiver_queue_size=1000,
+                             initial_position=pulsar.InitialPosition.Earliest)
+            wait_for(lambda: sent("first") == 10 and parked_on_the_limit("first"), what="the first to take the 10")
+            client.subscribe(topics["second"], "s", receiver_queue_size=1000)
+            wait_for(lambda: parked_on_the_limit("second"), what="the second to be refused")
+            assert sent("second") == 0 and sent("first") == 10
+            assert dispatcher("second").throttled_msg_events[2] >= 1  # (refused by the broker's limit, index 2)
         finally:
             client.close()
 

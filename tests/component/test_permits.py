@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -290,11 +291,19 @@ async def test_consumer_unacked_limit_caps_its_share_of_one_read() -> None:
     h.check()
 
 
-def chunk(chunk_id: int, num_chunks: int, uuid: str = "u") -> bytes:
+def chunk(chunk_id: int, num_chunks: int, uuid: str = "u", key: str = "") -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, uuid=uuid, chunk_id=chunk_id,
-                            num_chunks_from_msg=num_chunks, total_chunk_msg_size=num_chunks)
+                            num_chunks_from_msg=num_chunks, total_chunk_msg_size=num_chunks, partition_key=key)
     meta = md.SerializeToString()
     return struct.pack(">I", len(meta)) + meta + b"x"
+
+
+async def publish_chunks(h: Harness, num_chunks: int, one_a_read: bool = True) -> None:
+    """A chunked message of key "k": its chunks stored one a loop turn (one a read, as at the tail) or at once."""
+    for i in range(num_chunks):
+        h.ledger.add_entry(chunk(i, num_chunks, key="k"), lambda pos, exc: None)
+        if one_a_read:
+            await drain_lane()
 
 
 async def test_consumer_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_message() -> None:
@@ -329,6 +338,28 @@ async def test_consumer_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_m
         other = b if owner is a else a
         assert len(other.pending_acks) == 1 and len(owner.pending_acks) == 10
         h.check()
+
+
+@pytest.mark.parametrize("key_shared", [False, True])
+async def test_a_consumer_alone_at_its_unacked_limit_still_reads_the_rest_of_its_chunked_message(
+        key_shared: bool) -> None:
+    """The consumer of a chunked message of 10 chunks is the only one (maxUnackedMessagesPerConsumer 5), and
+    the chunks come one a read (the tail). Past its limit it may take the rest of the message, but the read
+    loop read only while some consumer was under its limit: with none, it stopped after 5 chunks and the
+    message never completed (Shared and Key_Shared alike)."""
+    h = await (Harness.create_keyed() if key_shared else Harness.create())
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    a = h.consumer()
+    d.add_consumer(a)
+    d.flow(a, 100)
+    await drain_lane()
+    await publish_chunks(h, 10)
+    assert len(a.pending_acks) == 10
+    h.publish(1)  # past its limit, the next message waits for acks
+    await drain_lane()
+    assert len(a.pending_acks) == 10
+    h.check()
 
 
 async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
@@ -570,6 +601,64 @@ async def test_key_shared_replay_skips_hashes_whose_consumer_cannot_take_them() 
     d.flow(a, 10)
     await drain_lane()
     assert len(a.pending_acks) == 3
+    h.check()
+
+
+@pytest.mark.parametrize("shape", ["backlog", "tail", "few permits"])
+async def test_key_shared_unacked_limit_does_not_hold_back_the_rest_of_a_chunked_message(shape: str) -> None:
+    """Key_Shared, a chunked message of 10 chunks, maxUnackedMessagesPerConsumer 5: the key's consumer gets
+    every chunk past its limit, in order, from the backlog (one read), at the tail (one chunk per read) and
+    with permits coming a few at a time (the chunks that had none wait in the replay set, and are let out
+    of it past the limit). Held back at the limit, the rest waited for acks the client cannot send before it
+    has the whole message, and the subscription stalled on it. The limit holds again after the message."""
+    h = await Harness.create_keyed()
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    a, b = h.consumer_named("a"), h.consumer_named("b")
+    if shape == "backlog":
+        await publish_chunks(h, 10, one_a_read=False)
+    for c in (a, b):
+        d.add_consumer(c)
+        d.flow(c, 3 if shape == "few permits" else 100)
+    await drain_lane()
+    if shape != "backlog":
+        await publish_chunks(h, 10)
+    owner, other = (a, b) if d.owner(d.key_hash(b"k")) is a else (b, a)
+    if shape == "few permits":
+        for _ in range(3):
+            d.flow(owner, 3)
+            await drain_lane()
+    await drain_lane()
+    assert len(owner.pending_acks) == 10 and not d.replay, (shape, len(owner.pending_acks), len(d.replay))
+    sent = list(owner.pending_acks)  # (in the order sent: nothing is acknowledged here)
+    assert sent == sorted(sent), shape  # the chunks in order
+    h.publish_key("k")  # past its limit, the next message of its key waits for acks
+    await drain_lane()
+    assert len(owner.pending_acks) == 10 and not other.pending_acks and len(d.replay) == 1, shape
+    h.check()
+
+
+async def test_key_shared_chunked_message_whose_consumer_leaves_midway_goes_whole_to_the_next() -> None:
+    """The key's consumer leaves with 7 chunks of a 10-chunk message (past its unacked limit of 5): they come
+    back through the replay set and the key's next consumer gets the whole message, in order."""
+    h = await Harness.create_keyed()
+    h.consumer_unacked_limit = 5
+    d = h.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    a, b = h.consumer_named("a"), h.consumer_named("b")
+    for c in (a, b):
+        d.add_consumer(c)
+    owner, other = (a, b) if d.owner(d.key_hash(b"k")) is a else (b, a)
+    d.flow(owner, 7)
+    await drain_lane()
+    await publish_chunks(h, 10)
+    assert len(owner.pending_acks) == 7
+    d.remove_consumer(owner)
+    d.flow(other, 100)
+    await drain_lane()
+    sent = list(other.pending_acks)
+    assert len(sent) == 10 and sent == sorted(sent) and not d.replay
     h.check()
 
 

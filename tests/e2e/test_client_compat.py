@@ -64,3 +64,25 @@ def test_chunks_of_a_message_go_to_one_shared_consumer(small_broker: BrokerThrea
         assert sorted(got) == sorted(payloads), f"{len(got)} of {len(payloads)} whole messages ({per_consumer})"
     finally:
         client.close()
+
+
+def test_a_chunked_message_longer_than_the_unacked_limit_reaches_its_key_shared_consumer() -> None:
+    """Key_Shared, maxUnackedMessagesPerConsumer 3, one message in 7 chunks: every chunk goes to the key's
+    consumer past its limit and the message arrives whole. Held back at the limit (each chunk counts as one
+    unacked message), the rest of the message waited for acks the client cannot send before it has all of it,
+    and the subscription stalled on it for good."""
+    with BrokerThread(maxMessageSize=CHUNK_LIMIT, maxUnackedMessagesPerConsumer=3) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            topic = topic_name("chunk-key-shared")
+            consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared)
+            producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+            big = bytes(range(256)) * (100 * 1024 // 256)  # 100 KiB: 7 chunks of at most 16 KiB
+            producer.send(big, partition_key="k")
+            producer.send(b"after", partition_key="k")
+            msg = consumer.receive(timeout_millis=10_000)
+            assert msg.data() == big
+            consumer.acknowledge(msg)
+            assert consumer.receive(timeout_millis=10_000).data() == b"after"
+        finally:
+            client.close()

@@ -4,6 +4,8 @@ which connections it holds, and when it lets them go; and the per-consumer subsc
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +17,7 @@ class FakeConnection:
     def __init__(self) -> None:
         self.throttles = 0
 
-    def set_rate_throttled(self, delta: int) -> None:
+    def set_rate_throttled(self, delta: int, throttle: object) -> None:
         self.throttles += delta
         assert self.throttles >= 0
 
@@ -62,6 +64,24 @@ async def test_throttle_holds_the_publishing_connections_until_the_buckets_refil
     throttle.record(a, 0, 2)
     assert a.throttles == 1
     throttle.release()
+
+
+async def test_throttle_forgets_a_closed_connection() -> None:
+    """A connection that closes while held is let go at once (not when the timer fires): nothing of it is
+    kept, and with nobody left to hold, the timer goes too."""
+    now = [0.0]
+    throttle = PublishThrottle(FakeTopic((10, 0)), clock=lambda: now[0])  # type: ignore[arg-type]
+    a, b = FakeConnection(), FakeConnection()
+    throttle.record(a, 100, 0)
+    throttle.record(b, 1, 0)
+    assert throttle.paused == 2
+    gone = weakref.ref(a)
+    throttle.forget(a)
+    del a
+    gc.collect()
+    assert gone() is None and throttle.paused == 1 and throttle._timer is not None
+    throttle.forget(b)
+    assert throttle.paused == 0 and throttle._timer is None
 
 
 async def test_no_limit_costs_nothing_and_holds_nobody() -> None:
@@ -155,4 +175,19 @@ def test_subscribe_rate_is_a_token_bucket_per_consumer() -> None:
     limits[0] = (0, 10)  # no limit
     assert all(limiter.try_acquire(a) for _ in range(10))
     limits[0] = (1, 10)  # a new limit: full buckets
+    assert limiter.try_acquire(a) and not limiter.try_acquire(a)
+
+
+def test_subscribe_rate_admits_at_exactly_one_token_as_pulsars_integer_bucket() -> None:
+    """Pulsar 4.0's containsTokens() asks for a whole token (its AsyncTokenBucket counts whole tokens and
+    carries the rest as nanoseconds), so a fraction is refused, and a token is back exactly one period / rate
+    after it was spent. Refilled in floating point, 11 s at 3 per 11 s came to 0.9999999999999999 tokens, and
+    a subscribe Pulsar admits there was refused."""
+    now = [0.0]
+    limiter = SubscribeRateLimiter(lambda: (3, 11), clock=lambda: now[0])
+    a = ("10.0.0.1", "c", 0)
+    assert all(limiter.try_acquire(a) for _ in range(3)) and not limiter.try_acquire(a)
+    now[0] = 11 / 3 - 1e-3
+    assert not limiter.try_acquire(a)  # most of a token is not one
+    now[0] = 11 / 3
     assert limiter.try_acquire(a) and not limiter.try_acquire(a)
