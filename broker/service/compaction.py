@@ -33,7 +33,7 @@ import logging
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -42,7 +42,7 @@ from broker.metadata.policy_table import COMPACTION_THRESHOLD
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from compression_codecs import DecompressionError, decompress
-from managed_ledger import Entry, InitialPosition, ManagedLedgerFactory, Position
+from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
@@ -375,7 +375,7 @@ class Compactor:
             # holds is not this run's; appended to, it would bring back the values it had kept.
             log.warning("compaction of %s: deleting %s, left by a run that did not finish", topic.name, name)
             await factory.delete(name)
-        ledger = await factory.open(name, service.ledger_config)
+        ledger = await factory.open(name, view_ledger_config(service.ledger_config))
         record, started = self.record, time.monotonic()
         written = 0
         try:
@@ -422,6 +422,13 @@ async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
         log.warning("could not delete %s, the ledger of a failed compaction", name, exc_info=True)
 
 
+def view_ledger_config(config: ManagedLedgerConfig) -> ManagedLedgerConfig:
+    """The settings of a compacted view's managed ledger: the broker's, but every ledger is kept. A view has no
+    cursor, so retention took every ledger of it but the last as soon as it rolled over (Pulsar writes a view
+    to one BookKeeper ledger of its own, which nothing trims)."""
+    return replace(config, retention_time_s=-1, retention_size_bytes=-1)
+
+
 def compacted_ledger_name(name: TopicName, generation: int) -> str:
     """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
     return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
@@ -436,7 +443,7 @@ async def load_view(topic: PersistentTopic) -> CompactedView | None:
     if not factory.exists(record["ledger"]):
         log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
         return None
-    ledger = await factory.open(record["ledger"], topic.service.ledger_config)
+    ledger = await factory.open(record["ledger"], view_ledger_config(topic.service.ledger_config))
     cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-load")
     kept: list[CompactedEntry] = []
     try:
