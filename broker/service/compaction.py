@@ -73,6 +73,9 @@ READ_CHUNK = 500  # entries per read while compacting
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 # Appends to a new compacted ledger in flight at once (Pulsar's AbstractTwoPhaseCompactor.MAX_OUTSTANDING).
 MAX_OUTSTANDING_WRITES = 500
+# Messages a run parses before it gives the event loop back (a few milliseconds of work): the loop serves
+# every connection of the broker.
+PARSE_SLICE = 2000
 
 
 class CompactionError(Exception):
@@ -318,8 +321,10 @@ class _Inputs:
     size: int = 0
 
     async def parsed(self, warn: bool) -> AsyncGenerator[tuple[Entry, list[int] | None, list[_Message] | None], None]:
-        """Every entry (but server markers) with its messages (None: unreadable)."""
+        """Every entry (but server markers) with its messages (None: unreadable). The parsing gives the event
+        loop back every PARSE_SLICE messages: a long run must not hold up every connection of the broker."""
         count = not warn  # (the first pass counts, the second warns: each once)
+        budget = PARSE_SLICE
         service = self.topic.service
         sources = []
         if self.previous is not None:
@@ -338,6 +343,15 @@ class _Inputs:
                             continue
                         msgs = _read_messages(e, warn)
                         yield e, ack_set, msgs
+                        budget -= len(msgs) if msgs else 1
+                        if budget <= 0:
+                            budget = PARSE_SLICE
+                            await _give_way()
+
+
+async def _give_way() -> None:
+    """Let the event loop run whatever is ready (a read from storage completed inline does not)."""
+    await asyncio.sleep(0)
 
 
 class _Appender:

@@ -1,20 +1,27 @@
-"""Compaction of a large topic: a run holds a chunk of the topic and a map of its keys, not the whole range."""
+"""Compaction of a large topic: a run holds a chunk of the topic and a map of its keys, not the whole range,
+and the broker serves its other clients while the run parses."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
+import pulsar
+import pytest
+
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
+from broker.service import compaction
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from managed_ledger import Position
 from tests.e2e.conftest import topic_name
 from tests.e2e.test_compaction import view_keys
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_for
 
 KEYS = 10
 
@@ -75,3 +82,54 @@ def test_a_run_holds_a_chunk_of_the_range_not_all_of_it(tmp_path: Path) -> None:
         range_bytes = count * len(value)
         # a chunk is at most READ_CHUNK entries (500 x 2 KiB): a few of those, nowhere near the 20 MiB range
         assert peak < range_bytes // 4, peak
+
+
+def test_another_client_is_served_while_a_run_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run parses a topic of 20 batches of 1,000 messages (one read, inline from memory storage). It used to
+    # parse all of them without giving the event loop back, and every connection of the broker waited. It
+    # gives the loop back every PARSE_SLICE messages now: here it waits there (once it has started) until a
+    # producer of another topic has its message stored, as a long run would, and goes on parsing after.
+    started = threading.Event()
+    parsed_after_the_send = 0
+    original = compaction.messages_of
+    with BrokerThread(managedLedgerStorage="memory", dataDir="") as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        other_name = topic_name("served-meanwhile")
+        producer = client.create_producer(other_name, batching_enabled=False)
+        other = b.server.service.topics[other_name]
+
+        def other_stored() -> bool:
+            return other.ledger.last_confirmed_entry.entry_id >= 0
+
+        def counting(entry: bytes) -> Iterator[compaction._Message]:
+            nonlocal parsed_after_the_send
+            started.set()
+            if other_stored():
+                parsed_after_the_send += 1
+            return original(entry)
+
+        async def give_way_until_served() -> None:
+            await asyncio.sleep(0)
+            if started.is_set():
+                await eventually(other_stored, "the other topic's message to be stored")
+
+        monkeypatch.setattr(compaction, "messages_of", counting)
+        monkeypatch.setattr(compaction, "_give_way", give_way_until_served, raising=False)
+        name = topic_name("compact-batches")
+        loaded_topic(b, name, (batch_entry(i, 1000) for i in range(20)))
+        topic = b.server.service.topics[name]
+
+        async def trigger() -> bool:
+            return topic.compactor.trigger()
+        assert b.run_coroutine(trigger())
+        assert started.wait(10)
+        message_id = producer.send(b"meanwhile")
+        compaction_done = wait_for(lambda: topic.compactor.status != compaction.CompactionStatus.RUNNING, 30,
+                                   "the run to finish")
+        assert compaction_done and topic.compactor.status == compaction.CompactionStatus.SUCCESS
+        # the producer's message was stored (and its receipt sent) while the run still had messages to parse
+        assert parsed_after_the_send > 0
+        assert Position(message_id.ledger_id(), message_id.entry_id()) == other.ledger.last_confirmed_entry
+        assert view_keys(b, name) == [key for i in range(20) for key in (
+            *(f"b{i}-{j}" for j in range(999)), *((f"k{i % KEYS}",) if i >= 20 - KEYS else ()))]
+        client.close()
