@@ -16,18 +16,12 @@ goes, a bounded number of appends in flight. A run's memory thus follows the num
 it reads. Parsing gives the event loop back every PARSE_SLICE messages, so a long run does not hold up the
 broker's connections.
 
-The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
-only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
-MESSAGE carries that ack_set and the client skips the other indexes, the same mechanism as
-batch-index acknowledgements. So nothing is ever re-encoded or re-compressed.
-
-On disk the view is a managed ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth
-of a topic's, beside the topics rather than under one, so that a topic's managed ledger keeps only its cursors as
-children and every broker of a cluster knows the view's name; a view of an older version, nested under its topic,
-loads from its recorded name on file storage, while on BookKeeper its topic loads again and the next compaction
-writes the view anew), one record per
-surviving entry: [ledgerId:i64][entryId:i64][ack_set word count:u32][words:i64...][entry bytes].
-The metadata store records which ledger holds the current view and its horizon; a new run writes
+The view (service/compacted_view.py: its record format, and how a loaded topic reads it) is a managed
+ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth of a topic's, beside the
+topics rather than under one, so that a topic's managed ledger keeps only its cursors as children and every
+broker of a cluster knows the view's name; a view of an older version, nested under its topic, loads from its
+recorded name on file storage, while on BookKeeper its topic loads again and the next compaction writes the
+view anew). The metadata store records which ledger holds the current view and its horizon; a new run writes
 a new ledger, switches the record, then deletes the old ledger.
 """
 
@@ -41,7 +35,7 @@ import struct
 import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -49,8 +43,9 @@ from google.protobuf.message import DecodeError
 from broker.metadata.policy_table import COMPACTION_THRESHOLD
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
+from broker.service.compacted_view import CompactedEntry, CompactedView, batch_count, encode_record, view_ledger_config
 from compression_codecs import DecompressionError, decompress
-from managed_ledger import Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from managed_ledger import Entry, InitialPosition, ManagedLedger, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
@@ -61,8 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _U32 = struct.Struct(">I")
-_RECORD_HEAD = struct.Struct(">qqI")
-_WORD = struct.Struct(">q")
 COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
 # The durable cursor that holds the topic's entries after the compaction horizon for the next run
 # (Pulsar's Compactor.COMPACTION_SUBSCRIPTION): not expired by message TTL nor as an inactive
@@ -87,28 +80,6 @@ class CompactionStatus(enum.Enum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
-
-
-class CompactedEntry(NamedTuple):
-    entry: Entry  # original position and verbatim bytes
-    ack_set: list[int] | None  # survivors of a partly compacted batch (bit set = deliver)
-    messages: int  # surviving messages (permits it costs)
-    last_index: int  # batch index of the last survivor (-1 for a non-batch entry)
-
-
-class CompactedView:
-    def __init__(self, horizon: Position, entries: list[CompactedEntry], ledger_name: str) -> None:
-        self.horizon = horizon
-        self.entries = entries
-        self.ledger_name = ledger_name
-        self._positions = [e.entry.position for e in entries]
-
-    def index_from(self, position: Position) -> int:
-        """Index of the first compacted entry at or after ``position``."""
-        return bisect.bisect_left(self._positions, position)
-
-    def __len__(self) -> int:
-        return len(self.entries)
 
 
 # -- reading batches ------------------------------------------------------------------------------------
@@ -170,12 +141,6 @@ def _sealed(md: pb.MessageMetadata) -> bool:
     return md.HasField("num_messages_in_batch") and len(md.encryption_keys) > 0
 
 
-def _batch_count(entry: bytes) -> int | None:
-    """The messages of a batch entry, as its metadata counts them; None for an entry that is not a batch."""
-    md = read_entry_metadata(entry)
-    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None
-
-
 # -- choosing the survivors --------------------------------------------------------------------------------
 
 # Key -> (ledger id, entry id, batch index) of the key's latest message, for keys whose latest message is not a
@@ -217,7 +182,7 @@ def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, l
              retain_null_key: bool) -> CompactedEntry | None:
     """Second pass: what of ``e`` goes into the view (None: nothing), given every key's latest message."""
     if msgs is None:  # (unreadable: kept whole)
-        count = _batch_count(e.data) or 0
+        count = batch_count(e.data) or 0
         return CompactedEntry(e, None, count, count - 1)
     pos = e.position
     alive = [i for i, m in enumerate(msgs)
@@ -291,22 +256,10 @@ async def _range_chunks(topic: PersistentTopic, after: Position, horizon: Positi
         await cursor.close()
 
 
-async def _view_chunks(factory: ManagedLedgerFactory, config: ManagedLedgerConfig,
-                       name: str) -> AsyncGenerator[Chunk, None]:
-    """The records of the compacted ledger ``name``, in order."""
-    ledger = await factory.open(name, config)
-    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-view-reader")
-    try:
-        while True:
-            batch = await cursor.read_entries_async(READ_CHUNK, READ_CHUNK_BYTES)
-            if not batch:
-                return
-            yield [(c.entry, c.ack_set) for c in map(decode_record, (e.data for e in batch))]
-            if not cursor.has_more_entries():
-                return
-    finally:
-        await cursor.close()
-        await ledger.close()
+async def _records(view: CompactedView) -> AsyncGenerator[Chunk, None]:
+    async with aclosing(view.chunks(READ_CHUNK, READ_CHUNK_BYTES)) as chunks:
+        async for chunk in chunks:
+            yield [(c.entry, c.ack_set) for c in chunk]
 
 
 @dataclass
@@ -325,11 +278,9 @@ class _Inputs:
         loop back every PARSE_SLICE messages: a long run must not hold up every connection of the broker."""
         count = not warn  # (the first pass counts, the second warns: each once)
         budget = PARSE_SLICE
-        service = self.topic.service
-        sources = []
+        sources: list[AsyncGenerator[Chunk, None]] = []
         if self.previous is not None:
-            sources.append(_view_chunks(service.ledger_factory, view_ledger_config(service.ledger_config),
-                                        self.previous.ledger_name))
+            sources.append(_records(self.previous))
         after = self.previous.horizon if self.previous is not None else Position(-1, -1)
         sources.append(_range_chunks(self.topic, after, self.horizon))
         for source in sources:
@@ -398,28 +349,6 @@ class _Appender:
     def _check(self) -> None:
         if self._error is not None:
             raise CompactionError(f"cannot write the compacted ledger: {self._error}") from self._error
-
-
-def encode_record(c: CompactedEntry) -> bytes:
-    words = c.ack_set or []
-    pos = c.entry.position
-    return b"".join([_RECORD_HEAD.pack(pos.ledger_id, pos.entry_id, len(words)),
-                     *(_WORD.pack(w) for w in words), c.entry.data])
-
-
-def decode_record(data: bytes) -> CompactedEntry:
-    lid, eid, n = _RECORD_HEAD.unpack_from(data, 0)
-    off = _RECORD_HEAD.size
-    words = [_WORD.unpack_from(data, off + 8 * i)[0] for i in range(n)]
-    body = data[off + 8 * n:]
-    # (counted by the metadata, not read message by message: a batch that cannot be read is kept whole)
-    count = _batch_count(body)
-    if words:
-        alive = [i for i in range(count or 1) if (words[i // 64] >> (i % 64)) & 1]
-        return CompactedEntry(Entry(Position(lid, eid), body), words, len(alive), alive[-1])
-    if count is None:
-        return CompactedEntry(Entry(Position(lid, eid), body), None, 1, -1)
-    return CompactedEntry(Entry(Position(lid, eid), body), None, count, count - 1)
 
 
 @dataclass
@@ -534,16 +463,20 @@ class Compactor:
         record, started = self.record, time.monotonic()
         appender = _Appender(ledger, record)
         retain_null_key = service.config.topicCompactionRetainNullKey
-        kept: list[CompactedEntry] = []
+        last: CompactedEntry | None = None
         try:
             async with aclosing(inputs.parsed(warn=True)) as second:
                 async for e, ack_set, msgs in second:
                     c = survivor(e, ack_set, msgs, latest, retain_null_key)
                     if c is not None:
-                        kept.append(c)
+                        last = c
                         await appender.append(encode_record(c))
             await appender.drain()
-            await ledger.close()
+            # (the ledger just written stays open: the view is read from it)
+            view = CompactedView(horizon, ledger, appender.entries,
+                                 (last.entry.position, last.last_index) if last is not None else None)
+            await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
+                                                  generation)
         except BaseException:
             # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
             await asyncio.shield(_delete_quietly(factory, name))
@@ -555,18 +488,18 @@ class Compactor:
         record.last_read_bytes_per_s = inputs.size / elapsed
         record.last_write_bytes_per_s = appender.size / elapsed
         record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
-        view = CompactedView(horizon, kept, name)
-        await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
         topic.compacted_view = view
         if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
             cursor.mark_delete(horizon)  # (the view holds what came before)
         if old is not None and old.ledger_name != name:
+            await old.close(finish_reads=True)
             await service.ledger_factory.delete(old.ledger_name)
         log.info("compacted %s up to %s: %d of %d entries kept (%d keys)", topic.name, horizon, appender.entries,
                  inputs.entries, len(latest))
         return view
 
     async def close(self) -> None:
+        """Stop a run in progress (its ledger is deleted; the view stays the last one)."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -579,40 +512,6 @@ async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
         log.warning("could not delete %s, the ledger of a failed compaction", name, exc_info=True)
 
 
-def view_ledger_config(config: ManagedLedgerConfig) -> ManagedLedgerConfig:
-    """The settings of a compacted view's managed ledger: the broker's, but every ledger is kept. A view has no
-    cursor, so retention took every ledger of it but the last as soon as it rolled over (Pulsar writes a view
-    to one BookKeeper ledger of its own, which nothing trims)."""
-    return replace(config, retention_time_s=-1, retention_size_bytes=-1)
-
-
 def compacted_ledger_name(name: TopicName, generation: int) -> str:
     """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
     return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
-
-
-async def load_view(topic: PersistentTopic) -> CompactedView | None:
-    """The compacted view recorded in metadata for ``topic``, read back from its ledger."""
-    record = topic.service.metadata.compactions.get(topic.full_name)
-    if not record:
-        return None
-    factory = topic.service.ledger_factory
-    if not factory.exists(record["ledger"]):
-        log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
-        return None
-    ledger = await factory.open(record["ledger"], view_ledger_config(topic.service.ledger_config))
-    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-load")
-    kept: list[CompactedEntry] = []
-    try:
-        while True:
-            batch = await cursor.read_entries_async(READ_CHUNK)
-            if not batch:
-                break
-            kept.extend(decode_record(e.data) for e in batch)
-            if not cursor.has_more_entries():
-                break
-    finally:
-        await cursor.close()
-        await ledger.close()
-    lid, eid = record["horizon"]
-    return CompactedView(Position(lid, eid), kept, record["ledger"])

@@ -12,7 +12,8 @@ import pytest
 from pulsar import CompressionType, MessageId
 
 from broker.embedded import BrokerThread
-from broker.service.compaction import CompactedEntry, compacted_ledger_name, encode_record, messages_of
+from broker.service.compacted_view import CompactedEntry, encode_record
+from broker.service.compaction import compacted_ledger_name, messages_of
 from managed_ledger import Position
 from tests.e2e.conftest import topic_name
 from tests.e2e.test_encryption_required import key_reader
@@ -233,7 +234,8 @@ def view_keys(broker: BrokerThread, topic: str) -> list[str]:
     """The keys of the messages in ``topic``'s compacted view, in order (as the broker holds it)."""
     view = broker.server.service.topics[topic].compacted_view
     assert view is not None
-    return [m.key for c in view.entries for i, m in enumerate(messages_of(c.entry.data))
+    records, _ = broker.run_coroutine(view.read(Position(-1, -1), len(view) + 1))
+    return [m.key for c in records for i, m in enumerate(messages_of(c.entry.data))
             if m.key is not None and (c.ack_set is None or (c.ack_set[i // 64] >> (i % 64)) & 1)]
 
 

@@ -1,5 +1,6 @@
-"""Compaction of a large topic: a run holds a chunk of the topic and a map of its keys, not the whole range,
-and the broker serves its other clients while the run parses."""
+"""Compaction of a large topic: a run holds a chunk of the topic and a map of its keys, not the whole range
+nor the view it writes; the broker serves its other clients while the run parses; a loaded topic reads its
+view from the view's ledger and does not hold it."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from tests.waiting import eventually, wait_for
 KEYS = 10
 
 
-def keyed_entry(i: int, value: bytes) -> bytes:
-    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1, partition_key=f"k{i % KEYS}")
+def keyed_entry(i: int, value: bytes, keys: int = KEYS) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1, partition_key=f"k{i % keys}")
     return build_entry(md.SerializeToString(), value)
 
 
@@ -132,4 +133,44 @@ def test_another_client_is_served_while_a_run_parses(monkeypatch: pytest.MonkeyP
         assert Position(message_id.ledger_id(), message_id.entry_id()) == other.ledger.last_confirmed_entry
         assert view_keys(b, name) == [key for i in range(20) for key in (
             *(f"b{i}-{j}" for j in range(999)), *((f"k{i % KEYS}",) if i >= 20 - KEYS else ()))]
+        client.close()
+
+
+def test_a_view_of_many_keys_is_read_from_its_ledger_not_held(tmp_path: Path) -> None:
+    # 5,000 keys of 2 KiB values: a 10 MiB view. A run used to build the view in memory as it wrote it, and a
+    # loaded topic held it whole for as long as it was loaded (dispatch read it from there). The view is read
+    # from its ledger now: neither the run nor the loaded topic holds it, and a read_compacted reader still
+    # gets every key, in order.
+    value = b"y" * 2048
+    count = 5_000
+    view_bytes = count * len(value)
+    with BrokerThread(data_dir=tmp_path, managedLedgerStorage="file", managedLedgerCacheSizeMB=0) as b:
+        service = b.server.service
+        name = topic_name("compact-many-keys")
+        topic = loaded_topic(b, name, (keyed_entry(i, value, keys=count) for i in range(count)))
+        tracemalloc.start()
+        try:
+            b.run_coroutine(topic.compactor.compact(), timeout=60)
+            held_after_run, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        # (a chunk read, 500 appends in flight, the map of 5,000 keys: about 4 MB, well under the view)
+        assert peak < view_bytes // 2, peak
+        assert held_after_run < view_bytes // 20, held_after_run
+        assert b.run_coroutine(service.unload_topic(TopicName.parse(name)))
+        tracemalloc.start()
+        try:
+            b.run_coroutine(service.get_persistent_topic(TopicName.parse(name), create=False))
+            held_after_load, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert held_after_load < view_bytes // 20, held_after_load
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        reader = client.create_reader(name, pulsar.MessageId.earliest, is_read_compacted=True)
+        keys = []
+        while reader.has_message_available():
+            msg = reader.read_next(10_000)
+            assert msg.data() == value
+            keys.append(msg.partition_key())
+        assert keys == [f"k{i}" for i in range(count)]
         client.close()
