@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -64,6 +65,16 @@ def loaded_topic(b: BrokerThread, name: str, entries: Iterator[bytes]) -> Persis
     return topic
 
 
+def traced(b: BrokerThread, coro: Coroutine[Any, Any, object]) -> tuple[int, int]:
+    """Run ``coro`` on the broker's loop with tracemalloc on: (bytes still held after it, peak bytes during it)."""
+    tracemalloc.start()
+    try:
+        b.run_coroutine(coro, timeout=60)
+        return tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_run_holds_a_chunk_of_the_range_not_all_of_it(tmp_path: Path) -> None:
     # 20 MiB of values under 10 keys, on file storage without a read cache (so every entry a run holds is a
     # copy of its own). A run used to read the whole range into a list, then parse it all: its peak memory
@@ -73,12 +84,7 @@ def test_a_run_holds_a_chunk_of_the_range_not_all_of_it(tmp_path: Path) -> None:
     with BrokerThread(data_dir=tmp_path, managedLedgerStorage="file", managedLedgerCacheSizeMB=0) as b:
         name = topic_name("compact-large")
         topic = loaded_topic(b, name, (keyed_entry(i, value) for i in range(count)))
-        tracemalloc.start()
-        try:
-            b.run_coroutine(topic.compactor.compact(), timeout=60)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        _, peak = traced(b, topic.compactor.compact())
         assert view_keys(b, name) == [f"k{i % KEYS}" for i in range(count - KEYS, count)]
         range_bytes = count * len(value)
         # a chunk is at most READ_CHUNK entries (500 x 2 KiB): a few of those, nowhere near the 20 MiB range
@@ -148,22 +154,12 @@ def test_a_view_of_many_keys_is_read_from_its_ledger_not_held(tmp_path: Path) ->
         service = b.server.service
         name = topic_name("compact-many-keys")
         topic = loaded_topic(b, name, (keyed_entry(i, value, keys=count) for i in range(count)))
-        tracemalloc.start()
-        try:
-            b.run_coroutine(topic.compactor.compact(), timeout=60)
-            held_after_run, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        held_after_run, peak = traced(b, topic.compactor.compact())
         # (a chunk read, 500 appends in flight, the map of 5,000 keys: about 4 MB, well under the view)
         assert peak < view_bytes // 2, peak
         assert held_after_run < view_bytes // 20, held_after_run
         assert b.run_coroutine(service.unload_topic(TopicName.parse(name)))
-        tracemalloc.start()
-        try:
-            b.run_coroutine(service.get_persistent_topic(TopicName.parse(name), create=False))
-            held_after_load, _ = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        held_after_load, _ = traced(b, service.get_persistent_topic(TopicName.parse(name), create=False))
         assert held_after_load < view_bytes // 20, held_after_load
         client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
         reader = client.create_reader(name, pulsar.MessageId.earliest, is_read_compacted=True)
