@@ -143,15 +143,17 @@ class CompactedEntry(Protocol):
 
 
 class CompactedView(Protocol):
-    """The topic's compacted view (service/compaction.py's): the latest
-    message per key up to ``horizon``, which a read_compacted consumer reads first."""
+    """The topic's compacted view (service/compacted_view.py's): the latest message per key up to
+    ``horizon``, which a read_compacted consumer reads first. It is read from storage, not held."""
 
     @property
     def horizon(self) -> Position: ...
-    @property
-    def entries(self) -> Sequence[CompactedEntry]: ...
 
-    def index_from(self, position: Position) -> int: ...
+    def read_entries(self, start: Position, max_entries: int, max_bytes: int | None,
+                     callback: Callable[[Sequence[CompactedEntry], bool, BaseException | None], None]) -> None:
+        """Read the entries from the first at or after topic position ``start`` (at most ``max_entries``;
+        past the first, ``max_bytes`` bytes). ``callback(entries, at_end, error)`` runs later on the loop;
+        ``at_end``: the view's last entry is among them."""
 
 
 class ReadTrigger(Protocol):

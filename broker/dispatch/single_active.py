@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import mmh3
 
 from broker.dispatch.base import Dispatcher
-from broker.dispatch.context import CompactedView, Consumer, Delivery, DispatchContext, new_delivery
+from broker.dispatch.context import CompactedEntry, CompactedView, Consumer, Delivery, DispatchContext, new_delivery
 from broker.protocol import commands
 from managed_ledger import Entry, ManagedCursor, Position
 
@@ -155,7 +155,9 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 # compacted read with the same calculateToRead).
                 size = self.read_size(active.permits)
                 if size is not None:
-                    self._serve_compacted(active, view, start, *size)
+                    epoch = self._begin_read()
+                    view.read_entries(start, *size, lambda entries, at_end, exc: self._compacted_read_complete(
+                        epoch, active, view, entries, at_end, exc))
                 return
         if self.at_read_limit():
             return  # an open transaction holds the next entries back
@@ -212,36 +214,37 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                 self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         self.trigger_read()
 
-    def _serve_compacted(self, target: Consumer, view: CompactedView, start: Position, max_entries: int,
-                         max_bytes: int | None) -> None:
-        """Deliver from the compacted view (in memory), from ``start`` on, and move the cursor past what
-        was served: at most ``max_entries`` entries and, past the first, ``max_bytes`` bytes (a read's size).
+    def _compacted_read_complete(self, epoch: int, target: Consumer, view: CompactedView,
+                                 entries: Sequence[CompactedEntry], at_end: bool, exc: BaseException | None) -> None:
+        """Deliver what was read from the compacted view and move the cursor past it: at most a read's
+        size (the read was sized on ``target``'s permits and the rate limits).
 
         Up to the compaction horizon a read_compacted consumer sees only the survivors; the cursor
         then continues on the live topic after the horizon.
         """
+        if not self._end_read(epoch, exc):
+            return
         self._first_read = False
-        entries = view.entries
-        i = view.index_from(start)
-        budget = min(target.permits, max_entries)
-        room = max_bytes if max_bytes is not None else 1 << 62
+        if target is not self.active or target.closed:
+            self.trigger_read()  # (the cursor did not move: the next read starts where this one did)
+            return
+        budget = target.permits
         deliveries: list[Delivery] = []
         # (read from the view's start, entries before the mark-delete are delivered: the topic's
         # ledgers they came from may be gone, the view keeps them)
         mark_delete = self.cursor.mark_delete_position
+        i = 0
         while i < len(entries) and len(deliveries) < budget and entries[i].entry.position <= view.horizon:
             c = entries[i]
             if c.entry.position <= mark_delete or not self.cursor.is_acked(c.entry.position):
-                if deliveries and len(c.entry.data) > room:
-                    break
-                room -= len(c.entry.data)
                 deliveries.append(Delivery(c.entry, c.messages, 0, c.ack_set))
             i += 1
         if i < len(entries) and entries[i].entry.position <= view.horizon:
-            resume = entries[i].entry.position
-            self.cursor.seek(resume)
-            # (Pulsar's force seek: the cursor's own would skip the rest of the view)
-            self._view_resume = resume if self.cursor.read_position > resume else None
+            self._resume_view_at(entries[i].entry.position)
+        elif not at_end and entries:
+            # (more of the view follows: from just after the last entry read, wherever the next one is)
+            last = entries[-1].entry.position
+            self._resume_view_at(Position(last.ledger_id, last.entry_id + 1))
         else:
             self._view_resume = None
             self.cursor.seek(self.cursor.ledger.next_valid_position(view.horizon))
@@ -250,8 +253,14 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.take_permits(target, sent)
             if self.rate_limited:
                 self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
-        # Continue on the next loop turn: a long view must not deepen the stack.
-        self.context.loop.call_soon(self.trigger_read)
+        self.trigger_read()
+
+    def _resume_view_at(self, resume: Position) -> None:
+        """The next read of the view starts at ``resume`` (the first entry there or after it)."""
+        self.cursor.seek(resume)
+        # (Pulsar's force seek: where retention deleted the topic's ledgers the cursor cannot go, and its
+        # own position would skip the rest of the view)
+        self._view_resume = resume if self.cursor.read_position > resume else None
 
     def on_cursor_reset(self) -> None:
         self._view_resume = None

@@ -37,7 +37,7 @@ from broker.metadata.policy_values import PolicyError, check_partition_count
 from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
-from broker.service.compaction import load_view
+from broker.service.compacted_view import load_view
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription

@@ -9,18 +9,19 @@ topicCompactionRetainNullKey (Pulsar's default since PIP-318 is to drop them). B
 message by message; one that cannot be read is kept whole, its keys unknown (as Pulsar's compactor
 keeps it); an encrypted one is one message under the key of its metadata, kept or dropped whole.
 
-The compacted view stores the surviving ENTRIES verbatim, under their original positions. When
-only some messages of a batch survive, the entry is kept with an ack_set marking the survivors;
-MESSAGE carries that ack_set and the client skips the other indexes, the same mechanism as
-batch-index acknowledgements. So nothing is ever re-encoded or re-compressed.
+A run makes two passes over its input, as Pulsar's TwoPhaseCompactor, reading it a chunk at a time
+(READ_CHUNK entries) and never whole: the first keeps only each key's latest message (key -> position and
+batch index); the second reads everything again and appends what survives to the new view's ledger as it
+goes, a bounded number of appends in flight. A run's memory thus follows the number of keys, not the bytes
+it reads. Parsing gives the event loop back every PARSE_SLICE messages, so a long run does not hold up the
+broker's connections.
 
-On disk the view is a managed ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth
-of a topic's, beside the topics rather than under one, so that a topic's managed ledger keeps only its cursors as
-children and every broker of a cluster knows the view's name; a view of an older version, nested under its topic,
-loads from its recorded name on file storage, while on BookKeeper its topic loads again and the next compaction
-writes the view anew), one record per
-surviving entry: [ledgerId:i64][entryId:i64][ack_set word count:u32][words:i64...][entry bytes].
-The metadata store records which ledger holds the current view and its horizon; a new run writes
+The view (service/compacted_view.py: its record format, and how a loaded topic reads it) is a managed
+ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth of a topic's, beside the
+topics rather than under one, so that a topic's managed ledger keeps only its cursors as children and every
+broker of a cluster knows the view's name; a view of an older version, nested under its topic, loads from its
+recorded name on file storage, while on BookKeeper its topic loads again and the next compaction writes the
+view anew). The metadata store records which ledger holds the current view and its horizon; a new run writes
 a new ledger, switches the record, then deletes the old ledger.
 """
 
@@ -32,7 +33,8 @@ import enum
 import logging
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,8 +43,9 @@ from google.protobuf.message import DecodeError
 from broker.metadata.policy_table import COMPACTION_THRESHOLD
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
+from broker.service.compacted_view import CompactedEntry, CompactedView, batch_count, encode_record, view_ledger_config
 from compression_codecs import DecompressionError, decompress
-from managed_ledger import Entry, InitialPosition, ManagedLedgerFactory, Position
+from managed_ledger import Entry, InitialPosition, ManagedLedger, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
 
 if TYPE_CHECKING:
@@ -53,14 +56,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _U32 = struct.Struct(">I")
-_RECORD_HEAD = struct.Struct(">qqI")
-_WORD = struct.Struct(">q")
 COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name, in place of the domain)
 # The durable cursor that holds the topic's entries after the compaction horizon for the next run
 # (Pulsar's Compactor.COMPACTION_SUBSCRIPTION): not expired by message TTL nor as an inactive
 # subscription, as Pulsar exempts it (PersistentTopic.isCompactionSubscription).
 COMPACTION_CURSOR = "__compaction"
 READ_CHUNK = 500  # entries per read while compacting
+# Bytes per read while compacting (past the first entry): with READ_CHUNK, what one chunk holds in memory.
+READ_CHUNK_BYTES = 4 * 1024 * 1024
+# Appends to a new compacted ledger in flight at once (Pulsar's AbstractTwoPhaseCompactor.MAX_OUTSTANDING).
+MAX_OUTSTANDING_WRITES = 500
+# Messages a run parses before it gives the event loop back: about 5 ms of work (4-5 us a message, either
+# pass), so that the loop goes on serving every connection of the broker while a long run parses.
+PARSE_SLICE = 1000
 
 
 class CompactionError(Exception):
@@ -72,28 +80,6 @@ class CompactionStatus(enum.Enum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
-
-
-class CompactedEntry(NamedTuple):
-    entry: Entry  # original position and verbatim bytes
-    ack_set: list[int] | None  # survivors of a partly compacted batch (bit set = deliver)
-    messages: int  # surviving messages (permits it costs)
-    last_index: int  # batch index of the last survivor (-1 for a non-batch entry)
-
-
-class CompactedView:
-    def __init__(self, horizon: Position, entries: list[CompactedEntry], ledger_name: str) -> None:
-        self.horizon = horizon
-        self.entries = entries
-        self.ledger_name = ledger_name
-        self._positions = [e.entry.position for e in entries]
-
-    def index_from(self, position: Position) -> int:
-        """Index of the first compacted entry at or after ``position``."""
-        return bisect.bisect_left(self._positions, position)
-
-    def __len__(self) -> int:
-        return len(self.entries)
 
 
 # -- reading batches ------------------------------------------------------------------------------------
@@ -155,29 +141,87 @@ def _sealed(md: pb.MessageMetadata) -> bool:
     return md.HasField("num_messages_in_batch") and len(md.encryption_keys) > 0
 
 
-def _batch_count(entry: bytes) -> int | None:
-    """The messages of a batch entry, as its metadata counts them; None for an entry that is not a batch."""
-    md = read_entry_metadata(entry)
-    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None
+# -- choosing the survivors --------------------------------------------------------------------------------
+
+# Key -> (ledger id, entry id, batch index) of the key's latest message, for keys whose latest message is not a
+# tombstone (a deleted key is absent): all the first pass of a run keeps, so a run's memory follows its keys.
+LatestByKey = dict[str, tuple[int, int, int]]
+
+
+def _is_server_marker(e: Entry) -> bool:
+    """A server-only marker: never in a view, as in Pulsar, whatever retains key-less messages."""
+    return entry_meta(e.data).is_marker
+
+
+def _read_messages(e: Entry, warn: bool) -> list[_Message] | None:
+    """The messages of an entry; None for a batch that cannot be read (``warn``: log it)."""
+    try:
+        return list(messages_of(e.data))
+    except UnreadableBatchError as exc:
+        # Kept whole, its keys unknown, as Pulsar's compactor keeps it: failing the run would fail
+        # every later one too, and the consumers' own client decides what the batch holds.
+        if warn:
+            log.warning("compaction: the batch at %s cannot be read (%s); it is kept whole", e.position, exc)
+        return None
+    except Exception as exc:
+        raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
+
+
+def note_latest(latest: LatestByKey, e: Entry, ack_set: list[int] | None, msgs: list[_Message]) -> None:
+    """First pass: the messages of ``e`` (those an earlier run left in it) are now their keys' latest."""
+    pos = e.position
+    for i, m in enumerate(msgs):
+        if m.key is not None and _present(ack_set, i):
+            if m.tombstone:
+                latest.pop(m.key, None)
+            else:
+                latest[m.key] = (pos.ledger_id, pos.entry_id, i)
+
+
+def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, latest: LatestByKey,
+             retain_null_key: bool) -> CompactedEntry | None:
+    """Second pass: what of ``e`` goes into the view (None: nothing), given every key's latest message."""
+    if msgs is None:  # (unreadable: kept whole)
+        count = batch_count(e.data) or 0
+        return CompactedEntry(e, None, count, count - 1)
+    pos = e.position
+    alive = [i for i, m in enumerate(msgs)
+             if _present(ack_set, i)
+             and ((m.key is None and retain_null_key and not m.null_value)
+                  or (m.key is not None and latest.get(m.key) == (pos.ledger_id, pos.entry_id, i)))]
+    if not alive:
+        return None
+    md = read_entry_metadata(e.data)
+    if _sealed(md):
+        count = md.num_messages_in_batch
+        return CompactedEntry(e, None, count, count - 1)
+    if len(alive) == len(msgs):
+        return CompactedEntry(e, None, len(msgs), alive[-1] if md.HasField("num_messages_in_batch") else -1)
+    words = [0] * ((len(msgs) + 63) // 64)
+    for i in alive:
+        words[i // 64] |= 1 << (i % 64)
+    signed = [w - (1 << 64) if w >= (1 << 63) else w for w in words]
+    return CompactedEntry(e, signed, len(alive), alive[-1])
+
+
+def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
+                     previous: Sequence[CompactedEntry] = ()) -> list[CompactedEntry]:
+    """The two passes of a run over entries held in memory (the run streams them; this states the rule).
+
+    ``previous``: the view of the last run, which comes first: as Pulsar's compactor reads the
+    compacted ledger and then the topic after its horizon, a key whose topic ledgers retention has
+    deleted since lives on in the view, unless a later message of the topic supersedes it.
+    """
+    inputs = [(c.entry, c.ack_set) for c in previous] + [(e, None) for e in entries]
+    parsed = [(e, ack_set, _read_messages(e, warn=True)) for e, ack_set in inputs if not _is_server_marker(e)]
+    latest: LatestByKey = {}
+    for e, ack_set, msgs in parsed:
+        if msgs is not None:
+            note_latest(latest, e, ack_set, msgs)
+    return [c for e, ack_set, msgs in parsed if (c := survivor(e, ack_set, msgs, latest, retain_null_key)) is not None]
 
 
 # -- the compactor ----------------------------------------------------------------------------------------
-
-async def _read_range(topic: PersistentTopic, after: Position, horizon: Position) -> list[Entry]:
-    """The topic's entries after ``after`` up to ``horizon``."""
-    ledger = topic.ledger
-    cursor = ledger.new_non_durable_cursor(after, "__compaction-reader")
-    out: list[Entry] = []
-    try:
-        while True:
-            batch = await cursor.read_entries_async(READ_CHUNK)
-            batch = [e for e in batch if e.position <= horizon]
-            out.extend(batch)
-            if not batch or out[-1].position >= horizon or not cursor.has_more_entries():
-                return out
-    finally:
-        await cursor.close()
-
 
 def _hidden(e: Entry, buffer: TransactionBuffer) -> bool:
     """Never in a compacted view: transaction markers and entries of aborted transactions."""
@@ -191,83 +235,120 @@ def _present(ack_set: list[int] | None, index: int) -> bool:
     return ack_set is None or bool((ack_set[index // 64] >> (index % 64)) & 1)
 
 
-def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
-                     previous: Sequence[CompactedEntry] = ()) -> list[CompactedEntry]:
-    """Pass 1 finds each key's last message; pass 2 keeps entries holding a survivor.
+# What a run reads, one chunk at a time: an entry and the ack_set the previous view kept it with.
+Chunk = list[tuple[Entry, list[int] | None]]
 
-    ``previous``: the view of the last run, which comes first: as Pulsar's compactor reads the
-    compacted ledger and then the topic after its horizon, a key whose topic ledgers retention has
-    deleted since lives on in the view, unless a later message of the topic supersedes it.
-    """
-    latest: dict[str, tuple[Position, int, bool]] = {}
-    parsed: list[tuple[Entry, list[int] | None, list[_Message] | None]] = []
-    inputs = [(c.entry, c.ack_set) for c in previous] + [(e, None) for e in entries]
-    for e, ack_set in inputs:
-        if entry_meta(e.data).is_marker:
-            continue  # (a server-only marker: never in a view, as in Pulsar whatever retains key-less messages)
-        try:
-            msgs = list(messages_of(e.data))
-        except UnreadableBatchError as exc:
-            # Kept whole, its keys unknown, as Pulsar's compactor keeps it: failing the run would fail
-            # every later one too, and the consumers' own client decides what the batch holds.
-            log.warning("compaction: the batch at %s cannot be read (%s); it is kept whole", e.position, exc)
-            parsed.append((e, ack_set, None))
-            continue
-        except Exception as exc:
-            raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
-        parsed.append((e, ack_set, msgs))
-        for i, m in enumerate(msgs):
-            if m.key is not None and _present(ack_set, i):
-                latest[m.key] = (e.position, i, m.tombstone)
-    kept: list[CompactedEntry] = []
-    for e, ack_set, read in parsed:
-        if read is None:
-            count = _batch_count(e.data) or 0
-            kept.append(CompactedEntry(e, None, count, count - 1))
-            continue
-        msgs = read
-        alive = [i for i, m in enumerate(msgs)
-                 if _present(ack_set, i)
-                 and ((m.key is None and retain_null_key and not m.null_value)
-                      or (m.key is not None and latest[m.key] == (e.position, i, False)))]
-        if not alive:
-            continue
-        md = read_entry_metadata(e.data)
-        is_batch = md.HasField("num_messages_in_batch")
-        if _sealed(md):
-            count = md.num_messages_in_batch
-            kept.append(CompactedEntry(e, None, count, count - 1))
-        elif len(alive) == len(msgs):
-            kept.append(CompactedEntry(e, None, len(msgs), alive[-1] if is_batch else -1))
+
+async def _range_chunks(topic: PersistentTopic, after: Position, horizon: Position) -> AsyncGenerator[Chunk, None]:
+    """The topic's entries after ``after`` up to ``horizon`` (but transaction markers and aborted ones)."""
+    buffer = topic.txn_buffer
+    cursor = topic.ledger.new_non_durable_cursor(after, "__compaction-reader")
+    try:
+        while True:
+            batch = await cursor.read_entries_async(READ_CHUNK, READ_CHUNK_BYTES)
+            within = [e for e in batch if e.position <= horizon]
+            if within:
+                yield [(e, None) for e in within if not _hidden(e, buffer)]
+            if len(within) < len(batch) or not within or within[-1].position >= horizon \
+                    or not cursor.has_more_entries():
+                return
+    finally:
+        await cursor.close()
+
+
+async def _records(view: CompactedView) -> AsyncGenerator[Chunk, None]:
+    async with aclosing(view.chunks(READ_CHUNK, READ_CHUNK_BYTES)) as chunks:
+        async for chunk in chunks:
+            yield [(c.entry, c.ack_set) for c in chunk]
+
+
+@dataclass
+class _Inputs:
+    """What a run reads, twice (once per pass), never whole: the previous view, then the topic after its
+    horizon up to the new one."""
+
+    topic: PersistentTopic
+    previous: CompactedView | None
+    horizon: Position
+    entries: int = 0  # read by the first pass (server markers included), for the run's record
+    size: int = 0
+
+    async def parsed(self, warn: bool) -> AsyncGenerator[tuple[Entry, list[int] | None, list[_Message] | None], None]:
+        """Every entry (but server markers) with its messages (None: unreadable). The parsing gives the event
+        loop back every PARSE_SLICE messages: a long run must not hold up every connection of the broker."""
+        count = not warn  # (the first pass counts, the second warns: each once)
+        budget = PARSE_SLICE
+        sources: list[AsyncGenerator[Chunk, None]] = []
+        if self.previous is not None:
+            sources.append(_records(self.previous))
+        after = self.previous.horizon if self.previous is not None else Position(-1, -1)
+        sources.append(_range_chunks(self.topic, after, self.horizon))
+        for source in sources:
+            async with aclosing(source) as chunks:
+                async for chunk in chunks:
+                    for e, ack_set in chunk:
+                        if count:
+                            self.entries += 1
+                            self.size += len(e.data)
+                        if _is_server_marker(e):
+                            continue
+                        msgs = _read_messages(e, warn)
+                        yield e, ack_set, msgs
+                        budget -= len(msgs) if msgs else 1
+                        if budget <= 0:
+                            budget = PARSE_SLICE
+                            await _give_way()
+
+
+async def _give_way() -> None:
+    """Let the event loop run whatever is ready (a read from storage completed inline does not)."""
+    await asyncio.sleep(0)
+
+
+class _Appender:
+    """Appends records to a new compacted ledger with at most MAX_OUTSTANDING_WRITES in flight."""
+
+    def __init__(self, ledger: ManagedLedger, record: CompactionRecord) -> None:
+        self._ledger = ledger
+        self._record = record
+        self._pending = 0
+        self._room: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self.entries = 0
+        self.size = 0
+
+    async def append(self, data: bytes) -> None:
+        while self._pending >= MAX_OUTSTANDING_WRITES:
+            await self._wait()
+        self._check()
+        self._pending += 1
+        self.entries += 1
+        self.size += len(data)
+        started = time.monotonic()
+        self._ledger.add_entry(data, lambda _pos, exc: self._added(started, exc))
+
+    async def drain(self) -> None:
+        """Wait for every append; raise the first that failed."""
+        while self._pending:
+            await self._wait()
+        self._check()
+
+    def _added(self, started: float, exc: BaseException | None) -> None:
+        self._pending -= 1
+        if exc is not None:
+            self._error = self._error or exc
         else:
-            words = [0] * ((len(msgs) + 63) // 64)
-            for i in alive:
-                words[i // 64] |= 1 << (i % 64)
-            signed = [w - (1 << 64) if w >= (1 << 63) else w for w in words]
-            kept.append(CompactedEntry(e, signed, len(alive), alive[-1]))
-    return kept
+            self._record.add_latency(int((time.monotonic() - started) * 1e6))
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
 
+    async def _wait(self) -> None:
+        self._room = asyncio.get_running_loop().create_future()
+        await self._room
 
-def encode_record(c: CompactedEntry) -> bytes:
-    words = c.ack_set or []
-    pos = c.entry.position
-    return b"".join([_RECORD_HEAD.pack(pos.ledger_id, pos.entry_id, len(words)),
-                     *(_WORD.pack(w) for w in words), c.entry.data])
-
-
-def decode_record(data: bytes) -> CompactedEntry:
-    lid, eid, n = _RECORD_HEAD.unpack_from(data, 0)
-    off = _RECORD_HEAD.size
-    words = [_WORD.unpack_from(data, off + 8 * i)[0] for i in range(n)]
-    body = data[off + 8 * n:]
-    # (counted by the metadata, not read message by message: a batch that cannot be read is kept whole)
-    count = _batch_count(body)
-    if words:
-        alive = [i for i in range(count or 1) if (words[i // 64] >> (i % 64)) & 1]
-        return CompactedEntry(Entry(Position(lid, eid), body), words, len(alive), alive[-1])
-    if count is None:
-        return CompactedEntry(Entry(Position(lid, eid), body), None, 1, -1)
-    return CompactedEntry(Entry(Position(lid, eid), body), None, count, count - 1)
+    def _check(self) -> None:
+        if self._error is not None:
+            raise CompactionError(f"cannot write the compacted ledger: {self._error}") from self._error
 
 
 @dataclass
@@ -355,18 +436,21 @@ class Compactor:
         # on nothing after the last horizon goes before the next run has read it.
         cursor = await topic.ledger.open_cursor(COMPACTION_CURSOR, InitialPosition.EARLIEST)
         horizon = topic.ledger.last_confirmed_entry
-        buffer = topic.txn_buffer
-        limit = buffer.read_limit()
+        limit = topic.txn_buffer.read_limit()
         if limit is not None:  # an open transaction: compact only what consumers may read
             horizon = min(horizon, topic.ledger.previous_position(limit))
         # Incremental, as Pulsar's compactor (a readCompacted reader: the compacted ledger, then the
         # topic after its horizon): the topic's ledgers up to the last horizon may be gone already.
         old = topic.compacted_view
-        previous = old.entries if old is not None else []
-        after = old.horizon if old is not None else Position(-1, -1)
-        horizon = max(horizon, after)
-        entries = [e for e in await _read_range(topic, after, horizon) if not _hidden(e, buffer)]
-        kept = select_survivors(entries, service.config.topicCompactionRetainNullKey, previous)
+        horizon = max(horizon, old.horizon if old is not None else Position(-1, -1))
+        inputs = _Inputs(topic, old, horizon)
+        # Two passes, as Pulsar's TwoPhaseCompactor: the first keeps only each key's latest message, the
+        # second reads everything again and appends what survives as it goes.
+        latest: LatestByKey = {}
+        async with aclosing(inputs.parsed(warn=False)) as first:
+            async for e, ack_set, msgs in first:
+                if msgs is not None:
+                    note_latest(latest, e, ack_set, msgs)
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = compacted_ledger_name(topic.name, generation)
         factory = service.ledger_factory
@@ -375,41 +459,47 @@ class Compactor:
             # holds is not this run's; appended to, it would bring back the values it had kept.
             log.warning("compaction of %s: deleting %s, left by a run that did not finish", topic.name, name)
             await factory.delete(name)
-        ledger = await factory.open(name, service.ledger_config)
+        ledger = await factory.open(name, view_ledger_config(service.ledger_config))
         record, started = self.record, time.monotonic()
-        written = 0
+        appender = _Appender(ledger, record)
+        retain_null_key = service.config.topicCompactionRetainNullKey
+        last: CompactedEntry | None = None
         try:
-            for c in kept:
-                data = encode_record(c)
-                add_started = time.monotonic()
-                await ledger.add_entry_async(data)
-                record.add_latency(int((time.monotonic() - add_started) * 1e6))
-                written += len(data)
-            await ledger.close()
+            async with aclosing(inputs.parsed(warn=True)) as second:
+                async for e, ack_set, msgs in second:
+                    c = survivor(e, ack_set, msgs, latest, retain_null_key)
+                    if c is not None:
+                        last = c
+                        await appender.append(encode_record(c))
+            await appender.drain()
+            # (the ledger just written stays open: the view is read from it)
+            view = CompactedView(horizon, ledger, appender.entries,
+                                 (last.entry.position, last.last_index) if last is not None else None)
+            await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
+                                                  generation)
         except BaseException:
             # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
             await asyncio.shield(_delete_quietly(factory, name))
             raise
         elapsed = max(time.monotonic() - started, 1e-9)
-        record.removed_entries += len(previous) + len(entries) - len(kept)
-        read = sum(len(e.data) for e in entries) + sum(len(c.entry.data) for c in previous)
-        record.read_bytes += read
-        record.write_bytes += written
-        record.last_read_bytes_per_s = read / elapsed
-        record.last_write_bytes_per_s = written / elapsed
-        record.compacted_entries, record.compacted_bytes = len(kept), written
-        view = CompactedView(horizon, kept, name)
-        await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id), generation)
+        record.removed_entries += inputs.entries - appender.entries
+        record.read_bytes += inputs.size
+        record.write_bytes += appender.size
+        record.last_read_bytes_per_s = inputs.size / elapsed
+        record.last_write_bytes_per_s = appender.size / elapsed
+        record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
         topic.compacted_view = view
         if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
             cursor.mark_delete(horizon)  # (the view holds what came before)
         if old is not None and old.ledger_name != name:
+            await old.close(finish_reads=True)
             await service.ledger_factory.delete(old.ledger_name)
-        log.info("compacted %s up to %s: %d of %d entries kept", topic.name, horizon, len(kept),
-                 len(previous) + len(entries))
+        log.info("compacted %s up to %s: %d of %d entries kept (%d keys)", topic.name, horizon, appender.entries,
+                 inputs.entries, len(latest))
         return view
 
     async def close(self) -> None:
+        """Stop a run in progress (its ledger is deleted; the view stays the last one)."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -425,30 +515,3 @@ async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
 def compacted_ledger_name(name: TopicName, generation: int) -> str:
     """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
     return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
-
-
-async def load_view(topic: PersistentTopic) -> CompactedView | None:
-    """The compacted view recorded in metadata for ``topic``, read back from its ledger."""
-    record = topic.service.metadata.compactions.get(topic.full_name)
-    if not record:
-        return None
-    factory = topic.service.ledger_factory
-    if not factory.exists(record["ledger"]):
-        log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
-        return None
-    ledger = await factory.open(record["ledger"], topic.service.ledger_config)
-    cursor = ledger.new_non_durable_cursor(Position(-1, -1), "__compaction-load")
-    kept: list[CompactedEntry] = []
-    try:
-        while True:
-            batch = await cursor.read_entries_async(READ_CHUNK)
-            if not batch:
-                break
-            kept.extend(decode_record(e.data) for e in batch)
-            if not cursor.has_more_entries():
-                break
-    finally:
-        await cursor.close()
-        await ledger.close()
-    lid, eid = record["horizon"]
-    return CompactedView(Position(lid, eid), kept, record["ledger"])

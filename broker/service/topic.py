@@ -29,7 +29,8 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.broker_entry_metadata import EntryStamper
-from broker.service.compaction import COMPACTION_CURSOR, CompactedView, Compactor
+from broker.service.compacted_view import CompactedView
+from broker.service.compaction import COMPACTION_CURSOR, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
@@ -288,10 +289,7 @@ class PersistentTopic(AbstractTopic):
             last = min(last, self.ledger.previous_position(limit))
         view = self.compacted_view
         if compacted and view is not None and last <= view.horizon:
-            if not view.entries:
-                return Position(-1, -1), -1
-            tail = view.entries[-1]
-            return tail.entry.position, tail.last_index
+            return view.last if view.last is not None else (Position(-1, -1), -1)
         if last.entry_id < 0:
             return Position(-1, -1), -1
         try:
@@ -393,4 +391,6 @@ class PersistentTopic(AbstractTopic):
         for sub in list(self.subscriptions.values()):
             sub.close()
         await self._closing.wait()
+        if self.compacted_view is not None:  # (after the dispatchers that read it)
+            await self.compacted_view.close()
         await self.ledger.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,8 +31,11 @@ class View:
         self.horizon = entries[-1].position
         self._positions = [e.position for e in entries]
 
-    def index_from(self, position: Position) -> int:
-        return bisect.bisect_left(self._positions, position)
+    def read_entries(self, start: Position, max_entries: int, max_bytes: int | None,
+                     callback: Callable[[Sequence[Any], bool, BaseException | None], None]) -> None:
+        i = bisect.bisect_left(self._positions, start)
+        read = self.entries[i:i + max_entries]
+        asyncio.get_running_loop().call_soon(callback, read, i + len(read) >= len(self.entries), None)
 
 
 async def compacted_reader(entries: int, in_view: int, limits: tuple[int, int]) -> tuple[Any, Consumer, DispatchRate]:

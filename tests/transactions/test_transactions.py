@@ -300,7 +300,8 @@ async def test_compaction_keeps_neither_aborted_nor_uncommitted_messages(broker:
     first_open = await client.send(2, 2, "v3-open", open_txn, key="k")
     topic = await topic_of(broker, OUT1)
     view = await topic.compactor.compact()
-    kept = [entry_body(c.entry.data).decode() for c in view.entries]
+    records, _ = await view.read(Position(-1, -1), len(view) + 1)
+    kept = [entry_body(c.entry.data).decode() for c in records]
     assert kept == ["v1"]  # the aborted and the uncommitted value of k are not in the view
     open_id = first_open.send_receipt.message_id
     assert view.horizon < Position(open_id.ledgerId, open_id.entryId)

@@ -11,7 +11,8 @@ import pytest
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as pb_markers
 from broker.protocol.entry import build_entry
-from broker.service.compaction import CompactedEntry, decode_record, encode_record, select_survivors
+from broker.service.compacted_view import CompactedEntry, decode_record, encode_record
+from broker.service.compaction import select_survivors
 from managed_ledger import Entry, Position
 
 
