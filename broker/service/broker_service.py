@@ -24,6 +24,7 @@ from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnersh
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
+from broker.metadata.global_namespace import PeerCluster, peer_cluster_for
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -440,6 +441,12 @@ class BrokerService:
     def check_namespace(self, name: TopicName) -> None:
         if not self.metadata.namespace_exists(name.namespace):
             raise TopicNotFoundError(f"Namespace {name.namespace} does not exist (topic {name})")
+
+    def peer_cluster(self, name: TopicName) -> PeerCluster | None:
+        """Pulsar's checkLocalOrGetPeerReplicationCluster for the topic's namespace: None when this cluster serves
+        it, else the peer cluster its lookups and admin calls are sent to (GlobalNamespaceError when none can)."""
+        return peer_cluster_for(name.namespace, self.config.clusterName, self.metadata.namespaces.get(name.namespace),
+                                self.metadata.clusters, allow_deleted=is_system_topic(name.full))
 
     async def refresh_namespace(self, name: TopicName) -> None:
         """Cluster mode: a namespace this broker has not heard of yet is read from the metadata store (another

@@ -26,6 +26,7 @@ from broker.errors import (
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
+from broker.metadata.global_namespace import PeerCluster
 from broker.metadata.policy_table import (
     ALLOW_AUTO_UPDATE_SCHEMA,
     SCHEMA_VALIDATION_ENFORCED,
@@ -270,12 +271,28 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
+            peer = self.service.peer_cluster(name)
         except BrokerError as exc:
             stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
+        if peer is not None:
+            self._redirect_to_peer(c.request_id, peer, started)
+            return
         stats.done(started)
         self.write(commands.lookup_connect(c.request_id, *urls))
+
+    def _redirect_to_peer(self, request_id: int, peer: PeerCluster, started: float) -> None:
+        """The namespace is served by a peer cluster: Redirect there, authoritative (the other cluster's brokers
+        decide its bundles themselves), as Pulsar's lookupTopicAsync answers."""
+        stats = self.service.lookup_stats
+        if not peer.broker_service_url and not peer.broker_service_url_tls:
+            stats.done(started, failed=True)
+            self.write(commands.lookup_failed(request_id, E.MetadataError,
+                                              "Redirected cluster's brokerService url is not configured"))
+            return
+        stats.done(started, redirect=True)
+        self.write(commands.lookup_redirect(request_id, peer.broker_service_url, peer.broker_service_url_tls, True))
 
     async def _cluster_lookup(self, c: pb.CommandLookupTopic, started: float) -> None:
         """Cluster mode (TopicLookupBase.lookupTopicAsync): Connect to the bundle's owner, or Redirect to the broker
@@ -291,6 +308,10 @@ class ServerCnx:
             await self.service.refresh_namespace(name)
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
+            peer = self.service.peer_cluster(name)
+            if peer is not None:
+                self._redirect_to_peer(c.request_id, peer, started)
+                return
             answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)
         except BrokerError as exc:
             stats.done(started, failed=True)

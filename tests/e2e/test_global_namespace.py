@@ -1,0 +1,164 @@
+"""A namespace this broker's cluster does not serve: lookups and admin calls go to the peer cluster that does (Pulsar's
+validateGlobalNamespaceOwnership / checkLocalOrGetPeerReplicationCluster), or are refused when none can.
+
+Two brokers of two clusters on their own loopback addresses: "a" on 127.0.0.2, whose peers are "d" and "b" (in that
+order), and "b" on 127.0.0.3. Cluster "c" is known to "a" but is not its peer; "d" is a peer without a broker service
+URL. The namespaces live on both brokers (as a shared configuration store would have them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+import requests
+
+from broker.embedded import BrokerThread
+from broker.protocol import pulsar_api_pb2 as pb
+from tests.admin.conftest import Admin
+from tests.component.wire import T, WireClient
+
+A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
+
+
+class Clusters:
+    def __init__(self, a: BrokerThread, b: BrokerThread) -> None:
+        self.a, self.b = a, b
+        self.admin_a, self.admin_b = Admin(a.web_url), Admin(b.web_url)
+
+    def namespace(self, clusters: list[str]) -> str:
+        """A fresh namespace of tenant "geo" on both brokers, replicated to ``clusters``."""
+        ns = f"geo/ns-{uuid.uuid4().hex[:8]}"
+        for admin in (self.admin_a, self.admin_b):
+            admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
+            admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", clusters)
+        return ns
+
+    def lookup_on_a(self, topic: str) -> pb.CommandLookupTopicResponse:
+        """A raw binary LOOKUP asked of broker a."""
+        async def ask() -> pb.CommandLookupTopicResponse:
+            reader, writer = await asyncio.open_connection(A_HOST, self.a.server.port)
+            client = WireClient(reader, writer)
+            try:
+                await client.connect()
+                cmd = pb.BaseCommand(type=T.LOOKUP)
+                cmd.lookupTopic.topic = topic
+                cmd.lookupTopic.request_id = 7
+                client.send(cmd)
+                answer = await client.recv()
+                assert answer.type == T.LOOKUP_RESPONSE
+                return answer.lookupTopicResponse
+            finally:
+                client.close()
+
+        response: pb.CommandLookupTopicResponse = self.a.run_coroutine(ask())
+        return response
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    with (BrokerThread(clusterName="a", bindAddress=A_HOST, data_dir=tmp_path_factory.mktemp("a")) as a,
+          BrokerThread(clusterName="b", bindAddress=B_HOST, data_dir=tmp_path_factory.mktemp("b")) as b):
+        c = Clusters(a, b)
+        a_data = {"serviceUrl": a.web_url, "brokerServiceUrl": a.service_url}
+        b_data = {"serviceUrl": b.web_url, "brokerServiceUrl": b.service_url}
+        c.admin_a.ok("PUT", "/admin/v2/clusters/b", b_data)
+        c.admin_a.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1", "brokerServiceUrl":
+                                                     "pulsar://127.0.0.9:1"})
+        c.admin_a.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
+        c.admin_a.ok("POST", "/admin/v2/clusters/a", {**a_data, "peerClusterNames": ["d", "b"]})
+        c.admin_b.ok("PUT", "/admin/v2/clusters/a", a_data)
+        c.admin_b.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1"})
+        c.admin_b.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
+        c.admin_a.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
+        c.admin_b.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
+        yield c
+
+
+def test_the_binary_lookup_redirects_to_the_peer_cluster(clusters: Clusters) -> None:
+    topic = f"persistent://{clusters.namespace(['b'])}/t"
+    answer = clusters.lookup_on_a(topic)
+    assert answer.response == pb.CommandLookupTopicResponse.Redirect
+    assert answer.authoritative  # (the other cluster's brokers place the bundle themselves)
+    assert answer.brokerServiceUrl == clusters.b.service_url
+    # The first peer the namespace lists wins ("d" is a's first peer but not listed here).
+    both = f"persistent://{clusters.namespace(['c', 'b'])}/t"
+    assert clusters.lookup_on_a(both).brokerServiceUrl == clusters.b.service_url
+
+
+def test_the_official_client_given_a_produces_and_consumes_on_b(clusters: Clusters) -> None:
+    topic = f"persistent://{clusters.namespace(['b'])}/orders"
+    client = pulsar.Client(clusters.a.service_url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(5):
+            producer.send(b"m%d" % i)
+        got = []
+        for _ in range(5):
+            msg = consumer.receive(10_000)
+            got.append(msg.data())
+            consumer.acknowledge(msg)
+        assert got == [b"m%d" % i for i in range(5)]
+    finally:
+        client.close()
+    stats = clusters.admin_b.stats(topic)
+    assert stats["msgInCounter"] == 5 and list(stats["subscriptions"]) == ["s"]
+    assert topic not in clusters.a.server.service.topics  # a never loaded it
+
+
+def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) -> None:
+    ns = clusters.namespace(["b"])
+    topic_path = f"persistent/{ns}/web"
+    lookup = requests.get(f"{clusters.a.web_url}/lookup/v2/topic/{topic_path}?authoritative=false",
+                          allow_redirects=False, timeout=10)
+    assert lookup.status_code == 307
+    assert lookup.headers["Location"] == f"{clusters.b.web_url}/lookup/v2/topic/{topic_path}?authoritative=false"
+    created = requests.put(f"{clusters.a.web_url}/admin/v2/{topic_path}", allow_redirects=False, timeout=10)
+    assert created.status_code == 307
+    assert created.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}"
+    assert requests.put(created.headers["Location"], timeout=10).status_code == 204
+    stats = requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", allow_redirects=False, timeout=10)
+    assert stats.status_code == 307
+    assert stats.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}/stats"
+    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", timeout=10).json()["msgInCounter"] == 0
+    # Metadata calls are answered here, as in Pulsar.
+    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions",
+                        allow_redirects=False, timeout=10).status_code == 200
+
+
+def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
+    ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
+    answer = clusters.lookup_on_a(f"persistent://{ns}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Failed
+    assert answer.error == pb.ServerError.MetadataError
+    assert answer.message == (f"Namespace missing local cluster name in clusters list: local_cluster=a ns={ns} "
+                              "clusters=[c]")
+    lookup = requests.get(f"{clusters.a.web_url}/lookup/v2/topic/persistent/{ns}/t", allow_redirects=False,
+                          timeout=10)
+    assert lookup.status_code == 412 and "local_cluster=a" in lookup.json()["reason"]
+    stats = requests.get(f"{clusters.a.web_url}/admin/v2/persistent/{ns}/t/stats", allow_redirects=False,
+                         timeout=10)
+    assert stats.status_code == 412
+    client = pulsar.Client(clusters.a.service_url, operation_timeout_seconds=3)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(f"persistent://{ns}/t")
+    finally:
+        client.close()
+
+
+def test_a_peer_without_a_broker_service_url(clusters: Clusters) -> None:
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['d'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Failed
+    assert answer.error == pb.ServerError.MetadataError
+    assert answer.message == "Redirected cluster's brokerService url is not configured"
+
+
+def test_a_namespace_this_cluster_serves_is_answered_here(clusters: Clusters) -> None:
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'b'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert answer.brokerServiceUrl == clusters.a.service_url
