@@ -25,7 +25,8 @@ owned by anyone (not being unloaded): Connect to the owner; owned by nobody: an 
 broker take it; otherwise the leader (or any broker when the leader is gone) picks a broker with
 ``broker.cluster.placement`` and this broker takes the bundle itself when picked, else it answers Redirect to the
 one picked (authoritative, since the leader decided); a broker that is not the leader redirects to the leader (not
-authoritative).
+authoritative). A metadata store that fails the lookup (a timeout, a lost connection) is a ``MetadataError``, as
+Pulsar's handleLookupError answers a MetadataStoreException; the other refusals are ``ServiceNotReady``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from broker.cluster.data import (
     NamespaceEphemeralData,
 )
 from broker.cluster.registry import BrokerRegistry
-from broker.errors import ServiceNotReadyError
+from broker.errors import MetadataError, ServiceNotReadyError
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
@@ -470,7 +471,7 @@ class ClusterOwnership(_NamespaceBundlesView):
                 raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
             return await self._search_candidate(bundle, authoritative, listener)
         except MetadataStoreError as exc:
-            raise ServiceNotReadyError(f"lookup of {name.full}: metadata store: {exc}") from None
+            raise MetadataError(f"lookup of {name.full}: metadata store: {exc}") from None
 
     def _connect(self, owner: NamespaceEphemeralData, listener: str | None) -> LookupAnswer:
         urls = owner.urls().for_listener(listener)

@@ -59,6 +59,7 @@ from broker.topic_name import TopicName, is_system_topic
 from broker.transactions.model import TxnID
 from broker.version import __version__
 from managed_ledger import ManagedLedgerError
+from metadata_store.api import MetadataStoreError
 
 if TYPE_CHECKING:
     from broker.service.abstract_topic import SendPolicy
@@ -296,7 +297,8 @@ class ServerCnx:
 
     async def _cluster_lookup(self, c: pb.CommandLookupTopic, started: float) -> None:
         """Cluster mode (TopicLookupBase.lookupTopicAsync): Connect to the bundle's owner, or Redirect to the broker
-        that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, which clients retry."""
+        that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, a failing metadata store
+        MetadataError (Pulsar's handleLookupError); clients retry both."""
         server = self.connection.server
         stats = self.service.lookup_stats
         listener_name = c.advertised_listener_name or None
@@ -316,6 +318,11 @@ class ServerCnx:
         except BrokerError as exc:
             stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
+            return
+        except MetadataStoreError as exc:  # (Pulsar's handleLookupError: a MetadataStoreException is MetadataError)
+            stats.done(started, failed=True)
+            log.warning("lookup of %s failed: %r", c.topic, exc)
+            self.write(commands.lookup_failed(c.request_id, E.MetadataError, f"Lookup failed: {exc}"))
             return
         except Exception as exc:  # (Pulsar's handleLookupError: any other failure is ServiceNotReady, retried)
             stats.done(started, failed=True)
