@@ -3,6 +3,8 @@ registration, ``ClusterDataError``) is answered ServiceNotReady, which clients r
 TopicLookupBase.handleLookupError answers any other error; unanswered, the client waited for its operation
 timeout (30 s) before trying again.
 
+An admin split of a bundle nobody owns is placed as a lookup places it (Pulsar's validateNamespaceBundleOwnership, not
+read-only): a broker that is not the leader sends it to the leader (307) instead of taking the bundle itself.
 A metadata store that fails the lookup is answered MetadataError, as Pulsar's handleLookupError answers a
 MetadataStoreException. A namespace a peer cluster serves is redirected there before ownership is asked at all.
 
@@ -11,6 +13,9 @@ The real broker in process; its ownership replaced by one that is distributed an
 from __future__ import annotations
 
 import asyncio
+import uuid
+
+import aiohttp
 
 from broker.cluster.data import ClusterDataError
 from broker.embedded import Broker
@@ -20,6 +25,7 @@ from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError
 from tests.admin.conftest import Admin
 from tests.component.wire import T, WireClient, port_of
+from tests.unit.test_cluster_ownership import Broker as ClusterMember
 
 
 class FailingOwnership:
@@ -80,3 +86,28 @@ async def test_a_namespace_of_a_peer_cluster_is_redirected_before_ownership_is_a
         r = await lookup_with(b, never, "persistent://public/elsewhere/t")
         assert r.response == pb.CommandLookupTopicResponse.Redirect and r.authoritative
         assert r.brokerServiceUrl == "pulsar://127.0.0.9:6650"
+
+
+async def test_a_split_of_a_bundle_nobody_owns_goes_where_a_lookup_would() -> None:
+    tree = f"split-{uuid.uuid4().hex}"
+    leader = await ClusterMember(tree, 1).start()
+    other = await ClusterMember(tree, 2).start()  # (memory store: the same bundles as public/default's 4)
+    try:
+        async with Broker() as b:
+            assert b.server is not None
+            service = b.server.service
+            standalone, service.ownership = service.ownership, other.ownership
+            try:
+                bundle = "0x00000000_0x40000000"
+                url = f"{b.web_url}/admin/v2/namespaces/public/default/{bundle}/split"
+                async with aiohttp.ClientSession() as http, http.put(url, allow_redirects=False) as reply:
+                    assert reply.status == 307
+                    assert reply.headers["Location"] == (
+                        f"http://127.0.0.1:8080/admin/v2/namespaces/public/default/{bundle}/split"
+                        "?authoritative=false")
+                assert not other.ownership.owned_bundles() and not leader.ownership.owned_bundles()
+            finally:
+                service.ownership = standalone
+    finally:
+        await other.stop()
+        await leader.stop()
