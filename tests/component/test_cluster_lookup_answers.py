@@ -24,7 +24,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError
 from tests.admin.conftest import Admin
-from tests.component.wire import T, WireClient, port_of
+from tests.component.wire import WireClient, port_of
 from tests.unit.test_cluster_ownership import Broker as ClusterMember
 
 
@@ -46,13 +46,7 @@ async def lookup_with(b: Broker, ownership: FailingOwnership, topic: str) -> pb.
     client = await WireClient.open(port_of(b))
     try:
         await client.connect()
-        cmd = pb.BaseCommand(type=T.LOOKUP)
-        cmd.lookupTopic.topic = topic
-        cmd.lookupTopic.request_id = 7
-        client.send(cmd)
-        answer = await asyncio.wait_for(client.recv(), 10)
-        assert answer.type == T.LOOKUP_RESPONSE and answer.lookupTopicResponse.request_id == 7
-        return answer.lookupTopicResponse
+        return await client.lookup(topic)
     finally:
         client.close()
         service.ownership = standalone

@@ -8,8 +8,6 @@ URL. The namespaces live on both brokers (as a shared configuration store would 
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import Iterator
 
 import pulsar
@@ -18,39 +16,20 @@ import requests
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
-from tests.admin.conftest import Admin
-from tests.component.wire import T, WireClient
+from tests.component.wire import WireClient
+from tests.e2e.test_geo_replication import Pair, link, receive
 
 A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
 
 
-class Clusters:
-    def __init__(self, a: BrokerThread, b: BrokerThread) -> None:
-        self.a, self.b = a, b
-        self.admin_a, self.admin_b = Admin(a.web_url), Admin(b.web_url)
-
-    def namespace(self, clusters: list[str]) -> str:
-        """A fresh namespace of tenant "geo" on both brokers, replicated to ``clusters``."""
-        ns = f"geo/ns-{uuid.uuid4().hex[:8]}"
-        for admin in (self.admin_a, self.admin_b):
-            admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
-            admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", clusters)
-        return ns
-
+class Clusters(Pair):
     def lookup_on_a(self, topic: str) -> pb.CommandLookupTopicResponse:
         """A raw binary LOOKUP asked of broker a."""
         async def ask() -> pb.CommandLookupTopicResponse:
-            reader, writer = await asyncio.open_connection(A_HOST, self.a.server.port)
-            client = WireClient(reader, writer)
+            client = await WireClient.open(self.a.server.port, A_HOST)
             try:
                 await client.connect()
-                cmd = pb.BaseCommand(type=T.LOOKUP)
-                cmd.lookupTopic.topic = topic
-                cmd.lookupTopic.request_id = 7
-                client.send(cmd)
-                answer = await client.recv()
-                assert answer.type == T.LOOKUP_RESPONSE
-                return answer.lookupTopicResponse
+                return await client.lookup(topic)
             finally:
                 client.close()
 
@@ -63,19 +42,17 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
     with (BrokerThread(clusterName="a", bindAddress=A_HOST, data_dir=tmp_path_factory.mktemp("a")) as a,
           BrokerThread(clusterName="b", bindAddress=B_HOST, data_dir=tmp_path_factory.mktemp("b")) as b):
         c = Clusters(a, b)
-        a_data = {"serviceUrl": a.web_url, "brokerServiceUrl": a.service_url}
-        b_data = {"serviceUrl": b.web_url, "brokerServiceUrl": b.service_url}
-        c.admin_a.ok("PUT", "/admin/v2/clusters/b", b_data)
-        c.admin_a.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1", "brokerServiceUrl":
-                                                     "pulsar://127.0.0.9:1"})
-        c.admin_a.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
-        c.admin_a.ok("POST", "/admin/v2/clusters/a", {**a_data, "peerClusterNames": ["d", "b"]})
-        c.admin_b.ok("PUT", "/admin/v2/clusters/a", a_data)
-        c.admin_b.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1"})
-        c.admin_b.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
-        c.admin_a.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
-        c.admin_b.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
+        link(c.admin_a, "b", b)
+        link(c.admin_b, "a", a)
+        for admin in (c.admin_a, c.admin_b):
+            admin.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1",
+                                                     "brokerServiceUrl": "pulsar://127.0.0.9:1"})
+            admin.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
+            admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
+        c.admin_a.ok("POST", "/admin/v2/clusters/a", {"serviceUrl": a.web_url, "brokerServiceUrl": a.service_url,
+                                                      "peerClusterNames": ["d", "b"]})
         yield c
+        c.close()
 
 
 def test_the_binary_lookup_redirects_to_the_peer_cluster(clusters: Clusters) -> None:
@@ -91,20 +68,11 @@ def test_the_binary_lookup_redirects_to_the_peer_cluster(clusters: Clusters) -> 
 
 def test_the_official_client_given_a_produces_and_consumes_on_b(clusters: Clusters) -> None:
     topic = f"persistent://{clusters.namespace(['b'])}/orders"
-    client = pulsar.Client(clusters.a.service_url, operation_timeout_seconds=10)
-    try:
-        consumer = client.subscribe(topic, "s")
-        producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(5):
-            producer.send(b"m%d" % i)
-        got = []
-        for _ in range(5):
-            msg = consumer.receive(10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-        assert got == [b"m%d" % i for i in range(5)]
-    finally:
-        client.close()
+    consumer = clusters.client_a.subscribe(topic, "s")
+    producer = clusters.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(b"m%d" % i)
+    assert receive(consumer, 5) == [b"m%d" % i for i in range(5)]
     stats = clusters.admin_b.stats(topic)
     assert stats["msgInCounter"] == 5 and list(stats["subscriptions"]) == ["s"]
     assert topic not in clusters.a.server.service.topics  # a never loaded it
