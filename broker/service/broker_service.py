@@ -24,7 +24,7 @@ from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnersh
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
-from broker.metadata.global_namespace import PeerCluster, peer_cluster_for
+from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -449,6 +449,22 @@ class BrokerService:
         it, else the peer cluster its lookups and admin calls are sent to (GlobalNamespaceError when none can)."""
         return peer_cluster_for(name.namespace, self.config.clusterName, self.metadata.namespaces.get(name.namespace),
                                 self.metadata.clusters, allow_deleted=is_system_topic(name.full))
+
+    def check_cluster_serves(self, name: TopicName) -> None:
+        """PRODUCER and SUBSCRIBE in a namespace that another cluster serves (or none can): ServiceNotReady, as a
+        Pulsar broker answers them there (none of its cluster owns the namespace's bundles, every lookup having
+        been sent elsewhere); the client looks up again and is sent to the peer cluster. A missing namespace is left
+        to the command's own checks."""
+        if not self.metadata.namespace_exists(name.namespace):
+            return
+        try:
+            if self.peer_cluster(name) is None:
+                return
+        except GlobalNamespaceError:
+            pass
+        raise ServiceNotReadyError(f"Namespace bundle for topic ({name.full}) not served by this instance: cluster "
+                                   f"{self.config.clusterName} does not serve namespace {name.namespace}. Please "
+                                   "redo the lookup.")
 
     async def refresh_namespace(self, name: TopicName) -> None:
         """Cluster mode: a namespace this broker has not heard of yet is read from the metadata store (another

@@ -400,6 +400,7 @@ class ServerCnx:
         try:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
+            self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=True)
             # (c.txn_enabled asks Pulsar to wait for the topic's transaction buffer to recover: ours has
             # recovered when the topic is loaded; its first transactional SEND takes its first snapshot.)
@@ -635,6 +636,7 @@ class ServerCnx:
                 raise NotAllowedError("readCompacted only valid on persistent topics")  # NonPersistentTopic's words
             if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
+            self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
             check_subscription_name(c.subscription)

@@ -16,7 +16,7 @@ import requests
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
-from tests.component.wire import WireClient
+from tests.component.wire import T, WireClient, producer_cmd, subscribe_cmd
 from tests.e2e.test_geo_replication import Pair, link, receive
 
 A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
@@ -35,6 +35,23 @@ class Clusters(Pair):
 
         response: pb.CommandLookupTopicResponse = self.a.run_coroutine(ask())
         return response
+
+    def commands_on_a(self, *cmds: pb.BaseCommand) -> list[pb.BaseCommand]:
+        """Each command sent to broker a without a lookup first, and its answer."""
+        async def ask() -> list[pb.BaseCommand]:
+            client = await WireClient.open(self.a.server.port, A_HOST)
+            try:
+                await client.connect()
+                answers = []
+                for cmd in cmds:
+                    client.send(cmd)
+                    answers.append(await client.recv())
+                return answers
+            finally:
+                client.close()
+
+        answers: list[pb.BaseCommand] = self.a.run_coroutine(ask())
+        return answers
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +147,14 @@ def test_a_namespace_this_cluster_serves_is_answered_here(clusters: Clusters) ->
     answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'b'])}/t")
     assert answer.response == pb.CommandLookupTopicResponse.Connect
     assert answer.brokerServiceUrl == clusters.a.service_url
+
+
+def test_producer_and_subscribe_sent_here_anyway_are_refused(clusters: Clusters) -> None:
+    # What a Pulsar broker of cluster a answers (none of a's brokers owns the namespace's bundles): ServiceNotReady,
+    # so the client looks up again, and is sent to b.
+    topic = f"persistent://{clusters.namespace(['b'])}/direct"
+    answers = clusters.commands_on_a(producer_cmd(topic), subscribe_cmd(topic, request_id=2))
+    assert [a.type for a in answers] == [T.ERROR, T.ERROR]
+    assert {a.error.error for a in answers} == {pb.ServerError.ServiceNotReady}
+    assert "not served by this instance" in answers[0].error.message
+    assert topic not in clusters.a.server.service.topics
