@@ -362,6 +362,10 @@ class ServerCnx:
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
+            except MetadataStoreError as exc:  # (as Pulsar's handlePartitionMetadataRequest answers it)
+                log.warning("partitioned metadata of %s failed: %r", c.topic, exc)
+                self.write(commands.partitioned_metadata_failed(c.request_id, E.MetadataError, str(exc)))
+                return
             self._answer_partitions(c, name, n)
 
         self._spawn(run())

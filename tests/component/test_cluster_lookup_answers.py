@@ -5,7 +5,8 @@ timeout (30 s) before trying again.
 
 An admin split of a bundle nobody owns is placed as a lookup places it (Pulsar's validateNamespaceBundleOwnership, not
 read-only): a broker that is not the leader sends it to the leader (307) instead of taking the bundle itself.
-A metadata store that fails the lookup is answered MetadataError, as Pulsar's handleLookupError answers a
+A metadata store that fails the lookup (or a PARTITIONED_METADATA that creates a partitioned topic) is answered
+MetadataError, as Pulsar's handleLookupError answers a
 MetadataStoreException. A namespace a peer cluster serves is redirected there before ownership is asked at all.
 
 The real broker in process; its ownership replaced by one that is distributed and whose lookup fails so."""
@@ -16,6 +17,7 @@ import asyncio
 import uuid
 
 import aiohttp
+import pytest
 
 from broker.cluster.data import ClusterDataError
 from broker.embedded import Broker
@@ -24,7 +26,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError
 from tests.admin.conftest import Admin
-from tests.component.wire import WireClient, port_of
+from tests.component.wire import T, WireClient, port_of
 from tests.unit.test_cluster_ownership import Broker as ClusterMember
 
 
@@ -105,3 +107,27 @@ async def test_a_split_of_a_bundle_nobody_owns_goes_where_a_lookup_would() -> No
     finally:
         await other.stop()
         await leader.stop()
+
+
+async def test_a_partitioned_metadata_the_metadata_store_fails_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Broker(allowAutoTopicCreationType="partitioned") as b:
+        assert b.server is not None
+
+        async def failing(topic: str, partitions: int) -> None:
+            raise MetadataStoreError("operation timed out")
+
+        monkeypatch.setattr(b.server.service.metadata, "set_partitions", failing)
+        client = await WireClient.open(port_of(b))
+        try:
+            await client.connect()
+            cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+            cmd.partitionMetadata.topic = "persistent://public/default/new-partitioned"
+            cmd.partitionMetadata.request_id = 9
+            client.send(cmd)
+            answer = await client.recv()  # (unanswered, the client waited for its operation timeout)
+            assert answer.type == T.PARTITIONED_METADATA_RESPONSE
+            r = answer.partitionMetadataResponse
+            assert (r.request_id, r.response, r.error) == (9, pb.CommandPartitionedTopicMetadataResponse.Failed,
+                                                           pb.MetadataError)
+        finally:
+            client.close()
