@@ -13,20 +13,35 @@ replicator closes, a topic's replicated-subscription moves) holds an ``OwnedTask
 ``SingleFlight`` (one run of a piece of work per key, awaited by every concurrent caller: a topic load,
 a bundle acquisition, a ledger open) is defined in ``managed_ledger/single_flight.py``, the lowest floor
 that uses it, and taken from here by the broker.
+
+``all_done(coros)`` runs pieces of work side by side and awaits every one, then raises the first failure: for work
+that must not be left half-done when a sibling fails (the bundles of a namespace being unloaded).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from managed_ledger.single_flight import SingleFlight
 
-__all__ = ["OwnedTasks", "SingleFlight"]
+__all__ = ["OwnedTasks", "SingleFlight", "all_done"]
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
+
+
+async def all_done(work: Iterable[Awaitable[R]]) -> list[R]:
+    """Await every piece of ``work`` side by side (none is cancelled when another fails); their results in order,
+    or the first failure once all have ended."""
+    results = await asyncio.gather(*work, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 class OwnedTasks:

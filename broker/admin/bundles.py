@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.cluster import redirect_url
-from broker.admin.common import HttpError, no_content, read_body
+from broker.admin.common import HttpError, no_content, query_flag, read_body
 from broker.admin.stats import ZERO, StatsSampler
 from broker.cluster.operations import HOT, LARGEST, BundleOperationError, BundleOperations, BundleSplitter
 from broker.cluster.split import TopicLoad
@@ -117,9 +117,10 @@ class BundlesResource:
         return no_content()
 
     async def to_owner(self, request: web.Request, ns: str, range_name: str) -> None:
-        """Cluster mode: a bundle is split by its owner (Pulsar's validateNamespaceBundleOwnership). Owned by
-        another broker: 307 there; owned by nobody: this broker takes it first. (LARGEST and HOT name bundles
-        of this broker's own topics.)"""
+        """Cluster mode: a bundle is split by its owner (Pulsar's validateNamespaceBundleOwnership, not read-only).
+        Owned by another broker: 307 there; owned by nobody: placed as a lookup places it (this broker takes it
+        when it is the one picked, or when ``authoritative``; else 307 to the broker picked, or to the leader, which
+        picks), as Pulsar's getWebServiceUrl does. (LARGEST and HOT name bundles of this broker's own topics.)"""
         ownership = self.web.service.ownership
         if not ownership.distributed or range_name in (LARGEST, HOT):
             return
@@ -127,12 +128,15 @@ class BundlesResource:
             bundle = self.ops.bundle(ns, range_name)
         except BundleOperationError as exc:
             raise HttpError(exc.status, exc.message) from None
-        owner = await ownership.claim(bundle)
-        if owner is not None:
-            base = owner.http_url_tls if request.secure else owner.http_url
-            if not base:
-                raise HttpError(412, f"Failed to find ownership for ServiceUnit:{bundle}")
-            raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+        if ownership.is_owned(bundle):
+            return
+        answer = await ownership.lookup_bundle(bundle, query_flag(request, "authoritative"), None)
+        if ownership.is_owned(bundle):
+            return
+        base = answer.http_url_tls if request.secure else answer.http_url
+        if not base:
+            raise HttpError(412, f"Failed to find ownership for ServiceUnit:{bundle}")
+        raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
 
     async def unload(self, ns: str, bundle: str | None) -> None:
         """For the unload endpoints: one bundle, or the whole namespace."""

@@ -7,7 +7,12 @@ bundle itself, or finding which broker should, when nobody owns it, as a lookup 
 ``307 Temporary Redirect`` to the same path and query on the owner's web service, with ``authoritative`` set as
 Pulsar sets it (true when this broker is the leader). Metadata-only actions (partitions, properties, topic
 policies, the namespace's lists) are answered by any broker, and so is an action on a partitioned topic's base
-name. A standalone broker owns everything: the middleware does nothing.
+name. A standalone broker owns everything: the middleware does nothing more.
+
+Before that, in every mode, a call on a topic of a namespace this broker's cluster does not serve is sent to the
+peer cluster that does (Pulsar's validateGlobalNamespaceOwnership, ``broker.metadata.global_namespace``): ``307`` to
+the same path and query on that cluster's service URL, for the actions Pulsar checks (``GLOBAL_NAMESPACE_ACTIONS``);
+the HTTP lookup does the same (``validate_global_namespace``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from yarl import URL
 from broker.admin.common import HttpError, query_flag
 from broker.admin.context import AdminContext
 from broker.errors import BrokerError
+from broker.metadata.global_namespace import GlobalNamespaceError
+from broker.service.broker_service import BrokerService
 from broker.topic_name import TopicName
 
 DOMAINS = ("persistent", "non-persistent")
@@ -29,6 +36,17 @@ OWNER_ACTIONS = frozenset({
     "", "stats", "internalStats", "subscriptions", "subscription", "all_subscription", "unload", "terminate",
     "lastMessageId", "compaction", "ledger", "examinemessage", "messageid", "trim", "backlog",
 })
+
+
+# The actions on a topic for which Pulsar first checks that this cluster serves the namespace
+# (PersistentTopicsBase's calls of validateGlobalNamespaceOwnership): "" and "compaction" only for PUT (create,
+# trigger), every method for the others.
+GLOBAL_NAMESPACE_ACTIONS = frozenset({
+    "stats", "partitioned-stats", "internalStats", "partitioned-internalStats", "internal-info", "subscriptions",
+    "subscription", "all_subscription", "unload", "terminate", "examinemessage", "messageid", "ledger", "backlog",
+    "backlogSize",
+})
+GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"", "compaction"})
 
 
 def topic_of(path: str) -> tuple[TopicName, str] | None:
@@ -49,9 +67,14 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
     async def redirect_to_owner(request: web.Request,
                                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         service = ctx.service
+        found = topic_of(request.path)
+        if found is not None and (found[1] in GLOBAL_NAMESPACE_ACTIONS or (
+                found[1] in GLOBAL_NAMESPACE_PUT_ACTIONS and request.method == "PUT")):
+            await service.refresh_namespace(found[0])
+            if service.metadata.namespace_exists(found[0].namespace):  # (else the handler answers it is missing)
+                validate_global_namespace(service, request, found[0])
         if not service.ownership.distributed:
             return await handler(request)
-        found = topic_of(request.path)
         if found is not None:
             name, action = found
             if action in OWNER_ACTIONS and not (name.partition_index < 0
@@ -91,6 +114,24 @@ async def topic_owner_url(ctx: AdminContext, name: TopicName, secure: bool, auth
     if not base:
         raise HttpError(412, f"Failed to find ownership for topic:{name.full}")
     return base
+
+
+def validate_global_namespace(service: BrokerService, request: web.Request, name: TopicName) -> None:
+    """Return when this broker's cluster serves the topic's namespace; else raise the 307 to the same path and query
+    on the peer cluster that does (its TLS service URL over https when it has one and this broker serves https), or
+    the refusal (404, 412) when no cluster can."""
+    try:
+        peer = service.peer_cluster(name)
+    except GlobalNamespaceError as exc:
+        raise HttpError(exc.status, exc.message) from None
+    if peer is None:
+        return
+    tls = request.secure and bool(peer.service_url_tls)
+    base = URL(peer.service_url_tls if tls else peer.service_url)
+    if not base.host:
+        raise HttpError(503, f"Failed to validate global cluster configuration : ns={name.namespace}  "
+                             f"emsg=the service URL of cluster {peer.name} is not configured")
+    raise web.HTTPTemporaryRedirect(str(request.url.with_host(base.host).with_port(base.port)))
 
 
 def redirect_url(request: web.Request, base: str, authoritative: bool) -> str:

@@ -25,6 +25,7 @@ from broker.errors import (
     ConsumerNotFoundError,
     IncompatibleSchemaError,
     InvalidTopicNameError,
+    MetadataError,
     NotAllowedError,
     PersistenceError,
     ProducerBusyError,
@@ -161,7 +162,7 @@ _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ..
     ((TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, EntryNotFoundError), 404),
     ((ProducerBusyError, ConsumerBusyError, IncompatibleSchemaError), 409),
     (NotAllowedError, 405),
-    (ServiceNotReadyError, 503),
+    ((ServiceNotReadyError, MetadataError), 503),  # (MetadataError: the metadata store failed a lookup)
     (PersistenceError, 500),  # (storage cannot write: a full disk)
 )
 

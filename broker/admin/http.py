@@ -22,7 +22,7 @@ from aiohttp import web
 
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
-from broker.admin.cluster import ownership_middleware
+from broker.admin.cluster import ownership_middleware, validate_global_namespace
 from broker.admin.common import (
     HttpError,
     check_name,
@@ -350,6 +350,7 @@ class WebService:
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
         await self.service.refresh_namespace(name)
         self.service.check_namespace(name)
+        validate_global_namespace(self.service, request, name)
         s = self.ctx.process
         if self.service.ownership.distributed:
             return await self.cluster_lookup(request, name)

@@ -32,6 +32,7 @@ from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.operations import BundleOperationError
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
+from broker.tasks import all_done
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -77,7 +78,8 @@ class NamespaceOperationsResource:
                 if n.persistence_path in stored and (bundle is None or bundle.includes(n.full))]
 
     async def on_owners(self, request: web.Request, action: str,
-                        local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
+                        local: Callable[[str, NamespaceBundle | None], Awaitable[None]], *,
+                        parallel: bool = False) -> None:
         """Run ``local`` over the namespace or the bundle of the path. Standalone: here, at once. Cluster mode, as
         Pulsar's NamespacesBase: each bundle owned here is done here; a namespace-wide request is passed on to the
         owner of each other bundle (``.../{bundle}/{action}`` there, with the broker client's credentials); a request
@@ -87,30 +89,39 @@ class NamespaceOperationsResource:
         if not self.service.ownership.distributed:
             await local(ns, named)
             return
-        await self.each_bundle(request, ns, named, request.method, action, local)
+        await self.each_bundle(request, ns, named, request.method, action, local, parallel=parallel)
 
     async def each_bundle(self, request: web.Request, ns: str, named: NamespaceBundle | None, method: str,
-                          action: str, local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
+                          action: str, local: Callable[[str, NamespaceBundle | None], Awaitable[None]], *,
+                          parallel: bool = False) -> None:
         """Cluster mode: ``local`` on the bundles owned here, ``method`` on ``{bundle}/{action}`` at the owner
-        of the others (one bundle named in the path: a 307 there instead)."""
+        of the others (one bundle named in the path: a 307 there instead). One bundle after the other, or with
+        ``parallel`` all at once, as Pulsar unloads a namespace's bundles (a failure is raised once all are done)."""
         ownership = self.service.ownership
         targets = [named] if named is not None else self.service.metadata.namespace_bundles(ns).bundles
-        for bundle in targets:
+
+        async def one(bundle: NamespaceBundle) -> None:
             if ownership.is_owned(bundle):
                 await local(ns, bundle)
-                continue
+                return
             owner = await ownership.owner_of(bundle)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if not base:
-                continue  # (owned by nobody)
+                return  # (owned by nobody)
             if named is not None:
                 raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
             url = f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}"
             await self.web.peers.call(method, url, request)
 
+        if not parallel:
+            for bundle in targets:
+                await one(bundle)
+            return
+        await all_done(one(b) for b in targets)
+
     async def release_bundles(self, request: web.Request, ns: str) -> None:
         """Cluster mode: every bundle of ``ns`` released by its owner (a namespace being deleted)."""
-        await self.each_bundle(request, ns, None, "PUT", "unload", self._unload)
+        await self.each_bundle(request, ns, None, "PUT", "unload", self._unload, parallel=True)
 
     async def clear_backlog(self, request: web.Request) -> web.Response:
         only = request.match_info.get("sub")
@@ -146,7 +157,7 @@ class NamespaceOperationsResource:
     async def unload(self, request: web.Request) -> web.Response:
         """Release the bundle (or every bundle of the namespace) through ownership (broker.cluster): its topics
         close, their clients look up again (cluster mode: any broker may take it then)."""
-        await self.on_owners(request, "unload", self._unload)
+        await self.on_owners(request, "unload", self._unload, parallel=True)
         return no_content()
 
     async def _unload(self, ns: str, bundle: NamespaceBundle | None) -> None:

@@ -32,6 +32,7 @@ from broker.cluster.ownership import BundleOwnership
 from broker.config import BrokerConfig
 from broker.metadata.bundles import BundleError, NamespaceBundle, NamespaceBundles
 from broker.metadata.store import BrokerMetadata, NotFoundError
+from broker.tasks import all_done
 from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -169,14 +170,13 @@ class BundleOperations:
 
     # -- unload ----------------------------------------------------------------------------------------
     async def unload(self, namespace: str, bundle_name: str | None = None) -> int:
-        """Unload one bundle (by range name) or, with None, every bundle of the namespace; returns how
-        many topics were closed."""
+        """Unload one bundle (by range name) or, with None, every bundle of the namespace, all at once as Pulsar's
+        namespace unload does (their topic closes share the broker's bound), so that a slow bundle does not hold the
+        others; returns how many topics were closed. A bundle that fails does not stop the others; the first
+        failure is raised once all are done."""
         targets = [self.bundle(namespace, bundle_name)] if bundle_name is not None else \
             list(self._bundles(namespace).bundles)
-        closed = 0
-        for bundle in targets:
-            closed += await self.ownership.unload_bundle(bundle)
-        return closed
+        return sum(await all_done(self.ownership.unload_bundle(b) for b in targets))
 
 
 class BundleSplitter:

@@ -25,7 +25,8 @@ owned by anyone (not being unloaded): Connect to the owner; owned by nobody: an 
 broker take it; otherwise the leader (or any broker when the leader is gone) picks a broker with
 ``broker.cluster.placement`` and this broker takes the bundle itself when picked, else it answers Redirect to the
 one picked (authoritative, since the leader decided); a broker that is not the leader redirects to the leader (not
-authoritative).
+authoritative). A metadata store that fails the lookup (a timeout, a lost connection) is a ``MetadataError``, as
+Pulsar's handleLookupError answers a MetadataStoreException; the other refusals are ``ServiceNotReady``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from broker.cluster.data import (
     NamespaceEphemeralData,
 )
 from broker.cluster.registry import BrokerRegistry
-from broker.errors import ServiceNotReadyError
+from broker.errors import MetadataError, ServiceNotReadyError
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
@@ -101,7 +102,9 @@ class Ownership(Protocol):
 
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...
 
-    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None: ...  # None: owned here now
+    # A lookup of a bundle (an admin call on a bundle nobody owns is placed as a topic's lookup would place it).
+    async def lookup_bundle(self, bundle: NamespaceBundle, authoritative: bool, listener: str | None) -> LookupAnswer:
+        ...
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> int: ...  # how many topics were closed
 
@@ -169,8 +172,8 @@ class StandaloneOwnership(_NamespaceBundlesView):
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
         return None
 
-    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
-        return None
+    async def lookup_bundle(self, bundle: NamespaceBundle, authoritative: bool, listener: str | None) -> LookupAnswer:
+        raise NotImplementedError("a standalone broker owns every bundle")
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         return await self.host.unload_topics(_topics_in(self.host, bundle))
@@ -209,8 +212,8 @@ class PendingOwnership(_NamespaceBundlesView):
     async def owner_of(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
         raise ServiceNotReadyError("The broker is starting")
 
-    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
-        raise ServiceNotReadyError("The broker is starting")
+    async def lookup_bundle(self, bundle: NamespaceBundle, authoritative: bool, listener: str | None) -> LookupAnswer:
+        raise ServiceNotReadyError("The broker is starting: look up again")
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         return 0
@@ -430,17 +433,6 @@ class ClusterOwnership(_NamespaceBundlesView):
         except ClusterDataError as exc:
             raise ServiceNotReadyError(f"unreadable owner of {bundle}: {exc}") from None
 
-    async def claim(self, bundle: NamespaceBundle) -> NamespaceEphemeralData | None:
-        """None when this broker owns the bundle (taking it when nobody does); else its owner."""
-        if self.is_owned(bundle):
-            return None
-        owner = await self.owner_of(bundle)
-        if owner is None or (owner.same_owner(self.mine) and bundle not in self._owned):
-            owner = await self.acquire(bundle)
-        if owner.disabled:
-            raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
-        return None if self.is_owned(bundle) else owner
-
     async def close(self) -> None:
         """Graceful shutdown: leave the registry (no lookup picks this broker from now on), then release every bundle
         (topics closed first), so other brokers take them at once; no bundle is taken from now on."""
@@ -460,7 +452,9 @@ class ClusterOwnership(_NamespaceBundlesView):
 
     # -- lookup ---------------------------------------------------------------------------------------------
     async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
-        bundle = self.bundle_of(name)
+        return await self.lookup_bundle(self.bundle_of(name), authoritative, listener)
+
+    async def lookup_bundle(self, bundle: NamespaceBundle, authoritative: bool, listener: str | None) -> LookupAnswer:
         try:
             owner = await self.owner_of(bundle)
             if owner is not None and not owner.disabled and not (
@@ -470,7 +464,7 @@ class ClusterOwnership(_NamespaceBundlesView):
                 raise ServiceNotReadyError(f"Namespace bundle {bundle} is being unloaded")
             return await self._search_candidate(bundle, authoritative, listener)
         except MetadataStoreError as exc:
-            raise ServiceNotReadyError(f"lookup of {name.full}: metadata store: {exc}") from None
+            raise MetadataError(f"lookup of {bundle}: metadata store: {exc}") from None
 
     def _connect(self, owner: NamespaceEphemeralData, listener: str | None) -> LookupAnswer:
         urls = owner.urls().for_listener(listener)

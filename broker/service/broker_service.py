@@ -24,6 +24,7 @@ from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnersh
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
+from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
@@ -84,8 +85,9 @@ MODE_PERSISTENT, MODE_NON_PERSISTENT, MODE_ALL = 0, 1, 2
 # The health check's own log: outside every namespace's topic list (no tenant "pulsar" is made).
 HEALTH_LEDGER = "pulsar/__health/persistent/heartbeat"
 HEALTH_CHECK_TIMEOUT_S = 10.0
-# Topics of an unloaded bundle closed at once (each close writes its ledger's and cursors' state). All at once, a
-# bundle of 1,000+ topics queued every write behind every other one and each topic finished only at the end.
+# Topics of unloaded bundles closed at once, broker-wide (each close writes its ledger's and cursors' state). All at
+# once, a bundle of 1,000+ topics queued every write behind every other one and each topic finished only at the end.
+# Broker-wide, so that the bundles of a namespace unload in parallel (as Pulsar's) without multiplying it.
 UNLOAD_PARALLELISM = 32
 # Distinct managed-ledger configs ledger_config_for keeps (one per set of retention and persistence values in use;
 # past this many, as when every topic has its own, the set starts again rather than grow).
@@ -194,6 +196,7 @@ class BrokerService:
         # Topics closed at once when the metadata session was lost (their closes run here).
         self._dropped = OwnedTasks("broker service: topics dropped with the metadata session")
         self._unloads = OwnedTasks("broker service: topics unloaded with their bundle")
+        self._unload_gate = asyncio.Semaphore(UNLOAD_PARALLELISM)
         # Replicated topics loaded as their bundle comes to this broker (cluster mode).
         self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
         self._health_lock = asyncio.Lock()
@@ -396,15 +399,15 @@ class BrokerService:
         if self.transactions is not None:
             tc_ids = [tc for tc in map(self.transactions.coordinator_of_partition, names) if tc is not None]
             await self.transactions.release(tc_ids)
-        # At most UNLOAD_PARALLELISM at once, in order; those waiting their turn keep serving their clients. Waited
-        # for at most namespaceBundleUnloadingTimeoutMs (Pulsar's unloadServiceUnit timeout): past it the rest go
-        # on closing in the background and the caller releases the bundle.
-        gate = asyncio.Semaphore(UNLOAD_PARALLELISM)
+        # At most UNLOAD_PARALLELISM at once (over every unload under way), in order; those waiting their turn keep
+        # serving their clients, and each starts as soon as any close ends (a stuck one holds its own place only).
+        # Waited for at most namespaceBundleUnloadingTimeoutMs (Pulsar's unloadServiceUnit timeout): past it the
+        # rest go on closing in the background and the caller releases the bundle.
         closed = 0
 
         async def unload(name: str) -> None:
             nonlocal closed
-            async with gate:
+            async with self._unload_gate:
                 try:
                     if await self.unload_topic(TopicName.parse(name)):
                         closed += 1
@@ -440,6 +443,28 @@ class BrokerService:
     def check_namespace(self, name: TopicName) -> None:
         if not self.metadata.namespace_exists(name.namespace):
             raise TopicNotFoundError(f"Namespace {name.namespace} does not exist (topic {name})")
+
+    def peer_cluster(self, name: TopicName) -> PeerCluster | None:
+        """Pulsar's checkLocalOrGetPeerReplicationCluster for the topic's namespace: None when this cluster serves
+        it, else the peer cluster its lookups and admin calls are sent to (GlobalNamespaceError when none can)."""
+        return peer_cluster_for(name.namespace, self.config.clusterName, self.metadata.namespaces.get(name.namespace),
+                                self.metadata.clusters, allow_deleted=is_system_topic(name.full))
+
+    def check_cluster_serves(self, name: TopicName) -> None:
+        """PRODUCER and SUBSCRIBE in a namespace that another cluster serves (or none can): ServiceNotReady, as a
+        Pulsar broker answers them there (none of its cluster owns the namespace's bundles, every lookup having
+        been sent elsewhere); the client looks up again and is sent to the peer cluster. A missing namespace is left
+        to the command's own checks."""
+        if not self.metadata.namespace_exists(name.namespace):
+            return
+        try:
+            if self.peer_cluster(name) is None:
+                return
+        except GlobalNamespaceError:
+            pass
+        raise ServiceNotReadyError(f"Namespace bundle for topic ({name.full}) not served by this instance: cluster "
+                                   f"{self.config.clusterName} does not serve namespace {name.namespace}. Please "
+                                   "redo the lookup.")
 
     async def refresh_namespace(self, name: TopicName) -> None:
         """Cluster mode: a namespace this broker has not heard of yet is read from the metadata store (another

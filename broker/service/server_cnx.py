@@ -26,6 +26,7 @@ from broker.errors import (
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
+from broker.metadata.global_namespace import PeerCluster
 from broker.metadata.policy_table import (
     ALLOW_AUTO_UPDATE_SCHEMA,
     SCHEMA_VALIDATION_ENFORCED,
@@ -58,6 +59,7 @@ from broker.topic_name import TopicName, is_system_topic
 from broker.transactions.model import TxnID
 from broker.version import __version__
 from managed_ledger import ManagedLedgerError
+from metadata_store.api import MetadataStoreError
 
 if TYPE_CHECKING:
     from broker.service.abstract_topic import SendPolicy
@@ -276,16 +278,33 @@ class ServerCnx:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
+            peer = self.service.peer_cluster(name)
         except BrokerError as exc:
             stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
+        if peer is not None:
+            self._redirect_to_peer(c.request_id, peer, started)
+            return
         stats.done(started)
         self.write(commands.lookup_connect(c.request_id, *urls))
 
+    def _redirect_to_peer(self, request_id: int, peer: PeerCluster, started: float) -> None:
+        """The namespace is served by a peer cluster: Redirect there, authoritative (the other cluster's brokers
+        decide its bundles themselves), as Pulsar's lookupTopicAsync answers."""
+        stats = self.service.lookup_stats
+        if not peer.broker_service_url and not peer.broker_service_url_tls:
+            stats.done(started, failed=True)
+            self.write(commands.lookup_failed(request_id, E.MetadataError,
+                                              "Redirected cluster's brokerService url is not configured"))
+            return
+        stats.done(started, redirect=True)
+        self.write(commands.lookup_redirect(request_id, peer.broker_service_url, peer.broker_service_url_tls, True))
+
     async def _cluster_lookup(self, c: pb.CommandLookupTopic, started: float) -> None:
         """Cluster mode (TopicLookupBase.lookupTopicAsync): Connect to the bundle's owner, or Redirect to the broker
-        that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, which clients retry."""
+        that is to own it (or to the leader, which picks one). Failures are ServiceNotReady, a failing metadata store
+        MetadataError (Pulsar's handleLookupError); clients retry both."""
         server = self.connection.server
         stats = self.service.lookup_stats
         listener_name = c.advertised_listener_name or None
@@ -297,10 +316,19 @@ class ServerCnx:
             await self.service.refresh_namespace(name)
             self._authorize(name, TopicOperation.LOOKUP)
             self.service.check_namespace(name)
+            peer = self.service.peer_cluster(name)
+            if peer is not None:
+                self._redirect_to_peer(c.request_id, peer, started)
+                return
             answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)
         except BrokerError as exc:
             stats.done(started, failed=True)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
+            return
+        except MetadataStoreError as exc:  # (Pulsar's handleLookupError: a MetadataStoreException is MetadataError)
+            stats.done(started, failed=True)
+            log.warning("lookup of %s failed: %r", c.topic, exc)
+            self.write(commands.lookup_failed(c.request_id, E.MetadataError, f"Lookup failed: {exc}"))
             return
         except Exception as exc:  # (Pulsar's handleLookupError: any other failure is ServiceNotReady, retried)
             stats.done(started, failed=True)
@@ -340,6 +368,10 @@ class ServerCnx:
             except BrokerError as exc:
                 self.write(commands.partitioned_metadata_failed(c.request_id, exc.code, exc.message))
                 return
+            except MetadataStoreError as exc:  # (as Pulsar's handlePartitionMetadataRequest answers it)
+                log.warning("partitioned metadata of %s failed: %r", c.topic, exc)
+                self.write(commands.partitioned_metadata_failed(c.request_id, E.MetadataError, str(exc)))
+                return
             self._answer_partitions(c, name, n)
 
         self._spawn(run())
@@ -378,6 +410,7 @@ class ServerCnx:
         try:
             name = TopicName.parse(c.topic)
             self._authorize(name, TopicOperation.PRODUCE)
+            self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=True)
             # (c.txn_enabled asks Pulsar to wait for the topic's transaction buffer to recover: ours has
             # recovered when the topic is loaded; its first transactional SEND takes its first snapshot.)
@@ -617,6 +650,7 @@ class ServerCnx:
                 raise NotAllowedError("readCompacted only valid on persistent topics")  # NonPersistentTopic's words
             if c.read_compacted and c.subType not in (pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover):
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
+            self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
             check_subscription_name(c.subscription)

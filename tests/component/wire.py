@@ -23,8 +23,8 @@ class WireClient:
         self.decoder = FrameDecoder(max_frame_size(DEFAULT_MAX_MESSAGE_SIZE) * 2)
 
     @classmethod
-    async def open(cls, port: int) -> WireClient:
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+    async def open(cls, port: int, host: str = "127.0.0.1") -> WireClient:
+        r, w = await asyncio.open_connection(host, port)
         return cls(r, w)
 
     def send(self, cmd: pb.BaseCommand, payload: bytes | None = None) -> None:
@@ -50,6 +50,16 @@ class WireClient:
         reply = await self.recv()
         assert reply.type == T.CONNECTED
         return reply.connected
+
+    async def lookup(self, topic: str, request_id: int = 7) -> pb.CommandLookupTopicResponse:
+        """A LOOKUP of ``topic`` and its answer."""
+        cmd = pb.BaseCommand(type=T.LOOKUP)
+        cmd.lookupTopic.topic = topic
+        cmd.lookupTopic.request_id = request_id
+        self.send(cmd)
+        answer = await self.recv()
+        assert answer.type == T.LOOKUP_RESPONSE and answer.lookupTopicResponse.request_id == request_id
+        return answer.lookupTopicResponse
 
     async def closed_by_broker(self) -> bool:
         try:

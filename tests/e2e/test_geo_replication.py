@@ -209,6 +209,9 @@ def test_partitioned_topic(pair: Pair) -> None:
 
 def test_topic_level_replication_clusters(pair: Pair) -> None:
     ns = pair.namespace(["a"])  # the namespace is not replicated; one topic of it is
+    # Cluster b must serve the namespace for b's clients (and a's replicator) to be answered there; a lookup in a
+    # namespace whose clusters leave b out is sent to b's peers, or refused (test_global_namespace.py).
+    pair.admin_b.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", "b"])
     topic = f"persistent://{ns}/chosen"
     path = f"/admin/v2/persistent/{ns}/chosen/replication"
     producer = pair.client_a.create_producer(topic, batching_enabled=False)

@@ -22,7 +22,7 @@ from broker.cluster.data import (
 from broker.cluster.ownership import ClusterOwnership, ownership_path
 from broker.cluster.placement import Placement
 from broker.cluster.registry import BrokerRegistry
-from broker.errors import ServiceNotReadyError
+from broker.errors import MetadataError, ServiceNotReadyError
 from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError, SessionEvent
 from metadata_store.memory import MemoryMetadataStore
@@ -143,6 +143,20 @@ async def test_lookups_connect_to_the_owner_or_redirect_as_pulsar(tree: str) -> 
                 await broker.ownership.lookup(topic(), False, "nope")
     finally:
         await b.stop()
+        await a.stop()
+
+
+async def test_a_lookup_the_metadata_store_fails_is_a_metadata_error(tree: str) -> None:
+    """As Pulsar's handleLookupError answers a MetadataStoreException (ServiceNotReady is for the other refusals)."""
+    a = await Broker(tree, 1).start()
+    try:
+        async def failing_get(path: str) -> Any:
+            raise MetadataStoreError("operation timed out")
+
+        a.store.get = failing_get  # type: ignore[method-assign]
+        with pytest.raises(MetadataError, match="metadata store: operation timed out"):
+            await a.ownership.lookup(topic(), False, None)
+    finally:
         await a.stop()
 
 

@@ -1,0 +1,160 @@
+"""A namespace this broker's cluster does not serve: lookups and admin calls go to the peer cluster that does (Pulsar's
+validateGlobalNamespaceOwnership / checkLocalOrGetPeerReplicationCluster), or are refused when none can.
+
+Two brokers of two clusters on their own loopback addresses: "a" on 127.0.0.2, whose peers are "d" and "b" (in that
+order), and "b" on 127.0.0.3. Cluster "c" is known to "a" but is not its peer; "d" is a peer without a broker service
+URL. The namespaces live on both brokers (as a shared configuration store would have them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+import requests
+
+from broker.embedded import BrokerThread
+from broker.protocol import pulsar_api_pb2 as pb
+from tests.component.wire import T, WireClient, producer_cmd, subscribe_cmd
+from tests.e2e.test_geo_replication import Pair, link, receive
+
+A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
+
+
+class Clusters(Pair):
+    def lookup_on_a(self, topic: str) -> pb.CommandLookupTopicResponse:
+        """A raw binary LOOKUP asked of broker a."""
+        async def ask() -> pb.CommandLookupTopicResponse:
+            client = await WireClient.open(self.a.server.port, A_HOST)
+            try:
+                await client.connect()
+                return await client.lookup(topic)
+            finally:
+                client.close()
+
+        response: pb.CommandLookupTopicResponse = self.a.run_coroutine(ask())
+        return response
+
+    def commands_on_a(self, *cmds: pb.BaseCommand) -> list[pb.BaseCommand]:
+        """Each command sent to broker a without a lookup first, and its answer."""
+        async def ask() -> list[pb.BaseCommand]:
+            client = await WireClient.open(self.a.server.port, A_HOST)
+            try:
+                await client.connect()
+                answers = []
+                for cmd in cmds:
+                    client.send(cmd)
+                    answers.append(await client.recv())
+                return answers
+            finally:
+                client.close()
+
+        answers: list[pb.BaseCommand] = self.a.run_coroutine(ask())
+        return answers
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    with (BrokerThread(clusterName="a", bindAddress=A_HOST, data_dir=tmp_path_factory.mktemp("a")) as a,
+          BrokerThread(clusterName="b", bindAddress=B_HOST, data_dir=tmp_path_factory.mktemp("b")) as b):
+        c = Clusters(a, b)
+        link(c.admin_a, "b", b)
+        link(c.admin_b, "a", a)
+        for admin in (c.admin_a, c.admin_b):
+            admin.ok("PUT", "/admin/v2/clusters/c", {"serviceUrl": "http://127.0.0.9:1",
+                                                     "brokerServiceUrl": "pulsar://127.0.0.9:1"})
+            admin.ok("PUT", "/admin/v2/clusters/d", {"serviceUrl": "http://127.0.0.9:2"})
+            admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "c", "d"]})
+        c.admin_a.ok("POST", "/admin/v2/clusters/a", {"serviceUrl": a.web_url, "brokerServiceUrl": a.service_url,
+                                                      "peerClusterNames": ["d", "b"]})
+        yield c
+        c.close()
+
+
+def test_the_binary_lookup_redirects_to_the_peer_cluster(clusters: Clusters) -> None:
+    topic = f"persistent://{clusters.namespace(['b'])}/t"
+    answer = clusters.lookup_on_a(topic)
+    assert answer.response == pb.CommandLookupTopicResponse.Redirect
+    assert answer.authoritative  # (the other cluster's brokers place the bundle themselves)
+    assert answer.brokerServiceUrl == clusters.b.service_url
+    # The first peer the namespace lists wins ("d" is a's first peer but not listed here).
+    both = f"persistent://{clusters.namespace(['c', 'b'])}/t"
+    assert clusters.lookup_on_a(both).brokerServiceUrl == clusters.b.service_url
+
+
+def test_the_official_client_given_a_produces_and_consumes_on_b(clusters: Clusters) -> None:
+    topic = f"persistent://{clusters.namespace(['b'])}/orders"
+    consumer = clusters.client_a.subscribe(topic, "s")
+    producer = clusters.client_a.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(b"m%d" % i)
+    assert receive(consumer, 5) == [b"m%d" % i for i in range(5)]
+    stats = clusters.admin_b.stats(topic)
+    assert stats["msgInCounter"] == 5 and list(stats["subscriptions"]) == ["s"]
+    assert topic not in clusters.a.server.service.topics  # a never loaded it
+
+
+def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) -> None:
+    ns = clusters.namespace(["b"])
+    topic_path = f"persistent/{ns}/web"
+    lookup = requests.get(f"{clusters.a.web_url}/lookup/v2/topic/{topic_path}?authoritative=false",
+                          allow_redirects=False, timeout=10)
+    assert lookup.status_code == 307
+    assert lookup.headers["Location"] == f"{clusters.b.web_url}/lookup/v2/topic/{topic_path}?authoritative=false"
+    created = requests.put(f"{clusters.a.web_url}/admin/v2/{topic_path}", allow_redirects=False, timeout=10)
+    assert created.status_code == 307
+    assert created.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}"
+    assert requests.put(created.headers["Location"], timeout=10).status_code == 204
+    stats = requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", allow_redirects=False, timeout=10)
+    assert stats.status_code == 307
+    assert stats.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}/stats"
+    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", timeout=10).json()["msgInCounter"] == 0
+    # Metadata calls are answered here, as in Pulsar.
+    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions",
+                        allow_redirects=False, timeout=10).status_code == 200
+
+
+def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
+    ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
+    answer = clusters.lookup_on_a(f"persistent://{ns}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Failed
+    assert answer.error == pb.ServerError.MetadataError
+    assert answer.message == (f"Namespace missing local cluster name in clusters list: local_cluster=a ns={ns} "
+                              "clusters=[c]")
+    lookup = requests.get(f"{clusters.a.web_url}/lookup/v2/topic/persistent/{ns}/t", allow_redirects=False,
+                          timeout=10)
+    assert lookup.status_code == 412 and "local_cluster=a" in lookup.json()["reason"]
+    stats = requests.get(f"{clusters.a.web_url}/admin/v2/persistent/{ns}/t/stats", allow_redirects=False,
+                         timeout=10)
+    assert stats.status_code == 412
+    client = pulsar.Client(clusters.a.service_url, operation_timeout_seconds=3)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(f"persistent://{ns}/t")
+    finally:
+        client.close()
+
+
+def test_a_peer_without_a_broker_service_url(clusters: Clusters) -> None:
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['d'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Failed
+    assert answer.error == pb.ServerError.MetadataError
+    assert answer.message == "Redirected cluster's brokerService url is not configured"
+
+
+def test_a_namespace_this_cluster_serves_is_answered_here(clusters: Clusters) -> None:
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'b'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert answer.brokerServiceUrl == clusters.a.service_url
+
+
+def test_producer_and_subscribe_sent_here_anyway_are_refused(clusters: Clusters) -> None:
+    # What a Pulsar broker of cluster a answers (none of a's brokers owns the namespace's bundles): ServiceNotReady,
+    # so the client looks up again, and is sent to b.
+    topic = f"persistent://{clusters.namespace(['b'])}/direct"
+    answers = clusters.commands_on_a(producer_cmd(topic), subscribe_cmd(topic, request_id=2))
+    assert [a.type for a in answers] == [T.ERROR, T.ERROR]
+    assert {a.error.error for a in answers} == {pb.ServerError.ServiceNotReady}
+    assert "not served by this instance" in answers[0].error.message
+    assert topic not in clusters.a.server.service.topics
