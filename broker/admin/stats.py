@@ -28,6 +28,7 @@ from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Pos
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
+    from broker.service.compacted_view import CompactedView
     from broker.service.consumer import Consumer
     from broker.service.kinds import AnySubscription
     from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
@@ -538,9 +539,16 @@ def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
         **ledger_internal_stats(ledger, cursors, entries_added=topic.entries_added,
                                 pending_adds=sum(p.pending for p in topic.producers.values())),
         "schemaLedgers": [],
-        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
-                            "underReplicated": False},
+        "compactedLedger": _compacted_ledger(topic.compacted_view),
     }
+
+
+def _compacted_ledger(view: CompactedView | None) -> dict[str, Any]:
+    """Pulsar's compactedLedger (PersistentTopic.getInternalStats): the compacted view's ledger id, its
+    entries (the ledger's last entry id + 1: the view's records) and its length in bytes; -1 for each
+    before the topic's first compaction."""
+    ledger_id, entries, size = (view.ledger_id, len(view), view.size) if view is not None else (-1, -1, -1)
+    return {"ledgerId": ledger_id, "entries": entries, "size": size, "offloaded": False, "underReplicated": False}
 
 
 def ledger_internal_stats(ledger: ManagedLedger, cursors: dict[str, dict[str, Any]] | None = None, *,
