@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
     from broker.service.compacted_view import CompactedView
+    from broker.service.compaction import CompactionRecord
     from broker.service.consumer import Consumer
     from broker.service.kinds import AnySubscription
     from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
@@ -425,6 +426,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "ownerBroker": sampler.ctx.broker_id,
+        "compaction": compaction_stats(topic.match_kind(lambda t: t.compactor.record, lambda t: None)),
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
@@ -437,6 +439,19 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
             p["msgDropRate"] = 0.0
         stats["msgDropRate"] = 0.0
     return stats
+
+
+def compaction_stats(record: CompactionRecord | None) -> dict[str, int]:
+    """Pulsar's CompactionStats: what the topic's last compaction run did (its removed messages and duration,
+    success or failure) and when the last run of each outcome ended (epoch ms); zeros before the first run,
+    for a non-persistent topic, and in a partitioned topic's stats (Pulsar's TopicStatsImpl.add leaves them)."""
+    if record is None:
+        return {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0,
+                "lastCompactionFailedTimestamp": 0, "lastCompactionDurationTimeInMills": 0}
+    return {"lastCompactionRemovedEventCount": record.last_removed_events,
+            "lastCompactionSucceedTimestamp": record.last_succeeded_ms,
+            "lastCompactionFailedTimestamp": record.last_failed_ms,
+            "lastCompactionDurationTimeInMills": record.last_duration_ms}
 
 
 # Fields of a topic's stats that a partitioned topic's stats add up over its partitions.
@@ -461,7 +476,7 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
     total: dict[str, Any] = {k: 0 for k in _SUMMED}
     total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
                   "replication": {}, "deduplicationStatus": "Disabled", "metadata": {"partitions": partitions},
-                  "partitions": {}})
+                  "partitions": {}, "compaction": compaction_stats(None)})
     subs: dict[str, dict[str, Any]] = total["subscriptions"]
     for name, stats in per_partition.items():
         for k in _SUMMED:

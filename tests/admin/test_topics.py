@@ -257,6 +257,37 @@ def test_internal_stats_show_the_compacted_ledger(admin: Admin, client: pulsar.C
     assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"] == compacted
 
 
+def test_stats_show_the_last_compaction(admin: Admin, client: pulsar.Client) -> None:
+    """The stats' compaction block: the last run's removed messages (as Pulsar's compactor counts them) and
+    duration, and when the last run succeeded (epoch ms); zeros before the first run."""
+    topic = new_topic("compaction-stats")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    assert admin.stats(topic)["compaction"] == {"lastCompactionRemovedEventCount": 0,
+                                                "lastCompactionSucceedTimestamp": 0,
+                                                "lastCompactionFailedTimestamp": 0,
+                                                "lastCompactionDurationTimeInMills": 0}
+    producer = client.create_producer(topic, batching_enabled=False)
+    for value, key in ((b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"", "b")):  # a1 superseded, b deleted
+        producer.send(value, partition_key=key)
+    producer.send(b"no key")  # dropped (topicCompactionRetainNullKey is off)
+    producer.close()
+
+    def compact() -> tuple[int, int]:
+        before = int(time.time() * 1000)
+        admin.ok("PUT", f"{base}/compaction")
+        wait_for(lambda: admin.ok("GET", f"{base}/compaction")["status"] == "SUCCESS", what="compaction")
+        return before, int(time.time() * 1000)
+
+    before, after = compact()
+    stats = admin.stats(topic)["compaction"]
+    assert stats["lastCompactionRemovedEventCount"] == 3  # (a1 superseded, b deleted, the key-less one)
+    assert before <= stats["lastCompactionSucceedTimestamp"] <= after
+    assert stats["lastCompactionFailedTimestamp"] == 0 and stats["lastCompactionDurationTimeInMills"] >= 0
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
+    compact()  # nothing new: the view is read again, nothing removed
+    assert admin.stats(topic)["compaction"]["lastCompactionRemovedEventCount"] == 0
+
 def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
     topic = f"persistent://{ns}/examine"
