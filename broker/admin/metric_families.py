@@ -208,7 +208,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_replicated_subscriptions_pending_snapshots": (GAUGE, "Snapshots being gathered"),
     "pulsar_replicated_subscriptions_timedout_snapshots_total": (COUNTER, "Snapshots given up on (timed out)"),
     # -- compaction (topics compacted at least once) --
-    "pulsar_compaction_removed_event_count": (GAUGE, "Entries compaction left out, all runs"),
+    "pulsar_compaction_removed_event_count": (GAUGE, "Messages compaction removed, all runs"),
     "pulsar_compaction_succeed_count": (GAUGE, "Compaction runs that succeeded"),
     "pulsar_compaction_failed_count": (GAUGE, "Compaction runs that failed"),
     "pulsar_compaction_duration_time_in_mills": (GAUGE, "Duration of the last compaction run (ms)"),

@@ -64,7 +64,7 @@ def txn_buffer_counts(topic: AnyTopic) -> tuple[int, int, int]:
 
 def write_compaction(out: Exposition, labels: str, r: CompactionRecord) -> None:
     """Pulsar's per-topic compaction series (only for topics compacted at least once)."""
-    for name, value in (("pulsar_compaction_removed_event_count", r.removed_entries),
+    for name, value in (("pulsar_compaction_removed_event_count", r.removed_events),
                         ("pulsar_compaction_succeed_count", r.succeeded), ("pulsar_compaction_failed_count", r.failed),
                         ("pulsar_compaction_duration_time_in_mills", r.last_duration_ms),
                         ("pulsar_compaction_read_throughput", r.last_read_bytes_per_s),

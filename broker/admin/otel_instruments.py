@@ -367,7 +367,7 @@ def _topic(out: Snapshot, ctx: AdminContext, sampler: StatsSampler, topic: AnyTo
 def _compaction(out: Snapshot, r: CompactionRecord, ta: TopicAttrs) -> None:
     """OpenTelemetryTopicStats' compaction instruments, for a topic compacted at least once."""
     a, t0 = ta.base, ta.start_ns
-    out["pulsar.broker.topic.compaction.removed.message.count"].append((r.removed_entries, a, t0))
+    out["pulsar.broker.topic.compaction.removed.message.count"].append((r.removed_events, a, t0))
     ops = out["pulsar.broker.topic.compaction.operation.count"]
     ops.append((r.succeeded, ta.compaction[0], t0))
     ops.append((r.failed, ta.compaction[1], t0))

@@ -28,6 +28,8 @@ from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Pos
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
+    from broker.service.compacted_view import CompactedView
+    from broker.service.compaction import CompactionRecord
     from broker.service.consumer import Consumer
     from broker.service.kinds import AnySubscription
     from broker.service.nonpersistent import NonPersistentSubscription, NonPersistentTopic
@@ -424,6 +426,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "ownerBroker": sampler.ctx.broker_id,
+        "compaction": compaction_stats(topic.match_kind(lambda t: t.compactor.record, lambda t: None)),
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
@@ -436,6 +439,19 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
             p["msgDropRate"] = 0.0
         stats["msgDropRate"] = 0.0
     return stats
+
+
+def compaction_stats(record: CompactionRecord | None) -> dict[str, int]:
+    """Pulsar's CompactionStats: what the topic's last compaction run did (its removed messages and duration,
+    success or failure) and when the last run of each outcome ended (epoch ms); zeros before the first run,
+    for a non-persistent topic, and in a partitioned topic's stats (Pulsar's TopicStatsImpl.add leaves them)."""
+    if record is None:
+        return {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0,
+                "lastCompactionFailedTimestamp": 0, "lastCompactionDurationTimeInMills": 0}
+    return {"lastCompactionRemovedEventCount": record.last_removed_events,
+            "lastCompactionSucceedTimestamp": record.last_succeeded_ms,
+            "lastCompactionFailedTimestamp": record.last_failed_ms,
+            "lastCompactionDurationTimeInMills": record.last_duration_ms}
 
 
 # Fields of a topic's stats that a partitioned topic's stats add up over its partitions.
@@ -460,7 +476,7 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
     total: dict[str, Any] = {k: 0 for k in _SUMMED}
     total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
                   "replication": {}, "deduplicationStatus": "Disabled", "metadata": {"partitions": partitions},
-                  "partitions": {}})
+                  "partitions": {}, "compaction": compaction_stats(None)})
     subs: dict[str, dict[str, Any]] = total["subscriptions"]
     for name, stats in per_partition.items():
         for k in _SUMMED:
@@ -538,9 +554,16 @@ def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
         **ledger_internal_stats(ledger, cursors, entries_added=topic.entries_added,
                                 pending_adds=sum(p.pending for p in topic.producers.values())),
         "schemaLedgers": [],
-        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
-                            "underReplicated": False},
+        "compactedLedger": _compacted_ledger(topic.compacted_view),
     }
+
+
+def _compacted_ledger(view: CompactedView | None) -> dict[str, Any]:
+    """Pulsar's compactedLedger (PersistentTopic.getInternalStats): the compacted view's ledger id, its
+    entries (the ledger's last entry id + 1: the view's records) and its length in bytes; -1 for each
+    before the topic's first compaction."""
+    ledger_id, entries, size = (view.ledger_id, len(view), view.size) if view is not None else (-1, -1, -1)
+    return {"ledgerId": ledger_id, "entries": entries, "size": size, "offloaded": False, "underReplicated": False}
 
 
 def ledger_internal_stats(ledger: ManagedLedger, cursors: dict[str, dict[str, Any]] | None = None, *,

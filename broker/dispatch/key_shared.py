@@ -52,10 +52,8 @@ class KeySharedDispatcher(SharedDispatcher):
         self._counted: set[Position] = set()
         # hash -> positions of it in the replay set, sorted
         self._replay_by_hash: dict[int, list[Position]] = {}
-        # Chunked messages under way (their consumer in _chunk_owner): uuid -> hash of their key, and the
-        # positions of their chunks that went to the replay set.
+        # Chunked messages under way (their consumer in _chunk_owner): uuid -> hash of their key.
         self._chunk_hash: dict[str, int] = {}
-        self._chunk_waiting: dict[str, list[Position]] = {}
 
     @property
     def type_name(self) -> str:
@@ -74,8 +72,6 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def _consumer_removed(self, consumer: Consumer) -> None:
         self._rebuild_ring()
-        for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
-            self._chunk_done(uuid)  # its chunks come back through the replay set, in order
         super()._consumer_removed(consumer)
 
     def key_hash(self, key: bytes) -> int:
@@ -121,29 +117,18 @@ class KeySharedDispatcher(SharedDispatcher):
         if holder is None:
             holder = self._key_consumer(h, pos)
             if holder is not None and not last:
-                self._chunk_owner[uuid] = holder
+                self._chunk_begun(uuid, holder, pos)
                 self._chunk_hash[uuid] = h
             return holder
-        waiting = self._chunk_waiting.get(uuid)
-        if waiting:
-            # (only those still waiting: taken for this replay read, earlier ones were handled already; or acked)
-            waiting[:] = [p for p in waiting if p in self._replay_set]
-        if not (holder.permits > 0 and holder.writable) or (waiting and waiting[0] < pos):
-            if waiting is None:
-                waiting = self._chunk_waiting[uuid] = []
-            if pos not in waiting:
-                bisect.insort(waiting, pos)
+        if not self._owner_takes_chunk(holder, pos, uuid):
             return None
-        if waiting and waiting[0] == pos:
-            del waiting[0]
         if last:
             self._chunk_done(uuid)
         return holder
 
     def _chunk_done(self, uuid: str) -> None:
-        self._chunk_owner.pop(uuid, None)
+        super()._chunk_done(uuid)
         self._chunk_hash.pop(uuid, None)
-        self._chunk_waiting.pop(uuid, None)
 
     def _chunk_takers(self) -> dict[int, Consumer]:
         """hash -> a consumer midway through a chunked message of that key that can take a chunk now
@@ -238,4 +223,3 @@ class KeySharedDispatcher(SharedDispatcher):
         self._counted.clear()
         self._replay_by_hash.clear()
         self._chunk_hash.clear()
-        self._chunk_waiting.clear()

@@ -13,9 +13,10 @@ entries (redeliveries still go out) until acks bring it down to half.
 
 Chunked messages (PIP-37): every chunk of a message goes to the consumer that got its first chunk,
 as Pulsar's SharedConsumerAssignor does; a chunk whose consumer has no permit now waits in the
-replay set. The first chunk goes preferably to a consumer with permits for all the chunks. When
-that consumer leaves, its chunks go back to the replay set, and a later chunk of the message read
-meanwhile waits behind them.
+replay set, and so does a chunk while an earlier one of its message waits there (one that had no
+permit, or one redelivered), so the chunks arrive in order (Key_Shared shares this). The first chunk
+goes preferably to a consumer with permits for all the chunks. When that consumer leaves, its chunks
+go back to the replay set, and a later chunk of the message read meanwhile waits behind them.
 
 Liveness rule of the read loop: a replay round that hands nothing out marks the replay set
 "stalled" and reads new entries instead; any event that may unblock replayed entries (FLOW, ack,
@@ -83,6 +84,11 @@ class SharedDispatcher(Dispatcher):
         self.blocked_on_unacked = False
         # Chunked messages being delivered: uuid -> the consumer that got the first chunk.
         self._chunk_owner: dict[str, Consumer] = {}
+        # Their chunks handed out or held back so far (position -> uuid), and, per message, those positions
+        # and which of them wait in the replay set: a later chunk waits behind them (``_owner_takes_chunk``).
+        self._chunk_of: dict[Position, str] = {}
+        self._chunk_seen: dict[str, list[Position]] = {}
+        self._chunk_waiting: dict[str, list[Position]] = {}
         # While a read's entries are handed out: messages given to each consumer (by id) and not yet
         # sent, so maxUnackedMessagesPerConsumer counts them (empty otherwise).
         self._handed: dict[int, int] = {}
@@ -102,6 +108,8 @@ class SharedDispatcher(Dispatcher):
                 self._replay_set.add(p)
                 bisect.insort(self.replay, p)
                 self._replay_added(p)
+                if self._chunk_of:
+                    self._chunk_replayed(p)
 
     def _take_replay(self, n: int) -> list[Position]:
         taken = self.replay[:n]
@@ -180,7 +188,7 @@ class SharedDispatcher(Dispatcher):
         if consumer.blocked:
             self._unblock(consumer)
         for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
-            del self._chunk_owner[uuid]  # its chunks come back through the replay set
+            self._chunk_done(uuid)  # its chunks come back through the replay set, in order
         leftover = consumer.clear_pending()
         for p in leftover:
             self._pending_released(p)
@@ -251,9 +259,10 @@ class SharedDispatcher(Dispatcher):
         client acknowledges a chunked message only once it has all of it, so an owner held back at its
         limit would wait for acks that cannot come, and the subscription would stall there."""
         uuid = meta.chunk_uuid
+        last = meta.chunk_id >= meta.num_chunks - 1
         owner = self._chunk_owner.get(uuid)
         if owner is not None and owner.closed:
-            del self._chunk_owner[uuid]
+            self._chunk_done(uuid)
             owner = None
         if owner is None:
             if meta.chunk_id > 0 and self.replay and self.replay[0] < pos:
@@ -267,12 +276,59 @@ class SharedDispatcher(Dispatcher):
                     return None
             else:
                 self._rr = rr
-            self._chunk_owner[uuid] = owner
-        elif not (owner.permits > 0 and owner.writable):  # (not _available: its unacked count does not matter)
+            if not last:
+                self._chunk_begun(uuid, owner, pos)
+            return owner
+        if not self._owner_takes_chunk(owner, pos, uuid):
             return None
-        if meta.chunk_id >= meta.num_chunks - 1:
-            del self._chunk_owner[uuid]
+        if last:
+            self._chunk_done(uuid)
         return owner
+
+    # -- chunked messages under way (Key_Shared's too) ---------------------------------------------
+    def _chunk_begun(self, uuid: str, owner: Consumer, pos: Position) -> None:
+        """``owner`` gets the chunk at ``pos``, the first of message ``uuid`` it gets: the rest goes to it."""
+        self._chunk_owner[uuid] = owner
+        self._chunk_seen[uuid] = [pos]
+        self._chunk_of[pos] = uuid
+
+    def _owner_takes_chunk(self, owner: Consumer, pos: Position, uuid: str) -> bool:
+        """Whether ``owner``, which has the earlier chunks of message ``uuid``, takes its chunk at ``pos`` now.
+        It needs a permit and a writable connection (not room under its unacked limit: see _chunk_consumer),
+        and no earlier chunk of the message may wait in the replay set: one read while it had no permit, or
+        one redelivered to it (a negative ack, or all its unacked messages). A read of new entries in flight
+        meanwhile completes after a FLOW or that redelivery, and its chunk would overtake the waiting one:
+        the client drops a message whose chunks come out of order. A chunk held back waits behind them."""
+        if pos not in self._chunk_of:
+            self._chunk_of[pos] = uuid
+            self._chunk_seen[uuid].append(pos)
+        waiting = self._chunk_waiting.get(uuid)
+        if waiting:
+            # (only those still waiting: taken for this replay read, earlier ones were handled already; or acked)
+            waiting[:] = [p for p in waiting if p in self._replay_set]
+        if owner.permits > 0 and owner.writable and not (waiting and waiting[0] < pos):
+            return True
+        if waiting is None:
+            waiting = self._chunk_waiting[uuid] = []
+        if pos not in waiting:
+            bisect.insort(waiting, pos)
+        return False
+
+    def _chunk_replayed(self, p: Position) -> None:
+        """``p`` entered the replay set: if it is a chunk of a message under way, the later chunks wait for it."""
+        uuid = self._chunk_of.get(p)
+        if uuid is not None and uuid in self._chunk_owner:
+            waiting = self._chunk_waiting.setdefault(uuid, [])
+            if p not in waiting:
+                bisect.insort(waiting, p)
+
+    def _chunk_done(self, uuid: str) -> None:
+        """Message ``uuid`` is no longer under way: all of it was handed out, or its consumer left (what it
+        had comes back through the replay set, and goes to a new owner from the first chunk)."""
+        self._chunk_owner.pop(uuid, None)
+        self._chunk_waiting.pop(uuid, None)
+        for p in self._chunk_seen.pop(uuid, ()):
+            self._chunk_of.pop(p, None)
 
     def _any_available(self) -> bool:
         """Someone can take an entry now: a consumer under its limits, or one midway through a chunked
@@ -462,6 +518,9 @@ class SharedDispatcher(Dispatcher):
 
     def on_cursor_reset(self) -> None:
         self._chunk_owner.clear()
+        self._chunk_of.clear()
+        self._chunk_seen.clear()
+        self._chunk_waiting.clear()
         for p in list(self.replay):
             self._replay_removed(p)
         self.replay.clear()

@@ -108,6 +108,21 @@ class CompactedView:
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def ledger_id(self) -> int:
+        """The id of the ledger the view's records begin in, as Pulsar's internal stats show the id of the
+        compacted topic's ledger: a BookKeeper ledger on BookKeeper storage, the segment of that id on file
+        storage (ids unique in the broker's storage, as BookKeeper's are in its cluster). The view's managed
+        ledger holds all its records in that one ledger unless it rolled over while the run wrote; it starts
+        a new, empty ledger each time it is opened, which holds none of them (for an empty view, the only one)."""
+        infos = self.ledger.ledgers_info()
+        return infos[0].ledger_id if infos else self.ledger.current_ledger_id
+
+    @property
+    def size(self) -> int:
+        """Bytes of its records."""
+        return self.ledger.total_size
+
     # -- dispatch --
 
     def read_entries(self, start: Position, max_entries: int, max_bytes: int | None,

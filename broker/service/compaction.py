@@ -167,15 +167,26 @@ def _read_messages(e: Entry, warn: bool) -> list[_Message] | None:
         raise CompactionError(f"cannot read entry {e.position}: {exc}") from exc
 
 
-def note_latest(latest: LatestByKey, e: Entry, ack_set: list[int] | None, msgs: list[_Message]) -> None:
-    """First pass: the messages of ``e`` (those an earlier run left in it) are now their keys' latest."""
+def note_latest(latest: LatestByKey, e: Entry, ack_set: list[int] | None, msgs: list[_Message],
+                retain_null_key: bool) -> int:
+    """First pass: the messages of ``e`` (those an earlier run left in it) are now their keys' latest.
+    Returns the messages it removes, as Pulsar's compactor counts its removed events in its first pass: one
+    that supersedes an earlier message of its key, one that deletes its key (a tombstone), and one without
+    a key unless they are retained."""
     pos = e.position
+    removed = 0
     for i, m in enumerate(msgs):
-        if m.key is not None and _present(ack_set, i):
-            if m.tombstone:
-                latest.pop(m.key, None)
-            else:
-                latest[m.key] = (pos.ledger_id, pos.entry_id, i)
+        if not _present(ack_set, i):
+            continue
+        if m.key is None:
+            removed += not retain_null_key
+        elif m.tombstone:
+            latest.pop(m.key, None)
+            removed += 1
+        else:
+            removed += m.key in latest
+            latest[m.key] = (pos.ledger_id, pos.entry_id, i)
+    return removed
 
 
 def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, latest: LatestByKey,
@@ -217,7 +228,7 @@ def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
     latest: LatestByKey = {}
     for e, ack_set, msgs in parsed:
         if msgs is not None:
-            note_latest(latest, e, ack_set, msgs)
+            note_latest(latest, e, ack_set, msgs, retain_null_key)
     return [c for e, ack_set, msgs in parsed if (c := survivor(e, ack_set, msgs, latest, retain_null_key)) is not None]
 
 
@@ -353,12 +364,18 @@ class _Appender:
 
 @dataclass
 class CompactionRecord:
-    """Pulsar's CompactionRecord, for the pulsar_compaction_* metrics: what the runs of one topic did."""
+    """Pulsar's CompactionRecord, for the pulsar_compaction_* metrics and the topic stats' ``compaction``: what
+    the runs of one topic did."""
 
     succeeded: int = 0
     failed: int = 0
-    removed_entries: int = 0  # entries read and left out of the compacted view, all runs
+    removed_events: int = 0  # messages the runs removed, all runs (``note_latest`` says which count)
+    # The last run's (success or failure): removed messages, duration, and when the last run of each
+    # outcome ended (epoch ms, 0 if none did), as Pulsar's CompactionRecord.addCompactionEndOp sets them.
+    last_removed_events: int = 0
     last_duration_ms: int = 0
+    last_succeeded_ms: int = 0
+    last_failed_ms: int = 0
     duration_ms: int = 0  # all runs (Pulsar's compactionDurationTimeInMills, OTel's compaction.duration)
     read_bytes: int = 0  # read by all runs (OTel's compaction.incoming.size)
     write_bytes: int = 0  # written to compacted ledgers by all runs (OTel's compaction.outgoing.size)
@@ -372,9 +389,32 @@ class CompactionRecord:
     latency_counts: list[int] = field(default_factory=lambda: [0] * (len(ADD_LATENCY_BUCKETS_US) + 1))
     latency_sum_us: int = 0
 
+    _run_removed: int = field(default=0, init=False, repr=False)  # (the run under way's)
+    _run_started: float = field(default=0.0, init=False, repr=False)
+
     def add_latency(self, us: int) -> None:
         self.latency_counts[bisect.bisect_left(ADD_LATENCY_BUCKETS_US, us)] += 1
         self.latency_sum_us += us
+
+    def run_started(self) -> None:
+        self._run_removed = 0
+        self._run_started = time.monotonic()
+
+    def add_removed(self, events: int) -> None:
+        self._run_removed += events
+        self.removed_events += events
+
+    def run_ended(self, succeeded: bool) -> None:
+        self.last_duration_ms = int((time.monotonic() - self._run_started) * 1000)
+        self.duration_ms += self.last_duration_ms
+        self.last_removed_events = self._run_removed
+        now_ms = int(time.time() * 1000)
+        if succeeded:
+            self.succeeded += 1
+            self.last_succeeded_ms = now_ms
+        else:
+            self.failed += 1
+            self.last_failed_ms = now_ms
 
     @property
     def runs(self) -> int:
@@ -410,24 +450,21 @@ class Compactor:
         return True
 
     async def _run(self) -> None:
-        started = time.monotonic()
+        self.record.run_started()
         try:
             await self.compact()
             self.status = CompactionStatus.SUCCESS
-            self.record.succeeded += 1
+            self.record.run_ended(succeeded=True)
         except asyncio.CancelledError:
             self.status = CompactionStatus.ERROR
             self.last_error = "cancelled"
-            self.record.failed += 1
+            self.record.run_ended(succeeded=False)
             raise
         except Exception as exc:
             log.exception("compaction of %s failed", self.topic.name)
             self.status = CompactionStatus.ERROR
             self.last_error = str(exc)
-            self.record.failed += 1
-        finally:
-            self.record.last_duration_ms = int((time.monotonic() - started) * 1000)
-            self.record.duration_ms += self.record.last_duration_ms
+            self.record.run_ended(succeeded=False)
 
     async def compact(self) -> CompactedView:
         topic = self.topic
@@ -447,10 +484,11 @@ class Compactor:
         # Two passes, as Pulsar's TwoPhaseCompactor: the first keeps only each key's latest message, the
         # second reads everything again and appends what survives as it goes.
         latest: LatestByKey = {}
+        retain_null_key = service.config.topicCompactionRetainNullKey
         async with aclosing(inputs.parsed(warn=False)) as first:
             async for e, ack_set, msgs in first:
                 if msgs is not None:
-                    note_latest(latest, e, ack_set, msgs)
+                    self.record.add_removed(note_latest(latest, e, ack_set, msgs, retain_null_key))
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = compacted_ledger_name(topic.name, generation)
         factory = service.ledger_factory
@@ -462,7 +500,6 @@ class Compactor:
         ledger = await factory.open(name, view_ledger_config(service.ledger_config))
         record, started = self.record, time.monotonic()
         appender = _Appender(ledger, record)
-        retain_null_key = service.config.topicCompactionRetainNullKey
         last: CompactedEntry | None = None
         try:
             async with aclosing(inputs.parsed(warn=True)) as second:
@@ -482,7 +519,6 @@ class Compactor:
             await asyncio.shield(_delete_quietly(factory, name))
             raise
         elapsed = max(time.monotonic() - started, 1e-9)
-        record.removed_entries += inputs.entries - appender.entries
         record.read_bytes += inputs.size
         record.write_bytes += appender.size
         record.last_read_bytes_per_s = inputs.size / elapsed

@@ -233,6 +233,61 @@ def test_internal_stats_last_message_id_and_message_by_id(admin: Admin, client: 
     assert admin.get(f"{base}/ledger/999999/entry/0").status == 404
 
 
+def test_internal_stats_show_the_compacted_ledger(admin: Admin, client: pulsar.Client) -> None:
+    """internalStats' compactedLedger: the compacted view's ledger id, its entries and bytes, as Pulsar shows
+    its compacted ledger's (-1 before the first compaction); they stay after the topic loads again (its view
+    then has a new, empty current ledger)."""
+    topic = new_topic("compacted-ledger")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    none = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"] == none
+    producer = client.create_producer(topic, batching_enabled=False)
+    for value, key in ((b"a1", "a"), (b"b1", "b"), (b"a2", "a")):
+        producer.send(value, partition_key=key)
+    producer.close()
+    admin.ok("PUT", f"{base}/compaction")
+    wait_for(lambda: admin.ok("GET", f"{base}/compaction")["status"] == "SUCCESS", what="compaction")
+    internal = admin.ok("GET", f"{base}/internalStats")
+    compacted = internal["compactedLedger"]
+    assert compacted["entries"] == 2 and compacted["size"] > len(b"a2b1")
+    assert compacted["ledgerId"] >= 0 and compacted["ledgerId"] not in [i["ledgerId"] for i in internal["ledgers"]]
+    assert not compacted["offloaded"] and not compacted["underReplicated"]
+    admin.ok("PUT", f"{base}/unload")
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"] == compacted
+
+
+def test_stats_show_the_last_compaction(admin: Admin, client: pulsar.Client) -> None:
+    """The stats' compaction block: the last run's removed messages (as Pulsar's compactor counts them) and
+    duration, and when the last run succeeded (epoch ms); zeros before the first run."""
+    topic = new_topic("compaction-stats")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    assert admin.stats(topic)["compaction"] == {"lastCompactionRemovedEventCount": 0,
+                                                "lastCompactionSucceedTimestamp": 0,
+                                                "lastCompactionFailedTimestamp": 0,
+                                                "lastCompactionDurationTimeInMills": 0}
+    producer = client.create_producer(topic, batching_enabled=False)
+    for value, key in ((b"a1", "a"), (b"b1", "b"), (b"a2", "a"), (b"", "b")):  # a1 superseded, b deleted
+        producer.send(value, partition_key=key)
+    producer.send(b"no key")  # dropped (topicCompactionRetainNullKey is off)
+    producer.close()
+
+    def compact() -> tuple[int, int]:
+        before = int(time.time() * 1000)
+        admin.ok("PUT", f"{base}/compaction")
+        wait_for(lambda: admin.ok("GET", f"{base}/compaction")["status"] == "SUCCESS", what="compaction")
+        return before, int(time.time() * 1000)
+
+    before, after = compact()
+    stats = admin.stats(topic)["compaction"]
+    assert stats["lastCompactionRemovedEventCount"] == 3  # (a1 superseded, b deleted, the key-less one)
+    assert before <= stats["lastCompactionSucceedTimestamp"] <= after
+    assert stats["lastCompactionFailedTimestamp"] == 0 and stats["lastCompactionDurationTimeInMills"] >= 0
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
+    compact()  # nothing new: the view is read again, nothing removed
+    assert admin.stats(topic)["compaction"]["lastCompactionRemovedEventCount"] == 0
+
 def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
     topic = f"persistent://{ns}/examine"

@@ -23,6 +23,7 @@ from broker.dispatch.shared import SharedDispatcher
 from broker.dispatch.single_active import SingleActiveConsumerDispatcher
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import FrameDecoder
 from broker.service.consumer import Consumer
 from broker.topic_name import TopicName
 from managed_ledger import Entry, InitialPosition, ManagedCursor, ManagedLedger, MemoryManagedLedgerFactory, Position
@@ -361,6 +362,93 @@ async def test_a_consumer_alone_at_its_unacked_limit_still_reads_the_rest_of_its
     assert len(a.pending_acks) == 10
     h.check()
 
+
+class HeldReads:
+    """Reads of new entries that complete while ``holding`` are held, as a disk read still in flight would be
+    (the cursor has read the entries, the dispatcher does not have them yet) until ``release``."""
+
+    def __init__(self, cursor: ManagedCursor) -> None:
+        self.holding = False
+        self._held: list[Callable[[], None]] = []
+        real_read = cursor.read_entries_or_wait
+
+        def read(n: int, callback: Any, max_bytes: int | None = None) -> None:
+            real_read(n, lambda es, exc: self._complete(callback, es, exc), max_bytes)
+
+        cursor.read_entries_or_wait = read  # type: ignore[method-assign,assignment]
+
+    def _complete(self, callback: Any, entries: list[Entry], exc: BaseException | None) -> None:
+        if self.holding:
+            self._held.append(lambda: callback(entries, exc))
+        else:
+            callback(entries, exc)
+
+    def release(self) -> None:
+        self.holding = False
+        assert self._held, "no read was held"
+        while self._held:
+            self._held.pop(0)()
+
+
+class RecordingCnx(FakeCnx):
+    """A connection that keeps the position of every MESSAGE written to it, in the order written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Position] = []
+        self._decoder = FrameDecoder(1 << 20)
+
+    def write_many(self, frames: list[bytes]) -> None:
+        super().write_many(frames)
+        self._decoder.feed(b"".join(frames))
+        while (frame := self._decoder.next_frame()) is not None:
+            mid = frame.command.message.message_id
+            self.sent.append(Position(mid.ledgerId, mid.entryId))
+
+
+@pytest.mark.parametrize("key_shared", [False, True])
+@pytest.mark.parametrize("meanwhile", ["flow", "redelivery"])
+async def test_chunks_reach_their_consumer_in_order_when_an_earlier_one_waits_for_replay(
+        meanwhile: str, key_shared: bool) -> None:
+    """A chunked message of 4 chunks whose consumer got the first ones: an earlier chunk waits in the replay
+    set (read while the consumer had no permit, or redelivered) while a read of the next chunk is in flight.
+    When that read completes and the consumer has permits, the next chunk waits behind the earlier one: sent
+    first, it reached the client before the chunk it follows (the client drops a message whose chunks come
+    out of order), and Shared then gave the chunk left behind to another consumer, the message being over."""
+    h = await (Harness.create_keyed() if key_shared else Harness.create())
+    d = h.dispatcher
+    assert isinstance(d, SharedDispatcher)
+    cnx = RecordingCnx()
+    a = Consumer(cnx, 0, "a", pb.CommandSubscribe.Key_Shared if key_shared else pb.CommandSubscribe.Shared,  # type: ignore[arg-type]
+                 0, NO_SUBSCRIPTION, -1, {})
+    b = h.consumer_named("b") if isinstance(h, KeyHarness) else h.consumer(1)
+    reads = HeldReads(h.cursor)
+    for c in (a, b):  # (flow: no one has permits for all 4 chunks, the first goes round robin, to a)
+        d.add_consumer(c)
+        d.flow(c, 2 if meanwhile == "flow" else 10)
+    await drain_lane()
+    # (Key_Shared: a key of a's)
+    key = next(k for k in (f"k{i}" for i in range(10_000)) if d.owner(d.key_hash(k.encode())) is a) \
+        if isinstance(d, KeySharedDispatcher) else ""
+    for i in range(3):  # one a read, as at the tail
+        h.ledger.add_entry(chunk(i, 4, key=key), lambda pos, exc: None)
+        await drain_lane()
+    c0, c1, c2 = sorted(a.pending_acks) + d.replay  # (flow: c2 waits for a permit)
+    reads.holding = True
+    h.ledger.add_entry(chunk(3, 4, key=key), lambda pos, exc: None)  # the read of c3 completes, not yet handed out
+    await drain_lane()
+    if meanwhile == "flow":
+        assert d.replay == [c2]
+        d.flow(a, 5)
+    else:
+        d.redeliver(a, [c1])  # (the client's negative ack: c1 waits in the replay set)
+    await drain_lane()
+    reads.release()
+    await drain_lane()
+    c3 = max(a.pending_acks)
+    assert cnx.sent == ([c0, c1, c2, c3] if meanwhile == "flow" else [c0, c1, c2, c1, c3]), cnx.sent
+    assert not d.replay and not b.pending_acks
+    h.check()
 
 async def test_subscription_unacked_limit_lifted_by_a_policy_change() -> None:
     h = await Harness.create()
