@@ -15,6 +15,16 @@ Cluster states of a bundle on this broker:
     (not owned) --acquire: create the node--> ACTIVE --unload: node disabled, topics closed, node deleted--> (not owned)
     ACTIVE --session lost--> (not owned)        (every topic closed and every client disconnected at once)
 
+A bundle is taken only while it is one of the namespace's bundles in the metadata store, checked once its node is
+created (``_check_current``). A split (``bundle_split``) owns the children, writes the new boundaries, then deletes the
+parent's node; the other brokers learn the boundaries when their metadata cache re-reads them on the notification, and
+until then map the split range's topics to the parent, which nobody holds any more. Taken, the parent would give the
+range two owners (the parent's and the child's), each serving its topics. A node created after the parent's deletion
+is created after the new boundaries were written, so the read that follows it sees them (a ZooKeeper session reads at
+least what its own writes saw): the node is released, and ``lookup`` answers for the child, which that read put in the
+cache. Only an acquisition reads the store for this: looking up an owned bundle costs what it did. (Pulsar 4.0.7's
+OwnershipCache.tryAcquiringOwnership takes the bundle it is given: it has the same window.)
+
 A lost metadata session (``SESSION_LOST``: the store gave up on the session, at 5/6 of its timeout when cut off, so
 before ZooKeeper deletes the nodes) makes this broker stop serving everything it owned, at once: another broker may
 own those bundles soon. BookKeeper's fencing covers the rest (a paused broker that wakes up after that cannot
@@ -119,6 +129,10 @@ class Ownership(Protocol):
     async def close(self) -> None: ...
 
 
+class BundleNotCurrentError(ServiceNotReadyError):
+    """The bundle is no longer one of its namespace's bundles in the metadata store (split meanwhile); not taken."""
+
+
 def _topics_in(host: TopicHost, bundle: NamespaceBundle) -> list[str]:
     """The loaded topics whose names hash into ``bundle``."""
     return [full for full in host.served_topic_names()
@@ -127,6 +141,10 @@ def _topics_in(host: TopicHost, bundle: NamespaceBundle) -> list[str]:
 
 # A split's write of the namespace's new boundaries, run by bundle_split once the children are owned.
 WriteBundles = Callable[[], Awaitable[object]] | None
+
+# A namespace's bundles read from the metadata store now (None: the namespace is gone), for the check before a bundle
+# is taken.
+StoredBundles = Callable[[str], Awaitable[NamespaceBundles | None]]
 
 # What the bundle operations (broker.cluster.operations) need: the same protocol.
 BundleOwnership = Ownership
@@ -242,12 +260,13 @@ class ClusterOwnership(_NamespaceBundlesView):
     distributed = True
 
     def __init__(self, store: MetadataStore, urls: BrokerUrls, registry: BrokerRegistry, host: TopicHost,
-                 bundles_of: Callable[[str], NamespaceBundles]) -> None:
+                 bundles_of: Callable[[str], NamespaceBundles], stored_bundles_of: StoredBundles) -> None:
         self.store = store
         self.urls = urls
         self.registry = registry
         self.host = host
-        self._bundles_of = bundles_of
+        self._bundles_of = bundles_of  # (the metadata cache's: may not know of a split yet)
+        self._stored_bundles_of = stored_bundles_of
         self.mine = NamespaceEphemeralData.of(urls)
         self._owned: dict[NamespaceBundle, BundleState] = {}
         self._dropped: set[NamespaceBundle] = set()  # bundles given up at a session loss (their nodes to release)
@@ -314,15 +333,16 @@ class ClusterOwnership(_NamespaceBundlesView):
                 await asyncio.sleep(RELEASE_RETRY_S)
 
     # -- acquire and release -------------------------------------------------------------------------------
-    async def acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+    async def acquire(self, bundle: NamespaceBundle, *, check_current: bool = True) -> NamespaceEphemeralData:
         """Take the bundle unless another broker holds it; the owner's data either way (Pulsar's
-        tryAcquiringOwnership)."""
+        tryAcquiringOwnership). ``BundleNotCurrentError`` when it is no longer one of the namespace's bundles
+        (``check_current=False``: a split's children, not written yet)."""
         state = self._owned.get(bundle)
         if state is not None:
             return self.mine.with_disabled(state is BundleState.UNLOADING)
-        return await self._acquiring.run(bundle, lambda: self._acquire(bundle))
+        return await self._acquiring.run(bundle, lambda: self._acquire(bundle, check_current))
 
-    async def _acquire(self, bundle: NamespaceBundle) -> NamespaceEphemeralData:
+    async def _acquire(self, bundle: NamespaceBundle, check_current: bool) -> NamespaceEphemeralData:
         if self._closed:
             raise ServiceNotReadyError("Broker is shutting down")
         if bundle in self._dropped:
@@ -349,6 +369,8 @@ class ClusterOwnership(_NamespaceBundlesView):
                         await self.store.delete(path, got.stat.version)
                     continue
                 # Else this session's own node (a create that timed out but was applied): it is ours, owned below.
+            if check_current:
+                await self._check_current(bundle)
             if bundle in self._dropped:  # (a session lost while the node was created)
                 raise ServiceNotReadyError(f"Namespace bundle {bundle} is being released after a lost metadata session")
             self._owned[bundle] = BundleState.ACTIVE
@@ -357,6 +379,31 @@ class ClusterOwnership(_NamespaceBundlesView):
             self.host.bundle_acquired(bundle)
             return self.mine
         raise ServiceNotReadyError(f"could not acquire the ownership of {bundle}")
+
+    async def _check_current(self, bundle: NamespaceBundle) -> None:
+        """With its node this broker's, the bundle must still be one of the namespace's bundles as the store has them
+        (see the module docstring); else (or when they cannot be read) the node is released."""
+        try:
+            stored = await self._stored_bundles_of(bundle.namespace)
+        except Exception:
+            await self._give_back(bundle)
+            raise
+        if stored is None or bundle not in stored.bundles:
+            await self._give_back(bundle)
+            log.info("bundle %s not taken: no longer a bundle of %s (split)", bundle, bundle.namespace)
+            raise BundleNotCurrentError(f"Namespace bundle {bundle} is no longer a bundle of {bundle.namespace}: "
+                                        f"look up again")
+
+    async def _give_back(self, bundle: NamespaceBundle) -> None:
+        """Release the node of a bundle this broker created but does not own. A failed release is left to the
+        retrying release of dropped bundles: the node would send other brokers' clients here, which refuses them."""
+        try:
+            await self._release_node(bundle)
+        except MetadataStoreError as exc:
+            log.warning("releasing %s, not taken, failed (%s); retrying", bundle, exc)
+            self._dropped.add(bundle)
+            if not self._closed:
+                self._tasks.spawn(self._release_dropped(), name="release dropped bundles")
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> int:
         """Release an owned bundle (Pulsar's OwnedBundle.handleUnloadRequest): mark the node disabled (lookups meanwhile
@@ -403,8 +450,8 @@ class ClusterOwnership(_NamespaceBundlesView):
             raise ServiceNotReadyError(f"bundle {parent} is not owned by this broker")
         taken: list[NamespaceBundle] = []
         try:
-            for child in children:
-                owner = await self.acquire(child)
+            for child in children:  # (not current before write_bundles: taken unchecked)
+                owner = await self.acquire(child, check_current=False)
                 if not owner.same_owner(self.mine):  # (its topics, loaded here, would be served by both)
                     raise ServiceNotReadyError(f"split of {parent}: child {child} is owned by {owner.native_url}")
                 taken.append(child)
@@ -452,7 +499,14 @@ class ClusterOwnership(_NamespaceBundlesView):
 
     # -- lookup ---------------------------------------------------------------------------------------------
     async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> LookupAnswer:
-        return await self.lookup_bundle(self.bundle_of(name), authoritative, listener)
+        bundle = self.bundle_of(name)
+        try:
+            return await self.lookup_bundle(bundle, authoritative, listener)
+        except BundleNotCurrentError:  # (split: the check's read of the store is in the cache now)
+            current = self.bundle_of(name)
+            if current == bundle:
+                raise
+            return await self.lookup_bundle(current, authoritative, listener)
 
     async def lookup_bundle(self, bundle: NamespaceBundle, authoritative: bool, listener: str | None) -> LookupAnswer:
         try:

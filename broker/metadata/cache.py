@@ -96,10 +96,11 @@ class MetadataCache:
         while self._refresher is not None and not self._refresher.done():
             await asyncio.shield(self._refresher)
 
-    async def read_through(self, kind: L.Kind, key: str) -> None:
+    async def read_through(self, kind: L.Kind, key: str) -> Any:
         """Read one record from the store now, for a key asked for before its notification came (another broker's
-        record, just written), as Pulsar's metadata cache loads a key it does not hold."""
-        await self._refresh_unit(kind, key)
+        record, just written), as Pulsar's metadata cache loads a key it does not hold. Returns the value read
+        (None: no record), which the table keeps unless a write of ours came in meanwhile."""
+        return await self._refresh_unit(kind, key)
 
     # -- reading nodes ---------------------------------------------------------------------------------
     async def _read_unit(self, kind: L.Kind, key: str) -> Any:
@@ -270,14 +271,15 @@ class MetadataCache:
             except Exception as exc:  # (the store is unreachable: its RECONNECTED brings a full re-read)
                 log.warning("metadata: re-reading after a notification failed: %s", exc)
 
-    async def _refresh_unit(self, kind: L.Kind, key: str) -> None:
+    async def _refresh_unit(self, kind: L.Kind, key: str) -> Any:
         began = self._write_seq
         value = await self._read_unit(kind, key)
         if self._written.get(kind.path(key), 0) > began:
-            return  # our own write of this record came in meanwhile: it is newer
+            return value  # our own write of this record came in meanwhile: it is newer
         if self.table(kind).get(key) != value:
             self._set(kind, key, value)
             self._changed()
+        return value
 
     async def _refresh_directory(self, kind: L.Kind, directory: str) -> None:
         """List the records of ``kind`` below ``directory`` again: read the new ones, drop the

@@ -18,6 +18,7 @@ HTTP statuses. A store that cannot be reached raises ``metadata_store.MetadataSt
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections import ChainMap
@@ -381,6 +382,16 @@ class BrokerMetadata:
             found = self._bundles[namespace] = self._stored_bundles(
                 namespace, self._local_policies.get(namespace), self._namespaces[namespace])
         return found
+
+    async def stored_namespace_bundles(self, namespace: str) -> NamespaceBundles | None:
+        """``namespace_bundles`` as the metadata store has them now, not as the cache last heard: another broker's
+        split is in the store before its notification is here. Its LocalPolicies and Policies are read (the cache
+        keeps them); None when the namespace is gone. ``MetadataStoreError`` (the store's) when they cannot be read."""
+        local, policies = await asyncio.gather(self.cache.read_through(L.LOCAL_POLICIES, namespace),
+                                               self.cache.read_through(L.NAMESPACES, namespace))
+        if policies is None:
+            return None
+        return self._stored_bundles(namespace, local, policies)
 
     def _stored_bundles(self, namespace: str, local: Mapping[str, Any] | None,
                         policies: Mapping[str, Any] | None) -> NamespaceBundles:

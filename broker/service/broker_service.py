@@ -321,7 +321,8 @@ class BrokerService:
             return
         self.health_ledger_name = f"{HEALTH_LEDGER}-{urls.broker_id.replace(':', '-')}"
         registry = BrokerRegistry(self.metadata_store, urls, lambda: self.load_report(urls))
-        ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles)
+        ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles,
+                                     self.metadata.stored_namespace_bundles)
         c = self.config
         ownership.placement.weights = ResourceWeights(
             c.loadBalancerCPUResourceWeight, c.loadBalancerMemoryResourceWeight,

@@ -31,7 +31,8 @@ async def test_a_topic_whose_load_ends_after_its_bundle_was_unloaded_is_not_serv
         urls = BrokerUrls("127.0.0.1:8080", "pulsar://127.0.0.1:6650", None, "http://127.0.0.1:8080", None)
         registry = BrokerRegistry(store, urls, lambda: LoadReport(urls))
         await registry.start()
-        ownership = ClusterOwnership(store, urls, registry, service, service.namespace_bundles)
+        ownership = ClusterOwnership(store, urls, registry, service, service.namespace_bundles,
+                                     service.metadata.stored_namespace_bundles)
         standalone, service.ownership = service.ownership, ownership
         try:
             name = TopicName.parse(f"persistent://public/default/late-{uuid.uuid4().hex[:6]}")

@@ -23,6 +23,7 @@ from broker.cluster.ownership import ClusterOwnership, ownership_path
 from broker.cluster.placement import Placement
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import MetadataError, ServiceNotReadyError
+from broker.metadata.store import BrokerMetadata
 from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError, SessionEvent
 from metadata_store.memory import MemoryMetadataStore
@@ -59,21 +60,38 @@ def urls(n: int) -> BrokerUrls:
 
 
 class Broker:
-    def __init__(self, tree: str, n: int) -> None:
+    """One broker of the cluster: its own session of the shared tree. The namespace's bundles are ``bundles``
+    (the same on every broker), or with ``metadata`` what its metadata cache holds, as in the broker."""
+
+    def __init__(self, tree: str, n: int, metadata: BrokerMetadata | None = None) -> None:
         self.store = MemoryMetadataStore(tree)
         self.urls = urls(n)
         self.host = Host()
+        self.metadata = metadata
+        self.bundles = BUNDLES
         self.registry = BrokerRegistry(self.store, self.urls, lambda: LoadReport(self.urls, bundles=tuple(
             str(b) for b in self.ownership.owned_bundles())))
-        self.ownership = ClusterOwnership(self.store, self.urls, self.registry, self.host, lambda ns: BUNDLES)
+        if metadata is not None:
+            self.ownership = ClusterOwnership(self.store, self.urls, self.registry, self.host,
+                                              metadata.namespace_bundles, metadata.stored_namespace_bundles)
+        else:
+            self.ownership = ClusterOwnership(self.store, self.urls, self.registry, self.host,
+                                              lambda ns: self.bundles, self._stored_bundles)
+
+    async def _stored_bundles(self, namespace: str) -> NamespaceBundles:
+        return self.bundles
 
     async def start(self) -> Broker:
+        if self.metadata is not None:
+            await self.metadata.start(self.store)
         await self.registry.start()
         return self
 
     async def stop(self) -> None:
         await self.ownership.close()
         await self.registry.close()
+        if self.metadata is not None:
+            await self.metadata.close()
         await self.store.close()
 
 
@@ -533,7 +551,8 @@ async def test_a_split_whose_child_another_broker_holds_is_refused(tree: str) ->
         a.host.topics.add(topic().full)
         half = (parent.lower + parent.upper) // 2
         children = [NamespaceBundle(NS, parent.lower, half), NamespaceBundle(NS, half, parent.upper)]
-        await b.ownership.acquire(children[1])  # (a node left over, e.g. by a broker with other boundaries)
+        b.bundles = BUNDLES.split(parent, [half])[0]  # (a node left over, e.g. by a broker with other boundaries)
+        await b.ownership.acquire(children[1])
         written: list[bool] = []
 
         async def write_bundles() -> None:
@@ -546,4 +565,74 @@ async def test_a_split_whose_child_another_broker_holds_is_refused(tree: str) ->
         assert a.host.topics == {topic().full}
     finally:
         await b.stop()
+        await a.stop()
+
+
+async def test_a_broker_that_has_not_heard_of_a_split_does_not_take_the_parent(
+        tree: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other brokers learn a split's new bundles when their metadata cache re-reads the namespace's
+    LocalPolicies on its notification. Until then a lookup there maps the topic to the parent bundle, whose node
+    the split deleted: taking it would give the range two owners (the parent's, the child's), each serving its
+    topics. The broker finds out from the store that the parent is gone, takes nothing, and answers for the child."""
+    meta_a, meta_b = BrokerMetadata("standalone"), BrokerMetadata("standalone")
+    a = await Broker(tree, 1, meta_a).start()
+    b = await Broker(tree, 2, meta_b).start()
+    try:
+        name = topic()
+        parent = a.ownership.bundle_of(name)
+        await a.ownership.acquire(parent)
+        a.host.topics.add(name.full)
+        await meta_b.cache.settled()
+        monkeypatch.setattr(meta_b.cache, "_start_refresher", lambda: None)  # (b's notifications wait)
+        point = parent.lower + (parent.upper - parent.lower) // 2
+        _, children = meta_a.namespace_bundles(NS).split(parent, [point])
+        await a.ownership.bundle_split(parent, children, lambda: meta_a.split_bundle(NS, parent, [point]))
+        child = next(c for c in children if c.includes(name.full))
+        assert b.ownership.bundle_of(name) == parent  # (b has not heard of the split)
+
+        # As a leader's Redirect sends it: authoritative, b takes the bundle if nobody holds it.
+        answer = await b.ownership.lookup(name, True, None)
+        assert (answer.redirect, answer.urls.url) == (False, a.urls.pulsar_url), "two owners of the range"
+        assert b.ownership.owned_bundles() == [] and b.host.acquired == []
+        assert await b.store.get(ownership_path(parent)) is None
+        assert b.ownership.bundle_of(name) == child  # (the store's bundles, read for the check, are kept)
+
+        monkeypatch.undo()
+        meta_b.cache._start_refresher()  # the notifications arrive: nothing changes
+        await meta_b.cache.settled()
+        for broker in (a, b):
+            again = await broker.ownership.lookup(name, False, None)
+            assert (again.redirect, again.urls.url) == (False, a.urls.pulsar_url)
+        assert a.ownership.is_owned(child) and not b.ownership.owned_bundles()
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_only_taking_a_bundle_reads_the_stored_bundles(tree: str) -> None:
+    """The check reads the store when a bundle is taken, not when an owned one is looked up. A store that fails the
+    check leaves nothing taken: the node is released and the lookup is a MetadataError (clients retry)."""
+    a = await Broker(tree, 1).start()
+    try:
+        reads: list[str] = []
+        failing = False
+
+        async def stored_bundles(namespace: str) -> NamespaceBundles:
+            reads.append(namespace)
+            if failing:
+                raise MetadataStoreError("operation timed out")
+            return BUNDLES
+
+        a.ownership._stored_bundles_of = stored_bundles
+        for _ in range(3):
+            answer = await a.ownership.lookup(topic(), True, None)
+            assert answer.urls.url == a.urls.pulsar_url
+        assert reads == [NS]
+        failing = True
+        other = TopicName.parse(f"persistent://{NS}/{_other_bundle_topic(BUNDLES.find(topic().full))}")
+        with pytest.raises(MetadataError):
+            await a.ownership.lookup(other, True, None)
+        bundle = BUNDLES.find(other.full)
+        assert not a.ownership.is_owned(bundle) and await a.store.get(ownership_path(bundle)) is None
+    finally:
         await a.stop()

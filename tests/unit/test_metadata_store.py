@@ -327,6 +327,27 @@ async def test_a_namespace_not_heard_of_yet_is_read_through(tree: str, metadata:
     await other.close()
 
 
+async def test_another_brokers_split_is_read_from_the_store_before_its_notification(
+        tree: str, metadata: BrokerMetadata) -> None:
+    """``stored_namespace_bundles`` answers what the store has (the cache keeps it), not what the cache last heard."""
+    other = MemoryMetadataStore(tree)
+    splitter = BrokerMetadata("standalone")
+    await splitter.start(other)
+    before = metadata.namespace_bundles("public/default")
+    await metadata.cache.settled()  # (the bootstrap's notifications: re-read before it goes deaf)
+    metadata.cache._closed = True  # (deaf: the split's notification does not arrive)
+    parent = before.bundles[0]
+    after = await splitter.split_bundle("public/default", parent, [parent.lower + (parent.upper - parent.lower) // 2])
+    await metadata.cache.settled()
+    assert metadata.namespace_bundles("public/default") == before
+    assert await metadata.stored_namespace_bundles("public/default") == after
+    assert metadata.namespace_bundles("public/default") == after  # (now cached)
+    assert await metadata.stored_namespace_bundles("public/never") is None
+    metadata.cache._closed = False
+    await splitter.close()
+    await other.close()
+
+
 async def test_the_old_metadata_json_is_imported_once(tmp_path: Path, store: MemoryMetadataStore) -> None:
     legacy = tmp_path / "metadata.json"
     legacy.write_text(json.dumps({
