@@ -1,5 +1,7 @@
 """A cluster's peer clusters over REST (Pulsar's ClustersBase.getPeerCluster / setPeerClusterNames, what
-``pulsar-admin clusters get-peer-clusters / update-peer-clusters`` call), with the answers of Pulsar 4.0.7."""
+``pulsar-admin clusters get-peer-clusters / update-peer-clusters`` call), a namespace's allowed clusters (PIP-321,
+NamespacesBase.internalSet/GetNamespaceAllowedClusters) and the checks of its replication clusters that depend on
+both, with the answers of Pulsar 4.0.7."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
 
 CLUSTERS = "/admin/v2/clusters"
+NS = "/admin/v2/namespaces"
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +75,70 @@ def test_a_peer_list_is_checked_as_pulsar_checks_it(admin: Admin, clusters: list
     reply = admin.post(missing, [b])
     assert (reply.status, reply.reason) == (404, "Cluster does not exist")
     assert admin.post(missing, ["gone"]).status == 412
+
+
+# -- a namespace's allowed clusters ----------------------------------------------------------------------------
+
+@pytest.fixture
+def setup(admin: Admin) -> Iterator[tuple[str, str, str]]:
+    """(namespace, x, y): a namespace of a tenant allowed on standalone, x and y; y's peer is standalone."""
+    x, y = f"x-{uuid.uuid4().hex[:6]}", f"y-{uuid.uuid4().hex[:6]}"
+    for name in (x, y):
+        admin.ok("PUT", f"/admin/v2/clusters/{name}", {"serviceUrl": "http://127.0.0.9:8080"})
+    admin.ok("POST", f"/admin/v2/clusters/{y}/peers", ["standalone"])
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone", x, y]})
+    ns = admin.new_namespace(tenant)
+    yield ns, x, y
+    admin.ok("DELETE", f"{NS}/{ns}")
+    admin.ok("DELETE", f"/admin/v2/tenants/{tenant}")
+    for name in (x, y):
+        admin.ok("DELETE", f"/admin/v2/clusters/{name}")
+
+
+def test_allowed_clusters_are_set_and_read(admin: Admin, setup: tuple[str, str, str]) -> None:
+    ns, x, _ = setup
+    path = f"{NS}/{ns}/allowedClusters"
+    assert admin.ok("GET", path) == []  # (an empty set in Pulsar's Policies until set)
+    assert admin.ok("GET", f"{NS}/{ns}")["allowed_clusters"] == []
+    assert admin.post(path, ["standalone", x, x]).status == 204
+    assert admin.ok("GET", path) == ["standalone", x]
+    assert admin.ok("GET", f"{NS}/{ns}")["allowed_clusters"] == ["standalone", x]
+    assert admin.get(f"{NS}/{ns.split('/')[0]}/nowhere/allowedClusters").status == 404
+
+
+def test_allowed_clusters_are_checked_as_pulsar_checks_them(admin: Admin, setup: tuple[str, str, str]) -> None:
+    ns, x, y = setup
+    path = f"{NS}/{ns}/allowedClusters"
+    tenant = ns.split("/")[0]
+    for body, status, reason in (
+            (None, 400, "ClusterIds should not be null"),
+            ("standalone", 400, "Allowed clusters must be a JSON array of cluster names"),
+            (["standalone", "mars"], 403,
+             f"Cluster [mars] is not in the list of allowed clusters list for tenant [{tenant}]"),
+            ([x], 400, "Allowed clusters do not contain the replication cluster standalone. Please remove the "
+                       "replication cluster if the cluster is not allowed for this namespace"),
+            (["standalone", y], 409,
+             f"{y}'s peer-clusters [standalone] can't be part of replication-clusters [standalone, {y}]")):
+        reply = admin.post(path, body)
+        assert (reply.status, reply.reason) == (status, reason), body
+    assert admin.ok("GET", path) == []  # nothing was stored
+
+
+def test_replication_clusters_are_checked_against_peers_and_allowed_clusters(
+        admin: Admin, setup: tuple[str, str, str]) -> None:
+    ns, x, y = setup
+    path = f"{NS}/{ns}/replication"
+    reply = admin.post(path, ["standalone", "elsewhere"])
+    assert (reply.status, reply.reason) == (403, "Invalid cluster id: elsewhere")
+    reply = admin.post(path, ["standalone", y])  # y's peer is standalone
+    assert (reply.status, reply.reason) == (
+        409, f"{y}'s peer-clusters [standalone] can't be part of replication-clusters [standalone, {y}]")
+    assert admin.post(path, ["standalone", x]).status == 204  # the tenant allows x
+    admin.ok("POST", f"{NS}/{ns}/allowedClusters", ["standalone", x])
+    admin.ok("POST", "/admin/v2/clusters/" + y + "/peers", [])
+    # Once the namespace has allowed clusters, they are what a replication cluster must be in, not the tenant's.
+    reply = admin.post(path, ["standalone", y])
+    assert (reply.status, reply.reason) == (
+        403, f"Cluster [{y}] is not in the list of allowed clusters list for namespace [{ns}]")
+    assert admin.ok("GET", path) == ["standalone", x]

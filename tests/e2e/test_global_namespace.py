@@ -144,7 +144,20 @@ def test_a_peer_without_a_broker_service_url(clusters: Clusters) -> None:
 
 
 def test_a_namespace_this_cluster_serves_is_answered_here(clusters: Clusters) -> None:
-    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'b'])}/t")
+    # (not with b: a namespace's clusters never hold one of a cluster's peers, Pulsar's 409)
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'c'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert answer.brokerServiceUrl == clusters.a.service_url
+    reply = clusters.admin_a.post(f"/admin/v2/namespaces/{clusters.namespace(['a'])}/replication", ["a", "b"])
+    assert reply.status == 409 and reply.reason.startswith("a's peer-clusters [b] can't be part of")
+
+
+def test_a_namespace_that_allows_this_cluster_is_answered_here(clusters: Clusters) -> None:
+    ns = clusters.namespace(["c"])  # refused on a (c is not a's peer) until a is one of its allowed clusters
+    topic = f"persistent://{ns}/t"
+    assert clusters.lookup_on_a(topic).response == pb.CommandLookupTopicResponse.Failed
+    clusters.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/allowedClusters", ["c", "a"])
+    answer = clusters.lookup_on_a(topic)
     assert answer.response == pb.CommandLookupTopicResponse.Connect
     assert answer.brokerServiceUrl == clusters.a.service_url
 
