@@ -115,6 +115,33 @@ def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) 
                         allow_redirects=False, timeout=10).status_code == 200
 
 
+def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters) -> None:
+    ns = clusters.namespace(["b"])
+    bundle = "0x00000000_0x40000000"  # (the first of 4)
+    for method, action in (("PUT", "unload"), ("PUT", f"{bundle}/unload"), ("PUT", f"{bundle}/split"),
+                           ("POST", f"{bundle}/clearBacklog"), ("POST", f"{bundle}/clearBacklog/s"),
+                           ("POST", f"{bundle}/unsubscribe/s")):
+        path = f"/admin/v2/namespaces/{ns}/{action}"
+        reply = requests.request(method, f"{clusters.a.web_url}{path}?authoritative=false", allow_redirects=False,
+                                 timeout=10)
+        assert reply.status_code == 307, (action, reply.status_code, reply.text)
+        assert reply.headers["Location"] == f"{clusters.b.web_url}{path}?authoritative=false", action
+    assert requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/unload", timeout=10).status_code == 204
+    # The namespace-wide clearBacklog and unsubscribe are answered here, as in Pulsar; so is everything in a
+    # namespace this cluster serves.
+    for action in ("clearBacklog", "unsubscribe/s"):
+        reply = requests.post(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/{action}", allow_redirects=False,
+                              timeout=10)
+        assert reply.status_code == 204, (action, reply.text)
+    served = clusters.namespace(["a", "c"])
+    assert requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{served}/unload", allow_redirects=False,
+                        timeout=10).status_code == 204
+    # No cluster serves it: Pulsar's refusal.
+    refused = clusters.namespace(["c"])
+    reply = requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{refused}/unload", timeout=10)
+    assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"]
+
+
 def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
     ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
     answer = clusters.lookup_on_a(f"persistent://{ns}/t")
