@@ -12,7 +12,9 @@ name. A standalone broker owns everything: the middleware does nothing more.
 Before that, in every mode, a call on a topic of a namespace this broker's cluster does not serve is sent to the
 peer cluster that does (Pulsar's validateGlobalNamespaceOwnership, ``broker.metadata.global_namespace``): ``307`` to
 the same path and query on that cluster's service URL, for the actions Pulsar checks (``GLOBAL_NAMESPACE_ACTIONS``);
-the HTTP lookup does the same (``validate_global_namespace``).
+the HTTP lookup does the same (``validate_global_namespace``). So do the namespace calls Pulsar's NamespacesBase
+checks (``GLOBAL_NAMESPACE_ROUTES``: unloading the namespace or a bundle, splitting a bundle, and clearing the backlog
+of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from yarl import URL
 from broker.admin.common import HttpError, query_flag
 from broker.admin.context import AdminContext
 from broker.errors import BrokerError
-from broker.metadata.global_namespace import GlobalNamespaceError
+from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster
 from broker.service.broker_service import BrokerService
 from broker.topic_name import TopicName
 
@@ -47,6 +49,16 @@ GLOBAL_NAMESPACE_ACTIONS = frozenset({
     "backlogSize",
 })
 GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"", "compaction"})
+_NS = "/admin/v2/namespaces/{tenant}/{ns}"
+# The namespace calls (method, route) for which Pulsar's NamespacesBase calls validateGlobalNamespaceOwnership
+# (4.0.7: internalUnloadNamespaceAsync, internalUnloadNamespaceBundleAsync - there only when no broker owns the
+# bundle, which none of this cluster does for a namespace it does not serve -, internalSplitNamespaceBundleAsync,
+# internalClearNamespaceBundleBacklog(ForSubscription), internalUnsubscribeNamespaceBundle).
+GLOBAL_NAMESPACE_ROUTES = frozenset({
+    ("PUT", _NS + "/unload"), ("PUT", _NS + "/{bundle}/unload"), ("PUT", _NS + "/{bundle}/split"),
+    ("POST", _NS + "/{bundle}/clearBacklog"), ("POST", _NS + "/{bundle}/clearBacklog/{sub}"),
+    ("POST", _NS + "/{bundle}/unsubscribe/{sub}"),
+})
 
 
 def topic_of(path: str) -> tuple[TopicName, str] | None:
@@ -67,6 +79,11 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
     async def redirect_to_owner(request: web.Request,
                                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         service = ctx.service
+        resource = request.match_info.route.resource
+        if resource is not None and (request.method, resource.canonical) in GLOBAL_NAMESPACE_ROUTES:
+            namespace = f"{request.match_info['tenant']}/{request.match_info['ns']}"
+            if await service.metadata.namespace_exists_fresh(namespace):  # (else the handler answers it is missing)
+                redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
         if found is not None and (found[1] in GLOBAL_NAMESPACE_ACTIONS or (
                 found[1] in GLOBAL_NAMESPACE_PUT_ACTIONS and request.method == "PUT")):
@@ -120,8 +137,13 @@ def validate_global_namespace(service: BrokerService, request: web.Request, name
     """Return when this broker's cluster serves the topic's namespace; else raise the 307 to the same path and query
     on the peer cluster that does (its TLS service URL over https when it has one and this broker serves https), or
     the refusal (404, 412) when no cluster can."""
+    redirect_to_peer(request, name.namespace, lambda: service.peer_cluster(name))
+
+
+def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[], PeerCluster | None]) -> None:
+    """``validate_global_namespace`` with the peer cluster ``find_peer`` answers (a topic's or a namespace's)."""
     try:
-        peer = service.peer_cluster(name)
+        peer = find_peer()
     except GlobalNamespaceError as exc:
         raise HttpError(exc.status, exc.message) from None
     if peer is None:
@@ -129,7 +151,7 @@ def validate_global_namespace(service: BrokerService, request: web.Request, name
     tls = request.secure and bool(peer.service_url_tls)
     base = URL(peer.service_url_tls if tls else peer.service_url)
     if not base.host:
-        raise HttpError(503, f"Failed to validate global cluster configuration : ns={name.namespace}  "
+        raise HttpError(503, f"Failed to validate global cluster configuration : ns={namespace}  "
                              f"emsg=the service URL of cluster {peer.name} is not configured")
     raise web.HTTPTemporaryRedirect(str(request.url.with_host(base.host).with_port(base.port)))
 

@@ -48,7 +48,7 @@ from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
-from broker.metadata.cluster_data import parse_cluster_data
+from broker.metadata.cluster_data import PEER_CLUSTER_NAMES, parse_cluster_data, parse_peer_cluster_names
 from broker.metadata.store import InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
@@ -99,6 +99,8 @@ class WebService:
         r.add_put("/admin/v2/clusters/{cluster}", self.put_cluster)
         r.add_post("/admin/v2/clusters/{cluster}", self.put_cluster)
         r.add_delete("/admin/v2/clusters/{cluster}", self.delete_cluster)
+        r.add_get("/admin/v2/clusters/{cluster}/peers", self.get_peer_clusters)
+        r.add_post("/admin/v2/clusters/{cluster}/peers", self.set_peer_clusters)
         r.add_get("/admin/v2/tenants", self.tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
         r.add_put("/admin/v2/tenants/{tenant}", self.put_tenant)
@@ -273,6 +275,22 @@ class WebService:
             await self.metadata.delete_cluster(request.match_info["cluster"])
         except InUseError as exc:
             raise HttpError(412, exc.message) from None
+        return no_content()
+
+    async def get_peer_clusters(self, request: web.Request) -> web.Response:
+        """ClustersBase.getPeerCluster: the stored list (204 when the cluster has none set)."""
+        data = self.metadata.clusters.get(request.match_info["cluster"])
+        if data is None:
+            raise HttpError(404, "Cluster does not exist")
+        peers = data.get(PEER_CLUSTER_NAMES)
+        return no_content() if peers is None else json_response(peers)
+
+    async def set_peer_clusters(self, request: web.Request) -> web.Response:
+        """ClustersBase.setPeerClusterNames: the peers are checked before the cluster is looked up (a missing cluster
+        with a bad list is the list's 412)."""
+        name = request.match_info["cluster"]
+        peers = parse_peer_cluster_names(await read_body(request), name, self.metadata.clusters)
+        await self.metadata.set_peer_clusters(name, peers)
         return no_content()
 
     async def tenants(self, request: web.Request) -> web.Response:

@@ -1,9 +1,11 @@
 """Admin REST v2: a namespace's replication clusters, properties and bundles (Pulsar's Namespaces
 resource). Kept in its Policies document like the other policies.
 
-- ``replication`` (GET / POST a list of clusters): which clusters the namespace is replicated to.
-  One broker replicates nowhere, but setup scripts set it (``set-clusters``), so it is validated
-  as Pulsar does and stored.
+- ``replication`` (GET / POST a list of clusters): which clusters the namespace is replicated to, validated as
+  Pulsar does (each cluster exists, has no peer in the list, and is allowed for the namespace or else the tenant).
+- ``allowedClusters`` (GET / POST a list of clusters, PIP-321): the clusters that may serve the namespace besides
+  its replication clusters (``broker.metadata.global_namespace`` reads them); they must hold every replication
+  cluster, be allowed for the tenant and have no peer among them.
 - ``properties`` (GET, PUT merges, DELETE clears) and ``property/{key}`` (GET, DELETE,
   ``PUT property/{key}/{value}``): free-form string properties.
 - ``bundles`` (GET): the bundle boundaries the Policies document shows (one broker owns them all).
@@ -18,6 +20,7 @@ from aiohttp import web
 from broker.admin.common import HttpError, json_response, no_content, read_body
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
+from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -37,16 +40,50 @@ def parse_replication_clusters(body: object) -> list[str]:
     return list(dict.fromkeys(body))
 
 
-def check_replication_clusters(metadata: BrokerMetadata, tenant: str, clusters: list[str]) -> None:
-    """Pulsar's checks: each cluster exists and is allowed for the tenant."""
-    info = metadata.tenant(tenant)
-    allowed = info.allowed_clusters if info is not None else ()
+def check_replication_clusters(metadata: BrokerMetadata, tenant: str, clusters: list[str],
+                               namespace: str | None = None) -> None:
+    """Pulsar's checks of each cluster, in its order (NamespacesBase / PersistentTopicsBase
+    internalSetReplicationClusters): it exists (403), none of its peer clusters is in the list (409), and it is
+    allowed: for the namespace when ``namespace`` has allowed clusters (PIP-321), else for the tenant (403)."""
+    allowed_here = metadata.policy(namespace, P.ALLOWED_CLUSTERS) if namespace is not None else None
     for cluster in clusters:
-        if cluster not in metadata.clusters:
-            raise HttpError(412, f"Invalid cluster id: {cluster}")
-        if cluster not in allowed:
-            raise HttpError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list "
-                                 f"for tenant [{tenant}]")
+        check_cluster_exists(metadata, cluster)
+        check_peer_conflict(metadata, cluster, clusters)
+        if allowed_here:
+            if cluster not in allowed_here:
+                raise HttpError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list "
+                                     f"for namespace [{namespace}]")
+        else:
+            check_cluster_for_tenant(metadata, tenant, cluster)
+
+
+def check_cluster_exists(metadata: BrokerMetadata, cluster: str) -> None:
+    if cluster not in metadata.clusters:
+        raise HttpError(403, f"Invalid cluster id: {cluster}")
+
+
+def check_cluster_for_tenant(metadata: BrokerMetadata, tenant: str, cluster: str) -> None:
+    """PulsarWebResource.validateClusterForTenant."""
+    info = metadata.tenant(tenant)
+    if info is None:
+        raise HttpError(404, "Tenant does not exist")
+    if cluster not in info.allowed_clusters:
+        raise HttpError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list for tenant [{tenant}]")
+
+
+def check_peer_conflict(metadata: BrokerMetadata, cluster: str, clusters: list[str]) -> None:
+    """PulsarWebResource.validatePeerClusterConflict: a namespace's clusters hold no cluster with one of its peers
+    (the peers are where its clients are sent instead: both at once would be two owners)."""
+    peers = (metadata.clusters.get(cluster) or {}).get(PEER_CLUSTER_NAMES) or []
+    conflict = [p for p in peers if p in clusters]
+    if conflict:
+        raise HttpError(409, f"{cluster}'s peer-clusters {java_set(conflict)} can't be part of replication-clusters "
+                             f"{java_set(clusters)}")
+
+
+def java_set(names: list[str]) -> str:
+    """A set of names as Java prints one (its order is a hash's there; ours is the list's)."""
+    return f"[{', '.join(names)}]"
 
 
 class NamespaceMetadataResource:
@@ -56,6 +93,8 @@ class NamespaceMetadataResource:
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get(NS + "/replication", self.get_replication)
         r.add_post(NS + "/replication", self.set_replication)
+        r.add_get(NS + "/allowedClusters", self.get_allowed_clusters)
+        r.add_post(NS + "/allowedClusters", self.set_allowed_clusters)
         r.add_get(NS + "/properties", self.get_properties)
         r.add_put(NS + "/properties", self.set_properties)
         r.add_delete(NS + "/properties", self.clear_properties)
@@ -80,8 +119,37 @@ class NamespaceMetadataResource:
     async def set_replication(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
         clusters = parse_replication_clusters(await read_body(request))
-        check_replication_clusters(self.metadata, ns.split("/")[0], clusters)
+        check_replication_clusters(self.metadata, ns.split("/")[0], clusters, ns)
         await self.metadata.set_policy(ns, T.REPLICATION_CLUSTERS.namespace_field, clusters)
+        return no_content()
+
+    # -- allowed clusters (PIP-321) ----------------------------------------------------------------------
+    async def get_allowed_clusters(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        return json_response(self._view(ns)[P.ALLOWED_CLUSTERS])
+
+    async def set_allowed_clusters(self, request: web.Request) -> web.Response:
+        """NamespacesBase.internalSetNamespaceAllowedClusters, its checks in its order."""
+        ns = self.web.namespaces.namespace(request)
+        tenant = ns.split("/")[0]
+        body = await read_body(request)
+        if body is None:
+            raise HttpError(400, "ClusterIds should not be null")
+        if not isinstance(body, list) or not all(isinstance(c, str) for c in body):
+            raise HttpError(400, "Allowed clusters must be a JSON array of cluster names")
+        clusters = list(dict.fromkeys(body))
+        for cluster in clusters:
+            check_cluster_for_tenant(self.metadata, tenant, cluster)
+        if "global" in clusters:
+            raise HttpError(412, "Cannot specify global in the list of allowed clusters")
+        for cluster in self._view(ns)[T.REPLICATION_CLUSTERS.namespace_field]:
+            if cluster not in clusters:
+                raise HttpError(400, f"Allowed clusters do not contain the replication cluster {cluster}. Please "
+                                     "remove the replication cluster if the cluster is not allowed for this namespace")
+        for cluster in clusters:
+            check_cluster_exists(self.metadata, cluster)
+            check_peer_conflict(self.metadata, cluster, clusters)
+        await self.metadata.set_policy(ns, P.ALLOWED_CLUSTERS, clusters)
         return no_content()
 
     # -- properties --------------------------------------------------------------------------------

@@ -2,11 +2,16 @@
 
 Pulsar binds the body to ClusterDataImpl (strings, booleans, a set of peer cluster names: a value of another shape is
 a 400 from its JSON binding) and then checks its URLs (ClusterDataImpl.checkPropertiesIfPresent: each one given must
-have its scheme, else a 400 with an example). Fields it does not know are kept as given. Pure: no I/O.
+have its scheme, else a 400 with an example). Fields it does not know are kept as given.
+
+A cluster's peer list alone (POST /admin/v2/clusters/{cluster}/peers, ClustersBase.setPeerClusterNames) is checked as
+Pulsar does too: each name an existing cluster other than the cluster itself (412s), duplicates dropped in order. Pure:
+no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -60,3 +65,20 @@ def _has_scheme(url: str, schemes: tuple[str, ...]) -> bool:
         return urlsplit(url).scheme in schemes
     except ValueError:  # (what Java's URI refuses to parse is refused with the same message)
         return False
+
+
+def parse_peer_cluster_names(body: Any, cluster: str, known: Collection[str]) -> list[str] | None:
+    """The peer list to store for ``cluster`` (None: no body, which clears it, as Pulsar's null set), or PolicyError:
+    400 for a body that is not a list of names, 412 for the cluster itself (compared ignoring case, as Pulsar) or a
+    name ``known`` does not hold, in the list's order. An empty list is stored as one, without checks."""
+    if body is None:
+        return None
+    if not isinstance(body, list) or not all(isinstance(p, str) for p in body):
+        raise PolicyError(400, "Peer cluster names must be a JSON array of cluster names")
+    peers = list(dict.fromkeys(body))  # (Pulsar binds them to a LinkedHashSet)
+    for peer in peers:
+        if peer.lower() == cluster.lower():
+            raise PolicyError(412, f"{cluster} itself can't be part of peer-list")
+        if peer not in known:
+            raise PolicyError(412, f"Peer cluster {peer} does not exist")
+    return peers

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker.errors import BrokerError, E
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
+from broker.metadata.policies import ALLOWED_CLUSTERS
 
 
 class GlobalNamespaceError(BrokerError):
@@ -58,7 +59,7 @@ def peer_cluster_for(namespace: str, local_cluster: str, policies: Mapping[str, 
     if policies.get("deleted") and not allow_deleted:
         raise GlobalNamespaceError(404, "Namespace is deleted")
     replication = list(policies.get("replication_clusters") or [local_cluster])
-    allowed = list(policies.get("allowed_clusters") or [])
+    allowed = list(policies.get(ALLOWED_CLUSTERS) or [])
     if local_cluster in replication or local_cluster in allowed:
         return None
     peers = (clusters.get(local_cluster) or {}).get(PEER_CLUSTER_NAMES) or []

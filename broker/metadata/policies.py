@@ -72,6 +72,8 @@ DESTINATION_AUTH = "destination_auth"
 SUBSCRIPTION_AUTH_ROLES = "subscription_auth_roles"
 SUBSCRIPTION_AUTH_MODE = "subscription_auth_mode"
 SUBSCRIPTION_AUTH_MODES = ("None", "Prefix")
+# PIP-321: the clusters that may serve a namespace besides its replication clusters (a set in Pulsar's Policies).
+ALLOWED_CLUSTERS = "allowed_clusters"
 
 
 def parse_subscription_auth_mode(body: Any) -> str:
@@ -229,6 +231,7 @@ def policies_view(stored: dict[str, Any], cluster: str, bundles: NamespaceBundle
     view: dict[str, Any] = {
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "replication_clusters": [cluster],
+        ALLOWED_CLUSTERS: [],
         T.BACKLOG_QUOTAS.namespace_field: {},
         "clusterDispatchRate": {},
         "topicDispatchRate": {},

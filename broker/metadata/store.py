@@ -32,6 +32,7 @@ from broker.metadata import layout as L
 from broker.metadata import policies as P
 from broker.metadata.bundles import DEFAULT_NUMBER_OF_BUNDLES, BundleError, NamespaceBundle, NamespaceBundles
 from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
+from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
 from broker.metadata.legacy import import_legacy_file
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
@@ -233,6 +234,19 @@ class BrokerMetadata:
         self._cluster_must_exist(name)
         new = copy.deepcopy(dict(data))
         await self._modify(L.CLUSTERS, name, lambda current: _replace(current, new, "Cluster does not exist"))
+
+    async def set_peer_clusters(self, name: str, peers: list[str] | None) -> None:
+        """Replace the cluster's ``peerClusterNames`` (None removes them), keeping the rest of its data."""
+        self._cluster_must_exist(name)
+
+        def change(current: Any) -> Any:
+            data = copy.deepcopy(dict(_must_exist(current, "Cluster does not exist")))
+            if peers is None:
+                data.pop(PEER_CLUSTER_NAMES, None)
+            else:
+                data[PEER_CLUSTER_NAMES] = list(peers)
+            return data
+        await self._modify(L.CLUSTERS, name, change)
 
     async def delete_cluster(self, name: str) -> None:
         """Refused while it is this broker's cluster, a tenant may use it or a namespace

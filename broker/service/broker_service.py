@@ -448,8 +448,12 @@ class BrokerService:
     def peer_cluster(self, name: TopicName) -> PeerCluster | None:
         """Pulsar's checkLocalOrGetPeerReplicationCluster for the topic's namespace: None when this cluster serves
         it, else the peer cluster its lookups and admin calls are sent to (GlobalNamespaceError when none can)."""
-        return peer_cluster_for(name.namespace, self.config.clusterName, self.metadata.namespaces.get(name.namespace),
-                                self.metadata.clusters, allow_deleted=is_system_topic(name.full))
+        return self.peer_cluster_of(name.namespace, allow_deleted=is_system_topic(name.full))
+
+    def peer_cluster_of(self, namespace: str, *, allow_deleted: bool = False) -> PeerCluster | None:
+        """``peer_cluster`` for a namespace (its admin calls that Pulsar checks)."""
+        return peer_cluster_for(namespace, self.config.clusterName, self.metadata.namespaces.get(namespace),
+                                self.metadata.clusters, allow_deleted=allow_deleted)
 
     def check_cluster_serves(self, name: TopicName) -> None:
         """PRODUCER and SUBSCRIBE in a namespace that another cluster serves (or none can): ServiceNotReady, as a

@@ -141,7 +141,7 @@ def test_replication_clusters_properties_and_bundles(admin: Admin) -> None:
     assert admin.post(f"{NS}/{ns}/replication", ["standalone"]).status == 204  # pulsar-admin set-clusters
     assert admin.post(f"{NS}/{ns}/replication", []).status == 412
     assert admin.post(f"{NS}/{ns}/replication", ["global"]).status == 412
-    assert admin.post(f"{NS}/{ns}/replication", ["elsewhere"]).status == 412
+    assert admin.post(f"{NS}/{ns}/replication", ["elsewhere"]).status == 403  # (Pulsar's "Invalid cluster id")
     assert admin.post(f"{NS}/{ns}/replication", "standalone").status == 400
     admin.ok("PUT", "/admin/v2/clusters/second", {"serviceUrl": "http://second:8080"})
     reply = admin.post(f"{NS}/{ns}/replication", ["standalone", "second"])

@@ -115,6 +115,33 @@ def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) 
                         allow_redirects=False, timeout=10).status_code == 200
 
 
+def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters) -> None:
+    ns = clusters.namespace(["b"])
+    bundle = "0x00000000_0x40000000"  # (the first of 4)
+    for method, action in (("PUT", "unload"), ("PUT", f"{bundle}/unload"), ("PUT", f"{bundle}/split"),
+                           ("POST", f"{bundle}/clearBacklog"), ("POST", f"{bundle}/clearBacklog/s"),
+                           ("POST", f"{bundle}/unsubscribe/s")):
+        path = f"/admin/v2/namespaces/{ns}/{action}"
+        reply = requests.request(method, f"{clusters.a.web_url}{path}?authoritative=false", allow_redirects=False,
+                                 timeout=10)
+        assert reply.status_code == 307, (action, reply.status_code, reply.text)
+        assert reply.headers["Location"] == f"{clusters.b.web_url}{path}?authoritative=false", action
+    assert requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/unload", timeout=10).status_code == 204
+    # The namespace-wide clearBacklog and unsubscribe are answered here, as in Pulsar; so is everything in a
+    # namespace this cluster serves.
+    for action in ("clearBacklog", "unsubscribe/s"):
+        reply = requests.post(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/{action}", allow_redirects=False,
+                              timeout=10)
+        assert reply.status_code == 204, (action, reply.text)
+    served = clusters.namespace(["a", "c"])
+    assert requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{served}/unload", allow_redirects=False,
+                        timeout=10).status_code == 204
+    # No cluster serves it: Pulsar's refusal.
+    refused = clusters.namespace(["c"])
+    reply = requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{refused}/unload", timeout=10)
+    assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"]
+
+
 def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
     ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
     answer = clusters.lookup_on_a(f"persistent://{ns}/t")
@@ -144,7 +171,20 @@ def test_a_peer_without_a_broker_service_url(clusters: Clusters) -> None:
 
 
 def test_a_namespace_this_cluster_serves_is_answered_here(clusters: Clusters) -> None:
-    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'b'])}/t")
+    # (not with b: a namespace's clusters never hold one of a cluster's peers, Pulsar's 409)
+    answer = clusters.lookup_on_a(f"persistent://{clusters.namespace(['a', 'c'])}/t")
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert answer.brokerServiceUrl == clusters.a.service_url
+    reply = clusters.admin_a.post(f"/admin/v2/namespaces/{clusters.namespace(['a'])}/replication", ["a", "b"])
+    assert reply.status == 409 and reply.reason.startswith("a's peer-clusters [b] can't be part of")
+
+
+def test_a_namespace_that_allows_this_cluster_is_answered_here(clusters: Clusters) -> None:
+    ns = clusters.namespace(["c"])  # refused on a (c is not a's peer) until a is one of its allowed clusters
+    topic = f"persistent://{ns}/t"
+    assert clusters.lookup_on_a(topic).response == pb.CommandLookupTopicResponse.Failed
+    clusters.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/allowedClusters", ["c", "a"])
+    answer = clusters.lookup_on_a(topic)
     assert answer.response == pb.CommandLookupTopicResponse.Connect
     assert answer.brokerServiceUrl == clusters.a.service_url
 

@@ -418,6 +418,9 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/metrics", Access.PUBLIC),
     ("GET", "/admin/v3/transactions/coordinatorStats", Access.SUPER_USER),
     ("DELETE", "/admin/v2/some/new/endpoint", Access.SUPER_USER),
+    # ClustersBase's peer clusters, read or set: validateBothSuperuserAndClusterOperation
+    ("GET", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
+    ("POST", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
 ])
 def test_access_rules(method: str, path: str, access: Access) -> None:
     assert access_for(method, path) is access
