@@ -299,6 +299,7 @@ async def test_reconnection_rereads_everything(tree: str, metadata: BrokerMetada
                                                store: MemoryMetadataStore) -> None:
     """Notifications missed while disconnected: RECONNECTED brings a full re-read."""
     other = MemoryMetadataStore(tree)  # the same tree, another session
+    await metadata.cache.settled()  # (the bootstrap's notifications: re-read before it goes deaf)
     metadata.cache._closed = True  # (deaf for a while: nothing is re-read on notifications)
     await other.put("/admin/policies/public/default", b'{"message_ttl_in_seconds":5}', None)
     await other.put("/admin/policies/public/gone", b"{}", None)
@@ -316,6 +317,7 @@ async def test_a_namespace_not_heard_of_yet_is_read_through(tree: str, metadata:
     """Cluster mode: another broker created the namespace, its notification not here yet. A lookup there must not
     answer "does not exist" (the broker reads the store on a miss, as Pulsar's metadata cache loads a key)."""
     other = MemoryMetadataStore(tree)
+    await metadata.cache.settled()  # (the bootstrap's notifications: re-read before it goes deaf)
     metadata.cache._closed = True  # (deaf: the notification does not arrive)
     await other.put("/admin/policies/public/fresh", b"{}", None)
     await metadata.cache.settled()
