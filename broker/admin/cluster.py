@@ -27,6 +27,7 @@ from yarl import URL
 from broker.admin.common import HttpError, query_flag
 from broker.admin.context import AdminContext
 from broker.errors import BrokerError
+from broker.metadata.bundles import BundleError, NamespaceBundle
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster
 from broker.service.broker_service import BrokerService
 from broker.topic_name import TopicName
@@ -54,11 +55,27 @@ _NS = "/admin/v2/namespaces/{tenant}/{ns}"
 # (4.0.7: internalUnloadNamespaceAsync, internalUnloadNamespaceBundleAsync - there only when no broker owns the
 # bundle, which none of this cluster does for a namespace it does not serve -, internalSplitNamespaceBundleAsync,
 # internalClearNamespaceBundleBacklog(ForSubscription), internalUnsubscribeNamespaceBundle).
+BUNDLE_UNLOAD = _NS + "/{bundle}/unload"
 GLOBAL_NAMESPACE_ROUTES = frozenset({
-    ("PUT", _NS + "/unload"), ("PUT", _NS + "/{bundle}/unload"), ("PUT", _NS + "/{bundle}/split"),
+    ("PUT", _NS + "/unload"), ("PUT", BUNDLE_UNLOAD), ("PUT", _NS + "/{bundle}/split"),
     ("POST", _NS + "/{bundle}/clearBacklog"), ("POST", _NS + "/{bundle}/clearBacklog/{sub}"),
     ("POST", _NS + "/{bundle}/unsubscribe/{sub}"),
 })
+
+
+async def _bundle_has_owner(service: BrokerService, namespace: str, request: web.Request) -> bool:
+    """Whether a broker of this cluster owns the bundle a bundle unload names: Pulsar's
+    internalUnloadNamespaceBundleAsync checks the namespace's cluster only when none does. (So a namespace's own
+    delete, which releases its bundles by unloading them on their owners after marking the namespace deleted, is not
+    refused by them.) An invalid range is left to the handler."""
+    try:
+        bundle = NamespaceBundle.parse(namespace, request.match_info["bundle"])
+    except BundleError:
+        return False
+    ownership = service.ownership
+    if not ownership.distributed:  # (a standalone broker owns every bundle, as a matter of speaking only)
+        return False
+    return ownership.is_owned(bundle) or await ownership.owner_of(bundle) is not None
 
 
 def topic_of(path: str) -> tuple[TopicName, str] | None:
@@ -82,7 +99,8 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
         resource = request.match_info.route.resource
         if resource is not None and (request.method, resource.canonical) in GLOBAL_NAMESPACE_ROUTES:
             namespace = f"{request.match_info['tenant']}/{request.match_info['ns']}"
-            if await service.metadata.namespace_exists_fresh(namespace):  # (else the handler answers it is missing)
+            if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
+                    resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
         if found is not None and (found[1] in GLOBAL_NAMESPACE_ACTIONS or (
