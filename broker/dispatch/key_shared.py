@@ -110,10 +110,7 @@ class KeySharedDispatcher(SharedDispatcher):
         message none has started goes by its key, as any entry."""
         uuid = meta.chunk_uuid
         last = meta.chunk_id >= meta.num_chunks - 1
-        holder = self._chunk_owner.get(uuid)
-        if holder is not None and holder.closed:
-            self._chunk_done(uuid)
-            holder = None
+        holder = self._chunk_holder(uuid)
         if holder is None:
             holder = self._key_consumer(h, pos)
             if holder is not None and not last:

@@ -260,10 +260,7 @@ class SharedDispatcher(Dispatcher):
         limit would wait for acks that cannot come, and the subscription would stall there."""
         uuid = meta.chunk_uuid
         last = meta.chunk_id >= meta.num_chunks - 1
-        owner = self._chunk_owner.get(uuid)
-        if owner is not None and owner.closed:
-            self._chunk_done(uuid)
-            owner = None
+        owner = self._chunk_holder(uuid)
         if owner is None:
             if meta.chunk_id > 0 and self.replay and self.replay[0] < pos:
                 return None
@@ -286,6 +283,15 @@ class SharedDispatcher(Dispatcher):
         return owner
 
     # -- chunked messages under way (Key_Shared's too) ---------------------------------------------
+    def _chunk_holder(self, uuid: str) -> Consumer | None:
+        """The consumer that got the earlier chunks of message ``uuid``, while it is connected (a closed one's
+        chunks come back through the replay set, and the message starts over with a new one)."""
+        holder = self._chunk_owner.get(uuid)
+        if holder is not None and holder.closed:
+            self._chunk_done(uuid)
+            return None
+        return holder
+
     def _chunk_begun(self, uuid: str, owner: Consumer, pos: Position) -> None:
         """``owner`` gets the chunk at ``pos``, the first of message ``uuid`` it gets: the rest goes to it."""
         self._chunk_owner[uuid] = owner
