@@ -27,13 +27,13 @@ from broker.errors import AuthorizationError
 
 
 class Check(enum.Enum):
-    """Which of Pulsar's checks guards a route (the value: the method that checks)."""
+    """Which of Pulsar's checks guards a route (the value: the check's name as its refusal says it)."""
 
     SUPER_USER = "validateSuperUserAccess"
     BROKER = "validateBothSuperuserAndBrokerOperation"  # (BrokersBase)
     CLUSTER = "validateBothSuperuserAndClusterOperation"  # (ClustersBase)
     CLUSTER_POLICY = "validateBothSuperuserAndClusterPolicyOperation"  # (ClustersBase)
-    TENANTS = "validateBothTenantOperationAndSuperUser"  # (TenantsBase)
+    TENANTS = "validateBothTenantOperationAndSuperUser"  # (TenantsBase.validateBothSuperUserAndTenantOperation)
     TENANT_OPERATION = "validateTenantOperation"
     TENANT_ADMIN = "validateAdminAccessForTenant"
     TOPIC_OPERATION = "validateTopicOperation"
