@@ -3,7 +3,8 @@
 Errors are JSON ``{"reason": ...}`` with the status Pulsar's admin API uses: 404 missing tenant,
 namespace, topic or subscription; 409 already exists / conflict; 412 precondition (bad name,
 value out of range, busy); 400 malformed body; 405 operation not allowed on this kind of topic;
-401 missing or refused credentials, 403 a role without permission (see broker.auth.http).
+401 missing or refused credentials; a role without permission 401 or 403 as the Pulsar check guarding the
+endpoint answers (see broker.auth.http and broker.auth.refusals).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from broker.auth.refusals import RefusedError
 from broker.errors import (
     AuthenticationError,
     AuthorizationError,
@@ -168,6 +170,8 @@ _STATUS: tuple[tuple[type[BrokerError] | tuple[type[BrokerError], ...], int], ..
 
 
 def status_for(exc: BrokerError) -> int:
+    if isinstance(exc, RefusedError):  # (a role refused by the check Pulsar makes there: its 401 or 403)
+        return exc.status
     return next((status for kinds, status in _STATUS if isinstance(exc, kinds)), 400)
 
 

@@ -66,8 +66,8 @@ class WebService:
         self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
         # ownership_middleware (cluster mode) sends a call on a topic to its owner, after the security checks.
-        self.app = web.Application(middlewares=[json_errors, security_middleware(ctx.security, ctx.config),
-                                                ownership_middleware(ctx)])
+        security = security_middleware(ctx.security, ctx.config, lambda: ctx.broker_id)
+        self.app = web.Application(middlewares=[json_errors, security, ownership_middleware(ctx)])
         self._runner: web.AppRunner | None = None
         self.sampler = StatsSampler(ctx)
         self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,

@@ -8,27 +8,37 @@ subscription operations and peeking for roles that may consume. A route the tabl
 is for super users only, so a new endpoint is never open by accident.
 
 A browser's state-changing request from another origin is refused first (``check_origin``:
-CSRF). Refusals are AuthenticationError (401: no or bad credentials) and AuthorizationError (403: this
-role may not); ``broker.admin.common`` turns them into ``{"reason": ...}`` JSON. Pulsar itself
-answers 401 for both.
+CSRF, 403). Missing or refused credentials are 401 "Authentication required", whatever the reason
+(Pulsar's AuthenticationFilter answers so; the reason goes to the log). A role that may not make the
+call gets what the Pulsar check guarding that route answers (each rule names it: ``Check`` in
+``broker.auth.refusals``): 401 from the super-user, tenant and topic-operation checks, 403 from the
+namespace-operation and policy checks, in Pulsar's words. ``broker.admin.common`` turns them into
+``{"reason": ...}`` JSON.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from broker.auth import Security
 from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, TopicOperation
+from broker.auth.refusals import Check, Refused, policy_name, policy_operation, topic_operation
 from broker.auth.service import METHOD_HEADER
 from broker.config import BrokerConfig
 from broker.errors import AuthenticationError, AuthorizationError
 from broker.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+# Pulsar's AuthenticationFilter answers every refused or missing credential with this (a 401).
+AUTHENTICATION_REQUIRED = "Authentication required"
 
 
 class Access(enum.Enum):
@@ -43,6 +53,18 @@ class Access(enum.Enum):
     TOPIC_CONSUME = "consume permission on the topic"
 
 
+class Rule(NamedTuple):
+    """Who may call the routes ``pattern`` matches with ``methods``, and how Pulsar refuses the others: the
+    ``check`` guarding them there and the operation it names (None: from the route, see ``broker.auth.refusals``;
+    the PUBLIC and AUTHENTICATED rules refuse no authenticated role)."""
+
+    methods: frozenset[str]
+    pattern: re.Pattern[str]
+    access: Access
+    check: Check = Check.SUPER_USER
+    operation: str | None = None
+
+
 _TOPIC_OPS = {
     Access.TOPIC_LOOKUP: TopicOperation.LOOKUP,
     Access.TOPIC_PRODUCE: TopicOperation.PRODUCE,
@@ -50,73 +72,138 @@ _TOPIC_OPS = {
 }
 ORIGINAL_PRINCIPAL_HEADER = "X-Original-Principal"
 _GET = frozenset({"GET", "HEAD"})
+_PUT = frozenset({"PUT"})
+_POST = frozenset({"POST"})
+_DELETE = frozenset({"DELETE"})
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _ANY = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 _NS = r"/\{tenant\}/\{ns\}"
+_NAMESPACE = r"/admin/v2/namespaces" + _NS
 _TOPIC = r"/admin/v2/(non-)?persistent" + _NS + r"/\{topic\}"
 _SCHEMA = r"/admin/v2/schemas" + _NS + r"/\{topic\}/schema(s|/\{version\})?"
+# A topic's policies (Pulsar's validateTopicPolicyOperation; a partitioned topic's partition count is one too).
+_TOPIC_POLICIES = (r"(autoSubscriptionCreation|backlogQuota|backlogQuotaMap|compactionThreshold|deduplicationEnabled"
+                   r"|deduplicationSnapshotInterval|delayedDelivery|dispatchRate|dispatcherPauseOnAckStatePersistent"
+                   r"|entryFilters|inactiveTopicPolicies|maxConsumers|maxConsumersPerSubscription|maxProducers"
+                   r"|maxSubscriptionsPerTopic|maxUnackedMessagesOnConsumer|maxUnackedMessagesOnSubscription"
+                   r"|messageTTL|offloadPolicies|persistence|publishRate|replication|replicatorDispatchRate|retention"
+                   r"|schemaCompatibilityStrategy|schemaValidationEnforced|shadowTopics|subscribeRate"
+                   r"|subscriptionDispatchRate|subscriptionTypesEnabled|\{sub\}/dispatchRate)")
 
-# (methods, canonical route pattern, access): the first match wins.
-ACCESS_RULES: tuple[tuple[frozenset[str], re.Pattern[str], Access], ...] = tuple(
-    (methods, re.compile(pattern), access) for methods, pattern, access in (
+# The first match wins. (Pulsar's checks: BrokersBase, ClustersBase and TenantsBase ask for a super user or the
+# operation; NamespacesBase, PersistentTopicsBase, SchemasResourceBase and TopicLookupBase as each rule says.)
+ACCESS_RULES: tuple[Rule, ...] = tuple(
+    Rule(methods, re.compile(pattern), access, *how) for methods, pattern, access, *how in (
         (_GET, r"/status\.html|/metrics/?", Access.PUBLIC),
         # The console's static files (no data in them: every call they make is authorized here).
         (_GET, r"/|/console/?|/console/\{file\}", Access.PUBLIC),
-        (_GET, r"/admin/v2/brokers/ready", Access.AUTHENTICATED),
+        # (Pulsar checks neither: any authenticated role)
+        (_GET, r"/admin/v2/brokers/(ready|version)", Access.AUTHENTICATED),
+        (_GET, r"/admin/v2/brokers/health", Access.SUPER_USER, Check.BROKER, "HEALTH_CHECK"),
+        (_GET, r"/admin/v2/brokers/leaderBroker", Access.SUPER_USER, Check.BROKER, "GET_LEADER_BROKER"),
+        (_GET, r"/admin/v2/brokers/configuration(/values)?", Access.SUPER_USER, Check.BROKER,
+         "LIST_DYNAMIC_CONFIGURATIONS"),
+        (_GET, r"/admin/v2/brokers/configuration/runtime", Access.SUPER_USER, Check.BROKER,
+         "LIST_RUNTIME_CONFIGURATIONS"),
+        (_GET, r"/admin/v2/brokers/backlog-quota-check", Access.SUPER_USER, Check.BROKER, "CHECK_BACKLOG_QUOTA"),
+        (_GET, r"/admin/v2/brokers/\{cluster\}", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
+        (_GET, r"/admin/v2/brokers/\{cluster\}/\{broker\}/ownedNamespaces", Access.SUPER_USER, Check.BROKER,
+         "LIST_OWNED_NAMESPACES"),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
         (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
-        (_GET, r"/admin/v2/clusters(/\{cluster\})?", Access.AUTHENTICATED),
+        (_GET, r"/admin/v2/clusters", Access.AUTHENTICATED),
+        (_GET, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "GET_CLUSTER"),
+        (_PUT, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "CREATE_CLUSTER"),
+        (_POST, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "UPDATE_CLUSTER"),
+        (_DELETE, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "DELETE_CLUSTER"),
+        (_GET, r"/admin/v2/clusters/\{cluster\}/peers", Access.SUPER_USER, Check.CLUSTER, "GET_PEER_CLUSTER"),
+        (_POST, r"/admin/v2/clusters/\{cluster\}/peers", Access.SUPER_USER, Check.CLUSTER, "UPDATE_PEER_CLUSTER"),
+        (_ANY, r"/admin/v2/clusters/\{cluster\}/namespaceIsolationPolicies.*", Access.SUPER_USER,
+         Check.CLUSTER_POLICY),
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
-        (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN),
+        (_GET, r"/admin/v2/tenants", Access.SUPER_USER, Check.TENANTS, "LIST_TENANTS"),
+        (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "GET_TENANT"),
+        (_PUT, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "CREATE_TENANT"),
+        (_POST, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "UPDATE_TENANT"),
+        (_DELETE, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "DELETE_TENANT"),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
+        # A tenant's namespaces: listed, created and deleted by its admins (validateTenantOperation).
+        (_GET, r"/admin/v2/namespaces/\{tenant\}", Access.TENANT_ADMIN, Check.TENANT_OPERATION, "LIST_NAMESPACES"),
+        (_PUT, _NAMESPACE, Access.TENANT_ADMIN, Check.TENANT_OPERATION, "CREATE_NAMESPACE"),
+        (_DELETE, _NAMESPACE, Access.TENANT_ADMIN, Check.TENANT_OPERATION, "DELETE_NAMESPACE"),
         # (Pulsar's namespace operations GET_TOPICS and GET_BUNDLE: consume or produce; CLEAR_BACKLOG and
         # UNSUBSCRIBE: consume)
-        (_GET, r"/admin/v2/namespaces" + _NS + r"/(topics(Page)?|bundles)", Access.NAMESPACE_LOOKUP),
-        (frozenset({"POST"}),
-         r"/admin/v2/namespaces" + _NS + r"(/\{bundle\})?/(clearBacklog(/\{sub\})?|unsubscribe/\{sub\})",
-         Access.NAMESPACE_CONSUME),
+        (_GET, _NAMESPACE + r"/topics(Page)?", Access.NAMESPACE_LOOKUP, Check.NAMESPACE_OPERATION, "GET_TOPICS"),
+        (_GET, _NAMESPACE + r"/bundles", Access.NAMESPACE_LOOKUP, Check.NAMESPACE_OPERATION, "GET_BUNDLE"),
+        (_POST, _NAMESPACE + r"(/\{bundle\})?/clearBacklog(/\{sub\})?", Access.NAMESPACE_CONSUME,
+         Check.NAMESPACE_OPERATION, "CLEAR_BACKLOG"),
+        (_POST, _NAMESPACE + r"(/\{bundle\})?/unsubscribe/\{sub\}", Access.NAMESPACE_CONSUME,
+         Check.NAMESPACE_OPERATION, "UNSUBSCRIBE"),
         # Super users only, as Pulsar's NamespacesBase checks them (validateSuperUserAccess): unloading a namespace
         # or a bundle and splitting a bundle (they move load between brokers), and setting or removing a
         # namespace's delayed delivery policy (internalSetDelayedDelivery; its other policies are the tenant
         # admins').
-        (frozenset({"PUT"}), r"/admin/v2/namespaces" + _NS + r"(/\{bundle\})?/unload"
-                             r"|/admin/v2/namespaces" + _NS + r"/\{bundle\}/split", Access.SUPER_USER),
-        (frozenset({"POST", "DELETE"}), r"/admin/v2/namespaces" + _NS + r"/delayedDelivery", Access.SUPER_USER),
-        (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN),
-        (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_LOOKUP),
+        (_PUT, _NAMESPACE + r"(/\{bundle\})?/unload|" + _NAMESPACE + r"/\{bundle\}/split", Access.SUPER_USER),
+        (frozenset({"POST", "DELETE"}), _NAMESPACE + r"/delayedDelivery", Access.SUPER_USER),
+        # Grants on the namespace and its subscriptions (validateNamespaceOperation)
+        (_GET, _NAMESPACE + r"/permissions(/subscription)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION,
+         "GET_PERMISSION"),
+        (_POST, _NAMESPACE + r"/permissions/.*", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "GRANT_PERMISSION"),
+        (_DELETE, _NAMESPACE + r"/permissions/.*", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION,
+         "REVOKE_PERMISSION"),
+        (_ANY, _NAMESPACE + r"/propert(ies|y/.*)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
+        # Every other namespace route reads or sets a policy (GET of the namespace: all of them)
+        (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN, Check.NAMESPACE_POLICY),
+        (_GET, r"/admin/v2/(non-)?persistent" + _NS + r"(/partitioned)?", Access.NAMESPACE_LOOKUP,
+         Check.NAMESPACE_OPERATION, "GET_TOPICS"),
         # (Pulsar's getListFromBundle: the non-persistent topics of one bundle, what getList asks each owner)
-        (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.NAMESPACE_LOOKUP),
+        (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.NAMESPACE_LOOKUP,
+         Check.NAMESPACE_OPERATION, "GET_BUNDLE"),
         # (properties: Pulsar's topic operation GET_METADATA, which lookup rights allow)
         (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats|properties)",
-         Access.TOPIC_LOOKUP),
+         Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
         (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"
                         r"|examinemessage|messageid/.*)",
-         Access.TOPIC_CONSUME),
-        # create / delete, partition changes, unload, terminate, permissions
-        (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN),
-        (_GET, _SCHEMA, Access.TOPIC_LOOKUP),
-        (frozenset({"POST"}), r"/admin/v2/schemas" + _NS + r"/\{topic\}/version", Access.TOPIC_LOOKUP),
-        (frozenset({"POST"}), r"/admin/v2/schemas" + _NS + r"/\{topic\}/compatibility", Access.TENANT_ADMIN),
-        (frozenset({"POST"}), _SCHEMA, Access.TOPIC_PRODUCE),
-        (_ANY, _SCHEMA, Access.TENANT_ADMIN),
-        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP),
+         Access.TOPIC_CONSUME, Check.TOPIC_OPERATION),
+        # Creating and deleting a topic are namespace operations in Pulsar; a persistent partitioned topic's
+        # partition count is a topic policy (checked first when it is created, then when it is changed).
+        (_PUT, r"/admin/v2/persistent" + _NS + r"/\{topic\}/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
+        (_PUT, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC"),
+        (_DELETE, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_TOPIC"),
+        (_POST, _TOPIC + r"/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
+        (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize|truncate)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
+        (_ANY, _TOPIC + "/" + _TOPIC_POLICIES, Access.TENANT_ADMIN, Check.TOPIC_POLICY),
+        # unload, terminate, compaction, offload, trim, properties...
+        (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN, Check.TOPIC_OPERATION),
+        (_GET, _SCHEMA, Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
+        (_POST, r"/admin/v2/schemas" + _NS + r"/\{topic\}/version", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
+        (_POST, r"/admin/v2/schemas" + _NS + r"/\{topic\}/compatibility", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
+        (_POST, _SCHEMA, Access.TOPIC_PRODUCE, Check.TOPIC_OPERATION),
+        (_ANY, _SCHEMA, Access.TENANT_ADMIN, Check.TENANT_ADMIN),
+        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
         # Transactions: coordinators and transactions span tenants (Pulsar: super user)
         (_ANY, r"/admin/v3/transactions/.*", Access.SUPER_USER),
     )
 )
+_UNNAMED = Rule(_ANY, re.compile(".*"), Access.SUPER_USER)
+
+
+def rule_for(method: str, canonical: str) -> Rule:
+    for rule in ACCESS_RULES:
+        if method in rule.methods and rule.pattern.fullmatch(canonical):
+            return rule
+    return _UNNAMED
 
 
 def access_for(method: str, canonical: str) -> Access:
-    for methods, pattern, access in ACCESS_RULES:
-        if method in methods and pattern.fullmatch(canonical):
-            return access
-    return Access.SUPER_USER
+    return rule_for(method, canonical).access
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
+def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callable[[], str]) -> Any:
+    """``broker_id``: this broker's id, which Pulsar's brokers' checks name when they refuse."""
     authn, authz = security.authentication, security.authorization
     metrics_need_credentials = cfg.authenticateMetricsEndpoint
 
@@ -127,22 +214,28 @@ def security_middleware(security: Security, cfg: BrokerConfig) -> Any:
         if not authn.enabled or resource is None:  # no resource: the router answers 404 / 405
             return await handler(request)
         canonical = resource.canonical
-        access = access_for(request.method, canonical)
-        if access is Access.PUBLIC and not (metrics_need_credentials and canonical.startswith("/metrics")):
+        rule = rule_for(request.method, canonical)
+        if rule.access is Access.PUBLIC and not (metrics_need_credentials and canonical.startswith("/metrics")):
             return await handler(request)
         transport = request.transport
         peer_cert = transport.get_extra_info("peercert") if transport is not None else None
-        role = authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
-                                       request.headers.get(METHOD_HEADER))
-        if authz.enabled and access is not Access.PUBLIC:
+        try:
+            role = authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
+                                           request.headers.get(METHOD_HEADER))
+        except AuthenticationError as exc:
+            log.info("%s %s from %s: authentication failed: %s", request.method, request.path, request.remote, exc)
+            raise AuthenticationError(AUTHENTICATION_REQUIRED, exc.reason) from None
+        if authz.enabled and rule.access is not Access.PUBLIC:
             # A proxy relays the client's role in X-Original-Principal: both must be allowed.
             original = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
             if authz.original_principal_problem(role, original, allow_equal=True) is not None:
                 raise AuthenticationError("Invalid combination of Original principal cannot be empty if the "
                                           "request is via proxy.")
-            _authorize(security, access, role, request)
-            if original is not None and original != role:
-                _authorize(security, access, original, request)
+            if original == role:
+                original = None
+            for who in (role, original):
+                if who is not None and not _allowed(security, rule.access, who, request):
+                    raise _refusal(rule, request, broker_id).error(role, original, who)
         return await handler(request)
 
     return middleware
@@ -170,26 +263,44 @@ def check_origin(request: web.Request) -> None:
                                  "state-changing requests from its own origin only")
 
 
-def _authorize(security: Security, access: Access, role: str, request: web.Request) -> None:
+def _allowed(security: Security, access: Access, role: str, request: web.Request) -> bool:
     authz = security.authorization
     m = request.match_info
     op = _TOPIC_OPS.get(access)
     if op is not None:
-        authz.check(_topic_name(request), op, role, m.get("sub", ""))
-        return
+        return authz.allows(_topic_name(request), op, role, m.get("sub", ""))
     if access is Access.AUTHENTICATED:
-        allowed = True
-    elif access is Access.TENANT_ADMIN:
-        allowed = authz.is_tenant_admin(m["tenant"], role)
-    elif access is Access.NAMESPACE_LOOKUP:
-        allowed = authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_LOOKUP)
-    elif access is Access.NAMESPACE_CONSUME:
-        allowed = authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_CONSUME)
+        return True
+    if access is Access.TENANT_ADMIN:
+        return authz.is_tenant_admin(m["tenant"], role)
+    if access is Access.NAMESPACE_LOOKUP:
+        return authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_LOOKUP)
+    if access is Access.NAMESPACE_CONSUME:
+        return authz.allows_namespace(f"{m['tenant']}/{m['ns']}", role, NAMESPACE_CONSUME)
+    return authz.is_super_user(role)
+
+
+def _refusal(rule: Rule, request: web.Request, broker_id: Callable[[], str]) -> Refused:
+    """What the Pulsar check guarding this route says when it refuses."""
+    m, check, method = request.match_info, rule.check, request.method
+    canonical = request.match_info.route.resource.canonical if request.match_info.route.resource else ""
+    if check in (Check.TOPIC_OPERATION, Check.TOPIC_POLICY):
+        resource = str(_topic_name(request).full)
+    elif check in (Check.NAMESPACE_OPERATION, Check.NAMESPACE_POLICY):
+        resource = f"{m['tenant']}/{m['ns']}"
+    elif check is Check.TENANT_OPERATION:
+        resource = m["tenant"]
+    elif check in (Check.CLUSTER, Check.CLUSTER_POLICY):
+        resource = m["cluster"]
+    elif check is Check.BROKER:
+        resource = m.get("broker") or broker_id()
     else:
-        allowed = authz.is_super_user(role)
-    if not allowed:
-        raise AuthorizationError(f"Role {role!r} is not authorized to {request.method} {request.path}: "
-                                 f"this needs {access.value}")
+        resource = ""
+    if check in (Check.NAMESPACE_POLICY, Check.TOPIC_POLICY, Check.CLUSTER_POLICY):
+        return Refused(check, rule.operation or policy_operation(method), resource, policy_name(canonical))
+    if rule.operation is None and check is Check.TOPIC_OPERATION:
+        return Refused(check, topic_operation(method, canonical), resource)
+    return Refused(check, rule.operation or "", resource)
 
 
 def _topic_name(request: web.Request) -> TopicName:

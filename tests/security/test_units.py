@@ -383,7 +383,7 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     for route in server.web.app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         access = access_for(route.method, canonical)
-        matched = any(route.method in m and p.fullmatch(canonical) for m, p, _ in ACCESS_RULES)
+        matched = any(route.method in r.methods and r.pattern.fullmatch(canonical) for r in ACCESS_RULES)
         assert matched, f"{route.method} {canonical} has no rule"
         if access is Access.SUPER_USER:
             assert any(canonical.startswith(prefix) for prefix in super_only) \

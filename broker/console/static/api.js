@@ -3,6 +3,11 @@
 // logged). Credentials live in this tab's sessionStorage only.
 const KEY = "pulsar-console-authorization";
 
+// What the broker answers, as Pulsar's AuthenticationFilter does, to missing or refused credentials.
+// Other 401s, and 403s, refuse an authenticated role (Pulsar answers 401 from its super-user, tenant and
+// topic-operation checks, 403 from its namespace and policy checks).
+const AUTHENTICATION_REQUIRED = "Authentication required";
+
 export class ApiError extends Error {
   constructor(status, reason, method, path) {
     super(`${status}: ${reason}`);
@@ -10,6 +15,8 @@ export class ApiError extends Error {
     this.reason = reason;
     this.method = method;
     this.path = path;
+    this.signIn = status === 401 && reason === AUTHENTICATION_REQUIRED; // (credentials needed)
+    this.notAllowed = status === 403 || (status === 401 && !this.signIn); // (this role may not)
   }
 }
 
@@ -36,7 +43,7 @@ export function basic(user, password) {
   return `Basic ${btoa(String.fromCharCode(...bytes))}`;
 }
 
-// Listeners told when the broker answers 401 (the console then asks for credentials).
+// Listeners told when the broker asks for credentials (the console then shows the sign-in dialog).
 const unauthorized = new Set();
 export function onUnauthorized(fn) { unauthorized.add(fn); }
 
@@ -60,7 +67,7 @@ export async function call(method, path, { body, raw = false, authorization } = 
       try { reason = JSON.parse(text).reason || text || reason; } catch { reason = text || reason; }
     } catch { /* keep the status text */ }
     const error = new ApiError(response.status, reason, method, path);
-    if (response.status === 401 && authorization === undefined) unauthorized.forEach((fn) => fn(error));
+    if (error.signIn && authorization === undefined) unauthorized.forEach((fn) => fn(error));
     throw error;
   }
   if (raw) return response;

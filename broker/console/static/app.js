@@ -28,7 +28,7 @@ function context() {
         if (!page.alive || running) return;
         running = true;
         try { await fn(); } catch (error) {
-          if (page.alive && error.status !== 401) showError(error); // (401: the sign-in dialog is up)
+          if (page.alive && !error.signIn) showError(error); // (the sign-in dialog is up)
         } finally { running = false; }
       };
       page.timers.push(setInterval(tick, ms));
@@ -56,7 +56,7 @@ async function route() {
     try {
       await page(view, m.slice(1).map((x) => (x === undefined ? x : decodeURIComponent(x))), ctx);
     } catch (error) {
-      if (error.status === 401 || !ctx.alive()) return; // (the sign-in dialog is up, or another page)
+      if (error.signIn || !ctx.alive()) return; // (the sign-in dialog is up, or another page)
       view.replaceChildren(h("h1", {}, "Error"),
         h("p", { class: "error", "data-testid": "page-error" }, error.status ? `${error.status} ${error.reason}` : String(error)));
     }
@@ -115,7 +115,7 @@ function setupLogin() {
       // Checked with a call any authenticated role may make.
       await get("/admin/v2/clusters", { authorization: credential });
     } catch (error) {
-      message.textContent = error.status === 401 ? `Not signed in: ${error.reason}` : `Sign-in check failed: ${error.status ?? ""} ${error.reason ?? error}`;
+      message.textContent = error.signIn ? `Not signed in: ${error.reason}` : `Sign-in check failed: ${error.status ?? ""} ${error.reason ?? error}`;
       message.hidden = false;
       return;
     }

@@ -22,7 +22,7 @@ export async function overviewPage(main, _params, ctx) {
   try {
     doc = await get("/admin/v2/broker-stats/overview");
   } catch (error) {
-    if (error.status === 401) throw error;
+    if (error.signIn) throw error;
     fill(main, h("h1", {}, "Overview"), denied(error),
       h("p", {}, "Go to ", h("a", { href: "#/topics" }, "topics"), " to see the namespaces this role may use."));
     return;

@@ -27,7 +27,7 @@ export async function listTenants() {
 export async function tenantsPage(main) {
   let tenants;
   try { tenants = await listTenants(); } catch (error) {
-    if (error.status === 401) throw error;
+    if (error.signIn) throw error;
     fill(main, h("h1", {}, "Tenants"), denied(error));
     return;
   }
@@ -49,7 +49,7 @@ export async function namespacesPage(main, [tenant], ctx) {
   let error = null;
   if (!tenants) {
     try { tenants = await listTenants(); } catch (e) {
-      if (e.status === 401) throw e;
+      if (e.signIn) throw e;
       error = e;
       tenants = [];
     }
@@ -65,7 +65,7 @@ export async function namespacesPage(main, [tenant], ctx) {
           h("button", { class: "small danger", onclick: () => deleteNamespace(ns, () => route(ctx)) }, "Delete")]);
       }
     } catch (e) {
-      if (e.status === 401) throw e;
+      if (e.signIn) throw e;
       problems.push(h("p", {}, `${t}: `, denied(e)));
     }
   }
@@ -104,7 +104,7 @@ export async function namespacePage(main, [tenant, local], ctx) {
   const base = `/admin/v2/namespaces/${enc(tenant)}/${enc(local)}`;
   let policies;
   try { policies = await get(base); } catch (error) {
-    if (error.status === 401) throw error;
+    if (error.signIn) throw error;
     fill(main, h("h1", {}, `Namespace ${ns}`), denied(error));
     return;
   }

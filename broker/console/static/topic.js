@@ -10,11 +10,11 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
   const name = `${domain}://${tenant}/${ns}/${local}`;
   const path = `/admin/v2/${domain}/${enc(tenant)}/${enc(ns)}/${enc(local)}`;
   const persistent = domain === "persistent";
-  const { partitions } = await get(`${path}/partitions`).catch((e) => { if (e.status === 401) throw e; return { partitions: 0 }; });
+  const { partitions } = await get(`${path}/partitions`).catch((e) => { if (e.signIn) throw e; return { partitions: 0 }; });
   const statsPath = partitions ? `${path}/partitioned-stats?perPartition=false` : `${path}/stats`;
   let stats;
   try { stats = await get(statsPath); } catch (error) {
-    if (error.status === 401) throw error;
+    if (error.signIn) throw error;
     fill(main, h("h1", {}, name), denied(error));
     return;
   }
@@ -161,7 +161,7 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
     if (partitions) { internal.replaceChildren(h("p", { class: "muted" }, "Open a partition for its ledgers and cursors.")); return; }
     let st;
     try { st = await get(`${path}/internalStats`); } catch (e) {
-      if (e.status === 401) throw e;
+      if (e.signIn) throw e;
       internal.replaceChildren(denied(e));
       return;
     }

@@ -26,7 +26,7 @@ async function allNamespaces() {
 export async function topicsPage(main, [tenant, local], ctx) {
   let namespaces = [];
   try { namespaces = await allNamespaces(); } catch (error) {
-    if (error.status === 401) throw error; // else: this role lists no tenants; type the namespace
+    if (error.signIn) throw error; // else: this role lists no tenants; type the namespace
   }
   const ns = tenant ? `${tenant}/${local}` : namespaces.includes("public/default") ? "public/default" : namespaces[0];
   const picker = namespaces.length
@@ -59,7 +59,7 @@ export async function topicsPage(main, [tenant, local], ctx) {
     const q = new URLSearchParams({ search: search.value, kind: kind.value, offset, limit: PAGE });
     let page;
     try { page = await get(`/admin/v2/namespaces/${enc(t)}/${enc(n)}/topicsPage?${q}`); } catch (error) {
-      if (error.status === 401) throw error;
+      if (error.signIn) throw error;
       list.replaceChildren(denied(error));
       pager.replaceChildren();
       return;

@@ -98,7 +98,7 @@ export function duration(seconds) {
 // A section whose data the role may not see: say so instead of failing.
 export function denied(error) {
   return h("div", { class: "denied", "data-testid": "denied" },
-    error.status === 403 ? `Not allowed for this role: ${error.reason}` : `Could not load: ${error.status ?? ""} ${error.reason ?? error}`);
+    error.notAllowed ? `Not allowed for this role: ${error.reason}` : `Could not load: ${error.status ?? ""} ${error.reason ?? error}`);
 }
 
 // Replace an element's children (null, false and undefined are left out; arrays are flattened).
