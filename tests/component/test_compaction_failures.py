@@ -1,0 +1,181 @@
+"""Compaction when things fail midway: a read of the topic or an append to the new view fails, the view's ledger
+cannot be opened when the topic loads, the topic is unloaded or deleted while a run is under way, two runs are
+asked for at once, a run while a read_compacted read of the previous view is under way.
+
+What must hold whatever fails (as Pulsar's compactor): the status reports ERROR with the error
+(GET .../compaction), the previous view stays intact and readable, and the run leaves no managed ledger nor task
+behind (Pulsar's compactor deletes the ledger of a failed run).
+
+The real broker in process, on file storage; entries are added to the topic's managed ledger directly."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from broker.embedded import Broker
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry
+from broker.service.broker_service import BrokerService
+from broker.service.compaction import COMPACTION_DOMAIN, CompactionStatus, messages_of
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+from managed_ledger import ManagedCursor, ManagedLedgerError, Position
+from tests.waiting import eventually
+
+
+def entry(key: str, value: bytes) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key=key)
+    return build_entry(md.SerializeToString(), value)
+
+
+async def publish(topic: PersistentTopic, *pairs: tuple[str, bytes]) -> None:
+    for key, value in pairs:
+        await topic.ledger.add_entry_async(entry(key, value))
+
+
+def service_of(b: Broker) -> BrokerService:
+    assert b.server is not None
+    return b.server.service
+
+
+async def load(b: Broker, name: TopicName) -> PersistentTopic:
+    return await service_of(b).get_persistent_topic(name, True)
+
+
+async def finished(topic: PersistentTopic) -> CompactionStatus:
+    await eventually(lambda: topic.compactor.status is not CompactionStatus.RUNNING, "the run to end")
+    return topic.compactor.status
+
+
+async def compact(topic: PersistentTopic) -> None:
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.SUCCESS, topic.compactor.last_error
+
+
+async def view_of(topic: PersistentTopic) -> list[tuple[str | None, bytes]]:
+    view = topic.compacted_view
+    assert view is not None
+    records, at_end = await view.read(Position(-1, -1), 10_000)
+    assert at_end
+    out = []
+    for r in records:
+        [m] = list(messages_of(r.entry.data))
+        out.append((m.key, r.entry.data[-2:]))
+    return out
+
+
+def view_ledgers(b: Broker, name: TopicName) -> list[str]:
+    """The managed ledgers of the topic's compacted views that exist now."""
+    prefix = f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-"
+    return [n for n in service_of(b).ledger_factory.list_names() if n.startswith(prefix)]
+
+
+def open_ledgers(b: Broker) -> set[str]:
+    return set(service_of(b).ledger_factory._open)  # type: ignore[attr-defined]
+
+
+def a_name(what: str) -> TopicName:
+    return TopicName.parse(f"persistent://public/default/{what}-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker() as b:
+        yield b
+
+
+async def a_compacted_topic(b: Broker, what: str) -> tuple[PersistentTopic, list[str]]:
+    """A topic compacted once (k0=v2, k1=v1), with more after the horizon (k0=v3); its view's ledger."""
+    topic = await load(b, a_name(what))
+    await publish(topic, ("k0", b"v0"), ("k1", b"v1"), ("k0", b"v2"))
+    await compact(topic)
+    await publish(topic, ("k0", b"v3"))
+    ledgers = view_ledgers(b, topic.name)
+    assert len(ledgers) == 1
+    return topic, ledgers
+
+
+class FailingCursor:
+    """A cursor whose reads fail from the ``fail_at``-th on."""
+
+    def __init__(self, cursor: ManagedCursor, fail_at: int) -> None:
+        self._cursor = cursor
+        self._left = fail_at
+
+    async def read_entries_async(self, *args: Any) -> Any:
+        self._left -= 1
+        if self._left <= 0:
+            raise ManagedLedgerError("injected: the bookie is gone")
+        return await self._cursor.read_entries_async(*args)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._cursor, attr)
+
+
+@pytest.mark.parametrize("fail_in", ["first pass", "second pass"])
+async def test_a_read_of_the_topic_that_fails_leaves_the_previous_view(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch, fail_in: str) -> None:
+    topic, ledgers = await a_compacted_topic(broker, "read-fails")
+    before = await view_of(topic)
+    opened = 0
+    real = topic.ledger.new_non_durable_cursor
+
+    def failing(start: Position, name: str) -> Any:
+        nonlocal opened
+        cursor = real(start, name)
+        if name != "__compaction-reader":
+            return cursor
+        opened += 1
+        return FailingCursor(cursor, 1) if (opened == 1) == (fail_in == "first pass") else cursor
+
+    monkeypatch.setattr(topic.ledger, "new_non_durable_cursor", failing)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.ERROR
+    assert "the bookie is gone" in topic.compactor.last_error
+    assert topic.compactor.record.last_failed_ms > 0
+    assert view_ledgers(broker, topic.name) == ledgers  # (the failed run's ledger deleted)
+    assert await view_of(topic) == before
+    monkeypatch.undo()
+    await compact(topic)
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+async def test_an_append_to_the_new_view_that_fails_leaves_the_previous_view(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic, ledgers = await a_compacted_topic(broker, "append-fails")
+    before = await view_of(topic)
+    factory = service_of(broker).ledger_factory
+    real_open = factory.open
+    appends = 0
+
+    async def opened(name: str, config: Any = None) -> Any:
+        ledger = await real_open(name, config)
+        if COMPACTION_DOMAIN in name:
+            real_add = ledger.add_entry
+
+            def add_entry(data: bytes, callback: Callable[[Any, BaseException | None], None]) -> None:
+                nonlocal appends
+                appends += 1
+                if appends == 2:
+                    callback(None, ManagedLedgerError("injected: the disk is full"))
+                else:
+                    real_add(data, callback)
+
+            monkeypatch.setattr(ledger, "add_entry", add_entry)
+        return ledger
+
+    monkeypatch.setattr(factory, "open", opened)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.ERROR
+    assert "the disk is full" in topic.compactor.last_error
+    assert view_ledgers(broker, topic.name) == ledgers
+    assert not [n for n in open_ledgers(broker) if COMPACTION_DOMAIN in n and n not in ledgers]
+    assert await view_of(topic) == before
+    monkeypatch.undo()
+    await compact(topic)
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+
