@@ -577,13 +577,17 @@ class BrokerService:
                 await ledger.close()
                 raise
             topic = PersistentTopic(self, name, ledger)
-            topic.compacted_view = await load_view(topic)
-            await topic.compactor.hold_for_first_run()
-            await topic.dedup.recover()
-            if topic.entry_stamper is not None:
-                await topic.entry_stamper.recover(ledger)
-            await topic.txn_buffer.recover()
-            await topic.start_replication()
+            try:
+                topic.compacted_view = await load_view(topic)
+                await topic.compactor.hold_for_first_run()
+                await topic.dedup.recover()
+                if topic.entry_stamper is not None:
+                    await topic.entry_stamper.recover(ledger)
+                await topic.txn_buffer.recover()
+                await topic.start_replication()
+            except BaseException:  # (its managed ledger and view stayed open, each load leaking more)
+                await topic.abandon_load()
+                raise
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
                 topic.terminated_at = Position(*terminated)

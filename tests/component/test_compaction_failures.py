@@ -17,12 +17,16 @@ from typing import Any
 import pytest
 
 from broker.embedded import Broker
+from broker.errors import PersistenceError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
+from broker.service import compaction
 from broker.service.broker_service import BrokerService
 from broker.service.compaction import COMPACTION_DOMAIN, CompactionStatus, messages_of
+from broker.service.deduplication import Deduplication
 from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
+from broker.transactions.buffer import TransactionBuffer
 from managed_ledger import ManagedCursor, ManagedLedgerError, Position
 from tests.waiting import eventually
 
@@ -179,3 +183,53 @@ async def test_an_append_to_the_new_view_that_fails_leaves_the_previous_view(
     await compact(topic)
     assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
 
+
+async def test_a_view_that_cannot_be_opened_fails_the_load_and_leaves_nothing_open(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = a_name("view-unopenable")
+    async with Broker(data_dir=tmp_path) as b:
+        topic = await load(b, name)
+        await publish(topic, ("k0", b"v0"), ("k1", b"v1"), ("k0", b"v2"))
+        await compact(topic)
+        [ledger] = view_ledgers(b, name)
+    async with Broker(data_dir=tmp_path) as b:
+        factory = service_of(b).ledger_factory
+        real_open = factory.open
+
+        async def failing(n: str, config: Any = None) -> Any:
+            if n == ledger:
+                raise ManagedLedgerError("injected: no bookie has it")
+            return await real_open(n, config)
+
+        monkeypatch.setattr(factory, "open", failing)
+        with pytest.raises(PersistenceError, match="no bookie has it"):
+            await load(b, name)
+        assert name.full not in service_of(b).topics
+        assert open_ledgers(b) & {name.persistence_path, ledger} == set()
+        monkeypatch.undo()
+        topic = await load(b, name)  # (again once storage is back, with its view)
+        assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v2")]
+
+
+@pytest.mark.parametrize("step", ["hold_for_first_run", "dedup", "txn_buffer"])
+async def test_a_load_that_fails_after_the_view_opened_closes_it(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    name = a_name("load-fails")
+    async with Broker(data_dir=tmp_path) as b:
+        topic = await load(b, name)
+        await publish(topic, ("k0", b"v0"))
+        await compact(topic)
+        [ledger] = view_ledgers(b, name)
+    async with Broker(data_dir=tmp_path) as b:
+        async def failing(self: Any) -> None:
+            raise ManagedLedgerError("injected: recovery failed")
+
+        target = {"hold_for_first_run": (compaction.Compactor, "hold_for_first_run"),
+                  "dedup": (Deduplication, "recover"), "txn_buffer": (TransactionBuffer, "recover")}[step]
+        monkeypatch.setattr(*target, failing)
+        with pytest.raises(ManagedLedgerError, match="recovery failed"):
+            await load(b, name)
+        assert open_ledgers(b) & {name.persistence_path, ledger} == set()
+        monkeypatch.undo()
+        topic = await load(b, name)
+        assert await view_of(topic) == [("k0", b"v0")]
