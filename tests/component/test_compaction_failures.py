@@ -10,6 +10,7 @@ The real broker in process, on file storage; entries are added to the topic's ma
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -233,3 +234,90 @@ async def test_a_load_that_fails_after_the_view_opened_closes_it(
         monkeypatch.undo()
         topic = await load(b, name)
         assert await view_of(topic) == [("k0", b"v0")]
+
+class Gate:
+    """Holds a coroutine at a point until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def hold(self) -> None:
+        self.reached.set()
+        await self.released.wait()
+
+    async def reach(self) -> None:
+        await asyncio.wait_for(self.reached.wait(), 10)
+
+
+def hold_appends(monkeypatch: pytest.MonkeyPatch, gate: Gate) -> list[asyncio.Future[Any]]:
+    """The runs' second pass stops at its first append (its new ledger open)."""
+    real = compaction._Appender.append
+
+    async def held(self: Any, data: bytes) -> None:
+        await gate.hold()
+        await real(self, data)
+
+    monkeypatch.setattr(compaction._Appender, "append", held)
+    return []
+
+
+async def test_a_run_asked_for_on_a_closed_topic_does_not_start(broker: Broker) -> None:
+    # (an admin call or the threshold check that found the topic before its unload: Pulsar's triggerCompaction
+    # skips a topic that is closing or deleting)
+    topic, ledgers = await a_compacted_topic(broker, "closed")
+    assert await service_of(broker).unload_topic(topic.name)
+    done = topic.compactor._task
+    assert topic.compactor.trigger()
+    assert topic.compactor._task is done and topic.compactor.status is CompactionStatus.SUCCESS
+    assert view_ledgers(broker, topic.name) == ledgers
+
+
+async def test_two_runs_asked_for_at_once_make_one(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the admin's PUT and the threshold check: the second is refused, 409 on the admin API)
+    topic, _ = await a_compacted_topic(broker, "twice")
+    gate = Gate()
+    hold_appends(monkeypatch, gate)
+    assert topic.compactor.trigger()
+    await gate.reach()
+    assert not topic.compactor.trigger()
+    assert topic.compactor.status is CompactionStatus.RUNNING
+    gate.released.set()
+    assert await finished(topic) is CompactionStatus.SUCCESS
+    assert topic.compactor.record.runs == 2 and len(view_ledgers(broker, topic.name)) == 1
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+async def test_a_run_waits_for_the_reads_of_the_previous_view_under_way(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read_compacted consumer's read of the view in flight when a run replaces the view: it completes with
+    # the previous view's records (its ledger is closed and deleted after it), the next read goes to the new one.
+    topic, [old_ledger] = await a_compacted_topic(broker, "read-during-run")
+    old = topic.compacted_view
+    assert old is not None
+    gate = Gate()
+    real_cursor = old.ledger.new_non_durable_cursor
+
+    class HeldCursor(FailingCursor):
+        async def read_entries_async(self, *args: Any) -> Any:
+            await gate.hold()
+            return await self._cursor.read_entries_async(*args)
+
+    def cursor(start: Position, name: str) -> Any:
+        c = real_cursor(start, name)
+        return HeldCursor(c, 0) if name == "__compacted-view" else c
+
+    monkeypatch.setattr(old.ledger, "new_non_durable_cursor", cursor)
+    got: list[tuple[list[Any], bool, BaseException | None]] = []
+    old.read_entries(Position(-1, -1), 100, None, lambda records, at_end, exc: got.append((records, at_end, exc)))
+    await gate.reach()
+    assert topic.compactor.trigger()
+    await eventually(lambda: topic.compacted_view is not old, "the run to switch the view")
+    assert old_ledger in view_ledgers(broker, topic.name) and not got
+    gate.released.set()
+    assert await finished(topic) is CompactionStatus.SUCCESS
+    [(records, at_end, exc)] = got
+    assert exc is None and at_end and [r.entry.data[-2:] for r in records] == [b"v1", b"v2"]
+    assert old_ledger not in view_ledgers(broker, topic.name)
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+
