@@ -502,11 +502,14 @@ class Compactor:
             # holds is not this run's; appended to, it would bring back the values it had kept.
             log.warning("compaction of %s: deleting %s, left by a run that did not finish", topic.name, name)
             await factory.delete(name)
-        ledger = await factory.open(name, view_ledger_config(service.ledger_config))
+        # (opened in a task of its own: a run cancelled while the ledger is being made learns when it is made,
+        # and deletes it; the factory's open goes on without its caller)
+        opening = asyncio.ensure_future(factory.open(name, view_ledger_config(service.ledger_config)))
         record, started = self.record, time.monotonic()
-        appender = _Appender(ledger, record)
         last: CompactedEntry | None = None
         try:
+            ledger = await asyncio.shield(opening)
+            appender = _Appender(ledger, record)
             async with aclosing(inputs.parsed(warn=True)) as second:
                 async for e, ack_set, msgs in second:
                     c = survivor(e, ack_set, msgs, latest, retain_null_key)
@@ -521,7 +524,7 @@ class Compactor:
                                                   generation)
         except BaseException:
             # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
-            await asyncio.shield(_delete_quietly(factory, name))
+            await asyncio.shield(_discard(factory, name, opening))
             raise
         elapsed = max(time.monotonic() - started, 1e-9)
         record.read_bytes += inputs.size
@@ -544,6 +547,15 @@ class Compactor:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def _discard(factory: ManagedLedgerFactory, name: str, opening: asyncio.Future[ManagedLedger]) -> None:
+    """Delete the ledger of a failed run, once its open has ended (what an open under way makes would stay)."""
+    await asyncio.wait([opening])
+    if not opening.cancelled():
+        opening.exception()  # (retrieved: the run raised it, or was cancelled before it came)
+    if factory.exists(name):
+        await _delete_quietly(factory, name)
 
 
 async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:

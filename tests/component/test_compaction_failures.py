@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -320,4 +320,78 @@ async def test_a_run_waits_for_the_reads_of_the_previous_view_under_way(
     assert exc is None and at_end and [r.entry.data[-2:] for r in records] == [b"v1", b"v2"]
     assert old_ledger not in view_ledgers(broker, topic.name)
     assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+def hold_open(monkeypatch: pytest.MonkeyPatch, factory: Any, gate: Gate) -> list[asyncio.Future[Any]]:
+    """The runs' open of their new ledger is held until the gate opens, the open itself under way meanwhile (as the
+    file factory's open goes on in a task of its own when its caller is cancelled). Returns the opens."""
+    real_open = factory.open
+    opens: list[asyncio.Future[Any]] = []
+
+    async def held(n: str, config: Any = None) -> Any:
+        if COMPACTION_DOMAIN not in n:
+            return await real_open(n, config)
+        opening = asyncio.ensure_future(real_open(n, config))
+        opens.append(opening)
+        await gate.hold()
+        return await opening
+
+    monkeypatch.setattr(factory, "open", held)
+    return opens
+
+
+async def close_during_run(monkeypatch: pytest.MonkeyPatch, gate: Gate, work: Awaitable[Any]) -> Any:
+    """``work`` (an unload or delete) while the run is held at ``gate``, which opens once the topic's close has
+    come to the run (an open held meanwhile completes after the run was told to stop)."""
+    closing = asyncio.Event()
+    real_close = compaction.Compactor.close
+
+    async def close(self: compaction.Compactor) -> None:
+        closing.set()
+        await real_close(self)
+
+    monkeypatch.setattr(compaction.Compactor, "close", close)
+    working = asyncio.ensure_future(work)
+    await asyncio.wait_for(closing.wait(), 10)
+    gate.released.set()
+    return await asyncio.wait_for(working, 10)
+
+
+@pytest.mark.parametrize("held_at", ["open", "append"])
+async def test_a_topic_unloaded_during_a_run_keeps_its_previous_view(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch, held_at: str) -> None:
+    topic, ledgers = await a_compacted_topic(broker, "unloaded-midway")
+    before = await view_of(topic)
+    gate = Gate()
+    opens = hold_appends(monkeypatch, gate) if held_at == "append" else hold_open(
+        monkeypatch, service_of(broker).ledger_factory, gate)
+    assert topic.compactor.trigger()
+    await gate.reach()
+    assert await close_during_run(monkeypatch, gate, service_of(broker).unload_topic(topic.name))
+    assert all(o.done() for o in opens)
+    assert topic.compactor._task is not None and topic.compactor._task.done()
+    assert view_ledgers(broker, topic.name) == ledgers, "the run's ledger left behind"
+    assert not [n for n in open_ledgers(broker) if COMPACTION_DOMAIN in n]
+    monkeypatch.undo()
+    again = await load(broker, topic.name)
+    assert await view_of(again) == before
+    await compact(again)
+    assert await view_of(again) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+@pytest.mark.parametrize("held_at", ["open", "append"])
+async def test_a_topic_deleted_during_a_run_leaves_no_view_ledger(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch, held_at: str) -> None:
+    topic, _ = await a_compacted_topic(broker, "deleted-midway")
+    gate = Gate()
+    opens = hold_appends(monkeypatch, gate) if held_at == "append" else hold_open(
+        monkeypatch, service_of(broker).ledger_factory, gate)
+    assert topic.compactor.trigger()
+    await gate.reach()
+    await close_during_run(monkeypatch, gate, service_of(broker).delete_topic(topic.name))
+    assert all(o.done() for o in opens)
+    assert topic.compactor._task is not None and topic.compactor._task.done()
+    assert view_ledgers(broker, topic.name) == []
+    assert not [n for n in open_ledgers(broker) if COMPACTION_DOMAIN in n]
+    assert topic.full_name not in service_of(broker).metadata.compactions
 
