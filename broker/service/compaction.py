@@ -430,6 +430,7 @@ class Compactor:
         self.last_error = ""
         self.record = CompactionRecord()
         self._task: asyncio.Task[None] | None = None
+        self._switching = False  # (the run under way writes the record of its new view: see compact)
 
     async def hold_for_first_run(self) -> None:
         """At load, for a topic with a compaction threshold: the __compaction cursor, so what is published
@@ -517,36 +518,59 @@ class Compactor:
                         last = c
                         await appender.append(encode_record(c))
             await appender.drain()
-            # (the ledger just written stays open: the view is read from it)
-            view = CompactedView(horizon, ledger, appender.entries,
-                                 (last.entry.position, last.last_index) if last is not None else None)
-            await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
-                                                  generation)
         except BaseException:
             # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
             await asyncio.shield(_discard(factory, name, opening))
             raise
-        elapsed = max(time.monotonic() - started, 1e-9)
-        record.read_bytes += inputs.size
-        record.write_bytes += appender.size
-        record.last_read_bytes_per_s = inputs.size / elapsed
-        record.last_write_bytes_per_s = appender.size / elapsed
-        record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
-        topic.compacted_view = view
-        if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
-            cursor.mark_delete(horizon)  # (the view holds what came before)
-        if old is not None and old.ledger_name != name:
-            await old.close(finish_reads=True)
-            await service.ledger_factory.delete(old.ledger_name)
+        # (the ledger just written stays open: the view is read from it)
+        view = CompactedView(horizon, ledger, appender.entries,
+                             (last.entry.position, last.last_index) if last is not None else None)
+        # From the metadata write on, the run goes to its end: a close waits for it rather than cancel it (the
+        # record may be written even so, naming a ledger the cancelled run would delete: the topic would load
+        # without a view). A write that failed but whose record names the new view (its answer lost) switched
+        # all the same; otherwise the ledger stays, closed, for the store may have it written even so: if it
+        # does not, the next run deletes it before it writes (see above).
+        self._switching = True
+        try:
+            try:
+                await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
+                                                      generation)
+            except BaseException as exc:
+                if not isinstance(exc, Exception) or self._recorded(topic) != name:
+                    await ledger.close()
+                    raise
+                log.warning("compaction of %s: its new view is recorded despite %r", topic.name, exc)
+            elapsed = max(time.monotonic() - started, 1e-9)
+            record.read_bytes += inputs.size
+            record.write_bytes += appender.size
+            record.last_read_bytes_per_s = inputs.size / elapsed
+            record.last_write_bytes_per_s = appender.size / elapsed
+            record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
+            topic.compacted_view = view
+            if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
+                cursor.mark_delete(horizon)  # (the view holds what came before)
+            if old is not None and old.ledger_name != name:
+                await _retire(factory, old)
+        finally:
+            self._switching = False
         log.info("compacted %s up to %s: %d of %d entries kept (%d keys)", topic.name, horizon, appender.entries,
                  inputs.entries, len(latest))
         return view
 
+    @staticmethod
+    def _recorded(topic: PersistentTopic) -> str | None:
+        """The ledger the metadata records for the topic's view."""
+        record = topic.service.metadata.compactions.get(topic.full_name)
+        return record.get("ledger") if record else None
+
     async def close(self) -> None:
-        """Stop a run in progress (its ledger is deleted; the view stays the last one)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop a run in progress (its ledger is deleted; the view stays the last one); one that is switching
+        the topic to its new view goes to its end first."""
+        task = self._task
+        if task is not None and not task.done():
+            if not self._switching:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def _discard(factory: ManagedLedgerFactory, name: str, opening: asyncio.Future[ManagedLedger]) -> None:
@@ -558,11 +582,21 @@ async def _discard(factory: ManagedLedgerFactory, name: str, opening: asyncio.Fu
         await _delete_quietly(factory, name)
 
 
+async def _retire(factory: ManagedLedgerFactory, old: CompactedView) -> None:
+    """The view a run replaced: closed once its reads under way are served, and deleted. The run has succeeded
+    by then (the record names the new view), whatever happens here."""
+    try:
+        await old.close(finish_reads=True)
+    except Exception:
+        log.warning("could not close %s, a replaced compacted view", old.ledger_name, exc_info=True)
+    await _delete_quietly(factory, old.ledger_name)
+
+
 async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
     try:
         await factory.delete(name)
-    except Exception:  # (the next run deletes it before writing)
-        log.warning("could not delete %s, the ledger of a failed compaction", name, exc_info=True)
+    except Exception:  # (a run's own: the next run deletes it before writing; a replaced view: the topic's delete)
+        log.warning("could not delete %s, the ledger of a compacted view no longer used", name, exc_info=True)
 
 
 def compacted_ledger_name(name: TopicName, generation: int) -> str:

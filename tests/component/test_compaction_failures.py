@@ -29,6 +29,7 @@ from broker.service.topic import PersistentTopic
 from broker.topic_name import TopicName
 from broker.transactions.buffer import TransactionBuffer
 from managed_ledger import ManagedCursor, ManagedLedgerError, Position
+from metadata_store import MetadataStoreError
 from tests.waiting import eventually
 
 
@@ -394,4 +395,76 @@ async def test_a_topic_deleted_during_a_run_leaves_no_view_ledger(
     assert view_ledgers(broker, topic.name) == []
     assert not [n for n in open_ledgers(broker) if COMPACTION_DOMAIN in n]
     assert topic.full_name not in service_of(broker).metadata.compactions
+
+
+async def test_a_topic_unloaded_while_its_run_switches_the_view_loads_the_new_view(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The unload came while the run was writing the metadata record that names its new view: the record was
+    # written, but the run, cancelled, deleted the ledger it names; loaded again, the topic had no view at all.
+    topic, [old_ledger] = await a_compacted_topic(broker, "unloaded-switching")
+    metadata = service_of(broker).metadata
+    gate = Gate()
+    real_set = metadata.set_compaction
+
+    async def set_compaction(*args: Any) -> None:
+        await real_set(*args)
+        await gate.hold()  # (written; its answer not back yet)
+
+    monkeypatch.setattr(metadata, "set_compaction", set_compaction)
+    assert topic.compactor.trigger()
+    await gate.reach()
+    assert await close_during_run(monkeypatch, gate, service_of(broker).unload_topic(topic.name))
+    monkeypatch.undo()
+    [ledger] = view_ledgers(broker, topic.name)
+    assert ledger != old_ledger and metadata.compactions[topic.full_name]["ledger"] == ledger
+    again = await load(broker, topic.name)
+    assert await view_of(again) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+async def test_a_record_written_whose_answer_was_lost_switches_the_view(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The metadata write of the new view's record failed after the store had it (a lost answer): the run deleted
+    # the ledger the record names, and the topic loaded again without a view.
+    topic, [old_ledger] = await a_compacted_topic(broker, "answer-lost")
+    metadata = service_of(broker).metadata
+    real_set = metadata.set_compaction
+
+    async def set_compaction(*args: Any) -> None:
+        await real_set(*args)
+        raise MetadataStoreError("injected: connection lost before the answer")
+
+    monkeypatch.setattr(metadata, "set_compaction", set_compaction)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.SUCCESS
+    monkeypatch.undo()
+    [ledger] = view_ledgers(broker, topic.name)
+    assert ledger != old_ledger and metadata.compactions[topic.full_name]["ledger"] == ledger
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
+    assert await service_of(broker).unload_topic(topic.name)
+    again = await load(broker, topic.name)
+    assert await view_of(again) == [("k1", b"v1"), ("k0", b"v3")]
+
+
+async def test_a_record_not_written_leaves_the_previous_view(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic, [old_ledger] = await a_compacted_topic(broker, "not-recorded")
+    before = await view_of(topic)
+    metadata = service_of(broker).metadata
+
+    async def set_compaction(*args: Any) -> None:
+        raise MetadataStoreError("injected: the store is down")
+
+    monkeypatch.setattr(metadata, "set_compaction", set_compaction)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.ERROR
+    assert "the store is down" in topic.compactor.last_error
+    monkeypatch.undo()
+    assert metadata.compactions[topic.full_name]["ledger"] == old_ledger
+    assert not [n for n in open_ledgers(broker) if COMPACTION_DOMAIN in n and n != old_ledger]
+    assert await view_of(topic) == before
+    assert await service_of(broker).unload_topic(topic.name)
+    again = await load(broker, topic.name)
+    assert await view_of(again) == before
+    await compact(again)  # (deletes the failed run's ledger, under the name it takes)
+    assert await view_of(again) == [("k1", b"v1"), ("k0", b"v3")]
+    assert view_ledgers(broker, topic.name) == [metadata.compactions[topic.full_name]["ledger"]]
 
