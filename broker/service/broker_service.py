@@ -39,6 +39,7 @@ from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compacted_view import load_view
+from broker.service.compaction import compacted_ledger_names
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
@@ -750,8 +751,9 @@ class BrokerService:
             self.expiry_stats.forget(name.full)
             # (A partition has no policies of its own: its partitioned topic's stay.)
             compaction = await self.metadata.forget_topic(name.full)
-            if compaction is not None and self.ledger_factory.exists(compaction["ledger"]):
-                await self.ledger_factory.delete(compaction["ledger"])
+            for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
+                if self.ledger_factory.exists(view):
+                    await self.ledger_factory.delete(view)
 
         await self._while_unloading(name, delete)
 

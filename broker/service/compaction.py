@@ -33,10 +33,10 @@ import enum
 import logging
 import struct
 import time
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -602,3 +602,13 @@ async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
 def compacted_ledger_name(name: TopicName, generation: int) -> str:
     """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
     return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
+
+
+def compacted_ledger_names(name: TopicName, record: Mapping[str, Any] | None) -> list[str]:
+    """The managed ledgers a topic's compacted views may occupy, given its metadata record (for the topic's
+    delete): the recorded one, the next generation (left by a run that failed or was killed before it
+    recorded its view: the next run would have deleted it) and the previous one (a replaced view the run
+    could not delete)."""
+    generation = record.get("generation", 0) if record else 0
+    names = [compacted_ledger_name(name, g) for g in (generation - 1, generation + 1) if g > 0]
+    return [record["ledger"], *names] if record else names

@@ -236,6 +236,7 @@ async def test_a_load_that_fails_after_the_view_opened_closes_it(
         topic = await load(b, name)
         assert await view_of(topic) == [("k0", b"v0")]
 
+
 class Gate:
     """Holds a coroutine at a point until the test lets it go."""
 
@@ -468,3 +469,29 @@ async def test_a_record_not_written_leaves_the_previous_view(broker: Broker, mon
     assert await view_of(again) == [("k1", b"v1"), ("k0", b"v3")]
     assert view_ledgers(broker, topic.name) == [metadata.compactions[topic.full_name]["ledger"]]
 
+
+async def test_a_deleted_topic_takes_the_ledger_a_failed_run_left(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic, _ = await a_compacted_topic(broker, "delete-leftover")
+
+    async def set_compaction(*args: Any) -> None:
+        raise MetadataStoreError("injected: the store is down")
+
+    monkeypatch.setattr(service_of(broker).metadata, "set_compaction", set_compaction)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.ERROR
+    monkeypatch.undo()
+    assert len(view_ledgers(broker, topic.name)) == 2  # (the view, and what the run left)
+    await service_of(broker).delete_topic(topic.name)
+    assert view_ledgers(broker, topic.name) == []
+
+
+async def test_a_deleted_topic_never_compacted_takes_the_ledger_a_killed_run_left(broker: Broker) -> None:
+    # (a run killed before its record: no record names the ledger, of generation 1)
+    topic = await load(broker, a_name("delete-killed"))
+    await publish(topic, ("k0", b"v0"))
+    factory = service_of(broker).ledger_factory
+    await (await factory.open(compaction.compacted_ledger_name(topic.name, 1))).close()
+    assert len(view_ledgers(broker, topic.name)) == 1
+    await service_of(broker).delete_topic(topic.name)
+    assert view_ledgers(broker, topic.name) == []
