@@ -469,7 +469,8 @@ class Compactor:
         except Exception as exc:
             log.exception("compaction of %s failed", self.topic.name)
             self.status = CompactionStatus.ERROR
-            self.last_error = str(exc)
+            # (Pulsar's lastError is its exception's "class: message"; never empty, whatever the message)
+            self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.record.run_ended(succeeded=False)
 
     async def compact(self) -> CompactedView:

@@ -15,8 +15,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
+from broker.admin.stats import compaction_stats
 from broker.embedded import Broker
 from broker.errors import PersistenceError
 from broker.protocol import pulsar_api_pb2 as pb
@@ -120,6 +122,25 @@ class FailingCursor:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._cursor, attr)
+
+
+async def test_the_status_of_a_failed_run_names_its_error(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GET .../compaction after a run failed on an error without a message: ERROR, and a lastError that says
+    # what failed (it was empty)
+    topic, _ = await a_compacted_topic(broker, "status")
+
+    async def set_compaction(*args: Any) -> None:
+        raise TimeoutError()
+
+    monkeypatch.setattr(service_of(broker).metadata, "set_compaction", set_compaction)
+    assert topic.compactor.trigger()
+    assert await finished(topic) is CompactionStatus.ERROR
+    url = f"{broker.web_url}/admin/v2/{topic.full_name.replace('://', '/')}/compaction"
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        assert r.status == 200
+        assert await r.json() == {"status": "ERROR", "lastError": "TimeoutError"}
+    stats = compaction_stats(topic.compactor.record)
+    assert stats["lastCompactionFailedTimestamp"] >= stats["lastCompactionSucceedTimestamp"] > 0
 
 
 @pytest.mark.parametrize("fail_in", ["first pass", "second pass"])
