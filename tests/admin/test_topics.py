@@ -287,6 +287,16 @@ def test_stats_show_the_last_compaction(admin: Admin, client: pulsar.Client) -> 
     assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
     compact()  # nothing new: the view is read again, nothing removed
     assert admin.stats(topic)["compaction"]["lastCompactionRemovedEventCount"] == 0
+    # Gone with the topic's unload, as in Pulsar 4.0.7: BrokerService.removeTopicFromCache, on every unload and
+    # delete, removes the topic's CompactionRecord (CompactorMXBean.removeTopic), and the status is the topic
+    # object's (PersistentTopic.currentCompaction), NOT_RUN once loaded again. The view itself stays.
+    admin.ok("PUT", f"{base}/unload")
+    assert admin.stats(topic)["compaction"] == {"lastCompactionRemovedEventCount": 0,
+                                                "lastCompactionSucceedTimestamp": 0,
+                                                "lastCompactionFailedTimestamp": 0,
+                                                "lastCompactionDurationTimeInMills": 0}
+    assert admin.ok("GET", f"{base}/compaction") == {"status": "NOT_RUN", "lastError": ""}
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
 
 def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
