@@ -127,8 +127,13 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
     for i in range(md.num_messages_in_batch):
         try:
             (size,) = _U32.unpack_from(data, pos)
+            if pos + 4 + size > len(data):
+                raise DecodeError(f"its metadata ({size} bytes) goes past the batch's end")
             single = pb.SingleMessageMetadata()
             single.ParseFromString(data[pos + 4:pos + 4 + size])
+            # (a negative size read the same message again, once per message the batch claims: up to 2^31)
+            if not 0 <= single.payload_size <= len(data) - pos - 4 - size:
+                raise DecodeError(f"its payload size {single.payload_size} does not fit the batch")
         except (struct.error, DecodeError) as exc:
             raise UnreadableBatchError(f"message {i} of {md.num_messages_in_batch}: {exc}") from exc
         pos += 4 + size + single.payload_size
