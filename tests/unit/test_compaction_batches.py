@@ -107,3 +107,12 @@ def test_a_batch_whose_messages_do_not_fit_it_is_unreadable(lie: str) -> None:
     with pytest.raises(UnreadableBatchError):
         list(messages_of(raw_batch(count, plain).data))
     assert survivors([raw_batch(count, plain)]) == [(0, None, count, count - 1)]  # (kept whole)
+
+
+def test_a_batch_announcing_a_size_beyond_the_codecs_reach_is_unreadable() -> None:
+    # uncompressed_size is a uint32; LZ4 raised OverflowError past 2^31 - 1, which failed every run of the topic.
+    plain = single("k", b"v")
+    entry = raw_batch(1, plain, compression=pb.LZ4, body=lz4.block.compress(plain, store_size=False),
+                      uncompressed_size=2**32 - 1)
+    with pytest.raises(UnreadableBatchError):
+        list(messages_of(entry.data))
