@@ -66,6 +66,10 @@ READ_CHUNK = 500  # entries per read while compacting
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 # Appends to a new compacted ledger in flight at once (Pulsar's AbstractTwoPhaseCompactor.MAX_OUTSTANDING).
 MAX_OUTSTANDING_WRITES = 500
+# The most a batch is uncompressed to for its keys (the admin API's peek inflates as much): a client's batch is
+# far smaller (the Java client's batchingMaxBytes is 128 KiB), and a few KB of ZSTD can announce, and hold, 2 GiB,
+# which every run would make twice (once per pass). A batch announcing more is kept whole, its keys unknown.
+MAX_BATCH_INFLATE = 64 * 1024 * 1024
 # Messages a run parses before it gives the event loop back: about 5 ms of work (4-5 us a message, either
 # pass), so that the loop goes on serving every connection of the broker while a long run parses.
 PARSE_SLICE = 1000
@@ -119,6 +123,8 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
         size = md.uncompressed_size if md.HasField("uncompressed_size") else len(payload)
         yield _message(md.partition_key if md.HasField("partition_key") else None, md.null_value, size)
         return
+    if md.compression != pb.NONE and md.uncompressed_size > MAX_BATCH_INFLATE:
+        raise UnreadableBatchError(f"it announces {md.uncompressed_size} bytes uncompressed, past {MAX_BATCH_INFLATE}")
     try:
         data = decompress(md.compression, payload, md.uncompressed_size)
     except DecompressionError as exc:

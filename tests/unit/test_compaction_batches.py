@@ -7,12 +7,13 @@ import struct
 
 import lz4.block
 import pytest
+import zstandard
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as pb_markers
 from broker.protocol.entry import build_entry
 from broker.service.compacted_view import CompactedEntry, decode_record, encode_record
-from broker.service.compaction import UnreadableBatchError, messages_of, select_survivors
+from broker.service.compaction import MAX_BATCH_INFLATE, UnreadableBatchError, messages_of, select_survivors
 from managed_ledger import Entry, Position
 
 
@@ -115,4 +116,14 @@ def test_a_batch_announcing_a_size_beyond_the_codecs_reach_is_unreadable() -> No
     entry = raw_batch(1, plain, compression=pb.LZ4, body=lz4.block.compress(plain, store_size=False),
                       uncompressed_size=2**32 - 1)
     with pytest.raises(UnreadableBatchError):
+        list(messages_of(entry.data))
+
+
+def test_a_batch_announcing_more_than_a_compaction_inflates_is_kept_whole_unread() -> None:
+    # A few KB of ZSTD holding one message of 64 MiB + 1 of zeros: every run inflated it, twice (2 GiB would do
+    # as well); it is unreadable now, kept whole.
+    plain = single("k", bytes(MAX_BATCH_INFLATE + 1))
+    entry = raw_batch(1, plain, compression=pb.ZSTD, body=zstandard.ZstdCompressor().compress(plain))
+    assert len(entry.data) < 64 * 1024
+    with pytest.raises(UnreadableBatchError, match="announces"):
         list(messages_of(entry.data))
