@@ -587,7 +587,10 @@ class BrokerService:
                 await topic.txn_buffer.recover()
                 await topic.start_replication()
             except BaseException:  # (its managed ledger and view stayed open, each load leaking more)
-                await topic.abandon_load()
+                try:
+                    await topic.abandon_load()
+                except Exception:  # (the load's own error is the one to report)
+                    log.warning("could not close what the failed load of %s opened", name, exc_info=True)
                 raise
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:

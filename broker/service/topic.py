@@ -404,6 +404,8 @@ class PersistentTopic(AbstractTopic):
         await asyncio.gather(*(r.close() for r in self.replicators.values()), return_exceptions=True)
         if self.replicated_subscriptions is not None:
             self.replicated_subscriptions.close()
-        if self.compacted_view is not None:
-            await self.compacted_view.close()
-        await self.ledger.close()
+        try:
+            if self.compacted_view is not None:
+                await self.compacted_view.close()
+        finally:
+            await self.ledger.close()

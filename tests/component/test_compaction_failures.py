@@ -25,6 +25,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
 from broker.service import compaction
 from broker.service.broker_service import BrokerService
+from broker.service.compacted_view import CompactedView
 from broker.service.compaction import COMPACTION_DOMAIN, CompactionStatus, messages_of
 from broker.service.deduplication import Deduplication
 from broker.service.topic import PersistentTopic
@@ -253,6 +254,14 @@ async def test_a_load_that_fails_after_the_view_opened_closes_it(
         with pytest.raises(ManagedLedgerError, match="recovery failed"):
             await load(b, name)
         assert open_ledgers(b) & {name.persistence_path, ledger} == set()
+        if step == "dedup":  # (a close that fails too: the load's own error is the one reported)
+            async def close_fails(self: Any, finish_reads: bool = False) -> None:
+                raise ManagedLedgerError("injected: close failed")
+
+            monkeypatch.setattr(CompactedView, "close", close_fails)
+            with pytest.raises(ManagedLedgerError, match="recovery failed"):
+                await load(b, name)
+            assert name.persistence_path not in open_ledgers(b)
         monkeypatch.undo()
         topic = await load(b, name)
         assert await view_of(topic) == [("k0", b"v0")]
