@@ -61,7 +61,7 @@ def _lz4_decompress(data: bytes, size: int) -> bytes:
 
     try:
         return bytes(lz4.block.decompress(data, uncompressed_size=size))
-    except lz4.block.LZ4BlockError as exc:
+    except (lz4.block.LZ4BlockError, OverflowError) as exc:  # (OverflowError: a size past 2^31 - 1)
         raise DecompressionError(f"LZ4: {exc}") from exc
 
 

@@ -651,7 +651,7 @@ class TopicsResource:
         if not name.persistent:
             raise HttpError(405, "Compaction is only for persistent topics")
         started = [t.compactor.trigger() for t in await self.stored_targets(name)]
-        if not any(started):
+        if started and not any(started):  # (a partitioned topic none of whose partitions was used: nothing to do)
             raise HttpError(409, "Compaction already in progress")
         return web.Response(status=204)
 

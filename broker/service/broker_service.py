@@ -39,6 +39,7 @@ from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.compacted_view import load_view
+from broker.service.compaction import compacted_ledger_names
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
@@ -577,13 +578,20 @@ class BrokerService:
                 await ledger.close()
                 raise
             topic = PersistentTopic(self, name, ledger)
-            topic.compacted_view = await load_view(topic)
-            await topic.compactor.hold_for_first_run()
-            await topic.dedup.recover()
-            if topic.entry_stamper is not None:
-                await topic.entry_stamper.recover(ledger)
-            await topic.txn_buffer.recover()
-            await topic.start_replication()
+            try:
+                topic.compacted_view = await load_view(topic)
+                await topic.compactor.hold_for_first_run()
+                await topic.dedup.recover()
+                if topic.entry_stamper is not None:
+                    await topic.entry_stamper.recover(ledger)
+                await topic.txn_buffer.recover()
+                await topic.start_replication()
+            except BaseException:  # (its managed ledger and view stayed open, each load leaking more)
+                try:
+                    await topic.abandon_load()
+                except Exception:  # (the load's own error is the one to report)
+                    log.warning("could not close what the failed load of %s opened", name, exc_info=True)
+                raise
             terminated = self.metadata.terminated.get(name.full)
             if terminated is not None:
                 topic.terminated_at = Position(*terminated)
@@ -746,8 +754,9 @@ class BrokerService:
             self.expiry_stats.forget(name.full)
             # (A partition has no policies of its own: its partitioned topic's stay.)
             compaction = await self.metadata.forget_topic(name.full)
-            if compaction is not None and self.ledger_factory.exists(compaction["ledger"]):
-                await self.ledger_factory.delete(compaction["ledger"])
+            for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
+                if self.ledger_factory.exists(view):
+                    await self.ledger_factory.delete(view)
 
         await self._while_unloading(name, delete)
 

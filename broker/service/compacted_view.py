@@ -22,8 +22,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from broker.errors import PersistenceError
 from broker.protocol.entry import read_entry_metadata
-from managed_ledger import Entry, LedgerClosedError, ManagedLedger, ManagedLedgerConfig, Position
+from managed_ledger import Entry, LedgerClosedError, ManagedLedger, ManagedLedgerConfig, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
@@ -241,7 +242,9 @@ async def open_view(ledger: ManagedLedger, horizon: Position) -> CompactedView:
 
 async def load_view(topic: PersistentTopic) -> CompactedView | None:
     """The compacted view recorded in metadata for ``topic``, its ledger opened (nothing of it read but its
-    last record)."""
+    last record). PersistenceError when it cannot be opened or read: the topic does not load (the client
+    retries), for served without its view a read_compacted consumer would miss the keys whose topic ledgers
+    are gone, and the next compaction would write a view without them."""
     record = topic.service.metadata.compactions.get(topic.full_name)
     if not record:
         return None
@@ -249,10 +252,15 @@ async def load_view(topic: PersistentTopic) -> CompactedView | None:
     if not factory.exists(record["ledger"]):
         log.warning("compacted ledger %s of %s is missing; ignoring it", record["ledger"], topic.name)
         return None
-    ledger = await factory.open(record["ledger"], view_ledger_config(topic.service.ledger_config))
+    try:
+        ledger = await factory.open(record["ledger"], view_ledger_config(topic.service.ledger_config))
+    except ManagedLedgerError as exc:
+        raise PersistenceError(f"Failed to open the compacted view of {topic.name}: {exc}") from exc
     try:
         lid, eid = record["horizon"]
         return await open_view(ledger, Position(lid, eid))
-    except BaseException:
+    except BaseException as exc:
         await ledger.close()
+        if isinstance(exc, Exception):
+            raise PersistenceError(f"Failed to read the compacted view of {topic.name}: {exc}") from exc
         raise

@@ -33,10 +33,10 @@ import enum
 import logging
 import struct
 import time
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -66,6 +66,10 @@ READ_CHUNK = 500  # entries per read while compacting
 READ_CHUNK_BYTES = 4 * 1024 * 1024
 # Appends to a new compacted ledger in flight at once (Pulsar's AbstractTwoPhaseCompactor.MAX_OUTSTANDING).
 MAX_OUTSTANDING_WRITES = 500
+# The most a batch is uncompressed to for its keys (the admin API's peek inflates as much): a client's batch is
+# far smaller (the Java client's batchingMaxBytes is 128 KiB), and a few KB of ZSTD can announce, and hold, 2 GiB,
+# which every run would make twice (once per pass). A batch announcing more is kept whole, its keys unknown.
+MAX_BATCH_INFLATE = 64 * 1024 * 1024
 # Messages a run parses before it gives the event loop back: about 5 ms of work (4-5 us a message, either
 # pass), so that the loop goes on serving every connection of the broker while a long run parses.
 PARSE_SLICE = 1000
@@ -119,6 +123,8 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
         size = md.uncompressed_size if md.HasField("uncompressed_size") else len(payload)
         yield _message(md.partition_key if md.HasField("partition_key") else None, md.null_value, size)
         return
+    if md.compression != pb.NONE and md.uncompressed_size > MAX_BATCH_INFLATE:
+        raise UnreadableBatchError(f"it announces {md.uncompressed_size} bytes uncompressed, past {MAX_BATCH_INFLATE}")
     try:
         data = decompress(md.compression, payload, md.uncompressed_size)
     except DecompressionError as exc:
@@ -127,8 +133,13 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
     for i in range(md.num_messages_in_batch):
         try:
             (size,) = _U32.unpack_from(data, pos)
+            if pos + 4 + size > len(data):
+                raise DecodeError(f"its metadata ({size} bytes) goes past the batch's end")
             single = pb.SingleMessageMetadata()
             single.ParseFromString(data[pos + 4:pos + 4 + size])
+            # (a negative size read the same message again, once per message the batch claims: up to 2^31)
+            if not 0 <= single.payload_size <= len(data) - pos - 4 - size:
+                raise DecodeError(f"its payload size {single.payload_size} does not fit the batch")
         except (struct.error, DecodeError) as exc:
             raise UnreadableBatchError(f"message {i} of {md.num_messages_in_batch}: {exc}") from exc
         pos += 4 + size + single.payload_size
@@ -430,6 +441,7 @@ class Compactor:
         self.last_error = ""
         self.record = CompactionRecord()
         self._task: asyncio.Task[None] | None = None
+        self._switching = False  # (the run under way writes the record of its new view: see compact)
 
     async def hold_for_first_run(self) -> None:
         """At load, for a topic with a compaction threshold: the __compaction cursor, so what is published
@@ -441,9 +453,14 @@ class Compactor:
         await topic.ledger.open_cursor(COMPACTION_CURSOR, InitialPosition.EARLIEST)
 
     def trigger(self) -> bool:
-        """Start a run unless one is going; returns False when one already runs."""
+        """Start a run unless one is going; returns False when one already runs. Nothing on a closed topic (found
+        before its unload or delete: Pulsar's triggerCompaction skips a topic closing or deleting), where a run
+        would outlive its topic."""
         if self._task is not None and not self._task.done():
             return False
+        if self.topic.closed:
+            log.info("compaction of %s not started: the topic is closed", self.topic.name)
+            return True
         self.status = CompactionStatus.RUNNING
         self.last_error = ""
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -463,7 +480,8 @@ class Compactor:
         except Exception as exc:
             log.exception("compaction of %s failed", self.topic.name)
             self.status = CompactionStatus.ERROR
-            self.last_error = str(exc)
+            # (Pulsar's lastError is its exception's "class: message"; never empty, whatever the message)
+            self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.record.run_ended(succeeded=False)
 
     async def compact(self) -> CompactedView:
@@ -497,11 +515,14 @@ class Compactor:
             # holds is not this run's; appended to, it would bring back the values it had kept.
             log.warning("compaction of %s: deleting %s, left by a run that did not finish", topic.name, name)
             await factory.delete(name)
-        ledger = await factory.open(name, view_ledger_config(service.ledger_config))
+        # (opened in a task of its own: a run cancelled while the ledger is being made learns when it is made,
+        # and deletes it; the factory's open goes on without its caller)
+        opening = asyncio.ensure_future(factory.open(name, view_ledger_config(service.ledger_config)))
         record, started = self.record, time.monotonic()
-        appender = _Appender(ledger, record)
         last: CompactedEntry | None = None
         try:
+            ledger = await asyncio.shield(opening)
+            appender = _Appender(ledger, record)
             async with aclosing(inputs.parsed(warn=True)) as second:
                 async for e, ack_set, msgs in second:
                     c = survivor(e, ack_set, msgs, latest, retain_null_key)
@@ -509,45 +530,97 @@ class Compactor:
                         last = c
                         await appender.append(encode_record(c))
             await appender.drain()
-            # (the ledger just written stays open: the view is read from it)
-            view = CompactedView(horizon, ledger, appender.entries,
-                                 (last.entry.position, last.last_index) if last is not None else None)
-            await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
-                                                  generation)
         except BaseException:
             # As Pulsar's compactor deletes the ledger of a failed run (phaseTwoSeekThenLoop).
-            await asyncio.shield(_delete_quietly(factory, name))
+            await asyncio.shield(_discard(factory, name, opening))
             raise
-        elapsed = max(time.monotonic() - started, 1e-9)
-        record.read_bytes += inputs.size
-        record.write_bytes += appender.size
-        record.last_read_bytes_per_s = inputs.size / elapsed
-        record.last_write_bytes_per_s = appender.size / elapsed
-        record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
-        topic.compacted_view = view
-        if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
-            cursor.mark_delete(horizon)  # (the view holds what came before)
-        if old is not None and old.ledger_name != name:
-            await old.close(finish_reads=True)
-            await service.ledger_factory.delete(old.ledger_name)
+        # (the ledger just written stays open: the view is read from it)
+        view = CompactedView(horizon, ledger, appender.entries,
+                             (last.entry.position, last.last_index) if last is not None else None)
+        # From the metadata write on, the run goes to its end: a close waits for it rather than cancel it (the
+        # record may be written even so, naming a ledger the cancelled run would delete: the topic would load
+        # without a view). A write that failed but whose record names the new view (its answer lost) switched
+        # all the same; otherwise the ledger stays, closed, for the store may have it written even so: if it
+        # does not, the next run deletes it before it writes (see above).
+        self._switching = True
+        try:
+            try:
+                await service.metadata.set_compaction(topic.full_name, name, (horizon.ledger_id, horizon.entry_id),
+                                                      generation)
+            except BaseException as exc:
+                if not isinstance(exc, Exception) or self._recorded(topic) != name:
+                    await ledger.close()
+                    raise
+                log.warning("compaction of %s: its new view is recorded despite %r", topic.name, exc)
+            elapsed = max(time.monotonic() - started, 1e-9)
+            record.read_bytes += inputs.size
+            record.write_bytes += appender.size
+            record.last_read_bytes_per_s = inputs.size / elapsed
+            record.last_write_bytes_per_s = appender.size / elapsed
+            record.compacted_entries, record.compacted_bytes = appender.entries, appender.size
+            topic.compacted_view = view
+            if horizon.entry_id >= 0 and horizon > cursor.mark_delete_position and not cursor.is_closed:
+                cursor.mark_delete(horizon)  # (the view holds what came before)
+            if old is not None and old.ledger_name != name:
+                await _retire(factory, old)
+        finally:
+            self._switching = False
         log.info("compacted %s up to %s: %d of %d entries kept (%d keys)", topic.name, horizon, appender.entries,
                  inputs.entries, len(latest))
         return view
 
+    @staticmethod
+    def _recorded(topic: PersistentTopic) -> str | None:
+        """The ledger the metadata records for the topic's view."""
+        record = topic.service.metadata.compactions.get(topic.full_name)
+        return record.get("ledger") if record else None
+
     async def close(self) -> None:
-        """Stop a run in progress (its ledger is deleted; the view stays the last one)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop a run in progress (its ledger is deleted; the view stays the last one); one that is switching
+        the topic to its new view goes to its end first."""
+        task = self._task
+        if task is not None and not task.done():
+            if not self._switching:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _discard(factory: ManagedLedgerFactory, name: str, opening: asyncio.Future[ManagedLedger]) -> None:
+    """Delete the ledger of a failed run, once its open has ended (what an open under way makes would stay)."""
+    await asyncio.wait([opening])
+    if not opening.cancelled():
+        opening.exception()  # (retrieved: the run raised it, or was cancelled before it came)
+    if factory.exists(name):
+        await _delete_quietly(factory, name)
+
+
+async def _retire(factory: ManagedLedgerFactory, old: CompactedView) -> None:
+    """The view a run replaced: closed once its reads under way are served, and deleted. The run has succeeded
+    by then (the record names the new view), whatever happens here."""
+    try:
+        await old.close(finish_reads=True)
+    except Exception:
+        log.warning("could not close %s, a replaced compacted view", old.ledger_name, exc_info=True)
+    await _delete_quietly(factory, old.ledger_name)
 
 
 async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
     try:
         await factory.delete(name)
-    except Exception:  # (the next run deletes it before writing)
-        log.warning("could not delete %s, the ledger of a failed compaction", name, exc_info=True)
+    except Exception:  # (a run's own: the next run deletes it before writing; a replaced view: the topic's delete)
+        log.warning("could not delete %s, the ledger of a compacted view no longer used", name, exc_info=True)
 
 
 def compacted_ledger_name(name: TopicName, generation: int) -> str:
     """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
     return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
+
+
+def compacted_ledger_names(name: TopicName, record: Mapping[str, Any] | None) -> list[str]:
+    """The managed ledgers a topic's compacted views may occupy, given its metadata record (for the topic's
+    delete): the recorded one, the next generation (left by a run that failed or was killed before it
+    recorded its view: the next run would have deleted it) and the previous one (a replaced view the run
+    could not delete)."""
+    generation = record.get("generation", 0) if record else 0
+    names = [compacted_ledger_name(name, g) for g in (generation - 1, generation + 1) if g > 0]
+    return [record["ledger"], *names] if record else names

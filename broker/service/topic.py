@@ -394,3 +394,18 @@ class PersistentTopic(AbstractTopic):
         if self.compacted_view is not None:  # (after the dispatchers that read it)
             await self.compacted_view.close()
         await self.ledger.close()
+
+    async def abandon_load(self) -> None:
+        """A load that failed midway: close what it opened (its replicators, the compacted view, the managed
+        ledger), as Pulsar closes a topic whose initialisation failed, but save none of the state it was
+        recovering (``close`` would snapshot a half-replayed transaction buffer or deduplication state over the
+        good one). No client has seen the topic yet."""
+        self.closed = True
+        await asyncio.gather(*(r.close() for r in self.replicators.values()), return_exceptions=True)
+        if self.replicated_subscriptions is not None:
+            self.replicated_subscriptions.close()
+        try:
+            if self.compacted_view is not None:
+                await self.compacted_view.close()
+        finally:
+            await self.ledger.close()

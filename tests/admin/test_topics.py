@@ -257,6 +257,13 @@ def test_internal_stats_show_the_compacted_ledger(admin: Admin, client: pulsar.C
     assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"] == compacted
 
 
+def test_compaction_of_a_partitioned_topic_none_of_whose_partitions_was_used(admin: Admin) -> None:
+    """Nothing to compact: 204, not the 409 "Compaction already in progress" it answered."""
+    topic = new_topic("compact-unused-partitions")
+    admin.ok("PUT", f"/admin/v2/{rest_path(topic)}/partitions", 2)
+    assert admin.put(f"/admin/v2/{rest_path(topic)}/compaction").status == 204
+
+
 def test_stats_show_the_last_compaction(admin: Admin, client: pulsar.Client) -> None:
     """The stats' compaction block: the last run's removed messages (as Pulsar's compactor counts them) and
     duration, and when the last run succeeded (epoch ms); zeros before the first run."""
@@ -287,6 +294,16 @@ def test_stats_show_the_last_compaction(admin: Admin, client: pulsar.Client) -> 
     assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
     compact()  # nothing new: the view is read again, nothing removed
     assert admin.stats(topic)["compaction"]["lastCompactionRemovedEventCount"] == 0
+    # Gone with the topic's unload, as in Pulsar 4.0.7: BrokerService.removeTopicFromCache, on every unload and
+    # delete, removes the topic's CompactionRecord (CompactorMXBean.removeTopic), and the status is the topic
+    # object's (PersistentTopic.currentCompaction), NOT_RUN once loaded again. The view itself stays.
+    admin.ok("PUT", f"{base}/unload")
+    assert admin.stats(topic)["compaction"] == {"lastCompactionRemovedEventCount": 0,
+                                                "lastCompactionSucceedTimestamp": 0,
+                                                "lastCompactionFailedTimestamp": 0,
+                                                "lastCompactionDurationTimeInMills": 0}
+    assert admin.ok("GET", f"{base}/compaction") == {"status": "NOT_RUN", "lastError": ""}
+    assert admin.ok("GET", f"{base}/internalStats")["compactedLedger"]["entries"] == 1
 
 def test_examine_message_and_message_id_by_time(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()

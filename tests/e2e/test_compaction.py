@@ -97,6 +97,40 @@ def test_null_value_deletes_key_and_live_tail_follows(broker: BrokerThread, clie
     assert (live.partition_key(), live.data()) == ("a", b"a2")
 
 
+def test_a_read_compacted_consumer_reading_while_runs_replace_the_view(broker: BrokerThread,
+                                                                      client: pulsar.Client) -> None:
+    # Runs one after the other while a read_compacted consumer (a small receiver queue: many reads) goes
+    # through the view and on: each run replaces the view the consumer is reading. It may see a key more than
+    # once (an older view's value, then a later one), never an error, and ends at every key's latest value.
+    topic = topic_name("compact-while-reading")
+    producer = client.create_producer(topic, batching_enabled=False)
+    latest: dict[str, bytes] = {}
+    for i in range(600):
+        key, value = f"k{i % 40}", f"v{i}".encode()
+        producer.send_async(value, None, partition_key=key)
+        latest[key] = value
+    producer.flush()
+    compact(broker, topic)
+    consumer = client.subscribe(topic, "reads-during-runs", is_read_compacted=True, receiver_queue_size=2,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    seen: dict[str, bytes] = {}
+    for round_ in range(5):
+        for i in range(20):
+            key, value = f"k{(round_ * 20 + i) % 40}", f"r{round_}-{i}".encode()
+            producer.send(value, partition_key=key)
+            latest[key] = value
+        compact(broker, topic)
+        for _ in range(10):
+            msg = consumer.receive(TIMEOUT_MS)
+            seen[msg.partition_key()] = msg.data()
+            consumer.acknowledge(msg)
+    while seen != latest:
+        msg = consumer.receive(TIMEOUT_MS)
+        seen[msg.partition_key()] = msg.data()
+        consumer.acknowledge(msg)
+    assert compaction_status(admin_url(broker, topic))["status"] == "SUCCESS"
+
+
 def test_compaction_status_before_any_run(broker: BrokerThread, client: pulsar.Client) -> None:
     topic = topic_name("status")
     client.create_producer(topic).send(b"x", partition_key="k")

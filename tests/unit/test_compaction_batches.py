@@ -7,12 +7,13 @@ import struct
 
 import lz4.block
 import pytest
+import zstandard
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as pb_markers
 from broker.protocol.entry import build_entry
 from broker.service.compacted_view import CompactedEntry, decode_record, encode_record
-from broker.service.compaction import select_survivors
+from broker.service.compaction import MAX_BATCH_INFLATE, UnreadableBatchError, messages_of, select_survivors
 from managed_ledger import Entry, Position
 
 
@@ -74,3 +75,55 @@ def test_server_markers_are_never_kept_even_with_key_less_messages_retained() ->
         producer_name="p", sequence_id=1, publish_time=1).SerializeToString(), b"no key"))
     kept = select_survivors([marker, plain], retain_null_key=True)
     assert [c.entry.position for c in kept] == [Position(1, 1)]
+
+
+def raw_batch(count: int, plain: bytes, *, compression: pb.CompressionType = pb.NONE, body: bytes | None = None,
+              uncompressed_size: int | None = None) -> Entry:
+    """A batch entry as a client may send it: its metadata says what it likes."""
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=count,
+                            uncompressed_size=len(plain) if uncompressed_size is None else uncompressed_size)
+    if compression != pb.NONE:
+        md.compression = compression
+    return Entry(Position(1, 0), build_entry(md.SerializeToString(), plain if body is None else body))
+
+
+def a_message(key: str, payload_size: int, value: bytes = b"") -> bytes:
+    meta = pb.SingleMessageMetadata(partition_key=key, payload_size=payload_size).SerializeToString()
+    return struct.pack(">I", len(meta)) + meta + value
+
+
+@pytest.mark.parametrize("lie", ["a negative payload size", "a payload past the batch's end",
+                                 "metadata past the batch's end"])
+def test_a_batch_whose_messages_do_not_fit_it_is_unreadable(lie: str) -> None:
+    # A negative payload size read the same message again and again, once per message the batch claimed (up
+    # to 2^31: the broker's loop held for hours); a last message past the end took what was not there.
+    count = 1
+    if lie == "a negative payload size":  # (-(4 + its metadata's size): the next message is this one again)
+        size = len(a_message("k", -1)) - 4  # (a negative int32 is always 10 bytes of varint)
+        plain, count = a_message("k", -(4 + size)), 1000
+    elif lie == "a payload past the batch's end":
+        plain = a_message("k", 10, b"short")
+    else:
+        plain = struct.pack(">I", 100) + pb.SingleMessageMetadata(partition_key="k", payload_size=0).SerializeToString()
+    with pytest.raises(UnreadableBatchError):
+        list(messages_of(raw_batch(count, plain).data))
+    assert survivors([raw_batch(count, plain)]) == [(0, None, count, count - 1)]  # (kept whole)
+
+
+def test_a_batch_announcing_a_size_beyond_the_codecs_reach_is_unreadable() -> None:
+    # uncompressed_size is a uint32; LZ4 raised OverflowError past 2^31 - 1, which failed every run of the topic.
+    plain = single("k", b"v")
+    entry = raw_batch(1, plain, compression=pb.LZ4, body=lz4.block.compress(plain, store_size=False),
+                      uncompressed_size=2**32 - 1)
+    with pytest.raises(UnreadableBatchError):
+        list(messages_of(entry.data))
+
+
+def test_a_batch_announcing_more_than_a_compaction_inflates_is_kept_whole_unread() -> None:
+    # A few KB of ZSTD holding one message of 64 MiB + 1 of zeros: every run inflated it, twice (2 GiB would do
+    # as well); it is unreadable now, kept whole.
+    plain = single("k", bytes(MAX_BATCH_INFLATE + 1))
+    entry = raw_batch(1, plain, compression=pb.ZSTD, body=zstandard.ZstdCompressor().compress(plain))
+    assert len(entry.data) < 64 * 1024
+    with pytest.raises(UnreadableBatchError, match="announces"):
+        list(messages_of(entry.data))
