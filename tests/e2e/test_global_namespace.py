@@ -142,6 +142,33 @@ def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters
     assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"]
 
 
+def test_what_pulsar_checks_before_sending_a_namespace_call_to_the_peer(clusters: Clusters) -> None:
+    # Pulsar 4.0.7's NamespacesBase: a bundle unload parses its range (NamespaceBundleFactory.getBundle), a split
+    # reads its positions and checks its algorithm, before validateGlobalNamespaceOwnership: refused here.
+    ns = clusters.namespace(["b"])
+    bundle = "0x00000000_0x40000000"
+    for action, query, body, status, reason in (
+            ("0xzz_0x40000000/unload", "", None, 412, "Invalid bundle range: 0xzz_0x40000000"),
+            ("0x40000000_0x00000000/unload", "", None, 412, "Invalid bundle range: 0x40000000_0x00000000"),
+            (f"{bundle}/split", "?splitAlgorithmName=nope", None, 412, "Unsupported namespace bundle split algorithm"),
+            (f"{bundle}/split", "?splitAlgorithmName=specified_positions_divide", None, 412,
+             "With specified_positions_divide split algorithm, splitBoundaries must not be empty"),
+            (f"{bundle}/split", "", '"x"', 400, "Split boundaries must be a JSON array")):
+        reply = requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/{action}{query}", data=body,
+                             headers={"Content-Type": "application/json"}, allow_redirects=False, timeout=10)
+        assert reply.status_code == status, (action, query, reply.status_code, reply.text)
+        assert reply.json()["reason"].startswith(reason), (action, reply.text)
+    # The others check their bundle after the redirect, on the cluster that serves the namespace.
+    for method, action in (("PUT", "0xzz_0x40000000/split"), ("POST", "0xzz_0x40000000/clearBacklog"),
+                           ("POST", "0xzz_0x40000000/clearBacklog/s"), ("POST", "0xzz_0x40000000/unsubscribe/s")):
+        path = f"/admin/v2/namespaces/{ns}/{action}"
+        reply = requests.request(method, f"{clusters.a.web_url}{path}", allow_redirects=False, timeout=10)
+        assert reply.status_code == 307, (action, reply.status_code, reply.text)
+        assert reply.headers["Location"] == f"{clusters.b.web_url}{path}", action
+        reply = requests.request(method, f"{clusters.a.web_url}{path}", timeout=10)  # (b refuses it)
+        assert reply.status_code == 412 and "Invalid bundle range" in reply.json()["reason"], (action, reply.text)
+
+
 def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
     ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
     answer = clusters.lookup_on_a(f"persistent://{ns}/t")
