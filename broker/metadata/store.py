@@ -580,6 +580,11 @@ class BrokerMetadata:
                 await self.cache.delete(kind, topic)
         return compaction
 
+    async def forget_topic_policies(self, topic: str) -> None:
+        """Drop a topic's topic-level policies (a partitioned topic's, once its partitions are gone)."""
+        if topic in self._topic_policies:
+            await self.cache.delete(L.TOPIC_POLICIES, topic)
+
     async def mark_terminated(self, topic: str, ledger_id: int, entry_id: int) -> None:
         """The topic was terminated after the message at (ledger_id, entry_id)."""
         await self._modify(L.TERMINATED, topic, lambda _: [ledger_id, entry_id])
