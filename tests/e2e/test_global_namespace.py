@@ -16,8 +16,10 @@ import requests
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.topic_name import TopicName
 from tests.component.wire import T, WireClient, producer_cmd, subscribe_cmd
 from tests.e2e.test_geo_replication import Pair, link, receive
+from tests.waiting import wait_for
 
 A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
 
@@ -225,3 +227,28 @@ def test_producer_and_subscribe_sent_here_anyway_are_refused(clusters: Clusters)
     assert {a.error.error for a in answers} == {pb.ServerError.ServiceNotReady}
     assert "not served by this instance" in answers[0].error.message
     assert topic not in clusters.a.server.service.topics
+
+
+def test_a_loaded_topic_whose_namespace_moves_to_the_peer_is_deleted_and_its_clients_follow(
+        clusters: Clusters) -> None:
+    # Pulsar's PersistentTopic.checkReplication: a's copy is deleted (removeTopicIfLocalClusterNotAllowed), its
+    # clients are disconnected, and the official client's next lookup on a is redirected to b, where it goes on.
+    ns = clusters.namespace(["a", "c"])
+    topic = f"persistent://{ns}/moving"
+    name = TopicName.parse(topic)
+    consumer = clusters.client_a.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = clusters.client_a.create_producer(topic, batching_enabled=False)
+    producer.send(b"on a")
+    assert receive(consumer, 1) == [b"on a"]
+    for admin in (clusters.admin_a, clusters.admin_b):
+        admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["b"])
+    service_a = clusters.a.server.service
+    wait_for(lambda: name.full not in service_a.topics and not service_a.topic_exists(name),
+             what="a's copy of the topic to be deleted")
+    producer.send(b"on b")  # (the client looked up again, on a, and was sent to b)
+    assert receive(consumer, 1) == [b"on b"]
+    stats = clusters.admin_b.stats(topic)
+    assert stats["msgInCounter"] == 1 and list(stats["subscriptions"]) == ["s"]
+    assert not service_a.topic_exists(name)
+    producer.close()
+    consumer.close()
