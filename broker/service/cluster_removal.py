@@ -72,7 +72,7 @@ class ClusterRemoval:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self._deletions = OwnedTasks("broker service: topics deleted as their cluster left their clusters")
-        self._deleting: set[str] = set()  # full names of the topics being deleted
+        self._deleting: dict[str, PersistentTopic] = {}  # full name -> the topic object being deleted
         self.deleted_total = 0
 
     def excluded(self, name: TopicName) -> bool:
@@ -87,12 +87,12 @@ class ClusterRemoval:
         """Start the deletion of a loaded topic that is excluded; True while it is being deleted (its replicators are
         then left to the deletion)."""
         name = topic.name.full
-        if name in self._deleting:
+        if self._deleting.get(name) is topic:
             return True
         if topic.closed or self.service.closed or self.service.topics.get(name) is not topic \
                 or not self.excluded(topic.name):
             return False
-        self._deleting.add(name)
+        self._deleting[name] = topic
         self._deletions.spawn(self._delete(topic), name=f"delete {name}: its cluster left its clusters")
         return True
 
@@ -114,7 +114,8 @@ class ClusterRemoval:
                 await service.schemas.delete(base.full)
                 await service.metadata.forget_topic_policies(base.full)
         finally:
-            self._deleting.discard(name.full)
+            if self._deleting.get(name.full) is topic:
+                del self._deleting[name.full]
 
     async def close(self) -> None:
         """Let the deletions under way end (a deletion cut short would leave part of a topic's data)."""

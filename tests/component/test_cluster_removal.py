@@ -10,6 +10,7 @@ cluster that is not (a namespace replicated only there has no cluster to send it
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -268,3 +269,33 @@ async def test_the_deletion_checks_again_as_it_begins(setup: Setup, monkeypatch:
     assert removal.check(topic)
     await removal._deletions.wait()
     assert service.topics.get(name.full) is topic and service.topic_exists(name) and removal.deleted_total == 0
+
+
+async def test_a_topic_loaded_again_while_its_deletion_ends_is_deleted_too(
+        setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deletion's last step (the schema) may still run when the name is loaded again (here by an admin's create):
+    # that new topic is checked on its own, not taken for the one being deleted.
+    service, removal = setup.service, setup.service.cluster_removal
+    ns = await setup.namespace()
+    name = TopicName.parse(f"persistent://{ns}/again")
+    client = await setup.client(name.full, consumer=False)
+    gate = asyncio.Event()
+    schemas_delete = service.schemas.delete
+
+    async def held_delete(base_topic: str, keep_history: bool = False) -> int | None:
+        await gate.wait()
+        return await schemas_delete(base_topic, keep_history)
+
+    monkeypatch.setattr(service.schemas, "delete", held_delete)
+    try:
+        await setup.ok("POST", f"/namespaces/{ns}/replication", ["third"])
+        await eventually(lambda: name.full not in service.topics and not service.topic_exists(name),
+                         what="the first deletion to reach the schema")
+        again = await service.get_persistent_topic(name, create=True, explicit=True)
+        await eventually(lambda: service.topics.get(name.full) is not again and not service.topic_exists(name),
+                         what="the topic loaded again to be deleted")
+    finally:
+        gate.set()
+    await removal._deletions.wait()
+    assert removal.deleted_total == 2 and not setup.removal_pending
+    client.close()
