@@ -16,16 +16,22 @@ them the broker's topics and their sampled load (the stats sampler is the web se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError, no_content, query_flag, read_body
 from broker.admin.stats import ZERO, StatsSampler
-from broker.cluster.operations import HOT, LARGEST, BundleOperationError, BundleOperations, BundleSplitter
+from broker.cluster.operations import (
+    HOT,
+    LARGEST,
+    BundleOperationError,
+    BundleOperations,
+    BundleSplitter,
+    parse_split_positions,
+)
 from broker.cluster.split import TopicLoad
-from broker.metadata.bundles import BundleError, parse_boundary
 from broker.service.broker_service import MODE_ALL
 from broker.service.periodic import PeriodicTask
 
@@ -51,23 +57,6 @@ def topic_loads(service: BrokerService, sampler: StatsSampler) -> list[TopicLoad
                                sum(r.bytes for r in outs), len(topic.producers),
                                sum(len(s.consumers) for s in subs)))
     return loads
-
-
-def parse_positions(body: Any) -> list[int]:
-    """Pulsar's ``List<Long> splitBoundaries`` body (we also take hex strings)."""
-    if body is None:
-        return []
-    if not isinstance(body, list):
-        raise HttpError(400, "Split boundaries must be a JSON array of positions, e.g. [1073741824]")
-    positions = []
-    for p in body:
-        if isinstance(p, bool) or not isinstance(p, int | str):
-            raise HttpError(400, f"Invalid split boundary {p!r}: expected a number or a hex string")
-        try:
-            positions.append(parse_boundary(p) if isinstance(p, str) else parse_boundary(str(p)))
-        except BundleError as exc:
-            raise HttpError(400, str(exc)) from None
-    return positions
 
 
 def parse_flag(request: web.Request, name: str) -> bool:
@@ -107,9 +96,9 @@ class BundlesResource:
 
     async def split(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        positions = parse_positions(await read_body(request))
-        await self.to_owner(request, ns, request.match_info["bundle"])
         try:
+            positions = parse_split_positions(await read_body(request))
+            await self.to_owner(request, ns, request.match_info["bundle"])
             await self.ops.split(ns, request.match_info["bundle"], unload=parse_flag(request, "unload"),
                                  algorithm=request.query.get("splitAlgorithmName") or None, positions=positions)
         except BundleOperationError as exc:

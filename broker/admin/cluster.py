@@ -14,7 +14,8 @@ peer cluster that does (Pulsar's validateGlobalNamespaceOwnership, ``broker.meta
 the same path and query on that cluster's service URL, for the actions Pulsar checks (``GLOBAL_NAMESPACE_ACTIONS``);
 the HTTP lookup does the same (``validate_global_namespace``). So do the namespace calls Pulsar's NamespacesBase
 checks (``GLOBAL_NAMESPACE_ROUTES``: unloading the namespace or a bundle, splitting a bundle, and clearing the backlog
-of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe).
+of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe), after what Pulsar checks
+before (``check_before_peer_redirect``: a bundle unload's range, a split's positions and algorithm).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from yarl import URL
 
-from broker.admin.common import HttpError, query_flag
+from broker.admin.common import HttpError, query_flag, read_body
 from broker.admin.context import AdminContext
+from broker.cluster.operations import BundleOperationError, parse_bundle_range, parse_split_positions, split_algorithm
 from broker.errors import BrokerError
 from broker.metadata.bundles import BundleError, NamespaceBundle
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster
@@ -56,8 +58,9 @@ _NS = "/admin/v2/namespaces/{tenant}/{ns}"
 # bundle, which none of this cluster does for a namespace it does not serve -, internalSplitNamespaceBundleAsync,
 # internalClearNamespaceBundleBacklog(ForSubscription), internalUnsubscribeNamespaceBundle).
 BUNDLE_UNLOAD = _NS + "/{bundle}/unload"
+BUNDLE_SPLIT = _NS + "/{bundle}/split"
 GLOBAL_NAMESPACE_ROUTES = frozenset({
-    ("PUT", _NS + "/unload"), ("PUT", BUNDLE_UNLOAD), ("PUT", _NS + "/{bundle}/split"),
+    ("PUT", _NS + "/unload"), ("PUT", BUNDLE_UNLOAD), ("PUT", BUNDLE_SPLIT),
     ("POST", _NS + "/{bundle}/clearBacklog"), ("POST", _NS + "/{bundle}/clearBacklog/{sub}"),
     ("POST", _NS + "/{bundle}/unsubscribe/{sub}"),
 })
@@ -99,6 +102,7 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
         resource = request.match_info.route.resource
         if resource is not None and (request.method, resource.canonical) in GLOBAL_NAMESPACE_ROUTES:
             namespace = f"{request.match_info['tenant']}/{request.match_info['ns']}"
+            await check_before_peer_redirect(ctx, request, namespace, resource.canonical)
             if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
@@ -119,6 +123,22 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
         return await handler(request)
 
     return redirect_to_owner
+
+
+async def check_before_peer_redirect(ctx: AdminContext, request: web.Request, namespace: str, route: str) -> None:
+    """What Pulsar 4.0.7's NamespacesBase checks of a namespace call before anything else, so before
+    validateGlobalNamespaceOwnership sends it to the peer cluster: a bundle unload parses its range first
+    (NamespaceBundleFactory.getBundle), a split reads its body (the split positions) and checks its algorithm. The
+    other calls check their bundle after the redirect, on the cluster that serves the namespace (validated there
+    against its bundles)."""
+    try:
+        if route == BUNDLE_UNLOAD:
+            parse_bundle_range(namespace, request.match_info["bundle"])
+        elif route == BUNDLE_SPLIT:
+            split_algorithm(ctx.config, request.query.get("splitAlgorithmName") or None,
+                            parse_split_positions(await read_body(request)))
+    except BundleOperationError as exc:
+        raise HttpError(exc.status, exc.message) from None
 
 
 async def validate_topic_ownership(ctx: AdminContext, request: web.Request, name: TopicName) -> None:

@@ -31,10 +31,13 @@ PROPERTIES = "properties"
 
 
 def parse_replication_clusters(body: object) -> list[str]:
+    """A namespace's or a topic's replication clusters, in Pulsar's order: no list (no body, JSON null) or an
+    empty one 412 (its CollectionUtils.isEmpty check comes first), a body of another shape 400 (its JSON binding),
+    then "global" 412. Duplicates are dropped, in order."""
+    if body is None or body == []:
+        raise HttpError(412, "ClusterIds should not be null or empty")
     if not isinstance(body, list) or not all(isinstance(c, str) for c in body):
         raise HttpError(400, "Replication clusters must be a JSON array of cluster names")
-    if not body:
-        raise HttpError(412, "ClusterIds should not be null or empty")
     if "global" in body:
         raise HttpError(412, "Cannot specify global in the list of replication clusters")
     return list(dict.fromkeys(body))

@@ -71,11 +71,14 @@ class NamespaceOperationsResource:
             raise HttpError(exc.status, exc.message) from None
 
     async def stored_topics(self, ns: str, bundle: NamespaceBundle | None) -> list[PersistentTopic]:
-        """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand)."""
+        """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand). Not those
+        whose cluster left their clusters: Pulsar visits only loaded topics here, and it has deleted those
+        (``broker.service.cluster_removal``); loading one would delete it."""
         names = [TopicName.parse(n) for n in self.service.topics_of_namespace(ns, 0)]
         stored = set(self.service.ledger_factory.list_names())
+        excluded = self.service.cluster_removal.excluded
         return [await self.service.get_persistent_topic(n, create=False) for n in names
-                if n.persistence_path in stored and (bundle is None or bundle.includes(n.full))]
+                if n.persistence_path in stored and (bundle is None or bundle.includes(n.full)) and not excluded(n)]
 
     async def on_owners(self, request: web.Request, action: str,
                         local: Callable[[str, NamespaceBundle | None], Awaitable[None]], *,

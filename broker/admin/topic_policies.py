@@ -67,6 +67,12 @@ def _within_broker_max_message_size(service: BrokerService, name: TopicName, siz
 
 
 def _replication_allowed(service: BrokerService, name: TopicName, clusters: list[str]) -> None:
+    """PersistentTopicsBase.internalSetReplicationClusters for the topic's local policies (the only ones we keep):
+    the local cluster must stay in the list (a topic leaves its cluster by its namespace's clusters, not by its own
+    local policy), then each cluster is checked as a namespace's are, against the tenant's allowed clusters (not the
+    namespace's: Pulsar's topic-level check does not read them)."""
+    if service.config.clusterName not in clusters:
+        raise HttpError(412, "Can not remove local cluster from the local topic-level replication clusters policy")
     check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 

@@ -26,11 +26,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from broker.cluster import split as S
 from broker.cluster.ownership import BundleOwnership
 from broker.config import BrokerConfig
-from broker.metadata.bundles import BundleError, NamespaceBundle, NamespaceBundles
+from broker.metadata.bundles import BundleError, NamespaceBundle, NamespaceBundles, parse_boundary
 from broker.metadata.store import BrokerMetadata, NotFoundError
 from broker.tasks import all_done
 from broker.topic_name import TopicName
@@ -88,10 +89,7 @@ class BundleOperations:
     def bundle(self, namespace: str, range_name: str) -> NamespaceBundle:
         """One of the namespace's bundles now, by its range name; 412 otherwise (Pulsar's wording)."""
         bundles = self._bundles(namespace)
-        try:
-            wanted = NamespaceBundle.parse(namespace, range_name)
-        except BundleError as exc:
-            raise BundleOperationError(412, f"Invalid bundle range: {range_name} ({exc})") from None
+        wanted = parse_bundle_range(namespace, range_name)
         if wanted.lower not in bundles.boundaries[:-1]:
             raise BundleOperationError(412, f"Cannot find bundle {wanted} in the bundles list")
         if wanted not in bundles.bundles:
@@ -120,22 +118,9 @@ class BundleOperations:
         return best[1]
 
     # -- split -----------------------------------------------------------------------------------------
-    def algorithm(self, name: str | None, positions: Sequence[int]) -> str:
-        """The algorithm a split request asks for, checked as Pulsar's admin checks it."""
-        supported = self.config.supportedNamespaceBundleSplitAlgorithms
-        if name:
-            if name not in supported:
-                raise BundleOperationError(412, "Unsupported namespace bundle split algorithm, supported "
-                                                f"algorithms are {supported}")
-            if name == S.SPECIFIED_POSITIONS_DIVIDE and not positions:
-                raise BundleOperationError(412, "With specified_positions_divide split algorithm, "
-                                                "splitBoundaries must not be empty")
-            return name
-        return self.config.defaultNamespaceBundleSplitAlgorithm
-
     async def split(self, namespace: str, bundle_name: str, *, algorithm: str | None = None,
                     positions: Sequence[int] = (), unload: bool = False) -> SplitResult:
-        algo = self.algorithm(algorithm, positions)
+        algo = split_algorithm(self.config, algorithm, positions)
         parent = self._named(namespace, bundle_name)
         if not parent.can_split:
             raise BundleOperationError(412, f"{parent} bundle can't be split further since range not larger than 1")
@@ -177,6 +162,49 @@ class BundleOperations:
         targets = [self.bundle(namespace, bundle_name)] if bundle_name is not None else \
             list(self._bundles(namespace).bundles)
         return sum(await all_done(self.ownership.unload_bundle(b) for b in targets))
+
+
+def parse_bundle_range(namespace: str, range_name: str) -> NamespaceBundle:
+    """A bundle named by its range (``0x00000000_0x40000000``), whether or not it is one of the namespace's now;
+    412 when the name is malformed (Pulsar's NamespaceBundleFactory.getBundle throws there; we say 412, the caller
+    being at fault, as for a range that is not one of the namespace's bundles)."""
+    try:
+        return NamespaceBundle.parse(namespace, range_name)
+    except BundleError as exc:
+        raise BundleOperationError(412, f"Invalid bundle range: {range_name} ({exc})") from None
+
+
+def split_algorithm(config: BrokerConfig, name: str | None, positions: Sequence[int]) -> str:
+    """The algorithm a split request asks for, checked as Pulsar's admin checks it (before anything about the
+    namespace or the bundle)."""
+    supported = config.supportedNamespaceBundleSplitAlgorithms
+    if name:
+        if name not in supported:
+            raise BundleOperationError(412, "Unsupported namespace bundle split algorithm, supported "
+                                            f"algorithms are {supported}")
+        if name == S.SPECIFIED_POSITIONS_DIVIDE and not positions:
+            raise BundleOperationError(412, "With specified_positions_divide split algorithm, "
+                                            "splitBoundaries must not be empty")
+        return name
+    return config.defaultNamespaceBundleSplitAlgorithm
+
+
+def parse_split_positions(body: Any) -> list[int]:
+    """A split request's body: Pulsar's ``List<Long> splitBoundaries`` (we also take hex strings such as
+    ``"0x50000000"``); no body is no positions. 400 for another shape, as Pulsar's JSON binding."""
+    if body is None:
+        return []
+    if not isinstance(body, list):
+        raise BundleOperationError(400, "Split boundaries must be a JSON array of positions, e.g. [1073741824]")
+    positions = []
+    for p in body:
+        if isinstance(p, bool) or not isinstance(p, int | str):
+            raise BundleOperationError(400, f"Invalid split boundary {p!r}: expected a number or a hex string")
+        try:
+            positions.append(parse_boundary(p) if isinstance(p, str) else parse_boundary(str(p)))
+        except BundleError as exc:
+            raise BundleOperationError(400, str(exc)) from None
+    return positions
 
 
 class BundleSplitter:

@@ -1,8 +1,9 @@
 """A cluster's data (Pulsar's ClusterData, PUT / POST /admin/v2/clusters/{cluster}): checked as Pulsar reads it.
 
-Pulsar binds the body to ClusterDataImpl (strings, booleans, a set of peer cluster names: a value of another shape is
-a 400 from its JSON binding) and then checks its URLs (ClusterDataImpl.checkPropertiesIfPresent: each one given must
-have its scheme, else a 400 with an example). Fields it does not know are kept as given.
+Pulsar binds the body to ClusterDataImpl (strings, booleans, a set of peer cluster names, kept in order once each: a
+value of another shape is a 400 from its JSON binding) and then checks its URLs
+(ClusterDataImpl.checkPropertiesIfPresent: each one given must have its scheme, else a 400 with an example). Fields it
+does not know are kept as given.
 
 A cluster's peer list alone (POST /admin/v2/clusters/{cluster}/peers, ClustersBase.setPeerClusterNames) is checked as
 Pulsar does too: each name an existing cluster other than the cluster itself (412s), duplicates dropped in order. Pure:
@@ -53,6 +54,8 @@ def parse_cluster_data(body: Any) -> dict[str, Any]:
     peers = doc.get(PEER_CLUSTER_NAMES)
     if peers is not None and (not isinstance(peers, list) or not all(isinstance(p, str) for p in peers)):
         raise PolicyError(400, f"Cluster data {PEER_CLUSTER_NAMES} must be a JSON array of cluster names")
+    if peers:
+        doc = {**doc, PEER_CLUSTER_NAMES: list(dict.fromkeys(peers))}  # (a LinkedHashSet in ClusterDataImpl)
     for key, (schemes, message) in URL_FIELDS.items():
         url = doc.get(key)
         if url and not _has_scheme(url, schemes):

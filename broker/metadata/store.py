@@ -249,13 +249,17 @@ class BrokerMetadata:
         await self._modify(L.CLUSTERS, name, change)
 
     async def delete_cluster(self, name: str) -> None:
-        """Refused while it is this broker's cluster, a tenant may use it or a namespace
-        replicates to it."""
+        """Refused while it is this broker's cluster, a tenant may use it, a namespace replicates to it (ours: Pulsar
+        4.0.7's ClusterResources.isClusterUsedAsync looks for V1 namespaces only), or it has namespace isolation
+        policies (as Pulsar's ClustersBase.internalDeleteClusterAsync). Being another cluster's peer, or in a
+        namespace's allowed clusters, does not keep it, as in Pulsar."""
         self._cluster_must_exist(name)
         used = any(name in (t.get("allowedClusters") or []) for t in self._tenants.values()) or any(
             name in (p.get(REPLICATION_CLUSTERS.namespace_field) or []) for p in self._namespaces.values())
-        if used or name == self.cluster:
+        if used or name == self.cluster or self._isolation.get(name):
             raise InUseError("Cluster not empty")
+        if name in self._isolation:  # (an empty map left by the last policy's removal: it goes first, as in Pulsar)
+            await self.cache.delete(L.ISOLATION_POLICIES, name)
         # (Pulsar keeps the cluster's isolation policies and failure domains below its node.)
         await self.cache.delete(L.CLUSTERS, name, recursive=True)
 
@@ -579,6 +583,11 @@ class BrokerMetadata:
             if topic in table:
                 await self.cache.delete(kind, topic)
         return compaction
+
+    async def forget_topic_policies(self, topic: str) -> None:
+        """Drop a topic's topic-level policies (a partitioned topic's, once its partitions are gone)."""
+        if topic in self._topic_policies:
+            await self.cache.delete(L.TOPIC_POLICIES, topic)
 
     async def mark_terminated(self, topic: str, ledger_id: int, entry_id: int) -> None:
         """The topic was terminated after the message at (ledger_id, entry_id)."""

@@ -38,6 +38,7 @@ from broker.metadata.policy_values import PolicyError, check_partition_count
 from broker.metadata.store import BrokerMetadata, open_broker_metadata_store
 from broker.service import admin_ops
 from broker.service.backlog_quota import BacklogQuotaManager
+from broker.service.cluster_removal import ClusterRemoval
 from broker.service.compacted_view import load_view
 from broker.service.compaction import compacted_ledger_names
 from broker.service.housekeeping import Housekeeping
@@ -170,6 +171,8 @@ class BrokerService:
         except RemoteError as exc:
             raise ConfigError(f"brokerClientAuthenticationPlugin: {exc}") from None
         self.inactive_topics = InactiveTopicMonitor(self)
+        # Loaded topics whose cluster left their clusters are deleted (Pulsar's removeTopicIfLocalClusterNotAllowed).
+        self.cluster_removal = ClusterRemoval(self)
         # Periodic jobs over the loaded topics, started with the first one and stopped in close().
         self.housekeeping = Housekeeping(self)
         # Shared / Key_Shared dispatchers blocked on their subscription's or a consumer's unacked limit: a policy
@@ -212,9 +215,12 @@ class BrokerService:
         self.topic_list_events.changed(None)
         for dispatcher in list(self.unacked_blocked):
             asyncio.get_running_loop().call_soon(dispatcher.unacked_limits_changed)
-        # Replication clusters (or a cluster's URL) may have changed.
+        # Replication clusters (or a cluster's URL) may have changed. A topic whose cluster left its clusters is
+        # deleted instead (Pulsar's checkReplication: removeTopicIfLocalClusterNotAllowed comes first).
+        removing = {t.full_name for t in list(self.topics.values()) if self.cluster_removal.check(t)}
         for topic in self.all_topics():
-            topic.update_replication()
+            if topic.full_name not in removing:
+                topic.update_replication()
 
     def replication_targets(self, name: TopicName) -> list[str]:
         """The other clusters a topic is replicated to: its own replication clusters, else its
@@ -606,6 +612,7 @@ class BrokerService:
             self.topics[name.full] = topic
             self.topic_load_stats.loaded(load_started)
             self.housekeeping.start()
+            self.cluster_removal.check(topic)  # (Pulsar checks it as a topic loads too: openLedgerComplete)
             return topic
         except BaseException:
             self.topic_load_stats.load_failed()
@@ -745,20 +752,42 @@ class BrokerService:
         return sorted(n for n in names if not is_system_topic(n))
 
     async def delete_topic(self, name: TopicName) -> None:
+        await self._while_unloading(name, lambda: self._delete_now(name))
+
+    async def delete_loaded_topic(self, topic: PersistentTopic, still: Callable[[], bool]) -> bool:
+        """Delete ``topic`` and its data, as Pulsar's deleteForcefully: its producers and consumers are closed first
+        (they look up again). Only that very topic object, still loaded and owned here, and only when ``still()``
+        holds as the deletion begins (nothing is awaited between that check and the topic leaving the loaded set);
+        False, and nothing done, otherwise."""
+        name = topic.name
+        deleted = False
+
         async def delete() -> None:
-            topic: AnyTopic | None = self.topics.pop(name.full, None) or self.non_persistent_topics.pop(name.full, None)
-            if topic is not None:
-                await topic.close()
-            if self.ledger_factory.exists(name.persistence_path):
-                await self.ledger_factory.delete(name.persistence_path)
-            self.expiry_stats.forget(name.full)
-            # (A partition has no policies of its own: its partitioned topic's stay.)
-            compaction = await self.metadata.forget_topic(name.full)
-            for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
-                if self.ledger_factory.exists(view):
-                    await self.ledger_factory.delete(view)
+            nonlocal deleted
+            if topic.closed or self.topics.get(name.full) is not topic \
+                    or not self.ownership.is_owned(self.ownership.bundle_of(name)) or not still():
+                return
+            deleted = True
+            admin_ops.disconnect_clients(topic)
+            await self._delete_now(name)
 
         await self._while_unloading(name, delete)
+        return deleted
+
+    async def _delete_now(self, name: TopicName) -> None:
+        """Delete a topic, loaded or not: close it, delete its managed ledger and its metadata (run as the only
+        unload or delete of the name: ``_while_unloading``)."""
+        topic: AnyTopic | None = self.topics.pop(name.full, None) or self.non_persistent_topics.pop(name.full, None)
+        if topic is not None:
+            await topic.close()
+        if self.ledger_factory.exists(name.persistence_path):
+            await self.ledger_factory.delete(name.persistence_path)
+        self.expiry_stats.forget(name.full)
+        # (A partition has no policies of its own: its partitioned topic's stay.)
+        compaction = await self.metadata.forget_topic(name.full)
+        for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
+            if self.ledger_factory.exists(view):
+                await self.ledger_factory.delete(view)
 
     async def unload_topic(self, name: TopicName) -> bool:
         """Close the topic (its data stays); it is loaded again on next use. False if not loaded."""
@@ -947,6 +976,7 @@ class BrokerService:
             self._resuming.cancel()
             await asyncio.gather(self._resuming, return_exceptions=True)
         await self._fenced_unloads.close()
+        await self.cluster_removal.close()
         await self.housekeeping.stop()
         if self.transactions is not None:
             await self.transactions.close()

@@ -140,6 +140,9 @@ def test_replication_clusters_properties_and_bundles(admin: Admin) -> None:
     assert admin.ok("GET", f"{NS}/{ns}/replication") == ["standalone"]
     assert admin.post(f"{NS}/{ns}/replication", ["standalone"]).status == 204  # pulsar-admin set-clusters
     assert admin.post(f"{NS}/{ns}/replication", []).status == 412
+    for nothing in (b"", b"null"):  # (Pulsar's isEmpty check: a null list is refused as an empty one)
+        reply = admin.call("POST", f"{NS}/{ns}/replication", raw=nothing)
+        assert (reply.status, reply.reason) == (412, "ClusterIds should not be null or empty"), nothing
     assert admin.post(f"{NS}/{ns}/replication", ["global"]).status == 412
     assert admin.post(f"{NS}/{ns}/replication", ["elsewhere"]).status == 403  # (Pulsar's "Invalid cluster id")
     assert admin.post(f"{NS}/{ns}/replication", "standalone").status == 400

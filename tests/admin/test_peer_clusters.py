@@ -46,6 +46,10 @@ def test_peers_are_set_read_and_kept_in_the_cluster_data(admin: Admin, clusters:
     assert admin.ok("GET", peers) == []
     assert admin.call("POST", peers, raw=b"").status == 204  # no body: cleared
     assert admin.get(peers).status == 204
+    # Given with the rest of the cluster data, they are bound to the same LinkedHashSet.
+    admin.ok("POST", f"{CLUSTERS}/{a}", {"serviceUrl": "http://127.0.0.9:8080", "peerClusterNames": [b, c, b]})
+    assert admin.ok("GET", peers) == [b, c]
+    assert admin.ok("GET", f"{CLUSTERS}/{a}")["peerClusterNames"] == [b, c]
 
 
 def test_the_standalone_cluster_gets_peers_too(admin: Admin, clusters: list[str]) -> None:

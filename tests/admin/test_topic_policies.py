@@ -3,6 +3,7 @@ their precedence over namespace and broker values, and their effect with the off
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -179,6 +180,35 @@ def test_refusals(admin: Admin) -> None:
     admin.ok("POST", f"{NS}/{ns}/backlogQuota", {"limitSize": 10 * 1024 * 1024, "policy": "producer_exception"})
     reply = admin.post(policy_path(topic, "retention"), {"retentionTimeInMinutes": 60, "retentionSizeInMB": 5})
     assert reply.status == 412
+
+
+def test_topic_replication_clusters_keep_the_local_cluster(admin: Admin) -> None:
+    # Pulsar 4.0.7's PersistentTopicsBase.internalSetReplicationClusters, for local topic policies: an empty or null
+    # list, then "global", then a list without the local cluster (412 each), then each cluster (403 unknown, or not
+    # allowed for the tenant). A topic leaves its cluster through its namespace's clusters only.
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    admin.ok("PUT", f"/admin/v2/clusters/{other}", {"serviceUrl": "http://127.0.0.9:8080"})
+    tenant = f"t-{uuid.uuid4().hex[:6]}"
+    admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone", other]})
+    ns = admin.new_namespace(tenant)
+    topic = f"persistent://{ns}/t"
+    admin.ok("PUT", f"/admin/v2/{rest_path(topic)}")
+    path = policy_path(topic, "replication")
+    for body, status, reason in (
+            ([], 412, "ClusterIds should not be null or empty"),
+            (None, 412, "ClusterIds should not be null or empty"),
+            (["standalone", "global"], 412, "Cannot specify global in the list of replication clusters"),
+            ([other], 412, "Can not remove local cluster from the local topic-level replication clusters policy"),
+            (["standalone", "mars"], 403, "Invalid cluster id: mars")):
+        reply = admin.post(path, body)
+        assert (reply.status, reply.reason) == (status, reason), body
+    assert admin.get(path).status == 204  # nothing was stored
+    assert admin.post(path, [other, "standalone"]).status == 204
+    assert admin.ok("GET", path) == [other, "standalone"]
+    admin.ok("DELETE", f"/admin/v2/{rest_path(topic)}")
+    admin.ok("DELETE", f"{NS}/{ns}")
+    admin.ok("DELETE", f"/admin/v2/tenants/{tenant}")
+    admin.ok("DELETE", f"/admin/v2/clusters/{other}")
 
 
 def test_limits_apply_to_clients_and_to_every_partition(admin: Admin, client: pulsar.Client) -> None:

@@ -16,8 +16,10 @@ import requests
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.topic_name import TopicName
 from tests.component.wire import T, WireClient, producer_cmd, subscribe_cmd
 from tests.e2e.test_geo_replication import Pair, link, receive
+from tests.waiting import wait_for
 
 A_HOST, B_HOST = "127.0.0.2", "127.0.0.3"
 
@@ -142,6 +144,33 @@ def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters
     assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"]
 
 
+def test_what_pulsar_checks_before_sending_a_namespace_call_to_the_peer(clusters: Clusters) -> None:
+    # Pulsar 4.0.7's NamespacesBase: a bundle unload parses its range (NamespaceBundleFactory.getBundle), a split
+    # reads its positions and checks its algorithm, before validateGlobalNamespaceOwnership: refused here.
+    ns = clusters.namespace(["b"])
+    bundle = "0x00000000_0x40000000"
+    for action, query, body, status, reason in (
+            ("0xzz_0x40000000/unload", "", None, 412, "Invalid bundle range: 0xzz_0x40000000"),
+            ("0x40000000_0x00000000/unload", "", None, 412, "Invalid bundle range: 0x40000000_0x00000000"),
+            (f"{bundle}/split", "?splitAlgorithmName=nope", None, 412, "Unsupported namespace bundle split algorithm"),
+            (f"{bundle}/split", "?splitAlgorithmName=specified_positions_divide", None, 412,
+             "With specified_positions_divide split algorithm, splitBoundaries must not be empty"),
+            (f"{bundle}/split", "", '"x"', 400, "Split boundaries must be a JSON array")):
+        reply = requests.put(f"{clusters.a.web_url}/admin/v2/namespaces/{ns}/{action}{query}", data=body,
+                             headers={"Content-Type": "application/json"}, allow_redirects=False, timeout=10)
+        assert reply.status_code == status, (action, query, reply.status_code, reply.text)
+        assert reply.json()["reason"].startswith(reason), (action, reply.text)
+    # The others check their bundle after the redirect, on the cluster that serves the namespace.
+    for method, action in (("PUT", "0xzz_0x40000000/split"), ("POST", "0xzz_0x40000000/clearBacklog"),
+                           ("POST", "0xzz_0x40000000/clearBacklog/s"), ("POST", "0xzz_0x40000000/unsubscribe/s")):
+        path = f"/admin/v2/namespaces/{ns}/{action}"
+        reply = requests.request(method, f"{clusters.a.web_url}{path}", allow_redirects=False, timeout=10)
+        assert reply.status_code == 307, (action, reply.status_code, reply.text)
+        assert reply.headers["Location"] == f"{clusters.b.web_url}{path}", action
+        reply = requests.request(method, f"{clusters.a.web_url}{path}", timeout=10)  # (b refuses it)
+        assert reply.status_code == 412 and "Invalid bundle range" in reply.json()["reason"], (action, reply.text)
+
+
 def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
     ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
     answer = clusters.lookup_on_a(f"persistent://{ns}/t")
@@ -198,3 +227,28 @@ def test_producer_and_subscribe_sent_here_anyway_are_refused(clusters: Clusters)
     assert {a.error.error for a in answers} == {pb.ServerError.ServiceNotReady}
     assert "not served by this instance" in answers[0].error.message
     assert topic not in clusters.a.server.service.topics
+
+
+def test_a_loaded_topic_whose_namespace_moves_to_the_peer_is_deleted_and_its_clients_follow(
+        clusters: Clusters) -> None:
+    # Pulsar's PersistentTopic.checkReplication: a's copy is deleted (removeTopicIfLocalClusterNotAllowed), its
+    # clients are disconnected, and the official client's next lookup on a is redirected to b, where it goes on.
+    ns = clusters.namespace(["a", "c"])
+    topic = f"persistent://{ns}/moving"
+    name = TopicName.parse(topic)
+    consumer = clusters.client_a.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = clusters.client_a.create_producer(topic, batching_enabled=False)
+    producer.send(b"on a")
+    assert receive(consumer, 1) == [b"on a"]
+    for admin in (clusters.admin_a, clusters.admin_b):
+        admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["b"])
+    service_a = clusters.a.server.service
+    wait_for(lambda: name.full not in service_a.topics and not service_a.topic_exists(name),
+             what="a's copy of the topic to be deleted")
+    producer.send(b"on b")  # (the client looked up again, on a, and was sent to b)
+    assert receive(consumer, 1) == [b"on b"]
+    stats = clusters.admin_b.stats(topic)
+    assert stats["msgInCounter"] == 1 and list(stats["subscriptions"]) == ["s"]
+    assert not service_a.topic_exists(name)
+    producer.close()
+    consumer.close()

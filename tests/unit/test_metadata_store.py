@@ -200,6 +200,19 @@ async def test_refusals_change_nothing(metadata: BrokerMetadata) -> None:
     assert store.generation == generation
 
 
+async def test_a_cluster_with_isolation_policies_is_not_deleted(metadata: BrokerMetadata) -> None:
+    # Pulsar 4.0.7's ClustersBase.internalDeleteClusterAsync: 412 "Cluster not empty" while the cluster has namespace
+    # isolation policies; none left (an empty map), it is deleted with them.
+    await metadata.create_cluster("other", {})
+    await metadata.set_isolation_policy("other", "p", {"namespaces": ["acme/.*"], "primary": ["b1"]})
+    with pytest.raises(InUseError, match="Cluster not empty"):
+        await metadata.delete_cluster("other")
+    assert "other" in metadata.clusters
+    await metadata.set_isolation_policy("other", "p", None)
+    await metadata.delete_cluster("other")
+    assert "other" not in metadata.clusters and metadata.isolation_policies("other") is None
+
+
 async def test_views_are_read_only(metadata: BrokerMetadata) -> None:
     with pytest.raises(TypeError):
         metadata.tenants["x"] = {}  # type: ignore[index]
