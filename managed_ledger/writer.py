@@ -2,8 +2,9 @@
 
 The loop submits operations (append a record, create / close a segment, replace a small file,
 ...) and returns at once. The writer thread takes *everything* queued as one batch, performs it
-in order - consecutive appends to one segment become one ``write`` - then syncs each segment it
-appended to once (fdatasync) and posts the batch's completions back to the loop with one
+in order - the appends to one segment between two other operations become one ``write``, even
+when appends to other segments came in between (several producers: A B A B) - then syncs each
+segment it appended to once (fdatasync) and posts the batch's completions back to the loop with one
 ``call_soon_threadsafe``, in submission order. While it syncs, new submissions pile up and become
 the next batch: under load, many appends share one fsync.
 
@@ -102,7 +103,7 @@ import posixpath
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -410,19 +411,7 @@ class GroupCommitWriter:
         errors: list[BaseException | None] = [None] * len(batch)
         unsynced: dict[_Segment, list[int]] = {}
         try:
-            i, n = 0, len(batch)
-            while i < n:
-                op = batch[i]
-                failure = self._failed.get(op.owner) if op.owner is not None else None
-                j = i + 1
-                while j < n and batch[j].path == op.path:
-                    j += 1
-                if failure is not None:
-                    for k in range(i, j):
-                        errors[k] = _fenced(failure)
-                else:
-                    self._append_run(batch, i, j, errors, unsynced)
-                i = j
+            self._append_all(batch, 0, len(batch), errors, unsynced)
             # (A list: once the first sync is submitted, settling may change unsynced at any time.)
             syncs: list[tuple[_Segment, FileHandle | OSError]] = []
             for segment in unsynced:
@@ -539,18 +528,17 @@ class GroupCommitWriter:
         n = len(batch)
         while i < n:
             op = batch[i]
+            if op.kind == "append":
+                j = i + 1
+                while j < n and batch[j].kind == "append":
+                    j += 1
+                self._append_all(batch, i, j, errors, unsynced)
+                i = j
+                continue
             failure = self._failed.get(op.owner) if op.owner is not None else None
             if failure is not None and op.kind not in ("close", "recover", "release"):
                 errors[i] = _fenced(failure)
                 i += 1
-                continue
-            if op.kind == "append":
-                # Gather the run of appends to this segment: one write for all of them.
-                j = i + 1
-                while j < n and batch[j].kind == "append" and batch[j].path == op.path:
-                    j += 1
-                self._append_run(batch, i, j, errors, unsynced)
-                i = j
                 continue
             try:
                 self._execute(op, unsynced, errors)
@@ -606,28 +594,56 @@ class GroupCommitWriter:
             _close_quietly(segment.handle)
             segment.handle = None
 
-    def _append_run(self, batch: list[_Op], i: int, j: int, errors: list[BaseException | None],
+    def _append_all(self, batch: list[_Op], i: int, j: int, errors: list[BaseException | None],
                     unsynced: dict[_Segment, list[int]]) -> None:
-        op = batch[i]
-        segment = self._segments.get(op.path)
-        if segment is None:
-            missing = FileNotFoundError(f"segment {op.path} is not open for writing")
+        """Write batch[i:j], all appends: one write per segment, its appends in submission order.
+
+        Producers on several topics (or one client's several producers on one connection) submit
+        their appends interleaved, A B C A B C: a write per run of one segment was a write per
+        append, where one per segment carries the same bytes. (Each is a device round trip: a direct
+        write returns once the device has the bytes.) Nothing is confirmed before the round's syncs,
+        so the order of writes across segments does not matter."""
+        # (Measured, bench.compare's four Go producers, 8 alternating rounds: 1.46 -> 1.0 writes per
+        # segment sync, 0.53 -> 0.50 us of broker CPU per message, the rate's median ratio 1.04.)
+        if j - i == 1:
+            runs: Iterable[list[int]] = ([i],)
+        else:
+            by_path: dict[str, list[int]] = {}
             for k in range(i, j):
+                by_path.setdefault(batch[k].path, []).append(k)
+            runs = by_path.values()
+        for run in runs:
+            owner = batch[run[0]].owner
+            failure = self._failed.get(owner) if owner is not None else None
+            if failure is not None:
+                for k in run:
+                    errors[k] = _fenced(failure)
+            else:
+                self._append_run(batch, run, errors, unsynced)
+
+    def _append_run(self, batch: list[_Op], run: list[int], errors: list[BaseException | None],
+                    unsynced: dict[_Segment, list[int]]) -> None:
+        """Write the appends batch[k] for k in run, all to one segment, as one write."""
+        path = batch[run[0]].path
+        segment = self._segments.get(path)
+        if segment is None:
+            missing = FileNotFoundError(f"segment {path} is not open for writing")
+            for k in run:
                 errors[k] = missing
             return
         parts: list[bytes] = []
         nbytes = 0
-        for k in range(i, j):
+        for k in run:
             parts += batch[k].parts or ()
             nbytes += batch[k].nbytes
         try:
             self._write_blocks(segment, self._handle(segment), parts, nbytes)
         except OSError as exc:
-            for k in range(i, j):
+            for k in run:
                 errors[k] = exc
             self._fail_owner(segment.owner, exc, unsynced, errors)
             return
-        unsynced.setdefault(segment, []).extend(range(i, j))
+        unsynced.setdefault(segment, []).extend(run)
         self._stats.add(bytes_written_total=nbytes)
 
     def _write_blocks(self, segment: _Segment, handle: FileHandle, parts: list[bytes], nbytes: int) -> None:

@@ -14,6 +14,7 @@ from managed_ledger.file import FileManagedLedgerFactory
 from managed_ledger.fs import FileHandle
 from tests.managed_ledger.crashfs import CrashFileSystem
 from tests.managed_ledger.ml_support import FakeClock
+from tests.managed_ledger.test_file_ledger import read_all
 from tests.waiting import eventually
 
 TIMEOUT = 10.0
@@ -236,4 +237,58 @@ async def test_an_open_cancelled_while_its_segment_is_made_still_closes_the_ledg
     ml = await factory.open("t")
     assert ml is not made[0]
     assert await ml.add_entry_async(b"x") == Position(ml.last_confirmed_entry.ledger_id, 0)
+    await factory.close()
+
+
+class _CountingHandle:
+    def __init__(self, inner: FileHandle, path: str, writes: dict[str, int]) -> None:
+        self._inner = inner
+        self._path = path
+        self._writes = writes
+
+    def pwrite_parts(self, parts: Any, offset: int) -> None:
+        self._writes[self._path] = self._writes.get(self._path, 0) + 1
+        self._inner.pwrite_parts(parts, offset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class WriteCountingFileSystem(CrashFileSystem):
+    """CrashFileSystem that counts the writes to each segment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: dict[str, int] = {}
+
+    def open_append(self, path: str, *, create: bool, direct: bool = False) -> FileHandle:
+        return _CountingHandle(super().open_append(path, create=create, direct=direct), path, self.writes)
+
+
+async def test_appends_to_several_segments_that_arrive_interleaved_are_one_write_per_segment() -> None:
+    # Several producers (one client's, on one connection) submit their adds interleaved: a b a b.
+    fs = WriteCountingFileSystem()
+    factory = factory_on(fs)
+    a, b = await factory.open("a"), await factory.open("b")
+    await a.add_entry_async(b"a0")
+    await b.add_entry_async(b"b0")
+    busy, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        release.wait(TIMEOUT)
+
+    factory.writer.run(hold)  # the writer is busy: the adds below queue up and make one batch
+    await asyncio.to_thread(busy.wait, TIMEOUT)
+    before = dict(fs.writes)
+    adds = [ml.add_entry_async(f"{name}{i}".encode()) for i in (1, 2, 3) for name, ml in (("a", a), ("b", b))]
+    release.set()
+    positions = await asyncio.wait_for(asyncio.gather(*adds), TIMEOUT)
+    assert [p.entry_id for p in positions] == [1, 1, 2, 2, 3, 3]
+    assert {path.rsplit("/", 2)[-2]: n - before[path] for path, n in fs.writes.items()} == {"a": 1, "b": 1}
+    await factory.close()
+    factory = factory_on(fs)  # (what the segments hold, read back from the file system)
+    for name in ("a", "b"):
+        ml = await factory.open(name)
+        assert [e.data for e in await read_all(ml)] == [f"{name}{i}".encode() for i in range(4)]
     await factory.close()
