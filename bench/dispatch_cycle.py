@@ -22,7 +22,10 @@ What it leaves out (socket writes, frame decoding, the ACK and FLOW commands) is
 version of the dispatch code, so on a machine too busy for bench/compare.py to show a difference of
 this size, alternating runs of two checkouts still compare their dispatch and storage work:
 
-    PYTHONPATH=<checkout> python -m bench.dispatch_cycle consume
+    PYTHONSAFEPATH=1 PYTHONPATH=<checkout> python -m bench.dispatch_cycle consume
+
+(PYTHONSAFEPATH: without it ``-m`` puts the current directory first on the module path, so a run
+started inside one checkout measures that checkout whatever PYTHONPATH says.)
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ What it leaves out (the socket reads and writes, the client) is the same for eve
 broker, so on a machine too busy for bench/compare.py to show a difference of this size, alternating
 runs of two checkouts still compare their produce paths:
 
-    PYTHONPATH=<checkout> python -m bench.send_cycle
+    PYTHONSAFEPATH=1 PYTHONPATH=<checkout> python -m bench.send_cycle
+
+(PYTHONSAFEPATH: without it ``-m`` puts the current directory first on the module path, so a run
+started inside one checkout measures that checkout whatever PYTHONPATH says.)
 """
 
 from __future__ import annotations
