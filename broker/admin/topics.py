@@ -25,6 +25,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -194,12 +195,16 @@ class TopicsResource:
         return self._existing_partitions(name)
 
     async def on_owners(self, request: web.Request, partitions: list[TopicName], method: str, action: str,
-                        local: Callable[[TopicName], Awaitable[Any]], query: str = "") -> dict[TopicName, Any]:
+                        local: Callable[[TopicName], Awaitable[Any]], query: str = "", body: object = None, *,
+                        missing_ok: bool = True) -> dict[TopicName, Any]:
         """Each partition's answer, from the broker that owns it (Pulsar's admin calls per partition through the
         broker's admin client): ``local`` for the ones this broker serves (taking an unowned bundle when the lookup
-        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``). A partition that
-        is not found (404) is left out."""
+        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``), with ``body``.
+        A partition that is not found (404) is left out; unless ``missing_ok`` is false: then the others are still
+        done, and the first 404 is the answer (Pulsar answers the per-partition NotFound of a subscription
+        operation so, once every partition's call has ended)."""
         answers: dict[TopicName, Any] = {}
+        missing: HttpError | None = None
         for p in partitions:
             try:
                 base = await topic_owner_url(self.web.ctx, p, request.secure)
@@ -207,14 +212,54 @@ class TopicsResource:
                     answers[p] = await local(p)
                 else:
                     suffix = f"/{action}" if action else ""
-                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request)
+                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request,
+                                                           body)
             except HttpError as exc:
                 if exc.status_code != 404:
                     raise
+                missing = missing or exc
             except BrokerError as exc:
                 if status_for(exc) != 404:
                     raise
+                missing = missing or HttpError(404, exc.message)
+        if missing is not None and not missing_ok:
+            raise missing
         return answers
+
+    async def on_each_partition(self, request: web.Request, name: TopicName,
+                                local: Callable[[TopicName], Awaitable[Any]], *, body: object = None,
+                                missing_ok: bool = True, partitions: list[TopicName] | None = None
+                                ) -> dict[TopicName, Any]:
+        """The request's own call made on each partition of the partitioned topic ``name`` (by default the ones
+        ``partitions_to_ask`` names), by the partition's owner: ``on_owners`` with the request's method, the rest
+        of its path after the topic (still URL-encoded) and its query (less ``authoritative``: that one was about
+        the partitioned name, the call at the owner looks the partition up afresh). ``body``: the request's body
+        as read (JSON), sent on."""
+        action = "/".join(request.rel_url.raw_path.split("/")[7:])  # ("", admin, v2, domain, tenant, ns, topic)
+        kept = [(k, v) for k, v in request.query.items() if k != "authoritative"]
+        query = f"?{urlencode(kept)}" if kept else ""
+        return await self.on_owners(request, self.partitions_to_ask(name) if partitions is None else partitions,
+                                    request.method, action, local, query, body, missing_ok=missing_ok)
+
+    async def on_each_partition_tally(self, request: web.Request, name: TopicName, partitions: list[TopicName],
+                                      local: Callable[[TopicName], Awaitable[None]], *, body: object = None,
+                                      refused: int = 409) -> tuple[int, int]:
+        """``on_each_partition`` for an operation that a partition may refuse with ``refused`` (it is running
+        already, the subscription exists already) without failing the others: (how many partitions did it, how
+        many refused). Any other error is the answer at once."""
+        done = refusals = 0
+        for p in partitions:
+            try:
+                done += len(await self.on_each_partition(request, name, local, body=body, partitions=[p]))
+            except HttpError as exc:
+                if exc.status_code != refused:
+                    raise
+                refusals += 1
+            except BrokerError as exc:
+                if status_for(exc) != refused:
+                    raise
+                refusals += 1
+        return done, refusals
 
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
@@ -646,14 +691,25 @@ class TopicsResource:
                                   "partitionIndex": name.partition_index})
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
-        """PUT .../compaction: start compacting (each partition of a partitioned topic)."""
+        """PUT .../compaction: start compacting. On a partitioned topic, each created partition is compacted by its
+        owner (Pulsar's internalTriggerCompaction: the admin client's triggerCompaction per partition); 409 only
+        when every one of them was compacting already (nothing started)."""
         name = self.name(request)
         if not name.persistent:
             raise HttpError(405, "Compaction is only for persistent topics")
-        started = [t.compactor.trigger() for t in await self.stored_targets(name)]
-        if started and not any(started):  # (a partitioned topic none of whose partitions was used: nothing to do)
+        if self._single(name, None):
+            await self._trigger_compaction(name)
+            return no_content()
+        started, running = await self.on_each_partition_tally(request, name, self._existing_partitions(name),
+                                                              self._trigger_compaction)
+        if running and not started:  # (a partitioned topic none of whose partitions was used: nothing to do)
             raise HttpError(409, "Compaction already in progress")
-        return web.Response(status=204)
+        return no_content()
+
+    async def _trigger_compaction(self, name: TopicName) -> None:
+        """Start compacting one topic this broker serves; 409 while a run is under way."""
+        if not (await self.stored_topic(name)).compactor.trigger():
+            raise HttpError(409, "Compaction already in progress")
 
     async def compaction_status(self, request: web.Request) -> web.Response:
         """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import urllib.error
 import uuid
+from functools import partial
 
 import pulsar
 import pytest
@@ -162,3 +163,37 @@ def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: B
         assert not zk.exists(f"/managed-ledgers/{name}/persistent") or not zk.get_children(
             f"/managed-ledgers/{name}/persistent")
         assert not brokers.owners(zk, name), "bundles of the deleted namespace still owned"
+
+
+def test_partitioned_compaction_reaches_every_owner(brokers: Brokers) -> None:
+    """PUT .../compaction on a partitioned topic, asked of one broker: each partition is compacted by its owner
+    (Pulsar's internalTriggerCompaction calls triggerCompaction per partition through its admin client). It
+    answered 503 once a partition was served by the other broker (loaded here: "not served by this instance")."""
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/compact-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    parts = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    owners = owner_urls(brokers, parts)
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        for part in parts:
+            producer = client.create_producer(part, batching_enabled=False, send_timeout_millis=TIMEOUT_MS)
+            for round_ in range(3):
+                for key in ("a", "b", "c"):
+                    producer.send(f"{key}{round_}".encode(), partition_key=key)
+            producer.close()
+    finally:
+        client.close()
+
+    assert status_of(f"{admin}/compaction", "PUT") == 200  # (204: http_json reads no body)
+
+    def compacted(part: str) -> bool:
+        local = part.removeprefix("persistent://")
+        return bool(http_json(f"{b1.web_url}/admin/v2/persistent/{local}/compaction")["status"] == "SUCCESS")
+
+    for part in parts:  # (asked of b1: a 307 to the owner for the other broker's)
+        wait_for(partial(compacted, part), WAIT_S, f"{part} compacted")
+    internal = http_json(f"{admin}/partitioned-internalStats")["partitions"]
+    assert {p: internal[p]["compactedLedger"]["entries"] for p in parts} == {p: 3 for p in parts}
