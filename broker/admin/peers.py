@@ -1,7 +1,8 @@
 """Broker-to-broker admin calls (Pulsar's ``pulsar().getAdminClient()``), for the operations over many topics that
 cluster mode passes on to the owner of each bundle or partition: namespace clearBacklog / unsubscribe / unload /
 delete, partitioned-stats and partitioned-internalStats, terminate/partitions, deleting a partitioned topic, creating
-missing partitions, listing non-persistent topics.
+missing partitions, the calls made on each partition of a partitioned topic (its subscriptions, trim, compaction,
+unload), listing non-persistent topics.
 
 Credentials, as Pulsar's broker: its own, ``brokerClientAuthenticationPlugin`` / ``...Parameters`` (token or basic
 become the Authorization header; tls a client certificate), with ``brokerClientTrustCertsFilePath`` /

@@ -1,10 +1,12 @@
 """Admin REST v2: topics (Pulsar's PersistentTopics / NonPersistentTopics resources).
 
-Partitioned topics follow Pulsar: operations that make sense per partition (create or delete a
-subscription, skip all, reset by time, expire, unload) are applied to every partition; the ones
-that name a position in one log (skip n, reset to a message id, peek, last message id) answer
-405 on the partitioned name and work on ``...-partition-k``. The operations on a partitioned topic as a whole
-(create, grow, delete, its partitioned stats) are in partitioned_topics.py.
+Partitioned topics follow Pulsar: operations that make sense per partition (create, list or delete
+subscriptions, skip all, reset by time, expire, subscription properties and replicated status, trim,
+compaction, unload) are applied to every partition, each by the broker that owns it (``each``: locally, or
+the same call at the owner, as Pulsar's broker makes it through its admin client); the ones that name a
+position in one log (skip n, reset to a message id, peek, last message id) answer 405 on the partitioned
+name and work on ``...-partition-k``. The operations on a partitioned topic as a whole (create, grow,
+delete, its partitioned stats) are in partitioned_topics.py.
 
 Reads never create anything: stats and subscriptions of a partition that was never written to
 are left out rather than creating its managed ledger.
@@ -25,6 +27,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -170,8 +173,12 @@ class TopicsResource:
                                  f"({name}-partition-k) or the partitioned-* endpoints")
 
     async def topic(self, name: TopicName) -> AnyTopic:
-        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates."""
+        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
+        is not live is not brought to life: an admin call is no client, and in cluster mode every partition of a
+        non-persistent partitioned topic is asked, see ``partitions_to_ask``)."""
         self._not_partitioned(name)
+        if not name.persistent and name.partition_index >= 0 and not self.exists(name):
+            raise HttpError(404, f"Topic {name} not found")
         return await self.service.get_topic(name, create=False)
 
     async def stored_topic(self, name: TopicName) -> PersistentTopic:
@@ -183,9 +190,6 @@ class TopicsResource:
         """The partitions of a partitioned topic that were created (written to or subscribed)."""
         return [p for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
 
-    async def existing_partitions(self, name: TopicName) -> list[AnyTopic]:
-        return [await self.service.get_topic(p, create=False) for p in self._existing_partitions(name)]
-
     def partitions_to_ask(self, name: TopicName) -> list[TopicName]:
         """The partitions an operation over a partitioned topic visits: the created ones; in cluster mode every
         non-persistent partition (live on its owner only: this broker cannot tell which exist)."""
@@ -194,12 +198,16 @@ class TopicsResource:
         return self._existing_partitions(name)
 
     async def on_owners(self, request: web.Request, partitions: list[TopicName], method: str, action: str,
-                        local: Callable[[TopicName], Awaitable[Any]], query: str = "") -> dict[TopicName, Any]:
+                        local: Callable[[TopicName], Awaitable[Any]], query: str = "", body: object = None, *,
+                        missing_ok: bool = True) -> dict[TopicName, Any]:
         """Each partition's answer, from the broker that owns it (Pulsar's admin calls per partition through the
         broker's admin client): ``local`` for the ones this broker serves (taking an unowned bundle when the lookup
-        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``). A partition that
-        is not found (404) is left out."""
+        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``), with ``body``.
+        A partition that is not found (404) is left out; unless ``missing_ok`` is false: then the others are still
+        done, and the first 404 is the answer (Pulsar answers the per-partition NotFound of a subscription
+        operation so, once every partition's call has ended)."""
         answers: dict[TopicName, Any] = {}
+        missing: HttpError | None = None
         for p in partitions:
             try:
                 base = await topic_owner_url(self.web.ctx, p, request.secure)
@@ -207,14 +215,54 @@ class TopicsResource:
                     answers[p] = await local(p)
                 else:
                     suffix = f"/{action}" if action else ""
-                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request)
+                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request,
+                                                           body)
             except HttpError as exc:
                 if exc.status_code != 404:
                     raise
+                missing = missing or exc
             except BrokerError as exc:
                 if status_for(exc) != 404:
                     raise
+                missing = missing or HttpError(404, exc.message)
+        if missing is not None and not missing_ok:
+            raise missing
         return answers
+
+    async def on_each_partition(self, request: web.Request, name: TopicName,
+                                local: Callable[[TopicName], Awaitable[Any]], *, body: object = None,
+                                missing_ok: bool = True, partitions: list[TopicName] | None = None
+                                ) -> dict[TopicName, Any]:
+        """The request's own call made on each partition of the partitioned topic ``name`` (by default the ones
+        ``partitions_to_ask`` names), by the partition's owner: ``on_owners`` with the request's method, the rest
+        of its path after the topic (still URL-encoded) and its query (less ``authoritative``: that one was about
+        the partitioned name, the call at the owner looks the partition up afresh). ``body``: the request's body
+        as read (JSON), sent on."""
+        action = "/".join(request.rel_url.raw_path.split("/")[7:])  # ("", admin, v2, domain, tenant, ns, topic)
+        kept = [(k, v) for k, v in request.query.items() if k != "authoritative"]
+        query = f"?{urlencode(kept)}" if kept else ""
+        return await self.on_owners(request, self.partitions_to_ask(name) if partitions is None else partitions,
+                                    request.method, action, local, query, body, missing_ok=missing_ok)
+
+    async def on_each_partition_tally(self, request: web.Request, name: TopicName, partitions: list[TopicName],
+                                      local: Callable[[TopicName], Awaitable[None]], *, body: object = None,
+                                      refused: int = 409) -> tuple[int, int]:
+        """``on_each_partition`` for an operation that a partition may refuse with ``refused`` (it is running
+        already, the subscription exists already) without failing the others: (how many partitions did it, how
+        many refused). Any other error is the answer at once."""
+        done = refusals = 0
+        for p in partitions:
+            try:
+                done += len(await self.on_each_partition(request, name, local, body=body, partitions=[p]))
+            except HttpError as exc:
+                if exc.status_code != refused:
+                    raise
+                refusals += 1
+            except BrokerError as exc:
+                if status_for(exc) != refused:
+                    raise
+                refusals += 1
+        return done, refusals
 
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
@@ -225,30 +273,36 @@ class TopicsResource:
             raise HttpError(405, f"{op} on a partitioned topic is not allowed")
         return False
 
-    async def targets(self, name: TopicName, op: str | None = None) -> list[AnyTopic]:
-        """The topic itself, or every created partition of a partitioned one (see ``_single``)."""
-        if self._single(name, op):
-            return [await self.topic(name)]
-        return await self.existing_partitions(name)
+    async def stored_one(self, name: TopicName, op: str) -> PersistentTopic:
+        """The topic of a route on one position of one log (persistent names only): 405 on a partitioned topic."""
+        self._single(name, op)
+        return await self.stored_topic(name)
 
-    async def stored_targets(self, name: TopicName, op: str | None = None) -> list[PersistentTopic]:
-        """``targets`` for the routes on stored messages and cursors (persistent names only)."""
-        if self._single(name, op):
-            return [await self.stored_topic(name)]
-        return [await self.service.get_persistent_topic(p, create=False) for p in self._existing_partitions(name)]
+    async def each(self, request: web.Request, name: TopicName, one: Callable[[TopicName], Awaitable[Any]], *,
+                   body: object = None, missing_ok: bool = True) -> list[Any]:
+        """``one`` on the topic itself; on a partitioned topic, on each of its partitions by the partition's owner
+        (``on_each_partition``, with ``body`` and ``missing_ok``): the answers."""
+        if self.partitions(name) == 0:
+            return [await one(name)]
+        answers = await self.on_each_partition(request, name, one, body=body, missing_ok=missing_ok)
+        return list(answers.values())
 
     async def for_each_subscription(self, request: web.Request, op: str | None,
-                                    action: Callable[[PersistentTopic, Subscription], Awaitable[None]]
-                                    ) -> web.Response:
-        """Apply ``action`` to the subscription on the topic or each partition (persistent topics)."""
+                                    action: Callable[[PersistentTopic, Subscription], Awaitable[None]],
+                                    body: object = None) -> web.Response:
+        """Apply ``action`` to the subscription on the topic or on each partition, by the partition's owner, with
+        the request's ``body`` (persistent topics). A partition without the subscription: 404, once the others
+        are done (as Pulsar answers); ``op``: the operation's name, refused (405) on a partitioned topic."""
         name = self.name(request)
         sub_name = request.match_info["sub"]
-        topics = await self.stored_targets(name, op)
-        subs = [(t, await admin_ops.subscription(t, sub_name)) for t in topics]
-        if not subs:
+        self._single(name, op)
+
+        async def apply(one: TopicName) -> None:
+            topic = await self.stored_topic(one)
+            await action(topic, await admin_ops.subscription(topic, sub_name))
+
+        if not await self.each(request, name, apply, body=body, missing_ok=False):
             raise HttpError(404, f"Subscription {sub_name} not found")
-        for t, sub in subs:
-            await action(t, sub)
         return no_content()
 
     @staticmethod
@@ -388,9 +442,11 @@ class TopicsResource:
 
     async def trim(self, request: web.Request) -> web.Response:
         """POST .../trim: delete the ledgers every subscription has consumed, as retention allows
-        (what happens on its own at rollover), on the topic or each partition."""
-        for topic in await self.stored_targets(self.name(request)):
-            topic.ledger.trim_consumed_ledgers()
+        (what happens on its own at rollover), on the topic or each partition (by its owner)."""
+        async def trim(one: TopicName) -> None:
+            (await self.stored_topic(one)).ledger.trim_consumed_ledgers()
+
+        await self.each(request, self.name(request), trim)
         return no_content()
 
     # -- stats -----------------------------------------------------------------------------------
@@ -404,11 +460,12 @@ class TopicsResource:
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def subscriptions(self, request: web.Request) -> web.Response:
-        name = self.name(request)
-        names: set[str] = set()
-        for t in await self.targets(name):
-            names.update(t.subscription_names())
-        return json_response(sorted(names))
+        """The subscriptions of the topic, or of every partition (each from its owner)."""
+        async def names(one: TopicName) -> list[str]:
+            return sorted((await self.topic(one)).subscription_names())
+
+        listed = await self.each(request, self.name(request), names)
+        return json_response(sorted({sub for names in listed for sub in names or ()}))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
         """PUT .../subscription/{sub}: an optional message id body (the start), ``?replicated=true``
@@ -431,50 +488,75 @@ class TopicsResource:
         if n == 0:
             await create(await self.service.get_persistent_topic(name, create=True))
             return no_content()
-        created = 0
-        for i in range(n):  # like Pulsar: a partition that has it already is not an error
-            topic = await self.service.get_persistent_topic(name.partition(i), create=True)
-            if sub_name not in admin_ops.subscription_names(topic):
-                await create(topic)
-                created += 1
+
+        async def create_partition(partition: TopicName) -> None:
+            topic = await self.service.get_persistent_topic(partition, create=True)
+            if sub_name in admin_ops.subscription_names(topic):
+                raise HttpError(409, "Subscription already exists for topic")
+            await create(topic)
+
+        # Each partition by its owner (Pulsar's createSubscription per partition through its admin client), every one
+        # of them (created if need be); like Pulsar, a partition that has it already is not an error.
+        created, _ = await self.on_each_partition_tally(request, name, [name.partition(i) for i in range(n)],
+                                                        create_partition, body=body)
         if created == 0:
             raise HttpError(409, "Subscription already exists for topic")
         return no_content()
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
-        """On persistent and non-persistent topics alike (a live subscription of the latter)."""
+        """On persistent and non-persistent topics alike (a live subscription of the latter); on each partition of
+        a partitioned topic, by its owner."""
         force = query_flag(request, "force")
         sub_name = request.match_info["sub"]
-        subs = [(t, await self._subscription(t, sub_name)) for t in await self.targets(self.name(request))]
-        if not subs:
-            raise HttpError(404, f"Subscription {sub_name} not found")
-        for t, sub in subs:
+        name = self.name(request)
+
+        async def delete(one: TopicName) -> None:
+            t = await self.topic(one)
+            sub = await self._subscription(t, sub_name)
             # (admin_ops takes a persistent topic; the non-persistent one meets it by duck typing until
             # both kinds share one subscription protocol: branch r-dispatch)
             await admin_ops.delete_subscription(t, sub.name, force)  # type: ignore[arg-type]
             self.service.expiry_stats.forget(t.full_name, sub.name)
+
+        # (a non-persistent partition may not be live: only a live one is asked to have the subscription)
+        if not await self.each(request, name, delete, missing_ok=not name.persistent):
+            raise HttpError(404, f"Subscription {sub_name} not found")
         return no_content()
 
-    async def _subscriptions(self, request: web.Request) -> list[AnySubscription]:
-        """The subscription of the path on the topic or each created partition, of either kind; 404 when there
-        is none."""
+    async def _each_subscription(self, request: web.Request, action: Callable[[AnySubscription], Awaitable[Any]],
+                                 body: object = None) -> list[Any]:
+        """``action`` on the subscription of the path, of either kind, on the topic or on each created partition
+        (by its owner, with ``body``): the answers; 404 when there is none."""
+        name = self.name(request)
         sub_name = request.match_info["sub"]
-        subs = [await self._subscription(t, sub_name) for t in await self.targets(self.name(request))]
-        if not subs:
+
+        async def one(topic: TopicName) -> Any:
+            return await action(await self._subscription(await self.topic(topic), sub_name))
+
+        answers = await self.each(request, name, one, body=body, missing_ok=not name.persistent)
+        if not answers:
             raise HttpError(404, f"Subscription {sub_name} not found")
-        return subs
+        return answers
 
     async def get_subscription_properties(self, request: web.Request) -> web.Response:
-        """GET .../subscription/{sub}/properties (a partitioned topic answers for its partition 0); a
-        non-persistent subscription's are kept while it lives, as in Pulsar."""
-        sub = (await self._subscriptions(request))[0]
-        return json_response(dict(sub.subscription_properties))
+        """GET .../subscription/{sub}/properties (a partitioned topic: every partition's, merged, as Pulsar 4.0.7
+        answers); a non-persistent subscription's are kept while it lives, as in Pulsar."""
+        async def properties(sub: AnySubscription) -> dict[str, str]:
+            return dict(sub.subscription_properties)
+
+        merged: dict[str, str] = {}
+        for doc in await self._each_subscription(request, properties):
+            merged.update(doc or {})
+        return json_response(merged)
 
     async def set_subscription_properties(self, request: web.Request) -> web.Response:
         """PUT .../subscription/{sub}/properties: replace them all with the body's {key: value}."""
         properties = parse_properties(await read_body(request))
-        for sub in await self._subscriptions(request):
+
+        async def replace(sub: AnySubscription) -> None:
             await sub.set_subscription_properties(properties)
+
+        await self._each_subscription(request, replace, body=properties)
         return no_content()
 
     async def skip_all(self, request: web.Request) -> web.Response:
@@ -505,7 +587,11 @@ class TopicsResource:
         """POST .../resetcursor/{timestamp} on a non-persistent topic: nothing stored to rewind to, so
         success, as Pulsar answers (and as a consumer's seek by time is answered)."""
         int_param(request.match_info["timestamp"], "Timestamp")
-        await self._subscriptions(request)
+
+        async def nothing(sub: AnySubscription) -> None:
+            return None
+
+        await self._each_subscription(request, nothing)
         return no_content()
 
     async def reset_to_position(self, request: web.Request) -> web.Response:
@@ -531,9 +617,13 @@ class TopicsResource:
 
     async def expire_all(self, request: web.Request) -> web.Response:
         seconds = int_param(request.match_info["seconds"], "Expire time")
-        for t in await self.stored_targets(self.name(request)):
+
+        async def expire_all(one: TopicName) -> None:
+            t = await self.stored_topic(one)
             for cursor in list(t.ledger.cursors.values()):
                 await self._expire(t, cursor, seconds)
+
+        await self.each(request, self.name(request), expire_all)
         return no_content()
 
     async def _expire(self, topic: PersistentTopic, cursor: ManagedCursor, seconds: int) -> None:
@@ -552,31 +642,36 @@ class TopicsResource:
             if not sub.set_replicated(enabled):
                 raise HttpError(500, "Failed to update cursor properties")
 
-        return await self.for_each_subscription(request, None, apply)
+        return await self.for_each_subscription(request, None, apply, body=enabled)
 
     async def get_replicated_status(self, request: web.Request) -> web.Response:
-        """{topic or partition: replicated} for the subscription."""
+        """{topic or partition: replicated} for the subscription (each partition's from its owner)."""
         sub_name = request.match_info["sub"]
-        status = {}
-        for t in await self.stored_targets(self.name(request)):
-            status[t.full_name] = (await admin_ops.subscription(t, sub_name)).replicated
-        if not status:
+
+        async def status(one: TopicName) -> dict[str, bool]:
+            t = await self.stored_topic(one)
+            return {t.full_name: (await admin_ops.subscription(t, sub_name)).replicated}
+
+        merged: dict[str, bool] = {}
+        for doc in await self.each(request, self.name(request), status, missing_ok=False):
+            merged.update(doc or {})
+        if not merged:
             raise HttpError(404, f"Subscription {sub_name} not found")
-        return json_response(status)
+        return json_response(merged)
 
     async def peek(self, request: web.Request) -> web.Response:
         n = int_param(request.match_info["n"], "Message position")
         if n < 1:
             raise HttpError(412, "Message position must be >= 1")
         name = self.name(request)
-        [topic] = await self.stored_targets(name, "Peek messages")
+        topic = await self.stored_one(name, "Peek messages")
         sub = await admin_ops.subscription(topic, request.match_info["sub"])
         return entry_response(await admin_ops.peek(topic, sub, n))
 
     async def message_by_id(self, request: web.Request) -> web.Response:
         position = Position(int_param(request.match_info["ledger"], "Ledger id"),
                             int_param(request.match_info["entry"], "Entry id"))
-        [topic] = await self.stored_targets(self.name(request), "Get message by id")
+        topic = await self.stored_one(self.name(request), "Get message by id")
         try:
             entry = await topic.ledger.read_entry(position)
         except ManagedLedgerError:
@@ -589,7 +684,7 @@ class TopicsResource:
         if initial not in ("latest", "earliest"):
             raise HttpError(412, "initialPosition must be 'latest' or 'earliest'")
         n = int_param(request.query.get("messagePosition", "1"), "messagePosition")
-        [topic] = await self.stored_targets(self.name(request), "Examine messages")
+        topic = await self.stored_one(self.name(request), "Examine messages")
         if topic.ledger.number_of_entries <= 0:
             raise HttpError(412, "Could not examine messages due to the total message is zero")
         return entry_response(await admin_ops.examine(topic, initial == "latest", n))
@@ -599,7 +694,7 @@ class TopicsResource:
         last message: the position the next one will get)."""
         timestamp = int_param(request.match_info["timestamp"], "Timestamp")
         name = self.name(request)
-        [topic] = await self.stored_targets(name, "Get message ID by timestamp")
+        topic = await self.stored_one(name, "Get message ID by timestamp")
         position = await topic.find_position_by_time(timestamp)
         return json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
                               "partitionIndex": name.partition_index})
@@ -608,19 +703,26 @@ class TopicsResource:
         """Pulsar's answer on a non-persistent topic to an operation on stored messages: 404 when the
         topic does not exist, else 405 with ``reason``."""
         async def refuse(request: web.Request) -> web.Response:
-            await self.targets(self.name(request))
+            name = self.name(request)
+            if self.partitions(name) == 0:
+                await self.topic(name)
             raise HttpError(405, reason)
 
         return refuse
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def unload(self, request: web.Request) -> web.Response:
+        """PUT .../unload: close the topic (loaded again on next use); on a partitioned topic each partition, by its
+        owner (Pulsar's internalUnloadTopic: the admin client's unloadTopic per partition)."""
         name = self.name(request)
-        parts = [name.partition(i) for i in range(self.partitions(name))] or [name]
-        if not any(self.exists(p) for p in parts):
+
+        async def unload(one: TopicName) -> None:
+            if not self.exists(one):
+                raise HttpError(404, f"Topic {one} not found")
+            await self.service.unload_topic(one)
+
+        if not await self.each(request, name, unload):
             raise HttpError(404, f"Topic {name} not found")
-        for p in parts:
-            await self.service.unload_topic(p)
         return no_content()
 
     async def terminate(self, request: web.Request) -> web.Response:
@@ -640,29 +742,40 @@ class TopicsResource:
 
             answers = await self.on_owners(request, self._existing_partitions(name), "POST", "terminate", terminate)
             return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
-        [topic] = await self.stored_targets(name, "Terminate")
+        topic = await self.stored_one(name, "Terminate")
         last = await topic.terminate()
         return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                   "partitionIndex": name.partition_index})
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
-        """PUT .../compaction: start compacting (each partition of a partitioned topic)."""
+        """PUT .../compaction: start compacting. On a partitioned topic, each created partition is compacted by its
+        owner (Pulsar's internalTriggerCompaction: the admin client's triggerCompaction per partition); 409 only
+        when every one of them was compacting already (nothing started)."""
         name = self.name(request)
         if not name.persistent:
             raise HttpError(405, "Compaction is only for persistent topics")
-        started = [t.compactor.trigger() for t in await self.stored_targets(name)]
-        if started and not any(started):  # (a partitioned topic none of whose partitions was used: nothing to do)
+        if self._single(name, None):
+            await self._trigger_compaction(name)
+            return no_content()
+        started, running = await self.on_each_partition_tally(request, name, self._existing_partitions(name),
+                                                              self._trigger_compaction)
+        if running and not started:  # (a partitioned topic none of whose partitions was used: nothing to do)
             raise HttpError(409, "Compaction already in progress")
-        return web.Response(status=204)
+        return no_content()
+
+    async def _trigger_compaction(self, name: TopicName) -> None:
+        """Start compacting one topic this broker serves; 409 while a run is under way."""
+        if not (await self.stored_topic(name)).compactor.trigger():
+            raise HttpError(409, "Compaction already in progress")
 
     async def compaction_status(self, request: web.Request) -> web.Response:
         """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""
-        [topic] = await self.stored_targets(self.name(request), "Compaction status")
+        topic = await self.stored_one(self.name(request), "Compaction status")
         return web.json_response({"status": topic.compactor.status.value, "lastError": topic.compactor.last_error})
 
     async def last_message_id(self, request: web.Request) -> web.Response:
         name = self.name(request)
-        [topic] = await self.stored_targets(name, "GetLastMessageId")
+        topic = await self.stored_one(name, "GetLastMessageId")
         last, batch_index = await topic.last_message_id()
         body: dict[str, object] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                 "partitionIndex": name.partition_index}

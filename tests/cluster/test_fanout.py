@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import urllib.error
 import uuid
+from functools import partial
 
 import pulsar
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.local import BrokerInfo
 from tests.cluster.conftest import Brokers, http_json
 from tests.waiting import wait_for
 
@@ -162,3 +166,125 @@ def test_non_persistent_lists_and_namespace_delete_cover_every_broker(brokers: B
         assert not zk.exists(f"/managed-ledgers/{name}/persistent") or not zk.get_children(
             f"/managed-ledgers/{name}/persistent")
         assert not brokers.owners(zk, name), "bundles of the deleted namespace still owned"
+
+
+def test_partitioned_compaction_reaches_every_owner(brokers: Brokers) -> None:
+    """PUT .../compaction on a partitioned topic, asked of one broker: each partition is compacted by its owner
+    (Pulsar's internalTriggerCompaction calls triggerCompaction per partition through its admin client). It
+    answered 503 once a partition was served by the other broker (loaded here: "not served by this instance")."""
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/compact-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    parts = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    owners = owner_urls(brokers, parts)
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        for part in parts:
+            producer = client.create_producer(part, batching_enabled=False, send_timeout_millis=TIMEOUT_MS)
+            for round_ in range(3):
+                for key in ("a", "b", "c"):
+                    producer.send(f"{key}{round_}".encode(), partition_key=key)
+            producer.close()
+    finally:
+        client.close()
+
+    assert status_of(f"{admin}/compaction", "PUT") == 200  # (204: http_json reads no body)
+
+    def compacted(part: str) -> bool:
+        local = part.removeprefix("persistent://")
+        return bool(http_json(f"{b1.web_url}/admin/v2/persistent/{local}/compaction")["status"] == "SUCCESS")
+
+    for part in parts:  # (asked of b1: a 307 to the owner for the other broker's)
+        wait_for(partial(compacted, part), WAIT_S, f"{part} compacted")
+    internal = http_json(f"{admin}/partitioned-internalStats")["partitions"]
+    assert {p: internal[p]["compactedLedger"]["entries"] for p in parts} == {p: 3 for p in parts}
+
+
+def loaded_topics(broker: BrokerInfo) -> set[str]:
+    """The topics a broker has loaded: those its /metrics has series of."""
+    answer = requests.get(f"{broker.web_url}/metrics", timeout=30)
+    answer.raise_for_status()
+    return {sample.labels["topic"] for family in text_string_to_metric_families(answer.text)
+            for sample in family.samples if "topic" in sample.labels}
+
+
+def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> None:
+    """The calls on a partitioned topic that Pulsar makes on each partition through its admin client, asked of one
+    broker: each partition's own call is made by its owner. They failed with 503 once a partition was served by the
+    other broker (loaded here: "not served by this instance"); the unload left the other broker's loaded."""
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/subs-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    parts = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    owners = owner_urls(brokers, parts)
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
+
+    assert status_of(f"{admin}/subscription/s", "PUT") == 200  # (204) on every partition, each created there
+    assert status_of(f"{admin}/subscription/s", "PUT") == 409  # (every partition has it)
+    assert http_json(f"{admin}/subscriptions") == ["s"]
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        producer = client.create_producer(
+            base, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution, batching_enabled=False,
+            send_timeout_millis=TIMEOUT_MS)
+        for i in range(3 * PARTITIONS):
+            producer.send(f"m{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+
+    def backlogs() -> list[int]:
+        stats = http_json(f"{admin}/partitioned-stats")["partitions"]
+        return [stats[p]["subscriptions"]["s"]["msgBacklog"] for p in parts]
+
+    assert backlogs() == [3] * PARTITIONS
+    http_json(f"{admin}/subscription/s/skip_all", method="POST")
+    assert backlogs() == [0] * PARTITIONS
+    http_json(f"{admin}/subscription/s/resetcursor/0", method="POST")
+    assert backlogs() == [3] * PARTITIONS
+    http_json(f"{admin}/subscription/s/expireMessages/0", method="POST")
+    assert backlogs() == [0] * PARTITIONS
+    http_json(f"{admin}/subscription/s/resetcursor/0", method="POST")
+    http_json(f"{admin}/all_subscription/expireMessages/0", method="POST")
+    assert backlogs() == [0] * PARTITIONS
+
+    http_json(f"{admin}/subscription/s/properties", method="PUT", body={"k": "v"})
+    assert http_json(f"{admin}/subscription/s/properties") == {"k": "v"}
+    stats = http_json(f"{admin}/partitioned-stats")["partitions"]
+    assert [stats[p]["subscriptions"]["s"]["subscriptionProperties"] for p in parts] == [{"k": "v"}] * PARTITIONS
+    http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus", method="POST", body=True)
+    assert http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus") == {p: True for p in parts}
+    http_json(f"{admin}/trim", method="POST")
+
+    http_json(f"{admin}/unload", method="PUT")
+    for b in (b1, b2):
+        assert not set(parts) & loaded_topics(b), f"partitions still loaded on {b.web_url}"
+
+    http_json(f"{admin}/subscription/s", method="DELETE")
+    assert http_json(f"{admin}/subscriptions") == []
+    assert status_of(f"{admin}/subscription/s/skip_all", "POST") == 404
+
+    # A non-persistent partitioned topic: its subscriptions live on each partition's owner only (the calls left out
+    # the other broker's partitions, answering for this broker's alone).
+    live = f"non-persistent://public/default/live-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/non-persistent/{live.removeprefix('non-persistent://')}"
+    live_parts = [f"{live}-partition-{i}" for i in range(PARTITIONS)]
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    owners = owner_urls(brokers, live_parts)
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
+    try:
+        consumer = client.subscribe(live, "s")
+        assert http_json(f"{admin}/subscriptions") == ["s"]
+        http_json(f"{admin}/subscription/s/properties", method="PUT", body={"k": "v"})
+        stats = http_json(f"{admin}/partitioned-stats")["partitions"]
+        assert [stats[p]["subscriptions"]["s"]["subscriptionProperties"] for p in live_parts] == [
+            {"k": "v"}] * PARTITIONS
+        assert http_json(f"{admin}/subscription/s/properties") == {"k": "v"}
+        assert status_of(f"{admin}/subscription/s", "DELETE") == 412  # (its consumers are connected, on both)
+        consumer.close()
+    finally:
+        client.close()
