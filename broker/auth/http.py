@@ -12,13 +12,15 @@ CSRF, 403). Missing or refused credentials are 401 "Authentication required", wh
 (Pulsar's AuthenticationFilter answers so; the reason goes to the log). A role that may not make the
 call gets what the Pulsar check guarding that route answers (each rule names it: ``Check`` in
 ``broker.auth.refusals``): 401 from the super-user, tenant and topic-operation checks, 403 from the
-namespace-operation and policy checks, in Pulsar's words. ``broker.admin.common`` turns them into
-``{"reason": ...}`` JSON.
+namespace-operation and policy checks, in Pulsar's words; 404 "Tenant does not exist" instead from a
+check that reads the tenant when there is none (``Check.reads_tenant``). ``broker.admin.common`` turns
+them into ``{"reason": ...}`` JSON.
 
 Where the check sits in Pulsar's handler matters when something before it answers first: each rule says
-(``Order``). Most checks come first; a few check later, after steps that answer on their own (503, 500,
-307), or only on one of their branches: those rules leave the check to the handler, which makes it with
-``check_deferred`` where Pulsar's does (or says with ``skip_deferred`` that its branch makes none).
+(``Order``). Most checks come first; a few handlers read the namespace first (a missing one is 404 before
+any refusal); a few check later, after steps that answer on their own (503, 500, 307), or only on one of
+their branches: those rules leave the check to the handler, which makes it with ``check_deferred`` where
+Pulsar's does (or says with ``skip_deferred`` that its branch makes none).
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ from aiohttp import web
 
 from broker.auth import Security
 from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, TopicOperation
-from broker.auth.refusals import Check, Refused, policy_name, policy_operation, topic_operation
+from broker.auth.refusals import (
+    NAMESPACE_NOT_FOUND,
+    TENANT_NOT_FOUND,
+    Check,
+    Refused,
+    RefusedError,
+    policy_name,
+    policy_operation,
+    topic_operation,
+)
 from broker.auth.service import METHOD_HEADER
 from broker.config import BrokerConfig
 from broker.errors import AuthenticationError, AuthorizationError
@@ -63,6 +74,10 @@ class Order(enum.Enum):
     """Where Pulsar's handler makes its check, so what answers before a refusal."""
 
     FIRST = "before anything else"
+    # validateGlobalNamespaceOwnership first (creating a topic, the HTTP lookup): a namespace that does not exist
+    # is 404 NAMESPACE_NOT_FOUND, before the check. (Here for the roles the check refuses; the handler answers
+    # the others.)
+    AFTER_NAMESPACE = "after reading the namespace"
     # Later, or on one branch only: the handler calls check_deferred (or skip_deferred) where Pulsar's checks.
     IN_HANDLER = "where the handler makes it"
 
@@ -184,8 +199,11 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          Access.TOPIC_CONSUME, Check.TOPIC_OPERATION),
         # Creating and deleting a topic are namespace operations in Pulsar; a persistent partitioned topic's
         # partition count is a topic policy (checked first when it is created, then when it is changed).
-        (_PUT, r"/admin/v2/persistent" + _NS + r"/\{topic\}/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
-        (_PUT, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC"),
+        # (Pulsar reads the namespace before either check: validateGlobalNamespaceOwnership.)
+        (_PUT, r"/admin/v2/persistent" + _NS + r"/\{topic\}/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY,
+         None, Order.AFTER_NAMESPACE),
+        (_PUT, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC",
+         Order.AFTER_NAMESPACE),
         (_DELETE, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_TOPIC"),
         (_POST, _TOPIC + r"/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
         (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize|truncate)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
@@ -197,7 +215,9 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_POST, r"/admin/v2/schemas" + _NS + r"/\{topic\}/compatibility", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
         (_POST, _SCHEMA, Access.TOPIC_PRODUCE, Check.TOPIC_OPERATION),
         (_ANY, _SCHEMA, Access.TENANT_ADMIN, Check.TENANT_ADMIN),
-        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
+        # (TopicLookupBase reads the namespace first: validateGlobalNamespaceOwnership.)
+        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION,
+         None, Order.AFTER_NAMESPACE),
         # Transactions (Pulsar's admin v3 Transactions): reading a coordinator, a transaction, or a topic's transaction
         # buffer and pending acks checks nothing but the credentials. The stats and slow transactions of every
         # coordinator (no coordinatorId) first ask for the assignment topic's partitions, which is a LOOKUP of that
@@ -278,8 +298,8 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
 
 
 class AccessCheck:
-    """The check a rule makes of one request's roles (its role, and the client a proxy speaks for): the refusal
-    of the first role not allowed."""
+    """The check a rule makes of one request's roles (its role, and the client a proxy speaks for), in Pulsar's
+    order: what answers before a refusal first, then the refusal of the first role not allowed."""
 
     def __init__(self, security: Security, rule: Rule, request: web.Request, broker_id: Callable[[], str],
                  role: str, original: str | None) -> None:
@@ -292,7 +312,21 @@ class AccessCheck:
         rule, request = self.rule, self.request
         for who in (self.role, self.original):
             if who is not None and not _allowed(self.security, rule, who, request):
+                await self._before_refusal()
                 raise _refusal(rule, request, self.broker_id).error(self.role, self.original, who)
+
+    async def _before_refusal(self) -> None:
+        """Raise what Pulsar answers a refused role (never a super user) before its refusal: the namespace its
+        handler reads first missing, or the tenant the check reads missing."""
+        rule, m = self.rule, self.request.match_info
+        metadata = self.security.authorization.metadata
+        if rule.order is Order.AFTER_NAMESPACE:
+            if not await metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}"):
+                raise RefusedError(NAMESPACE_NOT_FOUND, 404)
+        elif rule.check.reads_tenant:
+            tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
+            if not await metadata.tenant_exists_fresh(tenant):
+                raise RefusedError(TENANT_NOT_FOUND, 404)
 
 
 # The check a rule leaves to its handler (Order.IN_HANDLER); absent when authorization is off.
