@@ -21,7 +21,14 @@
   the ledger that holds the pending acks, here the topic's own (the subscription cursor's properties).
 
 503 when transactionCoordinatorEnabled=false (Pulsar's answer), 404 for an unknown coordinator,
-transaction, topic or subscription. Super-user operations (the access table's default).
+transaction, topic or subscription.
+
+Who may call them, as Pulsar 4.0.7's v3 Transactions (the rules in ``broker.auth.http``): any authenticated role
+reads a coordinator, a transaction or a topic's transaction state. Without a ``coordinatorId``,
+``coordinatorStats`` and ``slowTransactions`` read the assignment topic's partitions first, which takes a LOOKUP of
+that topic; ``abortTransaction`` takes a super user, checked once the coordinator's owner is found to be this
+broker. Those two checks are made here (``check_deferred``), after the answers Pulsar gives first: 503 when
+transactions are off, 500 for a ``mostSigBits`` past an int, 307 to the coordinator's owner.
 
 Cluster mode, as Pulsar's TransactionsBase: a call on one coordinator (``coordinatorId`` given,
 ``transactionMetadata`` and ``abortTransaction`` by the transaction's coordinator,
@@ -45,6 +52,7 @@ from broker.admin.cluster import topic_owner_url, validate_topic_ownership
 from broker.admin.common import HttpError, int_param, json_response, no_content
 from broker.admin.peers import topic_path
 from broker.admin.stats import ledger_internal_stats
+from broker.auth.http import check_deferred, skip_deferred
 from broker.errors import (
     BrokerError,
     InvalidTxnStatusError,
@@ -115,10 +123,13 @@ class TransactionsResource:
     async def _owned_coordinator(self, request: web.Request, tc_id: int) -> TransactionCoordinator:
         """Coordinator ``tc_id``, served here; in cluster mode a 307 to the owner of its assignment partition
         when that is another broker (Pulsar's validateTopicOwnership of the partition)."""
+        await self._validate_coordinator_owner(request, tc_id)
+        return await self._coordinator(tc_id)
+
+    async def _validate_coordinator_owner(self, request: web.Request, tc_id: int) -> None:
         ts = self.transactions
         if self.web.service.ownership.distributed and 0 <= tc_id < ts.count:
             await validate_topic_ownership(self.web.ctx, request, ts.assign_partition(tc_id))
-        return await self._coordinator(tc_id)
 
     async def _from_each_coordinator(self, request: web.Request, path: str,
                                      local: Callable[[TransactionCoordinator], Awaitable[Any]]) -> dict[int, Any]:
@@ -163,9 +174,12 @@ class TransactionsResource:
         return str(found.get("brokerUrl") or found.get("brokerUrlTls") or "") if isinstance(found, dict) else ""
 
     async def coordinator_stats(self, request: web.Request) -> web.Response:
+        _ = self.transactions  # (503 first)
         raw = request.query.get("coordinatorId")
         if raw is not None:
+            skip_deferred(request)  # (one coordinator: Pulsar checks nothing)
             return json_response((await self._owned_coordinator(request, int_param(raw, "coordinatorId"))).stats())
+        await check_deferred(request)  # (every coordinator: a LOOKUP of the assignment topic, read first)
 
         async def stats(tc: TransactionCoordinator) -> Any:
             return tc.stats()
@@ -183,6 +197,7 @@ class TransactionsResource:
         return json_response(await self._metadata(request, meta))
 
     async def slow_transactions(self, request: web.Request) -> web.Response:
+        _ = self.transactions  # (503 first)
         timeout_ms = int_param(request.match_info["timeout"], "timeout")
 
         async def slow(tc: TransactionCoordinator) -> dict[str, Any]:
@@ -192,7 +207,9 @@ class TransactionsResource:
 
         raw = request.query.get("coordinatorId")
         if raw is not None:
+            skip_deferred(request)  # (one coordinator: Pulsar checks nothing)
             return json_response(await slow(await self._owned_coordinator(request, int_param(raw, "coordinatorId"))))
+        await check_deferred(request)  # (every coordinator: a LOOKUP of the assignment topic, read first)
         out: dict[str, Any] = {}
         for answer in (await self._from_each_coordinator(request, f"slowTransactions/{timeout_ms}", slow)).values():
             out.update(answer or {})
@@ -245,10 +262,13 @@ class TransactionsResource:
             raise
 
     async def abort_transaction(self, request: web.Request) -> web.Response:
+        _ = self.transactions  # (503 first)
         txn = self._txn(request)
         if not 0 <= txn.most <= _INT_MAX:  # (Pulsar's check: the coordinator id is an int)
             raise HttpError(500, "mostSigBits out of bounds")
-        tc = await self._owned_coordinator(request, txn.most)
+        await self._validate_coordinator_owner(request, txn.most)
+        await check_deferred(request)  # (a super user: Pulsar checks once the owner is found to be here)
+        tc = await self._coordinator(txn.most)
         try:
             await tc.end_txn(txn, commit=False)
         except (TransactionNotFoundError, InvalidTxnStatusError) as exc:

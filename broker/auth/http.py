@@ -12,8 +12,15 @@ CSRF, 403). Missing or refused credentials are 401 "Authentication required", wh
 (Pulsar's AuthenticationFilter answers so; the reason goes to the log). A role that may not make the
 call gets what the Pulsar check guarding that route answers (each rule names it: ``Check`` in
 ``broker.auth.refusals``): 401 from the super-user, tenant and topic-operation checks, 403 from the
-namespace-operation and policy checks, in Pulsar's words. ``broker.admin.common`` turns them into
-``{"reason": ...}`` JSON.
+namespace-operation and policy checks, in Pulsar's words; 404 "Tenant does not exist" instead from a
+check that reads the tenant when there is none (``Check.reads_tenant``). ``broker.admin.common`` turns
+them into ``{"reason": ...}`` JSON.
+
+Where the check sits in Pulsar's handler matters when something before it answers first: each rule says
+(``Order``). Most checks come first; a few handlers read the namespace first (a missing one is 404 before
+any refusal); a few check later, after steps that answer on their own (503, 500, 307), or only on one of
+their branches: those rules leave the check to the handler, which makes it with ``check_deferred`` where
+Pulsar's does (or says with ``skip_deferred`` that its branch makes none).
 """
 
 from __future__ import annotations
@@ -29,11 +36,21 @@ from aiohttp import web
 
 from broker.auth import Security
 from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, TopicOperation
-from broker.auth.refusals import Check, Refused, policy_name, policy_operation, topic_operation
+from broker.auth.refusals import (
+    NAMESPACE_NOT_FOUND,
+    TENANT_NOT_FOUND,
+    Check,
+    Refused,
+    RefusedError,
+    policy_name,
+    policy_operation,
+    topic_operation,
+)
 from broker.auth.service import METHOD_HEADER
 from broker.config import BrokerConfig
 from broker.errors import AuthenticationError, AuthorizationError
 from broker.topic_name import TopicName
+from broker.transactions.model import ASSIGN_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +70,31 @@ class Access(enum.Enum):
     TOPIC_CONSUME = "consume permission on the topic"
 
 
+class Order(enum.Enum):
+    """Where Pulsar's handler makes its check, so what answers before a refusal."""
+
+    FIRST = "before anything else"
+    # validateGlobalNamespaceOwnership first (creating a topic, the HTTP lookup): a namespace that does not exist
+    # is 404 NAMESPACE_NOT_FOUND, before the check. (Here for the roles the check refuses; the handler answers
+    # the others.)
+    AFTER_NAMESPACE = "after reading the namespace"
+    # Later, or on one branch only: the handler calls check_deferred (or skip_deferred) where Pulsar's checks.
+    IN_HANDLER = "where the handler makes it"
+
+
 class Rule(NamedTuple):
     """Who may call the routes ``pattern`` matches with ``methods``, and how Pulsar refuses the others: the
     ``check`` guarding them there and the operation it names (None: from the route, see ``broker.auth.refusals``;
-    the PUBLIC and AUTHENTICATED rules refuse no authenticated role)."""
+    the PUBLIC and AUTHENTICATED rules refuse no authenticated role), where the check is made (``order``), and the
+    topic it is about when the route names none (``topic``)."""
 
     methods: frozenset[str]
     pattern: re.Pattern[str]
     access: Access
     check: Check = Check.SUPER_USER
     operation: str | None = None
+    order: Order = Order.FIRST
+    topic: str | None = None
 
 
 _TOPIC_OPS = {
@@ -167,8 +199,11 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          Access.TOPIC_CONSUME, Check.TOPIC_OPERATION),
         # Creating and deleting a topic are namespace operations in Pulsar; a persistent partitioned topic's
         # partition count is a topic policy (checked first when it is created, then when it is changed).
-        (_PUT, r"/admin/v2/persistent" + _NS + r"/\{topic\}/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
-        (_PUT, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC"),
+        # (Pulsar reads the namespace before either check: validateGlobalNamespaceOwnership.)
+        (_PUT, r"/admin/v2/persistent" + _NS + r"/\{topic\}/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY,
+         None, Order.AFTER_NAMESPACE),
+        (_PUT, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC",
+         Order.AFTER_NAMESPACE),
         (_DELETE, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_TOPIC"),
         (_POST, _TOPIC + r"/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
         (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize|truncate)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
@@ -180,8 +215,24 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_POST, r"/admin/v2/schemas" + _NS + r"/\{topic\}/compatibility", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
         (_POST, _SCHEMA, Access.TOPIC_PRODUCE, Check.TOPIC_OPERATION),
         (_ANY, _SCHEMA, Access.TENANT_ADMIN, Check.TENANT_ADMIN),
-        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
-        # Transactions: coordinators and transactions span tenants (Pulsar: super user)
+        # (TopicLookupBase reads the namespace first: validateGlobalNamespaceOwnership.)
+        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION,
+         None, Order.AFTER_NAMESPACE),
+        # Transactions (Pulsar's admin v3 Transactions): reading a coordinator, a transaction, or a topic's transaction
+        # buffer and pending acks checks nothing but the credentials. The stats and slow transactions of every
+        # coordinator (no coordinatorId) first ask for the assignment topic's partitions, which is a LOOKUP of that
+        # topic; aborting a transaction is for super users, once the coordinator's owner is found to be this broker.
+        (_GET, r"/admin/v3/transactions/(coordinators|transactionMetadata/\{most\}/\{least\}"
+               r"|coordinatorInternalStats/\{coordinatorId\}"
+               r"|(transactionBufferStats|transactionBufferInternalStats)/\{tenant\}/\{ns\}/\{topic\}"
+               r"|transactionInBufferStats/\{tenant\}/\{ns\}/\{topic\}/\{most\}/\{least\}"
+               r"|(pendingAckStats|pendingAckInternalStats)/\{tenant\}/\{ns\}/\{topic\}/\{sub\}"
+               r"|transactionInPendingAckStats/\{tenant\}/\{ns\}/\{topic\}/\{sub\}/\{most\}/\{least\})",
+         Access.AUTHENTICATED),
+        (_GET, r"/admin/v3/transactions/(coordinatorStats|slowTransactions/\{timeout\})", Access.TOPIC_LOOKUP,
+         Check.TOPIC_OPERATION, "LOOKUP", Order.IN_HANDLER, ASSIGN_TOPIC),
+        (_POST, r"/admin/v3/transactions/abortTransaction/\{most\}/\{least\}", Access.SUPER_USER, Check.SUPER_USER,
+         None, Order.IN_HANDLER),
         (_ANY, r"/admin/v3/transactions/.*", Access.SUPER_USER),
     )
 )
@@ -233,12 +284,68 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
                                           "request is via proxy.")
             if original == role:
                 original = None
-            for who in (role, original):
-                if who is not None and not _allowed(security, rule.access, who, request):
-                    raise _refusal(rule, request, broker_id).error(role, original, who)
+            check = AccessCheck(security, rule, request, broker_id, role, original)
+            if rule.order is Order.IN_HANDLER:
+                request[_DEFERRED] = check
+                response = await handler(request)
+                if not check.decided:  # (a handler that forgot its check: refused, never open by accident)
+                    raise RuntimeError(f"{request.method} {canonical}: the handler made no access check")
+                return response
+            await check()
         return await handler(request)
 
     return middleware
+
+
+class AccessCheck:
+    """The check a rule makes of one request's roles (its role, and the client a proxy speaks for), in Pulsar's
+    order: what answers before a refusal first, then the refusal of the first role not allowed."""
+
+    def __init__(self, security: Security, rule: Rule, request: web.Request, broker_id: Callable[[], str],
+                 role: str, original: str | None) -> None:
+        self.security, self.rule, self.request, self.broker_id = security, rule, request, broker_id
+        self.role, self.original = role, original
+        self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER)
+
+    async def __call__(self) -> None:
+        self.decided = True
+        rule, request = self.rule, self.request
+        for who in (self.role, self.original):
+            if who is not None and not _allowed(self.security, rule, who, request):
+                await self._before_refusal()
+                raise _refusal(rule, request, self.broker_id).error(self.role, self.original, who)
+
+    async def _before_refusal(self) -> None:
+        """Raise what Pulsar answers a refused role (never a super user) before its refusal: the namespace its
+        handler reads first missing, or the tenant the check reads missing."""
+        rule, m = self.rule, self.request.match_info
+        metadata = self.security.authorization.metadata
+        if rule.order is Order.AFTER_NAMESPACE:
+            if not await metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}"):
+                raise RefusedError(NAMESPACE_NOT_FOUND, 404)
+        elif rule.check.reads_tenant:
+            tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
+            if not await metadata.tenant_exists_fresh(tenant):
+                raise RefusedError(TENANT_NOT_FOUND, 404)
+
+
+# The check a rule leaves to its handler (Order.IN_HANDLER); absent when authorization is off.
+_DEFERRED = web.RequestKey("deferred access check", AccessCheck)
+
+
+async def check_deferred(request: web.Request) -> None:
+    """Make the check the route's rule left to its handler, at the point where Pulsar's handler makes it (raises
+    its refusal). Nothing when authorization is off."""
+    check = request.get(_DEFERRED)
+    if check is not None:
+        await check()
+
+
+def skip_deferred(request: web.Request) -> None:
+    """Say that this branch of the handler makes no check (Pulsar's makes none there)."""
+    check = request.get(_DEFERRED)
+    if check is not None:
+        check.decided = True
 
 
 def check_origin(request: web.Request) -> None:
@@ -263,12 +370,12 @@ def check_origin(request: web.Request) -> None:
                                  "state-changing requests from its own origin only")
 
 
-def _allowed(security: Security, access: Access, role: str, request: web.Request) -> bool:
-    authz = security.authorization
+def _allowed(security: Security, rule: Rule, role: str, request: web.Request) -> bool:
+    authz, access = security.authorization, rule.access
     m = request.match_info
     op = _TOPIC_OPS.get(access)
     if op is not None:
-        return authz.allows(_topic_name(request), op, role, m.get("sub", ""))
+        return authz.allows(_topic_name(rule, request), op, role, m.get("sub", ""))
     if access is Access.AUTHENTICATED:
         return True
     if access is Access.TENANT_ADMIN:
@@ -285,7 +392,7 @@ def _refusal(rule: Rule, request: web.Request, broker_id: Callable[[], str]) -> 
     m, check, method = request.match_info, rule.check, request.method
     canonical = request.match_info.route.resource.canonical if request.match_info.route.resource else ""
     if check in (Check.TOPIC_OPERATION, Check.TOPIC_POLICY):
-        resource = str(_topic_name(request).full)
+        resource = str(_topic_name(rule, request).full)
     elif check in (Check.NAMESPACE_OPERATION, Check.NAMESPACE_POLICY):
         resource = f"{m['tenant']}/{m['ns']}"
     elif check is Check.TENANT_OPERATION:
@@ -303,7 +410,10 @@ def _refusal(rule: Rule, request: web.Request, broker_id: Callable[[], str]) -> 
     return Refused(check, rule.operation or "", resource)
 
 
-def _topic_name(request: web.Request) -> TopicName:
+def _topic_name(rule: Rule, request: web.Request) -> TopicName:
+    """The topic of the check: the rule's, or the one the path names."""
+    if rule.topic is not None:
+        return TopicName.parse(rule.topic)
     m = request.match_info
     domain = m.get("domain") or request.path.split("/")[3]
     if domain not in ("persistent", "non-persistent"):

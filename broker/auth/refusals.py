@@ -13,6 +13,11 @@ and the check, not the endpoint, decides the answer (javap of Pulsar 4.0.7):
 A request whose credentials are missing or refused never reaches these: Pulsar's AuthenticationFilter answers 401
 "Authentication required" (``broker.auth.http``).
 
+A tenant that does not exist is 404 "Tenant does not exist" rather than a refusal, for a role that is not a super
+user, from every check that reads the tenant (``Check.reads_tenant``): ``validateAdminAccessForTenant`` reads it
+first of all, the others through ``PulsarAuthorizationProvider.validateTenantAdminAccess``, which each of the
+tenant, namespace, topic and policy operation checks asks first (for a super user it reads nothing).
+
 Every refusal names its operation as Pulsar's enums do (``TopicOperation.GET_STATS``, ``PolicyName.RETENTION``...):
 a route's rule names it, or it follows from the route's last literal segment (``TOPIC_OPERATIONS``,
 ``POLICY_NAMES``) and its method (a policy is READ by GET, WRITE otherwise).
@@ -46,9 +51,26 @@ class Check(enum.Enum):
         """The HTTP status of its refusal: 403 from the namespace and policy checks, 401 from the others."""
         return 403 if self in (Check.NAMESPACE_OPERATION, Check.NAMESPACE_POLICY, Check.TOPIC_POLICY) else 401
 
+    @property
+    def reads_tenant(self) -> bool:
+        """Whether the check reads the tenant before it refuses a role that is not a super user, so that a missing
+        tenant is ``TENANT_NOT_FOUND`` (404). Not the super-user, brokers' and clusters' checks (no tenant), nor
+        TenantsBase's: it answers its own 401 whatever its tenant operation check failed with."""
+        return self in (Check.TENANT_ADMIN, Check.TENANT_OPERATION, Check.TOPIC_OPERATION, Check.NAMESPACE_OPERATION,
+                        Check.NAMESPACE_POLICY, Check.TOPIC_POLICY)
+
+
+# What a check that reads the tenant answers when there is none (404), in the words of Pulsar 4.0.7's
+# validateAdminAccessForTenant and PulsarAuthorizationProvider.validateTenantAdminAccess.
+TENANT_NOT_FOUND = "Tenant does not exist"
+# What validateGlobalNamespaceOwnership answers for a namespace that does not exist (404: checkLocalOrGetPeer-
+# ReplicationCluster), where a handler asks it before its check (``Order.AFTER_NAMESPACE`` in broker.auth.http).
+NAMESPACE_NOT_FOUND = "Namespace not found"
+
 
 class RefusedError(AuthorizationError):
-    """A role that may not make this admin call, answered with its Pulsar check's status (401 or 403)."""
+    """A role that may not make this admin call, answered with its Pulsar check's status (401 or 403; 404 when the
+    check found no such tenant or namespace)."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)

@@ -290,6 +290,16 @@ class BrokerMetadata:
             raise InUseError("The tenant still has active namespaces")
         await self.cache.delete(L.TENANTS, name)
 
+    async def tenant_exists_fresh(self, name: str) -> bool:
+        """Whether tenant ``name`` exists, reading the store when the cache has no such tenant (as
+        ``namespace_exists_fresh``: another broker may have just created it)."""
+        if name not in self._tenants:
+            try:
+                await self.cache.read_through(L.TENANTS, name)
+            except store_api.MetadataStoreError as exc:
+                log.warning("tenant %s not read from the metadata store: %s", name, exc)
+        return name in self._tenants
+
     def _tenant_must_exist(self, name: str) -> None:
         if name not in self._tenants:
             raise NotFoundError("Tenant does not exist")

@@ -41,7 +41,7 @@ from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import TopicName
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.log import TransactionLog, log_ledger_name
-from broker.transactions.model import TxnID
+from broker.transactions.model import ASSIGN_TOPIC, TxnID
 
 if TYPE_CHECKING:
     from broker.cluster.bundles import NamespaceBundle
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
 _ASSIGN = TopicName.parse(ASSIGN_TOPIC)
 # Coordinators created with the assignment topic (Pulsar's standalone makes 1).
 DEFAULT_COORDINATORS = 1

@@ -9,6 +9,10 @@ from typing import NamedTuple
 from broker.errors import InvalidTxnStatusError
 from managed_ledger import Position
 
+# The transaction coordinators' assignment topic: partition i is coordinator i (Pulsar's
+# SystemTopicNames.TRANSACTION_COORDINATOR_ASSIGN).
+ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+
 
 class TxnID(NamedTuple):
     """Pulsar's TxnID: ``most`` is the coordinator's id, ``least`` its sequence number."""

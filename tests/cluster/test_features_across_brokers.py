@@ -457,13 +457,16 @@ def test_token_auth_and_authorization_on_both_brokers(brokers: Brokers, tmp_path
             # Admin calls through either broker with the admin's token: the non-owner's 307 carries it on.
             stats = get_following(f"{b.web_url}/admin/v2/persistent/{local}/stats", admin)
             assert stats.status_code == 200 and stats.json()["msgInCounter"] == 1, stats.text
-            # Without a token: 401 on both; with a role that has no rights: refused on both.
+            # Without a token: 401 on both; with a role that has no rights: refused on both, by the broker asked
+            # (Pulsar's validateTopicOperation comes before the owner's 307, for the stats and the lookup alike).
             assert requests.get(f"{b.web_url}/admin/v2/persistent/{local}/stats", allow_redirects=False,
                                 timeout=30).status_code == 401
-            assert get_following(f"{b.web_url}/admin/v2/persistent/{local}/stats",
-                                 auth("nobody")).status_code in (401, 403)
-            lookup = get_following(f"{b.web_url}/lookup/v2/topic/persistent/{local}", auth("nobody"))
-            assert lookup.status_code in (401, 403), lookup.text
+            for path, operation in ((f"/admin/v2/persistent/{local}/stats", "GET_STATS"),
+                                    (f"/lookup/v2/topic/persistent/{local}", "LOOKUP")):
+                refused = requests.get(b.web_url + path, headers=auth("nobody"), allow_redirects=False, timeout=30)
+                assert (refused.status_code, refused.json()["reason"]) == (
+                    401, f"Unauthorized to validateTopicOperation for operation [{operation}] on topic [{t}]"), \
+                    refused.text
     # A client whose role has no rights is refused by each broker, for topics of each, with Pulsar's error.
     for b in pair:
         nobody = pulsar.Client(b.service_url, authentication=pulsar.AuthenticationToken(bearer("nobody")),
@@ -486,7 +489,8 @@ def test_token_auth_and_authorization_on_both_brokers(brokers: Brokers, tmp_path
     with brokers.zk() as zk:
         before = brokers.owners(zk)
     assert len(before) == 2
-    assert requests.put(ns_unload, headers=auth("nobody"), timeout=60).status_code in (401, 403)
+    refused = requests.put(ns_unload, headers=auth("nobody"), timeout=60)
+    assert (refused.status_code, refused.json()["reason"]) == (401, "This operation requires super-user access")
     with brokers.zk() as zk:
         assert brokers.owners(zk) == before  # (nothing unloaded)
     assert requests.put(ns_unload, headers=admin, timeout=60).status_code == 204

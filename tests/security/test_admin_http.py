@@ -327,3 +327,112 @@ def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, 
     for method, path, body in calls:
         reply = root_admin.call(method, path, body)
         assert reply.status < 400, (method, path, reply.status, reply.body)
+
+
+TXN = "/admin/v3/transactions"
+TXN_OFF = "This Broker is not configured with transactionCoordinatorEnabled=true."
+
+
+def test_transactions_routes_check_what_pulsars_check(pki: Pki) -> None:
+    """Pulsar 4.0.7's admin v3 Transactions (javap of Transactions and TransactionsBase; the answers compared with
+    Apache Pulsar 4.0.7 standalone): reading a coordinator, a transaction or a topic's transaction buffer and pending
+    acks checks nothing but the credentials; the stats and slow transactions of every coordinator first read the
+    assignment topic's partitions, a LOOKUP of that topic; aborting a transaction takes a super user, checked after
+    the coordinator id's bound. With transactions off every route answers 503 before any check."""
+    with BrokerThread(**secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None,
+                                        transactionCoordinatorEnabled=True)) as b:
+        root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
+        root.ok("PUT", "/admin/v2/persistent/public/default/t")
+        root.ok("PUT", "/admin/v2/persistent/public/default/t/subscription/s")
+        stranger = SecureAdmin.bearer(b.web_url, pki, "stranger")
+        topic = "public/default/t"
+        for path in (f"{TXN}/coordinators", f"{TXN}/coordinatorStats?coordinatorId=0",
+                     f"{TXN}/slowTransactions/0?coordinatorId=0", f"{TXN}/transactionMetadata/0/1",
+                     f"{TXN}/coordinatorInternalStats/0", f"{TXN}/transactionBufferStats/{topic}",
+                     f"{TXN}/transactionInBufferStats/{topic}/0/1", f"{TXN}/transactionBufferInternalStats/{topic}",
+                     f"{TXN}/pendingAckStats/{topic}/s", f"{TXN}/transactionInPendingAckStats/{topic}/s/0/1",
+                     f"{TXN}/pendingAckInternalStats/{topic}/s"):
+            mine, theirs = stranger.call("GET", path), root.call("GET", path)
+            # The stranger gets what the super user gets (an answer, or the same 404).
+            assert mine.status == theirs.status and mine.status not in (401, 403), (path, mine.status, mine.body)
+            assert mine.status < 400 or mine.reason == theirs.reason, path
+        lookup = ("Unauthorized to validateTopicOperation for operation [LOOKUP] on topic "
+                  "[persistent://pulsar/system/transaction_coordinator_assign]")
+        cases = [
+            ("GET", f"{TXN}/coordinatorStats", 401, lookup),
+            ("GET", f"{TXN}/slowTransactions/1000", 401, lookup),
+            ("POST", f"{TXN}/abortTransaction/0/1", 401, "This operation requires super-user access"),
+            ("POST", f"{TXN}/abortTransaction/{1 << 31}/1", 500, "mostSigBits out of bounds"),  # (checked first)
+        ]
+        for method, path, status, reason in cases:
+            reply = stranger.call(method, path)
+            assert (reply.status, reply.reason) == (status, reason), (method, path)
+        # The LOOKUP is of the assignment topic: a role that may consume in pulsar/system passes it.
+        root.ok("POST", "/admin/v2/namespaces/pulsar/system/permissions/reader", ["consume"])
+        reader = SecureAdmin.bearer(b.web_url, pki, "reader")
+        assert reader.ok("GET", f"{TXN}/coordinatorStats").keys() == {"0"}
+        assert reader.ok("GET", f"{TXN}/slowTransactions/1000") == {}
+        assert reader.call("POST", f"{TXN}/abortTransaction/0/1").status == 401
+        reply = root.call("POST", f"{TXN}/abortTransaction/0/1")  # (past the check: the coordinator's answer)
+        assert reply.status == 500 and "not found" in reply.reason
+    with BrokerThread(**secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None)) as b:
+        stranger = SecureAdmin.bearer(b.web_url, pki, "stranger")
+        for method, path in (("GET", f"{TXN}/coordinators"), ("GET", f"{TXN}/coordinatorStats"),
+                             ("GET", f"{TXN}/slowTransactions/1000"), ("POST", f"{TXN}/abortTransaction/0/1")):
+            reply = stranger.call(method, path)
+            assert (reply.status, reply.reason) == (503, TXN_OFF), (method, path)
+
+
+def test_a_tenant_that_does_not_exist_is_404_for_a_refused_role(secure_broker: BrokerThread, pki: Pki,
+                                                                 root_admin: SecureAdmin) -> None:
+    """A role that is not a super user, on a tenant that does not exist, as Apache Pulsar 4.0.7 answers (javap of
+    PulsarWebResource and PulsarAuthorizationProvider; compared with its standalone): validateAdminAccessForTenant
+    reads the tenant before anything, and the tenant, namespace, topic and policy operation checks read it first
+    through validateTenantAdminAccess: 404 "Tenant does not exist". Creating a topic and the HTTP lookup read the
+    namespace before their check (validateGlobalNamespaceOwnership): 404 "Namespace not found", also in a tenant that
+    exists. The super-user check and the tenants' own check (TenantsBase) refuse as ever."""
+    missing = "Tenant does not exist"
+    ns, t = "/admin/v2/namespaces/nosuch/ns", "/admin/v2/persistent/nosuch/ns/t"
+    cases: list[tuple[str, str, object, int, str]] = [
+        ("GET", "/admin/v2/namespaces/nosuch", None, 404, missing),  # validateTenantOperation
+        ("PUT", ns, None, 404, missing),
+        ("DELETE", ns, None, 404, missing),
+        ("GET", ns, None, 404, missing),  # validateNamespacePolicyOperation
+        ("POST", f"{ns}/messageTTL", 60, 404, missing),
+        ("GET", f"{ns}/topics", None, 404, missing),  # validateNamespaceOperation
+        ("GET", f"{ns}/permissions", None, 404, missing),
+        ("POST", f"{ns}/permissions/app", ["produce"], 404, missing),
+        ("POST", f"{ns}/clearBacklog", None, 404, missing),
+        ("GET", f"{ns}/properties", None, 404, missing),  # validateAdminAccessForTenant
+        ("GET", "/admin/v2/persistent/nosuch/ns", None, 404, missing),
+        ("DELETE", t, None, 404, missing),
+        ("GET", f"{t}/stats", None, 404, missing),  # validateTopicOperation
+        ("GET", f"{t}/partitions", None, 404, missing),
+        ("GET", "/admin/v2/non-persistent/nosuch/ns/t/partitions", None, 404, missing),
+        ("PUT", f"{t}/unload", None, 404, missing),
+        ("GET", f"{t}/permissions", None, 404, missing),  # validateAdminAccessForTenant
+        ("GET", f"{t}/messageTTL", None, 404, missing),  # validateTopicPolicyOperation
+        ("GET", "/admin/v2/schemas/nosuch/ns/t/schema", None, 404, missing),
+        ("DELETE", "/admin/v2/schemas/nosuch/ns/t/schema", None, 404, missing),
+        ("PUT", t, None, 404, "Namespace not found"),
+        ("PUT", f"{t}/partitions", 2, 404, "Namespace not found"),
+        ("PUT", "/admin/v2/non-persistent/nosuch/ns/t/partitions", 2, 404, "Namespace not found"),
+        ("GET", "/lookup/v2/topic/persistent/nosuch/ns/t", None, 404, "Namespace not found"),
+        ("PUT", f"{ns}/unload", None, 401, "This operation requires super-user access"),
+        ("GET", "/admin/v2/tenants/nosuch", None, 401, "Unauthorized to validateBothTenantOperationAndSuperUser for "
+                                                      "originalPrincipal [null] and clientAppId [stranger] about "
+                                                      "operation [GET_TENANT]"),
+    ]
+    # In a tenant that exists, a missing namespace: a refusal, but where the namespace is read first.
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    cases += [
+        ("GET", f"/admin/v2/persistent/{tenant}/nons/t/stats", None, 401,
+         f"Unauthorized to validateTopicOperation for operation [GET_STATS] on topic [persistent://{tenant}/nons/t]"),
+        ("PUT", f"/admin/v2/persistent/{tenant}/nons/t", None, 404, "Namespace not found"),
+        ("GET", f"/lookup/v2/topic/persistent/{tenant}/nons/t", None, 404, "Namespace not found"),
+    ]
+    stranger = SecureAdmin.bearer(secure_broker.web_url, pki, "stranger")
+    for method, path, body, status, reason in cases:
+        reply = stranger.call(method, path, body)
+        assert (reply.status, reply.reason) == (status, reason), (method, path)

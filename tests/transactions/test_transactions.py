@@ -20,9 +20,8 @@ from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.entry import entry_body, peek_broker_entry_metadata, read_entry_metadata
 from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController, marker_entry
 from broker.service.topic import PersistentTopic
-from broker.service.transactions import ASSIGN_TOPIC
 from broker.topic_name import TopicName
-from broker.transactions.model import TxnID, TxnStatus
+from broker.transactions.model import ASSIGN_TOPIC, TxnID, TxnStatus
 from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
 from managed_ledger import ManagedLedger, Position
 from managed_ledger.api import AddCallback

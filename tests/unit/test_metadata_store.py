@@ -342,6 +342,21 @@ async def test_a_namespace_not_heard_of_yet_is_read_through(tree: str, metadata:
     await other.close()
 
 
+async def test_a_tenant_not_heard_of_yet_is_read_through(tree: str, metadata: BrokerMetadata) -> None:
+    """The same for a tenant (the HTTP refusals tell a missing tenant from a refused role: 404, not 401)."""
+    other = MemoryMetadataStore(tree)
+    await metadata.cache.settled()
+    metadata.cache._closed = True
+    await other.put("/admin/policies/fresh", b'{"adminRoles":[],"allowedClusters":["standalone"]}', None)
+    await metadata.cache.settled()
+    assert "fresh" not in metadata.tenants
+    assert await metadata.tenant_exists_fresh("fresh")
+    assert "fresh" in metadata.tenants  # (now cached)
+    assert not await metadata.tenant_exists_fresh("never")
+    metadata.cache._closed = False
+    await other.close()
+
+
 async def test_another_brokers_split_is_read_from_the_store_before_its_notification(
         tree: str, metadata: BrokerMetadata) -> None:
     """``stored_namespace_bundles`` answers what the store has (the cache keeps it), not what the cache last heard."""
