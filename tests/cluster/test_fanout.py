@@ -38,6 +38,16 @@ def owner_urls(brokers: Brokers, topics: list[str]) -> dict[str, str]:
     return out
 
 
+def send_round_robin(client: pulsar.Client, topic: str, count: int) -> None:
+    """count messages m0, m1, ... to a partitioned topic, one partition after another."""
+    producer = client.create_producer(
+        topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution, batching_enabled=False,
+        send_timeout_millis=TIMEOUT_MS)
+    for i in range(count):
+        producer.send(f"m{i}".encode())
+    producer.close()
+
+
 def status_of(url: str, method: str = "GET") -> int:
     try:
         http_json(url, method=method)
@@ -58,12 +68,7 @@ def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> Non
         owners = owner_urls(brokers, parts)
         client.subscribe(base, "s", initial_position=pulsar.InitialPosition.Earliest).close()
         client.subscribe(base, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
-        producer = client.create_producer(
-            base, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution, batching_enabled=False,
-            send_timeout_millis=TIMEOUT_MS)
-        for i in range(4 * PARTITIONS):
-            producer.send(f"m{i}".encode())
-        producer.close()
+        send_round_robin(client, base, 4 * PARTITIONS)
     finally:
         client.close()
     assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
@@ -227,12 +232,7 @@ def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> N
     assert http_json(f"{admin}/subscriptions") == ["s"]
     client = pulsar.Client(b1.service_url, operation_timeout_seconds=60)
     try:
-        producer = client.create_producer(
-            base, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution, batching_enabled=False,
-            send_timeout_millis=TIMEOUT_MS)
-        for i in range(3 * PARTITIONS):
-            producer.send(f"m{i}".encode())
-        producer.close()
+        send_round_robin(client, base, 3 * PARTITIONS)
     finally:
         client.close()
 
