@@ -236,8 +236,14 @@ def test_a_cluster_only_allowed_for_the_namespace_replicates_to_its_replication_
     pair.admin_a.ok(method, "/admin/v2/clusters/gone", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
     pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "gone"]})
     ns = pair.namespace(["a", "b"])
+    early = f"persistent://{ns}/early"  # loaded before the change (Pulsar: onPoliciesUpdate -> checkReplication)
+    early_producer = pair.client_a.create_producer(early)
+    loaded = pair.a.server.service.topics[TopicName.parse(early).full]
+    assert set(loaded.replicators) == {"b"}
     pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/allowedClusters", ["a", "b", "gone"])
     pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["b", "gone"])
+    wait_for(lambda: set(loaded.replicators) == {"b", "gone"}, what="the replicator to gone to start")
+    early_producer.close()
     topic = f"persistent://{ns}/out"
     on_b = pair.client_b.subscribe(topic, "s")
     producer = pair.client_a.create_producer(topic, batching_enabled=False)  # (served by a: it is allowed there)
