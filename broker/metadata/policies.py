@@ -13,7 +13,7 @@ Pure functions: no I/O, unit-testable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.metadata import policy_table as T
@@ -74,6 +74,19 @@ SUBSCRIPTION_AUTH_MODE = "subscription_auth_mode"
 SUBSCRIPTION_AUTH_MODES = ("None", "Prefix")
 # PIP-321: the clusters that may serve a namespace besides its replication clusters (a set in Pulsar's Policies).
 ALLOWED_CLUSTERS = "allowed_clusters"
+
+
+def allowed_clusters_of(policies: object) -> tuple[str, ...] | None:
+    """A namespace's allowed clusters as stored in its Policies document: none when unset; None when the document
+    is missing or no mapping, or the stored value no list of names (not ours to read)."""
+    if not isinstance(policies, Mapping):
+        return None
+    allowed = policies.get(ALLOWED_CLUSTERS)
+    if allowed is None:
+        return ()
+    if not isinstance(allowed, list) or not all(isinstance(c, str) for c in allowed):
+        return None
+    return tuple(allowed)
 
 
 def parse_subscription_auth_mode(body: Any) -> str:

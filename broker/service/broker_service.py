@@ -26,6 +26,7 @@ from broker.config import BrokerConfig, ConfigError
 from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
 from broker.metadata.legacy import LEGACY_FILE_NAME
+from broker.metadata.policies import allowed_clusters_of
 from broker.metadata.policy_table import (
     AUTO_TOPIC_CREATION,
     MAX_TOPICS_PER_NAMESPACE,
@@ -48,6 +49,7 @@ from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
 from broker.service.remote_producer import RemoteError, client_credentials
+from broker.service.replication import remote_clusters
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
@@ -223,11 +225,11 @@ class BrokerService:
                 topic.update_replication()
 
     def replication_targets(self, name: TopicName) -> list[str]:
-        """The other clusters a topic is replicated to: its own replication clusters, else its
-        namespace's, when this cluster is one of them, less this cluster."""
-        clusters = self.policies.get(name, REPLICATION_CLUSTERS)
-        local = self.config.clusterName
-        return [c for c in clusters if c != local] if local in clusters else []
+        """The other clusters a topic is replicated to (``replication.remote_clusters``), from its own replication
+        clusters, else its namespace's, and its namespace's allowed clusters."""
+        allowed = allowed_clusters_of(self.metadata.namespaces.get(name.namespace)) or ()
+        return remote_clusters(self.config.clusterName, self.policies.get(name, REPLICATION_CLUSTERS), allowed,
+                               persistent=name.persistent)
 
     def _make_ledger_factory(self) -> ManagedLedgerFactory:
         cfg = self.config

@@ -38,7 +38,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.metadata.policies import ALLOWED_CLUSTERS
+from broker.metadata.policies import allowed_clusters_of
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
@@ -57,10 +57,8 @@ def local_cluster_excluded(local_cluster: str, namespace_policies: Mapping[str, 
     empty and does not hold the local cluster, nor do the namespace's allowed clusters."""
     if not isinstance(namespace_policies, Mapping) or namespace_policies.get("deleted"):
         return False
-    allowed = namespace_policies.get(ALLOWED_CLUSTERS)
+    allowed = allowed_clusters_of(namespace_policies)
     if allowed is None:
-        allowed = []
-    if not isinstance(allowed, list) or not all(isinstance(c, str) for c in allowed):
         return False  # (not ours to read: nothing is deleted on a value we cannot understand)
     return bool(replication_clusters) and local_cluster not in replication_clusters and local_cluster not in allowed
 

@@ -2,8 +2,9 @@
 PersistentReplicator and NonPersistentReplicator).
 
 A topic is replicated to the clusters of its ``replicationClusters`` policy, else of its
-namespace's ``replication_clusters``. For each loaded persistent topic and each other cluster of
-that list, one ``PersistentReplicator`` reads the topic through a durable cursor ``pulsar.repl.<remote
+namespace's ``replication_clusters`` (which of them: ``remote_clusters``, also when this cluster
+serves the namespace only as one of its allowed clusters). For each loaded persistent topic and
+each remote cluster, one ``PersistentReplicator`` reads the topic through a durable cursor ``pulsar.repl.<remote
 cluster>`` and publishes every entry to the remote cluster's broker (its ``brokerServiceUrl`` in
 the cluster data) as producer ``pulsar.repl.<local cluster>``.
 
@@ -40,7 +41,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.metadata.policy_table import REPLICATOR_DISPATCH_RATE
@@ -77,6 +78,28 @@ READ_BATCH = 100
 # Reconnect backoff (seconds).
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.1, 60.0
 R = TypeVar("R")
+
+
+def remote_clusters(local: str, clusters: list[str], allowed: Collection[str], *, persistent: bool) -> list[str]:
+    """The clusters a topic of this cluster (``local``) replicates to, from the replication clusters in force for it
+    and its namespace's allowed clusters (PIP-321), as Pulsar 4.0.7's checkReplication starts replicators:
+
+    - ``local`` among the replication clusters: every other one.
+    - ``local`` only among the allowed clusters (it serves the namespace, PIP-321): every replication cluster too -
+      Pulsar's loop starts a replicator for each cluster of the list but the local one, and never asks whether the
+      local one is in the list. Except for a persistent topic when the list has a single cluster: PersistentTopic
+      skips the loop when ``configuredClusters.size() == 1 && replicators.isEmpty()`` (meant for a list holding the
+      local cluster alone), so a topic loaded then never replicates to that cluster. (Should a topic have replicators
+      already when its list shrinks to one other cluster, Pulsar keeps the one to it until the topic is unloaded;
+      ours stops it at once, as it would be after the next load.) NonPersistentTopic has no such shortcut.
+    - ``local`` in neither: none. Pulsar deletes such a persistent topic (``cluster_removal``), and its lookups send
+      the clients of either kind of topic elsewhere.
+    """
+    if local in clusters:
+        return [c for c in clusters if c != local]
+    if local not in allowed or (persistent and len(clusters) == 1):
+        return []
+    return list(clusters)
 
 
 def is_replicator_name(name: str) -> bool:

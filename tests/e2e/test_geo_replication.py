@@ -227,6 +227,48 @@ def test_topic_level_replication_clusters(pair: Pair) -> None:
     wait_for(lambda: not loaded.replicators, what="the replicator to stop")
 
 
+def test_a_cluster_only_allowed_for_the_namespace_replicates_to_its_replication_clusters(pair: Pair) -> None:
+    # PIP-321: a is one of the namespace's allowed clusters, not of its replication clusters [b, gone]. It serves the
+    # namespace, and Pulsar 4.0.7's checkReplication starts a replicator to every cluster of the list but the local
+    # one without asking whether the local one is in it - but for a persistent topic whose list holds one cluster
+    # (its shortcut: size() == 1 && no replicators yet). NonPersistentTopic has no shortcut.
+    method = "POST" if pair.admin_a.get("/admin/v2/clusters/gone").status == 200 else "PUT"
+    pair.admin_a.ok(method, "/admin/v2/clusters/gone", {"brokerServiceUrl": "pulsar://127.0.0.1:9"})
+    pair.admin_a.ok("POST", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b", "gone"]})
+    ns = pair.namespace(["a", "b"])
+    early = f"persistent://{ns}/early"  # loaded before the change (Pulsar: onPoliciesUpdate -> checkReplication)
+    early_producer = pair.client_a.create_producer(early)
+    loaded = pair.a.server.service.topics[TopicName.parse(early).full]
+    assert set(loaded.replicators) == {"b"}
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/allowedClusters", ["a", "b", "gone"])
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["b", "gone"])
+    wait_for(lambda: set(loaded.replicators) == {"b", "gone"}, what="the replicator to gone to start")
+    early_producer.close()
+    topic = f"persistent://{ns}/out"
+    on_b = pair.client_b.subscribe(topic, "s")
+    producer = pair.client_a.create_producer(topic, batching_enabled=False)  # (served by a: it is allowed there)
+    assert set(pair.a.server.service.topics[TopicName.parse(topic).full].replicators) == {"b", "gone"}
+    for i in range(3):
+        producer.send(b"m%d" % i)
+    assert receive(on_b, 3) == [b"m0", b"m1", b"m2"]
+    producer.close()
+    on_b.close()
+    # One replication cluster: a persistent topic loaded now replicates nowhere, a non-persistent one there.
+    pair.admin_a.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["b"])
+    single = f"persistent://{ns}/single"
+    producer = pair.client_a.create_producer(single)
+    assert not pair.a.server.service.topics[TopicName.parse(single).full].replicators
+    producer.close()
+    ticks = f"non-persistent://{ns}/ticks"
+    on_b = pair.client_b.subscribe(ticks, "s")
+    producer = pair.client_a.create_producer(ticks, batching_enabled=False)
+    wait_for(partial(replicator_connected, pair.admin_a, ticks, "b"), what="the replicator to b to connect")
+    producer.send(b"tick")
+    assert receive(on_b, 1) == [b"tick"]
+    producer.close()
+    on_b.close()
+
+
 def test_the_remote_topic_is_looked_up(pair: Pair) -> None:
     # Cluster "r" is a broker that owns nothing: it redirects every lookup to b's broker, where
     # the replicator then produces (as against a Pulsar cluster of several brokers).

@@ -1,5 +1,5 @@
-"""Re-stamping stored entries for geo-replication, the replicated-subscription snapshot cache, and
-the replicator's reconnect backoff (pure: no broker)."""
+"""Re-stamping stored entries for geo-replication, the replicated-subscription snapshot cache, the
+replicator's reconnect backoff, and which clusters a topic replicates to (pure: no broker)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from broker.protocol.checksum import crc32c
 from broker.protocol.entry import REQUEST, SNAPSHOT, parse_payload
 from broker.service.remote_producer import RemoteError
 from broker.service.replicated_subscriptions import SnapshotCache, marker_entry, marker_payload
-from broker.service.replication import BACKOFF_MIN_S, PersistentReplicator, Replicator, restamp
+from broker.service.replication import BACKOFF_MIN_S, PersistentReplicator, Replicator, remote_clusters, restamp
 from managed_ledger import Position
 
 
@@ -102,3 +102,19 @@ async def test_reconnect_backoff_starts_again_after_a_connection_that_lasted(mon
     await rep._run()
     assert delays[:6] == [BACKOFF_MIN_S * 2 ** i for i in range(6)]
     assert delays[6:] == [BACKOFF_MIN_S, BACKOFF_MIN_S]
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_remote_clusters_as_pulsar_checks_replication(persistent: bool) -> None:
+    # The local cluster in the list: every other one, whatever the allowed clusters.
+    assert remote_clusters("a", ["a", "b", "c"], (), persistent=persistent) == ["b", "c"]
+    assert remote_clusters("a", ["a"], ("a", "b"), persistent=persistent) == []
+    # Only among the allowed clusters (PIP-321): Pulsar 4.0.7's loop starts a replicator for every cluster of the
+    # list but the local one, and does not ask whether the local one is in it.
+    assert remote_clusters("a", ["b", "c"], ("a", "b", "c"), persistent=persistent) == ["b", "c"]
+    # A single cluster: PersistentTopic skips the loop (size() == 1 && replicators.isEmpty()); NonPersistentTopic
+    # has no such shortcut.
+    assert remote_clusters("a", ["b"], ("a", "b"), persistent=persistent) == ([] if persistent else ["b"])
+    # In neither: nothing (Pulsar deletes such a persistent topic; its lookups send every client elsewhere).
+    assert remote_clusters("a", ["b", "c"], ("b", "c"), persistent=persistent) == []
+    assert remote_clusters("a", ["b", "c"], (), persistent=persistent) == []
