@@ -9,7 +9,7 @@ to a worker thread and back (a submit, two thread wake-ups, a ``call_soon_thread
 costs more CPU than the read itself. Any read that would wait for the disk (or fails: the worker
 path then reports it) goes to the factory's worker pool: the read *reserves* its place in the
 cursor's completion order first, so a later cache hit of the same cursor cannot overtake it, and
-the pool thread (pure I/O: open, a pread per ~256 KB of a run of consecutive records, CRC checks) hands the
+the pool thread (pure I/O: open, a pread per ~1 MB of a run of consecutive records, CRC checks) hands the
 bytes back with ``call_soon_threadsafe``. The loop then fills the reservation, and the entries go
 into the cache.
 
@@ -220,7 +220,7 @@ class EntryReader:
 
 
 def read_from_disk(fs: FileSystem, jobs: list[ReadJob], direct: bool = False) -> list[list[bytes]]:
-    """Worker thread: one open per run of records, a pread per ~256 KB of it (segment.read_run);
+    """Worker thread: one open per run of records, a pread per ~1 MB of it into its reusable buffer (segment.read_run);
     direct: with direct I/O (segments written with it are not in the page cache)."""
     out: list[list[bytes]] = []
     for path, _, spans in jobs:

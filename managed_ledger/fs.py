@@ -38,6 +38,10 @@ class FileHandle(Protocol):
     def pread(self, size: int, offset: int) -> bytes:
         """Up to size bytes from offset (fewer at the end of the file)."""
 
+    def pread_scratch(self, size: int, offset: int) -> bytes | memoryview:
+        """``pread``, possibly as a view of this thread's reusable read buffer, so no new memory is filled: valid
+        only until this thread's next read. For a caller that copies out of it at once and then releases it."""
+
     def pread_cached(self, size: int, offset: int) -> bytearray | None:
         """size bytes from offset if they can be had without waiting for the disk (all in the
         page cache), else None (also at the end of the file, or where this is not supported)."""
@@ -102,7 +106,8 @@ BLOCK = 4096
 
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)  # (Linux; 0 elsewhere: buffered)
 
-# Each reading thread's block-aligned buffer for direct reads (grown as needed, kept).
+# Each reading thread's block-aligned buffer for direct reads and pread_scratch (grown as needed, kept:
+# its pages are faulted in once, not at every read).
 _read_buffers = threading.local()
 
 
@@ -110,7 +115,10 @@ def _read_buffer(size: int) -> mmap.mmap:
     buf: mmap.mmap | None = getattr(_read_buffers, "buf", None)
     if buf is None or len(buf) < size:
         if buf is not None:
-            buf.close()
+            try:
+                buf.close()
+            except BufferError:  # a view of it still held somewhere: leave it to the collector
+                pass
         buf = _read_buffers.buf = mmap.mmap(-1, -(-size // (256 * 1024)) * 256 * 1024)
     return buf
 
@@ -167,21 +175,28 @@ class _OsFile:
     def pread(self, size: int, offset: int) -> bytes:
         if not self._direct:
             return os.pread(self._fd, size, offset)
-        # Whole blocks into this thread's block-aligned buffer, then the bytes asked for out of it.
-        start = offset - offset % BLOCK
+        with self.pread_scratch(size, offset) as view:  # (a memoryview: released on the way out)
+            return bytes(view)
+
+    def pread_scratch(self, size: int, offset: int) -> memoryview:
+        # Whole blocks (direct I/O) into this thread's block-aligned buffer; a view of the bytes asked for.
+        start = offset - offset % BLOCK if self._direct else offset
         length = -(-(offset + size - start) // BLOCK) * BLOCK
         buf = _read_buffer(length)
         view = memoryview(buf)[:length]
         try:
             n = os.preadv(self._fd, [view], start)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
+            view.release()  # (as the writer's: the buffer must stay growable after a failed read)
+            if exc.errno != errno.EINVAL or not self._direct:
                 raise
             self._refused(exc)
-            return os.pread(self._fd, size, offset)
+            return memoryview(os.pread(self._fd, size, offset))
+        skip = offset - start
+        try:
+            return view[skip : max(skip, min(skip + size, n))]
         finally:
-            view.release()  # (as the writer's: the buffer must stay growable after a failed read)
-        return buf[offset - start : min(offset - start + size, n)] if n > offset - start else b""
+            view.release()
 
     def pread_cached(self, size: int, offset: int) -> bytearray | None:
         if _RWF_NOWAIT is None or self._direct:

@@ -323,6 +323,9 @@ class _Handle:
             self._fs._check("read", self._path, mutating=False)
             return bytes(self._inode.data[offset : offset + size])
 
+    def pread_scratch(self, size: int, offset: int) -> bytes:
+        return self.pread(size, offset)
+
     def sync(self) -> None:
         with self._fs._lock:
             self._fs._check("sync", self._path, mutating=True)

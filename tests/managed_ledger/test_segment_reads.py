@@ -22,6 +22,10 @@ class CountingHandle:
         self.preads.append((size, offset))
         return self.inner.pread(size, offset)  # type: ignore[attr-defined, no-any-return]
 
+    def pread_scratch(self, size: int, offset: int) -> bytes | memoryview:
+        self.preads.append((size, offset))
+        return self.inner.pread_scratch(size, offset)  # type: ignore[attr-defined, no-any-return]
+
 
 def write_segment(path: Path, data: list[bytes]) -> list[tuple[int, int]]:
     """A segment file with these entries; their spans (offset, record length)."""
@@ -85,3 +89,33 @@ def test_a_bad_record_in_a_later_chunk_and_a_short_file_are_errors(tmp_path: Pat
             read_run(handle, spans[10:])
     finally:
         handle.close()
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_runs_are_read_through_one_reusable_buffer_and_copied_out(tmp_path: Path, direct: bool) -> None:
+    """Each read fills the reading thread's buffer (no new memory per read) and the records are copied out:
+    what an earlier read returned stays intact when later reads reuse the buffer, when a larger read grows it,
+    and after a read that failed part-way (its views of the buffer released)."""
+    small = [bytes([i]) * 3000 for i in range(4)]
+    large = [bytes([100 + i]) * 700_000 for i in range(6)]  # (grows the buffer past its first size)
+    fs = OsFileSystem()
+    small_spans = write_segment(tmp_path / "small", small)
+    large_spans = write_segment(tmp_path / "large", large)
+    bad = bytearray((tmp_path / "large").read_bytes())
+    bad[large_spans[1][0] + RECORD_HEADER_SIZE] ^= 0xFF
+    (tmp_path / "bad").write_bytes(bytes(bad))
+    handles = {name: fs.open_read(str(tmp_path / name), direct=direct) for name in ("small", "large", "bad")}
+    try:
+        first = read_run(handles["small"], small_spans)
+        assert first == small
+        assert all(type(d) is bytes for d in first)  # (copies, not views of the buffer)
+        with pytest.raises(CorruptEntryError, match="checksum mismatch"):
+            read_run(handles["bad"], large_spans)
+        assert read_run(handles["large"], large_spans) == large
+        assert read_run(handles["small"], small_spans[1:]) == small[1:]
+        assert first == small
+        # The plain pread still answers bytes of its own, at any offset and length.
+        assert handles["large"].pread(10, large_spans[2][0] + RECORD_HEADER_SIZE + 5) == large[2][:10]
+    finally:
+        for handle in handles.values():
+            handle.close()
