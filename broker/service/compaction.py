@@ -9,6 +9,18 @@ topicCompactionRetainNullKey (Pulsar's default since PIP-318 is to drop them). B
 message by message; one that cannot be read is kept whole, its keys unknown (as Pulsar's compactor
 keeps it); an encrypted one is one message under the key of its metadata, kept or dropped whole.
 
+A chunked message (PIP-37: a large message the producer split into chunks, each an entry of its own under
+the message's key and uuid) is one message of its key, as its consumers see it: kept with all its chunks when
+it is its key's latest, dropped whole when a later message supersedes it; it supersedes its key's earlier
+value only once complete (its last chunk read), at its last chunk's position, where consumers receive it.
+Pulsar's compactor does not do this: it takes every chunk for a message of the key, so that a key whose latest
+value is chunked keeps its last chunk alone, which no client can assemble (the key's value is lost to
+read_compacted readers and TableViews). A chunked message still incomplete at the end of a run's range (its
+producer still sending it when the run took its horizon) is kept as far as it goes and supersedes nothing, so
+that a consumer completes it from the chunks after the horizon and the next run finds it whole; past
+INCOMPLETE_CHUNKED_EXPIRY_MS after it was published it is taken as abandoned and dropped. Chunks that lack their
+start, or follow a missing one, are dropped.
+
 A run makes two passes over its input, as Pulsar's TwoPhaseCompactor, reading it a chunk at a time
 (READ_CHUNK entries) and never whole: the first keeps only each key's latest message (key -> position and
 batch index); the second reads everything again and appends what survives to the new view's ledger as it
@@ -73,6 +85,14 @@ MAX_BATCH_INFLATE = 64 * 1024 * 1024
 # Messages a run parses before it gives the event loop back: about 5 ms of work (4-5 us a message, either
 # pass), so that the loop goes on serving every connection of the broker while a long run parses.
 PARSE_SLICE = 1000
+# A chunked message still incomplete at the end of a run's range, its last chunk published longer ago than this,
+# is taken as abandoned (its producer failed midway) and left out of the view. Clients give every chunk the
+# message's publish time, so this counts from when the message was sent: ten times the Java consumer's default
+# expireTimeOfIncompleteChunkedMessage (60 s, past which a consumer drops what it holds of an incomplete message)
+# and far past the producer's default sendTimeout (30 s, past which it fails the message and moves on), so that
+# a message still being sent is never taken for abandoned; an abandoned one stays in the views meanwhile, harmless
+# (it supersedes nothing, and consumers drop what they cannot complete).
+INCOMPLETE_CHUNKED_EXPIRY_MS = 10 * 60_000
 
 
 class CompactionError(Exception):
@@ -92,10 +112,20 @@ def _payload_of(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
     return read_entry_metadata(entry), entry_body(entry)
 
 
+class ChunkOf(NamedTuple):
+    """A chunk of a chunked message: its message's uuid, its index, how many chunks the message has."""
+
+    uuid: str
+    chunk_id: int
+    num_chunks: int
+    publish_time: int
+
+
 class _Message(NamedTuple):
     key: str | None
     null_value: bool  # the client's null value
     tombstone: bool  # deletes its key: a null value, or an empty payload
+    chunk: ChunkOf | None = None  # (an entry that is one chunk of a chunked message)
 
 
 def _message(key: str | None, null_value: bool, payload_size: int) -> _Message:
@@ -116,6 +146,11 @@ def messages_of(entry: bytes) -> Iterator[_Message]:
     """Key and null flag of every message of an entry (one for a non-batch entry); UnreadableBatchError
     for a batch that cannot be read."""
     md, payload = _payload_of(entry)
+    if md.num_chunks_from_msg > 1:  # (a chunk: never a batch, its size the whole message's)
+        chunk = ChunkOf(md.uuid, md.chunk_id, md.num_chunks_from_msg, md.publish_time)
+        key = md.partition_key if md.HasField("partition_key") else None
+        yield _Message(key, md.null_value, False, chunk)
+        return
     if not md.HasField("num_messages_in_batch") or _sealed(md):
         # (an encrypted batch, whose messages only its consumers can read, is one message under the
         # key of its metadata, which the client copies from its first message: Pulsar's
@@ -154,9 +189,89 @@ def _sealed(md: pb.MessageMetadata) -> bool:
 
 # -- choosing the survivors --------------------------------------------------------------------------------
 
-# Key -> (ledger id, entry id, batch index) of the key's latest message, for keys whose latest message is not a
-# tombstone (a deleted key is absent): all the first pass of a run keeps, so a run's memory follows its keys.
-LatestByKey = dict[str, tuple[int, int, int]]
+class _Sequence:
+    """A chunked message being read: its key, its first chunk, the chunk expected next."""
+
+    __slots__ = ("first", "key", "next_id", "publish_time")
+
+    def __init__(self, key: str, first: Position, publish_time: int) -> None:
+        self.key = key
+        self.first = first
+        self.next_id = 1
+        self.publish_time = publish_time  # (of the last chunk read)
+
+
+class _Chunked(NamedTuple):
+    """A key's latest message when it is chunked: its uuid and its first chunk (the key's position is its last)."""
+
+    uuid: str
+    first: Position
+
+
+class LatestByKey:
+    """Each key's latest message, all the first pass of a run keeps (so a run's memory follows its keys): key ->
+    (ledger id, entry id, batch index), for keys whose latest message is not a tombstone (a deleted key is
+    absent). A chunked message counts once complete, at its last chunk (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self.positions: dict[str, tuple[int, int, int]] = {}
+        self.chunked: dict[str, _Chunked] = {}  # key -> its latest message, when that is chunked
+        self._reading: dict[str, _Sequence] = {}  # uuid -> a chunked message not complete yet
+        self.unfinished: dict[str, Position] = {}  # uuid -> first chunk: incomplete at the end, kept (finish)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def put(self, key: str, at: tuple[int, int, int]) -> bool:
+        """``at`` is now ``key``'s latest message; whether it supersedes one."""
+        superseded = key in self.positions
+        self.positions[key] = at
+        self.chunked.pop(key, None)
+        return superseded
+
+    def delete(self, key: str) -> None:
+        self.positions.pop(key, None)
+        self.chunked.pop(key, None)
+
+    def chunk(self, key: str, chunk: ChunkOf, pos: Position) -> bool:
+        """A chunk of a message of ``key``: the message is its key's latest once its last chunk is read in
+        order after its first. Returns whether it then supersedes an earlier message of the key."""
+        seq = self._reading.get(chunk.uuid)
+        if chunk.chunk_id == 0:  # (again, for a message its producer sent anew: from here)
+            seq = self._reading[chunk.uuid] = _Sequence(key, pos, chunk.publish_time)
+        elif seq is None or chunk.chunk_id < seq.next_id:
+            return False  # a chunk without its start (dropped), or one sent again (ignored, as consumers do)
+        elif chunk.chunk_id > seq.next_id:  # (a chunk is missing: the message can never be assembled)
+            del self._reading[chunk.uuid]
+            return False
+        else:
+            seq.next_id += 1
+            seq.publish_time = chunk.publish_time
+        if seq.next_id < chunk.num_chunks:
+            return False
+        del self._reading[chunk.uuid]
+        superseded = self.put(seq.key, (pos.ledger_id, pos.entry_id, 0))
+        self.chunked[seq.key] = _Chunked(chunk.uuid, seq.first)
+        return superseded
+
+    def finish(self, now_ms: int) -> None:
+        """End of the first pass: the chunked messages still incomplete are kept as far as they go, unless
+        abandoned (published INCOMPLETE_CHUNKED_EXPIRY_MS or more before now)."""
+        self.unfinished = {uuid: seq.first for uuid, seq in self._reading.items()
+                           if now_ms - seq.publish_time < INCOMPLETE_CHUNKED_EXPIRY_MS}
+        self._reading.clear()
+
+    def keeps(self, m: _Message, pos: Position, index: int) -> bool:
+        """Second pass: whether message ``index`` at ``pos``, of a key, is (part of) its key's latest."""
+        assert m.key is not None
+        if m.chunk is None:
+            return self.positions.get(m.key) == (pos.ledger_id, pos.entry_id, index)
+        first = self.unfinished.get(m.chunk.uuid)
+        if first is not None and first <= pos:
+            return True
+        latest = self.chunked.get(m.key)
+        return (latest is not None and latest.uuid == m.chunk.uuid and latest.first <= pos
+                and (pos.ledger_id, pos.entry_id, 0) <= self.positions[m.key])
 
 
 def _is_server_marker(e: Entry) -> bool:
@@ -191,12 +306,13 @@ def note_latest(latest: LatestByKey, e: Entry, ack_set: list[int] | None, msgs: 
             continue
         if m.key is None:
             removed += not retain_null_key
+        elif m.chunk is not None:
+            removed += latest.chunk(m.key, m.chunk, pos)
         elif m.tombstone:
-            latest.pop(m.key, None)
+            latest.delete(m.key)
             removed += 1
         else:
-            removed += m.key in latest
-            latest[m.key] = (pos.ledger_id, pos.entry_id, i)
+            removed += latest.put(m.key, (pos.ledger_id, pos.entry_id, i))
     return removed
 
 
@@ -210,7 +326,7 @@ def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, l
     alive = [i for i, m in enumerate(msgs)
              if _present(ack_set, i)
              and ((m.key is None and retain_null_key and not m.null_value)
-                  or (m.key is not None and latest.get(m.key) == (pos.ledger_id, pos.entry_id, i)))]
+                  or (m.key is not None and latest.keeps(m, pos, i)))]
     if not alive:
         return None
     md = read_entry_metadata(e.data)
@@ -227,7 +343,7 @@ def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, l
 
 
 def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
-                     previous: Sequence[CompactedEntry] = ()) -> list[CompactedEntry]:
+                     previous: Sequence[CompactedEntry] = (), now_ms: int | None = None) -> list[CompactedEntry]:
     """The two passes of a run over entries held in memory (the run streams them; this states the rule).
 
     ``previous``: the view of the last run, which comes first: as Pulsar's compactor reads the
@@ -236,10 +352,11 @@ def select_survivors(entries: Sequence[Entry], retain_null_key: bool,
     """
     inputs = [(c.entry, c.ack_set) for c in previous] + [(e, None) for e in entries]
     parsed = [(e, ack_set, _read_messages(e, warn=True)) for e, ack_set in inputs if not _is_server_marker(e)]
-    latest: LatestByKey = {}
+    latest = LatestByKey()
     for e, ack_set, msgs in parsed:
         if msgs is not None:
             note_latest(latest, e, ack_set, msgs, retain_null_key)
+    latest.finish(int(time.time() * 1000) if now_ms is None else now_ms)
     return [c for e, ack_set, msgs in parsed if (c := survivor(e, ack_set, msgs, latest, retain_null_key)) is not None]
 
 
@@ -501,12 +618,13 @@ class Compactor:
         inputs = _Inputs(topic, old, horizon)
         # Two passes, as Pulsar's TwoPhaseCompactor: the first keeps only each key's latest message, the
         # second reads everything again and appends what survives as it goes.
-        latest: LatestByKey = {}
+        latest = LatestByKey()
         retain_null_key = service.config.topicCompactionRetainNullKey
         async with aclosing(inputs.parsed(warn=False)) as first:
             async for e, ack_set, msgs in first:
                 if msgs is not None:
                     self.record.add_removed(note_latest(latest, e, ack_set, msgs, retain_null_key))
+        latest.finish(int(time.time() * 1000))
         generation = service.metadata.compactions.get(topic.full_name, {}).get("generation", 0) + 1
         name = compacted_ledger_name(topic.name, generation)
         factory = service.ledger_factory
