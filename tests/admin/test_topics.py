@@ -548,3 +548,88 @@ def test_internal_stats_show_dispatcher_permit_accounting(admin: Admin, client: 
     info = accounting()
     assert info["type"] == "Shared" and info["permitInvariantHolds"] is True
     assert info["sumOfConsumerPermitsMinusPendingFlow"] == 190 and info["permitInvariantDriftCount"] == 0
+
+
+def _message_id(mid: pulsar.MessageId, **extra: object) -> dict[str, object]:
+    """A MessageId as pulsar-admin sends it in a ResetCursorData body."""
+    return {"ledgerId": mid.ledger_id(), "entryId": mid.entry_id(), "partitionIndex": mid.partition(), **extra}
+
+
+def test_expire_messages_up_to_a_message_id(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar's POST .../subscription/{sub}/expireMessages with a ResetCursorData body (expire by position).
+    topic = new_topic("expire-at")
+    base = f"/admin/v2/{rest_path(topic)}"
+    for sub in ("inclusive", "excluded", "past"):
+        admin.ok("PUT", f"{base}/subscription/{sub}", {"ledgerId": -1, "entryId": -1})
+    ids = publish(client, topic, 5)
+    # Without isExcluded the message itself is expired (the mark-delete moves to it).
+    assert admin.post(f"{base}/subscription/inclusive/expireMessages", _message_id(ids[2])).status == 204
+    sub = admin.stats(topic)["subscriptions"]["inclusive"]
+    assert sub["msgBacklog"] == 2 and sub["totalMsgExpired"] == 3 and sub["lastExpireTimestamp"] > 0
+    # With isExcluded Pulsar expires the next message too (it takes the position's next).
+    assert admin.post(f"{base}/subscription/excluded/expireMessages",
+                      _message_id(ids[1], isExcluded=True)).status == 204
+    assert backlog(admin, topic, "excluded") == 2
+    # An id before the mark-delete position changes nothing (and is no error).
+    assert admin.post(f"{base}/subscription/inclusive/expireMessages", _message_id(ids[0])).status == 204
+    assert backlog(admin, topic, "inclusive") == 2
+    # Past the last message: 409, nothing moved.
+    for body in (_message_id(ids[4], isExcluded=True), {"ledgerId": ids[4].ledger_id() + 1000, "entryId": 0}):
+        reply = admin.post(f"{base}/subscription/past/expireMessages", body)
+        assert reply.status == 409 and "invalid message position provided" in reply.reason, reply.body
+    assert backlog(admin, topic, "past") == 5
+    assert admin.post(f"{base}/subscription/past/expireMessages", _message_id(ids[4])).status == 204
+    assert backlog(admin, topic, "past") == 0
+
+
+def test_expire_messages_up_to_a_batch_index(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("expire-batch")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(5):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == 5, what="the batch's receipts")
+    producer.close()
+    third = next(m for m in sent if m.batch_index() == 2)
+    # Not excluded: the messages before batch index 2 are expired; the entry stays, its other messages unacked.
+    assert admin.post(f"{base}/subscription/s/expireMessages", _message_id(third, batchIndex=2)).status == 204
+    consumer = client.subscribe(topic, "s")
+    assert [consumer.receive(TIMEOUT_MS).data() for _ in range(3)] == [b"b2", b"b3", b"b4"]
+    consumer.close()
+
+
+def test_expire_messages_up_to_a_message_id_errors(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/plain"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s")
+    ids = publish(client, topic, 2)
+    body = _message_id(ids[0])
+    assert admin.post(f"{base}/subscription/s/expireMessages").status == 400  # no message id
+    assert admin.post(f"{base}/subscription/s/expireMessages", {"ledgerId": "x", "entryId": 0}).status == 400
+    assert admin.post(f"{base}/subscription/s/expireMessages", {**body, "batchIndex": "1"}).status == 400
+    assert admin.post(f"{base}/subscription/s/expireMessages", {**body, "isExcluded": 1}).status == 400
+    reply = admin.post(f"{base}/subscription/s/expireMessages", {**body, "partitionIndex": 0})
+    assert reply.status == 412 and "partition index" in reply.reason
+    reply = admin.post(f"{base}/subscription/nope/expireMessages", body)
+    assert reply.status == 404 and reply.reason == f"Subscription nope not found for topic {topic}"
+    reply = admin.post(f"{base}/subscription/pulsar.repl.elsewhere/expireMessages", body)
+    assert reply.status == 404 and reply.reason == "Replicator not found"
+    assert admin.post(f"/admin/v2/persistent/{ns}/missing/subscription/s/expireMessages", body).status == 404
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.post(f"/admin/v2/persistent/{ns}/parted/subscription/s/expireMessages", body)
+    assert reply.status == 405 and reply.reason == "Expire message at position is not supported for partitioned-topic"
+    # A partition is one topic: its own index goes in the body.
+    partition = f"persistent://{ns}/parted-partition-1"
+    admin.ok("PUT", f"/admin/v2/{rest_path(partition)}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    pids = publish(client, partition, 3)  # (published to the partition's name: the ids say partition -1)
+    path = f"/admin/v2/{rest_path(partition)}/subscription/s/expireMessages"
+    assert admin.post(path, _message_id(pids[1])).status == 412
+    assert admin.post(path, _message_id(pids[1], partitionIndex=1)).status == 204
+    assert backlog(admin, partition, "s") == 1
+    assert admin.post(f"/admin/v2/non-persistent/{ns}/live/subscription/s/expireMessages", body).status == 405
+    assert backlog(admin, topic, "s") == 2  # none of the refused calls moved it
