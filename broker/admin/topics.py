@@ -126,6 +126,8 @@ class TopicsResource:
             r.add_post(base + SUB + "/expireMessages", stored(self.expire_to_position))
             r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", refused(
                 self.expire_all, "Expire messages for all subscriptions on a non-persistent topic is not allowed"))
+            r.add_post(base + SUB + "/analyzeBacklog", refused(
+                self.analyze_backlog, "Unsupported operation analyzeBacklog for NonPersistentSubscription"))
             r.add_get(base + SUB + "/position/{n}", refused(
                 self.peek, "Peek messages on a non-persistent topic is not allowed"))
             r.add_get(base + SUB + "/properties", self.get_subscription_properties)
@@ -666,6 +668,35 @@ class TopicsResource:
                                  "position provided.")
         self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
         return no_content()
+
+    async def analyze_backlog(self, request: web.Request) -> web.Response:
+        """POST .../subscription/{sub}/analyzeBacklog, with an optional message id body to start from: the
+        subscription's unacknowledged entries and messages counted (Pulsar's AnalyzeSubscriptionBacklogResult; no
+        entry filters here, so every entry is accepted). One topic or partition: 405 on a partitioned topic."""
+        body = await read_body(request)
+        start = None if body is None else message_id(body)
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(405, "Analyze backlog on a partitioned topic is not allowed, please try do it on specific "
+                                 "topic partition")
+        topic = await self.stored_topic(name)
+        sub = await self._user_subscription(topic, request.match_info["sub"])
+        cfg = self.service.config
+        limits = admin_ops.BacklogScanLimits(max_entries=cfg.subscriptionBacklogScanMaxEntries,
+                                             max_time_s=cfg.subscriptionBacklogScanMaxTimeMs / 1000,
+                                             read_batch=cfg.dispatcherMaxReadBatchSize)
+        found = await admin_ops.analyze_backlog(topic, sub.cursor, start, limits)
+        result: dict[str, object] = {
+            "entries": found.entries, "messages": found.messages,
+            "filterRejectedEntries": 0, "filterAcceptedEntries": found.entries, "filterRescheduledEntries": 0,
+            "filterRejectedMessages": 0, "filterAcceptedMessages": found.messages, "filterRescheduledMessages": 0,
+            "aborted": found.aborted,
+        }
+        if found.first is not None:  # (Pulsar leaves out what is null)
+            result["firstMessageId"] = str(found.first)
+        if found.last is not None:
+            result["lastMessageId"] = str(found.last)
+        return json_response(result)
 
     @staticmethod
     async def _user_subscription(topic: PersistentTopic, sub_name: str) -> Subscription:

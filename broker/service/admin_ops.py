@@ -9,12 +9,16 @@ PersistentSubscription / PersistentMessageExpiryMonitor:
   consumer stay with it (its later ack is simply ignored), exactly as in Pulsar: nothing in flight
   is recalled, and the dispatcher reads on from the moved position.
 - reset cursor (by time or id) is a SEEK: consumers are disconnected and come back at the new place.
+- analyze backlog reads the subscription's unacknowledged entries (a reader of its own, the cursor
+  untouched) and counts them, as PersistentSubscription.analyzeBacklog does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, NamedTuple
@@ -241,6 +245,66 @@ def expire_to(topic: PersistentTopic, cursor: ManagedCursor, target: ExpiryTarge
         log.debug("expiry of %s/%s to %s skipped: %s", topic.full_name, cursor.name, position, exc)
         return 0
     return max(0, before - cursor.number_of_entries_in_backlog())
+
+
+# -- analyzing a backlog --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BacklogScanLimits:
+    """How far one analysis reads (Pulsar's subscriptionBacklogScanMaxEntries and ...MaxTimeMs, and the read size,
+    dispatcherMaxReadBatchSize)."""
+
+    max_entries: int
+    max_time_s: float
+    read_batch: int
+
+
+@dataclass(frozen=True)
+class BacklogAnalysis:
+    """What an analysis of a subscription's backlog found (Pulsar's AnalyzeBacklogResult). With no entry filters,
+    every entry is accepted."""
+
+    entries: int
+    messages: int
+    first: Position | None
+    last: Position | None
+    aborted: bool  # a limit stopped it before the end of the backlog
+
+
+async def analyze_backlog(topic: PersistentTopic, cursor: ManagedCursor, start: Position | None,
+                          limits: BacklogScanLimits) -> BacklogAnalysis:
+    """Count the entries and messages the subscription has not acknowledged, from ``start`` (else its mark-delete
+    position) on, through a reader of its own. Like Pulsar's scan it stops, aborted, at the ``max_entries``-th
+    unacknowledged entry (which it leaves out) or once ``max_time_s`` has passed."""
+    ledger = topic.ledger
+    after = cursor.mark_delete_position
+    if start is not None and start > after:
+        after = ledger.previous_position(start)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.max_time_s
+    reader = ledger.new_non_durable_cursor(after, f"__analyze-backlog-{uuid.uuid4().hex[:12]}")
+    entries = messages = 0
+    remaining = limits.max_entries
+    first: Position | None = None
+    last: Position | None = None
+    try:
+        while reader.has_more_entries():
+            if loop.time() > deadline:
+                return BacklogAnalysis(entries, messages, first, last, aborted=True)
+            for entry in await reader.read_entries_async(limits.read_batch):
+                if cursor.is_acked(entry.position):
+                    continue
+                remaining -= 1
+                if remaining <= 0:
+                    return BacklogAnalysis(entries, messages, first, last, aborted=True)
+                if first is None:
+                    first = entry.position
+                last = entry.position
+                entries += 1
+                messages += entry_meta(entry.data).num_messages
+    finally:
+        await reader.close()
+    return BacklogAnalysis(entries, messages, first, last, aborted=False)
 
 
 # -- reading --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pulsar
+import pytest
 from pulsar.schema import Record, String
 
 from broker.embedded import BrokerThread
@@ -633,3 +634,94 @@ def test_expire_messages_up_to_a_message_id_errors(admin: Admin, client: pulsar.
     assert backlog(admin, partition, "s") == 1
     assert admin.post(f"/admin/v2/non-persistent/{ns}/live/subscription/s/expireMessages", body).status == 405
     assert backlog(admin, topic, "s") == 2  # none of the refused calls moved it
+
+
+def _batch(client: pulsar.Client, topic: str, n: int) -> list[pulsar.MessageId]:
+    """n messages in one batch (one entry)."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=n,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(n):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == n, what="the batch's receipts")
+    producer.close()
+    return sent
+
+
+def _at(mid: pulsar.MessageId) -> str:
+    return f"{mid.ledger_id()}:{mid.entry_id()}"
+
+
+def test_analyze_subscription_backlog(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("analyze")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    ids = publish(client, topic, 4)
+    batch = _batch(client, topic, 3)
+    analyze = f"{base}/subscription/s/analyzeBacklog"
+    # Pulsar's AnalyzeSubscriptionBacklogResult: no entry filters here, so everything is accepted.
+    assert admin.ok("POST", analyze) == {
+        "entries": 5, "messages": 7, "filterRejectedEntries": 0, "filterAcceptedEntries": 5,
+        "filterRescheduledEntries": 0, "filterRejectedMessages": 0, "filterAcceptedMessages": 7,
+        "filterRescheduledMessages": 0, "aborted": False, "firstMessageId": _at(ids[0]), "lastMessageId": _at(batch[0]),
+    }
+    # An individually acknowledged entry is not backlog; a start position skips what is before it.
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    received = [consumer.receive(TIMEOUT_MS) for _ in range(2)]
+    consumer.acknowledge(received[1])
+    wait_for(lambda: admin.ok("POST", analyze)["entries"] == 4, what="the ack")
+    consumer.close()
+    found = admin.ok("POST", analyze)
+    assert (found["messages"], found["firstMessageId"]) == (6, _at(ids[0]))
+    found = admin.ok("POST", analyze, {"ledgerId": ids[2].ledger_id(), "entryId": ids[2].entry_id()})
+    assert (found["entries"], found["messages"], found["firstMessageId"]) == (3, 5, _at(ids[2]))
+    # Nothing unacknowledged: zeros, and no first or last message id (Pulsar leaves nulls out).
+    assert admin.post(f"{base}/subscription/s/skip_all").status == 204
+    assert admin.ok("POST", analyze) == {
+        "entries": 0, "messages": 0, "filterRejectedEntries": 0, "filterAcceptedEntries": 0,
+        "filterRescheduledEntries": 0, "filterRejectedMessages": 0, "filterAcceptedMessages": 0,
+        "filterRescheduledMessages": 0, "aborted": False}
+    assert backlog(admin, topic, "s") == 0  # the analysis moved nothing
+
+
+def test_analyze_subscription_backlog_errors(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/plain"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s")
+    reply = admin.post(f"{base}/subscription/nope/analyzeBacklog")
+    assert reply.status == 404 and reply.reason == f"Subscription nope not found for topic {topic}"
+    assert admin.post(f"{base}/subscription/s/analyzeBacklog", {"ledgerId": "x"}).status == 400
+    assert admin.post(f"/admin/v2/persistent/{ns}/missing/subscription/s/analyzeBacklog").status == 404
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.post(f"/admin/v2/persistent/{ns}/parted/subscription/s/analyzeBacklog")
+    assert reply.status == 405 and reply.reason.startswith("Analyze backlog on a partitioned topic is not allowed")
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/subscription/s")
+    assert admin.ok("POST", f"/admin/v2/persistent/{ns}/parted-partition-0/subscription/s/analyzeBacklog",
+                    )["entries"] == 0
+    assert admin.post(f"/admin/v2/non-persistent/{ns}/missing/subscription/s/analyzeBacklog").status == 404
+    live = f"non-persistent://{ns}/live"
+    consumer = client.subscribe(live, "s")
+    reply = admin.post(f"/admin/v2/{rest_path(live)}/subscription/s/analyzeBacklog")
+    assert reply.status == 405 and reply.reason == "Unsupported operation analyzeBacklog for NonPersistentSubscription"
+    consumer.close()
+
+
+def test_analyze_subscription_backlog_stops_at_the_scan_limit(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Pulsar's scan stops, aborted, at the subscriptionBacklogScanMaxEntries-th entry, which it does not count.
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("scan-limit"), subscriptionBacklogScanMaxEntries=3) as b:
+        admin = Admin(b.web_url)
+        c = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        try:
+            topic = new_topic("scan-limit")
+            base = f"/admin/v2/{rest_path(topic)}"
+            admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+            ids = publish(c, topic, 5)
+            found = admin.ok("POST", f"{base}/subscription/s/analyzeBacklog")
+            assert (found["entries"], found["aborted"], found["lastMessageId"]) == (2, True, _at(ids[1]))
+            found = admin.ok("POST", f"{base}/subscription/s/analyzeBacklog",
+                             {"ledgerId": ids[3].ledger_id(), "entryId": ids[3].entry_id()})
+            assert (found["entries"], found["aborted"]) == (2, False)
+        finally:
+            c.close()
