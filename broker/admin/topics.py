@@ -109,6 +109,8 @@ class TopicsResource:
             # (Pulsar refuses a non-persistent trim before looking the topic up)
             r.add_post(base + TOPIC + "/trim",
                        _refused("Trim on a non-persistent topic is not allowed") if live else self.trim)
+            # (Pulsar's NonPersistentTopics answers truncate so, before looking the topic up)
+            r.add_delete(base + TOPIC + "/truncate", _refused("unsupport truncate", 412) if live else self.truncate)
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
@@ -452,6 +454,15 @@ class TopicsResource:
             (await self.stored_topic(one)).ledger.trim_consumed_ledgers()
 
         await self.each(request, self.name(request), trim)
+        return no_content()
+
+    async def truncate(self, request: web.Request) -> web.Response:
+        """DELETE .../truncate: every subscription's backlog cleared and every ledger but the current one deleted,
+        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner)."""
+        async def truncate(one: TopicName) -> None:
+            (await self.stored_topic(one)).truncate()
+
+        await self.each(request, self.name(request), truncate)
         return no_content()
 
     # -- stats -----------------------------------------------------------------------------------

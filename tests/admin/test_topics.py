@@ -725,3 +725,51 @@ def test_analyze_subscription_backlog_stops_at_the_scan_limit(tmp_path_factory: 
             assert (found["entries"], found["aborted"]) == (2, False)
         finally:
             c.close()
+
+
+def test_truncate_topic(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    # Pulsar's DELETE .../truncate: every cursor's backlog cleared, every ledger but the current one deleted,
+    # retention or not.
+    ns = admin.new_namespace()
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    # (deduplication's cursor is not cleared: it snapshots to the end first, so it holds nothing back)
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    topic = f"persistent://{ns}/kept"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    for _ in range(2):  # each reload opens a new ledger
+        publish(client, topic, 3)
+        admin.ok("PUT", f"{base}/unload")
+    ids = publish(client, topic, 2)
+    internal = admin.ok("GET", f"{base}/internalStats")
+    ledgers = [ledger["ledgerId"] for ledger in internal["ledgers"]]
+    assert len(ledgers) >= 3 and ids[-1].ledger_id() == ledgers[-1]
+    loaded = pulsar_broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
+    assert loaded is not None and "pulsar.dedup" in loaded.match_kind(lambda t: t.ledger.cursors, lambda t: {})
+    assert admin.post(f"{base}/trim").status == 204  # (infinite retention: a trim keeps them all)
+    assert len(admin.ok("GET", f"{base}/internalStats")["ledgers"]) == len(ledgers)
+    assert backlog(admin, topic, "s") == 8
+    assert admin.delete(f"{base}/truncate").status == 204
+    assert [ledger["ledgerId"] for ledger in admin.ok("GET", f"{base}/internalStats")["ledgers"]] == ledgers[-1:]
+    assert backlog(admin, topic, "s") == 0
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"after")
+    assert consumer.receive(TIMEOUT_MS).data() == b"after"  # nothing from before
+    producer.close()
+    consumer.close()
+    assert admin.delete(f"/admin/v2/persistent/{ns}/missing/truncate").status == 404
+    reply = admin.delete(f"/admin/v2/non-persistent/{ns}/live/truncate")
+    assert reply.status == 412 and reply.reason == "unsupport truncate"
+
+
+def test_truncate_partitioned_topic(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    parted = f"/admin/v2/persistent/{ns}/parted"
+    admin.ok("PUT", f"{parted}/partitions", 2)
+    admin.ok("PUT", f"{parted}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    for i in range(2):
+        publish(client, f"persistent://{ns}/parted-partition-{i}", 2)
+    assert admin.delete(f"{parted}/truncate").status == 204
+    for i in range(2):
+        assert backlog(admin, f"persistent://{ns}/parted-partition-{i}", "s") == 0
