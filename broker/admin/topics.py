@@ -644,7 +644,7 @@ class TopicsResource:
 
     async def expire_to_position(self, request: web.Request) -> web.Response:
         """POST .../subscription/{sub}/expireMessages with a message id (Pulsar's ResetCursorData: ledgerId, entryId,
-        partitionIndex, batchIndex, isExcluded): expire every message up to it (Pulsar's
+        partitionIndex, batchIndex, excluded): expire every message up to it (Pulsar's
         internalExpireMessagesByPosition). One topic or partition: 405 on a partitioned topic; 409 for a position
         past the last entry. ``sub`` may name a replicator (pulsar.repl.<cluster>): its cursor is moved."""
         body = await read_body(request)
@@ -653,9 +653,9 @@ class TopicsResource:
         message = message_id(body)
         partition_index = _int_field(body, "partitionIndex", -1)
         batch_index = _int_field(body, "batchIndex", -1)
-        excluded = body.get("isExcluded", False)
+        excluded = body.get("excluded", False)  # (ResetCursorData's isExcluded() on the wire; "isExcluded" is ignored)
         if not isinstance(excluded, bool):
-            raise HttpError(400, "isExcluded must be a boolean")
+            raise HttpError(400, "excluded must be a boolean")
         name = self.name(request)
         sub_name = request.match_info["sub"]
         if partition_index != name.partition_index:

@@ -176,11 +176,11 @@ def expiry_target(message: Position, batch_index: int, batch_size: int, excluded
     """Pulsar's calculatePositionAckSet, which the expiry by message id acts on. ``batch_size``: the messages in the
     entry at ``message`` (0 when no batch index was given or the entry could not be read).
 
-    Pulsar's ``isExcluded`` expires one step further, not one less: without a batch the entry at ``message`` is
-    expired, with ``excluded`` the entry after it as well (Pulsar takes the position's next). Within a batch, the
-    messages before ``batch_index`` are expired, with ``excluded`` the one at it as well; the whole entry when
-    that leaves none of them (with ``excluded``: the next entry too), or when ``batch_index`` is 0 without
-    ``excluded``."""
+    Pulsar's ``isExcluded`` (``excluded`` in the JSON) expires one step further, not one less: without a batch the
+    entry at ``message`` is expired, with ``excluded`` the entry after it as well (Pulsar takes the position's
+    next). Within a batch, the messages before ``batch_index`` are expired, with ``excluded`` the one at it as well;
+    the whole entry when that leaves none of them (with ``excluded``: the next entry too), or when ``batch_index``
+    is 0 without ``excluded``."""
     after = Position(message.ledger_id, message.entry_id + 1)
     if batch_size <= 0:
         return ExpiryTarget(after if excluded else message, None)
