@@ -615,7 +615,8 @@ class TopicsResource:
         if body is None:
             raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
         start = message_id(body)
-        excluded = body.get("isExcluded", False) if isinstance(body, dict) else False  # (a dict: message_id checked)
+        # (ResetCursorData's isExcluded is "excluded" on the wire; message_id checked the dict. The query flag is ours.)
+        excluded = body.get("excluded", False) if isinstance(body, dict) else False
         exclusive = bool(excluded) or query_flag(request, "isExcluded")
 
         async def reset(t: PersistentTopic, sub: Subscription) -> None:

@@ -176,6 +176,13 @@ def test_subscription_admin_operations(admin: Admin, client: pulsar.Client) -> N
     consumer = client.subscribe(topic, "late")
     assert consumer.receive(TIMEOUT_MS).data() == b"m6"
     assert admin.post(f"{base}/subscription/late/resetcursor", {"ledgerId": "x"}).status == 400
+    # pulsar-admin's --exclude: ResetCursorData's isExcluded, "excluded" on the wire (an "isExcluded" key is ignored)
+    consumer.close()
+    assert admin.post(f"{base}/subscription/late/resetcursor", {**body, "excluded": True}).status == 204
+    assert backlog(admin, topic, "late") == 3
+    assert admin.post(f"{base}/subscription/late/resetcursor", {**body, "isExcluded": True}).status == 204
+    assert backlog(admin, topic, "late") == 4
+    consumer = client.subscribe(topic, "late")
 
     reply = admin.delete(f"{base}/subscription/late")
     assert reply.status == 412 and "active" in reply.reason
