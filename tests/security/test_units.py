@@ -408,6 +408,7 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/expireMessages", Access.TOPIC_CONSUME),
     ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/analyzeBacklog", Access.TOPIC_CONSUME),
     ("DELETE", "/admin/v2/persistent/{tenant}/{ns}/{topic}/truncate", Access.TENANT_ADMIN),
+    ("DELETE", "/admin/v2/non-persistent/{tenant}/{ns}/{topic}/truncate", Access.AUTHENTICATED),
     # Pulsar's namespace operations CLEAR_BACKLOG / UNSUBSCRIBE (consume) and GET_TOPICS / GET_BUNDLE (consume or
     # produce); a topic's properties are its GET_METADATA (lookup)
     ("POST", "/admin/v2/namespaces/{tenant}/{ns}/clearBacklog", Access.NAMESPACE_CONSUME),
