@@ -278,6 +278,10 @@ class BrokerConfig:
     # Bytes per dispatcher read, at most (past the first entry): with large entries it, not the
     # entry count, bounds what one read holds in memory (Pulsar's key and default, 5 MB).
     dispatcherMaxReadSizeBytes: int = setting(5 * 1024 * 1024, POSITIVE)
+    # An admin analyzeBacklog reads at most this many of a subscription's unacknowledged entries, for at most this
+    # long, then answers with what it counted and "aborted": true (Pulsar's keys and defaults).
+    subscriptionBacklogScanMaxEntries: int = setting(10_000, POSITIVE)
+    subscriptionBacklogScanMaxTimeMs: int = setting(120_000, POSITIVE)
     maxUnackedMessagesPerConsumer: int = setting(50000, UNLIMITED)
     # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
     # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -376,6 +376,14 @@ class ManagedLedger(abc.ABC):
         """Delete ledgers consumed by every durable cursor, as retention allows; return how
         many. Runs by itself on rollover and when a durable mark-delete crosses a ledger; call
         it periodically too if time-based retention must expire without traffic."""
+
+    @abc.abstractmethod
+    def truncate(self, keep: Collection[str] = ()) -> int:
+        """Pulsar's truncate: every durable cursor but those named in ``keep`` acknowledges everything written so
+        far, then every closed ledger consumed by every durable cursor is deleted whatever the retention policy
+        (the current ledger stays, with its entries); return how many. Cursors in ``keep`` are left where they are
+        and still hold back the ledgers they have not consumed. Non-durable cursors are not moved: one left in a
+        deleted ledger goes on from the first remaining entry, as after a trim."""
 
     @property
     @abc.abstractmethod

@@ -12,7 +12,7 @@ import asyncio
 import enum
 import types
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TypeVar
 
 from managed_ledger.api import (
@@ -289,6 +289,24 @@ class BaseManagedLedger(ManagedLedger):
     def trim_consumed_ledgers(self) -> int:
         if self._state is not LedgerState.OPEN or self._config.infinite_retention or len(self._map) < 2:
             return 0  # (only closed ledgers go: none, nothing to do; the retention sweep's common case)
+        return self._trim(retained=True)
+
+    def truncate(self, keep: Collection[str] = ()) -> int:
+        self._check_open()
+        last_confirmed = self.last_confirmed_entry
+        for name, record in list(self._named_records()):
+            if name in keep:
+                continue
+            cursor = self._cursors.get(name)
+            if cursor is not None and not cursor.is_closed:
+                cursor.clear_backlog()
+            elif record.raise_floor(last_confirmed):  # (a stored cursor with no open handle)
+                self._cursor_state_changed(name)
+        return self._trim(retained=False) if len(self._map) > 1 else 0
+
+    def _trim(self, retained: bool) -> int:
+        """Delete the closed ledgers consumed by every durable cursor, oldest first: with ``retained``, as far as
+        the retention policy allows; without, all of them (a truncate)."""
         config = self._config
         records = [record for _, record in self._named_records()]
         # Only durable cursors hold data. With none at all, everything but the current ledger
@@ -311,7 +329,7 @@ class BaseManagedLedger(ManagedLedger):
             # keep more than the retention size; -1 disables that limit.
             expired = config.retention_time_s >= 0 and now - closed_at >= config.retention_time_s
             over_size = config.retention_size_bytes >= 0 and total_size - size_to_delete >= config.retention_size_bytes
-            if not (expired or over_size):
+            if retained and not (expired or over_size):
                 break
             doomed.append(meta.ledger_id)
         if not doomed:

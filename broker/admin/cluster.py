@@ -39,7 +39,7 @@ DOMAINS = ("persistent", "non-persistent")
 # (PUT create, DELETE delete).
 OWNER_ACTIONS = frozenset({
     "", "stats", "internalStats", "subscriptions", "subscription", "all_subscription", "unload", "terminate",
-    "lastMessageId", "compaction", "ledger", "examinemessage", "messageid", "trim", "backlog",
+    "lastMessageId", "compaction", "ledger", "examinemessage", "messageid", "trim", "truncate", "backlog",
 })
 
 

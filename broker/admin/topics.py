@@ -47,10 +47,11 @@ from broker.admin.common import (
 from broker.admin.partitioned_topics import PartitionedTopics
 from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
-from broker.errors import BrokerError, NotAllowedError
+from broker.errors import BrokerError, NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
+from broker.service.replication import is_replicator_name
 from broker.service.topic import RESERVED_SUBSCRIPTION, PersistentTopic, is_reserved_subscription
 from broker.topic_name import TopicName, is_system_topic
 from compression_codecs import DecompressionError, decompress
@@ -108,6 +109,8 @@ class TopicsResource:
             # (Pulsar refuses a non-persistent trim before looking the topic up)
             r.add_post(base + TOPIC + "/trim",
                        _refused("Trim on a non-persistent topic is not allowed") if live else self.trim)
+            # (Pulsar's NonPersistentTopics answers truncate so, before looking the topic up)
+            r.add_delete(base + TOPIC + "/truncate", _refused("unsupport truncate", 412) if live else self.truncate)
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
@@ -121,8 +124,12 @@ class TopicsResource:
             r.add_post(base + SUB + "/resetcursor", stored(self.reset_to_position))
             r.add_post(base + SUB + "/expireMessages/{seconds}", refused(
                 self.expire, "Expire messages on a non-persistent topic is not allowed"))
+            # (Pulsar has no check for a non-persistent topic here: it fails casting the topic, a 500)
+            r.add_post(base + SUB + "/expireMessages", stored(self.expire_to_position))
             r.add_post(base + TOPIC + "/all_subscription/expireMessages/{seconds}", refused(
                 self.expire_all, "Expire messages for all subscriptions on a non-persistent topic is not allowed"))
+            r.add_post(base + SUB + "/analyzeBacklog", refused(
+                self.analyze_backlog, "Unsupported operation analyzeBacklog for NonPersistentSubscription"))
             r.add_get(base + SUB + "/position/{n}", refused(
                 self.peek, "Peek messages on a non-persistent topic is not allowed"))
             r.add_get(base + SUB + "/properties", self.get_subscription_properties)
@@ -449,6 +456,15 @@ class TopicsResource:
         await self.each(request, self.name(request), trim)
         return no_content()
 
+    async def truncate(self, request: web.Request) -> web.Response:
+        """DELETE .../truncate: every subscription's backlog cleared and every ledger but the current one deleted,
+        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner)."""
+        async def truncate(one: TopicName) -> None:
+            (await self.stored_topic(one)).truncate()
+
+        await self.each(request, self.name(request), truncate)
+        return no_content()
+
     # -- stats -----------------------------------------------------------------------------------
     async def stats(self, request: web.Request) -> web.Response:
         topic = await self.topic(self.name(request))
@@ -599,7 +615,8 @@ class TopicsResource:
         if body is None:
             raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
         start = message_id(body)
-        excluded = body.get("isExcluded", False) if isinstance(body, dict) else False  # (a dict: message_id checked)
+        # (ResetCursorData's isExcluded is "excluded" on the wire; message_id checked the dict. The query flag is ours.)
+        excluded = body.get("excluded", False) if isinstance(body, dict) else False
         exclusive = bool(excluded) or query_flag(request, "isExcluded")
 
         async def reset(t: PersistentTopic, sub: Subscription) -> None:
@@ -625,6 +642,82 @@ class TopicsResource:
 
         await self.each(request, self.name(request), expire_all)
         return no_content()
+
+    async def expire_to_position(self, request: web.Request) -> web.Response:
+        """POST .../subscription/{sub}/expireMessages with a message id (Pulsar's ResetCursorData: ledgerId, entryId,
+        partitionIndex, batchIndex, excluded): expire every message up to it (Pulsar's
+        internalExpireMessagesByPosition). One topic or partition: 405 on a partitioned topic; 409 for a position
+        past the last entry. ``sub`` may name a replicator (pulsar.repl.<cluster>): its cursor is moved."""
+        body = await read_body(request)
+        if not isinstance(body, dict):
+            raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
+        message = message_id(body)
+        partition_index = _int_field(body, "partitionIndex", -1)
+        batch_index = _int_field(body, "batchIndex", -1)
+        excluded = body.get("excluded", False)  # (ResetCursorData's isExcluded() on the wire; "isExcluded" is ignored)
+        if not isinstance(excluded, bool):
+            raise HttpError(400, "excluded must be a boolean")
+        name = self.name(request)
+        sub_name = request.match_info["sub"]
+        if partition_index != name.partition_index:
+            raise HttpError(412, "Invalid parameter for expire message by position, partition index of passed in "
+                                 "message position doesn't match partition index for the topic")
+        if self.partitions(name) > 0:
+            raise HttpError(405, "Expire message at position is not supported for partitioned-topic")
+        topic = await self.stored_topic(name)
+        if is_replicator_name(sub_name):
+            cursor = topic.ledger.cursors.get(sub_name)
+            if cursor is None:
+                raise HttpError(404, "Replicator not found")
+        else:
+            cursor = (await self._user_subscription(topic, sub_name)).cursor
+        size = await admin_ops.batch_size_at(topic, message) if batch_index >= 0 else 0
+        now_ms = int(time.time() * 1000)
+        expired = admin_ops.expire_to(topic, cursor, admin_ops.expiry_target(message, batch_index, size, excluded))
+        if expired is None:
+            raise HttpError(409, f"Expire message by position not issued on topic {name} for subscription "
+                                 f"{sub_name} due to ongoing message expiration not finished or invalid message "
+                                 "position provided.")
+        self.service.expiry_stats.record(topic.full_name, cursor.name, expired, now_ms)
+        return no_content()
+
+    async def analyze_backlog(self, request: web.Request) -> web.Response:
+        """POST .../subscription/{sub}/analyzeBacklog, with an optional message id body to start from: the
+        subscription's unacknowledged entries and messages counted (Pulsar's AnalyzeSubscriptionBacklogResult; no
+        entry filters here, so every entry is accepted). One topic or partition: 405 on a partitioned topic."""
+        body = await read_body(request)
+        start = None if body is None else message_id(body)
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(405, "Analyze backlog on a partitioned topic is not allowed, please try do it on specific "
+                                 "topic partition")
+        topic = await self.stored_topic(name)
+        sub = await self._user_subscription(topic, request.match_info["sub"])
+        cfg = self.service.config
+        limits = admin_ops.BacklogScanLimits(max_entries=cfg.subscriptionBacklogScanMaxEntries,
+                                             max_time_s=cfg.subscriptionBacklogScanMaxTimeMs / 1000,
+                                             read_batch=cfg.dispatcherMaxReadBatchSize)
+        found = await admin_ops.analyze_backlog(topic, sub.cursor, start, limits)
+        result: dict[str, object] = {
+            "entries": found.entries, "messages": found.messages,
+            "filterRejectedEntries": 0, "filterAcceptedEntries": found.entries, "filterRescheduledEntries": 0,
+            "filterRejectedMessages": 0, "filterAcceptedMessages": found.messages, "filterRescheduledMessages": 0,
+            "aborted": found.aborted,
+        }
+        if found.first is not None:  # (Pulsar leaves out what is null)
+            result["firstMessageId"] = str(found.first)
+        if found.last is not None:
+            result["lastMessageId"] = str(found.last)
+        return json_response(result)
+
+    @staticmethod
+    async def _user_subscription(topic: PersistentTopic, sub_name: str) -> Subscription:
+        """The subscription ``sub_name`` (live or stored), as Pulsar's topic.getSubscription finds it: 404 with its
+        words when there is none (the broker's own cursors are none)."""
+        if PersistentTopic.is_subscription_cursor(sub_name):
+            with contextlib.suppress(SubscriptionNotFoundError):
+                return await admin_ops.subscription(topic, sub_name)
+        raise HttpError(404, f"Subscription {sub_name} not found for topic {topic.full_name}")
 
     async def _expire(self, topic: PersistentTopic, cursor: ManagedCursor, seconds: int) -> None:
         now_ms = int(time.time() * 1000)
@@ -797,6 +890,14 @@ def _refused(reason: str, status: int = 405) -> Handler:
 
 def _refused_without_storage(handler: Handler) -> Handler:
     return _refused("Not supported on a non-persistent topic: it stores no messages and no cursors")
+
+
+def _int_field(body: dict[str, Any], key: str, default: int) -> int:
+    """An optional integer of a JSON body (400 when it is something else)."""
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HttpError(400, f"{key} must be an integer")
+    return value
 
 
 def message_id(body: object) -> Position:

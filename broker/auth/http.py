@@ -206,6 +206,8 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          Order.AFTER_NAMESPACE),
         (_DELETE, _TOPIC + r"(/partitions)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_TOPIC"),
         (_POST, _TOPIC + r"/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
+        # (Pulsar's NonPersistentTopics.truncateTopic answers 412 "unsupport truncate" before any check)
+        (_DELETE, r"/admin/v2/non-persistent" + _NS + r"/\{topic\}/truncate", Access.AUTHENTICATED),
         (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize|truncate)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
         (_ANY, _TOPIC + "/" + _TOPIC_POLICIES, Access.TENANT_ADMIN, Check.TOPIC_POLICY),
         # unload, terminate, compaction, offload, trim, properties...

@@ -9,17 +9,23 @@ PersistentSubscription / PersistentMessageExpiryMonitor:
   consumer stay with it (its later ack is simply ignored), exactly as in Pulsar: nothing in flight
   is recalled, and the dispatcher reads on from the moved position.
 - reset cursor (by time or id) is a SEEK: consumers are disconnected and come back at the new place.
+- analyze backlog reads the subscription's unacknowledged entries (a reader of its own, the cursor
+  untouched) and counts them, as PersistentSubscription.analyzeBacklog does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from itertools import zip_longest
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import entry_meta
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
+_U64 = (1 << 64) - 1
 
 
 class SubscriptionExistsError(BrokerError):
@@ -155,6 +162,149 @@ async def expire_cursor(topic: PersistentTopic, cursor: ManagedCursor, older_tha
         log.debug("expiry on %s/%s skipped: %s", topic.full_name, cursor.name, exc)
         return 0
     return max(0, before - cursor.number_of_entries_in_backlog())
+
+
+class ExpiryTarget(NamedTuple):
+    """Where an expiry up to a message id moves a cursor: every entry before ``position``, and ``position`` too,
+    but for the messages of its batch that ``ack_set`` leaves unacknowledged (its set bits; None: all of it)."""
+
+    position: Position
+    ack_set: list[int] | None
+
+
+def expiry_target(message: Position, batch_index: int, batch_size: int, excluded: bool) -> ExpiryTarget:
+    """Pulsar's calculatePositionAckSet, which the expiry by message id acts on. ``batch_size``: the messages in the
+    entry at ``message`` (0 when no batch index was given or the entry could not be read).
+
+    Pulsar's ``isExcluded`` (``excluded`` in the JSON) expires one step further, not one less: without a batch the
+    entry at ``message`` is expired, with ``excluded`` the entry after it as well (Pulsar takes the position's
+    next). Within a batch, the messages before ``batch_index`` are expired, with ``excluded`` the one at it as well;
+    the whole entry when that leaves none of them (with ``excluded``: the next entry too), or when ``batch_index``
+    is 0 without ``excluded``."""
+    after = Position(message.ledger_id, message.entry_id + 1)
+    if batch_size <= 0:
+        return ExpiryTarget(after if excluded else message, None)
+    if not excluded and batch_index < 1:
+        return ExpiryTarget(message, None)
+    expired = max(batch_index + 1 if excluded else batch_index, 0)
+    if expired >= batch_size:
+        return ExpiryTarget(after if excluded else message, None)
+    return ExpiryTarget(message, ack_set_words(expired, batch_size))
+
+
+def ack_set_words(start: int, end: int) -> list[int]:
+    """The ack_set with bits [start, end) set (those messages unacknowledged), as the wire's int64 words."""
+    bits = ((1 << end) - 1) ^ ((1 << start) - 1)
+    words = []
+    while bits:
+        word = bits & _U64
+        words.append(word - (1 << 64) if word >= 1 << 63 else word)
+        bits >>= 64
+    return words
+
+
+async def batch_size_at(topic: PersistentTopic, position: Position) -> int:
+    """The messages stored in the entry at ``position`` (1 for one not in a batch); 0 when it cannot be read,
+    as Pulsar's getEntryBatchSize answers."""
+    try:
+        entry = await topic.ledger.read_entry(position)
+    except ManagedLedgerError:
+        return 0
+    return entry_meta(entry.data).num_messages
+
+
+def expire_to(topic: PersistentTopic, cursor: ManagedCursor, target: ExpiryTarget) -> int | None:
+    """Expire every message up to ``target`` (PersistentMessageExpiryMonitor.expireMessages(Position)): how many
+    entries left the backlog; None when ``target`` is past the last entry (Pulsar refuses it: 409). A target that
+    is no stored entry expires up to the newest stored entry before it; one already acknowledged changes nothing.
+
+    (Pulsar honours the batch's ack_set only for an entry of a closed ledger: for one of the ledger being written
+    it expires the whole entry, having found it again by a search. Here the ack_set is honoured wherever it is.)"""
+    ledger = topic.ledger
+    position, ack_set = target
+    if position > ledger.last_confirmed_entry:
+        return None
+    if ledger.count_entries_between(position, position) == 0:
+        position, ack_set = ledger.previous_position(ledger.next_valid_position(position)), None
+    if cursor.is_closed or position <= cursor.mark_delete_position:
+        return 0
+    before = cursor.number_of_entries_in_backlog()
+    try:
+        if ack_set is None:
+            cursor.mark_delete(position)
+        else:
+            cursor.mark_delete(ledger.previous_position(position))
+            kept = cursor.batch_acks.get(position)
+            if kept is not None:  # (messages acknowledged already stay so)
+                ack_set = [a & b for a, b in zip_longest(kept, ack_set, fillvalue=0)]
+            if any(ack_set):
+                cursor.set_batch_ack(position, ack_set)
+            else:
+                cursor.mark_delete(position)
+    except ManagedLedgerError as exc:  # cursor closed meanwhile (Pulsar's markDeleteFailed: logged only)
+        log.debug("expiry of %s/%s to %s skipped: %s", topic.full_name, cursor.name, position, exc)
+        return 0
+    return max(0, before - cursor.number_of_entries_in_backlog())
+
+
+# -- analyzing a backlog --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BacklogScanLimits:
+    """How far one analysis reads (Pulsar's subscriptionBacklogScanMaxEntries and ...MaxTimeMs, and the read size,
+    dispatcherMaxReadBatchSize)."""
+
+    max_entries: int
+    max_time_s: float
+    read_batch: int
+
+
+@dataclass(frozen=True)
+class BacklogAnalysis:
+    """What an analysis of a subscription's backlog found (Pulsar's AnalyzeBacklogResult). With no entry filters,
+    every entry is accepted."""
+
+    entries: int
+    messages: int
+    first: Position | None
+    last: Position | None
+    aborted: bool  # a limit stopped it before the end of the backlog
+
+
+async def analyze_backlog(topic: PersistentTopic, cursor: ManagedCursor, start: Position | None,
+                          limits: BacklogScanLimits) -> BacklogAnalysis:
+    """Count the entries and messages the subscription has not acknowledged, from ``start`` (else its mark-delete
+    position) on, through a reader of its own. Like Pulsar's scan it stops, aborted, at the ``max_entries``-th
+    unacknowledged entry (which it leaves out) or once ``max_time_s`` has passed."""
+    ledger = topic.ledger
+    after = cursor.mark_delete_position
+    if start is not None and start > after:
+        after = ledger.previous_position(start)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.max_time_s
+    reader = ledger.new_non_durable_cursor(after, f"__analyze-backlog-{uuid.uuid4().hex[:12]}")
+    entries = messages = 0
+    remaining = limits.max_entries
+    first: Position | None = None
+    last: Position | None = None
+    try:
+        while reader.has_more_entries():
+            if loop.time() > deadline:
+                return BacklogAnalysis(entries, messages, first, last, aborted=True)
+            for entry in await reader.read_entries_async(limits.read_batch):
+                if cursor.is_acked(entry.position):
+                    continue
+                remaining -= 1
+                if remaining <= 0:
+                    return BacklogAnalysis(entries, messages, first, last, aborted=True)
+                if first is None:
+                    first = entry.position
+                last = entry.position
+                entries += 1
+                messages += entry_meta(entry.data).num_messages
+    finally:
+        await reader.close()
+    return BacklogAnalysis(entries, messages, first, last, aborted=False)
 
 
 # -- reading --------------------------------------------------------------------------------------

@@ -155,6 +155,18 @@ class PersistentTopic(AbstractTopic):
         Pulsar's hasLocalProducers."""
         return bool(self.waiting_producers) or any(not p.replicator for p in self.producers.values())
 
+    def truncate(self) -> int:
+        """Pulsar's truncate (the admin's DELETE .../truncate): every subscription and replicator has everything
+        written so far acknowledged, and every ledger before the current one is deleted, whatever the retention;
+        returns how many. The broker's own cursors are not moved by force: deduplication and the transaction buffer
+        first snapshot their state as far as it goes (the end, unless producer receipts are in flight or a
+        transaction is open), and what they still need is kept. (Pulsar clears them too: a broker reloading the
+        topic could then miss sequence ids, or the entries of a transaction still open.)"""
+        if self.dedup.cursor is not None:
+            self.dedup.snapshot()
+        self.txn_buffer.snapshot_idle()
+        return self.ledger.truncate(keep=(DEDUP_CURSOR, BUFFER_CURSOR))
+
     async def terminate(self) -> Position:
         """No more messages, ever: record the last position, close producers (their reconnect is refused).
 

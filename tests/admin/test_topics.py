@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pulsar
+import pytest
 from pulsar.schema import Record, String
 
 from broker.embedded import BrokerThread
@@ -175,6 +176,13 @@ def test_subscription_admin_operations(admin: Admin, client: pulsar.Client) -> N
     consumer = client.subscribe(topic, "late")
     assert consumer.receive(TIMEOUT_MS).data() == b"m6"
     assert admin.post(f"{base}/subscription/late/resetcursor", {"ledgerId": "x"}).status == 400
+    # pulsar-admin's --exclude: ResetCursorData's isExcluded, "excluded" on the wire (an "isExcluded" key is ignored)
+    consumer.close()
+    assert admin.post(f"{base}/subscription/late/resetcursor", {**body, "excluded": True}).status == 204
+    assert backlog(admin, topic, "late") == 3
+    assert admin.post(f"{base}/subscription/late/resetcursor", {**body, "isExcluded": True}).status == 204
+    assert backlog(admin, topic, "late") == 4
+    consumer = client.subscribe(topic, "late")
 
     reply = admin.delete(f"{base}/subscription/late")
     assert reply.status == 412 and "active" in reply.reason
@@ -548,3 +556,229 @@ def test_internal_stats_show_dispatcher_permit_accounting(admin: Admin, client: 
     info = accounting()
     assert info["type"] == "Shared" and info["permitInvariantHolds"] is True
     assert info["sumOfConsumerPermitsMinusPendingFlow"] == 190 and info["permitInvariantDriftCount"] == 0
+
+
+def _message_id(mid: pulsar.MessageId, **extra: object) -> dict[str, object]:
+    """A MessageId as pulsar-admin sends it in a ResetCursorData body."""
+    return {"ledgerId": mid.ledger_id(), "entryId": mid.entry_id(), "partitionIndex": mid.partition(), **extra}
+
+
+def test_expire_messages_up_to_a_message_id(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar's POST .../subscription/{sub}/expireMessages with a ResetCursorData body (expire by position).
+    topic = new_topic("expire-at")
+    base = f"/admin/v2/{rest_path(topic)}"
+    for sub in ("inclusive", "excluded", "past"):
+        admin.ok("PUT", f"{base}/subscription/{sub}", {"ledgerId": -1, "entryId": -1})
+    ids = publish(client, topic, 5)
+    # Without "excluded" the message itself is expired (the mark-delete moves to it). (ResetCursorData's isExcluded
+    # is "excluded" on the wire: an "isExcluded" key is ignored, as Pulsar's mapper ignores unknown keys.)
+    assert admin.post(f"{base}/subscription/inclusive/expireMessages",
+                      _message_id(ids[2], isExcluded=True)).status == 204
+    sub = admin.stats(topic)["subscriptions"]["inclusive"]
+    assert sub["msgBacklog"] == 2 and sub["totalMsgExpired"] == 3 and sub["lastExpireTimestamp"] > 0
+    # With "excluded" Pulsar expires the next message too (it takes the position's next).
+    assert admin.post(f"{base}/subscription/excluded/expireMessages",
+                      _message_id(ids[1], excluded=True)).status == 204
+    assert backlog(admin, topic, "excluded") == 2
+    # An id before the mark-delete position changes nothing (and is no error).
+    assert admin.post(f"{base}/subscription/inclusive/expireMessages", _message_id(ids[0])).status == 204
+    assert backlog(admin, topic, "inclusive") == 2
+    # Past the last message: 409, nothing moved.
+    for body in (_message_id(ids[4], excluded=True), {"ledgerId": ids[4].ledger_id() + 1000, "entryId": 0}):
+        reply = admin.post(f"{base}/subscription/past/expireMessages", body)
+        assert reply.status == 409 and "invalid message position provided" in reply.reason, reply.body
+    assert backlog(admin, topic, "past") == 5
+    assert admin.post(f"{base}/subscription/past/expireMessages", _message_id(ids[4])).status == 204
+    assert backlog(admin, topic, "past") == 0
+
+
+def test_expire_messages_up_to_a_batch_index(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("expire-batch")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(5):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == 5, what="the batch's receipts")
+    producer.close()
+    third = next(m for m in sent if m.batch_index() == 2)
+    # Not excluded: the messages before batch index 2 are expired; the entry stays, its other messages unacked.
+    assert admin.post(f"{base}/subscription/s/expireMessages", _message_id(third, batchIndex=2)).status == 204
+    consumer = client.subscribe(topic, "s")
+    assert [consumer.receive(TIMEOUT_MS).data() for _ in range(3)] == [b"b2", b"b3", b"b4"]
+    consumer.close()
+
+
+def test_expire_messages_up_to_a_message_id_errors(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/plain"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s")
+    ids = publish(client, topic, 2)
+    body = _message_id(ids[0])
+    assert admin.post(f"{base}/subscription/s/expireMessages").status == 400  # no message id
+    assert admin.post(f"{base}/subscription/s/expireMessages", {"ledgerId": "x", "entryId": 0}).status == 400
+    assert admin.post(f"{base}/subscription/s/expireMessages", {**body, "batchIndex": "1"}).status == 400
+    assert admin.post(f"{base}/subscription/s/expireMessages", {**body, "excluded": 1}).status == 400
+    reply = admin.post(f"{base}/subscription/s/expireMessages", {**body, "partitionIndex": 0})
+    assert reply.status == 412 and "partition index" in reply.reason
+    reply = admin.post(f"{base}/subscription/nope/expireMessages", body)
+    assert reply.status == 404 and reply.reason == f"Subscription nope not found for topic {topic}"
+    reply = admin.post(f"{base}/subscription/pulsar.repl.elsewhere/expireMessages", body)
+    assert reply.status == 404 and reply.reason == "Replicator not found"
+    assert admin.post(f"/admin/v2/persistent/{ns}/missing/subscription/s/expireMessages", body).status == 404
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.post(f"/admin/v2/persistent/{ns}/parted/subscription/s/expireMessages", body)
+    assert reply.status == 405 and reply.reason == "Expire message at position is not supported for partitioned-topic"
+    # A partition is one topic: its own index goes in the body.
+    partition = f"persistent://{ns}/parted-partition-1"
+    admin.ok("PUT", f"/admin/v2/{rest_path(partition)}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    pids = publish(client, partition, 3)  # (published to the partition's name: the ids say partition -1)
+    path = f"/admin/v2/{rest_path(partition)}/subscription/s/expireMessages"
+    assert admin.post(path, _message_id(pids[1])).status == 412
+    assert admin.post(path, _message_id(pids[1], partitionIndex=1)).status == 204
+    assert backlog(admin, partition, "s") == 1
+    assert admin.post(f"/admin/v2/non-persistent/{ns}/live/subscription/s/expireMessages", body).status == 405
+    assert backlog(admin, topic, "s") == 2  # none of the refused calls moved it
+
+
+def _batch(client: pulsar.Client, topic: str, n: int) -> list[pulsar.MessageId]:
+    """n messages in one batch (one entry)."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=n,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(n):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == n, what="the batch's receipts")
+    producer.close()
+    return sent
+
+
+def _at(mid: pulsar.MessageId) -> str:
+    return f"{mid.ledger_id()}:{mid.entry_id()}"
+
+
+def test_analyze_subscription_backlog(admin: Admin, client: pulsar.Client) -> None:
+    topic = new_topic("analyze")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    ids = publish(client, topic, 4)
+    batch = _batch(client, topic, 3)
+    analyze = f"{base}/subscription/s/analyzeBacklog"
+    # Pulsar's AnalyzeSubscriptionBacklogResult: no entry filters here, so everything is accepted.
+    assert admin.ok("POST", analyze) == {
+        "entries": 5, "messages": 7, "filterRejectedEntries": 0, "filterAcceptedEntries": 5,
+        "filterRescheduledEntries": 0, "filterRejectedMessages": 0, "filterAcceptedMessages": 7,
+        "filterRescheduledMessages": 0, "aborted": False, "firstMessageId": _at(ids[0]), "lastMessageId": _at(batch[0]),
+    }
+    # An individually acknowledged entry is not backlog; a start position skips what is before it.
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    received = [consumer.receive(TIMEOUT_MS) for _ in range(2)]
+    consumer.acknowledge(received[1])
+    wait_for(lambda: admin.ok("POST", analyze)["entries"] == 4, what="the ack")
+    consumer.close()
+    found = admin.ok("POST", analyze)
+    assert (found["messages"], found["firstMessageId"]) == (6, _at(ids[0]))
+    found = admin.ok("POST", analyze, {"ledgerId": ids[2].ledger_id(), "entryId": ids[2].entry_id()})
+    assert (found["entries"], found["messages"], found["firstMessageId"]) == (3, 5, _at(ids[2]))
+    # Nothing unacknowledged: zeros, and no first or last message id (Pulsar leaves nulls out).
+    assert admin.post(f"{base}/subscription/s/skip_all").status == 204
+    assert admin.ok("POST", analyze) == {
+        "entries": 0, "messages": 0, "filterRejectedEntries": 0, "filterAcceptedEntries": 0,
+        "filterRescheduledEntries": 0, "filterRejectedMessages": 0, "filterAcceptedMessages": 0,
+        "filterRescheduledMessages": 0, "aborted": False}
+    assert backlog(admin, topic, "s") == 0  # the analysis moved nothing
+
+
+def test_analyze_subscription_backlog_errors(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/plain"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s")
+    reply = admin.post(f"{base}/subscription/nope/analyzeBacklog")
+    assert reply.status == 404 and reply.reason == f"Subscription nope not found for topic {topic}"
+    assert admin.post(f"{base}/subscription/s/analyzeBacklog", {"ledgerId": "x"}).status == 400
+    assert admin.post(f"/admin/v2/persistent/{ns}/missing/subscription/s/analyzeBacklog").status == 404
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.post(f"/admin/v2/persistent/{ns}/parted/subscription/s/analyzeBacklog")
+    assert reply.status == 405 and reply.reason.startswith("Analyze backlog on a partitioned topic is not allowed")
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/subscription/s")
+    assert admin.ok("POST", f"/admin/v2/persistent/{ns}/parted-partition-0/subscription/s/analyzeBacklog",
+                    )["entries"] == 0
+    assert admin.post(f"/admin/v2/non-persistent/{ns}/missing/subscription/s/analyzeBacklog").status == 404
+    live = f"non-persistent://{ns}/live"
+    consumer = client.subscribe(live, "s")
+    reply = admin.post(f"/admin/v2/{rest_path(live)}/subscription/s/analyzeBacklog")
+    assert reply.status == 405 and reply.reason == "Unsupported operation analyzeBacklog for NonPersistentSubscription"
+    consumer.close()
+
+
+def test_analyze_subscription_backlog_stops_at_the_scan_limit(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Pulsar's scan stops, aborted, at the subscriptionBacklogScanMaxEntries-th entry, which it does not count.
+    with BrokerThread(data_dir=tmp_path_factory.mktemp("scan-limit"), subscriptionBacklogScanMaxEntries=3) as b:
+        admin = Admin(b.web_url)
+        c = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        try:
+            topic = new_topic("scan-limit")
+            base = f"/admin/v2/{rest_path(topic)}"
+            admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+            ids = publish(c, topic, 5)
+            found = admin.ok("POST", f"{base}/subscription/s/analyzeBacklog")
+            assert (found["entries"], found["aborted"], found["lastMessageId"]) == (2, True, _at(ids[1]))
+            found = admin.ok("POST", f"{base}/subscription/s/analyzeBacklog",
+                             {"ledgerId": ids[3].ledger_id(), "entryId": ids[3].entry_id()})
+            assert (found["entries"], found["aborted"]) == (2, False)
+        finally:
+            c.close()
+
+
+def test_truncate_topic(admin: Admin, client: pulsar.Client, pulsar_broker: BrokerThread) -> None:
+    # Pulsar's DELETE .../truncate: every cursor's backlog cleared, every ledger but the current one deleted,
+    # retention or not.
+    ns = admin.new_namespace()
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    # (deduplication's cursor is not cleared: it snapshots to the end first, so it holds nothing back)
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    topic = f"persistent://{ns}/kept"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    for _ in range(2):  # each reload opens a new ledger
+        publish(client, topic, 3)
+        admin.ok("PUT", f"{base}/unload")
+    ids = publish(client, topic, 2)
+    internal = admin.ok("GET", f"{base}/internalStats")
+    ledgers = [ledger["ledgerId"] for ledger in internal["ledgers"]]
+    assert len(ledgers) >= 3 and ids[-1].ledger_id() == ledgers[-1]
+    loaded = pulsar_broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
+    assert loaded is not None and "pulsar.dedup" in loaded.match_kind(lambda t: t.ledger.cursors, lambda t: {})
+    assert admin.post(f"{base}/trim").status == 204  # (infinite retention: a trim keeps them all)
+    assert len(admin.ok("GET", f"{base}/internalStats")["ledgers"]) == len(ledgers)
+    assert backlog(admin, topic, "s") == 8
+    assert admin.delete(f"{base}/truncate").status == 204
+    assert [ledger["ledgerId"] for ledger in admin.ok("GET", f"{base}/internalStats")["ledgers"]] == ledgers[-1:]
+    assert backlog(admin, topic, "s") == 0
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    producer.send(b"after")
+    assert consumer.receive(TIMEOUT_MS).data() == b"after"  # nothing from before
+    producer.close()
+    consumer.close()
+    assert admin.delete(f"/admin/v2/persistent/{ns}/missing/truncate").status == 404
+    reply = admin.delete(f"/admin/v2/non-persistent/{ns}/live/truncate")
+    assert reply.status == 412 and reply.reason == "unsupport truncate"
+
+
+def test_truncate_partitioned_topic(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    parted = f"/admin/v2/persistent/{ns}/parted"
+    admin.ok("PUT", f"{parted}/partitions", 2)
+    admin.ok("PUT", f"{parted}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    for i in range(2):
+        publish(client, f"persistent://{ns}/parted-partition-{i}", 2)
+    assert admin.delete(f"{parted}/truncate").status == 204
+    for i in range(2):
+        assert backlog(admin, f"persistent://{ns}/parted-partition-{i}", "s") == 0

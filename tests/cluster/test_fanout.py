@@ -258,6 +258,15 @@ def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> N
     http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus", method="POST", body=True)
     assert http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus") == {p: True for p in parts}
     http_json(f"{admin}/trim", method="POST")
+    http_json(f"{admin}/subscription/s/resetcursor/0", method="POST")
+    assert backlogs() == [3] * PARTITIONS
+    # truncate: each partition by its owner; a partition's own name at a broker that does not own it: 307 there
+    elsewhere = next(p for p in parts if owners[p] == b2.service_url)
+    reply = requests.delete(f"{b1.web_url}/admin/v2/persistent/{elsewhere.removeprefix('persistent://')}/truncate",
+                            allow_redirects=False, timeout=30)
+    assert reply.status_code == 307 and reply.headers["Location"].startswith(b2.web_url), reply.headers
+    http_json(f"{admin}/truncate", method="DELETE")
+    assert backlogs() == [0] * PARTITIONS
 
     http_json(f"{admin}/unload", method="PUT")
     for b in (b1, b2):

@@ -771,6 +771,52 @@ async def test_no_cursors_trims_on_rollover(factory: ManagedLedgerFactory) -> No
     assert ml.last_confirmed_entry == ps[6]
 
 
+async def test_truncate_deletes_every_consumed_ledger_whatever_the_retention(factory: ManagedLedgerFactory) -> None:
+    # Pulsar's ManagedLedger.asyncTruncate: every cursor's backlog cleared, then every ledger but the current
+    # one deleted, retention or not.
+    ml = await factory.open("t", SMALL_KEEP)
+    a = await ml.open_cursor("a", InitialPosition.EARLIEST)
+    b = await ml.open_cursor("b", InitialPosition.EARLIEST)
+    stored = await ml.open_cursor("stored", InitialPosition.EARLIEST)
+    await stored.close()  # (its state stays: it still holds data)
+    ps = await add_all(ml, 8)  # ledgers: 3, 3, 2
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "reader")
+    a.delete([ps[6]])
+    assert ml.trim_consumed_ledgers() == 0  # infinite retention: a trim deletes nothing
+    assert ml.truncate() == 2
+    assert [i.entries for i in ml.ledgers_info()] == [2]  # the current ledger stays, entries and all
+    assert ml.first_position == ps[6] and ml.last_confirmed_entry == ps[7]
+    for c in (a, b):
+        assert c.mark_delete_position == ps[7] and c.number_of_entries_in_backlog() == 0
+        assert not c.individually_deleted
+    assert (await ml.open_cursor("stored")).mark_delete_position == ps[7]
+    assert positions(await reader.read_entries_async(5)) == ps[6:]  # a reader goes on from what is left
+    p = await ml.add_entry_async(b"after")  # fills the ledger: rolled over
+    assert positions(await a.read_entries_async(5)) == [p]
+    assert ml.truncate() == 1
+    assert [i.entries for i in ml.ledgers_info()] == [0]
+    assert ml.truncate() == 0  # nothing closed to delete
+
+
+async def test_truncate_keeps_the_named_cursors_and_what_they_hold(factory: ManagedLedgerFactory) -> None:
+    ml = await factory.open("t", SMALL_KEEP)
+    c = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    held = await ml.open_cursor("held", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 7)  # ledgers: 3, 3, 1
+    held.mark_delete(ps[3])
+    assert ml.truncate(keep={"held"}) == 1  # only the first ledger was consumed by "held"
+    assert held.mark_delete_position == ps[3] and c.mark_delete_position == ps[6]
+    assert [i.entries for i in ml.ledgers_info()] == [3, 1]
+    await c.flush()
+    await ml.close()
+    with pytest.raises(LedgerClosedError):
+        ml.truncate()
+    reopened = await factory.open("t", SMALL_KEEP)  # what was deleted stays deleted, the cursors where they were
+    assert reopened.first_position == ps[3] and reopened.number_of_entries == 4
+    assert reopened.cursors["c"].mark_delete_position == ps[6]
+    assert reopened.cursors["held"].mark_delete_position == ps[3]
+
+
 async def test_retention_by_size(factory: ManagedLedgerFactory) -> None:
     config = ManagedLedgerConfig(max_entries_per_ledger=2, min_ledger_rollover_time_s=0,
                                  retention_time_s=-1, retention_size_bytes=8)

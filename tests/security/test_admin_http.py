@@ -108,6 +108,13 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
         ("GET", f"{t}/subscriptions", 401,
          f"Unauthorized to validateTopicOperation for operation [GET_SUBSCRIPTIONS] on topic [{topic}]"),
         ("GET", f"{t}/permissions", 401, "Don't have permission to administrate resources on this tenant"),
+        ("DELETE", f"{t}/truncate", 401, "Don't have permission to administrate resources on this tenant"),
+        # (Pulsar's NonPersistentTopics answers truncate before any check)
+        ("DELETE", f"/admin/v2/non-persistent/{tenant}/ns/t/truncate", 412, "unsupport truncate"),
+        ("POST", f"{t}/subscription/s/analyzeBacklog", 401,
+         f"Unauthorized to validateTopicOperation for operation [CONSUME] on topic [{topic}]"),
+        ("POST", f"{t}/subscription/s/expireMessages", 401,
+         f"Unauthorized to validateTopicOperation for operation [EXPIRE_MESSAGES] on topic [{topic}]"),
         ("POST", f"{t}/messageTTL", 403,
          f"Unauthorized to validateTopicPolicyOperation for operation [WRITE] on topic [{topic}] on policy [TTL]"),
         ("GET", f"/lookup/v2/topic/persistent/{tenant}/ns/t", 401,

@@ -403,6 +403,12 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/position/{n}", Access.TOPIC_CONSUME),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/examinemessage", Access.TOPIC_CONSUME),
     ("GET", "/admin/v2/persistent/{tenant}/{ns}/{topic}/messageid/{timestamp}", Access.TOPIC_CONSUME),
+    # expire up to a message id (EXPIRE_MESSAGES) and analyze a backlog (CONSUME): consume rights, with the
+    # subscription's name checked; truncate: the tenant's admins (validateAdminAccessForTenant)
+    ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/expireMessages", Access.TOPIC_CONSUME),
+    ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/analyzeBacklog", Access.TOPIC_CONSUME),
+    ("DELETE", "/admin/v2/persistent/{tenant}/{ns}/{topic}/truncate", Access.TENANT_ADMIN),
+    ("DELETE", "/admin/v2/non-persistent/{tenant}/{ns}/{topic}/truncate", Access.AUTHENTICATED),
     # Pulsar's namespace operations CLEAR_BACKLOG / UNSUBSCRIBE (consume) and GET_TOPICS / GET_BUNDLE (consume or
     # produce); a topic's properties are its GET_METADATA (lookup)
     ("POST", "/admin/v2/namespaces/{tenant}/{ns}/clearBacklog", Access.NAMESPACE_CONSUME),
