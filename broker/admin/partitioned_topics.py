@@ -2,9 +2,9 @@
 NonPersistentTopics): list, create, grow, delete, create the partitions still missing, and the stats and internal
 stats of every partition together.
 
-A partition's own work is done by the broker that owns it (``TopicsResource.on_owners``: locally, or the same call
-at the owner). The routes are registered with the other topic routes, in topics.py; so are the operations that
-apply to each partition in turn (subscriptions, unload, terminate, ...).
+A partition's own work is done by the broker that owns it (``PartitionFanout.on_owners`` in partition_fanout.py:
+locally, or the same call at the owner). The routes are registered with the other topic routes, in topics.py; so are
+the operations that apply to each partition in turn (subscriptions, unload, terminate, ...).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class PartitionedTopics:
 
         async def create_there(p: TopicName) -> None:
             try:
-                await self.topics.on_owners(request, [p], "PUT", "", create)
+                await self.topics.fanout.on_owners(request, [p], "PUT", "", create)
             except HttpError as exc:
                 if exc.status_code != 409:  # (created meanwhile, or a live non-persistent partition there)
                     raise
@@ -137,8 +137,9 @@ class PartitionedTopics:
             if self.topics.exists(p):
                 await self.topics.delete_one(p, force=True)
 
-        await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "DELETE", "", delete,
-                             "?force=true" if force else "")
+        fanout = self.topics.fanout
+        await fanout.on_owners(request, fanout.partitions_to_ask(name), "DELETE", "", delete,
+                               "?force=true" if force else "")
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)
         return no_content()
@@ -153,7 +154,8 @@ class PartitionedTopics:
         async def stats(p: TopicName) -> dict[str, Any]:
             return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
 
-        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "stats", stats)
+        fanout = self.topics.fanout
+        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "stats", stats)
         per_partition = {p.full: doc for p, doc in answers.items()}
         return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
 
@@ -168,6 +170,6 @@ class PartitionedTopics:
         async def internal(p: TopicName) -> dict[str, Any]:
             return S.internal_stats(await self.service.get_topic(p, create=False))
 
-        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "internalStats",
-                                              internal)
+        fanout = self.topics.fanout
+        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "internalStats", internal)
         return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})
