@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 from aiohttp import web
 
 from broker.admin.cluster import topic_owner_url
 from broker.admin.common import HttpError, status_for
-from broker.admin.peers import topic_path
+from broker.admin.peers import path_segment, topic_path
 from broker.errors import BrokerError
 from broker.topic_name import TopicName
 
@@ -95,10 +95,12 @@ class PartitionFanout:
                                 ) -> dict[TopicName, Any]:
         """The request's own call made on each partition of the partitioned topic ``name`` (by default the ones
         ``partitions_to_ask`` names), by the partition's owner: ``on_owners`` with the request's method, the rest
-        of its path after the topic (still URL-encoded) and its query (less ``authoritative``: that one was about
+        of its path after the topic (each segment URL-encoded) and its query (less ``authoritative``: that one was about
         the partitioned name, the call at the owner looks the partition up afresh). ``body``: the request's body
         as read (JSON), sent on."""
-        action = "/".join(request.rel_url.raw_path.split("/")[7:])  # ("", admin, v2, domain, tenant, ns, topic)
+        # The segments after the topic ("", admin, v2, domain, tenant, ns, topic), each decoded and encoded again
+        # as one segment: a subscription named ".." stays one (sent as %2E%2E), not a step up to another route.
+        action = "/".join(path_segment(unquote(s)) for s in request.rel_url.raw_path.split("/")[7:])
         kept = [(k, v) for k, v in request.query.items() if k != "authoritative"]
         query = f"?{urlencode(kept)}" if kept else ""
         return await self.on_owners(request, self.partitions_to_ask(name) if partitions is None else partitions,
