@@ -776,8 +776,13 @@ class TopicsResource:
             raise HttpError(409, "Compaction already in progress")
 
     async def compaction_status(self, request: web.Request) -> web.Response:
-        """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""
-        topic = await self.stored_one(self.name(request), "Compaction status")
+        """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}. A partitioned topic's
+        name is 404, as Pulsar 4.0.7 answers (internalCompactionStatusAsync looks the name up as one loaded topic,
+        getTopicReferenceAsync, and finds none): its status is per partition."""
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(404, f"Topic {name} not found")
+        topic = await self.stored_topic(name)
         return web.json_response({"status": topic.compactor.status.value, "lastError": topic.compactor.last_error})
 
     async def last_message_id(self, request: web.Request) -> web.Response:
