@@ -4,6 +4,7 @@ Authorization header on a redirect to another port), the other broker's refusal 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -13,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
+from broker.admin import peers
 from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError
 from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
@@ -158,3 +160,31 @@ async def test_a_redirect_to_the_owner_keeps_a_dot_segment() -> None:
                 "http://owner:8080/admin/v2/persistent/t/ns/x/subscription/%2E%2E?authoritative=false&a=b"
     finally:
         await runner.cleanup()
+
+
+async def test_a_call_with_redirects_has_one_timeout_in_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five 307s, each answered within CALL_TIMEOUT_S but not all of them: 503. Each hop had the whole time
+    before (six hops, six times CALL_TIMEOUT_S)."""
+    monkeypatch.setattr(peers, "CALL_TIMEOUT_S", 1.0)
+    hops: list[int] = []
+
+    async def slow_redirect(request: web.Request) -> web.Response:
+        hop = int(request.match_info["hop"])
+        hops.append(hop)
+        await asyncio.sleep(0.4)  # (a slow broker: the latency is what is tested)
+        if hop < peers.MAX_REDIRECTS:
+            raise web.HTTPTemporaryRedirect(f"/hop/{hop + 1}")
+        return web.json_response({"hop": hop})
+
+    app = web.Application()
+    app.router.add_get("/hop/{hop}", slow_redirect)
+    runner, url = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        with pytest.raises(HttpError) as failed:
+            await admin.call("GET", f"{url}/hop/0")
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert failed.value.status_code == 503 and "no answer within 1 s" in str(failed.value.text)
+    assert hops[-1] < peers.MAX_REDIRECTS
