@@ -283,7 +283,7 @@ class TopicsResource:
         """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
         properties = parse_properties(await read_body(request))
-        self._check_partition_name(name)
+        await self._check_partition_name(name)
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
         try:
@@ -294,12 +294,14 @@ class TopicsResource:
             await self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
 
-    def _check_partition_name(self, name: TopicName) -> None:
+    async def _check_partition_name(self, name: TopicName) -> None:
         """Pulsar's validateNonPartitionTopicName for the admin's create: a name ending in "-partition-<n>" is
-        refused (412) unless it is a partition of a partitioned topic that has more than n partitions."""
+        refused (412) unless it is a partition of a partitioned topic that has more than n partitions. The count is
+        read from the store when this broker has not heard of the partitioned topic yet (the broker that created it
+        may be asking this one, the partition's owner, to create its partitions)."""
         if name.partition_index < 0:
             return
-        partitions = self.service.metadata.partitions_of(name.base.full)
+        partitions = await self.service.metadata.partitions_of_fresh(name.base.full)
         local, base = name.local_name, name.base.local_name
         if partitions == 0:
             raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by numeric value if there '
