@@ -428,7 +428,7 @@ class TopicsResource:
 
         # Each partition by its owner (Pulsar's createSubscription per partition through its admin client), every one
         # of them (created if need be); like Pulsar, a partition that has it already is not an error.
-        created, _ = await self.fanout.tally(request, name, [name.partition(i) for i in range(n)],
+        created, _ = await self.fanout.tally(request, [name.partition(i) for i in range(n)],
                                              create_partition, body=body)
         if created == 0:
             raise HttpError(409, "Subscription already exists for topic")
@@ -766,7 +766,7 @@ class TopicsResource:
         if self._single(name, None):
             await self._trigger_compaction(name)
             return no_content()
-        started, running = await self.fanout.tally(request, name, self.fanout.existing_partitions(name),
+        started, running = await self.fanout.tally(request, self.fanout.existing_partitions(name),
                                                    self._trigger_compaction)
         if running and not started:  # (a partitioned topic none of whose partitions was used: nothing to do)
             raise HttpError(409, "Compaction already in progress")
