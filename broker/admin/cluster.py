@@ -191,13 +191,15 @@ def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[
     if not base.host:
         raise HttpError(503, f"Failed to validate global cluster configuration : ns={namespace}  "
                              f"emsg=the service URL of cluster {peer.name} is not configured")
-    raise web.HTTPTemporaryRedirect(str(request.url.with_host(base.host).with_port(base.port)))
+    raise web.HTTPTemporaryRedirect(request.url.with_host(base.host).with_port(base.port))
 
 
-def redirect_url(request: web.Request, base: str, authoritative: bool) -> str:
-    """The request's path and query on the broker at ``base``, with ``authoritative`` replaced."""
+def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:
+    """The request's path and query on the broker at ``base``, with ``authoritative`` replaced. A URL, not its
+    text: the path stays as the request encoded it (aiohttp parses a redirect's text again, which decodes ``%2E%2E``
+    and climbs a level: a subscription named ``..`` would be sent to the topic's route)."""
     target = URL(base)
     query = dict(request.url.query)
     query["authoritative"] = "true" if authoritative else "false"
     url = request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
-    return str(url.with_query(query))
+    return url.with_query(query)

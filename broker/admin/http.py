@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from aiohttp import web
+from yarl import URL
 
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
@@ -40,7 +41,7 @@ from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
 from broker.admin.otel import OpenTelemetryExport
-from broker.admin.peers import PeerAdmin
+from broker.admin.peers import PeerAdmin, path_segment
 from broker.admin.permissions import PermissionsResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
@@ -339,11 +340,11 @@ class WebService:
             base = answer.http_url_tls if request.secure else answer.http_url
             if not base:
                 raise HttpError(412, "Redirected cluster's service url is not configured.")
-            location = (f"{base}/lookup/v2/topic/{name.domain}/{name.namespace}/{quote(name.local_name, safe='')}"
+            location = (f"{base}/lookup/v2/topic/{name.domain}/{name.namespace}/{path_segment(name.local_name)}"
                         f"?authoritative={'true' if answer.authoritative else 'false'}")
             if listener_name:
                 location += f"&listenerName={quote(listener_name, safe='')}"
-            raise web.HTTPTemporaryRedirect(location)
+            raise web.HTTPTemporaryRedirect(URL(location, encoded=True))  # (as encoded here: "%2E%2E" kept)
         plain, tls = answer.urls.url or "", answer.urls.url_tls or ""
         return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": answer.http_url or "",
                               "httpUrlTls": answer.http_url_tls or "", "nativeUrl": plain or tls})

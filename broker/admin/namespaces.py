@@ -220,7 +220,7 @@ class NamespacesResource:
         async def delete(name: TopicName) -> None:
             await self.web.topics.delete_one(name, force=True)
 
-        await self.web.topics.on_owners(request, [TopicName.parse(n) for n in topics], "DELETE", "", delete,
+        await self.web.topics.fanout.on_owners(request, [TopicName.parse(n) for n in topics], "DELETE", "", delete,
                                         "?force=true")
         for base in partitioned:
             await self.metadata.delete_partitioned(base)

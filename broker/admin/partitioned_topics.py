@@ -2,9 +2,9 @@
 NonPersistentTopics): list, create, grow, delete, create the partitions still missing, and the stats and internal
 stats of every partition together.
 
-A partition's own work is done by the broker that owns it (``TopicsResource.on_owners``: locally, or the same call
-at the owner). The routes are registered with the other topic routes, in topics.py; so are the operations that
-apply to each partition in turn (subscriptions, unload, terminate, ...).
+A partition's own work is done by the broker that owns it (``PartitionFanout.on_owners`` in partition_fanout.py:
+locally, or the same call at the owner). The routes are registered with the other topic routes, in topics.py; so are
+the operations that apply to each partition (subscriptions, unload, terminate, ...).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response, no_content, parse_properties, query_flag, read_body
+from broker.admin.partition_fanout import PartitionFailure
 from broker.errors import NotAllowedError
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
@@ -88,15 +89,10 @@ class PartitionedTopics:
             if not self.topics.exists(p):
                 await self.service.get_topic(p, create=True, explicit=True)
 
-        async def create_there(p: TopicName) -> None:
-            try:
-                await self.topics.on_owners(request, [p], "PUT", "", create)
-            except HttpError as exc:
-                if exc.status_code != 409:  # (created meanwhile, or a live non-persistent partition there)
-                    raise
-
-        for p in missing:
-            await create_there(p)
+        for _, answer in await self.topics.fanout.outcomes(request, missing, "PUT", "", create):
+            # (409: created meanwhile, or a live non-persistent partition there)
+            if isinstance(answer, PartitionFailure) and answer.status not in (404, 409):
+                raise answer.error
         return no_content()
 
     async def update_partitions(self, request: web.Request) -> web.Response:
@@ -137,8 +133,9 @@ class PartitionedTopics:
             if self.topics.exists(p):
                 await self.topics.delete_one(p, force=True)
 
-        await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "DELETE", "", delete,
-                             "?force=true" if force else "")
+        fanout = self.topics.fanout
+        await fanout.on_owners(request, fanout.partitions_to_ask(name), "DELETE", "", delete,
+                               "?force=true" if force else "")
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)
         return no_content()
@@ -153,7 +150,8 @@ class PartitionedTopics:
         async def stats(p: TopicName) -> dict[str, Any]:
             return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
 
-        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "stats", stats)
+        fanout = self.topics.fanout
+        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "stats", stats)
         per_partition = {p.full: doc for p, doc in answers.items()}
         return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
 
@@ -168,6 +166,6 @@ class PartitionedTopics:
         async def internal(p: TopicName) -> dict[str, Any]:
             return S.internal_stats(await self.service.get_topic(p, create=False))
 
-        answers = await self.topics.on_owners(request, self.topics.partitions_to_ask(name), "GET", "internalStats",
-                                              internal)
+        fanout = self.topics.fanout
+        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "internalStats", internal)
         return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})

@@ -13,11 +13,13 @@ credentials still works for a caller allowed everywhere.
 
 Redirects (307, an owner that moved meanwhile) are followed here, at most ``MAX_REDIRECTS`` times, keeping the
 credentials (aiohttp drops the Authorization header on a redirect to another port). An error answer of the other
-broker becomes ours (its status and reason); a broker that does not answer is a 503.
+broker becomes ours (its status and reason); a broker that cannot be reached, or does not answer within the call's
+time (``CALL_TIMEOUT_S``, redirects included), is a 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from typing import TYPE_CHECKING, Any
@@ -41,9 +43,18 @@ CALL_TIMEOUT_S = 60.0
 MAX_REDIRECTS = 5
 
 
+def path_segment(value: str) -> str:
+    """``value`` as one segment of a URL path: every reserved character percent-encoded, and so are the dots of a
+    segment that is only dots (``..`` as a literal segment would climb one level wherever the URL is normalized:
+    a subscription named ``..`` would turn ``.../subscription/../properties`` into the topic's ``.../properties``)."""
+    if value in (".", ".."):
+        return value.replace(".", "%2E")
+    return quote(value, safe="")
+
+
 def topic_path(name: TopicName) -> str:
     """The admin v2 path of one topic (``/admin/v2/persistent/t/ns/local``), its local name URL-encoded."""
-    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace_part}/{quote(name.local_name, safe='')}"
+    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace_part}/{path_segment(name.local_name)}"
 
 
 class PeerAdmin:
@@ -81,21 +92,33 @@ class PeerAdmin:
 
     async def call(self, method: str, url: str, caller: web.Request | None = None, body: object = None) -> Any:
         """``method`` on another broker's admin ``url``: its JSON answer (None when empty). HttpError with the other
-        broker's status and reason when it refuses; 503 when it cannot be reached."""
+        broker's status and reason when it refuses; 503 when it cannot be reached, or has not answered within
+        ``CALL_TIMEOUT_S``, redirects included (each hop had that time before: six hops, six times as long).
+
+        ``url`` is sent exactly as given, already encoded (``path_segment``, ``urlencode``), and so is a redirect's
+        Location: neither is decoded and normalized on the way (yarl would decode ``%2E%2E`` and drop it with the
+        segment before, sending the call, with the broker's credentials, to another route)."""
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                return await self._call(method, url, caller, body)
+        except TimeoutError:
+            raise HttpError(503, f"{method} {url}: no answer within {CALL_TIMEOUT_S:g} s") from None
+
+    async def _call(self, method: str, url: str, caller: web.Request | None, body: object) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S))
         headers = self.headers(caller)
         data = None if body is None else json.dumps(body).encode()
         if data is not None:
             headers["Content-Type"] = "application/json"
-        target = URL(url)
+        target = URL(url, encoded=True)
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 ssl_arg: ssl.SSLContext | bool = self._ssl_context() if target.scheme == "https" else True
                 async with self._session.request(method, target, headers=headers, data=data, ssl=ssl_arg,
                                                  allow_redirects=False) as answer:
                     if answer.status in (307, 308) and "Location" in answer.headers:
-                        target = target.join(URL(answer.headers["Location"]))
+                        target = target.join(URL(answer.headers["Location"], encoded=True))
                         continue
                     text = await answer.text()
             except (aiohttp.ClientError, TimeoutError, OSError, ssl.SSLError) as exc:

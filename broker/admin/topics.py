@@ -2,8 +2,8 @@
 
 Partitioned topics follow Pulsar: operations that make sense per partition (create, list or delete
 subscriptions, skip all, reset by time, expire, subscription properties and replicated status, trim,
-compaction, unload) are applied to every partition, each by the broker that owns it (``each``: locally, or
-the same call at the owner, as Pulsar's broker makes it through its admin client); the ones that name a
+compaction, unload) are applied to every partition, each by the broker that owns it (partition_fanout.py: locally,
+or the same call at the owner, as Pulsar's broker makes it through its admin client); the ones that name a
 position in one log (skip n, reset to a message id, peek, last message id) answer 405 on the partitioned
 name and work on ``...-partition-k``. The operations on a partitioned topic as a whole (create, grow,
 delete, its partitioned stats) are in partitioned_topics.py.
@@ -27,12 +27,11 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.cluster import redirect_url, topic_owner_url
+from broker.admin.cluster import redirect_url
 from broker.admin.common import (
     DOMAINS,
     HttpError,
@@ -42,12 +41,11 @@ from broker.admin.common import (
     parse_properties,
     query_flag,
     read_body,
-    status_for,
 )
+from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.partitioned_topics import PartitionedTopics
-from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
-from broker.errors import BrokerError, NotAllowedError, SubscriptionNotFoundError
+from broker.errors import NotAllowedError, SubscriptionNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
@@ -79,6 +77,8 @@ PEEK_INFLATE_LIMIT = 64 * 1024 * 1024
 class TopicsResource:
     def __init__(self, web_service: WebService) -> None:
         self.web = web_service
+        # The calls on each partition of a partitioned topic, by the partition's owner.
+        self.fanout = PartitionFanout(web_service.ctx, web_service.peers, self.partitions, self.exists)
         self.partitioned = PartitionedTopics(self)  # the operations on a partitioned topic as a whole
 
     def register(self, r: web.UrlDispatcher) -> None:
@@ -182,7 +182,7 @@ class TopicsResource:
     async def topic(self, name: TopicName) -> AnyTopic:
         """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
         is not live is not brought to life: an admin call is no client, and in cluster mode every partition of a
-        non-persistent partitioned topic is asked, see ``partitions_to_ask``)."""
+        non-persistent partitioned topic is asked, see ``PartitionFanout.partitions_to_ask``)."""
         self._not_partitioned(name)
         if not name.persistent and name.partition_index >= 0 and not self.exists(name):
             raise HttpError(404, f"Topic {name} not found")
@@ -192,84 +192,6 @@ class TopicsResource:
         """``topic`` for the routes on stored messages and cursors (persistent names only)."""
         self._not_partitioned(name)
         return await self.service.get_persistent_topic(name, create=False)
-
-    def _existing_partitions(self, name: TopicName) -> list[TopicName]:
-        """The partitions of a partitioned topic that were created (written to or subscribed)."""
-        return [p for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
-
-    def partitions_to_ask(self, name: TopicName) -> list[TopicName]:
-        """The partitions an operation over a partitioned topic visits: the created ones; in cluster mode every
-        non-persistent partition (live on its owner only: this broker cannot tell which exist)."""
-        if self.service.ownership.distributed and not name.persistent:
-            return [name.partition(i) for i in range(self.partitions(name))]
-        return self._existing_partitions(name)
-
-    async def on_owners(self, request: web.Request, partitions: list[TopicName], method: str, action: str,
-                        local: Callable[[TopicName], Awaitable[Any]], query: str = "", body: object = None, *,
-                        missing_ok: bool = True) -> dict[TopicName, Any]:
-        """Each partition's answer, from the broker that owns it (Pulsar's admin calls per partition through the
-        broker's admin client): ``local`` for the ones this broker serves (taking an unowned bundle when the lookup
-        picks this broker), else ``method`` on the partition's ``action`` at the owner (``peers``), with ``body``.
-        A partition that is not found (404) is left out; unless ``missing_ok`` is false: then the others are still
-        done, and the first 404 is the answer (Pulsar answers the per-partition NotFound of a subscription
-        operation so, once every partition's call has ended)."""
-        answers: dict[TopicName, Any] = {}
-        missing: HttpError | None = None
-        for p in partitions:
-            try:
-                base = await topic_owner_url(self.web.ctx, p, request.secure)
-                if base is None:
-                    answers[p] = await local(p)
-                else:
-                    suffix = f"/{action}" if action else ""
-                    answers[p] = await self.web.peers.call(method, f"{base}{topic_path(p)}{suffix}{query}", request,
-                                                           body)
-            except HttpError as exc:
-                if exc.status_code != 404:
-                    raise
-                missing = missing or exc
-            except BrokerError as exc:
-                if status_for(exc) != 404:
-                    raise
-                missing = missing or HttpError(404, exc.message)
-        if missing is not None and not missing_ok:
-            raise missing
-        return answers
-
-    async def on_each_partition(self, request: web.Request, name: TopicName,
-                                local: Callable[[TopicName], Awaitable[Any]], *, body: object = None,
-                                missing_ok: bool = True, partitions: list[TopicName] | None = None
-                                ) -> dict[TopicName, Any]:
-        """The request's own call made on each partition of the partitioned topic ``name`` (by default the ones
-        ``partitions_to_ask`` names), by the partition's owner: ``on_owners`` with the request's method, the rest
-        of its path after the topic (still URL-encoded) and its query (less ``authoritative``: that one was about
-        the partitioned name, the call at the owner looks the partition up afresh). ``body``: the request's body
-        as read (JSON), sent on."""
-        action = "/".join(request.rel_url.raw_path.split("/")[7:])  # ("", admin, v2, domain, tenant, ns, topic)
-        kept = [(k, v) for k, v in request.query.items() if k != "authoritative"]
-        query = f"?{urlencode(kept)}" if kept else ""
-        return await self.on_owners(request, self.partitions_to_ask(name) if partitions is None else partitions,
-                                    request.method, action, local, query, body, missing_ok=missing_ok)
-
-    async def on_each_partition_tally(self, request: web.Request, name: TopicName, partitions: list[TopicName],
-                                      local: Callable[[TopicName], Awaitable[None]], *, body: object = None,
-                                      refused: int = 409) -> tuple[int, int]:
-        """``on_each_partition`` for an operation that a partition may refuse with ``refused`` (it is running
-        already, the subscription exists already) without failing the others: (how many partitions did it, how
-        many refused). Any other error is the answer at once."""
-        done = refusals = 0
-        for p in partitions:
-            try:
-                done += len(await self.on_each_partition(request, name, local, body=body, partitions=[p]))
-            except HttpError as exc:
-                if exc.status_code != refused:
-                    raise
-                refusals += 1
-            except BrokerError as exc:
-                if status_for(exc) != refused:
-                    raise
-                refusals += 1
-        return done, refusals
 
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
@@ -285,15 +207,6 @@ class TopicsResource:
         self._single(name, op)
         return await self.stored_topic(name)
 
-    async def each(self, request: web.Request, name: TopicName, one: Callable[[TopicName], Awaitable[Any]], *,
-                   body: object = None, missing_ok: bool = True) -> list[Any]:
-        """``one`` on the topic itself; on a partitioned topic, on each of its partitions by the partition's owner
-        (``on_each_partition``, with ``body`` and ``missing_ok``): the answers."""
-        if self.partitions(name) == 0:
-            return [await one(name)]
-        answers = await self.on_each_partition(request, name, one, body=body, missing_ok=missing_ok)
-        return list(answers.values())
-
     async def for_each_subscription(self, request: web.Request, op: str | None,
                                     action: Callable[[PersistentTopic, Subscription], Awaitable[None]],
                                     body: object = None) -> web.Response:
@@ -308,7 +221,7 @@ class TopicsResource:
             topic = await self.stored_topic(one)
             await action(topic, await admin_ops.subscription(topic, sub_name))
 
-        if not await self.each(request, name, apply, body=body, missing_ok=False):
+        if not await self.fanout.each(request, name, apply, body=body, missing_ok=False):
             raise HttpError(404, f"Subscription {sub_name} not found")
         return no_content()
 
@@ -370,7 +283,7 @@ class TopicsResource:
         """PUT a topic; an optional body is its properties ({key: value})."""
         name = self.name(request)
         properties = parse_properties(await read_body(request))
-        self._check_partition_name(name)
+        await self._check_partition_name(name)
         if self.partitions(name) > 0 or self.exists(name):
             raise HttpError(409, "This topic already exists")
         try:
@@ -381,12 +294,14 @@ class TopicsResource:
             await self.service.metadata.set_topic_properties(name.full, properties)
         return no_content()
 
-    def _check_partition_name(self, name: TopicName) -> None:
+    async def _check_partition_name(self, name: TopicName) -> None:
         """Pulsar's validateNonPartitionTopicName for the admin's create: a name ending in "-partition-<n>" is
-        refused (412) unless it is a partition of a partitioned topic that has more than n partitions."""
+        refused (412) unless it is a partition of a partitioned topic that has more than n partitions. The count is
+        read from the store when this broker has not heard of the partitioned topic yet (the broker that created it
+        may be asking this one, the partition's owner, to create its partitions)."""
         if name.partition_index < 0:
             return
-        partitions = self.service.metadata.partitions_of(name.base.full)
+        partitions = await self.service.metadata.partitions_of_fresh(name.base.full)
         local, base = name.local_name, name.base.local_name
         if partitions == 0:
             raise HttpError(412, f'Can\'t create topic {local} with "-partition-" followed by numeric value if there '
@@ -453,7 +368,7 @@ class TopicsResource:
         async def trim(one: TopicName) -> None:
             (await self.stored_topic(one)).ledger.trim_consumed_ledgers()
 
-        await self.each(request, self.name(request), trim)
+        await self.fanout.each(request, self.name(request), trim)
         return no_content()
 
     async def truncate(self, request: web.Request) -> web.Response:
@@ -462,7 +377,7 @@ class TopicsResource:
         async def truncate(one: TopicName) -> None:
             (await self.stored_topic(one)).truncate()
 
-        await self.each(request, self.name(request), truncate)
+        await self.fanout.each(request, self.name(request), truncate)
         return no_content()
 
     # -- stats -----------------------------------------------------------------------------------
@@ -480,7 +395,7 @@ class TopicsResource:
         async def names(one: TopicName) -> list[str]:
             return sorted((await self.topic(one)).subscription_names())
 
-        listed = await self.each(request, self.name(request), names)
+        listed = await self.fanout.each(request, self.name(request), names)
         return json_response(sorted({sub for names in listed for sub in names or ()}))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
@@ -513,8 +428,8 @@ class TopicsResource:
 
         # Each partition by its owner (Pulsar's createSubscription per partition through its admin client), every one
         # of them (created if need be); like Pulsar, a partition that has it already is not an error.
-        created, _ = await self.on_each_partition_tally(request, name, [name.partition(i) for i in range(n)],
-                                                        create_partition, body=body)
+        created, _ = await self.fanout.tally(request, [name.partition(i) for i in range(n)],
+                                             create_partition, body=body)
         if created == 0:
             raise HttpError(409, "Subscription already exists for topic")
         return no_content()
@@ -535,7 +450,7 @@ class TopicsResource:
             self.service.expiry_stats.forget(t.full_name, sub.name)
 
         # (a non-persistent partition may not be live: only a live one is asked to have the subscription)
-        if not await self.each(request, name, delete, missing_ok=not name.persistent):
+        if not await self.fanout.each(request, name, delete, missing_ok=not name.persistent):
             raise HttpError(404, f"Subscription {sub_name} not found")
         return no_content()
 
@@ -549,7 +464,7 @@ class TopicsResource:
         async def one(topic: TopicName) -> Any:
             return await action(await self._subscription(await self.topic(topic), sub_name))
 
-        answers = await self.each(request, name, one, body=body, missing_ok=not name.persistent)
+        answers = await self.fanout.each(request, name, one, body=body, missing_ok=not name.persistent)
         if not answers:
             raise HttpError(404, f"Subscription {sub_name} not found")
         return answers
@@ -640,7 +555,7 @@ class TopicsResource:
             for cursor in list(t.ledger.cursors.values()):
                 await self._expire(t, cursor, seconds)
 
-        await self.each(request, self.name(request), expire_all)
+        await self.fanout.each(request, self.name(request), expire_all)
         return no_content()
 
     async def expire_to_position(self, request: web.Request) -> web.Response:
@@ -746,7 +661,7 @@ class TopicsResource:
             return {t.full_name: (await admin_ops.subscription(t, sub_name)).replicated}
 
         merged: dict[str, bool] = {}
-        for doc in await self.each(request, self.name(request), status, missing_ok=False):
+        for doc in await self.fanout.each(request, self.name(request), status, missing_ok=False):
             merged.update(doc or {})
         if not merged:
             raise HttpError(404, f"Subscription {sub_name} not found")
@@ -814,7 +729,7 @@ class TopicsResource:
                 raise HttpError(404, f"Topic {one} not found")
             await self.service.unload_topic(one)
 
-        if not await self.each(request, name, unload):
+        if not await self.fanout.each(request, name, unload):
             raise HttpError(404, f"Topic {name} not found")
         return no_content()
 
@@ -833,7 +748,8 @@ class TopicsResource:
                 last = await (await self.service.get_persistent_topic(p, create=False)).terminate()
                 return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": p.partition_index}
 
-            answers = await self.on_owners(request, self._existing_partitions(name), "POST", "terminate", terminate)
+            answers = await self.fanout.on_owners(request, self.fanout.existing_partitions(name), "POST", "terminate",
+                                                  terminate)
             return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
         topic = await self.stored_one(name, "Terminate")
         last = await topic.terminate()
@@ -850,8 +766,8 @@ class TopicsResource:
         if self._single(name, None):
             await self._trigger_compaction(name)
             return no_content()
-        started, running = await self.on_each_partition_tally(request, name, self._existing_partitions(name),
-                                                              self._trigger_compaction)
+        started, running = await self.fanout.tally(request, self.fanout.existing_partitions(name),
+                                                   self._trigger_compaction)
         if running and not started:  # (a partitioned topic none of whose partitions was used: nothing to do)
             raise HttpError(409, "Compaction already in progress")
         return no_content()
@@ -862,8 +778,13 @@ class TopicsResource:
             raise HttpError(409, "Compaction already in progress")
 
     async def compaction_status(self, request: web.Request) -> web.Response:
-        """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}."""
-        topic = await self.stored_one(self.name(request), "Compaction status")
+        """GET .../compaction: {"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}. A partitioned topic's
+        name is 404, as Pulsar 4.0.7 answers (internalCompactionStatusAsync looks the name up as one loaded topic,
+        getTopicReferenceAsync, and finds none): its status is per partition."""
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(404, f"Topic {name} not found")
+        topic = await self.stored_topic(name)
         return web.json_response({"status": topic.compactor.status.value, "lastError": topic.compactor.last_error})
 
     async def last_message_id(self, request: web.Request) -> web.Response:

@@ -554,6 +554,16 @@ class BrokerMetadata:
         doc = self._partitioned.get(base_topic)
         return 0 if doc is None else int(doc["partitions"])
 
+    async def partitions_of_fresh(self, base_topic: str) -> int:
+        """``partitions_of``, reading the store when the cache has no such partitioned topic: another broker may have
+        just created it, its notification not here yet (as Pulsar's metadata cache loads a key it does not hold)."""
+        if base_topic not in self._partitioned:
+            try:
+                await self.cache.read_through(L.PARTITIONED_TOPICS, base_topic)
+            except store_api.MetadataStoreError as exc:
+                log.warning("partitioned topic %s not read from the metadata store: %s", base_topic, exc)
+        return self.partitions_of(base_topic)
+
     def partitioned_topics_of(self, namespace: str) -> list[str]:
         """The partitioned topics of the namespace (both domains)."""
         return [base for base in self._partitioned if TopicName.parse(base).namespace == namespace]

@@ -297,3 +297,27 @@ def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> N
         consumer.close()
     finally:
         client.close()
+
+
+def test_a_dot_dot_subscription_is_not_a_step_to_another_route(brokers: Brokers) -> None:
+    """A subscription named ".." (%2E%2E in the path) on a partitioned topic, asked of one broker: the call made at
+    the owner of the other broker's partitions is on that subscription too. It was decoded and normalized on the way:
+    PUT .../subscription/%2E%2E/properties reached PUT .../{partition}/properties there (with the broker's own
+    credentials, which are a super user's), and set the topic's properties."""
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/dots-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    parts = [f"{base}-partition-{i}" for i in range(PARTITIONS)]
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    owners = owner_urls(brokers, parts)
+    assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
+    assert status_of(f"{admin}/subscription/s", "PUT") == 200  # (every partition created, on its owner)
+
+    try:
+        http_json(f"{admin}/subscription/%2E%2E/properties", method="PUT", body={"k": "v"})
+        answer = 200
+    except urllib.error.HTTPError as exc:
+        answer = exc.code
+    assert answer == 404  # (no partition has a subscription "..")
+    assert http_json(f"{admin}/properties") == {}
+    assert http_json(f"{admin}/subscription/s/properties") == {}

@@ -342,6 +342,23 @@ async def test_a_namespace_not_heard_of_yet_is_read_through(tree: str, metadata:
     await other.close()
 
 
+async def test_a_partitioned_topic_not_heard_of_yet_is_read_through(tree: str, metadata: BrokerMetadata) -> None:
+    """The same for a partitioned topic: another broker created it and asks this one, the owner of a partition, to
+    create that partition (createMissedPartitions); refused with 412 ("there isn't a partitioned topic") when the
+    notification had not come yet."""
+    other = MemoryMetadataStore(tree)
+    await metadata.cache.settled()
+    metadata.cache._closed = True
+    await other.put(L.PARTITIONED_TOPICS.path("persistent://public/default/fresh"), b'{"partitions":3}', None)
+    await metadata.cache.settled()
+    assert metadata.partitions_of("persistent://public/default/fresh") == 0
+    assert await metadata.partitions_of_fresh("persistent://public/default/fresh") == 3
+    assert metadata.partitions_of("persistent://public/default/fresh") == 3  # (now cached)
+    assert await metadata.partitions_of_fresh("persistent://public/default/never") == 0
+    metadata.cache._closed = False
+    await other.close()
+
+
 async def test_a_tenant_not_heard_of_yet_is_read_through(tree: str, metadata: BrokerMetadata) -> None:
     """The same for a tenant (the HTTP refusals tell a missing tenant from a refused role: 404, not 401)."""
     other = MemoryMetadataStore(tree)

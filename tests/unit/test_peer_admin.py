@@ -4,15 +4,20 @@ Authorization header on a redirect to another port), the other broker's refusal 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from yarl import URL
 
+from broker.admin import peers
+from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError
-from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, topic_path
+from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
 
@@ -36,8 +41,12 @@ async def owner() -> AsyncIterator[str]:
     async def refuse(request: web.Request) -> web.Response:
         return web.json_response({"reason": "Topic not found"}, status=404)
 
+    async def path(request: web.Request) -> web.Response:
+        return web.json_response({"raw": request.rel_url.raw_path, "tail": request.match_info["tail"]})
+
     app = web.Application()
     app.router.add_route("*", "/seen", seen)
+    app.router.add_get("/path/{tail:.*}", path)
     app.router.add_get("/refuse", refuse)
     runner, url = await serve(app)
 
@@ -47,8 +56,14 @@ async def owner() -> AsyncIterator[str]:
     async def loop(request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect("/loop")
 
+    async def redirect_path(request: web.Request) -> web.Response:
+        # (a URL: its text would be decoded and normalized by aiohttp itself)
+        tail = request.rel_url.raw_path.removeprefix("/moved-path")
+        raise web.HTTPTemporaryRedirect(URL(f"{url}/path{tail}", encoded=True))
+
     other = web.Application()
     other.router.add_route("*", "/moved", redirect)
+    other.router.add_get("/moved-path/{tail:.*}", redirect_path)
     other.router.add_get("/loop", loop)
     other_runner, other_url = await serve(other)
     try:
@@ -109,3 +124,67 @@ def test_topic_paths_encode_the_local_name() -> None:
     assert topic_path(TopicName.parse("persistent://t/ns/a b-partition-3")) == \
         "/admin/v2/persistent/t/ns/a%20b-partition-3"
     assert topic_path(TopicName.parse("non-persistent://t/ns/x")) == "/admin/v2/non-persistent/t/ns/x"
+
+
+async def test_a_dot_segment_is_sent_as_given_not_climbed(owner: str) -> None:
+    """A subscription (or topic) named ".." is one segment, %2E%2E: sent so, also after a redirect, not decoded and
+    normalized away with the segment before it (the call, made with the broker's credentials, then reached another
+    route: .../subscription/%2E%2E/properties became the topic's .../properties)."""
+    url, other = owner.split("|")
+    peers = PeerAdmin(BrokerConfig())
+    try:
+        got = await peers.call("GET", f"{url}/path/t/subscription/%2E%2E/properties")
+        assert got == {"raw": "/path/t/subscription/%2E%2E/properties", "tail": "t/subscription/../properties"}
+        got = await peers.call("GET", f"{other}/moved-path/t/subscription/%2E%2E/properties")
+        assert got["raw"] == "/path/t/subscription/%2E%2E/properties"
+    finally:
+        await peers.close()
+    assert [path_segment(s) for s in ("..", ".", "a.b", "a/b", "%")] == ["%2E%2E", "%2E", "a.b", "a%2Fb", "%25"]
+
+
+async def test_a_redirect_to_the_owner_keeps_a_dot_segment() -> None:
+    """The 307 to a topic's owner keeps the path as the request encoded it: Location's text was parsed again by
+    aiohttp, which climbed over %2E%2E (DELETE .../subscription/%2E%2E sent to the owner as DELETE .../x/)."""
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(redirect_url(request, "http://owner:8080", False))
+
+    app = web.Application()
+    app.router.add_delete("/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", moved)
+    runner, url = await serve(app)
+    try:
+        async with aiohttp.ClientSession() as session, session.delete(
+                URL(f"{url}/admin/v2/persistent/t/ns/x/subscription/%2E%2E?authoritative=true&a=b", encoded=True),
+                allow_redirects=False) as answer:
+            assert answer.status == 307
+            assert answer.headers["Location"] == \
+                "http://owner:8080/admin/v2/persistent/t/ns/x/subscription/%2E%2E?authoritative=false&a=b"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_call_with_redirects_has_one_timeout_in_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five 307s, each answered within CALL_TIMEOUT_S but not all of them: 503. Each hop had the whole time
+    before (six hops, six times CALL_TIMEOUT_S)."""
+    monkeypatch.setattr(peers, "CALL_TIMEOUT_S", 1.0)
+    hops: list[int] = []
+
+    async def slow_redirect(request: web.Request) -> web.Response:
+        hop = int(request.match_info["hop"])
+        hops.append(hop)
+        await asyncio.sleep(0.4)  # (a slow broker: the latency is what is tested)
+        if hop < peers.MAX_REDIRECTS:
+            raise web.HTTPTemporaryRedirect(f"/hop/{hop + 1}")
+        return web.json_response({"hop": hop})
+
+    app = web.Application()
+    app.router.add_get("/hop/{hop}", slow_redirect)
+    runner, url = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        with pytest.raises(HttpError) as failed:
+            await admin.call("GET", f"{url}/hop/0")
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert failed.value.status_code == 503 and "no answer within 1 s" in str(failed.value.text)
+    assert hops[-1] < peers.MAX_REDIRECTS
