@@ -40,6 +40,7 @@ from broker.admin.common import (
     json_response,
     no_content,
     parse_properties,
+    parse_topic_name,
     query_flag,
     read_body,
     status_for,
@@ -47,7 +48,7 @@ from broker.admin.common import (
 from broker.admin.partitioned_topics import PartitionedTopics
 from broker.admin.peers import topic_path
 from broker.cluster.operations import BundleOperationError
-from broker.errors import BrokerError, NotAllowedError
+from broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
@@ -154,11 +155,13 @@ class TopicsResource:
 
     # -- names and lookups -----------------------------------------------------------------------
     def name(self, request: web.Request) -> TopicName:
-        """The topic of the path; 404 when its tenant or namespace does not exist."""
-        self.web.namespaces.namespace(request)
+        """The topic of the path: 412 for a name Pulsar refuses; 404 "Namespace not found" (Pulsar's words) when its
+        tenant or namespace does not exist."""
         m = request.match_info
-        domain = request.path.split("/")[3]
-        return TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        name = parse_topic_name(request.path.split("/")[3], m["tenant"], m["ns"], m["topic"])
+        if name.namespace not in self.web.metadata.namespaces:
+            raise HttpError(404, "Namespace not found")
+        return name
 
     def partitions(self, name: TopicName) -> int:
         return self.service.metadata.partitions_of(name.full) if name.partition_index < 0 else 0
@@ -179,12 +182,18 @@ class TopicsResource:
         self._not_partitioned(name)
         if not name.persistent and name.partition_index >= 0 and not self.exists(name):
             raise HttpError(404, f"Topic {name} not found")
-        return await self.service.get_topic(name, create=False)
+        try:
+            return await self.service.get_topic(name, create=False)
+        except TopicNotFoundError:
+            raise HttpError(404, f"Topic {name} not found") from None  # (Pulsar's words)
 
     async def stored_topic(self, name: TopicName) -> PersistentTopic:
         """``topic`` for the routes on stored messages and cursors (persistent names only)."""
         self._not_partitioned(name)
-        return await self.service.get_persistent_topic(name, create=False)
+        try:
+            return await self.service.get_persistent_topic(name, create=False)
+        except TopicNotFoundError:
+            raise HttpError(404, f"Topic {name} not found") from None
 
     def _existing_partitions(self, name: TopicName) -> list[TopicName]:
         """The partitions of a partitioned topic that were created (written to or subscribed)."""
