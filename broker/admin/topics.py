@@ -171,9 +171,8 @@ class TopicsResource:
                 or self.service.ledger_factory.exists(name.persistence_path))
 
     def _not_partitioned(self, name: TopicName) -> None:
-        if self.partitions(name) > 0:
-            raise HttpError(404, f"Topic {name} is a partitioned topic: use its partitions "
-                                 f"({name}-partition-k) or the partitioned-* endpoints")
+        if self.partitions(name) > 0:  # (Pulsar's words: its partitions are the topics)
+            raise HttpError(404, f"Topic {name} not found")
 
     async def topic(self, name: TopicName) -> AnyTopic:
         """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
@@ -431,7 +430,8 @@ class TopicsResource:
     async def delete(self, request: web.Request) -> web.Response:
         name = self.name(request)
         if self.partitions(name) > 0:
-            raise HttpError(409, f"Topic {name} is a partitioned topic: delete it with DELETE .../partitions")
+            raise HttpError(409, f"{name} is a partitioned topic, instead of calling delete topic, please call "
+                                 "delete-partitioned-topic.")  # (Pulsar's words)
         if not self.exists(name):
             raise HttpError(404, f"Topic {name} not found")
         await self.delete_one(name, force=query_flag(request, "force"))

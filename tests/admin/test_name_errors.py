@@ -144,3 +144,15 @@ def test_partitioned_routes_on_a_non_partitioned_topic(admin: Admin) -> None:
     assert answer(admin, "DELETE", f"{path}/partitions") == (
         409, f"{full} is a non-partitioned topic. Instead of calling delete-partitioned-topic please call delete.")
     assert answer(admin, "GET", f"{path}/partitioned-stats") == (404, f"Partitioned Topic {full} not found")
+
+
+def test_topic_routes_on_a_partitioned_topic(admin: Admin) -> None:
+    """A partitioned topic's own name on a one-topic route: Pulsar's 404 "not found" (its partitions are the topics);
+    deleting it as a topic is a 409 that names the right call."""
+    full = f"persistent://public/default/parted-{uuid.uuid4().hex[:8]}"
+    path = f"{P}/{full.removeprefix('persistent://')}"
+    admin.ok("PUT", f"{path}/partitions", 2)
+    assert answer(admin, "GET", f"{path}/stats") == (404, f"Topic {full} not found")
+    assert answer(admin, "GET", f"{path}/internalStats") == (404, f"Topic {full} not found")
+    assert answer(admin, "DELETE", path) == (
+        409, f"{full} is a partitioned topic, instead of calling delete topic, please call delete-partitioned-topic.")
