@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
 
 log = logging.getLogger(__name__)
+# Pulsar's 404 where a setter reads the namespace's policies to change them (retention's set and remove).
+NO_POLICIES = "Namespace policies does not exist"
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -281,7 +283,7 @@ class NamespacesResource:
         return self._value_or_no_content(self.metadata.policy(self.namespace(request), T.RETENTION.namespace_field))
 
     async def set_retention(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
+        ns = self.namespace(request, NO_POLICIES)
         retention = Retention.from_json(await read_body(request))
         quotas = T.BACKLOG_QUOTAS.parse(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         if not all(q.within(retention) for q in quotas.values()):
@@ -291,7 +293,7 @@ class NamespacesResource:
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
+        ns = self.namespace(request, NO_POLICIES)
         await self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.common import HttpError, json_response, no_content, parse_properties, query_flag, read_body
+from broker.admin.common import (
+    HttpError,
+    check_namespace_name,
+    json_response,
+    no_content,
+    parse_properties,
+    query_flag,
+    read_body,
+)
 from broker.errors import NotAllowedError
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
@@ -53,6 +61,7 @@ class PartitionedTopics:
     async def create_partitioned(self, request: web.Request) -> web.Response:
         """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
         {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
+        check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.topics.name(request)
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName: first, on any such name)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")

@@ -36,6 +36,7 @@ from broker.admin.cluster import redirect_url, topic_owner_url
 from broker.admin.common import (
     DOMAINS,
     HttpError,
+    check_namespace_name,
     int_param,
     json_response,
     no_content,
@@ -369,6 +370,7 @@ class TopicsResource:
 
     async def create(self, request: web.Request) -> web.Response:
         """PUT a topic; an optional body is its properties ({key: value})."""
+        check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.name(request)
         properties = parse_properties(await read_body(request))
         self._check_partition_name(name)

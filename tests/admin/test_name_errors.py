@@ -62,6 +62,11 @@ NAMESPACE_CASES = [
     ("DELETE", f"{NS}/public/no-such-ns", None, 404, "Namespace public/no-such-ns does not exist."),
     ("DELETE", f"{NS}/no-such-tenant/ns", None, 404, "Namespace no-such-tenant/ns does not exist."),
     ("PUT", f"{NS}/public/default", None, 409, "Namespace already exists"),
+    ("POST", f"{NS}/public/no-such-ns/retention", {"retentionTimeInMinutes": 1, "retentionSizeInMB": 1}, 404,
+     "Namespace policies does not exist"),
+    ("DELETE", f"{NS}/public/no-such-ns/retention", None, 404, "Namespace policies does not exist"),
+    ("POST", f"{NS}/public/no-such-ns/messageTTL", 60, 404, "Namespace does not exist"),
+    ("POST", f"{NS}/public/no-such-ns/permissions/role", ["produce"], 404, "Topic's namespace does not exist"),
 ] + [
     (method, f"{NS}/{path}{tail}", None, 412, "Namespace name is not valid")
     for path in (f"public/{BAD}", f"{BAD}/ns", "t%C3%A9/ns")  # ('é': Java's \w is ASCII only)
@@ -91,6 +96,8 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
         cases += [
             ("GET", f"{base}/{ns}", None, 412, "Namespace name is not valid"),
             ("GET", f"{base}/{ns}/partitioned", None, 412, "Namespace name is not valid"),
+            ("PUT", f"{base}/{ns}/t", None, 412, "Namespace name is not valid"),
+            ("PUT", f"{base}/{ns}/t/partitions", 2, 412, "Namespace name is not valid"),
             ("GET", f"{base}/{ns}/t/stats", None, 412, "Topic name is not valid"),
             ("GET", f"{base}/{ns}/t/partitions", None, 412, "Topic name is not valid"),
             ("DELETE", f"{base}/{ns}/t", None, 412, "Topic name is not valid"),
