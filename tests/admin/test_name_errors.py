@@ -163,3 +163,13 @@ def test_topic_routes_on_a_partitioned_topic(admin: Admin) -> None:
     assert answer(admin, "GET", f"{path}/internalStats") == (404, f"Topic {full} not found")
     assert answer(admin, "DELETE", path) == (
         409, f"{full} is a partitioned topic, instead of calling delete topic, please call delete-partitioned-topic.")
+
+
+def test_a_missing_subscription_of_a_topic(admin: Admin) -> None:
+    """A subscription a (non-partitioned) persistent topic does not have: Pulsar's 404 names the topic."""
+    full = f"persistent://public/default/subs-{uuid.uuid4().hex[:8]}"
+    path = f"{P}/{full.removeprefix('persistent://')}"
+    admin.ok("PUT", f"{path}/subscription/present")
+    reason = f"Subscription absent not found for topic {full}"
+    for method, tail in (("DELETE", ""), ("POST", "/skip_all"), ("POST", "/skip/1"), ("POST", "/expireMessages/10")):
+        assert answer(admin, method, f"{path}/subscription/absent{tail}") == (404, reason), (method, tail)
