@@ -46,6 +46,7 @@ from broker.metadata.store import (
     NotFoundError,
 )
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
+from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError as StoreUnavailableError
 from metadata_store.api import StoreWriteError
 
@@ -143,14 +144,40 @@ def int_param(value: str, what: str) -> int:
         raise HttpError(400, f"{what} must be an integer, got {value!r}") from None
 
 
-# Pulsar's NamedEntity rule for tenant, namespace and cluster names (Java's \w: ASCII letters, digits, _); ours
-# also refuses ':' (it separates names in our store's paths) and a leading '.'.
+# Pulsar's NamedEntity rule for tenant, namespace and cluster names (Java's \w: ASCII letters, digits, _), as its
+# admin API checks every tenant and namespace named in a path (a name it refuses is a 412, before any look-up).
+_PULSAR_NAMED = re.compile(r"[-=:.\w]+", re.ASCII)
+# A new tenant, namespace or cluster: ours also refuses ':' (it separates names in our store's paths) and a leading '.'.
 _NAMED = re.compile(r"[-=.\w]+", re.ASCII)
+# Pulsar's reasons (RestException with PRECONDITION_FAILED) for a name its NamedEntity / TopicName parsing refuses.
+TENANT_NAME_NOT_VALID = "Tenant name is not valid"
+NAMESPACE_NAME_NOT_VALID = "Namespace name is not valid"
+TOPIC_NAME_NOT_VALID = "Topic name is not valid"
+
+
+def pulsar_name_ok(name: str) -> bool:
+    """Whether Pulsar's NamedEntity.checkName takes ``name`` (a tenant's or a namespace's)."""
+    return _PULSAR_NAMED.fullmatch(name) is not None
+
+
+def check_namespace_name(tenant: str, namespace: str) -> None:
+    """Pulsar's validateNamespaceName: 412 "Namespace name is not valid" for a tenant or namespace it refuses."""
+    if not (pulsar_name_ok(tenant) and pulsar_name_ok(namespace)):
+        raise HttpError(412, NAMESPACE_NAME_NOT_VALID)
+
+
+def parse_topic_name(domain: str, tenant: str, namespace: str, local: str) -> TopicName:
+    """A topic named in a path (Pulsar's validateTopicName): 412 "Topic name is not valid" for a tenant or namespace
+    Pulsar refuses; a local name only ours refuses (TopicName.parse) is a 412 with our reason."""
+    if not (pulsar_name_ok(tenant) and pulsar_name_ok(namespace)):
+        raise HttpError(412, TOPIC_NAME_NOT_VALID)
+    return TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
 
 
 def check_name(name: str, what: str) -> None:
+    """A name for a new tenant, namespace or cluster: 412 with Pulsar's reason ("Tenant name is not valid"...)."""
     if not _NAMED.fullmatch(name) or name.startswith("."):
-        raise HttpError(412, f"Invalid {what} name '{name}'")
+        raise HttpError(412, f"{what.capitalize()} name is not valid")
 
 
 # Broker errors -> HTTP status, as Pulsar's admin API answers them (most specific first);

@@ -30,6 +30,7 @@ from broker.admin.common import (
     json_errors,
     json_response,
     no_content,
+    parse_topic_name,
     query_flag,
     read_body,
 )
@@ -50,7 +51,7 @@ from broker.admin.topics import TopicsResource
 from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES, parse_cluster_data, parse_peer_cluster_names
-from broker.metadata.store import InUseError, TenantInfo
+from broker.metadata.store import AlreadyExistsError, InUseError, TenantInfo
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
 from broker.version import __version__
@@ -313,16 +314,20 @@ class WebService:
         tenant = request.match_info["tenant"]
         info = self._tenant_info(await read_body(request))
         check_name(tenant, "tenant")
-        await self.metadata.create_tenant(tenant, info)
+        try:
+            await self.metadata.create_tenant(tenant, info)
+        except AlreadyExistsError:
+            raise HttpError(409, "Tenant already exist") from None  # (Pulsar's words)
         return no_content()
 
+    # (A missing tenant's 404 has the words Pulsar's TenantsBase gives on each route.)
     async def update_tenant(self, request: web.Request) -> web.Response:
-        tenant = self.namespaces.tenant(request)
+        tenant = self.namespaces.tenant(request, f"Tenant {request.match_info['tenant']} not found")
         await self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
         return no_content()
 
     async def delete_tenant(self, request: web.Request) -> web.Response:
-        await self.metadata.delete_tenant(self.namespaces.tenant(request))
+        await self.metadata.delete_tenant(self.namespaces.tenant(request, "Tenant doesn't exist"))
         return no_content()
 
     # -- lookup ------------------------------------------------------------------------------------
@@ -366,9 +371,12 @@ class WebService:
 
     async def _lookup(self, request: web.Request) -> web.Response:
         m = request.match_info
-        name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        # (A tenant or namespace Pulsar refuses is a 500 there, an uncaught IllegalArgumentException: ours is its
+        # admin API's 412.)
+        name = parse_topic_name(m["domain"], m["tenant"], m["ns"], m["topic"])
         await self.service.refresh_namespace(name)
-        self.service.check_namespace(name)
+        if not self.service.metadata.namespace_exists(name.namespace):
+            raise HttpError(404, "Namespace not found")  # (Pulsar's words)
         validate_global_namespace(self.service, request, name)
         s = self.ctx.process
         if self.service.ownership.distributed:

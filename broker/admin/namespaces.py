@@ -13,7 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, bound, check_name, json_response, no_content, query_flag, read_body
+from broker.admin.common import (
+    TENANT_NAME_NOT_VALID,
+    HttpError,
+    bound,
+    check_name,
+    check_namespace_name,
+    json_response,
+    no_content,
+    pulsar_name_ok,
+    query_flag,
+    read_body,
+)
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
 from broker.metadata.policy_values import BacklogQuota, Retention
@@ -25,6 +36,8 @@ if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
 
 log = logging.getLogger(__name__)
+# Pulsar's 404 where a setter reads the namespace's policies to change them (retention's set and remove).
+NO_POLICIES = "Namespace policies does not exist"
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -139,17 +152,22 @@ class NamespacesResource:
     def metadata(self) -> BrokerMetadata:
         return self.web.metadata
 
-    def tenant(self, request: web.Request) -> str:
+    def tenant(self, request: web.Request, missing: str = "Tenant does not exist") -> str:
+        """The tenant of the path; 404 with ``missing`` (the reason Pulsar gives on that route) when it does not exist.
+        Its name is not checked: Pulsar's tenant routes answer a name it would refuse as a missing tenant."""
         tenant = request.match_info["tenant"]
         if tenant not in self.metadata.tenants:
-            raise HttpError(404, "Tenant does not exist")
+            raise HttpError(404, missing)
         return tenant
 
-    def namespace(self, request: web.Request) -> str:
-        self.tenant(request)
-        ns = f"{request.match_info['tenant']}/{request.match_info['ns']}"
+    def namespace(self, request: web.Request, missing: str = "Namespace does not exist") -> str:
+        """The namespace of the path: 412 for a tenant or namespace name Pulsar refuses; 404 with ``missing`` when it
+        (or its tenant: Pulsar gives the same answer) does not exist."""
+        tenant, ns_name = request.match_info["tenant"], request.match_info["ns"]
+        check_namespace_name(tenant, ns_name)
+        ns = f"{tenant}/{ns_name}"
         if ns not in self.metadata.namespaces:
-            raise HttpError(404, "Namespace does not exist")
+            raise HttpError(404, missing)
         return ns
 
     def _value_or_no_content(self, value: object) -> web.Response:
@@ -157,7 +175,9 @@ class NamespacesResource:
 
     # -- namespaces ------------------------------------------------------------------------------
     async def list_namespaces(self, request: web.Request) -> web.Response:
-        tenant = self.tenant(request)
+        if not pulsar_name_ok(request.match_info["tenant"]):
+            raise HttpError(412, TENANT_NAME_NOT_VALID)
+        tenant = self.tenant(request, "Tenant not found")
         return json_response(self.metadata.namespaces_of(tenant))
 
     async def get_policies(self, request: web.Request) -> web.Response:
@@ -166,8 +186,9 @@ class NamespacesResource:
                                              self.metadata.namespace_bundles(ns)))
 
     async def create(self, request: web.Request) -> web.Response:
-        tenant = self.tenant(request)
         ns_name = request.match_info["ns"]
+        check_namespace_name(request.match_info["tenant"], ns_name)  # (Pulsar: before the tenant is looked up)
+        tenant = self.tenant(request)
         check_name(ns_name, "namespace")
         ns = f"{tenant}/{ns_name}"
         body = await read_body(request)
@@ -178,7 +199,8 @@ class NamespacesResource:
     async def delete(self, request: web.Request) -> web.Response:
         """DELETE a namespace; with ``force`` its topics first, each by its owner (cluster mode: Pulsar deletes every
         topic through its owner, then the bundles: here each owner releases its bundles before the policies go)."""
-        ns = self.namespace(request)
+        m = request.match_info
+        ns = self.namespace(request, f"Namespace {m['tenant']}/{m['ns']} does not exist.")
         service = self.web.service
         deleting = service.namespaces_being_deleted
         if ns in deleting:
@@ -261,7 +283,7 @@ class NamespacesResource:
         return self._value_or_no_content(self.metadata.policy(self.namespace(request), T.RETENTION.namespace_field))
 
     async def set_retention(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
+        ns = self.namespace(request, NO_POLICIES)
         retention = Retention.from_json(await read_body(request))
         quotas = T.BACKLOG_QUOTAS.parse(self.metadata.policy(ns, T.BACKLOG_QUOTAS.namespace_field) or {})
         if not all(q.within(retention) for q in quotas.values()):
@@ -271,7 +293,7 @@ class NamespacesResource:
         return no_content()
 
     async def remove_retention(self, request: web.Request) -> web.Response:
-        ns = self.namespace(request)
+        ns = self.namespace(request, NO_POLICIES)
         await self.metadata.set_policy(ns, T.RETENTION.namespace_field, None)
         self._applied(ns, T.RETENTION.namespace_field)
         return no_content()

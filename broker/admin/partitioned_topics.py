@@ -14,12 +14,20 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.common import HttpError, json_response, no_content, parse_properties, query_flag, read_body
+from broker.admin.common import (
+    HttpError,
+    check_namespace_name,
+    json_response,
+    no_content,
+    parse_properties,
+    query_flag,
+    read_body,
+)
 from broker.admin.partition_fanout import PartitionFailure
 from broker.errors import NotAllowedError
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
-from broker.topic_name import TopicName
+from broker.topic_name import PARTITION_SUFFIX, TopicName
 
 if TYPE_CHECKING:
     from broker.admin.topics import TopicsResource
@@ -54,7 +62,10 @@ class PartitionedTopics:
     async def create_partitioned(self, request: web.Request) -> web.Response:
         """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
         {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
+        check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.topics.name(request)
+        if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName: first, on any such name)
+            raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
         n = await read_body(request)
         properties: dict[str, str] = {}
         if isinstance(n, dict):
@@ -65,8 +76,6 @@ class PartitionedTopics:
         check_partition_count(n, self.service.config.maxNumPartitionsPerPartitionedTopic)
         if self.service.namespace_being_deleted(name.namespace):
             raise HttpError(412, f"Namespace {name.namespace} is being deleted")
-        if name.partition_index >= 0:
-            raise HttpError(412, f"{name} is a partition name; a partitioned topic cannot be one")
         try:
             self.service.check_topics_limit(name, n)
         except NotAllowedError as exc:
@@ -82,7 +91,7 @@ class PartitionedTopics:
         name = self.topics.name(request)
         n = self.topics.partitions(name)
         if n == 0:
-            raise HttpError(404, "Partitioned Topic not found")
+            raise HttpError(404, f"Topic {name} does not exist")
         missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
 
         async def create(p: TopicName) -> None:
@@ -99,8 +108,8 @@ class PartitionedTopics:
         name = self.topics.name(request)
         n = check_java_int(await read_body(request), "Number of partitions")
         current = self.topics.partitions(name)
-        if current == 0:
-            raise HttpError(404, "Partitioned topic does not exist")
+        if current == 0:  # (Pulsar's 409, for a topic that does not exist too)
+            raise HttpError(409, f"Topic {name} is not the partitioned topic.")
         # Pulsar's 422s of PersistentTopicsBase.internalUpdatePartitionedTopicAsync, in its order.
         if n < current:
             raise HttpError(422, f"Desired partitions {n} can't be less than the current partitions {current}.")
@@ -121,8 +130,11 @@ class PartitionedTopics:
         stay deleted, as in Pulsar)."""
         name = self.topics.name(request)
         n = self.topics.partitions(name)
+        if n == 0 and self.topics.exists(name):
+            raise HttpError(409, f"{name} is a non-partitioned topic. Instead of calling delete-partitioned-topic "
+                                 "please call delete.")
         if n == 0:
-            raise HttpError(404, "Partitioned topic does not exist")
+            raise HttpError(404, f"Topic {name} not found.")
         force = query_flag(request, "force")
         parts = [name.partition(i) for i in range(n)]
         if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
@@ -144,8 +156,9 @@ class PartitionedTopics:
         """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
         name = self.topics.name(request)
         n = self.topics.partitions(name)
-        if n == 0:
-            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+        if n == 0:  # (Pulsar's words differ between its persistent and non-persistent resources)
+            raise HttpError(404, f"Partitioned Topic {name} not found" if name.persistent
+                            else f"Partitioned topic not found {name}")
 
         async def stats(p: TopicName) -> dict[str, Any]:
             return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
@@ -161,7 +174,7 @@ class PartitionedTopics:
         name = self.topics.name(request)
         n = self.topics.partitions(name)
         if n == 0:
-            raise HttpError(404, f"Partitioned Topic not found: {name} is not a partitioned topic")
+            raise HttpError(404, f"Partitioned Topic {name} not found")
 
         async def internal(p: TopicName) -> dict[str, Any]:
             return S.internal_stats(await self.service.get_topic(p, create=False))

@@ -58,7 +58,7 @@ class PermissionsResource:
         return json_response(self._auth(ns)[P.NAMESPACE_AUTH])
 
     async def grant_namespace(self, request: web.Request) -> web.Response:
-        ns = self.web.namespaces.namespace(request)
+        ns = self.web.namespaces.namespace(request, "Topic's namespace does not exist")  # (sic: Pulsar's words)
         actions = P.parse_actions(await read_body(request))
         await self.metadata.grant_namespace_permission(ns, request.match_info["role"], actions)
         return no_content()

@@ -35,17 +35,19 @@ from broker.admin.cluster import redirect_url
 from broker.admin.common import (
     DOMAINS,
     HttpError,
+    check_namespace_name,
     int_param,
     json_response,
     no_content,
     parse_properties,
+    parse_topic_name,
     query_flag,
     read_body,
 )
 from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.partitioned_topics import PartitionedTopics
 from broker.cluster.operations import BundleOperationError
-from broker.errors import NotAllowedError, SubscriptionNotFoundError
+from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.service import admin_ops
@@ -161,11 +163,13 @@ class TopicsResource:
 
     # -- names and lookups -----------------------------------------------------------------------
     def name(self, request: web.Request) -> TopicName:
-        """The topic of the path; 404 when its tenant or namespace does not exist."""
-        self.web.namespaces.namespace(request)
+        """The topic of the path: 412 for a name Pulsar refuses; 404 "Namespace not found" (Pulsar's words) when its
+        tenant or namespace does not exist."""
         m = request.match_info
-        domain = request.path.split("/")[3]
-        return TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        name = parse_topic_name(request.path.split("/")[3], m["tenant"], m["ns"], m["topic"])
+        if name.namespace not in self.web.metadata.namespaces:
+            raise HttpError(404, "Namespace not found")
+        return name
 
     def partitions(self, name: TopicName) -> int:
         return self.service.metadata.partitions_of(name.full) if name.partition_index < 0 else 0
@@ -175,9 +179,8 @@ class TopicsResource:
                 or self.service.ledger_factory.exists(name.persistence_path))
 
     def _not_partitioned(self, name: TopicName) -> None:
-        if self.partitions(name) > 0:
-            raise HttpError(404, f"Topic {name} is a partitioned topic: use its partitions "
-                                 f"({name}-partition-k) or the partitioned-* endpoints")
+        if self.partitions(name) > 0:  # (Pulsar's words: its partitions are the topics)
+            raise HttpError(404, f"Topic {name} not found")
 
     async def topic(self, name: TopicName) -> AnyTopic:
         """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
@@ -186,12 +189,18 @@ class TopicsResource:
         self._not_partitioned(name)
         if not name.persistent and name.partition_index >= 0 and not self.exists(name):
             raise HttpError(404, f"Topic {name} not found")
-        return await self.service.get_topic(name, create=False)
+        try:
+            return await self.service.get_topic(name, create=False)
+        except TopicNotFoundError:
+            raise HttpError(404, f"Topic {name} not found") from None  # (Pulsar's words)
 
     async def stored_topic(self, name: TopicName) -> PersistentTopic:
         """``topic`` for the routes on stored messages and cursors (persistent names only)."""
         self._not_partitioned(name)
-        return await self.service.get_persistent_topic(name, create=False)
+        try:
+            return await self.service.get_persistent_topic(name, create=False)
+        except TopicNotFoundError:
+            raise HttpError(404, f"Topic {name} not found") from None
 
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
@@ -281,6 +290,7 @@ class TopicsResource:
 
     async def create(self, request: web.Request) -> web.Response:
         """PUT a topic; an optional body is its properties ({key: value})."""
+        check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.name(request)
         properties = parse_properties(await read_body(request))
         await self._check_partition_name(name)
@@ -344,7 +354,8 @@ class TopicsResource:
     async def delete(self, request: web.Request) -> web.Response:
         name = self.name(request)
         if self.partitions(name) > 0:
-            raise HttpError(409, f"Topic {name} is a partitioned topic: delete it with DELETE .../partitions")
+            raise HttpError(409, f"{name} is a partitioned topic, instead of calling delete topic, please call "
+                                 "delete-partitioned-topic.")  # (Pulsar's words)
         if not self.exists(name):
             raise HttpError(404, f"Topic {name} not found")
         await self.delete_one(name, force=query_flag(request, "force"))

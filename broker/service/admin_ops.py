@@ -72,8 +72,8 @@ async def subscription(topic: PersistentTopic, name: str) -> Subscription:
     sub = topic.subscriptions.get(name)
     if sub is not None:
         return sub
-    if name not in topic.ledger.cursors:
-        raise SubscriptionNotFoundError(f"Subscription {name} not found")
+    if name not in topic.ledger.cursors:  # (Pulsar's admin API words)
+        raise SubscriptionNotFoundError(f"Subscription {name} not found for topic {topic.full_name}")
     # initial position and start id do not matter: the stored cursor is reopened as it is
     return await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None)
 
