@@ -588,11 +588,13 @@ class ManagedCursor(abc.ABC):
         """read_position = first position after mark-delete (redeliver everything unacked)."""
 
     @abc.abstractmethod
-    def reset(self, position: Position) -> None:
+    def reset(self, position: Position, ack_set: list[int] | None = None) -> None:
         """SEEK of a subscription: forget all acks, mark-delete = previous_position(position),
         read_position = position (clamped into [first position, next add position]). A durable
         cursor's new state is written at once (``save_now``), as Pulsar's resetCursor bypasses the
-        mark-delete rate limiter."""
+        mark-delete rate limiter. ``ack_set``: the entry at ``position`` is a batch partly acknowledged
+        (bit set = message still unacked, as ``set_batch_ack``), as Pulsar's reset to a position carrying
+        an ack set; ignored when ``position`` is no stored entry (the clamp moved it)."""
 
     # -- counting --
 

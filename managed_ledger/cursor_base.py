@@ -442,9 +442,10 @@ class BaseCursor(ManagedCursor):
         self._touch()
         self._entries_available()
 
-    def reset(self, position: Position) -> None:
+    def reset(self, position: Position, ack_set: list[int] | None = None) -> None:
         self._check_usable()
         ledger_map = self._ledger._map
+        asked = position
         position = ledger_map.ceil(position)  # clamps into [first position, next add position]
         last = self._ledger.last_confirmed_entry
         # Entries added but not yet confirmed are not readable: reset no further than after the
@@ -453,6 +454,8 @@ class BaseCursor(ManagedCursor):
         record = self._record
         record.individually_deleted.clear()
         record.batch_acks.clear()
+        if ack_set is not None and position == asked and position <= last:
+            record.batch_acks[position] = list(ack_set)
         # Never past the last confirmed entry (reset to the end of a fully trimmed log).
         record.mark_delete = min(ledger_map.previous(position), last)
         self._read_position = position

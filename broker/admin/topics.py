@@ -537,6 +537,10 @@ class TopicsResource:
         return no_content()
 
     async def reset_to_position(self, request: web.Request) -> web.Response:
+        """POST .../subscription/{sub}/resetcursor with a message id (Pulsar's ResetCursorData: ledgerId, entryId,
+        partitionIndex, batchIndex, excluded): the subscription reads from it again (Pulsar's
+        internalResetCursorOnPosition); a batchIndex inside a batch leaves the messages before it acknowledged.
+        One topic or partition: 405 on a partitioned topic. The partitionIndex is not checked, as in Pulsar."""
         body = await read_body(request)
         if body is None:
             raise HttpError(400, "A message id body {\"ledgerId\": L, \"entryId\": E} is required")
@@ -544,11 +548,14 @@ class TopicsResource:
         # (ResetCursorData's isExcluded is "excluded" on the wire; message_id checked the dict. The query flag is ours.)
         excluded = body.get("excluded", False) if isinstance(body, dict) else False
         exclusive = bool(excluded) or query_flag(request, "isExcluded")
+        batch_index = _int_field(body, "batchIndex", -1) if isinstance(body, dict) else -1
+        if self.partitions(self.name(request)) > 0:  # (in Pulsar's words, not _single's; no partitionIndex check)
+            raise HttpError(405, "Reset-cursor at position is not allowed for partitioned-topic")
 
         async def reset(t: PersistentTopic, sub: Subscription) -> None:
-            admin_ops.reset_to(t, sub, start, exclusive)
+            await admin_ops.reset_to(t, sub, start, exclusive, batch_index)
 
-        return await self.for_each_subscription(request, "Reset-cursor at position", reset)
+        return await self.for_each_subscription(request, None, reset)
 
     async def expire(self, request: web.Request) -> web.Response:
         seconds = int_param(request.match_info["seconds"], "Expire time")

@@ -136,11 +136,22 @@ async def reset_by_time(topic: PersistentTopic, sub: Subscription, timestamp_ms:
     return position
 
 
-def reset_to(topic: PersistentTopic, sub: Subscription, start: Position, exclusive: bool = False) -> Position:
+async def reset_to(topic: PersistentTopic, sub: Subscription, start: Position, excluded: bool = False,
+                   batch_index: int = -1) -> Position:
+    """Reset to message id ``start`` (Pulsar's internalResetCursorOnPosition): the subscription reads from it
+    again, with ``excluded`` from the one after it. With a ``batch_index`` (>= 0) inside a batch entry, the
+    messages of the batch before that index count as acknowledged (with ``excluded``, the one at it too), so a
+    consumer gets the batch from there on: the ack set Pulsar's calculatePositionAckSet gives, the same one an
+    expiry by message id acts on (``expiry_target``). An index that leaves nothing of the batch moves on to the
+    next entry with ``excluded``; without it Pulsar records an empty ack set, which is dispatched as none, so
+    the whole batch comes again: here, a reset to the entry. An id that is no stored entry (or a batch size that
+    cannot be read) ignores the index, as Pulsar's getEntryBatchSize answers 0 then."""
     position = clamp_start(topic, start)
-    if exclusive and position <= topic.ledger.last_confirmed_entry:
-        position = topic.ledger.next_valid_position(position)
-    sub.reset_cursor(position)
+    size = await batch_size_at(topic, position) if batch_index >= 0 and position == start else 0
+    target = expiry_target(position, batch_index, size, excluded)
+    if target.ack_set is None and target.position != position and position <= topic.ledger.last_confirmed_entry:
+        position = topic.ledger.next_valid_position(position)  # (excluded: the entry after it)
+    sub.reset_cursor(position, target.ack_set)
     return position
 
 

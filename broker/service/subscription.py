@@ -456,15 +456,17 @@ class Subscription:
         for c in list(self.consumers):
             c.cnx.consumer_closed_by_broker(c)
 
-    def reset_cursor(self, position: Position) -> None:
-        """SEEK: drop consumers (they come back with fresh permits), then move the cursor."""
+    def reset_cursor(self, position: Position, ack_set: list[int] | None = None) -> None:
+        """SEEK: drop consumers (they come back with fresh permits), then move the cursor. ``ack_set``: the
+        entry at ``position`` is a batch whose messages with clear bits count as acknowledged (a reset to a
+        message inside a batch): it is dispatched with that ack_set, so the client skips them."""
         self.seek_pending = not self.durable
         self.disconnect_consumers()
         if self.dispatcher is not None:
             # A read parked at the old position would be served from the new one by the reset and
             # its entries dropped as stale: the cursor would skip them. Cancel it first.
             self.dispatcher.cancel_reads()
-        self.cursor.reset(position)
+        self.cursor.reset(position, ack_set)
         if self.dispatcher is not None:
             self.dispatcher.on_cursor_reset()
 

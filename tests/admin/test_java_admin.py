@@ -1,5 +1,6 @@
-"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java) against our broker:
-analyzeSubscriptionBacklog, expireMessages by message id and truncate, as pulsar-admin sends and parses them.
+"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java and ResetCursorOps.java)
+against our broker: analyzeSubscriptionBacklog, expireMessages by message id, truncate and resetCursor to a message
+inside a batch, as pulsar-admin sends and parses them.
 
 Needs ``java``/``javac`` and the Pulsar jars of ``make pulsar-deps``."""
 
@@ -16,9 +17,11 @@ import pytest
 from cluster.apache_pulsar import missing_dependencies, pulsar_lib
 from tests.admin.conftest import Admin, rest_path
 from tests.needs import unavailable
+from tests.waiting import wait_for
 
-JAVA_SOURCE = Path(__file__).parent / "java" / "AdminOps.java"
+JAVA_SOURCES = [Path(__file__).parent / "java" / name for name in ("AdminOps.java", "ResetCursorOps.java")]
 JAVA_TIMEOUT_S = 300  # a cold JVM on a busy 2-core machine
+TIMEOUT_MS = 10_000
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def admin_ops_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if reason is not None:
         unavailable(f"Java admin client test: {reason}")
     out = tmp_path_factory.mktemp("admin-ops-classes")
-    subprocess.run(["javac", "-nowarn", "-cp", f"{pulsar_lib()}/*", "-d", str(out), str(JAVA_SOURCE)],
+    subprocess.run(["javac", "-nowarn", "-cp", f"{pulsar_lib()}/*", "-d", str(out), *map(str, JAVA_SOURCES)],
                    check=True, capture_output=True, timeout=JAVA_TIMEOUT_S)
     return out
 
@@ -58,3 +61,33 @@ def test_pulsar_admin_analyze_expire_and_truncate(admin_ops_classes: Path, admin
         f"expired entries=2 messages=2 accepted=2 aborted=false first={at(3)} last={at(4)}",
         "truncated entries=0 messages=0 accepted=0 aborted=false first=null last=null",
     ]
+
+
+def test_pulsar_admin_reset_cursor_inside_a_batch(admin_ops_classes: Path, admin: Admin, client: pulsar.Client) -> None:
+    # pulsar-admin topics reset-cursor with a message id inside a batch: the batch from that message on (excluded:
+    # from the one after it).
+    topic = f"persistent://public/default/java-reset-{uuid.uuid4().hex[:8]}"
+    base = f"/admin/v2/{rest_path(topic)}"
+    for sub in ("at", "after"):
+        admin.ok("PUT", f"{base}/subscription/{sub}")  # at the end
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=4,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(4):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == 4, what="the batch's receipts")
+    producer.close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"m0")  # its own entry, after the batch
+    producer.close()
+    run = subprocess.run(
+        ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+         "-cp", f"{admin_ops_classes}:{pulsar_lib()}/*", "ResetCursorOps",
+         admin.web_url, topic, str(sent[0].ledger_id()), str(sent[0].entry_id()), "1"],
+        capture_output=True, text=True, timeout=JAVA_TIMEOUT_S)
+    assert run.returncode == 0 and "reset" in run.stdout.splitlines(), run.stdout[-3000:] + run.stderr[-3000:]
+    for sub, expected in (("at", [b"b1", b"b2", b"b3", b"m0"]), ("after", [b"b2", b"b3", b"m0"])):
+        consumer = client.subscribe(topic, sub)
+        assert [consumer.receive(TIMEOUT_MS).data() for _ in expected] == expected, sub
+        consumer.close()

@@ -600,20 +600,94 @@ def test_expire_messages_up_to_a_batch_index(admin: Admin, client: pulsar.Client
     topic = new_topic("expire-batch")
     base = f"/admin/v2/{rest_path(topic)}"
     admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5,
-                                      batching_max_publish_delay_ms=60_000)
-    sent: list[pulsar.MessageId] = []
-    for i in range(5):
-        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
-    producer.flush()
-    wait_for(lambda: len(sent) == 5, what="the batch's receipts")
-    producer.close()
+    sent = publish_batch(client, topic, 5)
     third = next(m for m in sent if m.batch_index() == 2)
     # Not excluded: the messages before batch index 2 are expired; the entry stays, its other messages unacked.
     assert admin.post(f"{base}/subscription/s/expireMessages", _message_id(third, batchIndex=2)).status == 204
     consumer = client.subscribe(topic, "s")
     assert [consumer.receive(TIMEOUT_MS).data() for _ in range(3)] == [b"b2", b"b3", b"b4"]
     consumer.close()
+
+
+def publish_batch(client: pulsar.Client, topic: str, n: int) -> list[pulsar.MessageId]:
+    """b0 .. b{n-1} as one batch entry."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=n,
+                                      batching_max_publish_delay_ms=60_000)
+    sent: list[pulsar.MessageId] = []
+    for i in range(n):
+        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
+    producer.flush()
+    wait_for(lambda: len(sent) == n, what="the batch's receipts")
+    producer.close()
+    return sent
+
+
+def test_reset_cursor_to_a_message_inside_a_batch(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar's resetcursor with a ResetCursorData body carrying a batchIndex: the messages of the batch before it
+    # count as acknowledged (with "excluded" the one at it too), so a consumer gets the batch from there on.
+    topic = new_topic("reset-batch")
+    base = f"/admin/v2/{rest_path(topic)}"
+    whole = [b"b0", b"b1", b"b2", b"b3", b"b4"]
+    cases: dict[str, tuple[dict[str, object], list[bytes]]] = {  # subscription: (the body's fields, what comes)
+        "at-2": ({"batchIndex": 2}, [b"b2", b"b3", b"b4"]),
+        "after-2": ({"batchIndex": 2, "excluded": True}, [b"b3", b"b4"]),
+        "at-0": ({"batchIndex": 0}, whole),
+        "no-index": ({}, whole),
+        "after-last": ({"batchIndex": 4, "excluded": True}, []),  # nothing left of the batch: the next entry
+        "no-index-excluded": ({"excluded": True}, []),
+        "past-the-batch": ({"batchIndex": 9}, whole),  # (Pulsar's empty ack set is dispatched as none)
+    }
+    for sub in cases:
+        admin.ok("PUT", f"{base}/subscription/{sub}")  # at the end: the reset brings it back
+    batch = publish_batch(client, topic, 5)
+    plain = publish(client, topic, 2)  # m0, m1: each its own entry, after the batch
+    for sub, (fields, expected) in cases.items():
+        assert admin.post(f"{base}/subscription/{sub}/resetcursor", _message_id(batch[3], **fields)).status == 204
+        consumer = client.subscribe(topic, sub, batch_index_ack_enabled=True)
+        got = [consumer.receive(TIMEOUT_MS) for _ in range(len(expected) + 2)]  # then m0 and m1, nothing between
+        assert [m.data() for m in got] == [*expected, b"m0", b"m1"], sub
+        assert [m.message_id().batch_index() for m in got[:len(expected)]] == \
+            [int(e[1:]) for e in expected], sub
+        for m in got:
+            consumer.acknowledge(m)
+        # The messages the reset acknowledged and those acknowledged now make the batch whole: no backlog left.
+        # (A client acknowledging by batch index, as Pulsar's: the official clients' default waits for every message
+        # of a batch to be acknowledged through it before it acknowledges the entry, with Pulsar too.)
+        def drained(name: str = sub) -> bool:
+            return backlog(admin, topic, name) == 0
+
+        wait_for(drained, what=f"{sub}'s backlog to drain")
+        consumer.close()
+    # A non-batched entry is a batch of one: index 0 is the entry, with "excluded" the one after it.
+    one_message: list[tuple[dict[str, object], bytes]] = [
+        ({"batchIndex": 0}, b"m0"), ({"batchIndex": 0, "excluded": True}, b"m1"), ({"batchIndex": 3}, b"m0")]
+    for fields, first in one_message:
+        assert admin.post(f"{base}/subscription/at-2/resetcursor", _message_id(plain[0], **fields)).status == 204
+        consumer = client.subscribe(topic, "at-2")
+        assert consumer.receive(TIMEOUT_MS).data() == first, fields
+        consumer.close()
+
+
+def test_reset_cursor_into_a_batch_errors(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/plain"
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/subscription/s")
+    batch = publish_batch(client, topic, 3)
+    body = _message_id(batch[0], batchIndex=1)
+    assert admin.post(f"{base}/subscription/s/resetcursor", {**body, "batchIndex": "1"}).status == 400
+    assert admin.post(f"{base}/subscription/s/resetcursor", {**body, "batchIndex": True}).status == 400
+    reply = admin.post(f"{base}/subscription/nope/resetcursor", body)
+    assert reply.status == 404
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.post(f"/admin/v2/persistent/{ns}/parted/subscription/s/resetcursor", body)
+    assert reply.status == 405 and reply.reason == "Reset-cursor at position is not allowed for partitioned-topic"
+    # A negative index is none (Pulsar's default, -1), and an id past the end ignores the index: nothing to read.
+    assert admin.post(f"{base}/subscription/s/resetcursor", {**body, "batchIndex": -5}).status == 204
+    assert backlog(admin, topic, "s") == 1
+    past = {"ledgerId": batch[0].ledger_id() + 1000, "entryId": 0, "batchIndex": 1}
+    assert admin.post(f"{base}/subscription/s/resetcursor", past).status == 204
+    assert backlog(admin, topic, "s") == 0
 
 
 def test_expire_messages_up_to_a_message_id_errors(admin: Admin, client: pulsar.Client) -> None:

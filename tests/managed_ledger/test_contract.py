@@ -1000,6 +1000,31 @@ async def test_batch_index_acks_are_kept_with_the_cursor(factory: ManagedLedgerF
     assert dict(sub.batch_acks) == {}
 
 
+async def test_reset_into_a_batch_keeps_its_ack_set(factory: ManagedLedgerFactory) -> None:
+    # A reset to a message inside a batch (Pulsar's reset to a position carrying an ack set): the entry is read
+    # again, partly acknowledged, and that state is written with the reset.
+    ml = await factory.open("t", SMALL_KEEP)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 6)
+    c.set_batch_ack(ps[4], [1])
+    c.mark_delete(ps[5])
+    c.reset(ps[2], [0b11100])
+    assert c.mark_delete_position == ps[1] and c.read_position == ps[2]
+    assert dict(c.batch_acks) == {ps[2]: [0b11100]}  # the older batch state is gone
+    await c.flush()
+    await ml.close()
+
+    again = await factory.open("t", SMALL_KEEP)
+    sub = again.cursors["sub"]
+    assert dict(sub.batch_acks) == {ps[2]: [0b11100]}
+    assert datas(await sub.read_entries_async(1)) == [b"m2"]
+    # An ack set for a position the reset does not land on (clamped) is dropped.
+    sub.reset(Position(ps[-1].ledger_id + 100, 5), [1])
+    assert dict(sub.batch_acks) == {}
+    sub.reset(Position(-1, -1), [1])
+    assert dict(sub.batch_acks) == {} and sub.read_position == ps[0]
+
+
 async def test_cursor_close_and_reopen_handle(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("t", SMALL)
     c = await ml.open_cursor("c", InitialPosition.EARLIEST)
