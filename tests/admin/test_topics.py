@@ -723,19 +723,6 @@ def test_expire_messages_up_to_a_message_id_errors(admin: Admin, client: pulsar.
     assert backlog(admin, topic, "s") == 2  # none of the refused calls moved it
 
 
-def _batch(client: pulsar.Client, topic: str, n: int) -> list[pulsar.MessageId]:
-    """n messages in one batch (one entry)."""
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=n,
-                                      batching_max_publish_delay_ms=60_000)
-    sent: list[pulsar.MessageId] = []
-    for i in range(n):
-        producer.send_async(f"b{i}".encode(), lambda res, mid: sent.append(mid))
-    producer.flush()
-    wait_for(lambda: len(sent) == n, what="the batch's receipts")
-    producer.close()
-    return sent
-
-
 def _at(mid: pulsar.MessageId) -> str:
     return f"{mid.ledger_id()}:{mid.entry_id()}"
 
@@ -745,7 +732,7 @@ def test_analyze_subscription_backlog(admin: Admin, client: pulsar.Client) -> No
     base = f"/admin/v2/{rest_path(topic)}"
     admin.ok("PUT", f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1})
     ids = publish(client, topic, 4)
-    batch = _batch(client, topic, 3)
+    batch = publish_batch(client, topic, 3)
     analyze = f"{base}/subscription/s/analyzeBacklog"
     # Pulsar's AnalyzeSubscriptionBacklogResult: no entry filters here, so everything is accepted.
     assert admin.ok("POST", analyze) == {
