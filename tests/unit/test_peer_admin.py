@@ -188,3 +188,68 @@ async def test_a_call_with_redirects_has_one_timeout_in_all(monkeypatch: pytest.
         await runner.cleanup()
     assert failed.value.status_code == 503 and "no answer within 1 s" in str(failed.value.text)
     assert hops[-1] < peers.MAX_REDIRECTS
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+async def test_a_moved_or_see_other_redirect_is_followed_as_a_get(owner: str, status: int) -> None:
+    """301, 302 and 303 are followed as Pulsar's admin client follows them (AsyncHttpConnector.executeRedirect): a
+    POST (any method but GET, HEAD, OPTIONS) becomes a GET without its body, the credentials kept. They were taken
+    as the other broker's success (an empty answer), the call made nowhere."""
+    url, _ = owner.split("|")
+    seen: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        seen.append(request.method)
+        return web.Response(status=status, headers={"Location": f"{url}/seen"})
+
+    app = web.Application()
+    app.router.add_route("*", "/moved", moved)
+    runner, other = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        got = await admin.call("POST", f"{other}/moved", caller("Bearer user-token"), body={"x": 1})
+        assert got == {"authorization": "Bearer user-token", "method": "GET", "body": ""}
+        assert (await admin.call("GET", f"{other}/moved"))["method"] == "GET"
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert seen == ["POST", "GET"]
+
+
+async def test_a_permanent_redirect_keeps_the_method_and_body(owner: str) -> None:
+    url, _ = owner.split("|")
+
+    async def moved(request: web.Request) -> web.Response:
+        return web.Response(status=308, headers={"Location": f"{url}/seen"})
+
+    app = web.Application()
+    app.router.add_route("*", "/moved", moved)
+    runner, other = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        got = await admin.call("PUT", f"{other}/moved", body=[1])
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert got == {"authorization": None, "method": "PUT", "body": "[1]"}
+
+
+@pytest.mark.parametrize(("status", "location"), [(300, "/elsewhere"), (304, None), (302, None), (307, None)])
+async def test_a_3xx_that_is_not_followed_is_a_failure(status: int, location: str | None) -> None:
+    """A 3xx that is not a redirect Pulsar's admin client follows, or a redirect without a Location, fails the call
+    (503): it was taken as the other broker's success."""
+    async def odd(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": location} if location else {})
+
+    app = web.Application()
+    app.router.add_route("*", "/odd", odd)
+    runner, url = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        with pytest.raises(HttpError) as failed:
+            await admin.call("POST", f"{url}/odd")
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert failed.value.status_code == 503 and str(status) in str(failed.value.text)
+
