@@ -16,12 +16,15 @@ Redirects (307, an owner that moved meanwhile; 301, 302, 303 and 308 as Pulsar's
 Authorization header on a redirect to another port); any other 3xx is a failure (503), not a success. An error answer
 of the other broker becomes ours (its status and reason); a broker that cannot be reached, or does not answer within
 the call's time (``CALL_TIMEOUT_S``, redirects included), is a 503.
+
+The TLS context of the calls over https is built once, and again only when its files change (``_ssl_context``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -78,8 +81,27 @@ class PeerAdmin:
         self._cert = cert or ((config.brokerClientCertificateFilePath, config.brokerClientKeyFilePath)
                               if config.brokerClientCertificateFilePath and config.brokerClientKeyFilePath else None)
         self._session: aiohttp.ClientSession | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._ssl_stamp: tuple[tuple[int, int] | None, ...] = ()
 
     def _ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of the calls over https: built once, and again only when one of its files (trust
+        certificates, certificate, key) has changed since (its modification time or size), as Pulsar's admin client
+        refreshes its SSL context when the files change (PulsarSslFactory, checked every
+        tlsCertRefreshCheckDurationSec there; here at each call, a stat of each file). The settings themselves are
+        fixed for the life of the broker (its configuration is read at start)."""
+        files = self._tls_files()
+        stamp = tuple(_file_stamp(f) for f in files)
+        if self._ssl is None or stamp != self._ssl_stamp:
+            self._ssl, self._ssl_stamp = self._build_ssl_context(), stamp
+        return self._ssl
+
+    def _tls_files(self) -> list[str]:
+        cfg = self._config
+        trust = cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
+        return [f for f in (trust, *(self._cert or ())) if f]
+
+    def _build_ssl_context(self) -> ssl.SSLContext:
         cfg = self._config
         context = ssl.create_default_context(cafile=cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
                                              or None)
@@ -152,6 +174,15 @@ class PeerAdmin:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time, size) of a TLS file, None when it cannot be read (the context build then says why)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def reason_of(text: str) -> str:

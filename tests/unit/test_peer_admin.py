@@ -5,8 +5,12 @@ Authorization header on a redirect to another port), the other broker's refusal 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,6 +24,7 @@ from broker.admin.common import HttpError
 from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
+from tests.security.pki import make_pki
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -253,3 +258,59 @@ async def test_a_3xx_that_is_not_followed_is_a_failure(status: int, location: st
         await runner.cleanup()
     assert failed.value.status_code == 503 and str(status) in str(failed.value.text)
 
+
+async def test_the_tls_context_is_built_once_and_again_when_its_files_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls over https share one TLS context (it was built, the trust file read and parsed, at every call); a trust
+    file replaced on disk is used from the next call on (the context built again), as Pulsar's admin client
+    refreshes its SSL context when its files change."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pki, other_ca = make_pki(tmp_path / "a"), make_pki(tmp_path / "b")
+    trust = tmp_path / "trust.pem"
+    trust.write_bytes(pki.ca_cert.read_bytes())
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.server_cert, pki.server_key)
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/hello", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    built = 0
+    create = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        nonlocal built
+        built += 1
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    admin = PeerAdmin(BrokerConfig(brokerClientTrustCertsFilePath=str(trust)))
+    stamp = trust.stat().st_mtime_ns
+
+    def replace_trust(source: Path) -> None:
+        nonlocal stamp
+        trust.write_bytes(source.read_bytes())
+        stamp += 1_000_000_000  # (a later modification time, whatever the file system's clock granularity)
+        os.utime(trust, ns=(stamp, stamp))
+
+    try:
+        for _ in range(3):
+            assert await admin.call("GET", f"https://127.0.0.1:{port}/hello") == {"ok": True}
+        assert built == 1
+        replace_trust(other_ca.ca_cert)  # (a CA that did not sign the server's certificate)
+        with pytest.raises(HttpError) as untrusted:
+            await admin.call("GET", f"https://127.0.0.1:{port}/hello")
+        assert untrusted.value.status_code == 503 and built == 2
+        replace_trust(pki.ca_cert)
+        assert await admin.call("GET", f"https://127.0.0.1:{port}/hello") == {"ok": True}
+        assert built == 3
+    finally:
+        await admin.close()
+        await runner.cleanup()
