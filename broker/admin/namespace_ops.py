@@ -15,7 +15,8 @@ topics whose name hashes into the bundle's range, with Pulsar's hash (CRC32 of t
 name), so ``--bundle`` in scripts means what it means against Pulsar.
 
 Cluster mode (``on_owners``): a bundle another broker owns is that broker's: a namespace-wide request is passed on
-to the owner of each bundle (``broker.admin.peers``), a request on one bundle is redirected there (307).
+to the owner of each bundle (``broker.admin.peers``), side by side within one time bound (``broker.admin.owner_calls``),
+a request on one bundle is redirected there (307).
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from aiohttp import web
 
 from broker.admin.cluster import redirect_url
 from broker.admin.common import HttpError, no_content
+from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.operations import BundleOperationError
 from broker.service import admin_ops
 from broker.service.topic import PersistentTopic
-from broker.tasks import all_done
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -81,8 +82,7 @@ class NamespaceOperationsResource:
                 if n.persistence_path in stored and (bundle is None or bundle.includes(n.full)) and not excluded(n)]
 
     async def on_owners(self, request: web.Request, action: str,
-                        local: Callable[[str, NamespaceBundle | None], Awaitable[None]], *,
-                        parallel: bool = False) -> None:
+                        local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
         """Run ``local`` over the namespace or the bundle of the path. Standalone: here, at once. Cluster mode, as
         Pulsar's NamespacesBase: each bundle owned here is done here; a namespace-wide request is passed on to the
         owner of each other bundle (``.../{bundle}/{action}`` there, with the broker client's credentials); a request
@@ -92,39 +92,44 @@ class NamespaceOperationsResource:
         if not self.service.ownership.distributed:
             await local(ns, named)
             return
-        await self.each_bundle(request, ns, named, request.method, action, local, parallel=parallel)
+        await self.each_bundle(request, ns, named, request.method, action, local)
 
     async def each_bundle(self, request: web.Request, ns: str, named: NamespaceBundle | None, method: str,
-                          action: str, local: Callable[[str, NamespaceBundle | None], Awaitable[None]], *,
-                          parallel: bool = False) -> None:
+                          action: str, local: Callable[[str, NamespaceBundle | None], Awaitable[None]]) -> None:
         """Cluster mode: ``local`` on the bundles owned here, ``method`` on ``{bundle}/{action}`` at the owner
-        of the others (one bundle named in the path: a 307 there instead). One bundle after the other, or with
-        ``parallel`` all at once, as Pulsar unloads a namespace's bundles (a failure is raised once all are done)."""
+        of the others (one bundle named in the path: a 307 there instead). The bundles are done side by side, as
+        Pulsar's waitForAll over its admin client's calls (``owner_calls.fan_out``: at most ``FANOUT_CONCURRENCY``
+        at once, the calls to other brokers within ``FANOUT_TIMEOUT_S`` in all); every bundle's call is made even
+        when one fails, and the answer is then the first failure in bundle order."""
         ownership = self.service.ownership
-        targets = [named] if named is not None else self.service.metadata.namespace_bundles(ns).bundles
+        if named is not None:
+            if ownership.is_owned(named):
+                await local(ns, named)
+                return
+            owner = await ownership.owner_of(named)
+            base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+            if base:
+                raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
+            return  # (owned by nobody)
 
-        async def one(bundle: NamespaceBundle) -> None:
+        async def one(bundle: NamespaceBundle, peer_call: PeerCall) -> None:
             if ownership.is_owned(bundle):
                 await local(ns, bundle)
                 return
             owner = await ownership.owner_of(bundle)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
-            if not base:
-                return  # (owned by nobody)
-            if named is not None:
-                raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
-            url = f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}"
-            await self.web.peers.call(method, url, request)
+            if base:  # (else owned by nobody)
+                await peer_call(method, f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}", None)
 
-        if not parallel:
-            for bundle in targets:
-                await one(bundle)
-            return
-        await all_done(one(b) for b in targets)
+        bundles = self.service.metadata.namespace_bundles(ns).bundles
+        failure = first_failure(await fan_out(self.web.peers, request, bundles, one, f"the calls on every bundle "
+                                                                                     f"of {ns}"))
+        if failure is not None:
+            raise failure.error
 
     async def release_bundles(self, request: web.Request, ns: str) -> None:
         """Cluster mode: every bundle of ``ns`` released by its owner (a namespace being deleted)."""
-        await self.each_bundle(request, ns, None, "PUT", "unload", self._unload, parallel=True)
+        await self.each_bundle(request, ns, None, "PUT", "unload", self._unload)
 
     async def clear_backlog(self, request: web.Request) -> web.Response:
         only = request.match_info.get("sub")
@@ -140,8 +145,8 @@ class NamespaceOperationsResource:
         return no_content()
 
     async def unsubscribe(self, request: web.Request) -> web.Response:
-        """(In cluster mode the refusal for connected consumers is per bundle, as in Pulsar: the bundles done before
-        one that refuses stay done.)"""
+        """(In cluster mode the refusal for connected consumers is per bundle, as in Pulsar: the other bundles are
+        done all the same, the refusal answers once they are.)"""
         name = request.match_info["sub"]
 
         async def unsubscribe(ns: str, bundle: NamespaceBundle | None) -> None:
@@ -160,7 +165,7 @@ class NamespaceOperationsResource:
     async def unload(self, request: web.Request) -> web.Response:
         """Release the bundle (or every bundle of the namespace) through ownership (broker.cluster): its topics
         close, their clients look up again (cluster mode: any broker may take it then)."""
-        await self.on_owners(request, "unload", self._unload, parallel=True)
+        await self.on_owners(request, "unload", self._unload)
         return no_content()
 
     async def _unload(self, ns: str, bundle: NamespaceBundle | None) -> None:

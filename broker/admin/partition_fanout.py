@@ -9,8 +9,9 @@ The interface:
 
 - ``partitions_to_ask(name)``: which partitions an operation over a partitioned topic visits.
 - ``outcomes(...)``: a given call (method, action, query, body) on a given list of partitions: each one's answer or
-  ``PartitionFailure``, once all have ended. The calls are made side by side (as Pulsar's waitForAll), at most
-  ``FANOUT_CONCURRENCY`` at once, those to other brokers within ``FANOUT_TIMEOUT_S`` in all.
+  ``CallFailure``, once all have ended. The calls are made side by side (as Pulsar's waitForAll), at most
+  ``FANOUT_CONCURRENCY`` at once, those to other brokers within ``FANOUT_TIMEOUT_S`` in all: the bounded gather of
+  broker/admin/owner_calls.py, shared with the fan-outs over a namespace's bundles.
 - ``on_owners(...)``: ``outcomes``, the answers; the first failure in partition order other than a 404 is raised.
 - ``on_each_partition(...)``: the request's own call (method, rest of path, query, body) on each partition.
 - ``tally(...)``: ``on_each_partition`` for an operation a partition may refuse (409) without failing the others.
@@ -23,7 +24,6 @@ too); the answer is then the first failure in partition order, whatever order th
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
@@ -31,23 +31,14 @@ from urllib.parse import unquote, urlencode
 from aiohttp import web
 
 from broker.admin.cluster import topic_owner_url
-from broker.admin.common import HttpError, status_for
-from broker.admin.peers import CALL_TIMEOUT_S, path_segment, topic_path
-from broker.errors import BrokerError
+from broker.admin.common import HttpError
+from broker.admin.owner_calls import CallFailure, PeerCall, fan_out
+from broker.admin.peers import path_segment, topic_path
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.admin.peers import PeerAdmin
-
-# How many partitions' calls of one fan-out are under way at once. Pulsar starts them all (FutureUtil.waitForAll) and
-# its admin client sends at most 16 at a time to one broker (PulsarAdminBuilderImpl: connectionsPerBroker 16), the
-# others wait in its queue; the same bound here also keeps a topic of 1,000 partitions from loading them all at once.
-FANOUT_CONCURRENCY = 16
-# How long the calls of one fan-out to other brokers may take in all: a broker that does not answer (hung, cut off)
-# fails its partitions with a 503 by then (Pulsar's admin client gives a request 60 s: ClientConfigurationData's
-# requestTimeoutMs and readTimeoutMs).
-FANOUT_TIMEOUT_S = CALL_TIMEOUT_S
 
 
 class PartitionFanout:
@@ -85,7 +76,7 @@ class PartitionFanout:
         answers: dict[TopicName, Any] = {}
         missing: HttpError | None = None
         for p, answer in await self.outcomes(request, partitions, method, action, local, query, body):
-            if isinstance(answer, PartitionFailure):
+            if isinstance(answer, CallFailure):
                 if answer.status != 404:
                     raise answer.error
                 missing = missing or answer.as_http_error()
@@ -98,37 +89,18 @@ class PartitionFanout:
     async def outcomes(self, request: web.Request, partitions: list[TopicName], method: str, action: str,
                        local: Callable[[TopicName], Awaitable[Any]], query: str = "", body: object = None
                        ) -> list[tuple[TopicName, Any]]:
-        """(partition, its answer or its ``PartitionFailure``) for each partition in order, once every call has
-        ended, as Pulsar's FutureUtil.waitForAll over the admin client's calls: all of them under way together, at most
-        ``FANOUT_CONCURRENCY`` at a time; a call to another broker ends by ``FANOUT_TIMEOUT_S`` after the first
-        started (a 503 then), so a broker that does not answer holds the whole answer up that long at most. A local
-        call is never cut short (it may be loading or changing a topic). A failure that is not an answer (a bug)
-        is raised once all have ended."""
-        deadline = asyncio.get_running_loop().time() + FANOUT_TIMEOUT_S
-        gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
+        """(partition, its answer or its ``CallFailure``) for each partition in order, once every call has
+        ended, as Pulsar's FutureUtil.waitForAll over the admin client's calls: ``owner_calls.fan_out``, with its
+        bounds (``FANOUT_CONCURRENCY`` at a time, the calls to other brokers within ``FANOUT_TIMEOUT_S`` in all)."""
         suffix = f"/{action}" if action else ""
 
-        async def one(p: TopicName) -> Any:
-            async with gate:
-                try:
-                    base = await topic_owner_url(self.ctx, p, request.secure)
-                    if base is None:
-                        return await local(p)
-                    url = f"{base}{topic_path(p)}{suffix}{query}"
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            return await self.peers.call(method, url, request, body)
-                    except TimeoutError:
-                        raise HttpError(503, f"{method} {url}: no answer within {FANOUT_TIMEOUT_S:g} s (the calls "
-                                             f"on every partition)") from None
-                except (HttpError, BrokerError) as exc:
-                    return PartitionFailure(exc)
+        async def one(p: TopicName, peer_call: PeerCall) -> Any:
+            base = await topic_owner_url(self.ctx, p, request.secure)
+            if base is None:
+                return await local(p)
+            return await peer_call(method, f"{base}{topic_path(p)}{suffix}{query}", body)
 
-        answers = await asyncio.gather(*(one(p) for p in partitions), return_exceptions=True)
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
-        return list(zip(partitions, answers, strict=True))
+        return await fan_out(self.peers, request, partitions, one, "the calls on every partition")
 
     async def on_each_partition(self, request: web.Request, name: TopicName,
                                 local: Callable[[TopicName], Awaitable[Any]], *, body: object = None,
@@ -162,7 +134,7 @@ class PartitionFanout:
         action, query = self._request_call(request)
         done = refusals = 0
         for _, answer in await self.outcomes(request, partitions, request.method, action, local, query, body):
-            if not isinstance(answer, PartitionFailure):
+            if not isinstance(answer, CallFailure):
                 done += 1
             elif answer.status == refused:
                 refusals += 1
@@ -179,13 +151,3 @@ class PartitionFanout:
         answers = await self.on_each_partition(request, name, one, body=body, missing_ok=missing_ok)
         return list(answers.values())
 
-
-class PartitionFailure:
-    """A partition's call that failed with an answer (an HTTP status, ``status``; the exception, ``error``)."""
-
-    def __init__(self, error: HttpError | BrokerError) -> None:
-        self.error = error
-        self.status = error.status_code if isinstance(error, HttpError) else status_for(error)
-
-    def as_http_error(self) -> HttpError:
-        return self.error if isinstance(self.error, HttpError) else HttpError(self.status, self.error.message)

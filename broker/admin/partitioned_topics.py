@@ -23,7 +23,7 @@ from broker.admin.common import (
     query_flag,
     read_body,
 )
-from broker.admin.partition_fanout import PartitionFailure
+from broker.admin.owner_calls import CallFailure
 from broker.errors import NotAllowedError
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
@@ -100,7 +100,7 @@ class PartitionedTopics:
 
         for _, answer in await self.topics.fanout.outcomes(request, missing, "PUT", "", create):
             # (409: created meanwhile, or a live non-persistent partition there)
-            if isinstance(answer, PartitionFailure) and answer.status not in (404, 409):
+            if isinstance(answer, CallFailure) and answer.status not in (404, 409):
                 raise answer.error
         return no_content()
 

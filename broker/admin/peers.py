@@ -11,16 +11,20 @@ the broker it called and then calls the others as itself (a superuser). When no 
 the caller's own Authorization header is carried instead, so that a cluster with authentication but without broker
 credentials still works for a caller allowed everywhere.
 
-Redirects (307, an owner that moved meanwhile) are followed here, at most ``MAX_REDIRECTS`` times, keeping the
-credentials (aiohttp drops the Authorization header on a redirect to another port). An error answer of the other
-broker becomes ours (its status and reason); a broker that cannot be reached, or does not answer within the call's
-time (``CALL_TIMEOUT_S``, redirects included), is a 503.
+Redirects (307, an owner that moved meanwhile; 301, 302, 303 and 308 as Pulsar's admin client follows them:
+``REDIRECTS``) are followed here, at most ``MAX_REDIRECTS`` times, keeping the credentials (aiohttp drops the
+Authorization header on a redirect to another port); any other 3xx is a failure (503), not a success. An error answer
+of the other broker becomes ours (its status and reason); a broker that cannot be reached, or does not answer within
+the call's time (``CALL_TIMEOUT_S``, redirects included), is a 503.
+
+The TLS context of the calls over https is built once, and again only when its files change (``_ssl_context``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -39,8 +43,14 @@ if TYPE_CHECKING:
 
 # How long one call to another broker may take (a namespace unload there closes every topic of a bundle).
 CALL_TIMEOUT_S = 60.0
-# Owners move (unload, failover) while a call is on its way: a few 307s in a row are normal, more is a loop.
+# Owners move (unload, failover) while a call is on its way: a few 307s in a row are normal, more is a loop (the
+# async-http-client default maxRedirects of Pulsar's admin client).
 MAX_REDIRECTS = 5
+# The redirects Pulsar's admin client follows (AsyncHttpConnector.isRedirectStatusCode, with followRedirect off in
+# async-http-client itself): 307 and 308 keep the method and body; 301, 302 and 303 turn a call other than GET, HEAD
+# or OPTIONS into a GET without a body (executeRedirect, as browsers do). Any other 3xx is not followed: a failure.
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+SWITCH_TO_GET = frozenset({301, 302, 303})
 
 
 def path_segment(value: str) -> str:
@@ -71,8 +81,27 @@ class PeerAdmin:
         self._cert = cert or ((config.brokerClientCertificateFilePath, config.brokerClientKeyFilePath)
                               if config.brokerClientCertificateFilePath and config.brokerClientKeyFilePath else None)
         self._session: aiohttp.ClientSession | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._ssl_stamp: tuple[tuple[int, int] | None, ...] = ()
 
     def _ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of the calls over https: built once, and again only when one of its files (trust
+        certificates, certificate, key) has changed since (its modification time or size), as Pulsar's admin client
+        refreshes its SSL context when the files change (PulsarSslFactory, checked every
+        tlsCertRefreshCheckDurationSec there; here at each call, a stat of each file). The settings themselves are
+        fixed for the life of the broker (its configuration is read at start)."""
+        files = self._tls_files()
+        stamp = tuple(_file_stamp(f) for f in files)
+        if self._ssl is None or stamp != self._ssl_stamp:
+            self._ssl, self._ssl_stamp = self._build_ssl_context(), stamp
+        return self._ssl
+
+    def _tls_files(self) -> list[str]:
+        cfg = self._config
+        trust = cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
+        return [f for f in (trust, *(self._cert or ())) if f]
+
+    def _build_ssl_context(self) -> ssl.SSLContext:
         cfg = self._config
         context = ssl.create_default_context(cafile=cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
                                              or None)
@@ -117,14 +146,22 @@ class PeerAdmin:
                 ssl_arg: ssl.SSLContext | bool = self._ssl_context() if target.scheme == "https" else True
                 async with self._session.request(method, target, headers=headers, data=data, ssl=ssl_arg,
                                                  allow_redirects=False) as answer:
-                    if answer.status in (307, 308) and "Location" in answer.headers:
-                        target = target.join(URL(answer.headers["Location"], encoded=True))
+                    if answer.status in REDIRECTS:
+                        location = answer.headers.get("Location")
+                        if not location:
+                            raise HttpError(503, f"{method} {target}: a redirect ({answer.status}) without a Location")
+                        target = target.join(URL(location, encoded=True))
+                        if answer.status in SWITCH_TO_GET and method not in ("GET", "HEAD", "OPTIONS"):
+                            method, data = "GET", None
+                            headers.pop("Content-Type", None)
                         continue
                     text = await answer.text()
             except (aiohttp.ClientError, TimeoutError, OSError, ssl.SSLError) as exc:
                 raise HttpError(503, f"{method} {target}: {exc or type(exc).__name__}") from None
             if answer.status >= 400:
                 raise HttpError(answer.status, f"{method} {target}: {reason_of(text)}")
+            if answer.status >= 300:  # (not a redirect: Pulsar's admin client fails it too; no answer to pass on)
+                raise HttpError(503, f"{method} {target}: an unexpected answer {answer.status}")
             if not text:
                 return None
             try:
@@ -137,6 +174,15 @@ class PeerAdmin:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time, size) of a TLS file, None when it cannot be read (the context build then says why)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def reason_of(text: str) -> str:

@@ -44,6 +44,7 @@ from broker.admin.common import (
     query_flag,
     read_body,
 )
+from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.partitioned_topics import PartitionedTopics
 from broker.cluster.operations import BundleOperationError
@@ -59,6 +60,7 @@ from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.cluster.bundles import NamespaceBundle
     from broker.service.broker_service import AnyTopic, BrokerService
     from broker.service.kinds import AnySubscription
     from broker.service.subscription import Subscription
@@ -253,20 +255,28 @@ class TopicsResource:
     async def topics_of_namespace(self, request: web.Request, ns: str, mode: int) -> list[str]:
         """``service.topics_of_namespace``; in cluster mode the non-persistent topics (live on their owner only) of
         every bundle another broker owns are asked of that broker, as Pulsar's getList / internalGetListOfTopics
-        do (getListInBundle of each bundle through the broker's admin client; a bundle nobody owns has none)."""
+        do (getListInBundle of each bundle through the broker's admin client; a bundle nobody owns has none): side
+        by side, within one time bound (``owner_calls.fan_out``), the first failure in bundle order answering."""
         names = set(self.service.topics_of_namespace(ns, mode))
         ownership = self.service.ownership
         if mode == 0 or not ownership.distributed:
             return sorted(names)
-        for bundle in self.web.metadata.namespace_bundles(ns).bundles:
+
+        async def one(bundle: NamespaceBundle, peer_call: PeerCall) -> Any:
             if ownership.is_owned(bundle):
-                continue
+                return None
             owner = await ownership.owner_of(bundle)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
-            if base:
-                listed = await self.web.peers.call("GET", f"{base}/admin/v2/non-persistent/{ns}/{bundle.range_name}",
-                                                   request)
-                names.update(n for n in listed or () if isinstance(n, str) and not is_system_topic(n))
+            if not base:
+                return None
+            return await peer_call("GET", f"{base}/admin/v2/non-persistent/{ns}/{bundle.range_name}", None)
+
+        outcomes = await fan_out(self.web.peers, request, self.web.metadata.namespace_bundles(ns).bundles, one,
+                                 f"the topic lists of every bundle of {ns}")
+        if (failure := first_failure(outcomes)) is not None:
+            raise failure.error
+        for _, listed in outcomes:
+            names.update(n for n in listed or () if isinstance(n, str) and not is_system_topic(n))
         return sorted(names)
 
     async def list_in_bundle(self, request: web.Request) -> web.Response:

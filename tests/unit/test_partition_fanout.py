@@ -17,10 +17,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from broker.admin import partition_fanout
+from broker.admin import owner_calls
 from broker.admin.common import HttpError
 from broker.admin.context import AdminContext
-from broker.admin.partition_fanout import FANOUT_CONCURRENCY, PartitionFanout
+from broker.admin.owner_calls import FANOUT_CONCURRENCY
+from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.peers import PeerAdmin
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
@@ -175,7 +176,7 @@ async def test_a_broker_that_does_not_answer_costs_one_bounded_wait(owner: Owner
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """32 partitions at a broker that never answers: a 503 once FANOUT_TIMEOUT_S has passed, for all of them
     together. It was one CALL_TIMEOUT_S (60 s) per partition, one after another: 32 minutes."""
-    monkeypatch.setattr(partition_fanout, "FANOUT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(owner_calls, "FANOUT_TIMEOUT_S", 0.5)
     owner.hang = True
     parts = [BASE.partition(i) for i in range(32)]
     fan = fanout(owner, local=set())

@@ -5,8 +5,12 @@ Authorization header on a redirect to another port), the other broker's refusal 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,6 +24,7 @@ from broker.admin.common import HttpError
 from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
+from tests.security.pki import make_pki
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -188,3 +193,124 @@ async def test_a_call_with_redirects_has_one_timeout_in_all(monkeypatch: pytest.
         await runner.cleanup()
     assert failed.value.status_code == 503 and "no answer within 1 s" in str(failed.value.text)
     assert hops[-1] < peers.MAX_REDIRECTS
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+async def test_a_moved_or_see_other_redirect_is_followed_as_a_get(owner: str, status: int) -> None:
+    """301, 302 and 303 are followed as Pulsar's admin client follows them (AsyncHttpConnector.executeRedirect): a
+    POST (any method but GET, HEAD, OPTIONS) becomes a GET without its body, the credentials kept. They were taken
+    as the other broker's success (an empty answer), the call made nowhere."""
+    url, _ = owner.split("|")
+    seen: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        seen.append(request.method)
+        return web.Response(status=status, headers={"Location": f"{url}/seen"})
+
+    app = web.Application()
+    app.router.add_route("*", "/moved", moved)
+    runner, other = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        got = await admin.call("POST", f"{other}/moved", caller("Bearer user-token"), body={"x": 1})
+        assert got == {"authorization": "Bearer user-token", "method": "GET", "body": ""}
+        assert (await admin.call("GET", f"{other}/moved"))["method"] == "GET"
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert seen == ["POST", "GET"]
+
+
+async def test_a_permanent_redirect_keeps_the_method_and_body(owner: str) -> None:
+    url, _ = owner.split("|")
+
+    async def moved(request: web.Request) -> web.Response:
+        return web.Response(status=308, headers={"Location": f"{url}/seen"})
+
+    app = web.Application()
+    app.router.add_route("*", "/moved", moved)
+    runner, other = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        got = await admin.call("PUT", f"{other}/moved", body=[1])
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert got == {"authorization": None, "method": "PUT", "body": "[1]"}
+
+
+@pytest.mark.parametrize(("status", "location"), [(300, "/elsewhere"), (304, None), (302, None), (307, None)])
+async def test_a_3xx_that_is_not_followed_is_a_failure(status: int, location: str | None) -> None:
+    """A 3xx that is not a redirect Pulsar's admin client follows, or a redirect without a Location, fails the call
+    (503): it was taken as the other broker's success."""
+    async def odd(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": location} if location else {})
+
+    app = web.Application()
+    app.router.add_route("*", "/odd", odd)
+    runner, url = await serve(app)
+    admin = PeerAdmin(BrokerConfig())
+    try:
+        with pytest.raises(HttpError) as failed:
+            await admin.call("POST", f"{url}/odd")
+    finally:
+        await admin.close()
+        await runner.cleanup()
+    assert failed.value.status_code == 503 and str(status) in str(failed.value.text)
+
+
+async def test_the_tls_context_is_built_once_and_again_when_its_files_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls over https share one TLS context (it was built, the trust file read and parsed, at every call); a trust
+    file replaced on disk is used from the next call on (the context built again), as Pulsar's admin client
+    refreshes its SSL context when its files change."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pki, other_ca = make_pki(tmp_path / "a"), make_pki(tmp_path / "b")
+    trust = tmp_path / "trust.pem"
+    trust.write_bytes(pki.ca_cert.read_bytes())
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.server_cert, pki.server_key)
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/hello", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    built = 0
+    create = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        nonlocal built
+        built += 1
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    admin = PeerAdmin(BrokerConfig(brokerClientTrustCertsFilePath=str(trust)))
+    stamp = trust.stat().st_mtime_ns
+
+    def replace_trust(source: Path) -> None:
+        nonlocal stamp
+        trust.write_bytes(source.read_bytes())
+        stamp += 1_000_000_000  # (a later modification time, whatever the file system's clock granularity)
+        os.utime(trust, ns=(stamp, stamp))
+
+    try:
+        for _ in range(3):
+            assert await admin.call("GET", f"https://127.0.0.1:{port}/hello") == {"ok": True}
+        assert built == 1
+        replace_trust(other_ca.ca_cert)  # (a CA that did not sign the server's certificate)
+        with pytest.raises(HttpError) as untrusted:
+            await admin.call("GET", f"https://127.0.0.1:{port}/hello")
+        assert untrusted.value.status_code == 503 and built == 2
+        replace_trust(pki.ca_cert)
+        assert await admin.call("GET", f"https://127.0.0.1:{port}/hello") == {"ok": True}
+        assert built == 3
+    finally:
+        await admin.close()
+        await runner.cleanup()
