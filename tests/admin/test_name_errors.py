@@ -221,3 +221,26 @@ def test_peeking_a_missing_subscription_creates_it(admin: Admin) -> None:
     admin.ok("PUT", path)
     assert answer(admin, "GET", f"{path}/subscription/absent/position/1") == (404, "Message not found")
     assert admin.ok("GET", f"{path}/subscriptions") == ["absent"]
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_partitioned_metadata_of_topics_that_are_not_there(admin: Admin, domain: str) -> None:
+    """GET .../partitions (Pulsar's internalGetPartitionedMetadataAsync): a topic that is not there is a 404 "Topic
+    <name> not found", unless the caller asks checkAllowAutoCreation=true (the clients' HTTP lookup does) and the
+    namespace's auto-creation would create it; a partition past its partitioned topic's count is not there either."""
+    ns = admin.new_namespace()
+    missing = f"{domain}://{ns}/absent"
+    path = f"/admin/v2/{domain}/{ns}/absent/partitions"
+    assert answer(admin, "GET", path) == (404, f"Topic {missing} not found")
+    assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=false") == (404, f"Topic {missing} not found")
+    assert admin.ok("GET", f"{path}?checkAllowAutoCreation=true") == {"partitions": 0}
+    parted = f"/admin/v2/{domain}/{ns}/parted"
+    admin.ok("PUT", f"{parted}/partitions", 2)
+    assert admin.ok("GET", f"{parted}-partition-1/partitions") == {"partitions": 0}
+    assert answer(admin, "GET", f"{parted}-partition-2/partitions?checkAllowAutoCreation=true") == (
+        404, f"Topic {domain}://{ns}/parted-partition-2 not found")
+    admin.ok("POST", f"{NS}/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=true") == (404, f"Topic {missing} not found")
+    if domain == "persistent":
+        admin.ok("PUT", f"/admin/v2/{domain}/{ns}/present")
+        assert admin.ok("GET", f"/admin/v2/{domain}/{ns}/present/partitions") == {"partitions": 0}
