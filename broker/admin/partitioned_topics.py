@@ -25,6 +25,7 @@ from broker.admin.common import (
 )
 from broker.admin.owner_calls import CallFailure
 from broker.errors import NotAllowedError
+from broker.metadata.policy_table import AUTO_TOPIC_CREATION
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
 from broker.topic_name import PARTITION_SUFFIX, TopicName
@@ -51,13 +52,35 @@ class PartitionedTopics:
                                     if t.startswith(f"{domain}://{ns}/")))
 
     async def get_partitions(self, request: web.Request) -> web.Response:
+        """GET .../partitions: the partitioned metadata. For a topic that is not there, Pulsar's
+        internalGetPartitionedMetadataAsync answers 404 "Topic <name> not found", unless the caller asks
+        ``checkAllowAutoCreation=true`` (as the clients' HTTP lookup does) and the namespace's auto-creation would
+        create it: then {"partitions": 0}, or, for partitioned auto-creation, the partitioned topic it creates."""
         name = self.topics.name(request)
         auto = query_flag(request, "checkAllowAutoCreation")
-        doc: dict[str, object] = {"partitions": await self.service.partitions_for(name, auto_create=auto)}
+        n = await self.service.partitions_for(name, auto_create=auto)
+        if n == 0 and not self._metadata_found(name, auto):
+            raise HttpError(404, f"Topic {name} not found")
+        doc: dict[str, object] = {"partitions": n}
         properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
         if properties:
             doc["properties"] = properties
         return json_response(doc)
+
+    def _metadata_found(self, name: TopicName, auto: bool) -> bool:
+        """Whether a name with no partitions has partitioned metadata to show (0 partitions): a topic that is there, a
+        partition of a partitioned topic within its count (Pulsar creates those with it), or, with ``auto``, a topic
+        the namespace's auto-creation allows. A partition past its partitioned topic's count has none."""
+        if name.partition_index >= 0:
+            count = self.service.metadata.partitions_of(name.base.full)
+            if count > 0:
+                return name.partition_index < count
+        if self.topics.exists(name):
+            return True
+        ownership = self.service.ownership
+        if not name.persistent and ownership.distributed and not ownership.is_owned(ownership.bundle_of(name)):
+            return True  # (live on its owner only: this broker cannot tell, and does not claim it is not there)
+        return auto and self.service.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
         """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata

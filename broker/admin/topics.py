@@ -167,11 +167,16 @@ class TopicsResource:
     def name(self, request: web.Request) -> TopicName:
         """The topic of the path: 412 for a name Pulsar refuses; 404 "Namespace not found" (Pulsar's words) when its
         tenant or namespace does not exist."""
-        m = request.match_info
-        name = parse_topic_name(request.path.split("/")[3], m["tenant"], m["ns"], m["topic"])
+        name = self.path_name(request)
         if name.namespace not in self.web.metadata.namespaces:
             raise HttpError(404, "Namespace not found")
         return name
+
+    @staticmethod
+    def path_name(request: web.Request) -> TopicName:
+        """The topic of the path, its namespace not looked up: 412 for a name Pulsar refuses."""
+        m = request.match_info
+        return parse_topic_name(request.path.split("/")[3], m["tenant"], m["ns"], m["topic"])
 
     def partitions(self, name: TopicName) -> int:
         return self.service.metadata.partitions_of(name.full) if name.partition_index < 0 else 0
@@ -184,25 +189,44 @@ class TopicsResource:
         if self.partitions(name) > 0:  # (Pulsar's words: its partitions are the topics)
             raise HttpError(404, f"Topic {name} not found")
 
+    def not_found(self, name: TopicName) -> HttpError:
+        """The 404 of a topic that is not there, in Pulsar's words (PersistentTopicsBase.topicNotFoundReasonAsync): a
+        plain name, "Topic <name> not found"; a partition's name, whether its partitioned topic has partitions at all
+        (it may be a partition past their count, or one not created)."""
+        if name.partition_index < 0:
+            return HttpError(404, f"Topic {name} not found")
+        if self.service.metadata.partitions_of(name.base.full) == 0:
+            return HttpError(404, f"Partitioned Topic not found: {name} has zero partitions")
+        return HttpError(404, "Topic partitions were not yet created")
+
+    def _partition_in_range(self, name: TopicName) -> None:
+        """404 for a partition's name past its partitioned topic's count (never loaded, let alone created)."""
+        if name.partition_index < 0:
+            return
+        if 0 < self.service.metadata.partitions_of(name.base.full) <= name.partition_index:
+            raise self.not_found(name)
+
     async def topic(self, name: TopicName) -> AnyTopic:
         """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
         is not live is not brought to life: an admin call is no client, and in cluster mode every partition of a
         non-persistent partitioned topic is asked, see ``PartitionFanout.partitions_to_ask``)."""
         self._not_partitioned(name)
+        self._partition_in_range(name)
         if not name.persistent and name.partition_index >= 0 and not self.exists(name):
-            raise HttpError(404, f"Topic {name} not found")
+            raise self.not_found(name)
         try:
             return await self.service.get_topic(name, create=False)
         except TopicNotFoundError:
-            raise HttpError(404, f"Topic {name} not found") from None  # (Pulsar's words)
+            raise self.not_found(name) from None
 
     async def stored_topic(self, name: TopicName) -> PersistentTopic:
         """``topic`` for the routes on stored messages and cursors (persistent names only)."""
         self._not_partitioned(name)
+        self._partition_in_range(name)
         try:
             return await self.service.get_persistent_topic(name, create=False)
         except TopicNotFoundError:
-            raise HttpError(404, f"Topic {name} not found") from None
+            raise self.not_found(name) from None
 
     def _single(self, name: TopicName, op: str | None) -> bool:
         """Whether ``name`` is one topic (not partitioned). With ``op``, a partitioned name is
@@ -362,11 +386,20 @@ class TopicsResource:
         return no_content()
 
     async def delete(self, request: web.Request) -> web.Response:
-        name = self.name(request)
+        """DELETE a (non-partitioned or partition) topic. One that is not there: a 404 "Topic <name> not found", its
+        namespace not looked up first; but a non-persistent one, nothing to do: 204 (Pulsar's NonPersistentTopics
+        deletes whatever is loaded under the name, in any namespace)."""
+        name = self.path_name(request)
+        if name.namespace not in self.web.metadata.namespaces:
+            if not name.persistent:
+                return no_content()
+            raise HttpError(404, f"Topic {name} not found")
         if self.partitions(name) > 0:
             raise HttpError(409, f"{name} is a partitioned topic, instead of calling delete topic, please call "
                                  "delete-partitioned-topic.")  # (Pulsar's words)
         if not self.exists(name):
+            if not name.persistent:
+                return no_content()
             raise HttpError(404, f"Topic {name} not found")
         await self.delete_one(name, force=query_flag(request, "force"))
         return no_content()
@@ -701,7 +734,15 @@ class TopicsResource:
             raise HttpError(412, "Message position must be >= 1")
         name = self.name(request)
         topic = await self.stored_one(name, "Peek messages")
-        sub = await admin_ops.subscription(topic, request.match_info["sub"])
+        sub_name = request.match_info["sub"]
+        try:
+            sub = await admin_ops.subscription(topic, sub_name)
+        except SubscriptionNotFoundError:
+            if is_reserved_subscription(sub_name):
+                raise
+            # Pulsar's getSubscriptionReference: peeking creates a subscription that is not there (durable, at the
+            # earliest message), so its answer is the topic's n-th message, or 404 "Message not found".
+            sub = await topic.get_or_create_subscription(sub_name, True, pb.CommandSubscribe.Earliest, None)
         return entry_response(await admin_ops.peek(topic, sub, n))
 
     async def message_by_id(self, request: web.Request) -> web.Response:
@@ -753,12 +794,14 @@ class TopicsResource:
         name = self.name(request)
 
         async def unload(one: TopicName) -> None:
+            self._partition_in_range(one)
             if not self.exists(one):
-                raise HttpError(404, f"Topic {one} not found")
+                raise self.not_found(one)
             await self.service.unload_topic(one)
 
-        if not await self.fanout.each(request, name, unload):
-            raise HttpError(404, f"Topic {name} not found")
+        # (A partitioned topic whose partitions were never created has nothing loaded: 204, as Pulsar, which creates
+        # the partitions with the partitioned topic, answers.)
+        await self.fanout.each(request, name, unload)
         return no_content()
 
     async def terminate(self, request: web.Request) -> web.Response:

@@ -92,6 +92,8 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
             ("GET", f"{base}/{ns}/t/partitions", None, 404, "Namespace not found"),
             ("GET", f"/lookup/v2/topic/{domain}/{ns}/t", None, 404, "Namespace not found"),
         ]
+        if domain == "persistent":  # (the namespace is not looked up first: the topic is not found)
+            cases.append(("DELETE", f"{base}/{ns}/t", None, 404, f"Topic persistent://{ns}/t not found"))
     for ns in (f"public/{BAD}", f"{BAD}/ns"):
         cases += [
             ("GET", f"{base}/{ns}", None, 412, "Namespace name is not valid"),
@@ -111,7 +113,6 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
         ("GET", f"{missing}/stats", None, 404, f"Topic {full} not found"),
         ("GET", f"{missing}/subscriptions", None, 404, f"Topic {full} not found"),
         ("PUT", f"{missing}/unload", None, 404, f"Topic {full} not found"),
-        ("DELETE", missing, None, 404, f"Topic {full} not found"),
         ("POST", f"{missing}/partitions", 3, 409, f"Topic {full} is not the partitioned topic."),
         ("DELETE", f"{missing}/partitions", None, 404, f"Topic {full} not found."),
         ("GET", f"{missing}/partitioned-internalStats", None, 404, f"Partitioned Topic {full} not found"),
@@ -127,6 +128,8 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
 
 
 TOPIC_CASES = topic_cases(P, "persistent") + topic_cases(NP, "non-persistent")
+TOPIC_CASES.append(("DELETE", f"{P}/public/default/no-such-topic", None, 404,
+                    "Topic persistent://public/default/no-such-topic not found"))
 TOPIC_CASES.append(("GET", f"{P}/public/default/no-such-topic/internalStats", None, 404,
                     "Topic persistent://public/default/no-such-topic not found"))
 TOPIC_CASES.append(("POST", f"{P}/public/default/no-such-topic/terminate", None, 404,
@@ -173,3 +176,71 @@ def test_a_missing_subscription_of_a_topic(admin: Admin) -> None:
     reason = f"Subscription absent not found for topic {full}"
     for method, tail in (("DELETE", ""), ("POST", "/skip_all"), ("POST", "/skip/1"), ("POST", "/expireMessages/10")):
         assert answer(admin, method, f"{path}/subscription/absent{tail}") == (404, reason), (method, tail)
+
+
+@pytest.mark.parametrize("path", ["public/default/no-such-topic", "public/no-such-ns/t", "no-such-tenant/ns/t"])
+def test_deleting_a_missing_non_persistent_topic(admin: Admin, path: str) -> None:
+    """Pulsar's NonPersistentTopics deletes whatever is loaded under the name, whatever its namespace: nothing there
+    is a 204, not a 404."""
+    reply = admin.call("DELETE", f"{NP}/{path}")
+    assert (reply.status, reply.body) == (204, b"")
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_partition_names_of_topics_that_are_not_there(admin: Admin, domain: str) -> None:
+    """A partition's name that is no topic: Pulsar's 404 says why (topicNotFoundReasonAsync): a partition past the
+    partitioned topic's count was "not yet created"; a partition of a topic that is not partitioned names that."""
+    parted = f"{domain}/public/default/parted-{uuid.uuid4().hex[:8]}"
+    admin.ok("PUT", f"/admin/v2/{parted}/partitions", 2)
+    for tail in ("stats", "internalStats", "subscriptions"):
+        if domain == "non-persistent" and tail == "internalStats":
+            continue
+        assert answer(admin, "GET", f"/admin/v2/{parted}-partition-5/{tail}") == (
+            404, "Topic partitions were not yet created"), tail
+    assert answer(admin, "PUT", f"/admin/v2/{parted}-partition-5/unload") == (
+        404, "Topic partitions were not yet created")
+    plain = f"{domain}/public/default/plain-{uuid.uuid4().hex[:8]}"
+    assert answer(admin, "GET", f"/admin/v2/{plain}-partition-0/stats") == (
+        404, f"Partitioned Topic not found: {plain.replace('/', '://', 1)}-partition-0 has zero partitions")
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_unloading_a_partitioned_topic_whose_partitions_were_never_used(admin: Admin, domain: str) -> None:
+    """Nothing of it is loaded, nothing to unload: 204 (Pulsar creates the partitions with the partitioned topic, so
+    its unload of each of them succeeds)."""
+    parted = f"/admin/v2/{domain}/public/default/parted-{uuid.uuid4().hex[:8]}"
+    admin.ok("PUT", f"{parted}/partitions", 2)
+    reply = admin.call("PUT", f"{parted}/unload")
+    assert (reply.status, reply.body) == (204, b"")
+
+
+def test_peeking_a_missing_subscription_creates_it(admin: Admin) -> None:
+    """Pulsar's peek (getSubscriptionReference) creates a subscription that is not there, durable, at the earliest
+    message: on an empty topic the answer is 404 "Message not found", and the subscription stays."""
+    path = f"{P}/public/default/peek-{uuid.uuid4().hex[:8]}"
+    admin.ok("PUT", path)
+    assert answer(admin, "GET", f"{path}/subscription/absent/position/1") == (404, "Message not found")
+    assert admin.ok("GET", f"{path}/subscriptions") == ["absent"]
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_partitioned_metadata_of_topics_that_are_not_there(admin: Admin, domain: str) -> None:
+    """GET .../partitions (Pulsar's internalGetPartitionedMetadataAsync): a topic that is not there is a 404 "Topic
+    <name> not found", unless the caller asks checkAllowAutoCreation=true (the clients' HTTP lookup does) and the
+    namespace's auto-creation would create it; a partition past its partitioned topic's count is not there either."""
+    ns = admin.new_namespace()
+    missing = f"{domain}://{ns}/absent"
+    path = f"/admin/v2/{domain}/{ns}/absent/partitions"
+    assert answer(admin, "GET", path) == (404, f"Topic {missing} not found")
+    assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=false") == (404, f"Topic {missing} not found")
+    assert admin.ok("GET", f"{path}?checkAllowAutoCreation=true") == {"partitions": 0}
+    parted = f"/admin/v2/{domain}/{ns}/parted"
+    admin.ok("PUT", f"{parted}/partitions", 2)
+    assert admin.ok("GET", f"{parted}-partition-1/partitions") == {"partitions": 0}
+    assert answer(admin, "GET", f"{parted}-partition-2/partitions?checkAllowAutoCreation=true") == (
+        404, f"Topic {domain}://{ns}/parted-partition-2 not found")
+    admin.ok("POST", f"{NS}/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=true") == (404, f"Topic {missing} not found")
+    if domain == "persistent":
+        admin.ok("PUT", f"/admin/v2/{domain}/{ns}/present")
+        assert admin.ok("GET", f"/admin/v2/{domain}/{ns}/present/partitions") == {"partitions": 0}

@@ -260,6 +260,36 @@ def test_http_lookup_service_url(pulsar_broker: BrokerThread) -> None:
         client.close()
 
 
+def test_http_lookup_of_partitioned_and_missing_topics(pulsar_broker: BrokerThread) -> None:
+    """Over an HTTP service URL the client asks .../partitions?checkAllowAutoCreation=true: a partitioned topic gets
+    its partitions; a topic that is not there, in a namespace that does not auto-create, Pulsar's 404, which the C++
+    client reports as it does any HTTP error: ConnectError (over the binary protocol: TopicNotFound)."""
+    import json
+    import urllib.request
+
+    ns = f"public/http-{uuid.uuid4().hex[:8]}"
+
+    def admin(method: str, path: str, body: object) -> None:
+        request = urllib.request.Request(f"{pulsar_broker.web_url}/admin/v2/{path}", data=json.dumps(body).encode(),
+                                         method=method, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 204
+
+    admin("PUT", f"namespaces/{ns}", {})
+    admin("POST", f"namespaces/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    admin("PUT", f"persistent/{ns}/parted/partitions", 2)
+    client = pulsar.Client(pulsar_broker.web_url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(f"persistent://{ns}/parted")
+        producer.send(b"to a partition")
+        assert client.get_topic_partitions(f"persistent://{ns}/parted") == [
+            f"persistent://{ns}/parted-partition-0", f"persistent://{ns}/parted-partition-1"]
+        with pytest.raises(pulsar.ConnectError):
+            client.create_producer(f"persistent://{ns}/absent")
+    finally:
+        client.close()
+
+
 def test_deduplication_by_namespace_policy(pulsar_broker: BrokerThread, client: pulsar.Client) -> None:
     import json
     import urllib.request

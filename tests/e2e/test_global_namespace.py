@@ -112,9 +112,12 @@ def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) 
     assert stats.status_code == 307
     assert stats.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}/stats"
     assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", timeout=10).json()["msgInCounter"] == 0
-    # Metadata calls are answered here, as in Pulsar.
-    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions",
-                        allow_redirects=False, timeout=10).status_code == 200
+    # Metadata calls are answered here, as in Pulsar: the topic is stored in the other cluster only, so a 404 (Pulsar's
+    # internalCheckNonPartitionedTopicExists), unless the HTTP lookup's checkAllowAutoCreation finds it may be created.
+    metadata = requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions", allow_redirects=False, timeout=10)
+    assert (metadata.status_code, metadata.json()) == (404, {"reason": f"Topic persistent://{ns}/web not found"})
+    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions?checkAllowAutoCreation=true",
+                        allow_redirects=False, timeout=10).json() == {"partitions": 0}
 
 
 def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters) -> None:

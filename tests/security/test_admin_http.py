@@ -187,7 +187,8 @@ def test_namespace_permissions_round_trip(secure_broker: BrokerThread, pki: Pki,
     # A consumer may list topics and read stats; a stranger may not.
     reader = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "reader")
     assert reader.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 200
-    assert reader.call("GET", f"/admin/v2/persistent/{namespace}/t/partitions").status == 200
+    root_admin.ok("PUT", f"/admin/v2/persistent/{namespace}/there")  # (the metadata of a topic that is not: a 404)
+    assert reader.call("GET", f"/admin/v2/persistent/{namespace}/there/partitions").status == 200
     assert reader.call("PUT", f"/admin/v2/persistent/{namespace}/t").status == 403  # creating: admins only
     stranger = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "stranger")
     assert stranger.call("GET", f"/admin/v2/namespaces/{namespace}/topics").status == 403
