@@ -379,10 +379,11 @@ class ManagedLedger(abc.ABC):
 
     @abc.abstractmethod
     def truncate(self, keep: Collection[str] = ()) -> int:
-        """Pulsar's truncate: every durable cursor but those named in ``keep`` acknowledges everything written so
-        far, then every closed ledger consumed by every durable cursor is deleted whatever the retention policy
-        (the current ledger stays, with its entries); return how many. Cursors in ``keep`` are left where they are
-        and still hold back the ledgers they have not consumed. Non-durable cursors are not moved: one left in a
+        """Pulsar's truncate: every cursor, durable or not, but those named in ``keep`` acknowledges everything
+        written so far (a reader goes on with what is written next, not with what is left of the current ledger),
+        then every closed ledger consumed by every durable cursor is deleted whatever the retention policy (the
+        current ledger stays, with its entries); return how many. Cursors in ``keep`` are left where they are and
+        durable ones still hold back the ledgers they have not consumed; a non-durable one kept and left in a
         deleted ledger goes on from the first remaining entry, as after a trim."""
 
     @property

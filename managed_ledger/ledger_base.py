@@ -302,6 +302,9 @@ class BaseManagedLedger(ManagedLedger):
                 cursor.clear_backlog()
             elif record.raise_floor(last_confirmed):  # (a stored cursor with no open handle)
                 self._cursor_state_changed(name)
+        for reader in list(self._non_durable):  # (Pulsar's truncate clears every cursor of the ledger, readers too)
+            if reader.name not in keep and not reader.is_closed:
+                reader.clear_backlog()
         return self._trim(retained=False) if len(self._map) > 1 else 0
 
     def _trim(self, retained: bool) -> int:

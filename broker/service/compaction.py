@@ -73,6 +73,9 @@ COMPACTION_DOMAIN = "__compaction"  # (in a compacted view's managed-ledger name
 # (Pulsar's Compactor.COMPACTION_SUBSCRIPTION): not expired by message TTL nor as an inactive
 # subscription, as Pulsar exempts it (PersistentTopic.isCompactionSubscription).
 COMPACTION_CURSOR = "__compaction"
+# The non-durable cursor a run reads the topic with (a truncate leaves it where it is: the run still reads what
+# is left up to its horizon).
+COMPACTION_READER = "__compaction-reader"
 READ_CHUNK = 500  # entries per read while compacting
 # Bytes per read while compacting (past the first entry): with READ_CHUNK, what one chunk holds in memory.
 READ_CHUNK_BYTES = 4 * 1024 * 1024
@@ -381,7 +384,7 @@ Chunk = list[tuple[Entry, list[int] | None]]
 async def _range_chunks(topic: PersistentTopic, after: Position, horizon: Position) -> AsyncGenerator[Chunk, None]:
     """The topic's entries after ``after`` up to ``horizon`` (but transaction markers and aborted ones)."""
     buffer = topic.txn_buffer
-    cursor = topic.ledger.new_non_durable_cursor(after, "__compaction-reader")
+    cursor = topic.ledger.new_non_durable_cursor(after, COMPACTION_READER)
     try:
         while True:
             batch = await cursor.read_entries_async(READ_CHUNK, READ_CHUNK_BYTES)

@@ -30,7 +30,7 @@ from broker.protocol.entry import entry_meta, read_entry_metadata
 from broker.service.abstract_topic import AbstractTopic
 from broker.service.broker_entry_metadata import EntryStamper
 from broker.service.compacted_view import CompactedView
-from broker.service.compaction import COMPACTION_CURSOR, Compactor
+from broker.service.compaction import COMPACTION_CURSOR, COMPACTION_READER, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
@@ -156,16 +156,18 @@ class PersistentTopic(AbstractTopic):
         return bool(self.waiting_producers) or any(not p.replicator for p in self.producers.values())
 
     def truncate(self) -> int:
-        """Pulsar's truncate (the admin's DELETE .../truncate): every subscription and replicator has everything
-        written so far acknowledged, and every ledger before the current one is deleted, whatever the retention;
-        returns how many. The broker's own cursors are not moved by force: deduplication and the transaction buffer
-        first snapshot their state as far as it goes (the end, unless producer receipts are in flight or a
-        transaction is open), and what they still need is kept. (Pulsar clears them too: a broker reloading the
-        topic could then miss sequence ids, or the entries of a transaction still open.)"""
+        """Pulsar's truncate (the admin's DELETE .../truncate): every subscription, reader and replicator has
+        everything written so far acknowledged (a reader goes on with what is published next), and every ledger
+        before the current one is deleted, whatever the retention; returns how many. The broker's own cursors are
+        not moved by force: deduplication and the transaction buffer first snapshot their state as far as it goes
+        (the end, unless producer receipts are in flight or a transaction is open), and what they still need is
+        kept; a compaction under way reads on to its horizon. (Pulsar clears them too, the deduplication cursor's
+        snapshot with it: a broker reloading the topic before the next snapshot would then accept a resent message
+        again, or miss the entries of a transaction still open.)"""
         if self.dedup.cursor is not None:
             self.dedup.snapshot()
         self.txn_buffer.snapshot_idle()
-        return self.ledger.truncate(keep=(DEDUP_CURSOR, BUFFER_CURSOR))
+        return self.ledger.truncate(keep=(DEDUP_CURSOR, BUFFER_CURSOR, COMPACTION_READER))
 
     async def terminate(self) -> Position:
         """No more messages, ever: record the last position, close producers (their reconnect is refused).

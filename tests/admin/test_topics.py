@@ -839,6 +839,50 @@ def test_truncate_topic(admin: Admin, client: pulsar.Client, pulsar_broker: Brok
     assert reply.status == 412 and reply.reason == "unsupport truncate"
 
 
+def test_truncate_moves_readers_on_to_what_is_published_next(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar's ManagedLedgerImpl.asyncTruncate clears the backlog of every cursor of the ledger, a reader's
+    # non-durable one too: the reader goes on with what is published after the truncate, not with the entries of
+    # the current ledger (which the truncate keeps).
+    topic = new_topic("truncate-reader")
+    publish(client, topic, 10)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1)
+    assert reader.read_next(TIMEOUT_MS).data() == b"m0"
+    assert admin.delete(f"/admin/v2/{rest_path(topic)}/truncate").status == 204
+    producer = client.create_producer(topic)
+    producer.send(b"after")
+    before_it = []
+    while (data := reader.read_next(TIMEOUT_MS).data()) != b"after":
+        before_it.append(data)
+    assert len(before_it) <= 2, before_it  # (what was already on its way to the client: its queue holds one)
+    producer.close()
+    reader.close()
+
+
+def test_truncate_keeps_the_sequence_ids_of_deduplication(admin: Admin, client: pulsar.Client) -> None:
+    # Pulsar 4.0.7's truncate clears the pulsar.dedup cursor too: asyncClearBacklog is asyncMarkDelete(last position)
+    # with no properties, which drops the sequence ids MessageDeduplication snapshots in them, and its periodic
+    # snapshot skips a cursor at the last entry. A topic reloaded before more is published would then store a
+    # message its producer sends again. Ours snapshots first and keeps the cursor: the resent message is dropped.
+    ns = admin.new_namespace()
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    topic = f"persistent://{ns}/dedup"
+    base = f"/admin/v2/{rest_path(topic)}"
+    producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+    for i in range(3):
+        producer.send(f"d{i}".encode(), sequence_id=i)
+    producer.close()
+    assert admin.delete(f"{base}/truncate").status == 204
+    admin.ok("PUT", f"{base}/unload")
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+    assert producer.last_sequence_id() == 2
+    producer.send(b"d1 again", sequence_id=1)  # acknowledged, not stored
+    producer.send(b"d3", sequence_id=3)
+    assert reader.read_next(TIMEOUT_MS).data() == b"d3"
+    producer.close()
+    reader.close()
+
+
 def test_truncate_partitioned_topic(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
     parted = f"/admin/v2/persistent/{ns}/parted"

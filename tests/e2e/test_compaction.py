@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,13 @@ import pytest
 from pulsar import CompressionType, MessageId
 
 from broker.embedded import BrokerThread
+from broker.protocol.entry import read_entry_metadata
 from broker.service.compacted_view import CompactedEntry, encode_record
 from broker.service.compaction import compacted_ledger_name, messages_of
+from broker.service.producer import Producer
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
+from broker.transactions.model import TxnID
 from managed_ledger import Position
 from tests.e2e.conftest import topic_name
 from tests.e2e.test_encryption_required import key_reader
@@ -439,6 +445,97 @@ def test_chunked_messages_are_compacted_as_whole_messages_of_their_key() -> None
             producer.send(big[ord("D")], partition_key="a")
             compact(b, topic)
             assert read_all(client, topic) == [("b", b"b-small"), ("c", big[ord("C")]), ("a", big[ord("D")])]
+        finally:
+            client.close()
+
+
+class ChunkGate:
+    """Holds back, in the broker, every chunk from ``from_chunk`` on (and whatever is published after one held),
+    until ``release``: a chunked message then has only its first chunks stored when a compaction run takes its
+    horizon, as when the run starts while the producer is still sending it. (The broker stores what a producer
+    sent together with one append: the entries before the first chunk held are stored at once, and the receipts
+    of the whole append go out once the rest is.)"""
+
+    def __init__(self, broker: BrokerThread, topic: str, from_chunk: int) -> None:
+        self.broker = broker
+        self.held: list[tuple[Any, ...]] = []
+        self.open = False
+        loaded = broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
+        assert isinstance(loaded, PersistentTopic)
+        self.topic = loaded
+        self.publish = publish = loaded.publish_entries
+
+        def held(entry: bytes) -> bool:
+            md = read_entry_metadata(entry)
+            return md.num_chunks_from_msg > 1 and md.chunk_id >= from_chunk
+
+        def gated(producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,
+                  callback: Callable[[Position | None, BaseException | None], None], txn: TxnID | None = None) -> None:
+            cut = 0 if self.held else next((i for i, e in enumerate(entries) if held(e)), None)
+            if self.open or cut is None:
+                publish(producer, entries, num_messages, nbytes, callback, txn)
+                return
+            first: list[Position | None] = []
+            if cut:
+                before = entries[:cut]
+                publish(producer, before, cut, sum(map(len, before)), lambda p, _: first.append(p), txn)
+            after = entries[cut:]
+            self.held.append((producer, after, len(after), sum(map(len, after)),
+                              lambda p, exc: callback(first[0] if first else p, exc), txn))
+
+        loaded.publish_entries = gated  # type: ignore[method-assign]
+
+    def release(self) -> None:
+        async def replay() -> None:
+            self.open = True
+            for call in self.held:
+                self.publish(*call)
+            self.held.clear()
+
+        self.broker.run_coroutine(replay())
+
+
+def test_a_chunked_message_straddling_the_horizon_is_neither_lost_nor_duplicated() -> None:
+    # The producer is still sending a chunked message when a run takes its horizon: chunks 0 and 1 of 3 are
+    # before it, chunk 2 after. Pulsar 4.0.7's compactor (AbstractTwoPhaseCompactor.phaseTwoLoop keeps a non-batch
+    # entry only if it is latestForKey of its key) keeps chunk 1 alone, then chunk 2 alone after the next run:
+    # the client can assemble neither, and key "a" (its older value superseded) is lost to read_compacted readers.
+    # Ours keeps the incomplete message's chunks so far and the value they do not yet supersede: a reader reads
+    # the old value, then the message whole (its first chunks from the view, the last from the topic); the next
+    # run finds it complete and keeps it alone.
+    with BrokerThread(maxMessageSize=CHUNK_LIMIT) as b:
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        try:
+            topic = topic_name("compact-chunk-horizon")
+            producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+            big = b"A" * (40 * 1024)  # 3 chunks
+            producer.send(b"a-old", partition_key="a")
+            producer.send(b"b-small", partition_key="b")
+            gate = ChunkGate(b, topic, from_chunk=2)
+            sent: list[Any] = []
+            producer.send_async(big, lambda result, msg_id: sent.append((result, msg_id)), partition_key="a")
+            ledger = gate.topic.ledger
+            wait_for(lambda: ledger.number_of_entries == 4 and gate.held, 10, "chunks 0 and 1 stored, 2 held")
+            compact(b, topic)
+            assert gate.topic.compacted_view is not None
+            assert gate.topic.compacted_view.horizon == ledger.last_confirmed_entry  # (chunk 1)
+            reader = client.create_reader(topic, MessageId.earliest, is_read_compacted=True)
+            for expected in (("a", b"a-old"), ("b", b"b-small")):
+                msg = reader.read_next(TIMEOUT_MS)
+                assert (msg.partition_key(), msg.data()) == expected
+            gate.release()
+            wait_for(lambda: sent, 10, "the chunked message's receipt")
+            assert sent[0][0] == pulsar.Result.Ok
+            msg = reader.read_next(TIMEOUT_MS)  # (chunks 0 and 1 from the view, 2 from the topic)
+            assert (msg.partition_key(), msg.data()) == ("a", big)
+            assert not reader.has_message_available()
+            reader.close()
+            assert read_all(client, topic) == [("a", b"a-old"), ("b", b"b-small"), ("a", big)]
+            compact(b, topic)  # the message is whole now: it supersedes a's older value
+            assert read_all(client, topic) == [("b", b"b-small"), ("a", big)]
+            view = client.create_table_view(topic)
+            assert {k: view.get(k) for k in "ab"} == {"a": big, "b": b"b-small"}
+            view.close()
         finally:
             client.close()
 
