@@ -116,7 +116,7 @@ class NamespaceOperationsResource:
             if ownership.is_owned(bundle):
                 await local(ns, bundle)
                 return
-            owner = await ownership.owner_of(bundle)
+            owner = await peer_call.owner(ownership.owner_of(bundle), f"{ns}/{bundle.range_name}")
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if base:  # (else owned by nobody)
                 await peer_call(method, f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}", None)

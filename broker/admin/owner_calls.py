@@ -8,9 +8,11 @@ NonPersistentTopics.getList's getListInBundle of every bundle. allOf ends once e
 not stop the others) and fails with the first failure in list order. Here the same, with two bounds:
 
 - at most ``FANOUT_CONCURRENCY`` targets under way at once;
-- the calls to other brokers end by ``FANOUT_TIMEOUT_S`` after the fan-out started, all of them together (a 503 for
-  those still waiting then), so a broker that does not answer costs one bounded wait, not one per target. A local
-  call is never cut short (it may be loading or changing a topic).
+- the calls to other brokers, and the lookups of the targets' owners before them, end by ``FANOUT_TIMEOUT_S`` after
+  the fan-out started, all of them together (a 503 for those still waiting then), so a broker that does not answer,
+  or a metadata store that does not, costs one bounded wait, not one per target. (Pulsar's owner lookup is part of
+  the admin client's request, under the same 60 s.) A local call is never cut short (it may be loading or changing a
+  topic).
 
 ``fan_out`` gives each target's answer or its ``CallFailure``, in target order; ``first_failure`` picks the answer
 of the whole call from them.
@@ -19,7 +21,8 @@ of the whole call from them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.admin.common import HttpError, status_for
@@ -42,8 +45,33 @@ FANOUT_CONCURRENCY = 16
 # requestTimeoutMs and readTimeoutMs).
 FANOUT_TIMEOUT_S = CALL_TIMEOUT_S
 
-# A call to another broker within the fan-out's bound: (method, url, JSON body or None) -> its JSON answer.
-PeerCall = Callable[[str, str, object], Awaitable[Any]]
+
+class PeerCall:
+    """What one target's work waits for elsewhere, within its fan-out's bound: a call to another broker (the call
+    itself: (method, url, JSON body or None) -> its JSON answer) and the lookup of the target's owner (``owner``)."""
+
+    def __init__(self, peers: PeerAdmin, caller: web.Request, deadline: float, what: str) -> None:
+        self._peers = peers
+        self._caller = caller
+        self._deadline = deadline
+        self._what = what
+
+    async def __call__(self, method: str, url: str, body: object) -> Any:
+        async with self._bounded(f"{method} {url}"):
+            return await self._peers.call(method, url, self._caller, body)
+
+    async def owner(self, lookup: Awaitable[T], target: str) -> T:
+        """The answer of ``lookup`` (who owns ``target``: the metadata store, or the leader, may have to be asked)."""
+        async with self._bounded(f"looking up the owner of {target}"):
+            return await lookup
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, doing: str) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                yield
+        except TimeoutError:
+            raise HttpError(503, f"{doing}: no answer within {FANOUT_TIMEOUT_S:g} s ({self._what})") from None
 
 
 class CallFailure:
@@ -61,18 +89,11 @@ async def fan_out(peers: PeerAdmin, caller: web.Request, targets: Sequence[T],
                   one: Callable[[T, PeerCall], Awaitable[Any]], what: str) -> list[tuple[T, Any]]:
     """(target, its answer or its ``CallFailure``) for each of ``targets`` in order, once every call has ended.
     ``one(target, peer_call)`` does one target: locally, or through ``peer_call`` at its owner (with ``caller``'s
-    credentials as ``PeerAdmin`` carries them, ended with a 503 by the fan-out's deadline). ``what`` names the
-    calls in that 503. A failure that is not an answer (a bug) is raised once all have ended."""
-    deadline = asyncio.get_running_loop().time() + FANOUT_TIMEOUT_S
-    bound = FANOUT_TIMEOUT_S
+    credentials as ``PeerAdmin`` carries them), after ``peer_call.owner`` found the owner; both end with a 503 by the
+    fan-out's deadline. ``what`` names the calls in that 503. A failure that is not an answer (a bug) is raised once
+    all have ended."""
+    peer_call = PeerCall(peers, caller, asyncio.get_running_loop().time() + FANOUT_TIMEOUT_S, what)
     gate = asyncio.Semaphore(FANOUT_CONCURRENCY)
-
-    async def peer_call(method: str, url: str, body: object) -> Any:
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await peers.call(method, url, caller, body)
-        except TimeoutError:
-            raise HttpError(503, f"{method} {url}: no answer within {bound:g} s ({what})") from None
 
     async def guarded(target: T) -> Any:
         async with gate:

@@ -95,7 +95,7 @@ class PartitionFanout:
         suffix = f"/{action}" if action else ""
 
         async def one(p: TopicName, peer_call: PeerCall) -> Any:
-            base = await topic_owner_url(self.ctx, p, request.secure)
+            base = await peer_call.owner(topic_owner_url(self.ctx, p, request.secure), p.full)
             if base is None:
                 return await local(p)
             return await peer_call(method, f"{base}{topic_path(p)}{suffix}{query}", body)

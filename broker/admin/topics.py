@@ -289,7 +289,7 @@ class TopicsResource:
         async def one(bundle: NamespaceBundle, peer_call: PeerCall) -> Any:
             if ownership.is_owned(bundle):
                 return None
-            owner = await ownership.owner_of(bundle)
+            owner = await peer_call.owner(ownership.owner_of(bundle), f"{ns}/{bundle.range_name}")
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if not base:
                 return None

@@ -117,6 +117,37 @@ async def test_a_hung_broker_costs_one_bounded_wait_for_a_namespace_operation(
     assert time.monotonic() - started < TEST_BOUND_S / 2
 
 
+async def test_an_owner_lookup_that_does_not_answer_is_within_the_same_bound(
+        owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup of a bundle's owner (in the metadata store, which may not answer) is within the fan-out's bound
+    too, for the namespace operations and the non-persistent topic list: a 503 naming the bundle once the bound has
+    passed. It was outside it: the request waited as long as the lookup did (here: for ever)."""
+    monkeypatch.setattr(owner_calls, "FANOUT_TIMEOUT_S", SHORT_BOUND_S)
+    web_ = web_service(owner, local={0})
+    never = asyncio.Event()
+
+    async def hung_owner_of(bundle: NamespaceBundle) -> None:
+        await never.wait()
+
+    web_.service.ownership.owner_of = hung_owner_of
+    ops = NamespaceOperationsResource(web_)
+    topics = cast(TopicsResource, SimpleNamespace(service=web_.service, web=web_))
+    try:
+        async with asyncio.timeout(TEST_BOUND_S):
+            with pytest.raises(HttpError) as cleared:
+                await ops.each_bundle(request("POST", f"/admin/v2/namespaces/{NS}/clearBacklog"), NS, None, "POST",
+                                      "clearBacklog", _nothing)
+            with pytest.raises(HttpError) as listed:
+                await TopicsResource.topics_of_namespace(topics, request("GET", f"/admin/v2/non-persistent/{NS}"),
+                                                         NS, 1)
+    finally:
+        await web_.peers.close()
+    first = f"looking up the owner of {NS}/{BUNDLES.bundles[1].range_name}: no answer within {SHORT_BOUND_S:g} s"
+    for failed in (cleared, listed):
+        assert failed.value.status_code == 503 and first in str(failed.value.text)
+    assert owner.asked == []
+
+
 async def test_every_bundle_is_asked_and_the_first_failure_in_bundle_order_answers(owner: Owner) -> None:
     """unsubscribe over 4 bundles: bundle 1 refuses (412, a connected consumer), bundle 3 fails (500). Pulsar's
     waitForAll: every bundle's call is made, the first failure in list order answers. The old code stopped at bundle

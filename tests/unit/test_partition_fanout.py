@@ -90,11 +90,12 @@ async def owner() -> AsyncIterator[Owner]:
         await runner.cleanup()
 
 
-def fanout(owner: Owner, local: set[int], config: BrokerConfig | None = None) -> PartitionFanout:
-    """Partitions whose index is in ``local`` are this broker's; the others ``owner``'s."""
+def fanout(owner: Owner, local: set[int], config: BrokerConfig | None = None, lookup: Any = None) -> PartitionFanout:
+    """Partitions whose index is in ``local`` are this broker's; the others ``owner``'s (as ``lookup`` says, if
+    given)."""
     ownership = SimpleNamespace(
         distributed=True, bundle_of=lambda name: name, is_owned=lambda name: name.partition_index in local,
-        lookup=_lookup(owner))
+        lookup=lookup or _lookup(owner))
     ctx = cast(AdminContext, SimpleNamespace(service=SimpleNamespace(ownership=ownership)))
     return PartitionFanout(ctx, PeerAdmin(config or BrokerConfig()), lambda name: 0, lambda name: True)
 
@@ -194,3 +195,32 @@ async def test_a_broker_that_does_not_answer_costs_one_bounded_wait(owner: Owner
     assert failed.value.status_code == 503 and "no answer within 0.5 s" in str(failed.value.text)
     assert "fan-partition-0/compaction" in str(failed.value.text)  # (the first partition's, in partition order)
     assert time.monotonic() - started < 15
+
+
+async def test_an_owner_lookup_that_does_not_answer_is_within_the_same_bound(owner: Owner,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup of each partition's owner (the metadata store or the leader may be asked, and may not answer) is
+    part of the call, as in Pulsar, where the admin client's request includes it: a 503 once the fan-out's bound has
+    passed. The lookup was outside the bound, so the request waited as long as the lookup did (here: for ever)."""
+    monkeypatch.setattr(owner_calls, "FANOUT_TIMEOUT_S", 0.5)
+    never = asyncio.Event()
+
+    async def hung_lookup(name: TopicName, authoritative: bool, listener: str | None) -> SimpleNamespace:
+        await never.wait()
+        raise AssertionError("the lookup never answers")
+
+    fan = fanout(owner, local={0}, lookup=hung_lookup)
+    done: list[TopicName] = []
+
+    async def local(p: TopicName) -> None:
+        done.append(p)
+
+    try:
+        async with asyncio.timeout(20):
+            with pytest.raises(HttpError) as failed:
+                await fan.on_owners(request(), [BASE.partition(i) for i in range(3)], "PUT", "compaction", local)
+    finally:
+        await fan.peers.close()
+    assert failed.value.status_code == 503
+    assert f"looking up the owner of {BASE.partition(1).full}: no answer within 0.5 s" in str(failed.value.text)
+    assert done == [BASE.partition(0)] and owner.asked == []
