@@ -233,14 +233,14 @@ def test_partitioned_metadata_of_topics_that_are_not_there(admin: Admin, domain:
     path = f"/admin/v2/{domain}/{ns}/absent/partitions"
     assert answer(admin, "GET", path) == (404, f"Topic {missing} not found")
     assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=false") == (404, f"Topic {missing} not found")
-    assert admin.ok("GET", f"{path}?checkAllowAutoCreation=true") == {"partitions": 0}
+    assert admin.ok("GET", f"{path}?checkAllowAutoCreation=true") == {"partitions": 0, "deleted": False}
     parted = f"/admin/v2/{domain}/{ns}/parted"
     admin.ok("PUT", f"{parted}/partitions", 2)
-    assert admin.ok("GET", f"{parted}-partition-1/partitions") == {"partitions": 0}
+    assert admin.ok("GET", f"{parted}-partition-1/partitions") == {"partitions": 0, "deleted": False}
     assert answer(admin, "GET", f"{parted}-partition-2/partitions?checkAllowAutoCreation=true") == (
         404, f"Topic {domain}://{ns}/parted-partition-2 not found")
     admin.ok("POST", f"{NS}/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
     assert answer(admin, "GET", f"{path}?checkAllowAutoCreation=true") == (404, f"Topic {missing} not found")
     if domain == "persistent":
         admin.ok("PUT", f"/admin/v2/{domain}/{ns}/present")
-        assert admin.ok("GET", f"/admin/v2/{domain}/{ns}/present/partitions") == {"partitions": 0}
+        assert admin.ok("GET", f"/admin/v2/{domain}/{ns}/present/partitions") == {"partitions": 0, "deleted": False}
