@@ -185,7 +185,9 @@ class PartitionedTopics:
         return no_content()
 
     async def partitioned_stats(self, request: web.Request) -> web.Response:
-        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
+        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here. Of a non-persistent
+        partitioned topic every partition is asked (Pulsar's NonPersistentTopics.getPartitionedStats asks the stats
+        of each, which brings a partition that is not live to life)."""
         name = self.topics.name(request)
         n = self.topics.partitions(name)
         if n == 0:  # (Pulsar's words differ between its persistent and non-persistent resources)
@@ -196,7 +198,8 @@ class PartitionedTopics:
             return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
 
         fanout = self.topics.fanout
-        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "stats", stats)
+        parts = fanout.partitions_to_ask(name) if name.persistent else [name.partition(i) for i in range(n)]
+        answers = await fanout.on_owners(request, parts, "GET", "stats", stats)
         per_partition = {p.full: doc for p, doc in answers.items()}
         return json_response(S.partitioned_stats(self.metadata_json(name, n), per_partition,
                                                  query_flag(request, "perPartition", True)))
