@@ -186,6 +186,22 @@ def test_deleting_a_missing_non_persistent_topic(admin: Admin, path: str) -> Non
     assert (reply.status, reply.body) == (204, b"")
 
 
+def test_deleting_a_missing_persistent_partition_name(admin: Admin) -> None:
+    """DELETE of a persistent "-partition-<n>" name that is no topic: Pulsar 4.0.7's 404 "Topic <name> not found"
+    (PersistentTopics.deleteTopic -> BrokerService.deleteTopic: not loaded, so the managed ledger's delete, which
+    fails with ManagedLedgerNotFoundException), whether its base name is no topic, a non-partitioned topic, or a
+    partitioned topic the index is past. Checked on a live standalone, with and without force. (Pulsar's 204 for a
+    partition never written to of an admin-created partitioned topic comes from AdminResource.tryCreatePartitionsAsync
+    creating each partition's managed ledger with it; ours creates them on first use.)"""
+    ns = admin.new_namespace()
+    admin.ok("PUT", f"{P}/{ns}/plain")
+    admin.ok("PUT", f"{P}/{ns}/parted/partitions", 2)
+    for local in ("absent-partition-0", "plain-partition-0", "parted-partition-2"):
+        for query in ("", "?force=true"):
+            assert answer(admin, "DELETE", f"{P}/{ns}/{local}{query}") == (
+                404, f"Topic persistent://{ns}/{local} not found"), (local, query)
+
+
 @pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
 def test_partition_names_of_topics_that_are_not_there(admin: Admin, domain: str) -> None:
     """A partition's name that is no topic: Pulsar's 404 says why (topicNotFoundReasonAsync): a partition past the
