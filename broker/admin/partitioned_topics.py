@@ -55,17 +55,25 @@ class PartitionedTopics:
         """GET .../partitions: the partitioned metadata. For a topic that is not there, Pulsar's
         internalGetPartitionedMetadataAsync answers 404 "Topic <name> not found", unless the caller asks
         ``checkAllowAutoCreation=true`` (as the clients' HTTP lookup does) and the namespace's auto-creation would
-        create it: then {"partitions": 0}, or, for partitioned auto-creation, the partitioned topic it creates."""
+        create it: then {"partitions": 0, "deleted": false}, or, for partitioned auto-creation, the partitioned topic
+        it creates."""
         name = self.topics.name(request)
         auto = query_flag(request, "checkAllowAutoCreation")
         n = await self.service.partitions_for(name, auto_create=auto)
         if n == 0 and not self._metadata_found(name, auto):
             raise HttpError(404, f"Topic {name} not found")
-        doc: dict[str, object] = {"partitions": n}
-        properties = self.service.metadata.topic_properties.get(name.base.full) if doc["partitions"] else None
-        if properties:
-            doc["properties"] = properties
-        return json_response(doc)
+        return json_response(self.metadata_json(name, n))
+
+    def metadata_json(self, name: TopicName, n: int) -> dict[str, Any]:
+        """Pulsar's PartitionedTopicMetadata as its admin API writes it (Jackson, non-null fields, in field order):
+        ``partitions``, ``deleted``, and ``properties`` when the partitioned topic's metadata has a map (even an
+        empty one); a name with no partitions, {"partitions": 0, "deleted": false}."""
+        stored = self.service.metadata.partitioned_metadata(name.base.full) if n else None
+        doc: dict[str, Any] = {"partitions": n, "deleted": bool(stored and stored.get("deleted"))}
+        properties = stored.get("properties") if stored else None
+        if properties is not None:
+            doc["properties"] = dict(properties)
+        return doc
 
     def _metadata_found(self, name: TopicName, auto: bool) -> bool:
         """Whether a name with no partitions has partitioned metadata to show (0 partitions): a topic that is there, a
@@ -90,9 +98,10 @@ class PartitionedTopics:
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName: first, on any such name)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
         n = await read_body(request)
-        properties: dict[str, str] = {}
+        properties: dict[str, str] | None = None  # (none given: the metadata has none, not an empty map)
         if isinstance(n, dict):
-            properties = parse_properties(n.get("properties"))
+            if n.get("properties") is not None:
+                properties = parse_properties(n["properties"])
             n = n.get("partitions")
         # (no body: Pulsar's binding gives its int parameter 0, which the check refuses)
         n = check_java_int(0 if n is None else n, "Number of partitions")
@@ -176,7 +185,9 @@ class PartitionedTopics:
         return no_content()
 
     async def partitioned_stats(self, request: web.Request) -> web.Response:
-        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here."""
+        """Pulsar's PartitionedTopicStats: each partition's stats from its owner, added up here. Of a non-persistent
+        partitioned topic every partition is asked (Pulsar's NonPersistentTopics.getPartitionedStats asks the stats
+        of each, which brings a partition that is not live to life)."""
         name = self.topics.name(request)
         n = self.topics.partitions(name)
         if n == 0:  # (Pulsar's words differ between its persistent and non-persistent resources)
@@ -187,13 +198,15 @@ class PartitionedTopics:
             return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
 
         fanout = self.topics.fanout
-        answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "stats", stats)
+        parts = fanout.partitions_to_ask(name) if name.persistent else [name.partition(i) for i in range(n)]
+        answers = await fanout.on_owners(request, parts, "GET", "stats", stats)
         per_partition = {p.full: doc for p, doc in answers.items()}
-        return json_response(S.partitioned_stats(n, per_partition, query_flag(request, "perPartition", True)))
+        return json_response(S.partitioned_stats(self.metadata_json(name, n), per_partition,
+                                                 query_flag(request, "perPartition", True)))
 
     async def partitioned_internal_stats(self, request: web.Request) -> web.Response:
-        """Pulsar's PartitionedTopicInternalStats: {"metadata": {"partitions": n}, "partitions": {name: internal
-        stats}}, each partition's from its owner."""
+        """Pulsar's PartitionedTopicInternalStats: {"metadata": its PartitionedTopicMetadata, "partitions": {name:
+        internal stats}}, each partition's from its owner."""
         name = self.topics.name(request)
         n = self.topics.partitions(name)
         if n == 0:
@@ -204,4 +217,5 @@ class PartitionedTopics:
 
         fanout = self.topics.fanout
         answers = await fanout.on_owners(request, fanout.partitions_to_ask(name), "GET", "internalStats", internal)
-        return json_response({"metadata": {"partitions": n}, "partitions": {p.full: doc for p, doc in answers.items()}})
+        return json_response({"metadata": self.metadata_json(name, n),
+                              "partitions": {p.full: doc for p, doc in answers.items()}})

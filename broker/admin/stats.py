@@ -470,12 +470,13 @@ _REPLICATION_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThrough
                        "bytesOutCounter", "msgRateExpired", "replicationBacklog")
 
 
-def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
+def partitioned_stats(metadata: dict[str, Any], per_partition: dict[str, dict[str, Any]],
                       include_partitions: bool) -> dict[str, Any]:
-    """Pulsar's PartitionedTopicStats: the partitions' stats added up, plus ``metadata``."""
+    """Pulsar's PartitionedTopicStats: the partitions' stats added up, plus ``metadata`` (its
+    PartitionedTopicMetadata)."""
     total: dict[str, Any] = {k: 0 for k in _SUMMED}
     total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
-                  "replication": {}, "deduplicationStatus": "Disabled", "metadata": {"partitions": partitions},
+                  "replication": {}, "deduplicationStatus": "Disabled", "metadata": metadata,
                   "partitions": {}, "compaction": compaction_stats(None)})
     subs: dict[str, dict[str, Any]] = total["subscriptions"]
     for name, stats in per_partition.items():

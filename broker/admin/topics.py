@@ -8,8 +8,9 @@ position in one log (skip n, reset to a message id, peek, last message id) answe
 name and work on ``...-partition-k``. The operations on a partitioned topic as a whole (create, grow,
 delete, its partitioned stats) are in partitioned_topics.py.
 
-Reads never create anything: stats and subscriptions of a partition that was never written to
-are left out rather than creating its managed ledger.
+Reads never create a managed ledger: stats and subscriptions of a partition that was never written to
+are left out rather than creating it. (The stats of a non-persistent partition within its partitioned
+topic's count do bring it to life, as Pulsar's do: there is nothing to store.)
 
 Non-persistent topics are the live ones: list, stats (Pulsar's NonPersistentTopicStats), live
 subscriptions (list, delete, properties, a reset by time that has nothing to move), unload and delete
@@ -206,13 +207,15 @@ class TopicsResource:
         if 0 < self.service.metadata.partitions_of(name.base.full) <= name.partition_index:
             raise self.not_found(name)
 
-    async def topic(self, name: TopicName) -> AnyTopic:
-        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates (a non-persistent partition that
-        is not live is not brought to life: an admin call is no client, and in cluster mode every partition of a
-        non-persistent partitioned topic is asked, see ``PartitionFanout.partitions_to_ask``)."""
+    async def topic(self, name: TopicName, *, live_partition: bool = False) -> AnyTopic:
+        """An existing topic (loaded on demand); 404 otherwise. Never auto-creates. A non-persistent partition that
+        is not live is brought to life only with ``live_partition`` (the stats routes: Pulsar's
+        getTopicReferenceAsync -> BrokerService.getTopic creates a non-persistent partition within its partitioned
+        topic's count whatever createIfMissing says); the other routes leave it alone (in cluster mode every
+        partition of a non-persistent partitioned topic is asked, see ``PartitionFanout.partitions_to_ask``)."""
         self._not_partitioned(name)
         self._partition_in_range(name)
-        if not name.persistent and name.partition_index >= 0 and not self.exists(name):
+        if not name.persistent and name.partition_index >= 0 and not live_partition and not self.exists(name):
             raise self.not_found(name)
         try:
             return await self.service.get_topic(name, create=False)
@@ -436,11 +439,13 @@ class TopicsResource:
 
     # -- stats -----------------------------------------------------------------------------------
     async def stats(self, request: web.Request) -> web.Response:
-        topic = await self.topic(self.name(request))
+        """GET .../stats; of a non-persistent partition that is not live, that of the partition it brings to life
+        (Pulsar 4.0.7 answers 200 with empty stats, and the partition is live afterwards)."""
+        topic = await self.topic(self.name(request), live_partition=True)
         return json_response(S.topic_stats(topic, self.web.sampler))
 
     async def internal_stats(self, request: web.Request) -> web.Response:
-        topic = await self.topic(self.name(request))
+        topic = await self.topic(self.name(request), live_partition=True)
         return json_response(S.internal_stats(topic))
 
     # -- subscriptions ---------------------------------------------------------------------------

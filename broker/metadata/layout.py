@@ -148,10 +148,11 @@ def _partitioned_decode(value: bytes) -> JsonDoc | None:
 
 
 def partitioned_topic_metadata(partitions: int, properties: dict[str, str] | None) -> JsonDoc:
-    """Pulsar's PartitionedTopicMetadata: ``partitions``, ``properties`` (absent when none) and
-    ``deleted`` (Pulsar 3+ marks a topic being deleted; older readers ignore it)."""
+    """Pulsar's PartitionedTopicMetadata: ``partitions``, ``properties`` (absent when None; an empty map is kept, as
+    Pulsar keeps one that was given) and ``deleted`` (Pulsar 3+ marks a topic being deleted; older readers ignore
+    it)."""
     doc: JsonDoc = {"partitions": partitions}
-    if properties:
+    if properties is not None:
         doc["properties"] = dict(properties)
     doc["deleted"] = False
     return doc

@@ -53,7 +53,7 @@ def _records(doc: dict[str, Any]) -> Iterator[tuple[L.Kind, str, Any]]:
     for name, value in table("namespaces").items():
         yield L.NAMESPACES, name, value
     for base, partitions in partitioned.items():
-        yield L.PARTITIONED_TOPICS, base, L.partitioned_topic_metadata(int(partitions), properties.get(base))
+        yield L.PARTITIONED_TOPICS, base, L.partitioned_topic_metadata(int(partitions), properties.get(base) or None)
     for topic, value in properties.items():
         if topic not in partitioned and value:
             yield L.TOPIC_PROPERTIES, topic, value

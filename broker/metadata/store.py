@@ -550,6 +550,11 @@ class BrokerMetadata:
         await self.modify_policies(namespace, modify)
 
     # -- partitioned topics (Pulsar's NamespaceResources.PartitionedTopicResources) -------------------
+    def partitioned_metadata(self, base_topic: str) -> Mapping[str, Any] | None:
+        """A partitioned topic's stored PartitionedTopicMetadata document, or None."""
+        doc = self._partitioned.get(base_topic)
+        return MappingProxyType(doc) if doc is not None else None
+
     def partitions_of(self, base_topic: str) -> int:
         doc = self._partitioned.get(base_topic)
         return 0 if doc is None else int(doc["partitions"])
@@ -570,10 +575,11 @@ class BrokerMetadata:
 
     async def create_partitioned_topic(self, base_topic: str, partitions: int,
                                        properties: Mapping[str, str] | None = None) -> None:
-        """Record a partitioned topic with its properties (one PartitionedTopicMetadata)."""
+        """Record a partitioned topic with its properties (one PartitionedTopicMetadata; None: none given, kept apart
+        from an empty map, as Pulsar's metadata keeps them apart)."""
         if base_topic in self._partitioned:
             raise AlreadyExistsError("Partitioned topic already exists")
-        doc = L.partitioned_topic_metadata(partitions, dict(properties) if properties else None)
+        doc = L.partitioned_topic_metadata(partitions, dict(properties) if properties is not None else None)
         await self._create(L.PARTITIONED_TOPICS, base_topic, doc, "Partitioned topic already exists")
 
     async def set_partitions(self, base_topic: str, partitions: int) -> None:
@@ -625,7 +631,9 @@ class BrokerMetadata:
     async def update_topic_properties(self, topic: str,
                                       change: Callable[[dict[str, str]], Mapping[str, str] | None]) -> None:
         """Read-modify-write of a topic's properties: ``change(stored properties, {} when none)``
-        returns the new ones (empty or None: none); it runs again when another writer got in between."""
+        returns the new ones (empty or None: none); it runs again when another writer got in between. A partitioned
+        topic's metadata that has a properties map keeps it when it becomes empty (Pulsar's PartitionedTopicMetadata
+        then shows ``"properties": {}``); one that has none gets none from an empty change."""
         def new_properties(stored: Any) -> dict[str, str] | None:
             new = change(dict(stored or {}))
             return dict(new) if new else None
@@ -634,9 +642,12 @@ class BrokerMetadata:
             def modify(current: JsonDoc | None) -> Any:
                 if current is None:
                     return KEEP
-                new = new_properties(current.get("properties"))
+                stored = current.get("properties")
+                new = change(dict(stored or {}))
                 doc = {k: v for k, v in current.items() if k != "properties"}
-                return {**doc, "properties": new} if new else doc
+                if not new and stored is None:
+                    return doc
+                return {**doc, "properties": dict(new or {})}
             await self._modify(L.PARTITIONED_TOPICS, topic, modify)
         else:
             await self._modify(L.TOPIC_PROPERTIES, topic, new_properties)

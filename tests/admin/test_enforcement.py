@@ -185,7 +185,7 @@ def test_namespace_auto_topic_creation_partitioned(admin: Admin, client: pulsar.
                                       message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
     for i in range(6):
         producer.send(f"p{i}".encode())
-    assert admin.ok("GET", f"/admin/v2/persistent/{ns}/auto-parts/partitions") == {"partitions": 3}
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}/auto-parts/partitions") == {"partitions": 3, "deleted": False}
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}/partitioned") == [topic]
     listed = admin.ok("GET", f"/admin/v2/persistent/{ns}")
     assert listed == [f"{topic}-partition-{i}" for i in range(3)]

@@ -44,7 +44,7 @@ def test_create_list_delete_topic(admin: Admin, client: pulsar.Client) -> None:
     assert admin.put(path).status == 204
     assert admin.put(path).status == 409
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [topic]
-    assert admin.ok("GET", f"{path}/partitions") == {"partitions": 0}
+    assert admin.ok("GET", f"{path}/partitions") == {"partitions": 0, "deleted": False}
     producer = client.create_producer(topic)
     reply = admin.delete(path)
     assert reply.status == 412 and reply.reason == "Topic has active producers/subscriptions"
@@ -88,7 +88,7 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     assert admin.put(path, 3).status == 204
     assert admin.put(path, 3).status == 409
     assert admin.put(f"/admin/v2/{rest_path(new_topic('zero'))}/partitions", 0).status == 406
-    assert admin.ok("GET", path) == {"partitions": 3}
+    assert admin.ok("GET", path) == {"partitions": 3, "deleted": False}
     assert topic in admin.ok("GET", "/admin/v2/persistent/public/default/partitioned")
     assert admin.post(path, 2).status == 422  # cannot shrink
     # Above the most a partitioned topic may have (maxNumPartitionsPerPartitionedTopic, else our ceiling): 406 to a
@@ -102,7 +102,7 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
                       {"allowAutoTopicCreation": True, "topicType": "partitioned",
                        "defaultNumPartitions": 2**31 - 1}).status == 406
     assert admin.post(path, 4).status == 204
-    assert admin.ok("GET", path) == {"partitions": 4}
+    assert admin.ok("GET", path) == {"partitions": 4, "deleted": False}
     # (Pulsar answers 409 "... is not the partitioned topic." for a topic that does not exist, too)
     assert admin.post(f"/admin/v2/{rest_path(new_topic('nopart'))}/partitions", 4).status == 409
 
@@ -111,7 +111,7 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     for _ in range(8):
         consumer.acknowledge(consumer.receive(TIMEOUT_MS))
     stats = admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats")
-    assert stats["metadata"] == {"partitions": 4}
+    assert stats["metadata"] == {"partitions": 4, "deleted": False}
     assert stats["msgInCounter"] == 8 and stats["subscriptions"]["sub"]["msgOutCounter"] == 8
     assert set(stats["partitions"]) == {f"{topic}-partition-{i}" for i in range(4)}
     assert "partitions" not in admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats?perPartition=false") \
@@ -364,7 +364,7 @@ def test_topic_properties(admin: Admin, pulsar_broker: BrokerThread) -> None:
     # partitions share them.
     parted = f"/admin/v2/persistent/{ns}/parted"
     assert admin.put(f"{parted}/partitions", {"partitions": 2, "properties": {"k": "v"}}).status == 204
-    assert admin.ok("GET", f"{parted}/partitions") == {"partitions": 2, "properties": {"k": "v"}}
+    assert admin.ok("GET", f"{parted}/partitions") == {"partitions": 2, "deleted": False, "properties": {"k": "v"}}
     assert admin.ok("GET", f"{parted}-partition-1/properties") == {"k": "v"}
     # They are saved (read back from the metadata store: a partitioned topic's in its
     # PartitionedTopicMetadata, as Pulsar) and go with the topic.

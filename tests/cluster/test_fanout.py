@@ -74,12 +74,14 @@ def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> Non
     assert set(owners.values()) == {b1.service_url, b2.service_url}, owners  # (spread over both)
 
     stats = http_json(f"{admin}/partitioned-stats")
-    assert stats["metadata"] == {"partitions": PARTITIONS} and set(stats["partitions"]) == set(parts)
+    assert stats["metadata"] == {"partitions": PARTITIONS, "deleted": False}
+    assert set(stats["partitions"]) == set(parts)
     assert stats["msgInCounter"] == 4 * PARTITIONS
     assert all(p["msgInCounter"] == 4 for p in stats["partitions"].values())
     assert stats["subscriptions"]["s"]["msgBacklog"] == 4 * PARTITIONS
     internal = http_json(f"{admin}/partitioned-internalStats")
-    assert internal["metadata"] == {"partitions": PARTITIONS} and set(internal["partitions"]) == set(parts)
+    assert internal["metadata"] == {"partitions": PARTITIONS, "deleted": False}
+    assert set(internal["partitions"]) == set(parts)
     assert all(set(p["cursors"]) == {"s", "keep"} for p in internal["partitions"].values())
 
     # Through b1, for the whole namespace: each bundle's owner clears its topics' backlog.

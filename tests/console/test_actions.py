@@ -191,7 +191,8 @@ async def test_create_unload_compact_and_delete_topics(page: Page, console_broke
     await page.fill("#new-topic-name", "parted")
     await page.fill("#new-topic-partitions", "2")
     await page.click("#create-topic")
-    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}/parted/partitions").json == {"partitions": 2},
+    await until(lambda: admin.get(f"/admin/v2/persistent/{ns}/parted/partitions").json
+                == {"partitions": 2, "deleted": False},
                 "the partitioned topic created")
     await page.wait_for(f"{text('[data-testid=topics]')}.includes('2 partitions')", what="the new row")
 

@@ -117,7 +117,7 @@ def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) 
     metadata = requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions", allow_redirects=False, timeout=10)
     assert (metadata.status_code, metadata.json()) == (404, {"reason": f"Topic persistent://{ns}/web not found"})
     assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions?checkAllowAutoCreation=true",
-                        allow_redirects=False, timeout=10).json() == {"partitions": 0}
+                        allow_redirects=False, timeout=10).json() == {"partitions": 0, "deleted": False}
 
 
 def test_namespace_calls_pulsar_checks_answer_307_to_the_peer(clusters: Clusters) -> None:

@@ -260,7 +260,7 @@ def test_partitioned_non_persistent_topic(client: pulsar.Client, admin: Admin) -
     assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(3)}
     assert {m.message_id().partition() for m in got} == {0, 1, 2}
     stats = admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats")
-    assert stats["msgInCounter"] == 30 and stats["metadata"] == {"partitions": 3}
+    assert stats["msgInCounter"] == 30 and stats["metadata"] == {"partitions": 3, "deleted": False}
     assert "msgDropRate" in stats and "msgDropRate" in stats["subscriptions"]["s"]
 
 

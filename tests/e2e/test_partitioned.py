@@ -179,13 +179,13 @@ def test_broker_auto_creates_partitioned_topics(partitioned_broker: BrokerThread
             producer.send(f"a{i}".encode())
         got = receive_all(consumer, 9)
         assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(3)}
-        assert admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitions") == {"partitions": 3}
+        assert admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitions") == {"partitions": 3, "deleted": False}
         assert topic in admin.ok("GET", "/admin/v2/persistent/public/default/partitioned")
         # a namespace override wins over the broker setting
         admin.ok("POST", "/admin/v2/namespaces/public/default/autoTopicCreation",
                  {"allowAutoTopicCreation": True, "topicType": "non-partitioned"})
         plain = f"persistent://public/default/plain-{uuid.uuid4().hex[:8]}"
         client.create_producer(plain).send(b"x")
-        assert admin.ok("GET", f"/admin/v2/{rest_path(plain)}/partitions") == {"partitions": 0}
+        assert admin.ok("GET", f"/admin/v2/{rest_path(plain)}/partitions") == {"partitions": 0, "deleted": False}
     finally:
         client.close()

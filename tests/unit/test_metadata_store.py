@@ -30,6 +30,7 @@ from tests.waiting import eventually
 
 TOPIC = "persistent://acme/ns/t"
 PARTED = "persistent://acme/ns/p"
+OTHER_PARTED = "persistent://acme/ns/q"
 
 
 async def node(store: MetadataStore, path: str) -> Any:
@@ -475,8 +476,13 @@ async def test_update_topic_properties_merges_into_the_stored_ones(metadata: Bro
     await metadata.update_topic_properties(PARTED, lambda p: {**p, "b": "2"})
     assert await node(store, L.PARTITIONED_TOPICS.path(PARTED)) == {
         "partitions": 2, "properties": {"a": "1", "b": "2"}, "deleted": False}
+    # Emptied, the map stays (Pulsar's PartitionedTopicMetadata then has "properties": {}); one with none gets none.
     await metadata.update_topic_properties(PARTED, lambda _: {})
-    assert await node(store, L.PARTITIONED_TOPICS.path(PARTED)) == {"partitions": 2, "deleted": False}
+    assert await node(store, L.PARTITIONED_TOPICS.path(PARTED)) == {"partitions": 2, "properties": {},
+                                                                    "deleted": False}
+    await metadata.create_partitioned_topic(OTHER_PARTED, 2)
+    await metadata.update_topic_properties(OTHER_PARTED, lambda p: p)
+    assert await node(store, L.PARTITIONED_TOPICS.path(OTHER_PARTED)) == {"partitions": 2, "deleted": False}
     await metadata.update_topic_properties(TOPIC, lambda p: {**p, "c": "3"})
     await metadata.update_topic_properties(TOPIC, lambda p: {**p, "d": "4"})
     assert metadata.topic_properties[TOPIC] == {"c": "3", "d": "4"}
