@@ -17,7 +17,9 @@ checks (``GLOBAL_NAMESPACE_ROUTES``: unloading the namespace or a bundle, splitt
 of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe), after what Pulsar checks
 before (``check_before_peer_redirect``: a bundle unload's range, a split's positions and algorithm). Creating a topic
 (PUT the topic or its partitions) is checked first too, but answered ``503`` where the others are redirected, as
-Pulsar 4.0.7 answers it (``CREATE_ACTIONS``).
+Pulsar 4.0.7 answers it (``CREATE_ACTIONS``). The checks of creating a topic and of the HTTP lookup come before the
+caller's permissions in Pulsar: the security middleware makes them (``validate_cluster_first``) before it refuses a
+role (``Order.AFTER_NAMESPACE`` in ``broker.auth.http``).
 """
 
 from __future__ import annotations
@@ -200,6 +202,30 @@ async def validate_global_namespace_to_create(service: BrokerService, request: w
         validate_global_namespace(service, request, name)
     except web.HTTPTemporaryRedirect:
         raise HttpError(503, CREATE_REFUSED) from None
+
+
+async def validate_cluster_first(service: BrokerService, request: web.Request) -> None:
+    """Pulsar's check of the namespace's cluster on the routes where it comes before the caller's permissions
+    (creating a topic: PersistentTopics.createNonPartitionedTopic / createPartitionedTopic; the HTTP lookup:
+    TopicLookupBase.internalLookupTopicAsync, validateTopicOperation after it): raise what the route answers for a
+    namespace this cluster does not serve. Nothing when it serves it, or the name is not a topic's, or the namespace
+    does not exist (answered by what reads it)."""
+    m = request.match_info
+    lookup = request.path.startswith("/lookup/")
+    domain = m["domain"] if lookup else request.path.split("/")[3]
+    try:
+        name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+    except BrokerError:
+        return
+    await service.refresh_namespace(name)
+    if not service.metadata.namespace_exists(name.namespace):
+        return
+    if lookup:
+        validate_global_namespace(service, request, name)
+        return
+    resource = request.match_info.route.resource
+    partitioned = resource is not None and resource.canonical.endswith("/partitions")
+    await validate_global_namespace_to_create(service, request, name, "partitions" if partitioned else "")
 
 
 def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[], PeerCluster | None]) -> None:
