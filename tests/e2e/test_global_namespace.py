@@ -216,6 +216,24 @@ def test_a_bundle_name_without_a_range_separator(clusters: Clusters) -> None:
             assert (reply.status_code, reply.json()) == (412, {"reason": "Invalid bundle range: abc"}), (ns, action)
 
 
+def test_the_live_topics_of_a_bundle(clusters: Clusters) -> None:
+    # GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle} (Pulsar's NonPersistentTopics.getListFromBundle, what the
+    # namespace's list asks each bundle's owner): the namespace read (404), then validateGlobalNamespaceOwnership (307
+    # to the peer, 412), then the bundle (412), any name being taken (compared with Pulsar 4.0.7's standalone).
+    peer, served, refused = clusters.namespace(["b"]), clusters.namespace(["a"]), clusters.namespace(["c"])
+    for bundle in ("0x00000000_0x40000000", "abc"):
+        path = f"/admin/v2/non-persistent/{peer}/{bundle}"
+        reply = requests.get(f"{clusters.a.web_url}{path}", allow_redirects=False, timeout=10)
+        assert (reply.status_code, reply.headers.get("Location")) == (307, f"{clusters.b.web_url}{path}"), bundle
+    reply = requests.get(f"{clusters.a.web_url}/admin/v2/non-persistent/{refused}/abc", timeout=10)
+    assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"]
+    reply = requests.get(f"{clusters.a.web_url}/admin/v2/non-persistent/{served}/abc", timeout=10)
+    assert (reply.status_code, reply.json()) == (412, {"reason": "Invalid bundle range: abc"})
+    reply = requests.get(f"{clusters.a.web_url}/admin/v2/non-persistent/geo/nowhere/abc", timeout=10)
+    assert (reply.status_code, reply.json()) == (404, {"reason": "Namespace does not exist"})
+    assert clusters.admin_a.ok("GET", f"/admin/v2/non-persistent/{served}/0x00000000_0x40000000") == []
+
+
 def test_no_peer_cluster_serves_it(clusters: Clusters) -> None:
     ns = clusters.namespace(["c"])  # c is known to a, but not a's peer
     answer = clusters.lookup_on_a(f"persistent://{ns}/t")
