@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from broker.service.kinds import AnySubscription
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-# A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar), LARGEST or HOT.
-SPLIT_BUNDLE_PATTERN = "[^/]*_[^/]*|LARGEST|HOT"
+# A bundle in a path: a range, LARGEST or HOT; any other name too (Pulsar's route takes it), a 412 once the checks
+# before the bundle's passed (the namespace's cluster first).
+SPLIT_BUNDLE_PATTERN = "[^/]+"
 SECONDS_PER_MINUTE = 60
 
 

@@ -15,7 +15,11 @@ the same path and query on that cluster's service URL, for the actions Pulsar ch
 the HTTP lookup does the same (``validate_global_namespace``). So do the namespace calls Pulsar's NamespacesBase
 checks (``GLOBAL_NAMESPACE_ROUTES``: unloading the namespace or a bundle, splitting a bundle, and clearing the backlog
 of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe), after what Pulsar checks
-before (``check_before_peer_redirect``: a bundle unload's range, a split's positions and algorithm).
+before (``check_before_peer_redirect``: a bundle unload's range, a split's positions and algorithm). Creating a topic
+(PUT the topic or its partitions) is checked first too, but answered ``503`` where the others are redirected, as
+Pulsar 4.0.7 answers it (``CREATE_ACTIONS``). The checks of creating a topic and of the HTTP lookup come before the
+caller's permissions in Pulsar: the security middleware makes them (``validate_cluster_first``) before it refuses a
+role (``Order.AFTER_NAMESPACE`` in ``broker.auth.http``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from yarl import URL
 
 from broker.admin.common import HttpError, query_flag, read_body
 from broker.admin.context import AdminContext
+from broker.admin.partitioned_topics import read_partition_count
 from broker.cluster.operations import BundleOperationError, parse_bundle_range, parse_split_positions, split_algorithm
 from broker.errors import BrokerError
 from broker.metadata.bundles import BundleError, NamespaceBundle
@@ -44,14 +49,20 @@ OWNER_ACTIONS = frozenset({
 
 
 # The actions on a topic for which Pulsar first checks that this cluster serves the namespace
-# (PersistentTopicsBase's calls of validateGlobalNamespaceOwnership): "" and "compaction" only for PUT (create,
-# trigger), every method for the others.
+# (PersistentTopicsBase's calls of validateGlobalNamespaceOwnershipAsync): "compaction" only for PUT (trigger), every
+# method for the others.
 GLOBAL_NAMESPACE_ACTIONS = frozenset({
     "stats", "partitioned-stats", "internalStats", "partitioned-internalStats", "internal-info", "subscriptions",
     "subscription", "all_subscription", "unload", "terminate", "examinemessage", "messageid", "ledger", "backlog",
     "backlogSize",
 })
-GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"", "compaction"})
+GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"compaction"})
+# PUT on these creates a topic ("": a non-partitioned one, "partitions": a partitioned one). Pulsar 4.0.7's
+# PersistentTopics / NonPersistentTopics check the namespace's cluster before anything but the namespace's name, with
+# AdminResource.validateGlobalNamespaceOwnership(): its refusals (404, 412) pass as they are, but the redirect to the
+# peer cluster is caught as any other failure and answered 503 (CREATE_REFUSED).
+CREATE_ACTIONS = frozenset({"", "partitions"})
+CREATE_REFUSED = "Failed to validate global cluster configuration"
 _NS = "/admin/v2/namespaces/{tenant}/{ns}"
 # The namespace calls (method, route) for which Pulsar's NamespacesBase calls validateGlobalNamespaceOwnership
 # (4.0.7: internalUnloadNamespaceAsync, internalUnloadNamespaceBundleAsync - there only when no broker owns the
@@ -108,10 +119,13 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
         if found is not None and (found[1] in GLOBAL_NAMESPACE_ACTIONS or (
-                found[1] in GLOBAL_NAMESPACE_PUT_ACTIONS and request.method == "PUT")):
+                request.method == "PUT" and found[1] in GLOBAL_NAMESPACE_PUT_ACTIONS | CREATE_ACTIONS)):
             await service.refresh_namespace(found[0])
             if service.metadata.namespace_exists(found[0].namespace):  # (else the handler answers it is missing)
-                validate_global_namespace(service, request, found[0])
+                if request.method == "PUT" and found[1] in CREATE_ACTIONS:
+                    await validate_global_namespace_to_create(service, request, found[0], found[1])
+                else:
+                    validate_global_namespace(service, request, found[0])
         if not service.ownership.distributed:
             return await handler(request)
         if found is not None:
@@ -176,6 +190,42 @@ def validate_global_namespace(service: BrokerService, request: web.Request, name
     on the peer cluster that does (its TLS service URL over https when it has one and this broker serves https), or
     the refusal (404, 412) when no cluster can."""
     redirect_to_peer(request, name.namespace, lambda: service.peer_cluster(name))
+
+
+async def validate_global_namespace_to_create(service: BrokerService, request: web.Request, name: TopicName,
+                                              action: str) -> None:
+    """``validate_global_namespace`` as creating a topic (``action``: one of ``CREATE_ACTIONS``) makes it: 503 where
+    the others answer 307; a partition count that is not one is 400 before (Pulsar's JSON binding reads it first)."""
+    if action == "partitions":
+        await read_partition_count(request)
+    try:
+        validate_global_namespace(service, request, name)
+    except web.HTTPTemporaryRedirect:
+        raise HttpError(503, CREATE_REFUSED) from None
+
+
+async def validate_cluster_first(service: BrokerService, request: web.Request) -> None:
+    """Pulsar's check of the namespace's cluster on the routes where it comes before the caller's permissions
+    (creating a topic: PersistentTopics.createNonPartitionedTopic / createPartitionedTopic; the HTTP lookup:
+    TopicLookupBase.internalLookupTopicAsync, validateTopicOperation after it): raise what the route answers for a
+    namespace this cluster does not serve. Nothing when it serves it, or the name is not a topic's, or the namespace
+    does not exist (answered by what reads it)."""
+    m = request.match_info
+    lookup = request.path.startswith("/lookup/")
+    domain = m["domain"] if lookup else request.path.split("/")[3]
+    try:
+        name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+    except BrokerError:
+        return
+    await service.refresh_namespace(name)
+    if not service.metadata.namespace_exists(name.namespace):
+        return
+    if lookup:
+        validate_global_namespace(service, request, name)
+        return
+    resource = request.match_info.route.resource
+    partitioned = resource is not None and resource.canonical.endswith("/partitions")
+    await validate_global_namespace_to_create(service, request, name, "partitions" if partitioned else "")
 
 
 def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[], PeerCluster | None]) -> None:

@@ -23,7 +23,7 @@ from yarl import URL
 
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
-from broker.admin.cluster import ownership_middleware, validate_global_namespace
+from broker.admin.cluster import ownership_middleware, validate_cluster_first, validate_global_namespace
 from broker.admin.common import (
     HttpError,
     check_name,
@@ -68,7 +68,8 @@ class WebService:
         self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
         # ownership_middleware (cluster mode) sends a call on a topic to its owner, after the security checks.
-        security = security_middleware(ctx.security, ctx.config, lambda: ctx.broker_id)
+        security = security_middleware(ctx.security, ctx.config, lambda: ctx.broker_id,
+                                       lambda request: validate_cluster_first(ctx.service, request))
         self.app = web.Application(middlewares=[json_errors, security, ownership_middleware(ctx)])
         self._runner: web.AppRunner | None = None
         self.sampler = StatsSampler(ctx)

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-# A bundle in a path: anything with "_" (a malformed range is a 412, as in Pulsar).
-BUNDLE_PATTERN = "[^/]*_[^/]*"
+# A bundle in a path: any name (Pulsar's routes take any; a malformed range is a 412, as Pulsar's
+# validateNamespaceBundleRange answers, once the checks before it passed: the namespace's cluster first).
+BUNDLE_PATTERN = "[^/]+"
 
 
 class NamespaceOperationsResource:

@@ -35,6 +35,21 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 
+async def read_partition_count(request: web.Request) -> tuple[int, dict[str, str] | None]:
+    """The body of PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
+    {"partitions": n, "properties": {...}} (what the admin client sends with properties); 400 when it is neither, as
+    Pulsar's JSON binding answers before its handler runs. Properties None: none given (the metadata then has none,
+    not an empty map)."""
+    n = await read_body(request)
+    properties: dict[str, str] | None = None
+    if isinstance(n, dict):
+        if n.get("properties") is not None:
+            properties = parse_properties(n["properties"])
+        n = n.get("partitions")
+    # (no body: Pulsar's binding gives its int parameter 0, which the handler's check refuses)
+    return check_java_int(0 if n is None else n, "Number of partitions"), properties
+
+
 class PartitionedTopics:
     """The handlers; ``topics`` gives the names, the partition counts and the calls at each partition's owner."""
 
@@ -91,20 +106,12 @@ class PartitionedTopics:
         return auto and self.service.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
-        """PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
-        {"partitions": n, "properties": {...}} (what the admin client sends with properties)."""
+        """PUT .../partitions: create a partitioned topic (its body: ``read_partition_count``)."""
         check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.topics.name(request)
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName: first, on any such name)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
-        n = await read_body(request)
-        properties: dict[str, str] | None = None  # (none given: the metadata has none, not an empty map)
-        if isinstance(n, dict):
-            if n.get("properties") is not None:
-                properties = parse_properties(n["properties"])
-            n = n.get("partitions")
-        # (no body: Pulsar's binding gives its int parameter 0, which the check refuses)
-        n = check_java_int(0 if n is None else n, "Number of partitions")
+        n, properties = await read_partition_count(request)
         check_partition_count(n, self.service.config.maxNumPartitionsPerPartitionedTopic)
         if self.service.namespace_being_deleted(name.namespace):
             raise HttpError(412, f"Namespace {name.namespace} is being deleted")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.cluster import redirect_url
+from broker.admin.cluster import redirect_to_peer, redirect_url
 from broker.admin.common import (
     DOMAINS,
     HttpError,
@@ -72,8 +72,9 @@ SUB = TOPIC + "/subscription/{sub}"
 INT64_MAX = (1 << 63) - 1
 # Pulsar's answer (400) to PUT .../subscription/{sub} on a non-persistent topic: only SUBSCRIBE makes one there.
 CREATE_LIVE_SUBSCRIPTION = "Create subscription on non-persistent topic can only be done through client"
-# A bundle's range in a path (GET .../{tenant}/{ns}/{bundle}: no topic route answers GET without an action).
-BUNDLE_RANGE = "0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}"
+# A bundle in a path (GET .../non-persistent/{tenant}/{ns}/{bundle}: no topic route answers GET without an action).
+# Any name, as Pulsar's route takes it: one that is not a range is 412 once the namespace is checked.
+BUNDLE_NAME = "[^/]+"
 # The most a peeked or fetched message is uncompressed to (its metadata announces the size; a larger one is
 # returned as stored, with the header naming its codec).
 PEEK_INFLATE_LIMIT = 64 * 1024 * 1024
@@ -100,7 +101,7 @@ class TopicsResource:
             r.add_get(base + "/{tenant}/{ns}", self.list_topics)
             r.add_get(base + "/{tenant}/{ns}/partitioned", self.partitioned.list_partitioned)
             if base.endswith("/non-persistent"):  # (Pulsar's getListFromBundle, what getList asks each owner)
-                r.add_get(base + "/{tenant}/{ns}/{bundle:" + BUNDLE_RANGE + "}", self.list_in_bundle)
+                r.add_get(base + "/{tenant}/{ns}/{bundle:" + BUNDLE_NAME + "}", self.list_in_bundle)
             r.add_put(base + TOPIC, self.create)
             r.add_delete(base + TOPIC, self.delete)
             r.add_get(base + TOPIC + "/partitions", self.partitioned.get_partitions)
@@ -308,8 +309,12 @@ class TopicsResource:
 
     async def list_in_bundle(self, request: web.Request) -> web.Response:
         """GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}: the live non-persistent topics of one bundle, from
-        its owner (307 there; an empty list when nobody owns it)."""
+        its owner (307 there; an empty list when nobody owns it). Pulsar's getListFromBundle reads the namespace
+        (404), then sends a namespace another cluster serves there (validateGlobalNamespaceOwnership: 307, or 412),
+        then checks the bundle (412). (Not Pulsar's 404 for a namespace marked deleted: a namespace's delete asks the
+        owners of its bundles for their live topics once it is marked.)"""
         ns = self.web.namespaces.namespace(request)
+        redirect_to_peer(request, ns, lambda: self.service.peer_cluster_of(ns, allow_deleted=True))
         try:
             bundle = self.web.bundles.ops.bundle(ns, request.match_info["bundle"])
         except BundleOperationError as exc:

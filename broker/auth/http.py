@@ -75,8 +75,9 @@ class Order(enum.Enum):
 
     FIRST = "before anything else"
     # validateGlobalNamespaceOwnership first (creating a topic, the HTTP lookup): a namespace that does not exist
-    # is 404 NAMESPACE_NOT_FOUND, before the check. (Here for the roles the check refuses; the handler answers
-    # the others.)
+    # is 404 NAMESPACE_NOT_FOUND, and one this cluster does not serve gets the peer cluster's answer (the
+    # middleware's ``cluster_first``), before the check. (Here for the roles the check refuses; the handler and the
+    # ownership middleware answer the others.)
     AFTER_NAMESPACE = "after reading the namespace"
     # Later, or on one branch only: the handler calls check_deferred (or skip_deferred) where Pulsar's checks.
     IN_HANDLER = "where the handler makes it"
@@ -253,10 +254,19 @@ def access_for(method: str, canonical: str) -> Access:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# What a route of Order.AFTER_NAMESPACE answers, for a namespace that exists, before its check (raises it, if any).
+ClusterFirst = Callable[[web.Request], Awaitable[None]]
 
 
-def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callable[[], str]) -> Any:
-    """``broker_id``: this broker's id, which Pulsar's brokers' checks name when they refuse."""
+async def _nothing_first(request: web.Request) -> None:
+    return None
+
+
+def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callable[[], str],
+                        cluster_first: ClusterFirst = _nothing_first) -> Any:
+    """``broker_id``: this broker's id, which Pulsar's brokers' checks name when they refuse. ``cluster_first``:
+    Pulsar's check of the namespace's cluster, made before refusing a role on a route of Order.AFTER_NAMESPACE
+    (``broker.admin.cluster.validate_cluster_first``)."""
     authn, authz = security.authentication, security.authorization
     metrics_need_credentials = cfg.authenticateMetricsEndpoint
 
@@ -286,7 +296,7 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
                                           "request is via proxy.")
             if original == role:
                 original = None
-            check = AccessCheck(security, rule, request, broker_id, role, original)
+            check = AccessCheck(security, rule, request, broker_id, role, original, cluster_first)
             if rule.order is Order.IN_HANDLER:
                 request[_DEFERRED] = check
                 response = await handler(request)
@@ -304,9 +314,10 @@ class AccessCheck:
     order: what answers before a refusal first, then the refusal of the first role not allowed."""
 
     def __init__(self, security: Security, rule: Rule, request: web.Request, broker_id: Callable[[], str],
-                 role: str, original: str | None) -> None:
+                 role: str, original: str | None, cluster_first: ClusterFirst = _nothing_first) -> None:
         self.security, self.rule, self.request, self.broker_id = security, rule, request, broker_id
         self.role, self.original = role, original
+        self.cluster_first = cluster_first
         self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER)
 
     async def __call__(self) -> None:
@@ -319,12 +330,13 @@ class AccessCheck:
 
     async def _before_refusal(self) -> None:
         """Raise what Pulsar answers a refused role (never a super user) before its refusal: the namespace its
-        handler reads first missing, or the tenant the check reads missing."""
+        handler reads first missing (or served by another cluster), or the tenant the check reads missing."""
         rule, m = self.rule, self.request.match_info
         metadata = self.security.authorization.metadata
         if rule.order is Order.AFTER_NAMESPACE:
             if not await metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}"):
                 raise RefusedError(NAMESPACE_NOT_FOUND, 404)
+            await self.cluster_first(self.request)
         elif rule.check.reads_tenant:
             tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
             if not await metadata.tenant_exists_fresh(tenant):

@@ -167,7 +167,10 @@ class BundleOperations:
 def parse_bundle_range(namespace: str, range_name: str) -> NamespaceBundle:
     """A bundle named by its range (``0x00000000_0x40000000``), whether or not it is one of the namespace's now;
     412 when the name is malformed (Pulsar's NamespaceBundleFactory.getBundle throws there; we say 412, the caller
-    being at fault, as for a range that is not one of the namespace's bundles)."""
+    being at fault, as for a range that is not one of the namespace's bundles). A name without "_" gets
+    Pulsar's words (PulsarWebResource.validateNamespaceBundleRange)."""
+    if "_" not in range_name:
+        raise BundleOperationError(412, f"Invalid bundle range: {range_name}")
     try:
         return NamespaceBundle.parse(namespace, range_name)
     except BundleError as exc:

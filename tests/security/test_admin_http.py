@@ -13,6 +13,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
@@ -444,3 +445,48 @@ def test_a_tenant_that_does_not_exist_is_404_for_a_refused_role(secure_broker: B
     for method, path, body, status, reason in cases:
         reply = stranger.call(method, path, body)
         assert (reply.status, reply.reason) == (status, reason), (method, path)
+
+
+def test_a_namespace_another_cluster_serves_answers_before_a_refusal(secure_broker: BrokerThread,
+                                                                      root_admin: SecureAdmin) -> None:
+    """Creating a topic and the HTTP lookup check the namespace's cluster before the caller's permissions (Apache
+    Pulsar 4.0.7: PersistentTopics.createNonPartitionedTopic / createPartitionedTopic call validateGlobalNamespace
+    Ownership first, TopicLookupBase.internalLookupTopicAsync before validateTopicOperation): a role they would refuse
+    gets the lookup's 307 to the peer cluster, the create's 503, or the 412 when no cluster can serve it."""
+    suffix = uuid.uuid4().hex[:8]
+    peer, other, tenant = f"peer-{suffix}", f"other-{suffix}", f"t-{suffix}"
+    root_admin.ok("PUT", f"/admin/v2/clusters/{peer}", {"serviceUrl": "http://127.0.0.9:8080"})
+    root_admin.ok("PUT", f"/admin/v2/clusters/{other}", {"serviceUrl": "http://127.0.0.8:8080"})
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": [],
+                                                         "allowedClusters": ["standalone", peer, other]})
+    for ns, clusters in ((f"{tenant}/peer", [peer]), (f"{tenant}/none", [other])):
+        root_admin.ok("PUT", f"/admin/v2/namespaces/{ns}")
+        root_admin.ok("POST", f"/admin/v2/namespaces/{ns}/replication", clusters)
+    root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [peer])
+    headers = {"Authorization": f"Bearer {token('stranger')}", "Content-Type": "application/json"}
+
+    def call(method: str, path: str, body: str | None = None) -> requests.Response:
+        return requests.request(method, secure_broker.web_url + path, data=body, headers=headers,
+                                allow_redirects=False, timeout=10)
+
+    try:
+        lookup = f"/lookup/v2/topic/persistent/{tenant}/peer/t?authoritative=false"
+        reply = call("GET", lookup)
+        assert (reply.status_code, reply.headers.get("Location")) == (307, "http://127.0.0.9:8080" + lookup)
+        for path, body in ((f"/admin/v2/persistent/{tenant}/peer/t", None),
+                           (f"/admin/v2/persistent/{tenant}/peer/t/partitions", "2"),
+                           (f"/admin/v2/non-persistent/{tenant}/peer/t/partitions", "2")):
+            reply = call("PUT", path, body)
+            assert (reply.status_code, reply.json()) == (
+                503, {"reason": "Failed to validate global cluster configuration"}), path
+        for method, path, body in (("GET", f"/lookup/v2/topic/persistent/{tenant}/none/t", None),
+                                   ("PUT", f"/admin/v2/persistent/{tenant}/none/t", None),
+                                   ("PUT", f"/admin/v2/persistent/{tenant}/none/t/partitions", "2")):
+            reply = call(method, path, body)
+            assert reply.status_code == 412, (path, reply.text)
+            assert reply.json()["reason"].startswith("Namespace missing local cluster name in clusters list"), path
+        # This cluster's own namespaces: the refusal, as before.
+        reply = call("GET", "/lookup/v2/topic/persistent/public/default/t")
+        assert reply.status_code == 401
+    finally:
+        root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
