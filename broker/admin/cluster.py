@@ -70,6 +70,15 @@ GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"compaction"})
 GLOBAL_NAMESPACE_METHOD_ACTIONS = frozenset({
     ("GET", "partitions"), ("POST", "createMissedPartitions"), ("DELETE", "truncate"),
 })
+# (method, action) on a partition that this broker neither has loaded nor stores: Pulsar 4.0.7 looks the topic up with
+# PersistentTopicsBase.getTopicReferenceAsync, whose topicNotFoundReasonAsync reads the partitioned topic's metadata
+# with getPartitionedTopicMetadataAsync, so checks the namespace's cluster (after the caller's permission and
+# validateTopicOwnership: in cluster mode the topic's owner redirects it to the peer cluster). A whole topic's is
+# "not found" there, answered by the handler. (Pulsar's offload calls do the same; ours has none.) A non-persistent
+# topic's trim is refused before (405).
+GLOBAL_NAMESPACE_PARTITION_ACTIONS = frozenset({
+    ("GET", "lastMessageId"), ("GET", "compaction"), ("POST", "trim"), ("DELETE", "truncate"),
+})
 # PUT on these creates a topic ("": a non-partitioned one, "partitions": a partitioned one). Pulsar 4.0.7's
 # PersistentTopics / NonPersistentTopics check the namespace's cluster before anything but the namespace's name, with
 # AdminResource.validateGlobalNamespaceOwnership(): its refusals (404, 412) pass as they are, but the redirect to the
@@ -138,14 +147,16 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                     await validate_global_namespace_to_create(service, request, found[0], found[1])
                 else:
                     validate_global_namespace(service, request, found[0])
-        if not service.ownership.distributed:
-            return await handler(request)
-        if found is not None:
+        if found is not None and service.ownership.distributed:
             name, action = found
             if action in OWNER_ACTIONS and not (name.partition_index < 0
                                                  and service.metadata.partitions_of(name.full) > 0) and not (
                     action == "" and request.method == "GET"):  # (GET .../{ns}/{bundle}: a bundle's topic list)
                 await validate_topic_ownership(ctx, request, name)
+        if found is not None and peer_checked_partition(service, request.method, *found):
+            await service.refresh_namespace(found[0])
+            if service.metadata.namespace_exists(found[0].namespace):
+                validate_global_namespace(service, request, found[0])
         return await handler(request)
 
     return redirect_to_owner
@@ -157,7 +168,16 @@ def peer_checked(method: str, name: TopicName, action: str) -> bool:
     if action in GLOBAL_NAMESPACE_ACTIONS or (
             method == "PUT" and action in GLOBAL_NAMESPACE_PUT_ACTIONS | CREATE_ACTIONS):
         return True
-    return (method, action) in GLOBAL_NAMESPACE_METHOD_ACTIONS and (name.persistent or action != "truncate")
+    return ((method, action) in GLOBAL_NAMESPACE_METHOD_ACTIONS and (name.persistent or action != "truncate")
+            and not (action == "truncate" and name.partition_index >= 0))  # (a partition's: peer_checked_partition)
+
+
+def peer_checked_partition(service: BrokerService, method: str, name: TopicName, action: str) -> bool:
+    """Whether a call on a partition is checked against the namespace's cluster because this broker does not have
+    it (``GLOBAL_NAMESPACE_PARTITION_ACTIONS``)."""
+    return (name.partition_index >= 0 and (method, action) in GLOBAL_NAMESPACE_PARTITION_ACTIONS
+            and (name.persistent or action not in ("trim", "truncate"))
+            and service.get_topic_if_loaded(name) is None and not service.topic_exists(name))
 
 
 async def check_before_peer_redirect(ctx: AdminContext, request: web.Request, namespace: str, route: str) -> None:

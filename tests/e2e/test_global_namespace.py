@@ -132,19 +132,31 @@ def test_calls_reading_the_partitioned_metadata_or_topic_policies_answer_307(clu
              ("DELETE", f"persistent/{ns}/t/maxProducers", None), ("GET", f"non-persistent/{ns}/t/maxProducers", None),
              ("GET", f"persistent/{ns}/t/replication", None), ("POST", f"persistent/{ns}/t/replication", '["b"]'),
              ("GET", f"persistent/{ns}/t/retention?applied=true", None),
-             ("GET", f"persistent/{ns}/t/sub/dispatchRate", None)]
+             ("GET", f"persistent/{ns}/t/sub/dispatchRate", None),
+             # A partition this broker does not have: Pulsar's getTopicReferenceAsync -> topicNotFoundReasonAsync
+             # reads the partitioned metadata.
+             ("GET", f"persistent/{ns}/t-partition-0/lastMessageId", None),
+             ("GET", f"persistent/{ns}/t-partition-0/compaction", None),
+             ("POST", f"persistent/{ns}/t-partition-0/trim", None),
+             ("GET", f"non-persistent/{ns}/t-partition-0/lastMessageId", None),
+             ("GET", f"non-persistent/{ns}/t-partition-0/compaction", None)]
     for method, path, body in calls:
         reply = requests.request(method, f"{clusters.a.web_url}/admin/v2/{path}", data=body, allow_redirects=False,
                                  headers={"Content-Type": "application/json"}, timeout=10)
         assert reply.status_code == 307, (method, path, reply.status_code, reply.text)
         assert reply.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{path}", (method, path)
-    # What Pulsar answers here: a non-persistent topic's truncate, a partition's policy.
+    # What Pulsar answers here: a non-persistent topic's truncate and trim, a partition's policy.
     for method, path, answer in (
             ("DELETE", f"non-persistent/{ns}/t/truncate", (412, "unsupport truncate")),
+            ("POST", f"non-persistent/{ns}/t-partition-0/trim", (405, "Trim on a non-persistent topic is not allowed")),
             ("GET", f"persistent/{ns}/t-partition-0/maxProducers",
              (412, "Not allowed to set/get topic policy for a partition"))):
         reply = requests.request(method, f"{clusters.a.web_url}/admin/v2/{path}", allow_redirects=False, timeout=10)
         assert (reply.status_code, reply.json()["reason"]) == answer, (method, path)
+    # The whole topic's, not found here (Pulsar: 404 "Topic ... not found").
+    for path in (f"persistent/{ns}/t/lastMessageId", f"persistent/{ns}/t/compaction"):
+        reply = requests.get(f"{clusters.a.web_url}/admin/v2/{path}", allow_redirects=False, timeout=10)
+        assert reply.status_code == 404, (path, reply.status_code, reply.text)
     # Followed, the calls are answered by b.
     clusters.admin_b.ok("PUT", f"/admin/v2/persistent/{ns}/t")
     assert requests.post(f"{clusters.a.web_url}/admin/v2/persistent/{ns}/t/maxProducers", data="5", timeout=10,
