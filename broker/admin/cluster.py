@@ -11,8 +11,9 @@ name. A standalone broker owns everything: the middleware does nothing more.
 
 Before that, in every mode, a call on a topic of a namespace this broker's cluster does not serve is sent to the
 peer cluster that does (Pulsar's validateGlobalNamespaceOwnership, ``broker.metadata.global_namespace``): ``307`` to
-the same path and query on that cluster's service URL, for the actions Pulsar checks (``GLOBAL_NAMESPACE_ACTIONS``);
-the HTTP lookup does the same (``validate_global_namespace``). So do the namespace calls Pulsar's NamespacesBase
+the same path and query on that cluster's service URL, for the actions Pulsar checks (``GLOBAL_NAMESPACE_ACTIONS``,
+``GLOBAL_NAMESPACE_METHOD_ACTIONS``; topic policies in their handler); the HTTP lookup does the same
+(``validate_global_namespace``). So do the namespace calls Pulsar's NamespacesBase
 checks (``GLOBAL_NAMESPACE_ROUTES``: unloading the namespace or a bundle, splitting a bundle, and clearing the backlog
 of or unsubscribing from one bundle; not the namespace-wide clearBacklog / unsubscribe), after what Pulsar checks
 before (``check_before_peer_redirect``: a bundle unload's range, a split's positions and algorithm). Creating a topic
@@ -57,6 +58,27 @@ GLOBAL_NAMESPACE_ACTIONS = frozenset({
     "backlogSize",
 })
 GLOBAL_NAMESPACE_PUT_ACTIONS = frozenset({"compaction"})
+# (method, action) checked the same way because Pulsar 4.0.7 reads the topic's partitioned metadata with
+# AdminResource.getPartitionedTopicMetadataAsync, which checks the caller's lookup permission, then the namespace's
+# cluster (validateGlobalNamespaceOwnershipAsync), before anything else of the call: the partitioned metadata
+# (internalGetPartitionedMetadataAsync; NonPersistentTopics' after its validateTopicOwnership, which a standalone
+# passes), creating the missing partitions (internalCreateMissedPartitions) and truncating a persistent topic
+# (internalTruncateTopicAsync; a partition's, internalTruncateNonPartitionedTopicAsync, gets there too when this
+# cluster does not store it, through getTopicReferenceAsync / topicNotFoundReasonAsync). A non-persistent topic's
+# truncate is refused before (412 "unsupport truncate"). Topic policies are checked by their handler
+# (broker.admin.topic_policies: after the policies-enabled and not-a-partition checks, as Pulsar's preValidation).
+GLOBAL_NAMESPACE_METHOD_ACTIONS = frozenset({
+    ("GET", "partitions"), ("POST", "createMissedPartitions"), ("DELETE", "truncate"),
+})
+# (method, action) on a partition that this broker neither has loaded nor stores: Pulsar 4.0.7 looks the topic up with
+# PersistentTopicsBase.getTopicReferenceAsync, whose topicNotFoundReasonAsync reads the partitioned topic's metadata
+# with getPartitionedTopicMetadataAsync, so checks the namespace's cluster (after the caller's permission and
+# validateTopicOwnership: in cluster mode the topic's owner redirects it to the peer cluster). A whole topic's is
+# "not found" there, answered by the handler. (Pulsar's offload calls do the same; ours has none.) A non-persistent
+# topic's trim is refused before (405).
+GLOBAL_NAMESPACE_PARTITION_ACTIONS = frozenset({
+    ("GET", "lastMessageId"), ("GET", "compaction"), ("POST", "trim"), ("DELETE", "truncate"),
+})
 # PUT on these creates a topic ("": a non-partitioned one, "partitions": a partitioned one). Pulsar 4.0.7's
 # PersistentTopics / NonPersistentTopics check the namespace's cluster before anything but the namespace's name, with
 # AdminResource.validateGlobalNamespaceOwnership(): its refusals (404, 412) pass as they are, but the redirect to the
@@ -118,25 +140,44 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
-        if found is not None and (found[1] in GLOBAL_NAMESPACE_ACTIONS or (
-                request.method == "PUT" and found[1] in GLOBAL_NAMESPACE_PUT_ACTIONS | CREATE_ACTIONS)):
+        if found is not None and peer_checked(request.method, *found):
             await service.refresh_namespace(found[0])
             if service.metadata.namespace_exists(found[0].namespace):  # (else the handler answers it is missing)
                 if request.method == "PUT" and found[1] in CREATE_ACTIONS:
                     await validate_global_namespace_to_create(service, request, found[0], found[1])
                 else:
                     validate_global_namespace(service, request, found[0])
-        if not service.ownership.distributed:
-            return await handler(request)
-        if found is not None:
+        if found is not None and service.ownership.distributed:
             name, action = found
             if action in OWNER_ACTIONS and not (name.partition_index < 0
                                                  and service.metadata.partitions_of(name.full) > 0) and not (
                     action == "" and request.method == "GET"):  # (GET .../{ns}/{bundle}: a bundle's topic list)
                 await validate_topic_ownership(ctx, request, name)
+        if found is not None and peer_checked_partition(service, request.method, *found):
+            await service.refresh_namespace(found[0])
+            if service.metadata.namespace_exists(found[0].namespace):
+                validate_global_namespace(service, request, found[0])
         return await handler(request)
 
     return redirect_to_owner
+
+
+def peer_checked(method: str, name: TopicName, action: str) -> bool:
+    """Whether the middleware checks a call on a topic (``action``: the path element after it) against the
+    namespace's cluster."""
+    if action in GLOBAL_NAMESPACE_ACTIONS or (
+            method == "PUT" and action in GLOBAL_NAMESPACE_PUT_ACTIONS | CREATE_ACTIONS):
+        return True
+    return ((method, action) in GLOBAL_NAMESPACE_METHOD_ACTIONS and (name.persistent or action != "truncate")
+            and not (action == "truncate" and name.partition_index >= 0))  # (a partition's: peer_checked_partition)
+
+
+def peer_checked_partition(service: BrokerService, method: str, name: TopicName, action: str) -> bool:
+    """Whether a call on a partition is checked against the namespace's cluster because this broker does not have
+    it (``GLOBAL_NAMESPACE_PARTITION_ACTIONS``)."""
+    return (name.partition_index >= 0 and (method, action) in GLOBAL_NAMESPACE_PARTITION_ACTIONS
+            and (name.persistent or action not in ("trim", "truncate"))
+            and service.get_topic_if_loaded(name) is None and not service.topic_exists(name))
 
 
 async def check_before_peer_redirect(ctx: AdminContext, request: web.Request, namespace: str, route: str) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from broker.admin.cluster import validate_global_namespace
 from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
@@ -156,7 +157,9 @@ class TopicPoliciesResource:
         return self.web.service
 
     def topic(self, request: web.Request) -> TopicName:
-        """Pulsar's checks, in its order: policies on, not a partition, the topic exists."""
+        """Pulsar's checks, in its order (PersistentTopicsBase.preValidation, after the caller's permission): policies
+        on, not a partition, this cluster serves the namespace (validateGlobalNamespaceOwnershipAsync), the topic
+        exists."""
         self.web.namespaces.namespace(request)  # 404 for a missing tenant or namespace
         if not self.service.config.topicLevelPoliciesEnabled:
             raise HttpError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
@@ -165,6 +168,7 @@ class TopicPoliciesResource:
         name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
         if name.partition_index >= 0:
             raise HttpError(412, "Not allowed to set/get topic policy for a partition")
+        validate_global_namespace(self.service, request, name)  # (a namespace another cluster serves: 307 there)
         exists = (self.service.metadata.partitions_of(name.full) > 0 or self.service.get_topic_if_loaded(name)
                   is not None or self.service.topic_exists(name))
         if not exists:

@@ -109,12 +109,64 @@ def test_http_lookup_and_admin_calls_answer_307_to_the_peer(clusters: Clusters) 
     assert stats.status_code == 307
     assert stats.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{topic_path}/stats"
     assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/stats", timeout=10).json()["msgInCounter"] == 0
-    # Metadata calls are answered here, as in Pulsar: the topic is stored in the other cluster only, so a 404 (Pulsar's
-    # internalCheckNonPartitionedTopicExists), unless the HTTP lookup's checkAllowAutoCreation finds it may be created.
-    metadata = requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions", allow_redirects=False, timeout=10)
-    assert (metadata.status_code, metadata.json()) == (404, {"reason": f"Topic persistent://{ns}/web not found"})
-    assert requests.get(f"{clusters.a.web_url}/admin/v2/{topic_path}/partitions?checkAllowAutoCreation=true",
-                        allow_redirects=False, timeout=10).json() == {"partitions": 0, "deleted": False}
+    # The partitioned metadata too (Pulsar's AdminResource.getPartitionedTopicMetadataAsync checks the namespace's
+    # cluster, compared with Pulsar 4.0.7's standalone), the query kept.
+    path = f"/admin/v2/{topic_path}/partitions?checkAllowAutoCreation=true"
+    metadata = requests.get(f"{clusters.a.web_url}{path}", allow_redirects=False, timeout=10)
+    assert (metadata.status_code, metadata.headers["Location"]) == (307, f"{clusters.b.web_url}{path}")
+    assert requests.get(f"{clusters.a.web_url}{path}", timeout=10).json() == {"partitions": 0, "deleted": False}
+
+
+def test_calls_reading_the_partitioned_metadata_or_topic_policies_answer_307(clusters: Clusters) -> None:
+    # Pulsar 4.0.7 (compared with its standalone): AdminResource.getPartitionedTopicMetadataAsync checks the
+    # namespace's cluster after the caller's lookup permission: the partitioned metadata, createMissedPartitions,
+    # truncate (a partition's too, not stored here); PersistentTopicsBase.preValidation checks it for every topic
+    # policy, after the policies-enabled and not-a-partition checks.
+    ns = clusters.namespace(["b"])
+    calls = [("GET", f"persistent/{ns}/t/partitions", None), ("GET", f"non-persistent/{ns}/t/partitions", None),
+             ("POST", f"persistent/{ns}/t/createMissedPartitions", None),
+             ("POST", f"non-persistent/{ns}/t/createMissedPartitions", None),
+             ("DELETE", f"persistent/{ns}/t/truncate", None),
+             ("DELETE", f"persistent/{ns}/t-partition-0/truncate", None),
+             ("GET", f"persistent/{ns}/t/maxProducers", None), ("POST", f"persistent/{ns}/t/maxProducers", "5"),
+             ("DELETE", f"persistent/{ns}/t/maxProducers", None), ("GET", f"non-persistent/{ns}/t/maxProducers", None),
+             ("GET", f"persistent/{ns}/t/replication", None), ("POST", f"persistent/{ns}/t/replication", '["b"]'),
+             ("GET", f"persistent/{ns}/t/retention?applied=true", None),
+             ("GET", f"persistent/{ns}/t/sub/dispatchRate", None),
+             # A partition this broker does not have: Pulsar's getTopicReferenceAsync -> topicNotFoundReasonAsync
+             # reads the partitioned metadata.
+             ("GET", f"persistent/{ns}/t-partition-0/lastMessageId", None),
+             ("GET", f"persistent/{ns}/t-partition-0/compaction", None),
+             ("POST", f"persistent/{ns}/t-partition-0/trim", None),
+             ("GET", f"non-persistent/{ns}/t-partition-0/lastMessageId", None),
+             ("GET", f"non-persistent/{ns}/t-partition-0/compaction", None)]
+    for method, path, body in calls:
+        reply = requests.request(method, f"{clusters.a.web_url}/admin/v2/{path}", data=body, allow_redirects=False,
+                                 headers={"Content-Type": "application/json"}, timeout=10)
+        assert reply.status_code == 307, (method, path, reply.status_code, reply.text)
+        assert reply.headers["Location"] == f"{clusters.b.web_url}/admin/v2/{path}", (method, path)
+    # What Pulsar answers here: a non-persistent topic's truncate and trim, a partition's policy.
+    for method, path, answer in (
+            ("DELETE", f"non-persistent/{ns}/t/truncate", (412, "unsupport truncate")),
+            ("POST", f"non-persistent/{ns}/t-partition-0/trim", (405, "Trim on a non-persistent topic is not allowed")),
+            ("GET", f"persistent/{ns}/t-partition-0/maxProducers",
+             (412, "Not allowed to set/get topic policy for a partition"))):
+        reply = requests.request(method, f"{clusters.a.web_url}/admin/v2/{path}", allow_redirects=False, timeout=10)
+        assert (reply.status_code, reply.json()["reason"]) == answer, (method, path)
+    # The whole topic's, not found here (Pulsar: 404 "Topic ... not found").
+    for path in (f"persistent/{ns}/t/lastMessageId", f"persistent/{ns}/t/compaction"):
+        reply = requests.get(f"{clusters.a.web_url}/admin/v2/{path}", allow_redirects=False, timeout=10)
+        assert reply.status_code == 404, (path, reply.status_code, reply.text)
+    # Followed, the calls are answered by b.
+    clusters.admin_b.ok("PUT", f"/admin/v2/persistent/{ns}/t")
+    assert requests.post(f"{clusters.a.web_url}/admin/v2/persistent/{ns}/t/maxProducers", data="5", timeout=10,
+                         headers={"Content-Type": "application/json"}).status_code == 204
+    assert requests.get(f"{clusters.b.web_url}/admin/v2/persistent/{ns}/t/maxProducers", timeout=10).json() == 5
+    # No cluster serves it: the refusal as it is.
+    refused = clusters.namespace(["c"])
+    for path in (f"persistent/{refused}/t/partitions", f"persistent/{refused}/t/maxProducers"):
+        reply = requests.get(f"{clusters.a.web_url}/admin/v2/{path}", allow_redirects=False, timeout=10)
+        assert reply.status_code == 412 and "local_cluster=a" in reply.json()["reason"], path
 
 
 def test_creating_a_topic_is_refused_with_pulsars_503(clusters: Clusters) -> None:
