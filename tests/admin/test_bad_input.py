@@ -1,0 +1,52 @@
+"""Bad input to the admin API answers what Apache Pulsar 4.0.7 answers, in Pulsar's order of checks.
+
+Found by sending malformed, mistyped and missing bodies and bad names to every route and comparing the answers
+with a live Pulsar standalone's."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.admin.conftest import Admin
+
+TENANTS = "/admin/v2/tenants"
+CLUSTERS = "/admin/v2/clusters"
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "status", "reason"), [
+    # TenantsBase.validateClustersAsync: a missing body or clusters list is a 412 (it was a tenant on the local
+    # cluster, or a 409 / 404 before the body was looked at).
+    ("PUT", f"{TENANTS}/public", None, 412, "TenantInfo is null"),
+    ("PUT", f"{TENANTS}/public", b"null", 412, "TenantInfo is null"),
+    ("PUT", f"{TENANTS}/public", b"{}", 412, "Clusters cannot be null"),
+    ("PUT", f"{TENANTS}/public", b'{"adminRoles": ["r"], "allowedClusters": null}', 412, "Clusters cannot be null"),
+    ("PUT", f"{TENANTS}/fresh", b"{}", 412, "Clusters cannot be null"),
+    ("POST", f"{TENANTS}/public", None, 412, "TenantInfo is null"),
+    ("POST", f"{TENANTS}/public", b'{"a": 1}', 412, "Clusters cannot be null"),
+    ("POST", f"{TENANTS}/no-such-tenant", None, 412, "TenantInfo is null"),  # (before the tenant's 404)
+    # TenantsBase.createTenant: the name is checked before the body's clusters; a malformed body before both.
+    ("PUT", f"{TENANTS}/a%20b", None, 412, "Tenant name is not valid"),
+    ("PUT", f"{TENANTS}/a%20b", b"[]", 400, None),
+    # ClustersBase.createCluster: the name before a missing body's 400.
+    ("PUT", f"{CLUSTERS}/a%20b", None, 412, "Cluster name is not valid"),
+    ("PUT", f"{CLUSTERS}/%C3%BC", None, 412, "Cluster name is not valid"),
+    ("PUT", f"{CLUSTERS}/a%20b", b"[]", 400, None),
+])
+def test_answer_as_pulsar(admin: Admin, method: str, path: str, raw: bytes | None, status: int,
+                          reason: str | None) -> None:
+    path = path.replace("/fresh", f"/t-{uuid.uuid4().hex[:8]}")
+    reply = admin.call(method, path, raw=raw)
+    assert reply.status == status, (method, path, raw, reply.status, reply.body)
+    if reason is not None:
+        assert reply.reason == reason
+    assert admin.ok("GET", f"{TENANTS}/public")["allowedClusters"] == ["standalone"]  # (nothing changed)
+
+
+def test_tenant_created_and_updated_with_clusters(admin: Admin) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    assert admin.put(f"{TENANTS}/{tenant}", {"allowedClusters": ["standalone"]}).status == 204
+    assert admin.post(f"{TENANTS}/{tenant}", {"adminRoles": ["r"], "allowedClusters": ["standalone"]}).status == 204
+    assert admin.ok("GET", f"{TENANTS}/{tenant}") == {"adminRoles": ["r"], "allowedClusters": ["standalone"]}
+    assert admin.delete(f"{TENANTS}/{tenant}").status == 204
