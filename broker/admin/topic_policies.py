@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
+from broker.admin.common import (
+    DOMAINS,
+    HttpError,
+    bound,
+    json_response,
+    no_content,
+    parse_topic_name,
+    query_flag,
+    read_body,
+)
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
@@ -162,7 +171,7 @@ class TopicPoliciesResource:
             raise HttpError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
         m = request.match_info
         domain = request.path.split("/")[3]
-        name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        name = parse_topic_name(domain, m["tenant"], m["ns"], m["topic"])
         if name.partition_index >= 0:
             raise HttpError(412, "Not allowed to set/get topic policy for a partition")
         exists = (self.service.metadata.partitions_of(name.full) > 0 or self.service.get_topic_if_loaded(name)

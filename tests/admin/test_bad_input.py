@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from broker.errors import InvalidTopicNameError
+from broker.topic_name import TopicName
 from tests.admin.conftest import Admin
 
 TENANTS = "/admin/v2/tenants"
@@ -50,3 +52,29 @@ def test_tenant_created_and_updated_with_clusters(admin: Admin) -> None:
     assert admin.post(f"{TENANTS}/{tenant}", {"adminRoles": ["r"], "allowedClusters": ["standalone"]}).status == 204
     assert admin.ok("GET", f"{TENANTS}/{tenant}") == {"adminRoles": ["r"], "allowedClusters": ["standalone"]}
     assert admin.delete(f"{TENANTS}/{tenant}").status == 204
+
+
+@pytest.mark.parametrize("local", ["%20", "%20%20", "%09", "%E3%80%80"])
+@pytest.mark.parametrize(("method", "suffix"), [
+    ("PUT", ""), ("GET", "/stats"), ("GET", "/messageTTL"), ("POST", "/retention"), ("GET", "/permissions"),
+])
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_blank_topic_name(admin: Admin, domain: str, method: str, suffix: str, local: str) -> None:
+    """Pulsar's TopicName refuses a blank local name (StringUtils.isBlank: Java whitespace only), which its admin
+    API answers 412 "Topic name is not valid"; it was a 404, or a topic named " " created."""
+    reply = admin.call(method, f"/admin/v2/{domain}/public/default/{local}{suffix}")
+    assert (reply.status, reply.reason) == (412, "Topic name is not valid")
+
+
+def test_blank_topic_name_lookup(admin: Admin) -> None:
+    reply = admin.get("/lookup/v2/topic/persistent/public/default/%20")
+    assert (reply.status, reply.reason) == (412, "Topic name is not valid")
+    assert admin.ok("GET", "/admin/v2/persistent/public/default") == []  # (nothing created)
+
+
+def test_blank_topic_name_parse() -> None:
+    for name in ("persistent://public/default/ ", "non-persistent://public/default/\t\u3000"):
+        with pytest.raises(InvalidTopicNameError):
+            TopicName.parse(name)
+    assert TopicName.parse("persistent://public/default/a ").local_name == "a "
+    assert TopicName.parse("persistent://public/default/\u00a0").local_name == "\u00a0"  # (not Java whitespace)
