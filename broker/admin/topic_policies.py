@@ -188,14 +188,14 @@ class TopicPoliciesResource:
         return no_content() if value is None else json_response(value)
 
     async def set(self, request: web.Request, spec: Spec) -> web.Response:
+        # (Jersey reads a JSON body before the resource method runs: a malformed one is a 400 before the topic's 404.)
+        body: object = await read_body(request) if spec.query is None else None
         name = self.topic(request)
         if spec.query is not None:
             raw = request.query.get(spec.query)
             if raw is None:  # Pulsar stores "no value": the same as DELETE
                 return await self.remove(request, spec)
-            body: object = _query_java_int(spec.query, raw)
-        else:
-            body = await read_body(request)
+            body = _query_java_int(spec.query, raw)
         value = (spec.parse or spec.policy.parse)(body)
         if spec.validate is not None:
             spec.validate(self.service, name, value)

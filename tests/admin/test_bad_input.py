@@ -78,3 +78,13 @@ def test_blank_topic_name_parse() -> None:
             TopicName.parse(name)
     assert TopicName.parse("persistent://public/default/a ").local_name == "a "
     assert TopicName.parse("persistent://public/default/\u00a0").local_name == "\u00a0"  # (not Java whitespace)
+
+
+@pytest.mark.parametrize("policy", ["retention", "dispatchRate", "deduplicationEnabled", "maxProducers"])
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_malformed_topic_policy_body_first(admin: Admin, domain: str, policy: str) -> None:
+    """Jersey reads the body before PersistentTopics' method runs: malformed JSON is a 400 even for a topic that
+    does not exist (it was the topic's 404)."""
+    topic = f"/admin/v2/{domain}/public/default/no-such-{uuid.uuid4().hex[:6]}"
+    reply = admin.call("POST", f"{topic}/{policy}", raw=b'"a"*')
+    assert reply.status == 400, reply.body
