@@ -17,6 +17,15 @@ _NAME_PART = re.compile(r"^[-=:.\w]+$")
 # length is 2 bytes in the local metadata store's records). Pulsar sets none; ZooKeeper's is ~1 MB.
 MAX_NAME_LENGTH = 4096
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+# Java's Character.isWhitespace, which Pulsar's StringUtils.isBlank tests: Unicode space separators but the
+# no-break ones, and the ASCII controls below.
+_JAVA_WHITESPACE = re.compile(r"[\t\n\x0b\x0c\r\x1c-\x1f\u0020\u1680\u2000-\u2006"
+                              r"\u2008-\u200a\u2028\u2029\u205f\u3000]*")
+
+
+def blank(text: str) -> bool:
+    """Apache Commons' StringUtils.isBlank: empty or only (Java) whitespace."""
+    return _JAVA_WHITESPACE.fullmatch(text) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,8 @@ class TopicName:
                 raise InvalidTopicNameError(f"Invalid tenant or namespace in topic name '{name}'")
         if "\n" in local or "\r" in local or local in (".", ".."):  # (no path step: ZooKeeper refuses them too)
             raise InvalidTopicNameError(f"Invalid local name in topic name '{name}'")
+        if blank(local):  # (Pulsar's TopicName: "Topic local name must not be blank")
+            raise InvalidTopicNameError(f"Invalid topic name: {name}. Topic local name must not be blank.")
         return TopicName(domain, tenant, ns, local)
 
     @property

@@ -46,7 +46,7 @@ from broker.metadata.store import (
     NotFoundError,
 )
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, blank
 from metadata_store.api import MetadataStoreError as StoreUnavailableError
 from metadata_store.api import StoreWriteError
 
@@ -169,7 +169,7 @@ def check_namespace_name(tenant: str, namespace: str) -> None:
 def parse_topic_name(domain: str, tenant: str, namespace: str, local: str) -> TopicName:
     """A topic named in a path (Pulsar's validateTopicName): 412 "Topic name is not valid" for a tenant or namespace
     Pulsar refuses; a local name only ours refuses (TopicName.parse) is a 412 with our reason."""
-    if not (pulsar_name_ok(tenant) and pulsar_name_ok(namespace)):
+    if not (pulsar_name_ok(tenant) and pulsar_name_ok(namespace)) or blank(local):
         raise HttpError(412, TOPIC_NAME_NOT_VALID)
     return TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
 

@@ -264,9 +264,14 @@ class WebService:
     async def put_cluster(self, request: web.Request) -> web.Response:
         """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
         name = request.match_info["cluster"]
-        body = parse_cluster_data(await read_body(request))  # (400 as ClustersBase / ClusterDataImpl refuse it)
+        raw = await read_body(request)
+        # (400 as ClustersBase / ClusterDataImpl refuse it: a malformed body before the name, a missing one after)
+        body = None if raw is None else parse_cluster_data(raw)
         if request.method == "PUT":
-            check_name(name, "cluster")
+            check_name(name, "cluster")  # (ClustersBase.createCluster: the name before the missing body's 400)
+        if body is None:
+            body = parse_cluster_data(raw)
+        if request.method == "PUT":
             await self.metadata.create_cluster(name, body)
         else:
             await self.metadata.update_cluster(name, body)
@@ -302,19 +307,34 @@ class WebService:
     async def get_tenant(self, request: web.Request) -> web.Response:
         return json_response(self.metadata.tenants[self.namespaces.tenant(request)])
 
-    def _tenant_info(self, body: object) -> TenantInfo:
-        body = body or {}
+    @staticmethod
+    def _tenant_body(body: object) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+        """A TenantInfo body's roles and clusters (None: no body; clusters None: not given), or the 400 Jackson's
+        reading gives before TenantsBase runs."""
+        if body is None:
+            return None
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        clusters = _names(body.get("allowedClusters", [self.ctx.cluster]), "allowedClusters")
+        roles, clusters = _names(body.get("adminRoles"), "adminRoles"), body.get("allowedClusters")
+        return roles, None if clusters is None else _names(clusters, "allowedClusters")
+
+    @staticmethod
+    def _tenant_info(parsed: tuple[tuple[str, ...], tuple[str, ...] | None] | None) -> TenantInfo:
+        """TenantsBase.validateClustersAsync's 412s: no body, no clusters, an empty list of them."""
+        if parsed is None:
+            raise HttpError(412, "TenantInfo is null")
+        roles, clusters = parsed
+        if clusters is None:
+            raise HttpError(412, "Clusters cannot be null")
         if not clusters:
             raise HttpError(412, "Clusters can not be empty")
-        return TenantInfo(_names(body.get("adminRoles"), "adminRoles"), clusters)
+        return TenantInfo(roles, clusters)
 
     async def put_tenant(self, request: web.Request) -> web.Response:
         tenant = request.match_info["tenant"]
-        info = self._tenant_info(await read_body(request))
-        check_name(tenant, "tenant")
+        parsed = self._tenant_body(await read_body(request))
+        check_name(tenant, "tenant")  # (TenantsBase.createTenant: the name, then the body's clusters, then 409)
+        info = self._tenant_info(parsed)
         try:
             await self.metadata.create_tenant(tenant, info)
         except AlreadyExistsError:
@@ -323,8 +343,9 @@ class WebService:
 
     # (A missing tenant's 404 has the words Pulsar's TenantsBase gives on each route.)
     async def update_tenant(self, request: web.Request) -> web.Response:
+        info = self._tenant_info(self._tenant_body(await read_body(request)))  # (before the tenant's 404, as Pulsar)
         tenant = self.namespaces.tenant(request, f"Tenant {request.match_info['tenant']} not found")
-        await self.metadata.update_tenant(tenant, self._tenant_info(await read_body(request)))
+        await self.metadata.update_tenant(tenant, info)
         return no_content()
 
     async def delete_tenant(self, request: web.Request) -> web.Response:

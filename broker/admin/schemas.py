@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, int_param, json_response, read_body
+from broker.admin.common import HttpError, int_param, json_response, parse_topic_name, read_body
 from broker.errors import IncompatibleSchemaError, InvalidSchemaDefinitionError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.schemas import SCHEMA_TYPE_NAMES
@@ -41,7 +41,7 @@ class SchemasResource:
     def base_name(self, request: web.Request) -> TopicName:
         self.web.namespaces.namespace(request)
         m = request.match_info
-        return TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}").base
+        return parse_topic_name("persistent", m["tenant"], m["ns"], m["topic"]).base
 
     async def get(self, request: web.Request) -> web.Response:
         name = self.base_name(request)

@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.cluster import validate_global_namespace
-from broker.admin.common import DOMAINS, HttpError, bound, json_response, no_content, query_flag, read_body
+from broker.admin.common import (
+    DOMAINS,
+    HttpError,
+    bound,
+    json_response,
+    no_content,
+    parse_topic_name,
+    query_flag,
+    read_body,
+)
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
@@ -165,7 +174,7 @@ class TopicPoliciesResource:
             raise HttpError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
         m = request.match_info
         domain = request.path.split("/")[3]
-        name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
+        name = parse_topic_name(domain, m["tenant"], m["ns"], m["topic"])
         if name.partition_index >= 0:
             raise HttpError(412, "Not allowed to set/get topic policy for a partition")
         validate_global_namespace(self.service, request, name)  # (a namespace another cluster serves: 307 there)
@@ -183,14 +192,14 @@ class TopicPoliciesResource:
         return no_content() if value is None else json_response(value)
 
     async def set(self, request: web.Request, spec: Spec) -> web.Response:
+        # (Jersey reads a JSON body before the resource method runs: a malformed one is a 400 before the topic's 404.)
+        body: object = await read_body(request) if spec.query is None else None
         name = self.topic(request)
         if spec.query is not None:
             raw = request.query.get(spec.query)
             if raw is None:  # Pulsar stores "no value": the same as DELETE
                 return await self.remove(request, spec)
-            body: object = _query_java_int(spec.query, raw)
-        else:
-            body = await read_body(request)
+            body = _query_java_int(spec.query, raw)
         value = (spec.parse or spec.policy.parse)(body)
         if spec.validate is not None:
             spec.validate(self.service, name, value)

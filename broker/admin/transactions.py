@@ -49,7 +49,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from broker.admin.cluster import topic_owner_url, validate_topic_ownership
-from broker.admin.common import HttpError, int_param, json_response, no_content
+from broker.admin.common import HttpError, int_param, json_response, no_content, parse_topic_name
 from broker.admin.peers import topic_path
 from broker.admin.stats import ledger_internal_stats
 from broker.auth.http import check_deferred, skip_deferred
@@ -115,7 +115,7 @@ class TransactionsResource:
     async def _topic(self, request: web.Request) -> PersistentTopic:
         _ = self.transactions  # (503 first when disabled)
         m = request.match_info
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['ns']}/{m['topic']}")
+        name = parse_topic_name("persistent", m["tenant"], m["ns"], m["topic"])
         if self.web.service.ownership.distributed:
             await validate_topic_ownership(self.web.ctx, request, name)  # (307 to its owner)
         return await self.web.service.get_persistent_topic(name, create=False)
