@@ -23,6 +23,7 @@ from broker.errors import (
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
+    ProducerBusyError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
@@ -653,6 +654,9 @@ class ServerCnx:
             self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
+            if name.persistent and not c.subscription.strip():
+                # (PersistentTopic.internalSubscribe's NamingException: ProducerBusy; a non-persistent topic takes it)
+                raise ProducerBusyError("Empty subscription name")
             check_subscription_name(c.subscription)
             host = self.remote_address.rsplit(":", 1)[0]
             if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
@@ -785,6 +789,10 @@ class ServerCnx:
             return
 
         async def run() -> None:
+            if self.consumers.get(c.consumer_id) is not consumer:
+                # (a second UNSUBSCRIBE while the first runs: the consumer is gone, as Pulsar's Consumer.close
+                # takes it off the connection before the subscription is deleted)
+                raise MetadataError("Consumer not found")
             sub = consumer.subscription
             if any(other is not consumer for other in sub.consumers):
                 raise ConsumerBusyError("Subscription has other connected consumers")

@@ -358,3 +358,41 @@ async def test_an_ack_set_longer_than_any_batch_is_cut_to_what_a_batch_can_hold(
     [kept] = sub.batch_ack_sets.values()
     assert len(kept) == -(-broker.server.config.maxMessageSize // 6 // 64)
     c.close()
+
+
+async def test_a_second_unsubscribe_while_the_first_runs_is_answered_consumer_not_found(
+        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd("persistent://public/default/wire-unsub-twice", request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    frames = b""
+    for request_id in (2, 3):  # (one write: the second arrives while the first deletes the subscription)
+        unsub = pb.BaseCommand(type=T.UNSUBSCRIBE)
+        unsub.unsubscribe.consumer_id = 1
+        unsub.unsubscribe.request_id = request_id
+        frames += commands.frame(unsub)
+    c.writer.write(frames)
+    answers = {}
+    for _ in range(2):
+        answer = await c.recv()
+        request_id = answer.success.request_id if answer.type == T.SUCCESS else answer.error.request_id
+        answers[request_id] = answer
+    assert answers[2].type == T.SUCCESS
+    assert answers[3].type == T.ERROR
+    assert (answers[3].error.error, answers[3].error.message) == (pb.ServerError.MetadataError, "Consumer not found")
+    assert not [r for r in caplog.records if r.exc_info]
+    c.close()
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+async def test_an_empty_subscription_name_is_refused_on_a_persistent_topic(broker: Broker, name: str) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd("persistent://public/default/wire-empty-sub", name, request_id=1))
+    refused = await c.recv()
+    assert refused.type == T.ERROR  # (PersistentTopic.internalSubscribe's NamingException)
+    assert (refused.error.error, refused.error.message) == (pb.ServerError.ProducerBusy, "Empty subscription name")
+    c.send(subscribe_cmd("non-persistent://public/default/wire-empty-sub", name, consumer_id=2, request_id=2))
+    assert (await c.recv()).type == T.SUCCESS  # (NonPersistentTopic has no such check)
+    c.close()
