@@ -396,3 +396,36 @@ async def test_an_empty_subscription_name_is_refused_on_a_persistent_topic(broke
     c.send(subscribe_cmd("non-persistent://public/default/wire-empty-sub", name, consumer_id=2, request_id=2))
     assert (await c.recv()).type == T.SUCCESS  # (NonPersistentTopic has no such check)
     c.close()
+
+
+async def test_an_id_closed_while_its_creation_is_pending(broker: Broker) -> None:
+    """A producer id is free again at once (Pulsar's handleCloseProducer removes the pending future); a
+    consumer id is not until its creation ends (handleCloseConsumer keeps the failed future)."""
+    topic = "persistent://public/default/wire-reuse-pending-id"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    close_producer = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+    close_producer.close_producer.producer_id = 1
+    close_producer.close_producer.request_id = 2
+    close_consumer = pb.BaseCommand(type=T.CLOSE_CONSUMER)
+    close_consumer.close_consumer.consumer_id = 1
+    close_consumer.close_consumer.request_id = 5
+    # (one write: each CLOSE arrives while the creation before it is pending, then the client asks again
+    # with the same id, as a client whose request timed out does)
+    c.writer.write(b"".join(commands.frame(cmd) for cmd in (
+        producer_cmd(topic, 1, 1), close_producer, producer_cmd(topic, 1, 3),
+        subscribe_cmd(topic, consumer_id=1, request_id=4), close_consumer, subscribe_cmd(topic, consumer_id=1,
+                                                                                          request_id=6))))
+    answers: dict[int, pb.BaseCommand] = {}
+    while not {2, 3, 5, 6} <= answers.keys():
+        answer = await c.recv()
+        body = {T.PRODUCER_SUCCESS: "producer_success", T.SUCCESS: "success", T.ERROR: "error"}[answer.type]
+        answers[getattr(answer, body).request_id] = answer
+    assert answers[2].type == answers[5].type == T.SUCCESS
+    assert answers[3].type == T.PRODUCER_SUCCESS  # (before, ServiceNotReady until the first creation ended)
+    assert answers[6].type == T.ERROR
+    assert (answers[6].error.error, answers[6].error.message) == (
+        pb.ServerError.UnknownError, "Consumer that failed is already present on the connection")
+    assert broker.server is not None
+    assert len(broker.server.service.topics[topic].producers) == 1
+    c.close()
