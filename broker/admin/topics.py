@@ -52,6 +52,7 @@ from broker.cluster.operations import BundleOperationError
 from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
+from broker.protocol.text import mend_strings
 from broker.service import admin_ops
 from broker.service.replication import is_replicator_name
 from broker.service.topic import RESERVED_SUBSCRIPTION, PersistentTopic, is_reserved_subscription
@@ -926,6 +927,7 @@ def entry_response(entry: Entry) -> web.Response:
     bem = peek_broker_entry_metadata(entry.data)
     data = skip_broker_entry_metadata(entry.data)
     md = parse_payload(data, verify=False).metadata
+    mend_strings(md)  # (a producer's text that is not UTF-8: headers take only str)
     payload = entry_body(data)
     h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
     if bem is not None:  # (PIP-70, as Pulsar names them)

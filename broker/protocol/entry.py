@@ -27,6 +27,7 @@ Sans-IO: no asyncio, no I/O.
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 import struct
 from typing import NamedTuple
@@ -392,11 +393,19 @@ def _parsed_entry_meta(metadata: memoryview) -> EntryMeta:
     # Absent and empty keys mean the same (no key); deliver_at_time defaults to 0.
     key = md.ordering_key
     if not key:
-        partition_key = md.partition_key
-        if partition_key:
-            key = base64.b64decode(partition_key) if md.partition_key_b64_encoded else partition_key.encode()
-        else:
+        partition_key: str | bytes = md.partition_key  # (bytes: not valid UTF-8)
+        if not partition_key:
             key = NONE_KEY
+        elif isinstance(partition_key, bytes):  # (not valid UTF-8: read as Java decodes it, see text.mend_strings)
+            key = partition_key.decode("utf-8", "replace").encode()
+        else:
+            key = partition_key.encode()
+        if partition_key and md.partition_key_b64_encoded:
+            try:
+                # (Java's basic decoder: padding optional, nothing outside the alphabet)
+                key = base64.b64decode(key + b"=" * (-len(key) % 4), validate=True)
+            except binascii.Error:  # (Pulsar's Commands.peekStickyKey: any failure is NONE_KEY)
+                key = NONE_KEY
     return EntryMeta(
         num_messages=md.num_messages_in_batch if is_batch else 1,
         sticky_key=key,

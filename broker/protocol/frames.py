@@ -21,12 +21,19 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.errors import ProtocolError
 from broker.protocol.limits import MIN_TOTAL_SIZE
+from broker.protocol.text import mend_strings
 
 _U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">II")
 # A frame's header, the first 7 bytes of its command and the 8th (next_send_run).
 _RUN_HEAD = struct.Struct(">II7sB")
 _SEND = int(pb.BaseCommand.Type.SEND)
+# Commands with no string field (or none the broker reads: an ACK's properties), not walked by mend_strings:
+# the hot ones.
+_NO_STRINGS = frozenset(int(t) for t in (
+    pb.BaseCommand.Type.SEND, pb.BaseCommand.Type.FLOW, pb.BaseCommand.Type.ACK, pb.BaseCommand.Type.PING,
+    pb.BaseCommand.Type.PONG, pb.BaseCommand.Type.REDELIVER_UNACKNOWLEDGED_MESSAGES, pb.BaseCommand.Type.MESSAGE,
+    pb.BaseCommand.Type.SEND_RECEIPT))
 
 
 # BaseCommand.Type value -> name of the sub-message field carrying it (same number, by design).
@@ -364,6 +371,8 @@ class FrameDecoder:
             raise ProtocolError(f"command lacks required fields: {', '.join(missing)}")
         elif command.type in _FIELD_FOR_TYPE and command_body(command) is None:
             raise ProtocolError(f"command of type {command.type} lacks its body")
+        if command.type not in _NO_STRINGS:
+            mend_strings(command)
         payload = bytes(view[cmd_end:end]) if end > cmd_end else None
         self._pos = end
         self._need = 4

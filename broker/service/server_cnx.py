@@ -23,6 +23,7 @@ from broker.errors import (
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
+    ProducerBusyError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
@@ -96,9 +97,13 @@ class ServerCnx:
         self.keeps_broker_entry_metadata = False
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
-        # ids whose creation is in progress (a duplicate request gets ServiceNotReady)
-        self._pending_producers: dict[int, bool] = {}  # id -> close requested while pending
-        self._pending_consumers: dict[int, bool] = {}  # id -> close requested while pending
+        # Creations under way (another request for the id gets ServiceNotReady). Producers: id -> the request;
+        # a CLOSE of a pending id abandons its creation and frees the id at once (Pulsar's handleCloseProducer
+        # removes the pending future), so the creation, when it completes, finds another request or none under
+        # its id. Consumers: id -> whether a CLOSE abandoned it; the id stays taken until the creation ends (Pulsar's
+        # handleCloseConsumer keeps the failed future: a SUBSCRIBE meanwhile gets "Consumer that failed ...").
+        self._pending_producers: dict[int, pb.CommandProducer] = {}
+        self._pending_consumers: dict[int, bool] = {}
         # producers the broker closed: their in-flight SENDs are dropped, not fatal
         self._closed_producer_ids: set[int] = set()
         # the publish rate limits not reading this connection now (told to forget it when it closes)
@@ -403,7 +408,7 @@ class ServerCnx:
             self.write(commands.error(c.request_id, E.ServiceNotReady,
                                       "Producer is already present on the connection"))
             return
-        self._pending_producers[c.producer_id] = False
+        self._pending_producers[c.producer_id] = c
         self._spawn(self._create_producer(c))
 
     async def _create_producer(self, c: pb.CommandProducer) -> None:
@@ -442,7 +447,7 @@ class ServerCnx:
                                           "is not allowed") from exc
             if self.connection.closed:
                 return
-            if self._pending_producers.get(c.producer_id):  # (as Pulsar answers it)
+            if self._pending_producers.get(c.producer_id) is not c:  # (closed while pending; as Pulsar answers it)
                 self.write(commands.error(c.request_id, E.UnknownError, "Closed producer before creation was complete"))
                 return
             ready = topic.add_producer(producer, c.request_id)
@@ -456,7 +461,8 @@ class ServerCnx:
             log.exception("failed to create producer on %s", c.topic)
             self.write(commands.error(c.request_id, E.UnknownError, f"Failed to create producer: {exc}"))
         finally:
-            self._pending_producers.pop(c.producer_id, None)
+            if self._pending_producers.get(c.producer_id) is c:
+                del self._pending_producers[c.producer_id]
 
     def handle_send(self, c: SendCommand, payload: bytes | None) -> None:
         """A SEND (connection.py reads it with ``next_frame_or_send``): checked, then queued on
@@ -626,8 +632,8 @@ class ServerCnx:
         producer = self.producers.pop(c.producer_id, None)
         if producer is not None:
             producer.topic.remove_producer(producer)
-        elif c.producer_id in self._pending_producers:
-            self._pending_producers[c.producer_id] = True  # its creation is abandoned when it completes
+        else:
+            self._pending_producers.pop(c.producer_id, None)  # its creation is abandoned when it completes
         self.write(commands.success(c.request_id))
 
     # -- consumers ------------------------------------------------------------------------------------------------
@@ -637,7 +643,12 @@ class ServerCnx:
             self.write(commands.success(c.request_id))
             return
         if c.consumer_id in self._pending_consumers:
-            self.write(commands.error(c.request_id, E.ServiceNotReady, "Consumer is already present on the connection"))
+            if self._pending_consumers[c.consumer_id]:  # (closed while pending: Pulsar's failed future)
+                self.write(commands.error(c.request_id, E.UnknownError,
+                                          "Consumer that failed is already present on the connection"))
+            else:
+                self.write(commands.error(c.request_id, E.ServiceNotReady,
+                                          "Consumer is already present on the connection"))
             return
         self._pending_consumers[c.consumer_id] = False
         self._spawn(self._subscribe(c))
@@ -653,6 +664,9 @@ class ServerCnx:
             self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
+            if name.persistent and not c.subscription.strip():
+                # (PersistentTopic.internalSubscribe's NamingException: ProducerBusy; a non-persistent topic takes it)
+                raise ProducerBusyError("Empty subscription name")
             check_subscription_name(c.subscription)
             host = self.remote_address.rsplit(":", 1)[0]
             if not topic.subscribe_permitted((host, c.consumer_name, c.consumer_id)):
@@ -785,6 +799,10 @@ class ServerCnx:
             return
 
         async def run() -> None:
+            if self.consumers.get(c.consumer_id) is not consumer:
+                # (a second UNSUBSCRIBE while the first runs: the consumer is gone, as Pulsar's Consumer.close
+                # takes it off the connection before the subscription is deleted)
+                raise MetadataError("Consumer not found")
             sub = consumer.subscription
             if any(other is not consumer for other in sub.consumers):
                 raise ConsumerBusyError("Subscription has other connected consumers")
@@ -801,7 +819,7 @@ class ServerCnx:
         if consumer is not None:
             consumer.subscription.remove_consumer(consumer)
         elif c.consumer_id in self._pending_consumers:
-            self._pending_consumers[c.consumer_id] = True
+            self._pending_consumers[c.consumer_id] = True  # its creation is abandoned when it completes
         self.write(commands.success(c.request_id))
 
     def handle_seek(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:

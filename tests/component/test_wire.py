@@ -358,3 +358,115 @@ async def test_an_ack_set_longer_than_any_batch_is_cut_to_what_a_batch_can_hold(
     [kept] = sub.batch_ack_sets.values()
     assert len(kept) == -(-broker.server.config.maxMessageSize // 6 // 64)
     c.close()
+
+
+async def test_a_second_unsubscribe_while_the_first_runs_is_answered_consumer_not_found(
+        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd("persistent://public/default/wire-unsub-twice", request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    frames = b""
+    for request_id in (2, 3):  # (one write: the second arrives while the first deletes the subscription)
+        unsub = pb.BaseCommand(type=T.UNSUBSCRIBE)
+        unsub.unsubscribe.consumer_id = 1
+        unsub.unsubscribe.request_id = request_id
+        frames += commands.frame(unsub)
+    c.writer.write(frames)
+    answers = {}
+    for _ in range(2):
+        answer = await c.recv()
+        request_id = answer.success.request_id if answer.type == T.SUCCESS else answer.error.request_id
+        answers[request_id] = answer
+    assert answers[2].type == T.SUCCESS
+    assert answers[3].type == T.ERROR
+    assert (answers[3].error.error, answers[3].error.message) == (pb.ServerError.MetadataError, "Consumer not found")
+    assert not [r for r in caplog.records if r.exc_info]
+    c.close()
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+async def test_an_empty_subscription_name_is_refused_on_a_persistent_topic(broker: Broker, name: str) -> None:
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd("persistent://public/default/wire-empty-sub", name, request_id=1))
+    refused = await c.recv()
+    assert refused.type == T.ERROR  # (PersistentTopic.internalSubscribe's NamingException)
+    assert (refused.error.error, refused.error.message) == (pb.ServerError.ProducerBusy, "Empty subscription name")
+    c.send(subscribe_cmd("non-persistent://public/default/wire-empty-sub", name, consumer_id=2, request_id=2))
+    assert (await c.recv()).type == T.SUCCESS  # (NonPersistentTopic has no such check)
+    c.close()
+
+
+async def test_an_id_closed_while_its_creation_is_pending(broker: Broker) -> None:
+    """A producer id is free again at once (Pulsar's handleCloseProducer removes the pending future); a
+    consumer id is not until its creation ends (handleCloseConsumer keeps the failed future)."""
+    topic = "persistent://public/default/wire-reuse-pending-id"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    close_producer = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+    close_producer.close_producer.producer_id = 1
+    close_producer.close_producer.request_id = 2
+    close_consumer = pb.BaseCommand(type=T.CLOSE_CONSUMER)
+    close_consumer.close_consumer.consumer_id = 1
+    close_consumer.close_consumer.request_id = 5
+    # (one write: each CLOSE arrives while the creation before it is pending, then the client asks again
+    # with the same id, as a client whose request timed out does)
+    c.writer.write(b"".join(commands.frame(cmd) for cmd in (
+        producer_cmd(topic, 1, 1), close_producer, producer_cmd(topic, 1, 3),
+        subscribe_cmd(topic, consumer_id=1, request_id=4), close_consumer, subscribe_cmd(topic, consumer_id=1,
+                                                                                          request_id=6))))
+    answers: dict[int, pb.BaseCommand] = {}
+    while not {2, 3, 5, 6} <= answers.keys():
+        answer = await c.recv()
+        body = {T.PRODUCER_SUCCESS: "producer_success", T.SUCCESS: "success", T.ERROR: "error"}[answer.type]
+        answers[getattr(answer, body).request_id] = answer
+    assert answers[2].type == answers[5].type == T.SUCCESS
+    assert answers[3].type == T.PRODUCER_SUCCESS  # (before, ServiceNotReady until the first creation ended)
+    assert answers[6].type == T.ERROR
+    assert (answers[6].error.error, answers[6].error.message) == (
+        pb.ServerError.UnknownError, "Consumer that failed is already present on the connection")
+    assert broker.server is not None
+    assert len(broker.server.service.topics[topic].producers) == 1
+    c.close()
+
+
+async def test_a_string_field_that_is_not_utf8_is_read_with_replacement_characters(broker: Broker) -> None:
+    # (the protobuf runtime hands such a field back as bytes: before, a traceback and the connection closed)
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    ask = pb.BaseCommand(type=T.GET_SCHEMA)
+    ask.getSchema.topic = "persistent://public/default/wire-utf8-AAA"
+    ask.getSchema.request_id = 1
+    c.writer.write(commands.frame(ask).replace(b"AAA", b"A\xffA"))
+    answer = await c.recv()
+    assert answer.type == T.GET_SCHEMA_RESPONSE and answer.getSchemaResponse.error_code == pb.ServerError.TopicNotFound
+    c.writer.write(commands.frame(producer_cmd("persistent://public/default/wire-utf8-BBB")).replace(b"BBB", b"B\xfeB"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS  # (as Pulsar, whose decoder reads it as Java's UTF-8 does)
+    assert broker.server is not None
+    assert "persistent://public/default/wire-utf8-B\ufffdB" in broker.server.service.topics
+    c.close()
+
+
+async def test_a_partition_key_that_is_not_utf8_does_not_stop_dispatch(broker: Broker) -> None:
+    topic = "persistent://public/default/wire-utf8-key"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(topic, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    cmd, payload = send_frame(1, 0, b"a", partition_key="KEYX")
+    c.writer.write(commands.frame_with_payload(cmd, payload.replace(b"KEYX", b"KE\xffX")[6:]))  # (no checksum)
+    c.send(*send_frame(1, 1, b"b"))
+    flow = pb.BaseCommand(type=T.FLOW)
+    flow.flow.consumer_id = 1
+    flow.flow.messagePermits = 10
+    c.send(flow)
+    received: list[int] = []
+    while len(received) < 2:  # (before, the dispatcher's read failed on the key: nothing was delivered)
+        answer = await c.recv()
+        if answer.type == T.MESSAGE:
+            received.append(answer.message.message_id.entryId)
+    assert received == sorted(received)
+    c.close()
