@@ -932,16 +932,16 @@ def entry_response(entry: Entry) -> web.Response:
     h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
     if bem is not None:  # (PIP-70, as Pulsar names them)
         if bem.HasField("broker_timestamp"):
-            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = S.iso_time(bem.broker_timestamp / 1000)
+            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = S.iso_time_ms(bem.broker_timestamp)
         if bem.HasField("index"):
             h["X-Pulsar-Broker-Entry-METADATA-index"] = str(bem.index)
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
-    h["X-Pulsar-publish-time"] = S.iso_time(md.publish_time / 1000)
+    h["X-Pulsar-publish-time"] = S.iso_time_ms(md.publish_time)
     if md.HasField("event_time") and md.event_time:
-        h["X-Pulsar-event-time"] = S.iso_time(md.event_time / 1000)
+        h["X-Pulsar-event-time"] = S.iso_time_ms(md.event_time)
     if md.HasField("deliver_at_time"):
-        h["X-Pulsar-deliver-at-time"] = S.iso_time(md.deliver_at_time / 1000)
+        h["X-Pulsar-deliver-at-time"] = S.iso_time_ms(md.deliver_at_time)
     if md.HasField("num_messages_in_batch"):
         h["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
         h["X-Pulsar-batch-size"] = str(len(payload))

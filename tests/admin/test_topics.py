@@ -151,6 +151,22 @@ def test_partitioned_subscription_fan_out(admin: Admin, client: pulsar.Client) -
     assert admin.post(f"{base}/subscription/fan/skip_all").status == 404
 
 
+def test_peek_of_a_message_with_times_past_year_9999(admin: Admin, client: pulsar.Client) -> None:
+    """A client sets a message's event time (any 64-bit number): peek answers with it written as Pulsar's
+    DateFormatter (java.time's ISO format) writes it. It was a 500 and a traceback: Python's datetime stops at 9999."""
+    topic = new_topic("far-times")
+    base = f"/admin/v2/{rest_path(topic)}"
+    assert admin.put(f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1}).status == 204
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"far", event_timestamp=(1 << 63) - 1)
+    producer.send(b"year 10000", event_timestamp=253402300800000)  # 10000-01-01T00:00:00Z
+    producer.close()
+    far = admin.get(f"{base}/subscription/s/position/1")
+    assert far.status == 200 and far.body == b"far"
+    assert far.headers["X-Pulsar-event-time"] == "+292278994-08-17T07:12:55.807Z"
+    assert admin.get(f"{base}/subscription/s/position/2").headers["X-Pulsar-event-time"] == "+10000-01-01T00:00:00.000Z"
+
+
 def test_subscription_admin_operations(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("subops")
     base = f"/admin/v2/{rest_path(topic)}"
