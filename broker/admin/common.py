@@ -219,6 +219,8 @@ def metadata_status(exc: MetadataStoreError) -> int:
 @web.middleware
 async def json_errors(request: web.Request,
                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if "\x00" in request.path:  # (Pulsar's web server, Jetty, refuses a NUL in the path before any route)
+        raise HttpError(400, "Bad request: the path holds a NUL character (%00)")
     try:
         return await handler(request)
     except HttpError:
