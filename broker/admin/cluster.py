@@ -141,12 +141,7 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
         if found is not None and peer_checked(request.method, *found):
-            await service.refresh_namespace(found[0])
-            if service.metadata.namespace_exists(found[0].namespace):  # (else the handler answers it is missing)
-                if request.method == "PUT" and found[1] in CREATE_ACTIONS:
-                    await validate_global_namespace_to_create(service, request, found[0], found[1])
-                else:
-                    validate_global_namespace(service, request, found[0])
+            await check_served_here(service, request, *found)
         if found is not None and service.ownership.distributed:
             name, action = found
             if action in OWNER_ACTIONS and not (name.partition_index < 0
@@ -154,9 +149,7 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                     action == "" and request.method == "GET"):  # (GET .../{ns}/{bundle}: a bundle's topic list)
                 await validate_topic_ownership(ctx, request, name)
         if found is not None and peer_checked_partition(service, request.method, *found):
-            await service.refresh_namespace(found[0])
-            if service.metadata.namespace_exists(found[0].namespace):
-                validate_global_namespace(service, request, found[0])
+            await check_served_here(service, request, found[0])
         return await handler(request)
 
     return redirect_to_owner
@@ -258,15 +251,23 @@ async def validate_cluster_first(service: BrokerService, request: web.Request) -
         name = TopicName.parse(f"{domain}://{m['tenant']}/{m['ns']}/{m['topic']}")
     except BrokerError:
         return
+    resource = request.match_info.route.resource
+    partitioned = resource is not None and resource.canonical.endswith("/partitions")
+    await check_served_here(service, request, name, None if lookup else "partitions" if partitioned else "")
+
+
+async def check_served_here(service: BrokerService, request: web.Request, name: TopicName,
+                            action: str | None = None) -> None:
+    """The check of the namespace's cluster for a call on ``name``: ``validate_global_namespace``, or, for a PUT
+    creating a topic (``action`` in ``CREATE_ACTIONS``), ``validate_global_namespace_to_create``. Nothing when the
+    namespace does not exist (what reads it answers that)."""
     await service.refresh_namespace(name)
     if not service.metadata.namespace_exists(name.namespace):
         return
-    if lookup:
+    if request.method == "PUT" and action in CREATE_ACTIONS:
+        await validate_global_namespace_to_create(service, request, name, action)
+    else:
         validate_global_namespace(service, request, name)
-        return
-    resource = request.match_info.route.resource
-    partitioned = resource is not None and resource.canonical.endswith("/partitions")
-    await validate_global_namespace_to_create(service, request, name, "partitions" if partitioned else "")
 
 
 def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[], PeerCluster | None]) -> None:

@@ -56,7 +56,7 @@ from broker.service.topic_watchers import TopicWatchers, compile_pattern
 from broker.service.txn_commands import CoordinatorCommands
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
-from broker.topic_name import TopicName, is_system_topic
+from broker.topic_name import TopicName, blank, is_system_topic
 from broker.transactions.model import TxnID
 from broker.version import __version__
 from managed_ledger import ManagedLedgerError
@@ -664,8 +664,9 @@ class ServerCnx:
             self.service.check_cluster_serves(name)
             topic = await self.service.get_topic(name, create=c.force_topic_creation)
             self._check_subscription_type(name, c.subType)
-            if name.persistent and not c.subscription.strip():
-                # (PersistentTopic.internalSubscribe's NamingException: ProducerBusy; a non-persistent topic takes it)
+            if name.persistent and blank(c.subscription):
+                # (PersistentTopic.internalSubscribe's StringUtils.isBlank -> NamingException: ProducerBusy; a
+                # non-persistent topic takes it)
                 raise ProducerBusyError("Empty subscription name")
             check_subscription_name(c.subscription)
             host = self.remote_address.rsplit(":", 1)[0]

@@ -22,6 +22,17 @@ async def broker() -> AsyncIterator[Broker]:
         yield b
 
 
+async def subscribed_with_producer(broker: Broker, topic: str) -> WireClient:
+    """A connected wire client with consumer 1 subscribed to ``topic`` and producer 1 on it."""
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    c.send(producer_cmd(topic, request_id=2))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    return c
+
+
 async def test_handshake_answers_connected(broker: Broker) -> None:
     c = await WireClient.open(port_of(broker))
     connected = await c.connect()
@@ -333,12 +344,7 @@ async def test_a_topic_name_past_the_length_limit_is_refused_as_invalid(broker: 
 
 async def test_an_ack_set_longer_than_any_batch_is_cut_to_what_a_batch_can_hold(broker: Broker) -> None:
     topic = "persistent://public/default/wire-huge-ack-set"
-    c = await WireClient.open(port_of(broker))
-    await c.connect()
-    c.send(subscribe_cmd(topic, request_id=1))
-    assert (await c.recv()).type == T.SUCCESS
-    c.send(producer_cmd(topic, request_id=2))
-    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c = await subscribed_with_producer(broker, topic)
     c.send(*send_frame(1, 0, b"x"))
     receipt = await c.recv()
     assert receipt.type == T.SEND_RECEIPT
@@ -450,12 +456,7 @@ async def test_a_string_field_that_is_not_utf8_is_read_with_replacement_characte
 
 async def test_a_partition_key_that_is_not_utf8_does_not_stop_dispatch(broker: Broker) -> None:
     topic = "persistent://public/default/wire-utf8-key"
-    c = await WireClient.open(port_of(broker))
-    await c.connect()
-    c.send(subscribe_cmd(topic, request_id=1))
-    assert (await c.recv()).type == T.SUCCESS
-    c.send(producer_cmd(topic, request_id=2))
-    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c = await subscribed_with_producer(broker, topic)
     cmd, payload = send_frame(1, 0, b"a", partition_key="KEYX")
     c.writer.write(commands.frame_with_payload(cmd, payload.replace(b"KEYX", b"KE\xffX")[6:]))  # (no checksum)
     c.send(*send_frame(1, 1, b"b"))
