@@ -10,7 +10,8 @@ process's CPU per SEND, the SENDs per read and per fdatasync.
 ``--batch N`` makes every SEND a batch of N messages (as a batching client frames it);
 ``--pace-ms T`` feeds one read every T ms on a fixed schedule instead of as fast as the window
 allows: a quiet batching client sends one batch per millisecond, so each SEND arrives alone
-(``--batch 83 --per-read 1 --pace-ms 1 --messages 2000``). Paced runs also print each thread's CPU
+(``--batch 83 --per-read 1 --pace-ms 1 --messages 2000``). ``--set KEY=VALUE`` (repeatable) sets a broker
+setting, e.g. ``--set journalMaxGroupWaitMSec=2`` to compare group waits in the same minutes. Paced runs also print each thread's CPU
 and its runs on a CPU (wake-ups) per SEND, from ``/proc/self/task/*/schedstat``.
 
 What it leaves out (the socket reads and writes, the client) is the same for every version of the
@@ -135,9 +136,11 @@ def _fsyncs(server: BrokerServer) -> float:
 
 
 async def run(messages: int, size: int, per_read: int, window: int, batch: int = 0,
-              pace_s: float = 0.0) -> dict[str, float]:
+              pace_s: float = 0.0, settings: dict[str, str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = BrokerConfig(brokerServicePort=0, webServicePort=0, bindAddress="127.0.0.1", dataDir=tmp)
+        for key, value in (settings or {}).items():
+            cfg.set(key, value)
         server = BrokerServer(cfg)
         await server.start()
         try:
@@ -232,12 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pace-ms", type=float, default=0.0,
                    help="one read every this many ms (0: as fast as the window allows)")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting (Pulsar's key, as in broker.conf), e.g. journalMaxGroupWaitMSec=2")
     args = p.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.set)
     # The standalone broker's collector settings (broker/__main__.py); CPython's defaults cost this
     # bench's produce path ~3 us per SEND at one SEND per read, which the broker does not pay.
     tune_gc()
     for _ in range(args.runs):
-        r = uvloop.run(run(args.messages, args.size, args.per_read, args.window, args.batch, args.pace_ms / 1e3))
+        r = uvloop.run(run(args.messages, args.size, args.per_read, args.window, args.batch, args.pace_ms / 1e3,
+                                settings))
         line = (f"loop {r['loop_us']:.2f} us/SEND, process {r['process_us']:.2f} us/SEND, "
                 f"{r['msg_s']:,.0f} SEND/s, {r['per_fsync']:.{1 if args.pace_ms else 0}f} SENDs per fdatasync")
         if args.pace_ms:
