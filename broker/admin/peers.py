@@ -34,6 +34,7 @@ from aiohttp import web
 from yarl import URL
 
 from broker.admin.common import HttpError
+from broker.auth.tls import client_context
 from broker.service.broker_service import broker_client_headers
 from broker.service.remote_producer import RemoteError, client_credentials
 
@@ -103,14 +104,9 @@ class PeerAdmin:
 
     def _build_ssl_context(self) -> ssl.SSLContext:
         cfg = self._config
-        context = ssl.create_default_context(cafile=cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
-                                             or None)
-        context.check_hostname = False  # (Pulsar's broker clients do not verify host names by default)
-        if cfg.tlsAllowInsecureConnection:
-            context.verify_mode = ssl.CERT_NONE
-        if self._cert is not None:
-            context.load_cert_chain(*self._cert)
-        return context
+        # (Pulsar's broker clients do not verify host names by default)
+        return client_context(cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath, check_hostname=False,
+                              insecure=cfg.tlsAllowInsecureConnection, cert=self._cert)
 
     def headers(self, caller: web.Request | None) -> dict[str, str]:
         if self._authorization is not None:

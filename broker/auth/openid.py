@@ -29,6 +29,7 @@ import aiohttp
 import jwt
 
 from broker.auth.providers import AuthData, Identity, bearer_token, expiry
+from broker.auth.tls import client_context
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import AuthenticationError
 
@@ -71,7 +72,7 @@ class OpenIDProvider:
         self.ssl: ssl.SSLContext | None = None
         if cfg.openIDTokenIssuerTrustCertsFilePath.strip():
             try:
-                self.ssl = ssl.create_default_context(cafile=cfg.openIDTokenIssuerTrustCertsFilePath.strip())
+                self.ssl = client_context(cfg.openIDTokenIssuerTrustCertsFilePath.strip())
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"openIDTokenIssuerTrustCertsFilePath: {exc}") from None
         # issuer -> {key id: key}, when they were fetched (monotonic), and the fetch under way.

@@ -59,6 +59,28 @@ def server_context(cfg: BrokerConfig) -> ssl.SSLContext:
     return ctx
 
 
+def client_context(cafile: str | None = None, *, check_hostname: bool = True, insecure: bool = False,
+                   cert: tuple[str, str] | None = None) -> ssl.SSLContext:
+    """The SSLContext of a connection the broker opens (to a peer cluster's brokers, another broker of its
+    cluster, an OpenID issuer): the system's trusted CAs, or ``cafile``'s; ``insecure`` verifies nothing
+    (Pulsar's tlsAllowInsecureConnection); ``cert`` is the broker's own certificate and key files. Raises
+    OSError / ssl.SSLError for a file that cannot be used.
+
+    The same certificates are accepted on every Python: from 3.13 on, ``ssl.create_default_context`` also
+    sets VERIFY_X509_STRICT, which refuses certificates Java's PKIX validation (so Apache Pulsar, and every
+    other broker and client of the cluster) accepts, e.g. a CA-signed certificate with no Authority Key
+    Identifier, as self-made PKIs often issue. The chain must still end at a trusted CA, and host names are
+    still checked where ``check_hostname`` says so."""
+    ctx = ssl.create_default_context(cafile=cafile or None)
+    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    ctx.check_hostname = check_hostname
+    if insecure:
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        ctx.load_cert_chain(*cert)
+    return ctx
+
+
 def _set_protocols(ctx: ssl.SSLContext, names: list[str]) -> None:
     if not names:
         return

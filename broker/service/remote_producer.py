@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
@@ -77,15 +78,13 @@ def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) ->
     context = None
     if tls:
         try:
-            context = ssl.create_default_context(
-                cafile=_setting(cluster, cfg, "brokerClientTrustCertsFilePath") or cfg.tlsTrustCertsFilePath or None)
-            context.check_hostname = False  # Pulsar's broker clients do not verify host names by default
-            if _setting(cluster, cfg, "tlsAllowInsecureConnection"):
-                context.verify_mode = ssl.CERT_NONE
             cert = client_cert or (_setting(cluster, cfg, "brokerClientCertificateFilePath"),
                                    _setting(cluster, cfg, "brokerClientKeyFilePath"))
-            if cert[0] and cert[1]:
-                context.load_cert_chain(cert[0], cert[1])
+            # (Pulsar's broker clients do not verify host names by default)
+            context = client_context(_setting(cluster, cfg, "brokerClientTrustCertsFilePath")
+                                     or cfg.tlsTrustCertsFilePath, check_hostname=False,
+                                     insecure=bool(_setting(cluster, cfg, "tlsAllowInsecureConnection")),
+                                     cert=(cert[0], cert[1]) if cert[0] and cert[1] else None)
         except (OSError, ssl.SSLError) as exc:
             raise RemoteError(f"TLS settings for cluster {name}: {exc}") from None
     elif method == "tls":
@@ -228,7 +227,7 @@ class RemoteProducer:
         for i, (host, port, tls) in enumerate(addresses):
             context = self.settings.ssl_context
             if tls and context is None:
-                context = ssl.create_default_context()
+                context = client_context()
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):  # (not wait_for: on 3.11 it can swallow a cancel)
                     reader, self._writer = await asyncio.open_connection(host, port, ssl=context if tls else None)

@@ -22,6 +22,7 @@ import logging
 import ssl
 from typing import TYPE_CHECKING
 
+from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import MAX_PROTOCOL_VERSION
@@ -74,8 +75,7 @@ class _BrokerLink:
         host, port, tls = _address(self.url)
         context = self._context if tls else None
         if tls and context is None:
-            context = ssl.create_default_context()
-            context.check_hostname = False
+            context = client_context(check_hostname=False)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 stream, self._writer = await asyncio.open_connection(host, port, ssl=context)
@@ -180,9 +180,9 @@ class TxnBufferClient:
         self._credentials = (method, data)
         self._context: ssl.SSLContext | None = None
         if own_url.startswith("pulsar+ssl://"):
-            self._context = ssl.create_default_context(
-                cafile=config.brokerClientTrustCertsFilePath or config.tlsTrustCertsFilePath or None)
-            self._context.check_hostname = False  # (Pulsar's broker clients do not check host names by default)
+            # (Pulsar's broker clients do not check host names by default)
+            self._context = client_context(config.brokerClientTrustCertsFilePath or config.tlsTrustCertsFilePath,
+                                           check_hostname=False)
         self._links: dict[str, _BrokerLink] = {}
         self._opening: SingleFlight[str, _BrokerLink] = SingleFlight("transaction buffer client: links being opened")
         self._owners: dict[str, str] = {}  # topic -> its owner's URL, as last looked up
