@@ -377,11 +377,24 @@ class WebService:
                               "httpUrlTls": answer.http_url_tls or "", "nativeUrl": plain or tls})
 
     async def lookup(self, request: web.Request) -> web.Response:
-        """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure)."""
+        """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure): the search for
+        the owner only. What TopicLookupBase.internalLookupTopicAsync checks before NamespaceService's
+        getBrokerServiceUrlAsync is not counted: the name, the namespace, and the namespace's cluster
+        (validateGlobalNamespaceOwnershipAsync: the 307 to a peer cluster, or its refusal). So the lookup counts
+        are the same whether the security middleware's cluster-first check or this handler answers the peer
+        cluster's redirect."""
+        m = request.match_info
+        # (A tenant or namespace Pulsar refuses is a 500 there, an uncaught IllegalArgumentException: ours is its
+        # admin API's 412.)
+        name = parse_topic_name(m["domain"], m["tenant"], m["ns"], m["topic"])
+        await self.service.refresh_namespace(name)
+        if not self.service.metadata.namespace_exists(name.namespace):
+            raise HttpError(404, "Namespace not found")  # (Pulsar's words)
+        validate_global_namespace(self.service, request, name)
         stats = self.service.lookup_stats
         started = stats.start()
         try:
-            response = await self._lookup(request)
+            response = await self._lookup(request, name)
         except web.HTTPTemporaryRedirect:
             stats.done(started, redirect=True)
             raise
@@ -391,15 +404,7 @@ class WebService:
         stats.done(started)
         return response
 
-    async def _lookup(self, request: web.Request) -> web.Response:
-        m = request.match_info
-        # (A tenant or namespace Pulsar refuses is a 500 there, an uncaught IllegalArgumentException: ours is its
-        # admin API's 412.)
-        name = parse_topic_name(m["domain"], m["tenant"], m["ns"], m["topic"])
-        await self.service.refresh_namespace(name)
-        if not self.service.metadata.namespace_exists(name.namespace):
-            raise HttpError(404, "Namespace not found")  # (Pulsar's words)
-        validate_global_namespace(self.service, request, name)
+    async def _lookup(self, request: web.Request, name: TopicName) -> web.Response:
         s = self.ctx.process
         if self.service.ownership.distributed:
             return await self.cluster_lookup(request, name)

@@ -35,19 +35,37 @@ if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
 
 
-async def read_partition_count(request: web.Request) -> tuple[int, dict[str, str] | None]:
-    """The body of PUT .../partitions: the number of partitions, or Pulsar's PartitionedTopicMetadata
-    {"partitions": n, "properties": {...}} (what the admin client sends with properties); 400 when it is neither, as
-    Pulsar's JSON binding answers before its handler runs. Properties None: none given (the metadata then has none,
-    not an empty map)."""
+# The body type of PUT .../partitions that carries Pulsar's PartitionedTopicMetadata (what the admin client sends
+# when the topic has properties): Pulsar's ExtPersistentTopics / ExtNonPersistentTopics.createPartitionedTopic
+# consume it. Any other type is bound by PersistentTopics / NonPersistentTopics.createPartitionedTopic, whose entity
+# is an ``int numPartitions``: a JSON object there fails the binding, a 400 (the admin client sends a bare number as
+# application/json when there are no properties).
+PARTITIONED_METADATA_TYPE = "application/vnd.partitioned-topic-metadata+json"
+PartitionCount = tuple[int, dict[str, str] | None]
+# The body as ``read_partition_count`` read it, kept for the handler after the cluster-first check read it.
+_PARTITION_COUNT = web.RequestKey[PartitionCount]("partition count")
+
+
+async def read_partition_count(request: web.Request) -> PartitionCount:
+    """The body of PUT .../partitions: the number of partitions, or, with ``PARTITIONED_METADATA_TYPE`` only,
+    Pulsar's PartitionedTopicMetadata {"partitions": n, "properties": {...}}; 400 when it is neither, as Pulsar's
+    JSON binding answers before its handler runs. Properties None: none given (the metadata then has none, not an
+    empty map). Read once per request (the cluster-first check reads it before the handler)."""
+    if _PARTITION_COUNT in request:
+        return request[_PARTITION_COUNT]
     n = await read_body(request)
     properties: dict[str, str] | None = None
     if isinstance(n, dict):
+        if request.content_type != PARTITIONED_METADATA_TYPE:
+            raise HttpError(400, "Number of partitions must be an integer, got a JSON object (a partitioned topic's "
+                                 f"metadata is read as {PARTITIONED_METADATA_TYPE} only)")
         if n.get("properties") is not None:
             properties = parse_properties(n["properties"])
         n = n.get("partitions")
     # (no body: Pulsar's binding gives its int parameter 0, which the handler's check refuses)
-    return check_java_int(0 if n is None else n, "Number of partitions"), properties
+    count = check_java_int(0 if n is None else n, "Number of partitions"), properties
+    request[_PARTITION_COUNT] = count
+    return count
 
 
 class PartitionedTopics:
@@ -106,12 +124,13 @@ class PartitionedTopics:
         return auto and self.service.policies.for_namespace(name.namespace, AUTO_TOPIC_CREATION).allow
 
     async def create_partitioned(self, request: web.Request) -> web.Response:
-        """PUT .../partitions: create a partitioned topic (its body: ``read_partition_count``)."""
+        """PUT .../partitions: create a partitioned topic (its body: ``read_partition_count``, read first: Pulsar's
+        binding reads it before its handler checks anything)."""
+        n, properties = await read_partition_count(request)
         check_namespace_name(request.match_info["tenant"], request.match_info["ns"])  # (Pulsar checks it first here)
         name = self.topics.name(request)
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName: first, on any such name)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
-        n, properties = await read_partition_count(request)
         check_partition_count(n, self.service.config.maxNumPartitionsPerPartitionedTopic)
         if self.service.namespace_being_deleted(name.namespace):
             raise HttpError(412, f"Namespace {name.namespace} is being deleted")

@@ -310,10 +310,12 @@ class TopicsResource:
 
     async def list_in_bundle(self, request: web.Request) -> web.Response:
         """GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}: the live non-persistent topics of one bundle, from
-        its owner (307 there; an empty list when nobody owns it). Pulsar's getListFromBundle reads the namespace
-        (404), then sends a namespace another cluster serves there (validateGlobalNamespaceOwnership: 307, or 412),
-        then checks the bundle (412). (Not Pulsar's 404 for a namespace marked deleted: a namespace's delete asks the
-        owners of its bundles for their live topics once it is marked.)"""
+        its owner (307 there). Pulsar's getListFromBundle reads the namespace (404), then sends a namespace another
+        cluster serves there (validateGlobalNamespaceOwnership: 307, or 412), then checks the bundle (412: its
+        isBundleOwnedByAnyBroker validates the range first), then answers 204 with no body when no broker owns the
+        bundle (isBundleOwnedByAnyBroker false: a read-only lookup finds no owner; the namespace-wide list reads that
+        as no topics). (Not Pulsar's 404 for a namespace marked deleted: a namespace's delete asks the owners of its
+        bundles for their live topics once it is marked.)"""
         ns = self.web.namespaces.namespace(request)
         redirect_to_peer(request, ns, lambda: self.service.peer_cluster_of(ns, allow_deleted=True))
         try:
@@ -323,7 +325,9 @@ class TopicsResource:
         ownership = self.service.ownership
         if ownership.distributed and not ownership.is_owned(bundle):
             owner = await ownership.owner_of(bundle)
-            base = owner and (owner.http_url_tls if request.secure else owner.http_url)
+            if owner is None:
+                return no_content()
+            base = owner.http_url_tls if request.secure else owner.http_url
             if not base:
                 return json_response([])
             raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))

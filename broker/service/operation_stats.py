@@ -102,7 +102,9 @@ class LatencySummary:
 
 class LookupStats:
     """Pulsar's NamespaceService lookup metrics: answers (Connect), redirects, failures, latency,
-    and lookups in flight."""
+    and lookups in flight. Pulsar counts the outcome of NamespaceService.getBrokerServiceUrlAsync only (the search
+    for the bundle's owner): a lookup that ends before it (a name or a namespace refused, a role not allowed, a
+    namespace a peer cluster serves, redirected there by TopicLookupBase) is in none of them (``skipped``)."""
 
     def __init__(self) -> None:
         self.answers = 0
@@ -116,6 +118,10 @@ class LookupStats:
     def start(self) -> float:
         self.pending += 1
         return time.monotonic()
+
+    def skipped(self) -> None:
+        """A lookup from ``start`` that ended before the owner was looked for: no longer in flight, not counted."""
+        self.pending -= 1
 
     def done(self, started: float, *, redirect: bool = False, failed: bool = False) -> None:
         """One lookup finished (``started`` from ``start``)."""

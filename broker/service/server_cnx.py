@@ -285,25 +285,24 @@ class ServerCnx:
             self.service.check_namespace(name)
             peer = self.service.peer_cluster(name)
         except BrokerError as exc:
-            stats.done(started, failed=True)
+            stats.skipped()  # (before the owner lookup: not counted, see LookupStats)
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
         if peer is not None:
-            self._redirect_to_peer(c.request_id, peer, started)
+            self._redirect_to_peer(c.request_id, peer)
             return
         stats.done(started)
         self.write(commands.lookup_connect(c.request_id, *urls))
 
-    def _redirect_to_peer(self, request_id: int, peer: PeerCluster, started: float) -> None:
+    def _redirect_to_peer(self, request_id: int, peer: PeerCluster) -> None:
         """The namespace is served by a peer cluster: Redirect there, authoritative (the other cluster's brokers
-        decide its bundles themselves), as Pulsar's lookupTopicAsync answers."""
-        stats = self.service.lookup_stats
+        decide its bundles themselves), as Pulsar's lookupTopicAsync answers. Not in the lookup counts: Pulsar's
+        lookupTopicAsync answers it before NamespaceService.getBrokerServiceUrlAsync, which counts them."""
+        self.service.lookup_stats.skipped()
         if not peer.broker_service_url and not peer.broker_service_url_tls:
-            stats.done(started, failed=True)
             self.write(commands.lookup_failed(request_id, E.MetadataError,
                                               "Redirected cluster's brokerService url is not configured"))
             return
-        stats.done(started, redirect=True)
         self.write(commands.lookup_redirect(request_id, peer.broker_service_url, peer.broker_service_url_tls, True))
 
     async def _cluster_lookup(self, c: pb.CommandLookupTopic, started: float) -> None:
@@ -316,6 +315,14 @@ class ServerCnx:
         if server.listeners and not listener_name:
             internal = server.listener(None)
             listener_name = internal.name if internal is not None else None
+        looking_up = False  # (the checks before the owner lookup are not counted, see LookupStats)
+
+        def failed() -> None:
+            if looking_up:
+                stats.done(started, failed=True)
+            else:
+                stats.skipped()
+
         try:
             name = TopicName.parse(c.topic)
             await self.service.refresh_namespace(name)
@@ -323,25 +330,26 @@ class ServerCnx:
             self.service.check_namespace(name)
             peer = self.service.peer_cluster(name)
             if peer is not None:
-                self._redirect_to_peer(c.request_id, peer, started)
+                self._redirect_to_peer(c.request_id, peer)
                 return
+            looking_up = True
             answer = await self.service.ownership.lookup(name, c.authoritative, listener_name)
         except BrokerError as exc:
-            stats.done(started, failed=True)
+            failed()
             self.write(commands.lookup_failed(c.request_id, exc.code, exc.message))
             return
         except MetadataStoreError as exc:  # (Pulsar's handleLookupError: a MetadataStoreException is MetadataError)
-            stats.done(started, failed=True)
+            failed()
             log.warning("lookup of %s failed: %r", c.topic, exc)
             self.write(commands.lookup_failed(c.request_id, E.MetadataError, f"Lookup failed: {exc}"))
             return
         except Exception as exc:  # (Pulsar's handleLookupError: any other failure is ServiceNotReady, retried)
-            stats.done(started, failed=True)
+            failed()
             log.warning("lookup of %s failed: %r", c.topic, exc)
             self.write(commands.lookup_failed(c.request_id, E.ServiceNotReady, f"Lookup failed: {exc}"))
             return
         except BaseException:
-            stats.done(started, failed=True)
+            failed()
             raise
         stats.done(started, redirect=answer.redirect)
         if answer.redirect:

@@ -44,10 +44,11 @@ class Admin:
     def __init__(self, web_url: str) -> None:
         self.web_url = web_url
 
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Reply:
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+             content_type: str = "application/json") -> Reply:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         req = urllib.request.Request(self.web_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data is not None else {})
+                                     headers={"Content-Type": content_type} if data is not None else {})
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 return Reply(r.status, r.read(), dict(r.headers))

@@ -10,6 +10,7 @@ import pulsar
 import pytest
 from pulsar.schema import Record, String
 
+from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.embedded import BrokerThread
 from broker.metadata.layout import PARTITIONED_TOPICS_ROOT, TOPIC_PROPERTIES_ROOT
 from broker.topic_name import TopicName
@@ -379,7 +380,8 @@ def test_topic_properties(admin: Admin, pulsar_broker: BrokerThread) -> None:
     # A partitioned topic created the way the admin client does it with properties; its
     # partitions share them.
     parted = f"/admin/v2/persistent/{ns}/parted"
-    assert admin.put(f"{parted}/partitions", {"partitions": 2, "properties": {"k": "v"}}).status == 204
+    metadata = json.dumps({"partitions": 2, "properties": {"k": "v"}}).encode()
+    assert admin.call("PUT", f"{parted}/partitions", raw=metadata, content_type=PARTITIONED_METADATA_TYPE).status == 204
     assert admin.ok("GET", f"{parted}/partitions") == {"partitions": 2, "deleted": False, "properties": {"k": "v"}}
     assert admin.ok("GET", f"{parted}-partition-1/properties") == {"k": "v"}
     # They are saved (read back from the metadata store: a partitioned topic's in its

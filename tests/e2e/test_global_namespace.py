@@ -367,3 +367,31 @@ def test_a_loaded_topic_whose_namespace_moves_to_the_peer_is_deleted_and_its_cli
     assert not service_a.topic_exists(name)
     producer.close()
     consumer.close()
+
+
+def test_lookups_sent_to_the_peer_cluster_are_not_counted(clusters: Clusters) -> None:
+    # Pulsar 4.0.7 counts lookups (pulsar_broker_lookup_answers / _redirects / _failures, the pulsar_broker_lookup
+    # latency) in NamespaceService.getBrokerServiceUrlAsync only; TopicLookupBase answers a namespace of a peer
+    # cluster before that (binary: checkLocalOrGetPeerReplicationCluster's Redirect; HTTP:
+    # validateGlobalNamespaceOwnershipAsync's 307), and its refusals too. Ours counted them as redirects (and
+    # failures), unless the security middleware's cluster-first check answered the HTTP one.
+    stats = clusters.a.server.service.lookup_stats
+
+    def counts() -> tuple[int, int, int, int, int]:
+        return stats.answers, stats.redirects, stats.failures, stats.latency.count, stats.pending
+
+    before = counts()
+    peer, refused = clusters.namespace(["b"]), clusters.namespace(["c"])
+    assert clusters.lookup_on_a(f"persistent://{peer}/t").response == pb.CommandLookupTopicResponse.Redirect
+    assert clusters.lookup_on_a(f"persistent://{refused}/t").response == pb.CommandLookupTopicResponse.Failed
+    for ns, status in ((peer, 307), (refused, 412)):
+        reply = requests.get(f"{clusters.a.web_url}/lookup/v2/topic/persistent/{ns}/t", allow_redirects=False,
+                             timeout=10)
+        assert reply.status_code == status, reply.text
+    assert counts() == before
+    # A lookup this cluster answers is counted, as Pulsar's NamespaceService does (standalone: an answer).
+    served = clusters.namespace(["a"])
+    assert clusters.lookup_on_a(f"persistent://{served}/t").response == pb.CommandLookupTopicResponse.Connect
+    assert requests.get(f"{clusters.a.web_url}/lookup/v2/topic/persistent/{served}/t", timeout=10).status_code == 200
+    answers, redirects, failures, latencies, pending = before
+    assert counts() == (answers + 2, redirects, failures, latencies + 2, pending)

@@ -40,6 +40,7 @@ class Owner:
     """The other broker: answers each bundle's call (``statuses`` by bundle range; 204 else), or never (``hang``)."""
     url: str = ""
     statuses: dict[str, int] = field(default_factory=dict)
+    unowned: set[str] = field(default_factory=set)  # bundles whose topic list is a 204 (nobody owns them)
     hang: bool = False
     asked: list[str] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -57,6 +58,8 @@ async def owner() -> AsyncIterator[Owner]:
         status = state.statuses.get(bundle, 204)
         if status >= 400:
             return web.json_response({"reason": f"bundle {bundle}: {status}"}, status=status)
+        if request.method == "GET" and bundle in state.unowned:
+            return web.Response(status=204)
         if request.method == "GET":
             return web.json_response([f"non-persistent://{NS}/on-{bundle}"])
         return web.Response(status=status)
@@ -187,6 +190,43 @@ async def test_a_hung_broker_costs_one_bounded_wait_for_the_non_persistent_topic
         await web_.peers.close()
     assert failed.value.status_code == 503 and BUNDLES.bundles[1].range_name in str(failed.value.text)
     assert time.monotonic() - started < TEST_BOUND_S / 2
+
+
+async def test_the_topic_list_of_a_bundle_nobody_owns_is_204(owner: Owner) -> None:
+    """GET .../non-persistent/{ns}/{bundle} of a bundle no broker owns: 204 with no body, as Pulsar's
+    NonPersistentTopics.getListFromBundle answers when isBundleOwnedByAnyBroker is false (it was 200 [])."""
+    web_ = web_service(owner, local=set())
+    bundle = BUNDLES.bundles[1]
+
+    async def nobody(b: NamespaceBundle) -> None:
+        return None
+
+    web_.service.ownership.owner_of = nobody
+    web_.service.peer_cluster_of = lambda ns, allow_deleted=False: None
+    web_.namespaces = SimpleNamespace(namespace=lambda request: NS)
+    web_.bundles = SimpleNamespace(ops=SimpleNamespace(bundle=lambda ns, name: bundle))
+    topics = cast(TopicsResource, SimpleNamespace(service=web_.service, web=web_))
+    path = f"/admin/v2/non-persistent/{NS}/{bundle.range_name}"
+    get = make_mocked_request("GET", path, match_info={"tenant": "t", "ns": "ns", "bundle": bundle.range_name})
+    try:
+        answer = await TopicsResource.list_in_bundle(topics, get)
+    finally:
+        await web_.peers.close()
+    assert (answer.status, answer.body) == (204, None)
+
+
+async def test_an_owner_answering_204_lists_no_topics_of_that_bundle(owner: Owner) -> None:
+    """The namespace-wide non-persistent list reads an owner's 204 (the bundle is owned by nobody by the time it is
+    asked) as no topics, the other bundles' lists kept."""
+    owner.unowned = {BUNDLES.bundles[2].range_name}
+    web_ = web_service(owner, local={0})
+    topics = cast(TopicsResource, SimpleNamespace(service=web_.service, web=web_))
+    try:
+        listed = await TopicsResource.topics_of_namespace(topics, request("GET", f"/admin/v2/non-persistent/{NS}"),
+                                                          NS, 1)
+    finally:
+        await web_.peers.close()
+    assert listed == sorted(f"non-persistent://{NS}/on-{BUNDLES.bundles[i].range_name}" for i in (1, 3))
 
 
 async def _nothing(ns: str, bundle: NamespaceBundle | None) -> None:

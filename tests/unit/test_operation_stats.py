@@ -43,6 +43,9 @@ def test_lookup_outcomes() -> None:
     stats.done(c, failed=True)
     assert (stats.answers, stats.redirects, stats.failures, stats.pending) == (1, 1, 1, 0)
     assert stats.latency.count == 2  # a failure has no latency, as in Pulsar
+    stats.start()
+    stats.skipped()  # (ended before the owner lookup: in none of the counts)
+    assert (stats.answers, stats.redirects, stats.failures, stats.pending, stats.latency.count) == (1, 1, 1, 0, 2)
 
 
 @given(st.lists(st.tuples(st.floats(0, 1e4, allow_nan=False), st.integers(0, 3000)), max_size=12))
