@@ -10,9 +10,10 @@ process's CPU per SEND, the SENDs per read and per fdatasync.
 ``--batch N`` makes every SEND a batch of N messages (as a batching client frames it);
 ``--pace-ms T`` feeds one read every T ms on a fixed schedule instead of as fast as the window
 allows: a quiet batching client sends one batch per millisecond, so each SEND arrives alone
-(``--batch 83 --per-read 1 --pace-ms 1 --messages 2000``). ``--set KEY=VALUE`` (repeatable) sets a broker
-setting, e.g. ``--set journalMaxGroupWaitMSec=2`` to compare group waits in the same minutes. Paced runs also print each thread's CPU
-and its runs on a CPU (wake-ups) per SEND, from ``/proc/self/task/*/schedstat``.
+(``--batch 83 --per-read 1 --pace-ms 1 --messages 2000``). ``--set KEY=VALUE`` (repeatable) sets a
+broker setting, e.g. ``--set journalMaxGroupWaitMSec=2`` to compare group waits in the same minutes.
+Paced runs also print each thread's CPU and its runs on a CPU (wake-ups) per SEND, from
+``/proc/self/task/*/schedstat``.
 
 What it leaves out (the socket reads and writes, the client) is the same for every version of the
 broker, so on a machine too busy for bench/compare.py to show a difference of this size, alternating
