@@ -24,6 +24,7 @@ from broker.admin.common import (
     read_body,
 )
 from broker.admin.owner_calls import CallFailure
+from broker.auth.http import check_deferred
 from broker.errors import NotAllowedError
 from broker.metadata.policy_table import AUTO_TOPIC_CREATION
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
@@ -126,11 +127,16 @@ class PartitionedTopics:
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
         """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
-        owner)."""
+        owner). In Pulsar's order (PersistentTopics.createMissedPartitions, internalCreateMissedPartitions): the
+        name (412 for a partition's), the partitioned metadata (the caller's LOOKUP and the namespace's cluster:
+        before this handler), 404 when the topic is not partitioned, then the namespace operation CREATE_TOPIC."""
         name = self.topics.name(request)
+        if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName)
+            raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
         n = self.topics.partitions(name)
         if n == 0:
             raise HttpError(404, f"Topic {name} does not exist")
+        await check_deferred(request)
         missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
 
         async def create(p: TopicName) -> None:

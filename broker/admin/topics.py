@@ -48,6 +48,7 @@ from broker.admin.common import (
 from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.partitioned_topics import PartitionedTopics
+from broker.auth.http import check_deferred
 from broker.cluster.operations import BundleOperationError
 from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
@@ -436,10 +437,14 @@ class TopicsResource:
 
     async def truncate(self, request: web.Request) -> web.Response:
         """DELETE .../truncate: every subscription's backlog cleared and every ledger but the current one deleted,
-        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner)."""
+        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner). The tenant's
+        admins only, checked here: after the caller's LOOKUP and the namespace's cluster (Order.AFTER_LOOKUP), as
+        Pulsar's internalTruncateTopicAsync. (Pulsar checks a partitioned topic's partitions with the broker's own
+        role, so the caller's LOOKUP suffices there; here the tenant's admins only, as for any other topic.)"""
         async def truncate(one: TopicName) -> None:
             (await self.stored_topic(one)).truncate()
 
+        await check_deferred(request)
         await self.fanout.each(request, self.name(request), truncate)
         return no_content()
 

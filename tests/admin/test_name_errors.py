@@ -119,6 +119,11 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
         ("POST", f"{missing}/createMissedPartitions", None, 404, f"Topic {full} does not exist"),
         ("PUT", f"{base}/public/default/x-partition-abc/partitions", 2, 412,
          "Partitioned Topic Name should not contain '-partition-'"),
+        # (Pulsar's PersistentTopics.createMissedPartitions: validatePartitionedTopicName first)
+        ("POST", f"{base}/public/default/x-partition-abc/createMissedPartitions", None, 412,
+         "Partitioned Topic Name should not contain '-partition-'"),
+        ("POST", f"{base}/public/default/x-partition-0/createMissedPartitions", None, 412,
+         "Partitioned Topic Name should not contain '-partition-'"),
     ]
     # (the persistent and non-persistent resources of Pulsar word this one differently)
     cases.append(("GET", f"{missing}/partitioned-stats", None, 404,
