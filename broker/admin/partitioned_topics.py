@@ -91,6 +91,12 @@ class PartitionedTopics:
             doc["properties"] = dict(properties)
         return doc
 
+    def topic_exists(self, name: TopicName) -> bool:
+        """Whether the topic is there, as Pulsar's NamespaceService.checkTopicExists tells: a partitioned topic, or one
+        that ``_metadata_found`` finds (stored or live here, a partition within its count, a non-persistent topic
+        another broker owns)."""
+        return self.topics.partitions(name) > 0 or self._metadata_found(name, auto=False)
+
     def _metadata_found(self, name: TopicName, auto: bool) -> bool:
         """Whether a name with no partitions has partitioned metadata to show (0 partitions): a topic that is there, a
         partition of a partitioned topic within its count (Pulsar creates those with it), or, with ``auto``, a topic

@@ -189,6 +189,12 @@ class TopicsResource:
         return (self.service.get_topic_if_loaded(name) is not None
                 or self.service.ledger_factory.exists(name.persistence_path))
 
+    def check_exists(self, name: TopicName) -> None:
+        """404 "Topic <name> not found" for a topic that is not there (``PartitionedTopics.topic_exists``), as Pulsar's
+        PersistentTopicsBase.internalCheckTopicExists answers (AdminResource.getTopicNotFoundErrorMessage)."""
+        if not self.partitioned.topic_exists(name):
+            raise HttpError(404, f"Topic {name} not found")
+
     def _not_partitioned(self, name: TopicName) -> None:
         if self.partitions(name) > 0:  # (Pulsar's words: its partitions are the topics)
             raise HttpError(404, f"Topic {name} not found")

@@ -124,6 +124,10 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
          "Partitioned Topic Name should not contain '-partition-'"),
         ("POST", f"{base}/public/default/x-partition-0/createMissedPartitions", None, 412,
          "Partitioned Topic Name should not contain '-partition-'"),
+        # (PersistentTopicsBase.internalCheckTopicExists, allowAclChangesOnNonExistentTopics being false)
+        ("GET", f"{missing}/permissions", None, 404, f"Topic {full} not found"),
+        ("POST", f"{missing}/permissions/app", ["consume"], 404, f"Topic {full} not found"),
+        ("DELETE", f"{missing}/permissions/app", None, 404, f"Topic {full} not found"),
     ]
     # (the persistent and non-persistent resources of Pulsar word this one differently)
     cases.append(("GET", f"{missing}/partitioned-stats", None, 404,

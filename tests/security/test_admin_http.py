@@ -238,6 +238,7 @@ def test_permission_body_is_validated(root_admin: SecureAdmin, namespace: str) -
 
 def test_topic_permissions_merge_with_the_namespace(root_admin: SecureAdmin, namespace: str) -> None:
     root_admin.ok("POST", f"/admin/v2/namespaces/{namespace}/permissions/app", ["consume"])
+    root_admin.ok("PUT", f"/admin/v2/persistent/{namespace}/orders")
     topic = f"/admin/v2/persistent/{namespace}/orders/permissions"
     root_admin.ok("POST", f"{topic}/app", ["produce"])
     root_admin.ok("POST", f"{topic}/writer", ["produce"])
@@ -557,6 +558,43 @@ def test_truncate_and_create_missed_partitions_look_the_topic_up_before_the_peer
         for method, path in (("DELETE", f"{tenant}/here/t/truncate"), ("DELETE", f"{tenant}/here/p/truncate"),
                              ("POST", f"{tenant}/here/p/createMissedPartitions")):
             assert call("ops", method, f"/admin/v2/persistent/{path}").status_code == 204, (method, path)
+    finally:
+        root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
+
+
+def test_a_topics_permissions_need_the_topic(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
+    """Apache Pulsar 4.0.7's PersistentTopicsBase.internalGetPermissionsOnTopic / internalGrantPermissionsOnTopic /
+    internalRevokePermissionsOnTopic check the tenant's admin, then that the topic exists (internalCheckTopicExists,
+    as allowAclChangesOnNonExistentTopics is false by default): 404 "Topic <name> not found" for a topic that is not
+    there, in a namespace served here or by a peer cluster (which stores it, not this one), or that does not
+    exist. A partitioned topic is there, and so are its partitions."""
+    suffix = uuid.uuid4().hex[:8]
+    peer, tenant = f"peer-{suffix}", f"t-{suffix}"
+    root_admin.ok("PUT", f"/admin/v2/clusters/{peer}", {"serviceUrl": "http://127.0.0.9:8080"})
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone", peer]})
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/peer")
+    root_admin.ok("POST", f"/admin/v2/namespaces/{tenant}/peer/replication", [peer])
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/here")
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/t")
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/p/partitions", 2)
+    root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [peer])
+    stranger = SecureAdmin.bearer(secure_broker.web_url, pki, "stranger")
+    try:
+        for topic in (f"{tenant}/peer/t", f"{tenant}/here/missing", f"{tenant}/nons/t", f"{tenant}/here/p-partition-5"):
+            base = f"/admin/v2/persistent/{topic}/permissions"
+            for method, path, body in (("GET", base, None), ("POST", f"{base}/app", ["consume"]),
+                                       ("DELETE", f"{base}/app", None)):
+                reply = root_admin.call(method, path, body)
+                assert (reply.status, reply.reason) == (404, f"Topic persistent://{topic} not found"), (method, path)
+                # (the tenant's admin first)
+                reply = stranger.call(method, path, body)
+                assert (reply.status, reply.reason) == (
+                    401, "Don't have permission to administrate resources on this tenant"), (method, path)
+        for topic in (f"{tenant}/here/t", f"{tenant}/here/p", f"{tenant}/here/p-partition-1"):
+            base = f"/admin/v2/persistent/{topic}/permissions"
+            root_admin.ok("POST", f"{base}/app", ["consume"])
+            assert root_admin.ok("GET", base) == {"app": ["consume"]}, topic
+            root_admin.ok("DELETE", f"{base}/app")
     finally:
         root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
 
