@@ -522,6 +522,8 @@ class BrokerConfig:
     authenticateOriginalAuthData: bool = False
     # Grants to "prefix*" or "*suffix" roles match by prefix / suffix.
     authorizationAllowWildcardsMatching: bool = False
+    # Read, grant and revoke a topic's permissions when the topic does not exist (Pulsar's default: 404).
+    allowAclChangesOnNonExistentTopics: bool = False
     # Keys from the file that we do not know (reported once at start).
     unknown_keys: list[str] = field(default_factory=list, repr=False)
 

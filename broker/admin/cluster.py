@@ -33,6 +33,7 @@ from yarl import URL
 from broker.admin.common import HttpError, query_flag, read_body
 from broker.admin.context import AdminContext
 from broker.admin.partitioned_topics import read_partition_count
+from broker.auth.http import check_deferred
 from broker.cluster.operations import BundleOperationError, parse_bundle_range, parse_split_positions, split_algorithm
 from broker.errors import BrokerError
 from broker.metadata.bundles import BundleError, NamespaceBundle
@@ -147,6 +148,10 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
             if action in OWNER_ACTIONS and not (name.partition_index < 0
                                                  and service.metadata.partitions_of(name.full) > 0) and not (
                     action == "" and request.method == "GET"):  # (GET .../{ns}/{bundle}: a bundle's topic list)
+                # A check left to the handler past the namespace's cluster (Order.AFTER_LOOKUP) comes before the
+                # owner's redirect: Pulsar's internalTruncateNonPartitionedTopicAsync checks the tenant's admin, then
+                # validateTopicOwnership.
+                await check_deferred(request)
                 await validate_topic_ownership(ctx, request, name)
         if found is not None and peer_checked_partition(service, request.method, *found):
             await check_served_here(service, request, found[0])

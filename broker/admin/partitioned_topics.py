@@ -24,6 +24,7 @@ from broker.admin.common import (
     read_body,
 )
 from broker.admin.owner_calls import CallFailure
+from broker.auth.http import check_deferred
 from broker.errors import NotAllowedError
 from broker.metadata.policy_table import AUTO_TOPIC_CREATION
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
@@ -108,6 +109,12 @@ class PartitionedTopics:
             doc["properties"] = dict(properties)
         return doc
 
+    def topic_exists(self, name: TopicName) -> bool:
+        """Whether the topic is there, as Pulsar's NamespaceService.checkTopicExists tells: a partitioned topic, or one
+        that ``_metadata_found`` finds (stored or live here, a partition within its count, a non-persistent topic
+        another broker owns)."""
+        return self.topics.partitions(name) > 0 or self._metadata_found(name, auto=False)
+
     def _metadata_found(self, name: TopicName, auto: bool) -> bool:
         """Whether a name with no partitions has partitioned metadata to show (0 partitions): a topic that is there, a
         partition of a partitioned topic within its count (Pulsar creates those with it), or, with ``auto``, a topic
@@ -145,11 +152,16 @@ class PartitionedTopics:
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
         """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
-        owner)."""
+        owner). In Pulsar's order (PersistentTopics.createMissedPartitions, internalCreateMissedPartitions): the
+        name (412 for a partition's), the partitioned metadata (the caller's LOOKUP and the namespace's cluster:
+        before this handler), 404 when the topic is not partitioned, then the namespace operation CREATE_TOPIC."""
         name = self.topics.name(request)
+        if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName)
+            raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
         n = self.topics.partitions(name)
         if n == 0:
             raise HttpError(404, f"Topic {name} does not exist")
+        await check_deferred(request)
         missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
 
         async def create(p: TopicName) -> None:

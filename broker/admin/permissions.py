@@ -16,6 +16,7 @@ from aiohttp import web
 from broker.admin.common import DOMAINS, HttpError, json_response, no_content, read_body
 from broker.metadata import policies as P
 from broker.metadata.store import NotFoundError
+from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -89,9 +90,22 @@ class PermissionsResource:
         return no_content()
 
     # -- topics ------------------------------------------------------------------------------------
+    def _topic(self, request: web.Request) -> TopicName:
+        """The topic of a topic's permission call. Pulsar's internalGetPermissionsOnTopic / internalGrantPermissions-
+        OnTopic / internalRevokePermissionsOnTopic check the tenant's admin (broker.auth.http), then that the topic
+        exists (internalCheckTopicExists: 404 "Topic <name> not found", for a topic of a namespace that does not
+        exist, or that a peer cluster serves and this one does not store, too), unless
+        ``allowAclChangesOnNonExistentTopics``."""
+        topics = self.web.topics
+        if self.web.ctx.config.allowAclChangesOnNonExistentTopics:
+            return topics.name(request)
+        name = topics.path_name(request)
+        topics.check_exists(name)
+        return name
+
     async def topic_permissions(self, request: web.Request) -> web.Response:
         """Namespace grants and the topic's own, merged (Pulsar's getPermissionsOnTopic)."""
-        name = self.web.topics.name(request)
+        name = self._topic(request)
         auth = self._auth(name.namespace)
         merged = {role: set(actions) for role, actions in auth[P.NAMESPACE_AUTH].items()}
         for role, actions in auth[P.DESTINATION_AUTH].get(name.full, {}).items():
@@ -99,13 +113,13 @@ class PermissionsResource:
         return json_response({role: sorted(actions) for role, actions in merged.items()})
 
     async def grant_topic(self, request: web.Request) -> web.Response:
-        name = self.web.topics.name(request)
-        actions = P.parse_actions(await read_body(request))
+        actions = P.parse_actions(await read_body(request))  # (Pulsar's JSON binding: before the handler)
+        name = self._topic(request)
         await self.metadata.grant_topic_permission(name.namespace, name.full, request.match_info["role"], actions)
         return no_content()
 
     async def revoke_topic(self, request: web.Request) -> web.Response:
-        name = self.web.topics.name(request)
+        name = self._topic(request)
         try:
             await self.metadata.revoke_topic_permission(name.namespace, name.full, request.match_info["role"])
         except NotFoundError as exc:  # (Pulsar answers 412 here)

@@ -48,6 +48,7 @@ from broker.admin.common import (
 from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.admin.partition_fanout import PartitionFanout
 from broker.admin.partitioned_topics import PartitionedTopics
+from broker.auth.http import check_deferred
 from broker.cluster.operations import BundleOperationError
 from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from broker.protocol import pulsar_api_pb2 as pb
@@ -187,6 +188,12 @@ class TopicsResource:
     def exists(self, name: TopicName) -> bool:
         return (self.service.get_topic_if_loaded(name) is not None
                 or self.service.ledger_factory.exists(name.persistence_path))
+
+    def check_exists(self, name: TopicName) -> None:
+        """404 "Topic <name> not found" for a topic that is not there (``PartitionedTopics.topic_exists``), as Pulsar's
+        PersistentTopicsBase.internalCheckTopicExists answers (AdminResource.getTopicNotFoundErrorMessage)."""
+        if not self.partitioned.topic_exists(name):
+            raise HttpError(404, f"Topic {name} not found")
 
     def _not_partitioned(self, name: TopicName) -> None:
         if self.partitions(name) > 0:  # (Pulsar's words: its partitions are the topics)
@@ -440,10 +447,14 @@ class TopicsResource:
 
     async def truncate(self, request: web.Request) -> web.Response:
         """DELETE .../truncate: every subscription's backlog cleared and every ledger but the current one deleted,
-        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner)."""
+        whatever the retention (Pulsar's truncateTopic); on the topic or each partition (by its owner). The tenant's
+        admins only, checked here: after the caller's LOOKUP and the namespace's cluster (Order.AFTER_LOOKUP), as
+        Pulsar's internalTruncateTopicAsync. (Pulsar checks a partitioned topic's partitions with the broker's own
+        role, so the caller's LOOKUP suffices there; here the tenant's admins only, as for any other topic.)"""
         async def truncate(one: TopicName) -> None:
             (await self.stored_topic(one)).truncate()
 
+        await check_deferred(request)
         await self.fanout.each(request, self.name(request), truncate)
         return no_content()
 

@@ -20,7 +20,9 @@ Where the check sits in Pulsar's handler matters when something before it answer
 (``Order``). Most checks come first; a few handlers read the namespace first (a missing one is 404 before
 any refusal); a few check later, after steps that answer on their own (503, 500, 307), or only on one of
 their branches: those rules leave the check to the handler, which makes it with ``check_deferred`` where
-Pulsar's does (or says with ``skip_deferred`` that its branch makes none).
+Pulsar's does (or says with ``skip_deferred`` that its branch makes none). A few make another check first, the
+topic's LOOKUP (``Order.AFTER_LOOKUP``), then leave theirs to the handler the same way. A handler that makes
+none of the checks left to it is a 500, never a route open by accident.
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ class Order(enum.Enum):
     AFTER_NAMESPACE = "after reading the namespace"
     # Later, or on one branch only: the handler calls check_deferred (or skip_deferred) where Pulsar's checks.
     IN_HANDLER = "where the handler makes it"
+    # Pulsar's handler reads the topic's partitioned metadata first (AdminResource.getPartitionedTopicMetadataAsync:
+    # the LOOKUP check of the topic, then the namespace's cluster), its own check later: the LOOKUP check is made
+    # first (``lookup_first``), the ownership middleware answers a namespace a peer cluster serves (307), and the
+    # rule's check is left to the handler as IN_HANDLER (made before the topic's owner is looked for, too). A
+    # partition's name skips the partitioned metadata (internalTruncateTopicAsync): the rule's check first.
+    AFTER_LOOKUP = "after the topic's LOOKUP check and the namespace's cluster"
 
 
 class Rule(NamedTuple):
@@ -209,7 +217,15 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_POST, _TOPIC + r"/partitions", Access.TENANT_ADMIN, Check.TOPIC_POLICY),
         # (Pulsar's NonPersistentTopics.truncateTopic answers 412 "unsupport truncate" before any check)
         (_DELETE, r"/admin/v2/non-persistent" + _NS + r"/\{topic\}/truncate", Access.AUTHENTICATED),
-        (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize|truncate)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
+        # Truncating a topic and creating a partitioned topic's missing partitions read the partitioned metadata
+        # first (the LOOKUP check, then the namespace's cluster): PersistentTopicsBase.internalTruncateTopicAsync
+        # checks the tenant's admin after (internalTruncateNonPartitionedTopicAsync), internalCreateMissedPartitions
+        # the namespace operation CREATE_TOPIC once the topic is found to be partitioned (404 before, if not).
+        (_DELETE, r"/admin/v2/persistent" + _NS + r"/\{topic\}/truncate", Access.TENANT_ADMIN, Check.TENANT_ADMIN,
+         None, Order.AFTER_LOOKUP),
+        (_POST, _TOPIC + r"/createMissedPartitions", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "CREATE_TOPIC",
+         Order.AFTER_LOOKUP),
+        (_ANY, _TOPIC + r"/(permissions(/.*)?|maxMessageSize)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
         (_ANY, _TOPIC + "/" + _TOPIC_POLICIES, Access.TENANT_ADMIN, Check.TOPIC_POLICY),
         # unload, terminate, compaction, offload, trim, properties...
         (_ANY, _TOPIC + r"(/.*)?", Access.TENANT_ADMIN, Check.TOPIC_OPERATION),
@@ -297,7 +313,11 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
             if original == role:
                 original = None
             check = AccessCheck(security, rule, request, broker_id, role, original, cluster_first)
-            if rule.order is Order.IN_HANDLER:
+            deferred = rule.order is Order.IN_HANDLER
+            if rule.order is Order.AFTER_LOOKUP and _topic_name(rule, request).partition_index < 0:
+                await AccessCheck(security, lookup_first(rule), request, broker_id, role, original)()
+                deferred = True
+            if deferred:
                 request[_DEFERRED] = check
                 response = await handler(request)
                 if not check.decided:  # (a handler that forgot its check: refused, never open by accident)
@@ -318,15 +338,19 @@ class AccessCheck:
         self.security, self.rule, self.request, self.broker_id = security, rule, request, broker_id
         self.role, self.original = role, original
         self.cluster_first = cluster_first
-        self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER)
+        self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER, AFTER_LOOKUP)
+        self.passed = False  # (made, and every role allowed: made once)
 
     async def __call__(self) -> None:
         self.decided = True
+        if self.passed:
+            return
         rule, request = self.rule, self.request
         for who in (self.role, self.original):
             if who is not None and not _allowed(self.security, rule, who, request):
                 await self._before_refusal()
                 raise _refusal(rule, request, self.broker_id).error(self.role, self.original, who)
+        self.passed = True
 
     async def _before_refusal(self) -> None:
         """Raise what Pulsar answers a refused role (never a super user) before its refusal: the namespace its
@@ -343,7 +367,14 @@ class AccessCheck:
                 raise RefusedError(TENANT_NOT_FOUND, 404)
 
 
-# The check a rule leaves to its handler (Order.IN_HANDLER); absent when authorization is off.
+def lookup_first(rule: Rule) -> Rule:
+    """The check Pulsar makes first on a route of Order.AFTER_LOOKUP: the LOOKUP of the topic
+    (AdminResource.getPartitionedTopicMetadataAsync calls validateTopicOperationAsync with TopicOperation.LOOKUP)."""
+    return rule._replace(access=Access.TOPIC_LOOKUP, check=Check.TOPIC_OPERATION, operation="LOOKUP",
+                         order=Order.FIRST)
+
+
+# The check a rule leaves to its handler (Order.IN_HANDLER, AFTER_LOOKUP); absent when authorization is off.
 _DEFERRED = web.RequestKey("deferred access check", AccessCheck)
 
 

@@ -14,10 +14,12 @@ these words: the Java admin client's exceptions carry them.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 
+from broker.embedded import Broker
 from tests.admin.conftest import Admin
 
 NS = "/admin/v2/namespaces"
@@ -119,6 +121,15 @@ def topic_cases(base: str, domain: str) -> list[tuple[str, str, object, int, str
         ("POST", f"{missing}/createMissedPartitions", None, 404, f"Topic {full} does not exist"),
         ("PUT", f"{base}/public/default/x-partition-abc/partitions", 2, 412,
          "Partitioned Topic Name should not contain '-partition-'"),
+        # (Pulsar's PersistentTopics.createMissedPartitions: validatePartitionedTopicName first)
+        ("POST", f"{base}/public/default/x-partition-abc/createMissedPartitions", None, 412,
+         "Partitioned Topic Name should not contain '-partition-'"),
+        ("POST", f"{base}/public/default/x-partition-0/createMissedPartitions", None, 412,
+         "Partitioned Topic Name should not contain '-partition-'"),
+        # (PersistentTopicsBase.internalCheckTopicExists, allowAclChangesOnNonExistentTopics being false)
+        ("GET", f"{missing}/permissions", None, 404, f"Topic {full} not found"),
+        ("POST", f"{missing}/permissions/app", ["consume"], 404, f"Topic {full} not found"),
+        ("DELETE", f"{missing}/permissions/app", None, 404, f"Topic {full} not found"),
     ]
     # (the persistent and non-persistent resources of Pulsar word this one differently)
     cases.append(("GET", f"{missing}/partitioned-stats", None, 404,
@@ -260,3 +271,14 @@ def test_partitioned_metadata_of_topics_that_are_not_there(admin: Admin, domain:
     if domain == "persistent":
         admin.ok("PUT", f"/admin/v2/{domain}/{ns}/present")
         assert admin.ok("GET", f"/admin/v2/{domain}/{ns}/present/partitions") == {"partitions": 0, "deleted": False}
+
+
+async def test_permissions_of_a_topic_that_is_not_there_when_allowed() -> None:
+    """allowAclChangesOnNonExistentTopics=true (Pulsar's setting): a topic's permissions are read, granted and revoked
+    without the topic."""
+    async with Broker(allowAclChangesOnNonExistentTopics=True) as b:
+        admin = Admin(b.web_url)
+        base = "/admin/v2/persistent/public/default/not-created/permissions"
+        await asyncio.to_thread(admin.ok, "POST", f"{base}/app", ["consume"])
+        assert await asyncio.to_thread(admin.ok, "GET", base) == {"app": ["consume"]}
+        await asyncio.to_thread(admin.ok, "DELETE", f"{base}/app")

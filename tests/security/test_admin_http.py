@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import time
+import types
 import urllib.error
 import urllib.request
 import uuid
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.embedded import BrokerThread
+from broker.embedded import Broker, BrokerThread
+from broker.topic_name import TopicName
 from tests.security.conftest import SUPER_USER, SecureAdmin, secure_settings, token
 from tests.security.pki import CLIENT_ROLE, USERS, Pki
 
@@ -109,7 +112,11 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
         ("GET", f"{t}/subscriptions", 401,
          f"Unauthorized to validateTopicOperation for operation [GET_SUBSCRIPTIONS] on topic [{topic}]"),
         ("GET", f"{t}/permissions", 401, "Don't have permission to administrate resources on this tenant"),
-        ("DELETE", f"{t}/truncate", 401, "Don't have permission to administrate resources on this tenant"),
+        # (the topic's LOOKUP first: AdminResource.getPartitionedTopicMetadataAsync; a partition's name goes straight
+        # to the tenant's admin check)
+        ("DELETE", f"{t}/truncate", 401,
+         f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [{topic}]"),
+        ("DELETE", f"{t}-partition-0/truncate", 401, "Don't have permission to administrate resources on this tenant"),
         # (Pulsar's NonPersistentTopics answers truncate before any check)
         ("DELETE", f"/admin/v2/non-persistent/{tenant}/ns/t/truncate", 412, "unsupport truncate"),
         ("POST", f"{t}/subscription/s/analyzeBacklog", 401,
@@ -231,6 +238,7 @@ def test_permission_body_is_validated(root_admin: SecureAdmin, namespace: str) -
 
 def test_topic_permissions_merge_with_the_namespace(root_admin: SecureAdmin, namespace: str) -> None:
     root_admin.ok("POST", f"/admin/v2/namespaces/{namespace}/permissions/app", ["consume"])
+    root_admin.ok("PUT", f"/admin/v2/persistent/{namespace}/orders")
     topic = f"/admin/v2/persistent/{namespace}/orders/permissions"
     root_admin.ok("POST", f"{topic}/app", ["produce"])
     root_admin.ok("POST", f"{topic}/writer", ["produce"])
@@ -490,3 +498,154 @@ def test_a_namespace_another_cluster_serves_answers_before_a_refusal(secure_brok
         assert reply.status_code == 401
     finally:
         root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
+
+
+def test_truncate_and_create_missed_partitions_look_the_topic_up_before_the_peer_redirect(
+        secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
+    """Apache Pulsar 4.0.7's PersistentTopicsBase.internalTruncateTopicAsync and internalCreateMissedPartitions read
+    the partitioned metadata first (AdminResource.getPartitionedTopicMetadataAsync: the caller's LOOKUP of the topic,
+    then validateGlobalNamespaceOwnershipAsync), and check the tenant's admin (truncate: internalTruncateNonPartitioned
+    TopicAsync) or the namespace operation CREATE_TOPIC (once the topic is found partitioned, 404 before) after: a
+    role that may only look the topic up gets the 307 to the peer cluster, and the refusal in a namespace served
+    here; a role with no permission, the LOOKUP refusal in both. A partition's truncate checks the tenant's admin
+    first."""
+    suffix = uuid.uuid4().hex[:8]
+    peer, tenant = f"peer-{suffix}", f"t-{suffix}"
+    root_admin.ok("PUT", f"/admin/v2/clusters/{peer}", {"serviceUrl": "http://127.0.0.9:8080"})
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"],
+                                                         "allowedClusters": ["standalone", peer]})
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/peer")
+    root_admin.ok("POST", f"/admin/v2/namespaces/{tenant}/peer/replication", [peer])
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/here")
+    for ns in ("peer", "here"):
+        root_admin.ok("POST", f"/admin/v2/namespaces/{tenant}/{ns}/permissions/reader", ["consume"])
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/t")
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/p/partitions", 2)
+    root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [peer])
+
+    def call(role: str, method: str, path: str) -> requests.Response:
+        return requests.request(method, secure_broker.web_url + path, allow_redirects=False, timeout=10,
+                                headers={"Authorization": f"Bearer {token(role)}"})
+
+    def lookup_refused(topic: str) -> tuple[int, str]:
+        return 401, f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [persistent://{topic}]"
+
+    not_admin = (401, "Don't have permission to administrate resources on this tenant")
+    try:
+        for method, path in (("DELETE", f"/admin/v2/persistent/{tenant}/peer/t/truncate"),
+                             ("POST", f"/admin/v2/persistent/{tenant}/peer/p/createMissedPartitions")):
+            reply = call("reader", method, path)
+            assert (reply.status_code, reply.headers.get("Location")) == (307, "http://127.0.0.9:8080" + path), path
+        cases = [
+            ("reader", "DELETE", f"{tenant}/here/t/truncate", not_admin),
+            ("reader", "POST", f"{tenant}/here/p/createMissedPartitions",
+             (403, f"Unauthorized to validateNamespaceOperation for operation [CREATE_TOPIC] on namespace "
+                   f"[{tenant}/here]")),
+            ("reader", "POST", f"{tenant}/here/t/createMissedPartitions",
+             (404, f"Topic persistent://{tenant}/here/t does not exist")),
+            # (a partition's truncate: the tenant's admin first, then the namespace's cluster)
+            ("reader", "DELETE", f"{tenant}/peer/t-partition-0/truncate", not_admin),
+            ("reader", "DELETE", f"{tenant}/here/p-partition-0/truncate", not_admin),
+            ("stranger", "DELETE", f"{tenant}/peer/t/truncate", lookup_refused(f"{tenant}/peer/t")),
+            ("stranger", "DELETE", f"{tenant}/here/t/truncate", lookup_refused(f"{tenant}/here/t")),
+            ("stranger", "POST", f"{tenant}/peer/p/createMissedPartitions", lookup_refused(f"{tenant}/peer/p")),
+            ("stranger", "POST", f"{tenant}/here/p/createMissedPartitions", lookup_refused(f"{tenant}/here/p")),
+        ]
+        for role, method, path, answer in cases:
+            reply = call(role, method, f"/admin/v2/persistent/{path}")
+            assert (reply.status_code, reply.json()["reason"]) == answer, (role, method, path)
+        # The tenant's admin: done.
+        for method, path in (("DELETE", f"{tenant}/here/t/truncate"), ("DELETE", f"{tenant}/here/p/truncate"),
+                             ("POST", f"{tenant}/here/p/createMissedPartitions")):
+            assert call("ops", method, f"/admin/v2/persistent/{path}").status_code == 204, (method, path)
+    finally:
+        root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
+
+
+def test_a_topics_permissions_need_the_topic(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
+    """Apache Pulsar 4.0.7's PersistentTopicsBase.internalGetPermissionsOnTopic / internalGrantPermissionsOnTopic /
+    internalRevokePermissionsOnTopic check the tenant's admin, then that the topic exists (internalCheckTopicExists,
+    as allowAclChangesOnNonExistentTopics is false by default): 404 "Topic <name> not found" for a topic that is not
+    there, in a namespace served here or by a peer cluster (which stores it, not this one), or that does not
+    exist. A partitioned topic is there, and so are its partitions."""
+    suffix = uuid.uuid4().hex[:8]
+    peer, tenant = f"peer-{suffix}", f"t-{suffix}"
+    root_admin.ok("PUT", f"/admin/v2/clusters/{peer}", {"serviceUrl": "http://127.0.0.9:8080"})
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone", peer]})
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/peer")
+    root_admin.ok("POST", f"/admin/v2/namespaces/{tenant}/peer/replication", [peer])
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/here")
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/t")
+    root_admin.ok("PUT", f"/admin/v2/persistent/{tenant}/here/p/partitions", 2)
+    root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [peer])
+    stranger = SecureAdmin.bearer(secure_broker.web_url, pki, "stranger")
+    try:
+        for topic in (f"{tenant}/peer/t", f"{tenant}/here/missing", f"{tenant}/nons/t", f"{tenant}/here/p-partition-5"):
+            base = f"/admin/v2/persistent/{topic}/permissions"
+            for method, path, body in (("GET", base, None), ("POST", f"{base}/app", ["consume"]),
+                                       ("DELETE", f"{base}/app", None)):
+                reply = root_admin.call(method, path, body)
+                assert (reply.status, reply.reason) == (404, f"Topic persistent://{topic} not found"), (method, path)
+                # (the tenant's admin first)
+                reply = stranger.call(method, path, body)
+                assert (reply.status, reply.reason) == (
+                    401, "Don't have permission to administrate resources on this tenant"), (method, path)
+        for topic in (f"{tenant}/here/t", f"{tenant}/here/p", f"{tenant}/here/p-partition-1"):
+            base = f"/admin/v2/persistent/{topic}/permissions"
+            root_admin.ok("POST", f"{base}/app", ["consume"])
+            assert root_admin.ok("GET", base) == {"app": ["consume"]}, topic
+            root_admin.ok("DELETE", f"{base}/app")
+    finally:
+        root_admin.ok("POST", "/admin/v2/clusters/standalone/peers", [])
+
+
+class ElsewhereOwnership:
+    """Cluster mode, every bundle owned by another broker of this cluster (at ``OWNER``)."""
+
+    OWNER = "http://127.0.0.7:8080"
+    distributed = True
+    is_leader = False
+
+    def bundle_of(self, name: TopicName) -> None:
+        return None
+
+    def is_owned(self, bundle: object) -> bool:
+        return False
+
+    async def lookup(self, name: TopicName, authoritative: bool, listener: str | None) -> object:
+        return types.SimpleNamespace(http_url=self.OWNER, http_url_tls=self.OWNER)
+
+
+async def test_truncate_checks_the_tenants_admin_before_the_owners_redirect(pki: Pki) -> None:
+    """Cluster mode: Pulsar 4.0.7's internalTruncateNonPartitionedTopicAsync checks the tenant's admin, then
+    validateTopicOwnership (307 to the owner): a role that may look the topic up but is no admin gets the refusal
+    here, not a redirect to the owner first."""
+    async with Broker(**secure_settings(pki)) as b, aiohttp.ClientSession() as http:
+        assert b.server is not None
+
+        async def call(role: str, method: str, path: str, body: object = None) -> tuple[int, str]:
+            async with http.request(method, b.web_url + path, json=body, allow_redirects=False,
+                                    headers={"Authorization": f"Bearer {token(role)}"}) as reply:
+                return reply.status, reply.headers.get("Location") or (await reply.json())["reason"]
+
+        tenant = f"t-{uuid.uuid4().hex[:8]}"
+        for method, path, body in (
+                ("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}),
+                ("PUT", f"/admin/v2/namespaces/{tenant}/ns", None),
+                ("POST", f"/admin/v2/namespaces/{tenant}/ns/permissions/reader", ["consume"]),
+                ("PUT", f"/admin/v2/persistent/{tenant}/ns/t", None)):
+            async with http.request(method, b.web_url + path, json=body,
+                                    headers={"Authorization": f"Bearer {token(SUPER_USER)}"}) as reply:
+                assert reply.status == 204, (path, await reply.text())
+        service = b.server.service
+        standalone, service.ownership = service.ownership, ElsewhereOwnership()  # type: ignore[assignment]
+        try:
+            path = f"/admin/v2/persistent/{tenant}/ns/t/truncate"
+            assert await call("reader", "DELETE", path) == (
+                401, "Don't have permission to administrate resources on this tenant")
+            assert await call("stranger", "DELETE", path) == (
+                401, f"Unauthorized to validateTopicOperation for operation [LOOKUP] on topic "
+                     f"[persistent://{tenant}/ns/t]")
+            assert await call("ops", "DELETE", path) == (307, f"{ElsewhereOwnership.OWNER}{path}?authoritative=false")
+        finally:
+            service.ownership = standalone

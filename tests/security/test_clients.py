@@ -176,6 +176,7 @@ def test_no_grant_is_authorization_error(secure_broker: BrokerThread, pki: Pki, 
 def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                               root_admin: SecureAdmin, clients: list[pulsar.Client]) -> None:
     grant("reader", "consume")
+    root_admin.ok("PUT", f"/admin/v2/{topic.replace('://', '/')}")  # (a topic's grants need the topic, as Pulsar's)
     root_admin.ok("POST", f"/admin/v2/{topic.replace('://', '/')}/permissions/writer", ["produce"])
     reader = client(secure_broker.service_url_tls, pki, pulsar.AuthenticationToken(token("reader")))
     writer = client(secure_broker.service_url_tls, pki, pulsar.AuthenticationToken(token("writer")))

@@ -477,6 +477,48 @@ async def test_a_check_left_to_the_handler(pki: Pki) -> None:
         assert [await status("stranger", how) for how in ("check", "skip", "forgot")] == [401, 204, 500]
 
 
+async def test_a_check_after_the_topics_lookup(pki: Pki) -> None:
+    """Order.AFTER_LOOKUP (Pulsar's handlers that read the partitioned metadata first): the topic's LOOKUP is checked
+    first, the rule's own check is left to the handler as Order.IN_HANDLER (a handler that forgets it is a 500, never
+    a route left open); a partition's name gets the rule's check first."""
+    route = "/admin/v2/persistent/{tenant}/{ns}/{topic}/truncate"
+    assert next(r for r in ACCESS_RULES if "DELETE" in r.methods and r.pattern.fullmatch(route)).order \
+        is Order.AFTER_LOOKUP
+    store = BrokerMetadata("standalone")
+    await store.start(MemoryMetadataStore())
+    await store.create_tenant("acme", TenantInfo(("ops",), ("standalone",)))
+    await store.create_namespace("acme/ns", {})
+    await store.grant_namespace_permission("acme/ns", "reader", ["consume"])
+    security = Security(cfg(authenticationEnabled=True, authenticationProviders="token",
+                            tokenSecretKey=f"file://{pki.secret_key}", authorizationEnabled=True,
+                            superUserRoles="root"), store)
+    reached: list[str] = []
+
+    async def truncate(request: web.Request) -> web.Response:
+        reached.append(request.match_info["topic"])
+        if request.query["how"] == "check":
+            await check_deferred(request)
+        return web.Response(status=204)
+
+    app = web.Application(middlewares=[json_errors, security_middleware(security, cfg(), lambda: "broker:8080")])
+    app.router.add_delete(route, truncate)
+    async with TestClient(TestServer(app)) as client:
+        async def answer(role: str, topic: str, how: str = "check") -> tuple[int, str]:
+            reply = await client.delete(f"/admin/v2/persistent/acme/ns/{topic}/truncate?how={how}",
+                                        headers={"Authorization": f"Bearer {token(role)}"})
+            return reply.status, (await reply.json())["reason"] if reply.status >= 400 else ""
+
+        not_admin = (401, "Don't have permission to administrate resources on this tenant")
+        assert await answer("ops", "t") == (204, "")
+        assert (await answer("ops", "t", "forgot"))[0] == 500
+        assert await answer("reader", "t") == not_admin
+        assert reached == ["t", "t", "t"]  # (the reader's refusal: made by the handler)
+        assert await answer("stranger", "t") == (
+            401, "Unauthorized to validateTopicOperation for operation [LOOKUP] on topic [persistent://acme/ns/t]")
+        assert await answer("reader", "t-partition-0") == not_admin
+        assert reached == ["t", "t", "t"]  # (neither reached the handler)
+
+
 # -- TLS settings -----------------------------------------------------------------------------------------
 
 def test_iana_cipher_names() -> None:
