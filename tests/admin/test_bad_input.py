@@ -69,7 +69,8 @@ def test_blank_topic_name(admin: Admin, domain: str, method: str, suffix: str, l
 def test_blank_topic_name_lookup(admin: Admin) -> None:
     reply = admin.get("/lookup/v2/topic/persistent/public/default/%20")
     assert (reply.status, reply.reason) == (412, "Topic name is not valid")
-    assert admin.ok("GET", "/admin/v2/persistent/public/default") == []  # (nothing created)
+    # (nothing created; other tests on this broker may have left topics in public/default)
+    assert not [t for t in admin.ok("GET", "/admin/v2/persistent/public/default") if not t.rsplit("/", 1)[1].strip()]
 
 
 def test_blank_topic_name_parse() -> None:
