@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Mapping
+import sys
+from asyncio import selector_events
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from broker.auth import Security
@@ -44,6 +46,9 @@ UNREAD_OUTPUT_LIMIT = 16 * 1024 * 1024
 
 # Enum values as plain ints: attribute access on protobuf enum wrappers is slow on the hot path.
 _PING, _PONG, _CONNECT = int(T.PING), int(T.PONG), int(T.CONNECT)
+# asyncio's plain socket transport, whose writelines (Python 3.12 on) may not pause its protocol (connection_made).
+_SELECTOR_TRANSPORT: type | tuple[type, ...] = (
+    getattr(selector_events, "_SelectorSocketTransport", ()) if sys.version_info >= (3, 12) else ())
 
 
 class State(enum.Enum):
@@ -127,6 +132,7 @@ class Connection(asyncio.Protocol):
         # transport's high-water mark (see write_many); the transport's own pause is kept apart.
         self._out_bytes = 0
         self._high_water = DEFAULT_HIGH_WATER
+        self._pause_check: Callable[[], None] | None = None  # (see connection_made)
         self._held_by_queue = False
         self._transport_paused = False
         self.cnx: ServerCnx = ServerCnx(self, server.service)
@@ -164,6 +170,12 @@ class Connection(asyncio.Protocol):
         limits = getattr(transport, "get_write_buffer_limits", None)
         if limits is not None:
             self._high_water = limits()[1]
+        if isinstance(transport, _SELECTOR_TRANSPORT):
+            # CPython 3.12.0-3.12.8 and 3.13.0-3.13.1 (gh-127655, CVE-2024-12254): asyncio's socket transport's
+            # writelines never pauses its protocol, so a client that reads nothing would make the broker buffer
+            # without bound. After each writelines, the transport's own check (it pauses at the high-water mark and
+            # resumes us at the low one; a no-op where writelines made it). uvloop's transports pause themselves.
+            self._pause_check = getattr(transport, "_maybe_pause_protocol", None)
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -341,6 +353,8 @@ class Connection(asyncio.Protocol):
         self._out_bytes = 0
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)  # (may pause writing at once: a slow reader)
+            if self._pause_check is not None:
+                self._pause_check()
             if (self._transport_paused and not self._paused_for_output
                     and self.transport.get_write_buffer_size() > UNREAD_OUTPUT_LIMIT):
                 self._paused_for_output = True  # (until resume_writing: the client took most of it)
@@ -357,6 +371,13 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self._flush()  # e.g. the error that explains the close
             self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what the client has not read yet (connection_lost follows)."""
+        if self.state is not State.CLOSED:
+            self._move(State.CLOSED)
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- producer backpressure -----------------------------------------------------------------------
     # Never an error for load: past a limit we stop reading the socket, and TCP slows the producer.
