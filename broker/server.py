@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 # How long a graceful stop waits for in-flight handler tasks before closing sockets anyway.
 SHUTDOWN_GRACE_S = 5.0
+# On shutdown, a closed connection's transport first sends what is queued for its client; those still sending
+# after this long (a client that reads nothing) are cut.
+SHUTDOWN_FLUSH_S = 1.0
 # publish_buffer_room without a limit (maxMessagePublishBufferSizeInMB 0): more than any read holds.
 _NO_LIMIT = 1 << 62
 
@@ -48,6 +51,7 @@ class BrokerServer:
                               "(brokerServicePortTls or webServicePortTls, and the certificate)")
         self.web = WebService(AdminContext(self.service, self.service.metadata, config, self.security, self))
         self.connections: set[Connection] = set()
+        self._all_closed: asyncio.Event | None = None  # set by connection_closed once none is left (stop only)
         self._per_ip: dict[str, int] = {}
         # Broker-wide bytes of publishes not yet persisted, and the connections paused because of it.
         self.publish_buffer_bytes = 0
@@ -188,11 +192,27 @@ class BrokerServer:
             except TimeoutError:
                 log.warning("shutdown: request handlers still running after %.0f s; closing anyway",
                             SHUTDOWN_GRACE_S)
+        await self._cut_connections_left()
         for server in servers:
             await server.wait_closed()
         await self.web.stop()
         await self.service.close()
         log.info("broker stopped")
+
+    async def _cut_connections_left(self) -> None:
+        """Wait up to SHUTDOWN_FLUSH_S for the closed connections to end, then cut (abort) those still sending to a
+        client that does not read. Else shutdown would wait for that client: asyncio's Server.wait_closed waits for
+        every connection from Python 3.12 on (uvloop's does not). Pulsar's broker closes its channels at once."""
+        if self.connections:
+            self._all_closed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._all_closed.wait(), SHUTDOWN_FLUSH_S)
+            except TimeoutError:
+                pass
+        for conn in list(self.connections):
+            log.info("shutdown: cutting the connection of %s (its client did not read what was sent to it)",
+                     conn.remote_address)
+            conn.abort()
 
     # -- connection bookkeeping -----------------------------------------------------------------------
     def connection_opened(self, conn: Connection) -> None:
@@ -229,6 +249,8 @@ class BrokerServer:
             else:
                 self._per_ip.pop(ip, None)
         self._buffer_paused.discard(conn)
+        if self._all_closed is not None and not self.connections:
+            self._all_closed.set()
 
     @property
     def publish_buffer_room(self) -> int:

@@ -25,6 +25,7 @@ async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Await
     url: list[str] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _WRITERS.setdefault(server, []).append(writer)
         decoder = FrameDecoder(1 << 20)
         while data := await reader.read(65536):
             decoder.feed(data)
@@ -43,6 +44,19 @@ async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Await
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     return server, url[0]
+
+
+# The connections each scripted broker accepted (``stop`` closes them).
+_WRITERS: dict[asyncio.Server, list[asyncio.StreamWriter]] = {}
+
+
+async def stop(server: asyncio.Server) -> None:
+    """Close a scripted broker and the connections it still holds (from Python 3.12 on, Server.wait_closed waits
+    for every connection, and a script that sleeps keeps its own open)."""
+    server.close()
+    for writer in _WRITERS.pop(server, []):
+        writer.close()
+    await server.wait_closed()
 
 
 def producer_to(url: str, on_lost: Callable[[BaseException], None] = lambda exc: None) -> RemoteProducer:
@@ -78,8 +92,7 @@ async def test_a_lost_link_is_reported_and_never_written_to() -> None:
             producer.send(0, 1, b"payload", is_chunk=False)
     finally:
         await producer.close()
-        server.close()
-        await server.wait_closed()
+        await stop(server)
 
 
 async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,7 +116,7 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
         async with asyncio.timeout(10):
             await producer.close()
     finally:
-        server.close()
+        await stop(server)
 
 
 async def test_a_service_url_with_several_hosts() -> None:
@@ -120,8 +133,7 @@ async def test_a_service_url_with_several_hosts() -> None:
         producer.send(0, 1, b"payload", is_chunk=False)
     finally:
         await producer.close()
-        server.close()
-        await server.wait_closed()
+        await stop(server)
 
 
 @pytest.mark.parametrize("url", ["pulsar://127.0.0.1:99999", "http://127.0.0.1:6650", "pulsar://:6650"])
@@ -149,5 +161,4 @@ async def test_a_close_cancelled_midway_still_closes_the_connection() -> None:
         assert writer.is_closing()
     finally:
         await producer.close()
-        server.close()
-        await server.wait_closed()
+        await stop(server)
