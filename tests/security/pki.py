@@ -47,12 +47,18 @@ def _name(cn: str) -> x509.Name:
 
 
 def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, issuer_key: ec.EllipticCurvePrivateKey,
-          *, ca: bool = False, server: bool = False) -> x509.Certificate:
+          *, ca: bool = False, server: bool = False, key_ids: bool = True) -> x509.Certificate:
+    """key_ids: with Subject and Authority Key Identifiers, which Python 3.13's default (strict) TLS context requires
+    of a CA-signed certificate (without: as self-made PKIs may issue them, see tests/security/test_client_tls.py)."""
     now = datetime.datetime.now(datetime.UTC)
     b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
          .public_key(key.public_key()).serial_number(x509.random_serial_number())
          .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
          .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if key_ids:
+        b = (b.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                            critical=False))
     if ca:
         b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                           content_commitment=False, key_encipherment=False, data_encipherment=False,
@@ -78,10 +84,11 @@ def _write_cert(path: Path, cert: x509.Certificate) -> Path:
     return path
 
 
-def make_pki(d: Path) -> Pki:
+def make_pki(d: Path, *, key_ids: bool = True) -> Pki:
+    """key_ids=False: certificates without Key Identifiers (see ``_cert``)."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("test CA")
-    ca = _cert("test CA", ca_key, ca_name, ca_key, ca=True)
+    ca = _cert("test CA", ca_key, ca_name, ca_key, ca=True, key_ids=key_ids)
     rogue_ca_key = ec.generate_private_key(ec.SECP256R1())
     server_key, client_key, rogue_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     rsa_private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -96,11 +103,14 @@ def make_pki(d: Path) -> Pki:
     return Pki(
         dir=d,
         ca_cert=_write_cert(d / "ca.pem", ca),
-        server_cert=_write_cert(d / "broker-cert.pem", _cert("localhost", server_key, ca_name, ca_key, server=True)),
+        server_cert=_write_cert(d / "broker-cert.pem", _cert("localhost", server_key, ca_name, ca_key, server=True,
+                                                                     key_ids=key_ids)),
         server_key=_write_key(d / "broker-key.pem", server_key),
-        client_cert=_write_cert(d / "client-cert.pem", _cert(CLIENT_ROLE, client_key, ca_name, ca_key)),
+        client_cert=_write_cert(d / "client-cert.pem", _cert(CLIENT_ROLE, client_key, ca_name, ca_key,
+                                                                     key_ids=key_ids)),
         client_key=_write_key(d / "client-key.pem", client_key),
-        rogue_cert=_write_cert(d / "rogue-cert.pem", _cert(CLIENT_ROLE, rogue_key, _name("rogue CA"), rogue_ca_key)),
+        rogue_cert=_write_cert(d / "rogue-cert.pem", _cert(CLIENT_ROLE, rogue_key, _name("rogue CA"), rogue_ca_key,
+                                                                  key_ids=key_ids)),
         rogue_key=_write_key(d / "rogue-key.pem", rogue_key),
         secret_key=d / "secret.key",
         rsa_private=rsa_private,

@@ -1,7 +1,7 @@
 """The TLS contexts of the connections the broker opens (broker.auth.tls.client_context): the same certificates are
 accepted on every Python. From 3.13 on ``ssl.create_default_context`` sets VERIFY_X509_STRICT, which refuses a
-CA-signed certificate without an Authority Key Identifier (as this suite's PKI issues them, and as Java, so Apache
-Pulsar, accepts them). The tests make the default context strict on any Python, as 3.13 builds it."""
+CA-signed certificate without an Authority Key Identifier (as ``make_pki(key_ids=False)`` issues them, and as Java,
+so Apache Pulsar, accepts them). The tests make the default context strict on any Python, as 3.13 builds it."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def strict_default(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def https_server(tmp_path: Path) -> AsyncIterator[tuple[Pki, int]]:
     """An HTTPS server on loopback presenting the suite PKI's server certificate (no Authority Key Identifier)."""
-    pki = make_pki(tmp_path)
+    pki = make_pki(tmp_path, key_ids=False)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(pki.server_cert, pki.server_key)
 
@@ -61,11 +61,11 @@ async def handshake(ctx: ssl.SSLContext, port: int) -> None:
     await writer.wait_closed()
 
 
-def test_the_suite_pki_has_no_authority_key_identifier(tmp_path: Path) -> None:
+def test_a_pki_without_key_ids_has_no_authority_key_identifier(tmp_path: Path) -> None:
     """(What the other tests rely on: the server certificate is one a strict context refuses.)"""
     from cryptography import x509
 
-    cert = x509.load_pem_x509_certificate(make_pki(tmp_path).server_cert.read_bytes())
+    cert = x509.load_pem_x509_certificate(make_pki(tmp_path, key_ids=False).server_cert.read_bytes())
     with pytest.raises(x509.ExtensionNotFound):
         cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier)
 
@@ -83,7 +83,7 @@ async def test_a_certificate_without_authority_key_identifier_is_accepted(https_
 async def test_the_chain_and_the_host_name_are_still_checked(https_server: tuple[Pki, int], tmp_path: Path) -> None:
     pki, port = https_server
     (tmp_path / "other").mkdir()
-    other = make_pki(tmp_path / "other")
+    other = make_pki(tmp_path / "other", key_ids=False)
     with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
         await handshake(client_context(str(other.ca_cert)), port)
     with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
