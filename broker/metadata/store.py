@@ -529,12 +529,15 @@ class BrokerMetadata:
         await self._modify_auth(namespace, lambda auth: auth[P.DESTINATION_AUTH].setdefault(topic, {}).__setitem__(
             role, list(actions)))
 
-    async def revoke_topic_permission(self, namespace: str, topic: str, role: str) -> None:
+    async def revoke_topic_permission(self, namespace: str, topics: Iterable[str], role: str) -> None:
+        """Remove the role's grant on each of ``topics`` (a partitioned topic's partitions and itself); a topic
+        without one is passed over, as Pulsar's PulsarAuthorizationProvider.revokePermissionAsync(TopicName, role)
+        does (no error: a revoke of what was never granted succeeds)."""
+        names = tuple(topics)  # (the change may run again, on a concurrent modification)
+
         def change(auth: JsonDoc) -> None:
-            grants = auth[P.DESTINATION_AUTH].get(topic, {})
-            if role not in grants:
-                raise NotFoundError("Permissions are not set at the topic level")
-            del grants[role]
+            for topic in names:
+                auth[P.DESTINATION_AUTH].get(topic, {}).pop(role, None)
         await self._modify_auth(namespace, change)
 
     async def _modify_auth(self, namespace: str, change: Callable[[JsonDoc], object]) -> None:
