@@ -540,6 +540,23 @@ class BrokerMetadata:
                 auth[P.DESTINATION_AUTH].get(topic, {}).pop(role, None)
         await self._modify_auth(namespace, change)
 
+    async def remove_topic_permissions(self, namespace: str, topics: Iterable[str]) -> None:
+        """Drop every grant on each of ``topics`` (of ``namespace``), as Pulsar's PulsarAuthorizationProvider.
+        removePermissionsAsync when a topic is deleted: nothing written when they have none; a namespace gone
+        meanwhile took them along."""
+        granted = (self.policy(namespace, P.AUTH_POLICIES) or {}).get(P.DESTINATION_AUTH, {})
+        names = [topic for topic in topics if topic in granted]
+        if not names:
+            return
+
+        def change(auth: JsonDoc) -> None:
+            for topic in names:
+                auth[P.DESTINATION_AUTH].pop(topic, None)
+        try:
+            await self._modify_auth(namespace, change)
+        except NotFoundError:
+            pass
+
     async def _modify_auth(self, namespace: str, change: Callable[[JsonDoc], object]) -> None:
         """Edit the namespace's auth_policies with every part present; a topic left without
         grants is dropped."""

@@ -271,6 +271,23 @@ def test_a_partitioned_topics_permissions(root_admin: SecureAdmin, namespace: st
     assert root_admin.call("DELETE", f"{base}/app").status == 204
 
 
+def test_deleting_a_topic_drops_its_grants(root_admin: SecureAdmin, namespace: str) -> None:
+    """Apache Pulsar 4.0.7 removes a persistent topic's grants when it is deleted (PersistentTopic.delete and
+    BrokerService.deleteTopicInternal: deleteTopicAuthenticationWithRetry), a partitioned topic's own before its
+    partitions (PersistentTopicsBase.internalDeletePartitionedTopic): the topic created again starts with none."""
+    topic = f"/admin/v2/persistent/{namespace}"
+    root_admin.ok("PUT", f"{topic}/t")
+    root_admin.ok("POST", f"{topic}/t/permissions/app", ["consume"])
+    root_admin.ok("PUT", f"{topic}/p/partitions", 2)
+    root_admin.ok("POST", f"{topic}/p/permissions/app", ["produce"])
+    root_admin.ok("POST", f"{topic}/p-partition-0/permissions/app", ["consume"])
+    root_admin.ok("DELETE", f"{topic}/t")
+    root_admin.ok("DELETE", f"{topic}/p/partitions")
+    root_admin.ok("PUT", f"{topic}/t")
+    root_admin.ok("PUT", f"{topic}/p/partitions", 2)
+    assert [root_admin.ok("GET", f"{topic}/{t}/permissions") for t in ("t", "p", "p-partition-0")] == [{}, {}, {}]
+
+
 def test_subscription_permissions(root_admin: SecureAdmin, namespace: str) -> None:
     base = f"/admin/v2/namespaces/{namespace}/permissions"
     root_admin.ok("POST", f"{base}/subscription/billing", ["app", "auditor"])
