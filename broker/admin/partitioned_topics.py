@@ -210,6 +210,9 @@ class PartitionedTopics:
         if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
                              for p in parts):
             raise HttpError(412, "Topic has active producers/subscriptions")
+        # The partitioned topic's own grants go first (Pulsar's internalDeletePartitionedTopic:
+        # internalRemovePartitionsAuthenticationPoliciesAsync), each persistent partition's with the partition.
+        await self.service.metadata.remove_topic_permissions(name.namespace, [name.full])
 
         async def delete(p: TopicName) -> None:
             if self.topics.exists(p):
@@ -218,6 +221,9 @@ class PartitionedTopics:
         fanout = self.topics.fanout
         await fanout.on_owners(request, fanout.partitions_to_ask(name), "DELETE", "", delete,
                                "?force=true" if force else "")
+        if name.persistent:  # (a partition never written to is not there to delete, its grants are: Pulsar
+            # creates every partition with the partitioned topic, and deletes each, its grants with it)
+            await self.service.metadata.remove_topic_permissions(name.namespace, [p.full for p in parts])
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)
         return no_content()

@@ -104,7 +104,9 @@ class PermissionsResource:
         return name
 
     async def topic_permissions(self, request: web.Request) -> web.Response:
-        """Namespace grants and the topic's own, merged (Pulsar's getPermissionsOnTopic)."""
+        """Namespace grants and the topic's own, merged (Pulsar's PulsarAuthorizationProvider.getPermissionsAsync(
+        TopicName)): the grants stored under this very name, so a partition's do not show its partitioned topic's
+        (though they cover it: broker.auth.authorization)."""
         name = self._topic(request)
         auth = self._auth(name.namespace)
         merged = {role: set(actions) for role, actions in auth[P.NAMESPACE_AUTH].items()}
@@ -113,15 +115,20 @@ class PermissionsResource:
         return json_response({role: sorted(actions) for role, actions in merged.items()})
 
     async def grant_topic(self, request: web.Request) -> web.Response:
+        """The grant is stored under the name given only (Pulsar's internalGrantPermissionsOnTopic: one
+        grantPermissionAsync on the topic name), a partitioned topic's partitions not written."""
         actions = P.parse_actions(await read_body(request))  # (Pulsar's JSON binding: before the handler)
         name = self._topic(request)
         await self.metadata.grant_topic_permission(name.namespace, name.full, request.match_info["role"], actions)
         return no_content()
 
     async def revoke_topic(self, request: web.Request) -> web.Response:
+        """Pulsar's internalRevokePermissionsOnTopic reads the topic's partitioned metadata (authoritative) and
+        revokes the role on each partition, then on the name itself (AuthorizationService.revokePermissionAsync,
+        one topic each): a grant made on one partition goes too. A partition's name has no partitioned metadata (0
+        partitions): only its own grant goes. Nothing granted is no error (204)."""
         name = self._topic(request)
-        try:
-            await self.metadata.revoke_topic_permission(name.namespace, name.full, request.match_info["role"])
-        except NotFoundError as exc:  # (Pulsar answers 412 here)
-            raise HttpError(412, exc.message) from None
+        partitions = 0 if name.partition_index >= 0 else await self.metadata.partitions_of_fresh(name.full)
+        topics = [name.partition(i).full for i in range(partitions)] + [name.full]
+        await self.metadata.revoke_topic_permission(name.namespace, topics, request.match_info["role"])
         return no_content()

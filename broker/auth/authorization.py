@@ -5,7 +5,8 @@ Who may do what:
 - a tenant's admins (its ``adminRoles``) may do everything inside the tenant, including
   creating namespaces and granting permissions;
 - other roles need a grant: ``produce`` / ``consume`` on the namespace (``namespace_auth``) or
-  on the topic (``destination_auth``; a partition also inherits its partitioned topic's grant).
+  on the topic (``destination_auth``; a partition also inherits its partitioned topic's grant to
+  the role itself, not a wildcard's).
   A lookup needs either. Consuming also respects ``subscription_auth_roles`` (a subscription
   restricted to some roles) and ``subscription_auth_mode=Prefix`` (the subscription name must
   start with the role).
@@ -130,8 +131,13 @@ class AuthorizationService:
         if self._match(auth[P.NAMESPACE_AUTH], role, action):
             return True
         topics = auth[P.DESTINATION_AUTH]
-        # A partition also takes its partitioned topic's grants (Pulsar does the same since 2.8).
-        return any(self._match(topics.get(topic, {}), role, action) for topic in {name.full, name.base.full})
+        if self._match(topics.get(name.full, {}), role, action):
+            return True
+        # A partition also takes its partitioned topic's grants, the role's own only: Pulsar's
+        # PulsarAuthorizationProvider.checkPermission looks the role up in the grants of
+        # TopicName.getPartitionedTopicName after the wildcards, which it matches on the namespace's and the
+        # topic's own grants alone.
+        return name.partition_index >= 0 and action in topics.get(name.base.full, {}).get(role, ())
 
     def _may_consume(self, name: TopicName, role: str, subscription: str) -> bool:
         if subscription:

@@ -529,13 +529,33 @@ class BrokerMetadata:
         await self._modify_auth(namespace, lambda auth: auth[P.DESTINATION_AUTH].setdefault(topic, {}).__setitem__(
             role, list(actions)))
 
-    async def revoke_topic_permission(self, namespace: str, topic: str, role: str) -> None:
+    async def revoke_topic_permission(self, namespace: str, topics: Iterable[str], role: str) -> None:
+        """Remove the role's grant on each of ``topics`` (a partitioned topic's partitions and itself); a topic
+        without one is passed over, as Pulsar's PulsarAuthorizationProvider.revokePermissionAsync(TopicName, role)
+        does (no error: a revoke of what was never granted succeeds)."""
+        names = tuple(topics)  # (the change may run again, on a concurrent modification)
+
         def change(auth: JsonDoc) -> None:
-            grants = auth[P.DESTINATION_AUTH].get(topic, {})
-            if role not in grants:
-                raise NotFoundError("Permissions are not set at the topic level")
-            del grants[role]
+            for topic in names:
+                auth[P.DESTINATION_AUTH].get(topic, {}).pop(role, None)
         await self._modify_auth(namespace, change)
+
+    async def remove_topic_permissions(self, namespace: str, topics: Iterable[str]) -> None:
+        """Drop every grant on each of ``topics`` (of ``namespace``), as Pulsar's PulsarAuthorizationProvider.
+        removePermissionsAsync when a topic is deleted: nothing written when they have none; a namespace gone
+        meanwhile took them along."""
+        granted = (self.policy(namespace, P.AUTH_POLICIES) or {}).get(P.DESTINATION_AUTH, {})
+        names = [topic for topic in topics if topic in granted]
+        if not names:
+            return
+
+        def change(auth: JsonDoc) -> None:
+            for topic in names:
+                auth[P.DESTINATION_AUTH].pop(topic, None)
+        try:
+            await self._modify_auth(namespace, change)
+        except NotFoundError:
+            pass
 
     async def _modify_auth(self, namespace: str, change: Callable[[JsonDoc], object]) -> None:
         """Edit the namespace's auth_policies with every part present; a topic left without

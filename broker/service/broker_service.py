@@ -787,6 +787,8 @@ class BrokerService:
         self.expiry_stats.forget(name.full)
         # (A partition has no policies of its own: its partitioned topic's stay.)
         compaction = await self.metadata.forget_topic(name.full)
+        if name.persistent:  # (Pulsar's PersistentTopic.delete: BrokerService.deleteTopicAuthenticationWithRetry)
+            await self.metadata.remove_topic_permissions(name.namespace, [name.full])
         for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
             if self.ledger_factory.exists(view):
                 await self.ledger_factory.delete(view)

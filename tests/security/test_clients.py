@@ -190,6 +190,30 @@ def test_consume_grant_does_not_allow_produce(secure_broker: BrokerThread, pki: 
     assert consumer.receive(RECEIVE_MS).data() == b"by grant"
 
 
+def test_a_partitioned_topics_grants(secure_broker: BrokerThread, pki: Pki, namespace: str,
+                                     root_admin: SecureAdmin, clients: list[pulsar.Client]) -> None:
+    """As Apache Pulsar 4.0.7: a grant on a partitioned topic covers its partitions for the role granted
+    (PulsarAuthorizationProvider.checkPermission, TopicName.getPartitionedTopicName); one on a partition covers that
+    partition alone; a revoke on the partitioned topic takes the role's grants off its partitions too
+    (PersistentTopicsBase.internalRevokePermissionsOnTopic)."""
+    topic = f"persistent://{namespace}/p-{uuid.uuid4().hex[:8]}"
+    admin_path = f"/admin/v2/{topic.replace('://', '/')}"
+    root_admin.ok("PUT", f"{admin_path}/partitions", 2)
+    root_admin.ok("POST", f"{admin_path}/permissions/writer", ["produce"])
+    root_admin.ok("POST", f"{admin_path}-partition-0/permissions/part-writer", ["produce"])
+    writer = client(secure_broker.service_url_tls, pki, pulsar.AuthenticationToken(token("writer")))
+    part_writer = client(secure_broker.service_url_tls, pki, pulsar.AuthenticationToken(token("part-writer")))
+    clients += [writer, part_writer]
+    writer.create_producer(topic).send(b"to a partition")
+    writer.create_producer(f"{topic}-partition-1").close()
+    part_writer.create_producer(f"{topic}-partition-0").close()
+    with pytest.raises(pulsar.AuthorizationError):
+        part_writer.create_producer(f"{topic}-partition-1")
+    assert root_admin.call("DELETE", f"{admin_path}/permissions/part-writer").status == 204
+    with pytest.raises(pulsar.AuthorizationError):
+        part_writer.create_producer(f"{topic}-partition-0")
+
+
 def test_subscription_auth_mode_prefix(secure_broker: BrokerThread, pki: Pki, topic: str, grant: Grant,
                                       root_admin: SecureAdmin, namespace: str, clients: list[pulsar.Client]) -> None:
     # Prefix: a role may only use subscriptions named after it (set over REST, as pulsar-admin does).

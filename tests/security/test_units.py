@@ -326,7 +326,8 @@ async def authz() -> AuthorizationService:
     await store.create_tenant("acme", TenantInfo(("acme-admin",), ("standalone",)))
     await store.create_namespace("acme/ns", {"auth_policies": {
         "namespace_auth": {"ns-writer": ["produce"], "ns-reader": ["consume"], "app-*": ["consume"]},
-        "destination_auth": {"persistent://acme/ns/orders": {"topic-writer": ["produce"]}},
+        "destination_auth": {"persistent://acme/ns/orders": {"topic-writer": ["produce"], "ops-*": ["produce"]},
+                             "persistent://acme/ns/orders-partition-1": {"part-reader": ["consume"]}},
         "subscription_auth_roles": {"billing": ["ns-reader"]},
     }})
     return AuthorizationService(cfg(authenticationEnabled=True, authorizationEnabled=True, superUserRoles="root",
@@ -346,6 +347,13 @@ async def authz() -> AuthorizationService:
     ("topic-writer", "persistent://acme/ns/orders", TopicOperation.PRODUCE, "", True),
     ("topic-writer", "persistent://acme/ns/orders-partition-3", TopicOperation.PRODUCE, "", True),
     ("topic-writer", "persistent://acme/ns/other", TopicOperation.PRODUCE, "", False),
+    # A partition inherits its partitioned topic's grant to the role itself, not a wildcard's (Pulsar's
+    # PulsarAuthorizationProvider.checkPermission); a partition's own grant covers that partition alone.
+    ("ops-1", "persistent://acme/ns/orders", TopicOperation.PRODUCE, "", True),
+    ("ops-1", "persistent://acme/ns/orders-partition-0", TopicOperation.PRODUCE, "", False),
+    ("part-reader", "persistent://acme/ns/orders-partition-1", TopicOperation.CONSUME, "s", True),
+    ("part-reader", "persistent://acme/ns/orders-partition-0", TopicOperation.CONSUME, "s", False),
+    ("part-reader", "persistent://acme/ns/orders", TopicOperation.LOOKUP, "", False),
     ("app-billing", "persistent://acme/ns/x", TopicOperation.CONSUME, "s", True),  # wildcard grant
     ("app-billing", "persistent://acme/ns/x", TopicOperation.CONSUME, "billing", False),  # subscription roles
     ("stranger", "persistent://acme/ns/x", TopicOperation.LOOKUP, "", False),

@@ -189,8 +189,6 @@ async def test_refusals_change_nothing(metadata: BrokerMetadata) -> None:
         await store.set_policy("acme/none", "x", 1)
     with pytest.raises(NotFoundError, match="couldn't find subscription"):
         await store.revoke_subscription_permission("acme/ns", "sub", "role")
-    with pytest.raises(NotFoundError, match="not set at the topic level"):
-        await store.revoke_topic_permission("acme/ns", TOPIC, "role")
     assert store.generation == generation
     await store.create_partitioned_topic(PARTED, 2)
     generation = store.generation
@@ -199,6 +197,23 @@ async def test_refusals_change_nothing(metadata: BrokerMetadata) -> None:
     with pytest.raises(InUseError, match="Cannot delete non empty namespace"):
         await store.delete_namespace("acme/ns")
     assert store.generation == generation
+
+
+async def test_a_topic_revoke_takes_the_role_off_each_name_given(metadata: BrokerMetadata) -> None:
+    """As Pulsar's PulsarAuthorizationProvider.revokePermissionAsync(TopicName, role) for each: a topic whose grants
+    are left empty is dropped, one without the role's grant is passed over (no error), other roles stay."""
+    m = metadata
+    await m.create_tenant("acme", TenantInfo((), ("standalone",)))
+    await m.create_namespace("acme/ns", {})
+    part0, part1 = f"{PARTED}-partition-0", f"{PARTED}-partition-1"
+    await m.grant_topic_permission("acme/ns", PARTED, "app", ["produce"])
+    await m.grant_topic_permission("acme/ns", part0, "app", ["consume"])
+    await m.grant_topic_permission("acme/ns", part1, "app", ["consume"])
+    await m.grant_topic_permission("acme/ns", part1, "other", ["consume"])
+    await m.revoke_topic_permission("acme/ns", [part0, part1, f"{PARTED}-partition-2", PARTED], "app")
+    assert m.policy("acme/ns", "auth_policies")["destination_auth"] == {part1: {"other": ["consume"]}}
+    await m.revoke_topic_permission("acme/ns", [TOPIC], "app")  # (nothing granted)
+    assert m.policy("acme/ns", "auth_policies")["destination_auth"] == {part1: {"other": ["consume"]}}
 
 
 async def test_a_cluster_with_isolation_policies_is_not_deleted(metadata: BrokerMetadata) -> None:
