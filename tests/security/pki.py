@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -119,3 +121,21 @@ def make_pki(d: Path, *, key_ids: bool = True) -> Pki:
         ec_public_pem=d / "public-ec.pem",
         htpasswd=d / "htpasswd",
     )
+
+
+async def serve_https_hello(pki: Pki) -> tuple[web.AppRunner, int]:
+    """An HTTPS server on loopback presenting the PKI's server certificate, answering GET /hello with {"ok": true}:
+    the runner (``cleanup()`` it) and the port."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.server_cert, pki.server_key)
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/hello", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from broker.admin.peers import PeerAdmin
 from broker.auth.tls import client_context
 from broker.config import BrokerConfig
-from tests.security.pki import Pki, make_pki
+from tests.security.pki import Pki, make_pki, serve_https_hello
 
 
 @pytest.fixture
@@ -35,22 +34,11 @@ def strict_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 async def https_server(tmp_path: Path) -> AsyncIterator[tuple[Pki, int]]:
-    """An HTTPS server on loopback presenting the suite PKI's server certificate (no Authority Key Identifier)."""
+    """An HTTPS server on loopback presenting a server certificate without an Authority Key Identifier."""
     pki = make_pki(tmp_path, key_ids=False)
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(pki.server_cert, pki.server_key)
-
-    async def hello(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_get("/hello", hello)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server)
-    await site.start()
+    runner, port = await serve_https_hello(pki)
     try:
-        yield pki, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        yield pki, port
     finally:
         await runner.cleanup()
 

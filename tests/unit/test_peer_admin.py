@@ -24,7 +24,7 @@ from broker.admin.common import HttpError
 from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
-from tests.security.pki import make_pki
+from tests.security.pki import make_pki, serve_https_hello
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -269,19 +269,7 @@ async def test_the_tls_context_is_built_once_and_again_when_its_files_change(
     pki, other_ca = make_pki(tmp_path / "a"), make_pki(tmp_path / "b")
     trust = tmp_path / "trust.pem"
     trust.write_bytes(pki.ca_cert.read_bytes())
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(pki.server_cert, pki.server_key)
-
-    async def hello(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_get("/hello", hello)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_https_hello(pki)
     built = 0
     create = ssl.create_default_context
 
