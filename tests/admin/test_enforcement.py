@@ -227,7 +227,10 @@ def test_backlog_quota_not_held_back_by_the_deduplication_cursor(admin: Admin, c
     task = broker.server.service.housekeeping.task("backlog-quota-check")
     runs = task.runs
     wait_for(lambda: task.runs >= runs + 2, what="two backlog quota checks")
-    assert admin.stats(topic)["backlogSize"] == 0
+    # Under the quota (~3 KB without the snapshot): 0 when the snapshot came after the last message, or up to the
+    # limit when a check during the loop took it (the subscription's grouped acks can put the topic over the limit
+    # then, and that check disconnects the producer, which reconnects: a busy machine's timing).
+    assert admin.stats(topic)["backlogSize"] < 1000
     producer.send(b"still accepted")  # not disconnected by the periodic check
     client.create_producer(topic).send(b"a new producer is accepted")
     consumer.close()
