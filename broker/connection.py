@@ -365,19 +365,18 @@ class Connection(asyncio.Protocol):
                 self.writable = True
                 self.cnx.on_writable()
 
-    def close(self) -> None:
+    def close(self, *, abort: bool = False) -> None:
+        """Close after what is queued has been sent, or with ``abort`` at once, dropping what the client has not
+        read yet (connection_lost follows either way)."""
         if self.state is not State.CLOSED:
             self._move(State.CLOSED)
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        if abort:
+            self.transport.abort()
+        else:
             self._flush()  # e.g. the error that explains the close
             self.transport.close()
-
-    def abort(self) -> None:
-        """Close at once, dropping what the client has not read yet (connection_lost follows)."""
-        if self.state is not State.CLOSED:
-            self._move(State.CLOSED)
-        if self.transport is not None:
-            self.transport.abort()
 
     # -- producer backpressure -----------------------------------------------------------------------
     # Never an error for load: past a limit we stop reading the socket, and TCP slows the producer.

@@ -212,7 +212,7 @@ class BrokerServer:
         for conn in list(self.connections):
             log.info("shutdown: cutting the connection of %s (its client did not read what was sent to it)",
                      conn.remote_address)
-            conn.abort()
+            conn.close(abort=True)
 
     # -- connection bookkeeping -----------------------------------------------------------------------
     def connection_opened(self, conn: Connection) -> None:
