@@ -66,10 +66,13 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie that is not our child still answers kill(0); /proc tells.
+    # A zombie still answers kill(0); /proc tells. It may be our child that ended after the waitpid above (a SIGKILL
+    # takes effect asynchronously): reap it now, or it would stay a zombie until this process exits.
     with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
             return False
     return True
 
