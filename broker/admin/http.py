@@ -13,7 +13,9 @@ security settings and the serving process's ports and URLs. This package does no
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import ssl
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -59,6 +61,8 @@ from broker.version import __version__
 if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
     from broker.service.broker_service import BrokerService
+
+log = logging.getLogger(__name__)
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -241,9 +245,15 @@ class WebService:
         # Streamed family by family (chunked): 10,000 topics make ~130 MB of text.
         response = web.StreamResponse(headers={"Content-Type": METRICS_CONTENT_TYPE})
         await response.prepare(request)
-        async for chunk in self._metrics.stream():
-            await response.write(chunk)
-        await response.write_eof()
+        try:
+            async with contextlib.aclosing(self._metrics.stream()) as chunks:
+                async for chunk in chunks:
+                    await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:
+            # The scraper went away mid-stream (its timeout, a closed connection): nothing to answer, nothing wrong
+            # here. (Raised on, it was logged as a failed request with its traceback, and aiohttp tried a 500.)
+            log.debug("GET %s: the client closed the connection during the scrape", request.path)
         return response
 
     # -- clusters / tenants ------------------------------------------------------------------------

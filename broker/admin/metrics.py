@@ -75,7 +75,7 @@ from broker.topic_name import is_system_topic
 from broker.version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncGenerator, Iterator
 
     from broker.admin.context import AdminContext
     from broker.service.broker_service import AnyTopic
@@ -134,7 +134,7 @@ class BrokerMetrics:
             pass
         return out.text().encode() + self._process_text()
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncGenerator[bytes, None]:
         """The text in chunks, giving the loop back every SLICE_S of work and after each family,
         so that clients are served during a long scrape (seconds at 10,000 topics)."""
         out = Exposition(FAMILIES)

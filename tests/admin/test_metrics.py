@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
+import struct
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.admin.metric_families import FAMILIES
-from broker.embedded import BrokerThread
+from broker.embedded import Broker, BrokerThread
 from tests.admin.conftest import Admin
-from tests.waiting import wait_for
+from tests.waiting import eventually, wait_for
 
 TIMEOUT_MS = 10_000
 # Pulsar's own metric names that promtool's naming lint dislikes (a "_count" suffix on a gauge).
@@ -282,3 +286,33 @@ def test_managed_ledger_families_per_namespace(broker: BrokerThread, client: pul
     assert ranges == {"0.0_0.5", "0.5_1.0", "1.0_5.0", "5.0_10.0", "10.0_20.0", "20.0_50.0", "50.0_100.0",
                       "100.0_200.0", "200.0_1000.0"}
     assert value(text, "pulsar_ml_EntrySizeBuckets", quantile="102400.0_1232896.0", **ns) is not None
+
+
+async def test_a_scraper_that_goes_away_mid_scrape_is_no_error(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A scraper that closes its connection while /metrics streams (its timeout, say) ends the scrape quietly: no
+    error logged with a traceback, no 500 attempted on the closed connection."""
+    caplog.set_level(logging.DEBUG, logger="broker.admin.http")
+    async with Broker() as b:
+        assert b.server is not None
+        web = b.server.web
+        streaming, release = asyncio.Event(), asyncio.Event()
+        stream = web._metrics.stream
+
+        async def held() -> AsyncGenerator[bytes, None]:
+            streaming.set()  # (the answer's headers are sent: the stream is what is left)
+            await release.wait()
+            async for chunk in stream():
+                yield chunk
+
+        monkeypatch.setattr(web._metrics, "stream", held)
+        _, writer = await asyncio.open_connection("127.0.0.1", b.server.web_port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: broker\r\n\r\n")
+        await asyncio.wait_for(streaming.wait(), 10)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # (closed with a reset)
+        writer.close()
+        release.set()  # (the socket's close, with its reset, runs first on the loop's next turn; then the scrape)
+        await eventually(lambda: any("during the scrape" in r.getMessage() or r.levelno >= logging.ERROR
+                                     for r in caplog.records), "the scrape ended")
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
