@@ -787,8 +787,10 @@ class BrokerService:
         self.expiry_stats.forget(name.full)
         # (A partition has no policies of its own: its partitioned topic's stay.)
         compaction = await self.metadata.forget_topic(name.full)
-        if name.persistent:  # (Pulsar's PersistentTopic.delete: BrokerService.deleteTopicAuthenticationWithRetry)
-            await self.metadata.remove_topic_permissions(name.namespace, [name.full])
+        if not name.persistent:
+            return  # (no compacted view: those ledgers' names leave the domain out, they are the persistent topic's)
+        # (Pulsar's PersistentTopic.delete: BrokerService.deleteTopicAuthenticationWithRetry)
+        await self.metadata.remove_topic_permissions(name.namespace, [name.full])
         for view in compacted_ledger_names(name, compaction):  # (with what failed runs left)
             if self.ledger_factory.exists(view):
                 await self.ledger_factory.delete(view)

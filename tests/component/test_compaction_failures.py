@@ -525,3 +525,17 @@ async def test_a_deleted_topic_never_compacted_takes_the_ledger_a_killed_run_lef
     assert len(view_ledgers(broker, topic.name)) == 1
     await service_of(broker).delete_topic(topic.name)
     assert view_ledgers(broker, topic.name) == []
+
+
+async def test_deleting_a_non_persistent_topic_leaves_the_persistent_namesakes_view(broker: Broker) -> None:
+    # A view's ledger name leaves the domain out (<tenant>/<ns>/__compaction/<topic>-<n>): deleting
+    # non-persistent://.../x deleted the view of persistent://.../x, whose next run then failed on it. Found by the
+    # admin HTTP fuzz (tests/admin/test_http_fuzz.py).
+    topic, ledgers = await a_compacted_topic(broker, "namesake")
+    namesake = TopicName.parse(f"non-persistent://{topic.name.namespace}/{topic.name.local_name}")
+    await service_of(broker).get_topic(namesake, True)
+    await service_of(broker).delete_topic(namesake)
+    assert view_ledgers(broker, topic.name) == ledgers
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v2")]
+    await compact(topic)
+    assert await view_of(topic) == [("k1", b"v1"), ("k0", b"v3")]
