@@ -23,7 +23,6 @@ from broker.admin.common import (
     query_flag,
     read_body,
 )
-from broker.admin.owner_calls import CallFailure
 from broker.auth.http import check_deferred
 from broker.errors import NotAllowedError
 from broker.metadata.policy_table import AUTO_TOPIC_CREATION
@@ -148,13 +147,17 @@ class PartitionedTopics:
         if self.topics.partitions(name) == 0 and self.topics.exists(name):
             raise HttpError(409, "This topic already exists")
         await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
+        # Then its partitions (Pulsar's AdminResource.internalCreatePartitionedTopic: tryCreatePartitionsAsync after
+        # the metadata), so they are listed, deleted, granted... as topics from now on.
+        await self.service.create_partitions(name, n)
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
-        """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
-        owner). In Pulsar's order (PersistentTopics.createMissedPartitions, internalCreateMissedPartitions): the
-        name (412 for a partition's), the partitioned metadata (the caller's LOOKUP and the namespace's cluster:
-        before this handler), 404 when the topic is not partitioned, then the namespace operation CREATE_TOPIC."""
+        """POST .../createMissedPartitions: create each partition that is not stored (``create_partitions``: not
+        loaded, by whichever broker is asked, as Pulsar). In Pulsar's order (PersistentTopics.createMissedPartitions,
+        internalCreateMissedPartitions): the name (412 for a partition's), the partitioned metadata (the caller's
+        LOOKUP and the namespace's cluster: before this handler), 404 when the topic is not partitioned, then the
+        namespace operation CREATE_TOPIC, then tryCreatePartitionsAsync (of a non-persistent topic: nothing made)."""
         name = self.topics.name(request)
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
@@ -162,16 +165,7 @@ class PartitionedTopics:
         if n == 0:
             raise HttpError(404, f"Topic {name} does not exist")
         await check_deferred(request)
-        missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
-
-        async def create(p: TopicName) -> None:
-            if not self.topics.exists(p):
-                await self.service.get_topic(p, create=True, explicit=True)
-
-        for _, answer in await self.topics.fanout.outcomes(request, missing, "PUT", "", create):
-            # (409: created meanwhile, or a live non-persistent partition there)
-            if isinstance(answer, CallFailure) and answer.status not in (404, 409):
-                raise answer.error
+        await self.service.create_partitions(name, n)
         return no_content()
 
     async def update_partitions(self, request: web.Request) -> web.Response:
@@ -191,6 +185,8 @@ class PartitionedTopics:
         if n == current:
             raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
         await self.service.metadata.set_partitions(name.full, n)
+        # (Pulsar's internalUpdatePartitionedTopicAsync: tryCreatePartitionsAsync over all of them, after the metadata)
+        await self.service.create_partitions(name, n)
         return no_content()
 
     async def delete_partitioned(self, request: web.Request) -> web.Response:
@@ -221,8 +217,9 @@ class PartitionedTopics:
         fanout = self.topics.fanout
         await fanout.on_owners(request, fanout.partitions_to_ask(name), "DELETE", "", delete,
                                "?force=true" if force else "")
-        if name.persistent:  # (a partition never written to is not there to delete, its grants are: Pulsar
-            # creates every partition with the partitioned topic, and deletes each, its grants with it)
+        if name.persistent:  # (each stored partition's went with it; a partition not stored has none to delete
+            # but may have grants: one of a partitioned topic the namespace's auto-creation made, never used, or one
+            # deleted by itself and granted again)
             await self.service.metadata.remove_topic_permissions(name.namespace, [p.full for p in parts])
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)
