@@ -156,7 +156,8 @@ def test_partitions_are_stored_with_their_partitioned_topic(admin: Admin, pulsar
     assert pulsar_broker.run_coroutine(loaded()) == []
     admin.ok("POST", f"{base}/partitions", 5)
     assert stored() == [f"{ns}/persistent/parted-partition-{i}" for i in range(5)]
-    assert pulsar_broker.run_coroutine(loaded()) == []
+    # (partition 0 only, loaded for its subscriptions, copied onto the others: its stats at its owner, as Pulsar)
+    assert pulsar_broker.run_coroutine(loaded()) == [f"{topic}-partition-0"]
     assert admin.delete(f"{base}-partition-4").status == 204
     assert stored() == [f"{ns}/persistent/parted-partition-{i}" for i in range(4)]
     assert admin.delete(f"{base}-partition-4").status == 404
@@ -164,10 +165,26 @@ def test_partitions_are_stored_with_their_partitioned_topic(admin: Admin, pulsar
     admin.ok("PUT", f"{non_persistent}/partitions", 2)
     admin.ok("POST", f"{non_persistent}/partitions", 3)
     admin.ok("POST", f"{non_persistent}/createMissedPartitions")
-    assert len(stored()) == 4 and pulsar_broker.run_coroutine(loaded()) == []
+    assert len(stored()) == 4 and pulsar_broker.run_coroutine(loaded()) == [f"{topic}-partition-0"]
     admin.ok("DELETE", f"{base}/partitions")
     admin.ok("DELETE", f"{non_persistent}/partitions")
     assert stored() == []
+
+
+def test_growing_a_partitioned_topic_copies_its_subscriptions(admin: Admin, client: pulsar.Client) -> None:
+    """Pulsar's internalUpdatePartitionedTopicAsync: partition 0's durable subscriptions are made on every partition
+    at the earliest message, so a consumer misses nothing published to a new partition before it subscribes there
+    (not a reader's subscription: it is not durable)."""
+    topic = new_topic("grow")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/partitions", 2)
+    admin.ok("PUT", f"{base}/subscription/s")
+    reader = client.create_reader(f"{topic}-partition-0", pulsar.MessageId.earliest)
+    admin.ok("POST", f"{base}/partitions", 4)
+    assert [admin.ok("GET", f"{base}-partition-{i}/subscriptions") for i in range(1, 4)] == [["s"]] * 3
+    publish(client, f"{topic}-partition-3", 3)
+    assert backlog(admin, f"{topic}-partition-3", "s") == 3
+    reader.close()
 
 
 def test_partitioned_subscription_fan_out(admin: Admin, client: pulsar.Client) -> None:

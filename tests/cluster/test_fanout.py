@@ -275,6 +275,13 @@ def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> N
     for b in (b1, b2):
         assert not set(parts) & loaded_topics(b), f"partitions still loaded on {b.web_url}"
 
+    # Grown through b1: partition 0's subscription made on every new partition by that partition's owner, replicated
+    # as there (Pulsar's internalUpdatePartitionedTopicAsync copies partition 0's durable subscriptions).
+    grown = [f"{base}-partition-{i}" for i in range(2 * PARTITIONS)]
+    http_json(f"{admin}/partitions", method="POST", body=2 * PARTITIONS)
+    assert http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus") == {p: True for p in grown}
+    assert set(owner_urls(brokers, grown[PARTITIONS:]).values()) == {b1.service_url, b2.service_url}
+
     http_json(f"{admin}/subscription/s", method="DELETE")
     assert http_json(f"{admin}/subscriptions") == []
     assert status_of(f"{admin}/subscription/s/skip_all", "POST") == 404
