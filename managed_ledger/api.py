@@ -191,6 +191,12 @@ class ManagedLedgerFactory(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def create(self, name: str) -> bool:
+        """Store a managed ledger of this name with nothing in it, without opening it (the metadata only, as Pulsar's
+        TopicResources.createPersistentTopicAsync makes a partition's: its first ``open`` makes its first ledger);
+        durable when this returns. False, and nothing done, when one is stored already (or being opened)."""
+
+    @abc.abstractmethod
     async def delete(self, name: str) -> None:
         """Delete the managed ledger and all its data and cursors (open or not)."""
 

@@ -19,6 +19,7 @@ commit), ``file_layout`` (directories, recovery scan), ``segment`` (the segment 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -135,6 +136,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self._names: dict[str, str] = {}  # stored managed ledgers: name -> directory
         self._open: dict[str, FileManagedLedger] = {}
         self._opening: SingleFlight[str, FileManagedLedger] = SingleFlight("managed-ledger open")
+        self._creating: SingleFlight[str, bool] = SingleFlight("managed-ledger create")
         self._instance_ids = itertools.count(1)  # cache owner ids: never reused
         self._closed = False
         self._ledger_ids = self._scan_root()
@@ -181,6 +183,10 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         return await self._opening.run(name, lambda: self._load(name, config or ManagedLedgerConfig()))
 
     async def _load(self, name: str, config: ManagedLedgerConfig) -> FileManagedLedger:
+        creating = self._creating.get(name)
+        if creating is not None:  # (its directory, being made: opened as stored once it is)
+            with contextlib.suppress(ManagedLedgerError):
+                await creating
         directory = self._names.get(name)
         if directory is not None:
             recovered = await asyncio.get_running_loop().run_in_executor(
@@ -212,6 +218,33 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self._open[name] = ledger
         return ledger
 
+    async def create(self, name: str) -> bool:
+        if self._closed:
+            raise ManagedLedgerError("managed-ledger factory is closed")
+        opening = self._opening.get(name)
+        if opening is not None:  # (an open under way makes it, or fails to)
+            with contextlib.suppress(ManagedLedgerError):
+                await opening
+        if name in self._names:
+            return False
+        return await self._creating.run(name, lambda: self._create(name))
+
+    async def _create(self, name: str) -> bool:
+        """Its directory, no segment yet (what a crash leaves of an open before its first add, which ``_scan_root``
+        and ``_load`` take as a managed ledger with nothing in it), its name synced at once: the creations of one
+        writer round share one sync of ml/ (a partitioned topic's partitions are made side by side)."""
+        if name in self._names:
+            return False
+        directory = join(self._ml_dir, encode_name(name))
+        hashed = decode_name(posixpath.basename(directory)) != name  # (its "name" file's entry is synced too)
+        await self._run_on_writer(partial(_create_directory, self.fs, directory, name),
+                                  self._ml_dir, *((directory,) if hashed else ()))
+        if name in self._names:
+            return False
+        self._names[name] = directory
+        self._names_changed(name)
+        return True
+
     async def delete(self, name: str) -> None:
         ledger = await settled(self._open, name)
         if ledger is not None:
@@ -227,6 +260,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             return
         self._closed = True  # no new opens from here on
         await self._opening.wait()  # let opens in progress finish, so their ledgers get closed below
+        await self._creating.wait()  # (and creations: they need the writer)
         for ledger in list(self._open.values()):
             await ledger.close()
             await ledger.wait_ended()  # (one closing already: its close finishes before the writer stops)

@@ -59,6 +59,15 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
                 self._names_changed(name)
         return ledger
 
+    async def create(self, name: str) -> bool:
+        if self._closed:
+            raise ManagedLedgerError("managed-ledger factory is closed")
+        if name in self._stored:
+            return False
+        self._stored[name] = _StoredLedger()  # (never opened: its first open starts its first ledger)
+        self._names_changed(name)
+        return True
+
     async def delete(self, name: str) -> None:
         ledger = self._open.get(name)
         if ledger is not None:

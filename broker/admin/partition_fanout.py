@@ -53,11 +53,12 @@ class PartitionFanout:
         self.exists = exists
 
     def existing_partitions(self, name: TopicName) -> list[TopicName]:
-        """The partitions of a partitioned topic that were created (written to or subscribed)."""
+        """The partitions of a partitioned topic that exist: a persistent one's stored ones (made with it, see
+        ``BrokerService.create_partitions``, unless deleted since; of an auto-created partitioned topic, those used)."""
         return [p for p in (name.partition(i) for i in range(self.partitions(name))) if self.exists(p)]
 
     def partitions_to_ask(self, name: TopicName) -> list[TopicName]:
-        """The partitions an operation over a partitioned topic visits: the created ones; in cluster mode every
+        """The partitions an operation over a partitioned topic visits: the existing ones; in cluster mode every
         non-persistent partition (live on its owner only: this broker cannot tell which exist)."""
         if self.ctx.service.ownership.distributed and not name.persistent:
             return [name.partition(i) for i in range(self.partitions(name))]

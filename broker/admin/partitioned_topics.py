@@ -24,12 +24,15 @@ from broker.admin.common import (
     read_body,
 )
 from broker.admin.owner_calls import CallFailure
+from broker.admin.peers import path_segment
 from broker.auth.http import check_deferred
 from broker.errors import NotAllowedError
 from broker.metadata.policy_table import AUTO_TOPIC_CREATION
 from broker.metadata.policy_values import TooManyPartitionsError, check_java_int, check_partition_count
 from broker.service import admin_ops
+from broker.service.topic import is_reserved_subscription
 from broker.topic_name import PARTITION_SUFFIX, TopicName
+from managed_ledger import Position
 
 if TYPE_CHECKING:
     from broker.admin.topics import TopicsResource
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
 # application/json when there are no properties).
 PARTITIONED_METADATA_TYPE = "application/vnd.partitioned-topic-metadata+json"
 PartitionCount = tuple[int, dict[str, str] | None]
+# Pulsar's MessageId.earliest, where the subscriptions copied onto a grown partitioned topic's partitions start.
+EARLIEST = Position(-1, -1)
+EARLIEST_JSON = {"ledgerId": -1, "entryId": -1}
 # The body as ``read_partition_count`` read it, kept for the handler after the cluster-first check read it.
 _PARTITION_COUNT = web.RequestKey[PartitionCount]("partition count")
 
@@ -148,13 +154,17 @@ class PartitionedTopics:
         if self.topics.partitions(name) == 0 and self.topics.exists(name):
             raise HttpError(409, "This topic already exists")
         await self.service.metadata.create_partitioned_topic(name.full, n, properties)  # 409 if it is already
+        # Then its partitions (Pulsar's AdminResource.internalCreatePartitionedTopic: tryCreatePartitionsAsync after
+        # the metadata), so they are listed, deleted, granted... as topics from now on.
+        await self.service.create_partitions(name, n)
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
-        """POST .../createMissedPartitions: create each partition that has no topic yet (cluster mode: by its
-        owner). In Pulsar's order (PersistentTopics.createMissedPartitions, internalCreateMissedPartitions): the
-        name (412 for a partition's), the partitioned metadata (the caller's LOOKUP and the namespace's cluster:
-        before this handler), 404 when the topic is not partitioned, then the namespace operation CREATE_TOPIC."""
+        """POST .../createMissedPartitions: create each partition that is not stored (``create_partitions``: not
+        loaded, by whichever broker is asked, as Pulsar). In Pulsar's order (PersistentTopics.createMissedPartitions,
+        internalCreateMissedPartitions): the name (412 for a partition's), the partitioned metadata (the caller's
+        LOOKUP and the namespace's cluster: before this handler), 404 when the topic is not partitioned, then the
+        namespace operation CREATE_TOPIC, then tryCreatePartitionsAsync (of a non-persistent topic: nothing made)."""
         name = self.topics.name(request)
         if PARTITION_SUFFIX in name.local_name:  # (Pulsar's validatePartitionedTopicName)
             raise HttpError(412, "Partitioned Topic Name should not contain '-partition-'")
@@ -162,16 +172,7 @@ class PartitionedTopics:
         if n == 0:
             raise HttpError(404, f"Topic {name} does not exist")
         await check_deferred(request)
-        missing = [p for p in (name.partition(i) for i in range(n)) if not self.topics.exists(p)]
-
-        async def create(p: TopicName) -> None:
-            if not self.topics.exists(p):
-                await self.service.get_topic(p, create=True, explicit=True)
-
-        for _, answer in await self.topics.fanout.outcomes(request, missing, "PUT", "", create):
-            # (409: created meanwhile, or a live non-persistent partition there)
-            if isinstance(answer, CallFailure) and answer.status not in (404, 409):
-                raise answer.error
+        await self.service.create_partitions(name, n)
         return no_content()
 
     async def update_partitions(self, request: web.Request) -> web.Response:
@@ -191,7 +192,46 @@ class PartitionedTopics:
         if n == current:
             raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
         await self.service.metadata.set_partitions(name.full, n)
+        # (Pulsar's internalUpdatePartitionedTopicAsync: tryCreatePartitionsAsync over all of them, after the metadata)
+        await self.service.create_partitions(name, n)
+        if name.persistent:
+            await self._copy_subscriptions(request, name, n)
         return no_content()
+
+    async def _copy_subscriptions(self, request: web.Request, name: TopicName, n: int) -> None:
+        """Then, as Pulsar's internalUpdatePartitionedTopicAsync: the durable subscriptions of partition 0 (from its
+        stats, at its owner) made on every partition at the earliest message (createSubscription with
+        MessageId.earliest, replicated as there), each partition's by its owner; one a partition has already is left
+        as it is (its 409 is no failure), any other failure is the answer. So a consumer misses nothing published
+        to a new partition before it subscribes there. (Not the broker's own cursors; not the subscription
+        properties: our createSubscription takes none.)"""
+        fanout = self.topics.fanout
+        first = name.partition(0)
+
+        async def stats(p: TopicName) -> dict[str, Any]:
+            return S.topic_stats(await self.service.get_topic(p, create=False), self.topics.web.sampler)
+
+        doc = (await fanout.on_owners(request, [first], "GET", "stats", stats)).get(first)
+        subscriptions = {} if doc is None else doc["subscriptions"]
+        parts = [name.partition(i) for i in range(n)]
+        for sub_name, sub_stats in subscriptions.items():
+            if not sub_stats.get("isDurable") or is_reserved_subscription(sub_name):
+                continue
+            replicated = bool(sub_stats.get("isReplicated"))
+
+            async def create(p: TopicName, sub_name: str = sub_name, replicated: bool = replicated) -> None:
+                topic = await self.service.get_persistent_topic(p, create=True)
+                if sub_name in admin_ops.subscription_names(topic):
+                    raise HttpError(409, "Subscription already exists for topic")
+                sub = await admin_ops.create_subscription(topic, sub_name, EARLIEST)
+                if replicated and not sub.set_replicated():
+                    raise HttpError(500, "Failed to update cursor properties")
+
+            action = f"subscription/{path_segment(sub_name)}"
+            query = "?replicated=true" if replicated else ""
+            for _, answer in await fanout.outcomes(request, parts, "PUT", action, create, query, EARLIEST_JSON):
+                if isinstance(answer, CallFailure) and answer.status != 409:
+                    raise answer.error
 
     async def delete_partitioned(self, request: web.Request) -> web.Response:
         """DELETE .../partitions: each partition deleted by its owner (Pulsar's admin call per partition), then the
@@ -221,8 +261,9 @@ class PartitionedTopics:
         fanout = self.topics.fanout
         await fanout.on_owners(request, fanout.partitions_to_ask(name), "DELETE", "", delete,
                                "?force=true" if force else "")
-        if name.persistent:  # (a partition never written to is not there to delete, its grants are: Pulsar
-            # creates every partition with the partitioned topic, and deletes each, its grants with it)
+        if name.persistent:  # (each stored partition's went with it; a partition not stored has none to delete
+            # but may have grants: one of a partitioned topic the namespace's auto-creation made, never used, or one
+            # deleted by itself and granted again)
             await self.service.metadata.remove_topic_permissions(name.namespace, [p.full for p in parts])
         await self.service.metadata.delete_partitioned(name.full)
         await self.service.schemas.delete(name.full)

@@ -500,6 +500,26 @@ class BrokerService:
             return name.full in self.non_persistent_topics
         return self.ledger_factory.exists(name.persistence_path)
 
+    async def create_partitions(self, name: TopicName, partitions: int) -> None:
+        """The partitioned topic's first ``partitions`` partitions made to exist: each one's managed ledger stored,
+        empty and not loaded (its first use loads it), as Pulsar's AdminResource.tryCreatePartitionsAsync does when a
+        partitioned topic is created, grown or has its missing partitions created (TopicResources.
+        createPersistentTopicAsync: the partition's managed-ledger znode, empty); one already stored stays as it is
+        (its AlreadyExists is no failure there). All side by side, as Pulsar waits for all of them. A non-persistent
+        topic's partitions have nothing stored (Pulsar only tells its topic-event listeners of them), and neither
+        does a partitioned topic the namespace's auto-creation makes (BrokerService.
+        createDefaultPartitionedTopicAsync: the partitioned metadata only; its partitions come with their use)."""
+        if not name.persistent:
+            return
+        factory = self.ledger_factory
+        paths = [p for p in (name.partition(i).persistence_path for i in range(partitions)) if not factory.exists(p)]
+        results = await asyncio.gather(*(factory.create(p) for p in paths), return_exceptions=True)
+        for result in results:
+            if isinstance(result, ManagedLedgerError):
+                raise PersistenceError(f"Failed to create the partitions of {name}: {result}") from result
+            if isinstance(result, BaseException):
+                raise result
+
     def namespace_being_deleted(self, namespace: str) -> bool:
         """Whether a namespace is being deleted, here or by any broker of the cluster: no topic is
         created in it meanwhile (without it, a create between the delete's emptiness check and its

@@ -274,9 +274,14 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         path = ml_formats.ledger_path(self.root, name)
         got = await self.store.get(path)
         if got is None:
-            version = (await self.store.put(path, b"", -1)).version  # Pulsar's createIfMissing
+            try:
+                version = (await self.store.put(path, b"", -1)).version  # Pulsar's createIfMissing
+            except BadVersionError:  # (created meanwhile: by ``create``, here or at another broker)
+                got = await self.store.get(path)
+                if got is None:
+                    raise ManagedLedgerError(f"managed ledger {name} was deleted while it was opened") from None
             info = ml_formats.StoredManagedLedger()
-        else:
+        if got is not None:
             version, info = got.stat.version, ml_formats.decode_ledger_info(got.value)
         now = self.clock()
         ledgers = list(info.ledgers)
@@ -318,6 +323,27 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                 await self.bk.delete_ledger(ledger_id)
         await ledger._recover_cursors()
         return ledger
+
+    async def create(self, name: str) -> bool:
+        """Its znode, empty (Pulsar's TopicResources.createPersistentTopicAsync: an empty value, create only; the
+        first open then finds a managed ledger without ledgers). One already there is left as it is (Pulsar's
+        AdminResource.tryCreatePartitionAsync takes AlreadyExists / BadVersion as done)."""
+        if self._closed:
+            raise ManagedLedgerError("managed-ledger factory is closed")
+        await self.start()
+        if name in self._names:
+            return False
+        try:
+            await self.store.put(ml_formats.ledger_path(self.root, name), b"", -1)
+        except BadVersionError:
+            created = False
+        except MetadataStoreError as exc:
+            raise ManagedLedgerError(f"managed ledger {name} cannot be created: {exc}") from exc
+        else:
+            created = True
+        self._add_name(name)
+        self._local_changes += 1
+        return created
 
     async def delete(self, name: str) -> None:
         await self.start()

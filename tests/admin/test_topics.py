@@ -132,6 +132,61 @@ def test_partitioned_topic_admin(admin: Admin, client: pulsar.Client) -> None:
     assert not [t for t in admin.ok("GET", "/admin/v2/persistent/public/default") if t.startswith(topic)]
 
 
+def test_partitions_are_stored_with_their_partitioned_topic(admin: Admin, pulsar_broker: BrokerThread) -> None:
+    """As Pulsar's AdminResource.internalCreatePartitionedTopic and PersistentTopicsBase.
+    internalUpdatePartitionedTopicAsync (tryCreatePartitionsAsync): a persistent partitioned topic's partitions are
+    stored as it is created or grown, not loaded; a partition never used is then a topic as any other (deleted, not
+    a 404). A non-persistent one's have nothing stored."""
+    ns = admin.new_namespace()
+    admin.ok("POST", f"/admin/v2/namespaces/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    topic = f"persistent://{ns}/parted"
+    base = f"/admin/v2/{rest_path(topic)}"
+    service = pulsar_broker.server.service
+
+    def stored() -> list[str]:
+        return sorted(n for n in service.ledger_factory.list_names() if n.startswith(f"{ns}/"))
+
+    async def loaded() -> list[str]:
+        live = [*service.topics, *service.non_persistent_topics]
+        return sorted(t for t in live if TopicName.parse(t).namespace == ns)
+
+    admin.ok("PUT", f"{base}/partitions", 3)
+    assert stored() == [f"{ns}/persistent/parted-partition-{i}" for i in range(3)]
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [f"{topic}-partition-{i}" for i in range(3)]
+    assert pulsar_broker.run_coroutine(loaded()) == []
+    admin.ok("POST", f"{base}/partitions", 5)
+    assert stored() == [f"{ns}/persistent/parted-partition-{i}" for i in range(5)]
+    # (partition 0 only, loaded for its subscriptions, copied onto the others: its stats at its owner, as Pulsar)
+    assert pulsar_broker.run_coroutine(loaded()) == [f"{topic}-partition-0"]
+    assert admin.delete(f"{base}-partition-4").status == 204
+    assert stored() == [f"{ns}/persistent/parted-partition-{i}" for i in range(4)]
+    assert admin.delete(f"{base}-partition-4").status == 404
+    non_persistent = f"/admin/v2/non-persistent/{ns}/np"
+    admin.ok("PUT", f"{non_persistent}/partitions", 2)
+    admin.ok("POST", f"{non_persistent}/partitions", 3)
+    admin.ok("POST", f"{non_persistent}/createMissedPartitions")
+    assert len(stored()) == 4 and pulsar_broker.run_coroutine(loaded()) == [f"{topic}-partition-0"]
+    admin.ok("DELETE", f"{base}/partitions")
+    admin.ok("DELETE", f"{non_persistent}/partitions")
+    assert stored() == []
+
+
+def test_growing_a_partitioned_topic_copies_its_subscriptions(admin: Admin, client: pulsar.Client) -> None:
+    """Pulsar's internalUpdatePartitionedTopicAsync: partition 0's durable subscriptions are made on every partition
+    at the earliest message, so a consumer misses nothing published to a new partition before it subscribes there
+    (not a reader's subscription: it is not durable)."""
+    topic = new_topic("grow")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", f"{base}/partitions", 2)
+    admin.ok("PUT", f"{base}/subscription/s")
+    reader = client.create_reader(f"{topic}-partition-0", pulsar.MessageId.earliest)
+    admin.ok("POST", f"{base}/partitions", 4)
+    assert [admin.ok("GET", f"{base}-partition-{i}/subscriptions") for i in range(1, 4)] == [["s"]] * 3
+    publish(client, f"{topic}-partition-3", 3)
+    assert backlog(admin, f"{topic}-partition-3", "s") == 3
+    reader.close()
+
+
 def test_partitioned_subscription_fan_out(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("pfan")
     base = f"/admin/v2/{rest_path(topic)}"
@@ -408,10 +463,14 @@ def test_create_missed_partitions_and_trim(admin: Admin, client: pulsar.Client,
     def created() -> list[str]:
         return sorted(n for n in factory.list_names() if n.startswith(f"{ns}/persistent/parted"))
 
-    client.create_producer(f"persistent://{ns}/parted-partition-1").close()
-    assert created() == [f"{ns}/persistent/parted-partition-1"]
+    every = [f"{ns}/persistent/parted-partition-{i}" for i in range(3)]
+    assert created() == every  # (made with their partitioned topic)
+    assert admin.delete(f"{parted}-partition-1").status == 204  # (never used: deleted as any topic)
+    assert created() == [every[0], every[2]]
     assert admin.post(f"{parted}/createMissedPartitions").status == 204
-    assert created() == [f"{ns}/persistent/parted-partition-{i}" for i in range(3)]
+    assert created() == every
+    assert admin.post(f"{parted}/createMissedPartitions").status == 204  # (nothing missing: nothing done)
+    assert created() == every
     assert admin.post(f"/admin/v2/persistent/{ns}/plain/createMissedPartitions").status == 404
     # Trim: a fully consumed ledger left behind by a reload goes at once.
     topic = f"persistent://{ns}/trimmed"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import urllib.request
 import uuid
 from typing import Any
 
@@ -71,6 +72,39 @@ def test_topics_live_on_bookkeeper_and_move_between_brokers(bk_cluster: LocalClu
             assert got == [f"m-{i}" for i in range(5, 20)]
         finally:
             client.close()
+
+
+def test_a_partitioned_topics_partitions_are_stored_on_bookkeeper_at_its_creation(bk_cluster: LocalCluster) -> None:
+    """Pulsar's AdminResource.tryCreatePartitionsAsync on BookKeeper storage: each partition's managed-ledger znode,
+    empty (TopicResources.createPersistentTopicAsync), right after PUT .../partitions; nothing loaded, no ledger
+    made; the first use opens it as a managed ledger without ledgers; the partitioned delete removes them."""
+    local = f"bkparts-{uuid.uuid4().hex[:10]}"
+    root = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent"
+    parts = [f"{local}-partition-{i}" for i in range(3)]
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    try:
+        with bookkeeper_broker(bk_cluster) as broker:
+            admin = f"{broker.web_url}/admin/v2/persistent/public/default/{local}/partitions"
+            with urllib.request.urlopen(urllib.request.Request(admin, data=b"3", method="PUT", headers={
+                    "Content-Type": "application/json"}), timeout=30) as reply:
+                assert reply.status == 204
+            assert [zk.get(f"{root}/{p}")[0] for p in parts] == [b""] * 3
+            assert all(zk.get_children(f"{root}/{p}") == [] for p in parts)
+            assert not [t for t in list(broker.server.service.topics) if local in t]
+            client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+            try:
+                producer = client.create_producer(f"persistent://public/default/{local}", batching_enabled=False)
+                producer.send(b"m")
+            finally:
+                client.close()
+            assert sum(len(ml_formats.decode_ledger_info(zk.get(f"{root}/{p}")[0]).ledgers) for p in parts) == 3
+            with urllib.request.urlopen(urllib.request.Request(admin, method="DELETE"), timeout=30) as reply:
+                assert reply.status == 204
+            assert not [p for p in parts if zk.exists(f"{root}/{p}")]
+    finally:
+        zk.stop()
+        zk.close()
 
 
 @pytest.mark.parametrize(("overrides", "why"), [

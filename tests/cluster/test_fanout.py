@@ -1,8 +1,8 @@
 """Cluster mode: admin operations over many topics reach every topic's owner (real broker processes, the official
 client). Every call goes to one broker only; the topics it covers are spread over both, so each check fails when
 that broker acts only on what it serves itself: partitioned-stats and partitioned-internalStats, namespace
-clearBacklog and unsubscribe, terminate/partitions, createMissedPartitions, deleting a partitioned topic, deleting a
-namespace, and the non-persistent topic lists (live on their owner only)."""
+clearBacklog and unsubscribe, terminate/partitions, deleting a partitioned topic, deleting a namespace, and the
+non-persistent topic lists (live on their owner only)."""
 
 from __future__ import annotations
 
@@ -118,12 +118,13 @@ def test_partitioned_topic_operations_reach_every_owner(brokers: Brokers) -> Non
         assert not {p.removeprefix("persistent://public/default/") for p in parts} & set(
             zk.get_children("/managed-ledgers/public/default/persistent"))
 
-    # createMissedPartitions through b1: every partition created (by its owner), wherever its bundle is.
+    # Created through b1: every partition's managed-ledger znode made at once, wherever its bundle is (Pulsar's
+    # tryCreatePartitionsAsync, by the broker asked, nothing loaded); createMissedPartitions then finds none missing.
     http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
-    http_json(f"{admin}/createMissedPartitions", method="POST")
     with brokers.zk() as zk:
         assert {p.removeprefix("persistent://public/default/") for p in parts} <= set(
             zk.get_children("/managed-ledgers/public/default/persistent"))
+    http_json(f"{admin}/createMissedPartitions", method="POST")
     assert set(owner_urls(brokers, parts).values()) == {b1.service_url, b2.service_url}
     http_json(f"{admin}/partitions", method="DELETE")
     with brokers.zk() as zk:
@@ -273,6 +274,13 @@ def test_partitioned_subscription_calls_reach_every_owner(brokers: Brokers) -> N
     http_json(f"{admin}/unload", method="PUT")
     for b in (b1, b2):
         assert not set(parts) & loaded_topics(b), f"partitions still loaded on {b.web_url}"
+
+    # Grown through b1: partition 0's subscription made on every new partition by that partition's owner, replicated
+    # as there (Pulsar's internalUpdatePartitionedTopicAsync copies partition 0's durable subscriptions).
+    grown = [f"{base}-partition-{i}" for i in range(2 * PARTITIONS)]
+    http_json(f"{admin}/partitions", method="POST", body=2 * PARTITIONS)
+    assert http_json(f"{admin}/subscription/s/replicatedSubscriptionStatus") == {p: True for p in grown}
+    assert set(owner_urls(brokers, grown[PARTITIONS:]).values()) == {b1.service_url, b2.service_url}
 
     http_json(f"{admin}/subscription/s", method="DELETE")
     assert http_json(f"{admin}/subscriptions") == []

@@ -35,6 +35,7 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.errors import NoSuchLedgerError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import LedgerState
+from metadata_store.api import GetResult
 from tests.managed_ledger.ml_support import TailReads, bookkeeper_factory
 from tests.waiting import eventually
 
@@ -110,6 +111,38 @@ async def test_the_ledger_list_is_pulsars_managed_ledger_info(
     other = make_factory()
     await other.start()
     assert other.list_names() == ["tenant/ns/persistent/topic"]
+
+
+async def test_a_created_managed_ledger_is_pulsars_empty_znode(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """``create`` writes what Pulsar's TopicResources.createPersistentTopicAsync writes for a partition (an empty
+    znode, no ledger in BookKeeper); another broker learns the name from its watch; an open that read no znode
+    just before another broker created it opens the created one (its create-only write fails: BadVersion)."""
+    name = "tenant/ns/persistent/parted-partition-0"
+    factory, other = make_factory(), make_factory()
+    await other.start()
+    assert await factory.create(name) is True
+    got = await factory.store.get(f"{factory.root}/{name}")
+    assert got is not None and got.value == b"" and await factory.store.get_children(f"{factory.root}/{name}") == []
+    await eventually(lambda: other.exists(name), "the other broker hears of it")
+    assert await other.create(name) is False
+    real_get = other.store.get
+    stale = {f"{other.root}/{name}"}
+
+    async def get_before_the_create(path: str) -> GetResult | None:
+        if path in stale:  # (read before the create: not there)
+            stale.discard(path)
+            return None
+        return await real_get(path)
+
+    other.store.get = get_before_the_create  # type: ignore[method-assign]
+    ml = await other.open(name, SMALL_KEEP)
+    assert not stale and ml.number_of_entries == 0
+    await ml.add_entry_async(b"m0")
+    got = await real_get(f"{other.root}/{name}")
+    assert got is not None
+    info = ml_formats.decode_ledger_info(got.value)
+    assert [s.ledger_id for s in info.ledgers] == [ml.current_ledger_id]
 
 
 async def test_trimmed_ledgers_are_deleted_from_bookkeeper(

@@ -880,6 +880,36 @@ async def test_open_same_name_returns_same_instance(factory: ManagedLedgerFactor
     assert factory.exists("t") and factory.exists("other") and not factory.exists("missing")
 
 
+async def test_create_stores_an_empty_ledger_without_opening_it(factory: ManagedLedgerFactory) -> None:
+    """``create`` (a partitioned topic's partitions, as Pulsar's TopicResources.createPersistentTopicAsync): stored
+    and listed at once, not opened; its first open finds it empty; one already there (open or not) stays as it is."""
+    heard: list[str] = []
+    factory.add_names_listener(heard.append)
+    assert await factory.create("t") is True
+    assert factory.exists("t") and factory.list_names() == ["t"] and heard == ["t"]
+    assert await factory.create("t") is False and heard == ["t"]
+    ml = await factory.open("t")
+    assert ml.number_of_entries == 0 and dict(ml.cursors) == {} and heard == ["t"]
+    await add_all(ml, 2)
+    assert await factory.create("t") is False  # (open)
+    await ml.close()
+    assert await factory.create("t") is False  # (stored, closed)
+    ml = await factory.open("t")
+    assert [e.data for e in await ml.new_non_durable_cursor(Position(-1, -1), "r").read_entries_async(10)] == [
+        b"m0", b"m1"]
+    # One never opened is deleted by name, as any stored one.
+    assert await factory.create("unused") is True
+    await factory.delete("unused")
+    assert not factory.exists("unused") and factory.list_names() == ["t"]
+    with pytest.raises(LedgerNotFoundError):
+        await factory.delete("unused")
+    # Creations and an open of one name side by side: one managed ledger, opened empty.
+    made = await asyncio.gather(factory.create("race"), factory.open("race"), factory.create("race"))
+    assert sum(m is True for m in (made[0], made[2])) <= 1
+    assert isinstance(made[1], ManagedLedger) and made[1].number_of_entries == 0
+    assert await factory.open("race") is made[1] and factory.list_names() == ["race", "t"]
+
+
 async def test_cursor_properties_set_without_moving(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("t")
     c = await ml.open_cursor("sub", InitialPosition.EARLIEST, properties={"a": 1})

@@ -121,6 +121,25 @@ async def test_unflushed_acks_are_redelivered_after_a_crash_flushed_ones_are_not
     await factory.close()
 
 
+async def test_a_created_ledger_survives_a_power_cut() -> None:
+    """``create`` is durable when it returns (a partitioned topic's partitions exist from its creation on): the
+    directory's name, and a hashed name's "name" file, are synced; nothing else is written for it."""
+    fs = CrashFileSystem()
+    factory = crash_factory(fs)
+    names = ["parted-partition-0", "x" * 400]
+    assert await asyncio.gather(*(factory.create(n) for n in names)) == [True, True]
+    fs.power_cut()
+    await factory.close()
+    fs.reboot()
+    factory = crash_factory(fs)
+    assert factory.list_names() == sorted(names)
+    for name in names:
+        ml = await factory.open(name)
+        assert ml.number_of_entries == 0
+        await ml.add_entry_async(b"first")
+    await factory.close()
+
+
 async def test_hot_acks_are_coalesced_into_one_cursor_write(tmp_path: Path) -> None:
     factory = make(tmp_path, cursor_persist_interval_s=0)  # the timer fires on the next loop turn
     ml = await factory.open("t")
