@@ -1,7 +1,7 @@
 """Random commands on many connections (command_fuzz.py): whatever a client sends, the broker answers it, refuses it
 or closes that connection, and never fails unexpectedly (no error logged, no task dying), hangs a connection, or
-hurts the others. Seeded, so a failure repeats: PULSAR_FUZZ_SEED=<n> runs another seed, PULSAR_FUZZ_SESSIONS=<n>
-more connections."""
+hurts the others; the dispatchers' permit invariant holds throughout. Seeded, so a failure repeats:
+PULSAR_FUZZ_SEED=<n> runs another seed, PULSAR_FUZZ_SESSIONS=<n> more connections."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from broker.dispatch import base as dispatch_base
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from tests.component.command_fuzz import CommandFuzz, frame
@@ -55,8 +56,10 @@ async def answered_or_closed(c: WireClient) -> bool:
 
 
 async def test_random_commands_are_answered_refused_or_closed_and_never_fail_the_broker(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.WARNING)
+    # The dispatchers' permit invariant checked after every change (PULSAR_BROKER_DEBUG=1): a drift raises.
+    monkeypatch.setattr(dispatch_base, "DEBUG_INVARIANTS", True)
     loop = asyncio.get_running_loop()
     loop_errors: list[dict[str, Any]] = []
     previous_handler = loop.get_exception_handler()
