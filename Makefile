@@ -23,6 +23,9 @@ test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps
 # pyproject says Python >= 3.11 and `make test` runs python3: this runs the whole suite again on the newest Python
 # 3.12+ on PATH or in pyenv, in its own venv (.venv-newer); the brokers the tests start as processes run on it too.
 # Skipped, saying so, when there is none (CI=true: a failure).
+NEWER_PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 \
+  $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+  $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 NEWER_VENV := .venv-newer
 NEWER_TESTS ?= tests
 
