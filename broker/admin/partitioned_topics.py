@@ -220,12 +220,7 @@ class PartitionedTopics:
             replicated = bool(sub_stats.get("isReplicated"))
 
             async def create(p: TopicName, sub_name: str = sub_name, replicated: bool = replicated) -> None:
-                topic = await self.service.get_persistent_topic(p, create=True)
-                if sub_name in admin_ops.subscription_names(topic):
-                    raise HttpError(409, "Subscription already exists for topic")
-                sub = await admin_ops.create_subscription(topic, sub_name, EARLIEST)
-                if replicated and not sub.set_replicated():
-                    raise HttpError(500, "Failed to update cursor properties")
+                await self.topics.create_partition_subscription(p, sub_name, EARLIEST, replicated)
 
             action = f"subscription/{path_segment(sub_name)}"
             query = "?replicated=true" if replicated else ""

@@ -490,21 +490,14 @@ class TopicsResource:
         start = None if body is None else message_id(body)
         replicated = query_flag(request, "replicated")
 
-        async def create(topic: PersistentTopic) -> None:
-            sub = await admin_ops.create_subscription(topic, sub_name, start)
-            if replicated and not sub.set_replicated():
-                raise HttpError(500, "Failed to update cursor properties")
-
         n = self.partitions(name)
         if n == 0:
-            await create(await self.service.get_persistent_topic(name, create=True))
+            topic = await self.service.get_persistent_topic(name, create=True)
+            await self._create_subscription(topic, sub_name, start, replicated)
             return no_content()
 
         async def create_partition(partition: TopicName) -> None:
-            topic = await self.service.get_persistent_topic(partition, create=True)
-            if sub_name in admin_ops.subscription_names(topic):
-                raise HttpError(409, "Subscription already exists for topic")
-            await create(topic)
+            await self.create_partition_subscription(partition, sub_name, start, replicated)
 
         # Each partition by its owner (Pulsar's createSubscription per partition through its admin client), every one
         # of them (created if need be); like Pulsar, a partition that has it already is not an error.
@@ -513,6 +506,22 @@ class TopicsResource:
         if created == 0:
             raise HttpError(409, "Subscription already exists for topic")
         return no_content()
+
+    async def create_partition_subscription(self, partition: TopicName, sub_name: str, start: Position | None,
+                                            replicated: bool) -> None:
+        """A partition's share of a subscription made on its partitioned topic (here, by the partition's owner): the
+        partition made if need be, 409 when it has the subscription already."""
+        topic = await self.service.get_persistent_topic(partition, create=True)
+        if sub_name in admin_ops.subscription_names(topic):
+            raise HttpError(409, "Subscription already exists for topic")
+        await self._create_subscription(topic, sub_name, start, replicated)
+
+    @staticmethod
+    async def _create_subscription(topic: PersistentTopic, sub_name: str, start: Position | None,
+                                   replicated: bool) -> None:
+        sub = await admin_ops.create_subscription(topic, sub_name, start)
+        if replicated and not sub.set_replicated():
+            raise HttpError(500, "Failed to update cursor properties")
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
         """On persistent and non-persistent topics alike (a live subscription of the latter); on each partition of
