@@ -189,8 +189,10 @@ class PartitionedTopics:
         except TooManyPartitionsError as exc:
             raise HttpError(422, f"Desired partitions {n} can't be greater than the maximum partitions per topic "
                                  f"{exc.most}.") from None
-        if n == current:
-            raise HttpError(422, f"Desired partitions {n} must be greater than current partitions {current}")
+        if not query_flag(request, "updateLocalTopicOnly"):
+            await self._check_no_partition_past(request, name, current)
+        if n == current:  # (Pulsar 4.0's no-op: nothing stored, nothing created, 204)
+            return no_content()
         await self.service.metadata.set_partitions(name.full, n)
         # (Pulsar's internalUpdatePartitionedTopicAsync: tryCreatePartitionsAsync over all of them, after the metadata)
         await self.service.create_partitions(name, n)
@@ -198,13 +200,27 @@ class PartitionedTopics:
             await self._copy_subscriptions(request, name, n)
         return no_content()
 
+    async def _check_no_partition_past(self, request: web.Request, name: TopicName, current: int) -> None:
+        """409 when the namespace lists a partition of this topic at or past its current count (one made as a
+        topic of its own before the partitioned topic, or left by an earlier, larger one): growing would adopt
+        its data. Pulsar's internalUpdatePartitionedTopicAsync checks the namespace's topic list of the domain the
+        same way, in its words. (Its message lists the partitions past the count only, so a stored partition at
+        exactly the count was refused with an empty list; this one lists every partition it refuses for.)"""
+        mode = 0 if name.persistent else 1
+        listed = (TopicName.parse(t) for t in await self.topics.topics_of_namespace(request, name.namespace, mode))
+        past = sorted((t for t in listed if t.base.full == name.full and t.partition_index >= current),
+                      key=lambda t: t.partition_index)
+        if past:
+            raise HttpError(409, "Exist unexpected topic partition(partition index grater than current metadata "
+                                 f"maximum index {current}) {','.join(t.full for t in past)}")
+
     async def _copy_subscriptions(self, request: web.Request, name: TopicName, n: int) -> None:
         """Then, as Pulsar's internalUpdatePartitionedTopicAsync: the durable subscriptions of partition 0 (from its
         stats, at its owner) made on every partition at the earliest message (createSubscription with
         MessageId.earliest, replicated as there), each partition's by its owner; one a partition has already is left
         as it is (its 409 is no failure), any other failure is the answer. So a consumer misses nothing published
-        to a new partition before it subscribes there. (Not the broker's own cursors; not the subscription
-        properties: our createSubscription takes none.)"""
+        to a new partition before it subscribes there. Each with partition 0's subscription properties, as Pulsar
+        passes them (its stats' subscriptionProperties). Not the broker's own cursors."""
         fanout = self.topics.fanout
         first = name.partition(0)
 
@@ -218,13 +234,16 @@ class PartitionedTopics:
             if not sub_stats.get("isDurable") or is_reserved_subscription(sub_name):
                 continue
             replicated = bool(sub_stats.get("isReplicated"))
+            properties = sub_stats.get("subscriptionProperties") or None
 
-            async def create(p: TopicName, sub_name: str = sub_name, replicated: bool = replicated) -> None:
-                await self.topics.create_partition_subscription(p, sub_name, EARLIEST, replicated)
+            async def create(p: TopicName, sub_name: str = sub_name, replicated: bool = replicated,
+                             properties: dict[str, str] | None = properties) -> None:
+                await self.topics.create_partition_subscription(p, sub_name, EARLIEST, replicated, properties)
 
             action = f"subscription/{path_segment(sub_name)}"
             query = "?replicated=true" if replicated else ""
-            for _, answer in await fanout.outcomes(request, parts, "PUT", action, create, query, EARLIEST_JSON):
+            body = EARLIEST_JSON if properties is None else {**EARLIEST_JSON, "properties": properties}
+            for _, answer in await fanout.outcomes(request, parts, "PUT", action, create, query, body):
                 if isinstance(answer, CallFailure) and answer.status != 409:
                     raise answer.error
 

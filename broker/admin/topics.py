@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -479,8 +479,9 @@ class TopicsResource:
         return json_response(sorted({sub for names in listed for sub in names or ()}))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
-        """PUT .../subscription/{sub}: an optional message id body (the start), ``?replicated=true``
-        for a replicated subscription (Pulsar's query parameter)."""
+        """PUT .../subscription/{sub}: an optional ResetCursorData body (the start, and the subscription's
+        ``properties``, stored with it as Pulsar's createSubscription does), ``?replicated=true`` for a replicated
+        subscription (Pulsar's query parameter)."""
         name = self.name(request)
         sub_name = request.match_info["sub"]
         if is_reserved_subscription(sub_name):
@@ -488,16 +489,17 @@ class TopicsResource:
             raise HttpError(412, RESERVED_SUBSCRIPTION)
         body = await read_body(request)
         start = None if body is None else message_id(body)
+        properties = subscription_properties(body)
         replicated = query_flag(request, "replicated")
 
         n = self.partitions(name)
         if n == 0:
             topic = await self.service.get_persistent_topic(name, create=True)
-            await self._create_subscription(topic, sub_name, start, replicated)
+            await self._create_subscription(topic, sub_name, start, replicated, properties)
             return no_content()
 
         async def create_partition(partition: TopicName) -> None:
-            await self.create_partition_subscription(partition, sub_name, start, replicated)
+            await self.create_partition_subscription(partition, sub_name, start, replicated, properties)
 
         # Each partition by its owner (Pulsar's createSubscription per partition through its admin client), every one
         # of them (created if need be); like Pulsar, a partition that has it already is not an error.
@@ -508,18 +510,18 @@ class TopicsResource:
         return no_content()
 
     async def create_partition_subscription(self, partition: TopicName, sub_name: str, start: Position | None,
-                                            replicated: bool) -> None:
+                                            replicated: bool, properties: Mapping[str, str] | None) -> None:
         """A partition's share of a subscription made on its partitioned topic (here, by the partition's owner): the
         partition made if need be, 409 when it has the subscription already."""
         topic = await self.service.get_persistent_topic(partition, create=True)
         if sub_name in admin_ops.subscription_names(topic):
             raise HttpError(409, "Subscription already exists for topic")
-        await self._create_subscription(topic, sub_name, start, replicated)
+        await self._create_subscription(topic, sub_name, start, replicated, properties)
 
     @staticmethod
     async def _create_subscription(topic: PersistentTopic, sub_name: str, start: Position | None,
-                                   replicated: bool) -> None:
-        sub = await admin_ops.create_subscription(topic, sub_name, start)
+                                   replicated: bool, properties: Mapping[str, str] | None) -> None:
+        sub = await admin_ops.create_subscription(topic, sub_name, start, properties)
         if replicated and not sub.set_replicated():
             raise HttpError(500, "Failed to update cursor properties")
 
@@ -925,6 +927,16 @@ def _int_field(body: dict[str, Any], key: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise HttpError(400, f"{key} must be an integer")
     return value
+
+
+def subscription_properties(body: object) -> dict[str, str] | None:
+    """ResetCursorData's ``properties``: a JSON object of strings, or none (absent or null)."""
+    properties = body.get("properties") if isinstance(body, dict) else None
+    if properties is None:
+        return None
+    if not isinstance(properties, dict) or not all(isinstance(v, str) for v in properties.values()):
+        raise HttpError(400, "Subscription properties must be a JSON object of string values")
+    return properties
 
 
 def message_id(body: object) -> Position:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import TYPE_CHECKING, NamedTuple
@@ -86,11 +87,14 @@ async def live_subscription(topic: NonPersistentTopic, name: str) -> NonPersiste
     return sub
 
 
-async def create_subscription(topic: PersistentTopic, name: str, start: Position | None) -> Subscription:
-    """A durable subscription at ``start`` (a message id, inclusive), or at the end when None."""
+async def create_subscription(topic: PersistentTopic, name: str, start: Position | None,
+                              properties: Mapping[str, str] | None = None) -> Subscription:
+    """A durable subscription at ``start`` (a message id, inclusive), or at the end when None, with its
+    ``properties`` stored."""
     if name in topic.subscriptions or name in topic.ledger.cursors:
         raise SubscriptionExistsError(f"Subscription {name} already exists for topic {topic.full_name}")
-    sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None, by_client=False)
+    sub = await topic.get_or_create_subscription(name, True, pb.CommandSubscribe.Latest, None, properties,
+                                                 by_client=False)
     if start is not None:
         sub.reset_cursor(clamp_start(topic, start))
     return sub

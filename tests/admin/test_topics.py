@@ -187,6 +187,60 @@ def test_growing_a_partitioned_topic_copies_its_subscriptions(admin: Admin, clie
     reader.close()
 
 
+def test_a_subscription_created_over_rest_keeps_the_properties_of_its_body(admin: Admin) -> None:
+    """Pulsar's createSubscription takes ResetCursorData's properties and stores them with the cursor; a partitioned
+    topic's go to every partition, and growing the topic copies partition 0's (internalUpdatePartitionedTopicAsync
+    passes its stats' subscriptionProperties)."""
+    topic = new_topic("subprops")
+    base = f"/admin/v2/{rest_path(topic)}"
+    props = {"team": "billing", "tier": "gold"}
+    assert admin.put(f"{base}/subscription/s", {"ledgerId": -1, "entryId": -1, "properties": props}).status == 204
+    assert admin.put(f"{base}/unload").status == 204  # (stored, not only held by the live subscription)
+    assert admin.ok("GET", f"{base}/subscription/s/properties") == props
+    assert admin.ok("GET", f"{base}/stats")["subscriptions"]["s"]["subscriptionProperties"] == props
+    for bad in ({"a": 1}, ["a"], "a"):
+        reply = admin.put(f"{base}/subscription/bad", {"ledgerId": -1, "entryId": -1, "properties": bad})
+        assert (reply.status, reply.reason) == (400, "Subscription properties must be a JSON object of string values")
+    assert admin.ok("GET", f"{base}/subscriptions") == ["s"]
+
+    parted = new_topic("subprops-parted")
+    pbase = f"/admin/v2/{rest_path(parted)}"
+    admin.ok("PUT", f"{pbase}/partitions", 2)
+    assert admin.put(f"{pbase}/subscription/s", {"ledgerId": -1, "entryId": -1, "properties": props}).status == 204
+    admin.ok("POST", f"{pbase}/partitions", 3)
+    assert [admin.ok("GET", f"{pbase}-partition-{i}/subscription/s/properties") for i in range(3)] == [props] * 3
+
+
+def test_growing_is_refused_when_a_partition_past_the_count_is_there(admin: Admin, client: pulsar.Client) -> None:
+    """Pulsar's internalUpdatePartitionedTopicAsync lists the namespace's topics first: a partition of this topic at or
+    past its current count (here a topic made under that name before the partitioned topic) would be adopted by
+    growing, so it answers 409, unless updateLocalTopicOnly. Growing to the count it has is a no-op (204)."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/adopt"
+    base = f"/admin/v2/{rest_path(topic)}"
+    publish(client, f"{topic}-partition-2", 1)
+    admin.ok("PUT", f"{base}/partitions", 2)
+    reply = admin.post(f"{base}/partitions", 4)
+    assert (reply.status, reply.reason) == (
+        409, f"Exist unexpected topic partition(partition index grater than current metadata maximum index 2) "
+             f"{topic}-partition-2")
+    assert admin.ok("GET", f"{base}/partitions")["partitions"] == 2
+    assert admin.post(f"{base}/partitions", 2).status == 409  # (the same check comes first)
+    assert admin.post(f"{base}/partitions?updateLocalTopicOnly=true", 2).status == 204
+    assert admin.ok("GET", f"{base}/partitions")["partitions"] == 2
+    assert admin.post(f"{base}/partitions?updateLocalTopicOnly=true", 3).status == 204
+    assert admin.ok("GET", f"{base}/partitions")["partitions"] == 3
+    assert backlog_of_new(admin, f"{topic}-partition-2") == 1  # its earlier message is the partition's now
+    assert admin.post(f"{base}/partitions", 3).status == 204  # nothing past the count now: a no-op
+
+
+def backlog_of_new(admin: Admin, topic: str) -> int:
+    """The messages a new subscription at the earliest sees."""
+    path = f"/admin/v2/{rest_path(topic)}/subscription/count-{uuid.uuid4().hex[:6]}"
+    assert admin.put(path, {"ledgerId": -1, "entryId": -1}).status == 204
+    return int(admin.stats(topic)["subscriptions"][path.rsplit("/", 1)[1]]["msgBacklog"])
+
+
 def test_partitioned_subscription_fan_out(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("pfan")
     base = f"/admin/v2/{rest_path(topic)}"
