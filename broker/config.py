@@ -352,6 +352,9 @@ class BrokerConfig:
     # Open transactions one coordinator may hold; 0 = no limit (Pulsar's default).
     maxActiveTransactionsPerCoordinator: int = setting(0, UNLIMITED)
     # -- geo-replication: how replicators reach other clusters (their cluster data overrides) ---------
+    # A partitioned topic created through the admin API is created on the namespace's other replication clusters
+    # too, in the background (docs/replication.md).
+    createTopicToRemoteClusterForReplication: bool = True
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""
     brokerClientCertificateFilePath: str = ""

@@ -46,6 +46,7 @@ from broker.admin.namespaces import NamespacesResource
 from broker.admin.otel import OpenTelemetryExport
 from broker.admin.peers import PeerAdmin, path_segment
 from broker.admin.permissions import PermissionsResource
+from broker.admin.replicated_topics import ReplicatedPartitions
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
 from broker.admin.topic_policies import TopicPoliciesResource
@@ -83,6 +84,8 @@ class WebService:
         self.otel = OpenTelemetryExport(ctx, self.sampler)  # off unless OTEL_SDK_DISABLED=false
         # Calls to the other brokers' admin API (cluster mode: operations over many topics go to each owner).
         self.peers = PeerAdmin(ctx.config)
+        # Partitioned topics made and grown on the namespace's other replication clusters too.
+        self.replicated = ReplicatedPartitions(self)
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -155,6 +158,7 @@ class WebService:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.replicated.close()
         await self.peers.close()
 
     @property

@@ -157,6 +157,8 @@ class PartitionedTopics:
         # Then its partitions (Pulsar's AdminResource.internalCreatePartitionedTopic: tryCreatePartitionsAsync after
         # the metadata), so they are listed, deleted, granted... as topics from now on.
         await self.service.create_partitions(name, n)
+        if not query_flag(request, "createLocalTopicOnly"):
+            self.topics.web.replicated.create_in_background(name, n, properties)
         return no_content()
 
     async def create_missed_partitions(self, request: web.Request) -> web.Response:
@@ -189,15 +191,18 @@ class PartitionedTopics:
         except TooManyPartitionsError as exc:
             raise HttpError(422, f"Desired partitions {n} can't be greater than the maximum partitions per topic "
                                  f"{exc.most}.") from None
-        if not query_flag(request, "updateLocalTopicOnly"):
+        local_only = query_flag(request, "updateLocalTopicOnly")
+        if not local_only:
             await self._check_no_partition_past(request, name, current)
-        if n == current:  # (Pulsar 4.0's no-op: nothing stored, nothing created, 204)
-            return no_content()
-        await self.service.metadata.set_partitions(name.full, n)
-        # (Pulsar's internalUpdatePartitionedTopicAsync: tryCreatePartitionsAsync over all of them, after the metadata)
-        await self.service.create_partitions(name, n)
-        if name.persistent:
-            await self._copy_subscriptions(request, name, n)
+        if n != current:  # (the same count: Pulsar 4.0's no-op here, nothing stored or created)
+            await self.service.metadata.set_partitions(name.full, n)
+            # (Pulsar's internalUpdatePartitionedTopicAsync: tryCreatePartitionsAsync over all of them, after the
+            # metadata)
+            await self.service.create_partitions(name, n)
+            if name.persistent:
+                await self._copy_subscriptions(request, name, n)
+        if not local_only:  # (then the namespace's other replication clusters, even for the same count here)
+            await self.topics.web.replicated.grow(name, n)
         return no_content()
 
     async def _check_no_partition_past(self, request: web.Request, name: TopicName, current: int) -> None:

@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import ssl
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -115,27 +116,30 @@ class PeerAdmin:
             return {"Authorization": caller.headers["Authorization"]}
         return {}
 
-    async def call(self, method: str, url: str, caller: web.Request | None = None, body: object = None) -> Any:
+    async def call(self, method: str, url: str, caller: web.Request | None = None, body: object = None,
+                   headers: Mapping[str, str] | None = None) -> Any:
         """``method`` on another broker's admin ``url``: its JSON answer (None when empty). HttpError with the other
         broker's status and reason when it refuses; 503 when it cannot be reached, or has not answered within
         ``CALL_TIMEOUT_S``, redirects included (each hop had that time before: six hops, six times as long).
+        ``headers``: the call's own (credentials for another cluster, a Content-Type for the body) instead of
+        this broker's credentials.
 
         ``url`` is sent exactly as given, already encoded (``path_segment``, ``urlencode``), and so is a redirect's
         Location: neither is decoded and normalized on the way (yarl would decode ``%2E%2E`` and drop it with the
         segment before, sending the call, with the broker's credentials, to another route)."""
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
-                return await self._call(method, url, caller, body)
+                return await self._call(method, url, dict(headers) if headers is not None else self.headers(caller),
+                                        body)
         except TimeoutError:
             raise HttpError(503, f"{method} {url}: no answer within {CALL_TIMEOUT_S:g} s") from None
 
-    async def _call(self, method: str, url: str, caller: web.Request | None, body: object) -> Any:
+    async def _call(self, method: str, url: str, headers: dict[str, str], body: object) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S))
-        headers = self.headers(caller)
         data = None if body is None else json.dumps(body).encode()
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            headers.setdefault("Content-Type", "application/json")
         target = URL(url, encoded=True)
         for _ in range(MAX_REDIRECTS + 1):
             try:

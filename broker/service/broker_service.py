@@ -103,8 +103,13 @@ AnyTopic = PersistentTopic | NonPersistentTopic
 def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
     """The HTTP credentials of the broker client (``brokerClientAuthenticationPlugin``: token or basic), for the
     leader's admin calls to other brokers (TLS client certificates are not sent on those)."""
-    method, data, _ = client_credentials(config.brokerClientAuthenticationPlugin,
-                                         config.brokerClientAuthenticationParameters)
+    return credential_headers(config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters)
+
+
+def credential_headers(plugin: str, params: str) -> dict[str, str]:
+    """The Authorization header of an authentication plugin and its parameters (token or basic; none for tls or no
+    plugin); RemoteError for one that cannot be used."""
+    method, data, _ = client_credentials(plugin, params)
     if method == "token":
         return {"Authorization": f"Bearer {data.decode()}"}
     if method == "basic":

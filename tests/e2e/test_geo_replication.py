@@ -14,6 +14,7 @@ import pulsar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -98,6 +99,12 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["a", "b"]})
         yield p
         p.close()
+
+
+def partitions(admin: Admin, path: str) -> int:
+    """A partitioned topic's count, 0 while the broker does not know it."""
+    reply = admin.get(f"/admin/v2/{path}/partitions")
+    return int(reply.json["partitions"]) if reply.status == 200 else 0
 
 
 def receive(consumer: pulsar.Consumer, n: int) -> list[bytes]:
@@ -189,11 +196,13 @@ def test_metadata_and_producer_names_on_the_remote_side(pair: Pair) -> None:
 
 
 def test_partitioned_topic(pair: Pair) -> None:
-    # Each partition replicates on its own; the partitioned topic exists on both sides.
+    # Each partition replicates on its own. The partitioned topic is created on a only: a creates it on b too, in
+    # the background (Pulsar's internalCreatePartitionedTopicToReplicatedClustersInBackground).
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/parted"
-    for admin in (pair.admin_a, pair.admin_b):
-        admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 3)
+    pair.admin_a.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 3)
+    wait_for(lambda: partitions(pair.admin_b, f"persistent/{ns}/parted") == 3,
+             what="the partitioned topic to be made on b")
     on_b = pair.client_b.subscribe(topic, "s")
     producer = pair.client_a.create_producer(topic, batching_enabled=False)
     for i in range(30):
@@ -205,6 +214,38 @@ def test_partitioned_topic(pair: Pair) -> None:
              ["replication"]["b"]["replicationBacklog"] == 0, what="every partition to be replicated")
     out = pair.admin_a.ok("GET", f"/admin/v2/persistent/{ns}/parted/partitioned-stats")["replication"]["b"]
     assert out["msgOutCounter"] == 30 and out["connected"] is True
+
+
+def test_a_partitioned_topic_is_made_and_grown_on_the_other_replication_clusters(pair: Pair) -> None:
+    """Pulsar 4.0: a partitioned topic created in a replicated namespace is created on its other clusters (with its
+    properties, in the background, unless createLocalTopicOnly); growing it grows them before answering (unless
+    updateLocalTopicOnly). A cluster that has it already keeps it."""
+    ns = pair.namespace(["a", "b"])
+    base = f"/admin/v2/persistent/{ns}"
+
+    def on_b(topic: str) -> dict[str, object]:
+        return pair.admin_b.ok("GET", f"{base}/{topic}/partitions")  # type: ignore[no-any-return]
+
+    pair.admin_a.ok("PUT", f"{base}/local-only/partitions?createLocalTopicOnly=true", 2)
+    pair.admin_b.ok("PUT", f"{base}/there-already/partitions?createLocalTopicOnly=true", 5)
+    pair.admin_a.ok("PUT", f"{base}/there-already/partitions", 2)
+    reply = pair.admin_a.call("PUT", f"{base}/both/partitions", {"partitions": 2, "properties": {"k": "v"}},
+                              content_type=PARTITIONED_METADATA_TYPE)
+    assert reply.status == 204, reply.body
+    wait_for(lambda: partitions(pair.admin_b, f"persistent/{ns}/both") == 2,
+             what="the partitioned topic to be made on b")
+    assert on_b("both")["properties"] == {"k": "v"}
+    assert pair.admin_b.get(f"{base}/local-only/partitions").status == 404  # (made before "both": its call was first)
+    assert on_b("there-already")["partitions"] == 5
+    pair.admin_a.ok("POST", f"{base}/both/partitions", 4)
+    assert on_b("both")["partitions"] == 4  # (waited for)
+    pair.admin_a.ok("POST", f"{base}/both/partitions?updateLocalTopicOnly=true", 6)
+    assert on_b("both")["partitions"] == 4
+    pair.admin_a.ok("POST", f"{base}/both/partitions", 6)  # (the same count here: b is still grown)
+    assert on_b("both")["partitions"] == 6
+    reply = pair.admin_a.post(f"{base}/local-only/partitions", 3)  # (b has no such partitioned topic: its answer)
+    assert reply.status == 409, reply.body
+    assert pair.admin_a.ok("GET", f"{base}/local-only/partitions")["partitions"] == 3  # (grown here first)
 
 
 def test_topic_level_replication_clusters(pair: Pair) -> None:

@@ -1,0 +1,131 @@
+"""A partitioned topic made or grown in a namespace replicated to other clusters is made or grown there too, as in
+Apache Pulsar 4.0: without it, the replicators of its partitions would publish to topics named ``...-partition-<i>``
+that the other cluster does not know as partitions, and its consumers of the partitioned topic would miss them.
+
+- **Create** (``PUT .../partitions``, unless ``createLocalTopicOnly=true``): once made here, the same partitioned
+  topic (count and properties) is made on each other cluster of the namespace's replication clusters, in the
+  background, with ``createLocalTopicOnly=true`` there (Pulsar's AdminResource.
+  internalCreatePartitionedTopicToReplicatedClustersInBackground, when ``createTopicToRemoteClusterForReplication``,
+  its default). The caller's answer does not wait for them. A cluster that has the topic already (409) is left as
+  it is: with the same count it is logged as done; with another, as a conflict to mend by hand.
+- **Grow** (``POST .../partitions``, unless ``updateLocalTopicOnly=true``): once grown here, each other replication
+  cluster is grown to the same count with ``updateLocalTopicOnly=true``, and the answer waits for them: a failure
+  there is the caller's answer (Pulsar's internalUpdatePartitionedTopicAsync, which updates every replication
+  cluster after the local one).
+
+The other cluster is called on its cluster data's ``serviceUrl`` (``serviceUrlTls`` when ``brokerClientTlsEnabled``,
+the cluster's value else the broker's), with the cluster's credentials (``authenticationPlugin`` /
+``authenticationParameters``: token or basic), else the broker's own (Pulsar's BrokerService.getClusterPulsarAdmin).
+TLS trust and client certificates are the broker's (``PeerAdmin``), not the cluster data's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.admin.common import HttpError
+from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
+from broker.admin.peers import reason_of, topic_path
+from broker.metadata.policy_table import REPLICATION_CLUSTERS
+from broker.service.broker_service import credential_headers
+from broker.service.remote_producer import RemoteError
+from broker.tasks import OwnedTasks
+
+if TYPE_CHECKING:
+    from broker.admin.http import WebService
+    from broker.config import BrokerConfig
+    from broker.topic_name import TopicName
+
+log = logging.getLogger(__name__)
+
+
+def cluster_admin(cfg: BrokerConfig, name: str, data: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The base URL of cluster ``name``'s admin API and the headers of a call there; RemoteError when its data
+    has no URL for it or its credentials cannot be used."""
+    tls = data.get("brokerClientTlsEnabled")
+    if tls in (None, ""):
+        tls = cfg.brokerClientTlsEnabled
+    key = "serviceUrlTls" if tls else "serviceUrl"
+    url = str(data.get(key) or "").rstrip("/")
+    if not url:
+        raise RemoteError(f"cluster {name} has no {key}")
+    if data.get("authenticationPlugin"):
+        return url, credential_headers(data["authenticationPlugin"], data.get("authenticationParameters") or "")
+    return url, credential_headers(cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters)
+
+
+class ReplicatedPartitions:
+    def __init__(self, web: WebService) -> None:
+        self.web = web
+        self.tasks = OwnedTasks("partitioned topics made on replication clusters")
+
+    def _others(self, name: TopicName) -> list[str]:
+        """The namespace's replication clusters but this one (Pulsar reads the namespace's, not the topic's)."""
+        local = self.web.ctx.config.clusterName
+        clusters = self.web.service.policies.for_namespace(name.namespace, REPLICATION_CLUSTERS)
+        return [c for c in clusters if c != local]
+
+    def _target(self, cluster: str, name: TopicName) -> tuple[str, dict[str, str]]:
+        data = self.web.metadata.clusters.get(cluster)
+        if data is None:
+            raise RemoteError(f"cluster {cluster} has no cluster data")
+        base, headers = cluster_admin(self.web.ctx.config, cluster, data)
+        return f"{base}{topic_path(name)}/partitions", headers
+
+    def create_in_background(self, name: TopicName, n: int, properties: dict[str, str] | None) -> None:
+        """The partitioned topic made on each other replication cluster, not awaited."""
+        if not self.web.ctx.config.createTopicToRemoteClusterForReplication:
+            return
+        for cluster in self._others(name):
+            self.tasks.spawn(self._create(cluster, name, n, properties), name=f"create {name} on {cluster}")
+
+    async def _create(self, cluster: str, name: TopicName, n: int, properties: dict[str, str] | None) -> None:
+        try:
+            url, headers = self._target(cluster, name)
+        except RemoteError as exc:
+            log.warning("partitioned topic %s not made on cluster %s: %s", name, cluster, exc)
+            return
+        body: object = n
+        if properties is not None:
+            body = {"partitions": n, "properties": properties}
+            headers["Content-Type"] = PARTITIONED_METADATA_TYPE
+        try:
+            await self.web.peers.call("PUT", f"{url}?createLocalTopicOnly=true", body=body, headers=headers)
+        except HttpError as exc:
+            if exc.status_code != 409:
+                log.warning("partitioned topic %s not made on cluster %s: %s", name, cluster, reason_of(exc.text or ""))
+                return
+            await self._compare(cluster, name, n, url, headers)
+            return
+        log.info("partitioned topic %s made on cluster %s (%d partitions)", name, cluster, n)
+
+    async def _compare(self, cluster: str, name: TopicName, n: int, url: str, headers: dict[str, str]) -> None:
+        """The other cluster had it already: the same count is nothing to do, another is a conflict to mend."""
+        headers.pop("Content-Type", None)
+        try:
+            doc = await self.web.peers.call("GET", url, headers=headers)
+        except HttpError as exc:
+            log.warning("partitioned topic %s exists on cluster %s, its count unknown: %s", name, cluster,
+                        reason_of(exc.text or ""))
+            return
+        theirs = doc.get("partitions") if isinstance(doc, dict) else None
+        if theirs == n:
+            log.info("partitioned topic %s is on cluster %s already (%d partitions)", name, cluster, n)
+        else:
+            log.warning("partitioned topic %s exists on cluster %s with %s partitions, not %d: the clusters "
+                        "differ until one is changed by hand", name, cluster, theirs, n)
+
+    async def grow(self, name: TopicName, n: int) -> None:
+        """Each other replication cluster grown to ``n`` partitions, awaited; the first failure is raised (an
+        HttpError with the other cluster's status)."""
+        for cluster in self._others(name):
+            try:
+                url, headers = self._target(cluster, name)
+            except RemoteError as exc:
+                raise HttpError(500, f"Update remote cluster {cluster} partition fail: {exc}") from None
+            await self.web.peers.call("POST", f"{url}?updateLocalTopicOnly=true", body=n, headers=headers)
+
+    async def close(self) -> None:
+        await self.tasks.close()
