@@ -213,6 +213,12 @@ class ManagedLedgerFactory(abc.ABC):
         """Whether a managed ledger of this name is stored (open or not): the ``list_names`` answer for
         one name, in constant time (asked on every topic lookup and creation)."""
 
+    async def exists_fresh(self, name: str) -> bool:
+        """``exists``, asking the storage when the name is not known here: storage that brokers share may hold one
+        another broker has just created, not told yet (a name found is then known here). Storage of one broker
+        knows every name already."""
+        return self.exists(name)
+
 
 class ManagedLedger(abc.ABC):
     """The log of one topic: append entries, open cursors, trim what everyone consumed.

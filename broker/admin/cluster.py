@@ -7,7 +7,9 @@ bundle itself, or finding which broker should, when nobody owns it, as a lookup 
 ``307 Temporary Redirect`` to the same path and query on the owner's web service, with ``authoritative`` set as
 Pulsar sets it (true when this broker is the leader). Metadata-only actions (partitions, properties, topic
 policies, the namespace's lists) are answered by any broker, and so is an action on a partitioned topic's base
-name. A standalone broker owns everything: the middleware does nothing more.
+name. A standalone broker owns everything: the middleware does nothing more. (In cluster mode the middleware first
+reads what another broker has just stored of the topic and this one has not heard of yet,
+``BrokerService.refresh_topic``: no check answers 404 for a topic that is stored.)
 
 Before that, in every mode, a call on a topic of a namespace this broker's cluster does not serve is sent to the
 peer cluster that does (Pulsar's validateGlobalNamespaceOwnership, ``broker.metadata.global_namespace``): ``307`` to
@@ -141,6 +143,10 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
         found = topic_of(request.path)
+        if found is not None and service.distributed and "topic" in request.match_info:
+            # What another broker has just stored of the topic, read now (its notification may be on its way): the
+            # checks below and the handler's answer for it, as Pulsar's metadata cache loads what it does not hold.
+            await service.refresh_topic(found[0])
         if found is not None and peer_checked(request.method, *found):
             await check_served_here(service, request, *found)
         if found is not None and service.ownership.distributed:

@@ -492,6 +492,28 @@ class BrokerService:
         if self.distributed and not self.metadata.namespace_exists(name.namespace):
             await self.metadata.namespace_exists_fresh(name.namespace)
 
+    async def refresh_topic(self, name: TopicName) -> None:
+        """Cluster mode: ``refresh_namespace``, then what this broker does not know of the topic read from the
+        metadata store: its base name's partitioned metadata and, of a persistent name, its managed ledger (of a
+        partitioned topic's name, each partition's), any of which another broker may have just created, its
+        notification on its way. So the synchronous checks after it (``topic_exists``, ``metadata.partitions_of``)
+        answer for what is stored, as Pulsar's do: NamespaceService.checkTopicExists reads the partitioned metadata
+        through its metadata cache (which loads a key it does not hold) and then TopicResources.
+        persistentTopicExists (the store's exists). Nothing is read for a topic known here; one broker: nothing."""
+        if not self.distributed:
+            return
+        await self.refresh_namespace(name)
+        factory = self.ledger_factory
+        if (not self.metadata.namespace_exists(name.namespace) or self.get_topic_if_loaded(name) is not None
+                or (name.persistent and factory.exists(name.persistence_path))):
+            return  # (a stored topic is no partitioned one: Pulsar refuses to make either where the other is)
+        partitions = await self.metadata.partitions_of_fresh(name.base.full)
+        if not name.persistent:
+            return
+        stored = [name.partition(i) for i in range(partitions)] if name.partition_index < 0 and partitions else [name]
+        await asyncio.gather(*(factory.exists_fresh(one.persistence_path) for one in stored
+                               if not factory.exists(one.persistence_path)))
+
     def get_topic_if_loaded(self, name: TopicName) -> AnyTopic | None:
         if not name.persistent:
             return self.non_persistent_topics.get(name.full)
@@ -577,7 +599,7 @@ class BrokerService:
             return await self.get_persistent_topic(name, create, explicit=explicit)
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
-        await self.refresh_namespace(name)
+        await self.refresh_topic(name)  # (cluster mode: one another broker has just stored is loaded, not refused)
         self.check_namespace(name)
         loading = self._loading.get(name.full)
         if loading is not None:
@@ -663,11 +685,13 @@ class BrokerService:
             del self.non_persistent_topics[topic.full_name]
 
     def partitions_now(self, name: TopicName, auto_create: bool = True) -> int | None:
-        """``partitions_for``'s answer when it needs no waiting, else None: not when the namespace must be read from
-        the metadata store first (cluster mode) nor when a partitioned topic is to be created."""
+        """``partitions_for``'s answer when it needs no waiting, else None: not when the namespace or the topic must
+        be read from the metadata store first (cluster mode: one this broker knows neither as partitioned nor as
+        stored) nor when a partitioned topic is to be created."""
         if name.partition_index >= 0:
             return 0
-        if self.distributed and not self.metadata.namespace_exists(name.namespace):
+        if self.distributed and not (self.metadata.namespace_exists(name.namespace) and (
+                self.metadata.partitions_of(name.full) > 0 or self.topic_exists(name))):
             return None
         return self._partitions_known(name, auto_create)
 
@@ -675,7 +699,7 @@ class BrokerService:
         """Partition count for PARTITIONED_METADATA (0 = not partitioned)."""
         if name.partition_index >= 0:
             return 0
-        await self.refresh_namespace(name)
+        await self.refresh_topic(name)
         n = self._partitions_known(name, auto_create)
         if n is not None:
             return n

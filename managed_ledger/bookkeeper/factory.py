@@ -15,7 +15,8 @@ owner may still be running:
 ``list_names`` is synchronous: it answers from the names this factory knows, which are those opened or created
 through it plus, once the factory has started, those found under the root in Pulsar's four-level layout
 (``tenant/namespace/domain/topic``), kept up to date from the metadata store's notifications (another broker's
-topics come and go); ``add_names_listener`` hears of each change.
+topics come and go); ``add_names_listener`` hears of each change. ``exists_fresh`` reads the store for a name not
+known (yet: its notification may be on its way).
 """
 
 from __future__ import annotations
@@ -399,6 +400,24 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         return sorted(self._names)
 
     def exists(self, name: str) -> bool:
+        return name in self._names
+
+    async def exists_fresh(self, name: str) -> bool:
+        """``exists``, reading the metadata store when the name is not known: another broker may have just created
+        it, the store's notification not here yet (Pulsar's TopicResources.persistentTopicExists asks the store).
+        One found is known from then on, as a notification would have made it (``list_names``, the names
+        listeners). A store that cannot be read: the known names' answer."""
+        if name in self._names:
+            return True
+        await self.start()
+        try:
+            found = await self.store.exists(ml_formats.ledger_path(self.root, name))
+        except MetadataStoreError as exc:
+            log.warning("managed ledger %s not looked up in the metadata store: %s", name, exc)
+            return name in self._names
+        if found and name not in self._names:
+            self._add_name(name)
+            self._local_changes += 1  # (a re-read of its level under way may have read before it was made: again)
         return name in self._names
 
     def _forget(self, ledger: BookKeeperManagedLedger) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import json
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,9 @@ class Brokers:
                          "metadataStoreSessionTimeoutMillis": str(SESSION_TIMEOUT_MS)}
         self.started: list[BrokerInfo] = []
 
-    def start(self, count: int = 1) -> list[BrokerInfo]:
-        new = [start_broker(self.cluster, self.settings, f"{self.chroot[1:]}-{len(self.started) + i + 1}")
+    def start(self, count: int = 1, command_prefix: Sequence[str] = ()) -> list[BrokerInfo]:
+        new = [start_broker(self.cluster, self.settings, f"{self.chroot[1:]}-{len(self.started) + i + 1}",
+                            command_prefix=command_prefix)
                for i in range(count)]
         self.started.extend(new)
         return new

@@ -10,11 +10,17 @@ import uuid
 
 import pulsar
 import requests
+from kazoo.client import KazooClient
 
+from tests.cluster import held_notifications
 from tests.cluster.conftest import Brokers, http_json
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 30_000
+# What the brokers of test_a_broker_reads_what_another_has_just_stored are never told of (their notifications held):
+# public/default's persistent managed ledgers and partitioned topics. (Their levels are made before the brokers
+# start: the notification of a new level above would have a broker read all below it.)
+HELD_PATHS = ("/managed-ledgers/public/default/persistent", "/admin/partitioned-topics/public/default/persistent")
 
 
 def topic_names(prefix: str, count: int) -> list[str]:
@@ -86,12 +92,54 @@ def test_admin_calls_redirect_to_the_owner(brokers: Brokers) -> None:
     followed = requests.get(stats, timeout=30)
     assert followed.status_code == 200 and followed.json()["msgInCounter"] == 1
     assert [r.status_code for r in followed.history] == [307]
-    # Metadata-only calls are answered by any broker, once it knows the topic: a broker learns of the managed ledgers
-    # another one creates from its metadata-store watch (BookKeeperManagedLedgerFactory's names), a round trip or two
-    # after the create; until then it answers 404. (Failed once here, on a loaded CI run.)
-    partitions = f"{other.web_url}/admin/v2/persistent/{local}/partitions"
-    wait_for(lambda: requests.get(partitions, allow_redirects=False, timeout=30).status_code == 200,
-             what="the other broker to answer the topic's partitioned metadata")
+    # Metadata-only calls are answered by any broker (at once: one that has not heard of the topic yet reads the
+    # store, see test_a_broker_reads_what_another_has_just_stored).
+    assert requests.get(f"{other.web_url}/admin/v2/persistent/{local}/partitions", allow_redirects=False,
+                        timeout=30).status_code == 200
+
+
+def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
+    """A broker asked of a topic it has not heard of reads the metadata store before it answers, as Pulsar's do
+    (NamespaceService.checkTopicExists: the partitioned metadata through the metadata cache, which loads a key it
+    does not hold, then TopicResources.persistentTopicExists, the store's exists). Here neither broker is ever told
+    of public/default's managed ledgers and partitioned topics (``held_notifications``): each knows those the other
+    makes only by reading them, so a call that trusted what it was told would answer 404 every time."""
+    root = KazooClient(hosts=brokers.cluster.zk_address)  # (the test's chroot is not there yet)
+    root.start(timeout=30)
+    try:
+        for path in HELD_PATHS:
+            root.ensure_path(brokers.chroot + path)
+    finally:
+        root.stop()
+        root.close()
+    b1, b2 = brokers.start(2, command_prefix=held_notifications.command_prefix(HELD_PATHS))
+    topic, parted = topic_names("fresh", 2)
+    local, parted_local = topic.removeprefix("persistent://"), parted.removeprefix("persistent://")
+
+    # A topic made by its owner (the PUT is sent there), asked of the other broker at once.
+    made = requests.put(f"{b1.web_url}/admin/v2/persistent/{local}", timeout=30)
+    assert made.status_code == 204, made.text
+    owner_url = http_json(f"{b1.web_url}/lookup/v2/topic/persistent/{local}")["httpUrl"]
+    other = b2 if owner_url == b1.web_url else b1
+    base = f"{other.web_url}/admin/v2/persistent/{local}"
+    assert http_json(f"{base}/partitions") == {"partitions": 0, "deleted": False}
+    assert http_json(f"{base}/properties") == {}
+    assert requests.get(f"{base}/permissions", timeout=30).status_code == 200
+    stats = requests.get(f"{base}/stats", timeout=30)  # (at the owner, through its 307)
+    assert stats.status_code == 200 and [r.status_code for r in stats.history] == [307]
+
+    # A partitioned topic made through broker 1 (any broker answers that), asked of broker 2 at once: its admin
+    # metadata and stats, and its partitioned metadata over the binary protocol.
+    made = requests.put(f"{b1.web_url}/admin/v2/persistent/{parted_local}/partitions", json=2, timeout=30)
+    assert made.status_code == 204, made.text
+    base = f"{b2.web_url}/admin/v2/persistent/{parted_local}"
+    assert http_json(f"{base}/partitions") == {"partitions": 2, "deleted": False}
+    assert set(http_json(f"{base}/partitioned-stats")["partitions"]) == {f"{parted}-partition-{i}" for i in range(2)}
+    client = pulsar.Client(b2.service_url, operation_timeout_seconds=30)
+    try:
+        assert client.get_topic_partitions(parted) == [f"{parted}-partition-{i}" for i in range(2)]
+    finally:
+        client.close()
 
 
 def test_topic_lists_and_regex_consumers_see_every_broker(brokers: Brokers) -> None:

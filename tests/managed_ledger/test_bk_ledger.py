@@ -145,6 +145,24 @@ async def test_a_created_managed_ledger_is_pulsars_empty_znode(
     assert [s.ledger_id for s in info.ledgers] == [ml.current_ledger_id]
 
 
+async def test_a_name_not_heard_of_yet_is_read_from_the_store(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """``exists_fresh`` reads the znode of a name the factory does not know (another broker's, its notification not
+    here yet: held back for good here), and knows it from then on, as the notification would have made it."""
+    name = "tenant/ns/persistent/fresh"
+    factory, other = make_factory(), make_factory()
+    other._on_notification = lambda notification: None  # type: ignore[method-assign]  # (never told)
+    await other.start()
+    heard: list[str] = []
+    other.add_names_listener(heard.append)
+    assert await factory.create(name) is True
+    assert not other.exists(name)
+    assert await other.exists_fresh(name) is True
+    assert other.exists(name) and other.list_names() == [name] and heard == [name]
+    assert await other.exists_fresh("tenant/ns/persistent/none") is False
+    assert other.list_names() == [name] and heard == [name]
+
+
 async def test_trimmed_ledgers_are_deleted_from_bookkeeper(
         make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
     factory = make_factory()
