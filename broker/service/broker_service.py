@@ -583,6 +583,7 @@ class BrokerService:
         if self.closed:
             raise NotAllowedError("Broker is shutting down")
         if name.full not in self.non_persistent_topics:
+            await self.refresh_topic(name)  # (cluster mode: a partitioned topic another broker has just made)
             await self.ownership.wait_serving(name)
         return self._non_persistent_topic(name, create, explicit)
 

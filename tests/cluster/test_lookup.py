@@ -20,7 +20,8 @@ TIMEOUT_MS = 30_000
 # What the brokers of test_a_broker_reads_what_another_has_just_stored are never told of (their notifications held):
 # public/default's persistent managed ledgers and partitioned topics. (Their levels are made before the brokers
 # start: the notification of a new level above would have a broker read all below it.)
-HELD_PATHS = ("/managed-ledgers/public/default/persistent", "/admin/partitioned-topics/public/default/persistent")
+HELD_PATHS = ("/managed-ledgers/public/default/persistent", "/admin/partitioned-topics/public/default/persistent",
+              "/admin/partitioned-topics/public/default/non-persistent")
 
 
 def topic_names(prefix: str, count: int) -> list[str]:
@@ -138,6 +139,22 @@ def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     client = pulsar.Client(b2.service_url, operation_timeout_seconds=30)
     try:
         assert client.get_topic_partitions(parted) == [f"{parted}-partition-{i}" for i in range(2)]
+    finally:
+        client.close()
+
+    # A non-persistent partitioned topic made through one broker, with auto-creation off: a producer on a partition
+    # the other broker owns is served there (a partition of a partitioned topic is always made), not refused.
+    requests.post(f"{b1.web_url}/admin/v2/namespaces/public/default/autoTopicCreation",
+                  json={"allowAutoTopicCreation": False}, timeout=30).raise_for_status()
+    live = parted.replace("persistent://", "non-persistent://", 1) + "-np"
+    partition = f"{live}-partition-0"
+    owner_url = http_json(f"{b1.web_url}/lookup/v2/topic/{partition.replace('://', '/')}")["httpUrl"]
+    owner, maker = (b1, b2) if owner_url == b1.web_url else (b2, b1)
+    made = requests.put(f"{maker.web_url}/admin/v2/{live.replace('://', '/')}/partitions", json=2, timeout=30)
+    assert made.status_code == 204, made.text
+    client = pulsar.Client(owner.service_url, operation_timeout_seconds=30)
+    try:
+        client.create_producer(partition).close()
     finally:
         client.close()
 
