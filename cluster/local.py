@@ -46,8 +46,10 @@ BOOKIE_JVM_OPTS = [
     "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
     "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
 ]
+# (srvr, ZooKeeper's default four-letter word, and wchs: its watch count, which tests read)
 ZK_JVM_OPTS = ["-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Dzookeeper.admin.enableServer=false", "-Djava.net.preferIPv4Stack=true"]
+               "-Dzookeeper.admin.enableServer=false", "-Djava.net.preferIPv4Stack=true",
+               "-Dzookeeper.4lw.commands.whitelist=srvr,wchs"]
 TOOL_JVM_OPTS = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *BOOKIE_JVM_OPTS[5:]]
 
 # How long a process may take to become ready: JVM start-up on a busy 2-core machine can take several seconds.

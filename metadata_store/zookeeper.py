@@ -12,7 +12,12 @@ and CHILDREN_CHANGED on its parent when it comes or goes, as Pulsar's store deri
 ``get_children`` watches its children (CHILDREN_CHANGED) and the node itself, and a ``put`` watches
 the node it wrote, each watch set before the call returns. A store is therefore told of changes to
 what it has read or written, from then on; the in-process backends tell of every change, which the
-contract allows (notifications are hints). A watch is re-armed before its notification is
+contract allows (notifications are hints). Except for nodes that are not there in a directory whose
+children are watched: a node deleted there, or read there and not found, keeps no watch of its own
+(its coming is told as the directory's CHILDREN_CHANGED). Otherwise every name a broker ever read
+(each topic, cursor and partitioned topic that came and went) would keep a watch for good, here and
+on the ZooKeeper servers: a growth without bound with topic churn, which Pulsar's one persistent
+recursive watch does not have. A watch is re-armed before its notification is
 delivered, and a re-read arms it again, so a listener that re-reads sees every later change. kazoo
 drops all watches when the connection drops: they are re-armed on reconnection, and RECONNECTED /
 SESSION_REESTABLISHED tell listeners to re-read what changed meanwhile.
@@ -276,6 +281,9 @@ class ZooKeeperMetadataStore:
                 self._note_version(path, zstat)
                 return GetResult(bytes(data), self._stat(path, zstat))
             except NotFoundError:
+                if self._told_by_parent(path) and path not in self._watched_children:
+                    self._forget(path)  # (getData set no watch on the missing node; its directory tells)
+                    return None
                 # getData sets no watch on a missing node; exists does (it fires when the node is made).
                 zstat = await self._call(path, self._client.exists_async(path, watch=self._data_watcher))
                 if not self._note_version(path, zstat):
@@ -298,6 +306,10 @@ class ZooKeeperMetadataStore:
 
     async def exists(self, path: str) -> bool:
         self._enter(path)
+        if self._told_by_parent(path) and path not in self._watched and path not in self._watched_children:
+            # (no watch on a node that is not there: its directory tells when it comes; one that is gets one)
+            if await self._call(path, self._client.exists_async(path)) is None:
+                return False
         self._armed.add(path)
         self._watched.add(path)
         zstat = await self._call(path, self._client.exists_async(path, watch=self._data_watcher))
@@ -453,6 +465,22 @@ class ZooKeeperMetadataStore:
 
     # ---- watches -----------------------------------------------------------------------------------------------
 
+    def _told_by_parent(self, path: str) -> bool:
+        """Whether the node's coming is told without a watch of its own: its directory's children are watched, so
+        a node made there is told as the directory's CHILDREN_CHANGED."""
+        return path != paths.ROOT and paths.parent(path) in self._watched_children
+
+    def _forget(self, path: str) -> None:
+        """Stop watching a node that is not there (deleted, or never made) whose directory's children are watched:
+        keeping a watch on every name ever read or deleted would grow without bound with topic churn (ZooKeeper
+        keeps each such watch on the server too). Its coming again is told as the directory's CHILDREN_CHANGED,
+        and a read of it (get, exists) watches it again."""
+        self._watched.discard(path)
+        self._armed.discard(path)
+        self._versions.pop(path, None)
+        self._watched_children.discard(path)
+        self._armed_children.discard(path)
+
     def _watch_node(self, path: str, existed: bool | None = None, expected: int | None = None) -> None:
         """Arm an exists watch on ``path`` unless one is armed. ``existed``: whether the node existed when the
         watch that fired was set off, ``expected``: its version then, if known. If the answer says otherwise, the
@@ -509,8 +537,12 @@ class ZooKeeperMetadataStore:
         known = self._versions.get(path)
         expected = 0 if event.type == EventType.CREATED else (
             known + 1 if event.type == EventType.CHANGED and known is not None else None)
-        # Before telling anyone, so no later change goes unseen (one before it is armed is told by _rearmed).
-        self._watch_node(path, existed=event.type != EventType.DELETED, expected=expected)
+        # Before telling anyone, so no later change goes unseen (one before it is armed is told by _rearmed). A
+        # deleted node whose directory tells of its coming again is watched no more (_forget).
+        if event.type == EventType.DELETED and self._told_by_parent(path):
+            self._forget(path)
+        else:
+            self._watch_node(path, existed=event.type != EventType.DELETED, expected=expected)
         parent = paths.parent(path) if path != paths.ROOT else None
         if event.type == EventType.CREATED:
             if path in self._watched_children:

@@ -10,6 +10,8 @@ network is back SESSION_REESTABLISHED with a new session.
 from __future__ import annotations
 
 import contextlib
+import re
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -262,3 +264,43 @@ async def test_a_change_before_the_watch_is_armed_again_is_still_told(zk_server:
         # Nothing more is missed: the watch is armed again.
         other.set("/x", b"4")
         await eventually(lambda: seen.count(modified) >= expected + 1, f"MODIFIED x{expected + 1}: {seen}")
+
+
+def zk_watches(address: str) -> int:
+    """The watches the ZooKeeper server holds now, of every session (its ``wchs`` four-letter word)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"wchs")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    match = re.search(rb"Total watches:(\d+)", answer)
+    assert match, answer
+    return int(match.group(1))
+
+
+async def test_names_that_came_and_went_keep_no_watch(zk_server: ProcessInfo) -> None:
+    """Topics, cursors and partitioned topics come and go; a broker reads each one. A node deleted in a directory
+    whose children the store watches, or read there and not found, keeps no watch: its coming is told as the
+    directory's CHILDREN_CHANGED. So the watches, on the server and in the store, do not grow with names that came
+    and went (each used to keep one for good)."""
+    async with store_and_other_client(zk_server) as (store, other, seen):
+        await store.put("/topics", b"", None)
+        assert await store.get_children("/topics") == []
+        before = zk_watches(zk_server.address)
+        for i in range(40):
+            await store.put(f"/topics/t{i}", b"x", None)  # (made and read here, deleted by another broker)
+            assert await store.get(f"/topics/t{i}") is not None
+            other.delete(f"/topics/t{i}")
+            assert await store.get(f"/topics/never-{i}") is None
+            assert not await store.exists(f"/topics/nor-{i}")
+        await eventually(lambda: Notification(NotificationType.DELETED, "/topics/t39") in seen, "the last deletion")
+        assert zk_watches(zk_server.address) <= before + 2
+        # A name made again is told as its directory's change, and watched again once read.
+        listed = Notification(NotificationType.CHILDREN_CHANGED, "/topics")
+        told = seen.count(listed)
+        other.create("/topics/t0", b"again")
+        await eventually(lambda: seen.count(listed) > told, "the directory's change")
+        assert await store.get("/topics/t0") is not None
+        other.set("/topics/t0", b"changed")
+        await eventually(lambda: Notification(NotificationType.MODIFIED, "/topics/t0") in seen, "MODIFIED on t0")
