@@ -86,15 +86,19 @@ class SessionEvent(enum.Enum):
 
 
 class MetadataStore(Protocol):
-    async def get(self, path: str) -> GetResult | None:
-        """The value and stat at ``path``, or None when it does not exist."""
+    async def get(self, path: str, *, watch_missing: bool = True) -> GetResult | None:
+        """The value and stat at ``path``, or None when it does not exist. ``watch_missing=False``: a node that is
+        not there is not watched for its coming (a caller that asks once, or learns of it from a directory it
+        lists); one that is there is watched as always."""
         ...
 
     async def get_children(self, path: str) -> list[str]:
         """The names (not paths) of the children of ``path``, sorted; [] when it does not exist."""
         ...
 
-    async def exists(self, path: str) -> bool: ...
+    async def exists(self, path: str, *, watch_missing: bool = True) -> bool:
+        """Whether ``path`` exists; ``watch_missing`` as for ``get``."""
+        ...
 
     async def put(self, path: str, value: bytes, expected_version: int | None, *,
                   ephemeral: bool = False, sequential: bool = False) -> Stat:

@@ -61,7 +61,7 @@ class TreeStore:
     # ---- the contract ------------------------------------------------------------------------------------------
 
     @measured("get")
-    async def get(self, path: str) -> GetResult | None:
+    async def get(self, path: str, *, watch_missing: bool = True) -> GetResult | None:
         self._enter(path)
         with self._tree.lock:
             node = self._tree.nodes.get(path)
@@ -74,8 +74,8 @@ class TreeStore:
         with self._tree.lock:
             return self._tree.children(path)
 
-    async def exists(self, path: str) -> bool:
-        self._enter(path)
+    async def exists(self, path: str, *, watch_missing: bool = True) -> bool:
+        self._enter(path)  # (every change is told here: nothing to watch)
         with self._tree.lock:
             return path in self._tree.nodes
 

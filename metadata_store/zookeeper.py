@@ -271,8 +271,9 @@ class ZooKeeperMetadataStore:
     # ---- the contract ------------------------------------------------------------------------------------------
 
     @measured("get")
-    async def get(self, path: str) -> GetResult | None:
+    async def get(self, path: str, *, watch_missing: bool = True) -> GetResult | None:
         self._enter(path)
+        unwatched = not watch_missing and path not in self._watched  # (no one else asked to watch it)
         while True:
             self._armed.add(path)
             self._watched.add(path)
@@ -281,7 +282,7 @@ class ZooKeeperMetadataStore:
                 self._note_version(path, zstat)
                 return GetResult(bytes(data), self._stat(path, zstat))
             except NotFoundError:
-                if self._told_by_parent(path) and path not in self._watched_children:
+                if (unwatched or self._told_by_parent(path)) and path not in self._watched_children:
                     self._forget(path)  # (getData set no watch on the missing node; its directory tells)
                     return None
                 # getData sets no watch on a missing node; exists does (it fires when the node is made).
@@ -304,9 +305,10 @@ class ZooKeeperMetadataStore:
             await self._settle(path, arm)
         return sorted(children)
 
-    async def exists(self, path: str) -> bool:
+    async def exists(self, path: str, *, watch_missing: bool = True) -> bool:
         self._enter(path)
-        if self._told_by_parent(path) and path not in self._watched and path not in self._watched_children:
+        if ((not watch_missing or self._told_by_parent(path)) and path not in self._watched
+                and path not in self._watched_children):
             # (no watch on a node that is not there: its directory tells when it comes; one that is gets one)
             if await self._call(path, self._client.exists_async(path)) is None:
                 return False

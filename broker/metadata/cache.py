@@ -100,18 +100,21 @@ class MetadataCache:
         """Read one record from the store now, for a key asked for before its notification came (another broker's
         record, just written), as Pulsar's metadata cache loads a key it does not hold. Returns the value read
         (None: no record), which the table keeps unless a write of ours came in meanwhile."""
-        return await self._refresh_unit(kind, key)
+        return await self._refresh_unit(kind, key, watch_missing=False)
 
     # -- reading nodes ---------------------------------------------------------------------------------
-    async def _read_unit(self, kind: L.Kind, key: str) -> Any:
-        """The decoded value of a record as the store has it now (None: there is none)."""
+    async def _read_unit(self, kind: L.Kind, key: str, watch_missing: bool = True) -> Any:
+        """The decoded value of a record as the store has it now (None: there is none). ``watch_missing=False``
+        (a read through for a key asked about): a record not there is not watched for its coming, which its
+        directory's listing tells; else every name ever asked about (each lookup of a topic that has no
+        partitioned metadata) would keep a ZooKeeper watch for good."""
         path = kind.path(key)
         if kind.versioned:
             names = await self.store.get_children(path)
             results = await asyncio.gather(*(self.store.get(f"{path}/{n}") for n in names))
             versions = [kind.decode(r.value) for r in results if r is not None]
             return [v for v in versions if v is not None] or None
-        result = await self.store.get(path)
+        result = await self.store.get(path, watch_missing=watch_missing)
         return None if result is None else kind.decode(result.value)
 
     async def _keys_below(self, kind: L.Kind, directory: str) -> list[str]:
@@ -271,9 +274,9 @@ class MetadataCache:
             except Exception as exc:  # (the store is unreachable: its RECONNECTED brings a full re-read)
                 log.warning("metadata: re-reading after a notification failed: %s", exc)
 
-    async def _refresh_unit(self, kind: L.Kind, key: str) -> Any:
+    async def _refresh_unit(self, kind: L.Kind, key: str, watch_missing: bool = True) -> Any:
         began = self._write_seq
-        value = await self._read_unit(kind, key)
+        value = await self._read_unit(kind, key, watch_missing)
         if self._written.get(kind.path(key), 0) > began:
             return value  # our own write of this record came in meanwhile: it is newer
         if self.table(kind).get(key) != value:

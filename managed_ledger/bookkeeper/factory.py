@@ -411,7 +411,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             return True
         await self.start()
         try:
-            found = await self.store.exists(ml_formats.ledger_path(self.root, name))
+            found = await self.store.exists(ml_formats.ledger_path(self.root, name), watch_missing=False)
         except MetadataStoreError as exc:
             log.warning("managed ledger %s not looked up in the metadata store: %s", name, exc)
             return name in self._names

@@ -225,3 +225,50 @@ async def test_topic_list_watchers_hear_of_topics_another_broker_creates(bk_clus
             await asyncio.to_thread(second.stop)
     finally:
         await asyncio.to_thread(first.stop)
+
+
+def zk_watches(address: str) -> int:
+    """The watches the ZooKeeper server holds now, of every session (its ``wchs`` word, allowed in tests)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"wchs")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    match = re.search(rb"Total watches:(\d+)", answer)
+    assert match, answer
+    return int(match.group(1))
+
+
+def test_topics_that_come_and_go_leave_no_zookeeper_watches(bk_cluster: LocalCluster) -> None:
+    """Topics made, used and deleted, and lookups of names that do not exist, on a broker whose metadata is in
+    ZooKeeper: the watches do not grow with them (they grew by two per topic, for good: the managed ledger's and
+    its cursor's znodes, or its partitioned metadata's; Pulsar's one recursive watch has no such growth)."""
+    tag = uuid.uuid4().hex[:8]
+    with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}",
+                      managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2,
+                      managedLedgerDefaultAckQuorum=2) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+
+        def churn(first: int, last: int) -> None:
+            for i in range(first, last):
+                topic = f"persistent://public/default/churn-{tag}-{i}"
+                consumer = client.subscribe(topic, "s")
+                producer = client.create_producer(topic, batching_enabled=False)
+                producer.send(b"x")
+                consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS))
+                producer.close()
+                consumer.close()
+                path = f"{broker.web_url}/admin/v2/persistent/public/default/churn-{tag}-{i}"
+                request = urllib.request.Request(f"{path}?force=true", method="DELETE")
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    assert answer.status == 204
+                assert client.get_topic_partitions(f"persistent://public/default/none-{tag}-{i}")  # (a lookup)
+
+        try:
+            churn(0, 5)
+            before = zk_watches(bk_cluster.zk_address)
+            churn(5, 25)
+            assert zk_watches(bk_cluster.zk_address) <= before + 2
+        finally:
+            client.close()

@@ -304,3 +304,21 @@ async def test_names_that_came_and_went_keep_no_watch(zk_server: ProcessInfo) ->
         assert await store.get("/topics/t0") is not None
         other.set("/topics/t0", b"changed")
         await eventually(lambda: Notification(NotificationType.MODIFIED, "/topics/t0") in seen, "MODIFIED on t0")
+
+
+async def test_a_read_that_does_not_watch_missing_nodes_leaves_no_watch(zk_server: ProcessInfo) -> None:
+    """``watch_missing=False`` (the broker's reads through for a name asked about, in a directory it may not list
+    yet: every lookup reads a topic's partitioned metadata): a node not there gets no watch; one there is watched as
+    always, so its changes are told."""
+    async with store_and_other_client(zk_server) as (store, other, seen):
+        await store.put("/elsewhere", b"", None)  # (the session's own watches, before counting)
+        before = zk_watches(zk_server.address)
+        for i in range(20):
+            assert await store.get(f"/unlisted/a{i}", watch_missing=False) is None
+            assert not await store.exists(f"/unlisted/b{i}", watch_missing=False)
+        assert zk_watches(zk_server.address) == before
+        other.create("/unlisted/there", b"1", makepath=True)
+        assert await store.get("/unlisted/there", watch_missing=False) is not None
+        assert await store.exists("/unlisted/there", watch_missing=False)
+        other.set("/unlisted/there", b"2")
+        await eventually(lambda: Notification(NotificationType.MODIFIED, "/unlisted/there") in seen, "MODIFIED")
