@@ -106,7 +106,8 @@ class PersistentTopic(AbstractTopic):
         # Age of the oldest unacknowledged message as of the last time-quota check (None = unknown).
         self.oldest_backlog_age_s: int | None = None
         self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
-        # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
+        # Cursor closes started from synchronous paths, and cursor deletions (which their callers' cancellation
+        # must not cut short); awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")
         # Durable subscriptions whose cursor is being deleted (see delete_subscription).
         self._deleting_subscriptions: set[str] = set()
@@ -296,11 +297,19 @@ class PersistentTopic(AbstractTopic):
         self.remove_subscription(sub)
         self.last_active = time.monotonic()
         if sub.durable:
+            # The deletion is the topic's, not its caller's: an UNSUBSCRIBE's handler is cancelled when its
+            # connection closes, and cancelled halfway the deletion left the cursor in the managed ledger (the
+            # subscription back at the next load; on BookKeeper, its znode gone or going and its every state write
+            # failing). As in Pulsar, where a client going away does not stop PersistentSubscription.delete. The
+            # topic's close waits for it.
             self._deleting_subscriptions.add(sub.name)
-            try:
-                await self.ledger.delete_cursor(sub.name)
-            finally:
-                self._deleting_subscriptions.discard(sub.name)
+            await asyncio.shield(self._closing.spawn(self._delete_cursor(sub.name), loop=self.loop))
+
+    async def _delete_cursor(self, name: str) -> None:
+        try:
+            await self.ledger.delete_cursor(name)
+        finally:
+            self._deleting_subscriptions.discard(name)
 
     # -- reading -----------------------------------------------------------------------------------
     async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:

@@ -14,6 +14,7 @@ from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
+from broker.topic_name import TopicName
 from managed_ledger.stored import StoredManagedLedger
 from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
@@ -446,6 +447,40 @@ async def test_a_subscribe_while_the_subscription_is_deleted_is_refused_as_not_r
     assert (await other.recv()).type == T.MESSAGE
     c.close()
     other.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_an_unsubscribe_whose_connection_closes_midway_still_deletes_the_subscription(
+        broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client closes its connection while its UNSUBSCRIBE removes the cursor's stored state (a ZooKeeper round
+    trip on BookKeeper storage): the connection's handler is cancelled, but the deletion is the topic's and goes
+    on, as in Pulsar (its ServerCnx does not stop an unsubscribe when the client goes). Cancelled halfway, it left
+    the cursor in the managed ledger with the subscription gone from the topic: back at the next load, and on
+    BookKeeper its every state write failed ("has no stored state") and the close logged an error."""
+    topic = "persistent://public/default/wire-unsub-then-gone"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    assert broker.server is not None
+    service = broker.server.service
+    ledger = service.topics[topic].ledger
+    entered, release = gate_cursor_removal(broker, topic, monkeypatch)
+    closed_before = broker.server.connections_closed
+    c.send(unsubscribe_cmd(1, 2))
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+    c.close()
+    await eventually(lambda: broker.server is not None and broker.server.connections_closed > closed_before,
+                     "the broker to see the connection closed")
+    release.set()
+    await eventually(lambda: "sub" not in ledger.cursors, "the cursor deleted")
+    assert await service.unload_topic(TopicName.parse(topic))
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd(topic, request_id=3))  # (loads the topic again)
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    assert "sub" not in service.topics[topic].subscription_names()
+    c.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
