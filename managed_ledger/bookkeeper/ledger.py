@@ -119,6 +119,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._stored: dict[str, CursorRecord] = {}
         self._cursor_store = CursorStore(self)
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
+        self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
 
     async def _recover_cursors(self) -> None:
         """Open every stored durable cursor (part of opening: see the factory)."""
@@ -184,7 +185,12 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                 return
             done(None)
 
-        self._spawn(write())
+        task = self._cursor_writes[name] = self._spawn(write())
+        task.add_done_callback(partial(self._cursor_written, name))
+
+    def _cursor_written(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._cursor_writes.get(name) is task:
+            del self._cursor_writes[name]
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -507,6 +513,12 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         return cursor
 
     async def _remove_cursor_state(self, name: str) -> None:
+        writing = self._cursor_writes.get(name)
+        if writing is not None:
+            # A write of its state started before the deletion (none starts after): it ends first. Removed under
+            # it, the cursor could be created again under the same name (a new znode, at version 0 again) before
+            # the write's compare-and-set of the znode, which would then land on the new cursor.
+            await asyncio.wait([writing])
         try:
             await self._cursor_store.delete(name)
         except BookKeeperError as exc:

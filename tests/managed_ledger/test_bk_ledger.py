@@ -291,3 +291,49 @@ async def test_adds_confirmed_together_wake_a_waiting_reader_once(
         transport.resume_reading()
     await eventually(tail.all_read, "every waiting cursor read")
     tail.check_one_read_each_after_the_receipts(5)
+
+
+async def test_a_cursor_deleted_while_its_state_is_written_is_removed_after_that_write(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cursor deleted while a write of its state is in flight (its cursor ledger made, the znode's compare-and-set
+    not yet done): the removal waits for that write. It used not to: the cursor was then created again under the
+    same name (a new znode, version 0 again), the old write's compare-and-set landed on it (the deleted cursor's
+    state in the new cursor's znode), and the new cursor's next write failed the version check, which fenced the
+    whole managed ledger as if another broker owned it."""
+    ml = await make_factory().open("t")
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    first = await ml.add_entry_async(b"m")
+    store = ml._cursor_store
+    put, delete = store._put, store.delete
+    entered, release = asyncio.Event(), asyncio.Event()
+    removed: list[str] = []
+
+    async def held_put(name: str, value: bytes, version: int | None) -> object:
+        entered.set()
+        await release.wait()
+        return await put(name, value, version)
+
+    async def recorded_delete(name: str) -> None:
+        removed.append(name)
+        await delete(name)
+
+    monkeypatch.setattr(store, "_put", held_put)
+    monkeypatch.setattr(store, "delete", recorded_delete)
+    cursor.mark_delete(first)  # its state write: a new cursor ledger, then the znode (held)
+    try:
+        await asyncio.wait_for(entered.wait(), TIMEOUT)
+        deleting = asyncio.ensure_future(ml.delete_cursor("c"))
+        for _ in range(3):  # (the deletion runs until it awaits something)
+            await asyncio.sleep(0)
+        assert not removed, "the stored state was removed while a write of it was in flight"
+    finally:
+        monkeypatch.setattr(store, "_put", put)
+        release.set()
+    await asyncio.wait_for(deleting, TIMEOUT)
+    assert removed == ["c"]
+    again = await ml.open_cursor("c", InitialPosition.LATEST)
+    second = await ml.add_entry_async(b"n")
+    again.mark_delete(second)
+    await again.flush()
+    assert not ml.is_fenced
+    await ml.close()
