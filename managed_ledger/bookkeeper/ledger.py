@@ -66,6 +66,7 @@ from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
+from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stored import StoredManagedLedger
 from metadata_store.api import BadVersionError, MetadataStoreError
 
@@ -120,6 +121,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._cursor_store = CursorStore(self)
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
         self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
+        self._creating_cursors: SingleFlight[str, None] = SingleFlight(f"{name}: cursor creation")
 
     async def _recover_cursors(self) -> None:
         """Open every stored durable cursor (part of opening: see the factory)."""
@@ -494,23 +496,31 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         if cursor is not None:
             assert isinstance(cursor, BkCursor)
             return cursor
-        record = self._stored.get(name)
-        if record is None:
-            record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
-                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}))
-            try:
-                await self._cursor_store.create(name, record)
-            except (BookKeeperError, MetadataStoreError) as exc:
-                raise ManagedLedgerError(f"cursor {name} not created: {exc}") from exc
+        if name not in self._stored:
+            # Created by a task of the ledger's, awaited shielded, and shared by concurrent opens of the name: a
+            # caller cancelled meanwhile (a SUBSCRIBE whose client went away) leaves the cursor created and known
+            # here. (Cut short with its caller once the znode was made, it left a znode this ledger did not know
+            # of, and every later open of the name failed: the znode exists.)
+            await self._creating_cursors.run(name, partial(self._create_cursor, name, CursorRecord(
+                self._initial_mark_delete(initial_position), PositionRangeSet(), dict(properties or {}),
+                cursor_properties=dict(cursor_properties or {}))))
             self._check_open()
-            existing = self._cursors.get(name)
-            if existing is not None:  # opened concurrently
-                assert isinstance(existing, BkCursor)
-                return existing
-            self._stored[name] = record
-            self._persistence.track(name, dirty=False)
-        cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
+        cursor = self._cursors.get(name)
+        if cursor is None:
+            record = self._stored.get(name)
+            if record is None:
+                raise ManagedLedgerError(f"cursor {name} was deleted while it was opened")
+            cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
+        assert isinstance(cursor, BkCursor)
         return cursor
+
+    async def _create_cursor(self, name: str, record: CursorRecord) -> None:
+        try:
+            await self._cursor_store.create(name, record)
+        except (BookKeeperError, MetadataStoreError) as exc:
+            raise ManagedLedgerError(f"cursor {name} not created: {exc}") from exc
+        self._stored[name] = record
+        self._persistence.track(name, dirty=False)
 
     async def _remove_cursor_state(self, name: str) -> None:
         writing = self._cursor_writes.get(name)
@@ -546,6 +556,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         """After _shut: the rollover under way, cursor states, the open ledger closed, tasks finished."""
         if self._rollover is not None:
             await asyncio.gather(self._rollover, return_exceptions=True)
+        await self._creating_cursors.wait()  # (their callers' cancellation does not end them: they end first)
         await self._persistence.flush_all()
         self._persistence.stop()
         if not self._fenced:
@@ -580,6 +591,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         try:
             if self._rollover is not None:
                 await asyncio.gather(self._rollover, return_exceptions=True)
+            await self._creating_cursors.wait()
             await self._stop_tasks()
             cursor_names = list(self._stored)
             self._cursors.clear()

@@ -337,3 +337,36 @@ async def test_a_cursor_deleted_while_its_state_is_written_is_removed_after_that
     await again.flush()
     assert not ml.is_fenced
     await ml.close()
+
+
+async def test_an_open_cursor_cancelled_while_creating_it_leaves_the_cursor_created(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller of open_cursor cancelled (a SUBSCRIBE whose client went away) once the new cursor's znode is made:
+    the creation is the ledger's and ends, and the cursor opens at the next call. It used to stop with the caller:
+    the znode stayed, unknown to the ledger, and every later open of that name failed ("exists (create-only
+    put)"), until the topic was loaded again."""
+    ml = await make_factory().open("t")
+    store = ml._cursor_store
+    put = store._put
+    created, release = asyncio.Event(), asyncio.Event()
+
+    async def put_then_hold(name: str, value: bytes, version: int | None) -> object:
+        stat = await put(name, value, version)
+        created.set()
+        await release.wait()
+        return stat
+
+    monkeypatch.setattr(store, "_put", put_then_hold)
+    opening = asyncio.ensure_future(ml.open_cursor("c", InitialPosition.EARLIEST))
+    try:
+        await asyncio.wait_for(created.wait(), TIMEOUT)
+        opening.cancel()
+        await asyncio.wait([opening])
+    finally:
+        monkeypatch.setattr(store, "_put", put)
+        release.set()
+    cursor = await asyncio.wait_for(ml.open_cursor("c", InitialPosition.EARLIEST), TIMEOUT)
+    assert ml.cursors["c"] is cursor
+    cursor.mark_delete(await ml.add_entry_async(b"m"))
+    await cursor.flush()
+    await ml.close()
