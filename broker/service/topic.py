@@ -71,10 +71,10 @@ def is_reserved_subscription(name: str) -> bool:
 
 
 class PersistentTopic(AbstractTopic):
-    __slots__ = ("_closing", "_dedup", "_replication_update", "backlog_quota_evictions", "compacted_view",
-                 "compactor", "data_entries_added", "dedup", "dispatch_rate", "entry_metas", "entry_stamper",
-                 "fenced_unload", "ledger", "oldest_backlog_age_s", "replicated_subscriptions", "replicators",
-                 "subscribe_rate", "subscriptions", "txn_buffer")
+    __slots__ = ("_closing", "_dedup", "_deleting_subscriptions", "_replication_update", "backlog_quota_evictions",
+                 "compacted_view", "compactor", "data_entries_added", "dedup", "dispatch_rate", "entry_metas",
+                 "entry_stamper", "fenced_unload", "ledger", "oldest_backlog_age_s", "replicated_subscriptions",
+                 "replicators", "subscribe_rate", "subscriptions", "txn_buffer")
 
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
         super().__init__(service, name)
@@ -106,8 +106,11 @@ class PersistentTopic(AbstractTopic):
         # Age of the oldest unacknowledged message as of the last time-quota check (None = unknown).
         self.oldest_backlog_age_s: int | None = None
         self._dedup = Derived(service.metadata, lambda: service.policies.get(name, DEDUPLICATION))
-        # Cursor closes started from synchronous paths; awaited in close() (no fire-and-forget).
+        # Cursor closes started from synchronous paths, and cursor deletions (which their callers' cancellation
+        # must not cut short); awaited in close() (no fire-and-forget).
         self._closing = OwnedTasks(f"topic {name}")
+        # Durable subscriptions whose cursor is being deleted (see delete_subscription).
+        self._deleting_subscriptions: set[str] = set()
         # Set once a write found the managed ledger fenced and the unload of this instance was asked for.
         self.fenced_unload = False
         # Broker entry metadata (PIP-70) prepended to each entry; None when not configured.
@@ -231,6 +234,12 @@ class PersistentTopic(AbstractTopic):
         as in Pulsar (ServerCnx checks it, PersistentTopic.createSubscription does not)."""
         if self.closed:  # unloaded or deleted while the client was being set up: it retries
             raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry")
+        if name in self._deleting_subscriptions:
+            # Pulsar keeps a subscription being deleted, fenced, until its cursor is gone (PersistentTopic's
+            # delete-cursor callback removes it): PersistentSubscription.addConsumer refuses it meanwhile with
+            # SubscriptionFencedException, ServiceNotReady to the client, which retries. (Opened now, the cursor
+            # would be the one being deleted: closed under the new subscription.)
+            raise ServiceNotReadyError("Subscription is fenced")
         sub = self.subscriptions.get(name)
         if sub is not None:
             return sub
@@ -288,7 +297,19 @@ class PersistentTopic(AbstractTopic):
         self.remove_subscription(sub)
         self.last_active = time.monotonic()
         if sub.durable:
-            await self.ledger.delete_cursor(sub.name)
+            # The deletion is the topic's, not its caller's: an UNSUBSCRIBE's handler is cancelled when its
+            # connection closes, and cancelled halfway the deletion left the cursor in the managed ledger (the
+            # subscription back at the next load; on BookKeeper, its znode gone or going and its every state write
+            # failing). As in Pulsar, where a client going away does not stop PersistentSubscription.delete. The
+            # topic's close waits for it.
+            self._deleting_subscriptions.add(sub.name)
+            await asyncio.shield(self._closing.spawn(self._delete_cursor(sub.name), loop=self.loop))
+
+    async def _delete_cursor(self, name: str) -> None:
+        try:
+            await self.ledger.delete_cursor(name)
+        finally:
+            self._deleting_subscriptions.discard(name)
 
     # -- reading -----------------------------------------------------------------------------------
     async def last_message_id(self, compacted: bool = False) -> tuple[Position, int]:

@@ -66,6 +66,7 @@ from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
+from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stored import StoredManagedLedger
 from metadata_store.api import BadVersionError, MetadataStoreError
 
@@ -119,6 +120,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._stored: dict[str, CursorRecord] = {}
         self._cursor_store = CursorStore(self)
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
+        self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
+        self._creating_cursors: SingleFlight[str, None] = SingleFlight(f"{name}: cursor creation")
 
     async def _recover_cursors(self) -> None:
         """Open every stored durable cursor (part of opening: see the factory)."""
@@ -184,7 +187,12 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                 return
             done(None)
 
-        self._spawn(write())
+        task = self._cursor_writes[name] = self._spawn(write())
+        task.add_done_callback(partial(self._cursor_written, name))
+
+    def _cursor_written(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._cursor_writes.get(name) is task:
+            del self._cursor_writes[name]
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -488,25 +496,39 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         if cursor is not None:
             assert isinstance(cursor, BkCursor)
             return cursor
-        record = self._stored.get(name)
-        if record is None:
-            record = CursorRecord(self._initial_mark_delete(initial_position), PositionRangeSet(),
-                                  dict(properties or {}), cursor_properties=dict(cursor_properties or {}))
-            try:
-                await self._cursor_store.create(name, record)
-            except (BookKeeperError, MetadataStoreError) as exc:
-                raise ManagedLedgerError(f"cursor {name} not created: {exc}") from exc
+        if name not in self._stored:
+            # Created by a task of the ledger's, awaited shielded, and shared by concurrent opens of the name: a
+            # caller cancelled meanwhile (a SUBSCRIBE whose client went away) leaves the cursor created and known
+            # here. (Cut short with its caller once the znode was made, it left a znode this ledger did not know
+            # of, and every later open of the name failed: the znode exists.)
+            await self._creating_cursors.run(name, partial(self._create_cursor, name, CursorRecord(
+                self._initial_mark_delete(initial_position), PositionRangeSet(), dict(properties or {}),
+                cursor_properties=dict(cursor_properties or {}))))
             self._check_open()
-            existing = self._cursors.get(name)
-            if existing is not None:  # opened concurrently
-                assert isinstance(existing, BkCursor)
-                return existing
-            self._stored[name] = record
-            self._persistence.track(name, dirty=False)
-        cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
+        cursor = self._cursors.get(name)
+        if cursor is None:
+            record = self._stored.get(name)
+            if record is None:
+                raise ManagedLedgerError(f"cursor {name} was deleted while it was opened")
+            cursor = self._cursors[name] = BkCursor(self, name, record, durable=True)
+        assert isinstance(cursor, BkCursor)
         return cursor
 
+    async def _create_cursor(self, name: str, record: CursorRecord) -> None:
+        try:
+            await self._cursor_store.create(name, record)
+        except (BookKeeperError, MetadataStoreError) as exc:
+            raise ManagedLedgerError(f"cursor {name} not created: {exc}") from exc
+        self._stored[name] = record
+        self._persistence.track(name, dirty=False)
+
     async def _remove_cursor_state(self, name: str) -> None:
+        writing = self._cursor_writes.get(name)
+        if writing is not None:
+            # A write of its state started before the deletion (none starts after): it ends first. Removed under
+            # it, the cursor could be created again under the same name (a new znode, at version 0 again) before
+            # the write's compare-and-set of the znode, which would then land on the new cursor.
+            await asyncio.wait([writing])
         try:
             await self._cursor_store.delete(name)
         except BookKeeperError as exc:
@@ -534,6 +556,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         """After _shut: the rollover under way, cursor states, the open ledger closed, tasks finished."""
         if self._rollover is not None:
             await asyncio.gather(self._rollover, return_exceptions=True)
+        await self._creating_cursors.wait()  # (their callers' cancellation does not end them: they end first)
         await self._persistence.flush_all()
         self._persistence.stop()
         if not self._fenced:
@@ -568,6 +591,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         try:
             if self._rollover is not None:
                 await asyncio.gather(self._rollover, return_exceptions=True)
+            await self._creating_cursors.wait()
             await self._stop_tasks()
             cursor_names = list(self._stored)
             self._cursors.clear()

@@ -1,24 +1,33 @@
-"""Seeded random commands for the wire fuzz test (test_command_fuzz.py): every command a client may send, and some
-only a broker sends, each with its fields filled from values that sit on edges (empty, huge, negative as unsigned,
+"""Seeded random commands for the wire fuzz tests (tests/component/test_command_fuzz.py on the default storage,
+tests/bookkeeper/test_command_fuzz_bookkeeper.py on BookKeeper and ZooKeeper): every command a client may send, and
+some only a broker sends, each with its fields filled from values that sit on edges (empty, huge, negative as unsigned,
 names of other topics, ids of the connection's own producer and consumer, strings that are not UTF-8 on the wire).
 
 Most sessions start as a client would (a producer and a consumer on one of a few topics, permits, a few SENDs), so
 that the random commands after them meet real state: acks of positions that exist or not, seeks, redeliveries,
 schema and transaction calls on a topic that is loaded.
+
+``check_random_commands`` is the check both tests run: the sessions on a broker, then what must hold after them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import struct
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
 from google.protobuf.message import Message
 
+from broker.dispatch import base as dispatch_base
+from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.checksum import crc32c
-from tests.component.wire import T, producer_cmd, send_frame, subscribe_cmd
+from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 
 # A 3-byte string put in by the generator and swapped for 3 bytes that are not UTF-8 once serialized (the protobuf
 # library refuses them in a string field, a client on the wire need not).
@@ -165,3 +174,117 @@ def frame(cmd: pb.BaseCommand, payload: bytes) -> bytes:
     """The frame of ``cmd`` even with required fields missing, its marked strings made not UTF-8."""
     body = cmd.SerializePartialToString().replace(NOT_UTF8_MARK.encode(), NOT_UTF8)
     return struct.pack(">II", len(body) + 4 + len(payload), len(body)) + body + payload
+
+
+def ping() -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.PING)
+    cmd.ping.SetInParent()
+    return cmd
+
+
+def lookup(topic: str, request_id: int) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.LOOKUP)
+    cmd.lookupTopic.topic, cmd.lookupTopic.request_id = topic, request_id
+    return cmd
+
+
+async def opened(c: WireClient, opening: list[pb.BaseCommand]) -> bool | None:
+    """Send the opening as a client does, after a LOOKUP of its topic (with metadata in ZooKeeper, the lookup is what
+    makes the broker own the topic's bundle): True once the lookup and the opening's requests were each answered
+    (a success or an error); None when the broker closed the connection instead; False when it did neither in
+    time."""
+    try:
+        c.writer.write(frame(lookup(opening[0].producer.topic, 99), b""))
+        while (await c.recv()).type != T.LOOKUP_RESPONSE:
+            pass
+        c.writer.write(b"".join(frame(cmd, b"") for cmd in opening))
+        for _ in opening:
+            while (await c.recv()).type not in (T.PRODUCER_SUCCESS, T.SUCCESS, T.ERROR):
+                pass
+    except ConnectionError:
+        return None
+    except TimeoutError:
+        return False
+    return True
+
+
+async def answered_or_closed(c: WireClient) -> bool:
+    """True when the broker answers the last PING or closes the connection; False when it does neither in time."""
+    try:
+        while (await c.recv()).type != T.PONG:
+            pass
+    except ConnectionError:
+        pass  # (closed by the broker, e.g. after a command only a broker sends: a protocol error)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def run_sessions(port: int, fuzz: CommandFuzz, sessions: int) -> list[list[str]]:
+    """``sessions`` connections one after another, each opened as a client does then given random commands and a
+    last PING; the command types of those that hung (neither answered nor closed in time)."""
+    hung: list[list[str]] = []
+    for _ in range(sessions):
+        opening = fuzz.opening()
+        session = fuzz.session()
+        c = await WireClient.open(port)
+        await c.connect()
+        if opening:
+            state = await opened(c, opening)
+            if not state:
+                if state is False:
+                    hung.append([pb.BaseCommand.Type.Name(cmd.type) for cmd in opening])
+                c.close()
+                continue
+        c.writer.write(b"".join(frame(cmd, payload) for cmd, payload in session) + frame(ping(), b""))
+        if not await answered_or_closed(c):
+            hung.append([pb.BaseCommand.Type.Name(cmd.type) for cmd, _ in session])
+        c.close()
+    return hung
+
+
+async def produce_and_consume(port: int, topic: str) -> None:
+    """A new connection subscribes to ``topic``, produces one message on it and is given it."""
+    c = await WireClient.open(port)
+    try:
+        await c.connect()
+        assert (await c.lookup(topic)).response == pb.CommandLookupTopicResponse.Connect
+        c.send(subscribe_cmd(topic, request_id=1))
+        assert (reply := await c.recv()).type == T.SUCCESS, reply
+        c.send(producer_cmd(topic, producer_id=7, request_id=2))
+        assert (reply := await c.recv()).type == T.PRODUCER_SUCCESS, reply
+        c.send(*send_frame(7, 0, b"still fine"))
+        assert (reply := await c.recv()).type == T.SEND_RECEIPT, reply
+        flow = pb.BaseCommand(type=T.FLOW)
+        flow.flow.consumer_id, flow.flow.messagePermits = 1, 10
+        c.send(flow)
+        assert (reply := await c.recv()).type == T.MESSAGE, reply
+    finally:
+        c.close()
+
+
+async def check_random_commands(broker: AbstractAsyncContextManager[Broker], seed: int, sessions: int,
+                                caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start ``broker`` (on the running loop), give it ``sessions`` fuzzed connections from ``seed``, and assert that
+    every connection's last PING was answered or the connection closed, that another connection still produces and
+    consumes, that no error was logged, that no task failed unretrieved, and (checked by the broker after every
+    change) that the dispatchers' permit invariant held."""
+    caplog.set_level(logging.WARNING)
+    # The dispatchers' permit invariant checked after every change (PULSAR_BROKER_DEBUG=1): a drift raises.
+    monkeypatch.setattr(dispatch_base, "DEBUG_INVARIANTS", True)
+    loop = asyncio.get_running_loop()
+    loop_errors: list[dict[str, Any]] = []
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
+    try:
+        async with broker as b:
+            hung = await run_sessions(port_of(b), CommandFuzz(seed), sessions)
+            await produce_and_consume(port_of(b), "persistent://public/default/after-fuzz")
+    finally:
+        loop.set_exception_handler(previous_handler)
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not hung, f"seed {seed}: no PONG and no close within {WAIT_S} s after {hung}"
+    assert not failures, f"seed {seed}: {len(failures)} logged:\n" + "\n".join(
+        f"{r.levelname} {r.name}: {r.getMessage()}"[:400] for r in failures[:20]) + "\nfirst:\n" + (
+        logging.Formatter().format(failures[0]))
+    assert not loop_errors, f"seed {seed}: {loop_errors}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -12,7 +14,9 @@ from broker.embedded import Broker
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
-from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
+from broker.topic_name import TopicName
+from managed_ledger.stored import StoredManagedLedger
+from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
 
 
@@ -389,6 +393,95 @@ async def test_a_second_unsubscribe_while_the_first_runs_is_answered_consumer_no
     assert (answers[3].error.error, answers[3].error.message) == (pb.ServerError.MetadataError, "Consumer not found")
     assert not [r for r in caplog.records if r.exc_info]
     c.close()
+
+
+def gate_cursor_removal(broker: Broker, topic: str, monkeypatch: pytest.MonkeyPatch) -> tuple[
+        asyncio.Event, asyncio.Event]:
+    """Hold the removal of a deleted cursor's stored state (a ZooKeeper round trip on BookKeeper storage) of the
+    loaded ``topic``'s managed ledger until the second event is set; the first is set once one started."""
+    assert broker.server is not None
+    ledger = broker.server.service.topics[topic].ledger
+    assert isinstance(ledger, StoredManagedLedger)
+    entered, release = asyncio.Event(), asyncio.Event()
+    remove = type(ledger)._remove_cursor_state
+
+    async def slow_remove(self: StoredManagedLedger, name: str) -> None:
+        entered.set()
+        await release.wait()
+        await remove(self, name)
+
+    monkeypatch.setattr(type(ledger), "_remove_cursor_state", slow_remove)
+    return entered, release
+
+
+def unsubscribe_cmd(consumer_id: int, request_id: int) -> pb.BaseCommand:
+    cmd = pb.BaseCommand(type=T.UNSUBSCRIBE)
+    cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id = consumer_id, request_id
+    return cmd
+
+
+async def test_a_subscribe_while_the_subscription_is_deleted_is_refused_as_not_ready(
+        broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pulsar's fenced subscription: until the cursor of an unsubscribed subscription is deleted, a SUBSCRIBE to
+    its name is answered ServiceNotReady (the client retries), then makes a new one. It used to open the cursor
+    being deleted, which the deletion then closed under the new subscription ("cursor sub is closed")."""
+    topic = "persistent://public/default/wire-subscribe-while-deleted"
+    c = await subscribed_with_producer(broker, topic)
+    entered, release = gate_cursor_removal(broker, topic, monkeypatch)
+    c.send(unsubscribe_cmd(1, 3))
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+    other = await WireClient.open(port_of(broker))
+    await other.connect()
+    other.send(subscribe_cmd(topic, request_id=1))
+    refused = await other.recv()
+    assert refused.type == T.ERROR and refused.error.error == pb.ServerError.ServiceNotReady, refused
+    release.set()
+    assert (await c.recv()).type == T.SUCCESS
+    other.send(subscribe_cmd(topic, request_id=2))
+    assert (await other.recv()).type == T.SUCCESS
+    c.send(*send_frame(1, 0, b"after"))
+    assert (await c.recv()).type == T.SEND_RECEIPT
+    flow = pb.BaseCommand(type=T.FLOW)
+    flow.flow.consumer_id, flow.flow.messagePermits = 1, 10
+    other.send(flow)
+    assert (await other.recv()).type == T.MESSAGE
+    c.close()
+    other.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_an_unsubscribe_whose_connection_closes_midway_still_deletes_the_subscription(
+        broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client closes its connection while its UNSUBSCRIBE removes the cursor's stored state (a ZooKeeper round
+    trip on BookKeeper storage): the connection's handler is cancelled, but the deletion is the topic's and goes
+    on, as in Pulsar (its ServerCnx does not stop an unsubscribe when the client goes). Cancelled halfway, it left
+    the cursor in the managed ledger with the subscription gone from the topic: back at the next load, and on
+    BookKeeper its every state write failed ("has no stored state") and the close logged an error."""
+    topic = "persistent://public/default/wire-unsub-then-gone"
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(subscribe_cmd(topic, request_id=1))
+    assert (await c.recv()).type == T.SUCCESS
+    assert broker.server is not None
+    service = broker.server.service
+    ledger = service.topics[topic].ledger
+    entered, release = gate_cursor_removal(broker, topic, monkeypatch)
+    closed_before = broker.server.connections_closed
+    c.send(unsubscribe_cmd(1, 2))
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+    c.close()
+    await eventually(lambda: broker.server is not None and broker.server.connections_closed > closed_before,
+                     "the broker to see the connection closed")
+    release.set()
+    await eventually(lambda: "sub" not in ledger.cursors, "the cursor deleted")
+    assert await service.unload_topic(TopicName.parse(topic))
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    c.send(producer_cmd(topic, request_id=3))  # (loads the topic again)
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    assert "sub" not in service.topics[topic].subscription_names()
+    c.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 @pytest.mark.parametrize("name", ["", "  "])

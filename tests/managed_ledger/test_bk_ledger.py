@@ -309,3 +309,82 @@ async def test_adds_confirmed_together_wake_a_waiting_reader_once(
         transport.resume_reading()
     await eventually(tail.all_read, "every waiting cursor read")
     tail.check_one_read_each_after_the_receipts(5)
+
+
+async def test_a_cursor_deleted_while_its_state_is_written_is_removed_after_that_write(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cursor deleted while a write of its state is in flight (its cursor ledger made, the znode's compare-and-set
+    not yet done): the removal waits for that write. It used not to: the cursor was then created again under the
+    same name (a new znode, version 0 again), the old write's compare-and-set landed on it (the deleted cursor's
+    state in the new cursor's znode), and the new cursor's next write failed the version check, which fenced the
+    whole managed ledger as if another broker owned it."""
+    ml = await make_factory().open("t")
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    first = await ml.add_entry_async(b"m")
+    store = ml._cursor_store
+    put, delete = store._put, store.delete
+    entered, release = asyncio.Event(), asyncio.Event()
+    removed: list[str] = []
+
+    async def held_put(name: str, value: bytes, version: int | None) -> object:
+        entered.set()
+        await release.wait()
+        return await put(name, value, version)
+
+    async def recorded_delete(name: str) -> None:
+        removed.append(name)
+        await delete(name)
+
+    monkeypatch.setattr(store, "_put", held_put)
+    monkeypatch.setattr(store, "delete", recorded_delete)
+    cursor.mark_delete(first)  # its state write: a new cursor ledger, then the znode (held)
+    try:
+        await asyncio.wait_for(entered.wait(), TIMEOUT)
+        deleting = asyncio.ensure_future(ml.delete_cursor("c"))
+        for _ in range(3):  # (the deletion runs until it awaits something)
+            await asyncio.sleep(0)
+        assert not removed, "the stored state was removed while a write of it was in flight"
+    finally:
+        monkeypatch.setattr(store, "_put", put)
+        release.set()
+    await asyncio.wait_for(deleting, TIMEOUT)
+    assert removed == ["c"]
+    again = await ml.open_cursor("c", InitialPosition.LATEST)
+    second = await ml.add_entry_async(b"n")
+    again.mark_delete(second)
+    await again.flush()
+    assert not ml.is_fenced
+    await ml.close()
+
+
+async def test_an_open_cursor_cancelled_while_creating_it_leaves_the_cursor_created(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller of open_cursor cancelled (a SUBSCRIBE whose client went away) once the new cursor's znode is made:
+    the creation is the ledger's and ends, and the cursor opens at the next call. It used to stop with the caller:
+    the znode stayed, unknown to the ledger, and every later open of that name failed ("exists (create-only
+    put)"), until the topic was loaded again."""
+    ml = await make_factory().open("t")
+    store = ml._cursor_store
+    put = store._put
+    created, release = asyncio.Event(), asyncio.Event()
+
+    async def put_then_hold(name: str, value: bytes, version: int | None) -> object:
+        stat = await put(name, value, version)
+        created.set()
+        await release.wait()
+        return stat
+
+    monkeypatch.setattr(store, "_put", put_then_hold)
+    opening = asyncio.ensure_future(ml.open_cursor("c", InitialPosition.EARLIEST))
+    try:
+        await asyncio.wait_for(created.wait(), TIMEOUT)
+        opening.cancel()
+        await asyncio.wait([opening])
+    finally:
+        monkeypatch.setattr(store, "_put", put)
+        release.set()
+    cursor = await asyncio.wait_for(ml.open_cursor("c", InitialPosition.EARLIEST), TIMEOUT)
+    assert ml.cursors["c"] is cursor
+    cursor.mark_delete(await ml.add_entry_async(b"m"))
+    await cursor.flush()
+    await ml.close()
