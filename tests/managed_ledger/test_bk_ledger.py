@@ -129,11 +129,11 @@ async def test_a_created_managed_ledger_is_pulsars_empty_znode(
     real_get = other.store.get
     stale = {f"{other.root}/{name}"}
 
-    async def get_before_the_create(path: str) -> GetResult | None:
+    async def get_before_the_create(path: str, *, watch_missing: bool = True) -> GetResult | None:
         if path in stale:  # (read before the create: not there)
             stale.discard(path)
             return None
-        return await real_get(path)
+        return await real_get(path, watch_missing=watch_missing)
 
     other.store.get = get_before_the_create  # type: ignore[method-assign]
     ml = await other.open(name, SMALL_KEEP)

@@ -214,9 +214,9 @@ async def test_concurrent_splits_of_two_bundles_both_land(tree: str, metadata: B
     orig_get = store.get
     rounds = 0
 
-    async def get_then_other_splits(path: str) -> Any:
+    async def get_then_other_splits(path: str, *, watch_missing: bool = True) -> Any:
         nonlocal rounds
-        result = await orig_get(path)
+        result = await orig_get(path, watch_missing=watch_missing)
         if path.startswith("/admin/local-policies"):
             rounds += 1
             if rounds == 1:  # the other broker writes between our read and our put

@@ -168,7 +168,7 @@ async def test_a_lookup_the_metadata_store_fails_is_a_metadata_error(tree: str) 
     """As Pulsar's handleLookupError answers a MetadataStoreException (ServiceNotReady is for the other refusals)."""
     a = await Broker(tree, 1).start()
     try:
-        async def failing_get(path: str) -> Any:
+        async def failing_get(path: str, *, watch_missing: bool = True) -> Any:
             raise MetadataStoreError("operation timed out")
 
         a.store.get = failing_get  # type: ignore[method-assign]
@@ -456,8 +456,8 @@ async def test_a_bundle_is_not_taken_again_while_its_node_of_a_lost_session_is_r
         await a.ownership.acquire(bundle)
         get = a.store.get
 
-        async def slow_get(path: str) -> Any:
-            got = await get(path)
+        async def slow_get(path: str, *, watch_missing: bool = True) -> Any:
+            got = await get(path, watch_missing=watch_missing)
             if path == ownership_path(bundle) and not release.is_set():
                 reading.set()
                 await release.wait()

@@ -259,9 +259,9 @@ async def test_compare_and_set_keeps_both_writers_changes(tree: str, store: Memo
     orig_get = store.get
     rounds = 0
 
-    async def get_then_b_writes(path: str) -> Any:
+    async def get_then_b_writes(path: str, *, watch_missing: bool = True) -> Any:
         nonlocal rounds
-        result = await orig_get(path)
+        result = await orig_get(path, watch_missing=watch_missing)
         rounds += 1
         if rounds == 1:  # b writes between a's read and a's put: a's put fails, a reads again
             await b.set_policy("public/default", "deduplicationEnabled", True)
@@ -291,8 +291,8 @@ async def test_a_writer_that_always_loses_gives_up_with_a_conflict(metadata: Bro
 
     orig_get = store.get
 
-    async def someone_else_always_first(path: str) -> Any:
-        result = await orig_get(path)
+    async def someone_else_always_first(path: str, *, watch_missing: bool = True) -> Any:
+        result = await orig_get(path, watch_missing=watch_missing)
         await store.put(path, b"{}", None)  # another writer, every time
         return result
 
