@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from broker.dispatch.entry_metas import SharedEntryMetas
 from broker.errors import (
+    PersistenceError,
     ProducerBusyError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
@@ -41,7 +42,14 @@ from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName, is_system_topic
 from broker.transactions.buffer import BUFFER_CURSOR, TransactionBuffer
 from broker.transactions.model import TxnID
-from managed_ledger import InitialPosition, ManagedLedger, Position
+from managed_ledger import (
+    InitialPosition,
+    LedgerClosedError,
+    LedgerFencedError,
+    ManagedLedger,
+    ManagedLedgerError,
+    Position,
+)
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
@@ -253,7 +261,16 @@ class PersistentTopic(AbstractTopic):
                         f"Exceed the maximum number of subscriptions of the topic: {self.name}")
             pos = (InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest
                    else InitialPosition.LATEST)
-            cursor = await self.ledger.open_cursor(name, pos, cursor_properties=properties)
+            try:
+                cursor = await self.ledger.open_cursor(name, pos, cursor_properties=properties)
+            except (LedgerClosedError, LedgerFencedError) as exc:  # (the topic is going: the client looks up again)
+                raise ServiceNotReadyError(f"Topic {self.name} is being closed; retry") from exc
+            except ManagedLedgerError as exc:
+                # Pulsar answers a cursor that cannot be opened with PersistenceError (its asyncOpenCursor failing is
+                # a PersistenceException): storage unreachable, or a name its metadata store cannot hold (a
+                # subscription named "." or ".." on ZooKeeper, as in Pulsar).
+                log.warning("topic %s: cursor %r not opened: %s", self.name, name, exc)
+                raise PersistenceError(f"Failed to open cursor {name}: {exc}") from exc
             sub = self.subscriptions.get(name)
             if sub is not None:  # created while we awaited
                 return sub

@@ -5,6 +5,7 @@ second broker taking the topic over (its data and the subscription's position co
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 import urllib.request
@@ -17,14 +18,14 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig, ConfigError
-from broker.embedded import BrokerThread
+from broker.embedded import Broker, BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.broker_service import BrokerService
 from cluster.local import LocalCluster
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.zk import AsyncZk
-from tests.component.wire import T, WireClient, producer_cmd
+from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
 
 RECEIVE_TIMEOUT_MS = 10_000
 
@@ -272,3 +273,31 @@ def test_topics_that_come_and_go_leave_no_zookeeper_watches(bk_cluster: LocalClu
             assert zk_watches(bk_cluster.zk_address) <= before + 2
         finally:
             client.close()
+
+
+async def test_a_subscription_zookeeper_cannot_name_is_refused_clearly(bk_cluster: LocalCluster,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A cursor's znode is named after its subscription: "." and ".." cannot be znode names, in Pulsar's layout as
+    here. The SUBSCRIBE is answered PersistenceError with the reason (Pulsar: its asyncOpenCursor failing is a
+    PersistenceException), not UnknownError and an error logged; the connection and the topic go on."""
+    caplog.set_level(logging.WARNING)
+    zk = bk_cluster.zk_address
+    topic = f"persistent://public/default/dots-{uuid.uuid4().hex[:8]}"
+    async with Broker(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{zk}/dots-{uuid.uuid4().hex[:8]}",
+                      bookkeeperMetadataServiceUri=f"zk+hierarchical://{zk}/ledgers",
+                      managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2,
+                      managedLedgerDefaultAckQuorum=2) as broker:
+        c = await WireClient.open(port_of(broker))
+        try:
+            await c.connect()
+            await c.lookup(topic)
+            for request_id, name in enumerate((".", ".."), start=1):
+                c.send(subscribe_cmd(topic, name, consumer_id=request_id, request_id=request_id))
+                answer = await c.recv()
+                assert answer.type == T.ERROR and answer.error.error == pb.ServerError.PersistenceError, answer
+                assert "Failed to open cursor" in answer.error.message
+            c.send(subscribe_cmd(topic, "fine", consumer_id=9, request_id=9))
+            assert (await c.recv()).type == T.SUCCESS
+        finally:
+            c.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
