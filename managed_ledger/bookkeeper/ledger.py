@@ -185,6 +185,9 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                     self._fence(exc)  # a new owner recovered the cursor ledger or rewrote the cursor's znode
                 done(exc)
                 return
+            except Exception as exc:  # a bug: its waiters (a flush, a close) get it rather than hang; it is logged
+                done(exc)
+                raise
             done(None)
 
         task = self._cursor_writes[name] = self._spawn(write())
@@ -539,8 +542,16 @@ class BookKeeperManagedLedger(StoredManagedLedger):
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A background task ended. Each one handles the failures it expects (a bookie or ZooKeeper refusing) and
+        ends quietly; one that raises is a bug, logged at once with its traceback. (Only gathered at close, its
+        exception was never seen, and what it left half-done, a cursor write marked in flight, hung the close.)"""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("managed ledger %s: a background task failed", self._name, exc_info=exc)
 
     async def close(self) -> None:
         if self._state is not LedgerState.OPEN:

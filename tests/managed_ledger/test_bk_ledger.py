@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import itertools
 import json
+import logging
 import os
 import signal
 import struct
@@ -161,6 +162,27 @@ async def test_a_name_not_heard_of_yet_is_read_from_the_store(
     assert other.exists(name) and other.list_names() == [name] and heard == [name]
     assert await other.exists_fresh("tenant/ns/persistent/none") is False
     assert other.list_names() == [name] and heard == [name]
+
+
+async def test_a_cursor_write_that_raises_is_logged_and_does_not_hang_the_close(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory], caplog: pytest.LogCaptureFixture) -> None:
+    """A background task that raises what it does not expect (a bug) is logged at once with its traceback, and the
+    ledger still closes (it was only gathered at close before: nothing logged)."""
+    factory = make_factory()
+    ml = await factory.open("tenant/ns/persistent/buggy", SMALL_KEEP)
+    cursor = await ml.open_cursor("c")
+    await ml.add_entry_async(b"m0")
+
+    async def broken(name: str, record: object) -> None:
+        raise RuntimeError("a bug in the cursor store")
+
+    ml._cursor_store.write = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR):
+        cursor.mark_delete(Position(ml.current_ledger_id, 0))
+        closing = asyncio.ensure_future(ml.close())  # (its flush writes the cursor's state)
+        await eventually(lambda: any("a background task failed" in r.getMessage() for r in caplog.records),
+                         "the failure to be logged")
+        await asyncio.wait_for(closing, 30)
 
 
 async def test_trimmed_ledgers_are_deleted_from_bookkeeper(
