@@ -28,7 +28,9 @@ from tests.admin.http_fuzz import (
 from tests.cluster.conftest import Brokers
 
 ROUNDS = rounds(20)
-CALL_TIMEOUT_S = 20  # (a call not answered in this is a hang: a broker-to-broker call waits 10 s at most)
+# A call not answered in this is a hang: both brokers answer, each call here takes well under a second. (A fan-out
+# to a broker that does not answer would wait up to peers.CALL_TIMEOUT_S, 60 s.)
+CALL_TIMEOUT_S = 20
 # More calls past the existence checks than the single-broker fuzz (they reach the owner's checks), and a
 # partitioned topic of more partitions (spread over both brokers' bundles).
 EXISTING = 0.8
