@@ -118,8 +118,10 @@ async def _bundle_has_owner(service: BrokerService, namespace: str, request: web
 
 
 def topic_of(path: str) -> tuple[TopicName, str] | None:
-    """(the topic, the action) of an admin path on one topic, else None."""
-    parts = path.split("/")
+    """(the topic, the action) of an admin path on one topic, else None. ``path`` as the router matches it
+    (``request.rel_url.path_safe``: decoded but for ``%2F`` and ``%25``), so that a topic whose name has a ``/``
+    (``a%2Fx``) is the one its route's handler serves, not ``a`` with the action ``x``."""
+    parts = [part.replace("%2F", "/").replace("%25", "%") for part in path.split("/")]  # (aiohttp's unquoting)
     # "", "admin", "v2", domain, tenant, ns, topic[, action, ...]
     if len(parts) < 7 or parts[1] != "admin" or parts[2] != "v2" or parts[3] not in DOMAINS or not parts[6]:
         return None
@@ -142,7 +144,7 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
             if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
-        found = topic_of(request.path)
+        found = topic_of(request.rel_url.path_safe)
         if found is not None and service.distributed and "topic" in request.match_info:
             # What another broker has just stored of the topic, read now (its notification may be on its way): the
             # checks below and the handler's answer for it, as Pulsar's metadata cache loads what it does not hold.

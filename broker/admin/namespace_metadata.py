@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
-PROPERTIES = "properties"
+PROPERTIES = P.PROPERTIES
 
 
 def parse_replication_clusters(body: object) -> list[str]:
@@ -164,9 +164,7 @@ class NamespaceMetadataResource:
 
     async def set_properties(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)
-        body = await read_body(request)
-        if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
-            raise HttpError(400, "Namespace properties must be a JSON object of string values")
+        body = P.parse_properties(await read_body(request))
         await self.metadata.update_policy(ns, PROPERTIES, lambda stored: {**(stored or {}), **body})
         return no_content()
 

@@ -131,6 +131,19 @@ def parse_auth_policies(body: Any) -> dict[str, Any]:
     }
 
 
+# -- properties ------------------------------------------------------------------------------------
+
+PROPERTIES = "properties"  # Pulsar's Policies.properties: Map<String, String>
+
+
+def parse_properties(body: Any) -> dict[str, str]:
+    """A namespace's properties: a JSON object of string values (what Pulsar's JSON binding reads into its map; a
+    body of another shape is a 400)."""
+    if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
+        raise PolicyError(400, "Namespace properties must be a JSON object of string values")
+    return body
+
+
 # -- whole documents ------------------------------------------------------------------------------
 
 def validate_policies(doc: Any) -> dict[str, Any]:
@@ -166,6 +179,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
         check(key, lambda v, key=key: parse_limit(v, key))
     check(T.SUBSCRIPTION_EXPIRATION.namespace_field, parse_subscription_expiration)
     check(SUBSCRIPTION_AUTH_MODE, parse_subscription_auth_mode)
+    check(PROPERTIES, parse_properties)
     check(T.DEDUP_SNAPSHOT_INTERVAL.namespace_field, parse_dedup_snapshot_interval)
     check(T.DELAYED_DELIVERY.namespace_field, T.DELAYED_DELIVERY.normalize)
     check(T.INACTIVE_TOPIC_POLICIES.namespace_field, T.INACTIVE_TOPIC_POLICIES.normalize)

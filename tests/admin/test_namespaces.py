@@ -76,6 +76,22 @@ def test_namespace_created_with_policies_body(admin: Admin) -> None:
     assert bad.status == 412 and "TTL" in bad.reason
 
 
+def test_namespace_created_with_properties_body(admin: Admin) -> None:
+    """Policies' properties are a map of strings (Pulsar's Policies.properties, Map<String, String>): a body whose
+    properties are no JSON object of strings is refused (400, as Pulsar's JSON binding refuses it), not stored for
+    the property calls to fail on later."""
+    ns = f"public/withprops-{uuid.uuid4().hex[:8]}"
+    not_properties: list[object] = [1, "x", ["a"], {"a": {}}]
+    for properties in not_properties:
+        bad = admin.put(f"{NS}/{ns}", {"properties": properties})
+        assert bad.status == 400 and "properties" in bad.reason, (properties, bad.status, bad.body)
+    assert admin.get(f"{NS}/{ns}").status == 404
+    assert admin.put(f"{NS}/{ns}", {"properties": {"a": "1"}}).status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/properties") == {"a": "1"}
+    assert admin.delete(f"{NS}/{ns}/property/a").status == 204
+    assert admin.ok("GET", f"{NS}/{ns}/properties") == {}
+
+
 def test_retention_ttl_and_auto_topic_creation_policies(admin: Admin) -> None:
     ns = admin.new_namespace()
     assert admin.get(f"{NS}/{ns}/retention").status == 204  # not set

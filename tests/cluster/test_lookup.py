@@ -99,6 +99,25 @@ def test_admin_calls_redirect_to_the_owner(brokers: Brokers) -> None:
                         timeout=30).status_code == 200
 
 
+def test_a_call_on_a_topic_named_with_a_slash_goes_to_its_owner(brokers: Brokers) -> None:
+    """A local name may hold a "/" (``a%2Fx`` in a path): the non-owner sends the call on that topic to its owner,
+    not answers it as a call on ``a`` (whose action would be ``x``) nor refuses it as not served here (503)."""
+    b1, b2 = brokers.start(2)
+    encoded = f"slash-{uuid.uuid4().hex[:6]}%2Fx"
+    owner_url = http_json(f"{b1.web_url}/lookup/v2/topic/persistent/public/default/{encoded}")["httpUrl"]
+    other = b2 if owner_url == b1.web_url else b1
+    assert requests.put(f"{owner_url}/admin/v2/persistent/public/default/{encoded}", timeout=30).status_code == 204
+    for path, method in ((f"{encoded}/stats", "GET"), (encoded, "PUT"), (f"{encoded}/subscription/s", "PUT")):
+        first = requests.request(method, f"{other.web_url}/admin/v2/persistent/public/default/{path}",
+                                 allow_redirects=False, timeout=30)
+        assert first.status_code == 307, (path, first.status_code, first.text)
+        assert first.headers["Location"].startswith(f"{owner_url}/admin/v2/persistent/public/default/{path}?")
+    base = f"{other.web_url}/admin/v2/persistent/public/default/{encoded}"
+    assert requests.put(f"{base}/subscription/s", timeout=30).status_code == 204  # (followed: on the owner)
+    stats = requests.get(f"{base}/stats", timeout=30)
+    assert stats.status_code == 200 and set(stats.json()["subscriptions"]) == {"s"}
+
+
 def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     """A broker asked of a topic it has not heard of reads the metadata store before it answers, as Pulsar's do
     (NamespaceService.checkTopicExists: the partitioned metadata through the metadata cache, which loads a key it
