@@ -6,6 +6,8 @@ CI=true, where they fail.
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,3 +35,22 @@ def zookeeper_server(state: Path) -> Iterator[ProcessInfo]:
         yield info
     finally:
         stop_process(info.pid)
+
+
+def four_letter_number(address: str, word: bytes, field: bytes) -> int:
+    """A number from a ZooKeeper four-letter word's answer (``srvr``, allowed by default; ``wchs``, allowed for the
+    servers tests start: cluster/local.py): the one after ``field``."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(word)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    match = re.search(re.escape(field) + rb"\s*(\d+)", answer)
+    assert match, answer
+    return int(match.group(1))
+
+
+def zk_watches(address: str) -> int:
+    """The watches the ZooKeeper server holds now, of every session."""
+    return four_letter_number(address, b"wchs", b"Total watches:")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import socket
 import urllib.request
 import uuid
 from typing import Any
@@ -26,6 +24,7 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.zk import AsyncZk
 from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
+from tests.zookeeper import four_letter_number, zk_watches
 
 RECEIVE_TIMEOUT_MS = 10_000
 
@@ -121,16 +120,8 @@ def test_bad_bookkeeper_settings_are_refused_clearly(overrides: dict[str, Any], 
 
 
 def zk_connections(address: str) -> int:
-    """Client connections ZooKeeper counts now (its ``srvr`` four-letter word, whitelisted by default)."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"srvr")
-        answer = b""
-        while chunk := sock.recv(4096):
-            answer += chunk
-    match = re.search(rb"Connections: (\d+)", answer)
-    assert match, answer
-    return int(match.group(1)) - 1  # less this very connection
+    """Client connections ZooKeeper counts now, less the asking one."""
+    return four_letter_number(address, b"srvr", b"Connections:") - 1
 
 
 def test_one_zookeeper_session_for_metadata_and_storage(bk_cluster: LocalCluster) -> None:
@@ -226,19 +217,6 @@ async def test_topic_list_watchers_hear_of_topics_another_broker_creates(bk_clus
             await asyncio.to_thread(second.stop)
     finally:
         await asyncio.to_thread(first.stop)
-
-
-def zk_watches(address: str) -> int:
-    """The watches the ZooKeeper server holds now, of every session (its ``wchs`` word, allowed in tests)."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"wchs")
-        answer = b""
-        while chunk := sock.recv(4096):
-            answer += chunk
-    match = re.search(rb"Total watches:(\d+)", answer)
-    assert match, answer
-    return int(match.group(1))
 
 
 def test_topics_that_come_and_go_leave_no_zookeeper_watches(bk_cluster: LocalCluster) -> None:

@@ -10,8 +10,6 @@ network is back SESSION_REESTABLISHED with a new session.
 from __future__ import annotations
 
 import contextlib
-import re
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,7 +29,7 @@ from metadata_store.zookeeper import (
 )
 from tests.metadata_store.tcp_proxy import TcpProxy
 from tests.waiting import eventually
-from tests.zookeeper import require_zookeeper
+from tests.zookeeper import require_zookeeper, zk_watches
 
 LOST = SessionEvent.CONNECTION_LOST
 RECONNECTED = SessionEvent.RECONNECTED
@@ -264,19 +262,6 @@ async def test_a_change_before_the_watch_is_armed_again_is_still_told(zk_server:
         # Nothing more is missed: the watch is armed again.
         other.set("/x", b"4")
         await eventually(lambda: seen.count(modified) >= expected + 1, f"MODIFIED x{expected + 1}: {seen}")
-
-
-def zk_watches(address: str) -> int:
-    """The watches the ZooKeeper server holds now, of every session (its ``wchs`` four-letter word)."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"wchs")
-        answer = b""
-        while chunk := sock.recv(4096):
-            answer += chunk
-    match = re.search(rb"Total watches:(\d+)", answer)
-    assert match, answer
-    return int(match.group(1))
 
 
 async def test_names_that_came_and_went_keep_no_watch(zk_server: ProcessInfo) -> None:
