@@ -320,7 +320,10 @@ class PersistentTopic(AbstractTopic):
             # failing). As in Pulsar, where a client going away does not stop PersistentSubscription.delete. The
             # topic's close waits for it.
             self._deleting_subscriptions.add(sub.name)
-            await asyncio.shield(self._closing.spawn(self._delete_cursor(sub.name), loop=self.loop))
+            try:
+                await asyncio.shield(self._closing.spawn(self._delete_cursor(sub.name), loop=self.loop))
+            except ManagedLedgerError as exc:  # (logged once, by the task's owner: the caller answers it)
+                raise PersistenceError(f"Failed to delete cursor {sub.name}: {exc}") from exc
 
     async def _delete_cursor(self, name: str) -> None:
         try:

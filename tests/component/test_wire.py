@@ -15,6 +15,7 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 from broker.topic_name import TopicName
+from managed_ledger import ManagedLedgerError
 from managed_ledger.stored import StoredManagedLedger
 from tests.component.wire import WAIT_S, T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
@@ -448,6 +449,28 @@ async def test_a_subscribe_while_the_subscription_is_deleted_is_refused_as_not_r
     c.close()
     other.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_an_unsubscribe_whose_cursor_deletion_fails_is_answered_persistence_error_and_logged_once(
+        broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The managed ledger cannot delete the cursor (storage failing): the UNSUBSCRIBE is answered PersistenceError
+    with the reason, as Pulsar answers a failed cursor deletion, and the failure is logged once, by the topic that
+    ran the deletion (it was also answered UnknownError and logged a second time by the connection's handler)."""
+    topic = "persistent://public/default/wire-unsub-fails"
+    c = await subscribed_with_producer(broker, topic)
+    assert broker.server is not None
+    ledger = broker.server.service.topics[topic].ledger
+
+    async def failing(name: str) -> None:
+        raise ManagedLedgerError("the storage is gone")
+
+    monkeypatch.setattr(ledger, "delete_cursor", failing)
+    c.send(unsubscribe_cmd(1, 3))
+    answer = await c.recv()
+    assert answer.type == T.ERROR and answer.error.error == pb.ServerError.PersistenceError, answer
+    assert "the storage is gone" in answer.error.message
+    c.close()
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
 
 
 async def test_an_unsubscribe_whose_connection_closes_midway_still_deletes_the_subscription(
