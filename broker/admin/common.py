@@ -257,10 +257,10 @@ def bound(method: Callable[[web.Request, T], Awaitable[web.Response]], arg: T) -
     return handle
 
 
-def parse_properties(body: object) -> dict[str, str]:
-    """Topic properties: a JSON object of strings (None: none)."""
+def parse_properties(body: object, what: str = "Topic") -> dict[str, str]:
+    """``what``'s properties: a JSON object of strings (None: none)."""
     if body is None:
         return {}
     if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in body.items()):
-        raise HttpError(400, "Topic properties must be a JSON object of string values")
+        raise HttpError(400, f"{what} properties must be a JSON object of string values")
     return body

@@ -30,7 +30,7 @@ from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.admin.peers import reason_of, topic_path
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.service.broker_service import credential_headers
-from broker.service.remote_producer import RemoteError
+from broker.service.remote_producer import RemoteError, cluster_setting
 from broker.tasks import OwnedTasks
 
 if TYPE_CHECKING:
@@ -44,10 +44,7 @@ log = logging.getLogger(__name__)
 def cluster_admin(cfg: BrokerConfig, name: str, data: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     """The base URL of cluster ``name``'s admin API and the headers of a call there; RemoteError when its data
     has no URL for it or its credentials cannot be used."""
-    tls = data.get("brokerClientTlsEnabled")
-    if tls in (None, ""):
-        tls = cfg.brokerClientTlsEnabled
-    key = "serviceUrlTls" if tls else "serviceUrl"
+    key = "serviceUrlTls" if cluster_setting(data, cfg, "brokerClientTlsEnabled") else "serviceUrl"
     url = str(data.get(key) or "").rstrip("/")
     if not url:
         raise RemoteError(f"cluster {name} has no {key}")

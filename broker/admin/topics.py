@@ -932,11 +932,7 @@ def _int_field(body: dict[str, Any], key: str, default: int) -> int:
 def subscription_properties(body: object) -> dict[str, str] | None:
     """ResetCursorData's ``properties``: a JSON object of strings, or none (absent or null)."""
     properties = body.get("properties") if isinstance(body, dict) else None
-    if properties is None:
-        return None
-    if not isinstance(properties, dict) or not all(isinstance(v, str) for v in properties.values()):
-        raise HttpError(400, "Subscription properties must be a JSON object of string values")
-    return properties
+    return None if properties is None else parse_properties(properties, "Subscription")
 
 
 def message_id(body: object) -> Position:

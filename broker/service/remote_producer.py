@@ -57,7 +57,7 @@ class RemoteSettings:
     auth_data: bytes
 
 
-def _setting(cluster: Mapping[str, Any], cfg: BrokerConfig, key: str) -> Any:
+def cluster_setting(cluster: Mapping[str, Any], cfg: BrokerConfig, key: str) -> Any:
     """The cluster data's value of ``key`` when set, else the broker's."""
     value = cluster.get(key)
     return value if value not in (None, "") else getattr(cfg, key)
@@ -66,7 +66,7 @@ def _setting(cluster: Mapping[str, Any], cfg: BrokerConfig, key: str) -> Any:
 def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) -> RemoteSettings:
     """The settings for reaching cluster ``name`` (its cluster data ``cluster``); RemoteError when
     they are incomplete or unusable."""
-    tls = bool(_setting(cluster, cfg, "brokerClientTlsEnabled"))
+    tls = bool(cluster_setting(cluster, cfg, "brokerClientTlsEnabled"))
     url = cluster.get("brokerServiceUrlTls" if tls else "brokerServiceUrl")
     if not url:
         raise RemoteError(f"cluster {name} has no {'brokerServiceUrlTls' if tls else 'brokerServiceUrl'}")
@@ -78,12 +78,12 @@ def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) ->
     context = None
     if tls:
         try:
-            cert = client_cert or (_setting(cluster, cfg, "brokerClientCertificateFilePath"),
-                                   _setting(cluster, cfg, "brokerClientKeyFilePath"))
+            cert = client_cert or (cluster_setting(cluster, cfg, "brokerClientCertificateFilePath"),
+                                   cluster_setting(cluster, cfg, "brokerClientKeyFilePath"))
             # (Pulsar's broker clients do not verify host names by default)
-            context = client_context(_setting(cluster, cfg, "brokerClientTrustCertsFilePath")
+            context = client_context(cluster_setting(cluster, cfg, "brokerClientTrustCertsFilePath")
                                      or cfg.tlsTrustCertsFilePath, check_hostname=False,
-                                     insecure=bool(_setting(cluster, cfg, "tlsAllowInsecureConnection")),
+                                     insecure=bool(cluster_setting(cluster, cfg, "tlsAllowInsecureConnection")),
                                      cert=(cert[0], cert[1]) if cert[0] and cert[1] else None)
         except (OSError, ssl.SSLError) as exc:
             raise RemoteError(f"TLS settings for cluster {name}: {exc}") from None
