@@ -12,6 +12,10 @@ that the other cluster does not know as partitions, and its consumers of the par
   cluster is grown to the same count with ``updateLocalTopicOnly=true``, and the answer waits for them: a failure
   there is the caller's answer (Pulsar's internalUpdatePartitionedTopicAsync, which updates every replication
   cluster after the local one).
+- **The topic's own replication clusters** (``POST .../{topic}/replication`` on a partitioned topic): before they are
+  stored, the partitioned topic (its count) is made on each of them, awaited; a cluster that has it with another
+  count is a 412, a failed call a 500, and the clusters are then not stored (Pulsar's PersistentTopicsBase.
+  internalSetReplicationClusters).
 
 The other cluster is called on its cluster data's ``serviceUrl`` (``serviceUrlTls`` when ``brokerClientTlsEnabled``,
 the cluster's value else the broker's), with the cluster's credentials (``authenticationPlugin`` /
@@ -22,7 +26,7 @@ TLS trust and client certificates are the broker's (``PeerAdmin``), not the clus
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from broker.admin.common import HttpError
@@ -72,18 +76,40 @@ class ReplicatedPartitions:
         return f"{base}{topic_path(name)}/partitions", headers
 
     def create_in_background(self, name: TopicName, n: int, properties: dict[str, str] | None) -> None:
-        """The partitioned topic made on each other replication cluster, not awaited."""
+        """The partitioned topic made on each other replication cluster, not awaited: a failure is logged."""
         if not self.web.ctx.config.createTopicToRemoteClusterForReplication:
             return
         for cluster in self._others(name):
-            self.tasks.spawn(self._create(cluster, name, n, properties), name=f"create {name} on {cluster}")
+            self.tasks.spawn(self._logged(self._create(cluster, name, n, properties)),
+                             name=f"create {name} on {cluster}")
+
+    async def create_on(self, clusters: list[str], name: TopicName, n: int) -> None:
+        """The partitioned topic (count only) made on each of ``clusters`` but this one, awaited; the first failure
+        is raised as the caller's answer. Pulsar's internalSetReplicationClusters does this before it stores a
+        partitioned topic's own replication clusters (with createTopicToRemoteClusterForReplication): a cluster
+        that has it with another count is a 412, and the clusters are not stored."""
+        if not self.web.ctx.config.createTopicToRemoteClusterForReplication:
+            return
+        local = self.web.ctx.config.clusterName
+        for cluster in clusters:
+            if cluster != local:
+                await self._create(cluster, name, n, None)
+
+    @staticmethod
+    async def _logged(creation: Coroutine[Any, Any, None]) -> None:
+        try:
+            await creation
+        except HttpError as exc:
+            log.warning("%s", reason_of(exc.text or ""))
 
     async def _create(self, cluster: str, name: TopicName, n: int, properties: dict[str, str] | None) -> None:
+        """Make it on ``cluster`` with ``createLocalTopicOnly=true`` (AdminResource.
+        internalCreatePartitionedTopicToReplicatedClustersInBackground): done when made, or when the cluster has it
+        with this count; HttpError 412 when it has it with another, 500 when the call fails."""
         try:
             url, headers = self._target(cluster, name)
         except RemoteError as exc:
-            log.warning("partitioned topic %s not made on cluster %s: %s", name, cluster, exc)
-            return
+            raise HttpError(500, f"partitioned topic {name} not made on cluster {cluster}: {exc}") from None
         body: object = n
         if properties is not None:
             body = {"partitions": n, "properties": properties}
@@ -92,8 +118,8 @@ class ReplicatedPartitions:
             await self.web.peers.call("PUT", f"{url}?createLocalTopicOnly=true", body=body, headers=headers)
         except HttpError as exc:
             if exc.status_code != 409:
-                log.warning("partitioned topic %s not made on cluster %s: %s", name, cluster, reason_of(exc.text or ""))
-                return
+                raise HttpError(500, f"partitioned topic {name} not made on cluster {cluster}: "
+                                     f"{reason_of(exc.text or '')}") from None
             await self._compare(cluster, name, n, url, headers)
             return
         log.info("partitioned topic %s made on cluster %s (%d partitions)", name, cluster, n)
@@ -104,15 +130,13 @@ class ReplicatedPartitions:
         try:
             doc = await self.web.peers.call("GET", url, headers=headers)
         except HttpError as exc:
-            log.warning("partitioned topic %s exists on cluster %s, its count unknown: %s", name, cluster,
-                        reason_of(exc.text or ""))
-            return
+            raise HttpError(500, f"partitioned topic {name} exists on cluster {cluster}, its count unknown: "
+                                 f"{reason_of(exc.text or '')}") from None
         theirs = doc.get("partitions") if isinstance(doc, dict) else None
-        if theirs == n:
-            log.info("partitioned topic %s is on cluster %s already (%d partitions)", name, cluster, n)
-        else:
-            log.warning("partitioned topic %s exists on cluster %s with %s partitions, not %d: the clusters "
-                        "differ until one is changed by hand", name, cluster, theirs, n)
+        if theirs != n:
+            raise HttpError(412, f"There is an exists topic {name} with different partitions {theirs} on the remote "
+                                 f"cluster {cluster}, you want to create it with partitions {n}")
+        log.info("partitioned topic %s is on cluster %s already (%d partitions)", name, cluster, n)
 
     async def grow(self, name: TopicName, n: int) -> None:
         """Each other replication cluster grown to ``n`` partitions, awaited; the first failure is raised (an

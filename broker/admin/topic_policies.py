@@ -203,6 +203,8 @@ class TopicPoliciesResource:
         value = (spec.parse or spec.policy.parse)(body)
         if spec.validate is not None:
             spec.validate(self.service, name, value)
+        if spec.policy is T.REPLICATION_CLUSTERS and (n := self.service.metadata.partitions_of(name.full)) > 0:
+            await self.web.replicated.create_on(value, name, n)  # (Pulsar's internalSetReplicationClusters)
         await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value))
         self._applied(name, spec)
         return no_content()

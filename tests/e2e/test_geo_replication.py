@@ -268,6 +268,30 @@ def test_topic_level_replication_clusters(pair: Pair) -> None:
     wait_for(lambda: not loaded.replicators, what="the replicator to stop")
 
 
+def test_a_partitioned_topics_own_replication_clusters_get_the_partitioned_topic(pair: Pair) -> None:
+    """Pulsar 4.0's internalSetReplicationClusters: before a partitioned topic's own replication clusters are stored,
+    the partitioned topic is made on each of them (awaited, count only); a cluster that has it with another count
+    is a 412 and nothing is stored."""
+    ns = pair.namespace(["a"])  # (not replicated: only the topics' own clusters take them to b)
+    pair.admin_b.ok("POST", f"/admin/v2/namespaces/{ns}/replication", ["a", "b"])  # (b serves it for its clients)
+    base = f"/admin/v2/persistent/{ns}"
+    pair.admin_a.ok("PUT", f"{base}/parted/partitions", 3)
+    assert pair.admin_b.get(f"{base}/parted/partitions").status == 404
+    assert pair.admin_a.post(f"{base}/parted/replication", ["a", "b"]).status == 204
+    assert pair.admin_b.ok("GET", f"{base}/parted/partitions")["partitions"] == 3  # (made before the answer)
+    assert pair.admin_a.ok("GET", f"{base}/parted/replication") == ["a", "b"]
+
+    pair.admin_a.ok("PUT", f"{base}/differs/partitions", 2)
+    pair.admin_b.ok("PUT", f"{base}/differs/partitions?createLocalTopicOnly=true", 4)  # (b replicates to a)
+    reply = pair.admin_a.post(f"{base}/differs/replication", ["a", "b"])
+    assert reply.status == 412, reply.body
+    assert "different partitions 4" in reply.json["reason"]
+    assert pair.admin_a.get(f"{base}/differs/replication").status == 204  # (not stored)
+    pair.admin_b.ok("PUT", f"{base}/same/partitions?createLocalTopicOnly=true", 2)
+    pair.admin_a.ok("PUT", f"{base}/same/partitions", 2)
+    assert pair.admin_a.post(f"{base}/same/replication", ["a", "b"]).status == 204  # (the same count: nothing to do)
+
+
 def test_a_cluster_only_allowed_for_the_namespace_replicates_to_its_replication_clusters(pair: Pair) -> None:
     # PIP-321: a is one of the namespace's allowed clusters, not of its replication clusters [b, gone]. It serves the
     # namespace, and Pulsar 4.0.7's checkReplication starts a replicator to every cluster of the list but the local
