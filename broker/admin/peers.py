@@ -117,12 +117,13 @@ class PeerAdmin:
         return {}
 
     async def call(self, method: str, url: str, caller: web.Request | None = None, body: object = None,
-                   headers: Mapping[str, str] | None = None) -> Any:
+                   headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | None = None) -> Any:
         """``method`` on another broker's admin ``url``: its JSON answer (None when empty). HttpError with the other
         broker's status and reason when it refuses; 503 when it cannot be reached, or has not answered within
         ``CALL_TIMEOUT_S``, redirects included (each hop had that time before: six hops, six times as long).
         ``headers``: the call's own (credentials for another cluster, a Content-Type for the body) instead of
-        this broker's credentials.
+        this broker's credentials. ``ssl_context``: the call's own TLS settings over https (another cluster's)
+        instead of this broker's.
 
         ``url`` is sent exactly as given, already encoded (``path_segment``, ``urlencode``), and so is a redirect's
         Location: neither is decoded and normalized on the way (yarl would decode ``%2E%2E`` and drop it with the
@@ -130,11 +131,12 @@ class PeerAdmin:
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 return await self._call(method, url, dict(headers) if headers is not None else self.headers(caller),
-                                        body)
+                                        body, ssl_context)
         except TimeoutError:
             raise HttpError(503, f"{method} {url}: no answer within {CALL_TIMEOUT_S:g} s") from None
 
-    async def _call(self, method: str, url: str, headers: dict[str, str], body: object) -> Any:
+    async def _call(self, method: str, url: str, headers: dict[str, str], body: object,
+                    ssl_context: ssl.SSLContext | None) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S))
         data = None if body is None else json.dumps(body).encode()
@@ -143,7 +145,9 @@ class PeerAdmin:
         target = URL(url, encoded=True)
         for _ in range(MAX_REDIRECTS + 1):
             try:
-                ssl_arg: ssl.SSLContext | bool = self._ssl_context() if target.scheme == "https" else True
+                ssl_arg: ssl.SSLContext | bool = True
+                if target.scheme == "https":
+                    ssl_arg = ssl_context or self._ssl_context()
                 async with self._session.request(method, target, headers=headers, data=data, ssl=ssl_arg,
                                                  allow_redirects=False) as answer:
                     if answer.status in REDIRECTS:

@@ -19,14 +19,17 @@ that the other cluster does not know as partitions, and its consumers of the par
 
 The other cluster is called on its cluster data's ``serviceUrl`` (``serviceUrlTls`` when ``brokerClientTlsEnabled``,
 the cluster's value else the broker's), with the cluster's credentials (``authenticationPlugin`` /
-``authenticationParameters``: token or basic), else the broker's own (Pulsar's BrokerService.getClusterPulsarAdmin).
-TLS trust and client certificates are the broker's (``PeerAdmin``), not the cluster data's.
+``authenticationParameters``: token, basic or tls), else the broker's own, and over https with the cluster data's
+TLS settings (``brokerClientTrustCertsFilePath``, ``brokerClientCertificateFilePath`` / ``...KeyFilePath``,
+``tlsAllowInsecureConnection``), each else the broker's (Pulsar's BrokerService.getClusterPulsarAdmin).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.admin.common import HttpError
@@ -34,7 +37,7 @@ from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.admin.peers import reason_of, topic_path
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.service.broker_service import credential_headers
-from broker.service.remote_producer import RemoteError, cluster_setting
+from broker.service.remote_producer import RemoteError, client_credentials, cluster_setting, cluster_tls_context
 from broker.tasks import OwnedTasks
 
 if TYPE_CHECKING:
@@ -45,16 +48,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def cluster_admin(cfg: BrokerConfig, name: str, data: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-    """The base URL of cluster ``name``'s admin API and the headers of a call there; RemoteError when its data
-    has no URL for it or its credentials cannot be used."""
+@dataclass(frozen=True)
+class ClusterAdmin:
+    """Where and how to call another cluster's admin API."""
+
+    url: str  # its base URL
+    headers: dict[str, str]  # its credentials
+    ssl_context: ssl.SSLContext | None  # over https: its cluster data's TLS settings, else the broker's
+
+    def call_headers(self) -> dict[str, str]:
+        return dict(self.headers)
+
+
+def cluster_admin(cfg: BrokerConfig, name: str, data: Mapping[str, Any]) -> ClusterAdmin:
+    """How to call cluster ``name``'s admin API (Pulsar's BrokerService.getClusterPulsarAdmin: the cluster data's
+    URL, credentials and TLS settings, each else the broker's); RemoteError when its data has no URL for it or its
+    credentials or TLS files cannot be used."""
     key = "serviceUrlTls" if cluster_setting(data, cfg, "brokerClientTlsEnabled") else "serviceUrl"
     url = str(data.get(key) or "").rstrip("/")
     if not url:
         raise RemoteError(f"cluster {name} has no {key}")
     if data.get("authenticationPlugin"):
-        return url, credential_headers(data["authenticationPlugin"], data.get("authenticationParameters") or "")
-    return url, credential_headers(cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters)
+        plugin, params = data["authenticationPlugin"], data.get("authenticationParameters") or ""
+    else:
+        plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
+    _, _, client_cert = client_credentials(plugin, params)
+    context = cluster_tls_context(cfg, name, data, client_cert) if url.startswith("https:") else None
+    return ClusterAdmin(url, credential_headers(plugin, params), context)
 
 
 class ReplicatedPartitions:
@@ -68,12 +88,12 @@ class ReplicatedPartitions:
         clusters = self.web.service.policies.for_namespace(name.namespace, REPLICATION_CLUSTERS)
         return [c for c in clusters if c != local]
 
-    def _target(self, cluster: str, name: TopicName) -> tuple[str, dict[str, str]]:
+    def _target(self, cluster: str, name: TopicName) -> tuple[str, ClusterAdmin]:
         data = self.web.metadata.clusters.get(cluster)
         if data is None:
             raise RemoteError(f"cluster {cluster} has no cluster data")
-        base, headers = cluster_admin(self.web.ctx.config, cluster, data)
-        return f"{base}{topic_path(name)}/partitions", headers
+        admin = cluster_admin(self.web.ctx.config, cluster, data)
+        return f"{admin.url}{topic_path(name)}/partitions", admin
 
     def create_in_background(self, name: TopicName, n: int, properties: dict[str, str] | None) -> None:
         """The partitioned topic made on each other replication cluster, not awaited: a failure is logged."""
@@ -107,28 +127,29 @@ class ReplicatedPartitions:
         internalCreatePartitionedTopicToReplicatedClustersInBackground): done when made, or when the cluster has it
         with this count; HttpError 412 when it has it with another, 500 when the call fails."""
         try:
-            url, headers = self._target(cluster, name)
+            url, admin = self._target(cluster, name)
         except RemoteError as exc:
             raise HttpError(500, f"partitioned topic {name} not made on cluster {cluster}: {exc}") from None
+        headers = admin.call_headers()
         body: object = n
         if properties is not None:
             body = {"partitions": n, "properties": properties}
             headers["Content-Type"] = PARTITIONED_METADATA_TYPE
         try:
-            await self.web.peers.call("PUT", f"{url}?createLocalTopicOnly=true", body=body, headers=headers)
+            await self.web.peers.call("PUT", f"{url}?createLocalTopicOnly=true", body=body, headers=headers,
+                                      ssl_context=admin.ssl_context)
         except HttpError as exc:
             if exc.status_code != 409:
                 raise HttpError(500, f"partitioned topic {name} not made on cluster {cluster}: "
                                      f"{reason_of(exc.text or '')}") from None
-            await self._compare(cluster, name, n, url, headers)
+            await self._compare(cluster, name, n, url, admin)
             return
         log.info("partitioned topic %s made on cluster %s (%d partitions)", name, cluster, n)
 
-    async def _compare(self, cluster: str, name: TopicName, n: int, url: str, headers: dict[str, str]) -> None:
+    async def _compare(self, cluster: str, name: TopicName, n: int, url: str, admin: ClusterAdmin) -> None:
         """The other cluster had it already: the same count is nothing to do, another is a conflict to mend."""
-        headers.pop("Content-Type", None)
         try:
-            doc = await self.web.peers.call("GET", url, headers=headers)
+            doc = await self.web.peers.call("GET", url, headers=admin.call_headers(), ssl_context=admin.ssl_context)
         except HttpError as exc:
             raise HttpError(500, f"partitioned topic {name} exists on cluster {cluster}, its count unknown: "
                                  f"{reason_of(exc.text or '')}") from None
@@ -143,10 +164,11 @@ class ReplicatedPartitions:
         HttpError with the other cluster's status)."""
         for cluster in self._others(name):
             try:
-                url, headers = self._target(cluster, name)
+                url, admin = self._target(cluster, name)
             except RemoteError as exc:
                 raise HttpError(500, f"Update remote cluster {cluster} partition fail: {exc}") from None
-            await self.web.peers.call("POST", f"{url}?updateLocalTopicOnly=true", body=n, headers=headers)
+            await self.web.peers.call("POST", f"{url}?updateLocalTopicOnly=true", body=n, headers=admin.call_headers(),
+                                      ssl_context=admin.ssl_context)
 
     async def close(self) -> None:
         await self.tasks.close()

@@ -77,19 +77,27 @@ def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) ->
     method, data, client_cert = client_credentials(plugin, params)
     context = None
     if tls:
-        try:
-            cert = client_cert or (cluster_setting(cluster, cfg, "brokerClientCertificateFilePath"),
-                                   cluster_setting(cluster, cfg, "brokerClientKeyFilePath"))
-            # (Pulsar's broker clients do not verify host names by default)
-            context = client_context(cluster_setting(cluster, cfg, "brokerClientTrustCertsFilePath")
-                                     or cfg.tlsTrustCertsFilePath, check_hostname=False,
-                                     insecure=bool(cluster_setting(cluster, cfg, "tlsAllowInsecureConnection")),
-                                     cert=(cert[0], cert[1]) if cert[0] and cert[1] else None)
-        except (OSError, ssl.SSLError) as exc:
-            raise RemoteError(f"TLS settings for cluster {name}: {exc}") from None
+        context = cluster_tls_context(cfg, name, cluster, client_cert)
     elif method == "tls":
         raise RemoteError(f"cluster {name}: tls authentication needs brokerClientTlsEnabled")
     return RemoteSettings(url, context, method, data)
+
+
+def cluster_tls_context(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any],
+                        client_cert: tuple[str, str] | None) -> ssl.SSLContext:
+    """The TLS context towards cluster ``name``: its cluster data's trust certificates, client certificate and key,
+    and ``tlsAllowInsecureConnection``, each else the broker's (``client_cert``: the one its tls authentication names,
+    first); RemoteError when they cannot be used."""
+    try:
+        cert = client_cert or (cluster_setting(cluster, cfg, "brokerClientCertificateFilePath"),
+                               cluster_setting(cluster, cfg, "brokerClientKeyFilePath"))
+        # (Pulsar's broker clients do not verify host names by default)
+        return client_context(cluster_setting(cluster, cfg, "brokerClientTrustCertsFilePath")
+                              or cfg.tlsTrustCertsFilePath, check_hostname=False,
+                              insecure=bool(cluster_setting(cluster, cfg, "tlsAllowInsecureConnection")),
+                              cert=(cert[0], cert[1]) if cert[0] and cert[1] else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise RemoteError(f"TLS settings for cluster {name}: {exc}") from None
 
 
 def client_credentials(plugin: str, params: str) -> tuple[str | None, bytes, tuple[str, str] | None]:

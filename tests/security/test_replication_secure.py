@@ -53,3 +53,34 @@ def test_replication_over_tls_with_a_token(pki: Pki) -> None:
         finally:
             client.close()
             remote_client.close()
+
+
+def test_a_partitioned_topic_is_made_on_a_tls_cluster_with_its_cluster_datas_tls_settings(pki: Pki) -> None:
+    """The admin calls to another cluster (here: making a partitioned topic there) use its cluster data's TLS
+    settings and credentials, as Pulsar's BrokerService.getClusterPulsarAdmin does: this broker has none of its
+    own."""
+    with BrokerThread(**secure_settings(pki, clusterName="remote")) as remote, \
+            BrokerThread(clusterName="local") as local:
+        remote_admin = SecureAdmin.bearer(remote.web_url_tls, pki, SUPER_USER)
+        remote_admin.ok("PUT", "/admin/v2/clusters/local", {})
+        remote_admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["local", "remote"]})
+        remote_admin.ok("PUT", "/admin/v2/namespaces/geo/ns")
+        admin = Admin(local.web_url)
+        admin.ok("PUT", "/admin/v2/clusters/remote", {
+            "serviceUrl": "http://127.0.0.1:1", "serviceUrlTls": remote.web_url_tls,
+            "brokerServiceUrl": remote.service_url, "brokerServiceUrlTls": remote.service_url_tls,
+            "brokerClientTlsEnabled": True, "brokerClientTrustCertsFilePath": str(pki.ca_cert),
+            "authenticationPlugin": TOKEN_PLUGIN, "authenticationParameters": f"token:{token(SUPER_USER)}"})
+        admin.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["local", "remote"]})
+        admin.ok("PUT", "/admin/v2/namespaces/geo/ns")
+        admin.ok("POST", "/admin/v2/namespaces/geo/ns/replication", ["local", "remote"])
+        path = "/admin/v2/persistent/geo/ns/parted/partitions"
+
+        def there() -> int:
+            reply = remote_admin.call("GET", path)
+            return int(reply.json["partitions"]) if reply.status == 200 else 0
+
+        admin.ok("PUT", path, 2)  # (made there in the background)
+        wait_for(lambda: there() == 2, what="the partitioned topic to be made on the remote cluster")
+        admin.ok("POST", path, 3)  # (awaited: grown there, or that is the answer)
+        assert there() == 3
