@@ -293,6 +293,19 @@ class ZooKeeperMetadataStore:
 
     async def get_children(self, path: str) -> list[str]:
         self._enter(path)
+        if self._told_by_parent(path) and path not in self._watched:
+            # Its directory tells of its coming and going: the children's watch alone, which ZooKeeper does not set
+            # on a node that is not there. (An exists watch on it, armed just after a deletion, would stay on the
+            # server until the node is made again: one more for every such node ever listed, as each topic's
+            # schema versions are.)
+            self._watched_children.add(path)
+            self._armed_children.add(path)
+            try:
+                children = await self._call(path, self._client.get_children_async(path, watch=self._child_watcher))
+            except NotFoundError:
+                self._forget(path)
+                return []
+            return sorted(children)
         arm = self._arm(path)  # the node itself too: its creation re-arms the children's watch
         self._watched_children.add(path)
         self._armed_children.add(path)
@@ -569,7 +582,13 @@ class ZooKeeperMetadataStore:
         if event.type == EventType.CHILD:
             self._watch_children(path)
             self._deliver([Notification(NotificationType.CHILDREN_CHANGED, path)])
-        # DELETED: the node's own watch tells it; its creation re-arms this one
+        elif event.type == EventType.DELETED and path not in self._watched and path != paths.ROOT:
+            # A node listed without a watch of its own (get_children, in a listed directory): told here, and
+            # forgotten; its directory tells of its coming again.
+            self._forget(path)
+            self._deliver([Notification(NotificationType.DELETED, path),
+                           Notification(NotificationType.CHILDREN_CHANGED, paths.parent(path))])
+        # DELETED otherwise: the node's own watch tells it; its creation re-arms this one
 
     def _rearm_all(self) -> None:
         """After a reconnection kazoo holds no watches: arm again everything watched."""

@@ -220,9 +220,10 @@ async def test_topic_list_watchers_hear_of_topics_another_broker_creates(bk_clus
 
 
 def test_topics_that_come_and_go_leave_no_zookeeper_watches(bk_cluster: LocalCluster) -> None:
-    """Topics made, used and deleted, and lookups of names that do not exist, on a broker whose metadata is in
-    ZooKeeper: the watches do not grow with them (they grew by two per topic, for good: the managed ledger's and
-    its cursor's znodes, or its partitioned metadata's; Pulsar's one recursive watch has no such growth)."""
+    """Topics made, used (with a schema and a topic policy) and deleted, and lookups of names that do not exist, on a
+    broker whose metadata is in ZooKeeper: the watches do not grow with them (they grew by two per topic, for good:
+    the managed ledger's and its cursor's znodes, or its partitioned metadata's; then by about one per schema, its
+    versions' node; Pulsar's one recursive watch has no such growth)."""
     tag = uuid.uuid4().hex[:8]
     with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}",
                       managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2,
@@ -233,12 +234,15 @@ def test_topics_that_come_and_go_leave_no_zookeeper_watches(bk_cluster: LocalClu
             for i in range(first, last):
                 topic = f"persistent://public/default/churn-{tag}-{i}"
                 consumer = client.subscribe(topic, "s")
-                producer = client.create_producer(topic, batching_enabled=False)
-                producer.send(b"x")
+                producer = client.create_producer(topic, batching_enabled=False, schema=pulsar.schema.StringSchema())
+                producer.send("x")
                 consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS))
                 producer.close()
                 consumer.close()
                 path = f"{broker.web_url}/admin/v2/persistent/public/default/churn-{tag}-{i}"
+                request = urllib.request.Request(f"{path}/messageTTL?messageTTL=60", method="POST")
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    assert answer.status == 204
                 request = urllib.request.Request(f"{path}?force=true", method="DELETE")
                 with urllib.request.urlopen(request, timeout=30) as answer:
                     assert answer.status == 204

@@ -291,6 +291,30 @@ async def test_names_that_came_and_went_keep_no_watch(zk_server: ProcessInfo) ->
         await eventually(lambda: Notification(NotificationType.MODIFIED, "/topics/t0") in seen, "MODIFIED on t0")
 
 
+async def test_listed_nodes_that_came_and_went_keep_no_watch(zk_server: ProcessInfo) -> None:
+    """A node whose children are listed (a topic's schema versions), in a directory whose children the store
+    watches: deleted with its children and listed again (the cache re-reads it on the children's change, before or
+    after it hears of the deletion), it keeps no watch. Its coming again and a version added are told."""
+    async with store_and_other_client(zk_server) as (store, other, seen):
+        await store.put("/schemas", b"", None)
+        assert await store.get_children("/schemas") == []
+        before = zk_watches(zk_server.address)
+        for i in range(30):
+            other.create(f"/schemas/t{i}/v0", b"x", makepath=True)
+            assert await store.get_children(f"/schemas/t{i}") == ["v0"]
+            other.delete(f"/schemas/t{i}", recursive=True)
+            assert await store.get_children(f"/schemas/t{i}") == []  # (read again: not there)
+            assert await store.get_children(f"/schemas/never-{i}") == []
+        # (Their deletions are told as /schemas' CHILDREN_CHANGED, or as their DELETED when the children's watch
+        # was armed again before it.)
+        await eventually(lambda: zk_watches(zk_server.address) <= before + 2, "no watch left on the deleted nodes")
+        other.create("/schemas/t0/v0", b"again", makepath=True)
+        await eventually(lambda: Notification(NotificationType.CHILDREN_CHANGED, "/schemas") in seen, "the coming")
+        assert await store.get_children("/schemas/t0") == ["v0"]
+        other.create("/schemas/t0/v1", b"more")
+        await eventually(lambda: Notification(NotificationType.CHILDREN_CHANGED, "/schemas/t0") in seen, "a version")
+
+
 async def test_a_read_that_does_not_watch_missing_nodes_leaves_no_watch(zk_server: ProcessInfo) -> None:
     """``watch_missing=False`` (the broker's reads through for a name asked about, in a directory it may not list
     yet: every lookup reads a topic's partitioned metadata): a node not there gets no watch; one there is watched as
