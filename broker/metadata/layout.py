@@ -43,9 +43,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote_plus, unquote_plus
 
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, decode_local_name, encode_local_name
 
 JsonDoc = dict[str, Any]
 
@@ -63,16 +62,6 @@ COMPACTIONS_ROOT = f"{OURS_ROOT}/compactions"
 # A schema version's node name: zero-padded like ZooKeeper's sequential names, so that the
 # children list sorts by version.
 SCHEMA_VERSION_DIGITS = 10
-
-
-def encode_local_name(local_name: str) -> str:
-    """Pulsar's ``Codec.encode`` (Java's ``URLEncoder``, UTF-8): letters, digits and ``.-*_`` stay,
-    a space becomes ``+``, every other byte ``%XX``. (Python's quote_plus also keeps ``~``.)"""
-    return quote_plus(local_name, safe="*").replace("~", "%7E")
-
-
-def decode_local_name(encoded: str) -> str:
-    return unquote_plus(encoded)
 
 
 def encode_json(doc: Any) -> bytes:

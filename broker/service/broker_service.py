@@ -23,7 +23,7 @@ from broker.cluster.load_manager import LoadManager
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
+from broker.errors import NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policies import allowed_clusters_of
@@ -55,7 +55,7 @@ from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks, SingleFlight
-from broker.topic_name import TopicName, is_system_topic
+from broker.topic_name import TopicName, is_system_topic, persistence_path_of_raw
 from broker.version import __version__
 from managed_ledger import (
     InitialPosition,
@@ -273,6 +273,7 @@ class BrokerService:
                 min_free_bytes=cfg.managedLedgerMinFreeDiskSpaceMB * MB,
                 check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
                 add_hold_s=cfg.managedLedgerDiskFullAddHoldSeconds),
+            migrate_names=persistence_path_of_raw,  # (a data dir of a version that stored raw local names)
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
@@ -792,8 +793,8 @@ class BrokerService:
             domains.add("persistent")
             prefix = namespace + "/persistent/"
             for path in self.ledger_factory.list_names():
-                if path.startswith(prefix):
-                    names.add(f"persistent://{namespace}/{path[len(prefix):]}")
+                if path.startswith(prefix) and (stored := TopicName.from_persistence_path(path)) is not None:
+                    names.add(stored.full)  # (the local name decoded: a "/" in it is stored as %2F)
         if mode in (MODE_NON_PERSISTENT, MODE_ALL):
             domains.add("non-persistent")
             names.update(t.full_name for t in self.non_persistent_topics.values() if t.name.namespace == namespace)
@@ -954,13 +955,9 @@ class BrokerService:
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return
-            parts = path.split("/", 3)
-            if len(parts) != 4 or parts[2] != "persistent" or is_system_topic(path):
+            name = TopicName.from_persistence_path(path)
+            if name is None or not name.persistent or is_system_topic(path):
                 continue  # (the health check's log, compacted views...)
-            try:
-                name = TopicName.parse(f"persistent://{parts[0]}/{parts[1]}/{parts[3]}")
-            except BrokerError:
-                continue
             if name.full in self.topics or not covers(name) or not self.replication_targets(name):
                 continue
             try:

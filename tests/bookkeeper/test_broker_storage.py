@@ -5,6 +5,7 @@ second broker taking the topic over (its data and the subscription's position co
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import urllib.request
 import uuid
@@ -24,6 +25,7 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.zk import AsyncZk
 from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
+from tests.waiting import wait_for
 from tests.zookeeper import four_letter_number, zk_watches
 
 RECEIVE_TIMEOUT_MS = 10_000
@@ -105,6 +107,62 @@ def test_a_partitioned_topics_partitions_are_stored_on_bookkeeper_at_its_creatio
     finally:
         zk.stop()
         zk.close()
+
+
+def http(method: str, url: str) -> Any:
+    """The JSON answer of a call (None for an empty one); a status other than 2xx raises."""
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as reply:
+        body = reply.read()
+    return json.loads(body) if body else None
+
+
+def test_a_topic_named_with_a_slash_is_stored_where_pulsar_stores_it(bk_cluster: LocalCluster) -> None:
+    """Topic ``<p>/x`` (``<p>%2Fx`` in a path) and topic ``<p>`` on BookKeeper: the first's managed-ledger znode is
+    ``.../persistent/<p>%2Fx``, as Pulsar's TopicName.getPersistenceNamingEncoding names it (the local name through
+    Codec.encode), not a child of ``<p>``'s (which then read ``x`` as a cursor and could not load); both are used,
+    listed once each, and load again at another broker from what ZooKeeper and the bookies hold."""
+    local = f"slash-{uuid.uuid4().hex[:10]}"
+    slashed, prefix = f"persistent://public/default/{local}/x", f"persistent://public/default/{local}"
+    paths = {slashed: f"public/default/{local}%2Fx", prefix: f"public/default/{local}"}
+    root = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent"
+
+    def listed(broker: BrokerThread) -> list[str]:
+        return [t for t in http("GET", f"{broker.web_url}/admin/v2/persistent/public/default") if local in t]
+
+    with bookkeeper_broker(bk_cluster) as broker:
+        http("PUT", f"{broker.web_url}/admin/v2/persistent/{paths[slashed]}")
+        assert listed(broker) == [slashed]  # (no "<p>" made by the way)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            for topic in (slashed, prefix):
+                consumer = client.subscribe(topic, "s")
+                producer = client.create_producer(topic, batching_enabled=False)
+                for i in range(3):
+                    producer.send(f"{topic}:{i}".encode())
+                got = [consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS) for _ in range(3)]
+                assert [m.data().decode() for m in got] == [f"{topic}:{i}" for i in range(3)]
+                consumer.acknowledge(got[0])
+                consumer.close()
+                producer.close()
+        finally:
+            client.close()
+        assert listed(broker) == [prefix, slashed]
+
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    try:
+        for name in (f"{local}%2Fx", local):
+            assert ml_formats.decode_ledger_info(zk.get(f"{root}/{name}")[0]).ledgers
+            assert zk.get_children(f"{root}/{name}") == ["s"]
+    finally:
+        zk.stop()
+        zk.close()
+
+    with bookkeeper_broker(bk_cluster) as broker:
+        wait_for(lambda: listed(broker) == [prefix, slashed], what="the stored names read at start")
+        for topic in (slashed, prefix):
+            stats = http("GET", f"{broker.web_url}/admin/v2/persistent/{paths[topic]}/stats")
+            assert list(stats["subscriptions"]) == ["s"] and stats["subscriptions"]["s"]["msgBacklog"] == 2
 
 
 @pytest.mark.parametrize(("overrides", "why"), [
