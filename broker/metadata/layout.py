@@ -58,6 +58,9 @@ SCHEMAS_ROOT = f"{OURS_ROOT}/schemas"
 TOPIC_PROPERTIES_ROOT = f"{OURS_ROOT}/topic-properties"
 TERMINATED_ROOT = f"{OURS_ROOT}/terminated"
 COMPACTIONS_ROOT = f"{OURS_ROOT}/compactions"
+# In the managed ledgers' store (BookKeeper storage): the managed-ledger znodes are at Pulsar's names (a topic's
+# local name URL-encoded); made once those an older version stored at the raw local name are moved.
+MANAGED_LEDGER_NAMES_MARKER = f"{OURS_ROOT}/managed-ledger-names"
 
 # A schema version's node name: zero-padded like ZooKeeper's sequential names, so that the
 # children list sorts by version.

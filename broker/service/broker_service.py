@@ -25,6 +25,7 @@ from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
+from broker.metadata.layout import MANAGED_LEDGER_NAMES_MARKER
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policies import allowed_clusters_of
 from broker.metadata.policy_table import (
@@ -300,7 +301,9 @@ class BrokerService:
                     cfg.managedLedgerInfoCompressionType, cfg.managedCursorInfoCompressionType,
                     ledger_info_threshold=cfg.managedLedgerInfoCompressionThresholdInBytes,
                     cursor_info_threshold=cfg.managedCursorInfoCompressionThresholdInBytes,
-                    acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray))
+                    acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray),
+                # (znodes of a version that stored raw local names: moved to Pulsar's names once)
+                migrate_names=persistence_path_of_raw, names_marker=MANAGED_LEDGER_NAMES_MARKER)
         except ValueError as exc:
             raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
 
