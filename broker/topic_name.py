@@ -18,6 +18,9 @@ _NAME_PART = re.compile(r"^[-=:.\w]+$")
 # length is 2 bytes in the local metadata store's records). Pulsar sets none; ZooKeeper's is ~1 MB.
 MAX_NAME_LENGTH = 4096
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+# The end of the managed-ledger name of a compacted view nested under its topic's (versions before views were
+# stored beside the topics): <topic's name>/__compaction/<generation>.
+_NESTED_VIEW = re.compile(r"/__compaction/\d+$")
 # What Pulsar's Codec.encode (java.net.URLEncoder) leaves as it is: ASCII letters, digits and ".-*_".
 _UNENCODED = re.compile(r"[A-Za-z0-9.*_-]*")
 # Java's Character.isWhitespace, which Pulsar's StringUtils.isBlank tests: Unicode space separators but the
@@ -155,10 +158,11 @@ def decode_local_name(encoded: str) -> str:
 def persistence_path_of_raw(name: str) -> str:
     """The managed-ledger name today of one that versions before Pulsar's encoding (``persistence_path``) stored as
     ``name``: a topic's (``tenant/ns/persistent/<raw local name>``, the local name possibly with "/") gets its
-    local name encoded; any other (a compacted view's: its record names it; the transaction log's, the health
-    check's: nothing to encode) stays."""
+    local name encoded; any other stays: a compacted view's (its record names it: ``.../__compaction/<local>-<n>``,
+    or nested under its topic's, ``.../persistent/<local>/__compaction/<n>``, as still older versions named it),
+    the transaction log's and the health check's (nothing to encode)."""
     parts = name.split("/", 3)
-    if len(parts) != 4 or parts[2] != "persistent":
+    if len(parts) != 4 or parts[2] != "persistent" or _NESTED_VIEW.search(parts[3]):
         return name
     return f"{parts[0]}/{parts[1]}/persistent/{encode_local_name(parts[3])}"
 

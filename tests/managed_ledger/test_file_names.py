@@ -34,7 +34,9 @@ RENAMED = {
     f"{NS}/\u00fc": f"{NS}/%C3%BC",
     f"{NS}/l/" + "\u00e9" * 100: f"{NS}/l%2F" + "%C3%A9" * 100,  # (long: its directory's name is hashed, both times)
 }
-KEPT = [f"{NS}/a", "public/default/__compaction/a/x-1", "pulsar/system/persistent/__transaction_log_0"]
+# (a compacted view's names, beside and nested under its topic's, are in its record: kept)
+KEPT = [f"{NS}/a", "public/default/__compaction/a/x-1", f"{NS}/a/x/__compaction/2",
+        "pulsar/system/persistent/__transaction_log_0"]
 
 
 async def write_old_layout(factory: FileManagedLedgerFactory) -> dict[str, list[Position]]:

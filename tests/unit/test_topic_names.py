@@ -35,6 +35,7 @@ def test_an_older_versions_raw_name_maps_to_todays() -> None:
     assert persistence_path_of_raw("public/default/persistent/a/x") == "public/default/persistent/a%2Fx"
     assert persistence_path_of_raw("public/default/persistent/a b") == "public/default/persistent/a+b"
     for kept in ("public/default/persistent/t", "public/default/__compaction/a/x-1",
+                 "public/default/persistent/a/x/__compaction/3",
                  "pulsar/system/persistent/__transaction_log_0", "pulsar/__health/persistent/heartbeat"):
         assert persistence_path_of_raw(kept) == kept
 
