@@ -21,8 +21,9 @@ _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 # The end of the managed-ledger name of a compacted view nested under its topic's (versions before views were
 # stored beside the topics): <topic's name>/__compaction/<generation>.
 _NESTED_VIEW = re.compile(r"/__compaction/\d+$")
-# What Pulsar's Codec.encode (java.net.URLEncoder) leaves as it is: ASCII letters, digits and ".-*_".
-_UNENCODED = re.compile(r"[A-Za-z0-9.*_-]*")
+# What Pulsar's Codec.encode (java.net.URLEncoder) leaves as it is: ASCII letters, digits and ".-*_". (A name of
+# only these is stripped to nothing by str.strip: the quickest test of it.)
+_UNENCODED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.*_-"
 # Java's Character.isWhitespace, which Pulsar's StringUtils.isBlank tests: Unicode space separators but the
 # no-break ones, and the ASCII controls below.
 _JAVA_WHITESPACE = re.compile(r"[\t\n\x0b\x0c\r\x1c-\x1f\u0020\u1680\u2000-\u2006"
@@ -125,8 +126,8 @@ class TopicName:
         if len(parts) != 4 or parts[2] not in ("persistent", "non-persistent"):
             return None
         tenant, ns, domain, encoded = parts
-        local = decode_local_name(encoded)
-        if encode_local_name(local) != encoded:
+        local = local_name_of_encoded(encoded)
+        if local is None:
             return None
         try:
             return TopicName.parse(f"{domain}://{tenant}/{ns}/{local}")
@@ -143,7 +144,7 @@ _parse = lru_cache(maxsize=4096)(TopicName._parse)
 def encode_local_name(local_name: str) -> str:
     """Pulsar's Codec.encode (java.net.URLEncoder, UTF-8): ASCII letters, digits and ``.-*_`` stay, a space becomes
     ``+``, every other byte ``%XX`` (upper-case). (Python's quote_plus also keeps ``~``: Java's does not.)"""
-    if _UNENCODED.fullmatch(local_name):  # (the usual name: nothing to do)
+    if not local_name.strip(_UNENCODED):  # (the usual name: nothing to do)
         return local_name
     return quote_plus(local_name, safe="*").replace("~", "%7E")
 
@@ -153,6 +154,15 @@ def decode_local_name(encoded: str) -> str:
     if "%" not in encoded and "+" not in encoded:
         return encoded
     return unquote_plus(encoded)
+
+
+def local_name_of_encoded(encoded: str) -> str | None:
+    """The local name ``encode_local_name`` spells as ``encoded``, or None: not so spelled (a "/" in it, an escape
+    Java's encoder would not write, a name an older version stored raw)."""
+    if not encoded.strip(_UNENCODED):  # (the usual name)
+        return encoded
+    local = decode_local_name(encoded)
+    return local if encode_local_name(local) == encoded else None
 
 
 def persistence_path_of_raw(name: str) -> str:

@@ -56,7 +56,7 @@ from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks, SingleFlight
-from broker.topic_name import TopicName, is_system_topic, persistence_path_of_raw
+from broker.topic_name import TopicName, is_system_topic, local_name_of_encoded, persistence_path_of_raw
 from broker.version import __version__
 from managed_ledger import (
     InitialPosition,
@@ -795,9 +795,9 @@ class BrokerService:
         if mode in (MODE_PERSISTENT, MODE_ALL):
             domains.add("persistent")
             prefix = namespace + "/persistent/"
-            for path in self.ledger_factory.list_names():
-                if path.startswith(prefix) and (stored := TopicName.from_persistence_path(path)) is not None:
-                    names.add(stored.full)  # (the local name decoded: a "/" in it is stored as %2F)
+            for path in self.ledger_factory.list_names():  # (the local name decoded: a "/" in it is stored as %2F)
+                if path.startswith(prefix) and (local := local_name_of_encoded(path[len(prefix):])) is not None:
+                    names.add(f"persistent://{namespace}/{local}")
         if mode in (MODE_NON_PERSISTENT, MODE_ALL):
             domains.add("non-persistent")
             names.update(t.full_name for t in self.non_persistent_topics.values() if t.name.namespace == namespace)
