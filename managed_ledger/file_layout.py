@@ -4,10 +4,10 @@ Directory layout under the factory's root::
 
     ledger-ids                 highest ledger id handed out, reserved in blocks (see LedgerIds)
     ml/<encoded name>/         one directory per managed ledger
-    ml/migrating.<i>/          while the names of an older layout are changed: one between its old and new name
         name                   the managed ledger's name (JSON), written when it is created
         <ledgerId:020d>.seg    one segment file per ledger (format: segment.py)
         cursors/<name>.cur     one state file per durable cursor (format: cursor_store.py)
+    ml/migrating.<i>/          while the names of an older layout are changed: one between its old and new name
     trash/                     directories being deleted (renamed here first: deletion is atomic)
     layout                     the naming of the managed ledgers (JSON ``{"names": N}``, see below)
     layout-migration           while the names of an older layout are changed: the plan (JSON)

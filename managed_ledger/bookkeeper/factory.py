@@ -17,6 +17,9 @@ through it plus, once the factory has started, those found under the root in Pul
 (``tenant/namespace/domain/topic``), kept up to date from the metadata store's notifications (another broker's
 topics come and go); ``add_names_listener`` hears of each change. ``exists_fresh`` reads the store for a name not
 known (yet: its notification may be on its way).
+
+Before that first scan, a factory given ``migrate_names`` moves the znodes an older version stored under names that
+are not Pulsar's to Pulsar's, once per store (``_move_legacy_names``).
 """
 
 from __future__ import annotations
