@@ -161,12 +161,12 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         highest = 0
         for entry in sorted(fs.listdir(self._ml_dir)):
             directory = join(self._ml_dir, entry)
-            if entry.startswith(file_layout.STAGED_PREFIX):  # (a renaming could not place it: see its log)
-                log.error("managed-ledger directory %s: left aside by a renaming of names; ignored", directory)
-                continue
             files = fs.listdir(directory)
             ids = [i for i in map(segment.ledger_id_of, files) if i is not None]
             highest = max([highest, *ids])
+            if entry.startswith(file_layout.STAGED_PREFIX):  # (a renaming could not place it: see its log)
+                log.error("managed-ledger directory %s: left aside by a renaming of names; ignored", directory)
+                continue
             # The directory's name spells the ledger's name, except for long names (hashed),
             # which a "name" file inside records.
             name = file_layout.stored_name(fs, directory, entry)
