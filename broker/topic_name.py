@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from urllib.parse import quote_plus, unquote_plus
 
 from broker.errors import InvalidTopicNameError
 
@@ -17,6 +18,12 @@ _NAME_PART = re.compile(r"^[-=:.\w]+$")
 # length is 2 bytes in the local metadata store's records). Pulsar sets none; ZooKeeper's is ~1 MB.
 MAX_NAME_LENGTH = 4096
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+# The end of the managed-ledger name of a compacted view nested under its topic's (versions before views were
+# stored beside the topics): <topic's name>/__compaction/<generation>.
+_NESTED_VIEW = re.compile(r"/__compaction/\d+$")
+# What Pulsar's Codec.encode (java.net.URLEncoder) leaves as it is: ASCII letters, digits and ".-*_". (A name of
+# only these is stripped to nothing by str.strip: the quickest test of it.)
+_UNENCODED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.*_-"
 # Java's Character.isWhitespace, which Pulsar's StringUtils.isBlank tests: Unicode space separators but the
 # no-break ones, and the ASCII controls below.
 _JAVA_WHITESPACE = re.compile(r"[\t\n\x0b\x0c\r\x1c-\x1f\u0020\u1680\u2000-\u2006"
@@ -106,14 +113,68 @@ class TopicName:
 
     @property
     def persistence_path(self) -> str:
-        """The managed ledger name: tenant/ns/domain/local (Pulsar's layout)."""
-        return f"{self.tenant}/{self.namespace_part}/{self.domain}/{self.local_name}"
+        """The managed ledger's name: ``tenant/ns/domain/<encoded local name>``, Pulsar's TopicName.
+        getPersistenceNamingEncoding (the local name through Codec.encode, so a "/" in it is no path step)."""
+        return f"{self.tenant}/{self.namespace_part}/{self.domain}/{encode_local_name(self.local_name)}"
+
+    @staticmethod
+    def from_persistence_path(path: str) -> TopicName | None:
+        """The topic whose managed ledger ``path`` names (Pulsar's TopicName.fromPersistenceNamingEncoding), or None:
+        no topic's (another depth or domain, a name that does not parse) or not spelled as ``persistence_path``
+        spells it (a name stored raw by an older version: its topic's ledger is elsewhere)."""
+        parts = path.split("/")
+        if len(parts) != 4 or parts[2] not in ("persistent", "non-persistent"):
+            return None
+        tenant, ns, domain, encoded = parts
+        local = local_name_of_encoded(encoded)
+        if local is None:
+            return None
+        try:
+            return TopicName.parse(f"{domain}://{tenant}/{ns}/{local}")
+        except InvalidTopicNameError:
+            return None
 
 
 # (Errors are not remembered: a bad name raises each time.) Names of deleted topics stay until newer
 # names evict them (at most 4,096 entries, each a name and its parts): a memory cost only, as a name
 # parses the same whatever became of its topic.
 _parse = lru_cache(maxsize=4096)(TopicName._parse)
+
+
+def encode_local_name(local_name: str) -> str:
+    """Pulsar's Codec.encode (java.net.URLEncoder, UTF-8): ASCII letters, digits and ``.-*_`` stay, a space becomes
+    ``+``, every other byte ``%XX`` (upper-case). (Python's quote_plus also keeps ``~``: Java's does not.)"""
+    if not local_name.strip(_UNENCODED):  # (the usual name: nothing to do)
+        return local_name
+    return quote_plus(local_name, safe="*").replace("~", "%7E")
+
+
+def decode_local_name(encoded: str) -> str:
+    """Pulsar's Codec.decode (java.net.URLDecoder): ``+`` is a space, ``%XX`` a byte of UTF-8."""
+    if "%" not in encoded and "+" not in encoded:
+        return encoded
+    return unquote_plus(encoded)
+
+
+def local_name_of_encoded(encoded: str) -> str | None:
+    """The local name ``encode_local_name`` spells as ``encoded``, or None: not so spelled (a "/" in it, an escape
+    Java's encoder would not write, a name an older version stored raw)."""
+    if not encoded.strip(_UNENCODED):  # (the usual name)
+        return encoded
+    local = decode_local_name(encoded)
+    return local if encode_local_name(local) == encoded else None
+
+
+def persistence_path_of_raw(name: str) -> str:
+    """The managed-ledger name today of one that versions before Pulsar's encoding (``persistence_path``) stored as
+    ``name``: a topic's (``tenant/ns/persistent/<raw local name>``, the local name possibly with "/") gets its
+    local name encoded; any other stays: a compacted view's (its record names it: ``.../__compaction/<local>-<n>``,
+    or nested under its topic's, ``.../persistent/<local>/__compaction/<n>``, as still older versions named it),
+    the transaction log's and the health check's (nothing to encode)."""
+    parts = name.split("/", 3)
+    if len(parts) != 4 or parts[2] != "persistent" or _NESTED_VIEW.search(parts[3]):
+        return name
+    return f"{parts[0]}/{parts[1]}/persistent/{encode_local_name(parts[3])}"
 
 
 def is_system_topic(full_name: str) -> bool:

@@ -92,6 +92,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
     but, on a machine whose cores are contended, the single loop thread then gets less CPU than the
     loop and a reader thread together, and consume throughput fell (docs/benchmarks.md). Only with
     direct_io off: direct writes leave nothing in the page cache.
+    migrate_names: the name today of a managed ledger that a store of an older layout (``file_layout``: no
+    ``layout`` file) holds as the argument; such a store is renamed so once, on start. None: an older store's names
+    are left as they are (an interrupted renaming is finished all the same).
     fs: the file system (tests put a fault-injecting one here).
     """
 
@@ -113,9 +116,11 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
         disk_space: DiskSpacePolicy | None = None,
         page_cache_reads: bool = False,
+        migrate_names: Callable[[str], str] | None = None,
         fs: FileSystem | None = None,
     ) -> None:
         super().__init__()
+        self._migrate_names = migrate_names
         self.root = str(root_dir)
         self.clock = clock
         self.fs: FileSystem = fs if fs is not None else OsFileSystem()
@@ -152,17 +157,19 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
             fs.fsync_dir(directory)
         for leftover in fs.listdir(self._trash):  # deletions a crash interrupted
             fs.remove_tree(join(self._trash, leftover))
+        file_layout.migrate_names(fs, self.root, self._migrate_names)  # (an older store's names: today's)
         highest = 0
         for entry in sorted(fs.listdir(self._ml_dir)):
             directory = join(self._ml_dir, entry)
             files = fs.listdir(directory)
             ids = [i for i in map(segment.ledger_id_of, files) if i is not None]
             highest = max([highest, *ids])
+            if entry.startswith(file_layout.STAGED_PREFIX):  # (a renaming could not place it: see its log)
+                log.error("managed-ledger directory %s: left aside by a renaming of names; ignored", directory)
+                continue
             # The directory's name spells the ledger's name, except for long names (hashed),
             # which a "name" file inside records.
-            name = decode_name(entry)
-            if name is None:
-                name = _read_name(fs, directory)
+            name = file_layout.stored_name(fs, directory, entry)
             if name is None:
                 if not ids:  # a creation the crash interrupted: nothing in it
                     fs.remove_tree(directory)
@@ -334,14 +341,6 @@ def default_max_open_files() -> int:
 
 def _parent_dir(path: str) -> str:
     return posixpath.dirname(path.rstrip("/")) or "."
-
-
-def _read_name(fs: FileSystem, directory: str) -> str | None:
-    path = join(directory, NAME_FILE)
-    try:
-        return str(json.loads(fs.read_file(path))["name"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def _create_directory(fs: FileSystem, directory: str, name: str) -> None:

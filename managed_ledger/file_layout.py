@@ -7,11 +7,22 @@ Directory layout under the factory's root::
         name                   the managed ledger's name (JSON), written when it is created
         <ledgerId:020d>.seg    one segment file per ledger (format: segment.py)
         cursors/<name>.cur     one state file per durable cursor (format: cursor_store.py)
+    ml/migrating.<i>/          while the names of an older layout are changed: one between its old and new name
     trash/                     directories being deleted (renamed here first: deletion is atomic)
+    layout                     the naming of the managed ledgers (JSON ``{"names": N}``, see below)
+    layout-migration           while the names of an older layout are changed: the plan (JSON)
 
 The segment files are the list of ledgers: a ledger exists iff its file does, its creation time
 is in its header, and its entries are its records. There is no separate ledger list to keep in
 step with the data, so a crash between "create file" and "update list" cannot happen.
+
+Names: ``layout`` holds the version of the names stored (``NAMES_VERSION``). A store without it was written by an
+older version, whose names may differ from today's (a broker named a topic's managed ledger by its raw local name,
+where Pulsar URL-encodes it): the factory's owner says how (``migrate_names``). The renames are planned first (the
+plan synced), then every directory moves aside (``ml/migrating.<i>``: a name encode_name never spells, in ml/ itself
+so that one sync of ml/ makes all the moves durable together), ml/ is synced and the plan marked so, then each moves
+to its new name, ml/ is synced, ``layout`` is written and the plan removed: a crash anywhere resumes the same plan on
+the next start, and a name is never taken for an old one twice (``layout`` is written before the plan goes).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from managed_ledger import cursor_store, segment
@@ -39,6 +51,11 @@ _MAX_ENCODED = 180
 _ASCII_ESCAPES = {i: f"%{i:02X}" for i in range(128) if chr(i) not in _SAFE}
 NAME_FILE = "name"
 CURSORS = "cursors"
+LAYOUT_FILE = "layout"
+MIGRATION_FILE = "layout-migration"
+STAGED_PREFIX = "migrating."  # (encode_name escapes ".": no managed ledger's directory starts so)
+# 2: a topic's managed ledger named as Pulsar names it (its local name URL-encoded); 1 (no ``layout`` file): raw.
+NAMES_VERSION = 2
 
 
 def encode_name(name: str) -> str:
@@ -229,3 +246,74 @@ def _load_cursor(fs: FileSystem, path: str, file: str, out: Recovered, stats: Fi
         out.cursors[name] = CursorRecord(Position(-1, -1), PositionRangeSet(), {})
         return
     out.cursors[stored.name] = stored.record
+
+
+# -- names of an older layout (runs on start, before the scan of ml/) ------------------------------
+
+
+def read_name(fs: FileSystem, directory: str) -> str | None:
+    """The name a managed ledger's ``name`` file records (a long, hashed directory name's), or None."""
+    try:
+        return str(json.loads(fs.read_file(join(directory, NAME_FILE)))["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def stored_name(fs: FileSystem, directory: str, entry: str) -> str | None:
+    """The name of the managed ledger in ``directory`` (``entry`` its name in ml/)."""
+    name = decode_name(entry)
+    return name if name is not None else read_name(fs, directory)
+
+
+def migrate_names(fs: FileSystem, root: str, rename: Callable[[str], str] | None) -> int:
+    """Bring the store under ``root`` to ``NAMES_VERSION``: a plan a crash interrupted is finished; without
+    ``layout``, each managed ledger whose name ``rename`` changes gets its new name (directory, ``name`` file); then
+    ``layout`` is written. ``rename`` None: only an interrupted plan is finished (an owner that does not know the
+    names leaves an older store as it is). The number of managed ledgers renamed."""
+    layout_path, plan_path = join(root, LAYOUT_FILE), join(root, MIGRATION_FILE)
+    ml_dir = join(root, "ml")
+    if fs.exists(plan_path):
+        plan = json.loads(fs.read_file(plan_path))
+    elif fs.exists(layout_path) or rename is None:
+        return 0
+    else:
+        moves = []
+        for entry in sorted(e for e in fs.listdir(ml_dir) if not e.startswith(STAGED_PREFIX)):
+            name = stored_name(fs, join(ml_dir, entry), entry)
+            new = rename(name) if name is not None else None  # (no name: the scan deals with it)
+            if new is not None and new != name:
+                moves.append({"from": entry, "to": encode_name(new), "name": new})
+        plan = {"phase": 1, "moves": moves}
+        if moves:
+            fs.replace_atomically(plan_path, json.dumps(plan).encode(), sync=True)
+    moves = plan["moves"]
+    if plan["phase"] == 1 and moves:
+        for i, move in enumerate(moves):  # (every one aside first: a new name may be another's old one)
+            source = join(ml_dir, move["from"])
+            if fs.exists(source):
+                fs.rename(source, join(ml_dir, f"{STAGED_PREFIX}{i}"))
+        fs.fsync_dir(ml_dir)
+        plan["phase"] = 2
+        fs.replace_atomically(plan_path, json.dumps(plan).encode(), sync=True)
+    renamed = 0
+    for i, move in enumerate(moves):
+        aside, target = join(ml_dir, f"{STAGED_PREFIX}{i}"), join(ml_dir, move["to"])
+        if not fs.exists(aside):
+            continue  # (moved before a crash)
+        if fs.exists(target):  # (cannot be: a new name never spells an unchanged one. Kept, not lost.)
+            log.error("managed ledger %s: %s is taken; its data stays in %s", move["name"], target, aside)
+            continue
+        name_file = join(aside, NAME_FILE)
+        if decode_name(move["to"]) != move["name"]:  # (a long name: its "name" file says it)
+            fs.replace_atomically(name_file, json.dumps({"name": move["name"]}).encode(), sync=True)
+        elif fs.exists(name_file):  # (the old long name's)
+            fs.unlink(name_file)
+        fs.rename(aside, target)
+        renamed += 1
+        log.info("managed ledger renamed for the layout of version %d: %s", NAMES_VERSION, move["name"])
+    fs.fsync_dir(ml_dir)
+    fs.replace_atomically(layout_path, json.dumps({"names": NAMES_VERSION}).encode(), sync=True)
+    if fs.exists(plan_path):
+        fs.unlink(plan_path)
+        fs.fsync_dir(root)
+    return renamed

@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    RolledBackError,
 )
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
@@ -388,6 +389,30 @@ class ZooKeeperMetadataStore:
         if path != paths.ROOT:
             with contextlib.suppress(NotFoundError):
                 await self._call(path, self._client.delete_async(path, -1))
+
+    async def multi(self, creates: Sequence[tuple[str, bytes]], deletes: Sequence[tuple[str, int]]) -> None:
+        """All or nothing (ZooKeeper's multi): create each ``(path, value)`` (its parent must exist), in order, then
+        delete each ``(path, version)`` (-1: any version), in order. AlreadyExistsError, BadVersionError or
+        NotFoundError for the first operation that failed (then none took effect)."""
+        first = (creates or deletes)[0][0]
+        for path, _ in (*creates, *deletes):
+            self._enter(path)
+        transaction = self._client.transaction()
+        for path, value in creates:
+            transaction.create(path, bytes(value))
+        for path, version in deletes:
+            transaction.delete(path, version)
+        results = await self._call(first, transaction.commit_async())
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failed:
+            error = failed[0]
+            if isinstance(error, NodeExistsError):
+                raise AlreadyExistsError(f"{first}...: a node to create exists")
+            if isinstance(error, KzBadVersionError):
+                raise BadVersionError(f"{first}...: a node to delete is not at the expected version")
+            if isinstance(error, NoNodeError):
+                raise NotFoundError(f"{first}...: a node to delete, or a parent of one to create, is missing")
+            raise MetadataStoreError(f"ZooKeeper's multi failed on {first}...: {type(error).__name__} {error}")
 
     def register_listener(self, listener: Callable[[Notification], None]) -> None:
         self._listeners.append(listener)

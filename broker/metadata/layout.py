@@ -43,9 +43,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote_plus, unquote_plus
 
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, decode_local_name, encode_local_name
 
 JsonDoc = dict[str, Any]
 
@@ -59,20 +58,13 @@ SCHEMAS_ROOT = f"{OURS_ROOT}/schemas"
 TOPIC_PROPERTIES_ROOT = f"{OURS_ROOT}/topic-properties"
 TERMINATED_ROOT = f"{OURS_ROOT}/terminated"
 COMPACTIONS_ROOT = f"{OURS_ROOT}/compactions"
+# In the managed ledgers' store (BookKeeper storage): the managed-ledger znodes are at Pulsar's names (a topic's
+# local name URL-encoded); made once those an older version stored at the raw local name are moved.
+MANAGED_LEDGER_NAMES_MARKER = f"{OURS_ROOT}/managed-ledger-names"
 
 # A schema version's node name: zero-padded like ZooKeeper's sequential names, so that the
 # children list sorts by version.
 SCHEMA_VERSION_DIGITS = 10
-
-
-def encode_local_name(local_name: str) -> str:
-    """Pulsar's ``Codec.encode`` (Java's ``URLEncoder``, UTF-8): letters, digits and ``.-*_`` stay,
-    a space becomes ``+``, every other byte ``%XX``. (Python's quote_plus also keeps ``~``.)"""
-    return quote_plus(local_name, safe="*").replace("~", "%7E")
-
-
-def decode_local_name(encoded: str) -> str:
-    return unquote_plus(encoded)
 
 
 def encode_json(doc: Any) -> bytes:

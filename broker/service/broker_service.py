@@ -23,8 +23,9 @@ from broker.cluster.load_manager import LoadManager
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import BrokerError, NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
+from broker.errors import NotAllowedError, PersistenceError, ServiceNotReadyError, TopicNotFoundError
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster, peer_cluster_for
+from broker.metadata.layout import MANAGED_LEDGER_NAMES_MARKER
 from broker.metadata.legacy import LEGACY_FILE_NAME
 from broker.metadata.policies import allowed_clusters_of
 from broker.metadata.policy_table import (
@@ -55,7 +56,7 @@ from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks, SingleFlight
-from broker.topic_name import TopicName, is_system_topic
+from broker.topic_name import TopicName, is_system_topic, local_name_of_encoded, persistence_path_of_raw
 from broker.version import __version__
 from managed_ledger import (
     InitialPosition,
@@ -273,6 +274,7 @@ class BrokerService:
                 min_free_bytes=cfg.managedLedgerMinFreeDiskSpaceMB * MB,
                 check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
                 add_hold_s=cfg.managedLedgerDiskFullAddHoldSeconds),
+            migrate_names=persistence_path_of_raw,  # (a data dir of a version that stored raw local names)
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
@@ -299,7 +301,9 @@ class BrokerService:
                     cfg.managedLedgerInfoCompressionType, cfg.managedCursorInfoCompressionType,
                     ledger_info_threshold=cfg.managedLedgerInfoCompressionThresholdInBytes,
                     cursor_info_threshold=cfg.managedCursorInfoCompressionThresholdInBytes,
-                    acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray))
+                    acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray),
+                # (znodes of a version that stored raw local names: moved to Pulsar's names once)
+                migrate_names=persistence_path_of_raw, names_marker=MANAGED_LEDGER_NAMES_MARKER)
         except ValueError as exc:
             raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
 
@@ -791,9 +795,9 @@ class BrokerService:
         if mode in (MODE_PERSISTENT, MODE_ALL):
             domains.add("persistent")
             prefix = namespace + "/persistent/"
-            for path in self.ledger_factory.list_names():
-                if path.startswith(prefix):
-                    names.add(f"persistent://{namespace}/{path[len(prefix):]}")
+            for path in self.ledger_factory.list_names():  # (the local name decoded: a "/" in it is stored as %2F)
+                if path.startswith(prefix) and (local := local_name_of_encoded(path[len(prefix):])) is not None:
+                    names.add(f"persistent://{namespace}/{local}")
         if mode in (MODE_NON_PERSISTENT, MODE_ALL):
             domains.add("non-persistent")
             names.update(t.full_name for t in self.non_persistent_topics.values() if t.name.namespace == namespace)
@@ -954,13 +958,9 @@ class BrokerService:
         for path in self.ledger_factory.list_names():
             if self.closed:
                 return
-            parts = path.split("/", 3)
-            if len(parts) != 4 or parts[2] != "persistent" or is_system_topic(path):
+            name = TopicName.from_persistence_path(path)
+            if name is None or not name.persistent or is_system_topic(path):
                 continue  # (the health check's log, compacted views...)
-            try:
-                name = TopicName.parse(f"persistent://{parts[0]}/{parts[1]}/{parts[3]}")
-            except BrokerError:
-                continue
             if name.full in self.topics or not covers(name) or not self.replication_targets(name):
                 continue
             try:

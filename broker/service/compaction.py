@@ -28,13 +28,13 @@ goes, a bounded number of appends in flight. A run's memory thus follows the num
 it reads. Parsing gives the event loop back every PARSE_SLICE messages, so a long run does not hold up the
 broker's connections.
 
-The view (service/compacted_view.py: its record format, and how a loaded topic reads it) is a managed
-ledger of its own (``<tenant>/<ns>/__compaction/<topic>-<n>``: a name at the depth of a topic's, beside the
-topics rather than under one, so that a topic's managed ledger keeps only its cursors as children and every
-broker of a cluster knows the view's name; a view of an older version, nested under its topic, loads from its
-recorded name on file storage, while on BookKeeper its topic loads again and the next compaction writes the
-view anew). The metadata store records which ledger holds the current view and its horizon; a new run writes
-a new ledger, switches the record, then deletes the old ledger.
+The view (service/compacted_view.py: its record format, and how a loaded topic reads it) is a managed ledger of its
+own (``<tenant>/<ns>/__compaction/<topic>-<n>``, the local name encoded as in the topic's own managed-ledger name: a
+name at the depth of a topic's, beside the topics rather than under one, so that a topic's managed ledger keeps only
+its cursors as children and every broker of a cluster knows the view's name; a view of an older version, nested
+under its topic, loads from its recorded name on file storage, while on BookKeeper its topic loads again and the
+next compaction writes the view anew). The metadata store records which ledger holds the current view and its
+horizon; a new run writes a new ledger, switches the record, then deletes the old ledger.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from broker.metadata.policy_table import COMPACTION_THRESHOLD
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from broker.service.compacted_view import CompactedEntry, CompactedView, batch_count, encode_record, view_ledger_config
+from broker.topic_name import encode_local_name
 from compression_codecs import DecompressionError, decompress
 from managed_ledger import Entry, InitialPosition, ManagedLedger, ManagedLedgerFactory, Position
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US
@@ -732,9 +733,12 @@ async def _delete_quietly(factory: ManagedLedgerFactory, name: str) -> None:
         log.warning("could not delete %s, the ledger of a compacted view no longer used", name, exc_info=True)
 
 
-def compacted_ledger_name(name: TopicName, generation: int) -> str:
-    """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc)."""
-    return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{name.local_name}-{generation}"
+def compacted_ledger_name(name: TopicName, generation: int, *, raw: bool = False) -> str:
+    """The managed ledger of a topic's compacted view, generation ``generation`` (see the module's doc): its local
+    name encoded as the topic's own ledger's is (``TopicName.persistence_path``), so a "/" in it is no path step.
+    ``raw``: as versions before that spelled it (the local name as it is)."""
+    local = name.local_name if raw else encode_local_name(name.local_name)
+    return f"{name.tenant}/{name.namespace_part}/{COMPACTION_DOMAIN}/{local}-{generation}"
 
 
 def compacted_ledger_names(name: TopicName, record: Mapping[str, Any] | None) -> list[str]:
@@ -743,5 +747,6 @@ def compacted_ledger_names(name: TopicName, record: Mapping[str, Any] | None) ->
     recorded its view: the next run would have deleted it) and the previous one (a replaced view the run
     could not delete)."""
     generation = record.get("generation", 0) if record else 0
-    names = [compacted_ledger_name(name, g) for g in (generation - 1, generation + 1) if g > 0]
-    return [record["ledger"], *names] if record else names
+    names = [compacted_ledger_name(name, g, raw=raw) for g in (generation - 1, generation + 1) if g > 0
+             for raw in (False, True)]  # (and as an older version spelled them: the recorded one is as it was made)
+    return list(dict.fromkeys([record["ledger"], *names] if record else names))

@@ -68,7 +68,7 @@ class TopicListEvents:
             watchers.namespace_changed(namespace)
 
     def ledger_changed(self, ledger_name: str) -> None:
-        """A managed ledger was created or deleted: ``tenant/namespace/domain/local name``."""
+        """A managed ledger was created or deleted: ``tenant/namespace/domain/<encoded local name>``."""
         tenant, _, rest = ledger_name.partition("/")
         namespace, _, domain = rest.partition("/")
         if domain.startswith("persistent/"):

@@ -17,6 +17,9 @@ through it plus, once the factory has started, those found under the root in Pul
 (``tenant/namespace/domain/topic``), kept up to date from the metadata store's notifications (another broker's
 topics come and go); ``add_names_listener`` hears of each change. ``exists_fresh`` reads the store for a name not
 known (yet: its notification may be on its way).
+
+Before that first scan, a factory given ``migrate_names`` moves the znodes an older version stored under names that
+are not Pulsar's to Pulsar's, once per store (``_move_legacy_names``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,14 @@ from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
-from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, Notification, NotificationType
+from metadata_store.api import (
+    BadVersionError,
+    MetadataStore,
+    MetadataStoreError,
+    NotFoundError,
+    Notification,
+    NotificationType,
+)
 from metadata_store.factory import open_metadata_store
 
 log = logging.getLogger(__name__)
@@ -99,6 +109,15 @@ def ml_metadata_store_url(metadata_store_url: str, bookkeeper_zk: str) -> str:
     return f"zk:{bookkeeper_zk}"
 
 
+def _holds_ledger_list(value: bytes) -> bool:
+    """Whether a znode's value is a managed ledger's list of ledgers, not a cursor's (read as one, a cursor's value
+    has none: its fields are of other types)."""
+    try:
+        return bool(value) and bool(ml_formats.decode_ledger_info(value).ledgers)
+    except ml_formats.MetadataFormatError:
+        return False
+
+
 class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     """Managed ledgers on ``bk`` (a started or unstarted ``BookKeeper`` client), metadata in ``store``: an open
     ``MetadataStore``, a callable returning one when the factory starts (a broker's own store, opened after the
@@ -117,6 +136,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
     fail (they succeed, in order, on the new ledger when it comes in time); each add is held at most this long
     from its arrival (the broker passes managedLedgerDiskFullAddHoldSeconds: see docs/exhaustion.md).
     storage_check_interval_s: how often ``availability`` reads which bookies are writable.
+    migrate_names, names_marker: the name today of a managed ledger an older version stored under the argument, and
+    the znode (in ``store``) that says the names are today's. Without it, the factory's start moves each managed
+    ledger whose name ``migrate_names`` changes (``_move_legacy_names``), then makes it. None: nothing moved.
     """
 
     def __init__(self, bk: BookKeeper, store: MetadataStore | str | Callable[[], MetadataStore], *,
@@ -127,8 +149,10 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                  cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
                  owns_client: bool = True, add_retry_window_s: float = DEFAULT_ADD_RETRY_WINDOW_S,
                  session_timeout_s: float | None = None, formats: ml_formats.MetadataFormats = ml_formats.PLAIN,
-                 storage_check_interval_s: float = 1.0) -> None:
+                 storage_check_interval_s: float = 1.0, migrate_names: Callable[[str], str] | None = None,
+                 names_marker: str | None = None) -> None:
         super().__init__()
+        self._migrate_names, self._names_marker = migrate_names, names_marker
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
@@ -176,6 +200,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                     self._store = self._store()
                 if self._owns_client:
                     await self.bk.start()
+                await self._move_legacy_names()
                 await self._scan(self.root, 0)
                 self.store.register_listener(self._on_notification)
                 self.availability.start()
@@ -198,6 +223,88 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             return
         for child in await self.store.get_children(path):
             await self._scan(f"{path}/{child}", depth + 1, found)
+
+    async def _move_legacy_names(self) -> None:
+        """Names of an older version (see ``migrate_names``) moved to today's, once per store (``names_marker``):
+        each such managed ledger's znode and its cursors' are made under the new name and removed from the old in
+        one ZooKeeper multi, so a crash leaves each one at the one name or the other. Those an older version
+        stored are: at Pulsar's depth, a name ``migrate_names`` changes (a raw local name with a character Pulsar's
+        Codec.encode escapes); deeper, a node that holds a ledger list (a raw local name with "/": cursors hold no
+        ledger list). An empty node with children is no managed ledger (one never opened has no cursor): a parent
+        the older version made by the way for a name with "/"; it is removed once its children have moved. One
+        that cannot move (its new name taken, a store that has no multi) stays where it is, logged, and the marker
+        is not made: the next start tries again."""
+        rename, marker = self._migrate_names, self._names_marker
+        if rename is None or marker is None or await self.store.exists(marker, watch_missing=False):
+            return
+        found: list[tuple[int, str]] = []  # (depth, name)
+        parents: list[tuple[int, str, int]] = []  # (depth, path, version)
+
+        async def walk(path: str, depth: int) -> None:
+            try:
+                children = await self.store.get_children(path)
+            except NotFoundError:
+                return
+            if depth >= PULSAR_NAME_DEPTH:
+                got = await self.store.get(path, watch_missing=False)
+                if got is None:
+                    return
+                name = path[len(self.root) + 1:]
+                if not got.value and children:
+                    parents.append((depth, path, got.stat.version))
+                elif rename(name) != name and (depth == PULSAR_NAME_DEPTH or _holds_ledger_list(got.value)):
+                    found.append((depth, name))  # (a compacted view's, deeper, keeps the name its record holds)
+            for child in children:
+                await walk(f"{path}/{child}", depth + 1)
+
+        await walk(self.root, 0)
+        moved = failed = 0
+        for _, name in sorted(found, reverse=True):  # (deepest first: a managed ledger goes before its parent's)
+            if await self._move_legacy(name, rename(name)):
+                moved += 1
+            else:
+                failed += 1
+        for _, path, version in sorted(parents, reverse=True):
+            with contextlib.suppress(MetadataStoreError):  # (children left, or changed meanwhile: it stays)
+                if not await self.store.get_children(path):
+                    await self.store.delete(path, version)
+                    log.info("removed %s, an empty parent an older version made for names with '/'", path)
+        if moved:
+            log.info("moved %d managed ledgers from an older version's names to Pulsar's", moved)
+        if not failed:
+            with contextlib.suppress(BadVersionError):  # (another broker made it meanwhile)
+                await self.store.put(marker, b"2", -1)
+
+    async def _move_legacy(self, old: str, new: str) -> bool:
+        """``old``'s znode and its children (cursors) to ``new`` in one multi; False, logged, if it cannot."""
+        source, target = ml_formats.ledger_path(self.root, old), ml_formats.ledger_path(self.root, new)
+        multi = getattr(self.store, "multi", None)
+        try:
+            got = await self.store.get(source, watch_missing=False)
+            if got is None:
+                return True  # (moved by another broker meanwhile)
+            if multi is None:
+                log.error("managed ledger %s not moved to %s: the metadata store has no multi", old, new)
+                return False
+            if await self.store.exists(target, watch_missing=False):
+                raise MetadataStoreError(f"{new} exists; both kept as they are")
+            cursors = []
+            for child in await self.store.get_children(source):
+                if await self.store.get_children(f"{source}/{child}"):
+                    raise MetadataStoreError(f"its child {child} has children")
+                cursor = await self.store.get(f"{source}/{child}", watch_missing=False)
+                if cursor is not None:
+                    cursors.append((child, cursor))
+            await multi([(target, got.value), *((f"{target}/{c}", g.value) for c, g in cursors)],
+                        [*((f"{source}/{c}", g.stat.version) for c, g in cursors), (source, got.stat.version)])
+        except MetadataStoreError as exc:  # (changed meanwhile, or the store failed: the next start tries again)
+            with contextlib.suppress(MetadataStoreError):
+                if not await self.store.exists(source, watch_missing=False):
+                    return True  # (another broker starting at the same time moved it)
+            log.error("managed ledger %s not moved to %s: %s", old, new, exc)
+            return False
+        log.info("managed ledger %s moved to %s (Pulsar's name)", old, new)
+        return True
 
     def _add_name(self, name: str) -> None:
         if name not in self._names:

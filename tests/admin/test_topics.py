@@ -1024,3 +1024,29 @@ def test_truncate_partitioned_topic(admin: Admin, client: pulsar.Client) -> None
     assert admin.delete(f"{parted}/truncate").status == 204
     for i in range(2):
         assert backlog(admin, f"persistent://{ns}/parted-partition-{i}", "s") == 0
+
+
+def test_a_topic_named_with_a_slash_and_the_topic_of_its_prefix_coexist(admin: Admin, client: pulsar.Client,
+                                                                        pulsar_broker: BrokerThread) -> None:
+    """A local name may hold "/" (``a%2Fx`` in a path): its managed ledger is named as Pulsar's TopicName.
+    getPersistenceNamingEncoding names it (the local name through Codec.encode: ``.../persistent/a%2Fx``), so it
+    is no child of topic ``a``'s; both are used, listed once each, and load again after an unload."""
+    ns = admin.new_namespace()
+    slashed, prefix = f"persistent://{ns}/a/x", f"persistent://{ns}/a"
+    assert admin.put(f"/admin/v2/persistent/{ns}/a%2Fx").status == 204
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [slashed]  # (no "a" made by the way)
+    for topic in (slashed, prefix):
+        consumer = client.subscribe(topic, "s")
+        publish(client, topic, 3)
+        got = [consumer.receive(TIMEOUT_MS) for _ in range(3)]
+        assert [m.data() for m in got] == [b"m0", b"m1", b"m2"]
+        consumer.acknowledge(got[0])
+        consumer.close()
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [prefix, slashed]
+    factory = pulsar_broker.server.service.ledger_factory
+    assert [n for n in factory.list_names() if n.startswith(f"{ns}/")] == [f"{ns}/persistent/a",
+                                                                          f"{ns}/persistent/a%2Fx"]
+    for path in (f"persistent/{ns}/a%2Fx", f"persistent/{ns}/a"):
+        admin.ok("PUT", f"/admin/v2/{path}/unload")
+        stats = admin.ok("GET", f"/admin/v2/{path}/stats")
+        assert list(stats["subscriptions"]) == ["s"] and stats["subscriptions"]["s"]["msgBacklog"] == 2

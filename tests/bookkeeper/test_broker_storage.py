@@ -5,7 +5,10 @@ second broker taking the topic over (its data and the subscription's position co
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from typing import Any
@@ -17,13 +20,18 @@ from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig, ConfigError
 from broker.embedded import Broker, BrokerThread
+from broker.metadata.layout import MANAGED_LEDGER_NAMES_MARKER
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.entry import build_entry
 from broker.service.broker_service import BrokerService
 from cluster.local import LocalCluster
+from managed_ledger import InitialPosition
 from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.zk import AsyncZk
 from tests.component.wire import T, WireClient, port_of, producer_cmd, subscribe_cmd
+from tests.waiting import wait_for
 from tests.zookeeper import four_letter_number, zk_watches
 
 RECEIVE_TIMEOUT_MS = 10_000
@@ -102,6 +110,134 @@ def test_a_partitioned_topics_partitions_are_stored_on_bookkeeper_at_its_creatio
             with urllib.request.urlopen(urllib.request.Request(admin, method="DELETE"), timeout=30) as reply:
                 assert reply.status == 204
             assert not [p for p in parts if zk.exists(f"{root}/{p}")]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def http(method: str, url: str) -> Any:
+    """The JSON answer of a call (None for an empty one); a status other than 2xx raises."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as reply:
+            body = reply.read()
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{method} {url}: {exc.code} {exc.read()!r}") from None
+    return json.loads(body) if body else None
+
+
+def test_a_topic_named_with_a_slash_is_stored_where_pulsar_stores_it(bk_cluster: LocalCluster) -> None:
+    """Topic ``<p>/x`` (``<p>%2Fx`` in a path) and topic ``<p>`` on BookKeeper: the first's managed-ledger znode is
+    ``.../persistent/<p>%2Fx``, as Pulsar's TopicName.getPersistenceNamingEncoding names it (the local name through
+    Codec.encode), not a child of ``<p>``'s (which then read ``x`` as a cursor and could not load); both are used,
+    listed once each, and load again at another broker from what ZooKeeper and the bookies hold."""
+    local = f"slash-{uuid.uuid4().hex[:10]}"
+    slashed, prefix = f"persistent://public/default/{local}/x", f"persistent://public/default/{local}"
+    paths = {slashed: f"public/default/{local}%2Fx", prefix: f"public/default/{local}"}
+    root = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent"
+
+    def listed(broker: BrokerThread) -> list[str]:
+        return [t for t in http("GET", f"{broker.web_url}/admin/v2/persistent/public/default") if local in t]
+
+    with bookkeeper_broker(bk_cluster) as broker:
+        http("PUT", f"{broker.web_url}/admin/v2/persistent/{paths[slashed]}")
+        assert listed(broker) == [slashed]  # (no "<p>" made by the way)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            for topic in (slashed, prefix):
+                consumer = client.subscribe(topic, "s")
+                producer = client.create_producer(topic, batching_enabled=False)
+                for i in range(3):
+                    producer.send(f"{topic}:{i}".encode())
+                got = [consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS) for _ in range(3)]
+                assert [m.data().decode() for m in got] == [f"{topic}:{i}" for i in range(3)]
+                consumer.acknowledge(got[0])
+                consumer.close()
+                producer.close()
+        finally:
+            client.close()
+        assert listed(broker) == [prefix, slashed]
+
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    try:
+        for name in (f"{local}%2Fx", local):
+            assert ml_formats.decode_ledger_info(zk.get(f"{root}/{name}")[0]).ledgers
+            assert zk.get_children(f"{root}/{name}") == ["s"]
+    finally:
+        zk.stop()
+        zk.close()
+
+    with bookkeeper_broker(bk_cluster) as broker:
+        wait_for(lambda: listed(broker) == [prefix, slashed], what="the stored names read at start")
+        for topic in (slashed, prefix):
+            stats = http("GET", f"{broker.web_url}/admin/v2/persistent/{paths[topic]}/stats")
+            assert list(stats["subscriptions"]) == ["s"] and stats["subscriptions"]["s"]["msgBacklog"] == 2
+
+
+def stored_message(i: int) -> bytes:
+    """Message ``i`` (payload ``m<i>``) as a topic stores it."""
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1)
+    return build_entry(metadata.SerializeToString(), f"m{i}".encode())
+
+
+async def store_as_an_older_version(cluster: LocalCluster, names: list[str]) -> None:
+    """Managed ledgers at the given znode names, as a version that named them by the raw local name did: three
+    messages each, subscription "s" past the first."""
+    factory = BookKeeperManagedLedgerFactory(BookKeeper(AsyncZk(cluster.zk_address), "/ledgers"),
+                                             f"zk:{cluster.zk_address}", ensemble_size=3, write_quorum=2,
+                                             ack_quorum=2)
+    try:
+        for name in names:
+            ml = await factory.open(name)
+            cursor = await ml.open_cursor("s", InitialPosition.EARLIEST)
+            positions = [await ml.add_entry_async(stored_message(i)) for i in range(3)]
+            cursor.mark_delete(positions[0])
+            await cursor.flush()
+    finally:
+        await factory.close()
+
+
+def test_an_older_versions_znodes_move_to_pulsars_names(bk_cluster: LocalCluster) -> None:
+    """ZooKeeper and bookies written by a version that stored a topic's managed ledger at its raw local name: topic
+    ``<p>/x`` at ``.../persistent/<p>/x`` (a child of topic ``<p>``'s znode, which then could not load) and topic
+    ``<p> b`` at ``.../persistent/<p> b``; ``<p>-lone/x`` under an empty ``<p>-lone`` made by the way. A broker's
+    start moves each, with its cursor, to Pulsar's name (TopicName.getPersistenceNamingEncoding: ``<p>%2Fx``,
+    ``<p>+b``), once (the marker), and removes the empty parent; every topic serves its messages and subscription
+    as before, and no topic ``<p>-lone`` is listed."""
+    p = f"old-{uuid.uuid4().hex[:10]}"
+    root = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent"
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    try:
+        if zk.exists(MANAGED_LEDGER_NAMES_MARKER):  # (made by this module's earlier brokers)
+            zk.delete(MANAGED_LEDGER_NAMES_MARKER)
+        # (topic <p> first: once <p>/x is there, <p> cannot be opened, as with the older version)
+        asyncio.run(store_as_an_older_version(bk_cluster, [f"public/default/persistent/{n}" for n in
+                                                           (p, f"{p}/x", f"{p} b", f"{p}-lone/x")]))
+        assert sorted(zk.get_children(f"{root}/{p}")) == ["s", "x"]
+        assert zk.get(f"{root}/{p}-lone")[0] == b""  # (a parent made by the way: no topic)
+        # local name -> its znode's name now
+        stored = {p: p, f"{p}/x": f"{p}%2Fx", f"{p} b": f"{p}+b", f"{p}-lone/x": f"{p}-lone%2Fx"}
+        with bookkeeper_broker(bk_cluster) as broker:
+            wait_for(lambda: zk.exists(MANAGED_LEDGER_NAMES_MARKER), what="the move of the older names")
+            for znode in stored.values():
+                assert zk.get_children(f"{root}/{znode}") == ["s"], znode
+            assert not zk.exists(f"{root}/{p} b") and not zk.exists(f"{root}/{p}-lone")
+            topics = sorted(f"persistent://public/default/{local}" for local in stored)
+            wait_for(lambda: sorted(t for t in http("GET", f"{broker.web_url}/admin/v2/persistent/public/default")
+                                    if p in t) == topics, what="the topics listed")
+            client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+            try:
+                for local in stored:
+                    topic = f"persistent://public/default/{local}"
+                    path = f"/admin/v2/persistent/public/default/{urllib.parse.quote(local, safe='')}/stats"
+                    assert http("GET", broker.web_url + path)["subscriptions"]["s"]["msgBacklog"] == 2, topic
+                    consumer = client.subscribe(topic, "s")
+                    got = [consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS).data() for _ in range(2)]
+                    assert got == [b"m1", b"m2"], topic
+                    consumer.close()
+            finally:
+                client.close()
     finally:
         zk.stop()
         zk.close()

@@ -19,6 +19,7 @@ import pytest
 
 from cluster.local import ProcessInfo, free_port, start_zookeeper, stop_process
 from metadata_store import MetadataStoreError, Notification, NotificationType, SessionEvent
+from metadata_store.api import AlreadyExistsError, BadVersionError
 from metadata_store.zookeeper import (
     MAX_REQUEST_BYTES,
     SessionState,
@@ -194,6 +195,28 @@ async def test_a_value_past_the_request_limit_is_refused_before_sending(zk_serve
     got = await store.get("/big")
     assert got is not None and len(got.value) == MAX_REQUEST_BYTES - 10
     assert events.seen == []  # the connection never dropped
+    await store.close()
+
+
+async def test_multi_is_all_or_nothing(zk_server: ProcessInfo) -> None:
+    """``multi``: its creates and version-checked deletes take effect together or not at all (what moving a managed
+    ledger's znodes to a new name relies on)."""
+    store = await ZooKeeperMetadataStore.open(f"zk:{zk_server.address}/multi-{time.monotonic_ns()}")
+    await store.put("/old", b"info", None)
+    await store.put("/old/c", b"cursor", None)
+    got, cursor = await store.get("/old"), await store.get("/old/c")
+    assert got is not None and cursor is not None
+    with pytest.raises(BadVersionError):  # (the node changed since it was read: nothing done)
+        await store.multi([("/new", b"info"), ("/new/c", b"cursor")],
+                          [("/old/c", cursor.stat.version + 1), ("/old", got.stat.version)])
+    assert not await store.exists("/new") and await store.exists("/old/c")
+    await store.multi([("/new", b"info"), ("/new/c", b"cursor")],
+                      [("/old/c", cursor.stat.version), ("/old", got.stat.version)])
+    assert not await store.exists("/old")
+    moved = await store.get("/new/c")
+    assert await store.get_children("/new") == ["c"] and moved is not None and moved.value == b"cursor"
+    with pytest.raises(AlreadyExistsError):
+        await store.multi([("/new", b"again")], [])
     await store.close()
 
 
