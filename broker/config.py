@@ -344,6 +344,9 @@ class BrokerConfig:
     loadBalancerBandwidthOutResourceWeight: float = setting(1.0, AT_LEAST_0)
     # Placement: a broker above this usage gets no new bundle while another is below it.
     loadBalancerBrokerOverloadedThresholdPercentage: int = setting(85, Rule(0, 100))
+    # Placement spreads an anti-affinity group's namespaces over the cluster's failure domains first (admin REST
+    # /admin/v2/clusters/{cluster}/failureDomains), then over the brokers (Pulsar's key and default).
+    failureDomainsEnabled: bool = False
     # The bandwidth limit the load report counts against (Gbit/s); 0: unknown, bandwidth not counted (Pulsar
     # reads the NIC's speed then; our broker counts its own message bytes, not the NIC's).
     loadBalancerOverrideBrokerNicSpeedGbps: float = setting(0, Rule(0, means="0 = unknown"))

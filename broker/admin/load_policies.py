@@ -28,6 +28,22 @@ Namespace isolation policies (Pulsar's ``Clusters`` resource; one node per clust
 - ``DELETE .../namespaceIsolationPolicies/{policyName}``: remove it (404 when the cluster has none);
 - an unknown cluster: 412 "Cluster ... does not exist.".
 
+Failure domains (Pulsar's ``Clusters`` resource, ``ClustersBase``; one node per domain,
+``/admin/clusters/{cluster}/failureDomain/{domain}``, a ``FailureDomainImpl`` ``{"brokers": [broker id]}``, a
+broker id being ``host:webport`` as in ``/admin/v2/brokers/{cluster}``), read by placement when
+``failureDomainsEnabled``:
+
+- ``GET /admin/v2/clusters/{cluster}/failureDomains``: domain name -> FailureDomainImpl (``{}`` when none; the
+  cluster is not looked up, as in Pulsar's ``getFailureDomains``);
+- ``GET .../failureDomains/{domainName}``: one; 404 "Domain ... for cluster ... does not exist";
+- ``POST .../failureDomains/{domainName}``: create or replace it, 204; 409 "[broker, ...] already exists in
+  <domain>" when one of its brokers is in another domain of the cluster (``validateBrokerExistsInOtherDomain``);
+  400 when the body is not a JSON object whose ``brokers`` (absent: none) is a list of strings;
+- ``DELETE .../failureDomains/{domainName}``: 200 (Pulsar's ``Response.ok()``), 404 "Domain-name ... or cluster
+  ... does not exist";
+- an unknown cluster: 412 "Cluster ... does not exist." (except the listing);
+- a cluster's deletion deletes its domains (``internalDeleteClusterAsync``).
+
 An unknown tenant or namespace is 404, as everywhere.
 """
 
@@ -41,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import HttpError, json_response, no_content, read_body
-from broker.metadata.store import NotFoundError
+from broker.metadata.store import InUseError, NotFoundError
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -50,6 +66,7 @@ log = logging.getLogger(__name__)
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 ISOLATION = "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies"
+DOMAINS = "/admin/v2/clusters/{cluster}/failureDomains"
 FAILOVER_POLICIES = ("min_available",)
 
 
@@ -93,6 +110,18 @@ def check_isolation_data(doc: Any) -> dict[str, Any]:
     return out
 
 
+def check_failure_domain(doc: Any) -> list[str]:
+    """The brokers of a FailureDomainImpl body; ValueError when it is not one."""
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+    brokers = doc.get("brokers")
+    if brokers is None:
+        return []
+    if not isinstance(brokers, list) or not all(isinstance(b, str) for b in brokers):
+        raise ValueError("brokers must be a list of strings")
+    return brokers
+
+
 class LoadPoliciesResource:
     def __init__(self, web_service: WebService) -> None:
         self.web = web_service
@@ -105,6 +134,10 @@ class LoadPoliciesResource:
         r.add_get(ISOLATION + "/{policy}", self.get_isolation_policy)
         r.add_post(ISOLATION + "/{policy}", self.set_isolation_policy)
         r.add_delete(ISOLATION + "/{policy}", self.delete_isolation_policy)
+        r.add_get(DOMAINS, self.get_failure_domains)
+        r.add_get(DOMAINS + "/{domainName}", self.get_failure_domain)
+        r.add_post(DOMAINS + "/{domainName}", self.set_failure_domain)
+        r.add_delete(DOMAINS + "/{domainName}", self.delete_failure_domain)
 
     # -- isolation policies ----------------------------------------------------------------------------------
     def _cluster(self, request: web.Request) -> str:
@@ -174,6 +207,38 @@ class LoadPoliciesResource:
                                                          f"{bundle.range_name}/unload", request)
                 except Exception as exc:  # (placement applies the policy at the bundle's next move anyway)
                     log.warning("unloading %s after an isolation policy change: %s", bundle, exc)
+
+    # -- failure domains ---------------------------------------------------------------------------------------
+    async def get_failure_domains(self, request: web.Request) -> web.Response:
+        return json_response(self.web.metadata.failure_domains(request.match_info["cluster"]))
+
+    async def get_failure_domain(self, request: web.Request) -> web.Response:
+        cluster, domain = self._cluster(request), request.match_info["domainName"]
+        found = self.web.metadata.failure_domain(cluster, domain)
+        if found is None:
+            raise HttpError(404, f"Domain {domain} for cluster {cluster} does not exist")
+        return json_response(found)
+
+    async def set_failure_domain(self, request: web.Request) -> web.Response:
+        cluster, domain = self._cluster(request), request.match_info["domainName"]
+        body = await read_body(request)
+        try:
+            brokers = check_failure_domain(body)
+        except ValueError as exc:
+            raise HttpError(400, f"Invalid failure domain data: {exc}") from None
+        try:
+            await self.web.metadata.set_failure_domain(cluster, domain, brokers)
+        except InUseError as exc:
+            raise HttpError(409, str(exc)) from None
+        return no_content()
+
+    async def delete_failure_domain(self, request: web.Request) -> web.Response:
+        cluster, domain = self._cluster(request), request.match_info["domainName"]
+        try:
+            await self.web.metadata.delete_failure_domain(cluster, domain)
+        except NotFoundError as exc:
+            raise HttpError(404, str(exc)) from None
+        return web.Response(status=200)
 
     async def get_group(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)

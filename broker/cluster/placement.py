@@ -21,8 +21,15 @@ broker it left.
 
 Anti-affinity groups (``LoadManagerShared.filterAntiAffinityGroupOwnedBrokers``, before step 1): a bundle of a
 namespace in a group goes to the brokers that serve the fewest namespaces of that group (none, when some broker
-serves none), so the group's namespaces spread over the brokers as far as they go. (Failure domains, which Pulsar
-applies first when ``failureDomainsEnabled``, are not kept: every broker is its own domain.)
+serves none), so the group's namespaces spread over the brokers as far as they go. With ``failureDomainsEnabled``
+and failure domains defined for the cluster, the failure domains come first
+(``filterDomainsNotHavingLeastNumberAntiAffinityNamespaces``): each domain counts the group's namespaces its
+candidate brokers serve, and only the candidates of the domains with the least count stay; a broker no domain
+lists is in the domain ``default`` (Pulsar's ``LoadManagerShared.DEFAULT_DOMAIN``). Then the brokers' own counts
+decide among them. The broker -> domain map (``refreshBrokerToFailureDomainMap``) is read from the metadata cache
+at each choice, which the store's notifications keep fresh (Pulsar's ``ModularLoadManagerImpl`` re-reads it on the
+notifications of the failure domains' nodes). Load shedding does not look at domains (neither does Pulsar's
+``shouldAntiAffinityNamespaceUnload``).
 
 Namespace isolation policies (``LoadManagerShared.applyNamespacePolicies``, first of all): a namespace that a
 policy's ``namespaces`` regexes match goes to the brokers whose host matches the policy's ``primary`` regexes, and
@@ -49,6 +56,8 @@ from broker.cluster.data import LoadReport, ResourceWeights
 OVERLOADED_THRESHOLD = 0.85
 # How long an assignment counts for its broker before its load report shows it (then the report counts it).
 PREALLOCATION_TTL_S = 60.0
+# The failure domain of a broker that no domain lists (Pulsar's LoadManagerShared.DEFAULT_DOMAIN).
+DEFAULT_DOMAIN = "default"
 
 
 class Placement:
@@ -61,6 +70,8 @@ class Placement:
         self.group_of: Callable[[str], str | None] = lambda namespace: None
         # the cluster's namespace isolation policies (name -> NamespaceIsolationData), or None
         self.isolation: Callable[[], Mapping[str, Any] | None] = lambda: None
+        # broker id -> its failure domain's name (empty: failure domains off, or none defined)
+        self.failure_domains: Callable[[], Mapping[str, str]] = lambda: {}
         # bundle ("tenant/ns/0x.._0x..") -> (broker id, when assigned)
         self.preallocated: dict[str, tuple[str, float]] = {}
         # bundle -> the broker the load shedding sent it to (Pulsar keys it by the range alone; we by the bundle)
@@ -101,7 +112,7 @@ class Placement:
         candidates = allowed
         group = self.group_of(bundle.namespace)
         if group:
-            candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers))
+            candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers), self.failure_domains())
         fewest = min(counts[b] for b in candidates)
         chosen = self._least_loaded([b for b in candidates if counts[b] == fewest], brokers)
         if brokers[chosen].max_resource_usage_with_weight(self.weights) > self.overloaded:
@@ -135,13 +146,28 @@ class Placement:
         return report.msg_rate_in + report.msg_rate_out
 
 
-def spread_anti_affinity(candidates: list[str], counts: Mapping[str, int]) -> list[str]:
-    """filterAntiAffinityGroupOwnedBrokers without failure domains: keep the candidates serving the fewest
-    namespaces of the group (``counts``: the brokers serving at least one)."""
+def spread_anti_affinity(candidates: list[str], counts: Mapping[str, int],
+                         domains: Mapping[str, str] | None = None) -> list[str]:
+    """filterAntiAffinityGroupOwnedBrokers: keep the candidates serving the fewest namespaces of the group
+    (``counts``: the brokers serving at least one), after keeping those of the failure domains whose candidates serve
+    the fewest (``domains``: broker -> domain name; empty or None: no domain step)."""
     if not candidates:
         return candidates
+    if domains:
+        candidates = spread_over_domains(candidates, counts, domains)
     least = min(counts.get(b, 0) for b in candidates)
     return [b for b in candidates if counts.get(b, 0) == least]
+
+
+def spread_over_domains(candidates: list[str], counts: Mapping[str, int], domains: Mapping[str, str]) -> list[str]:
+    """filterDomainsNotHavingLeastNumberAntiAffinityNamespaces: the candidates of the failure domains whose candidates
+    serve the fewest namespaces of the group (a broker in no domain: in ``DEFAULT_DOMAIN``)."""
+    per_domain: dict[str, int] = {}
+    for b in candidates:
+        domain = domains.get(b, DEFAULT_DOMAIN)
+        per_domain[domain] = per_domain.get(domain, 0) + counts.get(b, 0)
+    least = min(per_domain.values())
+    return [b for b in candidates if per_domain[domains.get(b, DEFAULT_DOMAIN)] == least]
 
 
 def anti_affinity_allows_unload(current: str, candidates: list[str], counts: Mapping[str, int]) -> bool:

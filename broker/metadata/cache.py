@@ -131,8 +131,10 @@ class MetadataCache:
         for parts in paths:
             try:
                 keys.append(kind.parts_to_key(parts))
-            except Exception:  # (a node of a shape we never write)
-                log.warning("metadata: ignoring %s/%s: not a %s record", kind.root, "/".join(parts), kind.name)
+            except Exception:  # (a node of a shape we never write, or a record of another kind below one root)
+                path = "/".join([kind.root, *parts])
+                if L.classify(path) is None and not any(L.directory_of(k, path) for k in L.KINDS if k is not kind):
+                    log.warning("metadata: ignoring %s/%s: not a %s record", kind.root, "/".join(parts), kind.name)
         return keys
 
     async def _read_below(self, kind: L.Kind, directory: str) -> Table:

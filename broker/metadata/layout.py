@@ -10,6 +10,7 @@ cluster                     ``/admin/clusters/<cluster>``                       
 tenant                      ``/admin/policies/<tenant>``                           TenantInfo JSON
 namespace                   ``/admin/policies/<tenant>/<ns>``                      Policies JSON
 namespace, local            ``/admin/local-policies/<tenant>/<ns>``                LocalPolicies JSON (bundles)
+failure domain              ``/admin/clusters/<cluster>/failureDomain/<domain>``   FailureDomainImpl JSON
 partitioned topic           ``/admin/partitioned-topics/<t>/<ns>/<domain>/<enc>``  PartitionedTopicMetadata JSON
 topic policies              ``/admin/topic-policies/local/<t>/<ns>/<domain>/<enc>`` TopicPolicies JSON
 ==========================  =====================================================  =============================
@@ -199,6 +200,32 @@ def _isolation_key(parts: Sequence[str]) -> str:
 
 ISOLATION_POLICIES = Kind("isolation_policies", CLUSTERS_ROOT, 2, lambda k: [k, ISOLATION_NODE], _isolation_key,
                           _doc, encode_json)
+# Pulsar's failure domains of a cluster (ClusterResources.FailureDomainResources): one node per domain,
+# ``/admin/clusters/<cluster>/failureDomain/<domain>``, a FailureDomainImpl ``{"brokers": [broker id]}``; the key
+# is "<cluster>/<domain>".
+FAILURE_DOMAIN_NODE = "failureDomain"
+
+
+def _failure_domain_parts(key: str) -> list[str]:
+    cluster, domain = key.split("/", 1)
+    return [cluster, FAILURE_DOMAIN_NODE, domain]
+
+
+def _failure_domain_key(parts: Sequence[str]) -> str:
+    if parts[1] != FAILURE_DOMAIN_NODE:
+        raise ValueError(f"not {FAILURE_DOMAIN_NODE}")
+    return f"{parts[0]}/{parts[2]}"
+
+
+def _failure_domain_decode(value: bytes) -> JsonDoc:
+    """A domain node is one even when its value is empty or its ``brokers`` null (FailureDomainImpl's default)."""
+    doc = _doc(value) or {}
+    brokers = doc.get("brokers")
+    return {**doc, "brokers": [b for b in brokers if isinstance(b, str)] if isinstance(brokers, list) else []}
+
+
+FAILURE_DOMAINS = Kind("failure_domains", CLUSTERS_ROOT, 3, _failure_domain_parts, _failure_domain_key,
+                       _failure_domain_decode, encode_json)
 PARTITIONED_TOPICS = Kind("partitioned", PARTITIONED_TOPICS_ROOT, 4, topic_parts, topic_from_parts,
                           _partitioned_decode, encode_json)
 TOPIC_POLICIES = Kind("topic_policies", TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
@@ -210,8 +237,8 @@ COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_p
 # The unit node is the topic's; its children are the versions, each one schema record (JSON).
 SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
 
-KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, PARTITIONED_TOPICS, TOPIC_POLICIES,
-         TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS)
+KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, FAILURE_DOMAINS, PARTITIONED_TOPICS,
+         TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

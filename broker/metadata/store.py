@@ -114,6 +114,8 @@ class BrokerMetadata:
         # namespace -> its LocalPolicies document (Pulsar keeps the split bundles there)
         self._local_policies = t[L.LOCAL_POLICIES.name]
         self._isolation = t[L.ISOLATION_POLICIES.name]
+        # "<cluster>/<domain>" -> its FailureDomainImpl document ({"brokers": [broker id]})
+        self._failure_domains = t[L.FAILURE_DOMAINS.name]
         self._bundles_generation = -1
         self._bundles: dict[str, NamespaceBundles] = {}
         # base topic name -> its PartitionedTopicMetadata document
@@ -260,6 +262,10 @@ class BrokerMetadata:
             raise InUseError("Cluster not empty")
         if name in self._isolation:  # (an empty map left by the last policy's removal: it goes first, as in Pulsar)
             await self.cache.delete(L.ISOLATION_POLICIES, name)
+        # Its failure domains are deleted with it (ClustersBase.internalDeleteClusterAsync:
+        # FailureDomainResources.deleteFailureDomainsAsync, before the cluster's node).
+        for domain in self.failure_domains(name):
+            await self.cache.delete(L.FAILURE_DOMAINS, f"{name}/{domain}")
         # (Pulsar keeps the cluster's isolation policies and failure domains below its node.)
         await self.cache.delete(L.CLUSTERS, name, recursive=True)
 
@@ -486,6 +492,43 @@ class BrokerMetadata:
                 doc[name] = copy.deepcopy(data)
             return doc
         await self._modify(L.ISOLATION_POLICIES, cluster, change)
+
+    # -- failure domains: /admin/clusters/<cluster>/failureDomain/<domain> (Pulsar's FailureDomainResources) ------
+    def failure_domains(self, cluster: str) -> dict[str, JsonDoc]:
+        """domain name -> FailureDomainImpl document, of ``cluster`` (none: empty)."""
+        prefix = cluster + "/"
+        return {key[len(prefix):]: copy.deepcopy(doc) for key, doc in sorted(self._failure_domains.items())
+                if key.startswith(prefix)}
+
+    def failure_domain(self, cluster: str, domain: str) -> JsonDoc | None:
+        found = self._failure_domains.get(f"{cluster}/{domain}")
+        return copy.deepcopy(found) if found is not None else None
+
+    def broker_failure_domains(self, cluster: str) -> dict[str, str]:
+        """broker id -> the name of its failure domain in ``cluster`` (LoadManagerShared.
+        refreshBrokerToFailureDomainMap; a broker listed by two domains: the last by name)."""
+        return {broker: domain for domain, doc in self.failure_domains(cluster).items()
+                for broker in doc.get("brokers") or []}
+
+    async def set_failure_domain(self, cluster: str, domain: str, brokers: Sequence[str]) -> None:
+        """Create or replace a domain (ClustersBase.setFailureDomain). NotFoundError: no such cluster;
+        InUseError: a broker is in another domain of the cluster (validateBrokerExistsInOtherDomain)."""
+        self._cluster_must_exist(cluster)
+        wanted = list(dict.fromkeys(brokers))
+        for other, doc in self.failure_domains(cluster).items():
+            if other == domain:
+                continue
+            taken = [b for b in doc.get("brokers") or [] if b in wanted]
+            if taken:
+                raise InUseError(f"[{', '.join(taken)}] already exists in {other}")
+        await self._modify(L.FAILURE_DOMAINS, f"{cluster}/{domain}", lambda _: {"brokers": wanted})
+
+    async def delete_failure_domain(self, cluster: str, domain: str) -> None:
+        """NotFoundError when the cluster has no such domain (ClustersBase.deleteFailureDomain)."""
+        def change(current: JsonDoc | None) -> None:
+            if current is None:
+                raise NotFoundError(f"Domain-name {domain} or cluster {cluster} does not exist")
+        await self._modify(L.FAILURE_DOMAINS, f"{cluster}/{domain}", change)
 
     # -- anti-affinity group: LocalPolicies.namespaceAntiAffinityGroup (Pulsar keeps it there, per cluster) -------
     def anti_affinity_group(self, namespace: str) -> str | None:

@@ -349,6 +349,8 @@ class BrokerService:
         ownership.placement.overloaded = c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
         ownership.placement.group_of = self.metadata.anti_affinity_group
         ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
+        if c.failureDomainsEnabled:  # (off: Pulsar's refreshBrokerToFailureDomainMap leaves the map empty)
+            ownership.placement.failure_domains = lambda: self.metadata.broker_failure_domains(c.clusterName)
         await registry.start()
         self.registry, self.ownership = registry, ownership
         if self.transactions is not None:

@@ -82,3 +82,56 @@ def test_isolation_policies_bad_input(admin: Admin) -> None:
     assert admin.get(f"{base}/bad").status == 404
     assert admin.post("/admin/v2/clusters/nowhere/namespaceIsolationPolicies/p", policy_doc()).status == 412
     assert admin.get("/admin/v2/clusters/nowhere/namespaceIsolationPolicies").status == 412
+
+
+def test_failure_domains_set_read_delete(admin: Admin) -> None:
+    """ClustersBase's failure domains: set (POST, 204), read one or all, delete (200); stored as Pulsar's
+    FailureDomainImpl under /admin/clusters/{cluster}/failureDomain/{domain}."""
+    base = "/admin/v2/clusters/standalone/failureDomains"
+    for name in admin.ok("GET", base):  # (module-scoped broker: start from none)
+        admin.delete(f"{base}/{name}")
+    assert admin.ok("GET", base) == {}
+    missing = admin.get(f"{base}/d1")
+    assert missing.status == 404 and missing.reason == "Domain d1 for cluster standalone does not exist"
+    assert admin.post(f"{base}/d1", {"brokers": ["h1:8080", "h2:8080"]}).status == 204
+    assert admin.post(f"{base}/d2", {"brokers": ["h3:8080"]}).status == 204
+    assert admin.ok("GET", f"{base}/d1") == {"brokers": ["h1:8080", "h2:8080"]}
+    assert admin.ok("GET", base) == {"d1": {"brokers": ["h1:8080", "h2:8080"]}, "d2": {"brokers": ["h3:8080"]}}
+    # A domain may be replaced with its own brokers; a broker of another domain is a conflict (409).
+    assert admin.post(f"{base}/d1", {"brokers": ["h1:8080"]}).status == 204
+    taken = admin.post(f"{base}/d1", {"brokers": ["h1:8080", "h3:8080"]})
+    assert taken.status == 409 and taken.reason == "[h3:8080] already exists in d2"
+    assert admin.ok("GET", f"{base}/d1") == {"brokers": ["h1:8080"]}
+    # Delete: 200 (Response.ok()), then 404.
+    assert admin.delete(f"{base}/d2").status == 200
+    gone = admin.delete(f"{base}/d2")
+    assert gone.status == 404 and gone.reason == "Domain-name d2 or cluster standalone does not exist"
+    assert admin.post(f"{base}/d1", {"brokers": ["h1:8080", "h3:8080"]}).status == 204  # (h3 is free now)
+    assert admin.ok("GET", base) == {"d1": {"brokers": ["h1:8080", "h3:8080"]}}
+    assert admin.delete(f"{base}/d1").status == 200
+
+
+def test_failure_domains_bad_input(admin: Admin) -> None:
+    base = "/admin/v2/clusters/standalone/failureDomains"
+    for bad in (["h1:8080"], {"brokers": "h1:8080"}, {"brokers": [1]}):
+        reply = admin.post(f"{base}/bad", bad)
+        assert reply.status == 400, (bad, reply.body)
+    assert admin.call("POST", f"{base}/bad", raw=b"{not json").status == 400
+    assert admin.get(f"{base}/bad").status == 404
+    # An unknown cluster: 412 (validateClusterExistAsync), except the listing, which Pulsar does not check.
+    for method, path in (("GET", "/d"), ("POST", "/d"), ("DELETE", "/d")):
+        reply = admin.call(method, f"/admin/v2/clusters/nowhere/failureDomains{path}", {"brokers": []})
+        assert reply.status == 412 and reply.reason == "Cluster nowhere does not exist.", (method, reply.body)
+    assert admin.ok("GET", "/admin/v2/clusters/nowhere/failureDomains") == {}
+
+
+def test_a_clusters_deletion_deletes_its_failure_domains(admin: Admin) -> None:
+    """ClustersBase.internalDeleteClusterAsync deletes the cluster's failure domains with it: a cluster made again
+    under that name has none."""
+    assert admin.call("PUT", "/admin/v2/clusters/fd-gone", {"serviceUrl": "http://fd-gone:8080"}).status == 204
+    assert admin.post("/admin/v2/clusters/fd-gone/failureDomains/d", {"brokers": ["h1:8080"]}).status == 204
+    assert admin.delete("/admin/v2/clusters/fd-gone").status == 204
+    assert admin.ok("GET", "/admin/v2/clusters/fd-gone/failureDomains") == {}
+    assert admin.call("PUT", "/admin/v2/clusters/fd-gone", {"serviceUrl": "http://fd-gone:8080"}).status == 204
+    assert admin.ok("GET", "/admin/v2/clusters/fd-gone/failureDomains") == {}
+    assert admin.delete("/admin/v2/clusters/fd-gone").status == 204

@@ -1,6 +1,7 @@
 """The leader's load manager with real broker processes and the official client: load shedding moves a bundle off
 an overloaded broker (clients follow, nothing receipted is lost), only the leader sheds, and the automatic split is
-decided by the leader and done by the owner.
+decided by the leader and done by the owner; placement follows anti-affinity groups, failure domains and isolation
+policies.
 
 Load is made deterministic with Pulsar's own key ``loadBalancerOverrideBrokerNicSpeedGbps``: a tiny NIC limit makes
 a broker that receives messages overloaded (bandwidth in) while one that receives none is idle; history 0 and a
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from functools import partial
 from typing import Any
 
@@ -175,6 +177,102 @@ def test_anti_affinity_namespaces_land_on_different_brokers(brokers: Brokers) ->
             assert one["httpUrl"] != two["httpUrl"], (first, second)
     finally:
         client.close()
+
+
+class PacedSends:
+    """A thread sending to ``producer`` about 20 messages a second until stopped: a broker with some message rate in
+    its load report, far from overloaded. (The pacing is the load's, not a wait for anything.)"""
+
+    def __init__(self, producer: pulsar.Producer) -> None:
+        self.producer = producer
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.05):
+            self.producer.send_async(b"load", lambda *_: None)
+
+    def __enter__(self) -> PacedSends:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+def test_failure_domains_place_a_groups_namespaces_one_per_domain(brokers: Brokers) -> None:
+    """failureDomainsEnabled: two namespaces of one anti-affinity group on three brokers, in two failure domains set
+    over REST (the first namespace's broker and an idle one in "near", a busier one alone in "far"). The second
+    namespace goes to "far": the domains come first (LoadManagerShared.filterDomainsNotHavingLeastNumberAntiAffinity
+    Namespaces). Without them, the idle broker of "near" serves none of the group and has the least message rate:
+    it would take it, every time."""
+    brokers.settings.update({"failureDomainsEnabled": "true", "loadBalancerSheddingEnabled": "false",
+                             "loadBalancerAutoBundleSplitEnabled": "false"})
+    started = brokers.start(3)
+    cluster = http_json(f"{started[0].web_url}/admin/v2/clusters")[0]
+    client = pulsar.Client(service_urls(*started), operation_timeout_seconds=30)
+    try:
+        # The busy broker: the owner of a topic that gets a steady trickle of messages.
+        busy_topic = f"persistent://public/default/busy-{os.urandom(3).hex()}"
+        busy_producer = client.create_producer(busy_topic, batching_enabled=False)
+        busy_producer.send(b"x")
+        busy_web = wait_for(lambda: owner_web(brokers, range_of(busy_topic)), WAIT_S, "the busy topic's owner")
+        busy = next(b for b in started if b.web_url == busy_web)
+        with PacedSends(busy_producer):
+            def rate_reported() -> bool:
+                with brokers.zk() as zk:
+                    report = json.loads(zk.get(f"/loadbalance/brokers/{broker_id(busy)}")[0])
+                return float(report.get("msgRateIn") or 0) > 0
+
+            wait_for(rate_reported, WAIT_S, "the busy broker's load report to show its message rate")
+            tag = os.urandom(3).hex()
+            first, second = f"public/fd-{tag}-1", f"public/fd-{tag}-2"
+            for ns in (first, second):
+                requests.put(f"{started[0].web_url}/admin/v2/namespaces/{ns}", json={"bundles": {"numBundles": 1}},
+                             timeout=30).raise_for_status()
+                answer = requests.post(f"{started[0].web_url}/admin/v2/namespaces/{ns}/antiAffinity",
+                                       data=f"group-{tag}", timeout=30)
+                assert answer.status_code == 204, answer.text
+            for b in started:  # (every broker's metadata sees the group: the leader's placement reads it)
+                wait_for(partial(http_ok, f"{b.web_url}/admin/v2/namespaces/{second}/antiAffinity"), WAIT_S,
+                         "the group")
+            client.create_producer(f"persistent://{first}/t").send(b"x")
+            with brokers.zk() as zk:
+                (one,) = brokers.owners(zk, first).values()
+            near_web = str(one["httpUrl"])
+            assert near_web != busy.web_url  # (no domains yet: the least message rate)
+            idle = next(b for b in started if b.web_url not in (near_web, busy.web_url))
+            near = next(b for b in started if b.web_url == near_web)
+            domains = {"near": {"brokers": sorted([broker_id(near), broker_id(idle)])},
+                       "far": {"brokers": [broker_id(busy)]}}
+            for name, doc in domains.items():
+                answer = requests.post(f"{started[1].web_url}/admin/v2/clusters/{cluster}/failureDomains/{name}",
+                                       json=doc, timeout=30)
+                assert answer.status_code == 204, answer.text
+            for b in started:  # (each broker's metadata cache sees the domains another broker wrote)
+                wait_for(partial(same_json, f"{b.web_url}/admin/v2/clusters/{cluster}/failureDomains", domains),
+                         WAIT_S, "the failure domains")
+            client.create_producer(f"persistent://{second}/t").send(b"x")
+            with brokers.zk() as zk:
+                (two,) = brokers.owners(zk, second).values()
+            assert two["httpUrl"] == busy.web_url, (two["httpUrl"], busy.web_url, idle.web_url)
+    finally:
+        client.close()
+
+
+def same_json(url: str, expected: object) -> bool:
+    return bool(http_json(url) == expected)
+
+
+def broker_id(broker: BrokerInfo) -> str:
+    return broker.web_url.removeprefix("http://")
+
+
+def range_of(topic: str) -> str:
+    """The range of the public/default bundle (four, the default) that ``topic`` falls in."""
+    h = hash_topic(topic)
+    return next(range_name(lo, up) for lo, up in four_bundles() if lo <= h < up or (up == 0xFFFFFFFF and h == up))
 
 
 def test_isolation_policy_keeps_a_namespace_on_its_primary_broker(brokers: Brokers) -> None:

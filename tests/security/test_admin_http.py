@@ -85,6 +85,16 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
          f"Unauthorized to validateBothSuperuserAndBrokerOperation for {about} [HEALTH_CHECK] on broker [{broker_id}]"),
         ("GET", "/admin/v2/clusters/standalone", 401,
          f"Unauthorized to validateBothSuperuserAndClusterOperation for {about} [GET_CLUSTER] on cluster [standalone]"),
+        # (ClustersBase's failure domains: validateBothSuperuserAndClusterOperation, as the cluster itself)
+        ("GET", "/admin/v2/clusters/standalone/failureDomains", 401,
+         f"Unauthorized to validateBothSuperuserAndClusterOperation for {about} [GET_FAILURE_DOMAIN] on cluster "
+         "[standalone]"),
+        ("POST", "/admin/v2/clusters/standalone/failureDomains/d", 401,
+         f"Unauthorized to validateBothSuperuserAndClusterOperation for {about} [UPDATE_FAILURE_DOMAIN] on cluster "
+         "[standalone]"),
+        ("DELETE", "/admin/v2/clusters/standalone/failureDomains/d", 401,
+         f"Unauthorized to validateBothSuperuserAndClusterOperation for {about} [DELETE_FAILURE_DOMAIN] on cluster "
+         "[standalone]"),
         ("GET", f"/admin/v2/namespaces/{tenant}", 401,
          f"Unauthorized to validateTenantOperation for {about} [LIST_NAMESPACES] on tenant [{tenant}]"),
         ("PUT", f"/admin/v2/namespaces/{tenant}/other", 401,

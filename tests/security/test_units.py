@@ -448,6 +448,7 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     # ClustersBase's peer clusters, read or set: validateBothSuperuserAndClusterOperation
     ("GET", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
     ("POST", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
+    ("GET", "/admin/v2/clusters/{cluster}/failureDomains/{domainName}", Access.SUPER_USER),
 ])
 def test_access_rules(method: str, path: str, access: Access) -> None:
     assert access_for(method, path) is access

@@ -141,6 +141,38 @@ def test_anti_affinity_spreads_a_groups_namespaces() -> None:
     assert anti_affinity_allows_unload("a", ["a", "b"], {})
 
 
+def test_failure_domains_come_first_for_a_groups_namespaces() -> None:
+    """LoadManagerShared.filterDomainsNotHavingLeastNumberAntiAffinityNamespaces: with failure domains, a group's
+    namespace goes to the domain whose brokers serve the fewest of the group, even when another broker serves none
+    and is less loaded; a broker no domain lists is in the domain "default"."""
+    from broker.cluster.placement import spread_anti_affinity
+
+    groups = {"t/a1": "g", "t/a2": "g", "t/a3": "g"}
+    placement = Placement(random.Random(5))
+    placement.group_of = groups.get
+    a2 = NamespaceBundle.parse("t/a2", "0x00000000_0xffffffff")
+    a3 = NamespaceBundle.parse("t/a3", "0x00000000_0xffffffff")
+    # a serves t/a1; b (same domain as a, idle) serves none; c (the other domain) is busier.
+    brokers = {"a": report(1, {"t/a1/0x00000000_0xffffffff": 0.0}), "b": report(2, {}),
+               "c": dataclasses.replace(report(3, {}), msg_rate_in=500.0)}
+    assert placement.choose(a2, brokers) == "b"  # (no domains: the idle broker serving none of the group)
+    placement.failure_domains = lambda: {"a": "near", "b": "near", "c": "far"}
+    for _ in range(5):
+        assert placement.choose(a2, brokers) == "c"
+    # c not listed: it is in "default", a domain of its own all the same.
+    placement.failure_domains = lambda: {"a": "near", "b": "near"}
+    assert placement.choose(a2, brokers) == "c"
+    # One of the group in each domain: the domains tie, then the brokers' own counts decide (b serves none).
+    brokers["c"] = dataclasses.replace(report(3, {"t/a2/0x00000000_0xffffffff": 0.0}), msg_rate_in=500.0)
+    placement.failure_domains = lambda: {"a": "near", "b": "near", "c": "far"}
+    assert placement.choose(a3, brokers) == "b"
+    # The domain counts are summed over its candidates only; none defined: the brokers' rule alone.
+    domains = {"a": "x", "b": "x", "c": "y", "d": "y"}
+    assert spread_anti_affinity(["a", "b", "c", "d"], {"a": 1, "c": 1, "d": 1}, domains) == ["b"]
+    assert spread_anti_affinity(["b", "d"], {"a": 5, "d": 1}, domains) == ["b"]
+    assert spread_anti_affinity(["a", "b", "c"], {"a": 1}, {}) == ["b", "c"]
+
+
 def test_isolation_candidates_as_apply_namespace_policies() -> None:
     from broker.cluster.placement import isolation_candidates
 

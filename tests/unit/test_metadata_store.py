@@ -229,6 +229,43 @@ async def test_a_cluster_with_isolation_policies_is_not_deleted(metadata: Broker
     assert "other" not in metadata.clusters and metadata.isolation_policies("other") is None
 
 
+async def test_failure_domains_at_pulsars_path_and_seen_by_another_broker(store: MemoryMetadataStore) -> None:
+    """FailureDomainResources: /admin/clusters/<cluster>/failureDomain/<domain>, a FailureDomainImpl; another
+    broker's metadata sees a domain made, changed and deleted (the cache's notifications), and one a Pulsar broker
+    wrote (brokers null: none)."""
+    a, b = BrokerMetadata("standalone"), BrokerMetadata("standalone")
+    await a.start(store)
+    await b.start(store)
+    await a.set_failure_domain("standalone", "d1", ["h1:8080", "h2:8080", "h1:8080"])
+    assert await node(store, "/admin/clusters/standalone/failureDomain/d1") == {"brokers": ["h1:8080", "h2:8080"]}
+    await eventually(lambda: b.failure_domains("standalone") == {"d1": {"brokers": ["h1:8080", "h2:8080"]}},
+                     "b sees the new domain")
+    assert b.broker_failure_domains("standalone") == {"h1:8080": "d1", "h2:8080": "d1"}
+    with pytest.raises(InUseError, match=r"\[h2:8080\] already exists in d1"):
+        await b.set_failure_domain("standalone", "d2", ["h3:8080", "h2:8080"])
+    await a.set_failure_domain("standalone", "d1", ["h1:8080"])
+    await store.put("/admin/clusters/standalone/failureDomain/d2", b'{"brokers":null}', None)  # (as Pulsar may)
+    await eventually(lambda: b.failure_domains("standalone") == {"d1": {"brokers": ["h1:8080"]},
+                                                                 "d2": {"brokers": []}}, "b sees the change")
+    await a.delete_failure_domain("standalone", "d1")
+    await eventually(lambda: b.failure_domain("standalone", "d1") is None, "b sees the deletion")
+    with pytest.raises(NotFoundError, match="Domain-name d1 or cluster standalone does not exist"):
+        await a.delete_failure_domain("standalone", "d1")
+    with pytest.raises(NotFoundError):
+        await a.set_failure_domain("nowhere", "d", [])
+    await a.close()
+    await b.close()
+
+
+async def test_a_clusters_deletion_deletes_its_failure_domains(metadata: BrokerMetadata,
+                                                               store: MemoryMetadataStore) -> None:
+    await metadata.create_cluster("other", {})
+    await metadata.set_failure_domain("other", "d", ["h1:8080"])
+    await metadata.delete_cluster("other")
+    assert not await store.exists("/admin/clusters/other")
+    assert metadata.failure_domains("other") == {}
+
+
 async def test_views_are_read_only(metadata: BrokerMetadata) -> None:
     with pytest.raises(TypeError):
         metadata.tenants["x"] = {}  # type: ignore[index]
@@ -462,13 +499,14 @@ def test_paths_round_trip() -> None:
     for kind, key in ((L.CLUSTERS, "c"), (L.TENANTS, "t"), (L.NAMESPACES, "t/ns"),
                       (L.PARTITIONED_TOPICS, "persistent://t/ns/a b/c%d~e"),
                       (L.TOPIC_POLICIES, "non-persistent://t/ns/x-partition-1"), (L.SCHEMAS, "persistent://t/ns/s"),
-                      (L.ISOLATION_POLICIES, "c")):
+                      (L.ISOLATION_POLICIES, "c"), (L.FAILURE_DOMAINS, "c/d")):
         assert L.classify(kind.path(key)) == (kind, key)
     assert L.classify(L.SCHEMAS.path("persistent://t/ns/s") + "/0000000003") == (L.SCHEMAS, "persistent://t/ns/s")
     assert L.PARTITIONED_TOPICS.path("persistent://t/ns/a b/c") == "/admin/partitioned-topics/t/ns/persistent/a+b%2Fc"
     assert L.classify("/admin/partitioned-topics/t/ns") is None  # (a directory, no record)
     assert L.ISOLATION_POLICIES.path("c") == "/admin/clusters/c/namespaceIsolationPolicies"
-    assert L.classify("/admin/clusters/c/failureDomain") is None  # (Pulsar's, not ours)
+    assert L.FAILURE_DOMAINS.path("c/d") == "/admin/clusters/c/failureDomain/d"
+    assert L.classify("/admin/clusters/c/failureDomain") is None  # (a directory, no record)
     assert L.classify("/managed-ledgers/t/ns/persistent/x") is None
 
 
