@@ -103,8 +103,13 @@ POSITIVE = Rule(0, above=True)  # sizes, counts and intervals that cannot be zer
 NO_LIMIT_MINUS_1 = Rule(-1, means="-1 = no limit")
 
 
-# Pulsar's default (and our only) load-shedding strategy.
+# The load-shedding strategies (loadBalancerLoadSheddingStrategy; Pulsar loads the class by its full name, so no
+# short forms): the default, and the two other classic ones (broker.cluster.shedding). Not AvgShedder (refused).
 THRESHOLD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+OVERLOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.OverloadShedder"
+UNIFORM_LOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.UniformLoadShedder"
+SHEDDING_STRATEGIES = (THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER)
+JAVA_INT_MAX = (1 << 31) - 1  # Integer.MAX_VALUE: Pulsar's int keys hold no more
 
 
 def setting(default: Any, rule: Rule) -> Any:
@@ -331,7 +336,9 @@ class BrokerConfig:
     loadBalancerSheddingIntervalMinutes: float = setting(1, POSITIVE)
     # A bundle the shedding unloaded is not shed again for this long.
     loadBalancerSheddingGracePeriodMinutes: float = setting(30, AT_LEAST_0)
-    loadBalancerLoadSheddingStrategy: str = setting(THRESHOLD_SHEDDER, Rule(choices=(THRESHOLD_SHEDDER,)))
+    loadBalancerLoadSheddingStrategy: str = setting(THRESHOLD_SHEDDER, Rule(
+        choices=SHEDDING_STRATEGIES,
+        words=f"one of {', '.join(SHEDDING_STRATEGIES)} (the full class name; AvgShedder is not supported)"))
     # ThresholdShedder: a broker whose (smoothed, weighted) usage is more than this many points above the
     # brokers' average sheds bundles down to 5 points under it, unless that is under the minimum throughput (MB/s).
     loadBalancerBrokerThresholdShedderPercentage: int = setting(10, Rule(0, 100))
@@ -342,11 +349,24 @@ class BrokerConfig:
     loadBalancerDirectMemoryResourceWeight: float = setting(0.0, AT_LEAST_0)
     loadBalancerBandwidthInResourceWeight: float = setting(1.0, AT_LEAST_0)
     loadBalancerBandwidthOutResourceWeight: float = setting(1.0, AT_LEAST_0)
-    # Placement: a broker above this usage gets no new bundle while another is below it.
+    # Placement: a broker above this usage gets no new bundle while another is below it; OverloadShedder: a broker
+    # at or above it sheds bundles down to 5 points under it.
     loadBalancerBrokerOverloadedThresholdPercentage: int = setting(85, Rule(0, 100))
     # Placement spreads an anti-affinity group's namespaces over the cluster's failure domains first (admin REST
     # /admin/v2/clusters/{cluster}/failureDomains), then over the brokers (Pulsar's key and default).
     failureDomainsEnabled: bool = False
+    # UniformLoadShedder: the busiest broker sheds when its message rate is more than this many per cent above the
+    # idlest one's, or else when its throughput is more than this many times the idlest one's (0: that comparison
+    # is off, as a negative value is in Pulsar); it sheds up to maxUnloadPercentage of the difference, if that is
+    # at least minUnloadMessage messages/s (minUnloadMessageThroughput bytes/s), at most
+    # maxUnloadBundleNumPerShedding bundles.
+    loadBalancerMsgRateDifferenceShedderThreshold: float = setting(50, Rule(0, means="0 = off"))
+    loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold: float = setting(4, Rule(0, means="0 = off"))
+    maxUnloadPercentage: float = setting(0.2, AT_LEAST_0)
+    # (Java ints in Pulsar.)
+    minUnloadMessage: int = setting(1000, Rule(0, JAVA_INT_MAX))
+    minUnloadMessageThroughput: int = setting(1024 * 1024, Rule(0, JAVA_INT_MAX))
+    maxUnloadBundleNumPerShedding: int = setting(-1, Rule(-1, JAVA_INT_MAX, means="-1 = no limit"))
     # The bandwidth limit the load report counts against (Gbit/s); 0: unknown, bandwidth not counted (Pulsar
     # reads the NIC's speed then; our broker counts its own message bytes, not the NIC's).
     loadBalancerOverrideBrokerNicSpeedGbps: float = setting(0, Rule(0, means="0 = unknown"))

@@ -4,12 +4,13 @@ leader (``/loadbalance/leader``), so the work moves with the leadership when the
 
 Shedding (``doLoadShedding``, every ``loadBalancerSheddingIntervalMinutes`` when ``loadBalancerSheddingEnabled``
 and more than one broker is registered): the bundles unloaded less than ``loadBalancerSheddingGracePeriodMinutes``
-ago are forgotten past that; the strategy (``broker.cluster.shedding``, Pulsar's default ``ThresholdShedder``)
-names bundles per overloaded broker; for each, placement picks where it should go (``selectBroker``: the same
-rules as a lookup of an unowned bundle); nothing happens when that is its owner or no broker; otherwise the leader
-records the destination as the bundle's affinity (what Pulsar's unload with ``destinationBroker`` does on the
-leader), asks the owner to unload it (``PUT /admin/v2/namespaces/{ns}/{range}/unload`` on the owner's web URL), and
-marks it recently unloaded. Its clients look up again; the leader then gives the bundle to the destination.
+ago are forgotten past that; the strategy ``loadBalancerLoadSheddingStrategy`` names (``broker.cluster.shedding``:
+Pulsar's default ``ThresholdShedder``, ``OverloadShedder`` or ``UniformLoadShedder``; the log lines name it) picks
+bundles per broker; for each, placement picks where it should go (``selectBroker``: the same rules as a lookup of
+an unowned bundle); nothing happens when that is its owner or no broker; otherwise the leader records the
+destination as the bundle's affinity (what Pulsar's unload with ``destinationBroker`` does on the leader), asks the
+owner to unload it (``PUT /admin/v2/namespaces/{ns}/{range}/unload`` on the owner's web URL), and marks it recently
+unloaded. Its clients look up again; the leader then gives the bundle to the destination.
 
 Split (``checkNamespaceBundleSplit``, every ``loadBalancerSplitIntervalMinutes`` when
 ``loadBalancerAutoBundleSplitEnabled`` and more than one broker is registered): the bundles past Pulsar's thresholds
@@ -34,7 +35,7 @@ from broker.cluster.data import LoadReport, ResourceWeights
 from broker.cluster.operations import thresholds_of
 from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
 from broker.cluster.registry import BrokerRegistry
-from broker.cluster.shedding import ShedderSettings, ThresholdShedder
+from broker.cluster.shedding import LoadSheddingStrategy, ShedderSettings, create_strategy
 from broker.config import BrokerConfig
 from broker.tasks import OwnedTasks
 from metadata_store.api import MetadataStoreError
@@ -52,7 +53,14 @@ def shedder_settings(config: BrokerConfig) -> ShedderSettings:
         weights=ResourceWeights(config.loadBalancerCPUResourceWeight, config.loadBalancerMemoryResourceWeight,
                                 config.loadBalancerDirectMemoryResourceWeight,
                                 config.loadBalancerBandwidthInResourceWeight,
-                                config.loadBalancerBandwidthOutResourceWeight))
+                                config.loadBalancerBandwidthOutResourceWeight),
+        overloaded_percent=config.loadBalancerBrokerOverloadedThresholdPercentage,
+        msg_rate_difference_percent=config.loadBalancerMsgRateDifferenceShedderThreshold,
+        msg_throughput_multiplier=config.loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold,
+        max_unload_percentage=config.maxUnloadPercentage,
+        min_unload_message=config.minUnloadMessage,
+        min_unload_message_throughput=config.minUnloadMessageThroughput,
+        max_unload_bundle_num=config.maxUnloadBundleNumPerShedding)
 
 
 def split_stats(brokers: Mapping[str, LoadReport]) -> list[S.BundleStats]:
@@ -81,7 +89,8 @@ class LoadManager:
         self.placement = placement
         self.bundles_of = bundles_of
         self.headers = dict(headers or {})
-        self.shedder = ThresholdShedder(shedder_settings(config))
+        self.shedder: LoadSheddingStrategy = create_strategy(config.loadBalancerLoadSheddingStrategy,
+                                                             shedder_settings(config))
         self.recently_unloaded: dict[str, float] = {}  # bundle -> when (time.time())
         self.unloads = 0  # bundles unloaded by shedding (tests, logs)
         self.splits = 0
@@ -150,17 +159,17 @@ class LoadManager:
             return False  # (it would land on a broker as crowded with its group: shouldAntiAffinityNamespaceUnload)
         dest = self.placement.choose(bundle, brokers)
         if dest is None:
-            log.info("ThresholdShedder: no broker available to unload bundle %s from broker %s", name, owner_id)
+            log.info("%s: no broker available to unload bundle %s from broker %s", self.shedder.name, name, owner_id)
             return False
         if dest == owner_id:
-            log.warning("ThresholdShedder: the destination broker %s is the same as the current owner of bundle %s",
-                     dest, name)
+            log.warning("%s: the destination broker %s is the same as the current owner of bundle %s",
+                        self.shedder.name, dest, name)
             return False
         owner = brokers.get(owner_id)
         base = owner.urls.web_url if owner is not None else None
         if not base:
             return False
-        log.info("ThresholdShedder: unloading bundle %s from broker %s to broker %s", name, owner_id, dest)
+        log.info("%s: unloading bundle %s from broker %s to broker %s", self.shedder.name, name, owner_id, dest)
         self.placement.set_affinity(name, dest)
         try:
             await self._put(f"{base}/admin/v2/namespaces/{bundle.namespace}/{bundle.range_name}/unload")

@@ -1,32 +1,69 @@
-"""Which bundles the leader unloads from overloaded brokers: Apache Pulsar's default load-shedding strategy,
-``ThresholdShedder`` (``loadBalancerLoadSheddingStrategy`` in 4.0), as pure logic over the brokers' load reports.
+"""Which bundles the leader unloads: Apache Pulsar 4.0's classic load-shedding strategies
+(``loadBalancerLoadSheddingStrategy``, a class name), as pure logic over the brokers' load reports. Each is a
+``LoadSheddingStrategy``: ``find_bundles_for_unloading(brokers, recently_unloaded)`` -> broker id -> its bundles
+to unload; ``create_strategy`` makes the one the configuration names (Pulsar instantiates that class by its full
+name, ``Reflections.createInstance``: no short forms).
 
-For every broker, its usage is the highest weighted share of its resources (``getMaxResourceUsageWithWeight``:
-CPU, memory, direct memory, bandwidth in and out, each times its ``loadBalancer...ResourceWeight``), smoothed over
-the rounds: ``usage = history * loadBalancerHistoryResourcePercentage + now * (1 - that)``, starting at the first
-usage seen (Pulsar's ``updateAvgResourceUsage``: a new leader acts on the load as it is). The average over the
-brokers is the mark; a broker whose usage is ``loadBalancerBrokerThresholdShedderPercentage`` points or more above
-it is to shed ``throughput * (usage - average - threshold + 5 %)`` bytes per second (skipped under
-``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its bundles, hottest first (the throughput in + out of
-its last report), except the recently unloaded ones, are picked until that much is picked, and at least one; a
-broker with a single bundle sheds nothing (Pulsar's "sole namespace bundle" warning).
+All three read a bundle's load as its owner last reported it (``lastStats``; Pulsar reads its ``shortTermData``,
+a running average of those reports), consider only the bundles the broker owns (``LocalBrokerData.bundles``)
+that were not unloaded within the grace period, and never the heartbeat or SLA-monitor namespaces' bundles
+(``LoadData.getBundleDataForLoadShedding``). A broker owning a single bundle sheds nothing.
 
-(As in Pulsar 4.0's ``findBundlesForUnloading``, only a broker at or above ``average + threshold`` sheds: one far
-*under* the average keeps its bundles, also when its throughput and the minimum are both 0.)
+``ThresholdShedder`` (Pulsar's default). For every broker, its usage is the highest weighted share of its
+resources (``getMaxResourceUsageWithWeight``: CPU, memory, direct memory, bandwidth in and out, each times its
+``loadBalancer...ResourceWeight``), smoothed over the rounds: ``usage = history * loadBalancerHistoryResourcePercentage
++ now * (1 - that)``, starting at the first usage seen (Pulsar's ``updateAvgResourceUsage``: a new leader acts on the
+load as it is). The average over the brokers is the mark; a broker whose usage is
+``loadBalancerBrokerThresholdShedderPercentage`` points or more above it is to shed ``throughput * (usage - average
+- threshold + 5 %)`` bytes per second (skipped under ``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its
+bundles, hottest first (throughput in + out), are picked until that much is picked, and at least one. (As in
+Pulsar 4.0's ``findBundlesForUnloading``, only a broker at or above ``average + threshold`` sheds: one far *under*
+the average keeps its bundles, also when its throughput and the minimum are both 0.)
+
+``OverloadShedder``. A broker whose usage now (no smoothing; the four-weight ``getMaxResourceUsageWithWeight``:
+CPU, direct memory, bandwidth in and out, not heap memory) is at or above
+``loadBalancerBrokerOverloadedThresholdPercentage`` % sheds ``throughput * (usage - threshold + 5 %)`` bytes per
+second (no minimum), hottest bundles first, until that much and at least one.
+
+``UniformLoadShedder``. Only two brokers matter: the highest and the lowest message rate (in + out) and the highest
+and the lowest throughput (in + out), each in the brokers' own totals; a lowest of 0 (within 1e-6) counts as 1.
+When the rate difference ``(max - min) * 100 / min`` is above ``loadBalancerMsgRateDifferenceShedderThreshold`` %
+(> 0 to count), the busiest broker by rate sheds bundles worth up to ``maxUnloadPercentage`` of the difference,
+provided that is at least ``minUnloadMessage`` messages per second; otherwise, when ``max / min`` throughput is above
+``loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold`` (> 0 to count), the busiest by throughput sheds up
+to ``maxUnloadPercentage`` of that difference, provided it is at least ``minUnloadMessageThroughput`` bytes per
+second. Its bundles, highest rate (or throughput) first, each one taken when it is no more than what is still
+wanted + 1000, at most ``maxUnloadBundleNumPerShedding`` of them (-1: no limit). Pulsar keeps what is wanted in a
+Java int (``MutableInt``): the amounts truncate toward 0, as here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import dataclasses
+import logging
+import math
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from broker.cluster.data import LoadReport, ResourceWeights
+from broker.config import OVERLOAD_SHEDDER, THRESHOLD_SHEDDER, UNIFORM_LOAD_SHEDDER
 
-# ThresholdShedder.ADDITIONAL_THRESHOLD_PERCENT_MARGIN: shed down to 5 % under the mark.
+log = logging.getLogger(__name__)
+
+# ThresholdShedder / OverloadShedder.ADDITIONAL_THRESHOLD_PERCENT_MARGIN: shed down to 5 % under the mark.
 ADDITIONAL_MARGIN = 0.05
 MB = 1024 * 1024
-# Pulsar's HEARTBEAT_NAMESPACE_PATTERN(_V2): the per-broker heartbeat namespaces are never shed.
-HEARTBEAT_PREFIX = "pulsar/"
+# UniformLoadShedder.EPS: a lowest rate or throughput this close to 0 counts as 1 (no division by 0).
+EPS = 1e-6
+# UniformLoadShedder takes a bundle whose load is at most what is still wanted plus this.
+UNIFORM_SLACK = 1000
+# Pulsar's HEARTBEAT_NAMESPACE_PATTERN, HEARTBEAT_NAMESPACE_PATTERN_V2 and SLA_NAMESPACE_PATTERN
+# (NamespaceService.isSLAOrHeartbeatNamespace): the per-broker namespaces are never shed.
+EXEMPT_NAMESPACES = (re.compile(r"pulsar/[^/]+/([^:]+:\d+)"), re.compile(r"pulsar/([^:]+:\d+)"),
+                     re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)"))
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -37,15 +74,75 @@ class ShedderSettings:
     history_percentage: float = 0.9  # loadBalancerHistoryResourcePercentage
     min_throughput_mb: float = 10  # loadBalancerBundleUnloadMinThroughputThreshold (MB/s)
     weights: ResourceWeights = field(default_factory=ResourceWeights)
+    overloaded_percent: int = 85  # loadBalancerBrokerOverloadedThresholdPercentage (OverloadShedder)
+    # UniformLoadShedder:
+    msg_rate_difference_percent: float = 50  # loadBalancerMsgRateDifferenceShedderThreshold
+    msg_throughput_multiplier: float = 4  # loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold
+    max_unload_percentage: float = 0.2  # maxUnloadPercentage
+    min_unload_message: int = 1000  # minUnloadMessage (messages per second)
+    min_unload_message_throughput: int = 1024 * 1024  # minUnloadMessageThroughput (bytes per second)
+    max_unload_bundle_num: int = -1  # maxUnloadBundleNumPerShedding (-1: no limit)
 
 
-def _heartbeat(bundle: str) -> bool:
-    ns = bundle.rsplit("/", 1)[0]
-    return ns.startswith(HEARTBEAT_PREFIX) and ("/" in ns[len(HEARTBEAT_PREFIX):] or ":" in ns)
+class LoadSheddingStrategy(Protocol):
+    """Pulsar's ``LoadSheddingStrategy``: what the leader's load manager asks every shedding round."""
+
+    name: str  # Pulsar's simple class name, in the load manager's log lines
+
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
+                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+        """broker id -> the bundles to unload from it (each "tenant/ns/0x.._0x..")."""
+        ...
+
+
+def _exempt(bundle: str) -> bool:
+    ns = bundle.rsplit("/", 1)[0]  # NamespaceBundle.getBundleNamespace
+    return any(p.fullmatch(ns) for p in EXEMPT_NAMESPACES)
+
+
+def _bundle_loads(brokers: Mapping[str, LoadReport],
+                  value: Callable[[float, float, float, float], float]) -> dict[str, float]:
+    """Every reported bundle but the exempt ones -> ``value(rate in, rate out, throughput in, throughput out)``
+    (Pulsar's ``getBundleDataForLoadShedding``: the leader's bundle data, from all the reports)."""
+    out: dict[str, float] = {}
+    for report in brokers.values():
+        for name, load in report.bundle_stats.items():
+            if not _exempt(name):
+                out[name] = value(load.msg_rate_in, load.msg_rate_out, load.msg_throughput_in, load.msg_throughput_out)
+    return out
+
+
+def _throughput(rate_in: float, rate_out: float, tp_in: float, tp_out: float) -> float:
+    return tp_in + tp_out
+
+
+def _msg_rate(rate_in: float, rate_out: float, tp_in: float, tp_out: float) -> float:
+    return rate_in + rate_out
+
+
+def _candidates(report: LoadReport, loads: Mapping[str, float],
+                recently_unloaded: Collection[str]) -> list[tuple[str, float]]:
+    """The broker's own bundles with a load, not recently unloaded, highest load first (ties by name)."""
+    owned = set(report.bundles)
+    return sorted(((b, v) for b, v in loads.items() if b in owned and b not in recently_unloaded),
+                  key=lambda c: (-c[1], c[0]))
+
+
+def _hottest_until(candidates: list[tuple[str, float]], to_offload: float) -> list[str]:
+    """Threshold/OverloadShedder's pick: in order while less than ``to_offload`` is picked, and at least one."""
+    marked = 0.0
+    picked: list[str] = []
+    for b, t in candidates:
+        if marked < to_offload or not picked:
+            picked.append(b)
+            marked += t
+    return picked
 
 
 class ThresholdShedder:
     """Keeps each broker's smoothed usage from round to round (as Pulsar's instance does)."""
+
+    name = "ThresholdShedder"
 
     def __init__(self, settings: ShedderSettings | None = None) -> None:
         self.settings = settings or ShedderSettings()
@@ -53,7 +150,6 @@ class ThresholdShedder:
 
     def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
                                    recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
-        """broker id -> the bundles to unload from it (each "tenant/ns/0x.._0x..")."""
         s = self.settings
         threshold = s.threshold_percent / 100.0
         history = s.history_percentage
@@ -70,10 +166,7 @@ class ThresholdShedder:
         chosen: dict[str, list[str]] = {}
         if average == 0:
             return chosen
-        bundle_throughput: dict[str, float] = {}
-        for report in brokers.values():
-            for name, load in report.bundle_stats.items():
-                bundle_throughput[name] = load.throughput
+        loads = _bundle_loads(brokers, _throughput)
         for broker_id, report in sorted(brokers.items()):
             usage = self.avg_usage.get(broker_id, 0.0)
             if usage < average + threshold:
@@ -84,16 +177,132 @@ class ThresholdShedder:
                 continue
             if len(report.bundles) <= 1:
                 continue  # (the sole bundle overloads it: nothing to do)
-            owned = set(report.bundles)
-            candidates = sorted(((t, b) for b, t in bundle_throughput.items()
-                                 if b in owned and b not in recently_unloaded and not _heartbeat(b)),
-                                key=lambda c: -c[0])
-            marked = 0.0
-            picked: list[str] = []
-            for t, b in candidates:
-                if marked < to_offload or not picked:
-                    picked.append(b)
-                    marked += t
+            picked = _hottest_until(_candidates(report, loads, recently_unloaded), to_offload)
             if picked:
                 chosen[broker_id] = picked
         return chosen
+
+
+class OverloadShedder:
+    """Stateless: each round looks at the usage in the latest reports only."""
+
+    name = "OverloadShedder"
+
+    def __init__(self, settings: ShedderSettings | None = None) -> None:
+        self.settings = settings or ShedderSettings()
+
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
+                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+        s = self.settings
+        threshold = s.overloaded_percent / 100.0
+        # The four-weight getMaxResourceUsageWithWeight: no heap memory (our reports carry no direct memory: 0).
+        weights = dataclasses.replace(s.weights, memory=0.0)
+        loads = _bundle_loads(brokers, _throughput)
+        chosen: dict[str, list[str]] = {}
+        for broker_id, report in sorted(brokers.items()):
+            usage = report.max_resource_usage_with_weight(weights)
+            if usage < threshold:
+                log.debug("OverloadShedder: [%s] broker is not overloaded (usage %.1f %%)", broker_id, usage * 100)
+                continue
+            throughput = report.msg_throughput_in + report.msg_throughput_out
+            to_offload = throughput * (usage - threshold + ADDITIONAL_MARGIN)
+            log.info("OverloadShedder: attempting to shed load on %s, which has resource usage %.1f %% above threshold"
+                     " %.1f %% -- offloading at least %.3f MByte/s of traffic", broker_id, usage * 100,
+                     threshold * 100, to_offload / MB)
+            if len(report.bundles) > 1:
+                picked = _hottest_until(_candidates(report, loads, recently_unloaded), to_offload)
+                if picked:
+                    chosen[broker_id] = picked
+            elif report.bundles:
+                log.warning("OverloadShedder: HIGH USAGE WARNING: sole namespace bundle %s is overloading broker %s;"
+                            " no load shedding will be done on this broker", report.bundles[0], broker_id)
+            else:
+                log.warning("OverloadShedder: broker %s is overloaded despite having no bundles", broker_id)
+        return chosen
+
+
+def _d2i(value: float) -> int:
+    """Java's (int) of a double: toward 0, saturated, NaN -> 0."""
+    if math.isnan(value):
+        return 0
+    return max(INT_MIN, min(INT_MAX, int(value))) if math.isfinite(value) else (INT_MAX if value > 0 else INT_MIN)
+
+
+def _i32(value: int) -> int:
+    """Java's int arithmetic: wraps around."""
+    return (value - INT_MIN) % (1 << 32) + INT_MIN
+
+
+class UniformLoadShedder:
+    """Stateless: each round compares the busiest and the idlest broker of the latest reports."""
+
+    name = "UniformLoadShedder"
+
+    def __init__(self, settings: ShedderSettings | None = None) -> None:
+        self.settings = settings or ShedderSettings()
+
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
+                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+        s = self.settings
+        if not brokers:
+            return {}
+        max_rate = max_tp = -1.0
+        min_rate = min_tp = float(INT_MAX)
+        busiest_by_rate = busiest_by_tp = idlest_by_rate = idlest_by_tp = ""
+        for broker_id, report in sorted(brokers.items()):  # (ties: the first, by id; Pulsar's is a hash order)
+            rate = report.msg_rate_in + report.msg_rate_out
+            tp = report.msg_throughput_in + report.msg_throughput_out
+            if rate > max_rate:
+                busiest_by_rate, max_rate = broker_id, rate
+            if tp > max_tp:
+                busiest_by_tp, max_tp = broker_id, tp
+            if rate < min_rate:
+                idlest_by_rate, min_rate = broker_id, rate
+            if tp < min_tp:
+                idlest_by_tp, min_tp = broker_id, tp
+        if -EPS <= min_rate <= EPS:
+            min_rate = 1.0
+        if -EPS <= min_tp <= EPS:
+            min_tp = 1.0
+        rate_difference_percent = (max_rate - min_rate) * 100 / min_rate
+        tp_multiplier = max_tp / min_tp
+        by_rate = 0 < s.msg_rate_difference_percent < rate_difference_percent
+        by_tp = 0 < s.msg_throughput_multiplier < tp_multiplier
+        if not (by_rate or by_tp):
+            return {}
+        if by_rate:
+            log.debug("UniformLoadShedder: msgRate overloaded broker %s (%.1f msg/s), underloaded broker %s (%.1f)",
+                      busiest_by_rate, max_rate, idlest_by_rate, min_rate)
+            broker_id, wanted, minimum = busiest_by_rate, _d2i((max_rate - min_rate) * s.max_unload_percentage), \
+                s.min_unload_message
+            value, what = _msg_rate, "msgRate"
+        else:
+            log.debug("UniformLoadShedder: msgThroughput overloaded broker %s (%.1f B/s), underloaded broker %s (%.1f)",
+                      busiest_by_tp, max_tp, idlest_by_tp, min_tp)
+            broker_id, wanted, minimum = busiest_by_tp, _d2i((max_tp - min_tp) * s.max_unload_percentage), \
+                s.min_unload_message_throughput
+            value, what = _throughput, "msgThroughput"
+        report = brokers[broker_id]
+        if len(report.bundles) <= 1 or wanted < minimum:
+            return {}
+        picked: list[str] = []
+        for bundle, load in _candidates(report, _bundle_loads(brokers, value), recently_unloaded):
+            if s.max_unload_bundle_num != -1 and len(picked) >= s.max_unload_bundle_num:
+                break
+            if load <= _i32(wanted + UNIFORM_SLACK):
+                log.info("UniformLoadShedder: found bundle %s to unload with %s %s", bundle, what, load)
+                wanted = _i32(wanted + _d2i(-load))
+                picked.append(bundle)
+        return {broker_id: picked} if picked else {}
+
+
+STRATEGIES: dict[str, Callable[[ShedderSettings], LoadSheddingStrategy]] = {
+    THRESHOLD_SHEDDER: ThresholdShedder, OVERLOAD_SHEDDER: OverloadShedder, UNIFORM_LOAD_SHEDDER: UniformLoadShedder}
+
+
+def create_strategy(class_name: str, settings: ShedderSettings) -> LoadSheddingStrategy:
+    """The strategy ``loadBalancerLoadSheddingStrategy`` names (its full Pulsar class name)."""
+    try:
+        return STRATEGIES[class_name](settings)
+    except KeyError:
+        raise ValueError(f"loadBalancerLoadSheddingStrategy={class_name}: not supported") from None
