@@ -916,11 +916,25 @@ class BrokerService:
             await self.metadata.start(self.metadata_store, legacy)
             if self.transactions is not None:
                 await self.transactions.create_assign_topic()
+            await self._start_storage()
         except BaseException:
             await self.metadata.close()
             await self.metadata_store.close()
             self.metadata_store = None
             raise
+
+    async def _start_storage(self) -> None:
+        """The managed-ledger storage started before anything is served, as Pulsar's PulsarService.start makes its
+        ManagedLedgerStorage (newManagedLedgerStorage) before it starts the BrokerService and the WebService: on
+        BookKeeper the factory connects and learns the stored names (its first scan of the store), so a topic list,
+        a lookup or an existence check asked at once answers for every stored topic, never "none" because the scan
+        was still under way. (File and memory storage: nothing to wait for.) A storage that cannot start stops
+        the broker's start, as Pulsar's does."""
+        try:
+            await self.ledger_factory.start()
+        except Exception as exc:
+            raise ConfigError(f"managedLedgerStorage={self.config.managedLedgerStorage}: the storage did not "
+                              f"start: {exc!r}") from exc
 
     def start(self) -> None:
         """Background work once the broker serves: replication picks up where it stopped."""
@@ -930,12 +944,8 @@ class BrokerService:
         """Load the stored topics that are replicated (their namespace's or own replication
         clusters name another cluster), so that what their replicators had not sent before a
         restart goes out now rather than when a client next uses the topic. Pulsar loads the
-        topics of a bundle when it comes to own it (cluster mode: ``bundle_acquired``); one broker owns them all."""
-        try:
-            await self.ledger_factory.start()  # (BookKeeper: connects, and learns the stored names)
-        except Exception as exc:
-            log.error("managed-ledger storage not started: %s", exc)
-            return
+        topics of a bundle when it comes to own it (cluster mode: ``bundle_acquired``); one broker owns them all.
+        (The storage started in ``open``.)"""
         if self.transactions is not None:
             try:
                 await self.transactions.load_stored()

@@ -419,3 +419,58 @@ async def test_a_subscription_zookeeper_cannot_name_is_refused_clearly(bk_cluste
         finally:
             c.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_topic_list_asked_as_soon_as_the_broker_serves_names_every_stored_topic(
+        bk_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Topics stored on BookKeeper, then a broker starts on that store: the list of the namespace asked the moment
+    it serves names every one of them. Pulsar answers a topic list from the metadata store and makes its
+    ManagedLedgerStorage before it serves (PulsarService.start); here the factory's first scan of the stored names
+    ran in the background once the broker served, and a list asked meanwhile came back empty. The scan is held
+    here until the test lets it go: while it is held the broker must either serve nothing yet or list every
+    topic."""
+    zk = bk_cluster.zk_address
+    store_url = f"zk:{zk}/listed-at-start-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = dict(
+        managedLedgerStorage="bookkeeper", metadataStoreUrl=store_url,
+        bookkeeperMetadataServiceUri=f"zk+hierarchical://{zk}/ledgers",
+        managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2, managedLedgerDefaultAckQuorum=2)
+    expected = [f"persistent://public/default/stored-{i}" for i in range(3)]
+    async with Broker(**settings) as first:  # (the topics made through a broker: PUT, as Pulsar's admin does)
+        async with aiohttp.ClientSession() as http:
+            for topic in expected:
+                async with http.put(f"{first.web_url}/admin/v2/{topic.replace('://', '/')}") as r:
+                    assert r.status == 204, await r.text()
+
+    held, release = asyncio.Event(), asyncio.Event()
+    scan = BookKeeperManagedLedgerFactory._scan
+
+    async def held_first_scan(self: BookKeeperManagedLedgerFactory, path: str, depth: int,
+                              found: set[str] | None = None) -> None:
+        if depth == 0 and found is None:  # (the start's scan of the known names, not a re-read after a change)
+            held.set()
+            await release.wait()
+        await scan(self, path, depth, found)
+
+    monkeypatch.setattr(BookKeeperManagedLedgerFactory, "_scan", held_first_scan)
+    broker = Broker(**settings)
+    starting = asyncio.create_task(broker.start())
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def listed() -> list[str]:
+                async with http.get(f"{broker.web_url}/admin/v2/persistent/public/default") as r:
+                    assert r.status == 200, await r.text()
+                    return sorted(t for t in await r.json() if "stored-" in t)
+
+            async with asyncio.timeout(30):
+                await held.wait()
+            if broker.server is not None and broker.server.web_port:  # (serving already: it must know them all)
+                assert await listed() == expected
+            release.set()
+            async with asyncio.timeout(30):
+                await starting
+            assert await listed() == expected  # (at once, no waiting)
+    finally:
+        release.set()
+        await asyncio.gather(starting, return_exceptions=True)
+        await broker.stop()
