@@ -336,6 +336,9 @@ class BrokerConfig:
     loadBalancerSheddingIntervalMinutes: float = setting(1, POSITIVE)
     # A bundle the shedding unloaded is not shed again for this long.
     loadBalancerSheddingGracePeriodMinutes: float = setting(30, AT_LEAST_0)
+    # PIP-380: namespaces ("tenant/namespace", comma-separated) whose bundles the leader never sheds: a bundle of
+    # one that the strategy picks is skipped (Pulsar's ModularLoadManagerImpl.doLoadShedding).
+    loadBalancerSheddingExcludedNamespaces: list[str] = field(default_factory=list)
     loadBalancerLoadSheddingStrategy: str = setting(THRESHOLD_SHEDDER, Rule(
         choices=SHEDDING_STRATEGIES,
         words=f"one of {', '.join(SHEDDING_STRATEGIES)} (the full class name; AvgShedder is not supported)"))

@@ -6,7 +6,8 @@ Shedding (``doLoadShedding``, every ``loadBalancerSheddingIntervalMinutes`` when
 and more than one broker is registered): the bundles unloaded less than ``loadBalancerSheddingGracePeriodMinutes``
 ago are forgotten past that; the strategy ``loadBalancerLoadSheddingStrategy`` names (``broker.cluster.shedding``:
 Pulsar's default ``ThresholdShedder``, ``OverloadShedder`` or ``UniformLoadShedder``; the log lines name it) picks
-bundles per broker; for each, placement picks where it should go (``selectBroker``: the same rules as a lookup of
+bundles per broker; one of a namespace in ``loadBalancerSheddingExcludedNamespaces`` (PIP-380) is skipped, not
+replaced; for each of the others, placement picks where it should go (``selectBroker``: the same rules as a lookup of
 an unowned bundle); nothing happens when that is its owner or no broker; otherwise the leader records the
 destination as the bundle's affinity (what Pulsar's unload with ``destinationBroker`` does on the leader), asks the
 owner to unload it (``PUT /admin/v2/namespaces/{ns}/{range}/unload`` on the owner's web URL), and marks it recently
@@ -138,9 +139,16 @@ class LoadManager:
         now = time.time()
         self.recently_unloaded = {b: at for b, at in self.recently_unloaded.items() if now - at < grace_s}
         plan = self.shedder.find_bundles_for_unloading(brokers, self.recently_unloaded)
+        excluded = set(self.config.loadBalancerSheddingExcludedNamespaces)
         done = []
         for broker_id, bundles in plan.items():
             for name in bundles:
+                # PIP-380 (loadBalancerSheddingExcludedNamespaces): as Pulsar's ModularLoadManagerImpl.doLoadShedding,
+                # a bundle of such a namespace the strategy picked is skipped, not replaced by another one.
+                namespace = name.rsplit("/", 1)[0]  # (LoadManagerShared.getNamespaceNameFromBundleName)
+                if namespace in excluded:
+                    log.debug("%s: skipping load shedding for namespace %s", self.shedder.name, namespace)
+                    continue
                 if await self._shed(name, broker_id, brokers):
                     done.append(name)
         return done

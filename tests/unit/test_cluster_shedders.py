@@ -268,3 +268,57 @@ async def test_the_load_manager_uses_the_configured_strategy(caplog: pytest.LogC
         assert asked == [f"http://h1:8080/admin/v2/namespaces/{b}/unload" for b in shed]
         for b in shed:
             assert f"{name}: unloading bundle {b} from broker h1:8080 to broker h2:8080" in caplog.text
+
+
+# -- loadBalancerSheddingExcludedNamespaces (PIP-380) --------------------------------------------------------------
+
+EXCLUDED = "t/excluded"
+E = [f"{EXCLUDED}/0x{i * 0x01000000:08x}_0x{(i + 1) * 0x01000000:08x}" for i in range(4)]
+
+
+@pytest.mark.parametrize("class_name", [THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER])
+async def test_the_bundles_of_an_excluded_namespace_are_never_shed(class_name: str) -> None:
+    """loadBalancerSheddingExcludedNamespaces: whatever the strategy picks of such a namespace is skipped, as
+    Pulsar's ModularLoadManagerImpl.doLoadShedding does after findBundlesForUnloading (the strategy's other picks
+    are unloaded; no other bundle takes the skipped one's place). Each strategy here picks the excluded namespace's
+    hot bundle and, Threshold/OverloadShedder, one more."""
+    from broker.cluster.load_manager import LoadManager
+
+    # h1 at 150 % CPU with 100 MB/s: Overload- and ThresholdShedder pick E[0] (40 MB/s) then X[1] (35 MB/s).
+    # Rates 9000 against 1000 msg/s: UniformLoadShedder wants 20 % of the 8000 difference, 1600, and takes each
+    # bundle of at most that + 1000: X[1] (6000) no, E[0] (2500) yes, then nothing more.
+    reports = {"h1:8080": report(1, {E[0]: 40 * MB, X[1]: 35 * MB, X[2]: 25 * MB},
+                                 rates={E[0]: 2500.0, X[1]: 6000.0, X[2]: 500.0}, cpu=150.0),
+               "h2:8080": report(2, {X[3]: 1 * MB, X[4]: 1 * MB}, rates={X[3]: 500.0, X[4]: 500.0}, cpu=10.0)}
+
+    picked = [E[0]] if class_name == UNIFORM_LOAD_SHEDDER else [E[0], X[1]]
+    strategy = create_strategy(class_name, ShedderSettings(history_percentage=0.0, min_throughput_mb=0.0))
+    assert strategy.find_bundles_for_unloading(reports) == {"h1:8080": picked}
+
+    async def unloaded(**overrides: object) -> list[str]:
+        config = BrokerConfig.load(None, loadBalancerLoadSheddingStrategy=class_name,
+                                   loadBalancerHistoryResourcePercentage=0.0,
+                                   loadBalancerBundleUnloadMinThroughputThreshold=0.0, **overrides)
+        manager = LoadManager(config, StubRegistry("h2:8080", reports), Placement(random.Random(2)),  # type: ignore[arg-type]
+                              lambda ns: NamespaceBundles.equal(ns, 4))
+        asked: list[str] = []
+
+        async def put(url: str) -> None:
+            asked.append(url)
+
+        manager._put = put  # type: ignore[method-assign]
+        done = await manager.shed_once()
+        assert asked == [f"http://h1:8080/admin/v2/namespaces/{b}/unload" for b in done]
+        return done
+
+    assert await unloaded() == picked  # (without the key: all of them)
+    assert await unloaded(loadBalancerSheddingExcludedNamespaces=f"t/other,{EXCLUDED}") == picked[1:]
+    assert await unloaded(loadBalancerSheddingExcludedNamespaces=NS) == [E[0]]
+
+
+def test_the_excluded_namespaces_key_is_a_list_empty_by_default() -> None:
+    """Pulsar's ServiceConfiguration (PIP-380): a set of namespace names, empty by default; comma-separated in a
+    configuration file."""
+    assert BrokerConfig().loadBalancerSheddingExcludedNamespaces == []
+    assert BrokerConfig.load(None, loadBalancerSheddingExcludedNamespaces=" a/b , c/d,").\
+        loadBalancerSheddingExcludedNamespaces == ["a/b", "c/d"]
