@@ -7,9 +7,12 @@ Anti-affinity groups (Pulsar's ``Namespaces`` resource; the group lives in the n
   text); 204 when none;
 - ``POST`` the same path, the group as the body (the bare text as Pulsar's admin client sends it, or a JSON
   string): a blank group is 412 "antiAffinityGroup can't be empty";
-- ``DELETE`` the same path: no group.
-(Pulsar's listing of a group, ``GET /admin/v2/namespaces/{cluster}/antiAffinity/{group}?tenant=``, is not served:
-its tenant is in the query, out of reach of our path-based access rules.)
+- ``DELETE`` the same path: no group;
+- ``GET /admin/v2/namespaces/{cluster}/antiAffinity/{group}?tenant=...``: the namespaces of that tenant in the group
+  (NamespacesBase.internalGetAntiAffinityNamespaces): no ``tenant`` is 400 "Tenant should not be null", a blank
+  group 412 "anti-affinity group can't be empty.", then an unknown cluster 412 "Cluster ... does not exist."; the
+  group is compared ignoring case; a tenant that does not exist has none (``[]``). For super users only when
+  authorization is on (see ``broker.auth.http``: Pulsar 4.0.7's check there has no namespace to check).
 
 Namespace isolation policies (Pulsar's ``Clusters`` resource; one node per cluster,
 ``/admin/clusters/{cluster}/namespaceIsolationPolicies``, a JSON map policy name -> ``NamespaceIsolationData``
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
+GROUP_LISTING = "/admin/v2/namespaces/{cluster}/antiAffinity/{group}"
 ISOLATION = "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies"
 DOMAINS = "/admin/v2/clusters/{cluster}/failureDomains"
 FAILOVER_POLICIES = ("min_available",)
@@ -127,6 +131,7 @@ class LoadPoliciesResource:
         self.web = web_service
 
     def register(self, r: web.UrlDispatcher) -> None:
+        r.add_get(GROUP_LISTING, self.list_group)  # (first: its path has as many parts as NS + "/antiAffinity")
         r.add_get(NS + "/antiAffinity", self.get_group)
         r.add_post(NS + "/antiAffinity", self.set_group)
         r.add_delete(NS + "/antiAffinity", self.remove_group)
@@ -264,6 +269,25 @@ class LoadPoliciesResource:
         ns = self.web.namespaces.namespace(request)
         await self.web.metadata.set_anti_affinity_group(ns, None)
         return no_content()
+
+    async def list_group(self, request: web.Request) -> web.Response:
+        """Pulsar's v2 Namespaces.getAntiAffinityNamespaces (NamespacesBase.internalGetAntiAffinityNamespaces), in
+        its order: the tenant query parameter must be there (checkNotNull: 400), the group not blank (412), the
+        cluster known (validateClusterExists: 412); then each namespace of the tenant (TenantResources.
+        getListOfNamespaces, v1 names too) whose LocalPolicies' group equals it ignoring case. The cluster only
+        has to exist: the groups are this cluster's (local policies)."""
+        tenant = request.query.get("tenant")
+        if tenant is None:
+            raise HttpError(400, "Tenant should not be null")
+        cluster, group = request.match_info["cluster"], request.match_info["group"]
+        log.info("Finding namespaces for %s in %s", tenant, cluster)
+        if not group.strip():
+            raise HttpError(412, "anti-affinity group can't be empty.")
+        self._cluster(request)
+        metadata = self.web.metadata
+        wanted = group.lower()
+        return json_response([ns for ns in metadata.namespaces_of(tenant)
+                              if (metadata.anti_affinity_group(ns) or "").lower() == wanted])
 
 
 def _full_match(pattern: str, text: str) -> bool:

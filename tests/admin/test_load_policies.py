@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -41,6 +42,43 @@ def test_anti_affinity_bad_input(admin: Admin) -> None:
     assert admin.call("POST", path, raw=b'"unterminated').status == 400
     assert admin.get("/admin/v2/namespaces/public/no-such-ns/antiAffinity").status == 404
     assert admin.call("POST", "/admin/v2/namespaces/no-tenant/x/antiAffinity", raw=b"g").status == 404
+
+
+def test_the_namespaces_of_an_anti_affinity_group_are_listed(admin: Admin) -> None:
+    """Pulsar's GET /admin/v2/namespaces/{cluster}/antiAffinity/{group}?tenant= (NamespacesBase.
+    internalGetAntiAffinityNamespaces): the tenant's namespaces whose group is that one, ignoring case; another
+    tenant's, another group's and a namespace with none are not; a tenant that does not exist has none."""
+    tenant = f"aa-{uuid.uuid4().hex[:8]}"
+    assert admin.put(f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]}).status == 204
+    group = f"grp-{uuid.uuid4().hex[:8]}"
+    members = sorted(admin.new_namespace(tenant) for _ in range(2))
+    other_group, no_group, elsewhere = admin.new_namespace(tenant), admin.new_namespace(tenant), admin.new_namespace()
+    admin.call("POST", f"/admin/v2/namespaces/{members[0]}/antiAffinity", raw=group.encode())
+    admin.call("POST", f"/admin/v2/namespaces/{members[1]}/antiAffinity", raw=group.upper().encode())
+    admin.call("POST", f"/admin/v2/namespaces/{other_group}/antiAffinity", raw=b"another")
+    admin.call("POST", f"/admin/v2/namespaces/{elsewhere}/antiAffinity", raw=group.encode())
+    listing = f"/admin/v2/namespaces/standalone/antiAffinity/{group}"
+    assert sorted(admin.ok("GET", f"{listing}?tenant={tenant}")) == members
+    upper = f"/admin/v2/namespaces/standalone/antiAffinity/{group.upper()}?tenant={tenant}"
+    assert sorted(admin.ok("GET", upper)) == members
+    assert admin.ok("GET", f"{listing}?tenant=public") == [elsewhere]
+    assert admin.ok("GET", f"{listing}?tenant=no-such-tenant") == []
+    assert admin.ok("GET", f"/admin/v2/namespaces/standalone/antiAffinity/no-such-group?tenant={tenant}") == []
+    assert no_group not in admin.ok("GET", f"/admin/v2/namespaces/standalone/antiAffinity/another?tenant={tenant}")
+    # (the namespace's own group still answers on its path, which has as many parts)
+    assert admin.get(f"/admin/v2/namespaces/{members[1]}/antiAffinity").body == group.upper().encode()
+
+
+def test_the_anti_affinity_listing_refuses_as_pulsar_does(admin: Admin) -> None:
+    """In Pulsar's order: no tenant parameter 400 "Tenant should not be null", a blank group 412, then an unknown
+    cluster 412 "Cluster ... does not exist."."""
+    no_tenant = admin.get("/admin/v2/namespaces/standalone/antiAffinity/g")
+    assert (no_tenant.status, no_tenant.reason) == (400, "Tenant should not be null")
+    blank = admin.get("/admin/v2/namespaces/no-such-cluster/antiAffinity/%20?tenant=public")
+    assert (blank.status, blank.reason) == (412, "anti-affinity group can't be empty.")
+    unknown = admin.get("/admin/v2/namespaces/no-such-cluster/antiAffinity/g?tenant=public")
+    assert (unknown.status, unknown.reason) == (412, "Cluster no-such-cluster does not exist.")
+    assert admin.get("/admin/v2/namespaces/no-such-cluster/antiAffinity/g").status == 400  # (the tenant first)
 
 
 def policy_doc(**overrides: object) -> dict[str, object]:

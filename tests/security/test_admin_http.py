@@ -395,6 +395,22 @@ def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, 
         assert reply.status < 400, (method, path, reply.status, reply.body)
 
 
+def test_an_anti_affinity_groups_namespaces_are_listed_for_super_users(secure_broker: BrokerThread, pki: Pki,
+                                                                         root_admin: SecureAdmin) -> None:
+    """GET /admin/v2/namespaces/{cluster}/antiAffinity/{group}?tenant=: Pulsar 4.0.7's handler checks the policy
+    operation of a namespace it never names (NamespacesBase.internalGetAntiAffinityNamespaces), which no role
+    passes with its authorization provider; here a super user lists the group, the tenant's own admin is refused."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/orders")
+    ops = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "ops")
+    assert ops.call("POST", f"/admin/v2/namespaces/{tenant}/orders/antiAffinity", "g1").status == 204
+    listing = f"/admin/v2/namespaces/standalone/antiAffinity/g1?tenant={tenant}"
+    assert root_admin.ok("GET", listing) == [f"{tenant}/orders"]
+    reply = ops.call("GET", listing)
+    assert (reply.status, reply.reason) == (401, "This operation requires super-user access")
+
+
 TXN = "/admin/v3/transactions"
 TXN_OFF = "This Broker is not configured with transactionCoordinatorEnabled=true."
 

@@ -390,7 +390,10 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ns = "/admin/v2/namespaces/{tenant}/{ns}"  # (and these, as Pulsar's NamespacesBase: validateSuperUserAccess)
     super_only_in_namespaces = {("PUT", f"{ns}/unload"), ("PUT", f"{ns}/{{bundle}}/unload"),
                                 ("PUT", f"{ns}/{{bundle}}/split"), ("POST", f"{ns}/delayedDelivery"),
-                                ("DELETE", f"{ns}/delayedDelivery")}
+                                ("DELETE", f"{ns}/delayedDelivery"),
+                                # (an anti-affinity group's namespaces: Pulsar 4.0.7's check has no namespace; the
+                                # tenant is a query parameter)
+                                *((m, "/admin/v2/namespaces/{cluster}/antiAffinity/{group}") for m in ("GET", "HEAD"))}
     for route in server.web.app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         access = access_for(route.method, canonical)
@@ -449,6 +452,9 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
     ("POST", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),
     ("GET", "/admin/v2/clusters/{cluster}/failureDomains/{domainName}", Access.SUPER_USER),
+    # NamespacesBase.internalGetAntiAffinityNamespaces (a namespace's own group: its tenant's admins)
+    ("GET", "/admin/v2/namespaces/{cluster}/antiAffinity/{group}", Access.SUPER_USER),
+    ("GET", "/admin/v2/namespaces/{tenant}/{ns}/antiAffinity", Access.TENANT_ADMIN),
 ])
 def test_access_rules(method: str, path: str, access: Access) -> None:
     assert access_for(method, path) is access
