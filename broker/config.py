@@ -406,6 +406,17 @@ class BrokerConfig:
     managedLedgerDefaultEnsembleSize: int = setting(2, POSITIVE)
     managedLedgerDefaultWriteQuorum: int = setting(2, POSITIVE)
     managedLedgerDefaultAckQuorum: int = setting(2, POSITIVE)
+    # managedLedgerStorage=bookkeeper: rack-aware ensembles (Pulsar's keys and defaults): each new ledger's
+    # bookies, and a bookie replacing a failed one, are chosen over the racks of /admin/v2/bookies/racks-info
+    # (BookKeeper's RackawareEnsemblePlacementPolicy), so that each write quorum spans at least
+    # bookkeeperClientMinNumRacksPerWriteQuorum racks where the bookies allow; with the Enforce key, a ledger
+    # that cannot have that is not created (and bookies with no rack are never chosen). No rack configured:
+    # random writable bookies. Region-aware placement is not there: bookkeeperClientRegionawarePolicyEnabled
+    # only changes which rack names racks-info accepts ("region/rack"), as in Pulsar.
+    bookkeeperClientRackawarePolicyEnabled: bool = True
+    bookkeeperClientRegionawarePolicyEnabled: bool = False
+    bookkeeperClientMinNumRacksPerWriteQuorum: int = setting(2, POSITIVE)
+    bookkeeperClientEnforceMinNumRacksPerWriteQuorum: bool = False
     # managedLedgerStorage=bookkeeper: compression of the managed-ledger and cursor znodes (Pulsar's
     # keys: NONE, LZ4, ZLIB, ZSTD or SNAPPY; only values larger than the threshold are compressed).
     # Compressed znodes are read whatever these say.

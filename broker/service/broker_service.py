@@ -73,6 +73,7 @@ from managed_ledger.bookkeeper.factory import (
     ml_metadata_store_url,
 )
 from managed_ledger.bookkeeper.ml_formats import MetadataFormats
+from managed_ledger.bookkeeper.placement import PlacementPolicy
 from managed_ledger.bookkeeper.zk import AsyncZk
 from managed_ledger.disk_space import DiskSpacePolicy, StorageGuard
 from managed_ledger.file import FileManagedLedgerFactory
@@ -290,8 +291,12 @@ class BrokerService:
             ml_store_url = ml_metadata_store_url(cfg.metadataStoreUrl, zk)
             shares_store = ml_store_url.removeprefix("zk:") == cfg.metadataStoreUrl.strip().removeprefix("zk:")
             bk_zk = AsyncZk(zk, session_timeout_s=session_timeout_s, shared=partial(self._shared_zk_session, zk))
+            placement = PlacementPolicy(rack_aware=cfg.bookkeeperClientRackawarePolicyEnabled,
+                                        min_racks_per_write_quorum=cfg.bookkeeperClientMinNumRacksPerWriteQuorum,
+                                        enforce_min_racks=cfg.bookkeeperClientEnforceMinNumRacksPerWriteQuorum)
             return BookKeeperManagedLedgerFactory(
-                BookKeeper(bk_zk, ledgers_root), self._broker_metadata_store if shares_store else ml_store_url,
+                BookKeeper(bk_zk, ledgers_root, placement=placement),
+                self._broker_metadata_store if shares_store else ml_store_url,
                 ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
                 ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
                 cursor_persist_interval_s=1.0 / rate if rate > 0 else 0.0, session_timeout_s=session_timeout_s,
@@ -931,7 +936,13 @@ class BrokerService:
         was still under way. (File and memory storage: nothing to wait for.) A storage that cannot start stops
         the broker's start, as Pulsar's does."""
         try:
-            await self.ledger_factory.start()
+            factory = self.ledger_factory
+            if (isinstance(factory, BookKeeperManagedLedgerFactory) and factory.bk.placement.rack_aware
+                    and self.metadata_store is not None):
+                # The bookies' racks, from the broker's metadata store, as Pulsar's BookieRackAffinityMapping
+                # reads them (its METADATA_STORE_INSTANCE is the broker's local metadata store).
+                await factory.bk.racks.follow(self.metadata_store)
+            await factory.start()
         except Exception as exc:
             raise ConfigError(f"managedLedgerStorage={self.config.managedLedgerStorage}: the storage did not "
                               f"start: {exc!r}") from exc

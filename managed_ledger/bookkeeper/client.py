@@ -50,7 +50,14 @@ from managed_ledger.bookkeeper.metadata import (
     sequential_suffix,
     serialize,
 )
+from managed_ledger.bookkeeper.placement import (
+    PULSAR_DEFAULT_PLACEMENT,
+    PlacementPolicy,
+    new_ensemble,
+    replacement_bookie,
+)
 from managed_ledger.bookkeeper.protocol import LAST_ADD_CONFIRMED, Flag, ReadRequest, ReadResponse, StatusCode
+from managed_ledger.bookkeeper.racks import BookieRacks
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.recovery import MISSING, recover_ledger
 from managed_ledger.bookkeeper.writer import LedgerWriter, WriterState
@@ -78,11 +85,18 @@ __all__ = [
 class BookKeeper:
     """Entry point: `async with BookKeeper("127.0.0.1:2181") as bk: lh = await bk.create_ledger(3, 2, 2)`."""
 
-    def __init__(self, zk: str | Zk, ledgers_root: str = DEFAULT_LEDGERS_ROOT) -> None:
-        """`zk`: ZooKeeper's "host:port[,host:port...]", or a ready `Zk` (tests)."""
+    def __init__(self, zk: str | Zk, ledgers_root: str = DEFAULT_LEDGERS_ROOT, *,
+                 placement: PlacementPolicy = PULSAR_DEFAULT_PLACEMENT, rng: random.Random | None = None) -> None:
+        """`zk`: ZooKeeper's "host:port[,host:port...]", or a ready `Zk` (tests). `placement`: how ensembles are
+        chosen (rack-aware by default, as Pulsar's brokers: see `placement`); `racks` holds the racks in force
+        (none until set or followed: ensembles are then random picks of writable bookies). `rng`: the placements'
+        randomness (tests seed it)."""
         self.zk: Zk = AsyncZk(zk) if isinstance(zk, str) else zk
         self.root = ledgers_root
         self.bookies = BookieClient()
+        self.placement = placement
+        self.racks = BookieRacks()
+        self.rng = rng if rng is not None else random.Random()
         # Writers not closed yet: closing the client stops their tasks (their ledgers stay OPEN, as after a crash).
         self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
 
@@ -92,6 +106,7 @@ class BookKeeper:
     async def close(self) -> None:
         for writer in list(self._writers):
             await writer.abandon()
+        await self.racks.close()
         await self.bookies.close()
         await self.zk.close()
 
@@ -125,6 +140,36 @@ class BookKeeper:
             return await self.zk.children(f"{self.root}/available/readonly")
         except NoNodeError:
             return []
+
+    # -- placement --
+
+    @property
+    def _rack_aware(self) -> bool:
+        """Whether ensembles are placed by rack: the policy is on and some bookie has a rack (or the minimum is
+        enforced, which then fails with no racks, as Pulsar's does); otherwise random picks."""
+        return self.placement.rack_aware and (bool(self.racks.map) or self.placement.enforce_min_racks)
+
+    def rack_of(self, bookie_id: str) -> str:
+        address = self.bookies.addresses.get(bookie_id)
+        return self.racks.map.rack_of(bookie_id, None if address is None else f"{address[0]}:{address[1]}")
+
+    def replacements(self, ensemble: tuple[str, ...], failed: set[str], candidates: list[str]) -> dict[str, str]:
+        """A writable bookie from `candidates` (bookies not in `ensemble`, none failed) for each failed bookie of
+        `ensemble`, each chosen as the placement policy says (one after the other, as BookKeeper's ensemble change
+        replaces them); raises NotEnoughBookiesError."""
+        to_replace = [b for b in ensemble if b in failed]
+        if not self._rack_aware:
+            if len(candidates) < len(to_replace):
+                raise NotEnoughBookiesError(f"no bookie to replace {', '.join(to_replace)}")
+            return dict(zip(to_replace, self.rng.sample(candidates, len(to_replace)), strict=True))
+        replacement: dict[str, str] = {}
+        current = list(ensemble)
+        for bookie in to_replace:
+            left = [b for b in candidates if b not in replacement.values()]
+            chosen = replacement_bookie(left, self.rack_of, current, bookie, self.placement, self.rng)
+            replacement[bookie] = chosen
+            current[current.index(bookie)] = chosen
+        return replacement
 
     async def new_ledger_id(self) -> int:
         """BookKeeper's id scheme: an ephemeral sequential znode's number, long ids once idgen-long exists."""
@@ -192,9 +237,13 @@ class BookKeeper:
         custom_metadata: Iterable[tuple[str, bytes]] = (),
     ) -> LedgerWriter:
         available = await self.writable_bookies()
-        if len(available) < ensemble_size:
-            raise NotEnoughBookiesError(f"{len(available)} writable bookies, ensemble of {ensemble_size} needed")
-        ensemble = tuple(random.sample(available, ensemble_size))
+        if self._rack_aware:
+            ensemble = tuple(new_ensemble(available, self.rack_of, ensemble_size, write_quorum, self.placement,
+                                          self.rng))
+        else:
+            if len(available) < ensemble_size:
+                raise NotEnoughBookiesError(f"{len(available)} writable bookies, ensemble of {ensemble_size} needed")
+            ensemble = tuple(self.rng.sample(available, ensemble_size))
         metadata = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, (Segment(0, ensemble),),
                                   digest_type=digest_type, password=password, custom_metadata=tuple(custom_metadata))
         while True:

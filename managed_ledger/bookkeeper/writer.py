@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -211,10 +210,10 @@ class LedgerWriter:
         failed = set(self._failed_bookies)
         current = self.metadata.last_ensemble.ensemble
         candidates = [b for b in await self.bk.writable_bookies() if b not in current and b not in failed]
-        to_replace = [b for b in current if b in failed]
-        if len(candidates) < len(to_replace):
-            raise NotEnoughBookiesError(f"ledger {self.ledger_id}: no bookie to replace {', '.join(to_replace)}")
-        replacement = dict(zip(to_replace, random.sample(candidates, len(to_replace)), strict=True))
+        try:
+            replacement = self.bk.replacements(current, failed, candidates)
+        except NotEnoughBookiesError as exc:
+            raise NotEnoughBookiesError(f"ledger {self.ledger_id}: {exc}") from None
         first_entry = self.last_add_confirmed + 1
         expected_state = LedgerState.IN_RECOVERY if self._recovery else LedgerState.OPEN
 
