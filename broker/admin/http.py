@@ -23,6 +23,7 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
+from broker.admin.bookies import BookiesResource
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
 from broker.admin.cluster import ownership_middleware, validate_cluster_first, validate_global_namespace
@@ -125,6 +126,7 @@ class WebService:
         self.namespace_ops.register(r)
         self.bundles.register(r)
         BrokerStatsResource(self).register(r)
+        BookiesResource(self).register(r)
         TransactionsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)

@@ -152,6 +152,8 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          "LIST_OWNED_NAMESPACES"),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
         (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
+        # The bookies and their racks (admin.v2.Bookies: validateSuperUserAccess first in every handler).
+        (_ANY, r"/admin/v2/bookies/.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/clusters", Access.AUTHENTICATED),
         (_GET, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "GET_CLUSTER"),
         (_PUT, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "CREATE_CLUSTER"),

@@ -411,6 +411,23 @@ def test_an_anti_affinity_groups_namespaces_are_listed_for_super_users(secure_br
     assert (reply.status, reply.reason) == (401, "This operation requires super-user access")
 
 
+def test_bookies_and_racks_are_for_super_users(secure_broker: BrokerThread, pki: Pki,
+                                              root_admin: SecureAdmin) -> None:
+    """/admin/v2/bookies: Pulsar 4.0.7's admin.v2.Bookies checks validateSuperUserAccess first in every handler."""
+    racks = "/admin/v2/bookies/racks-info"
+    assert root_admin.call("POST", f"{racks}/10.0.0.7:3181?group=g", {"rack": "r1"}).status == 204
+    assert root_admin.ok("GET", f"{racks}/10.0.0.7:3181") == {"rack": "r1"}
+    ops = SecureAdmin.bearer(secure_broker.web_url, pki, "ops")
+    for method, path, body in (("GET", "/admin/v2/bookies/all", None), ("GET", racks, None),
+                               ("GET", f"{racks}/10.0.0.7:3181", None),
+                               ("POST", f"{racks}/10.0.0.7:3181?group=g", {"rack": "r2"}),
+                               ("DELETE", f"{racks}/10.0.0.7:3181", None)):
+        reply = ops.call(method, path, body)
+        assert (reply.status, reply.reason) == (401, "This operation requires super-user access"), (method, path)
+    assert root_admin.ok("GET", racks) == {"g": {"10.0.0.7:3181": {"rack": "r1"}}}
+    assert root_admin.call("DELETE", f"{racks}/10.0.0.7:3181").status == 204
+
+
 TXN = "/admin/v3/transactions"
 TXN_OFF = "This Broker is not configured with transactionCoordinatorEnabled=true."
 
