@@ -64,7 +64,7 @@ def test_every_new_ensemble_spans_both_racks(bk_cluster: LocalCluster) -> None:
                     client.create_producer(f"persistent://public/default/{local}", batching_enabled=False).send(b"x")
             finally:
                 client.close()
-        ensembles = []
+        ensembles: list[tuple[str, ...]] = []
         for local in locals_:
             info = ml_formats.decode_ledger_info(
                 zk.get(f"{chroot}{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent/{local}")[0])
