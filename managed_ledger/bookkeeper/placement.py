@@ -22,7 +22,10 @@ The rule (BookKeeper 4.17's ``RackawareEnsemblePlacementPolicyImpl``, from its b
 - with the minimum enforced, bookies in ``/default-rack`` are never picked (``addDefaultRackBookiesIfMinNumRacks-
   IsEnforced``).
 
-Ours differs in one point: a bookie's rack is looked up by its bookie id (the ``address:port`` the racks are stored
+The first pick is from any rack: BookKeeper starts from its client's own rack when the client's host has one
+configured (a broker on a bookie's machine), which ours does not look up.
+
+Ours differs in one more point: a bookie's rack is looked up by its bookie id (the ``address:port`` the racks are stored
 under) before its host. Pulsar resolves racks by host name or IP only, so that bookies sharing a host share a rack
 (the last one configured wins); looked up by id, bookies on one machine (tests, a laptop) can have racks of their own.
 
