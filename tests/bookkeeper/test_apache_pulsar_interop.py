@@ -43,6 +43,10 @@ ENCODED_TOPIC = f"persistent://public/default/{ENCODED_LOCAL}"
 # public/default/persistent/<Codec.encode(local name)>, under /managed-ledgers.
 ML_PARENT = "/managed-ledgers/public/default/persistent"
 ENCODED_ML_CHILD = "interop+b%3A%C3%BC"
+# The subscription that never acknowledges: on the second topic its name needs encoding too. Pulsar's PersistentTopic
+# names the cursor Codec.encode(subscription name), its znode a child of the managed ledger's: t+b%3A%C3%BC.
+T_SUB = {TOPIC: "t", ENCODED_TOPIC: "t b:ü"}
+ENCODED_CURSORS = ["s", "t+b%3A%C3%BC"]
 # The admin REST path names a topic by its encoded local name, as Pulsar's Java admin client sends it
 # (TopicName.getEncodedLocalName: Codec.encode, a space as '+'); Pulsar's AdminResource.validateTopicName decodes it
 # with Codec.decode.
@@ -103,12 +107,19 @@ def listed_topics(web_url: str) -> list[str]:
     return sorted(t for t in topics if "/__" not in t)
 
 
-def managed_ledger_children(cluster: LocalCluster) -> list[str]:
-    """The managed-ledger znodes of public/default's persistent topics (system topics' left out)."""
+def subscriptions(web_url: str, topic: str) -> list[str]:
+    with urllib.request.urlopen(web_url + REST_PATH[topic] + "/subscriptions", timeout=60) as resp:
+        return sorted(json.loads(resp.read()))
+
+
+def managed_ledger_znodes(cluster: LocalCluster) -> tuple[list[str], list[str]]:
+    """The managed-ledger znodes of public/default's persistent topics (system topics' left out), and the cursor
+    znodes of the second topic's."""
     zk = KazooClient(hosts=cluster.zk_address)
     zk.start()
     try:
-        return sorted(c for c in zk.get_children(ML_PARENT) if not c.startswith("__"))
+        return (sorted(c for c in zk.get_children(ML_PARENT) if not c.startswith("__")),
+                sorted(zk.get_children(f"{ML_PARENT}/{ENCODED_ML_CHILD}")))
     finally:
         zk.stop()
         zk.close()
@@ -159,20 +170,21 @@ def test_a_topic_moves_between_apache_pulsar_and_our_broker_both_ways(cluster: L
                                                                        tmp_path: Path) -> None:
     topics = [TOPIC, ENCODED_TOPIC]
     # 1. Apache Pulsar writes each topic: 100 messages; `s` acknowledges m0..m29 and m40 (a hole past its
-    #    mark-delete position), `t` is created and acknowledges nothing.
+    #    mark-delete position), `t` (`t b:ü` on the second topic) is created and acknowledges nothing.
     apache = start_apache(cluster, tmp_path / "apache-1")
     try:
         for topic in topics:
-            drain(apache.service_url, topic, "t", ack=set())  # creates the subscription at the start
+            drain(apache.service_url, topic, T_SUB[topic], ack=set())  # creates the subscription at the start
             produce(apache.service_url, topic, 0, 100)
             assert drain(apache.service_url, topic, "s", ack={*range(30), 40}) == list(range(100)), topic
         assert listed_topics(apache.web_url) == sorted(topics)
         for topic in topics:
+            assert subscriptions(apache.web_url, topic) == sorted(["s", T_SUB[topic]])
             unload(apache.web_url, topic)
     finally:
         apache.stop()
-    # Pulsar's managed ledger of the second topic: at the encoded name (the cursors are its children).
-    assert managed_ledger_children(cluster) == sorted(["interop", ENCODED_ML_CHILD])
+    # Pulsar's managed ledger of the second topic: at the encoded name, its cursors' znodes its children.
+    assert managed_ledger_znodes(cluster) == (sorted(["interop", ENCODED_ML_CHILD]), ENCODED_CURSORS)
 
     # 2. Ours serves them: `s` resumes after its hole, `t` gets everything; then ours adds m100..m199 and `s`
     #    acknowledges m100..m119 and m130 (a hole again, now stored by ours; m130 is unbatched: the client keeps
@@ -182,15 +194,17 @@ def test_a_topic_moves_between_apache_pulsar_and_our_broker_both_ways(cluster: L
         assert listed_topics(web) == sorted(topics)  # (before any is loaded: from the stored names)
         for topic in topics:
             assert drain(ours.url, topic, "s", ack=None) == [*range(30, 40), *range(41, 100)], topic
-            assert drain(ours.url, topic, "t", ack=set()) == list(range(100)), topic
+            assert drain(ours.url, topic, T_SUB[topic], ack=set()) == list(range(100)), topic
             produce(ours.url, topic, 100, 100)
             assert drain(ours.url, topic, "s", ack={*range(100, 120), 130}) == list(range(100, 200)), topic
         assert listed_topics(web) == sorted(topics)
         for topic in topics:
+            assert subscriptions(web, topic) == sorted(["s", T_SUB[topic]])
             unload(web, topic)
     finally:
         ours.stop()
-    assert managed_ledger_children(cluster) == sorted(["interop", ENCODED_ML_CHILD])  # (ours moved nothing)
+    # (ours moved nothing, and made no second cursor)
+    assert managed_ledger_znodes(cluster) == (sorted(["interop", ENCODED_ML_CHILD]), ENCODED_CURSORS)
 
     # 3. Apache Pulsar serves what ours wrote and the positions ours stored.
     apache = start_apache(cluster, tmp_path / "apache-2")
@@ -198,6 +212,6 @@ def test_a_topic_moves_between_apache_pulsar_and_our_broker_both_ways(cluster: L
         assert listed_topics(apache.web_url) == sorted(topics)
         for topic in topics:
             assert drain(apache.service_url, topic, "s", ack=None) == [*range(120, 130), *range(131, 200)], topic
-            assert drain(apache.service_url, topic, "t", ack=None) == list(range(200)), topic
+            assert drain(apache.service_url, topic, T_SUB[topic], ack=None) == list(range(200)), topic
     finally:
         apache.stop()
