@@ -177,5 +177,17 @@ def persistence_path_of_raw(name: str) -> str:
     return f"{parts[0]}/{parts[1]}/persistent/{encode_local_name(parts[3])}"
 
 
+def persistence_path_of_shared(name: str) -> str:
+    """``persistence_path_of_raw`` for a store Apache Pulsar's brokers may have written too (BookKeeper's ZooKeeper):
+    a topic's name already spelled as Codec.encode spells some local name (``a+b%3A%C3%BC``: Pulsar's name of topic
+    ``a b:ü``) stays, as Pulsar's brokers wrote it so and read it as that decoded name. (An older version of ours
+    that stored such a spelling as a raw local name, ``c++``, cannot be told from it: that topic is read as the
+    decoded name, ``c  ``, as Pulsar reads it.)"""
+    parts = name.split("/", 3)
+    if len(parts) == 4 and parts[2] == "persistent" and local_name_of_encoded(parts[3]) is not None:
+        return name
+    return persistence_path_of_raw(name)
+
+
 def is_system_topic(full_name: str) -> bool:
     return any(m in full_name for m in SYSTEM_TOPIC_MARKERS)

@@ -28,6 +28,7 @@ role (``Order.AFTER_NAMESPACE`` in ``broker.auth.http``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from aiohttp import web
 from yarl import URL
@@ -41,7 +42,7 @@ from broker.errors import BrokerError
 from broker.metadata.bundles import BundleError, NamespaceBundle
 from broker.metadata.global_namespace import GlobalNamespaceError, PeerCluster
 from broker.service.broker_service import BrokerService
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, decode_local_name
 
 DOMAINS = ("persistent", "non-persistent")
 # The actions (path element after the topic) that Pulsar serves on the topic's owner only; "" is the topic itself
@@ -118,10 +119,11 @@ async def _bundle_has_owner(service: BrokerService, namespace: str, request: web
 
 
 def topic_of(path: str) -> tuple[TopicName, str] | None:
-    """(the topic, the action) of an admin path on one topic, else None. ``path`` as the router matches it
-    (``request.rel_url.path_safe``: decoded but for ``%2F`` and ``%25``), so that a topic whose name has a ``/``
-    (``a%2Fx``) is the one its route's handler serves, not ``a`` with the action ``x``."""
-    parts = [part.replace("%2F", "/").replace("%25", "%") for part in path.split("/")]  # (aiohttp's unquoting)
+    """(the topic, the action) of an admin path on one topic, else None. ``path`` as sent
+    (``request.rel_url.raw_path``), each segment decoded on its own, so that a topic whose name has a ``/``
+    (``a%2Fx``) is the one its route's handler serves, not ``a`` with the action ``x``; the topic's segment as
+    Pulsar's Codec.decode reads it (a ``+`` is a space), as the handler reads it (``pulsar_topic_in_path``)."""
+    parts = [decode_local_name(part) if i == 6 else unquote(part) for i, part in enumerate(path.split("/"))]
     # "", "admin", "v2", domain, tenant, ns, topic[, action, ...]
     if len(parts) < 7 or parts[1] != "admin" or parts[2] != "v2" or parts[3] not in DOMAINS or not parts[6]:
         return None
@@ -144,7 +146,7 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
             if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
-        found = topic_of(request.rel_url.path_safe)
+        found = topic_of(request.rel_url.raw_path)
         if found is not None and service.distributed and "topic" in request.match_info:
             # What another broker has just stored of the topic, read now (its notification may be on its way): the
             # checks below and the handler's answer for it, as Pulsar's metadata cache loads what it does not hold.

@@ -46,7 +46,7 @@ from broker.metadata.store import (
     NotFoundError,
 )
 from broker.service.admin_ops import EntryNotFoundError, SubscriptionBusyError, SubscriptionExistsError
-from broker.topic_name import TopicName, blank
+from broker.topic_name import TopicName, blank, decode_local_name
 from metadata_store.api import MetadataStoreError as StoreUnavailableError
 from metadata_store.api import StoreWriteError
 
@@ -214,6 +214,31 @@ _METADATA_STATUS: tuple[tuple[type[MetadataStoreError], int], ...] = (
 
 def metadata_status(exc: MetadataStoreError) -> int:
     return next((status for kind, status in _METADATA_STATUS if isinstance(exc, kind)), 400)
+
+
+def raw_path_params(request: web.Request) -> dict[str, str] | None:
+    """The path parameters of the request's route as the client sent them (still percent-encoded), or None (no
+    parameters, or the path as sent does not match the route: a literal part sent encoded). aiohttp's match_info
+    holds them decoded, ``+`` kept; the raw path has the same segments (the route was matched on ``path_safe``,
+    which keeps ``%2F`` encoded)."""
+    resource = request.match_info.route.resource
+    pattern = resource.get_info().get("pattern") if resource is not None else None
+    found = pattern.fullmatch(request.rel_url.raw_path) if pattern is not None else None
+    return found.groupdict() if found is not None else None
+
+
+@web.middleware
+async def pulsar_topic_in_path(request: web.Request,
+                               handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """A topic's local name in a path (``{topic}``) read as Pulsar reads it: its resources take it @Encoded and
+    decode it with Codec.decode (java.net.URLDecoder: AdminResource.validateTopicName, TopicLookupBase.getTopicName),
+    so a ``+`` is a space, as Pulsar's Java admin client writes one (TopicName.getEncodedLocalName: Codec.encode);
+    ``%2B`` is a ``+``. Every handler and middleware after this one reads ``match_info["topic"]`` so decoded."""
+    if "+" in request.rel_url.raw_path and "topic" in request.match_info:
+        raw = raw_path_params(request)
+        if raw is not None and raw.get("topic") is not None:
+            request.match_info["topic"] = decode_local_name(raw["topic"])
+    return await handler(request)
 
 
 @web.middleware

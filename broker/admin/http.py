@@ -34,6 +34,7 @@ from broker.admin.common import (
     json_response,
     no_content,
     parse_topic_name,
+    pulsar_topic_in_path,
     query_flag,
     read_body,
 )
@@ -73,10 +74,12 @@ class WebService:
     def __init__(self, ctx: AdminContext) -> None:
         self.ctx = ctx
         # json_errors is outermost: it turns the security middleware's refusals into JSON 401/403.
+        # pulsar_topic_in_path: a topic named in the path as Pulsar decodes it ("+" a space), for all that follow.
         # ownership_middleware (cluster mode) sends a call on a topic to its owner, after the security checks.
         security = security_middleware(ctx.security, ctx.config, lambda: ctx.broker_id,
                                        lambda request: validate_cluster_first(ctx.service, request))
-        self.app = web.Application(middlewares=[json_errors, security, ownership_middleware(ctx)])
+        self.app = web.Application(middlewares=[json_errors, pulsar_topic_in_path, security,
+                                                 ownership_middleware(ctx)])
         self._runner: web.AppRunner | None = None
         self.sampler = StatsSampler(ctx)
         self._sampling = PeriodicTask("stats-sampler", ctx.config.statsUpdateFrequencyInSecs,

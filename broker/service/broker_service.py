@@ -56,7 +56,13 @@ from broker.service.topic import PersistentTopic
 from broker.service.topic_watchers import TopicListEvents
 from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks, SingleFlight
-from broker.topic_name import TopicName, is_system_topic, local_name_of_encoded, persistence_path_of_raw
+from broker.topic_name import (
+    TopicName,
+    is_system_topic,
+    local_name_of_encoded,
+    persistence_path_of_raw,
+    persistence_path_of_shared,
+)
 from broker.version import __version__
 from managed_ledger import (
     InitialPosition,
@@ -307,8 +313,9 @@ class BrokerService:
                     ledger_info_threshold=cfg.managedLedgerInfoCompressionThresholdInBytes,
                     cursor_info_threshold=cfg.managedCursorInfoCompressionThresholdInBytes,
                     acks_as_long_array=cfg.managedLedgerPersistIndividualAckAsLongArray),
-                # (znodes of a version that stored raw local names: moved to Pulsar's names once)
-                migrate_names=persistence_path_of_raw, names_marker=MANAGED_LEDGER_NAMES_MARKER)
+                # (znodes of a version that stored raw local names: moved to Pulsar's names once; a name Pulsar's
+                # brokers may have written, one already spelled as Codec.encode spells a name, stays)
+                migrate_names=persistence_path_of_shared, names_marker=MANAGED_LEDGER_NAMES_MARKER)
         except ValueError as exc:
             raise ConfigError(f"managedLedgerStorage=bookkeeper: {exc}") from None
 

@@ -1050,3 +1050,28 @@ def test_a_topic_named_with_a_slash_and_the_topic_of_its_prefix_coexist(admin: A
         admin.ok("PUT", f"/admin/v2/{path}/unload")
         stats = admin.ok("GET", f"/admin/v2/{path}/stats")
         assert list(stats["subscriptions"]) == ["s"] and stats["subscriptions"]["s"]["msgBacklog"] == 2
+
+
+def test_a_topic_named_in_a_path_is_decoded_as_pulsar_decodes_it(admin: Admin, client: pulsar.Client) -> None:
+    """The local name in a path is read as Pulsar's resources read it (@Encoded, then Codec.decode, that is
+    java.net.URLDecoder: AdminResource.validateTopicName, TopicLookupBase.getTopicName): ``+`` is a space, as
+    Pulsar's Java admin client writes one (TopicName.getEncodedLocalName: Codec.encode), and ``%2B`` a ``+``. So
+    ``pulsar-admin topics create "persistent://t/ns/a b:ü"`` (path ``a+b%3A%C3%BC``) makes topic ``a b:ü``, not
+    ``a+b:ü``; every admin call and the HTTP lookup name it so."""
+    ns = admin.new_namespace()
+    spaced, plus = f"persistent://{ns}/a b:ü", f"persistent://{ns}/c+d"
+    assert admin.put(f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC").status == 204
+    assert admin.put(f"/admin/v2/persistent/{ns}/c%2Bd").status == 204
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [spaced, plus]
+    consumer = client.subscribe(spaced, "s")
+    publish(client, spaced, 2)
+    assert consumer.receive(TIMEOUT_MS).data() == b"m0"
+    consumer.close()
+    for encoded in ("a+b%3A%C3%BC", "a%20b%3A%C3%BC"):  # (Codec.encode's form and the usual percent-encoding)
+        stats = admin.ok("GET", f"/admin/v2/persistent/{ns}/{encoded}/stats")
+        assert stats["subscriptions"]["s"]["msgBacklog"] == 2, encoded
+        assert "brokerUrl" in admin.ok("GET", f"/lookup/v2/topic/persistent/{ns}/{encoded}"), encoded
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC/unload")
+    admin.ok("DELETE", f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC/subscription/s")
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC/subscriptions") == []
+    assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [spaced, plus]  # (no topic "a+b:ü" made by the way)

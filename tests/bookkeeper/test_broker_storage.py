@@ -203,7 +203,9 @@ def test_an_older_versions_znodes_move_to_pulsars_names(bk_cluster: LocalCluster
     ``<p> b`` at ``.../persistent/<p> b``; ``<p>-lone/x`` under an empty ``<p>-lone`` made by the way. A broker's
     start moves each, with its cursor, to Pulsar's name (TopicName.getPersistenceNamingEncoding: ``<p>%2Fx``,
     ``<p>+b``), once (the marker), and removes the empty parent; every topic serves its messages and subscription
-    as before, and no topic ``<p>-lone`` is listed."""
+    as before, and no topic ``<p>-lone`` is listed. A znode already at Pulsar's name of a topic, as an Apache Pulsar
+    broker on the same ZooKeeper writes it (``<p>+c%3A%C3%BC``, topic ``<p> c:ü``), stays: it is that topic's (it
+    used to be taken for a raw name and moved to ``<p>%2Bc%253A%25C3%25BC``, lost to Pulsar)."""
     p = f"old-{uuid.uuid4().hex[:10]}"
     root = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent"
     zk = KazooClient(hosts=bk_cluster.zk_address)
@@ -213,11 +215,13 @@ def test_an_older_versions_znodes_move_to_pulsars_names(bk_cluster: LocalCluster
             zk.delete(MANAGED_LEDGER_NAMES_MARKER)
         # (topic <p> first: once <p>/x is there, <p> cannot be opened, as with the older version)
         asyncio.run(store_as_an_older_version(bk_cluster, [f"public/default/persistent/{n}" for n in
-                                                           (p, f"{p}/x", f"{p} b", f"{p}-lone/x")]))
+                                                           (p, f"{p}/x", f"{p} b", f"{p}-lone/x",
+                                                            f"{p}+c%3A%C3%BC")]))
         assert sorted(zk.get_children(f"{root}/{p}")) == ["s", "x"]
         assert zk.get(f"{root}/{p}-lone")[0] == b""  # (a parent made by the way: no topic)
         # local name -> its znode's name now
-        stored = {p: p, f"{p}/x": f"{p}%2Fx", f"{p} b": f"{p}+b", f"{p}-lone/x": f"{p}-lone%2Fx"}
+        stored = {p: p, f"{p}/x": f"{p}%2Fx", f"{p} b": f"{p}+b", f"{p}-lone/x": f"{p}-lone%2Fx",
+                  f"{p} c:ü": f"{p}+c%3A%C3%BC"}
         with bookkeeper_broker(bk_cluster) as broker:
             wait_for(lambda: zk.exists(MANAGED_LEDGER_NAMES_MARKER), what="the move of the older names")
             for znode in stored.values():

@@ -19,7 +19,7 @@ from aiohttp.test_utils import make_mocked_request
 from yarl import URL
 
 from broker.admin import peers
-from broker.admin.cluster import redirect_url
+from broker.admin.cluster import redirect_url, topic_of
 from broker.admin.common import HttpError
 from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
 from broker.config import BrokerConfig
@@ -302,3 +302,12 @@ async def test_the_tls_context_is_built_once_and_again_when_its_files_change(
     finally:
         await admin.close()
         await runner.cleanup()
+
+
+def test_the_topic_of_an_admin_path_is_decoded_as_pulsar_decodes_it() -> None:
+    """The ownership middleware's topic (the one whose owner serves the call) is the handler's: each segment of the
+    path as sent decoded, the topic's by Pulsar's Codec.decode ("+" a space, "%2B" a "+", "%2F" a "/")."""
+    assert topic_of("/admin/v2/persistent/t/ns/a+b%2Bc%2Fd%3A%C3%BC/stats") == (
+        TopicName.parse("persistent://t/ns/a b+c/d:ü"), "stats")
+    assert topic_of("/admin/v2/non-persistent/t/ns/x") == (TopicName.parse("non-persistent://t/ns/x"), "")
+    assert topic_of("/admin/v2/namespaces/t/ns/x") is None

@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import InvalidTopicNameError
-from broker.topic_name import TopicName, decode_local_name, encode_local_name, persistence_path_of_raw
+from broker.topic_name import (
+    TopicName,
+    decode_local_name,
+    encode_local_name,
+    persistence_path_of_raw,
+    persistence_path_of_shared,
+)
 
 # (local name, as java.net.URLEncoder.encode(name, "UTF-8") spells it)
 JAVA = [("t", "t"), ("a/x", "a%2Fx"), ("a b", "a+b"), ("a+b", "a%2Bb"), ("a:x", "a%3Ax"), ("a%2Fx", "a%252Fx"),
@@ -38,6 +44,18 @@ def test_an_older_versions_raw_name_maps_to_todays() -> None:
                  "public/default/persistent/a/x/__compaction/3",
                  "pulsar/system/persistent/__transaction_log_0", "pulsar/__health/persistent/heartbeat"):
         assert persistence_path_of_raw(kept) == kept
+
+
+def test_a_name_pulsar_may_have_written_stays_in_a_shared_store() -> None:
+    """On BookKeeper's ZooKeeper (which Apache Pulsar's brokers may share) a name already spelled as Codec.encode
+    spells a local name is Pulsar's name of that topic: it is not re-encoded as if it were raw."""
+    for kept in ("public/default/persistent/a+b%3A%C3%BC", "public/default/persistent/a%2Fx",
+                 "public/default/persistent/t", "public/default/persistent/a/x/__compaction/3"):
+        assert persistence_path_of_shared(kept) == kept
+    # (not Pulsar's spelling of any name: an older version's raw name, moved)
+    assert persistence_path_of_shared("public/default/persistent/a b:ü") == "public/default/persistent/a+b%3A%C3%BC"
+    assert persistence_path_of_shared("public/default/persistent/a/x") == "public/default/persistent/a%2Fx"
+    assert persistence_path_of_shared("public/default/persistent/a%3ab") == "public/default/persistent/a%253ab"
 
 
 @given(st.text(min_size=1, max_size=40).filter(lambda s: "\x00" not in s))
