@@ -417,6 +417,15 @@ class BrokerConfig:
     bookkeeperClientRegionawarePolicyEnabled: bool = False
     bookkeeperClientMinNumRacksPerWriteQuorum: int = setting(2, POSITIVE)
     bookkeeperClientEnforceMinNumRacksPerWriteQuorum: bool = False
+    # managedLedgerStorage=bookkeeper: bookie isolation groups (Pulsar's keys, none by default): comma-separated
+    # group names of /admin/v2/bookies/racks-info. Set, every new ledger without a namespace bookie affinity group
+    # of its own takes its bookies from the primary groups, from the secondary ones too when the primary have
+    # fewer writable bookies than the ensemble, and then from the bookies in no group; never from other groups
+    # (Pulsar's IsolatedBookieEnsemblePlacementPolicy). strictBookieAffinityEnabled: a ledger of a namespace with
+    # no affinity group uses only the bookies in no group (system topics: any bookie).
+    bookkeeperClientIsolationGroups: str = ""
+    bookkeeperClientSecondaryIsolationGroups: str = ""
+    strictBookieAffinityEnabled: bool = False
     # managedLedgerStorage=bookkeeper: compression of the managed-ledger and cursor znodes (Pulsar's
     # keys: NONE, LZ4, ZLIB, ZSTD or SNAPPY; only values larger than the threshold are compressed).
     # Compressed znodes are read whatever these say.

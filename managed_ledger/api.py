@@ -116,6 +116,10 @@ class ManagedLedgerConfig:
     # A read that found nothing looks again after this delay before it waits for the next add
     # (Pulsar's managedLedgerNewEntriesCheckDelayInMillis; 0: readers are woken at every add).
     new_entries_check_delay_s: float = 0.0
+    # BookKeeper storage: the bookie isolation groups of this ledger's new ledgers (primary, secondary: comma-
+    # separated racks-info group names), as Pulsar's BrokerService.getManagedLedgerConfig gives a namespace's
+    # bookie affinity group to IsolatedBookieEnsemblePlacementPolicy; None: the BookKeeper client's own.
+    bookie_affinity: tuple[str, str] | None = None
     # Where every ledger of this config reports its adds' latency, once per group made durable together (the
     # broker's pulsar_broker_publish_latency); None: nowhere. Not a setting: shared by reference.
     add_latency_sink: AddLatencySink | None = field(default=None, compare=False, repr=False)

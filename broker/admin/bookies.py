@@ -14,6 +14,22 @@
   otherwise, in Pulsar's words.
 - ``DELETE /admin/v2/bookies/racks-info/{bookie}``: 204, or 404 as above.
 
+A namespace's bookie affinity group (Pulsar's v2 ``Namespaces``: NamespacesBase.internalSetBookieAffinityGroup,
+internalGetBookieAffinityGroup, internalDeleteBookieAffinityGroup), the racks-info groups its topics' new ledgers
+take their bookies from (``managed_ledger.bookkeeper.placement.isolation_excluded``):
+
+- ``POST /admin/v2/namespaces/{tenant}/{ns}/persistence/bookieAffinity`` with a BookieAffinityGroupData body
+  ``{"bookkeeperAffinityGroupPrimary": "g1[,g2...]", "bookkeeperAffinityGroupSecondary": "g3[,...]"}``: 204. Kept
+  in the namespace's LocalPolicies (``/admin/local-policies/{tenant}/{ns}``, field ``bookieAffinityGroup``),
+  created with the namespace's bundles when missing (setLocalPoliciesWithCreate). No body sets none, as Pulsar
+  (a null BookieAffinityGroupData).
+- ``GET`` the same path: the BookieAffinityGroupData, 204 when none.
+- ``DELETE`` the same path: none any more, 204.
+- An unknown namespace: 404 "Namespace does not exist". Super users only (validateSuperUserAccess first in each).
+
+The new group reaches the namespace's loaded topics at once: their next ledgers (a rollover, a cursor's ledger)
+use it; ledgers already created keep their bookies.
+
 The configuration is the ``/bookies`` node of the broker's metadata store, where Pulsar's BookieResources keeps it,
 in its JSON; every broker's BookKeeper client follows it (``managed_ledger.bookkeeper.racks``). It is stored
 whatever the storage: a broker on file or memory storage keeps it for the day it moves to BookKeeper (Pulsar's
@@ -30,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import HttpError, json_response, no_content, read_body
+from broker.metadata.store import BOOKIE_AFFINITY_FIELDS, NotFoundError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.placement import RACKS_PATH, RackConfiguration, parse_rack_configuration
 from managed_ledger.bookkeeper.zk import NoNodeError
@@ -48,6 +65,7 @@ RACK_INVALID = ("Bookie 'rack' parameter is invalid, When `RackawareEnsemblePlac
                 "string. When `RegionawareEnsemblePlacementPolicy` is enabled, the rack name can only contain one "
                 "slash (`/`) except for the beginning and end of the rack name string.")
 NOT_FOUND = "Bookie rack placement configuration not found: {}"
+BOOKIE_AFFINITY = "/admin/v2/namespaces/{tenant}/{ns}/persistence/bookieAffinity"
 
 
 class BookiesResource:
@@ -60,6 +78,42 @@ class BookiesResource:
         r.add_get("/admin/v2/bookies/racks-info/{bookie}", self.get_rack)
         r.add_post("/admin/v2/bookies/racks-info/{bookie}", self.update_rack)
         r.add_delete("/admin/v2/bookies/racks-info/{bookie}", self.delete_rack)
+        r.add_get(BOOKIE_AFFINITY, self.get_bookie_affinity)
+        r.add_post(BOOKIE_AFFINITY, self.set_bookie_affinity)
+        r.add_delete(BOOKIE_AFFINITY, self.delete_bookie_affinity)
+
+    async def get_bookie_affinity(self, request: web.Request) -> web.Response:
+        group = self.web.metadata.bookie_affinity_group(self.web.namespaces.namespace(request))
+        return no_content() if group is None else json_response(group)
+
+    async def set_bookie_affinity(self, request: web.Request) -> web.Response:
+        ns = self.web.namespaces.namespace(request)
+        body = await read_body(request)
+        group: dict[str, str] | None = None
+        if body is not None:
+            if not isinstance(body, dict):
+                raise HttpError(400, "Expected a BookieAffinityGroupData JSON object")
+            group = {}
+            for key in BOOKIE_AFFINITY_FIELDS:
+                value = body.get(key)
+                if value is not None and not isinstance(value, str):
+                    raise HttpError(400, f"{key} must be a string")
+                if value is not None:
+                    group[key] = value
+        await self._store_bookie_affinity(ns, group)
+        return no_content()
+
+    async def delete_bookie_affinity(self, request: web.Request) -> web.Response:
+        await self._store_bookie_affinity(self.web.namespaces.namespace(request), None)
+        return no_content()
+
+    async def _store_bookie_affinity(self, ns: str, group: dict[str, str] | None) -> None:
+        try:
+            await self.web.metadata.set_bookie_affinity_group(ns, group)
+        except NotFoundError:
+            raise HttpError(404, "Namespace does not exist") from None
+        # (the namespace's loaded topics: their next ledgers go to the new group's bookies)
+        self.web.service.apply_ledger_policies_to(ns)
 
     @property
     def store(self) -> MetadataStore:

@@ -154,6 +154,9 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
         # The bookies and their racks (admin.v2.Bookies: validateSuperUserAccess first in every handler).
         (_ANY, r"/admin/v2/bookies/.*", Access.SUPER_USER),
+        # A namespace's bookie affinity group (NamespacesBase.internal{Set,Get}BookieAffinityGroup:
+        # validateSuperUserAccess first).
+        (_ANY, _NAMESPACE + r"/persistence/bookieAffinity", Access.SUPER_USER),
         (_GET, r"/admin/v2/clusters", Access.AUTHENTICATED),
         (_GET, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "GET_CLUSTER"),
         (_PUT, r"/admin/v2/clusters/\{cluster\}", Access.SUPER_USER, Check.CLUSTER, "CREATE_CLUSTER"),

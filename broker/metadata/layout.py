@@ -184,8 +184,8 @@ def _policies_decode(value: bytes) -> JsonDoc:
 
 NAMESPACES = Kind("namespaces", POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _policies_decode,
                   encode_json)
-# Pulsar's LocalPolicies: the namespace's bundles as this cluster splits them (its bookie affinity
-# group and anti-affinity group too, kept as they are).
+# Pulsar's LocalPolicies: the namespace's bundles as this cluster splits them, its bookie affinity group
+# (bookieAffinityGroup: ledger placement) and anti-affinity group.
 LOCAL_POLICIES = Kind("local_policies", LOCAL_POLICIES_ROOT, 2, lambda k: k.split("/", 1), "/".join, _doc,
                       encode_json)
 # Pulsar's namespace isolation policies of a cluster: one node, a JSON map policy name -> NamespaceIsolationData.

@@ -53,6 +53,8 @@ JsonDoc = dict[str, Any]  # a stored document (Pulsar's JSON field names)
 
 
 ANTI_AFFINITY_GROUP = "namespaceAntiAffinityGroup"  # LocalPolicies' field
+BOOKIE_AFFINITY_GROUP = "bookieAffinityGroup"  # LocalPolicies' field: a BookieAffinityGroupData
+BOOKIE_AFFINITY_FIELDS = ("bookkeeperAffinityGroupPrimary", "bookkeeperAffinityGroupSecondary")
 
 
 class MetadataStoreError(Exception):
@@ -546,6 +548,30 @@ class BrokerMetadata:
                 doc.pop(ANTI_AFFINITY_GROUP, None)
             else:
                 doc[ANTI_AFFINITY_GROUP] = group
+            return doc
+        await self._modify(L.LOCAL_POLICIES, namespace, change)
+
+    # -- bookie affinity group: LocalPolicies.bookieAffinityGroup (Pulsar keeps it there, per cluster) -----------
+    def bookie_affinity_group(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's BookieAffinityGroupData ({"bookkeeperAffinityGroupPrimary", and
+        "bookkeeperAffinityGroupSecondary" when set}), None when it has none."""
+        group = (self._local_policies.get(namespace) or {}).get(BOOKIE_AFFINITY_GROUP)
+        if not isinstance(group, dict):
+            return None
+        return {k: v for k, v in group.items() if k in BOOKIE_AFFINITY_FIELDS and isinstance(v, str)}
+
+    async def set_bookie_affinity_group(self, namespace: str, group: Mapping[str, str] | None) -> None:
+        """Set (None: remove) the group; LocalPolicies are created with the namespace's bundles when missing
+        (NamespacesBase.internalSetBookieAffinityGroup: setLocalPoliciesWithCreate)."""
+        self._namespace_must_exist(namespace)
+        bundles = self.namespace_bundles(namespace).to_bundles_data()
+
+        def change(current: JsonDoc | None) -> JsonDoc:
+            doc: JsonDoc = copy.deepcopy(dict(current or {"bundles": bundles, "migrated": False}))
+            if group is None:
+                doc.pop(BOOKIE_AFFINITY_GROUP, None)
+            else:
+                doc[BOOKIE_AFFINITY_GROUP] = dict(group)
             return doc
         await self._modify(L.LOCAL_POLICIES, namespace, change)
 

@@ -79,7 +79,7 @@ from managed_ledger.bookkeeper.factory import (
     ml_metadata_store_url,
 )
 from managed_ledger.bookkeeper.ml_formats import MetadataFormats
-from managed_ledger.bookkeeper.placement import PlacementPolicy
+from managed_ledger.bookkeeper.placement import ANY_GROUP, IsolationGroups, PlacementPolicy
 from managed_ledger.bookkeeper.zk import AsyncZk
 from managed_ledger.disk_space import DiskSpacePolicy, StorageGuard
 from managed_ledger.file import FileManagedLedgerFactory
@@ -104,6 +104,8 @@ UNLOAD_PARALLELISM = 32
 # Distinct managed-ledger configs ledger_config_for keeps (one per set of retention and persistence values in use;
 # past this many, as when every topic has its own, the set starts again rather than grow).
 LEDGER_CONFIGS_KEPT = 64
+# (retention time, retention size, mark-delete rate, bookie affinity)
+LedgerConfigKey = tuple[float, int, float | None, tuple[str, str] | None]
 
 AnyTopic = PersistentTopic | NonPersistentTopic
 
@@ -158,7 +160,7 @@ class BrokerService:
             add_latency_sink=self.publish_latency,
         )
         # ledger_config_for's configs: the base they were made from, and one per set of policy values.
-        self._ledger_configs: tuple[ManagedLedgerConfig, dict[tuple[float, int, float | None], ManagedLedgerConfig]] = (
+        self._ledger_configs: tuple[ManagedLedgerConfig, dict[LedgerConfigKey, ManagedLedgerConfig]] = (
             self.ledger_config, {})
         self.ledger_factory: ManagedLedgerFactory = self._make_ledger_factory()
         self.topics: dict[str, PersistentTopic] = {}
@@ -301,7 +303,9 @@ class BrokerService:
                                         min_racks_per_write_quorum=cfg.bookkeeperClientMinNumRacksPerWriteQuorum,
                                         enforce_min_racks=cfg.bookkeeperClientEnforceMinNumRacksPerWriteQuorum)
             return BookKeeperManagedLedgerFactory(
-                BookKeeper(bk_zk, ledgers_root, placement=placement),
+                BookKeeper(bk_zk, ledgers_root, placement=placement, isolation=(
+                    IsolationGroups(cfg.bookkeeperClientIsolationGroups, cfg.bookkeeperClientSecondaryIsolationGroups)
+                    if cfg.bookkeeperClientIsolationGroups else None)),
                 self._broker_metadata_store if shares_store else ml_store_url,
                 ensemble_size=cfg.managedLedgerDefaultEnsembleSize, write_quorum=cfg.managedLedgerDefaultWriteQuorum,
                 ack_quorum=cfg.managedLedgerDefaultAckQuorum, cache_size_bytes=self.ledger_config.cache_size_bytes,
@@ -763,7 +767,7 @@ class BrokerService:
         persistence = self.policies.get(name, PERSISTENCE)
         base = self.ledger_config
         rate = None if persistence is None else persistence.max_mark_delete_rate
-        key = (retention.time_s, retention.size_bytes, rate)
+        key = (retention.time_s, retention.size_bytes, rate, self.bookie_affinity_for(name))
         # (The configs are frozen and most topics share their values: one made per distinct set of values, not one
         # per topic load, which cost a dataclasses.replace, ~4.4 us in process, per new topic.)
         memo = self._ledger_configs
@@ -774,8 +778,21 @@ class BrokerService:
             if len(memo[1]) >= LEDGER_CONFIGS_KEPT:
                 memo[1].clear()
             config = memo[1][key] = dataclasses.replace(base, retention_time_s=key[0], retention_size_bytes=key[1],
-                                                        mark_delete_rate=key[2])
+                                                        mark_delete_rate=key[2], bookie_affinity=key[3])
         return config
+
+    def bookie_affinity_for(self, name: TopicName) -> tuple[str, str] | None:
+        """The bookie isolation groups (primary, secondary) of the topic's new ledgers, as Pulsar's
+        BrokerService.getManagedLedgerConfig hands them to IsolatedBookieEnsemblePlacementPolicy: its namespace's
+        bookie affinity group; without one, None (the BookKeeper client's isolation groups, if any), or with
+        strictBookieAffinityEnabled the bookies of no group ("*", any bookie, for a system topic)."""
+        group = self.metadata.bookie_affinity_group(name.namespace)
+        if group is not None:
+            return (group.get("bookkeeperAffinityGroupPrimary") or "", group.get("bookkeeperAffinityGroupSecondary")
+                    or "")
+        if self.config.strictBookieAffinityEnabled:
+            return (ANY_GROUP, ANY_GROUP) if is_system_topic(name.full) else ("", "")
+        return None
 
     def apply_ledger_policies_to(self, scope: str) -> None:
         """A retention or persistence change reaches the loaded topics it covers now: ``scope``
@@ -792,13 +809,14 @@ class BrokerService:
         retention = self.policies.get(topic.name, RETENTION)
         persistence = self.policies.get(topic.name, PERSISTENCE)
         rate = None if persistence is None else persistence.max_mark_delete_rate
+        affinity = self.bookie_affinity_for(topic.name)
         config = topic.ledger.config
         # (Compared field by field: a new config object per topic per sweep cost more than the rest.)
-        if (config.retention_time_s, config.retention_size_bytes, config.mark_delete_rate) != (
-                retention.time_s, retention.size_bytes, rate):
+        if (config.retention_time_s, config.retention_size_bytes, config.mark_delete_rate,
+                config.bookie_affinity) != (retention.time_s, retention.size_bytes, rate, affinity):
             topic.ledger.update_config(dataclasses.replace(
                 config, retention_time_s=retention.time_s, retention_size_bytes=retention.size_bytes,
-                mark_delete_rate=rate))
+                mark_delete_rate=rate, bookie_affinity=affinity))
         topic.ledger.trim_consumed_ledgers()
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
@@ -944,10 +962,11 @@ class BrokerService:
         the broker's start, as Pulsar's does."""
         try:
             factory = self.ledger_factory
-            if (isinstance(factory, BookKeeperManagedLedgerFactory) and factory.bk.placement.rack_aware
-                    and self.metadata_store is not None):
-                # The bookies' racks, from the broker's metadata store, as Pulsar's BookieRackAffinityMapping
-                # reads them (its METADATA_STORE_INSTANCE is the broker's local metadata store).
+            if isinstance(factory, BookKeeperManagedLedgerFactory) and self.metadata_store is not None:
+                # The bookies' racks and isolation groups, from the broker's metadata store, as Pulsar's
+                # BookieRackAffinityMapping and IsolatedBookieEnsemblePlacementPolicy read them (their
+                # METADATA_STORE_INSTANCE is the broker's local metadata store). (Followed whatever the rack-aware
+                # setting: a namespace's bookie affinity group needs the groups.)
                 await factory.bk.racks.follow(self.metadata_store)
             await factory.start()
         except Exception as exc:

@@ -51,8 +51,11 @@ from managed_ledger.bookkeeper.metadata import (
     serialize,
 )
 from managed_ledger.bookkeeper.placement import (
+    PLACEMENT_POLICY_CONFIG_KEY,
     PULSAR_DEFAULT_PLACEMENT,
+    IsolationGroups,
     PlacementPolicy,
+    isolation_excluded,
     new_ensemble,
     replacement_bookie,
 )
@@ -86,17 +89,20 @@ class BookKeeper:
     """Entry point: `async with BookKeeper("127.0.0.1:2181") as bk: lh = await bk.create_ledger(3, 2, 2)`."""
 
     def __init__(self, zk: str | Zk, ledgers_root: str = DEFAULT_LEDGERS_ROOT, *,
-                 placement: PlacementPolicy = PULSAR_DEFAULT_PLACEMENT, rng: random.Random | None = None) -> None:
+                 placement: PlacementPolicy = PULSAR_DEFAULT_PLACEMENT, rng: random.Random | None = None,
+                 isolation: IsolationGroups | None = None) -> None:
         """`zk`: ZooKeeper's "host:port[,host:port...]", or a ready `Zk` (tests). `placement`: how ensembles are
         chosen (rack-aware by default, as Pulsar's brokers: see `placement`); `racks` holds the racks in force
         (none until set or followed: ensembles are then random picks of writable bookies). `rng`: the placements'
-        randomness (tests seed it)."""
+        randomness (tests seed it). `isolation`: the bookie isolation groups of every ledger created without groups
+        of its own (Pulsar's bookkeeperClientIsolationGroups; None: every writable bookie)."""
         self.zk: Zk = AsyncZk(zk) if isinstance(zk, str) else zk
         self.root = ledgers_root
         self.bookies = BookieClient()
         self.placement = placement
         self.racks = BookieRacks()
         self.rng = rng if rng is not None else random.Random()
+        self.isolation = isolation
         # Writers not closed yet: closing the client stops their tasks (their ledgers stay OPEN, as after a crash).
         self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
 
@@ -143,22 +149,35 @@ class BookKeeper:
 
     # -- placement --
 
-    @property
-    def _rack_aware(self) -> bool:
-        """Whether ensembles are placed by rack: the policy is on and some bookie has a rack (or the minimum is
-        enforced, which then fails with no racks, as Pulsar's does); otherwise random picks."""
-        return self.placement.rack_aware and (bool(self.racks.map) or self.placement.enforce_min_racks)
+    def _rack_aware(self, isolated: bool = False) -> bool:
+        """Whether ensembles are placed by rack: the policy is on (always, for a ledger with isolation groups:
+        Pulsar's IsolatedBookieEnsemblePlacementPolicy is a RackawareEnsemblePlacementPolicy) and some bookie has a
+        rack (or the minimum is enforced, which then fails with no racks, as Pulsar's does); otherwise random
+        picks."""
+        return (self.placement.rack_aware or isolated) and (bool(self.racks.map) or self.placement.enforce_min_racks)
+
+    def isolated_bookies(self, writable: list[str], ensemble_size: int,
+                         isolation: IsolationGroups | None) -> list[str]:
+        """The `writable` bookies a ledger of `ensemble_size` with `isolation` groups (None: the client's) may use:
+        those IsolatedBookieEnsemblePlacementPolicy does not exclude (see `placement.isolation_excluded`), from the
+        racks-info groups in force."""
+        groups = isolation if isolation is not None else self.isolation
+        if groups is None:
+            return writable
+        excluded = isolation_excluded(groups, self.racks.configuration, writable, ensemble_size)
+        return [b for b in writable if b not in excluded] if excluded else writable
 
     def rack_of(self, bookie_id: str) -> str:
         address = self.bookies.addresses.get(bookie_id)
         return self.racks.map.rack_of(bookie_id, None if address is None else f"{address[0]}:{address[1]}")
 
-    def replacements(self, ensemble: tuple[str, ...], failed: set[str], candidates: list[str]) -> dict[str, str]:
-        """A writable bookie from `candidates` (bookies not in `ensemble`, none failed) for each failed bookie of
-        `ensemble`, each chosen as the placement policy says (one after the other, as BookKeeper's ensemble change
-        replaces them); raises NotEnoughBookiesError."""
+    def replacements(self, ensemble: tuple[str, ...], failed: set[str], candidates: list[str], *,
+                     isolated: bool = False) -> dict[str, str]:
+        """A writable bookie from `candidates` (bookies not in `ensemble`, none failed, none its isolation groups
+        exclude) for each failed bookie of `ensemble`, each chosen as the placement policy says (one after the
+        other, as BookKeeper's ensemble change replaces them); raises NotEnoughBookiesError."""
         to_replace = [b for b in ensemble if b in failed]
-        if not self._rack_aware:
+        if not self._rack_aware(isolated):
             if len(candidates) < len(to_replace):
                 raise NotEnoughBookiesError(f"no bookie to replace {', '.join(to_replace)}")
             return dict(zip(to_replace, self.rng.sample(candidates, len(to_replace)), strict=True))
@@ -234,10 +253,17 @@ class BookKeeper:
     async def create_ledger(
         self, ensemble_size: int, write_quorum: int, ack_quorum: int, *,
         digest_type: DigestType = DigestType.CRC32C, password: bytes = b"",
-        custom_metadata: Iterable[tuple[str, bytes]] = (),
+        custom_metadata: Iterable[tuple[str, bytes]] = (), isolation: IsolationGroups | None = None,
     ) -> LedgerWriter:
-        available = await self.writable_bookies()
-        if self._rack_aware:
+        """`isolation`: the ledger's own bookie isolation groups (a namespace's bookie affinity group), recorded in
+        its custom metadata as Pulsar's brokers record them (EnsemblePlacementPolicyConfig), so that its ensemble
+        changes keep to them; None: the client's groups, if any."""
+        custom_metadata = tuple(custom_metadata)
+        if isolation is not None:
+            custom_metadata = (*custom_metadata, (PLACEMENT_POLICY_CONFIG_KEY, isolation.encode()))
+        groups = isolation if isolation is not None else self.isolation
+        available = self.isolated_bookies(await self.writable_bookies(), ensemble_size, groups)
+        if self._rack_aware(groups is not None):
             ensemble = tuple(new_ensemble(available, self.rack_of, ensemble_size, write_quorum, self.placement,
                                           self.rng))
         else:
@@ -245,7 +271,7 @@ class BookKeeper:
                 raise NotEnoughBookiesError(f"{len(available)} writable bookies, ensemble of {ensemble_size} needed")
             ensemble = tuple(self.rng.sample(available, ensemble_size))
         metadata = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, (Segment(0, ensemble),),
-                                  digest_type=digest_type, password=password, custom_metadata=tuple(custom_metadata))
+                                  digest_type=digest_type, password=password, custom_metadata=custom_metadata)
         while True:
             ledger_id = await self.new_ledger_id()
             try:

@@ -33,6 +33,7 @@ from managed_ledger.bookkeeper.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
 )
+from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.bookkeeper.writer import LedgerWriter
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.stored import StoredCursor
@@ -178,7 +179,8 @@ class CursorStore:
             writer = await self._bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
                                                   password=factory.password,
                                                   custom_metadata=ml_formats.ledger_custom_metadata(self._ml.name,
-                                                                                                    name))
+                                                                                                    name),
+                                                  isolation=isolation_of(self._ml.config))
         except NotEnoughBookiesError:
             # No ensemble (bookies read-only or away) but ZooKeeper takes writes: the state goes into the znode as
             # a snapshot (what a close writes, Pulsar's persistPositionToMetaStore), when its ranges fit there.

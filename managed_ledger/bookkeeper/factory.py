@@ -42,6 +42,7 @@ from managed_ledger.bookkeeper.availability import BookieAvailability
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
 from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger
+from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.position import Position
@@ -406,7 +407,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         empty = [ledger.ledger_id for ledger in ledgers if not ledger.entries]
         writer = await self.bk.create_ledger(self.ensemble_size, self.write_quorum, self.ack_quorum,
                                              password=self.password,
-                                             custom_metadata=ml_formats.ledger_custom_metadata(name))
+                                             custom_metadata=ml_formats.ledger_custom_metadata(name),
+                                             isolation=isolation_of(config))
         ledger_map = LedgerMap()
         last_confirmed = Position(writer.ledger_id, -1)
         for stored in ledgers:

@@ -56,6 +56,7 @@ from managed_ledger.bookkeeper.errors import (
 )
 from managed_ledger.bookkeeper.errors import LedgerClosedError as BkLedgerClosedError
 from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFencedError
+from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.reads import BkEntryReader
 from managed_ledger.bookkeeper.writer import LedgerWriter
@@ -437,7 +438,8 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         try:
             writer = await factory.bk.create_ledger(factory.ensemble_size, factory.write_quorum, factory.ack_quorum,
                                                     password=factory.password,
-                                                    custom_metadata=ml_formats.ledger_custom_metadata(self._name))
+                                                    custom_metadata=ml_formats.ledger_custom_metadata(self._name),
+                                                    isolation=isolation_of(self.config))
         except BookKeeperError as exc:
             return exc
         if self._state is LedgerState.OPEN:

@@ -38,9 +38,12 @@ import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from managed_ledger.bookkeeper.errors import NotEnoughBookiesError
+
+if TYPE_CHECKING:
+    from managed_ledger.api import ManagedLedgerConfig
 
 # BookKeeper's NetworkTopology.DEFAULT_RACK: where a bookie with no rack is.
 DEFAULT_RACK = "/default-rack"
@@ -240,3 +243,120 @@ def _pick(pool: Sequence[str], racks: Mapping[str, str], avoided: set[str] | Non
         if (avoided is None or rack not in avoided) and ensemble.allows(bookie, rack):
             return bookie
     return None
+
+
+# ---- bookie isolation groups (Pulsar's IsolatedBookieEnsemblePlacementPolicy) --------------------------------------
+
+# The ledger custom-metadata key under which Pulsar's ManagedLedgerImpl.asyncCreateLedger records the ledger's
+# placement policy and its properties (EnsemblePlacementPolicyConfig.ENSEMBLE_PLACEMENT_POLICY_CONFIG), and the
+# policy's class and property names (BookKeeperClientFactoryImpl, BrokerService.getManagedLedgerConfig).
+PLACEMENT_POLICY_CONFIG_KEY = "EnsemblePlacementPolicyConfig"
+ISOLATED_POLICY_CLASS = "org.apache.pulsar.bookie.rackawareness.IsolatedBookieEnsemblePlacementPolicy"
+ISOLATION_GROUPS_PROPERTY = "isolationBookieGroups"
+SECONDARY_ISOLATION_GROUPS_PROPERTY = "secondaryIsolationBookieGroups"
+ANY_GROUP = "*"
+
+
+def _group_names(value: object) -> frozenset[str]:
+    """A comma-separated list of racks-info group names as IsolatedBookieEnsemblePlacementPolicy splits it (on ",",
+    nothing trimmed; empty or none: no group)."""
+    if not isinstance(value, str) or not value:
+        return frozenset()
+    return frozenset(value.split(","))
+
+
+def isolation_of(config: ManagedLedgerConfig) -> IsolationGroups | None:
+    """The isolation groups of a managed ledger's ``bookie_affinity`` (None: none of its own)."""
+    affinity = config.bookie_affinity
+    return None if affinity is None else IsolationGroups(*affinity)
+
+
+@dataclass(frozen=True)
+class IsolationGroups:
+    """The racks-info groups a ledger's bookies come from: ``primary`` first, ``secondary`` when the primary groups
+    have too few writable bookies (Pulsar's isolationBookieGroups / secondaryIsolationBookieGroups, comma-separated
+    group names of the ``/bookies`` BookiesRackConfiguration; "*" among the primary: every bookie)."""
+
+    primary: str = ""
+    secondary: str = ""
+
+    @property
+    def primary_groups(self) -> frozenset[str]:
+        return _group_names(self.primary)
+
+    @property
+    def secondary_groups(self) -> frozenset[str]:
+        return _group_names(self.secondary)
+
+    def properties(self) -> dict[str, str]:
+        return {ISOLATION_GROUPS_PROPERTY: self.primary, SECONDARY_ISOLATION_GROUPS_PROPERTY: self.secondary}
+
+    def encode(self) -> bytes:
+        """The ledger custom-metadata value Pulsar's brokers write for it (EnsemblePlacementPolicyConfig.encode:
+        {"policyClass": <the isolated policy's class>, "properties": {...}})."""
+        return json.dumps({"policyClass": ISOLATED_POLICY_CLASS, "properties": self.properties()},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> IsolationGroups | None:
+        """The groups of a ledger's EnsemblePlacementPolicyConfig custom metadata; None when it is not one of the
+        isolated policy's (IsolatedBookieEnsemblePlacementPolicy.getIsolationGroup: another policy class has no
+        groups) or does not parse."""
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            return None
+        if not isinstance(doc, dict) or doc.get("policyClass") != ISOLATED_POLICY_CLASS:
+            return None
+        props = doc.get("properties")
+        props = props if isinstance(props, dict) else {}
+        primary = props.get(ISOLATION_GROUPS_PROPERTY, "")
+        secondary = props.get(SECONDARY_ISOLATION_GROUPS_PROPERTY, "")
+        return cls(primary if isinstance(primary, str) else "", secondary if isinstance(secondary, str) else "")
+
+    @classmethod
+    def of_ledger(cls, custom_metadata: Iterable[tuple[str, bytes]]) -> IsolationGroups | None:
+        for key, value in custom_metadata:
+            if key == PLACEMENT_POLICY_CONFIG_KEY:
+                return cls.decode(value)
+        return None
+
+
+def isolation_excluded(groups: IsolationGroups, configuration: RackConfiguration, known: Iterable[str],
+                       ensemble_size: int) -> set[str]:
+    """The bookies a ledger with ``groups`` must not use, of the writable bookies ``known`` and those listed in
+    ``configuration`` (IsolatedBookieEnsemblePlacementPolicy.getExcludedBookiesWithIsolationGroups, Pulsar 4.0.7):
+
+    - "*" among the primary groups, or no group configured at all: none;
+    - otherwise every bookie but those of the primary groups; when fewer than ``ensemble_size`` of those are
+      writable, the secondary groups' bookies too; when still fewer (primary writable + secondary bookies listed),
+      the writable bookies that are in no group as well. Bookies of other groups stay excluded: a ledger whose
+      groups are short of bookies is then not created (NotEnoughBookiesError).
+
+    A bookie listed in a primary group and in another one is usable (the primary's win)."""
+    primary, secondary = groups.primary_groups, groups.secondary_groups
+    if ANY_GROUP in primary or not configuration:
+        return set()
+    known = set(known)
+    excluded: set[str] = set()
+    primary_bookies: set[str] = set()
+    for group, bookies in configuration.items():
+        if group in primary:
+            primary_bookies.update(bookies)
+        else:
+            excluded.update(bookies)
+    in_other_groups = set(excluded)
+    ungrouped = known - primary_bookies
+    excluded |= ungrouped
+    excluded -= primary_bookies
+    available = len(primary_bookies & known)
+    with_secondary = available
+    if available < ensemble_size:
+        for group in secondary:
+            for bookie in configuration.get(group) or {}:
+                if bookie in excluded:
+                    excluded.discard(bookie)
+                    with_secondary += 1
+    if with_secondary < ensemble_size:
+        excluded -= ungrouped - in_other_groups
+    return excluded

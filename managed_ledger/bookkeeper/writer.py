@@ -20,6 +20,7 @@ from managed_ledger.bookkeeper.errors import (
     status_name,
 )
 from managed_ledger.bookkeeper.metadata import LedgerMetadata, LedgerState
+from managed_ledger.bookkeeper.placement import IsolationGroups
 from managed_ledger.bookkeeper.protocol import AddFrames, Flag, Response, StatusCode
 from managed_ledger.bookkeeper.reader import LedgerReader
 
@@ -209,9 +210,13 @@ class LedgerWriter:
     async def _replace_failed_bookies(self) -> None:
         failed = set(self._failed_bookies)
         current = self.metadata.last_ensemble.ensemble
-        candidates = [b for b in await self.bk.writable_bookies() if b not in current and b not in failed]
+        # (The ledger's isolation groups, from its custom metadata, else the client's: Pulsar's
+        # IsolatedBookieEnsemblePlacementPolicy.replaceBookie excludes the same bookies as newEnsemble.)
+        isolation = IsolationGroups.of_ledger(self.metadata.custom_metadata) or self.bk.isolation
+        writable = self.bk.isolated_bookies(await self.bk.writable_bookies(), self.metadata.ensemble_size, isolation)
+        candidates = [b for b in writable if b not in current and b not in failed]
         try:
-            replacement = self.bk.replacements(current, failed, candidates)
+            replacement = self.bk.replacements(current, failed, candidates, isolated=isolation is not None)
         except NotEnoughBookiesError as exc:
             raise NotEnoughBookiesError(f"ledger {self.ledger_id}: {exc}") from None
         first_entry = self.last_add_confirmed + 1

@@ -428,6 +428,24 @@ def test_bookies_and_racks_are_for_super_users(secure_broker: BrokerThread, pki:
     assert root_admin.call("DELETE", f"{racks}/10.0.0.7:3181").status == 204
 
 
+def test_a_namespaces_bookie_affinity_group_is_for_super_users(secure_broker: BrokerThread, pki: Pki,
+                                                               root_admin: SecureAdmin) -> None:
+    """/persistence/bookieAffinity: NamespacesBase.internal{Set,Get}BookieAffinityGroup check
+    validateSuperUserAccess first: even the tenant's own admin is refused."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    root_admin.ok("PUT", f"/admin/v2/namespaces/{tenant}/orders")
+    path = f"/admin/v2/namespaces/{tenant}/orders/persistence/bookieAffinity"
+    group = {"bookkeeperAffinityGroupPrimary": "g1"}
+    ops = SecureAdmin.bearer(secure_broker.web_url_tls, pki, "ops")
+    for method, body in (("POST", group), ("GET", None), ("DELETE", None)):
+        reply = ops.call(method, path, body)
+        assert (reply.status, reply.reason) == (401, "This operation requires super-user access"), method
+    assert root_admin.call("POST", path, group).status == 204
+    assert root_admin.ok("GET", path) == group
+    assert root_admin.call("DELETE", path).status == 204
+
+
 TXN = "/admin/v3/transactions"
 TXN_OFF = "This Broker is not configured with transactionCoordinatorEnabled=true."
 

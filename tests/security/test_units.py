@@ -391,6 +391,8 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     super_only_in_namespaces = {("PUT", f"{ns}/unload"), ("PUT", f"{ns}/{{bundle}}/unload"),
                                 ("PUT", f"{ns}/{{bundle}}/split"), ("POST", f"{ns}/delayedDelivery"),
                                 ("DELETE", f"{ns}/delayedDelivery"),
+                                # (a namespace's bookie affinity group: internal{Set,Get,Delete}BookieAffinityGroup)
+                                *((m, f"{ns}/persistence/bookieAffinity") for m in ("GET", "HEAD", "POST", "DELETE")),
                                 # (an anti-affinity group's namespaces: Pulsar 4.0.7's check has no namespace; the
                                 # tenant is a query parameter)
                                 *((m, "/admin/v2/namespaces/{cluster}/antiAffinity/{group}") for m in ("GET", "HEAD"))}

@@ -1,0 +1,88 @@
+"""Bookie isolation on real bookies: two racks-info groups, a namespace with a bookie affinity group (set through
+/admin/v2/namespaces/{tenant}/{ns}/persistence/bookieAffinity): every new ledger of its topics, read back from the
+ledgers' metadata in ZooKeeper, is on that group's bookies only, and says so in its custom metadata as Pulsar's
+brokers write it (EnsemblePlacementPolicyConfig)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+
+import pulsar
+from kazoo.client import KazooClient
+
+from broker.embedded import BrokerThread
+from cluster.local import LocalCluster
+from managed_ledger.bookkeeper import ml_formats
+from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
+from managed_ledger.bookkeeper.metadata import ledger_path, parse
+from managed_ledger.bookkeeper.placement import PLACEMENT_POLICY_CONFIG_KEY, IsolationGroups
+from tests.waiting import wait_for
+
+TOPICS = 6
+
+
+def call(broker: BrokerThread, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(broker.web_url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data is not None else {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return int(r.status), r.read()
+
+
+def test_a_namespaces_ledgers_stay_on_its_bookie_group(bk_cluster: LocalCluster) -> None:
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    chroot = f"/isolation-{uuid.uuid4().hex[:8]}"
+    try:
+        bookies = sorted(b for b in zk.get_children("/ledgers/available") if b != "readonly")
+        assert len(bookies) == 3
+        group = {bookies[0]: "isolated", bookies[1]: "isolated", bookies[2]: "shared"}
+        with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}{chroot}",
+                          bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
+                          managedLedgerDefaultEnsembleSize=2, managedLedgerDefaultWriteQuorum=2,
+                          managedLedgerDefaultAckQuorum=2) as broker:
+            for i, (bookie, name) in enumerate(group.items()):
+                assert call(broker, "POST", f"/admin/v2/bookies/racks-info/{bookie}?group={name}",
+                            {"rack": f"rack-{i}"})[0] == 204
+            ns = f"public/isolated-{uuid.uuid4().hex[:8]}"
+            assert call(broker, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+            affinity = {"bookkeeperAffinityGroupPrimary": "isolated"}
+            assert call(broker, "POST", f"/admin/v2/namespaces/{ns}/persistence/bookieAffinity", affinity)[0] == 204
+            # Stored where Pulsar keeps it: the namespace's LocalPolicies.
+            local = json.loads(zk.get(f"{chroot}/admin/local-policies/{ns}")[0])
+            assert local["bookieAffinityGroup"] == affinity
+            factory = broker.server.service.ledger_factory
+            assert isinstance(factory, BookKeeperManagedLedgerFactory)
+
+            async def groups_in_force() -> dict[str, list[str]]:
+                return {g: sorted(b) for g, b in factory.bk.racks.configuration.items()}
+
+            expected = {"isolated": bookies[:2], "shared": bookies[2:]}
+            wait_for(lambda: broker.run_coroutine(groups_in_force()) == expected,
+                     what="the broker's BookKeeper client to follow /bookies")
+            client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+            locals_ = [f"iso-{uuid.uuid4().hex[:8]}" for _ in range(TOPICS)]
+            try:
+                for local in locals_:
+                    client.create_producer(f"persistent://{ns}/{local}", batching_enabled=False).send(b"x")
+            finally:
+                client.close()
+        ensembles: list[tuple[str, ...]] = []
+        for local in locals_:
+            info = ml_formats.decode_ledger_info(
+                zk.get(f"{chroot}{ml_formats.MANAGED_LEDGERS_ROOT}/{ns}/persistent/{local}")[0])
+            for ledger in info.ledgers:
+                metadata = parse(zk.get(ledger_path(ledger.ledger_id))[0])
+                assert IsolationGroups.of_ledger(metadata.custom_metadata) == IsolationGroups("isolated", "")
+                assert json.loads(dict(metadata.custom_metadata)[PLACEMENT_POLICY_CONFIG_KEY])["policyClass"] == \
+                    "org.apache.pulsar.bookie.rackawareness.IsolatedBookieEnsemblePlacementPolicy"
+                ensembles.extend(segment.ensemble for segment in metadata.segments)
+        assert len(ensembles) >= TOPICS
+        for ensemble in ensembles:
+            assert sorted(ensemble) == bookies[:2], ensemble
+    finally:
+        zk.delete(chroot, recursive=True)
+        zk.stop()
+        zk.close()
