@@ -6,7 +6,6 @@ brokers write it (EnsemblePlacementPolicyConfig)."""
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 
 import pulsar
@@ -18,17 +17,10 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import ledger_path, parse
 from managed_ledger.bookkeeper.placement import PLACEMENT_POLICY_CONFIG_KEY, IsolationGroups
+from tests.admin.conftest import Admin
 from tests.waiting import wait_for
 
 TOPICS = 6
-
-
-def call(broker: BrokerThread, method: str, path: str, body: object = None) -> tuple[int, bytes]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(broker.web_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data is not None else {})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return int(r.status), r.read()
 
 
 def test_a_namespaces_ledgers_stay_on_its_bookie_group(bk_cluster: LocalCluster) -> None:
@@ -43,13 +35,14 @@ def test_a_namespaces_ledgers_stay_on_its_bookie_group(bk_cluster: LocalCluster)
                           bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
                           managedLedgerDefaultEnsembleSize=2, managedLedgerDefaultWriteQuorum=2,
                           managedLedgerDefaultAckQuorum=2) as broker:
+            admin = Admin(broker.web_url)
             for i, (bookie, name) in enumerate(group.items()):
-                assert call(broker, "POST", f"/admin/v2/bookies/racks-info/{bookie}?group={name}",
-                            {"rack": f"rack-{i}"})[0] == 204
+                assert admin.call("POST", f"/admin/v2/bookies/racks-info/{bookie}?group={name}",
+                                  {"rack": f"rack-{i}"}).status == 204
             ns = f"public/isolated-{uuid.uuid4().hex[:8]}"
-            assert call(broker, "PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+            assert admin.call("PUT", f"/admin/v2/namespaces/{ns}").status == 204
             affinity = {"bookkeeperAffinityGroupPrimary": "isolated"}
-            assert call(broker, "POST", f"/admin/v2/namespaces/{ns}/persistence/bookieAffinity", affinity)[0] == 204
+            assert admin.call("POST", f"/admin/v2/namespaces/{ns}/persistence/bookieAffinity", affinity).status == 204
             # Stored where Pulsar keeps it: the namespace's LocalPolicies.
             local = json.loads(zk.get(f"{chroot}/admin/local-policies/{ns}")[0])
             assert local["bookieAffinityGroup"] == affinity

@@ -5,7 +5,6 @@ ledger's ensemble spans both racks, as read back from the ledgers' metadata in Z
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 
 import pulsar
@@ -16,17 +15,10 @@ from cluster.local import LocalCluster
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import ledger_path, parse
+from tests.admin.conftest import Admin
 from tests.waiting import wait_for
 
 TOPICS = 6
-
-
-def call(broker: BrokerThread, method: str, path: str, body: object = None) -> tuple[int, bytes]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(broker.web_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data is not None else {})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return int(r.status), r.read()
 
 
 def test_every_new_ensemble_spans_both_racks(bk_cluster: LocalCluster) -> None:
@@ -41,13 +33,14 @@ def test_every_new_ensemble_spans_both_racks(bk_cluster: LocalCluster) -> None:
                           bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
                           managedLedgerDefaultEnsembleSize=2, managedLedgerDefaultWriteQuorum=2,
                           managedLedgerDefaultAckQuorum=2) as broker:
+            admin = Admin(broker.web_url)
             for bookie, name in rack.items():
-                assert call(broker, "POST", f"/admin/v2/bookies/racks-info/{bookie}?group=default",
-                            {"rack": name})[0] == 204
+                assert admin.call("POST", f"/admin/v2/bookies/racks-info/{bookie}?group=default",
+                                  {"rack": name}).status == 204
             # Stored where Pulsar's BookieResources keeps them, in its JSON.
             stored = json.loads(zk.get(f"{chroot}/bookies")[0])
             assert stored == {"default": {b: {"rack": r} for b, r in rack.items()}}
-            listed = json.loads(call(broker, "GET", "/admin/v2/bookies/all")[1])
+            listed = admin.ok("GET", "/admin/v2/bookies/all")
             assert set(bookies) <= {b["bookieId"] for b in listed["bookies"]}
             factory = broker.server.service.ledger_factory
             assert isinstance(factory, BookKeeperManagedLedgerFactory)

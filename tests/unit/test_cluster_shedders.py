@@ -27,6 +27,7 @@ from broker.config import (
     BrokerConfig,
     ConfigError,
 )
+from tests.unit.load_stubs import StubRegistry
 
 NS = "t/ns"
 X = [f"{NS}/0x{i * 0x01000000:08x}_0x{(i + 1) * 0x01000000:08x}" for i in range(8)]
@@ -227,21 +228,6 @@ def test_the_three_class_names_are_accepted_and_avg_shedder_is_refused() -> None
         BrokerConfig.load(None, maxUnloadBundleNumPerShedding=-2)
 
 
-class StubRegistry:
-    """What the load manager reads of the registry: the leader flag and the brokers' reports."""
-
-    def __init__(self, me: str, reports: dict[str, LoadReport]) -> None:
-        self.is_leader = True
-        self.reports = reports
-        self.urls = reports[me].urls
-
-    async def active_brokers(self) -> dict[str, LoadReport]:
-        return dict(self.reports)
-
-    def current_report(self) -> LoadReport:
-        return self.reports[self.urls.broker_id]
-
-
 async def test_the_load_manager_uses_the_configured_strategy(caplog: pytest.LogCaptureFixture) -> None:
     from broker.cluster.load_manager import LoadManager
 
@@ -255,7 +241,7 @@ async def test_the_load_manager_uses_the_configured_strategy(caplog: pytest.LogC
     for class_name, (name, shed) in expected.items():
         config = BrokerConfig(loadBalancerLoadSheddingStrategy=class_name, loadBalancerHistoryResourcePercentage=0.0,
                               loadBalancerBundleUnloadMinThroughputThreshold=0.0)
-        manager = LoadManager(config, StubRegistry("h2:8080", reports), Placement(random.Random(2)),  # type: ignore[arg-type]
+        manager = LoadManager(config, StubRegistry("h2:8080", reports, leader=True), Placement(random.Random(2)),  # type: ignore[arg-type]
                               lambda ns: NamespaceBundles.equal(ns, 4))
         assert manager.shedder.name == name
         asked: list[str] = []
@@ -299,7 +285,7 @@ async def test_the_bundles_of_an_excluded_namespace_are_never_shed(class_name: s
         config = BrokerConfig.load(None, loadBalancerLoadSheddingStrategy=class_name,
                                    loadBalancerHistoryResourcePercentage=0.0,
                                    loadBalancerBundleUnloadMinThroughputThreshold=0.0, **overrides)
-        manager = LoadManager(config, StubRegistry("h2:8080", reports), Placement(random.Random(2)),  # type: ignore[arg-type]
+        manager = LoadManager(config, StubRegistry("h2:8080", reports, leader=True), Placement(random.Random(2)),  # type: ignore[arg-type]
                               lambda ns: NamespaceBundles.equal(ns, 4))
         asked: list[str] = []
 

@@ -11,6 +11,7 @@ from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport, ResourceWeig
 from broker.cluster.load_manager import split_stats
 from broker.cluster.placement import Placement
 from broker.cluster.shedding import MB, ShedderSettings, ThresholdShedder
+from tests.unit.load_stubs import StubRegistry
 
 NS = "t/ns"
 B = [f"{NS}/0x{i * 0x40000000:08x}_0x{min((i + 1) * 0x40000000, 0xffffffff):08x}" for i in range(4)]
@@ -206,21 +207,6 @@ def test_isolation_candidates_as_apply_namespace_policies() -> None:
     assert placement.choose(iso, {"10.0.0.3:8080": reports["10.0.0.3:8080"]}) is None
 
 
-class StubRegistry:
-    """What the load manager reads of the registry: the leader flag and the brokers' reports."""
-
-    def __init__(self, me: str, reports: dict[str, LoadReport]) -> None:
-        self.is_leader = False
-        self.reports = reports
-        self.urls = reports[me].urls
-
-    async def active_brokers(self) -> dict[str, LoadReport]:
-        return dict(self.reports)
-
-    def current_report(self) -> LoadReport:
-        return self.reports[self.urls.broker_id]
-
-
 async def test_only_the_leader_sheds_and_asks_the_owner() -> None:
     from broker.cluster.load_manager import LoadManager
     from broker.config import BrokerConfig
@@ -228,7 +214,7 @@ async def test_only_the_leader_sheds_and_asks_the_owner() -> None:
     config = BrokerConfig(loadBalancerHistoryResourcePercentage=0.0, loadBalancerBundleUnloadMinThroughputThreshold=0.0)
     reports = {"h1:8080": report(1, {B[0]: 60 * MB, B[1]: 30 * MB}, cpu=95.0),
                "h2:8080": report(2, {B[2]: 0.0, B[3]: 0.0})}
-    registry = StubRegistry("h2:8080", reports)
+    registry = StubRegistry("h2:8080", reports, leader=False)
     placement = Placement(random.Random(2))
     manager = LoadManager(config, registry, placement, lambda ns: NamespaceBundles.equal(ns, 4))  # type: ignore[arg-type]
     asked: list[str] = []
