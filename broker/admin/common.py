@@ -227,17 +227,40 @@ def raw_path_params(request: web.Request) -> dict[str, str] | None:
     return found.groupdict() if found is not None else None
 
 
+# The routes whose subscription ({sub}) Pulsar decodes twice: PersistentTopics (NonPersistentTopics inherits them)
+# takes subName/subscriptionName without @Encoded, so JAX-RS decodes it, and then each resource method decodes it
+# again with Codec.decode (deleteSubscription, createSubscription, skipAllMessages, skipMessages,
+# expireTopicMessages, resetCursor, resetCursorOnPosition, get/updateSubscriptionProperties,
+# analyzeSubscriptionBacklog, peekNthMessage, get/setReplicatedSubscriptionStatus). Its Java admin client encodes
+# the name twice to match (TopicsImpl: Codec.encode, then the path segment's percent-encoding).
+_SUB_DECODED_TWICE = re.compile(r"/admin/v2/(non-)?persistent/\{tenant\}/\{ns\}/\{topic\}/subscription/\{sub\}(/.*)?")
+# .../{topic}/{sub}/dispatchRate (get/set/removeSubscriptionLevelDispatchRate): subName @Encoded, decoded once by
+# Codec.decode, as the topic is: "+" a space.
+_SUB_ENCODED = re.compile(r"/admin/v2/(non-)?persistent/\{tenant\}/\{ns\}/\{topic\}/\{sub\}/dispatchRate")
+
+
 @web.middleware
 async def pulsar_topic_in_path(request: web.Request,
                                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """A topic's local name in a path (``{topic}``) read as Pulsar reads it: its resources take it @Encoded and
     decode it with Codec.decode (java.net.URLDecoder: AdminResource.validateTopicName, TopicLookupBase.getTopicName),
     so a ``+`` is a space, as Pulsar's Java admin client writes one (TopicName.getEncodedLocalName: Codec.encode);
-    ``%2B`` is a ``+``. Every handler and middleware after this one reads ``match_info["topic"]`` so decoded."""
-    if "+" in request.rel_url.raw_path and "topic" in request.match_info:
-        raw = raw_path_params(request)
-        if raw is not None and raw.get("topic") is not None:
-            request.match_info["topic"] = decode_local_name(raw["topic"])
+    ``%2B`` is a ``+``. A subscription (``{sub}``) too, per route as Pulsar reads it: on ``.../subscription/{sub}``
+    decoded twice (as a path segment, then by Codec.decode: ``s%2Bb%252Bc`` is ``s b+c``), on
+    ``.../{sub}/dispatchRate`` as the topic. Every handler and middleware after this one reads ``match_info`` so
+    decoded."""
+    info = request.match_info
+    if "topic" in info:
+        sub = info.get("sub")
+        canonical = info.route.resource.canonical if info.route.resource is not None else ""
+        if sub is not None and _SUB_DECODED_TWICE.fullmatch(canonical):
+            info["sub"] = decode_local_name(sub)
+        if "+" in request.rel_url.raw_path:
+            raw = raw_path_params(request)
+            if raw is not None and raw.get("topic") is not None:
+                info["topic"] = decode_local_name(raw["topic"])
+            if raw is not None and raw.get("sub") is not None and _SUB_ENCODED.fullmatch(canonical):
+                info["sub"] = decode_local_name(raw["sub"])
     return await handler(request)
 
 

@@ -24,7 +24,7 @@ from broker.admin.common import (
     read_body,
 )
 from broker.admin.owner_calls import CallFailure
-from broker.admin.peers import path_segment
+from broker.admin.peers import subscription_segment
 from broker.auth.http import check_deferred
 from broker.errors import NotAllowedError
 from broker.metadata.policy_table import AUTO_TOPIC_CREATION
@@ -245,7 +245,7 @@ class PartitionedTopics:
                              properties: dict[str, str] | None = properties) -> None:
                 await self.topics.create_partition_subscription(p, sub_name, EARLIEST, replicated, properties)
 
-            action = f"subscription/{path_segment(sub_name)}"
+            action = f"subscription/{subscription_segment(sub_name)}"
             query = "?replicated=true" if replicated else ""
             body = EARLIEST_JSON if properties is None else {**EARLIEST_JSON, "properties": properties}
             for _, answer in await fanout.outcomes(request, parts, "PUT", action, create, query, body):

@@ -38,6 +38,7 @@ from broker.admin.common import HttpError
 from broker.auth.tls import client_context
 from broker.service.broker_service import broker_client_headers
 from broker.service.remote_producer import RemoteError, client_credentials
+from broker.topic_name import encode_local_name
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -62,6 +63,13 @@ def path_segment(value: str) -> str:
     if value in (".", ".."):
         return value.replace(".", "%2E")
     return quote(value, safe="")
+
+
+def subscription_segment(subscription: str) -> str:
+    """A subscription's name as the path segment of ``.../subscription/{sub}``, encoded as Pulsar's Java admin
+    client encodes it (TopicsImpl: Codec.encode, then percent-encoded as a path segment), since Pulsar's
+    PersistentTopics decodes it twice (as a path segment, then Codec.decode): ``s b+c`` is ``s%2Bb%252Bc``."""
+    return path_segment(encode_local_name(subscription))
 
 
 def topic_path(name: TopicName) -> str:

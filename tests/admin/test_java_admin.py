@@ -1,6 +1,7 @@
-"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java and ResetCursorOps.java)
-against our broker: analyzeSubscriptionBacklog, expireMessages by message id, truncate and resetCursor to a message
-inside a batch, as pulsar-admin sends and parses them.
+"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java, ResetCursorOps.java and
+SubscriptionNames.java) against our broker: analyzeSubscriptionBacklog, expireMessages by message id, truncate,
+resetCursor to a message inside a batch, and the subscription calls on names that need encoding, as pulsar-admin
+sends and parses them.
 
 Needs ``java``/``javac`` and the Pulsar jars of ``make pulsar-deps``."""
 
@@ -19,7 +20,8 @@ from tests.admin.conftest import Admin, rest_path
 from tests.needs import unavailable
 from tests.waiting import wait_for
 
-JAVA_SOURCES = [Path(__file__).parent / "java" / name for name in ("AdminOps.java", "ResetCursorOps.java")]
+JAVA_SOURCES = [Path(__file__).parent / "java" / name
+                for name in ("AdminOps.java", "ResetCursorOps.java", "SubscriptionNames.java")]
 JAVA_TIMEOUT_S = 300  # a cold JVM on a busy 2-core machine
 TIMEOUT_MS = 10_000
 
@@ -91,3 +93,23 @@ def test_pulsar_admin_reset_cursor_inside_a_batch(admin_ops_classes: Path, admin
         consumer = client.subscribe(topic, sub)
         assert [consumer.receive(TIMEOUT_MS).data() for _ in expected] == expected, sub
         consumer.close()
+
+
+def test_pulsar_admin_on_subscriptions_whose_names_need_encoding(admin_ops_classes: Path, admin: Admin,
+                                                                 client: pulsar.Client) -> None:
+    # pulsar-admin encodes .../subscription/{sub} twice (Codec.encode, then as a segment: "s b+c" is s%2Bb%252Bc),
+    # as Pulsar's PersistentTopics decodes it twice. Read once, the subscription made was `s+b%2Bc`, not `s b+c`.
+    topic = f"persistent://public/default/java-subs-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    producer.close()
+    names = ["s b+c", "ü:x", "100%", "a/b"]
+    run = subprocess.run(
+        ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+         "-cp", f"{admin_ops_classes}:{pulsar_lib()}/*", "SubscriptionNames", admin.web_url, topic, *names],
+        capture_output=True, text=True, timeout=JAVA_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("sub ")] == [
+        f"sub [{name}] peeked=m0,m1 skipped=2 reset=3 property=[{name}] listed=true gone=true" for name in names]
+    assert admin.ok("GET", f"/admin/v2/{rest_path(topic)}/subscriptions") == []

@@ -522,6 +522,11 @@ def test_subscription_level_dispatch_rate_rest(admin: Admin) -> None:
     assert "dispatchRate" in admin.ok("GET", policy_path(topic, "subscriptions"))
     assert admin.delete(policy_path(topic, "subscription/dispatchRate")).status == 204
     assert "dispatchRate" not in admin.ok("GET", policy_path(topic, "subscriptions"))
+    # The subscription here is read as the topic is (PersistentTopics.setSubscriptionLevelDispatchRate: subName
+    # @Encoded, then Codec.decode once): "+" a space, "%2B" a "+"; so "s+b%2Bc" and "s%20b%2Bc" are both "s b+c".
+    assert admin.post(policy_path(topic, "s+b%2Bc/dispatchRate"), own).status == 204
+    assert admin.ok("GET", policy_path(topic, "s%20b%2Bc/dispatchRate")) == own
+    assert admin.get(policy_path(topic, "s%2Bb%252Bc/dispatchRate")).status == 204  # (not "s b+c" twice decoded)
 
 
 def test_subscription_level_dispatch_rate_limits_only_that_subscription(

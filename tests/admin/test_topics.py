@@ -1075,3 +1075,30 @@ def test_a_topic_named_in_a_path_is_decoded_as_pulsar_decodes_it(admin: Admin, c
     admin.ok("DELETE", f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC/subscription/s")
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}/a+b%3A%C3%BC/subscriptions") == []
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == [spaced, plus]  # (no topic "a+b:ü" made by the way)
+
+
+def test_a_subscription_in_a_path_is_decoded_twice_as_pulsar_decodes_it(admin: Admin, client: pulsar.Client) -> None:
+    """Pulsar's PersistentTopics decodes .../subscription/{subName} twice: as a path segment (JAX-RS), then with
+    Codec.decode in each resource method (deleteSubscription, createSubscription, peekNthMessage, resetCursor, ...).
+    Its Java admin client (TopicsImpl) encodes the name twice to match: Codec.encode, then the segment
+    percent-encoded. The paths below are the ones pulsar-client-admin 4.0.7 sends: ``s b+c`` is ``s%2Bb%252Bc``,
+    ``ü:x`` is ``%25C3%25BC%253Ax``. Ours read them once, making and addressing ``s+b%2Bc``."""
+    topic = new_topic("sub-names")
+    base = f"/admin/v2/{rest_path(topic)}"
+    admin.ok("PUT", base)
+    paths = {"s b+c": f"{base}/subscription/s%2Bb%252Bc", "ü:x": f"{base}/subscription/%25C3%25BC%253Ax"}
+    for path in paths.values():
+        assert admin.put(path, {"ledgerId": -1, "entryId": -1}).status == 204
+    assert sorted(admin.ok("GET", f"{base}/subscriptions")) == ["s b+c", "ü:x"]
+    publish(client, topic, 3)
+    for name, path in paths.items():
+        peeked = admin.get(f"{path}/position/2")
+        assert peeked.status == 200 and peeked.body == b"m1", name
+        admin.ok("POST", f"{path}/skip_all")
+        assert backlog(admin, topic, name) == 0
+        admin.ok("POST", f"{path}/resetcursor/0")
+        assert backlog(admin, topic, name) == 3
+        admin.ok("PUT", f"{path}/properties", {"k": name})
+        assert admin.ok("GET", f"{path}/properties") == {"k": name}
+        admin.ok("DELETE", path)
+    assert admin.ok("GET", f"{base}/subscriptions") == []

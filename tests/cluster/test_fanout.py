@@ -331,3 +331,30 @@ def test_a_dot_dot_subscription_is_not_a_step_to_another_route(brokers: Brokers)
     assert answer == 404  # (no partition has a subscription "..")
     assert http_json(f"{admin}/properties") == {}
     assert http_json(f"{admin}/subscription/s/properties") == {}
+
+
+def test_a_subscription_named_with_a_space_and_a_plus_reaches_every_partition(brokers: Brokers) -> None:
+    """A subscription ``s b+c`` on a partitioned topic whose partitions both brokers own, addressed as Pulsar's Java
+    admin client sends it (``s%2Bb%252Bc``: Codec.encode, then the segment percent-encoded; Pulsar's
+    PersistentTopics decodes it twice). Each call the asked broker makes on the other's partitions names the same
+    subscription, and so does growing the topic (partition 0's subscriptions made on the new partitions by their
+    owners): that call sent the name encoded once, making ``s b c`` there."""
+    b1, b2 = brokers.start(2)
+    base = f"persistent://public/default/sub-name-{uuid.uuid4().hex[:6]}"
+    admin = f"{b1.web_url}/admin/v2/persistent/{base.removeprefix('persistent://')}"
+    sub = f"{admin}/subscription/s%2Bb%252Bc"
+    http_json(f"{admin}/partitions", method="PUT", body=PARTITIONS)
+    assert set(owner_urls(brokers, [f"{base}-partition-{i}" for i in range(PARTITIONS)]).values()) == {
+        b1.service_url, b2.service_url}
+    assert status_of(sub, "PUT") == 200  # (204) on every partition, each by its owner
+    http_json(f"{sub}/properties", method="PUT", body={"k": "v"})
+    assert http_json(f"{admin}/subscriptions") == ["s b+c"]
+
+    grown = [f"{base}-partition-{i}" for i in range(2 * PARTITIONS)]
+    http_json(f"{admin}/partitions", method="POST", body=2 * PARTITIONS)
+    assert set(owner_urls(brokers, grown[PARTITIONS:]).values()) == {b1.service_url, b2.service_url}
+    stats = http_json(f"{admin}/partitioned-stats?perPartition=true")["partitions"]
+    assert {p: list(stats[p]["subscriptions"]) for p in grown} == {p: ["s b+c"] for p in grown}
+    assert http_json(f"{sub}/properties") == {"k": "v"}
+    http_json(sub, method="DELETE")
+    assert http_json(f"{admin}/subscriptions") == []

@@ -139,6 +139,38 @@ async def test_clear_backlog_reset_cursor_and_terminate(page: Page, console_brok
     assert page.problems == []
 
 
+async def test_subscription_actions_on_a_name_with_a_space_and_a_plus(page: Page, console_broker: BrokerThread,
+                                                                     admin: Admin) -> None:
+    """The console names a subscription in .../subscription/{sub} as Pulsar's admin client does (encoded twice:
+    Pulsar's PersistentTopics decodes it twice), so its actions reach ``s b+ü`` itself: encoded once, the broker
+    read ``s b ü`` (404)."""
+    url = console_broker.web_url
+    topic = f"persistent://public/default/names-{uuid.uuid4().hex[:6]}"
+    sub = "s b+ü"
+    client = pulsar.Client(console_broker.service_url)
+    try:
+        client.subscribe(topic, sub).close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"message {i}".encode())
+        producer.close()
+    finally:
+        client.close()
+
+    def subscriptions() -> dict[str, int]:
+        return {name: int(s["msgBacklog"]) for name, s in admin.stats(topic)["subscriptions"].items()}
+
+    assert subscriptions() == {sub: 3}
+    await open_page(page, url, f"/topic/persistent/public/default/{topic.rsplit('/', 1)[1]}")
+    await click_row_button(page, "subscriptions", sub, "Clear backlog")
+    await confirm(page)
+    await until(lambda: subscriptions() == {sub: 0}, "backlog 0")
+    await click_row_button(page, "subscriptions", sub, "Delete")
+    await confirm(page)
+    await until(lambda: subscriptions() == {}, "the subscription deleted")
+    assert page.problems == []
+
+
 async def test_peek_decodes_json_and_avro(page: Page, console_broker: BrokerThread) -> None:
     url = console_broker.web_url
     client = pulsar.Client(console_broker.service_url)

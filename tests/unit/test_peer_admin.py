@@ -21,7 +21,7 @@ from yarl import URL
 from broker.admin import peers
 from broker.admin.cluster import redirect_url, topic_of
 from broker.admin.common import HttpError
-from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, topic_path
+from broker.admin.peers import MAX_REDIRECTS, PeerAdmin, path_segment, subscription_segment, topic_path
 from broker.config import BrokerConfig
 from broker.topic_name import TopicName
 from tests.security.pki import make_pki, serve_https_hello
@@ -311,3 +311,11 @@ def test_the_topic_of_an_admin_path_is_decoded_as_pulsar_decodes_it() -> None:
         TopicName.parse("persistent://t/ns/a b+c/d:ü"), "stats")
     assert topic_of("/admin/v2/non-persistent/t/ns/x") == (TopicName.parse("non-persistent://t/ns/x"), "")
     assert topic_of("/admin/v2/namespaces/t/ns/x") is None
+
+
+def test_a_subscription_segment_is_encoded_as_pulsars_admin_client_encodes_it() -> None:
+    """Twice, as TopicsImpl does (Codec.encode, then the path segment's percent-encoding), since Pulsar's
+    PersistentTopics decodes .../subscription/{subName} twice; the wire forms captured from pulsar-client-admin."""
+    assert subscription_segment("s b+c") == "s%2Bb%252Bc"
+    assert subscription_segment("ü:x") == "%25C3%25BC%253Ax"
+    assert [subscription_segment(s) for s in ("s", "a.b-c_d*", "..")] == ["s", "a.b-c_d%2A", "%2E%2E"]

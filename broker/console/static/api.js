@@ -49,6 +49,13 @@ export function onUnauthorized(fn) { unauthorized.add(fn); }
 
 // path segments are encoded by the caller with enc().
 export function enc(segment) { return encodeURIComponent(segment); }
+// A subscription in .../subscription/{sub}: Pulsar decodes it twice (as a path segment, then with Java's
+// URLDecoder), so it is encoded as Pulsar's admin client does: Java's URLEncoder (letters, digits and .-*_ kept, a
+// space "+", other bytes %XX), then as a segment. "s b+c" is sent as s%2Bb%252Bc.
+export function encSub(name) {
+  const javaEncoded = encodeURIComponent(name).replace(/[!'()~]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`).replace(/%20/g, "+");
+  return enc(javaEncoded);
+}
 
 export async function call(method, path, { body, raw = false, authorization } = {}) {
   const headers = { Accept: "application/json" };

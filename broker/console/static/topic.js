@@ -1,6 +1,6 @@
 // One topic: producers, subscriptions (backlog and rates, live chart), consumers (permits,
 // unacked), internal stats (ledgers, cursors), replication; peek and the operator's actions.
-import { call, del, enc, get, post, put } from "./api.js";
+import { call, del, enc, encSub, get, post, put } from "./api.js";
 import { LiveChart, formatNumber } from "./chart.js";
 import { asText, decodeWithSchema, hexDump, schemaVersion, splitBatch } from "./decode.js";
 import { SAMPLE_MS } from "./overview.js";
@@ -78,7 +78,7 @@ export async function topicPage(main, [domain, tenant, ns, local], ctx) {
   let previous = null;
 
   const subscriptionActions = (sub) => {
-    const subPath = `${path}/subscription/${enc(sub)}`;
+    const subPath = `${path}/subscription/${encSub(sub)}`;
     const list = [];
     if (persistent) {
       if (!partitions) {
