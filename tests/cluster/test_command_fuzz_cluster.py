@@ -151,12 +151,11 @@ def port_of_url(url: str) -> int:
     return port
 
 
-async def open_on_owner(port: int, topic: str, rid: int = 99,
-                        conn: Conn | None = None) -> tuple[Conn, pb.CommandLookupTopicResponse]:
-    """A connection to the broker that serves ``topic``, found as a client finds it: a LOOKUP from ``port`` (on
-    ``conn`` when given), a Redirect's broker asked again (with the answer's authoritative flag), a Connect's broker
-    connected to; the connection and the last LOOKUP's answer."""
-    conn = conn or await Conn.open(port)
+async def open_on_owner(port: int, topic: str, rid: int = 99) -> tuple[Conn, pb.CommandLookupTopicResponse]:
+    """A connection to the broker that serves ``topic``, found as a client finds it: a LOOKUP from ``port``, a
+    Redirect's broker asked again (with the answer's authoritative flag), a Connect's broker connected to; the
+    connection and the last LOOKUP's answer."""
+    conn = await Conn.open(port)
     authoritative = False
     for _ in range(5):
         cmd = lookup(topic, rid)
