@@ -64,7 +64,7 @@ BEING_UNLOADED = "is being unloaded"
 ANSWER_S = 20.0
 # The fuzz stops after this many hangs (a broker that stopped answering: the rest would only wait).
 HUNG_LIMIT = 3
-FIRST_REQUEST_ID = 1000  # the session's commands with a request id get FIRST_REQUEST_ID, +1, ... (the opening's 99-101)
+FIRST_REQUEST_ID = 1000  # the session's commands with a request id get FIRST_REQUEST_ID, +1, ... (the opening's 90-101)
 
 
 @dataclass
@@ -90,6 +90,7 @@ class Conn:
     def __init__(self, c: WireClient) -> None:
         self.c = c
         self.answers: dict[int, int] = {}
+        self.first: dict[int, pb.BaseCommand] = {}  # the first answer to each request id
         self.waiting: set[int] = set()  # (a PRODUCER_SUCCESS not ready: another answer to come)
         self.twice: list[str] = []
 
@@ -131,15 +132,16 @@ class Conn:
         if cmd.type == T.PRODUCER_SUCCESS and not cmd.producer_success.producer_ready:
             self.waiting.add(rid)
         self.answers[rid] = self.answers.get(rid, 0) + 1
+        self.first.setdefault(rid, cmd)
         if self.answers[rid] == 2:
             self.twice.append(f"request {rid} answered again with {pb.BaseCommand.Type.Name(cmd.type)}")
 
     async def answer_to(self, rid: int) -> pb.BaseCommand:
-        while True:
-            cmd = (await self.recv()).command
-            inner = getattr(cmd, _FIELD.get(cmd.type, ""), None)
-            if inner is not None and getattr(inner, "request_id", None) == rid:
-                return cmd
+        """The (first) answer to request ``rid``, maybe received already: the broker answers requests in the order
+        they complete (a SUBSCRIBE's answer may come before that of the PRODUCER sent first)."""
+        while rid not in self.first:
+            await self.recv()
+        return self.first[rid]
 
     def close(self) -> None:
         self.c.close()
@@ -151,17 +153,17 @@ def port_of_url(url: str) -> int:
     return port
 
 
-async def open_on_owner(port: int, topic: str, rid: int = 99) -> tuple[Conn, pb.CommandLookupTopicResponse]:
+async def open_on_owner(port: int, topic: str, rid: int = 90) -> tuple[Conn, pb.CommandLookupTopicResponse]:
     """A connection to the broker that serves ``topic``, found as a client finds it: a LOOKUP from ``port``, a
     Redirect's broker asked again (with the answer's authoritative flag), a Connect's broker connected to; the
     connection and the last LOOKUP's answer."""
     conn = await Conn.open(port)
     authoritative = False
-    for _ in range(5):
-        cmd = lookup(topic, rid)
+    for hop in range(5):
+        cmd = lookup(topic, rid + hop)  # (a Redirect to the same broker is asked again on the same connection)
         cmd.lookupTopic.authoritative = authoritative
         conn.write(frame(cmd, b""))
-        answer = (await conn.answer_to(rid)).lookupTopicResponse
+        answer = (await conn.answer_to(rid + hop)).lookupTopicResponse
         if answer.response == pb.CommandLookupTopicResponse.Failed:
             return conn, answer
         if port_of_url(answer.brokerServiceUrl) != port:
