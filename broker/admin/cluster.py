@@ -37,6 +37,7 @@ from broker.admin.common import HttpError, query_flag, read_body
 from broker.admin.context import AdminContext
 from broker.admin.partitioned_topics import read_partition_count
 from broker.auth.http import check_deferred
+from broker.cluster.data import NamespaceEphemeralData
 from broker.cluster.operations import BundleOperationError, parse_bundle_range, parse_split_positions, split_algorithm
 from broker.errors import BrokerError
 from broker.metadata.bundles import BundleError, NamespaceBundle
@@ -299,6 +300,16 @@ def redirect_to_peer(request: web.Request, namespace: str, find_peer: Callable[[
         raise HttpError(503, f"Failed to validate global cluster configuration : ns={namespace}  "
                              f"emsg=the service URL of cluster {peer.name} is not configured")
     raise web.HTTPTemporaryRedirect(request.url.with_host(base.host).with_port(base.port))
+
+
+def check_not_unloading(bundle: NamespaceBundle, owner: NamespaceEphemeralData | None) -> None:
+    """A bundle whose owner is releasing it (its node disabled) has no broker to send the call to: the owner no
+    longer serves it, and redirected there (or, on the owner, to itself) the call would come back until the release
+    ends. Pulsar's NamespaceService.findBrokerServiceUrl fails the lookup of such a bundle ("Namespace bundle %s is
+    being unloaded", an IllegalStateException), which the admin call answers 500
+    (PulsarWebResource.resumeAsyncResponseExceptionally: a RestException of the cause)."""
+    if owner is not None and owner.disabled:
+        raise HttpError(500, f"Namespace bundle {bundle} is being unloaded")
 
 
 def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from broker.admin.cluster import redirect_url
+from broker.admin.cluster import check_not_unloading, redirect_url
 from broker.admin.common import HttpError, no_content
 from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.cluster.bundles import NamespaceBundle
@@ -108,6 +108,7 @@ class NamespaceOperationsResource:
                 await local(ns, named)
                 return
             owner = await ownership.owner_of(named)
+            check_not_unloading(named, owner)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if base:
                 raise web.HTTPTemporaryRedirect(redirect_url(request, base, ownership.is_leader))
@@ -118,6 +119,7 @@ class NamespaceOperationsResource:
                 await local(ns, bundle)
                 return
             owner = await peer_call.owner(ownership.owner_of(bundle), f"{ns}/{bundle.range_name}")
+            check_not_unloading(bundle, owner)
             base = owner and (owner.http_url_tls if request.secure else owner.http_url)
             if base:  # (else owned by nobody)
                 await peer_call(method, f"{base}/admin/v2/namespaces/{ns}/{bundle.range_name}/{action}", None)

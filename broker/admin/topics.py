@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.cluster import redirect_to_peer, redirect_url
+from broker.admin.cluster import check_not_unloading, redirect_to_peer, redirect_url
 from broker.admin.common import (
     DOMAINS,
     HttpError,
@@ -332,6 +332,7 @@ class TopicsResource:
         ownership = self.service.ownership
         if ownership.distributed and not ownership.is_owned(bundle):
             owner = await ownership.owner_of(bundle)
+            check_not_unloading(bundle, owner)
             if owner is None:
                 return no_content()
             base = owner.http_url_tls if request.secure else owner.http_url

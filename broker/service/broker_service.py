@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -428,9 +429,11 @@ class BrokerService:
 
     # TopicHost (broker.cluster.ownership): what bundle ownership does to the loaded topics.
     def served_topic_names(self) -> list[str]:
-        # (A transaction coordinator is served as its assignment-topic partition: it goes with that bundle.)
+        # (A transaction coordinator is served as its assignment-topic partition: it goes with that bundle. A topic
+        # being loaded is one too: its unload waits for the load, see unload_topics.)
         coordinators = self.transactions.served_assign_partitions() if self.transactions is not None else []
-        return [*self.topics, *self.non_persistent_topics, *coordinators]
+        loading = [name for name in self._loading if name not in self.topics]
+        return [*self.topics, *loading, *self.non_persistent_topics, *coordinators]
 
     async def unload_topics(self, names: list[str]) -> int:
         if self.transactions is not None:
@@ -444,6 +447,14 @@ class BrokerService:
 
         async def unload(name: str) -> None:
             nonlocal closed
+            # A topic being loaded is closed once loaded (or its load gives up, the bundle no longer served, and
+            # closes what it opened), before the caller releases the bundle: closed after, it would write its cursors'
+            # state over that of the broker that has taken the bundle meanwhile, fencing its managed ledger. Pulsar's
+            # unloadServiceUnit closes the topics' futures, loading ones included, before the bundle is released.
+            loading = self._loading.get(name)
+            if loading is not None:
+                with contextlib.suppress(Exception):
+                    await loading
             async with self._unload_gate:
                 try:
                     if await self.unload_topic(TopicName.parse(name)):

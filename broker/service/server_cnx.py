@@ -843,7 +843,14 @@ class ServerCnx:
         sub = consumer.subscription
 
         async def run() -> None:
-            await sub.seek(c.message_id if c.HasField("message_id") else None, c.message_publish_time)
+            try:
+                await sub.seek(c.message_id if c.HasField("message_id") else None, c.message_publish_time)
+            except ManagedLedgerError as exc:
+                # (the storage refused, e.g. the cursor closed by an unload while the position by time was looked
+                # for: Pulsar's handleSeek answers any failure so, logged as a warning)
+                log.warning("consumer %s: failed to reset subscription %s: %s", consumer.name, sub.name, exc)
+                self.write(commands.error(c.request_id, E.UnknownError, f"Error when resetting subscription: {exc}"))
+                return
             self.write(commands.success(c.request_id))
 
         self._spawn(self._guard(c.request_id, run(), "Error when resetting subscription"))

@@ -227,9 +227,10 @@ class TransactionService:
     async def end_on_partition_here(self, topic: str, txn: TxnID, commit: bool,
                                     low_watermark: int | None = None) -> None:
         """END_TXN_ON_PARTITION on this broker: ServiceNotReady when it does not serve the topic (the sender looks
-        up again); a topic that does not exist has nothing to end."""
+        up again); a topic that does not exist has nothing to end, nor has a non-persistent one (it stores nothing:
+        see ``_stored``)."""
         try:
-            t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+            t = await self.service.get_persistent_topic(_stored(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:  # deleted since: nothing to end there
             log.warning("transaction %s: %s not ended: %s", txn, topic, exc.message)
             return
@@ -238,7 +239,7 @@ class TransactionService:
     async def end_on_subscription_here(self, topic: str, subscription: str, txn: TxnID, commit: bool,
                                        low_watermark: int | None = None) -> None:
         try:
-            t = await self.service.get_persistent_topic(TopicName.parse(topic), create=False)
+            t = await self.service.get_persistent_topic(_stored(topic), create=False)
         except (TopicNotFoundError, InvalidTopicNameError) as exc:
             log.warning("transaction %s: subscription %s of %s not ended: %s", txn, subscription, topic, exc.message)
             return
@@ -258,3 +259,15 @@ class TransactionService:
         await self._closing.wait()
         if self._tb_client is not None:
             await self._tb_client.close()
+
+
+def _stored(topic: str) -> TopicName:
+    """The persistent topic whose transaction state an end applies to: TopicNotFoundError for a non-persistent one,
+    which has none. (Pulsar's ServerCnx.handleEndTxnOnPartition and handleEndTxnOnSubscription answer a topic they
+    do not have loaded by whether a managed ledger of its name exists, which a non-persistent topic never has: no
+    error, so its coordinator counts it as told. Refused instead, an end was retried for ever and its END_TXN never
+    answered.)"""
+    name = TopicName.parse(topic)
+    if not name.persistent:
+        raise TopicNotFoundError(f"{topic} is not a persistent topic: no transaction to end on it")
+    return name

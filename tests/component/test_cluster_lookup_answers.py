@@ -5,6 +5,8 @@ timeout (30 s) before trying again.
 
 An admin split of a bundle nobody owns is placed as a lookup places it (Pulsar's validateNamespaceBundleOwnership, not
 read-only): a broker that is not the leader sends it to the leader (307) instead of taking the bundle itself.
+An admin call on a bundle its owner is unloading is refused with Pulsar's 500 "being unloaded", on the owner and on
+any other broker, not redirected to the owner (which redirected to itself until the unload ended).
 A metadata store that fails the lookup (or a PARTITIONED_METADATA that creates a partitioned topic) is answered
 MetadataError, as Pulsar's handleLookupError answers a
 MetadataStoreException. A namespace a peer cluster serves is redirected there before ownership is asked at all.
@@ -27,6 +29,7 @@ from broker.topic_name import TopicName
 from metadata_store.api import MetadataStoreError
 from tests.admin.conftest import Admin
 from tests.component.wire import T, WireClient, port_of
+from tests.unit.test_cluster_ownership import BUNDLES
 from tests.unit.test_cluster_ownership import Broker as ClusterMember
 
 
@@ -107,6 +110,47 @@ async def test_a_split_of_a_bundle_nobody_owns_goes_where_a_lookup_would() -> No
     finally:
         await other.stop()
         await leader.stop()
+
+
+async def test_a_call_on_a_bundle_being_unloaded_is_refused_not_redirected_to_the_owner() -> None:
+    tree = f"unloading-{uuid.uuid4().hex}"
+    owner = await ClusterMember(tree, 1).start()
+    other = await ClusterMember(tree, 2).start()
+    closing, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_unload(names: list[str]) -> int:  # (the bundle's topics take their time to close)
+        closing.set()
+        await release.wait()
+        return 0
+
+    owner.host.unload_topics = slow_unload  # type: ignore[method-assign]
+    name = TopicName.parse("persistent://public/default/t-0")
+    bundle = BUNDLES.find(name.full)
+    try:
+        await owner.ownership.lookup(name, True, None)
+        unloading = asyncio.create_task(owner.ownership.unload_bundle(bundle))
+        await asyncio.wait_for(closing.wait(), 10)  # (the node says disabled now)
+        async with Broker() as b, aiohttp.ClientSession() as http:
+            assert b.server is not None
+            service = b.server.service
+            standalone = service.ownership
+            try:
+                for member in (owner, other):  # (the owner redirected to itself, the other to the owner)
+                    service.ownership = member.ownership
+                    for method, path in (("PUT", "namespaces/public/default/{}/unload"),
+                                         ("GET", "non-persistent/public/default/{}")):
+                        async with http.request(method, f"{b.web_url}/admin/v2/{path.format(bundle.range_name)}",
+                                                allow_redirects=False) as reply:
+                            assert reply.status == 500, (method, reply.status, reply.headers.get("Location"))
+                            assert (await reply.json())["reason"] == f"Namespace bundle {bundle} is being unloaded"
+            finally:
+                service.ownership = standalone
+        release.set()
+        await unloading
+    finally:
+        release.set()
+        await other.stop()
+        await owner.stop()
 
 
 async def test_a_partitioned_metadata_the_metadata_store_fails_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:

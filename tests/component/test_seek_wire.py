@@ -1,17 +1,23 @@
 """SEEK on a Shared / Key_Shared subscription whose dispatcher has a read parked at the end of the topic (every
 message delivered, permits left): the backlog must be delivered again to the consumer that comes back. Raw frames,
 as pulsar-rs sends them (its seek test found the bug: the parked read was served from the new position by the
-reset, its entries dropped as stale, and the cursor skipped the backlog)."""
+reset, its entries dropped as stale, and the cursor skipped the backlog). A SEEK whose cursor an unload closes
+meanwhile is refused as Pulsar refuses it, not logged as an error."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from broker.embedded import Broker
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.topic import PersistentTopic
+from broker.topic_name import TopicName
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
 
@@ -92,3 +98,40 @@ async def test_seek_with_a_parked_read_delivers_the_backlog_again(broker: Broker
     assert [(m.message.message_id.ledgerId, m.message.message_id.entryId) for m in again[T.MESSAGE]] == \
         [(m.ledgerId, m.entryId) for m in delivered]
     c.close()
+
+
+async def test_a_seek_whose_cursor_closes_meanwhile_is_refused_as_pulsar_does_with_no_error_logged(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A SEEK by publish time whose topic is unloaded while the position is looked for finds its cursor closed:
+    answered UnknownError "Error when resetting subscription: ..." and logged as a warning, as Pulsar's handleSeek
+    answers and logs any failure of the reset (it was logged as an error with a traceback)."""
+    assert broker.server is not None
+    service = broker.server.service
+    topic = f"persistent://public/default/seek-closed-{uuid.uuid4().hex[:6]}"
+    c = await WireClient.open(port_of(broker))
+    try:
+        await c.connect()
+        c.send(subscribe_cmd(topic, "s", 1, 1))
+        assert (await c.recv()).type == T.SUCCESS
+        reached, resume = asyncio.Event(), asyncio.Event()
+        find = PersistentTopic.find_position_by_time
+
+        async def held(self: PersistentTopic, publish_time: int) -> Any:
+            reached.set()
+            await resume.wait()
+            return await find(self, publish_time)
+
+        monkeypatch.setattr(PersistentTopic, "find_position_by_time", held)
+        cmd = pb.BaseCommand(type=T.SEEK)
+        cmd.seek.consumer_id, cmd.seek.request_id, cmd.seek.message_publish_time = 1, 2, 1
+        c.send(cmd)
+        await asyncio.wait_for(reached.wait(), 10)
+        assert await service.unload_topic(TopicName.parse(topic))
+        resume.set()
+        while (reply := await c.recv()).type != T.ERROR:
+            assert reply.type == T.CLOSE_CONSUMER, reply  # (the unload's)
+        assert (reply.error.request_id, reply.error.error) == (2, pb.UnknownError)
+        assert reply.error.message.startswith("Error when resetting subscription: "), reply
+    finally:
+        c.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

@@ -316,6 +316,15 @@ async def test_ending_on_a_deleted_topic_does_not_block_the_commit(broker: Broke
     assert not (await client.end_txn(txn, commit=True)).HasField("error")
 
 
+async def test_ending_on_a_non_persistent_topic_does_not_block_the_commit(client: TxnWireClient) -> None:
+    """A non-persistent topic added to a transaction (as a partition, or for a subscription) has nothing to end:
+    the END_TXN is answered (it was retried for ever, never answered)."""
+    txn = await client.new_txn()
+    await client.add_partitions(txn, "non-persistent://public/default/txn-np")
+    await client.add_subscription(txn, "non-persistent://public/default/txn-np", "s")
+    assert not (await client.end_txn(txn, commit=True)).HasField("error")
+
+
 async def http_get(broker: Broker, path: str) -> tuple[int, Any]:
     async with aiohttp.ClientSession() as http, http.get(broker.web_url + path) as resp:
         return resp.status, await resp.json(content_type=None)
