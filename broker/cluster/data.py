@@ -199,20 +199,25 @@ class LoadReport:
     bandwidth_out_limit: float = 0.0
     bundle_stats: Mapping[str, BundleLoad] = field(default_factory=dict)  # lastStats, by bundle name
 
-    def _shares(self) -> tuple[float, float, float, float]:
-        return (_share(self.cpu_usage, self.cpu_limit), _share(self.memory_usage_mb, self.memory_limit_mb),
-                _share(self.bandwidth_in_usage, self.bandwidth_in_limit),
+    def _shares(self) -> tuple[float, float, float]:
+        """CPU, bandwidth in and out, each as a fraction of its limit. Pulsar 4.0.7's LocalBrokerData counts these
+        and direct memory (0 in our reports: there is none), never the ``memory`` it reports (the JVM heap there,
+        our process's resident memory here)."""
+        return (_share(self.cpu_usage, self.cpu_limit), _share(self.bandwidth_in_usage, self.bandwidth_in_limit),
                 _share(self.bandwidth_out_usage, self.bandwidth_out_limit))
 
     @property
     def max_resource_usage(self) -> float:
-        """Pulsar's getMaxResourceUsage: the highest usage / limit among the resources, as a fraction."""
+        """Pulsar's getMaxResourceUsage: the highest usage / limit among CPU, direct memory and bandwidth in and out,
+        as a fraction."""
         return max(self._shares())
 
     def max_resource_usage_with_weight(self, w: ResourceWeights) -> float:
-        """Pulsar's LocalBrokerData.getMaxResourceUsageWithWeight: the highest weighted share (a fraction)."""
-        cpu, memory, bw_in, bw_out = self._shares()
-        return max(cpu * w.cpu, memory * w.memory, bw_in * w.bandwidth_in, bw_out * w.bandwidth_out)
+        """Pulsar's LocalBrokerData.getMaxResourceUsageWithWeight(cpu, directMemory, bandwidthIn, bandwidthOut
+        weights): the highest weighted share (a fraction). Placement and every shedding strategy use it; the memory
+        weight (``loadBalancerMemoryResourceWeight``) is not among its weights in 4.0.7's modular load manager."""
+        cpu, bw_in, bw_out = self._shares()
+        return max(cpu * w.cpu, bw_in * w.bandwidth_in, bw_out * w.bandwidth_out)
 
     def to_bytes(self) -> bytes:
         u = self.urls

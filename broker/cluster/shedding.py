@@ -9,16 +9,17 @@ a running average of those reports), consider only the bundles the broker owns (
 that were not unloaded within the grace period, and never the heartbeat or SLA-monitor namespaces' bundles
 (``LoadData.getBundleDataForLoadShedding``). A broker owning a single bundle sheds nothing.
 
-``ThresholdShedder`` (Pulsar's default). For every broker, its usage is the highest weighted share of its
-resources (``getMaxResourceUsageWithWeight``: CPU, memory, direct memory, bandwidth in and out, each times its
-``loadBalancer...ResourceWeight``), smoothed over the rounds: ``usage = history * loadBalancerHistoryResourcePercentage
-+ now * (1 - that)``, starting at the first usage seen (Pulsar's ``updateAvgResourceUsage``: a new leader acts on the
-load as it is). The average over the brokers is the mark; a broker whose usage is
-``loadBalancerBrokerThresholdShedderPercentage`` points or more above it is to shed ``throughput * (usage - average
-- threshold + 5 %)`` bytes per second (skipped under ``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its
-bundles, hottest first (throughput in + out), are picked until that much is picked, and at least one. (As in
-Pulsar 4.0's ``findBundlesForUnloading``, only a broker at or above ``average + threshold`` sheds: one far *under*
-the average keeps its bundles, also when its throughput and the minimum are both 0.)
+``ThresholdShedder`` (Pulsar's default). For every broker, its usage is the highest weighted share of its resources
+(``getMaxResourceUsageWithWeight``: CPU, direct memory, bandwidth in and out, each times its
+``loadBalancer...ResourceWeight``; never the heap, here our process's memory), smoothed over the rounds: ``usage =
+history * loadBalancerHistoryResourcePercentage + now * (1 - that)``, starting at the first usage seen (Pulsar's
+``updateAvgResourceUsage``: a new leader acts on the load as it is). The average over the brokers is the mark; a
+broker whose usage is ``loadBalancerBrokerThresholdShedderPercentage`` points or more above it is to shed
+``throughput * (usage - average - threshold + 5 %)`` bytes per second (skipped under
+``loadBalancerBundleUnloadMinThroughputThreshold`` MB/s). Its bundles, hottest first (throughput in + out), are
+picked until that much is picked, and at least one. (As in Pulsar 4.0's ``findBundlesForUnloading``, only a broker
+at or above ``average + threshold`` sheds: one far *under* the average keeps its bundles, also when its throughput
+and the minimum are both 0.)
 
 ``OverloadShedder``. A broker whose usage now (no smoothing; the four-weight ``getMaxResourceUsageWithWeight``:
 CPU, direct memory, bandwidth in and out, not heap memory) is at or above
@@ -39,7 +40,6 @@ Java int (``MutableInt``): the amounts truncate toward 0, as here.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import re
@@ -195,12 +195,10 @@ class OverloadShedder:
                                    recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
         s = self.settings
         threshold = s.overloaded_percent / 100.0
-        # The four-weight getMaxResourceUsageWithWeight: no heap memory (our reports carry no direct memory: 0).
-        weights = dataclasses.replace(s.weights, memory=0.0)
         loads = _bundle_loads(brokers, _throughput)
         chosen: dict[str, list[str]] = {}
         for broker_id, report in sorted(brokers.items()):
-            usage = report.max_resource_usage_with_weight(weights)
+            usage = report.max_resource_usage_with_weight(s.weights)
             if usage < threshold:
                 log.debug("OverloadShedder: [%s] broker is not overloaded (usage %.1f %%)", broker_id, usage * 100)
                 continue
