@@ -80,7 +80,7 @@ def web_service(owner: Owner, local: set[int]) -> Any:
     owned = {BUNDLES.bundles[i] for i in local}
 
     async def owner_of(bundle: NamespaceBundle) -> SimpleNamespace:
-        return SimpleNamespace(http_url=owner.url, http_url_tls="")
+        return SimpleNamespace(http_url=owner.url, http_url_tls="", disabled=False)
 
     ownership = SimpleNamespace(distributed=True, is_owned=lambda b: b in owned, owner_of=owner_of, is_leader=False)
     metadata = SimpleNamespace(namespace_bundles=lambda ns: BUNDLES)
