@@ -104,11 +104,16 @@ NO_LIMIT_MINUS_1 = Rule(-1, means="-1 = no limit")
 
 
 # The load-shedding strategies (loadBalancerLoadSheddingStrategy; Pulsar loads the class by its full name, so no
-# short forms): the default, and the two other classic ones (broker.cluster.shedding). Not AvgShedder (refused).
+# short forms): the default, the two other classic ones and AvgShedder (broker.cluster.shedding).
 THRESHOLD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
 OVERLOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.OverloadShedder"
 UNIFORM_LOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.UniformLoadShedder"
-SHEDDING_STRATEGIES = (THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER)
+AVG_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.AvgShedder"
+SHEDDING_STRATEGIES = (THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER, AVG_SHEDDER)
+# The placement strategies (loadBalancerLoadPlacementStrategy, broker.cluster.placement): Pulsar 4.0's default, and
+# AvgShedder (which must then be the shedding strategy too). Not LeastResourceUsageWithWeight (refused).
+LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate"
+PLACEMENT_STRATEGIES = (LEAST_LONG_TERM_MESSAGE_RATE, AVG_SHEDDER)
 JAVA_INT_MAX = (1 << 31) - 1  # Integer.MAX_VALUE: Pulsar's int keys hold no more
 
 
@@ -341,7 +346,19 @@ class BrokerConfig:
     loadBalancerSheddingExcludedNamespaces: list[str] = field(default_factory=list)
     loadBalancerLoadSheddingStrategy: str = setting(THRESHOLD_SHEDDER, Rule(
         choices=SHEDDING_STRATEGIES,
-        words=f"one of {', '.join(SHEDDING_STRATEGIES)} (the full class name; AvgShedder is not supported)"))
+        words=f"one of {', '.join(SHEDDING_STRATEGIES)} (the full class name)"))
+    loadBalancerLoadPlacementStrategy: str = setting(LEAST_LONG_TERM_MESSAGE_RATE, Rule(
+        choices=PLACEMENT_STRATEGIES,
+        words=f"one of {', '.join(PLACEMENT_STRATEGIES)} (the full class name; LeastResourceUsageWithWeight is not "
+              "supported)"))
+    # AvgShedder: a pair of brokers (the idlest with the busiest, inwards) whose scores (weighted usage, 0-100)
+    # differ by the low threshold for the low hit count of consecutive rounds, or by the high threshold for the high
+    # hit count, moves bundles from the busier to the idler (maxUnloadPercentage of their difference in message
+    # rate, else in throughput, at least minUnloadMessage / minUnloadMessageThroughput).
+    loadBalancerAvgShedderLowThreshold: int = setting(15, Rule(0, JAVA_INT_MAX))
+    loadBalancerAvgShedderHighThreshold: int = setting(40, Rule(0, JAVA_INT_MAX))
+    loadBalancerAvgShedderHitCountLowThreshold: int = setting(8, Rule(0, JAVA_INT_MAX))
+    loadBalancerAvgShedderHitCountHighThreshold: int = setting(2, Rule(0, JAVA_INT_MAX))
     # ThresholdShedder: a broker whose (smoothed, weighted) usage is more than this many points above the
     # brokers' average sheds bundles down to 5 points under it, unless that is under the minimum throughput (MB/s).
     loadBalancerBrokerThresholdShedderPercentage: int = setting(10, Rule(0, 100))
@@ -617,6 +634,11 @@ class BrokerConfig:
         """Check every value (they may have been assigned directly); raise the first bad one."""
         for key, kind in _KINDS.items():
             kind.check(key, getattr(self, key))
+        if self.loadBalancerLoadPlacementStrategy == AVG_SHEDDER != self.loadBalancerLoadSheddingStrategy:
+            # (Pulsar's ModularLoadManagerImpl refuses to start so: one instance must plan and place)
+            raise ConfigError(f"The load shedding strategy: {self.loadBalancerLoadSheddingStrategy} can't work with "
+                              f"the placement strategy: {self.loadBalancerLoadPlacementStrategy} (AvgShedder places "
+                              "only what it shed itself)")
 
     def report_unknown(self) -> None:
         if self.unknown_keys:

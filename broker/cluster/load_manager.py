@@ -5,7 +5,8 @@ leader (``/loadbalance/leader``), so the work moves with the leadership when the
 Shedding (``doLoadShedding``, every ``loadBalancerSheddingIntervalMinutes`` when ``loadBalancerSheddingEnabled``
 and more than one broker is registered): the bundles unloaded less than ``loadBalancerSheddingGracePeriodMinutes``
 ago are forgotten past that; the strategy ``loadBalancerLoadSheddingStrategy`` names (``broker.cluster.shedding``:
-Pulsar's default ``ThresholdShedder``, ``OverloadShedder`` or ``UniformLoadShedder``; the log lines name it) picks
+Pulsar's default ``ThresholdShedder``, ``OverloadShedder``, ``UniformLoadShedder`` or ``AvgShedder``; the log lines
+name it; with ``loadBalancerLoadPlacementStrategy`` AvgShedder too, placement asks the same instance) picks
 bundles per broker; one of a namespace in ``loadBalancerSheddingExcludedNamespaces`` (PIP-380) is skipped, not
 replaced; for each of the others, placement picks where it should go (``selectBroker``: the same rules as a lookup of
 an unowned bundle); nothing happens when that is its owner or no broker; otherwise the leader records the
@@ -36,8 +37,8 @@ from broker.cluster.data import LoadReport, ResourceWeights
 from broker.cluster.operations import thresholds_of
 from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
 from broker.cluster.registry import BrokerRegistry
-from broker.cluster.shedding import LoadSheddingStrategy, ShedderSettings, create_strategy
-from broker.config import BrokerConfig
+from broker.cluster.shedding import AvgShedder, LoadSheddingStrategy, ShedderSettings, create_strategy
+from broker.config import AVG_SHEDDER, BrokerConfig
 from broker.tasks import OwnedTasks
 from metadata_store.api import MetadataStoreError
 
@@ -61,7 +62,11 @@ def shedder_settings(config: BrokerConfig) -> ShedderSettings:
         max_unload_percentage=config.maxUnloadPercentage,
         min_unload_message=config.minUnloadMessage,
         min_unload_message_throughput=config.minUnloadMessageThroughput,
-        max_unload_bundle_num=config.maxUnloadBundleNumPerShedding)
+        max_unload_bundle_num=config.maxUnloadBundleNumPerShedding,
+        avg_low_threshold=config.loadBalancerAvgShedderLowThreshold,
+        avg_high_threshold=config.loadBalancerAvgShedderHighThreshold,
+        avg_hit_count_low=config.loadBalancerAvgShedderHitCountLowThreshold,
+        avg_hit_count_high=config.loadBalancerAvgShedderHitCountHighThreshold)
 
 
 def split_stats(brokers: Mapping[str, LoadReport]) -> list[S.BundleStats]:
@@ -92,6 +97,9 @@ class LoadManager:
         self.headers = dict(headers or {})
         self.shedder: LoadSheddingStrategy = create_strategy(config.loadBalancerLoadSheddingStrategy,
                                                              shedder_settings(config))
+        if config.loadBalancerLoadPlacementStrategy == AVG_SHEDDER and isinstance(self.shedder, AvgShedder):
+            # One instance plans and places (Pulsar's ModularLoadManagerImpl; the config checks both name it).
+            placement.strategy = self.shedder
         self.recently_unloaded: dict[str, float] = {}  # bundle -> when (time.time())
         self.unloads = 0  # bundles unloaded by shedding (tests, logs)
         self.splits = 0

@@ -6,7 +6,9 @@
    the bundle's namespace (counting the bundles each reports in its ``LocalBrokerData`` plus those the leader
    assigned to it that its report does not show yet, Pulsar's "preallocated" bundles), so that a namespace's
    bundles spread over the brokers;
-2. the default placement strategy, ``LeastLongTermMessageRate``: among those, a broker whose highest resource usage
+2. the placement strategy (``loadBalancerLoadPlacementStrategy``): with ``AvgShedder``, the broker its shedding
+   planned for the bundle, else one at random (``broker.cluster.shedding``); with the default,
+   ``LeastLongTermMessageRate``: among those, a broker whose highest resource usage
    (``getMaxResourceUsageWithWeight``, the ``loadBalancer...ResourceWeight`` keys) is above
    ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their message rate
    in + out; the best score wins, ties broken at random (all overloaded: any candidate);
@@ -46,8 +48,8 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.data import LoadReport, ResourceWeights
@@ -58,6 +60,12 @@ OVERLOADED_THRESHOLD = 0.85
 PREALLOCATION_TTL_S = 60.0
 # The failure domain of a broker that no domain lists (Pulsar's LoadManagerShared.DEFAULT_DOMAIN).
 DEFAULT_DOMAIN = "default"
+
+
+class PlacementStrategy(Protocol):
+    """Pulsar's ``ModularLoadManagerStrategy.selectBroker``, for a strategy other than the default."""
+
+    def select_broker(self, candidates: Collection[str], bundle: str) -> str | None: ...
 
 
 class Placement:
@@ -76,6 +84,9 @@ class Placement:
         self.preallocated: dict[str, tuple[str, float]] = {}
         # bundle -> the broker the load shedding sent it to (Pulsar keys it by the range alone; we by the bundle)
         self.affinity: dict[str, str] = {}
+        # loadBalancerLoadPlacementStrategy: None for LeastLongTermMessageRate, else the strategy that picks among
+        # the candidates (AvgShedder: the load manager's shedding instance, broker.cluster.shedding)
+        self.strategy: PlacementStrategy | None = None
 
     def set_affinity(self, bundle: str, broker_id: str | None) -> None:
         if broker_id:
@@ -114,10 +125,16 @@ class Placement:
         if group:
             candidates = spread_anti_affinity(candidates, self.group_counts(group, brokers), self.failure_domains())
         fewest = min(counts[b] for b in candidates)
-        chosen = self._least_loaded([b for b in candidates if counts[b] == fewest], brokers)
+        chosen = self._pick([b for b in candidates if counts[b] == fewest], brokers, str(bundle))
         if brokers[chosen].max_resource_usage_with_weight(self.weights) > self.overloaded:
-            chosen = self._least_loaded(allowed, brokers)
+            chosen = self._pick(allowed, brokers, str(bundle))
         return chosen
+
+    def _pick(self, candidates: list[str], brokers: Mapping[str, LoadReport], bundle: str) -> str:
+        """The placement strategy's choice among ``candidates`` (not empty)."""
+        if self.strategy is not None:
+            return self.strategy.select_broker(candidates, bundle) or candidates[0]
+        return self._least_loaded(candidates, brokers)
 
     def group_counts(self, group: str, brokers: Mapping[str, LoadReport]) -> dict[str, int]:
         """Pulsar's getAntiAffinityNamespaceOwnedBrokers: broker -> how many namespaces of ``group`` it serves a

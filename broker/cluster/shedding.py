@@ -36,19 +36,39 @@ to ``maxUnloadPercentage`` of that difference, provided it is at least ``minUnlo
 second. Its bundles, highest rate (or throughput) first, each one taken when it is no more than what is still
 wanted + 1000, at most ``maxUnloadBundleNumPerShedding`` of them (-1: no limit). Pulsar keeps what is wanted in a
 Java int (``MutableInt``): the amounts truncate toward 0, as here.
+
+``AvgShedder`` (Pulsar 3.3+, PIP-364). Each broker's score is its weighted usage as ThresholdShedder's, now (no
+smoothing), times 100. The brokers are sorted by score and paired from both ends (the lowest with the highest, the
+second lowest with the second highest, ...). A pair whose scores differ by less than
+``loadBalancerAvgShedderLowThreshold`` points forgets both brokers' hit counts; any other pair counts a low hit for
+both, and a high hit too when they differ by ``loadBalancerAvgShedderHighThreshold`` points or more (else their high
+counts are forgotten). A round with no such pair forgets every count. A pair acts when one of its brokers has
+``loadBalancerAvgShedderHitCountHighThreshold`` high hits or ``loadBalancerAvgShedderHitCountLowThreshold`` low
+ones (consecutive rounds, so a short spike moves nothing); acting forgets both brokers' counts. It moves
+``maxUnloadPercentage`` of the pair's difference in message rate (in + out) when that is above
+``minUnloadMessage``, else of their difference in throughput when that is above ``minUnloadMessageThroughput``,
+else nothing: the busier broker's bundles, highest first, each taken when its load is above 0 and no more than what
+is still wanted. A broker with a single bundle is warned about but not spared (as in Pulsar). Each bundle it picks
+is planned to go to the pair's idler broker: with ``loadBalancerLoadPlacementStrategy`` set to AvgShedder too (the
+same instance does both, as Pulsar requires), placement (``select_broker``) sends the bundle there, and any other
+bundle to a broker picked at random among the candidates, remembered for that bundle. Brokers are sorted by score,
+then by id (Pulsar's comparator truncates the difference to an int, so brokers within a point of each other keep
+its map's order).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import random
 import re
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.cluster.data import LoadReport, ResourceWeights
-from broker.config import OVERLOAD_SHEDDER, THRESHOLD_SHEDDER, UNIFORM_LOAD_SHEDDER
+from broker.config import AVG_SHEDDER, OVERLOAD_SHEDDER, THRESHOLD_SHEDDER, UNIFORM_LOAD_SHEDDER
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +102,11 @@ class ShedderSettings:
     min_unload_message: int = 1000  # minUnloadMessage (messages per second)
     min_unload_message_throughput: int = 1024 * 1024  # minUnloadMessageThroughput (bytes per second)
     max_unload_bundle_num: int = -1  # maxUnloadBundleNumPerShedding (-1: no limit)
+    # AvgShedder:
+    avg_low_threshold: float = 15  # loadBalancerAvgShedderLowThreshold (score points)
+    avg_high_threshold: float = 40  # loadBalancerAvgShedderHighThreshold
+    avg_hit_count_low: int = 8  # loadBalancerAvgShedderHitCountLowThreshold (consecutive rounds)
+    avg_hit_count_high: int = 2  # loadBalancerAvgShedderHitCountHighThreshold
 
 
 class LoadSheddingStrategy(Protocol):
@@ -294,8 +319,130 @@ class UniformLoadShedder:
         return {broker_id: picked} if picked else {}
 
 
+# How long AvgShedder remembers where it sent (or planned to send) a bundle that no broker reports any more (split,
+# or its namespace deleted); Pulsar keeps such entries for good.
+AVG_PLAN_TTL_S = 3600.0
+
+
+class AvgShedder:
+    """Both a shedding strategy and a placement strategy (``select_broker``); keeps each broker's hit counts from
+    round to round and where each bundle should go (as Pulsar's instance does)."""
+
+    name = "AvgShedder"
+
+    def __init__(self, settings: ShedderSettings | None = None, rng: random.Random | None = None) -> None:
+        self.settings = settings or ShedderSettings()
+        self._rng = rng or random.Random()
+        self.hits_high: dict[str, int] = {}
+        self.hits_low: dict[str, int] = {}
+        self.scores: dict[str, float] = {}
+        self.planned: dict[str, tuple[str, float]] = {}  # bundle -> (broker id, when planned)
+
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
+                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+        s = self.settings
+        self._forget_old_plans(brokers)
+        self.scores = {b: r.max_resource_usage_with_weight(s.weights) * 100 for b, r in brokers.items()}
+        ranked = sorted(self.scores, key=lambda b: (self.scores[b], b))
+        pairs = self._pairs(ranked)
+        log.info("AvgShedder: brokers by score %s; high hits %s, low hits %s", ranked, self.hits_high, self.hits_low)
+        chosen: dict[str, list[str]] = {}
+        if not pairs:
+            self.hits_high.clear()
+            self.hits_low.clear()
+            return chosen
+        for idle, busy in pairs:
+            if not any(self.hits_high.get(b, 0) >= s.avg_hit_count_high
+                       or self.hits_low.get(b, 0) >= s.avg_hit_count_low for b in (idle, busy)):
+                continue  # (not for enough consecutive rounds yet)
+            for b in (idle, busy):
+                self.hits_high.pop(b, None)
+                self.hits_low.pop(b, None)
+            picked = self._pick(brokers, busy, idle, recently_unloaded)
+            if picked:
+                chosen.setdefault(busy, []).extend(picked)
+        return chosen
+
+    def _pairs(self, ranked: list[str]) -> list[tuple[str, str]]:
+        """Pair the idlest with the busiest, inwards; count the hits (Pulsar's findBrokerPairs)."""
+        s = self.settings
+        pairs: list[tuple[str, str]] = []
+        i, j = 0, len(ranked) - 1
+        while i <= j:
+            idle, busy = ranked[i], ranked[j]
+            difference = self.scores[busy] - self.scores[idle]
+            if difference < s.avg_low_threshold:
+                for b in (idle, busy):
+                    self.hits_high.pop(b, None)
+                    self.hits_low.pop(b, None)
+            else:
+                pairs.append((idle, busy))
+                for b in (idle, busy):
+                    self.hits_low[b] = self.hits_low.get(b, 0) + 1
+                    if difference < s.avg_high_threshold:
+                        self.hits_high.pop(b, None)
+                    else:
+                        self.hits_high[b] = self.hits_high.get(b, 0) + 1
+            i += 1
+            j -= 1
+        return pairs
+
+    def _pick(self, brokers: Mapping[str, LoadReport], busy: str, idle: str,
+              recently_unloaded: Collection[str]) -> list[str]:
+        """The busy broker's bundles to move to the idle one (Pulsar's selectBundleForUnloading)."""
+        s = self.settings
+        low, high = brokers[idle], brokers[busy]
+        rate_wanted = (high.msg_rate_in + high.msg_rate_out - low.msg_rate_in - low.msg_rate_out) \
+            * s.max_unload_percentage
+        tp_wanted = (high.msg_throughput_in + high.msg_throughput_out - low.msg_throughput_in
+                     - low.msg_throughput_out) * s.max_unload_percentage
+        if rate_wanted > s.min_unload_message:
+            wanted, value = rate_wanted, _msg_rate
+        elif tp_wanted > s.min_unload_message_throughput:
+            wanted, value = tp_wanted, _throughput
+        else:
+            log.info("AvgShedder: broker %s would shed bundles to broker %s, but the throughput to move, %.3f MByte/s,"
+                     " is under %.3f MByte/s and the message rate to move, %.1f/s, under %d/s: nothing unloaded",
+                     busy, idle, tp_wanted / MB, s.min_unload_message_throughput / MB, rate_wanted,
+                     s.min_unload_message)
+            return []
+        if len(high.bundles) == 1:
+            log.warning("AvgShedder: HIGH USAGE WARNING: sole namespace bundle %s is overloading broker %s",
+                        high.bundles[0], busy)
+        elif not high.bundles:
+            log.warning("AvgShedder: broker %s is overloaded despite having no bundles", busy)
+        log.info("AvgShedder: broker %s (score %.1f) is to shed %s %.1f to broker %s (score %.1f)", busy,
+                 self.scores[busy], "msgRate" if value is _msg_rate else "throughput", wanted, idle, self.scores[idle])
+        picked: list[str] = []
+        now = time.monotonic()
+        for bundle, load in _candidates(high, _bundle_loads(brokers, value), recently_unloaded):
+            if 0 < load <= wanted:
+                picked.append(bundle)
+                self.planned[bundle] = (idle, now)
+                wanted -= load
+        return picked
+
+    def select_broker(self, candidates: Collection[str], bundle: str) -> str | None:
+        """Placement (Pulsar's AvgShedder.selectBroker): where the shedding planned ``bundle`` to go when that broker
+        is a candidate, else a candidate at random, remembered for the bundle."""
+        if not candidates:
+            return None
+        plan = self.planned.get(bundle)
+        if plan is not None and plan[0] in candidates:
+            return plan[0]
+        chosen = self._rng.choice(sorted(candidates))
+        self.planned[bundle] = (chosen, time.monotonic())
+        return chosen
+
+    def _forget_old_plans(self, brokers: Mapping[str, LoadReport]) -> None:
+        reported = {b for r in brokers.values() for b in r.bundles}
+        horizon = time.monotonic() - AVG_PLAN_TTL_S
+        self.planned = {b: p for b, p in self.planned.items() if b in reported or p[1] > horizon}
+
+
 STRATEGIES: dict[str, Callable[[ShedderSettings], LoadSheddingStrategy]] = {
-    THRESHOLD_SHEDDER: ThresholdShedder, OVERLOAD_SHEDDER: OverloadShedder, UNIFORM_LOAD_SHEDDER: UniformLoadShedder}
+    THRESHOLD_SHEDDER: ThresholdShedder, OVERLOAD_SHEDDER: OverloadShedder, UNIFORM_LOAD_SHEDDER: UniformLoadShedder,
+    AVG_SHEDDER: AvgShedder}
 
 
 def create_strategy(class_name: str, settings: ShedderSettings) -> LoadSheddingStrategy:

@@ -368,12 +368,13 @@ class BrokerService:
         ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
         if c.failureDomainsEnabled:  # (off: Pulsar's refreshBrokerToFailureDomainMap leaves the map empty)
             ownership.placement.failure_domains = lambda: self.metadata.broker_failure_domains(c.clusterName)
+        # (made before the registry starts: it sets the placement strategy the first lookups use)
+        load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles, broker_client_headers(c))
         await registry.start()
         self.registry, self.ownership = registry, ownership
         if self.transactions is not None:
             self.transactions.start_cluster(urls.pulsar_url or urls.pulsar_url_tls or "")
-        self.load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles,
-                                        broker_client_headers(c))
+        self.load_manager = load_manager
         self.load_manager.start()
 
     def load_report(self, urls: BrokerUrls) -> LoadReport:

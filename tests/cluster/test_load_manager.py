@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import pulsar
+import pytest
 import requests
 
 from broker.metadata.bundles import hash_topic
@@ -63,11 +64,22 @@ def leader_of(brokers: Brokers) -> BrokerInfo:
     return next(b for b in brokers.live if b.web_url.removeprefix("http://") == leader["brokerId"])
 
 
-def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers) -> None:
+AVG_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.AvgShedder"
+# AvgShedder as both the shedding and the placement strategy, acting on the first round that sees the two brokers'
+# scores 40 points or more apart, and moving up to all of their difference in message rate, however small.
+AVG_SHEDDER_SETTINGS = {
+    "loadBalancerLoadSheddingStrategy": AVG_SHEDDER, "loadBalancerLoadPlacementStrategy": AVG_SHEDDER,
+    "loadBalancerAvgShedderHitCountHighThreshold": "1", "maxUnloadPercentage": "1", "minUnloadMessage": "0"}
+
+
+@pytest.mark.parametrize("strategy", [
+    pytest.param({}, id="ThresholdShedder"), pytest.param(AVG_SHEDDER_SETTINGS, id="AvgShedder")])
+def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers, strategy: dict[str, str]) -> None:
     brokers.settings.update({
         "loadBalancerSheddingIntervalMinutes": "0.05", "loadBalancerHistoryResourcePercentage": "0",
         "loadBalancerBundleUnloadMinThroughputThreshold": "0", "loadBalancerOverrideBrokerNicSpeedGbps": "0.00001",
-        "loadBalancerAutoBundleSplitEnabled": "false"})
+        "loadBalancerAutoBundleSplitEnabled": "false", **strategy})
+    shed_line = "AvgShedder: unloading bundle" if strategy else SHED
     b1, b2 = brokers.start(2)
     ranges = four_bundles()
     # One topic per bundle, each looked up once: placement spreads the namespace's bundles, two per broker.
@@ -99,9 +111,9 @@ def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers) -> 
             first.finish()
             second.finish()
         leader = leader_of(brokers)
-        assert SHED in log_of(leader) and f"public/default/{shed}" in log_of(leader)
+        assert shed_line in log_of(leader) and f"public/default/{shed}" in log_of(leader)
         other = b2 if leader is b1 else b1
-        assert SHED not in log_of(other)  # a non-leader never sheds
+        assert shed_line not in log_of(other)  # a non-leader never sheds
         for rng in hot:
             assert not checkers[rng].failed, dict(list(checkers[rng].failed.items())[:3])
     finally:
