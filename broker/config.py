@@ -110,10 +110,11 @@ OVERLOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.OverloadShedder"
 UNIFORM_LOAD_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.UniformLoadShedder"
 AVG_SHEDDER = "org.apache.pulsar.broker.loadbalance.impl.AvgShedder"
 SHEDDING_STRATEGIES = (THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER, AVG_SHEDDER)
-# The placement strategies (loadBalancerLoadPlacementStrategy, broker.cluster.placement): Pulsar 4.0's default, and
-# AvgShedder (which must then be the shedding strategy too). Not LeastResourceUsageWithWeight (refused).
+# The placement strategies (loadBalancerLoadPlacementStrategy, broker.cluster.placement): Pulsar 4.0's default,
+# LeastResourceUsageWithWeight and AvgShedder (which must then be the shedding strategy too).
 LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate"
-PLACEMENT_STRATEGIES = (LEAST_LONG_TERM_MESSAGE_RATE, AVG_SHEDDER)
+LEAST_RESOURCE_USAGE_WITH_WEIGHT = "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"
+PLACEMENT_STRATEGIES = (LEAST_LONG_TERM_MESSAGE_RATE, LEAST_RESOURCE_USAGE_WITH_WEIGHT, AVG_SHEDDER)
 JAVA_INT_MAX = (1 << 31) - 1  # Integer.MAX_VALUE: Pulsar's int keys hold no more
 
 
@@ -349,8 +350,9 @@ class BrokerConfig:
         words=f"one of {', '.join(SHEDDING_STRATEGIES)} (the full class name)"))
     loadBalancerLoadPlacementStrategy: str = setting(LEAST_LONG_TERM_MESSAGE_RATE, Rule(
         choices=PLACEMENT_STRATEGIES,
-        words=f"one of {', '.join(PLACEMENT_STRATEGIES)} (the full class name; LeastResourceUsageWithWeight is not "
-              "supported)"))
+        words=f"one of {', '.join(PLACEMENT_STRATEGIES)} (the full class name)"))
+    # LeastResourceUsageWithWeight: the candidates this many points under their average (smoothed) usage are the best.
+    loadBalancerAverageResourceUsageDifferenceThresholdPercentage: int = setting(10, Rule(0, JAVA_INT_MAX))
     # AvgShedder: a pair of brokers (the idlest with the busiest, inwards) whose scores (weighted usage, 0-100)
     # differ by the low threshold for the low hit count of consecutive rounds, or by the high threshold for the high
     # hit count, moves bundles from the busier to the idler (maxUnloadPercentage of their difference in message

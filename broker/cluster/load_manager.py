@@ -35,10 +35,15 @@ from broker.cluster import split as S
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import LoadReport, ResourceWeights
 from broker.cluster.operations import thresholds_of
-from broker.cluster.placement import Placement, anti_affinity_allows_unload, isolation_candidates
+from broker.cluster.placement import (
+    LeastResourceUsageWithWeight,
+    Placement,
+    anti_affinity_allows_unload,
+    isolation_candidates,
+)
 from broker.cluster.registry import BrokerRegistry
 from broker.cluster.shedding import AvgShedder, LoadSheddingStrategy, ShedderSettings, create_strategy
-from broker.config import AVG_SHEDDER, BrokerConfig
+from broker.config import AVG_SHEDDER, LEAST_RESOURCE_USAGE_WITH_WEIGHT, BrokerConfig
 from broker.tasks import OwnedTasks
 from metadata_store.api import MetadataStoreError
 
@@ -100,6 +105,10 @@ class LoadManager:
         if config.loadBalancerLoadPlacementStrategy == AVG_SHEDDER and isinstance(self.shedder, AvgShedder):
             # One instance plans and places (Pulsar's ModularLoadManagerImpl; the config checks both name it).
             placement.strategy = self.shedder
+        elif config.loadBalancerLoadPlacementStrategy == LEAST_RESOURCE_USAGE_WITH_WEIGHT:
+            placement.strategy = LeastResourceUsageWithWeight(
+                placement.weights, config.loadBalancerHistoryResourcePercentage,
+                config.loadBalancerAverageResourceUsageDifferenceThresholdPercentage, placement.overloaded)
         self.recently_unloaded: dict[str, float] = {}  # bundle -> when (time.time())
         self.unloads = 0  # bundles unloaded by shedding (tests, logs)
         self.splits = 0

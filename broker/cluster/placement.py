@@ -7,7 +7,8 @@
    assigned to it that its report does not show yet, Pulsar's "preallocated" bundles), so that a namespace's
    bundles spread over the brokers;
 2. the placement strategy (``loadBalancerLoadPlacementStrategy``): with ``AvgShedder``, the broker its shedding
-   planned for the bundle, else one at random (``broker.cluster.shedding``); with the default,
+   planned for the bundle, else one at random (``broker.cluster.shedding``); with ``LeastResourceUsageWithWeight``,
+   one at random of those well under the candidates' average smoothed usage (below); with the default,
    ``LeastLongTermMessageRate``: among those, a broker whose highest resource usage
    (``getMaxResourceUsageWithWeight``, the ``loadBalancer...ResourceWeight`` keys) is above
    ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their message rate
@@ -44,6 +45,7 @@ Not followed: Pulsar's long-term averages of the rates (we use the last reported
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import re
@@ -53,6 +55,8 @@ from typing import Any, Protocol
 
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.data import LoadReport, ResourceWeights
+
+log = logging.getLogger(__name__)
 
 # Pulsar's loadBalancerBrokerOverloadedThresholdPercentage.
 OVERLOADED_THRESHOLD = 0.85
@@ -65,7 +69,51 @@ DEFAULT_DOMAIN = "default"
 class PlacementStrategy(Protocol):
     """Pulsar's ``ModularLoadManagerStrategy.selectBroker``, for a strategy other than the default."""
 
-    def select_broker(self, candidates: Collection[str], bundle: str) -> str | None: ...
+    def select_broker(self, candidates: Collection[str], bundle: str,
+                      brokers: Mapping[str, LoadReport]) -> str | None: ...
+
+
+class LeastResourceUsageWithWeight:
+    """Pulsar's placement strategy of that name: each candidate's weighted usage (as ThresholdShedder's), smoothed
+    at every choice (``old x loadBalancerHistoryResourcePercentage + now x the rest``; a broker with no bundles or no
+    messages in or out starts again from its usage now); the candidates at least
+    ``loadBalancerAverageResourceUsageDifferenceThresholdPercentage`` points under the candidates' average are the
+    best, one of them at random; none: any candidate at random (Pulsar logs them all as overloaded)."""
+
+    def __init__(self, weights: ResourceWeights | None = None, history: float = 0.9, difference_percent: float = 10,
+                 overloaded: float = OVERLOADED_THRESHOLD, rng: random.Random | None = None) -> None:
+        self.weights = weights or ResourceWeights()
+        self.history = history
+        self.difference = difference_percent / 100.0
+        self.overloaded = overloaded
+        self._rng = rng or random.Random()
+        self.avg_usage: dict[str, float] = {}
+
+    def select_broker(self, candidates: Collection[str], bundle: str,
+                      brokers: Mapping[str, LoadReport]) -> str | None:
+        if not candidates:
+            return None
+        for gone in set(self.avg_usage) - set(brokers):  # (Pulsar's onActiveBrokersChange)
+            del self.avg_usage[gone]
+        ordered = sorted(candidates)
+        total = sum(self._update(b, brokers[b]) for b in ordered)
+        average = total / len(ordered)
+        best = [b for b in ordered if self.avg_usage.get(b, 1.0) + self.difference <= average]
+        if not best:
+            log.warning("assign randomly as all %d brokers are overloaded", len(ordered))
+            best = ordered
+        return self._rng.choice(best)
+
+    def _update(self, broker_id: str, report: LoadReport) -> float:
+        before = self.avg_usage.get(broker_id)
+        if not report.bundles or (report.msg_rate_in == 0 and report.msg_rate_out == 0):
+            before = None  # (restarted, or idle: its usage now, not its history)
+        now = report.max_resource_usage_with_weight(self.weights)
+        usage = now if before is None else before * self.history + (1 - self.history) * now
+        self.avg_usage[broker_id] = usage
+        if usage > self.overloaded:
+            log.warning("broker %s is overloaded: resource usage with weight %.1f %%", broker_id, usage * 100)
+        return usage
 
 
 class Placement:
@@ -133,7 +181,7 @@ class Placement:
     def _pick(self, candidates: list[str], brokers: Mapping[str, LoadReport], bundle: str) -> str:
         """The placement strategy's choice among ``candidates`` (not empty)."""
         if self.strategy is not None:
-            return self.strategy.select_broker(candidates, bundle) or candidates[0]
+            return self.strategy.select_broker(candidates, bundle, brokers) or candidates[0]
         return self._least_loaded(candidates, brokers)
 
     def group_counts(self, group: str, brokers: Mapping[str, LoadReport]) -> dict[str, int]:

@@ -422,7 +422,8 @@ class AvgShedder:
                 wanted -= load
         return picked
 
-    def select_broker(self, candidates: Collection[str], bundle: str) -> str | None:
+    def select_broker(self, candidates: Collection[str], bundle: str,
+                      brokers: Mapping[str, LoadReport] | None = None) -> str | None:
         """Placement (Pulsar's AvgShedder.selectBroker): where the shedding planned ``bundle`` to go when that broker
         is a candidate, else a candidate at random, remembered for the bundle."""
         if not candidates:

@@ -72,14 +72,19 @@ AVG_SHEDDER_SETTINGS = {
     "loadBalancerAvgShedderHitCountHighThreshold": "1", "maxUnloadPercentage": "1", "minUnloadMessage": "0"}
 
 
+LEAST_RESOURCE_USAGE = {
+    "loadBalancerLoadPlacementStrategy": "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"}
+
+
 @pytest.mark.parametrize("strategy", [
-    pytest.param({}, id="ThresholdShedder"), pytest.param(AVG_SHEDDER_SETTINGS, id="AvgShedder")])
+    pytest.param({}, id="ThresholdShedder"), pytest.param(AVG_SHEDDER_SETTINGS, id="AvgShedder"),
+    pytest.param(LEAST_RESOURCE_USAGE, id="ThresholdShedder-LeastResourceUsageWithWeight")])
 def test_the_leader_sheds_a_bundle_of_an_overloaded_broker(brokers: Brokers, strategy: dict[str, str]) -> None:
     brokers.settings.update({
         "loadBalancerSheddingIntervalMinutes": "0.05", "loadBalancerHistoryResourcePercentage": "0",
         "loadBalancerBundleUnloadMinThroughputThreshold": "0", "loadBalancerOverrideBrokerNicSpeedGbps": "0.00001",
         "loadBalancerAutoBundleSplitEnabled": "false", **strategy})
-    shed_line = "AvgShedder: unloading bundle" if strategy else SHED
+    shed_line = "AvgShedder: unloading bundle" if strategy is AVG_SHEDDER_SETTINGS else SHED
     b1, b2 = brokers.start(2)
     ranges = four_bundles()
     # One topic per bundle, each looked up once: placement spreads the namespace's bundles, two per broker.

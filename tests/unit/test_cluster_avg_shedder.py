@@ -1,5 +1,6 @@
 """Pulsar 4.0.7's AvgShedder (broker.cluster.shedding) as pure logic over hand-made load reports, its placement
-(``loadBalancerLoadPlacementStrategy``), and the load manager using one instance for both."""
+(``loadBalancerLoadPlacementStrategy``), the load manager using one instance for both, and the other placement
+strategy, LeastResourceUsageWithWeight."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import pytest
 
 from broker.cluster.bundles import NamespaceBundles
 from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport
-from broker.cluster.placement import Placement
+from broker.cluster.placement import LeastResourceUsageWithWeight, Placement
 from broker.cluster.shedding import MB, AvgShedder, ShedderSettings, create_strategy
 from broker.config import (
     AVG_SHEDDER,
     LEAST_LONG_TERM_MESSAGE_RATE,
+    LEAST_RESOURCE_USAGE_WITH_WEIGHT,
     BrokerConfig,
     ConfigError,
 )
@@ -141,10 +143,10 @@ def test_configuration_keys_and_the_two_strategies_must_agree() -> None:
     with pytest.raises(ConfigError, match=r"The load shedding strategy: .*ThresholdShedder can't work with the "
                                           r"placement strategy: .*AvgShedder"):
         BrokerConfig.load(None, loadBalancerLoadPlacementStrategy=AVG_SHEDDER).check()
-    with pytest.raises(ConfigError, match=r"^loadBalancerLoadPlacementStrategy=.*LeastResourceUsageWithWeight: "
-                                          r"expected one of .*not supported"):
-        BrokerConfig.load(None, loadBalancerLoadPlacementStrategy=(
-            "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"))
+    with pytest.raises(ConfigError, match=r"^loadBalancerLoadPlacementStrategy=LeastResourceUsageWithWeight: "
+                                          r"expected one of .*\(the full class name\)"):
+        BrokerConfig.load(None, loadBalancerLoadPlacementStrategy="LeastResourceUsageWithWeight")
+    assert c.loadBalancerAverageResourceUsageDifferenceThresholdPercentage == 10
     with pytest.raises(ConfigError, match=r"^loadBalancerAvgShedderHitCountLowThreshold=-1: "):
         BrokerConfig.load(None, loadBalancerAvgShedderHitCountLowThreshold=-1)
 
@@ -195,3 +197,57 @@ def test_placement_with_avg_shedder_for_a_lookup_keeps_the_namespace_spreading_f
     assert placement.select(bundle, reports) == "h3:8080"
     # The strategy remembers it for the bundle.
     assert placement.strategy.planned[str(bundle)][0] == "h3:8080"
+
+
+# -- LeastResourceUsageWithWeight --------------------------------------------------------------------------------
+
+def busy(n: int, cpu: float) -> LoadReport:
+    """A broker with a bundle and some messages (so its usage is smoothed from round to round)."""
+    return report(n, cpu, {X[n]: 100.0})
+
+
+def test_least_resource_usage_picks_among_those_well_under_the_average() -> None:
+    strategy = LeastResourceUsageWithWeight(rng=random.Random(4))
+    brokers = {"h1": busy(1, 10.0), "h2": busy(2, 15.0), "h3": busy(3, 70.0)}
+    # Average 31.7 %: h1 and h2 are 10 points or more under it, h3 is not.
+    assert {strategy.select_broker(["h1", "h2", "h3"], X[9], brokers) for _ in range(20)} == {"h1", "h2"}
+    # Among h1 and h2 alone (average 12.5 %), neither is 10 points under: any of them, at random.
+    assert {strategy.select_broker(["h1", "h2"], X[9], brokers) for _ in range(20)} == {"h1", "h2"}
+    assert strategy.select_broker([], X[9], brokers) is None
+
+
+def test_least_resource_usage_smooths_the_usage_at_each_choice_and_restarts_an_idle_broker() -> None:
+    strategy = LeastResourceUsageWithWeight(rng=random.Random(4))
+    brokers = {"h1": busy(1, 0.0), "h2": busy(2, 50.0)}
+    assert strategy.select_broker(["h1", "h2"], X[9], brokers) == "h1"
+    # h1 jumps to 90 %: smoothed, 0.9 x 0 + 0.1 x 90 = 9 %; h2 at 50 % still: h1 is still the one.
+    brokers["h1"] = busy(1, 90.0)
+    assert strategy.select_broker(["h1", "h2"], X[9], brokers) == "h1"
+    assert strategy.avg_usage["h1"] == pytest.approx(0.09)
+    # A broker with no messages in or out (or no bundles) starts again from its usage now.
+    brokers["h1"] = report(1, 90.0, {X[1]: 0.0})
+    assert strategy.select_broker(["h1", "h2"], X[9], brokers) == "h2"
+    assert strategy.avg_usage["h1"] == pytest.approx(0.9)
+    # A broker gone from the registry is forgotten.
+    del brokers["h1"]
+    strategy.select_broker(["h2"], X[9], brokers)
+    assert set(strategy.avg_usage) == {"h2"}
+
+
+def test_the_load_manager_installs_least_resource_usage_with_its_settings() -> None:
+    from broker.cluster.load_manager import LoadManager
+
+    reports = {"h1:8080": busy(1, 10.0)}
+    config = BrokerConfig.load(None, loadBalancerLoadPlacementStrategy=LEAST_RESOURCE_USAGE_WITH_WEIGHT,
+                               loadBalancerAverageResourceUsageDifferenceThresholdPercentage=25,
+                               loadBalancerHistoryResourcePercentage=0.5)
+    placement = Placement(random.Random(2))
+    LoadManager(config, StubRegistry("h1:8080", reports, leader=True), placement,  # type: ignore[arg-type]
+                lambda ns: NamespaceBundles.equal(ns, 16))
+    assert isinstance(placement.strategy, LeastResourceUsageWithWeight)
+    assert (placement.strategy.difference, placement.strategy.history) == (0.25, 0.5)
+    # A lookup's placement asks it: h2 at 20 % is not 25 points under the average of 10 and 20: either.
+    reports["h2:8080"] = busy(2, 20.0)
+    bundle = NamespaceBundles.equal(NS, 16).bundles[9]
+    assert placement.choose(bundle, reports) in reports
+    assert set(placement.strategy.avg_usage) == {"h1:8080", "h2:8080"}
