@@ -50,6 +50,8 @@ from metadata_store.api import MetadataStoreError
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 60.0
+# How often the leader looks for new load reports to sample (a broker considers rewriting its own this often).
+REPORTS_CHECK_S = 5.0
 
 
 def shedder_settings(config: BrokerConfig) -> ShedderSettings:
@@ -118,6 +120,7 @@ class LoadManager:
         c = self.config
         self._tasks.spawn(self._every(c.loadBalancerSheddingIntervalMinutes * 60, self.shed_once), name="shedding")
         self._tasks.spawn(self._every(c.loadBalancerSplitIntervalMinutes * 60, self.split_once), name="split")
+        self._tasks.spawn(self._every(REPORTS_CHECK_S, self.observe_reports), name="load history")
 
     async def close(self) -> None:
         self._tasks.cancel()
@@ -135,8 +138,18 @@ class LoadManager:
             except Exception:
                 log.exception("load manager round failed; next in %.1f s", interval_s)
 
+    async def observe_reports(self) -> None:
+        """On the leader: the bundles' averages take a sample when a broker wrote a new report
+        (``broker.cluster.load_history``; Pulsar's leader updates them on each report's notification)."""
+        if self.registry.is_leader:
+            try:
+                self.placement.history.observe(await self.registry.active_brokers())
+            except MetadataStoreError as exc:
+                log.debug("load reports not read: %s", exc)
+
     async def _brokers(self) -> dict[str, LoadReport]:
         brokers = await self.registry.active_brokers()
+        self.placement.history.observe(brokers)  # (the reports as written: the averages' samples)
         brokers[self.registry.urls.broker_id] = self.registry.current_report()
         return brokers
 
@@ -155,7 +168,8 @@ class LoadManager:
         grace_s = self.config.loadBalancerSheddingGracePeriodMinutes * 60
         now = time.time()
         self.recently_unloaded = {b: at for b, at in self.recently_unloaded.items() if now - at < grace_s}
-        plan = self.shedder.find_bundles_for_unloading(brokers, self.recently_unloaded)
+        plan = self.shedder.find_bundles_for_unloading(brokers, self.recently_unloaded,
+                                                       self.placement.history.short_term())
         excluded = set(self.config.loadBalancerSheddingExcludedNamespaces)
         done = []
         for broker_id, bundles in plan.items():

@@ -534,6 +534,7 @@ class ClusterOwnership(_NamespaceBundlesView):
             candidate = self.urls.broker_id  # the leader already picked this broker
         else:
             brokers = await registry.active_brokers()
+            self.placement.history.observe(brokers)  # (the reports as written: the load averages' samples)
             leader = registry.leader
             if registry.is_leader or leader is None or leader.broker_id not in brokers:
                 if not self._closed:  # (a stopping broker has left the registry: it takes nothing)

@@ -11,8 +11,9 @@
    one at random of those well under the candidates' average smoothed usage (below); with the default,
    ``LeastLongTermMessageRate``: among those, a broker whose highest resource usage
    (``getMaxResourceUsageWithWeight``, the ``loadBalancer...ResourceWeight`` keys) is above
-   ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their message rate
-   in + out; the best score wins, ties broken at random (all overloaded: any candidate);
+   ``loadBalancerBrokerOverloadedThresholdPercentage`` (85 %) scores infinity, the others score their long-term
+   message rate in + out (that of the bundles they report plus that of the bundles just assigned to them, below);
+   the best score wins, ties broken at random (all overloaded: any candidate);
 3. when the broker chosen is overloaded, the choice is made again among all the brokers (``selectBroker``'s last
    step), so a namespace's spreading does not pin a bundle to an overloaded broker.
 
@@ -40,7 +41,8 @@ also to its ``secondary`` ones when fewer primaries than the ``min_available`` p
 namespace goes to the shared brokers (those no policy names as primary). No candidate: no broker (the lookup fails,
 as in Pulsar). Regexes match the whole host (Java's ``matches``), the host being the broker id's (``host:webport``).
 
-Not followed: Pulsar's long-term averages of the rates (we use the last reported rates).
+The default strategy's message rates are the leader's long-term averages of the bundles' loads over the reports
+(``broker.cluster.load_history``), as Pulsar's ``TimeAverageBrokerData`` and ``preallocatedBundleData``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Any, Protocol
 
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.data import LoadReport, ResourceWeights
+from broker.cluster.load_history import LoadHistory
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,8 @@ class Placement:
         # loadBalancerLoadPlacementStrategy: None for LeastLongTermMessageRate, else the strategy that picks among
         # the candidates (AvgShedder: the load manager's shedding instance, broker.cluster.shedding)
         self.strategy: PlacementStrategy | None = None
+        # the bundles' load averaged over the reports (the leader's; sampled by the lookups and the load manager)
+        self.history = LoadHistory()
 
     def set_affinity(self, bundle: str, broker_id: str | None) -> None:
         if broker_id:
@@ -199,16 +204,19 @@ class Placement:
         return counts
 
     def _least_loaded(self, candidates: list[str], brokers: Mapping[str, LoadReport]) -> str:
-        scores = {b: self._score(brokers[b]) for b in candidates}
+        scores = {b: self._score(b, brokers[b]) for b in candidates}
         best = min(scores.values())
         winners = [b for b in candidates if scores[b] == best] if best < math.inf else candidates
         return self._rng.choice(winners)
 
-    def _score(self, report: LoadReport) -> float:
-        """LeastLongTermMessageRate.getScore, with the last reported rates."""
+    def _score(self, broker_id: str, report: LoadReport) -> float:
+        """LeastLongTermMessageRate.getScore: the long-term message rate of the broker's bundles and of those just
+        assigned to it (``broker.cluster.load_history``: Pulsar's defaults for a bundle not seen yet)."""
         if report.max_resource_usage_with_weight(self.weights) > self.overloaded:
             return math.inf
-        return report.msg_rate_in + report.msg_rate_out
+        history = self.history
+        assigned = sum(history.long_term_rate(b) for b, (owner, _) in self.preallocated.items() if owner == broker_id)
+        return assigned + history.broker_long_term_rate(report)
 
 
 def spread_anti_affinity(candidates: list[str], counts: Mapping[str, int],

@@ -4,10 +4,12 @@
 to unload; ``create_strategy`` makes the one the configuration names (Pulsar instantiates that class by its full
 name, ``Reflections.createInstance``: no short forms).
 
-All three read a bundle's load as its owner last reported it (``lastStats``; Pulsar reads its ``shortTermData``,
-a running average of those reports), consider only the bundles the broker owns (``LocalBrokerData.bundles``)
-that were not unloaded within the grace period, and never the heartbeat or SLA-monitor namespaces' bundles
-(``LoadData.getBundleDataForLoadShedding``). A broker owning a single bundle sheds nothing.
+All of them read a bundle's load from the leader's short-term average of its owners' reports (``shortTermData``,
+``broker.cluster.load_history``; the last report's ``lastStats`` for a bundle the leader has no average of), and
+the brokers' own figures (usage, totals) from their last reports; they consider only the bundles the broker owns
+(``LocalBrokerData.bundles``) that were not unloaded within the grace period, and never the heartbeat or
+SLA-monitor namespaces' bundles (``LoadData.getBundleDataForLoadShedding``). A broker owning a single bundle sheds
+nothing (but under AvgShedder).
 
 ``ThresholdShedder`` (Pulsar's default). For every broker, its usage is the highest weighted share of its resources
 (``getMaxResourceUsageWithWeight``: CPU, direct memory, bandwidth in and out, each times its
@@ -67,7 +69,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.cluster.data import LoadReport, ResourceWeights
+from broker.cluster.data import BundleLoad, LoadReport, ResourceWeights
 from broker.config import AVG_SHEDDER, OVERLOAD_SHEDDER, THRESHOLD_SHEDDER, UNIFORM_LOAD_SHEDDER
 
 log = logging.getLogger(__name__)
@@ -114,9 +116,10 @@ class LoadSheddingStrategy(Protocol):
 
     name: str  # Pulsar's simple class name, in the load manager's log lines
 
-    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
-                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
-        """broker id -> the bundles to unload from it (each "tenant/ns/0x.._0x..")."""
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
+                                   short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:
+        """broker id -> the bundles to unload from it (each "tenant/ns/0x.._0x.."); ``short_term``: the leader's
+        short-term averages of the bundles' loads (``broker.cluster.load_history``), read instead of the reports'."""
         ...
 
 
@@ -125,14 +128,17 @@ def _exempt(bundle: str) -> bool:
     return any(p.fullmatch(ns) for p in EXEMPT_NAMESPACES)
 
 
-def _bundle_loads(brokers: Mapping[str, LoadReport],
-                  value: Callable[[float, float, float, float], float]) -> dict[str, float]:
-    """Every reported bundle but the exempt ones -> ``value(rate in, rate out, throughput in, throughput out)``
-    (Pulsar's ``getBundleDataForLoadShedding``: the leader's bundle data, from all the reports)."""
+def _bundle_loads(brokers: Mapping[str, LoadReport], value: Callable[[float, float, float, float], float],
+                  short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, float]:
+    """Every reported bundle but the exempt ones -> ``value(rate in, rate out, throughput in, throughput out)`` of its
+    short-term average, or of its last report when there is none (Pulsar's ``getBundleDataForLoadShedding``: the
+    leader's bundle data, and each bundle's ``getShortTermData``)."""
+    averaged = short_term or {}
     out: dict[str, float] = {}
     for report in brokers.values():
         for name, load in report.bundle_stats.items():
             if not _exempt(name):
+                load = averaged.get(name, load)
                 out[name] = value(load.msg_rate_in, load.msg_rate_out, load.msg_throughput_in, load.msg_throughput_out)
     return out
 
@@ -173,8 +179,8 @@ class ThresholdShedder:
         self.settings = settings or ShedderSettings()
         self.avg_usage: dict[str, float] = {}
 
-    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
-                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
+                                   short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:
         s = self.settings
         threshold = s.threshold_percent / 100.0
         history = s.history_percentage
@@ -191,7 +197,7 @@ class ThresholdShedder:
         chosen: dict[str, list[str]] = {}
         if average == 0:
             return chosen
-        loads = _bundle_loads(brokers, _throughput)
+        loads = _bundle_loads(brokers, _throughput, short_term)
         for broker_id, report in sorted(brokers.items()):
             usage = self.avg_usage.get(broker_id, 0.0)
             if usage < average + threshold:
@@ -216,11 +222,11 @@ class OverloadShedder:
     def __init__(self, settings: ShedderSettings | None = None) -> None:
         self.settings = settings or ShedderSettings()
 
-    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
-                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
+                                   short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:
         s = self.settings
         threshold = s.overloaded_percent / 100.0
-        loads = _bundle_loads(brokers, _throughput)
+        loads = _bundle_loads(brokers, _throughput, short_term)
         chosen: dict[str, list[str]] = {}
         for broker_id, report in sorted(brokers.items()):
             usage = report.max_resource_usage_with_weight(s.weights)
@@ -264,8 +270,8 @@ class UniformLoadShedder:
     def __init__(self, settings: ShedderSettings | None = None) -> None:
         self.settings = settings or ShedderSettings()
 
-    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
-                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
+                                   short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:
         s = self.settings
         if not brokers:
             return {}
@@ -309,7 +315,7 @@ class UniformLoadShedder:
         if len(report.bundles) <= 1 or wanted < minimum:
             return {}
         picked: list[str] = []
-        for bundle, load in _candidates(report, _bundle_loads(brokers, value), recently_unloaded):
+        for bundle, load in _candidates(report, _bundle_loads(brokers, value, short_term), recently_unloaded):
             if s.max_unload_bundle_num != -1 and len(picked) >= s.max_unload_bundle_num:
                 break
             if load <= _i32(wanted + UNIFORM_SLACK):
@@ -338,8 +344,8 @@ class AvgShedder:
         self.scores: dict[str, float] = {}
         self.planned: dict[str, tuple[str, float]] = {}  # bundle -> (broker id, when planned)
 
-    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport],
-                                   recently_unloaded: Collection[str] = ()) -> dict[str, list[str]]:
+    def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
+                                   short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:
         s = self.settings
         self._forget_old_plans(brokers)
         self.scores = {b: r.max_resource_usage_with_weight(s.weights) * 100 for b, r in brokers.items()}
@@ -358,7 +364,7 @@ class AvgShedder:
             for b in (idle, busy):
                 self.hits_high.pop(b, None)
                 self.hits_low.pop(b, None)
-            picked = self._pick(brokers, busy, idle, recently_unloaded)
+            picked = self._pick(brokers, busy, idle, recently_unloaded, short_term)
             if picked:
                 chosen.setdefault(busy, []).extend(picked)
         return chosen
@@ -387,8 +393,8 @@ class AvgShedder:
             j -= 1
         return pairs
 
-    def _pick(self, brokers: Mapping[str, LoadReport], busy: str, idle: str,
-              recently_unloaded: Collection[str]) -> list[str]:
+    def _pick(self, brokers: Mapping[str, LoadReport], busy: str, idle: str, recently_unloaded: Collection[str],
+              short_term: Mapping[str, BundleLoad] | None) -> list[str]:
         """The busy broker's bundles to move to the idle one (Pulsar's selectBundleForUnloading)."""
         s = self.settings
         low, high = brokers[idle], brokers[busy]
@@ -415,7 +421,7 @@ class AvgShedder:
                  self.scores[busy], "msgRate" if value is _msg_rate else "throughput", wanted, idle, self.scores[idle])
         picked: list[str] = []
         now = time.monotonic()
-        for bundle, load in _candidates(high, _bundle_loads(brokers, value), recently_unloaded):
+        for bundle, load in _candidates(high, _bundle_loads(brokers, value, short_term), recently_unloaded):
             if 0 < load <= wanted:
                 picked.append(bundle)
                 self.planned[bundle] = (idle, now)

@@ -4,6 +4,7 @@ metadata store (each a session of its own), with fake topic hosts; Pulsar's JSON
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import uuid
@@ -14,6 +15,7 @@ import pytest
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import (
     BrokerUrls,
+    BundleLoad,
     LeaderBroker,
     ListenerUrls,
     LoadReport,
@@ -31,6 +33,7 @@ from tests.waiting import eventually
 
 NS = "public/default"
 BUNDLES = NamespaceBundles(NS, (0, 0x40000000, 0x80000000, 0xC0000000, 0xFFFFFFFF))
+REPORT_TIMES = itertools.count(1)  # each report a new lastUpdate, as a broker writes them
 
 
 class Host:
@@ -256,7 +259,12 @@ def test_namespace_ephemeral_data_json() -> None:
 
 
 def report(n: int, bundles: tuple[str, ...] = (), rate: float = 0.0, cpu: float = 0.0) -> LoadReport:
-    return LoadReport(urls(n), cpu_usage=cpu, msg_rate_in=rate, bundles=bundles)
+    """Broker n's report: ``rate`` (msg/s in) shared by its bundles (one of another namespace when none is given)."""
+    if rate and not bundles:
+        bundles = (f"other{n}/ns/0x00000000_0xffffffff",)
+    stats = {b: BundleLoad(msg_rate_in=rate / len(bundles)) for b in bundles}
+    return LoadReport(urls(n), cpu_usage=cpu, msg_rate_in=rate, bundles=bundles, bundle_stats=stats,
+                      last_update_ms=next(REPORT_TIMES))
 
 
 def test_placement_spreads_a_namespace_then_takes_the_least_loaded() -> None:
@@ -266,12 +274,17 @@ def test_placement_spreads_a_namespace_then_takes_the_least_loaded() -> None:
     brokers = {"a": report(1, (f"{NS}/{BUNDLES.bundles[1].range_name}",), rate=0.0),
                "b": report(2, ("other/ns/0x00000000_0xffffffff",), rate=500.0)}
     assert placement.select(bundle, brokers) == "b"
-    # Then the least message rate; an overloaded broker (CPU above 85 %) scores infinity.
+    # Then the least long-term message rate of the bundles (as the leader averaged the reports); an overloaded
+    # broker (CPU above 85 %) scores infinity.
     fresh = Placement(random.Random(7))
-    brokers = {"a": report(1, rate=100.0), "b": report(2, rate=10.0, cpu=90.0), "c": report(3, rate=50.0)}
+    brokers = {"a": report(1, rate=120.0), "b": report(2, rate=10.0, cpu=90.0), "c": report(3, rate=50.0)}
+    assert fresh.history.observe(brokers)
     assert fresh.select(bundle, brokers) == "c"
-    # What the leader assigned counts for its broker until its report shows it.
+    # What the leader assigned counts for its broker until its report shows it: a new bundle at Pulsar's default
+    # 100 msg/s (50 in, 50 out), so c (150) is now busier than a (120).
     assert fresh.select(BUNDLES.bundles[1], brokers) == "a"
+    # A broker's report not sampled yet counts Pulsar's defaults for each of its bundles too.
+    assert Placement(random.Random(7)).select(BUNDLES.bundles[2], {"a": report(1, rate=1.0), "c": report(3)}) == "c"
     assert fresh.select(bundle, {}) is None
 
 

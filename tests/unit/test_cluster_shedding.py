@@ -26,6 +26,13 @@ def report(n: int, bundles: dict[str, float], cpu: float = 0.0, bw_in: float = 0
                       bundle_stats={b: BundleLoad(msg_throughput_in=t) for b, t in bundles.items()})
 
 
+def with_rate(r: LoadReport, rate: float) -> LoadReport:
+    """``r`` with ``rate`` msg/s in on each of its bundles (and a new lastUpdate: a report written again)."""
+    stats = {b: dataclasses.replace(load, msg_rate_in=rate) for b, load in r.bundle_stats.items()}
+    return dataclasses.replace(r, msg_rate_in=rate * len(stats), bundle_stats=stats,
+                               last_update_ms=r.last_update_ms + 1)
+
+
 def test_the_overloaded_broker_sheds_its_hottest_bundles_down_to_the_mark() -> None:
     brokers = {"a": report(1, {B[0]: 60 * MB, B[1]: 30 * MB, B[2]: 10 * MB}, cpu=90.0),
                "b": report(2, {B[3]: 1 * MB}, cpu=10.0)}
@@ -131,7 +138,8 @@ def test_anti_affinity_spreads_a_groups_namespaces() -> None:
     for _ in range(5):
         assert placement.choose(a2, brokers) == "a"
     # Each broker serves one: the fewest wins again (any of the two: the least loaded, b).
-    brokers["a"] = dataclasses.replace(report(1, {"t/a2/0x00000000_0xffffffff": 0.0}), msg_rate_in=100.0)
+    brokers["a"] = with_rate(report(1, {"t/a2/0x00000000_0xffffffff": 0.0}), 100.0)
+    placement.history.observe(brokers)
     assert placement.choose(a3, brokers) == "b"
     assert spread_anti_affinity(["a", "b", "c"], {"a": 2, "b": 1}) == ["c"]
     assert spread_anti_affinity(["a", "b"], {"a": 2, "b": 1}) == ["b"]
@@ -155,7 +163,8 @@ def test_failure_domains_come_first_for_a_groups_namespaces() -> None:
     a3 = NamespaceBundle.parse("t/a3", "0x00000000_0xffffffff")
     # a serves t/a1; b (same domain as a, idle) serves none; c (the other domain) is busier.
     brokers = {"a": report(1, {"t/a1/0x00000000_0xffffffff": 0.0}), "b": report(2, {}),
-               "c": dataclasses.replace(report(3, {}), msg_rate_in=500.0)}
+               "c": with_rate(report(3, {"t/other/0x00000000_0xffffffff": 0.0}), 500.0)}
+    placement.history.observe(brokers)
     assert placement.choose(a2, brokers) == "b"  # (no domains: the idle broker serving none of the group)
     placement.failure_domains = lambda: {"a": "near", "b": "near", "c": "far"}
     for _ in range(5):
@@ -164,7 +173,8 @@ def test_failure_domains_come_first_for_a_groups_namespaces() -> None:
     placement.failure_domains = lambda: {"a": "near", "b": "near"}
     assert placement.choose(a2, brokers) == "c"
     # One of the group in each domain: the domains tie, then the brokers' own counts decide (b serves none).
-    brokers["c"] = dataclasses.replace(report(3, {"t/a2/0x00000000_0xffffffff": 0.0}), msg_rate_in=500.0)
+    brokers["c"] = with_rate(report(3, {"t/a2/0x00000000_0xffffffff": 0.0}), 500.0)
+    placement.history.observe(brokers)
     placement.failure_domains = lambda: {"a": "near", "b": "near", "c": "far"}
     assert placement.choose(a3, brokers) == "b"
     # The domain counts are summed over its candidates only; none defined: the brokers' rule alone.
@@ -201,7 +211,9 @@ def test_isolation_candidates_as_apply_namespace_policies() -> None:
     placement.isolation = lambda: policies
     reports = {b: dataclasses.replace(report(i, {}), urls=BrokerUrls(b, None, None, None, None))
                for i, b in enumerate(brokers)}
-    reports["10.0.0.1:8080"] = dataclasses.replace(reports["10.0.0.1:8080"], msg_rate_in=1000.0)
+    reports["10.0.0.1:8080"] = with_rate(dataclasses.replace(
+        report(0, {"t/other/0x00000000_0xffffffff": 0.0}), urls=reports["10.0.0.1:8080"].urls), 1000.0)
+    placement.history.observe(reports)
     iso = NamespaceBundle.parse("t/iso-a", "0x00000000_0xffffffff")
     assert placement.choose(iso, reports) == "10.0.0.1:8080"
     assert placement.choose(iso, {"10.0.0.3:8080": reports["10.0.0.3:8080"]}) is None
