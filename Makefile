@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-newer-python test-deps console-deps cluster-deps pulsar-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps
+.PHONY: run test test-newer-python test-deps console-deps cluster-deps pulsar-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps go-load
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps
+test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps go-load
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -29,11 +29,19 @@ NEWER_PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 \
 NEWER_VENV := .venv-newer
 NEWER_TESTS ?= tests
 
-test-newer-python: test-deps console-deps cluster-deps pulsar-deps
+test-newer-python: test-deps console-deps cluster-deps pulsar-deps go-load
 	@if [ -z "$(NEWER_PYTHON)" ]; then \
 	  echo "test-newer-python: no Python 3.12 or later here: skipped"; [ "$$CI" != true ]; \
 	else $(MAKE) --no-print-directory $(NEWER_VENV)/.installed VENV=$(NEWER_VENV) PYTHON=$(NEWER_PYTHON) && \
 	  $(NEWER_VENV)/bin/python --version && $(NEWER_VENV)/bin/python -m pytest -q $(NEWER_TESTS) $(PYTEST_ARGS); fi
+
+# The fixed-rate load generator (bench/go_load, on the official Go client) that tests/e2e/test_fixed_rate_load.py and
+# the benches run, built before the tests: its first build fetches pulsar-client-go from the Go module proxy (Go's
+# module cache keeps it), which on a fresh machine takes longer than a test may. Without Go: nothing here (those
+# tests skip, or fail under CI=true).
+go-load: $(STAMP)
+	@if command -v go >/dev/null; then $(PY) -c 'from bench import fixed_rate; print("go-load:", fixed_rate.build())'; \
+	else echo "go-load: go is not on PATH: the fixed-rate load tests will be skipped"; fi
 
 # Prometheus's promtool and server for the /metrics tests (Debian package `prometheus`). Idempotent;
 # installs only as root with apt-get, otherwise says why and those tests skip.
@@ -126,7 +134,7 @@ proto: $(STAMP)
 # after it: it is written to $(BENCH_FAILED), and make bench fails at its end, after the others ran.
 TOPIC_CREATION_ARGS ?= --kinds ours --topics 10000 --block 1000
 BENCH_FAILED := bench/.failed-runs
-bench: $(STAMP) cluster-deps pulsar-deps
+bench: $(STAMP) cluster-deps pulsar-deps go-load
 	$(PY) -m pip install -q pulsar-lite
 	rm -f $(BENCH_FAILED)
 	$(PY) -m bench.compare --keep-going $(BENCH_FAILED) $(BENCH_ARGS)
