@@ -221,7 +221,9 @@ class Connection(asyncio.Protocol):
                     run = next_run(limit, server.publish_buffer_room)
                     if run is not None:
                         cnx.handle_send_run(run[0], run[1])
-                        continue
+                        if decoder.buffered:
+                            continue
+                        break  # (the read ended with the run: no second look for a frame)
                 frame = next_frame()
                 if frame is None:
                     break

@@ -478,7 +478,7 @@ class FileManagedLedger(StoredManagedLedger):
             now = time.monotonic()
             self.add_stats.added(int((now - started) * 1e6),
                                  int((now - max(started, self._writer.batch_taken_at)) * 1e6), count)
-            position = Position(first.ledger_id, first.entry_id + count - 1)
+            position = first if count == 1 else Position(first.ledger_id, first.entry_id + count - 1)
             self._last_confirmed = position
             # Posted before the receipt is written: the first receipt of this loop turn schedules
             # its connection's flush after the wake, so the MESSAGEs the wake sends to a consumer on

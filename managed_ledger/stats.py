@@ -130,7 +130,9 @@ class IntervalBuckets:
         self._sum += value * times
 
     def add_each(self, values: list[int]) -> None:
-        if not values:
+        if len(values) <= 1:  # (one entry per add, as a batching client's SEND is stored, or none)
+            if values:
+                self.add(values[0])
             return
         counts, bounds = self._counts, self.bounds
         first = bisect.bisect_left(bounds, min(values))
