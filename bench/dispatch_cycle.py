@@ -160,6 +160,7 @@ def subscribe(mode: str, cursors: list[Any], total: int,
     for i, cursor in enumerate(cursors):
         cursor.set_active(True)
         context = DispatchContext(loop=loop, name=f"s{i}", max_read_batch=100, entry_meta=metas.get,
+                                  entry_messages=metas.messages,
                                   policy=lambda: DispatchPolicy(max_unacked_per_consumer=0,
                                                                 max_unacked_per_subscription=0))
         dispatcher: Dispatcher = (SingleActiveConsumerDispatcher(context, cursor, failover=False)

@@ -158,6 +158,8 @@ class LedgerInfo(NamedTuple):
 
 
 ReadCallback = Callable[[list[Entry], BaseException | None], None]
+# A read's entries when it completes at once from memory (``read_entries_or_wait``'s ``inline``).
+InlineRead = Callable[[list[Entry]], None]
 AddCallback = Callable[[Position | None, BaseException | None], None]
 
 
@@ -520,11 +522,18 @@ class ManagedCursor(abc.ABC):
 
     @abc.abstractmethod
     def read_entries_or_wait(
-        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None
+        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None,
+        inline: InlineRead | None = None,
     ) -> None:
         """Like read_entries, but if nothing is available the read is parked and completed when
         entries arrive (or the cursor is moved back to available entries). One parked read per
-        cursor: a second raises ManagedLedgerError."""
+        cursor: a second raises ManagedLedgerError.
+
+        ``inline``: when the read finds entries that are all in memory (the read cache) and its
+        completion would run at once (nothing of this cursor's queued, the nesting limit not
+        reached), ``inline(entries)`` runs instead of ``callback(entries, None)``, before this
+        returns, counted in the nesting depth as an inline completion: the caller's state is as it
+        left it when it issued the read. An implementation may always use ``callback``."""
 
     @abc.abstractmethod
     def cancel_pending_read(self) -> bool:

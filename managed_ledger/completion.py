@@ -23,10 +23,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import TypeVar
 
 _log = logging.getLogger(__name__)
 
 Completion = Callable[[], None]
+_T = TypeVar("_T")
 
 
 class _Slot:
@@ -74,6 +76,24 @@ class OrderedCompleter:
             return
         self._post(fn)
         self._schedule()
+
+    def inline_allowed(self) -> bool:
+        """Whether a completion issued now would run at once (``complete``'s test)."""
+        return not self._posted and self._counter.depth < self._limit
+
+    def run_inline(self, fn: Callable[[_T], None], arg: _T) -> None:
+        """Run ``fn(arg)`` now as an inline completion (counted in the nesting depth, errors reported
+        as ``complete``'s): for a caller that found ``inline_allowed`` and did nothing since."""
+        counter = self._counter
+        counter.depth += 1
+        if counter.depth > counter.max_depth:
+            counter.max_depth = counter.depth
+        try:
+            fn(arg)
+        except Exception as exc:
+            _report(exc)
+        finally:
+            counter.depth -= 1
 
     def reserve(self) -> Callable[[Completion], None]:
         """Take the next place in this domain's order for a completion that is not known yet.

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from managed_ledger.api import (
     CursorClosedError,
+    InlineRead,
     InvalidPositionError,
     LedgerClosedError,
     ManagedCursor,
@@ -83,6 +84,7 @@ class _ParkedRead(NamedTuple):
 
 
 _NOWHERE = Position(-1, -1)  # before every position
+_new_tuple = tuple.__new__  # a Position without the NamedTuple's keyword-taking __new__ (per entry read)
 
 
 class BaseCursor(ManagedCursor):
@@ -183,8 +185,15 @@ class BaseCursor(ManagedCursor):
         start = self._read_position
         self._deliver(self._collect(max_entries, max_bytes), callback, start)
 
+    def _read_inline(self, positions: list[Position], inline: InlineRead) -> bool:
+        """Complete a read of ``positions`` (stored, ascending) with ``inline(entries)`` at once, when
+        all of them are in memory and the completer would run it inline now; False when not (nothing
+        was done: the caller delivers them through ``_deliver``)."""
+        return False
+
     def read_entries_or_wait(
-        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None
+        self, max_entries: int, callback: ReadCallback, max_bytes: int | None = None,
+        inline: InlineRead | None = None,
     ) -> None:
         _check_read_args(max_entries, max_bytes)
         if self._parked is not None:
@@ -196,7 +205,8 @@ class BaseCursor(ManagedCursor):
         start = self._read_position
         positions = self._collect(max_entries, max_bytes)
         if positions:
-            self._deliver(positions, callback, start)
+            if inline is None or not self._read_inline(positions, inline):
+                self._deliver(positions, callback, start)
             return
         self._parked = _ParkedRead(max_entries, max_bytes, callback)
         delay = self._ledger.config.new_entries_check_delay_s
@@ -265,6 +275,19 @@ class BaseCursor(ManagedCursor):
         pos = ledger_map.ceil(self._read_position)
         out: list[Position] = []
         size = 0
+        if not skip_deleted and pos <= last:
+            # The common case at once: the entries of pos's ledger from pos on, within the bounds.
+            ledger_id, first = pos
+            meta = ledger_map.get(ledger_id)
+            assert meta is not None
+            count = min(max_entries, (last[1] + 1 if ledger_id == last[0] else meta.entries) - first)
+            fits = count
+            if max_bytes is not None:
+                fits, size = ledger._run_within(ledger_id, first, count, max_bytes)
+            out = [_new_tuple(Position, (ledger_id, e)) for e in range(first, first + fits)]
+            pos = ledger_map.next_valid(out[-1])
+            if fits < count:
+                max_entries = 0  # the bytes are used up: the loop below adds nothing
         while len(out) < max_entries and pos <= last:
             if skip_deleted:
                 acked = deleted.range_containing(pos)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +49,8 @@ from managed_ledger.stored import StoredManagedLedger
 
 if TYPE_CHECKING:
     from managed_ledger.file import FileManagedLedgerFactory
+
+_new_tuple = tuple.__new__  # a Position without the NamedTuple's keyword-taking __new__ (per entry read ahead)
 
 log = logging.getLogger(__name__)
 # A ledger's held adds (see _hold) while there are none: shared, never appended to (an empty deque is ~770 bytes).
@@ -233,6 +236,13 @@ class FileManagedLedger(StoredManagedLedger):
     def _entry_size(self, position: Position) -> int:
         return self._indexes[position.ledger_id].entry_size(position.entry_id)
 
+    def _run_within(self, ledger_id: int, first: int, count: int, max_bytes: int) -> tuple[int, int]:
+        offsets = self._indexes[ledger_id].offsets
+        size = offsets[first + count] - offsets[first] - count * segment.RECORD_HEADER_SIZE
+        if size <= max_bytes or count == 1:  # all of them (the run's size from the index at once)
+            return count, size
+        return super()._run_within(ledger_id, first, count, max_bytes)
+
     def _remove_ledgers(self, ledger_ids: list[int]) -> None:
         for ledger_id in ledger_ids:
             self._indexes.pop(ledger_id, None)
@@ -313,8 +323,13 @@ class FileManagedLedger(StoredManagedLedger):
 
     # -- paths ----------------------------------------------------------------------------------
 
-    def _locate(self, position: Position) -> tuple[str, tuple[int, int]]:
-        return self._segment_path(position.ledger_id), self._indexes[position.ledger_id].span(position.entry_id)
+    def _locate(self, ledger_id: int, first: int, count: int) -> tuple[str, list[tuple[int, int]]]:
+        """The segment of ``count`` consecutive entries of a ledger from entry ``first``, and their spans."""
+        starts = self._indexes[ledger_id].offsets[first : first + count + 1]
+        if len(starts) != count + 1 or first < 0:
+            raise IndexError(f"entries {first}..{first + count - 1} of ledger {ledger_id} are not all indexed")
+        return self._segment_path(ledger_id), list(zip(starts[:-1], map(operator.sub, starts[1:], starts[:-1]),
+                                                       strict=True))
 
     def _following(self, position: Position, max_entries: int, max_bytes: int) -> list[Position]:
         """Up to ``max_entries`` positions after ``position`` in its ledger, within ``max_bytes`` of
@@ -335,7 +350,7 @@ class FileManagedLedger(StoredManagedLedger):
         fits = bisect.bisect_right(offsets, offsets[first] + max_bytes, first + 1, end + 2) - 2
         end = max(first, min(end, fits))
         ledger_id = position.ledger_id
-        return [Position(ledger_id, e) for e in range(first, end + 1)]
+        return [_new_tuple(Position, (ledger_id, e)) for e in range(first, end + 1)]
 
     def _segment_path(self, ledger_id: int) -> str:
         path = self._paths.get(ledger_id)

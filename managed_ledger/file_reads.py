@@ -42,7 +42,8 @@ from managed_ledger.stats import FileLedgerStats
 
 Span = tuple[int, int]  # (offset, record length) in a segment file
 ReadJob = tuple[str, int, list[Span]]  # (segment path, first offset, spans of consecutive records)
-Locate = Callable[[Position], tuple[str, Span]]  # where an entry is: (segment path, span)
+# Where consecutive entries are: (ledger id, first entry id, count) -> (segment path, their spans).
+Locate = Callable[[int, int, int], tuple[str, list[Span]]]
 # The stored positions after a position in its ledger, up to (entries, bytes), none unconfirmed.
 Following = Callable[[Position, int, int], list[Position]]
 
@@ -93,6 +94,18 @@ class EntryReader:
     def evict_before(self, position: Position) -> None:
         """Drop cached entries before position (every reader has read past them)."""
         self._cache.evict_before(self._owner, position[0], position[1])
+
+    def cached(self, positions: list[Position]) -> list[Entry] | None:
+        """The entries at positions when every one is cached (counted as ``fetch`` counts hits), else None."""
+        hit = self._cache.get_all(self._owner, positions)
+        if hit is None:
+            return None
+        found, nbytes = hit
+        stats = self._stats
+        stats.cache_hits_total += len(found)
+        stats.cache_hit_bytes_total += nbytes
+        self.last_read_ahead = None
+        return found
 
     def fetch(
         self,
@@ -154,12 +167,8 @@ class EntryReader:
         follow it in its ledger, up to the first one already cached."""
         if self._following is None or self._ahead_bytes <= 0:
             return []
-        cache, owner = self._cache, self._owner
-        out: list[Position] = []
-        for p in self._following(last, READ_AHEAD_ENTRIES, self._ahead_bytes):
-            if cache.contains(owner, p):
-                break
-            out.append(p)
+        following = self._following(last, READ_AHEAD_ENTRIES, self._ahead_bytes)
+        out = following[: self._cache.uncached_prefix(self._owner, following)]
         if out:
             self._stats.read_ahead_entries_total += len(out)
         return out
@@ -206,16 +215,24 @@ class EntryReader:
             self._stats.add(corrupt_records_total=1)
 
     def _jobs(self, positions: list[Position]) -> list[ReadJob]:
-        """Group positions (ascending) into runs of consecutive entries of one segment."""
+        """Group positions (ascending, distinct) into runs of consecutive entries of one segment."""
+        locate = self._locate
+        n = len(positions)
+        ledger_id, first = positions[0]
+        last_ledger, last = positions[-1]
+        if last_ledger == ledger_id and last - first == n - 1:  # one run (a read and its read-ahead, mostly)
+            path, spans = locate(ledger_id, first, n)
+            return [(path, spans[0][0], spans)]
         jobs: list[ReadJob] = []
-        previous: Position | None = None
-        for p in positions:
-            path, span = self._locate(p)
-            if previous is not None and p.ledger_id == previous.ledger_id and p.entry_id == previous.entry_id + 1:
-                jobs[-1][2].append(span)
-            else:
-                jobs.append((path, span[0], [span]))
-            previous = p
+        i = 0
+        while i < n:
+            ledger_id, first = positions[i]
+            j = i + 1
+            while j < n and positions[j][0] == ledger_id and positions[j][1] == first + j - i:
+                j += 1
+            path, spans = locate(ledger_id, first, j - i)
+            jobs.append((path, spans[0][0], spans))
+            i = j
         return jobs
 
 

@@ -92,6 +92,17 @@ class BaseManagedLedger(ManagedLedger):
     def _entry_size(self, position: Position) -> int:
         """Data size of a stored entry (for max_bytes), without reading it."""
 
+    def _run_within(self, ledger_id: int, first: int, count: int, max_bytes: int) -> tuple[int, int]:
+        """How many of the ``count`` consecutive stored entries of a ledger from entry ``first`` a read
+        takes within ``max_bytes`` (the first one whatever its size), and their data size."""
+        size = 0
+        for i in range(count):
+            n = self._entry_size(Position(ledger_id, first + i))
+            if i and size + n > max_bytes:
+                return i, size
+            size += n
+        return count, size
+
     @abstractmethod
     def _remove_ledgers(self, ledger_ids: list[int]) -> None:
         """Drop the data of trimmed ledgers (already removed from the map)."""

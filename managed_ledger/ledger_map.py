@@ -153,6 +153,9 @@ class LedgerMap:
 
     def ceil(self, position: Position) -> Position:
         """The smallest valid position >= position (valid: stored, or the next add position)."""
+        meta = self._meta.get(position.ledger_id)
+        if meta is not None and 0 <= position.entry_id < meta.entries:
+            return position  # stored: valid itself (a cursor's read position, mostly)
         nxt = self.next_add_position
         if position >= nxt:
             return nxt

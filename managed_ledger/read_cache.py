@@ -68,6 +68,31 @@ class ReadCache:
         self._entries.move_to_end(key)
         return _new_tuple(Entry, (position, data))
 
+    def get_all(self, owner: int, positions: list[Position]) -> tuple[list[Entry], int] | None:
+        """``get`` of each position and their bytes, when every one is cached; else None."""
+        entries = self._entries
+        get = entries.get
+        touch = entries.move_to_end
+        found: list[Entry] = []
+        nbytes = 0
+        for position in positions:
+            key = (owner, position[0], position[1])
+            data = get(key)
+            if data is None:
+                return None
+            touch(key)
+            found.append(_new_tuple(Entry, (position, data)))
+            nbytes += len(data)
+        return found, nbytes
+
+    def uncached_prefix(self, owner: int, positions: list[Position]) -> int:
+        """How many of ``positions``, from the first, are not cached (``contains`` of each, in one loop)."""
+        entries = self._entries
+        for i, position in enumerate(positions):
+            if (owner, position[0], position[1]) in entries:
+                return i
+        return len(positions)
+
     def contains(self, owner: int, position: Position) -> bool:
         """Whether the entry is cached (without touching its place in the LRU order)."""
         return (owner, position[0], position[1]) in self._entries

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
-from managed_ledger.api import EntryNotFoundError, ManagedLedgerError, NoMoreEntriesError, ReadCallback
+from managed_ledger.api import EntryNotFoundError, InlineRead, ManagedLedgerError, NoMoreEntriesError, ReadCallback
 from managed_ledger.completion import OrderedCompleter
 from managed_ledger.cursor_base import BaseCursor, CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
@@ -36,6 +36,10 @@ class StoredReader(Protocol):
     def fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
               on_fail: Callable[[], None] | None) -> bool:
         """Start the read; True when some of the entries were not in the cache."""
+
+    def cached(self, positions: list[Position]) -> list[Entry] | None:
+        """The entries at positions when all of them are in the cache (counted as hits), else None
+        (nothing counted)."""
 
     def evict_before(self, position: Position) -> None: ...
 
@@ -64,6 +68,15 @@ class StoredManagedLedger(BaseManagedLedger):
         # cached entries every active cursor is past, after this read took its cache hits.
         self._schedule_eviction()
         return self._reader.last_read_ahead
+
+    def _cached(self, positions: list[Position]) -> list[Entry] | None:
+        """``_fetch``'s read when every entry is in the cache: the entries, counted as it counts them
+        (it would read nothing ahead); None, and nothing counted, when some are not."""
+        entries = self._reader.cached(positions)
+        if entries is not None:
+            self.add_stats.count_read(len(positions), False)
+            self._schedule_eviction()
+        return entries
 
     def _cursor_activity_changed(self, cursor: BaseCursor) -> None:
         if not cursor.is_active:
@@ -139,6 +152,16 @@ class StoredCursor(BaseCursor):
         ahead = self._ledger._fetch(positions, self._completer, callback, on_fail)
         if ahead is not None:
             self.read_ahead_until = ahead
+
+    def _read_inline(self, positions: list[Position], inline: InlineRead) -> bool:
+        completer = self._completer
+        if not completer.inline_allowed():
+            return False
+        entries = self._ledger._cached(positions)
+        if entries is None:
+            return False
+        completer.run_inline(inline, entries)
+        return True
 
     async def flush(self) -> None:
         self._check_usable()

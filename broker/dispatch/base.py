@@ -135,14 +135,19 @@ class Dispatcher(ConsumerMembers, ABC):
         anyway (permits may go negative by less than one entry), so rounding down only cost a
         second read for it, once per FLOW."""
         avg = self.avg_messages_per_entry
-        return max(1, min(self.max_read_batch, math.ceil(permits / avg) if avg > 1 else permits))
+        n = math.ceil(permits / avg) if avg > 1 else permits
+        # (comparisons, not max() and min(): once per read)
+        if n > self.max_read_batch:
+            n = self.max_read_batch
+        return n if n > 1 else 1
 
     def read_size(self, permits: int) -> tuple[int, int | None] | None:
         """(entries, max bytes or None) for a read on behalf of ``permits`` messages, within the
         dispatch rate limits (the topic's and the subscription's); None when they leave nothing
         now: the read is retried once they do."""
-        max_bytes: int | None = self.context.max_read_bytes
-        if self._rates_spare_active and self.cursor.is_active:
+        context = self.context
+        max_bytes: int | None = context.max_read_bytes
+        if not context.rates or (self._rates_spare_active and self.cursor.is_active):
             return self.entries_to_read(permits), max_bytes
         # Counting entries, a limit on messages caps the entries read (not the messages asked for).
         entries = self.entries_to_read(permits) if self._rates_count_entries else 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.protocol.entry import EntryMeta, entry_meta
+from broker.protocol.entry import EntryMeta, entry_messages, entry_meta
 from managed_ledger import Entry
 
 # Parsed metadata kept per topic. Subscriptions that tail a topic read each new entry within a
@@ -44,3 +44,14 @@ class SharedEntryMetas:
             if len(memo) > SHARED_ENTRY_METAS:
                 del memo[next(iter(memo))]
         return meta
+
+    def messages(self, entry: Entry) -> int:
+        """The messages a plain entry costs (``DispatchContext.entry_messages``): ``entry_messages`` of
+        its bytes, or, while the topic shares its parsed metadata, the shared EntryMeta's count when it is
+        neither a marker nor a transaction's entry; 0 otherwise (ask ``get``)."""
+        if not self._shared():
+            if self._memo:
+                self._memo.clear()
+            return entry_messages(entry.data)
+        meta = self.get(entry)
+        return 0 if meta.is_marker or meta.txn is not None else meta.num_messages

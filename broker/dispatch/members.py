@@ -36,7 +36,10 @@ class ConsumerMembers:
         return False
 
     def is_member(self, consumer: Consumer) -> bool:
-        return any(c is consumer for c in self.consumers)
+        for c in self.consumers:  # (a loop, not any() over a generator: once per FLOW)
+            if c is consumer:
+                return True
+        return False
 
     def take_permits(self, consumer: Consumer, messages: int) -> None:
         consumer.permits -= messages

@@ -24,6 +24,8 @@ from broker.dispatch.context import CompactedEntry, CompactedView, Consumer, Del
 from broker.protocol import commands
 from managed_ledger import Entry, ManagedCursor, Position
 
+_new_tuple = tuple.__new__  # a Delivery without the NamedTuple's keyword-taking __new__ (per entry)
+
 # Points each consumer has on the hash ring of a Failover election (Pulsar's CONSUMER_CONSISTENT_HASH_REPLICAS).
 RING_POINTS_PER_CONSUMER = 100
 
@@ -167,7 +169,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         n, max_bytes = size
         epoch = self._begin_read()
         self.cursor.read_entries_or_wait(n, lambda entries, exc: self._read_complete(epoch, active, entries, exc),
-                                         max_bytes)
+                                         max_bytes, self._read_inline)
 
     def _compacted_read_position(self, active: Consumer) -> Position:
         """Where a read of the compacted view starts: the cursor's read position, but the view's start
@@ -211,6 +213,50 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
             self.take_permits(target, sent)
             self.note_dispatched(len(deliveries), sent)
             if self.rate_limited:
+                self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
+        self.trigger_read()
+
+    def _read_inline(self, entries: list[Entry]) -> None:
+        """``_read_complete`` of a read the cache served at once, on the stack of the ``_read_more`` that
+        issued it: nothing ran in between, so it is for the active consumer and the current epoch. The
+        common case in one loop (no transaction read limit, batch-index acks or held entries; no
+        marker or transactional entry among them); any other goes through ``_read_complete``."""
+        target = self.active
+        assert target is not None
+        context = self.context
+        if (target.closed or context.held is not None or context.held_indexes is not None or self.cursor.batch_acks
+                or context.read_limit() is not None):
+            self._read_complete(self.read_epoch, target, entries, None)
+            return
+        plain = context.entry_messages
+        budget = target.permits
+        deliveries: list[Delivery] = []
+        cut: Position | None = None
+        for entry in entries:
+            messages = plain(entry)
+            if not messages:
+                meta = context.entry_meta(entry)
+                if meta.is_marker or meta.txn is not None:
+                    self._read_complete(self.read_epoch, target, entries, None)
+                    return
+                messages = meta.num_messages
+            if cut is None:
+                if budget > 0:
+                    deliveries.append(_new_tuple(Delivery, (entry, messages, 0, None)))
+                    budget -= messages
+                else:
+                    # Out of permits (the read was sized on an average): the rest is read again later.
+                    cut = entry.position
+        self.read_outstanding = False
+        self._first_read = False
+        if cut is not None:
+            self.cursor.seek(cut)
+        if deliveries:
+            sent = target.send_entries(deliveries)
+            target.permits -= sent  # (take_permits, inlined)
+            self.total_permits -= sent
+            self.note_dispatched(len(deliveries), sent)
+            if context.rates and self.rate_limited:
                 self.rate_consumed(sent, sum(len(d.entry.data) for d in deliveries), len(deliveries))
         self.trigger_read()
 

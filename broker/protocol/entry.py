@@ -385,6 +385,31 @@ def entry_meta(entry: bytes) -> EntryMeta:
     return common if common is not None else _parsed_entry_meta(memoryview(entry)[pos + 4 : pos + 4 + size])
 
 
+def entry_messages(entry: bytes) -> int:
+    """``entry_meta(entry).num_messages`` when its metadata is of the common shape (then it is no
+    marker and no transaction's entry), read without building an EntryMeta (the publish time is not
+    decoded); 0 for any other shape: ask ``entry_meta``. For a dispatcher that needs only the count
+    of a plain entry (``entry_meta`` inlined: per dispatched entry)."""
+    head = entry[:2]
+    if head == _CRC_HEAD:
+        pos = 6
+    elif head == _BROKER_META_HEAD:
+        pos = _after_broker_metadata(entry)
+    else:
+        pos = 0
+    start = pos + 4
+    end = start + _U32.unpack_from(entry, pos)[0]
+    if end > len(entry):
+        return 0
+    m = _common_match(_COMMON_METADATA_TAIL, entry, start, end)
+    if m is None:
+        return 0
+    batch = m[1]
+    if batch is None:
+        return 1
+    return batch[0] if len(batch) == 1 else _varint_value(batch)
+
+
 def _parsed_entry_meta(metadata: memoryview) -> EntryMeta:
     """The EntryMeta of any MessageMetadata, through protobuf."""
     md = pb.MessageMetadata()

@@ -57,6 +57,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         held=sub.pending_acks.holds if sub.pending_acks is not None else None,
         held_indexes=sub.pending_acks.held_indexes if sub.pending_acks is not None else None,
         entry_meta=topic.entry_metas.get,
+        entry_messages=topic.entry_metas.messages,
     )
 
 

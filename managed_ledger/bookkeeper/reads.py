@@ -47,6 +47,14 @@ class BkEntryReader:
     def evict_before(self, position: Position) -> None:
         self._cache.evict_before(self._owner, position[0], position[1])
 
+    def cached(self, positions: list[Position]) -> list[Entry] | None:
+        """The entries at positions when every one is cached (counted as ``fetch`` counts hits), else None."""
+        hit = self._cache.get_all(self._owner, positions)
+        if hit is None:
+            return None
+        self.cache_hits += len(hit[0])
+        return hit[0]
+
     def fetch(self, positions: list[Position], completer: OrderedCompleter, callback: ReadCallback,
               on_fail: Callable[[], None] | None) -> bool:
         """Complete callback with the entries at positions (stored, ascending), in completer's order."""

@@ -39,8 +39,9 @@ class HeldReads:
         def hold(callback: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
             return lambda entries, exc: self.pending.append(lambda: callback(entries, exc))
 
-        def read(n: int, callback: Callable[[Any, Any], None], max_bytes: int | None = None) -> None:
-            real_read(n, hold(callback), max_bytes)
+        def read(n: int, callback: Callable[[Any, Any], None], max_bytes: int | None = None,
+                 inline: Any = None) -> None:
+            real_read(n, hold(callback), max_bytes)  # (never inline: every completion is held)
 
         def replay(positions: Any, callback: Callable[[Any, Any], None]) -> None:
             real_replay(positions, hold(callback))

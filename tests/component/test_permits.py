@@ -372,7 +372,8 @@ class HeldReads:
         self._held: list[Callable[[], None]] = []
         real_read = cursor.read_entries_or_wait
 
-        def read(n: int, callback: Any, max_bytes: int | None = None) -> None:
+        def read(n: int, callback: Any, max_bytes: int | None = None, inline: Any = None) -> None:
+            # (never inline: a completion while holding is held)
             real_read(n, lambda es, exc: self._complete(callback, es, exc), max_bytes)
 
         cursor.read_entries_or_wait = read  # type: ignore[method-assign,assignment]

@@ -287,6 +287,57 @@ async def test_chained_cached_reads_stay_within_the_nesting_limit(
     assert max(depths) <= ml.config.read_nesting_limit
 
 
+async def test_chained_inline_reads_stay_within_the_nesting_limit(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """test_nesting's inline chain on bookies: cached entries taken at once (``inline``), across ledgers,
+    in order, counted in the nesting depth (posted at the limit, then through the callback)."""
+    factory = make_factory()
+    ml = await factory.open("inline", ManagedLedgerConfig(max_entries_per_ledger=300, min_ledger_rollover_time_s=0,
+                                                          retention_time_s=-1, retention_size_bytes=-1))
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    count = 1000
+    added = asyncio.Event()
+    results: list[Position] = []
+
+    def on_added(position: Position | None, exc: BaseException | None) -> None:
+        assert exc is None and position is not None
+        results.append(position)
+        if len(results) == count:
+            added.set()
+
+    for i in range(count):
+        ml.add_entry(i.to_bytes(4, "big"), on_added)
+    await asyncio.wait_for(added.wait(), TIMEOUT)
+
+    seen: list[Position] = []
+    depths: dict[str, list[int]] = {"inline": [], "callback": []}
+    done = asyncio.Event()
+
+    def next_read() -> None:
+        if len(seen) == count:
+            done.set()
+        else:
+            cursor.read_entries_or_wait(3, on_read, None, on_inline)
+
+    def on_inline(entries: list[Entry]) -> None:
+        depths["inline"].append(factory.nesting.depth)
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        assert exc is None
+        depths["callback"].append(factory.nesting.depth)
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    next_read()
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert seen == results
+    limit = ml.config.read_nesting_limit
+    assert depths["inline"] and max(depths["inline"]) == limit
+    assert depths["callback"] and max(depths["callback"]) <= limit
+
+
 async def test_reads_of_uncached_entries_come_from_the_bookies(
         make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
     first = make_factory()

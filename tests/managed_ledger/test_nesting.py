@@ -72,6 +72,57 @@ async def test_chained_cached_reads_stay_within_the_nesting_limit(factory: Manag
     assert factory.nesting.depth == 0
 
 
+async def test_chained_inline_reads_stay_within_the_nesting_limit(factory: ManagedLedgerFactory) -> None:
+    """A reader that takes cached reads at once (``inline``) and issues the next read from either callback:
+    the inline completions count in the nesting depth as any other, so the chain is posted at the limit
+    (then completes through the callback) and never recurses past it; order kept."""
+    ml = await factory.open("inline")
+    cursor = await ml.open_cursor("c", InitialPosition.EARLIEST)
+    total = 5_000
+    confirmed = asyncio.Event()
+    added = 0
+
+    def on_added(position: Position | None, exc: BaseException | None) -> None:
+        nonlocal added
+        assert exc is None
+        added += 1
+        if added == total:
+            confirmed.set()
+
+    for i in range(total):
+        ml.add_entry(i.to_bytes(4, "big"), on_added)
+    await asyncio.wait_for(confirmed.wait(), TIMEOUT)
+
+    seen: list[Position] = []
+    depths: dict[str, list[int]] = {"inline": [], "callback": []}
+    done = asyncio.Event()
+
+    def next_read() -> None:
+        if len(seen) == total:
+            done.set()
+        else:
+            cursor.read_entries_or_wait(2, on_read, None, on_inline)
+
+    def on_inline(entries: list[Entry]) -> None:
+        depths["inline"].append(factory.nesting.depth)
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        assert exc is None
+        depths["callback"].append(factory.nesting.depth)
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    next_read()
+    await asyncio.wait_for(done.wait(), TIMEOUT)
+    assert len(seen) == total and all(a < b for a, b in itertools.pairwise(seen))
+    limit = ml.config.read_nesting_limit
+    assert depths["inline"] and max(depths["inline"]) == limit  # taken at once, up to the limit
+    assert depths["callback"] and max(depths["callback"]) <= limit  # then posted: the stack unwound
+    assert factory.nesting.depth == 0
+
+
 async def test_chained_adds_keep_order_within_the_nesting_limit(factory: ManagedLedgerFactory) -> None:
     ml = await factory.open("adds")
     # The file ledger completes each add after its own fsync, and this chain has one add in flight

@@ -15,6 +15,7 @@ from broker.protocol.entry import (
     _common_entry_meta,
     _parsed_entry_meta,
     build_entry,
+    entry_messages,
     entry_meta,
     with_broker_entry_metadata,
 )
@@ -76,3 +77,52 @@ def test_the_clients_metadata_takes_the_fast_path(md: pb.MessageMetadata) -> Non
     assert entry_meta(entry) == reference(meta)
     assert entry_meta(with_broker_entry_metadata(entry, 1, 2)) == reference(meta)
     assert entry_meta(struct.pack(">I", len(meta)) + meta + b"no crc") == reference(meta)
+
+
+def messages_agree(entry: bytes) -> None:
+    """``entry_messages`` answers only for a plain entry, and then what ``entry_meta`` says it costs."""
+    n = entry_messages(entry)
+    if n:
+        meta = entry_meta(entry)
+        assert not meta.is_marker and meta.txn is None
+        assert n == meta.num_messages
+
+
+@settings(max_examples=500, deadline=None)
+@given(message_metadata)
+def test_entry_messages_agrees_with_entry_meta(md: pb.MessageMetadata) -> None:
+    meta = md.SerializeToString()
+    entry = build_entry(meta, b"body")
+    for e in (entry, with_broker_entry_metadata(entry, 1, 2), struct.pack(">I", len(meta)) + meta + b"no crc"):
+        messages_agree(e)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.binary(max_size=60))
+@example(b"\x0a\x01p\x10\x01\x18\x01\x58\x05\x58\x06")  # a field twice: protobuf keeps the last
+@example(b"\x0a\x01p\x10\x01\x18\x01\x58\x88\x01")  # 136 messages
+def test_entry_messages_agrees_with_entry_meta_on_any_bytes(meta: bytes) -> None:
+    entry = build_entry(meta, b"\x58\x05")
+    try:
+        reference_meta = entry_meta(entry)
+    except Exception:  # (undecodable: the fast path must not answer either)
+        assert entry_messages(entry) == 0
+        return
+    n = entry_messages(entry)
+    if n:
+        assert not reference_meta.is_marker and reference_meta.txn is None
+        assert n == reference_meta.num_messages
+
+
+@pytest.mark.parametrize("md", [
+    pb.MessageMetadata(producer_name="standalone-0-0", sequence_id=5, publish_time=1764633600000),
+    pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=0, publish_time=1764633600000,
+                       num_messages_in_batch=136, uncompressed_size=14_000),
+])
+def test_the_clients_entries_are_counted_without_their_entry_meta(md: pb.MessageMetadata) -> None:
+    meta = md.SerializeToString()
+    entry = build_entry(meta, b"x" * 100)
+    expected = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+    assert entry_messages(entry) == expected
+    assert entry_messages(with_broker_entry_metadata(entry, 1, 2)) == expected
+    assert entry_messages(struct.pack(">I", len(meta)) + meta + b"no crc") == expected
