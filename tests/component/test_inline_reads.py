@@ -67,7 +67,7 @@ class Reads:
 
             real(n, callback, max_bytes, counted)
 
-        cursor.read_entries_or_wait = read  # type: ignore[method-assign]
+        cursor.read_entries_or_wait = read  # type: ignore[method-assign,assignment]
 
 
 async def drain(factory: ManagedLedgerFactory, general: bool, partly_acked: bool) -> tuple[list[Any], int]:
