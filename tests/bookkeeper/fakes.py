@@ -116,6 +116,15 @@ class FakeBookie(asyncio.Protocol):
         self._transports: list[asyncio.Transport] = []
         self.bookie_id = ""
 
+    def fail_adds(self) -> None:
+        """From now on every request is an add, answered EIO (a bookie whose disk fails)."""
+
+        def fail(request: Request) -> bytes | None:
+            assert isinstance(request, AddRequest)
+            return encode_response(AddResponse(StatusCode.EIO, request.ledger_id, request.entry_id))
+
+        self.respond = fail
+
     async def start(self) -> str:
         self._server = await asyncio.get_running_loop().create_server(lambda: _BookieSide(self), "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]

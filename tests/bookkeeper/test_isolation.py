@@ -20,7 +20,6 @@ from managed_ledger.bookkeeper.placement import (
     isolation_excluded,
     isolation_of,
 )
-from managed_ledger.bookkeeper.protocol import AddRequest, AddResponse, Request, StatusCode, encode_response
 from tests.bookkeeper.fakes import FakeCluster
 
 # Two groups of two bookies, and one bookie in no group.
@@ -147,11 +146,7 @@ async def test_ensemble_change_keeps_to_the_ledgers_group(env: FakeCluster) -> N
     await lh.add_entry(b"before")
     victim = lh.metadata.last_ensemble.ensemble[0]
 
-    def fail(request: Request) -> bytes | None:
-        assert isinstance(request, AddRequest)
-        return encode_response(AddResponse(StatusCode.EIO, request.ledger_id, request.entry_id))
-
-    env.bookies[victim].respond = fail
+    env.bookies[victim].fail_adds()
     assert await lh.add_entry(b"after") == 1
     assert lh.metadata.segments[1].ensemble == tuple(g2 - {victim})
     await lh.close()

@@ -9,32 +9,21 @@ import json
 import uuid
 
 import pulsar
-from kazoo.client import KazooClient
 
-from broker.embedded import BrokerThread
 from cluster.local import LocalCluster
-from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
-from managed_ledger.bookkeeper.metadata import ledger_path, parse
 from managed_ledger.bookkeeper.placement import PLACEMENT_POLICY_CONFIG_KEY, IsolationGroups
 from tests.admin.conftest import Admin
+from tests.bookkeeper.live import bk_broker, chrooted_zk, topic_ledgers
 from tests.waiting import wait_for
 
 TOPICS = 6
 
 
 def test_a_namespaces_ledgers_stay_on_its_bookie_group(bk_cluster: LocalCluster) -> None:
-    zk = KazooClient(hosts=bk_cluster.zk_address)
-    zk.start()
-    chroot = f"/isolation-{uuid.uuid4().hex[:8]}"
-    try:
-        bookies = sorted(b for b in zk.get_children("/ledgers/available") if b != "readonly")
-        assert len(bookies) == 3
+    with chrooted_zk(bk_cluster, "isolation") as (zk, chroot, bookies):
         group = {bookies[0]: "isolated", bookies[1]: "isolated", bookies[2]: "shared"}
-        with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}{chroot}",
-                          bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
-                          managedLedgerDefaultEnsembleSize=2, managedLedgerDefaultWriteQuorum=2,
-                          managedLedgerDefaultAckQuorum=2) as broker:
+        with bk_broker(bk_cluster, chroot) as broker:
             admin = Admin(broker.web_url)
             for i, (bookie, name) in enumerate(group.items()):
                 assert admin.call("POST", f"/admin/v2/bookies/racks-info/{bookie}?group={name}",
@@ -63,19 +52,11 @@ def test_a_namespaces_ledgers_stay_on_its_bookie_group(bk_cluster: LocalCluster)
             finally:
                 client.close()
         ensembles: list[tuple[str, ...]] = []
-        for local in locals_:
-            info = ml_formats.decode_ledger_info(
-                zk.get(f"{chroot}{ml_formats.MANAGED_LEDGERS_ROOT}/{ns}/persistent/{local}")[0])
-            for ledger in info.ledgers:
-                metadata = parse(zk.get(ledger_path(ledger.ledger_id))[0])
-                assert IsolationGroups.of_ledger(metadata.custom_metadata) == IsolationGroups("isolated", "")
-                assert json.loads(dict(metadata.custom_metadata)[PLACEMENT_POLICY_CONFIG_KEY])["policyClass"] == \
-                    "org.apache.pulsar.bookie.rackawareness.IsolatedBookieEnsemblePlacementPolicy"
-                ensembles.extend(segment.ensemble for segment in metadata.segments)
+        for metadata in topic_ledgers(zk, chroot, ns, locals_):
+            assert IsolationGroups.of_ledger(metadata.custom_metadata) == IsolationGroups("isolated", "")
+            assert json.loads(dict(metadata.custom_metadata)[PLACEMENT_POLICY_CONFIG_KEY])["policyClass"] == \
+                "org.apache.pulsar.bookie.rackawareness.IsolatedBookieEnsemblePlacementPolicy"
+            ensembles.extend(segment.ensemble for segment in metadata.segments)
         assert len(ensembles) >= TOPICS
         for ensemble in ensembles:
             assert sorted(ensemble) == bookies[:2], ensemble
-    finally:
-        zk.delete(chroot, recursive=True)
-        zk.stop()
-        zk.close()

@@ -19,7 +19,6 @@ from managed_ledger.bookkeeper.placement import (
     parse_rack_configuration,
     replacement_bookie,
 )
-from managed_ledger.bookkeeper.protocol import AddRequest, AddResponse, Request, StatusCode, encode_response
 from metadata_store.factory import open_metadata_store
 from tests.bookkeeper.fakes import FakeCluster
 from tests.waiting import eventually
@@ -179,11 +178,7 @@ async def test_ensemble_change_keeps_the_racks(env: FakeCluster) -> None:
     await lh.add_entry(b"before")
     victim = lh.metadata.last_ensemble.ensemble[1]
 
-    def fail(request: Request) -> bytes | None:
-        assert isinstance(request, AddRequest)
-        return encode_response(AddResponse(StatusCode.EIO, request.ledger_id, request.entry_id))
-
-    env.bookies[victim].respond = fail
+    env.bookies[victim].fail_adds()
     assert await lh.add_entry(b"after") == 1
     replacement = lh.metadata.segments[1].ensemble[1]
     assert replacement != victim and rack_of[replacement] == rack_of[victim]

@@ -8,31 +8,20 @@ import json
 import uuid
 
 import pulsar
-from kazoo.client import KazooClient
 
-from broker.embedded import BrokerThread
 from cluster.local import LocalCluster
-from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
-from managed_ledger.bookkeeper.metadata import ledger_path, parse
 from tests.admin.conftest import Admin
+from tests.bookkeeper.live import bk_broker, chrooted_zk, topic_ledgers
 from tests.waiting import wait_for
 
 TOPICS = 6
 
 
 def test_every_new_ensemble_spans_both_racks(bk_cluster: LocalCluster) -> None:
-    zk = KazooClient(hosts=bk_cluster.zk_address)
-    zk.start()
-    chroot = f"/racks-{uuid.uuid4().hex[:8]}"
-    try:
-        bookies = sorted(b for b in zk.get_children("/ledgers/available") if b != "readonly")
-        assert len(bookies) == 3
+    with chrooted_zk(bk_cluster, "racks") as (zk, chroot, bookies):
         rack = {bookies[0]: "rack-a", bookies[1]: "rack-a", bookies[2]: "rack-b"}
-        with BrokerThread(managedLedgerStorage="bookkeeper", metadataStoreUrl=f"zk:{bk_cluster.zk_address}{chroot}",
-                          bookkeeperMetadataServiceUri=f"zk+hierarchical://{bk_cluster.zk_address}/ledgers",
-                          managedLedgerDefaultEnsembleSize=2, managedLedgerDefaultWriteQuorum=2,
-                          managedLedgerDefaultAckQuorum=2) as broker:
+        with bk_broker(bk_cluster, chroot) as broker:
             admin = Admin(broker.web_url)
             for bookie, name in rack.items():
                 assert admin.call("POST", f"/admin/v2/bookies/racks-info/{bookie}?group=default",
@@ -57,17 +46,8 @@ def test_every_new_ensemble_spans_both_racks(bk_cluster: LocalCluster) -> None:
                     client.create_producer(f"persistent://public/default/{local}", batching_enabled=False).send(b"x")
             finally:
                 client.close()
-        ensembles: list[tuple[str, ...]] = []
-        for local in locals_:
-            info = ml_formats.decode_ledger_info(
-                zk.get(f"{chroot}{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent/{local}")[0])
-            for ledger in info.ledgers:
-                metadata = parse(zk.get(ledger_path(ledger.ledger_id))[0])
-                ensembles.extend(segment.ensemble for segment in metadata.segments)
+        ensembles = [segment.ensemble for metadata in topic_ledgers(zk, chroot, "public/default", locals_)
+                     for segment in metadata.segments]
         assert len(ensembles) >= TOPICS
         for ensemble in ensembles:
             assert sorted(rack[b] for b in ensemble) == ["rack-a", "rack-b"], ensemble
-    finally:
-        zk.delete(chroot, recursive=True)
-        zk.stop()
-        zk.close()
