@@ -54,15 +54,19 @@ REQUEST_TIMEOUT_S = 60.0
 REPORTS_CHECK_S = 5.0
 
 
+def resource_weights(config: BrokerConfig) -> ResourceWeights:
+    """The loadBalancer...ResourceWeight keys, as placement and the shedding strategies weigh usage."""
+    return ResourceWeights(config.loadBalancerCPUResourceWeight, config.loadBalancerMemoryResourceWeight,
+                           config.loadBalancerDirectMemoryResourceWeight, config.loadBalancerBandwidthInResourceWeight,
+                           config.loadBalancerBandwidthOutResourceWeight)
+
+
 def shedder_settings(config: BrokerConfig) -> ShedderSettings:
     return ShedderSettings(
         threshold_percent=config.loadBalancerBrokerThresholdShedderPercentage,
         history_percentage=config.loadBalancerHistoryResourcePercentage,
         min_throughput_mb=config.loadBalancerBundleUnloadMinThroughputThreshold,
-        weights=ResourceWeights(config.loadBalancerCPUResourceWeight, config.loadBalancerMemoryResourceWeight,
-                                config.loadBalancerDirectMemoryResourceWeight,
-                                config.loadBalancerBandwidthInResourceWeight,
-                                config.loadBalancerBandwidthOutResourceWeight),
+        weights=resource_weights(config),
         overloaded_percent=config.loadBalancerBrokerOverloadedThresholdPercentage,
         msg_rate_difference_percent=config.loadBalancerMsgRateDifferenceShedderThreshold,
         msg_throughput_multiplier=config.loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold,

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
-from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport, ResourceWeights
+from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport
 from broker.cluster.load import Counters, LoadSampler, bandwidth_kbps, memory_mb, nic_limit_kbps
-from broker.cluster.load_manager import LoadManager
+from broker.cluster.load_manager import LoadManager, resource_weights
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
@@ -359,10 +359,7 @@ class BrokerService:
         ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles,
                                      self.metadata.stored_namespace_bundles)
         c = self.config
-        ownership.placement.weights = ResourceWeights(
-            c.loadBalancerCPUResourceWeight, c.loadBalancerMemoryResourceWeight,
-            c.loadBalancerDirectMemoryResourceWeight, c.loadBalancerBandwidthInResourceWeight,
-            c.loadBalancerBandwidthOutResourceWeight)
+        ownership.placement.weights = resource_weights(c)
         ownership.placement.overloaded = c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
         ownership.placement.group_of = self.metadata.anti_affinity_group
         ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
