@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -79,3 +80,34 @@ class TailReads:
     def check_one_read_each_after_the_receipts(self, count: int) -> None:
         assert len(self.confirmed) == count and self.wakes_seen == [0] * count  # the receipts first, then the reads
         assert self.reads == [[self.confirmed]] * len(self.reads)  # one read each, of all the adds
+
+
+async def chain_inline_reads(cursor: ManagedCursor, total: int, per_read: int,
+                             depth: Callable[[], int]) -> tuple[list[Position], dict[str, list[int]]]:
+    """Read ``total`` entries with ``cursor`` as a reader that takes cached reads at once (``inline``) and issues
+    the next read from either callback: the positions seen, in order, and the nesting ``depth()`` at each inline
+    completion and each callback."""
+    seen: list[Position] = []
+    depths: dict[str, list[int]] = {"inline": [], "callback": []}
+    done = asyncio.Event()
+
+    def next_read() -> None:
+        if len(seen) == total:
+            done.set()
+        else:
+            cursor.read_entries_or_wait(per_read, on_read, None, on_inline)
+
+    def on_inline(entries: list[Entry]) -> None:
+        depths["inline"].append(depth())
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
+        assert exc is None
+        depths["callback"].append(depth())
+        seen.extend(e.position for e in entries)
+        next_read()
+
+    next_read()
+    await asyncio.wait_for(done.wait(), 30.0)
+    return seen, depths

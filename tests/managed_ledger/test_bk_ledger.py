@@ -37,7 +37,7 @@ from managed_ledger.bookkeeper.errors import NoSuchLedgerError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 from managed_ledger.bookkeeper.metadata import LedgerState
 from metadata_store.api import GetResult
-from tests.managed_ledger.ml_support import TailReads, bookkeeper_factory
+from tests.managed_ledger.ml_support import TailReads, bookkeeper_factory, chain_inline_reads
 from tests.waiting import eventually
 
 SMALL = ManagedLedgerConfig(max_entries_per_ledger=3, min_ledger_rollover_time_s=0)
@@ -309,29 +309,7 @@ async def test_chained_inline_reads_stay_within_the_nesting_limit(
         ml.add_entry(i.to_bytes(4, "big"), on_added)
     await asyncio.wait_for(added.wait(), TIMEOUT)
 
-    seen: list[Position] = []
-    depths: dict[str, list[int]] = {"inline": [], "callback": []}
-    done = asyncio.Event()
-
-    def next_read() -> None:
-        if len(seen) == count:
-            done.set()
-        else:
-            cursor.read_entries_or_wait(3, on_read, None, on_inline)
-
-    def on_inline(entries: list[Entry]) -> None:
-        depths["inline"].append(factory.nesting.depth)
-        seen.extend(e.position for e in entries)
-        next_read()
-
-    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
-        assert exc is None
-        depths["callback"].append(factory.nesting.depth)
-        seen.extend(e.position for e in entries)
-        next_read()
-
-    next_read()
-    await asyncio.wait_for(done.wait(), TIMEOUT)
+    seen, depths = await chain_inline_reads(cursor, count, 3, lambda: factory.nesting.depth)
     assert seen == results
     limit = ml.config.read_nesting_limit
     assert depths["inline"] and max(depths["inline"]) == limit

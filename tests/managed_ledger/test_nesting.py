@@ -14,6 +14,7 @@ from managed_ledger import (
     Position,
 )
 from managed_ledger.completion import NestingCounter, OrderedCompleter
+from tests.managed_ledger.ml_support import chain_inline_reads
 
 TIMEOUT = 30.0
 CHAIN = 100_000
@@ -93,29 +94,7 @@ async def test_chained_inline_reads_stay_within_the_nesting_limit(factory: Manag
         ml.add_entry(i.to_bytes(4, "big"), on_added)
     await asyncio.wait_for(confirmed.wait(), TIMEOUT)
 
-    seen: list[Position] = []
-    depths: dict[str, list[int]] = {"inline": [], "callback": []}
-    done = asyncio.Event()
-
-    def next_read() -> None:
-        if len(seen) == total:
-            done.set()
-        else:
-            cursor.read_entries_or_wait(2, on_read, None, on_inline)
-
-    def on_inline(entries: list[Entry]) -> None:
-        depths["inline"].append(factory.nesting.depth)
-        seen.extend(e.position for e in entries)
-        next_read()
-
-    def on_read(entries: list[Entry], exc: BaseException | None) -> None:
-        assert exc is None
-        depths["callback"].append(factory.nesting.depth)
-        seen.extend(e.position for e in entries)
-        next_read()
-
-    next_read()
-    await asyncio.wait_for(done.wait(), TIMEOUT)
+    seen, depths = await chain_inline_reads(cursor, total, 2, lambda: factory.nesting.depth)
     assert len(seen) == total and all(a < b for a, b in itertools.pairwise(seen))
     limit = ml.config.read_nesting_limit
     assert depths["inline"] and max(depths["inline"]) == limit  # taken at once, up to the limit
