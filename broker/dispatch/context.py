@@ -259,7 +259,8 @@ class DispatchContext:
     # An entry's parsed metadata: the topic's ``SharedEntryMetas`` (entry_metas.py) parses each
     # entry once for all its subscriptions; by default each read parses its own.
     entry_meta: Callable[[Entry], EntryMeta] = _parse_entry_meta
-    # What a plain entry costs, cheaper than its EntryMeta: its messages when it is sure to be neither a
-    # marker nor a transaction's entry, else 0 (then ask ``entry_meta``). The topic's ``SharedEntryMetas``
-    # gives ``messages``; the two must agree (the default agrees with the default ``entry_meta``).
+    # What a plain entry costs, cheaper than its EntryMeta: its messages when it is sure to be none of a
+    # marker, a transaction's entry, a delayed message (deliver_at_time) or a chunk, else 0 (then ask
+    # ``entry_meta``). The topic's ``SharedEntryMetas`` gives ``messages``; the two must agree (the default
+    # agrees with the default ``entry_meta``).
     entry_messages: Callable[[Entry], int] = _plain_entry_messages

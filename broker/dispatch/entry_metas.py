@@ -48,10 +48,12 @@ class SharedEntryMetas:
     def messages(self, entry: Entry) -> int:
         """The messages a plain entry costs (``DispatchContext.entry_messages``): ``entry_messages`` of
         its bytes, or, while the topic shares its parsed metadata, the shared EntryMeta's count when it is
-        neither a marker nor a transaction's entry; 0 otherwise (ask ``get``)."""
+        none of a marker, a transaction's entry, a delayed message or a chunk; 0 otherwise (ask ``get``)."""
         if not self._shared():
             if self._memo:
                 self._memo.clear()
             return entry_messages(entry.data)
         meta = self.get(entry)
-        return 0 if meta.is_marker or meta.txn is not None else meta.num_messages
+        if meta.is_marker or meta.txn is not None or meta.deliver_at_time or meta.num_chunks:
+            return 0
+        return meta.num_messages

@@ -36,6 +36,7 @@ __all__ = ["KeySharedDispatcher"]
 class KeySharedDispatcher(SharedDispatcher):
     # Its mode and ordering come from its first consumer: a subscription everyone left gets a new one.
     renew_when_empty = True
+    fused_reads = False  # (consumers are picked by key: every read takes the general path)
 
     def __init__(self, context: DispatchContext, cursor: ManagedCursor, sticky: bool,
                  allow_out_of_order: bool) -> None:

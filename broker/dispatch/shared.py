@@ -40,6 +40,8 @@ from managed_ledger import Entry, ManagedCursor, Position
 if TYPE_CHECKING:
     import asyncio
 
+_new_tuple = tuple.__new__  # a Delivery without the NamedTuple's keyword-taking __new__ (per entry)
+
 
 # How many entries may wait in the replay set before reading new entries stops (Pulsar's
 # keySharedLookAheadMsgInReplayThresholdPerSubscription default). Bounds memory when a Key_Shared
@@ -64,6 +66,10 @@ def next_round_robin(consumers: Sequence[Consumer], start: int,
 
 
 class SharedDispatcher(Dispatcher):
+    # Reads of new entries the cache serves at once go through ``_read_inline`` (Key_Shared picks
+    # consumers by key and takes the general path).
+    fused_reads = True
+
     def __init__(self, context: DispatchContext, cursor: ManagedCursor) -> None:
         super().__init__(context, cursor)
         # maxUnackedMessagesPerConsumer, 0 disables it (Pulsar's meaning): re-read from the policy
@@ -372,7 +378,8 @@ class SharedDispatcher(Dispatcher):
             self.cursor.replay_entries(positions, lambda es, exc: self._read_complete(epoch, es, exc, positions))
         else:
             epoch = self._begin_read()
-            self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None), max_bytes)
+            self.cursor.read_entries_or_wait(n, lambda es, exc: self._read_complete(epoch, es, exc, None), max_bytes,
+                                             self._read_inline if self.fused_reads else None)
 
     def _unacked_room(self) -> int | None:
         """New messages the subscription may still be sent under maxUnackedMessagesOnSubscription
@@ -454,10 +461,54 @@ class SharedDispatcher(Dispatcher):
                 sent_bytes += len(entry.data)
         finally:
             handed.clear()  # (also if a bug raised in the loop: stale counts would block consumers)
+        self._hand_out(per_consumer, dispatched, sent_messages, sent_bytes, undelivered, replaying)
+
+    def _read_inline(self, entries: list[Entry]) -> None:
+        """``_read_complete`` of a read of new entries the cache served at once, on the stack of the
+        ``_read_more`` that issued it (nothing ran in between: the current epoch, no kick). The common
+        case in one loop: no transaction read limit, batch-index acks or held entries, no
+        maxUnackedMessagesPerConsumer, every entry plain (``entry_messages``: no marker, transaction,
+        key, delay or chunk); any other read goes through ``_read_complete``. Consumers are picked
+        round robin as there (``_next_consumer``); an entry nobody can take goes to the replay set."""
+        context = self.context
+        plain = context.entry_messages
+        counts = [plain(entry) for entry in entries]
+        if (0 in counts or self.max_unacked_per_consumer > 0 or context.held is not None
+                or context.held_indexes is not None or self.cursor.batch_acks or context.read_limit() is not None):
+            self._read_complete(self.read_epoch, entries, None, None)
+            return
+        self.read_outstanding = False
+        redelivery_counts = self.redelivery_counts
+        next_consumer = self._next_consumer
+        per_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
+        undelivered: list[Position] = []
+        dispatched = sent_messages = sent_bytes = 0
+        for entry, messages in zip(entries, counts, strict=True):
+            consumer = next_consumer()
+            if consumer is None:
+                undelivered.append(entry.position)
+                continue
+            consumer.permits -= messages  # (take_permits, inlined)
+            sent_messages += messages
+            slot = per_consumer.get(id(consumer))
+            if slot is None:
+                slot = per_consumer[id(consumer)] = (consumer, [])
+            slot[1].append(_new_tuple(Delivery, (
+                entry, messages, redelivery_counts.get(entry.position, 0) if redelivery_counts else 0, None)))
+            dispatched += 1
+            sent_bytes += len(entry.data)
+        self.total_permits -= sent_messages
+        self._hand_out(per_consumer, dispatched, sent_messages, sent_bytes, undelivered, False)
+
+    def _hand_out(self, per_consumer: dict[int, tuple[Consumer, list[Delivery]]], dispatched: int, sent_messages: int,
+                  sent_bytes: int, undelivered: list[Position], replaying: bool) -> None:
+        """The end of a read: each consumer's entries sent, the stats and rate limits charged, what nobody
+        took put in the replay set, and the next read planned."""
         for consumer, batch in per_consumer.values():
             consumer.send_entries(batch)
         self.note_dispatched(dispatched, sent_messages)
-        self.rate_consumed(sent_messages, sent_bytes, dispatched)
+        if self.context.rates:
+            self.rate_consumed(sent_messages, sent_bytes, dispatched)
         if undelivered:
             self.add_to_replay(undelivered)
         kicked, self._kicked_during_read = self._kicked_during_read, False

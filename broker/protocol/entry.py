@@ -387,9 +387,10 @@ def entry_meta(entry: bytes) -> EntryMeta:
 
 def entry_messages(entry: bytes) -> int:
     """``entry_meta(entry).num_messages`` when its metadata is of the common shape (then it is no
-    marker and no transaction's entry), read without building an EntryMeta (the publish time is not
-    decoded); 0 for any other shape: ask ``entry_meta``. For a dispatcher that needs only the count
-    of a plain entry (``entry_meta`` inlined: per dispatched entry)."""
+    marker, no transaction's entry, no delayed message and no chunk), read without building an
+    EntryMeta (the publish time is not decoded); 0 for any other shape: ask ``entry_meta``. For a
+    dispatcher that needs only the count of a plain entry (``entry_meta`` inlined: per dispatched
+    entry)."""
     head = entry[:2]
     if head == _CRC_HEAD:
         pos = 6

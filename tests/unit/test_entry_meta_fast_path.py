@@ -84,7 +84,7 @@ def messages_agree(entry: bytes) -> None:
     n = entry_messages(entry)
     if n:
         meta = entry_meta(entry)
-        assert not meta.is_marker and meta.txn is None
+        assert not meta.is_marker and meta.txn is None and not meta.deliver_at_time and not meta.num_chunks
         assert n == meta.num_messages
 
 
