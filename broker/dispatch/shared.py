@@ -468,8 +468,9 @@ class SharedDispatcher(Dispatcher):
         ``_read_more`` that issued it (nothing ran in between: the current epoch, no kick). The common
         case in one loop: no transaction read limit, batch-index acks or held entries, no
         maxUnackedMessagesPerConsumer, every entry plain (``entry_messages``: no marker, transaction,
-        key, delay or chunk); any other read goes through ``_read_complete``. Consumers are picked
-        round robin as there (``_next_consumer``); an entry nobody can take goes to the replay set."""
+        delay or chunk; a key does not matter here); any other read goes through ``_read_complete``.
+        Consumers are picked round robin as there (``_next_consumer``); an entry nobody can take goes to
+        the replay set."""
         context = self.context
         plain = context.entry_messages
         counts = [plain(entry) for entry in entries]
