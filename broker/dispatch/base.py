@@ -246,6 +246,14 @@ class Dispatcher(ConsumerMembers, ABC):
         self.context.limit_waiters.add(self)
         return keep
 
+    def reads_need_general_path(self) -> bool:
+        """Whether a read's entries may need more than their message counts to be dispatched: a transaction
+        read limit, entries held or partly acknowledged by an open transaction, batch-index acks. The fused
+        completions of reads served at once (``_read_inline``) then hand the read to the general one."""
+        context = self.context
+        return (context.held is not None or context.held_indexes is not None or bool(self.cursor.batch_acks)
+                or context.read_limit() is not None)
+
     def filter_markers(self, entries: list[Entry]) -> list[tuple[Entry, EntryMeta]]:
         """Parse metadata once; marker entries and entries of aborted transactions are
         acknowledged and never delivered; entries held by a pending transactional ack are skipped

@@ -471,11 +471,12 @@ class SharedDispatcher(Dispatcher):
         delay or chunk; a key does not matter here); any other read goes through ``_read_complete``.
         Consumers are picked round robin as there (``_next_consumer``); an entry nobody can take goes to
         the replay set."""
-        context = self.context
-        plain = context.entry_messages
+        if self.max_unacked_per_consumer > 0 or self.reads_need_general_path():
+            self._read_complete(self.read_epoch, entries, None, None)
+            return
+        plain = self.context.entry_messages
         counts = [plain(entry) for entry in entries]
-        if (0 in counts or self.max_unacked_per_consumer > 0 or context.held is not None
-                or context.held_indexes is not None or self.cursor.batch_acks or context.read_limit() is not None):
+        if 0 in counts:
             self._read_complete(self.read_epoch, entries, None, None)
             return
         self.read_outstanding = False

@@ -224,8 +224,7 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
         target = self.active
         assert target is not None
         context = self.context
-        if (target.closed or context.held is not None or context.held_indexes is not None or self.cursor.batch_acks
-                or context.read_limit() is not None):
+        if target.closed or self.reads_need_general_path():
             self._read_complete(self.read_epoch, target, entries, None)
             return
         plain = context.entry_messages
