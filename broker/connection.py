@@ -220,8 +220,9 @@ class Connection(asyncio.Protocol):
                     limit = min(self.max_pending_sends - self.pending_sends, cnx.sends_before_flush)
                     run = next_run(limit, server.publish_buffer_room)
                     if run is not None:
-                        cnx.handle_send_run(run[0], run[1])
-                        if decoder.buffered:
+                        more = decoder.buffered
+                        cnx.handle_send_run(run[0], run[1], not more)
+                        if more:
                             continue
                         break  # (the read ended with the run: no second look for a frame)
                 frame = next_frame()

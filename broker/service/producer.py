@@ -12,7 +12,7 @@ import enum
 import time
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -21,6 +21,7 @@ from broker.service.replication import REPLICATOR_PREFIX
 from managed_ledger import LedgerFencedError, Position
 
 if TYPE_CHECKING:
+    from broker.protocol.frames import RunSend
     from broker.service.abstract_topic import AbstractTopic
     from broker.service.consumer import ClientConnection
     from broker.transactions.model import TxnID
@@ -164,16 +165,34 @@ class Producer:
                 return
         for run in _runs_by_transaction(batch) if has_txn else (batch,):
             entries = list(map(_ENTRY, run))
-            num_messages = sum(map(_MESSAGES, run))
-            nbytes = sum(map(len, entries))
-            self.pending += len(run)
-            self.msg_in += num_messages
-            self.bytes_in += nbytes
-            topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, run, nbytes, dedup),
-                                  run[0][5])
-            topic.publish_throttle.record(cnx, num_messages, nbytes)
-            if self._broker_throttle is not None:
-                self._broker_throttle.record(cnx, num_messages, nbytes)
+            self._store(run, entries, sum(map(_MESSAGES, run)), sum(map(len, entries)), dedup, run[0][5])
+
+    def can_store_at_once(self) -> bool:
+        """Whether a run of plain SENDs may go to ``store_run`` rather than be queued: none of this
+        producer's are queued, deduplication is off (it answers some SENDs itself), the producer is
+        open and the topic not terminated (``flush`` answers those)."""
+        topic = self.topic
+        return (not self._batch and self.state is _READY and topic.terminated_at is None
+                and not topic.deduplication_enabled)
+
+    def store_run(self, sends: list[RunSend], entries: list[bytes], nbytes: int) -> None:
+        """Store a run of plain SENDs at once (``entries``: their payloads, ``nbytes`` in all), as
+        ``flush`` would store them queued, without building and taking apart a batch: the
+        connection's path for a read that ends with one producer's run when nothing was queued
+        before it (the common case). Only where ``can_store_at_once()``."""
+        self._store(sends, entries, sum(map(_MESSAGES, sends)), nbytes, False, None)
+
+    def _store(self, run: list[QueuedSend] | list[RunSend], entries: list[bytes], num_messages: int, nbytes: int,
+               dedup: bool, txn: TxnID | None) -> None:
+        """Hand ``run``'s entries to the topic (one append); its receipts are written when stored."""
+        self.pending += len(run)
+        self.msg_in += num_messages
+        self.bytes_in += nbytes
+        topic, cnx = self.topic, self.cnx
+        topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, run, nbytes, dedup), txn)
+        topic.publish_throttle.record(cnx, num_messages, nbytes)
+        if self._broker_throttle is not None:
+            self._broker_throttle.record(cnx, num_messages, nbytes)
 
     def _dedup_key(self, send: QueuedSend) -> tuple[str, int]:
         """(producer name, highest sequence id) deduplication goes by: this producer's, or for a
@@ -211,7 +230,7 @@ class Producer:
         topic.sequence_pushed.update(pushed)
         return kept
 
-    def _stored(self, batch: list[QueuedSend], nbytes: int, dedup: bool, first: Position | None,
+    def _stored(self, batch: list[QueuedSend] | list[RunSend], nbytes: int, dedup: bool, first: Position | None,
                 exc: BaseException | None) -> None:
         self.pending -= len(batch)
         cnx = self.cnx
@@ -228,7 +247,7 @@ class Producer:
         if dedup:
             topic = self.topic
             persisted = topic.sequence_persisted
-            for send in batch:
+            for send in cast("list[QueuedSend]", batch):  # (a run stored by store_run is never deduplicated)
                 if send[4]:
                     name, highest = self._dedup_key(send)
                     if highest > persisted.get(name, -1):

@@ -517,11 +517,15 @@ class ServerCnx:
         if self._queued_sends >= SENDS_PER_APPEND:
             self.flush_sends()
 
-    def handle_send_run(self, producer_id: int, sends: list[RunSend]) -> None:
+    def handle_send_run(self, producer_id: int, sends: list[RunSend], last: bool = False) -> None:
         """SENDs one producer sent in a row (connection.py reads them with ``next_send_run``: no
         transaction, no chunk, each with a payload): each checked as ``handle_send`` checks one,
         with what is the producer's (its lookup, state and send policy) read once for the run, and
-        the accepted ones accounted and queued at once."""
+        the accepted ones accounted and queued at once. ``last``: the run ends the read; when all
+        its SENDs are plain and nothing was queued before it, it is stored at once
+        (``Producer.store_run``) rather than queued for ``flush_sends``, which would store it next,
+        alone and unchanged. (Not a run with more of the read after it: the same producer's next
+        run in the read would then be a second append.)"""
         producer = self.producers.get(producer_id)
         if producer is None:
             if producer_id in self._closed_producer_ids:
@@ -540,8 +544,12 @@ class ServerCnx:
         payloads = [send[3] for send in sends]
         plain = 0 if policy.encryption_required else plain_send_payloads(payloads, max_size)
         if plain == len(sends):
-            queued: list[QueuedSend] = [(seq, highest, n, payload, True, None) for seq, highest, n, payload in sends]
             nbytes = sum(map(len, payloads))
+            if last and not self.open_batches and producer.can_store_at_once():
+                self.connection.sends_started(len(sends), nbytes)
+                producer.store_run(sends, payloads, nbytes)
+                return
+            queued: list[QueuedSend] = [(seq, highest, n, payload, True, None) for seq, highest, n, payload in sends]
         else:
             queued, nbytes = self._check_sends(producer_id, sends, plain, policy)
             if not queued:
