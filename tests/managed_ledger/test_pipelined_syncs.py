@@ -281,7 +281,9 @@ async def test_appends_to_several_segments_that_arrive_interleaved_are_one_write
     factory.writer.run(hold)  # the writer is busy: the adds below queue up and make one batch
     await asyncio.to_thread(busy.wait, TIMEOUT)
     before = dict(fs.writes)
-    adds = [ml.add_entry_async(f"{name}{i}".encode()) for i in (1, 2, 3) for name, ml in (("a", a), ("b", b))]
+    adds = [asyncio.ensure_future(ml.add_entry_async(f"{name}{i}".encode()))
+            for i in (1, 2, 3) for name, ml in (("a", a), ("b", b))]
+    await asyncio.sleep(0)  # every add is queued now, while the writer is held (not racing it once released)
     release.set()
     positions = await asyncio.wait_for(asyncio.gather(*adds), TIMEOUT)
     assert [p.entry_id for p in positions] == [1, 1, 2, 2, 3, 3]
