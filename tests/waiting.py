@@ -18,9 +18,11 @@ BLOCKING_WAIT_S = 15.0  # across threads, HTTP or a client library: more slack
 T = TypeVar("T")
 
 
-async def eventually(condition: Callable[[], object], what: str, interval: float = 0.005) -> None:
+async def eventually(condition: Callable[[], object], what: str, interval: float = 0.005,
+                     within_s: float = WAIT_S) -> None:
+    """Until ``condition()`` holds; ``within_s``: longer than WAIT_S only where the contract under test allows it."""
     try:
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(within_s):
             while not condition():  # noqa: ASYNC110 - internals have no events to await
                 await asyncio.sleep(interval)
     except TimeoutError:

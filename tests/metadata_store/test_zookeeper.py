@@ -9,7 +9,6 @@ network is back SESSION_REESTABLISHED with a new session.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +29,7 @@ from metadata_store.zookeeper import (
     parse_zk_url,
 )
 from tests.metadata_store.tcp_proxy import TcpProxy
-from tests.waiting import eventually
+from tests.waiting import WAIT_S, eventually
 from tests.zookeeper import require_zookeeper, zk_watches
 
 LOST = SessionEvent.CONNECTION_LOST
@@ -89,18 +88,9 @@ class Events:
         self.seen: list[SessionEvent] = []
         store.register_session_listener(self.seen.append)
 
-    async def reach(self, *expected: SessionEvent, within_s: float | None = None) -> None:
-        """Until exactly ``expected`` were seen; ``within_s``: how long that may take (the usual wait if None)."""
-        what = f"session events {expected}, got {self.seen}"
-        if within_s is None:
-            await eventually(lambda: self.seen == list(expected), what)
-            return
-        try:
-            async with asyncio.timeout(within_s):
-                while self.seen != list(expected):  # noqa: ASYNC110 - the listener has no event to await
-                    await asyncio.sleep(0.005)
-        except TimeoutError:
-            raise AssertionError(f"timed out after {within_s} s waiting for {what}") from None
+    async def reach(self, *expected: SessionEvent, within_s: float = WAIT_S) -> None:
+        await eventually(lambda: self.seen == list(expected), f"session events {expected}, got {self.seen}",
+                         within_s=within_s)
 
 
 @contextlib.asynccontextmanager
