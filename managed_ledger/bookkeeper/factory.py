@@ -73,7 +73,8 @@ DEFAULT_CURSOR_PERSIST_INTERVAL_S = 1.0
 PASSWORD = b""
 # Depth of Pulsar's managed-ledger names under the root: tenant/namespace/domain/topic.
 PULSAR_NAME_DEPTH = 4
-# Reads of a level raced by changes before the last one read is taken as it is (a later notification reads again).
+# A level whose re-read was raced by another notification of it this many times is taken as last read (a later
+# notification reads it again).
 RESCAN_ATTEMPTS = 5
 
 
@@ -179,7 +180,10 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._closed = False
         self._rescans: dict[str, asyncio.Task[None]] = {}  # levels being re-read after a notification
         self._rescan_again: set[str] = set()  # levels notified again while being re-read
-        self._local_changes = 0  # names added or removed here: a re-read under way meanwhile is redone
+        # While levels are being re-read: when each name was last added or removed (here, or by another re-read), by
+        # a count of such changes. A re-read leaves alone the names changed after it began (see _rescan).
+        self._changes = 0
+        self._changed_at: dict[str, int] = {}
 
     @property
     def store(self) -> MetadataStore:
@@ -308,14 +312,22 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         return True
 
     def _add_name(self, name: str) -> None:
+        self._note_change(name)
         if name not in self._names:
             self._names.add(name)
             self._names_changed(name)
 
     def _discard_name(self, name: str) -> None:
+        self._note_change(name)
         if name in self._names:
             self._names.discard(name)
             self._names_changed(name)
+
+    def _note_change(self, name: str) -> None:
+        """Mark ``name`` as changed now, for the re-reads under way (none under way: nothing to mark)."""
+        if self._rescans:
+            self._changes += 1
+            self._changed_at[name] = self._changes
 
     def _on_notification(self, notification: Notification) -> None:
         """Children of a level above the managed ledgers changed, or such a level was created (another broker
@@ -337,23 +349,36 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         task.add_done_callback(lambda _: self._rescans.pop(path, None))
 
     async def _rescan(self, path: str, depth: int) -> None:
+        """Re-read the names under ``path`` and apply what changed, except to names changed after the read began: a
+        local create, open or delete, or another re-read (of a deeper level, notified later) that read them after
+        this one may have. Without that, a slow re-read of a wide level (many namespaces) dropped a name that a
+        re-read of its own level had just added, and the broker forgot another broker's topic until the next change
+        there. A change that happens after a read is notified again (the read armed the watch), so skipping a name
+        loses nothing."""
         prefix = path[len(self.root) + 1:] + "/" if path != self.root else ""
-        for _ in range(RESCAN_ATTEMPTS):
-            self._rescan_again.discard(path)
-            changes = self._local_changes
-            found: set[str] = set()
-            try:
-                await self._scan(path, depth, found)
-            except MetadataStoreError as exc:
-                log.warning("managed-ledger names under %s not re-read: %s", path, exc)
-                return
-            if changes == self._local_changes and path not in self._rescan_again:
-                break  # (else a ledger opened or deleted here, or another notification, raced the read: again)
-        for name in sorted(found - self._names):
-            self._add_name(name)
-        for name in sorted(n for n in self._names if n.startswith(prefix) and n not in found):
-            if name not in self._open and name not in self._opening:  # (being created here: not yet visible)
-                self._discard_name(name)
+        try:
+            for _ in range(RESCAN_ATTEMPTS):
+                self._rescan_again.discard(path)
+                began = self._changes
+                found: set[str] = set()
+                try:
+                    await self._scan(path, depth, found)
+                except MetadataStoreError as exc:
+                    log.warning("managed-ledger names under %s not re-read: %s", path, exc)
+                    return
+                if path not in self._rescan_again:
+                    break  # (else another notification of this level raced the read: again)
+            changed_at = self._changed_at
+            for name in sorted(found - self._names):
+                if changed_at.get(name, began) <= began:
+                    self._add_name(name)
+            for name in sorted(n for n in self._names if n.startswith(prefix) and n not in found):
+                if (changed_at.get(name, began) <= began and name not in self._open
+                        and name not in self._opening):  # (being created here: not yet visible)
+                    self._discard_name(name)
+        finally:
+            if all(task.done() or task is asyncio.current_task() for task in self._rescans.values()):
+                self._changed_at.clear()  # (no other re-read under way: nobody began before these changes)
 
     def _next_instance_id(self) -> int:
         return next(self._instance_ids)
@@ -376,7 +401,6 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             raise ManagedLedgerError(f"managed ledger {name} cannot be opened: {exc}") from exc
         self._open[name] = ledger
         self._add_name(name)
-        self._local_changes += 1
         return ledger
 
     async def _take_over_once(self, name: str, config: ManagedLedgerConfig) -> BookKeeperManagedLedger:
@@ -452,7 +476,6 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         else:
             created = True
         self._add_name(name)
-        self._local_changes += 1
         return created
 
     async def delete(self, name: str) -> None:
@@ -478,7 +501,6 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._discard_name(name)
-        self._local_changes += 1
         for ledger_id in ledger_ids:
             try:
                 await self.bk.delete_ledger(ledger_id)
@@ -525,8 +547,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             log.warning("managed ledger %s not looked up in the metadata store: %s", name, exc)
             return name in self._names
         if found and name not in self._names:
-            self._add_name(name)
-            self._local_changes += 1  # (a re-read of its level under way may have read before it was made: again)
+            self._add_name(name)  # (a re-read of its level under way, which may have read before it was made, keeps it)
         return name in self._names
 
     def _forget(self, ledger: BookKeeperManagedLedger) -> None:

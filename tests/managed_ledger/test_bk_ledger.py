@@ -164,6 +164,37 @@ async def test_a_name_not_heard_of_yet_is_read_from_the_store(
     assert other.list_names() == [name] and heard == [name]
 
 
+async def test_a_slow_re_read_of_a_wide_level_keeps_a_name_a_deeper_re_read_added_meanwhile(
+        make_factory: Callable[[], BookKeeperManagedLedgerFactory]) -> None:
+    """Another broker's topic created while this broker re-reads the level above it (a new namespace's notification)
+    is added by the re-read of its own level, and the slower re-read above, which read that level before the topic
+    was made, does not drop it when it ends (it did: the broker forgot the topic until the next change there)."""
+    factory, other = make_factory(), make_factory()
+    for name in ("t/a/persistent/x", "t/b/persistent/y"):
+        assert await factory.create(name) is True
+    await other.start()
+    assert other.list_names() == ["t/a/persistent/x", "t/b/persistent/y"]
+    held_level = f"{other.root}/t/b/persistent"
+    reached, release = asyncio.Event(), asyncio.Event()
+    real_get_children = other.store.get_children
+
+    async def held_get_children(path: str) -> list[str]:
+        if path == held_level and not release.is_set():
+            reached.set()
+            await release.wait()
+        return await real_get_children(path)
+
+    other.store.get_children = held_get_children  # type: ignore[method-assign]
+    # A new namespace under t: the re-read of t walks t/a (before the topic below is made), then waits at t/b.
+    assert await factory.create("t/c/persistent/z") is True
+    await asyncio.wait_for(reached.wait(), TIMEOUT)
+    assert await factory.create("t/a/persistent/new") is True
+    await eventually(lambda: other.exists("t/a/persistent/new"), "the re-read of t/a/persistent adds the new topic")
+    release.set()
+    await eventually(lambda: not other._rescans, "every re-read to end")
+    assert other.list_names() == ["t/a/persistent/new", "t/a/persistent/x", "t/b/persistent/y", "t/c/persistent/z"]
+
+
 async def test_a_cursor_write_that_raises_is_logged_and_does_not_hang_the_close(
         make_factory: Callable[[], BookKeeperManagedLedgerFactory], caplog: pytest.LogCaptureFixture) -> None:
     """A background task that raises what it does not expect (a bug) is logged at once with its traceback, and the
