@@ -8,6 +8,8 @@ namespaces), what dashboards such as Pulsar Manager collect from each broker.
 - ``GET /admin/v2/broker-stats/load-report``: Pulsar's LocalBrokerData: the process's CPU (per
   cent of one core, limit 100 per core) and memory (MB), message and byte rates, counts of topics,
   bundles, producers and consumers.
+- ``GET /admin/v2/broker-stats/metrics``: Pulsar's MetricsGenerator list (``pulsar-admin broker-stats
+  monitoring-metrics``): ``[{"metrics": {...}, "dimensions": {...}}]``; monitoring_metrics.py says what is in it.
 - ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: this broker owns every bundle of
   every namespace: ``{"tenant/ns/0x..._0x...": {"broker_assignment": "shared", ...}}``.
 
@@ -24,6 +26,7 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
+from broker.admin.monitoring_metrics import monitoring_metrics
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ class BrokerStatsResource:
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get("/admin/v2/broker-stats/topics", self.topics)
         r.add_get("/admin/v2/broker-stats/load-report", self.load_report)
+        r.add_get("/admin/v2/broker-stats/metrics", self.metrics)
         r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned_namespaces)
 
     @property
@@ -147,6 +151,9 @@ class BrokerStatsResource:
             "advertisedListeners": {},
             "loadReportType": "LocalBrokerData",
         })
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return json_response(monitoring_metrics(self.web.ctx, self.web.sampler))
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] not in self.service.metadata.clusters:

@@ -17,7 +17,7 @@ from broker.admin.metric_families import ADD_BUCKETS
 from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS, CursorStats
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from broker.admin.stats import StatsSampler
     from broker.service.broker_service import AnyTopic
@@ -36,7 +36,7 @@ def _ranges(bounds: Sequence[float], scale: float) -> list[str]:
     return [f"{lo:.1f}_{hi:.1f}" for lo, hi in itertools.pairwise(edges)]
 
 
-_LATENCY_RANGES = _ranges(ADD_LATENCY_BUCKETS_US, 1000.0)  # microseconds -> ms
+LATENCY_RANGES = _ranges(ADD_LATENCY_BUCKETS_US, 1000.0)  # microseconds -> ms
 _SIZE_RANGES = _ranges(ENTRY_SIZE_BUCKETS, 1.0)
 
 
@@ -76,7 +76,7 @@ def switch_counts(topic: AnyTopic) -> Sequence[int]:
 
 
 # The sums keys of the ledger-switch latency buckets (one per range, the overflow last).
-_SWITCH_KEYS = tuple(f"switch_{i}" for i in range(len(_LATENCY_RANGES) + 1))
+_SWITCH_KEYS = tuple(f"switch_{i}" for i in range(len(LATENCY_RANGES) + 1))
 
 
 def ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: list[tuple[str, float]],
@@ -98,26 +98,32 @@ def ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: li
         sums[name] += value
 
 
-def write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
+def ml_values(sums: dict[str, float]) -> Iterator[tuple[str, str | None, float]]:
+    """A namespace's pulsar_ml_* series from its ``ml_sums``: (family, quantile label or None, value)."""
     for name in ("pulsar_ml_AddEntryBytesRate", "pulsar_ml_AddEntryWithReplicasBytesRate",
                  "pulsar_ml_AddEntryMessagesRate", "pulsar_ml_NumberOfMessagesInBacklog", "pulsar_ml_ReadEntriesRate",
                  "pulsar_ml_ReadEntriesBytesRate", "pulsar_ml_ReadEntriesSucceeded", "pulsar_ml_StoredMessagesSize",
                  "pulsar_ml_MarkDeleteRate", "pulsar_ml_ReadEntriesOpsCacheMissesRate"):
-        out.add(name, nl, sums.get(name, 0.0))
-    out.add("pulsar_ml_AddEntrySucceed", nl, sums.get("pulsar_storage_write_latency_count", 0.0))
-    out.add("pulsar_ml_AddEntryErrors", nl, 0)
-    out.add("pulsar_ml_ReadEntriesErrors", nl, 0)
+        yield name, None, sums.get(name, 0.0)
+    yield "pulsar_ml_AddEntrySucceed", None, sums.get("pulsar_storage_write_latency_count", 0.0)
+    yield "pulsar_ml_AddEntryErrors", None, 0
+    yield "pulsar_ml_ReadEntriesErrors", None, 0
     for family, prefix, ranges in (
-            ("pulsar_ml_AddEntryLatencyBuckets", "pulsar_storage_write_latency", _LATENCY_RANGES),
-            ("pulsar_ml_LedgerAddEntryLatencyBuckets", "pulsar_storage_ledger_write_latency", _LATENCY_RANGES),
+            ("pulsar_ml_AddEntryLatencyBuckets", "pulsar_storage_write_latency", LATENCY_RANGES),
+            ("pulsar_ml_LedgerAddEntryLatencyBuckets", "pulsar_storage_ledger_write_latency", LATENCY_RANGES),
             ("pulsar_ml_EntrySizeBuckets", "pulsar_entry_size", _SIZE_RANGES)):
         names = next(n for p, n, _d in ADD_BUCKETS if p == prefix)
         for quantile, bucket in zip(ranges, names, strict=False):
-            out.add(family, f'{nl},quantile="{quantile}"', sums.get(f"{prefix}_{bucket}", 0.0))
-        out.add(f"{family}_OVERFLOW", nl, sums.get(f"{prefix}_{names[-1]}", 0.0))
-    for quantile, key in zip(_LATENCY_RANGES, _SWITCH_KEYS, strict=False):
-        out.add("pulsar_ml_LedgerSwitchLatencyBuckets", f'{nl},quantile="{quantile}"', sums.get(key, 0.0))
-    out.add("pulsar_ml_LedgerSwitchLatencyBuckets_OVERFLOW", nl, sums.get(_SWITCH_KEYS[-1], 0.0))
+            yield family, quantile, sums.get(f"{prefix}_{bucket}", 0.0)
+        yield f"{family}_OVERFLOW", None, sums.get(f"{prefix}_{names[-1]}", 0.0)
+    for quantile, key in zip(LATENCY_RANGES, _SWITCH_KEYS, strict=False):
+        yield "pulsar_ml_LedgerSwitchLatencyBuckets", quantile, sums.get(key, 0.0)
+    yield "pulsar_ml_LedgerSwitchLatencyBuckets_OVERFLOW", None, sums.get(_SWITCH_KEYS[-1], 0.0)
+
+
+def write_ml(out: Exposition, nl: str, sums: dict[str, float]) -> None:
+    for family, quantile, value in ml_values(sums):
+        out.add(family, nl if quantile is None else f'{nl},quantile="{quantile}"', value)
 
 
 # Pulsar's ManagedCursorMetrics series (ManagedCursorMXBean) and the CursorStats counter each one reads.
@@ -148,20 +154,28 @@ def write_cursors(out: Exposition, cl: str, topics: list[AnyTopic]) -> None:
                 out.add(family, labels, getattr(stats, attr))
 
 
-def write_cache(out: Exposition, cl: str, factory: object, sampler: StatsSampler, open_ledgers: int) -> None:
-    """The broker-wide entry cache (Pulsar's ManagedLedgerCacheMetrics) and the count of open ledgers."""
+def cache_values(factory: object, sampler: StatsSampler, open_ledgers: int) -> list[tuple[str, float]]:
+    """The broker-wide entry cache as Pulsar's ManagedLedgerCacheMetrics has it, with the count of open ledgers:
+    (pulsar_ml_* name, value)."""
     cache = getattr(factory, "cache", None)
     s = sampler
-    out.add("pulsar_ml_count", cl, open_ledgers)
-    out.add("pulsar_ml_cache_used_size", cl, getattr(cache, "size", 0))
-    out.add("pulsar_ml_cache_entries", cl, len(cache) if cache is not None else 0)
-    out.add("pulsar_ml_cache_inserted_entries_total", cl, getattr(cache, "inserted", 0))
-    out.add("pulsar_ml_cache_evicted_entries_total", cl, getattr(cache, "evictions", 0))
-    out.add("pulsar_ml_cache_evictions", cl, round(s.cache_evictions_rate * s.interval_s))
-    out.add("pulsar_ml_cache_hits_rate", cl, s.cache_hits_rate)
-    out.add("pulsar_ml_cache_misses_rate", cl, s.cache_misses_rate)
-    out.add("pulsar_ml_cache_hits_throughput", cl, s.cache_hits_throughput)
-    out.add("pulsar_ml_cache_misses_throughput", cl, s.cache_misses_throughput)
+    return [("pulsar_ml_count", open_ledgers),
+            ("pulsar_ml_cache_used_size", getattr(cache, "size", 0)),
+            ("pulsar_ml_cache_entries", len(cache) if cache is not None else 0),
+            ("pulsar_ml_cache_inserted_entries_total", getattr(cache, "inserted", 0)),
+            ("pulsar_ml_cache_evicted_entries_total", getattr(cache, "evictions", 0)),
+            ("pulsar_ml_cache_evictions", round(s.cache_evictions_rate * s.interval_s)),
+            ("pulsar_ml_cache_hits_rate", s.cache_hits_rate),
+            ("pulsar_ml_cache_misses_rate", s.cache_misses_rate),
+            ("pulsar_ml_cache_hits_throughput", s.cache_hits_throughput),
+            ("pulsar_ml_cache_misses_throughput", s.cache_misses_throughput)]
+
+
+def write_cache(out: Exposition, cl: str, factory: object, sampler: StatsSampler, open_ledgers: int) -> None:
+    """The broker-wide entry cache (Pulsar's ManagedLedgerCacheMetrics), the count of open ledgers, and the reads
+    in flight (InflightReadsLimiter, PendingReadsManager)."""
+    for name, value in cache_values(factory, sampler, open_ledgers):
+        out.add(name, cl, value)
     # No limit on the bytes of reads in flight (Pulsar's managedLedgerMaxReadsInFlightSizeInMB, 0 = none by default):
     # -1 for both, as Pulsar's InflightReadsLimiter writes when it is off.
     out.add("pulsar_ml_reads_inflight_bytes", cl, -1)

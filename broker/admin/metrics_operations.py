@@ -30,7 +30,7 @@ LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
 TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
 SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 PUBLISH_QUANTILES = (0.0, 0.5, 0.95, 0.99, 0.999, 0.9999, 1.0)  # (AbstractTopic.PUBLISH_LATENCY's)
-_TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
+TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
                       ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
 
 
@@ -54,7 +54,7 @@ def write_operations(out: Exposition, cl: str, load_labels: str, service: Broker
     out.summary("pulsar_topic_load_times", cl, [(q, times.quantile(q)) for q in TOPIC_LOAD_QUANTILES],
                 times.count, times.sum_ms)
     out.add("pulsar_topic_load_time_mean_ms", load_labels, times.mean())
-    for name, q in _TOPIC_LOAD_GAUGES:
+    for name, q in TOPIC_LOAD_GAUGES:
         out.add(f"pulsar_topic_load_time_{name}_ms", load_labels, times.quantile(q))
     out.add("pulsar_topic_load_rate_s", load_labels, times.last_count)
     out.add("pulsar_topic_load_failed_count", load_labels, loads.failed)

@@ -63,6 +63,8 @@ class BrokerRegistry:
         self.leader: LeaderBroker | None = None
         self._written: LoadReport | None = None
         self._written_at = 0.0
+        # The report last built (written or not): what this broker's load is, for broker-stats/metrics.
+        self.latest: LoadReport | None = None
         self._tasks = OwnedTasks("broker registry")
         self._wake = asyncio.Event()
         self._closed = False
@@ -128,7 +130,7 @@ class BrokerRegistry:
 
     # -- registration --------------------------------------------------------------------------------
     async def _register(self) -> None:
-        report = self._report()
+        report = self.latest = self._report()
         value = report.to_bytes()
         await _create_ephemeral(self.store, self.path, value, lambda old: _same_broker(self.urls, old))
         self._written, self._written_at = report, time.monotonic()
@@ -150,7 +152,7 @@ class BrokerRegistry:
             self._wake.clear()
             if not self._registered.is_set():
                 continue
-            report = self._report()
+            report = self.latest = self._report()
             if self._written is not None and not _needs_write(self._written, report, self._written_at):
                 continue
             try:

@@ -1,9 +1,11 @@
-"""Broker-level admin views: broker-stats/topics, broker-stats/load-report, ownedNamespaces."""
+"""Broker-level admin views: broker-stats/topics, broker-stats/load-report, broker-stats/metrics,
+ownedNamespaces."""
 
 from __future__ import annotations
 
 import itertools
 import os
+from typing import Any
 
 import pulsar
 
@@ -59,3 +61,66 @@ def test_load_report_and_owned_namespaces(admin: Admin, client: pulsar.Client, p
         "broker_assignment": "shared", "is_controlled": False, "is_active": True}
     assert admin.get("/admin/v2/brokers/standalone/elsewhere:8080/ownedNamespaces").status == 404
     assert admin.get(f"/admin/v2/brokers/nowhere/{broker}/ownedNamespaces").status == 404
+
+
+def _by_dimensions(documents: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], dict[str, Any]]:
+    keys = [tuple(sorted(d["dimensions"].items())) for d in documents]
+    assert len(set(keys)) == len(keys), "objects with equal dimensions are merged into one"
+    return {key: d["metrics"] for key, d in zip(keys, documents, strict=True)}
+
+
+def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
+    # pulsar-admin broker-stats monitoring-metrics. The sampler runs when the test says so (the rates and the
+    # add buckets are of the interval up to its last run).
+    with BrokerThread(statsUpdateFrequencyInSecs=3600) as broker:
+        admin = Admin(broker.web_url)
+        ns = admin.new_namespace()
+        stored, live = f"persistent://{ns}/stored", f"non-persistent://{ns}/live"
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            client.subscribe(stored, "s")
+            client.subscribe(live, "l")
+            producer = client.create_producer(stored, batching_enabled=False)
+            for _ in range(5):
+                producer.send(b"x" * 100)
+            client.create_producer(live).send(b"y")
+            broker.run_coroutine(broker.server.web.sampler.sample_async())
+            documents = admin.ok("GET", "/admin/v2/broker-stats/metrics")
+        finally:
+            client.close()
+    assert all(set(d) == {"metrics", "dimensions"} and list(d["metrics"]) == sorted(d["metrics"]) for d in documents)
+    assert all(isinstance(v, int | float) or v == "NaN" for d in documents for v in d["metrics"].values())
+    objects = _by_dimensions(documents)
+    # The namespace's topic stats (NamespaceStats) and its managed ledgers' sums (ManagedLedgerMetrics): one object.
+    namespace = objects[(("namespace", ns),)]
+    assert namespace["brk_no_of_producers"] == 2 and namespace["brk_no_of_subscriptions"] == 2
+    assert namespace["brk_no_of_consumers"] == 2 and namespace["brk_no_of_replicators"] == 0
+    assert namespace["brk_msg_backlog"] == 5.0  # (the stored subscription's; the live one keeps none)
+    assert namespace["brk_in_rate"] > 0 and namespace["brk_in_tp_rate"] >= 500 * namespace["brk_in_rate"] / 6
+    assert namespace["brk_out_rate"] > 0 and namespace["brk_replication_backlog"] == 0.0
+    assert namespace["brk_storage_size"] > 0  # (the stored subscription's backlog, estimated)
+    assert namespace["brk_max_replication_delay_second"] == 0.0
+    buckets = [name for name in namespace if name.startswith("brk_AddEntryLatencyBuckets_")]
+    assert "brk_AddEntryLatencyBuckets_0.0_0.5" in buckets and "brk_AddEntryLatencyBuckets_OVERFLOW" in buckets
+    assert len(buckets) == 10 and all(isinstance(namespace[b], int) for b in buckets)
+    assert namespace["brk_ml_AddEntrySucceed"] == 5.0  # (the stored topic's five entries; the live topic has none)
+    assert namespace["brk_ml_AddEntryMessagesRate"] > 0 and namespace["brk_ml_StoredMessagesSize"] > 0
+    assert namespace["brk_ml_NumberOfMessagesInBacklog"] == 5.0
+    entry_sizes = {name: v for name, v in namespace.items() if name.startswith("brk_ml_EntrySizeBuckets_")}
+    assert entry_sizes["brk_ml_EntrySizeBuckets_128.0_512.0"] == 5.0 and sum(entry_sizes.values()) == 5.0
+    assert {"brk_ml_AddEntryLatencyBuckets_0.0_0.5", "brk_ml_LedgerSwitchLatencyBuckets_OVERFLOW"} <= set(namespace)
+    # The entry cache, broker-wide (ManagedLedgerCacheMetrics): empty dimensions.
+    cache = objects[()]
+    assert cache["brk_ml_count"] >= 1 and {"brk_ml_cache_used_size", "brk_ml_cache_hits_rate"} <= set(cache)
+    # BrokerOperabilityMetrics: the broker's connections, health and topic loads.
+    host = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)[0]
+    base = (("broker", host), ("cluster", "standalone"))
+    connections = objects[(*base, ("metric", "broker_connection"))]
+    assert connections["brk_active_connections"] == 1  # (the client's, open when the list was asked for)
+    assert connections["brk_connection_create_success_count"] == connections["brk_connection_created_total_count"] == 1
+    assert connections["brk_connection_create_fail_count"] == connections["brk_connection_closed_total_count"] == 0
+    assert objects[(*base, ("metric", "broker_health"))] == {"brk_health": -1}  # (no health check has run)
+    loads = objects[(*base, ("metric", "pulsar_topic_load_times"))]
+    assert loads["brk_topic_load_failed_count"] == 0 and "brk_topic_load_time_99_9_percentile_ms" in loads
+    # No JVM, and a standalone broker writes no load report (cluster mode: tests/cluster/test_lookup.py).
+    assert not any(dict(key).get("metric") in ("jvm_metrics", "loadBalancing") for key in objects)

@@ -42,6 +42,15 @@ def test_registry_leader_and_owner_per_bundle(brokers: Brokers) -> None:
         for b in (b1, b2, b3):  # the admin API tells the same from any broker
             assert set(http_json(f"{b.web_url}/admin/v2/brokers/standalone")) == registered
             assert http_json(f"{b.web_url}/admin/v2/brokers/leaderBroker")["brokerId"] == leader["brokerId"]
+        # Its load, as the load manager's part of broker-stats/metrics has it: per cent of each limit.
+        host = b2.web_url.removeprefix("http://").rsplit(":", 1)[0]
+        (balancing,) = [d for d in http_json(f"{b2.web_url}/admin/v2/broker-stats/metrics")
+                        if d["dimensions"].get("metric") == "loadBalancing"]
+        assert balancing["dimensions"] == {"broker": host, "metric": "loadBalancing"}
+        usage = balancing["metrics"]
+        assert set(usage) == {"brk_lb_cpu_usage", "brk_lb_memory_usage", "brk_lb_directMemory_usage",
+                              "brk_lb_bandwidth_in_usage", "brk_lb_bandwidth_out_usage"}
+        assert 0 < usage["brk_lb_memory_usage"] < 100 and usage["brk_lb_cpu_usage"] >= 0
 
         topics = topic_names("spread", 12)
         clients = [pulsar.Client(b.service_url, operation_timeout_seconds=30) for b in (b1, b2, b3)]
