@@ -105,11 +105,11 @@ class FileLedgerStats:
 
 
 # Pulsar's managed-ledger add buckets (ManagedLedgerMBean): entry write latency in microseconds
-# (from the add request until the entry is durable) and entry size in bytes (1_232_896 is Pulsar's
-# "1 MB" bound, as it has it). A value on a bound falls in that bound's bucket; one more bucket
-# counts what is past the last bound.
+# (from the add request until the entry is durable) and entry size in bytes (Pulsar 4.0.7's
+# ManagedLedgerMBeanImpl bounds: its "1 MB" is 1_048_576). A value on a bound falls in that bound's
+# bucket; one more bucket counts what is past the last bound.
 ADD_LATENCY_BUCKETS_US: tuple[int, ...] = (500, 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 1_000_000)
-ENTRY_SIZE_BUCKETS: tuple[int, ...] = (128, 512, 1_024, 2_048, 4_096, 16_384, 102_400, 1_232_896)
+ENTRY_SIZE_BUCKETS: tuple[int, ...] = (128, 512, 1_024, 2_048, 4_096, 16_384, 102_400, 1_048_576)
 
 
 class IntervalBuckets:

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
-from broker.admin.monitoring_metrics import monitoring_metrics
+from broker.admin.monitoring_metrics import load_balancing, monitoring_metrics
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -153,7 +153,18 @@ class BrokerStatsResource:
         })
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return json_response(monitoring_metrics(self.web.ctx, self.web.sampler))
+        registry = self.service.registry
+        report = registry.latest if registry is not None else None
+        if report is not None:  # (cluster mode: the load this broker last reported)
+            usage = load_balancing((report.cpu_usage, report.cpu_limit),
+                                   (report.memory_usage_mb, report.memory_limit_mb),
+                                   (report.bandwidth_in_usage, report.bandwidth_in_limit),
+                                   (report.bandwidth_out_usage, report.bandwidth_out_limit))
+        else:  # (standalone: as load-report has it; bandwidth limits unknown)
+            cores = os.cpu_count() or 1
+            usage = load_balancing((self._process_cpu_percent(), 100.0 * cores), (_rss_mb(), _memory_limit_mb()),
+                                   (0.0, 0.0), (0.0, 0.0))
+        return json_response(monitoring_metrics(self.web.ctx, self.web.sampler, usage))
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] not in self.service.metadata.clusters:

@@ -41,6 +41,7 @@ from broker.admin.metric_families import ADD_BUCKETS, FAMILIES
 from broker.admin.metrics_ledgers import (
     ADD_BUCKET_FAMILIES,
     add_buckets,
+    ledger_namespace,
     ml_sums,
     switch_counts,
     write_cache,
@@ -224,7 +225,8 @@ class BrokerMetrics:
             broker["out_bytes"] += tc.bytes_out
             replication = all_replication if cfg.replicationMetricsEnabled else {}
             if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
-                ml_sums(ml_by_ns.setdefault(ns, _namespace_sums()), values, buckets, sampler.interval_s,
+                ml_ns = ledger_namespace(topic.ledger.name)  # type: ignore[union-attr]
+                ml_sums(ml_by_ns.setdefault(ml_ns, _namespace_sums()), values, buckets, sampler.interval_s,
                         switch_counts(topic), sampler.topic_mark_deletes.get(topic, 0.0))
             if by_topic:
                 namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1

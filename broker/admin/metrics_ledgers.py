@@ -54,6 +54,12 @@ _ADD_BUCKET_NAMES = tuple((tuple(f"{prefix}_{name}" for name in names), f"{prefi
 ADD_BUCKET_FAMILIES = tuple(name for names, count, total in _ADD_BUCKET_NAMES for name in (*names, count, total))
 
 
+def ledger_namespace(ledger_name: str) -> str:
+    """The namespace Pulsar's ManagedLedgerMetrics and ManagedCursorMetrics put a managed ledger in: the first three
+    parts of its name, ``tenant/namespace/persistent`` (the topic's domain included)."""
+    return "/".join(ledger_name.split("/", 3)[:3])
+
+
 def add_buckets(topic: AnyTopic) -> list[tuple[str, float]]:
     """(metric name, value) of a persistent topic's add buckets; [] for a non-persistent one."""
     stats = getattr(getattr(topic, "ledger", None), "add_stats", None)
@@ -143,7 +149,7 @@ def write_cursors(out: Exposition, cl: str, topics: list[AnyTopic]) -> None:
         ledger = getattr(topic, "ledger", None)
         if ledger is None:
             continue
-        base = f'{cl},namespace="{escape(topic.name.namespace)}",ledger_name="{escape(ledger.name)}"'
+        base = f'{cl},namespace="{escape(ledger_namespace(ledger.name))}",ledger_name="{escape(ledger.name)}"'
         cursor_stats = getattr(ledger, "cursor_stats", {})
         for name, cursor in sorted(ledger.cursors.items()):
             labels = f'{base},cursor_name="{escape(name)}"'

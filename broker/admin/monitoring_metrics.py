@@ -1,14 +1,15 @@
 """``GET /admin/v2/broker-stats/metrics`` (``pulsar-admin broker-stats monitoring-metrics``): Apache Pulsar's
 MetricsGenerator output, a JSON list of ``{"metrics": {name: number}, "dimensions": {key: value}}``, one object per
 set of dimensions. As Pulsar's merge does, the contributors' objects with equal dimensions become one (a later
-contributor's value of a name wins), so a namespace's managed-ledger sums and its topic stats share an object.
+contributor's value of a name wins).
 
 The contributors, in Pulsar 4.0.7's order, and what is here of each:
 - JvmMetrics (``{"metric": "jvm_metrics"}``): nothing; there is no JVM (as in /metrics, docs/metrics.md).
 - ManagedLedgerCacheMetrics (``{}``): ``brk_ml_count`` and the ``brk_ml_cache_*`` counts and rates (the
   ``brk_ml_cache_pool_*`` allocator figures are Netty's pool, which has no counterpart here).
-- ManagedLedgerMetrics (``{"namespace"}``): the ``brk_ml_*`` sums of the namespace's managed ledgers and their
-  ``_<low>_<high>`` / ``_OVERFLOW`` latency and entry-size buckets: the numbers of /metrics' ``pulsar_ml_*``.
+- ManagedLedgerMetrics (``{"namespace": "tenant/ns/persistent"}``, the managed ledger's name's first three parts,
+  as Pulsar parses them): the ``brk_ml_*`` sums of the namespace's managed ledgers and their ``_<low>_<high>`` /
+  ``_OVERFLOW`` latency and entry-size buckets: the numbers of /metrics' ``pulsar_ml_*``.
 - NamespaceStats (``{"namespace"}``, namespaces with a topic loaded here): ``brk_in_rate``, ``brk_out_rate``, their
   ``_tp_`` byte rates, producer, subscription, consumer and inbound-replicator counts, ``brk_storage_size`` (the
   estimated backlog size, as Pulsar sums it), ``brk_msg_backlog``, ``brk_replication_backlog`` and
@@ -19,8 +20,8 @@ The contributors, in Pulsar 4.0.7's order, and what is here of each:
   the last interval's, as /metrics has them), connections (``broker_connection``) and the health check
   (``broker_health``).
 - the load manager (``{"broker", "metric": "loadBalancing"}``): ``brk_lb_*_usage``, per cent of each resource's
-  limit, from this broker's last load report. Only in cluster mode, where the broker reports its load; the leader's
-  unload and split counters are not kept here.
+  limit: in cluster mode from this broker's last load report, standalone from what ``broker-stats/load-report``
+  reports (``load_balancing``, from the caller). The leader's unload and split counters are not kept here.
 
 Rates are the stats sampler's last interval (``statsUpdateFrequencyInSecs``), as in the topic stats and /metrics.
 A value that is not a number (a quantile with no sample) is the string "NaN", as Pulsar's JSON writes it.
@@ -37,6 +38,7 @@ from broker.admin.metrics_ledgers import (
     LATENCY_RANGES,
     add_buckets,
     cache_values,
+    ledger_namespace,
     ml_sums,
     ml_values,
     switch_counts,
@@ -48,7 +50,6 @@ from broker.admin.stats import replication_stats
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.admin.stats import StatsSampler
-    from broker.cluster.data import LoadReport
 
 Metrics = dict[str, Any]
 Dimensions = tuple[tuple[str, str], ...]
@@ -85,7 +86,7 @@ class _Collector:
                  "dimensions": dict(key)} for key, metrics in self.objects.items()]
 
 
-def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler) -> list[dict[str, Any]]:
+def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing: Metrics) -> list[dict[str, Any]]:
     service, cfg, process = ctx.service, ctx.config, ctx.process
     topics = [t for t in service.all_topics() if not t.closed]
     namespaces: dict[str, defaultdict[str, float]] = {}
@@ -122,7 +123,8 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler) -> list[dict[st
                       "pulsar_storage_read_rate": sampler.topic_entries_read.get(topic, 0.0),
                       "pulsar_storage_read_cache_misses_rate": sampler.topic_read_misses.get(topic, 0.0),
                       "pulsar_msg_backlog": backlog, "pulsar_storage_size": tc.storage_size}
-            ml_sums(ml_by_ns.setdefault(ns, defaultdict(float)), values, buckets, sampler.interval_s,
+            ml_ns = ledger_namespace(topic.ledger.name)
+            ml_sums(ml_by_ns.setdefault(ml_ns, defaultdict(float)), values, buckets, sampler.interval_s,
                     switch_counts(topic), sampler.topic_mark_deletes.get(topic, 0.0))
             if cfg.replicationMetricsEnabled:
                 for cluster, r in outbound.items():
@@ -161,8 +163,8 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler) -> list[dict[st
     load_times: Metrics = {"brk_topic_load_time_mean_ms": times.mean()}
     for name, q in TOPIC_LOAD_GAUGES:
         load_times[f"brk_topic_load_time_{name}_ms"] = times.quantile(q)
-    load_times["brk_topic_load_rate_s"] = times.last_count
-    load_times["brk_topic_load_failed_count"] = loads.failed
+    load_times["brk_topic_load_rate_s"] = float(times.last_count)  # (floats, as in Pulsar's JSON)
+    load_times["brk_topic_load_failed_count"] = float(loads.failed)
     out.add({**broker, "metric": "pulsar_topic_load_times"}, load_times)
     out.add({**broker, "metric": "broker_connection"}, {
         "brk_connection_created_total_count": process.connections_created,
@@ -171,16 +173,15 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler) -> list[dict[st
         "brk_connection_closed_total_count": process.connections_closed,
         "brk_active_connections": len(process.connections)})
     out.add({**broker, "metric": "broker_health"}, {"brk_health": service.health_check_status})
-    registry = service.registry
-    report = registry.latest if registry is not None else None
-    if report is not None:
-        out.add({"broker": process.advertised_host, "metric": "loadBalancing"}, _load_balancing(report))
+    out.add({"broker": process.advertised_host, "metric": "loadBalancing"}, load_balancing)
     return out.documents()
 
 
-def _load_balancing(report: LoadReport) -> Metrics:
-    return {"brk_lb_cpu_usage": _percent(report.cpu_usage, report.cpu_limit),
-            "brk_lb_memory_usage": _percent(report.memory_usage_mb, report.memory_limit_mb),
+def load_balancing(cpu: tuple[float, float], memory: tuple[float, float], bandwidth_in: tuple[float, float],
+                   bandwidth_out: tuple[float, float]) -> Metrics:
+    """The loadBalancing object's usages from (usage, limit) pairs: per cent of each limit (0 without one; no direct
+    memory here)."""
+    return {"brk_lb_cpu_usage": _percent(*cpu), "brk_lb_memory_usage": _percent(*memory),
             "brk_lb_directMemory_usage": 0.0,
-            "brk_lb_bandwidth_in_usage": _percent(report.bandwidth_in_usage, report.bandwidth_in_limit),
-            "brk_lb_bandwidth_out_usage": _percent(report.bandwidth_out_usage, report.bandwidth_out_limit)}
+            "brk_lb_bandwidth_in_usage": _percent(*bandwidth_in),
+            "brk_lb_bandwidth_out_usage": _percent(*bandwidth_out)}

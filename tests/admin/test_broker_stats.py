@@ -91,8 +91,11 @@ def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
     assert all(set(d) == {"metrics", "dimensions"} and list(d["metrics"]) == sorted(d["metrics"]) for d in documents)
     assert all(isinstance(v, int | float) or v == "NaN" for d in documents for v in d["metrics"].values())
     objects = _by_dimensions(documents)
-    # The namespace's topic stats (NamespaceStats) and its managed ledgers' sums (ManagedLedgerMetrics): one object.
+    # The namespace's topic stats (NamespaceStats), and its managed ledgers' sums (ManagedLedgerMetrics) under the
+    # namespace Pulsar parses from a ledger's name (its domain included), as a Pulsar 4.0.7 standalone lists them.
     namespace = objects[(("namespace", ns),)]
+    ledgers = objects[(("namespace", f"{ns}/persistent"),)]
+    assert not any(name.startswith("brk_ml_") for name in namespace)
     assert namespace["brk_no_of_producers"] == 2 and namespace["brk_no_of_subscriptions"] == 2
     assert namespace["brk_no_of_consumers"] == 2 and namespace["brk_no_of_replicators"] == 0
     assert namespace["brk_msg_backlog"] == 5.0  # (the stored subscription's; the live one keeps none)
@@ -103,12 +106,13 @@ def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
     buckets = [name for name in namespace if name.startswith("brk_AddEntryLatencyBuckets_")]
     assert "brk_AddEntryLatencyBuckets_0.0_0.5" in buckets and "brk_AddEntryLatencyBuckets_OVERFLOW" in buckets
     assert len(buckets) == 10 and all(isinstance(namespace[b], int) for b in buckets)
-    assert namespace["brk_ml_AddEntrySucceed"] == 5.0  # (the stored topic's five entries; the live topic has none)
-    assert namespace["brk_ml_AddEntryMessagesRate"] > 0 and namespace["brk_ml_StoredMessagesSize"] > 0
-    assert namespace["brk_ml_NumberOfMessagesInBacklog"] == 5.0
-    entry_sizes = {name: v for name, v in namespace.items() if name.startswith("brk_ml_EntrySizeBuckets_")}
+    assert ledgers["brk_ml_AddEntrySucceed"] == 5.0  # (the stored topic's five entries; the live topic has none)
+    assert ledgers["brk_ml_AddEntryMessagesRate"] > 0 and ledgers["brk_ml_StoredMessagesSize"] > 0
+    assert ledgers["brk_ml_NumberOfMessagesInBacklog"] == 5.0
+    entry_sizes = {name: v for name, v in ledgers.items() if name.startswith("brk_ml_EntrySizeBuckets_")}
     assert entry_sizes["brk_ml_EntrySizeBuckets_128.0_512.0"] == 5.0 and sum(entry_sizes.values()) == 5.0
-    assert {"brk_ml_AddEntryLatencyBuckets_0.0_0.5", "brk_ml_LedgerSwitchLatencyBuckets_OVERFLOW"} <= set(namespace)
+    assert {"brk_ml_AddEntryLatencyBuckets_0.0_0.5", "brk_ml_LedgerSwitchLatencyBuckets_OVERFLOW",
+            "brk_ml_EntrySizeBuckets_102400.0_1048576.0"} <= set(ledgers)
     # The entry cache, broker-wide (ManagedLedgerCacheMetrics): empty dimensions.
     cache = objects[()]
     assert cache["brk_ml_count"] >= 1 and {"brk_ml_cache_used_size", "brk_ml_cache_hits_rate"} <= set(cache)
@@ -122,5 +126,9 @@ def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
     assert objects[(*base, ("metric", "broker_health"))] == {"brk_health": -1}  # (no health check has run)
     loads = objects[(*base, ("metric", "pulsar_topic_load_times"))]
     assert loads["brk_topic_load_failed_count"] == 0 and "brk_topic_load_time_99_9_percentile_ms" in loads
-    # No JVM, and a standalone broker writes no load report (cluster mode: tests/cluster/test_lookup.py).
-    assert not any(dict(key).get("metric") in ("jvm_metrics", "loadBalancing") for key in objects)
+    assert loads["brk_topic_load_failed_count"] == 0.0 and isinstance(loads["brk_topic_load_rate_s"], float)
+    # The load, as load-report has it (per cent of each limit; cluster mode: tests/cluster/test_lookup.py).
+    usage = objects[(("broker", host), ("metric", "loadBalancing"))]
+    assert 0 < usage["brk_lb_memory_usage"] < 100 and usage["brk_lb_cpu_usage"] >= 0
+    assert usage["brk_lb_bandwidth_in_usage"] == usage["brk_lb_directMemory_usage"] == 0.0
+    assert not any(dict(key).get("metric") == "jvm_metrics" for key in objects)  # (no JVM)
