@@ -18,7 +18,6 @@ All are super-user operations (the access table's default).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,15 +25,13 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
-from broker.admin.monitoring_metrics import load_balancing, monitoring_metrics
+from broker.admin.monitoring_metrics import CORES, LocalLoad, memory_limit_mb, monitoring_metrics, rss_mb
 from broker.version import __version__
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
     from broker.service.broker_service import AnyTopic, BrokerService
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 # A subscription's fields in broker-stats/topics (a subset of its SubscriptionStats).
 _SUB_FIELDS = ("msgBacklog", "msgRateExpired", "msgRateOut", "messageAckRate", "msgThroughputOut",
                "msgRateRedeliver", "type", "unackedMessages", "isReplicated")
@@ -48,8 +45,7 @@ _PUBLISHER_FIELDS = ("msgRateIn", "msgThroughputIn", "averageMsgSize", "producer
 class BrokerStatsResource:
     def __init__(self, web_service: WebService) -> None:
         self.web = web_service
-        self._cpu_sample: tuple[float, float] | None = None  # (wall time, process CPU seconds)
-        self._cpu_percent = 0.0
+        self.local_load = LocalLoad()
 
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get("/admin/v2/broker-stats/topics", self.topics)
@@ -103,14 +99,6 @@ class BrokerStatsResource:
         # NonPersistentTopic.updateRates writes none for the topic.)
         return doc
 
-    def _process_cpu_percent(self) -> float:
-        """The process's CPU use since the previous report (per cent of one core)."""
-        now, cpu = time.monotonic(), time.process_time()
-        if self._cpu_sample is not None and now > self._cpu_sample[0]:
-            self._cpu_percent = 100.0 * (cpu - self._cpu_sample[1]) / (now - self._cpu_sample[0])
-        self._cpu_sample = (now, cpu)
-        return self._cpu_percent
-
     async def load_report(self, request: web.Request) -> web.Response:
         process, service, sampler = self.web.ctx.process, self.service, self.web.sampler
         topics = service.all_topics()
@@ -118,7 +106,6 @@ class BrokerStatsResource:
         in_bytes = sum(r.bytes for r in sampler.topic_in.values())
         out_msgs = sum(r.msgs for r in sampler.sub_out.values())
         out_bytes = sum(r.bytes for r in sampler.sub_out.values())
-        cores = os.cpu_count() or 1
         namespaces = sorted(service.metadata.namespaces)
         bundles = [str(b) for ns in namespaces for b in service.metadata.namespace_bundles(ns).bundles]
         return json_response({
@@ -128,8 +115,8 @@ class BrokerStatsResource:
             "pulsarServiceUrlTls": process.service_url_tls or None,
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": True,
-            "cpu": {"usage": self._process_cpu_percent(), "limit": 100.0 * cores},
-            "memory": {"usage": _rss_mb(), "limit": _memory_limit_mb()},
+            "cpu": {"usage": self.local_load.cpu_percent(), "limit": 100.0 * CORES},
+            "memory": {"usage": rss_mb(), "limit": memory_limit_mb()},
             "directMemory": {"usage": 0.0, "limit": 0.0},
             "bandwidthIn": {"usage": in_bytes / 1024, "limit": 0.0},
             "bandwidthOut": {"usage": out_bytes / 1024, "limit": 0.0},
@@ -153,17 +140,7 @@ class BrokerStatsResource:
         })
 
     async def metrics(self, request: web.Request) -> web.Response:
-        registry = self.service.registry
-        report = registry.latest if registry is not None else None
-        if report is not None:  # (cluster mode: the load this broker last reported)
-            usage = load_balancing((report.cpu_usage, report.cpu_limit),
-                                   (report.memory_usage_mb, report.memory_limit_mb),
-                                   (report.bandwidth_in_usage, report.bandwidth_in_limit),
-                                   (report.bandwidth_out_usage, report.bandwidth_out_limit))
-        else:  # (standalone: as load-report has it; bandwidth limits unknown)
-            cores = os.cpu_count() or 1
-            usage = load_balancing((self._process_cpu_percent(), 100.0 * cores), (_rss_mb(), _memory_limit_mb()),
-                                   (0.0, 0.0), (0.0, 0.0))
+        usage = self.local_load.usage(self.service)
         return json_response(monitoring_metrics(self.web.ctx, self.web.sampler, usage))
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
@@ -177,16 +154,3 @@ class BrokerStatsResource:
         return json_response({str(b): status for ns in sorted(metadata.namespaces)
                               for b in metadata.namespace_bundles(ns).bundles})
 
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE_MB
-
-
-def _memory_limit_mb() -> float:
-    """The machine's memory (MB): what this process could grow to."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
-    return 0.0

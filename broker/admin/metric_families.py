@@ -59,6 +59,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_connection_closed_total_count": (GAUGE, "Connections closed"),
     "pulsar_health": (GAUGE, "Outcome of the last periodic health check (healthCheckMetricsUpdateTimeInSeconds): "
                              "1 passed, 0 failed, -1 none yet"),
+    # -- the load manager's view of this broker (labels cluster, broker, metric="loadBalancing") --
+    "pulsar_lb_cpu_usage": (GAUGE, "CPU use, per cent of all cores (cluster mode: of the last load report)"),
+    "pulsar_lb_memory_usage": (GAUGE, "Resident memory, per cent of the machine's"),
+    "pulsar_lb_directMemory_usage": (GAUGE, "Direct memory, per cent of its limit (none here: 0)"),
+    "pulsar_lb_bandwidth_in_usage": (GAUGE, "Bytes in, per cent of the NIC's speed (0 when it is unknown)"),
+    "pulsar_lb_bandwidth_out_usage": (GAUGE, "Bytes out, per cent of the NIC's speed (0 when it is unknown)"),
     # -- authentication --
     "pulsar_authentication_success_total": (COUNTER, "Credentials a provider accepted"),
     "pulsar_authentication_failures_total": (COUNTER, "Credentials a provider refused, by reason"),

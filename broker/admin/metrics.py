@@ -67,6 +67,7 @@ from broker.admin.metrics_topic import (
     write_compaction,
     write_subscription,
 )
+from broker.admin.monitoring_metrics import LocalLoad
 from broker.admin.scrape_stats import TopicCounters, topic_counters
 from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
 from broker.metadata.policy_table import BACKLOG_QUOTAS
@@ -107,6 +108,7 @@ class BrokerMetrics:
         self.ctx = ctx
         self.sampler = sampler
         self._labels: dict[str, str] = {}  # topic full name -> its cluster/namespace/topic labels
+        self._load = LocalLoad()  # (its own: the CPU since the previous scrape)
         self._process = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._process)  # process_* (Pulsar's JVM exporter has these too)
 
@@ -399,6 +401,9 @@ class BrokerMetrics:
         out.add("pulsar_connection_closed_total_count", bl, process.connections_closed)
         out.add("pulsar_health", bl.replace('metric="broker_connection"', 'metric="broker_health"'),
                 self.ctx.service.health_check_status)
+        lb = bl.replace('metric="broker_connection"', 'metric="loadBalancing"')
+        for name, usage in self._load.usage(self.ctx.service).items():
+            out.add("pulsar_lb" + name[len("brk_lb"):], lb, usage)
         service = self.ctx.service
         write_operations(out, cl, bl.replace('metric="broker_connection"', 'metric="pulsar_topic_load_times"'),
                           service)

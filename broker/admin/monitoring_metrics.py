@@ -20,8 +20,8 @@ The contributors, in Pulsar 4.0.7's order, and what is here of each:
   the last interval's, as /metrics has them), connections (``broker_connection``) and the health check
   (``broker_health``).
 - the load manager (``{"broker", "metric": "loadBalancing"}``): ``brk_lb_*_usage``, per cent of each resource's
-  limit: in cluster mode from this broker's last load report, standalone from what ``broker-stats/load-report``
-  reports (``load_balancing``, from the caller). The leader's unload and split counters are not kept here.
+  limit (``LocalLoad``; /metrics writes the same as ``pulsar_lb_*``). The leader's unload and split counters are
+  not kept here.
 
 Rates are the stats sampler's last interval (``statsUpdateFrequencyInSecs``), as in the topic stats and /metrics.
 A value that is not a number (a quantile with no sample) is the string "NaN", as Pulsar's JSON writes it.
@@ -30,6 +30,8 @@ A value that is not a number (a quantile with no sample) is the string "NaN", as
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,7 @@ from broker.admin.stats import replication_stats
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
     from broker.admin.stats import StatsSampler
+    from broker.service.broker_service import BrokerService
 
 Metrics = dict[str, Any]
 Dimensions = tuple[tuple[str, str], ...]
@@ -58,6 +61,8 @@ Dimensions = tuple[tuple[str, str], ...]
 _WRITE_LATENCY_NAMES = next(names for prefix, names, _doc in ADD_BUCKETS if prefix == "pulsar_storage_write_latency")
 _NAMESPACE_BUCKETS = (*(f"brk_AddEntryLatencyBuckets_{r}" for r in LATENCY_RANGES),
                       "brk_AddEntryLatencyBuckets_OVERFLOW")
+CORES = os.cpu_count() or 1
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 # NamespaceStats' counts (whole numbers in its JSON); its other names are rates and sizes.
 _NAMESPACE_COUNTS = ("brk_no_of_producers", "brk_no_of_subscriptions", "brk_no_of_replicators", "brk_no_of_consumers")
 
@@ -177,11 +182,50 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing:
     return out.documents()
 
 
-def load_balancing(cpu: tuple[float, float], memory: tuple[float, float], bandwidth_in: tuple[float, float],
-                   bandwidth_out: tuple[float, float]) -> Metrics:
-    """The loadBalancing object's usages from (usage, limit) pairs: per cent of each limit (0 without one; no direct
-    memory here)."""
-    return {"brk_lb_cpu_usage": _percent(*cpu), "brk_lb_memory_usage": _percent(*memory),
-            "brk_lb_directMemory_usage": 0.0,
-            "brk_lb_bandwidth_in_usage": _percent(*bandwidth_in),
-            "brk_lb_bandwidth_out_usage": _percent(*bandwidth_out)}
+def rss_mb() -> float:
+    """This process's resident memory now (MB)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_MB
+
+
+def memory_limit_mb() -> float:
+    """The machine's memory (MB): what this process could grow to."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class LocalLoad:
+    """This broker's load as the load manager's ``loadBalancing`` usages (per cent of each limit): in cluster mode
+    those of the load report it last built; standalone (no load report), the process's CPU since the previous call
+    against all cores, and its resident memory against the machine's. Each reader keeps its own (the CPU is "since
+    its previous look"): broker-stats, /metrics."""
+
+    def __init__(self) -> None:
+        self._sample: tuple[float, float] | None = None  # (wall time, process CPU seconds)
+        self._cpu_percent = 0.0
+
+    def cpu_percent(self) -> float:
+        """The process's CPU use since the previous call, per cent of one core."""
+        now, cpu = time.monotonic(), time.process_time()
+        if self._sample is not None and now > self._sample[0]:
+            self._cpu_percent = 100.0 * (cpu - self._sample[1]) / (now - self._sample[0])
+        self._sample = (now, cpu)
+        return self._cpu_percent
+
+    def usage(self, service: BrokerService) -> Metrics:
+        registry = service.registry
+        report = registry.latest if registry is not None else None
+        if report is not None:
+            cpu, memory = (report.cpu_usage, report.cpu_limit), (report.memory_usage_mb, report.memory_limit_mb)
+            bandwidth_in = (report.bandwidth_in_usage, report.bandwidth_in_limit)
+            bandwidth_out = (report.bandwidth_out_usage, report.bandwidth_out_limit)
+        else:  # (bandwidth limits unknown, as in load-report)
+            cpu, memory = (self.cpu_percent(), 100.0 * CORES), (rss_mb(), memory_limit_mb())
+            bandwidth_in = bandwidth_out = (0.0, 0.0)
+        return {"brk_lb_cpu_usage": _percent(*cpu), "brk_lb_memory_usage": _percent(*memory),
+                "brk_lb_directMemory_usage": 0.0,
+                "brk_lb_bandwidth_in_usage": _percent(*bandwidth_in),
+                "brk_lb_bandwidth_out_usage": _percent(*bandwidth_out)}
