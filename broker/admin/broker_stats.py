@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from broker.admin.http import WebService
     from broker.service.broker_service import AnyTopic, BrokerService
 
+MODULAR_LOAD_MANAGER = "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl"
 # A subscription's fields in broker-stats/topics (a subset of its SubscriptionStats).
 _SUB_FIELDS = ("msgBacklog", "msgRateExpired", "msgRateOut", "messageAckRate", "msgThroughputOut",
                "msgRateRedeliver", "type", "unackedMessages", "isReplicated")
@@ -108,14 +109,15 @@ class BrokerStatsResource:
         out_bytes = sum(r.bytes for r in sampler.sub_out.values())
         namespaces = sorted(service.metadata.namespaces)
         bundles = [str(b) for ns in namespaces for b in service.metadata.namespace_bundles(ns).bundles]
-        return json_response({
+        cpu = self.local_load.cpu_percent()
+        report: dict[str, Any] = {
             "webServiceUrl": process.web_url,
             "webServiceUrlTls": process.web_url_tls or None,
             "pulsarServiceUrl": process.service_url,
             "pulsarServiceUrlTls": process.service_url_tls or None,
             "persistentTopicsEnabled": True,
             "nonPersistentTopicsEnabled": True,
-            "cpu": {"usage": self.local_load.cpu_percent(), "limit": 100.0 * CORES},
+            "cpu": {"usage": cpu, "limit": 100.0 * CORES},
             "memory": {"usage": rss_mb(), "limit": memory_limit_mb()},
             "directMemory": {"usage": 0.0, "limit": 0.0},
             "bandwidthIn": {"usage": in_bytes / 1024, "limit": 0.0},
@@ -137,7 +139,14 @@ class BrokerStatsResource:
             "protocols": {},
             "advertisedListeners": {},
             "loadReportType": "LocalBrokerData",
-        })
+            # The modular load manager's, whose LocalBrokerData this is; the highest usage against its limit
+            # (a fraction) among CPU and bandwidth, as placement reads it (0 for a limit that is unknown).
+            "loadManagerClassName": MODULAR_LOAD_MANAGER,
+            "startTimestamp": service.started_at_ms,
+            "maxResourceUsage": cpu / (100.0 * CORES),
+        }
+        # (a TLS URL the broker does not have is left out, as Pulsar's JSON leaves out nulls)
+        return json_response({k: v for k, v in report.items() if v is not None})
 
     async def metrics(self, request: web.Request) -> web.Response:
         usage = self.local_load.usage(self.service)

@@ -278,7 +278,7 @@ class WebService:
         urls = {"serviceUrl": p.web_url, "brokerServiceUrl": p.service_url}
         if p.tls_port or p.web_tls_port:
             urls.update(serviceUrlTls=p.web_url_tls, brokerServiceUrlTls=p.service_url_tls)
-        return json_response({**urls, **data})
+        return json_response({**urls, **CLUSTER_DATA_DEFAULTS, **data})
 
     async def put_cluster(self, request: web.Request) -> web.Response:
         """PUT creates a cluster (409 if it exists), POST updates one (404 if it does not)."""
@@ -391,9 +391,8 @@ class WebService:
             if listener_name:
                 location += f"&listenerName={quote(listener_name, safe='')}"
             raise web.HTTPTemporaryRedirect(URL(location, encoded=True))  # (as encoded here: "%2E%2E" kept)
-        plain, tls = answer.urls.url or "", answer.urls.url_tls or ""
-        return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": answer.http_url or "",
-                              "httpUrlTls": answer.http_url_tls or "", "nativeUrl": plain or tls})
+        return json_response(lookup_data(answer.urls.url or "", answer.urls.url_tls or "", answer.http_url or "",
+                                         answer.http_url_tls or ""))
 
     async def lookup(self, request: web.Request) -> web.Response:
         """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure): the search for
@@ -437,8 +436,26 @@ class WebService:
             if listener is None:
                 raise HttpError(404, f"the broker do not have {listener_name} listener")
             plain, tls = listener.url or "", listener.url_tls or ""
-        return json_response({"brokerUrl": plain, "brokerUrlTls": tls, "httpUrl": http,
-                              "httpUrlTls": s.web_url_tls, "nativeUrl": plain or tls})
+        return json_response(lookup_data(plain or "", tls or "", http, s.web_url_tls or ""))
+
+
+# Pulsar 4.0.7's ClusterDataImpl fields that are never null: what a cluster's data says of them unless it was given
+# other values (as Pulsar's GET shows them).
+CLUSTER_DATA_DEFAULTS = {"brokerClientTlsEnabled": False, "tlsAllowInsecureConnection": False,
+                         "brokerClientTlsEnabledWithKeyStore": False, "brokerClientTlsTrustStoreType": "JKS",
+                         "brokerClientTlsKeyStoreType": "JKS",
+                         "brokerClientSslFactoryPlugin": "org.apache.pulsar.common.util.DefaultPulsarSslFactory"}
+
+
+def lookup_data(plain: str, tls: str, http: str, http_tls: str) -> dict[str, str]:
+    """Pulsar's LookupData as its JSON has it: a TLS URL the broker does not have is left out (null there), and the
+    deprecated ``brokerUrlSsl`` is always empty."""
+    data = {"brokerUrl": plain, "httpUrl": http, "nativeUrl": plain or tls, "brokerUrlSsl": ""}
+    if tls:
+        data["brokerUrlTls"] = tls
+    if http_tls:
+        data["httpUrlTls"] = http_tls
+    return data
 
 
 def _names(value: object, what: str) -> tuple[str, ...]:

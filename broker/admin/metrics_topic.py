@@ -103,7 +103,7 @@ _SUB_FAMILIES = ("pulsar_subscription_back_log", "pulsar_subscription_back_log_n
 def write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> None:
     """Pulsar's subscription series of one subscription."""
     values = (s.backlog, s.backlog, 0, s.rate_redeliver, s.unacked, s.rate_out, s.ack_rate, s.throughput_out,
-              s.bytes_out, s.msg_out, s.last_expire_ms, s.last_acked_ms, 0, s.last_consumed_ms,
+              s.bytes_out, s.msg_out, s.last_expire_ms, s.last_acked_ms, s.last_flow_ms, s.last_consumed_ms,
               s.last_mark_delete_ms, s.rate_expired, s.total_expired, in_replay(s.sub), 1 if s.blocked else 0,
               s.drop_rate if s.drop_rate is not None else 0.0, s.consumers, *_ZEROS)
     for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):

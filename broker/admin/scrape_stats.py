@@ -25,7 +25,7 @@ class SubscriptionCounters:
     """What the subscription series need of one subscription (a stored cursor has ``sub`` None)."""
 
     __slots__ = ("ack_rate", "backlog", "blocked", "bytes_out", "consumers", "drop_rate", "last_acked_ms",
-                 "last_consumed_ms", "last_expire_ms", "last_mark_delete_ms", "msg_out", "name",
+                 "last_consumed_ms", "last_expire_ms", "last_flow_ms", "last_mark_delete_ms", "msg_out", "name",
                  "rate_expired", "rate_out", "rate_redeliver", "sub", "throughput_out", "total_expired", "unacked")
 
     def __init__(self, name: str, sub: AnySubscription | None) -> None:
@@ -34,6 +34,7 @@ class SubscriptionCounters:
         self.rate_out = self.throughput_out = self.rate_redeliver = self.ack_rate = self.rate_expired = 0.0
         self.msg_out = self.bytes_out = self.backlog = self.unacked = self.total_expired = self.consumers = 0
         self.last_expire_ms = self.last_acked_ms = self.last_consumed_ms = self.last_mark_delete_ms = 0
+        self.last_flow_ms = 0
         self.blocked = False
         self.drop_rate: float | None = None  # non-persistent subscriptions only (Pulsar's msgDropRate)
 
@@ -62,6 +63,7 @@ def _live(sc: SubscriptionCounters, sub: AnySubscription, sampler: StatsSampler)
     sc.consumers = len(consumers)
     if consumers:
         sc.last_consumed_ms = max(int(c.last_consumed * 1000) for c in consumers)
+        sc.last_flow_ms = max(int(c.last_flow * 1000) for c in consumers)
 
 
 def _stored(topic: PersistentTopic, t: TopicCounters, sampler: StatsSampler) -> None:

@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.admin.metrics_topic import in_replay, txn_buffer_counts
+from broker.metadata.policy_table import BACKLOG_QUOTAS
+from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
+from broker.topic_name import is_system_topic
 from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
@@ -242,7 +246,8 @@ def iso_time_ms(epoch_ms: int) -> str:
     """``iso_time`` of a time in milliseconds. A time a client set (a message's publish, event or delivery time) is
     any 64-bit number, so this is calendar arithmetic, not Python's datetime (years 1-9999 only): the proleptic
     Gregorian calendar, as java.time's, and the year written as its ISO formatter writes it (signed past 9999 and
-    before 0)."""
+    before 0). The milliseconds as ISO_OFFSET_DATE_TIME writes them: as few digits as they need (``.39``), none
+    when zero (``2026-12-05T00:00:00Z``)."""
     days, ms = divmod(epoch_ms, 86_400_000)
     z = days + 719_468  # days since 0000-03-01
     era = z // 146_097
@@ -255,8 +260,9 @@ def iso_time_ms(epoch_ms: int) -> str:
     year = yoe + era * 400 + (month <= 2)
     sign = "+" if year > 9999 else "-" if year < 0 else ""
     seconds, milli = divmod(ms, 1000)
+    fraction = f".{milli:03d}".rstrip("0") if milli else ""
     return (f"{sign}{abs(year):04d}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:"
-            f"{seconds % 60:02d}.{milli:03d}Z")
+            f"{seconds % 60:02d}{fraction}Z")
 
 
 def _ms(epoch_s: float) -> int:
@@ -280,6 +286,10 @@ def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
         "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked", False)),
         "lastAckedTimestamp": _ms(c.last_acked),
         "lastConsumedTimestamp": _ms(c.last_consumed),
+        "lastConsumedFlowTimestamp": _ms(c.last_flow),
+        "lastAckedTime": iso_time(c.last_acked),
+        "lastConsumedTime": iso_time(c.last_consumed),
+        **_NO_DRAINING_HASHES,
         "metadata": dict(c.metadata),
         "address": c.cnx.remote_address,
         "connectedSince": iso_time(c.connected_since),
@@ -319,10 +329,11 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "msgRateExpired": sampler.sub_expired.get((topic.full_name, name), 0.0),
         "totalMsgExpired": expiry.total_expired,
         "lastExpireTimestamp": expiry.last_expire_ms,
-        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedFlowTimestamp": max((_ms(c.last_flow) for c in consumers), default=0),
         "lastConsumedTimestamp": max((_ms(c.last_consumed) for c in consumers), default=0),
         "lastAckedTimestamp": _ms(sub.last_acked) if sub is not None else 0,
         "lastMarkDeleteAdvancedTimestamp": _ms(sub.last_mark_delete_advanced) if sub is not None else 0,
+        **_subscription_extras(sub),
         "consumers": [consumer_stats(c, sampler) for c in consumers],
         "isDurable": durable,
         "durable": durable,
@@ -333,6 +344,56 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "subscriptionProperties": dict(sub.subscription_properties) if sub is not None else {},
+    }
+
+
+# Pulsar 4's Key_Shared draining hashes (PIP-379): not kept here (the consumers' hash ranges are fixed), so none.
+_NO_DRAINING_HASHES = {"drainingHashesCount": 0, "drainingHashesClearedTotal": 0, "drainingHashesUnackedMessages": 0}
+# The subscription's reads cut short by a dispatch rate limit, by the limit (the dispatcher's rates are the topic's,
+# the subscription's, then the broker's when it has one), as Pulsar's SubscriptionStats names them.
+_THROTTLED = (("Topic", 0), ("Subscription", 1), ("Broker", 2))
+# Cursors Pulsar counts as the broker's own (AbstractTopic.isSystemCursor, and system readers): the bytes read
+# through them are the topic's bytesOutInternalCounter.
+_SYSTEM_CURSOR = "__compaction"
+_SYSTEM_READER_PREFIX = "__system_reader"
+
+
+def _subscription_extras(sub: AnySubscription | None) -> dict[str, Any]:
+    """The SubscriptionStats fields of Pulsar 4.0 beyond the rates and counters above."""
+    dispatcher = sub.dispatcher if sub is not None else None
+    msg_events = getattr(dispatcher, "throttled_msg_events", None) or ()
+    bytes_events = getattr(dispatcher, "throttled_bytes_events", None) or ()
+    extras: dict[str, Any] = {
+        "earliestMsgPublishTimeInBacklog": 0,  # (only with getEarliestTimeInBacklog, as in Pulsar)
+        "msgInReplay": in_replay(sub),
+        **_NO_DRAINING_HASHES,
+        "delayedMessageIndexSizeInBytes": 0,
+        # No entry filters here: nothing filtered.
+        "filterProcessedMsgCount": 0, "filterAcceptedMsgCount": 0, "filterRejectedMsgCount": 0,
+        "filterRescheduledMsgCount": 0,
+    }
+    for limit, i in _THROTTLED:
+        extras[f"dispatchThrottledMsgEventsBy{limit}Limit"] = msg_events[i] if i < len(msg_events) else 0
+        extras[f"dispatchThrottledBytesEventsBy{limit}Limit"] = bytes_events[i] if i < len(bytes_events) else 0
+    return extras
+
+
+def _topic_extras(topic: AnyTopic, subs: dict[str, dict[str, Any]], sampler: StatsSampler) -> dict[str, Any]:
+    """The TopicStats fields of Pulsar 4.0 beyond the rates, counters and parts above."""
+    quotas = sampler.ctx.service.policies.get(topic.name, BACKLOG_QUOTAS)
+    oldest = getattr(topic, "oldest_backlog_age_s", None)
+    ongoing, aborted, committed = txn_buffer_counts(topic)
+    return {
+        "systemTopicBytesInCounter": topic.bytes_in if is_system_topic(topic.full_name) else 0,
+        "bytesOutInternalCounter": sum(s["bytesOutCounter"] for name, s in subs.items()
+                                       if name == _SYSTEM_CURSOR or name.startswith(_SYSTEM_READER_PREFIX)),
+        "backlogQuotaLimitSize": quotas[DESTINATION_STORAGE].limit_size,
+        "backlogQuotaLimitTime": quotas[MESSAGE_AGE].limit_time,
+        "oldestBacklogMessageAgeSeconds": int(oldest) if oldest is not None else -1,
+        # No tiered storage: nothing offloaded.
+        "lastOffloadLedgerId": 0, "lastOffloadSuccessTimeStamp": 0, "lastOffloadFailureTimeStamp": 0,
+        "ongoingTxnCount": ongoing, "abortedTxnCount": aborted, "committedTxnCount": committed,
+        "delayedMessageIndexSizeInBytes": 0,
     }
 
 
@@ -380,10 +441,11 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "msgRateExpired": 0.0,
         "totalMsgExpired": 0,
         "lastExpireTimestamp": 0,
-        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedFlowTimestamp": max((_ms(c.last_flow) for c in consumers), default=0),
         "lastConsumedTimestamp": max((_ms(c.last_consumed) for c in consumers), default=0),
         "lastAckedTimestamp": 0,
         "lastMarkDeleteAdvancedTimestamp": 0,
+        **_subscription_extras(sub),
         "consumers": [consumer_stats(c, sampler) for c in consumers],
         "isDurable": sub.durable,
         "durable": sub.durable,
@@ -447,9 +509,13 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "ownerBroker": sampler.ctx.broker_id,
         "compaction": compaction_stats(topic.match_kind(lambda t: t.compactor.record, lambda t: None)),
+        **_topic_extras(topic, subs, sampler),
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
+    for sub in subs.values():  # (none active: null in Pulsar's stats, which its JSON leaves out)
+        if sub.get("activeConsumerName", "") is None:
+            del sub["activeConsumerName"]
     if topic.drops_messages:
         # A publisher's drops are SENDs refused for too many in flight on its connection; SEND
         # completes at once here, so there are none. Pulsar 4.0's NonPersistentTopic.asyncGetStats
@@ -458,6 +524,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         for p in stats["publishers"]:
             p["msgDropRate"] = 0.0
         stats["msgDropRate"] = 0.0
+        del stats["deduplicationStatus"]  # (NonPersistentTopic.asyncGetStats does not set it: null, left out)
     return stats
 
 
@@ -477,10 +544,16 @@ def compaction_stats(record: CompactionRecord | None) -> dict[str, int]:
 # Fields of a topic's stats that a partitioned topic's stats add up over its partitions.
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
            "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize", "offloadedStorageSize",
-           "waitingPublishers", "nonContiguousDeletedMessagesRanges", "publishRateLimitedTimes")
+           "waitingPublishers", "nonContiguousDeletedMessagesRanges", "publishRateLimitedTimes",
+           "systemTopicBytesInCounter", "bytesOutInternalCounter", "ongoingTxnCount", "abortedTxnCount",
+           "committedTxnCount", "delayedMessageIndexSizeInBytes")
 _SUB_SUMMED = ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
                "messageAckRate", "msgBacklog", "backlogSize", "msgBacklogNoDelayed", "msgDelayed",
-               "unackedMessages", "msgRateExpired", "totalMsgExpired", "nonContiguousDeletedMessagesRanges")
+               "unackedMessages", "msgRateExpired", "totalMsgExpired", "nonContiguousDeletedMessagesRanges",
+               "msgInReplay", "delayedMessageIndexSizeInBytes", "dispatchThrottledMsgEventsByTopicLimit",
+               "dispatchThrottledBytesEventsByTopicLimit", "dispatchThrottledMsgEventsBySubscriptionLimit",
+               "dispatchThrottledBytesEventsBySubscriptionLimit", "dispatchThrottledMsgEventsByBrokerLimit",
+               "dispatchThrottledBytesEventsByBrokerLimit")
 _SUB_LATEST = ("lastExpireTimestamp", "lastConsumedFlowTimestamp", "lastConsumedTimestamp", "lastAckedTimestamp",
                "lastMarkDeleteAdvancedTimestamp")
 
@@ -497,7 +570,9 @@ def partitioned_stats(metadata: dict[str, Any], per_partition: dict[str, dict[st
     total: dict[str, Any] = {k: 0 for k in _SUMMED}
     total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
                   "replication": {}, "deduplicationStatus": "Disabled", "metadata": metadata,
-                  "partitions": {}, "compaction": compaction_stats(None)})
+                  "partitions": {}, "compaction": compaction_stats(None), "backlogQuotaLimitSize": -1,
+                  "backlogQuotaLimitTime": -1, "oldestBacklogMessageAgeSeconds": -1, "lastOffloadLedgerId": 0,
+                  "lastOffloadSuccessTimeStamp": 0, "lastOffloadFailureTimeStamp": 0})
     subs: dict[str, dict[str, Any]] = total["subscriptions"]
     for name, stats in per_partition.items():
         for k in _SUMMED:
@@ -505,7 +580,15 @@ def partitioned_stats(metadata: dict[str, Any], per_partition: dict[str, dict[st
         if "msgDropRate" in stats:  # non-persistent partitions
             total["msgDropRate"] = total.get("msgDropRate", 0.0) + stats["msgDropRate"]
         total["publishers"].extend(stats["publishers"])
-        total["deduplicationStatus"] = stats["deduplicationStatus"]
+        if "deduplicationStatus" in stats:  # (a persistent partition's)
+            total["deduplicationStatus"] = stats["deduplicationStatus"]
+        else:
+            total.pop("deduplicationStatus", None)
+        # (the same policy for every partition; the oldest backlog of any)
+        total["backlogQuotaLimitSize"] = stats["backlogQuotaLimitSize"]
+        total["backlogQuotaLimitTime"] = stats["backlogQuotaLimitTime"]
+        total["oldestBacklogMessageAgeSeconds"] = max(total["oldestBacklogMessageAgeSeconds"],
+                                                      stats["oldestBacklogMessageAgeSeconds"])
         for sub_name, s in stats["subscriptions"].items():
             agg = subs.get(sub_name)
             if agg is None:

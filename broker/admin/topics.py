@@ -811,8 +811,7 @@ class TopicsResource:
         name = self.name(request)
         topic = await self.stored_one(name, "Get message ID by timestamp")
         position = await topic.find_position_by_time(timestamp)
-        return json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id,
-                              "partitionIndex": name.partition_index})
+        return json_response(message_id_json(position.ledger_id, position.entry_id, name.partition_index))
 
     def _refused_on_live_topic(self, reason: str) -> Handler:
         """Pulsar's answer on a non-persistent topic to an operation on stored messages: 404 when the
@@ -855,15 +854,14 @@ class TopicsResource:
 
             async def terminate(p: TopicName) -> dict[str, int]:
                 last = await (await self.service.get_persistent_topic(p, create=False)).terminate()
-                return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": p.partition_index}
+                return message_id_json(last.ledger_id, last.entry_id, p.partition_index)
 
             answers = await self.fanout.on_owners(request, self.fanout.existing_partitions(name), "POST", "terminate",
                                                   terminate)
             return web.json_response({str(p.partition_index): doc for p, doc in answers.items()})
         topic = await self.stored_one(name, "Terminate")
         last = await topic.terminate()
-        return web.json_response({"ledgerId": last.ledger_id, "entryId": last.entry_id,
-                                  "partitionIndex": name.partition_index})
+        return web.json_response(message_id_json(last.ledger_id, last.entry_id, name.partition_index))
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
         """PUT .../compaction: start compacting. On a partitioned topic, each created partition is compacted by its
@@ -900,11 +898,14 @@ class TopicsResource:
         name = self.name(request)
         topic = await self.stored_one(name, "GetLastMessageId")
         last, batch_index = await topic.last_message_id()
-        body: dict[str, object] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
-                                "partitionIndex": name.partition_index}
-        if batch_index >= 0:
-            body["batchIndex"] = batch_index
-        return json_response(body)
+        return json_response(message_id_json(last.ledger_id, last.entry_id, name.partition_index, batch_index))
+
+
+def message_id_json(ledger_id: int, entry_id: int, partition_index: int, batch_index: int = -1) -> dict[str, Any]:
+    """A message id as Pulsar's admin JSON has it (MessageIdImpl, or BatchMessageIdImpl for a batch's last message):
+    ``batchIndex`` -1 outside a batch, ``batchSize`` 0 (as those classes' getters give them)."""
+    return {"ledgerId": ledger_id, "entryId": entry_id, "partitionIndex": partition_index, "batchIndex": batch_index,
+            "batchSize": 0}
 
 
 def _as_is(handler: Handler) -> Handler:

@@ -76,8 +76,8 @@ class Consumer:
 
     __slots__ = (
         "auto_consume", "blocked", "bytes_out", "closed", "cnx", "connected_since", "consumer_id", "hash_ranges",
-        "headers", "key_shared_meta", "last_acked", "last_consumed", "metadata", "msg_ack_counter", "msg_out", "name",
-        "partition_index",
+        "headers", "key_shared_meta", "last_acked", "last_consumed", "last_flow", "metadata", "msg_ack_counter",
+        "msg_out", "name", "partition_index",
         "pending_acks", "pending_flow", "permits", "priority_level", "read_compacted", "read_compacted_from_earliest",
         "redelivered",
         "strip_broker_meta", "sub_type", "subscription", "unacked_messages",
@@ -131,6 +131,7 @@ class Consumer:
         self.connected_since = time.time()
         self.last_acked = 0.0
         self.last_consumed = 0.0
+        self.last_flow = 0.0  # (epoch seconds of its last FLOW: the stats' lastConsumedFlowTimestamp)
         self.closed = False
 
     @property

@@ -738,6 +738,7 @@ class ServerCnx:
         consumer = self.consumers.get(c.consumer_id)
         if consumer is None:
             return
+        consumer.last_flow = time.time()
         d = consumer.subscription.dispatcher
         if d is not None:
             d.flow(consumer, c.messagePermits)
