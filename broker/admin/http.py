@@ -56,10 +56,12 @@ from broker.admin.topics import TopicsResource
 from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES, parse_cluster_data, parse_peer_cluster_names
-from broker.metadata.store import AlreadyExistsError, InUseError, TenantInfo
+from broker.metadata.store import AlreadyExistsError, InUseError, TenantInfo, broker_metadata_store_url
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
 from broker.version import __version__
+from managed_ledger.bookkeeper.factory import bookkeeper_zookeeper
+from managed_ledger.bookkeeper.metadata import DEFAULT_LEDGERS_ROOT
 
 if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
@@ -103,6 +105,7 @@ class WebService:
         r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
         r.add_get("/admin/v2/brokers/configuration/values", self.dynamic_configuration_values)
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
+        r.add_get("/admin/v2/brokers/internal-configuration", self.internal_configuration)
         r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
         r.add_get("/status.html", self.status)
@@ -226,6 +229,23 @@ class WebService:
 
     async def dynamic_configuration_values(self, request: web.Request) -> web.Response:
         return json_response({})
+
+    async def internal_configuration(self, request: web.Request) -> web.Response:
+        """Pulsar's InternalConfigurationData (``pulsar-admin brokers get-internal-config``): where the metadata is
+        (the configuration store is the same store here) and BookKeeper's ledgers root (Pulsar's default,
+        ``/ledgers``, unless bookkeeperMetadataServiceUri names another); that URI too when it is set."""
+        cfg = self.ctx.config
+        url = broker_metadata_store_url(cfg.metadataStoreUrl, self.service.data_dir)
+        data = {"zookeeperServers": url, "configurationStoreServers": url, "metadataStoreUrl": url,
+                "configurationMetadataStoreUrl": url, "ledgersRootPath": DEFAULT_LEDGERS_ROOT}
+        uri = cfg.bookkeeperMetadataServiceUri.strip()
+        if uri:
+            try:
+                data["ledgersRootPath"] = bookkeeper_zookeeper(uri, cfg.metadataStoreUrl)[1]
+            except ValueError:  # (refused at start for bookkeeper storage; another storage does not use it)
+                pass
+            data["bookkeeperMetadataServiceUri"] = uri
+        return json_response(data)
 
     async def runtime_configuration(self, request: web.Request) -> web.Response:
         """Every setting in force, as strings (Pulsar's shape). Secrets (fields kept out of the

@@ -566,10 +566,11 @@ _REPLICATION_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThrough
 def partitioned_stats(metadata: dict[str, Any], per_partition: dict[str, dict[str, Any]],
                       include_partitions: bool) -> dict[str, Any]:
     """Pulsar's PartitionedTopicStats: the partitions' stats added up, plus ``metadata`` (its
-    PartitionedTopicMetadata)."""
+    PartitionedTopicMetadata). No deduplicationStatus: its add() leaves it null, out of the JSON."""
     total: dict[str, Any] = {k: 0 for k in _SUMMED}
     total.update({"averageMsgSize": 0.0, "msgChunkPublished": False, "publishers": [], "subscriptions": {},
-                  "replication": {}, "deduplicationStatus": "Disabled", "metadata": metadata,
+                  "replication": {}, "metadata": metadata, "earliestMsgPublishTimeInBacklogs": 0,
+                  "nonContiguousDeletedMessagesRangesSerializedSize": 0,
                   "partitions": {}, "compaction": compaction_stats(None), "backlogQuotaLimitSize": -1,
                   "backlogQuotaLimitTime": -1, "oldestBacklogMessageAgeSeconds": -1, "lastOffloadLedgerId": 0,
                   "lastOffloadSuccessTimeStamp": 0, "lastOffloadFailureTimeStamp": 0})
@@ -580,10 +581,6 @@ def partitioned_stats(metadata: dict[str, Any], per_partition: dict[str, dict[st
         if "msgDropRate" in stats:  # non-persistent partitions
             total["msgDropRate"] = total.get("msgDropRate", 0.0) + stats["msgDropRate"]
         total["publishers"].extend(stats["publishers"])
-        if "deduplicationStatus" in stats:  # (a persistent partition's)
-            total["deduplicationStatus"] = stats["deduplicationStatus"]
-        else:
-            total.pop("deduplicationStatus", None)
         # (the same policy for every partition; the oldest backlog of any)
         total["backlogQuotaLimitSize"] = stats["backlogQuotaLimitSize"]
         total["backlogQuotaLimitTime"] = stats["backlogQuotaLimitTime"]

@@ -38,7 +38,7 @@ from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
 from metadata_store import api as store_api
 from metadata_store.api import MetadataStore
-from metadata_store.factory import open_metadata_store
+from metadata_store.factory import LOCAL_SCHEME, local_directory, open_metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -783,14 +783,21 @@ class BrokerMetadata:
             await self.cache.delete(L.SCHEMAS, base_topic)
 
 
+def broker_metadata_store_url(url: str, data_dir: Path | None) -> str:
+    """The store ``metadataStoreUrl`` names, as a URL: empty = the local durable store under ``<data_dir>/metadata``
+    (``local:<that directory>``), ``memory:`` when there is no data dir."""
+    if url.strip():
+        return url.strip()
+    if data_dir is None:
+        return "memory:"
+    return f"{LOCAL_SCHEME}{local_directory(LOCAL_SCHEME, data_dir).resolve()}"
+
+
 async def open_broker_metadata_store(url: str, data_dir: Path | None, *, session_timeout_s: float,
                                      operation_timeout_s: float) -> MetadataStore:
-    """The store ``metadataStoreUrl`` names (``metadata_store.open_metadata_store``); empty = the
-    local durable store under ``<data_dir>/metadata``, in memory when there is no data dir."""
-    if not url.strip():
-        url = "local:" if data_dir is not None else "memory:"
-    return await open_metadata_store(url, data_dir=data_dir, session_timeout_s=session_timeout_s,
-                                     operation_timeout_s=operation_timeout_s)
+    """The store ``metadataStoreUrl`` names (``metadata_store.open_metadata_store``, ``broker_metadata_store_url``)."""
+    return await open_metadata_store(broker_metadata_store_url(url, data_dir), data_dir=data_dir,
+                                     session_timeout_s=session_timeout_s, operation_timeout_s=operation_timeout_s)
 
 
 def _must_exist(current: Any, message: str) -> Any:

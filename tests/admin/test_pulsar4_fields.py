@@ -80,3 +80,21 @@ def test_non_persistent_stats_and_cluster_data_as_pulsar_4_answers(admin: Admin,
     assert cluster["brokerClientTlsEnabled"] is False and cluster["tlsAllowInsecureConnection"] is False
     assert (cluster["brokerClientTlsTrustStoreType"], cluster["brokerClientTlsKeyStoreType"]) == ("JKS", "JKS")
     assert cluster["brokerClientSslFactoryPlugin"] == "org.apache.pulsar.common.util.DefaultPulsarSslFactory"
+
+
+def test_partitioned_stats_and_internal_configuration_as_pulsar_4_answers(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/parted"
+    admin.ok("PUT", f"/admin/v2/{rest_path(topic)}/partitions", 2)
+    client.create_producer(topic).send(b"p")
+    stats = admin.ok("GET", f"/admin/v2/{rest_path(topic)}/partitioned-stats")
+    assert stats["earliestMsgPublishTimeInBacklogs"] == 0
+    assert stats["nonContiguousDeletedMessagesRangesSerializedSize"] == 0
+    assert "deduplicationStatus" not in stats  # (PartitionedTopicStatsImpl.add leaves it null)
+    assert stats["msgInCounter"] == 1 and set(stats["metadata"]) >= {"partitions"}
+    # pulsar-admin brokers get-internal-config: where the metadata is (one store for both here), BookKeeper's root.
+    internal = admin.ok("GET", "/admin/v2/brokers/internal-configuration")
+    url = internal["metadataStoreUrl"]
+    assert url.startswith(("local:", "memory:")) and internal["ledgersRootPath"] == "/ledgers"
+    assert internal["zookeeperServers"] == internal["configurationStoreServers"] == url
+    assert internal["configurationMetadataStoreUrl"] == url and "bookkeeperMetadataServiceUri" not in internal
