@@ -100,6 +100,11 @@ _SUB_FAMILIES = ("pulsar_subscription_back_log", "pulsar_subscription_back_log_n
                  "pulsar_subscription_consumers_count", *_SUB_ZEROS)
 
 
+# A dispatcher's dispatch rate limits by their index in its rates (the topic's, the subscription's, then the
+# broker's when it has one), in Pulsar's order of them: the metric's reason label and the stats JSON's word.
+THROTTLE_LIMITS = (("subscription", 1), ("topic", 0), ("broker", 2))
+
+
 def write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> None:
     """Pulsar's subscription series of one subscription."""
     values = (s.backlog, s.backlog, 0, s.rate_redeliver, s.unacked, s.rate_out, s.ack_rate, s.throughput_out,
@@ -108,13 +113,12 @@ def write_subscription(out: Exposition, sl: str, s: SubscriptionCounters) -> Non
               s.drop_rate if s.drop_rate is not None else 0.0, s.consumers, *_ZEROS)
     for lines, name, value in zip(out.families(_SUB_FAMILIES), _SUB_FAMILIES, values, strict=True):
         lines.append(f"{name}{{{sl}}} {value!r}\n")
-    # Reads cut short by a dispatch rate limit, by the limit's kind (AbstractBaseDispatcher's counters; the
-    # dispatcher's rates are the topic's, the subscription's, then the broker's when it has one).
+    # Reads cut short by a dispatch rate limit, by the limit's kind (AbstractBaseDispatcher's counters).
     dispatcher = getattr(s.sub, "dispatcher", None)
     msg_events = getattr(dispatcher, "throttled_msg_events", None) or (0, 0)
     bytes_events = getattr(dispatcher, "throttled_bytes_events", None) or (0, 0)
     msg_lines, bytes_lines = out.families(_THROTTLED_FAMILIES)
-    for reason, i in (("subscription", 1), ("topic", 0), ("broker", 2)):
+    for reason, i in THROTTLE_LIMITS:
         msg_lines.append(f'pulsar_subscription_dispatch_throttled_msg_events{{{sl},reason="{reason}"}} '
                          f"{msg_events[i] if i < len(msg_events) else 0}\n")
         bytes_lines.append(f'pulsar_subscription_dispatch_throttled_bytes_events{{{sl},reason="{reason}"}} '

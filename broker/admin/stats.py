@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from broker.admin.metrics_topic import in_replay, txn_buffer_counts
+from broker.admin.metrics_topic import THROTTLE_LIMITS, in_replay, txn_buffer_counts
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
+from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from broker.topic_name import is_system_topic
@@ -325,7 +326,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "msgDelayed": 0,
         "unackedMessages": sum(c.unacked_messages for c in consumers),
         "type": sub.type_name() if sub is not None else "Exclusive",
-        "activeConsumerName": active,
+        **({"activeConsumerName": active} if active is not None else {}),  # (null in Pulsar's: left out)
         "msgRateExpired": sampler.sub_expired.get((topic.full_name, name), 0.0),
         "totalMsgExpired": expiry.total_expired,
         "lastExpireTimestamp": expiry.last_expire_ms,
@@ -349,12 +350,8 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
 
 # Pulsar 4's Key_Shared draining hashes (PIP-379): not kept here (the consumers' hash ranges are fixed), so none.
 _NO_DRAINING_HASHES = {"drainingHashesCount": 0, "drainingHashesClearedTotal": 0, "drainingHashesUnackedMessages": 0}
-# The subscription's reads cut short by a dispatch rate limit, by the limit (the dispatcher's rates are the topic's,
-# the subscription's, then the broker's when it has one), as Pulsar's SubscriptionStats names them.
-_THROTTLED = (("Topic", 0), ("Subscription", 1), ("Broker", 2))
-# Cursors Pulsar counts as the broker's own (AbstractTopic.isSystemCursor, and system readers): the bytes read
-# through them are the topic's bytesOutInternalCounter.
-_SYSTEM_CURSOR = "__compaction"
+# Readers Pulsar counts as the broker's own besides the compaction cursor (AbstractTopic.isSystemCursor): the bytes
+# read through them are the topic's bytesOutInternalCounter.
 _SYSTEM_READER_PREFIX = "__system_reader"
 
 
@@ -372,9 +369,10 @@ def _subscription_extras(sub: AnySubscription | None) -> dict[str, Any]:
         "filterProcessedMsgCount": 0, "filterAcceptedMsgCount": 0, "filterRejectedMsgCount": 0,
         "filterRescheduledMsgCount": 0,
     }
-    for limit, i in _THROTTLED:
-        extras[f"dispatchThrottledMsgEventsBy{limit}Limit"] = msg_events[i] if i < len(msg_events) else 0
-        extras[f"dispatchThrottledBytesEventsBy{limit}Limit"] = bytes_events[i] if i < len(bytes_events) else 0
+    for limit, i in THROTTLE_LIMITS:
+        word = limit.capitalize()
+        extras[f"dispatchThrottledMsgEventsBy{word}Limit"] = msg_events[i] if i < len(msg_events) else 0
+        extras[f"dispatchThrottledBytesEventsBy{word}Limit"] = bytes_events[i] if i < len(bytes_events) else 0
     return extras
 
 
@@ -386,7 +384,7 @@ def _topic_extras(topic: AnyTopic, subs: dict[str, dict[str, Any]], sampler: Sta
     return {
         "systemTopicBytesInCounter": topic.bytes_in if is_system_topic(topic.full_name) else 0,
         "bytesOutInternalCounter": sum(s["bytesOutCounter"] for name, s in subs.items()
-                                       if name == _SYSTEM_CURSOR or name.startswith(_SYSTEM_READER_PREFIX)),
+                                       if name == COMPACTION_CURSOR or name.startswith(_SYSTEM_READER_PREFIX)),
         "backlogQuotaLimitSize": quotas[DESTINATION_STORAGE].limit_size,
         "backlogQuotaLimitTime": quotas[MESSAGE_AGE].limit_time,
         "oldestBacklogMessageAgeSeconds": int(oldest) if oldest is not None else -1,
@@ -437,7 +435,8 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "msgDelayed": 0,
         "unackedMessages": 0,
         "type": sub.type_name(),
-        "activeConsumerName": dispatcher.active_consumer_name if dispatcher is not None else None,
+        **({"activeConsumerName": dispatcher.active_consumer_name}
+           if dispatcher is not None and dispatcher.active_consumer_name is not None else {}),
         "msgRateExpired": 0.0,
         "totalMsgExpired": 0,
         "lastExpireTimestamp": 0,
@@ -503,7 +502,9 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "waitingPublishers": len(topic.waiting_producers),
         "subscriptions": subs,
         "replication": replication_stats(topic, sampler),
-        "deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled",
+        # (NonPersistentTopic.asyncGetStats sets none: null, left out of its JSON)
+        **({} if topic.drops_messages else
+           {"deduplicationStatus": "Enabled" if topic.deduplication_enabled else "Disabled"}),
         "publishRateLimitedTimes": topic.publish_throttle.throttled_times,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
@@ -513,9 +514,6 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
     }
     if topic.exclusive_producer is not None:
         stats["topicEpoch"] = topic.topic_epoch
-    for sub in subs.values():  # (none active: null in Pulsar's stats, which its JSON leaves out)
-        if sub.get("activeConsumerName", "") is None:
-            del sub["activeConsumerName"]
     if topic.drops_messages:
         # A publisher's drops are SENDs refused for too many in flight on its connection; SEND
         # completes at once here, so there are none. Pulsar 4.0's NonPersistentTopic.asyncGetStats
@@ -524,7 +522,6 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         for p in stats["publishers"]:
             p["msgDropRate"] = 0.0
         stats["msgDropRate"] = 0.0
-        del stats["deduplicationStatus"]  # (NonPersistentTopic.asyncGetStats does not set it: null, left out)
     return stats
 
 
