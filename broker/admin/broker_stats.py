@@ -25,7 +25,8 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
-from broker.admin.monitoring_metrics import CORES, LocalLoad, memory_limit_mb, monitoring_metrics, rss_mb
+from broker.admin.monitoring_metrics import CORES, LocalLoad, monitoring_metrics
+from broker.cluster.load import memory_limit_mb, rss_mb
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class BrokerStatsResource:
         out_bytes = sum(r.bytes for r in sampler.sub_out.values())
         namespaces = sorted(service.metadata.namespaces)
         bundles = [str(b) for ns in namespaces for b in service.metadata.namespace_bundles(ns).bundles]
-        cpu = self.local_load.cpu_percent()
+        cpu = self.local_load.cpu.look()
         report: dict[str, Any] = {
             "webServiceUrl": process.web_url,
             "webServiceUrlTls": process.web_url_tls or None,

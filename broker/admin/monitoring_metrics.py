@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from broker.admin.metrics_ledgers import (
 from broker.admin.metrics_operations import TOPIC_LOAD_GAUGES
 from broker.admin.scrape_stats import topic_counters
 from broker.admin.stats import replication_stats
+from broker.cluster.load import CpuMeter, memory_limit_mb, rss_mb
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -62,7 +62,6 @@ _WRITE_LATENCY_NAMES = next(names for prefix, names, _doc in ADD_BUCKETS if pref
 _NAMESPACE_BUCKETS = (*(f"brk_AddEntryLatencyBuckets_{r}" for r in LATENCY_RANGES),
                       "brk_AddEntryLatencyBuckets_OVERFLOW")
 CORES = os.cpu_count() or 1
-PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 # NamespaceStats' counts (whole numbers in its JSON); its other names are rates and sizes.
 _NAMESPACE_COUNTS = ("brk_no_of_producers", "brk_no_of_subscriptions", "brk_no_of_replicators", "brk_no_of_consumers")
 
@@ -182,21 +181,6 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing:
     return out.documents()
 
 
-def rss_mb() -> float:
-    """This process's resident memory now (MB)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE_MB
-
-
-def memory_limit_mb() -> float:
-    """The machine's memory (MB): what this process could grow to."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 class LocalLoad:
     """This broker's load as the load manager's ``loadBalancing`` usages (per cent of each limit): in cluster mode
     those of the load report it last built; standalone (no load report), the process's CPU since the previous call
@@ -204,16 +188,7 @@ class LocalLoad:
     its previous look"): broker-stats, /metrics."""
 
     def __init__(self) -> None:
-        self._sample: tuple[float, float] | None = None  # (wall time, process CPU seconds)
-        self._cpu_percent = 0.0
-
-    def cpu_percent(self) -> float:
-        """The process's CPU use since the previous call, per cent of one core."""
-        now, cpu = time.monotonic(), time.process_time()
-        if self._sample is not None and now > self._sample[0]:
-            self._cpu_percent = 100.0 * (cpu - self._sample[1]) / (now - self._sample[0])
-        self._sample = (now, cpu)
-        return self._cpu_percent
+        self.cpu = CpuMeter()
 
     def usage(self, service: BrokerService) -> Metrics:
         registry = service.registry
@@ -223,7 +198,7 @@ class LocalLoad:
             bandwidth_in = (report.bandwidth_in_usage, report.bandwidth_in_limit)
             bandwidth_out = (report.bandwidth_out_usage, report.bandwidth_out_limit)
         else:  # (bandwidth limits unknown, as in load-report)
-            cpu, memory = (self.cpu_percent(), 100.0 * CORES), (rss_mb(), memory_limit_mb())
+            cpu, memory = (self.cpu.look(), 100.0 * CORES), (rss_mb(), memory_limit_mb())
             bandwidth_in = bandwidth_out = (0.0, 0.0)
         return {"brk_lb_cpu_usage": _percent(*cpu), "brk_lb_memory_usage": _percent(*memory),
                 "brk_lb_directMemory_usage": 0.0,

@@ -8,7 +8,6 @@ the machine has, and the leader's placement (``broker.cluster.placement``) shoul
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,27 +35,42 @@ ONE_CORE_PERCENT = 100.0
 MIN_SAMPLE_INTERVAL_S = 1.0
 
 
+class CpuMeter:
+    """This process's CPU use since the previous look, per cent of one core. Each reader keeps its own meter."""
+
+    def __init__(self) -> None:
+        self._at, self._cpu = time.monotonic(), time.process_time()
+        self.percent = 0.0  # (the last look's)
+
+    def look(self) -> float:
+        now, cpu = time.monotonic(), time.process_time()
+        if now > self._at:
+            self.percent = 100.0 * (cpu - self._cpu) / (now - self._at)
+        self._at, self._cpu = now, cpu
+        return self.percent
+
+
 class LoadSampler:
     def __init__(self) -> None:
         self._at = time.monotonic()
-        self._cpu = time.process_time()
+        self._cpu = CpuMeter()
         self._counters = Counters(0, 0, 0, 0)
         self.rates = Rates()
         self._bundle_counters: Mapping[str, Counters] = {}
         self.bundle_rates: dict[str, Rates] = {}  # by bundle name, over the same interval
 
     def sample(self, counters: Counters, per_bundle: Mapping[str, Counters] | None = None) -> Rates:
-        now, cpu = time.monotonic(), time.process_time()
+        now = time.monotonic()
         elapsed = now - self._at
         if elapsed < MIN_SAMPLE_INTERVAL_S:
             return self.rates
-        self.rates = _rates(self._counters, counters, elapsed, 100.0 * (cpu - self._cpu) / elapsed)
+        self.rates = _rates(self._counters, counters, elapsed, self._cpu.look())
         if per_bundle is not None:
             zero = Counters(0, 0, 0, 0)
             self.bundle_rates = {b: _rates(self._bundle_counters.get(b, zero), c, elapsed, 0.0)
                                  for b, c in per_bundle.items()}
             self._bundle_counters = per_bundle
-        self._at, self._cpu, self._counters = now, cpu, counters
+        self._at, self._counters = now, counters
         return self.rates
 
 
@@ -77,11 +91,19 @@ def nic_limit_kbps(gbps: float) -> float:
     return gbps * 1000 * 1000
 
 
-def memory_mb() -> tuple[float, float]:
-    """(this process's peak resident memory, the machine's memory), in MB."""
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # (kilobytes on Linux)
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1024 * 1024)
-    except (ValueError, OSError):
-        total = 0.0
-    return rss_kb / 1024, total
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (MB). (Now, not its peak: a broker that freed memory is not loaded.)"""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_MB
+
+
+def memory_limit_mb() -> float:
+    """The machine's memory (MB): what this process could grow to."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

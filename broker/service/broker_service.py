@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
 from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport
-from broker.cluster.load import Counters, LoadSampler, bandwidth_kbps, memory_mb, nic_limit_kbps
+from broker.cluster.load import Counters, LoadSampler, bandwidth_kbps, memory_limit_mb, nic_limit_kbps, rss_mb
 from broker.cluster.load_manager import LoadManager, resource_weights
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
@@ -412,7 +412,7 @@ class BrokerService:
             n, p, k = sessions.get(bundle, (0, 0, 0))
             stats[bundle] = BundleLoad(r.msg_rate_in, r.msg_rate_out, r.throughput_in, r.throughput_out, k, p, n) \
                 if r is not None else BundleLoad(consumer_count=k, producer_count=p, topics=n)
-        rss, total = memory_mb()
+        rss, total = rss_mb(), memory_limit_mb()
         nic = nic_limit_kbps(self.config.loadBalancerOverrideBrokerNicSpeedGbps)
         return LoadReport(urls, cpu_usage=rates.cpu_percent, cpu_limit=100.0, memory_usage_mb=rss,
                           memory_limit_mb=total, msg_rate_in=rates.msg_rate_in, msg_rate_out=rates.msg_rate_out,
