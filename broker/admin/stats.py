@@ -14,12 +14,12 @@ samples without a scrape or stats request in between is not counted there (docum
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.admin.metrics_topic import THROTTLE_LIMITS, in_replay, txn_buffer_counts
+from broker.java_text import client_address, iso_time
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service import admin_ops
@@ -228,7 +228,7 @@ def replication_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, dict[
             "replicationBacklog": r.backlog if r is not None else 0,
             "connected": connected,
             "replicationDelayInSeconds": int(r.delay_s) if r is not None else 0,
-            "inboundConnection": p.cnx.remote_address if p is not None else None,
+            "inboundConnection": client_address(p.cnx.remote_address) if p is not None else None,
             "inboundConnectedSince": iso_time(p.connected_since) if p is not None else None,
             "outboundConnection": r.remote_url if r is not None else None,
             "outboundConnectedSince": iso_time(r.connected_since) if r is not None and connected else None,
@@ -238,41 +238,14 @@ def replication_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, dict[
     return out
 
 
-def iso_time(epoch_s: float) -> str:
-    """Pulsar's DateFormatter format: ISO-8601 UTC with milliseconds, e.g. 2026-11-29T12:00:00.123Z."""
-    return iso_time_ms(math.floor(epoch_s * 1000))
-
-
-def iso_time_ms(epoch_ms: int) -> str:
-    """``iso_time`` of a time in milliseconds. A time a client set (a message's publish, event or delivery time) is
-    any 64-bit number, so this is calendar arithmetic, not Python's datetime (years 1-9999 only): the proleptic
-    Gregorian calendar, as java.time's, and the year written as its ISO formatter writes it (signed past 9999 and
-    before 0). The milliseconds as ISO_OFFSET_DATE_TIME writes them: as few digits as they need (``.39``), none
-    when zero (``2026-12-05T00:00:00Z``)."""
-    days, ms = divmod(epoch_ms, 86_400_000)
-    z = days + 719_468  # days since 0000-03-01
-    era = z // 146_097
-    doe = z - era * 146_097
-    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    year = yoe + era * 400 + (month <= 2)
-    sign = "+" if year > 9999 else "-" if year < 0 else ""
-    seconds, milli = divmod(ms, 1000)
-    fraction = f".{milli:03d}".rstrip("0") if milli else ""
-    return (f"{sign}{abs(year):04d}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:"
-            f"{seconds % 60:02d}{fraction}Z")
-
-
 def _ms(epoch_s: float) -> int:
     return int(epoch_s * 1000)
 
 
-def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
+def consumer_stats(c: Consumer, sampler: StatsSampler, key_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A consumer's stats; ``key_stats`` its Key_Shared fields (Dispatcher.consumer_key_stats)."""
     rate = sampler.consumer_out.get(c, ZERO)
-    return {
+    stats = {
         "msgRateOut": rate.msgs,
         "msgThroughputOut": rate.bytes,
         "bytesOutCounter": c.bytes_out,
@@ -283,7 +256,7 @@ def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
         "consumerName": c.name,
         "availablePermits": max(c.permits, 0),
         "unackedMessages": c.unacked_messages,
-        "avgMessagesPerEntry": 0,
+        "avgMessagesPerEntry": round(c.avg_messages_per_entry),
         "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked", False)),
         "lastAckedTimestamp": _ms(c.last_acked),
         "lastConsumedTimestamp": _ms(c.last_consumed),
@@ -292,10 +265,13 @@ def consumer_stats(c: Consumer, sampler: StatsSampler) -> dict[str, Any]:
         "lastConsumedTime": iso_time(c.last_consumed),
         **_NO_DRAINING_HASHES,
         "metadata": dict(c.metadata),
-        "address": c.cnx.remote_address,
+        "address": client_address(c.cnx.remote_address),
         "connectedSince": iso_time(c.connected_since),
         "clientVersion": c.cnx.client_version,
     }
+    if key_stats:
+        stats.update(key_stats)
+    return stats
 
 
 def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | None,
@@ -311,6 +287,9 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
     replicated = sub.replicated if sub is not None else bool(cursor.properties.get(REPLICATED_PROPERTY))
     dispatcher = sub.dispatcher if sub is not None else None
     active = dispatcher.active_consumer_name if dispatcher is not None else None
+    key_stats = dispatcher.consumer_key_stats() if dispatcher is not None else {}
+    key_shared_mode = dispatcher.key_shared_mode if dispatcher is not None else None
+    consumer_list = [consumer_stats(c, sampler, key_stats.get(c)) for c in consumers]
     return {
         "msgRateOut": rate.msgs,
         "msgThroughputOut": rate.bytes,
@@ -318,7 +297,7 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "msgOutCounter": totals.msg_out,
         "msgRateRedeliver": sampler.sub_redeliver.get(sub, 0.0) if sub is not None else 0.0,
         "messageAckRate": sampler.sub_ack.get(sub, 0.0) if sub is not None else 0.0,
-        "chunkedMessageRate": 0,
+        "chunkedMessageRate": 0.0,
         "msgBacklog": backlog,
         "backlogSize": estimated_backlog_size(topic, cursor),
         "msgBacklogNoDelayed": backlog,
@@ -335,12 +314,14 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
         "lastAckedTimestamp": _ms(sub.last_acked) if sub is not None else 0,
         "lastMarkDeleteAdvancedTimestamp": _ms(sub.last_mark_delete_advanced) if sub is not None else 0,
         **_subscription_extras(sub),
-        "consumers": [consumer_stats(c, sampler) for c in consumers],
+        **_draining_totals(consumer_list),
+        "consumers": consumer_list,
         "isDurable": durable,
         "durable": durable,
         "isReplicated": replicated,
         "replicated": replicated,
-        "allowOutOfOrderDelivery": False,
+        "allowOutOfOrderDelivery": dispatcher is not None and dispatcher.allow_out_of_order,
+        **({"keySharedMode": key_shared_mode} if key_shared_mode is not None else {}),
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": cursor.individually_deleted.range_count(),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
@@ -348,8 +329,13 @@ def subscription_stats(topic: PersistentTopic, name: str, sub: Subscription | No
     }
 
 
-# Pulsar 4's Key_Shared draining hashes (PIP-379): not kept here (the consumers' hash ranges are fixed), so none.
+# Pulsar 4's Key_Shared draining hashes (PIP-379): a consumer's come from its dispatcher (consumer_key_stats), a
+# subscription's are its consumers' sums; zero for the other types.
 _NO_DRAINING_HASHES = {"drainingHashesCount": 0, "drainingHashesClearedTotal": 0, "drainingHashesUnackedMessages": 0}
+
+
+def _draining_totals(consumers: list[dict[str, Any]]) -> dict[str, int]:
+    return {k: sum(c[k] for c in consumers) for k in _NO_DRAINING_HASHES}
 # Readers Pulsar counts as the broker's own besides the compaction cursor (AbstractTopic.isSystemCursor): the bytes
 # read through them are the topic's bytesOutInternalCounter.
 _SYSTEM_READER_PREFIX = "__system_reader"
@@ -363,7 +349,6 @@ def _subscription_extras(sub: AnySubscription | None) -> dict[str, Any]:
     extras: dict[str, Any] = {
         "earliestMsgPublishTimeInBacklog": 0,  # (only with getEarliestTimeInBacklog, as in Pulsar)
         "msgInReplay": in_replay(sub),
-        **_NO_DRAINING_HASHES,
         "delayedMessageIndexSizeInBytes": 0,
         # No entry filters here: nothing filtered.
         "filterProcessedMsgCount": 0, "filterAcceptedMsgCount": 0, "filterRejectedMsgCount": 0,
@@ -406,7 +391,7 @@ def publisher_stats(p: Producer, sampler: StatsSampler) -> dict[str, Any]:
         "producerId": p.producer_id,
         "producerName": p.name,
         "metadata": dict(p.metadata),
-        "address": p.cnx.remote_address,
+        "address": client_address(p.cnx.remote_address),
         "connectedSince": iso_time(p.connected_since),
         "clientVersion": p.cnx.client_version,
         "supportsPartialProducer": False,
@@ -427,7 +412,7 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "msgOutCounter": totals.msg_out,
         "msgRateRedeliver": 0.0,
         "messageAckRate": 0.0,
-        "chunkedMessageRate": 0,
+        "chunkedMessageRate": 0.0,
         "msgBacklog": 0,
         "backlogSize": 0,
         "msgBacklogNoDelayed": 0,
@@ -445,6 +430,7 @@ def non_persistent_subscription_stats(sub: NonPersistentSubscription, sampler: S
         "lastAckedTimestamp": 0,
         "lastMarkDeleteAdvancedTimestamp": 0,
         **_subscription_extras(sub),
+        **_NO_DRAINING_HASHES,
         "consumers": [consumer_stats(c, sampler) for c in consumers],
         "isDurable": sub.durable,
         "durable": sub.durable,

@@ -51,6 +51,7 @@ from broker.admin.partitioned_topics import PartitionedTopics
 from broker.auth.http import check_deferred
 from broker.cluster.operations import BundleOperationError
 from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
+from broker.java_text import iso_time_ms
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.protocol.text import mend_strings
@@ -966,16 +967,16 @@ def entry_response(entry: Entry) -> web.Response:
     h: dict[str, str] = {"X-Pulsar-Message-ID": str(entry.position)}
     if bem is not None:  # (PIP-70, as Pulsar names them)
         if bem.HasField("broker_timestamp"):
-            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = S.iso_time_ms(bem.broker_timestamp)
+            h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = iso_time_ms(bem.broker_timestamp)
         if bem.HasField("index"):
             h["X-Pulsar-Broker-Entry-METADATA-index"] = str(bem.index)
     for kv in md.properties:
         h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
-    h["X-Pulsar-publish-time"] = S.iso_time_ms(md.publish_time)
+    h["X-Pulsar-publish-time"] = iso_time_ms(md.publish_time)
     if md.HasField("event_time") and md.event_time:
-        h["X-Pulsar-event-time"] = S.iso_time_ms(md.event_time)
+        h["X-Pulsar-event-time"] = iso_time_ms(md.event_time)
     if md.HasField("deliver_at_time"):
-        h["X-Pulsar-deliver-at-time"] = S.iso_time_ms(md.deliver_at_time)
+        h["X-Pulsar-deliver-at-time"] = iso_time_ms(md.deliver_at_time)
     if md.HasField("num_messages_in_batch"):
         h["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
         h["X-Pulsar-batch-size"] = str(len(payload))

@@ -30,6 +30,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
@@ -351,3 +352,15 @@ class Dispatcher(ConsumerMembers, ABC):
     @property
     def active_consumer_name(self) -> str | None:
         return None
+
+    # -- Key_Shared's stats (nothing for the other types) -----------------------------------------
+    allow_out_of_order = False
+
+    @property
+    def key_shared_mode(self) -> str | None:
+        """AUTO_SPLIT or STICKY for Key_Shared (its subscription stats' keySharedMode)."""
+        return None
+
+    def consumer_key_stats(self) -> dict[Consumer, dict[str, Any]]:
+        """Per consumer, its Key_Shared stats fields (key hash ranges, draining hashes)."""
+        return {}

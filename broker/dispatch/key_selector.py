@@ -95,6 +95,34 @@ class KeySelector:
             i = 0
         return self._consumers[self._ring[i][1]]
 
+    def hash_ranges(self) -> dict[Consumer, list[tuple[int, int]]]:
+        """Each consumer's key hash ranges, sorted, adjacent ones merged (the stats' keyHashRangeArrays, as Pulsar's
+        ConsumerHashAssignmentsSnapshot gives them): a STICKY consumer's declared ranges; on the AUTO_SPLIT ring a
+        point owns the hashes after the previous point up to itself, and the hashes past the last point wrap
+        around to the first point's owner."""
+        pieces: dict[int, list[tuple[int, int]]] = {}
+        if self.sticky:
+            for i, c in enumerate(self._consumers):
+                pieces[i] = sorted(c.hash_ranges)
+        elif self._ring:
+            start, previous = 1, 0
+            for point, i in self._ring:
+                if point != previous:  # (a point two consumers hash to is the first's: the first in the sorted ring)
+                    pieces.setdefault(i, []).append((start, point))
+                    start, previous = point + 1, point
+            if start <= RING_RANGE_END:
+                pieces.setdefault(self._ring[0][1], []).append((start, RING_RANGE_END))
+        ranges: dict[Consumer, list[tuple[int, int]]] = {}
+        for i, own in pieces.items():
+            merged: list[tuple[int, int]] = []
+            for start, end in own:
+                if merged and start <= merged[-1][1] + 1:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+                else:
+                    merged.append((start, end))
+            ranges[self._consumers[i]] = merged
+        return ranges
+
     def validate_new_consumer(self, consumer: Consumer, members: Sequence[Consumer],
                               allow_out_of_order: bool) -> None:
         """Why ``consumer`` cannot join ``members``: a mode or ordering other than the subscription's

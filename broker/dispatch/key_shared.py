@@ -23,6 +23,7 @@ the replay set holds a chunk back, so the chunks arrive in order.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.key_selector import KeySelector
@@ -55,10 +56,20 @@ class KeySharedDispatcher(SharedDispatcher):
         self._replay_by_hash: dict[int, list[Position]] = {}
         # Chunked messages under way (their consumer in _chunk_owner): uuid -> hash of their key.
         self._chunk_hash: dict[str, int] = {}
+        # Draining hashes, for the stats (PIP-379's names): a hash the ring moved away from a consumer that still
+        # has it unacked, -> that consumer (set at each ring change); how often each held back a delivery; and
+        # per consumer how many of its draining hashes its acks cleared.
+        self._draining: dict[int, Consumer] = {}
+        self._blocked_attempts: dict[int, int] = {}
+        self._cleared: dict[Consumer, int] = {}
 
     @property
     def type_name(self) -> str:
         return "Key_Shared"
+
+    @property
+    def key_shared_mode(self) -> str | None:
+        return "STICKY" if self.sticky else "AUTO_SPLIT"
 
     def validate_new_consumer(self, consumer: Consumer) -> None:
         self._selector.validate_new_consumer(consumer, self.consumers, self.allow_out_of_order)
@@ -66,6 +77,9 @@ class KeySharedDispatcher(SharedDispatcher):
     # -- ownership ---------------------------------------------------------------------------------
     def _rebuild_ring(self) -> None:
         self._selector.rebuild(self.consumers)
+        owner = self._selector.owner
+        self._draining = {h: c for h, c in self._drain_owner.items() if owner(h) is not c}
+        self._blocked_attempts = {h: n for h, n in self._blocked_attempts.items() if h in self._draining}
 
     def _consumer_added(self, consumer: Consumer) -> None:
         self._rebuild_ring()
@@ -74,6 +88,7 @@ class KeySharedDispatcher(SharedDispatcher):
     def _consumer_removed(self, consumer: Consumer) -> None:
         self._rebuild_ring()
         super()._consumer_removed(consumer)
+        self._cleared.pop(consumer, None)
 
     def key_hash(self, key: bytes) -> int:
         return self._selector.key_hash(key)
@@ -96,6 +111,7 @@ class KeySharedDispatcher(SharedDispatcher):
         if not self.allow_out_of_order:
             holder = self._drain_owner.get(h)
             if holder is not None and holder is not owner:
+                self._blocked(h)
                 return None  # the previous owner still has unacked messages of this key
             waiting = self._replay_by_hash.get(h)
             if waiting and waiting[0] < pos:
@@ -155,8 +171,10 @@ class KeySharedDispatcher(SharedDispatcher):
                     continue
                 owner = self.owner(h)
                 holder = None if self.allow_out_of_order else self._drain_owner.get(h)
-                if (owner is None or not self._available(owner) or (holder is not None and holder is not owner)) \
-                        and h not in takers:
+                draining = holder is not None and holder is not owner
+                if (owner is None or not self._available(owner) or draining) and h not in takers:
+                    if draining:
+                        self._blocked(h)
                     skipped.add(h)
                     continue
             taken.append(p)
@@ -188,6 +206,14 @@ class KeySharedDispatcher(SharedDispatcher):
         else:
             del self._drain_count[h]
             del self._drain_owner[h]
+            if self._draining:
+                holder = self._draining.pop(h, None)
+                if holder is not None:
+                    self._cleared[holder] = self._cleared.get(holder, 0) + 1
+                    self._blocked_attempts.pop(h, None)
+
+    def _blocked(self, h: int) -> None:
+        self._blocked_attempts[h] = self._blocked_attempts.get(h, 0) + 1
 
     def _released(self, positions: list[Position]) -> None:
         for p in positions:
@@ -218,6 +244,31 @@ class KeySharedDispatcher(SharedDispatcher):
         self._hash_of.clear()
         self._drain_owner.clear()
         self._drain_count.clear()
+        self._draining.clear()
+        self._blocked_attempts.clear()
         self._counted.clear()
         self._replay_by_hash.clear()
         self._chunk_hash.clear()
+
+    # -- stats -------------------------------------------------------------------------------------
+    def consumer_key_stats(self) -> dict[Consumer, dict[str, Any]]:
+        """Each consumer's Key_Shared stats fields of Pulsar 4.0 (PIP-379): its key hash ranges
+        (``keyHashRangeArrays``) and, when the subscription keeps order on an AUTO_SPLIT ring (where
+        Pulsar tracks them), its draining hashes: ``[{hash, unackMsgs, blockedAttempts}]`` (unackMsgs
+        counts entries, as Pulsar's) with their count, unacked sum and the cleared total."""
+        stats: dict[Consumer, dict[str, Any]] = {
+            c: {"keyHashRangeArrays": [list(r) for r in ranges]} for c, ranges in self._selector.hash_ranges().items()}
+        if self.sticky or self.allow_out_of_order:
+            return stats
+        draining: dict[Consumer, list[dict[str, int]]] = {c: [] for c in self.consumers}
+        for h, c in sorted(self._draining.items()):
+            draining.setdefault(c, []).append({"hash": h, "unackMsgs": self._drain_count.get(h, 0),
+                                               "blockedAttempts": self._blocked_attempts.get(h, 0)})
+        for c, hashes in draining.items():
+            stats.setdefault(c, {}).update({
+                "drainingHashesCount": len(hashes),
+                "drainingHashesClearedTotal": self._cleared.get(c, 0),
+                "drainingHashesUnackedMessages": sum(d["unackMsgs"] for d in hashes),
+                "drainingHashes": hashes,
+            })
+        return stats

@@ -27,6 +27,7 @@ from broker.errors import (
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
+from broker.java_text import client_address, iso_time
 from broker.metadata.global_namespace import PeerCluster
 from broker.metadata.policy_table import (
     ALLOW_AUTO_UPDATE_SCHEMA,
@@ -1005,9 +1006,9 @@ class ServerCnx:
             consumerName=consumer.name,
             availablePermits=max(consumer.permits, 0),
             unackedMessages=consumer.unacked_messages,
-            blockedConsumerOnUnackedMsgs=False,
-            address=consumer.cnx.remote_address,
-            connectedSince=str(int(consumer.connected_since * 1000)),
+            blockedConsumerOnUnackedMsgs=consumer.blocked,
+            address=client_address(consumer.cnx.remote_address),
+            connectedSince=iso_time(consumer.connected_since),
             type=consumer.sub_type_name,
             msgBacklog=sub.backlog,
             msgRateOut=0.0, msgThroughputOut=0.0, msgRateRedeliver=0.0, msgRateExpired=0.0, messageAckRate=0.0,

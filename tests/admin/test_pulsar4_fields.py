@@ -9,6 +9,7 @@ import re
 
 import pulsar
 
+from broker.dispatch.key_selector import key_hash
 from tests.admin.conftest import Admin, rest_path
 from tests.waiting import wait_for
 
@@ -98,3 +99,76 @@ def test_partitioned_stats_and_internal_configuration_as_pulsar_4_answers(admin:
     assert url.startswith(("local:", "memory:")) and internal["ledgersRootPath"] == "/ledgers"
     assert internal["zookeeperServers"] == internal["configurationStoreServers"] == url
     assert internal["configurationMetadataStoreUrl"] == url and "bookkeeperMetadataServiceUri" not in internal
+
+
+def _hash_in(h: int, ranges: list[list[int]]) -> bool:
+    return any(start <= h <= end for start, end in ranges)
+
+
+def test_key_shared_stats_show_hash_ranges_and_draining_hashes(admin: Admin, client: pulsar.Client) -> None:
+    """Pulsar 4.0's Key_Shared stats (PIP-379): the subscription's keySharedMode, each consumer's keyHashRangeArrays,
+    and the draining hashes: a hash the ring moved to a newcomer while the old consumer holds it unacked, held back
+    from the newcomer (blockedAttempts) until the old one acknowledges it (drainingHashesClearedTotal)."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/ks"
+    first = client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="first")
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(40)]
+    for k in keys:
+        producer.send(b"x", partition_key=k)
+    held = [first.receive(10_000) for _ in keys]
+    sub = admin.stats(topic)["subscriptions"]["ks"]
+    assert (sub["keySharedMode"], sub["allowOutOfOrderDelivery"]) == ("AUTO_SPLIT", False)
+    (alone,) = sub["consumers"]
+    assert alone["keyHashRangeArrays"] == [[1, 65535]] and alone["drainingHashes"] == []
+    assert alone["avgMessagesPerEntry"] == 1 and alone["address"].startswith("/127.0.0.1:")
+
+    second = client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="second")
+    sub = wait_for(lambda: (s := admin.stats(topic)["subscriptions"]["ks"]) and len(s["consumers"]) == 2 and s,
+                   what="the second consumer in the stats")
+    by_name = {c["consumerName"]: c for c in sub["consumers"]}
+    moved = {key_hash(k.encode(), sticky=False) for k in keys
+             if _hash_in(key_hash(k.encode(), sticky=False), by_name["second"]["keyHashRangeArrays"])}
+    assert moved, "the newcomer took none of the 40 keys' hashes"
+    draining = by_name["first"]["drainingHashes"]
+    assert {d["hash"] for d in draining} == moved and all(d["unackMsgs"] >= 1 for d in draining)
+    assert by_name["first"]["drainingHashesCount"] == sub["drainingHashesCount"] == len(moved)
+    assert by_name["first"]["drainingHashesUnackedMessages"] == sum(d["unackMsgs"] for d in draining)
+    assert by_name["second"]["drainingHashes"] == []
+
+    # A message of a moved key waits for the first consumer's ack: a blocked attempt.
+    moved_key = next(k for k in keys if key_hash(k.encode(), sticky=False) in moved)
+    producer.send(b"y", partition_key=moved_key)
+    wait_for(lambda: any(d["blockedAttempts"] > 0 for c in admin.stats(topic)["subscriptions"]["ks"]["consumers"]
+                         for d in c.get("drainingHashes", [])), what="a blocked attempt")
+    for m in held:
+        first.acknowledge(m)
+    assert second.receive(10_000).partition_key() == moved_key
+    sub = wait_for(lambda: (s := admin.stats(topic)["subscriptions"]["ks"])["drainingHashesCount"] == 0 and s,
+                   what="the draining hashes to clear")
+    by_name = {c["consumerName"]: c for c in sub["consumers"]}
+    assert by_name["first"]["drainingHashesClearedTotal"] == sub["drainingHashesClearedTotal"] == len(moved)
+    first.close()
+    second.close()
+
+
+def test_sticky_and_out_of_order_key_shared_stats(admin: Admin, client: pulsar.Client) -> None:
+    ns = admin.new_namespace()
+    sticky = client.subscribe(f"persistent://{ns}/sticky", "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                              key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                                  pulsar.KeySharedMode.Sticky, sticky_ranges=[(1000, 1999), (0, 999), (5000, 6000)]))
+    sub = admin.stats(f"persistent://{ns}/sticky")["subscriptions"]["s"]
+    assert sub["keySharedMode"] == "STICKY"
+    # The declared ranges, merged; no draining hashes kept in this mode (Pulsar keeps them on AUTO_SPLIT alone).
+    assert sub["consumers"][0]["keyHashRangeArrays"] == [[0, 1999], [5000, 6000]]
+    assert "drainingHashes" not in sub["consumers"][0]
+    loose = client.subscribe(f"persistent://{ns}/loose", "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                             key_shared_policy=pulsar.ConsumerKeySharedPolicy(allow_out_of_order_delivery=True))
+    sub = admin.stats(f"persistent://{ns}/loose")["subscriptions"]["s"]
+    assert (sub["keySharedMode"], sub["allowOutOfOrderDelivery"]) == ("AUTO_SPLIT", True)
+    assert "drainingHashes" not in sub["consumers"][0]
+    shared = client.subscribe(f"persistent://{ns}/shared", "s", consumer_type=pulsar.ConsumerType.Shared)
+    sub = admin.stats(f"persistent://{ns}/shared")["subscriptions"]["s"]
+    assert "keySharedMode" not in sub and "keyHashRangeArrays" not in sub["consumers"][0]
+    for c in (sticky, loose, shared):
+        c.close()

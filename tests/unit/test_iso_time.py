@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from broker.admin.stats import iso_time, iso_time_ms
+from broker.java_text import iso_time, iso_time_ms
 
 
 def _by_datetime(ms: int) -> str:
