@@ -25,7 +25,7 @@ from aiohttp import web
 
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
-from broker.admin.monitoring_metrics import CORES, LocalLoad, monitoring_metrics
+from broker.admin.monitoring_metrics import CORES, LocalLoad, MonitoringMetrics
 from broker.cluster.load import memory_limit_mb, rss_mb
 from broker.version import __version__
 
@@ -48,6 +48,7 @@ class BrokerStatsResource:
     def __init__(self, web_service: WebService) -> None:
         self.web = web_service
         self.local_load = LocalLoad()
+        self.monitoring = MonitoringMetrics(web_service.ctx)
 
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get("/admin/v2/broker-stats/topics", self.topics)
@@ -151,7 +152,7 @@ class BrokerStatsResource:
 
     async def metrics(self, request: web.Request) -> web.Response:
         usage = self.local_load.usage(self.service)
-        return json_response(monitoring_metrics(self.web.ctx, self.web.sampler, usage))
+        return json_response(self.monitoring.documents(self.web.sampler, usage))
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] not in self.service.metadata.clusters:

@@ -43,7 +43,6 @@ from broker.admin.metrics_ledgers import (
     add_buckets,
     ledger_namespace,
     ml_sums,
-    switch_counts,
     write_cache,
     write_cursors,
     write_disk_space,
@@ -228,8 +227,8 @@ class BrokerMetrics:
             replication = all_replication if cfg.replicationMetricsEnabled else {}
             if persistent and cfg.exposeManagedLedgerMetricsInPrometheus:
                 ml_ns = ledger_namespace(topic.ledger.name)  # type: ignore[union-attr]
-                ml_sums(ml_by_ns.setdefault(ml_ns, _namespace_sums()), values, buckets, sampler.interval_s,
-                        switch_counts(topic), sampler.topic_mark_deletes.get(topic, 0.0))
+                ml_sums(ml_by_ns.setdefault(ml_ns, _namespace_sums()), topic, tc, values["pulsar_msg_backlog"],
+                        buckets, sampler)
             if by_topic:
                 namespaces.setdefault(ns, _namespace_sums())["pulsar_topics_count"] += 1
                 labels = self._topic_labels(topic, previous)

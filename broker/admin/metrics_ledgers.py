@@ -19,6 +19,7 @@ from managed_ledger.stats import ADD_LATENCY_BUCKETS_US, ENTRY_SIZE_BUCKETS, Cur
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from broker.admin.scrape_stats import TopicCounters
     from broker.admin.stats import StatsSampler
     from broker.service.broker_service import AnyTopic
     from managed_ledger.disk_space import StorageGuard
@@ -85,20 +86,22 @@ def switch_counts(topic: AnyTopic) -> Sequence[int]:
 _SWITCH_KEYS = tuple(f"switch_{i}" for i in range(len(LATENCY_RANGES) + 1))
 
 
-def ml_sums(sums: defaultdict[str, float], values: dict[str, float], buckets: list[tuple[str, float]],
-             interval_s: float, switch_counts: Sequence[int], mark_delete_rate: float) -> None:
-    """Add one managed ledger to its namespace's pulsar_ml_* sums."""
-    sums["pulsar_ml_AddEntryBytesRate"] += values["pulsar_throughput_in"]
-    sums["pulsar_ml_AddEntryWithReplicasBytesRate"] += values["pulsar_throughput_in"]
-    sums["pulsar_ml_AddEntryMessagesRate"] += values["pulsar_storage_write_rate"]
-    sums["pulsar_ml_NumberOfMessagesInBacklog"] += values["pulsar_msg_backlog"]
-    sums["pulsar_ml_ReadEntriesRate"] += values["pulsar_storage_read_rate"]
-    sums["pulsar_ml_ReadEntriesOpsCacheMissesRate"] += values["pulsar_storage_read_cache_misses_rate"]
-    sums["pulsar_ml_ReadEntriesBytesRate"] += values["pulsar_throughput_out"]
-    sums["pulsar_ml_ReadEntriesSucceeded"] += round(values["pulsar_storage_read_rate"] * interval_s)
-    sums["pulsar_ml_StoredMessagesSize"] += values["pulsar_storage_size"]
-    sums["pulsar_ml_MarkDeleteRate"] += mark_delete_rate
-    for key, n in zip(_SWITCH_KEYS, switch_counts, strict=True):
+def ml_sums(sums: defaultdict[str, float], topic: AnyTopic, tc: TopicCounters, backlog: float,
+            buckets: list[tuple[str, float]], sampler: StatsSampler) -> None:
+    """Add one topic's managed ledger to its namespace's pulsar_ml_* sums (``backlog``: its subscriptions')."""
+    write_rate = sampler.topic_entries_in.get(topic, 0.0)
+    read_rate = sampler.topic_entries_read.get(topic, 0.0)
+    sums["pulsar_ml_AddEntryBytesRate"] += tc.throughput_in
+    sums["pulsar_ml_AddEntryWithReplicasBytesRate"] += tc.throughput_in
+    sums["pulsar_ml_AddEntryMessagesRate"] += write_rate
+    sums["pulsar_ml_NumberOfMessagesInBacklog"] += backlog
+    sums["pulsar_ml_ReadEntriesRate"] += read_rate
+    sums["pulsar_ml_ReadEntriesOpsCacheMissesRate"] += sampler.topic_read_misses.get(topic, 0.0)
+    sums["pulsar_ml_ReadEntriesBytesRate"] += tc.throughput_out
+    sums["pulsar_ml_ReadEntriesSucceeded"] += round(read_rate * sampler.interval_s)
+    sums["pulsar_ml_StoredMessagesSize"] += tc.storage_size
+    sums["pulsar_ml_MarkDeleteRate"] += sampler.topic_mark_deletes.get(topic, 0.0)
+    for key, n in zip(_SWITCH_KEYS, switch_counts(topic), strict=True):
         sums[key] += n
     for name, value in buckets:
         sums[name] += value

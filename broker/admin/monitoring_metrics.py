@@ -23,7 +23,9 @@ The contributors, in Pulsar 4.0.7's order, and what is here of each:
   limit (``LocalLoad``; /metrics writes the same as ``pulsar_lb_*``). The leader's unload and split counters are
   not kept here.
 
-Rates are the stats sampler's last interval (``statsUpdateFrequencyInSecs``), as in the topic stats and /metrics.
+Rates are the stats sampler's last interval (``statsUpdateFrequencyInSecs``), as in the topic stats and /metrics;
+the objects from the topics (all but the broker's own figures) are taken once per interval, as Pulsar takes its
+NamespaceStats (``MonitoringMetrics``).
 A value that is not a number (a quantile with no sample) is the string "NaN", as Pulsar's JSON writes it.
 """
 
@@ -42,7 +44,6 @@ from broker.admin.metrics_ledgers import (
     ledger_namespace,
     ml_sums,
     ml_values,
-    switch_counts,
 )
 from broker.admin.metrics_operations import TOPIC_LOAD_GAUGES
 from broker.admin.scrape_stats import topic_counters
@@ -90,8 +91,9 @@ class _Collector:
                  "dimensions": dict(key)} for key, metrics in self.objects.items()]
 
 
-def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing: Metrics) -> list[dict[str, Any]]:
-    service, cfg, process = ctx.service, ctx.config, ctx.process
+def _topic_objects(ctx: AdminContext, sampler: StatsSampler) -> list[tuple[dict[str, str], Metrics]]:
+    """The objects a walk of every topic gives (entry cache, managed ledgers, namespaces, replication), in order."""
+    service, cfg = ctx.service, ctx.config
     topics = [t for t in service.all_topics() if not t.closed]
     namespaces: dict[str, defaultdict[str, float]] = {}
     ml_by_ns: dict[str, defaultdict[str, float]] = {}
@@ -122,14 +124,8 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing:
         for bucket, name in zip(_WRITE_LATENCY_NAMES, _NAMESPACE_BUCKETS, strict=True):
             sums[name] += counts.get(f"pulsar_storage_write_latency_{bucket}", 0)
         if hasattr(topic, "ledger"):
-            values = {"pulsar_throughput_in": tc.throughput_in, "pulsar_throughput_out": tc.throughput_out,
-                      "pulsar_storage_write_rate": sampler.topic_entries_in.get(topic, 0.0),
-                      "pulsar_storage_read_rate": sampler.topic_entries_read.get(topic, 0.0),
-                      "pulsar_storage_read_cache_misses_rate": sampler.topic_read_misses.get(topic, 0.0),
-                      "pulsar_msg_backlog": backlog, "pulsar_storage_size": tc.storage_size}
             ml_ns = ledger_namespace(topic.ledger.name)
-            ml_sums(ml_by_ns.setdefault(ml_ns, defaultdict(float)), values, buckets, sampler.interval_s,
-                    switch_counts(topic), sampler.topic_mark_deletes.get(topic, 0.0))
+            ml_sums(ml_by_ns.setdefault(ml_ns, defaultdict(float)), topic, tc, backlog, buckets, sampler)
             if cfg.replicationMetricsEnabled:
                 for cluster, r in outbound.items():
                     rs = replication_by.setdefault((ns, cluster), defaultdict(float))
@@ -140,14 +136,14 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing:
                     rs["brk_max_replication_delay_second"] = max(rs["brk_max_replication_delay_second"],
                                                                  float(r["replicationDelayInSeconds"]))
 
-    out = _Collector()
-    out.add({}, {"brk_ml" + name[len("pulsar_ml"):]: value
-                 for name, value in cache_values(service.ledger_factory, sampler,
-                                                 sum(1 for t in topics if hasattr(t, "ledger")))})
+    objects: list[tuple[dict[str, str], Metrics]] = []
+    objects.append(({}, {"brk_ml" + name[len("pulsar_ml"):]: value
+                         for name, value in cache_values(service.ledger_factory, sampler,
+                                                         sum(1 for t in topics if hasattr(t, "ledger")))}))
     for ns, ml in ml_by_ns.items():
-        out.add({"namespace": ns}, {
+        objects.append(({"namespace": ns}, {
             "brk_ml" + family[len("pulsar_ml"):] + (f"_{quantile}" if quantile is not None else ""): float(value)
-            for family, quantile, value in ml_values(ml)})
+            for family, quantile, value in ml_values(ml)}))
     for ns, sums in namespaces.items():
         metrics: Metrics = {name: value for name, value in sums.items() if not name.startswith("brk_AddEntry")}
         for name in _NAMESPACE_COUNTS:
@@ -155,30 +151,52 @@ def monitoring_metrics(ctx: AdminContext, sampler: StatsSampler, load_balancing:
         for name in _NAMESPACE_BUCKETS:
             metrics[name] = int(sums[name]) // interval
         metrics["brk_max_replication_delay_second"] = 0.0  # (never set in Pulsar's NamespaceStats)
-        out.add({"namespace": ns}, metrics)
+        objects.append(({"namespace": ns}, metrics))
     local_cluster = cfg.clusterName
     for (ns, cluster), rs in replication_by.items():
         repl: Metrics = dict(rs)
         repl["brk_repl_is_connected"] = int(rs["brk_repl_is_connected"])
-        out.add({"namespace": ns, "from_cluster": local_cluster, "to_cluster": cluster}, repl)
-    broker = {"broker": process.advertised_host, "cluster": local_cluster}
-    loads = service.topic_load_stats
-    times = loads.times
-    load_times: Metrics = {"brk_topic_load_time_mean_ms": times.mean()}
-    for name, q in TOPIC_LOAD_GAUGES:
-        load_times[f"brk_topic_load_time_{name}_ms"] = times.quantile(q)
-    load_times["brk_topic_load_rate_s"] = float(times.last_count)  # (floats, as in Pulsar's JSON)
-    load_times["brk_topic_load_failed_count"] = float(loads.failed)
-    out.add({**broker, "metric": "pulsar_topic_load_times"}, load_times)
-    out.add({**broker, "metric": "broker_connection"}, {
-        "brk_connection_created_total_count": process.connections_created,
-        "brk_connection_create_success_count": process.connections_created - process.connections_refused,
-        "brk_connection_create_fail_count": process.connections_refused,
-        "brk_connection_closed_total_count": process.connections_closed,
-        "brk_active_connections": len(process.connections)})
-    out.add({**broker, "metric": "broker_health"}, {"brk_health": service.health_check_status})
-    out.add({"broker": process.advertised_host, "metric": "loadBalancing"}, load_balancing)
-    return out.documents()
+        objects.append(({"namespace": ns, "from_cluster": local_cluster, "to_cluster": cluster}, repl))
+    return objects
+
+
+class MonitoringMetrics:
+    """One broker's broker-stats/metrics. The objects of the topic walk are taken once per stats interval (at the
+    first request after the sampler's run), as Pulsar's NamespaceStats are taken in BrokerService.updateRates: a
+    request at 10,000 topics then costs no more than at ten. The broker's own figures are read at each request."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+        self._topic_objects: list[tuple[dict[str, str], Metrics]] = []
+        self._taken_at = -1  # (the sampler's run they were taken after)
+
+    def documents(self, sampler: StatsSampler, load_balancing: Metrics) -> list[dict[str, Any]]:
+        if self._taken_at != sampler.samples:
+            self._topic_objects = _topic_objects(self.ctx, sampler)
+            self._taken_at = sampler.samples
+        service, process = self.ctx.service, self.ctx.process
+        out = _Collector()
+        for dimensions, metrics in self._topic_objects:
+            out.add(dimensions, metrics)
+        local_cluster = self.ctx.config.clusterName
+        broker = {"broker": process.advertised_host, "cluster": local_cluster}
+        loads = service.topic_load_stats
+        times = loads.times
+        load_times: Metrics = {"brk_topic_load_time_mean_ms": times.mean()}
+        for name, q in TOPIC_LOAD_GAUGES:
+            load_times[f"brk_topic_load_time_{name}_ms"] = times.quantile(q)
+        load_times["brk_topic_load_rate_s"] = float(times.last_count)  # (floats, as in Pulsar's JSON)
+        load_times["brk_topic_load_failed_count"] = float(loads.failed)
+        out.add({**broker, "metric": "pulsar_topic_load_times"}, load_times)
+        out.add({**broker, "metric": "broker_connection"}, {
+            "brk_connection_created_total_count": process.connections_created,
+            "brk_connection_create_success_count": process.connections_created - process.connections_refused,
+            "brk_connection_create_fail_count": process.connections_refused,
+            "brk_connection_closed_total_count": process.connections_closed,
+            "brk_active_connections": len(process.connections)})
+        out.add({**broker, "metric": "broker_health"}, {"brk_health": service.health_check_status})
+        out.add({"broker": process.advertised_host, "metric": "loadBalancing"}, load_balancing)
+        return out.documents()
 
 
 class LocalLoad:

@@ -66,6 +66,7 @@ class StatsSampler:
         self.clock = clock
         self._last = clock()
         self.interval_s = 0.0  # length of the interval the current rates cover
+        self.samples = 0  # intervals taken so far (what derives from one interval's rates is kept until the next)
         self._prev: dict[object, tuple[int, ...]] = {}
         self.topic_in: dict[AnyTopic, Rate] = {}
         self.topic_entries_in: dict[AnyTopic, float] = {}
@@ -195,6 +196,7 @@ class StatsSampler:
                          getattr(storage, "cache_miss_bytes_total", 0)))
         self._prev = cur
         self.interval_s = elapsed
+        self.samples += 1
         self.topic_in, self.topic_entries_in, self.producer_in = topic_in, entries_in, producer_in
         self.topic_entries_read, self.topic_read_misses = entries_read, read_misses
         self.topic_mark_deletes = mark_deletes

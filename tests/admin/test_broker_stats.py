@@ -86,6 +86,13 @@ def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
             client.create_producer(live).send(b"y")
             broker.run_coroutine(broker.server.web.sampler.sample_async())
             documents = admin.ok("GET", "/admin/v2/broker-stats/metrics")
+            # The topics' part is taken once per stats interval, as Pulsar's NamespaceStats: a producer added since
+            # shows after the sampler's next run, not before.
+            client.create_producer(stored, batching_enabled=False)
+            before = _by_dimensions(admin.ok("GET", "/admin/v2/broker-stats/metrics"))[(("namespace", ns),)]
+            broker.run_coroutine(broker.server.web.sampler.sample_async())
+            after = _by_dimensions(admin.ok("GET", "/admin/v2/broker-stats/metrics"))[(("namespace", ns),)]
+            assert (before["brk_no_of_producers"], after["brk_no_of_producers"]) == (2, 3)
         finally:
             client.close()
     assert all(set(d) == {"metrics", "dimensions"} and list(d["metrics"]) == sorted(d["metrics"]) for d in documents)
