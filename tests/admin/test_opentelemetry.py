@@ -401,7 +401,9 @@ def test_replicator_instruments(receiver: OtlpReceiver, monkeypatch: pytest.Monk
                             OTLP_WAIT_S, "a's replicator's outgoing count at the OTLP receiver")
             received = wait_for(lambda: exported("pulsar.broker.replication.message.incoming.count", "otel-b",
                                                  "otel-a"), OTLP_WAIT_S, "b's incoming replicated messages")
-            assert sent == received == 5
+            # (at least the five: the replicated subscription's snapshot markers go to b too, and count, as Pulsar's
+            # replicator counts every entry it sends; how many went by the time of the export is a matter of timing)
+            assert sent >= 5 and received >= 5
             size = wait_for(lambda: exported("pulsar.broker.replication.message.outgoing.size", "otel-a", "otel-b"),
                             OTLP_WAIT_S, "a's replicated bytes")
             assert size >= 5 * 2
@@ -419,8 +421,9 @@ def test_replicator_instruments(receiver: OtlpReceiver, monkeypatch: pytest.Monk
             assert count >= 1 and 0 < seconds / count < 30
             got = receiver.latest()
             assert got["pulsar.broker.replication.subscription.snapshot.operation.duration"][0].unit == "s"
-            begun = receiver.values("pulsar.broker.replication.subscription.snapshot.operation.count", "otel-a")
-            assert begun[()] >= count
+            # (a's export of the count may come after the one the duration was read from: awaited too)
+            wait_for(lambda: receiver.values("pulsar.broker.replication.subscription.snapshot.operation.count",
+                                             "otel-a").get((), 0) >= count, OTLP_WAIT_S, "the snapshots begun")
         finally:
             pair.close()
 
