@@ -70,6 +70,13 @@ def no_content() -> web.Response:
     return web.Response(status=NO_CONTENT)
 
 
+def unset_value() -> web.Response:
+    """A GET of a value that is not set, as Pulsar answers it where its resource method is asynchronous
+    (``AsyncResponse.resume(null)``: 200, no body, no content type); its synchronous ones return 204 (no_content).
+    Measured on a Pulsar 4.0.7 standalone, per endpoint (tests/admin/test_pulsar_shapes.py)."""
+    return web.Response(status=200)
+
+
 # How deep a request body's arrays and objects may nest. Pulsar's deepest bodies (Policies with its auth_policies,
 # a schema's properties) nest 3 or 4 levels; Jackson stops at 1000. Ours must stay far below Python's recursion
 # limit (1000 frames), which json.loads and every later walk of the value (copy.deepcopy, json.dumps) spend a

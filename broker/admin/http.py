@@ -37,6 +37,7 @@ from broker.admin.common import (
     pulsar_topic_in_path,
     query_flag,
     read_body,
+    unset_value,
 )
 from broker.admin.console import ConsoleResource
 from broker.admin.context import AdminContext
@@ -325,12 +326,12 @@ class WebService:
         return no_content()
 
     async def get_peer_clusters(self, request: web.Request) -> web.Response:
-        """ClustersBase.getPeerCluster: the stored list (204 when the cluster has none set)."""
+        """ClustersBase.getPeerCluster: the stored list (200 with no body when the cluster has none set)."""
         data = self.metadata.clusters.get(request.match_info["cluster"])
         if data is None:
             raise HttpError(404, "Cluster does not exist")
         peers = data.get(PEER_CLUSTER_NAMES)
-        return no_content() if peers is None else json_response(peers)
+        return unset_value() if peers is None else json_response(peers)
 
     async def set_peer_clusters(self, request: web.Request) -> web.Response:
         """ClustersBase.setPeerClusterNames: the peers are checked before the cluster is looked up (a missing cluster

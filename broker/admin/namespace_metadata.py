@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.admin.common import HttpError, json_response, no_content, read_body
+from broker.admin.common import HttpError, json_response, no_content, read_body, unset_value
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
@@ -174,7 +174,7 @@ class NamespaceMetadataResource:
 
     async def get_property(self, request: web.Request) -> web.Response:
         value = self._properties(self.web.namespaces.namespace(request)).get(request.match_info["key"])
-        return no_content() if value is None else web.Response(text=value)
+        return unset_value() if value is None else web.Response(text=value)
 
     async def set_property(self, request: web.Request) -> web.Response:
         ns = self.web.namespaces.namespace(request)

@@ -1,7 +1,7 @@
 """Admin REST v2: tenants' namespaces and their policies (Pulsar's Namespaces resource).
 
 Every policy is stored in the metadata store (persisted at once) under Pulsar's Policies field
-name; an unset policy answers 204 with no body, as Pulsar does for a null value.
+name; an unset policy answers 200 with no body, as Pulsar's asynchronous resource methods answer a null value.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from broker.admin.common import (
     pulsar_name_ok,
     query_flag,
     read_body,
+    unset_value,
 )
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
@@ -44,13 +45,14 @@ NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
 @dataclass(frozen=True)
 class PlainPolicy:
-    """A policy with nothing more to it than GET (204 when unset), set (validated) and DELETE."""
+    """A policy with nothing more to it than GET (200 with no body when unset, as Pulsar), set (validated) and
+    DELETE."""
 
     path: str
     key: str  # the Policies field
     parse: Callable[[Any], Any]
     set_method: str = "POST"
-    unset: Any = None  # what GET answers when it is not set (None: 204, no content)
+    unset: Any = None  # what GET answers when it is not set (None: no body)
     # A check of the parsed value against the broker's configuration (raises PolicyError).
     check: Callable[[Any, BrokerConfig], None] | None = None
 
@@ -170,8 +172,8 @@ class NamespacesResource:
             raise HttpError(404, missing)
         return ns
 
-    def _value_or_no_content(self, value: object) -> web.Response:
-        return no_content() if value is None else json_response(value)
+    def _value_or_unset(self, value: object) -> web.Response:
+        return unset_value() if value is None else json_response(value)
 
     # -- namespaces ------------------------------------------------------------------------------
     async def list_namespaces(self, request: web.Request) -> web.Response:
@@ -280,7 +282,7 @@ class NamespacesResource:
 
     # -- retention -----------------------------------------------------------------------------------
     async def get_retention(self, request: web.Request) -> web.Response:
-        return self._value_or_no_content(self.metadata.policy(self.namespace(request), T.RETENTION.namespace_field))
+        return self._value_or_unset(self.metadata.policy(self.namespace(request), T.RETENTION.namespace_field))
 
     async def set_retention(self, request: web.Request) -> web.Response:
         ns = self.namespace(request, NO_POLICIES)
@@ -301,7 +303,7 @@ class NamespacesResource:
     # -- publish and dispatch rates: kept per cluster, as in Pulsar's Policies --------------------------
     async def get_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         rates = self.metadata.policy(self.namespace(request), rate.key) or {}
-        return self._value_or_no_content(rates.get(self.web.ctx.cluster))
+        return self._value_or_unset(rates.get(self.web.ctx.cluster))
 
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
         """POST sets this cluster's rate, DELETE removes it."""
@@ -356,7 +358,7 @@ class NamespacesResource:
     # -- plain policies --------------------------------------------------------------------------------
     async def get_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         value = self.metadata.policy(self.namespace(request), policy.key)
-        return self._value_or_no_content(policy.unset if value is None else value)
+        return self._value_or_unset(policy.unset if value is None else value)
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)

@@ -5,8 +5,9 @@ per type, ``GET .../backlogQuotaMap`` for all of them ({} when the topic has non
 
 Each policy is stored once per topic in the metadata store under Pulsar's TopicPolicies field
 name; a partitioned topic's policy (set on its base name) applies to every partition, and a
-partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value, 204
-when it has none, or with ``?applied=true`` the value in force (namespace, else broker). ``POST``
+partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value (when it has
+none: 200 with no body, or 204 for the few Pulsar answers so: ``Spec.unset_status``), or with
+``?applied=true`` the value in force (namespace, else broker). ``POST``
 sets and ``DELETE`` removes (204 both). With topicLevelPoliciesEnabled=false every endpoint
 answers 405 and stored values are ignored.
 
@@ -28,6 +29,7 @@ from aiohttp import web
 from broker.admin.cluster import validate_global_namespace
 from broker.admin.common import (
     DOMAINS,
+    NO_CONTENT,
     HttpError,
     bound,
     json_response,
@@ -35,6 +37,7 @@ from broker.admin.common import (
     parse_topic_name,
     query_flag,
     read_body,
+    unset_value,
 )
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
 from broker.metadata import policies as P
@@ -58,6 +61,10 @@ class Spec:
     parse: Callable[[Any], Any] | None = None
     query: str | None = None  # POST takes the value from this query parameter, not the body
     set_method: str = "POST"  # (Pulsar PUTs a few)
+    # GET of a value not set: Pulsar answers its asynchronous resource methods 200 with no body, its synchronous ones
+    # 204 (``unset_status``); a few give a default instead (``unset``).
+    unset_status: int = 200
+    unset: Any = None
     # Checks of a parsed value against the rest of the configuration: (service, name, value);
     # raises HttpError.
     validate: Callable[[BrokerService, TopicName, Any], None] | None = None
@@ -110,14 +117,15 @@ SPECS = (
     Spec("maxProducers", T.MAX_PRODUCERS),
     Spec("maxConsumers", T.MAX_CONSUMERS),
     Spec("maxConsumersPerSubscription", T.MAX_CONSUMERS_PER_SUBSCRIPTION,
-         _limit("maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription")),
-    Spec("maxSubscriptionsPerTopic", T.MAX_SUBSCRIPTIONS),
+         _limit("maxConsumersPerSubscription", "Invalid value for maxConsumersPerSubscription"),
+         unset_status=NO_CONTENT),
+    Spec("maxSubscriptionsPerTopic", T.MAX_SUBSCRIPTIONS, unset_status=NO_CONTENT),
     Spec("maxUnackedMessagesOnConsumer", T.MAX_UNACKED_PER_CONSUMER,
          _limit("maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
     Spec("maxUnackedMessagesOnSubscription", T.MAX_UNACKED_PER_SUBSCRIPTION,
          _limit("maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
-    Spec("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED),
-    Spec("publishRate", T.PUBLISH_RATE),
+    Spec("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED, unset_status=NO_CONTENT),
+    Spec("publishRate", T.PUBLISH_RATE, unset_status=NO_CONTENT),
     Spec("dispatchRate", T.TOPIC_DISPATCH_RATE),
     Spec("subscriptionDispatchRate", T.SUBSCRIPTION_DISPATCH_RATE),
     Spec("replicatorDispatchRate", T.REPLICATOR_DISPATCH_RATE),
@@ -125,10 +133,10 @@ SPECS = (
     Spec("delayedDelivery", T.DELAYED_DELIVERY),
     Spec("autoSubscriptionCreation", T.AUTO_SUBSCRIPTION_CREATION),
     Spec("schemaCompatibilityStrategy", T.SCHEMA_COMPATIBILITY_STRATEGY, set_method="PUT"),
-    Spec("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED),
+    Spec("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED, unset=False),
     Spec("replication", T.REPLICATION_CLUSTERS, parse_replication_clusters, validate=_replication_allowed),
     Spec("persistence", T.PERSISTENCE),
-    Spec("maxMessageSize", T.MAX_MESSAGE_SIZE, validate=_within_broker_max_message_size),
+    Spec("maxMessageSize", T.MAX_MESSAGE_SIZE, validate=_within_broker_max_message_size, unset_status=NO_CONTENT),
     Spec("compactionThreshold", T.COMPACTION_THRESHOLD,
          _limit("compactionThreshold", "Invalid value for compactionThreshold", JAVA_LONG)),
     Spec("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
@@ -189,7 +197,11 @@ class TopicPoliciesResource:
         value = self.service.metadata.topic_policy(name.full, spec.policy.topic_field)
         if value is None and query_flag(request, "applied"):
             value = spec.policy.dump(self.service.policies.get(name, spec.policy))
-        return no_content() if value is None else json_response(value)
+        if value is None:
+            value = spec.unset
+        if value is None:
+            return no_content() if spec.unset_status == NO_CONTENT else unset_value()
+        return json_response(value)
 
     async def set(self, request: web.Request, spec: Spec) -> web.Response:
         # (Jersey reads a JSON body before the resource method runs: a malformed one is a 400 before the topic's 404.)
@@ -229,7 +241,7 @@ class TopicPoliciesResource:
         rate = self.service.policies.subscription_level_dispatch_rate(name, sub)
         if rate is None and query_flag(request, "applied"):
             rate = self.service.policies.get(name, T.SUBSCRIPTION_DISPATCH_RATE)
-        return no_content() if rate is None else json_response(rate.to_json())
+        return unset_value() if rate is None else json_response(rate.to_json())
 
     async def set_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
         """Sets the subscription's own rate (the subscription need not exist yet). A rate with neither

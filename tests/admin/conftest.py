@@ -37,6 +37,11 @@ class Reply:
     def reason(self) -> str:
         return str(self.json["reason"])
 
+    @property
+    def unset(self) -> bool:
+        """The answer to a GET of a value not set: 200 with no body (Pulsar's asynchronous resource methods)."""
+        return self.status == 200 and self.body == b""
+
 
 class Admin:
     """pulsar-admin over plain HTTP: every call is a real request to the broker's web port."""

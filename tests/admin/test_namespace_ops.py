@@ -156,7 +156,7 @@ def test_replication_clusters_properties_and_bundles(admin: Admin) -> None:
     assert admin.put(f"{NS}/{ns}/property/tier/silver").status == 204
     assert admin.ok("GET", f"{NS}/{ns}/properties") == {"team": "billing", "tier": "silver"}
     assert admin.get(f"{NS}/{ns}/property/tier").body == b"silver"
-    assert admin.get(f"{NS}/{ns}/property/nothing").status == 204
+    assert admin.get(f"{NS}/{ns}/property/nothing").unset
     assert admin.delete(f"{NS}/{ns}/property/team").status == 204
     assert admin.ok("GET", f"{NS}/{ns}")["properties"] == {"tier": "silver"}
     assert admin.put(f"{NS}/{ns}/properties", {"n": 1}).status == 400

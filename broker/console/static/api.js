@@ -80,7 +80,9 @@ export async function call(method, path, { body, raw = false, authorization } = 
   if (raw) return response;
   if (response.status === 204) return null;
   const type = response.headers.get("Content-Type") || "";
-  return type.includes("json") ? response.json() : response.text();
+  const text = await response.text();
+  if (text === "") return null; // (a value not set: 200 with no body, as Pulsar answers it)
+  return type.includes("json") ? JSON.parse(text) : text;
 }
 
 export const get = (path, opts) => call("GET", path, opts);

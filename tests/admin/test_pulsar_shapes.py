@@ -1,0 +1,201 @@
+"""Our admin answers against Apache Pulsar 4.0.7's own, key by key.
+
+A Pulsar standalone (the jars of `make pulsar-deps`, cluster/apache_pulsar.py) and our broker get the same small
+workload (a Shared, a Key_Shared, a non-persistent and a partitioned topic, an Avro schema, some acknowledgements),
+then the same GETs. For each answer the status must be the same and the JSON the same shape: the same key paths
+(names of topics, subscriptions, brokers and bundles made generic), each holding the same kind of value (number,
+string, bool, list, object, null). Where ours differs on purpose, ``DIFFERENCES`` says so and why; anything else
+found here is a difference a dashboard or a Java admin client would see.
+
+Cost: one Pulsar standalone start (20-60 s) and a few seconds of calls.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from pulsar.schema import AvroSchema, Record, String
+
+from broker.admin.namespaces import CLUSTER_RATES, PLAIN_POLICIES
+from broker.admin.topic_policies import SPECS
+from broker.embedded import BrokerThread
+from cluster import apache_pulsar
+from tests.needs import unavailable
+
+pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
+
+NS = "public/shapes"
+T = f"persistent://{NS}"
+BASE = f"/admin/v2/persistent/{NS}"
+
+GETS = [  # (in one list, but for the dedup below: some policies are in two of the groups)
+    # topics: stats, internal stats, lists, positions, policies as applied
+    f"{BASE}/t/stats", f"{BASE}/t/internalStats", f"{BASE}/t/subscriptions", f"{BASE}/t/lastMessageId",
+    f"{BASE}/t/partitions", f"{BASE}/t/backlogQuotaMap", f"{BASE}/t/retention?applied=true",
+    f"{BASE}/t/maxUnackedMessagesOnConsumer?applied=true", f"{BASE}/t/subscription/s/position?messagePosition=1",
+    f"{BASE}/ks/stats", f"/admin/v2/non-persistent/{NS}/np/stats",
+    f"{BASE}/part/partitioned-stats", f"{BASE}/part/partitioned-internalStats", f"{BASE}/part/partitions",
+    f"{BASE}", f"{BASE}/partitioned", f"/lookup/v2/topic/persistent/{NS}/t",
+    # schemas
+    f"/admin/v2/schemas/{NS}/avro/schema", f"/admin/v2/schemas/{NS}/avro/versions",
+    # namespaces, tenants, clusters
+    f"/admin/v2/namespaces/{NS}", f"/admin/v2/namespaces/{NS}/topics", f"/admin/v2/namespaces/{NS}/bundles",
+    f"/admin/v2/namespaces/{NS}/permissions", f"/admin/v2/namespaces/{NS}/backlogQuotaMap",
+    f"/admin/v2/namespaces/{NS}/retention", f"/admin/v2/namespaces/{NS}/messageTTL",
+    f"/admin/v2/namespaces/{NS}/deduplication", f"/admin/v2/namespaces/{NS}/persistence",
+    f"/admin/v2/namespaces/{NS}/maxProducersPerTopic", f"/admin/v2/namespaces/{NS}/dispatchRate",
+    "/admin/v2/namespaces/public", "/admin/v2/tenants", "/admin/v2/tenants/public", "/admin/v2/clusters",
+    "/admin/v2/clusters/standalone",
+    # brokers
+    "/admin/v2/brokers/leaderBroker", "/admin/v2/brokers/internal-configuration", "/admin/v2/bookies/racks-info",
+    "/admin/v2/broker-stats/load-report", "/admin/v2/broker-stats/topics",
+    # errors
+    f"{BASE}/missing/stats", f"/admin/v2/namespaces/{NS}/policies/x", f"{BASE}/t/subscription/s/analyzeBacklog",
+    # values never set: 200 with no body where Pulsar's method is asynchronous, 204 where it is not, or a default
+    *(f"/admin/v2/namespaces/{NS}/{p.path}" for p in (*PLAIN_POLICIES, *CLUSTER_RATES)),
+    *(f"/admin/v2/namespaces/{NS}/{name}" for name in (
+        "deduplication", "schemaCompatibilityStrategy", "antiAffinity", "persistence/bookieAffinity",
+        "property/nothing")),
+    *(f"{BASE}/t/{spec.path}" for spec in SPECS), f"{BASE}/t/s/dispatchRate",
+    "/admin/v2/clusters/standalone/peers", "/admin/v2/brokers/backlog-quota-check",
+]
+
+GETS = list(dict.fromkeys(GETS))
+
+# path -> (key paths only ours has, key paths only Pulsar's has), each with the reason; None: keys not compared.
+DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
+    # Ours adds the dispatcher's permit invariant to each cursor (ARCHITECTURE: total == sum of permits - pending).
+    f"{BASE}/t/internalStats": ({".cursors.<name>.dispatcher", *(f".cursors.<name>.dispatcher.{k}" for k in (
+        "permitInvariantDriftCount", "permitInvariantHolds", "queuedLaneItems", "readOutstanding",
+        "sumOfConsumerPermitsMinusPendingFlow", "totalPermits", "type"))}, set()),
+    # Pulsar 4.0.7's NonPersistentSubscription never names its active consumer; ours does.
+    f"/admin/v2/non-persistent/{NS}/np/stats": ({".subscriptions.<name>.activeConsumerName"}, set()),
+    # Pulsar's aggregate merges the partitions' producers by position into rate-only entries; ours lists each.
+    f"{BASE}/part/partitioned-stats": ({f".publishers[].{k}" for k in (
+        "accessMode", "address", "clientVersion", "connectedSince", "metadata", "producerName")}, set()),
+    # Pulsar rebuilds its load report every few minutes (just after its start: no bundles); ours is built when asked.
+    "/admin/v2/broker-stats/load-report": ({".bundles[]"}, set()),
+    # Pulsar refreshes this list once a minute (its first minute: empty); ours is live.
+    "/admin/v2/broker-stats/topics": None,
+}
+
+
+def _generic(key: str) -> str:
+    """A key that is a name (topic, subscription, bundle, broker, cluster, partition) as ``<name>``."""
+    names = ("://", "public/", "0x", "127.0.0.1", "standalone", "-partition-")
+    return "<name>" if any(n in key for n in names) or key in ("s", "ks", "n", "sub") else key
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "list", dict: "object", type(None): "null"}[type(value)]
+
+
+def shape(value: Any, prefix: str = "") -> dict[str, str]:
+    """Key path -> the kind of value there (list items merged into ``[]``)."""
+    out = {prefix: _kind(value)} if prefix else {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(shape(v, f"{prefix}.{_generic(k)}"))
+    elif isinstance(value, list):
+        for v in value:
+            out.update(shape(v, prefix + "[]"))
+    return out
+
+
+def get(web_url: str, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(web_url + path, timeout=30) as r:
+            body = r.read().decode()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    try:
+        return status, json.loads(body) if body.strip() else None
+    except json.JSONDecodeError:
+        return status, body  # (a plain-text answer)
+
+
+def call(web_url: str, method: str, path: str, body: Any) -> None:
+    req = urllib.request.Request(web_url + path, data=json.dumps(body).encode(), method=method,
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).close()
+
+
+class Avro(Record):
+    a = String()
+
+
+def workload(service_url: str, web_url: str) -> pulsar.Client:
+    """The same on both brokers; the client stays open (its producers and consumers show in the stats)."""
+    call(web_url, "PUT", f"/admin/v2/namespaces/{NS}", {})
+    call(web_url, "PUT", f"{BASE}/part/partitions", 2)
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    consumer = client.subscribe(f"{T}/t", "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(f"{T}/t", producer_name="p1", batching_enabled=False)
+    for _ in range(20):
+        producer.send(b"x" * 100)
+    for _ in range(10):
+        consumer.acknowledge(consumer.receive(10_000))
+    live = f"non-persistent://{NS}/np"
+    client.subscribe(live, "n")
+    client.create_producer(live).send(b"y")
+    client.subscribe(f"{T}/ks", "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+    keyed = client.create_producer(f"{T}/ks", batching_enabled=False)
+    for i in range(10):
+        keyed.send(b"k", partition_key=f"key{i}")
+    client.create_producer(f"{T}/avro", schema=AvroSchema(Avro)).send(Avro(a="x"))
+    client.create_producer(f"{T}/part").send(b"p")
+    return client
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, tuple[int, Any]]]]:
+    why = apache_pulsar.missing_dependencies()
+    if why is not None:
+        unavailable(f"Apache Pulsar unavailable: {why}")
+    workdir: Path = tmp_path_factory.mktemp("pulsar-shapes")
+    theirs = apache_pulsar.start_standalone(workdir / "pulsar")
+    try:
+        client = workload(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url)
+        try:
+            pulsar_answers = {p: get(theirs.web_url, p) for p in GETS}
+        finally:
+            client.close()
+    finally:
+        theirs.stop()
+    with BrokerThread(data_dir=workdir / "ours") as ours:
+        client = workload(ours.service_url, ours.web_url)
+        try:
+            our_answers = {p: get(ours.web_url, p) for p in GETS}
+        finally:
+            client.close()
+    yield {"ours": our_answers, "pulsar": pulsar_answers}
+
+
+@pytest.mark.parametrize("path", GETS)
+def test_answer_has_pulsars_status_and_shape(answers: dict[str, dict[str, tuple[int, Any]]], path: str) -> None:
+    (our_status, ours), (their_status, theirs) = answers["ours"][path], answers["pulsar"][path]
+    assert our_status == their_status, f"status: ours {our_status}, Pulsar's {their_status}"
+    allowed = DIFFERENCES.get(path, (set(), set()))
+    if allowed is None:
+        return
+    our_shape, their_shape = shape(ours), shape(theirs)
+    only_ours = set(our_shape) - set(their_shape) - allowed[0]
+    only_theirs = set(their_shape) - set(our_shape) - allowed[1]
+    assert not only_ours and not only_theirs, (f"keys only ours has: {sorted(only_ours)}; "
+                                               f"only Pulsar's: {sorted(only_theirs)}")
+    kinds = {k: (our_shape[k], their_shape[k]) for k in set(our_shape) & set(their_shape)
+             if our_shape[k] != their_shape[k] and "null" not in (our_shape[k], their_shape[k])}
+    assert not kinds, f"values of another kind (ours, Pulsar's): {kinds}"
+    assert type(ours) is type(theirs)
