@@ -23,6 +23,7 @@ class Row:
     meaning: str
     conditions: frozenset[str]  # empty for n/a and not-yet rows
     absent_reason: str  # "n/a: ..." or "not yet: ..." rows
+    prefixes: tuple[str, ...] = ()  # the ``prefix_*`` wildcards of its family cell (families it covers by name)
 
     @property
     def may_be_negative(self) -> bool:
@@ -67,7 +68,8 @@ def rows() -> list[Row]:
         family, kind, _labels, _unit, meaning, here = cells
         names = _names(family)
         if here.startswith(("n/a", "not yet")) or "*" in family:
-            out.append(Row(names, kind, meaning, frozenset(), here))
+            prefixes = tuple(w[:-1] for w in re.findall(r"[A-Za-z][A-Za-z0-9_]*_\*", family))
+            out.append(Row(names, kind, meaning, frozenset(), here, prefixes))
             continue
         conditions = frozenset(c.strip() for c in here.split(","))
         assert conditions <= CONDITIONS, f"unknown condition in {line}"
@@ -79,3 +81,17 @@ def rows() -> list[Row]:
 def expected(*situations: str) -> dict[str, Row]:
     """Family name -> its row, for every family that appears in any of these situations."""
     return {n: r for r in rows() if r.conditions & set(situations) for n in r.names}
+
+
+_SAMPLE_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created")
+
+
+def documented(sample: str) -> bool:
+    """Whether the table has a row for the family of this sample name (the family itself, or its ``_total``,
+    ``_count``, ``_sum``, ``_bucket`` or ``_created`` sample): by name, or by a ``prefix_*`` of its family cell."""
+    base = sample
+    for suffix in _SAMPLE_SUFFIXES:
+        base = base.removesuffix(suffix)
+    names = {sample, base, *(base + suffix for suffix in _SAMPLE_SUFFIXES)}
+    table = rows()
+    return any(n in r.names or n.startswith(r.prefixes) for r in table for n in names)

@@ -5,6 +5,7 @@ pulsar-common 4.0.7's Murmur3_32Hash."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -42,9 +43,9 @@ class _Member:
 
 
 def test_auto_split_ranges_cover_the_key_hash_range_once_and_agree_with_the_owner() -> None:
-    members = [_Member("a"), _Member("b"), _Member("c"), _Member("a")]  # (two sharing a name: distinct points)
+    members: list[Any] = [_Member("a"), _Member("b"), _Member("c"), _Member("a")]  # (two sharing a name: distinct ones)
     selector = KeySelector(sticky=False)
-    selector.rebuild(members)  # type: ignore[arg-type]
+    selector.rebuild(members)
     ranges = selector.hash_ranges()
     assert set(ranges) == set(members)
     pieces = sorted((start, end, id(c)) for c, own in ranges.items() for start, end in own)
@@ -57,12 +58,13 @@ def test_auto_split_ranges_cover_the_key_hash_range_once_and_agree_with_the_owne
                 assert selector.owner(h) is c
     # One consumer owns the whole range, as Pulsar's stats show it: [[1, 65535]].
     alone = KeySelector(sticky=False)
-    alone.rebuild([members[0]])  # type: ignore[list-item]
+    alone.rebuild([members[0]])
     assert alone.hash_ranges() == {members[0]: [(1, 65535)]}
 
 
 def test_sticky_ranges_are_the_declared_ones_sorted_and_merged() -> None:
-    a, b = _Member("a", [(100, 199), (0, 99), (500, 600)]), _Member("b", [(200, 300)])
+    a: Any = _Member("a", [(100, 199), (0, 99), (500, 600)])
+    b: Any = _Member("b", [(200, 300)])
     selector = KeySelector(sticky=True)
-    selector.rebuild([a, b])  # type: ignore[list-item]
+    selector.rebuild([a, b])
     assert selector.hash_ranges() == {a: [(0, 199), (500, 600)], b: [(200, 300)]}
