@@ -157,7 +157,7 @@ class NamespaceOperationsResource:
             for topic in topics:
                 sub = topic.subscriptions.get(name)
                 if sub is not None and sub.consumers:
-                    raise HttpError(412, f"Subscription {name} has active connected consumers on {topic.full_name}")
+                    raise HttpError(412, "Subscription has active connected consumers")  # (Pulsar's words)
             for topic in topics:
                 await admin_ops.delete_subscription(topic, name, force=False)
                 self.service.expiry_stats.forget(topic.full_name, name)

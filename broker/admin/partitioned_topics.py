@@ -266,9 +266,9 @@ class PartitionedTopics:
             raise HttpError(404, f"Topic {name} not found.")
         force = query_flag(request, "force")
         parts = [name.partition(i) for i in range(n)]
-        if not force and any((t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)
-                             for p in parts):
-            raise HttpError(412, "Topic has active producers/subscriptions")
+        busy = [t for p in parts if (t := self.service.get_topic_if_loaded(p)) is not None and admin_ops.has_clients(t)]
+        if busy and not force:
+            raise HttpError(412, admin_ops.busy_reason(busy[0]))  # (a partition's, as Pulsar's delete of it answers)
         # The partitioned topic's own grants go first (Pulsar's internalDeletePartitionedTopic:
         # internalRemovePartitionsAuthenticationPoliciesAsync), each persistent partition's with the partition.
         await self.service.metadata.remove_topic_permissions(name.namespace, [name.full])

@@ -432,7 +432,7 @@ class TopicsResource:
         topic = self.service.get_topic_if_loaded(name)
         if topic is not None and admin_ops.has_clients(topic):
             if not force:
-                raise HttpError(412, "Topic has active producers/subscriptions")
+                raise HttpError(412, admin_ops.busy_reason(topic))
             admin_ops.disconnect_clients(topic)
         await self.service.delete_topic(name)
         if name.partition_index < 0:
@@ -791,7 +791,7 @@ class TopicsResource:
         try:
             entry = await topic.ledger.read_entry(position)
         except ManagedLedgerError:
-            raise HttpError(404, "Message not found") from None
+            raise HttpError(404, "Message id not found") from None
         return entry_response(entry)
 
     async def examine_message(self, request: web.Request) -> web.Response:

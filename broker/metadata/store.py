@@ -667,9 +667,9 @@ class BrokerMetadata:
         """Record a partitioned topic with its properties (one PartitionedTopicMetadata; None: none given, kept apart
         from an empty map, as Pulsar's metadata keeps them apart)."""
         if base_topic in self._partitioned:
-            raise AlreadyExistsError("Partitioned topic already exists")
+            raise AlreadyExistsError("This topic already exists")
         doc = L.partitioned_topic_metadata(partitions, dict(properties) if properties is not None else None)
-        await self._create(L.PARTITIONED_TOPICS, base_topic, doc, "Partitioned topic already exists")
+        await self._create(L.PARTITIONED_TOPICS, base_topic, doc, "This topic already exists")
 
     async def set_partitions(self, base_topic: str, partitions: int) -> None:
         def change(current: JsonDoc | None) -> JsonDoc:

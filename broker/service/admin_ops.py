@@ -103,7 +103,7 @@ async def create_subscription(topic: PersistentTopic, name: str, start: Position
 async def delete_subscription(topic: PersistentTopic, name: str, force: bool) -> None:
     sub = await subscription(topic, name)
     if sub.consumers and not force:
-        raise SubscriptionBusyError(f"Subscription {name} has active connected consumers")
+        raise SubscriptionBusyError("Subscription has active connected consumers")  # (Pulsar's words)
     sub.disconnect_consumers()
     await topic.delete_subscription(sub)
 
@@ -378,6 +378,12 @@ def disconnect_producers(topic: AnyTopic) -> None:
 def has_clients(topic: AnyTopic) -> bool:
     return bool(topic.producers or topic.waiting_producers
                 or any(s.consumers for s in topic.subscriptions.values()))
+
+
+def busy_reason(topic: AnyTopic) -> str:
+    """Why a topic with clients is not deleted, in Pulsar's words (its usage count: producers and consumers)."""
+    count = len(topic.producers) + sum(len(s.consumers) for s in topic.subscriptions.values())
+    return f"Topic has {count} connected producers/consumers"
 
 
 # -- expiry statistics ----------------------------------------------------------------------------

@@ -107,7 +107,8 @@ def _check_definition(schema: pb.Schema) -> None:
         try:
             avro_compat.parse(schema.schema_data)
         except ValueError as exc:
-            raise InvalidSchemaDefinitionError(f"Invalid schema definition: {exc}") from None
+            kind = SCHEMA_TYPE_NAMES.get(int(schema.type), "AVRO")
+            raise InvalidSchemaDefinitionError(f"Invalid schema definition data for {kind} schema: {exc}") from None
 
 
 class SchemaRegistry:
@@ -152,8 +153,11 @@ class SchemaRegistry:
         when it may not. A check against existing versions is counted (compatible or not)."""
         live = [rec for _, rec in _live(self.versions(base_topic))]
         found = self._find(base_topic, schema)
-        if found is not None or not live:
+        if found is not None:
             return found
+        _check_definition(schema)  # (first, as Pulsar's SchemaRegistryServiceWithSchemaDataValidator: 422, not 409)
+        if not live:
+            return None
         strategy = self.strategy(base_topic)
         self._counted(base_topic, schema, live if strategy.endswith("_TRANSITIVE") else live[-1:], strategy)
         return None
@@ -241,7 +245,6 @@ class SchemaRegistry:
                     return found
                 if not may_add:
                     raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
-                _check_definition(schema)
                 version: int = await self.store.add_schema_version(base_topic, _record(schema))
                 return version
         finally:

@@ -74,6 +74,39 @@ GETS = [  # (in one list, but for the dedup below: some policies are in two of t
 
 GETS = list(dict.fromkeys(GETS))
 
+# Calls that fail (after the GETs, in this order): each answer's status, and its reason where Pulsar gives one in JSON
+# (where Jersey answers with its HTML page, the status alone).
+FAILING = [
+    ("PUT", f"/admin/v2/namespaces/{NS}", {}), ("PUT", "/admin/v2/namespaces/nosuchtenant/x", {}),
+    ("PUT", "/admin/v2/namespaces/public/bad%20name", {}), ("DELETE", f"/admin/v2/namespaces/{NS}", None),
+    ("PUT", f"{BASE}/t", {}), ("PUT", f"{BASE}/part/partitions", 2), ("PUT", f"{BASE}/part-partition-0/partitions", 2),
+    ("POST", f"{BASE}/part/partitions", 1), ("DELETE", f"{BASE}/t", None), ("DELETE", f"{BASE}/nosuch", None),
+    ("GET", f"{BASE}/t/subscription/nosuch/position?messagePosition=1", None),
+    ("DELETE", f"{BASE}/t/subscription/s", None), ("DELETE", f"{BASE}/t/subscription/nosuch", None),
+    ("POST", f"/admin/v2/namespaces/{NS}/retention", {"retentionTimeInMinutes": -5, "retentionSizeInMB": 1}),
+    ("POST", f"/admin/v2/namespaces/{NS}/messageTTL", -1), ("POST", f"/admin/v2/namespaces/{NS}/messageTTL", "abc"),
+    ("POST", f"{BASE}/t/messageTTL?messageTTL=-1", None),
+    ("POST", f"/admin/v2/namespaces/{NS}/backlogQuota", {"limitSize": 10, "limitTime": 10, "policy": "bogus"}),
+    ("PUT", "/admin/v2/tenants/newt", {"allowedClusters": ["nowhere"]}), ("DELETE", "/admin/v2/tenants/public", None),
+    ("POST", f"{BASE}/t/subscription/nosuch/skip_all", None),
+    ("PUT", f"{BASE}/t/subscription/s", {"ledgerId": -1, "entryId": -1}), ("POST", f"{BASE}/t/compaction", None),
+    ("POST", f"{BASE}/t/unload", None), ("GET", f"/admin/v2/namespaces/{NS}/0x00000000_0x10000000/unload", None),
+    ("POST", f"/admin/v2/schemas/{NS}/avro/schema", {"type": "AVRO", "schema": "not json", "properties": {}}),
+    ("GET", f"{BASE}/t/ledger/999/entry/0", None),
+    ("POST", f"/admin/v2/namespaces/{NS}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "bogus"}),
+]
+# Where ours answers otherwise on purpose: (method, path) -> why.
+FAILING_DIFFERENCES = {
+    # Pulsar's reason is Jackson's parse error as plain text; ours, a JSON reason naming the field.
+    ("POST", f"/admin/v2/namespaces/{NS}/messageTTL"): "a clearer reason",
+    # Pulsar: "... the attribute policy cannot be null" (an unknown name read as null); ours names the three.
+    ("POST", f"/admin/v2/namespaces/{NS}/backlogQuota"): "a clearer reason",
+    # Pulsar: "Clusters do not exist"; ours names them.
+    ("PUT", "/admin/v2/tenants/newt"): "a clearer reason",
+    # Pulsar: "Subscription already exists for topic"; ours names both.
+    ("PUT", f"{BASE}/t/subscription/s"): "a clearer reason",
+}
+
 # path -> (key paths only ours has, key paths only Pulsar's has), each with the reason; None: keys not compared.
 DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Ours adds the dispatcher's permit invariant to each cursor (ARCHITECTURE: total == sum of permits - pending).
@@ -137,6 +170,25 @@ def call(web_url: str, method: str, path: str, body: Any) -> None:
     urllib.request.urlopen(req, timeout=30).close()
 
 
+def failing_calls(web_url: str) -> dict[str, tuple[int, Any]]:
+    """``FAILING`` on one broker: (status, reason) by "METHOD path" (the reason: a JSON answer's, else None)."""
+    out: dict[str, tuple[int, Any]] = {}
+    for method, path, body in FAILING:
+        req = urllib.request.Request(web_url + path, method=method, data=None if body is None else json.dumps(
+            body).encode(), headers={} if body is None else {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode()
+        try:
+            reason = json.loads(text).get("reason")
+        except (json.JSONDecodeError, AttributeError):
+            reason = None
+        out.setdefault(f"{method} {path}", (status, reason))  # (a path called twice: its first answer)
+    return out
+
+
 class Avro(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no stubs)
     a = String()
 
@@ -176,6 +228,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
         try:
             pulsar_answers = {p: get(theirs.web_url, p) for p in GETS}
             pulsar_answers["/metrics"] = get(theirs.web_url, "/metrics/")
+            pulsar_answers.update(failing_calls(theirs.web_url))
         finally:
             client.close()
     finally:
@@ -185,6 +238,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
         try:
             our_answers = {p: get(ours.web_url, p) for p in GETS}
             our_answers["/metrics"] = get(ours.web_url, "/metrics")
+            our_answers.update(failing_calls(ours.web_url))
         finally:
             client.close()
     yield {"ours": our_answers, "pulsar": pulsar_answers}
@@ -235,3 +289,13 @@ def test_metrics_families_have_pulsars_label_keys(answers: dict[str, dict[str, t
     assert ledgers
     for name in ledgers:
         assert {s.get("namespace") for s in ours[name]} == {s.get("namespace") for s in theirs[name]}, name
+
+
+@pytest.mark.parametrize("call", list(dict.fromkeys(f"{m} {p}" for m, p, _ in FAILING)))
+def test_failing_call_has_pulsars_status_and_reason(answers: dict[str, dict[str, tuple[int, Any]]], call: str) -> None:
+    (our_status, our_reason), (their_status, their_reason) = answers["ours"][call], answers["pulsar"][call]
+    assert our_status == their_status, f"status: ours {our_status} ({our_reason}), Pulsar's {their_status}"
+    method, path = call.split(" ", 1)
+    if their_reason is not None and (method, path) not in FAILING_DIFFERENCES:
+        # (Pulsar's reason, or ours with Pulsar's as its start and a detail after it)
+        assert our_reason == their_reason or str(our_reason).startswith(their_reason + ":"), (our_reason, their_reason)

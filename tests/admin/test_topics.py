@@ -48,7 +48,7 @@ def test_create_list_delete_topic(admin: Admin, client: pulsar.Client) -> None:
     assert admin.ok("GET", f"{path}/partitions") == {"partitions": 0, "deleted": False}
     producer = client.create_producer(topic)
     reply = admin.delete(path)
-    assert reply.status == 412 and reply.reason == "Topic has active producers/subscriptions"
+    assert reply.status == 412 and reply.reason == "Topic has 1 connected producers/consumers"
     assert admin.delete(f"{path}?force=true").status == 204
     assert admin.ok("GET", f"/admin/v2/persistent/{ns}") == []
     producer.close()  # it was retrying to reconnect (TopicNotFound)

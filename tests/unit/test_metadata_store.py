@@ -192,7 +192,7 @@ async def test_refusals_change_nothing(metadata: BrokerMetadata) -> None:
     assert store.generation == generation
     await store.create_partitioned_topic(PARTED, 2)
     generation = store.generation
-    with pytest.raises(AlreadyExistsError, match="Partitioned topic already exists"):
+    with pytest.raises(AlreadyExistsError, match="This topic already exists"):
         await store.create_partitioned_topic(PARTED, 4)
     with pytest.raises(InUseError, match="Cannot delete non empty namespace"):
         await store.delete_namespace("acme/ns")
