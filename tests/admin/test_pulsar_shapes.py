@@ -216,6 +216,18 @@ def workload(service_url: str, web_url: str) -> pulsar.Client:
     return client
 
 
+def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]]:
+    """The workload on one broker, then every GET, its /metrics and the failing calls, with the clients still open."""
+    client = workload(service_url, web_url)
+    try:
+        answers = {p: get(web_url, p) for p in GETS}
+        answers["/metrics"] = get(web_url, metrics_path)
+        answers.update(failing_calls(web_url))
+        return answers
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, tuple[int, Any]]]]:
     why = apache_pulsar.missing_dependencies()
@@ -224,23 +236,11 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
     workdir: Path = tmp_path_factory.mktemp("pulsar-shapes")
     theirs = apache_pulsar.start_standalone(workdir / "pulsar")
     try:
-        client = workload(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url)
-        try:
-            pulsar_answers = {p: get(theirs.web_url, p) for p in GETS}
-            pulsar_answers["/metrics"] = get(theirs.web_url, "/metrics/")
-            pulsar_answers.update(failing_calls(theirs.web_url))
-        finally:
-            client.close()
+        pulsar_answers = ask(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url, "/metrics/")
     finally:
         theirs.stop()
     with BrokerThread(data_dir=workdir / "ours") as ours:
-        client = workload(ours.service_url, ours.web_url)
-        try:
-            our_answers = {p: get(ours.web_url, p) for p in GETS}
-            our_answers["/metrics"] = get(ours.web_url, "/metrics")
-            our_answers.update(failing_calls(ours.web_url))
-        finally:
-            client.close()
+        our_answers = ask(ours.service_url, ours.web_url, "/metrics")
     yield {"ours": our_answers, "pulsar": pulsar_answers}
 
 
