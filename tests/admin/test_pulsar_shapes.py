@@ -4,8 +4,10 @@ A Pulsar standalone (the jars of `make pulsar-deps`, cluster/apache_pulsar.py) a
 workload (a Shared, a Key_Shared, a non-persistent and a partitioned topic, an Avro schema, some acknowledgements),
 then the same GETs. For each answer the status must be the same and the JSON the same shape: the same key paths
 (names of topics, subscriptions, brokers and bundles made generic), each holding the same kind of value (number,
-string, bool, list, object, null). Where ours differs on purpose, ``DIFFERENCES`` says so and why; anything else
-found here is a difference a dashboard or a Java admin client would see. Then /metrics: every family both expose
+string, bool, list, object, null). Then ~30 calls that fail (status and reason) and ~60 that succeed (status and,
+for values set and read back, the very answer). Where ours differs on purpose, ``DIFFERENCES`` and
+``FAILING_DIFFERENCES`` say so and why; anything else found here is a difference a dashboard or a Java admin client
+would see. Then /metrics: every family both expose
 must carry the same label keys (a dashboard selects by them), the managed-ledger families the same ``namespace``
 values (Pulsar's is the ledger name's ``tenant/ns/persistent``), and every family Pulsar writes that ours does not
 must have its row in docs/metrics.md saying why.
@@ -95,6 +97,58 @@ FAILING = [
     ("GET", f"{BASE}/t/ledger/999/entry/0", None),
     ("POST", f"/admin/v2/namespaces/{NS}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "bogus"}),
 ]
+N = f"/admin/v2/namespaces/{NS}"
+# Calls that succeed (after the failing ones, in this order): the same status and JSON shape, and where ``exact``, the
+# same body (a value set and read back, a version number).
+SUCCEEDING: list[tuple[str, str, Any, bool]] = [
+    ("POST", f"{N}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}, True),
+    ("GET", f"{N}/retention", None, True),
+    ("POST", f"{N}/messageTTL", 60, True), ("GET", f"{N}/messageTTL", None, True),
+    ("DELETE", f"{N}/messageTTL", None, True),
+    ("POST", f"{N}/backlogQuota", {"limitSize": 10485760, "limitTime": -1, "policy": "producer_request_hold"}, True),
+    ("GET", f"{N}/backlogQuotaMap", None, True), ("DELETE", f"{N}/backlogQuota", None, True),
+    ("PUT", f"{N}/compactionThreshold", 1000, True), ("GET", f"{N}/compactionThreshold", None, True),
+    ("POST", f"{N}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "non-partitioned"}, True),
+    ("GET", f"{N}/autoTopicCreation", None, True), ("DELETE", f"{N}/autoTopicCreation", None, True),
+    ("POST", f"{N}/deduplication", True, True), ("GET", f"{N}/deduplication", None, True),
+    ("DELETE", f"{N}/deduplication", None, True),
+    ("POST", f"{N}/dispatchRate", {"dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": 1000,
+                                   "ratePeriodInSecond": 1}, True),
+    ("GET", f"{N}/dispatchRate", None, True),
+    ("POST", f"{N}/permissions/role1", ["produce"], True), ("GET", f"{N}/permissions", None, True),
+    ("DELETE", f"{N}/permissions/role1", None, True),
+    ("POST", f"{N}/persistence", {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
+                                  "managedLedgerMaxMarkDeleteRate": 0}, True),
+    ("GET", f"{N}/persistence", None, True),
+    ("POST", f"{N}/maxProducersPerTopic", 5, True), ("GET", f"{N}/maxProducersPerTopic", None, True),
+    ("PUT", f"{N}/schemaCompatibilityStrategy", "FULL", True), ("GET", f"{N}/schemaCompatibilityStrategy", None, True),
+    ("GET", f"{N}/properties", None, True),
+    ("POST", f"{BASE}/t/messageTTL?messageTTL=30", None, True), ("GET", f"{BASE}/t/messageTTL", None, True),
+    ("POST", f"{BASE}/t/retention", {"retentionTimeInMinutes": 5, "retentionSizeInMB": 5}, True),
+    ("GET", f"{BASE}/t/retention", None, True), ("DELETE", f"{BASE}/t/retention", None, True),
+    ("PUT", f"{BASE}/t/subscription/new", {"ledgerId": -1, "entryId": -1}, True),
+    ("POST", f"{BASE}/t/subscription/new/skip_all", None, True),
+    ("POST", f"{BASE}/t/subscription/new/resetcursor/0", None, True),
+    ("POST", f"{BASE}/t/subscription/new/skip/2", None, True),
+    ("POST", f"{BASE}/t/subscription/new/expireMessages/10", None, True),
+    ("DELETE", f"{BASE}/t/subscription/new", None, True),
+    ("PUT", f"{BASE}/t/compaction", None, True),
+    ("POST", f"{BASE}/part/partitions", 3, True), ("GET", f"{BASE}/part/partitions", None, True),
+    ("PUT", f"{BASE}/fresh", None, True), ("GET", f"{BASE}/fresh/stats", None, False),
+    ("DELETE", f"{BASE}/fresh", None, True),
+    ("PUT", f"{BASE}/fresh2/partitions", 2, True), ("DELETE", f"{BASE}/fresh2/partitions", None, True),
+    ("PUT", "/admin/v2/tenants/newt", {"adminRoles": [], "allowedClusters": ["standalone"]}, True),
+    ("GET", "/admin/v2/tenants/newt", None, True),
+    ("POST", "/admin/v2/tenants/newt", {"adminRoles": ["x"], "allowedClusters": ["standalone"]}, True),
+    ("PUT", "/admin/v2/namespaces/newt/ns", None, True), ("GET", "/admin/v2/namespaces/newt", None, True),
+    ("DELETE", "/admin/v2/namespaces/newt/ns", None, True), ("DELETE", "/admin/v2/tenants/newt", None, True),
+    ("POST", f"/admin/v2/schemas/{NS}/s2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
+    ("POST", f"/admin/v2/schemas/{NS}/s2/compatibility", {"type": "STRING", "schema": "", "properties": {}}, True),
+    ("DELETE", f"/admin/v2/schemas/{NS}/s2/schema", None, True),
+    ("POST", f"{BASE}/t/subscription/s/analyzeBacklog", None, False),
+    ("GET", f"{BASE}/t/examinemessage?initialPosition=earliest&messagePosition=1", None, False),
+]
+
 # Where ours answers otherwise on purpose: (method, path) -> why.
 FAILING_DIFFERENCES = {
     # Pulsar's reason is Jackson's parse error as plain text; ours, a JSON reason naming the field.
@@ -170,10 +224,10 @@ def call(web_url: str, method: str, path: str, body: Any) -> None:
     urllib.request.urlopen(req, timeout=30).close()
 
 
-def failing_calls(web_url: str) -> dict[str, tuple[int, Any]]:
-    """``FAILING`` on one broker: (status, reason) by "METHOD path" (the reason: a JSON answer's, else None)."""
+def calls(web_url: str, sequence: list[tuple[str, str, Any]], kind: str) -> dict[str, tuple[int, Any]]:
+    """``sequence`` on one broker: (status, the answer's JSON or None) by "kind METHOD path"."""
     out: dict[str, tuple[int, Any]] = {}
-    for method, path, body in FAILING:
+    for method, path, body in sequence:
         req = urllib.request.Request(web_url + path, method=method, data=None if body is None else json.dumps(
             body).encode(), headers={} if body is None else {"Content-Type": "application/json"})
         try:
@@ -182,10 +236,10 @@ def failing_calls(web_url: str) -> dict[str, tuple[int, Any]]:
         except urllib.error.HTTPError as e:
             status, text = e.code, e.read().decode()
         try:
-            reason = json.loads(text).get("reason")
-        except (json.JSONDecodeError, AttributeError):
-            reason = None
-        out.setdefault(f"{method} {path}", (status, reason))  # (a path called twice: its first answer)
+            answer = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            answer = None  # (Jersey's HTML page)
+        out.setdefault(f"{kind} {method} {path}", (status, answer))  # (a call made twice: its first answer)
     return out
 
 
@@ -222,7 +276,8 @@ def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[in
     try:
         answers = {p: get(web_url, p) for p in GETS}
         answers["/metrics"] = get(web_url, metrics_path)
-        answers.update(failing_calls(web_url))
+        answers.update(calls(web_url, [(m, p, b) for m, p, b in FAILING], "failing"))
+        answers.update(calls(web_url, [(m, p, b) for m, p, b, _ in SUCCEEDING], "succeeding"))
         return answers
     finally:
         client.close()
@@ -293,9 +348,24 @@ def test_metrics_families_have_pulsars_label_keys(answers: dict[str, dict[str, t
 
 @pytest.mark.parametrize("call", list(dict.fromkeys(f"{m} {p}" for m, p, _ in FAILING)))
 def test_failing_call_has_pulsars_status_and_reason(answers: dict[str, dict[str, tuple[int, Any]]], call: str) -> None:
-    (our_status, our_reason), (their_status, their_reason) = answers["ours"][call], answers["pulsar"][call]
+    key = f"failing {call}"
+    (our_status, ours), (their_status, theirs) = answers["ours"][key], answers["pulsar"][key]
+    our_reason = ours.get("reason") if isinstance(ours, dict) else None
+    their_reason = theirs.get("reason") if isinstance(theirs, dict) else None
     assert our_status == their_status, f"status: ours {our_status} ({our_reason}), Pulsar's {their_status}"
     method, path = call.split(" ", 1)
     if their_reason is not None and (method, path) not in FAILING_DIFFERENCES:
         # (Pulsar's reason, or ours with Pulsar's as its start and a detail after it)
         assert our_reason == their_reason or str(our_reason).startswith(their_reason + ":"), (our_reason, their_reason)
+
+
+@pytest.mark.parametrize(("method", "path", "exact"), list(dict.fromkeys((m, p, e) for m, p, _, e in SUCCEEDING)))
+def test_succeeding_call_has_pulsars_status_and_answer(answers: dict[str, dict[str, tuple[int, Any]]], method: str,
+                                                      path: str, exact: bool) -> None:
+    key = f"succeeding {method} {path}"
+    (our_status, ours), (their_status, theirs) = answers["ours"][key], answers["pulsar"][key]
+    assert our_status == their_status, f"status: ours {our_status} ({ours}), Pulsar's {their_status} ({theirs})"
+    if exact:
+        assert ours == theirs
+    else:
+        assert set(shape(ours)) == set(shape(theirs)), (set(shape(ours)) ^ set(shape(theirs)))
