@@ -121,8 +121,9 @@ class BacklogQuotaManager:
         backlogQuotaDefault* settings, resolved per type as in Pulsar), or None when it sets no limit;
         ``quotas``: the topic's resolved map, when the caller has it already."""
         quota = (quotas if quotas is not None else self.service.policies.get(name, BACKLOG_QUOTAS))[quota_type]
-        relevant = quota.limit_size if quota_type == DESTINATION_STORAGE else quota.limit_time
-        return quota if relevant >= 0 else None
+        if quota_type == DESTINATION_STORAGE:
+            return quota if quota.limit_size >= 0 else None  # (0 holds any backlog, as Pulsar's size check)
+        return quota if quota.limit_time > 0 else None  # (Pulsar's checkTimeBacklogExceeded: 0 or less is none)
 
     def size_exceeded(self, topic: PersistentTopic,
                       quotas: BacklogQuotas | None = None) -> BacklogQuota | None:

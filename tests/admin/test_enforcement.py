@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.embedded import BrokerThread
+from broker.topic_name import TopicName
 from tests.admin.conftest import Admin
 from tests.waiting import wait_for
 
@@ -154,6 +155,19 @@ def test_backlog_quota_eviction_by_age(admin: Admin, client: pulsar.Client) -> N
     assert metrics[("pulsar_storage_backlog_quota_limit_time", "")] == 1
     wait_for(lambda: topic_metrics(admin, topic)[("pulsar_storage_backlog_age_seconds", "")] == -1,
              what="no backlog age once nothing is left unacknowledged (next quota check)")
+
+
+def test_a_time_quota_of_zero_seconds_sets_no_limit(broker: BrokerThread, admin: Admin) -> None:
+    # Pulsar's checkTimeBacklogExceeded: a message_age limitTime of 0 or less is no limit (a size of 0 is one).
+    ns = admin.new_namespace()
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota?backlogQuotaType=message_age",
+             {"limitTime": 0, "policy": "consumer_backlog_eviction"})
+    admin.ok("POST", f"{NS}/{ns}/backlogQuota?backlogQuotaType=destination_storage",
+             {"limitSize": 0, "policy": "producer_request_hold"})
+    quotas = broker.server.service.backlog_quotas
+    name = TopicName.parse(f"persistent://{ns}/t")
+    wait_for(lambda: quotas.quota(name, "destination_storage") is not None, what="the quotas in the broker's policies")
+    assert quotas.quota(name, "message_age") is None
 
 
 def test_backlog_age_metric_under_a_time_quota(admin: Admin, client: pulsar.Client) -> None:
