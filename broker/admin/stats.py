@@ -338,6 +338,8 @@ _NO_DRAINING_HASHES = {"drainingHashesCount": 0, "drainingHashesClearedTotal": 0
 
 def _draining_totals(consumers: list[dict[str, Any]]) -> dict[str, int]:
     return {k: sum(c[k] for c in consumers) for k in _NO_DRAINING_HASHES}
+
+
 # Readers Pulsar counts as the broker's own besides the compaction cursor (AbstractTopic.isSystemCursor): the bytes
 # read through them are the topic's bytesOutInternalCounter.
 _SYSTEM_READER_PREFIX = "__system_reader"
