@@ -162,8 +162,8 @@ def _topic_objects(ctx: AdminContext, sampler: StatsSampler) -> list[tuple[dict[
 
 class MonitoringMetrics:
     """One broker's broker-stats/metrics. The objects of the topic walk are taken once per stats interval (at the
-    first request after the sampler's run), as Pulsar's NamespaceStats are taken in BrokerService.updateRates: a
-    request at 10,000 topics then costs no more than at ten. The broker's own figures are read at each request."""
+    first request after the sampler's run), as Pulsar's NamespaceStats are taken in BrokerService.updateRates: one
+    walk per interval however often the list is asked for. The broker's own figures are read at each request."""
 
     def __init__(self, ctx: AdminContext) -> None:
         self.ctx = ctx
