@@ -110,14 +110,15 @@ class SchemasResource:
 
     async def delete(self, request: web.Request) -> web.Response:
         """DELETE: a tombstone version ends the schema's history (its number is the answer); the next
-        schema starts afresh. ``?force=true`` removes the history instead (as Pulsar)."""
+        schema starts afresh. ``?force=true`` removes the history instead (as Pulsar). A name without a schema is
+        no error, as in Pulsar 4.0.7: the tombstone is its version 0 (the next schema is version 1), and a forced
+        delete answers version -1 and stores nothing."""
         name = self.base_name(request)
         registry = self.web.service.schemas
-        if not registry.has_schema(name.full):
-            raise HttpError(404, "Schema not found")
         if request.query.get("force", "false").lower() == "true":
             last = len(registry.versions(name.full)) - 1
-            await registry.delete(name.full)
+            if last >= 0:
+                await registry.delete(name.full)
             return json_response({"version": last})
         return json_response({"version": await registry.delete(name.full, keep_history=True)})
 

@@ -145,6 +145,12 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("POST", f"/admin/v2/schemas/{NS}/s2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("POST", f"/admin/v2/schemas/{NS}/s2/compatibility", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("DELETE", f"/admin/v2/schemas/{NS}/s2/schema", None, True),
+    # a name that never had a schema: the tombstone is its version 0, the next schema version 1; forced: -1, nothing
+    ("DELETE", f"/admin/v2/schemas/{NS}/never/schema", None, True),
+    ("GET", f"/admin/v2/schemas/{NS}/never/schema", None, True),
+    ("POST", f"/admin/v2/schemas/{NS}/never/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
+    ("DELETE", f"/admin/v2/schemas/{NS}/never2/schema?force=true", None, True),
+    ("POST", f"/admin/v2/schemas/{NS}/never2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("POST", f"{BASE}/t/subscription/s/analyzeBacklog", None, False),
     ("GET", f"{BASE}/t/examinemessage?initialPosition=earliest&messagePosition=1", None, False),
 ]
