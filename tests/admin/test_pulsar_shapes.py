@@ -211,41 +211,42 @@ def shape(value: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def get(web_url: str, path: str) -> tuple[int, Any]:
+def request(web_url: str, method: str, path: str, body: Any = None) -> tuple[int, str]:
+    """One admin call: (status, the answer's text), an error status included."""
+    req = urllib.request.Request(web_url + path, method=method, data=None if body is None else json.dumps(
+        body).encode(), headers={} if body is None else {"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(web_url + path, timeout=30) as r:
-            body = r.read().decode()
-            status = r.status
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
-        return e.code, None
+        return e.code, e.read().decode()
+
+
+def _json(text: str, otherwise: Any) -> Any:
     try:
-        return status, json.loads(body) if body.strip() else None
+        return json.loads(text) if text.strip() else None
     except json.JSONDecodeError:
-        return status, body  # (a plain-text answer)
+        return otherwise
+
+
+def get(web_url: str, path: str) -> tuple[int, Any]:
+    """A GET's status and JSON (a plain-text answer as text; an error's body left out)."""
+    status, text = request(web_url, "GET", path)
+    return status, (_json(text, text) if status < 400 else None)
 
 
 def call(web_url: str, method: str, path: str, body: Any) -> None:
-    req = urllib.request.Request(web_url + path, data=json.dumps(body).encode(), method=method,
-                                 headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(req, timeout=30).close()
+    status, text = request(web_url, method, path, body)
+    assert status < 300, (method, path, status, text)
 
 
 def calls(web_url: str, sequence: list[tuple[str, str, Any]], kind: str) -> dict[str, tuple[int, Any]]:
     """``sequence`` on one broker: (status, the answer's JSON or None) by "kind METHOD path"."""
     out: dict[str, tuple[int, Any]] = {}
     for method, path, body in sequence:
-        req = urllib.request.Request(web_url + path, method=method, data=None if body is None else json.dumps(
-            body).encode(), headers={} if body is None else {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                status, text = r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read().decode()
-        try:
-            answer = json.loads(text) if text.strip() else None
-        except json.JSONDecodeError:
-            answer = None  # (Jersey's HTML page)
-        out.setdefault(f"{kind} {method} {path}", (status, answer))  # (a call made twice: its first answer)
+        status, text = request(web_url, method, path, body)
+        # (a call made twice: its first answer; Jersey's HTML error page: None)
+        out.setdefault(f"{kind} {method} {path}", (status, _json(text, None)))
     return out
 
 
