@@ -173,13 +173,9 @@ class Consumer:
             self.msg_out += sent
             self.bytes_out += nbytes
             self.last_consumed = time.time()
-            self._count_entries(sent, len(frames) // 2)
+            avg, sample = self.avg_messages_per_entry, sent / (len(frames) >> 1)
+            self.avg_messages_per_entry = sample if avg < 1 else 0.9 * avg + 0.1 * sample
         return sent
-
-    def _count_entries(self, messages: int, entries: int) -> None:
-        avg = self.avg_messages_per_entry
-        sample = messages / entries
-        self.avg_messages_per_entry = sample if avg < 1 else 0.9 * avg + 0.1 * sample
 
     def send_unstored(self, entry: bytes, messages: int) -> None:
         """Write one MESSAGE of a non-persistent topic. Nothing is remembered as pending: these
@@ -189,7 +185,8 @@ class Consumer:
         self.msg_out += messages
         self.bytes_out += len(entry)
         self.last_consumed = time.time()
-        self._count_entries(messages, 1)
+        avg = self.avg_messages_per_entry
+        self.avg_messages_per_entry = messages if avg < 1 else 0.9 * avg + 0.1 * messages
 
     def set_pending_messages(self, pos: Position, messages: int) -> None:
         """A partial batch ack left ``messages`` of this delivered entry unacknowledged."""
