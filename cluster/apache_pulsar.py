@@ -134,14 +134,16 @@ def _wait_ready(process: PulsarProcess, ready: str, timeout: float) -> None:
                        f"{_log_tail(process.log_path)}")
 
 
-def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list[str] | None = None) -> PulsarProcess:
+def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list[str] | None = None,
+                     settings: str = "") -> PulsarProcess:
     """PulsarStandaloneStarter with bench/pulsar/standalone.conf, no functions worker, no stream storage; ``heap``:
-    the JVM's memory options (default HEAP_OPTS)."""
+    the JVM's memory options (default HEAP_OPTS); ``settings``: lines that override the file's."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, web_port, bookie_port = free_port(), free_port(), free_port()
     config = workdir / "standalone.conf"
     config.write_text(STANDALONE_CONF.read_text()
-                      + f"\nbrokerServicePort={port}\nwebServicePort={web_port}\nbrokerShutdownTimeoutMs=5000\n")
+                      + f"\nbrokerServicePort={port}\nwebServicePort={web_port}\nbrokerShutdownTimeoutMs=5000\n"
+                      + settings)
     # cwd = workdir: the standalone picks ZooKeeper mode if ./data/standalone/zookeeper exists, RocksDB otherwise.
     command = java_command("org.apache.pulsar.PulsarStandaloneStarter", "--config", str(config),
                            "--metadata-dir", str(workdir / "metadata"), "--bookkeeper-dir", str(workdir / "bookie"),

@@ -17,10 +17,6 @@ Cost: one Pulsar standalone start (20-60 s) and a few seconds of calls.
 
 from __future__ import annotations
 
-import json
-import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +30,7 @@ from broker.admin.topic_policies import SPECS
 from broker.embedded import BrokerThread
 from cluster import apache_pulsar
 from tests.admin.metric_table import documented
+from tests.admin.pulsar_answers import assert_same_shape, get, json_or, request, samples, shape
 from tests.needs import unavailable
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
@@ -167,12 +164,15 @@ FAILING_DIFFERENCES = {
     ("PUT", f"{BASE}/t/subscription/s"): "a clearer reason",
 }
 
+# The key paths of the dispatcher block ours adds to a subscription's cursor in internal stats.
+DISPATCHER_KEYS = ("dispatcher", *(f"dispatcher.{k}" for k in (
+    "permitInvariantDriftCount", "permitInvariantHolds", "queuedLaneItems", "readOutstanding",
+    "sumOfConsumerPermitsMinusPendingFlow", "totalPermits", "type")))
+
 # path -> (key paths only ours has, key paths only Pulsar's has), each with the reason; None: keys not compared.
 DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Ours adds the dispatcher's permit invariant to each cursor (ARCHITECTURE: total == sum of permits - pending).
-    f"{BASE}/t/internalStats": ({".cursors.<name>.dispatcher", *(f".cursors.<name>.dispatcher.{k}" for k in (
-        "permitInvariantDriftCount", "permitInvariantHolds", "queuedLaneItems", "readOutstanding",
-        "sumOfConsumerPermitsMinusPendingFlow", "totalPermits", "type"))}, set()),
+    f"{BASE}/t/internalStats": ({f".cursors.<name>.{k}" for k in DISPATCHER_KEYS}, set()),
     # Pulsar 4.0.7's NonPersistentSubscription never names its active consumer; ours does.
     f"/admin/v2/non-persistent/{NS}/np/stats": ({".subscriptions.<name>.activeConsumerName"}, set()),
     # Pulsar's aggregate merges the partitions' producers by position into rate-only entries; ours lists each.
@@ -183,56 +183,6 @@ DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Pulsar refreshes this list once a minute (its first minute: empty); ours is live.
     "/admin/v2/broker-stats/topics": None,
 }
-
-
-def _generic(key: str) -> str:
-    """A key that is a name (topic, subscription, bundle, broker, cluster, partition) as ``<name>``."""
-    names = ("://", "public/", "0x", "127.0.0.1", "standalone", "-partition-")
-    return "<name>" if any(n in key for n in names) or key in ("s", "ks", "n", "sub") else key
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return {str: "string", list: "list", dict: "object", type(None): "null"}[type(value)]
-
-
-def shape(value: Any, prefix: str = "") -> dict[str, str]:
-    """Key path -> the kind of value there (list items merged into ``[]``)."""
-    out = {prefix: _kind(value)} if prefix else {}
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out.update(shape(v, f"{prefix}.{_generic(k)}"))
-    elif isinstance(value, list):
-        for v in value:
-            out.update(shape(v, prefix + "[]"))
-    return out
-
-
-def request(web_url: str, method: str, path: str, body: Any = None) -> tuple[int, str]:
-    """One admin call: (status, the answer's text), an error status included."""
-    req = urllib.request.Request(web_url + path, method=method, data=None if body is None else json.dumps(
-        body).encode(), headers={} if body is None else {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def _json(text: str, otherwise: Any) -> Any:
-    try:
-        return json.loads(text) if text.strip() else None
-    except json.JSONDecodeError:
-        return otherwise
-
-
-def get(web_url: str, path: str) -> tuple[int, Any]:
-    """A GET's status and JSON (a plain-text answer as text; an error's body left out)."""
-    status, text = request(web_url, "GET", path)
-    return status, (_json(text, text) if status < 400 else None)
 
 
 def call(web_url: str, method: str, path: str, body: Any) -> None:
@@ -246,7 +196,7 @@ def calls(web_url: str, sequence: list[tuple[str, str, Any]], kind: str) -> dict
     for method, path, body in sequence:
         status, text = request(web_url, method, path, body)
         # (a call made twice: its first answer; Jersey's HTML error page: None)
-        out.setdefault(f"{kind} {method} {path}", (status, _json(text, None)))
+        out.setdefault(f"{kind} {method} {path}", (status, json_or(text, None)))
     return out
 
 
@@ -313,28 +263,7 @@ def test_answer_has_pulsars_status_and_shape(answers: dict[str, dict[str, tuple[
     allowed = DIFFERENCES.get(path, (set(), set()))
     if allowed is None:
         return
-    our_shape, their_shape = shape(ours), shape(theirs)
-    only_ours = set(our_shape) - set(their_shape) - allowed[0]
-    only_theirs = set(their_shape) - set(our_shape) - allowed[1]
-    assert not only_ours and not only_theirs, (f"keys only ours has: {sorted(only_ours)}; "
-                                               f"only Pulsar's: {sorted(only_theirs)}")
-    kinds = {k: (our_shape[k], their_shape[k]) for k in set(our_shape) & set(their_shape)
-             if our_shape[k] != their_shape[k] and "null" not in (our_shape[k], their_shape[k])}
-    assert not kinds, f"values of another kind (ours, Pulsar's): {kinds}"
-    assert type(ours) is type(theirs)
-
-
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+\S+')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def samples(text: str) -> dict[str, list[dict[str, str]]]:
-    """Sample name -> the label sets of its samples, from the Prometheus text format."""
-    out: dict[str, list[dict[str, str]]] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and (m := _SAMPLE.match(line)):
-            out.setdefault(m.group(1), []).append(dict(_LABEL.findall(m.group(2) or "")))
-    return out
+    assert_same_shape(ours, theirs, *allowed)
 
 
 def test_metrics_families_have_pulsars_label_keys(answers: dict[str, dict[str, tuple[int, Any]]]) -> None:
