@@ -15,10 +15,14 @@
 - ``GET .../coordinatorInternalStats/{id}``: TransactionCoordinatorInternalStats, the managed
   ledger of the coordinator's log;
 - ``GET .../transactionBufferInternalStats/{tenant}/{ns}/{topic}``: TransactionBufferInternalStats
-  (snapshotType ``Single``): the ledger that holds the buffer's snapshot, which here is the topic's
-  own (its ``pulsar.txn.buffer`` cursor), 404 when the topic never had a transaction;
+  (snapshotType ``Single``): the internal stats of the topic that holds the buffer's snapshot, which here is the
+  topic itself (its ``pulsar.txn.buffer`` cursor, made with its first transaction), where Pulsar names its
+  namespace's ``__transaction_buffer_snapshot`` topic;
 - ``GET .../pendingAckInternalStats/{tenant}/{ns}/{topic}/{sub}``: TransactionPendingAckInternalStats:
-  the ledger that holds the pending acks, here the topic's own (the subscription cursor's properties).
+  the ledger that holds the pending acks, here the topic's own (the subscription cursor's properties);
+- ``GET .../positionStatsInPendingAck/{tenant}/{ns}/{topic}/{sub}/{ledgerId}/{entryId}[?batchIndex=i]``:
+  PositionInPendingAckStats (broker/transactions/pending_ack.py ``position_state``);
+- ``POST .../transactionCoordinator/replicas`` (body: a number, more than now): more coordinators (204).
 
 503 when transactionCoordinatorEnabled=false (Pulsar's answer), 404 for an unknown coordinator,
 transaction, topic or subscription.
@@ -49,25 +53,37 @@ from urllib.parse import quote
 from aiohttp import web
 
 from broker.admin.cluster import topic_owner_url, validate_topic_ownership
-from broker.admin.common import HttpError, int_param, json_response, no_content, parse_topic_name
+from broker.admin.common import (
+    HttpError,
+    int_param,
+    json_response,
+    no_content,
+    parse_topic_name,
+    query_flag,
+    read_body,
+)
 from broker.admin.peers import topic_path
-from broker.admin.stats import ledger_internal_stats
+from broker.admin.stats import cursor_internal_stats, internal_stats, ledger_internal_stats
 from broker.auth.http import check_deferred, skip_deferred
 from broker.errors import (
     BrokerError,
     InvalidTxnStatusError,
+    TopicNotFoundError,
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
 )
+from broker.metadata.policy_values import check_java_int, max_partitions
 from broker.service.transactions import TransactionService
 from broker.topic_name import TopicName
+from broker.transactions.buffer import BUFFER_CURSOR
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.model import TxnID, TxnMeta
 from broker.transactions.pending_ack import PendingAcks
-from managed_ledger import ManagedLedger
+from managed_ledger import ManagedLedger, Position
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+    from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
 
 BASE = "/admin/v3/transactions"
@@ -92,6 +108,8 @@ class TransactionsResource:
         r.add_get(BASE + "/coordinatorInternalStats/{coordinatorId}", self.coordinator_internal_stats)
         r.add_get(BASE + "/transactionBufferInternalStats" + TOPIC, self.buffer_internal_stats)
         r.add_get(BASE + "/pendingAckInternalStats" + TOPIC + "/{sub}", self.pending_ack_internal_stats)
+        r.add_get(BASE + "/positionStatsInPendingAck" + TOPIC + "/{sub}/{ledger}/{entry}", self.position_in_pending_ack)
+        r.add_post(BASE + "/transactionCoordinator/replicas", self.scale_coordinators)
 
     # -- helpers ---------------------------------------------------------------------------------------
     @property
@@ -101,11 +119,14 @@ class TransactionsResource:
             raise HttpError(503, "This Broker is not configured with transactionCoordinatorEnabled=true.")
         return ts
 
-    async def _coordinator(self, tc_id: int) -> TransactionCoordinator:
+    async def _coordinator(self, tc_id: int, reason: str | None = None) -> TransactionCoordinator:
+        """Coordinator ``tc_id``, else 404 with Pulsar's reason for a coordinator asked for by id (``reason``:
+        None), or the coordinator's own for one reached through a transaction (``reason`` "own")."""
         try:
             return await self.transactions.coordinator(tc_id)
-        except TransactionCoordinatorNotFoundError:
-            raise HttpError(404, f"Transaction coordinator not found! coordinator id : {tc_id}") from None
+        except TransactionCoordinatorNotFoundError as exc:
+            raise HttpError(404, exc.message if reason == "own" else
+                            f"Transaction coordinator not found! coordinator id : {tc_id}") from None
 
     @staticmethod
     def _txn(request: web.Request) -> TxnID:
@@ -118,7 +139,10 @@ class TransactionsResource:
         name = parse_topic_name("persistent", m["tenant"], m["ns"], m["topic"])
         if self.web.service.ownership.distributed:
             await validate_topic_ownership(self.web.ctx, request, name)  # (307 to its owner)
-        return await self.web.service.get_persistent_topic(name, create=False)
+        try:
+            return await self.web.service.get_persistent_topic(name, create=False)
+        except TopicNotFoundError:
+            raise HttpError(404, f"Topic not found {name.full}") from None
 
     async def _owned_coordinator(self, request: web.Request, tc_id: int) -> TransactionCoordinator:
         """Coordinator ``tc_id``, served here; in cluster mode a 307 to the owner of its assignment partition
@@ -189,7 +213,8 @@ class TransactionsResource:
 
     async def transaction_metadata(self, request: web.Request) -> web.Response:
         txn = self._txn(request)
-        tc = await self._owned_coordinator(request, txn.most)
+        await self._validate_coordinator_owner(request, txn.most)
+        tc = await self._coordinator(txn.most, "own")
         try:
             meta = tc.get(txn)
         except TransactionNotFoundError as exc:
@@ -221,21 +246,25 @@ class TransactionsResource:
         for partition in meta.partitions:
             produced[partition] = await self._on_topic_owner(
                 request, partition, f"transactionInBufferStats{{topic}}/{meta.txn.most}/{meta.txn.least}",
-                lambda topic: topic.txn_buffer.txn_stats(meta.txn), {"startPosition": None, "aborted": False})
+                lambda topic: topic.txn_buffer.txn_stats(meta.txn), {"aborted": False})
         acked: dict[str, dict[str, Any]] = {}
         for topic_name, sub_name in meta.subscriptions:
 
             def pending_stats(topic: PersistentTopic, sub_name: str = sub_name) -> dict[str, Any] | None:
-                sub = topic.subscriptions.get(sub_name)
-                return sub.pending_acks.txn_stats(meta.txn) if sub is not None and sub.pending_acks else None
+                pending = sub.pending_acks if (sub := topic.subscriptions.get(sub_name)) is not None else None
+                return pending.txn_stats(meta.txn) if pending is not None else None
 
             acked.setdefault(topic_name, {})[sub_name] = await self._on_topic_owner(
                 request, topic_name,
                 f"transactionInPendingAckStats{{topic}}/{quote(sub_name, safe='')}/{meta.txn.most}/{meta.txn.least}",
-                pending_stats, {"cumulativeAckPosition": None})
-        return {"txnId": str(meta.txn), "status": meta.status.value, "openTimestamp": meta.opened_ms,
-                "timeoutAt": meta.deadline_ms, "owner": None, "producedPartitions": produced,
-                "ackedPartitions": acked}
+                pending_stats, {})
+        # (timeoutAt: the transaction's timeout in ms, not a time: what Pulsar 4.0.7's TxnMetaImpl keeps under
+        # that name, and so what its admin clients show)
+        out = {"txnId": str(meta.txn), "status": meta.status.value, "openTimestamp": meta.opened_ms,
+               "timeoutAt": meta.timeout_ms, "producedPartitions": produced, "ackedPartitions": acked}
+        if meta.owner is not None:
+            out["owner"] = meta.owner
+        return out
 
     async def _on_topic_owner(self, request: web.Request, topic_name: str, path: str,
                               local: Callable[[PersistentTopic], Any], missing: dict[str, Any]) -> Any:
@@ -245,7 +274,8 @@ class TransactionsResource:
         service = self.web.service
         topic = service.topics.get(topic_name)
         if topic is not None:
-            return local(topic) or missing
+            found = local(topic)
+            return found if found is not None else missing
         try:
             name = TopicName.parse(topic_name)
             base = await topic_owner_url(self.web.ctx, name, request.secure) if service.ownership.distributed else None
@@ -275,13 +305,30 @@ class TransactionsResource:
             raise HttpError(500, exc.message) from None
         return no_content()
 
+    async def scale_coordinators(self, request: web.Request) -> web.Response:
+        """More coordinators: the assignment topic's partition count raised to the body's number (Pulsar's
+        scaleTransactionCoordinators; 406 unless more than now). New clients find them; ours bounds the number by
+        maxNumPartitionsPerPartitionedTopic (or 100,000 without one), as every partitioned topic here."""
+        ts = self.transactions  # (503 first)
+        await check_deferred(request)  # (then a super user)
+        replicas = check_java_int(await read_body(request) or 0, "replicas")
+        if replicas <= ts.count:
+            raise HttpError(406, "Number of transaction coordinators should be more than the current number of "
+                                 "transaction coordinator")
+        most = max_partitions(self.web.service.config.maxNumPartitionsPerPartitionedTopic)
+        if replicas > most:
+            raise HttpError(406, f"Number of transaction coordinators should be less than or equal to {most}")
+        await ts.scale(replicas)
+        return no_content()
+
     async def coordinator_internal_stats(self, request: web.Request) -> web.Response:
         tc = await self._owned_coordinator(request, int_param(request.match_info["coordinatorId"], "coordinatorId"))
         return json_response({"transactionLogStats": _log_stats(tc.log.ledger)})
 
     # -- topics ----------------------------------------------------------------------------------------
     async def buffer_stats(self, request: web.Request) -> web.Response:
-        return json_response((await self._topic(request)).txn_buffer.stats())
+        topic = await self._topic(request)
+        return json_response(topic.txn_buffer.stats(query_flag(request, "lowWaterMarks")))
 
     async def in_buffer_stats(self, request: web.Request) -> web.Response:
         topic = await self._topic(request)
@@ -289,11 +336,12 @@ class TransactionsResource:
 
     async def buffer_internal_stats(self, request: web.Request) -> web.Response:
         topic = await self._topic(request)
-        if not topic.txn_buffer.prepared:
-            raise HttpError(404, "Transaction buffer Snapshot for the topic does not exist")
-        return json_response({"snapshotType": "Single",
-                              "singleSnapshotSystemTopicInternalStats": _log_stats(topic.ledger),
-                              "segmentInternalStats": None, "segmentIndexInternalStats": None})
+        stats = internal_stats(topic)
+        cursor = topic.txn_buffer.cursor
+        if cursor is not None:  # (the snapshot's own cursor, beside the subscriptions')
+            stats["cursors"][BUFFER_CURSOR] = cursor_internal_stats(topic.ledger, cursor)
+        return json_response({"snapshotType": "Single", "singleSnapshotSystemTopicInternalStats": {
+            "managedLedgerName": topic.ledger.name, "managedLedgerInternalStats": stats}})
 
     async def pending_ack_internal_stats(self, request: web.Request) -> web.Response:
         await self._pending(request)
@@ -302,13 +350,27 @@ class TransactionsResource:
 
     async def pending_ack_stats(self, request: web.Request) -> web.Response:
         pending = await self._pending(request)
-        return json_response(pending.stats())
+        return json_response(pending.stats(query_flag(request, "lowWaterMarks")))
 
     async def in_pending_ack_stats(self, request: web.Request) -> web.Response:
         pending = await self._pending(request)
         return json_response(pending.txn_stats(self._txn(request)))
 
+    async def position_in_pending_ack(self, request: web.Request) -> web.Response:
+        """PositionInPendingAckStats: where a position (``?batchIndex=``: a message of its batch) stands on the
+        subscription: MarkDelete, PendingAck, NotInPendingAck or InvalidPosition."""
+        m = request.match_info
+        position = Position(int_param(m["ledger"], "ledgerId"), int_param(m["entry"], "entryId"))
+        raw_index = request.query.get("batchIndex")
+        batch_index = None if raw_index is None else int_param(raw_index, "batchIndex")
+        pending, sub = await self._pending_of(request)
+        state = pending.position_state(position, batch_index, sub.cursor.mark_delete_position)
+        return json_response({"state": state})
+
     async def _pending(self, request: web.Request) -> PendingAcks:
+        return (await self._pending_of(request))[0]
+
+    async def _pending_of(self, request: web.Request) -> tuple[PendingAcks, Subscription]:
         topic = await self._topic(request)
         sub_name = request.match_info["sub"]
         sub = topic.subscriptions.get(sub_name)
@@ -318,7 +380,7 @@ class TransactionsResource:
             raise HttpError(404, f"Subscription {sub_name} not found")
         if sub.pending_acks is None:
             raise HttpError(503, "This Broker is not configured with transactionCoordinatorEnabled=true.")
-        return sub.pending_acks
+        return sub.pending_acks, sub
 
 
 _INT_MAX = (1 << 31) - 1

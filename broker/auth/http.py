@@ -255,18 +255,20 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         # Transactions (Pulsar's admin v3 Transactions): reading a coordinator, a transaction, or a topic's transaction
         # buffer and pending acks checks nothing but the credentials. The stats and slow transactions of every
         # coordinator (no coordinatorId) first ask for the assignment topic's partitions, which is a LOOKUP of that
-        # topic; aborting a transaction is for super users, once the coordinator's owner is found to be this broker.
+        # topic; aborting a transaction is for super users, once the coordinator's owner is found to be this broker, and
+        # adding coordinators once transactions are found to be on.
         (_GET, r"/admin/v3/transactions/(coordinators|transactionMetadata/\{most\}/\{least\}"
                r"|coordinatorInternalStats/\{coordinatorId\}"
                r"|(transactionBufferStats|transactionBufferInternalStats)/\{tenant\}/\{ns\}/\{topic\}"
                r"|transactionInBufferStats/\{tenant\}/\{ns\}/\{topic\}/\{most\}/\{least\}"
                r"|(pendingAckStats|pendingAckInternalStats)/\{tenant\}/\{ns\}/\{topic\}/\{sub\}"
-               r"|transactionInPendingAckStats/\{tenant\}/\{ns\}/\{topic\}/\{sub\}/\{most\}/\{least\})",
+               r"|transactionInPendingAckStats/\{tenant\}/\{ns\}/\{topic\}/\{sub\}/\{most\}/\{least\}"
+               r"|positionStatsInPendingAck/\{tenant\}/\{ns\}/\{topic\}/\{sub\}/\{ledger\}/\{entry\})",
          Access.AUTHENTICATED),
         (_GET, r"/admin/v3/transactions/(coordinatorStats|slowTransactions/\{timeout\})", Access.TOPIC_LOOKUP,
          Check.TOPIC_OPERATION, "LOOKUP", Order.IN_HANDLER, ASSIGN_TOPIC),
-        (_POST, r"/admin/v3/transactions/abortTransaction/\{most\}/\{least\}", Access.SUPER_USER, Check.SUPER_USER,
-         None, Order.IN_HANDLER),
+        (_POST, r"/admin/v3/transactions/(abortTransaction/\{most\}/\{least\}|transactionCoordinator/replicas)",
+         Access.SUPER_USER, Check.SUPER_USER, None, Order.IN_HANDLER),
         (_ANY, r"/admin/v3/transactions/.*", Access.SUPER_USER),
     )
 )

@@ -376,6 +376,9 @@ class Subscription:
         one of them (its end never came) are dropped as an abort would, as Pulsar's
         PendingAckHandleImpl does."""
         pending = self.pending_acks
+        if pending is not None:
+            pending.low_watermarks[txn.most] = (low_watermark if low_watermark is not None
+                                                else pending.low_watermarks.get(txn.most, -1))
         if pending is not None and low_watermark is not None:
             for stale in [t for t in pending.by_txn if t.most == txn.most and t.least <= low_watermark and t != txn]:
                 log.warning("%s/%s: transaction %s is below its coordinator's low watermark %d: its acks dropped",

@@ -146,6 +146,13 @@ class TransactionService:
     def count(self) -> int:
         return self.service.metadata.partitions_of(ASSIGN_TOPIC)
 
+    async def scale(self, count: int) -> None:
+        """More coordinators (``count`` above ``self.count``): the assignment topic's partitions, which clients and
+        every broker read the number from. The new ones load on their first request, where their partition's
+        owner is."""
+        await self.service.metadata.set_partitions(ASSIGN_TOPIC, count)
+        log.info("transaction coordinators: now %d", count)
+
     async def coordinator(self, tc_id: int, connect: bool = False) -> TransactionCoordinator:
         """Coordinator ``tc_id``, loaded (its log replayed) on first use. Not served here:
         ServiceNotReady for a TC_CLIENT_CONNECT (``connect``), else TransactionCoordinatorNotFound."""

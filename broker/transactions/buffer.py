@@ -102,6 +102,9 @@ class TransactionBuffer:
         self._first_snapshot = OwnedTasks(f"transaction buffer of {ledger.name}")
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
+        self.last_snapshot_ms = 0
+        # coordinator id -> the last low watermark its ends brought (-1: none below the first transaction).
+        self.low_watermarks: dict[int, int] = {}
         # What the topic does to an entry the broker writes (broker entry metadata), set by the topic.
         self.stamp: Callable[[bytes], bytes] = _unchanged
 
@@ -123,6 +126,7 @@ class TransactionBuffer:
         (nothing before it is transactional)."""
         if self.cursor is None:
             self.cursor = await self.ledger.open_cursor(BUFFER_CURSOR, InitialPosition.LATEST)
+            self.last_snapshot_ms = int(time.time() * 1000)
 
     async def _take_first_snapshot(self) -> None:
         """The first snapshot, then the appends held behind it, in order (each failed if it fails)."""
@@ -163,9 +167,10 @@ class TransactionBuffer:
     async def recover(self) -> None:
         """At load: the aborted set from the snapshot, then the entries after it."""
         cursor = self.cursor
-        if cursor is None:
-            return
         self.recover_started_ms = int(time.time() * 1000)
+        if cursor is None:  # (no transaction ever: nothing to read back)
+            self.recover_ended_ms = self.recover_started_ms
+            return
         for key, ledger_id in cursor.properties.items():
             if key.startswith(_ABORTED_PREFIX):
                 most, least = key[len(_ABORTED_PREFIX):].split(":")
@@ -261,6 +266,8 @@ class TransactionBuffer:
         ended; one still open here never heard its end (its entries came without the coordinator
         knowing the topic, or the end was lost) and would hold the read limit forever: it is
         aborted (an ABORT marker), as Pulsar's TopicTransactionBuffer does."""
+        self.low_watermarks[txn.most] = (low_watermark if low_watermark is not None
+                                          else self.low_watermarks.get(txn.most, -1))
         if txn not in self.ongoing and (txn in self._committed if commit else txn in self.aborted):
             await self._below_low_watermark(txn, low_watermark)
             return None
@@ -328,10 +335,12 @@ class TransactionBuffer:
         if self._snapshot_dirty or trimmed:
             cursor.set_properties({f"{_ABORTED_PREFIX}{t.most}:{t.least}": lid for t, lid in self.aborted.items()})
             self._snapshot_dirty = False
+            self.last_snapshot_ms = int(time.time() * 1000)
         limit = self._limit
         upto = self.ledger.last_confirmed_entry if limit is None else self.ledger.previous_position(limit)
         if upto > cursor.mark_delete_position:
             cursor.mark_delete(upto)
+            self.last_snapshot_ms = int(time.time() * 1000)
 
     def snapshot_idle(self) -> None:
         """Called when the topic closes: the snapshot as far as it can go."""
@@ -339,20 +348,28 @@ class TransactionBuffer:
 
     # -- stats ---------------------------------------------------------------------------------------
     def txn_stats(self, txn: TxnID) -> dict[str, object]:
-        """Pulsar's TransactionInBufferStats of one transaction on this topic."""
+        """Pulsar's TransactionInBufferStats of one transaction on this topic (no startPosition: none known)."""
         first = self.ongoing.get(txn)
-        return {"startPosition": str(first) if first is not None and txn not in self._in_flight else None,
-                "aborted": txn in self.aborted}
+        out: dict[str, object] = {"aborted": txn in self.aborted}
+        if first is not None and txn not in self._in_flight:
+            out["startPosition"] = str(first)
+        return out
 
-    def stats(self) -> dict[str, object]:
-        """Pulsar's TransactionBufferStats (the fields operators read)."""
+    def stats(self, low_watermarks: bool = False) -> dict[str, object]:
+        """Pulsar's TransactionBufferStats (``low_watermarks``: with the last one of each coordinator); the
+        snapshot is a single one (the aborted set in the buffer cursor's properties)."""
         last = self.ledger.last_confirmed_entry
         limit = self.ledger.previous_position(self._limit) if self._limit is not None else last
-        return {
+        out: dict[str, object] = {
             "state": "Ready",
             "maxReadPosition": str(limit),
-            "lastSnapshotTimestamps": 0,
+            "lastSnapshotTimestamps": self.last_snapshot_ms,
             "ongoingTxnSize": len(self.ongoing),
             "recoverStartTime": self.recover_started_ms,
             "recoverEndTime": self.recover_ended_ms,
+            "totalAbortedTransactions": len(self.aborted),
+            "snapshotType": "Single",
         }
+        if low_watermarks:
+            out["lowWaterMarks"] = {str(tc): lw for tc, lw in sorted(self.low_watermarks.items())}
+        return out

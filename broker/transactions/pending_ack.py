@@ -16,6 +16,7 @@ Pulsar keeps a log of its own (``{topic}-{sub}__transaction_pending_ack``) inste
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +43,12 @@ class PendingAcks:
         # position -> the transactions with an ack pending on it (several only for batch indexes).
         self._owners: dict[Position, set[TxnID]] = {}
         self._cumulative: tuple[TxnID, Position] | None = None
+        # position -> messages in its batch, as the ACKs gave it (not saved: unknown after a restart).
+        self._batch_sizes: dict[Position, int] = {}
+        # coordinator id -> the last low watermark its ends brought (-1: none below the first transaction).
+        self.low_watermarks: dict[int, int] = {}
+        # When the state was made or read back (Pulsar's recoverStartTime / recoverEndTime of its log's replay).
+        self.recover_started_ms = self.recover_ended_ms = int(time.time() * 1000)
 
     def __bool__(self) -> bool:
         return bool(self.by_txn)
@@ -105,6 +112,9 @@ class PendingAcks:
             else:  # both partial: a message is acked if either ack cleared its bit
                 mine.individual[pos] = [a & b for a, b in zip(old, ack_set, strict=False)]
             self._owners.setdefault(pos, set()).add(txn)
+        for pos, _, batch_size in acks:
+            if batch_size > 0:
+                self._batch_sizes[pos] = batch_size
 
     def add_cumulative(self, txn: TxnID, position: Position, mark_delete: Position) -> None:
         cumulative = self._cumulative
@@ -137,6 +147,7 @@ class PendingAcks:
                 owners.discard(txn)
                 if not owners:
                     del self._owners[pos]
+                    self._batch_sizes.pop(pos, None)
         if self._cumulative is not None and self._cumulative[0] == txn:
             self._cumulative = None
         return acks
@@ -164,6 +175,7 @@ class PendingAcks:
     @classmethod
     def from_properties(cls, properties: Mapping[str, int]) -> PendingAcks:
         pending = cls()
+        pending.recover_started_ms = int(time.time() * 1000)
         words: dict[tuple[TxnID, Position], dict[int, int]] = {}
         for key, value in properties.items():
             if key.startswith(_CUMULATIVE):
@@ -184,17 +196,43 @@ class PendingAcks:
         for (txn, pos), by_index in words.items():
             pending.by_txn.setdefault(txn, TxnAcks()).individual[pos] = [by_index[i] for i in sorted(by_index)]
             pending._owners.setdefault(pos, set()).add(txn)
+        pending.recover_ended_ms = int(time.time() * 1000)
         return pending
 
-    def stats(self) -> dict[str, object]:
-        """Pulsar's TransactionPendingAckStats."""
-        return {"state": "Ready", "lowWaterMarks": None, "ongoingTxnSize": len(self.by_txn)}
+    def position_state(self, position: Position, batch_index: int | None, mark_delete: Position) -> str:
+        """Pulsar's PositionInPendingAckStats.State of a position (and a message of its batch): ``MarkDelete`` at or
+        before the subscription's mark-delete, ``PendingAck`` when an open transaction acknowledged it, else
+        ``NotInPendingAck``; ``InvalidPosition`` for a batch index outside the batch. Unlike Pulsar 4.0.7, which looks
+        only at individual acks, a position covered by an open cumulative ack is ``PendingAck`` too (it is)."""
+        if position <= mark_delete:
+            return "MarkDelete"
+        cumulative = self._cumulative
+        if self._owners.get(position) is None:
+            return "PendingAck" if cumulative is not None and position <= cumulative[1] else "NotInPendingAck"
+        if batch_index is None:
+            return "PendingAck"
+        words = self.held_indexes(position)
+        # (a message that is no batch has no index; after a restart a batch's size is bounded by its ack set)
+        size = self._batch_sizes.get(position, 64 * len(words) if words is not None else 0)
+        if not 0 <= batch_index < size:
+            return "InvalidPosition"
+        if words is None or batch_index >= 64 * len(words):  # (the whole batch acknowledged in a transaction)
+            return "PendingAck"
+        return "NotInPendingAck" if words[batch_index // 64] >> (batch_index % 64) & 1 else "PendingAck"
+
+    def stats(self, low_watermarks: bool = False) -> dict[str, object]:
+        """Pulsar's TransactionPendingAckStats (``low_watermarks``: with the last one of each coordinator)."""
+        out: dict[str, object] = {"state": "Ready", "ongoingTxnSize": len(self.by_txn),
+                                  "recoverStartTime": self.recover_started_ms, "recoverEndTime": self.recover_ended_ms}
+        if low_watermarks:
+            out["lowWaterMarks"] = {str(tc): lw for tc, lw in sorted(self.low_watermarks.items())}
+        return out
 
     def txn_stats(self, txn: TxnID) -> dict[str, object]:
-        """Pulsar's TransactionInPendingAckStats of one transaction."""
+        """Pulsar's TransactionInPendingAckStats of one transaction (no key: no cumulative ack)."""
         acks = self.by_txn.get(txn)
         cumulative = acks.cumulative if acks is not None else None
-        return {"cumulativeAckPosition": str(cumulative) if cumulative is not None else None}
+        return {"cumulativeAckPosition": str(cumulative)} if cumulative is not None else {}
 
 
 def _overlap(a: Iterable[int], b: Iterable[int], batch_size: int) -> bool:

@@ -439,7 +439,7 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}", Access.TOPIC_LOOKUP),
     ("GET", "/metrics", Access.PUBLIC),
     # Pulsar's admin v3 Transactions: reads check nothing (the stats and slow transactions of every coordinator
-    # look the assignment topic up); abort and a route we do not serve (the scale: Pulsar's too) for super users
+    # look the assignment topic up); abort, the scale and a route we do not serve for super users
     ("GET", "/admin/v3/transactions/coordinators", Access.AUTHENTICATED),
     ("GET", "/admin/v3/transactions/transactionMetadata/{most}/{least}", Access.AUTHENTICATED),
     ("GET", "/admin/v3/transactions/pendingAckStats/{tenant}/{ns}/{topic}/{sub}", Access.AUTHENTICATED),
@@ -448,7 +448,10 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("GET", "/admin/v3/transactions/coordinatorStats", Access.TOPIC_LOOKUP),
     ("GET", "/admin/v3/transactions/slowTransactions/{timeout}", Access.TOPIC_LOOKUP),
     ("POST", "/admin/v3/transactions/abortTransaction/{most}/{least}", Access.SUPER_USER),
-    ("POST", "/admin/v3/transactions/transactionCoordinators/scale", Access.SUPER_USER),
+    ("POST", "/admin/v3/transactions/transactionCoordinator/replicas", Access.SUPER_USER),
+    ("POST", "/admin/v3/transactions/someNewCall", Access.SUPER_USER),
+    ("GET", "/admin/v3/transactions/positionStatsInPendingAck/{tenant}/{ns}/{topic}/{sub}/{ledger}/{entry}",
+     Access.AUTHENTICATED),
     ("DELETE", "/admin/v2/some/new/endpoint", Access.SUPER_USER),
     # ClustersBase's peer clusters, read or set: validateBothSuperuserAndClusterOperation
     ("GET", "/admin/v2/clusters/{cluster}/peers", Access.SUPER_USER),

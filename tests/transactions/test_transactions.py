@@ -510,9 +510,13 @@ async def test_admin_v3_abort_transaction_and_internal_stats(broker: Broker, cli
     snapshot = tb["singleSnapshotSystemTopicInternalStats"]
     assert snapshot["managedLedgerName"] == "public/default/persistent/txn-out-1"
     assert "pulsar.txn.buffer" in snapshot["managedLedgerInternalStats"]["cursors"]
-    # A topic that never had a transaction has no snapshot (Pulsar's 404).
-    status, body = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-in")
-    assert status == 404 and "Snapshot" in body["reason"]
+    # A topic that never had a transaction: its own stats, no snapshot cursor yet (Pulsar 4.0.7 answers with its
+    # namespace's snapshot topic, there once any topic of the namespace had a transaction).
+    status, tb = await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/txn-in")
+    assert status == 200 and "pulsar.txn.buffer" not in tb["singleSnapshotSystemTopicInternalStats"][
+        "managedLedgerInternalStats"]["cursors"]
+    assert (await http_get(broker, f"{base}/transactionBufferInternalStats/public/default/nope"))[1] == {
+        "reason": "Topic not found persistent://public/default/nope"}
     status, pa = await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/work")
     assert status == 200 and "work" in pa["pendingAckLogStats"]["managedLedgerInternalStats"]["cursors"]
     assert (await http_get(broker, f"{base}/pendingAckInternalStats/public/default/txn-in/nope"))[0] == 404
@@ -535,12 +539,73 @@ async def test_admin_v3_abort_transaction_and_internal_stats(broker: Broker, cli
     assert (await http_post(broker, f"{base}/abortTransaction/{committing[0]}/{committing[1]}"))[0] == 500
 
 
+async def test_admin_v3_position_in_pending_ack(broker: Broker, client: TxnWireClient) -> None:
+    """positionStatsInPendingAck: where a position (or a message of its batch) stands on a subscription."""
+    m0, m1, m2 = await waiting_inputs(client, IN, 3)
+    assert not (await client.ack(10, m0)).HasField("error")
+    assert (await client.send_batch(1, 3, ["b0", "b1", "b2", "b3"])).type == T.SEND_RECEIPT
+    (batch,) = await client.receive_n(10, 1)
+    txn = await client.new_txn(timeout_ms=600_000)
+    await client.add_subscription(txn, IN, "work")
+    assert not (await client.ack(10, m2, txn=txn)).HasField("error")
+    # messages 0 and 1 of the batch acknowledged in the transaction (bit set = still unacknowledged)
+    assert not (await client.ack(10, batch, txn=txn, ack_set=[0b1100], batch_size=4)).HasField("error")
+    base = "/admin/v3/transactions/positionStatsInPendingAck/public/default/txn-in/work"
+
+    async def state(message: Any, query: str = "") -> str:
+        status, body = await http_get(broker, f"{base}/{message.id[0]}/{message.id[1]}{query}")
+        assert status == 200, body
+        return str(body["state"])
+
+    assert await state(m0) == "MarkDelete"
+    assert await state(m1) == "NotInPendingAck"
+    assert await state(m2) == "PendingAck"
+    assert await state(batch) == "PendingAck"
+    assert [await state(batch, f"?batchIndex={i}") for i in range(5)] == [
+        "PendingAck", "PendingAck", "NotInPendingAck", "NotInPendingAck", "InvalidPosition"]
+    assert await state(m2, "?batchIndex=0") == "InvalidPosition"  # (no batch: no index, as Pulsar 4.0.7)
+    assert (await http_get(broker, f"{base.replace('/work', '/nope')}/{m2.id[0]}/{m2.id[1]}"))[0] == 404
+    status, body = await http_get(broker, f"{base}/x/0")
+    assert status == 400 and "ledgerId" in body["reason"]
+    assert (await http_get(broker, f"{base}/0/0?batchIndex=x"))[0] == 400
+    await client.end_txn(txn, commit=True)
+    assert await state(m2) == "NotInPendingAck"  # (acknowledged now; the mark-delete waits for m1)
+    assert not (await client.ack(10, m1)).HasField("error")
+    assert await state(m2) == "MarkDelete"
+
+
+async def test_admin_v3_scale_transaction_coordinators(broker: Broker, client: TxnWireClient) -> None:
+    """transactionCoordinator/replicas: more coordinators, each served at once; never fewer."""
+    url = broker.web_url + "/admin/v3/transactions/transactionCoordinator/replicas"
+
+    async def scale(body: str) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as http, http.post(
+                url, data=body, headers={"Content-Type": "application/json"}) as resp:
+            text = await resp.text()
+            return resp.status, (await resp.json(content_type=None)) if text else None
+
+    status, body = await scale("1")
+    assert status == 406 and "more than the current number" in body["reason"]
+    assert (await scale('"x"'))[0] == 400
+    assert (await scale("1000000"))[0] == 406
+    assert await scale("3") == (204, None)
+    status, coordinators = await http_get(broker, "/admin/v3/transactions/coordinators")
+    assert status == 200 and [c["id"] for c in coordinators] == [0, 1, 2]
+    assert not (await client.tc_connect(2)).HasField("error")
+    assert (await client.new_txn(tc_id=2))[0] == 2
+    status, stats = await http_get(broker, "/admin/v3/transactions/coordinatorStats")
+    assert status == 200 and sorted(stats) == ["0", "1", "2"] and stats["2"]["ongoingTxnSize"] == 1
+    assert (await scale("3"))[0] == 406
+
+
 async def test_admin_v3_abort_and_internal_stats_answer_503_when_disabled(tmp_path: Path) -> None:
     async with Broker(data_dir=tmp_path) as b:
         status, body = await http_post(b, "/admin/v3/transactions/abortTransaction/0/0")
         assert status == 503 and "transactionCoordinatorEnabled" in body["reason"]
         assert (await http_get(b, "/admin/v3/transactions/coordinatorInternalStats/0"))[0] == 503
         assert (await http_get(b, "/admin/v3/transactions/transactionBufferInternalStats/public/default/t"))[0] == 503
+        assert (await http_get(b, "/admin/v3/transactions/positionStatsInPendingAck/public/default/t/s/0/0"))[0] == 503
+        assert (await http_post(b, "/admin/v3/transactions/transactionCoordinator/replicas"))[0] == 503
 
 
 async def test_markers_carry_broker_entry_metadata_when_configured(tmp_path: Path) -> None:
