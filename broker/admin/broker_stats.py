@@ -7,7 +7,8 @@ namespaces), what dashboards such as Pulsar Manager collect from each broker.
   topic stats.
 - ``GET /admin/v2/broker-stats/load-report``: Pulsar's LocalBrokerData: the process's CPU (per
   cent of one core, limit 100 per core) and memory (MB), message and byte rates, counts of topics,
-  bundles, producers and consumers.
+  bundles, producers and consumers, each bundle's load (``lastStats``, bundles with a topic loaded) and the
+  bundles gained and lost since the previous report.
 - ``GET /admin/v2/broker-stats/metrics``: Pulsar's MetricsGenerator list (``pulsar-admin broker-stats
   monitoring-metrics``): ``[{"metrics": {...}, "dimensions": {...}}]``; monitoring_metrics.py says what is in it.
 - ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: this broker owns every bundle of
@@ -26,7 +27,9 @@ from aiohttp import web
 from broker.admin import stats as S
 from broker.admin.common import HttpError, json_response
 from broker.admin.monitoring_metrics import CORES, LocalLoad, MonitoringMetrics
+from broker.cluster.data import BundleLoad
 from broker.cluster.load import memory_limit_mb, rss_mb
+from broker.service.topic import PersistentTopic
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -34,14 +37,30 @@ if TYPE_CHECKING:
     from broker.service.broker_service import AnyTopic, BrokerService
 
 MODULAR_LOAD_MANAGER = "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl"
-# A subscription's fields in broker-stats/topics (a subset of its SubscriptionStats).
-_SUB_FIELDS = ("msgBacklog", "msgRateExpired", "msgRateOut", "messageAckRate", "msgThroughputOut",
-               "msgRateRedeliver", "type", "unackedMessages", "isReplicated")
-_CONSUMER_FIELDS = ("consumerName", "msgRateOut", "msgThroughputOut", "msgRateRedeliver", "availablePermits",
-                    "unackedMessages", "blockedConsumerOnUnackedMsgs", "address", "connectedSince",
-                    "clientVersion")
-_PUBLISHER_FIELDS = ("msgRateIn", "msgThroughputIn", "averageMsgSize", "producerId", "producerName", "address",
-                     "connectedSince", "clientVersion")
+# Pulsar writes broker-stats/topics with a stream of its own (PersistentTopic.updateRates, StreamingStats): these
+# fields, in this order, of each publisher, consumer, subscription and topic; a field is left out where Pulsar
+# leaves it out (the unacked counts outside Shared and Key_Shared, a null client version).
+_PUBLISHER_FIELDS = ("msgRateIn", "msgThroughputIn", "averageMsgSize", "address", "producerId", "producerName",
+                     "connectedSince", "clientVersion", "metadata")
+_CONSUMER_FIELDS = ("address", "consumerName", "availablePermits", "connectedSince", "msgRateOut", "msgThroughputOut",
+                    "msgRateRedeliver", "avgMessagesPerEntry", "messageAckRate", "unackedMessages",
+                    "blockedConsumerOnUnackedMsgs", "clientVersion", "metadata")
+_SUB_RATES = ("msgBacklog", "msgRateExpired", "msgRateOut", "messageAckRate", "msgThroughputOut", "msgRateRedeliver")
+_FILTER_COUNTS = ("filterProcessedMsgCount", "filterAcceptedMsgCount", "filterRejectedMsgCount",
+                  "filterRescheduledMsgCount")
+_INDIVIDUAL_ACK_TYPES = ("Shared", "Key_Shared")
+
+
+def _entries_since_first_unacked(topic: AnyTopic, name: str) -> int:
+    if not isinstance(topic, PersistentTopic):
+        return 0
+    sub = topic.subscriptions.get(name)
+    cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
+    return S.entries_since_first_unacked(topic, cursor) if cursor is not None else 0
+
+
+def _picked(stats: dict[str, Any], fields: tuple[str, ...], leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {k: stats[k] for k in fields if k in stats and k not in leave_out and stats[k] is not None}
 
 
 class BrokerStatsResource:
@@ -49,6 +68,8 @@ class BrokerStatsResource:
         self.web = web_service
         self.local_load = LocalLoad()
         self.monitoring = MonitoringMetrics(web_service.ctx)
+        # The bundles the previous load report named (its gains and losses are against them).
+        self._reported_bundles: set[str] = set()
 
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_get("/admin/v2/broker-stats/topics", self.topics)
@@ -73,15 +94,26 @@ class BrokerStatsResource:
 
     @staticmethod
     def _topic(topic: AnyTopic, stats: dict[str, Any], domain: str) -> dict[str, Any]:
+        stored = domain == "persistent"
         subs = {}
         for name, s in stats["subscriptions"].items():
-            sub = {k: s[k] for k in _SUB_FIELDS if k in s}
-            sub["consumers"] = [{k: c[k] for k in _CONSUMER_FIELDS if k in c} for c in s["consumers"]]
-            if domain == "non-persistent":
+            individual = s["type"] in _INDIVIDUAL_ACK_TYPES
+            unacked = () if individual else ("unackedMessages", "blockedConsumerOnUnackedMsgs")
+            sub: dict[str, Any] = {"consumers": [_picked(c, _CONSUMER_FIELDS, unacked) for c in s["consumers"]],
+                                   **_picked(s, _SUB_RATES)}
+            if stored:
+                sub["numberOfEntriesSinceFirstNotAckedMessage"] = _entries_since_first_unacked(topic, name)
+                sub["totalNonContiguousDeletedMessagesRange"] = s["nonContiguousDeletedMessagesRanges"]
+            sub["type"] = s["type"]
+            sub.update(_picked(s, _FILTER_COUNTS))
+            if stored and individual:
+                sub["blockedSubscriptionOnUnackedMsgs"] = s["blockedSubscriptionOnUnackedMsgs"]
+                sub["unackedMessages"] = s["unackedMessages"]
+            if not stored:
                 sub["msgDropRate"] = s.get("msgDropRate", 0.0)
             subs[name] = sub
         doc: dict[str, Any] = {
-            "publishers": [{k: p[k] for k in _PUBLISHER_FIELDS} for p in stats["publishers"]],
+            "publishers": [_picked(p, _PUBLISHER_FIELDS) for p in stats["publishers"]],
             "replication": stats["replication"],
             "subscriptions": subs,
             "producerCount": len(stats["publishers"]),
@@ -95,11 +127,12 @@ class BrokerStatsResource:
             "msgThroughputIn": stats["msgThroughputIn"],
             "msgThroughputOut": stats["msgThroughputOut"],
         }
-        if domain == "persistent":
+        if stored:
             doc.update(storageSize=stats["storageSize"], backlogSize=stats["backlogSize"],
                        pendingAddEntriesCount=sum(p.pending for p in topic.producers.values()))
-        # (A non-persistent topic's drops are its subscriptions' msgDropRate: Pulsar's
-        # NonPersistentTopic.updateRates writes none for the topic.)
+        # (No entry filters here: nothing filtered. A non-persistent topic's drops are its subscriptions'
+        # msgDropRate: Pulsar's NonPersistentTopic.updateRates writes none for the topic.)
+        doc["filteredEntriesCount"] = 0
         return doc
 
     async def load_report(self, request: web.Request) -> web.Response:
@@ -111,6 +144,8 @@ class BrokerStatsResource:
         out_bytes = sum(r.bytes for r in sampler.sub_out.values())
         namespaces = sorted(service.metadata.namespaces)
         bundles = [str(b) for ns in namespaces for b in service.metadata.namespace_bundles(ns).bundles]
+        now, before = set(bundles), self._reported_bundles
+        self._reported_bundles = now
         cpu = self.local_load.cpu.look()
         report: dict[str, Any] = {
             "webServiceUrl": process.web_url,
@@ -129,14 +164,14 @@ class BrokerStatsResource:
             "msgRateIn": in_msgs,
             "msgRateOut": out_msgs,
             "lastUpdate": int(time.time() * 1000),
-            "lastStats": {},
+            "lastStats": {name: load.to_json() for name, load in sorted(self._bundle_loads(topics).items())},
             "numTopics": len(topics),
             "numBundles": len(bundles),
             "numConsumers": sum(len(s.consumers) for t in topics for s in t.subscriptions.values()),
             "numProducers": sum(len(t.producers) for t in topics),
             "bundles": bundles,
-            "lastBundleGains": [],
-            "lastBundleLosses": [],
+            "lastBundleGains": sorted(now - before),
+            "lastBundleLosses": sorted(before - now),
             "brokerVersionString": __version__,
             "protocols": {},
             "advertisedListeners": {},
@@ -149,6 +184,26 @@ class BrokerStatsResource:
         }
         # (a TLS URL the broker does not have is left out, as Pulsar's JSON leaves out nulls)
         return json_response({k: v for k, v in report.items() if v is not None})
+
+    def _bundle_loads(self, topics: list[AnyTopic]) -> dict[str, BundleLoad]:
+        """Pulsar's NamespaceBundleStats of each bundle with a topic loaded: the sampled rates and the counts of
+        its topics, producers and consumers."""
+        sampler, metadata = self.web.sampler, self.service.metadata
+        sums: dict[str, list[float]] = {}
+        for topic in topics:
+            try:
+                bundle = str(metadata.namespace_bundles(topic.name.namespace).find(topic.full_name))
+            except Exception:  # (its namespace is gone)
+                continue
+            rate_in = sampler.topic_in.get(topic)
+            outs = [r for sub in topic.subscriptions.values() if (r := sampler.sub_out.get(sub)) is not None]
+            add = (rate_in.msgs if rate_in else 0.0, sum(r.msgs for r in outs),
+                   rate_in.bytes if rate_in else 0.0, sum(r.bytes for r in outs),
+                   sum(len(s.consumers) for s in topic.subscriptions.values()), len(topic.producers), 1)
+            sums[bundle] = [a + b for a, b in zip(sums.get(bundle, [0.0] * 7), add, strict=True)]
+        return {name: BundleLoad(msg_rate_in=v[0], msg_rate_out=v[1], msg_throughput_in=v[2], msg_throughput_out=v[3],
+                                 consumer_count=int(v[4]), producer_count=int(v[5]), topics=int(v[6]))
+                for name, v in sums.items()}
 
     async def metrics(self, request: web.Request) -> web.Response:
         usage = self.local_load.usage(self.service)

@@ -28,7 +28,7 @@ from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from broker.topic_name import is_system_topic
-from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Position
+from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -623,8 +623,7 @@ def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
         cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
         cursors[name] = stats = cursor_internal_stats(ledger, cursor)
         stats["active"] = bool(sub is not None and sub.consumers)
-        stats["numberOfEntriesSinceFirstNotAckedMessage"] = _entries_between(
-            topic, cursor.mark_delete_position, cursor.read_position)
+        stats["numberOfEntriesSinceFirstNotAckedMessage"] = entries_since_first_unacked(topic, cursor)
         d = sub.dispatcher if sub is not None else None
         if d is not None:
             # Ours, not Pulsar's: the dispatcher's permit accounting, so drift is visible from outside.
@@ -703,11 +702,13 @@ def cursor_internal_stats(ledger: ManagedLedger, cursor: ManagedCursor) -> dict[
     }
 
 
-def _entries_between(topic: PersistentTopic, mark_delete: Position, read: Position) -> int:
+def entries_since_first_unacked(topic: PersistentTopic, cursor: ManagedCursor) -> int:
+    """Pulsar's numberOfEntriesSinceFirstNotAckedMessage: the entries from the first after the mark-delete to
+    the read position."""
     ledger = topic.ledger
     try:
-        first = ledger.next_valid_position(mark_delete)
-        last = min(read, ledger.last_confirmed_entry)
+        first = ledger.next_valid_position(cursor.mark_delete_position)
+        last = min(cursor.read_position, ledger.last_confirmed_entry)
         return ledger.count_entries_between(first, last) if first <= last else 0
     except ManagedLedgerError:
         return 0

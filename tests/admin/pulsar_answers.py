@@ -12,9 +12,10 @@ from typing import Any
 
 
 def _generic(key: str) -> str:
-    """A key that is a name (topic, subscription, bundle, broker, cluster, partition) as ``<name>``."""
+    """A key that is a name (topic, subscription, bundle, broker, cluster, partition, the broker's own readers and
+    cursors) as ``<name>``."""
     names = ("://", "public/", "0x", "127.0.0.1", "standalone", "-partition-")
-    return "<name>" if any(n in key for n in names) or key in ("s", "ks", "n", "sub") else key
+    return "<name>" if any(n in key for n in names) or key in ("s", "ks", "n", "sub") or key.startswith("__") else key
 
 
 def _kind(value: Any) -> str:

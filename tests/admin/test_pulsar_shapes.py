@@ -32,6 +32,7 @@ from cluster import apache_pulsar
 from tests.admin.metric_table import documented
 from tests.admin.pulsar_answers import assert_same_shape, get, json_or, request, samples, shape
 from tests.needs import unavailable
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
 
@@ -59,7 +60,7 @@ GETS = [  # (in one list, but for the dedup below: some policies are in two of t
     "/admin/v2/clusters/standalone",
     # brokers
     "/admin/v2/brokers/leaderBroker", "/admin/v2/brokers/internal-configuration", "/admin/v2/bookies/racks-info",
-    "/admin/v2/broker-stats/load-report", "/admin/v2/broker-stats/topics",
+    "/admin/v2/broker-stats/load-report", "/admin/v2/broker-stats/topics", "/admin/v2/broker-stats/metrics",
     # errors
     f"{BASE}/missing/stats", f"/admin/v2/namespaces/{NS}/policies/x", f"{BASE}/t/subscription/s/analyzeBacklog",
     # values never set: 200 with no body where Pulsar's method is asynchronous, 204 where it is not, or a default
@@ -72,6 +73,8 @@ GETS = [  # (in one list, but for the dedup below: some policies are in two of t
 ]
 
 GETS = list(dict.fromkeys(GETS))
+
+STATS_EVERY_SECOND = "statsUpdateFrequencyInSecs=1\nstatsUpdateInitialDelayInSecs=1\n"
 
 # Calls that fail (after the GETs, in this order): each answer's status, and its reason where Pulsar gives one in JSON
 # (where Jersey answers with its HTML page, the status alone).
@@ -178,10 +181,14 @@ DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Pulsar's aggregate merges the partitions' producers by position into rate-only entries; ours lists each.
     f"{BASE}/part/partitioned-stats": ({f".publishers[].{k}" for k in (
         "accessMode", "address", "clientVersion", "connectedSince", "metadata", "producerName")}, set()),
-    # Pulsar rebuilds its load report every few minutes (just after its start: no bundles); ours is built when asked.
-    "/admin/v2/broker-stats/load-report": ({".bundles[]"}, set()),
-    # Pulsar refreshes this list once a minute (its first minute: empty); ours is live.
-    "/admin/v2/broker-stats/topics": None,
+    # Pulsar's JVM and Netty allocator figures (ours has no JVM; its memory is in the Prometheus process metrics).
+    "/admin/v2/broker-stats/metrics": (set(), {f"[].metrics.{k}" for k in (
+        "brk_default_pool_allocated", "brk_default_pool_used", "brk_ml_cache_pool_active_allocations",
+        "brk_ml_cache_pool_active_allocations_huge", "brk_ml_cache_pool_active_allocations_normal",
+        "brk_ml_cache_pool_active_allocations_small", "brk_ml_cache_pool_allocated", "brk_ml_cache_pool_used",
+        "jvm_direct_memory_used", "jvm_gc_old_count", "jvm_gc_old_pause", "jvm_gc_young_count", "jvm_gc_young_pause",
+        "jvm_heap_used", "jvm_max_direct_memory", "jvm_max_memory", "jvm_start_time", "jvm_thread_cnt",
+        "jvm_total_memory")}),
 }
 
 
@@ -227,10 +234,18 @@ def workload(service_url: str, web_url: str) -> pulsar.Client:
     return client
 
 
+def workload_in(topic_stats: Any) -> bool:
+    """broker-stats/topics lists the whole workload: the non-persistent topic and the 20 messages of ``t``."""
+    found = {name: stats for bundles in (topic_stats or {}).values() for kinds in bundles.values()
+             for topics in kinds.values() for name, stats in topics.items()}
+    return f"non-persistent://{NS}/np" in found and found.get(f"{T}/t", {}).get("msgInCount") == 20
+
+
 def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]]:
     """The workload on one broker, then every GET, its /metrics and the failing calls, with the clients still open."""
     client = workload(service_url, web_url)
     try:
+        wait_for(lambda: workload_in(get(web_url, "/admin/v2/broker-stats/topics")[1]), 30, "the workload's stats")
         answers = {p: get(web_url, p) for p in GETS}
         answers["/metrics"] = get(web_url, metrics_path)
         answers.update(calls(web_url, [(m, p, b) for m, p, b in FAILING], "failing"))
@@ -246,12 +261,13 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
     if why is not None:
         unavailable(f"Apache Pulsar unavailable: {why}")
     workdir: Path = tmp_path_factory.mktemp("pulsar-shapes")
-    theirs = apache_pulsar.start_standalone(workdir / "pulsar")
+    # (its broker-stats lists are rebuilt once a stats interval: one second here, so the workload shows in them)
+    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings=STATS_EVERY_SECOND)
     try:
         pulsar_answers = ask(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url, "/metrics/")
     finally:
         theirs.stop()
-    with BrokerThread(data_dir=workdir / "ours") as ours:
+    with BrokerThread(data_dir=workdir / "ours", statsUpdateFrequencyInSecs=1) as ours:
         our_answers = ask(ours.service_url, ours.web_url, "/metrics")
     yield {"ours": our_answers, "pulsar": pulsar_answers}
 
