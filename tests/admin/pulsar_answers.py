@@ -7,8 +7,33 @@ import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import Any
+
+from broker.embedded import BrokerThread
+from cluster import apache_pulsar
+from tests.needs import unavailable
+
+Answers = dict[str, tuple[int, Any]]
+# (the broker's service URL, its web URL, its /metrics path) -> what it answered, by call
+Ask = Callable[[str, str, str], Answers]
+
+
+def ask_both(workdir: Path, ask: Ask, pulsar_settings: str = "", **our_settings: Any) -> dict[str, Answers]:
+    """``ask`` of a Pulsar 4.0.7 standalone (``pulsar_settings``: lines for its configuration), then of our broker
+    (``our_settings``): {"pulsar": ..., "ours": ...}. Skips (fails under CI=true) without Pulsar's jars."""
+    why = apache_pulsar.missing_dependencies()
+    if why is not None:
+        unavailable(f"Apache Pulsar unavailable: {why}")
+    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings=pulsar_settings)
+    try:
+        pulsar_answers = ask(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url, "/metrics/")
+    finally:
+        theirs.stop()
+    with BrokerThread(data_dir=workdir / "ours", **our_settings) as ours:
+        return {"pulsar": pulsar_answers, "ours": ask(ours.service_url, ours.web_url, "/metrics")}
 
 
 def _generic(key: str) -> str:

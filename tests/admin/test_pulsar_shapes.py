@@ -17,8 +17,6 @@ Cost: one Pulsar standalone start (20-60 s) and a few seconds of calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -27,11 +25,8 @@ from pulsar.schema import AvroSchema, Record, String
 
 from broker.admin.namespaces import CLUSTER_RATES, PLAIN_POLICIES
 from broker.admin.topic_policies import SPECS
-from broker.embedded import BrokerThread
-from cluster import apache_pulsar
 from tests.admin.metric_table import documented
-from tests.admin.pulsar_answers import assert_same_shape, get, json_or, request, samples, shape
-from tests.needs import unavailable
+from tests.admin.pulsar_answers import Answers, ask_both, assert_same_shape, get, json_or, request, samples, shape
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
@@ -256,20 +251,9 @@ def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[in
 
 
 @pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, tuple[int, Any]]]]:
-    why = apache_pulsar.missing_dependencies()
-    if why is not None:
-        unavailable(f"Apache Pulsar unavailable: {why}")
-    workdir: Path = tmp_path_factory.mktemp("pulsar-shapes")
-    # (its broker-stats lists are rebuilt once a stats interval: one second here, so the workload shows in them)
-    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings=STATS_EVERY_SECOND)
-    try:
-        pulsar_answers = ask(f"pulsar://127.0.0.1:{theirs.port}", theirs.web_url, "/metrics/")
-    finally:
-        theirs.stop()
-    with BrokerThread(data_dir=workdir / "ours", statsUpdateFrequencyInSecs=1) as ours:
-        our_answers = ask(ours.service_url, ours.web_url, "/metrics")
-    yield {"ours": our_answers, "pulsar": pulsar_answers}
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
+    # (Pulsar's broker-stats lists are rebuilt once a stats interval: one second here, so the workload shows in them)
+    return ask_both(tmp_path_factory.mktemp("pulsar-shapes"), ask, STATS_EVERY_SECOND, statsUpdateFrequencyInSecs=1)
 
 
 @pytest.mark.parametrize("path", GETS)

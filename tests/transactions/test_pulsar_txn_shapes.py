@@ -14,19 +14,14 @@ Cost: one Pulsar standalone start (20-60 s) and a few seconds of calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker.embedded import BrokerThread
 from broker.transactions.model import ASSIGN_TOPIC
-from cluster import apache_pulsar
 from tests.admin.metric_table import documented
-from tests.admin.pulsar_answers import assert_same_shape, json_or, request, samples
+from tests.admin.pulsar_answers import Answers, ask_both, assert_same_shape, json_or, request, samples
 from tests.admin.test_pulsar_shapes import DISPATCHER_KEYS
-from tests.needs import unavailable
 from tests.transactions.client import Output, TxnWireClient, consume_and_produce, waiting_inputs
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
@@ -155,10 +150,10 @@ async def workload(port: int) -> tuple[TxnWireClient, dict[str, str]]:
                     "m2": "/".join(map(str, m2.id))}
 
 
-def ask(port: int, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]]:
+def ask(service_url: str, web_url: str, metrics_path: str) -> Answers:
     """The workload on one broker, then every call (and /metrics), with the client still open."""
     async def run() -> dict[str, tuple[int, Any]]:
-        client, names = await workload(port)
+        client, names = await workload(int(service_url.rsplit(":", 1)[1]))
         try:
             answers: dict[str, tuple[int, Any]] = {}
             for i, (method, path, body) in enumerate(CALLS):
@@ -173,19 +168,9 @@ def ask(port: int, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]
 
 
 @pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, tuple[int, Any]]]]:
-    why = apache_pulsar.missing_dependencies()
-    if why is not None:
-        unavailable(f"Apache Pulsar unavailable: {why}")
-    workdir: Path = tmp_path_factory.mktemp("pulsar-txn-shapes")
-    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings="transactionCoordinatorEnabled=true\n")
-    try:
-        pulsar_answers = ask(theirs.port, theirs.web_url, "/metrics/")
-    finally:
-        theirs.stop()
-    with BrokerThread(data_dir=workdir / "ours", transactionCoordinatorEnabled=True) as ours:
-        our_answers = ask(int(ours.service_url.rsplit(":", 1)[1]), ours.web_url, "/metrics")
-    yield {"ours": our_answers, "pulsar": pulsar_answers}
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
+    return ask_both(tmp_path_factory.mktemp("pulsar-txn-shapes"), ask, "transactionCoordinatorEnabled=true\n",
+                    transactionCoordinatorEnabled=True)
 
 
 @pytest.mark.parametrize("key", [_key(i) for i in range(len(CALLS))])
