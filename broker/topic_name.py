@@ -191,3 +191,9 @@ def persistence_path_of_shared(name: str) -> str:
 
 def is_system_topic(full_name: str) -> bool:
     return any(m in full_name for m in SYSTEM_TOPIC_MARKERS)
+
+
+def is_namespace_name(name: str) -> bool:
+    """``tenant/namespace``, each part a name a topic may carry (a V1 name with a cluster segment is not served)."""
+    parts = name.split("/")
+    return len(parts) == 2 and all(_NAME_PART.match(part) for part in parts)

@@ -19,7 +19,6 @@ from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
     AuthenticationError,
     BrokerError,
-    ConsumerBusyError,
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
@@ -57,7 +56,7 @@ from broker.service.topic_watchers import TopicWatchers, compile_pattern
 from broker.service.txn_commands import CoordinatorCommands
 from broker.service.wire import WireConnection
 from broker.tasks import OwnedTasks
-from broker.topic_name import TopicName, blank, is_system_topic
+from broker.topic_name import TopicName, blank, is_namespace_name, is_system_topic
 from broker.transactions.model import TxnID
 from broker.version import __version__
 from managed_ledger import ManagedLedgerError
@@ -824,7 +823,8 @@ class ServerCnx:
                 raise MetadataError("Consumer not found")
             sub = consumer.subscription
             if any(other is not consumer for other in sub.consumers):
-                raise ConsumerBusyError("Subscription has other connected consumers")
+                # (MetadataError: Pulsar 4.0.7's code here, so clients raise what they raise against it)
+                raise MetadataError("Subscription has other connected consumers")
             del self.consumers[c.consumer_id]
             sub.remove_consumer(consumer)
             await sub.unsubscribed()
@@ -894,15 +894,17 @@ class ServerCnx:
         self._spawn(self._guard(c.request_id, run(), "Failed to get last message id"))
 
     def _may_list_topics(self, request_id: int, namespace: str) -> bool:
-        """Whether this connection may list (or watch) the topics of ``namespace``; if not, the error is sent."""
+        """Whether this connection may list (or watch) the topics of ``namespace``; if not, the error is sent. A
+        namespace that does not exist has no topics (Pulsar 4.0.7 answers an empty list: a pattern consumer
+        finds the topics once it is made)."""
         # (Pulsar's namespace operation GET_TOPICS: consume or produce granted on the namespace)
         if not self.security.authorization.allows_namespace_proxied(namespace, self.auth.role,
                                                                     self.auth.original_principal, NAMESPACE_LOOKUP):
             self.write(commands.error(request_id, E.AuthorizationError,
                                       f"Role {self.auth.role!r} is not authorized to list the topics of {namespace}"))
             return False
-        if not self.service.metadata.namespace_exists(namespace):
-            self.write(commands.error(request_id, E.MetadataError, f"Namespace {namespace} does not exist"))
+        if not is_namespace_name(namespace):  # (Pulsar 4.0.7 closes the connection on it)
+            self.write(commands.error(request_id, E.InvalidTopicName, f"Invalid namespace name {namespace!r}"))
             return False
         return True
 

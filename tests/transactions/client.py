@@ -34,6 +34,9 @@ _RESPONSES = {
     T.END_TXN_ON_SUBSCRIPTION_RESPONSE: "endTxnOnSubscriptionResponse",
     T.ACK_RESPONSE: "ackResponse", T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
     T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse", T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.GET_SCHEMA_RESPONSE: "getSchemaResponse", T.CONSUMER_STATS_RESPONSE: "consumerStatsResponse",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
 }
 
 
@@ -90,7 +93,9 @@ class TxnWireClient:
                 self.decoder.feed(data)
                 continue
             cmd = f.command
-            if cmd.type == T.MESSAGE:
+            if cmd.type == T.PING:  # (as every client: Pulsar takes a connection without PONGs for a dead one)
+                self.writer.write(commands.frame(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+            elif cmd.type == T.MESSAGE:
                 assert f.payload is not None
                 self.queue(cmd.message.consumer_id).put_nowait(Message(cmd.message, f.payload))
             elif cmd.type in (T.SEND_RECEIPT, T.SEND_ERROR):
