@@ -155,6 +155,9 @@ class BrokerConfig:
     # -- protocol limits ----------------------------------------------------------------------------
     maxMessageSize: int = setting(5 * 1024 * 1024, POSITIVE)
     keepAliveIntervalSeconds: int = setting(30, Rule(0, means="0 = no keep-alive pings"))
+    # How long a producer's or Exclusive consumer's old connection has to answer a PING before a newcomer with the
+    # same name (or for the same subscription) is refused: no answer closes it and admits the newcomer.
+    connectionLivenessCheckTimeoutMillis: int = setting(5000, Rule(0, means="0 = refuse at once, no check"))
     maxPendingPublishRequestsPerConnection: int = setting(1000, POSITIVE)
     # Bytes of in-flight publishes, broker-wide, before publishing connections stop being read.
     maxMessagePublishBufferSizeInMB: int = setting(128, UNLIMITED)

@@ -153,6 +153,8 @@ class Connection(asyncio.Protocol):
         self._received_since_ping = True
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
+        # A liveness check under way (check_liveness): done with True at the next bytes received.
+        self._liveness: asyncio.Future[bool] | None = None
 
     # -- state machine -------------------------------------------------------------------------------
     @property
@@ -193,6 +195,8 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received_since_ping = True
+        if self._liveness is not None:
+            self._liveness_ends(True)
         try:
             self.decoder.feed(data)
         except ProtocolError as exc:
@@ -262,6 +266,8 @@ class Connection(asyncio.Protocol):
             self._keepalive = None
         self.cnx.connection_closed()
         self.server.connection_closed(self)
+        if self._liveness is not None:  # (after connection_closed: what it held is released)
+            self._liveness_ends(False)
 
     def pause_writing(self) -> None:
         self._transport_paused = True
@@ -430,6 +436,36 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._process_frames)
 
     # -- keep-alive ------------------------------------------------------------------------------------
+    async def check_liveness(self) -> bool | None:
+        """Pulsar's connection liveness check, before a newcomer is refused what this connection's producer or
+        consumer holds: a PING, and True once anything comes back; False if the connection is closed, or closes
+        because nothing came within connectionLivenessCheckTimeoutMillis (its producers and consumers are gone
+        by then); None when the check is off. Checks asked for meanwhile share the one PING."""
+        if self.state is State.CLOSED:
+            return False
+        timeout_ms = self.server.config.connectionLivenessCheckTimeoutMillis
+        if timeout_ms <= 0:
+            return None
+        check = self._liveness
+        if check is None:
+            loop = asyncio.get_running_loop()
+            check = self._liveness = loop.create_future()
+            timer = loop.call_later(timeout_ms / 1000, self._liveness_timed_out, check)
+            check.add_done_callback(lambda _: timer.cancel())
+            self.write(commands.PING)
+        return await asyncio.shield(check)
+
+    def _liveness_ends(self, alive: bool) -> None:
+        check, self._liveness = self._liveness, None
+        if check is not None and not check.done():
+            check.set_result(alive)
+
+    def _liveness_timed_out(self, check: asyncio.Future[bool]) -> None:
+        if check is self._liveness and self.state is not State.CLOSED:
+            log.warning("closing %s: no answer to a liveness check within %d ms", self.remote_address,
+                        self.server.config.connectionLivenessCheckTimeoutMillis)
+            self.close(abort=True)  # (connection_lost ends the check, once its producers and consumers are gone)
+
     def _schedule_keepalive(self) -> None:
         interval = self.server.config.keepAliveIntervalSeconds
         if interval > 0:

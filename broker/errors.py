@@ -7,6 +7,8 @@ operation at once. Pick the class by what the client should do, not by where the
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from broker.protocol import pulsar_api_pb2 as pb
 
 E = pb.ServerError
@@ -111,6 +113,29 @@ class ConsumerBusyError(BrokerError):
 
 class ProducerBusyError(BrokerError):
     code = E.ProducerBusy
+
+
+class Holder(Protocol):
+    """The connection handler of the producer or consumer that holds what a newcomer asked for."""
+
+    async def check_liveness(self) -> bool | None:
+        """False: it did not answer (it is closed, what it held released); True or None (no check): it stands."""
+
+
+class ProducerNameTakenError(ProducerBusyError):
+    """A producer of that name is connected on another connection (``holder``'s)."""
+
+    def __init__(self, message: str, holder: Holder) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class ExclusiveConsumerBusyError(ConsumerBusyError):
+    """The Exclusive subscription's consumer is connected on ``holder``'s connection."""
+
+    def __init__(self, message: str, holder: Holder) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class ProducerFencedError(BrokerError):

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from broker.errors import ProducerBusyError, ProducerFencedError, ServiceNotReadyError
+from broker.errors import ProducerBusyError, ProducerFencedError, ProducerNameTakenError, ServiceNotReadyError
 from broker.metadata.policy_table import DELAYED_DELIVERY, ENCRYPTION_REQUIRED, MAX_MESSAGE_SIZE, MAX_PRODUCERS
 from broker.metadata.store import Derived
 from broker.protocol import commands
@@ -170,6 +170,9 @@ class AbstractTopic(ABC):
             if existing.is_generated_name and producer.is_generated_name and same_owner \
                     and producer.epoch > existing.epoch:
                 self.remove_producer(existing)
+            elif existing.cnx is not producer.cnx:  # (server_cnx checks the holder's connection is alive)
+                raise ProducerNameTakenError(
+                    f"Producer with name '{producer.name}' is already connected to topic", existing.cnx)
             else:
                 raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
         # A remote cluster's replicator is neither limited nor counted, nor are a system topic's producers (Pulsar's

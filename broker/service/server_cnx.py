@@ -19,10 +19,12 @@ from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
 from broker.errors import (
     AuthenticationError,
     BrokerError,
+    ExclusiveConsumerBusyError,
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
     ProducerBusyError,
+    ProducerNameTakenError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
@@ -164,6 +166,9 @@ class ServerCnx:
             del self.consumers[consumer.consumer_id]
             self.write(commands.close_consumer(consumer.consumer_id))
         consumer.subscription.remove_consumer(consumer)
+
+    async def check_liveness(self) -> bool | None:
+        return await self.connection.check_liveness()
 
     def producer_closed_by_broker(self, producer_id: int) -> None:
         producer = self.producers.pop(producer_id, None)
@@ -458,7 +463,16 @@ class ServerCnx:
             if self._pending_producers.get(c.producer_id) is not c:  # (closed while pending; as Pulsar answers it)
                 self.write(commands.error(c.request_id, E.UnknownError, "Closed producer before creation was complete"))
                 return
-            ready = topic.add_producer(producer, c.request_id)
+            try:
+                ready = topic.add_producer(producer, c.request_id)
+            except ProducerNameTakenError as exc:
+                # (Pulsar's connection liveness check: a holder whose connection is dead is closed, then the
+                # name is free)
+                if await exc.holder.check_liveness() is not False:
+                    raise
+                if self.connection.closed or self._pending_producers.get(c.producer_id) is not c:
+                    return
+                ready = topic.add_producer(producer, c.request_id)
             self.producers[c.producer_id] = producer
             self.write(commands.producer_success(c.request_id, producer.name,
                                                  topic.last_sequence_id(producer.name), schema_version,
@@ -709,7 +723,15 @@ class ServerCnx:
             consumer.read_compacted_from_earliest = c.read_compacted and start is not None and (
                 commands.from_u64(start.ledgerId), commands.from_u64(start.entryId)) == (-1, -1)
             consumer.auto_consume = c.HasField("schema") and c.schema.type == pb.Schema.AutoConsume
-            sub.add_consumer(consumer)
+            try:
+                sub.add_consumer(consumer)
+            except ExclusiveConsumerBusyError as exc:  # (as for a producer name, above)
+                if await exc.holder.check_liveness() is not False:
+                    raise
+                if self.connection.closed or self._pending_consumers.get(c.consumer_id):
+                    sub.drop_if_unused()
+                    return
+                sub.add_consumer(consumer)
             if c.replicate_subscription_state and self.service.config.enableReplicatedSubscriptions:
                 sub.set_replicated()
             self.consumers[c.consumer_id] = consumer

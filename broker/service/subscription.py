@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
-from broker.errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError
+from broker.errors import ConsumerBusyError, ExclusiveConsumerBusyError, NotAllowedError, ServiceNotReadyError
 from broker.metadata.policy_table import MAX_CONSUMERS, MAX_CONSUMERS_PER_SUBSCRIPTION
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -68,8 +68,8 @@ def check_consumer_admission(sub: AnySubscription, consumer: Consumer) -> None:
             "Subscription is of different type. Active subscription type of "
             f"'{Sub.SubType.Name(active_type)}' is different than the connecting consumer's type "
             f"'{Sub.SubType.Name(consumer.sub_type)}'.")
-    if consumer.sub_type == Sub.Exclusive and members:
-        raise ConsumerBusyError("Exclusive consumer is already connected")
+    if consumer.sub_type == Sub.Exclusive and members:  # (server_cnx checks the holder's connection is alive)
+        raise ExclusiveConsumerBusyError("Exclusive consumer is already connected", next(iter(members)).cnx)
     service, name = sub.topic.service, sub.topic.name
     if 0 < service.policies.get(name, MAX_CONSUMERS_PER_SUBSCRIPTION) <= len(members):
         raise ConsumerBusyError("Subscription reached max consumers limit")
