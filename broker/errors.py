@@ -138,6 +138,14 @@ class ExclusiveConsumerBusyError(ConsumerBusyError):
         self.holder = holder
 
 
+class HashRangeTakenError(ConsumerAssignError):
+    """A STICKY Key_Shared consumer's hash range overlaps one held by a consumer on ``holder``'s connection."""
+
+    def __init__(self, message: str, holder: Holder) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class ProducerFencedError(BrokerError):
     code = E.ProducerFenced
 

@@ -48,9 +48,12 @@ _new_tuple = tuple.__new__
 
 
 class FrameSink(Protocol):
-    """The consumer's connection, as far as a dispatcher writes to it (ACTIVE_CONSUMER_CHANGE)."""
+    """The consumer's connection, as far as a dispatcher writes to it (ACTIVE_CONSUMER_CHANGE), and a consumer
+    refused for its hash range asks whether it is alive (broker.errors.Holder)."""
 
     def write(self, data: bytes) -> None: ...
+
+    async def check_liveness(self) -> bool | None: ...
 
 
 class Consumer(Protocol):

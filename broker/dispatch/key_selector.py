@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import mmh3
 
-from broker.errors import ConsumerAssignError, ConsumerBusyError
+from broker.errors import ConsumerAssignError, ConsumerBusyError, HashRangeTakenError
 from broker.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -151,6 +151,6 @@ class KeySelector:
                 raise ConsumerAssignError(f"Invalid hash range [{start}, {end}]")
             for other in members:
                 for o_start, o_end in other.hash_ranges:
-                    if start <= o_end and o_start <= end:
-                        raise ConsumerAssignError(
-                            f"Range [{start}, {end}] overlaps [{o_start}, {o_end}] of consumer {other.name}")
+                    if start <= o_end and o_start <= end:  # (server_cnx checks the holder's connection is alive)
+                        raise HashRangeTakenError(
+                            f"Range [{start}, {end}] overlaps [{o_start}, {o_end}] of consumer {other.name}", other.cnx)

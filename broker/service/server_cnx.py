@@ -20,6 +20,7 @@ from broker.errors import (
     AuthenticationError,
     BrokerError,
     ExclusiveConsumerBusyError,
+    HashRangeTakenError,
     IncompatibleSchemaError,
     MetadataError,
     NotAllowedError,
@@ -725,7 +726,7 @@ class ServerCnx:
             consumer.auto_consume = c.HasField("schema") and c.schema.type == pb.Schema.AutoConsume
             try:
                 sub.add_consumer(consumer)
-            except ExclusiveConsumerBusyError as exc:  # (as for a producer name, above)
+            except (ExclusiveConsumerBusyError, HashRangeTakenError) as exc:  # (as for a producer name, above)
                 if await exc.holder.check_liveness() is not False:
                     raise
                 if self.connection.closed or self._pending_consumers.get(c.consumer_id):

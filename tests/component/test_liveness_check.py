@@ -1,5 +1,6 @@
-"""Pulsar's connection liveness check (connectionLivenessCheckTimeoutMillis): a second producer of a name, or a second
-consumer of an Exclusive subscription, is refused only if the holder's connection answers a PING in time. A holder
+"""Pulsar's connection liveness check (connectionLivenessCheckTimeoutMillis): a second producer of a name, a second
+consumer of an Exclusive subscription, or a STICKY Key_Shared consumer whose hash range another holds, is refused only
+if the holder's connection answers a PING in time. A holder
 whose client went away without closing (a half-open connection: a crashed host, a dropped network) would otherwise
 keep the name until the keep-alive notices, a minute or more, and a restarted client could not come back."""
 
@@ -61,10 +62,18 @@ def named_producer(name: str) -> pb.BaseCommand:
     return cmd
 
 
+def sticky(start: int, end: int) -> pb.BaseCommand:
+    cmd = subscribe_cmd(TOPIC, "ks", sub_type=pb.CommandSubscribe.Key_Shared)
+    cmd.subscribe.keySharedMeta.keySharedMode = pb.STICKY
+    cmd.subscribe.keySharedMeta.hashRanges.add(start=start, end=end)
+    return cmd
+
+
 @pytest.mark.parametrize(("first", "answers"), [
     (named_producer("same"), (T.PRODUCER_SUCCESS, T.ERROR)),
     (subscribe_cmd(TOPIC, "sub"), (T.SUCCESS, T.ERROR)),
-], ids=["producer name", "exclusive consumer"])
+    (sticky(0, 100), (T.SUCCESS, T.ERROR)),
+], ids=["producer name", "exclusive consumer", "sticky hash range"])
 async def test_a_silent_holder_is_closed_and_the_newcomer_admitted(broker: Broker, first: pb.BaseCommand,
                                                                   answers: tuple[int, int]) -> None:
     admitted, refused = answers
@@ -79,7 +88,9 @@ async def test_a_silent_holder_is_closed_and_the_newcomer_admitted(broker: Broke
         answer = await newcomer(broker, _renamed(first))
         assert answer.type == refused
         E = pb.ServerError
-        assert answer.error.error == (E.ProducerBusy if first.type == T.PRODUCER else E.ConsumerBusy)
+        expected = (E.ProducerBusy if first.type == T.PRODUCER else
+                    E.ConsumerAssignError if first.subscribe.HasField("keySharedMeta") else E.ConsumerBusy)
+        assert answer.error.error == expected
     finally:
         pinger.cancel()
         live.close()
