@@ -245,6 +245,82 @@ async def send_for_unknown_producer(w: Wire) -> Any:
     return await asyncio.wait_for(client.send_nowait(77, 0, "x"), QUIET_S)
 
 
+async def read_compacted_on_shared(w: Wire) -> Any:
+    return await ask(await w.connect(), subscribe(w.topic("compacted"), "sub", sub_type=pb.CommandSubscribe.Shared,
+                                                  read_compacted=True))
+
+
+async def subscribe_to_partitioned_base(w: Wire) -> Any:
+    await w.admin("PUT", f"/admin/v2/persistent/{NS}/{w.prefix}-parted/partitions", 2)
+    return await ask(await w.connect(), subscribe(w.topic("parted"), "sub"))
+
+
+async def producer_on_partitioned_base(w: Wire) -> Any:
+    await w.admin("PUT", f"/admin/v2/persistent/{NS}/{w.prefix}-parted/partitions", 2)
+    return await ask(await w.connect(), producer(w.topic("parted")))
+
+
+async def partitions_of_partitioned_topic(w: Wire) -> Any:
+    await w.admin("PUT", f"/admin/v2/persistent/{NS}/{w.prefix}-parted/partitions", 3)
+    return await ask_of(await w.connect(), T.PARTITIONED_METADATA, "partitionMetadata", topic=w.topic("parted"))
+
+
+async def unsubscribe_twice(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("unsub-twice"), "sub"))
+    await ask_of(client, T.UNSUBSCRIBE, "unsubscribe", consumer_id=1)
+    return await ask_of(client, T.UNSUBSCRIBE, "unsubscribe", consumer_id=1)
+
+
+async def close_producer_twice(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, producer(w.topic("close-twice")))
+    await ask_of(client, T.CLOSE_PRODUCER, "close_producer", producer_id=1)
+    return await ask_of(client, T.CLOSE_PRODUCER, "close_producer", producer_id=1)
+
+
+async def seek_to_a_message_id(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("seek"), "sub"))
+    return await ask_of(client, T.SEEK, "seek", consumer_id=1, message_id=pb.MessageIdData(ledgerId=0, entryId=0))
+
+
+async def last_message_id_of_empty_topic(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("empty"), "sub"))
+    return await ask_of(client, T.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1)
+
+
+async def wait_for_exclusive_producer(w: Wire) -> Any:
+    topic = w.topic("wait-exclusive")
+    await ask(await w.connect(), producer(topic, producer_access_mode=pb.Exclusive))
+    return await ask(await w.connect(), producer(topic, producer_access_mode=pb.WaitForExclusive))
+
+
+async def schema_version_that_does_not_exist(w: Wire) -> Any:
+    topic = w.topic("schema-version")
+    await ask(await w.connect(), producer(topic, schema=string_schema()))
+    return await ask_of(await w.connect(), T.GET_SCHEMA, "getSchema", topic=topic,
+                        schema_version=(7).to_bytes(8, "big"))
+
+
+async def create_incompatible_schema(w: Wire) -> Any:
+    topic = w.topic("schema-create")
+    await ask(await w.connect(), producer(topic, schema=string_schema()))
+    return await ask_of(await w.connect(), T.GET_OR_CREATE_SCHEMA, "getOrCreateSchema", topic=topic,
+                        schema=json_schema())
+
+
+async def producer_with_a_long_name(w: Wire) -> Any:
+    return await ask(await w.connect(), producer(w.topic("x" * 5000)))
+
+
+async def non_persistent_producer_exclusive_taken(w: Wire) -> Any:
+    topic = w.topic("np-exclusive", "non-persistent")
+    await ask(await w.connect(), producer(topic, producer_access_mode=pb.Exclusive))
+    return await ask(await w.connect(), producer(topic))
+
+
 CASES: list[Case] = [
     producer_on_missing_namespace, producer_on_missing_tenant, producer_on_invalid_name, producer_name_taken,
     producer_id_reused_on_a_connection, exclusive_producer_taken, producer_on_terminated_topic,
@@ -255,7 +331,11 @@ CASES: list[Case] = [
     close_unknown_consumer, lookup_on_missing_namespace, lookup_of_invalid_name, partitions_of_invalid_name,
     topics_of_missing_namespace, topics_of_invalid_namespace, watch_topics_of_missing_namespace,
     schema_of_topic_without_one, new_transaction_with_transactions_off,
-    coordinator_connect_with_transactions_off, send_for_unknown_producer,
+    coordinator_connect_with_transactions_off, send_for_unknown_producer, read_compacted_on_shared,
+    subscribe_to_partitioned_base, producer_on_partitioned_base, partitions_of_partitioned_topic, unsubscribe_twice,
+    close_producer_twice, seek_to_a_message_id, last_message_id_of_empty_topic, wait_for_exclusive_producer,
+    schema_version_that_does_not_exist, create_incompatible_schema, producer_with_a_long_name,
+    non_persistent_producer_exclusive_taken,
 ]
 
 # case name -> why ours answers otherwise.
@@ -270,6 +350,9 @@ DIFFERENCES: dict[str, str] = {
     # Pulsar 4.0.7 parses the name outside its error handling (IllegalArgumentException: the connection closed);
     # ours answers InvalidTopicName (the code Pulsar gives a topic name it cannot parse).
     "topics_of_invalid_namespace": "Pulsar closes the connection on an internal error",
+    # Ours bounds a topic name to 4,096 characters (broker/topic_name.py: it goes into metadata paths and
+    # directories); Pulsar sets no bound.
+    "producer_with_a_long_name": "a bound on name length",
 }
 
 

@@ -36,7 +36,7 @@ _RESPONSES = {
     T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse", T.LOOKUP_RESPONSE: "lookupTopicResponse",
     T.GET_SCHEMA_RESPONSE: "getSchemaResponse", T.CONSUMER_STATS_RESPONSE: "consumerStatsResponse",
     T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
-    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
+    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess", T.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
 }
 
 
