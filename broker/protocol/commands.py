@@ -269,7 +269,10 @@ def close_consumer(consumer_id: int) -> bytes:
     return frame(cmd)
 
 
-def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None = None) -> bytes:
+def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None = None,
+                   through_service_url: bool = False) -> bytes:
+    """Connect to this broker; ``through_service_url``: by the URL the client looked up with, not the one named
+    (Pulsar's standalone says so when it advertises a loopback address)."""
     cmd = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse
     r.request_id = request_id
@@ -278,6 +281,8 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     if broker_url_tls:
         r.brokerServiceUrlTls = broker_url_tls
     r.authoritative = True
+    if through_service_url:
+        r.proxy_through_service_url = True
     return frame(cmd)
 
 

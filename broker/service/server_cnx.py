@@ -7,11 +7,14 @@ expects for that request (PROTOCOL.md section 0.3): a CommandError for a LOOKUP 
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import re
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker.auth import ConnectionAuth, TopicOperation
 from broker.auth.authorization import NAMESPACE_LOOKUP
@@ -298,7 +301,11 @@ class ServerCnx:
             self._redirect_to_peer(c.request_id, peer)
             return
         stats.done(started)
-        self.write(commands.lookup_connect(c.request_id, *urls))
+        # (as Pulsar's standalone: a loopback address named is reached through the URL the client used, so a
+        # client outside a container whose port is mapped elsewhere still connects; not where a listener was
+        # chosen, which names the address meant)
+        through = not (c.advertised_listener_name or server.listeners) and names_loopback(urls[0])
+        self.write(commands.lookup_connect(c.request_id, *urls, through_service_url=through))
 
     def _redirect_to_peer(self, request_id: int, peer: PeerCluster) -> None:
         """The namespace is served by a peer cluster: Redirect there, authoritative (the other cluster's brokers
@@ -1051,3 +1058,13 @@ def topics_hash(topics: list[str]) -> str:
     return value.to_bytes(4, "little").hex()
 
 
+@functools.lru_cache(maxsize=64)
+def names_loopback(url: str) -> bool:
+    """Whether a pulsar:// URL's host is a loopback address (an IP literal, or ``localhost``; no name is resolved)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

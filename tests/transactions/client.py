@@ -59,6 +59,7 @@ class TxnWireClient:
         self.messages: dict[int, asyncio.Queue[Message]] = {}
         self.closed_consumers: set[int] = set()
         self._task: asyncio.Task[None] | None = None
+        self.connected: pb.BaseCommand | None = None  # (the CONNECTED answer)
 
     @classmethod
     async def open(cls, port: int, connect: pb.BaseCommand | None = None) -> TxnWireClient:
@@ -74,6 +75,7 @@ class TxnWireClient:
             f = client.decoder.next_frame()
             if f is not None:
                 assert f.command.type == T.CONNECTED, f.command
+                client.connected = f.command
                 break
             client.decoder.feed(await asyncio.wait_for(r.read(65536), WAIT_S))
         client._task = asyncio.get_running_loop().create_task(client._read_loop())
