@@ -313,6 +313,12 @@ class ManagedLedger(abc.ABC):
     def ledgers_info(self) -> list[LedgerInfo]:
         """The stored ledgers, oldest first; the last one is the current ledger."""
 
+    async def ledgers_metadata(self) -> dict[int, tuple[str, bool]]:
+        """Ledger id -> its BookKeeper metadata as BookKeeper prints it, and whether a bookie of its ensembles is
+        not registered (under-replicated): Pulsar's internal stats with ``?metadata=true``. Empty where ledgers
+        are not BookKeeper's (the file ledger has no such metadata)."""
+        return {}
+
     @abc.abstractmethod
     def next_valid_position(self, position: Position) -> Position:
         """The first stored entry after position, crossing ledger boundaries.

@@ -70,11 +70,16 @@ def no_content() -> web.Response:
     return web.Response(status=NO_CONTENT)
 
 
-def unset_value() -> web.Response:
-    """A GET of a value that is not set, as Pulsar answers it where its resource method is asynchronous
-    (``AsyncResponse.resume(null)``: 200, no body, no content type); its synchronous ones return 204 (no_content).
-    Measured on a Pulsar 4.0.7 standalone, per endpoint (tests/admin/test_pulsar_shapes.py)."""
+def resumed_empty() -> web.Response:
+    """What Pulsar answers where its asynchronous resource method resumes with null (``AsyncResponse.resume(null)``):
+    200, no body, no content type (its synchronous ones return 204: no_content). Measured on a Pulsar 4.0.7
+    standalone, per endpoint (tests/admin/test_pulsar_shapes.py)."""
     return web.Response(status=200)
+
+
+def unset_value() -> web.Response:
+    """A GET of a value that is not set, where Pulsar's method is asynchronous (resumed_empty)."""
+    return resumed_empty()
 
 
 # How deep a request body's arrays and objects may nest. Pulsar's deepest bodies (Policies with its auth_policies,

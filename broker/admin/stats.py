@@ -653,6 +653,18 @@ def _compacted_ledger(view: CompactedView | None) -> dict[str, Any]:
     return {"ledgerId": ledger_id, "entries": entries, "size": size, "offloaded": False, "underReplicated": False}
 
 
+async def add_ledger_metadata(stats: dict[str, Any], ledger: ManagedLedger) -> dict[str, Any]:
+    """``?metadata=true`` on internal stats: each ledger's BookKeeper metadata (``metadata``, as BookKeeper prints
+    it) and ``underReplicated``: a bookie of its ensembles is no longer registered (Pulsar 4.0.7 asks whether the
+    set of registered bookies contains the set of the ledger's, so it says true of every ledger). Nothing where
+    ledgers are not BookKeeper's."""
+    found = await ledger.ledgers_metadata()
+    for info in stats["ledgers"]:
+        if (known := found.get(info["ledgerId"])) is not None:
+            info["metadata"], info["underReplicated"] = known
+    return stats
+
+
 def ledger_internal_stats(ledger: ManagedLedger, cursors: dict[str, dict[str, Any]] | None = None, *,
                           entries_added: int | None = None, pending_adds: int = 0) -> dict[str, Any]:
     """Pulsar's ManagedLedgerInternalStats: a topic's (with its subscriptions' cursors, its counter of

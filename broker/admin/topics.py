@@ -44,6 +44,7 @@ from broker.admin.common import (
     parse_topic_name,
     query_flag,
     read_body,
+    resumed_empty,
 )
 from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.admin.partition_fanout import PartitionFanout
@@ -445,7 +446,7 @@ class TopicsResource:
             (await self.stored_topic(one)).ledger.trim_consumed_ledgers()
 
         await self.fanout.each(request, self.name(request), trim)
-        return no_content()
+        return resumed_empty()  # (Pulsar 4.0.7's answer: 200, no body)
 
     async def truncate(self, request: web.Request) -> web.Response:
         """DELETE .../truncate: every subscription's backlog cleared and every ledger but the current one deleted,
@@ -469,7 +470,10 @@ class TopicsResource:
 
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self.topic(self.name(request), live_partition=True)
-        return json_response(S.internal_stats(topic))
+        stats = S.internal_stats(topic)
+        if query_flag(request, "metadata") and isinstance(topic, PersistentTopic):
+            await S.add_ledger_metadata(stats, topic.ledger)
+        return json_response(stats)
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def subscriptions(self, request: web.Request) -> web.Response:

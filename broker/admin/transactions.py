@@ -63,7 +63,7 @@ from broker.admin.common import (
     read_body,
 )
 from broker.admin.peers import topic_path
-from broker.admin.stats import cursor_internal_stats, internal_stats, ledger_internal_stats
+from broker.admin.stats import add_ledger_metadata, cursor_internal_stats, internal_stats, ledger_internal_stats
 from broker.auth.http import check_deferred, skip_deferred
 from broker.errors import (
     BrokerError,
@@ -323,7 +323,10 @@ class TransactionsResource:
 
     async def coordinator_internal_stats(self, request: web.Request) -> web.Response:
         tc = await self._owned_coordinator(request, int_param(request.match_info["coordinatorId"], "coordinatorId"))
-        return json_response({"transactionLogStats": _log_stats(tc.log.ledger)})
+        stats = _log_stats(tc.log.ledger)
+        if query_flag(request, "metadata"):
+            await add_ledger_metadata(stats["managedLedgerInternalStats"], tc.log.ledger)
+        return json_response({"transactionLogStats": stats})
 
     # -- topics ----------------------------------------------------------------------------------------
     async def buffer_stats(self, request: web.Request) -> web.Response:

@@ -124,6 +124,16 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
         self._creating_cursors: SingleFlight[str, None] = SingleFlight(f"{name}: cursor creation")
 
+    async def ledgers_metadata(self) -> dict[int, tuple[str, bool]]:
+        bk = self._factory.bk
+        ids = [info.ledger_id for info in self.ledgers_info()]
+        found = await asyncio.gather(*(bk.read_metadata(i) for i in ids), return_exceptions=True)
+        registered = {*await bk.writable_bookies(), *await bk.read_only_bookies()}
+        # (a ledger whose metadata cannot be read is left out, as Pulsar leaves its metadata null)
+        return {ledger_id: (metadata.safe_string(), not metadata.bookies() <= registered)
+                for ledger_id, answer in zip(ids, found, strict=True) if not isinstance(answer, BaseException)
+                for metadata, _version in [answer]}
+
     async def _recover_cursors(self) -> None:
         """Open every stored durable cursor (part of opening: see the factory)."""
         for name, record in (await self._cursor_store.recover_all()).items():

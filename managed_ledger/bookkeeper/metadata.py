@@ -18,7 +18,9 @@ it (then delete the znode); once ids would pass 2^31 - 1 BookKeeper switches to 
 
 from __future__ import annotations
 
+import base64
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from google.protobuf import text_format
@@ -108,6 +110,25 @@ class LedgerMetadata:
     def closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
         return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
 
+    def safe_string(self) -> str:
+        """As BookKeeper's LedgerMetadataImpl.toSafeString prints it (what Pulsar's internal stats show with
+        ``?metadata=true``): the password omitted, the custom values in base64, ordered as Java's HashMap
+        orders them."""
+        fields = [f"formatVersion={self.format_version}", f"ensembleSize={self.ensemble_size}",
+                  f"writeQuorumSize={self.write_quorum}", f"ackQuorumSize={self.ack_quorum}",
+                  f"state={self.state.name}"]
+        if self.is_closed:
+            fields += [f"length={self.length}", f"lastEntryId={self.last_entry_id}"]
+        fields += [f"digestType={_JAVA_DIGEST_NAMES[self.digest_type]}", "password=OMITTED"]
+        ensembles = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in self.segments)
+        custom = ", ".join(f"{k}=base64:{base64.b64encode(v).decode()}"
+                           for k, v in java_hash_map_order(self.custom_metadata))
+        return f"LedgerMetadata{{{', '.join(fields)}, ensembles={{{ensembles}}}, customMetadata={{{custom}}}}}"
+
+    def bookies(self) -> set[str]:
+        """Every bookie of every ensemble."""
+        return {bookie for segment in self.segments for bookie in segment.ensemble}
+
     def with_state(self, state: LedgerState) -> LedgerMetadata:
         return replace(self, state=state)
 
@@ -143,6 +164,38 @@ def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
         shift += 7
         if not byte & 0x80:
             return value, offset
+
+
+# BookKeeper's client API names of the digest types (DigestType.MAC where the stored enum says HMAC).
+_JAVA_DIGEST_NAMES = {DigestType.CRC32: "CRC32", DigestType.HMAC: "MAC", DigestType.CRC32C: "CRC32C",
+                      DigestType.DUMMY: "DUMMY"}
+
+
+def _java_string_hash(text: str) -> int:
+    h = 0
+    for unit in _utf16_units(text):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h
+
+
+def _utf16_units(text: str) -> list[int]:
+    data = text.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def java_hash_map_order(items: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """``items`` in the order a java.util.HashMap they were put into (in this order) iterates them: by bucket
+    (the spread String hash masked by the table size), then as put."""
+    entries = list(items)
+    size = 16
+    while len(entries) > size * 3 // 4:
+        size *= 2
+
+    def bucket(key: str) -> int:
+        h = _java_string_hash(key)
+        return (h ^ (h >> 16)) & (size - 1)
+
+    return sorted(entries, key=lambda kv: bucket(kv[0]))  # (sorted is stable: ties keep the order put)
 
 
 def to_proto(metadata: LedgerMetadata) -> LedgerMetadataFormat:

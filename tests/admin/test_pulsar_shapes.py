@@ -147,8 +147,28 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("DELETE", f"/admin/v2/schemas/{NS}/never2/schema?force=true", None, True),
     ("POST", f"/admin/v2/schemas/{NS}/never2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("POST", f"{BASE}/t/subscription/s/analyzeBacklog", None, False),
+    # topic and subscription properties, terminate, trim, truncate, a reset to a message id
+    ("PUT", f"{BASE}/t/properties", {"a": "1"}, True), ("GET", f"{BASE}/t/properties", None, True),
+    ("DELETE", f"{BASE}/t/properties?key=a", None, True),
+    ("PUT", f"{BASE}/t/subscription/s/properties", {"p": "v"}, True),
+    ("GET", f"{BASE}/t/subscription/s/properties", None, True),
+    ("POST", f"{BASE}/t/subscription/s/resetcursor", {"ledgerId": -1, "entryId": -1}, True),
+    ("POST", f"{BASE}/t/trim", None, True),
+    ("PUT", f"{BASE}/term", None, True), ("POST", f"{BASE}/term/terminate", None, False),
+    ("POST", f"{BASE}/term/terminate", None, False), ("GET", f"{BASE}/term/lastMessageId", None, False),
+    ("DELETE", f"{BASE}/ks/truncate", None, True),
+    ("GET", f"{BASE}/t/compaction", None, False),
+    ("POST", f"/admin/v2/namespaces/{NS}/clearBacklog/s", None, True),  # (Pulsar: 500, see PULSAR_FAILS)
+    ("POST", f"/admin/v2/namespaces/{NS}/unsubscribe/nosuch", None, True),
     ("GET", f"{BASE}/t/examinemessage?initialPosition=earliest&messagePosition=1", None, False),
 ]
+
+# Succeeding calls Pulsar 4.0.7 fails (500) where ours succeeds: (method, path) -> why.
+PULSAR_FAILS = {
+    # NamespacesBase.clearBacklog(subscription) clears it on every topic of the namespace and fails with "Cursor
+    # not found" on the first topic without that subscription; ours clears it where it exists.
+    ("POST", f"/admin/v2/namespaces/{NS}/clearBacklog/s"): "Pulsar fails on a topic without the subscription",
+}
 
 # Where ours answers otherwise on purpose: (method, path) -> why.
 FAILING_DIFFERENCES = {
@@ -206,8 +226,9 @@ class Avro(Record):  # type: ignore[misc]  # pulsar.schema.Record is untyped (no
     a = String()
 
 
-def workload(service_url: str, web_url: str) -> pulsar.Client:
-    """The same on both brokers; the client stays open (its producers and consumers show in the stats)."""
+def workload(service_url: str, web_url: str) -> tuple[pulsar.Client, list[Any]]:
+    """The same on both brokers; the client and every producer and consumer stay open until the calls are done
+    (they show in the stats; a producer the client drops would close whenever Python collects it)."""
     call(web_url, "PUT", f"/admin/v2/namespaces/{NS}", {})
     call(web_url, "PUT", f"{BASE}/part/partitions", 2)
     client = pulsar.Client(service_url, operation_timeout_seconds=30)
@@ -218,15 +239,16 @@ def workload(service_url: str, web_url: str) -> pulsar.Client:
     for _ in range(10):
         consumer.acknowledge(consumer.receive(10_000))
     live = f"non-persistent://{NS}/np"
-    client.subscribe(live, "n")
-    client.create_producer(live).send(b"y")
-    client.subscribe(f"{T}/ks", "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+    held: list[Any] = [consumer, producer, client.subscribe(live, "n"), client.create_producer(live)]
+    held[-1].send(b"y")
+    held.append(client.subscribe(f"{T}/ks", "ks", consumer_type=pulsar.ConsumerType.KeyShared))
     keyed = client.create_producer(f"{T}/ks", batching_enabled=False)
     for i in range(10):
         keyed.send(b"k", partition_key=f"key{i}")
-    client.create_producer(f"{T}/avro", schema=AvroSchema(Avro)).send(Avro(a="x"))
-    client.create_producer(f"{T}/part").send(b"p")
-    return client
+    held += [keyed, client.create_producer(f"{T}/avro", schema=AvroSchema(Avro)), client.create_producer(f"{T}/part")]
+    held[-2].send(Avro(a="x"))
+    held[-1].send(b"p")
+    return client, held
 
 
 def workload_in(topic_stats: Any) -> bool:
@@ -238,7 +260,7 @@ def workload_in(topic_stats: Any) -> bool:
 
 def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]]:
     """The workload on one broker, then every GET, its /metrics and the failing calls, with the clients still open."""
-    client = workload(service_url, web_url)
+    client, _held = workload(service_url, web_url)
     try:
         wait_for(lambda: workload_in(get(web_url, "/admin/v2/broker-stats/topics")[1]), 30, "the workload's stats")
         answers = {p: get(web_url, p) for p in GETS}
@@ -300,6 +322,9 @@ def test_succeeding_call_has_pulsars_status_and_answer(answers: dict[str, dict[s
                                                       path: str, exact: bool) -> None:
     key = f"succeeding {method} {path}"
     (our_status, ours), (their_status, theirs) = answers["ours"][key], answers["pulsar"][key]
+    if their_status == 500 and (method, path) in PULSAR_FAILS:
+        assert our_status < 300, ours
+        return
     assert our_status == their_status, f"status: ours {our_status} ({ours}), Pulsar's {their_status} ({theirs})"
     if exact:
         assert ours == theirs

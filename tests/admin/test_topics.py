@@ -539,7 +539,7 @@ def test_create_missed_partitions_and_trim(admin: Admin, client: pulsar.Client,
     wait_for(lambda: backlog(admin, topic, "s") == 0, what="the acks")
     admin.ok("PUT", f"{base}/unload")
     ledgers = admin.ok("GET", f"{base}/internalStats")["ledgers"]
-    assert admin.post(f"{base}/trim").status == 204
+    assert admin.post(f"{base}/trim").status == 200  # (Pulsar 4.0.7: 200, no body)
     after = admin.ok("GET", f"{base}/internalStats")["ledgers"]
     assert len(after) < len(ledgers) and after[-1] == ledgers[-1]
     assert admin.post(f"/admin/v2/persistent/{ns}/missing/trim").status == 404
@@ -955,7 +955,7 @@ def test_truncate_topic(admin: Admin, client: pulsar.Client, pulsar_broker: Brok
     assert len(ledgers) >= 3 and ids[-1].ledger_id() == ledgers[-1]
     loaded = pulsar_broker.server.service.get_topic_if_loaded(TopicName.parse(topic))
     assert loaded is not None and "pulsar.dedup" in loaded.match_kind(lambda t: t.ledger.cursors, lambda t: {})
-    assert admin.post(f"{base}/trim").status == 204  # (infinite retention: a trim keeps them all)
+    assert admin.post(f"{base}/trim").status == 200  # (infinite retention: a trim keeps them all)
     assert len(admin.ok("GET", f"{base}/internalStats")["ledgers"]) == len(ledgers)
     assert backlog(admin, topic, "s") == 8
     assert admin.delete(f"{base}/truncate").status == 204

@@ -125,6 +125,26 @@ def http(method: str, url: str) -> Any:
     return json.loads(body) if body else None
 
 
+def test_internal_stats_with_metadata_show_each_ledgers_ensembles(bk_cluster: LocalCluster) -> None:
+    """?metadata=true: each ledger's BookKeeper metadata (as BookKeeper prints it) and whether a bookie of its
+    ensembles is gone; without the flag, neither."""
+    name = f"bk-md-{uuid.uuid4().hex[:10]}"
+    with bookkeeper_broker(bk_cluster) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        try:
+            client.create_producer(f"persistent://public/default/{name}").send(b"x")
+            base = f"{broker.web_url}/admin/v2/persistent/public/default/{name}/internalStats"
+            plain, detailed = http("GET", base), http("GET", base + "?metadata=true")
+        finally:
+            client.close()
+    assert plain["ledgers"] and all("metadata" not in info for info in plain["ledgers"])
+    for info in detailed["ledgers"]:
+        assert info["metadata"].startswith("LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, "
+                                           "ackQuorumSize=2, state=OPEN, digestType=CRC32C, password=OMITTED, ")
+        assert "pulsar/managed-ledger=base64:" in info["metadata"]
+        assert info["underReplicated"] is False  # (every bookie of the cluster is up)
+
+
 def test_a_topic_named_with_a_slash_is_stored_where_pulsar_stores_it(bk_cluster: LocalCluster) -> None:
     """Topic ``<p>/x`` (``<p>%2Fx`` in a path) and topic ``<p>`` on BookKeeper: the first's managed-ledger znode is
     ``.../persistent/<p>%2Fx``, as Pulsar's TopicName.getPersistenceNamingEncoding names it (the local name through

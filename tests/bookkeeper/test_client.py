@@ -139,7 +139,7 @@ async def run_java(cluster: LocalCluster, classes: Path, *args: str) -> list[str
            f"{classes}{os.pathsep}{bookkeeper_lib() / '*'}", "BkInterop", cluster.metadata_service_uri, *args]
     done = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if line.startswith(("LEDGER", "ENTRY"))]
+    return [line for line in done.stdout.splitlines() if line.startswith(("LEDGER", "ENTRY", "METADATA"))]
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +182,21 @@ async def test_java_client_reads_our_ledgers_and_we_read_its(
     reader = await bk.open_ledger(java_ledger, recover=True)
     assert reader.last_add_confirmed == 4
     assert await reader.read(0, 4) == [b"java-%d" % i for i in range(5)]
+
+
+async def test_ledger_metadata_is_printed_as_bookkeeper_prints_it(
+        bk: BookKeeper, bk_cluster: LocalCluster, java_classes: Path) -> None:
+    """What internal stats show with ?metadata=true: BookKeeper's own toSafeString of the same znodes."""
+    custom = {"application": b"pulsar", "component": b"managed-ledger", "pulsar/managed-ledger": b"public/t"}
+    closed = await bk.create_ledger(3, 2, 2, custom_metadata=custom.items())
+    await write(closed, 3)
+    await closed.close()
+    still_open = await bk.create_ledger(2, 2, 1)
+    ids = [closed.ledger_id, still_open.ledger_id]
+    printed = await run_java(bk_cluster, java_classes, "metadata", *map(str, ids))
+    ours = [f"METADATA {i} {(await bk.read_metadata(i))[0].safe_string()}" for i in ids]
+    assert printed == ours
+    assert "state=CLOSED, length=" in printed[0] and "customMetadata={component=base64:" in printed[0]
 
 
 # ---- bookie failure: runs last, it replaces a bookie of the shared cluster ----------------------------------------

@@ -86,7 +86,7 @@ _SCHEMA_LEDGERS = {".schemaLedgers[]", *(f".schemaLedgers[].{k}" for k in (
 DIFFERENCES: dict[str, tuple[set[str], set[str]]] = {
     # Ours keeps the coordinator's last transaction id in its log cursor's properties.
     f"GET {V3}/coordinatorInternalStats/0": ({f".transactionLogStats.managedLedgerInternalStats{_PROPERTIES}"}, set()),
-    # ... and does not give each ledger's BookKeeper metadata (Pulsar's ?metadata=true) yet.
+    # ... and keeps it in files here (BookKeeper's ledger metadata, ?metadata=true, is for BookKeeper storage).
     f"GET {V3}/coordinatorInternalStats/0?metadata=true": (
         {f".transactionLogStats.managedLedgerInternalStats{_PROPERTIES}"},
         {".transactionLogStats.managedLedgerInternalStats.ledgers[].metadata"}),

@@ -3,6 +3,7 @@
 //   write <entries> <close|open>   create a 3/2/2 CRC32C ledger (password ""), add "java-<i>" entries, print its id;
 //                                  with "open" it exits without closing, as a crashed writer would
 //   read <ledgerId>...             recovery-open each ledger and print its LAC, length and entries (hex payloads)
+//   metadata <ledgerId>...         print each ledger's metadata as BookKeeper prints it (toSafeString), untouched
 import java.nio.charset.StandardCharsets;
 import java.util.Enumeration;
 import java.util.HexFormat;
@@ -30,6 +31,11 @@ public class BkInterop {
                 lh.close();
             }
             System.out.println("LEDGER " + lh.getId());
+        } else if (args[1].equals("metadata")) {
+            for (int i = 2; i < args.length; i++) {
+                long ledgerId = Long.parseLong(args[i]);
+                System.out.println("METADATA " + ledgerId + " " + bk.getLedgerMetadata(ledgerId).get().toSafeString());
+            }
         } else {
             for (int i = 2; i < args.length; i++) {
                 long ledgerId = Long.parseLong(args[i]);
