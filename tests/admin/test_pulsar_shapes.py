@@ -93,6 +93,28 @@ FAILING = [
     ("POST", f"/admin/v2/namespaces/{NS}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "bogus"}),
 ]
 N = f"/admin/v2/namespaces/{NS}"
+_RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 100, "ratePeriodInSecond": 1,
+         "relativeToPublishRate": False}
+# A value for each topic-level policy (set with the method given) that both must read back as given.
+TOPIC_POLICY_VALUES: dict[str, tuple[str, Any]] = {
+    "deduplicationEnabled": ("POST", True), "deduplicationSnapshotInterval": ("POST", 100),
+    "maxProducers": ("POST", 3), "maxConsumers": ("POST", 4), "maxConsumersPerSubscription": ("POST", 2),
+    "maxSubscriptionsPerTopic": ("POST", 10), "maxUnackedMessagesOnConsumer": ("POST", 500),
+    "maxUnackedMessagesOnSubscription": ("POST", 1000),
+    "subscriptionTypesEnabled": ("POST", ["Shared", "Exclusive", "Key_Shared"]),
+    "publishRate": ("POST", {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 1000}),
+    "dispatchRate": ("POST", _RATE), "subscriptionDispatchRate": ("POST", _RATE),
+    "replicatorDispatchRate": ("POST", _RATE),
+    "subscribeRate": ("POST", {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 30}),
+    "delayedDelivery": ("POST", {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}),
+    "autoSubscriptionCreation": ("POST", {"allowAutoSubscriptionCreation": True}),
+    "schemaCompatibilityStrategy": ("PUT", "FORWARD"), "schemaValidationEnforced": ("POST", True),
+    "persistence": ("POST", {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
+                             "managedLedgerMaxMarkDeleteRate": 0}),
+    "maxMessageSize": ("POST", 1000), "compactionThreshold": ("POST", 100000),
+    "inactiveTopicPolicies": ("POST", {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+                                       "maxInactiveDurationSeconds": 60, "deleteWhileInactive": False}),
+}
 # Calls that succeed (after the failing ones, in this order): the same status and JSON shape, and where ``exact``, the
 # same body (a value set and read back, a version number).
 SUCCEEDING: list[tuple[str, str, Any, bool]] = [
@@ -147,6 +169,9 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("DELETE", f"/admin/v2/schemas/{NS}/never2/schema?force=true", None, True),
     ("POST", f"/admin/v2/schemas/{NS}/never2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("POST", f"{BASE}/t/subscription/s/analyzeBacklog", None, False),
+    # every other topic-level policy: set, read back, removed (replication aside: one cluster)
+    *((method, f"{BASE}/t/{name}", body, True) for name, (set_method, value) in TOPIC_POLICY_VALUES.items()
+      for method, body in ((set_method, value), ("GET", None), ("DELETE", None))),
     # topic and subscription properties, terminate, trim, truncate, a reset to a message id
     ("PUT", f"{BASE}/t/properties", {"a": "1"}, True), ("GET", f"{BASE}/t/properties", None, True),
     ("DELETE", f"{BASE}/t/properties?key=a", None, True),
@@ -252,10 +277,13 @@ def workload(service_url: str, web_url: str) -> tuple[pulsar.Client, list[Any]]:
 
 
 def workload_in(topic_stats: Any) -> bool:
-    """broker-stats/topics lists the whole workload: the non-persistent topic and the 20 messages of ``t``."""
+    """broker-stats/topics lists the whole workload: each topic with its producer, the 20 messages of ``t``."""
     found = {name: stats for bundles in (topic_stats or {}).values() for kinds in bundles.values()
              for topics in kinds.values() for name, stats in topics.items()}
-    return f"non-persistent://{NS}/np" in found and found.get(f"{T}/t", {}).get("msgInCount") == 20
+    producing = {name for name, stats in found.items() if stats.get("producerCount")}
+    return ({f"{T}/t", f"{T}/ks", f"{T}/avro", f"non-persistent://{NS}/np"} <= producing
+            and any(name.startswith(f"{T}/part-partition-") for name in producing)
+            and found[f"{T}/t"].get("msgInCount") == 20)
 
 
 def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[int, Any]]:
@@ -326,7 +354,12 @@ def test_succeeding_call_has_pulsars_status_and_answer(answers: dict[str, dict[s
         assert our_status < 300, ours
         return
     assert our_status == their_status, f"status: ours {our_status} ({ours}), Pulsar's {their_status} ({theirs})"
-    if exact:
+    if their_status >= 400:  # (a call of the generated ones that Pulsar refuses: the status alone, above)
+        return
+    if exact and path.endswith("/subscriptionTypesEnabled"):
+        # (Pulsar reads the body into a Set of enums: its order is the JVM's identity hashes, run to run)
+        assert sorted(ours or []) == sorted(theirs or [])
+    elif exact:
         assert ours == theirs
     else:
         assert set(shape(ours)) == set(shape(theirs)), (set(shape(ours)) ^ set(shape(theirs)))
