@@ -115,6 +115,10 @@ def test_set_get_applied_and_remove(admin: Admin, policy: str, value: object, na
     assert admin.post(path, value).status == 204
     assert admin.ok("GET", path) == value
     assert admin.ok("GET", path + "?applied=true") == value
+    if policy == "schemaValidationEnforced":  # (Pulsar 4.0.7 has no DELETE of it: 405, the value kept)
+        assert admin.delete(path).status == 405
+        assert admin.ok("GET", path) == value
+        return
     assert admin.delete(path).status == 204
     assert is_unset(admin.get(path), policy)
     assert admin.ok("GET", path + "?applied=true") == namespace_value
