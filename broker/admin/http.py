@@ -141,6 +141,7 @@ class WebService:
         self.topic_policies.register(r)  # (before the topic routes: more specific paths)
         self.topics.register(r)
         self.topic_policies.register_last(r)
+        self.namespace_ops.register_last(r)  # (DELETE .../{bundle}: after every DELETE .../{policy})
 
     async def start(self, host: str, port: int | None, tls_port: int | None = None,
                     tls_context: ssl.SSLContext | None = None) -> tuple[int, int]:

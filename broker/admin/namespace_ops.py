@@ -28,7 +28,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from broker.admin.cluster import check_not_unloading, redirect_url
-from broker.admin.common import HttpError, no_content
+from broker.admin.common import HttpError, no_content, query_flag
 from broker.admin.owner_calls import PeerCall, fan_out, first_failure
 from broker.cluster.bundles import NamespaceBundle
 from broker.cluster.operations import BundleOperationError
@@ -57,6 +57,11 @@ class NamespaceOperationsResource:
             r.add_post(base + "/unsubscribe/{sub}", self.unsubscribe)
             r.add_put(base + "/unload", self.unload)
 
+    def register_last(self, r: web.UrlDispatcher) -> None:
+        """After every other route of the namespace: a DELETE of a name no other route takes is a bundle's (as in
+        Pulsar, whose DELETE of a policy it has no DELETE for is a bundle's, refused as an invalid range)."""
+        r.add_delete(NS + "/{bundle:" + BUNDLE_PATTERN + "}", self.delete_bundle)
+
     @property
     def service(self) -> BrokerService:
         return self.web.service
@@ -71,6 +76,22 @@ class NamespaceOperationsResource:
             return ns, self.web.bundles.ops.bundle(ns, range_name)
         except BundleOperationError as exc:
             raise HttpError(exc.status, exc.message) from None
+
+    async def delete_bundle(self, request: web.Request) -> web.Response:
+        """DELETE .../{bundle}[?force=true] (``pulsar-admin namespaces delete-bundle``), as Pulsar 4.0.7's
+        internalDeleteNamespaceBundleAsync: 409 "Cannot delete non empty bundle" while a persistent topic of the
+        namespace hashes into it, unless ``force``; then the bundle is given up as an unload gives it up (its topics
+        closed, their data kept: Pulsar deletes no topic either). By its owner (307 there in cluster mode)."""
+        force = query_flag(request, "force")
+
+        async def delete(ns: str, bundle: NamespaceBundle | None) -> None:
+            assert bundle is not None
+            if not force and any(bundle.includes(name) for name in self.service.topics_of_namespace(ns, 0)):
+                raise HttpError(409, "Cannot delete non empty bundle")
+            await self.web.bundles.unload(ns, bundle.range_name)
+
+        await self.on_owners(request, "", delete)
+        return no_content()
 
     async def stored_topics(self, ns: str, bundle: NamespaceBundle | None) -> list[PersistentTopic]:
         """The persistent topics of the namespace (of the bundle) that have a ledger (loaded on demand). Not those

@@ -200,6 +200,8 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         # namespace's delayed delivery policy (internalSetDelayedDelivery; its other policies are the tenant
         # admins').
         (_PUT, _NAMESPACE + r"(/\{bundle\})?/unload|" + _NAMESPACE + r"/\{bundle\}/split", Access.SUPER_USER),
+        # (Pulsar's namespace operation DELETE_BUNDLE: its tenant's admins)
+        (_DELETE, _NAMESPACE + r"/\{bundle\}", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_BUNDLE"),
         (frozenset({"POST", "DELETE"}), _NAMESPACE + r"/delayedDelivery", Access.SUPER_USER),
         # Grants on the namespace and its subscriptions (validateNamespaceOperation)
         (_GET, _NAMESPACE + r"/permissions(/subscription)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION,

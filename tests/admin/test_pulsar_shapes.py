@@ -91,10 +91,31 @@ FAILING = [
     ("POST", f"/admin/v2/schemas/{NS}/avro/schema", {"type": "AVRO", "schema": "not json", "properties": {}}),
     ("GET", f"{BASE}/t/ledger/999/entry/0", None),
     ("POST", f"/admin/v2/namespaces/{NS}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "bogus"}),
+    # a bundle with a topic in it (t's), without force; a name that is no bundle
+    ("DELETE", f"/admin/v2/namespaces/{NS}/0x80000000_0xc0000000", None),
+    ("DELETE", f"/admin/v2/namespaces/{NS}/bogus", None),
 ]
 N = f"/admin/v2/namespaces/{NS}"
 _RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 100, "ratePeriodInSecond": 1,
          "relativeToPublishRate": False}
+# A value for each namespace policy (set with the method given) that both must read back as given.
+NAMESPACE_POLICY_VALUES: dict[str, tuple[str, Any]] = {
+    "encryptionRequired": ("POST", True), "schemaValidationEnforced": ("POST", True),
+    "isAllowAutoUpdateSchema": ("POST", False),
+    "delayedDelivery": ("POST", {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}),
+    "autoSubscriptionCreation": ("POST", {"allowAutoSubscriptionCreation": True}),
+    "subscriptionExpirationTime": ("POST", 60),
+    "inactiveTopicPolicies": ("POST", {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+                                       "maxInactiveDurationSeconds": 60, "deleteWhileInactive": False}),
+    "maxConsumersPerTopic": ("POST", 4), "maxConsumersPerSubscription": ("POST", 2),
+    "maxSubscriptionsPerTopic": ("POST", 10), "maxTopicsPerNamespace": ("POST", 100),
+    "deduplicationSnapshotInterval": ("POST", 100), "subscriptionAuthMode": ("POST", "Prefix"),
+    "maxUnackedMessagesPerConsumer": ("POST", 500), "maxUnackedMessagesPerSubscription": ("POST", 1000),
+    "subscriptionTypesEnabled": ("POST", ["Shared", "Exclusive"]),
+    "publishRate": ("POST", {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 1000}),
+    "subscriptionDispatchRate": ("POST", _RATE), "replicatorDispatchRate": ("POST", _RATE),
+    "subscribeRate": ("POST", {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 30}),
+}
 # A value for each topic-level policy (set with the method given) that both must read back as given.
 TOPIC_POLICY_VALUES: dict[str, tuple[str, Any]] = {
     "deduplicationEnabled": ("POST", True), "deduplicationSnapshotInterval": ("POST", 100),
@@ -169,6 +190,9 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("DELETE", f"/admin/v2/schemas/{NS}/never2/schema?force=true", None, True),
     ("POST", f"/admin/v2/schemas/{NS}/never2/schema", {"type": "STRING", "schema": "", "properties": {}}, True),
     ("POST", f"{BASE}/t/subscription/s/analyzeBacklog", None, False),
+    # every namespace policy set, read back, removed (those above aside)
+    *((method, f"{N}/{name}", body, True) for name, (set_method, value) in NAMESPACE_POLICY_VALUES.items()
+      for method, body in ((set_method, value), ("GET", None), ("DELETE", None))),
     # every other topic-level policy: set, read back, removed (replication aside: one cluster)
     *((method, f"{BASE}/t/{name}", body, True) for name, (set_method, value) in TOPIC_POLICY_VALUES.items()
       for method, body in ((set_method, value), ("GET", None), ("DELETE", None))),
