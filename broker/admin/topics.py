@@ -57,6 +57,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.protocol.text import mend_strings
 from broker.service import admin_ops
+from broker.service.backlog_quota import backlog_size_from
 from broker.service.replication import is_replicator_name
 from broker.service.topic import RESERVED_SUBSCRIPTION, PersistentTopic, is_reserved_subscription
 from broker.topic_name import TopicName, is_system_topic
@@ -160,6 +161,7 @@ class TopicsResource:
             r.add_put(base + TOPIC + "/compaction", stored(self.trigger_compaction))
             r.add_get(base + TOPIC + "/compaction", stored(self.compaction_status))
             r.add_get(base + TOPIC + "/ledger/{ledger}/entry/{entry}", stored(self.message_by_id))
+            r.add_put(base + TOPIC + "/backlogSize", stored(self.backlog_size))
             r.add_get(base + TOPIC + "/examinemessage", refused(
                 self.examine_message, "Examine messages on a non-persistent topic is not allowed"))
             r.add_get(base + TOPIC + "/messageid/{timestamp}", refused(
@@ -787,6 +789,17 @@ class TopicsResource:
             # earliest message), so its answer is the topic's n-th message, or 404 "Message not found".
             sub = await topic.get_or_create_subscription(sub_name, True, pb.CommandSubscribe.Earliest, None)
         return entry_response(await admin_ops.peek(topic, sub, n))
+
+    async def backlog_size(self, request: web.Request) -> web.Response:
+        """PUT .../backlogSize with a message id (``pulsar-admin topics get-backlog-size -m``): the bytes stored after
+        it, estimated as Pulsar's ManagedLedger estimates them; ledgerId -1: every byte stored. 405 on a
+        partitioned topic, as Pulsar."""
+        position = message_id(await read_body(request))
+        name = self.name(request)
+        if self.partitions(name) > 0:
+            raise HttpError(405, "calculate backlog size is not allowed for partitioned-topic")
+        ledger = (await self.stored_topic(name)).ledger
+        return json_response(ledger.total_size if position.ledger_id == -1 else backlog_size_from(ledger, position))
 
     async def message_by_id(self, request: web.Request) -> web.Response:
         position = Position(int_param(request.match_info["ledger"], "Ledger id"),

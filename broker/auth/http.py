@@ -220,8 +220,9 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         # (properties: Pulsar's topic operation GET_METADATA, which lookup rights allow)
         (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats|properties)",
          Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
+        # (backlogSize: Pulsar's topic operation GET_BACKLOG_SIZE, which consume rights allow)
         (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"
-                        r"|examinemessage|messageid/.*)",
+                        r"|examinemessage|messageid/.*|backlogSize)",
          Access.TOPIC_CONSUME, Check.TOPIC_OPERATION),
         # Creating and deleting a topic are namespace operations in Pulsar; a persistent partitioned topic's
         # partition count is a topic policy (checked first when it is created, then when it is changed).

@@ -41,7 +41,7 @@ from broker.service import admin_ops
 from broker.service.deduplication import DEDUP_CURSOR
 from broker.service.periodic import sliced
 from broker.transactions.buffer import BUFFER_CURSOR
-from managed_ledger import ManagedCursor, ManagedLedgerError
+from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.service.broker_service import BrokerService
@@ -98,6 +98,21 @@ def estimated_backlog_size(topic: PersistentTopic, cursor: ManagedCursor | None 
     else:
         entries = cursor.number_of_entries_in_backlog()
     return int(entries * average_entry_size(topic))
+
+
+def backlog_size_from(ledger: ManagedLedger, position: Position) -> int:
+    """Bytes stored after ``position``, as Pulsar's ManagedLedgerImpl.estimateBacklogFromPosition counts them: every
+    ledger from the position's on, less the position's ledger's entries up to it at that ledger's average entry
+    size (all of it once the position is its last entry). A position before the first ledger: everything."""
+    infos = ledger.ledgers_info()
+    before = sum(i.size for i in infos if i.ledger_id < position.ledger_id)
+    after = ledger.total_size - before
+    own = next((i for i in infos if i.ledger_id == position.ledger_id), None)
+    if own is None or own.entries <= 0:
+        return after
+    if own.entries <= position.entry_id + 1:
+        return after - own.size
+    return after - ((position.entry_id + 1) * (own.size // own.entries) if position.entry_id >= 0 else 0)
 
 
 # Pulsar's BrokerService backlog-quota check histogram bounds (seconds).

@@ -545,6 +545,36 @@ def test_create_missed_partitions_and_trim(admin: Admin, client: pulsar.Client,
     assert admin.post(f"/admin/v2/persistent/{ns}/missing/trim").status == 404
 
 
+
+def test_backlog_size_after_a_message_id(admin: Admin, client: pulsar.Client) -> None:
+    """PUT .../backlogSize (pulsar-admin topics get-backlog-size): the bytes after a position, as Pulsar's managed
+    ledger estimates them, over two ledgers (an unload closes the first)."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/sized"
+    base = f"/admin/v2/{rest_path(topic)}"
+    publish(client, topic, 4)
+    admin.ok("PUT", f"{base}/unload")
+    publish(client, topic, 2)
+    ledgers = admin.ok("GET", f"{base}/internalStats")["ledgers"]
+    first, current = ledgers[0], ledgers[-1]
+    total = sum(info["size"] for info in ledgers)
+
+    def size(ledger_id: int, entry_id: int) -> object:
+        return admin.ok("PUT", f"{base}/backlogSize", {"ledgerId": ledger_id, "entryId": entry_id})
+
+    assert size(-1, -1) == total
+    per_entry = first["size"] // first["entries"]
+    assert size(first["ledgerId"], 0) == total - per_entry  # (one entry at the ledger's average size)
+    assert size(first["ledgerId"], first["entries"] - 1) == total - first["size"]  # (the whole first ledger)
+    assert size(current["ledgerId"] + 1000, 0) == 0  # (past the end)
+    assert size(0, 0) == total  # (before the first ledger)
+    reply = admin.put(f"{base}/backlogSize", {"entryId": 0})
+    assert reply.status == 400
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
+    reply = admin.put(f"/admin/v2/persistent/{ns}/parted/backlogSize", {"ledgerId": -1, "entryId": -1})
+    assert (reply.status, reply.reason) == (405, "calculate backlog size is not allowed for partitioned-topic")
+
+
 def test_peek_batched_and_compressed(admin: Admin, client: pulsar.Client) -> None:
     topic = new_topic("peekz")
     base = f"/admin/v2/{rest_path(topic)}"
