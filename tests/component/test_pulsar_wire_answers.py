@@ -395,6 +395,59 @@ async def ack_with_a_receipt(w: Wire) -> Any:
     return await client.ack(2, message)
 
 
+
+async def message_delivered(w: Wire) -> Any:
+    client = await w.connect()
+    topic = w.topic("ok-message")
+    await ask(client, producer(topic))
+    await client.send(1, 0, "x")
+    await ask(client, subscribe(topic, "sub", consumer_id=2, sub_type=pb.CommandSubscribe.Shared,
+                                initialPosition=pb.CommandSubscribe.Earliest))
+    client.flow(2, 10)
+    return (await client.receive(2)).command
+
+
+async def message_redelivered(w: Wire) -> Any:
+    client = await w.connect()
+    topic = w.topic("ok-redelivered")
+    await ask(client, producer(topic))
+    await client.send(1, 0, "x")
+    await ask(client, subscribe(topic, "sub", consumer_id=2, sub_type=pb.CommandSubscribe.Shared,
+                                initialPosition=pb.CommandSubscribe.Earliest))
+    client.flow(2, 10)
+    await client.receive(2)
+    client.redeliver_unacknowledged(2)
+    return (await client.receive(2)).command
+
+
+async def active_consumer_change(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("ok-failover"), "sub", sub_type=pb.CommandSubscribe.Failover))
+    return await asyncio.wait_for(client.pushed(T.ACTIVE_CONSUMER_CHANGE).get(), QUIET_S * 5)
+
+
+async def reached_end_of_topic(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("ok-end"), "sub"))
+    client.flow(1, 10)
+    await w.admin("POST", f"/admin/v2/persistent/{NS}/{w.prefix}-ok-end/terminate")
+    return await asyncio.wait_for(client.pushed(T.REACHED_END_OF_TOPIC).get(), QUIET_S * 5)
+
+
+async def producer_closed_by_unload(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, producer(w.topic("ok-unload-p")))
+    await w.admin("PUT", f"/admin/v2/persistent/{NS}/{w.prefix}-ok-unload-p/unload")
+    return await asyncio.wait_for(client.pushed(T.CLOSE_PRODUCER).get(), QUIET_S * 5)
+
+
+async def consumer_closed_by_unload(w: Wire) -> Any:
+    client = await w.connect()
+    await ask(client, subscribe(w.topic("ok-unload-c"), "sub"))
+    await w.admin("PUT", f"/admin/v2/persistent/{NS}/{w.prefix}-ok-unload-c/unload")
+    return await asyncio.wait_for(client.pushed(T.CLOSE_CONSUMER).get(), QUIET_S * 5)
+
+
 CASES: list[Case] = [
     producer_on_missing_namespace, producer_on_missing_tenant, producer_on_invalid_name, producer_name_taken,
     producer_id_reused_on_a_connection, exclusive_producer_taken, producer_on_terminated_topic,
@@ -414,7 +467,8 @@ CASES: list[Case] = [
 SUCCESSES: list[Case] = [
     connected, producer_success, producer_success_with_schema, exclusive_producer_success, subscribe_success,
     lookup_success, partitions_of_plain_topic, last_message_id_after_a_send, send_receipt, consumer_stats,
-    schema_of_a_topic, topics_of_namespace, ack_with_a_receipt,
+    schema_of_a_topic, topics_of_namespace, ack_with_a_receipt, message_delivered, message_redelivered,
+    active_consumer_change, reached_end_of_topic, producer_closed_by_unload, consumer_closed_by_unload,
 ]
 
 # case name -> (fields only ours sets, fields only Pulsar's sets), each with the reason.
@@ -423,6 +477,15 @@ FIELD_DIFFERENCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # replicators of other clusters that connect; ours deduplicates them by sequence id (their older way), so it
     # does not claim it.
     "connected": ((), ("connected.feature_flags.supports_repl_dedup_by_lid_and_eid=True",)),
+}
+
+# Commands Pulsar sends and ours does not: case name -> why.
+UNSENT = {
+    # Pulsar 4.0.7 sends REACHED_END_OF_TOPIC to a consumer at the end of a terminated topic; the C++ client (and so
+    # the Python and Node clients) takes it for an invalid command and drops the connection, again at each
+    # reconnection (measured against Pulsar 4.0.7 with pulsar-client 3.x). Ours sends none (the Java and Go
+    # clients understand it: to be sent to them only, by their client version: not done yet).
+    "reached_end_of_topic": "the C++ client drops its connection on it",
 }
 
 # case name -> why ours answers otherwise.
@@ -500,19 +563,21 @@ def ask_every_case(service_url: str, web_url: str, metrics_path: str) -> Answers
                 await wire.close()
             out[case.__name__] = (0, (outcome(answer), message(answer)))
         return out
-    return {**asyncio.run(run()), **ask_every_success(port)}
+    return {**asyncio.run(run()), **ask_every_success(port, web_url)}
 
 
-def ask_every_success(port: int) -> Answers:
+def ask_every_success(port: int, web_url: str) -> Answers:
     async def run() -> Answers:
         out: Answers = {}
         for i, case in enumerate(SUCCESSES):
-            wire = Wire(port, "", f"s{i}")  # (no admin step in these)
+            wire = Wire(port, web_url, f"s{i}")
             try:
-                answer = await case(wire)
+                found = fields(await case(wire))
+            except TimeoutError:
+                found = ("no answer",)
             finally:
                 await wire.close()
-            out[f"ok {case.__name__}"] = (0, (fields(answer), str(answer)))
+            out[f"ok {case.__name__}"] = (0, (found, ""))
         return out
     return asyncio.run(run())
 
@@ -525,6 +590,9 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
 @pytest.mark.parametrize("case", [c.__name__ for c in SUCCESSES])
 def test_answer_has_pulsars_fields(answers: dict[str, Answers], case: str) -> None:
     (ours, our_text), (theirs, their_text) = answers["ours"][f"ok {case}"][1], answers["pulsar"][f"ok {case}"][1]
+    if case in UNSENT:
+        assert ours == ("no answer",) and theirs != ours, (ours, theirs)
+        return
     allowed_ours, allowed_theirs = FIELD_DIFFERENCES.get(case, ((), ()))
     only_ours = set(ours) - set(theirs) - set(allowed_ours)
     only_theirs = set(theirs) - set(ours) - set(allowed_theirs)

@@ -40,12 +40,18 @@ _RESPONSES = {
 }
 
 
+# Commands a broker sends unasked (kept by type: ``pushed``).
+_PUSHED = frozenset({T.ACTIVE_CONSUMER_CHANGE, T.REACHED_END_OF_TOPIC, T.CLOSE_PRODUCER, T.CLOSE_CONSUMER,
+                     T.TOPIC_MIGRATED})
+
+
 class Message:
     def __init__(self, cmd: pb.CommandMessage, payload: bytes) -> None:
         self.id = (commands.from_u64(cmd.message_id.ledgerId), commands.from_u64(cmd.message_id.entryId))
         self.message_id = cmd.message_id
         self.body = entry_body(payload).decode(errors="replace")
         self.ack_set = list(cmd.ack_set)
+        self.command = cmd  # (the CommandMessage as the broker sent it)
 
 
 class TxnWireClient:
@@ -60,6 +66,7 @@ class TxnWireClient:
         self.closed_consumers: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self.connected: pb.BaseCommand | None = None  # (the CONNECTED answer)
+        self._pushed: dict[int, asyncio.Queue[pb.BaseCommand]] = {}
 
     @classmethod
     async def open(cls, port: int, connect: pb.BaseCommand | None = None) -> TxnWireClient:
@@ -106,13 +113,19 @@ class TxnWireClient:
                 receipt = self.receipts.pop((body.producer_id, body.sequence_id), None)
                 if receipt is not None and not receipt.done():
                     receipt.set_result(cmd)
-            elif cmd.type == T.CLOSE_CONSUMER:
-                self.closed_consumers.add(cmd.close_consumer.consumer_id)
+            elif cmd.type in _PUSHED:
+                if cmd.type == T.CLOSE_CONSUMER:
+                    self.closed_consumers.add(cmd.close_consumer.consumer_id)
+                self.pushed(cmd.type).put_nowait(cmd)
             elif cmd.type in _RESPONSES:
                 request_id = getattr(cmd, _RESPONSES[cmd.type]).request_id
                 answer = self.pending.pop(request_id, None)
                 if answer is not None and not answer.done():
                     answer.set_result(cmd)
+
+    def pushed(self, kind: int) -> asyncio.Queue[pb.BaseCommand]:
+        """The commands of ``kind`` the broker sent unasked (ACTIVE_CONSUMER_CHANGE, REACHED_END_OF_TOPIC, ...)."""
+        return self._pushed.setdefault(kind, asyncio.Queue())
 
     def queue(self, consumer_id: int) -> asyncio.Queue[Message]:
         return self.messages.setdefault(consumer_id, asyncio.Queue())
