@@ -38,6 +38,7 @@ SCENARIOS: dict[str, str] = {
     "initial_subscription_refused": "initial subscription refused when auto subscription creation is off",
     "out_counters": "msgOutCounter after the consumer left",
     "broker_entry_metadata": "broker entry metadata (publish time, index)",
+    "end_of_topic": "a terminated topic read to its end: the consumer and a reader learn it (hasReachedEndOfTopic)",
     "transactions": "transactions: commit and abort of produce + ack across two topics and a subscription, timeout",
     "cluster_lookup": "two brokers in cluster mode: given the first one's URL, produce and consume on topics and a "
                       "partitioned topic owned by both (lookups followed)",
@@ -63,3 +64,5 @@ UNSUPPORTED: dict[str, str] = {
 ONLY: dict[str, set[str]] = {sid: {"Java"} for sid in SCENARIOS if sid.startswith("admin_")}
 ONLY["cluster_lookup"] = {"Java", "Go"}
 ONLY["cluster_transactions"] = {"Java", "Go"}
+# (REACHED_END_OF_TOPIC, which tells it, is understood by the Java client only: the broker sends it to no other)
+ONLY["end_of_topic"] = {"Java"}

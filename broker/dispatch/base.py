@@ -227,6 +227,17 @@ class Dispatcher(ConsumerMembers, ABC):
         if self.cursor.cancel_pending_read():
             self.read_outstanding = False
 
+    def at_terminated_end(self) -> bool:
+        """Whether the topic is terminated and read to its end: a read of new entries would wait for ever, so
+        none is made and the consumers are told instead (as Pulsar's dispatchers tell them when such a read
+        fails with NoMoreEntriesToRead: at each attempt)."""
+        end = self.context.terminated_at()
+        if end is None or self.cursor.read_position <= end:
+            return False
+        for consumer in list(self.consumers):
+            consumer.reached_end_of_topic()
+        return True
+
     def at_read_limit(self) -> bool:
         """Whether new entries may not be read now (an open transaction holds them back); the
         dispatcher is then woken when the limit moves on."""

@@ -101,6 +101,11 @@ class Consumer(Protocol):
         """Write one MESSAGE of a non-persistent topic (nothing remembered as pending)."""
         ...
 
+    def reached_end_of_topic(self) -> None:
+        """The subscription has read the terminated topic to its end (REACHED_END_OF_TOPIC, where the client
+        understands it)."""
+        ...
+
     def remove_pending(self, pos: Position) -> bool: ...
 
     def clear_pending(self) -> list[Position]:
@@ -252,6 +257,8 @@ class DispatchContext:
     read_limit: Callable[[], Position | None] = _no_limit
     # ... the dispatchers stopped there, woken (trigger_read) when it moves on ...
     limit_waiters: MutableSet[ReadTrigger] = field(default_factory=set)
+    # The topic's last entry once it is terminated (no entry will ever come after it), else None.
+    terminated_at: Callable[[], Position | None] = _no_limit
     # ... an entry of this aborted transaction (most, least bits) is acknowledged, never delivered ...
     txn_aborted: Callable[[int, int], bool] = _not_aborted
     # ... an entry acknowledged in a transaction still open is not delivered (None: no such acks) ...

@@ -356,8 +356,8 @@ class SharedDispatcher(Dispatcher):
             return
         replaying = bool(self.replay) and not self._replay_stalled
         permits = self.total_permits
-        if not replaying and self.at_read_limit():
-            return  # an open transaction holds the next entries back
+        if not replaying and (self.at_read_limit() or self.at_terminated_end()):
+            return  # an open transaction holds the next entries back, or none will ever come
         if not replaying:
             room = self._unacked_room()
             if room is not None:

@@ -161,8 +161,8 @@ class SingleActiveConsumerDispatcher(ActiveConsumerElection, Dispatcher):
                     view.read_entries(start, *size, lambda entries, at_end, exc: self._compacted_read_complete(
                         epoch, active, view, entries, at_end, exc))
                 return
-        if self.at_read_limit():
-            return  # an open transaction holds the next entries back
+        if self.at_read_limit() or self.at_terminated_end():
+            return  # an open transaction holds the next entries back, or none will ever come
         size = self.read_size(active.permits)
         if size is None:
             return  # the dispatch rate limits allow nothing now; retried when they do

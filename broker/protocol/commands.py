@@ -262,6 +262,12 @@ def close_producer(producer_id: int) -> bytes:
     return frame(cmd)
 
 
+def reached_end_of_topic(consumer_id: int) -> bytes:
+    cmd = pb.BaseCommand(type=T.REACHED_END_OF_TOPIC)
+    cmd.reachedEndOfTopic.consumer_id = consumer_id
+    return frame(cmd)
+
+
 def close_consumer(consumer_id: int) -> bytes:
     cmd = pb.BaseCommand(type=T.CLOSE_CONSUMER)
     cmd.close_consumer.consumer_id = consumer_id

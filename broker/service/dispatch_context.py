@@ -53,6 +53,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         mark_delete_moved=sub.mark_delete_moved,
         read_limit=topic.txn_buffer.read_limit,
         limit_waiters=topic.txn_buffer.waiters,
+        terminated_at=lambda: topic.terminated_at,
         txn_aborted=topic.txn_buffer.is_aborted,
         held=sub.pending_acks.holds if sub.pending_acks is not None else None,
         held_indexes=sub.pending_acks.held_indexes if sub.pending_acks is not None else None,

@@ -183,8 +183,8 @@ class PersistentTopic(AbstractTopic):
     async def terminate(self) -> Position:
         """No more messages, ever: record the last position, close producers (their reconnect is refused).
 
-        Consumers keep reading to the end. (Pulsar would then send REACHED_END_OF_TOPIC, which the
-        C++ client does not understand, so it is not sent.)
+        Consumers keep reading to the end; there their dispatcher tells them (REACHED_END_OF_TOPIC, to Java clients
+        only: see Consumer.reached_end_of_topic).
         """
         if self.terminated_at is None:
             last = self.ledger.last_confirmed_entry
@@ -193,6 +193,11 @@ class PersistentTopic(AbstractTopic):
         for producer in list(self.producers.values()):
             producer.cnx.producer_closed_by_broker(producer.producer_id)
             self.remove_producer(producer)
+        for sub in list(self.subscriptions.values()):  # (a read waiting for more entries would wait for ever)
+            dispatcher = sub.dispatcher
+            if dispatcher is not None:
+                dispatcher.cancel_reads()
+                dispatcher.trigger_read()
         return self.terminated_at
 
     def publish_entries(self, producer: Producer, entries: list[bytes], num_messages: int, nbytes: int,

@@ -483,8 +483,8 @@ FIELD_DIFFERENCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 UNSENT = {
     # Pulsar 4.0.7 sends REACHED_END_OF_TOPIC to a consumer at the end of a terminated topic; the C++ client (and so
     # the Python and Node clients) takes it for an invalid command and drops the connection, again at each
-    # reconnection (measured against Pulsar 4.0.7 with pulsar-client 3.x). Ours sends none (the Java and Go
-    # clients understand it: to be sent to them only, by their client version: not done yet).
+    # reconnection (measured against Pulsar 4.0.7 with pulsar-client 3.x), and the Go client would too. Ours sends
+    # it to the Java client only (tests/component/test_reached_end.py); this test's client is none.
     "reached_end_of_topic": "the C++ client drops its connection on it",
 }
 

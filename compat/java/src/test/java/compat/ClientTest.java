@@ -1,6 +1,7 @@
 package compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -622,6 +623,31 @@ class ClientTest {
             assertEquals(3, st.getMsgOutCounter(), "topic msgOutCounter after the consumer left");
             assertEquals(3, st.getSubscriptions().get("s").getMsgOutCounter(),
                     "subscription msgOutCounter after the consumer left");
+        }
+    }
+
+    @Test
+    void end_of_topic() throws Exception {
+        String t = Env.topic("ended");
+        try (Producer<String> p = producer(t); Consumer<String> c = subscribe(t, "s", SubscriptionType.Exclusive)) {
+            send(p, "m", 2);
+            receive(c, 2);
+            assertFalse(c.hasReachedEndOfTopic(), "reached the end before the topic was terminated");
+            admin.topics().terminateTopic(t);
+            long deadline = System.currentTimeMillis() + 10_000;
+            while (!c.hasReachedEndOfTopic() && System.currentTimeMillis() < deadline) {
+                Thread.sleep(20);
+            }
+            assertTrue(c.hasReachedEndOfTopic(), "the consumer was not told the topic ended");
+        }
+        try (Reader<String> r = client.newReader(Schema.STRING).topic(t).startMessageId(MessageId.earliest).create()) {
+            assertEquals("m0", r.readNext(10, TimeUnit.SECONDS).getValue());
+            assertEquals("m1", r.readNext(10, TimeUnit.SECONDS).getValue());
+            long deadline = System.currentTimeMillis() + 10_000;
+            while (!r.hasReachedEndOfTopic() && System.currentTimeMillis() < deadline) {
+                Thread.sleep(20);
+            }
+            assertTrue(r.hasReachedEndOfTopic(), "the reader was not told the topic ended");
         }
     }
 
