@@ -384,38 +384,30 @@ async def topics_of_namespace(w: Wire) -> Any:
     return await ask_of(client, T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", namespace=NS)
 
 
-async def ack_with_a_receipt(w: Wire) -> Any:
+async def one_message_received(w: Wire, name: str, sub_type: int = pb.CommandSubscribe.Exclusive,
+                               ) -> tuple[TxnWireClient, Any]:
+    """A message sent to a new topic and received by consumer 2 (from the earliest position): the client and it."""
     client = await w.connect()
-    topic = w.topic("ok-ack")
+    topic = w.topic(name)
     await ask(client, producer(topic))
     await client.send(1, 0, "x")
-    await ask(client, subscribe(topic, "sub", consumer_id=2, initialPosition=pb.CommandSubscribe.Earliest))
+    await ask(client, subscribe(topic, "sub", consumer_id=2, sub_type=sub_type,
+                                initialPosition=pb.CommandSubscribe.Earliest))
     client.flow(2, 10)
-    message = await client.receive(2)
+    return client, await client.receive(2)
+
+
+async def ack_with_a_receipt(w: Wire) -> Any:
+    client, message = await one_message_received(w, "ok-ack")
     return await client.ack(2, message)
 
 
-
 async def message_delivered(w: Wire) -> Any:
-    client = await w.connect()
-    topic = w.topic("ok-message")
-    await ask(client, producer(topic))
-    await client.send(1, 0, "x")
-    await ask(client, subscribe(topic, "sub", consumer_id=2, sub_type=pb.CommandSubscribe.Shared,
-                                initialPosition=pb.CommandSubscribe.Earliest))
-    client.flow(2, 10)
-    return (await client.receive(2)).command
+    return (await one_message_received(w, "ok-message", pb.CommandSubscribe.Shared))[1].command
 
 
 async def message_redelivered(w: Wire) -> Any:
-    client = await w.connect()
-    topic = w.topic("ok-redelivered")
-    await ask(client, producer(topic))
-    await client.send(1, 0, "x")
-    await ask(client, subscribe(topic, "sub", consumer_id=2, sub_type=pb.CommandSubscribe.Shared,
-                                initialPosition=pb.CommandSubscribe.Earliest))
-    client.flow(2, 10)
-    await client.receive(2)
+    client, _ = await one_message_received(w, "ok-redelivered", pb.CommandSubscribe.Shared)
     client.redeliver_unacknowledged(2)
     return (await client.receive(2)).command
 
