@@ -54,8 +54,7 @@ _INDIVIDUAL_ACK_TYPES = ("Shared", "Key_Shared")
 def _entries_since_first_unacked(topic: AnyTopic, name: str) -> int:
     if not isinstance(topic, PersistentTopic):
         return 0
-    sub = topic.subscriptions.get(name)
-    cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
+    cursor = topic.subscription_cursor(name)
     return S.entries_since_first_unacked(topic, cursor) if cursor is not None else 0
 
 

@@ -160,7 +160,7 @@ class NamespaceOperationsResource:
 
         async def clear(ns: str, bundle: NamespaceBundle | None) -> None:
             for topic in await self.stored_topics(ns, bundle):
-                for name in admin_ops.subscription_names(topic):
+                for name in topic.subscription_names():
                     if only is None or name == only:
                         admin_ops.skip_all(await admin_ops.subscription(topic, name))
 
@@ -174,7 +174,7 @@ class NamespaceOperationsResource:
         name = request.match_info["sub"]
 
         async def unsubscribe(ns: str, bundle: NamespaceBundle | None) -> None:
-            topics = [t for t in await self.stored_topics(ns, bundle) if name in admin_ops.subscription_names(t)]
+            topics = [t for t in await self.stored_topics(ns, bundle) if name in t.subscription_names()]
             for topic in topics:
                 sub = topic.subscriptions.get(name)
                 if sub is not None and sub.consumers:

@@ -22,7 +22,6 @@ from broker.admin.metrics_topic import THROTTLE_LIMITS, in_replay, txn_buffer_co
 from broker.java_text import client_address, iso_time
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
-from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
@@ -618,7 +617,7 @@ def _live_internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
 def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     ledger = topic.ledger
     cursors: dict[str, Any] = {}
-    for name in admin_ops.subscription_names(topic):
+    for name in topic.subscription_names():
         sub = topic.subscriptions.get(name)
         cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
         cursors[name] = stats = cursor_internal_stats(ledger, cursor)

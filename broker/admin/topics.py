@@ -522,7 +522,7 @@ class TopicsResource:
         """A partition's share of a subscription made on its partitioned topic (here, by the partition's owner): the
         partition made if need be, 409 when it has the subscription already."""
         topic = await self.service.get_persistent_topic(partition, create=True)
-        if sub_name in admin_ops.subscription_names(topic):
+        if sub_name in topic.subscription_names():
             raise HttpError(409, "Subscription already exists for topic")
         await self._create_subscription(topic, sub_name, start, replicated, properties)
 

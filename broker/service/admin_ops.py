@@ -54,17 +54,10 @@ class EntryNotFoundError(BrokerError):
 
 # -- finding subscriptions ------------------------------------------------------------------------
 
-def subscription_names(topic: PersistentTopic) -> list[str]:
-    """Live subscriptions plus stored durable cursors nobody has attached to since the topic loaded
-    (not the broker's own cursors: deduplication's and the replicators')."""
-    return topic.subscription_names()
-
-
 def backlog_of(topic: PersistentTopic, name: str) -> int:
     """Entries in the backlog of subscription ``name`` (live, or a stored durable cursor)."""
-    sub = topic.subscriptions.get(name)
-    cursor = sub.cursor if sub is not None else topic.ledger.cursors[name]
-    return cursor.number_of_entries_in_backlog()
+    cursor = topic.subscription_cursor(name)
+    return cursor.number_of_entries_in_backlog() if cursor is not None else 0
 
 
 async def subscription(topic: PersistentTopic, name: str) -> Subscription:

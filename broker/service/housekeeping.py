@@ -148,7 +148,7 @@ class Housekeeping:
             if limit_s <= 0 or topic.closed:
                 continue
             now = time.time()  # the managed ledgers' clock
-            for name in admin_ops.subscription_names(topic):
+            for name in topic.subscription_names():
                 if topic.closed:
                     break
                 if name == COMPACTION_CURSOR:
@@ -156,7 +156,7 @@ class Housekeeping:
                 sub = topic.subscriptions.get(name)
                 if sub is not None and (sub.consumers or not sub.durable):
                     continue
-                cursor = sub.cursor if sub is not None else topic.ledger.cursors.get(name)
+                cursor = topic.subscription_cursor(name)
                 if cursor is None or now - cursor.last_active <= limit_s:
                     continue
                 try:

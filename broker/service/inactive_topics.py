@@ -75,7 +75,7 @@ class InactiveTopicMonitor:
         """Pulsar's PersistentTopic.isActive for a V2 name: the subscriptions the mode counts, else a local producer."""
         if topic.compacted_view is not None or topic.has_local_producers:
             return True
-        names = admin_ops.subscription_names(topic)
+        names = topic.subscription_names()
         if mode == DELETE_WHEN_NO_SUBSCRIPTIONS:
             return bool(names)
         return any(admin_ops.backlog_of(topic, name) > 0 for name in names)

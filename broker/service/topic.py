@@ -46,6 +46,7 @@ from managed_ledger import (
     InitialPosition,
     LedgerClosedError,
     LedgerFencedError,
+    ManagedCursor,
     ManagedLedger,
     ManagedLedgerError,
     Position,
@@ -229,6 +230,12 @@ class PersistentTopic(AbstractTopic):
         """Live subscriptions plus stored durable cursors nobody has attached to since the topic
         loaded (not the broker's own cursors: deduplication's and the replicators')."""
         return sorted(n for n in set(self.subscriptions) | set(self.ledger.cursors) if self.is_subscription_cursor(n))
+
+    def subscription_cursor(self, name: str) -> ManagedCursor | None:
+        """The cursor of subscription ``name``: its live subscription's, or the stored one nobody has attached
+        to since the topic loaded; None when there is neither."""
+        sub = self.subscriptions.get(name)
+        return sub.cursor if sub is not None else self.ledger.cursors.get(name)
 
     @staticmethod
     def is_subscription_cursor(name: str) -> bool:
