@@ -213,6 +213,10 @@ class KeySharedDispatcher(SharedDispatcher):
                     self._blocked_attempts.pop(h, None)
 
     def _blocked(self, h: int) -> None:
+        """An entry of hash ``h`` held back: its unacked holder is not its owner. The hash is draining even when
+        the last ring change did not move it (the holder took the rest of a chunked message after the drain had
+        cleared), so that it is named in the stats and its count goes when the holder acknowledges."""
+        self._draining.setdefault(h, self._drain_owner[h])
         self._blocked_attempts[h] = self._blocked_attempts.get(h, 0) + 1
 
     def _released(self, positions: list[Position]) -> None:

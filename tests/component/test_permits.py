@@ -751,6 +751,47 @@ async def test_key_shared_chunked_message_whose_consumer_leaves_midway_goes_whol
     h.check()
 
 
+async def test_key_shared_hash_held_by_a_chunked_message_past_its_drain_shows_as_draining_and_clears() -> None:
+    """The ring moves key k from a to b while a holds the first chunks of a message of k; a acknowledges them
+    (the drain clears) and the rest of the message still goes to a, its chunks' consumer. A message of k for b
+    is then held back by a consumer the ring did not move it from at the last change: that hash is draining
+    again (the stats name it, with the blocked attempt) and clears, blocked count and all, once a acknowledges.
+    Before, the blocked attempts were counted for a hash the stats did not show and kept until the next ring
+    change."""
+    h, d, a = await KeyHarness.with_first_consumer(100)
+    assert isinstance(d, KeySharedDispatcher)
+    b = h.consumer_named("b")
+    key = key_moving_to(h, b, [a])
+    kh = d.key_hash(key.encode())
+    for i in range(2):
+        h.ledger.add_entry(chunk(i, 4, key=key), lambda pos, exc: None)
+    await drain_lane()
+    first = list(a.pending_acks)
+    assert len(first) == 2
+    d.add_consumer(b)
+    d.flow(b, 100)
+    await drain_lane()
+    assert [x["hash"] for x in d.consumer_key_stats()[a]["drainingHashes"]] == [kh]
+    h.ack(a, first)
+    await drain_lane()
+    assert d.consumer_key_stats()[a]["drainingHashes"] == []
+    for i in range(2, 4):
+        h.ledger.add_entry(chunk(i, 4, key=key), lambda pos, exc: None)
+    await drain_lane()
+    rest = list(a.pending_acks)
+    assert len(rest) == 2 and not b.pending_acks
+    h.publish_key(key)
+    await drain_lane()
+    assert not b.pending_acks  # (a still holds the end of the message of this key)
+    (held,) = d.consumer_key_stats()[a]["drainingHashes"]
+    assert held["hash"] == kh and held["unackMsgs"] == 2 and held["blockedAttempts"] >= 1
+    h.ack(a, rest)
+    await drain_lane()
+    assert len(b.pending_acks) == 1
+    assert d.consumer_key_stats()[a]["drainingHashes"] == [] and not d._blocked_attempts
+    h.check()
+
+
 class KeySharedMachine(PermitMachine):
     """The same interleavings on Key_Shared, plus: a key is never pending on two consumers at once."""
 
