@@ -176,12 +176,16 @@ class Consumer:
         if frames:
             self.cnx.write_many(frames)
             self.unacked_messages += newly_unacked
-            self.msg_out += sent
-            self.bytes_out += nbytes
-            self.last_consumed = time.time()
-            avg, sample = self.avg_messages_per_entry, sent / (len(frames) >> 1)
-            self.avg_messages_per_entry = sample if avg < 1 else 0.9 * avg + 0.1 * sample
+            self._count_out(sent, nbytes, len(frames) >> 1)
         return sent
+
+    def _count_out(self, messages: int, nbytes: int, entries: int) -> None:
+        """Counters and the messages-per-entry average after a write of ``entries`` entries."""
+        self.msg_out += messages
+        self.bytes_out += nbytes
+        self.last_consumed = time.time()
+        avg, sample = self.avg_messages_per_entry, messages / entries
+        self.avg_messages_per_entry = sample if avg < 1 else 0.9 * avg + 0.1 * sample
 
     def reached_end_of_topic(self) -> None:
         """REACHED_END_OF_TOPIC, to the Java client only: Pulsar sends it to every client, and the C++ client (so the
@@ -195,11 +199,7 @@ class Consumer:
         messages are never acknowledged."""
         self.cnx.write(commands.message(self.consumer_id, MESSAGE_POSITION.ledger_id, MESSAGE_POSITION.entry_id,
                                         self.partition_index, 0, entry))
-        self.msg_out += messages
-        self.bytes_out += len(entry)
-        self.last_consumed = time.time()
-        avg = self.avg_messages_per_entry
-        self.avg_messages_per_entry = messages if avg < 1 else 0.9 * avg + 0.1 * messages
+        self._count_out(messages, len(entry), 1)
 
     def set_pending_messages(self, pos: Position, messages: int) -> None:
         """A partial batch ack left ``messages`` of this delivered entry unacknowledged."""
