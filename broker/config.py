@@ -630,10 +630,7 @@ class BrokerConfig:
         """Convert ``value`` (text from a file or flag, or a Python value) and check it; ConfigError
         names the key and what it accepts."""
         key = _RENAMED_KEYS.get(key, key)
-        kind = _KINDS.get(key)
-        if kind is None:
-            raise KeyError(f"unknown configuration key {key!r}")
-        setattr(self, key, kind.convert(key, value))
+        setattr(self, key, converted(key, value))
 
     def check(self) -> None:
         """Check every value (they may have been assigned directly); raise the first bad one."""
@@ -726,5 +723,14 @@ class _Kind:
 
 
 _KINDS = {f.name: _Kind.of(f) for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}
+
+
+def converted(key: str, value: Any) -> Any:
+    """``value`` (text, or a Python value) as setting ``key`` holds it; ConfigError names the key and what it accepts,
+    KeyError an unknown key."""
+    kind = _KINDS.get(key)
+    if kind is None:
+        raise KeyError(f"unknown configuration key {key!r}")
+    return kind.convert(key, value)
 # Keys this broker once read under another name than Pulsar's -> Pulsar's: both are read.
 _RENAMED_KEYS = {"isAllowAutoUpdateSchema": "isAllowAutoUpdateSchemaEnabled"}

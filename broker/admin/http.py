@@ -37,6 +37,7 @@ from broker.admin.common import (
     pulsar_topic_in_path,
     query_flag,
     read_body,
+    resumed_empty,
     unset_value,
 )
 from broker.admin.console import ConsoleResource
@@ -56,8 +57,10 @@ from broker.admin.topic_policies import TopicPoliciesResource
 from broker.admin.topics import TopicsResource
 from broker.admin.transactions import TransactionsResource
 from broker.auth.http import security_middleware
+from broker.config import ConfigError
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES, parse_cluster_data, parse_peer_cluster_names
 from broker.metadata.store import AlreadyExistsError, InUseError, TenantInfo, broker_metadata_store_url
+from broker.service.dynamic_config import DYNAMIC, DynamicConfiguration, NotDynamicError
 from broker.service.periodic import PeriodicTask
 from broker.topic_name import TopicName
 from broker.version import __version__
@@ -105,6 +108,8 @@ class WebService:
         r.add_get("/admin/v2/brokers/version", self.version)
         r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
         r.add_get("/admin/v2/brokers/configuration/values", self.dynamic_configuration_values)
+        r.add_post("/admin/v2/brokers/configuration/{configName}/{configValue}", self.update_dynamic_configuration)
+        r.add_delete("/admin/v2/brokers/configuration/{configName}", self.delete_dynamic_configuration)
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
         r.add_get("/admin/v2/brokers/internal-configuration", self.internal_configuration)
         r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
@@ -226,11 +231,35 @@ class WebService:
         return web.Response(text=__version__)  # (a bare string, as Pulsar answers)
 
     async def dynamic_configuration(self, request: web.Request) -> web.Response:
-        """The settings that can be changed at runtime: none here (a restart applies a change)."""
-        return json_response([])
+        """The settings that can be changed while the brokers run (pulsar-admin brokers list-dynamic-config):
+        ``broker.service.dynamic_config.DYNAMIC``."""
+        return json_response(sorted(DYNAMIC))
 
     async def dynamic_configuration_values(self, request: web.Request) -> web.Response:
-        return json_response({})
+        """The dynamic settings stored for the cluster (get-all-dynamic-config): setting -> its value as text."""
+        return json_response(dict(self.service.metadata.dynamic_configuration))
+
+    async def update_dynamic_configuration(self, request: web.Request) -> web.Response:
+        """update-dynamic-config: stored for every broker of the cluster; this one has applied it when this answers
+        (its own write notifies it at once), the others as the store tells them. A value the setting does not
+        accept is refused here (Pulsar stores it, then logs that it cannot apply it)."""
+        name, value = request.match_info["configName"], request.match_info["configValue"]
+        try:
+            DynamicConfiguration.check(name, value)
+        except NotDynamicError:
+            raise HttpError(412, "Can't update non-dynamic configuration") from None
+        except ConfigError as exc:
+            raise HttpError(412, f"Invalid dynamic-config value: {exc}") from None
+        await self.service.metadata.update_dynamic_configuration(lambda stored: stored.__setitem__(name, value))
+        return resumed_empty()  # (Pulsar's answer: 200, no body)
+
+    async def delete_dynamic_configuration(self, request: web.Request) -> web.Response:
+        """delete-dynamic-config: the setting goes back, on every broker, to the value it started with."""
+        name = request.match_info["configName"]
+        if name not in DYNAMIC:
+            raise HttpError(412, "Can't delete non-dynamic configuration")
+        await self.service.metadata.update_dynamic_configuration(lambda stored: stored.pop(name, None))
+        return resumed_empty()
 
     async def internal_configuration(self, request: web.Request) -> web.Response:
         """Pulsar's InternalConfigurationData (``pulsar-admin brokers get-internal-config``): where the metadata is

@@ -40,12 +40,22 @@ class TopicOperation(enum.Enum):
 class AuthorizationService:
     def __init__(self, cfg: BrokerConfig, metadata: BrokerMetadata) -> None:
         self.enabled = cfg.authorizationEnabled
-        self.super_users = frozenset(cfg.superUserRoles)
+        self._cfg = cfg
+        self._super_users_of: list[str] = cfg.superUserRoles
+        self._super_users = frozenset(cfg.superUserRoles)
         self.proxy_roles = frozenset(cfg.proxyRoles)
         self.wildcards = cfg.authorizationAllowWildcardsMatching
         self.metadata = metadata
         if self.enabled:
             log.info("authorization enabled: super users %s", ", ".join(sorted(self.super_users)) or "(none)")
+
+    @property
+    def super_users(self) -> frozenset[str]:
+        """``superUserRoles``, followed when the dynamic configuration replaces it."""
+        if self._cfg.superUserRoles is not self._super_users_of:
+            self._super_users_of = self._cfg.superUserRoles
+            self._super_users = frozenset(self._super_users_of)
+        return self._super_users
 
     # -- roles -----------------------------------------------------------------------------------------
     def is_super_user(self, role: str | None) -> bool:

@@ -172,6 +172,7 @@ class LoadManager:
         grace_s = self.config.loadBalancerSheddingGracePeriodMinutes * 60
         now = time.time()
         self.recently_unloaded = {b: at for b, at in self.recently_unloaded.items() if now - at < grace_s}
+        self.shedder.settings = shedder_settings(self.config)  # (its thresholds are dynamic settings)
         plan = self.shedder.find_bundles_for_unloading(brokers, self.recently_unloaded,
                                                        self.placement.history.short_term())
         excluded = set(self.config.loadBalancerSheddingExcludedNamespaces)

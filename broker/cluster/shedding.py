@@ -115,6 +115,7 @@ class LoadSheddingStrategy(Protocol):
     """Pulsar's ``LoadSheddingStrategy``: what the leader's load manager asks every shedding round."""
 
     name: str  # Pulsar's simple class name, in the load manager's log lines
+    settings: ShedderSettings  # (replaced by the load manager before each round: some are dynamic settings)
 
     def find_bundles_for_unloading(self, brokers: Mapping[str, LoadReport], recently_unloaded: Collection[str] = (),
                                    short_term: Mapping[str, BundleLoad] | None = None) -> dict[str, list[str]]:

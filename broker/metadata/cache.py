@@ -119,6 +119,8 @@ class MetadataCache:
 
     async def _keys_below(self, kind: L.Kind, directory: str) -> list[str]:
         """The keys of the records of ``kind`` below ``directory`` (its root or a key's prefix)."""
+        if kind.only:
+            return [kind.only]  # (whether it is there: its read says, and watches for its coming)
         if directory == kind.root or not directory.startswith(kind.root + "/"):
             prefix: list[str] = []
         else:

@@ -13,6 +13,7 @@ namespace, local            ``/admin/local-policies/<tenant>/<ns>``             
 failure domain              ``/admin/clusters/<cluster>/failureDomain/<domain>``   FailureDomainImpl JSON
 partitioned topic           ``/admin/partitioned-topics/<t>/<ns>/<domain>/<enc>``  PartitionedTopicMetadata JSON
 topic policies              ``/admin/topic-policies/local/<t>/<ns>/<domain>/<enc>`` TopicPolicies JSON
+dynamic configuration       ``/admin/configuration``                               JSON map: setting -> text
 ==========================  =====================================================  =============================
 
 ``<enc>`` is Pulsar's ``TopicName.getEncodedLocalName()`` (``Codec.encode``: Java's URLEncoder).
@@ -95,7 +96,9 @@ class Kind:
     """One kind of record: the nodes ``<root>/<depth elements>`` each hold one cache entry.
 
     ``decode`` turns a node's value into the cached value (None: no entry), ``encode`` the other
-    way. ``versioned`` kinds (schemas) keep their entry in the children of the unit node instead.
+    way. ``versioned`` kinds (schemas) keep their entry in the children of the unit node instead. A kind
+    of ``only`` one record (depth 1) is the node ``<root>/<only>``, the root's other children being
+    another kind's.
     """
 
     name: str
@@ -106,6 +109,7 @@ class Kind:
     decode: Callable[[bytes], Any]
     encode: Callable[[Any], bytes]
     versioned: bool = False
+    only: str = ""
 
     def path(self, key: str) -> str:
         return "/".join([self.root, *self.key_to_parts(key)])
@@ -114,6 +118,8 @@ class Kind:
         """The key whose unit node is ``path`` (or, for a versioned kind, a child of it)."""
         if not path.startswith(self.root + "/"):
             return None
+        if self.only:
+            return self.only if path == f"{self.root}/{self.only}" else None
         parts = path[len(self.root) + 1:].split("/")
         if len(parts) == self.depth or (self.versioned and len(parts) == self.depth + 1):
             try:
@@ -237,8 +243,20 @@ COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_p
 # The unit node is the topic's; its children are the versions, each one schema record (JSON).
 SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
 
+# Pulsar's dynamic configuration (DynamicConfigurationResources): one node, a JSON map setting -> its value as text,
+# which every broker of the cluster applies over its configuration file.
+DYNAMIC_CONFIGURATION_NODE = "configuration"
+
+
+def _only_key(parts: Sequence[str]) -> str:
+    raise ValueError("a kind of one record has no other keys")
+
+
+DYNAMIC_CONFIGURATION = Kind("dynamic_configuration", "/admin", 1, lambda k: [k], _only_key, _doc, encode_json,
+                             only=DYNAMIC_CONFIGURATION_NODE)
+
 KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, FAILURE_DOMAINS, PARTITIONED_TOPICS,
-         TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS)
+         TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS, DYNAMIC_CONFIGURATION)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

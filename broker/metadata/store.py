@@ -133,6 +133,7 @@ class BrokerMetadata:
         self._topic_policies = t[L.TOPIC_POLICIES.name]
         # A non-partitioned topic's properties (a partitioned topic's are in its metadata document)
         self._topic_properties = t[L.TOPIC_PROPERTIES.name]
+        self._dynamic_configuration = t[L.DYNAMIC_CONFIGURATION.name]
         self._views_generation = -1
         self._partition_counts: dict[str, int] = {}
         self._partitioned_properties: dict[str, dict[str, str]] = {}
@@ -227,6 +228,23 @@ class BrokerMetadata:
         """Topic name -> its properties (a partitioned topic's base name for its partitions)."""
         self._refresh_views()
         return MappingProxyType(ChainMap(self._partitioned_properties, self._topic_properties))
+
+    # -- dynamic configuration (Pulsar's DynamicConfigurationResources) ----------------------------
+    @property
+    def dynamic_configuration(self) -> Mapping[str, Any]:
+        """The stored settings every broker applies over its configuration (setting -> its value as text; empty
+        when there are none). Written by any broker of the cluster, or by Pulsar's."""
+        return MappingProxyType(self._dynamic_configuration.get(L.DYNAMIC_CONFIGURATION_NODE) or {})
+
+    async def update_dynamic_configuration(self, change: Callable[[JsonDoc], None]) -> None:
+        """Compare-and-set of the stored settings: ``change`` edits the map in place (the node is made when
+        missing, and kept, empty, when the last setting goes, as Pulsar keeps it)."""
+        def modify(current: JsonDoc | None) -> JsonDoc:
+            doc = dict(current or {})
+            change(doc)
+            return doc
+
+        await self._modify(L.DYNAMIC_CONFIGURATION, L.DYNAMIC_CONFIGURATION_NODE, modify)
 
     # -- clusters (Pulsar's ClusterResources) -------------------------------------------------------
     async def create_cluster(self, name: str, data: Mapping[str, Any]) -> None:

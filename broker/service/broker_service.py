@@ -44,6 +44,7 @@ from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.cluster_removal import ClusterRemoval
 from broker.service.compacted_view import load_view
 from broker.service.compaction import compacted_ledger_names
+from broker.service.dynamic_config import DynamicConfiguration
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
@@ -142,6 +143,8 @@ class BrokerService:
         self.metadata = BrokerMetadata(config.clusterName,
                                       default_bundles=config.defaultNumberOfNamespaceBundles)
         self.metadata_store: MetadataStore | None = None
+        # The settings changed while the brokers run (pulsar-admin brokers update-dynamic-config), applied to config.
+        self.dynamic_config = DynamicConfiguration(config, self.metadata)
         # The policies in force for each topic (topic, else namespace, else broker): one table.
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
@@ -953,6 +956,7 @@ class BrokerService:
         legacy = self.data_dir / LEGACY_FILE_NAME if self.data_dir is not None else None
         try:
             await self.metadata.start(self.metadata_store, legacy)
+            self.dynamic_config.start()
             if self.transactions is not None:
                 await self.transactions.create_assign_topic()
             await self._start_storage()

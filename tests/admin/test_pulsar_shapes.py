@@ -111,6 +111,10 @@ FAILING = [
     # a bundle with a topic in it (t's), without force; a name that is no bundle
     ("DELETE", f"/admin/v2/namespaces/{NS}/0x80000000_0xc0000000", None),
     ("DELETE", f"/admin/v2/namespaces/{NS}/bogus", None),
+    # settings that are not dynamic (or not settings at all)
+    ("POST", "/admin/v2/brokers/configuration/clusterName/other", None),
+    ("POST", "/admin/v2/brokers/configuration/noSuchSetting/1", None),
+    ("DELETE", "/admin/v2/brokers/configuration/brokerServicePort", None),
 ]
 N = f"/admin/v2/namespaces/{NS}"
 _RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 100, "ratePeriodInSecond": 1,
@@ -230,6 +234,10 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("POST", f"/admin/v2/namespaces/{NS}/clearBacklog/s", None, True),  # (Pulsar: 500, see PULSAR_FAILS)
     ("POST", f"/admin/v2/namespaces/{NS}/unsubscribe/nosuch", None, True),
     ("GET", f"{BASE}/t/examinemessage?initialPosition=earliest&messagePosition=1", None, False),
+    # a dynamic setting stored, listed, taken back
+    ("POST", "/admin/v2/brokers/configuration/maxTopicsPerNamespace/500", None, True),
+    ("GET", "/admin/v2/brokers/configuration/values", None, True),
+    ("DELETE", "/admin/v2/brokers/configuration/maxTopicsPerNamespace", None, True),
 ]
 
 # Succeeding calls Pulsar 4.0.7 fails (500) where ours succeeds: (method, path) -> why.
@@ -277,8 +285,6 @@ DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Pulsar's aggregate merges the partitions' producers by position into rate-only entries; ours lists each.
     f"{BASE}/part/partitioned-stats": ({f".publishers[].{k}" for k in (
         "accessMode", "address", "clientVersion", "connectedSince", "metadata", "producerName")}, set()),
-    # The settings that can change at run time: none here (a change of ours takes a restart).
-    "/admin/v2/brokers/configuration": (set(), {"[]"}),
     # Each broker's own settings (Pulsar has hundreds ours has not, and ours a few of its own).
     "/admin/v2/brokers/configuration/runtime": None,
     # Pulsar's JVM and Netty allocator figures (ours has no JVM; its memory is in the Prometheus process metrics).

@@ -6,7 +6,8 @@ processes on one ZooKeeper and two bookies, the official client, the admin REST 
   subscription keeps moving on the remote after its topic moves;
 - compaction asked of a non-owner runs on the owner (307); after the bundle moves, a compacted reader on the new
   owner sees the compacted view, and compaction runs there;
-- namespace and topic policies set through one broker are enforced at once on a topic another broker serves;
+- namespace and topic policies (and dynamic settings) set through one broker are enforced at once on a topic another
+  broker serves;
 - token authentication and authorization on both brokers: lookups and admin 307s with a token, refusals alike;
 - each broker's /metrics shows the topics it owns only; after a move the series leaves the old owner.
 
@@ -402,6 +403,15 @@ def test_policies_set_through_one_broker_hold_on_the_other(brokers: Brokers) -> 
         wait_for(lambda: refused(lambda: client.create_producer(topic).close(),
                                  pulsar.ProducerBlockedQuotaExceededException), WAIT_S,
                  "a new producer refused for the backlog quota on the owner")
+        # A dynamic setting (update-dynamic-config) through the other broker, taken back through the owner.
+        config = "/admin/v2/brokers/configuration"
+        assert requests.post(f"{setter.web_url}{config}/subscriptionKeySharedEnable/false", timeout=30).ok
+        wait_for(lambda: refused(lambda: client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+                                 .close(), pulsar.NotAllowedError), WAIT_S, "Key_Shared refused on the owner")
+        assert http_json(f"{owner.web_url}{config}/values") == {"subscriptionKeySharedEnable": "false"}
+        assert requests.delete(f"{owner.web_url}{config}/subscriptionKeySharedEnable", timeout=30).ok
+        wait_for(lambda: http_json(f"{setter.web_url}{config}/runtime")["subscriptionKeySharedEnable"] == "true",
+                 WAIT_S, "the setting back on the other broker")
     finally:
         client.close()
 

@@ -749,3 +749,29 @@ async def test_truncate_checks_the_tenants_admin_before_the_owners_redirect(pki:
             assert await call("ops", "DELETE", path) == (307, f"{ElsewhereOwnership.OWNER}{path}?authoritative=false")
         finally:
             service.ownership = standalone
+
+
+def test_super_users_follow_the_dynamic_configuration(pki: Pki) -> None:
+    """superUserRoles changed with update-dynamic-config: a role made super user may do what only super users may
+    (and change the dynamic configuration itself), at once; deleted, it is refused again. Only super users may
+    read or change the dynamic configuration."""
+    with BrokerThread(**secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None)) as b:
+        root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
+        ops = SecureAdmin.bearer(b.web_url, pki, "ops")
+        config = "/admin/v2/brokers/configuration"
+        limit = f"{config}/maxTopicsPerNamespace"
+        for method, path, operation in (("GET", config, "LIST"), ("GET", f"{config}/values", "LIST"),
+                                        ("POST", f"{limit}/9", "UPDATE"), ("DELETE", limit, "DELETE")):
+            reply = ops.call(method, path)  # (Pulsar's validateBothSuperuserAndBrokerOperation and its words)
+            assert reply.status == 401 and reply.reason.startswith(
+                "Unauthorized to validateBothSuperuserAndBrokerOperation for originalPrincipal [null] and clientAppId "
+                f"[ops] about operation [{operation}_DYNAMIC_CONFIGURATION"), (method, path, reply.body)
+        assert ops.call("GET", "/admin/v2/bookies/racks-info").status == 401  # (super users only)
+        assert root.call("POST", f"{config}/superUserRoles/{SUPER_USER},ops").status == 200
+        assert ops.ok("GET", "/admin/v2/bookies/racks-info") == {}
+        assert ops.call("POST", f"{config}/maxTopicsPerNamespace/9").status == 200
+        stored = {"superUserRoles": f"{SUPER_USER},ops", "maxTopicsPerNamespace": "9"}
+        assert root.ok("GET", f"{config}/values") == stored
+        assert root.call("DELETE", f"{config}/superUserRoles").status == 200
+        assert ops.call("GET", "/admin/v2/bookies/racks-info").status == 401
+        assert root.ok("GET", f"{config}/values") == {"maxTopicsPerNamespace": "9"}

@@ -434,6 +434,8 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     ("PUT", "/admin/v2/persistent/{tenant}/{ns}/{topic}/properties", Access.TENANT_ADMIN),
     ("POST", "/admin/v2/namespaces/{tenant}/{ns}/retention", Access.TENANT_ADMIN),
     ("GET", "/admin/v2/brokers/configuration/runtime", Access.SUPER_USER),
+    ("POST", "/admin/v2/brokers/configuration/{configName}/{configValue}", Access.SUPER_USER),
+    ("DELETE", "/admin/v2/brokers/configuration/{configName}", Access.SUPER_USER),
     ("POST", "/admin/v2/persistent/{tenant}/{ns}/{topic}/permissions/{role}", Access.TENANT_ADMIN),
     ("POST", "/admin/v2/schemas/{tenant}/{ns}/{topic}/schema", Access.TOPIC_PRODUCE),
     ("GET", "/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}", Access.TOPIC_LOOKUP),

@@ -179,7 +179,7 @@ async def open_tls(b: Broker, pki: Pki, cert: bool) -> WireClient:
 
 async def test_tls_method_uses_the_verified_certificate(broker: Broker, pki: Pki) -> None:
     assert broker.server is not None
-    broker.server.security.authorization.super_users = frozenset({CLIENT_ROLE})
+    broker.server.config.superUserRoles = [CLIENT_ROLE]  # (as a dynamic configuration change sets it)
     c = await open_tls(broker, pki, cert=True)
     c.send(connect_cmd("tls"))
     assert (await c.recv()).type == T.CONNECTED

@@ -1,0 +1,127 @@
+"""Dynamic configuration (``pulsar-admin brokers update-dynamic-config``): settings changed while the brokers run.
+
+As Apache Pulsar keeps them (DynamicConfigurationResources): one node of the metadata store, ``/admin/configuration``,
+a JSON map setting -> its value as text, which every broker of the cluster applies over its configuration file, at
+start and whenever the map changes (the metadata cache's notifications); a setting taken out of the map goes back to
+the value the broker started with. The admin calls (``broker.admin.http``) write the map; this module applies it.
+
+Dynamic here are the settings that take effect while the broker runs (``DYNAMIC``), in one of three ways:
+
+- read where they are used (whether Key_Shared is allowed, a partitioned topic's most partitions, the bundle split
+  thresholds and algorithms, load shedding on or off, the unload timeout);
+- the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode...): a change
+  moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
+- read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
+  each shedding round).
+
+Any other setting is refused (412), as Pulsar refuses one that is not dynamic. Pulsar's list is longer: most of the
+rest are settings this broker does not have; a few it has but reads once at start (the inactive-topic check's
+interval and whether it runs, the shedding interval, the broker-wide dispatch and publish limits, the placement's
+resource weights), so they are not offered as dynamic. A value the setting does not accept is refused when it is
+set (Pulsar stores it and logs its failure to apply it); one stored by another writer is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from broker.config import BrokerConfig, ConfigError, converted
+from broker.metadata.store import BrokerMetadata
+
+log = logging.getLogger(__name__)
+
+# Read where they are used.
+_READ_IN_PLACE = (
+    "brokerDeleteInactivePartitionedTopicMetadataEnabled", "subscriptionKeySharedEnable",
+    "maxNumPartitionsPerPartitionedTopic", "namespaceBundleUnloadingTimeoutMs",
+    "loadBalancerSheddingEnabled", "loadBalancerSheddingGracePeriodMinutes",
+    "loadBalancerAutoBundleSplitEnabled", "loadBalancerAutoUnloadSplitBundlesEnabled",
+    "loadBalancerNamespaceBundleMaxTopics", "loadBalancerNamespaceBundleMaxSessions",
+    "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
+    "loadBalancerNamespaceMaximumBundles", "flowOrQpsDifferenceThresholdPercentage",
+    "supportedNamespaceBundleSplitAlgorithms", "defaultNamespaceBundleSplitAlgorithm",
+)
+# The broker's level of a policy (``broker.metadata.policy_table``): resolved again once the generation moves.
+_POLICY_DEFAULTS = (
+    "brokerDeleteInactiveTopicsMode", "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
+    "subscriptionTypesEnabled", "maxTopicsPerNamespace", "isAllowAutoUpdateSchemaEnabled",
+    "maxPublishRatePerTopicInMessages", "maxPublishRatePerTopicInBytes",
+    "subscribeThrottlingRatePerConsumer", "subscribeRatePeriodPerConsumerInSecond",
+    "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte",
+    "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte",
+    "dispatchThrottlingRatePerReplicatorInMsg", "dispatchThrottlingRatePerReplicatorInByte",
+    "allowAutoTopicCreation", "allowAutoTopicCreationType", "allowAutoSubscriptionCreation", "defaultNumPartitions",
+)
+# Read again where they were kept.
+_READ_AGAIN = (
+    "superUserRoles",
+    "loadBalancerBrokerThresholdShedderPercentage", "loadBalancerBundleUnloadMinThroughputThreshold",
+    "loadBalancerMsgRateDifferenceShedderThreshold", "loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold",
+    "maxUnloadPercentage", "minUnloadMessage", "minUnloadMessageThroughput", "maxUnloadBundleNumPerShedding",
+    "loadBalancerAvgShedderLowThreshold", "loadBalancerAvgShedderHighThreshold",
+    "loadBalancerAvgShedderHitCountLowThreshold", "loadBalancerAvgShedderHitCountHighThreshold",
+)
+DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN)
+
+
+class NotDynamicError(Exception):
+    """A setting that cannot change while the broker runs (or that this broker does not have)."""
+
+
+class DynamicConfiguration:
+    """Applies the stored dynamic settings to ``config`` (the broker's one configuration object)."""
+
+    def __init__(self, config: BrokerConfig, metadata: BrokerMetadata) -> None:
+        self.config = config
+        self.metadata = metadata
+        # What each dynamic setting was at start: a setting taken out of the map goes back to it.
+        self._started_with = {key: copy.copy(getattr(config, key)) for key in DYNAMIC}
+        self._applied: dict[str, Any] = {}  # setting -> the stored value in force
+        self._ignored: dict[str, Any] = {}  # setting -> a stored value not applied (warned once)
+
+    def start(self) -> None:
+        """Apply what is stored, then after every change of the metadata: first of the listeners, so that those
+        after it (and everything that re-reads its policies because the generation moved) see the new values."""
+        self.metadata.listeners.insert(0, self.apply)
+        self.apply()
+
+    @staticmethod
+    def check(key: str, value: str) -> None:
+        """NotDynamicError, or ConfigError (what the setting accepts), unless ``key`` may be set to ``value``."""
+        if key not in DYNAMIC:
+            raise NotDynamicError(key)
+        converted(key, value)
+
+    def apply(self) -> None:
+        stored = self.metadata.dynamic_configuration
+        changed = []
+        for key in DYNAMIC:
+            raw = stored.get(key)
+            if raw is None:
+                self._ignored.pop(key, None)
+            if raw == self._applied.get(key) or (raw is not None and raw == self._ignored.get(key)):
+                continue
+            if raw is None:
+                value = self._started_with[key]
+                self._applied.pop(key, None)
+            else:
+                try:
+                    value = converted(key, raw)
+                except ConfigError as exc:
+                    log.warning("dynamic configuration: %s not applied (%s); %r stays in force",
+                                key, exc, getattr(self.config, key))
+                    self._ignored[key] = raw
+                    continue
+                self._applied[key] = raw
+            self._ignored.pop(key, None)
+            if value != getattr(self.config, key):
+                setattr(self.config, key, copy.copy(value))
+                changed.append(key)
+        for key in sorted(set(stored) - DYNAMIC - set(self._ignored)):
+            log.warning("dynamic configuration: %s is not a dynamic setting here; ignored", key)
+            self._ignored[key] = stored[key]
+        if changed:
+            log.info("dynamic configuration applied: %s",
+                     ", ".join(f"{k}={getattr(self.config, k)!r}" for k in sorted(changed)))

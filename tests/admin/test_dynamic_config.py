@@ -1,0 +1,126 @@
+"""Dynamic configuration (pulsar-admin brokers list-dynamic-config / update-dynamic-config / delete-dynamic-config /
+get-all-dynamic-config): settings changed while the broker runs, stored at Pulsar's /admin/configuration, applied at
+once, at the next start, and taken back. (Across brokers: tests/cluster/test_features_across_brokers.py.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from broker.embedded import BrokerThread
+from broker.service.dynamic_config import DYNAMIC
+from tests.admin.conftest import Admin
+
+CONFIG = "/admin/v2/brokers/configuration"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    # (a broker of its own: these tests change broker-wide settings)
+    with BrokerThread(data_dir=tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def own_admin(broker: BrokerThread) -> Admin:
+    return Admin(broker.web_url)
+
+
+@pytest.fixture
+def own_client(broker: BrokerThread) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    yield c
+    c.close()
+
+
+def runtime(admin: Admin, key: str) -> str:
+    return str(admin.ok("GET", f"{CONFIG}/runtime")[key])
+
+
+def test_the_dynamic_settings_are_listed_and_none_is_stored_at_first(own_admin: Admin) -> None:
+    names = own_admin.ok("GET", CONFIG)
+    assert names == sorted(DYNAMIC) and "subscriptionKeySharedEnable" in names and "clusterName" not in names
+    assert own_admin.ok("GET", f"{CONFIG}/values") == {}
+
+
+def test_a_setting_read_where_it_is_used_changes_at_once_and_goes_back_when_deleted(
+        own_admin: Admin, own_client: pulsar.Client) -> None:
+    reply = own_admin.post(f"{CONFIG}/subscriptionKeySharedEnable/false")
+    assert (reply.status, reply.body) == (200, b"")  # (Pulsar's answer)
+    assert own_admin.ok("GET", f"{CONFIG}/values") == {"subscriptionKeySharedEnable": "false"}
+    assert runtime(own_admin, "subscriptionKeySharedEnable") == "false"
+    with pytest.raises(pulsar.NotAllowedError):
+        own_client.subscribe("ks", "s", consumer_type=pulsar.ConsumerType.KeyShared)
+    reply = own_admin.delete(f"{CONFIG}/subscriptionKeySharedEnable")
+    assert (reply.status, reply.body) == (200, b"")
+    assert own_admin.ok("GET", f"{CONFIG}/values") == {}
+    assert runtime(own_admin, "subscriptionKeySharedEnable") == "true"
+    own_client.subscribe("ks", "s", consumer_type=pulsar.ConsumerType.KeyShared).close()
+
+
+def test_a_policy_default_applies_to_topics_already_loaded(own_admin: Admin, own_client: pulsar.Client) -> None:
+    """The broker's level of a policy: a loaded topic resolves it again (as after a namespace policy change)."""
+    topic = "persistent://public/default/dyn-policy"
+    own_client.subscribe(topic, "first", consumer_type=pulsar.ConsumerType.Shared).close()
+    applied = "/admin/v2/persistent/public/default/dyn-policy/dispatchRate?applied=true"
+    assert own_admin.ok("GET", applied)["dispatchThrottlingRateInMsg"] == 0
+    own_admin.ok("POST", f"{CONFIG}/dispatchThrottlingRatePerTopicInMsg/250")
+    assert own_admin.ok("GET", applied)["dispatchThrottlingRateInMsg"] == 250
+    own_admin.ok("POST", f"{CONFIG}/subscriptionTypesEnabled/Exclusive,Failover")
+    with pytest.raises(pulsar.NotAllowedError):
+        own_client.subscribe(topic, "second", consumer_type=pulsar.ConsumerType.Shared)
+    own_client.subscribe(topic, "third", consumer_type=pulsar.ConsumerType.Exclusive).close()
+    own_admin.ok("POST", f"{CONFIG}/allowAutoTopicCreation/false")
+    with pytest.raises(pulsar.TopicNotFound):
+        own_client.create_producer("persistent://public/default/dyn-never-made")
+    for key in ("dispatchThrottlingRatePerTopicInMsg", "subscriptionTypesEnabled", "allowAutoTopicCreation"):
+        own_admin.ok("DELETE", f"{CONFIG}/{key}")
+    assert own_admin.ok("GET", applied)["dispatchThrottlingRateInMsg"] == 0
+    own_client.subscribe(topic, "second", consumer_type=pulsar.ConsumerType.Shared).close()
+    own_client.create_producer("persistent://public/default/dyn-made-now").close()
+
+
+@pytest.mark.parametrize("method, path, reason", [
+    ("POST", f"{CONFIG}/clusterName/other", "Can't update non-dynamic configuration"),
+    ("POST", f"{CONFIG}/noSuchSetting/1", "Can't update non-dynamic configuration"),
+    ("DELETE", f"{CONFIG}/brokerServicePort", "Can't delete non-dynamic configuration"),
+    ("POST", f"{CONFIG}/maxNumPartitionsPerPartitionedTopic/many",
+     "Invalid dynamic-config value: maxNumPartitionsPerPartitionedTopic=many: expected"),
+    ("POST", f"{CONFIG}/subscriptionTypesEnabled/Exclusive,Broadcast", "Invalid dynamic-config value"),
+    ("POST", f"{CONFIG}/subscriptionKeySharedEnable/yes", "Invalid dynamic-config value"),
+])
+def test_refusals(own_admin: Admin, method: str, path: str, reason: str) -> None:
+    reply = own_admin.call(method, path)
+    assert reply.status == 412 and reply.reason.startswith(reason), (reply.status, reply.body)
+    assert own_admin.ok("GET", f"{CONFIG}/values") == {}
+
+
+def test_stored_settings_apply_at_the_next_start_and_a_bad_stored_one_is_ignored(tmp_path: Path) -> None:
+    with BrokerThread(data_dir=tmp_path) as b:
+        admin = Admin(b.web_url)
+        admin.ok("POST", f"{CONFIG}/maxNumPartitionsPerPartitionedTopic/3")
+        admin.ok("POST", f"{CONFIG}/defaultNumPartitions/2")
+        # Another writer (a Pulsar broker of the cluster, a hand edit) stores what this broker cannot apply.
+        store = b.server.service.metadata
+
+        async def write() -> None:
+            await store.update_dynamic_configuration(lambda d: d.update(loadBalancerSheddingEnabled="maybe",
+                                                                           managedLedgerMaxEntriesPerLedger="5"))
+        b.run_coroutine(write())
+        assert runtime(admin, "loadBalancerSheddingEnabled") == "true"
+    with BrokerThread(data_dir=tmp_path) as b:
+        admin = Admin(b.web_url)
+        assert runtime(admin, "maxNumPartitionsPerPartitionedTopic") == "3"
+        assert runtime(admin, "defaultNumPartitions") == "2"
+        assert runtime(admin, "loadBalancerSheddingEnabled") == "true"
+        assert admin.put("/admin/v2/persistent/public/default/parted/partitions", 4).status == 406  # (Pulsar: 406)
+        admin.ok("DELETE", f"{CONFIG}/maxNumPartitionsPerPartitionedTopic")
+        assert runtime(admin, "maxNumPartitionsPerPartitionedTopic") == "0"
+        admin.ok("PUT", "/admin/v2/persistent/public/default/parted/partitions", 4)
+        stored = json.loads(admin.get(f"{CONFIG}/values").body)
+        assert stored == {"defaultNumPartitions": "2", "loadBalancerSheddingEnabled": "maybe",
+                          "managedLedgerMaxEntriesPerLedger": "5"}
