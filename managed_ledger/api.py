@@ -189,6 +189,10 @@ class ManagedLedgerFactory(abc.ABC):
         """Connect to the storage and learn what it holds, ahead of the first ``open`` (which starts it anyway);
         ``list_names`` is complete from then on."""
 
+    def resize_cache(self, max_bytes: int) -> None:  # noqa: B027 - a factory without a read cache has none to resize
+        """The read cache shared by the managed ledgers holds at most ``max_bytes`` from now on (the least recently
+        used entries leave at once when it holds more)."""
+
     @abc.abstractmethod
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
         """Open (creating if needed) the managed ledger ``name``.

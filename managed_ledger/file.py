@@ -181,6 +181,9 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
 
     # -- the factory interface ------------------------------------------------------------------
 
+    def resize_cache(self, max_bytes: int) -> None:
+        self.cache.resize(max_bytes)
+
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> FileManagedLedger:
         if self._closed:
             raise ManagedLedgerError("managed-ledger factory is closed")

@@ -166,6 +166,10 @@ class ReadCache:
             self.evictions += evicted
             self._forget(owner, evicted)
 
+    def resize(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._evict()
+
     def _evict(self) -> None:
         entries = self._entries
         while self.size > self.max_bytes:

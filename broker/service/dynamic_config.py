@@ -12,7 +12,8 @@ Dynamic here are the settings that take effect while the broker runs (``DYNAMIC`
 - the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode...): a change
   moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
 - read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
-  each shedding round).
+  each shedding round);
+- told to what keeps them (``on_change``): the read cache's size.
 
 Any other setting is refused (412), as Pulsar refuses one that is not dynamic. Pulsar's list is longer: most of the
 rest are settings this broker does not have; a few it has but reads once at start (the inactive-topic check's
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.config import BrokerConfig, ConfigError, converted
@@ -63,7 +65,9 @@ _READ_AGAIN = (
     "loadBalancerAvgShedderLowThreshold", "loadBalancerAvgShedderHighThreshold",
     "loadBalancerAvgShedderHitCountLowThreshold", "loadBalancerAvgShedderHitCountHighThreshold",
 )
-DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN)
+# Told to what keeps them (a hook given to ``on_change``).
+_HOOKED = ("managedLedgerCacheSizeMB",)
+DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED)
 
 
 class NotDynamicError(Exception):
@@ -80,12 +84,17 @@ class DynamicConfiguration:
         self._started_with = {key: copy.copy(getattr(config, key)) for key in DYNAMIC}
         self._applied: dict[str, Any] = {}  # setting -> the stored value in force
         self._ignored: dict[str, Any] = {}  # setting -> a stored value not applied (warned once)
+        self._hooks: list[tuple[frozenset[str], Callable[[], None]]] = []
 
     def start(self) -> None:
         """Apply what is stored, then after every change of the metadata: first of the listeners, so that those
         after it (and everything that re-reads its policies because the generation moved) see the new values."""
         self.metadata.listeners.insert(0, self.apply)
         self.apply()
+
+    def on_change(self, keys: Iterable[str], hook: Callable[[], None]) -> None:
+        """Call ``hook`` (once per change, whichever of ``keys`` changed) after any of ``keys`` took a new value."""
+        self._hooks.append((frozenset(keys), hook))
 
     @staticmethod
     def check(key: str, value: str) -> None:
@@ -125,3 +134,9 @@ class DynamicConfiguration:
         if changed:
             log.info("dynamic configuration applied: %s",
                      ", ".join(f"{k}={getattr(self.config, k)!r}" for k in sorted(changed)))
+            for keys, hook in self._hooks:
+                if keys.intersection(changed):
+                    try:
+                        hook()
+                    except Exception:  # (one hook's failure leaves the others, and the listeners after, to run)
+                        log.exception("dynamic configuration: applying %s failed", ", ".join(sorted(keys)))

@@ -385,6 +385,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
 
     # -- the factory interface ------------------------------------------------------------------
 
+    def resize_cache(self, max_bytes: int) -> None:
+        self.cache.resize(max_bytes)
+
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> BookKeeperManagedLedger:
         if self._closed:
             raise ManagedLedgerError("managed-ledger factory is closed")

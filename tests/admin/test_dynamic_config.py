@@ -124,3 +124,24 @@ def test_stored_settings_apply_at_the_next_start_and_a_bad_stored_one_is_ignored
         stored = json.loads(admin.get(f"{CONFIG}/values").body)
         assert stored == {"defaultNumPartitions": "2", "loadBalancerSheddingEnabled": "maybe",
                           "managedLedgerMaxEntriesPerLedger": "5"}
+
+
+def test_the_read_cache_takes_its_new_size_at_once(broker: BrokerThread, own_admin: Admin,
+                                                   own_client: pulsar.Client) -> None:
+    factory = broker.server.service.ledger_factory
+    cache = factory.cache  # type: ignore[attr-defined]
+    started_with = cache.max_bytes
+    topic = "persistent://public/default/dyn-cache"
+    own_client.subscribe(topic, "behind", receiver_queue_size=1)  # (a reader behind: what is written is cached)
+    producer = own_client.create_producer(topic, batching_enabled=False)
+    for _ in range(5):
+        producer.send(b"x" * 1000)
+    assert cache.size > 5000
+    own_admin.ok("POST", f"{CONFIG}/managedLedgerCacheSizeMB/0")
+    assert (cache.max_bytes, cache.size, len(cache)) == (0, 0, 0)
+    producer.send(b"y")
+    assert len(cache) == 0
+    own_admin.ok("DELETE", f"{CONFIG}/managedLedgerCacheSizeMB")
+    assert cache.max_bytes == started_with
+    producer.send(b"z")
+    assert len(cache) == 1
