@@ -122,17 +122,19 @@ class LoadManager:
 
     def start(self) -> None:
         c = self.config
-        self._tasks.spawn(self._every(c.loadBalancerSheddingIntervalMinutes * 60, self.shed_once), name="shedding")
-        self._tasks.spawn(self._every(c.loadBalancerSplitIntervalMinutes * 60, self.split_once), name="split")
-        self._tasks.spawn(self._every(REPORTS_CHECK_S, self.observe_reports), name="load history")
+        # (the shedding interval is a dynamic setting: read again for each wait)
+        self._tasks.spawn(self._every(lambda: c.loadBalancerSheddingIntervalMinutes * 60, self.shed_once),
+                          name="shedding")
+        self._tasks.spawn(self._every(lambda: c.loadBalancerSplitIntervalMinutes * 60, self.split_once), name="split")
+        self._tasks.spawn(self._every(lambda: REPORTS_CHECK_S, self.observe_reports), name="load history")
 
     async def close(self) -> None:
         self._tasks.cancel()
         await self._tasks.wait()
 
-    async def _every(self, interval_s: float, job: Callable[[], object]) -> None:
+    async def _every(self, interval_s: Callable[[], float], job: Callable[[], object]) -> None:
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(interval_s())
             try:
                 result = job()
                 if asyncio.iscoroutine(result):
@@ -140,7 +142,7 @@ class LoadManager:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("load manager round failed; next in %.1f s", interval_s)
+                log.exception("load manager round failed; next in %.1f s", interval_s())
 
     async def observe_reports(self) -> None:
         """On the leader: the bundles' averages take a sample when a broker wrote a new report

@@ -206,6 +206,9 @@ class BrokerService:
         self.ledger_factory.add_names_listener(self.topic_list_events.ledger_changed)
         self.dynamic_config.on_change(("managedLedgerCacheSizeMB",),
                                       lambda: self.ledger_factory.resize_cache(config.managedLedgerCacheSizeMB * MB))
+        self.dynamic_config.on_change(
+            ("brokerDeleteInactiveTopicsEnabled", "brokerDeleteInactiveTopicsFrequencySeconds"),
+            self.housekeeping.inactive_topic_settings_changed)
         self._resuming: asyncio.Task[None] | None = None
         # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
         self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")

@@ -5,7 +5,7 @@ a JSON map setting -> its value as text, which every broker of the cluster appli
 start and whenever the map changes (the metadata cache's notifications); a setting taken out of the map goes back to
 the value the broker started with. The admin calls (``broker.admin.http``) write the map; this module applies it.
 
-Dynamic here are the settings that take effect while the broker runs (``DYNAMIC``), in one of three ways:
+Dynamic here are the settings that take effect while the broker runs (``DYNAMIC``), in one of four ways:
 
 - read where they are used (whether Key_Shared is allowed, a partitioned topic's most partitions, the bundle split
   thresholds and algorithms, load shedding on or off, the unload timeout);
@@ -13,13 +13,14 @@ Dynamic here are the settings that take effect while the broker runs (``DYNAMIC`
   moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
 - read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
   each shedding round);
-- told to what keeps them (``on_change``): the read cache's size.
+- told to what keeps them (``on_change``): the read cache's size, whether the inactive-topic check runs and how
+  often (``Housekeeping``); or read again for each wait: the shedding interval.
 
 Any other setting is refused (412), as Pulsar refuses one that is not dynamic. Pulsar's list is longer: most of the
-rest are settings this broker does not have; a few it has but reads once at start (the inactive-topic check's
-interval and whether it runs, the shedding interval, the broker-wide dispatch and publish limits, the placement's
-resource weights), so they are not offered as dynamic. A value the setting does not accept is refused when it is
-set (Pulsar stores it and logs its failure to apply it); one stored by another writer is ignored with a warning.
+rest are settings this broker does not have; a few it has but reads once at start (the broker-wide dispatch and
+publish limits, the dispatchers' read sizes, the placement's resource weights), so they are not offered as dynamic.
+A value the setting does not accept is refused when it is set (Pulsar stores it and logs its failure to apply it);
+one stored by another writer is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ _READ_AGAIN = (
     "loadBalancerAvgShedderHitCountLowThreshold", "loadBalancerAvgShedderHitCountHighThreshold",
 )
 # Told to what keeps them (a hook given to ``on_change``).
-_HOOKED = ("managedLedgerCacheSizeMB",)
+_HOOKED = ("managedLedgerCacheSizeMB", "brokerDeleteInactiveTopicsEnabled",
+           "brokerDeleteInactiveTopicsFrequencySeconds", "loadBalancerSheddingIntervalMinutes")
 DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED)
 
 

@@ -81,15 +81,32 @@ class Housekeeping:
         if cfg.healthCheckMetricsUpdateTimeInSeconds > 0:
             self.tasks.append(PeriodicTask("health-check-metrics", cfg.healthCheckMetricsUpdateTimeInSeconds,
                                            service.check_health_for_metrics))
-        if cfg.brokerDeleteInactiveTopicsEnabled:  # (as in Pulsar: only if enabled at start)
-            self.tasks.append(PeriodicTask("inactive-topic-check", cfg.brokerDeleteInactiveTopicsFrequencySeconds,
-                                           service.inactive_topics.check_all))
+        self._started = False
+        self.inactive_topic_settings_changed()
+
+    def inactive_topic_settings_changed(self) -> None:
+        """The inactive-topic check runs once brokerDeleteInactiveTopicsEnabled is true (at start, or set so by the
+        dynamic configuration; as in Pulsar, it is not stopped when the setting turns false: the broker's policy
+        then deletes nothing, a namespace's or topic's own inactiveTopicPolicies still may), every
+        brokerDeleteInactiveTopicsFrequencySeconds (a change counts from the next run on)."""
+        cfg = self.service.config
+        task = next((t for t in self.tasks if t.name == "inactive-topic-check"), None)
+        if task is None:
+            if not cfg.brokerDeleteInactiveTopicsEnabled:
+                return
+            task = PeriodicTask("inactive-topic-check", cfg.brokerDeleteInactiveTopicsFrequencySeconds,
+                                self.service.inactive_topics.check_all)
+            self.tasks.append(task)
+            if self._started:
+                task.start()
+        task.interval_s = cfg.brokerDeleteInactiveTopicsFrequencySeconds
 
     def task(self, name: str) -> PeriodicTask:
         return next(t for t in self.tasks if t.name == name)
 
     def start(self) -> None:
         """Idempotent."""
+        self._started = True
         for task in self.tasks:
             task.start()
 

@@ -14,6 +14,7 @@ import pytest
 from broker.embedded import BrokerThread
 from broker.service.dynamic_config import DYNAMIC
 from tests.admin.conftest import Admin
+from tests.waiting import wait_for
 
 CONFIG = "/admin/v2/brokers/configuration"
 
@@ -145,3 +146,23 @@ def test_the_read_cache_takes_its_new_size_at_once(broker: BrokerThread, own_adm
     assert cache.max_bytes == started_with
     producer.send(b"z")
     assert len(cache) == 1
+
+
+def test_the_inactive_topic_check_starts_when_enabled_while_the_broker_runs(tmp_path: Path) -> None:
+    """Off at start, the check does not run (Pulsar's too); turned on with update-dynamic-config it starts, at the
+    frequency set the same way, and deletes a topic nobody uses."""
+    with BrokerThread(data_dir=tmp_path, brokerDeleteInactiveTopicsEnabled=False,
+                      brokerDeleteInactiveTopicsMaxInactiveDurationSeconds=0) as b:
+        admin = Admin(b.web_url)
+        housekeeping = b.server.service.housekeeping
+        assert "inactive-topic-check" not in [t.name for t in housekeeping.tasks]
+        admin.ok("PUT", "/admin/v2/persistent/public/default/dyn-idle")
+        admin.ok("POST", f"{CONFIG}/brokerDeleteInactiveTopicsFrequencySeconds/0.05")
+        admin.ok("POST", f"{CONFIG}/brokerDeleteInactiveTopicsEnabled/true")
+        task = housekeeping.task("inactive-topic-check")
+        assert task.running and task.interval_s == 0.05
+        listed = "/admin/v2/persistent/public/default"
+        wait_for(lambda: "persistent://public/default/dyn-idle" not in admin.ok("GET", listed),
+                 what="the unused topic deleted")
+        admin.ok("POST", f"{CONFIG}/brokerDeleteInactiveTopicsFrequencySeconds/30")
+        assert task.interval_s == 30
