@@ -79,7 +79,7 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
     about = "originalPrincipal [null] and clientAppId [stranger] about operation"
     cases = [
         ("GET", "/admin/v2/tenants", 401,
-         f"Unauthorized to validateBothTenantOperationAndSuperUser for {about} [LIST_TENANTS]"),
+         f"Unauthorized to validateBothTenantOperationAndSuperUser for {about} [LIST_TENANTS] "),
         ("GET", "/admin/v2/broker-stats/topics", 401, "This operation requires super-user access"),
         ("GET", "/admin/v2/brokers/health", 401,
          f"Unauthorized to validateBothSuperuserAndBrokerOperation for {about} [HEALTH_CHECK] on broker [{broker_id}]"),
@@ -151,7 +151,7 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
     reply = ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {})
     assert (reply.status, reply.reason) == (401, "Unauthorized to validateBothTenantOperationAndSuperUser for "
                                                  "originalPrincipal [null] and clientAppId [ops] about operation "
-                                                 "[CREATE_TENANT]")
+                                                 "[CREATE_TENANT] ")
 
 
 def test_every_provider_over_https(secure_broker: BrokerThread, pki: Pki) -> None:
@@ -538,7 +538,7 @@ def test_a_tenant_that_does_not_exist_is_404_for_a_refused_role(secure_broker: B
         ("PUT", f"{ns}/unload", None, 401, "This operation requires super-user access"),
         ("GET", "/admin/v2/tenants/nosuch", None, 401, "Unauthorized to validateBothTenantOperationAndSuperUser for "
                                                       "originalPrincipal [null] and clientAppId [stranger] about "
-                                                      "operation [GET_TENANT]"),
+                                                      "operation [GET_TENANT] "),
     ]
     # In a tenant that exists, a missing namespace: a refusal, but where the namespace is read first.
     tenant = f"t-{uuid.uuid4().hex[:8]}"
