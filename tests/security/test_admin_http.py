@@ -179,6 +179,22 @@ def test_public_endpoints_and_metrics(secure_broker: BrokerThread, pki: Pki) -> 
         assert SecureAdmin.bearer(b.web_url, pki, "anyone").call("GET", "/metrics").status == 200
 
 
+def test_no_route_is_authenticated_first_in_pulsars_rest_contexts(secure_broker: BrokerThread, pki: Pki) -> None:
+    """Pulsar authenticates everything under /admin, /lookup and /topics before Jersey matches a route: a path no
+    route serves, or a method the route has not, is 401 without credentials, 404 / 405 with them; elsewhere 404."""
+    anonymous = SecureAdmin(secure_broker.web_url, pki)
+    root = SecureAdmin.bearer(secure_broker.web_url, pki, SUPER_USER)
+    topic = "/admin/v2/persistent/public/default/t"
+    for method, path, known in (("GET", "/admin/v2/no-such-thing", 404), ("GET", "/admin/no-such-thing", 404),
+                                ("GET", "/lookup/no-such-thing", 404), ("GET", "/topics/no-such-thing", 404),
+                                ("POST", f"{topic}/unload", 405), ("GET", "/admin", 404)):
+        reply = anonymous.call(method, path)
+        assert (reply.status, reply.reason) == (401, "Authentication required"), (method, path)
+        assert root.call(method, path).status == known, (method, path)
+    assert anonymous.call("GET", "/no-such-thing").status == 404
+    assert anonymous.call("GET", "/administration").status == 404  # (not under /admin)
+
+
 def test_tenant_admin_manages_only_its_tenant(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
