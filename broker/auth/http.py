@@ -179,10 +179,13 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          "DELETE_FAILURE_DOMAIN"),
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/tenants", Access.SUPER_USER, Check.TENANTS, "LIST_TENANTS"),
+        # A tenant itself: TenantsBase's check is "a super user, or the tenant operation allowed", and Pulsar's
+        # authorization provider allows every tenant operation to the tenant's admins: they read, update (their
+        # admin roles and clusters included) and delete their own tenant; creating one that exists is their 409.
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "GET_TENANT"),
-        (_PUT, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "CREATE_TENANT"),
-        (_POST, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "UPDATE_TENANT"),
-        (_DELETE, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "DELETE_TENANT"),
+        (_PUT, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "CREATE_TENANT"),
+        (_POST, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "UPDATE_TENANT"),
+        (_DELETE, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "DELETE_TENANT"),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
         # The namespaces of an anti-affinity group (NamespacesBase.internalGetAntiAffinityNamespaces): Pulsar 4.0.7
         # checks the policy operation ANTI_AFFINITY/READ of a namespace it never sets (null), which its

@@ -205,8 +205,22 @@ def test_tenant_admin_manages_only_its_tenant(secure_broker: BrokerThread, pki: 
     assert ops.ok("GET", f"/admin/v2/namespaces/{tenant}") == [f"{tenant}/orders"]
     # (Pulsar: 401 from validateTenantOperation, the tenants' and the topic operations' checks)
     assert ops.call("PUT", "/admin/v2/namespaces/public/ops-was-here").status == 401
-    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {}).status == 401  # tenants: super users only
+    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {}).status == 401  # a new tenant: super users only
     assert ops.call("GET", "/admin/v2/persistent/public/default/x/stats").status == 401
+    # Its own tenant (as Pulsar 4.0.7: TenantsBase allows the tenant operations to the tenant's admins): read,
+    # updated, "created" again (409), deleted once empty; another's, or the list, refused.
+    assert ops.ok("GET", f"/admin/v2/tenants/{tenant}")["adminRoles"] == ["ops"]
+    ops.ok("POST", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops", "ops2"], "allowedClusters": ["standalone"]})
+    assert root_admin.ok("GET", f"/admin/v2/tenants/{tenant}")["adminRoles"] == ["ops", "ops2"]
+    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]}).status == 409
+    assert ops.call("DELETE", f"/admin/v2/tenants/{tenant}").status == 409  # (it has a namespace)
+    for method in ("GET", "POST", "DELETE"):
+        assert ops.call(method, "/admin/v2/tenants/public", {} if method == "POST" else None).status == 401
+    assert ops.call("GET", "/admin/v2/tenants").status == 401
+    ops.ok("DELETE", f"/admin/v2/persistent/{tenant}/orders/eu/partitions")
+    ops.ok("DELETE", f"/admin/v2/namespaces/{tenant}/orders")
+    ops.ok("DELETE", f"/admin/v2/tenants/{tenant}")
+    assert root_admin.call("GET", f"/admin/v2/tenants/{tenant}").status == 404
 
 
 def test_namespace_permissions_round_trip(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin,
