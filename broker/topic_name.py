@@ -108,6 +108,12 @@ class TopicName:
         assert m is not None
         return TopicName(self.domain, self.tenant, self.namespace_part, m.group(1))
 
+    @property
+    def schema_name(self) -> str:
+        """The name the schema registry knows the topic's schemas by, and GET_SCHEMA answers with: the partitioned
+        topic's ``tenant/ns/<encoded local name>``, with no domain (Pulsar's TopicName.getSchemaName)."""
+        return f"{self.tenant}/{self.namespace_part}/{encode_local_name(self.base.local_name)}"
+
     def partition(self, index: int) -> TopicName:
         return TopicName(self.domain, self.tenant, self.namespace_part, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 

@@ -104,9 +104,9 @@ class PulsarProcess:
         self.proc.poll()  # (reaped by the stop: the Popen learns its return code)
 
 
-def http_get(url: str, timeout: float = 5.0) -> str | None:
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> str | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
             return str(resp.read().decode())
     except (urllib.error.URLError, OSError):
         return None
@@ -119,13 +119,13 @@ def _log_tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
-def _wait_ready(process: PulsarProcess, ready: str, timeout: float) -> None:
+def _wait_ready(process: PulsarProcess, ready: str, timeout: float, headers: dict[str, str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:
             raise RuntimeError(f"Apache Pulsar exited with {process.proc.returncode}; "
                                f"log {process.log_path}:\n{_log_tail(process.log_path)}")
-        body = http_get(process.web_url + ready, timeout=2.0)
+        body = http_get(process.web_url + ready, timeout=2.0, headers=headers)
         if body is not None and ("public/default" in body or body.strip() == "ok"):
             return
         time.sleep(0.5)
@@ -135,9 +135,10 @@ def _wait_ready(process: PulsarProcess, ready: str, timeout: float) -> None:
 
 
 def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list[str] | None = None,
-                     settings: str = "") -> PulsarProcess:
+                     settings: str = "", ready_headers: dict[str, str] | None = None) -> PulsarProcess:
     """PulsarStandaloneStarter with bench/pulsar/standalone.conf, no functions worker, no stream storage; ``heap``:
-    the JVM's memory options (default HEAP_OPTS); ``settings``: lines that override the file's."""
+    the JVM's memory options (default HEAP_OPTS); ``settings``: lines that override the file's; ``ready_headers``:
+    the readiness check's HTTP headers (with authentication on: a super user's credentials)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, web_port, bookie_port = free_port(), free_port(), free_port()
     config = workdir / "standalone.conf"
@@ -150,18 +151,18 @@ def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list
                            "--bookkeeper-port", str(bookie_port), "--no-functions-worker", "--no-stream-storage",
                            heap=heap)
     return _start(command, workdir, workdir / "pulsar-standalone.log", port, web_port,
-                  "/admin/v2/namespaces/public", timeout)
+                  "/admin/v2/namespaces/public", timeout, ready_headers)
 
 
 def _start(command: list[str], workdir: Path, log_path: Path, port: int, web_port: int, ready: str,
-           timeout: float) -> PulsarProcess:
+           timeout: float, ready_headers: dict[str, str] | None = None) -> PulsarProcess:
     """Start the JVM in a session of its own (recorded in cluster/processes.py), its output to ``log_path``, and
     wait until ``ready`` answers."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
     processes.track(proc.pid, f"Apache Pulsar ({log_path})", group=True)
     process = PulsarProcess(proc, port, web_port, log_path)
-    _wait_ready(process, ready, timeout)
+    _wait_ready(process, ready, timeout, ready_headers)
     return process
 
 

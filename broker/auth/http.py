@@ -9,7 +9,9 @@ is for super users only, so a new endpoint is never open by accident.
 
 A browser's state-changing request from another origin is refused first (``check_origin``:
 CSRF, 403). Missing or refused credentials are 401 "Authentication required", whatever the reason
-(Pulsar's AuthenticationFilter answers so; the reason goes to the log). A role that may not make the
+(Pulsar's AuthenticationFilter answers so; the reason goes to the log), also on a path no route serves, or with a
+method the route has not, under /admin, /lookup and /topics (``AUTHENTICATED_CONTEXTS``: the filter comes before
+Pulsar's routing; the router's 404 / 405 answer those who are authenticated). A role that may not make the
 call gets what the Pulsar check guarding that route answers (each rule names it: ``Check`` in
 ``broker.auth.refusals``): 401 from the super-user, tenant and topic-operation checks, 403 from the
 namespace-operation and policy checks, in Pulsar's words; 404 "Tenant does not exist" instead from a
@@ -58,6 +60,9 @@ log = logging.getLogger(__name__)
 
 # Pulsar's AuthenticationFilter answers every refused or missing credential with this (a 401).
 AUTHENTICATION_REQUIRED = "Authentication required"
+# The servlet contexts Pulsar 4.0.7's PulsarService registers with authentication required (admin v1, v2 and v3 under
+# /admin, lookups, the REST producer); the others (/metrics, /status.html, static files) are answered without it.
+AUTHENTICATED_CONTEXTS = ("/admin", "/lookup", "/topics")
 
 
 class Access(enum.Enum):
@@ -178,10 +183,13 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          "DELETE_FAILURE_DOMAIN"),
         (_ANY, r"/admin/v2/clusters.*", Access.SUPER_USER),
         (_GET, r"/admin/v2/tenants", Access.SUPER_USER, Check.TENANTS, "LIST_TENANTS"),
+        # A tenant itself: TenantsBase's check is "a super user, or the tenant operation allowed", and Pulsar's
+        # authorization provider allows every tenant operation to the tenant's admins: they read, update (their
+        # admin roles and clusters included) and delete their own tenant; creating one that exists is their 409.
         (_GET, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "GET_TENANT"),
-        (_PUT, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "CREATE_TENANT"),
-        (_POST, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "UPDATE_TENANT"),
-        (_DELETE, r"/admin/v2/tenants/\{tenant\}", Access.SUPER_USER, Check.TENANTS, "DELETE_TENANT"),
+        (_PUT, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "CREATE_TENANT"),
+        (_POST, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "UPDATE_TENANT"),
+        (_DELETE, r"/admin/v2/tenants/\{tenant\}", Access.TENANT_ADMIN, Check.TENANTS, "DELETE_TENANT"),
         (_ANY, r"/admin/v2/tenants.*", Access.SUPER_USER),
         # The namespaces of an anti-affinity group (NamespacesBase.internalGetAntiAffinityNamespaces): Pulsar 4.0.7
         # checks the policy operation ANTI_AFFINITY/READ of a namespace it never sets (null), which its
@@ -313,21 +321,18 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         check_origin(request)
+        if not authn.enabled:
+            return await handler(request)
         resource = request.match_info.route.resource
-        if not authn.enabled or resource is None:  # no resource: the router answers 404 / 405
+        if resource is None:  # no route: the router answers 404 / 405, in Pulsar's REST contexts once authenticated
+            if in_authenticated_context(request.path):
+                authenticate(request)
             return await handler(request)
         canonical = resource.canonical
         rule = rule_for(request.method, canonical)
         if rule.access is Access.PUBLIC and not (metrics_need_credentials and canonical.startswith("/metrics")):
             return await handler(request)
-        transport = request.transport
-        peer_cert = transport.get_extra_info("peercert") if transport is not None else None
-        try:
-            role = authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
-                                           request.headers.get(METHOD_HEADER))
-        except AuthenticationError as exc:
-            log.info("%s %s from %s: authentication failed: %s", request.method, request.path, request.remote, exc)
-            raise AuthenticationError(AUTHENTICATION_REQUIRED, exc.reason) from None
+        role = authenticate(request)
         if authz.enabled and rule.access is not Access.PUBLIC:
             # A proxy relays the client's role in X-Original-Principal: both must be allowed.
             original = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
@@ -350,7 +355,25 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
             await check()
         return await handler(request)
 
+    def authenticate(request: web.Request) -> str:
+        """The request's role, or 401 "Authentication required" (the reason goes to the log)."""
+        transport = request.transport
+        peer_cert = transport.get_extra_info("peercert") if transport is not None else None
+        try:
+            return authn.authenticate_http(request.headers.get("Authorization"), peer_cert or None,
+                                           request.headers.get(METHOD_HEADER))
+        except AuthenticationError as exc:
+            log.info("%s %s from %s: authentication failed: %s", request.method, request.path, request.remote, exc)
+            raise AuthenticationError(AUTHENTICATION_REQUIRED, exc.reason) from None
+
     return middleware
+
+
+def in_authenticated_context(path: str) -> bool:
+    """Whether ``path`` is under one of the REST contexts Pulsar's web service puts its AuthenticationFilter on
+    (``AUTHENTICATED_CONTEXTS``): there a request is authenticated before any route is matched, so a path no route
+    serves, or a method it does not, is 401 without credentials and 404 / 405 with them."""
+    return any(path == c or path.startswith(c + "/") for c in AUTHENTICATED_CONTEXTS)
 
 
 class AccessCheck:

@@ -998,7 +998,9 @@ class ServerCnx:
             self.write(commands.get_schema_error(c.request_id, E.TopicNotFound, "Topic not found or no-schema"))
             return
         record, v = found
-        self.write(commands.get_schema_response(c.request_id, to_proto(record), encode_version(v)))
+        schema = to_proto(record)
+        schema.name = name.schema_name  # (as Pulsar's answer: the schema's id, whatever name it was stored with)
+        self.write(commands.get_schema_response(c.request_id, schema, encode_version(v)))
 
     def handle_get_or_create_schema(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         c = cmd.getOrCreateSchema

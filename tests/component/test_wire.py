@@ -587,3 +587,21 @@ async def test_a_partition_key_that_is_not_utf8_does_not_stop_dispatch(broker: B
             received.append(answer.message.message_id.entryId)
     assert received == sorted(received)
     c.close()
+
+
+async def test_get_schema_names_the_schema_by_its_topic(broker: Broker) -> None:
+    """GET_SCHEMA's schema is named as Pulsar 4.0.7 names it (measured, tests/security/test_pulsar_auth_answers.py):
+    ``tenant/ns/<encoded local name>`` of the partitioned topic, whatever name the producer gave its schema."""
+    c = await WireClient.open(port_of(broker))
+    await c.connect()
+    cmd = producer_cmd("persistent://public/default/named schema-partition-0")
+    cmd.producer.schema.CopyFrom(pb.Schema(name="whatever", schema_data=b"", type=pb.Schema.String))
+    c.send(cmd)
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for topic in ("persistent://public/default/named schema-partition-0", "public/default/named schema"):
+        ask = pb.BaseCommand(type=T.GET_SCHEMA)
+        ask.getSchema.topic, ask.getSchema.request_id = topic, 2
+        c.send(ask)
+        answer = (await c.recv()).getSchemaResponse
+        assert answer.schema.name == "public/default/named+schema", topic
+    c.close()

@@ -79,7 +79,7 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
     about = "originalPrincipal [null] and clientAppId [stranger] about operation"
     cases = [
         ("GET", "/admin/v2/tenants", 401,
-         f"Unauthorized to validateBothTenantOperationAndSuperUser for {about} [LIST_TENANTS]"),
+         f"Unauthorized to validateBothTenantOperationAndSuperUser for {about} [LIST_TENANTS] "),
         ("GET", "/admin/v2/broker-stats/topics", 401, "This operation requires super-user access"),
         ("GET", "/admin/v2/brokers/health", 401,
          f"Unauthorized to validateBothSuperuserAndBrokerOperation for {about} [HEALTH_CHECK] on broker [{broker_id}]"),
@@ -151,7 +151,7 @@ def test_a_refused_role_gets_the_status_and_words_of_pulsars_check(secure_broker
     reply = ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {})
     assert (reply.status, reply.reason) == (401, "Unauthorized to validateBothTenantOperationAndSuperUser for "
                                                  "originalPrincipal [null] and clientAppId [ops] about operation "
-                                                 "[CREATE_TENANT]")
+                                                 "[CREATE_TENANT] ")
 
 
 def test_every_provider_over_https(secure_broker: BrokerThread, pki: Pki) -> None:
@@ -179,6 +179,22 @@ def test_public_endpoints_and_metrics(secure_broker: BrokerThread, pki: Pki) -> 
         assert SecureAdmin.bearer(b.web_url, pki, "anyone").call("GET", "/metrics").status == 200
 
 
+def test_no_route_is_authenticated_first_in_pulsars_rest_contexts(secure_broker: BrokerThread, pki: Pki) -> None:
+    """Pulsar authenticates everything under /admin, /lookup and /topics before Jersey matches a route: a path no
+    route serves, or a method the route has not, is 401 without credentials, 404 / 405 with them; elsewhere 404."""
+    anonymous = SecureAdmin(secure_broker.web_url, pki)
+    root = SecureAdmin.bearer(secure_broker.web_url, pki, SUPER_USER)
+    topic = "/admin/v2/persistent/public/default/t"
+    for method, path, known in (("GET", "/admin/v2/no-such-thing", 404), ("GET", "/admin/no-such-thing", 404),
+                                ("GET", "/lookup/no-such-thing", 404), ("GET", "/topics/no-such-thing", 404),
+                                ("POST", f"{topic}/unload", 405), ("GET", "/admin", 404)):
+        reply = anonymous.call(method, path)
+        assert (reply.status, reply.reason) == (401, "Authentication required"), (method, path)
+        assert root.call(method, path).status == known, (method, path)
+    assert anonymous.call("GET", "/no-such-thing").status == 404
+    assert anonymous.call("GET", "/administration").status == 404  # (not under /admin)
+
+
 def test_tenant_admin_manages_only_its_tenant(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin) -> None:
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     root_admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
@@ -189,8 +205,22 @@ def test_tenant_admin_manages_only_its_tenant(secure_broker: BrokerThread, pki: 
     assert ops.ok("GET", f"/admin/v2/namespaces/{tenant}") == [f"{tenant}/orders"]
     # (Pulsar: 401 from validateTenantOperation, the tenants' and the topic operations' checks)
     assert ops.call("PUT", "/admin/v2/namespaces/public/ops-was-here").status == 401
-    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {}).status == 401  # tenants: super users only
+    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}-2", {}).status == 401  # a new tenant: super users only
     assert ops.call("GET", "/admin/v2/persistent/public/default/x/stats").status == 401
+    # Its own tenant (as Pulsar 4.0.7: TenantsBase allows the tenant operations to the tenant's admins): read,
+    # updated, "created" again (409), deleted once empty; another's, or the list, refused.
+    assert ops.ok("GET", f"/admin/v2/tenants/{tenant}")["adminRoles"] == ["ops"]
+    ops.ok("POST", f"/admin/v2/tenants/{tenant}", {"adminRoles": ["ops", "ops2"], "allowedClusters": ["standalone"]})
+    assert root_admin.ok("GET", f"/admin/v2/tenants/{tenant}")["adminRoles"] == ["ops", "ops2"]
+    assert ops.call("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]}).status == 409
+    assert ops.call("DELETE", f"/admin/v2/tenants/{tenant}").status == 409  # (it has a namespace)
+    for method in ("GET", "POST", "DELETE"):
+        assert ops.call(method, "/admin/v2/tenants/public", {} if method == "POST" else None).status == 401
+    assert ops.call("GET", "/admin/v2/tenants").status == 401
+    ops.ok("DELETE", f"/admin/v2/persistent/{tenant}/orders/eu/partitions")
+    ops.ok("DELETE", f"/admin/v2/namespaces/{tenant}/orders")
+    ops.ok("DELETE", f"/admin/v2/tenants/{tenant}")
+    assert root_admin.call("GET", f"/admin/v2/tenants/{tenant}").status == 404
 
 
 def test_namespace_permissions_round_trip(secure_broker: BrokerThread, pki: Pki, root_admin: SecureAdmin,
@@ -538,7 +568,7 @@ def test_a_tenant_that_does_not_exist_is_404_for_a_refused_role(secure_broker: B
         ("PUT", f"{ns}/unload", None, 401, "This operation requires super-user access"),
         ("GET", "/admin/v2/tenants/nosuch", None, 401, "Unauthorized to validateBothTenantOperationAndSuperUser for "
                                                       "originalPrincipal [null] and clientAppId [stranger] about "
-                                                      "operation [GET_TENANT]"),
+                                                      "operation [GET_TENANT] "),
     ]
     # In a tenant that exists, a missing namespace: a refusal, but where the namespace is read first.
     tenant = f"t-{uuid.uuid4().hex[:8]}"
