@@ -51,6 +51,7 @@ from tests.component.test_pulsar_wire_answers import message, outcome
 from tests.needs import unavailable
 from tests.security.conftest import SUPER_USER, token
 from tests.security.pki import Pki
+from tests.security.test_wire import connect_cmd
 from tests.transactions.client import T, TxnWireClient
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
@@ -186,18 +187,6 @@ def body_kind(reply: Reply) -> tuple[str, str | None]:
 
 
 # -- the binary protocol -----------------------------------------------------------------------------------------------
-def connect_cmd(method: str | None = None, data: bytes | None = None) -> pb.BaseCommand:
-    cmd = pb.BaseCommand(type=T.CONNECT)
-    cmd.connect.client_version = "auth-compare"
-    cmd.connect.protocol_version = 20
-    cmd.connect.feature_flags.supports_auth_refresh = True
-    if method is not None:
-        cmd.connect.auth_method_name = method
-    if data is not None:
-        cmd.connect.auth_data = data
-    return cmd
-
-
 def bearer(role: str) -> pb.BaseCommand:
     return connect_cmd("token", token(role).encode())
 
