@@ -256,3 +256,33 @@ async def test_create_unload_compact_and_delete_topics(page: Page, console_broke
     await until(lambda: admin.get(f"/admin/v2/persistent/{ns}/parted/partitions").status == 404,
                 "the partitioned topic deleted")
     assert page.problems == []
+
+
+async def test_settings_change_and_reset_a_dynamic_setting(page: Page, console_broker: BrokerThread,
+                                                           admin: Admin) -> None:
+    """The Settings page lists the dynamic configuration with the values in force; Change stores one (the broker
+    applies it at once), Reset takes it out; a value the setting does not accept shows the broker's reason."""
+    url = console_broker.web_url
+    values = "/admin/v2/brokers/configuration/values"
+    await open_page(page, url, "/settings")
+    row = ("[...document.querySelectorAll('[data-testid=settings] tbody tr')]"
+           ".find(r => r.cells[0].textContent === 'maxTopicsPerNamespace')")
+    assert await page.eval(f"{row}.cells[1].textContent") == "0"
+    await click_row_button(page, "settings", "maxTopicsPerNamespace", "Change")
+    await confirm(page, value="250")
+    await until(lambda: admin.ok("GET", values) == {"maxTopicsPerNamespace": "250"}, "the setting stored")
+    await page.wait_for(f"{row}?.cells[2].textContent === '250' && {row}.cells[1].textContent === '250'",
+                        what="the row showing the stored value in force")
+    await click_row_button(page, "settings", "maxTopicsPerNamespace", "Change")
+    await confirm(page, value="lots")
+    notice = await page.wait_for("document.querySelector('#notice[data-kind=error]')?.textContent")
+    assert "412" in notice and "Invalid dynamic-config value" in notice, notice
+    assert all("412" in p for p in page.problems), page.problems  # (the refused request itself)
+    page.problems.clear()
+    await click_row_button(page, "settings", "maxTopicsPerNamespace", "Reset")
+    await confirm(page)
+    await until(lambda: admin.ok("GET", values) == {}, "the setting reset")
+    await page.wait_for(f"{row}?.cells[2].textContent === '-' && {row}.cells[1].textContent === '0'",
+                        what="the row back at the file's value")
+    await page.screenshot(screenshot_path("settings"))
+    assert page.problems == []

@@ -107,6 +107,10 @@ async def test_sign_in_and_roles(page: Page, secure_broker: BrokerThread, pki: P
     assert "403" in notice and "CREATE_TOPIC" in notice
     await page.screenshot(screenshot_path("reader-refused"))
     assert admin.ok("GET", "/admin/v2/persistent/public/default") == [topic]
+    # The broker's settings are for super users: this role is told it may not see them.
+    await page.goto(url + "/#/settings")
+    denied = await page.wait_for(text("[data-testid=denied]"))
+    assert "Not allowed for this role" in denied and "LIST_DYNAMIC_CONFIGURATIONS" in denied
 
     # The tokens never reach the broker's log.
     for secret in (admin_token, token(READER), base64.b64encode(f"alice:{USERS['alice']}".encode()).decode()):

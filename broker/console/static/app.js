@@ -2,6 +2,7 @@
 // credentials, and timers owned by the page that is shown (stopped when it is left).
 import { auth, basic, bearer, get, onUnauthorized } from "./api.js";
 import { overviewPage } from "./overview.js";
+import { settingsPage } from "./settings.js";
 import { namespacePage, namespacesPage, tenantsPage } from "./tenants.js";
 import { topicPage } from "./topic.js";
 import { topicsPage } from "./topics.js";
@@ -14,6 +15,7 @@ const ROUTES = [
   [/^\/namespace\/([^/]+)\/([^/]+)$/, namespacePage, "namespaces"],
   [/^\/topics(?:\/([^/]+)\/([^/]+))?$/, topicsPage, "topics"],
   [/^\/topic\/(persistent|non-persistent)\/([^/]+)\/([^/]+)\/(.+)$/, topicPage, "topics"],
+  [/^\/settings$/, settingsPage, "settings"],
 ];
 
 let current = null; // the page being shown: {timers, alive}
