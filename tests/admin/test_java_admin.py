@@ -1,7 +1,7 @@
-"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java, ResetCursorOps.java and
-SubscriptionNames.java) against our broker: analyzeSubscriptionBacklog, expireMessages by message id, truncate,
-resetCursor to a message inside a batch, and the subscription calls on names that need encoding, as pulsar-admin
-sends and parses them.
+"""The official Java admin client (pulsar-client-admin 4.0.7, tests/admin/java/AdminOps.java, ResetCursorOps.java,
+SubscriptionNames.java and DynamicConfigOps.java) against our broker: analyzeSubscriptionBacklog, expireMessages by
+message id, truncate, resetCursor to a message inside a batch, the subscription calls on names that need encoding,
+and the dynamic configuration calls, as pulsar-admin sends and parses them.
 
 Needs ``java``/``javac`` and the Pulsar jars of ``make pulsar-deps``."""
 
@@ -21,7 +21,7 @@ from tests.needs import unavailable
 from tests.waiting import wait_for
 
 JAVA_SOURCES = [Path(__file__).parent / "java" / name
-                for name in ("AdminOps.java", "ResetCursorOps.java", "SubscriptionNames.java")]
+                for name in ("AdminOps.java", "ResetCursorOps.java", "SubscriptionNames.java", "DynamicConfigOps.java")]
 JAVA_TIMEOUT_S = 300  # a cold JVM on a busy 2-core machine
 TIMEOUT_MS = 10_000
 
@@ -113,3 +113,22 @@ def test_pulsar_admin_on_subscriptions_whose_names_need_encoding(admin_ops_class
     assert [line for line in run.stdout.splitlines() if line.startswith("sub ")] == [
         f"sub [{name}] peeked=m0,m1 skipped=2 reset=3 property=[{name}] listed=true gone=true" for name in names]
     assert admin.ok("GET", f"/admin/v2/{rest_path(topic)}/subscriptions") == []
+
+
+def test_pulsar_admin_dynamic_configuration(admin_ops_classes: Path, admin: Admin) -> None:
+    run = subprocess.run(
+        ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+         "-cp", f"{admin_ops_classes}:{pulsar_lib()}/*", "DynamicConfigOps", admin.web_url],
+        capture_output=True, text=True, timeout=JAVA_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    steps = ("names", "stored", "in", "refused", "deleted")
+    lines = [line for line in run.stdout.splitlines() if line.split(" ")[0] in steps]
+    assert lines[:4] == [
+        "names maxTopicsPerNamespace=true clusterName=false",
+        "stored {maxTopicsPerNamespace=5000, supportedNamespaceBundleSplitAlgorithms=range_equally_divide,"
+        "topic_count_equally_divide}",
+        "in force 5000",
+        "refused clusterName 412 Can't update non-dynamic configuration",
+    ], run.stdout
+    assert lines[4].startswith("refused maxTopicsPerNamespace 412 Invalid dynamic-config value: "), lines
+    assert lines[5:] == ["deleted {} in force 0"], lines
