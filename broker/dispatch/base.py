@@ -25,14 +25,15 @@ What a dispatcher knows of the subscription, topic and broker above it comes thr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker.dispatch.context import Consumer, DispatchContext
+from broker.dispatch.context import Consumer, DispatchContext, DispatchRateLimit
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
 from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
@@ -176,6 +177,14 @@ class Dispatcher(ConsumerMembers, ABC):
                 self.throttled_bytes_events[i] += 1
                 max_bytes = nbytes
         return entries if self._rates_count_entries else self.entries_to_read(permits), max_bytes
+
+    def rates_changed(self, rates: Sequence[DispatchRateLimit]) -> None:
+        """The dispatch rate limits are now ``rates`` (the ones there, in their order, and more after them)."""
+        added = len(rates) - len(self.context.rates)
+        self.context = dataclasses.replace(self.context, rates=rates)
+        self.throttled_msg_events += [0] * added
+        self.throttled_bytes_events += [0] * added
+        self._rates_spare_active = bool(rates) and not self.context.throttle_non_backlog
 
     def _rate_retry(self) -> None:
         self._rate_timer = None

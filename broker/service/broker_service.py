@@ -149,11 +149,10 @@ class BrokerService:
         self.policies = PolicyResolver(config, self.metadata)
         self.schemas = SchemaRegistry(self.metadata, self.policies)
         # brokerPublisherThrottlingMax{Message,Byte}Rate over all topics; None when neither is set.
-        self.broker_publish_throttle = BrokerPublishThrottle.from_config(config)
+        self.broker_publish_throttle = BrokerPublishThrottle.from_config(config, self.metadata)
         # dispatchThrottlingRateIn{Msg,Byte}: what every subscription of the broker dispatches together,
         # on top of each topic's and subscription's limits; None when neither is set.
-        self.broker_dispatch_rate = DispatchRate.fixed(config.dispatchThrottlingRateInMsg,
-                                                       config.dispatchThrottlingRateInByte)
+        self.broker_dispatch_rate = DispatchRate.broker_wide(config, self.metadata)
         # Every add's latency, request to durable (Pulsar's broker-wide pulsar_broker_publish_latency summary).
         self.publish_latency = LatencySummary()
         self.ledger_config = ManagedLedgerConfig(
@@ -209,6 +208,11 @@ class BrokerService:
         self.dynamic_config.on_change(
             ("brokerDeleteInactiveTopicsEnabled", "brokerDeleteInactiveTopicsFrequencySeconds"),
             self.housekeeping.inactive_topic_settings_changed)
+        self.dynamic_config.on_change(
+            ("brokerPublisherThrottlingMaxMessageRate", "brokerPublisherThrottlingMaxByteRate"),
+            self._broker_publish_limit_set)
+        self.dynamic_config.on_change(("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"),
+                                      self._broker_dispatch_limit_set)
         self._resuming: asyncio.Task[None] | None = None
         # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
         self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")
@@ -245,8 +249,11 @@ class BrokerService:
         # deleted instead (Pulsar's checkReplication: removeTopicIfLocalClusterNotAllowed comes first).
         removing = {t.full_name for t in list(self.topics.values()) if self.cluster_removal.check(t)}
         for topic in self.all_topics():
+            topic.publish_throttle.policies_changed()
             if topic.full_name not in removing:
                 topic.update_replication()
+        if self.broker_publish_throttle is not None:
+            self.broker_publish_throttle.policies_changed()
 
     def replication_targets(self, name: TopicName) -> list[str]:
         """The other clusters a topic is replicated to (``replication.remote_clusters``), from its own replication
@@ -557,6 +564,28 @@ class BrokerService:
         if not name.persistent:
             return self.non_persistent_topics.get(name.full)
         return self.topics.get(name.full)
+
+    def _broker_publish_limit_set(self) -> None:
+        """A broker-wide publish limit set while the broker runs: the limiter is made if there was none (an
+        unlimited broker has none) and given to every producer; changed or lifted, it follows by itself."""
+        if self.broker_publish_throttle is not None:
+            return
+        throttle = self.broker_publish_throttle = BrokerPublishThrottle.from_config(self.config, self.metadata)
+        if throttle is not None:
+            for topic in self.all_topics():
+                for producer in topic.producers.values():
+                    producer.broker_throttle = throttle
+
+    def _broker_dispatch_limit_set(self) -> None:
+        """A broker-wide dispatch limit set while the broker runs: made if there was none and added to every
+        subscription's limits (its dispatcher's too); changed or lifted, it follows by itself."""
+        if self.broker_dispatch_rate is not None:
+            return
+        rate = self.broker_dispatch_rate = DispatchRate.broker_wide(self.config, self.metadata)
+        if rate is not None:
+            for topic in self.topics.values():
+                for sub in topic.subscriptions.values():
+                    sub.add_dispatch_rate(rate)
 
     def all_topics(self) -> list[AnyTopic]:
         return [*self.topics.values(), *self.non_persistent_topics.values()]

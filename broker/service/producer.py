@@ -58,9 +58,9 @@ class Producer:
     __slots__ = (
         "_batch",
         "_batch_has_txn",
-        "_broker_throttle",
         "_receipts",
         "access_mode",
+        "broker_throttle",
         "bytes_in",
         "cnx",
         "connected_since",
@@ -110,8 +110,9 @@ class Producer:
         self._batch: list[QueuedSend] = []  # SENDs of the current read, stored together by flush()
         self._batch_has_txn = False  # a SEND of _batch is in a transaction (flush cuts it at each change)
         self._receipts = commands.ReceiptEncoder(producer_id)
-        # The broker-wide publish rate limit (None: none configured, nothing to do per publish).
-        self._broker_throttle = topic.service.broker_publish_throttle
+        # The broker-wide publish rate limit (None: none configured, nothing to do per publish; given later when
+        # one is set while the broker runs).
+        self.broker_throttle = topic.service.broker_publish_throttle
 
     @property
     def access_mode_name(self) -> str:
@@ -191,8 +192,8 @@ class Producer:
         topic, cnx = self.topic, self.cnx
         topic.publish_entries(self, entries, num_messages, nbytes, partial(self._stored, run, nbytes, dedup), txn)
         topic.publish_throttle.record(cnx, num_messages, nbytes)
-        if self._broker_throttle is not None:
-            self._broker_throttle.record(cnx, num_messages, nbytes)
+        if self.broker_throttle is not None:
+            self.broker_throttle.record(cnx, num_messages, nbytes)
 
     def _dedup_key(self, send: QueuedSend) -> tuple[str, int]:
         """(producer name, highest sequence id) deduplication goes by: this producer's, or for a

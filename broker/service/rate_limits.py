@@ -133,6 +133,12 @@ class ConnectionThrottle(_RateLimit):
     def _limits_changed(self) -> None:
         self.release()  # a new limit starts with full buckets
 
+    def policies_changed(self) -> None:
+        """The metadata (or the dynamic configuration) changed: a limit lifted or changed lets the connections it
+        holds be read at once, not when the old limit's deficit would have been paid back."""
+        if self._paused:
+            self._refresh()
+
     def record(self, connection: Throttleable, messages: int, nbytes: int) -> None:
         """A read of ``connection`` published this: throttle it if over the limit.
         (Called for every stored batch: without a limit it costs a comparison and a test.)"""
@@ -195,26 +201,19 @@ class PublishThrottle(ConnectionThrottle):
 class BrokerPublishThrottle(ConnectionThrottle):
     """The broker-wide publish rate limit: ``brokerPublisherThrottlingMaxMessageRate`` and
     ``brokerPublisherThrottlingMaxByteRate`` per second, over every topic (0 = no limit on that
-    measure). Not made at all when both are 0, so an unlimited broker pays nothing per publish."""
+    measure). Not made at all while both are 0, so an unlimited broker pays nothing per publish; once made, its
+    limits follow the configuration (the dynamic configuration moves the metadata generation)."""
 
-    def __init__(self, max_messages: int, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
-        limits = (max(0, max_messages), max(0, max_bytes), 1)
-        super().__init__(_STATIC, lambda: limits, clock)
+    def __init__(self, metadata: Any, config: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(metadata, lambda: (config.brokerPublisherThrottlingMaxMessageRate,
+                                            config.brokerPublisherThrottlingMaxByteRate, 1), clock)
 
     @classmethod
-    def from_config(cls, config: Any) -> BrokerPublishThrottle | None:
-        """The limiter the configuration asks for; None when it sets no limit."""
+    def from_config(cls, config: Any, metadata: Any) -> BrokerPublishThrottle | None:
+        """The limiter the configuration asks for now; None when it sets no limit."""
         msgs, nbytes = config.brokerPublisherThrottlingMaxMessageRate, config.brokerPublisherThrottlingMaxByteRate
-        return cls(msgs, nbytes) if msgs > 0 or nbytes > 0 else None
+        return cls(metadata, config) if msgs > 0 or nbytes > 0 else None
 
-
-class _Static:
-    """The metadata of limits that never change (read once)."""
-
-    generation = 0
-
-
-_STATIC = _Static()
 
 
 # How often a dispatch rate relative to the publish rate re-measures the publish rate (seconds).
@@ -250,12 +249,13 @@ class DispatchRate(_RateLimit):
         self.throttled_times = 0  # reads put off for lack of budget
 
     @classmethod
-    def fixed(cls, messages: int, nbytes: int) -> DispatchRate | None:
-        """A limit of ``messages`` and ``nbytes`` per second that never changes (the broker's own,
-        from its configuration); None when neither is set."""
-        if messages <= 0 and nbytes <= 0:
+    def broker_wide(cls, config: Any, metadata: Any) -> DispatchRate | None:
+        """The broker's own limit (``dispatchThrottlingRateIn{Msg,Byte}`` per second), following the configuration
+        once made (the dynamic configuration moves the metadata generation); None while neither is set."""
+        if config.dispatchThrottlingRateInMsg <= 0 and config.dispatchThrottlingRateInByte <= 0:
             return None
-        return cls(_STATIC, lambda: (messages, nbytes, 1, False))
+        return cls(metadata,
+                   lambda: (config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte, 1, False))
 
     def _resolve_base(self) -> tuple[int, int, int]:
         msgs, nbytes, period, relative = self._resolve_with_flag()

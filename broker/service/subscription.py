@@ -131,6 +131,12 @@ class Subscription:
             rates += (service.broker_dispatch_rate,)
         self.dispatch_rates = rates
 
+    def add_dispatch_rate(self, rate: DispatchRate) -> None:
+        """One more limit over what this subscription dispatches (the broker's, set while it runs), last."""
+        self.dispatch_rates += (rate,)
+        if self.dispatcher is not None:
+            self.dispatcher.rates_changed(self.dispatch_rates)
+
     @property
     def replicated(self) -> bool:
         return self.snapshots is not None

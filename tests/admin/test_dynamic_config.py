@@ -166,3 +166,34 @@ def test_the_inactive_topic_check_starts_when_enabled_while_the_broker_runs(tmp_
                  what="the unused topic deleted")
         admin.ok("POST", f"{CONFIG}/brokerDeleteInactiveTopicsFrequencySeconds/30")
         assert task.interval_s == 30
+
+
+def test_broker_wide_limits_set_while_the_broker_runs(broker: BrokerThread, own_admin: Admin,
+                                                      own_client: pulsar.Client) -> None:
+    """dispatchThrottlingRateInMsg and brokerPublisherThrottlingMaxMessageRate set on a broker started without them
+    (which has no limiter: nothing is paid per read or publish): the limiters are made and given to the
+    subscription and the producer already there, whose reads and publishes they then cut; lifted, the held
+    connection is read again at once and every message comes."""
+    service = broker.server.service
+    assert service.broker_dispatch_rate is None and service.broker_publish_throttle is None
+    topic = "persistent://public/default/dyn-limits"
+    consumer = own_client.subscribe(topic, "s", receiver_queue_size=1000)
+    producer = own_client.create_producer(topic, batching_enabled=False)
+    own_admin.ok("POST", f"{CONFIG}/dispatchThrottlingRateInMsg/5")
+    own_admin.ok("POST", f"{CONFIG}/brokerPublisherThrottlingMaxMessageRate/5")
+    rate, throttle = service.broker_dispatch_rate, service.broker_publish_throttle
+    loaded = service.topics[topic]
+    sub = loaded.subscriptions["s"]
+    assert rate is not None and sub.dispatch_rates[-1] is rate
+    assert sub.dispatcher is not None and sub.dispatcher.context.rates[-1] is rate
+    assert throttle is not None and [p.broker_throttle for p in loaded.producers.values()] == [throttle]
+    for i in range(40):
+        producer.send_async(b"%d" % i, None)
+    wait_for(lambda: throttle.paused == 1 and sub.dispatcher is not None
+             and sub.dispatcher.throttled_msg_events[-1] >= 1, what="both limits cutting")
+    own_admin.ok("DELETE", f"{CONFIG}/brokerPublisherThrottlingMaxMessageRate")
+    assert throttle.paused == 0  # (read again at once: 35 messages past the limit would have taken 7 s)
+    own_admin.ok("DELETE", f"{CONFIG}/dispatchThrottlingRateInMsg")
+    producer.flush()
+    assert sorted(int(consumer.receive(10_000).data()) for _ in range(40)) == list(range(40))
+    assert rate.limits == (0, 0, 1) and throttle.limits == (0, 0, 1)

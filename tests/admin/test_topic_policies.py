@@ -479,6 +479,23 @@ def test_publish_rate_slows_producers_without_errors(admin: Admin, client: pulsa
     producer.close()
 
 
+def test_a_lifted_publish_rate_reads_the_held_connection_at_once(admin: Admin, client: pulsar.Client,
+                                                                   pulsar_broker: BrokerThread) -> None:
+    # 1 message per second, 40 sent at once: the connection is held for the 39 past the limit (39 s to pay back).
+    # The policy removed, it is read again at once, not when that deficit would have been paid.
+    _, topic = new_topic(admin, "lifted")
+    admin.ok("POST", policy_path(topic, "publishRate"), {"publishThrottlingRateInMsg": 1})
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    for i in range(40):
+        producer.send_async(b"m%d" % i, None)
+    throttle = pulsar_broker.server.service.topics[topic].publish_throttle
+    wait_for(lambda: throttle.paused == 1, what="the connection held by the topic's limit")
+    admin.ok("DELETE", policy_path(topic, "publishRate"))
+    assert throttle.paused == 0
+    producer.flush()
+    producer.close()
+
+
 def test_dispatch_rate_rest(admin: Admin) -> None:
     ns, topic = new_topic(admin, "dispatch-rest")
     none = {"dispatchThrottlingRateInMsg": 0, "dispatchThrottlingRateInByte": 0, "ratePeriodInSecond": 1,
