@@ -25,15 +25,14 @@ What a dispatcher knows of the subscription, topic and broker above it comes thr
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from broker.dispatch.context import Consumer, DispatchContext, DispatchRateLimit
+from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
 from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
@@ -178,13 +177,16 @@ class Dispatcher(ConsumerMembers, ABC):
                 max_bytes = nbytes
         return entries if self._rates_count_entries else self.entries_to_read(permits), max_bytes
 
-    def rates_changed(self, rates: Sequence[DispatchRateLimit]) -> None:
-        """The dispatch rate limits are now ``rates`` (the ones there, in their order, and more after them)."""
-        added = len(rates) - len(self.context.rates)
-        self.context = dataclasses.replace(self.context, rates=rates)
+    def context_changed(self, context: DispatchContext) -> None:
+        """Settings of the context changed while the dispatcher runs (the dynamic configuration): its read sizes,
+        how its rate limits count, and its rate limits (those it had, in their order, and maybe more after them)."""
+        added = len(context.rates) - len(self.context.rates)
+        self.context = context
+        self.max_read_batch = context.max_read_batch
         self.throttled_msg_events += [0] * added
         self.throttled_bytes_events += [0] * added
-        self._rates_spare_active = bool(rates) and not self.context.throttle_non_backlog
+        self._rates_spare_active = bool(context.rates) and not context.throttle_non_backlog
+        self._rates_count_entries = context.rate_counts_entries
 
     def _rate_retry(self) -> None:
         self._rate_timer = None

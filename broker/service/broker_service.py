@@ -44,7 +44,7 @@ from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.cluster_removal import ClusterRemoval
 from broker.service.compacted_view import load_view
 from broker.service.compaction import compacted_ledger_names
-from broker.service.dynamic_config import DynamicConfiguration
+from broker.service.dynamic_config import DISPATCHER_SETTINGS, DynamicConfiguration
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
@@ -213,6 +213,7 @@ class BrokerService:
             self._broker_publish_limit_set)
         self.dynamic_config.on_change(("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"),
                                       self._broker_dispatch_limit_set)
+        self.dynamic_config.on_change(DISPATCHER_SETTINGS, self._dispatcher_settings_changed)
         self._resuming: asyncio.Task[None] | None = None
         # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
         self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")
@@ -586,6 +587,20 @@ class BrokerService:
             for topic in self.topics.values():
                 for sub in topic.subscriptions.values():
                     sub.add_dispatch_rate(rate)
+
+    def _dispatcher_settings_changed(self) -> None:
+        """Read sizes and how rate limits count, changed while the broker runs: every dispatcher there takes them
+        (new ones read them from the configuration)."""
+        c = self.config
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                d = sub.dispatcher
+                if d is not None:
+                    d.context_changed(dataclasses.replace(
+                        d.context, max_read_batch=c.dispatcherMaxReadBatchSize,
+                        max_read_bytes=c.dispatcherMaxReadSizeBytes,
+                        throttle_non_backlog=c.dispatchThrottlingOnNonBacklogConsumerEnabled,
+                        rate_counts_entries=c.dispatchThrottlingOnBatchMessageEnabled))
 
     def all_topics(self) -> list[AnyTopic]:
         return [*self.topics.values(), *self.non_persistent_topics.values()]

@@ -15,12 +15,13 @@ Dynamic here are the settings that take effect while the broker runs (``DYNAMIC`
   each shedding round);
 - told to what keeps them (``on_change``): the read cache's size, whether the inactive-topic check runs and how
   often (``Housekeeping``), the broker-wide dispatch and publish limits (made when first set: an unlimited broker
-  has none, and given to every subscription or producer; then following the configuration); or read again for
-  each wait: the shedding interval.
+  has none, and given to every subscription or producer; then following the configuration), the dispatchers' read
+  sizes and how their rate limits count (given to every running dispatcher); or read again for each wait: the
+  shedding interval.
 
 Any other setting is refused (412), as Pulsar refuses one that is not dynamic. Pulsar's list is longer: most of the
-rest are settings this broker does not have; a few it has but reads once at start (the dispatchers' read sizes, the
-placement's resource weights), so they are not offered as dynamic. A value the setting does not accept is refused
+rest are settings this broker does not have; a few it has but reads once at start (the placement's resource weights),
+so they are not offered as dynamic. A value the setting does not accept is refused
 when it is set (Pulsar stores it and logs its failure to apply it); one stored by another writer is ignored with a
 warning.
 """
@@ -73,7 +74,10 @@ _HOOKED = ("managedLedgerCacheSizeMB", "brokerDeleteInactiveTopicsEnabled",
            "brokerDeleteInactiveTopicsFrequencySeconds", "loadBalancerSheddingIntervalMinutes",
            "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte",
            "brokerPublisherThrottlingMaxMessageRate", "brokerPublisherThrottlingMaxByteRate")
-DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED)
+# What every dispatcher keeps in its context (given to the running ones when it changes).
+DISPATCHER_SETTINGS = ("dispatcherMaxReadBatchSize", "dispatcherMaxReadSizeBytes",
+                       "dispatchThrottlingOnNonBacklogConsumerEnabled", "dispatchThrottlingOnBatchMessageEnabled")
+DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED + DISPATCHER_SETTINGS)
 
 
 class NotDynamicError(Exception):

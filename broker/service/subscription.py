@@ -4,6 +4,7 @@ It meets ``AnySubscription`` (kinds.py), as the non-persistent subscription does
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -135,7 +136,7 @@ class Subscription:
         """One more limit over what this subscription dispatches (the broker's, set while it runs), last."""
         self.dispatch_rates += (rate,)
         if self.dispatcher is not None:
-            self.dispatcher.rates_changed(self.dispatch_rates)
+            self.dispatcher.context_changed(dataclasses.replace(self.dispatcher.context, rates=self.dispatch_rates))
 
     @property
     def replicated(self) -> bool:

@@ -137,7 +137,7 @@ def test_the_read_cache_takes_its_new_size_at_once(broker: BrokerThread, own_adm
     producer = own_client.create_producer(topic, batching_enabled=False)
     for _ in range(5):
         producer.send(b"x" * 1000)
-    assert cache.size > 5000
+    wait_for(lambda: len(cache) >= 3, what="the entries nobody has read yet cached")  # (a read one may leave)
     own_admin.ok("POST", f"{CONFIG}/managedLedgerCacheSizeMB/0")
     assert (cache.max_bytes, cache.size, len(cache)) == (0, 0, 0)
     producer.send(b"y")
@@ -197,3 +197,27 @@ def test_broker_wide_limits_set_while_the_broker_runs(broker: BrokerThread, own_
     producer.flush()
     assert sorted(int(consumer.receive(10_000).data()) for _ in range(40)) == list(range(40))
     assert rate.limits == (0, 0, 1) and throttle.limits == (0, 0, 1)
+
+
+def test_dispatcher_settings_reach_the_running_dispatchers(broker: BrokerThread, own_admin: Admin,
+                                                           own_client: pulsar.Client) -> None:
+    service = broker.server.service
+    topic = "persistent://public/default/dyn-reads"
+    consumer = own_client.subscribe(topic, "s")
+    dispatcher = service.topics[topic].subscriptions["s"].dispatcher
+    assert dispatcher is not None and dispatcher.max_read_batch == 100
+    own_admin.ok("POST", f"{CONFIG}/dispatcherMaxReadBatchSize/7")
+    own_admin.ok("POST", f"{CONFIG}/dispatcherMaxReadSizeBytes/4096")
+    own_admin.ok("POST", f"{CONFIG}/dispatchThrottlingOnBatchMessageEnabled/true")
+    assert (dispatcher.max_read_batch, dispatcher.context.max_read_bytes) == (7, 4096)
+    assert dispatcher.context.rate_counts_entries
+    assert dispatcher.entries_to_read(50) == 7  # (a read for 50 messages asks for 7 entries now)
+    producer = own_client.create_producer(topic, batching_enabled=False)
+    for i in range(30):
+        producer.send_async(b"%d" % i, None)
+    producer.flush()
+    assert [int(consumer.receive(10_000).data()) for _ in range(30)] == list(range(30))
+    for key in ("dispatcherMaxReadBatchSize", "dispatcherMaxReadSizeBytes", "dispatchThrottlingOnBatchMessageEnabled"):
+        own_admin.ok("DELETE", f"{CONFIG}/{key}")
+    assert dispatcher.max_read_batch == 100 and not dispatcher.context.rate_counts_entries
+
