@@ -285,6 +285,10 @@ DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
     # Pulsar's aggregate merges the partitions' producers by position into rate-only entries; ours lists each.
     f"{BASE}/part/partitioned-stats": ({f".publishers[].{k}" for k in (
         "accessMode", "address", "clientVersion", "connectedSince", "metadata", "producerName")}, set()),
+    # The bundles gained and lost since the previous load report: whether any are listed depends on when that was
+    # (Pulsar's load manager also makes one on its own timer), so either list may be empty on either side.
+    "/admin/v2/broker-stats/load-report": ({".lastBundleGains[]", ".lastBundleLosses[]"},
+                                           {".lastBundleGains[]", ".lastBundleLosses[]"}),
     # Each broker's own settings (Pulsar has hundreds ours has not, and ours a few of its own).
     "/admin/v2/brokers/configuration/runtime": None,
     # Pulsar's JVM and Netty allocator figures (ours has no JVM; its memory is in the Prometheus process metrics).
