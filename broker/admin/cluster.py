@@ -321,3 +321,39 @@ def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:
     query["authoritative"] = "true" if authoritative else "false"
     url = request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
     return url.with_query(query)
+
+
+async def redirect_to_broker(ctx: AdminContext, request: web.Request, broker_id: str) -> None:
+    """Pulsar's maybeRedirectToBroker: return when ``broker_id`` (``host:port``, an ``http(s)://`` before it allowed)
+    is this broker; else the 307 to the same path and query on that registered broker's web service (its TLS one over
+    https, or when it has no plain one), or 404 when no broker of that id is registered (a standalone broker: any
+    other id)."""
+    wanted = broker_id.removeprefix("http://").removeprefix("https://")
+    process = ctx.process
+    if wanted == ctx.broker_id or f"http://{wanted}" == process.web_url or f"https://{wanted}" == process.web_url_tls:
+        return
+    registry = ctx.service.registry
+    report = await registry.broker_report(wanted) if registry is not None else None
+    if report is None:
+        raise HttpError(404, f"Broker id '{broker_id}' not found in available brokers.")
+    urls = report.urls
+    base = URL(urls.web_url_tls if (request.secure or not urls.web_url) and urls.web_url_tls else urls.web_url or "")
+    raise web.HTTPTemporaryRedirect(request.url.with_scheme(base.scheme).with_host(base.host or "")
+                                    .with_port(base.port))
+
+
+def validate_cluster_ownership(ctx: AdminContext, request: web.Request, cluster: str | None) -> None:
+    """Pulsar's validateClusterOwnershipAsync for the brokers' calls naming a cluster: any name passes when
+    authorization is off (Pulsar: "any cluster name should be valid"), and so do none, ``global`` and this broker's
+    cluster; another cluster is answered with the 307 to the same path and query on its service URL, one that does
+    not exist with 404."""
+    if cluster is None or cluster in ("global", ctx.cluster) or not ctx.config.authorizationEnabled:
+        return
+    data = ctx.metadata.clusters.get(cluster)
+    if data is None:
+        raise HttpError(404, f"Cluster does not exist: cluster={cluster}")
+    tls = request.secure and bool(data.get("serviceUrlTls"))
+    base = URL(str(data.get("serviceUrlTls") if tls else data.get("serviceUrl") or ""))
+    if not base.host:
+        raise HttpError(500, f"the service URL of cluster {cluster} is not configured")
+    raise web.HTTPTemporaryRedirect(request.url.with_host(base.host).with_port(base.port))

@@ -26,7 +26,12 @@ from yarl import URL
 from broker.admin.bookies import BookiesResource
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
-from broker.admin.cluster import ownership_middleware, validate_cluster_first, validate_global_namespace
+from broker.admin.cluster import (
+    ownership_middleware,
+    validate_cluster_first,
+    validate_cluster_ownership,
+    validate_global_namespace,
+)
 from broker.admin.common import (
     HttpError,
     check_name,
@@ -108,6 +113,7 @@ class WebService:
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
         r.add_get("/admin/v2/brokers/internal-configuration", self.internal_configuration)
         r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
+        r.add_get("/admin/v2/brokers", self.brokers)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
         r.add_get("/status.html", self.status)
         r.add_get("/metrics", self.metrics)
@@ -206,8 +212,9 @@ class WebService:
         return web.Response(text="OK")
 
     async def brokers(self, request: web.Request) -> web.Response:
-        if request.match_info["cluster"] not in self.metadata.clusters:
-            raise HttpError(404, "Cluster does not exist")
+        """The active brokers' ids: of the cluster named (BrokersBase.getActiveBrokers, after its check of the
+        cluster: validateClusterOwnershipAsync), or of this broker's (``/admin/v2/brokers``)."""
+        validate_cluster_ownership(self.ctx, request, request.match_info.get("cluster"))
         registry = self.service.registry
         if registry is not None:  # cluster mode: every registered broker
             return json_response(sorted(await registry.active_brokers()))
@@ -218,7 +225,7 @@ class WebService:
         if registry is not None:  # cluster mode: the elected one
             leader = registry.leader
             if leader is None:
-                raise HttpError(404, "No leader broker")
+                raise HttpError(404, "Couldn't find leader broker")  # (Pulsar's words)
             return json_response({"serviceUrl": leader.service_url, "brokerId": leader.broker_id})
         return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 

@@ -147,7 +147,7 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_GET, r"/admin/v2/brokers/configuration/runtime", Access.SUPER_USER, Check.BROKER,
          "LIST_RUNTIME_CONFIGURATIONS"),
         (_GET, r"/admin/v2/brokers/backlog-quota-check", Access.SUPER_USER, Check.BROKER, "CHECK_BACKLOG_QUOTA"),
-        (_GET, r"/admin/v2/brokers/\{cluster\}", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
+        (_GET, r"/admin/v2/brokers(/\{cluster\})?", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
         (_GET, r"/admin/v2/brokers/\{cluster\}/\{broker\}/ownedNamespaces", Access.SUPER_USER, Check.BROKER,
          "LIST_OWNED_NAMESPACES"),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
