@@ -130,6 +130,8 @@ class WebService:
         r.add_put("/admin/v2/tenants/{tenant}", self.put_tenant)
         r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
+        # (before the lookup's route, whose topic may hold a "/": Jersey too takes the literal "bundle" first)
+        r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}/bundle", self.topic_bundle)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
@@ -422,6 +424,19 @@ class WebService:
             raise web.HTTPTemporaryRedirect(URL(location, encoded=True))  # (as encoded here: "%2E%2E" kept)
         return json_response(lookup_data(answer.urls.url or "", answer.urls.url_tls or "", answer.http_url or "",
                                          answer.http_url_tls or ""))
+
+    async def topic_bundle(self, request: web.Request) -> web.Response:
+        """The range of the namespace bundle a topic's name hashes into (``pulsar-admin topics bundle-range``,
+        TopicLookupBase.internalGetNamespaceBundle), from any broker: the bundles as this broker's metadata has them.
+        Pulsar writes the range as the bare text of an application/json answer. (For a namespace that does not exist,
+        Pulsar names its full range as if it existed; ours answers 404.)"""
+        m = request.match_info
+        name = parse_topic_name(m["domain"], m["tenant"], m["ns"], m["topic"])
+        await self.service.refresh_namespace(name)
+        if not self.service.metadata.namespace_exists(name.namespace):
+            raise HttpError(404, "Namespace does not exist")
+        bundle = self.service.metadata.namespace_bundles(name.namespace).find(name.full)
+        return web.Response(text=bundle.range_name, content_type="application/json")
 
     async def lookup(self, request: web.Request) -> web.Response:
         """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure): the search for

@@ -189,3 +189,19 @@ def test_automatic_split_past_max_topics(tmp_path_factory: pytest.TempPathFactor
         assert final.bundles[-3:] == start.bundles[-3:]
         assert all(target.lower <= b.lower < target.upper for b in final.bundles[:-3])
         assert len(final) == 6  # (no split past the maximum)
+
+
+def test_a_topics_bundle_range_as_pulsars_lookup_names_it(admin: Admin) -> None:
+    """``GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}/bundle`` (pulsar-admin topics bundle-range): the range as
+    the bare text of an application/json answer, as Pulsar writes it; after a split, the child's. Not a lookup of a
+    topic named ``t/bundle``."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/t"
+    expected = NamespaceBundles.equal(ns, len(boundaries(admin, ns)) - 1).find(topic)
+    reply = admin.get(f"/lookup/v2/topic/persistent/{ns}/t/bundle")
+    assert (reply.status, reply.body.decode()) == (200, expected.range_name)
+    assert reply.headers["Content-Type"].startswith("application/json")
+    admin.ok("PUT", f"{NS}/{ns}/{expected.range_name}/split")
+    child = admin.get(f"/lookup/v2/topic/persistent/{ns}/t/bundle").body.decode()
+    assert child != expected.range_name and child.split("_")[0] >= expected.range_name.split("_")[0]
+    assert admin.get(f"/lookup/v2/topic/persistent/{ns}-nosuch/t/bundle").status == 404
