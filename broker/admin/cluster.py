@@ -139,6 +139,10 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
     @web.middleware
     async def redirect_to_owner(request: web.Request,
                                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if request.match_info.http_exception is not None:
+            # No route (404) or not this method (405, e.g. POST .../compaction): Jersey answers that before any
+            # resource method runs, so before the owner's redirect.
+            return await handler(request)
         service = ctx.service
         resource = request.match_info.route.resource
         if resource is not None and (request.method, resource.canonical) in GLOBAL_NAMESPACE_ROUTES:
