@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from aiohttp import web
 from yarl import URL
 
-from broker.admin.common import HttpError, query_flag, read_body
+from broker.admin.common import HttpError, pulsar_name_ok, query_flag, read_body
 from broker.admin.context import AdminContext
 from broker.admin.partitioned_topics import read_partition_count
 from broker.auth.http import check_deferred
@@ -151,6 +151,13 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
             if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
+        m = request.match_info
+        if service.distributed and "tenant" in m and "ns" in m and pulsar_name_ok(m["tenant"]) and pulsar_name_ok(
+                m["ns"]):
+            # A namespace another broker has just created, read now (its notification may be on its way): every
+            # namespace call answers for what is stored, as Pulsar's policies are read through its metadata cache,
+            # which loads a key it does not hold (a GET .../bundles at once after a PUT through another broker).
+            await service.metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}")
         found = topic_of(request.rel_url.raw_path)
         if found is not None and service.distributed and "topic" in request.match_info:
             # What another broker has just stored of the topic, read now (its notification may be on its way): the

@@ -20,8 +20,11 @@ TIMEOUT_MS = 30_000
 # What the brokers of test_a_broker_reads_what_another_has_just_stored are never told of (their notifications held):
 # public/default's persistent managed ledgers and partitioned topics. (Their levels are made before the brokers
 # start: the notification of a new level above would have a broker read all below it.)
+# (and a tenant's, made through the other broker: its namespaces' policies are below its node)
+HELD_TENANT = "made-elsewhere"
 HELD_PATHS = ("/managed-ledgers/public/default/persistent", "/admin/partitioned-topics/public/default/persistent",
-              "/admin/partitioned-topics/public/default/non-persistent")
+              "/admin/partitioned-topics/public/default/non-persistent", f"/admin/policies/{HELD_TENANT}",
+              f"/admin/local-policies/{HELD_TENANT}")
 
 
 def topic_names(prefix: str, count: int) -> list[str]:
@@ -130,13 +133,14 @@ def test_a_call_on_a_topic_named_with_a_slash_goes_to_its_owner(brokers: Brokers
 def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     """A broker asked of a topic it has not heard of reads the metadata store before it answers, as Pulsar's do
     (NamespaceService.checkTopicExists: the partitioned metadata through the metadata cache, which loads a key it
-    does not hold, then TopicResources.persistentTopicExists, the store's exists). Here neither broker is ever told
-    of public/default's managed ledgers and partitioned topics (``held_notifications``): each knows those the other
-    makes only by reading them, so a call that trusted what it was told would answer 404 every time."""
+    does not hold, then TopicResources.persistentTopicExists, the store's exists); so is one asked of a namespace.
+    Here neither broker is ever told of public/default's managed ledgers and partitioned topics, nor of the tenant
+    HELD_TENANT and its namespaces (``held_notifications``): each knows those the other makes only by reading them,
+    so a call that trusted what it was told would answer 404 every time."""
     root = KazooClient(hosts=brokers.cluster.zk_address)  # (the test's chroot is not there yet)
     root.start(timeout=30)
     try:
-        for path in HELD_PATHS:
+        for path in HELD_PATHS[:3]:  # (not the tenant's: its node would be the tenant)
             root.ensure_path(brokers.chroot + path)
     finally:
         root.stop()
@@ -144,6 +148,15 @@ def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     b1, b2 = brokers.start(2, command_prefix=held_notifications.command_prefix(HELD_PATHS))
     topic, parted = topic_names("fresh", 2)
     local, parted_local = topic.removeprefix("persistent://"), parted.removeprefix("persistent://")
+
+    # A namespace made through broker 1, its bundles asked of broker 2 at once (Pulsar reads a namespace's policies
+    # through its metadata cache, which loads a key it does not hold).
+    made = requests.put(f"{b1.web_url}/admin/v2/tenants/{HELD_TENANT}", json={"allowedClusters": ["standalone"]},
+                        timeout=30)
+    assert made.status_code == 204, made.text
+    made = requests.put(f"{b1.web_url}/admin/v2/namespaces/{HELD_TENANT}/ns", json={}, timeout=30)
+    assert made.status_code == 204, made.text
+    assert http_json(f"{b2.web_url}/admin/v2/namespaces/{HELD_TENANT}/ns/bundles")["numBundles"] == 4
 
     # A topic made by its owner (the PUT is sent there), asked of the other broker at once.
     made = requests.put(f"{b1.web_url}/admin/v2/persistent/{local}", timeout=30)
