@@ -89,7 +89,8 @@ def test_split_refusals_as_pulsars(admin: Admin) -> None:
     cases = [
         (f"{NS}/{ns}/{first}/split?splitAlgorithmName=no_such_algorithm", None, 412, "Unsupported"),
         (f"{NS}/{ns}/{first}/split?splitAlgorithmName=specified_positions_divide", None, 412, "must not be empty"),
-        (f"{NS}/{ns}/0x00000000_0x20000000/split", None, 412, "Invalid upper boundary"),
+        (f"{NS}/{ns}/0x00000000_0x20000000/split", None, 412,
+         f"Invalid upper boundary for bundle {ns}/0x00000000_0x20000000. Expected upper boundary of {ns}/{first}"),
         (f"{NS}/{ns}/0x10000000_0x40000000/split", None, 412, "Cannot find bundle"),
         (f"{NS}/{ns}/0xzz_0x40000000/split", None, 412, "Invalid bundle range"),
         (f"{NS}/{ns}/{first}/split?unload=maybe", None, 400, "unload"),
