@@ -279,3 +279,40 @@ def test_split_and_bundle_unload_go_to_the_owner(brokers: Brokers) -> None:
         assert set(seen) <= {b"before", b"after", b"again"}
     finally:
         client.close()
+
+
+def test_a_brokers_bundles_and_calls_on_another_broker_as_pulsar(brokers: Brokers) -> None:
+    """Each broker lists the bundles it owns, not the others' (BrokersBase.getOwnedNamespaces); asked of another
+    registered broker's id it answers 307 there (maybeRedirectToBroker), of an unknown id 404; any broker names a
+    topic's bundle (``/lookup/v2/topic/.../bundle``), and a method a route does not have is 405 at any broker, never
+    a 307 to the owner first; both answer the cluster's same data. (tests/cluster/test_pulsar_cluster_answers.py
+    compares these with Apache Pulsar's own.)"""
+    b1, b2 = brokers.start(2)
+    topic = topic_names("owned", 1)[0]
+    local = topic.removeprefix("persistent://")
+    # b1 takes the topic's bundle: an authoritative lookup makes the broker asked its owner.
+    assert http_json(f"{b1.web_url}/lookup/v2/topic/persistent/{local}?authoritative=true")["httpUrl"] == b1.web_url
+    bundle = requests.get(f"{b2.web_url}/lookup/v2/topic/persistent/{local}/bundle", timeout=30)
+    assert bundle.status_code == 200 and re.fullmatch(r"0x[0-9a-f]{8}_0x[0-9a-f]{8}", bundle.text), bundle.text
+    assert requests.get(f"{b1.web_url}/lookup/v2/topic/persistent/{local}/bundle", timeout=30).text == bundle.text
+    owned = {b: http_json(f"{b.web_url}/admin/v2/brokers/standalone/{b.web_url.removeprefix('http://')}"
+                          f"/ownedNamespaces") for b in (b1, b2)}
+    assert f"public/default/{bundle.text}" in owned[b1] and f"public/default/{bundle.text}" not in owned[b2]
+    assert not set(owned[b1]) & set(owned[b2])
+    path = f"/admin/v2/brokers/standalone/{b1.web_url.removeprefix('http://')}/ownedNamespaces"
+    redirected = requests.get(f"{b2.web_url}{path}", allow_redirects=False, timeout=30)
+    assert (redirected.status_code, redirected.headers["Location"]) == (307, f"{b1.web_url}{path}")
+    unknown = requests.get(f"{b2.web_url}/admin/v2/brokers/standalone/127.0.0.1:1/ownedNamespaces", timeout=30)
+    assert (unknown.status_code, unknown.json()) == (404, {"reason": "Broker id '127.0.0.1:1' not found in "
+                                                                     "available brokers."})
+    ids = sorted(b.web_url.removeprefix("http://") for b in (b1, b2))
+    assert sorted(http_json(f"{b2.web_url}/admin/v2/brokers")) == ids
+    # (authorization off: Pulsar takes any cluster name)
+    assert sorted(http_json(f"{b2.web_url}/admin/v2/brokers/nosuch")) == ids
+    wrong = requests.post(f"{b2.web_url}/admin/v2/persistent/{local}/compaction", allow_redirects=False, timeout=30)
+    assert wrong.status_code == 405
+    # The cluster's data: the same from either broker (stored once, by the first broker, as Pulsar's metadata
+    # set-up stores it), not each broker's own URLs.
+    cluster = http_json(f"{b1.web_url}/admin/v2/clusters/standalone")
+    assert cluster == http_json(f"{b2.web_url}/admin/v2/clusters/standalone")
+    assert (cluster["serviceUrl"], cluster["brokerServiceUrl"]) in {(b.web_url, b.service_url) for b in (b1, b2)}
