@@ -101,8 +101,9 @@ _INDEXES = [i for i, b in enumerate(NamespaceBundles.equal(NS, BUNDLES).bundles)
 # Each in its own bundle of the four: owned by the leader, owned by the other broker, owned by nobody (looked up
 # without authority only, at the end), and one the other broker owns, for the unload.
 ON_L, FREE, TO_UNLOAD = (topic_in_bundle(p, i) for p, i in zip(("on-l", "free", "unload"), _INDEXES, strict=True))
-ON_N = topic_in_bundle("on-n", [b.range_name for b in NamespaceBundles.equal(NS, BUNDLES).bundles].index(
-    SYSTEM_RANGE))
+_SYSTEM_INDEX = [b.range_name for b in NamespaceBundles.equal(NS, BUNDLES).bundles].index(SYSTEM_RANGE)
+ON_N = topic_in_bundle("on-n", _SYSTEM_INDEX)
+NEVER = topic_in_bundle("never", _SYSTEM_INDEX)  # (a topic never made, in ON_N's bundle)
 # (what a case's name calls each)
 LABEL = {ON_L: "L's topic", ON_N: "N's topic", FREE: "a free topic", TO_UNLOAD: "the topic to unload"}
 RANGE = {topic: NamespaceBundles.equal(NS, BUNDLES).find(f"persistent://{NS}/{topic}").range_name
@@ -254,6 +255,10 @@ def ask(leader: Broker, other: Broker) -> dict[str, Answer]:
     for role in ("L", "N"):
         c.call(f"GET partitioned-stats of {role}", role, "GET",
                f"/admin/v2/persistent/{PARTED_NS}/parted/partitioned-stats")
+    # A topic never made, in a bundle the other broker owns; an authoritative lookup of an owned bundle elsewhere.
+    c.call("GET stats of a topic never made, of L", "L", "GET", f"{BASE}/{NEVER}/stats", follow=True)
+    c.call("DELETE a topic never made, of L", "L", "DELETE", f"{BASE}/{NEVER}", follow=True)
+    c.call("authoritative HTTP lookup of N's topic of L", "L", "GET", f"{LOOKUP}/{ON_N}?authoritative=true")
 
     # The cluster: its brokers, its leader, each one's bundles, its metadata.
     c.group = "the cluster"
@@ -293,6 +298,7 @@ def ask(leader: Broker, other: Broker) -> dict[str, Answer]:
     c.call("PUT unload of a bundle that is not one", "N", "PUT", f"{ns}/0x00000000_0x50000000/unload")
     c.call("PUT unload of a bundle range that does not start one", "N", "PUT", f"{ns}/0x10000000_0x40000000/unload")
     c.call("PUT unload of the other's bundle, of L", "L", "PUT", f"{ns}/{unload_range}/unload", follow=True)
+    c.call("DELETE of a bundle with topics, of L", "L", "DELETE", f"{ns}/{on_n_range}", follow=True)
     c.call("GET ownedNamespaces of N after the unload", "N", "GET",
            f"/admin/v2/brokers/{CLUSTER}/{c.by_role['N'].id}/ownedNamespaces")
     c.call("PUT split of the leader's bundle, of N", "N", "PUT", f"{ns}/{on_l_range}/split", follow=True)
