@@ -11,8 +11,9 @@ namespaces), what dashboards such as Pulsar Manager collect from each broker.
   bundles gained and lost since the previous report.
 - ``GET /admin/v2/broker-stats/metrics``: Pulsar's MetricsGenerator list (``pulsar-admin broker-stats
   monitoring-metrics``): ``[{"metrics": {...}, "dimensions": {...}}]``; monitoring_metrics.py says what is in it.
-- ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: this broker owns every bundle of
-  every namespace: ``{"tenant/ns/0x..._0x...": {"broker_assignment": "shared", ...}}``.
+- ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: the bundles this broker owns (a standalone broker:
+  every bundle of every namespace): ``{"tenant/ns/0x..._0x...": {"broker_assignment": "shared", ...}}``; asked of
+  another broker, a 307 to that one.
 
 All are super-user operations (the access table's default).
 """
@@ -20,15 +21,18 @@ All are super-user operations (the access table's default).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from broker.admin import stats as S
-from broker.admin.common import HttpError, json_response
+from broker.admin.cluster import redirect_to_broker, validate_cluster_ownership
+from broker.admin.common import json_response
 from broker.admin.monitoring_metrics import CORES, LocalLoad, MonitoringMetrics
 from broker.cluster.data import BundleLoad
 from broker.cluster.load import memory_limit_mb, rss_mb
+from broker.cluster.placement import isolation_policy_of, matches_any
 from broker.service.topic import PersistentTopic
 from broker.version import __version__
 
@@ -209,13 +213,29 @@ class BrokerStatsResource:
         return json_response(self.monitoring.documents(self.web.sampler, usage))
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
-        if request.match_info["cluster"] not in self.service.metadata.clusters:
-            raise HttpError(404, "Cluster does not exist")
-        if request.match_info["broker"] != self.web.broker_id:
-            raise HttpError(404, f"Broker {request.match_info['broker']} not found (this one is "
-                                 f"{self.web.broker_id})")
-        status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+        """Pulsar's BrokersBase.getOwnedNamespaces: asked of another broker, the 307 there (Pulsar's
+        maybeRedirectToBroker), then the cluster's check, then the bundles this broker owns, each with its
+        NamespaceOwnershipStatus (NamespaceService.getOwnedNameSpacesStatusAsync). A standalone broker owns every
+        bundle of every namespace."""
+        await redirect_to_broker(self.web.ctx, request, request.match_info["broker"])
+        validate_cluster_ownership(self.web.ctx, request, request.match_info["cluster"])
         metadata = self.service.metadata
-        return json_response({str(b): status for ns in sorted(metadata.namespaces)
-                              for b in metadata.namespace_bundles(ns).bundles})
+        ownership = self.service.ownership
+        owned = (ownership.owned_bundles() if ownership.distributed
+                 else [b for ns in sorted(metadata.namespaces) for b in metadata.namespace_bundles(ns).bundles])
+        policies = metadata.isolation_policies(self.web.ctx.cluster) or {}
+        host = self.web.ctx.process.advertised_host
+        return json_response({str(b): ownership_status(b.namespace, host, policies) for b in owned})
 
+
+def ownership_status(namespace: str, host: str, policies: Mapping[str, Any]) -> dict[str, Any]:
+    """Pulsar's NamespaceOwnershipStatus of an owned (active) bundle of ``namespace`` on the broker at ``host``:
+    ``shared`` and not controlled unless an isolation policy names the namespace; then controlled, and ``primary`` or
+    ``secondary`` when the policy names this broker's host so (NamespaceService.getNamespaceOwnershipStatus)."""
+    policy = isolation_policy_of(namespace, policies)
+    assignment = "shared"
+    if policy is not None and matches_any(policy.get("primary"), host):
+        assignment = "primary"
+    elif policy is not None and matches_any(policy.get("secondary"), host):
+        assignment = "secondary"
+    return {"broker_assignment": assignment, "is_controlled": policy is not None, "is_active": True}

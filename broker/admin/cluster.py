@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from aiohttp import web
 from yarl import URL
 
-from broker.admin.common import HttpError, query_flag, read_body
+from broker.admin.common import HttpError, pulsar_name_ok, query_flag, read_body
 from broker.admin.context import AdminContext
 from broker.admin.partitioned_topics import read_partition_count
 from broker.auth.http import check_deferred
@@ -139,6 +139,10 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
     @web.middleware
     async def redirect_to_owner(request: web.Request,
                                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if request.match_info.http_exception is not None:
+            # No route (404) or not this method (405, e.g. POST .../compaction): Jersey answers that before any
+            # resource method runs, so before the owner's redirect.
+            return await handler(request)
         service = ctx.service
         resource = request.match_info.route.resource
         if resource is not None and (request.method, resource.canonical) in GLOBAL_NAMESPACE_ROUTES:
@@ -147,6 +151,13 @@ def ownership_middleware(ctx: AdminContext) -> Callable[..., Awaitable[web.Strea
             if await service.metadata.namespace_exists_fresh(namespace) and not (  # (else the handler answers)
                     resource.canonical == BUNDLE_UNLOAD and await _bundle_has_owner(service, namespace, request)):
                 redirect_to_peer(request, namespace, lambda: service.peer_cluster_of(namespace))
+        m = request.match_info
+        if service.distributed and "tenant" in m and "ns" in m and pulsar_name_ok(m["tenant"]) and pulsar_name_ok(
+                m["ns"]):
+            # A namespace another broker has just created, read now (its notification may be on its way): every
+            # namespace call answers for what is stored, as Pulsar's policies are read through its metadata cache,
+            # which loads a key it does not hold (a GET .../bundles at once after a PUT through another broker).
+            await service.metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}")
         found = topic_of(request.rel_url.raw_path)
         if found is not None and service.distributed and "topic" in request.match_info:
             # What another broker has just stored of the topic, read now (its notification may be on its way): the
@@ -321,3 +332,39 @@ def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:
     query["authoritative"] = "true" if authoritative else "false"
     url = request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
     return url.with_query(query)
+
+
+async def redirect_to_broker(ctx: AdminContext, request: web.Request, broker_id: str) -> None:
+    """Pulsar's maybeRedirectToBroker: return when ``broker_id`` (``host:port``, an ``http(s)://`` before it allowed)
+    is this broker; else the 307 to the same path and query on that registered broker's web service (its TLS one over
+    https, or when it has no plain one), or 404 when no broker of that id is registered (a standalone broker: any
+    other id)."""
+    wanted = broker_id.removeprefix("http://").removeprefix("https://")
+    process = ctx.process
+    if wanted == ctx.broker_id or f"http://{wanted}" == process.web_url or f"https://{wanted}" == process.web_url_tls:
+        return
+    registry = ctx.service.registry
+    report = await registry.broker_report(wanted) if registry is not None else None
+    if report is None:
+        raise HttpError(404, f"Broker id '{broker_id}' not found in available brokers.")
+    urls = report.urls
+    base = URL(urls.web_url_tls if (request.secure or not urls.web_url) and urls.web_url_tls else urls.web_url or "")
+    raise web.HTTPTemporaryRedirect(request.url.with_scheme(base.scheme).with_host(base.host or "")
+                                    .with_port(base.port))
+
+
+def validate_cluster_ownership(ctx: AdminContext, request: web.Request, cluster: str | None) -> None:
+    """Pulsar's validateClusterOwnershipAsync for the brokers' calls naming a cluster: any name passes when
+    authorization is off (Pulsar: "any cluster name should be valid"), and so do none, ``global`` and this broker's
+    cluster; another cluster is answered with the 307 to the same path and query on its service URL, one that does
+    not exist with 404."""
+    if cluster is None or cluster in ("global", ctx.cluster) or not ctx.config.authorizationEnabled:
+        return
+    data = ctx.metadata.clusters.get(cluster)
+    if data is None:
+        raise HttpError(404, f"Cluster does not exist: cluster={cluster}")
+    tls = request.secure and bool(data.get("serviceUrlTls"))
+    base = URL(str(data.get("serviceUrlTls") if tls else data.get("serviceUrl") or ""))
+    if not base.host:
+        raise HttpError(500, f"the service URL of cluster {cluster} is not configured")
+    raise web.HTTPTemporaryRedirect(request.url.with_host(base.host).with_port(base.port))

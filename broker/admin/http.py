@@ -26,7 +26,12 @@ from yarl import URL
 from broker.admin.bookies import BookiesResource
 from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
-from broker.admin.cluster import ownership_middleware, validate_cluster_first, validate_global_namespace
+from broker.admin.cluster import (
+    ownership_middleware,
+    validate_cluster_first,
+    validate_cluster_ownership,
+    validate_global_namespace,
+)
 from broker.admin.common import (
     HttpError,
     check_name,
@@ -113,6 +118,7 @@ class WebService:
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
         r.add_get("/admin/v2/brokers/internal-configuration", self.internal_configuration)
         r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
+        r.add_get("/admin/v2/brokers", self.brokers)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
         r.add_get("/status.html", self.status)
         r.add_get("/metrics", self.metrics)
@@ -129,6 +135,8 @@ class WebService:
         r.add_put("/admin/v2/tenants/{tenant}", self.put_tenant)
         r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
         r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
+        # (before the lookup's route, whose topic may hold a "/": Jersey too takes the literal "bundle" first)
+        r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}/bundle", self.topic_bundle)
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{ns}/{topic:.+}", self.lookup)
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
@@ -211,8 +219,9 @@ class WebService:
         return web.Response(text="OK")
 
     async def brokers(self, request: web.Request) -> web.Response:
-        if request.match_info["cluster"] not in self.metadata.clusters:
-            raise HttpError(404, "Cluster does not exist")
+        """The active brokers' ids: of the cluster named (BrokersBase.getActiveBrokers, after its check of the
+        cluster: validateClusterOwnershipAsync), or of this broker's (``/admin/v2/brokers``)."""
+        validate_cluster_ownership(self.ctx, request, request.match_info.get("cluster"))
         registry = self.service.registry
         if registry is not None:  # cluster mode: every registered broker
             return json_response(sorted(await registry.active_brokers()))
@@ -223,7 +232,7 @@ class WebService:
         if registry is not None:  # cluster mode: the elected one
             leader = registry.leader
             if leader is None:
-                raise HttpError(404, "No leader broker")
+                raise HttpError(404, "Couldn't find leader broker")  # (Pulsar's words)
             return json_response({"serviceUrl": leader.service_url, "brokerId": leader.broker_id})
         return json_response({"serviceUrl": self.ctx.process.web_url, "brokerId": self.broker_id})
 
@@ -444,6 +453,19 @@ class WebService:
             raise web.HTTPTemporaryRedirect(URL(location, encoded=True))  # (as encoded here: "%2E%2E" kept)
         return json_response(lookup_data(answer.urls.url or "", answer.urls.url_tls or "", answer.http_url or "",
                                          answer.http_url_tls or ""))
+
+    async def topic_bundle(self, request: web.Request) -> web.Response:
+        """The range of the namespace bundle a topic's name hashes into (``pulsar-admin topics bundle-range``,
+        TopicLookupBase.internalGetNamespaceBundle), from any broker: the bundles as this broker's metadata has them.
+        Pulsar writes the range as the bare text of an application/json answer. (For a namespace that does not exist,
+        Pulsar names its full range as if it existed; ours answers 404.)"""
+        m = request.match_info
+        name = parse_topic_name(m["domain"], m["tenant"], m["ns"], m["topic"])
+        await self.service.refresh_namespace(name)
+        if not self.service.metadata.namespace_exists(name.namespace):
+            raise HttpError(404, "Namespace does not exist")
+        bundle = self.service.metadata.namespace_bundles(name.namespace).find(name.full)
+        return web.Response(text=bundle.range_name, content_type="application/json")
 
     async def lookup(self, request: web.Request) -> web.Response:
         """A lookup, counted as Pulsar's NamespaceService counts them (answer, redirect or failure): the search for

@@ -156,7 +156,7 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_DELETE, r"/admin/v2/brokers/configuration/\{configName\}", Access.SUPER_USER, Check.BROKER,
          "DELETE_DYNAMIC_CONFIGURATION"),
         (_GET, r"/admin/v2/brokers/backlog-quota-check", Access.SUPER_USER, Check.BROKER, "CHECK_BACKLOG_QUOTA"),
-        (_GET, r"/admin/v2/brokers/\{cluster\}", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
+        (_GET, r"/admin/v2/brokers(/\{cluster\})?", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
         (_GET, r"/admin/v2/brokers/\{cluster\}/\{broker\}/ownedNamespaces", Access.SUPER_USER, Check.BROKER,
          "LIST_OWNED_NAMESPACES"),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),
@@ -267,6 +267,9 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         # (TopicLookupBase reads the namespace first: validateGlobalNamespaceOwnership.)
         (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}", Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION,
          None, Order.AFTER_NAMESPACE),
+        # (a topic's bundle: Pulsar's namespace operation GET_BUNDLE, TopicLookupBase.internalGetNamespaceBundle)
+        (_GET, r"/lookup/v2/topic/\{domain\}" + _NS + r"/\{topic\}/bundle", Access.NAMESPACE_LOOKUP,
+         Check.NAMESPACE_OPERATION, "GET_BUNDLE"),
         # Transactions (Pulsar's admin v3 Transactions): reading a coordinator, a transaction, or a topic's transaction
         # buffer and pending acks checks nothing but the credentials. The stats and slow transactions of every
         # coordinator (no coordinatorId) first ask for the assignment topic's partitions, which is a LOOKUP of that

@@ -93,7 +93,9 @@ class BundleOperations:
         if wanted.lower not in bundles.boundaries[:-1]:
             raise BundleOperationError(412, f"Cannot find bundle {wanted} in the bundles list")
         if wanted not in bundles.bundles:
-            raise BundleOperationError(412, f"Invalid upper boundary for bundle {wanted}")
+            expected = bundles.bundle_of_hash(wanted.lower)
+            raise BundleOperationError(412, f"Invalid upper boundary for bundle {wanted}. Expected upper boundary of "
+                                            f"{expected}")
         return wanted
 
     def _bundles(self, namespace: str) -> NamespaceBundles:

@@ -255,7 +255,8 @@ def anti_affinity_allows_unload(current: str, candidates: list[str], counts: Map
     return sum(1 for b in candidates if counts.get(b, 0) == least) != len(candidates)
 
 
-def _matches_any(patterns: Any, text: str) -> bool:
+def matches_any(patterns: Any, text: str) -> bool:
+    """Whether one of ``patterns`` (a NamespaceIsolationData list of regular expressions) matches all of ``text``."""
     for pattern in patterns if isinstance(patterns, list) else []:
         try:
             if isinstance(pattern, str) and re.fullmatch(pattern, text):
@@ -269,16 +270,22 @@ def broker_host(broker_id: str) -> str:
     return broker_id.rsplit(":", 1)[0] if ":" in broker_id else broker_id
 
 
+def isolation_policy_of(namespace: str, policies: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The isolation policy (of the cluster's NamespaceIsolationData documents, by name) whose namespaces match
+    ``namespace`` first, or None (NamespaceIsolationPolicies.getPolicyByNamespace)."""
+    return next((p for _, p in sorted(policies.items())
+                 if isinstance(p, dict) and matches_any(p.get("namespaces"), namespace)), None)
+
+
 def isolation_candidates(namespace: str, brokers: list[str], policies: Mapping[str, Any]) -> list[str]:
     """LoadManagerShared.applyNamespacePolicies over NamespaceIsolationData documents: the brokers ``namespace`` may
     go to (in ``brokers``' order)."""
-    policy = next((p for _, p in sorted(policies.items())
-                   if isinstance(p, dict) and _matches_any(p.get("namespaces"), namespace)), None)
+    policy = isolation_policy_of(namespace, policies)
     if policy is None:
-        return [b for b in brokers if not any(isinstance(p, dict) and _matches_any(p.get("primary"), broker_host(b))
+        return [b for b in brokers if not any(isinstance(p, dict) and matches_any(p.get("primary"), broker_host(b))
                                               for p in policies.values())]
-    primaries = [b for b in brokers if _matches_any(policy.get("primary"), broker_host(b))]
-    secondaries = [b for b in brokers if b not in primaries and _matches_any(policy.get("secondary"), broker_host(b))]
+    primaries = [b for b in brokers if matches_any(policy.get("primary"), broker_host(b))]
+    secondaries = [b for b in brokers if b not in primaries and matches_any(policy.get("secondary"), broker_host(b))]
     return primaries + secondaries if len(primaries) < min_limit(policy) else primaries
 
 

@@ -19,6 +19,7 @@ HTTP statuses. A store that cannot be reached raises ``metadata_store.MetadataSt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections import ChainMap
@@ -256,6 +257,22 @@ class BrokerMetadata:
         self._cluster_must_exist(name)
         new = copy.deepcopy(dict(data))
         await self._modify(L.CLUSTERS, name, lambda current: _replace(current, new, "Cluster does not exist"))
+
+    async def fill_cluster_urls(self, name: str, urls: Mapping[str, str]) -> None:
+        """Store ``urls`` (ClusterData's serviceUrl, brokerServiceUrl...) in the cluster's data where it has none of
+        its own: what PulsarClusterMetadataSetup writes before a cluster's first broker starts (ours has no such
+        step: its first broker writes them). URLs already stored, an admin's or Pulsar's setup tool's, are kept."""
+        if name not in self._clusters or all(self._clusters[name].get(k) for k in urls):
+            return
+
+        def fill(current: Any) -> Any:
+            data = copy.deepcopy(dict(_must_exist(current, "Cluster does not exist")))
+            for key, value in urls.items():
+                if not data.get(key):
+                    data[key] = value
+            return data
+        with contextlib.suppress(ConflictError):  # (another broker starting with this one wrote its own first)
+            await self._modify(L.CLUSTERS, name, fill)
 
     async def set_peer_clusters(self, name: str, peers: list[str] | None) -> None:
         """Replace the cluster's ``peerClusterNames`` (None removes them), keeping the rest of its data."""

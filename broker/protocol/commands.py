@@ -287,8 +287,7 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     if broker_url_tls:
         r.brokerServiceUrlTls = broker_url_tls
     r.authoritative = True
-    if through_service_url:
-        r.proxy_through_service_url = True
+    r.proxy_through_service_url = through_service_url  # (set either way, as Pulsar's Commands.newLookupResponse)
     return frame(cmd)
 
 
@@ -305,6 +304,7 @@ def lookup_redirect(request_id: int, broker_url: str | None, broker_url_tls: str
     if broker_url_tls:
         r.brokerServiceUrlTls = broker_url_tls
     r.authoritative = authoritative
+    r.proxy_through_service_url = False
     return frame(cmd)
 
 

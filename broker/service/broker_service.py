@@ -371,6 +371,12 @@ class BrokerService:
         if not self.distributed or self.metadata_store is None:
             return
         self.health_ledger_name = f"{HEALTH_LEDGER}-{urls.broker_id.replace(':', '-')}"
+        # The cluster's URLs, as its metadata set-up would have stored them: every broker then answers the same
+        # GET /admin/v2/clusters/{cluster} (not each its own URLs), and a peer cluster's redirect has somewhere to go.
+        cluster_urls = {"serviceUrl": urls.web_url, "serviceUrlTls": urls.web_url_tls,
+                        "brokerServiceUrl": urls.pulsar_url, "brokerServiceUrlTls": urls.pulsar_url_tls}
+        await self.metadata.fill_cluster_urls(self.config.clusterName,
+                                              {k: v for k, v in cluster_urls.items() if v})
         registry = BrokerRegistry(self.metadata_store, urls, lambda: self.load_report(urls))
         ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles,
                                      self.metadata.stored_namespace_bundles)

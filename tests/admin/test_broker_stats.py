@@ -9,6 +9,7 @@ from typing import Any
 
 import pulsar
 
+from broker.admin.broker_stats import ownership_status
 from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
 
@@ -59,8 +60,13 @@ def test_load_report_and_owned_namespaces(admin: Admin, client: pulsar.Client, p
     owned = admin.ok("GET", f"/admin/v2/brokers/standalone/{broker}/ownedNamespaces")
     assert owned["public/default/0x00000000_0x40000000"] == {
         "broker_assignment": "shared", "is_controlled": False, "is_active": True}
-    assert admin.get("/admin/v2/brokers/standalone/elsewhere:8080/ownedNamespaces").status == 404
-    assert admin.get(f"/admin/v2/brokers/nowhere/{broker}/ownedNamespaces").status == 404
+    # Another broker's id: no such broker registered (Pulsar's maybeRedirectToBroker, before the cluster's check);
+    # a cluster of another name passes its check, authorization being off (Pulsar: "any cluster name is valid").
+    elsewhere = admin.get("/admin/v2/brokers/nowhere/elsewhere:8080/ownedNamespaces")
+    assert (elsewhere.status, elsewhere.json) == (404, {"reason": "Broker id 'elsewhere:8080' not found in "
+                                                                    "available brokers."})
+    assert admin.ok("GET", f"/admin/v2/brokers/nowhere/{broker}/ownedNamespaces") == owned
+    assert admin.ok("GET", "/admin/v2/brokers") == admin.ok("GET", "/admin/v2/brokers/nowhere") == [broker]
 
 
 def _by_dimensions(documents: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], dict[str, Any]]:
@@ -139,3 +145,18 @@ def test_monitoring_metrics_as_pulsars_metrics_generator() -> None:
     assert 0 < usage["brk_lb_memory_usage"] < 100 and usage["brk_lb_cpu_usage"] >= 0
     assert usage["brk_lb_bandwidth_in_usage"] == usage["brk_lb_directMemory_usage"] == 0.0
     assert not any(dict(key).get("metric") == "jvm_metrics" for key in objects)  # (no JVM)
+
+
+def test_ownership_status_follows_the_namespace_isolation_policies() -> None:
+    """NamespaceService.getNamespaceOwnershipStatus: controlled when a policy names the namespace, primary or
+    secondary as the policy names this broker's host, else shared."""
+    policies = {"iso": {"namespaces": ["iso/.*"], "primary": ["127\\.0\\.0\\.2"], "secondary": ["127\\.0\\.0\\.3"],
+                        "auto_failover_policy": {"policy_type": "min_available", "parameters": {"min_limit": "1"}}}}
+
+    def status(assignment: str, controlled: bool) -> dict[str, Any]:
+        return {"broker_assignment": assignment, "is_controlled": controlled, "is_active": True}
+
+    assert ownership_status("iso/a", "127.0.0.2", policies) == status("primary", True)
+    assert ownership_status("iso/a", "127.0.0.3", policies) == status("secondary", True)
+    assert ownership_status("iso/a", "127.0.0.4", policies) == status("shared", True)
+    assert ownership_status("public/default", "127.0.0.2", policies) == status("shared", False)

@@ -89,7 +89,8 @@ def test_split_refusals_as_pulsars(admin: Admin) -> None:
     cases = [
         (f"{NS}/{ns}/{first}/split?splitAlgorithmName=no_such_algorithm", None, 412, "Unsupported"),
         (f"{NS}/{ns}/{first}/split?splitAlgorithmName=specified_positions_divide", None, 412, "must not be empty"),
-        (f"{NS}/{ns}/0x00000000_0x20000000/split", None, 412, "Invalid upper boundary"),
+        (f"{NS}/{ns}/0x00000000_0x20000000/split", None, 412,
+         f"Invalid upper boundary for bundle {ns}/0x00000000_0x20000000. Expected upper boundary of {ns}/{first}"),
         (f"{NS}/{ns}/0x10000000_0x40000000/split", None, 412, "Cannot find bundle"),
         (f"{NS}/{ns}/0xzz_0x40000000/split", None, 412, "Invalid bundle range"),
         (f"{NS}/{ns}/{first}/split?unload=maybe", None, 400, "unload"),
@@ -189,3 +190,19 @@ def test_automatic_split_past_max_topics(tmp_path_factory: pytest.TempPathFactor
         assert final.bundles[-3:] == start.bundles[-3:]
         assert all(target.lower <= b.lower < target.upper for b in final.bundles[:-3])
         assert len(final) == 6  # (no split past the maximum)
+
+
+def test_a_topics_bundle_range_as_pulsars_lookup_names_it(admin: Admin) -> None:
+    """``GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}/bundle`` (pulsar-admin topics bundle-range): the range as
+    the bare text of an application/json answer, as Pulsar writes it; after a split, the child's. Not a lookup of a
+    topic named ``t/bundle``."""
+    ns = admin.new_namespace()
+    topic = f"persistent://{ns}/t"
+    expected = NamespaceBundles.equal(ns, len(boundaries(admin, ns)) - 1).find(topic)
+    reply = admin.get(f"/lookup/v2/topic/persistent/{ns}/t/bundle")
+    assert (reply.status, reply.body.decode()) == (200, expected.range_name)
+    assert reply.headers["Content-Type"].startswith("application/json")
+    admin.ok("PUT", f"{NS}/{ns}/{expected.range_name}/split")
+    child = admin.get(f"/lookup/v2/topic/persistent/{ns}/t/bundle").body.decode()
+    assert child != expected.range_name and child.split("_")[0] >= expected.range_name.split("_")[0]
+    assert admin.get(f"/lookup/v2/topic/persistent/{ns}-nosuch/t/bundle").status == 404

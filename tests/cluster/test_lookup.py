@@ -20,8 +20,11 @@ TIMEOUT_MS = 30_000
 # What the brokers of test_a_broker_reads_what_another_has_just_stored are never told of (their notifications held):
 # public/default's persistent managed ledgers and partitioned topics. (Their levels are made before the brokers
 # start: the notification of a new level above would have a broker read all below it.)
+# (and a tenant's, made through the other broker: its namespaces' policies are below its node)
+HELD_TENANT = "made-elsewhere"
 HELD_PATHS = ("/managed-ledgers/public/default/persistent", "/admin/partitioned-topics/public/default/persistent",
-              "/admin/partitioned-topics/public/default/non-persistent")
+              "/admin/partitioned-topics/public/default/non-persistent", f"/admin/policies/{HELD_TENANT}",
+              f"/admin/local-policies/{HELD_TENANT}")
 
 
 def topic_names(prefix: str, count: int) -> list[str]:
@@ -130,13 +133,14 @@ def test_a_call_on_a_topic_named_with_a_slash_goes_to_its_owner(brokers: Brokers
 def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     """A broker asked of a topic it has not heard of reads the metadata store before it answers, as Pulsar's do
     (NamespaceService.checkTopicExists: the partitioned metadata through the metadata cache, which loads a key it
-    does not hold, then TopicResources.persistentTopicExists, the store's exists). Here neither broker is ever told
-    of public/default's managed ledgers and partitioned topics (``held_notifications``): each knows those the other
-    makes only by reading them, so a call that trusted what it was told would answer 404 every time."""
+    does not hold, then TopicResources.persistentTopicExists, the store's exists); so is one asked of a namespace.
+    Here neither broker is ever told of public/default's managed ledgers and partitioned topics, nor of the tenant
+    HELD_TENANT and its namespaces (``held_notifications``): each knows those the other makes only by reading them,
+    so a call that trusted what it was told would answer 404 every time."""
     root = KazooClient(hosts=brokers.cluster.zk_address)  # (the test's chroot is not there yet)
     root.start(timeout=30)
     try:
-        for path in HELD_PATHS:
+        for path in HELD_PATHS[:3]:  # (not the tenant's: its node would be the tenant)
             root.ensure_path(brokers.chroot + path)
     finally:
         root.stop()
@@ -144,6 +148,15 @@ def test_a_broker_reads_what_another_has_just_stored(brokers: Brokers) -> None:
     b1, b2 = brokers.start(2, command_prefix=held_notifications.command_prefix(HELD_PATHS))
     topic, parted = topic_names("fresh", 2)
     local, parted_local = topic.removeprefix("persistent://"), parted.removeprefix("persistent://")
+
+    # A namespace made through broker 1, its bundles asked of broker 2 at once (Pulsar reads a namespace's policies
+    # through its metadata cache, which loads a key it does not hold).
+    made = requests.put(f"{b1.web_url}/admin/v2/tenants/{HELD_TENANT}", json={"allowedClusters": ["standalone"]},
+                        timeout=30)
+    assert made.status_code == 204, made.text
+    made = requests.put(f"{b1.web_url}/admin/v2/namespaces/{HELD_TENANT}/ns", json={}, timeout=30)
+    assert made.status_code == 204, made.text
+    assert http_json(f"{b2.web_url}/admin/v2/namespaces/{HELD_TENANT}/ns/bundles")["numBundles"] == 4
 
     # A topic made by its owner (the PUT is sent there), asked of the other broker at once.
     made = requests.put(f"{b1.web_url}/admin/v2/persistent/{local}", timeout=30)
@@ -266,3 +279,40 @@ def test_split_and_bundle_unload_go_to_the_owner(brokers: Brokers) -> None:
         assert set(seen) <= {b"before", b"after", b"again"}
     finally:
         client.close()
+
+
+def test_a_brokers_bundles_and_calls_on_another_broker_as_pulsar(brokers: Brokers) -> None:
+    """Each broker lists the bundles it owns, not the others' (BrokersBase.getOwnedNamespaces); asked of another
+    registered broker's id it answers 307 there (maybeRedirectToBroker), of an unknown id 404; any broker names a
+    topic's bundle (``/lookup/v2/topic/.../bundle``), and a method a route does not have is 405 at any broker, never
+    a 307 to the owner first; both answer the cluster's same data. (tests/cluster/test_pulsar_cluster_answers.py
+    compares these with Apache Pulsar's own.)"""
+    b1, b2 = brokers.start(2)
+    topic = topic_names("owned", 1)[0]
+    local = topic.removeprefix("persistent://")
+    # b1 takes the topic's bundle: an authoritative lookup makes the broker asked its owner.
+    assert http_json(f"{b1.web_url}/lookup/v2/topic/persistent/{local}?authoritative=true")["httpUrl"] == b1.web_url
+    bundle = requests.get(f"{b2.web_url}/lookup/v2/topic/persistent/{local}/bundle", timeout=30)
+    assert bundle.status_code == 200 and re.fullmatch(r"0x[0-9a-f]{8}_0x[0-9a-f]{8}", bundle.text), bundle.text
+    assert requests.get(f"{b1.web_url}/lookup/v2/topic/persistent/{local}/bundle", timeout=30).text == bundle.text
+    owned = {b: http_json(f"{b.web_url}/admin/v2/brokers/standalone/{b.web_url.removeprefix('http://')}"
+                          f"/ownedNamespaces") for b in (b1, b2)}
+    assert f"public/default/{bundle.text}" in owned[b1] and f"public/default/{bundle.text}" not in owned[b2]
+    assert not set(owned[b1]) & set(owned[b2])
+    path = f"/admin/v2/brokers/standalone/{b1.web_url.removeprefix('http://')}/ownedNamespaces"
+    redirected = requests.get(f"{b2.web_url}{path}", allow_redirects=False, timeout=30)
+    assert (redirected.status_code, redirected.headers["Location"]) == (307, f"{b1.web_url}{path}")
+    unknown = requests.get(f"{b2.web_url}/admin/v2/brokers/standalone/127.0.0.1:1/ownedNamespaces", timeout=30)
+    assert (unknown.status_code, unknown.json()) == (404, {"reason": "Broker id '127.0.0.1:1' not found in "
+                                                                     "available brokers."})
+    ids = sorted(b.web_url.removeprefix("http://") for b in (b1, b2))
+    assert sorted(http_json(f"{b2.web_url}/admin/v2/brokers")) == ids
+    # (authorization off: Pulsar takes any cluster name)
+    assert sorted(http_json(f"{b2.web_url}/admin/v2/brokers/nosuch")) == ids
+    wrong = requests.post(f"{b2.web_url}/admin/v2/persistent/{local}/compaction", allow_redirects=False, timeout=30)
+    assert wrong.status_code == 405
+    # The cluster's data: the same from either broker (stored once, by the first broker, as Pulsar's metadata
+    # set-up stores it), not each broker's own URLs.
+    cluster = http_json(f"{b1.web_url}/admin/v2/clusters/standalone")
+    assert cluster == http_json(f"{b2.web_url}/admin/v2/clusters/standalone")
+    assert (cluster["serviceUrl"], cluster["brokerServiceUrl"]) in {(b.web_url, b.service_url) for b in (b1, b2)}

@@ -288,11 +288,14 @@ def test_lookup_redirect_frame() -> None:
     assert (r.request_id, r.response, r.brokerServiceUrl) == (7, pb.CommandLookupTopicResponse.Redirect,
                                                               "pulsar://b2:6650")
     assert r.HasField("authoritative") and not r.authoritative and not r.HasField("brokerServiceUrlTls")
+    # (proxy_through_service_url set, to false, as Pulsar's Commands.newLookupResponse sets it)
+    assert r.HasField("proxy_through_service_url") and not r.proxy_through_service_url
     # Golden: the whole frame, so an encoder change is seen.
     expected = pb.BaseCommand(type=pb.BaseCommand.LOOKUP_RESPONSE)
     expected.lookupTopicResponse.request_id = 7
     expected.lookupTopicResponse.response = pb.CommandLookupTopicResponse.Redirect
     expected.lookupTopicResponse.brokerServiceUrl = "pulsar://b2:6650"
     expected.lookupTopicResponse.authoritative = False
+    expected.lookupTopicResponse.proxy_through_service_url = False
     body = expected.SerializeToString()
     assert data == struct.pack(">II", len(body) + 4, len(body)) + body

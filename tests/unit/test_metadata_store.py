@@ -78,6 +78,20 @@ async def test_bootstrap_is_pulsars_initial_metadata(metadata: BrokerMetadata, s
         assert await node(store, f"/admin/policies/{ns}") == DEFAULT_NS
 
 
+async def test_the_first_broker_fills_in_the_clusters_urls_once(metadata: BrokerMetadata, store: MetadataStore) -> None:
+    """Cluster mode: the cluster's URLs stored as Pulsar's metadata set-up stores them, by the first broker; another
+    broker's, or URLs stored by an admin or by Pulsar's own set-up tool, are kept."""
+    first = {"serviceUrl": "http://b1:8080", "brokerServiceUrl": "pulsar://b1:6650"}
+    await metadata.fill_cluster_urls("standalone", first)
+    await metadata.fill_cluster_urls("standalone", {"serviceUrl": "http://b2:8080",
+                                                    "brokerServiceUrl": "pulsar://b2:6650"})
+    assert await node(store, "/admin/clusters/standalone") == first
+    await metadata.fill_cluster_urls("standalone", {"serviceUrl": "http://b2:8080", "serviceUrlTls": "https://b2"})
+    assert await node(store, "/admin/clusters/standalone") == {**first, "serviceUrlTls": "https://b2"}
+    await metadata.fill_cluster_urls("nowhere", first)  # (not this broker's cluster's business)
+    assert "nowhere" not in metadata.clusters
+
+
 async def test_golden_values_at_pulsars_paths(metadata: BrokerMetadata, store: MetadataStore) -> None:
     m = metadata
     await m.create_cluster("east", {"serviceUrl": "http://east:8080", "brokerServiceUrl": "pulsar://east:6650"})
