@@ -440,9 +440,6 @@ DIFFERENCES: dict[str, str] = {
     # Pulsar 4.0.7 names a bundle (its full range) of a namespace that does not exist, as if it did; ours answers
     # 404, as its other calls on a missing namespace.
     "HTTP lookup: bundle of a missing namespace's topic": "Pulsar names a bundle of a namespace that does not exist",
-    # The settings that can change at run time: none here (a change of ours takes a restart), as
-    # tests/admin/test_pulsar_shapes.py lists it.
-    "the cluster: GET /admin/v2/brokers/configuration of N": "no dynamic configuration here",
 }
 
 
