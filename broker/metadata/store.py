@@ -723,6 +723,12 @@ class BrokerMetadata:
                 await self.cache.delete(kind, base_topic)
 
     # -- topics ---------------------------------------------------------------------------------------
+    async def read_topic_records(self, topic: str) -> None:
+        """Read the topic's compaction record and terminated mark from the store now (another broker may have
+        written them, its notification not here yet)."""
+        await asyncio.gather(self.cache.read_through(L.COMPACTIONS, topic),
+                             self.cache.read_through(L.TERMINATED, topic))
+
     async def forget_topic(self, topic: str) -> Mapping[str, Any] | None:
         """A topic was deleted: drop its terminated mark, compaction record (returned, so its
         compacted ledger can be deleted) and topic-level policies, so a topic created again under

@@ -719,8 +719,16 @@ class BrokerService:
                 raise PersistenceError(f"Failed to open the managed ledger of {name}: {exc}") from exc
             try:
                 self.ownership.check_serving(name)  # (the bundle may have been lost or unloaded meanwhile)
-            except ServiceNotReadyError:
+                if self.distributed:
+                    # What the previous owner stored of the topic just before it let go (a compaction's result, a
+                    # termination), read now: its notification may not be here yet, and these are read once, at load
+                    # (Pulsar keeps them in the managed ledger's own metadata, read as it opens).
+                    await self.metadata.read_topic_records(name.full)
+            except (ServiceNotReadyError, MetadataStoreError) as exc:
                 await ledger.close()
+                if isinstance(exc, MetadataStoreError):  # (the client retries)
+                    raise ServiceNotReadyError(f"Topic {name}: its records not read from the metadata store: {exc}") \
+                        from exc
                 raise
             topic = PersistentTopic(self, name, ledger)
             try:

@@ -77,7 +77,9 @@ def test_brokers_share_pulsars_znodes_in_zookeeper(zk_server: ProcessInfo, tmp_p
             admin.ok("POST", "/admin/v2/persistent/acme/ns/my%20orders/maxProducers", 4)
 
             # What a Pulsar broker (or zkCli) reads: Pulsar's paths, Pulsar's JSON.
-            assert znode(zk, "/admin/clusters/standalone") == {}
+            # (the cluster's URLs, written by its first broker as Pulsar's metadata set-up writes them)
+            assert znode(zk, "/admin/clusters/standalone") == {
+                "serviceUrl": a.web_url, "brokerServiceUrl": a.service_url}
             assert znode(zk, "/admin/policies/acme") == {"adminRoles": ["boss"], "allowedClusters": ["standalone"]}
             policies = znode(zk, "/admin/policies/acme/ns")
             assert policies["message_ttl_in_seconds"] == 60
