@@ -236,8 +236,7 @@ class ServerCnx:
         if action is RefreshAction.CHALLENGE:
             log.info("%s: credentials of role %s expired; asking for fresh ones", self.remote_address,
                      self.auth.refreshed_role)
-            self.write(commands.auth_challenge(SERVER_VERSION, self.auth.method, REFRESH_AUTH_DATA,
-                                               self.protocol_version))
+            self.write(commands.auth_challenge(self.auth.method, REFRESH_AUTH_DATA, self.protocol_version))
         elif action is RefreshAction.CLOSE:
             log.warning("%s: closing: credentials of role %s expired and were not refreshed",
                         self.remote_address, self.auth.refreshed_role)

@@ -206,12 +206,15 @@ async def test_lookup_answers_both_urls(broker: Broker, pki: Pki) -> None:
 
 def test_auth_challenge_frame() -> None:
     decoder = FrameDecoder(1 << 20)
-    decoder.feed(commands.auth_challenge("Pulsar Server x", "token", b"PulsarAuthRefresh", 20))
-    frame = decoder.next_frame()
-    assert frame is not None and frame.command.type == T.AUTH_CHALLENGE
-    c = frame.command.authChallenge
-    assert (c.server_version, c.challenge.auth_method_name, c.challenge.auth_data, c.protocol_version) == \
-        ("Pulsar Server x", "token", b"PulsarAuthRefresh", 20)
+    decoder.feed(commands.auth_challenge("token", b"PulsarAuthRefresh", 20))
+    decoder.feed(commands.auth_challenge("token", b"PulsarAuthRefresh", 20, server_version="Pulsar Server x"))
+    frames = [decoder.next_frame(), decoder.next_frame()]
+    assert all(f is not None and f.command.type == T.AUTH_CHALLENGE for f in frames)
+    c = [f.command.authChallenge for f in frames if f is not None]
+    assert (c[0].challenge.auth_method_name, c[0].challenge.auth_data, c[0].protocol_version) == \
+        ("token", b"PulsarAuthRefresh", 20)
+    assert not c[0].HasField("server_version")  # (as Pulsar's broker sends it)
+    assert c[1].server_version == "Pulsar Server x"
 
 
 # -- connections from a proxy (proxyRoles, original principal) ----------------------------------------------
