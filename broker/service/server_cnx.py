@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from broker.auth import ConnectionAuth, TopicOperation
 from broker.auth.authorization import NAMESPACE_LOOKUP
-from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
+from broker.auth.service import REFRESH_AUTH_DATA, PrincipalChanged, RefreshAction
 from broker.errors import (
     AuthenticationError,
     BrokerError,
@@ -245,6 +245,11 @@ class ServerCnx:
     def handle_auth_response(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
         try:
             self.auth.answer(cmd.authResponse)
+        except PrincipalChanged:
+            # Pulsar's ServerCnx closes such a connection with no ERROR (unlike credentials it refuses).
+            log.warning("%s: closing: refreshed credentials are not role %s's", self.remote_address,
+                        self.auth.refreshed_role)
+            self.connection.close()
         except AuthenticationError as exc:
             self._refuse_credentials("refresh", exc)
 
