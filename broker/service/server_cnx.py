@@ -243,8 +243,14 @@ class ServerCnx:
             self.connection.close()
 
     def handle_auth_response(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        response = cmd.authResponse
+        if not (response.HasField("response") and response.response.HasField("auth_method_name")
+                and response.response.HasField("auth_data")):
+            # Malformed, as Pulsar's handleAuthResponse sees it (its precondition fails): the connection closes with
+            # no ERROR. The method's name itself is not checked: the credentials go to the connection's provider.
+            raise ProtocolError("AUTH_RESPONSE without credentials or their method's name")
         try:
-            self.auth.answer(cmd.authResponse)
+            self.auth.answer(response)
         except PrincipalChanged:
             # Pulsar's ServerCnx closes such a connection with no ERROR (unlike credentials it refuses).
             log.warning("%s: closing: refreshed credentials are not role %s's", self.remote_address,

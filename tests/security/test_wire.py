@@ -124,6 +124,34 @@ async def closed_without_a_word(c: WireClient) -> None:
     c.close()
 
 
+def malformed_auth_responses() -> list[pb.BaseCommand]:
+    no_method, no_data = auth_response(token(SUPER_USER).encode()), auth_response(b"")
+    no_method.authResponse.response.ClearField("auth_method_name")
+    no_data.authResponse.response.ClearField("auth_data")
+    return [no_method, no_data, pb.BaseCommand(type=T.AUTH_RESPONSE, authResponse=pb.CommandAuthResponse())]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["no method name", "no auth data", "no response"])
+async def test_auth_response_without_credentials_or_method_closes_without_error(broker: Broker, index: int) -> None:
+    """Pulsar's handleAuthResponse requires both fields: without one, the connection closes (its precondition fails,
+    no ERROR), even with valid credentials; a method's name other than the connection's is not checked."""
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode())
+    assert (await c.recv()).type == T.AUTH_CHALLENGE
+    c.send(malformed_auth_responses()[index])
+    await closed_without_a_word(c)
+
+
+async def test_auth_response_under_another_method_name_is_taken(broker: Broker) -> None:
+    c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode())
+    assert (await c.recv()).type == T.AUTH_CHALLENGE
+    answer = auth_response(token(SUPER_USER).encode())
+    answer.authResponse.response.auth_method_name = "basic"  # (Pulsar also hands it to the connection's provider)
+    c.send(answer)
+    c.send(producer_cmd("public/default/another-method"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    c.close()
+
+
 async def test_unanswered_challenge_closes(broker: Broker) -> None:
     c = await connected(port(broker), "token", token(SUPER_USER, exp=expires_in(1)).encode())
     assert (await c.recv()).type == T.AUTH_CHALLENGE
