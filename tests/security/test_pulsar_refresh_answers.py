@@ -132,15 +132,18 @@ class Session:
         return await self.seen()
 
     async def producer(self, topic: str, producer_id: int = 1) -> str:
-        """A LOOKUP (Pulsar's standalone serves a namespace bundle once looked up), then the PRODUCER."""
-        await self.lookup(topic)
+        """A LOOKUP (Pulsar's standalone serves a namespace bundle once looked up), then the PRODUCER; what the
+        LOOKUP got instead of its answer, if anything (an ERROR, the close)."""
+        if not (looked := await self.lookup(topic)).startswith("LOOKUP_RESPONSE"):
+            return looked
         cmd = pb.BaseCommand(type=T.PRODUCER)
         cmd.producer.topic, cmd.producer.producer_id = topic, producer_id
         return await self.request(cmd, cmd.producer)
 
     async def subscribe(self, topic: str, consumer_id: int = 1) -> str:
         cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-        await self.lookup(topic)
+        if not (looked := await self.lookup(topic)).startswith("LOOKUP_RESPONSE"):
+            return looked
         s = cmd.subscribe
         s.topic, s.subscription, s.consumer_id, s.subType = topic, "sub", consumer_id, pb.CommandSubscribe.Shared
         return await self.request(cmd, s)
