@@ -13,7 +13,8 @@ Pulsar's rules, followed here:
   is tried in turn. When all fail, the anonymous role applies if set, else 401.
 - Credentials that expire (tokens) are re-checked every ``authenticationRefreshCheckSeconds``:
   an expired connection gets AUTH_CHALLENGE; a client that does not support refresh, that has not
-  answered the previous challenge, or that answers with another role or bad credentials is closed.
+  answered the previous challenge, or that answers with another role or bad credentials is closed (bad
+  credentials with an ERROR first, the others without, as Pulsar's ServerCnx).
 - Behind a proxy that relays its client's credentials (``authenticateOriginalAuthData``), the
   credentials watched and refreshed are the client's: the proxy answers the challenge with its
   client's fresh credentials, which must keep the original principal (Pulsar's ServerCnx uses its
@@ -142,6 +143,11 @@ class AuthenticationService:
             return identity
         assert error is not None
         raise error
+
+
+class PrincipalChanged(AuthenticationError):
+    """Fresh credentials of another role than the connection's. Pulsar's ServerCnx closes the connection without
+    the ERROR other refused credentials get (its authChallengeSuccessCallback), so ServerCnx does the same."""
 
 
 class AuthState(enum.Enum):
@@ -282,4 +288,4 @@ class ConnectionAuth:
     def _check_same_role(self, identity: Identity, role: str | None) -> None:
         if identity.role != role:
             self.service.failures += 1
-            raise AuthenticationError("Principal cannot change during an authentication refresh")
+            raise PrincipalChanged("Principal cannot change during an authentication refresh")

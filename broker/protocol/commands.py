@@ -80,11 +80,13 @@ PONG = pong()
 PING = ping()
 
 
-def auth_challenge(server_version: str, method: str, data: bytes, protocol_version: int) -> bytes:
-    """Ask the client for (fresh) credentials; it answers with AUTH_RESPONSE."""
+def auth_challenge(method: str, data: bytes, protocol_version: int, server_version: str | None = None) -> bytes:
+    """Ask the client for (fresh) credentials; it answers with AUTH_RESPONSE. Pulsar's broker names no
+    ``server_version`` in it (the clients read only the challenge)."""
     cmd = pb.BaseCommand(type=T.AUTH_CHALLENGE)
     c = cmd.authChallenge
-    c.server_version = server_version
+    if server_version is not None:
+        c.server_version = server_version
     c.challenge.auth_method_name = method
     c.challenge.auth_data = data
     c.protocol_version = protocol_version

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from broker.auth import ConnectionAuth, TopicOperation
 from broker.auth.authorization import NAMESPACE_LOOKUP
-from broker.auth.service import REFRESH_AUTH_DATA, RefreshAction
+from broker.auth.service import REFRESH_AUTH_DATA, PrincipalChanged, RefreshAction
 from broker.errors import (
     AuthenticationError,
     BrokerError,
@@ -236,16 +236,26 @@ class ServerCnx:
         if action is RefreshAction.CHALLENGE:
             log.info("%s: credentials of role %s expired; asking for fresh ones", self.remote_address,
                      self.auth.refreshed_role)
-            self.write(commands.auth_challenge(SERVER_VERSION, self.auth.method, REFRESH_AUTH_DATA,
-                                               self.protocol_version))
+            self.write(commands.auth_challenge(self.auth.method, REFRESH_AUTH_DATA, self.protocol_version))
         elif action is RefreshAction.CLOSE:
             log.warning("%s: closing: credentials of role %s expired and were not refreshed",
                         self.remote_address, self.auth.refreshed_role)
             self.connection.close()
 
     def handle_auth_response(self, cmd: pb.BaseCommand, payload: bytes | None) -> None:
+        response = cmd.authResponse
+        if not (response.HasField("response") and response.response.HasField("auth_method_name")
+                and response.response.HasField("auth_data")):
+            # Malformed, as Pulsar's handleAuthResponse sees it (its precondition fails): the connection closes with
+            # no ERROR. The method's name itself is not checked: the credentials go to the connection's provider.
+            raise ProtocolError("AUTH_RESPONSE without credentials or their method's name")
         try:
-            self.auth.answer(cmd.authResponse)
+            self.auth.answer(response)
+        except PrincipalChanged:
+            # Pulsar's ServerCnx closes such a connection with no ERROR (unlike credentials it refuses).
+            log.warning("%s: closing: refreshed credentials are not role %s's", self.remote_address,
+                        self.auth.refreshed_role)
+            self.connection.close()
         except AuthenticationError as exc:
             self._refuse_credentials("refresh", exc)
 

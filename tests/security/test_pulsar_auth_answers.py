@@ -111,21 +111,24 @@ def our_settings(pki: Pki) -> dict[str, Any]:
     )
 
 
-def ask_both(workdir: Path, pki: Pki, ask: Callable[[Endpoints], Answers]) -> dict[str, Answers]:
-    """``ask`` of a Pulsar 4.0.7 standalone, then of our broker, configured alike: {"pulsar": ..., "ours": ...}.
-    Skips (fails under CI=true) without Pulsar's jars."""
+def ask_both(workdir: Path, pki: Pki, ask: Callable[[Endpoints], Answers],
+             extra: dict[str, Any] | None = None) -> dict[str, Answers]:
+    """``ask`` of a Pulsar 4.0.7 standalone, then of our broker, configured alike (``extra``: more settings, given to
+    both): {"pulsar": ..., "ours": ...}. Skips (fails under CI=true) without Pulsar's jars."""
     why = apache_pulsar.missing_dependencies()
     if why is not None:
         unavailable(f"Apache Pulsar unavailable: {why}")
     tls_port, web_tls_port = free_port(), free_port()
-    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings=pulsar_settings(pki, tls_port, web_tls_port),
+    extra = extra or {}
+    settings = pulsar_settings(pki, tls_port, web_tls_port) + "".join(f"{k}={v}\n" for k, v in extra.items())
+    theirs = apache_pulsar.start_standalone(workdir / "pulsar", settings=settings,
                                             ready_headers={"Authorization": f"Bearer {token(SUPER_USER)}"})
     try:
         pulsar_answers = ask(Endpoints(theirs.port, tls_port, theirs.web_url, f"https://127.0.0.1:{web_tls_port}",
                                        "/metrics/", pki))
     finally:
         theirs.stop()
-    with BrokerThread(data_dir=workdir / "ours", **our_settings(pki)) as ours:
+    with BrokerThread(data_dir=workdir / "ours", **our_settings(pki), **extra) as ours:
         assert ours.server.tls_port is not None
         return {"pulsar": pulsar_answers, "ours": ask(Endpoints(
             ours.server.port, ours.server.tls_port, ours.web_url, ours.web_url_tls, "/metrics", pki))}

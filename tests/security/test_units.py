@@ -21,7 +21,7 @@ from broker.auth import Security
 from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, AuthorizationService, TopicOperation
 from broker.auth.http import ACCESS_RULES, Access, Order, access_for, check_deferred, security_middleware, skip_deferred
 from broker.auth.providers import AuthData, BasicProvider, TlsProvider, TokenProvider, common_name, read_key_material
-from broker.auth.service import AuthenticationService, ConnectionAuth, RefreshAction
+from broker.auth.service import AuthenticationService, ConnectionAuth, PrincipalChanged, RefreshAction
 from broker.auth.tls import iana_name, server_context
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import AuthenticationError, AuthorizationError
@@ -279,7 +279,7 @@ def test_connection_refresh_state_machine(service: AuthenticationService) -> Non
     auth.answer(answer)
     assert auth.refreshes == 1 and auth.refresh_action(now + 11) is RefreshAction.NOTHING
     answer.response.auth_data = token("other").encode()
-    with pytest.raises(AuthenticationError, match="Principal cannot change"):
+    with pytest.raises(PrincipalChanged, match="Principal cannot change"):
         auth.answer(answer)
     old_client = ConnectionAuth(service)
     old_client.connect(connect("token", token("app", exp=int(now) + 10).encode(), refresh=False), None)
@@ -308,7 +308,7 @@ def test_proxied_connection_refreshes_the_relayed_credentials(pki: Pki) -> None:
     assert auth.refreshes == 1 and auth.refresh_action(now + 11) is RefreshAction.NOTHING
     assert auth.refresh_action(now + 101) is RefreshAction.CHALLENGE
     answer.response.auth_data = token("proxy").encode()  # the proxy's own credentials are not alice's
-    with pytest.raises(AuthenticationError, match="Principal cannot change"):
+    with pytest.raises(PrincipalChanged, match="Principal cannot change"):
         auth.answer(answer)
     naming = ConnectionAuth(AuthenticationService(cfg(**secure_settings(pki))))
     cmd = connect("token", token("proxy", exp=int(now) + 10).encode())
