@@ -41,7 +41,8 @@ from broker.protocol.limits import DEFAULT_MAX_MESSAGE_SIZE, max_frame_size
 from tests.component.test_pulsar_wire_answers import outcome
 from tests.security.conftest import SUPER_USER, expiring_token, token
 from tests.security.pki import Pki
-from tests.security.test_pulsar_auth_answers import Answers, Endpoints, ask_both, call, connect_cmd
+from tests.security.test_pulsar_auth_answers import Answers, Endpoints, ask_both, call
+from tests.security.test_wire import connect_cmd
 from tests.transactions.client import T
 from tests.waiting import wait_for
 
