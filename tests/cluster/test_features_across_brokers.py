@@ -315,12 +315,9 @@ def compacted_view(broker: BrokerInfo, topic: str) -> dict[str, str]:
         client.close()
 
 
-def test_compaction_runs_on_the_owner_and_its_view_moves(brokers: Brokers) -> None:
-    b1, b2 = brokers.start(2)
-    pair = (b1, b2)
-    topic = f"persistent://public/default/compact-{os.urandom(3).hex()}"
-    local = topic.removeprefix("persistent://")
-    client = pulsar.Client(b1.service_url, operation_timeout_seconds=30)
+def three_values_of_five_keys(broker: BrokerInfo, topic: str) -> None:
+    """k0..k4 published three times (v0, v1, v2), through ``broker``: a compaction leaves the five v2s."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
     try:
         producer = client.create_producer(topic, batching_enabled=False)
         for round_ in range(3):
@@ -329,6 +326,14 @@ def test_compaction_runs_on_the_owner_and_its_view_moves(brokers: Brokers) -> No
         producer.close()
     finally:
         client.close()
+
+
+def test_compaction_runs_on_the_owner_and_its_view_moves(brokers: Brokers) -> None:
+    b1, b2 = brokers.start(2)
+    pair = (b1, b2)
+    topic = f"persistent://public/default/compact-{os.urandom(3).hex()}"
+    local = topic.removeprefix("persistent://")
+    three_values_of_five_keys(b1, topic)
     owner = owner_of([b1, b2], topic)
     other = other_than(pair, owner)
     # Asked of the other broker: a 307 to the owner, which runs it.
@@ -372,15 +377,7 @@ def test_a_topic_taken_at_once_after_its_compaction_and_termination_keeps_both(b
     pair = (b1, b2)
     topic = f"persistent://public/default/taken-{os.urandom(3).hex()}"
     local = topic.removeprefix("persistent://")
-    client = pulsar.Client(b1.service_url, operation_timeout_seconds=30)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        for round_ in range(3):
-            for k in range(5):
-                producer.send(f"v{round_}".encode(), partition_key=f"k{k}")
-        producer.close()
-    finally:
-        client.close()
+    three_values_of_five_keys(b1, topic)
     owner = owner_of([b1, b2], topic)
     other = other_than(pair, owner)
     assert requests.put(f"{owner.web_url}/admin/v2/persistent/{local}/compaction", timeout=30).status_code == 204
