@@ -245,8 +245,12 @@ class WebService:
         return json_response(sorted(DYNAMIC))
 
     async def dynamic_configuration_values(self, request: web.Request) -> web.Response:
-        """The dynamic settings stored for the cluster (get-all-dynamic-config): setting -> its value as text."""
-        return json_response(dict(self.service.metadata.dynamic_configuration))
+        """The dynamic settings stored for the cluster (get-all-dynamic-config): setting -> its value as text, as
+        stored now (in cluster mode read from the store: another broker may have just changed them)."""
+        metadata = self.service.metadata
+        if self.service.distributed:
+            await metadata.read_dynamic_configuration()
+        return json_response(dict(metadata.dynamic_configuration))
 
     async def update_dynamic_configuration(self, request: web.Request) -> web.Response:
         """update-dynamic-config: stored for every broker of the cluster; this one has applied it when this answers

@@ -237,6 +237,11 @@ class BrokerMetadata:
         when there are none). Written by any broker of the cluster, or by Pulsar's."""
         return MappingProxyType(self._dynamic_configuration.get(L.DYNAMIC_CONFIGURATION_NODE) or {})
 
+    async def read_dynamic_configuration(self) -> None:
+        """Read the stored settings from the store now (another broker may have just changed them, its
+        notification on its way); a change is applied as a notified one is."""
+        await self.cache.read_through(L.DYNAMIC_CONFIGURATION, L.DYNAMIC_CONFIGURATION_NODE)
+
     async def update_dynamic_configuration(self, change: Callable[[JsonDoc], None]) -> None:
         """Compare-and-set of the stored settings: ``change`` edits the map in place (the node is made when
         missing, and kept, empty, when the last setting goes, as Pulsar keeps it)."""

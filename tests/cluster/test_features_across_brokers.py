@@ -393,6 +393,19 @@ def test_a_topic_taken_at_once_after_its_compaction_and_termination_keeps_both(b
         client.close()
 
 
+def test_the_dynamic_configuration_stored_is_answered_by_any_broker_at_once(brokers: Brokers) -> None:
+    """get-all-dynamic-config asked of a broker that has not been told of a change (every notification of
+    /admin/configuration held from both): it answers what is stored, and applies it."""
+    b1, b2 = brokers.start(2, command_prefix=held_notifications.command_prefix(["/admin/configuration"]))
+    config = "/admin/v2/brokers/configuration"
+    assert requests.post(f"{b1.web_url}{config}/maxTopicsPerNamespace/321", timeout=30).ok
+    assert http_json(f"{b2.web_url}{config}/values") == {"maxTopicsPerNamespace": "321"}
+    assert http_json(f"{b2.web_url}{config}/runtime")["maxTopicsPerNamespace"] == "321"
+    assert requests.delete(f"{b2.web_url}{config}/maxTopicsPerNamespace", timeout=30).ok
+    assert http_json(f"{b1.web_url}{config}/values") == {}
+    assert http_json(f"{b1.web_url}{config}/runtime")["maxTopicsPerNamespace"] == "0"
+
+
 def refused(attempt: object, error: type[Exception]) -> bool:
     try:
         attempt()  # type: ignore[operator]
@@ -442,6 +455,7 @@ def test_policies_set_through_one_broker_hold_on_the_other(brokers: Brokers) -> 
                                  .close(), pulsar.NotAllowedError), WAIT_S, "Key_Shared refused on the owner")
         assert http_json(f"{owner.web_url}{config}/values") == {"subscriptionKeySharedEnable": "false"}
         assert requests.delete(f"{owner.web_url}{config}/subscriptionKeySharedEnable", timeout=30).ok
+        assert http_json(f"{setter.web_url}{config}/values") == {}  # (as stored now, whatever it was told yet)
         wait_for(lambda: http_json(f"{setter.web_url}{config}/runtime")["subscriptionKeySharedEnable"] == "true",
                  WAIT_S, "the setting back on the other broker")
     finally:
