@@ -327,11 +327,15 @@ def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:
     """The request's path and query on the broker at ``base``, with ``authoritative`` replaced. A URL, not its
     text: the path stays as the request encoded it (aiohttp parses a redirect's text again, which decodes ``%2E%2E``
     and climbs a level: a subscription named ``..`` would be sent to the topic's route)."""
-    target = URL(base)
     query = dict(request.url.query)
     query["authoritative"] = "true" if authoritative else "false"
-    url = request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
-    return url.with_query(query)
+    return on_broker(request, base).with_query(query)
+
+
+def on_broker(request: web.Request, base: str) -> URL:
+    """The request's URL (path and query as it came) on the broker at ``base``."""
+    target = URL(base)
+    return request.url.with_scheme(target.scheme).with_host(target.host or "").with_port(target.port)
 
 
 async def redirect_to_broker(ctx: AdminContext, request: web.Request, broker_id: str) -> None:
@@ -348,9 +352,8 @@ async def redirect_to_broker(ctx: AdminContext, request: web.Request, broker_id:
     if report is None:
         raise HttpError(404, f"Broker id '{broker_id}' not found in available brokers.")
     urls = report.urls
-    base = URL(urls.web_url_tls if (request.secure or not urls.web_url) and urls.web_url_tls else urls.web_url or "")
-    raise web.HTTPTemporaryRedirect(request.url.with_scheme(base.scheme).with_host(base.host or "")
-                                    .with_port(base.port))
+    base = urls.web_url_tls if (request.secure or not urls.web_url) and urls.web_url_tls else urls.web_url or ""
+    raise web.HTTPTemporaryRedirect(on_broker(request, base))
 
 
 def validate_cluster_ownership(ctx: AdminContext, request: web.Request, cluster: str | None) -> None:
