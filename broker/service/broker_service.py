@@ -44,6 +44,7 @@ from broker.service.backlog_quota import BacklogQuotaManager
 from broker.service.cluster_removal import ClusterRemoval
 from broker.service.compacted_view import load_view
 from broker.service.compaction import compacted_ledger_names
+from broker.service.dispatch_context import configured_fields
 from broker.service.dynamic_config import DISPATCHER_SETTINGS, DynamicConfiguration
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
@@ -597,16 +598,12 @@ class BrokerService:
     def _dispatcher_settings_changed(self) -> None:
         """Read sizes and how rate limits count, changed while the broker runs: every dispatcher there takes them
         (new ones read them from the configuration)."""
-        c = self.config
+        fields = configured_fields(self.config)
         for topic in self.topics.values():
             for sub in topic.subscriptions.values():
                 d = sub.dispatcher
                 if d is not None:
-                    d.context_changed(dataclasses.replace(
-                        d.context, max_read_batch=c.dispatcherMaxReadBatchSize,
-                        max_read_bytes=c.dispatcherMaxReadSizeBytes,
-                        throttle_non_backlog=c.dispatchThrottlingOnNonBacklogConsumerEnabled,
-                        rate_counts_entries=c.dispatchThrottlingOnBatchMessageEnabled))
+                    d.context_changed(dataclasses.replace(d.context, **fields))
 
     def all_topics(self) -> list[AnyTopic]:
         return [*self.topics.values(), *self.non_persistent_topics.values()]

@@ -7,13 +7,14 @@ a subscription or the broker service.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.dispatch.context import DispatchContext, DispatchPolicy
 from broker.metadata.policy_table import MAX_UNACKED_PER_CONSUMER, MAX_UNACKED_PER_SUBSCRIPTION
 from broker.metadata.store import Derived
 
 if TYPE_CHECKING:
+    from broker.config import BrokerConfig
     from broker.service.abstract_topic import AbstractTopic
     from broker.service.nonpersistent import NonPersistentSubscription
     from broker.service.subscription import Subscription
@@ -31,6 +32,17 @@ def dispatch_policy(topic: AbstractTopic, durable: bool = True) -> DispatchPolic
     )
 
 
+# The context's fields the broker's configuration sets -> their settings (dynamic: given again to the running
+# dispatchers when they change).
+CONFIGURED_FIELDS = {"max_read_batch": "dispatcherMaxReadBatchSize", "max_read_bytes": "dispatcherMaxReadSizeBytes",
+                     "throttle_non_backlog": "dispatchThrottlingOnNonBacklogConsumerEnabled",
+                     "rate_counts_entries": "dispatchThrottlingOnBatchMessageEnabled"}
+
+
+def configured_fields(config: BrokerConfig) -> dict[str, Any]:
+    return {field: getattr(config, key) for field, key in CONFIGURED_FIELDS.items()}
+
+
 def persistent_context(sub: Subscription) -> DispatchContext:
     topic = sub.topic
     service = topic.service
@@ -41,12 +53,8 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         partition_index=topic.name.partition_index,
         topic_name=topic.name.full,
         failover_consistent_hashing=service.config.activeConsumerFailoverConsistentHashing,
-        max_read_batch=service.config.dispatcherMaxReadBatchSize,
-        max_read_bytes=service.config.dispatcherMaxReadSizeBytes,
         policy=policy.get,
         rates=sub.dispatch_rates,
-        throttle_non_backlog=service.config.dispatchThrottlingOnNonBacklogConsumerEnabled,
-        rate_counts_entries=service.config.dispatchThrottlingOnBatchMessageEnabled,
         compacted_view=lambda: topic.compacted_view,
         unacked_blocked=service.unacked_blocked,
         snapshot_marker=sub.snapshot_read,
@@ -59,6 +67,7 @@ def persistent_context(sub: Subscription) -> DispatchContext:
         held_indexes=sub.pending_acks.held_indexes if sub.pending_acks is not None else None,
         entry_meta=topic.entry_metas.get,
         entry_messages=topic.entry_metas.messages,
+        **configured_fields(service.config),
     )
 
 

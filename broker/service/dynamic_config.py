@@ -35,6 +35,7 @@ from typing import Any
 
 from broker.config import BrokerConfig, ConfigError, converted
 from broker.metadata.store import BrokerMetadata
+from broker.service.dispatch_context import CONFIGURED_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,7 @@ _HOOKED = ("managedLedgerCacheSizeMB", "brokerDeleteInactiveTopicsEnabled",
            "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte",
            "brokerPublisherThrottlingMaxMessageRate", "brokerPublisherThrottlingMaxByteRate")
 # What every dispatcher keeps in its context (given to the running ones when it changes).
-DISPATCHER_SETTINGS = ("dispatcherMaxReadBatchSize", "dispatcherMaxReadSizeBytes",
-                       "dispatchThrottlingOnNonBacklogConsumerEnabled", "dispatchThrottlingOnBatchMessageEnabled")
+DISPATCHER_SETTINGS = tuple(CONFIGURED_FIELDS.values())
 DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED + DISPATCHER_SETTINGS)
 
 
