@@ -57,6 +57,7 @@ class BrokerServer:
         self.publish_buffer_bytes = 0
         self.publish_buffer_limit = config.maxMessagePublishBufferSizeInMB * 1024 * 1024
         self._buffer_paused: set[Connection] = set()
+        self.service.dynamic_config.on_change(("maxMessagePublishBufferSizeInMB",), self._publish_buffer_limit_changed)
         self.connections_created = 0
         self.connections_closed = 0
         self.connections_refused = 0  # opened, then refused (brokerMaxConnections[PerIp])
@@ -265,6 +266,18 @@ class BrokerServer:
             self._buffer_paused.add(conn)
             conn.set_paused_for_buffer(True)
         elif nbytes < 0 and self._buffer_paused and self.publish_buffer_bytes <= self.publish_buffer_limit // 2:
-            for c in self._buffer_paused:
-                c.set_paused_for_buffer(False)
-            self._buffer_paused.clear()
+            self._resume_buffer_paused()
+
+    def _resume_buffer_paused(self) -> None:
+        for c in self._buffer_paused:
+            c.set_paused_for_buffer(False)
+        self._buffer_paused.clear()
+
+    def _publish_buffer_limit_changed(self) -> None:
+        """maxMessagePublishBufferSizeInMB changed while the broker runs (a dynamic setting): the publishers it
+        paused are read again at once when the buffer is at or under half the new limit, or there is none; a lower
+        limit pauses them at their next publish over it."""
+        self.publish_buffer_limit = self.config.maxMessagePublishBufferSizeInMB * 1024 * 1024
+        if self._buffer_paused and (self.publish_buffer_limit <= 0
+                                    or self.publish_buffer_bytes <= self.publish_buffer_limit // 2):
+            self._resume_buffer_paused()

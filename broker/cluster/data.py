@@ -160,6 +160,15 @@ class BundleLoad:
                    int(_num(data.get("producerCount"))), int(_num(data.get("topics"))))
 
 
+# What placement weighs brokers' usage with: dynamic settings (``LoadManager.placement_settings_changed``).
+PLACEMENT_SETTINGS = (
+    "loadBalancerCPUResourceWeight", "loadBalancerMemoryResourceWeight", "loadBalancerDirectMemoryResourceWeight",
+    "loadBalancerBandwidthInResourceWeight", "loadBalancerBandwidthOutResourceWeight",
+    "loadBalancerBrokerOverloadedThresholdPercentage", "loadBalancerHistoryResourcePercentage",
+    "loadBalancerAverageResourceUsageDifferenceThresholdPercentage",
+)
+
+
 @dataclass(frozen=True)
 class ResourceWeights:
     """Pulsar's loadBalancer{CPU,Memory,DirectMemory,BandwidthIn,BandwidthOut}ResourceWeight (4.0 defaults)."""

@@ -112,13 +112,25 @@ class LoadManager:
             # One instance plans and places (Pulsar's ModularLoadManagerImpl; the config checks both name it).
             placement.strategy = self.shedder
         elif config.loadBalancerLoadPlacementStrategy == LEAST_RESOURCE_USAGE_WITH_WEIGHT:
-            placement.strategy = LeastResourceUsageWithWeight(
-                placement.weights, config.loadBalancerHistoryResourcePercentage,
-                config.loadBalancerAverageResourceUsageDifferenceThresholdPercentage, placement.overloaded)
+            placement.strategy = LeastResourceUsageWithWeight()
+        self.placement_settings_changed()
         self.recently_unloaded: dict[str, float] = {}  # bundle -> when (time.time())
         self.unloads = 0  # bundles unloaded by shedding (tests, logs)
         self.splits = 0
         self._tasks = OwnedTasks("load manager")
+
+    def placement_settings_changed(self) -> None:
+        """Give the placement (and its strategy, and the shedder) the settings they weigh brokers' usage with: at
+        start, and when one of ``PLACEMENT_SETTINGS`` changes while the broker runs (a dynamic setting)."""
+        c = self.config
+        weights, overloaded = resource_weights(c), c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
+        self.placement.weights, self.placement.overloaded = weights, overloaded
+        strategy = self.placement.strategy
+        if isinstance(strategy, LeastResourceUsageWithWeight):
+            strategy.weights, strategy.overloaded = weights, overloaded
+            strategy.history = c.loadBalancerHistoryResourcePercentage
+            strategy.difference = c.loadBalancerAverageResourceUsageDifferenceThresholdPercentage / 100.0
+        self.shedder.settings = shedder_settings(c)
 
     def start(self) -> None:
         c = self.config

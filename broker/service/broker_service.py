@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.bundles import NamespaceBundle, NamespaceBundles
-from broker.cluster.data import BrokerUrls, BundleLoad, LoadReport
+from broker.cluster.data import PLACEMENT_SETTINGS, BrokerUrls, BundleLoad, LoadReport
 from broker.cluster.load import Counters, LoadSampler, bandwidth_kbps, memory_limit_mb, nic_limit_kbps, rss_mb
-from broker.cluster.load_manager import LoadManager, resource_weights
+from broker.cluster.load_manager import LoadManager
 from broker.cluster.ownership import ClusterOwnership, Ownership, PendingOwnership, StandaloneOwnership
 from broker.cluster.registry import BrokerRegistry
 from broker.config import BrokerConfig, ConfigError
@@ -204,6 +204,7 @@ class BrokerService:
         # topics (metadata).
         self.topic_list_events = TopicListEvents()
         self.ledger_factory.add_names_listener(self.topic_list_events.ledger_changed)
+        self.dynamic_config.on_change(("defaultNumberOfNamespaceBundles",), self._default_bundles_changed)
         self.dynamic_config.on_change(("managedLedgerCacheSizeMB",),
                                       lambda: self.ledger_factory.resize_cache(config.managedLedgerCacheSizeMB * MB))
         self.dynamic_config.on_change(
@@ -382,14 +383,14 @@ class BrokerService:
         ownership = ClusterOwnership(self.metadata_store, urls, registry, self, self.namespace_bundles,
                                      self.metadata.stored_namespace_bundles)
         c = self.config
-        ownership.placement.weights = resource_weights(c)
-        ownership.placement.overloaded = c.loadBalancerBrokerOverloadedThresholdPercentage / 100.0
         ownership.placement.group_of = self.metadata.anti_affinity_group
         ownership.placement.isolation = lambda: self.metadata.isolation_policies(c.clusterName)
-        if c.failureDomainsEnabled:  # (off: Pulsar's refreshBrokerToFailureDomainMap leaves the map empty)
-            ownership.placement.failure_domains = lambda: self.metadata.broker_failure_domains(c.clusterName)
+        # (off: Pulsar's refreshBrokerToFailureDomainMap leaves the map empty; a dynamic setting, read at each choice)
+        ownership.placement.failure_domains = lambda: (self.metadata.broker_failure_domains(c.clusterName)
+                                                       if c.failureDomainsEnabled else {})
         # (made before the registry starts: it sets the placement strategy the first lookups use)
         load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles, broker_client_headers(c))
+        self.dynamic_config.on_change(PLACEMENT_SETTINGS, load_manager.placement_settings_changed)
         await registry.start()
         self.registry, self.ownership = registry, ownership
         if self.transactions is not None:
@@ -583,6 +584,11 @@ class BrokerService:
             for topic in self.all_topics():
                 for producer in topic.producers.values():
                     producer.broker_throttle = throttle
+
+    def _default_bundles_changed(self) -> None:
+        """defaultNumberOfNamespaceBundles changed while the broker runs: namespaces created from now on without a
+        bundle count get that many (those created before keep the bundles stored for them)."""
+        self.metadata.default_bundles = self.config.defaultNumberOfNamespaceBundles
 
     def _broker_dispatch_limit_set(self) -> None:
         """A broker-wide dispatch limit set while the broker runs: made if there was none and added to every

@@ -8,22 +8,25 @@ the value the broker started with. The admin calls (``broker.admin.http``) write
 Dynamic here are the settings that take effect while the broker runs (``DYNAMIC``), in one of four ways:
 
 - read where they are used (whether Key_Shared is allowed, a partitioned topic's most partitions, the bundle split
-  thresholds and algorithms, load shedding on or off, the unload timeout);
+  thresholds and algorithms, load shedding on or off, the unload timeout, whether failure domains count in
+  placement);
 - the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode...): a change
   moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
 - read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
   each shedding round);
-- told to what keeps them (``on_change``): the read cache's size, whether the inactive-topic check runs and how
-  often (``Housekeeping``), the broker-wide dispatch and publish limits (made when first set: an unlimited broker
-  has none, and given to every subscription or producer; then following the configuration), the dispatchers' read
-  sizes and how their rate limits count (given to every running dispatcher); or read again for each wait: the
+- told to what keeps them (``on_change``): the placement's resource weights, overloaded threshold and smoothing
+  (``LoadManager.placement_settings_changed``), the bundles of a namespace created without a count, the broker-wide
+  publish buffer (publishers it holds read again when a raised limit lets them), the read cache's size, whether
+  the inactive-topic check runs and how often (``Housekeeping``), the broker-wide dispatch and publish limits (made
+  when first set: an unlimited broker has none, and given to every subscription or producer; then following the
+  configuration), the dispatchers' read sizes and how their rate limits count (given to every running
+  dispatcher); or read again for each wait: the
   shedding interval.
 
 Any other setting is refused (412), as Pulsar refuses one that is not dynamic. Pulsar's list is longer: most of the
-rest are settings this broker does not have; a few it has but reads once at start (the placement's resource weights),
-so they are not offered as dynamic. A value the setting does not accept is refused
-when it is set (Pulsar stores it and logs its failure to apply it); one stored by another writer is ignored with a
-warning.
+rest are settings this broker does not have; a few it has but reads once at start, so they are not offered as
+dynamic (``docs/configuration.md`` names them). A value the setting does not accept is refused when it is set
+(Pulsar stores it and logs its failure to apply it); one stored by another writer is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from broker.cluster.data import PLACEMENT_SETTINGS
 from broker.config import BrokerConfig, ConfigError, converted
 from broker.metadata.store import BrokerMetadata
 from broker.service.dispatch_context import CONFIGURED_FIELDS
@@ -48,7 +52,7 @@ _READ_IN_PLACE = (
     "loadBalancerNamespaceBundleMaxTopics", "loadBalancerNamespaceBundleMaxSessions",
     "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
     "loadBalancerNamespaceMaximumBundles", "flowOrQpsDifferenceThresholdPercentage",
-    "supportedNamespaceBundleSplitAlgorithms", "defaultNamespaceBundleSplitAlgorithm",
+    "supportedNamespaceBundleSplitAlgorithms", "defaultNamespaceBundleSplitAlgorithm", "failureDomainsEnabled",
 )
 # The broker's level of a policy (``broker.metadata.policy_table``): resolved again once the generation moves.
 _POLICY_DEFAULTS = (
@@ -71,13 +75,15 @@ _READ_AGAIN = (
     "loadBalancerAvgShedderHitCountLowThreshold", "loadBalancerAvgShedderHitCountHighThreshold",
 )
 # Told to what keeps them (a hook given to ``on_change``).
-_HOOKED = ("managedLedgerCacheSizeMB", "brokerDeleteInactiveTopicsEnabled",
-           "brokerDeleteInactiveTopicsFrequencySeconds", "loadBalancerSheddingIntervalMinutes",
-           "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte",
+_HOOKED = ("defaultNumberOfNamespaceBundles", "maxMessagePublishBufferSizeInMB", "managedLedgerCacheSizeMB",
+           "brokerDeleteInactiveTopicsEnabled", "brokerDeleteInactiveTopicsFrequencySeconds",
+           "loadBalancerSheddingIntervalMinutes", "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte",
            "brokerPublisherThrottlingMaxMessageRate", "brokerPublisherThrottlingMaxByteRate")
+# (also hooked: PLACEMENT_SETTINGS, given to the load manager's ``placement_settings_changed``)
 # What every dispatcher keeps in its context (given to the running ones when it changes).
 DISPATCHER_SETTINGS = tuple(CONFIGURED_FIELDS.values())
-DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED + DISPATCHER_SETTINGS)
+DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AGAIN + _HOOKED + PLACEMENT_SETTINGS
+                                     + DISPATCHER_SETTINGS)
 
 
 class NotDynamicError(Exception):

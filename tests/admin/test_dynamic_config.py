@@ -221,3 +221,19 @@ def test_dispatcher_settings_reach_the_running_dispatchers(broker: BrokerThread,
         own_admin.ok("DELETE", f"{CONFIG}/{key}")
     assert dispatcher.max_read_batch == 100 and not dispatcher.context.rate_counts_entries
 
+
+
+def test_a_namespace_created_without_a_bundle_count_gets_the_default_in_force(own_admin: Admin) -> None:
+    """defaultNumberOfNamespaceBundles set while the broker runs: the next namespace created without a count gets
+    that many bundles; one created before keeps its own."""
+    own_admin.ok("PUT", "/admin/v2/namespaces/public/dyn-before")
+    own_admin.ok("POST", f"{CONFIG}/defaultNumberOfNamespaceBundles/2")
+    own_admin.ok("PUT", "/admin/v2/namespaces/public/dyn-after")
+
+    def bundles(ns: str) -> int:
+        return int(own_admin.ok("GET", f"/admin/v2/namespaces/public/{ns}/bundles")["numBundles"])
+
+    assert (bundles("dyn-before"), bundles("dyn-after")) == (4, 2)
+    own_admin.ok("DELETE", f"{CONFIG}/defaultNumberOfNamespaceBundles")
+    own_admin.ok("PUT", "/admin/v2/namespaces/public/dyn-later")
+    assert bundles("dyn-later") == 4

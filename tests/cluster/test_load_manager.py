@@ -223,8 +223,9 @@ def test_failure_domains_place_a_groups_namespaces_one_per_domain(brokers: Broke
     over REST (the first namespace's broker and an idle one in "near", a busier one alone in "far"). The second
     namespace goes to "far": the domains come first (LoadManagerShared.filterDomainsNotHavingLeastNumberAntiAffinity
     Namespaces). Without them, the idle broker of "near" serves none of the group and has the least message rate:
-    it would take it, every time."""
-    brokers.settings.update({"failureDomainsEnabled": "true", "loadBalancerSheddingEnabled": "false",
+    it would take it, every time. The brokers start with failureDomainsEnabled off; it is turned on while they run
+    (update-dynamic-config), before the second namespace is placed."""
+    brokers.settings.update({"failureDomainsEnabled": "false", "loadBalancerSheddingEnabled": "false",
                              "loadBalancerAutoBundleSplitEnabled": "false"})
     started = brokers.start(3)
     cluster = http_json(f"{started[0].web_url}/admin/v2/clusters")[0]
@@ -270,12 +271,22 @@ def test_failure_domains_place_a_groups_namespaces_one_per_domain(brokers: Broke
             for b in started:  # (each broker's metadata cache sees the domains another broker wrote)
                 wait_for(partial(same_json, f"{b.web_url}/admin/v2/clusters/{cluster}/failureDomains", domains),
                          WAIT_S, "the failure domains")
+            config = "/admin/v2/brokers/configuration"
+            answer = requests.post(f"{started[2].web_url}{config}/failureDomainsEnabled/true", timeout=30)
+            assert answer.status_code == 200, answer.text
+            for b in started:
+                wait_for(partial(runtime_is, f"{b.web_url}{config}/runtime", "failureDomainsEnabled", "true"),
+                         WAIT_S, "failure domains on")
             client.create_producer(f"persistent://{second}/t").send(b"x")
             with brokers.zk() as zk:
                 (two,) = brokers.owners(zk, second).values()
             assert two["httpUrl"] == busy.web_url, (two["httpUrl"], busy.web_url, idle.web_url)
     finally:
         client.close()
+
+
+def runtime_is(url: str, key: str, value: str) -> bool:
+    return bool(http_json(url)[key] == value)
 
 
 def same_json(url: str, expected: object) -> bool:
@@ -355,3 +366,52 @@ def sent(producer: pulsar.Producer) -> bool:
 
 def http_ok(url: str) -> bool:
     return requests.get(url, timeout=30).status_code == 200
+
+
+def test_placement_weights_changed_while_the_brokers_run(brokers: Brokers) -> None:
+    """The placement's resource weights are dynamic settings (update-dynamic-config), as Pulsar's: LeastResourceUsage
+    WithWeight placement, started with every weight 0 (no broker looks busier than another: each choice a coin
+    toss); a broker's bandwidth in is then overloaded by a producer (a tiny NIC), and the bandwidth-in weight set to
+    1 through the other broker. Six new namespaces, one bundle each, all go to the idle broker (with the weight still
+    0 in the leader's placement, 1 chance in 64)."""
+    brokers.settings.update({
+        **LEAST_RESOURCE_USAGE, "loadBalancerSheddingEnabled": "false", "loadBalancerAutoBundleSplitEnabled": "false",
+        "loadBalancerOverrideBrokerNicSpeedGbps": "0.00001", "loadBalancerHistoryResourcePercentage": "0",
+        "loadBalancerCPUResourceWeight": "0", "loadBalancerBandwidthInResourceWeight": "0",
+        "loadBalancerBandwidthOutResourceWeight": "0"})
+    b1, b2 = brokers.start(2)
+    client = pulsar.Client(service_urls(b1, b2), operation_timeout_seconds=30)
+    try:
+        busy_topic = f"persistent://public/default/busy-{os.urandom(3).hex()}"
+        keep_data(client, busy_topic)
+        busy_web = wait_for(lambda: owner_web(brokers, range_of(busy_topic)), WAIT_S, "the busy topic's owner")
+        busy = next(b for b in (b1, b2) if b.web_url == busy_web)
+        idle = b2 if busy is b1 else b1
+        checker = Checker()
+        with Producing(open_producer(client, busy_topic), checker, "busy") as producing:
+            def overloaded_reported() -> bool:
+                with brokers.zk() as zk:
+                    report = json.loads(zk.get(f"/loadbalance/brokers/{broker_id(busy)}")[0])
+                usage = report["bandwidthIn"]
+                return float(usage["limit"]) > 0 and float(usage["usage"]) > float(usage["limit"])
+
+            wait_for(overloaded_reported, WAIT_S, "the busy broker's report to show its bandwidth in overloaded")
+            setting = "/admin/v2/brokers/configuration/loadBalancerBandwidthInResourceWeight"
+            answer = requests.post(f"{idle.web_url}{setting}/1", timeout=30)
+            assert answer.status_code == 200, answer.text
+            leader = leader_of(brokers)
+            wait_for(partial(runtime_is, f"{leader.web_url}/admin/v2/brokers/configuration/runtime",
+                             "loadBalancerBandwidthInResourceWeight", "1.0"), WAIT_S, "the leader to apply the weight")
+            tag = os.urandom(3).hex()
+            for i in range(6):
+                ns = f"public/weights-{tag}-{i}"
+                requests.put(f"{b1.web_url}/admin/v2/namespaces/{ns}", json={"bundles": {"numBundles": 1}},
+                             timeout=30).raise_for_status()
+                client.create_producer(f"persistent://{ns}/t").send(b"x")
+                with brokers.zk() as zk:
+                    (owner,) = brokers.owners(zk, ns).values()
+                assert owner["httpUrl"] == idle.web_url, (i, ns)
+            producing.finish()
+        assert not checker.failed, dict(list(checker.failed.items())[:3])
+    finally:
+        client.close()

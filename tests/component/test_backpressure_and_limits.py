@@ -124,6 +124,37 @@ async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer,
     c.close()
 
 
+async def test_publish_buffer_limit_raised_while_paused_reads_the_publishers_again(
+        gated: tuple[BrokerServer, Gate]) -> None:
+    """maxMessagePublishBufferSizeInMB is a dynamic setting: raised while a publisher is held for it, the publisher
+    is read again at once (before, only when the held bytes drained to half the old limit)."""
+    server, gate = gated
+    c = await WireClient.open(server.port)
+    await c.connect()
+    c.send(producer_cmd("persistent://public/default/bp-raised"))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for seq in range(8):
+        c.send(*send_frame(1, seq, b"y" * 300 * 1024))
+    conn = producer_connection(server)
+    await eventually(lambda: conn.reading_paused, "reading to pause on the byte limit")
+    assert conn.pending_sends < 8
+    await server.service.metadata.update_dynamic_configuration(
+        lambda stored: stored.__setitem__("maxMessagePublishBufferSizeInMB", "64"))
+    # Nothing stored yet (the gate holds every write): the rest of the sends are read all the same.
+    await eventually(lambda: conn.pending_sends == 8, "the held sends read under the raised limit")
+    assert not conn.reading_paused and server.publish_buffer_limit == 64 * 1024 * 1024
+    received = 0
+    while received < 8:
+        gate.release()
+        try:
+            reply = await asyncio.wait_for(c.recv(), 0.2)
+        except TimeoutError:
+            continue
+        assert reply.type == T.SEND_RECEIPT
+        received += 1
+    c.close()
+
+
 # -- consumer backpressure -----------------------------------------------------------------------------
 
 async def idle_consumer_and_producer(b: Broker, topic: str, permits: int) -> tuple[WireClient, WireClient, Connection]:
