@@ -74,6 +74,20 @@ def producer_connection(server: BrokerServer) -> Connection:
     return next(c for c in server.connections if c.cnx.producers)
 
 
+async def receipts_as_released(c: WireClient, gate: Gate, n: int) -> list[int]:
+    """The sequence ids of the next ``n`` receipts, the gate letting one held write through before each wait."""
+    receipts: list[int] = []
+    while len(receipts) < n:
+        gate.release()
+        try:
+            reply = await asyncio.wait_for(c.recv(), 0.2)
+        except TimeoutError:
+            continue
+        assert reply.type == T.SEND_RECEIPT, reply
+        receipts.append(reply.send_receipt.sequence_id)
+    return receipts
+
+
 async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer, Gate]) -> None:
     server, gate = gated
     c = await WireClient.open(server.port)
@@ -86,16 +100,7 @@ async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer,
     await eventually(lambda: conn.reading_paused, "reading to pause")
     # Exactly the limit is in flight: the rest waits unread, no SendError is written.
     assert conn.pending_sends == 10 and sum(len(data) for _, data, _ in gate.held) == 10
-    receipts: list[int] = []
-    while len(receipts) < 50:
-        gate.release()
-        try:
-            reply = await asyncio.wait_for(c.recv(), 0.2)
-        except TimeoutError:
-            continue
-        assert reply.type == T.SEND_RECEIPT, reply
-        receipts.append(reply.send_receipt.sequence_id)
-    assert receipts == list(range(50))
+    assert await receipts_as_released(c, gate, 50) == list(range(50))
     await eventually(lambda: not conn.reading_paused, "reading to resume")
     c.close()
 
@@ -111,15 +116,7 @@ async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer,
     conn = producer_connection(server)
     await eventually(lambda: conn.reading_paused, "reading to pause on the byte limit")
     assert server.publish_buffer_bytes > 1024 * 1024 and conn.pending_sends < 8
-    received = 0
-    while received < 8:
-        gate.release()
-        try:
-            reply = await asyncio.wait_for(c.recv(), 0.2)
-        except TimeoutError:
-            continue
-        assert reply.type == T.SEND_RECEIPT
-        received += 1
+    assert len(await receipts_as_released(c, gate, 8)) == 8
     assert server.publish_buffer_bytes == 0
     c.close()
 
@@ -143,15 +140,7 @@ async def test_publish_buffer_limit_raised_while_paused_reads_the_publishers_aga
     # Nothing stored yet (the gate holds every write): the rest of the sends are read all the same.
     await eventually(lambda: conn.pending_sends == 8, "the held sends read under the raised limit")
     assert not conn.reading_paused and server.publish_buffer_limit == 64 * 1024 * 1024
-    received = 0
-    while received < 8:
-        gate.release()
-        try:
-            reply = await asyncio.wait_for(c.recv(), 0.2)
-        except TimeoutError:
-            continue
-        assert reply.type == T.SEND_RECEIPT
-        received += 1
+    assert len(await receipts_as_released(c, gate, 8)) == 8
     c.close()
 
 
