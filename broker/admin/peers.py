@@ -81,45 +81,54 @@ class PeerAdmin:
     """One HTTP session for every call this broker makes to the others' admin API; closed with the web service."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        try:
-            _, _, cert = client_credentials(config.brokerClientAuthenticationPlugin,
-                                            config.brokerClientAuthenticationParameters)
-            self._authorization = broker_client_headers(config).get("Authorization")
-        except RemoteError:  # (refused at start by the broker service: this is only for unit tests)
-            cert, self._authorization = None, None
         self._config = config
-        self._cert = cert or ((config.brokerClientCertificateFilePath, config.brokerClientKeyFilePath)
-                              if config.brokerClientCertificateFilePath and config.brokerClientKeyFilePath else None)
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
-        self._ssl_stamp: tuple[tuple[int, int] | None, ...] = ()
+        self._ssl_stamp: tuple[tuple[str, tuple[int, int] | None], ...] = ()
 
     def _ssl_context(self) -> ssl.SSLContext:
         """The TLS context of the calls over https: built once, and again only when one of its files (trust
         certificates, certificate, key) has changed since (its modification time or size), as Pulsar's admin client
         refreshes its SSL context when the files change (PulsarSslFactory, checked every
-        tlsCertRefreshCheckDurationSec there; here at each call, a stat of each file). The settings themselves are
-        fixed for the life of the broker (its configuration is read at start)."""
+        tlsCertRefreshCheckDurationSec there; here at each call, a stat of each file), or another client certificate
+        is named (the authentication parameters, a dynamic setting)."""
         files = self._tls_files()
-        stamp = tuple(_file_stamp(f) for f in files)
+        stamp = tuple((f, _file_stamp(f)) for f in files)
         if self._ssl is None or stamp != self._ssl_stamp:
             self._ssl, self._ssl_stamp = self._build_ssl_context(), stamp
         return self._ssl
 
+    def _client_cert(self) -> tuple[str, str] | None:
+        """The client certificate and key: those the tls authentication plugin names, else the broker client's."""
+        cfg = self._config
+        try:
+            _, _, cert = client_credentials(cfg.brokerClientAuthenticationPlugin,
+                                            cfg.brokerClientAuthenticationParameters)
+        except RemoteError:  # (refused at start by the broker service; a dynamic change is logged by the calls)
+            cert = None
+        return cert or ((cfg.brokerClientCertificateFilePath, cfg.brokerClientKeyFilePath)
+                        if cfg.brokerClientCertificateFilePath and cfg.brokerClientKeyFilePath else None)
+
     def _tls_files(self) -> list[str]:
         cfg = self._config
         trust = cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath
-        return [f for f in (trust, *(self._cert or ())) if f]
+        return [f for f in (trust, *(self._client_cert() or ())) if f]
 
     def _build_ssl_context(self) -> ssl.SSLContext:
         cfg = self._config
         # (Pulsar's broker clients do not verify host names by default)
         return client_context(cfg.brokerClientTrustCertsFilePath or cfg.tlsTrustCertsFilePath, check_hostname=False,
-                              insecure=cfg.tlsAllowInsecureConnection, cert=self._cert)
+                              insecure=cfg.tlsAllowInsecureConnection, cert=self._client_cert())
 
     def headers(self, caller: web.Request | None) -> dict[str, str]:
-        if self._authorization is not None:
-            return {"Authorization": self._authorization}
+        """The broker client's credentials as they are now (a token file read again, as Pulsar's token supplier
+        does; a dynamic change seen), else the caller's."""
+        try:
+            authorization = broker_client_headers(self._config).get("Authorization")
+        except RemoteError as exc:
+            raise HttpError(500, f"the broker client's credentials cannot be used: {exc}") from None
+        if authorization is not None:
+            return {"Authorization": authorization}
         if caller is not None and "Authorization" in caller.headers:
             return {"Authorization": caller.headers["Authorization"]}
         return {}

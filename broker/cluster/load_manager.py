@@ -96,16 +96,17 @@ def split_stats(brokers: Mapping[str, LoadReport]) -> list[S.BundleStats]:
 
 class LoadManager:
     """``placement``: the lookups' placement (the affinities set here are read by the next lookup);
-    ``bundles_of(ns)``: the namespace's bundles now; ``headers``: the broker client's credentials for the admin
-    calls to the owners."""
+    ``bundles_of(ns)``: the namespace's bundles now; ``headers()``: the broker client's credentials for the admin
+    calls to the owners, as they are at each call."""
 
     def __init__(self, config: BrokerConfig, registry: BrokerRegistry, placement: Placement,
-                 bundles_of: Callable[[str], NamespaceBundles], headers: Mapping[str, str] | None = None) -> None:
+                 bundles_of: Callable[[str], NamespaceBundles],
+                 headers: Callable[[], Mapping[str, str]] = dict) -> None:
         self.config = config
         self.registry = registry
         self.placement = placement
         self.bundles_of = bundles_of
-        self.headers = dict(headers or {})
+        self.headers = headers
         self.shedder: LoadSheddingStrategy = create_strategy(config.loadBalancerLoadSheddingStrategy,
                                                              shedder_settings(config))
         if config.loadBalancerLoadPlacementStrategy == AVG_SHEDDER and isinstance(self.shedder, AvgShedder):
@@ -283,7 +284,7 @@ class LoadManager:
     async def _put(self, url: str) -> None:
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.put(url, headers=self.headers) as answer:
+                session.put(url, headers=self.headers()) as answer:
             if answer.status >= 400:
                 text = ""
                 with contextlib.suppress(aiohttp.ClientError, UnicodeDecodeError):

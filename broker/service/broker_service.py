@@ -389,7 +389,8 @@ class BrokerService:
         ownership.placement.failure_domains = lambda: (self.metadata.broker_failure_domains(c.clusterName)
                                                        if c.failureDomainsEnabled else {})
         # (made before the registry starts: it sets the placement strategy the first lookups use)
-        load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles, broker_client_headers(c))
+        load_manager = LoadManager(c, registry, ownership.placement, self.namespace_bundles,
+                                   lambda: broker_client_headers(c))
         self.dynamic_config.on_change(PLACEMENT_SETTINGS, load_manager.placement_settings_changed)
         await registry.start()
         self.registry, self.ownership = registry, ownership

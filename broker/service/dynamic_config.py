@@ -9,7 +9,7 @@ Dynamic here are the settings that take effect while the broker runs (``DYNAMIC`
 
 - read where they are used (whether Key_Shared is allowed, a partitioned topic's most partitions, the bundle split
   thresholds and algorithms, load shedding on or off, the unload timeout, whether failure domains count in
-  placement);
+  placement, the broker client's credentials and TLS: for each connection, challenge answer and admin call);
 - the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode...): a change
   moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
 - read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
@@ -40,6 +40,7 @@ from broker.cluster.data import PLACEMENT_SETTINGS
 from broker.config import BrokerConfig, ConfigError, converted
 from broker.metadata.store import BrokerMetadata
 from broker.service.dispatch_context import CONFIGURED_FIELDS
+from broker.service.remote_producer import RemoteError, plugin_kind
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ _READ_IN_PLACE = (
     "loadBalancerNamespaceBundleMaxMsgRate", "loadBalancerNamespaceBundleMaxBandwidthMbytes",
     "loadBalancerNamespaceMaximumBundles", "flowOrQpsDifferenceThresholdPercentage",
     "supportedNamespaceBundleSplitAlgorithms", "defaultNamespaceBundleSplitAlgorithm", "failureDomainsEnabled",
+    # (the broker client's: read for each connection, challenge answer and admin call, ``peer_link.Credentials``)
+    "brokerClientAuthenticationPlugin", "brokerClientAuthenticationParameters", "brokerClientTlsEnabled",
 )
 # The broker's level of a policy (``broker.metadata.policy_table``): resolved again once the generation moves.
 _POLICY_DEFAULTS = (
@@ -86,6 +89,27 @@ DYNAMIC: frozenset[str] = frozenset(_READ_IN_PLACE + _POLICY_DEFAULTS + _READ_AG
                                      + DISPATCHER_SETTINGS)
 
 
+def _check_plugin(plugin: str) -> None:
+    try:
+        plugin_kind(plugin)
+    except RemoteError as exc:
+        raise ConfigError(f"brokerClientAuthenticationPlugin: {exc}") from None
+
+
+# What a value must be beyond its type and range (the configuration's rules). The authentication parameters are not
+# checked here: they go with the plugin, and changing both takes two calls; parameters the plugin cannot use fail each
+# connection or call with the reason (as at start, where the pair is checked).
+_CHECKS: dict[str, Callable[[Any], None]] = {"brokerClientAuthenticationPlugin": _check_plugin}
+
+
+def _converted(key: str, raw: str) -> Any:
+    value = converted(key, raw)
+    check = _CHECKS.get(key)
+    if check is not None:
+        check(value)
+    return value
+
+
 class NotDynamicError(Exception):
     """A setting that cannot change while the broker runs (or that this broker does not have)."""
 
@@ -117,7 +141,7 @@ class DynamicConfiguration:
         """NotDynamicError, or ConfigError (what the setting accepts), unless ``key`` may be set to ``value``."""
         if key not in DYNAMIC:
             raise NotDynamicError(key)
-        converted(key, value)
+        _converted(key, value)
 
     def apply(self) -> None:
         stored = self.metadata.dynamic_configuration
@@ -133,7 +157,7 @@ class DynamicConfiguration:
                 self._applied.pop(key, None)
             else:
                 try:
-                    value = converted(key, raw)
+                    value = _converted(key, raw)
                 except ConfigError as exc:
                     log.warning("dynamic configuration: %s not applied (%s); %r stays in force",
                                 key, exc, getattr(self.config, key))

@@ -3,8 +3,14 @@
 
 - ``CommandReader``: the commands arriving on the connection, decoded in order from the stream (any chunking);
   the end of the stream raises the connection's own error;
+- ``connect_command``: the CONNECT, with the broker client's credentials;
 - ``keepalive_reply``: the answer to what the other broker may ask of any client at any time: a PING (a PONG)
-  and, with authentication, an AUTH_CHALLENGE (the same credentials again, as Pulsar's broker clients answer it).
+  and, with authentication, an AUTH_CHALLENGE.
+
+Both take the credentials as a function called when they are sent (``Credentials``): a token in a file is read again
+for each connection and each challenge, as Pulsar's broker clients do (its token supplier reads the file each time),
+so a token rotated in its file, or credentials changed with update-dynamic-config, reach live links at the next
+challenge and new links at once.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from broker.protocol.frames import FrameDecoder
 from broker.protocol.limits import MAX_PROTOCOL_VERSION, max_frame_size
 
 T = pb.BaseCommand.Type
+# The broker client's (auth method name, auth data) as they are now; the method None: no credentials.
+Credentials = Callable[[], tuple[str | None, bytes]]
 
 # Our own bound on a frame from another broker: lookups, receipts and small answers; Pulsar's default maximum
 # message size (5 MB) plus the frame's overhead, as a client of ours would accept.
@@ -44,13 +52,25 @@ class CommandReader:
             self._decoder.feed(data)
 
 
-def keepalive_reply(cmd: pb.BaseCommand, client_version: str, auth_method: str | None,
-                    auth_data: bytes) -> bytes | None:
+def connect_command(client_version: str, credentials: Credentials) -> bytes:
+    connect = pb.BaseCommand(type=T.CONNECT)
+    c = connect.connect
+    c.client_version, c.protocol_version = client_version, MAX_PROTOCOL_VERSION
+    auth_method, auth_data = credentials()
+    if auth_method is not None:
+        c.auth_method_name, c.auth_data = auth_method, auth_data
+    return commands.frame(connect)
+
+
+def keepalive_reply(cmd: pb.BaseCommand, client_version: str, credentials: Credentials) -> bytes | None:
     """The frame answering a PING or an AUTH_CHALLENGE (None for any other command, or a challenge to a connection
     without credentials)."""
     if cmd.type == T.PING:
         return commands.pong()
-    if cmd.type == T.AUTH_CHALLENGE and auth_method is not None:
+    if cmd.type != T.AUTH_CHALLENGE:
+        return None
+    auth_method, auth_data = credentials()
+    if auth_method is not None:
         reply = pb.BaseCommand(type=T.AUTH_RESPONSE)
         r = reply.authResponse
         r.client_version, r.protocol_version = client_version, MAX_PROTOCOL_VERSION

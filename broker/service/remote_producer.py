@@ -29,8 +29,7 @@ from urllib.parse import urlparse
 from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.limits import MAX_PROTOCOL_VERSION
-from broker.service.peer_link import CommandReader, keepalive_reply
+from broker.service.peer_link import CommandReader, connect_command, keepalive_reply
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -49,12 +48,19 @@ class RemoteError(Exception):
 
 @dataclass(frozen=True)
 class RemoteSettings:
-    """How to reach a remote cluster: its broker service URL, TLS, and credentials."""
+    """How to reach a remote cluster: its broker service URL, TLS, and the authentication plugin and parameters of
+    the credentials (read when sent: ``credentials``)."""
 
     url: str
     ssl_context: ssl.SSLContext | None
-    auth_method: str | None
-    auth_data: bytes
+    auth_plugin: str = ""
+    auth_params: str = ""
+
+    def credentials(self) -> tuple[str | None, bytes]:
+        """(auth method, auth data) as they are now: a token file is read again (``peer_link.Credentials``);
+        RemoteError when they cannot be used."""
+        method, data, _ = client_credentials(self.auth_plugin, self.auth_params)
+        return method, data
 
 
 def cluster_setting(cluster: Mapping[str, Any], cfg: BrokerConfig, key: str) -> Any:
@@ -74,13 +80,13 @@ def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) ->
         plugin, params = cluster["authenticationPlugin"], cluster.get("authenticationParameters", "")
     else:
         plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
-    method, data, client_cert = client_credentials(plugin, params)
+    method, _, client_cert = client_credentials(plugin, params)  # (unusable: an error now; sent as read then)
     context = None
     if tls:
         context = cluster_tls_context(cfg, name, cluster, client_cert)
     elif method == "tls":
         raise RemoteError(f"cluster {name}: tls authentication needs brokerClientTlsEnabled")
-    return RemoteSettings(url, context, method, data)
+    return RemoteSettings(url, context, plugin, params)
 
 
 def cluster_tls_context(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any],
@@ -103,20 +109,31 @@ def cluster_tls_context(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]
 def client_credentials(plugin: str, params: str) -> tuple[str | None, bytes, tuple[str, str] | None]:
     """(auth method name, auth data, client certificate and key) for an authentication plugin
     (Pulsar's client class names or tls / token / basic); RemoteError for others."""
-    if not plugin:
+    kind = plugin_kind(plugin)
+    if kind is None:
         return None, b"", None
-    kind = plugin.rsplit(".", 1)[-1].lower().removeprefix("authentication")
     if kind == "token":
         return "token", _token(params).encode(), None
     if kind == "basic":
         doc = _params(params)
         return "basic", f"{doc.get('userId', '')}:{doc.get('password', '')}".encode(), None
-    if kind == "tls":
-        doc = _params(params)
-        if not doc.get("tlsCertFile") or not doc.get("tlsKeyFile"):
-            raise RemoteError("tls authentication needs tlsCertFile and tlsKeyFile")
-        return "tls", b"", (doc["tlsCertFile"], doc["tlsKeyFile"])
-    raise RemoteError(f"unsupported authentication plugin {plugin!r} (token, basic or tls)")
+    doc = _params(params)  # (tls)
+    if not doc.get("tlsCertFile") or not doc.get("tlsKeyFile"):
+        raise RemoteError("tls authentication needs tlsCertFile and tlsKeyFile")
+    return "tls", b"", (doc["tlsCertFile"], doc["tlsKeyFile"])
+
+
+def plugin_kind(plugin: str) -> str | None:
+    """token, basic or tls for an authentication plugin (those words, or Pulsar's client class names); None for no
+    credentials (empty, or Pulsar's AuthenticationDisabled, its default); RemoteError for any other."""
+    if not plugin:
+        return None
+    kind = plugin.rsplit(".", 1)[-1].lower().removeprefix("authentication")
+    if kind == "disabled":
+        return None
+    if kind not in ("token", "basic", "tls"):
+        raise RemoteError(f"unsupported authentication plugin {plugin!r} (token, basic or tls)")
+    return kind
 
 
 def _params(params: str) -> dict[str, str]:
@@ -246,13 +263,7 @@ class RemoteProducer:
             self._connected_to = (host, port, tls)
             break
         commands_in = CommandReader(reader, lambda: RemoteError("connection closed by the remote broker"))
-        connect = pb.BaseCommand(type=T.CONNECT)
-        c = connect.connect
-        c.client_version = CLIENT_VERSION
-        c.protocol_version = MAX_PROTOCOL_VERSION
-        if self.settings.auth_method is not None:
-            c.auth_method_name, c.auth_data = self.settings.auth_method, self.settings.auth_data
-        self._write(commands.frame(connect))
+        self._write(connect_command(CLIENT_VERSION, self.settings.credentials))
         await self._expect(commands_in, T.CONNECTED)
         return commands_in
 
@@ -276,8 +287,8 @@ class RemoteProducer:
             self._answer(cmd)
 
     def _answer(self, cmd: pb.BaseCommand) -> None:
-        """Keep-alive pings and authentication challenges (the same credentials again)."""
-        reply = keepalive_reply(cmd, CLIENT_VERSION, self.settings.auth_method, self.settings.auth_data)
+        """Keep-alive pings and authentication challenges (the credentials as they are now)."""
+        reply = keepalive_reply(cmd, CLIENT_VERSION, self.settings.credentials)
         if reply is not None:
             self._write(reply)
 

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.limits import MAX_PROTOCOL_VERSION
-from broker.service.peer_link import CommandReader, keepalive_reply
+from broker.service.peer_link import CommandReader, Credentials, connect_command, keepalive_reply
 from broker.service.remote_producer import RemoteError, client_credentials
 from broker.service.remote_producer import _address as parse_url
 from broker.tasks import OwnedTasks, SingleFlight
@@ -62,9 +61,9 @@ class TxnBufferClientError(RemoteError):
 class _BrokerLink:
     """One connection to one broker: requests answered by request id, pings answered, auth challenges met."""
 
-    def __init__(self, url: str, credentials: tuple[str | None, bytes], context: ssl.SSLContext | None) -> None:
+    def __init__(self, url: str, credentials: Credentials, context: ssl.SSLContext | None) -> None:
         self.url = url
-        self._auth_method, self._auth_data = credentials
+        self._credentials = credentials
         self._context = context
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[pb.BaseCommand]] = {}
@@ -80,12 +79,7 @@ class _BrokerLink:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 stream, self._writer = await asyncio.open_connection(host, port, ssl=context)
                 reader = CommandReader(stream, lambda: TxnBufferClientError(f"connection to {self.url} closed"))
-                connect = pb.BaseCommand(type=T.CONNECT)
-                c = connect.connect
-                c.client_version, c.protocol_version = CLIENT_VERSION, MAX_PROTOCOL_VERSION
-                if self._auth_method is not None:
-                    c.auth_method_name, c.auth_data = self._auth_method, self._auth_data
-                self._writer.write(commands.frame(connect))
+                self._writer.write(connect_command(CLIENT_VERSION, self._credentials))
                 while True:
                     cmd = await reader.next_command()
                     if cmd.type == T.CONNECTED:
@@ -104,7 +98,7 @@ class _BrokerLink:
         log.info("transaction link to %s open", self.url)
 
     def _answer(self, cmd: pb.BaseCommand) -> None:
-        reply = keepalive_reply(cmd, CLIENT_VERSION, self._auth_method, self._auth_data)
+        reply = keepalive_reply(cmd, CLIENT_VERSION, self._credentials)
         if reply is not None:
             self._write(reply)
 
@@ -175,9 +169,8 @@ class TxnBufferClient:
 
     def __init__(self, own_url: str, config: BrokerConfig) -> None:
         self.own_url = own_url
-        method, data, _cert = client_credentials(config.brokerClientAuthenticationPlugin,
-                                                 config.brokerClientAuthenticationParameters)
-        self._credentials = (method, data)
+        self._config = config
+        self._credentials()  # (unusable credentials: an error at once)
         self._context: ssl.SSLContext | None = None
         if own_url.startswith("pulsar+ssl://"):
             # (Pulsar's broker clients do not check host names by default)
@@ -189,6 +182,17 @@ class TxnBufferClient:
         self._ids = itertools.count(1)
         self._closing = OwnedTasks("transaction buffer client: links being closed")
         self.closed = False
+
+    def _credentials(self) -> tuple[str | None, bytes]:
+        """The broker client's credentials as they are now (``peer_link.Credentials``: a token file read again,
+        a dynamic change seen)."""
+        config = self._config
+        try:
+            method, data, _cert = client_credentials(config.brokerClientAuthenticationPlugin,
+                                                     config.brokerClientAuthenticationParameters)
+        except RemoteError as exc:
+            raise TxnBufferClientError(str(exc)) from None
+        return method, data
 
     # -- the two requests ----------------------------------------------------------------------------
     async def end_on_partition(self, topic: str, txn: TxnID, commit: bool, low_watermark: int | None = None) -> None:

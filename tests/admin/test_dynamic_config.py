@@ -93,6 +93,8 @@ def test_a_policy_default_applies_to_topics_already_loaded(own_admin: Admin, own
      "Invalid dynamic-config value: maxNumPartitionsPerPartitionedTopic=many: expected"),
     ("POST", f"{CONFIG}/subscriptionTypesEnabled/Exclusive,Broadcast", "Invalid dynamic-config value"),
     ("POST", f"{CONFIG}/subscriptionKeySharedEnable/yes", "Invalid dynamic-config value"),
+    ("POST", f"{CONFIG}/brokerClientAuthenticationPlugin/org.example.AuthenticationKerberos",
+     "Invalid dynamic-config value: brokerClientAuthenticationPlugin: unsupported authentication plugin"),
 ])
 def test_refusals(own_admin: Admin, method: str, path: str, reason: str) -> None:
     reply = own_admin.call(method, path)
@@ -237,3 +239,15 @@ def test_a_namespace_created_without_a_bundle_count_gets_the_default_in_force(ow
     own_admin.ok("DELETE", f"{CONFIG}/defaultNumberOfNamespaceBundles")
     own_admin.ok("PUT", "/admin/v2/namespaces/public/dyn-later")
     assert bundles("dyn-later") == 4
+
+
+def test_the_broker_client_credentials_change_while_the_broker_runs(own_admin: Admin) -> None:
+    """Read for each connection, challenge answer and admin call (tests/unit/test_peer_admin.py,
+    tests/transactions/test_buffer_client.py): set here, they are in force at once; Pulsar's default plugin class
+    (no credentials) is accepted too."""
+    plugins = "brokerClientAuthenticationPlugin/org.apache.pulsar.client.impl.auth.Authentication"
+    own_admin.ok("POST", f"{CONFIG}/{plugins}Token")
+    own_admin.ok("POST", f"{CONFIG}/brokerClientAuthenticationParameters/token:abc")
+    assert runtime(own_admin, "brokerClientAuthenticationPlugin").endswith("AuthenticationToken")
+    own_admin.ok("POST", f"{CONFIG}/{plugins}Disabled")
+    assert runtime(own_admin, "brokerClientAuthenticationPlugin").endswith("AuthenticationDisabled")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -14,14 +15,16 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from broker.service import remote_producer
 from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSettings
+from tests.waiting import eventually
 
 T = pb.BaseCommand.Type
 
 
-async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Awaitable[None]]
-                          ) -> tuple[asyncio.Server, str]:
+async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Awaitable[None]],
+                          heard: list[pb.BaseCommand] | None = None) -> tuple[asyncio.Server, str]:
     """A broker (and its pulsar:// URL) that answers CONNECT, LOOKUP (connect here) and PRODUCER,
-    then does ``after_producer`` and stops reading."""
+    then does ``after_producer`` and stops reading; with ``heard``, it goes on reading and keeps there every
+    command but those (CONNECTs too)."""
     url: list[str] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,13 +36,19 @@ async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Await
                 cmd = frame.command
                 if cmd.type == T.CONNECT:
                     writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
+                    if heard is not None:
+                        heard.append(cmd)
                 elif cmd.type == T.LOOKUP:
                     writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url[0]))
                 elif cmd.type == T.PRODUCER:
                     p = cmd.producer
                     writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
                     await after_producer(writer)
-                    return
+                    if heard is None:
+                        return
+                    continue
+                elif heard is not None:
+                    heard.append(cmd)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")
@@ -60,7 +69,7 @@ async def stop(server: asyncio.Server) -> None:
 
 
 def producer_to(url: str, on_lost: Callable[[BaseException], None] = lambda exc: None) -> RemoteProducer:
-    return RemoteProducer(RemoteSettings(url, None, None, b""), "persistent://t/ns/x", "pulsar.repl.a",
+    return RemoteProducer(RemoteSettings(url, None), "persistent://t/ns/x", "pulsar.repl.a",
                           lambda seq: None, on_lost)
 
 
@@ -162,3 +171,31 @@ async def test_a_close_cancelled_midway_still_closes_the_connection() -> None:
     finally:
         await producer.close()
         await stop(server)
+
+
+async def test_a_challenge_is_answered_with_the_token_as_it_is_now(tmp_path: Path) -> None:
+    """The remote broker's AUTH_CHALLENGE on a live link (its credentials expired) is answered with the token read
+    from its file again, as Pulsar's token supplier does: rotated in the file, the fresh token keeps the link (before:
+    the token of the link's start, refused, and the link lost until the replicator reconnected)."""
+    token = tmp_path / "token"
+    token.write_text("at-connect")
+
+    async def challenge(writer: asyncio.StreamWriter) -> None:
+        token.write_text("rotated")
+        c = pb.BaseCommand(type=T.AUTH_CHALLENGE)
+        c.authChallenge.challenge.auth_method_name, c.authChallenge.challenge.auth_data = "token", b"refresh"
+        writer.write(commands.frame(c))
+
+    heard: list[pb.BaseCommand] = []
+    server, url = await scripted_broker(challenge, heard)
+    producer = RemoteProducer(RemoteSettings(url, None, "token", f"file://{token}"), "persistent://t/ns/x",
+                              "pulsar.repl.a", lambda seq: None, lambda exc: None)
+    try:
+        await producer.connect()
+        await eventually(lambda: any(c.type == T.AUTH_RESPONSE for c in heard), "the challenge answered")
+    finally:
+        await producer.close()
+        await stop(server)
+    connect, response = heard[0].connect, heard[1].authResponse.response
+    assert (heard[0].type, connect.auth_method_name, connect.auth_data) == (T.CONNECT, "token", b"at-connect")
+    assert (response.auth_method_name, response.auth_data) == ("token", b"rotated")

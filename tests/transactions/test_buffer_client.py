@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ class Peer:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.seen: list[pb.BaseCommand] = []
+        self.connects: list[pb.CommandConnect] = []
         self.server: asyncio.Server | None = None
 
     @property
@@ -43,6 +45,7 @@ class Peer:
                 while (frame := decoder.next_frame()) is not None:
                     cmd = frame.command
                     if cmd.type == T.CONNECT:
+                        self.connects.append(cmd.connect)
                         writer.write(commands.frame(pb.BaseCommand(type=T.CONNECTED,
                                                                    connected=pb.CommandConnected(server_version="x"))))
                         continue
@@ -149,3 +152,42 @@ async def test_a_failed_lookup_is_an_error_to_retry(peers: list[Peer]) -> None:
             await client.end_on_partition(TOPIC, TxnID(0, 1), commit=True)
     finally:
         await client.close()
+
+
+async def test_the_credentials_are_read_when_sent(peers: list[Peer], tmp_path: Path) -> None:
+    """A token in a file is read for each CONNECT and each AUTH_CHALLENGE answer, as Pulsar's token supplier reads
+    it: a token rotated in its file reaches the live link at the next challenge (before: the token read when the
+    client was made, until the broker restarted); a change of the setting itself (update-dynamic-config) too."""
+    token = tmp_path / "token"
+    token.write_text("first")
+    pending: list[pb.BaseCommand] = []
+
+    def challenging(cmd: pb.BaseCommand) -> pb.BaseCommand:
+        if cmd.type == T.LOOKUP:
+            return lookup_reply(cmd, peer.url, pb.CommandLookupTopicResponse.Connect)
+        if cmd.type == T.END_TXN_ON_PARTITION:  # challenged first, answered after the AUTH_RESPONSE
+            pending.append(cmd)
+            challenge = pb.BaseCommand(type=T.AUTH_CHALLENGE)
+            challenge.authChallenge.challenge.auth_method_name = "token"
+            challenge.authChallenge.challenge.auth_data = b"refresh"
+            return challenge
+        assert cmd.type == T.AUTH_RESPONSE, cmd
+        return end_reply(pending.pop())
+
+    peer = await start(peers, challenging)
+    config = BrokerConfig(brokerClientAuthenticationPlugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
+                          brokerClientAuthenticationParameters=f"file://{token}")
+    client = TxnBufferClient(peer.url, config)
+    try:
+        token.write_text("second")
+        await client.end_on_partition(TOPIC, TxnID(0, 1), commit=True)
+        token.write_text("third")
+        await client.end_on_partition(TOPIC, TxnID(0, 2), commit=True)
+        config.brokerClientAuthenticationParameters = "token:fourth"
+        await client.end_on_partition(TOPIC, TxnID(0, 3), commit=True)
+    finally:
+        await client.close()
+    assert [(c.auth_method_name, c.auth_data) for c in peer.connects] == [("token", b"second")]
+    responses = [c.authResponse.response for c in peer.seen if c.type == T.AUTH_RESPONSE]
+    assert [(r.auth_method_name, r.auth_data) for r in responses] == [
+        ("token", b"second"), ("token", b"third"), ("token", b"fourth")]

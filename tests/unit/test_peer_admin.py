@@ -94,6 +94,32 @@ async def test_the_broker_credentials_go_through_a_redirect(owner: str) -> None:
     assert got == {"authorization": "Bearer broker-token", "method": "POST", "body": '{"x": 1}'}
 
 
+async def test_the_broker_credentials_are_read_for_each_call(owner: str, tmp_path: Path) -> None:
+    """A token file rotated, then the setting itself changed (update-dynamic-config): each call sends the token as it
+    is then (before: the one read at start, until the broker restarted)."""
+    url, _ = owner.split("|")
+    token = tmp_path / "token"
+    token.write_text("first")
+    config = BrokerConfig(brokerClientAuthenticationPlugin="token",
+                          brokerClientAuthenticationParameters=f"file://{token}")
+    peers = PeerAdmin(config)
+    seen = []
+    try:
+        seen.append((await peers.call("GET", f"{url}/seen"))["authorization"])
+        token.write_text("second")
+        seen.append((await peers.call("GET", f"{url}/seen"))["authorization"])
+        config.brokerClientAuthenticationParameters = "token:third"
+        seen.append((await peers.call("GET", f"{url}/seen"))["authorization"])
+        token.unlink()
+        config.brokerClientAuthenticationParameters = f"file://{token}"
+        with pytest.raises(HttpError) as refused:
+            await peers.call("GET", f"{url}/seen")
+    finally:
+        await peers.close()
+    assert seen == ["Bearer first", "Bearer second", "Bearer third"]
+    assert refused.value.status == 500 and "credentials cannot be used" in str(refused.value.text)
+
+
 async def test_without_broker_credentials_the_callers_are_carried(owner: str) -> None:
     _, other = owner.split("|")
     peers = PeerAdmin(BrokerConfig())
