@@ -133,6 +133,9 @@ class BrokerConfig:
     webServicePort: int | None = setting(8080, PORT)
     # The web console at / and /console/ on the HTTP port(s) (docs/console.md); false: those paths answer 404.
     webConsoleEnabled: bool = True
+    # Pulsar's WebSocket API on the HTTP port(s): /ws/v2/producer, /ws/v2/consumer, /ws/v2/reader
+    # (docs/websocket.md). Off by default, as in Pulsar's broker.conf (its standalone.conf turns it on).
+    webSocketServiceEnabled: bool = False
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
     # Named listeners (broker.listeners): name:pulsar://host:port / name:pulsar+ssl://host:port,

@@ -75,6 +75,7 @@ from managed_ledger.bookkeeper.metadata import DEFAULT_LEDGERS_ROOT
 if TYPE_CHECKING:
     from broker.metadata.store import BrokerMetadata
     from broker.service.broker_service import BrokerService
+    from broker.websocket.service import WebSocketService
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,13 @@ class WebService:
         self.topics.register(r)
         self.topic_policies.register_last(r)
         self.namespace_ops.register_last(r)  # (DELETE .../{bundle}: after every DELETE .../{policy})
+        # The WebSocket API (webSocketServiceEnabled; off: /ws/ answers 404, and nothing of it is loaded).
+        self.websocket: WebSocketService | None = None
+        if ctx.config.webSocketServiceEnabled:
+            from broker.websocket.service import WebSocketService
+
+            self.websocket = WebSocketService(ctx)
+            self.websocket.register(r)
 
     async def start(self, host: str, port: int | None, tls_port: int | None = None,
                     tls_context: ssl.SSLContext | None = None) -> tuple[int, int]:
@@ -176,6 +184,8 @@ class WebService:
         return bound[0], bound[1]
 
     async def stop(self) -> None:
+        if self.websocket is not None:
+            await self.websocket.close()
         await self.otel.stop()
         await self._sampling.stop()
         if self._runner is not None:

@@ -52,6 +52,9 @@ class ClientConnection(Protocol):
 # The Java client's CONNECT client_version ("Pulsar-Java-v4.0.13"): the one client that understands
 # REACHED_END_OF_TOPIC.
 JAVA_CLIENT_VERSION_PREFIX = "Pulsar-Java-"
+# The WebSocket service's own client (broker/websocket/client.py), which reads REACHED_END_OF_TOPIC as the Java one.
+WEBSOCKET_CLIENT_VERSION_PREFIX = "pulsar-py-broker-websocket/"
+END_OF_TOPIC_CLIENTS = (JAVA_CLIENT_VERSION_PREFIX, WEBSOCKET_CLIENT_VERSION_PREFIX)
 
 
 class DepartedOut:
@@ -190,8 +193,9 @@ class Consumer:
     def reached_end_of_topic(self) -> None:
         """REACHED_END_OF_TOPIC, to the Java client only: Pulsar sends it to every client, and the C++ client (so the
         Python and Node ones) and the Go client take it for an invalid command and drop the connection, again at
-        each reconnection (measured against Pulsar 4.0.7; the Go client's connection.go has no case for it)."""
-        if self.cnx.client_version.startswith(JAVA_CLIENT_VERSION_PREFIX):
+        each reconnection (measured against Pulsar 4.0.7; the Go client's connection.go has no case for it). Our
+        WebSocket service's client reads it too."""
+        if self.cnx.client_version.startswith(END_OF_TOPIC_CLIENTS):
             self.cnx.write(commands.reached_end_of_topic(self.consumer_id))
 
     def send_unstored(self, entry: bytes, messages: int) -> None:

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.service.peer_link import CommandReader, connect_command, keepalive_reply
+from broker.service.peer_link import CommandReader, close_writer, connect_command, keepalive_reply
 from broker.version import __version__
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 T = pb.BaseCommand.Type
 CLIENT_VERSION = f"pulsar-py-broker-replicator/{__version__}"
 CONNECT_TIMEOUT_S = 10.0
-CLOSE_TIMEOUT_S = 5.0  # for the unsent bytes of a connection being closed
 MAX_LOOKUP_HOPS = 5
 
 
@@ -365,13 +364,4 @@ class RemoteProducer:
     async def _close_connection(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
-            writer.close()
-            try:
-                # A remote broker that is not reading this connection (it paused it: rate limit,
-                # backpressure) would keep the flush, and this close, waiting: give up and abort.
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await writer.wait_closed()
-            except TimeoutError:
-                writer.transport.abort()
-            except (OSError, ssl.SSLError):
-                pass
+            await close_writer(writer)

@@ -13,7 +13,7 @@ import pytest
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
-from broker.service import remote_producer
+from broker.service import peer_link
 from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSettings
 from tests.waiting import eventually
 
@@ -108,7 +108,7 @@ async def test_closing_does_not_wait_for_a_remote_that_stopped_reading(monkeypat
     # The remote broker makes the producer, then stops reading the connection (as a broker does
     # that paused it for a rate limit): the unsent bytes can never drain, and closing gives up on
     # them after CLOSE_TIMEOUT_S rather than wait for ever (which would hang a topic's unload).
-    monkeypatch.setattr(remote_producer, "CLOSE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(peer_link, "CLOSE_TIMEOUT_S", 0.2)
     stalled = asyncio.Event()
 
     async def stop_reading(writer: asyncio.StreamWriter) -> None:

@@ -1,0 +1,492 @@
+"""The WebSocket API on the HTTP port (``webSocketServiceEnabled``), as Apache Pulsar's broker serves it:
+``/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic}``, ``/ws/v2/consumer/.../{topic}/{subscription}`` and
+``/ws/v2/reader/.../{topic}``.
+
+Opening a session, in Pulsar's handlers' order: the topic's name from the path, the query options (400 "Invalid
+query params: ..."), authentication (the broker's providers on the request: the Authorization header, or the
+``token`` query parameter a browser's WebSocket can send; 401 "Failed to authenticate"), authorization (produce, or
+consume with the subscription, for the role; 403 "Not authorized"), then the producer or the subscription, made on
+the session's own connection to the topic's owner (client.py; one per partition of a partitioned topic); a refusal
+there is an HTTP error too (409 for a busy
+producer or consumer, 404 for a topic that does not exist, 500 otherwise, with the broker's words), and only then is
+the connection upgraded. A session's bad input (not JSON, bad base64, unknown ids) is answered on that session alone
+(an error ack, or the session closed); other sessions and the broker go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
+
+from aiohttp import WSMsgType, web
+
+from broker.auth.authorization import TopicOperation
+from broker.auth.service import METHOD_HEADER
+from broker.errors import AuthenticationError, InvalidTopicNameError
+from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.frames import Frame
+from broker.service.remote_producer import RemoteError, RemoteSettings, client_credentials, cluster_tls_context
+from broker.tasks import OwnedTasks
+from broker.topic_name import TopicName
+from broker.websocket.client import BrokerLink, LinkError
+from broker.websocket.consumer import Consumers, ConsumerSession, reader_subscription
+from broker.websocket.messages import (
+    CLOSE_BAD_COMMAND,
+    CLOSE_BAD_COMMAND_REASON,
+    BadRequest,
+    parse_producer_message,
+    producer_ack,
+)
+from broker.websocket.options import (
+    ConsumerOptions,
+    OptionError,
+    ReaderOptions,
+    consumer_options,
+    producer_options,
+    reader_options,
+)
+from broker.websocket.producer import PartitionedProducer, PartitionRouter, ProducerSession
+
+if TYPE_CHECKING:
+    from broker.auth import Security
+    from broker.config import BrokerConfig
+
+
+class Ports(Protocol):
+    """The serving process's bound ports (0: that listener is off)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def tls_port(self) -> int: ...
+
+
+class WebSocketContext(Protocol):
+    """What the WebSocket service needs of the web service's context (broker.admin.context.AdminContext meets it)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def security(self) -> Security: ...
+
+    @property
+    def process(self) -> Ports: ...
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand.Type
+
+PATH_PREFIX = "/ws/v2/"
+# The HTTP statuses of a refusal while the producer or the subscription is made (Pulsar's getErrorCode).
+_STATUS: dict[int, int] = {
+    pb.ProducerBusy: 409, pb.ConsumerBusy: 409, pb.IncompatibleSchema: 409, pb.ProducerFenced: 409,
+    pb.AuthenticationError: 401, pb.AuthorizationError: 403, pb.TopicNotFound: 404,
+    pb.ProducerBlockedQuotaExceededError: 503, pb.ProducerBlockedQuotaExceededException: 503,
+    pb.TopicTerminatedError: 503, pb.TooManyRequests: 429,
+}
+MAX_TEXT_FRAME = 1024 * 1024  # Pulsar's webSocketMaxTextFrameSize default (1 MiB: a payload of ~750 KiB in base64)
+
+
+class WebSocketService:
+    """The three endpoints and the sessions they open (each owned here: closed with the web service)."""
+
+    def __init__(self, ctx: WebSocketContext) -> None:
+        self.ctx = ctx
+        self.sessions = OwnedTasks("websocket sessions")
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    def register(self, router: web.UrlDispatcher) -> None:
+        router.add_get(PATH_PREFIX + "producer/{tail:.*}", self.producer)
+        router.add_get(PATH_PREFIX + "consumer/{tail:.*}", self.consumer)
+        router.add_get(PATH_PREFIX + "reader/{tail:.*}", self.reader)
+
+    async def close(self) -> None:
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await ws.close(code=1001, message=b"broker shutting down")
+        await self.sessions.close()
+
+    # -- the endpoints ---------------------------------------------------------------------------------------------
+    async def producer(self, request: web.Request) -> web.StreamResponse:
+        topic = _topic(request, subscription=False)
+        self._check_access(request, topic, TopicOperation.PRODUCE, "")
+        options = _options(lambda: producer_options(request.query))
+        outbox = Outbox()
+        name = str(topic.full)
+        partitions, first = await self._partitions(name, "producer")
+        if partitions == 0:
+            sessions = [ProducerSession(first, name, options, outbox.put)]
+        else:
+            sessions = [ProducerSession(self._link(f"{name}-partition-{i}"), f"{name}-partition-{i}", options,
+                                        outbox.put, partition=i) for i in range(partitions)]
+        for session in sessions:
+            session.link.on_command = _producer_commands(session)
+
+        async def start_all() -> None:
+            # (a partitioned topic's producers under one name: the first partition's, as the Java client's)
+            await sessions[0].start()
+            for session in sessions[1:]:
+                session.producer_name = sessions[0].producer_name
+                await session.start()
+
+        await self._start([s.link for s in sessions], start_all(), "producer")
+        sender: ProducerSession | PartitionedProducer = sessions[0]
+        if partitions > 0:
+            sender = PartitionedProducer(sessions, PartitionRouter(partitions, options))
+
+        async def on_text(text: str) -> None:
+            try:
+                message = parse_producer_message(text)
+            except BadRequest as exc:
+                outbox.put(producer_ack(None, getattr(exc, "context", None), (exc.code, str(exc))))
+                return
+            await sender.send(message)
+
+        async def close() -> None:
+            for session in sessions:
+                await session.close()
+
+        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions], on_text, close)
+
+    async def consumer(self, request: web.Request) -> web.StreamResponse:
+        topic, subscription = _topic_and_subscription(request)
+        options = _options(lambda: consumer_options(request.query, str(topic.full), subscription))
+        self._check_access(request, topic, TopicOperation.CONSUME, subscription)
+        return await self._consume(request, topic, subscription, options, None)
+
+    async def reader(self, request: web.Request) -> web.StreamResponse:
+        topic = _topic(request, subscription=False)
+        options = _options(lambda: reader_options(request.query))
+        self._check_access(request, topic, TopicOperation.CONSUME, "")
+        return await self._consume(request, topic, reader_subscription(), None, options)
+
+    async def _consume(self, request: web.Request, topic: TopicName, subscription: str,
+                       options: ConsumerOptions | None, reader: ReaderOptions | None) -> web.StreamResponse:
+        what = "reader" if reader is not None else "consumer"
+        outbox = Outbox()
+        name = str(topic.full)
+        partitions, first = await self._partitions(name, what)
+        if partitions > 0 and reader is not None and reader.start not in ("earliest", "latest"):
+            raise _http_error(500, "Failed to create reader: a partitioned topic's reader starts at earliest or "
+                                   "latest here (a message id names one partition)")
+        names = [name] if partitions == 0 else [f"{name}-partition-{i}" for i in range(partitions)]
+        links = [first] if partitions == 0 else [self._link(n) for n in names]
+        sessions: list[ConsumerSession] = []
+        for link, topic_name in zip(links, names, strict=True):
+            sessions.append(ConsumerSession(link, topic_name, subscription, options, reader, outbox.put, self._link,
+                                            gate=sessions[0].gate if sessions else None))
+        for session in sessions:
+            session.link.on_command = _consumer_commands(session)
+
+        async def start_all() -> None:
+            for session in sessions:
+                await session.start()
+
+        try:
+            await self._start(links, start_all(), what)
+        except BadRequest as exc:  # (a reader's start message id)
+            for link in links:
+                await link.close()
+            raise _http_error(500, f"Failed to create reader: {exc}") from None
+        consumers = Consumers(sessions, outbox.put)
+
+        async def on_text(text: str) -> None:
+            try:
+                doc = json.loads(text)
+                if not isinstance(doc, dict):
+                    raise ValueError("a command is a JSON object")
+            except ValueError:
+                if reader is not None:  # (Pulsar's reader handler closes the session, then counts a message taken)
+                    await consumers.on_command({})
+                raise _CloseSession(CLOSE_BAD_COMMAND, CLOSE_BAD_COMMAND_REASON) from None
+            try:
+                await consumers.on_command(doc)
+            except (BadRequest, LinkError) as exc:
+                raise _CloseSession(CLOSE_BAD_COMMAND, f"{CLOSE_BAD_COMMAND_REASON}: {exc}") from None
+
+        async def close() -> None:
+            for session in sessions:
+                await session.close()
+
+        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions], on_text, close)
+
+    # -- shared steps ------------------------------------------------------------------------------------------------
+    async def _partitions(self, topic: str, what: str) -> tuple[int, BrokerLink]:
+        """The topic's partitions (PARTITIONED_METADATA, as the clients ask first), and a link to the topic: still
+        connected when it is not partitioned (its session's), closed when it is (each partition gets its own)."""
+        link = self._link(topic)
+        try:
+            partitions = await link.partitions()
+        except LinkError as exc:
+            await link.close()
+            raise _refusal(exc, what) from None
+        if partitions > 0:
+            await link.close()
+        return partitions, link
+
+    async def _start(self, links: list[BrokerLink], create: Coroutine[Any, Any, None], what: str) -> None:
+        """Connect each link and make the producers or the subscriptions (``create``); an HTTP error when refused
+        (every link then closed)."""
+        try:
+            for link in links:
+                await link.open()
+            await create
+        except LinkError as exc:
+            for link in links:
+                await link.close()
+            raise _refusal(exc, what) from None
+        except BaseException:
+            create.close()
+            for link in links:
+                await link.close()
+            raise
+
+    def _check_access(self, request: web.Request, topic: TopicName, op: TopicOperation, subscription: str) -> None:
+        """AbstractWebSocketHandler.checkAuth: 401 "Failed to authenticate", 403 "Not authorized"."""
+        security = self.ctx.security
+        role: str | None = None
+        if security.authentication.enabled:
+            authorization = request.headers.get("Authorization")
+            if authorization is None and "token" in request.query:
+                token = request.query["token"]
+                authorization = token if token.startswith("Bearer ") else f"Bearer {token}"
+            transport = request.transport
+            peer_cert = transport.get_extra_info("peercert") if transport is not None else None
+            try:
+                role = security.authentication.authenticate_http(authorization, peer_cert or None,
+                                                                 request.headers.get(METHOD_HEADER))
+            except AuthenticationError as exc:
+                log.info("WebSocket %s from %s: authentication failed: %s", request.path, request.remote, exc.reason)
+                raise _http_error(401, "Failed to authenticate") from None
+        if security.authorization.enabled and not security.authorization.allows(topic, op, role, subscription):
+            log.info("WebSocket %s from %s: role %s is not authorized", request.path, request.remote, role)
+            raise _http_error(403, "Not authorized")
+
+    def _settings(self) -> RemoteSettings:
+        """How the service's client reaches this broker: the broker client's credentials (read when sent: a rotated
+        token file or a changed setting reaches the next connection and the next challenge) and TLS settings, the
+        plain port unless ``brokerClientTlsEnabled`` (or only TLS is served). Read for each new link: the settings
+        are dynamic."""
+        cfg, process = self.ctx.config, self.ctx.process
+        plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
+        _, _, client_cert = client_credentials(plugin, params)  # (unusable: an error now; sent as read then)
+        tls = cfg.brokerClientTlsEnabled or not process.port
+        url = f"pulsar+ssl://127.0.0.1:{process.tls_port}" if tls else f"pulsar://127.0.0.1:{process.port}"
+        context = cluster_tls_context(cfg, cfg.clusterName, {}, client_cert) if tls else None
+        return RemoteSettings(url, context, plugin, params)
+
+    def _link(self, topic: str) -> BrokerLink:
+        try:
+            settings = self._settings()
+        except RemoteError as exc:
+            raise _http_error(500, f"Failed to create producer/consumer: {exc}") from None
+        return BrokerLink(settings, topic, self.ctx.config.maxMessageSize, lambda _: None,
+                          lambda _: None)
+
+    async def _serve(self, request: web.Request, outbox: Outbox,
+                     links: list[tuple[BrokerLink, Callable[[], Awaitable[None]]]], on_text: Any,
+                     on_close: Callable[[], Awaitable[None]]) -> web.StreamResponse:
+        """Upgrade, then read the client's frames and write the session's, until either side ends; a lost link to
+        the broker is made again (its restart: the producer or the subscription again) while the session goes on."""
+        ws = web.WebSocketResponse(max_msg_size=MAX_TEXT_FRAME, autoping=True)
+        loop = asyncio.get_running_loop()
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        writer = loop.create_task(_write_out(ws, outbox))
+        keepers = [loop.create_task(_keep(link, restart, ws)) for link, restart in links]
+        try:
+            async for msg in ws:
+                await outbox.room()  # (a client that does not read its frames is not read either)
+                if msg.type == WSMsgType.TEXT:
+                    await on_text(msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    await on_text(msg.data.decode("utf-8", "replace"))
+        except _CloseSession as close:
+            await ws.close(code=close.code, message=close.reason.encode()[:120])
+        except ConnectionResetError:
+            pass
+        finally:
+            self._sockets.discard(ws)
+            for keeper in keepers:
+                keeper.cancel()
+            await asyncio.gather(*keepers, return_exceptions=True)
+            await on_close()
+            outbox.end()
+            await asyncio.gather(writer, return_exceptions=True)
+            for link, _ in links:
+                await link.close()
+        return ws
+
+
+# A lost link is made again for this long (the Java client's operation timeout), backing off between attempts as
+# the Java client does (0.1 s doubling, at most 5 s here); then the session ends with 1011.
+RECONNECT_TIMEOUT_S = 30.0
+RECONNECT_FIRST_DELAY_S = 0.1
+RECONNECT_MAX_DELAY_S = 5.0
+
+
+async def _keep(link: BrokerLink, restart: Callable[[], Awaitable[None]], ws: web.WebSocketResponse) -> None:
+    """Each time the link is lost: reconnect (the topic looked up again) and restart its producer or consumer;
+    when that does not succeed in time, close the session (1011, the reason)."""
+    broken = asyncio.Event()
+    link.on_lost = lambda _: broken.set()
+    if link.lost_already:  # (lost before the session was served)
+        broken.set()
+    loop = asyncio.get_running_loop()
+    while True:
+        await broken.wait()
+        broken.clear()
+        deadline = loop.time() + RECONNECT_TIMEOUT_S
+        delay = RECONNECT_FIRST_DELAY_S
+        while True:
+            try:
+                await link.reopen()
+                await restart()
+                break
+            except (LinkError, OSError) as exc:
+                if loop.time() + delay > deadline:
+                    log.warning("WebSocket session on %s: the broker could not be reached again: %s", link.topic, exc)
+                    await ws.close(code=1011, message=f"Connection to the broker lost: {exc}".encode()[:120])
+                    return
+            await asyncio.sleep(delay)  # (a retry's backoff, as the clients' reconnection)
+            delay = min(delay * 2, RECONNECT_MAX_DELAY_S)
+
+
+class _CloseSession(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+async def _write_out(ws: web.WebSocketResponse, outbox: Outbox) -> None:
+    """The session's frames to the client, in order (ends at the outbox's end: the session or its link ended)."""
+    try:
+        while True:
+            text = await outbox.get()
+            if text is None or ws.closed:
+                return
+            try:
+                await ws.send_str(text)
+            except ConnectionResetError:
+                return
+    finally:
+        outbox.end()  # (nothing more is written: nothing waits for room)
+
+
+# Frames that may wait for a client that does not read them: a full receiver queue's deliveries and as many answers.
+OUTBOX_LIMIT = 2000
+
+
+class Outbox:
+    """The frames a session writes to its client, in order. What waits is bounded: past OUTBOX_LIMIT the client's
+    own frames are not read (``room``) until it has taken half, so a client that sends commands and reads no answer
+    cannot make the broker hold its answers without end. (Deliveries are bounded by the receiver queue anyway.)"""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._ended = False
+
+    def put(self, text: str) -> None:
+        if self._ended:
+            return
+        self._queue.put_nowait(text)
+        if self._queue.qsize() > OUTBOX_LIMIT:
+            self._room.clear()
+
+    def end(self) -> None:
+        self._ended = True
+        self._queue.put_nowait(None)
+        self._room.set()
+
+    async def get(self) -> str | None:
+        text = await self._queue.get()
+        if self._queue.qsize() <= OUTBOX_LIMIT // 2:
+            self._room.set()
+        return text
+
+    async def room(self) -> None:
+        await self._room.wait()
+
+
+def _refusal(exc: LinkError, what: str) -> web.HTTPException:
+    """The broker's refusal of a session's producer or subscription as Pulsar's handlers answer it (their
+    getErrorCode / getErrorMessage; a reader's failures all 500)."""
+    if what == "reader":
+        return _http_error(500, f"Failed to create reader: {exc}")
+    status = _STATUS.get(exc.code, 500) if exc.code is not None else 500
+    return _http_error(status, f"Failed to create producer/consumer: {exc}")
+
+
+def _producer_commands(session: ProducerSession) -> Callable[[Frame], None]:
+    def on_command(frame: Frame) -> None:
+        session.on_command(frame.command)
+    return on_command
+
+
+def _consumer_commands(session: ConsumerSession) -> Callable[[Frame], None]:
+    """What a consumer's link hands its session: messages, the end of the topic, the broker closing it."""
+    def on_command(frame: Frame) -> None:
+        cmd = frame.command
+        if cmd.type == T.MESSAGE and frame.payload is not None:
+            session.on_message(cmd.message, frame.payload)
+        elif cmd.type == T.REACHED_END_OF_TOPIC:
+            session.on_end_of_topic()
+        elif cmd.type == T.CLOSE_CONSUMER:
+            session.link.lost(LinkError("the broker closed the consumer"))
+    return on_command
+
+
+def _http_error(status: int, text: str) -> web.HTTPException:
+    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden, 404: web.HTTPNotFound,
+           409: web.HTTPConflict, 429: web.HTTPTooManyRequests, 503: web.HTTPServiceUnavailable,
+           501: web.HTTPNotImplemented, 504: web.HTTPGatewayTimeout}.get(status, web.HTTPInternalServerError)
+    # (the reason: the web service's JSON error middleware answers {"reason": ...} with it)
+    return cls(reason=text.replace("\r", " ").replace("\n", " "))
+
+
+def _options(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except OptionError as exc:
+        raise _http_error(400, f"Invalid query params: {exc}") from None
+
+
+def _parts(request: web.Request) -> list[str]:
+    """The path's segments after /ws/v2/{kind}/ (raw: a topic's name may hold an encoded '/')."""
+    raw = request.raw_path.split("?", 1)[0]
+    return raw.split("/")[4:]
+
+
+def _topic_from(parts: list[str]) -> TopicName:
+    """AbstractWebSocketHandler.extractTopicName: domain, tenant, namespace, then the topic's name (its segments
+    joined by '/', empty ones skipped), URL-decoded. 400 when it is not a topic name."""
+    if len(parts) < 4 or parts[0] not in ("persistent", "non-persistent"):
+        raise _http_error(400, "Invalid query params: Invalid topic name format")
+    local = "/".join([parts[3]] + [p for p in parts[4:] if p])
+    name = f"{parts[0]}://{unquote(parts[1])}/{unquote(parts[2])}/{unquote(local)}"
+    try:
+        return TopicName.parse(name)
+    except InvalidTopicNameError as exc:
+        raise _http_error(400, f"Invalid query params: {exc}") from None
+
+
+def _topic(request: web.Request, subscription: bool) -> TopicName:
+    return _topic_from(_parts(request))
+
+
+def _topic_and_subscription(request: web.Request) -> tuple[TopicName, str]:
+    """ConsumerHandler.extractSubscription: exactly /ws/v2/consumer/{domain}/{tenant}/{ns}/{topic}/{subscription}."""
+    parts = _parts(request)
+    if len(parts) != 5:
+        raise _http_error(400, "Invalid query params: Invalid topic name format")
+    if not parts[4]:
+        raise _http_error(400, "Invalid query params: Empty subscription name")
+    return _topic_from(parts[:4]), unquote(parts[4])
