@@ -2,23 +2,25 @@
 Apache Pulsar 4.0.7's own answers.
 
 A real Pulsar standalone (cluster/apache_pulsar.py) and our broker get the settings of
-tests/security/test_pulsar_auth_answers.py with the tls provider listed before the token one, in three TLS
-configurations (one Pulsar start each, the only three that give a client certificate another meaning):
+tests/security/test_pulsar_auth_answers.py with the tls provider added, in three TLS configurations (one Pulsar start
+each: neither key is dynamic in Pulsar; the three that give a client certificate another meaning):
 
 - ``verified``: ``tlsRequireTrustedClientCertOnConnect=false``, Pulsar's default: a certificate is asked for, not
   required; one that is sent must chain to ``tlsTrustCertsFilePath``;
-- ``required``: ``tlsRequireTrustedClientCertOnConnect=true``: no handshake without a trusted certificate;
+- ``required``: ``tlsRequireTrustedClientCertOnConnect=true``: no handshake without a trusted certificate (and the
+  token provider listed first, where the others list tls first: which credentials count when a request has both);
 - ``insecure``: ``tlsAllowInsecureConnection=true``: the broker trusts any certificate.
 
 Both get tenant ``acme``, namespace ``acme/ns`` with ``produce`` granted to the role ``tls-client`` and the topic
 ``acme/ns/t``. Clients present certificates from the test CA (CN ``tls-client``, the super user ``admin``, a role
-with no grant, no CN, expired), one from another CA, the broker's own (made for servers only) or none, and:
+with no grant, no CN, expired, a CN with a comma, two CNs), one from another CA, the broker's own (made for servers
+only) or none, and:
 
 1. on pulsar+ssl with raw frames: CONNECT with the method ``tls`` (and a token, no method; ``tls`` on the plain port),
    then a LOOKUP and a PRODUCER on the topic;
 2. the official Python client with ``pulsar.AuthenticationTLS`` (or no authentication): whether it produces;
 3. HTTPS admin calls: a super-user call, the namespace's topic list (a produce grant allows it), with a certificate
-   and, for two, a bearer token too.
+   and, for two, a bearer token too; the super-user call's refusal names the role a certificate gives.
 
 Each answer is what a client acts on: a refused TLS handshake, the frame's type and error code and whether the
 connection then closes, the HTTP status and JSON reason, the official client's exception. ``DIFFERENCES`` lists where
