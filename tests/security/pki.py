@@ -35,6 +35,7 @@ class Pki:
     client_key: Path
     rogue_cert: Path  # client certificate signed by a CA the broker does not trust
     rogue_key: Path
+    ca_key: ec.EllipticCurvePrivateKey  # (for more certificates: client_certificate)
     secret_key: Path  # raw HS256 secret, as `pulsar tokens create-secret-key` writes it
     rsa_private: rsa.RSAPrivateKey
     rsa_public_der: Path  # X.509 DER, as `pulsar tokens create-key-pair` writes it
@@ -48,14 +49,18 @@ def _name(cn: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, issuer_key: ec.EllipticCurvePrivateKey,
-          *, ca: bool = False, server: bool = False, key_ids: bool = True) -> x509.Certificate:
-    """key_ids: with Subject and Authority Key Identifiers, which Python 3.13's default (strict) TLS context requires
-    of a CA-signed certificate (without: as self-made PKIs may issue them, see tests/security/test_client_tls.py)."""
+def _cert(subject: str | x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
+          issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False, server: bool = False, key_ids: bool = True,
+          expired: bool = False) -> x509.Certificate:
+    """subject: a CN, or the whole name; key_ids: with Subject and Authority Key Identifiers, which Python 3.13's
+    default (strict) TLS context requires of a CA-signed certificate (without: as self-made PKIs may issue them, see
+    tests/security/test_client_tls.py); expired: valid until an hour ago."""
     now = datetime.datetime.now(datetime.UTC)
-    b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
+    start, end = (now - datetime.timedelta(days=2), now - datetime.timedelta(hours=1)) if expired else \
+        (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2))
+    b = (x509.CertificateBuilder().subject_name(_name(subject) if isinstance(subject, str) else subject)
+         .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(start).not_valid_after(end)
          .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if key_ids:
         b = (b.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -114,6 +119,7 @@ def make_pki(d: Path, *, key_ids: bool = True) -> Pki:
         rogue_cert=_write_cert(d / "rogue-cert.pem", _cert(CLIENT_ROLE, rogue_key, _name("rogue CA"), rogue_ca_key,
                                                                   key_ids=key_ids)),
         rogue_key=_write_key(d / "rogue-key.pem", rogue_key),
+        ca_key=ca_key,
         secret_key=d / "secret.key",
         rsa_private=rsa_private,
         rsa_public_der=d / "public-rsa.der",
@@ -121,6 +127,19 @@ def make_pki(d: Path, *, key_ids: bool = True) -> Pki:
         ec_public_pem=d / "public-ec.pem",
         htpasswd=d / "htpasswd",
     )
+
+
+def client_certificate(pki: Pki, name: str, cn: str | tuple[str, ...] | None, *,
+                       expired: bool = False) -> tuple[Path, Path]:
+    """Another client certificate from the test CA and its key, as ``<name>-cert.pem`` / ``<name>-key.pem``: CN
+    ``cn`` (several: one CN attribute each, in that order; None: a subject with no CN); ``expired``: its validity
+    ended an hour ago."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cns = (cn,) if isinstance(cn, str) else cn or ()
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "pulsar-py-broker tests"),
+                         *(x509.NameAttribute(NameOID.COMMON_NAME, c) for c in cns)])
+    cert = _cert(subject, key, _name("test CA"), pki.ca_key, expired=expired)
+    return _write_cert(pki.dir / f"{name}-cert.pem", cert), _write_key(pki.dir / f"{name}-key.pem", key)
 
 
 async def serve_https_hello(pki: Pki) -> tuple[web.AppRunner, int]:

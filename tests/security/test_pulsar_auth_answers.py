@@ -114,7 +114,8 @@ def our_settings(pki: Pki) -> dict[str, Any]:
 def ask_both(workdir: Path, pki: Pki, ask: Callable[[Endpoints], Answers],
              extra: dict[str, Any] | None = None) -> dict[str, Answers]:
     """``ask`` of a Pulsar 4.0.7 standalone, then of our broker, configured alike (``extra``: more settings, given to
-    both): {"pulsar": ..., "ours": ...}. Skips (fails under CI=true) without Pulsar's jars."""
+    both, overriding the common ones): {"pulsar": ..., "ours": ...}. Skips (fails under CI=true) without Pulsar's
+    jars."""
     why = apache_pulsar.missing_dependencies()
     if why is not None:
         unavailable(f"Apache Pulsar unavailable: {why}")
@@ -128,7 +129,7 @@ def ask_both(workdir: Path, pki: Pki, ask: Callable[[Endpoints], Answers],
                                        "/metrics/", pki))
     finally:
         theirs.stop()
-    with BrokerThread(data_dir=workdir / "ours", **our_settings(pki), **extra) as ours:
+    with BrokerThread(data_dir=workdir / "ours", **{**our_settings(pki), **extra}) as ours:
         assert ours.server.tls_port is not None
         return {"pulsar": pulsar_answers, "ours": ask(Endpoints(
             ours.server.port, ours.server.tls_port, ours.web_url, ours.web_url_tls, "/metrics", pki))}
