@@ -338,16 +338,15 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
         role = authenticate(request)
         if authz.enabled and rule.access is not Access.PUBLIC:
             # A proxy relays the client's role in X-Original-Principal: both must be allowed.
-            original = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
-            if authz.original_principal_problem(role, original, allow_equal=True) is not None:
+            header = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
+            if authz.original_principal_problem(role, header, allow_equal=True) is not None:
                 raise AuthenticationError("Invalid combination of Original principal cannot be empty if the "
                                           "request is via proxy.")
-            if original == role:
-                original = None
-            check = AccessCheck(security, rule, request, broker_id, role, original, cluster_first)
+            who = Principals(role, None if header == role else header, header)
+            check = AccessCheck(security, rule, request, broker_id, who, cluster_first)
             deferred = rule.order is Order.IN_HANDLER
             if rule.order is Order.AFTER_LOOKUP and _topic_name(rule, request).partition_index < 0:
-                await AccessCheck(security, lookup_first(rule), request, broker_id, role, original)()
+                await AccessCheck(security, lookup_first(rule), request, broker_id, who)()
                 deferred = True
             if deferred:
                 request[_DEFERRED] = check
@@ -379,14 +378,25 @@ def in_authenticated_context(path: str) -> bool:
     return any(path == c or path.startswith(c + "/") for c in AUTHENTICATED_CONTEXTS)
 
 
+class Principals(NamedTuple):
+    """Who makes an admin call: the authenticated ``role``; the client a proxy speaks for (``original``: None when
+    the call names none or the role itself); and the X-Original-Principal header as sent (``header``, which Pulsar's
+    refusals quote: Pulsar's proxy sends it with every call it relays, the role it authenticated, and with a token
+    passes the client's own Authorization header on, so that the two are the same)."""
+
+    role: str
+    original: str | None
+    header: str | None
+
+
 class AccessCheck:
     """The check a rule makes of one request's roles (its role, and the client a proxy speaks for), in Pulsar's
     order: what answers before a refusal first, then the refusal of the first role not allowed."""
 
     def __init__(self, security: Security, rule: Rule, request: web.Request, broker_id: Callable[[], str],
-                 role: str, original: str | None, cluster_first: ClusterFirst = _nothing_first) -> None:
+                 who: Principals, cluster_first: ClusterFirst = _nothing_first) -> None:
         self.security, self.rule, self.request, self.broker_id = security, rule, request, broker_id
-        self.role, self.original = role, original
+        self.who = who
         self.cluster_first = cluster_first
         self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER, AFTER_LOOKUP)
         self.passed = False  # (made, and every role allowed: made once)
@@ -395,11 +405,11 @@ class AccessCheck:
         self.decided = True
         if self.passed:
             return
-        rule, request = self.rule, self.request
-        for who in (self.role, self.original):
-            if who is not None and not _allowed(self.security, rule, who, request):
+        rule, request, who = self.rule, self.request, self.who
+        for principal in (who.role, who.original):
+            if principal is not None and not _allowed(self.security, rule, principal, request):
                 await self._before_refusal()
-                raise _refusal(rule, request, self.broker_id).error(self.role, self.original, who)
+                raise _refusal(rule, request, self.broker_id).error(who.role, who.original, principal, who.header)
         self.passed = True
 
     async def _before_refusal(self) -> None:

@@ -88,13 +88,15 @@ class Refused:
     resource: str
     policy: str = ""
 
-    def error(self, role: str, original: str | None = None, refused: str | None = None) -> RefusedError:
+    def error(self, role: str, original: str | None = None, refused: str | None = None,
+              header: str | None = None) -> RefusedError:
         """The refusal of ``role`` (behind a proxy: ``role`` is the proxy's, ``original`` its client's, and
-        ``refused`` the one of the two that is not allowed)."""
-        return RefusedError(self.message(role, original, refused), self.check.status)
+        ``refused`` the one of the two that is not allowed; ``header``: the call's X-Original-Principal as sent,
+        which some of Pulsar's refusals quote, also where it names the role itself; by default ``original``)."""
+        return RefusedError(self.message(role, original, refused, header), self.check.status)
 
-    def message(self, role: str, original: str | None = None, refused: str | None = None) -> str:
-        # (Java's String.format writes a missing original principal as "null".)
+    def message(self, role: str, original: str | None = None, refused: str | None = None,
+                header: str | None = None) -> str:
         c, op, resource = self.check, self.operation, self.resource
         if c is Check.SUPER_USER:
             if original is not None and refused == role:
@@ -114,7 +116,9 @@ class Refused:
             return f"Unauthorized to {c.value} for operation [{op}] on namespace [{resource}] on policy [{self.policy}]"
         if c is Check.TOPIC_POLICY:
             return f"Unauthorized to {c.value} for operation [{op}] on topic [{resource}] on policy [{self.policy}]"
-        principal = "null" if original is None else original
+        # (Pulsar's originalPrincipal(): the header as sent; Java's String.format writes a missing one as "null")
+        quoted = header if header is not None else original
+        principal = "null" if quoted is None else quoted
         about = f"Unauthorized to {c.value} for originalPrincipal [{principal}] and clientAppId [{role}] about " \
                 f"operation [{op}]"
         if c is Check.TENANTS:

@@ -11,6 +11,7 @@ import types
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -372,8 +373,9 @@ def test_authentication_metrics_by_provider_and_reason(pki: Pki) -> None:
 
 
 def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
-    # Apache Pulsar's proxy forwards admin calls with its own credentials and the client's role in
-    # X-Original-Principal: both must be allowed.
+    # Apache Pulsar's proxy forwards admin calls with the client's role in X-Original-Principal and, with TLS to the
+    # broker, its own client certificate: both must be allowed. (With a token it passes the client's own Authorization
+    # header on: the role and the header are then the same, tests/security/test_pulsar_proxy_answers.py.)
     settings = secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None, proxyRoles="proxy")
     with BrokerThread(**settings) as b:
         root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
@@ -397,6 +399,48 @@ def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
         assert stats_via_proxy("mallory") == 401  # the proxy may, mallory may not (validateTopicOperation)
         assert stats_via_proxy(None) == 401  # a proxy must say for whom
         assert stats_via_proxy("proxy") == 401  # ... and not for another proxy
+
+
+SUPER_PROXY = "super-proxy"  # a proxy role that is a super user too
+INVALID_PRINCIPALS = "Invalid combination of Original principal cannot be empty if the request is via proxy."
+
+
+@pytest.fixture(scope="module")
+def proxied_broker(pki: Pki) -> Iterator[BrokerThread]:
+    """Proxy roles ``proxy`` (the admin of tenant ``proxied``) and ``super-proxy`` (a super user); tenant ``acme``
+    (admin ``acme-admin``) with topic acme/ns/t, tenant ``proxied`` with topic proxied/ns/t."""
+    settings = secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None,
+                               proxyRoles=f"proxy,{SUPER_PROXY}", superUserRoles=f"{SUPER_USER},{SUPER_PROXY}")
+    with BrokerThread(**settings) as b:
+        root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
+        for tenant, admins in (("acme", ["acme-admin"]), ("proxied", ["proxy"])):
+            root.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": admins, "allowedClusters": ["standalone"]})
+            root.ok("PUT", f"/admin/v2/namespaces/{tenant}/ns")
+            root.ok("PUT", f"/admin/v2/persistent/{tenant}/ns/t")
+        yield b
+
+
+def relayed(b: BrokerThread, role: str, original: str | None, path: str) -> tuple[int, str | None]:
+    """GET ``path`` as ``role`` naming ``original`` in X-Original-Principal: the status and the JSON reason."""
+    headers = {"Authorization": f"Bearer {token(role)}"}
+    if original is not None:
+        headers["X-Original-Principal"] = original
+    req = urllib.request.Request(b.web_url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status), None
+    except urllib.error.HTTPError as e:
+        return int(e.code), json.loads(e.read())["reason"]
+
+
+def test_refusals_quote_the_original_principal_as_sent(proxied_broker: BrokerThread) -> None:
+    """Pulsar's proxy names its client in X-Original-Principal also when the client's own token comes along (the
+    role and the header are the same): Pulsar's refusals quote the header as sent, "null" only when there is none."""
+    about = "Unauthorized to validateTenantOperation for originalPrincipal [{}] and clientAppId [stranger] about " \
+            "operation [LIST_NAMESPACES] on tenant [acme]"
+    path = "/admin/v2/namespaces/acme"
+    assert relayed(proxied_broker, "stranger", "stranger", path) == (401, about.format("stranger"))
+    assert relayed(proxied_broker, "stranger", None, path) == (401, about.format("null"))
 
 
 def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
