@@ -52,6 +52,16 @@ class Check(enum.Enum):
         return 403 if self in (Check.NAMESPACE_OPERATION, Check.NAMESPACE_POLICY, Check.TOPIC_POLICY) else 401
 
     @property
+    def refuses_invalid_principals(self) -> bool:
+        """Whether the check answers a call whose X-Original-Principal Pulsar does not accept for its role (a proxy
+        role naming nobody or another proxy role, another role naming someone else) with ``INVALID_PRINCIPALS``:
+        those that start with validateSuperUserAccess (the brokers', clusters' and tenants' checks too) or are
+        validateAdminAccessForTenant, which call PulsarWebResource.validateOriginalPrincipal. The others refuse such
+        a call as a role they do not allow (AuthorizationService.isValidOriginalPrincipal fails their check)."""
+        return self in (Check.SUPER_USER, Check.BROKER, Check.CLUSTER, Check.CLUSTER_POLICY, Check.TENANTS,
+                        Check.TENANT_ADMIN)
+
+    @property
     def reads_tenant(self) -> bool:
         """Whether the check reads the tenant before it refuses a role that is not a super user, so that a missing
         tenant is ``TENANT_NOT_FOUND`` (404). Not the super-user, brokers' and clusters' checks (no tenant), nor
@@ -63,6 +73,9 @@ class Check(enum.Enum):
 # What a check that reads the tenant answers when there is none (404), in the words of Pulsar 4.0.7's
 # validateAdminAccessForTenant and PulsarAuthorizationProvider.validateTenantAdminAccess.
 TENANT_NOT_FOUND = "Tenant does not exist"
+# What PulsarWebResource.validateOriginalPrincipal answers (401) for a pair of principals Pulsar does not accept
+# (``Check.refuses_invalid_principals``), in Pulsar 4.0.7's words, whatever is wrong with the pair.
+INVALID_PRINCIPALS = "Invalid combination of Original principal cannot be empty if the request is via proxy."
 # What validateGlobalNamespaceOwnership answers for a namespace that does not exist (404: checkLocalOrGetPeer-
 # ReplicationCluster), where a handler asks it before its check (``Order.AFTER_NAMESPACE`` in broker.auth.http).
 NAMESPACE_NOT_FOUND = "Namespace not found"

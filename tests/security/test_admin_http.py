@@ -443,6 +443,38 @@ def test_refusals_quote_the_original_principal_as_sent(proxied_broker: BrokerThr
     assert relayed(proxied_broker, "stranger", None, path) == (401, about.format("null"))
 
 
+@pytest.mark.parametrize("role, original", [("proxy", None), ("proxy", SUPER_PROXY), ("app", SUPER_USER)])
+def test_principals_pulsar_does_not_accept_are_refused_as_each_check_refuses_them(
+        proxied_broker: BrokerThread, role: str, original: str | None) -> None:
+    """A proxy naming nobody or another proxy, a role that is no proxy naming someone else: Pulsar's checks that start
+    with validateOriginalPrincipal answer 401 "Invalid combination..." (a super user's, the tenants', the tenant
+    admins' after reading the tenant); the others refuse the call in their own words and status, whatever the roles
+    may do, without reading the tenant; a route with no check (the clusters' list) is served."""
+    named = "null" if original is None else original
+    cases = {
+        "/admin/v2/clusters": (200, None),
+        "/admin/v2/broker-stats/topics": (401, INVALID_PRINCIPALS),
+        "/admin/v2/tenants/acme": (401, INVALID_PRINCIPALS),
+        "/admin/v2/persistent/acme/ns/t/permissions": (401, INVALID_PRINCIPALS),
+        "/admin/v2/persistent/no-such-tenant/ns/t/permissions": (404, "Tenant does not exist"),
+        "/admin/v2/namespaces/acme": (401, f"Unauthorized to validateTenantOperation for originalPrincipal [{named}] "
+                                           f"and clientAppId [{role}] about operation [LIST_NAMESPACES] on tenant "
+                                           "[acme]"),
+        "/admin/v2/namespaces/no-such-tenant": (401, f"Unauthorized to validateTenantOperation for originalPrincipal "
+                                                     f"[{named}] and clientAppId [{role}] about operation "
+                                                     "[LIST_NAMESPACES] on tenant [no-such-tenant]"),
+        "/admin/v2/namespaces/acme/ns/permissions": (403, "Unauthorized to validateNamespaceOperation for operation "
+                                                          "[GET_PERMISSION] on namespace [acme/ns]"),
+        "/admin/v2/namespaces/acme/ns/retention": (403, "Unauthorized to validateNamespacePolicyOperation for "
+                                                        "operation [READ] on namespace [acme/ns] on policy "
+                                                        "[RETENTION]"),
+        "/admin/v2/persistent/acme/ns/t/stats": (401, "Unauthorized to validateTopicOperation for operation "
+                                                      "[GET_STATS] on topic [persistent://acme/ns/t]"),
+    }
+    for path, answer in cases.items():
+        assert relayed(proxied_broker, role, original, path) == answer, path
+
+
 def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
                                                    root_admin: SecureAdmin) -> None:
     """Pulsar's NamespacesBase asks for a super user (validateSuperUserAccess), not a tenant admin, to unload a
