@@ -495,6 +495,11 @@ def check_origin(request: web.Request) -> None:
 
 def _refused(security: Security, rule: Rule, who: Principals, request: web.Request) -> str | None:
     """The principal the rule does not allow (the proxy's role, or the client it speaks for), or None."""
+    if rule.check is Check.TENANT_ADMIN and who.original is not None:
+        # validateAdminAccessForTenant judges a relayed call as a whole (see administers_tenant_through)
+        tenant = request.match_info["tenant"]
+        allowed = security.authorization.administers_tenant_through(tenant, who.role, who.original)
+        return None if allowed else who.role
     for principal in (who.role, who.original):
         if principal is not None and not _allowed(security, rule, principal, request):
             return principal

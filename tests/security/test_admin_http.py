@@ -475,6 +475,21 @@ def test_principals_pulsar_does_not_accept_are_refused_as_each_check_refuses_the
         assert relayed(proxied_broker, role, original, path) == answer, path
 
 
+def test_admin_access_for_a_tenant_through_a_proxy(proxied_broker: BrokerThread) -> None:
+    """Pulsar's validateAdminAccessForTenant (a topic's permissions here) judges a relayed call as a whole: allowed
+    when the proxy's role is one of the tenant's admins, whoever it speaks for, else only when the proxy and its
+    client are both super users. So the tenant's own admin is refused through a proxy that is only a super user."""
+    def refused(proxy: str, client: str) -> tuple[int, str]:
+        return 401, f"Proxy not authorized to access resource (proxy:{proxy},original:{client})"
+
+    acme, proxied = "/admin/v2/persistent/acme/ns/t/permissions", "/admin/v2/persistent/proxied/ns/t/permissions"
+    assert relayed(proxied_broker, SUPER_PROXY, "acme-admin", acme) == refused(SUPER_PROXY, "acme-admin")
+    assert relayed(proxied_broker, SUPER_PROXY, SUPER_USER, acme) == (200, None)
+    assert relayed(proxied_broker, "proxy", "stranger", proxied) == (200, None)
+    assert relayed(proxied_broker, "proxy", "acme-admin", acme) == refused("proxy", "acme-admin")
+    assert relayed(proxied_broker, "acme-admin", None, acme) == (200, None)  # (no proxy: the tenant's admin)
+
+
 def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
                                                    root_admin: SecureAdmin) -> None:
     """Pulsar's NamespacesBase asks for a super user (validateSuperUserAccess), not a tenant admin, to unload a
