@@ -416,6 +416,8 @@ class AccessCheck:
         if self.passed:
             return
         rule, request, who = self.rule, self.request, self.who
+        if rule.check is Check.TENANT_ADMIN:  # (validateAdminAccessForTenant reads the tenant first, for any role)
+            await self._tenant_must_exist()
         if not who.valid and rule.access is not Access.AUTHENTICATED:
             # (AuthorizationService refuses such a pair before its provider reads the tenant; the tenant admins'
             # check reads it first)
@@ -434,15 +436,19 @@ class AccessCheck:
         handler reads first missing (or served by another cluster), or the tenant the check reads missing (unless
         not ``reads_tenant``)."""
         rule, m = self.rule, self.request.match_info
-        metadata = self.security.authorization.metadata
         if rule.order is Order.AFTER_NAMESPACE:
+            metadata = self.security.authorization.metadata
             if not await metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}"):
                 raise RefusedError(NAMESPACE_NOT_FOUND, 404)
             await self.cluster_first(self.request)
         elif rule.check.reads_tenant and reads_tenant:
-            tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
-            if not await metadata.tenant_exists_fresh(tenant):
-                raise RefusedError(TENANT_NOT_FOUND, 404)
+            await self._tenant_must_exist()
+
+    async def _tenant_must_exist(self) -> None:
+        rule, m = self.rule, self.request.match_info
+        tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
+        if not await self.security.authorization.metadata.tenant_exists_fresh(tenant):
+            raise RefusedError(TENANT_NOT_FOUND, 404)
 
 
 def lookup_first(rule: Rule) -> Rule:

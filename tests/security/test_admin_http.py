@@ -490,6 +490,14 @@ def test_admin_access_for_a_tenant_through_a_proxy(proxied_broker: BrokerThread)
     assert relayed(proxied_broker, "acme-admin", None, acme) == (200, None)  # (no proxy: the tenant's admin)
 
 
+def test_the_tenant_admins_check_reads_the_tenant_first_for_a_super_user_too(proxied_broker: BrokerThread) -> None:
+    """Pulsar's validateAdminAccessForTenant reads the tenant before it looks at the role: a tenant that does not
+    exist is 404 "Tenant does not exist" for a super user too (not the handler's "Topic ... not found")."""
+    for path in ("/admin/v2/persistent/no-such-tenant/ns/t/permissions",
+                 "/admin/v2/namespaces/no-such-tenant/ns/properties"):
+        assert relayed(proxied_broker, SUPER_USER, None, path) == (404, "Tenant does not exist"), path
+
+
 def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
                                                    root_admin: SecureAdmin) -> None:
     """Pulsar's NamespacesBase asks for a super user (validateSuperUserAccess), not a tenant admin, to unload a
