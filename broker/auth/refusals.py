@@ -15,8 +15,9 @@ A request whose credentials are missing or refused never reaches these: Pulsar's
 
 A tenant that does not exist is 404 "Tenant does not exist" rather than a refusal, for a role that is not a super
 user, from every check that reads the tenant (``Check.reads_tenant``): ``validateAdminAccessForTenant`` reads it
-first of all, the others through ``PulsarAuthorizationProvider.validateTenantAdminAccess``, which each of the
-tenant, namespace, topic and policy operation checks asks first (for a super user it reads nothing).
+first of all (for a super user too), the others through ``PulsarAuthorizationProvider.validateTenantAdminAccess``,
+which each of the tenant, namespace, topic and policy operation checks asks first (for a super user it reads
+nothing).
 
 Every refusal names its operation as Pulsar's enums do (``TopicOperation.GET_STATS``, ``PolicyName.RETENTION``...):
 a route's rule names it, or it follows from the route's last literal segment (``TOPIC_OPERATIONS``,
