@@ -90,9 +90,11 @@ $(BK_STAMP): cluster/pom.xml
 	else echo "cluster-deps: cannot fetch BookKeeper (needs java, mvn and Maven Central); the BookKeeper tests will be skipped"; fi
 
 # Apache Pulsar itself (pulsar-broker 4.0.7 and its runtime dependencies from Maven Central, ~240 MB, into
-# $(PULSAR_LIB), ignored by git; ~/.m2 caches the downloads): the benchmark's `pulsar` kind (standalone) and the
-# mixed-broker BookKeeper test. bench/pulsar/settings.xml keeps Maven on Maven Central (Pulsar's poms name other
-# repositories). Idempotent; without java and mvn it says why, and those skip.
+# $(PULSAR_LIB), ignored by git; ~/.m2 caches the downloads): the benchmark's `pulsar` kind (standalone), the
+# mixed-broker BookKeeper test and the comparisons with Pulsar; and Pulsar's proxy (pulsar-proxy, its jar on the same
+# 4.0.7 modules: bench/pulsar/pom.xml says why) for tests/security/test_pulsar_proxy_answers.py.
+# bench/pulsar/settings.xml keeps Maven on Maven Central (Pulsar's poms name other repositories). Idempotent; without
+# java and mvn it says why, and those skip.
 PULSAR_LIB := .deps/pulsar/lib
 PULSAR_STAMP := .deps/pulsar/.installed
 

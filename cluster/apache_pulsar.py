@@ -5,10 +5,13 @@ Two ways to start it, each a real JVM on free 127.0.0.1 ports, stopped by its pi
 - ``start_standalone``: ``org.apache.pulsar.PulsarStandaloneStarter`` (one JVM: broker, one embedded bookie, metadata
   in RocksDB), configured by bench/pulsar/standalone.conf; the benchmark's ``pulsar`` kind;
 - ``start_broker``: ``org.apache.pulsar.PulsarBrokerStarter`` on a ZooKeeper and bookies that already run
-  (cluster/local.py), after ``PulsarClusterMetadataSetup`` has written the cluster's metadata; the mixed-broker test.
+  (cluster/local.py), after ``PulsarClusterMetadataSetup`` has written the cluster's metadata; the mixed-broker test;
+- ``start_proxy``: Pulsar's proxy, ``org.apache.pulsar.proxy.server.ProxyServiceStarter`` (the pulsar-proxy jar),
+  in front of one broker (ours or Pulsar's): tests/security/test_pulsar_proxy_answers.py.
 
 Ready means the admin API answers with the namespace ``public/default`` listed (standalone) or the broker's
-``/admin/v2/brokers/health`` answers ``ok``.
+``/admin/v2/brokers/health`` answers ``ok``; the proxy's HTTP port answers (whatever the status) and its binary
+port accepts connections.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +68,13 @@ def pulsar_version() -> str:
     return "?"
 
 
-def missing_dependencies() -> str | None:
-    """Why Apache Pulsar cannot be started here, or None."""
+def missing_dependencies(proxy: bool = False) -> str | None:
+    """Why Apache Pulsar (and with ``proxy``, its proxy too) cannot be started here, or None."""
     if shutil.which("java") is None:
         return "no `java` on PATH"
-    if not any(pulsar_lib().glob("pulsar-broker-[0-9]*.jar")):
-        return f"no pulsar-broker jar in {pulsar_lib()} (run `make pulsar-deps`)"
+    for jar in ("pulsar-broker", *(["pulsar-proxy"] if proxy else [])):
+        if not any(pulsar_lib().glob(f"{jar}-[0-9]*.jar")):
+            return f"no {jar} jar in {pulsar_lib()} (run `make pulsar-deps`)"
     return None
 
 
@@ -119,14 +125,21 @@ def _log_tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
-def _wait_ready(process: PulsarProcess, ready: str, timeout: float, headers: dict[str, str] | None = None) -> None:
+def _wait_ready(process: PulsarProcess, ready: str | Callable[[], bool], timeout: float,
+                headers: dict[str, str] | None = None) -> None:
+    """Until ``ready`` answers (a path whose body lists public/default or says ok; or a condition)."""
+    def answered() -> bool:
+        if callable(ready):
+            return ready()
+        body = http_get(process.web_url + ready, timeout=2.0, headers=headers)
+        return body is not None and ("public/default" in body or body.strip() == "ok")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.proc.poll() is not None:
             raise RuntimeError(f"Apache Pulsar exited with {process.proc.returncode}; "
                                f"log {process.log_path}:\n{_log_tail(process.log_path)}")
-        body = http_get(process.web_url + ready, timeout=2.0, headers=headers)
-        if body is not None and ("public/default" in body or body.strip() == "ok"):
+        if answered():
             return
         time.sleep(0.5)
     process.stop()
@@ -154,8 +167,9 @@ def start_standalone(workdir: Path, timeout: float = START_TIMEOUT_S, heap: list
                   "/admin/v2/namespaces/public", timeout, ready_headers)
 
 
-def _start(command: list[str], workdir: Path, log_path: Path, port: int, web_port: int, ready: str,
-           timeout: float, ready_headers: dict[str, str] | None = None) -> PulsarProcess:
+def _start(command: list[str], workdir: Path, log_path: Path, port: int, web_port: int,
+           ready: str | Callable[[], bool], timeout: float,
+           ready_headers: dict[str, str] | None = None) -> PulsarProcess:
     """Start the JVM in a session of its own (recorded in cluster/processes.py), its output to ``log_path``, and
     wait until ``ready`` answers."""
     with open(log_path, "wb") as log:
@@ -195,6 +209,48 @@ def start_broker(workdir: Path, settings: dict[str, str], timeout: float = START
     command = java_command("org.apache.pulsar.PulsarBrokerStarter", "--broker-conf", str(config),
                            heap=["-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC"])
     return _start(command, workdir, workdir / "pulsar-broker.log", port, web_port, "/admin/v2/brokers/health", timeout)
+
+
+def start_proxy(workdir: Path, settings: dict[str, str], timeout: float = START_TIMEOUT_S) -> PulsarProcess:
+    """Pulsar's proxy with ``settings`` (proxy.conf keys: brokerServiceURL, brokerWebServiceURL, the authentication
+    keys...) on free 127.0.0.1 ports: ``port`` is its binary port (servicePort), ``web_port`` its HTTP one. Its
+    proxy.conf is written to ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, web_port = free_port(), free_port()
+    base = {
+        "bindAddress": "127.0.0.1", "advertisedAddress": "127.0.0.1", "servicePort": str(port),
+        "webServicePort": str(web_port), "clusterName": "standalone",
+        # The proxy connects only to the brokers' ports it is told (default 6650,6651); here they are free ports.
+        "brokerProxyAllowedTargetPorts": "*",
+        # (Jetty needs more than 4 threads for its connector and the admin proxy's client: it refuses to start)
+        "numIOThreads": "2", "numAcceptorThreads": "1", "httpNumThreads": "8",
+    }
+    config = workdir / "proxy.conf"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {**base, **settings}.items()))
+    command = java_command("org.apache.pulsar.proxy.server.ProxyServiceStarter", "--config", str(config),
+                           heap=["-Xmx256m", "-XX:+UseSerialGC"])
+
+    def ready() -> bool:  # (its HTTP port answers once it has started, with 401 where credentials are wanted)
+        return _http_answers(f"http://127.0.0.1:{web_port}/metrics/") and _port_open(port)
+
+    return _start(command, workdir, workdir / "pulsar-proxy.log", port, web_port, ready, timeout)
+
+
+def _http_answers(url: str) -> bool:
+    """Whether an HTTP server answers ``url`` with any status."""
+    try:
+        with urllib.request.urlopen(url, timeout=2.0):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def admin(process: PulsarProcess, method: str, path: str, body: object | None = None, timeout: float = 30.0) -> str:

@@ -68,6 +68,16 @@ class AuthorizationService:
         info = self.metadata.tenants.get(tenant)
         return role is not None and info is not None and role in info.get("adminRoles", ())
 
+    def administers_tenant_through(self, tenant: str, proxy: str, original: str) -> bool:
+        """Pulsar's validateAdminAccessForTenant for a call a proxy relays for ``original``: allowed when the proxy's
+        role is one of the tenant's adminRoles (whoever it speaks for), else only when the proxy and its client are
+        both super users. (So a tenant admin's call through a proxy that is a super user but not the tenant's admin
+        is refused, unlike the other checks, which ask each of the two for itself.)"""
+        info = self.metadata.tenants.get(tenant)
+        if info is not None and proxy in info.get("adminRoles", ()):
+            return True
+        return self.is_super_user(proxy) and self.is_super_user(original)
+
     def original_principal_problem(self, role: str | None, original: str | None,
                                    allow_equal: bool = False) -> str | None:
         """Why a (role, original principal) pair is refused, or None (Pulsar's rule): a proxy role

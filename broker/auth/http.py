@@ -41,6 +41,7 @@ from aiohttp import web
 from broker.auth import Security
 from broker.auth.authorization import NAMESPACE_CONSUME, NAMESPACE_LOOKUP, TopicOperation
 from broker.auth.refusals import (
+    INVALID_PRINCIPALS,
     NAMESPACE_NOT_FOUND,
     TENANT_NOT_FOUND,
     Check,
@@ -340,17 +341,11 @@ def security_middleware(security: Security, cfg: BrokerConfig, broker_id: Callab
             return await handler(request)
         role = authenticate(request)
         if authz.enabled and rule.access is not Access.PUBLIC:
-            # A proxy relays the client's role in X-Original-Principal: both must be allowed.
-            original = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
-            if authz.original_principal_problem(role, original, allow_equal=True) is not None:
-                raise AuthenticationError("Invalid combination of Original principal cannot be empty if the "
-                                          "request is via proxy.")
-            if original == role:
-                original = None
-            check = AccessCheck(security, rule, request, broker_id, role, original, cluster_first)
+            who = principals(security, role, request)
+            check = AccessCheck(security, rule, request, broker_id, who, cluster_first)
             deferred = rule.order is Order.IN_HANDLER
             if rule.order is Order.AFTER_LOOKUP and _topic_name(rule, request).partition_index < 0:
-                await AccessCheck(security, lookup_first(rule), request, broker_id, role, original)()
+                await AccessCheck(security, lookup_first(rule), request, broker_id, who)()
                 deferred = True
             if deferred:
                 request[_DEFERRED] = check
@@ -382,14 +377,39 @@ def in_authenticated_context(path: str) -> bool:
     return any(path == c or path.startswith(c + "/") for c in AUTHENTICATED_CONTEXTS)
 
 
+class Principals(NamedTuple):
+    """Who makes an admin call: the authenticated ``role``; the client a proxy speaks for (``original``: None when
+    the call names none, names the role itself, or names one Pulsar does not accept); the X-Original-Principal
+    header as sent (``header``, which Pulsar's refusals quote: Pulsar's proxy sends it with every call it relays, the
+    role it authenticated, and with a token passes the client's own Authorization header on, so that the two are
+    the same); and whether Pulsar accepts the pair (``valid``: AuthorizationService.isValidOriginalPrincipal, a
+    proxy role must name a client that is no proxy role, another role none or itself)."""
+
+    role: str
+    original: str | None
+    header: str | None
+    valid: bool
+
+
+def principals(security: Security, role: str, request: web.Request) -> Principals:
+    header = request.headers.get(ORIGINAL_PRINCIPAL_HEADER, "").strip() or None
+    valid = security.authorization.original_principal_problem(role, header, allow_equal=True) is None
+    return Principals(role, header if valid and header != role else None, header, valid)
+
+
 class AccessCheck:
     """The check a rule makes of one request's roles (its role, and the client a proxy speaks for), in Pulsar's
-    order: what answers before a refusal first, then the refusal of the first role not allowed."""
+    order: what answers before a refusal first, then the refusal of the first role not allowed.
+
+    A pair of principals Pulsar does not accept (``Principals.valid``) is refused by each check as Pulsar's refuses
+    it: those that start with PulsarWebResource.validateOriginalPrincipal (``Check.refuses_invalid_principals``) with
+    its 401 ``INVALID_PRINCIPALS``, the others as a role they do not allow (their operation's check fails), and a
+    route Pulsar checks nothing on (Access.AUTHENTICATED) is served."""
 
     def __init__(self, security: Security, rule: Rule, request: web.Request, broker_id: Callable[[], str],
-                 role: str, original: str | None, cluster_first: ClusterFirst = _nothing_first) -> None:
+                 who: Principals, cluster_first: ClusterFirst = _nothing_first) -> None:
         self.security, self.rule, self.request, self.broker_id = security, rule, request, broker_id
-        self.role, self.original = role, original
+        self.who = who
         self.cluster_first = cluster_first
         self.decided = False  # (made, or skipped by the handler's branch: Order.IN_HANDLER, AFTER_LOOKUP)
         self.passed = False  # (made, and every role allowed: made once)
@@ -398,26 +418,40 @@ class AccessCheck:
         self.decided = True
         if self.passed:
             return
-        rule, request = self.rule, self.request
-        for who in (self.role, self.original):
-            if who is not None and not _allowed(self.security, rule, who, request):
-                await self._before_refusal()
-                raise _refusal(rule, request, self.broker_id).error(self.role, self.original, who)
+        rule, request, who = self.rule, self.request, self.who
+        if rule.check is Check.TENANT_ADMIN:  # (validateAdminAccessForTenant reads the tenant first, for any role)
+            await self._tenant_must_exist()
+        if not who.valid and rule.access is not Access.AUTHENTICATED:
+            # (AuthorizationService refuses such a pair before its provider reads the tenant; the tenant admins'
+            # check reads it first)
+            await self._before_refusal(reads_tenant=rule.check is Check.TENANT_ADMIN)
+            if rule.check.refuses_invalid_principals:
+                raise AuthenticationError(INVALID_PRINCIPALS)
+            raise _refusal(rule, request, self.broker_id).error(who.role, who.original, who.role, who.header)
+        refused = _refused(self.security, rule, who, request)
+        if refused is not None:
+            await self._before_refusal()
+            raise _refusal(rule, request, self.broker_id).error(who.role, who.original, refused, who.header)
         self.passed = True
 
-    async def _before_refusal(self) -> None:
+    async def _before_refusal(self, reads_tenant: bool = True) -> None:
         """Raise what Pulsar answers a refused role (never a super user) before its refusal: the namespace its
-        handler reads first missing (or served by another cluster), or the tenant the check reads missing."""
+        handler reads first missing (or served by another cluster), or the tenant the check reads missing (unless
+        not ``reads_tenant``)."""
         rule, m = self.rule, self.request.match_info
-        metadata = self.security.authorization.metadata
         if rule.order is Order.AFTER_NAMESPACE:
+            metadata = self.security.authorization.metadata
             if not await metadata.namespace_exists_fresh(f"{m['tenant']}/{m['ns']}"):
                 raise RefusedError(NAMESPACE_NOT_FOUND, 404)
             await self.cluster_first(self.request)
-        elif rule.check.reads_tenant:
-            tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
-            if not await metadata.tenant_exists_fresh(tenant):
-                raise RefusedError(TENANT_NOT_FOUND, 404)
+        elif rule.check.reads_tenant and reads_tenant:
+            await self._tenant_must_exist()
+
+    async def _tenant_must_exist(self) -> None:
+        rule, m = self.rule, self.request.match_info
+        tenant = TopicName.parse(rule.topic).tenant if rule.topic is not None else m["tenant"]
+        if not await self.security.authorization.metadata.tenant_exists_fresh(tenant):
+            raise RefusedError(TENANT_NOT_FOUND, 404)
 
 
 def lookup_first(rule: Rule) -> Rule:
@@ -466,6 +500,19 @@ def check_origin(request: web.Request) -> None:
     if urlsplit(origin).netloc.lower() not in hosts - {""}:
         raise AuthorizationError(f"Cross-origin {request.method} from {origin} refused: the admin API takes "
                                  "state-changing requests from its own origin only")
+
+
+def _refused(security: Security, rule: Rule, who: Principals, request: web.Request) -> str | None:
+    """The principal the rule does not allow (the proxy's role, or the client it speaks for), or None."""
+    if rule.check is Check.TENANT_ADMIN and who.original is not None:
+        # validateAdminAccessForTenant judges a relayed call as a whole (see administers_tenant_through)
+        tenant = request.match_info["tenant"]
+        allowed = security.authorization.administers_tenant_through(tenant, who.role, who.original)
+        return None if allowed else who.role
+    for principal in (who.role, who.original):
+        if principal is not None and not _allowed(security, rule, principal, request):
+            return principal
+    return None
 
 
 def _allowed(security: Security, rule: Rule, role: str, request: web.Request) -> bool:

@@ -15,8 +15,9 @@ A request whose credentials are missing or refused never reaches these: Pulsar's
 
 A tenant that does not exist is 404 "Tenant does not exist" rather than a refusal, for a role that is not a super
 user, from every check that reads the tenant (``Check.reads_tenant``): ``validateAdminAccessForTenant`` reads it
-first of all, the others through ``PulsarAuthorizationProvider.validateTenantAdminAccess``, which each of the
-tenant, namespace, topic and policy operation checks asks first (for a super user it reads nothing).
+first of all (for a super user too), the others through ``PulsarAuthorizationProvider.validateTenantAdminAccess``,
+which each of the tenant, namespace, topic and policy operation checks asks first (for a super user it reads
+nothing).
 
 Every refusal names its operation as Pulsar's enums do (``TopicOperation.GET_STATS``, ``PolicyName.RETENTION``...):
 a route's rule names it, or it follows from the route's last literal segment (``TOPIC_OPERATIONS``,
@@ -52,6 +53,16 @@ class Check(enum.Enum):
         return 403 if self in (Check.NAMESPACE_OPERATION, Check.NAMESPACE_POLICY, Check.TOPIC_POLICY) else 401
 
     @property
+    def refuses_invalid_principals(self) -> bool:
+        """Whether the check answers a call whose X-Original-Principal Pulsar does not accept for its role (a proxy
+        role naming nobody or another proxy role, another role naming someone else) with ``INVALID_PRINCIPALS``:
+        those that start with validateSuperUserAccess (the brokers', clusters' and tenants' checks too) or are
+        validateAdminAccessForTenant, which call PulsarWebResource.validateOriginalPrincipal. The others refuse such
+        a call as a role they do not allow (AuthorizationService.isValidOriginalPrincipal fails their check)."""
+        return self in (Check.SUPER_USER, Check.BROKER, Check.CLUSTER, Check.CLUSTER_POLICY, Check.TENANTS,
+                        Check.TENANT_ADMIN)
+
+    @property
     def reads_tenant(self) -> bool:
         """Whether the check reads the tenant before it refuses a role that is not a super user, so that a missing
         tenant is ``TENANT_NOT_FOUND`` (404). Not the super-user, brokers' and clusters' checks (no tenant), nor
@@ -63,6 +74,9 @@ class Check(enum.Enum):
 # What a check that reads the tenant answers when there is none (404), in the words of Pulsar 4.0.7's
 # validateAdminAccessForTenant and PulsarAuthorizationProvider.validateTenantAdminAccess.
 TENANT_NOT_FOUND = "Tenant does not exist"
+# What PulsarWebResource.validateOriginalPrincipal answers (401) for a pair of principals Pulsar does not accept
+# (``Check.refuses_invalid_principals``), in Pulsar 4.0.7's words, whatever is wrong with the pair.
+INVALID_PRINCIPALS = "Invalid combination of Original principal cannot be empty if the request is via proxy."
 # What validateGlobalNamespaceOwnership answers for a namespace that does not exist (404: checkLocalOrGetPeer-
 # ReplicationCluster), where a handler asks it before its check (``Order.AFTER_NAMESPACE`` in broker.auth.http).
 NAMESPACE_NOT_FOUND = "Namespace not found"
@@ -88,13 +102,15 @@ class Refused:
     resource: str
     policy: str = ""
 
-    def error(self, role: str, original: str | None = None, refused: str | None = None) -> RefusedError:
+    def error(self, role: str, original: str | None = None, refused: str | None = None,
+              header: str | None = None) -> RefusedError:
         """The refusal of ``role`` (behind a proxy: ``role`` is the proxy's, ``original`` its client's, and
-        ``refused`` the one of the two that is not allowed)."""
-        return RefusedError(self.message(role, original, refused), self.check.status)
+        ``refused`` the one of the two that is not allowed; ``header``: the call's X-Original-Principal as sent,
+        which some of Pulsar's refusals quote, also where it names the role itself; by default ``original``)."""
+        return RefusedError(self.message(role, original, refused, header), self.check.status)
 
-    def message(self, role: str, original: str | None = None, refused: str | None = None) -> str:
-        # (Java's String.format writes a missing original principal as "null".)
+    def message(self, role: str, original: str | None = None, refused: str | None = None,
+                header: str | None = None) -> str:
         c, op, resource = self.check, self.operation, self.resource
         if c is Check.SUPER_USER:
             if original is not None and refused == role:
@@ -114,7 +130,9 @@ class Refused:
             return f"Unauthorized to {c.value} for operation [{op}] on namespace [{resource}] on policy [{self.policy}]"
         if c is Check.TOPIC_POLICY:
             return f"Unauthorized to {c.value} for operation [{op}] on topic [{resource}] on policy [{self.policy}]"
-        principal = "null" if original is None else original
+        # (Pulsar's originalPrincipal(): the header as sent; Java's String.format writes a missing one as "null")
+        quoted = header if header is not None else original
+        principal = "null" if quoted is None else quoted
         about = f"Unauthorized to {c.value} for originalPrincipal [{principal}] and clientAppId [{role}] about " \
                 f"operation [{op}]"
         if c is Check.TENANTS:

@@ -11,6 +11,7 @@ import types
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -372,8 +373,9 @@ def test_authentication_metrics_by_provider_and_reason(pki: Pki) -> None:
 
 
 def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
-    # Apache Pulsar's proxy forwards admin calls with its own credentials and the client's role in
-    # X-Original-Principal: both must be allowed.
+    # Apache Pulsar's proxy forwards admin calls with the client's role in X-Original-Principal and, with TLS to the
+    # broker, its own client certificate: both must be allowed. (With a token it passes the client's own Authorization
+    # header on: the role and the header are then the same, tests/security/test_pulsar_proxy_answers.py.)
     settings = secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None, proxyRoles="proxy")
     with BrokerThread(**settings) as b:
         root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
@@ -397,6 +399,103 @@ def test_a_proxy_relays_the_original_principal(pki: Pki) -> None:
         assert stats_via_proxy("mallory") == 401  # the proxy may, mallory may not (validateTopicOperation)
         assert stats_via_proxy(None) == 401  # a proxy must say for whom
         assert stats_via_proxy("proxy") == 401  # ... and not for another proxy
+
+
+SUPER_PROXY = "super-proxy"  # a proxy role that is a super user too
+INVALID_PRINCIPALS = "Invalid combination of Original principal cannot be empty if the request is via proxy."
+
+
+@pytest.fixture(scope="module")
+def proxied_broker(pki: Pki) -> Iterator[BrokerThread]:
+    """Proxy roles ``proxy`` (the admin of tenant ``proxied``) and ``super-proxy`` (a super user); tenant ``acme``
+    (admin ``acme-admin``) with topic acme/ns/t, tenant ``proxied`` with topic proxied/ns/t."""
+    settings = secure_settings(pki, brokerServicePortTls=None, webServicePortTls=None,
+                               proxyRoles=f"proxy,{SUPER_PROXY}", superUserRoles=f"{SUPER_USER},{SUPER_PROXY}")
+    with BrokerThread(**settings) as b:
+        root = SecureAdmin.bearer(b.web_url, pki, SUPER_USER)
+        for tenant, admins in (("acme", ["acme-admin"]), ("proxied", ["proxy"])):
+            root.ok("PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": admins, "allowedClusters": ["standalone"]})
+            root.ok("PUT", f"/admin/v2/namespaces/{tenant}/ns")
+            root.ok("PUT", f"/admin/v2/persistent/{tenant}/ns/t")
+        yield b
+
+
+def relayed(b: BrokerThread, role: str, original: str | None, path: str) -> tuple[int, str | None]:
+    """GET ``path`` as ``role`` naming ``original`` in X-Original-Principal: the status and the JSON reason."""
+    headers = {"Authorization": f"Bearer {token(role)}"}
+    if original is not None:
+        headers["X-Original-Principal"] = original
+    req = urllib.request.Request(b.web_url + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status), None
+    except urllib.error.HTTPError as e:
+        return int(e.code), json.loads(e.read())["reason"]
+
+
+def test_refusals_quote_the_original_principal_as_sent(proxied_broker: BrokerThread) -> None:
+    """Pulsar's proxy names its client in X-Original-Principal also when the client's own token comes along (the
+    role and the header are the same): Pulsar's refusals quote the header as sent, "null" only when there is none."""
+    about = "Unauthorized to validateTenantOperation for originalPrincipal [{}] and clientAppId [stranger] about " \
+            "operation [LIST_NAMESPACES] on tenant [acme]"
+    path = "/admin/v2/namespaces/acme"
+    assert relayed(proxied_broker, "stranger", "stranger", path) == (401, about.format("stranger"))
+    assert relayed(proxied_broker, "stranger", None, path) == (401, about.format("null"))
+
+
+@pytest.mark.parametrize("role, original", [("proxy", None), ("proxy", SUPER_PROXY), ("app", SUPER_USER)])
+def test_principals_pulsar_does_not_accept_are_refused_as_each_check_refuses_them(
+        proxied_broker: BrokerThread, role: str, original: str | None) -> None:
+    """A proxy naming nobody or another proxy, a role that is no proxy naming someone else: Pulsar's checks that start
+    with validateOriginalPrincipal answer 401 "Invalid combination..." (a super user's, the tenants', the tenant
+    admins' after reading the tenant); the others refuse the call in their own words and status, whatever the roles
+    may do, without reading the tenant; a route with no check (the clusters' list) is served."""
+    named = "null" if original is None else original
+    cases = {
+        "/admin/v2/clusters": (200, None),
+        "/admin/v2/broker-stats/topics": (401, INVALID_PRINCIPALS),
+        "/admin/v2/tenants/acme": (401, INVALID_PRINCIPALS),
+        "/admin/v2/persistent/acme/ns/t/permissions": (401, INVALID_PRINCIPALS),
+        "/admin/v2/persistent/no-such-tenant/ns/t/permissions": (404, "Tenant does not exist"),
+        "/admin/v2/namespaces/acme": (401, f"Unauthorized to validateTenantOperation for originalPrincipal [{named}] "
+                                           f"and clientAppId [{role}] about operation [LIST_NAMESPACES] on tenant "
+                                           "[acme]"),
+        "/admin/v2/namespaces/no-such-tenant": (401, f"Unauthorized to validateTenantOperation for originalPrincipal "
+                                                     f"[{named}] and clientAppId [{role}] about operation "
+                                                     "[LIST_NAMESPACES] on tenant [no-such-tenant]"),
+        "/admin/v2/namespaces/acme/ns/permissions": (403, "Unauthorized to validateNamespaceOperation for operation "
+                                                          "[GET_PERMISSION] on namespace [acme/ns]"),
+        "/admin/v2/namespaces/acme/ns/retention": (403, "Unauthorized to validateNamespacePolicyOperation for "
+                                                        "operation [READ] on namespace [acme/ns] on policy "
+                                                        "[RETENTION]"),
+        "/admin/v2/persistent/acme/ns/t/stats": (401, "Unauthorized to validateTopicOperation for operation "
+                                                      "[GET_STATS] on topic [persistent://acme/ns/t]"),
+    }
+    for path, answer in cases.items():
+        assert relayed(proxied_broker, role, original, path) == answer, path
+
+
+def test_admin_access_for_a_tenant_through_a_proxy(proxied_broker: BrokerThread) -> None:
+    """Pulsar's validateAdminAccessForTenant (a topic's permissions here) judges a relayed call as a whole: allowed
+    when the proxy's role is one of the tenant's admins, whoever it speaks for, else only when the proxy and its
+    client are both super users. So the tenant's own admin is refused through a proxy that is only a super user."""
+    def refused(proxy: str, client: str) -> tuple[int, str]:
+        return 401, f"Proxy not authorized to access resource (proxy:{proxy},original:{client})"
+
+    acme, proxied = "/admin/v2/persistent/acme/ns/t/permissions", "/admin/v2/persistent/proxied/ns/t/permissions"
+    assert relayed(proxied_broker, SUPER_PROXY, "acme-admin", acme) == refused(SUPER_PROXY, "acme-admin")
+    assert relayed(proxied_broker, SUPER_PROXY, SUPER_USER, acme) == (200, None)
+    assert relayed(proxied_broker, "proxy", "stranger", proxied) == (200, None)
+    assert relayed(proxied_broker, "proxy", "acme-admin", acme) == refused("proxy", "acme-admin")
+    assert relayed(proxied_broker, "acme-admin", None, acme) == (200, None)  # (no proxy: the tenant's admin)
+
+
+def test_the_tenant_admins_check_reads_the_tenant_first_for_a_super_user_too(proxied_broker: BrokerThread) -> None:
+    """Pulsar's validateAdminAccessForTenant reads the tenant before it looks at the role: a tenant that does not
+    exist is 404 "Tenant does not exist" for a super user too (not the handler's "Topic ... not found")."""
+    for path in ("/admin/v2/persistent/no-such-tenant/ns/t/permissions",
+                 "/admin/v2/namespaces/no-such-tenant/ns/properties"):
+        assert relayed(proxied_broker, SUPER_USER, None, path) == (404, "Tenant does not exist"), path
 
 
 def test_namespace_operations_for_super_users_only(secure_broker: BrokerThread, pki: Pki,
