@@ -84,7 +84,11 @@ class TxnWireClient:
                 assert f.command.type == T.CONNECTED, f.command
                 client.connected = f.command
                 break
-            client.decoder.feed(await asyncio.wait_for(r.read(65536), WAIT_S))
+            data = await asyncio.wait_for(r.read(65536), WAIT_S)
+            if not data:  # (closed before CONNECTED: an error, not a loop reading nothing for ever)
+                w.close()
+                raise ConnectionError("closed by the broker before CONNECTED")
+            client.decoder.feed(data)
         client._task = asyncio.get_running_loop().create_task(client._read_loop())
         return client
 
