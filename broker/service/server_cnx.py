@@ -940,8 +940,11 @@ class ServerCnx:
         # (Pulsar's namespace operation GET_TOPICS: consume or produce granted on the namespace)
         if not self.security.authorization.allows_namespace_proxied(namespace, self.auth.role,
                                                                     self.auth.original_principal, NAMESPACE_LOOKUP):
+            who = f"Role {self.auth.role!r}"
+            if self.auth.original_principal:  # (a proxy: either of the two may be the one refused)
+                who += f" acting for {self.auth.original_principal!r}"
             self.write(commands.error(request_id, E.AuthorizationError,
-                                      f"Role {self.auth.role!r} is not authorized to list the topics of {namespace}"))
+                                      f"{who} is not authorized to list the topics of {namespace}"))
             return False
         if not is_namespace_name(namespace):  # (Pulsar 4.0.7 closes the connection on it)
             self.write(commands.error(request_id, E.InvalidTopicName, f"Invalid namespace name {namespace!r}"))

@@ -294,6 +294,16 @@ async def test_proxy_roles(pki: Pki, authenticate_original: bool) -> None:
         mallory = proxied("proxy", "mallory", token("mallory") if authenticate_original else None)
         reply = await produce_as(mallory)
         assert reply.type == T.ERROR and reply.error.error == E.AuthorizationError
+        # Listing the namespace's topics for mallory: the refusal names both (the proxy is not the one refused).
+        c = await WireClient.open(port(b))
+        c.send(mallory)
+        assert (await c.recv()).type == T.CONNECTED
+        c.send(pb.BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=pb.CommandGetTopicsOfNamespace(
+            request_id=9, namespace="public/default")))
+        e = (await c.recv()).error
+        assert (e.request_id, e.error) == (9, E.AuthorizationError)
+        assert e.message.startswith("Role 'proxy' acting for 'mallory' is not authorized"), e.message
+        c.close()
         if authenticate_original:
             # The relayed credentials decide, not the name the proxy gives.
             lie = proxied("proxy", SUPER_USER, token("mallory"))
