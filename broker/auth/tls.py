@@ -5,7 +5,9 @@ Client certificates, as Pulsar's broker treats them:
   chains to ``tlsTrustCertsFilePath``;
 - false (default): a certificate is asked for but not required; one that is sent must be trusted;
 - ``tlsAllowInsecureConnection=true``: no certificate is verified, so none authenticates anyone
-  (the tls provider then refuses every client; token and basic still work).
+  (the tls provider then refuses every client; token and basic still work); with
+  ``tlsRequireTrustedClientCertOnConnect=true`` too, no certificate is asked for either (a warning says so: Pulsar
+  requires one, any, unverified, which Python's ssl cannot do).
 
 ``tlsProtocols`` takes Java's names (TLSv1.3, TLSv1.2, ...); ``tlsCiphers`` takes IANA names as
 Pulsar's (Java) configuration does, or OpenSSL names. Python cannot restrict TLS 1.3 suites, so
@@ -45,6 +47,11 @@ def server_context(cfg: BrokerConfig) -> ssl.SSLContext:
                           f"and key: {exc}") from None
     if cfg.tlsAllowInsecureConnection:
         ctx.verify_mode = ssl.CERT_NONE
+        if cfg.tlsRequireTrustedClientCertOnConnect:
+            # (Pulsar then requires a certificate, any, unverified; Python's ssl cannot ask for one it does not verify)
+            log.warning("tlsRequireTrustedClientCertOnConnect=true is not enforced with "
+                        "tlsAllowInsecureConnection=true: no client certificate is asked for (none would be "
+                        "verified); clients authenticate with their credentials (token, basic) only")
     elif cfg.tlsTrustCertsFilePath:
         try:
             ctx.load_verify_locations(cafile=cfg.tlsTrustCertsFilePath)

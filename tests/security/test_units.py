@@ -568,6 +568,17 @@ def test_tls_context_settings(pki: Pki) -> None:
                               tlsAllowInsecureConnection=True)).verify_mode.name == "CERT_NONE"
 
 
+def test_insecure_tls_with_required_client_certificates_says_it_asks_for_none(
+        pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
+    base = {"tlsCertificateFilePath": str(pki.server_cert), "tlsKeyFilePath": str(pki.server_key),
+            "tlsTrustCertsFilePath": str(pki.ca_cert), "tlsAllowInsecureConnection": True}
+    with caplog.at_level("WARNING", logger="broker.auth.tls"):
+        assert server_context(cfg(**base)).verify_mode.name == "CERT_NONE"
+        assert not caplog.records
+        assert server_context(cfg(**base, tlsRequireTrustedClientCertOnConnect=True)).verify_mode.name == "CERT_NONE"
+    assert "is not enforced with tlsAllowInsecureConnection=true" in caplog.text
+
+
 async def test_pulsar_standalone_conf_security_section(pki: Pki, tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """The security part of the official client suite's standalone-ssl.conf, unchanged but for paths."""
