@@ -37,7 +37,7 @@ from yarl import URL
 from broker.admin.common import HttpError
 from broker.auth.tls import client_context
 from broker.service.broker_service import broker_client_headers
-from broker.service.remote_producer import RemoteError, client_credentials
+from broker.service.remote_producer import RemoteError, broker_client_credentials
 from broker.topic_name import encode_local_name
 
 if TYPE_CHECKING:
@@ -102,8 +102,7 @@ class PeerAdmin:
         """The client certificate and key: those the tls authentication plugin names, else the broker client's."""
         cfg = self._config
         try:
-            _, _, cert = client_credentials(cfg.brokerClientAuthenticationPlugin,
-                                            cfg.brokerClientAuthenticationParameters)
+            _, _, cert = broker_client_credentials(cfg)
         except RemoteError:  # (refused at start by the broker service; a dynamic change is logged by the calls)
             cert = None
         return cert or ((cfg.brokerClientCertificateFilePath, cfg.brokerClientKeyFilePath)

@@ -52,7 +52,7 @@ from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
-from broker.service.remote_producer import RemoteError, client_credentials
+from broker.service.remote_producer import RemoteError, broker_client_credentials, client_credentials
 from broker.service.replication import remote_clusters
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -188,7 +188,7 @@ class BrokerService:
         # (Single values, brokerDeleteInactiveTopicsMode and subscriptionTypesEnabled among them,
         # were checked by BrokerConfig's rules; the client credentials need parsing.)
         try:
-            client_credentials(config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters)
+            broker_client_credentials(config)
         except RemoteError as exc:
             raise ConfigError(f"brokerClientAuthenticationPlugin: {exc}") from None
         self.inactive_topics = InactiveTopicMonitor(self)

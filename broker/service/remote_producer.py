@@ -122,6 +122,12 @@ def client_credentials(plugin: str, params: str) -> tuple[str | None, bytes, tup
     return "tls", b"", (doc["tlsCertFile"], doc["tlsKeyFile"])
 
 
+def broker_client_credentials(cfg: BrokerConfig) -> tuple[str | None, bytes, tuple[str, str] | None]:
+    """``client_credentials`` of the broker client's own plugin and parameters, as they are now (a dynamic setting;
+    a token file read again)."""
+    return client_credentials(cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters)
+
+
 def plugin_kind(plugin: str) -> str | None:
     """token, basic or tls for an authentication plugin (those words, or Pulsar's client class names); None for no
     credentials (empty, or Pulsar's AuthenticationDisabled, its default); RemoteError for any other."""

@@ -26,7 +26,7 @@ from broker.auth.tls import client_context
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.peer_link import CommandReader, Credentials, connect_command, keepalive_reply
-from broker.service.remote_producer import RemoteError, client_credentials
+from broker.service.remote_producer import RemoteError, broker_client_credentials
 from broker.service.remote_producer import _address as parse_url
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.transactions.model import TxnID
@@ -186,10 +186,8 @@ class TxnBufferClient:
     def _credentials(self) -> tuple[str | None, bytes]:
         """The broker client's credentials as they are now (``peer_link.Credentials``: a token file read again,
         a dynamic change seen)."""
-        config = self._config
         try:
-            method, data, _cert = client_credentials(config.brokerClientAuthenticationPlugin,
-                                                     config.brokerClientAuthenticationParameters)
+            method, data, _cert = broker_client_credentials(self._config)
         except RemoteError as exc:
             raise TxnBufferClientError(str(exc)) from None
         return method, data
