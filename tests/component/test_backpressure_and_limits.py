@@ -74,6 +74,17 @@ def producer_connection(server: BrokerServer) -> Connection:
     return next(c for c in server.connections if c.cnx.producers)
 
 
+async def sending(server: BrokerServer, topic: str, count: int, payload: bytes) -> WireClient:
+    """A connection with a producer on ``topic`` that has sent ``count`` messages of ``payload`` (receipts not read)."""
+    c = await WireClient.open(server.port)
+    await c.connect()
+    c.send(producer_cmd(topic))
+    assert (await c.recv()).type == T.PRODUCER_SUCCESS
+    for seq in range(count):
+        c.send(*send_frame(1, seq, payload))
+    return c
+
+
 async def receipts_as_released(c: WireClient, gate: Gate, n: int) -> list[int]:
     """The sequence ids of the next ``n`` receipts, the gate letting one held write through before each wait."""
     receipts: list[int] = []
@@ -90,12 +101,7 @@ async def receipts_as_released(c: WireClient, gate: Gate, n: int) -> list[int]:
 
 async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer, Gate]) -> None:
     server, gate = gated
-    c = await WireClient.open(server.port)
-    await c.connect()
-    c.send(producer_cmd("persistent://public/default/bp-count"))
-    assert (await c.recv()).type == T.PRODUCER_SUCCESS
-    for seq in range(50):
-        c.send(*send_frame(1, seq, b"x"))
+    c = await sending(server, "persistent://public/default/bp-count", 50, b"x")
     conn = producer_connection(server)
     await eventually(lambda: conn.reading_paused, "reading to pause")
     # Exactly the limit is in flight: the rest waits unread, no SendError is written.
@@ -107,12 +113,8 @@ async def test_pending_sends_pause_reading_not_errors(gated: tuple[BrokerServer,
 
 async def test_publish_buffer_limit_pauses_publishers(gated: tuple[BrokerServer, Gate]) -> None:
     server, gate = gated
-    c = await WireClient.open(server.port)
-    await c.connect()
-    c.send(producer_cmd("persistent://public/default/bp-bytes"))
-    assert (await c.recv()).type == T.PRODUCER_SUCCESS
-    for seq in range(8):  # 8 x 300 KiB > the 1 MiB buffer, but under the 10-send limit
-        c.send(*send_frame(1, seq, b"y" * 300 * 1024))
+    # 8 x 300 KiB > the 1 MiB buffer, but under the 10-send limit
+    c = await sending(server, "persistent://public/default/bp-bytes", 8, b"y" * 300 * 1024)
     conn = producer_connection(server)
     await eventually(lambda: conn.reading_paused, "reading to pause on the byte limit")
     assert server.publish_buffer_bytes > 1024 * 1024 and conn.pending_sends < 8
@@ -126,12 +128,7 @@ async def test_publish_buffer_limit_raised_while_paused_reads_the_publishers_aga
     """maxMessagePublishBufferSizeInMB is a dynamic setting: raised while a publisher is held for it, the publisher
     is read again at once (before, only when the held bytes drained to half the old limit)."""
     server, gate = gated
-    c = await WireClient.open(server.port)
-    await c.connect()
-    c.send(producer_cmd("persistent://public/default/bp-raised"))
-    assert (await c.recv()).type == T.PRODUCER_SUCCESS
-    for seq in range(8):
-        c.send(*send_frame(1, seq, b"y" * 300 * 1024))
+    c = await sending(server, "persistent://public/default/bp-raised", 8, b"y" * 300 * 1024)
     conn = producer_connection(server)
     await eventually(lambda: conn.reading_paused, "reading to pause on the byte limit")
     assert conn.pending_sends < 8
