@@ -93,9 +93,9 @@ def topic_in_bundle(prefix: str, index: int) -> str:
 
 
 # The bundle of NS's system topic of topic policies: Pulsar's brokers read it with a client of their own
-# (SystemTopicBasedTopicPoliciesService, from the first topic loaded in NS on), which looks it up, and again once its
-# bundle is unloaded; the load manager places the bundle where it likes then. So it is the other broker's bundle
-# (owned before any topic loads, never unloaded but with the whole namespace).
+# (SystemTopicBasedTopicPoliciesService, from the moment a broker owns any bundle of NS: its ownership listener),
+# which looks it up, and again once its bundle is unloaded; the load manager places the bundle where it likes then.
+# So it is the other broker's bundle (the first bundle of NS anyone owns, never unloaded but with the whole namespace).
 SYSTEM_RANGE = NamespaceBundles.equal(NS, BUNDLES).find(f"persistent://{NS}/__change_events").range_name
 _INDEXES = [i for i, b in enumerate(NamespaceBundles.equal(NS, BUNDLES).bundles) if b.range_name != SYSTEM_RANGE]
 # Each in its own bundle of the four: owned by the leader, owned by the other broker, owned by nobody (looked up
@@ -219,8 +219,10 @@ def ask(leader: Broker, other: Broker) -> dict[str, Answer]:
     for role in ("L", "N"):
         c.call(f"GET bundles of {role}", role, "GET", f"/admin/v2/namespaces/{NS}/bundles")
     # The leader takes ON_L's bundle, the other broker ON_N's and TO_UNLOAD's: an authoritative lookup makes the
-    # broker asked the owner of a bundle nobody owns.
-    for topic, role in ((ON_L, "L"), (ON_N, "N"), (TO_UNLOAD, "N")):
+    # broker asked the owner of a bundle nobody owns. ON_N's first: once a Pulsar broker owns a bundle of NS, its
+    # topic policies reader looks up NS's system topic, in ON_N's bundle, and the load manager may place that bundle
+    # on the leader if it is still free then (a CI run's failure).
+    for topic, role in ((ON_N, "N"), (ON_L, "L"), (TO_UNLOAD, "N")):
         c.call(f"authoritative HTTP lookup of {LABEL[topic]} of {role}", role, "GET",
                f"{LOOKUP}/{topic}?authoritative=true")
     for topic, role in ((ON_L, "L"), (ON_N, "N"), (TO_UNLOAD, "N")):
