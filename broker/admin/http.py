@@ -401,18 +401,19 @@ class WebService:
         return json_response(self.metadata.tenants[self.namespaces.tenant(request)])
 
     @staticmethod
-    def _tenant_body(body: object) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
-        """A TenantInfo body's roles and clusters (None: no body; clusters None: not given), or the 400 Jackson's
-        reading gives before TenantsBase runs."""
+    def _tenant_body(body: object) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None:
+        """A TenantInfo body's roles and clusters (None: no body; roles or clusters None: not given), or the 400
+        Jackson's reading gives before TenantsBase runs."""
         if body is None:
             return None
         if not isinstance(body, dict):
             raise HttpError(400, "Tenant info must be a JSON object")
-        roles, clusters = _names(body.get("adminRoles"), "adminRoles"), body.get("allowedClusters")
-        return roles, None if clusters is None else _names(clusters, "allowedClusters")
+        roles, clusters = body.get("adminRoles"), body.get("allowedClusters")
+        return (None if roles is None else _names(roles, "adminRoles"),
+                None if clusters is None else _names(clusters, "allowedClusters"))
 
     @staticmethod
-    def _tenant_info(parsed: tuple[tuple[str, ...], tuple[str, ...] | None] | None) -> TenantInfo:
+    def _tenant_info(parsed: tuple[tuple[str, ...] | None, tuple[str, ...] | None] | None) -> TenantInfo:
         """TenantsBase.validateClustersAsync's 412s: no body, no clusters, an empty list of them."""
         if parsed is None:
             raise HttpError(412, "TenantInfo is null")
@@ -546,9 +547,7 @@ def lookup_data(plain: str, tls: str, http: str, http_tls: str) -> dict[str, str
 
 
 def _names(value: object, what: str) -> tuple[str, ...]:
-    """A TenantInfo list (JSON null: empty, as Pulsar reads it)."""
-    if value is None:
-        return ()
+    """A TenantInfo list."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise HttpError(400, f"{what} must be a list of strings")
     return tuple(value)

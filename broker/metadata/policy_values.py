@@ -240,8 +240,9 @@ class Retention:
 class BacklogQuota:
     """BacklogQuota {limitSize (or the older "limit"), limitTime, policy}: bytes and seconds, -1 = none.
 
-    Missing limits mean "no limit" (the defaults of Pulsar's builder). The stored document
-    carries ``limit`` too, because older tools still read that name.
+    A limit left out of the body is 0, as Pulsar's REST reading makes it (the Java admin client's builder sends -1
+    for one it is not given): a size of 0 holds any backlog, a time of 0 is no limit. The stored document carries
+    ``limit`` too, because older tools still read that name.
     """
 
     limit_size: int
@@ -251,9 +252,12 @@ class BacklogQuota:
     @classmethod
     def from_json(cls, body: Any) -> BacklogQuota:
         doc = check_object(body, "Backlog quota")
-        size_value = doc.get("limitSize", doc.get("limit", -1))
-        limit_size = check_java_long(-1 if size_value is None else size_value, "limitSize")
-        limit_time = check_java_int(doc.get("limitTime", -1), "limitTime")
+        size_value = doc.get("limitSize")
+        if size_value is None:
+            size_value = doc.get("limit")
+        limit_size = check_java_long(0 if size_value is None else size_value, "limitSize")
+        time_value = doc.get("limitTime")
+        limit_time = check_java_int(0 if time_value is None else time_value, "limitTime")
         policy = doc.get("policy")
         if policy not in BACKLOG_RETENTION_POLICIES:
             raise PolicyError(400, f"Invalid backlog quota policy {policy!r}; one of "

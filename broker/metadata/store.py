@@ -88,17 +88,21 @@ class ConflictError(MetadataStoreError):
 
 @dataclass(frozen=True)
 class TenantInfo:
-    """Pulsar's TenantInfo: who administers the tenant, which clusters its namespaces may use."""
+    """Pulsar's TenantInfo: who administers the tenant, which clusters its namespaces may use. Admin roles never
+    given are None and left out of the document, as Pulsar writes and answers them (an empty list stays one)."""
 
-    admin_roles: tuple[str, ...] = ()
+    admin_roles: tuple[str, ...] | None = None
     allowed_clusters: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TenantInfo:
-        return cls(tuple(doc.get("adminRoles") or ()), tuple(doc.get("allowedClusters") or ()))
+        roles = doc.get("adminRoles")
+        return cls(None if roles is None else tuple(roles), tuple(doc.get("allowedClusters") or ()))
 
     def to_json(self) -> JsonDoc:
-        return {"adminRoles": list(self.admin_roles), "allowedClusters": list(self.allowed_clusters)}
+        doc: JsonDoc = {} if self.admin_roles is None else {"adminRoles": list(self.admin_roles)}
+        doc["allowedClusters"] = list(self.allowed_clusters)
+        return doc
 
 
 class BrokerMetadata:
