@@ -37,7 +37,8 @@ from yarl import URL
 from broker.admin.common import HttpError
 from broker.auth.tls import client_context
 from broker.service.broker_service import broker_client_headers
-from broker.service.remote_producer import RemoteError, broker_client_credentials
+from broker.service.peer_link import RemoteError
+from broker.service.remote_producer import broker_client_credentials
 from broker.topic_name import encode_local_name
 
 if TYPE_CHECKING:

@@ -37,7 +37,8 @@ from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.admin.peers import reason_of, topic_path
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.service.broker_service import credential_headers
-from broker.service.remote_producer import RemoteError, client_credentials, cluster_setting, cluster_tls_context
+from broker.service.peer_link import RemoteError
+from broker.service.remote_producer import client_credentials, cluster_setting, cluster_tls_context
 from broker.tasks import OwnedTasks
 
 if TYPE_CHECKING:

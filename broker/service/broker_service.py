@@ -51,8 +51,9 @@ from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
+from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
-from broker.service.remote_producer import RemoteError, broker_client_credentials, client_credentials
+from broker.service.remote_producer import broker_client_credentials, client_credentials
 from broker.service.replication import remote_clusters
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic

@@ -40,7 +40,8 @@ from broker.cluster.data import PLACEMENT_SETTINGS
 from broker.config import BrokerConfig, ConfigError, converted
 from broker.metadata.store import BrokerMetadata
 from broker.service.dispatch_context import CONFIGURED_FIELDS
-from broker.service.remote_producer import RemoteError, plugin_kind
+from broker.service.peer_link import RemoteError
+from broker.service.remote_producer import plugin_kind
 
 log = logging.getLogger(__name__)
 

@@ -55,8 +55,9 @@ from broker.protocol.entry import (
     skip_broker_entry_metadata,
 )
 from broker.protocol.errors import ProtocolError
+from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import DispatchRate
-from broker.service.remote_producer import RemoteError, RemoteProducer, remote_settings
+from broker.service.remote_producer import RemoteProducer, remote_settings
 from broker.service.replicated_subscriptions import REPLICATED_MARKERS, marker_payload
 from broker.service.schemas import decode_version, to_proto
 from broker.service.subscription import cursor_activity

@@ -26,9 +26,9 @@ from typing import Any
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.peer_link import BrokerLink, LinkError
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
-from broker.websocket.client import BrokerLink, LinkError
 from broker.websocket.messages import (
     BadRequest,
     Delivered,

@@ -23,7 +23,7 @@ import mmh3
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
-from broker.websocket.client import BrokerLink, LinkError
+from broker.service.peer_link import BrokerLink, LinkError
 from broker.websocket.messages import (
     UNKNOWN_ERROR,
     MessageId,

@@ -30,10 +30,11 @@ from broker.auth.service import METHOD_HEADER
 from broker.errors import AuthenticationError, InvalidTopicNameError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import Frame
-from broker.service.remote_producer import RemoteError, RemoteSettings, client_credentials, cluster_tls_context
+from broker.service.peer_link import BrokerLink, LinkError, RemoteError
+from broker.service.remote_producer import RemoteSettings, client_credentials, cluster_tls_context
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
-from broker.websocket.client import BrokerLink, LinkError
+from broker.websocket.client import session_link
 from broker.websocket.consumer import Consumers, ConsumerSession, reader_subscription
 from broker.websocket.messages import (
     CLOSE_BAD_COMMAND,
@@ -286,8 +287,7 @@ class WebSocketService:
             settings = self._settings()
         except RemoteError as exc:
             raise _http_error(500, f"Failed to create producer/consumer: {exc}") from None
-        return BrokerLink(settings, topic, self.ctx.config.maxMessageSize, lambda _: None,
-                          lambda _: None)
+        return session_link(settings, topic, self.ctx.config.maxMessageSize)
 
     async def _serve(self, request: web.Request, outbox: Outbox,
                      links: list[tuple[BrokerLink, Callable[[], Awaitable[None]]]], on_text: Any,

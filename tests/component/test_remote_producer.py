@@ -14,7 +14,8 @@ from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from broker.service import peer_link
-from broker.service.remote_producer import RemoteError, RemoteProducer, RemoteSettings
+from broker.service.peer_link import RemoteError
+from broker.service.remote_producer import RemoteProducer, RemoteSettings
 from tests.waiting import eventually
 
 T = pb.BaseCommand.Type
@@ -161,7 +162,9 @@ async def test_a_close_cancelled_midway_still_closes_the_connection() -> None:
     producer = producer_to(url)
     try:
         await producer.connect()
-        writer = producer._writer
+        connection = producer._link._connection
+        assert connection is not None
+        writer = connection._writer
         assert writer is not None
         closing = asyncio.ensure_future(producer.close())
         await asyncio.sleep(0)  # (inside close, waiting for its reader task to end)

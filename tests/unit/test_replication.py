@@ -15,7 +15,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.checksum import crc32c
 from broker.protocol.entry import REQUEST, SNAPSHOT, parse_payload
-from broker.service.remote_producer import RemoteError
+from broker.service.peer_link import RemoteError
 from broker.service.replicated_subscriptions import SnapshotCache, marker_entry, marker_payload
 from broker.service.replication import BACKOFF_MIN_S, PersistentReplicator, Replicator, remote_clusters, restamp
 from managed_ledger import Position
