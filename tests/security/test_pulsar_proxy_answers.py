@@ -68,7 +68,7 @@ from tests.needs import unavailable
 from tests.security.conftest import SUPER_USER, expiring_token, token
 from tests.security.pki import Pki
 from tests.security.test_pulsar_auth_answers import _SCHEMA_UNCHECKED
-from tests.security.test_pulsar_refresh_answers import Session, auth_response, connect
+from tests.security.test_pulsar_refresh_answers import Session, across_expiries, auth_response, connect
 from tests.transactions.client import T
 from tests.waiting import wait_for
 
@@ -524,32 +524,9 @@ def publisher(behind: Behind, name: str) -> tuple[str, str] | None:
 
 
 def official_client_refreshing(behind: Behind, watch_s: float) -> tuple[str, ...]:
-    """pulsar-client with a supplier of tokens that expire, through the proxy, across two expiries: every send
-    succeeds, the producer keeps its connection, the consumer gets every message."""
-    calls: list[str] = []
-
-    def supplier() -> str:
-        calls.append("token")
-        return expiring_token(APP, EXPIRES_S)
-
-    name = unique(NS, "refreshing")
-    client = pulsar.Client(behind.proxy_url, authentication=pulsar.AuthenticationToken(supplier),
-                           operation_timeout_seconds=30)
-    try:
-        consumer = client.subscribe(name, "sub")
-        producer = client.create_producer(name)
-        producer.send(b"0")
-        since = publisher(behind, name)
-        sent = 1
-        for asked in range(len(calls) + 1, len(calls) + 3):
-            wait_for(lambda: len(calls) >= asked, watch_s, "the supplier asked again (a challenge)")  # noqa: B023
-            producer.send(str(sent).encode())
-            sent += 1
-        received = sorted(int(consumer.receive(int(WAIT_S * 1000)).data()) for _ in range(sent))
-        return (f"sent {sent}", f"received all: {received == list(range(sent))}",
-                f"producer kept its connection: {publisher(behind, name) == since}")
-    finally:
-        client.close()
+    """``across_expiries`` through the proxy, two expiries."""
+    return across_expiries(behind.proxy_url, APP, unique(NS, "refreshing"), 2, watch_s,
+                           lambda name: publisher(behind, name))
 
 
 def official_client_stale(behind: Behind, watch_s: float) -> tuple[str, ...]:
