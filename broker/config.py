@@ -136,6 +136,13 @@ class BrokerConfig:
     # Pulsar's WebSocket API on the HTTP port(s): /ws/v2/producer, /ws/v2/consumer, /ws/v2/reader
     # (docs/websocket.md). Off by default, as in Pulsar's broker.conf (its standalone.conf turns it on).
     webSocketServiceEnabled: bool = False
+    # Its sessions, as Pulsar's (Jetty's) are kept: the largest text frame (a larger one closes the session with
+    # 1009), the time a session may pass without a frame either way before it is closed (1001; 0 or less: never)
+    # and the interval of the pings sent to each client (0 or less: none; pings count as frames).
+    webSocketMaxTextFrameSize: int = setting(1048576, Rule(0, JAVA_INT_MAX, above=True))
+    webSocketSessionIdleTimeoutMillis: int = setting(300000, Rule(-JAVA_INT_MAX - 1, JAVA_INT_MAX,
+                                                                  means="0 or less = never"))
+    webSocketPingDurationSeconds: int = setting(-1, Rule(-JAVA_INT_MAX - 1, JAVA_INT_MAX, means="0 or less = no pings"))
     # Host put in lookup answers. Empty: the address the client connected to (right for one broker).
     advertisedAddress: str = ""
     # Named listeners (broker.listeners): name:pulsar://host:port / name:pulsar+ssl://host:port,

@@ -91,7 +91,6 @@ _STATUS: dict[int, int] = {
     pb.ProducerBlockedQuotaExceededError: 503, pb.ProducerBlockedQuotaExceededException: 503,
     pb.TopicTerminatedError: 503, pb.TooManyRequests: 429,
 }
-MAX_TEXT_FRAME = 1024 * 1024  # Pulsar's webSocketMaxTextFrameSize default (1 MiB: a payload of ~750 KiB in base64)
 
 
 class WebSocketService:
@@ -294,14 +293,25 @@ class WebSocketService:
                      on_close: Callable[[], Awaitable[None]]) -> web.StreamResponse:
         """Upgrade, then read the client's frames and write the session's, until either side ends; a lost link to
         the broker is made again (its restart: the producer or the subscription again) while the session goes on."""
-        ws = web.WebSocketResponse(max_msg_size=MAX_TEXT_FRAME, autoping=True)
+        cfg = self.ctx.config
+        # (pings answered here, not by aiohttp: a client's ping is a frame that keeps the session from idling)
+        ws = web.WebSocketResponse(max_msg_size=cfg.webSocketMaxTextFrameSize, autoping=False)
         loop = asyncio.get_running_loop()
         await ws.prepare(request)
         self._sockets.add(ws)
-        writer = loop.create_task(_write_out(ws, outbox))
+        seen = _Activity(loop)
+        writer = loop.create_task(_write_out(ws, outbox, seen))
         keepers = [loop.create_task(_keep(link, restart, ws)) for link, restart in links]
+        if cfg.webSocketSessionIdleTimeoutMillis > 0:
+            keepers.append(loop.create_task(_close_when_idle(ws, seen, cfg.webSocketSessionIdleTimeoutMillis)))
+        if cfg.webSocketPingDurationSeconds > 0:
+            keepers.append(loop.create_task(_ping(ws, seen, cfg.webSocketPingDurationSeconds)))
         try:
             async for msg in ws:
+                seen.now()
+                if msg.type == WSMsgType.PING:
+                    await ws.pong(msg.data)
+                    continue
                 await outbox.room()  # (a client that does not read its frames is not read either)
                 if msg.type == WSMsgType.TEXT:
                     await on_text(msg.data)
@@ -358,13 +368,45 @@ async def _keep(link: BrokerLink, restart: Callable[[], Awaitable[None]], ws: we
             delay = min(delay * 2, RECONNECT_MAX_DELAY_S)
 
 
+class _Activity:
+    """When a session last read or wrote a frame (Jetty's idle time counts both)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.last = loop.time()
+
+    def now(self) -> None:
+        self.last = self._loop.time()
+
+
+async def _close_when_idle(ws: web.WebSocketResponse, seen: _Activity, timeout_ms: int) -> None:
+    """webSocketSessionIdleTimeoutMillis: a session with no frame either way for that long is closed with 1001,
+    as Jetty closes it for Pulsar."""
+    loop = asyncio.get_running_loop()
+    while not ws.closed:
+        left = seen.last + timeout_ms / 1000 - loop.time()
+        if left <= 0:
+            await ws.close(code=1001, message=f"Idle timeout expired: {timeout_ms}/{timeout_ms} ms".encode())
+            return
+        await asyncio.sleep(left)
+
+
+async def _ping(ws: web.WebSocketResponse, seen: _Activity, every_s: int) -> None:
+    """webSocketPingDurationSeconds: a ping to the client at that interval, with Pulsar's payload."""
+    while not ws.closed:
+        await asyncio.sleep(every_s)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):  # (the session ending meanwhile)
+            await ws.ping(b"PING")
+            seen.now()
+
+
 class _CloseSession(Exception):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code, self.reason = code, reason
 
 
-async def _write_out(ws: web.WebSocketResponse, outbox: Outbox) -> None:
+async def _write_out(ws: web.WebSocketResponse, outbox: Outbox, seen: _Activity) -> None:
     """The session's frames to the client, in order (ends at the outbox's end: the session or its link ended)."""
     try:
         while True:
@@ -375,6 +417,7 @@ async def _write_out(ws: web.WebSocketResponse, outbox: Outbox) -> None:
                 await ws.send_str(text)
             except ConnectionResetError:
                 return
+            seen.now()
     finally:
         outbox.end()  # (nothing more is written: nothing waits for room)
 

@@ -33,6 +33,8 @@ from tests.security.test_pulsar_auth_answers import Endpoints, ask_both
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(600)]
 
 WAIT_S = 15.0
+IDLE_TIMEOUT_MS = 12_000  # (webSocketSessionIdleTimeoutMillis: longer than any case leaves its session idle)
+MAX_TEXT_FRAME = 65_536  # (webSocketMaxTextFrameSize)
 NS = "public/default"
 WRITER, READER, STRANGER = "writer", "reader", "stranger"
 Answers = dict[str, Any]
@@ -130,6 +132,9 @@ async def ask_async(e: Endpoints) -> Answers:
                                  headers=admin) as r:
                 assert r.status < 300, await r.text()
         topic = f"persistent/{NS}/ws-compare"
+        # (a session left idle while the others run: closed IDLE_TIMEOUT_MS after its last frame)
+        idle = await a.connect(f"/ws/v2/consumer/persistent/{NS}/ws-idle/sub")
+        idle_since = asyncio.get_running_loop().time()
 
         # -- a consumer first (so the messages stay), then a producer ---------------------------------------------
         consumer = await a.connect(f"/ws/v2/consumer/{topic}/sub")
@@ -290,6 +295,17 @@ async def ask_async(e: Endpoints) -> Answers:
         for ws in (dq, dc, dp):
             await ws.close()
 
+        # -- the session limits: a text frame over webSocketMaxTextFrameSize, a session idle for
+        # webSocketSessionIdleTimeoutMillis ---------------------------------------------------------------------------
+        big = await a.connect(f"/ws/v2/producer/persistent/{NS}/ws-big")
+        await big.send_str(json.dumps({"payload": "A" * MAX_TEXT_FRAME}))
+        out["text frame over the limit"] = await a.closed(big)
+        await big.close()
+        msg = await idle.receive(timeout=IDLE_TIMEOUT_MS / 1000 + WAIT_S)
+        out["idle session"] = (msg.type.name, msg.data, msg.extra,
+                               asyncio.get_running_loop().time() - idle_since >= IDLE_TIMEOUT_MS / 1000)
+        await idle.close()
+
         # -- authentication and authorization -------------------------------------------------------------------------
         auth_cases: list[tuple[str, str, str | None, str | None]] = [
                 ("producer no token", f"/ws/v2/producer/{topic}", None, None),
@@ -328,6 +344,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
     # (the broker client's credentials: a super user's, which the WebSocket service's client connects with)
     return ask_both(workdir, pki, ask, {
         "webSocketServiceEnabled": "true",
+        "webSocketSessionIdleTimeoutMillis": str(IDLE_TIMEOUT_MS), "webSocketMaxTextFrameSize": str(MAX_TEXT_FRAME),
         "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
         "brokerClientAuthenticationParameters": f"token:{token(SUPER_USER)}"})
 
@@ -361,8 +378,10 @@ def comparable(key: str, value: Any) -> Any:
             if key in _PREFIX_ONLY:
                 words = words.split(": ", 1)[0]
         return status, words
-    if key == "consumer bad message id":
+    if key in ("consumer bad message id", "text frame over the limit"):
         return value[0], value[-1]  # (the close frame and its code; the reason is a Java exception's text)
+    if key == "idle session":  # (Jetty's words after the name of the Java exception it gives them in)
+        return value[0], value[1], value[2].removeprefix("java.util.concurrent.TimeoutException: "), value[3]
     return value
 
 
@@ -377,7 +396,7 @@ KEYS = ["producer ack", "producer bad json", "producer not base64", "producer no
         "http consumer bad receiverQueueSize", "http consumer short ackTimeoutMillis", "http reader bad messageId",
         "http producer ok", "http producer busy name", "http exclusive consumer busy",
         "http producer missing namespace", "consumer isEndOfTopic after terminate", "dead letter",
-        "partition ids", "partitioned topic",
+        "partition ids", "partitioned topic", "text frame over the limit", "idle session",
         "auth producer no token", "auth producer bad token", "auth producer token parameter",
         "auth producer stranger", "auth producer writer", "auth producer reader", "auth consumer stranger",
         "auth consumer writer", "auth consumer reader", "auth reader reader", "auth reader stranger"]

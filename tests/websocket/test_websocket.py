@@ -462,3 +462,31 @@ async def test_a_frame_past_the_limit_closes_that_session(ws_broker: BrokerThrea
         msg = await big.receive(timeout=WAIT_S)
         assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1009
         assert (await send(other, b"fine"))["result"] == "ok"
+
+
+async def test_idle_sessions_are_closed_and_frames_either_way_keep_them(http: aiohttp.ClientSession) -> None:
+    """webSocketSessionIdleTimeoutMillis: a session with no frame for that long is closed with 1001 (Jetty's code and
+    words for Pulsar); one whose client pings it is not, nor one the broker pings (webSocketPingDurationSeconds, the
+    payload "PING" as Pulsar's handler sends it). Before: sessions were never closed and never pinged."""
+    path = f"/ws/v2/consumer/{topic_path()}/sub"
+    with BrokerThread(managedLedgerStorage="memory", webSocketServiceEnabled=True,
+                      webSocketSessionIdleTimeoutMillis=2000) as broker:
+        async with http.ws_connect(ws_url(broker, path), autoping=False) as pinging, \
+                http.ws_connect(ws_url(broker, path.replace("/sub", "/idle"))) as idle:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + 5
+            while loop.time() < until:  # (pinged back to back for longer than the idle timeout)
+                await pinging.ping(b"hi")
+                pong = await pinging.receive(timeout=WAIT_S)
+                assert (pong.type, pong.data) == (aiohttp.WSMsgType.PONG, b"hi")
+            closed = await idle.receive(timeout=WAIT_S)
+            assert (closed.type, closed.data, closed.extra) == (aiohttp.WSMsgType.CLOSE, 1001,
+                                                                "Idle timeout expired: 2000/2000 ms")
+            assert not pinging.closed
+    with BrokerThread(managedLedgerStorage="memory", webSocketServiceEnabled=True,
+                      webSocketSessionIdleTimeoutMillis=2500, webSocketPingDurationSeconds=1) as broker:
+        async with http.ws_connect(ws_url(broker, path), autoping=False) as pinged:
+            for _ in range(4):  # (past the idle timeout: the broker's pings are frames)
+                ping = await pinged.receive(timeout=WAIT_S)
+                assert (ping.type, ping.data) == (aiohttp.WSMsgType.PING, b"PING")
+            assert not pinged.closed
