@@ -146,7 +146,7 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_GET, r"/|/console/?|/console/\{file\}", Access.PUBLIC),
         # The WebSocket API authenticates and authorizes in its handler, as Pulsar's (broker/websocket/service.py:
         # the token may come as a query parameter, and a refusal has its own words).
-        (_GET, r"/ws/v2/(producer|consumer|reader)/\{tail\}", Access.PUBLIC),
+        (_GET, r"/ws/(v2/(producer|consumer|reader)|v3/consumer)/\{tail\}", Access.PUBLIC),
         # (Pulsar checks neither: any authenticated role)
         (_GET, r"/admin/v2/brokers/(ready|version)", Access.AUTHENTICATED),
         (_GET, r"/admin/v2/brokers/health", Access.SUPER_USER, Check.BROKER, "HEALTH_CHECK"),

@@ -189,6 +189,8 @@ class ConsumerSession:
             if self._ack_timeout_task is not None:
                 self._unacked.setdefault(message.id.entry, time.monotonic())
             self._last_delivered = message.id
+            if self.gate.owners is not None:
+                self.gate.owners[message.id.entry_key] = self
             self._emit(message.to_json())
         if self._taken >= max(self.queue_size // 2, 1):
             taken, self._taken = self._taken, 0
@@ -225,6 +227,8 @@ class ConsumerSession:
                 return
             del self._batches[mid.entry]
         self._unacked.pop(mid.entry, None)
+        if self.gate.owners is not None:
+            self.gate.owners.pop(mid.entry_key, None)
         cmd = pb.BaseCommand(type=T.ACK)
         a = cmd.ack
         a.consumer_id, a.ack_type = CONSUMER_ID, pb.CommandAck.Individual
@@ -337,8 +341,13 @@ class ConsumerSession:
 
 class Gate:
     """How many messages the WebSocket client may be sent now, over all the sessions of one WebSocket (a
-    partitioned topic has one per partition): in push mode fewer than the receiver queue delivered and not
-    acknowledged (``outstanding``), in pull mode as many as its permits left (``-outstanding``)."""
+    partitioned topic has one per partition, a multi-topic consumer one per topic): in push mode fewer than the
+    receiver queue delivered and not acknowledged (``outstanding``), in pull mode as many as its permits left
+    (``-outstanding``).
+
+    ``owners``: for a WebSocket on several topics, the session of each entry delivered and not yet acknowledged, by
+    its id (ledger, entry, partition): a message id does not name its topic (as Pulsar's handler keeps the ids it
+    sent, to acknowledge each on its topic); None when the partition in an id is enough."""
 
     def __init__(self, limit: int, pull_mode: bool) -> None:
         self.limit = limit
@@ -346,6 +355,7 @@ class Gate:
         self.outstanding = 0
         self.sessions: list[ConsumerSession] = []
         self._next = 0  # (the session pumped first next time: each in turn)
+        self.owners: dict[tuple[int, int, int], ConsumerSession] | None = None
 
     def may_deliver(self) -> bool:
         return self.outstanding < 0 if self.pull_mode else self.outstanding < self.limit
@@ -370,6 +380,13 @@ class Consumers:
     def _session(self, mid: MessageId) -> ConsumerSession:
         if len(self.sessions) == 1:
             return self.sessions[0]
+        owners = self.gate.owners
+        if owners is not None:
+            session = owners.get(mid.entry_key)
+            if session is None:
+                raise BadRequest(3, f"message id names no message delivered on this session ({mid.ledger_id}:"
+                                    f"{mid.entry_id}:{mid.partition})")
+            return session
         if not 0 <= mid.partition < len(self.sessions):
             raise BadRequest(3, f"message id names no partition of the topic (partition {mid.partition})")
         return self.sessions[mid.partition]

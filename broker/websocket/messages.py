@@ -66,6 +66,11 @@ class MessageId(NamedTuple):
     def entry(self) -> tuple[int, int]:
         return self.ledger_id, self.entry_id
 
+    @property
+    def entry_key(self) -> tuple[int, int, int]:
+        """The entry with its partition: what names it among the topics of a multi-topic consumer's WebSocket."""
+        return self.ledger_id, self.entry_id, self.partition
+
     def data(self) -> pb.MessageIdData:
         """The entry's id on the wire (the batch index left out: redeliveries and acks name entries)."""
         mid = pb.MessageIdData(ledgerId=self.ledger_id & (2**64 - 1), entryId=self.entry_id & (2**64 - 1))

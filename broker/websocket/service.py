@@ -1,6 +1,6 @@
 """The WebSocket API on the HTTP port (``webSocketServiceEnabled``), as Apache Pulsar's broker serves it:
-``/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic}``, ``/ws/v2/consumer/.../{topic}/{subscription}`` and
-``/ws/v2/reader/.../{topic}``.
+``/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic}``, ``/ws/v2/consumer/.../{topic}/{subscription}``,
+``/ws/v2/reader/.../{topic}`` and ``/ws/v3/consumer/{subscription}?topics=...``.
 
 Opening a session, in Pulsar's handlers' order: the topic's name from the path, the query options (400 "Invalid
 query params: ..."), authentication (the broker's providers on the request: the Authorization header, or the
@@ -105,6 +105,7 @@ class WebSocketService:
         router.add_get(PATH_PREFIX + "producer/{tail:.*}", self.producer)
         router.add_get(PATH_PREFIX + "consumer/{tail:.*}", self.consumer)
         router.add_get(PATH_PREFIX + "reader/{tail:.*}", self.reader)
+        router.add_get("/ws/v3/consumer/{tail:.*}", self.multi_topic_consumer)
 
     async def close(self) -> None:
         for ws in list(self._sockets):
@@ -158,29 +159,55 @@ class WebSocketService:
         topic, subscription = _topic_and_subscription(request)
         options = _options(lambda: consumer_options(request.query, str(topic.full), subscription))
         self._check_access(request, topic, TopicOperation.CONSUME, subscription)
-        return await self._consume(request, topic, subscription, options, None)
+        return await self._consume(request, [topic], subscription, options, None)
+
+    async def multi_topic_consumer(self, request: web.Request) -> web.StreamResponse:
+        """``/ws/v3/consumer/{subscription}?topics=a,b``: one subscription on each topic of the list (the Java
+        client's multi-topic consumer, as Pulsar's MultiTopicConsumerHandler makes it), their messages on the one
+        WebSocket; the consume permission is needed on every topic."""
+        subscription, topics = _multi_topic_request(request)
+        options = _options(lambda: consumer_options(request.query, str(topics[0].full), subscription))
+        for topic in topics:
+            self._check_access(request, topic, TopicOperation.CONSUME, subscription)
+        return await self._consume(request, topics, subscription, options, None)
 
     async def reader(self, request: web.Request) -> web.StreamResponse:
         topic = _topic(request, subscription=False)
         options = _options(lambda: reader_options(request.query))
         self._check_access(request, topic, TopicOperation.CONSUME, "")
-        return await self._consume(request, topic, reader_subscription(), None, options)
+        return await self._consume(request, [topic], reader_subscription(), None, options)
 
-    async def _consume(self, request: web.Request, topic: TopicName, subscription: str,
+    async def _consume(self, request: web.Request, topics: list[TopicName], subscription: str,
                        options: ConsumerOptions | None, reader: ReaderOptions | None) -> web.StreamResponse:
+        """The sessions of a consumer or a reader WebSocket: one per topic, or per partition of a partitioned one."""
         what = "reader" if reader is not None else "consumer"
         outbox = Outbox()
-        name = str(topic.full)
-        partitions, first = await self._partitions(name, what)
-        if partitions > 0 and reader is not None and reader.start not in ("earliest", "latest"):
-            raise _http_error(500, "Failed to create reader: a partitioned topic's reader starts at earliest or "
-                                   "latest here (a message id names one partition)")
-        names = [name] if partitions == 0 else [f"{name}-partition-{i}" for i in range(partitions)]
-        links = [first] if partitions == 0 else [self._link(n) for n in names]
+        names: list[str] = []
+        links: list[BrokerLink] = []
+        try:
+            for topic in topics:
+                name = str(topic.full)
+                partitions, first = await self._partitions(name, what)
+                if partitions > 0 and reader is not None and reader.start not in ("earliest", "latest"):
+                    raise _http_error(500, "Failed to create reader: a partitioned topic's reader starts at "
+                                           "earliest or latest here (a message id names one partition)")
+                if partitions == 0:
+                    names.append(name)
+                    links.append(first)
+                else:
+                    parts = [f"{name}-partition-{i}" for i in range(partitions)]
+                    names += parts
+                    links += [self._link(n) for n in parts]
+        except BaseException:
+            for link in links:
+                await link.close()
+            raise
         sessions: list[ConsumerSession] = []
         for link, topic_name in zip(links, names, strict=True):
             sessions.append(ConsumerSession(link, topic_name, subscription, options, reader, outbox.put, self._link,
                                             gate=sessions[0].gate if sessions else None))
+        if len(topics) > 1:  # (message ids do not name their topic: each is remembered with its session)
+            sessions[0].gate.owners = {}
         for session in sessions:
             session.link.on_command = _consumer_commands(session)
 
@@ -523,6 +550,30 @@ def _topic_from(parts: list[str]) -> TopicName:
 
 def _topic(request: web.Request, subscription: bool) -> TopicName:
     return _topic_from(_parts(request))
+
+
+def _multi_topic_request(request: web.Request) -> tuple[str, list[TopicName]]:
+    """MultiTopicConsumerHandler's reading of ``/ws/v3/consumer/{subscription}``: the subscription (not empty),
+    then ``topics`` (a comma-separated list of names, short ones in public/default) or ``topicsPattern`` (not served
+    here: 501); 400 with Pulsar's words otherwise."""
+    raw = request.raw_path.split("?", 1)[0].split("/")
+    if len(raw) < 5:
+        raise _http_error(400, "Invalid query params: Invalid topic name format")
+    if not raw[4]:
+        raise _http_error(400, "Invalid query params: Empty subscription name")
+    query = request.query
+    if "topicsPattern" not in query and "topics" not in query:
+        raise _http_error(400, "Invalid query params: Should set topics or topicsPattern")
+    if "topicsPattern" in query:
+        if "topics" in query:
+            raise _http_error(400, "Invalid query params: Topics must be null when use topicsPattern")
+        raise _http_error(501, "Failed to create producer/consumer: a consumer of a topics pattern is not served "
+                               "here (a list of topics is: topics=a,b)")
+    try:
+        topics = [TopicName.parse(name) for name in query["topics"].split(",")]
+    except InvalidTopicNameError as exc:
+        raise _http_error(400, f"Invalid query params: {exc}") from None
+    return unquote(raw[4]), topics
 
 
 def _topic_and_subscription(request: web.Request) -> tuple[TopicName, str]:

@@ -490,3 +490,46 @@ async def test_idle_sessions_are_closed_and_frames_either_way_keep_them(http: ai
                 ping = await pinged.receive(timeout=WAIT_S)
                 assert (ping.type, ping.data) == (aiohttp.WSMsgType.PING, b"PING")
             assert not pinged.closed
+
+
+async def test_multi_topic_consumer(ws_broker: BrokerThread, http: aiohttp.ClientSession) -> None:
+    """/ws/v3/consumer/{subscription}?topics=...: one subscription on each topic (a partitioned one on each of its
+    partitions), their messages on one WebSocket; an ack or a negative ack goes to the message's own topic (ids do
+    not name it: the session remembers where each came from), and an id it never delivered closes the session."""
+    plain, parted = topic_path(), topic_path()
+    async with http.put(f"{ws_broker.web_url}/admin/v2/{parted}/partitions", json=2) as r:
+        assert r.status == 204, await r.text()
+    names = [t.replace("persistent/", "persistent://", 1) for t in (plain, parted)]
+    url = ws_url(ws_broker, f"/ws/v3/consumer/multi?topics={','.join(names)}&subscriptionType=Shared"
+                            "&negativeAckRedeliveryDelay=0")
+    async with http.ws_connect(url) as consumer:
+        await produce(http, ws_broker, plain, [b"p0", b"p1"])
+        await produce(http, ws_broker, parted, [b"q0", b"q1", b"q2"], "?messageRoutingMode=RoundRobinPartition")
+        got = {base64.b64decode(m["payload"]): m for m in [await receive_json(consumer) for _ in range(5)]}
+        assert sorted(got) == [b"p0", b"p1", b"q0", b"q1", b"q2"]
+        await consumer.send_str(json.dumps({"type": "negativeAcknowledge", "messageId": got[b"q1"]["messageId"]}))
+        again = await receive_json(consumer)
+        assert (again["messageId"], again["redeliveryCount"]) == (got[b"q1"]["messageId"], 1)
+        for m in got.values():
+            await consumer.send_str(json.dumps({"messageId": m["messageId"]}))
+        await eventually_backlog(http, ws_broker, plain, "multi", 0)
+        for i in range(2):
+            await eventually_backlog(http, ws_broker, f"{parted}-partition-{i}", "multi", 0)
+        stranger = base64.b64encode(pb.MessageIdData(ledgerId=999_999, entryId=0).SerializeToString()).decode()
+        await consumer.send_str(json.dumps({"messageId": stranger}))
+        closed = await consumer.receive(timeout=WAIT_S)
+        assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, 1011)
+
+
+@pytest.mark.parametrize(("query", "status", "reason"), [
+    ("", 400, "Invalid query params: Should set topics or topicsPattern"),
+    ("?topics=a&topicsPattern=a.*", 400, "Invalid query params: Topics must be null when use topicsPattern"),
+    ("?topicsPattern=persistent://public/default/a.*", 501, None),
+    ("?topics=a,,b", 400, None),
+])
+async def test_multi_topic_consumer_refusals(ws_broker: BrokerThread, http: aiohttp.ClientSession, query: str,
+                                            status: int, reason: str | None) -> None:
+    got_status, got_reason = await http_status(http, ws_broker, f"/ws/v3/consumer/sub{query}")
+    assert got_status == status and (reason is None or got_reason == reason), (got_status, got_reason)
+    empty = await http_status(http, ws_broker, "/ws/v3/consumer/?topics=a")
+    assert empty == (400, "Invalid query params: Empty subscription name")
