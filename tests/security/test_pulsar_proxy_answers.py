@@ -610,7 +610,24 @@ EXPIRY_KEYS = [f"expiry {n}" for n in EXPIRIES] + ["expiry official client with 
 SERVER_PAGES = ("html", "empty")
 
 
+def refusal_before_close_left_out(answer: Any) -> Any:
+    """An expiry case's frames without an ERROR AuthenticationError right before the close. Both brokers answer a
+    refused refresh so (Pulsar's ServerCnx.authenticationFailed: the ERROR, then the close); whether that ERROR
+    reaches the client before the proxy closes the client's connection is a race in the proxy (a CI run saw it
+    dropped behind Pulsar and kept behind ours, other runs kept it behind both). The brokers' own frames, ERROR
+    included, are compared without a proxy in tests/security/test_pulsar_refresh_answers.py."""
+    if not isinstance(answer, tuple):
+        return answer
+    frames = list(answer)
+    for i in range(len(frames) - 1, 0, -1):
+        if frames[i] == "closed" and frames[i - 1] == "ERROR AuthenticationError":
+            del frames[i - 1]
+    return tuple(frames)
+
+
 def compare(ours: Any, theirs: Any, key: str) -> None:
+    if key in EXPIRY_KEYS:
+        ours, theirs = refusal_before_close_left_out(ours), refusal_before_close_left_out(theirs)
     if key in DIFFERENCES:
         assert ours != theirs, f"ours now answers as Pulsar: {ours}; remove it from DIFFERENCES"
         return
