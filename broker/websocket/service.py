@@ -189,8 +189,10 @@ class WebSocketService:
                 name = str(topic.full)
                 partitions, first = await self._partitions(name, what)
                 if partitions > 0 and reader is not None and reader.start not in ("earliest", "latest"):
-                    raise _http_error(500, "Failed to create reader: a partitioned topic's reader starts at "
-                                           "earliest or latest here (a message id names one partition)")
+                    # (the Java client's refusal, in its words: Pulsar's reader of a partitioned topic starts at
+                    # the earliest or the latest message only)
+                    raise _http_error(500, "Failed to create reader: The partitioned topic startMessageId is "
+                                           "illegal")
                 if partitions == 0:
                     names.append(name)
                     links.append(first)

@@ -21,6 +21,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -266,6 +267,7 @@ async def ask_async(e: Endpoints) -> Answers:
             "consumer keys": sorted(w.get("key", "") for w in whole)}
         for ws in (wc, wp):
             await ws.close()
+        out["reader of a partitioned topic from an id"] = await _partitioned_reader_from_id(a, admin)
 
         # -- a dead-letter policy -----------------------------------------------------------------------------------
         dtopic = f"persistent/{NS}/ws-compare-dlq"
@@ -352,6 +354,23 @@ async def ask_async(e: Endpoints) -> Answers:
         for name, path, who, query_token in auth_cases:
             out[f"auth {name}"] = (await a.refusal(path, who, query_token))[0]
     return out
+
+
+async def _partitioned_reader_from_id(a: Asker, admin: dict[str, str]) -> Any:
+    """A reader of a partitioned topic from the id of one of its messages: Pulsar 4.0.7's Java client refuses a start
+    message id on a partitioned topic (earliest and latest only)."""
+    topic = f"persistent/{NS}/ws-compare-reader-parted"
+    async with a.http.put(f"{a.web}/admin/v2/{topic}/partitions", json=2, headers=admin) as r:
+        assert r.status == 204, await r.text()
+    producer = await a.connect(f"/ws/v2/producer/{topic}")
+    await producer.send_str(json.dumps({"payload": base64.b64encode(b"r").decode()}))
+    mid = (await a.next_json(producer))["messageId"]
+    await producer.close()
+    status, words = await a.refusal(f"/ws/v2/reader/{topic}?messageId={quote(mid, safe='')}")
+    if words is not None and words.startswith("{"):
+        words = json.loads(words)["reason"]
+    # (the refusal's own words, after the Java exceptions' names Pulsar's handler puts before them)
+    return status, None if words is None else words.rsplit(": ", 1)[-1]
 
 
 async def _backlog_reaches_zero(a: Asker, topic: str, subscription: str) -> bool:
@@ -442,7 +461,8 @@ KEYS = ["producer ack", "producer bad json", "producer not base64", "producer no
         "http consumer bad receiverQueueSize", "http consumer short ackTimeoutMillis", "http reader bad messageId",
         "http producer ok", "http producer busy name", "http exclusive consumer busy",
         "http producer missing namespace", "consumer isEndOfTopic after terminate", "dead letter",
-        "partition ids", "partitioned topic", "text frame over the limit", "idle session",
+        "partition ids", "partitioned topic", "reader of a partitioned topic from an id", "text frame over the limit",
+        "idle session",
         "v3 consumer of two topics", "http v3 no topics", "http v3 topics and pattern", "http v3 empty subscription",
         "http v3 pattern", "auth v3 consumer reader", "auth v3 consumer writer", "auth v3 consumer stranger",
         "auth producer no token", "auth producer bad token", "auth producer token parameter",
