@@ -161,6 +161,7 @@ _ANSWERS = {
     T.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
     T.END_TXN_ON_PARTITION_RESPONSE: "endTxnOnPartitionResponse",
     T.END_TXN_ON_SUBSCRIPTION_RESPONSE: "endTxnOnSubscriptionResponse",
+    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
 }
 
 

@@ -93,16 +93,21 @@ class ConsumerSession:
 
     async def start(self) -> None:
         await self._subscribe(None)
-        if self.options.ack_timeout_ms > 0 and self.reader is None:
+        self._track_ack_timeouts()
+
+    def _track_ack_timeouts(self) -> None:
+        if self.options.ack_timeout_ms > 0 and self.reader is None and self._ack_timeout_task is None:
             self._ack_timeout_task = asyncio.get_running_loop().create_task(self._ack_timeouts())
 
     async def restart(self) -> None:
-        """After a reconnection: subscribe again (a reader after the last message it delivered); what waited in
-        the queue is dropped (the broker delivers it again), and the queue's permits are given anew."""
+        """After a reconnection (or a first subscription that failed): subscribe again (a reader after the last
+        message it delivered); what waited in the queue is dropped (the broker delivers it again), and the queue's
+        permits are given anew."""
         self._queue.clear()
         self._taken = 0
         self._unacked.clear()
         await self._subscribe(self._last_delivered)
+        self._track_ack_timeouts()
 
     async def _subscribe(self, resume_after: MessageId | None) -> None:
         cmd = pb.BaseCommand(type=T.SUBSCRIBE)
@@ -371,15 +376,24 @@ class Consumers:
     """The commands of one consumer or reader WebSocket, for its session or, on a partitioned topic, the session of
     each partition (a message id names its partition)."""
 
-    def __init__(self, sessions: list[ConsumerSession], emit: Callable[[str], None]) -> None:
-        self.sessions = sessions
-        self.gate = sessions[0].gate
-        self.reader = sessions[0].reader is not None
+    def __init__(self, sessions: list[ConsumerSession], emit: Callable[[str], None], gate: Gate) -> None:
+        self.sessions = sessions  # (a pattern consumer's come and go: ``remove``)
+        self.gate = gate
+        self.reader = bool(sessions) and sessions[0].reader is not None
         self._emit = emit
 
+    def remove(self, session: ConsumerSession) -> None:
+        """A session that ended (its topic deleted): no longer pumped, and its messages' acks go nowhere."""
+        if session in self.sessions:
+            self.sessions.remove(session)
+        if session in self.gate.sessions:
+            self.gate.sessions.remove(session)
+        owners = self.gate.owners
+        if owners is not None:
+            for key in [k for k, s in owners.items() if s is session]:
+                del owners[key]
+
     def _session(self, mid: MessageId) -> ConsumerSession:
-        if len(self.sessions) == 1:
-            return self.sessions[0]
         owners = self.gate.owners
         if owners is not None:
             session = owners.get(mid.entry_key)
@@ -387,12 +401,14 @@ class Consumers:
                 raise BadRequest(3, f"message id names no message delivered on this session ({mid.ledger_id}:"
                                     f"{mid.entry_id}:{mid.partition})")
             return session
+        if len(self.sessions) == 1:
+            return self.sessions[0]
         if not 0 <= mid.partition < len(self.sessions):
             raise BadRequest(3, f"message id names no partition of the topic (partition {mid.partition})")
         return self.sessions[mid.partition]
 
     def _end_of_topic(self) -> str:
-        return end_of_topic(all(s.end_of_topic for s in self.sessions))
+        return end_of_topic(bool(self.sessions) and all(s.end_of_topic for s in self.sessions))
 
     async def on_command(self, doc: dict[str, object]) -> None:
         """One ConsumerCommand (BadRequest for one that cannot be used), as Pulsar's handlers read them."""

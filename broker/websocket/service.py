@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
@@ -32,10 +33,11 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import Frame
 from broker.service.peer_link import BrokerLink, LinkError, RemoteError
 from broker.service.remote_producer import RemoteSettings, client_credentials, cluster_tls_context
+from broker.service.topic_watchers import compile_pattern
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
 from broker.websocket.client import session_link
-from broker.websocket.consumer import Consumers, ConsumerSession, reader_subscription
+from broker.websocket.consumer import Consumers, ConsumerSession, Gate, reader_subscription
 from broker.websocket.messages import (
     CLOSE_BAD_COMMAND,
     CLOSE_BAD_COMMAND_REASON,
@@ -51,6 +53,7 @@ from broker.websocket.options import (
     producer_options,
     reader_options,
 )
+from broker.websocket.pattern import PatternTopics
 from broker.websocket.producer import PartitionedProducer, PartitionRouter, ProducerSession
 
 if TYPE_CHECKING:
@@ -164,11 +167,15 @@ class WebSocketService:
     async def multi_topic_consumer(self, request: web.Request) -> web.StreamResponse:
         """``/ws/v3/consumer/{subscription}?topics=a,b``: one subscription on each topic of the list (the Java
         client's multi-topic consumer, as Pulsar's MultiTopicConsumerHandler makes it), their messages on the one
-        WebSocket; the consume permission is needed on every topic."""
-        subscription, topics = _multi_topic_request(request)
+        WebSocket; the consume permission is needed on every topic. ``?topicsPattern=...``: on each persistent topic
+        of the pattern's namespace that matches it, those made later too (pattern.py); the consume permission is
+        asked for the pattern as a topic name (its namespace's grants), as Pulsar's handler asks."""
+        subscription, topics, pattern = _multi_topic_request(request)
         options = _options(lambda: consumer_options(request.query, str(topics[0].full), subscription))
         for topic in topics:
             self._check_access(request, topic, TopicOperation.CONSUME, subscription)
+        if pattern is not None:
+            return await self._consume_pattern(request, pattern, topics[0], subscription, options)
         return await self._consume(request, topics, subscription, options, None)
 
     async def reader(self, request: web.Request) -> web.StreamResponse:
@@ -223,27 +230,91 @@ class WebSocketService:
             for link in links:
                 await link.close()
             raise _http_error(500, f"Failed to create reader: {exc}") from None
-        consumers = Consumers(sessions, outbox.put)
-
-        async def on_text(text: str) -> None:
-            try:
-                doc = json.loads(text)
-                if not isinstance(doc, dict):
-                    raise ValueError("a command is a JSON object")
-            except ValueError:
-                if reader is not None:  # (Pulsar's reader handler closes the session, then counts a message taken)
-                    await consumers.on_command({})
-                raise _CloseSession(CLOSE_BAD_COMMAND, CLOSE_BAD_COMMAND_REASON) from None
-            try:
-                await consumers.on_command(doc)
-            except (BadRequest, LinkError) as exc:
-                raise _CloseSession(CLOSE_BAD_COMMAND, f"{CLOSE_BAD_COMMAND_REASON}: {exc}") from None
+        consumers = Consumers(sessions, outbox.put, sessions[0].gate)
 
         async def close() -> None:
             for session in sessions:
                 await session.close()
 
-        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions], on_text, close)
+        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions],
+                                 _consumer_text(consumers), close)
+
+    async def _consume_pattern(self, request: web.Request, pattern: str, topic: TopicName, subscription: str,
+                               options: ConsumerOptions) -> web.StreamResponse:
+        """A consumer of the topics matching ``pattern``: one session per topic (partition-level names), made and
+        ended as the broker's topic-list watcher tells topics made and deleted while the WebSocket runs."""
+        try:
+            compile_pattern(pattern)
+        except re.error as exc:
+            raise _http_error(400, f"Invalid query params: {exc}") from None
+        outbox = Outbox()
+        gate = Gate(max(options.receiver_queue_size, 1), options.pull_mode)
+        gate.owners = {}  # (message ids do not name their topic)
+        watch = PatternTopics(self._settings(), topic.namespace, pattern)
+        try:
+            names = await watch.start()
+        except LinkError as exc:
+            await watch.close()
+            raise _refusal(exc, "consumer") from None
+        sessions = {name: self._consumer_session(name, subscription, options, outbox, gate) for name in names}
+
+        async def start_all() -> None:
+            for session in sessions.values():
+                await session.start()
+
+        try:
+            await self._start([s.link for s in sessions.values()], start_all(), "consumer")
+        except BaseException:
+            await watch.close()
+            raise
+        consumers = Consumers(list(sessions.values()), outbox.put, gate)
+        tasks = OwnedTasks(f"websocket pattern consumer {pattern}")
+        keepers: dict[str, asyncio.Task[None]] = {}
+
+        async def follow(ws: web.WebSocketResponse) -> None:
+            loop = asyncio.get_running_loop()
+            for name, session in sessions.items():
+                keepers[name] = loop.create_task(_keep(session.link, session.restart, ws))
+            while True:
+                try:
+                    made, deleted = await watch.changes()
+                except LinkError as exc:
+                    log.warning("WebSocket pattern consumer of %s: %s", pattern, exc)
+                    await ws.close(code=1011, message=f"Topic watcher lost: {exc}".encode()[:120])
+                    return
+                for name in deleted:
+                    if name in sessions:
+                        await _end_session(sessions.pop(name), keepers.pop(name, None), consumers)
+                for name in made:
+                    if name in sessions:
+                        continue
+                    session = sessions[name] = self._consumer_session(name, subscription, options, outbox, gate)
+                    consumers.sessions.append(session)
+                    try:
+                        await session.link.open()
+                        await session.start()
+                    except (LinkError, OSError) as exc:  # (its keeper makes it again, or ends the WebSocket)
+                        session.link.lost(exc)
+                    keepers[name] = loop.create_task(_keep(session.link, session.restart, ws))
+
+        async def close() -> None:
+            await tasks.close()
+            for name, session in list(sessions.items()):
+                await _end_session(session, keepers.pop(name, None), consumers)
+            await watch.close()
+
+        def on_open(ws: web.WebSocketResponse) -> None:
+            tasks.spawn(follow(ws), name=f"follow {pattern}")
+
+        return await self._serve(request, outbox, [], _consumer_text(consumers), close, on_open=on_open)
+
+    def _consumer_session(self, name: str, subscription: str, options: ConsumerOptions, outbox: Outbox,
+                          gate: Gate) -> ConsumerSession:
+        """A consumer session of a pattern consumer's topic, on a link of its own (not open yet)."""
+        link = self._link(name)
+        session = ConsumerSession(link, name, subscription, options, None, outbox.put, self._link, gate=gate)
+        link.on_command = _consumer_commands(session)
+        return session
 
     # -- shared steps ------------------------------------------------------------------------------------------------
     async def _partitions(self, topic: str, what: str) -> tuple[int, BrokerLink]:
@@ -319,9 +390,11 @@ class WebSocketService:
 
     async def _serve(self, request: web.Request, outbox: Outbox,
                      links: list[tuple[BrokerLink, Callable[[], Awaitable[None]]]], on_text: Any,
-                     on_close: Callable[[], Awaitable[None]]) -> web.StreamResponse:
+                     on_close: Callable[[], Awaitable[None]],
+                     on_open: Callable[[web.WebSocketResponse], None] | None = None) -> web.StreamResponse:
         """Upgrade, then read the client's frames and write the session's, until either side ends; a lost link to
-        the broker is made again (its restart: the producer or the subscription again) while the session goes on."""
+        the broker is made again (its restart: the producer or the subscription again) while the session goes on.
+        ``on_open``: told the WebSocket once upgraded (a pattern consumer's links come and go while it runs)."""
         cfg = self.ctx.config
         # (pings answered here, not by aiohttp: a client's ping is a frame that keeps the session from idling)
         ws = web.WebSocketResponse(max_msg_size=cfg.webSocketMaxTextFrameSize, autoping=False)
@@ -335,6 +408,8 @@ class WebSocketService:
             keepers.append(loop.create_task(_close_when_idle(ws, seen, cfg.webSocketSessionIdleTimeoutMillis)))
         if cfg.webSocketPingDurationSeconds > 0:
             keepers.append(loop.create_task(_ping(ws, seen, cfg.webSocketPingDurationSeconds)))
+        if on_open is not None:
+            on_open(ws)
         try:
             async for msg in ws:
                 seen.now()
@@ -409,14 +484,15 @@ class _Activity:
 
 
 async def _close_when_idle(ws: web.WebSocketResponse, seen: _Activity, timeout_ms: int) -> None:
-    """webSocketSessionIdleTimeoutMillis: a session with no frame either way for that long is closed with 1001,
-    as Jetty closes it for Pulsar."""
+    """webSocketSessionIdleTimeoutMillis: a session with no frame either way for that long is closed with 1001 and
+    Jetty's words, as Jetty closes it for Pulsar."""
     loop = asyncio.get_running_loop()
     while not ws.closed:
-        left = seen.last + timeout_ms / 1000 - loop.time()
-        if left <= 0:
-            await ws.close(code=1001, message=f"Idle timeout expired: {timeout_ms}/{timeout_ms} ms".encode())
+        idle_s = loop.time() - seen.last
+        if idle_s * 1000 >= timeout_ms:  # (Jetty's words: the time idle, then the limit)
+            await ws.close(code=1001, message=f"Idle timeout expired: {int(idle_s * 1000)}/{timeout_ms} ms".encode())
             return
+        left = timeout_ms / 1000 - idle_s
         await asyncio.sleep(left)
 
 
@@ -497,6 +573,35 @@ def _refusal(exc: LinkError, what: str) -> web.HTTPException:
     return _http_error(status, f"Failed to create producer/consumer: {exc}")
 
 
+def _consumer_text(consumers: Consumers) -> Callable[[str], Awaitable[None]]:
+    """What a consumer or reader WebSocket does with the client's text: one command, or the session closed (1011)
+    for text that is not one."""
+    async def on_text(text: str) -> None:
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict):
+                raise ValueError("a command is a JSON object")
+        except ValueError:
+            if consumers.reader:  # (Pulsar's reader handler closes the session, then counts a message taken)
+                await consumers.on_command({})
+            raise _CloseSession(CLOSE_BAD_COMMAND, CLOSE_BAD_COMMAND_REASON) from None
+        try:
+            await consumers.on_command(doc)
+        except (BadRequest, LinkError) as exc:
+            raise _CloseSession(CLOSE_BAD_COMMAND, f"{CLOSE_BAD_COMMAND_REASON}: {exc}") from None
+    return on_text
+
+
+async def _end_session(session: ConsumerSession, keeper: asyncio.Task[None] | None, consumers: Consumers) -> None:
+    """A pattern consumer's topic deleted (or the WebSocket ending): its subscription's session and link closed."""
+    if keeper is not None:
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+    await session.close()
+    await session.link.close()
+    consumers.remove(session)
+
+
 def _producer_commands(session: ProducerSession) -> Callable[[Frame], None]:
     def on_command(frame: Frame) -> None:
         session.on_command(frame.command)
@@ -554,10 +659,11 @@ def _topic(request: web.Request, subscription: bool) -> TopicName:
     return _topic_from(_parts(request))
 
 
-def _multi_topic_request(request: web.Request) -> tuple[str, list[TopicName]]:
+def _multi_topic_request(request: web.Request) -> tuple[str, list[TopicName], str | None]:
     """MultiTopicConsumerHandler's reading of ``/ws/v3/consumer/{subscription}``: the subscription (not empty),
-    then ``topics`` (a comma-separated list of names, short ones in public/default) or ``topicsPattern`` (not served
-    here: 501); 400 with Pulsar's words otherwise."""
+    then ``topics`` (a comma-separated list of names, short ones in public/default) or ``topicsPattern`` (a regex,
+    also read as a topic name: its namespace and the name permissions are asked for); 400 with Pulsar's words
+    otherwise. The topics, or the pattern as a topic name and the pattern."""
     raw = request.raw_path.split("?", 1)[0].split("/")
     if len(raw) < 5:
         raise _http_error(400, "Invalid query params: Invalid topic name format")
@@ -566,16 +672,15 @@ def _multi_topic_request(request: web.Request) -> tuple[str, list[TopicName]]:
     query = request.query
     if "topicsPattern" not in query and "topics" not in query:
         raise _http_error(400, "Invalid query params: Should set topics or topicsPattern")
-    if "topicsPattern" in query:
-        if "topics" in query:
-            raise _http_error(400, "Invalid query params: Topics must be null when use topicsPattern")
-        raise _http_error(501, "Failed to create producer/consumer: a consumer of a topics pattern is not served "
-                               "here (a list of topics is: topics=a,b)")
+    if "topicsPattern" in query and "topics" in query:
+        raise _http_error(400, "Invalid query params: Topics must be null when use topicsPattern")
+    pattern = query.get("topicsPattern")
     try:
-        topics = [TopicName.parse(name) for name in query["topics"].split(",")]
+        if pattern is not None:
+            return unquote(raw[4]), [TopicName.parse(pattern)], pattern
+        return unquote(raw[4]), [TopicName.parse(name) for name in query["topics"].split(",")], None
     except InvalidTopicNameError as exc:
         raise _http_error(400, f"Invalid query params: {exc}") from None
-    return unquote(raw[4]), topics
 
 
 def _topic_and_subscription(request: web.Request) -> tuple[TopicName, str]:

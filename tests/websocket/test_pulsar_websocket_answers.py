@@ -27,6 +27,7 @@ import aiohttp
 import pytest
 
 from broker.protocol import pulsar_api_pb2 as pb
+from tests.admin import pulsar_answers
 from tests.security.conftest import SUPER_USER, token
 from tests.security.pki import Pki, make_pki
 from tests.security.test_pulsar_auth_answers import Endpoints, ask_both
@@ -74,9 +75,9 @@ def ack_shape(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 class Asker:
-    def __init__(self, e: Endpoints, http: aiohttp.ClientSession) -> None:
-        self.base = e.web_url.replace("http://", "ws://")
-        self.web = e.web_url
+    def __init__(self, web_url: str, http: aiohttp.ClientSession) -> None:
+        self.base = web_url.replace("http://", "ws://")
+        self.web = web_url
         self.http = http
 
     def url(self, path: str, role: str | None = SUPER_USER) -> tuple[str, dict[str, str]]:
@@ -126,7 +127,7 @@ def _words(text: str) -> str | None:
 async def ask_async(e: Endpoints) -> Answers:
     out: Answers = {}
     async with aiohttp.ClientSession() as http:
-        a = Asker(e, http)
+        a = Asker(e.web_url, http)
         admin = {"Authorization": f"Bearer {token(SUPER_USER)}"}
         for role, actions in ((WRITER, ["produce"]), (READER, ["consume"])):
             async with http.post(f"{a.web}/admin/v2/namespaces/{NS}/permissions/{role}", json=actions,
@@ -373,12 +374,15 @@ async def _partitioned_reader_from_id(a: Asker, admin: dict[str, str]) -> Any:
     return status, None if words is None else words.rsplit(": ", 1)[-1]
 
 
-async def _backlog_reaches_zero(a: Asker, topic: str, subscription: str) -> bool:
+async def _backlog_reaches_zero(a: Asker, topic: str, subscription: str,
+                                headers: dict[str, str] | None = None) -> bool:
     """Whether the subscription's backlog on ``topic`` reaches 0 within WAIT_S (acknowledgements are grouped)."""
     url = f"{a.web}/admin/v2/{topic.replace('://', '/')}/stats"
     deadline = asyncio.get_running_loop().time() + WAIT_S
+    if headers is None:
+        headers = {"Authorization": f"Bearer {token(SUPER_USER)}"}
     while asyncio.get_running_loop().time() < deadline:
-        async with a.http.get(url, headers={"Authorization": f"Bearer {token(SUPER_USER)}"}) as r:
+        async with a.http.get(url, headers=headers) as r:
             if r.status == 200 and (await r.json())["subscriptions"][subscription]["msgBacklog"] == 0:
                 return True
         await asyncio.sleep(0.1)
@@ -422,9 +426,9 @@ DIFFERENCES: dict[str, str] = {
     "http producer short path": _BAD_PATH,
     "http v3 no topics": _BAD_PATH,
     "http v3 topics and pattern": _BAD_PATH,
-    "http v3 pattern": ("a consumer of a topics pattern is not served here: 501 and why; Pulsar 4.0.7's own, in this "
-                        "setting (authentication, the broker client a super user), is refused 403 \"Client is not "
-                        "authorized to GetTopicsOfNamespace\" by its broker"),
+    "http v3 pattern": ("Pulsar 4.0.7's consumer of a topics pattern, in this setting (authentication, the asker and "
+                        "the broker client super users), is refused by its own broker: 403 \"Client is not authorized "
+                        "to GetTopicsOfNamespace\"; ours is served (101)"),
 }
 # HTTP answers whose words after Pulsar's own prefix are the broker's or a Java exception's: the prefix is compared.
 _PREFIX_ONLY = ("http producer busy name", "http exclusive consumer busy", "http reader bad messageId",
@@ -445,8 +449,10 @@ def comparable(key: str, value: Any) -> Any:
         return status, words
     if key in ("consumer bad message id", "text frame over the limit"):
         return value[0], value[-1]  # (the close frame and its code; the reason is a Java exception's text)
-    if key == "idle session":  # (Jetty's words after the name of the Java exception it gives them in)
-        return value[0], value[1], value[2].removeprefix("java.util.concurrent.TimeoutException: "), value[3]
+    if key == "idle session":  # (Jetty's words after the name of the Java exception it gives them in; the time
+        # idle, in ms, as it was when the check ran)
+        words = value[2].removeprefix("java.util.concurrent.TimeoutException: ")
+        return value[0], value[1], re.sub(r"expired: \d+/", "expired: <idle>/", words), value[3]
     return value
 
 
@@ -481,3 +487,65 @@ def test_answer_is_pulsars(answers: dict[str, Answers], key: str) -> None:
 
 def test_every_answer_is_compared(answers: dict[str, Answers]) -> None:
     assert sorted(answers["pulsar"]) == sorted(KEYS) == sorted(answers["ours"])
+
+
+# -- a consumer of a topics pattern, without authentication (with it, Pulsar 4.0.7's own is refused: above) -----------
+async def ask_pattern_async(web_url: str) -> Answers:
+    """The topics of a pattern: two that match before the WebSocket (one partitioned), one made while it runs, one
+    that does not match: what comes, that acknowledgements reach each topic, that nothing subscribes the other."""
+    out: Answers = {}
+    prefix = f"persistent/{NS}/ws-pattern"
+    async with aiohttp.ClientSession() as http:
+        a = Asker(web_url, http)
+        async with http.put(f"{web_url}/admin/v2/{prefix}-b/partitions", json=2) as r:
+            assert r.status == 204, await r.text()
+        for topic in (f"{prefix}-a", f"{prefix}x-other"):
+            async with http.put(f"{web_url}/admin/v2/{topic}", json={}) as r:
+                assert r.status == 204, await r.text()
+        pattern = quote(f"persistent://{NS}/ws-pattern-.*", safe="")
+        consumer = await a.connect(f"/ws/v3/consumer/pat?topicsPattern={pattern}&subscriptionType=Shared"
+                                   "&subscriptionInitialPosition=Earliest", None)
+        sends = ((f"{prefix}x-other", ["not mine"]), (f"{prefix}-a", ["a"]), (f"{prefix}-b", ["b0", "b1"]),
+                 (f"{prefix}-c", ["c"]))  # (-c: made now, while the consumer runs)
+        for topic, payloads in sends:
+            producer = await a.connect(f"/ws/v2/producer/{topic}?messageRoutingMode=RoundRobinPartition", None)
+            for p in payloads:
+                await producer.send_str(json.dumps({"payload": base64.b64encode(p.encode()).decode()}))
+                await a.next_json(producer)
+            await producer.close()
+        got = []
+        for _ in range(4):
+            msg = await consumer.receive(timeout=PATTERN_WAIT_S)
+            got.append(json.loads(msg.data) if msg.type == aiohttp.WSMsgType.TEXT else {"closed": msg.type.name})
+        for m in got:
+            if "messageId" in m:
+                await consumer.send_str(json.dumps({"messageId": m["messageId"]}))
+        out["pattern consumer messages"] = sorted(base64.b64decode(m["payload"]).decode() for m in got
+                                                  if "payload" in m)
+        b0 = [m for m in got if m.get("payload") == base64.b64encode(b"b0").decode()]  # (a partition's message)
+        out["pattern consumer message"] = message_shape(b0[0]) | {"payload": None} if b0 else got
+        acked = {}
+        for topic in (f"{prefix}-a", f"{prefix}-b-partition-0", f"{prefix}-b-partition-1", f"{prefix}-c"):
+            acked[topic.rsplit("/", 1)[1]] = await _backlog_reaches_zero(a, topic, "pat", headers={})
+        out["pattern consumer acks"] = acked
+        async with http.get(f"{web_url}/admin/v2/{prefix}x-other/stats") as r:
+            out["pattern consumer left the other topic alone"] = "pat" not in (await r.json())["subscriptions"]
+        await consumer.close()
+    return out
+
+
+PATTERN_WAIT_S = 70.0  # (a topic made while the consumer runs: the watcher tells it at once; polling, within 1 min)
+PATTERN_KEYS = ["pattern consumer messages", "pattern consumer message", "pattern consumer acks",
+                "pattern consumer left the other topic alone"]
+
+
+@pytest.fixture(scope="module")
+def pattern_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
+    return pulsar_answers.ask_both(tmp_path_factory.mktemp("pulsar-websocket-pattern"),
+                                   lambda _service, web, _metrics: asyncio.run(ask_pattern_async(web)),
+                                   "webSocketServiceEnabled=true\n", webSocketServiceEnabled=True)
+
+
+@pytest.mark.parametrize("key", PATTERN_KEYS)
+def test_pattern_consumer_answer_is_pulsars(pattern_answers: dict[str, Answers], key: str) -> None:
+    assert pattern_answers["ours"][key] == pattern_answers["pulsar"][key]
