@@ -531,12 +531,15 @@ async def ask_pattern_async(web_url: str) -> Answers:
         async with http.get(f"{web_url}/admin/v2/{prefix}x-other/stats") as r:
             out["pattern consumer left the other topic alone"] = "pat" not in (await r.json())["subscriptions"]
         await consumer.close()
+        nowhere = quote("persistent://public/nosuch/x.*", safe="")
+        out["pattern consumer of a namespace that does not exist"] = await a.refusal(
+            f"/ws/v3/consumer/s?topicsPattern={nowhere}", None)
     return out
 
 
 PATTERN_WAIT_S = 70.0  # (a topic made while the consumer runs: the watcher tells it at once; polling, within 1 min)
 PATTERN_KEYS = ["pattern consumer messages", "pattern consumer message", "pattern consumer acks",
-                "pattern consumer left the other topic alone"]
+                "pattern consumer left the other topic alone", "pattern consumer of a namespace that does not exist"]
 
 
 @pytest.fixture(scope="module")
