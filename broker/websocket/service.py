@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
@@ -141,8 +141,19 @@ class WebSocketService:
 
         await self._start([s.link for s in sessions], start_all(), "producer")
         sender: ProducerSession | PartitionedProducer = sessions[0]
+        growth = Growth(f"websocket producer {name}")
         if partitions > 0:
-            sender = PartitionedProducer(sessions, PartitionRouter(partitions, options))
+            sender = router = PartitionedProducer(sessions, PartitionRouter(partitions, options))
+
+            async def add_partitions(_topic: str, old: int, new: int, ws: web.WebSocketResponse) -> None:
+                for i in range(old, new):  # (under the producer's name, as the Java client's)
+                    session = ProducerSession(self._link(f"{name}-partition-{i}"), f"{name}-partition-{i}",
+                                              options, outbox.put, partition=i)
+                    session.producer_name = sessions[0].producer_name
+                    session.link.on_command = _producer_commands(session)
+                    sessions.append(session)
+                    await growth.add(session.link, session.start, session.restart, ws)
+                router.router.partitions = new
 
         async def on_text(text: str) -> None:
             try:
@@ -153,10 +164,14 @@ class WebSocketService:
             await sender.send(message)
 
         async def close() -> None:
+            await growth.close()
             for session in sessions:
                 await session.close()
 
-        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions], on_text, close)
+        follow = None if partitions == 0 else growth.runs(self._partitions_follower({name: partitions},
+                                                                                   add_partitions))
+        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions], on_text, close,
+                                 on_open=follow)
 
     async def consumer(self, request: web.Request) -> web.StreamResponse:
         topic, subscription = _topic_and_subscription(request)
@@ -191,6 +206,7 @@ class WebSocketService:
         outbox = Outbox()
         names: list[str] = []
         links: list[BrokerLink] = []
+        parted: dict[str, int] = {}  # (the partitioned topics: partitions added later are followed)
         try:
             for topic in topics:
                 name = str(topic.full)
@@ -204,6 +220,7 @@ class WebSocketService:
                     names.append(name)
                     links.append(first)
                 else:
+                    parted[name] = partitions
                     parts = [f"{name}-partition-{i}" for i in range(partitions)]
                     names += parts
                     links += [self._link(n) for n in parts]
@@ -230,14 +247,25 @@ class WebSocketService:
             for link in links:
                 await link.close()
             raise _http_error(500, f"Failed to create reader: {exc}") from None
-        consumers = Consumers(sessions, outbox.put, sessions[0].gate)
+        gate = sessions[0].gate
+        consumers = Consumers(sessions, outbox.put, gate)  # (the same list: sessions added later are in both)
+        growth = Growth(f"websocket {what} {names[0]}")
+        initial = [(s.link, s.restart) for s in sessions]
+
+        async def add_partitions_of(topic: str, old: int, new: int, ws: web.WebSocketResponse) -> None:
+            for i in range(old, new):
+                session = self._consumer_session(f"{topic}-partition-{i}", subscription, options, reader, outbox,
+                                                 gate)
+                consumers.sessions.append(session)  # (after the others: a partition's index is its place)
+                await growth.add(session.link, session.start, session.restart, ws)
 
         async def close() -> None:
+            await growth.close()
             for session in sessions:
                 await session.close()
 
-        return await self._serve(request, outbox, [(s.link, s.restart) for s in sessions],
-                                 _consumer_text(consumers), close)
+        follow = growth.runs(self._partitions_follower(parted, add_partitions_of)) if parted else None
+        return await self._serve(request, outbox, initial, _consumer_text(consumers), close, on_open=follow)
 
     async def _consume_pattern(self, request: web.Request, pattern: str, topic: TopicName, subscription: str,
                                options: ConsumerOptions) -> web.StreamResponse:
@@ -256,7 +284,7 @@ class WebSocketService:
         except LinkError as exc:
             await watch.close()
             raise _refusal(exc, "consumer") from None
-        sessions = {name: self._consumer_session(name, subscription, options, outbox, gate) for name in names}
+        sessions = {name: self._consumer_session(name, subscription, options, None, outbox, gate) for name in names}
 
         async def start_all() -> None:
             for session in sessions.values():
@@ -268,13 +296,11 @@ class WebSocketService:
             await watch.close()
             raise
         consumers = Consumers(list(sessions.values()), outbox.put, gate)
-        tasks = OwnedTasks(f"websocket pattern consumer {pattern}")
-        keepers: dict[str, asyncio.Task[None]] = {}
+        growth = Growth(f"websocket pattern consumer {pattern}")
 
         async def follow(ws: web.WebSocketResponse) -> None:
-            loop = asyncio.get_running_loop()
-            for name, session in sessions.items():
-                keepers[name] = loop.create_task(_keep(session.link, session.restart, ws))
+            for session in sessions.values():
+                growth.keep(session.link, session.restart, ws)
             while True:
                 try:
                     made, deleted = await watch.changes()
@@ -284,37 +310,65 @@ class WebSocketService:
                     return
                 for name in deleted:
                     if name in sessions:
-                        await _end_session(sessions.pop(name), keepers.pop(name, None), consumers)
+                        session = sessions.pop(name)
+                        await session.close()
+                        await growth.end(session.link)
+                        consumers.remove(session)
                 for name in made:
-                    if name in sessions:
-                        continue
-                    session = sessions[name] = self._consumer_session(name, subscription, options, outbox, gate)
-                    consumers.sessions.append(session)
-                    try:
-                        await session.link.open()
-                        await session.start()
-                    except (LinkError, OSError) as exc:  # (its keeper makes it again, or ends the WebSocket)
-                        session.link.lost(exc)
-                    keepers[name] = loop.create_task(_keep(session.link, session.restart, ws))
+                    if name not in sessions:
+                        session = sessions[name] = self._consumer_session(name, subscription, options, None, outbox,
+                                                                          gate)
+                        consumers.sessions.append(session)
+                        await growth.add(session.link, session.start, session.restart, ws)
 
         async def close() -> None:
-            await tasks.close()
-            for name, session in list(sessions.items()):
-                await _end_session(session, keepers.pop(name, None), consumers)
+            await growth.close()
+            for session in sessions.values():
+                await session.close()
+                await session.link.close()  # (also those of a WebSocket that ended before it was followed)
             await watch.close()
 
-        def on_open(ws: web.WebSocketResponse) -> None:
-            tasks.spawn(follow(ws), name=f"follow {pattern}")
+        return await self._serve(request, outbox, [], _consumer_text(consumers), close, on_open=growth.runs(follow))
 
-        return await self._serve(request, outbox, [], _consumer_text(consumers), close, on_open=on_open)
-
-    def _consumer_session(self, name: str, subscription: str, options: ConsumerOptions, outbox: Outbox,
-                          gate: Gate) -> ConsumerSession:
-        """A consumer session of a pattern consumer's topic, on a link of its own (not open yet)."""
+    def _consumer_session(self, name: str, subscription: str, options: ConsumerOptions | None,
+                          reader: ReaderOptions | None, outbox: Outbox, gate: Gate) -> ConsumerSession:
+        """A consumer or reader session made while its WebSocket runs (a pattern's topic, a partition added), on a
+        link of its own (not open yet)."""
         link = self._link(name)
-        session = ConsumerSession(link, name, subscription, options, None, outbox.put, self._link, gate=gate)
+        session = ConsumerSession(link, name, subscription, options, reader, outbox.put, self._link, gate=gate)
         link.on_command = _consumer_commands(session)
         return session
+
+    def _partitions_follower(self, parted: dict[str, int],
+                             add: Callable[[str, int, int, web.WebSocketResponse], Awaitable[None]]
+                             ) -> Callable[[web.WebSocketResponse], Coroutine[Any, Any, None]]:
+        """What follows the partitioned topics of a WebSocket (topic -> partitions): every PARTITIONS_CHECK_S, as the
+        Java client's autoUpdatePartitions, each topic's partitions asked again, and ``add(topic, old, new, ws)``
+        told of any added."""
+        async def follow(ws: web.WebSocketResponse) -> None:
+            known = dict(parted)
+            while True:
+                await asyncio.sleep(PARTITIONS_CHECK_S)
+                for topic, count in known.items():
+                    now = await self._partition_count(topic)
+                    if now is not None and now > count:
+                        known[topic] = now
+                        await add(topic, count, now, ws)
+        return follow
+
+    async def _partition_count(self, topic: str) -> int | None:
+        """The topic's partitions now (None when the broker could not be asked: asked again at the next check)."""
+        try:
+            link = self._link(topic)
+        except web.HTTPException:  # (the broker client's settings are not usable now)
+            return None
+        try:
+            return await link.partitions()
+        except LinkError as exc:
+            log.debug("WebSocket: partitions of %s not known now: %s", topic, exc)
+            return None
+        finally:
+            await link.close()
 
     # -- shared steps ------------------------------------------------------------------------------------------------
     async def _partitions(self, topic: str, what: str) -> tuple[int, BrokerLink]:
@@ -389,7 +443,7 @@ class WebSocketService:
         return session_link(settings, topic, self.ctx.config.maxMessageSize)
 
     async def _serve(self, request: web.Request, outbox: Outbox,
-                     links: list[tuple[BrokerLink, Callable[[], Awaitable[None]]]], on_text: Any,
+                     links: Sequence[tuple[BrokerLink, Callable[[], Awaitable[None]]]], on_text: Any,
                      on_close: Callable[[], Awaitable[None]],
                      on_open: Callable[[web.WebSocketResponse], None] | None = None) -> web.StreamResponse:
         """Upgrade, then read the client's frames and write the session's, until either side ends; a lost link to
@@ -399,7 +453,13 @@ class WebSocketService:
         # (pings answered here, not by aiohttp: a client's ping is a frame that keeps the session from idling)
         ws = web.WebSocketResponse(max_msg_size=cfg.webSocketMaxTextFrameSize, autoping=False)
         loop = asyncio.get_running_loop()
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except BaseException:  # (the client went away during the upgrade: what was made for it goes too)
+            await on_close()
+            for link, _ in links:
+                await link.close()
+            raise
         self._sockets.add(ws)
         seen = _Activity(loop)
         writer = loop.create_task(_write_out(ws, outbox, seen))
@@ -441,6 +501,8 @@ class WebSocketService:
 # A lost link is made again for this long (the Java client's operation timeout), backing off between attempts as
 # the Java client does (0.1 s doubling, at most 5 s here); then the session ends with 1011.
 RECONNECT_TIMEOUT_S = 30.0
+# A partitioned topic's partitions are asked again this often (the Java client's autoUpdatePartitionsInterval).
+PARTITIONS_CHECK_S = 60.0
 RECONNECT_FIRST_DELAY_S = 0.1
 RECONNECT_MAX_DELAY_S = 5.0
 
@@ -592,14 +654,47 @@ def _consumer_text(consumers: Consumers) -> Callable[[str], Awaitable[None]]:
     return on_text
 
 
-async def _end_session(session: ConsumerSession, keeper: asyncio.Task[None] | None, consumers: Consumers) -> None:
-    """A pattern consumer's topic deleted (or the WebSocket ending): its subscription's session and link closed."""
-    if keeper is not None:
-        keeper.cancel()
-        await asyncio.gather(keeper, return_exceptions=True)
-    await session.close()
-    await session.link.close()
-    consumers.remove(session)
+class Growth:
+    """The links a WebSocket makes while it runs (a pattern consumer's topics, the partitions added to a partitioned
+    topic) and what follows the changes: each link kept as the first ones are (``_keep``: made again when lost), all
+    ended with the WebSocket (``close``)."""
+
+    def __init__(self, what: str) -> None:
+        self._tasks = OwnedTasks(what)
+        self._keepers: dict[BrokerLink, asyncio.Task[None]] = {}
+
+    def runs(self, follow: Callable[[web.WebSocketResponse], Coroutine[Any, Any, None]]
+             ) -> Callable[[web.WebSocketResponse], None]:
+        """``_serve``'s on_open: ``follow`` the changes once the WebSocket is upgraded."""
+        def on_open(ws: web.WebSocketResponse) -> None:
+            self._tasks.spawn(follow(ws))
+        return on_open
+
+    def keep(self, link: BrokerLink, restart: Callable[[], Awaitable[None]], ws: web.WebSocketResponse) -> None:
+        self._keepers[link] = asyncio.get_running_loop().create_task(_keep(link, restart, ws))
+
+    async def add(self, link: BrokerLink, start: Callable[[], Awaitable[None]], restart: Callable[[], Awaitable[None]],
+                  ws: web.WebSocketResponse) -> None:
+        """Open a new link and make its producer or subscription (``start``); when that fails, its keeper makes
+        them again (``restart``), or ends the WebSocket as for any lost link."""
+        try:
+            await link.open()
+            await start()
+        except (LinkError, OSError) as exc:
+            link.lost(exc)
+        self.keep(link, restart, ws)
+
+    async def end(self, link: BrokerLink) -> None:
+        keeper = self._keepers.pop(link, None)
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+        await link.close()
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        for link in list(self._keepers):
+            await self.end(link)
 
 
 def _producer_commands(session: ProducerSession) -> Callable[[Frame], None]:

@@ -14,6 +14,7 @@ import pytest
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.websocket import service
 from broker.websocket.producer import java_string_hash
 from tests.websocket.conftest import WAIT_S, b64, receive_json, send, ws_url
 
@@ -569,3 +570,29 @@ async def test_pattern_consumer_follows_the_topics_that_match(ws_broker: BrokerT
         await produce(http, ws_broker, later, [b"c again"])
         assert base64.b64decode((await receive_json(consumer))["payload"]) == b"c again"
         await no_message_before_answer(consumer)
+
+
+async def test_partitions_added_while_sessions_run(ws_broker: BrokerThread, http: aiohttp.ClientSession,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partitioned topic's partitions are asked again every PARTITIONS_CHECK_S (the Java client's
+    autoUpdatePartitions, every minute): partitions added meanwhile get a producer (round robin reaches them) and a
+    subscription (their messages come, and their acknowledgements reach them). Before: only a new session saw them."""
+    monkeypatch.setattr(service, "PARTITIONS_CHECK_S", 0.1)
+    topic = topic_path()
+    async with http.put(f"{ws_broker.web_url}/admin/v2/{topic}/partitions", json=1) as r:
+        assert r.status == 204, await r.text()
+    url = ws_url(ws_broker, f"/ws/v2/consumer/{topic}/sub?subscriptionType=Shared")
+    async with http.ws_connect(url) as consumer, \
+            http.ws_connect(ws_url(ws_broker, f"/ws/v2/producer/{topic}?messageRoutingMode=RoundRobinPartition")) \
+            as producer:
+        async with http.post(f"{ws_broker.web_url}/admin/v2/{topic}/partitions", json=3) as r:
+            assert r.status == 204, await r.text()
+        seen: set[int] = set()
+        async with asyncio.timeout(WAIT_S):
+            while seen != {0, 1, 2}:  # (until the producer has the new partitions: round robin reaches each)
+                ack = await send(producer, b"m")
+                seen.add(message_id(ack["messageId"]).partition)
+                got = await receive_json(consumer)
+                await consumer.send_str(json.dumps({"messageId": got["messageId"]}))
+        for i in range(3):
+            await eventually_backlog(http, ws_broker, f"{topic}-partition-{i}", "sub", 0)
