@@ -434,13 +434,27 @@ DIFFERENCES: dict[str, str] = {
 KEYS = [*CASES, "official client with a token supplier"]
 
 
+def answers_racing_the_close_left_out(frames: tuple[str, ...]) -> tuple[str, ...]:
+    """``frames`` without what came between an ERROR AuthenticationError and the close that follows it. Both brokers
+    answer a refused token with that ERROR and then close (Pulsar's ServerCnx.authenticationFailed: the ERROR written,
+    the close when the write completes); a request the client had sent right after its token may be answered in
+    between by Pulsar (a CI run saw a LOOKUP_RESPONSE there, other runs none) and is not by ours, which closes at once.
+    The refusal and the close are still compared; a connection that goes on serving after the ERROR ends in no close
+    and is compared whole."""
+    if len(frames) < 2 or frames[-1] != "closed" or "ERROR AuthenticationError" not in frames[:-1]:
+        return frames
+    refused = len(frames) - 1 - frames[::-1].index("ERROR AuthenticationError")
+    return (*frames[:refused + 1], "closed")
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_refresh_answer_is_pulsars(answers: dict[str, Answers], key: str) -> None:
     (ours, our_notes), (theirs, their_notes) = answers["ours"][key], answers["pulsar"][key]
     if key in DIFFERENCES:
         assert ours != theirs, f"ours now answers as Pulsar: {ours}; remove it from DIFFERENCES"
         return
-    assert ours == theirs, f"ours {ours} ({our_notes}); Pulsar's {theirs} ({their_notes})"
+    assert answers_racing_the_close_left_out(ours) == answers_racing_the_close_left_out(theirs), \
+        f"ours {ours} ({our_notes}); Pulsar's {theirs} ({their_notes})"
 
 
 @pytest.mark.parametrize("broker", ["pulsar", "ours"])
