@@ -12,10 +12,10 @@ import pytest
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
 from broker.service import peer_link
 from broker.service.peer_link import RemoteError
 from broker.service.remote_producer import RemoteProducer, RemoteSettings
+from tests.scripted_broker import commands_from
 from tests.waiting import eventually
 
 T = pb.BaseCommand.Type
@@ -30,26 +30,21 @@ async def scripted_broker(after_producer: Callable[[asyncio.StreamWriter], Await
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         _WRITERS.setdefault(server, []).append(writer)
-        decoder = FrameDecoder(1 << 20)
-        while data := await reader.read(65536):
-            decoder.feed(data)
-            while (frame := decoder.next_frame()) is not None:
-                cmd = frame.command
-                if cmd.type == T.CONNECT:
-                    writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
-                    if heard is not None:
-                        heard.append(cmd)
-                elif cmd.type == T.LOOKUP:
-                    writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url[0]))
-                elif cmd.type == T.PRODUCER:
-                    p = cmd.producer
-                    writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
-                    await after_producer(writer)
-                    if heard is None:
-                        return
-                    continue
-                elif heard is not None:
+        async for cmd in commands_from(reader):
+            if cmd.type == T.CONNECT:
+                writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
+                if heard is not None:
                     heard.append(cmd)
+            elif cmd.type == T.LOOKUP:
+                writer.write(commands.lookup_connect(cmd.lookupTopic.request_id, url[0]))
+            elif cmd.type == T.PRODUCER:
+                p = cmd.producer
+                writer.write(commands.producer_success(p.request_id, p.producer_name, -1, b""))
+                await after_producer(writer)
+                if heard is None:
+                    return
+            elif heard is not None:
+                heard.append(cmd)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     url.append(f"pulsar://127.0.0.1:{server.sockets[0].getsockname()[1]}")

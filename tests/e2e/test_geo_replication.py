@@ -19,7 +19,6 @@ from broker.embedded import BrokerThread
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import SNAPSHOT, read_entry_metadata
-from broker.protocol.frames import FrameDecoder
 from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
@@ -28,6 +27,7 @@ from managed_ledger import Position
 from tests.admin.conftest import Admin, rest_path
 from tests.admin.metric_table import expected
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
+from tests.scripted_broker import commands_from
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 10_000
@@ -340,19 +340,16 @@ def test_the_remote_topic_is_looked_up(pair: Pair) -> None:
     lookups: list[str] = []
 
     async def redirecting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder(1 << 20)
-        while data := await reader.read(65536):
-            decoder.feed(data)
-            while (frame := decoder.next_frame()) is not None:
-                if frame.command.type == T.CONNECT:
-                    writer.write(commands.connected("redirector", 20, 5 * 1024 * 1024))
-                elif frame.command.type == T.LOOKUP:
-                    lookups.append(frame.command.lookupTopic.topic)
-                    reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
-                    r = reply.lookupTopicResponse
-                    r.request_id, r.brokerServiceUrl = frame.command.lookupTopic.request_id, pair.b.service_url
-                    r.response, r.authoritative = pb.CommandLookupTopicResponse.Redirect, True
-                    writer.write(commands.frame(reply))
+        async for cmd in commands_from(reader):
+            if cmd.type == T.CONNECT:
+                writer.write(commands.connected("redirector", 20, 5 * 1024 * 1024))
+            elif cmd.type == T.LOOKUP:
+                lookups.append(cmd.lookupTopic.topic)
+                reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
+                r = reply.lookupTopicResponse
+                r.request_id, r.brokerServiceUrl = cmd.lookupTopic.request_id, pair.b.service_url
+                r.response, r.authoritative = pb.CommandLookupTopicResponse.Redirect, True
+                writer.write(commands.frame(reply))
         writer.close()
 
     async def start() -> asyncio.Server:

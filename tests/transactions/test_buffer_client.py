@@ -12,10 +12,9 @@ import pytest
 from broker.config import BrokerConfig
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
-from broker.protocol.limits import max_frame_size
 from broker.service.txn_buffer_client import TxnBufferClient, TxnBufferClientError
 from broker.transactions.model import TxnID
+from tests.scripted_broker import commands_from
 
 T = pb.BaseCommand.Type
 E = pb.ServerError
@@ -38,23 +37,19 @@ class Peer:
         return f"pulsar://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
         try:
-            while data := await reader.read(65536):
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    cmd = frame.command
-                    if cmd.type == T.CONNECT:
-                        self.connects.append(cmd.connect)
-                        writer.write(commands.frame(pb.BaseCommand(type=T.CONNECTED,
-                                                                   connected=pb.CommandConnected(server_version="x"))))
-                        continue
-                    self.seen.append(cmd)
-                    reply = self.answer(cmd)
-                    if reply is None:
-                        writer.close()
-                        return
-                    writer.write(commands.frame(reply))
+            async for cmd in commands_from(reader):
+                if cmd.type == T.CONNECT:
+                    self.connects.append(cmd.connect)
+                    writer.write(commands.frame(pb.BaseCommand(type=T.CONNECTED,
+                                                               connected=pb.CommandConnected(server_version="x"))))
+                    continue
+                self.seen.append(cmd)
+                reply = self.answer(cmd)
+                if reply is None:
+                    writer.close()
+                    return
+                writer.write(commands.frame(reply))
         finally:
             writer.close()
 

@@ -8,10 +8,9 @@ import asyncio
 
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.frames import FrameDecoder
-from broker.protocol.limits import max_frame_size
 from broker.service.remote_producer import RemoteSettings
 from broker.websocket.pattern import WATCHER_ID, PatternTopics
+from tests.scripted_broker import commands_from
 
 T = pb.BaseCommand.Type
 NS = "persistent://public/default"
@@ -24,18 +23,14 @@ async def test_pushes_and_a_lost_watcher() -> None:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
-        decoder = FrameDecoder(max_frame_size(5 * 1024 * 1024))
         try:
-            while data := await reader.read(65536):
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    cmd = frame.command
-                    if cmd.type == T.CONNECT:
-                        writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
-                    elif cmd.type == T.WATCH_TOPIC_LIST:
-                        w = cmd.watchTopicList
-                        assert (w.namespace, w.topics_pattern) == ("public/default", f"{NS}/p-.*")
-                        writer.write(commands.watch_topic_list_success(w.request_id, w.watcher_id, lists.pop(0), "h"))
+            async for cmd in commands_from(reader):
+                if cmd.type == T.CONNECT:
+                    writer.write(commands.connected("scripted", 20, 5 * 1024 * 1024))
+                elif cmd.type == T.WATCH_TOPIC_LIST:
+                    w = cmd.watchTopicList
+                    assert (w.namespace, w.topics_pattern) == ("public/default", f"{NS}/p-.*")
+                    writer.write(commands.watch_topic_list_success(w.request_id, w.watcher_id, lists.pop(0), "h"))
         finally:
             writer.close()
 
