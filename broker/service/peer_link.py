@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -335,6 +336,35 @@ class PeerConnection:
             await close_writer(writer)
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Where a LOOKUP ended: the owner's URL, the connection that said so, and whether to reach the owner through it
+    (a proxy's answer)."""
+
+    url: str
+    answered_by: PeerConnection
+    proxy_through: bool
+
+
+async def look_up(topic: str, url: str, connection_to: Callable[[str], Awaitable[PeerConnection]],
+                  tls: bool) -> Owner:
+    """The owner of ``topic``: LOOKUP asked of ``url``'s broker, then of each broker a Redirect names (at most
+    MAX_LOOKUP_HOPS), over the connections ``connection_to`` gives; LinkError when refused."""
+    authoritative = False
+    for _ in range(MAX_LOOKUP_HOPS):
+        connection = await connection_to(url)
+        cmd = pb.BaseCommand(type=T.LOOKUP)
+        cmd.lookupTopic.topic, cmd.lookupTopic.authoritative = topic, authoritative
+        r = (await connection.request(cmd, cmd.lookupTopic)).lookupTopicResponse
+        if r.response == pb.CommandLookupTopicResponse.Failed:
+            raise LinkError(f"{pb.ServerError.Name(r.error)}: {r.message}", r.error)
+        target = (r.brokerServiceUrlTls if tls else r.brokerServiceUrl) or url
+        if r.response == pb.CommandLookupTopicResponse.Connect:
+            return Owner(target, connection, r.proxy_through_service_url)
+        url, authoritative = target, r.authoritative  # a redirect: ask the broker it names
+    raise LinkError(f"lookup of {topic} redirected more than {MAX_LOOKUP_HOPS} times")
+
+
 class BrokerLink:
     """The connection to the broker owning ``topic``, found from ``settings.url`` (see the module docstring).
 
@@ -377,24 +407,17 @@ class BrokerLink:
     async def open(self) -> None:
         """Connect to the topic's owner: LOOKUP from the service URL (or the broker this link is connected to),
         following redirects; LinkError when refused."""
-        connection, authoritative = self._connection, False
-        url = connection.url if connection is not None and not connection.ended else self.settings.url
-        for _ in range(MAX_LOOKUP_HOPS):
-            if connection is None or connection.ended or connection.url != url:
-                connection = await self._connect(url)
-            cmd = pb.BaseCommand(type=T.LOOKUP)
-            cmd.lookupTopic.topic, cmd.lookupTopic.authoritative = self.topic, authoritative
-            r = (await connection.request(cmd, cmd.lookupTopic)).lookupTopicResponse
-            if r.response == pb.CommandLookupTopicResponse.Failed:
-                raise LinkError(f"{pb.ServerError.Name(r.error)}: {r.message}", r.error)
-            tls = self.settings.ssl_context is not None
-            owner = (r.brokerServiceUrlTls if tls else r.brokerServiceUrl) or url
-            if r.response == pb.CommandLookupTopicResponse.Connect:
-                if not r.proxy_through_service_url and _first_address(owner) != connection.address:
-                    await self._connect(owner)
-                return
-            url, authoritative = owner, r.authoritative  # a redirect: ask the broker it names
-        raise LinkError(f"lookup of {self.topic} redirected more than {MAX_LOOKUP_HOPS} times")
+        async def connection_to(url: str) -> PeerConnection:
+            current = self._connection
+            if current is not None and not current.ended and current.url == url:
+                return current
+            return await self._connect(url)
+
+        current = self._connection
+        start = current.url if current is not None and not current.ended else self.settings.url
+        owner = await look_up(self.topic, start, connection_to, self.settings.ssl_context is not None)
+        if not owner.proxy_through and _first_address(owner.url) != owner.answered_by.address:
+            await self._connect(owner.url)
 
     async def _connect(self, url: str) -> PeerConnection:
         await self._disconnect()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.auth.tls import client_context
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.service.peer_link import MAX_LOOKUP_HOPS, LinkError, PeerConnection, RemoteError
+from broker.service.peer_link import LinkError, PeerConnection, RemoteError, look_up
 from broker.service.remote_producer import broker_client_credentials
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.transactions.model import TxnID
@@ -121,21 +121,10 @@ class TxnBufferClient:
 
     async def _lookup(self, topic: str) -> str:
         """The owner's URL, through LOOKUPs from this broker's own URL (Redirects followed)."""
-        url, authoritative = self.own_url, False
-        for _ in range(MAX_LOOKUP_HOPS):
-            cmd = pb.BaseCommand(type=T.LOOKUP)
-            cmd.lookupTopic.topic, cmd.lookupTopic.authoritative = topic, authoritative
-            try:
-                r = (await (await self._link(url)).request(cmd, cmd.lookupTopic)).lookupTopicResponse
-            except LinkError as exc:
-                raise TxnBufferClientError(f"lookup of {topic}: {exc}") from None
-            if r.response == pb.CommandLookupTopicResponse.Failed:
-                raise TxnBufferClientError(f"lookup of {topic}: {pb.ServerError.Name(r.error)}: {r.message}")
-            target = (r.brokerServiceUrlTls if self._context is not None else r.brokerServiceUrl) or url
-            if r.response == pb.CommandLookupTopicResponse.Connect:
-                return target
-            url, authoritative = target, r.authoritative
-        raise TxnBufferClientError(f"lookup of {topic} redirected more than {MAX_LOOKUP_HOPS} times")
+        try:
+            return (await look_up(topic, self.own_url, self._link, self._context is not None)).url
+        except LinkError as exc:
+            raise TxnBufferClientError(f"lookup of {topic}: {exc}") from None
 
     async def _link(self, url: str) -> PeerConnection:
         link = self._links.get(url)
