@@ -70,7 +70,7 @@ class ConsumerSession:
         self.pull_mode = self.options.pull_mode if reader is None else False
         self._queue: collections.deque[Delivered] = collections.deque()
         self._taken = 0  # messages that left the queue since the last FLOW
-        self.gate = gate if gate is not None else Gate(self.queue_size, self.pull_mode)
+        self.gate = gate if gate is not None else Gate.of(options, reader)
         self.gate.sessions.append(self)
         self._batches: dict[tuple[int, int], set[int]] = {}  # a batch entry -> its indexes not yet acknowledged
         self._unacked: dict[tuple[int, int], float] = {}  # ack timeout: entry -> when it was delivered
@@ -361,6 +361,14 @@ class Gate:
         self.sessions: list[ConsumerSession] = []
         self._next = 0  # (the session pumped first next time: each in turn)
         self.owners: dict[tuple[int, int, int], ConsumerSession] | None = None
+
+    @classmethod
+    def of(cls, options: ConsumerOptions | None, reader: ReaderOptions | None) -> Gate:
+        """The gate of a consumer's (or a reader's) WebSocket: its receiver queue, its pull mode."""
+        if reader is not None:
+            return cls(max(reader.receiver_queue_size, 1), False)  # (a queue of 0: one message at a time)
+        options = options or ConsumerOptions(subscription_type="Exclusive", durable=False)
+        return cls(max(options.receiver_queue_size, 1), options.pull_mode)
 
     def may_deliver(self) -> bool:
         return self.outstanding < 0 if self.pull_mode else self.outstanding < self.limit

@@ -231,14 +231,11 @@ class WebSocketService:
             for link in links:
                 await link.close()
             raise
-        sessions: list[ConsumerSession] = []
-        for link, topic_name in zip(links, names, strict=True):
-            sessions.append(ConsumerSession(link, topic_name, subscription, options, reader, outbox.put, self._link,
-                                            gate=sessions[0].gate if sessions else None))
+        gate = Gate.of(options, reader)
         if len(topics) > 1:  # (message ids do not name their topic: each is remembered with its session)
-            sessions[0].gate.owners = {}
-        for session in sessions:
-            session.link.on_command = _consumer_commands(session)
+            gate.owners = {}
+        sessions = [self._consumer_session(n, subscription, options, reader, outbox, gate, link)
+                    for link, n in zip(links, names, strict=True)]
 
         async def start_all() -> None:
             for session in sessions:
@@ -250,7 +247,6 @@ class WebSocketService:
             for link in links:
                 await link.close()
             raise _http_error(500, f"Failed to create reader: {exc}") from None
-        gate = sessions[0].gate
         consumers = Consumers(sessions, outbox.put, gate)  # (the same list: sessions added later are in both)
         growth = Growth(f"websocket {what} {names[0]}")
         initial = [(s.link, s.restart) for s in sessions]
@@ -280,7 +276,7 @@ class WebSocketService:
         except re.error as exc:
             raise _http_error(400, f"Invalid query params: {exc}") from None
         outbox = Outbox()
-        gate = Gate(max(options.receiver_queue_size, 1), options.pull_mode)
+        gate = Gate.of(options, None)
         gate.owners = {}  # (message ids do not name their topic)
         watch = PatternTopics(self._settings(), topic.namespace, pattern)
         try:
@@ -336,10 +332,11 @@ class WebSocketService:
                            on_open=growth.runs(follow))
 
     def _consumer_session(self, name: str, subscription: str, options: ConsumerOptions | None,
-                          reader: ReaderOptions | None, outbox: Outbox, gate: Gate) -> ConsumerSession:
-        """A consumer or reader session made while its WebSocket runs (a pattern's topic, a partition added), on a
-        link of its own (not open yet)."""
-        link = self._link(name)
+                          reader: ReaderOptions | None, outbox: Outbox, gate: Gate,
+                          link: BrokerLink | None = None) -> ConsumerSession:
+        """A consumer or reader session of a WebSocket, on ``link`` or, by default, a link of its own (not open
+        yet)."""
+        link = link if link is not None else self._link(name)
         session = ConsumerSession(link, name, subscription, options, reader, outbox.put, self._link, gate=gate)
         link.on_command = _consumer_commands(session)
         return session
