@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-newer-python test-deps console-deps cluster-deps pulsar-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps go-load
+.PHONY: run test test-newer-python test-deps console-deps cluster-deps pulsar-deps offload-deps cluster-up cluster-down lint typecheck unit proto bench clean compat compat-deps go-load
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m broker standalone $(ARGS)
 
-test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps go-load
+test: $(STAMP) test-deps console-deps cluster-deps pulsar-deps offload-deps go-load
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -31,7 +31,7 @@ NEWER_PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 \
 NEWER_VENV := .venv-newer
 NEWER_TESTS ?= tests
 
-test-newer-python: test-deps console-deps cluster-deps pulsar-deps go-load
+test-newer-python: test-deps console-deps cluster-deps pulsar-deps offload-deps go-load
 	@if [ -z "$(NEWER_PYTHON)" ]; then \
 	  echo "test-newer-python: no Python 3.12 or later here: skipped"; [ "$$CI" != true ]; \
 	else $(MAKE) --no-print-directory $(NEWER_VENV)/.installed VENV=$(NEWER_VENV) PYTHON=$(NEWER_PYTHON) && \
@@ -107,6 +107,24 @@ $(PULSAR_STAMP): bench/pulsar/pom.xml
 	then touch $(PULSAR_STAMP); \
 	elif [ "$$CI" = true ]; then echo "pulsar-deps: cannot fetch Apache Pulsar (needs java, mvn and Maven Central)" >&2; exit 1; \
 	else echo "pulsar-deps: cannot fetch Apache Pulsar (needs java, mvn and Maven Central); it is left out of the bench"; fi
+
+# Hadoop's own MapFile/SequenceFile code (the shaded hadoop-client-api + hadoop-client-runtime 3.4.0, ~50 MB, from
+# Maven Central into $(HADOOP_LIB), ignored by git; ~/.m2 caches the downloads): tests/offload/java/MapFileCheck.java
+# writes and reads MapFiles with it as Pulsar's `filesystem` offloader does, to check ours both ways (file:///, no
+# native libraries and no HADOOP_HOME needed). Idempotent; without java and mvn it says why and those tests skip,
+# except under CI=true, where it fails.
+HADOOP_LIB := .deps/hadoop/lib
+HADOOP_STAMP := .deps/hadoop/.installed
+
+offload-deps: $(HADOOP_STAMP)
+
+$(HADOOP_STAMP): tests/offload/java/pom.xml
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(HADOOP_LIB) && (cd tests/offload/java && \
+	    mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=../../../$(HADOOP_LIB)); \
+	then touch $(HADOOP_STAMP); \
+	elif [ "$$CI" = true ]; then echo "offload-deps: cannot fetch Hadoop (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "offload-deps: cannot fetch Hadoop (needs java, mvn and Maven Central); the MapFile cross-checks will be skipped"; fi
 
 # ZooKeeper + $(BOOKIES) bookies + $(BROKERS) brokers (cluster mode: they share the bundles) on free 127.0.0.1 ports;
 # .cluster/cluster.json says what runs where.

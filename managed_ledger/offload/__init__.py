@@ -1,0 +1,1 @@
+"""Tiered storage: closed ledgers copied to another store (an offloader) in Apache Pulsar's formats."""

@@ -1,0 +1,163 @@
+"""The ``filesystem`` offloader: a closed ledger copied to a directory tree, as Apache Pulsar 4.0's
+FileSystemManagedLedgerOffloader stores it (so either can read what the other wrote, given the same base path).
+
+Each ledger is a Hadoop MapFile (``mapfile``) at ``<base>/<managed ledger name>/<ledger id>-<uuid>``: key -1 holds
+the ledger's metadata (BookKeeper's LedgerMetadataFormat protobuf: ``ledger_metadata``), keys 0 to the last entry id
+each entry's bytes as stored (the Pulsar entry: magic 0x0e01, checksum, metadata, payload). Pulsar's shipped profile
+(conf/filesystem_offload_core_site.xml) writes BLOCK-compressed files of 1,000,000-byte blocks; any of the three
+kinds is read.
+
+Unlike Pulsar's, a copy is written under a temporary name, flushed to the disk, and renamed into place: a crash
+mid-copy leaves no directory a reader could take for a whole ledger (the temporary one is removed when the same
+ledger is offloaded again, or deleted).
+
+Blocking file I/O throughout: the managed ledger runs these calls in its pool.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
+from managed_ledger.offload.mapfile import (
+    DEFAULT_BLOCK_SIZE,
+    INDEX_INTERVAL,
+    Compression,
+    MapFileError,
+    MapFileReader,
+    MapFileWriter,
+)
+
+DRIVER_NAME = "filesystem"
+METADATA_KEY = -1
+TEMPORARY_SUFFIX = ".offloading"
+
+
+class OffloadedLedgerError(Exception):
+    """An offloaded copy that is missing, unreadable, or not the ledger asked for."""
+
+
+@dataclass(frozen=True)
+class FileSystemOffloader:
+    """Offloads to (and reads from) ``base``, as Pulsar's filesystem offloader with ``hadoop.tmp.dir`` = ``base``."""
+
+    base: Path
+    compression: Compression = Compression.BLOCK
+    block_size: int = DEFAULT_BLOCK_SIZE
+    index_interval: int = INDEX_INTERVAL
+
+    driver_name = DRIVER_NAME
+
+    def driver_metadata(self) -> dict[str, str]:
+        """What the managed ledger's OffloadContext records of this offloader (Pulsar's: the base path)."""
+        return {"storageBasePath": str(self.base)}
+
+    def ledger_path(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> Path:
+        return self.base / managed_ledger / f"{ledger_id}-{uuid}"
+
+    def offload(self, managed_ledger: str, ledger_id: int, uuid: UUID, metadata: OffloadedLedgerMetadata,
+                entries: Iterable[bytes]) -> None:
+        """Copy a closed ledger: ``entries`` are its entries 0 to ``metadata.last_entry_id``, in order."""
+        final = self.ledger_path(managed_ledger, ledger_id, uuid)
+        temporary = final.with_name(final.name + TEMPORARY_SUFFIX)
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.parent.mkdir(parents=True, exist_ok=True)
+        writer = MapFileWriter(temporary, self.compression, self.block_size, self.index_interval)
+        try:
+            writer.append(METADATA_KEY, metadata.serialize())
+            count = 0
+            for entry_id, data in enumerate(entries):
+                writer.append(entry_id, data)
+                count += 1
+            writer.close()
+            if count != metadata.last_entry_id + 1:
+                raise OffloadedLedgerError(f"ledger {ledger_id}: {count} entries read of {metadata.last_entry_id + 1}")
+            for name in (temporary / "data", temporary / "index"):
+                _fsync(name)
+            _fsync_dir(temporary)
+            os.replace(temporary, final)
+            _fsync_dir(final.parent)
+        except BaseException:
+            writer.close_quietly()
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+
+    def open(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> OffloadedLedger:
+        path = self.ledger_path(managed_ledger, ledger_id, uuid)
+        try:
+            reader = MapFileReader(path)
+        except FileNotFoundError:
+            raise OffloadedLedgerError(f"ledger {ledger_id}: no offloaded copy at {path}") from None
+        except (MapFileError, OSError) as exc:
+            raise OffloadedLedgerError(f"ledger {ledger_id}: {exc}") from None
+        try:
+            raw = reader.get(METADATA_KEY)
+            if raw is None:
+                raise OffloadedLedgerError(f"ledger {ledger_id}: the offloaded copy at {path} has no metadata")
+            return OffloadedLedger(ledger_id, OffloadedLedgerMetadata.parse(raw), reader)
+        except (MapFileError, LedgerMetadataError, OSError) as exc:
+            reader.close()
+            raise OffloadedLedgerError(f"ledger {ledger_id}: {exc}") from None
+        except BaseException:
+            reader.close()
+            raise
+
+    def delete(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> None:
+        """Remove the copy (and what an interrupted copy left); nothing there is no error."""
+        final = self.ledger_path(managed_ledger, ledger_id, uuid)
+        for path in (final, final.with_name(final.name + TEMPORARY_SUFFIX)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class OffloadedLedger:
+    """One offloaded ledger, open for reads (``read``)."""
+
+    def __init__(self, ledger_id: int, metadata: OffloadedLedgerMetadata, reader: MapFileReader) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self._reader = reader
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.metadata.last_entry_id
+
+    def read(self, first: int, last: int) -> list[bytes]:
+        """Entries ``first`` to ``last`` (inclusive), as Pulsar's read handle refuses a range outside the ledger."""
+        if first < 0 or first > last or last > self.last_entry_id:
+            raise OffloadedLedgerError(f"ledger {self.ledger_id}: entries {first}..{last} are not in 0.."
+                                       f"{self.last_entry_id}")
+        out: list[bytes] = []
+        try:
+            for key, value in self._entries_from(first):
+                if key != first + len(out):
+                    raise OffloadedLedgerError(f"ledger {self.ledger_id}: entry {first + len(out)} missing "
+                                               f"(found {key})")
+                out.append(value)
+                if key == last:
+                    return out
+        except (MapFileError, OSError) as exc:
+            raise OffloadedLedgerError(f"ledger {self.ledger_id}: {exc}") from None
+        raise OffloadedLedgerError(f"ledger {self.ledger_id}: entries from {first + len(out)} missing")
+
+    def _entries_from(self, first: int) -> Iterator[tuple[int, bytes]]:
+        return self._reader.from_key(first)
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    _fsync(path)
