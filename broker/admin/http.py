@@ -52,6 +52,7 @@ from broker.admin.metrics import make_registry
 from broker.admin.namespace_metadata import NamespaceMetadataResource
 from broker.admin.namespace_ops import NamespaceOperationsResource
 from broker.admin.namespaces import NamespacesResource
+from broker.admin.offload import OffloadResource
 from broker.admin.otel import OpenTelemetryExport
 from broker.admin.peers import PeerAdmin, path_segment
 from broker.admin.permissions import PermissionsResource
@@ -142,6 +143,8 @@ class WebService:
         self.console = ConsoleResource(self)
         self.console.register(r, ctx.config.webConsoleEnabled)  # (before the namespace routes)
         LoadPoliciesResource(self).register(r)
+        self.offload = OffloadResource(self)
+        self.offload.register(r)
         self.namespaces.register(r)
         self.namespace_ops = NamespaceOperationsResource(self)
         self.namespace_ops.register(r)
@@ -153,6 +156,7 @@ class WebService:
         PermissionsResource(self).register(r)
         self.schemas.register(r)
         self.topic_policies.register(r)  # (before the topic routes: more specific paths)
+        self.offload.register_topics(r)
         self.topics.register(r)
         self.topic_policies.register_last(r)
         self.namespace_ops.register_last(r)  # (DELETE .../{bundle}: after every DELETE .../{policy})

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from broker.metadata import offload_policies
 from broker.metadata import policy_table as T
 from broker.metadata.bundles import (
     FULL_LOWER,
@@ -168,7 +169,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
           lambda v: _per_cluster(v, LATENCY_STATS_SAMPLE_RATE, lambda n: check_java_int(n, LATENCY_STATS_SAMPLE_RATE)))
     for key in OFFLOAD_LONGS:
         check(key, lambda v, key=key: check_java_long(v, key), store=False)
-    check(OFFLOAD_POLICIES, parse_offload_policies, store=False)
+    check(OFFLOAD_POLICIES, offload_policies.parse)
     check(T.AUTO_TOPIC_CREATION.namespace_field, T.AUTO_TOPIC_CREATION.normalize)
     check(T.BACKLOG_QUOTAS.namespace_field, T.BACKLOG_QUOTAS.normalize)
     check(AUTH_POLICIES, parse_auth_policies)
@@ -196,33 +197,12 @@ def validate_policies(doc: Any) -> dict[str, Any]:
 CLUSTER_DISPATCH_RATE = "clusterDispatchRate"  # {cluster: DispatchRate} (the older name of topicDispatchRate)
 LATENCY_STATS_SAMPLE_RATE = "latency_stats_sample_rate"  # {cluster: int}
 OFFLOAD_LONGS = ("offload_threshold", "offload_threshold_in_seconds", "offload_deletion_lag_ms")
-OFFLOAD_POLICIES = "offload_policies"
-# OffloadPoliciesImpl's numbers (the rest are strings and a map).
-OFFLOAD_POLICY_INTS = (
-    "managedLedgerOffloadMaxThreads", "managedLedgerOffloadPrefetchRounds", "managedLedgerOffloadMaxBlockSizeInBytes",
-    "managedLedgerOffloadReadBufferSizeInBytes", "s3ManagedLedgerOffloadMaxBlockSizeInBytes",
-    "s3ManagedLedgerOffloadReadBufferSizeInBytes", "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
-    "gcsManagedLedgerOffloadReadBufferSizeInBytes",
-)
-OFFLOAD_POLICY_LONGS = ("managedLedgerOffloadThresholdInSeconds", "managedLedgerOffloadThresholdInBytes",
-                        "managedLedgerOffloadDeletionLagInMillis")
+OFFLOAD_POLICIES = offload_policies.NAMESPACE_FIELD
 
 
 def _per_cluster(body: Any, what: str, parse: Callable[[Any], Any]) -> dict[str, Any]:
     """A {cluster: value} map of Pulsar's Policies, each value validated."""
     return {cluster: parse(value) for cluster, value in check_object(body, what).items()}
-
-
-def parse_offload_policies(body: Any) -> dict[str, Any]:
-    """OffloadPolicies of a Policies body: its numbers must fit their Java types (null: not set)."""
-    doc = check_object(body, OFFLOAD_POLICIES)
-    for key in OFFLOAD_POLICY_INTS:
-        if doc.get(key) is not None:
-            check_java_int(doc[key], f"{OFFLOAD_POLICIES}.{key}")
-    for key in OFFLOAD_POLICY_LONGS:
-        if doc.get(key) is not None:
-            check_java_long(doc[key], f"{OFFLOAD_POLICIES}.{key}")
-    return doc
 
 
 def parse_bundles(body: Any) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from broker.service.broker_entry_metadata import EntryStamper
 from broker.service.compacted_view import CompactedView
 from broker.service.compaction import COMPACTION_CURSOR, COMPACTION_READER, Compactor
 from broker.service.deduplication import DEDUP_CURSOR, Deduplication
+from broker.service.offload import OffloadProcess
 from broker.service.producer import Producer
 from broker.service.rate_limits import DispatchRate, SubscribeRateLimiter
 from broker.service.replicated_subscriptions import ReplicatedSubscriptionsController
@@ -82,8 +83,8 @@ def is_reserved_subscription(name: str) -> bool:
 class PersistentTopic(AbstractTopic):
     __slots__ = ("_closing", "_dedup", "_deleting_subscriptions", "_replication_update", "backlog_quota_evictions",
                  "compacted_view", "compactor", "data_entries_added", "dedup", "dispatch_rate", "entry_metas",
-                 "entry_stamper", "fenced_unload", "ledger", "oldest_backlog_age_s", "replicated_subscriptions",
-                 "replicators", "subscribe_rate", "subscriptions", "txn_buffer")
+                 "entry_stamper", "fenced_unload", "ledger", "offload", "oldest_backlog_age_s",
+                 "replicated_subscriptions", "replicators", "subscribe_rate", "subscriptions", "txn_buffer")
 
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
         super().__init__(service, name)
@@ -93,6 +94,7 @@ class PersistentTopic(AbstractTopic):
         # Deduplication state snapshots (cursor "pulsar.dedup"), recovered when the topic loads.
         self.dedup = Deduplication(self)
         self.ledger = ledger
+        self.offload = OffloadProcess()  # (PUT / GET .../offload)
         # Transactional entries wait here until their transaction ends (recovered when it loads).
         self.txn_buffer = TransactionBuffer(ledger)
         self.subscriptions: dict[str, Subscription] = {}

@@ -115,6 +115,12 @@ FAILING = [
     ("POST", "/admin/v2/brokers/configuration/clusterName/other", None),
     ("POST", "/admin/v2/brokers/configuration/noSuchSetting/1", None),
     ("DELETE", "/admin/v2/brokers/configuration/brokerServicePort", None),
+    # offloading: no message id, a bad one, an unknown driver, a driver without its bucket, a threshold not a number
+    ("PUT", f"{BASE}/t/offload", None), ("PUT", f"{BASE}/t/offload", {"ledgerId": "x"}),
+    ("POST", f"/admin/v2/namespaces/{NS}/offloadPolicies", {"managedLedgerOffloadDriver": "nope"}),
+    ("POST", f"/admin/v2/namespaces/{NS}/offloadPolicies", {"managedLedgerOffloadDriver": "aws-s3"}),
+    ("POST", f"{BASE}/t/offloadPolicies", {"managedLedgerOffloadDriver": "google-cloud-storage"}),
+    ("PUT", f"/admin/v2/namespaces/{NS}/offloadThreshold", "abc"), ("GET", f"{BASE}/nosuch/offload", None),
 ]
 N = f"/admin/v2/namespaces/{NS}"
 _RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 100, "ratePeriodInSecond": 1,
@@ -157,6 +163,47 @@ TOPIC_POLICY_VALUES: dict[str, tuple[str, Any]] = {
     "inactiveTopicPolicies": ("POST", {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
                                        "maxInactiveDurationSeconds": 60, "deleteWhileInactive": False}),
 }
+
+def _offload_calls() -> list[tuple[str, str, Any, bool]]:
+    """Offloading's calls, each read the same path more than once: every call a path of its own (a query parameter
+    both ignore), as the answers are kept by path."""
+    t, old = f"{BASE}/t", "/admin/v2/namespaces/public/offload-old"
+    calls: list[tuple[str, str, Any]] = [
+        *(("GET", f"{N}/{p}", None) for p in (
+            "offloadThreshold", "offloadThresholdInSeconds", "offloadDeletionLagMs", "offloadPolicies")),
+        ("PUT", f"{N}/offloadThreshold", 1024), ("GET", f"{N}/offloadThreshold", None),
+        ("GET", f"{N}/offloadPolicies", None),
+        ("PUT", f"{N}/offloadThresholdInSeconds", 3600), ("GET", f"{N}/offloadThresholdInSeconds", None),
+        ("PUT", f"{N}/offloadDeletionLagMs", 60000), ("GET", f"{N}/offloadDeletionLagMs", None),
+        ("DELETE", f"{N}/offloadDeletionLagMs", None), ("GET", f"{N}/offloadDeletionLagMs", None),
+        ("GET", f"{N}/offloadPolicies", None),
+        ("GET", f"{t}/offloadPolicies", None), ("GET", f"{t}/offloadPolicies?applied=true", None),
+        ("POST", f"{N}/offloadPolicies", {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": "file:///tmp/o",
+                                          "managedLedgerOffloadThresholdInBytes": 10, "offloadersDirectory": None,
+                                          "managedLedgerExtraConfigurations": {"a": "b"}, "unknownField": 1}),
+        ("GET", f"{N}/offloadPolicies", None), ("GET", f"{N}/offloadThreshold", None),
+        ("GET", f"{N}/offloadThresholdInSeconds", None), ("GET", f"{N}/offloadDeletionLagMs", None),
+        ("POST", f"{t}/offloadPolicies", {"managedLedgerOffloadDriver": "aws-s3", "s3ManagedLedgerOffloadBucket": "b",
+                                          "s3ManagedLedgerOffloadRegion": "r",
+                                          "managedLedgerOffloadedReadPriority": "BOOKKEEPER_FIRST"}),
+        ("GET", f"{t}/offloadPolicies", None), ("GET", f"{t}/offloadPolicies?applied=true", None),
+        ("DELETE", f"{t}/offloadPolicies", None), ("GET", f"{t}/offloadPolicies", None),
+        ("DELETE", f"{N}/removeOffloadPolicies", None), ("GET", f"{N}/offloadPolicies", None),
+        ("GET", f"{N}/offloadThreshold", None),
+        ("GET", f"{t}/offload", None), ("PUT", f"{t}/offload", {"ledgerId": 1, "entryId": 0}),
+        ("GET", f"{t}/offload", None),
+        # a namespace made with the older fields: read from them, then moved into the policies by a setter
+        ("PUT", old, {"offload_threshold": 500, "offload_deletion_lag_ms": 7}),
+        ("GET", f"{old}/offloadThreshold", None), ("GET", f"{old}/offloadDeletionLagMs", None),
+        ("GET", f"{old}/offloadPolicies", None), ("PUT", f"{old}/offloadThresholdInSeconds", 5),
+        ("GET", f"{old}/offloadPolicies", None), ("GET", f"{old}/offloadThreshold", None),
+        ("DELETE", old, None),
+    ]
+    return [(m, f"{p}{'&' if '?' in p else '?'}step={i}", b, True) for i, (m, p, b) in enumerate(calls)]
+
+
+OFFLOAD_CALLS = _offload_calls()
+
 # Calls that succeed (after the failing ones, in this order): the same status and JSON shape, and where ``exact``, the
 # same body (a value set and read back, a version number).
 SUCCEEDING: list[tuple[str, str, Any, bool]] = [
@@ -244,6 +291,9 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("POST", f"/admin/v2/namespaces/{NS}/clearBacklog/s", None, True),  # (Pulsar: 500, see PULSAR_FAILS)
     ("POST", f"/admin/v2/namespaces/{NS}/unsubscribe/nosuch", None, True),
     ("GET", f"{BASE}/t/examinemessage?initialPosition=earliest&messagePosition=1", None, False),
+    # offload policies: a namespace's single values, its policies (defaults filled in, the single values moved in),
+    # a topic's own and the ones in force; a topic's offload run without an offloader, and its status
+    *OFFLOAD_CALLS,
     # a dynamic setting stored, listed, taken back
     ("POST", "/admin/v2/brokers/configuration/maxTopicsPerNamespace/500", None, True),
     ("GET", "/admin/v2/brokers/configuration/values", None, True),
@@ -279,9 +329,8 @@ DISPATCHER_KEYS = ("dispatcher", *(f"dispatcher.{k}" for k in (
 # for a name it has no GET for.
 NOT_HERE = {
     **{f"/admin/v2/namespaces/{NS}/{p}": "no tiered storage, entry filters or resource groups here" for p in (
-        "offloadPolicies", "entryFilters", "resourcegroup", "scanOffloadedLedgers")},
-    **{f"{BASE}/t/{p}": "no tiered storage, entry filters or shadow topics here" for p in (
-        "offloadPolicies", "entryFilters", "shadowTopics")},
+        "entryFilters", "resourcegroup", "scanOffloadedLedgers")},
+    **{f"{BASE}/t/{p}": "no entry filters or shadow topics here" for p in ("entryFilters", "shadowTopics")},
     "/admin/v2/resourcegroups": "no resource groups here",
     "/admin/v2/worker/cluster": "no functions worker here (Pulsar's, disabled: 409)",
 }
