@@ -474,6 +474,19 @@ class BrokerConfig:
     managedLedgerMaxSizePerLedgerMbytes: int = setting(2048, POSITIVE)
     managedLedgerMaxLedgerRolloverTimeMinutes: float = setting(240, AT_LEAST_0)
     managedLedgerMinLedgerRolloverTimeMinutes: float = setting(10, AT_LEAST_0)
+    # -- tiered storage (docs/features.md#offloading): Pulsar's keys. The driver: none (offload runs fail, as
+    # Pulsar's NullLedgerOffloader) or "filesystem" (managedLedgerStorage=file only): closed ledgers copied as Hadoop
+    # MapFiles under the base directory, Pulsar's filesystem offloader's layout. fileSystemURI: file:/// or empty
+    # (local files; Hadoop's other file systems are not there). fileSystemProfilePath: Pulsar's Hadoop profile
+    # (conf/filesystem_offload_core_site.xml): its hadoop.tmp.dir is the base directory (relative: to the broker's
+    # working directory), its io.seqfile.* and io.map.index.interval the files' compression, block size and index
+    # interval; without one, <dataDir>/offloaded and BLOCK compression (the shipped profile's). A ledger's local copy
+    # is deleted managedLedgerOffloadDeletionLagMs after its copy completed (negative: never), reads then go to the
+    # copy.
+    managedLedgerOffloadDriver: str = setting("", Rule(choices=("", "filesystem")))
+    fileSystemURI: str = ""
+    fileSystemProfilePath: str = ""
+    managedLedgerOffloadDeletionLagMs: int = 14_400_000
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).

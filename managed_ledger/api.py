@@ -80,6 +80,14 @@ class InvalidPositionError(ManagedLedgerError):
     """A position that makes no sense for this operation (e.g. mark-delete past the end)."""
 
 
+class NoOffloaderError(ManagedLedgerError):
+    """An offload asked of a managed ledger with no offloader (Pulsar's NullLedgerOffloader)."""
+
+
+class OffloadInProgressError(ManagedLedgerError):
+    """An offload asked while another one runs (Pulsar's OffloadInProgressException)."""
+
+
 # -- values -----------------------------------------------------------------------------------
 
 
@@ -155,6 +163,7 @@ class LedgerInfo(NamedTuple):
     size: int  # bytes of entry data
     created_at: float  # clock() seconds when the ledger was opened
     closed_at: float | None  # when it was rolled over; None for the current ledger
+    offloaded: bool = False  # a complete copy is in tiered storage (Pulsar's internal stats: offloaded)
 
 
 ReadCallback = Callable[[list[Entry], BaseException | None], None]

@@ -44,6 +44,7 @@ from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock, settled
+from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
@@ -118,8 +119,11 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         page_cache_reads: bool = False,
         migrate_names: Callable[[str], str] | None = None,
         fs: FileSystem | None = None,
+        offloader: FileSystemOffloader | None = None,
     ) -> None:
         super().__init__()
+        # Where closed ledgers are offloaded to, and read from once their local copy is deleted (None: nowhere).
+        self.offloader = offloader
         self._migrate_names = migrate_names
         self.root = str(root_dir)
         self.clock = clock

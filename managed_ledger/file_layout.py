@@ -37,6 +37,8 @@ from managed_ledger import cursor_store, segment
 from managed_ledger.api import ManagedLedgerError
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.fs import TMP_SUFFIX, FileHandle, FileSystem
+from managed_ledger.offload.state import OFFLOADS_FILE, LedgerOffload, OffloadStateError
+from managed_ledger.offload.state import decode as decode_offloads
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.segment import SegmentIndex
@@ -147,6 +149,7 @@ class RecoveredSegment:
 class Recovered:
     segments: list[RecoveredSegment] = field(default_factory=list)  # ledger id order
     cursors: dict[str, CursorRecord] = field(default_factory=dict)
+    offloads: list[LedgerOffload] = field(default_factory=list)  # (offload.state: the ledgers with a copy elsewhere)
 
 
 def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) -> Recovered:
@@ -167,6 +170,15 @@ def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) ->
             out.segments.append(recovered)
     if changed:
         fs.fsync_dir(directory)
+    offloads = join(directory, OFFLOADS_FILE)
+    if fs.exists(offloads):
+        try:
+            out.offloads = decode_offloads(fs.read_file(offloads))
+        except OffloadStateError as exc:
+            # (Written atomically: only a disk fault damages it. The local copies still there are read as usual;
+            # one deleted after its offload cannot be found without it.)
+            stats.add(corrupt_records_total=1)
+            log.error("offload state %s is damaged (%s): ledgers known only from it are lost", offloads, exc)
     cursors_dir = join(directory, CURSORS)
     if fs.exists(cursors_dir):
         for file in sorted(fs.listdir(cursors_dir)):

@@ -12,6 +12,11 @@ the last confirmed entry, and later adds fail at once with LedgerFencedError. Re
 the unconfirmed bytes off the segment files, start a new ledger - is tried right away and then
 on adds (at most every ``fault_retry_interval_s``), so the ledger heals when the fault clears;
 reopening it recovers too.
+
+Tiered storage (the factory's ``offloader``): ``offload_prefix`` copies closed ledgers to it, each ledger's record
+(managed_ledger/offload/state.py) kept in the ``offloads`` file beside the segments; ``delete_offloaded_locals``
+deletes the local copies of those offloaded long enough, whose reads then go to the copy (file_reads.OffloadedRun);
+trimming a ledger deletes its copy too. A ledger whose only copy is offloaded is known from its record alone.
 """
 
 from __future__ import annotations
@@ -21,27 +26,36 @@ import bisect
 import logging
 import operator
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from managed_ledger import cursor_base, cursor_store, segment
 from managed_ledger.api import (
     AddCallback,
     InitialPosition,
+    InvalidPositionError,
     LedgerClosedError,
+    LedgerInfo,
     ManagedLedgerConfig,
     ManagedLedgerError,
+    NoOffloaderError,
+    OffloadInProgressError,
     StorageUnavailableError,
 )
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.disk_space import NO_SPACE_ERRNOS, DiskSpaceGuard
 from managed_ledger.file_cursor import CursorPersistence, FileCursor
 from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
-from managed_ledger.file_reads import EntryReader
+from managed_ledger.file_reads import EntryReader, OffloadedRun, ReadJob, read_from_disk
 from managed_ledger.ledger_base import LedgerState
-from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.ledger_map import LedgerMap, LedgerMeta
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadedSource
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from managed_ledger.offload.state import OFFLOADS_FILE, LedgerOffload
+from managed_ledger.offload.state import encode as encode_offloads
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.segment import SegmentIndex
@@ -56,6 +70,7 @@ log = logging.getLogger(__name__)
 # A ledger's held adds (see _hold) while there are none: shared, never appended to (an empty deque is ~770 bytes).
 _OPEN = LedgerState.OPEN  # (per add: a module constant costs a tenth of the Enum member's look-up, ledger_base)
 _NOTHING_HELD: deque[tuple[list[bytes], AddCallback, float]] = deque()
+OFFLOAD_READ_ENTRIES = 1000  # entries read from a segment at a time while copying a ledger to its offloader
 
 
 def _nothing() -> None:
@@ -66,8 +81,9 @@ class FileManagedLedger(StoredManagedLedger):
     # (Its attributes and its bases' are more than an instance dict shares its keys for: slots save ~1.5 KB each.)
     __slots__ = ("_cursors_dir_made", "_dir", "_empty_on_disk", "_eviction_pending", "_factory", "_fenced", "_fs",
                  "_held", "_hold_timer", "_indexes", "_last_confirmed", "_last_recovery", "_loop",
-                 "_names_sync_queued", "_paths", "_persistence", "_reader", "_recovering", "_stored",
-                 "_unsynced_dirs", "_writer")
+                 "_names_sync_queued", "_offloaded_sources", "_offloading", "_offloads", "_paths", "_persistence",
+                 "_reader", "_recovering", "_stored", "_unsynced_dirs", "_writer", "last_offload_failure_ms",
+                 "last_offload_ledger_id", "last_offload_success_ms")
     _reader: EntryReader
 
     def __init__(
@@ -108,6 +124,13 @@ class FileManagedLedger(StoredManagedLedger):
         # subscription has none, so opening a new one makes one directory, not two). A recovered confirmed
         # cursor proves it; otherwise the first cursor write makes it if missing and syncs its name.
         self._cursors_dir_made = bool(recovered.cursors)
+        # Tiered storage: the ledgers with a copy elsewhere (offload.state), the open readers of those whose only
+        # copy that is, and whether an offload runs (one at a time, as Pulsar's offloadMutex).
+        self._offloads: dict[int, LedgerOffload] = {}
+        self._offloaded_sources: dict[int, OffloadedSource] = {}
+        self._offloading = False
+        # (Pulsar's topic stats lastOffload*: this instance's, 0 until then)
+        self.last_offload_ledger_id = self.last_offload_success_ms = self.last_offload_failure_ms = 0
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -116,22 +139,36 @@ class FileManagedLedger(StoredManagedLedger):
         """Rebuild the log shape and cursors from what the scan found (on the loop, no I/O)."""
         now = self._clock()
         segments = recovered.segments
-        last = None
-        for i, seg in enumerate(segments):
-            if seg.index.entries == 0:  # never took an entry: dropped (its file too, in _start)
-                self._empty_on_disk.append(seg.ledger_id)
-                continue
-            # A ledger was closed when the next one was created; the last one is closed now.
-            closed_at = segments[i + 1].created_at if i + 1 < len(segments) else now
-            self._map.add_stored_ledger(seg.ledger_id, seg.created_at, closed_at, seg.index.entries,
-                                        seg.index.data_size)
-            self._indexes[seg.ledger_id] = seg.index
-            last = seg
+        # A ledger was closed when the next one was created; the last one is closed now.
+        closed = {seg.ledger_id: segments[i + 1].created_at if i + 1 < len(segments) else now
+                  for i, seg in enumerate(segments)}
+        local = {seg.ledger_id: seg for seg in segments if seg.index.entries > 0}
+        # An offload record counts for a ledger still here, or for one whose only copy is the offloaded one; any
+        # other (its ledger trimmed, or its copy never completed and the ledger gone) is dropped.
+        self._offloads = {o.ledger_id: o for o in recovered.offloads
+                          if o.ledger_id in local or (o.complete and o.local_deleted)}
+        for o in self._offloads.values():  # (a crash after the record said so, before the segment went)
+            if o.local_deleted and o.ledger_id in local:
+                del local[o.ledger_id]
+        # Segments without entries, or whose ledger's local copy was deleted: removed (in _start).
+        self._empty_on_disk = [seg.ledger_id for seg in segments if seg.ledger_id not in local]
+        last: tuple[int, int] | None = None
+        for ledger_id in sorted({*local, *self._offloads}):
+            seg = local.get(ledger_id)
+            if seg is not None:
+                self._map.add_stored_ledger(ledger_id, seg.created_at, closed[ledger_id], seg.index.entries,
+                                            seg.index.data_size)
+                self._indexes[ledger_id] = seg.index
+                last = (ledger_id, seg.index.entries)
+            else:
+                o = self._offloads[ledger_id]
+                self._map.add_stored_ledger(ledger_id, o.closed_at, o.closed_at, o.entries, o.size)
+                last = (ledger_id, o.entries)
         # Like Pulsar, (re)opening a managed ledger always starts a new ledger.
         current = self._factory._new_ledger_id()
         self._map.open_ledger(current, now)
         self._indexes[current] = SegmentIndex()
-        self._last_confirmed = Position(last.ledger_id, last.index.entries - 1) if last else Position(current, -1)
+        self._last_confirmed = Position(last[0], last[1] - 1) if last else Position(current, -1)
         for name, record in recovered.cursors.items():
             changed = self._sanitize(name, record)
             self._stored[name] = record
@@ -234,20 +271,36 @@ class FileManagedLedger(StoredManagedLedger):
         return FileCursor(self, name, record, durable)
 
     def _entry_size(self, position: Position) -> int:
-        return self._indexes[position.ledger_id].entry_size(position.entry_id)
+        index = self._indexes.get(position.ledger_id)
+        if index is None:  # (only offloaded: its entries' sizes are not known here, their mean is)
+            meta = self._map.get(position.ledger_id)
+            return meta.size // meta.entries if meta is not None and meta.entries else 0
+        return index.entry_size(position.entry_id)
 
     def _run_within(self, ledger_id: int, first: int, count: int, max_bytes: int) -> tuple[int, int]:
-        offsets = self._indexes[ledger_id].offsets
+        index = self._indexes.get(ledger_id)
+        if index is None:
+            return super()._run_within(ledger_id, first, count, max_bytes)
+        offsets = index.offsets
         size = offsets[first + count] - offsets[first] - count * segment.RECORD_HEADER_SIZE
         if size <= max_bytes or count == 1:  # all of them (the run's size from the index at once)
             return count, size
         return super()._run_within(ledger_id, first, count, max_bytes)
 
     def _remove_ledgers(self, ledger_ids: list[int]) -> None:
+        gone = []
         for ledger_id in ledger_ids:
-            self._indexes.pop(ledger_id, None)
-            self._unlink_later(self._segment_path(ledger_id))
+            if self._indexes.pop(ledger_id, None) is not None:
+                self._unlink_later(self._segment_path(ledger_id))
             self._paths.pop(ledger_id, None)
+            offload = self._offloads.pop(ledger_id, None)
+            if offload is not None:
+                gone.append(offload)
+                source = self._offloaded_sources.pop(ledger_id, None)
+                if source is not None:
+                    source.close()
+        if gone:  # (Pulsar deletes a trimmed ledger's offloaded copy too, once its record no longer names it)
+            self._spawn_offload_work(self._forget_offloads(gone), "offloaded copies of trimmed ledgers")
 
     def _cursor_state_changed(self, name: str) -> None:
         self._persistence.changed(name)
@@ -323,13 +376,17 @@ class FileManagedLedger(StoredManagedLedger):
 
     # -- paths ----------------------------------------------------------------------------------
 
-    def _locate(self, ledger_id: int, first: int, count: int) -> tuple[str, list[tuple[int, int]]]:
-        """The segment of ``count`` consecutive entries of a ledger from entry ``first``, and their spans."""
-        starts = self._indexes[ledger_id].offsets[first : first + count + 1]
+    def _locate(self, ledger_id: int, first: int, count: int) -> ReadJob:
+        """Where ``count`` consecutive entries of a ledger from entry ``first`` are: their segment and spans, or
+        the offloaded copy when it is the ledger's only one."""
+        index = self._indexes.get(ledger_id)
+        if index is None and ledger_id in self._offloads:
+            return OffloadedRun(self._offloaded_source(ledger_id).read, first, first + count - 1)
+        starts = index.offsets[first : first + count + 1] if index is not None else []
         if len(starts) != count + 1 or first < 0:
             raise IndexError(f"entries {first}..{first + count - 1} of ledger {ledger_id} are not all indexed")
-        return self._segment_path(ledger_id), list(zip(starts[:-1], map(operator.sub, starts[1:], starts[:-1]),
-                                                       strict=True))
+        path = self._segment_path(ledger_id)
+        return path, starts[0], list(zip(starts[:-1], map(operator.sub, starts[1:], starts[:-1]), strict=True))
 
     def _following(self, position: Position, max_entries: int, max_bytes: int) -> list[Position]:
         """Up to ``max_entries`` positions after ``position`` in its ledger, within ``max_bytes`` of
@@ -660,6 +717,157 @@ class FileManagedLedger(StoredManagedLedger):
 
         await self._factory._run_on_writer(remove)
 
+    # -- tiered storage ------------------------------------------------------------------------
+
+    def ledgers_info(self) -> list[LedgerInfo]:
+        offloads = self._offloads
+        infos = self._map.infos()
+        if not offloads:
+            return infos
+        return [i._replace(offloaded=True) if (o := offloads.get(i.ledger_id)) is not None and o.complete else i
+                for i in infos]
+
+    @property
+    def offloaded_size(self) -> int:
+        """Bytes of the ledgers with a complete offloaded copy (Pulsar's getOffloadedSize)."""
+        return sum(o.size for o in self._offloads.values() if o.complete)
+
+    def _offloaded_source(self, ledger_id: int) -> OffloadedSource:
+        source = self._offloaded_sources.get(ledger_id)
+        if source is None:
+            offloader = self._factory.offloader
+            if offloader is None:
+                raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded and no offloader is "
+                                         "configured to read it (managedLedgerOffloadDriver)")
+            o = self._offloads[ledger_id]
+            source = self._offloaded_sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid)
+        return source
+
+    async def offload_prefix(self, up_to: Position) -> Position:
+        """Copy the closed ledgers before ``up_to``'s ledger that have entries and no complete copy yet, oldest
+        first, to the factory's offloader (Pulsar's asyncOffloadPrefix); the first position not offloaded. Each
+        ledger's record is kept before its copy starts (a crash leaves a record of an incomplete copy, whose files
+        are removed at the next try) and marked complete after. Raises ManagedLedgerError: no offloader, another
+        offload under way, a position that is no entry, a copy that failed (the ledgers before it stay offloaded)."""
+        self._check_open()
+        offloader = self._factory.offloader
+        if offloader is None:
+            raise NoOffloaderError("no offloader is configured (managedLedgerOffloadDriver)")
+        if self._offloading:
+            raise OffloadInProgressError("Offload operation already running")
+        current = self._map.current.ledger_id
+        if not (up_to == Position(current, 0) or self._map.is_entry(up_to)):
+            raise InvalidPositionError(f"Invalid position for offload: {up_to.ledger_id}:{up_to.entry_id}")
+        chosen = []
+        first_left: Position | None = None
+        for meta in self._map.closed():
+            if meta.ledger_id >= up_to.ledger_id:
+                first_left = Position(meta.ledger_id, 0)
+                break
+            o = self._offloads.get(meta.ledger_id)
+            if meta.entries > 0 and (o is None or not o.complete):
+                chosen.append(meta)
+        if first_left is None:
+            first_left = Position(current, 0)
+        self._offloading = True
+        try:
+            for meta in chosen:
+                self._check_open()  # (closed or deleted meanwhile: the rest is not copied)
+                try:
+                    await self._offload_one(offloader, meta)
+                except BaseException:
+                    self.last_offload_failure_ms = int(self._clock() * 1000)
+                    raise
+                self.last_offload_ledger_id = meta.ledger_id
+                self.last_offload_success_ms = int(self._clock() * 1000)
+        finally:
+            self._offloading = False
+        return first_left
+
+    async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
+        ledger_id, name = meta.ledger_id, self._name
+        stale = self._offloads.get(ledger_id)
+        closed_at = meta.closed_at if meta.closed_at is not None else meta.created_at
+        record = LedgerOffload(ledger_id, uuid.uuid4(), meta.entries, meta.size, closed_at, offloader.driver_name,
+                               offloader.driver_metadata())
+        self._offloads[ledger_id] = record
+        await self._save_offloads()
+        if stale is not None:  # (an earlier try's files, if any)
+            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, name, ledger_id, stale.uuid))
+        metadata = OffloadedLedgerMetadata.of_managed_ledger(name, meta.entries - 1, meta.size,
+                                                             int(meta.created_at * 1000))
+        path, first_offset, spans = cast("tuple[str, int, list[tuple[int, int]]]", self._locate(ledger_id, 0,
+                                                                                                 meta.entries))
+        fs, direct = self._fs, self._factory.direct_io
+
+        def copy() -> None:
+            def entries() -> Iterator[bytes]:
+                for i in range(0, len(spans), OFFLOAD_READ_ENTRIES):
+                    yield from read_from_disk(fs, [(path, first_offset, spans[i:i + OFFLOAD_READ_ENTRIES])],
+                                              direct)[0]
+            offloader.offload(name, ledger_id, record.uuid, metadata, entries())
+
+        await asyncio.wrap_future(self._factory.pool.submit(copy))
+        if self._offloads.get(ledger_id) is not record:  # (trimmed meanwhile: its copy is garbage)
+            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, name, ledger_id, record.uuid))
+            return
+        record.complete, record.completed_at_ms = True, int(self._clock() * 1000)
+        await self._save_offloads()
+
+    async def delete_offloaded_locals(self, lag_s: float) -> int:
+        """Delete the local copy of each ledger whose offloaded copy completed ``lag_s`` or more ago (Pulsar's
+        managedLedgerOffloadDeletionLagMs; negative: never); reads of it then go to the offloaded copy. The record
+        says so before the segment goes. The number deleted."""
+        if lag_s < 0 or self._state is not LedgerState.OPEN:
+            return 0
+        now_ms = self._clock() * 1000
+        due = [o for o in self._offloads.values() if o.complete and not o.local_deleted
+               and now_ms - o.completed_at_ms >= lag_s * 1000 and o.ledger_id in self._indexes
+               and o.ledger_id != self._map.current.ledger_id]
+        if not due:
+            return 0
+        for o in due:
+            o.local_deleted = True
+        await self._save_offloads()
+        for o in due:
+            if self._indexes.pop(o.ledger_id, None) is not None:
+                self._unlink_later(self._segment_path(o.ledger_id))
+            self._paths.pop(o.ledger_id, None)
+        return len(due)
+
+    async def _save_offloads(self) -> None:
+        data = encode_offloads(list(self._offloads.values()))
+        fs, path = self._fs, join(self._dir, OFFLOADS_FILE)
+
+        def write() -> None:
+            fs.replace_atomically(path, data, sync=True, sync_dir=False)
+
+        await self._factory._run_on_writer(write, self._dir)
+
+    async def _forget_offloads(self, gone: list[LedgerOffload]) -> None:
+        await self._save_offloads()
+        offloader = self._factory.offloader
+        if offloader is None:
+            log.warning("%s: no offloader configured: the offloaded copies of trimmed ledgers %s are left",
+                        self._name, [o.ledger_id for o in gone])
+            return
+        for o in gone:
+            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, self._name, o.ledger_id, o.uuid))
+
+    def _spawn_offload_work(self, work: Coroutine[Any, Any, None], what: str) -> None:
+        task = self._loop.create_task(work)
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and (exc := t.exception()) is not None:
+                log.warning("%s: %s: %s", self._name, what, exc)
+
+        task.add_done_callback(done)
+
+    def _close_offloaded_sources(self) -> None:
+        for source in self._offloaded_sources.values():
+            source.close()
+        self._offloaded_sources.clear()
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -685,6 +893,7 @@ class FileManagedLedger(StoredManagedLedger):
         self._writer.release(self)
         await self._writer.barrier()
         self._reader.forget_all()
+        self._close_offloaded_sources()
 
     async def delete(self) -> None:
         # A closed handle cannot delete (a newer handle may own the data by now): reopen it,
@@ -702,6 +911,13 @@ class FileManagedLedger(StoredManagedLedger):
             self._writer.release(self)
             await self._writer.barrier()
             self._reader.forget_all()
+            self._close_offloaded_sources()
+            offloader = self._factory.offloader
+            if offloader is not None:  # (Pulsar's delete truncates first: no offloaded copy is left behind)
+                for o in list(self._offloads.values()):
+                    await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, self._name, o.ledger_id,
+                                                                        o.uuid))
+            self._offloads.clear()
             await self._factory._remove_directory(self._name, self._dir)
         finally:
             self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)

@@ -28,7 +28,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import cast
+from typing import NamedTuple, cast
 
 from managed_ledger import segment
 from managed_ledger.api import EntryNotFoundError, ManagedLedgerError, ReadCallback
@@ -41,9 +41,21 @@ from managed_ledger.segment import CorruptEntryError
 from managed_ledger.stats import FileLedgerStats
 
 Span = tuple[int, int]  # (offset, record length) in a segment file
-ReadJob = tuple[str, int, list[Span]]  # (segment path, first offset, spans of consecutive records)
-# Where consecutive entries are: (ledger id, first entry id, count) -> (segment path, their spans).
-Locate = Callable[[int, int, int], tuple[str, list[Span]]]
+
+
+class OffloadedRun(NamedTuple):
+    """Consecutive entries of a ledger whose only copy is offloaded: ``read(first, last)`` reads them (blocking: on
+    the pool)."""
+
+    read: Callable[[int, int], list[bytes]]
+    first: int
+    last: int
+
+
+# (segment path, first offset, spans of consecutive records), or a run of an offloaded ledger
+ReadJob = tuple[str, int, list[Span]] | OffloadedRun
+# Where consecutive entries are: (ledger id, first entry id, count) -> their job.
+Locate = Callable[[int, int, int], ReadJob]
 # The stored positions after a position in its ledger, up to (entries, bytes), none unconfirmed.
 Following = Callable[[Position, int, int], list[Position]]
 
@@ -221,8 +233,7 @@ class EntryReader:
         ledger_id, first = positions[0]
         last_ledger, last = positions[-1]
         if last_ledger == ledger_id and last - first == n - 1:  # one run (a read and its read-ahead, mostly)
-            path, spans = locate(ledger_id, first, n)
-            return [(path, spans[0][0], spans)]
+            return [locate(ledger_id, first, n)]
         jobs: list[ReadJob] = []
         i = 0
         while i < n:
@@ -230,8 +241,7 @@ class EntryReader:
             j = i + 1
             while j < n and positions[j][0] == ledger_id and positions[j][1] == first + j - i:
                 j += 1
-            path, spans = locate(ledger_id, first, j - i)
-            jobs.append((path, spans[0][0], spans))
+            jobs.append(locate(ledger_id, first, j - i))
             i = j
         return jobs
 
@@ -240,7 +250,11 @@ def read_from_disk(fs: FileSystem, jobs: list[ReadJob], direct: bool = False) ->
     """Worker thread: one open per run of records, a pread per ~1 MB of it into its reusable buffer (segment.read_run);
     direct: with direct I/O (segments written with it are not in the page cache)."""
     out: list[list[bytes]] = []
-    for path, _, spans in jobs:
+    for job in jobs:
+        if isinstance(job, OffloadedRun):
+            out.append(job.read(job.first, job.last))
+            continue
+        path, _, spans = job
         try:
             handle = fs.open_read(path, direct=direct)
         except FileNotFoundError as exc:
@@ -257,7 +271,10 @@ def read_from_page_cache(fs: FileSystem, jobs: list[ReadJob]) -> list[list[bytes
     None (nothing waits for the disk; an error of any kind also gives None, for the worker path
     to meet it again and report it)."""
     out: list[list[bytes]] = []
-    for path, first_offset, spans in jobs:
+    for job in jobs:
+        if isinstance(job, OffloadedRun):
+            return None
+        path, first_offset, spans = job
         try:
             handle = fs.open_read(path)
         except OSError:

@@ -145,7 +145,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_storage_read_cache_misses_rate": (GAUGE, "Read operations per second that missed the cache"),
     "pulsar_storage_backlog_size": (GAUGE, "Estimated bytes not yet acknowledged by the slowest subscription"),
     "pulsar_publish_rate_limit_times": (GAUGE, "Times the publish rate limit held the topic's publishers"),
-    "pulsar_storage_offloaded_size": (GAUGE, "Bytes offloaded to tiered storage (none here: 0)"),
+    "pulsar_storage_offloaded_size": (GAUGE, "Bytes of the ledgers offloaded to tiered storage"),
     "pulsar_storage_backlog_quota_limit": (GAUGE, "Size backlog quota (bytes; -1 = none)"),
     "pulsar_storage_backlog_quota_limit_time": (GAUGE, "Time backlog quota (seconds; -1 = none)"),
     "pulsar_storage_backlog_age_seconds": (GAUGE, "Age of the oldest unacknowledged message (-1 = none)"),

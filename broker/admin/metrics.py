@@ -68,7 +68,7 @@ from broker.admin.metrics_topic import (
 )
 from broker.admin.monitoring_metrics import LocalLoad
 from broker.admin.scrape_stats import TopicCounters, topic_counters
-from broker.admin.stats import StatsSampler, consumer_stats, publisher_stats, replication_stats
+from broker.admin.stats import StatsSampler, consumer_stats, offloaded_size, publisher_stats, replication_stats
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service.backlog_quota import CHECK_DURATION_BUCKETS_S
@@ -206,7 +206,8 @@ class BrokerMetrics:
                 "pulsar_throughput_in": tc.throughput_in, "pulsar_throughput_out": tc.throughput_out,
                 "pulsar_average_msg_size": tc.average_msg_size, "pulsar_storage_size": tc.storage_size,
                 "pulsar_storage_logical_size": tc.storage_size, "pulsar_storage_backlog_size": tc.backlog_size,
-                "pulsar_publish_rate_limit_times": tc.rate_limited_times, "pulsar_storage_offloaded_size": 0,
+                "pulsar_publish_rate_limit_times": tc.rate_limited_times,
+                "pulsar_storage_offloaded_size": offloaded_size(topic),
                 "pulsar_in_bytes_total": tc.bytes_in, "pulsar_in_messages_total": tc.msg_in,
             }
             for name in ("pulsar_subscriptions_count", "pulsar_producers_count", "pulsar_consumers_count",

@@ -6,8 +6,9 @@ broker.metadata.offload_policies), a topic's own (``.../{topic}/offloadPolicies`
 in force: topic over namespace, field by field), and a topic's offload runs (``PUT .../offload`` with a message id:
 the closed ledgers before its ledger; ``GET .../offload``: the last run's status).
 
-No offloader is configured here yet: as Pulsar without one (its NullLedgerOffloader), a run fails at once and its
-status says so (broker/service/offload.py); the policies are kept and answered for the tools that set them.
+A run copies to the broker's offloader (broker/service/offload.py, managedLedgerOffloadDriver); without one, as
+Pulsar without one (its NullLedgerOffloader), it fails at once and its status says so. Of the policies, the deletion
+lag applies (docs/features.md#offloading).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from broker.admin.common import (
 )
 from broker.metadata import offload_policies as O
 from broker.metadata.policy_values import PolicyError, check_java_long
+from broker.service.offload import TOPIC_POLICIES_FIELD
 from managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
-TOPIC_FIELD = "offloadPolicies"
+TOPIC_FIELD = TOPIC_POLICIES_FIELD
 # The namespace's single values: path -> (the field in offload_policies, the older Policies field and its unset).
 SINGLE_VALUES = {
     "offloadThreshold": (O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1),
@@ -173,7 +175,7 @@ class OffloadResource:
         if topics.partitions(name) > 0:
             raise HttpError(404, f"Topic {name} not found")
         topic = await topics.stored_topic(name)
-        if not topic.offload.trigger(position):
+        if not topic.offload.trigger(topic.ledger, position):
             raise HttpError(409, "Offload already in progress")
         return no_content()
 

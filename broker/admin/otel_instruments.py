@@ -325,7 +325,7 @@ def _topic(out: Snapshot, ctx: AdminContext, sampler: StatsSampler, topic: AnyTo
     out["pulsar.broker.topic.storage.size"].append((tc.storage_size, a, t0))
     out["pulsar.broker.topic.storage.logical.size"].append((tc.storage_size, a, t0))
     out["pulsar.broker.topic.storage.backlog.size"].append((tc.backlog_size, a, t0))
-    out["pulsar.broker.topic.storage.offloaded.size"].append((0, a, t0))
+    out["pulsar.broker.topic.storage.offloaded.size"].append((int(getattr(ledger, "offloaded_size", 0)), a, t0))
     out["pulsar.broker.topic.storage.entry.outgoing.count"].append((topic.entries_added, a, t0))
     stats = ledger.add_stats
     out["pulsar.broker.topic.storage.entry.incoming.count"].append((stats.entries_read, a, t0))

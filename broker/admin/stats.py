@@ -368,6 +368,7 @@ def _topic_extras(topic: AnyTopic, subs: dict[str, dict[str, Any]], sampler: Sta
     """The TopicStats fields of Pulsar 4.0 beyond the rates, counters and parts above."""
     quotas = sampler.ctx.service.policies.get(topic.name, BACKLOG_QUOTAS)
     oldest = getattr(topic, "oldest_backlog_age_s", None)
+    ledger = getattr(topic, "ledger", None)  # (none for a non-persistent topic)
     ongoing, aborted, committed = txn_buffer_counts(topic)
     return {
         "systemTopicBytesInCounter": topic.bytes_in if is_system_topic(topic.full_name) else 0,
@@ -376,8 +377,10 @@ def _topic_extras(topic: AnyTopic, subs: dict[str, dict[str, Any]], sampler: Sta
         "backlogQuotaLimitSize": quotas[DESTINATION_STORAGE].limit_size,
         "backlogQuotaLimitTime": quotas[MESSAGE_AGE].limit_time,
         "oldestBacklogMessageAgeSeconds": int(oldest) if oldest is not None else -1,
-        # No tiered storage: nothing offloaded.
-        "lastOffloadLedgerId": 0, "lastOffloadSuccessTimeStamp": 0, "lastOffloadFailureTimeStamp": 0,
+        # (the managed ledger's, as Pulsar's: of this instance's offloads; 0 for a storage that cannot offload)
+        "lastOffloadLedgerId": getattr(ledger, "last_offload_ledger_id", 0),
+        "lastOffloadSuccessTimeStamp": getattr(ledger, "last_offload_success_ms", 0),
+        "lastOffloadFailureTimeStamp": getattr(ledger, "last_offload_failure_ms", 0),
         "ongoingTxnCount": ongoing, "abortedTxnCount": aborted, "committedTxnCount": committed,
         "delayedMessageIndexSizeInBytes": 0,
     }
@@ -464,6 +467,11 @@ def _live_parts(topic: NonPersistentTopic, sampler: StatsSampler) -> tuple[dict[
     return subs, 0, 0
 
 
+def offloaded_size(topic: AnyTopic) -> int:
+    """Bytes of the topic's ledgers with a complete offloaded copy (0 for a storage that cannot offload)."""
+    return int(getattr(getattr(topic, "ledger", None), "offloaded_size", 0))
+
+
 def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
     """Pulsar's TopicStats, or NonPersistentTopicStats (the same with zero storage and backlog,
     plus msgDropRate on the topic, its publishers and its subscriptions; only the subscriptions'
@@ -484,7 +492,7 @@ def topic_stats(topic: AnyTopic, sampler: StatsSampler) -> dict[str, Any]:
         "msgChunkPublished": False,
         "storageSize": storage_size,
         "backlogSize": backlog_size,
-        "offloadedStorageSize": 0,
+        "offloadedStorageSize": offloaded_size(topic),
         "earliestMsgPublishTimeInBacklogs": 0,
         "publishers": ([publisher_stats(p, sampler) for p in topic.producers.values()]
                        if sampler.ctx.config.exposePublisherStats else []),
@@ -684,7 +692,7 @@ def ledger_internal_stats(ledger: ManagedLedger, cursors: dict[str, dict[str, An
         "pendingAddEntriesCount": pending_adds,
         "lastConfirmedEntry": str(ledger.last_confirmed_entry),
         "state": "Closed" if ledger.is_closed else ("Fenced" if ledger.is_fenced else "LedgerOpened"),
-        "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": False,
+        "ledgers": [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size, "offloaded": i.offloaded,
                      "underReplicated": False} for i in infos],
         "cursors": cursors,
     }

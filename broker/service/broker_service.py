@@ -50,6 +50,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
+from broker.service.offload import offloader_of
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
@@ -278,6 +279,7 @@ class BrokerService:
         kind = cfg.managedLedgerStorage
         if kind not in ("file", "memory", "bookkeeper"):
             raise ValueError(f"managedLedgerStorage={kind!r}: expected 'file', 'memory' or 'bookkeeper'")
+        offloader = offloader_of(cfg, self.data_dir)  # (a bad offload setting fails the start, with the reason)
         if kind == "memory":
             return MemoryManagedLedgerFactory()
         if kind == "bookkeeper":
@@ -304,6 +306,7 @@ class BrokerService:
                 check_interval_s=cfg.managedLedgerDiskCheckIntervalMillis / 1000,
                 add_hold_s=cfg.managedLedgerDiskFullAddHoldSeconds),
             migrate_names=persistence_path_of_raw,  # (a data dir of a version that stored raw local names)
+            offloader=offloader,
         )
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:

@@ -1,21 +1,47 @@
 """A topic's offload runs, as Pulsar's PersistentTopic.triggerOffload / offloadStatus keep them: one at a time, and
 the last one's outcome (NOT_RUN until one was asked for; kept in memory only, so NOT_RUN again after the topic
-loads anew).
+loads anew). A run copies the closed ledgers before a position's ledger to the broker's offloader
+(``managedLedgerOffloadDriver``; the managed ledger's ``offload_prefix``). Without an offloader (Pulsar's
+NullLedgerOffloader) a run fails at once with Pulsar's words. An error's words name Pulsar's exception class, as its
+status does.
 
-No offloader is configured here yet (Pulsar's NullLedgerOffloader, its default when ``managedLedgerOffloadDriver``
-is not set): a run fails at once with Pulsar's words, and its status says ERROR.
+``offloader_of``: the offloader the broker's configuration names.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from typing import Any
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+from xml.etree import ElementTree
 
+from broker.metadata import offload_policies as O
+from managed_ledger.api import (
+    InvalidPositionError,
+    ManagedLedger,
+    NoOffloaderError,
+    OffloadInProgressError,
+)
+from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
 from managed_ledger.position import Position
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.service.broker_service import BrokerService
+    from broker.service.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+TOPIC_POLICIES_FIELD = "offloadPolicies"  # (TopicPolicies' field)
 
 # ManagedLedgerImpl.asyncOffloadPrefix's refusal without an offloader, as the status's lastError carries it (the
 # Java exception's class and message).
-NO_OFFLOADER = "org.apache.bookkeeper.mledger.ManagedLedgerException: [NullLedgerOffloader] does not support offload"
+ML_EXCEPTION = "org.apache.bookkeeper.mledger.ManagedLedgerException"
+NO_OFFLOADER = f"{ML_EXCEPTION}: [NullLedgerOffloader] does not support offload"
 
 
 class OffloadStatus(enum.Enum):
@@ -26,19 +52,52 @@ class OffloadStatus(enum.Enum):
 
 
 class OffloadProcess:
-    __slots__ = ("first_unoffloaded", "last_error", "status")
+    __slots__ = ("_task", "first_unoffloaded", "last_error", "status")
 
     def __init__(self) -> None:
         self.status = OffloadStatus.NOT_RUN
         self.last_error = ""
         self.first_unoffloaded: Position | None = None  # (after a SUCCESS)
+        self._task: asyncio.Task[None] | None = None
 
-    def trigger(self, up_to: Position) -> bool:
+    def trigger(self, ledger: ManagedLedger, up_to: Position) -> bool:
         """Offload the closed ledgers before ``up_to``'s; False while a run is under way (Pulsar: 409)."""
         if self.status is OffloadStatus.RUNNING:
             return False
-        self.status, self.last_error, self.first_unoffloaded = OffloadStatus.ERROR, NO_OFFLOADER, None
+        offload = getattr(ledger, "offload_prefix", None)
+        if offload is None:  # (a storage that cannot offload: none is configured for it, offloader_of says)
+            self._failed(NO_OFFLOADER)
+            return True
+        self.status, self.last_error, self.first_unoffloaded = OffloadStatus.RUNNING, "", None
+        self._task = asyncio.get_running_loop().create_task(self._run(offload(up_to)))
         return True
+
+    async def _run(self, run: Coroutine[Any, Any, Position]) -> None:
+        try:
+            first = await run
+        except NoOffloaderError:
+            self._failed(NO_OFFLOADER)
+        except InvalidPositionError as exc:
+            self._failed(f"{ML_EXCEPTION}$InvalidCursorPositionException: {exc}")
+        except OffloadInProgressError as exc:
+            self._failed(f"{ML_EXCEPTION}$OffloadInProgressException: {exc}")
+        except asyncio.CancelledError:
+            self._failed(f"{ML_EXCEPTION}: the offload was stopped (the topic closed)")
+            raise
+        except Exception as exc:  # (a failed copy: the disk, the offloader's store)
+            log.warning("offload failed: %s", exc)
+            self._failed(f"{ML_EXCEPTION}: {exc}")
+        else:
+            self.status, self.first_unoffloaded = OffloadStatus.SUCCESS, first
+
+    def _failed(self, error: str) -> None:
+        self.status, self.last_error, self.first_unoffloaded = OffloadStatus.ERROR, error, None
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def to_json(self) -> dict[str, Any]:
         """OffloadProcessStatusImpl's JSON: the first message not offloaded is MessageId.earliest (all -1) unless
@@ -48,3 +107,62 @@ class OffloadProcess:
         return {"status": self.status.value, "lastError": self.last_error,
                 "firstUnoffloadedMessage": {"ledgerId": ledger_id, "entryId": entry_id, "partitionIndex": -1,
                                             "batchSize": 0, "batchIndex": -1}}
+
+
+def offloader_of(config: BrokerConfig, data_dir: Path | None) -> FileSystemOffloader | None:
+    """The offloader the configuration names (None: none). Raises ValueError for one that cannot be used here."""
+    if not config.managedLedgerOffloadDriver:
+        return None
+    if config.managedLedgerStorage != "file" or data_dir is None:
+        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver} needs "
+                         "managedLedgerStorage=file and a dataDir (offloading from BookKeeper is not there yet)")
+    uri = urlparse(config.fileSystemURI)
+    if config.fileSystemURI and uri.scheme != "file":
+        raise ValueError(f"fileSystemURI={config.fileSystemURI!r}: only local files (file:///) are supported")
+    profile = _hadoop_profile(config.fileSystemProfilePath) if config.fileSystemProfilePath else {}
+    base = Path(profile["hadoop.tmp.dir"]) if "hadoop.tmp.dir" in profile else data_dir / "offloaded"
+    try:
+        compression = Compression(profile.get("io.seqfile.compression.type", "BLOCK" if not profile else "RECORD"))
+        block_size = int(profile.get("io.seqfile.compress.blocksize", DEFAULT_BLOCK_SIZE))
+        index_interval = int(profile.get("io.map.index.interval", INDEX_INTERVAL))
+    except ValueError as exc:
+        raise ValueError(f"fileSystemProfilePath={config.fileSystemProfilePath}: {exc}") from None
+    if block_size <= 0 or index_interval <= 0:
+        raise ValueError(f"fileSystemProfilePath={config.fileSystemProfilePath}: sizes must be positive")
+    return FileSystemOffloader(base.absolute(), compression, block_size, index_interval)
+
+
+def _hadoop_profile(path: str) -> dict[str, str]:
+    """A Hadoop configuration file's properties (<configuration><property><name/><value/></property>...)."""
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError) as exc:
+        raise ValueError(f"fileSystemProfilePath={path}: {exc}") from None
+    out = {}
+    for prop in root.iter("property"):
+        name, value = prop.findtext("name"), prop.findtext("value")
+        if name is not None and value is not None:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def deletion_lag_s(service: BrokerService, topic: PersistentTopic) -> float:
+    """How long after its copy completed a ledger's local copy is kept (negative: for ever): the topic's offload
+    policies, else its namespace's (the older field too), else the broker's managedLedgerOffloadDeletionLagMs."""
+    metadata, namespace = service.metadata, topic.name.namespace
+    levels = [metadata.policy(namespace, O.NAMESPACE_FIELD)]
+    if service.config.topicLevelPoliciesEnabled:
+        levels.insert(0, metadata.topic_policy(topic.name.base.full, TOPIC_POLICIES_FIELD))
+    for level in levels:
+        if level is not None and level.get(O.DELETION_LAG) is not None:
+            return float(level[O.DELETION_LAG]) / 1000
+    old = metadata.policy(namespace, O.OLD_DELETION_LAG)
+    return float(old if old is not None else service.config.managedLedgerOffloadDeletionLagMs) / 1000
+
+
+async def delete_offloaded_locals(service: BrokerService, topic: PersistentTopic) -> None:
+    """The local copies of the topic's offloaded ledgers whose deletion lag has passed, deleted (a storage that
+    cannot offload has none)."""
+    delete = getattr(topic.ledger, "delete_offloaded_locals", None)
+    if delete is not None:
+        await delete(deletion_lag_s(service, topic))

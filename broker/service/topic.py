@@ -454,6 +454,7 @@ class PersistentTopic(AbstractTopic):
         if self.replicated_subscriptions is not None:
             self.replicated_subscriptions.close()
         await self.compactor.close()
+        await self.offload.close()
         await self.dedup.close()
         self.txn_buffer.snapshot_idle()
         await self.txn_buffer.close()

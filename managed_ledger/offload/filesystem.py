@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,3 +162,32 @@ def _fsync(path: Path) -> None:
 
 def _fsync_dir(path: Path) -> None:
     _fsync(path)
+
+
+class OffloadedSource:
+    """Reads of one offloaded ledger from the managed ledger's pool threads: opened at the first read, one read at a
+    time (a MapFile reader seeks)."""
+
+    def __init__(self, offloader: FileSystemOffloader, managed_ledger: str, ledger_id: int, uuid: UUID) -> None:
+        self._offloader = offloader
+        self._managed_ledger = managed_ledger
+        self._ledger_id = ledger_id
+        self._uuid = uuid
+        self._lock = threading.Lock()
+        self._ledger: OffloadedLedger | None = None
+        self._closed = False
+
+    def read(self, first: int, last: int) -> list[bytes]:
+        with self._lock:
+            if self._closed:
+                raise OffloadedLedgerError(f"ledger {self._ledger_id}: its offloaded copy is closed")
+            if self._ledger is None:
+                self._ledger = self._offloader.open(self._managed_ledger, self._ledger_id, self._uuid)
+            return self._ledger.read(first, last)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._ledger is not None:
+                self._ledger.close()
+                self._ledger = None

@@ -1,0 +1,84 @@
+"""What a managed ledger keeps of its ledgers' offloaded copies: per ledger, Pulsar's OffloadContext (the copy's uuid,
+whether the copy is complete, whether the local copy is deleted, when the copy completed, the offloader's name and
+properties), in Pulsar's format: a ManagedLedgerInfo protobuf (MLDataFormats.proto) whose LedgerInfo entries are the
+ledgers with an offload context, each with its entry count, size and close time.
+
+A file ledger keeps it in the file ``offloads`` of its directory (replaced atomically); the ledger list is otherwise
+the segment files', so a ledger whose local copy is deleted is known from here alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from google.protobuf.message import DecodeError
+
+from managed_ledger.bookkeeper.ml_data_formats_pb2 import ManagedLedgerInfo
+
+OFFLOADS_FILE = "offloads"
+_MASK64 = (1 << 64) - 1
+
+
+class OffloadStateError(ValueError):
+    pass
+
+
+@dataclass
+class LedgerOffload:
+    ledger_id: int
+    uuid: UUID
+    entries: int
+    size: int
+    closed_at: float  # seconds (the ledger's close: its LedgerInfo timestamp)
+    driver: str
+    driver_properties: dict[str, str] = field(default_factory=dict)
+    complete: bool = False
+    local_deleted: bool = False  # (Pulsar's bookkeeperDeleted)
+    completed_at_ms: int = 0  # (OffloadContext.timestamp)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def uuid_halves(uuid: UUID) -> tuple[int, int]:
+    """(most, least) significant 64 bits as Java's UUID gives them (signed longs)."""
+    return _signed(uuid.int >> 64), _signed(uuid.int & _MASK64)
+
+
+def uuid_of(msb: int, lsb: int) -> UUID:
+    return UUID(int=((msb & _MASK64) << 64) | (lsb & _MASK64))
+
+
+def encode(offloads: list[LedgerOffload]) -> bytes:
+    info = ManagedLedgerInfo()
+    for o in sorted(offloads, key=lambda o: o.ledger_id):
+        ledger = info.ledgerInfo.add(ledgerId=o.ledger_id, entries=o.entries, size=o.size,
+                                     timestamp=int(o.closed_at * 1000))
+        context = ledger.offloadContext
+        context.uidMsb, context.uidLsb = uuid_halves(o.uuid)
+        context.complete = o.complete
+        context.bookkeeperDeleted = o.local_deleted
+        context.timestamp = o.completed_at_ms
+        context.driverMetadata.name = o.driver
+        for key, value in sorted(o.driver_properties.items()):
+            context.driverMetadata.properties.add(key=key, value=value)
+    return info.SerializeToString()
+
+
+def decode(data: bytes) -> list[LedgerOffload]:
+    info = ManagedLedgerInfo()
+    try:
+        info.ParseFromString(data)
+    except DecodeError as exc:
+        raise OffloadStateError(f"undecodable offload state: {exc}") from None
+    out = []
+    for ledger in info.ledgerInfo:
+        context = ledger.offloadContext
+        out.append(LedgerOffload(
+            ledger.ledgerId, uuid_of(context.uidMsb, context.uidLsb), ledger.entries, ledger.size,
+            ledger.timestamp / 1000, context.driverMetadata.name,
+            {kv.key: kv.value for kv in context.driverMetadata.properties}, context.complete,
+            context.bookkeeperDeleted, context.timestamp))
+    return out

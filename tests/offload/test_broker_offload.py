@@ -1,0 +1,77 @@
+"""Offloading through the broker (managedLedgerOffloadDriver=filesystem): a topic's closed ledgers offloaded on
+request, their local copies deleted after the namespace's deletion lag, the topic read back from the copies by the
+official client after a restart; the stats and metrics that say so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulsar
+
+from broker.embedded import BrokerThread
+from managed_ledger import segment as seg
+from tests.admin.conftest import Admin
+from tests.e2e.conftest import topic_name
+from tests.waiting import wait_for
+
+SETTINGS: dict[str, Any] = {
+    "managedLedgerStorage": "file", "managedLedgerOffloadDriver": "filesystem",
+    "managedLedgerMaxEntriesPerLedger": 5, "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+    "retentionCheckIntervalInSeconds": 1,
+}
+
+
+def local_segments(data_dir: Path) -> set[int]:
+    return {i for p in (data_dir / "ledgers").rglob("*") if (i := seg.ledger_id_of(p.name)) is not None}
+
+
+def test_offload_delete_locally_restart_and_read(tmp_path: Path) -> None:
+    topic = topic_name("offloaded")
+    path = "/admin/v2/" + topic.replace("://", "/")
+    data = tmp_path / "data"
+    sent = [f"m{i}".encode() for i in range(22)]
+    broker = BrokerThread(data_dir=data, **SETTINGS).start()
+    try:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)  # (holds the data)
+        producer = client.create_producer(topic, batching_enabled=False)
+        last = [producer.send(d) for d in sent][-1]
+        client.close()
+        ledgers = [lg["ledgerId"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
+        assert len(ledgers) == 5  # (5, 5, 5, 5 and 2 entries)
+        assert admin.ok("GET", path + "/offload")["status"] == "NOT_RUN"
+
+        admin.ok("PUT", path + "/offload", {"ledgerId": last.ledger_id(), "entryId": last.entry_id()})
+        status = wait_for(lambda: (s := admin.ok("GET", path + "/offload"))["status"] != "RUNNING" and s, 30,
+                          "the offload run to end")
+        assert status == {"status": "SUCCESS", "lastError": "", "firstUnoffloadedMessage": {
+            "ledgerId": ledgers[4], "entryId": 0, "partitionIndex": -1, "batchSize": 0, "batchIndex": -1}}
+        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
+        assert [lg["offloaded"] for lg in internal] == [True, True, True, True, False]
+        stats = admin.ok("GET", path + "/stats")
+        assert stats["offloadedStorageSize"] == sum(lg["size"] for lg in internal[:4])
+        assert stats["lastOffloadLedgerId"] == ledgers[3] and stats["lastOffloadSuccessTimeStamp"] > 0
+        series = f'pulsar_storage_offloaded_size{{cluster="standalone",namespace="public/default",topic="{topic}"}} '
+        scraped = [line for line in admin.call("GET", "/metrics").body.decode().splitlines() if line.startswith(series)]
+        assert [float(line.split()[-1]) for line in scraped] == [stats["offloadedStorageSize"]]
+        assert set(ledgers[:4]) <= local_segments(data)  # (the default lag: 4 hours)
+
+        admin.ok("PUT", "/admin/v2/namespaces/public/default/offloadDeletionLagMs", 0)
+        wait_for(lambda: not set(ledgers[:4]) & local_segments(data), 30, "the offloaded ledgers' local copies gone")
+    finally:
+        broker.stop()
+
+    broker = BrokerThread(data_dir=data, **SETTINGS).start()
+    try:
+        admin = Admin(broker.web_url)
+        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
+        assert [lg["offloaded"] for lg in internal[:4]] == [True] * 4
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        consumer = client.subscribe(topic, "after", initial_position=pulsar.InitialPosition.Earliest)
+        got = [consumer.receive(10_000).data() for _ in sent]
+        assert got == sent
+        client.close()
+    finally:
+        broker.stop()

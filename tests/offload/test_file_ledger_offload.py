@@ -1,0 +1,203 @@
+"""A file ledger's closed ledgers offloaded to the filesystem offloader: the copies, reads once the local copy is
+deleted (before and after a restart), trimming, a failed copy tried again, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedLedgerError, Position
+from managed_ledger import segment as seg
+from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
+from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from tests.managed_ledger.ml_support import FakeClock
+from tests.waiting import eventually
+
+NAME = "public/default/persistent/tiered"
+CONFIG = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_rollover_time_s=0, retention_time_s=-1,
+                             retention_size_bytes=-1)
+
+
+class FailingOffloader(FileSystemOffloader):
+    """Fails the copy of ledgers in ``fail`` after its first entry."""
+
+    fail: frozenset[int] = frozenset()
+
+    def offload(self, managed_ledger: str, ledger_id: int, uuid: UUID, metadata: OffloadedLedgerMetadata,
+                entries: Iterable[bytes]) -> None:
+        given = iter(entries)
+
+        def broken() -> Iterator[bytes]:
+            yield next(given)
+            raise OSError("the tier went away")
+
+        super().offload(managed_ledger, ledger_id, uuid, metadata, broken() if ledger_id in self.fail else given)
+
+
+def factory(tmp_path: Path, clock: FakeClock, offloader: FileSystemOffloader | None = None,
+            ) -> FileManagedLedgerFactory:
+    return FileManagedLedgerFactory(str(tmp_path / "ledgers"), clock=clock, offloader=offloader,
+                                    direct_io=False)
+
+
+async def read_all(ml: FileManagedLedger) -> list[bytes]:
+    reader = ml.new_non_durable_cursor(Position(-1, -1), "check")
+    out: list[Entry] = []
+    while batch := await reader.read_entries_async(7):
+        out.extend(batch)
+    await reader.close()
+    return [e.data for e in out]
+
+
+def segments(ml: FileManagedLedger) -> list[int]:
+    return sorted(i for f in os.listdir(ml.directory) if (i := seg.ledger_id_of(f)) is not None)
+
+
+def copies(tier: Path) -> list[str]:
+    where = tier / NAME
+    return sorted(p.name for p in where.iterdir()) if where.exists() else []
+
+
+async def test_offload_delete_locally_read_restart_trim(tmp_path: Path) -> None:
+    clock, tier = FakeClock(), tmp_path / "tier"
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, CONFIG)
+    data = [f"m{i}".encode() * (i % 5 + 1) for i in range(35)]
+    for d in data:
+        await ml.add_entry_async(d)
+    ids = [i.ledger_id for i in ml.ledgers_info()]
+    assert len(ids) == 4  # (10, 10, 10 and the current ledger's 5)
+    assert await ml.offload_prefix(Position(ids[2], 3)) == Position(ids[2], 0)  # (not the ledger of the position)
+    infos = ml.ledgers_info()
+    assert [i.offloaded for i in infos] == [True, True, False, False]
+    assert ml.offloaded_size == infos[0].size + infos[1].size
+    assert [c.split("-")[0] for c in copies(tier)] == [str(ids[0]), str(ids[1])]
+    assert await ml.offload_prefix(Position(ids[2], 3)) == Position(ids[2], 0)  # (nothing more: done already)
+    assert len(copies(tier)) == 2
+
+    assert await ml.delete_offloaded_locals(3600) == 0  # (completed just now: within the lag)
+    clock.advance(3600)
+    assert await ml.delete_offloaded_locals(3600) == 2
+    await eventually(lambda: segments(ml) == ids[2:], "the local copies deleted")
+    ml._reader.forget_all()  # (nothing from the cache: the reads go to the offloaded copies)
+    assert await read_all(ml) == data
+    assert (await ml.read_entry(Position(ids[1], 4))).data == data[14]
+    await ml.close()
+    await f.close()
+
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))  # a restart: the first two ledgers are offloaded only
+    ml = await f.open(NAME, dataclasses.replace(CONFIG, retention_time_s=0, retention_size_bytes=0))
+    assert [i.ledger_id for i in ml.ledgers_info()][:4] == ids and ml.ledgers_info()[0].offloaded
+    assert await read_all(ml) == data
+    cursor = await ml.open_cursor("s", InitialPosition.EARLIEST)
+    cursor.mark_delete(Position(ids[1], 9))
+    ml.trim_consumed_ledgers()  # (if moving the mark-delete did not trim already)
+    # (a trimmed ledger's offloaded copy goes too)
+    await eventually(lambda: copies(tier) == [], "the trimmed ledgers' copies deleted")
+    assert [i.ledger_id for i in ml.ledgers_info()][:2] == ids[2:]
+    await ml.close()
+    await f.close()
+
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, CONFIG)
+    assert not any(i.offloaded for i in ml.ledgers_info())
+    await ml.close()
+    await f.close()
+
+
+async def test_without_an_offloader(tmp_path: Path) -> None:
+    clock, tier = FakeClock(), tmp_path / "tier"
+    f = factory(tmp_path, clock)
+    ml = await f.open(NAME, CONFIG)
+    for i in range(15):
+        await ml.add_entry_async(b"x%d" % i)
+    with pytest.raises(ManagedLedgerError, match="no offloader"):
+        await ml.offload_prefix(ml.last_confirmed_entry)
+    await ml.close()
+    await f.close()
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))  # offloaded and deleted locally with one...
+    ml = await f.open(NAME, CONFIG)
+    first = ml.ledgers_info()[0].ledger_id
+    await ml.offload_prefix(Position(ml.ledgers_info()[1].ledger_id, 0))
+    assert await ml.delete_offloaded_locals(0) == 1
+    await ml.close()
+    await f.close()
+    f = factory(tmp_path, clock)  # ...then read without one: a clear error
+    ml = await f.open(NAME, CONFIG)
+    with pytest.raises(ManagedLedgerError, match=f"ledger {first} .* no offloader is configured"):
+        await ml.read_entry(Position(first, 0))
+    await ml.close()
+    await f.close()
+
+
+async def test_a_failed_copy_is_tried_again(tmp_path: Path) -> None:
+    clock, tier = FakeClock(), tmp_path / "tier"
+    offloader = FailingOffloader(tier)
+    f = factory(tmp_path, clock, offloader)
+    ml = await f.open(NAME, CONFIG)
+    for i in range(25):
+        await ml.add_entry_async(b"y%d" % i)
+    ids = [i.ledger_id for i in ml.ledgers_info()]
+    offloader.fail = frozenset({ids[1]})
+    with pytest.raises(OSError, match="the tier went away"):
+        await ml.offload_prefix(Position(ids[2], 0))
+    assert [i.offloaded for i in ml.ledgers_info()] == [True, False, False]  # (the one before it stays offloaded)
+    assert len(copies(tier)) == 1
+    await ml.close()
+    await f.close()
+    f = factory(tmp_path, clock, offloader)  # (the record of the failed copy survives a restart)
+    ml = await f.open(NAME, CONFIG)
+    offloader.fail = frozenset()
+    assert await ml.offload_prefix(Position(ids[2], 0)) == Position(ids[2], 0)
+    assert [i.offloaded for i in ml.ledgers_info()][:2] == [True, True]
+    assert len(copies(tier)) == 2
+    await ml.close()
+    await f.close()
+
+
+async def test_refusals(tmp_path: Path) -> None:
+    f = factory(tmp_path, FakeClock(), FileSystemOffloader(tmp_path / "tier"))
+    ml = await f.open(NAME, CONFIG)
+    for _ in range(25):
+        await ml.add_entry_async(b"z" * 1000)
+    ids = [i.ledger_id for i in ml.ledgers_info()]
+    with pytest.raises(ManagedLedgerError, match=f"Invalid position for offload: {ids[0]}:99"):
+        await ml.offload_prefix(Position(ids[0], 99))
+    running = asyncio.ensure_future(ml.offload_prefix(Position(ids[2], 0)))
+    await asyncio.sleep(0)
+    with pytest.raises(ManagedLedgerError, match="already running"):
+        await ml.offload_prefix(Position(ids[2], 0))
+    await running
+    await ml.close()
+    await f.close()
+
+
+
+async def test_a_crash_between_the_record_and_the_segments_removal(tmp_path: Path) -> None:
+    """The record says the local copy is deleted, the segment is still there (a crash in between): at the next open
+    the segment goes and reads use the copy."""
+    clock, tier = FakeClock(), tmp_path / "tier"
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, CONFIG)
+    data = [b"c%d" % i for i in range(15)]
+    for d in data:
+        await ml.add_entry_async(d)
+    first = ml.ledgers_info()[0].ledger_id
+    await ml.offload_prefix(Position(ml.ledgers_info()[1].ledger_id, 0))
+    ml._offloads[first].local_deleted = True
+    await ml._save_offloads()
+    await ml.close()
+    await f.close()
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, CONFIG)
+    await eventually(lambda: first not in segments(ml), "the segment removed")
+    assert await read_all(ml) == data
+    await ml.close()
+    await f.close()
