@@ -487,6 +487,10 @@ class BrokerConfig:
     fileSystemURI: str = ""
     fileSystemProfilePath: str = ""
     managedLedgerOffloadDeletionLagMs: int = 14_400_000
+    # Automatic offload (the namespace's and topic's offload policies win), checked with retention: the closed
+    # ledgers past this many bytes of newer data, or closed this long ago, are offloaded; -1: not that criterion.
+    managedLedgerOffloadAutoTriggerSizeThresholdBytes: int = -1
+    managedLedgerOffloadThresholdInSeconds: int = -1
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).

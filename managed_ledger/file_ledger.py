@@ -769,6 +769,35 @@ class FileManagedLedger(StoredManagedLedger):
                 chosen.append(meta)
         if first_left is None:
             first_left = Position(current, 0)
+        await self._offload_ledgers(offloader, chosen)
+        return first_left
+
+    async def offload_by_thresholds(self, threshold_bytes: int, threshold_s: float) -> int:
+        """Pulsar's automatic offload (ManagedLedgerImpl.maybeOffload): the closed ledgers, newest first, summing
+        their sizes; one not offloaded yet is chosen once the sum passes ``threshold_bytes`` or it closed
+        ``threshold_s`` or more ago (a negative threshold: not that criterion); the chosen ones offloaded oldest
+        first. The number offloaded (0 too when there is no offloader, or another offload runs)."""
+        offloader = self._factory.offloader
+        if offloader is None or self._offloading or (threshold_bytes < 0 and threshold_s < 0):
+            return 0
+        self._check_open()
+        now, summed = self._clock(), 0
+        chosen: list[LedgerMeta] = []
+        for meta in reversed(list(self._map.closed())):
+            summed += meta.size
+            o = self._offloads.get(meta.ledger_id)
+            if (o is not None and o.complete) or meta.entries == 0:
+                continue
+            closed_at = meta.closed_at if meta.closed_at is not None else meta.created_at
+            if (0 <= threshold_bytes < summed) or (threshold_s >= 0 and now - closed_at >= threshold_s):
+                chosen.insert(0, meta)
+        await self._offload_ledgers(offloader, chosen)
+        return len(chosen)
+
+    async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
+        """Copy each ledger in turn (the offload mutex held); the first failure ends the run."""
+        if self._offloading:
+            raise OffloadInProgressError("Offload operation already running")
         self._offloading = True
         try:
             for meta in chosen:
@@ -782,7 +811,6 @@ class FileManagedLedger(StoredManagedLedger):
                 self.last_offload_success_ms = int(self._clock() * 1000)
         finally:
             self._offloading = False
-        return first_left
 
     async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
         ledger_id, name = meta.ledger_id, self._name

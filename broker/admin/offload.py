@@ -7,8 +7,8 @@ in force: topic over namespace, field by field), and a topic's offload runs (``P
 the closed ledgers before its ledger; ``GET .../offload``: the last run's status).
 
 A run copies to the broker's offloader (broker/service/offload.py, managedLedgerOffloadDriver); without one, as
-Pulsar without one (its NullLedgerOffloader), it fails at once and its status says so. Of the policies, the deletion
-lag applies (docs/features.md#offloading).
+Pulsar without one (its NullLedgerOffloader), it fails at once and its status says so. Of the policies, the thresholds
+and the deletion lag apply (docs/features.md#offloading).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ topics by the next run.
 | job | every | does |
 |---|---|---|
 | message-expiry | messageExpiryCheckIntervalInMinutes | acknowledges what is older than the message TTL |
-| retention | retentionCheckIntervalInSeconds | applies retention; deletes ledgers (and offloaded local copies) |
+| retention | retentionCheckIntervalInSeconds | applies retention; deletes ledgers; offloads (broker.service.offload) |
 | compaction-threshold | brokerServiceCompactionMonitorIntervalInSeconds | starts compaction when due |
 | backlog-quota-check | backlogQuotaCheckIntervalInSeconds | enforces backlog quotas (broker.service.backlog_quota) |
 | subscription-expiry | subscriptionExpiryCheckIntervalInMinutes | deletes abandoned subscriptions |
@@ -35,7 +35,7 @@ from broker.service import admin_ops
 from broker.service.backlog_quota import estimated_backlog_size
 from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.deduplication import DEDUP_CURSOR
-from broker.service.offload import delete_offloaded_locals
+from broker.service.offload import offload_housekeeping
 from broker.service.periodic import PeriodicTask, sliced
 from broker.transactions.buffer import BUFFER_CURSOR
 
@@ -139,10 +139,10 @@ class Housekeeping:
         async for topic in sliced(list(self.service.topics.values())):
             if not topic.closed:
                 self.service.apply_ledger_policies(topic)
-                try:  # (and the local copies of ledgers offloaded long enough: Pulsar does it when it trims)
-                    await delete_offloaded_locals(self.service, topic)
-                except Exception:  # (a full disk, the topic closed meanwhile: the others go on)
-                    log.warning("%s: could not delete offloaded ledgers' local copies", topic.name, exc_info=True)
+                try:  # (offloads due by the thresholds, then the local copies offloaded long enough)
+                    await offload_housekeeping(self.service, topic)
+                except Exception:  # (a failed copy, a full disk, the topic closed meanwhile: the others go on)
+                    log.warning("%s: offloading failed", topic.name, exc_info=True)
 
     async def compact_if_due(self) -> None:
         """Start compaction on topics that received more than their threshold."""

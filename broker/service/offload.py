@@ -146,23 +146,47 @@ def _hadoop_profile(path: str) -> dict[str, str]:
     return out
 
 
-def deletion_lag_s(service: BrokerService, topic: PersistentTopic) -> float:
-    """How long after its copy completed a ledger's local copy is kept (negative: for ever): the topic's offload
-    policies, else its namespace's (the older field too), else the broker's managedLedgerOffloadDeletionLagMs."""
+def _in_force(service: BrokerService, topic: PersistentTopic, field: str, old: str, unset: int | None,
+              broker: int) -> int:
+    """One offload policy in force for a topic, as Pulsar merges them: the topic's offload policies, else its
+    namespace's (else the namespace's older field, where set), else the broker's setting."""
     metadata, namespace = service.metadata, topic.name.namespace
     levels = [metadata.policy(namespace, O.NAMESPACE_FIELD)]
     if service.config.topicLevelPoliciesEnabled:
         levels.insert(0, metadata.topic_policy(topic.name.base.full, TOPIC_POLICIES_FIELD))
     for level in levels:
-        if level is not None and level.get(O.DELETION_LAG) is not None:
-            return float(level[O.DELETION_LAG]) / 1000
-    old = metadata.policy(namespace, O.OLD_DELETION_LAG)
-    return float(old if old is not None else service.config.managedLedgerOffloadDeletionLagMs) / 1000
+        if level is not None and level.get(field) is not None:
+            return int(level[field])
+    value = metadata.policy(namespace, old)
+    return int(value) if value is not None and value != unset else broker
 
 
-async def delete_offloaded_locals(service: BrokerService, topic: PersistentTopic) -> None:
-    """The local copies of the topic's offloaded ledgers whose deletion lag has passed, deleted (a storage that
-    cannot offload has none)."""
-    delete = getattr(topic.ledger, "delete_offloaded_locals", None)
+def deletion_lag_s(service: BrokerService, topic: PersistentTopic) -> float:
+    """How long after its copy completed a ledger's local copy is kept (negative: for ever)."""
+    return _in_force(service, topic, O.DELETION_LAG, O.OLD_DELETION_LAG, None,
+                     service.config.managedLedgerOffloadDeletionLagMs) / 1000
+
+
+def thresholds(service: BrokerService, topic: PersistentTopic) -> tuple[int, int]:
+    """The automatic offload's thresholds in force: (bytes, seconds); negative: not that one."""
+    cfg = service.config
+    return (_in_force(service, topic, O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1,
+                      cfg.managedLedgerOffloadAutoTriggerSizeThresholdBytes),
+            _in_force(service, topic, O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1,
+                      cfg.managedLedgerOffloadThresholdInSeconds))
+
+
+async def offload_housekeeping(service: BrokerService, topic: PersistentTopic) -> None:
+    """The topic's automatic offload (its thresholds in force), then the local copies of its offloaded ledgers
+    whose deletion lag has passed, deleted (nothing for a storage that cannot offload)."""
+    ledger = topic.ledger
+    offload = getattr(ledger, "offload_by_thresholds", None)
+    if offload is not None:
+        threshold_bytes, threshold_s = thresholds(service, topic)
+        count = await offload(threshold_bytes, threshold_s)
+        if count:
+            log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %d s)", topic.name, count, threshold_bytes,
+                     threshold_s)
+    delete = getattr(ledger, "delete_offloaded_locals", None)
     if delete is not None:
         await delete(deletion_lag_s(service, topic))

@@ -75,3 +75,23 @@ def test_offload_delete_locally_restart_and_read(tmp_path: Path) -> None:
         client.close()
     finally:
         broker.stop()
+
+
+def test_automatic_offload_by_the_namespace_threshold(tmp_path: Path) -> None:
+    topic = topic_name("auto-offloaded")
+    path = "/admin/v2/" + topic.replace("://", "/")
+    broker = BrokerThread(data_dir=tmp_path / "data", **SETTINGS).start()
+    try:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(12):
+            producer.send(b"a%d" % i)
+        client.close()
+        assert [lg["offloaded"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]] == [False] * 3
+        admin.ok("PUT", "/admin/v2/namespaces/public/default/offloadThreshold", 0)  # (every closed ledger)
+        wait_for(lambda: [lg["offloaded"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
+                 == [True, True, False], 30, "the closed ledgers offloaded by the retention check")
+    finally:
+        broker.stop()

@@ -201,3 +201,24 @@ async def test_a_crash_between_the_record_and_the_segments_removal(tmp_path: Pat
     assert await read_all(ml) == data
     await ml.close()
     await f.close()
+
+
+async def test_offload_by_thresholds(tmp_path: Path) -> None:
+    """Pulsar's automatic selection: newest first, a ledger not offloaded yet is chosen once the newer data passes
+    the size threshold, or when it closed long enough ago."""
+    clock, tier = FakeClock(), tmp_path / "tier"
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, CONFIG)
+    for _ in range(35):
+        await ml.add_entry_async(b"t" * 100)
+    infos = ml.ledgers_info()
+    assert await ml.offload_by_thresholds(-1, -1) == 0
+    assert await ml.offload_by_thresholds(infos[2].size, -1) == 2  # (the newest closed ledger alone: not past it)
+    assert [i.offloaded for i in ml.ledgers_info()] == [True, True, False, False]
+    assert await ml.offload_by_thresholds(infos[2].size, -1) == 0  # (done already)
+    clock.advance(100)
+    assert await ml.offload_by_thresholds(-1, 101) == 0
+    assert await ml.offload_by_thresholds(-1, 100) == 1  # (the current ledger never)
+    assert [i.offloaded for i in ml.ledgers_info()] == [True, True, True, False]
+    await ml.close()
+    await f.close()
