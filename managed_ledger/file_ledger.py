@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 _OPEN = LedgerState.OPEN  # (per add: a module constant costs a tenth of the Enum member's look-up, ledger_base)
 _NOTHING_HELD: deque[tuple[list[bytes], AddCallback, float]] = deque()
 OFFLOAD_READ_ENTRIES = 1000  # entries read from a segment at a time while copying a ledger to its offloader
+_OFFLOAD_WORK: set[asyncio.Task[None]] = set()  # deletions of trimmed ledgers' offloaded copies under way
 
 
 def _nothing() -> None:
@@ -884,8 +885,10 @@ class FileManagedLedger(StoredManagedLedger):
 
     def _spawn_offload_work(self, work: Coroutine[Any, Any, None], what: str) -> None:
         task = self._loop.create_task(work)
+        _OFFLOAD_WORK.add(task)  # (the loop keeps only a weak reference to a task)
 
         def done(t: asyncio.Task[None]) -> None:
+            _OFFLOAD_WORK.discard(t)
             if not t.cancelled() and (exc := t.exception()) is not None:
                 log.warning("%s: %s: %s", self._name, what, exc)
 
