@@ -1,0 +1,65 @@
+"""The ledger metadata an offloaded copy carries under key -1, against Apache Pulsar's own code (OffloadUtils of
+managed-ledger 4.0.7, tests/offload/java/LedgerMetadataCheck.java): Pulsar reads what ours writes, ours reads what
+Pulsar writes, and writes it back byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cluster.apache_pulsar import REPO_ROOT
+from managed_ledger.bookkeeper.digest import DigestType
+from managed_ledger.offload.ledger_metadata import FILE_LEDGER_BOOKIE, OffloadedLedgerMetadata
+from tests.needs import unavailable
+
+pytestmark = pytest.mark.apache_pulsar
+
+PULSAR_LIB = REPO_ROOT / ".deps" / "pulsar" / "lib"
+SOURCE = Path(__file__).parent / "java" / "LedgerMetadataCheck.java"
+TIMEOUT_S = 120
+ML = "public/default/persistent/x"
+
+
+@pytest.fixture(scope="module")
+def pulsar_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    if shutil.which("javac") is None or not any(PULSAR_LIB.glob("managed-ledger-*.jar")):
+        unavailable(f"Pulsar's ledger metadata check: no javac, or no Pulsar jars in {PULSAR_LIB} (`make pulsar-deps`)")
+    classes = tmp_path_factory.mktemp("ledger-metadata-check")
+    classpath = f"{PULSAR_LIB}/*"
+    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(SOURCE)], check=True,
+                   capture_output=True, timeout=TIMEOUT_S)
+    return ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{classpath}",
+            "LedgerMetadataCheck"]
+
+
+def run(command: list[str]) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_pulsar_reads_ours(pulsar_check: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "ours"
+    path.write_bytes(OffloadedLedgerMetadata.of_managed_ledger(ML, 41, 4242, 1_700_000_000_123).serialize())
+    assert run([*pulsar_check, "parse", "9", str(path)]).splitlines() == [
+        "id 9", "closed true", "lastEntryId 41", "length 4242", "ensembleSize 1", "writeQuorumSize 1",
+        "ackQuorumSize 1", "ctime 1700000000123", "digestType CRC32C", f"ensemble 0 [{FILE_LEDGER_BOOKIE}]",
+        "custom application pulsar", "custom component managed-ledger", f"custom pulsar/managed-ledger {ML}"]
+
+
+def test_ours_reads_pulsars(pulsar_check: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "pulsars"
+    run([*pulsar_check, "build", str(path)])
+    data = path.read_bytes()
+    metadata = OffloadedLedgerMetadata.parse(data)
+    assert (metadata.last_entry_id, metadata.length, metadata.ctime) == (41, 4242, 1_700_000_000_123)
+    assert (metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum) == (3, 2, 2)
+    assert metadata.digest_type is DigestType.CRC32C
+    assert metadata.segments == ((0, ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")),
+                                 (20, ("10.0.0.1:3181", "10.0.0.4:3181", "10.0.0.3:3181")))
+    assert dict(metadata.custom_metadata) == {"application": b"pulsar", "component": b"managed-ledger",
+                                              "pulsar/managed-ledger": ML.encode()}
+    assert metadata.serialize() == data
