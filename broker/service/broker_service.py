@@ -283,7 +283,10 @@ class BrokerService:
         if kind == "memory":
             return MemoryManagedLedgerFactory()
         if kind == "bookkeeper":
-            return self._make_bookkeeper_factory()
+            factory = self._make_bookkeeper_factory()
+            if isinstance(factory, BookKeeperManagedLedgerFactory):
+                factory.offloader = offloader  # (to read a Pulsar broker's offloaded ledgers)
+            return factory
         if self.data_dir is None:
             # An empty dataDir keeps nothing on disk (metadata neither): topics live in memory.
             log.warning("managedLedgerStorage=file without a dataDir: topics are kept in memory")

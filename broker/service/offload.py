@@ -60,13 +60,15 @@ class OffloadProcess:
         self.first_unoffloaded: Position | None = None  # (after a SUCCESS)
         self._task: asyncio.Task[None] | None = None
 
-    def trigger(self, ledger: ManagedLedger, up_to: Position) -> bool:
-        """Offload the closed ledgers before ``up_to``'s; False while a run is under way (Pulsar: 409)."""
+    def trigger(self, ledger: ManagedLedger, up_to: Position, driver: str = "") -> bool:
+        """Offload the closed ledgers before ``up_to``'s; False while a run is under way (Pulsar: 409). ``driver``:
+        the broker's (for the words of a storage that cannot offload)."""
         if self.status is OffloadStatus.RUNNING:
             return False
         offload = getattr(ledger, "offload_prefix", None)
-        if offload is None:  # (a storage that cannot offload: none is configured for it, offloader_of says)
-            self._failed(NO_OFFLOADER)
+        if offload is None:  # (BookKeeper storage, or memory)
+            self._failed(f"{ML_EXCEPTION}: offloading from {type(ledger).__name__} is not supported here yet"
+                         if driver else NO_OFFLOADER)
             return True
         self.status, self.last_error, self.first_unoffloaded = OffloadStatus.RUNNING, "", None
         self._task = asyncio.get_running_loop().create_task(self._run(offload(up_to)))
@@ -113,14 +115,20 @@ def offloader_of(config: BrokerConfig, data_dir: Path | None) -> FileSystemOfflo
     """The offloader the configuration names (None: none). Raises ValueError for one that cannot be used here."""
     if not config.managedLedgerOffloadDriver:
         return None
-    if config.managedLedgerStorage != "file" or data_dir is None:
+    if config.managedLedgerStorage == "memory":
         raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver} needs "
-                         "managedLedgerStorage=file and a dataDir (offloading from BookKeeper is not there yet)")
+                         "managedLedgerStorage=file (or bookkeeper, to read ledgers Pulsar's brokers offloaded)")
     uri = urlparse(config.fileSystemURI)
     if config.fileSystemURI and uri.scheme != "file":
         raise ValueError(f"fileSystemURI={config.fileSystemURI!r}: only local files (file:///) are supported")
     profile = _hadoop_profile(config.fileSystemProfilePath) if config.fileSystemProfilePath else {}
-    base = Path(profile["hadoop.tmp.dir"]) if "hadoop.tmp.dir" in profile else data_dir / "offloaded"
+    if "hadoop.tmp.dir" in profile:
+        base = Path(profile["hadoop.tmp.dir"])
+    elif data_dir is not None:
+        base = data_dir / "offloaded"
+    else:
+        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver}: no base directory "
+                         "(fileSystemProfilePath's hadoop.tmp.dir, or a dataDir)")
     try:
         compression = Compression(profile.get("io.seqfile.compression.type", "BLOCK" if not profile else "RECORD"))
         block_size = int(profile.get("io.seqfile.compress.blocksize", DEFAULT_BLOCK_SIZE))

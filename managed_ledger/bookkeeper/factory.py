@@ -45,6 +45,7 @@ from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKee
 from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
@@ -158,6 +159,9 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
+        # The offloader a Pulsar broker's offloaded ledgers are read from, once their BookKeeper copy is deleted
+        # (None: none; no ledger is offloaded from here yet).
+        self.offloader: FileSystemOffloader | None = None
         self.bk = bk
         self._store = store
         self.root = root.rstrip("/")

@@ -41,6 +41,7 @@ from managed_ledger.api import (
     InitialPosition,
     LedgerClosedError,
     LedgerFencedError,
+    LedgerInfo,
     ManagedLedgerConfig,
     ManagedLedgerError,
     StorageUnavailableError,
@@ -56,6 +57,7 @@ from managed_ledger.bookkeeper.errors import (
 )
 from managed_ledger.bookkeeper.errors import LedgerClosedError as BkLedgerClosedError
 from managed_ledger.bookkeeper.errors import LedgerFencedError as BkLedgerFencedError
+from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.bookkeeper.reader import LedgerReader
 from managed_ledger.bookkeeper.reads import BkEntryReader
@@ -65,6 +67,8 @@ from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap
+from managed_ledger.offload.filesystem import OffloadedLedgerError, OffloadedSource
+from managed_ledger.offload.state import uuid_of
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.single_flight import SingleFlight
@@ -123,6 +127,14 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
         self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
         self._creating_cursors: SingleFlight[str, None] = SingleFlight(f"{name}: cursor creation")
+        # The ledgers' offload contexts (a Pulsar broker's offloads: none are made here yet), kept in the ledger list
+        # as they are; a ledger whose BookKeeper copy is deleted is read from its offloaded copy.
+        self._offloads: dict[int, OffloadContext] = {}
+        for stored in info.ledgers:
+            if stored.offload_context:
+                context = self._offloads[stored.ledger_id] = OffloadContext()
+                context.ParseFromString(stored.offload_context)
+        self._offloaded_sources: dict[int, OffloadedSource] = {}
 
     async def ledgers_metadata(self) -> dict[int, tuple[str, bool]]:
         bk = self._factory.bk
@@ -161,13 +173,28 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         for ledger_id in ledger_ids:
             self._handles.pop(ledger_id, None)
             self._sizes.pop(ledger_id, None)
+            source = self._offloaded_sources.pop(ledger_id, None)
+            if source is not None:
+                source.close()
         # The ledger list is written first (CAS), then the ledgers are deleted (Pulsar's order: a crash in between
         # leaves unreferenced ledgers, never a list naming deleted ones).
         self._spawn(self._delete_trimmed(ledger_ids))
 
     async def _delete_trimmed(self, ledger_ids: list[int]) -> None:
+        offloaded = {i: c for i in ledger_ids if (c := self._offloads.pop(i, None)) is not None}
         if not await self._write_info_or_fence():
             return
+        offloader = self._factory.offloader
+        for ledger_id, context in offloaded.items():  # (Pulsar deletes a trimmed ledger's offloaded copy too)
+            if offloader is None or context.driverMetadata.name.lower() != offloader.driver_name:
+                log.warning("%s: trimmed ledger %d's offloaded copy (driver %r) is left: no such offloader here",
+                            self._name, ledger_id, context.driverMetadata.name)
+                continue
+            try:
+                await self._loop.run_in_executor(None, offloader.delete, self._name, ledger_id,
+                                                 uuid_of(context.uidMsb, context.uidLsb))
+            except OSError as exc:
+                log.warning("%s: trimmed ledger %d's offloaded copy not deleted: %s", self._name, ledger_id, exc)
         for ledger_id in ledger_ids:
             with contextlib.suppress(NoSuchLedgerError):
                 try:
@@ -228,7 +255,9 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                 ledgers.append(ml_formats.StoredLedger(meta.ledger_id))
             else:
                 closed = meta.closed_at if meta.closed_at is not None else meta.created_at
-                ledgers.append(ml_formats.StoredLedger(meta.ledger_id, meta.entries, meta.size, int(closed * 1000)))
+                context = self._offloads.get(meta.ledger_id)
+                ledgers.append(ml_formats.StoredLedger(meta.ledger_id, meta.entries, meta.size, int(closed * 1000),
+                                                       context.SerializeToString() if context is not None else b""))
         return ml_formats.StoredManagedLedger(tuple(ledgers), self._properties)
 
     async def _write_info(self) -> None:
@@ -494,7 +523,41 @@ class BookKeeperManagedLedger(StoredManagedLedger):
 
     # -- reading ------------------------------------------------------------------------------
 
+    def ledgers_info(self) -> list[LedgerInfo]:
+        infos = self._map.infos()
+        if not self._offloads:
+            return infos
+        return [i._replace(offloaded=True) if (c := self._offloads.get(i.ledger_id)) is not None and c.complete
+                else i for i in infos]
+
+    @property
+    def offloaded_size(self) -> int:
+        """Bytes of the ledgers with a complete offloaded copy (Pulsar's getOffloadedSize)."""
+        return sum(meta.size for meta in self._map if (c := self._offloads.get(meta.ledger_id)) is not None
+                   and c.complete)
+
+    def _offloaded_source(self, ledger_id: int, context: OffloadContext) -> OffloadedSource:
+        """The reader of a ledger's offloaded copy, whose BookKeeper copy is deleted (Pulsar's bookkeeperDeleted)."""
+        source = self._offloaded_sources.get(ledger_id)
+        if source is not None:
+            return source
+        offloader = self._factory.offloader
+        driver = context.driverMetadata.name
+        if offloader is None or driver.lower() != offloader.driver_name:
+            raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded (driver {driver!r}) and its "
+                                     "BookKeeper copy deleted: no such offloader is configured to read it")
+        source = OffloadedSource(offloader, self._name, ledger_id, uuid_of(context.uidMsb, context.uidLsb))
+        self._offloaded_sources[ledger_id] = source
+        return source
+
     async def _read_run(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        context = self._offloads.get(ledger_id)
+        if context is not None and context.complete and context.bookkeeperDeleted:
+            source = self._offloaded_source(ledger_id, context)
+            try:
+                return await self._loop.run_in_executor(None, source.read, first, last)
+            except OffloadedLedgerError as exc:
+                raise ManagedLedgerError(f"offloaded ledger {ledger_id} of {self._name}: {exc}") from None
         handle = self._handles.get(ledger_id)
         if handle is None:
             handle = await self._factory.bk.open_ledger(ledger_id, self._factory.password, recover=False)
@@ -596,6 +659,9 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             except BookKeeperError as exc:
                 log.warning("%s: ledger %d not closed: %s", self._name, writer.ledger_id, exc)
         await self._stop_tasks()
+        for source in self._offloaded_sources.values():
+            source.close()
+        self._offloaded_sources.clear()
 
     async def _stop_tasks(self) -> None:
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]

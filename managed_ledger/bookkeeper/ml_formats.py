@@ -132,12 +132,14 @@ def ledger_custom_metadata(name: str, cursor: str | None = None) -> tuple[tuple[
 
 @dataclass(frozen=True)
 class StoredLedger:
-    """One LedgerInfo. ``entries``/``size`` are None for the current (open) ledger; ``timestamp_ms`` is 0 then."""
+    """One LedgerInfo. ``entries``/``size`` are None for the current (open) ledger; ``timestamp_ms`` is 0 then.
+    ``offload_context``: its OffloadContext as stored (b"": none), kept as it is (a Pulsar broker's offload)."""
 
     ledger_id: int
     entries: int | None = None
     size: int | None = None
     timestamp_ms: int = 0
+    offload_context: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ def encode_ledger_info(info: StoredManagedLedger, formats: MetadataFormats = PLA
         if ledger.size is not None:
             item.size = ledger.size
         item.timestamp = ledger.timestamp_ms
+        if ledger.offload_context:
+            item.offloadContext.ParseFromString(ledger.offload_context)
     if info.terminated is not None:
         message.terminatedPosition.ledgerId, message.terminatedPosition.entryId = info.terminated
     for key, value in info.properties:
@@ -170,7 +174,8 @@ def decode_ledger_info(data: bytes) -> StoredManagedLedger:
     _parse(message, _uncompressed(data, ManagedLedgerInfoMetadata, "ManagedLedgerInfo"), "ManagedLedgerInfo")
     ledgers = tuple(
         StoredLedger(item.ledgerId, item.entries if item.HasField("entries") else None,
-                     item.size if item.HasField("size") else None, item.timestamp)
+                     item.size if item.HasField("size") else None, item.timestamp,
+                     item.offloadContext.SerializeToString() if item.HasField("offloadContext") else b"")
         for item in message.ledgerInfo
     )
     terminated = None
