@@ -215,6 +215,11 @@ class SequenceFileReader:
         self._sync = self._exactly(SYNC_HASH_SIZE)
         self.data_start = self._f.tell()
         self._block: list[tuple[bytes, bytes]] = []
+        # Where the record last yielded starts (its block's start, in a BLOCK file): a reader that goes on from
+        # there reads at most that record again (MapFileReader resumes so).
+        self.last_start = self.data_start
+        # The block read last: (its start, its end, its records); a seek back to it decompresses nothing.
+        self._cached: tuple[int, int, list[tuple[bytes, bytes]]] | None = None
 
     def close(self) -> None:
         self._f.close()
@@ -258,6 +263,7 @@ class SequenceFileReader:
                     self._block.reverse()
                 yield self._block.pop()
                 continue
+            start = self._f.tell()
             head = self._f.read(4)
             if not head:
                 return
@@ -274,9 +280,17 @@ class SequenceFileReader:
             value = self._exactly(length - key_length)
             if self.compression is Compression.RECORD:
                 value = _inflate(value, self._name)
+            self.last_start = start
             yield key, value
 
     def _read_block(self) -> bool:
+        start = self._f.tell()
+        self.last_start = start
+        cached = self._cached
+        if cached is not None and cached[0] == start:
+            self._f.seek(cached[1])
+            self._block = list(cached[2])
+            return True
         head = self._f.read(4)
         if not head:
             return False
@@ -296,7 +310,8 @@ class SequenceFileReader:
             block.append((keys[key_at:key_at + k], values[value_at:value_at + v]))
             key_at += k
             value_at += v
-        self._block = block
+        self._cached = (start, self._f.tell(), block)
+        self._block = list(block)
         return True
 
 
@@ -369,6 +384,7 @@ class MapFileReader:
             index.close()
         self._keys = [k for k, _ in pairs]
         self._positions = [p for _, p in pairs]
+        self._resume: tuple[int, int] | None = None  # (the key last yielded, where its record or block starts)
         self._data = SequenceFileReader(open(directory / DATA_FILE, "rb"), str(directory / DATA_FILE))
         try:
             self._check_classes(self._data, BYTES_WRITABLE)
@@ -388,10 +404,16 @@ class MapFileReader:
     def from_key(self, key: int) -> Iterator[tuple[int, bytes]]:
         """The records from the first key at or after ``key``, in order."""
         i = bisect.bisect_right(self._keys, key) - 1
-        self._data.seek(self._positions[i] if i >= 0 else self._data.data_start)
-        for k, v in self._data.records():
+        position = self._positions[i] if i >= 0 else self._data.data_start
+        resume = self._resume
+        if resume is not None and resume[0] <= key and (i < 0 or resume[0] >= self._keys[i]):
+            position = resume[1]  # (nearer than the index's: a reader going on where it stopped)
+        data = self._data
+        data.seek(position)
+        for k, v in data.records():
             record_key = parse_long_writable(k)
             if record_key >= key:
+                self._resume = (record_key, data.last_start)
                 yield record_key, parse_bytes_writable(v)
 
     def get(self, key: int) -> bytes | None:

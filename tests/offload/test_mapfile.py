@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from managed_ledger.offload import mapfile
 from managed_ledger.offload.mapfile import (
     SYNC_INTERVAL,
     Compression,
@@ -136,3 +137,30 @@ def test_damaged_files_are_refused_clearly(tmp_path: Path, damage: str, compress
             list(reader.from_key(-1))
         finally:
             reader.close()
+
+
+@pytest.mark.parametrize("compression", [Compression.RECORD, Compression.BLOCK])
+def test_reading_on_where_the_last_read_stopped_decompresses_nothing_twice(
+        tmp_path: Path, compression: Compression, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer reads a few entries at a time: each read goes on from the record (or the block) where the last one
+    stopped, so every stream is inflated once (not once per read from the index's key before it)."""
+    recs = {i: bytes([i % 256]) * 500 for i in range(1000)}
+    reader = MapFileReader(write(tmp_path / "m", recs, compression, block_size=100_000))
+    inflated: list[int] = []
+    real = mapfile._inflate
+    def counting(data: bytes, name: str) -> bytes:
+        inflated.append(1)
+        return real(data, name)
+
+    monkeypatch.setattr(mapfile, "_inflate", counting)
+    for first in range(0, 1000, 7):
+        got = []
+        for key, value in reader.from_key(first):
+            got.append(value)
+            if key == min(first + 6, 999):
+                break
+        assert got == [recs[k] for k in range(first, min(first + 7, 1000))]
+    reader.close()
+    # RECORD: each value once, and the one a read stopped at once more (143 reads); BLOCK: each block's 4 streams once
+    # (a block starts at each index key here: 200 records a block, an index key every 128 records or more)
+    assert len(inflated) <= (1000 + 143 if compression is Compression.RECORD else 4 * len(reader._keys)), len(inflated)
