@@ -116,6 +116,7 @@ LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastL
 LEAST_RESOURCE_USAGE_WITH_WEIGHT = "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"
 PLACEMENT_STRATEGIES = (LEAST_LONG_TERM_MESSAGE_RATE, LEAST_RESOURCE_USAGE_WITH_WEIGHT, AVG_SHEDDER)
 JAVA_INT_MAX = (1 << 31) - 1  # Integer.MAX_VALUE: Pulsar's int keys hold no more
+JAVA_LONG_MAX = (1 << 63) - 1  # Long.MAX_VALUE: Pulsar's long keys hold no more
 
 
 def setting(default: Any, rule: Rule) -> Any:
@@ -487,11 +488,14 @@ class BrokerConfig:
     managedLedgerOffloadDriver: str = setting("", Rule(choices=("", "filesystem")))
     fileSystemURI: str = ""
     fileSystemProfilePath: str = ""
-    managedLedgerOffloadDeletionLagMs: int = 14_400_000
+    managedLedgerOffloadDeletionLagMs: int = setting(14_400_000, Rule(-JAVA_LONG_MAX - 1, JAVA_LONG_MAX,
+                                                                      means="negative = never"))
     # Automatic offload (the namespace's and topic's offload policies win), checked with retention: the closed
     # ledgers past this many bytes of newer data, or closed this long ago, are offloaded; -1: not that criterion.
-    managedLedgerOffloadAutoTriggerSizeThresholdBytes: int = -1
-    managedLedgerOffloadThresholdInSeconds: int = -1
+    managedLedgerOffloadAutoTriggerSizeThresholdBytes: int = setting(-1, Rule(-JAVA_LONG_MAX - 1, JAVA_LONG_MAX,
+                                                                              means="negative = not by size"))
+    managedLedgerOffloadThresholdInSeconds: int = setting(-1, Rule(-JAVA_LONG_MAX - 1, JAVA_LONG_MAX,
+                                                                   means="negative = not by age"))
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).

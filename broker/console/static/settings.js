@@ -7,14 +7,15 @@ import { ask, denied, fill, h, notice, showError, table } from "./ui.js";
 const BASE = "/admin/v2/brokers/configuration";
 
 export async function settingsPage(main, _params, ctx) {
-  let names, stored, runtime;
-  try {
-    [names, stored, runtime] = await Promise.all([get(BASE), get(`${BASE}/values`), get(`${BASE}/runtime`)]);
-  } catch (error) {
-    if (error.signIn) throw error;
-    fill(main, h("h1", {}, "Settings"), denied(error));
+  // (all three asked at once; a refusal shown is the first call's, whichever answered first)
+  const answers = await Promise.allSettled([get(BASE), get(`${BASE}/values`), get(`${BASE}/runtime`)]);
+  const refused = answers.find((a) => a.status === "rejected");
+  if (refused) {
+    if (refused.reason.signIn) throw refused.reason;
+    fill(main, h("h1", {}, "Settings"), denied(refused.reason));
     return;
   }
+  const [names, stored, runtime] = answers.map((a) => a.value);
   const reload = () => { if (ctx.alive()) settingsPage(main, _params, ctx); };
 
   const change = async (name) => {
