@@ -754,8 +754,6 @@ class FileManagedLedger(StoredManagedLedger):
         offloader = self._factory.offloader
         if offloader is None:
             raise NoOffloaderError("no offloader is configured (managedLedgerOffloadDriver)")
-        if self._offloading:
-            raise OffloadInProgressError("Offload operation already running")
         current = self._map.current.ledger_id
         if not (up_to == Position(current, 0) or self._map.is_entry(up_to)):
             raise InvalidPositionError(f"Invalid position for offload: {up_to.ledger_id}:{up_to.entry_id}")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-import shutil
 import struct
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -20,34 +18,17 @@ from cluster.apache_pulsar import REPO_ROOT
 from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.mapfile import Compression, MapFileReader, MapFileWriter, SequenceFileReader
-from tests.needs import unavailable
+from tests.offload.java_tool import compiled, run
 
 HADOOP_LIB = REPO_ROOT / ".deps" / "hadoop" / "lib"
-SOURCE = Path(__file__).parent / "java" / "MapFileCheck.java"
-TIMEOUT_S = 120
 ML = "public/default/persistent/hadoop"
 
 
 @pytest.fixture(scope="module")
 def hadoop(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The command that runs MapFileCheck (compiled once)."""
-    missing = [tool for tool in ("java", "javac") if shutil.which(tool) is None]
-    if missing:
-        unavailable(f"Hadoop MapFile check: no {', '.join(missing)} on PATH")
-    if not any(HADOOP_LIB.glob("hadoop-client-api-*.jar")):
-        unavailable(f"Hadoop MapFile check: no Hadoop jars in {HADOOP_LIB} (`make offload-deps`)")
-    classes = tmp_path_factory.mktemp("mapfile-check")
-    classpath = f"{HADOOP_LIB}/*"
-    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(SOURCE)], check=True,
-                   capture_output=True, timeout=TIMEOUT_S)
-    return ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{classpath}",
-            "MapFileCheck"]
-
-
-def run(command: list[str]) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    """The command that runs MapFileCheck."""
+    return compiled("MapFileCheck", HADOOP_LIB, "hadoop-client-api-*.jar", tmp_path_factory.mktemp("mapfile-check"),
+                    "make offload-deps")
 
 
 def records(n: int, size: int | None = None, seed: int = 7) -> dict[int, bytes]:

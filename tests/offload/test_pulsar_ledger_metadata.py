@@ -4,8 +4,6 @@ Pulsar writes, and writes it back byte for byte."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,32 +11,18 @@ import pytest
 from cluster.apache_pulsar import REPO_ROOT
 from managed_ledger.bookkeeper.digest import DigestType
 from managed_ledger.offload.ledger_metadata import FILE_LEDGER_BOOKIE, OffloadedLedgerMetadata
-from tests.needs import unavailable
+from tests.offload.java_tool import compiled, run
 
 pytestmark = pytest.mark.apache_pulsar
 
 PULSAR_LIB = REPO_ROOT / ".deps" / "pulsar" / "lib"
-SOURCE = Path(__file__).parent / "java" / "LedgerMetadataCheck.java"
-TIMEOUT_S = 120
 ML = "public/default/persistent/x"
 
 
 @pytest.fixture(scope="module")
 def pulsar_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    if shutil.which("javac") is None or not any(PULSAR_LIB.glob("managed-ledger-*.jar")):
-        unavailable(f"Pulsar's ledger metadata check: no javac, or no Pulsar jars in {PULSAR_LIB} (`make pulsar-deps`)")
-    classes = tmp_path_factory.mktemp("ledger-metadata-check")
-    classpath = f"{PULSAR_LIB}/*"
-    subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(SOURCE)], check=True,
-                   capture_output=True, timeout=TIMEOUT_S)
-    return ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{classpath}",
-            "LedgerMetadataCheck"]
-
-
-def run(command: list[str]) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return compiled("LedgerMetadataCheck", PULSAR_LIB, "managed-ledger-*.jar",
+                    tmp_path_factory.mktemp("ledger-metadata-check"), "make pulsar-deps")
 
 
 def test_pulsar_reads_ours(pulsar_check: list[str], tmp_path: Path) -> None:
