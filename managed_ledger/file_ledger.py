@@ -13,10 +13,9 @@ the unconfirmed bytes off the segment files, start a new ledger - is tried right
 on adds (at most every ``fault_retry_interval_s``), so the ledger heals when the fault clears;
 reopening it recovers too.
 
-Tiered storage (the factory's ``offloader``): ``offload_prefix`` copies closed ledgers to it, each ledger's record
-(managed_ledger/offload/state.py) kept in the ``offloads`` file beside the segments; ``delete_offloaded_locals``
-deletes the local copies of those offloaded long enough, whose reads then go to the copy (file_reads.OffloadedRun);
-trimming a ledger deletes its copy too. A ledger whose only copy is offloaded is known from its record alone.
+Tiered storage (the factory's ``offloader``; the logic in managed_ledger/offload/tiered.py): each ledger's record
+(managed_ledger/offload/state.py) is kept in the ``offloads`` file beside the segments; a ledger whose local copy is
+deleted is read from its copy (file_reads.OffloadedRun) and known from its record alone.
 """
 
 from __future__ import annotations
@@ -26,23 +25,18 @@ import bisect
 import logging
 import operator
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from managed_ledger import cursor_base, cursor_store, segment
 from managed_ledger.api import (
     AddCallback,
     InitialPosition,
-    InvalidPositionError,
     LedgerClosedError,
-    LedgerInfo,
     ManagedLedgerConfig,
     ManagedLedgerError,
-    NoOffloaderError,
-    OffloadInProgressError,
     StorageUnavailableError,
 )
 from managed_ledger.cursor_base import CursorRecord
@@ -52,25 +46,25 @@ from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader, OffloadedRun, ReadJob, read_from_disk
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap, LedgerMeta
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadedSource
+from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import OFFLOADS_FILE, LedgerOffload
 from managed_ledger.offload.state import encode as encode_offloads
+from managed_ledger.offload.tiered import OffloadBook, TieredLedger
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.segment import SegmentIndex
-from managed_ledger.stored import StoredManagedLedger
 
 if TYPE_CHECKING:
     from managed_ledger.file import FileManagedLedgerFactory
 
+T = TypeVar("T")
 _new_tuple = tuple.__new__  # a Position without the NamedTuple's keyword-taking __new__ (per entry read ahead)
 
 log = logging.getLogger(__name__)
 # A ledger's held adds (see _hold) while there are none: shared, never appended to (an empty deque is ~770 bytes).
 _OPEN = LedgerState.OPEN  # (per add: a module constant costs a tenth of the Enum member's look-up, ledger_base)
 _NOTHING_HELD: deque[tuple[list[bytes], AddCallback, float]] = deque()
-OFFLOAD_READ_ENTRIES = 1000  # entries read from a segment at a time while copying a ledger to its offloader
 _OFFLOAD_WORK: set[asyncio.Task[None]] = set()  # deletions of trimmed ledgers' offloaded copies under way
 
 
@@ -78,13 +72,12 @@ def _nothing() -> None:
     """A writer task that only carries directory syncs."""
 
 
-class FileManagedLedger(StoredManagedLedger):
+class FileManagedLedger(TieredLedger):
     # (Its attributes and its bases' are more than an instance dict shares its keys for: slots save ~1.5 KB each.)
     __slots__ = ("_cursors_dir_made", "_dir", "_empty_on_disk", "_eviction_pending", "_factory", "_fenced", "_fs",
                  "_held", "_hold_timer", "_indexes", "_last_confirmed", "_last_recovery", "_loop",
-                 "_names_sync_queued", "_offloaded_sources", "_offloading", "_offloads", "_paths", "_persistence",
-                 "_reader", "_recovering", "_stored", "_unsynced_dirs", "_writer", "last_offload_failure_ms",
-                 "last_offload_ledger_id", "last_offload_success_ms")
+                 "_names_sync_queued", "_paths", "_persistence", "_reader", "_recovering", "_stored", "_tier",
+                 "_unsynced_dirs", "_writer")
     _reader: EntryReader
 
     def __init__(
@@ -125,13 +118,8 @@ class FileManagedLedger(StoredManagedLedger):
         # subscription has none, so opening a new one makes one directory, not two). A recovered confirmed
         # cursor proves it; otherwise the first cursor write makes it if missing and syncs its name.
         self._cursors_dir_made = bool(recovered.cursors)
-        # Tiered storage: the ledgers with a copy elsewhere (offload.state), the open readers of those whose only
-        # copy that is, and whether an offload runs (one at a time, as Pulsar's offloadMutex).
-        self._offloads: dict[int, LedgerOffload] = {}
-        self._offloaded_sources: dict[int, OffloadedSource] = {}
-        self._offloading = False
-        # (Pulsar's topic stats lastOffload*: this instance's, 0 until then)
-        self.last_offload_ledger_id = self.last_offload_success_ms = self.last_offload_failure_ms = 0
+        # Tiered storage (offload.tiered): the ledgers with a copy elsewhere, from the offloads file.
+        self._tier = OffloadBook()
         self._restore(recovered)
 
     # -- opening --------------------------------------------------------------------------------
@@ -146,15 +134,16 @@ class FileManagedLedger(StoredManagedLedger):
         local = {seg.ledger_id: seg for seg in segments if seg.index.entries > 0}
         # An offload record counts for a ledger still here, or for one whose only copy is the offloaded one; any
         # other (its ledger trimmed, or its copy never completed and the ledger gone) is dropped.
-        self._offloads = {o.ledger_id: o for o in recovered.offloads
-                          if o.ledger_id in local or (o.complete and o.local_deleted)}
-        for o in self._offloads.values():  # (a crash after the record said so, before the segment went)
+        offloads = self._tier.records
+        offloads.update((o.ledger_id, o) for o in recovered.offloads
+                        if o.ledger_id in local or (o.complete and o.local_deleted))
+        for o in offloads.values():  # (a crash after the record said so, before the segment went)
             if o.local_deleted and o.ledger_id in local:
                 del local[o.ledger_id]
         # Segments without entries, or whose ledger's local copy was deleted: removed (in _start).
         self._empty_on_disk = [seg.ledger_id for seg in segments if seg.ledger_id not in local]
         last: tuple[int, int] | None = None
-        for ledger_id in sorted({*local, *self._offloads}):
+        for ledger_id in sorted({*local, *offloads}):
             seg = local.get(ledger_id)
             if seg is not None:
                 self._map.add_stored_ledger(ledger_id, seg.created_at, closed[ledger_id], seg.index.entries,
@@ -162,7 +151,7 @@ class FileManagedLedger(StoredManagedLedger):
                 self._indexes[ledger_id] = seg.index
                 last = (ledger_id, seg.index.entries)
             else:
-                o = self._offloads[ledger_id]
+                o = offloads[ledger_id]
                 self._map.add_stored_ledger(ledger_id, o.closed_at, o.closed_at, o.entries, o.size)
                 last = (ledger_id, o.entries)
         # Like Pulsar, (re)opening a managed ledger always starts a new ledger.
@@ -289,17 +278,11 @@ class FileManagedLedger(StoredManagedLedger):
         return super()._run_within(ledger_id, first, count, max_bytes)
 
     def _remove_ledgers(self, ledger_ids: list[int]) -> None:
-        gone = []
         for ledger_id in ledger_ids:
             if self._indexes.pop(ledger_id, None) is not None:
                 self._unlink_later(self._segment_path(ledger_id))
             self._paths.pop(ledger_id, None)
-            offload = self._offloads.pop(ledger_id, None)
-            if offload is not None:
-                gone.append(offload)
-                source = self._offloaded_sources.pop(ledger_id, None)
-                if source is not None:
-                    source.close()
+        gone = self._tier.forget(ledger_ids)
         if gone:  # (Pulsar deletes a trimmed ledger's offloaded copy too, once its record no longer names it)
             self._spawn_offload_work(self._forget_offloads(gone), "offloaded copies of trimmed ledgers")
 
@@ -381,7 +364,7 @@ class FileManagedLedger(StoredManagedLedger):
         """Where ``count`` consecutive entries of a ledger from entry ``first`` are: their segment and spans, or
         the offloaded copy when it is the ledger's only one."""
         index = self._indexes.get(ledger_id)
-        if index is None and ledger_id in self._offloads:
+        if index is None and ledger_id in self._tier.records:
             return OffloadedRun(self._offloaded_source(ledger_id).read, first, first + count - 1)
         starts = index.offsets[first : first + count + 1] if index is not None else []
         if len(starts) != count + 1 or first < 0:
@@ -720,150 +703,32 @@ class FileManagedLedger(StoredManagedLedger):
 
     # -- tiered storage ------------------------------------------------------------------------
 
-    def ledgers_info(self) -> list[LedgerInfo]:
-        offloads = self._offloads
-        infos = self._map.infos()
-        if not offloads:
-            return infos
-        return [i._replace(offloaded=True) if (o := offloads.get(i.ledger_id)) is not None and o.complete else i
-                for i in infos]
-
     @property
-    def offloaded_size(self) -> int:
-        """Bytes of the ledgers with a complete offloaded copy (Pulsar's getOffloadedSize)."""
-        return sum(o.size for o in self._offloads.values() if o.complete)
+    def _offloader(self) -> FileSystemOffloader | None:
+        return self._factory.offloader
 
-    def _offloaded_source(self, ledger_id: int) -> OffloadedSource:
-        source = self._offloaded_sources.get(ledger_id)
-        if source is None:
-            offloader = self._factory.offloader
-            if offloader is None:
-                raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded and no offloader is "
-                                         "configured to read it (managedLedgerOffloadDriver)")
-            o = self._offloads[ledger_id]
-            source = self._offloaded_sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid)
-        return source
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.wrap_future(self._factory.pool.submit(fn, *args))
 
-    async def offload_prefix(self, up_to: Position) -> Position:
-        """Copy the closed ledgers before ``up_to``'s ledger that have entries and no complete copy yet, oldest
-        first, to the factory's offloader (Pulsar's asyncOffloadPrefix); the first position not offloaded. Each
-        ledger's record is kept before its copy starts (a crash leaves a record of an incomplete copy, whose files
-        are removed at the next try) and marked complete after. Raises ManagedLedgerError: no offloader, another
-        offload under way, a position that is no entry, a copy that failed (the ledgers before it stay offloaded)."""
-        self._check_open()
-        offloader = self._factory.offloader
-        if offloader is None:
-            raise NoOffloaderError("no offloader is configured (managedLedgerOffloadDriver)")
-        current = self._map.current.ledger_id
-        if not (up_to == Position(current, 0) or self._map.is_entry(up_to)):
-            raise InvalidPositionError(f"Invalid position for offload: {up_to.ledger_id}:{up_to.entry_id}")
-        chosen = []
-        first_left: Position | None = None
-        for meta in self._map.closed():
-            if meta.ledger_id >= up_to.ledger_id:
-                first_left = Position(meta.ledger_id, 0)
-                break
-            o = self._offloads.get(meta.ledger_id)
-            if meta.entries > 0 and (o is None or not o.complete):
-                chosen.append(meta)
-        if first_left is None:
-            first_left = Position(current, 0)
-        await self._offload_ledgers(offloader, chosen)
-        return first_left
+    def _has_local_copy(self, ledger_id: int) -> bool:
+        return ledger_id in self._indexes
 
-    async def offload_by_thresholds(self, threshold_bytes: int, threshold_s: float) -> int:
-        """Pulsar's automatic offload (ManagedLedgerImpl.maybeOffload): the closed ledgers, newest first, summing
-        their sizes; one not offloaded yet is chosen once the sum passes ``threshold_bytes`` or it closed
-        ``threshold_s`` or more ago (a negative threshold: not that criterion); the chosen ones offloaded oldest
-        first. The number offloaded (0 too when there is no offloader, or another offload runs)."""
-        offloader = self._factory.offloader
-        if offloader is None or self._offloading or (threshold_bytes < 0 and threshold_s < 0):
-            return 0
-        self._check_open()
-        now, summed = self._clock(), 0
-        chosen: list[LedgerMeta] = []
-        for meta in reversed(list(self._map.closed())):
-            summed += meta.size
-            o = self._offloads.get(meta.ledger_id)
-            if (o is not None and o.complete) or meta.entries == 0:
-                continue
-            closed_at = meta.closed_at if meta.closed_at is not None else meta.created_at
-            if (0 <= threshold_bytes < summed) or (threshold_s >= 0 and now - closed_at >= threshold_s):
-                chosen.insert(0, meta)
-        await self._offload_ledgers(offloader, chosen)
-        return len(chosen)
+    async def _offload_metadata(self, meta: LedgerMeta) -> OffloadedLedgerMetadata:
+        return OffloadedLedgerMetadata.of_managed_ledger(self._name, meta.entries - 1, meta.size,
+                                                         int(meta.created_at * 1000))
 
-    async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
-        """Copy each ledger in turn (the offload mutex held); the first failure ends the run."""
-        if self._offloading:
-            raise OffloadInProgressError("Offload operation already running")
-        self._offloading = True
-        try:
-            for meta in chosen:
-                self._check_open()  # (closed or deleted meanwhile: the rest is not copied)
-                try:
-                    await self._offload_one(offloader, meta)
-                except BaseException:
-                    self.last_offload_failure_ms = int(self._clock() * 1000)
-                    raise
-                self.last_offload_ledger_id = meta.ledger_id
-                self.last_offload_success_ms = int(self._clock() * 1000)
-        finally:
-            self._offloading = False
+    async def _read_to_offload(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        job = self._locate(ledger_id, first, last - first + 1)
+        return (await self._blocking(read_from_disk, self._fs, [job], self._factory.direct_io))[0]
 
-    async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
-        ledger_id, name = meta.ledger_id, self._name
-        stale = self._offloads.get(ledger_id)
-        closed_at = meta.closed_at if meta.closed_at is not None else meta.created_at
-        record = LedgerOffload(ledger_id, uuid.uuid4(), meta.entries, meta.size, closed_at, offloader.driver_name,
-                               offloader.driver_metadata())
-        self._offloads[ledger_id] = record
-        await self._save_offloads()
-        if stale is not None:  # (an earlier try's files, if any)
-            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, name, ledger_id, stale.uuid))
-        metadata = OffloadedLedgerMetadata.of_managed_ledger(name, meta.entries - 1, meta.size,
-                                                             int(meta.created_at * 1000))
-        path, first_offset, spans = cast("tuple[str, int, list[tuple[int, int]]]", self._locate(ledger_id, 0,
-                                                                                                 meta.entries))
-        fs, direct = self._fs, self._factory.direct_io
-
-        def copy() -> None:
-            def entries() -> Iterator[bytes]:
-                for i in range(0, len(spans), OFFLOAD_READ_ENTRIES):
-                    yield from read_from_disk(fs, [(path, first_offset, spans[i:i + OFFLOAD_READ_ENTRIES])],
-                                              direct)[0]
-            offloader.offload(name, ledger_id, record.uuid, metadata, entries())
-
-        await asyncio.wrap_future(self._factory.pool.submit(copy))
-        if self._offloads.get(ledger_id) is not record:  # (trimmed meanwhile: its copy is garbage)
-            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, name, ledger_id, record.uuid))
-            return
-        record.complete, record.completed_at_ms = True, int(self._clock() * 1000)
-        await self._save_offloads()
-
-    async def delete_offloaded_locals(self, lag_s: float) -> int:
-        """Delete the local copy of each ledger whose offloaded copy completed ``lag_s`` or more ago (Pulsar's
-        managedLedgerOffloadDeletionLagMs; negative: never); reads of it then go to the offloaded copy. The record
-        says so before the segment goes. The number deleted."""
-        if lag_s < 0 or self._state is not LedgerState.OPEN:
-            return 0
-        now_ms = self._clock() * 1000
-        due = [o for o in self._offloads.values() if o.complete and not o.local_deleted
-               and now_ms - o.completed_at_ms >= lag_s * 1000 and o.ledger_id in self._indexes
-               and o.ledger_id != self._map.current.ledger_id]
-        if not due:
-            return 0
-        for o in due:
-            o.local_deleted = True
-        await self._save_offloads()
-        for o in due:
-            if self._indexes.pop(o.ledger_id, None) is not None:
-                self._unlink_later(self._segment_path(o.ledger_id))
-            self._paths.pop(o.ledger_id, None)
-        return len(due)
+    async def _delete_local_copies(self, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            if self._indexes.pop(ledger_id, None) is not None:
+                self._unlink_later(self._segment_path(ledger_id))
+            self._paths.pop(ledger_id, None)
 
     async def _save_offloads(self) -> None:
-        data = encode_offloads(list(self._offloads.values()))
+        data = encode_offloads(list(self._tier.records.values()))
         fs, path = self._fs, join(self._dir, OFFLOADS_FILE)
 
         def write() -> None:
@@ -873,13 +738,7 @@ class FileManagedLedger(StoredManagedLedger):
 
     async def _forget_offloads(self, gone: list[LedgerOffload]) -> None:
         await self._save_offloads()
-        offloader = self._factory.offloader
-        if offloader is None:
-            log.warning("%s: no offloader configured: the offloaded copies of trimmed ledgers %s are left",
-                        self._name, [o.ledger_id for o in gone])
-            return
-        for o in gone:
-            await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, self._name, o.ledger_id, o.uuid))
+        await self._delete_copies(gone)
 
     def _spawn_offload_work(self, work: Coroutine[Any, Any, None], what: str) -> None:
         task = self._loop.create_task(work)
@@ -891,11 +750,6 @@ class FileManagedLedger(StoredManagedLedger):
                 log.warning("%s: %s: %s", self._name, what, exc)
 
         task.add_done_callback(done)
-
-    def _close_offloaded_sources(self) -> None:
-        for source in self._offloaded_sources.values():
-            source.close()
-        self._offloaded_sources.clear()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -922,7 +776,7 @@ class FileManagedLedger(StoredManagedLedger):
         self._writer.release(self)
         await self._writer.barrier()
         self._reader.forget_all()
-        self._close_offloaded_sources()
+        self._tier.close_sources()
 
     async def delete(self) -> None:
         # A closed handle cannot delete (a newer handle may own the data by now): reopen it,
@@ -940,13 +794,9 @@ class FileManagedLedger(StoredManagedLedger):
             self._writer.release(self)
             await self._writer.barrier()
             self._reader.forget_all()
-            self._close_offloaded_sources()
-            offloader = self._factory.offloader
-            if offloader is not None:  # (Pulsar's delete truncates first: no offloaded copy is left behind)
-                for o in list(self._offloads.values()):
-                    await asyncio.wrap_future(self._factory.pool.submit(offloader.delete, self._name, o.ledger_id,
-                                                                        o.uuid))
-            self._offloads.clear()
+            self._tier.close_sources()
+            # (Pulsar's delete truncates first: no offloaded copy is left behind)
+            await self._delete_copies(self._tier.forget(list(self._tier.records)))
             await self._factory._remove_directory(self._name, self._dir)
         finally:
             self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)

@@ -338,7 +338,7 @@ class BaseManagedLedger(ManagedLedger):
             if last_entry > last_confirmed:
                 break  # entries still being stored (file ledger): never delete those
             size_to_delete += meta.size
-            closed_at = meta.closed_at if meta.closed_at is not None else meta.created_at
+            closed_at = meta.ended_at
             # Pulsar: a ledger goes when it is older than the retention time OR keeping it would
             # keep more than the retention size; -1 disables that limit.
             expired = config.retention_time_s >= 0 and now - closed_at >= config.retention_time_s

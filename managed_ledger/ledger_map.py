@@ -29,6 +29,11 @@ class LedgerMeta:
     size: int = 0
     closed_at: float | None = None
 
+    @property
+    def ended_at(self) -> float:
+        """When it closed, else (still open, or its close time unknown) when it was created."""
+        return self.closed_at if self.closed_at is not None else self.created_at
+
     def info(self) -> LedgerInfo:
         return LedgerInfo(self.ledger_id, self.entries, self.size, self.created_at, self.closed_at)
 

@@ -64,6 +64,17 @@ class FileSystemOffloader:
     def offload(self, managed_ledger: str, ledger_id: int, uuid: UUID, metadata: OffloadedLedgerMetadata,
                 entries: Iterable[bytes]) -> None:
         """Copy a closed ledger: ``entries`` are its entries 0 to ``metadata.last_entry_id``, in order."""
+        writer = self.begin(managed_ledger, ledger_id, uuid, metadata)
+        try:
+            writer.append(list(entries))
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def begin(self, managed_ledger: str, ledger_id: int, uuid: UUID,
+              metadata: OffloadedLedgerMetadata) -> OffloadWriter:
+        """Start a copy of a closed ledger, to be given its entries in order (``OffloadWriter``)."""
         final = self.ledger_path(managed_ledger, ledger_id, uuid)
         temporary = final.with_name(final.name + TEMPORARY_SUFFIX)
         shutil.rmtree(temporary, ignore_errors=True)
@@ -71,22 +82,11 @@ class FileSystemOffloader:
         writer = MapFileWriter(temporary, self.compression, self.block_size, self.index_interval)
         try:
             writer.append(METADATA_KEY, metadata.serialize())
-            count = 0
-            for entry_id, data in enumerate(entries):
-                writer.append(entry_id, data)
-                count += 1
-            writer.close()
-            if count != metadata.last_entry_id + 1:
-                raise OffloadedLedgerError(f"ledger {ledger_id}: {count} entries read of {metadata.last_entry_id + 1}")
-            for name in (temporary / "data", temporary / "index"):
-                _fsync(name)
-            _fsync_dir(temporary)
-            os.replace(temporary, final)
-            _fsync_dir(final.parent)
         except BaseException:
             writer.close_quietly()
             shutil.rmtree(temporary, ignore_errors=True)
             raise
+        return OffloadWriter(ledger_id, metadata.last_entry_id, writer, temporary, final)
 
     def open(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> OffloadedLedger:
         path = self.ledger_path(managed_ledger, ledger_id, uuid)
@@ -113,6 +113,43 @@ class FileSystemOffloader:
         final = self.ledger_path(managed_ledger, ledger_id, uuid)
         for path in (final, final.with_name(final.name + TEMPORARY_SUFFIX)):
             shutil.rmtree(path, ignore_errors=True)
+
+
+class OffloadWriter:
+    """One ledger's copy under way: ``append`` its entries in order (as many calls as wanted), then ``finish``
+    (the copy is in place, durable) or ``abort`` (nothing is left of it)."""
+
+    def __init__(self, ledger_id: int, last_entry_id: int, writer: MapFileWriter, temporary: Path,
+                 final: Path) -> None:
+        self._ledger_id = ledger_id
+        self._last_entry_id = last_entry_id
+        self._writer = writer
+        self._temporary = temporary
+        self._final = final
+        self._count = 0
+
+    def append(self, entries: Iterable[bytes]) -> None:
+        writer, entry_id = self._writer, self._count
+        for data in entries:
+            writer.append(entry_id, data)
+            entry_id += 1
+        self._count = entry_id
+
+    def finish(self) -> None:
+        self._writer.close()
+        if self._count != self._last_entry_id + 1:
+            raise OffloadedLedgerError(f"ledger {self._ledger_id}: {self._count} entries read of "
+                                       f"{self._last_entry_id + 1}")
+        temporary, final = self._temporary, self._final
+        for name in (temporary / "data", temporary / "index"):
+            _fsync(name)
+        _fsync_dir(temporary)
+        os.replace(temporary, final)
+        _fsync_dir(final.parent)
+
+    def abort(self) -> None:
+        self._writer.close_quietly()
+        shutil.rmtree(self._temporary, ignore_errors=True)
 
 
 class OffloadedLedger:

@@ -4,7 +4,8 @@ properties), in Pulsar's format: a ManagedLedgerInfo protobuf (MLDataFormats.pro
 ledgers with an offload context, each with its entry count, size and close time.
 
 A file ledger keeps it in the file ``offloads`` of its directory (replaced atomically); the ledger list is otherwise
-the segment files', so a ledger whose local copy is deleted is known from here alone.
+the segment files', so a ledger whose local copy is deleted is known from here alone. A BookKeeper ledger keeps each
+context in its ledger list (the managed ledger's znode), as Pulsar does (``to_context`` / ``from_context``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from uuid import UUID
 
 from google.protobuf.message import DecodeError
 
-from managed_ledger.bookkeeper.ml_data_formats_pb2 import ManagedLedgerInfo
+from managed_ledger.bookkeeper.ml_data_formats_pb2 import ManagedLedgerInfo, OffloadContext
 
 OFFLOADS_FILE = "offloads"
 _MASK64 = (1 << 64) - 1
@@ -36,6 +37,9 @@ class LedgerOffload:
     complete: bool = False
     local_deleted: bool = False  # (Pulsar's bookkeeperDeleted)
     completed_at_ms: int = 0  # (OffloadContext.timestamp)
+    # The OffloadContext this record was read from (b"": none), whose other fields (a Pulsar broker's
+    # offloadSegment list) are written back as they were.
+    context: bytes = b""
 
 
 def _signed(value: int) -> int:
@@ -51,19 +55,40 @@ def uuid_of(msb: int, lsb: int) -> UUID:
     return UUID(int=((msb & _MASK64) << 64) | (lsb & _MASK64))
 
 
+def to_context(o: LedgerOffload) -> OffloadContext:
+    """The record as an OffloadContext: the one it was read from, with the record's fields set (that one as it
+    was when they did not change)."""
+    context = OffloadContext()
+    if o.context:
+        context.ParseFromString(o.context)
+        if from_context(o.ledger_id, o.entries, o.size, o.closed_at, context, o.context) == o:
+            return context
+    context.uidMsb, context.uidLsb = uuid_halves(o.uuid)
+    context.complete = o.complete
+    context.bookkeeperDeleted = o.local_deleted
+    context.timestamp = o.completed_at_ms
+    driver = context.driverMetadata
+    driver.name = o.driver
+    del driver.properties[:]
+    for key, value in sorted(o.driver_properties.items()):
+        driver.properties.add(key=key, value=value)
+    return context
+
+
+def from_context(ledger_id: int, entries: int, size: int, closed_at: float, context: OffloadContext,
+                 raw: bytes = b"") -> LedgerOffload:
+    return LedgerOffload(
+        ledger_id, uuid_of(context.uidMsb, context.uidLsb), entries, size, closed_at, context.driverMetadata.name,
+        {kv.key: kv.value for kv in context.driverMetadata.properties}, context.complete, context.bookkeeperDeleted,
+        context.timestamp, raw)
+
+
 def encode(offloads: list[LedgerOffload]) -> bytes:
     info = ManagedLedgerInfo()
     for o in sorted(offloads, key=lambda o: o.ledger_id):
         ledger = info.ledgerInfo.add(ledgerId=o.ledger_id, entries=o.entries, size=o.size,
                                      timestamp=int(o.closed_at * 1000))
-        context = ledger.offloadContext
-        context.uidMsb, context.uidLsb = uuid_halves(o.uuid)
-        context.complete = o.complete
-        context.bookkeeperDeleted = o.local_deleted
-        context.timestamp = o.completed_at_ms
-        context.driverMetadata.name = o.driver
-        for key, value in sorted(o.driver_properties.items()):
-            context.driverMetadata.properties.add(key=key, value=value)
+        ledger.offloadContext.CopyFrom(to_context(o))
     return info.SerializeToString()
 
 
@@ -73,12 +98,5 @@ def decode(data: bytes) -> list[LedgerOffload]:
         info.ParseFromString(data)
     except DecodeError as exc:
         raise OffloadStateError(f"undecodable offload state: {exc}") from None
-    out = []
-    for ledger in info.ledgerInfo:
-        context = ledger.offloadContext
-        out.append(LedgerOffload(
-            ledger.ledgerId, uuid_of(context.uidMsb, context.uidLsb), ledger.entries, ledger.size,
-            ledger.timestamp / 1000, context.driverMetadata.name,
-            {kv.key: kv.value for kv in context.driverMetadata.properties}, context.complete,
-            context.bookkeeperDeleted, context.timestamp))
-    return out
+    return [from_context(ledger.ledgerId, ledger.entries, ledger.size, ledger.timestamp / 1000, ledger.offloadContext)
+            for ledger in info.ledgerInfo]

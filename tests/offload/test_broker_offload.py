@@ -13,6 +13,7 @@ from broker.embedded import BrokerThread
 from managed_ledger import segment as seg
 from tests.admin.conftest import Admin
 from tests.e2e.conftest import topic_name
+from tests.offload.support import read_back
 from tests.waiting import wait_for
 
 SETTINGS: dict[str, Any] = {
@@ -68,11 +69,7 @@ def test_offload_delete_locally_restart_and_read(tmp_path: Path) -> None:
         admin = Admin(broker.web_url)
         internal = admin.ok("GET", path + "/internalStats")["ledgers"]
         assert [lg["offloaded"] for lg in internal[:4]] == [True] * 4
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        consumer = client.subscribe(topic, "after", initial_position=pulsar.InitialPosition.Earliest)
-        got = [consumer.receive(10_000).data() for _ in sent]
-        assert got == sent
-        client.close()
+        assert read_back(broker, topic, "after", len(sent)) == sent
     finally:
         broker.stop()
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from uuid import UUID
 
 import pytest
 
@@ -16,29 +14,13 @@ from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedL
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.offload.filesystem import FileSystemOffloader
-from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from tests.managed_ledger.ml_support import FakeClock
+from tests.offload.support import FailingOffloader, copies
 from tests.waiting import eventually
 
 NAME = "public/default/persistent/tiered"
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=10, min_ledger_rollover_time_s=0, retention_time_s=-1,
                              retention_size_bytes=-1)
-
-
-class FailingOffloader(FileSystemOffloader):
-    """Fails the copy of ledgers in ``fail`` after its first entry."""
-
-    fail: frozenset[int] = frozenset()
-
-    def offload(self, managed_ledger: str, ledger_id: int, uuid: UUID, metadata: OffloadedLedgerMetadata,
-                entries: Iterable[bytes]) -> None:
-        given = iter(entries)
-
-        def broken() -> Iterator[bytes]:
-            yield next(given)
-            raise OSError("the tier went away")
-
-        super().offload(managed_ledger, ledger_id, uuid, metadata, broken() if ledger_id in self.fail else given)
 
 
 def factory(tmp_path: Path, clock: FakeClock, offloader: FileSystemOffloader | None = None,
@@ -60,11 +42,6 @@ def segments(ml: FileManagedLedger) -> list[int]:
     return sorted(i for f in os.listdir(ml.directory) if (i := seg.ledger_id_of(f)) is not None)
 
 
-def copies(tier: Path) -> list[str]:
-    where = tier / NAME
-    return sorted(p.name for p in where.iterdir()) if where.exists() else []
-
-
 async def test_offload_delete_locally_read_restart_trim(tmp_path: Path) -> None:
     clock, tier = FakeClock(), tmp_path / "tier"
     f = factory(tmp_path, clock, FileSystemOffloader(tier))
@@ -78,9 +55,9 @@ async def test_offload_delete_locally_read_restart_trim(tmp_path: Path) -> None:
     infos = ml.ledgers_info()
     assert [i.offloaded for i in infos] == [True, True, False, False]
     assert ml.offloaded_size == infos[0].size + infos[1].size
-    assert [c.split("-")[0] for c in copies(tier)] == [str(ids[0]), str(ids[1])]
+    assert [c.split("-")[0] for c in copies(tier, NAME)] == [str(ids[0]), str(ids[1])]
     assert await ml.offload_prefix(Position(ids[2], 3)) == Position(ids[2], 0)  # (nothing more: done already)
-    assert len(copies(tier)) == 2
+    assert len(copies(tier, NAME)) == 2
 
     assert await ml.delete_offloaded_locals(3600) == 0  # (completed just now: within the lag)
     clock.advance(3600)
@@ -100,7 +77,7 @@ async def test_offload_delete_locally_read_restart_trim(tmp_path: Path) -> None:
     cursor.mark_delete(Position(ids[1], 9))
     ml.trim_consumed_ledgers()  # (if moving the mark-delete did not trim already)
     # (a trimmed ledger's offloaded copy goes too)
-    await eventually(lambda: copies(tier) == [], "the trimmed ledgers' copies deleted")
+    await eventually(lambda: copies(tier, NAME) == [], "the trimmed ledgers' copies deleted")
     assert [i.ledger_id for i in ml.ledgers_info()][:2] == ids[2:]
     await ml.close()
     await f.close()
@@ -131,7 +108,7 @@ async def test_without_an_offloader(tmp_path: Path) -> None:
     await f.close()
     f = factory(tmp_path, clock)  # ...then read without one: a clear error
     ml = await f.open(NAME, CONFIG)
-    with pytest.raises(ManagedLedgerError, match=f"ledger {first} .* no offloader is configured"):
+    with pytest.raises(ManagedLedgerError, match=f"ledger {first} .* no such offloader is configured"):
         await ml.read_entry(Position(first, 0))
     await ml.close()
     await f.close()
@@ -149,7 +126,7 @@ async def test_a_failed_copy_is_tried_again(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="the tier went away"):
         await ml.offload_prefix(Position(ids[2], 0))
     assert [i.offloaded for i in ml.ledgers_info()] == [True, False, False]  # (the one before it stays offloaded)
-    assert len(copies(tier)) == 1
+    assert len(copies(tier, NAME)) == 1
     await ml.close()
     await f.close()
     f = factory(tmp_path, clock, offloader)  # (the record of the failed copy survives a restart)
@@ -157,7 +134,7 @@ async def test_a_failed_copy_is_tried_again(tmp_path: Path) -> None:
     offloader.fail = frozenset()
     assert await ml.offload_prefix(Position(ids[2], 0)) == Position(ids[2], 0)
     assert [i.offloaded for i in ml.ledgers_info()][:2] == [True, True]
-    assert len(copies(tier)) == 2
+    assert len(copies(tier, NAME)) == 2
     await ml.close()
     await f.close()
 
@@ -191,7 +168,7 @@ async def test_a_crash_between_the_record_and_the_segments_removal(tmp_path: Pat
         await ml.add_entry_async(d)
     first = ml.ledgers_info()[0].ledger_id
     await ml.offload_prefix(Position(ml.ledgers_info()[1].ledger_id, 0))
-    ml._offloads[first].local_deleted = True
+    ml._tier.records[first].local_deleted = True
     await ml._save_offloads()
     await ml.close()
     await f.close()

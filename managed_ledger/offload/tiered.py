@@ -1,0 +1,313 @@
+"""Tiered storage for the stored managed ledgers (file, BookKeeper), as Apache Pulsar's ManagedLedgerImpl does it:
+closed ledgers copied to the factory's offloader (asyncOffloadPrefix on request, maybeOffload by thresholds, one run
+at a time: offloadLoop), the local copy deleted once the copy is old enough (Pulsar does it while trimming), reads of
+such a ledger served from its copy, and a trimmed ledger's copy deleted with it.
+
+Each ledger's copy has a record (``state.LedgerOffload``, Pulsar's OffloadContext): made with a new uuid and kept
+before the copy starts (a crash leaves a record of an incomplete copy, whose files the next try removes), marked
+complete when the copy is in place, and marked ``local_deleted`` (Pulsar's bookkeeperDeleted) before the local copy
+goes. Where records are kept is the ledger's (``_save_offloads``): the file ledger's ``offloads`` file, the
+BookKeeper ledger's ledger list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from abc import abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from managed_ledger.api import (
+    InvalidPositionError,
+    LedgerInfo,
+    ManagedLedgerError,
+    NoOffloaderError,
+    OffloadInProgressError,
+)
+from managed_ledger.ledger_base import LedgerState
+from managed_ledger.ledger_map import LedgerMeta
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadedLedgerError, OffloadedSource
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from managed_ledger.offload.state import LedgerOffload
+from managed_ledger.position import Position
+from managed_ledger.stored import StoredManagedLedger
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Entries read from local storage at a time while copying a ledger: this many at most, and about this many bytes
+# (by the ledger's mean entry size).
+OFFLOAD_READ_ENTRIES = 1000
+OFFLOAD_READ_BYTES = 4 << 20
+
+
+class OffloadBook:
+    """A managed ledger's offload records, the open readers of the copies that are a ledger's only one, whether a
+    run is under way (Pulsar's offloadMutex), and the last run's outcome (Pulsar's topic stats lastOffload*: this
+    instance's, 0 until then)."""
+
+    __slots__ = ("last_failure_ms", "last_ledger_id", "last_success_ms", "records", "running", "sources")
+
+    def __init__(self, records: Iterable[LedgerOffload] = ()) -> None:
+        self.records: dict[int, LedgerOffload] = {o.ledger_id: o for o in records}
+        self.sources: dict[int, OffloadedSource] = {}
+        self.running = False
+        self.last_ledger_id = self.last_success_ms = self.last_failure_ms = 0
+
+    def complete(self, ledger_id: int) -> bool:
+        o = self.records.get(ledger_id)
+        return o is not None and o.complete
+
+    def only_offloaded(self, ledger_id: int) -> bool:
+        """Its copy is complete and its local copy deleted: reads go to the copy."""
+        o = self.records.get(ledger_id)
+        return o is not None and o.complete and o.local_deleted
+
+    def forget(self, ledger_ids: Iterable[int]) -> list[LedgerOffload]:
+        """The records of trimmed ledgers, removed (their readers closed)."""
+        gone = []
+        for ledger_id in ledger_ids:
+            o = self.records.pop(ledger_id, None)
+            if o is not None:
+                gone.append(o)
+            source = self.sources.pop(ledger_id, None)
+            if source is not None:
+                source.close()
+        return gone
+
+    def close_sources(self) -> None:
+        for source in self.sources.values():
+            source.close()
+        self.sources.clear()
+
+
+class TieredLedger(StoredManagedLedger):
+    """The offloading part of a stored managed ledger; the storage gives the hooks below."""
+
+    __slots__ = ()
+    _tier: OffloadBook
+
+    # -- hooks of the storage ---------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def _offloader(self) -> FileSystemOffloader | None:
+        """The factory's offloader (None: none configured)."""
+
+    @abstractmethod
+    async def _save_offloads(self) -> None:
+        """Keep the records as they are now, durably; ManagedLedgerError if that failed."""
+
+    @abstractmethod
+    async def _offload_metadata(self, meta: LedgerMeta) -> OffloadedLedgerMetadata:
+        """The ledger metadata a closed ledger's copy carries (key -1)."""
+
+    @abstractmethod
+    async def _read_to_offload(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries ``first`` to ``last`` of a closed ledger, from its local copy."""
+
+    @abstractmethod
+    def _has_local_copy(self, ledger_id: int) -> bool: ...
+
+    @abstractmethod
+    async def _delete_local_copies(self, ledger_ids: list[int]) -> None:
+        """Delete these ledgers' local copies (their records already say so, durably)."""
+
+    @abstractmethod
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run blocking file I/O off the loop (the ledger's pool)."""
+
+    # -- what the ledger shows ------------------------------------------------------------------------
+
+    def ledgers_info(self) -> list[LedgerInfo]:
+        tier = self._tier
+        infos = self._map.infos()
+        if not tier.records:
+            return infos
+        return [i._replace(offloaded=True) if tier.complete(i.ledger_id) else i for i in infos]
+
+    @property
+    def offloaded_size(self) -> int:
+        """Bytes of the ledgers with a complete offloaded copy (Pulsar's getOffloadedSize)."""
+        return sum(o.size for o in self._tier.records.values() if o.complete)
+
+    @property
+    def last_offload_ledger_id(self) -> int:
+        return self._tier.last_ledger_id
+
+    @property
+    def last_offload_success_ms(self) -> int:
+        return self._tier.last_success_ms
+
+    @property
+    def last_offload_failure_ms(self) -> int:
+        return self._tier.last_failure_ms
+
+    # -- reading a ledger from its copy -----------------------------------------------------------------
+
+    def _offloaded_source(self, ledger_id: int) -> OffloadedSource:
+        """The reader of a ledger whose only copy is the offloaded one (opened at its first read)."""
+        tier = self._tier
+        source = tier.sources.get(ledger_id)
+        if source is not None:
+            return source
+        o = tier.records[ledger_id]
+        offloader = self._offloader
+        if offloader is None or o.driver.lower() != offloader.driver_name:
+            raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded (driver {o.driver!r}) and its "
+                                     "local copy deleted: no such offloader is configured to read it "
+                                     "(managedLedgerOffloadDriver)")
+        source = tier.sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid)
+        return source
+
+    async def _read_offloaded(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        source = self._offloaded_source(ledger_id)
+        try:
+            return await self._blocking(source.read, first, last)
+        except OffloadedLedgerError as exc:
+            raise ManagedLedgerError(f"offloaded ledger {ledger_id} of {self._name}: {exc}") from None
+
+    # -- offloading -----------------------------------------------------------------------------------
+
+    def _offloader_or_refuse(self) -> FileSystemOffloader:
+        offloader = self._offloader
+        if offloader is None:
+            raise NoOffloaderError("no offloader is configured (managedLedgerOffloadDriver)")
+        return offloader
+
+    async def offload_prefix(self, up_to: Position) -> Position:
+        """Copy the closed ledgers before ``up_to``'s ledger that have entries and no complete copy yet, oldest
+        first, to the offloader (Pulsar's asyncOffloadPrefix); the first position not offloaded. Raises
+        ManagedLedgerError: no offloader, another offload under way, a position that is no entry, a copy that
+        failed (the ledgers before it stay offloaded)."""
+        self._check_open()
+        offloader = self._offloader_or_refuse()
+        current = self._map.current.ledger_id
+        if not (up_to == Position(current, 0) or self._map.is_entry(up_to)):
+            raise InvalidPositionError(f"Invalid position for offload: {up_to.ledger_id}:{up_to.entry_id}")
+        chosen = []
+        first_left: Position | None = None
+        for meta in self._map.closed():
+            if meta.ledger_id >= up_to.ledger_id:
+                first_left = Position(meta.ledger_id, 0)
+                break
+            if meta.entries > 0 and not self._tier.complete(meta.ledger_id):
+                chosen.append(meta)
+        if first_left is None:
+            first_left = Position(current, 0)
+        await self._offload_ledgers(offloader, chosen)
+        return first_left
+
+    async def offload_by_thresholds(self, threshold_bytes: int, threshold_s: float) -> int:
+        """Pulsar's automatic offload (ManagedLedgerImpl.maybeOffload): the closed ledgers, newest first, summing
+        their sizes; one not offloaded yet is chosen once the sum passes ``threshold_bytes`` or it closed
+        ``threshold_s`` or more ago (a negative threshold: not that criterion); the chosen ones offloaded oldest
+        first. The number offloaded (0 too when there is no offloader, or another offload runs)."""
+        offloader = self._offloader
+        if offloader is None or self._tier.running or (threshold_bytes < 0 and threshold_s < 0):
+            return 0
+        self._check_open()
+        now, summed = self._clock(), 0
+        chosen: list[LedgerMeta] = []
+        for meta in reversed(list(self._map.closed())):
+            summed += meta.size
+            if self._tier.complete(meta.ledger_id) or meta.entries == 0:
+                continue
+            if (0 <= threshold_bytes < summed) or (threshold_s >= 0 and now - meta.ended_at >= threshold_s):
+                chosen.insert(0, meta)
+        await self._offload_ledgers(offloader, chosen)
+        return len(chosen)
+
+    async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
+        """Copy each ledger in turn (the offload mutex held); the first failure ends the run."""
+        tier = self._tier
+        if tier.running:
+            raise OffloadInProgressError("Offload operation already running")
+        tier.running = True
+        try:
+            for meta in chosen:
+                self._check_open()  # (closed, deleted or fenced meanwhile: the rest is not copied)
+                try:
+                    await self._offload_one(offloader, meta)
+                except Exception:
+                    if self._map.get(meta.ledger_id) is None:  # (trimmed meanwhile: not an error, as in Pulsar)
+                        continue
+                    tier.last_failure_ms = int(self._clock() * 1000)
+                    raise
+                except BaseException:
+                    tier.last_failure_ms = int(self._clock() * 1000)
+                    raise
+                tier.last_ledger_id = meta.ledger_id
+                tier.last_success_ms = int(self._clock() * 1000)
+        finally:
+            tier.running = False
+
+    async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
+        ledger_id, name, records = meta.ledger_id, self._name, self._tier.records
+        stale = records.get(ledger_id)
+        record = LedgerOffload(ledger_id, uuid.uuid4(), meta.entries, meta.size, meta.ended_at, offloader.driver_name,
+                               offloader.driver_metadata(), context=stale.context if stale is not None else b"")
+        records[ledger_id] = record
+        await self._save_offloads()
+        if stale is not None:  # (an earlier try's files, if any: Pulsar's "previous failed offload" clean-up)
+            await self._delete_copies([stale])
+        metadata = await self._offload_metadata(meta)
+        writer = await self._blocking(offloader.begin, name, ledger_id, record.uuid, metadata)
+        try:
+            step = max(1, min(OFFLOAD_READ_ENTRIES, OFFLOAD_READ_BYTES * meta.entries // max(meta.size, 1)))
+            for first in range(0, meta.entries, step):
+                entries = await self._read_to_offload(ledger_id, first, min(first + step, meta.entries) - 1)
+                await self._blocking(writer.append, entries)
+            await self._blocking(writer.finish)
+        except BaseException:
+            await asyncio.shield(self._blocking(writer.abort))
+            raise
+        if records.get(ledger_id) is not record:  # (trimmed meanwhile: its copy is garbage)
+            await self._delete_copies([record])
+            return
+        record.complete, record.completed_at_ms = True, int(self._clock() * 1000)
+        await self._save_offloads()
+
+    async def delete_offloaded_locals(self, lag_s: float) -> int:
+        """Delete the local copy of each ledger whose offloaded copy completed ``lag_s`` or more ago (Pulsar's
+        managedLedgerOffloadDeletionLagMs; negative: never); reads of it then go to the copy. The records say so,
+        durably, before the local copies go. The number deleted."""
+        if lag_s < 0 or self._state is not LedgerState.OPEN:
+            return 0
+        now_ms = self._clock() * 1000
+        current = self._map.current.ledger_id
+        due = [o for o in self._tier.records.values() if o.complete and not o.local_deleted
+               and now_ms - o.completed_at_ms >= lag_s * 1000 and o.ledger_id != current
+               and self._has_local_copy(o.ledger_id)]
+        if not due:
+            return 0
+        for o in due:
+            o.local_deleted = True
+        try:
+            await self._save_offloads()
+        except BaseException:
+            for o in due:
+                o.local_deleted = False
+            raise
+        await self._delete_local_copies([o.ledger_id for o in due])
+        return len(due)
+
+    async def _delete_copies(self, records: list[LedgerOffload]) -> None:
+        await delete_copies(self._offloader, self._name, records, self._blocking)
+
+
+async def delete_copies(offloader: FileSystemOffloader | None, managed_ledger: str, records: Iterable[LedgerOffload],
+                        blocking: Callable[..., asyncio.Future[None]]) -> None:
+    """Delete offloaded copies (of trimmed ledgers, of failed tries, of a deleted managed ledger); a failure is
+    logged, as Pulsar's cleanupOffloaded leaves it."""
+    for o in records:
+        if offloader is None or o.driver.lower() != offloader.driver_name:
+            log.warning("%s: the offloaded copy of ledger %d (driver %r) is left: no such offloader here",
+                        managed_ledger, o.ledger_id, o.driver)
+            continue
+        try:
+            await blocking(offloader.delete, managed_ledger, o.ledger_id, o.uuid)
+        except OSError as exc:
+            log.warning("%s: the offloaded copy of ledger %d not deleted: %s", managed_ledger, o.ledger_id, exc)

@@ -1,0 +1,48 @@
+"""Helpers of the offloading tests (file and BookKeeper ledgers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from uuid import UUID
+
+import pulsar
+
+from broker.embedded import BrokerThread
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+
+
+class FailingOffloader(FileSystemOffloader):
+    """Fails the copy of ledgers in ``fail`` after its first entry."""
+
+    fail: frozenset[int] = frozenset()
+
+    def begin(self, managed_ledger: str, ledger_id: int, uuid: UUID,
+              metadata: OffloadedLedgerMetadata) -> OffloadWriter:
+        writer = super().begin(managed_ledger, ledger_id, uuid, metadata)
+        if ledger_id in self.fail:
+            append = writer.append
+
+            def broken(entries: Iterable[bytes]) -> None:
+                append(list(entries)[:1])
+                raise OSError("the tier went away")
+
+            writer.append = broken  # type: ignore[method-assign]
+        return writer
+
+
+def copies(tier: Path, managed_ledger: str) -> list[str]:
+    """The names under a managed ledger's directory of the tier (``<ledger id>-<uuid>`` each, and any temporary)."""
+    where = tier / managed_ledger
+    return sorted(p.name for p in where.iterdir()) if where.exists() else []
+
+
+def read_back(broker: BrokerThread, topic: str, subscription: str, count: int) -> list[bytes]:
+    """The first ``count`` messages of the topic, by the official client on a new subscription from the earliest."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, subscription, initial_position=pulsar.InitialPosition.Earliest)
+        return [consumer.receive(10_000).data() for _ in range(count)]
+    finally:
+        client.close()
