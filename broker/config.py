@@ -476,9 +476,9 @@ class BrokerConfig:
     managedLedgerMaxLedgerRolloverTimeMinutes: float = setting(240, AT_LEAST_0)
     managedLedgerMinLedgerRolloverTimeMinutes: float = setting(10, AT_LEAST_0)
     # -- tiered storage (docs/features.md#offloading): Pulsar's keys. The driver: none (offload runs fail, as
-    # Pulsar's NullLedgerOffloader) or "filesystem": with managedLedgerStorage=file closed ledgers copied as Hadoop
-    # MapFiles under the base directory, Pulsar's filesystem offloader's layout; with bookkeeper, the ledgers Pulsar's
-    # brokers offloaded so are read from there. fileSystemURI: file:/// or empty
+    # Pulsar's NullLedgerOffloader) or "filesystem": closed ledgers (of file or bookkeeper storage) copied as Hadoop
+    # MapFiles under the base directory, Pulsar's filesystem offloader's layout (so what Pulsar's brokers offloaded
+    # there is read too). fileSystemURI: file:/// or empty
     # (local files; Hadoop's other file systems are not there). fileSystemProfilePath: Pulsar's Hadoop profile
     # (conf/filesystem_offload_core_site.xml): its hadoop.tmp.dir is the base directory (relative: to the broker's
     # working directory), its io.seqfile.* and io.map.index.interval the files' compression, block size and index

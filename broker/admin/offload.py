@@ -175,7 +175,7 @@ class OffloadResource:
         if topics.partitions(name) > 0:
             raise HttpError(404, f"Topic {name} not found")
         topic = await topics.stored_topic(name)
-        if not topic.offload.trigger(topic.ledger, position, self.web.ctx.config.managedLedgerOffloadDriver):
+        if not topic.offload.trigger(topic.ledger, position):
             raise HttpError(409, "Offload already in progress")
         return no_content()
 

@@ -60,15 +60,13 @@ class OffloadProcess:
         self.first_unoffloaded: Position | None = None  # (after a SUCCESS)
         self._task: asyncio.Task[None] | None = None
 
-    def trigger(self, ledger: ManagedLedger, up_to: Position, driver: str = "") -> bool:
-        """Offload the closed ledgers before ``up_to``'s; False while a run is under way (Pulsar: 409). ``driver``:
-        the broker's (for the words of a storage that cannot offload)."""
+    def trigger(self, ledger: ManagedLedger, up_to: Position) -> bool:
+        """Offload the closed ledgers before ``up_to``'s; False while a run is under way (Pulsar: 409)."""
         if self.status is OffloadStatus.RUNNING:
             return False
         offload = getattr(ledger, "offload_prefix", None)
-        if offload is None:  # (BookKeeper storage, or memory)
-            self._failed(f"{ML_EXCEPTION}: offloading from {type(ledger).__name__} is not supported here yet"
-                         if driver else NO_OFFLOADER)
+        if offload is None:  # (memory storage, which takes no offloader)
+            self._failed(NO_OFFLOADER)
             return True
         self.status, self.last_error, self.first_unoffloaded = OffloadStatus.RUNNING, "", None
         self._task = asyncio.get_running_loop().create_task(self._run(offload(up_to)))
@@ -117,7 +115,7 @@ def offloader_of(config: BrokerConfig, data_dir: Path | None) -> FileSystemOfflo
         return None
     if config.managedLedgerStorage == "memory":
         raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver} needs "
-                         "managedLedgerStorage=file (or bookkeeper, to read ledgers Pulsar's brokers offloaded)")
+                         "managedLedgerStorage=file or bookkeeper")
     uri = urlparse(config.fileSystemURI)
     if config.fileSystemURI and uri.scheme != "file":
         raise ValueError(f"fileSystemURI={config.fileSystemURI!r}: only local files (file:///) are supported")

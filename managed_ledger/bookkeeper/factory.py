@@ -30,6 +30,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from managed_ledger.api import (
     LedgerNotFoundError,
@@ -41,11 +42,13 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.availability import BookieAvailability
 from managed_ledger.bookkeeper.client import BookKeeper
 from managed_ledger.bookkeeper.errors import BookKeeperError, NoSuchLedgerError
-from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger
+from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKeeperManagedLedger, offload_records
 from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.state import LedgerOffload
+from managed_ledger.offload.tiered import delete_copies
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
@@ -495,19 +498,25 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         got = await self.store.get(path)
         if got is None:
             raise LedgerNotFoundError(f"no managed ledger named {name!r}")
-        ledger_ids = [stored.ledger_id for stored in ml_formats.decode_ledger_info(got.value).ledgers]
+        info = ml_formats.decode_ledger_info(got.value)
+        ledger_ids = [stored.ledger_id for stored in info.ledgers]
         for child in await self.store.get_children(path):
             cursor = await self.store.get(f"{path}/{child}")
             if cursor is not None and cursor.value:  # (a bare parent node is no cursor: see cursor.recover_all)
                 cursor_ledger = ml_formats.decode_cursor_info(cursor.value).cursors_ledger_id
                 if cursor_ledger != -1:
                     ledger_ids.append(cursor_ledger)
-        await self._delete_stored(name, ledger_ids)
+        await self._delete_stored(name, ledger_ids, offload_records(info))
 
-    async def _delete_stored(self, name: str, ledger_ids: list[int]) -> None:
-        """Remove a managed ledger's znodes, then its ledgers (best effort: an orphan ledger is only wasted space)."""
+    async def _delete_stored(self, name: str, ledger_ids: list[int], offloaded: list[LedgerOffload]) -> None:
+        """Remove a managed ledger's znodes, then its offloaded copies and its ledgers (best effort: an orphan is
+        only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._discard_name(name)
+        await delete_copies(self.offloader, name, offloaded,
+                            partial(asyncio.get_running_loop().run_in_executor, None))
+        gone = {o.ledger_id for o in offloaded if o.local_deleted}
+        ledger_ids = [i for i in ledger_ids if i not in gone]
         for ledger_id in ledger_ids:
             try:
                 await self.bk.delete_ledger(ledger_id)

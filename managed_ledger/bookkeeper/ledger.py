@@ -21,6 +21,10 @@ file ledger holds adds on a full disk. Only fencing (the ledger recovered by som
 stops writes.
 
 Trimming: ledgers every durable cursor consumed leave the list (CAS first), then are deleted from BookKeeper.
+
+Tiered storage (``offload.tiered``, as Pulsar's): each ledger's OffloadContext is kept in the ledger list; a copy is
+read from BookKeeper, a ledger whose BookKeeper copy was deleted after its offload (bookkeeperDeleted) is read from
+its copy. A Pulsar broker's contexts are kept as they are, and its copies read, given the same offloader.
 """
 
 from __future__ import annotations
@@ -34,14 +38,13 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from managed_ledger.api import (
     AddCallback,
     InitialPosition,
     LedgerClosedError,
     LedgerFencedError,
-    LedgerInfo,
     ManagedLedgerConfig,
     ManagedLedgerError,
     StorageUnavailableError,
@@ -66,19 +69,21 @@ from managed_ledger.completion import Completion
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.ledger_base import LedgerState
-from managed_ledger.ledger_map import LedgerMap
-from managed_ledger.offload.filesystem import OffloadedLedgerError, OffloadedSource
-from managed_ledger.offload.state import uuid_of
+from managed_ledger.ledger_map import LedgerMap, LedgerMeta
+from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from managed_ledger.offload.state import LedgerOffload, from_context, to_context
+from managed_ledger.offload.tiered import OffloadBook, TieredLedger
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.single_flight import SingleFlight
-from managed_ledger.stored import StoredManagedLedger
 from metadata_store.api import BadVersionError, MetadataStoreError
 
 if TYPE_CHECKING:
     from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # After a failed add, each pending add waits at most this long for the next ledger (creating it fails while too few
 # bookies are writable), then fails. The broker passes managedLedgerDiskFullAddHoldSeconds (30 s) instead: at least
@@ -98,7 +103,7 @@ class _Add:
     writer: LedgerWriter | None = None  # the ledger it was sent to (None while queued)
 
 
-class BookKeeperManagedLedger(StoredManagedLedger):
+class BookKeeperManagedLedger(TieredLedger):
     _reader: BkEntryReader
 
     def __init__(self, factory: BookKeeperManagedLedgerFactory, name: str, config: ManagedLedgerConfig,
@@ -127,14 +132,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         self._persistence = CursorPersistence(self, factory.cursor_persist_interval_s)
         self._cursor_writes: dict[str, asyncio.Task[None]] = {}  # the state write in flight of each cursor
         self._creating_cursors: SingleFlight[str, None] = SingleFlight(f"{name}: cursor creation")
-        # The ledgers' offload contexts (a Pulsar broker's offloads: none are made here yet), kept in the ledger list
-        # as they are; a ledger whose BookKeeper copy is deleted is read from its offloaded copy.
-        self._offloads: dict[int, OffloadContext] = {}
-        for stored in info.ledgers:
-            if stored.offload_context:
-                context = self._offloads[stored.ledger_id] = OffloadContext()
-                context.ParseFromString(stored.offload_context)
-        self._offloaded_sources: dict[int, OffloadedSource] = {}
+        self._tier = OffloadBook(offload_records(info))
 
     async def ledgers_metadata(self) -> dict[int, tuple[str, bool]]:
         bk = self._factory.bk
@@ -173,34 +171,24 @@ class BookKeeperManagedLedger(StoredManagedLedger):
         for ledger_id in ledger_ids:
             self._handles.pop(ledger_id, None)
             self._sizes.pop(ledger_id, None)
-            source = self._offloaded_sources.pop(ledger_id, None)
-            if source is not None:
-                source.close()
         # The ledger list is written first (CAS), then the ledgers are deleted (Pulsar's order: a crash in between
         # leaves unreferenced ledgers, never a list naming deleted ones).
-        self._spawn(self._delete_trimmed(ledger_ids))
+        self._spawn(self._delete_trimmed(ledger_ids, self._tier.forget(ledger_ids)))
 
-    async def _delete_trimmed(self, ledger_ids: list[int]) -> None:
-        offloaded = {i: c for i in ledger_ids if (c := self._offloads.pop(i, None)) is not None}
+    async def _delete_trimmed(self, ledger_ids: list[int], offloaded: list[LedgerOffload]) -> None:
         if not await self._write_info_or_fence():
             return
-        offloader = self._factory.offloader
-        for ledger_id, context in offloaded.items():  # (Pulsar deletes a trimmed ledger's offloaded copy too)
-            if offloader is None or context.driverMetadata.name.lower() != offloader.driver_name:
-                log.warning("%s: trimmed ledger %d's offloaded copy (driver %r) is left: no such offloader here",
-                            self._name, ledger_id, context.driverMetadata.name)
-                continue
-            try:
-                await self._loop.run_in_executor(None, offloader.delete, self._name, ledger_id,
-                                                 uuid_of(context.uidMsb, context.uidLsb))
-            except OSError as exc:
-                log.warning("%s: trimmed ledger %d's offloaded copy not deleted: %s", self._name, ledger_id, exc)
+        await self._delete_copies(offloaded)  # (Pulsar deletes a trimmed ledger's offloaded copy too)
+        gone = {o.ledger_id for o in offloaded if o.local_deleted}
+        await self._delete_ledgers([i for i in ledger_ids if i not in gone], "trimmed")
+
+    async def _delete_ledgers(self, ledger_ids: list[int], what: str) -> None:
         for ledger_id in ledger_ids:
             with contextlib.suppress(NoSuchLedgerError):
                 try:
                     await self._factory.bk.delete_ledger(ledger_id)
                 except BookKeeperError as exc:
-                    log.warning("%s: trimmed ledger %d not deleted: %s", self._name, ledger_id, exc)
+                    log.warning("%s: %s ledger %d not deleted: %s", self._name, what, ledger_id, exc)
 
     def _cursor_state_changed(self, name: str) -> None:
         self._persistence.changed(name)
@@ -254,10 +242,10 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             if meta.ledger_id == current:
                 ledgers.append(ml_formats.StoredLedger(meta.ledger_id))
             else:
-                closed = meta.closed_at if meta.closed_at is not None else meta.created_at
-                context = self._offloads.get(meta.ledger_id)
-                ledgers.append(ml_formats.StoredLedger(meta.ledger_id, meta.entries, meta.size, int(closed * 1000),
-                                                       context.SerializeToString() if context is not None else b""))
+                o = self._tier.records.get(meta.ledger_id)
+                ledgers.append(ml_formats.StoredLedger(meta.ledger_id, meta.entries, meta.size,
+                                                       int(meta.ended_at * 1000),
+                                                       to_context(o).SerializeToString() if o is not None else b""))
         return ml_formats.StoredManagedLedger(tuple(ledgers), self._properties)
 
     async def _write_info(self) -> None:
@@ -523,46 +511,54 @@ class BookKeeperManagedLedger(StoredManagedLedger):
 
     # -- reading ------------------------------------------------------------------------------
 
-    def ledgers_info(self) -> list[LedgerInfo]:
-        infos = self._map.infos()
-        if not self._offloads:
-            return infos
-        return [i._replace(offloaded=True) if (c := self._offloads.get(i.ledger_id)) is not None and c.complete
-                else i for i in infos]
-
-    @property
-    def offloaded_size(self) -> int:
-        """Bytes of the ledgers with a complete offloaded copy (Pulsar's getOffloadedSize)."""
-        return sum(meta.size for meta in self._map if (c := self._offloads.get(meta.ledger_id)) is not None
-                   and c.complete)
-
-    def _offloaded_source(self, ledger_id: int, context: OffloadContext) -> OffloadedSource:
-        """The reader of a ledger's offloaded copy, whose BookKeeper copy is deleted (Pulsar's bookkeeperDeleted)."""
-        source = self._offloaded_sources.get(ledger_id)
-        if source is not None:
-            return source
-        offloader = self._factory.offloader
-        driver = context.driverMetadata.name
-        if offloader is None or driver.lower() != offloader.driver_name:
-            raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded (driver {driver!r}) and its "
-                                     "BookKeeper copy deleted: no such offloader is configured to read it")
-        source = OffloadedSource(offloader, self._name, ledger_id, uuid_of(context.uidMsb, context.uidLsb))
-        self._offloaded_sources[ledger_id] = source
-        return source
-
     async def _read_run(self, ledger_id: int, first: int, last: int) -> list[bytes]:
-        context = self._offloads.get(ledger_id)
-        if context is not None and context.complete and context.bookkeeperDeleted:
-            source = self._offloaded_source(ledger_id, context)
-            try:
-                return await self._loop.run_in_executor(None, source.read, first, last)
-            except OffloadedLedgerError as exc:
-                raise ManagedLedgerError(f"offloaded ledger {ledger_id} of {self._name}: {exc}") from None
+        if self._tier.only_offloaded(ledger_id):
+            return await self._read_offloaded(ledger_id, first, last)
+        return await self._read_from_bookies(ledger_id, first, last)
+
+    async def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         handle = self._handles.get(ledger_id)
         if handle is None:
             handle = await self._factory.bk.open_ledger(ledger_id, self._factory.password, recover=False)
             self._handles.setdefault(ledger_id, handle)
         return await handle.read(first, last)
+
+    # -- tiered storage (the hooks of offload.tiered) ----------------------------------------------
+
+    @property
+    def _offloader(self) -> FileSystemOffloader | None:
+        return self._factory.offloader
+
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return self._loop.run_in_executor(None, fn, *args)
+
+    async def _save_offloads(self) -> None:
+        if not await self._write_info_or_fence():
+            raise ManagedLedgerError(f"managed ledger {self._name}: the ledger list was not written "
+                                     f"({'fenced' if self._fenced else 'the metadata store failed'})")
+
+    def _has_local_copy(self, ledger_id: int) -> bool:
+        o = self._tier.records.get(ledger_id)
+        return self._map.get(ledger_id) is not None and (o is None or not o.local_deleted)
+
+    async def _offload_metadata(self, meta: LedgerMeta) -> OffloadedLedgerMetadata:
+        """The ledger's own metadata, as Pulsar's offloader copies it from the read handle."""
+        try:
+            metadata, _version = await self._factory.bk.read_metadata(meta.ledger_id)
+        except BookKeeperError as exc:
+            raise ManagedLedgerError(f"ledger {meta.ledger_id}: its metadata: {exc}") from exc
+        if not metadata.is_closed or metadata.last_entry_id != meta.entries - 1:
+            raise ManagedLedgerError(f"ledger {meta.ledger_id} is not closed at entry {meta.entries - 1} in "
+                                     f"BookKeeper ({metadata.state.name}, last entry {metadata.last_entry_id})")
+        return OffloadedLedgerMetadata.of_bookkeeper(metadata)
+
+    async def _read_to_offload(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        return await self._read_from_bookies(ledger_id, first, last)
+
+    async def _delete_local_copies(self, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            self._handles.pop(ledger_id, None)  # (Pulsar's invalidateReadHandle)
+        await self._delete_ledgers(ledger_ids, "offloaded")
 
     # -- cursors ------------------------------------------------------------------------------
 
@@ -659,9 +655,7 @@ class BookKeeperManagedLedger(StoredManagedLedger):
             except BookKeeperError as exc:
                 log.warning("%s: ledger %d not closed: %s", self._name, writer.ledger_id, exc)
         await self._stop_tasks()
-        for source in self._offloaded_sources.values():
-            source.close()
-        self._offloaded_sources.clear()
+        self._tier.close_sources()
 
     async def _stop_tasks(self) -> None:
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
@@ -689,9 +683,23 @@ class BookKeeperManagedLedger(StoredManagedLedger):
                 await self._cursor_store.delete(name)
             if self._writer is not None:
                 await self._writer.abandon()
-            await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map])
+            self._tier.close_sources()
+            await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map],
+                                               list(self._tier.records.values()))
         finally:
             self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)
+
+
+def offload_records(info: ml_formats.StoredManagedLedger) -> list[LedgerOffload]:
+    """The records of the offload contexts in a ledger list (written by ours or by a Pulsar broker)."""
+    out = []
+    for stored in info.ledgers:
+        if stored.offload_context:
+            context = OffloadContext()
+            context.ParseFromString(stored.offload_context)
+            out.append(from_context(stored.ledger_id, stored.entries or 0, stored.size or 0,
+                                    stored.timestamp_ms / 1000, context, stored.offload_context))
+    return out
 
 
 def _ignore(_entry_id: int, _error: BaseException | None) -> None:

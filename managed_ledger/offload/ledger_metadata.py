@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from managed_ledger.bookkeeper.bookkeeper_data_formats_pb2 import LedgerMetadataFormat
 from managed_ledger.bookkeeper.digest import DigestType
-from managed_ledger.bookkeeper.metadata import LedgerState
+from managed_ledger.bookkeeper.metadata import LedgerMetadata, LedgerState, java_hash_map_order
 
 # A file ledger has no bookie: its one-member ensemble names this (a valid BookKeeper bookie id, never contacted:
 # reads of an offloaded copy go to the offloader).
@@ -42,6 +42,16 @@ class OffloadedLedgerMetadata:
         custom = (("application", b"pulsar"), ("component", b"managed-ledger"),
                   ("pulsar/managed-ledger", managed_ledger.encode()))
         return cls(last_entry_id, length, ctime_ms, custom_metadata=custom)
+
+    @classmethod
+    def of_bookkeeper(cls, metadata: LedgerMetadata) -> OffloadedLedgerMetadata:
+        """A closed BookKeeper ledger's metadata as Pulsar's OffloadUtils.buildLedgerMetadataFormat copies it from
+        the ledger's read handle: no password; the custom metadata in the order of the Java HashMap BookKeeper
+        parses it into; the creation time stored, else the znode's (BookKeeper's getCtime)."""
+        return cls(metadata.last_entry_id, metadata.length, metadata.creation_time or 0, metadata.ensemble_size,
+                   metadata.write_quorum, metadata.ack_quorum,
+                   tuple((s.first_entry_id, s.ensemble) for s in metadata.segments), metadata.digest_type,
+                   tuple(java_hash_map_order(metadata.custom_metadata)))
 
     def serialize(self) -> bytes:
         msg = LedgerMetadataFormat(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.apache_pulsar import REPO_ROOT
+from managed_ledger.bookkeeper import metadata as bk
 from managed_ledger.bookkeeper.digest import DigestType
 from managed_ledger.offload.ledger_metadata import FILE_LEDGER_BOOKIE, OffloadedLedgerMetadata
 from tests.offload.java_tool import compiled, run
@@ -47,3 +48,27 @@ def test_ours_reads_pulsars(pulsar_check: list[str], tmp_path: Path) -> None:
     assert dict(metadata.custom_metadata) == {"application": b"pulsar", "component": b"managed-ledger",
                                               "pulsar/managed-ledger": ML.encode()}
     assert metadata.serialize() == data
+
+
+@pytest.mark.parametrize("stored_ctime", [1_700_000_000_123, None], ids=["ctime stored", "the znode's ctime"])
+def test_a_bookkeeper_ledgers_metadata_as_pulsars_offloader_copies_it(pulsar_check: list[str], tmp_path: Path,
+                                                                      stored_ctime: int | None) -> None:
+    """A ledger offloaded from BookKeeper storage carries its own metadata: for the same znode, ours writes the bytes
+    Pulsar's offloader writes (BookKeeper's parse, then OffloadUtils.buildLedgerMetadataFormat): the password left
+    out, the custom metadata in the order of BookKeeper's Java HashMap, the znode's ctime where none is stored."""
+    znode_ctime = 1_700_000_555_000
+    # (stored in an order other than the HashMap's: BookKeeper's parse puts them in its order)
+    custom = (("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", ML.encode()),
+              ("pulsar/storage", b"x" * 3))
+    metadata = bk.LedgerMetadata(
+        3, 2, 2, (bk.Segment(0, ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")),
+                  bk.Segment(20, ("10.0.0.1:3181", "10.0.0.4:3181", "10.0.0.3:3181"))),
+        state=bk.LedgerState.CLOSED, last_entry_id=41, length=4242, digest_type=DigestType.CRC32C,
+        password=b"secret", custom_metadata=custom, ctime=stored_ctime)
+    znode = tmp_path / "znode"
+    znode.write_bytes(bk.serialize(metadata))
+    out = tmp_path / "pulsars"
+    run([*pulsar_check, "frombk", "9", str(znode_ctime), str(znode), str(out)])
+    ours = OffloadedLedgerMetadata.of_bookkeeper(bk.parse(znode.read_bytes(), znode_ctime))
+    assert ours.serialize() == out.read_bytes()
+    assert ours.ctime == (stored_ctime or znode_ctime)

@@ -7,6 +7,10 @@
 //       writes to <file> what buildLedgerMetadataFormat makes of a closed ledger's metadata: 3 bookies, quorums
 //       3/2/2, entries 0..41 (last entry id 41), length 4242, ctime 1700000000123, CRC32C, two ensembles (the
 //       second from entry 20), Pulsar's three custom metadata keys for the managed ledger "public/default/persistent/x"
+//   java -cp '.deps/pulsar/lib/*' LedgerMetadataCheck frombk <ledger id> <znode ctime> <znode file> <file>
+//       writes to <file> what buildLedgerMetadataFormat makes of the ledger metadata BookKeeper's LedgerMetadataSerDe
+//       reads from a ledger's znode (the bytes in <znode file>, the znode created at <znode ctime>): what Pulsar's
+//       offloader stores under key -1 for a ledger it copies from BookKeeper
 //
 // Errors: a message on stderr, exit status 1.
 
@@ -16,10 +20,12 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.TreeMap;
 import org.apache.bookkeeper.client.api.DigestType;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.client.LedgerMetadataBuilder;
+import org.apache.bookkeeper.meta.LedgerMetadataSerDe;
 import org.apache.bookkeeper.mledger.offload.OffloadUtils;
 import org.apache.bookkeeper.net.BookieId;
 
@@ -30,8 +36,13 @@ public class LedgerMetadataCheck {
                 parse(Long.parseLong(args[1]), Files.readAllBytes(Path.of(args[2])));
             } else if (args.length == 2 && args[0].equals("build")) {
                 Files.write(Path.of(args[1]), OffloadUtils.buildLedgerMetadataFormat(sample()));
+            } else if (args.length == 5 && args[0].equals("frombk")) {
+                LedgerMetadata m = new LedgerMetadataSerDe().parseConfig(Files.readAllBytes(Path.of(args[3])),
+                        Long.parseLong(args[1]), Optional.of(Long.parseLong(args[2])));
+                Files.write(Path.of(args[4]), OffloadUtils.buildLedgerMetadataFormat(m));
             } else {
-                System.err.println("usage: parse <ledger id> <file> | build <file>");
+                System.err.println("usage: parse <ledger id> <file> | build <file> | frombk <ledger id> <znode ctime> "
+                        + "<znode file> <file>");
                 System.exit(2);
             }
         } catch (Exception e) {
