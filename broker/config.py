@@ -496,6 +496,13 @@ class BrokerConfig:
                                                                               means="negative = not by size"))
     managedLedgerOffloadThresholdInSeconds: int = setting(-1, Rule(-JAVA_LONG_MAX - 1, JAVA_LONG_MAX,
                                                                    means="negative = not by age"))
+    # Reads of a ledger offloaded whose local copy is still there: from the copy ("tiered-storage-first", Pulsar's
+    # default) or from the local copy ("bookkeeper-first"); a namespace's or topic's offload policies'
+    # managedLedgerOffloadedReadPriority wins.
+    managedLedgerDataReadPriority: str = setting("tiered-storage-first",
+                                                 Rule(choices=("tiered-storage-first", "bookkeeper-first")))
+    # The automatic offload is checked when a topic loads too (besides each ledger rollover and retention).
+    triggerOffloadOnTopicLoad: bool = False
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).

@@ -22,6 +22,7 @@ from managed_ledger.api import (
     ManagedLedgerError,
     ManagedLedgerFactory,
     NoMoreEntriesError,
+    OffloadPolicy,
     ReadCallback,
     StorageUnavailableError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "MemoryManagedLedger",
     "MemoryManagedLedgerFactory",
     "NoMoreEntriesError",
+    "OffloadPolicy",
     "Position",
     "PositionRangeSet",
     "ReadCallback",

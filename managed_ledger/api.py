@@ -99,6 +99,28 @@ class InitialPosition(enum.Enum):
 
 
 @dataclass(frozen=True)
+class OffloadPolicy:
+    """A managed ledger's offload policies in force (Pulsar's OffloadPolicies merged topic > namespace > broker);
+    defaults are Pulsar's. They act only when the factory has an offloader."""
+
+    # Offloaded automatically at each ledger rollover (and with retention): the closed ledgers past this many bytes
+    # of newer data, or closed this long ago; negative: not that criterion.
+    threshold_bytes: int = -1
+    threshold_s: float = -1
+    # A ledger's local copy is deleted this long after its offloaded copy completed; negative: never.
+    deletion_lag_s: float = 4 * 3600
+    # Reads of a ledger with a complete copy whose local copy is still there: from the copy (Pulsar's default
+    # tiered-storage-first), else from the local copy (bookkeeper-first).
+    read_tiered_first: bool = True
+    # An automatic offload is checked when the managed ledger opens too (triggerOffloadOnTopicLoad).
+    on_open: bool = False
+
+    @property
+    def automatic(self) -> bool:
+        return self.threshold_bytes >= 0 or self.threshold_s >= 0
+
+
+@dataclass(frozen=True)
 class ManagedLedgerConfig:
     """Per-managed-ledger settings. Defaults are Pulsar's broker.conf defaults unless noted."""
 
@@ -128,6 +150,8 @@ class ManagedLedgerConfig:
     # separated racks-info group names), as Pulsar's BrokerService.getManagedLedgerConfig gives a namespace's
     # bookie affinity group to IsolatedBookieEnsemblePlacementPolicy; None: the BookKeeper client's own.
     bookie_affinity: tuple[str, str] | None = None
+    # Tiered storage: the offload policies in force (the broker gives the topic's).
+    offload: OffloadPolicy = OffloadPolicy()
     # Where every ledger of this config reports its adds' latency, once per group made durable together (the
     # broker's pulsar_broker_publish_latency); None: nowhere. Not a setting: shared by reference.
     add_latency_sink: AddLatencySink | None = field(default=None, compare=False, repr=False)

@@ -204,6 +204,7 @@ class FileManagedLedger(TieredLedger):
         can be read and acknowledged, adds fail with StorageUnavailableError, and it recovers (a
         new segment) on an add once there is room, like a ledger fenced by a failed write."""
         await self._finish_start(self._begin_start())
+        self._opened()
 
     def _begin_start(self, *new_dirs: str) -> asyncio.Future[None]:
         """``_start``'s first part: the segment's creation queued to the writer now (its outcome: the future).
@@ -364,7 +365,7 @@ class FileManagedLedger(TieredLedger):
         """Where ``count`` consecutive entries of a ledger from entry ``first`` are: their segment and spans, or
         the offloaded copy when it is the ledger's only one."""
         index = self._indexes.get(ledger_id)
-        if index is None and ledger_id in self._tier.records:
+        if self._tier.records and self._reads_copy(ledger_id):
             return OffloadedRun(self._offloaded_source(ledger_id).read, first, first + count - 1)
         starts = index.offsets[first : first + count + 1] if index is not None else []
         if len(starts) != count + 1 or first < 0:
@@ -575,6 +576,7 @@ class FileManagedLedger(TieredLedger):
     def _created(self, started: float, exc: BaseException | None) -> None:
         if exc is None:
             self.add_stats.count_ledger_switch(started)
+            self._offload_automatically()  # (once the closed ledger's adds are durable: _adds_settled)
         else:
             self._fence(exc)
             if self._factory.disk is not None:
@@ -721,6 +723,9 @@ class FileManagedLedger(TieredLedger):
         job = self._locate(ledger_id, first, last - first + 1)
         return (await self._blocking(read_from_disk, self._fs, [job], self._factory.direct_io))[0]
 
+    async def _adds_settled(self) -> None:
+        await self._writer.barrier()
+
     async def _delete_local_copies(self, ledger_ids: list[int]) -> None:
         for ledger_id in ledger_ids:
             if self._indexes.pop(ledger_id, None) is not None:
@@ -765,6 +770,7 @@ class FileManagedLedger(TieredLedger):
 
     async def _release(self) -> None:
         """After _shut: save cursor states, let queued adds finish, close the segment."""
+        await self._stop_offloading()
         await self._persistence.flush_all()
         self._persistence.stop()
         # Every queued add's outcome known first: one that fails now (its sync, say) fences the
@@ -791,6 +797,7 @@ class FileManagedLedger(TieredLedger):
         self._cursors.clear()
         self._stored.clear()
         try:
+            await self._stop_offloading()
             self._writer.release(self)
             await self._writer.barrier()
             self._reader.forget_all()

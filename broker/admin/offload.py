@@ -112,6 +112,7 @@ class OffloadResource:
             O.merge_old_fields(policies)
 
         await self.web.metadata.modify_policies(ns, change)
+        self.web.service.apply_ledger_policies_to(ns)  # (the namespace's loaded topics, at once)
 
     async def get_namespace_policies(self, request: web.Request) -> web.Response:
         value = self.web.metadata.policy(self.web.namespaces.namespace(request), O.NAMESPACE_FIELD)
@@ -126,6 +127,7 @@ class OffloadResource:
             O.merge_old_fields(policies)
 
         await self.web.metadata.modify_policies(ns, change)
+        self.web.service.apply_ledger_policies_to(ns)  # (the namespace's loaded topics, at once)
         return no_content()
 
     async def remove_namespace_policies(self, request: web.Request) -> web.Response:
@@ -138,6 +140,7 @@ class OffloadResource:
             policies[O.OLD_THRESHOLD_BYTES] = policies[O.OLD_THRESHOLD_SECONDS] = -1
 
         await self.web.metadata.modify_policies(ns, change)
+        self.web.service.apply_ledger_policies_to(ns)  # (the namespace's loaded topics, at once)
         return no_content()
 
     # -- a topic's ----------------------------------------------------------------------------------------------
@@ -152,11 +155,13 @@ class OffloadResource:
         body = await read_body(request)  # (read before the topic is looked up, as Jersey does)
         name = self.web.topic_policies.topic(request)
         await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, _posted_policies(body))
+        self.web.service.apply_ledger_policies_to(name.full)
         return no_content()
 
     async def remove_topic_policies(self, request: web.Request) -> web.Response:
         name = self.web.topic_policies.topic(request)
         await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, None)
+        self.web.service.apply_ledger_policies_to(name.full)
         return no_content()
 
     # -- a topic's offload runs ---------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ FLAGS = ("s3Driver", "gcsDriver", "fileSystemDriver")
 THRESHOLD_BYTES = "managedLedgerOffloadThresholdInBytes"
 THRESHOLD_SECONDS = "managedLedgerOffloadThresholdInSeconds"
 DELETION_LAG = "managedLedgerOffloadDeletionLagInMillis"
+READ_PRIORITY = "managedLedgerOffloadedReadPriority"
 # The namespace's older fields (Policies) and what "not set" is for each.
 OLD_THRESHOLD_BYTES, OLD_THRESHOLD_SECONDS, OLD_DELETION_LAG = (
     "offload_threshold", "offload_threshold_in_seconds", "offload_deletion_lag_ms")

@@ -50,7 +50,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.offload import offloader_of
+from broker.service.offload import offload_policy_for, offloader_of
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
@@ -75,6 +75,7 @@ from managed_ledger import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
+    OffloadPolicy,
     Position,
 )
 from managed_ledger.bookkeeper.client import BookKeeper
@@ -109,8 +110,8 @@ UNLOAD_PARALLELISM = 32
 # Distinct managed-ledger configs ledger_config_for keeps (one per set of retention and persistence values in use;
 # past this many, as when every topic has its own, the set starts again rather than grow).
 LEDGER_CONFIGS_KEPT = 64
-# (retention time, retention size, mark-delete rate, bookie affinity)
-LedgerConfigKey = tuple[float, int, float | None, tuple[str, str] | None]
+# (retention time, retention size, mark-delete rate, bookie affinity, offload policy)
+LedgerConfigKey = tuple[float, int, float | None, tuple[str, str] | None, OffloadPolicy]
 
 AnyTopic = PersistentTopic | NonPersistentTopic
 
@@ -853,7 +854,8 @@ class BrokerService:
         persistence = self.policies.get(name, PERSISTENCE)
         base = self.ledger_config
         rate = None if persistence is None else persistence.max_mark_delete_rate
-        key = (retention.time_s, retention.size_bytes, rate, self.bookie_affinity_for(name))
+        key = (retention.time_s, retention.size_bytes, rate, self.bookie_affinity_for(name),
+               offload_policy_for(self, name))
         # (The configs are frozen and most topics share their values: one made per distinct set of values, not one
         # per topic load, which cost a dataclasses.replace, ~4.4 us in process, per new topic.)
         memo = self._ledger_configs
@@ -864,7 +866,8 @@ class BrokerService:
             if len(memo[1]) >= LEDGER_CONFIGS_KEPT:
                 memo[1].clear()
             config = memo[1][key] = dataclasses.replace(base, retention_time_s=key[0], retention_size_bytes=key[1],
-                                                        mark_delete_rate=key[2], bookie_affinity=key[3])
+                                                        mark_delete_rate=key[2], bookie_affinity=key[3],
+                                                        offload=key[4])
         return config
 
     def bookie_affinity_for(self, name: TopicName) -> tuple[str, str] | None:
@@ -896,13 +899,15 @@ class BrokerService:
         persistence = self.policies.get(topic.name, PERSISTENCE)
         rate = None if persistence is None else persistence.max_mark_delete_rate
         affinity = self.bookie_affinity_for(topic.name)
+        offload = offload_policy_for(self, topic.name)
         config = topic.ledger.config
         # (Compared field by field: a new config object per topic per sweep cost more than the rest.)
         if (config.retention_time_s, config.retention_size_bytes, config.mark_delete_rate,
-                config.bookie_affinity) != (retention.time_s, retention.size_bytes, rate, affinity):
+                config.bookie_affinity, config.offload) != (retention.time_s, retention.size_bytes, rate, affinity,
+                                                            offload):
             topic.ledger.update_config(dataclasses.replace(
                 config, retention_time_s=retention.time_s, retention_size_bytes=retention.size_bytes,
-                mark_delete_rate=rate, bookie_affinity=affinity))
+                mark_delete_rate=rate, bookie_affinity=affinity, offload=offload))
         topic.ledger.trim_consumed_ledgers()
 
     def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:

@@ -140,7 +140,7 @@ class Housekeeping:
             if not topic.closed:
                 self.service.apply_ledger_policies(topic)
                 try:  # (offloads due by the thresholds, then the local copies offloaded long enough)
-                    await offload_housekeeping(self.service, topic)
+                    await offload_housekeeping(topic)
                 except Exception:  # (a failed copy, a full disk, the topic closed meanwhile: the others go on)
                     log.warning("%s: offloading failed", topic.name, exc_info=True)
 

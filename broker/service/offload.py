@@ -25,6 +25,7 @@ from managed_ledger.api import (
     ManagedLedger,
     NoOffloaderError,
     OffloadInProgressError,
+    OffloadPolicy,
 )
 from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.service.broker_service import BrokerService
     from broker.service.topic import PersistentTopic
+    from broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 TOPIC_POLICIES_FIELD = "offloadPolicies"  # (TopicPolicies' field)
@@ -152,47 +154,56 @@ def _hadoop_profile(path: str) -> dict[str, str]:
     return out
 
 
-def _in_force(service: BrokerService, topic: PersistentTopic, field: str, old: str, unset: int | None,
+def _in_force(service: BrokerService, name: TopicName, field: str, old: str, unset: int | None,
               broker: int) -> int:
     """One offload policy in force for a topic, as Pulsar merges them: the topic's offload policies, else its
     namespace's (else the namespace's older field, where set), else the broker's setting."""
-    metadata, namespace = service.metadata, topic.name.namespace
-    levels = [metadata.policy(namespace, O.NAMESPACE_FIELD)]
-    if service.config.topicLevelPoliciesEnabled:
-        levels.insert(0, metadata.topic_policy(topic.name.base.full, TOPIC_POLICIES_FIELD))
-    for level in levels:
-        if level is not None and level.get(field) is not None:
-            return int(level[field])
-    value = metadata.policy(namespace, old)
+    value = _set_level(service, name, field)
+    if value is not None:
+        return int(value)
+    value = service.metadata.policy(name.namespace, old)
     return int(value) if value is not None and value != unset else broker
 
 
-def deletion_lag_s(service: BrokerService, topic: PersistentTopic) -> float:
-    """How long after its copy completed a ledger's local copy is kept (negative: for ever)."""
-    return _in_force(service, topic, O.DELETION_LAG, O.OLD_DELETION_LAG, None,
-                     service.config.managedLedgerOffloadDeletionLagMs) / 1000
+def _set_level(service: BrokerService, name: TopicName, field: str) -> Any | None:
+    """The field of the topic's offload policies, else of its namespace's (None: neither sets it)."""
+    metadata = service.metadata
+    if service.config.topicLevelPoliciesEnabled:
+        topic = metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD)
+        if topic is not None and topic.get(field) is not None:
+            return topic[field]
+    namespace = metadata.policy(name.namespace, O.NAMESPACE_FIELD)
+    return namespace.get(field) if namespace is not None else None
 
 
-def thresholds(service: BrokerService, topic: PersistentTopic) -> tuple[int, int]:
-    """The automatic offload's thresholds in force: (bytes, seconds); negative: not that one."""
+def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy:
+    """The offload policies in force for a topic (Pulsar's BrokerService.getManagedLedgerConfig merges them:
+    OffloadPoliciesImpl.mergeConfiguration, topic > namespace (with its older fields) > the broker's settings)."""
     cfg = service.config
-    return (_in_force(service, topic, O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1,
-                      cfg.managedLedgerOffloadAutoTriggerSizeThresholdBytes),
-            _in_force(service, topic, O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1,
-                      cfg.managedLedgerOffloadThresholdInSeconds))
+    priority = _set_level(service, name, O.READ_PRIORITY)
+    tiered_first = (priority == "TIERED_STORAGE_FIRST" if priority is not None
+                    else cfg.managedLedgerDataReadPriority == "tiered-storage-first")
+    return OffloadPolicy(
+        _in_force(service, name, O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1,
+                  cfg.managedLedgerOffloadAutoTriggerSizeThresholdBytes),
+        _in_force(service, name, O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1,
+                  cfg.managedLedgerOffloadThresholdInSeconds),
+        _in_force(service, name, O.DELETION_LAG, O.OLD_DELETION_LAG, None,
+                  cfg.managedLedgerOffloadDeletionLagMs) / 1000,
+        tiered_first, cfg.triggerOffloadOnTopicLoad)
 
 
-async def offload_housekeeping(service: BrokerService, topic: PersistentTopic) -> None:
-    """The topic's automatic offload (its thresholds in force), then the local copies of its offloaded ledgers
-    whose deletion lag has passed, deleted (nothing for a storage that cannot offload)."""
+async def offload_housekeeping(topic: PersistentTopic) -> None:
+    """With retention: the topic's automatic offload (the thresholds in force), then the local copies of its
+    offloaded ledgers whose deletion lag has passed, deleted (nothing for a storage that cannot offload)."""
     ledger = topic.ledger
+    policy = ledger.config.offload
     offload = getattr(ledger, "offload_by_thresholds", None)
-    if offload is not None:
-        threshold_bytes, threshold_s = thresholds(service, topic)
-        count = await offload(threshold_bytes, threshold_s)
+    if offload is not None and policy.automatic:
+        count = await offload(policy.threshold_bytes, policy.threshold_s)
         if count:
-            log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %d s)", topic.name, count, threshold_bytes,
-                     threshold_s)
+            log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %s s)", topic.name, count,
+                     policy.threshold_bytes, policy.threshold_s)
     delete = getattr(ledger, "delete_offloaded_locals", None)
     if delete is not None:
-        await delete(deletion_lag_s(service, topic))
+        await delete(policy.deletion_lag_s)

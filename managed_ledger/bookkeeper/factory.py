@@ -466,6 +466,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
             with contextlib.suppress(BookKeeperError):
                 await self.bk.delete_ledger(ledger_id)
         await ledger._recover_cursors()
+        ledger._opened()
         return ledger
 
     async def create(self, name: str) -> bool:

@@ -367,6 +367,7 @@ class BookKeeperManagedLedger(TieredLedger):
             self._fence(error)
             return
         self._send_queued()
+        self._offload_automatically()  # (Pulsar's ledgerClosed)
 
     def _send_queued(self) -> None:
         while self._queued and self._writer is not None:
@@ -422,6 +423,7 @@ class BookKeeperManagedLedger(TieredLedger):
             delay = min(delay * 2, _RETRY_MAX_DELAY_S)
         self._rollover = None
         self._send_queued()
+        self._offload_automatically()  # (Pulsar's ledgerClosed)
 
     def _expire_queued(self, error: BaseException) -> None:
         """Fail the queued adds held for the whole retry window (the oldest are at the head)."""
@@ -512,7 +514,7 @@ class BookKeeperManagedLedger(TieredLedger):
     # -- reading ------------------------------------------------------------------------------
 
     async def _read_run(self, ledger_id: int, first: int, last: int) -> list[bytes]:
-        if self._tier.only_offloaded(ledger_id):
+        if self._tier.records and self._reads_copy(ledger_id):
             return await self._read_offloaded(ledger_id, first, last)
         return await self._read_from_bookies(ledger_id, first, last)
 
@@ -636,6 +638,7 @@ class BookKeeperManagedLedger(TieredLedger):
 
     async def _release(self) -> None:
         """After _shut: the rollover under way, cursor states, the open ledger closed, tasks finished."""
+        await self._stop_offloading()
         if self._rollover is not None:
             await asyncio.gather(self._rollover, return_exceptions=True)
         await self._creating_cursors.wait()  # (their callers' cancellation does not end them: they end first)
@@ -672,6 +675,7 @@ class BookKeeperManagedLedger(TieredLedger):
         for name in list(self._stored):
             self._persistence.forget(name)
         try:
+            await self._stop_offloading()
             if self._rollover is not None:
                 await asyncio.gather(self._rollover, return_exceptions=True)
             await self._creating_cursors.wait()

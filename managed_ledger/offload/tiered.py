@@ -48,22 +48,20 @@ class OffloadBook:
     run is under way (Pulsar's offloadMutex), and the last run's outcome (Pulsar's topic stats lastOffload*: this
     instance's, 0 until then)."""
 
-    __slots__ = ("last_failure_ms", "last_ledger_id", "last_success_ms", "records", "running", "sources")
+    __slots__ = ("again", "automatic", "last_failure_ms", "last_ledger_id", "last_success_ms", "records",
+                 "running", "sources")
 
     def __init__(self, records: Iterable[LedgerOffload] = ()) -> None:
         self.records: dict[int, LedgerOffload] = {o.ledger_id: o for o in records}
         self.sources: dict[int, OffloadedSource] = {}
         self.running = False
+        self.automatic: asyncio.Task[None] | None = None  # the automatic offload under way (by the thresholds)
+        self.again = False  # a ledger closed while it ran: it runs again
         self.last_ledger_id = self.last_success_ms = self.last_failure_ms = 0
 
     def complete(self, ledger_id: int) -> bool:
         o = self.records.get(ledger_id)
         return o is not None and o.complete
-
-    def only_offloaded(self, ledger_id: int) -> bool:
-        """Its copy is complete and its local copy deleted: reads go to the copy."""
-        o = self.records.get(ledger_id)
-        return o is not None and o.complete and o.local_deleted
 
     def forget(self, ledger_ids: Iterable[int]) -> list[LedgerOffload]:
         """The records of trimmed ledgers, removed (their readers closed)."""
@@ -119,6 +117,9 @@ class TieredLedger(StoredManagedLedger):
     def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run blocking file I/O off the loop (the ledger's pool)."""
 
+    async def _adds_settled(self) -> None:
+        """Every add sent before has its outcome (a closed ledger's entries can be copied once they are durable)."""
+
     # -- what the ledger shows ------------------------------------------------------------------------
 
     def ledgers_info(self) -> list[LedgerInfo]:
@@ -146,6 +147,21 @@ class TieredLedger(StoredManagedLedger):
         return self._tier.last_failure_ms
 
     # -- reading a ledger from its copy -----------------------------------------------------------------
+
+    def _reads_copy(self, ledger_id: int) -> bool:
+        """Reads of the ledger go to its offloaded copy: the local copy is deleted, or the copy is complete and the
+        offload policy reads tiered storage first (Pulsar's default) with an offloader that can read it."""
+        records = self._tier.records
+        if not records:
+            return False
+        o = records.get(ledger_id)
+        if o is None or not o.complete:
+            return False
+        if o.local_deleted:
+            return True
+        offloader = self._offloader
+        return (self._config.offload.read_tiered_first and offloader is not None
+                and o.driver.lower() == offloader.driver_name)
 
     def _offloaded_source(self, ledger_id: int) -> OffloadedSource:
         """The reader of a ledger whose only copy is the offloaded one (opened at its first read)."""
@@ -193,7 +209,7 @@ class TieredLedger(StoredManagedLedger):
             if meta.ledger_id >= up_to.ledger_id:
                 first_left = Position(meta.ledger_id, 0)
                 break
-            if meta.entries > 0 and not self._tier.complete(meta.ledger_id):
+            if self._offloadable(meta):
                 chosen.append(meta)
         if first_left is None:
             first_left = Position(current, 0)
@@ -213,12 +229,61 @@ class TieredLedger(StoredManagedLedger):
         chosen: list[LedgerMeta] = []
         for meta in reversed(list(self._map.closed())):
             summed += meta.size
-            if self._tier.complete(meta.ledger_id) or meta.entries == 0:
+            if not self._offloadable(meta):
                 continue
             if (0 <= threshold_bytes < summed) or (threshold_s >= 0 and now - meta.ended_at >= threshold_s):
                 chosen.insert(0, meta)
         await self._offload_ledgers(offloader, chosen)
         return len(chosen)
+
+    def _offloadable(self, meta: LedgerMeta) -> bool:
+        """A closed ledger with entries, all of them durable, and no complete copy yet."""
+        return (meta.entries > 0 and not self._tier.complete(meta.ledger_id)
+                and Position(meta.ledger_id, meta.entries - 1) <= self.last_confirmed_entry)
+
+    def _offload_automatically(self) -> None:
+        """A ledger closed (Pulsar's ledgerClosed -> maybeOffloadInBackground), or the managed ledger opened with
+        ``on_open``: the offload by the thresholds in force, in the background (one at a time; one already under way
+        runs again when it ends; a run asked for by an admin leaves it to the next check)."""
+        tier = self._tier
+        if not self._config.offload.automatic or self._offloader is None or self._state is not LedgerState.OPEN:
+            return
+        if tier.automatic is not None and not tier.automatic.done():
+            tier.again = True
+            return
+        if tier.running:
+            return
+        task = tier.automatic = asyncio.ensure_future(self._offload_by_policy())
+        task.add_done_callback(self._automatic_offload_done)
+
+    async def _offload_by_policy(self) -> None:
+        tier = self._tier
+        while True:
+            tier.again = False
+            await self._adds_settled()
+            policy = self._config.offload
+            count = await self.offload_by_thresholds(policy.threshold_bytes, policy.threshold_s)
+            if count:
+                log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %s s)", self._name, count,
+                         policy.threshold_bytes, policy.threshold_s)
+            if not tier.again:
+                return
+
+    def _automatic_offload_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None and self._state is LedgerState.OPEN:
+            log.warning("%s: automatic offload failed: %s", self._name, exc)
+
+    def _opened(self) -> None:
+        """The managed ledger is open (Pulsar's triggerOffloadOnTopicLoad: an automatic offload now)."""
+        if self._config.offload.on_open:
+            self._offload_automatically()
+
+    async def _stop_offloading(self) -> None:
+        """Closing or deleting: the automatic offload under way stops (its copy is abandoned, tried again later)."""
+        task, self._tier.automatic = self._tier.automatic, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
         """Copy each ledger in turn (the offload mutex held); the first failure ends the run."""

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from cluster.local import LocalCluster
-from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, ManagedLedgerError, Position
+from managed_ledger import (
+    InitialPosition,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    OffloadPolicy,
+    Position,
+)
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.errors import NoSuchLedgerError
 from managed_ledger.bookkeeper.factory import BookKeeperManagedLedgerFactory
@@ -237,3 +244,32 @@ async def test_offload_by_thresholds_and_delete(ml_bk_cluster: LocalCluster, tmp
         assert await factory.store.get(ml_formats.ledger_path(factory.root, NAME)) is None
     finally:
         await factory.close()
+
+
+async def test_offload_at_rollover_and_reads_from_the_copies_first(ml_bk_cluster: LocalCluster,
+                                                                   tmp_path: Path) -> None:
+    """Thresholds in force: each rollover offloads (Pulsar's ledgerClosed). Reads then go to the copies (Pulsar's
+    default, tiered-storage-first), shown by deleting the BookKeeper ledgers behind the managed ledger's back."""
+    root, tier = f"/ml-tests/{uuid.uuid4().hex}/managed-ledgers", tmp_path / "tier"
+    data = [b"r%d" % i for i in range(17)]
+    made = [bookkeeper_factory(ml_bk_cluster.zk_address, root=root)]
+    try:
+        made[0].offloader = FileSystemOffloader(tier)
+        ml = await made[0].open(NAME, dataclasses.replace(CONFIG, offload=OffloadPolicy(threshold_bytes=0)))
+        for d in data:
+            await ml.add_entry_async(d)
+        await eventually(lambda: [i.offloaded for i in ml.ledgers_info()] == [True, True, True, False],
+                         "the closed ledgers offloaded at their rollover")
+        ids = [i.ledger_id for i in ml.ledgers_info()]
+        await ml.close()
+        for ledger_id in ids[:3]:
+            await made[0].bk.delete_ledger(ledger_id)
+
+        made.append(bookkeeper_factory(ml_bk_cluster.zk_address, root=root))
+        made[-1].offloader = FileSystemOffloader(tier)
+        ml = await made[-1].open(NAME, CONFIG)
+        assert await read_all(ml) == data
+        await ml.close()
+    finally:
+        for factory in made:
+            await factory.close()

@@ -92,3 +92,61 @@ def test_automatic_offload_by_the_namespace_threshold(tmp_path: Path) -> None:
                  == [True, True, False], 30, "the closed ledgers offloaded by the retention check")
     finally:
         broker.stop()
+
+
+def ledger_config(broker: BrokerThread, topic: str) -> Any:
+    async def get() -> Any:
+        return broker.server.service.topics[topic].ledger.config
+
+    return broker.run_coroutine(get())
+
+
+def test_offload_at_rollover_by_a_namespace_policy_set_while_the_topic_is_loaded(tmp_path: Path) -> None:
+    """No retention check runs here (an hour apart): the namespace's threshold reaches the loaded topic when it is
+    set, and each ledger rollover offloads (Pulsar's ledgerClosed); its read priority reaches it too."""
+    topic = topic_name("rollover-offloaded")
+    path = "/admin/v2/" + topic.replace("://", "/")
+    broker = BrokerThread(data_dir=tmp_path / "data", **{**SETTINGS, "retentionCheckIntervalInSeconds": 3600}).start()
+    try:
+        admin = Admin(broker.web_url)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)
+        assert ledger_config(broker, topic).offload.read_tiered_first  # (the broker's default)
+        admin.ok("POST", "/admin/v2/namespaces/public/default/offloadPolicies", {
+            "managedLedgerOffloadDriver": "filesystem", "managedLedgerOffloadThresholdInBytes": 0,
+            "managedLedgerOffloadedReadPriority": "bookkeeper-first"})
+        policy = ledger_config(broker, topic).offload
+        assert (policy.threshold_bytes, policy.read_tiered_first) == (0, False)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(12):
+            producer.send(b"r%d" % i)
+        client.close()
+        wait_for(lambda: [lg["offloaded"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
+                 == [True, True, False], 30, "the closed ledgers offloaded at their rollover")
+    finally:
+        broker.stop()
+
+
+def test_trigger_offload_on_topic_load(tmp_path: Path) -> None:
+    topic = topic_name("offloaded-on-load")
+    path = "/admin/v2/" + topic.replace("://", "/")
+    data = tmp_path / "data"
+    broker = BrokerThread(data_dir=data, **SETTINGS).start()
+    try:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(12):
+            producer.send(b"l%d" % i)
+        client.close()
+    finally:
+        broker.stop()
+    broker = BrokerThread(data_dir=data, **{**SETTINGS, "retentionCheckIntervalInSeconds": 3600,
+                                            "managedLedgerOffloadAutoTriggerSizeThresholdBytes": 0,
+                                            "triggerOffloadOnTopicLoad": True}).start()
+    try:
+        admin = Admin(broker.web_url)
+        wait_for(lambda: [lg["offloaded"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
+                 == [True, True, True, False], 30, "the closed ledgers offloaded when the topic loaded")
+    finally:
+        broker.stop()

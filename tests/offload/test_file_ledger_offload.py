@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedLedgerError, Position
+from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedLedgerError, OffloadPolicy, Position
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
 from managed_ledger.offload.filesystem import FileSystemOffloader
@@ -197,5 +198,55 @@ async def test_offload_by_thresholds(tmp_path: Path) -> None:
     assert await ml.offload_by_thresholds(-1, 101) == 0
     assert await ml.offload_by_thresholds(-1, 100) == 1  # (the current ledger never)
     assert [i.offloaded for i in ml.ledgers_info()] == [True, True, True, False]
+    await ml.close()
+    await f.close()
+
+
+@pytest.mark.parametrize("tiered_first", [True, False], ids=["tiered-storage-first", "bookkeeper-first"])
+async def test_the_read_priority(tmp_path: Path, tiered_first: bool) -> None:
+    """With a complete copy and the local copy still there, reads go to the copy (Pulsar's default) or to the local
+    copy: each is shown by taking the other away behind the ledger's back."""
+    tier = tmp_path / "tier"
+    f = factory(tmp_path, FakeClock(), FileSystemOffloader(tier))
+    config = dataclasses.replace(CONFIG, offload=OffloadPolicy(read_tiered_first=tiered_first))
+    ml = await f.open(NAME, config)
+    data = [b"r%d" % i for i in range(25)]
+    for d in data:
+        await ml.add_entry_async(d)
+    first = ml.ledgers_info()[0].ledger_id
+    await ml.offload_prefix(Position(ml.ledgers_info()[1].ledger_id, 0))
+    ml._reader.forget_all()  # (nothing from the cache)
+    if tiered_first:
+        os.remove(os.path.join(ml.directory, seg.file_name(first)))
+    else:
+        for name in copies(tier, NAME):
+            shutil.rmtree(tier / NAME / name)
+    assert await read_all(ml) == data
+    await ml.close()
+    await f.close()
+
+
+async def test_automatic_offload_at_rollover_and_on_open(tmp_path: Path) -> None:
+    """With thresholds in force, each ledger rollover offloads what they choose (Pulsar's ledgerClosed ->
+    maybeOffloadInBackground), and with ``on_open`` so does opening (triggerOffloadOnTopicLoad)."""
+    tier = tmp_path / "tier"
+    f = factory(tmp_path, FakeClock(), FileSystemOffloader(tier))
+    ml = await f.open(NAME, dataclasses.replace(CONFIG, offload=OffloadPolicy(threshold_bytes=0)))
+    for i in range(25):
+        await ml.add_entry_async(b"a%d" % i)
+    await eventually(lambda: [i.offloaded for i in ml.ledgers_info()] == [True, True, False],
+                     "the closed ledgers offloaded at their rollover")
+    await ml.close()
+    await f.close()
+
+    f = factory(tmp_path / "other", FakeClock(), FileSystemOffloader(tmp_path / "other-tier"))
+    ml = await f.open(NAME, CONFIG)  # (no thresholds: nothing offloaded)
+    for i in range(25):
+        await ml.add_entry_async(b"b%d" % i)
+    assert not any(i.offloaded for i in ml.ledgers_info())
+    await ml.close()
+    ml = await f.open(NAME, dataclasses.replace(CONFIG, offload=OffloadPolicy(threshold_bytes=0, on_open=True)))
+    await eventually(lambda: [i.offloaded for i in ml.ledgers_info()][:3] == [True, True, True],
+                     "the closed ledgers offloaded when the managed ledger opened")
     await ml.close()
     await f.close()
