@@ -44,7 +44,8 @@ from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock, settled
-from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
+from managed_ledger.offload.tiered import delete_copies
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
@@ -124,6 +125,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         super().__init__()
         # Where closed ledgers are offloaded to, and read from once their local copy is deleted (None: nowhere).
         self.offloader = offloader
+        self.offload_stats: OffloadStatsSink | None = None  # (where offloads are counted: the broker's)
         self._migrate_names = migrate_names
         self.root = str(root_dir)
         self.clock = clock
@@ -267,7 +269,12 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         directory = self._names.get(name)
         if directory is None:
             raise LedgerNotFoundError(f"no managed ledger named {name!r}")
+        loop = asyncio.get_running_loop()
+        offloaded = await loop.run_in_executor(self.pool, file_layout.read_offloads, self.fs, directory)
         await self._remove_directory(name, directory)
+        # (Pulsar's delete truncates first: no offloaded copy is left behind)
+        await delete_copies(self.offloader, name, offloaded, partial(loop.run_in_executor, self.pool),
+                            self.offload_stats)
 
     async def close(self) -> None:
         if self._closed:

@@ -152,6 +152,22 @@ class Recovered:
     offloads: list[LedgerOffload] = field(default_factory=list)  # (offload.state: the ledgers with a copy elsewhere)
 
 
+def read_offloads(fs: FileSystem, directory: str, stats: FileLedgerStats | None = None) -> list[LedgerOffload]:
+    """A managed ledger's offload records (its ``offloads`` file; none without one)."""
+    offloads = join(directory, OFFLOADS_FILE)
+    if not fs.exists(offloads):
+        return []
+    try:
+        return decode_offloads(fs.read_file(offloads))
+    except OffloadStateError as exc:
+        # (Written atomically: only a disk fault damages it. The local copies still there are read as usual;
+        # one deleted after its offload cannot be found without it.)
+        if stats is not None:
+            stats.add(corrupt_records_total=1)
+        log.error("offload state %s is damaged (%s): ledgers known only from it are lost", offloads, exc)
+        return []
+
+
 def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) -> Recovered:
     """Scan every segment (cutting torn or corrupt tails) and load the cursor states."""
     out = Recovered()
@@ -170,15 +186,7 @@ def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) ->
             out.segments.append(recovered)
     if changed:
         fs.fsync_dir(directory)
-    offloads = join(directory, OFFLOADS_FILE)
-    if fs.exists(offloads):
-        try:
-            out.offloads = decode_offloads(fs.read_file(offloads))
-        except OffloadStateError as exc:
-            # (Written atomically: only a disk fault damages it. The local copies still there are read as usual;
-            # one deleted after its offload cannot be found without it.)
-            stats.add(corrupt_records_total=1)
-            log.error("offload state %s is damaged (%s): ledgers known only from it are lost", offloads, exc)
+    out.offloads = read_offloads(fs, directory, stats)
     cursors_dir = join(directory, CURSORS)
     if fs.exists(cursors_dir):
         for file in sorted(fs.listdir(cursors_dir)):

@@ -146,6 +146,18 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "pulsar_storage_backlog_size": (GAUGE, "Estimated bytes not yet acknowledged by the slowest subscription"),
     "pulsar_publish_rate_limit_times": (GAUGE, "Times the publish rate limit held the topic's publishers"),
     "pulsar_storage_offloaded_size": (GAUGE, "Bytes of the ledgers offloaded to tiered storage"),
+    "brk_ledgeroffloader_offload_error_total": (COUNTER, "Ledger copies that failed"),
+    "brk_ledgeroffloader_write_storage_error_total": (COUNTER, "Writes to the offload storage that failed"),
+    "brk_ledgeroffloader_read_offload_error_total": (COUNTER, "Reads of offloaded copies that failed"),
+    "brk_ledgeroffloader_read_bytes_total": (COUNTER, "Bytes read from offloaded copies"),
+    "brk_ledgeroffloader_offload_rate": (GAUGE, "Bytes offloaded per second over the last stats interval"),
+    "brk_ledgeroffloader_read_offload_rate": (GAUGE, "Bytes read from offloaded copies per second over the last "
+                                              "stats interval"),
+    "brk_ledgeroffloader_read_ledger_latency": (SUMMARY, "Reads of the local copy of a ledger being offloaded (us)"),
+    "brk_ledgeroffloader_read_offload_index_latency": (SUMMARY, "Opening an offloaded copy: its index and metadata "
+                                                       "(us)"),
+    "brk_ledgeroffloader_read_offload_data_latency": (SUMMARY, "Reads of an entry from an offloaded copy (us)"),
+    "brk_ledgeroffloader_delete_offload_ops_total": (COUNTER, "Deletions of offloaded copies, by status"),
     "pulsar_storage_backlog_quota_limit": (GAUGE, "Size backlog quota (bytes; -1 = none)"),
     "pulsar_storage_backlog_quota_limit_time": (GAUGE, "Time backlog quota (seconds; -1 = none)"),
     "pulsar_storage_backlog_age_seconds": (GAUGE, "Age of the oldest unacknowledged message (-1 = none)"),

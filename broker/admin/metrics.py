@@ -50,6 +50,7 @@ from broker.admin.metrics_ledgers import (
     write_ml,
 )
 from broker.admin.metrics_operations import (
+    write_offloader,
     write_operations,
     write_replicated_snapshots,
     write_tokens,
@@ -407,6 +408,8 @@ class BrokerMetrics:
         service = self.ctx.service
         write_operations(out, cl, bl.replace('metric="broker_connection"', 'metric="pulsar_topic_load_times"'),
                           service)
+        if service.offloader_stats is not None:
+            write_offloader(out, cl, service.offloader_stats, self.ctx.config.exposeTopicLevelMetricsInPrometheus)
         out.add("pulsar_py_inactive_topics_deleted_total", cl, service.inactive_topics.deleted_total)
         out.add("pulsar_py_subscriptions_expired_total", cl, service.housekeeping.subscriptions_expired_total)
         authn = self.ctx.security.authentication

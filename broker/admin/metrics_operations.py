@@ -1,8 +1,8 @@
 """The broker-wide operation part of /metrics: lookups and topic loads (Pulsar's NamespaceService
 and BrokerOperabilityMetrics), the metadata store (MetadataStoreStats), the schema registry
 (SchemaRegistryStats), token authentication (AuthenticationMetricsToken), transactions (the
-coordinators' TransactionAggregator series, the transaction-buffer client's, the pending acks') and
-replicated-subscription snapshots.
+coordinators' TransactionAggregator series, the transaction-buffer client's, the pending acks'),
+replicated-subscription snapshots and the offloader (LedgerOffloaderStats).
 
 broker/admin/metrics.py calls these once per scrape; docs/metrics.md lists the families.
 """
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from broker.service.broker_service import BrokerService
+    from broker.service.offload_stats import OffloaderStats
     from broker.service.operation_stats import PendingAckStats, SnapshotStats, TxnBufferClientStats
     from broker.service.transactions import TransactionService
 
@@ -30,6 +31,7 @@ LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
 TOPIC_LOAD_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
 SCHEMA_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 PUBLISH_QUANTILES = (0.0, 0.5, 0.95, 0.99, 0.999, 0.9999, 1.0)  # (AbstractTopic.PUBLISH_LATENCY's)
+OFFLOADER_QUANTILES = (0.5, 0.95, 0.99, 1.0)  # (LedgerOffloaderStatsImpl's summaries)
 TOPIC_LOAD_GAUGES = (("median", 0.5), ("75percentile", 0.75), ("95percentile", 0.95), ("99_percentile", 0.99),
                       ("99_9_percentile", 0.999), ("99_99_percentile", 0.9999))
 
@@ -158,3 +160,29 @@ def write_replicated_snapshots(out: Exposition, cl: str, stats: SnapshotStats) -
     out.summary("pulsar_replicated_subscriptions_snapshot_ms", cl, [], stats.succeeded, stats.succeeded_ms)
     out.add("pulsar_replicated_subscriptions_pending_snapshots", cl, stats.pending)
     out.add("pulsar_replicated_subscriptions_timedout_snapshots_total", cl, stats.timed_out)
+
+
+def write_offloader(out: Exposition, cl: str, stats: OffloaderStats, by_topic: bool) -> None:
+    """brk_ledgeroffloader_*, by namespace (and topic, topic level on), each series once it has something, as
+    Pulsar's labelled children appear at their first record."""
+    for namespace, topic, c in stats.by_topic():
+        labels = f'{cl},namespace="{escape(namespace)}"' + (f',topic="{escape(topic)}"' if by_topic else "")
+        for name, value in (("brk_ledgeroffloader_offload_error_total", c.offload_errors),
+                            ("brk_ledgeroffloader_write_storage_error_total", c.write_errors),
+                            ("brk_ledgeroffloader_read_offload_error_total", c.read_errors),
+                            ("brk_ledgeroffloader_read_bytes_total", c.read_bytes)):
+            if value:
+                out.add(name, labels, value)
+        for name, rate in (("brk_ledgeroffloader_offload_rate", c.offload_rate),
+                           ("brk_ledgeroffloader_read_offload_rate", c.read_rate)):
+            if rate is not None:
+                out.add(name, labels, rate)
+        for name, summary in (("brk_ledgeroffloader_read_ledger_latency", c.read_ledger_latency),
+                              ("brk_ledgeroffloader_read_offload_index_latency", c.index_latency),
+                              ("brk_ledgeroffloader_read_offload_data_latency", c.data_latency)):
+            if summary.count:
+                out.summary(name, labels, [(q, summary.quantile(q)) for q in OFFLOADER_QUANTILES], summary.count,
+                            summary.sum_ms)
+        for status, n in (("succeed", c.deleted), ("failed", c.delete_failures)):
+            if n:
+                out.add("brk_ledgeroffloader_delete_offload_ops_total", f'{labels},status="{status}"', n)

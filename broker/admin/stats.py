@@ -123,6 +123,8 @@ class StatsSampler:
         service.publish_latency.rotate()
         service.topic_load_stats.times.rotate()
         service.schemas.stats.rotate()
+        if service.offloader_stats is not None:
+            service.offloader_stats.rotate(elapsed)
         if service.transactions is not None:
             service.transactions.tb_client_stats.rotate()
             service.transactions.pending_ack_stats.rotate()

@@ -51,6 +51,7 @@ from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
 from broker.service.offload import offload_policy_for, offloader_of
+from broker.service.offload_stats import OffloaderStats
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
@@ -159,6 +160,9 @@ class BrokerService:
         self.broker_dispatch_rate = DispatchRate.broker_wide(config, self.metadata)
         # Every add's latency, request to durable (Pulsar's broker-wide pulsar_broker_publish_latency summary).
         self.publish_latency = LatencySummary()
+        # What the offloader wrote, read and deleted (brk_ledgeroffloader_*); Pulsar keeps none without
+        # exposeManagedLedgerMetricsInPrometheus.
+        self.offloader_stats = OffloaderStats() if config.exposeManagedLedgerMetricsInPrometheus else None
         self.ledger_config = ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
@@ -286,14 +290,14 @@ class BrokerService:
         if kind == "bookkeeper":
             factory = self._make_bookkeeper_factory()
             if isinstance(factory, BookKeeperManagedLedgerFactory):
-                factory.offloader = offloader  # (to read a Pulsar broker's offloaded ledgers)
+                factory.offloader, factory.offload_stats = offloader, self.offloader_stats
             return factory
         if self.data_dir is None:
             # An empty dataDir keeps nothing on disk (metadata neither): topics live in memory.
             log.warning("managedLedgerStorage=file without a dataDir: topics are kept in memory")
             return MemoryManagedLedgerFactory()
         rate = cfg.managedLedgerDefaultMarkDeleteRateLimit
-        return FileManagedLedgerFactory(
+        file_factory = FileManagedLedgerFactory(
             str(self.data_dir / "ledgers"),
             sync=cfg.managedLedgerSyncData,
             group_wait_s=max(0.0, cfg.journalMaxGroupWaitMSec) / 1000,
@@ -312,6 +316,8 @@ class BrokerService:
             migrate_names=persistence_path_of_raw,  # (a data dir of a version that stored raw local names)
             offloader=offloader,
         )
+        file_factory.offload_stats = self.offloader_stats
+        return file_factory
 
     def _make_bookkeeper_factory(self) -> ManagedLedgerFactory:
         """One ZooKeeper session per broker where the settings allow, as Pulsar: the managed-ledger znodes go

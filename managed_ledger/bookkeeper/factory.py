@@ -46,7 +46,7 @@ from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKee
 from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
-from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
 from managed_ledger.offload.state import LedgerOffload
 from managed_ledger.offload.tiered import delete_copies
 from managed_ledger.position import Position
@@ -162,9 +162,10 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
-        # The offloader a Pulsar broker's offloaded ledgers are read from, once their BookKeeper copy is deleted
-        # (None: none; no ledger is offloaded from here yet).
+        # Where closed ledgers are offloaded to, and read from once their BookKeeper copy is deleted (a Pulsar
+        # broker's too); None: nowhere. offload_stats: where offloads are counted (the broker's).
         self.offloader: FileSystemOffloader | None = None
+        self.offload_stats: OffloadStatsSink | None = None
         self.bk = bk
         self._store = store
         self.root = root.rstrip("/")
@@ -515,7 +516,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._discard_name(name)
         await delete_copies(self.offloader, name, offloaded,
-                            partial(asyncio.get_running_loop().run_in_executor, None))
+                            partial(asyncio.get_running_loop().run_in_executor, None), self.offload_stats)
         gone = {o.ledger_id for o in offloaded if o.local_deleted}
         ledger_ids = [i for i in ledger_ids if i not in gone]
         for ledger_id in ledger_ids:

@@ -70,7 +70,7 @@ from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap, LedgerMeta
-from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import LedgerOffload, from_context, to_context
 from managed_ledger.offload.tiered import OffloadBook, TieredLedger
@@ -530,6 +530,10 @@ class BookKeeperManagedLedger(TieredLedger):
     @property
     def _offloader(self) -> FileSystemOffloader | None:
         return self._factory.offloader
+
+    @property
+    def _offload_stats(self) -> OffloadStatsSink | None:
+        return self._factory.offload_stats
 
     def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return self._loop.run_in_executor(None, fn, *args)

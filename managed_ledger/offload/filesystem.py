@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from uuid import UUID
 
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
@@ -201,26 +203,68 @@ def _fsync_dir(path: Path) -> None:
     _fsync(path)
 
 
+class OffloadStatsSink(Protocol):
+    """Where a managed ledger's offloads, reads of its copies and deletions of copies are counted (Pulsar's
+    LedgerOffloaderStats; the broker's keeps brk_ledgeroffloader_*). Called from pool threads too."""
+
+    def offloaded(self, managed_ledger: str, nbytes: int) -> None:
+        """Entries written to a copy."""
+
+    def source_read(self, managed_ledger: str, seconds: float) -> None:
+        """A read of entries to copy, from the ledger's local copy."""
+
+    def write_failed(self, managed_ledger: str) -> None:
+        """Writing a copy failed (the tier's storage)."""
+
+    def offload_failed(self, managed_ledger: str) -> None:
+        """A ledger's copy failed."""
+
+    def index_read(self, managed_ledger: str, seconds: float) -> None:
+        """A copy opened for reads: its index and metadata read."""
+
+    def copy_read(self, managed_ledger: str, nbytes: int, entries: int, seconds: float) -> None:
+        """Entries read from a copy."""
+
+    def copy_read_failed(self, managed_ledger: str) -> None: ...
+
+    def copy_deleted(self, managed_ledger: str, ok: bool) -> None: ...
+
+
 class OffloadedSource:
     """Reads of one offloaded ledger from the managed ledger's pool threads: opened at the first read, one read at a
     time (a MapFile reader seeks)."""
 
-    def __init__(self, offloader: FileSystemOffloader, managed_ledger: str, ledger_id: int, uuid: UUID) -> None:
+    def __init__(self, offloader: FileSystemOffloader, managed_ledger: str, ledger_id: int, uuid: UUID,
+                 stats: OffloadStatsSink | None = None) -> None:
         self._offloader = offloader
         self._managed_ledger = managed_ledger
         self._ledger_id = ledger_id
         self._uuid = uuid
+        self._stats = stats
         self._lock = threading.Lock()
         self._ledger: OffloadedLedger | None = None
         self._closed = False
 
     def read(self, first: int, last: int) -> list[bytes]:
+        stats, name = self._stats, self._managed_ledger
         with self._lock:
             if self._closed:
                 raise OffloadedLedgerError(f"ledger {self._ledger_id}: its offloaded copy is closed")
-            if self._ledger is None:
-                self._ledger = self._offloader.open(self._managed_ledger, self._ledger_id, self._uuid)
-            return self._ledger.read(first, last)
+            try:
+                if self._ledger is None:
+                    started = time.monotonic()
+                    self._ledger = self._offloader.open(name, self._ledger_id, self._uuid)
+                    if stats is not None:
+                        stats.index_read(name, time.monotonic() - started)
+                started = time.monotonic()
+                entries = self._ledger.read(first, last)
+            except OffloadedLedgerError:
+                if stats is not None:
+                    stats.copy_read_failed(name)
+                raise
+            if stats is not None:
+                stats.copy_read(name, sum(map(len, entries)), len(entries), time.monotonic() - started)
+            return entries
 
     def close(self) -> None:
         with self._lock:

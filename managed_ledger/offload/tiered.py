@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
@@ -28,7 +29,12 @@ from managed_ledger.api import (
 )
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMeta
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadedLedgerError, OffloadedSource
+from managed_ledger.offload.filesystem import (
+    FileSystemOffloader,
+    OffloadedLedgerError,
+    OffloadedSource,
+    OffloadStatsSink,
+)
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import LedgerOffload
 from managed_ledger.position import Position
@@ -93,6 +99,11 @@ class TieredLedger(StoredManagedLedger):
     @abstractmethod
     def _offloader(self) -> FileSystemOffloader | None:
         """The factory's offloader (None: none configured)."""
+
+    @property
+    @abstractmethod
+    def _offload_stats(self) -> OffloadStatsSink | None:
+        """Where offloads, reads of copies and deletions of copies are counted (the factory's; None: nowhere)."""
 
     @abstractmethod
     async def _save_offloads(self) -> None:
@@ -175,7 +186,8 @@ class TieredLedger(StoredManagedLedger):
             raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded (driver {o.driver!r}) and its "
                                      "local copy deleted: no such offloader is configured to read it "
                                      "(managedLedgerOffloadDriver)")
-        source = tier.sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid)
+        source = tier.sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid,
+                                                           self._offload_stats)
         return source
 
     async def _read_offloaded(self, ledger_id: int, first: int, last: int) -> list[bytes]:
@@ -300,6 +312,8 @@ class TieredLedger(StoredManagedLedger):
                     if self._map.get(meta.ledger_id) is None:  # (trimmed meanwhile: not an error, as in Pulsar)
                         continue
                     tier.last_failure_ms = int(self._clock() * 1000)
+                    if (stats := self._offload_stats) is not None:
+                        stats.offload_failed(self._name)
                     raise
                 except BaseException:
                     tier.last_failure_ms = int(self._clock() * 1000)
@@ -319,13 +333,19 @@ class TieredLedger(StoredManagedLedger):
         if stale is not None:  # (an earlier try's files, if any: Pulsar's "previous failed offload" clean-up)
             await self._delete_copies([stale])
         metadata = await self._offload_metadata(meta)
-        writer = await self._blocking(offloader.begin, name, ledger_id, record.uuid, metadata)
+        stats = self._offload_stats
+        writer = await self._writing(self._blocking(offloader.begin, name, ledger_id, record.uuid, metadata))
         try:
             step = max(1, min(OFFLOAD_READ_ENTRIES, OFFLOAD_READ_BYTES * meta.entries // max(meta.size, 1)))
             for first in range(0, meta.entries, step):
+                started = time.monotonic()
                 entries = await self._read_to_offload(ledger_id, first, min(first + step, meta.entries) - 1)
-                await self._blocking(writer.append, entries)
-            await self._blocking(writer.finish)
+                if stats is not None:
+                    stats.source_read(name, time.monotonic() - started)
+                await self._writing(self._blocking(writer.append, entries))
+                if stats is not None:
+                    stats.offloaded(name, sum(map(len, entries)))
+            await self._writing(self._blocking(writer.finish))
         except BaseException:
             await asyncio.shield(self._blocking(writer.abort))
             raise
@@ -334,6 +354,15 @@ class TieredLedger(StoredManagedLedger):
             return
         record.complete, record.completed_at_ms = True, int(self._clock() * 1000)
         await self._save_offloads()
+
+    async def _writing(self, write: asyncio.Future[T]) -> T:
+        """A write to the offload storage; one that fails is counted (Pulsar's recordWriteToStorageError)."""
+        try:
+            return await write
+        except OSError:
+            if (stats := self._offload_stats) is not None:
+                stats.write_failed(self._name)
+            raise
 
     async def delete_offloaded_locals(self, lag_s: float) -> int:
         """Delete the local copy of each ledger whose offloaded copy completed ``lag_s`` or more ago (Pulsar's
@@ -360,11 +389,11 @@ class TieredLedger(StoredManagedLedger):
         return len(due)
 
     async def _delete_copies(self, records: list[LedgerOffload]) -> None:
-        await delete_copies(self._offloader, self._name, records, self._blocking)
+        await delete_copies(self._offloader, self._name, records, self._blocking, self._offload_stats)
 
 
 async def delete_copies(offloader: FileSystemOffloader | None, managed_ledger: str, records: Iterable[LedgerOffload],
-                        blocking: Callable[..., asyncio.Future[None]]) -> None:
+                        blocking: Callable[..., asyncio.Future[None]], stats: OffloadStatsSink | None = None) -> None:
     """Delete offloaded copies (of trimmed ledgers, of failed tries, of a deleted managed ledger); a failure is
     logged, as Pulsar's cleanupOffloaded leaves it."""
     for o in records:
@@ -376,3 +405,8 @@ async def delete_copies(offloader: FileSystemOffloader | None, managed_ledger: s
             await blocking(offloader.delete, managed_ledger, o.ledger_id, o.uuid)
         except OSError as exc:
             log.warning("%s: the offloaded copy of ledger %d not deleted: %s", managed_ledger, o.ledger_id, exc)
+            if stats is not None:
+                stats.copy_deleted(managed_ledger, False)
+        else:
+            if stats is not None:
+                stats.copy_deleted(managed_ledger, True)

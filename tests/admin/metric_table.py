@@ -12,8 +12,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # The "here" codes a row may have (comma-separated), each a situation the tests set up.
 CONDITIONS = {"always", "topic", "subscription", "producer", "consumer", "namespace", "idle", "ml", "cursor",
               "replication", "replicated subscription", "auth", "file", "non-persistent", "compaction",
-              "transactions", "bookkeeper", "schema"}
-_NAME = re.compile(r"^(pulsar_|process_|topic_load_)[A-Za-z0-9_]+$")
+              "transactions", "bookkeeper", "schema", "offload", "offload errors"}
+_NAME = re.compile(r"^(pulsar_|process_|topic_load_|brk_ledgeroffloader_)[A-Za-z0-9_]+$")
 
 
 @dataclass(frozen=True)

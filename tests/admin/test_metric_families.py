@@ -18,7 +18,7 @@ import math
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import jwt
@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.admin.metric_families import FAMILIES, TXN_EXECUTION_LATENCY
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from tests.admin.conftest import Admin
 from tests.admin.metric_table import Row, expected, rows
 from tests.admin.prometheus_server import PROMETHEUS_WAIT_S, metric_names, prometheus_server, query
 from tests.transactions.client import TxnWireClient
@@ -276,3 +277,67 @@ def test_authentication_families() -> None:
     # The accepted token had 120 minutes left: counted from the le="240.0" bucket on, not in le="60.0".
     assert got["pulsar_expiring_token_minutes_bucket"][:5] == [0.0, 0.0, 0.0, 1.0, 1.0]
     assert got["pulsar_expired_token_total"][0] >= 1  # (the client retries a refused CONNECT)
+
+
+def scrape_with(web_url: str, names: Iterable[str], what: str) -> dict[str, list[float]]:
+    """The first scrape where every one of ``names`` is present."""
+    def complete() -> dict[str, list[float]] | None:
+        got = scrape(web_url)
+        return got if all(present(n, got) for n in names) else None
+
+    return wait_for(complete, 30, what)
+
+
+def test_offloader_families(tmp_path: Path) -> None:
+    """brk_ledgeroffloader_*: a topic offloaded, its local copies deleted and read back from the copies, the topic
+    deleted with its copies ("offload"); then a copy gone behind the broker's back is read, and the tier made
+    unwritable for the next copy ("offload errors")."""
+    data = tmp_path / "data"
+    with BrokerThread(data_dir=data, managedLedgerStorage="file", managedLedgerOffloadDriver="filesystem",
+                      managedLedgerMaxEntriesPerLedger=5, managedLedgerMinLedgerRolloverTimeMinutes=0,
+                      retentionCheckIntervalInSeconds=1, statsUpdateFrequencyInSecs=0.5) as b:
+        admin, path = Admin(b.web_url), "/admin/v2/persistent/public/default/"
+        client = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+        try:
+            def offload(local: str) -> None:
+                topic = f"persistent://public/default/{local}"
+                client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)
+                producer = client.create_producer(topic, batching_enabled=False)
+                last = [producer.send(b"o%d" % i) for i in range(12)][-1]
+                producer.close()
+                admin.ok("PUT", f"{path}{local}/offload", {"ledgerId": last.ledger_id(), "entryId": last.entry_id()})
+                wait_for(lambda: admin.ok("GET", f"{path}{local}/offload")["status"] != "RUNNING", 30,
+                         "the offload run to end")
+
+            offload("offloaded")
+            admin.ok("PUT", "/admin/v2/namespaces/public/default/offloadDeletionLagMs", 0)
+            reader = client.subscribe("persistent://public/default/offloaded", "reads",
+                                      initial_position=pulsar.InitialPosition.Earliest)
+            assert [reader.receive(TIMEOUT_MS).data() for _ in range(12)] == [b"o%d" % i for i in range(12)]
+            admin.ok("DELETE", f"{path}offloaded?force=true")
+            want = expected("offload")
+            got = scrape_with(b.web_url, want, "the offloader's families")
+            for name, row in want.items():
+                assert_plausible(name, row, got.get(name, []))
+            assert sum(got["brk_ledgeroffloader_read_bytes_total"]) > 0
+            assert sum(got["brk_ledgeroffloader_delete_offload_ops_total"]) >= 2  # (the two offloaded ledgers)
+
+            offload("broken")
+            tier = data / "offloaded"
+            ledger_dir = tier / "public" / "default" / "persistent" / "broken"
+            for copy in ledger_dir.iterdir():  # (gone behind the broker's back: the reads from the copies fail)
+                for f in copy.iterdir():
+                    f.unlink()
+            broken_reader = client.subscribe("persistent://public/default/broken", "reads",
+                                             initial_position=pulsar.InitialPosition.Earliest)
+            with pytest.raises(pulsar.Timeout):
+                broken_reader.receive(1000)
+            tier.rename(tmp_path / "tier-moved")
+            tier.write_bytes(b"")  # (a file where the tier's directory was: the next copy cannot be written)
+            offload("unwritable")
+            want = expected("offload errors")
+            got = scrape_with(b.web_url, want, "the offloader's error families")
+            for name in want:
+                assert sum(got[name]) >= 1, name
+        finally:
+            client.close()

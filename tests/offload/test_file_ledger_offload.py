@@ -250,3 +250,22 @@ async def test_automatic_offload_at_rollover_and_on_open(tmp_path: Path) -> None
                      "the closed ledgers offloaded when the managed ledger opened")
     await ml.close()
     await f.close()
+
+
+async def test_deleting_a_managed_ledger_deletes_its_copies(tmp_path: Path) -> None:
+    """Open (ManagedLedger.delete) or closed (the factory's delete by name): no offloaded copy is left behind."""
+    tier = tmp_path / "tier"
+    f = factory(tmp_path, FakeClock(), FileSystemOffloader(tier))
+    for name, open_ in ((NAME, True), (NAME + "-closed", False)):
+        ml = await f.open(name, CONFIG)
+        for i in range(25):
+            await ml.add_entry_async(b"d%d" % i)
+        await ml.offload_prefix(Position(ml.ledgers_info()[2].ledger_id, 0))
+        assert len(copies(tier, name)) == 2
+        if open_:
+            await ml.delete()
+        else:
+            await ml.close()
+            await f.delete(name)
+        assert copies(tier, name) == []
+    await f.close()
