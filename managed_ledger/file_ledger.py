@@ -46,7 +46,6 @@ from managed_ledger.file_layout import CURSORS, Recovered, encode_name, join
 from managed_ledger.file_reads import EntryReader, OffloadedRun, ReadJob, read_from_disk
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap, LedgerMeta
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import OFFLOADS_FILE, LedgerOffload
 from managed_ledger.offload.state import encode as encode_offloads
@@ -79,6 +78,7 @@ class FileManagedLedger(TieredLedger):
                  "_names_sync_queued", "_paths", "_persistence", "_reader", "_recovering", "_stored", "_tier",
                  "_unsynced_dirs", "_writer")
     _reader: EntryReader
+    _factory: FileManagedLedgerFactory
 
     def __init__(
         self,
@@ -704,14 +704,6 @@ class FileManagedLedger(TieredLedger):
         await self._factory._run_on_writer(remove)
 
     # -- tiered storage ------------------------------------------------------------------------
-
-    @property
-    def _offloader(self) -> FileSystemOffloader | None:
-        return self._factory.offloader
-
-    @property
-    def _offload_stats(self) -> OffloadStatsSink | None:
-        return self._factory.offload_stats
 
     def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return asyncio.wrap_future(self._factory.pool.submit(fn, *args))

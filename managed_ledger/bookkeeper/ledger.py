@@ -70,7 +70,6 @@ from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.cursor_persistence import CursorPersistence
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMap, LedgerMeta
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import LedgerOffload, from_context, to_context
 from managed_ledger.offload.tiered import OffloadBook, TieredLedger
@@ -105,6 +104,7 @@ class _Add:
 
 class BookKeeperManagedLedger(TieredLedger):
     _reader: BkEntryReader
+    _factory: BookKeeperManagedLedgerFactory
 
     def __init__(self, factory: BookKeeperManagedLedgerFactory, name: str, config: ManagedLedgerConfig,
                  ledger_map: LedgerMap, info: ml_formats.StoredManagedLedger, info_version: int,
@@ -526,14 +526,6 @@ class BookKeeperManagedLedger(TieredLedger):
         return await handle.read(first, last)
 
     # -- tiered storage (the hooks of offload.tiered) ----------------------------------------------
-
-    @property
-    def _offloader(self) -> FileSystemOffloader | None:
-        return self._factory.offloader
-
-    @property
-    def _offload_stats(self) -> OffloadStatsSink | None:
-        return self._factory.offload_stats
 
     def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return self._loop.run_in_executor(None, fn, *args)

@@ -18,7 +18,7 @@ import time
 import uuid
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from managed_ledger.api import (
     InvalidPositionError,
@@ -87,23 +87,29 @@ class OffloadBook:
         self.sources.clear()
 
 
+class OffloadingFactory(Protocol):
+    """What a stored ledger's factory gives for tiered storage."""
+
+    offloader: FileSystemOffloader | None  # (None: none configured)
+    offload_stats: OffloadStatsSink | None  # where offloads, reads and deletions of copies are counted (None: nowhere)
+
+
 class TieredLedger(StoredManagedLedger):
     """The offloading part of a stored managed ledger; the storage gives the hooks below."""
 
     __slots__ = ()
     _tier: OffloadBook
+    _factory: OffloadingFactory
+
+    @property
+    def _offloader(self) -> FileSystemOffloader | None:
+        return self._factory.offloader
+
+    @property
+    def _offload_stats(self) -> OffloadStatsSink | None:
+        return self._factory.offload_stats
 
     # -- hooks of the storage ---------------------------------------------------------------------
-
-    @property
-    @abstractmethod
-    def _offloader(self) -> FileSystemOffloader | None:
-        """The factory's offloader (None: none configured)."""
-
-    @property
-    @abstractmethod
-    def _offload_stats(self) -> OffloadStatsSink | None:
-        """Where offloads, reads of copies and deletions of copies are counted (the factory's; None: nowhere)."""
 
     @abstractmethod
     async def _save_offloads(self) -> None:

@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pulsar
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -18,7 +17,7 @@ from managed_ledger.bookkeeper import metadata as bk_metadata
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
-from tests.offload.support import read_back
+from tests.offload.support import produce_held, read_back
 from tests.waiting import wait_for
 
 
@@ -63,11 +62,7 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster:
     try:
         admin = Admin(broker.web_url)
         admin.ok("PUT", f"/admin/v2/namespaces/{namespace}", {})
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)  # (holds the data)
-        producer = client.create_producer(topic, batching_enabled=False)
-        last = [producer.send(d) for d in sent][-1]
-        client.close()
+        last = produce_held(broker, topic, sent)
         ledgers = [lg["ledgerId"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
         assert len(ledgers) == 5  # (5, 5, 5, 5 and 2 entries)
 

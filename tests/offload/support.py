@@ -46,3 +46,14 @@ def read_back(broker: BrokerThread, topic: str, subscription: str, count: int) -
         return [consumer.receive(10_000).data() for _ in range(count)]
     finally:
         client.close()
+
+
+def produce_held(broker: BrokerThread, topic: str, sent: list[bytes]) -> pulsar.MessageId:
+    """Publish ``sent`` (unbatched) with a subscription from the earliest that holds them; the last message's id."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        return [producer.send(d) for d in sent][-1]
+    finally:
+        client.close()

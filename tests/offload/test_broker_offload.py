@@ -13,7 +13,7 @@ from broker.embedded import BrokerThread
 from managed_ledger import segment as seg
 from tests.admin.conftest import Admin
 from tests.e2e.conftest import topic_name
-from tests.offload.support import read_back
+from tests.offload.support import produce_held, read_back
 from tests.waiting import wait_for
 
 SETTINGS: dict[str, Any] = {
@@ -35,11 +35,7 @@ def test_offload_delete_locally_restart_and_read(tmp_path: Path) -> None:
     broker = BrokerThread(data_dir=data, **SETTINGS).start()
     try:
         admin = Admin(broker.web_url)
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        client.subscribe(topic, "keeps", initial_position=pulsar.InitialPosition.Earliest)  # (holds the data)
-        producer = client.create_producer(topic, batching_enabled=False)
-        last = [producer.send(d) for d in sent][-1]
-        client.close()
+        last = produce_held(broker, topic, sent)
         ledgers = [lg["ledgerId"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
         assert len(ledgers) == 5  # (5, 5, 5, 5 and 2 entries)
         assert admin.ok("GET", path + "/offload")["status"] == "NOT_RUN"
