@@ -304,23 +304,31 @@ class TieredLedger(StoredManagedLedger):
             await asyncio.gather(task, return_exceptions=True)
 
     async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
-        """Copy each ledger in turn (the offload mutex held); the first failure ends the run."""
+        """Copy each ledger in turn (the offload mutex held). As Pulsar's offloadLoop, a failed copy does not stop
+        the run: the next ledgers are copied, then the first failure is raised (a ledger trimmed meanwhile is no
+        failure; a fenced ledger ends the run)."""
         tier = self._tier
         if tier.running:
             raise OffloadInProgressError("Offload operation already running")
         tier.running = True
+        first_failure: Exception | None = None
         try:
             for meta in chosen:
                 self._check_open()  # (closed, deleted or fenced meanwhile: the rest is not copied)
                 try:
                     await self._offload_one(offloader, meta)
-                except Exception:
+                except Exception as exc:
                     if self._map.get(meta.ledger_id) is None:  # (trimmed meanwhile: not an error, as in Pulsar)
                         continue
                     tier.last_failure_ms = int(self._clock() * 1000)
                     if (stats := self._offload_stats) is not None:
                         stats.offload_failed(self._name)
-                    raise
+                    first_failure = first_failure or exc
+                    if self.is_fenced:
+                        break
+                    log.warning("%s: offload of ledger %d failed (the next ones go on): %s", self._name,
+                                meta.ledger_id, exc)
+                    continue
                 except BaseException:
                     tier.last_failure_ms = int(self._clock() * 1000)
                     raise
@@ -328,6 +336,8 @@ class TieredLedger(StoredManagedLedger):
                 tier.last_success_ms = int(self._clock() * 1000)
         finally:
             tier.running = False
+        if first_failure is not None:
+            raise first_failure
 
     async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
         ledger_id, name, records = meta.ledger_id, self._name, self._tier.records
