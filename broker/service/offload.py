@@ -29,6 +29,7 @@ from managed_ledger.api import (
 )
 from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
+from managed_ledger.offload.tiered import TieredLedger
 from managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -197,13 +198,6 @@ async def offload_housekeeping(topic: PersistentTopic) -> None:
     """With retention: the topic's automatic offload (the thresholds in force), then the local copies of its
     offloaded ledgers whose deletion lag has passed, deleted (nothing for a storage that cannot offload)."""
     ledger = topic.ledger
-    policy = ledger.config.offload
-    offload = getattr(ledger, "offload_by_thresholds", None)
-    if offload is not None and policy.automatic:
-        count = await offload(policy.threshold_bytes, policy.threshold_s)
-        if count:
-            log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %s s)", topic.name, count,
-                     policy.threshold_bytes, policy.threshold_s)
-    delete = getattr(ledger, "delete_offloaded_locals", None)
-    if delete is not None:
-        await delete(policy.deletion_lag_s)
+    if isinstance(ledger, TieredLedger):
+        await ledger.offload_by_policy()
+        await ledger.delete_offloaded_locals(ledger.config.offload.deletion_lag_s)

@@ -279,13 +279,21 @@ class TieredLedger(StoredManagedLedger):
         while True:
             tier.again = False
             await self._adds_settled()
-            policy = self._config.offload
-            count = await self.offload_by_thresholds(policy.threshold_bytes, policy.threshold_s)
-            if count:
-                log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %s s)", self._name, count,
-                         policy.threshold_bytes, policy.threshold_s)
+            await self.offload_by_policy()
             if not tier.again:
                 return
+
+    async def offload_by_policy(self) -> int:
+        """The automatic offload by the thresholds of the config's offload policy (``offload_by_thresholds``);
+        the number offloaded."""
+        policy = self._config.offload
+        if not policy.automatic:
+            return 0
+        count = await self.offload_by_thresholds(policy.threshold_bytes, policy.threshold_s)
+        if count:
+            log.info("%s: %d ledgers offloaded (thresholds: %d bytes, %s s)", self._name, count,
+                     policy.threshold_bytes, policy.threshold_s)
+        return count
 
     def _automatic_offload_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None and self._state is LedgerState.OPEN:

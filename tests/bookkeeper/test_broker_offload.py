@@ -17,7 +17,7 @@ from managed_ledger.bookkeeper import metadata as bk_metadata
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
-from tests.offload.support import produce_held, read_back
+from tests.offload.support import assert_read_back_from_copies, produce_held
 from tests.waiting import wait_for
 
 
@@ -88,10 +88,7 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster:
 
     broker = BrokerThread(data_dir=data, **settings(bk_cluster)).start()
     try:
-        admin = Admin(broker.web_url)
-        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
-        assert [lg["offloaded"] for lg in internal[:4]] == [True] * 4
-        assert read_back(broker, topic, "after", len(sent)) == sent
+        assert_read_back_from_copies(broker, topic, 4, sent)
     finally:
         broker.stop()
         zk.stop()

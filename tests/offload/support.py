@@ -11,6 +11,7 @@ import pulsar
 from broker.embedded import BrokerThread
 from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from tests.admin.conftest import Admin
 
 
 class FailingOffloader(FileSystemOffloader):
@@ -57,3 +58,11 @@ def produce_held(broker: BrokerThread, topic: str, sent: list[bytes]) -> pulsar.
         return [producer.send(d) for d in sent][-1]
     finally:
         client.close()
+
+
+def assert_read_back_from_copies(broker: BrokerThread, topic: str, offloaded: int, sent: list[bytes]) -> None:
+    """After a restart: the topic's first ``offloaded`` ledgers show as offloaded, and a new subscription from the
+    earliest reads every message sent."""
+    internal = Admin(broker.web_url).ok("GET", "/admin/v2/" + topic.replace("://", "/") + "/internalStats")["ledgers"]
+    assert [lg["offloaded"] for lg in internal[:offloaded]] == [True] * offloaded
+    assert read_back(broker, topic, "after", len(sent)) == sent

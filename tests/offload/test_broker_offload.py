@@ -13,7 +13,7 @@ from broker.embedded import BrokerThread
 from managed_ledger import segment as seg
 from tests.admin.conftest import Admin
 from tests.e2e.conftest import topic_name
-from tests.offload.support import produce_held, read_back
+from tests.offload.support import assert_read_back_from_copies, produce_held
 from tests.waiting import wait_for
 
 SETTINGS: dict[str, Any] = {
@@ -62,10 +62,7 @@ def test_offload_delete_locally_restart_and_read(tmp_path: Path) -> None:
 
     broker = BrokerThread(data_dir=data, **SETTINGS).start()
     try:
-        admin = Admin(broker.web_url)
-        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
-        assert [lg["offloaded"] for lg in internal[:4]] == [True] * 4
-        assert read_back(broker, topic, "after", len(sent)) == sent
+        assert_read_back_from_copies(broker, topic, 4, sent)
     finally:
         broker.stop()
 
