@@ -4,6 +4,7 @@ later, drops counted in stats and /metrics, partitioned topics, regex consumers,
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -214,12 +215,30 @@ def test_a_consumer_without_permits_makes_drops_counted_in_stats(
     for i in range(10):
         producer.send(f"m{i}".encode())
     assert dropped_total(broker, topic, "slow") == 9  # the first took the only permit
-    stats = wait_for(lambda: s if (s := sub_stats(admin, topic, "slow"))["msgDropRate"] else None,
-                     what="a drop rate in the subscription stats")
+    # The rate covers the last 0.2 s interval only: drops keep coming until a poll sees one (a busy machine
+    # may poll less often than that).
+    sent = [10]
+    stop = threading.Event()
+
+    def keep_dropping() -> None:
+        while not stop.is_set():
+            producer.send(b"more")
+            sent[0] += 1
+            stop.wait(0.02)
+
+    sender = threading.Thread(target=keep_dropping, daemon=True)
+    sender.start()
+    try:
+        stats = wait_for(lambda: s if (s := sub_stats(admin, topic, "slow"))["msgDropRate"] else None,
+                         what="a drop rate in the subscription stats")
+    finally:
+        stop.set()
+        sender.join()
     assert stats["msgBacklog"] == 0 and stats["type"] == "Exclusive"
+    assert dropped_total(broker, topic, "slow") == sent[0] - 1
     topic_stats = admin.stats(topic)
     assert topic_stats["msgDropRate"] == 0.0  # Pulsar 4.0 never sets the topic's own rate
-    assert topic_stats["msgInCounter"] == 10 and topic_stats["storageSize"] == 0
+    assert topic_stats["msgInCounter"] == sent[0] and topic_stats["storageSize"] == 0
     assert [p["msgDropRate"] for p in topic_stats["publishers"]] == [0.0]
     assert consumer.receive(TIMEOUT_MS).data() == b"m0"
 
