@@ -44,7 +44,7 @@ from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock, settled
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
+from managed_ledger.offload.api import Offloader, OffloadStatsSink
 from managed_ledger.offload.tiered import delete_copies
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
@@ -120,7 +120,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         page_cache_reads: bool = False,
         migrate_names: Callable[[str], str] | None = None,
         fs: FileSystem | None = None,
-        offloader: FileSystemOffloader | None = None,
+        offloader: Offloader | None = None,
     ) -> None:
         super().__init__()
         # Where closed ledgers are offloaded to, and read from once their local copy is deleted (None: nowhere).

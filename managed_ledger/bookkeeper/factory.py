@@ -46,7 +46,7 @@ from managed_ledger.bookkeeper.ledger import DEFAULT_ADD_RETRY_WINDOW_S, BookKee
 from managed_ledger.bookkeeper.placement import isolation_of
 from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadStatsSink
+from managed_ledger.offload.api import Offloader, OffloadStatsSink
 from managed_ledger.offload.state import LedgerOffload
 from managed_ledger.offload.tiered import delete_copies
 from managed_ledger.position import Position
@@ -164,7 +164,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
         # Where closed ledgers are offloaded to, and read from once their BookKeeper copy is deleted (a Pulsar
         # broker's too); None: nowhere. offload_stats: where offloads are counted (the broker's).
-        self.offloader: FileSystemOffloader | None = None
+        self.offloader: Offloader | None = None
         self.offload_stats: OffloadStatsSink | None = None
         self.bk = bk
         self._store = store

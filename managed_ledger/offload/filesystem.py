@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 from uuid import UUID
 
+from managed_ledger.offload.api import OffloadedLedgerError
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
 from managed_ledger.offload.mapfile import (
     DEFAULT_BLOCK_SIZE,
@@ -41,10 +39,6 @@ METADATA_KEY = -1
 TEMPORARY_SUFFIX = ".offloading"
 
 
-class OffloadedLedgerError(Exception):
-    """An offloaded copy that is missing, unreadable, or not the ledger asked for."""
-
-
 @dataclass(frozen=True)
 class FileSystemOffloader:
     """Offloads to (and reads from) ``base``, as Pulsar's filesystem offloader with ``hadoop.tmp.dir`` = ``base``."""
@@ -55,6 +49,9 @@ class FileSystemOffloader:
     index_interval: int = INDEX_INTERVAL
 
     driver_name = DRIVER_NAME
+
+    def reads_driver(self, driver: str) -> bool:
+        return driver.lower() == DRIVER_NAME
 
     def driver_metadata(self) -> dict[str, str]:
         """What the managed ledger's OffloadContext records of this offloader (Pulsar's: the base path)."""
@@ -90,7 +87,10 @@ class FileSystemOffloader:
             raise
         return OffloadWriter(ledger_id, metadata.last_entry_id, writer, temporary, final)
 
-    def open(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> OffloadedLedger:
+    def open(self, managed_ledger: str, ledger_id: int, uuid: UUID,
+             driver_metadata: Mapping[str, str] | None = None) -> OffloadedLedger:
+        """The copy, open for reads (from this offloader's base, as Pulsar's reads it whatever the context's
+        storageBasePath says)."""
         path = self.ledger_path(managed_ledger, ledger_id, uuid)
         try:
             reader = MapFileReader(path)
@@ -110,7 +110,8 @@ class FileSystemOffloader:
             reader.close()
             raise
 
-    def delete(self, managed_ledger: str, ledger_id: int, uuid: UUID) -> None:
+    def delete(self, managed_ledger: str, ledger_id: int, uuid: UUID,
+               driver_metadata: Mapping[str, str] | None = None) -> None:
         """Remove the copy (and what an interrupted copy left); nothing there is no error."""
         final = self.ledger_path(managed_ledger, ledger_id, uuid)
         for path in (final, final.with_name(final.name + TEMPORARY_SUFFIX)):
@@ -201,74 +202,3 @@ def _fsync(path: Path) -> None:
 
 def _fsync_dir(path: Path) -> None:
     _fsync(path)
-
-
-class OffloadStatsSink(Protocol):
-    """Where a managed ledger's offloads, reads of its copies and deletions of copies are counted (Pulsar's
-    LedgerOffloaderStats; the broker's keeps brk_ledgeroffloader_*). Called from pool threads too."""
-
-    def offloaded(self, managed_ledger: str, nbytes: int) -> None:
-        """Entries written to a copy."""
-
-    def source_read(self, managed_ledger: str, seconds: float) -> None:
-        """A read of entries to copy, from the ledger's local copy."""
-
-    def write_failed(self, managed_ledger: str) -> None:
-        """Writing a copy failed (the tier's storage)."""
-
-    def offload_failed(self, managed_ledger: str) -> None:
-        """A ledger's copy failed."""
-
-    def index_read(self, managed_ledger: str, seconds: float) -> None:
-        """A copy opened for reads: its index and metadata read."""
-
-    def copy_read(self, managed_ledger: str, nbytes: int, entries: int, seconds: float) -> None:
-        """Entries read from a copy."""
-
-    def copy_read_failed(self, managed_ledger: str) -> None: ...
-
-    def copy_deleted(self, managed_ledger: str, ok: bool) -> None: ...
-
-
-class OffloadedSource:
-    """Reads of one offloaded ledger from the managed ledger's pool threads: opened at the first read, one read at a
-    time (a MapFile reader seeks)."""
-
-    def __init__(self, offloader: FileSystemOffloader, managed_ledger: str, ledger_id: int, uuid: UUID,
-                 stats: OffloadStatsSink | None = None) -> None:
-        self._offloader = offloader
-        self._managed_ledger = managed_ledger
-        self._ledger_id = ledger_id
-        self._uuid = uuid
-        self._stats = stats
-        self._lock = threading.Lock()
-        self._ledger: OffloadedLedger | None = None
-        self._closed = False
-
-    def read(self, first: int, last: int) -> list[bytes]:
-        stats, name = self._stats, self._managed_ledger
-        with self._lock:
-            if self._closed:
-                raise OffloadedLedgerError(f"ledger {self._ledger_id}: its offloaded copy is closed")
-            try:
-                if self._ledger is None:
-                    started = time.monotonic()
-                    self._ledger = self._offloader.open(name, self._ledger_id, self._uuid)
-                    if stats is not None:
-                        stats.index_read(name, time.monotonic() - started)
-                started = time.monotonic()
-                entries = self._ledger.read(first, last)
-            except OffloadedLedgerError:
-                if stats is not None:
-                    stats.copy_read_failed(name)
-                raise
-            if stats is not None:
-                stats.copy_read(name, sum(map(len, entries)), len(entries), time.monotonic() - started)
-            return entries
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._ledger is not None:
-                self._ledger.close()
-                self._ledger = None

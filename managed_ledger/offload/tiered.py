@@ -29,12 +29,7 @@ from managed_ledger.api import (
 )
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMeta
-from managed_ledger.offload.filesystem import (
-    FileSystemOffloader,
-    OffloadedLedgerError,
-    OffloadedSource,
-    OffloadStatsSink,
-)
+from managed_ledger.offload.api import OffloadedLedgerError, OffloadedSource, Offloader, OffloadStatsSink
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.state import LedgerOffload
 from managed_ledger.position import Position
@@ -90,7 +85,7 @@ class OffloadBook:
 class OffloadingFactory(Protocol):
     """What a stored ledger's factory gives for tiered storage."""
 
-    offloader: FileSystemOffloader | None  # (None: none configured)
+    offloader: Offloader | None  # (None: none configured)
     offload_stats: OffloadStatsSink | None  # where offloads, reads and deletions of copies are counted (None: nowhere)
 
 
@@ -102,7 +97,7 @@ class TieredLedger(StoredManagedLedger):
     _factory: OffloadingFactory
 
     @property
-    def _offloader(self) -> FileSystemOffloader | None:
+    def _offloader(self) -> Offloader | None:
         return self._factory.offloader
 
     @property
@@ -178,7 +173,7 @@ class TieredLedger(StoredManagedLedger):
             return True
         offloader = self._offloader
         return (self._config.offload.read_tiered_first and offloader is not None
-                and o.driver.lower() == offloader.driver_name)
+                and offloader.reads_driver(o.driver))
 
     def _offloaded_source(self, ledger_id: int) -> OffloadedSource:
         """The reader of a ledger whose only copy is the offloaded one (opened at its first read)."""
@@ -188,12 +183,12 @@ class TieredLedger(StoredManagedLedger):
             return source
         o = tier.records[ledger_id]
         offloader = self._offloader
-        if offloader is None or o.driver.lower() != offloader.driver_name:
+        if offloader is None or not offloader.reads_driver(o.driver):
             raise ManagedLedgerError(f"ledger {ledger_id} of {self._name} is offloaded (driver {o.driver!r}) and its "
                                      "local copy deleted: no such offloader is configured to read it "
                                      "(managedLedgerOffloadDriver)")
         source = tier.sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid,
-                                                           self._offload_stats)
+                                                           o.driver_properties, self._offload_stats)
         return source
 
     async def _read_offloaded(self, ledger_id: int, first: int, last: int) -> list[bytes]:
@@ -205,7 +200,7 @@ class TieredLedger(StoredManagedLedger):
 
     # -- offloading -----------------------------------------------------------------------------------
 
-    def _offloader_or_refuse(self) -> FileSystemOffloader:
+    def _offloader_or_refuse(self) -> Offloader:
         offloader = self._offloader
         if offloader is None:
             raise NoOffloaderError("no offloader is configured (managedLedgerOffloadDriver)")
@@ -311,7 +306,7 @@ class TieredLedger(StoredManagedLedger):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _offload_ledgers(self, offloader: FileSystemOffloader, chosen: list[LedgerMeta]) -> None:
+    async def _offload_ledgers(self, offloader: Offloader, chosen: list[LedgerMeta]) -> None:
         """Copy each ledger in turn (the offload mutex held). As Pulsar's offloadLoop, a failed copy does not stop
         the run: the next ledgers are copied, then the first failure is raised (a ledger trimmed meanwhile is no
         failure; a fenced ledger ends the run)."""
@@ -347,7 +342,7 @@ class TieredLedger(StoredManagedLedger):
         if first_failure is not None:
             raise first_failure
 
-    async def _offload_one(self, offloader: FileSystemOffloader, meta: LedgerMeta) -> None:
+    async def _offload_one(self, offloader: Offloader, meta: LedgerMeta) -> None:
         ledger_id, name, records = meta.ledger_id, self._name, self._tier.records
         stale = records.get(ledger_id)
         record = LedgerOffload(ledger_id, uuid.uuid4(), meta.entries, meta.size, meta.ended_at, offloader.driver_name,
@@ -416,17 +411,17 @@ class TieredLedger(StoredManagedLedger):
         await delete_copies(self._offloader, self._name, records, self._blocking, self._offload_stats)
 
 
-async def delete_copies(offloader: FileSystemOffloader | None, managed_ledger: str, records: Iterable[LedgerOffload],
+async def delete_copies(offloader: Offloader | None, managed_ledger: str, records: Iterable[LedgerOffload],
                         blocking: Callable[..., asyncio.Future[None]], stats: OffloadStatsSink | None = None) -> None:
     """Delete offloaded copies (of trimmed ledgers, of failed tries, of a deleted managed ledger); a failure is
     logged, as Pulsar's cleanupOffloaded leaves it."""
     for o in records:
-        if offloader is None or o.driver.lower() != offloader.driver_name:
+        if offloader is None or not offloader.reads_driver(o.driver):
             log.warning("%s: the offloaded copy of ledger %d (driver %r) is left: no such offloader here",
                         managed_ledger, o.ledger_id, o.driver)
             continue
         try:
-            await blocking(offloader.delete, managed_ledger, o.ledger_id, o.uuid)
+            await blocking(offloader.delete, managed_ledger, o.ledger_id, o.uuid, o.driver_properties)
         except OSError as exc:
             log.warning("%s: the offloaded copy of ledger %d not deleted: %s", managed_ledger, o.ledger_id, exc)
             if stats is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadedLedgerError
+from managed_ledger.offload.api import OffloadedLedgerError
+from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.mapfile import Compression, MapFileReader
 
