@@ -116,7 +116,32 @@ $(PULSAR_STAMP): bench/pulsar/pom.xml
 HADOOP_LIB := .deps/hadoop/lib
 HADOOP_STAMP := .deps/hadoop/.installed
 
-offload-deps: $(HADOOP_STAMP)
+# Also S3Proxy (org.gaul:s3proxy, its jar with dependencies: an S3 endpoint in memory for the S3 offloader's tests) into
+# $(S3PROXY_DIR), and Pulsar's blob-store offloader (tiered-storage-jcloud with the managed-ledger API, ~145 MB) into
+# $(JCLOUD_LIB): tests/offload/java/JCloudCheck.java writes and reads S3 copies with it to check ours both ways.
+S3PROXY_VERSION := 2.9.0
+S3PROXY_DIR := .deps/s3proxy
+S3PROXY_STAMP := $(S3PROXY_DIR)/.installed-$(S3PROXY_VERSION)
+JCLOUD_LIB := .deps/jcloud/lib
+JCLOUD_STAMP := .deps/jcloud/.installed
+
+offload-deps: $(HADOOP_STAMP) $(S3PROXY_STAMP) $(JCLOUD_STAMP)
+
+$(S3PROXY_STAMP):
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(S3PROXY_DIR) && \
+	    mvn -q -B -s bench/pulsar/settings.xml -Dstyle.color=never dependency:copy \
+	    -Dartifact=org.gaul:s3proxy:$(S3PROXY_VERSION):jar:jar-with-dependencies -DoutputDirectory=$(S3PROXY_DIR); \
+	then touch $(S3PROXY_STAMP); \
+	elif [ "$$CI" = true ]; then echo "offload-deps: cannot fetch S3Proxy (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "offload-deps: cannot fetch S3Proxy (needs java, mvn and Maven Central); the S3 offloader tests will be skipped"; fi
+
+$(JCLOUD_STAMP): tests/offload/jcloud/pom.xml
+	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(JCLOUD_LIB) && (cd tests/offload/jcloud && \
+	    mvn -q -B -s ../../../bench/pulsar/settings.xml -Dstyle.color=never dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=../../../$(JCLOUD_LIB)); \
+	then touch $(JCLOUD_STAMP); \
+	elif [ "$$CI" = true ]; then echo "offload-deps: cannot fetch Pulsar's jcloud offloader (needs java, mvn and Maven Central)" >&2; exit 1; \
+	else echo "offload-deps: cannot fetch Pulsar's jcloud offloader (needs java, mvn and Maven Central); the S3 cross-checks will be skipped"; fi
 
 $(HADOOP_STAMP): tests/offload/java/pom.xml
 	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(HADOOP_LIB) && (cd tests/offload/java && \

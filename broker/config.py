@@ -56,11 +56,14 @@ class Rule:
     choices: tuple[str, ...] = ()
     means: str = ""
     words: str = ""
+    fold_case: bool = False  # (choices matched without regard to case)
 
     def allows(self, value: Any) -> bool:
         if isinstance(value, list):
             return all(self.allows(item) for item in value)
         if isinstance(value, str):
+            if self.fold_case:
+                return not self.choices or value.lower() in (c.lower() for c in self.choices)
             return not self.choices or value in self.choices
         if isinstance(value, bool) or not isinstance(value, int | float):
             return True  # (None, booleans: the type says it all)
@@ -476,18 +479,43 @@ class BrokerConfig:
     managedLedgerMaxLedgerRolloverTimeMinutes: float = setting(240, AT_LEAST_0)
     managedLedgerMinLedgerRolloverTimeMinutes: float = setting(10, AT_LEAST_0)
     # -- tiered storage (docs/features.md#offloading): Pulsar's keys. The driver: none (offload runs fail, as
-    # Pulsar's NullLedgerOffloader) or "filesystem": closed ledgers (of file or bookkeeper storage) copied as Hadoop
-    # MapFiles under the base directory, Pulsar's filesystem offloader's layout (so what Pulsar's brokers offloaded
-    # there is read too). fileSystemURI: file:/// or empty
-    # (local files; Hadoop's other file systems are not there). fileSystemProfilePath: Pulsar's Hadoop profile
+    # Pulsar's NullLedgerOffloader), "filesystem" or an S3 one. Closed ledgers (of file or bookkeeper storage) are
+    # copied in the layout of Pulsar's offloader of that name, so what Pulsar's brokers offloaded there is read too.
+    # A ledger's local copy is deleted managedLedgerOffloadDeletionLagMs after its copy completed (negative: never),
+    # reads then go to the copy.
+    # "filesystem": Hadoop MapFiles under the base directory. fileSystemURI: file:/// or empty (local files;
+    # Hadoop's other file systems are not there). fileSystemProfilePath: Pulsar's Hadoop profile
     # (conf/filesystem_offload_core_site.xml): its hadoop.tmp.dir is the base directory (relative: to the broker's
     # working directory), its io.seqfile.* and io.map.index.interval the files' compression, block size and index
-    # interval; without one, <dataDir>/offloaded and BLOCK compression (the shipped profile's). A ledger's local copy
-    # is deleted managedLedgerOffloadDeletionLagMs after its copy completed (negative: never), reads then go to the
-    # copy.
-    managedLedgerOffloadDriver: str = setting("", Rule(choices=("", "filesystem")))
+    # interval; without one, <dataDir>/offloaded and BLOCK compression (the shipped profile's).
+    # The S3 drivers (managed_ledger/offload/s3.py): "aws-s3" (AWS, or any S3 with a service endpoint), "S3" or
+    # "aliyun-oss" (S3-compatible stores: an endpoint, credentials from the environment's ACCESS_KEY_ID and
+    # ACCESS_KEY_SECRET); the copies are Pulsar's jcloud offloader's objects in the bucket. Drivers in any case.
+    managedLedgerOffloadDriver: str = setting("", Rule(
+        choices=("", "filesystem", "aws-s3", "S3", "aliyun-oss"), fold_case=True,
+        words="one of filesystem, aws-s3, S3, aliyun-oss (in any case), or empty (google-cloud-storage and azureblob "
+              "are not there)"))
     fileSystemURI: str = ""
     fileSystemProfilePath: str = ""
+    # aws-s3's settings (these win over the managedLedgerOffload* ones below for it): the bucket, the region or a
+    # service endpoint, the largest block of the data objects (at least 1 KiB), the ranged reads' size; credentials
+    # (else boto3's default chain: the environment, the profile, the instance's role).
+    s3ManagedLedgerOffloadBucket: str = ""
+    s3ManagedLedgerOffloadRegion: str = ""
+    s3ManagedLedgerOffloadServiceEndpoint: str = ""
+    s3ManagedLedgerOffloadMaxBlockSizeInBytes: int = setting(64 * 1024 * 1024, Rule(1024, JAVA_INT_MAX))
+    s3ManagedLedgerOffloadReadBufferSizeInBytes: int = setting(1024 * 1024, Rule(1, JAVA_INT_MAX))
+    s3ManagedLedgerOffloadCredentialId: str = ""
+    s3ManagedLedgerOffloadCredentialSecret: str = field(default="", repr=False)
+    # (assuming an IAM role is not supported: a broker configured so does not start)
+    s3ManagedLedgerOffloadRole: str = ""
+    s3ManagedLedgerOffloadRoleSessionName: str = "pulsar-s3-offload"
+    # Every blob-store driver's settings (Pulsar's OffloadPoliciesImpl keys; 0: not set).
+    managedLedgerOffloadBucket: str = ""
+    managedLedgerOffloadRegion: str = ""
+    managedLedgerOffloadServiceEndpoint: str = ""
+    managedLedgerOffloadMaxBlockSizeInBytes: int = setting(0, Rule(0, JAVA_INT_MAX, means="0 = 64 MiB"))
+    managedLedgerOffloadReadBufferSizeInBytes: int = setting(0, Rule(0, JAVA_INT_MAX, means="0 = 1 MiB"))
     managedLedgerOffloadDeletionLagMs: int = setting(14_400_000, Rule(-JAVA_LONG_MAX - 1, JAVA_LONG_MAX,
                                                                       means="negative = never"))
     # Automatic offload (the namespace's and topic's offload policies win), checked with retention: the closed

@@ -11,6 +11,7 @@ status does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 from collections.abc import Coroutine
@@ -20,6 +21,7 @@ from urllib.parse import urlparse
 from xml.etree import ElementTree
 
 from broker.metadata import offload_policies as O
+from broker.version import __version__
 from managed_ledger.api import (
     InvalidPositionError,
     ManagedLedger,
@@ -27,7 +29,10 @@ from managed_ledger.api import (
     OffloadInProgressError,
     OffloadPolicy,
 )
-from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload import s3
+from managed_ledger.offload.api import Offloader
+from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY
+from managed_ledger.offload.filesystem import DRIVER_NAME, FileSystemOffloader
 from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
 from managed_ledger.offload.tiered import TieredLedger
 from managed_ledger.position import Position
@@ -112,13 +117,15 @@ class OffloadProcess:
                                             "batchSize": 0, "batchIndex": -1}}
 
 
-def offloader_of(config: BrokerConfig, data_dir: Path | None) -> FileSystemOffloader | None:
+def offloader_of(config: BrokerConfig, data_dir: Path | None) -> Offloader | None:
     """The offloader the configuration names (None: none). Raises ValueError for one that cannot be used here."""
     if not config.managedLedgerOffloadDriver:
         return None
     if config.managedLedgerStorage == "memory":
         raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver} needs "
                          "managedLedgerStorage=file or bookkeeper")
+    if config.managedLedgerOffloadDriver.lower() != DRIVER_NAME:
+        return _s3_offloader(config)
     uri = urlparse(config.fileSystemURI)
     if config.fileSystemURI and uri.scheme != "file":
         raise ValueError(f"fileSystemURI={config.fileSystemURI!r}: only local files (file:///) are supported")
@@ -139,6 +146,17 @@ def offloader_of(config: BrokerConfig, data_dir: Path | None) -> FileSystemOfflo
     if block_size <= 0 or index_interval <= 0:
         raise ValueError(f"fileSystemProfilePath={config.fileSystemProfilePath}: sizes must be positive")
     return FileSystemOffloader(base.absolute(), compression, block_size, index_interval)
+
+
+def _s3_offloader(config: BrokerConfig) -> Offloader:
+    """An S3 driver's offloader, with the broker's version and cluster on each object, as Pulsar's."""
+    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                if f.name.startswith((s3.AWS_PREFIX, s3.GENERIC_PREFIX))}
+    try:
+        resolved = s3.s3_settings(config.managedLedgerOffloadDriver, settings)
+    except s3.OffloadConfigError as exc:
+        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver}: {exc}") from None
+    return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: config.clusterName})
 
 
 def _hadoop_profile(path: str) -> dict[str, str]:

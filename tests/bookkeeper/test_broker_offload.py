@@ -4,10 +4,13 @@ the namespace's deletion lag, and the topic read back from the copies by the off
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -17,17 +20,38 @@ from managed_ledger.bookkeeper import metadata as bk_metadata
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
-from tests.offload.support import assert_read_back_from_copies, produce_held
+from tests.offload.s3proxy import S3Endpoint, s3proxy
+from tests.offload.support import assert_read_back_from_copies, bucket_keys, produce_held, s3_tier
 from tests.waiting import wait_for
 
+COPY_DIRECTORY = re.compile(r"\d+-[0-9a-f-]{36}")  # (<ledger id>-<uuid>)
 
-def settings(cluster: LocalCluster) -> dict[str, Any]:
+
+def settings(cluster: LocalCluster, tier: dict[str, Any]) -> dict[str, Any]:
     return {"managedLedgerStorage": "bookkeeper",
             "bookkeeperMetadataServiceUri": f"zk+hierarchical://{cluster.zk_address}/ledgers",
             "managedLedgerDefaultEnsembleSize": 3, "managedLedgerDefaultWriteQuorum": 2,
-            "managedLedgerDefaultAckQuorum": 2, "managedLedgerOffloadDriver": "filesystem",
+            "managedLedgerDefaultAckQuorum": 2, **tier,
             "managedLedgerMaxEntriesPerLedger": 5, "managedLedgerMinLedgerRolloverTimeMinutes": 0,
             "retentionCheckIntervalInSeconds": 1}
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    with s3proxy(tmp_path_factory.mktemp("s3proxy")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["filesystem", "aws-s3"])
+def tier(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Callable[[], int]]:
+    """The offload settings of a broker, and how many objects its tier holds (files: the copies' directories)."""
+    if request.param == "filesystem":
+        base = request.getfixturevalue("tmp_path") / "data" / "offloaded"
+        return {"managedLedgerOffloadDriver": "filesystem"}, lambda: sum(
+            1 for p in base.rglob("*") if p.is_dir() and COPY_DIRECTORY.fullmatch(p.name))
+    endpoint = request.getfixturevalue("s3_endpoint")
+    offload, bucket = s3_tier(endpoint)
+    return offload, lambda: len(bucket_keys(endpoint, bucket)) // 2  # (a data and an index object per copy)
 
 
 def contexts(zk: KazooClient, managed_ledger: str) -> dict[int, OffloadContext]:
@@ -48,8 +72,9 @@ def in_bookkeeper(zk: KazooClient, ledger_id: int) -> bool:
     return True
 
 
-def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster: LocalCluster,
-                                                                     tmp_path: Path) -> None:
+def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
+        bk_cluster: LocalCluster, tmp_path: Path, tier: tuple[dict[str, Any], Callable[[], int]]) -> None:
+    offload, copies = tier
     namespace = f"public/offload-{uuid.uuid4().hex[:8]}"
     topic = f"persistent://{namespace}/t"
     managed_ledger = f"{namespace}/persistent/t"
@@ -58,7 +83,7 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster:
     sent = [f"m{i}".encode() for i in range(22)]
     zk = KazooClient(hosts=bk_cluster.zk_address)
     zk.start()
-    broker = BrokerThread(data_dir=data, **settings(bk_cluster)).start()
+    broker = BrokerThread(data_dir=data, **settings(bk_cluster, offload)).start()
     try:
         admin = Admin(broker.web_url)
         admin.ok("PUT", f"/admin/v2/namespaces/{namespace}", {})
@@ -75,8 +100,13 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster:
         assert admin.ok("GET", path + "/stats")["offloadedStorageSize"] == sum(lg["size"] for lg in internal[:4])
         stored = contexts(zk, managed_ledger)
         assert sorted(stored) == ledgers[:4]
-        assert all(c.complete and not c.bookkeeperDeleted and c.driverMetadata.name == "filesystem"
-                   for c in stored.values())
+        assert all(c.complete and not c.bookkeeperDeleted
+                   and c.driverMetadata.name == offload["managedLedgerOffloadDriver"] for c in stored.values())
+        properties = [{kv.key: kv.value for kv in c.driverMetadata.properties} for c in stored.values()]
+        if offload["managedLedgerOffloadDriver"] == "aws-s3":  # (Pulsar's getOffloadDriverMetadata)
+            assert all(p["managedLedgerOffloadDriver"] == "AWS_S3" and p["bucket"] == offload[
+                "s3ManagedLedgerOffloadBucket"] for p in properties)
+        assert copies() == 4
         assert all(in_bookkeeper(zk, ledger_id) for ledger_id in ledgers[:4])  # (the default lag: 4 hours)
 
         admin.ok("PUT", f"/admin/v2/namespaces/{namespace}/offloadDeletionLagMs", 0)
@@ -86,9 +116,11 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(bk_cluster:
     finally:
         broker.stop()
 
-    broker = BrokerThread(data_dir=data, **settings(bk_cluster)).start()
+    broker = BrokerThread(data_dir=data, **settings(bk_cluster, offload)).start()
     try:
         assert_read_back_from_copies(broker, topic, 4, sent)
+        Admin(broker.web_url).ok("DELETE", path + "?force=true")
+        assert copies() == 0
     finally:
         broker.stop()
         zk.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,8 +28,9 @@ def compiled(program: str, lib: Path, jar_glob: str, classes: Path, install: str
             program]
 
 
-def run(command: list[str]) -> str:
-    """The program's stdout (it must succeed)."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+def run(command: list[str], env: dict[str, str] | None = None) -> str:
+    """The program's stdout (it must succeed); ``env``: more environment variables."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env={**os.environ, **env} if env else None)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

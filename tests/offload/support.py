@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pulsar
@@ -11,7 +13,9 @@ import pulsar
 from broker.embedded import BrokerThread
 from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from managed_ledger.offload.s3 import S3Store, s3_settings
 from tests.admin.conftest import Admin
+from tests.offload.s3proxy import S3Endpoint
 
 
 class FailingOffloader(FileSystemOffloader):
@@ -66,3 +70,22 @@ def assert_read_back_from_copies(broker: BrokerThread, topic: str, offloaded: in
     internal = Admin(broker.web_url).ok("GET", "/admin/v2/" + topic.replace("://", "/") + "/internalStats")["ledgers"]
     assert [lg["offloaded"] for lg in internal[:offloaded]] == [True] * offloaded
     assert read_back(broker, topic, "after", len(sent)) == sent
+
+
+def s3_tier(endpoint: S3Endpoint) -> tuple[dict[str, Any], str]:
+    """Broker settings offloading to a new bucket of ``endpoint`` (the aws-s3 driver with a service endpoint and
+    credentials, as a broker.conf gives them), and the bucket's name."""
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    settings = {"managedLedgerOffloadDriver": "aws-s3", "s3ManagedLedgerOffloadBucket": bucket,
+                "s3ManagedLedgerOffloadServiceEndpoint": endpoint.url,
+                "s3ManagedLedgerOffloadCredentialId": endpoint.identity,
+                "s3ManagedLedgerOffloadCredentialSecret": endpoint.credential}
+    S3Store(s3_settings("aws-s3", settings)).create_bucket(bucket)
+    return settings, bucket
+
+
+def bucket_keys(endpoint: S3Endpoint, bucket: str) -> list[str]:
+    """The bucket's objects."""
+    store = S3Store(s3_settings("S3", {"managedLedgerOffloadBucket": bucket,
+                                       "managedLedgerOffloadServiceEndpoint": endpoint.url}, endpoint.environ))
+    return store.keys(bucket)

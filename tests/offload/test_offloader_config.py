@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ConfigError
 from broker.service.offload import offloader_of
+from broker.version import __version__
+from managed_ledger.offload.blobstore import BlobStoreOffloader
+from managed_ledger.offload.filesystem import FileSystemOffloader
 from managed_ledger.offload.mapfile import Compression
 
 PROFILE = """<?xml version="1.0"?>
@@ -29,7 +32,7 @@ def test_none_without_a_driver(tmp_path: Path) -> None:
 
 def test_defaults_without_a_profile(tmp_path: Path) -> None:
     offloader = offloader_of(BrokerConfig(managedLedgerOffloadDriver="filesystem"), tmp_path)
-    assert offloader is not None
+    assert isinstance(offloader, FileSystemOffloader)
     assert (offloader.base, offloader.compression) == (tmp_path / "offloaded", Compression.BLOCK)
     assert offloader.driver_metadata() == {"storageBasePath": str(tmp_path / "offloaded")}
 
@@ -39,7 +42,7 @@ def test_pulsars_hadoop_profile(tmp_path: Path) -> None:
     profile.write_text(PROFILE.format(base=tmp_path / "tier", kind="RECORD"))
     offloader = offloader_of(BrokerConfig(managedLedgerOffloadDriver="filesystem", fileSystemURI="file:///",
                                           fileSystemProfilePath=str(profile)), None)
-    assert offloader is not None
+    assert isinstance(offloader, FileSystemOffloader)
     assert (offloader.base, offloader.compression, offloader.block_size, offloader.index_interval) == (
         tmp_path / "tier", Compression.RECORD, 500_000, 64)
 
@@ -61,3 +64,36 @@ def test_a_bad_profile_is_refused(tmp_path: Path, profile: str) -> None:
     path.write_text(profile)
     with pytest.raises(ValueError, match="fileSystemProfilePath"):
         offloader_of(BrokerConfig(managedLedgerOffloadDriver="filesystem", fileSystemProfilePath=str(path)), tmp_path)
+
+
+def test_an_s3_driver_from_pulsars_keys() -> None:
+    config = BrokerConfig(managedLedgerOffloadDriver="AWS-S3", s3ManagedLedgerOffloadBucket="bucket",
+                          s3ManagedLedgerOffloadRegion="eu-west-1", clusterName="east",
+                          s3ManagedLedgerOffloadMaxBlockSizeInBytes=8 << 20,
+                          s3ManagedLedgerOffloadCredentialId="id", s3ManagedLedgerOffloadCredentialSecret="secret")
+    offloader = offloader_of(config, None)
+    assert isinstance(offloader, BlobStoreOffloader)
+    assert (offloader.driver_name, offloader.max_block_size, offloader.read_buffer_size) == ("aws-s3", 8 << 20,
+                                                                                           1 << 20)
+    # what each ledger's OffloadContext records (Pulsar's getOffloadDriverMetadata)
+    assert offloader.driver_metadata() == {"managedLedgerOffloadDriver": "AWS_S3", "bucket": "bucket",
+                                           "region": "eu-west-1", "serviceEndpoint": ""}
+    assert offloader.user_metadata == {"s3managedledgeroffloadersoftwareversion": __version__,
+                                       "pulsarclustername": "east"}
+    assert offloader.reads_driver("S3") and offloader.reads_driver("aws-s3") and not offloader.reads_driver(
+        "filesystem")
+
+
+def test_s3_settings_pulsar_refuses_stop_the_start() -> None:
+    with pytest.raises(ValueError, match="managedLedgerOffloadDriver=S3: ServiceEndpoint must specified for S3 "
+                                         "offload"):
+        offloader_of(BrokerConfig(managedLedgerOffloadDriver="S3", managedLedgerOffloadBucket="b"), None)
+
+
+def test_drivers_not_here_are_refused_by_the_configuration() -> None:
+    config = BrokerConfig()
+    with pytest.raises(ConfigError, match=r"managedLedgerOffloadDriver=google-cloud-storage: expected one of "
+                                          r"filesystem, aws-s3, S3, aliyun-oss \(in any case\), or empty"):
+        config.set("managedLedgerOffloadDriver", "google-cloud-storage")
+    config.set("managedLedgerOffloadDriver", "Aliyun-OSS")  # (any case, as Pulsar matches it)
+    assert config.managedLedgerOffloadDriver == "Aliyun-OSS"

@@ -1,0 +1,265 @@
+"""The S3 offloader against a real S3 endpoint (S3Proxy), and against Apache Pulsar's own blob-store offloader
+(tests/offload/java/JCloudCheck.java runs tiered-storage-jcloud's BlobStoreManagedLedgerOffloader): what ours writes
+Pulsar's reads, entry for entry, and the other way round; aborted copies leave nothing; deleted copies are gone;
+missing, foreign and damaged objects are clear errors; the settings as Pulsar reads them."""
+
+from __future__ import annotations
+
+import random
+import struct
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from managed_ledger.offload.api import OffloadedLedgerError
+from managed_ledger.offload.blobstore import BlobStoreOffloader, data_key, index_key
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
+from managed_ledger.offload.s3 import OffloadConfigError, S3Store, s3_offloader, s3_settings
+from tests.offload.java_tool import compiled, run
+from tests.offload.s3proxy import REPO_ROOT, S3Endpoint, s3proxy
+from tests.offload.support import bucket_keys
+
+JCLOUD_LIB = REPO_ROOT / ".deps" / "jcloud" / "lib"
+ML = "public/default/persistent/offloaded"  # (Pulsar's offloader wants a topic's managed ledger name)
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    with s3proxy(tmp_path_factory.mktemp("s3proxy")) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def pulsar_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return compiled("JCloudCheck", JCLOUD_LIB, "tiered-storage-jcloud-*.jar", tmp_path_factory.mktemp("jcloud-check"),
+                    "make offload-deps")
+
+
+def settings(endpoint: S3Endpoint, bucket: str, **more: object) -> dict[str, object]:
+    return {"managedLedgerOffloadBucket": bucket, "managedLedgerOffloadServiceEndpoint": endpoint.url, **more}
+
+
+def offloader(endpoint: S3Endpoint, bucket: str, max_block: int = 5 << 20) -> BlobStoreOffloader:
+    resolved = s3_settings("S3", settings(endpoint, bucket, managedLedgerOffloadMaxBlockSizeInBytes=max_block,
+                                          managedLedgerOffloadReadBufferSizeInBytes=4096), endpoint.environ)
+    return s3_offloader(resolved, {"pulsarclustername": "test"})
+
+
+@pytest.fixture
+def bucket(endpoint: S3Endpoint) -> str:
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    store = offloader(endpoint, name).store
+    assert isinstance(store, S3Store)
+    store.create_bucket(name)
+    return name
+
+
+def ledger(count: int, seed: int) -> list[bytes]:
+    """Entries of mixed sizes (some empty, some of a few KiB)."""
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.choice((0, 1, 50, 700, 3000))) for _ in range(count)]
+
+
+def metadata_of(entries: list[bytes]) -> OffloadedLedgerMetadata:
+    return OffloadedLedgerMetadata.of_managed_ledger(ML, len(entries) - 1, sum(map(len, entries)),
+                                                     1_700_000_000_000)
+
+
+def offload(off: BlobStoreOffloader, ledger_id: int, copy: uuid.UUID, entries: list[bytes]) -> None:
+    writer = off.begin(ML, ledger_id, copy, metadata_of(entries))
+    try:
+        for start in range(0, len(entries), 17):  # (in runs, as the managed ledger gives them)
+            writer.append(entries[start:start + 17])
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def pulsar_reads(check: list[str], endpoint: S3Endpoint, bucket: str, ledger_id: int,
+                 copy: uuid.UUID) -> tuple[str, list[tuple[int, bytes]]]:
+    lines = run([*check, "read", endpoint.url, bucket, str(ledger_id), str(copy), ML], endpoint.environ).splitlines()
+    read = []
+    for line in lines[1:]:
+        entry_id, _, data = line.partition(" ")
+        read.append((int(entry_id), bytes.fromhex(data)))
+    return lines[0], read
+
+
+# -- ours and Pulsar's ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_block", [5 << 20, 8192], ids=["one block", "many blocks"])
+def test_pulsar_reads_what_ours_offloaded(endpoint: S3Endpoint, bucket: str, pulsar_check: list[str],
+                                          max_block: int) -> None:
+    entries = ledger(120, seed=max_block)
+    copy = uuid.uuid4()
+    offload(offloader(endpoint, bucket, max_block), 11, copy, entries)
+    assert bucket_keys(endpoint, bucket) == sorted([data_key(11, copy), index_key(11, copy)])
+    header, read = pulsar_reads(pulsar_check, endpoint, bucket, 11, copy)
+    assert header == f"metadata 119 {sum(map(len, entries))} 1700000000000 1 application,component," \
+                     "pulsar/managed-ledger"
+    # every entry in runs of 7, then the second half again (a seek by the index)
+    assert read == list(enumerate(entries)) + [(i, entries[i]) for i in range(59, 120)]
+
+
+def test_ours_reads_what_pulsar_offloaded(endpoint: S3Endpoint, bucket: str, pulsar_check: list[str],
+                                          tmp_path: Path) -> None:
+    rng = random.Random(7)
+    # ~12 MiB: three of Pulsar's blocks of 5 MiB (each block is one part of its upload, and S3 takes no part under
+    # 5 MiB but the last: with smaller blocks Pulsar's copy fails with EntityTooSmall)
+    entries = [rng.randbytes(rng.choice((0, 1, 700, 150_000, 300_000))) for _ in range(150)]
+    given = tmp_path / "entries"
+    given.write_bytes(b"".join(struct.pack(">i", len(e)) + e for e in entries))
+    copy = uuid.uuid4()
+    out = run([*pulsar_check, "write", endpoint.url, bucket, "12", str(copy), ML, str(5 << 20), str(given)],
+              endpoint.environ)
+    assert out.strip() == "offloaded 150"
+    ours = offloader(endpoint, bucket).open(ML, 12, copy, {"bucket": bucket})
+    try:
+        assert ours.metadata.last_entry_id == 149 and ours.metadata.length == sum(map(len, entries))
+        assert dict(ours.metadata.custom_metadata)["component"] == b"managed-ledger"
+        assert len(ours._index.blocks) >= 3
+        assert ours.read(0, 149) == entries
+        assert ours.read(77, 80) == entries[77:81]  # (by the index, from a block's start)
+        assert ours.read(81, 149) == entries[81:]  # (on from where the last read ended)
+        assert ours.read(3, 3) == [entries[3]]
+    finally:
+        ours.close()
+
+
+# -- ours alone ----------------------------------------------------------------------------------------------------
+
+def test_an_aborted_copy_leaves_nothing(endpoint: S3Endpoint, bucket: str) -> None:
+    off = offloader(endpoint, bucket)
+    entries = ledger(30, seed=3)
+    writer = off.begin(ML, 13, uuid.uuid4(), metadata_of(entries))
+    writer.append(entries[:10])
+    writer.abort()
+    assert bucket_keys(endpoint, bucket) == []
+    # one entry short: refused at finish, and nothing is left once aborted
+    writer = off.begin(ML, 13, uuid.uuid4(), metadata_of(entries))
+    writer.append(entries[:29])
+    with pytest.raises(OffloadedLedgerError, match="29 entries read of 30"):
+        writer.finish()
+    writer.abort()
+    assert bucket_keys(endpoint, bucket) == []
+
+
+def test_an_entry_larger_than_a_block_is_refused(endpoint: S3Endpoint, bucket: str) -> None:
+    """(Pulsar's offloader ends the data object before such an entry and completes the copy without the rest.)"""
+    off = offloader(endpoint, bucket, max_block=2048)
+    entries = [b"x" * 100, b"y" * 3000, b"z"]
+    writer = off.begin(ML, 14, uuid.uuid4(), metadata_of(entries))
+    with pytest.raises(OffloadedLedgerError, match=r"entry 1 \(3012 bytes with its header\) does not fit in a block of "
+                                                   r"2048 bytes"):
+        writer.append(entries)
+    writer.abort()
+    assert bucket_keys(endpoint, bucket) == []
+
+
+def test_deleted_and_missing_copies(endpoint: S3Endpoint, bucket: str) -> None:
+    off = offloader(endpoint, bucket)
+    copy = uuid.uuid4()
+    offload(off, 15, copy, ledger(5, seed=1))
+    off.delete(ML, 15, copy, off.driver_metadata())
+    assert bucket_keys(endpoint, bucket) == []
+    off.delete(ML, 15, copy, off.driver_metadata())  # (nothing there: no error)
+    with pytest.raises(OffloadedLedgerError, match=f"ledger 15: no offloaded copy .{index_key(15, copy)} not in "
+                                                   f"bucket {bucket}"):
+        off.open(ML, 15, copy, {})
+
+
+def test_the_copy_is_read_from_the_bucket_its_context_names(endpoint: S3Endpoint, bucket: str) -> None:
+    entries = ledger(8, seed=2)
+    copy = uuid.uuid4()
+    offload(offloader(endpoint, bucket), 16, copy, entries)
+    other = f"b-{uuid.uuid4().hex[:12]}"
+    now = offloader(endpoint, other)  # (the broker's bucket changed since)
+    copy_read = now.open(ML, 16, copy, {"bucket": bucket})
+    assert copy_read.read(0, 7) == entries
+    copy_read.close()
+    now.delete(ML, 16, copy, {"bucket": bucket})
+    assert bucket_keys(endpoint, bucket) == []
+
+
+def test_objects_of_another_format_version_are_refused(endpoint: S3Endpoint, bucket: str) -> None:
+    off = offloader(endpoint, bucket)
+    copy = uuid.uuid4()
+    offload(off, 17, copy, ledger(3, seed=4))
+    raw, metadata = off.store.get(bucket, index_key(17, copy))
+    off.store.put(bucket, index_key(17, copy), raw, {**metadata, "s3managedledgeroffloaderformatversion": "2"})
+    with pytest.raises(OffloadedLedgerError, match=r"invalid object version 2 for .*-index, expect 1"):
+        off.open(ML, 17, copy, {})
+    off.store.put(bucket, index_key(17, copy), b"\xde\x47\xde\x47 not an index",
+                  {"s3managedledgeroffloaderformatversion": "1"})
+    with pytest.raises(OffloadedLedgerError, match=r"too short|damaged"):
+        off.open(ML, 17, copy, {})
+
+
+def test_reads_outside_the_ledger_are_refused(endpoint: S3Endpoint, bucket: str) -> None:
+    off = offloader(endpoint, bucket)
+    copy = uuid.uuid4()
+    offload(off, 18, copy, ledger(4, seed=5))
+    opened = off.open(ML, 18, copy, {})
+    for first, last in ((0, 4), (-1, 2), (3, 2)):
+        with pytest.raises(OffloadedLedgerError, match=f"entries {first}..{last} are not in 0..3"):
+            opened.read(first, last)
+    opened.close()
+
+
+def test_an_unreachable_endpoint_is_an_error_of_the_store(bucket: str, endpoint: S3Endpoint) -> None:
+    dead = S3Endpoint("http://127.0.0.1:1")
+    off = offloader(dead, bucket)
+    with pytest.raises(OSError, match=r"S3 multipart upload start of .*/.*-ledger-19"):
+        off.begin(ML, 19, uuid.uuid4(), metadata_of([b"a"]))
+
+
+# -- settings ------------------------------------------------------------------------------------------------------
+
+ENV = {"ACCESS_KEY_ID": "id", "ACCESS_KEY_SECRET": "secret"}
+
+
+def test_settings_as_pulsar_reads_them() -> None:
+    aws = s3_settings("AWS-S3", {"s3ManagedLedgerOffloadBucket": "s3b", "managedLedgerOffloadBucket": "generic",
+                                 "s3ManagedLedgerOffloadRegion": "eu-west-1",
+                                 "s3ManagedLedgerOffloadMaxBlockSizeInBytes": 64 << 20,
+                                 "managedLedgerOffloadMaxBlockSizeInBytes": 8 << 20}, {})
+    assert (aws.driver, aws.provider, aws.bucket, aws.region, aws.max_block_size) == ("aws-s3", "AWS_S3", "s3b",
+                                                                                      "eu-west-1", 64 << 20)
+    assert (aws.access_key, aws.endpoint, aws.virtual_host) == ("", "", True)  # (boto3's chain; AWS's addressing)
+    # the generic keys when the s3 ones are not set
+    assert s3_settings("aws-s3", {"managedLedgerOffloadBucket": "g", "managedLedgerOffloadServiceEndpoint": "http://x",
+                                  "s3ManagedLedgerOffloadCredentialId": "i",
+                                  "s3ManagedLedgerOffloadCredentialSecret": "s"}, {}).bucket == "g"
+    # S3: only the generic keys; credentials from the environment
+    s3 = s3_settings("s3", {"s3ManagedLedgerOffloadBucket": "ignored", "managedLedgerOffloadBucket": "b",
+                            "managedLedgerOffloadServiceEndpoint": "http://x"}, ENV)
+    assert (s3.driver, s3.provider, s3.bucket, s3.access_key, s3.virtual_host) == ("S3", "S3", "b", "id", False)
+    oss = s3_settings("aliyun-oss", {"managedLedgerOffloadBucket": "b", "managedLedgerOffloadServiceEndpoint": "x"},
+                      {"ALIYUN_OSS_ACCESS_KEY_ID": "a", "ALIYUN_OSS_ACCESS_KEY_SECRET": "b"})
+    assert (oss.provider, oss.access_key, oss.virtual_host) == ("ALIYUN_OSS", "a", True)
+
+
+@pytest.mark.parametrize(("driver", "given", "environ", "words"), [
+    ("aws-s3", {"s3ManagedLedgerOffloadBucket": "b"}, {},
+     "Either Region or ServiceEndpoint must specified for aws-s3 offload"),
+    ("aws-s3", {"s3ManagedLedgerOffloadRegion": "r"}, {}, "Bucket cannot be empty for aws-s3 offload"),
+    ("S3", {"managedLedgerOffloadBucket": "b"}, ENV, "ServiceEndpoint must specified for S3 offload"),
+    ("S3", {"s3ManagedLedgerOffloadServiceEndpoint": "http://x", "managedLedgerOffloadServiceEndpoint": "http://x"},
+     ENV, "Bucket cannot be empty for S3 offload"),
+    ("S3", {"managedLedgerOffloadBucket": "b", "managedLedgerOffloadServiceEndpoint": "http://x"}, {},
+     "Couldn't get the access key id."),
+    ("S3", {"managedLedgerOffloadBucket": "b", "managedLedgerOffloadServiceEndpoint": "http://x"},
+     {"ACCESS_KEY_ID": "i"}, "Couldn't get the access key secret."),
+    ("aws-s3", {"s3ManagedLedgerOffloadBucket": "b", "s3ManagedLedgerOffloadRegion": "r",
+                "s3ManagedLedgerOffloadMaxBlockSizeInBytes": 1000}, {}, "cannot be less than 1024 bytes"),
+    ("aws-s3", {"s3ManagedLedgerOffloadBucket": "b", "s3ManagedLedgerOffloadRegion": "r",
+                "s3ManagedLedgerOffloadRole": "arn:aws:iam::1:role/x"}, {},
+     r"s3ManagedLedgerOffloadRole .* not supported"),
+    ("google-cloud-storage", {}, {}, "not an S3 driver"),
+])
+def test_settings_pulsar_refuses(driver: str, given: dict[str, object], environ: dict[str, str], words: str) -> None:
+    with pytest.raises(OffloadConfigError, match=words):
+        s3_settings(driver, given, environ)
