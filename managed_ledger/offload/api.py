@@ -20,6 +20,12 @@ class OffloadedLedgerError(Exception):
     """An offloaded copy that is missing, unreadable, or not the ledger asked for."""
 
 
+def check_range(ledger_id: int, first: int, last: int, last_entry_id: int) -> None:
+    """A copy's reads are of entries in the ledger (Pulsar's read handles refuse others)."""
+    if first < 0 or first > last or last > last_entry_id:
+        raise OffloadedLedgerError(f"ledger {ledger_id}: entries {first}..{last} are not in 0..{last_entry_id}")
+
+
 class CopyWriter(Protocol):
     """One ledger's copy under way: ``append`` its entries in order (as many calls as wanted), then ``finish``
     (the copy is in place, durable) or ``abort`` (nothing is left of it)."""

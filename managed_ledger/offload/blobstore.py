@@ -33,7 +33,7 @@ from itertools import pairwise
 from typing import Protocol
 from uuid import UUID
 
-from managed_ledger.offload.api import OffloadedLedgerError
+from managed_ledger.offload.api import OffloadedLedgerError, check_range
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
 
 BLOCK_MAGIC = 0xFBDBABCB
@@ -372,9 +372,7 @@ class OffloadedBlobLedger:
         return self.metadata.last_entry_id
 
     def read(self, first: int, last: int) -> list[bytes]:
-        if first < 0 or first > last or last > self.last_entry_id:
-            raise OffloadedLedgerError(f"ledger {self.ledger_id}: entries {first}..{last} are not in 0.."
-                                       f"{self.last_entry_id}")
+        check_range(self.ledger_id, first, last, self.last_entry_id)
         with self._lock:
             try:
                 return self._read(first, last)

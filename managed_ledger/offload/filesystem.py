@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-from managed_ledger.offload.api import OffloadedLedgerError
+from managed_ledger.offload.api import OffloadedLedgerError, check_range
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
 from managed_ledger.offload.mapfile import (
     DEFAULT_BLOCK_SIZE,
@@ -169,9 +169,7 @@ class OffloadedLedger:
 
     def read(self, first: int, last: int) -> list[bytes]:
         """Entries ``first`` to ``last`` (inclusive), as Pulsar's read handle refuses a range outside the ledger."""
-        if first < 0 or first > last or last > self.last_entry_id:
-            raise OffloadedLedgerError(f"ledger {self.ledger_id}: entries {first}..{last} are not in 0.."
-                                       f"{self.last_entry_id}")
+        check_range(self.ledger_id, first, last, self.last_entry_id)
         out: list[bytes] = []
         try:
             for key, value in self._entries_from(first):

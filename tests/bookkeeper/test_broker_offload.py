@@ -21,7 +21,13 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
 from tests.offload.s3proxy import S3Endpoint, s3proxy
-from tests.offload.support import assert_read_back_from_copies, bucket_keys, produce_held, s3_tier
+from tests.offload.support import (
+    assert_read_back_from_copies,
+    bucket_keys,
+    offload_but_the_last,
+    produce_held,
+    s3_tier,
+)
 from tests.waiting import wait_for
 
 COPY_DIRECTORY = re.compile(r"\d+-[0-9a-f-]{36}")  # (<ledger id>-<uuid>)
@@ -91,12 +97,7 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
         ledgers = [lg["ledgerId"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
         assert len(ledgers) == 5  # (5, 5, 5, 5 and 2 entries)
 
-        admin.ok("PUT", path + "/offload", {"ledgerId": last.ledger_id(), "entryId": last.entry_id()})
-        status = wait_for(lambda: (s := admin.ok("GET", path + "/offload"))["status"] != "RUNNING" and s, 60,
-                          "the offload run to end")
-        assert status["status"] == "SUCCESS", status
-        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
-        assert [lg["offloaded"] for lg in internal] == [True, True, True, True, False]
+        _, internal = offload_but_the_last(admin, path, last, 60)
         assert admin.ok("GET", path + "/stats")["offloadedStorageSize"] == sum(lg["size"] for lg in internal[:4])
         stored = contexts(zk, managed_ledger)
         assert sorted(stored) == ledgers[:4]

@@ -16,6 +16,7 @@ from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.s3 import S3Store, s3_settings
 from tests.admin.conftest import Admin
 from tests.offload.s3proxy import S3Endpoint
+from tests.waiting import wait_for
 
 
 class FailingOffloader(FileSystemOffloader):
@@ -62,6 +63,18 @@ def produce_held(broker: BrokerThread, topic: str, sent: list[bytes]) -> pulsar.
         return [producer.send(d) for d in sent][-1]
     finally:
         client.close()
+
+
+def offload_but_the_last(admin: Admin, path: str, last: pulsar.MessageId, timeout: float) -> tuple[Any, list[Any]]:
+    """Offload the topic's ledgers before ``last``'s (the last of five ledgers, as produce_held leaves them with 22
+    messages); the run's status and the internal stats' ledgers once it succeeded."""
+    admin.ok("PUT", path + "/offload", {"ledgerId": last.ledger_id(), "entryId": last.entry_id()})
+    status = wait_for(lambda: (s := admin.ok("GET", path + "/offload"))["status"] != "RUNNING" and s, timeout,
+                      "the offload run to end")
+    assert status["status"] == "SUCCESS", status
+    internal = admin.ok("GET", path + "/internalStats")["ledgers"]
+    assert [lg["offloaded"] for lg in internal] == [True, True, True, True, False]
+    return status, internal
 
 
 def assert_read_back_from_copies(broker: BrokerThread, topic: str, offloaded: int, sent: list[bytes]) -> None:

@@ -14,7 +14,13 @@ from broker.embedded import BrokerThread
 from tests.admin.conftest import Admin
 from tests.e2e.conftest import topic_name
 from tests.offload.s3proxy import S3Endpoint, s3proxy
-from tests.offload.support import assert_read_back_from_copies, bucket_keys, produce_held, s3_tier
+from tests.offload.support import (
+    assert_read_back_from_copies,
+    bucket_keys,
+    offload_but_the_last,
+    produce_held,
+    s3_tier,
+)
 from tests.offload.test_broker_offload import SETTINGS, local_segments
 from tests.waiting import wait_for
 
@@ -38,12 +44,7 @@ def test_offload_to_s3_delete_locally_restart_read_and_delete(tmp_path: Path, en
         last = produce_held(broker, topic, sent)
         ledgers = [lg["ledgerId"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
         assert len(ledgers) == 5  # (5, 5, 5, 5 and 2 entries)
-        admin.ok("PUT", path + "/offload", {"ledgerId": last.ledger_id(), "entryId": last.entry_id()})
-        status = wait_for(lambda: (s := admin.ok("GET", path + "/offload"))["status"] != "RUNNING" and s, 30,
-                          "the offload run to end")
-        assert status["status"] == "SUCCESS", status
-        internal = admin.ok("GET", path + "/internalStats")["ledgers"]
-        assert [lg["offloaded"] for lg in internal] == [True, True, True, True, False]
+        offload_but_the_last(admin, path, last, 30)
         objects = bucket_keys(endpoint, bucket)
         assert len(objects) == 8
         assert sorted(int(key.split("-ledger-")[1]) for key in objects if not key.endswith("-index")) == ledgers[:4]
