@@ -23,13 +23,16 @@ import asyncio
 import enum
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from managed_ledger.completion import NestingCounter
 from managed_ledger.entry import Entry
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.stats import AddLatencySink, AddStats
+
+if TYPE_CHECKING:
+    from managed_ledger.offload.api import Offloader
 
 MIB = 1024 * 1024
 
@@ -99,9 +102,19 @@ class InitialPosition(enum.Enum):
 
 
 @dataclass(frozen=True)
+class OffloadTier:
+    """An offloader of a topic's or namespace's own, made from its offload policies' driver settings (Pulsar makes
+    one per namespace, and one per topic with offload policies of its own); ``settings`` identify it. ``offloader``
+    None: those settings make none here (Pulsar's NullLedgerOffloader after a failed creation)."""
+
+    settings: tuple[tuple[str, str], ...]
+    offloader: Offloader | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class OffloadPolicy:
     """A managed ledger's offload policies in force (Pulsar's OffloadPolicies merged topic > namespace > broker);
-    defaults are Pulsar's. They act only when the factory has an offloader."""
+    defaults are Pulsar's. They act only when there is an offloader: ``tier``'s, or without one the factory's."""
 
     # Offloaded automatically at each ledger rollover (and with retention): the closed ledgers past this many bytes
     # of newer data, or closed this long ago; negative: not that criterion.
@@ -114,6 +127,8 @@ class OffloadPolicy:
     read_tiered_first: bool = True
     # An automatic offload is checked when the managed ledger opens too (triggerOffloadOnTopicLoad).
     on_open: bool = False
+    # The offloader when the topic's or namespace's policies name other driver settings than the factory's.
+    tier: OffloadTier | None = None
 
     @property
     def automatic(self) -> bool:

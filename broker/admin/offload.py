@@ -6,9 +6,9 @@ broker.metadata.offload_policies), a topic's own (``.../{topic}/offloadPolicies`
 in force: topic over namespace, field by field), and a topic's offload runs (``PUT .../offload`` with a message id:
 the closed ledgers before its ledger; ``GET .../offload``: the last run's status).
 
-A run copies to the broker's offloader (broker/service/offload.py, managedLedgerOffloadDriver); without one, as
-Pulsar without one (its NullLedgerOffloader), it fails at once and its status says so. Of the policies, the thresholds
-and the deletion lag apply (docs/features.md#offloading).
+A run copies to the topic's offloader (broker/service/offload.py: the one its merged offload policies name, else the
+broker's managedLedgerOffloadDriver); without one, as Pulsar without one (its NullLedgerOffloader), it fails at once
+and its status says so. Every policy applies (docs/features.md#offloading).
 """
 
 from __future__ import annotations

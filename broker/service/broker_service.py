@@ -50,7 +50,7 @@ from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
 from broker.service.nonpersistent import NonPersistentTopic
-from broker.service.offload import offload_policy_for, offloader_of
+from broker.service.offload import OffloadTiers, offload_policy_for, offloader_of
 from broker.service.offload_stats import OffloaderStats
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.peer_link import RemoteError
@@ -163,6 +163,8 @@ class BrokerService:
         # What the offloader wrote, read and deleted (brk_ledgeroffloader_*); Pulsar keeps none without
         # exposeManagedLedgerMetricsInPrometheus.
         self.offloader_stats = OffloaderStats() if config.exposeManagedLedgerMetricsInPrometheus else None
+        # The offloaders of namespaces and topics whose offload policies name other driver settings.
+        self.offload_tiers = OffloadTiers(config, data_dir)
         self.ledger_config = ManagedLedgerConfig(
             max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,

@@ -1,20 +1,20 @@
 """A topic's offload runs, as Pulsar's PersistentTopic.triggerOffload / offloadStatus keep them: one at a time, and
 the last one's outcome (NOT_RUN until one was asked for; kept in memory only, so NOT_RUN again after the topic
-loads anew). A run copies the closed ledgers before a position's ledger to the broker's offloader
-(``managedLedgerOffloadDriver``; the managed ledger's ``offload_prefix``). Without an offloader (Pulsar's
-NullLedgerOffloader) a run fails at once with Pulsar's words. An error's words name Pulsar's exception class, as its
-status does.
+loads anew). A run copies the closed ledgers before a position's ledger to the topic's offloader (the managed
+ledger's ``offload_prefix``). Without an offloader (Pulsar's NullLedgerOffloader) a run fails at once with Pulsar's
+words. An error's words name Pulsar's exception class, as its status does.
 
-``offloader_of``: the offloader the broker's configuration names.
+``offloader_of``: the offloader the broker's configuration names (``managedLedgerOffloadDriver``...);
+``OffloadTiers``: those of topics and namespaces whose offload policies name other settings; ``offload_policy_for``:
+a topic's policies in force, merged as Pulsar merges them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -28,6 +28,7 @@ from managed_ledger.api import (
     NoOffloaderError,
     OffloadInProgressError,
     OffloadPolicy,
+    OffloadTier,
 )
 from managed_ledger.offload import s3
 from managed_ledger.offload.api import Offloader
@@ -117,46 +118,97 @@ class OffloadProcess:
                                             "batchSize": 0, "batchIndex": -1}}
 
 
+# The settings an offloader is made of (Pulsar's OffloadPoliciesImpl fields its drivers read): the broker's keys, or
+# merged from a topic's and its namespace's offload policies over them.
+OFFLOADER_KEYS = (
+    "managedLedgerOffloadDriver", "fileSystemURI", "fileSystemProfilePath",
+    "s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadRegion", "s3ManagedLedgerOffloadServiceEndpoint",
+    "s3ManagedLedgerOffloadMaxBlockSizeInBytes", "s3ManagedLedgerOffloadReadBufferSizeInBytes",
+    "s3ManagedLedgerOffloadCredentialId", "s3ManagedLedgerOffloadCredentialSecret", "s3ManagedLedgerOffloadRole",
+    "managedLedgerOffloadBucket", "managedLedgerOffloadRegion", "managedLedgerOffloadServiceEndpoint",
+    "managedLedgerOffloadMaxBlockSizeInBytes", "managedLedgerOffloadReadBufferSizeInBytes",
+)
+
+
 def offloader_of(config: BrokerConfig, data_dir: Path | None) -> Offloader | None:
     """The offloader the configuration names (None: none). Raises ValueError for one that cannot be used here."""
-    if not config.managedLedgerOffloadDriver:
+    return offloader_from({key: getattr(config, key) for key in OFFLOADER_KEYS}, config, data_dir)
+
+
+def offloader_from(settings: Mapping[str, Any], config: BrokerConfig, data_dir: Path | None) -> Offloader | None:
+    """The offloader ``settings`` (OFFLOADER_KEYS) name, for a broker of ``config`` (None: no driver). Raises
+    ValueError for one that cannot be used here."""
+    driver = settings.get("managedLedgerOffloadDriver") or ""
+    if not driver:
         return None
     if config.managedLedgerStorage == "memory":
-        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver} needs "
-                         "managedLedgerStorage=file or bookkeeper")
-    if config.managedLedgerOffloadDriver.lower() != DRIVER_NAME:
-        return _s3_offloader(config)
-    uri = urlparse(config.fileSystemURI)
-    if config.fileSystemURI and uri.scheme != "file":
-        raise ValueError(f"fileSystemURI={config.fileSystemURI!r}: only local files (file:///) are supported")
-    profile = _hadoop_profile(config.fileSystemProfilePath) if config.fileSystemProfilePath else {}
+        raise ValueError(f"managedLedgerOffloadDriver={driver} needs managedLedgerStorage=file or bookkeeper")
+    if driver.lower() != DRIVER_NAME:
+        return _s3_offloader(driver, settings, config.clusterName)
+    uri_text, profile_path = settings.get("fileSystemURI") or "", settings.get("fileSystemProfilePath") or ""
+    if uri_text and urlparse(uri_text).scheme != "file":
+        raise ValueError(f"fileSystemURI={uri_text!r}: only local files (file:///) are supported")
+    profile = _hadoop_profile(profile_path) if profile_path else {}
     if "hadoop.tmp.dir" in profile:
         base = Path(profile["hadoop.tmp.dir"])
     elif data_dir is not None:
         base = data_dir / "offloaded"
     else:
-        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver}: no base directory "
-                         "(fileSystemProfilePath's hadoop.tmp.dir, or a dataDir)")
+        raise ValueError(f"managedLedgerOffloadDriver={driver}: no base directory (fileSystemProfilePath's "
+                         "hadoop.tmp.dir, or a dataDir)")
     try:
         compression = Compression(profile.get("io.seqfile.compression.type", "BLOCK" if not profile else "RECORD"))
         block_size = int(profile.get("io.seqfile.compress.blocksize", DEFAULT_BLOCK_SIZE))
         index_interval = int(profile.get("io.map.index.interval", INDEX_INTERVAL))
     except ValueError as exc:
-        raise ValueError(f"fileSystemProfilePath={config.fileSystemProfilePath}: {exc}") from None
+        raise ValueError(f"fileSystemProfilePath={profile_path}: {exc}") from None
     if block_size <= 0 or index_interval <= 0:
-        raise ValueError(f"fileSystemProfilePath={config.fileSystemProfilePath}: sizes must be positive")
+        raise ValueError(f"fileSystemProfilePath={profile_path}: sizes must be positive")
     return FileSystemOffloader(base.absolute(), compression, block_size, index_interval)
 
 
-def _s3_offloader(config: BrokerConfig) -> Offloader:
+def _s3_offloader(driver: str, settings: Mapping[str, Any], cluster: str) -> Offloader:
     """An S3 driver's offloader, with the broker's version and cluster on each object, as Pulsar's."""
-    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                if f.name.startswith((s3.AWS_PREFIX, s3.GENERIC_PREFIX))}
     try:
-        resolved = s3.s3_settings(config.managedLedgerOffloadDriver, settings)
+        resolved = s3.s3_settings(driver, settings)
     except s3.OffloadConfigError as exc:
-        raise ValueError(f"managedLedgerOffloadDriver={config.managedLedgerOffloadDriver}: {exc}") from None
-    return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: config.clusterName})
+        raise ValueError(f"managedLedgerOffloadDriver={driver}: {exc}") from None
+    return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
+
+
+class OffloadTiers:
+    """The offloaders of topics and namespaces whose offload policies name other driver settings than the broker's
+    (Pulsar's BrokerService.getManagedLedgerConfig: an offloader made from the merged policies, kept per namespace),
+    one per distinct set of settings."""
+
+    def __init__(self, config: BrokerConfig, data_dir: Path | None) -> None:
+        self._config = config
+        self._data_dir = data_dir
+        self._broker = {key: getattr(config, key) for key in OFFLOADER_KEYS}
+        self._made: dict[tuple[tuple[str, str], ...], OffloadTier] = {}
+
+    def of(self, topic: dict[str, Any] | None, namespace: dict[str, Any] | None) -> OffloadTier | None:
+        """The tier of a topic with these offload policies (its own, its namespace's; None: not set); None when the
+        merged settings are the broker's (its offloader)."""
+        if topic is None and namespace is None:
+            return None
+        settings = dict(self._broker)
+        for policies in (namespace, topic):  # (the topic's win)
+            if policies is not None:
+                settings.update((k, policies[k]) for k in OFFLOADER_KEYS if policies.get(k) is not None)
+        if settings == self._broker:
+            return None
+        key = tuple((k, str(settings[k])) for k in OFFLOADER_KEYS)
+        tier = self._made.get(key)
+        if tier is None:
+            try:
+                offloader = offloader_from(settings, self._config, self._data_dir)
+            except ValueError as exc:
+                log.error("offload policies naming %s: no offloader (offloads fail as with none configured): %s",
+                          settings.get("managedLedgerOffloadDriver"), exc)
+                offloader = None
+            tier = self._made[key] = OffloadTier(key, offloader)
+        return tier
 
 
 def _hadoop_profile(path: str) -> dict[str, str]:
@@ -197,8 +249,13 @@ def _set_level(service: BrokerService, name: TopicName, field: str) -> Any | Non
 
 def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy:
     """The offload policies in force for a topic (Pulsar's BrokerService.getManagedLedgerConfig merges them:
-    OffloadPoliciesImpl.mergeConfiguration, topic > namespace (with its older fields) > the broker's settings)."""
+    OffloadPoliciesImpl.mergeConfiguration, topic > namespace (with its older fields) > the broker's settings), with
+    the offloader they name when it is not the broker's."""
     cfg = service.config
+    metadata = service.metadata
+    topic = (metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD) if cfg.topicLevelPoliciesEnabled
+             else None)
+    tier = service.offload_tiers.of(topic, metadata.policy(name.namespace, O.NAMESPACE_FIELD))
     priority = _set_level(service, name, O.READ_PRIORITY)
     tiered_first = (priority == "TIERED_STORAGE_FIRST" if priority is not None
                     else cfg.managedLedgerDataReadPriority == "tiered-storage-first")
@@ -209,7 +266,7 @@ def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy
                   cfg.managedLedgerOffloadThresholdInSeconds),
         _in_force(service, name, O.DELETION_LAG, O.OLD_DELETION_LAG, None,
                   cfg.managedLedgerOffloadDeletionLagMs) / 1000,
-        tiered_first, cfg.triggerOffloadOnTopicLoad)
+        tiered_first, cfg.triggerOffloadOnTopicLoad, tier)
 
 
 async def offload_housekeeping(topic: PersistentTopic) -> None:

@@ -98,7 +98,9 @@ class TieredLedger(StoredManagedLedger):
 
     @property
     def _offloader(self) -> Offloader | None:
-        return self._factory.offloader
+        """The topic's or namespace's own offloader (its offload policies name one), else the factory's."""
+        tier = self._config.offload.tier
+        return self._factory.offloader if tier is None else tier.offloader
 
     @property
     def _offload_stats(self) -> OffloadStatsSink | None:

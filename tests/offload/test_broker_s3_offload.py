@@ -69,3 +69,44 @@ def test_a_broker_with_s3_settings_pulsar_refuses_does_not_start(tmp_path: Path,
     with pytest.raises(ValueError, match="managedLedgerOffloadDriver=aws-s3: Bucket cannot be empty for aws-s3 "
                                           "offload"):
         BrokerThread(data_dir=tmp_path / "data", **{**SETTINGS, **tier}).start()
+
+
+def test_a_namespace_and_a_topic_offload_to_the_drivers_their_policies_name(tmp_path: Path,
+                                                                            endpoint: S3Endpoint) -> None:
+    """Pulsar's BrokerService makes an offloader from the merged offload policies: here the broker has none, a
+    namespace's policies name S3, one topic's own policies another bucket; removing them falls back."""
+    settings = {k: v for k, v in SETTINGS.items() if k != "managedLedgerOffloadDriver"}
+    namespace_tier, namespace_bucket = s3_tier(endpoint)
+    topic_tier, topic_bucket = s3_tier(endpoint)
+    namespace = "public/default"
+    first, second = topic_name("ns-driver"), topic_name("topic-driver")
+    broker = BrokerThread(data_dir=tmp_path / "data", **settings).start()
+    try:
+        admin = Admin(broker.web_url)
+        sent = [f"m{i}".encode() for i in range(22)]
+        last = {topic: produce_held(broker, topic, sent) for topic in (first, second)}
+        path = {topic: "/admin/v2/" + topic.replace("://", "/") for topic in (first, second)}
+        admin.ok("PUT", path[first] + "/offload", {"ledgerId": last[first].ledger_id(),
+                                                   "entryId": last[first].entry_id()})
+        status = wait_for(lambda: (s := admin.ok("GET", path[first] + "/offload"))["status"] != "RUNNING" and s, 30,
+                          "the offload run to end")
+        assert status["status"] == "ERROR" and "NullLedgerOffloader" in status["lastError"]  # (no driver at all)
+
+        admin.ok("POST", f"/admin/v2/namespaces/{namespace}/offloadPolicies", namespace_tier)
+        admin.ok("POST", path[second] + "/offloadPolicies", topic_tier)
+        wait_for(lambda: admin.ok("GET", path[second] + "/offloadPolicies") is not None, 10,
+                 "the topic's offload policies")
+        for topic in (first, second):
+            offload_but_the_last(admin, path[topic], last[topic], 30)
+        assert len(bucket_keys(endpoint, namespace_bucket)) == 8 and len(bucket_keys(endpoint, topic_bucket)) == 8
+
+        admin.ok("DELETE", path[second] + "/offloadPolicies")
+        admin.ok("DELETE", f"/admin/v2/namespaces/{namespace}/removeOffloadPolicies")
+        wait_for(lambda: broker.run_coroutine(_tier_of(broker, second)) is None, 10, "the topic back on no driver")
+        assert_read_back_from_copies(broker, second, 4, sent)  # (still read from the local copies)
+    finally:
+        broker.stop()
+
+
+async def _tier_of(broker: BrokerThread, topic: str) -> object:
+    return broker.server.service.topics[topic].ledger.config.offload.tier

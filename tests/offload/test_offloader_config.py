@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from broker.config import BrokerConfig, ConfigError
-from broker.service.offload import offloader_of
+from broker.service.offload import OffloadTiers, offloader_of
 from broker.version import __version__
 from managed_ledger.offload.blobstore import BlobStoreOffloader
 from managed_ledger.offload.filesystem import FileSystemOffloader
@@ -97,3 +97,23 @@ def test_drivers_not_here_are_refused_by_the_configuration() -> None:
         config.set("managedLedgerOffloadDriver", "google-cloud-storage")
     config.set("managedLedgerOffloadDriver", "Aliyun-OSS")  # (any case, as Pulsar matches it)
     assert config.managedLedgerOffloadDriver == "Aliyun-OSS"
+
+
+def test_the_tiers_of_namespaces_and_topics(tmp_path: Path) -> None:
+    """Pulsar merges topic > namespace > broker field by field; the broker's own settings are the broker's offloader
+    (no tier); settings that make no offloader make a tier without one (Pulsar's NullLedgerOffloader)."""
+    tiers = OffloadTiers(BrokerConfig(managedLedgerOffloadDriver="filesystem"), tmp_path)
+    assert tiers.of(None, None) is None
+    assert tiers.of(None, {"managedLedgerOffloadDriver": "filesystem", "managedLedgerOffloadThresholdInBytes": 0}) \
+        is None
+    s3_namespace = {"managedLedgerOffloadDriver": "aws-s3", "s3ManagedLedgerOffloadBucket": "ns",
+                    "s3ManagedLedgerOffloadRegion": "eu-west-1"}
+    tier = tiers.of(None, s3_namespace)
+    assert tier is not None and isinstance(tier.offloader, BlobStoreOffloader)
+    assert tier.offloader.bucket == "ns" and tiers.of(None, dict(s3_namespace)) is tier  # (one per settings)
+    topic_tier = tiers.of({"s3ManagedLedgerOffloadBucket": "topic"}, s3_namespace)
+    assert topic_tier is not None and isinstance(topic_tier.offloader, BlobStoreOffloader)
+    assert (topic_tier.offloader.bucket, topic_tier.offloader.region) == ("topic", "eu-west-1")
+    broken = tiers.of(None, {"managedLedgerOffloadDriver": "google-cloud-storage"})
+    assert broken is not None and broken.offloader is None
+    assert broken != tier
