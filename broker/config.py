@@ -531,6 +531,9 @@ class BrokerConfig:
                                                  Rule(choices=("tiered-storage-first", "bookkeeper-first")))
     # The automatic offload is checked when a topic loads too (besides each ledger rollover and retention).
     triggerOffloadOnTopicLoad: bool = False
+    # An offloaded copy open for reads (its read buffer, its files) is closed once no read used it this long,
+    # checked with retention; the next read opens it again.
+    managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds: int = setting(600, Rule(0, means="0 = never"))
     # Ours: fsync (fdatasync) appended entries before the producer's receipt goes out. false is
     # faster but a power cut or kernel crash can lose receipted messages of the last seconds
     # (a broker crash cannot: the data is in the OS page cache by then).

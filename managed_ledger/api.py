@@ -167,6 +167,9 @@ class ManagedLedgerConfig:
     bookie_affinity: tuple[str, str] | None = None
     # Tiered storage: the offload policies in force (the broker gives the topic's).
     offload: OffloadPolicy = OffloadPolicy()
+    # managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds=600: an offloaded copy open for reads (its buffers,
+    # its files) is closed when no read used it this long, checked with retention; 0: never.
+    offloaded_idle_s: float = 600
     # Where every ledger of this config reports its adds' latency, once per group made durable together (the
     # broker's pulsar_broker_publish_latency); None: nowhere. Not a setting: shared by reference.
     add_latency_sink: AddLatencySink | None = field(default=None, compare=False, repr=False)

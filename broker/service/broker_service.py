@@ -170,6 +170,7 @@ class BrokerService:
             cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024,
             read_nesting_limit=config.managedLedgerReadNestingLimit,
             new_entries_check_delay_s=config.managedLedgerNewEntriesCheckDelayInMillis / 1000,
+            offloaded_idle_s=config.managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds,
             add_latency_sink=self.publish_latency,
         )
         # ledger_config_for's configs: the base they were made from, and one per set of policy values.

@@ -270,9 +270,11 @@ def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy
 
 
 async def offload_housekeeping(topic: PersistentTopic) -> None:
-    """With retention: the topic's automatic offload (the thresholds in force), then the local copies of its
-    offloaded ledgers whose deletion lag has passed, deleted (nothing for a storage that cannot offload)."""
+    """With retention: the copies open for reads and idle long enough closed, the topic's automatic offload (the
+    thresholds in force), then the local copies of its offloaded ledgers whose deletion lag has passed, deleted
+    (nothing for a storage that cannot offload)."""
     ledger = topic.ledger
     if isinstance(ledger, TieredLedger):
+        ledger.release_idle_copies()
         await ledger.offload_by_policy()
         await ledger.delete_offloaded_locals(ledger.config.offload.deletion_lag_s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 from uuid import UUID
 
@@ -105,8 +105,11 @@ class OffloadedSource:
     time (a copy's reader seeks)."""
 
     def __init__(self, offloader: Offloader, managed_ledger: str, ledger_id: int, uuid: UUID,
-                 driver_metadata: Mapping[str, str], stats: OffloadStatsSink | None = None) -> None:
+                 driver_metadata: Mapping[str, str], stats: OffloadStatsSink | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._offloader = offloader
+        self._clock = clock
+        self._last_used = clock()
         self._managed_ledger = managed_ledger
         self._ledger_id = ledger_id
         self._uuid = uuid
@@ -135,7 +138,23 @@ class OffloadedSource:
                 raise
             if stats is not None:
                 stats.copy_read(name, sum(map(len, entries)), len(entries), time.monotonic() - started)
+            self._last_used = self._clock()
             return entries
+
+    def release_if_idle(self, idle_s: float) -> bool:
+        """Close the open copy (its buffers, its files) when no read used it for ``idle_s``; the next read opens
+        it again. A read under way keeps it (Pulsar's eviction of inactive offloaded ledgers skips those with
+        pending reads). Never waits."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._ledger is None or self._clock() - self._last_used < idle_s:
+                return False
+            self._ledger.close()
+            self._ledger = None
+            return True
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         with self._lock:

@@ -190,8 +190,17 @@ class TieredLedger(StoredManagedLedger):
                                      "local copy deleted: no such offloader is configured to read it "
                                      "(managedLedgerOffloadDriver)")
         source = tier.sources[ledger_id] = OffloadedSource(offloader, self._name, ledger_id, o.uuid,
-                                                           o.driver_properties, self._offload_stats)
+                                                           o.driver_properties, self._offload_stats, self._clock)
         return source
+
+    def release_idle_copies(self) -> int:
+        """Close the copies no read used for the config's ``offloaded_idle_s`` (Pulsar's
+        managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds; 0: never): their buffers and files go, a later read
+        opens them again. The number closed."""
+        idle = self._config.offloaded_idle_s
+        if idle <= 0:
+            return 0
+        return sum(source.release_if_idle(idle) for source in self._tier.sources.values())
 
     async def _read_offloaded(self, ledger_id: int, first: int, last: int) -> list[bytes]:
         source = self._offloaded_source(ledger_id)

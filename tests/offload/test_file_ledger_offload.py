@@ -270,3 +270,29 @@ async def test_deleting_a_managed_ledger_deletes_its_copies(tmp_path: Path) -> N
             await f.delete(name)
         assert copies(tier, name) == []
     await f.close()
+
+
+async def test_copies_open_for_reads_are_closed_when_idle(tmp_path: Path) -> None:
+    """Pulsar's managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds: a copy read from is closed once idle that
+    long (not while a read holds it), and read again later."""
+    clock, tier = FakeClock(), tmp_path / "tier"
+    f = factory(tmp_path, clock, FileSystemOffloader(tier))
+    ml = await f.open(NAME, dataclasses.replace(CONFIG, offloaded_idle_s=600))
+    data = [f"e{i}".encode() for i in range(25)]
+    for d in data:
+        await ml.add_entry_async(d)
+    first = ml.ledgers_info()[0].ledger_id
+    await ml.offload_prefix(Position(ml.ledgers_info()[2].ledger_id, 0))
+    assert await ml.delete_offloaded_locals(0) == 2
+    ml._reader.forget_all()
+    assert (await ml.read_entry(Position(first, 3))).data == data[3]
+    source = ml._tier.sources[first]
+    assert source._ledger is not None and ml.release_idle_copies() == 0  # (just read)
+    clock.advance(600)
+    with source._lock:  # (a read under way keeps it)
+        assert ml.release_idle_copies() == 0
+    assert ml.release_idle_copies() == 1 and source._ledger is None
+    assert (await ml.read_entry(Position(first, 4))).data == data[4]  # (opened again)
+    assert source._ledger is not None
+    await ml.close()
+    await f.close()
