@@ -258,8 +258,9 @@ class ManagedLedgerFactory(abc.ABC):
         durable when this returns. False, and nothing done, when one is stored already (or being opened)."""
 
     @abc.abstractmethod
-    async def delete(self, name: str) -> None:
-        """Delete the managed ledger and all its data and cursors (open or not)."""
+    async def delete(self, name: str, config: ManagedLedgerConfig | None = None) -> None:
+        """Delete the managed ledger and all its data and cursors (open or not). ``config``: what it would be opened
+        with (as Pulsar's asyncDelete is given), whose offloader deletes a closed ledger's offloaded copies."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -45,7 +45,7 @@ from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock, settled
 from managed_ledger.offload.api import Offloader, OffloadStatsSink
-from managed_ledger.offload.tiered import delete_copies
+from managed_ledger.offload.tiered import delete_copies, offloader_in
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
@@ -261,7 +261,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self._names_changed(name)
         return True
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, config: ManagedLedgerConfig | None = None) -> None:
         ledger = await settled(self._open, name)
         if ledger is not None:
             await ledger.delete()
@@ -273,8 +273,8 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         offloaded = await loop.run_in_executor(self.pool, file_layout.read_offloads, self.fs, directory)
         await self._remove_directory(name, directory)
         # (Pulsar's delete truncates first: no offloaded copy is left behind)
-        await delete_copies(self.offloader, name, offloaded, partial(loop.run_in_executor, self.pool),
-                            self.offload_stats)
+        await delete_copies(offloader_in(config, self.offloader), name, offloaded,
+                            partial(loop.run_in_executor, self.pool), self.offload_stats)
 
     async def close(self) -> None:
         if self._closed:

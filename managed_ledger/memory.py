@@ -68,7 +68,7 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
         self._names_changed(name)
         return True
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, config: ManagedLedgerConfig | None = None) -> None:
         ledger = self._open.get(name)
         if ledger is not None:
             await ledger.delete()

@@ -969,7 +969,8 @@ class BrokerService:
         if topic is not None:
             await topic.close()
         if self.ledger_factory.exists(name.persistence_path):
-            await self.ledger_factory.delete(name.persistence_path)
+            # (with the config it would open with: its offloader deletes the offloaded copies)
+            await self.ledger_factory.delete(name.persistence_path, self.ledger_config_for(name))
         self.expiry_stats.forget(name.full)
         # (A partition has no policies of its own: its partitioned topic's stay.)
         compaction = await self.metadata.forget_topic(name.full)

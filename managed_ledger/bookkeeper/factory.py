@@ -48,7 +48,7 @@ from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.offload.api import Offloader, OffloadStatsSink
 from managed_ledger.offload.state import LedgerOffload
-from managed_ledger.offload.tiered import delete_copies
+from managed_ledger.offload.tiered import delete_copies, offloader_in
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
@@ -490,7 +490,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         self._add_name(name)
         return created
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, config: ManagedLedgerConfig | None = None) -> None:
         await self.start()
         ledger = await settled(self._open, name)
         if ledger is not None:
@@ -508,14 +508,15 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                 cursor_ledger = ml_formats.decode_cursor_info(cursor.value).cursors_ledger_id
                 if cursor_ledger != -1:
                     ledger_ids.append(cursor_ledger)
-        await self._delete_stored(name, ledger_ids, offload_records(info))
+        await self._delete_stored(name, ledger_ids, offload_records(info), offloader_in(config, self.offloader))
 
-    async def _delete_stored(self, name: str, ledger_ids: list[int], offloaded: list[LedgerOffload]) -> None:
-        """Remove a managed ledger's znodes, then its offloaded copies and its ledgers (best effort: an orphan is
-        only wasted space)."""
+    async def _delete_stored(self, name: str, ledger_ids: list[int], offloaded: list[LedgerOffload],
+                             offloader: Offloader | None) -> None:
+        """Remove a managed ledger's znodes, then its offloaded copies (by ``offloader``) and its ledgers (best
+        effort: an orphan is only wasted space)."""
         await self.store.delete_recursive(ml_formats.ledger_path(self.root, name))
         self._discard_name(name)
-        await delete_copies(self.offloader, name, offloaded,
+        await delete_copies(offloader, name, offloaded,
                             partial(asyncio.get_running_loop().run_in_executor, None), self.offload_stats)
         gone = {o.ledger_id for o in offloaded if o.local_deleted}
         ledger_ids = [i for i in ledger_ids if i not in gone]

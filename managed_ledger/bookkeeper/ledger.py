@@ -685,7 +685,7 @@ class BookKeeperManagedLedger(TieredLedger):
                 await self._writer.abandon()
             self._tier.close_sources()
             await self._factory._delete_stored(self._name, [m.ledger_id for m in self._map],
-                                               list(self._tier.records.values()))
+                                               list(self._tier.records.values()), self._offloader)
         finally:
             self._factory._forget(self)  # (an open meanwhile waited for this: it finds no data, and starts anew)
 

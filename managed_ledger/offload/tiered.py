@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from managed_ledger.api import (
     InvalidPositionError,
     LedgerInfo,
+    ManagedLedgerConfig,
     ManagedLedgerError,
     NoOffloaderError,
     OffloadInProgressError,
@@ -99,8 +100,7 @@ class TieredLedger(StoredManagedLedger):
     @property
     def _offloader(self) -> Offloader | None:
         """The topic's or namespace's own offloader (its offload policies name one), else the factory's."""
-        tier = self._config.offload.tier
-        return self._factory.offloader if tier is None else tier.offloader
+        return offloader_in(self._config, self._factory.offloader)
 
     @property
     def _offload_stats(self) -> OffloadStatsSink | None:
@@ -420,6 +420,12 @@ class TieredLedger(StoredManagedLedger):
 
     async def _delete_copies(self, records: list[LedgerOffload]) -> None:
         await delete_copies(self._offloader, self._name, records, self._blocking, self._offload_stats)
+
+
+def offloader_in(config: ManagedLedgerConfig | None, factory_offloader: Offloader | None) -> Offloader | None:
+    """The offloader a managed ledger of ``config`` uses: its offload policies' tier's, else the factory's."""
+    tier = config.offload.tier if config is not None else None
+    return factory_offloader if tier is None else tier.offloader
 
 
 async def delete_copies(offloader: Offloader | None, managed_ledger: str, records: Iterable[LedgerOffload],

@@ -104,6 +104,12 @@ def test_a_namespace_and_a_topic_offload_to_the_drivers_their_policies_name(tmp_
         admin.ok("DELETE", f"/admin/v2/namespaces/{namespace}/removeOffloadPolicies")
         wait_for(lambda: broker.run_coroutine(_tier_of(broker, second)) is None, 10, "the topic back on no driver")
         assert_read_back_from_copies(broker, second, 4, sent)  # (still read from the local copies)
+
+        # deleted with its namespace's driver's copies (the topic deleted closed: the copies by the config it would
+        # open with, as Pulsar's factory delete is given)
+        admin.ok("POST", f"/admin/v2/namespaces/{namespace}/offloadPolicies", namespace_tier)
+        admin.ok("DELETE", path[first] + "?force=true")
+        assert bucket_keys(endpoint, namespace_bucket) == []
     finally:
         broker.stop()
 
