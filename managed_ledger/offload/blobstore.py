@@ -382,11 +382,12 @@ class OffloadedBlobLedger:
     def _read(self, first: int, last: int) -> list[bytes]:
         index = self._index
         block = index.block_of(first)
-        block_end = index.end_of(block)
-        if self._next is not None and self._next[0] == first and self._next[1] < block_end:
-            position = self._next[1]
+        block_start, block_end = index.blocks[block].offset, index.end_of(block)
+        following = self._next
+        if following is not None and following[0] == first and block_start < following[1] < block_end:
+            position = following[1]  # (where the last read ended: in the block holding ``first``)
         else:
-            position = index.blocks[block].offset + index.header_length
+            position = block_start + index.header_length
         out: list[bytes] = []
         expected = first
         while expected <= last:

@@ -263,3 +263,28 @@ def test_settings_as_pulsar_reads_them() -> None:
 def test_settings_pulsar_refuses(driver: str, given: dict[str, object], environ: dict[str, str], words: str) -> None:
     with pytest.raises(OffloadConfigError, match=words):
         s3_settings(driver, given, environ)
+
+
+def test_reading_on_across_blocks(endpoint: S3Endpoint, bucket: str) -> None:
+    """Reads that go on from where the last one ended, whichever block boundary that was (in runs of every length, so
+    some end on a block's last entry, before its padding or the next block's header)."""
+    entries = ledger(200, seed=11)
+    copy = uuid.uuid4()
+    off = offloader(endpoint, bucket, max_block=8192)
+    offload(off, 20, copy, entries)
+    opened = off.open(ML, 20, copy, {})
+    try:
+        blocks = opened._index.blocks
+        assert len(blocks) > 10
+        for run in range(1, 9):
+            got: list[bytes] = []
+            for first in range(0, 200, run):
+                got.extend(opened.read(first, min(first + run, 200) - 1))
+            assert got == entries, run
+        # each block's first entry right after its previous block's last
+        for block in blocks[1:]:
+            first = block.first_entry_id
+            assert opened.read(first - 1, first - 1) == [entries[first - 1]]
+            assert opened.read(first, first) == [entries[first]]
+    finally:
+        opened.close()
