@@ -225,28 +225,6 @@ def _hadoop_profile(path: str) -> dict[str, str]:
     return out
 
 
-def _in_force(service: BrokerService, name: TopicName, field: str, old: str, unset: int | None,
-              broker: int) -> int:
-    """One offload policy in force for a topic, as Pulsar merges them: the topic's offload policies, else its
-    namespace's (else the namespace's older field, where set), else the broker's setting."""
-    value = _set_level(service, name, field)
-    if value is not None:
-        return int(value)
-    value = service.metadata.policy(name.namespace, old)
-    return int(value) if value is not None and value != unset else broker
-
-
-def _set_level(service: BrokerService, name: TopicName, field: str) -> Any | None:
-    """The field of the topic's offload policies, else of its namespace's (None: neither sets it)."""
-    metadata = service.metadata
-    if service.config.topicLevelPoliciesEnabled:
-        topic = metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD)
-        if topic is not None and topic.get(field) is not None:
-            return topic[field]
-    namespace = metadata.policy(name.namespace, O.NAMESPACE_FIELD)
-    return namespace.get(field) if namespace is not None else None
-
-
 def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy:
     """The offload policies in force for a topic (Pulsar's BrokerService.getManagedLedgerConfig merges them:
     OffloadPoliciesImpl.mergeConfiguration, topic > namespace (with its older fields) > the broker's settings), with
@@ -255,18 +233,32 @@ def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy
     metadata = service.metadata
     topic = (metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD) if cfg.topicLevelPoliciesEnabled
              else None)
-    tier = service.offload_tiers.of(topic, metadata.policy(name.namespace, O.NAMESPACE_FIELD))
-    priority = _set_level(service, name, O.READ_PRIORITY)
+    namespace = metadata.policy(name.namespace, O.NAMESPACE_FIELD)
+
+    def set_level(field: str) -> Any | None:
+        """The field of the topic's offload policies, else of its namespace's (None: neither sets it)."""
+        for level in (topic, namespace):
+            if level is not None and level.get(field) is not None:
+                return level[field]
+        return None
+
+    def in_force(field: str, old: str, unset: int | None, broker: int) -> int:
+        """One policy: the offload policies' (set_level), else the namespace's older field where set, else the
+        broker's setting."""
+        value = set_level(field)
+        if value is not None:
+            return int(value)
+        value = metadata.policy(name.namespace, old)
+        return int(value) if value is not None and value != unset else broker
+
+    priority = set_level(O.READ_PRIORITY)
     tiered_first = (priority == "TIERED_STORAGE_FIRST" if priority is not None
                     else cfg.managedLedgerDataReadPriority == "tiered-storage-first")
     return OffloadPolicy(
-        _in_force(service, name, O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1,
-                  cfg.managedLedgerOffloadAutoTriggerSizeThresholdBytes),
-        _in_force(service, name, O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1,
-                  cfg.managedLedgerOffloadThresholdInSeconds),
-        _in_force(service, name, O.DELETION_LAG, O.OLD_DELETION_LAG, None,
-                  cfg.managedLedgerOffloadDeletionLagMs) / 1000,
-        tiered_first, cfg.triggerOffloadOnTopicLoad, tier)
+        in_force(O.THRESHOLD_BYTES, O.OLD_THRESHOLD_BYTES, -1, cfg.managedLedgerOffloadAutoTriggerSizeThresholdBytes),
+        in_force(O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1, cfg.managedLedgerOffloadThresholdInSeconds),
+        in_force(O.DELETION_LAG, O.OLD_DELETION_LAG, None, cfg.managedLedgerOffloadDeletionLagMs) / 1000,
+        tiered_first, cfg.triggerOffloadOnTopicLoad, service.offload_tiers.of(topic, namespace))
 
 
 async def offload_housekeeping(topic: PersistentTopic) -> None:

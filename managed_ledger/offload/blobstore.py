@@ -391,7 +391,8 @@ class OffloadedBlobLedger:
         out: list[bytes] = []
         expected = first
         while expected <= last:
-            if position + ENTRY_HEADER.size > block_end or (length := self._entry_header(position))[0] < 0:
+            if (position + ENTRY_HEADER.size > block_end
+                    or (header := ENTRY_HEADER.unpack(self._bytes(position, ENTRY_HEADER.size)))[0] < 0):
                 # the block's padding: the next entry starts the next block
                 block += 1
                 if block >= len(index.blocks) or index.blocks[block].first_entry_id != expected:
@@ -399,7 +400,7 @@ class OffloadedBlobLedger:
                 block_end = index.end_of(block)
                 position = index.blocks[block].offset + index.header_length
                 continue
-            size, entry_id = length
+            size, entry_id = header
             if position + ENTRY_HEADER.size + size > block_end or entry_id > expected:
                 raise OffloadedLedgerError(f"ledger {self.ledger_id}: entry {expected} not found (entry {entry_id} "
                                            f"of {size} bytes at offset {position})")
@@ -409,10 +410,6 @@ class OffloadedBlobLedger:
             position += ENTRY_HEADER.size + size
         self._next = (expected, position)
         return out
-
-    def _entry_header(self, position: int) -> tuple[int, int]:
-        size, entry_id = ENTRY_HEADER.unpack(self._bytes(position, ENTRY_HEADER.size))
-        return size, entry_id
 
     def _bytes(self, position: int, size: int) -> bytes:
         """``size`` bytes of the data object from ``position``: from the buffer, or a ranged GET of at least the

@@ -193,12 +193,3 @@ class S3Store:
 
     def delete(self, bucket: str, key: str) -> None:
         self._call("delete", self._client.delete_object, Bucket=bucket, Key=key)
-
-    def keys(self, bucket: str) -> list[str]:
-        """(For tests: the bucket's objects, up to a thousand.)"""
-        answer = self._call("listing", self._client.list_objects_v2, Bucket=bucket)
-        return sorted(str(o["Key"]) for o in answer.get("Contents", []))
-
-    def create_bucket(self, bucket: str) -> None:
-        """(For tests and set-up: Pulsar expects the bucket to be there.)"""
-        self._call("bucket creation", self._client.create_bucket, Bucket=bucket)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cluster import processes
 from tests.needs import unavailable
@@ -34,6 +35,23 @@ class S3Endpoint:
         """Credentials as the environment gives them (AWS's default chain; the S3 driver's ACCESS_KEY_*)."""
         return {"AWS_ACCESS_KEY_ID": self.identity, "AWS_SECRET_ACCESS_KEY": self.credential,
                 "ACCESS_KEY_ID": self.identity, "ACCESS_KEY_SECRET": self.credential}
+
+    def client(self) -> Any:
+        """A boto3 S3 client of the endpoint, for the tests' own calls (making buckets, listing them)."""
+        import boto3
+
+        return boto3.session.Session().client("s3", endpoint_url=self.url, region_name="us-east-1",
+                                              aws_access_key_id=self.identity,
+                                              aws_secret_access_key=self.credential)
+
+    def create_bucket(self, bucket: str) -> None:
+        """(Pulsar expects the bucket to be there.)"""
+        self.client().create_bucket(Bucket=bucket)
+
+    def keys(self, bucket: str) -> list[str]:
+        """The bucket's objects (up to a thousand)."""
+        answer = self.client().list_objects_v2(Bucket=bucket)
+        return sorted(str(o["Key"]) for o in answer.get("Contents", []))
 
 
 def s3proxy_jar() -> Path:

@@ -13,7 +13,6 @@ import pulsar
 from broker.embedded import BrokerThread
 from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
-from managed_ledger.offload.s3 import S3Store, s3_settings
 from tests.admin.conftest import Admin
 from tests.offload.s3proxy import S3Endpoint
 from tests.waiting import wait_for
@@ -93,12 +92,10 @@ def s3_tier(endpoint: S3Endpoint) -> tuple[dict[str, Any], str]:
                 "s3ManagedLedgerOffloadServiceEndpoint": endpoint.url,
                 "s3ManagedLedgerOffloadCredentialId": endpoint.identity,
                 "s3ManagedLedgerOffloadCredentialSecret": endpoint.credential}
-    S3Store(s3_settings("aws-s3", settings)).create_bucket(bucket)
+    endpoint.create_bucket(bucket)
     return settings, bucket
 
 
 def bucket_keys(endpoint: S3Endpoint, bucket: str) -> list[str]:
     """The bucket's objects."""
-    store = S3Store(s3_settings("S3", {"managedLedgerOffloadBucket": bucket,
-                                       "managedLedgerOffloadServiceEndpoint": endpoint.url}, endpoint.environ))
-    return store.keys(bucket)
+    return endpoint.keys(bucket)

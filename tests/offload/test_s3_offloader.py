@@ -16,7 +16,7 @@ import pytest
 from managed_ledger.offload.api import OffloadedLedgerError
 from managed_ledger.offload.blobstore import BlobStoreOffloader, data_key, index_key
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
-from managed_ledger.offload.s3 import OffloadConfigError, S3Store, s3_offloader, s3_settings
+from managed_ledger.offload.s3 import OffloadConfigError, s3_offloader, s3_settings
 from tests.offload.java_tool import compiled, run
 from tests.offload.s3proxy import REPO_ROOT, S3Endpoint, s3proxy
 from tests.offload.support import bucket_keys
@@ -50,9 +50,7 @@ def offloader(endpoint: S3Endpoint, bucket: str, max_block: int = 5 << 20) -> Bl
 @pytest.fixture
 def bucket(endpoint: S3Endpoint) -> str:
     name = f"b-{uuid.uuid4().hex[:12]}"
-    store = offloader(endpoint, name).store
-    assert isinstance(store, S3Store)
-    store.create_bucket(name)
+    endpoint.create_bucket(name)
     return name
 
 
