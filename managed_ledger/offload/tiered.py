@@ -50,8 +50,8 @@ class OffloadBook:
     run is under way (Pulsar's offloadMutex), and the last run's outcome (Pulsar's topic stats lastOffload*: this
     instance's, 0 until then)."""
 
-    __slots__ = ("again", "automatic", "last_failure_ms", "last_ledger_id", "last_success_ms", "records",
-                 "running", "sources")
+    __slots__ = ("after_run", "again", "automatic", "last_failure_ms", "last_ledger_id", "last_success_ms",
+                 "records", "running", "sources")
 
     def __init__(self, records: Iterable[LedgerOffload] = ()) -> None:
         self.records: dict[int, LedgerOffload] = {o.ledger_id: o for o in records}
@@ -59,6 +59,7 @@ class OffloadBook:
         self.running = False
         self.automatic: asyncio.Task[None] | None = None  # the automatic offload under way (by the thresholds)
         self.again = False  # a ledger closed while it ran: it runs again
+        self.after_run = False  # a ledger closed while a run asked for by an admin ran: the automatic one follows it
         self.last_ledger_id = self.last_success_ms = self.last_failure_ms = 0
 
     def complete(self, ledger_id: int) -> bool:
@@ -268,7 +269,8 @@ class TieredLedger(StoredManagedLedger):
     def _offload_automatically(self) -> None:
         """A ledger closed (Pulsar's ledgerClosed -> maybeOffloadInBackground), or the managed ledger opened with
         ``on_open``: the offload by the thresholds in force, in the background (one at a time; one already under way
-        runs again when it ends; a run asked for by an admin leaves it to the next check)."""
+        runs again when it ends; so does one asked for while an admin's run is under way, when that ends: Pulsar
+        tries again every 100 ms until the offload mutex is free)."""
         tier = self._tier
         if not self._config.offload.automatic or self._offloader is None or self._state is not LedgerState.OPEN:
             return
@@ -276,6 +278,7 @@ class TieredLedger(StoredManagedLedger):
             tier.again = True
             return
         if tier.running:
+            tier.after_run = True
             return
         task = tier.automatic = asyncio.ensure_future(self._offload_by_policy())
         task.add_done_callback(self._automatic_offload_done)
@@ -350,6 +353,9 @@ class TieredLedger(StoredManagedLedger):
                 tier.last_success_ms = int(self._clock() * 1000)
         finally:
             tier.running = False
+            if tier.after_run:
+                tier.after_run = False
+                self._offload_automatically()
         if first_failure is not None:
             raise first_failure
 

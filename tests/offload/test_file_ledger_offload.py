@@ -7,14 +7,17 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import threading
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
 from managed_ledger import Entry, InitialPosition, ManagedLedgerConfig, ManagedLedgerError, OffloadPolicy, Position
 from managed_ledger import segment as seg
 from managed_ledger.file import FileManagedLedger, FileManagedLedgerFactory
-from managed_ledger.offload.filesystem import FileSystemOffloader
+from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
+from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from tests.managed_ledger.ml_support import FakeClock
 from tests.offload.support import FailingOffloader, copies
 from tests.waiting import eventually
@@ -249,6 +252,38 @@ async def test_automatic_offload_at_rollover_and_on_open(tmp_path: Path) -> None
     ml = await f.open(NAME, dataclasses.replace(CONFIG, offload=OffloadPolicy(threshold_bytes=0, on_open=True)))
     await eventually(lambda: [i.offloaded for i in ml.ledgers_info()][:3] == [True, True, True],
                      "the closed ledgers offloaded when the managed ledger opened")
+    await ml.close()
+    await f.close()
+
+
+async def test_a_rollover_during_an_admin_run_offloads_when_it_ends(tmp_path: Path) -> None:
+    """A ledger closing while a run asked for by an admin holds the offload (Pulsar's offloadMutex) gets its automatic
+    offload once that run ends (Pulsar tries again until the mutex is free), not only at the next rollover."""
+    gate = threading.Event()
+
+    class Gated(FileSystemOffloader):
+        def begin(self, managed_ledger: str, ledger_id: int, uuid: UUID,
+                  metadata: OffloadedLedgerMetadata) -> OffloadWriter:
+            if not gate.wait(30):
+                raise OSError("the test's gate was not opened")
+            return super().begin(managed_ledger, ledger_id, uuid, metadata)
+
+    f = factory(tmp_path, FakeClock(), Gated(tmp_path / "tier"))
+    ml = await f.open(NAME, CONFIG)  # (no thresholds yet)
+    for i in range(15):
+        await ml.add_entry_async(b"a%d" % i)
+    first = ml.ledgers_info()[0].ledger_id
+    admin = asyncio.ensure_future(ml.offload_prefix(Position(ml.ledgers_info()[1].ledger_id, 0)))
+    await eventually(lambda: ml._tier.running, "the admin's run under way")
+    ml.update_config(dataclasses.replace(CONFIG, offload=OffloadPolicy(threshold_bytes=0)))
+    for i in range(15, 25):  # (the second ledger closes: its automatic offload finds the admin's run)
+        await ml.add_entry_async(b"a%d" % i)
+    assert len(ml.ledgers_info()) == 3
+    gate.set()
+    await admin
+    await eventually(lambda: [i.offloaded for i in ml.ledgers_info()] == [True, True, False],
+                     "the second ledger offloaded after the admin's run")
+    assert ml.last_offload_ledger_id == ml.ledgers_info()[1].ledger_id != first
     await ml.close()
     await f.close()
 
