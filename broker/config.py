@@ -667,6 +667,8 @@ class BrokerConfig:
     allowAclChangesOnNonExistentTopics: bool = False
     # Keys from the file that we do not know (reported once at start).
     unknown_keys: list[str] = field(default_factory=list, repr=False)
+    # Keys the file or the overrides set (Pulsar keeps the file's keys: ServiceConfiguration.getProperties()).
+    given_keys: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
@@ -677,6 +679,7 @@ class BrokerConfig:
         for key, value in overrides.items():
             if value is not None:
                 cfg.set(key, value)
+                cfg.given_keys.add(_RENAMED_KEYS.get(key, key))
         return cfg
 
     def apply_file(self, path: Path) -> None:
@@ -693,6 +696,7 @@ class BrokerConfig:
                     self.set(key, value)
                 except ConfigError as exc:
                     raise ConfigError(f"{exc} ({path}:{lineno})") from None
+                self.given_keys.add(key)
             else:
                 self.unknown_keys.append(key)
 
@@ -711,6 +715,10 @@ class BrokerConfig:
             raise ConfigError(f"The load shedding strategy: {self.loadBalancerLoadSheddingStrategy} can't work with "
                               f"the placement strategy: {self.loadBalancerLoadPlacementStrategy} (AvgShedder places "
                               "only what it shed itself)")
+
+    def is_set(self, key: str) -> bool:
+        """The setting was given (by the file or an override) or differs from its default (a config made in code)."""
+        return key in self.given_keys or getattr(self, key) != _DEFAULTS[key]
 
     def report_unknown(self) -> None:
         if self.unknown_keys:
@@ -792,7 +800,13 @@ class _Kind:
         return isinstance(value, self.type)
 
 
-_KINDS = {f.name: _Kind.of(f) for f in dataclasses.fields(BrokerConfig) if f.name != "unknown_keys"}
+_KINDS = {f.name: _Kind.of(f) for f in dataclasses.fields(BrokerConfig) if f.name not in ("unknown_keys", "given_keys")}
+_DEFAULTS = {key: value for key, value in vars(BrokerConfig()).items() if key in _KINDS}
+
+
+def is_secret(key: str) -> bool:
+    """A setting never shown (kept out of the config's repr): a key, a password."""
+    return _KINDS[key].secret
 
 
 def converted(key: str, value: Any) -> Any:

@@ -30,7 +30,7 @@ from broker.admin.common import (
 )
 from broker.metadata import offload_policies as O
 from broker.metadata.policy_values import PolicyError, check_java_long
-from broker.service.offload import TOPIC_POLICIES_FIELD
+from broker.service.offload import TOPIC_POLICIES_FIELD, broker_offload_fields
 from managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -148,7 +148,8 @@ class OffloadResource:
         name = self.web.topic_policies.topic(request)
         value = self.web.service.metadata.topic_policy(name.full, TOPIC_FIELD)
         if query_flag(request, "applied"):
-            value = O.applied(value, self.web.metadata.policy(name.namespace, O.NAMESPACE_FIELD))
+            value = O.applied(value, self.web.metadata.policy(name.namespace, O.NAMESPACE_FIELD),
+                              broker_offload_fields(self.web.service.config))
         return unset_value() if value is None else json_response(value)
 
     async def set_topic_policies(self, request: web.Request) -> web.Response:

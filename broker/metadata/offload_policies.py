@@ -140,13 +140,14 @@ def merge_old_fields(policies: dict[str, Any]) -> None:
     policies[OLD_THRESHOLD_BYTES] = policies[OLD_THRESHOLD_SECONDS] = -1
 
 
-def applied(topic: dict[str, Any] | None, namespace: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The offload policies in force for a topic, field by field: the topic's, else the namespace's, else the class's
-    default (Pulsar's OffloadPoliciesImpl.mergeConfiguration; the broker's own offload settings would come last: it
-    has none yet); None when neither level has any (as Pulsar answers a topic ``?applied=true`` then)."""
-    if topic is None and namespace is None:
+def applied(topic: dict[str, Any] | None, namespace: dict[str, Any] | None,
+            broker: dict[str, Any]) -> dict[str, Any] | None:
+    """The offload policies in force for a topic, field by field: the topic's, else the namespace's, else the broker's
+    (``broker``: the fields its configuration sets), else the class's default (Pulsar's
+    OffloadPoliciesImpl.mergeConfiguration); None when no level sets any field (as Pulsar answers then)."""
+    if topic is None and namespace is None and not broker:
         return None
     merged = dict(DEFAULTS)
-    for level in (namespace, topic):
+    for level in (broker, namespace, topic):
         merged.update({k: v for k, v in (level or {}).items() if k in FIELDS and v is not None})
     return view(merged)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 from xml.etree import ElementTree
 
+from broker.config import is_secret
 from broker.metadata import offload_policies as O
 from broker.version import __version__
 from managed_ledger.api import (
@@ -128,6 +129,27 @@ OFFLOADER_KEYS = (
     "managedLedgerOffloadBucket", "managedLedgerOffloadRegion", "managedLedgerOffloadServiceEndpoint",
     "managedLedgerOffloadMaxBlockSizeInBytes", "managedLedgerOffloadReadBufferSizeInBytes",
 )
+
+
+# The offload policies' fields the broker's configuration sets under another name (OffloadPoliciesImpl's
+# getCompatibleValue), and the read priority's names in the configuration -> in the policies.
+CONFIGURATION_NAMES = {O.THRESHOLD_BYTES: "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
+                       O.DELETION_LAG: "managedLedgerOffloadDeletionLagMs",
+                       O.READ_PRIORITY: "managedLedgerDataReadPriority"}
+PRIORITY_NAMES = {v: k for k, v in O.READ_PRIORITIES.items()}
+
+
+def broker_offload_fields(config: BrokerConfig) -> dict[str, Any]:
+    """The offload policies' fields the broker's configuration sets (in its file, or not at their default), as
+    Pulsar's mergeConfiguration takes them from the broker's properties; but its secrets (a credential), which Pulsar
+    shows too, are left out: an admin of a topic need not see the broker's keys."""
+    out: dict[str, Any] = {}
+    for field in O.FIELDS:
+        key = CONFIGURATION_NAMES.get(field, field)
+        if hasattr(config, key) and not is_secret(key) and config.is_set(key):
+            value = getattr(config, key)
+            out[field] = PRIORITY_NAMES[value] if field == O.READ_PRIORITY else value
+    return out
 
 
 def offloader_of(config: BrokerConfig, data_dir: Path | None) -> Offloader | None:

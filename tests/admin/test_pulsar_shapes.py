@@ -87,6 +87,11 @@ def heartbeat_namespaces(found: list[dict[str, str]]) -> set[str | None]:
 
 
 STATS_EVERY_SECOND = "statsUpdateFrequencyInSecs=1\nstatsUpdateInitialDelayInSecs=1\n"
+# Offload settings of the broker (no driver: nothing offloads) that a topic's offload policies ?applied=true show
+# where neither the topic's nor its namespace's set them (OffloadPoliciesImpl.mergeConfiguration).
+BROKER_OFFLOAD = {"managedLedgerOffloadDeletionLagMs": 60000, "managedLedgerOffloadThresholdInSeconds": 7200,
+                  "managedLedgerDataReadPriority": "bookkeeper-first", "s3ManagedLedgerOffloadRegion": "eu-west-3",
+                  "managedLedgerOffloadMaxBlockSizeInBytes": 1048576}
 
 # Calls that fail (after the GETs, in this order): each answer's status, and its reason where Pulsar gives one in JSON
 # (where Jersey answers with its HTML page, the status alone).
@@ -169,6 +174,7 @@ def _offload_calls() -> list[tuple[str, str, Any, bool]]:
     both ignore), as the answers are kept by path."""
     t, old = f"{BASE}/t", "/admin/v2/namespaces/public/offload-old"
     calls: list[tuple[str, str, Any]] = [
+        ("GET", f"{t}/offloadPolicies?applied=true", None),  # (the broker's settings alone)
         *(("GET", f"{N}/{p}", None) for p in (
             "offloadThreshold", "offloadThresholdInSeconds", "offloadDeletionLagMs", "offloadPolicies")),
         ("PUT", f"{N}/offloadThreshold", 1024), ("GET", f"{N}/offloadThreshold", None),
@@ -432,7 +438,9 @@ def ask(service_url: str, web_url: str, metrics_path: str) -> dict[str, tuple[in
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Answers]:
     # (Pulsar's broker-stats lists are rebuilt once a stats interval: one second here, so the workload shows in them)
-    return ask_both(tmp_path_factory.mktemp("pulsar-shapes"), ask, STATS_EVERY_SECOND, statsUpdateFrequencyInSecs=1)
+    return ask_both(tmp_path_factory.mktemp("pulsar-shapes"), ask,
+                    STATS_EVERY_SECOND + "".join(f"{k}={v}\n" for k, v in BROKER_OFFLOAD.items()),
+                    statsUpdateFrequencyInSecs=1, **BROKER_OFFLOAD)
 
 
 @pytest.mark.parametrize("path", GETS)

@@ -11,6 +11,7 @@ import pytest
 
 from broker.config import DEFAULT_CONFIG_PATH, BrokerConfig, ConfigError
 from broker.embedded import Broker
+from broker.service.offload import broker_offload_fields
 
 PORT_WORDS = "a port 0-65535 (0 picks a free port; empty disables the listener)"
 
@@ -144,6 +145,24 @@ def test_overrides_are_checked_as_they_are_applied(tmp_path: Path) -> None:
         BrokerConfig.load(None, maxMessageSize=-1)
     with pytest.raises(ConfigError, match=r"^brokerServicePort=70000: "):
         Broker(data_dir=tmp_path, brokerServicePort=70000)
+
+
+def test_the_keys_given_are_known(tmp_path: Path) -> None:
+    """Which settings the file or the overrides set (Pulsar keeps the file's keys, and a topic's offload policies
+    ?applied=true show those), even at their default; a config made in code: the ones not at their default."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("managedLedgerOffloadDriver=\nmanagedLedgerOffloadDeletionLagMs=14400000\n"
+                    "s3ManagedLedgerOffloadCredentialSecret=hidden\n")
+    cfg = BrokerConfig.load(conf, managedLedgerDataReadPriority="bookkeeper-first", webServicePort=None)
+    assert cfg.given_keys == {"managedLedgerOffloadDriver", "managedLedgerOffloadDeletionLagMs",
+                              "s3ManagedLedgerOffloadCredentialSecret", "managedLedgerDataReadPriority"}
+    assert cfg.is_set("managedLedgerOffloadDriver") and not cfg.is_set("webServicePort")
+    # as a topic's offload policies take them: under the policies' names, the secret left out
+    assert broker_offload_fields(cfg) == {"managedLedgerOffloadDriver": "",
+                                          "managedLedgerOffloadDeletionLagInMillis": 14400000,
+                                          "managedLedgerOffloadedReadPriority": "BOOKKEEPER_FIRST"}
+    made = BrokerConfig(managedLedgerOffloadThresholdInSeconds=60, managedLedgerOffloadAutoTriggerSizeThresholdBytes=-1)
+    assert broker_offload_fields(made) == {"managedLedgerOffloadThresholdInSeconds": 60}
 
 
 def test_every_number_has_a_declared_range() -> None:
