@@ -124,8 +124,20 @@ S3PROXY_DIR := .deps/s3proxy
 S3PROXY_STAMP := $(S3PROXY_DIR)/.installed-$(S3PROXY_VERSION)
 JCLOUD_LIB := .deps/jcloud/lib
 JCLOUD_STAMP := .deps/jcloud/.installed
+# And Azurite (npm: Microsoft's Azure Storage emulator, its blob service) into $(AZURITE_DIR), for the azureblob
+# offloader's tests (the npm cache keeps the download).
+AZURITE_VERSION := 3.37.0
+AZURITE_DIR := .deps/azurite
+AZURITE_STAMP := $(AZURITE_DIR)/.installed-$(AZURITE_VERSION)
 
-offload-deps: $(HADOOP_STAMP) $(S3PROXY_STAMP) $(JCLOUD_STAMP)
+offload-deps: $(HADOOP_STAMP) $(S3PROXY_STAMP) $(JCLOUD_STAMP) $(AZURITE_STAMP)
+
+$(AZURITE_STAMP):
+	@if command -v npm >/dev/null && command -v node >/dev/null && rm -rf $(AZURITE_DIR) && mkdir -p $(AZURITE_DIR) && \
+	    npm install --prefix $(AZURITE_DIR) --no-audit --no-fund --silent azurite@$(AZURITE_VERSION); \
+	then touch $(AZURITE_STAMP); \
+	elif [ "$$CI" = true ]; then echo "offload-deps: cannot fetch Azurite (needs node, npm and the npm registry)" >&2; exit 1; \
+	else echo "offload-deps: cannot fetch Azurite (needs node, npm and the npm registry); the azureblob offloader tests will be skipped"; fi
 
 $(S3PROXY_STAMP):
 	@if command -v mvn >/dev/null && command -v java >/dev/null && rm -rf $(S3PROXY_DIR) && \

@@ -490,11 +490,14 @@ class BrokerConfig:
     # interval; without one, <dataDir>/offloaded and BLOCK compression (the shipped profile's).
     # The S3 drivers (managed_ledger/offload/s3.py): "aws-s3" (AWS, or any S3 with a service endpoint), "S3" or
     # "aliyun-oss" (S3-compatible stores: an endpoint, credentials from the environment's ACCESS_KEY_ID and
-    # ACCESS_KEY_SECRET); the copies are Pulsar's jcloud offloader's objects in the bucket. Drivers in any case.
+    # ACCESS_KEY_SECRET); the copies are Pulsar's jcloud offloader's objects in the bucket. "azureblob"
+    # (managed_ledger/offload/azure.py): the same objects in the container managedLedgerOffloadBucket, credentials
+    # from the environment's AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_ACCESS_KEY (an account key or a SAS), the
+    # account's endpoint unless managedLedgerOffloadServiceEndpoint names one. Drivers in any case.
     managedLedgerOffloadDriver: str = setting("", Rule(
-        choices=("", "filesystem", "aws-s3", "S3", "aliyun-oss"), fold_case=True,
-        words="one of filesystem, aws-s3, S3, aliyun-oss (in any case), or empty (google-cloud-storage and azureblob "
-              "are not there)"))
+        choices=("", "filesystem", "aws-s3", "S3", "aliyun-oss", "azureblob"), fold_case=True,
+        words="one of filesystem, aws-s3, S3, aliyun-oss, azureblob (in any case), or empty (google-cloud-storage is "
+              "not there)"))
     fileSystemURI: str = ""
     fileSystemProfilePath: str = ""
     # aws-s3's settings (these win over the managedLedgerOffload* ones below for it): the bucket, the region or a

@@ -31,7 +31,7 @@ from managed_ledger.api import (
     OffloadPolicy,
     OffloadTier,
 )
-from managed_ledger.offload import s3
+from managed_ledger.offload import azure, s3
 from managed_ledger.offload.api import Offloader
 from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY
 from managed_ledger.offload.filesystem import DRIVER_NAME, FileSystemOffloader
@@ -165,6 +165,8 @@ def offloader_from(settings: Mapping[str, Any], config: BrokerConfig, data_dir: 
         return None
     if config.managedLedgerStorage == "memory":
         raise ValueError(f"managedLedgerOffloadDriver={driver} needs managedLedgerStorage=file or bookkeeper")
+    if driver.lower() == azure.DRIVER:
+        return _azure_offloader(settings, config.clusterName)
     if driver.lower() != DRIVER_NAME:
         return _s3_offloader(driver, settings, config.clusterName)
     uri_text, profile_path = settings.get("fileSystemURI") or "", settings.get("fileSystemProfilePath") or ""
@@ -196,6 +198,14 @@ def _s3_offloader(driver: str, settings: Mapping[str, Any], cluster: str) -> Off
     except s3.OffloadConfigError as exc:
         raise ValueError(f"managedLedgerOffloadDriver={driver}: {exc}") from None
     return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
+
+
+def _azure_offloader(settings: Mapping[str, Any], cluster: str) -> Offloader:
+    try:
+        resolved = azure.azure_settings(settings)
+    except azure.AzureConfigError as exc:
+        raise ValueError(f"managedLedgerOffloadDriver={azure.DRIVER}: {exc}") from None
+    return azure.azure_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
 
 
 class OffloadTiers:

@@ -1,6 +1,6 @@
-"""The blob-store offloaders (``aws-s3``, ``S3``, ``aliyun-oss``): a closed ledger copied to two objects of a bucket,
-as Apache Pulsar 4.0's BlobStoreManagedLedgerOffloader (tiered-storage/jcloud) lays them out, so either reads what
-the other wrote.
+"""The blob-store offloaders (``aws-s3``, ``S3``, ``aliyun-oss``, ``azureblob``): a closed ledger copied to two objects
+of a bucket (an Azure container), as Apache Pulsar 4.0's BlobStoreManagedLedgerOffloader (tiered-storage/jcloud) lays
+them out, so either reads what the other wrote.
 
 - The data object ``<uuid>-ledger-<ledger id>``: blocks, one after the other. A block is a 128-byte header (the
   magic word 0xFBDBABCB, the header's length 128 as a long, the block's length as a long, its first entry id as a
@@ -19,7 +19,7 @@ Unlike Pulsar's, the data object's upload parts are not the blocks (one part per
 memory): parts of PART_SIZE bytes, whatever the blocks; readers see the same object. An entry larger than the
 maximum block size is refused (Pulsar's loop ends the object there and reports success, losing the rest).
 
-``BlobStore`` is the store's side (offload.s3); blocking calls, run in the managed ledger's pool.
+``BlobStore`` is the store's side (offload.s3, offload.azure); blocking calls, run in the managed ledger's pool.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class BlobMissingError(BlobStoreError):
 
 
 class BlobStore(Protocol):
-    """An S3-like object store's calls (blocking)."""
+    """An object store's calls (blocking), as S3 has them."""
 
     def start_upload(self, bucket: str, key: str, metadata: Mapping[str, str]) -> str:
         """A multipart upload begun: its id."""
@@ -189,8 +189,9 @@ def _check_version(key: str, metadata: Mapping[str, str]) -> None:
 @dataclass(frozen=True)
 class BlobStoreOffloader:
     """Offloads to (and reads from) a bucket of ``store``, as Pulsar's jcloud offloader configured alike.
-    ``driver`` is the driver's name as Pulsar records it (aws-s3, S3, aliyun-oss); ``provider`` its provider's
-    (AWS_S3, S3, ALIYUN_OSS), recorded in the driver metadata with the bucket, region and endpoint."""
+    ``driver`` is the driver's name as Pulsar records it (aws-s3, S3, aliyun-oss, azureblob); ``provider`` its
+    provider's (AWS_S3, S3, ALIYUN_OSS, AZURE_BLOB), recorded in the driver metadata with the bucket (Azure's
+    container), region and endpoint."""
 
     store: BlobStore
     driver: str
@@ -201,6 +202,7 @@ class BlobStoreOffloader:
     max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
     read_buffer_size: int = DEFAULT_READ_BUFFER_SIZE
     user_metadata: Mapping[str, str] = field(default_factory=dict)  # (the broker's version, its cluster)
+    family: tuple[str, ...] = S3_FAMILY  # (the drivers, lower case, whose copies this store reads)
     part_size: int = PART_SIZE
 
     @property
@@ -208,8 +210,8 @@ class BlobStoreOffloader:
         return self.driver
 
     def reads_driver(self, driver: str) -> bool:
-        """The S3 drivers' copies are all alike (read from the bucket each names)."""
-        return driver.lower() in S3_FAMILY
+        """The S3 drivers' copies are all alike (read from the bucket each names); Azure's are Azure's."""
+        return driver.lower() in self.family
 
     def driver_metadata(self) -> dict[str, str]:
         """Pulsar's TieredStorageConfiguration.getOffloadDriverMetadata."""

@@ -20,9 +20,11 @@ from managed_ledger.bookkeeper import metadata as bk_metadata
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
+from tests.offload.azurite import AzureEndpoint, azurite
 from tests.offload.s3proxy import S3Endpoint, s3proxy
 from tests.offload.support import (
     assert_read_back_from_copies,
+    azure_tier,
     bucket_keys,
     offload_but_the_last,
     produce_held,
@@ -48,15 +50,26 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint
         yield endpoint
 
 
-@pytest.fixture(params=["filesystem", "aws-s3"])
+@pytest.fixture(scope="module")
+def azure_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureEndpoint]:
+    with azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["filesystem", "aws-s3", "azureblob"])
 def tier(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Callable[[], int]]:
     """The offload settings of a broker, and how many objects its tier holds (files: the copies' directories)."""
     if request.param == "filesystem":
         base = request.getfixturevalue("tmp_path") / "data" / "offloaded"
         return {"managedLedgerOffloadDriver": "filesystem"}, lambda: sum(
             1 for p in base.rglob("*") if p.is_dir() and COPY_DIRECTORY.fullmatch(p.name))
-    endpoint = request.getfixturevalue("s3_endpoint")
-    offload, bucket = s3_tier(endpoint)
+    endpoint: S3Endpoint | AzureEndpoint
+    if request.param == "aws-s3":
+        endpoint = s3 = request.getfixturevalue("s3_endpoint")
+        offload, bucket = s3_tier(s3)
+    else:
+        endpoint = azure = request.getfixturevalue("azure_endpoint")
+        offload, bucket = azure_tier(azure, request.getfixturevalue("monkeypatch"))
     return offload, lambda: len(bucket_keys(endpoint, bucket)) // 2  # (a data and an index object per copy)
 
 
@@ -104,9 +117,11 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
         assert all(c.complete and not c.bookkeeperDeleted
                    and c.driverMetadata.name == offload["managedLedgerOffloadDriver"] for c in stored.values())
         properties = [{kv.key: kv.value for kv in c.driverMetadata.properties} for c in stored.values()]
-        if offload["managedLedgerOffloadDriver"] == "aws-s3":  # (Pulsar's getOffloadDriverMetadata)
-            assert all(p["managedLedgerOffloadDriver"] == "AWS_S3" and p["bucket"] == offload[
-                "s3ManagedLedgerOffloadBucket"] for p in properties)
+        driver = offload["managedLedgerOffloadDriver"]
+        if driver != "filesystem":  # (Pulsar's getOffloadDriverMetadata)
+            provider, bucket = {"aws-s3": ("AWS_S3", offload.get("s3ManagedLedgerOffloadBucket")),
+                                "azureblob": ("AZURE_BLOB", offload.get("managedLedgerOffloadBucket"))}[driver]
+            assert all(p["managedLedgerOffloadDriver"] == provider and p["bucket"] == bucket for p in properties)
         assert copies() == 4
         assert all(in_bookkeeper(zk, ledger_id) for ledger_id in ledgers[:4])  # (the default lag: 4 hours)
 

@@ -1,26 +1,21 @@
 """A real S3 endpoint for tests: S3Proxy (gaul/s3proxy, from Maven Central: `make offload-deps`), in memory (jclouds'
-transient store), on a free 127.0.0.1 port, always stopped by pid."""
+transient store), on a free 127.0.0.1 port, always stopped by pid (tests/offload/server.py)."""
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import processes
+from cluster.local import free_port
 from tests.needs import unavailable
-from tests.waiting import wait_for
+from tests.offload.server import serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 S3PROXY_DIR = REPO_ROOT / ".deps" / "s3proxy"
-START_TIMEOUT_S = 60.0
 IDENTITY, CREDENTIAL = "local-identity", "local-credential"
 
 
@@ -63,41 +58,16 @@ def s3proxy_jar() -> Path:
     return jars[-1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def s3proxy(tmp_path: Path) -> Iterator[S3Endpoint]:
     """S3Proxy with signature v2/v4 authentication; yields its endpoint once it answers."""
     jar = s3proxy_jar()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     conf = tmp_path / "s3proxy.conf"
     conf.write_text(f"s3proxy.endpoint={url}\ns3proxy.authorization=aws-v2-or-v4\ns3proxy.identity={IDENTITY}\n"
                     f"s3proxy.credential={CREDENTIAL}\njclouds.provider=transient\njclouds.identity=unused\n"
                     "jclouds.credential=unused\n")
-    log_path = tmp_path / "s3proxy.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
-                                 "--properties", str(conf)], stdout=log, stderr=subprocess.STDOUT)
-    processes.track(proc.pid, "s3proxy")
-    try:
-        def answers() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"S3Proxy exited: {log_path.read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(url, timeout=2).close()
-            except urllib.error.HTTPError:
-                return True  # (an S3 error: it is up)
-            except OSError:
-                return False
-            return True
-
-        wait_for(answers, START_TIMEOUT_S, "S3Proxy to answer")
+    with serving("S3Proxy", ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
+                             "--properties", str(conf)], url, tmp_path / "s3proxy.log"):
         yield S3Endpoint(url)
-    finally:
-        processes.stop(proc.pid)
-        proc.wait()

@@ -9,11 +9,13 @@ from typing import Any
 from uuid import UUID
 
 import pulsar
+import pytest
 
 from broker.embedded import BrokerThread
 from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from tests.admin.conftest import Admin
+from tests.offload.azurite import AzureEndpoint
 from tests.offload.s3proxy import S3Endpoint
 from tests.waiting import wait_for
 
@@ -96,6 +98,17 @@ def s3_tier(endpoint: S3Endpoint) -> tuple[dict[str, Any], str]:
     return settings, bucket
 
 
-def bucket_keys(endpoint: S3Endpoint, bucket: str) -> list[str]:
+def azure_tier(endpoint: AzureEndpoint, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], str]:
+    """Broker settings offloading to a new container of Azurite (the azureblob driver, its endpoint given), the
+    account's credentials in the environment as Pulsar's driver reads them, and the container's name."""
+    container = f"c-{uuid.uuid4().hex[:12]}"
+    endpoint.create_bucket(container)
+    for key, value in endpoint.environ.items():
+        monkeypatch.setenv(key, value)
+    return {"managedLedgerOffloadDriver": "azureblob", "managedLedgerOffloadBucket": container,
+            "managedLedgerOffloadServiceEndpoint": endpoint.url}, container
+
+
+def bucket_keys(endpoint: S3Endpoint | AzureEndpoint, bucket: str) -> list[str]:
     """The bucket's objects."""
     return endpoint.keys(bucket)

@@ -1,6 +1,6 @@
 """The blob-store offloader's objects, byte for byte as Pulsar's jcloud offloader lays them out (its
 DataBlockHeaderImpl, BlockAwareSegmentInputStreamImpl and OffloadIndexBlockImpl), and the refusals of damaged ones.
-The same objects against Pulsar's own code: tests/offload/test_s3_offloader.py."""
+The same objects against Pulsar's own code: tests/offload/test_blob_offloaders.py."""
 
 from __future__ import annotations
 

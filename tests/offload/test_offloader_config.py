@@ -90,10 +90,33 @@ def test_s3_settings_pulsar_refuses_stop_the_start() -> None:
         offloader_of(BrokerConfig(managedLedgerOffloadDriver="S3", managedLedgerOffloadBucket="b"), None)
 
 
+def test_the_azure_driver_from_pulsars_keys_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = BrokerConfig(managedLedgerOffloadDriver="AzureBlob", managedLedgerOffloadBucket="container",
+                          s3ManagedLedgerOffloadBucket="not-read", clusterName="east",
+                          managedLedgerOffloadMaxBlockSizeInBytes=8 << 20)
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT", raising=False)
+    with pytest.raises(ValueError, match=r"managedLedgerOffloadDriver=azureblob: Couldn't get the azure storage "
+                                         r"account\."):
+        offloader_of(config, None)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT", "acct")
+    monkeypatch.delenv("AZURE_STORAGE_ACCESS_KEY", raising=False)
+    with pytest.raises(ValueError, match=r"Couldn't get the azure storage access key\."):
+        offloader_of(config, None)
+    monkeypatch.setenv("AZURE_STORAGE_ACCESS_KEY", "a2V5")
+    offloader = offloader_of(config, None)
+    assert isinstance(offloader, BlobStoreOffloader)
+    assert (offloader.driver_name, offloader.bucket, offloader.max_block_size) == ("azureblob", "container", 8 << 20)
+    assert offloader.driver_metadata() == {"managedLedgerOffloadDriver": "AZURE_BLOB", "bucket": "container",
+                                           "region": "", "serviceEndpoint": ""}
+    assert offloader.reads_driver("AZUREBLOB") and not offloader.reads_driver("aws-s3")
+    with pytest.raises(ValueError, match="Bucket cannot be empty for azureblob offload"):
+        offloader_of(dataclasses.replace(config, managedLedgerOffloadBucket=""), None)
+
+
 def test_drivers_not_here_are_refused_by_the_configuration() -> None:
     config = BrokerConfig()
     with pytest.raises(ConfigError, match=r"managedLedgerOffloadDriver=google-cloud-storage: expected one of "
-                                          r"filesystem, aws-s3, S3, aliyun-oss \(in any case\), or empty"):
+                                          r"filesystem, aws-s3, S3, aliyun-oss, azureblob \(in any case\), or empty"):
         config.set("managedLedgerOffloadDriver", "google-cloud-storage")
     config.set("managedLedgerOffloadDriver", "Aliyun-OSS")  # (any case, as Pulsar matches it)
     assert config.managedLedgerOffloadDriver == "Aliyun-OSS"

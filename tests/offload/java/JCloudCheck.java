@@ -9,7 +9,10 @@
 //   JCloudCheck write <endpoint> <bucket> <ledger id> <uuid> <managed ledger> <max block size> <entries file>
 //       offloads a closed ledger whose entries are the file's (each a 4-byte big-endian length, then its bytes).
 //
-// Credentials: the environment's ACCESS_KEY_ID and ACCESS_KEY_SECRET (the S3 driver's).
+// The driver: the environment's JCLOUD_DRIVER, "S3" (an S3-compatible store at the endpoint) or "azureblob" (the
+// endpoint then given to jclouds as the system property jclouds.endpoint, as a broker's JVM option would: Pulsar's
+// azureblob driver does not use managedLedgerOffloadServiceEndpoint). Credentials, as Pulsar's drivers read them:
+// the environment's ACCESS_KEY_ID and ACCESS_KEY_SECRET (S3), AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_ACCESS_KEY.
 
 import io.netty.buffer.Unpooled;
 import java.io.DataInputStream;
@@ -55,9 +58,13 @@ public class JCloudCheck {
         UUID uuid = UUID.fromString(args[4]);
         String maxBlock = args[0].equals("write") ? args[6] : String.valueOf(64 * 1024 * 1024);
         Map<String, String> props = new HashMap<>();
-        // The "S3" driver (an S3-compatible store at the endpoint): with "aws-s3", jclouds asks s3.amazonaws.com
-        // for the bucket's region whatever the endpoint. The objects are the same for both.
-        props.put("managedLedgerOffloadDriver", "S3");
+        // "S3" rather than "aws-s3": with "aws-s3", jclouds asks s3.amazonaws.com for the bucket's region whatever
+        // the endpoint. The objects are the same for both.
+        String driver = System.getenv().getOrDefault("JCLOUD_DRIVER", "S3");
+        if (driver.equals("azureblob")) {
+            System.setProperty("jclouds.endpoint", endpoint);
+        }
+        props.put("managedLedgerOffloadDriver", driver);
         props.put("managedLedgerOffloadBucket", bucket);
         props.put("managedLedgerOffloadServiceEndpoint", endpoint);
         props.put("managedLedgerOffloadMaxBlockSizeInBytes", maxBlock);

@@ -1,7 +1,8 @@
-"""The S3 offloader against a real S3 endpoint (S3Proxy), and against Apache Pulsar's own blob-store offloader
-(tests/offload/java/JCloudCheck.java runs tiered-storage-jcloud's BlobStoreManagedLedgerOffloader): what ours writes
-Pulsar's reads, entry for entry, and the other way round; aborted copies leave nothing; deleted copies are gone;
-missing, foreign and damaged objects are clear errors; the settings as Pulsar reads them."""
+"""The blob-store offloaders against real endpoints, S3 (S3Proxy) and Azure Blob Storage (Azurite), and against Apache
+Pulsar's own blob-store offloader (tests/offload/java/JCloudCheck.java runs tiered-storage-jcloud's
+BlobStoreManagedLedgerOffloader with its "S3" or "azureblob" driver): what ours writes Pulsar's reads, entry for entry,
+and the other way round; aborted copies leave nothing; deleted copies are gone; missing, foreign and damaged objects
+are clear errors; the settings as Pulsar reads them."""
 
 from __future__ import annotations
 
@@ -9,26 +10,70 @@ import random
 import struct
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 from managed_ledger.offload.api import OffloadedLedgerError
+from managed_ledger.offload.azure import AzureConfigError, azure_offloader, azure_settings, block_id
 from managed_ledger.offload.blobstore import BlobStoreOffloader, data_key, index_key
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.s3 import OffloadConfigError, s3_offloader, s3_settings
+from tests.offload.azurite import AzureEndpoint, azurite
 from tests.offload.java_tool import compiled, run
-from tests.offload.s3proxy import REPO_ROOT, S3Endpoint, s3proxy
-from tests.offload.support import bucket_keys
+from tests.offload.s3proxy import REPO_ROOT, s3proxy
 
 JCLOUD_LIB = REPO_ROOT / ".deps" / "jcloud" / "lib"
 ML = "public/default/persistent/offloaded"  # (Pulsar's offloader wants a topic's managed ledger name)
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
-    with s3proxy(tmp_path_factory.mktemp("s3proxy")) as e:
-        yield e
+class Endpoint(Protocol):
+    def create_bucket(self, bucket: str) -> None: ...
+
+    def keys(self, bucket: str) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Store:
+    """An endpoint and what ours and Pulsar's offloaders are given to use it."""
+
+    kind: str  # "s3", "azure"
+    endpoint: Endpoint
+    url: str  # (ours: managedLedgerOffloadServiceEndpoint)
+    environ: dict[str, str]
+
+    def offloader(self, bucket: str, max_block: int = 5 << 20, url: str | None = None) -> BlobStoreOffloader:
+        given = {"managedLedgerOffloadBucket": bucket, "managedLedgerOffloadServiceEndpoint": url or self.url,
+                 "managedLedgerOffloadMaxBlockSizeInBytes": max_block,
+                 "managedLedgerOffloadReadBufferSizeInBytes": 4096}
+        if self.kind == "s3":
+            return s3_offloader(s3_settings("S3", given, self.environ), {"pulsarclustername": "test"})
+        return azure_offloader(azure_settings(given, self.environ), {"pulsarclustername": "test"})
+
+    def keys(self, bucket: str) -> list[str]:
+        return self.endpoint.keys(bucket)
+
+    def pulsar(self, check: list[str], *args: str) -> str:
+        """JCloudCheck's output (Pulsar's offloader with this store's driver)."""
+        endpoint = self.endpoint
+        if isinstance(endpoint, AzureEndpoint):  # (a SAS, the account's host name: tests/offload/azurite.py)
+            command = [check[0], *endpoint.jvm_options, *check[1:]]
+            return run([*command, args[0], endpoint.production_url, *args[1:]],
+                       {**endpoint.environ, "JCLOUD_DRIVER": "azureblob", "AZURE_STORAGE_ACCESS_KEY": endpoint.sas()})
+        return run([*check, args[0], self.url, *args[1:]], {"JCLOUD_DRIVER": "S3", **self.environ})
+
+
+@pytest.fixture(scope="module", params=["s3", "azure"])
+def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    where = tmp_path_factory.mktemp(request.param)
+    if request.param == "s3":
+        with s3proxy(where) as s3:
+            yield Store("s3", s3, s3.url, s3.environ)
+    else:
+        with azurite(where) as azure:
+            yield Store("azure", azure, azure.url, azure.environ)
 
 
 @pytest.fixture(scope="module")
@@ -37,20 +82,10 @@ def pulsar_check(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
                     "make offload-deps")
 
 
-def settings(endpoint: S3Endpoint, bucket: str, **more: object) -> dict[str, object]:
-    return {"managedLedgerOffloadBucket": bucket, "managedLedgerOffloadServiceEndpoint": endpoint.url, **more}
-
-
-def offloader(endpoint: S3Endpoint, bucket: str, max_block: int = 5 << 20) -> BlobStoreOffloader:
-    resolved = s3_settings("S3", settings(endpoint, bucket, managedLedgerOffloadMaxBlockSizeInBytes=max_block,
-                                          managedLedgerOffloadReadBufferSizeInBytes=4096), endpoint.environ)
-    return s3_offloader(resolved, {"pulsarclustername": "test"})
-
-
 @pytest.fixture
-def bucket(endpoint: S3Endpoint) -> str:
+def bucket(store: Store) -> str:
     name = f"b-{uuid.uuid4().hex[:12]}"
-    endpoint.create_bucket(name)
+    store.endpoint.create_bucket(name)
     return name
 
 
@@ -76,9 +111,9 @@ def offload(off: BlobStoreOffloader, ledger_id: int, copy: uuid.UUID, entries: l
         raise
 
 
-def pulsar_reads(check: list[str], endpoint: S3Endpoint, bucket: str, ledger_id: int,
+def pulsar_reads(check: list[str], store: Store, bucket: str, ledger_id: int,
                  copy: uuid.UUID) -> tuple[str, list[tuple[int, bytes]]]:
-    lines = run([*check, "read", endpoint.url, bucket, str(ledger_id), str(copy), ML], endpoint.environ).splitlines()
+    lines = store.pulsar(check, "read", bucket, str(ledger_id), str(copy), ML).splitlines()
     read = []
     for line in lines[1:]:
         entry_id, _, data = line.partition(" ")
@@ -89,20 +124,19 @@ def pulsar_reads(check: list[str], endpoint: S3Endpoint, bucket: str, ledger_id:
 # -- ours and Pulsar's ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("max_block", [5 << 20, 8192], ids=["one block", "many blocks"])
-def test_pulsar_reads_what_ours_offloaded(endpoint: S3Endpoint, bucket: str, pulsar_check: list[str],
-                                          max_block: int) -> None:
+def test_pulsar_reads_what_ours_offloaded(store: Store, bucket: str, pulsar_check: list[str], max_block: int) -> None:
     entries = ledger(120, seed=max_block)
     copy = uuid.uuid4()
-    offload(offloader(endpoint, bucket, max_block), 11, copy, entries)
-    assert bucket_keys(endpoint, bucket) == sorted([data_key(11, copy), index_key(11, copy)])
-    header, read = pulsar_reads(pulsar_check, endpoint, bucket, 11, copy)
+    offload(store.offloader(bucket, max_block), 11, copy, entries)
+    assert store.keys(bucket) == sorted([data_key(11, copy), index_key(11, copy)])
+    header, read = pulsar_reads(pulsar_check, store, bucket, 11, copy)
     assert header == f"metadata 119 {sum(map(len, entries))} 1700000000000 1 application,component," \
                      "pulsar/managed-ledger"
     # every entry in runs of 7, then the second half again (a seek by the index)
     assert read == list(enumerate(entries)) + [(i, entries[i]) for i in range(59, 120)]
 
 
-def test_ours_reads_what_pulsar_offloaded(endpoint: S3Endpoint, bucket: str, pulsar_check: list[str],
+def test_ours_reads_what_pulsar_offloaded(store: Store, bucket: str, pulsar_check: list[str],
                                           tmp_path: Path) -> None:
     rng = random.Random(7)
     # ~12 MiB: three of Pulsar's blocks of 5 MiB (each block is one part of its upload, and S3 takes no part under
@@ -111,10 +145,9 @@ def test_ours_reads_what_pulsar_offloaded(endpoint: S3Endpoint, bucket: str, pul
     given = tmp_path / "entries"
     given.write_bytes(b"".join(struct.pack(">i", len(e)) + e for e in entries))
     copy = uuid.uuid4()
-    out = run([*pulsar_check, "write", endpoint.url, bucket, "12", str(copy), ML, str(5 << 20), str(given)],
-              endpoint.environ)
+    out = store.pulsar(pulsar_check, "write", bucket, "12", str(copy), ML, str(5 << 20), str(given))
     assert out.strip() == "offloaded 150"
-    ours = offloader(endpoint, bucket).open(ML, 12, copy, {"bucket": bucket})
+    ours = store.offloader(bucket).open(ML, 12, copy, {"bucket": bucket})
     try:
         assert ours.metadata.last_entry_id == 149 and ours.metadata.length == sum(map(len, entries))
         assert dict(ours.metadata.custom_metadata)["component"] == b"managed-ledger"
@@ -129,61 +162,61 @@ def test_ours_reads_what_pulsar_offloaded(endpoint: S3Endpoint, bucket: str, pul
 
 # -- ours alone ----------------------------------------------------------------------------------------------------
 
-def test_an_aborted_copy_leaves_nothing(endpoint: S3Endpoint, bucket: str) -> None:
-    off = offloader(endpoint, bucket)
+def test_an_aborted_copy_leaves_nothing(store: Store, bucket: str) -> None:
+    off = store.offloader(bucket)
     entries = ledger(30, seed=3)
     writer = off.begin(ML, 13, uuid.uuid4(), metadata_of(entries))
     writer.append(entries[:10])
     writer.abort()
-    assert bucket_keys(endpoint, bucket) == []
+    assert store.keys(bucket) == []
     # one entry short: refused at finish, and nothing is left once aborted
     writer = off.begin(ML, 13, uuid.uuid4(), metadata_of(entries))
     writer.append(entries[:29])
     with pytest.raises(OffloadedLedgerError, match="29 entries read of 30"):
         writer.finish()
     writer.abort()
-    assert bucket_keys(endpoint, bucket) == []
+    assert store.keys(bucket) == []
 
 
-def test_an_entry_larger_than_a_block_is_refused(endpoint: S3Endpoint, bucket: str) -> None:
+def test_an_entry_larger_than_a_block_is_refused(store: Store, bucket: str) -> None:
     """(Pulsar's offloader ends the data object before such an entry and completes the copy without the rest.)"""
-    off = offloader(endpoint, bucket, max_block=2048)
+    off = store.offloader(bucket, max_block=2048)
     entries = [b"x" * 100, b"y" * 3000, b"z"]
     writer = off.begin(ML, 14, uuid.uuid4(), metadata_of(entries))
     with pytest.raises(OffloadedLedgerError, match=r"entry 1 \(3012 bytes with its header\) does not fit in a block of "
                                                    r"2048 bytes"):
         writer.append(entries)
     writer.abort()
-    assert bucket_keys(endpoint, bucket) == []
+    assert store.keys(bucket) == []
 
 
-def test_deleted_and_missing_copies(endpoint: S3Endpoint, bucket: str) -> None:
-    off = offloader(endpoint, bucket)
+def test_deleted_and_missing_copies(store: Store, bucket: str) -> None:
+    off = store.offloader(bucket)
     copy = uuid.uuid4()
     offload(off, 15, copy, ledger(5, seed=1))
     off.delete(ML, 15, copy, off.driver_metadata())
-    assert bucket_keys(endpoint, bucket) == []
+    assert store.keys(bucket) == []
     off.delete(ML, 15, copy, off.driver_metadata())  # (nothing there: no error)
     with pytest.raises(OffloadedLedgerError, match=f"ledger 15: no offloaded copy .{index_key(15, copy)} not in "
                                                    f"bucket {bucket}"):
         off.open(ML, 15, copy, {})
 
 
-def test_the_copy_is_read_from_the_bucket_its_context_names(endpoint: S3Endpoint, bucket: str) -> None:
+def test_the_copy_is_read_from_the_bucket_its_context_names(store: Store, bucket: str) -> None:
     entries = ledger(8, seed=2)
     copy = uuid.uuid4()
-    offload(offloader(endpoint, bucket), 16, copy, entries)
+    offload(store.offloader(bucket), 16, copy, entries)
     other = f"b-{uuid.uuid4().hex[:12]}"
-    now = offloader(endpoint, other)  # (the broker's bucket changed since)
+    now = store.offloader(other)  # (the broker's bucket changed since)
     copy_read = now.open(ML, 16, copy, {"bucket": bucket})
     assert copy_read.read(0, 7) == entries
     copy_read.close()
     now.delete(ML, 16, copy, {"bucket": bucket})
-    assert bucket_keys(endpoint, bucket) == []
+    assert store.keys(bucket) == []
 
 
-def test_objects_of_another_format_version_are_refused(endpoint: S3Endpoint, bucket: str) -> None:
-    off = offloader(endpoint, bucket)
+def test_objects_of_another_format_version_are_refused(store: Store, bucket: str) -> None:
+    off = store.offloader(bucket)
     copy = uuid.uuid4()
     offload(off, 17, copy, ledger(3, seed=4))
     raw, metadata = off.store.get(bucket, index_key(17, copy))
@@ -196,8 +229,8 @@ def test_objects_of_another_format_version_are_refused(endpoint: S3Endpoint, buc
         off.open(ML, 17, copy, {})
 
 
-def test_reads_outside_the_ledger_are_refused(endpoint: S3Endpoint, bucket: str) -> None:
-    off = offloader(endpoint, bucket)
+def test_reads_outside_the_ledger_are_refused(store: Store, bucket: str) -> None:
+    off = store.offloader(bucket)
     copy = uuid.uuid4()
     offload(off, 18, copy, ledger(4, seed=5))
     opened = off.open(ML, 18, copy, {})
@@ -207,11 +240,11 @@ def test_reads_outside_the_ledger_are_refused(endpoint: S3Endpoint, bucket: str)
     opened.close()
 
 
-def test_an_unreachable_endpoint_is_an_error_of_the_store(bucket: str, endpoint: S3Endpoint) -> None:
-    dead = S3Endpoint("http://127.0.0.1:1")
-    off = offloader(dead, bucket)
-    with pytest.raises(OSError, match=r"S3 multipart upload start of .*/.*-ledger-19"):
-        off.begin(ML, 19, uuid.uuid4(), metadata_of([b"a"]))
+def test_an_unreachable_endpoint_is_an_error_of_the_store(bucket: str, store: Store) -> None:
+    dead = store.url.replace(store.url.split("/")[2], "127.0.0.1:1")
+    off = store.offloader(bucket, url=dead)
+    with pytest.raises(OSError, match=r"(S3 multipart upload start|Azure block upload) of .*/.*-ledger-19"):
+        offload(off, 19, uuid.uuid4(), [b"a"])
 
 
 # -- settings ------------------------------------------------------------------------------------------------------
@@ -263,12 +296,42 @@ def test_settings_pulsar_refuses(driver: str, given: dict[str, object], environ:
         s3_settings(driver, given, environ)
 
 
-def test_reading_on_across_blocks(endpoint: S3Endpoint, bucket: str) -> None:
+AZURE_ENV = {"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_ACCESS_KEY": "a2V5"}
+
+
+def test_azure_settings_as_pulsar_reads_them() -> None:
+    """The generic keys only (Pulsar has no azure-specific ones); the account's endpoint unless one is given; the
+    access key may be a shared access signature."""
+    given = {"managedLedgerOffloadBucket": "c", "s3ManagedLedgerOffloadBucket": "ignored",
+             "managedLedgerOffloadRegion": "westeurope", "managedLedgerOffloadMaxBlockSizeInBytes": 8 << 20}
+    azure = azure_settings(given, AZURE_ENV)
+    assert (azure.container, azure.region, azure.max_block_size, azure.read_buffer_size) == ("c", "westeurope",
+                                                                                            8 << 20, 1 << 20)
+    assert (azure.account_url, azure.is_sas) == ("https://acct.blob.core.windows.net", False)
+    private = azure_settings({**given, "managedLedgerOffloadServiceEndpoint": "https://x.example/acct"},
+                             {**AZURE_ENV, "AZURE_STORAGE_ACCESS_KEY": "?sv=2024-08-04&ss=b&sig=abc%3D"})
+    assert (private.account_url, private.is_sas) == ("https://x.example/acct", True)
+    assert [block_id(n) for n in (1, 2, 256)] == ["AAAAAQ==", "AAAAAg==", "AAABAA=="]  # (jclouds' block ids)
+
+
+@pytest.mark.parametrize(("given", "environ", "words"), [
+    ({}, AZURE_ENV, "Bucket cannot be empty for azureblob offload"),
+    ({"managedLedgerOffloadBucket": "c"}, {}, r"Couldn't get the azure storage account\."),
+    ({"managedLedgerOffloadBucket": "c"}, {"AZURE_STORAGE_ACCOUNT": "a"}, r"Couldn't get the azure storage access key"),
+    ({"managedLedgerOffloadBucket": "c", "managedLedgerOffloadMaxBlockSizeInBytes": 100}, AZURE_ENV,
+     "cannot be less than 1024 bytes"),
+])
+def test_azure_settings_pulsar_refuses(given: dict[str, object], environ: dict[str, str], words: str) -> None:
+    with pytest.raises(AzureConfigError, match=words):
+        azure_settings(given, environ)
+
+
+def test_reading_on_across_blocks(store: Store, bucket: str) -> None:
     """Reads that go on from where the last one ended, whichever block boundary that was (in runs of every length, so
     some end on a block's last entry, before its padding or the next block's header)."""
     entries = ledger(200, seed=11)
     copy = uuid.uuid4()
-    off = offloader(endpoint, bucket, max_block=8192)
+    off = store.offloader(bucket, max_block=8192)
     offload(off, 20, copy, entries)
     opened = off.open(ML, 20, copy, {})
     try:
