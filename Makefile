@@ -130,7 +130,20 @@ AZURITE_VERSION := 3.37.0
 AZURITE_DIR := .deps/azurite
 AZURITE_STAMP := $(AZURITE_DIR)/.installed-$(AZURITE_VERSION)
 
-offload-deps: $(HADOOP_STAMP) $(S3PROXY_STAMP) $(JCLOUD_STAMP) $(AZURITE_STAMP)
+# And fake-gcs-server (fsouza's Google Cloud Storage emulator, built from the Go module proxy) into $(FAKE_GCS_DIR),
+# for the google-cloud-storage offloader's tests (Go's caches keep the download and the build).
+FAKE_GCS_VERSION := v1.56.1
+FAKE_GCS_DIR := .deps/fake-gcs-server
+FAKE_GCS_STAMP := $(FAKE_GCS_DIR)/.installed-$(FAKE_GCS_VERSION)
+
+offload-deps: $(HADOOP_STAMP) $(S3PROXY_STAMP) $(JCLOUD_STAMP) $(AZURITE_STAMP) $(FAKE_GCS_STAMP)
+
+$(FAKE_GCS_STAMP):
+	@if command -v go >/dev/null && rm -rf $(FAKE_GCS_DIR) && \
+	    GOBIN=$(abspath $(FAKE_GCS_DIR)) go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION); \
+	then touch $(FAKE_GCS_STAMP); \
+	elif [ "$$CI" = true ]; then echo "offload-deps: cannot build fake-gcs-server (needs go and the Go module proxy)" >&2; exit 1; \
+	else echo "offload-deps: cannot build fake-gcs-server (needs go and the Go module proxy); the google-cloud-storage offloader tests will be skipped"; fi
 
 $(AZURITE_STAMP):
 	@if command -v npm >/dev/null && command -v node >/dev/null && rm -rf $(AZURITE_DIR) && mkdir -p $(AZURITE_DIR) && \

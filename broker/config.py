@@ -493,11 +493,12 @@ class BrokerConfig:
     # ACCESS_KEY_SECRET); the copies are Pulsar's jcloud offloader's objects in the bucket. "azureblob"
     # (managed_ledger/offload/azure.py): the same objects in the container managedLedgerOffloadBucket, credentials
     # from the environment's AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_ACCESS_KEY (an account key or a SAS), the
-    # account's endpoint unless managedLedgerOffloadServiceEndpoint names one. Drivers in any case.
+    # account's endpoint unless managedLedgerOffloadServiceEndpoint names one. "google-cloud-storage"
+    # (managed_ledger/offload/gcs.py): the same objects, the gcsManagedLedgerOffload* keys below. Drivers in any case.
     managedLedgerOffloadDriver: str = setting("", Rule(
-        choices=("", "filesystem", "aws-s3", "S3", "aliyun-oss", "azureblob"), fold_case=True,
-        words="one of filesystem, aws-s3, S3, aliyun-oss, azureblob (in any case), or empty (google-cloud-storage is "
-              "not there)"))
+        choices=("", "filesystem", "aws-s3", "S3", "aliyun-oss", "azureblob", "google-cloud-storage"),
+        fold_case=True, words="one of filesystem, aws-s3, S3, aliyun-oss, azureblob, google-cloud-storage (in any "
+                              "case), or empty"))
     fileSystemURI: str = ""
     fileSystemProfilePath: str = ""
     # aws-s3's settings (these win over the managedLedgerOffload* ones below for it): the bucket, the region or a
@@ -513,6 +514,14 @@ class BrokerConfig:
     # (assuming an IAM role is not supported: a broker configured so does not start)
     s3ManagedLedgerOffloadRole: str = ""
     s3ManagedLedgerOffloadRoleSessionName: str = "pulsar-s3-offload"
+    # google-cloud-storage's settings (these win over the managedLedgerOffload* ones below for it): the bucket, the
+    # region, the largest block (128 MiB), the ranged reads' size, the service account's JSON key file (required,
+    # unless the environment's STORAGE_EMULATOR_HOST names an emulator).
+    gcsManagedLedgerOffloadBucket: str = ""
+    gcsManagedLedgerOffloadRegion: str = ""
+    gcsManagedLedgerOffloadMaxBlockSizeInBytes: int = setting(128 * 1024 * 1024, Rule(1024, JAVA_INT_MAX))
+    gcsManagedLedgerOffloadReadBufferSizeInBytes: int = setting(1024 * 1024, Rule(1, JAVA_INT_MAX))
+    gcsManagedLedgerOffloadServiceAccountKeyFile: str = ""
     # Every blob-store driver's settings (Pulsar's OffloadPoliciesImpl keys; 0: not set).
     managedLedgerOffloadBucket: str = ""
     managedLedgerOffloadRegion: str = ""

@@ -31,7 +31,7 @@ from managed_ledger.api import (
     OffloadPolicy,
     OffloadTier,
 )
-from managed_ledger.offload import azure, s3
+from managed_ledger.offload import azure, gcs, s3
 from managed_ledger.offload.api import Offloader
 from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY
 from managed_ledger.offload.filesystem import DRIVER_NAME, FileSystemOffloader
@@ -126,6 +126,8 @@ OFFLOADER_KEYS = (
     "s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadRegion", "s3ManagedLedgerOffloadServiceEndpoint",
     "s3ManagedLedgerOffloadMaxBlockSizeInBytes", "s3ManagedLedgerOffloadReadBufferSizeInBytes",
     "s3ManagedLedgerOffloadCredentialId", "s3ManagedLedgerOffloadCredentialSecret", "s3ManagedLedgerOffloadRole",
+    "gcsManagedLedgerOffloadBucket", "gcsManagedLedgerOffloadRegion", "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
+    "gcsManagedLedgerOffloadReadBufferSizeInBytes", "gcsManagedLedgerOffloadServiceAccountKeyFile",
     "managedLedgerOffloadBucket", "managedLedgerOffloadRegion", "managedLedgerOffloadServiceEndpoint",
     "managedLedgerOffloadMaxBlockSizeInBytes", "managedLedgerOffloadReadBufferSizeInBytes",
 )
@@ -165,8 +167,8 @@ def offloader_from(settings: Mapping[str, Any], config: BrokerConfig, data_dir: 
         return None
     if config.managedLedgerStorage == "memory":
         raise ValueError(f"managedLedgerOffloadDriver={driver} needs managedLedgerStorage=file or bookkeeper")
-    if driver.lower() == azure.DRIVER:
-        return _azure_offloader(settings, config.clusterName)
+    if driver.lower() in (azure.DRIVER, gcs.DRIVER):
+        return _other_blob_offloader(driver.lower(), settings, config.clusterName)
     if driver.lower() != DRIVER_NAME:
         return _s3_offloader(driver, settings, config.clusterName)
     uri_text, profile_path = settings.get("fileSystemURI") or "", settings.get("fileSystemProfilePath") or ""
@@ -200,12 +202,15 @@ def _s3_offloader(driver: str, settings: Mapping[str, Any], cluster: str) -> Off
     return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
 
 
-def _azure_offloader(settings: Mapping[str, Any], cluster: str) -> Offloader:
+def _other_blob_offloader(driver: str, settings: Mapping[str, Any], cluster: str) -> Offloader:
+    """An azureblob or google-cloud-storage offloader, with the broker's version and cluster on each object."""
+    metadata = {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster}
     try:
-        resolved = azure.azure_settings(settings)
-    except azure.AzureConfigError as exc:
-        raise ValueError(f"managedLedgerOffloadDriver={azure.DRIVER}: {exc}") from None
-    return azure.azure_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
+        if driver == azure.DRIVER:
+            return azure.azure_offloader(azure.azure_settings(settings), metadata)
+        return gcs.gcs_offloader(gcs.gcs_settings(settings), metadata)
+    except (azure.AzureConfigError, gcs.GcsConfigError) as exc:
+        raise ValueError(f"managedLedgerOffloadDriver={driver}: {exc}") from None
 
 
 class OffloadTiers:

@@ -21,11 +21,13 @@ from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import OffloadContext
 from tests.admin.conftest import Admin
 from tests.offload.azurite import AzureEndpoint, azurite
+from tests.offload.fakegcs import GcsEndpoint, fake_gcs
 from tests.offload.s3proxy import S3Endpoint, s3proxy
 from tests.offload.support import (
     assert_read_back_from_copies,
     azure_tier,
     bucket_keys,
+    gcs_tier,
     offload_but_the_last,
     produce_held,
     s3_tier,
@@ -56,20 +58,30 @@ def azure_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureEn
         yield endpoint
 
 
-@pytest.fixture(params=["filesystem", "aws-s3", "azureblob"])
+@pytest.fixture(scope="module")
+def gcs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEndpoint]:
+    with fake_gcs(tmp_path_factory.mktemp("fake-gcs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["filesystem", "aws-s3", "azureblob", "google-cloud-storage"])
 def tier(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Callable[[], int]]:
     """The offload settings of a broker, and how many objects its tier holds (files: the copies' directories)."""
     if request.param == "filesystem":
         base = request.getfixturevalue("tmp_path") / "data" / "offloaded"
         return {"managedLedgerOffloadDriver": "filesystem"}, lambda: sum(
             1 for p in base.rglob("*") if p.is_dir() and COPY_DIRECTORY.fullmatch(p.name))
-    endpoint: S3Endpoint | AzureEndpoint
+    endpoint: S3Endpoint | AzureEndpoint | GcsEndpoint
+    monkeypatch = request.getfixturevalue("monkeypatch")
     if request.param == "aws-s3":
         endpoint = s3 = request.getfixturevalue("s3_endpoint")
         offload, bucket = s3_tier(s3)
-    else:
+    elif request.param == "azureblob":
         endpoint = azure = request.getfixturevalue("azure_endpoint")
-        offload, bucket = azure_tier(azure, request.getfixturevalue("monkeypatch"))
+        offload, bucket = azure_tier(azure, monkeypatch)
+    else:
+        endpoint = gcs = request.getfixturevalue("gcs_endpoint")
+        offload, bucket = gcs_tier(gcs, monkeypatch)
     return offload, lambda: len(bucket_keys(endpoint, bucket)) // 2  # (a data and an index object per copy)
 
 
@@ -120,7 +132,9 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
         driver = offload["managedLedgerOffloadDriver"]
         if driver != "filesystem":  # (Pulsar's getOffloadDriverMetadata)
             provider, bucket = {"aws-s3": ("AWS_S3", offload.get("s3ManagedLedgerOffloadBucket")),
-                                "azureblob": ("AZURE_BLOB", offload.get("managedLedgerOffloadBucket"))}[driver]
+                                "azureblob": ("AZURE_BLOB", offload.get("managedLedgerOffloadBucket")),
+                                "google-cloud-storage": ("GOOGLE_CLOUD_STORAGE",
+                                                         offload.get("gcsManagedLedgerOffloadBucket"))}[driver]
             assert all(p["managedLedgerOffloadDriver"] == provider and p["bucket"] == bucket for p in properties)
         assert copies() == 4
         assert all(in_bookkeeper(zk, ledger_id) for ledger_id in ledgers[:4])  # (the default lag: 4 hours)

@@ -16,6 +16,7 @@ from managed_ledger.offload.filesystem import FileSystemOffloader, OffloadWriter
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from tests.admin.conftest import Admin
 from tests.offload.azurite import AzureEndpoint
+from tests.offload.fakegcs import GcsEndpoint
 from tests.offload.s3proxy import S3Endpoint
 from tests.waiting import wait_for
 
@@ -109,6 +110,17 @@ def azure_tier(endpoint: AzureEndpoint, monkeypatch: pytest.MonkeyPatch) -> tupl
             "managedLedgerOffloadServiceEndpoint": endpoint.url}, container
 
 
-def bucket_keys(endpoint: S3Endpoint | AzureEndpoint, bucket: str) -> list[str]:
+def gcs_tier(endpoint: GcsEndpoint, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], str]:
+    """Broker settings offloading to a new bucket of fake-gcs-server (the google-cloud-storage driver, its endpoint
+    given, no key file: the emulator named in the environment, as the Google libraries take it), and the bucket."""
+    bucket = f"g-{uuid.uuid4().hex[:12]}"
+    endpoint.create_bucket(bucket)
+    for key, value in endpoint.environ.items():
+        monkeypatch.setenv(key, value)
+    return {"managedLedgerOffloadDriver": "google-cloud-storage", "gcsManagedLedgerOffloadBucket": bucket,
+            "managedLedgerOffloadServiceEndpoint": endpoint.url}, bucket
+
+
+def bucket_keys(endpoint: S3Endpoint | AzureEndpoint | GcsEndpoint, bucket: str) -> list[str]:
     """The bucket's objects."""
     return endpoint.keys(bucket)

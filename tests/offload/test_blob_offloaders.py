@@ -1,11 +1,13 @@
-"""The blob-store offloaders against real endpoints, S3 (S3Proxy) and Azure Blob Storage (Azurite), and against Apache
-Pulsar's own blob-store offloader (tests/offload/java/JCloudCheck.java runs tiered-storage-jcloud's
-BlobStoreManagedLedgerOffloader with its "S3" or "azureblob" driver): what ours writes Pulsar's reads, entry for entry,
-and the other way round; aborted copies leave nothing; deleted copies are gone; missing, foreign and damaged objects
-are clear errors; the settings as Pulsar reads them."""
+"""The blob-store offloaders against emulators of the stores, S3 (S3Proxy), Azure Blob Storage (Azurite) and Google
+Cloud Storage (fake-gcs-server), and against Apache Pulsar's own blob-store offloader
+(tests/offload/java/JCloudCheck.java runs tiered-storage-jcloud's BlobStoreManagedLedgerOffloader with its "S3",
+"azureblob" or "google-cloud-storage" driver): what ours writes Pulsar's reads, entry for entry, and the other way
+round; a copy of several upload parts; aborted copies leave nothing; deleted copies are gone; missing, foreign and
+damaged objects are clear errors; the settings as Pulsar reads them."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 import uuid
@@ -19,9 +21,11 @@ import pytest
 from managed_ledger.offload.api import OffloadedLedgerError
 from managed_ledger.offload.azure import AzureConfigError, azure_offloader, azure_settings, block_id
 from managed_ledger.offload.blobstore import BlobStoreOffloader, data_key, index_key
+from managed_ledger.offload.gcs import GcsConfigError, gcs_offloader, gcs_settings
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
 from managed_ledger.offload.s3 import OffloadConfigError, s3_offloader, s3_settings
 from tests.offload.azurite import AzureEndpoint, azurite
+from tests.offload.fakegcs import GcsEndpoint, fake_gcs
 from tests.offload.java_tool import compiled, run
 from tests.offload.s3proxy import REPO_ROOT, s3proxy
 
@@ -48,9 +52,13 @@ class Store:
         given = {"managedLedgerOffloadBucket": bucket, "managedLedgerOffloadServiceEndpoint": url or self.url,
                  "managedLedgerOffloadMaxBlockSizeInBytes": max_block,
                  "managedLedgerOffloadReadBufferSizeInBytes": 4096}
+        metadata = {"pulsarclustername": "test"}
         if self.kind == "s3":
-            return s3_offloader(s3_settings("S3", given, self.environ), {"pulsarclustername": "test"})
-        return azure_offloader(azure_settings(given, self.environ), {"pulsarclustername": "test"})
+            return s3_offloader(s3_settings("S3", given, self.environ), metadata)
+        if self.kind == "gcs":
+            return gcs_offloader(gcs_settings({**given, "gcsManagedLedgerOffloadMaxBlockSizeInBytes": max_block},
+                                              self.environ), metadata)
+        return azure_offloader(azure_settings(given, self.environ), metadata)
 
     def keys(self, bucket: str) -> list[str]:
         return self.endpoint.keys(bucket)
@@ -62,18 +70,25 @@ class Store:
             command = [check[0], *endpoint.jvm_options, *check[1:]]
             return run([*command, args[0], endpoint.production_url, *args[1:]],
                        {**endpoint.environ, "JCLOUD_DRIVER": "azureblob", "AZURE_STORAGE_ACCESS_KEY": endpoint.sas()})
+        if isinstance(endpoint, GcsEndpoint):  # (a bearer token: tests/offload/fakegcs.py)
+            command = [check[0], *endpoint.jvm_options, *check[1:]]
+            return run([*command, args[0], self.url, *args[1:]],
+                       {"JCLOUD_DRIVER": "google-cloud-storage", "GCS_KEY_FILE": str(endpoint.key_file)})
         return run([*check, args[0], self.url, *args[1:]], {"JCLOUD_DRIVER": "S3", **self.environ})
 
 
-@pytest.fixture(scope="module", params=["s3", "azure"])
+@pytest.fixture(scope="module", params=["s3", "azure", "gcs"])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     where = tmp_path_factory.mktemp(request.param)
     if request.param == "s3":
         with s3proxy(where) as s3:
             yield Store("s3", s3, s3.url, s3.environ)
-    else:
+    elif request.param == "azure":
         with azurite(where) as azure:
             yield Store("azure", azure, azure.url, azure.environ)
+    else:
+        with fake_gcs(where) as gcs:
+            yield Store("gcs", gcs, gcs.url, gcs.environ)
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +258,8 @@ def test_reads_outside_the_ledger_are_refused(store: Store, bucket: str) -> None
 def test_an_unreachable_endpoint_is_an_error_of_the_store(bucket: str, store: Store) -> None:
     dead = store.url.replace(store.url.split("/")[2], "127.0.0.1:1")
     off = store.offloader(bucket, url=dead)
-    with pytest.raises(OSError, match=r"(S3 multipart upload start|Azure block upload) of .*/.*-ledger-19"):
+    with pytest.raises(OSError, match=r"(S3 multipart upload start|Azure block upload|GCS upload) of "
+                                      r".*/.*-ledger-19"):
         offload(off, 19, uuid.uuid4(), [b"a"])
 
 
@@ -324,6 +340,53 @@ def test_azure_settings_as_pulsar_reads_them() -> None:
 def test_azure_settings_pulsar_refuses(given: dict[str, object], environ: dict[str, str], words: str) -> None:
     with pytest.raises(AzureConfigError, match=words):
         azure_settings(given, environ)
+
+
+GCS_ENV = {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:1"}
+
+
+def test_gcs_settings_as_pulsar_reads_them(tmp_path: Path) -> None:
+    """The gcs keys before the generic ones; 128 MiB blocks by default; the service account's key file."""
+    key = tmp_path / "key.json"
+    key.write_text("{}")
+    gcs = gcs_settings({"gcsManagedLedgerOffloadBucket": "g", "managedLedgerOffloadBucket": "generic",
+                        "managedLedgerOffloadRegion": "europe-west1",
+                        "managedLedgerOffloadMaxBlockSizeInBytes": 8 << 20,
+                        "gcsManagedLedgerOffloadServiceAccountKeyFile": str(key)}, {})
+    assert (gcs.bucket, gcs.region, gcs.max_block_size, gcs.key_file) == ("g", "europe-west1", 8 << 20, str(key))
+    # (the broker's configuration always has the gcs block size, 128 MiB by default, as Pulsar's offload policies)
+    assert gcs_settings({"managedLedgerOffloadBucket": "b", "managedLedgerOffloadMaxBlockSizeInBytes": 8 << 20,
+                         "gcsManagedLedgerOffloadMaxBlockSizeInBytes": 128 << 20}, GCS_ENV).max_block_size == 128 << 20
+    emulated = gcs_settings({"managedLedgerOffloadBucket": "b"}, GCS_ENV)
+    assert (emulated.bucket, emulated.key_file, emulated.endpoint) == ("b", "", "")
+
+
+@pytest.mark.parametrize(("given", "environ", "words"), [
+    ({}, GCS_ENV, "Bucket cannot be empty for google-cloud-storage offload"),
+    ({"gcsManagedLedgerOffloadBucket": "b"}, {}, "Cannot read GCS service account credentials file: "
+                                                 "gcsManagedLedgerOffloadServiceAccountKeyFile is not set"),
+    ({"gcsManagedLedgerOffloadBucket": "b", "gcsManagedLedgerOffloadServiceAccountKeyFile": "/nonexistent/key.json"},
+     GCS_ENV, r"Cannot read GCS service account credentials file: /nonexistent/key.json \(No such file"),
+])
+def test_gcs_settings_pulsar_refuses(given: dict[str, object], environ: dict[str, str], words: str) -> None:
+    with pytest.raises(GcsConfigError, match=words):
+        gcs_settings(given, environ)
+
+
+def test_a_copy_of_several_upload_parts(store: Store, bucket: str) -> None:
+    """~11 MiB in parts of 5 MiB (S3's smallest; a multiple of GCS's 256 KiB): each store puts them together."""
+    rng = random.Random(9)
+    entries = [rng.randbytes(rng.choice((10, 90_000, 200_000))) for _ in range(110)]
+    off = dataclasses.replace(store.offloader(bucket, max_block=1 << 20), part_size=5 << 20)
+    copy = uuid.uuid4()
+    offload(off, 21, copy, entries)
+    assert store.keys(bucket) == sorted([data_key(21, copy), index_key(21, copy)])
+    opened = off.open(ML, 21, copy, {})
+    try:
+        assert opened._index.data_length > 10 << 20
+        assert opened.read(0, 109) == entries
+    finally:
+        opened.close()
 
 
 def test_reading_on_across_blocks(store: Store, bucket: str) -> None:

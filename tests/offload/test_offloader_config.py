@@ -4,6 +4,7 @@ Hadoop profile, and the settings refused at start with the reason."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +114,41 @@ def test_the_azure_driver_from_pulsars_keys_and_environment(monkeypatch: pytest.
         offloader_of(dataclasses.replace(config, managedLedgerOffloadBucket=""), None)
 
 
-def test_drivers_not_here_are_refused_by_the_configuration() -> None:
+def test_the_gcs_driver_from_pulsars_keys_and_a_service_account_key(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service account's key file (a JSON key as Google issues them) makes the credentials; 128 MiB blocks by
+    default; without a key file (and no emulator named) Pulsar's words."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key = tmp_path / "key.json"
+    key.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "1",
+                               "private_key": pem, "client_email": "offload@p.iam.gserviceaccount.com",
+                               "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    config = BrokerConfig(managedLedgerOffloadDriver="Google-Cloud-Storage", gcsManagedLedgerOffloadBucket="g",
+                          managedLedgerOffloadMaxBlockSizeInBytes=8 << 20, clusterName="east")
+    with pytest.raises(ValueError, match="managedLedgerOffloadDriver=google-cloud-storage: Cannot read GCS service "
+                                         "account credentials file"):
+        offloader_of(config, None)
+    offloader = offloader_of(dataclasses.replace(config, gcsManagedLedgerOffloadServiceAccountKeyFile=str(key)), None)
+    assert isinstance(offloader, BlobStoreOffloader)
+    assert (offloader.driver_name, offloader.bucket, offloader.max_block_size) == ("google-cloud-storage", "g",
+                                                                                 128 << 20)
+    assert offloader.driver_metadata() == {"managedLedgerOffloadDriver": "GOOGLE_CLOUD_STORAGE", "bucket": "g",
+                                           "region": "", "serviceEndpoint": ""}
+    key.write_text("{}")  # (not a key)
+    with pytest.raises(ValueError, match="Cannot read GCS service account credentials file"):
+        offloader_of(dataclasses.replace(config, gcsManagedLedgerOffloadServiceAccountKeyFile=str(key)), None)
+
+
+def test_other_drivers_are_refused_by_the_configuration() -> None:
     config = BrokerConfig()
-    with pytest.raises(ConfigError, match=r"managedLedgerOffloadDriver=google-cloud-storage: expected one of "
-                                          r"filesystem, aws-s3, S3, aliyun-oss, azureblob \(in any case\), or empty"):
-        config.set("managedLedgerOffloadDriver", "google-cloud-storage")
+    with pytest.raises(ConfigError, match=r"managedLedgerOffloadDriver=swift: expected one of filesystem, aws-s3, S3, "
+                                          r"aliyun-oss, azureblob, google-cloud-storage \(in any case\), or empty"):
+        config.set("managedLedgerOffloadDriver", "swift")
     config.set("managedLedgerOffloadDriver", "Aliyun-OSS")  # (any case, as Pulsar matches it)
     assert config.managedLedgerOffloadDriver == "Aliyun-OSS"
 

@@ -64,6 +64,9 @@ public class JCloudCheck {
         if (driver.equals("azureblob")) {
             System.setProperty("jclouds.endpoint", endpoint);
         }
+        if (driver.equals("google-cloud-storage")) {
+            props.put("gcsManagedLedgerOffloadServiceAccountKeyFile", System.getenv("GCS_KEY_FILE"));
+        }
         props.put("managedLedgerOffloadDriver", driver);
         props.put("managedLedgerOffloadBucket", bucket);
         props.put("managedLedgerOffloadServiceEndpoint", endpoint);
