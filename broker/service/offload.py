@@ -33,7 +33,7 @@ from managed_ledger.api import (
 )
 from managed_ledger.offload import azure, gcs, s3
 from managed_ledger.offload.api import Offloader
-from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY
+from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY, OffloadConfigError
 from managed_ledger.offload.filesystem import DRIVER_NAME, FileSystemOffloader
 from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
 from managed_ledger.offload.tiered import TieredLedger
@@ -197,7 +197,7 @@ def _s3_offloader(driver: str, settings: Mapping[str, Any], cluster: str) -> Off
     """An S3 driver's offloader, with the broker's version and cluster on each object, as Pulsar's."""
     try:
         resolved = s3.s3_settings(driver, settings)
-    except s3.OffloadConfigError as exc:
+    except OffloadConfigError as exc:
         raise ValueError(f"managedLedgerOffloadDriver={driver}: {exc}") from None
     return s3.s3_offloader(resolved, {SOFTWARE_VERSION_KEY: __version__, CLUSTER_KEY: cluster})
 
@@ -209,7 +209,7 @@ def _other_blob_offloader(driver: str, settings: Mapping[str, Any], cluster: str
         if driver == azure.DRIVER:
             return azure.azure_offloader(azure.azure_settings(settings), metadata)
         return gcs.gcs_offloader(gcs.gcs_settings(settings), metadata)
-    except (azure.AzureConfigError, gcs.GcsConfigError) as exc:
+    except OffloadConfigError as exc:
         raise ValueError(f"managedLedgerOffloadDriver={driver}: {exc}") from None
 
 

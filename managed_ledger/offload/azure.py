@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from managed_ledger.offload.blobstore import (
-    DEFAULT_MAX_BLOCK_SIZE,
-    DEFAULT_READ_BUFFER_SIZE,
-    MIN_BLOCK_SIZE,
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    OffloadConfigError,
+    StoreKeys,
 )
 
 T = TypeVar("T")
@@ -46,10 +45,6 @@ PREFIX = "managedLedgerOffload"
 # RETRIES times, after 1, 3 and 5 s (+-1 s; the SDK's default waits 15 s and more between tries).
 TIMEOUT_S = 25
 RETRIES = 3
-
-
-class AzureConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -73,31 +68,20 @@ class AzureSettings:
 
 
 def azure_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> AzureSettings:
-    """The azureblob driver's settings from a broker's (or an offload policy's) keys; AzureConfigError with Pulsar's
+    """The azureblob driver's settings from a broker's (or an offload policy's) keys; OffloadConfigError with Pulsar's
     words for what it would refuse."""
     environ = os.environ if environ is None else environ
 
-    def key(suffix: str) -> Any:
-        value = settings.get(PREFIX + suffix)
-        return None if value in (None, "", 0) else value
-
-    container, region, endpoint = (str(key(s) or "") for s in ("Bucket", "Region", "ServiceEndpoint"))
-    max_block = int(key("MaxBlockSizeInBytes") or DEFAULT_MAX_BLOCK_SIZE)
-    read_buffer = int(key("ReadBufferSizeInBytes") or DEFAULT_READ_BUFFER_SIZE)
-    if not container:
-        raise AzureConfigError(f"Bucket cannot be empty for {DRIVER} offload")
-    if max_block < MIN_BLOCK_SIZE:
-        raise AzureConfigError(f"ManagedLedgerOffloadMaxBlockSizeInBytes cannot be less than {MIN_BLOCK_SIZE} bytes "
-                               f"for {DRIVER} offload")
-    if read_buffer <= 0:
-        raise AzureConfigError(f"the read buffer size must be positive for {DRIVER} offload, got {read_buffer}")
+    keys = StoreKeys.of(settings, (PREFIX,))
+    keys.check(DRIVER)
     account = environ.get(ACCOUNT_ENV, "").strip()
     if not account:
-        raise AzureConfigError("Couldn't get the azure storage account.")
+        raise OffloadConfigError("Couldn't get the azure storage account.")
     secret = environ.get(KEY_ENV, "").strip()
     if not secret:
-        raise AzureConfigError("Couldn't get the azure storage access key.")
-    return AzureSettings(container, region, endpoint, max_block, read_buffer, account, secret)
+        raise OffloadConfigError("Couldn't get the azure storage access key.")
+    return AzureSettings(keys.bucket, keys.region, keys.endpoint, keys.max_block_size, keys.read_buffer_size, account,
+                         secret)
 
 
 def azure_offloader(settings: AzureSettings, user_metadata: Mapping[str, str]) -> BlobStoreOffloader:

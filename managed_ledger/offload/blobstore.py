@@ -1,6 +1,6 @@
-"""The blob-store offloaders (``aws-s3``, ``S3``, ``aliyun-oss``, ``azureblob``): a closed ledger copied to two objects
-of a bucket (an Azure container), as Apache Pulsar 4.0's BlobStoreManagedLedgerOffloader (tiered-storage/jcloud) lays
-them out, so either reads what the other wrote.
+"""The blob-store offloaders (``aws-s3``, ``S3``, ``aliyun-oss``, ``azureblob``, ``google-cloud-storage``): a closed
+ledger copied to two objects of a bucket (an Azure container), as Apache Pulsar 4.0's BlobStoreManagedLedgerOffloader
+(tiered-storage/jcloud) lays them out, so either reads what the other wrote.
 
 - The data object ``<uuid>-ledger-<ledger id>``: blocks, one after the other. A block is a 128-byte header (the
   magic word 0xFBDBABCB, the header's length 128 as a long, the block's length as a long, its first entry id as a
@@ -19,7 +19,8 @@ Unlike Pulsar's, the data object's upload parts are not the blocks (one part per
 memory): parts of PART_SIZE bytes, whatever the blocks; readers see the same object. An entry larger than the
 maximum block size is refused (Pulsar's loop ends the object there and reports success, losing the rest).
 
-``BlobStore`` is the store's side (offload.s3, offload.azure); blocking calls, run in the managed ledger's pool.
+``BlobStore`` is the store's side (offload.s3, offload.azure, offload.gcs; ``StoreKeys`` the settings they share);
+blocking calls, run in the managed ledger's pool.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from managed_ledger.offload.api import OffloadedLedgerError, check_range
@@ -59,6 +60,47 @@ MIN_BLOCK_SIZE = 1024  # (the smallest maximum block taken: parts are not blocks
 # bound it; Pulsar's check of 5 MiB is never called on its way to an offloader)
 DEFAULT_READ_BUFFER_SIZE = MIB
 PART_SIZE = 8 * MIB
+
+
+class OffloadConfigError(ValueError):
+    """Settings a blob-store driver cannot use (in Pulsar's words where it has them)."""
+
+
+@dataclass(frozen=True)
+class StoreKeys:
+    """A blob-store driver's settings, each from the first of its keys set (Pulsar's TieredStorageConfiguration)."""
+
+    bucket: str
+    region: str
+    endpoint: str
+    max_block_size: int
+    read_buffer_size: int
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any], prefixes: tuple[str, ...],
+           max_block_default: int = DEFAULT_MAX_BLOCK_SIZE) -> StoreKeys:
+        """``<prefix>Bucket``... for each prefix in turn (empty or 0: not set)."""
+        def first(suffix: str) -> Any:
+            for prefix in prefixes:
+                value = settings.get(prefix + suffix)
+                if value not in (None, "", 0):
+                    return value
+            return None
+
+        bucket, region, endpoint = (str(first(s) or "") for s in ("Bucket", "Region", "ServiceEndpoint"))
+        return cls(bucket, region, endpoint, int(first("MaxBlockSizeInBytes") or max_block_default),
+                   int(first("ReadBufferSizeInBytes") or DEFAULT_READ_BUFFER_SIZE))
+
+    def check(self, driver: str) -> None:
+        """A bucket, a block of at least MIN_BLOCK_SIZE, a positive read buffer; OffloadConfigError else."""
+        if not self.bucket:
+            raise OffloadConfigError(f"Bucket cannot be empty for {driver} offload")
+        if self.max_block_size < MIN_BLOCK_SIZE:
+            raise OffloadConfigError(f"ManagedLedgerOffloadMaxBlockSizeInBytes cannot be less than {MIN_BLOCK_SIZE} "
+                                     f"bytes for {driver} offload")
+        if self.read_buffer_size <= 0:
+            raise OffloadConfigError(f"the read buffer size must be positive for {driver} offload, got "
+                                     f"{self.read_buffer_size}")
 
 
 class BlobStoreError(OSError):
@@ -189,9 +231,9 @@ def _check_version(key: str, metadata: Mapping[str, str]) -> None:
 @dataclass(frozen=True)
 class BlobStoreOffloader:
     """Offloads to (and reads from) a bucket of ``store``, as Pulsar's jcloud offloader configured alike.
-    ``driver`` is the driver's name as Pulsar records it (aws-s3, S3, aliyun-oss, azureblob); ``provider`` its
-    provider's (AWS_S3, S3, ALIYUN_OSS, AZURE_BLOB), recorded in the driver metadata with the bucket (Azure's
-    container), region and endpoint."""
+    ``driver`` is the driver's name as Pulsar records it (aws-s3, S3, aliyun-oss, azureblob, google-cloud-storage);
+    ``provider`` its provider's (AWS_S3, S3, ALIYUN_OSS, AZURE_BLOB, GOOGLE_CLOUD_STORAGE), recorded in the driver
+    metadata with the bucket (Azure's container), region and endpoint."""
 
     store: BlobStore
     driver: str
@@ -210,7 +252,7 @@ class BlobStoreOffloader:
         return self.driver
 
     def reads_driver(self, driver: str) -> bool:
-        """The S3 drivers' copies are all alike (read from the bucket each names); Azure's are Azure's."""
+        """The S3 drivers' copies are all alike (read from the bucket each names); Azure's and GCS's their own."""
         return driver.lower() in self.family
 
     def driver_metadata(self) -> dict[str, str]:

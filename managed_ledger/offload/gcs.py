@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from managed_ledger.offload.blobstore import (
-    DEFAULT_READ_BUFFER_SIZE,
     MIB,
-    MIN_BLOCK_SIZE,
     PART_SIZE,
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    OffloadConfigError,
+    StoreKeys,
 )
 
 T = TypeVar("T")
@@ -50,10 +50,6 @@ TIMEOUT_S = 25
 RETRY_S = 10
 
 
-class GcsConfigError(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
 class GcsSettings:
     bucket: str
@@ -65,39 +61,24 @@ class GcsSettings:
 
 
 def gcs_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> GcsSettings:
-    """The google-cloud-storage driver's settings from a broker's (or an offload policy's) keys; GcsConfigError with
+    """The google-cloud-storage driver's settings from a broker's (or an offload policy's) keys; OffloadConfigError with
     Pulsar's words for what it would refuse."""
     environ = os.environ if environ is None else environ
 
-    def first(suffix: str) -> Any:
-        for prefix in PREFIXES:
-            value = settings.get(prefix + suffix)
-            if value not in (None, "", 0):
-                return value
-        return None
-
-    bucket, region, endpoint = (str(first(s) or "") for s in ("Bucket", "Region", "ServiceEndpoint"))
-    max_block = int(first("MaxBlockSizeInBytes") or DEFAULT_MAX_BLOCK_SIZE)
-    read_buffer = int(first("ReadBufferSizeInBytes") or DEFAULT_READ_BUFFER_SIZE)
-    if not bucket:
-        raise GcsConfigError(f"Bucket cannot be empty for {DRIVER} offload")
-    if max_block < MIN_BLOCK_SIZE:
-        raise GcsConfigError(f"ManagedLedgerOffloadMaxBlockSizeInBytes cannot be less than {MIN_BLOCK_SIZE} bytes "
-                             f"for {DRIVER} offload")
-    if read_buffer <= 0:
-        raise GcsConfigError(f"the read buffer size must be positive for {DRIVER} offload, got {read_buffer}")
+    keys = StoreKeys.of(settings, PREFIXES, DEFAULT_MAX_BLOCK_SIZE)
+    keys.check(DRIVER)
     key_file = str(settings.get(KEY_FILE) or "")
     if key_file:
         try:
             with open(key_file, "rb"):
                 pass
         except OSError as exc:
-            raise GcsConfigError(f"Cannot read GCS service account credentials file: {key_file} ({exc.strerror})") \
+            raise OffloadConfigError(f"Cannot read GCS service account credentials file: {key_file} ({exc.strerror})") \
                 from None
     elif not environ.get(EMULATOR_ENV):
-        raise GcsConfigError(f"Cannot read GCS service account credentials file: {KEY_FILE} is not set (nor "
+        raise OffloadConfigError(f"Cannot read GCS service account credentials file: {KEY_FILE} is not set (nor "
                              f"{EMULATOR_ENV}, for an emulator)")
-    return GcsSettings(bucket, region, endpoint, max_block, read_buffer, key_file)
+    return GcsSettings(keys.bucket, keys.region, keys.endpoint, keys.max_block_size, keys.read_buffer_size, key_file)
 
 
 def gcs_offloader(settings: GcsSettings, user_metadata: Mapping[str, str]) -> BlobStoreOffloader:
@@ -124,7 +105,7 @@ class GcsStore:
             try:
                 credentials = service_account.Credentials.from_service_account_file(settings.key_file)
             except (OSError, ValueError) as exc:
-                raise GcsConfigError(f"Cannot read GCS service account credentials file: {settings.key_file} "
+                raise OffloadConfigError(f"Cannot read GCS service account credentials file: {settings.key_file} "
                                      f"({exc})") from None
             self._client = storage.Client(project=credentials.project_id, credentials=credentials, **kwargs)
         else:  # (STORAGE_EMULATOR_HOST: the library goes to the emulator, unauthenticated)

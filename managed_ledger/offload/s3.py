@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from managed_ledger.offload.blobstore import (
-    DEFAULT_MAX_BLOCK_SIZE,
-    DEFAULT_READ_BUFFER_SIZE,
-    MIN_BLOCK_SIZE,
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    OffloadConfigError,
+    StoreKeys,
 )
 
 T = TypeVar("T")
@@ -40,10 +39,6 @@ AWS_PREFIX = "s3ManagedLedgerOffload"
 # Seconds: an S3 call that hangs fails (Pulsar's jclouds so-timeout is 25 s), and is tried again by boto3.
 TIMEOUT_S = 25
 RETRIES = 5
-
-
-class OffloadConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -68,30 +63,13 @@ def s3_settings(driver: str, settings: Mapping[str, Any], environ: Mapping[str, 
     if lower not in S3_DRIVERS:
         raise OffloadConfigError(f"managedLedgerOffloadDriver={driver}: not an S3 driver ({', '.join(S3_DRIVERS)})")
     name, provider = S3_DRIVERS[lower]
-    prefixes = (AWS_PREFIX, GENERIC_PREFIX) if lower == "aws-s3" else (GENERIC_PREFIX,)
-
-    def first(suffix: str) -> Any:
-        for prefix in prefixes:
-            value = settings.get(prefix + suffix)
-            if value not in (None, "", 0):
-                return value
-        return None
-
-    bucket, region, endpoint = (first(s) or "" for s in ("Bucket", "Region", "ServiceEndpoint"))
-    max_block = int(first("MaxBlockSizeInBytes") or DEFAULT_MAX_BLOCK_SIZE)
-    read_buffer = int(first("ReadBufferSizeInBytes") or DEFAULT_READ_BUFFER_SIZE)
+    keys = StoreKeys.of(settings, (AWS_PREFIX, GENERIC_PREFIX) if lower == "aws-s3" else (GENERIC_PREFIX,))
     if lower == "aws-s3":
-        if not region and not endpoint:
+        if not keys.region and not keys.endpoint:
             raise OffloadConfigError(f"Either Region or ServiceEndpoint must specified for {name} offload")
-    elif not endpoint:
+    elif not keys.endpoint:
         raise OffloadConfigError(f"ServiceEndpoint must specified for {name} offload")
-    if not bucket:
-        raise OffloadConfigError(f"Bucket cannot be empty for {name} offload")
-    if max_block < MIN_BLOCK_SIZE:
-        raise OffloadConfigError(f"ManagedLedgerOffloadMaxBlockSizeInBytes cannot be less than {MIN_BLOCK_SIZE} "
-                                 f"bytes for {name} offload")
-    if read_buffer <= 0:
-        raise OffloadConfigError(f"the read buffer size must be positive for {name} offload, got {read_buffer}")
+    keys.check(name)
     if lower == "aws-s3":
         if settings.get("s3ManagedLedgerOffloadRole"):
             raise OffloadConfigError("s3ManagedLedgerOffloadRole (assuming an IAM role) is not supported here: give "
@@ -108,8 +86,8 @@ def s3_settings(driver: str, settings: Mapping[str, Any], environ: Mapping[str, 
                   or environ.get("ALIYUN_OSS_ACCESS_KEY_SECRET", "").strip())
         if not secret:
             raise OffloadConfigError("Couldn't get the access key secret.")
-    return S3Settings(name, provider, bucket, region, endpoint, max_block, read_buffer, access, secret,
-                      virtual_host=lower == "aliyun-oss" or not endpoint)
+    return S3Settings(name, provider, keys.bucket, keys.region, keys.endpoint, keys.max_block_size,
+                      keys.read_buffer_size, access, secret, virtual_host=lower == "aliyun-oss" or not keys.endpoint)
 
 
 def s3_offloader(settings: S3Settings, user_metadata: Mapping[str, str]) -> BlobStoreOffloader:

@@ -19,11 +19,11 @@ from typing import Protocol
 import pytest
 
 from managed_ledger.offload.api import OffloadedLedgerError
-from managed_ledger.offload.azure import AzureConfigError, azure_offloader, azure_settings, block_id
-from managed_ledger.offload.blobstore import BlobStoreOffloader, data_key, index_key
-from managed_ledger.offload.gcs import GcsConfigError, gcs_offloader, gcs_settings
+from managed_ledger.offload.azure import azure_offloader, azure_settings, block_id
+from managed_ledger.offload.blobstore import BlobStoreOffloader, OffloadConfigError, data_key, index_key
+from managed_ledger.offload.gcs import gcs_offloader, gcs_settings
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
-from managed_ledger.offload.s3 import OffloadConfigError, s3_offloader, s3_settings
+from managed_ledger.offload.s3 import s3_offloader, s3_settings
 from tests.offload.azurite import AzureEndpoint, azurite
 from tests.offload.fakegcs import GcsEndpoint, fake_gcs
 from tests.offload.java_tool import compiled, run
@@ -338,7 +338,7 @@ def test_azure_settings_as_pulsar_reads_them() -> None:
      "cannot be less than 1024 bytes"),
 ])
 def test_azure_settings_pulsar_refuses(given: dict[str, object], environ: dict[str, str], words: str) -> None:
-    with pytest.raises(AzureConfigError, match=words):
+    with pytest.raises(OffloadConfigError, match=words):
         azure_settings(given, environ)
 
 
@@ -369,7 +369,7 @@ def test_gcs_settings_as_pulsar_reads_them(tmp_path: Path) -> None:
      GCS_ENV, r"Cannot read GCS service account credentials file: /nonexistent/key.json \(No such file"),
 ])
 def test_gcs_settings_pulsar_refuses(given: dict[str, object], environ: dict[str, str], words: str) -> None:
-    with pytest.raises(GcsConfigError, match=words):
+    with pytest.raises(OffloadConfigError, match=words):
         gcs_settings(given, environ)
 
 
