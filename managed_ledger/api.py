@@ -208,6 +208,15 @@ class LedgerInfo(NamedTuple):
     offloaded: bool = False  # a complete copy is in tiered storage (Pulsar's internal stats: offloaded)
 
 
+class StoredLedger(NamedTuple):
+    """One ledger of a stored managed ledger, as a scan of the tier checks it (Pulsar's ManagedLedgerInfo.LedgerInfo):
+    its entries (None: not known without reading it), whether a complete copy is offloaded, that copy's uuid."""
+
+    entries: int | None
+    offloaded: bool
+    offload_uuid: str | None
+
+
 ReadCallback = Callable[[list[Entry], BaseException | None], None]
 # A read's entries when it completes at once from memory (``read_entries_or_wait``'s ``inline``).
 InlineRead = Callable[[list[Entry]], None]
@@ -280,6 +289,12 @@ class ManagedLedgerFactory(abc.ABC):
         another broker has just created, not told yet (a name found is then known here). Storage of one broker
         knows every name already."""
         return self.exists(name)
+
+    async def stored_ledgers(self, name: str) -> dict[int, StoredLedger] | None:
+        """The ledgers of the stored managed ledger ``name`` (open or not, without opening it; Pulsar's
+        getManagedLedgerInfo), by ledger id; None when there is no such managed ledger. Storage that cannot
+        offload: None."""
+        return None
 
 
 class ManagedLedger(abc.ABC):

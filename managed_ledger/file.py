@@ -37,6 +37,7 @@ from managed_ledger.api import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
+    StoredLedger,
 )
 from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
 from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
@@ -45,7 +46,7 @@ from managed_ledger.file_ledger import FileManagedLedger
 from managed_ledger.fs import FileSystem, OsFileSystem
 from managed_ledger.ledger_base import Clock, settled
 from managed_ledger.offload.api import Offloader, OffloadStatsSink
-from managed_ledger.offload.tiered import delete_copies, offloader_in
+from managed_ledger.offload.tiered import delete_copies, ledgers_with_copies, offloader_in
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
 from managed_ledger.stats import FileLedgerStats
@@ -292,6 +293,17 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
 
     def list_names(self) -> list[str]:
         return sorted(self._names)
+
+    async def stored_ledgers(self, name: str) -> dict[int, StoredLedger] | None:
+        ledger = self._open.get(name)
+        if ledger is not None:
+            return ledger.stored_ledgers()
+        directory = self._names.get(name)
+        if directory is None:
+            return None
+        loop = asyncio.get_running_loop()
+        local, records = await loop.run_in_executor(self.pool, file_layout.stored_ledgers, self.fs, directory)
+        return ledgers_with_copies(((ledger_id, None) for ledger_id in local), records)
 
     def exists(self, name: str) -> bool:
         return name in self._names

@@ -168,6 +168,12 @@ def read_offloads(fs: FileSystem, directory: str, stats: FileLedgerStats | None 
         return []
 
 
+def stored_ledgers(fs: FileSystem, directory: str) -> tuple[list[int], list[LedgerOffload]]:
+    """A managed ledger's ledgers with a local segment, and its offload records, without recovering it."""
+    local = sorted(i for i in map(segment.ledger_id_of, fs.listdir(directory)) if i is not None)
+    return local, read_offloads(fs, directory)
+
+
 def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) -> Recovered:
     """Scan every segment (cutting torn or corrupt tails) and load the cursor states."""
     out = Recovered()

@@ -13,6 +13,8 @@ and its status says so. Every policy applies (docs/features.md#offloading).
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +32,20 @@ from broker.admin.common import (
 )
 from broker.metadata import offload_policies as O
 from broker.metadata.policy_values import PolicyError, check_java_long
-from broker.service.offload import TOPIC_POLICIES_FIELD, broker_offload_fields
+from broker.service.offload import (
+    SCAN_OK,
+    SCAN_UNKNOWN,
+    TOPIC_POLICIES_FIELD,
+    broker_offload_fields,
+    namespace_offloader,
+    scan_offloaded,
+)
 from managed_ledger.position import Position
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
+
+log = logging.getLogger(__name__)
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 TOPIC = "/admin/v2/{domain}/{{tenant}}/{{ns}}/{{topic}}"
@@ -61,6 +72,7 @@ class OffloadResource:
         r.add_get(NS + "/offloadPolicies", self.get_namespace_policies)
         r.add_post(NS + "/offloadPolicies", self.set_namespace_policies)
         r.add_delete(NS + "/removeOffloadPolicies", self.remove_namespace_policies)
+        r.add_get(NS + "/scanOffloadedLedgers", self.scan)
 
     def register_topics(self, r: web.UrlDispatcher) -> None:
         for domain in DOMAINS:
@@ -142,6 +154,43 @@ class OffloadResource:
         await self.web.metadata.modify_policies(ns, change)
         self.web.service.apply_ledger_policies_to(ns)  # (the namespace's loaded topics, at once)
         return no_content()
+
+    async def scan(self, request: web.Request) -> web.StreamResponse:
+        """GET .../scanOffloadedLedgers: every object of the namespace's tier, streamed as the store is listed:
+        ``{"objects": [...], "total": n, "errors": n, "unknown": n}`` (Pulsar's fields; its answer is not valid JSON:
+        an unquoted key, no comma between objects nor before "total"). Without an offloader, 412 (Pulsar's stream
+        fails part-way)."""
+        ns = self.web.namespaces.namespace(request)
+        offloader = namespace_offloader(self.web.service, ns)
+        if offloader is None:
+            raise HttpError(412, f"no offloader is configured for {ns} (managedLedgerOffloadDriver, or the "
+                                 "namespace's offload policies)")
+        objects = scan_offloaded(self.web.service, offloader)
+        try:  # (the first object before the answer starts: a store that cannot be listed is a clear 500)
+            first = await anext(objects, None)
+        except OSError as exc:
+            raise HttpError(500, f"Error while scanning ledgers for {ns}: {exc}") from None
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        counts = {"total": 0, "errors": 0, "unknown": 0}
+        await response.write(b'{"objects": [')
+        found = first
+        while found is not None:
+            counts["total"] += 1
+            if found["status"] == SCAN_UNKNOWN:
+                counts["unknown"] += 1
+            elif found["status"] != SCAN_OK:
+                counts["errors"] += 1
+            await response.write((", " if counts["total"] > 1 else "").encode() + json.dumps(found).encode())
+            try:
+                found = await anext(objects, None)
+            except OSError as exc:  # (part-way: the answer is cut, as the client sees from the JSON)
+                log.warning("scan of the offloaded objects of %s stopped: %s", ns, exc)
+                return response
+        await response.write(f'], "total": {counts["total"]}, "errors": {counts["errors"]}, '
+                             f'"unknown": {counts["unknown"]}}}'.encode())
+        await response.write_eof()
+        return response
 
     # -- a topic's ----------------------------------------------------------------------------------------------
     async def get_topic_policies(self, request: web.Request) -> web.Response:

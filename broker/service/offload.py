@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -30,9 +30,10 @@ from managed_ledger.api import (
     OffloadInProgressError,
     OffloadPolicy,
     OffloadTier,
+    StoredLedger,
 )
 from managed_ledger.offload import azure, gcs, s3
-from managed_ledger.offload.api import Offloader
+from managed_ledger.offload.api import Offloader, StoredObject
 from managed_ledger.offload.blobstore import CLUSTER_KEY, SOFTWARE_VERSION_KEY, OffloadConfigError
 from managed_ledger.offload.filesystem import DRIVER_NAME, FileSystemOffloader
 from managed_ledger.offload.mapfile import DEFAULT_BLOCK_SIZE, INDEX_INTERVAL, Compression
@@ -296,6 +297,61 @@ def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy
         in_force(O.THRESHOLD_SECONDS, O.OLD_THRESHOLD_SECONDS, -1, cfg.managedLedgerOffloadThresholdInSeconds),
         in_force(O.DELETION_LAG, O.OLD_DELETION_LAG, None, cfg.managedLedgerOffloadDeletionLagMs) / 1000,
         tiered_first, cfg.triggerOffloadOnTopicLoad, service.offload_tiers.of(topic, namespace))
+
+
+# A scanned object's status (Pulsar's OffloaderObjectsScannerUtils): whether the managed ledger its metadata names
+# still has that ledger, offloaded, with that copy.
+SCAN_OK, SCAN_UNKNOWN, SCAN_NOT_FOUND = "OK", "UNKNOWN", "NOT-FOUND"
+SCAN_NOT_OFFLOADED, SCAN_BAD_UUID = "NOT-OFFLOADED", "BAD-UUID"
+
+
+def namespace_offloader(service: BrokerService, namespace: str) -> Offloader | None:
+    """The offloader of a namespace's topics without policies of their own (Pulsar's getManagedLedgerOffloader for
+    the namespace's policies): its offload policies', else the broker's."""
+    tier = service.offload_tiers.of(None, service.metadata.policy(namespace, O.NAMESPACE_FIELD))
+    return tier.offloader if tier is not None else getattr(service.ledger_factory, "offloader", None)
+
+
+async def scan_offloaded(service: BrokerService, offloader: Offloader) -> AsyncIterator[dict[str, Any]]:
+    """Each object of the offloader's tier (Pulsar's scanOffloadedLedgers: the whole bucket, whichever namespace),
+    with its status: OK when the managed ledger it belongs to (its metadata's, when written by this cluster; a
+    filesystem copy's directory) has the ledger, offloaded, with this copy's uuid; NOT-FOUND, NOT-OFFLOADED,
+    BAD-UUID otherwise; UNKNOWN when the object says nothing of whose it is. The store is listed off the loop, a
+    page at a time."""
+    loop = asyncio.get_running_loop()
+    objects = offloader.scan()
+    done = object()
+    cluster = service.config.clusterName
+    ledgers: dict[str, dict[int, StoredLedger] | None] = {}
+    while (found := await loop.run_in_executor(None, next, objects, done)) is not done:
+        assert isinstance(found, StoredObject)
+        info: dict[str, Any] = {"ledger": found.ledger_id if found.ledger_id is not None else -1,
+                                "name": found.name, "uri": found.uri, "uuid": found.uuid, "size": found.size,
+                                "lastModified": found.last_modified_ms, "userMetadata": dict(found.user_metadata)}
+        metadata = {k.lower(): v for k, v in found.user_metadata.items()}
+        managed_ledger = found.managed_ledger
+        if managed_ledger is None and metadata.get(CLUSTER_KEY) == cluster:
+            managed_ledger = metadata.get("managedledgername")
+        status = SCAN_UNKNOWN
+        if managed_ledger is not None:
+            info["managedLedgerName"] = managed_ledger
+            if managed_ledger not in ledgers:
+                ledgers[managed_ledger] = await service.ledger_factory.stored_ledgers(managed_ledger)
+            status = _scanned_status(found, ledgers[managed_ledger], info)
+        info["status"] = status
+        yield info
+
+
+def _scanned_status(found: StoredObject, ledgers: dict[int, StoredLedger] | None, info: dict[str, Any]) -> str:
+    ledger = ledgers.get(found.ledger_id) if ledgers is not None and found.ledger_id is not None else None
+    if ledger is None:
+        return SCAN_NOT_FOUND
+    if ledger.entries is not None:
+        info["numEntries"] = ledger.entries
+    info["offloaded"] = ledger.offloaded
+    if not ledger.offloaded:
+        return SCAN_NOT_OFFLOADED
+    return SCAN_OK if ledger.offload_uuid == found.uuid else SCAN_BAD_UUID
 
 
 async def offload_housekeeping(topic: PersistentTopic) -> None:

@@ -37,6 +37,7 @@ from managed_ledger.api import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
+    StoredLedger,
 )
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.availability import BookieAvailability
@@ -48,7 +49,7 @@ from managed_ledger.ledger_base import settled
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.offload.api import Offloader, OffloadStatsSink
 from managed_ledger.offload.state import LedgerOffload
-from managed_ledger.offload.tiered import delete_copies, offloader_in
+from managed_ledger.offload.tiered import delete_copies, ledgers_with_copies, offloader_in
 from managed_ledger.position import Position
 from managed_ledger.read_cache import ReadCache
 from managed_ledger.single_flight import SingleFlight
@@ -527,6 +528,18 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                 pass
             except BookKeeperError as exc:
                 log.warning("%s: ledger %d not deleted: %s", name, ledger_id, exc)
+
+    async def stored_ledgers(self, name: str) -> dict[int, StoredLedger] | None:
+        await self.start()
+        ledger = self._open.get(name)
+        if ledger is not None:
+            return ledger.stored_ledgers()
+        got = await self.store.get(ml_formats.ledger_path(self.root, name))
+        if got is None:
+            return None
+        info = ml_formats.decode_ledger_info(got.value)
+        return ledgers_with_copies(((stored.ledger_id, stored.entries or 0) for stored in info.ledgers),
+                                   offload_records(info))
 
     async def close(self) -> None:
         if self._closed:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
 
@@ -71,6 +72,27 @@ class Offloader(Protocol):
 
     def delete(self, managed_ledger: str, ledger_id: int, uuid: UUID, driver_metadata: Mapping[str, str]) -> None:
         """Remove the copy; nothing there is no error."""
+
+    def scan(self) -> Iterator[StoredObject]:
+        """Every object (file) the tier holds, whoever wrote it (Pulsar's scanLedgers); OSError when the store
+        cannot be listed."""
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a tier, as a scan finds it (Pulsar's OffloadedLedgerMetadata). ``ledger_id`` and ``uuid`` as
+    its name gives them (None: not a copy's name); ``managed_ledger``: whose copy it is when the store says so
+    without metadata (a filesystem copy's directory), else None."""
+
+    name: str
+    bucket: str
+    uri: str
+    size: int
+    last_modified_ms: int
+    user_metadata: Mapping[str, str]
+    ledger_id: int | None
+    uuid: str | None
+    managed_ledger: str | None = None
 
 
 class OffloadStatsSink(Protocol):

@@ -23,7 +23,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from managed_ledger.offload.blobstore import (
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    Listed,
     OffloadConfigError,
     StoreKeys,
 )
@@ -71,7 +72,6 @@ def azure_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | Non
     """The azureblob driver's settings from a broker's (or an offload policy's) keys; OffloadConfigError with Pulsar's
     words for what it would refuse."""
     environ = os.environ if environ is None else environ
-
     keys = StoreKeys.of(settings, (PREFIX,))
     keys.check(DRIVER)
     account = environ.get(ACCOUNT_ENV, "").strip()
@@ -171,6 +171,24 @@ class AzureStore:
             self._call("delete", bucket, key, self._blob(bucket, key).delete_blob)
         except BlobMissingError:
             pass
+
+    def list_objects(self, bucket: str) -> Iterator[Listed]:
+        container = self._service.get_container_client(bucket)
+        pages = self._call("listing", bucket, "", lambda: container.list_blobs(include=["metadata"]).by_page())
+        while (page := self._call("listing", bucket, "", _next_page, pages)) is not None:
+            for blob in page:
+                yield Listed(str(blob.name), int(blob.size), int(blob.last_modified.timestamp() * 1000),
+                             f"{container.url}/{blob.name}", {k.lower(): v for k, v in (blob.metadata or {}).items()})
+
+    def metadata(self, bucket: str, key: str) -> dict[str, str]:
+        properties = self._call("metadata read", bucket, key, self._blob(bucket, key).get_blob_properties)
+        return {k.lower(): v for k, v in (properties.metadata or {}).items()}
+
+
+def _next_page(pages: Iterator[Iterable[Any]]) -> list[Any] | None:
+    """The next page of a listing, read whole (None: no more)."""
+    page = next(pages, None)
+    return None if page is None else list(page)
 
 
 def _words(exc: Exception) -> str:

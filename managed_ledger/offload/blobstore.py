@@ -28,13 +28,13 @@ from __future__ import annotations
 import struct
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Protocol
 from uuid import UUID
 
-from managed_ledger.offload.api import OffloadedLedgerError, check_range
+from managed_ledger.offload.api import OffloadedLedgerError, StoredObject, check_range
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
 
 BLOCK_MAGIC = 0xFBDBABCB
@@ -133,6 +133,38 @@ class BlobStore(Protocol):
 
     def delete(self, bucket: str, key: str) -> None:
         """Nothing there is no error."""
+
+    def list_objects(self, bucket: str) -> Iterator[Listed]:
+        """Every object of the bucket, page by page."""
+
+    def metadata(self, bucket: str, key: str) -> dict[str, str]:
+        """The object's user metadata (lower-case keys), for a listing that does not carry it; BlobMissingError."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An object as a bucket's listing gives it (``metadata`` None: the listing does not carry it)."""
+
+    name: str
+    size: int
+    last_modified_ms: int
+    uri: str
+    metadata: Mapping[str, str] | None
+
+
+def parse_object_name(name: str) -> tuple[int | None, str | None]:
+    """The ledger id and copy uuid an object's name carries (Pulsar's DataBlockUtils.parseLedgerId and
+    parseContextUuid: ``<uuid>-ledger-<id>``, with ``-index`` or not); None where it does not."""
+    base = name.removesuffix("-index")
+    at = base.find("-ledger-")
+    if at < 0:
+        return None, None
+    try:
+        ledger_id = int(base[at + len("-ledger-"):])
+    except ValueError:
+        return None, None
+    at = name.find(f"-ledger-{ledger_id}")
+    return ledger_id, name[:at] if at > 0 else None
 
 
 def data_key(ledger_id: int, uuid: UUID) -> str:
@@ -291,6 +323,20 @@ class BlobStoreOffloader:
         bucket = self._bucket_of(driver_metadata)
         for key in (data_key(ledger_id, uuid), index_key(ledger_id, uuid)):
             self.store.delete(bucket, key)
+
+    def scan(self) -> Iterator[StoredObject]:
+        """Every object of the bucket (Pulsar's scanLedgers), with its user metadata (fetched per object where the
+        listing does not carry it, as S3's does not: Pulsar's scan then has none, and finds nothing)."""
+        for listed in self.store.list_objects(self.bucket):
+            metadata = listed.metadata
+            if metadata is None:
+                try:
+                    metadata = self.store.metadata(self.bucket, listed.name)
+                except BlobMissingError:  # (deleted since the listing)
+                    continue
+            ledger_id, copy = parse_object_name(listed.name)
+            yield StoredObject(listed.name, self.bucket, listed.uri, listed.size, listed.last_modified_ms,
+                               dict(metadata), ledger_id, copy)
 
 
 class BlockWriter:

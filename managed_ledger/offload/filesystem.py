@@ -17,13 +17,14 @@ Blocking file I/O throughout: the managed ledger runs these calls in its pool.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-from managed_ledger.offload.api import OffloadedLedgerError, check_range
+from managed_ledger.offload.api import OffloadedLedgerError, StoredObject, check_range
 from managed_ledger.offload.ledger_metadata import LedgerMetadataError, OffloadedLedgerMetadata
 from managed_ledger.offload.mapfile import (
     DEFAULT_BLOCK_SIZE,
@@ -37,6 +38,7 @@ from managed_ledger.offload.mapfile import (
 DRIVER_NAME = "filesystem"
 METADATA_KEY = -1
 TEMPORARY_SUFFIX = ".offloading"
+COPY_NAME = re.compile(r"(\d+)-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:\.offloading)?")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,24 @@ class FileSystemOffloader:
         final = self.ledger_path(managed_ledger, ledger_id, uuid)
         for path in (final, final.with_name(final.name + TEMPORARY_SUFFIX)):
             shutil.rmtree(path, ignore_errors=True)
+
+    def scan(self) -> Iterator[StoredObject]:
+        """Every copy's directory under the base (and what interrupted copies left), with the managed ledger its
+        path names (Pulsar's filesystem offloader cannot scan)."""
+        if not self.base.is_dir():
+            return
+        for root, directories, _ in os.walk(self.base):
+            for name in sorted(directories):
+                found = COPY_NAME.fullmatch(name)
+                if found is None:
+                    continue
+                directories.remove(name)  # (not walked into)
+                path = Path(root) / name
+                files = [f.stat() for f in path.iterdir() if f.is_file()]
+                modified = max((f.st_mtime for f in files), default=path.stat().st_mtime)
+                yield StoredObject(str(path.relative_to(self.base)), str(self.base), path.as_uri(),
+                                   sum(f.st_size for f in files), int(modified * 1000), {}, int(found[1]), found[2],
+                                   managed_ledger=str(Path(root).relative_to(self.base)))
 
 
 class OffloadWriter:

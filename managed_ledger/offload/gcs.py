@@ -22,7 +22,7 @@ import functools
 import os
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ from managed_ledger.offload.blobstore import (
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    Listed,
     OffloadConfigError,
     StoreKeys,
 )
@@ -64,7 +65,6 @@ def gcs_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | None 
     """The google-cloud-storage driver's settings from a broker's (or an offload policy's) keys; OffloadConfigError with
     Pulsar's words for what it would refuse."""
     environ = os.environ if environ is None else environ
-
     keys = StoreKeys.of(settings, PREFIXES, DEFAULT_MAX_BLOCK_SIZE)
     keys.check(DRIVER)
     key_file = str(settings.get(KEY_FILE) or "")
@@ -73,11 +73,11 @@ def gcs_settings(settings: Mapping[str, Any], environ: Mapping[str, str] | None 
             with open(key_file, "rb"):
                 pass
         except OSError as exc:
-            raise OffloadConfigError(f"Cannot read GCS service account credentials file: {key_file} ({exc.strerror})") \
-                from None
+            raise OffloadConfigError(f"Cannot read GCS service account credentials file: {key_file} "
+                                     f"({exc.strerror})") from None
     elif not environ.get(EMULATOR_ENV):
         raise OffloadConfigError(f"Cannot read GCS service account credentials file: {KEY_FILE} is not set (nor "
-                             f"{EMULATOR_ENV}, for an emulator)")
+                                 f"{EMULATOR_ENV}, for an emulator)")
     return GcsSettings(keys.bucket, keys.region, keys.endpoint, keys.max_block_size, keys.read_buffer_size, key_file)
 
 
@@ -106,7 +106,7 @@ class GcsStore:
                 credentials = service_account.Credentials.from_service_account_file(settings.key_file)
             except (OSError, ValueError) as exc:
                 raise OffloadConfigError(f"Cannot read GCS service account credentials file: {settings.key_file} "
-                                     f"({exc})") from None
+                                         f"({exc})") from None
             self._client = storage.Client(project=credentials.project_id, credentials=credentials, **kwargs)
         else:  # (STORAGE_EMULATOR_HOST: the library goes to the emulator, unauthenticated)
             from google.auth.credentials import AnonymousCredentials
@@ -190,6 +190,22 @@ class GcsStore:
         except BlobMissingError:
             pass
 
+    def list_objects(self, bucket: str) -> Iterator[Listed]:
+        pages = self._call("listing", bucket, "", lambda: self._client.list_blobs(
+            bucket, timeout=TIMEOUT_S, retry=self._retry).pages)
+        while (page := self._call("listing", bucket, "", _next_page, pages)) is not None:
+            for blob in page:
+                modified = blob.updated.timestamp() if blob.updated is not None else 0
+                yield Listed(str(blob.name), int(blob.size or 0), int(modified * 1000),
+                             f"gs://{bucket}/{blob.name}", {k.lower(): v for k, v in (blob.metadata or {}).items()})
+
+    def metadata(self, bucket: str, key: str) -> dict[str, str]:
+        blob = self._call("metadata read", bucket, key, self._client.bucket(bucket).get_blob, key,
+                          timeout=TIMEOUT_S, retry=self._retry)
+        if blob is None:
+            raise BlobMissingError(f"GCS metadata read of {bucket}/{key}: no such object")
+        return {k.lower(): v for k, v in (blob.metadata or {}).items()}
+
 
 @functools.cache
 def _writer_class() -> Any:
@@ -205,6 +221,12 @@ def _writer_class() -> Any:
                 super().close()
 
     return AbortableWriter
+
+
+def _next_page(pages: Iterator[Iterable[Any]]) -> list[Any] | None:
+    """The next page of a listing, read whole (None: no more)."""
+    page = next(pages, None)
+    return None if page is None else list(page)
 
 
 def _words(exc: Exception) -> str:

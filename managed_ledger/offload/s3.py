@@ -18,7 +18,7 @@ parts here (offload.blobstore: parts are not blocks).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from managed_ledger.offload.blobstore import (
     BlobMissingError,
     BlobStoreError,
     BlobStoreOffloader,
+    Listed,
     OffloadConfigError,
     StoreKeys,
 )
@@ -39,6 +40,7 @@ AWS_PREFIX = "s3ManagedLedgerOffload"
 # Seconds: an S3 call that hangs fails (Pulsar's jclouds so-timeout is 25 s), and is tried again by boto3.
 TIMEOUT_S = 25
 RETRIES = 5
+LIST_PAGE = 1000  # (objects per listing request: S3's most)
 
 
 @dataclass(frozen=True)
@@ -171,3 +173,22 @@ class S3Store:
 
     def delete(self, bucket: str, key: str) -> None:
         self._call("delete", self._client.delete_object, Bucket=bucket, Key=key)
+
+    def list_objects(self, bucket: str) -> Iterator[Listed]:
+        base = f"{self._client.meta.endpoint_url.rstrip('/')}/{bucket}"
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "MaxKeys": LIST_PAGE}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("listing", self._client.list_objects_v2, **kwargs)
+            for o in page.get("Contents", []):
+                yield Listed(str(o["Key"]), int(o["Size"]), int(o["LastModified"].timestamp() * 1000),
+                             f"{base}/{o['Key']}", None)  # (S3's listing has no user metadata)
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def metadata(self, bucket: str, key: str) -> dict[str, str]:
+        answer = self._call("metadata read", self._client.head_object, Bucket=bucket, Key=key)
+        return {k.lower(): v for k, v in answer.get("Metadata", {}).items()}

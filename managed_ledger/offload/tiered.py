@@ -27,6 +27,7 @@ from managed_ledger.api import (
     ManagedLedgerError,
     NoOffloaderError,
     OffloadInProgressError,
+    StoredLedger,
 )
 from managed_ledger.ledger_base import LedgerState
 from managed_ledger.ledger_map import LedgerMeta
@@ -143,6 +144,11 @@ class TieredLedger(StoredManagedLedger):
         if not tier.records:
             return infos
         return [i._replace(offloaded=True) if tier.complete(i.ledger_id) else i for i in infos]
+
+    def stored_ledgers(self) -> dict[int, StoredLedger]:
+        """Each ledger with its entries and its complete copy's uuid (ManagedLedgerFactory.stored_ledgers)."""
+        return ledgers_with_copies(((i.ledger_id, i.entries) for i in self._map.infos()),
+                                   self._tier.records.values())
 
     @property
     def offloaded_size(self) -> int:
@@ -426,6 +432,18 @@ class TieredLedger(StoredManagedLedger):
 
     async def _delete_copies(self, records: list[LedgerOffload]) -> None:
         await delete_copies(self._offloader, self._name, records, self._blocking, self._offload_stats)
+
+
+def ledgers_with_copies(ledgers: Iterable[tuple[int, int | None]],
+                        records: Iterable[LedgerOffload]) -> dict[int, StoredLedger]:
+    """``ledgers`` (id, entries) with their offload records' copies; a record's ledger not among them (its local copy
+    deleted) is one too."""
+    out = {ledger_id: StoredLedger(entries, False, None) for ledger_id, entries in ledgers}
+    for o in records:
+        known = out.get(o.ledger_id)
+        out[o.ledger_id] = StoredLedger(known.entries if known is not None and known.entries is not None
+                                        else o.entries, o.complete, str(o.uuid) if o.complete else None)
+    return out
 
 
 def offloader_in(config: ManagedLedgerConfig | None, factory_offloader: Offloader | None) -> Offloader | None:

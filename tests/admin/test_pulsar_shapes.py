@@ -334,11 +334,18 @@ DISPATCHER_KEYS = ("dispatcher", *(f"dispatcher.{k}" for k in (
 # answers them 404 (no such route), or 405 where the path is also a bundle's (DELETE .../{bundle}), as Pulsar does
 # for a name it has no GET for.
 NOT_HERE = {
-    **{f"/admin/v2/namespaces/{NS}/{p}": "no tiered storage, entry filters or resource groups here" for p in (
-        "entryFilters", "resourcegroup", "scanOffloadedLedgers")},
+    **{f"/admin/v2/namespaces/{NS}/{p}": "no entry filters or resource groups here" for p in (
+        "entryFilters", "resourcegroup")},
     **{f"{BASE}/t/{p}": "no entry filters or shadow topics here" for p in ("entryFilters", "shadowTopics")},
     "/admin/v2/resourcegroups": "no resource groups here",
     "/admin/v2/worker/cluster": "no functions worker here (Pulsar's, disabled: 409)",
+}
+
+# GETs ours answers with another status on purpose: path -> (ours, Pulsar's, why).
+OTHER_STATUS = {
+    # Pulsar's scan fails inside its streamed answer without an offloader (NullLedgerOffloader cannot scan): a 500
+    # with Jetty's HTML page; ours says why.
+    f"/admin/v2/namespaces/{NS}/scanOffloadedLedgers": (412, 500, "no offloader is configured: ours says so"),
 }
 
 # path -> (key paths only ours has, key paths only Pulsar's has), each with the reason; None: keys not compared.
@@ -448,6 +455,9 @@ def test_answer_has_pulsars_status_and_shape(answers: dict[str, dict[str, tuple[
     (our_status, ours), (their_status, theirs) = answers["ours"][path], answers["pulsar"][path]
     if path in NOT_HERE:
         assert our_status in (404, 405), (our_status, ours)
+        return
+    if path in OTHER_STATUS:
+        assert (our_status, their_status) == OTHER_STATUS[path][:2]
         return
     assert our_status == their_status, f"status: ours {our_status}, Pulsar's {their_status}"
     allowed = DIFFERENCES.get(path, (set(), set()))

@@ -148,6 +148,11 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
 
     broker = BrokerThread(data_dir=data, **settings(bk_cluster, offload)).start()
     try:
+        # the tier's scan, the topic not loaded yet: its ledger list read from its znode
+        assert topic not in broker.run_coroutine(_loaded(broker))
+        scan = Admin(broker.web_url).ok("GET", f"/admin/v2/namespaces/{namespace}/scanOffloadedLedgers")
+        assert {o["status"] for o in scan["objects"]} == {"OK"} and scan["errors"] == scan["unknown"] == 0
+        assert sorted({o["ledger"] for o in scan["objects"]}) == ledgers[:4]
         assert_read_back_from_copies(broker, topic, 4, sent)
         Admin(broker.web_url).ok("DELETE", path + "?force=true")
         assert copies() == 0
@@ -155,3 +160,7 @@ def test_offload_from_bookkeeper_delete_the_ledgers_restart_and_read(
         broker.stop()
         zk.stop()
         zk.close()
+
+
+async def _loaded(broker: BrokerThread) -> set[str]:
+    return set(broker.server.service.topics)

@@ -263,6 +263,23 @@ def test_an_unreachable_endpoint_is_an_error_of_the_store(bucket: str, store: St
         offload(off, 19, uuid.uuid4(), [b"a"])
 
 
+def test_a_scan_lists_every_object_with_its_metadata(store: Store, bucket: str) -> None:
+    """(Pulsar's scanLedgers; for S3, whose listing has no user metadata, each object's is read: Pulsar's has none.)"""
+    off = store.offloader(bucket)
+    copy = uuid.uuid4()
+    offload(off, 22, copy, ledger(5, seed=3))
+    off.store.put(bucket, "notes.txt", b"not a copy", {})
+    found = {o.name: o for o in off.scan()}
+    assert set(found) == {data_key(22, copy), index_key(22, copy), "notes.txt"}
+    data, index = found[data_key(22, copy)], found[index_key(22, copy)]
+    assert (data.ledger_id, data.uuid, data.bucket, index.ledger_id, index.uuid) == (22, str(copy), bucket, 22,
+                                                                                    str(copy))
+    assert {k: data.user_metadata[k] for k in ("managedledgername", "pulsarclustername", "role")} == {
+        "managedledgername": ML, "pulsarclustername": "test", "role": "data"}
+    assert data.size > index.size > 0 and data.last_modified_ms > 0 and data.uri.endswith(f"/{data.name}")
+    assert (found["notes.txt"].ledger_id, found["notes.txt"].uuid) == (None, None)
+
+
 # -- settings ------------------------------------------------------------------------------------------------------
 
 ENV = {"ACCESS_KEY_ID": "id", "ACCESS_KEY_SECRET": "secret"}

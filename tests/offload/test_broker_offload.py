@@ -4,6 +4,8 @@ official client after a restart; the stats and metrics that say so."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -137,5 +139,62 @@ def test_trigger_offload_on_topic_load(tmp_path: Path) -> None:
         admin = Admin(broker.web_url)
         wait_for(lambda: [lg["offloaded"] for lg in admin.ok("GET", path + "/internalStats")["ledgers"]]
                  == [True, True, True, False], 30, "the closed ledgers offloaded when the topic loaded")
+    finally:
+        broker.stop()
+
+
+def test_scan_offloaded_ledgers(tmp_path: Path) -> None:
+    """GET .../scanOffloadedLedgers (Pulsar's, which its filesystem offloader cannot do): every copy of the tier, each
+    checked against the ledger list of the managed ledger it belongs to (loaded or not): OK, and for copies nobody
+    keeps, why (NOT-FOUND, NOT-OFFLOADED, BAD-UUID); the answer is JSON (Pulsar's is not)."""
+    topic, other = topic_name("scanned"), topic_name("scanned-unloaded")
+    path = "/admin/v2/" + topic.replace("://", "/")
+    data = tmp_path / "data"
+    broker = BrokerThread(data_dir=data, **SETTINGS).start()
+    try:
+        admin = Admin(broker.web_url)
+        for name in (topic, other):
+            last = produce_held(broker, name, [f"m{i}".encode() for i in range(22)])
+            offload_but_the_last(admin, "/admin/v2/" + name.replace("://", "/"), last, 30)
+        admin.ok("PUT", "/admin/v2/" + other.replace("://", "/") + "/unload")  # (its ledger list read from disk)
+        ledgers = admin.ok("GET", path + "/internalStats")["ledgers"]
+        base = data / "offloaded"
+        managed_ledger = "/".join([*topic.removeprefix("persistent://").split("/")[:2], "persistent",
+                                   topic.rsplit("/", 1)[1]])
+        copies = sorted((base / managed_ledger).iterdir())
+        # what nobody keeps: a copy of a ledger the topic never had, of its current ledger (not offloaded), another
+        # copy of an offloaded ledger, and one of a managed ledger that does not exist
+        strays = {f"{managed_ledger}/999999-{uuid.uuid4()}": "NOT-FOUND",
+                  f"{managed_ledger}/{ledgers[4]['ledgerId']}-{uuid.uuid4()}": "NOT-OFFLOADED",
+                  f"{managed_ledger}/{ledgers[0]['ledgerId']}-{uuid.uuid4()}": "BAD-UUID",
+                  f"public/default/persistent/gone/{ledgers[0]['ledgerId']}-{uuid.uuid4()}": "NOT-FOUND"}
+        for stray in strays:
+            shutil.copytree(copies[0], base / stray)
+
+        answer = admin.ok("GET", "/admin/v2/namespaces/public/default/scanOffloadedLedgers")
+        by_name = {o["name"]: o for o in answer["objects"]}
+        assert (answer["total"], answer["errors"], answer["unknown"]) == (8 + 4, 4, 0)
+        assert {name: o["status"] for name, o in by_name.items() if name in strays} == strays
+        mine = [o for name, o in by_name.items() if name.startswith(managed_ledger + "/") and name not in strays]
+        assert sorted(o["ledger"] for o in mine) == [lg["ledgerId"] for lg in ledgers[:4]]
+        first = next(o for o in mine if o["ledger"] == ledgers[0]["ledgerId"])
+        assert first["status"] == "OK" and first["managedLedgerName"] == managed_ledger
+        assert (first["numEntries"], first["offloaded"], first["userMetadata"]) == (5, True, {})
+        assert first["uri"].startswith("file:///") and first["size"] > 0 and first["lastModified"] > 0
+        unloaded = [o for o in answer["objects"] if o.get("managedLedgerName", "").endswith(other.rsplit("/", 1)[1])]
+        assert len(unloaded) == 4 and {o["status"] for o in unloaded} == {"OK"}
+
+        assert admin.call("GET", "/admin/v2/namespaces/public/nosuch/scanOffloadedLedgers").status == 404
+    finally:
+        broker.stop()
+
+
+def test_scan_without_an_offloader_is_refused(tmp_path: Path) -> None:
+    settings = {k: v for k, v in SETTINGS.items() if k != "managedLedgerOffloadDriver"}
+    broker = BrokerThread(data_dir=tmp_path / "data", **settings).start()
+    try:
+        answer = Admin(broker.web_url).call("GET", "/admin/v2/namespaces/public/default/scanOffloadedLedgers")
+        assert answer.status == 412
+        assert "no offloader is configured for public/default" in answer.body.decode()
     finally:
         broker.stop()

@@ -48,6 +48,13 @@ def test_offload_to_s3_delete_locally_restart_read_and_delete(tmp_path: Path, en
         objects = bucket_keys(endpoint, bucket)
         assert len(objects) == 8
         assert sorted(int(key.split("-ledger-")[1]) for key in objects if not key.endswith("-index")) == ledgers[:4]
+        # the scan: each object's user metadata read (S3 lists none), each copy found in the topic's ledger list
+        endpoint.client().put_object(Bucket=bucket, Key="foreign", Body=b"x")
+        scan = admin.ok("GET", "/admin/v2/namespaces/public/default/scanOffloadedLedgers")
+        assert (scan["total"], scan["errors"], scan["unknown"]) == (9, 0, 1)
+        assert {o["name"]: o["status"] for o in scan["objects"]} == {**{key: "OK" for key in objects},
+                                                                      "foreign": "UNKNOWN"}
+        endpoint.client().delete_object(Bucket=bucket, Key="foreign")
 
         admin.ok("PUT", "/admin/v2/namespaces/public/default/offloadDeletionLagMs", 0)
         wait_for(lambda: not set(ledgers[:4]) & local_segments(data), 30, "the offloaded ledgers' local copies gone")
