@@ -192,6 +192,7 @@ POLICY_NAMES: dict[str, str] = {
     "offloadThreshold": "OFFLOAD",
     "offloadThresholdInSeconds": "OFFLOAD",
     "removeOffloadPolicies": "OFFLOAD",
+    "scanOffloadedLedgers": "OFFLOAD",
     "partitions": "PARTITION",
     "persistence": "PERSISTENCE",
     "publishRate": "RATE",
