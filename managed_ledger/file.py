@@ -295,7 +295,7 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         return sorted(self._names)
 
     async def stored_ledgers(self, name: str) -> dict[int, StoredLedger] | None:
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)  # (one closing: what it leaves stored)
         if ledger is not None:
             return ledger.stored_ledgers()
         directory = self._names.get(name)

@@ -531,7 +531,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
 
     async def stored_ledgers(self, name: str) -> dict[int, StoredLedger] | None:
         await self.start()
-        ledger = self._open.get(name)
+        ledger = await settled(self._open, name)  # (one closing: what it leaves stored)
         if ledger is not None:
             return ledger.stored_ledgers()
         got = await self.store.get(ml_formats.ledger_path(self.root, name))
