@@ -234,6 +234,9 @@ class ManagedLedgerFactory(abc.ABC):
         # one event loop, so this is the "per-loop" counter of the architecture.
         self.nesting = NestingCounter()
         self._names_listeners: list[Callable[[str], None]] = []
+        # The broker's tiered storage (its offload settings), for managed ledgers without one of their own; a storage
+        # that cannot offload keeps None.
+        self.offloader: Offloader | None = None
 
     def add_names_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(name)`` after a managed ledger is created or deleted: through this factory, or (storage

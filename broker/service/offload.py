@@ -309,7 +309,7 @@ def namespace_offloader(service: BrokerService, namespace: str) -> Offloader | N
     """The offloader of a namespace's topics without policies of their own (Pulsar's getManagedLedgerOffloader for
     the namespace's policies): its offload policies', else the broker's."""
     tier = service.offload_tiers.of(None, service.metadata.policy(namespace, O.NAMESPACE_FIELD))
-    return tier.offloader if tier is not None else getattr(service.ledger_factory, "offloader", None)
+    return tier.offloader if tier is not None else service.ledger_factory.offloader
 
 
 async def scan_offloaded(service: BrokerService, offloader: Offloader) -> AsyncIterator[dict[str, Any]]:

@@ -163,9 +163,8 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got "
                              f"{ensemble_size}/{write_quorum}/{ack_quorum}")
-        # Where closed ledgers are offloaded to, and read from once their BookKeeper copy is deleted (a Pulsar
-        # broker's too); None: nowhere. offload_stats: where offloads are counted (the broker's).
-        self.offloader: Offloader | None = None
+        # offloader (the base's, None until the broker sets it): where closed ledgers are offloaded to, and read from
+        # once their BookKeeper copy is deleted (a Pulsar broker's too). offload_stats: where offloads are counted.
         self.offload_stats: OffloadStatsSink | None = None
         self.bk = bk
         self._store = store

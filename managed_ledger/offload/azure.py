@@ -23,7 +23,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,8 @@ from managed_ledger.offload.blobstore import (
     Listed,
     OffloadConfigError,
     StoreKeys,
+    first_line,
+    next_page,
 )
 
 T = TypeVar("T")
@@ -118,11 +120,11 @@ class AzureStore:
         try:
             return call(*args, **kwargs)
         except ResourceNotFoundError as exc:
-            raise BlobMissingError(f"Azure {what} of {bucket}/{key}: {_words(exc)}") from None
+            raise BlobMissingError(f"Azure {what} of {bucket}/{key}: {first_line(exc)}") from None
         except HttpResponseError as exc:
-            raise BlobStoreError(f"Azure {what} of {bucket}/{key}: {exc.status_code} {_words(exc)}") from None
+            raise BlobStoreError(f"Azure {what} of {bucket}/{key}: {exc.status_code} {first_line(exc)}") from None
         except AzureError as exc:
-            raise BlobStoreError(f"Azure {what} of {bucket}/{key}: {_words(exc)}") from None
+            raise BlobStoreError(f"Azure {what} of {bucket}/{key}: {first_line(exc)}") from None
 
     def start_upload(self, bucket: str, key: str, metadata: Mapping[str, str]) -> str:
         upload_id = str(uuid.uuid4())
@@ -175,7 +177,7 @@ class AzureStore:
     def list_objects(self, bucket: str) -> Iterator[Listed]:
         container = self._service.get_container_client(bucket)
         pages = self._call("listing", bucket, "", lambda: container.list_blobs(include=["metadata"]).by_page())
-        while (page := self._call("listing", bucket, "", _next_page, pages)) is not None:
+        while (page := self._call("listing", bucket, "", next_page, pages)) is not None:
             for blob in page:
                 yield Listed(str(blob.name), int(blob.size), int(blob.last_modified.timestamp() * 1000),
                              f"{container.url}/{blob.name}", {k.lower(): v for k, v in (blob.metadata or {}).items()})
@@ -184,13 +186,3 @@ class AzureStore:
         properties = self._call("metadata read", bucket, key, self._blob(bucket, key).get_blob_properties)
         return {k.lower(): v for k, v in (properties.metadata or {}).items()}
 
-
-def _next_page(pages: Iterator[Iterable[Any]]) -> list[Any] | None:
-    """The next page of a listing, read whole (None: no more)."""
-    page = next(pages, None)
-    return None if page is None else list(page)
-
-
-def _words(exc: Exception) -> str:
-    """The first line of an SDK error (its message goes on with the whole response)."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -141,6 +141,18 @@ class BlobStore(Protocol):
         """The object's user metadata (lower-case keys), for a listing that does not carry it; BlobMissingError."""
 
 
+def next_page(pages: Iterator[Iterable[Any]]) -> list[Any] | None:
+    """The next page of an SDK's listing, read whole (None: no more)."""
+    page = next(pages, None)
+    return None if page is None else list(page)
+
+
+def first_line(exc: Exception) -> str:
+    """The first line of an SDK's error (its message may go on with the whole response)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 @dataclass(frozen=True)
 class Listed:
     """An object as a bucket's listing gives it (``metadata`` None: the listing does not carry it)."""

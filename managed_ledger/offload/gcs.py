@@ -22,7 +22,7 @@ import functools
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ from managed_ledger.offload.blobstore import (
     Listed,
     OffloadConfigError,
     StoreKeys,
+    first_line,
+    next_page,
 )
 
 T = TypeVar("T")
@@ -127,9 +129,9 @@ class GcsStore:
         try:
             return call(*args, **kwargs)
         except NotFound as exc:
-            raise BlobMissingError(f"GCS {what} of {bucket}/{key}: {_words(exc)}") from None
+            raise BlobMissingError(f"GCS {what} of {bucket}/{key}: {first_line(exc)}") from None
         except (GoogleAPIError, GoogleAuthError, RequestException) as exc:
-            raise BlobStoreError(f"GCS {what} of {bucket}/{key}: {_words(exc)}") from None
+            raise BlobStoreError(f"GCS {what} of {bucket}/{key}: {first_line(exc)}") from None
 
     def start_upload(self, bucket: str, key: str, metadata: Mapping[str, str]) -> str:
         blob = self._blob(bucket, key)
@@ -193,7 +195,7 @@ class GcsStore:
     def list_objects(self, bucket: str) -> Iterator[Listed]:
         pages = self._call("listing", bucket, "", lambda: self._client.list_blobs(
             bucket, timeout=TIMEOUT_S, retry=self._retry).pages)
-        while (page := self._call("listing", bucket, "", _next_page, pages)) is not None:
+        while (page := self._call("listing", bucket, "", next_page, pages)) is not None:
             for blob in page:
                 modified = blob.updated.timestamp() if blob.updated is not None else 0
                 yield Listed(str(blob.name), int(blob.size or 0), int(modified * 1000),
@@ -222,14 +224,3 @@ def _writer_class() -> Any:
 
     return AbortableWriter
 
-
-def _next_page(pages: Iterator[Iterable[Any]]) -> list[Any] | None:
-    """The next page of a listing, read whole (None: no more)."""
-    page = next(pages, None)
-    return None if page is None else list(page)
-
-
-def _words(exc: Exception) -> str:
-    """The first line of a library error."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

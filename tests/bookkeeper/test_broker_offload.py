@@ -25,9 +25,8 @@ from tests.offload.fakegcs import GcsEndpoint, fake_gcs
 from tests.offload.s3proxy import S3Endpoint, s3proxy
 from tests.offload.support import (
     assert_read_back_from_copies,
-    azure_tier,
     bucket_keys,
-    gcs_tier,
+    emulator_tier,
     offload_but_the_last,
     produce_held,
     s3_tier,
@@ -78,10 +77,11 @@ def tier(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Callable[[], i
         offload, bucket = s3_tier(s3)
     elif request.param == "azureblob":
         endpoint = azure = request.getfixturevalue("azure_endpoint")
-        offload, bucket = azure_tier(azure, monkeypatch)
+        offload, bucket = emulator_tier(azure, monkeypatch, "azureblob", "managedLedgerOffloadBucket")
     else:
         endpoint = gcs = request.getfixturevalue("gcs_endpoint")
-        offload, bucket = gcs_tier(gcs, monkeypatch)
+        offload, bucket = emulator_tier(gcs, monkeypatch, "google-cloud-storage",
+                                        "gcsManagedLedgerOffloadBucket")
     return offload, lambda: len(bucket_keys(endpoint, bucket)) // 2  # (a data and an index object per copy)
 
 

@@ -99,25 +99,16 @@ def s3_tier(endpoint: S3Endpoint) -> tuple[dict[str, Any], str]:
     return settings, bucket
 
 
-def azure_tier(endpoint: AzureEndpoint, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], str]:
-    """Broker settings offloading to a new container of Azurite (the azureblob driver, its endpoint given), the
-    account's credentials in the environment as Pulsar's driver reads them, and the container's name."""
-    container = f"c-{uuid.uuid4().hex[:12]}"
-    endpoint.create_bucket(container)
-    for key, value in endpoint.environ.items():
-        monkeypatch.setenv(key, value)
-    return {"managedLedgerOffloadDriver": "azureblob", "managedLedgerOffloadBucket": container,
-            "managedLedgerOffloadServiceEndpoint": endpoint.url}, container
-
-
-def gcs_tier(endpoint: GcsEndpoint, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], str]:
-    """Broker settings offloading to a new bucket of fake-gcs-server (the google-cloud-storage driver, its endpoint
-    given, no key file: the emulator named in the environment, as the Google libraries take it), and the bucket."""
-    bucket = f"g-{uuid.uuid4().hex[:12]}"
+def emulator_tier(endpoint: AzureEndpoint | GcsEndpoint, monkeypatch: pytest.MonkeyPatch, driver: str,
+                  bucket_key: str) -> tuple[dict[str, Any], str]:
+    """Broker settings offloading with ``driver`` to a new bucket (Azure: container) of an emulator, its endpoint
+    given and its environment set as the driver reads it (Azure: the account's credentials; GCS: the emulator's
+    address, no key file), and the bucket's name."""
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
     endpoint.create_bucket(bucket)
     for key, value in endpoint.environ.items():
         monkeypatch.setenv(key, value)
-    return {"managedLedgerOffloadDriver": "google-cloud-storage", "gcsManagedLedgerOffloadBucket": bucket,
+    return {"managedLedgerOffloadDriver": driver, bucket_key: bucket,
             "managedLedgerOffloadServiceEndpoint": endpoint.url}, bucket
 
 
