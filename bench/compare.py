@@ -2,7 +2,8 @@
 
 The official client is the load. Each workload runs against every broker kind alternately
 (A B C A B C ...); the table shows medians, and first/other is the median (and range) of the ratios
-within each round (the first kind of --kinds against each other one).
+within each round (the first kind of --kinds against each other one); a fixed-rate row, where every kind
+achieves the rate, also gives the publish p99s' ratios by round in its notes (lower is better there).
 Kinds: ``ours`` (file ledger), ``ours-bk`` (managedLedgerStorage=bookkeeper on ZooKeeper + 3 local
 bookies started here, cluster/local.py), ``pulsar`` (Apache Pulsar standalone from the jars of
 `make pulsar-deps`, cluster/apache_pulsar.py), ``lite`` (pulsar-lite).
@@ -362,15 +363,33 @@ def median_result(results: list[Result]) -> Result:
                   counted=len(counted))
 
 
-def paired_ratios(runs: dict[str, list[Result]]) -> dict[str, list[float]]:
-    """first/other for each round and each other kind (the runs of a round are back to back): this
-    VM's speed drifts by up to 2x over minutes, and a ratio within a round cancels most of that drift."""
+def paired_ratios(runs: dict[str, list[Result]],
+                  figure: Callable[[Result], float | None] = lambda r: r.rate) -> dict[str, list[float]]:
+    """first/other of ``figure`` (the rate, by default) for each round and each other kind (the runs of a round
+    are back to back): this VM's speed drifts by up to 2x over minutes, and a ratio within a round cancels most of
+    that drift. A round where either run failed or has no such figure (None) gives no ratio."""
     if len(runs) < 2:
         return {}
     (_, first), *others = runs.items()
-    return {name: [a.rate / b.rate for a, b in zip(first, other, strict=True)
-                   if b.rate > 0 and not a.failures and not b.failures]
-            for name, other in others}
+    out = {}
+    for name, other in others:
+        ratios = []
+        for a, b in zip(first, other, strict=True):
+            x, y = figure(a), figure(b)
+            if x is not None and y and not a.failures and not b.failures:
+                ratios.append(x / y)
+        out[name] = ratios
+    return out
+
+
+def publish_p99(r: Result) -> float | None:
+    """A fixed-rate run's publish p99 (None for other workloads)."""
+    return r.extra.get("pub_p99")
+
+
+def ratio_text(ratios: list[float]) -> str:
+    """A list of per-round ratios as the table shows them: median (range)."""
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def workloads(scale: float) -> list[tuple[str, Workload]]:
@@ -437,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         cluster: LocalCluster | None = None
         brokers: list[BrokerProcess] = []
-        table: list[tuple[str, dict[str, Result], dict[str, list[float]]]] = []
+        table: list[Row] = []
         try:
             for kind in args.kinds:
                 if kind == "ours":
@@ -474,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.runs):
                     for b in brokers:  # alternate A B A B
                         runs[b.name].append(measure(b, workload))
-                table.append((name, {k: median_result(v) for k, v in runs.items()}, paired_ratios(runs)))
+                table.append(Row(name, {k: median_result(v) for k, v in runs.items()}, paired_ratios(runs),
+                                 paired_ratios(runs, publish_p99)))
                 print(f"  done: {name}", flush=True)
             rss = {b.name: b.rss_mb() for b in brokers}
         finally:
@@ -484,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                 stop_cluster(cluster)
     print_table(table, brokers, rss, args.runs, idle_rss)
     print(f"\nload average after: {load_average()}")
-    failed = [(name, kind, why) for name, results, _ in table for kind, r in results.items() for why in r.failures]
+    failed = [(row.name, kind, why) for row in table for kind, r in row.results.items() for why in r.failures]
     return report_failures(failed, args.keep_going)
 
 
@@ -519,7 +539,18 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min, {os.cpu_count()} CPUs)"
 
 
-def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]]], brokers: list[BrokerProcess],
+@dataclass
+class Row:
+    """A workload's line of the table: each kind's median result, and the per-round ratios of the first kind
+    against each other one (rates; for a fixed-rate workload also publish p99s, lower is better)."""
+
+    name: str
+    results: dict[str, Result]
+    ratios: dict[str, list[float]]
+    p99_ratios: dict[str, list[float]]
+
+
+def print_table(table: list[Row], brokers: list[BrokerProcess],
                 rss: dict[str, float], runs: int, idle_rss: dict[str, float]) -> None:
     names = [b.name for b in brokers]
     print(f"\n{date.today()}, {platform.machine()}, {platform.python_implementation()} "
@@ -536,7 +567,7 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
     head += " | notes |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
-    for name, results, ratios in table:
+    for name, results, ratios, p99_ratios in ((r.name, r.results, r.ratios, r.p99_ratios) for r in table):
         cells = []
         for n in names:
             r = results[n]
@@ -545,8 +576,8 @@ def print_table(table: list[tuple[str, dict[str, Result], dict[str, list[float]]
         row = f"| {name} | " + " | ".join(cells)
         for other in names[1:]:
             rs = ratios.get(other, [])
-            row += f" | {statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})" if rs else " | -"
-        notes = []
+            row += f" | {ratio_text(rs)}" if rs else " | -"
+        notes = [f"publish p99 {names[0]}/{other} by round {ratio_text(rs)}" for other, rs in p99_ratios.items() if rs]
         if name.startswith("produce"):
             notes.append("until on disk (run + os.sync()): " + ", ".join(
                 f"{n} {results[n].messages / results[n].extra['until_on_disk_s']:,.0f} msg/s" for n in names))

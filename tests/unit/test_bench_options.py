@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import Result, main, median_result, paired_ratios, parse_kinds, report_failures
+from bench.compare import Result, main, median_result, paired_ratios, parse_kinds, publish_p99, report_failures
 
 
 def test_kinds_are_parsed_in_order_and_bad_ones_refused() -> None:
@@ -41,6 +41,19 @@ def test_failed_runs_do_not_count_and_are_kept() -> None:
     assert none.counted == 0 and len(none.failures) == 2
     # A round with a failed run gives no ratio.
     assert paired_ratios({"ours": [ok(1.0), ok(1.0)], "pulsar": [failed, ok(1.0)]}) == {"pulsar": [1.0]}
+
+
+def test_fixed_rate_rows_also_pair_their_publish_p99s_by_round() -> None:
+    def run(p99: float | None) -> Result:
+        extra = {"achieved": 10_000.0, "offered": 10_000.0}
+        if p99 is not None:
+            extra["pub_p99"] = p99
+        return Result(messages=100, seconds=1.0, nbytes=0, broker_cpu=0.0, extra=extra)
+
+    runs = {"ours": [run(4.0), run(6.0), run(5.0)], "pulsar": [run(8.0), run(3.0), run(None)]}
+    # Ours' p99 over Pulsar's in each round (lower is better); a round without the figure gives no ratio.
+    assert paired_ratios(runs, publish_p99) == {"pulsar": [0.5, 2.0]}
+    assert paired_ratios(runs) == {"pulsar": [1.0, 1.0, 1.0]}  # (the rates: each achieved the rate offered)
 
 
 def test_a_failed_run_sets_the_exit_status_or_with_keep_going_the_file(tmp_path: Path,
