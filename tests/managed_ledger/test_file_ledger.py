@@ -158,8 +158,14 @@ async def test_hot_acks_are_coalesced_into_one_cursor_write(tmp_path: Path) -> N
 
 
 async def _persisted_writes(factory: FileManagedLedgerFactory) -> int:
-    """Cursor writes completed once everything scheduled for this loop turn has run."""
-    await asyncio.sleep(0)  # one loop turn (not a timed wait): a write due now starts
+    """Cursor writes completed once every write due now has started and the writer has done all it was given.
+
+    A write due now is a ``call_later(0)`` timer. asyncio's loop (the tests') moves a due timer to its ready
+    callbacks after those already queued, so after one ``sleep(0)`` this coroutine runs before the timer and its
+    barrier could reach the writer ahead of the write (then the count missed it, when the writer thread took the
+    barrier alone); after a second turn the write has been handed to the writer. No timed wait."""
+    for _ in range(2):
+        await asyncio.sleep(0)
     await factory.writer.barrier()
     return factory.stats.cursor_persists_total
 
