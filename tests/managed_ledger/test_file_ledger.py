@@ -148,9 +148,7 @@ async def test_hot_acks_are_coalesced_into_one_cursor_write(tmp_path: Path) -> N
     writes = factory.stats.cursor_persists_total
     for p in ps:
         sub.delete([p])  # three acks in one go: one write of the latest state
-    await asyncio.sleep(0)  # one loop turn (not a timed wait): the persist timer runs
-    await factory.writer.barrier()
-    assert factory.stats.cursor_persists_total - writes == 1
+    assert await _persisted_writes(factory) - writes == 1
     await factory.close()
     factory = make(tmp_path)
     assert (await factory.open("t")).cursors["sub"].mark_delete_position == ps[-1]
