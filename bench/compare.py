@@ -567,7 +567,8 @@ def print_table(table: list[Row], brokers: list[BrokerProcess],
     head += " | notes |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
-    for name, results, ratios, p99_ratios in ((r.name, r.results, r.ratios, r.p99_ratios) for r in table):
+    for entry in table:
+        name, results = entry.name, entry.results
         cells = []
         for n in names:
             r = results[n]
@@ -575,9 +576,10 @@ def print_table(table: list[Row], brokers: list[BrokerProcess],
                          + (f" | {r.storage_cpu_us_per_msg:.1f}" if n in with_storage else ""))
         row = f"| {name} | " + " | ".join(cells)
         for other in names[1:]:
-            rs = ratios.get(other, [])
+            rs = entry.ratios.get(other, [])
             row += f" | {ratio_text(rs)}" if rs else " | -"
-        notes = [f"publish p99 {names[0]}/{other} by round {ratio_text(rs)}" for other, rs in p99_ratios.items() if rs]
+        notes = [f"publish p99 {names[0]}/{other} by round {ratio_text(rs)}"
+                 for other, rs in entry.p99_ratios.items() if rs]
         if name.startswith("produce"):
             notes.append("until on disk (run + os.sync()): " + ", ".join(
                 f"{n} {results[n].messages / results[n].extra['until_on_disk_s']:,.0f} msg/s" for n in names))
