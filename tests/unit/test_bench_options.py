@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import Result, main, median_result, paired_ratios, parse_kinds, publish_p99, report_failures
+from bench.brokers import BrokerProcess
+from bench.compare import (
+    Result,
+    Row,
+    main,
+    median_result,
+    paired_ratios,
+    parse_kinds,
+    print_table,
+    publish_p99,
+    report_failures,
+)
 
 
 def test_kinds_are_parsed_in_order_and_bad_ones_refused() -> None:
@@ -73,3 +84,20 @@ def test_keep_going_takes_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--keep-going"])
     assert "expected one argument" in capsys.readouterr().err
+
+
+def test_the_table_has_a_line_per_row_with_its_ratios_and_p99_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    def broker(name: str) -> BrokerProcess:
+        return BrokerProcess(name, None, 0, f"{name} notes", Path("/nonexistent"))  # type: ignore[arg-type]
+
+    def r(rate: float) -> Result:
+        return Result(messages=int(rate), seconds=1.0, nbytes=int(rate) * 100, broker_cpu=rate / 1e6)
+
+    table = [Row("consume", {"ours": r(300), "pulsar": r(200)}, {"pulsar": [1.2, 1.5, 1.8]}, {}),
+             Row("latency", {"ours": r(10), "pulsar": r(10)}, {"pulsar": [1.0]}, {"pulsar": [0.5, 0.7]})]
+    print_table(table, [broker("ours"), broker("pulsar")], {"ours": 1, "pulsar": 2}, 3, {"ours": 1, "pulsar": 2})
+    lines = capsys.readouterr().out.splitlines()
+    consume = next(line for line in lines if line.startswith("| consume |"))
+    assert consume.startswith("| consume | 300 | 0.0 | 1.0 | 200 | 0.0 | 1.0 | 1.50 (1.20-1.80) |"), consume
+    latency = next(line for line in lines if line.startswith("| latency |"))
+    assert "| 1.00 (1.00-1.00) | publish p99 ours/pulsar by round 0.60 (0.50-0.70) |" in latency, latency
