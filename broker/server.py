@@ -21,6 +21,7 @@ from broker.connection import Connection, ThrottleCounts
 from broker.listeners import Listener, parse_advertised_listeners, parse_bind_addresses
 from broker.service.broker_service import BrokerService
 from broker.service.periodic import PeriodicTask
+from broker.service.remote_producer import own_broker_settings
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,8 @@ class BrokerServer:
                                                                 cfg.webServicePortTls, self.security.tls_context)
         # Cluster mode (a ZooKeeper metadata store): register, run for leader, own bundles. Before this, lookups
         # answer ServiceNotReady (clients retry).
-        await self.service.start_cluster(self.advertised_urls())
+        await self.service.serve_as(self.advertised_urls(),
+                                    lambda: own_broker_settings(self.config, self.port, self.tls_port))
         if self._auth_refresh is not None:
             self._auth_refresh.start()
         self.security.authentication.start()
@@ -175,6 +177,9 @@ class BrokerServer:
         servers, self._servers = self._servers, []
         for server in servers:
             server.close()
+        # The heartbeat topic goes (Pulsar's HealthChecker.close), while this broker still owns it.
+        if self.service.health_checker is not None:
+            await self.service.health_checker.delete_topic()
         # Cluster mode: release the bundles first (their topics close, their clients move to other brokers) while
         # the connections are still up; standalone: nothing to do here.
         try:

@@ -199,6 +199,33 @@ def is_system_topic(full_name: str) -> bool:
     return any(m in full_name for m in SYSTEM_TOPIC_MARKERS)
 
 
+# Pulsar's per-broker namespaces (NamespaceService's HEARTBEAT_NAMESPACE_PATTERN(_V2), SLA_NAMESPACE_PATTERN): the
+# heartbeat namespaces pulsar/<cluster>/<brokerId> and pulsar/<brokerId>, and the SLA monitor's
+# sla-monitor/<cluster>/<brokerId>, each owned by the broker it names (brokerId: advertised host, ":", web port).
+# This broker serves V2 names only, so of the heartbeat namespaces only pulsar/<brokerId>; the others are known
+# to leave them out where Pulsar does (load shedding).
+HEARTBEAT_NAMESPACE_V2 = re.compile(r"pulsar/([^:]+:\d+)")
+PER_BROKER_NAMESPACES = (re.compile(r"pulsar/[^/]+/([^:]+:\d+)"), HEARTBEAT_NAMESPACE_V2,
+                         re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)"))
+HEALTH_CHECK_TOPIC = "healthcheck"  # (Pulsar's HealthChecker.HEALTH_CHECK_TOPIC_SUFFIX)
+
+
+def heartbeat_namespace(broker_id: str) -> str:
+    """Pulsar's V2 heartbeat namespace of a broker (NamespaceService.getHeartbeatNamespaceV2)."""
+    return f"pulsar/{broker_id}"
+
+
+def heartbeat_broker(namespace: str) -> str | None:
+    """The broker a V2 heartbeat namespace belongs to (its brokerId), None for any other namespace."""
+    m = HEARTBEAT_NAMESPACE_V2.fullmatch(namespace)
+    return m.group(1) if m else None
+
+
+def is_per_broker_namespace(namespace: str) -> bool:
+    """Pulsar's NamespaceService.isSLAOrHeartbeatNamespace."""
+    return any(p.fullmatch(namespace) for p in PER_BROKER_NAMESPACES)
+
+
 def is_namespace_name(name: str) -> bool:
     """``tenant/namespace``, each part a name a topic may carry (a V1 name with a cluster segment is not served)."""
     parts = name.split("/")

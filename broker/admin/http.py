@@ -217,14 +217,15 @@ class WebService:
         return web.Response(text="ok")
 
     async def health(self, request: web.Request) -> web.Response:
-        """Pulsar's health check: ready, and an entry written to storage and read back in time."""
+        """Pulsar's health check: ready, and a message sent to the broker's heartbeat topic read back in time
+        (broker.service.health)."""
         if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
         try:
             await self.service.health_check()
         except TimeoutError:
             raise HttpError(500, f"Health check timed out after {self.service.health_check_timeout_s:g} s: "
-                                 "storage did not write and read back an entry") from None
+                                 "the message sent to the heartbeat topic was not read back") from None
         except Exception as exc:  # (the reason goes to the prober: a fenced ledger, a full disk...)
             raise HttpError(500, f"Health check failed: {exc}") from None
         return web.Response(text="ok")

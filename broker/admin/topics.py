@@ -174,9 +174,10 @@ class TopicsResource:
     # -- names and lookups -----------------------------------------------------------------------
     def name(self, request: web.Request) -> TopicName:
         """The topic of the path: 412 for a name Pulsar refuses; 404 "Namespace not found" (Pulsar's words) when its
-        tenant or namespace does not exist."""
+        tenant or namespace does not exist (a broker's heartbeat namespace exists: its health check's topic is
+        there)."""
         name = self.path_name(request)
-        if name.namespace not in self.web.metadata.namespaces:
+        if not self.web.metadata.namespace_exists(name.namespace):
             raise HttpError(404, "Namespace not found")
         return name
 

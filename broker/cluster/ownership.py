@@ -35,8 +35,10 @@ owned by anyone (not being unloaded): Connect to the owner; owned by nobody: an 
 broker take it; otherwise the leader (or any broker when the leader is gone) picks a broker with
 ``broker.cluster.placement`` and this broker takes the bundle itself when picked, else it answers Redirect to the
 one picked (authoritative, since the leader decided); a broker that is not the leader redirects to the leader (not
-authoritative). A metadata store that fails the lookup (a timeout, a lost connection) is a ``MetadataError``, as
-Pulsar's handleLookupError answers a MetadataStoreException; the other refusals are ``ServiceNotReady``.
+authoritative). A broker's heartbeat namespace (``pulsar/<brokerId>``) goes to the broker it names, whoever asks;
+that broker takes its full bundle at start (Pulsar's registerBootstrapNamespaces). A metadata store that fails the
+lookup (a timeout, a lost connection) is a ``MetadataError``, as Pulsar's handleLookupError answers a
+MetadataStoreException; the other refusals are ``ServiceNotReady``.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from broker.cluster.data import (
 from broker.cluster.registry import BrokerRegistry
 from broker.errors import MetadataError, ServiceNotReadyError
 from broker.tasks import OwnedTasks, SingleFlight
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, heartbeat_broker
 from metadata_store.api import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError, SessionEvent
 
 log = logging.getLogger(__name__)
@@ -530,7 +532,10 @@ class ClusterOwnership(_NamespaceBundlesView):
                                 listener: str | None) -> LookupAnswer:
         registry = self.registry
         redirect_authoritative = registry.is_leader
-        if authoritative:
+        named = heartbeat_broker(bundle.namespace)
+        if named is not None:
+            candidate = named  # (a broker's heartbeat namespace is that broker's: getHeartbeatOrSLAMonitorBrokerId)
+        elif authoritative:
             candidate = self.urls.broker_id  # the leader already picked this broker
         else:
             brokers = await registry.active_brokers()

@@ -63,7 +63,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +70,7 @@ from typing import Protocol
 
 from broker.cluster.data import BundleLoad, LoadReport, ResourceWeights
 from broker.config import AVG_SHEDDER, OVERLOAD_SHEDDER, THRESHOLD_SHEDDER, UNIFORM_LOAD_SHEDDER
+from broker.topic_name import is_per_broker_namespace
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,6 @@ MB = 1024 * 1024
 EPS = 1e-6
 # UniformLoadShedder takes a bundle whose load is at most what is still wanted plus this.
 UNIFORM_SLACK = 1000
-# Pulsar's HEARTBEAT_NAMESPACE_PATTERN, HEARTBEAT_NAMESPACE_PATTERN_V2 and SLA_NAMESPACE_PATTERN
-# (NamespaceService.isSLAOrHeartbeatNamespace): the per-broker namespaces are never shed.
-EXEMPT_NAMESPACES = (re.compile(r"pulsar/[^/]+/([^:]+:\d+)"), re.compile(r"pulsar/([^:]+:\d+)"),
-                     re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)"))
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -125,8 +121,8 @@ class LoadSheddingStrategy(Protocol):
 
 
 def _exempt(bundle: str) -> bool:
-    ns = bundle.rsplit("/", 1)[0]  # NamespaceBundle.getBundleNamespace
-    return any(p.fullmatch(ns) for p in EXEMPT_NAMESPACES)
+    """The per-broker namespaces' bundles are never shed (``LoadData.getBundleDataForLoadShedding``)."""
+    return is_per_broker_namespace(bundle.rsplit("/", 1)[0])  # (NamespaceBundle.getBundleNamespace)
 
 
 def _bundle_loads(brokers: Mapping[str, LoadReport], value: Callable[[float, float, float, float], float],

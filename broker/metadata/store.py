@@ -125,6 +125,10 @@ class BrokerMetadata:
         self._failure_domains = t[L.FAILURE_DOMAINS.name]
         self._bundles_generation = -1
         self._bundles: dict[str, NamespaceBundles] = {}
+        # Namespaces that exist without a stored document, as Pulsar's heartbeat namespaces (pulsar/<brokerId>): the
+        # broker says which (``BrokerService``); they have no policies (every default applies), one full bundle
+        # (Pulsar's registerNamespace: "pre-registered namespaces have bundles disabled"), and are not listed.
+        self.implicit_namespace: Callable[[str], bool] = lambda namespace: False
         # base topic name -> its PartitionedTopicMetadata document
         self._partitioned = t[L.PARTITIONED_TOPICS.name]
         # base topic name (without partition suffix) -> list of versions (index = version)
@@ -363,7 +367,7 @@ class BrokerMetadata:
 
     # -- namespaces (Pulsar's NamespaceResources) ---------------------------------------------------
     def namespace_exists(self, namespace: str) -> bool:
-        return namespace in self._namespaces
+        return namespace in self._namespaces or self.implicit_namespace(namespace)
 
     async def namespace_exists_fresh(self, namespace: str) -> bool:
         """``namespace_exists``, reading the store when the cache has no such namespace: another broker may have
@@ -374,7 +378,7 @@ class BrokerMetadata:
                     await self.cache.read_through(kind, namespace)
             except store_api.MetadataStoreError as exc:
                 log.warning("namespace %s not read from the metadata store: %s", namespace, exc)
-        return namespace in self._namespaces
+        return self.namespace_exists(namespace)
 
     def namespaces_of(self, tenant: str) -> list[str]:
         return sorted(ns for ns in self._namespaces if ns.split("/")[0] == tenant)
@@ -458,9 +462,14 @@ class BrokerMetadata:
             self._bundles_generation = self.cache.generation
         found = self._bundles.get(namespace)
         if found is None:
-            self._namespace_must_exist(namespace)
-            found = self._bundles[namespace] = self._stored_bundles(
-                namespace, self._local_policies.get(namespace), self._namespaces[namespace])
+            if namespace in self._namespaces:
+                local = self._local_policies.get(namespace)
+                found = self._stored_bundles(namespace, local, self._namespaces[namespace])
+            elif self.implicit_namespace(namespace):
+                found = NamespaceBundles.equal(namespace, 1)
+            else:
+                raise NotFoundError("Namespace does not exist")
+            self._bundles[namespace] = found
         return found
 
     async def stored_namespace_bundles(self, namespace: str) -> NamespaceBundles | None:
@@ -470,7 +479,7 @@ class BrokerMetadata:
         local, policies = await asyncio.gather(self.cache.read_through(L.LOCAL_POLICIES, namespace),
                                                self.cache.read_through(L.NAMESPACES, namespace))
         if policies is None:
-            return None
+            return NamespaceBundles.equal(namespace, 1) if self.implicit_namespace(namespace) else None
         return self._stored_bundles(namespace, local, policies)
 
     def _stored_bundles(self, namespace: str, local: Mapping[str, Any] | None,

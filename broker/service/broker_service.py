@@ -46,6 +46,7 @@ from broker.service.compacted_view import load_view
 from broker.service.compaction import compacted_ledger_names
 from broker.service.dispatch_context import configured_fields
 from broker.service.dynamic_config import DISPATCHER_SETTINGS, DynamicConfiguration
+from broker.service.health import HealthChecker
 from broker.service.housekeeping import Housekeeping
 from broker.service.inactive_topics import InactiveTopicMonitor
 from broker.service.kinds import AnySubscription
@@ -55,7 +56,7 @@ from broker.service.offload_stats import OffloaderStats
 from broker.service.operation_stats import LatencySummary, LookupStats, SnapshotStats, TopicLoadStats
 from broker.service.peer_link import RemoteError
 from broker.service.rate_limits import BrokerPublishThrottle, DispatchRate
-from broker.service.remote_producer import broker_client_credentials, client_credentials
+from broker.service.remote_producer import RemoteSettings, broker_client_credentials, client_credentials
 from broker.service.replication import remote_clusters
 from broker.service.schemas import SchemaRegistry
 from broker.service.topic import PersistentTopic
@@ -64,6 +65,8 @@ from broker.service.transactions import TransactionService
 from broker.tasks import OwnedTasks, SingleFlight
 from broker.topic_name import (
     TopicName,
+    heartbeat_broker,
+    heartbeat_namespace,
     is_system_topic,
     local_name_of_encoded,
     persistence_path_of_raw,
@@ -71,8 +74,6 @@ from broker.topic_name import (
 )
 from broker.version import __version__
 from managed_ledger import (
-    InitialPosition,
-    ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
@@ -101,8 +102,9 @@ log = logging.getLogger(__name__)
 MB = 1024 * 1024
 # GET_TOPICS_OF_NAMESPACE modes (CommandGetTopicsOfNamespace.Mode)
 MODE_PERSISTENT, MODE_NON_PERSISTENT, MODE_ALL = 0, 1, 2
-# The health check's own log: outside every namespace's topic list (no tenant "pulsar" is made).
-HEALTH_LEDGER = "pulsar/__health/persistent/heartbeat"
+# The managed ledgers earlier versions' health checks wrote to (one broker; in cluster mode with "-<brokerId>", the id's
+# ":" as "-"): deleted at start, the health check now going through the heartbeat topic (broker.service.health).
+OLD_HEALTH_LEDGER = "pulsar/__health/persistent/heartbeat"
 HEALTH_CHECK_TIMEOUT_S = 10.0
 # Topics of unloaded bundles closed at once, broker-wide (each close writes its ledger's and cursors' state). All at
 # once, a bundle of 1,000+ topics queued every write behind every other one and each topic finished only at the end.
@@ -229,10 +231,9 @@ class BrokerService:
         self._resuming: asyncio.Task[None] | None = None
         # Unloads of topics whose managed ledger was fenced under them (ledger_fenced).
         self._fenced_unloads = OwnedTasks("broker service: unloads of fenced topics")
-        # The heartbeat log of health_check (opened on the first check).
-        self._health_ledger: ManagedLedger | None = None
+        # The health check through the broker's own port (``serve_as``, once the ports are bound).
+        self.health_checker: HealthChecker | None = None
         self.health_check_timeout_s = HEALTH_CHECK_TIMEOUT_S
-        self.health_ledger_name = HEALTH_LEDGER
         # Which bundles this broker serves: all of them (one broker), or those it owns in ZooKeeper (cluster mode,
         # set up by start_cluster once the broker's ports are known).
         self.ownership: Ownership = (PendingOwnership(self.namespace_bundles) if self.distributed
@@ -246,7 +247,6 @@ class BrokerService:
         self._unload_gate = asyncio.Semaphore(UNLOAD_PARALLELISM)
         # Replicated topics loaded as their bundle comes to this broker (cluster mode).
         self._bundle_loads = OwnedTasks("broker service: replicated topics of acquired bundles")
-        self._health_lock = asyncio.Lock()
         # The transaction coordinators (transactionCoordinatorEnabled; docs/transactions.md). In cluster mode each is
         # served by the owner of its assignment-topic partition's bundle, as in Pulsar.
         self.transactions: TransactionService | None = (
@@ -384,12 +384,34 @@ class BrokerService:
     def namespace_bundles(self, namespace: str) -> NamespaceBundles:
         return self.metadata.namespace_bundles(namespace)
 
+    async def serve_as(self, urls: BrokerUrls, own_settings: Callable[[], RemoteSettings]) -> None:
+        """Once the broker's ports are bound: its heartbeat namespace (``pulsar/<brokerId>``, Pulsar's
+        registerBootstrapNamespaces: in cluster mode every broker's, each owned by the broker it names, see
+        ClusterOwnership; one broker: its own) and the health check through its own port (``own_settings``: how a
+        client inside the broker reaches it). Then cluster mode starts (``start_cluster``)."""
+        if self.distributed:
+            self.metadata.implicit_namespace = lambda namespace: heartbeat_broker(namespace) is not None
+        else:
+            own = heartbeat_namespace(urls.broker_id)
+            self.metadata.implicit_namespace = lambda namespace: namespace == own
+        self.health_checker = HealthChecker(self, urls.broker_id, own_settings, self.health_check_timeout_s)
+        await self.start_cluster(urls)
+        await self._delete_old_health_ledger(urls.broker_id)
+
+    async def _delete_old_health_ledger(self, broker_id: str) -> None:
+        name = OLD_HEALTH_LEDGER if not self.distributed else f"{OLD_HEALTH_LEDGER}-{broker_id.replace(':', '-')}"
+        try:
+            if await self.ledger_factory.exists_fresh(name):
+                await self.ledger_factory.delete(name)
+                log.info("deleted %s, the log of an earlier version's health check", name)
+        except Exception as exc:  # (tried again at the next start)
+            log.warning("deleting %s, the log of an earlier version's health check: %s", name, exc)
+
     async def start_cluster(self, urls: BrokerUrls) -> None:
         """Cluster mode, once the broker's ports are bound: register in /loadbalance/brokers, run for leader, own
-        bundles through ZooKeeper. (Standalone: nothing to do.)"""
+        bundles through ZooKeeper, its heartbeat namespace's first. (Standalone: nothing to do.)"""
         if not self.distributed or self.metadata_store is None:
             return
-        self.health_ledger_name = f"{HEALTH_LEDGER}-{urls.broker_id.replace(':', '-')}"
         # The cluster's URLs, as its metadata set-up would have stored them: every broker then answers the same
         # GET /admin/v2/clusters/{cluster} (not each its own URLs), and a peer cluster's redirect has somewhere to go.
         cluster_urls = {"serviceUrl": urls.web_url, "serviceUrlTls": urls.web_url_tls,
@@ -411,10 +433,26 @@ class BrokerService:
         self.dynamic_config.on_change(PLACEMENT_SETTINGS, load_manager.placement_settings_changed)
         await registry.start()
         self.registry, self.ownership = registry, ownership
+        await self._own_heartbeat_namespace(ownership, urls.broker_id)
         if self.transactions is not None:
             self.transactions.start_cluster(urls.pulsar_url or urls.pulsar_url_tls or "")
         self.load_manager = load_manager
         self.load_manager.start()
+
+    async def _own_heartbeat_namespace(self, ownership: ClusterOwnership, broker_id: str) -> None:
+        """Pulsar's registerNamespace(heartbeat namespace, ensureOwned): this broker takes the full bundle of its
+        heartbeat namespace at start. Another broker holding it (two brokers with one id) is logged: this broker's
+        health check then fails, telling its operator."""
+        namespace = heartbeat_namespace(broker_id)
+        bundle = self.namespace_bundles(namespace).bundles[0]
+        try:
+            owner = await ownership.acquire(bundle)
+        except Exception as exc:  # (a lookup of the namespace takes it later: the named broker is this one)
+            log.warning("heartbeat namespace %s not owned at start: %s", namespace, exc)
+            return
+        if not owner.same_owner(ownership.mine):
+            log.error("heartbeat namespace %s is owned by %s, not by this broker: is another broker using the id %s?",
+                      namespace, owner.native_url, broker_id)
 
     def load_report(self, urls: BrokerUrls) -> LoadReport:
         topics = self.all_topics()
@@ -539,7 +577,10 @@ class BrokerService:
 
     def peer_cluster_of(self, namespace: str, *, allow_deleted: bool = False) -> PeerCluster | None:
         """``peer_cluster`` for a namespace (its admin calls that Pulsar checks)."""
-        return peer_cluster_for(namespace, self.config.clusterName, self.metadata.namespaces.get(namespace),
+        policies = self.metadata.namespaces.get(namespace)
+        if policies is None and self.metadata.implicit_namespace(namespace):
+            return None  # (a heartbeat namespace is served where it is: Pulsar's checkLocalOrGetPeerReplicationCluster)
+        return peer_cluster_for(namespace, self.config.clusterName, policies,
                                 self.metadata.clusters, allow_deleted=allow_deleted)
 
     def check_cluster_serves(self, name: TopicName) -> None:
@@ -1134,27 +1175,18 @@ class BrokerService:
         return None
 
     async def health_check(self) -> None:
-        """Pulsar's broker health check, through storage: append an entry to the broker's own
-        heartbeat log and read it back through its cursor (which then acknowledges it, so the log
-        is trimmed at rollover). Raises on a failure, TimeoutError after HEALTH_CHECK_TIMEOUT_S.
-        While the free-space floor refuses new entries it fails at once with the reason."""
+        """Pulsar's broker health check: a message sent to the broker's heartbeat topic through its own port and
+        read back (broker.service.health). Raises on a failure, TimeoutError after ``health_check_timeout_s``.
+        While storage refuses new entries (the free-space floor, too few writable bookies) it fails at once with
+        the reason."""
         disk = self.disk_space
         if disk is not None and not disk.writable():
             raise PersistenceError(f"storage refuses new entries: {disk.reason}")
-        async def round_trip() -> None:
-            if self._health_ledger is None or self._health_ledger.is_closed:
-                self._health_ledger = await self.ledger_factory.open(self.health_ledger_name, self.ledger_config)
-            ledger = self._health_ledger
-            cursor = await ledger.open_cursor("health", InitialPosition.LATEST)
-            position = await ledger.add_entry_async(f"health {time.time_ns()}".encode())
-            while True:
-                entries = await cursor.read_entries_or_wait_async(100)
-                if any(e.position == position for e in entries):
-                    break
-            cursor.mark_delete(position)
-
-        async with self._health_lock, asyncio.timeout(self.health_check_timeout_s):
-            await round_trip()  # (one reader on the heartbeat cursor at a time)
+        checker = self.health_checker
+        if checker is None:
+            raise ServiceNotReadyError("The broker is starting")
+        checker.timeout_s = self.health_check_timeout_s
+        await checker.check()
 
     async def check_health_for_metrics(self) -> None:
         """Pulsar's HealthChecker: the health check every healthCheckMetricsUpdateTimeInSeconds, its outcome kept

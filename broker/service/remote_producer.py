@@ -83,6 +83,22 @@ def remote_settings(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any]) ->
     return RemoteSettings(url, context, plugin, params)
 
 
+def own_broker_settings(cfg: BrokerConfig, port: int, tls_port: int) -> RemoteSettings:
+    """How a client inside the broker (the WebSocket service's sessions, the health check) reaches this broker, as
+    Pulsar's internal client does: the broker client's credentials and TLS settings, the plain port unless
+    ``brokerClientTlsEnabled`` (or only TLS is served), at the bind address (loopback for a wildcard one). Read for
+    each new connection: the settings are dynamic. RemoteError when they cannot be used."""
+    plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
+    _, _, client_cert = client_credentials(plugin, params)  # (unusable: an error now; sent as read then)
+    tls = cfg.brokerClientTlsEnabled or not port
+    host = cfg.bindAddress if cfg.bindAddress not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    url = f"pulsar+ssl://{host}:{tls_port}" if tls else f"pulsar://{host}:{port}"
+    context = cluster_tls_context(cfg, cfg.clusterName, {}, client_cert) if tls else None
+    return RemoteSettings(url, context, plugin, params)
+
+
 def cluster_tls_context(cfg: BrokerConfig, name: str, cluster: Mapping[str, Any],
                         client_cert: tuple[str, str] | None) -> ssl.SSLContext:
     """The TLS context towards cluster ``name``: its cluster data's trust certificates, client certificate and key,

@@ -32,7 +32,7 @@ from broker.errors import AuthenticationError, InvalidTopicNameError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import Frame
 from broker.service.peer_link import BrokerLink, LinkError, RemoteError
-from broker.service.remote_producer import RemoteSettings, client_credentials, cluster_tls_context
+from broker.service.remote_producer import RemoteSettings, own_broker_settings
 from broker.service.topic_watchers import compile_pattern
 from broker.tasks import OwnedTasks
 from broker.topic_name import TopicName
@@ -425,17 +425,8 @@ class WebSocketService:
             raise _http_error(403, "Not authorized")
 
     def _settings(self) -> RemoteSettings:
-        """How the service's client reaches this broker: the broker client's credentials (read when sent: a rotated
-        token file or a changed setting reaches the next connection and the next challenge) and TLS settings, the
-        plain port unless ``brokerClientTlsEnabled`` (or only TLS is served). Read for each new link: the settings
-        are dynamic."""
-        cfg, process = self.ctx.config, self.ctx.process
-        plugin, params = cfg.brokerClientAuthenticationPlugin, cfg.brokerClientAuthenticationParameters
-        _, _, client_cert = client_credentials(plugin, params)  # (unusable: an error now; sent as read then)
-        tls = cfg.brokerClientTlsEnabled or not process.port
-        url = f"pulsar+ssl://127.0.0.1:{process.tls_port}" if tls else f"pulsar://127.0.0.1:{process.port}"
-        context = cluster_tls_context(cfg, cfg.clusterName, {}, client_cert) if tls else None
-        return RemoteSettings(url, context, plugin, params)
+        process = self.ctx.process
+        return own_broker_settings(self.ctx.config, process.port, process.tls_port)
 
     def _link(self, topic: str) -> BrokerLink:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import pytest
 
 from broker.embedded import BrokerThread
 from broker.topic_name import TopicName
-from managed_ledger import Position
 from tests.admin.conftest import Admin
 
 NS = "/admin/v2/namespaces"
@@ -300,40 +298,3 @@ def test_max_topics_per_namespace_from_the_broker_and_auto_partitioned() -> None
             client.create_producer("persistent://public/default/b").close()
         finally:
             client.close()
-
-
-def test_health_check_goes_through_storage(tmp_path: Path) -> None:
-    # brokers/health writes an entry to the broker's heartbeat log and reads it back; a storage
-    # that cannot write fails it (500 with the reason), while brokers/ready only says it serves.
-    with BrokerThread(data_dir=tmp_path) as broker:
-        admin = Admin(broker.web_url)
-        service = broker.server.service
-        for _ in range(3):
-            reply = admin.get("/admin/v2/brokers/health")
-            assert (reply.status, reply.body) == (200, b"ok")
-        # Concurrent probes (a liveness probe and an operator) take turns on the heartbeat cursor.
-        async def probes() -> list[None]:
-            return await asyncio.gather(*(service.health_check() for _ in range(5)))
-
-        broker.run_coroutine(probes())
-        ledger = service._health_ledger
-        assert ledger is not None and ledger.last_confirmed_entry.entry_id == 7
-        assert ledger.cursors["health"].mark_delete_position == ledger.last_confirmed_entry
-        assert admin.ok("GET", "/admin/v2/namespaces/public") == ["public/default"]  # (no "pulsar" tenant)
-
-        async def fail(data: bytes) -> Position:
-            raise OSError("No space left on device")
-
-        ledger.add_entry_async = fail  # type: ignore[method-assign]
-        reply = admin.get("/admin/v2/brokers/health")
-        assert reply.status == 500 and "No space left on device" in reply.reason
-        assert admin.get("/admin/v2/brokers/ready").status == 200
-
-        async def hang(data: bytes) -> Position:
-            await asyncio.sleep(3600)
-            raise AssertionError("never answers")
-
-        ledger.add_entry_async = hang  # type: ignore[method-assign]
-        service.health_check_timeout_s = 0.2
-        reply = admin.get("/admin/v2/brokers/health")
-        assert reply.status == 500 and "timed out" in reply.reason

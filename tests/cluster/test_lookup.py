@@ -12,6 +12,7 @@ import pulsar
 import requests
 from kazoo.client import KazooClient
 
+from cluster.local import stop_process
 from tests.cluster import held_notifications
 from tests.cluster.conftest import Brokers, http_json
 from tests.waiting import wait_for
@@ -316,3 +317,38 @@ def test_a_brokers_bundles_and_calls_on_another_broker_as_pulsar(brokers: Broker
     cluster = http_json(f"{b1.web_url}/admin/v2/clusters/standalone")
     assert cluster == http_json(f"{b2.web_url}/admin/v2/clusters/standalone")
     assert (cluster["serviceUrl"], cluster["brokerServiceUrl"]) in {(b.web_url, b.service_url) for b in (b1, b2)}
+
+
+def test_each_broker_owns_its_heartbeat_namespace_and_checks_its_health_there(brokers: Brokers) -> None:
+    """Pulsar's registerBootstrapNamespaces: each broker owns the full bundle of ``pulsar/<brokerId>`` from its start,
+    a lookup of it from any broker goes to the broker it names, and the health check writes and reads its topic
+    there; a broker that stops gracefully deletes that topic (Pulsar's HealthChecker.close)."""
+    b1, b2 = brokers.start(2)
+    ids = {b.pid: b.web_url.removeprefix("http://") for b in (b1, b2)}
+    for b in (b1, b2):
+        assert requests.get(f"{b.web_url}/admin/v2/brokers/health", timeout=60).text == "ok"
+        owned = http_json(f"{b.web_url}/admin/v2/brokers/standalone/{ids[b.pid]}/ownedNamespaces")
+        assert f"pulsar/{ids[b.pid]}/0x00000000_0xffffffff" in owned
+    with brokers.zk() as zk:
+        for b in (b1, b2):
+            owners = brokers.owners(zk, f"pulsar/{ids[b.pid]}")
+            assert [(r, o["nativeUrl"]) for r, o in owners.items()] == [("0x00000000_0xffffffff", b.service_url)]
+            assert zk.exists(f"/managed-ledgers/pulsar/{ids[b.pid]}/persistent/healthcheck")
+    # From the other broker: HTTP and binary lookups, and the official client's reader, land on the broker named.
+    topic = f"persistent://pulsar/{ids[b2.pid]}/healthcheck"
+    assert http_json(f"{b1.web_url}/lookup/v2/topic/{topic.replace('://', '/')}")["brokerUrl"] == b2.service_url
+    client = pulsar.Client(b1.service_url, operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic)
+        reader = client.create_reader(topic, pulsar.MessageId.latest)
+        producer.send(b"from a client")
+        assert reader.read_next(TIMEOUT_MS).data() == b"from a client"
+        stats = http_json(f"{b2.web_url}/admin/v2/persistent/pulsar/{ids[b2.pid]}/healthcheck/stats")
+        assert len(stats["publishers"]) == 1
+    finally:
+        client.close()
+    stop_process(b2.pid)  # (gracefully: SIGTERM)
+    brokers.cluster.brokers.remove(b2)
+    with brokers.zk() as zk:
+        assert not zk.exists(f"/managed-ledgers/pulsar/{ids[b2.pid]}/persistent/healthcheck")
+        assert zk.exists(f"/managed-ledgers/pulsar/{ids[b1.pid]}/persistent/healthcheck")
