@@ -28,6 +28,7 @@ from broker.admin.broker_stats import BrokerStatsResource
 from broker.admin.bundles import BundlesResource
 from broker.admin.cluster import (
     ownership_middleware,
+    redirect_to_broker,
     validate_cluster_first,
     validate_cluster_ownership,
     validate_global_namespace,
@@ -68,7 +69,7 @@ from broker.metadata.cluster_data import PEER_CLUSTER_NAMES, parse_cluster_data,
 from broker.metadata.store import AlreadyExistsError, InUseError, TenantInfo, broker_metadata_store_url
 from broker.service.dynamic_config import DYNAMIC, DynamicConfiguration, NotDynamicError
 from broker.service.periodic import PeriodicTask
-from broker.topic_name import TopicName
+from broker.topic_name import TopicName, blank
 from broker.version import __version__
 from managed_ledger.bookkeeper.factory import bookkeeper_zookeeper
 from managed_ledger.bookkeeper.metadata import DEFAULT_LEDGERS_ROOT
@@ -218,9 +219,16 @@ class WebService:
 
     async def health(self, request: web.Request) -> web.Response:
         """Pulsar's health check: ready, and a message sent to the broker's heartbeat topic read back in time
-        (broker.service.health)."""
+        (broker.service.health). ``brokerId`` names the broker to check: another one gets the 307 there, an unknown
+        one 404 (maybeRedirectToBroker); ``topicVersion`` is V1 or V2 (both check through the V2 topic), anything
+        else 404, as Jersey answers an enum query parameter it cannot convert."""
         if not self.ctx.process.ready:
             raise HttpError(503, "Broker is not ready")
+        if request.query.get("topicVersion", "V1") not in ("V1", "V2"):
+            raise HttpError(404, f"Invalid topicVersion {request.query['topicVersion']!r}: V1 or V2")
+        broker_id = request.query.get("brokerId", "")
+        if not blank(broker_id):
+            await redirect_to_broker(self.ctx, request, broker_id)
         try:
             await self.service.health_check()
         except TimeoutError:

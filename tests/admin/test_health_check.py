@@ -33,9 +33,14 @@ def test_health_check_sends_and_reads_back_a_message_of_the_heartbeat_topic(tmp_
     with BrokerThread(data_dir=tmp_path, allowAutoTopicCreation=False) as broker:
         admin = Admin(broker.web_url)
         service = broker.server.service
-        for query in ("", "?topicVersion=V2", "?topicVersion=V1"):  # (V1: through the V2 topic, see health.py)
+        own = broker.server.advertised_urls().broker_id
+        for query in ("", "?topicVersion=V2", "?topicVersion=V1", f"?brokerId={own}"):  # (V1: the V2 topic too)
             reply = admin.get(f"/admin/v2/brokers/health{query}")
             assert (reply.status, reply.body) == (200, b"ok")
+        # Another broker's id: no such broker here (in cluster mode the 307 to it: tests/cluster/test_lookup.py).
+        reply = admin.get("/admin/v2/brokers/health?brokerId=127.0.0.1:1")
+        assert (reply.status, reply.reason) == (404, "Broker id '127.0.0.1:1' not found in available brokers.")
+        assert admin.get("/admin/v2/brokers/health?topicVersion=V3").status == 404
 
         async def probes() -> list[None]:  # (concurrent checks: each its own reader)
             return await asyncio.gather(*(service.health_check() for _ in range(5)))
@@ -44,7 +49,7 @@ def test_health_check_sends_and_reads_back_a_message_of_the_heartbeat_topic(tmp_
         name = heartbeat(broker)
         stats = admin.ok("GET", f"/admin/v2/persistent/{name.namespace}/healthcheck/stats")
         # Each check's message, and nothing left of its producer, reader or subscription, nor of its connection.
-        assert stats["msgInCounter"] == 8
+        assert stats["msgInCounter"] == 4 + 5
         assert stats["publishers"] == [] and stats["subscriptions"] == {}
         assert broker.run_coroutine(_connections(broker)) == 0
         # The namespace exists without policies of its own, and is not listed (as Pulsar's).

@@ -334,6 +334,9 @@ def test_each_broker_owns_its_heartbeat_namespace_and_checks_its_health_there(br
             owners = brokers.owners(zk, f"pulsar/{ids[b.pid]}")
             assert [(r, o["nativeUrl"]) for r, o in owners.items()] == [("0x00000000_0xffffffff", b.service_url)]
             assert zk.exists(f"/managed-ledgers/pulsar/{ids[b.pid]}/persistent/healthcheck")
+    path = f"/admin/v2/brokers/health?brokerId={ids[b2.pid]}"  # (Pulsar's maybeRedirectToBroker)
+    redirected = requests.get(f"{b1.web_url}{path}", allow_redirects=False, timeout=30)
+    assert (redirected.status_code, redirected.headers["Location"]) == (307, f"{b2.web_url}{path}")
     # From the other broker: HTTP and binary lookups, and the official client's reader, land on the broker named.
     topic = f"persistent://pulsar/{ids[b2.pid]}/healthcheck"
     assert http_json(f"{b1.web_url}/lookup/v2/topic/{topic.replace('://', '/')}")["brokerUrl"] == b2.service_url
