@@ -3,9 +3,11 @@ binary protocol as Apache Pulsar's HealthChecker (4.0) runs it: a client inside 
 own port with the broker client's credentials, creates a producer and a reader (a non-durable subscription
 ``healthCheck-<uuid>``, starting at the latest message) on the broker's heartbeat topic
 ``persistent://pulsar/<brokerId>/healthcheck``, sends a fresh UUID and reads until that message arrives; then it
-closes both (a subscription its close left behind is deleted). So the check passes only when every layer a client
-goes through answers: the listener and a connection's handler, lookups and ownership (cluster mode: the heartbeat
-namespace is this broker's, ``broker.cluster.ownership``), the topic's producer and storage, the dispatcher.
+closes both and its connection (which removes the reader's non-durable subscription even when its close is not
+answered: what Pulsar's forced deletion of a subscription left behind does). So the check passes only when every
+layer a client goes through answers: the listener and a connection's handler, lookups and ownership (cluster mode:
+the heartbeat namespace is this broker's, ``broker.cluster.ownership``), the topic's producer and storage, the
+dispatcher.
 
 The topic is made first, whatever the namespace's auto-creation rule (Pulsar's getTopic(topic, true)); the broker
 deletes it when it stops (Pulsar's HealthChecker.close). Pulsar's ``topicVersion=V1`` names
