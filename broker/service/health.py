@@ -20,14 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from broker.protocol import commands
+from broker.protocol import client_commands
 from broker.protocol import pulsar_api_pb2 as pb
-from broker.protocol.entry import build_entry, entry_body
+from broker.protocol.entry import entry_body
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import Frame
 from broker.service.peer_link import BrokerLink, LinkError
@@ -45,7 +44,7 @@ T = pb.BaseCommand.Type
 CLIENT_VERSION = f"pulsar-py-broker-health-check/{__version__}"
 PRODUCER_ID = CONSUMER_ID = 1
 CLOSE_TIMEOUT_S = 5.0  # for each close at the end (a broker that does not answer it has failed the check already)
-LATEST = 2**63 - 1  # MessageId.latest's ledger and entry ids
+PERMITS = 100  # the reader's first FLOW (one more for each message of another check it reads past)
 
 
 class HealthCheckError(Exception):
@@ -101,11 +100,17 @@ class _Probe:
     async def run(self) -> None:
         try:
             await self._step("lookup", self.link.open())
-            created = await self._step("create the producer", self.link.request(*_producer(self.topic)))
+            created = await self._step("create the producer",
+                                       self.link.request(*client_commands.producer(self.topic, PRODUCER_ID)))
             producer_name = created.producer_success.producer_name
-            await self._step("create the reader", self.link.request(*_reader(self.topic, self.subscription)))
-            self.link.write(_flow())
-            self.link.write(_send(producer_name, self.text.encode()))
+            # a reader, as the Java client's: Exclusive, non-durable, from the latest message
+            reader = client_commands.subscribe(self.topic, self.subscription, CONSUMER_ID,
+                                               pb.CommandSubscribe.Exclusive, self.subscription, durable=False,
+                                               start=client_commands.reader_start_latest())
+            await self._step("create the reader", self.link.request(*reader))
+            self.link.write(client_commands.flow(CONSUMER_ID, PERMITS))
+            entry = client_commands.single_message(producer_name, 0, self.text.encode())
+            self.link.write(client_commands.send(PRODUCER_ID, 0, 1, entry))
             await self.seen
         finally:
             await self._close()
@@ -127,7 +132,7 @@ class _Probe:
             if body == self.text.encode() and not self.seen.done():
                 self.seen.set_result(None)
             else:  # (another check's message, sent before this reader began: more permits for the next)
-                self.link.write(_flow(1))
+                self.link.write(client_commands.flow(CONSUMER_ID, 1))
         elif cmd.type == T.SEND_ERROR:
             self._fail(HealthCheckError(f"send: {pb.ServerError.Name(cmd.send_error.error)}: "
                                         f"{cmd.send_error.message}"))
@@ -147,42 +152,6 @@ class _Probe:
             self.seen.exception()  # (a failure after another step's: the check raised that one)
         with contextlib.suppress(LinkError, TimeoutError):
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                cmd = pb.BaseCommand(type=T.CLOSE_PRODUCER)
-                cmd.close_producer.producer_id = PRODUCER_ID
-                await self.link.request(cmd, cmd.close_producer)
-                cmd = pb.BaseCommand(type=T.CLOSE_CONSUMER)
-                cmd.close_consumer.consumer_id = CONSUMER_ID
-                await self.link.request(cmd, cmd.close_consumer)
+                await self.link.request(*client_commands.close_producer(PRODUCER_ID))
+                await self.link.request(*client_commands.close_consumer(CONSUMER_ID))
         await self.link.close()
-
-
-def _producer(topic: str) -> tuple[pb.BaseCommand, object]:
-    cmd = pb.BaseCommand(type=T.PRODUCER)
-    cmd.producer.topic, cmd.producer.producer_id = topic, PRODUCER_ID
-    return cmd, cmd.producer
-
-
-def _reader(topic: str, subscription: str) -> tuple[pb.BaseCommand, object]:
-    """A reader's SUBSCRIBE, as the Java client's: Exclusive, non-durable, from the latest message."""
-    cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-    s = cmd.subscribe
-    s.topic, s.subscription, s.consumer_id = topic, subscription, CONSUMER_ID
-    s.subType, s.durable = pb.CommandSubscribe.Exclusive, False
-    s.initialPosition = pb.CommandSubscribe.Latest
-    s.consumer_name = subscription
-    s.start_message_id.ledgerId, s.start_message_id.entryId = LATEST, LATEST
-    return cmd, s
-
-
-def _flow(permits: int = 100) -> bytes:
-    cmd = pb.BaseCommand(type=T.FLOW)
-    cmd.flow.consumer_id, cmd.flow.messagePermits = CONSUMER_ID, permits
-    return commands.frame(cmd)
-
-
-def _send(producer_name: str, payload: bytes) -> bytes:
-    """The one message of the check: not batched, sequence id 0."""
-    md = pb.MessageMetadata(producer_name=producer_name, sequence_id=0, publish_time=int(time.time() * 1000))
-    cmd = pb.BaseCommand(type=T.SEND)
-    cmd.send.producer_id, cmd.send.sequence_id, cmd.send.num_messages = PRODUCER_ID, 0, 1
-    return commands.frame_with_payload(cmd, build_entry(md.SerializeToString(), payload))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.auth.tls import client_context
-from broker.protocol import commands
+from broker.protocol import client_commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import Frame
 from broker.service.peer_link import BrokerLink, RemoteError
@@ -201,10 +201,7 @@ class RemoteProducer:
     async def connect(self) -> None:
         """Connect to the broker that owns the topic, then create the producer there."""
         await self._link.open()
-        cmd = pb.BaseCommand(type=T.PRODUCER)
-        p = cmd.producer
-        p.topic, p.producer_id, p.producer_name = self.topic, PRODUCER_ID, self.producer_name
-        await self._link.request(cmd, p)
+        await self._link.request(*client_commands.producer(self.topic, PRODUCER_ID, self.producer_name))
 
     def _command(self, frame: Frame) -> None:
         cmd = frame.command
@@ -229,12 +226,7 @@ class RemoteProducer:
         return r.schema_version
 
     def send(self, sequence_id: int, num_messages: int, payload: bytes, is_chunk: bool) -> None:
-        cmd = pb.BaseCommand(type=T.SEND)
-        s = cmd.send
-        s.producer_id, s.sequence_id, s.num_messages = PRODUCER_ID, sequence_id, num_messages
-        if is_chunk:
-            s.is_chunk = True
-        self._link.write(commands.frame_with_payload(cmd, payload))
+        self._link.write(client_commands.send(PRODUCER_ID, sequence_id, num_messages, payload, is_chunk=is_chunk))
 
     async def close(self) -> None:
         await self._link.close()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker.protocol import commands
+from broker.protocol import client_commands, commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.service.peer_link import BrokerLink, LinkError
 from broker.tasks import OwnedTasks
@@ -49,8 +49,6 @@ CONSUMER_ID = 1
 SUB_TYPES = {"Exclusive": pb.CommandSubscribe.Exclusive, "Shared": pb.CommandSubscribe.Shared,
              "Failover": pb.CommandSubscribe.Failover, "Key_Shared": pb.CommandSubscribe.Key_Shared}
 SHARED_TYPES = ("Shared", "Key_Shared")
-LATEST = (2**63 - 1, 2**63 - 1)  # MessageId.latest
-EARLIEST = (-1, -1)  # MessageId.earliest
 ACK_TIMEOUT_TICK_S = 1.0  # the Java client's UnAckedMessageTracker tick (ackTimeoutTickTime: 1 s)
 
 
@@ -110,38 +108,35 @@ class ConsumerSession:
         self._track_ack_timeouts()
 
     async def _subscribe(self, resume_after: MessageId | None) -> None:
-        cmd = pb.BaseCommand(type=T.SUBSCRIBE)
-        s = cmd.subscribe
-        s.topic, s.subscription, s.consumer_id = self.topic, self.subscription, CONSUMER_ID
-        s.subType = SUB_TYPES[self.options.subscription_type]
-        s.durable = self.options.durable
-        s.initialPosition = (pb.CommandSubscribe.Earliest if self.options.initial_position == "Earliest"
-                             else pb.CommandSubscribe.Latest)
-        s.priority_level = self.options.priority_level
         if self.consumer_name:
-            s.consumer_name = self.consumer_name
+            name = self.consumer_name
         elif self.reader is not None:
-            s.consumer_name = self.reader.reader_name or _random_name()
+            name = self.reader.reader_name or _random_name()
         elif self.options.consumer_name is not None:
-            s.consumer_name = self.options.consumer_name
+            name = self.options.consumer_name
         else:
-            s.consumer_name = _random_name()
+            name = _random_name()
+        start = None
         if self.reader is not None:
             if resume_after is not None:
                 self._start_after = (resume_after.ledger_id, resume_after.entry_id, resume_after.batch_index)
-                s.start_message_id.CopyFrom(resume_after.data())
+                start = resume_after.data()
             else:
-                s.start_message_id.CopyFrom(self._reader_start(self.reader.start))
-        self.consumer_name = s.consumer_name
+                start = self._reader_start(self.reader.start)
+        cmd, s = client_commands.subscribe(self.topic, self.subscription, CONSUMER_ID,
+                                           SUB_TYPES[self.options.subscription_type], name,
+                                           durable=self.options.durable,
+                                           earliest=self.options.initial_position == "Earliest", start=start)
+        s.priority_level = self.options.priority_level
+        self.consumer_name = name
         await self.link.request(cmd, s)
         self._flow(self.queue_size)
 
     def _reader_start(self, start: str) -> pb.MessageIdData:
         if start == "earliest":
-            return commands.message_id(*EARLIEST)
+            return commands.message_id(*client_commands.EARLIEST)
         if start == "latest":
-            mid = pb.MessageIdData(ledgerId=LATEST[0], entryId=LATEST[1])
-            return mid
+            return client_commands.reader_start_latest()
         parsed = decode_message_id(start)  # (BadRequest: the handler answers it)
         self._start_after = (parsed.ledger_id, parsed.entry_id, parsed.batch_index)
         return parsed.data()
@@ -205,9 +200,7 @@ class ConsumerSession:
         return self.gate.may_deliver()
 
     def _flow(self, permits: int) -> None:
-        cmd = pb.BaseCommand(type=T.FLOW)
-        cmd.flow.consumer_id, cmd.flow.messagePermits = CONSUMER_ID, permits
-        self._write(commands.frame(cmd))
+        self._write(client_commands.flow(CONSUMER_ID, permits))
 
     def _write(self, frame: bytes) -> None:
         """A FLOW, ACK or REDELIVER; dropped while the session reconnects (the new subscription gets a full queue
@@ -219,9 +212,7 @@ class ConsumerSession:
 
     # -- from the WebSocket (through Consumers) ---------------------------------------------------------------
     async def unsubscribe(self) -> None:
-        cmd = pb.BaseCommand(type=T.UNSUBSCRIBE)
-        cmd.unsubscribe.consumer_id = CONSUMER_ID
-        await self.link.request(cmd, cmd.unsubscribe)
+        await self.link.request(*client_commands.unsubscribe(CONSUMER_ID))
         self.closed = True
 
     def _ack(self, mid: MessageId) -> None:

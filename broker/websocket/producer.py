@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import mmh3
 
-from broker.protocol import commands
+from broker.protocol import client_commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
 from broker.service.peer_link import BrokerLink, LinkError
@@ -87,15 +87,12 @@ class ProducerSession:
             self.link.write(pending.frame)
 
     async def _create(self) -> pb.BaseCommand:
-        cmd = pb.BaseCommand(type=T.PRODUCER)
-        p = cmd.producer
-        p.topic, p.producer_id = self.topic, PRODUCER_ID
-        if self.producer_name:
-            p.producer_name = self.producer_name
-        elif self.options.producer_name is not None:
-            p.producer_name = self.options.producer_name
-            p.user_provided_producer_name = True
-        return await self.link.request(cmd, p)
+        if self.producer_name:  # (created before: the name the broker gave it)
+            request = client_commands.producer(self.topic, PRODUCER_ID, self.producer_name)
+        else:
+            request = client_commands.producer(self.topic, PRODUCER_ID, self.options.producer_name,
+                                               user_provided_name=True)
+        return await self.link.request(*request)
 
     # -- sending ---------------------------------------------------------------------------------------------------
     async def publish(self, message: ProducerMessage) -> tuple[int, int]:
@@ -183,12 +180,8 @@ class ProducerSession:
             md.compression = self.options.compression  # type: ignore[assignment]
             md.uncompressed_size = len(body)
             body = compress(self.options.compression, body)
-        cmd = pb.BaseCommand(type=T.SEND)
-        s = cmd.send
-        s.producer_id, s.sequence_id, s.num_messages = PRODUCER_ID, first, count
-        if last != first:
-            s.highest_sequence_id = last
-        pending.frame = commands.frame_with_payload(cmd, build_entry(md.SerializeToString(), body))
+        pending.frame = client_commands.send(PRODUCER_ID, first, count, build_entry(md.SerializeToString(), body),
+                                             highest_sequence_id=last)
         try:
             self.link.write(pending.frame)
         except LinkError:
