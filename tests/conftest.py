@@ -1,10 +1,12 @@
 """Test-wide settings and fixtures."""
 
+import asyncio
 import os
 from collections.abc import Iterator
 
 import hypothesis.internal.observability  # noqa: F401  (see below)
 import pytest
+import uvloop
 
 from cluster import processes
 from cluster.local import ProcessInfo
@@ -17,6 +19,19 @@ from tests.zookeeper import zookeeper_server
 
 # Check the dispatcher permit invariant on every change (raises on drift) in every test broker.
 os.environ.setdefault("PULSAR_BROKER_DEBUG", "1")
+
+
+# Test modules that also run on asyncio's own loop: a program embedding the broker (broker.embedded.Broker) runs it on
+# its loop, which may be asyncio's; these cover where the two differ (the transports' write buffers and pausing).
+ON_BOTH_LOOPS = {"test_backpressure_and_limits.py"}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, object]:
+    """Async tests and fixtures run on uvloop, the loop the broker runs on (``broker/__main__.py``, ``BrokerThread``),
+    so a broker a test starts in its own loop behaves as the one users run; ON_BOTH_LOOPS on asyncio's too."""
+    if item.path.name in ON_BOTH_LOOPS:
+        return {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
@@ -180,9 +181,9 @@ class _BookieSide(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.bookie._transports.append(transport)
+        # (a stream transport; uvloop's are not subclasses of asyncio.Transport, so no isinstance check)
+        self.transport = cast(asyncio.Transport, transport)
+        self.bookie._transports.append(self.transport)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
