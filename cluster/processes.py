@@ -67,13 +67,19 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie still answers kill(0); /proc tells. It may be our child that ended after the waitpid above (a SIGKILL
-    # takes effect asynchronously): reap it now, or it would stay a zombie until this process exits.
-    with contextlib.suppress(OSError):
+    # takes effect asynchronously): reap it now, or it would stay a zombie until this process exits. A multi-threaded
+    # child (a JVM) shows Z as soon as its main thread has exited, while its other threads still run: waitpid cannot
+    # reap it yet, so it counts as running until a later call can.
+    try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            return False
+    except OSError:
+        return True
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return False  # (not ours: its parent reaps it)
+        return done != pid
     return True
 
 

@@ -47,3 +47,26 @@ def test_a_child_that_ends_between_the_reap_and_the_look_at_proc_is_reaped(monke
         if _state(child.pid) is not None:
             child.kill()
             child.wait()
+
+
+def test_a_child_whose_other_threads_still_exit_counts_as_running_until_it_can_be_reaped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JVM's main thread exits first: /proc shows Z while its other threads still run, and waitpid cannot reap it
+    yet. ``alive`` said False then, the stop moved on, and nothing reaped the JVM afterwards (a bookie left a zombie
+    in the tests now and then). It now says True until a later call reaps it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.01)
+        with monkeypatch.context() as patched:  # (waitpid as for a thread group still exiting)
+            patched.setattr(os, "waitpid", lambda pid, options: (0, 0))
+            assert processes.alive(child.pid)
+        assert not processes.alive(child.pid)
+        assert _state(child.pid) is None, "alive() left the child a zombie"
+    finally:
+        if _state(child.pid) is not None:
+            child.kill()
+            child.wait()
