@@ -572,8 +572,8 @@ def print_table(table: list[Row], brokers: list[BrokerProcess],
         cells = []
         for n in names:
             r = results[n]
-            cells.append(f"{r.rate:,.0f} | {r.mb_s:.1f} | {r.cpu_us_per_msg:.1f}"
-                         + (f" | {r.storage_cpu_us_per_msg:.1f}" if n in with_storage else ""))
+            cells.append(f"{r.rate:,.0f} | {r.mb_s:.1f} | {r.cpu_us_per_msg:.2f}"
+                         + (f" | {r.storage_cpu_us_per_msg:.2f}" if n in with_storage else ""))
         row = f"| {name} | " + " | ".join(cells)
         for other in names[1:]:
             rs = entry.ratios.get(other, [])
