@@ -22,20 +22,20 @@ messages a second) never waits, so its latency is a bare write + sync.
 
 Pipelined syncs: a light batch of appends (under ``group_bytes / 8``, to fewer than
 ``PARALLEL_SYNC_MIN`` segments, nothing but appends) does not wait for the syncs of the batches
-before it. The writer writes it at once and hands its fdatasyncs to the sync threads, then takes
-the next batch; up to ``PIPELINE_DEPTH`` such rounds have syncs in flight. Except for a grouped stream
-(a batch of ``group_min_bytes`` or more, to one segment) while syncs take less than ``group_wait_s``:
-the writer would only wait for the next batch during that sync, so it runs the sync itself and then
-gathers. Handing it to a sync thread costs more CPU than the sync (a thread wake-up and a contended
-GIL on each side: 345 -> 256 us of broker CPU per 83-message batch arriving each millisecond,
-``bench.send_cycle --batch 83 --per-read 1 --pace-ms 1``), and the stream's batches are only one
-sync further apart. A slower sync sends the next rounds back to the sync threads. A sync covers what was
-written before it started, so each round is durable when its own syncs return. The thread whose
-sync completes the oldest round settles it and posts its completions (rounds settle strictly in
-order, so completions keep submission order). Anything else (a heavy batch, many segments, a
-segment to create or close, a cursor write, a barrier) first waits until every round in flight
-has settled, then runs as above. Before this, an append that arrived during a sync waited for that
-sync to end before its own write and sync began.
+before it. The writer writes it at once and hands its fdatasyncs to the sync threads, then takes the
+next batch; up to ``PIPELINE_DEPTH`` such rounds have syncs in flight. Except for a grouped stream
+(a batch of ``group_min_bytes`` or more, to one segment) while syncs take less than
+``group_wait_s``: the writer would only wait for the next batch during that sync, so it syncs the
+round itself (in its write: see "Writes that sync") and then gathers. Handing it to a sync thread
+costs more CPU than the sync (a thread wake-up and a contended GIL on each side: 345 -> 256 us of
+broker CPU per 83-message batch arriving each millisecond, ``bench.send_cycle --batch 83 --per-read
+1 --pace-ms 1``), and the stream's batches are only one sync further apart. A slower sync sends the
+next rounds back to the sync threads. A sync covers what was written before it started, so each
+round is durable when its own syncs return. The thread whose sync completes the oldest round settles
+it and posts its completions (rounds settle strictly in order, so completions keep submission
+order). Anything else (a heavy batch, many segments, a segment to create or close, a cursor write, a
+barrier) first waits until every round in flight has settled, then runs as above. Before this, an
+append that arrived during a sync waited for that sync to end before its own write and sync began.
 
 An append completes (successfully) only after the sync of its segment returned: a receipt sent
 from its callback is a promise that the record survives a power cut.
@@ -86,6 +86,23 @@ reason.) The cost is one more write of as many zero bytes, at most ``PREALLOC_MA
 open segment. The zeros are the segment's end as any block's padding is: closing cuts them, and a
 crash or a stop leaves them for the scan on open to read as the end. When the disk has no room for
 them, the records are written alone. Without syncs there are none: nothing would be saved.
+
+Writes that sync: where the writer would sync a segment right after writing it (a grouped stream's
+round; a batch of nothing but appends to fewer than ``PARALLEL_SYNC_MIN`` segments, whose syncs run
+one after another after the writes), the write syncs itself: a direct ``pwritev2`` with
+``RWF_DSYNC``, O_DSYNC for that write alone, which returns once its bytes and the file's size are
+durable. One system call instead of two, so the writer thread gives the GIL up and takes it back
+once per round instead of twice; taking it back is a wait (a futex round trip, two context switches
+on this VM) whenever the loop holds it. Measured against the write-then-fdatasync version
+(docs/benchmarks.md, 2026-12-07): broker CPU per message on the batched 100 B produce rows, as a
+ratio to pulsar-lite's in the same round, 1.24 against 1.33 (official client) and 1.34 against 1.39
+(Go client), medians of 6 alternating rounds; ``bench.send_cycle`` at one 400-message SEND per
+millisecond showed no difference beyond its noise. Such a write makes only its own bytes durable (on
+a device with FUA it is one FUA write, no cache flush), so it is used only when everything before it
+in the segment is durable already (it rewrites the last partial block, so a new segment's header is
+among its bytes); otherwise, and on kernels or files without it (buffered writes), the write is
+followed by an fdatasync as before. A failure of the sync is the write's failure: the owner fails as
+after a failed sync.
 
 ``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
 still synced): an append is confirmed once it is in the OS page cache. That survives the broker
@@ -160,6 +177,9 @@ class _Segment:
     syncing: int = 0  # pipelined rounds whose sync of this file is in flight (under the writer's _settle_lock)
     size: int = 0  # the file's size: written, and zeros to the end of its last block
     tail: bytes = b""  # the bytes of the last partial block (the last written % BLOCK)
+    # The last write synced itself (see "Writes that sync" in the module docstring): how long it took,
+    # for the sync that it replaces; None when the last write needs a sync after it.
+    synced_write: float | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -377,7 +397,7 @@ class GroupCommitWriter:
                     continue
             self._drain()  # anything but light appends runs alone, after every pipelined round settled
             try:
-                results = self._process(batch)
+                results = self._process(batch, appends_only=not others)
             except Exception as exc:  # a bug: fail the batch rather than leave its callers waiting
                 log.exception("managed-ledger writer: a batch of %d operations failed", len(batch))
                 results = [(op.done, exc) for op in batch]
@@ -408,10 +428,15 @@ class GroupCommitWriter:
         paths = {op.path for op in batch}
         if len(paths) >= PARALLEL_SYNC_MIN:
             return False
+        # A grouped stream (see "Pipelined syncs" in the module docstring): the writer would only wait
+        # for the next batch now, and syncs take less than that wait, so it syncs the round itself, in
+        # the write (see "Writes that sync").
+        grouped = (len(paths) == 1 and self._group_wait_s > 0 and self._last_batch_bytes >= self._group_min_bytes
+                   and self._last_sync_s < self._group_wait_s)
         errors: list[BaseException | None] = [None] * len(batch)
         unsynced: dict[_Segment, list[int]] = {}
         try:
-            self._append_all(batch, 0, len(batch), errors, unsynced)
+            self._append_all(batch, 0, len(batch), errors, unsynced, sync=grouped)
             # (A list: once the first sync is submitted, settling may change unsynced at any time.)
             syncs: list[tuple[_Segment, FileHandle | OSError]] = []
             for segment in unsynced:
@@ -435,11 +460,13 @@ class GroupCommitWriter:
                 segment.syncing += 1
         if not syncs:
             self._sync_returned(round_, None, (0.0, None))
-        elif (len(syncs) == 1 and self._group_wait_s > 0 and self._last_batch_bytes >= self._group_min_bytes
-              and self._last_sync_s < self._group_wait_s):
-            # A grouped stream (see "Pipelined syncs" in the module docstring): the writer would only
-            # wait for the next batch now, and syncs take less than that wait, so it syncs itself.
-            self._sync_in_round(round_, *syncs[0])
+        elif grouped:
+            segment, handle = syncs[0]
+            if segment.synced_write is None:  # (what it follows was not synced yet: see _write_blocks)
+                self._sync_in_round(round_, segment, handle)
+            else:
+                self._last_sync_s, segment.synced_write = segment.synced_write, None
+                self._sync_returned(round_, segment, (self._last_sync_s, None))
         else:
             if self._sync_pool is None:
                 self._sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="ml-sync")
@@ -518,7 +545,12 @@ class GroupCommitWriter:
             finally:
                 self._gathering = False
 
-    def _process(self, batch: list[_Op]) -> list[tuple[Done, BaseException | None]]:
+    def _process(self, batch: list[_Op], appends_only: bool = False) -> list[tuple[Done, BaseException | None]]:
+        # Appends alone to fewer than PARALLEL_SYNC_MIN segments: _sync_all would sync each segment
+        # right after the writes, one after another, so each write syncs itself instead (see
+        # "Writes that sync" in the module docstring).
+        sync_writes = (appends_only and self._sync
+                       and (len(batch) == 1 or len({op.path for op in batch}) < PARALLEL_SYNC_MIN))
         errors: list[BaseException | None] = [None] * len(batch)
         # Appends waiting for the sync of their segment: segment -> batch indexes.
         unsynced: dict[_Segment, list[int]] = {}
@@ -532,7 +564,7 @@ class GroupCommitWriter:
                 j = i + 1
                 while j < n and batch[j].kind == "append":
                     j += 1
-                self._append_all(batch, i, j, errors, unsynced)
+                self._append_all(batch, i, j, errors, unsynced, sync=sync_writes)
                 i = j
                 continue
             failure = self._failed.get(op.owner) if op.owner is not None else None
@@ -595,7 +627,7 @@ class GroupCommitWriter:
             segment.handle = None
 
     def _append_all(self, batch: list[_Op], i: int, j: int, errors: list[BaseException | None],
-                    unsynced: dict[_Segment, list[int]]) -> None:
+                    unsynced: dict[_Segment, list[int]], sync: bool = False) -> None:
         """Write batch[i:j], all appends: one write per segment, its appends in submission order.
 
         Producers on several topics (or one client's several producers on one connection) submit
@@ -619,11 +651,12 @@ class GroupCommitWriter:
                 for k in run:
                     errors[k] = _fenced(failure)
             else:
-                self._append_run(batch, run, errors, unsynced)
+                self._append_run(batch, run, errors, unsynced, sync)
 
     def _append_run(self, batch: list[_Op], run: list[int], errors: list[BaseException | None],
-                    unsynced: dict[_Segment, list[int]]) -> None:
-        """Write the appends batch[k] for k in run, all to one segment, as one write."""
+                    unsynced: dict[_Segment, list[int]], sync: bool = False) -> None:
+        """Write the appends batch[k] for k in run, all to one segment, as one write (that syncs
+        the segment too, if sync)."""
         path = batch[run[0]].path
         segment = self._segments.get(path)
         if segment is None:
@@ -637,7 +670,7 @@ class GroupCommitWriter:
             parts += batch[k].parts or ()
             nbytes += batch[k].nbytes
         try:
-            self._write_blocks(segment, self._handle(segment), parts, nbytes)
+            self._write_blocks(segment, self._handle(segment), parts, nbytes, sync)
         except OSError as exc:
             for k in run:
                 errors[k] = exc
@@ -646,10 +679,12 @@ class GroupCommitWriter:
         unsynced.setdefault(segment, []).extend(run)
         self._stats.add(bytes_written_total=nbytes)
 
-    def _write_blocks(self, segment: _Segment, handle: FileHandle, parts: list[bytes], nbytes: int) -> None:
+    def _write_blocks(self, segment: _Segment, handle: FileHandle, parts: list[bytes], nbytes: int,
+                      sync: bool = False) -> None:
         """Write parts (nbytes in all) after the segment's last record, as whole blocks: the last
         partial block again (its bytes kept in ``segment.tail``), then the new bytes, then zeros to
-        the end of the block (see "Direct writes" in the module docstring)."""
+        the end of the block (see "Direct writes" in the module docstring). sync: the write syncs
+        the segment too (``segment.synced_write``; see "Writes that sync")."""
         tail = segment.tail
         start = segment.written - len(tail)
         used = len(tail) + nbytes
@@ -664,14 +699,19 @@ class GroupCommitWriter:
         # grows the file, the same write also lays down zeros after it.
         ahead = min(self._prealloc, (start + padded) // BLOCK * BLOCK) if start + padded > segment.size else 0
         zeros = memoryview(self._zeros)[:ahead] if ahead else None
+        # A write syncs only its own bytes (it may be one FUA write): only when everything before it
+        # is durable already. (It rewrites the last partial block, so a new segment's header too.)
+        sync = sync and start <= segment.synced
+        segment.synced_write = None
+        started = time.perf_counter()
         try:
             try:
-                handle.pwrite_parts([view] if zeros is None else [view, zeros], start)
+                handle.pwrite_parts([view] if zeros is None else [view, zeros], start, sync=sync)
             except OSError as exc:
                 if zeros is None or exc.errno != errno.ENOSPC:
                     raise
                 ahead = 0  # (no room for the zeros: the records alone may still fit)
-                handle.pwrite_parts([view], start)
+                handle.pwrite_parts([view], start, sync=sync)
         finally:
             # Released here: a failed write's traceback keeps pwrite_parts' frame (and so this view)
             # alive until a full collection, and an exported buffer cannot be grown (closed).
@@ -683,6 +723,8 @@ class GroupCommitWriter:
         segment.tail = buf[used - keep : used] if keep else b""
         segment.written = end
         segment.size = max(segment.size, start + padded + ahead)
+        if sync:
+            segment.synced_write = time.perf_counter() - started
 
     def _block_buffer(self, size: int) -> mmap.mmap:
         """The writer's block-aligned buffer (an anonymous mapping), at least size bytes."""
@@ -773,6 +815,8 @@ class GroupCommitWriter:
         seq: the round (the writer's current batch when not given)."""
         waiting = unsynced.pop(segment, [])
         if self._sync:
+            if outcome is None and segment.synced_write is not None:  # (the write synced it)
+                outcome, segment.synced_write = (segment.synced_write, None), None
             if outcome is None:
                 try:
                     outcome = _timed_sync(self._handle(segment))

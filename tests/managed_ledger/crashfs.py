@@ -1,11 +1,12 @@
 """A file system in memory that forgets what was not synced: power cuts and disk errors for tests.
 
 Implements ``managed_ledger.fs.FileSystem``. Every file remembers the content it had at its last
-``sync()`` and every directory the entries it had at its last ``fsync_dir``. ``power_cut_after(n)``
-lets n more mutating operations through, then the power goes: every later operation fails
-with EIO (like a dead disk), and ``reboot()`` brings back only what was durable (Jepsen's
-lazyfs ``lose-unfsynced-writes``). ``mode="torn"`` is nastier: an unsynced append may survive
-in part (a torn record), and each unsynced directory change survives or not, at random.
+``sync()`` (and the bytes of each write made with ``sync=True`` since) and every directory the
+entries it had at its last ``fsync_dir``. ``power_cut_after(n)`` lets n more mutating operations
+through, then the power goes: every later operation fails with EIO (like a dead disk), and
+``reboot()`` brings back only what was durable (Jepsen's lazyfs ``lose-unfsynced-writes``).
+``mode="torn"`` is nastier: an unsynced append may survive in part (a torn record), and each
+unsynced directory change survives or not, at random.
 
 ``inject(op, errno)`` makes the next ``count`` operations of a kind fail (ENOSPC on "write",
 EIO on "sync", ...), to test write-error handling without filling a disk.
@@ -307,10 +308,21 @@ class _Handle:
             self._fs._check("write", self._path, mutating=True)
             self._inode.data += data
 
-    def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int) -> None:
+    def pwrite_parts(self, parts: Sequence[bytes | memoryview], offset: int, *, sync: bool = False) -> None:
         with self._fs._lock:
             self._fs._check("write", self._path, mutating=True)
-            self._put(b"".join(parts), offset)
+            data = b"".join(parts)
+            self._put(data, offset)
+            if sync:
+                # O_DSYNC for this write alone (a device with FUA): its bytes and the file's size
+                # become durable, nothing written before it does (a gap before it reads as zeros).
+                self._fs._check("sync", self._path, mutating=True)
+                durable = bytearray(self._inode.durable)
+                if len(durable) < offset:
+                    durable += bytes(offset - len(durable))
+                durable[offset : offset + len(data)] = data
+                self._inode.durable = bytes(durable)
+                self._fs.syncs += 1
 
     def _put(self, data: bytes, offset: int) -> None:
         inode = self._inode

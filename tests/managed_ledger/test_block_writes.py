@@ -114,12 +114,12 @@ async def test_no_room_for_the_zeros_ahead_still_stores_the_records(tmp_path: Pa
     real = os.pwritev
     refused = 0
 
-    def full_for_zeros(fd: int, buffers: Any, offset: int) -> int:
+    def full_for_zeros(fd: int, buffers: Any, offset: int, *flags: int) -> int:
         nonlocal refused
         if len(buffers) > 1:  # the records and the zeros ahead of them
             refused += 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        return int(real(fd, buffers, offset))
+        return int(real(fd, buffers, offset, *flags))
 
     factory = make(tmp_path)
     monkeypatch.setattr(os, "pwritev", full_for_zeros)
@@ -303,12 +303,12 @@ async def test_a_short_direct_write_fails_like_a_full_disk_and_the_ledger_recove
     real = os.pwritev
     short = 1
 
-    def short_once(fd: int, buffers: Any, offset: int) -> int:
+    def short_once(fd: int, buffers: Any, offset: int, *flags: int) -> int:
         nonlocal short
         if short and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
             short -= 1
             return real(fd, [memoryview(buffers[0])[:BLOCK]], offset) if len(buffers[0]) > BLOCK else 0
-        return int(real(fd, buffers, offset))
+        return int(real(fd, buffers, offset, *flags))
 
     factory = make(tmp_path, fault_retry_interval_s=0)
     ml = await factory.open("t", KEEP)
@@ -356,12 +356,12 @@ async def test_a_big_entry_after_a_failed_direct_write_is_stored(tmp_path: Path,
     real = os.pwritev
     fail = 1
 
-    def enospc_once(fd: int, buffers: Any, offset: int) -> int:
+    def enospc_once(fd: int, buffers: Any, offset: int, *flags: int) -> int:
         nonlocal fail
         if fail:
             fail = 0
             raise OSError(errno.ENOSPC, "No space left on device")
-        return int(real(fd, buffers, offset))
+        return int(real(fd, buffers, offset, *flags))
 
     factory = make(tmp_path, fault_retry_interval_s=0)
     ml = await factory.open("t", KEEP)

@@ -157,11 +157,19 @@ class _RecordingHandle:
         self._inner = inner
 
     def sync(self) -> None:
+        self._syncing()
+        self._inner.sync()
+
+    def pwrite_parts(self, parts: Any, offset: int, *, sync: bool = False) -> None:
+        if sync:  # (a write that syncs itself: see "Writes that sync" in managed_ledger/writer.py)
+            self._syncing()
+        self._inner.pwrite_parts(parts, offset, sync=sync)
+
+    def _syncing(self) -> None:
         delay, self._fs.slow_next = self._fs.slow_next, 0.0
         if delay:
             threading.Event().wait(delay)
         self._fs.threads.append(threading.current_thread().name)
-        self._inner.sync()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -246,9 +254,9 @@ class _CountingHandle:
         self._path = path
         self._writes = writes
 
-    def pwrite_parts(self, parts: Any, offset: int) -> None:
+    def pwrite_parts(self, parts: Any, offset: int, *, sync: bool = False) -> None:
         self._writes[self._path] = self._writes.get(self._path, 0) + 1
-        self._inner.pwrite_parts(parts, offset)
+        self._inner.pwrite_parts(parts, offset, sync=sync)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from tests.managed_ledger.ml_support import FakeClock
 
 ROUNDS = 150  # power cuts per mode
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=5, min_ledger_rollover_time_s=0)
+GROUPING: list[dict[str, Any]] = [{}, {"group_bytes": 1024, "group_min_bytes": 64, "group_wait_s": 0.002}]
 
 
 class Model:
@@ -129,6 +131,9 @@ async def test_no_receipted_entry_lost_through_power_cuts(mode: str) -> None:
             "/data/ledgers", clock=FakeClock(), fs=fs, fault_retry_interval_s=0,
             cursor_persist_interval_s=rng.choice([0.0, 0.001, 3600.0]), read_threads=1,
             cache_size_bytes=rng.choice([0, 2000, 1 << 20]),
+            # Also small group thresholds, so that batches are heavy (synced in their writes when they
+            # go to few segments) and streams grouped (a grouped round synced in its write).
+            **rng.choice(GROUPING),
         )
         ml = await factory.open("t", CONFIG)
         cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
