@@ -54,6 +54,7 @@ from broker.cluster.operations import BundleOperationError
 from broker.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from broker.java_text import iso_time_ms
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.commands import INT64_MAX
 from broker.protocol.entry import entry_body, parse_payload, peek_broker_entry_metadata, skip_broker_entry_metadata
 from broker.protocol.text import mend_strings
 from broker.service import admin_ops
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 TOPIC = "/{tenant}/{ns}/{topic}"
 SUB = TOPIC + "/subscription/{sub}"
-INT64_MAX = (1 << 63) - 1
 # Pulsar's answer (400) to PUT .../subscription/{sub} on a non-persistent topic: only SUBSCRIBE makes one there.
 CREATE_LIVE_SUBSCRIPTION = "Create subscription on non-persistent topic can only be done through client"
 # A bundle in a path (GET .../non-persistent/{tenant}/{ns}/{bundle}: no topic route answers GET without an action).

@@ -14,7 +14,7 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
 
 T = pb.BaseCommand.Type
-LATEST = (2**63 - 1, 2**63 - 1)  # MessageId.latest's ledger and entry ids (a reader's start)
+LATEST = (commands.INT64_MAX, commands.INT64_MAX)  # MessageId.latest's ledger and entry ids (a reader's start)
 EARLIEST = (-1, -1)  # MessageId.earliest's
 
 

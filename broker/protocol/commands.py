@@ -17,6 +17,9 @@ from broker.protocol.varint import varint as _varint
 
 _HEADER = struct.Struct(">II")
 _U64_MASK = (1 << 64) - 1
+# Long.MAX_VALUE: what Java clients put in a message id's ledger and entry for MessageId.latest, and
+# the largest position an admin call may name.
+INT64_MAX = (1 << 63) - 1
 # request_id used when the broker itself initiates CLOSE_PRODUCER / CLOSE_CONSUMER (-1 as u64).
 BROKER_REQUEST_ID = _U64_MASK
 

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
-INT64_MAX = (1 << 63) - 1
 _U64 = (1 << 64) - 1
 
 

@@ -78,7 +78,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = pb.BaseCommand.Type
 E = pb.ServerError
-INT64_MAX = (1 << 63) - 1
 # Extra bytes a stored entry may carry beyond maxMessageSize: magic+crc (6) and the metadata size (4).
 ENTRY_OVERHEAD = 10
 # A read's SENDs go to storage in appends of at most this many (see flush_sends): with reads of up

@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from broker.service.nonpersistent import NonPersistentTopic
 
 log = logging.getLogger(__name__)
-INT64_MAX = (1 << 63) - 1
 T = TypeVar("T")
 
 
@@ -310,7 +309,7 @@ class PersistentTopic(AbstractTopic):
         lid, eid = commands.from_u64(start.ledgerId), commands.from_u64(start.entryId)
         if lid < 0 or eid < 0:
             return Position(-1, -1)
-        if lid == INT64_MAX and eid == INT64_MAX:
+        if lid == commands.INT64_MAX and eid == commands.INT64_MAX:
             return ledger.last_confirmed_entry
         pos = Position(lid, eid)
         if pos > ledger.last_confirmed_entry:

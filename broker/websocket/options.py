@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from broker.metadata.policy_values import JAVA_LONG
 from compression_codecs import LZ4, NONE, SNAPPY, ZLIB, ZSTD
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+LONG_MIN, LONG_MAX = JAVA_LONG
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 # Pulsar's WebSocket handlers cap a consumer's and a reader's receiver queue at 1000 (and default to 1000).
