@@ -21,15 +21,12 @@ from tests.zookeeper import zookeeper_server
 os.environ.setdefault("PULSAR_BROKER_DEBUG", "1")
 
 
-# Test modules that also run on asyncio's own loop: a program embedding the broker (broker.embedded.Broker) runs it on
-# its loop, which may be asyncio's; these cover where the two differ (the transports' write buffers and pausing).
-ON_BOTH_LOOPS = {"test_backpressure_and_limits.py"}
-
-
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, object]:
     """Async tests and fixtures run on uvloop, the loop the broker runs on (``broker/__main__.py``, ``BrokerThread``),
-    so a broker a test starts in its own loop behaves as the one users run; ON_BOTH_LOOPS on asyncio's too."""
-    if item.path.name in ON_BOTH_LOOPS:
+    so a broker a test starts in its own loop behaves as the one users run. Tests marked ``both_loops`` run on
+    asyncio's own loop too: a program embedding the broker (broker.embedded.Broker) runs it on its loop, which may be
+    asyncio's, and those tests cover where the two differ (the transports' write buffers and pausing)."""
+    if item.get_closest_marker("both_loops") is not None:
         return {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
     return {"uvloop": uvloop.new_event_loop}
 

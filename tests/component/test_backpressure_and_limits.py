@@ -24,6 +24,10 @@ from managed_ledger import AddCallback, ManagedLedger, ManagedLedgerConfig, Memo
 from tests.component.wire import T, WireClient, port_of, producer_cmd, send_frame, subscribe_cmd
 from tests.waiting import eventually
 
+# Also on asyncio's own loop (tests/conftest.py): an embedding program's loop may be asyncio's, and the transports'
+# write buffers and pausing, which these tests exercise, differ between the two.
+pytestmark = pytest.mark.both_loops
+
 # -- a managed ledger whose appends complete only when the test says so ------------------------------
 
 class GatedLedger:
