@@ -393,12 +393,15 @@ class BrokerLink:
         connection = self._connection
         return connection.url if connection is not None else self.settings.url
 
-    async def partitions(self) -> int:
+    async def partitions(self, topic: str | None = None) -> int:
         """The topic's partitions (0: not partitioned), asked of the service URL's broker as the clients ask before
-        anything else (PARTITIONED_METADATA); LinkError when refused. The connection stays for ``open``."""
-        connection = await self._connect(self.settings.url)
+        anything else (PARTITIONED_METADATA); LinkError when refused. The connection stays for ``open``. ``topic``:
+        another topic's, asked on the same connection (any broker answers for any topic)."""
+        connection = self._connection
+        if connection is None or connection.ended:
+            connection = await self._connect(self.settings.url)
         cmd = pb.BaseCommand(type=T.PARTITIONED_METADATA)
-        cmd.partitionMetadata.topic = self.topic
+        cmd.partitionMetadata.topic = topic if topic is not None else self.topic
         r = (await connection.request(cmd, cmd.partitionMetadata)).partitionMetadataResponse
         if r.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
             raise LinkError(f"{pb.ServerError.Name(r.error)}: {r.message}", r.error)

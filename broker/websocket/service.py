@@ -351,26 +351,31 @@ class WebSocketService:
             known = dict(parted)
             while True:
                 await asyncio.sleep(PARTITIONS_CHECK_S)
+                counts = await self._partition_counts(list(known))
                 for topic, count in known.items():
-                    now = await self._partition_count(topic)
+                    now = counts.get(topic)
                     if now is not None and now > count:
                         known[topic] = now
                         await add(topic, count, now, ws)
         return follow
 
-    async def _partition_count(self, topic: str) -> int | None:
-        """The topic's partitions now (None when the broker could not be asked: asked again at the next check)."""
+    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """The topics' partitions now, all asked on one connection; a topic the broker could not be asked about
+        now is left out (asked again at the next check)."""
         try:
-            link = self._link(topic)
+            link = self._link(topics[0])
         except web.HTTPException:  # (the broker client's settings are not usable now)
-            return None
+            return {}
+        counts: dict[str, int] = {}
         try:
-            return await link.partitions()
-        except LinkError as exc:
-            log.debug("WebSocket: partitions of %s not known now: %s", topic, exc)
-            return None
+            for topic in topics:
+                try:
+                    counts[topic] = await link.partitions(topic)
+                except LinkError as exc:
+                    log.debug("WebSocket: partitions of %s not known now: %s", topic, exc)
         finally:
             await link.close()
+        return counts
 
     # -- shared steps ------------------------------------------------------------------------------------------------
     async def _partitions(self, topic: str, what: str) -> tuple[int, BrokerLink]:

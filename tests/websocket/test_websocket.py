@@ -14,6 +14,7 @@ import pytest
 
 from broker.embedded import BrokerThread
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.service.peer_link import BrokerLink
 from broker.websocket import service
 from broker.websocket.producer import java_string_hash
 from tests.websocket.conftest import WAIT_S, b64, receive_json, send, ws_url
@@ -570,6 +571,39 @@ async def test_pattern_consumer_follows_the_topics_that_match(ws_broker: BrokerT
         await produce(http, ws_broker, later, [b"c again"])
         assert base64.b64decode((await receive_json(consumer))["payload"]) == b"c again"
         await no_message_before_answer(consumer)
+
+
+async def test_the_partitions_of_a_websockets_topics_are_asked_on_one_connection_per_check(
+        ws_broker: BrokerThread, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-topic consumer of two partitioned topics: each check asks both topics' partitions on one connection
+    (before: a connection per topic per check), and partitions added to either are followed."""
+    monkeypatch.setattr(service, "PARTITIONS_CHECK_S", 0.1)
+    asked: list[tuple[int, str]] = []  # (the link, the topic asked)
+    real = BrokerLink.partitions
+
+    async def partitions(self: BrokerLink, topic: str | None = None) -> int:
+        asked.append((id(self), topic if topic is not None else self.topic))
+        return await real(self, topic)
+
+    monkeypatch.setattr(BrokerLink, "partitions", partitions)
+    first, second = topic_path(), topic_path()
+    for topic in (first, second):
+        async with http.put(f"{ws_broker.web_url}/admin/v2/{topic}/partitions", json=1) as r:
+            assert r.status == 204, await r.text()
+    names = [t.replace("persistent/", "persistent://", 1) for t in (first, second)]
+    url = ws_url(ws_broker, f"/ws/v3/consumer/multi?topics={','.join(names)}&subscriptionType=Shared")
+    async with http.ws_connect(url) as consumer:
+        asked.clear()  # (the session's own first look: a link per topic, as before)
+        async with http.post(f"{ws_broker.web_url}/admin/v2/{second}/partitions", json=2) as r:
+            assert r.status == 204, await r.text()
+        await produce(http, ws_broker, f"{second}-partition-1", [b"on the new partition"])
+        got = await receive_json(consumer)
+        assert base64.b64decode(got["payload"]) == b"on the new partition"
+    by_link: dict[int, list[str]] = {}
+    for link, topic in asked:
+        if topic in names:  # (not the producer of the test's message, which asks about its partition)
+            by_link.setdefault(link, []).append(topic)
+    assert by_link and all(sorted(topics) == sorted(names) for topics in by_link.values()), by_link
 
 
 async def test_partitions_added_while_sessions_run(ws_broker: BrokerThread, http: aiohttp.ClientSession,
