@@ -98,6 +98,6 @@ def test_the_table_has_a_line_per_row_with_its_ratios_and_p99_notes(capsys: pyte
     print_table(table, [broker("ours"), broker("pulsar")], {"ours": 1, "pulsar": 2}, 3, {"ours": 1, "pulsar": 2})
     lines = capsys.readouterr().out.splitlines()
     consume = next(line for line in lines if line.startswith("| consume |"))
-    assert consume.startswith("| consume | 300 | 0.0 | 1.0 | 200 | 0.0 | 1.0 | 1.50 (1.20-1.80) |"), consume
+    assert consume.startswith("| consume | 300 | 0.0 | 1.00 | 200 | 0.0 | 1.00 | 1.50 (1.20-1.80) |"), consume
     latency = next(line for line in lines if line.startswith("| latency |"))
     assert "| 1.00 (1.00-1.00) | publish p99 ours/pulsar by round 0.60 (0.50-0.70) |" in latency, latency
