@@ -94,15 +94,16 @@ one after another after the writes), the write syncs itself: a direct ``pwritev2
 durable. One system call instead of two, so the writer thread gives the GIL up and takes it back
 once per round instead of twice; taking it back is a wait (a futex round trip, two context switches
 on this VM) whenever the loop holds it. Measured against the write-then-fdatasync version
-(docs/benchmarks.md, 2026-12-07): broker CPU per message on the batched 100 B produce rows, as a
-ratio to pulsar-lite's in the same round, 1.24 against 1.33 (official client) and 1.34 against 1.39
-(Go client), medians of 6 alternating rounds; ``bench.send_cycle`` at one 400-message SEND per
-millisecond showed no difference beyond its noise. Such a write makes only its own bytes durable (on
-a device with FUA it is one FUA write, no cache flush), so it is used only when everything before it
-in the segment is durable already (it rewrites the last partial block, so a new segment's header is
-among its bytes); otherwise, and on kernels or files without it (buffered writes), the write is
-followed by an fdatasync as before. A failure of the sync is the write's failure: the owner fails as
-after a failed sync.
+(docs/benchmarks.md, 2026-12-07): broker CPU per message on the official client's batched 100 B
+produce row, as a ratio to pulsar-lite's in the same round, 1.24 against 1.33 and 1.23 against 1.37
+(medians of 6 and 10 alternating rounds), with our absolute CPU per message and ``bench.send_cycle``
+unchanged within this machine's noise: a few per cent at most (an earlier try, before the zeros
+ahead, measured none). Such a write makes only its own bytes durable (on a device with FUA it is one
+FUA write, no cache flush), so it is used only when everything before it in the segment is durable
+already (it rewrites the last partial block, so a new segment's header is among its bytes);
+otherwise, and on kernels or files without it (buffered writes), the write is followed by an
+fdatasync as before. A failure of the sync is the write's failure: the owner fails as after a failed
+sync.
 
 ``sync=False`` skips the per-append fdatasync (segment creation, cursor and metadata files are
 still synced): an append is confirmed once it is in the OS page cache. That survives the broker
