@@ -245,7 +245,9 @@ class GroupCommitWriter:
         self._taken_others = 0  # ... and ever taken into a batch (writer thread only)
         self._gathering = False  # the writer waits for group_bytes to be queued
         self._last_batch_bytes = 0  # writer thread only
-        self._last_sync_s = 0.0  # how long the last pipelined sync took (any thread writes it)
+        # How long the last pipelined sync took (any thread writes it); for a round synced in its write, the
+        # write and sync together (see "Writes that sync").
+        self._last_sync_s = 0.0
         self._queue: deque[_Op] = deque()
         # The writer's waits (idle, gathering) block on this lock, held while nobody has woken the writer;
         # the loop wakes it by releasing the lock (_wake). A bare lock rather than a Condition: a wake-up
