@@ -118,8 +118,8 @@ SHEDDING_STRATEGIES = (THRESHOLD_SHEDDER, OVERLOAD_SHEDDER, UNIFORM_LOAD_SHEDDER
 LEAST_LONG_TERM_MESSAGE_RATE = "org.apache.pulsar.broker.loadbalance.impl.LeastLongTermMessageRate"
 LEAST_RESOURCE_USAGE_WITH_WEIGHT = "org.apache.pulsar.broker.loadbalance.impl.LeastResourceUsageWithWeight"
 PLACEMENT_STRATEGIES = (LEAST_LONG_TERM_MESSAGE_RATE, LEAST_RESOURCE_USAGE_WITH_WEIGHT, AVG_SHEDDER)
-JAVA_INT_MAX = (1 << 31) - 1  # Integer.MAX_VALUE: Pulsar's int keys hold no more
-JAVA_LONG_MAX = (1 << 63) - 1  # Long.MAX_VALUE: Pulsar's long keys hold no more
+JAVA_INT_MAX = P.JAVA_INT[1]  # Integer.MAX_VALUE
+JAVA_LONG_MAX = P.JAVA_LONG[1]  # Long.MAX_VALUE
 
 
 def setting(default: Any, rule: Rule) -> Any:

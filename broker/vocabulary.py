@@ -10,6 +10,10 @@ PRODUCER_REQUEST_HOLD = "producer_request_hold"
 PRODUCER_EXCEPTION = "producer_exception"
 CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 BACKLOG_RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
+# Java's int and long as (lowest, highest): the types of Pulsar's configuration keys and policy fields, which
+# hold nothing past them.
+JAVA_INT = (-(2**31), 2**31 - 1)
+JAVA_LONG = (-(2**63), 2**63 - 1)
 TOPIC_TYPES = ("partitioned", "non-partitioned")
 # Ours: the most partitions a partitioned topic may have, whatever maxNumPartitionsPerPartitionedTopic says (its
 # 0, Pulsar's default, means this). Each partition is a topic; a count in the millions (one admin call, or a

@@ -40,6 +40,12 @@ from broker.vocabulary import (
     INACTIVE_TOPIC_DELETE_MODES as INACTIVE_TOPIC_DELETE_MODES,
 )
 from broker.vocabulary import (
+    JAVA_INT as JAVA_INT,
+)
+from broker.vocabulary import (
+    JAVA_LONG as JAVA_LONG,
+)
+from broker.vocabulary import (
     MESSAGE_AGE as MESSAGE_AGE,
 )
 from broker.vocabulary import (
@@ -76,10 +82,9 @@ class PolicyError(ValueError):
         self.reason = reason
 
 
-# Java's int and long: the field types of Pulsar's policy classes. Its JSON binding (Jackson) refuses a number
-# outside its field's type (400), so no value past them is stored or handed on to a Pulsar tool.
-JAVA_INT = (-(2**31), 2**31 - 1)
-JAVA_LONG = (-(2**63), 2**63 - 1)
+# Java's int and long (vocabulary's JAVA_INT, JAVA_LONG): the field types of Pulsar's policy classes. Its JSON
+# binding (Jackson) refuses a number outside its field's type (400), so no value past them is stored or handed on
+# to a Pulsar tool.
 _JAVA_TYPES = {JAVA_INT: "int", JAVA_LONG: "long"}
 
 

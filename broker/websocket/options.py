@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.metadata.policy_values import JAVA_LONG
+from broker.vocabulary import JAVA_LONG
 from compression_codecs import LZ4, NONE, SNAPPY, ZLIB, ZSTD
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
