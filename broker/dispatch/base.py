@@ -35,6 +35,7 @@ from typing import Any
 from broker.dispatch.context import Consumer, DispatchContext
 from broker.dispatch.lane import Lane
 from broker.dispatch.members import ConsumerMembers
+from broker.protocol import ack_sets
 from broker.protocol.entry import SNAPSHOT as SNAPSHOT_MARKER
 from broker.protocol.entry import EntryMeta
 from managed_ledger import Entry, ManagedCursor, Position
@@ -42,7 +43,6 @@ from managed_ledger import Entry, ManagedCursor, Position
 log = logging.getLogger(__name__)
 
 DEBUG_INVARIANTS = os.environ.get("PULSAR_BROKER_DEBUG", "") not in ("", "0")
-_U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
 
 
 class PermitInvariantError(AssertionError):
@@ -325,7 +325,7 @@ class Dispatcher(ConsumerMembers, ABC):
                 words = in_txn if words is None else [a & b for a, b in zip(words, in_txn, strict=False)]
         if words is None:
             return num_messages, None
-        return min(num_messages, sum((w & _U64).bit_count() for w in words)), words
+        return min(num_messages, ack_sets.unacked(words)), words
 
     # -- hooks -------------------------------------------------------------------------------------
     def _consumer_added(self, consumer: Consumer) -> None:

@@ -13,22 +13,22 @@ from typing import Any
 
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.varint import SMALL_VARINTS as _SMALL_VARINTS
+from broker.protocol.varint import U64_MASK
 from broker.protocol.varint import varint as _varint
 
 _HEADER = struct.Struct(">II")
-_U64_MASK = (1 << 64) - 1
 # Long.MAX_VALUE: what Java clients put in a message id's ledger and entry for MessageId.latest, and
 # the largest position an admin call may name.
 INT64_MAX = (1 << 63) - 1
 # request_id used when the broker itself initiates CLOSE_PRODUCER / CLOSE_CONSUMER (-1 as u64).
-BROKER_REQUEST_ID = _U64_MASK
+BROKER_REQUEST_ID = U64_MASK
 
 T = pb.BaseCommand.Type
 
 
 def to_u64(value: int) -> int:
     """Clients carry -1 (earliest) and INT64_MAX in uint64 fields: store them two's complement."""
-    return value & _U64_MASK
+    return value & U64_MASK
 
 
 def from_u64(value: int) -> int:

@@ -8,7 +8,7 @@ three bytes, the same for longer ones (timeit).
 
 from __future__ import annotations
 
-_U64_MASK = (1 << 64) - 1
+U64_MASK = (1 << 64) - 1
 
 # Every one-byte varint, by value (indexed by the hot encoders directly).
 SMALL_VARINTS = [bytes([i]) for i in range(0x80)]
@@ -17,7 +17,7 @@ SMALL_VARINTS = [bytes([i]) for i in range(0x80)]
 def varint(value: int) -> bytes:
     """``value`` as a varint; a negative int64 as its 64-bit two's complement (ten bytes), as protobuf
     encodes it."""
-    value &= _U64_MASK
+    value &= U64_MASK
     if value < 0x80:
         return SMALL_VARINTS[value]
     if value < 0x4000:

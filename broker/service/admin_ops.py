@@ -25,6 +25,7 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
+from broker.protocol import ack_sets
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import entry_meta
 from managed_ledger import Entry, ManagedCursor, ManagedLedgerError, Position
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from broker.service.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
-_U64 = (1 << 64) - 1
 
 
 class SubscriptionExistsError(BrokerError):
@@ -196,18 +196,7 @@ def expiry_target(message: Position, batch_index: int, batch_size: int, excluded
     expired = max(batch_index + 1 if excluded else batch_index, 0)
     if expired >= batch_size:
         return ExpiryTarget(after if excluded else message, None)
-    return ExpiryTarget(message, ack_set_words(expired, batch_size))
-
-
-def ack_set_words(start: int, end: int) -> list[int]:
-    """The ack_set with bits [start, end) set (those messages unacknowledged), as the wire's int64 words."""
-    bits = ((1 << end) - 1) ^ ((1 << start) - 1)
-    words = []
-    while bits:
-        word = bits & _U64
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-        bits >>= 64
-    return words
+    return ExpiryTarget(message, ack_sets.words_between(expired, batch_size))
 
 
 async def batch_size_at(topic: PersistentTopic, position: Position) -> int:

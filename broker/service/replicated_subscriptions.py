@@ -36,6 +36,7 @@ from broker.errors import BrokerError
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.entry import REQUEST, RESPONSE, SNAPSHOT, UPDATE, build_entry, entry_body
+from broker.protocol.varint import U64_MASK
 from broker.tasks import OwnedTasks
 from managed_ledger import Position
 
@@ -51,7 +52,6 @@ REPLICATED_MARKERS = frozenset({REQUEST, RESPONSE, UPDATE})
 # The cursor property that marks a durable subscription as replicated (kept across restarts).
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 MARKER_PRODUCER = "pulsar.marker"
-_U64_MAX = (1 << 64) - 1
 
 
 def marker_entry(marker_type: int, payload: bytes, replicate_to: list[str] | None = None) -> bytes:
@@ -67,12 +67,12 @@ marker_payload = entry_body  # a marker's payload is what follows its metadata
 
 
 def _position(p: mk.Position) -> Position:
-    return Position(p.ledger_id if p.ledger_id != _U64_MAX else -1, p.entry_id if p.entry_id != _U64_MAX else -1)
+    return Position(p.ledger_id if p.ledger_id != U64_MASK else -1, p.entry_id if p.entry_id != U64_MASK else -1)
 
 
 def _cluster_position(cluster: str, p: Position) -> mk.ClusterPosition:
-    return mk.ClusterPosition(cluster=cluster, message_id=mk.Position(ledger_id=p.ledger_id & _U64_MAX,
-                                                                      entry_id=p.entry_id & _U64_MAX))
+    return mk.ClusterPosition(cluster=cluster, message_id=mk.Position(ledger_id=p.ledger_id & U64_MASK,
+                                                                      entry_id=p.entry_id & U64_MASK))
 
 
 @dataclass

@@ -8,7 +8,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from itertools import zip_longest
 from typing import TYPE_CHECKING, cast
 
 from google.protobuf.message import DecodeError
@@ -17,7 +16,7 @@ from broker.dispatch.base import Dispatcher
 from broker.dispatch.factory import persistent_dispatcher
 from broker.errors import ConsumerBusyError, ExclusiveConsumerBusyError, NotAllowedError, ServiceNotReadyError
 from broker.metadata.policy_table import MAX_CONSUMERS, MAX_CONSUMERS_PER_SUBSCRIPTION
-from broker.protocol import commands
+from broker.protocol import ack_sets, commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol import pulsar_markers_pb2 as mk
 from broker.protocol.errors import ProtocolError
@@ -36,17 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Sub = pb.CommandSubscribe
-_U64 = (1 << 64) - 1  # ack_set words are int64 on the wire; count their bits as unsigned
-
-
-def _merged(old: list[int] | None, ack_set: list[int]) -> list[int]:
-    """A batch's ack_set after another batch-index ack: a bit stays set (unacked) only if set in both."""
-    return list(ack_set) if old is None else [a & b for a, b in zip_longest(old, ack_set, fillvalue=0)]
-
-
-def _unacked(ack_set: list[int]) -> int:
-    """How many messages an ack_set leaves unacknowledged (its set bits)."""
-    return sum((w & _U64).bit_count() for w in ack_set)
 
 
 _new_tuple = tuple.__new__  # a NamedTuple without its keyword-taking __new__ (per acknowledged id)
@@ -281,8 +269,8 @@ class Subscription:
         """A batch-index ack: ``ack_set`` has a bit set for every message still unacknowledged."""
         if self.cursor.is_acked(pos):
             return
-        merged = _merged(self.batch_ack_sets.get(pos), ack_set)
-        remaining = _unacked(merged)
+        merged = ack_sets.merged(self.batch_ack_sets.get(pos), ack_set)
+        remaining = ack_sets.unacked(merged)
         if not remaining:
             self.ack_individual(consumer, [pos])
             return
@@ -354,7 +342,7 @@ class Subscription:
             # limit is unblocked now, not at the commit.
             partial = [(pos, ack_set) for pos, ack_set, _ in acks if ack_set is not None]
             for pos, ack_set in partial:
-                remaining = _unacked(_merged(self.batch_ack_sets.get(pos), ack_set))
+                remaining = ack_sets.unacked(ack_sets.merged(self.batch_ack_sets.get(pos), ack_set))
                 for c in self.consumers:
                     c.lower_pending_messages(pos, remaining)
             if partial and self.dispatcher is not None:
@@ -417,8 +405,8 @@ class Subscription:
             whole = [p for p, ack_set in acks.individual.items() if ack_set is None]
             for pos, ack_set in acks.individual.items():
                 if ack_set is not None and not cursor.is_acked(pos):
-                    merged = _merged(cursor.batch_acks.get(pos), ack_set)
-                    if any(w & _U64 for w in merged):
+                    merged = ack_sets.merged(cursor.batch_acks.get(pos), ack_set)
+                    if any(merged):  # (some message still unacknowledged)
                         cursor.set_batch_ack(pos, merged)
                     else:
                         whole.append(pos)

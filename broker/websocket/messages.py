@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 
 from broker.java_text import iso_time_ms
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.commands import from_u64, to_u64
 from broker.protocol.entry import entry_body, read_entry_metadata
 from broker.protocol.errors import ProtocolError
 from compression_codecs import DecompressionError, decompress
@@ -54,7 +55,7 @@ class MessageId(NamedTuple):
     batch_size: int = 0
 
     def encode(self) -> str:
-        mid = pb.MessageIdData(ledgerId=self.ledger_id & (2**64 - 1), entryId=self.entry_id & (2**64 - 1))
+        mid = pb.MessageIdData(ledgerId=to_u64(self.ledger_id), entryId=to_u64(self.entry_id))
         if self.partition >= 0:
             mid.partition = self.partition
         if self.batch_index >= 0:
@@ -73,14 +74,10 @@ class MessageId(NamedTuple):
 
     def data(self) -> pb.MessageIdData:
         """The entry's id on the wire (the batch index left out: redeliveries and acks name entries)."""
-        mid = pb.MessageIdData(ledgerId=self.ledger_id & (2**64 - 1), entryId=self.entry_id & (2**64 - 1))
+        mid = pb.MessageIdData(ledgerId=to_u64(self.ledger_id), entryId=to_u64(self.entry_id))
         if self.partition >= 0:
             mid.partition = self.partition
         return mid
-
-
-def _signed(value: int) -> int:
-    return value - 2**64 if value >= 2**63 else value
 
 
 def decode_message_id(text: Any) -> MessageId:
@@ -95,7 +92,7 @@ def decode_message_id(text: Any) -> MessageId:
             raise DecodeError("a MessageIdData needs its ledgerId and entryId")
     except (binascii.Error, ValueError, DecodeError) as exc:
         raise BadRequest(FAILED_TO_DESERIALIZE_FROM_JSON, f"Invalid message id: {exc}") from None
-    return MessageId(_signed(mid.ledgerId), _signed(mid.entryId), mid.partition, mid.batch_index,
+    return MessageId(from_u64(mid.ledgerId), from_u64(mid.entryId), mid.partition, mid.batch_index,
                      mid.batch_size if mid.HasField("batch_size") else 0)
 
 
@@ -260,7 +257,7 @@ def split_entry(entry: bytes, cmd: pb.CommandMessage, partition: int) -> Iterato
             body = decompress(md.compression, body, md.uncompressed_size)
     except (ProtocolError, DecompressionError) as exc:
         raise UnreadableEntry(str(exc)) from exc
-    ledger, entry_id = _signed(cmd.message_id.ledgerId), _signed(cmd.message_id.entryId)
+    ledger, entry_id = from_u64(cmd.message_id.ledgerId), from_u64(cmd.message_id.entryId)
     redelivery = cmd.redelivery_count
     if not md.HasField("num_messages_in_batch"):
         yield Delivered(MessageId(ledger, entry_id, partition), body, md, None, redelivery)

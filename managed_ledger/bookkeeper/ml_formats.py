@@ -295,7 +295,7 @@ def _fill_long_arrays(message: PositionInfo, ranges: PositionRangeSet, max_entri
         count += sum(w.bit_count() for w in words)
         if count > max_entries:
             continue
-        message.individualDeletedMessageRanges.add(key=ledger_id, values=[_signed64(w) for w in words])
+        message.individualDeletedMessageRanges.add(key=ledger_id, values=[signed64(w) for w in words])
 
 
 def _bit_runs(words: Iterable[int]) -> Iterable[tuple[int, int]]:
@@ -365,7 +365,7 @@ def _fill_batches(message: ManagedCursorInfo | PositionInfo, batch_acks: Mapping
     for position, words in sorted(batch_acks.items())[:max_entries]:
         item = message.batchedEntryDeletionIndexInfo.add()
         item.position.ledgerId, item.position.entryId = position
-        item.deleteSet.extend(_signed64(w) for w in words)
+        item.deleteSet.extend(signed64(w) for w in words)
 
 
 def _batches(message: ManagedCursorInfo | PositionInfo) -> dict[Position, list[int]]:
@@ -373,6 +373,6 @@ def _batches(message: ManagedCursorInfo | PositionInfo) -> dict[Position, list[i
             for item in message.batchedEntryDeletionIndexInfo}
 
 
-def _signed64(word: int) -> int:
+def signed64(word: int) -> int:
     """Ack-set words are Java longs: an unsigned 64-bit word with the top bit set is stored negative."""
     return word - (1 << 64) if word >= 1 << 63 else word

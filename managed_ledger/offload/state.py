@@ -16,6 +16,7 @@ from uuid import UUID
 from google.protobuf.message import DecodeError
 
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import ManagedLedgerInfo, OffloadContext
+from managed_ledger.bookkeeper.ml_formats import signed64
 
 OFFLOADS_FILE = "offloads"
 _MASK64 = (1 << 64) - 1
@@ -42,13 +43,9 @@ class LedgerOffload:
     context: bytes = b""
 
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 def uuid_halves(uuid: UUID) -> tuple[int, int]:
     """(most, least) significant 64 bits as Java's UUID gives them (signed longs)."""
-    return _signed(uuid.int >> 64), _signed(uuid.int & _MASK64)
+    return signed64(uuid.int >> 64), signed64(uuid.int & _MASK64)
 
 
 def uuid_of(msb: int, lsb: int) -> UUID:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.ack_sets import words_between
 from broker.protocol.entry import build_entry
 from broker.service import admin_ops
-from broker.service.admin_ops import BacklogScanLimits, ExpiryTarget, ack_set_words, expiry_target
+from broker.service.admin_ops import BacklogScanLimits, ExpiryTarget, expiry_target
 from managed_ledger import InitialPosition, ManagedLedger, ManagedLedgerConfig, Position
 from managed_ledger.memory import MemoryManagedLedgerFactory
 
@@ -26,11 +27,11 @@ NEXT = Position(7, 4)
     (-1, 0, True, ExpiryTarget(NEXT, None)),
     (2, 0, True, ExpiryTarget(NEXT, None)),
     # a batch of 5: the messages before the index are acknowledged (excluded: up to it as well)
-    (2, 5, False, ExpiryTarget(P, ack_set_words(2, 5))),
-    (2, 5, True, ExpiryTarget(P, ack_set_words(3, 5))),
+    (2, 5, False, ExpiryTarget(P, words_between(2, 5))),
+    (2, 5, True, ExpiryTarget(P, words_between(3, 5))),
     # index 0 without excluded: the whole entry (Pulsar's batchIndex - 1 < 0 branch)
     (0, 5, False, ExpiryTarget(P, None)),
-    (0, 5, True, ExpiryTarget(P, ack_set_words(1, 5))),
+    (0, 5, True, ExpiryTarget(P, words_between(1, 5))),
     # nothing left unacknowledged: the whole entry (excluded: and the next)
     (4, 5, True, ExpiryTarget(NEXT, None)),
     (9, 5, False, ExpiryTarget(P, None)),
@@ -41,11 +42,11 @@ def test_expiry_target_is_pulsars_calculate_position_ack_set(batch_index: int, b
     assert expiry_target(P, batch_index, batch_size, excluded) == expected
 
 
-def test_ack_set_words_are_the_wires_int64s() -> None:
-    assert ack_set_words(2, 5) == [0b11100]
-    assert ack_set_words(0, 64) == [-1]  # (bit 63 set: a negative long, as Java's BitSet.toLongArray)
-    assert ack_set_words(63, 65) == [-(1 << 63), 1]
-    assert ack_set_words(3, 3) == []
+def test_words_between_are_the_wires_int64s() -> None:
+    assert words_between(2, 5) == [0b11100]
+    assert words_between(0, 64) == [-1]  # (bit 63 set: a negative long, as Java's BitSet.toLongArray)
+    assert words_between(63, 65) == [-(1 << 63), 1]
+    assert words_between(3, 3) == []
 
 
 @pytest.fixture
@@ -90,11 +91,11 @@ async def test_expire_into_a_batch_keeps_what_was_acknowledged(ledger: ManagedLe
     cursor = await ledger.open_cursor("s", InitialPosition.EARLIEST)
     topic = topic_of(ledger)
     cursor.set_batch_ack(ps[1], [0b10101])  # messages 1 and 3 of the batch acknowledged already
-    assert admin_ops.expire_to(topic, cursor, ExpiryTarget(ps[1], ack_set_words(2, 5))) == 1  # ps[0] left
+    assert admin_ops.expire_to(topic, cursor, ExpiryTarget(ps[1], words_between(2, 5))) == 1  # ps[0] left
     assert cursor.mark_delete_position == ps[0]
     assert cursor.batch_acks[ps[1]] == [0b10100]  # 0 expired; 1 and 3 stay acknowledged
     # a batch left with nothing unacknowledged is acknowledged whole
-    assert admin_ops.expire_to(topic, cursor, ExpiryTarget(ps[1], ack_set_words(3, 4))) == 1
+    assert admin_ops.expire_to(topic, cursor, ExpiryTarget(ps[1], words_between(3, 4))) == 1
     assert cursor.mark_delete_position == ps[1] and ps[1] not in cursor.batch_acks
 
 
