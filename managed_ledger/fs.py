@@ -132,6 +132,12 @@ def _read_buffer(size: int) -> mmap.mmap:
 TMP_SUFFIX = ".tmp"  # replace_atomically's temporary files: leftovers are garbage after a crash
 
 
+def _short_direct_write(written: int, expected: int) -> OSError:
+    """A direct write that wrote less than asked (a full disk): the rest would not be block-aligned, so it is
+    not finished but failed."""
+    return OSError(errno.ENOSPC, f"short direct write ({written} of {expected} bytes)")
+
+
 class _OsFile:
     __slots__ = ("_direct", "_fd", "_fs")
 
@@ -176,8 +182,8 @@ class _OsFile:
                 written = os.pwritev(self._fd, chunk, offset)
             expected = sum(map(len, chunk))
             if written < expected:  # a short write (rare: a full disk): finish this chunk
-                if self._direct:  # (the rest would not be block-aligned)
-                    raise OSError(errno.ENOSPC, f"short direct write ({written} of {expected} bytes)")
+                if self._direct:
+                    raise _short_direct_write(written, expected)
                 self._pwrite_all(memoryview(b"".join(chunk))[written:], offset + written)
             offset += expected
         if sync:
@@ -202,8 +208,8 @@ class _OsFile:
                 return False
             raise
         expected = sum(map(len, parts))
-        if written < expected:  # (the rest would not be block-aligned; a full disk)
-            raise OSError(errno.ENOSPC, f"short direct write ({written} of {expected} bytes)")
+        if written < expected:
+            raise _short_direct_write(written, expected)
         return True
 
     def _pwrite_all(self, view: memoryview, offset: int) -> None:
