@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import zip_longest
 
+from broker.protocol.commands import from_u64
 from broker.protocol.varint import U64_MASK
 
 
@@ -20,16 +21,11 @@ def merged(old: Sequence[int] | None, words: Sequence[int]) -> list[int]:
     return list(words) if old is None else [a & b for a, b in zip_longest(old, words, fillvalue=0)]
 
 
-def signed(word: int) -> int:
-    """An unsigned 64-bit word as the int64 the wire carries."""
-    return word - (1 << 64) if word >= 1 << 63 else word
-
-
 def words_between(start: int, end: int) -> list[int]:
     """The set with bits [start, end) set (those messages unacknowledged)."""
     bits = ((1 << end) - 1) ^ ((1 << start) - 1)
     words = []
     while bits:
-        words.append(signed(bits & U64_MASK))
+        words.append(from_u64(bits & U64_MASK))
         bits >>= 64
     return words

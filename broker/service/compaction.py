@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from google.protobuf.message import DecodeError
 
 from broker.metadata.policy_table import COMPACTION_THRESHOLD
-from broker.protocol import ack_sets
 from broker.protocol import pulsar_api_pb2 as pb
+from broker.protocol.commands import from_u64
 from broker.protocol.entry import entry_body, entry_meta, read_entry_metadata
 from broker.service.compacted_view import CompactedEntry, CompactedView, batch_count, encode_record, view_ledger_config
 from broker.topic_name import encode_local_name
@@ -343,7 +343,7 @@ def survivor(e: Entry, ack_set: list[int] | None, msgs: list[_Message] | None, l
     words = [0] * ((len(msgs) + 63) // 64)
     for i in alive:
         words[i // 64] |= 1 << (i % 64)
-    signed = [ack_sets.signed(w) for w in words]
+    signed = [from_u64(w) for w in words]
     return CompactedEntry(e, signed, len(alive), alive[-1])
 
 
