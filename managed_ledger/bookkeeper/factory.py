@@ -349,12 +349,26 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         depth = 0 if path == self.root else path[len(self.root) + 1:].count("/") + 1
         if depth >= PULSAR_NAME_DEPTH:
             return  # (a managed ledger's own children are its cursors)
-        if path in self._rescans:
+        running = self._rescans.get(path)
+        if running is not None and not running.done():
             self._rescan_again.add(path)  # (read again when the read under way ends: it may have missed this)
             return
+        # (A re-read that has ended but whose task is still listed, its done callback not run yet, has read the level
+        # before this change: a new one reads it. Taking this for a re-read under way lost the change for good.)
+        self._start_rescan(path, depth)
+
+    def _start_rescan(self, path: str, depth: int) -> None:
         task = asyncio.get_running_loop().create_task(self._rescan(path, depth))
         self._rescans[path] = task
-        task.add_done_callback(lambda _: self._rescans.pop(path, None))
+        task.add_done_callback(lambda done: self._rescan_ended(path, depth, done))
+
+    def _rescan_ended(self, path: str, depth: int, task: asyncio.Task[None]) -> None:
+        if self._rescans.get(path) is task:
+            del self._rescans[path]
+        if path in self._rescan_again and not self._closed and path not in self._rescans:
+            # Notified again during its last attempt's read (RESCAN_ATTEMPTS reads, each raced): what that read
+            # missed has no watch left to tell of it, so read once more.
+            self._start_rescan(path, depth)
 
     async def _rescan(self, path: str, depth: int) -> None:
         """Re-read the names under ``path`` and apply what changed, except to names changed after the read began: a
@@ -373,6 +387,7 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
                     await self._scan(path, depth, found)
                 except MetadataStoreError as exc:
                     log.warning("managed-ledger names under %s not re-read: %s", path, exc)
+                    self._rescan_again.discard(path)  # (the store's next notification, once it is back, reads it)
                     return
                 if path not in self._rescan_again:
                     break  # (else another notification of this level raced the read: again)
