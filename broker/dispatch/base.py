@@ -322,7 +322,7 @@ class Dispatcher(ConsumerMembers, ABC):
         if held is not None:
             in_txn = held(pos)
             if in_txn is not None:
-                words = in_txn if words is None else [a & b for a, b in zip(words, in_txn, strict=False)]
+                words = ack_sets.merged(words, in_txn)
         if words is None:
             return num_messages, None
         return min(num_messages, ack_sets.unacked(words)), words

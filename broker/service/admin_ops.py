@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import zip_longest
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.errors import BrokerError, ConsumerBusyError, SubscriptionNotFoundError
@@ -230,9 +229,8 @@ def expire_to(topic: PersistentTopic, cursor: ManagedCursor, target: ExpiryTarge
             cursor.mark_delete(position)
         else:
             cursor.mark_delete(ledger.previous_position(position))
-            kept = cursor.batch_acks.get(position)
-            if kept is not None:  # (messages acknowledged already stay so)
-                ack_set = [a & b for a, b in zip_longest(kept, ack_set, fillvalue=0)]
+            # messages acknowledged already stay so
+            ack_set = ack_sets.merged(cursor.batch_acks.get(position), ack_set)
             if any(ack_set):
                 cursor.set_batch_ack(position, ack_set)
             else:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.errors import TransactionConflictError
+from broker.protocol import ack_sets
 from broker.transactions.model import TxnID
 from managed_ledger import Position
 
@@ -73,7 +74,7 @@ class PendingAcks:
             ack_set = self.by_txn[txn].individual.get(position)
             if ack_set is None:
                 continue
-            words = list(ack_set) if words is None else [a & b for a, b in zip(words, ack_set, strict=False)]
+            words = ack_sets.merged(words, ack_set)
         return words
 
     # -- adding --------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class PendingAcks:
             if old is None or ack_set is None:
                 mine.individual[pos] = None
             else:  # both partial: a message is acked if either ack cleared its bit
-                mine.individual[pos] = [a & b for a, b in zip(old, ack_set, strict=False)]
+                mine.individual[pos] = ack_sets.merged(old, ack_set)
             self._owners.setdefault(pos, set()).add(txn)
         for pos, _, batch_size in acks:
             if batch_size > 0:

@@ -21,6 +21,9 @@ def test_merged_keeps_a_bit_only_where_both_have_it() -> None:
 
 
 def test_words_are_signed_int64s() -> None:
-    assert ack_sets.words_between(0, 64) == [-1]
+    assert ack_sets.words_between(2, 5) == [0b11100]
+    assert ack_sets.words_between(3, 3) == []
+    assert ack_sets.words_between(0, 64) == [-1]  # (bit 63 set: a negative long, as Java's BitSet.toLongArray)
+    assert ack_sets.words_between(63, 65) == [-(1 << 63), 1]
     assert ack_sets.words_between(62, 66) == [-(1 << 63) | (1 << 62), 0b11]
     assert ack_sets.unacked(ack_sets.words_between(5, 130)) == 125

@@ -42,13 +42,6 @@ def test_expiry_target_is_pulsars_calculate_position_ack_set(batch_index: int, b
     assert expiry_target(P, batch_index, batch_size, excluded) == expected
 
 
-def test_words_between_are_the_wires_int64s() -> None:
-    assert words_between(2, 5) == [0b11100]
-    assert words_between(0, 64) == [-1]  # (bit 63 set: a negative long, as Java's BitSet.toLongArray)
-    assert words_between(63, 65) == [-(1 << 63), 1]
-    assert words_between(3, 3) == []
-
-
 @pytest.fixture
 async def ledger() -> AsyncIterator[ManagedLedger]:
     factory = MemoryManagedLedgerFactory()
