@@ -107,7 +107,7 @@ class PendingAcks:
                     f"transaction {cumulative[0]}")
         mine = self.by_txn.setdefault(txn, TxnAcks())
         for pos, ack_set, _ in acks:
-            old = mine.individual.get(pos, ack_set) if pos in mine.individual else ack_set
+            old = mine.individual.get(pos, ack_set)
             if old is None or ack_set is None:
                 mine.individual[pos] = None
             else:  # both partial: a message is acked if either ack cleared its bit

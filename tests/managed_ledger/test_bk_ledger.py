@@ -119,7 +119,7 @@ async def test_a_level_changed_as_its_re_read_ends_is_read_again(
     """A notification that arrives after a level's re-read has ended but while its task is still listed (its done
     callback not run yet) starts another re-read: that read was before the change, and the watch it armed has
     fired, so nothing else would tell of the name. (Taken for a re-read under way, it was lost: the other broker
-    never learned the name; a CI run hit this window.)"""
+    never learned the name: the likely cause of a CI run's timeout in the next test.)"""
     factory, other = make_factory(), make_factory()
     await other.start()
     first, second = "tenant/ns/persistent/first", "tenant/ns/persistent/second"
