@@ -149,6 +149,12 @@ def query_flag(request: web.Request, name: str, default: bool = False) -> bool:
     return default if value is None else value.lower() == "true"
 
 
+def is_global(request: web.Request) -> bool:
+    """A topic-policy call's ``isGlobal`` (pulsar-admin's ``topic-policies ... -g``): the topic's global policies
+    rather than its local ones."""
+    return query_flag(request, "isGlobal")
+
+
 def int_param(value: str, what: str) -> int:
     try:
         return int(value)

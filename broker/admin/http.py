@@ -48,6 +48,7 @@ from broker.admin.common import (
 )
 from broker.admin.console import ConsoleResource
 from broker.admin.context import AdminContext
+from broker.admin.global_policies import GlobalPolicyCopies
 from broker.admin.load_policies import LoadPoliciesResource
 from broker.admin.metrics import make_registry
 from broker.admin.namespace_metadata import NamespaceMetadataResource
@@ -104,6 +105,7 @@ class WebService:
         self.peers = PeerAdmin(ctx.config)
         # Partitioned topics made and grown on the namespace's other replication clusters too.
         self.replicated = ReplicatedPartitions(self)
+        self.global_policies = GlobalPolicyCopies(self)
         self.namespaces = NamespacesResource(self)
         self.topics = TopicsResource(self)
         self.schemas = SchemasResource(self)
@@ -197,6 +199,7 @@ class WebService:
             await self._runner.cleanup()
             self._runner = None
         await self.replicated.close()
+        await self.global_policies.close()
         await self.peers.close()
 
     @property
@@ -245,10 +248,14 @@ class WebService:
         """The active brokers' ids: of the cluster named (BrokersBase.getActiveBrokers, after its check of the
         cluster: validateClusterOwnershipAsync), or of this broker's (``/admin/v2/brokers``)."""
         validate_cluster_ownership(self.ctx, request, request.match_info.get("cluster"))
+        return json_response(await self.active_broker_ids())
+
+    async def active_broker_ids(self) -> list[str]:
+        """The ids of the cluster's active brokers: every registered one in cluster mode, else this one."""
         registry = self.service.registry
-        if registry is not None:  # cluster mode: every registered broker
-            return json_response(sorted(await registry.active_brokers()))
-        return json_response([self.broker_id])
+        if registry is not None:
+            return sorted(await registry.active_brokers())
+        return [self.broker_id]
 
     async def leader_broker(self, request: web.Request) -> web.Response:
         registry = self.service.registry

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.admin.common import HttpError, json_response, no_content, read_body
+from broker.cluster.placement import matches_any
 from broker.metadata.store import InUseError, NotFoundError
 
 if TYPE_CHECKING:
@@ -136,6 +137,10 @@ class LoadPoliciesResource:
         r.add_post(NS + "/antiAffinity", self.set_group)
         r.add_delete(NS + "/antiAffinity", self.remove_group)
         r.add_get(ISOLATION, self.get_isolation_policies)
+        # (the literal "brokers" before "{policy}", as JAX-RS prefers it: a policy named "brokers" is not readable
+        # by name there either)
+        r.add_get(ISOLATION + "/brokers", self.get_brokers_isolation)
+        r.add_get(ISOLATION + "/brokers/{broker}", self.get_broker_isolation)
         r.add_get(ISOLATION + "/{policy}", self.get_isolation_policy)
         r.add_post(ISOLATION + "/{policy}", self.set_isolation_policy)
         r.add_delete(ISOLATION + "/{policy}", self.delete_isolation_policy)
@@ -157,6 +162,25 @@ class LoadPoliciesResource:
         if policies is None:
             raise HttpError(404, f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
         return json_response(policies)
+
+    async def get_brokers_isolation(self, request: web.Request) -> web.Response:
+        """Each active broker with the isolation policy naming it (ClustersBase.getBrokersWithNamespaceIsolationPolicy);
+        404 when the cluster has no policies."""
+        cluster = self._cluster(request)
+        brokers = await self.web.active_broker_ids()
+        policies = self._isolation_policies(cluster)
+        return json_response([broker_isolation(broker, policies) for broker in brokers])
+
+    async def get_broker_isolation(self, request: web.Request) -> web.Response:
+        """One broker, named in the path (not looked up: Pulsar answers for any name), as in ``.../brokers``."""
+        cluster = self._cluster(request)
+        return json_response(broker_isolation(request.match_info["broker"], self._isolation_policies(cluster)))
+
+    def _isolation_policies(self, cluster: str) -> dict[str, Any]:
+        policies = self.web.metadata.isolation_policies(cluster)
+        if policies is None:
+            raise HttpError(404, f"NamespaceIsolationPolicies for cluster {cluster} does not exist")
+        return dict(policies)
 
     def _named(self, request: web.Request) -> tuple[str, str]:
         """The cluster (412 when unknown) and the policy's name, from the path."""
@@ -288,6 +312,24 @@ class LoadPoliciesResource:
         wanted = group.lower()
         return json_response([ns for ns in metadata.namespaces_of(tenant)
                               if (metadata.anti_affinity_group(ns) or "").lower() == wanted])
+
+
+def broker_isolation(broker: str, policies: dict[str, Any]) -> dict[str, Any]:
+    """Pulsar's BrokerNamespaceIsolationData of ``broker`` (its id as given, matched whole by the primary and secondary
+    expressions, as NamespaceIsolationPolicyImpl.isPrimaryBroker / isSecondaryBroker): the namespaces of every policy
+    that names it, and the name and primary flag of the last such policy (ClustersBase.internalGetBrokerNsIsolationData
+    keeps overwriting them). Without a policy that names it, no policy name and not primary."""
+    namespaces: list[str] = []
+    name: str | None = None
+    primary = False
+    for policy_name, policy in policies.items():
+        if not isinstance(policy, dict):
+            continue
+        is_primary = matches_any(policy.get("primary"), broker)
+        if is_primary or matches_any(policy.get("secondary"), broker):
+            namespaces.extend(n for n in policy.get("namespaces") or [] if isinstance(n, str))
+            name, primary = policy_name, is_primary
+    return {"brokerName": broker, "policyName": name, "namespaceRegex": namespaces, "primary": primary}
 
 
 def _full_match(pattern: str, text: str) -> bool:

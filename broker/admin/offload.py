@@ -23,6 +23,7 @@ from aiohttp import web
 from broker.admin.common import (
     DOMAINS,
     HttpError,
+    is_global,
     json_response,
     no_content,
     query_flag,
@@ -195,23 +196,30 @@ class OffloadResource:
     # -- a topic's ----------------------------------------------------------------------------------------------
     async def get_topic_policies(self, request: web.Request) -> web.Response:
         name = self.web.topic_policies.topic(request)
-        value = self.web.service.metadata.topic_policy(name.full, TOPIC_FIELD)
-        if query_flag(request, "applied"):
-            value = O.applied(value, self.web.metadata.policy(name.namespace, O.NAMESPACE_FIELD),
+        metadata = self.web.service.metadata
+        value = metadata.topic_policy(name.full, TOPIC_FIELD, is_global(request))
+        if query_flag(request, "applied"):  # (in force, field by field: local, global, namespace, broker)
+            local, global_ = (metadata.topic_policy(name.full, TOPIC_FIELD, g) for g in (False, True))
+            topic = None if local is None and global_ is None else {
+                **(global_ or {}), **{k: v for k, v in (local or {}).items() if v is not None}}
+            value = O.applied(topic, self.web.metadata.policy(name.namespace, O.NAMESPACE_FIELD),
                               broker_offload_fields(self.web.service.config))
         return unset_value() if value is None else json_response(value)
 
     async def set_topic_policies(self, request: web.Request) -> web.Response:
         body = await read_body(request)  # (read before the topic is looked up, as Jersey does)
         name = self.web.topic_policies.topic(request)
-        await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, _posted_policies(body))
+        await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, _posted_policies(body),
+                                                         is_global(request))
         self.web.service.apply_ledger_policies_to(name.full)
+        self.web.topic_policies.copied(request, name, "offloadPolicies", body)
         return no_content()
 
     async def remove_topic_policies(self, request: web.Request) -> web.Response:
         name = self.web.topic_policies.topic(request)
-        await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, None)
+        await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, None, is_global(request))
         self.web.service.apply_ledger_policies_to(name.full)
+        self.web.topic_policies.copied(request, name, "offloadPolicies")
         return no_content()
 
     # -- a topic's offload runs ---------------------------------------------------------------------------------

@@ -7,9 +7,15 @@ Each policy is stored once per topic in the metadata store under Pulsar's TopicP
 name; a partitioned topic's policy (set on its base name) applies to every partition, and a
 partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value (when it has
 none: 200 with no body, or 204 for the few Pulsar answers so: ``Spec.unset_status``), or with
-``?applied=true`` the value in force (namespace, else broker). ``POST``
+``?applied=true`` the value in force. ``POST``
 sets and ``DELETE`` removes (204 both). With topicLevelPoliciesEnabled=false every endpoint
-answers 405 and stored values are ignored.
+answers 405 and stored values are ignored. ``DELETE .../policies`` removes all of a topic's.
+
+Local and global: every call takes Pulsar's ``isGlobal`` (``pulsar-admin topic-policies ... -g``). A topic has two
+sets of policies, its local ones (the default) and its global ones, each read, set and removed on its own; in force is
+the local value, else the global one, else the namespace's, else the broker's (Pulsar's PolicyHierarchyValue).
+``?applied=true`` answers that value in force, where Pulsar's admin skips the other kind (a topic with only a global
+value answers its namespace's value to a local ``applied`` GET there, while the broker enforces the global one).
 
 Each endpoint is a row of broker.metadata.policy_table (resolved topic over namespace over
 broker), applied where the namespace policies apply: retention when a topic loads and at once for
@@ -32,6 +38,7 @@ from broker.admin.common import (
     NO_CONTENT,
     HttpError,
     bound,
+    is_global,
     json_response,
     no_content,
     parse_topic_name,
@@ -39,11 +46,14 @@ from broker.admin.common import (
     read_body,
     unset_value,
 )
+from broker.admin.global_policies import is_copy, removals, request_call
 from broker.admin.namespace_metadata import check_replication_clusters, parse_replication_clusters
+from broker.admin.peers import path_segment
 from broker.metadata import policies as P
 from broker.metadata import policy_table as T
 from broker.metadata.policy_table import Policy
 from broker.metadata.policy_values import JAVA_INT, JAVA_LONG, BacklogQuota, Retention
+from broker.service.offload import TOPIC_POLICIES_FIELD as OFFLOAD_POLICIES_FIELD
 from broker.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -65,32 +75,49 @@ class Spec:
     # 204 (``unset_status``); a few give a default instead (``unset``).
     unset_status: int = 200
     unset: Any = None
-    # Checks of a parsed value against the rest of the configuration: (service, name, value);
+    # Checks of a parsed value against the rest of the configuration: (service, name, value, is_global);
     # raises HttpError.
-    validate: Callable[[BrokerService, TopicName, Any], None] | None = None
+    validate: Callable[[BrokerService, TopicName, Any, bool], None] | None = None
     removable: bool = True  # (Pulsar 4.0.7 has no DELETE of a topic's schemaValidationEnforced: 405)
+    # A GET of a value not set where the topic has policies of that kind (Pulsar's TopicPolicies object, made by any
+    # change), when Pulsar's object has a default there: its subscriptionTypesEnabled is an empty list.
+    unset_in_policies: Any = None
+    # Whether the policy has a global kind: Pulsar 4.0.7's schema compatibility strategy and validation take no
+    # isGlobal (both always the topic's local policies).
+    has_global: bool = True
 
 
-def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Retention) -> None:
+def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Retention, is_global: bool) -> None:
     quotas = service.policies.get(name, T.BACKLOG_QUOTAS).values()
     if not all(q.within(retention) for q in quotas):
         raise HttpError(412, "Retention Quota must exceed configured backlog quota for topic. "
                              "Please increase retention quota and retry")
 
 
-def _within_broker_max_message_size(service: BrokerService, name: TopicName, size: int) -> None:
+def _within_broker_max_message_size(service: BrokerService, name: TopicName, size: int, is_global: bool) -> None:
     if size > service.config.maxMessageSize:
         raise HttpError(412, "topic-level maxMessageSize must be greater than or equal to 0 and less than "
                              f"or equal to the broker's maxMessageSize ({service.config.maxMessageSize})")
 
 
-def _replication_allowed(service: BrokerService, name: TopicName, clusters: list[str]) -> None:
-    """PersistentTopicsBase.internalSetReplicationClusters for the topic's local policies (the only ones we keep):
-    the local cluster must stay in the list (a topic leaves its cluster by its namespace's clusters, not by its own
-    local policy), then each cluster is checked as a namespace's are, against the tenant's allowed clusters (not the
-    namespace's: Pulsar's topic-level check does not read them)."""
-    if service.config.clusterName not in clusters:
+def _replication_allowed(service: BrokerService, name: TopicName, clusters: list[str], is_global: bool) -> None:
+    """PersistentTopicsBase.internalSetReplicationClusters: a local policy must keep the local cluster in the list (a
+    topic leaves its cluster by its namespace's clusters, not by its own local policy); a global one is copied to the
+    namespace's replication clusters only, so the namespace must replicate (two clusters or more) and the list name
+    none but those. Then each cluster is checked as a namespace's are, against the tenant's allowed clusters (not
+    the namespace's: Pulsar's topic-level check does not read them)."""
+    if not is_global and service.config.clusterName not in clusters:
         raise HttpError(412, "Can not remove local cluster from the local topic-level replication clusters policy")
+    if is_global:
+        namespace_clusters = service.policies.namespace_value(name.namespace, T.REPLICATION_CLUSTERS) or []
+        if len(namespace_clusters) < 2:
+            raise HttpError(412, "Please do not use the global topic level policy when namespace-level replication "
+                                 "is not enabled, because the global level policy relies on namespace-level "
+                                 "replication")
+        if any(c not in namespace_clusters for c in clusters):
+            raise HttpError(412, "The policies at the global topic level will only be copied to the clusters "
+                                 "included in the namespace level replication. Therefore, please do not set the "
+                                 "policies including other clusters")
     check_replication_clusters(service.metadata, name.namespace.split("/")[0], clusters)
 
 
@@ -125,7 +152,7 @@ SPECS = (
          _limit("maxUnackedMessagesOnConsumer", "maxUnackedNum must be 0 or more")),
     Spec("maxUnackedMessagesOnSubscription", T.MAX_UNACKED_PER_SUBSCRIPTION,
          _limit("maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more")),
-    Spec("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED, unset_status=NO_CONTENT),
+    Spec("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED, unset_status=NO_CONTENT, unset_in_policies=[]),
     Spec("publishRate", T.PUBLISH_RATE, unset_status=NO_CONTENT),
     Spec("dispatchRate", T.TOPIC_DISPATCH_RATE),
     Spec("subscriptionDispatchRate", T.SUBSCRIPTION_DISPATCH_RATE),
@@ -133,8 +160,8 @@ SPECS = (
     Spec("subscribeRate", T.SUBSCRIBE_RATE),
     Spec("delayedDelivery", T.DELAYED_DELIVERY),
     Spec("autoSubscriptionCreation", T.AUTO_SUBSCRIPTION_CREATION),
-    Spec("schemaCompatibilityStrategy", T.SCHEMA_COMPATIBILITY_STRATEGY, set_method="PUT"),
-    Spec("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED, unset=False, removable=False),
+    Spec("schemaCompatibilityStrategy", T.SCHEMA_COMPATIBILITY_STRATEGY, set_method="PUT", has_global=False),
+    Spec("schemaValidationEnforced", T.SCHEMA_VALIDATION_ENFORCED, unset=False, removable=False, has_global=False),
     Spec("replication", T.REPLICATION_CLUSTERS, parse_replication_clusters, validate=_replication_allowed),
     Spec("persistence", T.PERSISTENCE),
     Spec("maxMessageSize", T.MAX_MESSAGE_SIZE, validate=_within_broker_max_message_size, unset_status=NO_CONTENT),
@@ -142,6 +169,16 @@ SPECS = (
          _limit("compactionThreshold", "Invalid value for compactionThreshold", JAVA_LONG)),
     Spec("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
 )
+
+
+def spec_global(request: web.Request, spec: Spec) -> bool:
+    """Whether the call is about the topic's global value of ``spec``'s policy (isGlobal=true, where it has one)."""
+    return spec.has_global and is_global(request)
+
+
+# The path whose DELETE removes each removable policy (TopicPolicies field -> path), for copies of a removal.
+REMOVAL_PATHS = {**{spec.policy.topic_field: spec.path for spec in SPECS if spec.removable},
+                 OFFLOAD_POLICIES_FIELD: "offloadPolicies"}
 
 
 class TopicPoliciesResource:
@@ -157,6 +194,7 @@ class TopicPoliciesResource:
                 r.add_route(spec.set_method, path, bound(self.set, spec))
                 if spec.removable:
                     r.add_delete(path, bound(self.remove, spec))
+            r.add_delete(topic + "/policies", self.delete_all)
             r.add_get(topic + "/backlogQuotaMap", self.get_backlog_quota_map)
             r.add_post(topic + "/backlogQuota", self.set_backlog_quota)
             r.add_delete(topic + "/backlogQuota", self.remove_backlog_quota)
@@ -188,6 +226,8 @@ class TopicPoliciesResource:
         if name.partition_index >= 0:
             raise HttpError(412, "Not allowed to set/get topic policy for a partition")
         validate_global_namespace(self.service, request, name)  # (a namespace another cluster serves: 307 there)
+        if is_copy(request):  # (another cluster's global policy: kept for the topic, made here or not)
+            return name
         exists = (self.service.metadata.partitions_of(name.full) > 0 or self.service.get_topic_if_loaded(name)
                   is not None or self.service.topic_exists(name))
         if not exists:
@@ -196,9 +236,13 @@ class TopicPoliciesResource:
 
     async def get(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
-        value = self.service.metadata.topic_policy(name.full, spec.policy.topic_field)
+        global_ = spec_global(request, spec)
+        value = self.service.metadata.topic_policy(name.full, spec.policy.topic_field, global_)
         if value is None and query_flag(request, "applied"):
             value = spec.policy.dump(self.service.policies.get(name, spec.policy))
+        if value is None and spec.unset_in_policies is not None:
+            kept = self.service.metadata.global_topic_policies if global_ else self.service.metadata.topic_policies
+            value = spec.unset_in_policies if name.full in kept else None
         if value is None:
             value = spec.unset
         if value is None:
@@ -215,18 +259,43 @@ class TopicPoliciesResource:
                 return await self.remove(request, spec)
             body = _query_java_int(spec.query, raw)
         value = (spec.parse or spec.policy.parse)(body)
+        global_ = spec_global(request, spec)
         if spec.validate is not None:
-            spec.validate(self.service, name, value)
-        if spec.policy is T.REPLICATION_CLUSTERS and (n := self.service.metadata.partitions_of(name.full)) > 0:
+            spec.validate(self.service, name, value, global_)
+        if (spec.policy is T.REPLICATION_CLUSTERS and not is_copy(request)
+                and (n := self.service.metadata.partitions_of(name.full)) > 0):
             await self.web.replicated.create_on(value, name, n)  # (Pulsar's internalSetReplicationClusters)
-        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value))
+        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, spec.policy.dump(value),
+                                                     global_)
         self._applied(name, spec)
+        if global_:
+            self.copied(request, name, spec.path, body if spec.query is None else None)
         return no_content()
 
     async def remove(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
-        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None)
+        global_ = spec_global(request, spec)
+        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None, global_)
         self._applied(name, spec)
+        if global_:
+            self.copied(request, name, spec.path)
+        return no_content()
+
+    def copied(self, request: web.Request, name: TopicName, policy_path: str, body: object = None) -> None:
+        """A global policy's change, stored: sent to the namespace's other replication clusters."""
+        if is_global(request):
+            self.web.global_policies.copy(request, name, [request_call(request, policy_path, body)])
+
+    async def delete_all(self, request: web.Request) -> web.Response:
+        """``DELETE .../policies`` (pulsar-admin ``topic-policies delete``): every topic-level policy of the topic,
+        local and global, gone at once (Pulsar's deleteTopicPolicies, which checks
+        the name and the caller's permission, not that the topic or its policies exist: 204 either way)."""
+        m = request.match_info
+        name = parse_topic_name(request.path.split("/")[3], m["tenant"], m["ns"], m["topic"])
+        global_ = dict(self.service.metadata.global_topic_policies.get(name.full) or {})
+        await self.service.metadata.forget_topic_policies(name.full)
+        self.service.apply_ledger_policies_to(name.full)
+        self.web.global_policies.copy(request, name, removals(global_, REMOVAL_PATHS))
         return no_content()
 
     def _applied(self, name: TopicName, spec: Spec) -> None:
@@ -238,11 +307,12 @@ class TopicPoliciesResource:
     # -- one subscription's dispatch rate (TopicPolicies.subscriptionPolicies) ------------------------------
     async def get_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
         """The subscription's own rate, 204 when it has none; with ?applied=true, then, the topic's
-        subscriptionDispatchRate in force (Pulsar's internalGetSubscriptionLevelDispatchRate)."""
+        subscriptionDispatchRate in force (Pulsar's internalGetSubscriptionLevelDispatchRate); the own rate in force is
+        the local one, else the global one."""
         name, sub = self.topic(request), request.match_info["sub"]
-        rate = self.service.policies.subscription_level_dispatch_rate(name, sub)
+        rate = self.service.policies.subscription_level_dispatch_rate(name, sub, is_global(request))
         if rate is None and query_flag(request, "applied"):
-            rate = self.service.policies.get(name, T.SUBSCRIPTION_DISPATCH_RATE)
+            rate = self.service.policies.subscription_dispatch_rate(name, sub)
         return unset_value() if rate is None else json_response(rate.to_json())
 
     async def set_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
@@ -252,15 +322,18 @@ class TopicPoliciesResource:
         rate = T.SUBSCRIPTION_LEVEL_DISPATCH_RATE.parse(await read_body(request))
         if rate.messages <= 0 and rate.bytes <= 0:
             return no_content()
-        await self._update_subscription_policy(name, sub, rate.to_json())
+        await self._update_subscription_policy(name, sub, rate.to_json(), is_global(request))
+        self.copied(request, name, f"{path_segment(sub)}/dispatchRate", rate.to_json())
         return no_content()
 
     async def remove_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
         name, sub = self.topic(request), request.match_info["sub"]
-        await self._update_subscription_policy(name, sub, None)
+        await self._update_subscription_policy(name, sub, None, is_global(request))
+        self.copied(request, name, f"{path_segment(sub)}/dispatchRate")
         return no_content()
 
-    async def _update_subscription_policy(self, name: TopicName, sub: str, rate: dict[str, Any] | None) -> None:
+    async def _update_subscription_policy(self, name: TopicName, sub: str, rate: dict[str, Any] | None,
+                                          global_: bool) -> None:
         """Set (or, None, remove) one subscription's dispatch rate; a subscription left with no policy is
         dropped from the map, as Pulsar's SubscriptionPolicies.checkEmpty."""
         def change(subscriptions: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -275,14 +348,14 @@ class TopicPoliciesResource:
             else:
                 subscriptions.pop(sub, None)
             return subscriptions or None
-        await self.service.metadata.update_topic_policy(name.full, T.SUBSCRIPTION_POLICIES_FIELD, change)
+        await self.service.metadata.update_topic_policy(name.full, T.SUBSCRIPTION_POLICIES_FIELD, change, global_)
 
     # -- backlog quotas: one entry per quota type ------------------------------------------------------
     async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
         """The topic's own quotas ({} when none); with ?applied=true, when it has none, what is in
         force for each type (the namespace's map, else the broker's defaults)."""
         name = self.topic(request)
-        quotas = self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field) or {}
+        quotas = self.service.metadata.topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, is_global(request)) or {}
         if not quotas and query_flag(request, "applied"):
             quotas = (self.service.metadata.policy(name.namespace, T.BACKLOG_QUOTAS.namespace_field)
                       or T.BACKLOG_QUOTAS.dump(self.service.policies.broker_value(T.BACKLOG_QUOTAS)))
@@ -291,19 +364,24 @@ class TopicPoliciesResource:
     async def set_backlog_quota(self, request: web.Request) -> web.Response:
         name = self.topic(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
-        quota = BacklogQuota.from_json(await read_body(request))
+        body = await read_body(request)
+        quota = BacklogQuota.from_json(body)
         if not quota.within(self.service.policies.get(name, T.RETENTION)):
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for topic. "
                                  "Please increase retention quota and retry")
-        await self._update_quotas(name, quota_type, quota.to_json())
+        await self._update_quotas(name, quota_type, quota.to_json(), is_global(request))
+        self.copied(request, name, "backlogQuota", body)
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         name = self.topic(request)
-        await self._update_quotas(name, P.parse_backlog_quota_type(request.query.get("backlogQuotaType")), None)
+        quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
+        await self._update_quotas(name, quota_type, None, is_global(request))
+        self.copied(request, name, "backlogQuota")
         return no_content()
 
-    async def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None) -> None:
+    async def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None,
+                             global_: bool) -> None:
         def change(quotas: dict[str, Any] | None) -> dict[str, Any] | None:
             quotas = dict(quotas or {})
             if quota is None:
@@ -311,4 +389,4 @@ class TopicPoliciesResource:
             else:
                 quotas[quota_type] = quota
             return quotas or None
-        await self.service.metadata.update_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, change)
+        await self.service.metadata.update_topic_policy(name.full, T.BACKLOG_QUOTAS.topic_field, change, global_)

@@ -133,7 +133,7 @@ _TOPIC_POLICIES = (r"(autoSubscriptionCreation|backlogQuota|backlogQuotaMap|comp
                    r"|deduplicationSnapshotInterval|delayedDelivery|dispatchRate|dispatcherPauseOnAckStatePersistent"
                    r"|entryFilters|inactiveTopicPolicies|maxConsumers|maxConsumersPerSubscription|maxProducers"
                    r"|maxSubscriptionsPerTopic|maxUnackedMessagesOnConsumer|maxUnackedMessagesOnSubscription"
-                   r"|messageTTL|offloadPolicies|persistence|publishRate|replication|replicatorDispatchRate|retention"
+                   r"|messageTTL|offloadPolicies|persistence|policies|publishRate|replication|replicatorDispatchRate|retention"
                    r"|schemaCompatibilityStrategy|schemaValidationEnforced|shadowTopics|subscribeRate"
                    r"|subscriptionDispatchRate|subscriptionTypesEnabled|\{sub\}/dispatchRate)")
 

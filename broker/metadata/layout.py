@@ -55,6 +55,9 @@ POLICIES_ROOT = "/admin/policies"
 LOCAL_POLICIES_ROOT = "/admin/local-policies"
 PARTITIONED_TOPICS_ROOT = "/admin/partitioned-topics"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies/local"
+# A topic's global policies (``isGlobal=true``): in Pulsar the TopicPolicies events of the namespace's system topic
+# that are replicated to its other clusters; here a second document per topic, beside the local one.
+GLOBAL_TOPIC_POLICIES_ROOT = "/admin/topic-policies/global"
 OURS_ROOT = "/pulsar-py"
 SCHEMAS_ROOT = f"{OURS_ROOT}/schemas"
 TOPIC_PROPERTIES_ROOT = f"{OURS_ROOT}/topic-properties"
@@ -235,6 +238,8 @@ FAILURE_DOMAINS = Kind("failure_domains", CLUSTERS_ROOT, 3, _failure_domain_part
 PARTITIONED_TOPICS = Kind("partitioned", PARTITIONED_TOPICS_ROOT, 4, topic_parts, topic_from_parts,
                           _partitioned_decode, encode_json)
 TOPIC_POLICIES = Kind("topic_policies", TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
+GLOBAL_TOPIC_POLICIES = Kind("global_topic_policies", GLOBAL_TOPIC_POLICIES_ROOT, 4, topic_parts, topic_from_parts,
+                             _doc, encode_json)
 TOPIC_PROPERTIES = Kind("topic_properties", TOPIC_PROPERTIES_ROOT, 4, topic_parts, topic_from_parts,
                         _doc, encode_json)
 TERMINATED = Kind("terminated", TERMINATED_ROOT, 4, topic_parts, topic_from_parts,
@@ -256,7 +261,8 @@ DYNAMIC_CONFIGURATION = Kind("dynamic_configuration", "/admin", 1, lambda k: [k]
                              only=DYNAMIC_CONFIGURATION_NODE)
 
 KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, FAILURE_DOMAINS, PARTITIONED_TOPICS,
-         TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS, DYNAMIC_CONFIGURATION)
+         TOPIC_POLICIES, GLOBAL_TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS,
+         DYNAMIC_CONFIGURATION)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

@@ -5,9 +5,9 @@ in Pulsar's TopicPolicies (stored per topic), its field in Pulsar's Policies (st
 namespace), the broker's setting it falls back to, and how its stored JSON is read (``parse``,
 validating) and written (``dump``). ``PolicyResolver.get(name, MAX_PRODUCERS)`` answers the value
 in force for a topic: its own (when topic-level policies are on; a partition has its partitioned
-topic's), else its namespace's, else the broker's, each taken whole (a topic's retention does not
-inherit its namespace's size limit). mypy checks each caller: ``get(name, RETENTION)`` is a
-Retention.
+topic's; its local value, else its global one), else its namespace's, else the broker's, each taken
+whole (a topic's retention does not inherit its namespace's size limit). mypy checks each caller:
+``get(name, RETENTION)`` is a Retention.
 
 A few rows differ from that rule, each said in its row: the rates a namespace keeps per cluster
 (``per_cluster``), sets where an empty value means "not set" (``unset``), the backlog quota map
@@ -277,12 +277,21 @@ class PolicyResolver:
         self._warned: set[tuple[str, str]] = set()  # (where, policy) whose stored value was not valid
 
     def topic_value(self, name: TopicName, policy: Policy[T]) -> T | None:
-        """The topic's own value (a partition has its partitioned topic's), or None when unset,
-        when the policy has no topic level or when topic-level policies are off."""
+        """The topic's own value (a partition has its partitioned topic's): its local one, else its global one
+        (Pulsar's PolicyHierarchyValue: topic, then topic global, then namespace, then broker), or None when
+        neither is set, when the policy has no topic level or when topic-level policies are off."""
+        local = self.topic_level(name, policy, False)
+        return local if local is not None else self.topic_level(name, policy, True)
+
+    def topic_level(self, name: TopicName, policy: Policy[T], is_global: bool) -> T | None:
+        """The topic's local (or global) value alone, or None as ``topic_value``."""
         if policy.topic_key is None or not self.config.topicLevelPoliciesEnabled:
             return None
-        raw = self.metadata.topic_policy(name.base.full, policy.topic_key)
-        return None if policy.unset(raw) else self._parse_stored(policy, raw, name.base.full)
+        where = name.base.full
+        raw = self.metadata.topic_policy(where, policy.topic_key, is_global)
+        if policy.unset(raw):
+            return None
+        return self._parse_stored(policy, raw, f"{where} (global)" if is_global else where)
 
     def subscription_dispatch_rate(self, name: TopicName, subscription: str) -> DispatchRate:
         """The dispatch rate in force for one subscription: its own (TopicPolicies' subscriptionPolicies, set by
@@ -291,12 +300,17 @@ class PolicyResolver:
         own = self.subscription_level_dispatch_rate(name, subscription)
         return own if own is not None else self.get(name, SUBSCRIPTION_DISPATCH_RATE)
 
-    def subscription_level_dispatch_rate(self, name: TopicName, subscription: str) -> DispatchRate | None:
-        """One subscription's own dispatch rate, or None (unset, or topic-level policies off)."""
+    def subscription_level_dispatch_rate(self, name: TopicName, subscription: str,
+                                         is_global: bool | None = None) -> DispatchRate | None:
+        """One subscription's own dispatch rate, or None (unset, or topic-level policies off): the one in the
+        topic's local policies, else in its global ones; ``is_global`` True or False: that one alone."""
         if not self.config.topicLevelPoliciesEnabled:
             return None
+        if is_global is None:
+            local = self.subscription_level_dispatch_rate(name, subscription, False)
+            return local if local is not None else self.subscription_level_dispatch_rate(name, subscription, True)
         where = name.base.full
-        raw = (self.metadata.topic_policy(where, SUBSCRIPTION_POLICIES_FIELD) or {}).get(subscription) or {}
+        raw = (self.metadata.topic_policy(where, SUBSCRIPTION_POLICIES_FIELD, is_global) or {}).get(subscription) or {}
         rate = raw.get(SUBSCRIPTION_DISPATCH_RATE_KEY) if isinstance(raw, dict) else None
         if rate is None:
             return None
@@ -347,13 +361,15 @@ class PolicyResolver:
         return value
 
     def get(self, name: TopicName, policy: Policy[T]) -> T:
-        """The value in force for a topic: its own, else its namespace's, else the broker's."""
-        own = self.topic_value(name, policy)
-        if own is None:
-            return self.for_namespace(name.namespace, policy)
+        """The value in force for a topic: its own (local, else global), else its namespace's, else the broker's;
+        an ``overlay`` map key by key in that order."""
         if policy.overlay:
-            return self._first(policy, own, self.namespace_value(name.namespace, policy))
-        return own
+            local, global_ = self.topic_level(name, policy, False), self.topic_level(name, policy, True)
+            if local is None and global_ is None:
+                return self.for_namespace(name.namespace, policy)
+            return self._first(policy, local, global_, self.namespace_value(name.namespace, policy))
+        own = self.topic_value(name, policy)
+        return self.for_namespace(name.namespace, policy) if own is None else own
 
     def _first(self, policy: Policy[T], *levels: T | None) -> T:
         """The first level's value that is set, else the broker's; for an ``overlay`` policy (a

@@ -140,6 +140,8 @@ class BrokerMetadata:
         # Topic-level policies: topic name (a partitioned topic's base name covers its partitions)
         # -> {Pulsar's TopicPolicies field name: value}
         self._topic_policies = t[L.TOPIC_POLICIES.name]
+        # ... and the global ones (set with isGlobal=true), which a topic's local value of the same policy overrides
+        self._global_topic_policies = t[L.GLOBAL_TOPIC_POLICIES.name]
         # A non-partitioned topic's properties (a partitioned topic's are in its metadata document)
         self._topic_properties = t[L.TOPIC_PROPERTIES.name]
         self._dynamic_configuration = t[L.DYNAMIC_CONFIGURATION.name]
@@ -231,6 +233,10 @@ class BrokerMetadata:
     @property
     def topic_policies(self) -> Mapping[str, Mapping[str, Any]]:
         return MappingProxyType(self._topic_policies)
+
+    @property
+    def global_topic_policies(self) -> Mapping[str, Mapping[str, Any]]:
+        return MappingProxyType(self._global_topic_policies)
 
     @property
     def topic_properties(self) -> Mapping[str, Mapping[str, str]]:
@@ -735,8 +741,8 @@ class BrokerMetadata:
         """Forget a partitioned topic: its partition count, properties and topic-level policies."""
         if base_topic in self._partitioned:
             await self.cache.delete(L.PARTITIONED_TOPICS, base_topic)
-        for kind, table in ((L.TOPIC_PROPERTIES, self._topic_properties),
-                            (L.TOPIC_POLICIES, self._topic_policies)):
+        for kind, table in ((L.TOPIC_PROPERTIES, self._topic_properties), (L.TOPIC_POLICIES, self._topic_policies),
+                            (L.GLOBAL_TOPIC_POLICIES, self._global_topic_policies)):
             if base_topic in table:
                 await self.cache.delete(kind, base_topic)
 
@@ -753,15 +759,20 @@ class BrokerMetadata:
         the name starts afresh."""
         compaction = self._compactions.get(topic)
         for kind, table in ((L.COMPACTIONS, self._compactions), (L.TERMINATED, self._terminated),
-                            (L.TOPIC_POLICIES, self._topic_policies), (L.TOPIC_PROPERTIES, self._topic_properties)):
+                            (L.TOPIC_POLICIES, self._topic_policies),
+                            (L.GLOBAL_TOPIC_POLICIES, self._global_topic_policies),
+                            (L.TOPIC_PROPERTIES, self._topic_properties)):
             if topic in table:
                 await self.cache.delete(kind, topic)
         return compaction
 
     async def forget_topic_policies(self, topic: str) -> None:
-        """Drop a topic's topic-level policies (a partitioned topic's, once its partitions are gone)."""
-        if topic in self._topic_policies:
-            await self.cache.delete(L.TOPIC_POLICIES, topic)
+        """Drop a topic's topic-level policies, local and global (a partitioned topic's, once its partitions are
+        gone; Pulsar's ``DELETE .../policies``)."""
+        for kind, table in ((L.TOPIC_POLICIES, self._topic_policies),
+                            (L.GLOBAL_TOPIC_POLICIES, self._global_topic_policies)):
+            if topic in table:
+                await self.cache.delete(kind, topic)
 
     async def mark_terminated(self, topic: str, ledger_id: int, entry_id: int) -> None:
         """The topic was terminated after the message at (ledger_id, entry_id)."""
@@ -800,29 +811,35 @@ class BrokerMetadata:
         else:
             await self._modify(L.TOPIC_PROPERTIES, topic, new_properties)
 
-    def topic_policy(self, topic: str, key: str) -> Any:
+    def topic_policy(self, topic: str, key: str, is_global: bool = False) -> Any:
         """A topic-level policy value (topic: the full name, a partitioned topic's base name for
-        its partitions), or None when it is not set."""
-        return self._topic_policies.get(topic, {}).get(key)
+        its partitions), or None when it is not set; ``is_global``: its global value (set with isGlobal=true)."""
+        table = self._global_topic_policies if is_global else self._topic_policies
+        return table.get(topic, {}).get(key)
 
-    async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
-        """Set (or, with None, remove) one topic-level policy, persisted at once."""
-        if value is None and self.topic_policy(topic, key) is None:
+    async def set_topic_policy(self, topic: str, key: str, value: Any, is_global: bool = False) -> None:
+        """Set (or, with None, remove) one topic-level policy, local or global, persisted at once."""
+        table = self._global_topic_policies if is_global else self._topic_policies
+        if value is None and topic in table and table[topic].get(key) is None:
             return
-        await self.update_topic_policy(topic, key, lambda _: value)
+        await self.update_topic_policy(topic, key, lambda _: value, is_global)
 
-    async def update_topic_policy(self, topic: str, key: str, change: Callable[[Any], Any]) -> None:
-        """Read-modify-write of one topic-level policy, as ``update_policy``."""
+    async def update_topic_policy(self, topic: str, key: str, change: Callable[[Any], Any],
+                                  is_global: bool = False) -> None:
+        """Read-modify-write of one topic-level policy (local, or ``is_global``), as ``update_policy``. The topic's
+        document stays when its last policy goes, and a removal makes an empty one, as Pulsar's TopicPolicies object
+        is made by any change and stays until the topic's policies are deleted (a GET of subscriptionTypesEnabled
+        tells: [] with one, no content without)."""
         def modify(current: JsonDoc | None) -> Any:
             policies = dict(current or {})
             value = change(copy.deepcopy(policies.get(key)))
             if value is None:
-                if policies.pop(key, None) is None:
+                if policies.pop(key, None) is None and current is not None:
                     return KEEP
             else:
                 policies[key] = copy.deepcopy(value)
-            return policies or None
-        await self._modify(L.TOPIC_POLICIES, topic, modify)
+            return policies
+        await self._modify(L.GLOBAL_TOPIC_POLICIES if is_global else L.TOPIC_POLICIES, topic, modify)
 
     # -- schemas (Pulsar's schema storage) ------------------------------------------------------------
     def schema_versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:

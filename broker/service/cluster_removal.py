@@ -7,7 +7,8 @@ When exactly (Pulsar's checkReplication and checkAllowedCluster, for the V2 name
 - a persistent topic (NonPersistentTopic.checkReplication only updates its replicators), not a system topic (Pulsar's
   SystemTopic does it only for ``__change_events`` and the transaction-buffer / pending-ack topics, none of which we
   keep: our topic policies live in the metadata store);
-- the replication clusters in force for it - its own (topic policies), else its namespace's - are set: Pulsar returns
+- the replication clusters in force for it - its own (topic policies, local else global), else its namespace's - are
+  set: Pulsar returns
   at once on an empty list ("No replication clusters configured"). An unset, empty or unreadable stored list is the
   broker's default here, the local cluster alone (``policy_table.REPLICATION_CLUSTERS``), so it never fires;
 - the local cluster is not in that list, nor in the namespace's ``allowed_clusters`` (PIP-321).

@@ -269,13 +269,16 @@ def offload_policy_for(service: BrokerService, name: TopicName) -> OffloadPolicy
     the offloader they name when it is not the broker's."""
     cfg = service.config
     metadata = service.metadata
-    topic = (metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD) if cfg.topicLevelPoliciesEnabled
-             else None)
+    topic = global_ = None
+    if cfg.topicLevelPoliciesEnabled:
+        topic = metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD)
+        global_ = metadata.topic_policy(name.base.full, TOPIC_POLICIES_FIELD, is_global=True)
     namespace = metadata.policy(name.namespace, O.NAMESPACE_FIELD)
 
     def set_level(field: str) -> Any | None:
-        """The field of the topic's offload policies, else of its namespace's (None: neither sets it)."""
-        for level in (topic, namespace):
+        """The field of the topic's offload policies (its local ones, else its global ones), else of its
+        namespace's (None: none sets it)."""
+        for level in (topic, global_, namespace):
             if level is not None and level.get(field) is not None:
                 return level[field]
         return None

@@ -61,6 +61,7 @@ GETS = [  # (in one list, but for the dedup below: some policies are in two of t
     "/admin/v2/brokers/configuration", "/admin/v2/brokers/configuration/values",
     "/admin/v2/brokers/configuration/runtime", "/admin/v2/clusters/standalone/failureDomains",
     "/admin/v2/clusters/standalone/namespaceIsolationPolicies",
+    "/admin/v2/clusters/standalone/namespaceIsolationPolicies/brokers",
     "/admin/v2/brokers/standalone/127.0.0.1:0/ownedNamespaces",
     f"/admin/v2/namespaces/{NS}/maxTopicsPerNamespace", f"/admin/v2/namespaces/{NS}/offloadPolicies",
     f"/admin/v2/namespaces/{NS}/entryFilters", f"/admin/v2/namespaces/{NS}/resourcegroup",
@@ -130,8 +131,11 @@ FAILING = [
     ("POST", f"/admin/v2/namespaces/{NS}/offloadPolicies", {"managedLedgerOffloadDriver": "aws-s3"}),
     ("POST", f"{BASE}/t/offloadPolicies", {"managedLedgerOffloadDriver": "google-cloud-storage"}),
     ("PUT", f"/admin/v2/namespaces/{NS}/offloadThreshold", "abc"), ("GET", f"{BASE}/nosuch/offload", None),
+    # a global topic policy's replication clusters, in a namespace that is not replicated
+    ("POST", f"{BASE}/t/replication?isGlobal=true", ["standalone"]),
 ]
 N = f"/admin/v2/namespaces/{NS}"
+ISOLATION = "/admin/v2/clusters/standalone/namespaceIsolationPolicies"
 _RATE = {"dispatchThrottlingRateInMsg": 10, "dispatchThrottlingRateInByte": 100, "ratePeriodInSecond": 1,
          "relativeToPublishRate": False}
 # A value for each namespace policy (set with the method given) that both must read back as given.
@@ -284,6 +288,23 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     # every other topic-level policy: set, read back, removed (replication aside: one cluster)
     *((method, f"{BASE}/t/{name}", body, True) for name, (set_method, value) in TOPIC_POLICY_VALUES.items()
       for method, body in ((set_method, value), ("GET", None), ("DELETE", None))),
+    # the same as global policies (isGlobal=true): set, read back, the local value still unset, removed
+    *((method, f"{BASE}/t/{name}?isGlobal={flag}", body, True)
+      for name, (set_method, value) in TOPIC_POLICY_VALUES.items()
+      for method, body, flag in ((set_method, value, "true"), ("GET", None, "true"), ("GET", None, "false"),
+                                 ("DELETE", None, "true"))),
+    # every policy of a topic gone at once, local and global
+    ("POST", f"{BASE}/t/maxProducers?isGlobal=true&step=all", 3, True),
+    ("POST", f"{BASE}/t/maxConsumers?step=all", 3, True), ("DELETE", f"{BASE}/t/policies", None, True),
+    ("GET", f"{BASE}/t/maxProducers?isGlobal=true&step=after", None, True),
+    ("GET", f"{BASE}/t/maxConsumers?step=after", None, True),
+    # the brokers an isolation policy names (every one here), and a broker it does not name
+    ("POST", f"{ISOLATION}/iso", {"namespaces": ["public/iso-.*"], "primary": [".*"], "secondary": [],
+                                  "auto_failover_policy": {"policy_type": "min_available",
+                                                           "parameters": {"min_limit": "1", "usage_threshold": "80"}}},
+     True),
+    ("GET", f"{ISOLATION}/brokers", None, False), ("GET", f"{ISOLATION}/brokers/nosuch:1", None, True),
+    ("DELETE", f"{ISOLATION}/iso", None, True),
     # the bytes after a message id (-1: all), and where Pulsar refuses it
     ("PUT", f"{BASE}/t/backlogSize", {"ledgerId": -1, "entryId": -1}, False),
     ("PUT", f"{BASE}/part/backlogSize", {"ledgerId": -1, "entryId": -1}, True),
@@ -511,7 +532,7 @@ def test_succeeding_call_has_pulsars_status_and_answer(answers: dict[str, dict[s
     assert our_status == their_status, f"status: ours {our_status} ({ours}), Pulsar's {their_status} ({theirs})"
     if their_status >= 400:  # (a call of the generated ones that Pulsar refuses: the status alone, above)
         return
-    if exact and path.endswith("/subscriptionTypesEnabled"):
+    if exact and "/subscriptionTypesEnabled" in path:
         # (Pulsar reads the body into a Set of enums: its order is the JVM's identity hashes, run to run)
         assert sorted(ours or []) == sorted(theirs or [])
     elif exact:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import pulsar
 import pytest
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.embedded import BrokerThread
+from broker.metadata.store import BrokerMetadata
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import SNAPSHOT, read_entry_metadata
@@ -246,6 +248,76 @@ def test_a_partitioned_topic_is_made_and_grown_on_the_other_replication_clusters
     reply = pair.admin_a.post(f"{base}/local-only/partitions", 3)  # (b has no such partitioned topic: its answer)
     assert reply.status == 409, reply.body
     assert pair.admin_a.ok("GET", f"{base}/local-only/partitions")["partitions"] == 3  # (grown here first)
+
+
+def test_global_topic_policies_are_copied_to_the_other_replication_clusters(pair: Pair) -> None:
+    """A global topic policy (isGlobal=true) set on a is set as b's global policy too, as Pulsar replicates its
+    __change_events: before b has the topic, then in force there; b's changes come back to a (and stop there); a's
+    local policies stay a's; removing all of a topic's policies on a removes b's global ones, not b's local ones."""
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/g"
+    base = f"/admin/v2/persistent/{ns}/g"
+    metadata_a, metadata_b = pair.a.server.service.metadata, pair.b.server.service.metadata
+
+    def global_on(metadata: BrokerMetadata, field: str) -> object:
+        return metadata.topic_policy(topic, field, is_global=True)
+
+    rate = {"dispatchThrottlingRateInMsg": 5, "dispatchThrottlingRateInByte": 1000, "ratePeriodInSecond": 2,
+            "relativeToPublishRate": False}
+    quota = {"limitSize": -1, "limitTime": 600, "policy": "producer_exception"}
+    # (b makes no topic by itself, so a's replicator does not make it there before the copies arrive)
+    pair.admin_b.ok("POST", f"/admin/v2/namespaces/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    pair.admin_a.ok("PUT", base)
+    pair.admin_a.ok("POST", f"{base}/maxProducers?isGlobal=true", 2)
+    pair.admin_a.ok("POST", f"{base}/messageTTL?messageTTL=120&isGlobal=true")
+    pair.admin_a.ok("POST", f"{base}/backlogQuota?backlogQuotaType=message_age&isGlobal=true", quota)
+    pair.admin_a.ok("POST", f"{base}/s%20b/dispatchRate?isGlobal=true", rate)
+    pair.admin_a.ok("POST", f"{base}/maxConsumers", 3)  # (local: a's alone)
+    wait_for(lambda: global_on(metadata_b, "subscriptionPolicies") is not None, what="the copies to reach b")
+    assert global_on(metadata_b, "maxProducerPerTopic") == 2
+    assert global_on(metadata_b, "messageTTLInSeconds") == 120
+    assert global_on(metadata_b, "backLogQuotaMap") == global_on(metadata_a, "backLogQuotaMap")
+    assert set(cast("dict[str, object]", global_on(metadata_b, "backLogQuotaMap"))) == {"message_age"}
+    assert metadata_b.topic_policy(topic, "maxConsumerPerTopic") is None
+    assert pair.admin_b.get(f"{base}/stats").status == 404
+    pair.admin_b.ok("PUT", base)  # b makes the topic: the policies are there for it
+    assert pair.admin_b.ok("GET", f"{base}/maxProducers?isGlobal=true") == 2
+    assert pair.admin_b.get(f"{base}/maxProducers").unset
+    assert pair.admin_b.ok("GET", f"{base}/s%20b/dispatchRate?applied=true") == rate
+    producers = [pair.client_b.create_producer(topic) for _ in range(2)]
+    with pytest.raises(pulsar.ProducerBusy):
+        pair.client_b.create_producer(topic)
+    for producer in producers:
+        producer.close()
+    # b's change comes back to a, and goes no further (a does not copy a copy back).
+    pair.admin_b.ok("POST", f"{base}/maxProducers?isGlobal=true", 4)
+    wait_for(lambda: global_on(metadata_a, "maxProducerPerTopic") == 4, what="b's change to reach a")
+    pair.admin_b.ok("POST", f"{base}/maxConsumers", 5)  # (b's own local policy)
+    assert pair.admin_a.delete(f"{base}/policies").status == 204
+    wait_for(lambda: not metadata_b.global_topic_policies.get(topic), what="b's global policies to go")
+    assert pair.admin_b.ok("GET", f"{base}/maxConsumers") == 5
+    assert pair.admin_a.get(f"{base}/maxConsumers").unset
+    assert global_on(metadata_a, "maxProducerPerTopic") is None
+
+
+def test_a_global_policy_reaches_a_cluster_that_was_unreachable(pair: Pair) -> None:
+    """A copy that cannot be sent (b's address wrong on a) is tried again until it goes through (the address
+    mended); a newer change of the same policy replaces the one waiting."""
+    ns = pair.namespace(["a", "b"])
+    topic = f"persistent://{ns}/late"
+    base = f"/admin/v2/persistent/{ns}/late"
+    metadata_b = pair.b.server.service.metadata
+    pair.admin_a.ok("PUT", base)
+    pair.admin_a.ok("POST", "/admin/v2/clusters/b", {"serviceUrl": "http://127.0.0.1:1",
+                                                      "brokerServiceUrl": pair.b.service_url})
+    try:
+        pair.admin_a.ok("POST", f"{base}/maxProducers?isGlobal=true", 7)
+        pair.admin_a.ok("POST", f"{base}/maxProducers?isGlobal=true", 8)
+        assert metadata_b.topic_policy(topic, "maxProducerPerTopic", is_global=True) is None
+    finally:
+        link(pair.admin_a, "b", pair.b)
+    wait_for(lambda: metadata_b.topic_policy(topic, "maxProducerPerTopic", is_global=True) == 8,
+             what="the copy to reach b once its address is right", timeout=30)
 
 
 def test_topic_level_replication_clusters(pair: Pair) -> None:

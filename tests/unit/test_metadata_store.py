@@ -533,6 +533,10 @@ async def test_update_policy_reads_modifies_and_writes_one_value(metadata: Broke
     assert metadata.policy("public/default", "properties") is None
     await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda q: {**(q or {}), "x": 1})
     await metadata.update_topic_policy(TOPIC, "backlogQuotaMap", lambda _: None)
+    # (the document stays, empty, as Pulsar's TopicPolicies object does; deleting the topic's policies removes it)
+    assert metadata.topic_policies[TOPIC] == {}
+    assert await node(store, L.TOPIC_POLICIES.path(TOPIC)) == {}
+    await metadata.forget_topic_policies(TOPIC)
     assert TOPIC not in metadata.topic_policies
     assert not await store.exists(L.TOPIC_POLICIES.path(TOPIC))
 

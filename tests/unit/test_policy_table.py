@@ -156,6 +156,37 @@ async def test_topic_over_namespace_over_broker(policy: Policy[Any]) -> None:
 
 
 @pytest.mark.parametrize("policy", [p for p in TABLE if p.topic_key is not None], ids=lambda p: p.name)
+async def test_a_global_topic_value_is_between_the_local_one_and_the_namespace_s(policy: Policy[Any]) -> None:
+    """Pulsar's PolicyHierarchyValue: topic (local), then topic global, then namespace, then broker; an overlay
+    map key by key in that order."""
+    resolver, store = await make()
+    topic, namespace = SAMPLES[policy.name]
+    broker = resolver.broker_value(policy)
+    if namespace is not None:
+        await set_namespace(store, policy, namespace)
+    below = resolver.get(TOPIC, policy)
+    await store.set_topic_policy(TOPIC.full, policy.topic_field, topic, is_global=True)
+    global_ = policy.parse(topic)
+    got = resolver.get(TOPIC, policy)
+    if policy.overlay:
+        assert got == {**below, **global_}
+    else:
+        assert got == global_ != below
+    assert resolver.topic_level(TOPIC, policy, False) is None
+    assert resolver.topic_level(TOPIC, policy, True) == global_
+    assert resolver.get(TOPIC.partition(1), policy) == got
+    if namespace is not None and policy.parse(namespace) != global_:  # a local value over the global one
+        local = policy.parse(namespace)
+        await set_topic(store, policy, namespace)
+        assert resolver.get(TOPIC, policy) == ({**below, **global_, **local} if policy.overlay else local)
+    await set_topic(store, policy, None)
+    assert resolver.get(TOPIC, policy) == got
+    await store.set_topic_policy(TOPIC.full, policy.topic_field, None, is_global=True)
+    assert resolver.get(TOPIC, policy) == below
+    assert below == (broker if namespace is None else resolver.for_namespace(NS, policy))
+
+
+@pytest.mark.parametrize("policy", [p for p in TABLE if p.topic_key is not None], ids=lambda p: p.name)
 async def test_topic_values_are_ignored_when_topic_level_policies_are_off(policy: Policy[Any]) -> None:
     resolver, store = await make(topicLevelPoliciesEnabled=False)
     await set_topic(store, policy, SAMPLES[policy.name][0])
