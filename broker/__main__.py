@@ -94,11 +94,11 @@ async def run(config: BrokerConfig) -> None:
     await server.start()
     tune_gc()
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop = server.shutdown_requested  # (also set by the admin API's POST /admin/v2/brokers/shutdown)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("signal received: shutting down")
+    log.info("shutting down (a signal, or POST /admin/v2/brokers/shutdown)")
     await server.stop()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -139,7 +140,12 @@ class BrokerThread:
                 return
             started.set_result(None)
             try:
-                await self._stop.wait()
+                # (stopped by stop(), or by the admin API's POST /admin/v2/brokers/shutdown)
+                stopped, requested = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(
+                    self.server.shutdown_requested.wait())
+                await asyncio.wait((stopped, requested), return_when=asyncio.FIRST_COMPLETED)
+                for waiter in (stopped, requested):
+                    waiter.cancel()
             finally:
                 await self.broker.stop()
 
@@ -158,9 +164,16 @@ class BrokerThread:
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            if self._thread.is_alive():  # (not when the admin API's brokers/shutdown stopped it already)
+                with contextlib.suppress(RuntimeError):  # (its loop closing meanwhile)
+                    self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(THREAD_START_TIMEOUT_S)
             self._thread = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the broker's thread still runs (False once stopped, by ``stop`` or by the admin API)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def __enter__(self) -> BrokerThread:
         return self.start()

@@ -64,6 +64,9 @@ class BrokerServer:
         self.connections_refused = 0  # opened, then refused (brokerMaxConnections[PerIp])
         self.throttle_counts = ThrottleCounts()
         self._servers: list[asyncio.Server] = []
+        # Set by request_shutdown (the admin API's brokers/shutdown): whoever runs the server stops it then, as on
+        # SIGTERM (broker/__main__.py, broker/embedded.py).
+        self.shutdown_requested = asyncio.Event()
         # Bound ports; 0 = that listener is off.
         self.port = 0
         self.tls_port = 0
@@ -160,6 +163,9 @@ class BrokerServer:
         """The listener a lookup names, or the internal one when it names none; None when the
         broker has no such listener (or none at all)."""
         return self.listeners.get(name or self.internal_listener or "")
+
+    def request_shutdown(self) -> None:
+        self.shutdown_requested.set()
 
     @property
     def ready(self) -> bool:

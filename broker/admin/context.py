@@ -66,6 +66,10 @@ class ServingProcess(Protocol):
     @property
     def connections(self) -> Collection[object]: ...  # the open client connections
 
+    # Stop the broker as SIGTERM does (``brokers/shutdown``): its runner (``python -m broker``, BrokerThread) waits
+    # for this; a program that runs a BrokerServer itself watches ``shutdown_requested``.
+    def request_shutdown(self) -> None: ...
+
     @property
     def connections_created(self) -> int: ...
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import ssl
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -123,6 +124,7 @@ class WebService:
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
         r.add_get("/admin/v2/brokers/internal-configuration", self.internal_configuration)
         r.add_get("/admin/v2/brokers/backlog-quota-check", self.backlog_quota_check)
+        r.add_post("/admin/v2/brokers/shutdown", self.shutdown)
         r.add_get("/admin/v2/brokers", self.brokers)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
         r.add_get("/status.html", self.status)
@@ -249,6 +251,25 @@ class WebService:
         cluster: validateClusterOwnershipAsync), or of this broker's (``/admin/v2/brokers``)."""
         validate_cluster_ownership(self.ctx, request, request.match_info.get("cluster"))
         return json_response(await self.active_broker_ids())
+
+    async def shutdown(self, request: web.Request) -> web.StreamResponse:
+        """``POST /admin/v2/brokers/shutdown`` (pulsar-admin ``brokers shutdown``, Pulsar's
+        BrokersBase.shutDownBrokerGracefully): this broker stops as on SIGTERM. It stops accepting, releases its
+        bundles (cluster mode: their topics close and their clients move to the other brokers), closes its
+        connections and storage, and the process ends. 204 is sent first (Pulsar answers once its close is under
+        way, its web service last). ``maxConcurrentUnloadPerSec`` and ``forcedTerminateTopic`` are read as Pulsar
+        reads them (an int, a boolean; 404 for an int it cannot read, as JAX-RS answers); ours releases its bundles
+        together, as at any stop, not at that rate."""
+        raw = request.query.get("maxConcurrentUnloadPerSec")
+        if raw is not None and not re.fullmatch(r"[+-]?[0-9]{1,10}", raw):
+            raise HttpError(404, f"Query parameter maxConcurrentUnloadPerSec must be a Java int, got {raw!r}")
+        log.warning("shutdown requested over the admin API (maxConcurrentUnloadPerSec=%s, forcedTerminateTopic=%s)",
+                    raw or 0, request.query.get("forcedTerminateTopic", "true"))
+        response = web.Response(status=204)
+        await response.prepare(request)
+        await response.write_eof()
+        self.ctx.process.request_shutdown()
+        return response
 
     async def active_broker_ids(self) -> list[str]:
         """The ids of the cluster's active brokers: every registered one in cluster mode, else this one."""

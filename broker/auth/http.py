@@ -161,6 +161,7 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
          "DELETE_DYNAMIC_CONFIGURATION"),
         (_GET, r"/admin/v2/brokers/backlog-quota-check", Access.SUPER_USER, Check.BROKER, "CHECK_BACKLOG_QUOTA"),
         (_GET, r"/admin/v2/brokers(/\{cluster\})?", Access.SUPER_USER, Check.BROKER, "LIST_BROKERS"),
+        (_POST, r"/admin/v2/brokers/shutdown", Access.SUPER_USER, Check.BROKER, "SHUTDOWN"),
         (_GET, r"/admin/v2/brokers/\{cluster\}/\{broker\}/ownedNamespaces", Access.SUPER_USER, Check.BROKER,
          "LIST_OWNED_NAMESPACES"),
         (_ANY, r"/admin/v2/brokers/.*", Access.SUPER_USER),

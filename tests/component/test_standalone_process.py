@@ -7,14 +7,17 @@ import resource
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pulsar
 import pytest
 
+from broker.embedded import BrokerThread
 from cluster import processes
 from tests.reliability.broker_process import await_ready
+from tests.waiting import wait_for
 
 
 def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int, int]:
@@ -47,6 +50,55 @@ def test_process_serves_and_stops_gracefully(tmp_path: Path, sig: signal.Signals
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def post(web_port: int, path: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{web_port}{path}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_the_admin_api_shuts_the_process_down_gracefully(tmp_path: Path) -> None:
+    """pulsar-admin brokers shutdown (POST /admin/v2/brokers/shutdown): 204, then the process stops as on SIGTERM,
+    status 0, what it stored kept. A parameter Pulsar could not read is a 404 and stops nothing."""
+    proc, port, web_port = start_broker(tmp_path)
+    try:
+        client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=10)
+        client.subscribe("kept", "sub").close()
+        client.create_producer("kept").send(b"stored")
+        client.close()
+        assert post(web_port, "/admin/v2/brokers/shutdown?maxConcurrentUnloadPerSec=x") == 404
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/brokers/health", timeout=5) as r:
+            assert r.read() == b"ok"
+        assert post(web_port, "/admin/v2/brokers/shutdown?maxConcurrentUnloadPerSec=5&forcedTerminateTopic=true") == 204
+        assert proc.wait(timeout=30) == 0
+        out = proc.stdout.read() if proc.stdout else ""
+        assert "broker stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    proc, port, _ = start_broker(tmp_path)
+    try:
+        client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=10)
+        assert client.subscribe("kept", "sub").receive(10_000).data() == b"stored"
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_admin_api_stops_an_embedded_broker(tmp_path: Path) -> None:
+    broker = BrokerThread(data_dir=tmp_path).start()
+    try:
+        web_port = int(broker.web_url.rsplit(":", 1)[1])
+        assert post(web_port, "/admin/v2/brokers/shutdown") == 204
+        wait_for(lambda: not broker.running, what="the broker's thread to end")
+    finally:
+        broker.stop()  # (stopped already: nothing to do, no error)
 
 
 def test_bad_config_file_is_a_clear_error(tmp_path: Path) -> None:
