@@ -132,20 +132,16 @@ class BrokerThread:
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
             try:
                 await self.broker.start()
             except BaseException as exc:
                 started.set_exception(exc)
                 return
+            # (set by stop(), or by the admin API's POST /admin/v2/brokers/shutdown, as python -m broker waits)
+            self._stop = self.server.shutdown_requested
             started.set_result(None)
             try:
-                # (stopped by stop(), or by the admin API's POST /admin/v2/brokers/shutdown)
-                stopped, requested = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(
-                    self.server.shutdown_requested.wait())
-                await asyncio.wait((stopped, requested), return_when=asyncio.FIRST_COMPLETED)
-                for waiter in (stopped, requested):
-                    waiter.cancel()
+                await self._stop.wait()
             finally:
                 await self.broker.stop()
 

@@ -37,7 +37,7 @@ from aiohttp import web
 
 from broker.admin.common import HttpError, is_global
 from broker.admin.peers import path_segment, reason_of, topic_path
-from broker.admin.replicated_topics import cluster_admin
+from broker.admin.replicated_topics import known_cluster_admin
 from broker.metadata import policy_table as T
 from broker.service.peer_link import RemoteError
 from broker.tasks import OwnedTasks
@@ -124,10 +124,7 @@ class GlobalPolicyCopies:
             self._senders.discard(cluster)
 
     async def _call(self, cluster: str, topic: str, call: PolicyCall) -> None:
-        data = self.web.metadata.clusters.get(cluster)
-        if data is None:
-            raise RemoteError(f"cluster {cluster} has no cluster data")
-        admin = cluster_admin(self.web.ctx.config, cluster, data)
+        admin = known_cluster_admin(self.web, cluster)
         query = urlencode((*call.query, ("isGlobal", "true"), (REPLICATED_FROM, self.web.ctx.config.clusterName)))
         await self.web.peers.call(call.method, f"{admin.url}{topic}/{call.policy_path}?{query}", body=call.body,
                                   headers=admin.call_headers(), ssl_context=admin.ssl_context)

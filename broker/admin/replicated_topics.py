@@ -78,6 +78,14 @@ def cluster_admin(cfg: BrokerConfig, name: str, data: Mapping[str, Any]) -> Clus
     return ClusterAdmin(url, credential_headers(plugin, params), context)
 
 
+def known_cluster_admin(web: WebService, cluster: str) -> ClusterAdmin:
+    """``cluster_admin`` of a cluster from its stored cluster data; RemoteError when it has none."""
+    data = web.metadata.clusters.get(cluster)
+    if data is None:
+        raise RemoteError(f"cluster {cluster} has no cluster data")
+    return cluster_admin(web.ctx.config, cluster, data)
+
+
 class ReplicatedPartitions:
     def __init__(self, web: WebService) -> None:
         self.web = web
@@ -90,10 +98,7 @@ class ReplicatedPartitions:
         return [c for c in clusters if c != local]
 
     def _target(self, cluster: str, name: TopicName) -> tuple[str, ClusterAdmin]:
-        data = self.web.metadata.clusters.get(cluster)
-        if data is None:
-            raise RemoteError(f"cluster {cluster} has no cluster data")
-        admin = cluster_admin(self.web.ctx.config, cluster, data)
+        admin = known_cluster_admin(self.web, cluster)
         return f"{admin.url}{topic_path(name)}/partitions", admin
 
     def create_in_background(self, name: TopicName, n: int, properties: dict[str, str] | None) -> None:

@@ -31,6 +31,18 @@ def start_broker(tmp_path: Path, *extra: str, wrapper: tuple[str, ...] = ()) -> 
     return proc, port, web_port
 
 
+def assert_stopped_cleanly(proc: subprocess.Popen[str]) -> None:
+    assert proc.wait(timeout=30) == 0
+    out = proc.stdout.read() if proc.stdout else ""
+    assert "broker stopped" in out
+
+
+def kill_if_running(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_process_serves_and_stops_gracefully(tmp_path: Path, sig: signal.Signals) -> None:
     proc, port, web_port = start_broker(tmp_path)
@@ -43,13 +55,9 @@ def test_process_serves_and_stops_gracefully(tmp_path: Path, sig: signal.Signals
         assert consumer.receive(10_000).data() == b"hi"
         client.close()
         proc.send_signal(sig)
-        assert proc.wait(timeout=15) == 0
-        out = proc.stdout.read() if proc.stdout else ""
-        assert "broker stopped" in out
+        assert_stopped_cleanly(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_if_running(proc)
 
 
 def post(web_port: int, path: str) -> int:
@@ -74,13 +82,9 @@ def test_the_admin_api_shuts_the_process_down_gracefully(tmp_path: Path) -> None
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/admin/v2/brokers/health", timeout=5) as r:
             assert r.read() == b"ok"
         assert post(web_port, "/admin/v2/brokers/shutdown?maxConcurrentUnloadPerSec=5&forcedTerminateTopic=true") == 204
-        assert proc.wait(timeout=30) == 0
-        out = proc.stdout.read() if proc.stdout else ""
-        assert "broker stopped" in out
+        assert_stopped_cleanly(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_if_running(proc)
     proc, port, _ = start_broker(tmp_path)
     try:
         client = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=10)
