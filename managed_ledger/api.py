@@ -32,6 +32,7 @@ from managed_ledger.range_set import PositionRangeSet
 from managed_ledger.stats import AddLatencySink, AddStats
 
 if TYPE_CHECKING:
+    from managed_ledger.cursor_base import CursorRecord
     from managed_ledger.offload.api import Offloader
 
 MIB = 1024 * 1024
@@ -217,6 +218,43 @@ class StoredLedger(NamedTuple):
     offload_uuid: str | None
 
 
+class StoredLedgerRow(NamedTuple):
+    """One ledger as a managed ledger's stored metadata lists it (Pulsar's ManagedLedgerInfo.LedgerInfo of the
+    internal-info admin call): entries, size and timestamp (its close, epoch ms) None where not stored (the current
+    ledger's); ``offload_uuid`` its offload's uuid, None without one."""
+
+    ledger_id: int
+    entries: int | None
+    size: int | None
+    timestamp_ms: int | None
+    offload_uuid: str | None = None
+
+
+class StoredCursorState(NamedTuple):
+    """A durable cursor as stored (Pulsar's ManagedLedgerInfo.CursorInfo): the stored document's version and times
+    (epoch ms; None where the storage does not keep them), its cursor ledger (-1: none), and the state saved."""
+
+    version: int
+    created_ms: int | None
+    modified_ms: int | None
+    cursors_ledger_id: int
+    record: CursorRecord
+
+
+class StoredManagedLedgerInfo(NamedTuple):
+    """A managed ledger's stored metadata, read from the storage without opening it (Pulsar's
+    ManagedLedgerFactory.getManagedLedgerInfo, behind ``pulsar-admin topics info-internal``). ``version`` is the
+    metadata document's (-1: a storage that keeps none); the times are epoch ms, None where not kept."""
+
+    version: int
+    created_ms: int | None
+    modified_ms: int | None
+    ledgers: list[StoredLedgerRow]
+    cursors: dict[str, StoredCursorState]
+    properties: dict[str, str]
+    terminated: Position | None = None
+
+
 ReadCallback = Callable[[list[Entry], BaseException | None], None]
 # A read's entries when it completes at once from memory (``read_entries_or_wait``'s ``inline``).
 InlineRead = Callable[[list[Entry]], None]
@@ -298,6 +336,12 @@ class ManagedLedgerFactory(abc.ABC):
         getManagedLedgerInfo), by ledger id; None when there is no such managed ledger. Storage that cannot
         offload: None."""
         return None
+
+    @abc.abstractmethod
+    async def stored_info(self, name: str) -> StoredManagedLedgerInfo | None:
+        """What the storage holds for the managed ledger ``name`` (open or not, without opening it): its ledgers, its
+        durable cursors' saved states, the versions and times the storage keeps. None when there is no such managed
+        ledger."""
 
 
 class ManagedLedger(abc.ABC):

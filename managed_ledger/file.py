@@ -37,7 +37,10 @@ from managed_ledger.api import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
+    StoredCursorState,
     StoredLedger,
+    StoredLedgerRow,
+    StoredManagedLedgerInfo,
 )
 from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
 from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
@@ -304,6 +307,33 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         loop = asyncio.get_running_loop()
         local, records = await loop.run_in_executor(self.pool, file_layout.stored_ledgers, self.fs, directory)
         return ledgers_with_copies(((ledger_id, None) for ledger_id in local), records)
+
+    async def stored_info(self, name: str) -> StoredManagedLedgerInfo | None:
+        """The segments, offload records and cursor files: an open managed ledger's ledgers from memory, a closed
+        one's counted from its segments' record headers (segment.count_records); the cursors' saved states from
+        their files. The file ledger keeps no versioned metadata document (version -1) nor creation times (none
+        shown); modification times are the directory's and the cursor files' last writes."""
+        ledger = await settled(self._open, name)
+        directory = ledger.directory if ledger is not None else self._names.get(name)
+        if directory is None:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            files = await loop.run_in_executor(self.pool, file_layout.read_stored, self.fs, directory, ledger is None)
+        except FileNotFoundError:  # (deleted meanwhile)
+            return None
+        if ledger is not None:
+            rows = ledger.stored_ledger_rows()
+        else:
+            uuids = {o.ledger_id: str(o.uuid) for o in files.offloads}
+            local = {row[0] for row in files.segments}
+            rows = sorted([*(StoredLedgerRow(i, entries, size, closed_ms, uuids.get(i))
+                             for i, entries, size, closed_ms in files.segments if entries),
+                           *(StoredLedgerRow(o.ledger_id, o.entries, o.size, round(o.closed_at * 1000), str(o.uuid))
+                             for o in files.offloads if o.local_deleted and o.complete and o.ledger_id not in local)])
+        cursors = {cursor: StoredCursorState(-1, None, modified_ms, -1, record)
+                   for cursor, (record, modified_ms) in files.cursors.items()}
+        return StoredManagedLedgerInfo(-1, None, files.modified_ms, rows, cursors, {})
 
     def exists(self, name: str) -> bool:
         return name in self._names

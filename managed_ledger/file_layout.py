@@ -174,6 +174,55 @@ def stored_ledgers(fs: FileSystem, directory: str) -> tuple[list[int], list[Ledg
     return local, read_offloads(fs, directory)
 
 
+@dataclass
+class StoredFiles:
+    """What a managed ledger's directory holds, read without changing anything (``read_stored``)."""
+
+    modified_ms: int  # the directory's last change (a ledger made or removed, its offloads rewritten)
+    offloads: list[LedgerOffload]
+    # Each durable cursor's saved state and its file's last write (epoch ms).
+    cursors: dict[str, tuple[CursorRecord, int]] = field(default_factory=dict)
+    # Counted from the record headers (segment.count_records), when asked for: (ledger id, entries, bytes of
+    # entry data, close time in epoch ms: the next segment's creation, the last one's last write).
+    segments: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+
+def read_stored(fs: FileSystem, directory: str, count: bool) -> StoredFiles:
+    """A managed ledger's stored state for showing it (its cursor files, offload records, with ``count`` its
+    segments' entries): read only, so it can run beside the managed ledger being open and written. A file removed
+    meanwhile (a trimmed ledger, a deleted cursor) is left out; a damaged cursor file too."""
+    out = StoredFiles(fs.mtime_ms(directory), read_offloads(fs, directory))
+    if count:
+        found = []
+        for ledger_id in sorted(i for i in map(segment.ledger_id_of, fs.listdir(directory)) if i is not None):
+            path = join(directory, segment.file_name(ledger_id))
+            try:
+                handle = fs.open_read(path)
+                try:
+                    counted, modified_ms = segment.count_records(handle, ledger_id), fs.mtime_ms(path)
+                finally:
+                    handle.close()
+            except FileNotFoundError:
+                continue
+            if counted is not None:
+                found.append((ledger_id, *counted, modified_ms))
+        out.segments = [(ledger_id, entries, size, round(found[i + 1][1] * 1000) if i + 1 < len(found) else modified)
+                        for i, (ledger_id, _created, entries, size, modified) in enumerate(found)]
+    cursors_dir = join(directory, CURSORS)
+    for file in sorted(fs.listdir(cursors_dir)) if fs.exists(cursors_dir) else ():
+        if not file.endswith(cursor_store.SUFFIX):
+            continue
+        path = join(cursors_dir, file)
+        try:
+            stored = cursor_store.decode(fs.read_file(path))
+            out.cursors[stored.name] = (stored.record, fs.mtime_ms(path))
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            log.warning("cursor state %s is damaged (%s): not shown", path, exc)
+    return out
+
+
 def recover_directory(fs: FileSystem, directory: str, stats: FileLedgerStats) -> Recovered:
     """Scan every segment (cutting torn or corrupt tails) and load the cursor states."""
     out = Recovered()

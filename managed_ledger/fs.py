@@ -95,6 +95,9 @@ class FileSystem(Protocol):
 
     def is_dir(self, path: str) -> bool: ...
 
+    def mtime_ms(self, path: str) -> int:
+        """When the file's content (a directory's: its list of names) last changed, epoch milliseconds."""
+
     def fsync_dir(self, path: str) -> None: ...
 
 
@@ -347,6 +350,9 @@ class OsFileSystem:
 
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(path)
+
+    def mtime_ms(self, path: str) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -24,6 +24,7 @@ from managed_ledger.api import (
     ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerError,
+    StoredLedgerRow,
 )
 from managed_ledger.completion import NestingCounter, OrderedCompleter
 from managed_ledger.cursor_base import BaseCursor, CursorRecord
@@ -397,3 +398,15 @@ async def settled(open_ledgers: Mapping[str, LedgerT], name: str) -> LedgerT | N
         await ledger.wait_ended()
         ledger = open_ledgers.get(name)
     return ledger
+
+
+def stored_rows(infos: Iterable[LedgerInfo], current: int | None,
+                offload_uuids: Mapping[int, str] | None = None) -> list[StoredLedgerRow]:
+    """Ledgers as a ledger list stores them (``stored_info``): a closed one with its entries, size and close time (ms),
+    the ``current`` one (still written) with its id only and timestamp 0, as Pulsar's LedgerInfo of it."""
+    uuids = offload_uuids or {}
+    return [StoredLedgerRow(i.ledger_id, None, None, 0, uuids.get(i.ledger_id)) if i.ledger_id == current
+            else StoredLedgerRow(i.ledger_id, i.entries, i.size,
+                                 round((i.closed_at if i.closed_at is not None else i.created_at) * 1000),
+                                 uuids.get(i.ledger_id))
+            for i in infos]

@@ -22,10 +22,12 @@ from managed_ledger.api import (
     ManagedLedgerError,
     ManagedLedgerFactory,
     NoMoreEntriesError,
+    StoredCursorState,
+    StoredManagedLedgerInfo,
 )
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.entry import Entry
-from managed_ledger.ledger_base import BaseManagedLedger, LedgerState
+from managed_ledger.ledger_base import BaseManagedLedger, LedgerState, stored_rows
 from managed_ledger.ledger_map import LedgerMap
 from managed_ledger.memory_cursor import MemoryCursor
 from managed_ledger.position import Position
@@ -87,6 +89,16 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
 
     def exists(self, name: str) -> bool:
         return name in self._stored
+
+    async def stored_info(self, name: str) -> StoredManagedLedgerInfo | None:
+        """The kept ledgers and cursor records; memory keeps no versions or times (version -1, no dates)."""
+        stored = self._stored.get(name)
+        if stored is None:
+            return None
+        current = stored.ledgers.current_id if name in self._open and len(stored.ledgers) else None
+        cursors = {cursor: StoredCursorState(-1, None, None, -1, record)
+                   for cursor, record in sorted(stored.cursors.items())}
+        return StoredManagedLedgerInfo(-1, None, None, stored_rows(stored.ledgers.infos(), current), cursors, {})
 
     def _new_ledger_id(self) -> int:
         self._last_ledger_id += 1

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.admin.metrics_topic import THROTTLE_LIMITS, in_replay, txn_buffer_counts
-from broker.java_text import client_address, iso_time
+from broker.java_text import client_address, iso_time, iso_time_ms
 from broker.metadata.policy_table import BACKLOG_QUOTAS
 from broker.metadata.policy_values import DESTINATION_STORAGE, MESSAGE_AGE
 from broker.service.backlog_quota import estimated_backlog_size
@@ -27,7 +27,7 @@ from broker.service.compaction import COMPACTION_CURSOR
 from broker.service.replicated_subscriptions import REPLICATED_PROPERTY
 from broker.service.replication import REPLICATOR_PREFIX, Replicator
 from broker.topic_name import is_system_topic
-from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError
+from managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from broker.admin.context import AdminContext
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from broker.service.producer import Producer
     from broker.service.subscription import Subscription
     from broker.service.topic import PersistentTopic
+    from managed_ledger.api import StoredCursorState, StoredManagedLedgerInfo
 
 
 class Rate(NamedTuple):
@@ -735,3 +736,46 @@ def entries_since_first_unacked(topic: PersistentTopic, cursor: ManagedCursor) -
         return 0
 
 
+
+
+def managed_ledger_info(info: StoredManagedLedgerInfo) -> dict[str, Any]:
+    """Pulsar's ManagedLedgerInfo (``topics info-internal``) as its admin writes it: what is not stored is left out
+    (its mapper skips nulls), a position as ``{"ledgerId", "entryId"}``, an acknowledged range as the open-closed
+    ``{"from", "to"}`` Pulsar's MessageRange keeps."""
+    out: dict[str, Any] = {"version": info.version, **_dates(info.created_ms, info.modified_ms), "ledgers": [
+        _without_none({"ledgerId": row.ledger_id, "entries": row.entries, "size": row.size,
+                       "timestamp": row.timestamp_ms, "isOffloaded": row.offload_uuid is not None,
+                       "offloadedContextUuid": row.offload_uuid})
+        for row in info.ledgers]}
+    if info.terminated is not None:
+        out["terminatedPosition"] = _position(info.terminated)
+    out["cursors"] = {name: _stored_cursor(cursor) for name, cursor in sorted(info.cursors.items())}
+    if info.properties:
+        out["properties"] = dict(sorted(info.properties.items()))
+    return out
+
+
+def _stored_cursor(cursor: StoredCursorState) -> dict[str, Any]:
+    record = cursor.record
+    out: dict[str, Any] = {"version": cursor.version, **_dates(cursor.created_ms, cursor.modified_ms),
+                           "cursorsLedgerId": cursor.cursors_ledger_id, "markDelete": _position(record.mark_delete)}
+    ranges = [{"from": _position(Position(first.ledger_id, first.entry_id - 1)), "to": _position(last)}
+              for first, last in record.individually_deleted]
+    if ranges:
+        out["individualDeletedMessages"] = ranges
+    if record.properties:
+        out["properties"] = dict(sorted(record.properties.items()))
+    return out
+
+
+def _dates(created_ms: int | None, modified_ms: int | None) -> dict[str, str]:
+    return _without_none({"creationDate": None if created_ms is None else iso_time_ms(created_ms),
+                          "modificationDate": None if modified_ms is None else iso_time_ms(modified_ms)})
+
+
+def _position(position: Position) -> dict[str, int]:
+    return {"ledgerId": position.ledger_id, "entryId": position.entry_id}
+
+
+def _without_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}

@@ -125,6 +125,7 @@ class TopicsResource:
             r.add_get(base + TOPIC + "/stats", self.stats)
             r.add_get(base + TOPIC + "/partitioned-stats", self.partitioned.partitioned_stats)
             r.add_get(base + TOPIC + "/internalStats", self.internal_stats)
+            r.add_get(base + TOPIC + "/internal-info", self.internal_info)
             r.add_get(base + TOPIC + "/partitioned-internalStats", self.partitioned.partitioned_internal_stats)
             r.add_get(base + TOPIC + "/subscriptions", self.subscriptions)
             r.add_put(base + SUB, _refused(CREATE_LIVE_SUBSCRIPTION, 400) if live else self.create_subscription)
@@ -477,6 +478,29 @@ class TopicsResource:
         if query_flag(request, "metadata") and isinstance(topic, PersistentTopic):
             await S.add_ledger_metadata(stats, topic.ledger)
         return json_response(stats)
+
+    async def internal_info(self, request: web.Request) -> web.Response:
+        """GET .../internal-info (``pulsar-admin topics info-internal``): the topic's managed ledger as stored, read
+        from the storage without loading the topic (Pulsar's getManagedLedgerInfo, on any broker); a partitioned
+        topic's as Pulsar's PartitionedManagedLedgerInfo, each partition's under ``partitions``."""
+        name = self.name(request)
+        partitions = self.service.metadata.partitions_of(name.full) if name.partition_index < 0 else 0
+        if partitions:
+            infos = {str(p): await self._stored_info(p) for p in map(name.partition, range(partitions))}
+            return json_response({"version": 0, "partitions": infos})
+        return json_response(await self._stored_info(name))
+
+    async def _stored_info(self, name: TopicName) -> dict[str, Any]:
+        """A topic's ManagedLedgerInfo, with what this broker keeps in its metadata store rather than in the managed
+        ledger's own (Pulsar keeps both there): the terminated position and a non-partitioned topic's properties."""
+        info = await self.service.ledger_factory.stored_info(name.persistence_path) if name.persistent else None
+        if info is None:
+            raise HttpError(404, f"Topic {name} not found")
+        metadata = self.service.metadata
+        terminated = metadata.terminated.get(name.full)
+        properties = {**info.properties, **metadata.topic_properties.get(name.full, {})}
+        return S.managed_ledger_info(info._replace(
+            properties=properties, terminated=Position(*terminated) if terminated is not None else info.terminated))
 
     # -- subscriptions ---------------------------------------------------------------------------
     async def subscriptions(self, request: web.Request) -> web.Response:

@@ -235,7 +235,8 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_GET, r"/admin/v2/non-persistent" + _NS + r"/\{bundle\}", Access.NAMESPACE_LOOKUP,
          Check.NAMESPACE_OPERATION, "GET_BUNDLE"),
         # (properties: Pulsar's topic operation GET_METADATA, which lookup rights allow)
-        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats|properties)",
+        (_GET, _TOPIC + r"/(partitions|stats|partitioned-stats|internalStats|partitioned-internalStats|internal-info"
+                  r"|properties)",
          Access.TOPIC_LOOKUP, Check.TOPIC_OPERATION),
         # (backlogSize: Pulsar's topic operation GET_BACKLOG_SIZE, which consume rights allow)
         (_ANY, _TOPIC + r"/(subscriptions|subscription/.*|all_subscription/.*|lastMessageId|ledger/.*"

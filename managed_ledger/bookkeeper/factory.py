@@ -37,7 +37,10 @@ from managed_ledger.api import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFactory,
+    StoredCursorState,
     StoredLedger,
+    StoredLedgerRow,
+    StoredManagedLedgerInfo,
 )
 from managed_ledger.bookkeeper import ml_formats
 from managed_ledger.bookkeeper.availability import BookieAvailability
@@ -554,6 +557,30 @@ class BookKeeperManagedLedgerFactory(ManagedLedgerFactory):
         info = ml_formats.decode_ledger_info(got.value)
         return ledgers_with_copies(((stored.ledger_id, stored.entries or 0) for stored in info.ledgers),
                                    offload_records(info))
+
+    async def stored_info(self, name: str) -> StoredManagedLedgerInfo | None:
+        """Pulsar's getManagedLedgerInfo: the managed ledger's znode and its cursors' as stored, with their versions
+        and times (an open managed ledger's current state may be ahead of them, as in Pulsar)."""
+        await self.start()
+        path = ml_formats.ledger_path(self.root, name)
+        got = await self.store.get(path, watch_missing=False)
+        if got is None:
+            return None
+        info = ml_formats.decode_ledger_info(got.value)
+        uuids = {o.ledger_id: str(o.uuid) for o in offload_records(info)}
+        ledgers = [StoredLedgerRow(stored.ledger_id, stored.entries, stored.size, stored.timestamp_ms,
+                                   uuids.get(stored.ledger_id)) for stored in info.ledgers]
+        cursors: dict[str, StoredCursorState] = {}
+        for child in sorted(await self.store.get_children(path)):
+            cursor = await self.store.get(f"{path}/{child}", watch_missing=False)
+            if cursor is None or not cursor.value:  # (deleted meanwhile; a bare parent node is no cursor)
+                continue
+            stored = ml_formats.decode_cursor_info(cursor.value)
+            cursors[ml_formats.url_decode(child)] = StoredCursorState(
+                cursor.stat.version, cursor.stat.creation_time_ms, cursor.stat.modification_time_ms,
+                stored.cursors_ledger_id, stored.record)
+        return StoredManagedLedgerInfo(got.stat.version, got.stat.creation_time_ms, got.stat.modification_time_ms,
+                                       ledgers, cursors, dict(info.properties), info.terminated)
 
     async def close(self) -> None:
         if self._closed:

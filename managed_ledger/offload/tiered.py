@@ -28,8 +28,9 @@ from managed_ledger.api import (
     NoOffloaderError,
     OffloadInProgressError,
     StoredLedger,
+    StoredLedgerRow,
 )
-from managed_ledger.ledger_base import LedgerState
+from managed_ledger.ledger_base import LedgerState, stored_rows
 from managed_ledger.ledger_map import LedgerMeta
 from managed_ledger.offload.api import OffloadedLedgerError, OffloadedSource, Offloader, OffloadStatsSink
 from managed_ledger.offload.ledger_metadata import OffloadedLedgerMetadata
@@ -149,6 +150,12 @@ class TieredLedger(StoredManagedLedger):
         """Each ledger with its entries and its complete copy's uuid (ManagedLedgerFactory.stored_ledgers)."""
         return ledgers_with_copies(((i.ledger_id, i.entries) for i in self._map.infos()),
                                    self._tier.records.values())
+
+    def stored_ledger_rows(self) -> list[StoredLedgerRow]:
+        """The ledger list as ``ManagedLedgerFactory.stored_info`` shows it (an offload record's uuid with its
+        ledger, complete or not, as Pulsar shows a ledger with an offload context)."""
+        return stored_rows(self._map.infos(), self._map.current_id if not self.is_closed else None,
+                           {o.ledger_id: str(o.uuid) for o in self._tier.records.values()})
 
     @property
     def offloaded_size(self) -> int:

@@ -43,6 +43,7 @@ GETS = [  # (in one list, but for the dedup below: some policies are in two of t
     f"{BASE}/t/maxUnackedMessagesOnConsumer?applied=true", f"{BASE}/t/subscription/s/position?messagePosition=1",
     f"{BASE}/ks/stats", f"/admin/v2/non-persistent/{NS}/np/stats",
     f"{BASE}/part/partitioned-stats", f"{BASE}/part/partitioned-internalStats", f"{BASE}/part/partitions",
+    f"{BASE}/t/internal-info", f"{BASE}/part/internal-info", f"{BASE}/nosuch/internal-info",
     f"{BASE}", f"{BASE}/partitioned", f"/lookup/v2/topic/persistent/{NS}/t",
     # schemas
     f"/admin/v2/schemas/{NS}/avro/schema", f"/admin/v2/schemas/{NS}/avro/versions",
@@ -371,10 +372,16 @@ OTHER_STATUS = {
     # Pulsar's scan fails inside its streamed answer without an offloader (NullLedgerOffloader cannot scan): a 500
     # with Jetty's HTML page; ours says why.
     f"/admin/v2/namespaces/{NS}/scanOffloadedLedgers": (412, 500, "no offloader is configured: ours says so"),
+    # Pulsar answers its metadata store's "not found" as a 500; ours, Topic ... not found (404).
+    f"{BASE}/nosuch/internal-info": (404, 500, "a topic that does not exist is a 404"),
 }
 
 # path -> (key paths only ours has, key paths only Pulsar's has), each with the reason; None: keys not compared.
 DIFFERENCES: dict[str, tuple[set[str], set[str]] | None] = {
+    # The file ledger keeps no creation time of a managed ledger or a cursor file (only the last change): left out.
+    f"{BASE}/t/internal-info": (set(), {".creationDate", ".cursors.<name>.creationDate"}),
+    f"{BASE}/part/internal-info": (set(), {".partitions.<name>.creationDate",
+                                           ".partitions.<name>.cursors.<name>.creationDate"}),
     # Ours adds the dispatcher's permit invariant to each cursor (ARCHITECTURE: total == sum of permits - pending).
     f"{BASE}/t/internalStats": ({f".cursors.<name>.{k}" for k in DISPATCHER_KEYS}, set()),
     # Pulsar 4.0.7's NonPersistentSubscription never names its active consumer; ours does.

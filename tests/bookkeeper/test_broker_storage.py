@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 
 from broker.config import BrokerConfig, ConfigError
 from broker.embedded import Broker, BrokerThread
+from broker.java_text import iso_time_ms
 from broker.metadata.layout import MANAGED_LEDGER_NAMES_MARKER
 from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.entry import build_entry
@@ -44,19 +45,25 @@ def bookkeeper_broker(cluster: LocalCluster) -> BrokerThread:
                         managedLedgerDefaultAckQuorum=2)
 
 
+def produce_and_acknowledge(broker: BrokerThread, topic: str, subscription: str, sent: int, acknowledged: int) -> None:
+    """``sent`` messages m-0, m-1, ... to ``topic``; the first ``acknowledged`` of them received and acknowledged on
+    ``subscription`` (made first)."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, subscription)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(sent):
+            producer.send(f"m-{i}".encode())
+        for _ in range(acknowledged):
+            consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS))
+    finally:
+        client.close()
+
+
 def test_topics_live_on_bookkeeper_and_move_between_brokers(bk_cluster: LocalCluster) -> None:
     topic = f"persistent://public/default/bk-{uuid.uuid4().hex[:10]}"
     with bookkeeper_broker(bk_cluster) as broker:
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
-        try:
-            consumer = client.subscribe(topic, "sub")
-            producer = client.create_producer(topic, batching_enabled=False)
-            for i in range(20):
-                producer.send(f"m-{i}".encode())
-            for _ in range(5):
-                consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS))
-        finally:
-            client.close()
+        produce_and_acknowledge(broker, topic, "sub", 20, 5)
 
     zk = KazooClient(hosts=bk_cluster.zk_address)
     zk.start()
@@ -143,6 +150,39 @@ def test_internal_stats_with_metadata_show_each_ledgers_ensembles(bk_cluster: Lo
                                            "ackQuorumSize=2, state=OPEN, digestType=CRC32C, password=OMITTED, ")
         assert "pulsar/managed-ledger=base64:" in info["metadata"]
         assert info["underReplicated"] is False  # (every bookie of the cluster is up)
+
+
+def test_internal_info_is_the_znodes_with_their_versions_and_times(bk_cluster: LocalCluster) -> None:
+    """GET .../internal-info (Pulsar's getManagedLedgerInfo): the managed ledger's znode and its cursor's, each with
+    the version and times ZooKeeper keeps for it, read without loading the topic (unloaded here first)."""
+    name = f"bk-info-{uuid.uuid4().hex[:10]}"
+    topic = f"persistent://public/default/{name}"
+    with bookkeeper_broker(bk_cluster) as broker:
+        produce_and_acknowledge(broker, topic, "s", 3, 1)
+        base = f"{broker.web_url}/admin/v2/persistent/public/default/{name}"
+        http("PUT", base + "/unload")
+        info = http("GET", base + "/internal-info")
+    zk = KazooClient(hosts=bk_cluster.zk_address)
+    zk.start()
+    try:
+        path = f"{ml_formats.MANAGED_LEDGERS_ROOT}/public/default/persistent/{name}"
+        data, stat = zk.get(path)
+        cursor_data, cursor_stat = zk.get(path + "/s")
+    finally:
+        zk.stop()
+        zk.close()
+    stored = ml_formats.decode_ledger_info(data)
+    assert info["version"] == stat.version and stat.version > 0
+    assert info["creationDate"] == iso_time_ms(stat.ctime) and info["modificationDate"] == iso_time_ms(stat.mtime)
+    assert [row["ledgerId"] for row in info["ledgers"]] == [ledger.ledger_id for ledger in stored.ledgers]
+    assert [row.get("entries") for row in info["ledgers"]] == [ledger.entries for ledger in stored.ledgers]
+    cursor = info["cursors"]["s"]
+    stored_cursor = ml_formats.decode_cursor_info(cursor_data)
+    assert cursor["version"] == cursor_stat.version
+    assert cursor["creationDate"] == iso_time_ms(cursor_stat.ctime)
+    assert cursor["cursorsLedgerId"] == stored_cursor.cursors_ledger_id
+    mark_delete = stored_cursor.record.mark_delete
+    assert cursor["markDelete"] == {"ledgerId": mark_delete.ledger_id, "entryId": mark_delete.entry_id}
 
 
 def test_a_topic_named_with_a_slash_is_stored_where_pulsar_stores_it(bk_cluster: LocalCluster) -> None:

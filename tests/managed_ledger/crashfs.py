@@ -289,6 +289,12 @@ class CrashFileSystem:
                 return False
             return True
 
+    def mtime_ms(self, path: str) -> int:
+        """(No times are kept: 0 for whatever exists.)"""
+        if not self.exists(path):
+            raise FileNotFoundError(path)
+        return 0
+
     def fsync_dir(self, path: str) -> None:
         with self._lock:
             self._check("fsync_dir", path, mutating=True)

@@ -22,6 +22,9 @@ class CountingHandle:
         self.preads.append((size, offset))
         return self.inner.pread(size, offset)  # type: ignore[attr-defined, no-any-return]
 
+    def size(self) -> int:
+        return self.inner.size()  # type: ignore[attr-defined, no-any-return]
+
     def pread_scratch(self, size: int, offset: int) -> bytes | memoryview:
         self.preads.append((size, offset))
         return self.inner.pread_scratch(size, offset)  # type: ignore[attr-defined, no-any-return]
@@ -119,3 +122,26 @@ def test_runs_are_read_through_one_reusable_buffer_and_copied_out(tmp_path: Path
     finally:
         for handle in handles.values():
             handle.close()
+
+
+@pytest.mark.parametrize("tail", [b"", bytes(4096), b"\x00\x00\x01\x00garbage", bytes(5)])
+def test_records_counted_from_their_headers_as_a_scan_finds_them(tmp_path: Path, tail: bytes) -> None:
+    """count_records (internal-info of a managed ledger not open) agrees with scan on an intact segment, one with the
+    writer's zeros after the last record, one with a torn record and one with a torn header: same entries, same
+    bytes of data; large records' data is skipped, not read."""
+    data = [b"a" * 10, b"b" * 200_000, b"", b"c" * 70_000, b"d"]
+    path = tmp_path / "s.seg"
+    write_segment(path, data)
+    with path.open("ab") as f:
+        f.write(tail)
+    handle = OsFileSystem().open_read(str(path))
+    try:
+        scanned = segment.scan(handle, 1)
+        counting = CountingHandle(handle)
+        counted = segment.count_records(counting, 1)  # type: ignore[arg-type]
+        assert segment.count_records(handle, 2) is None  # (another ledger's header)
+    finally:
+        handle.close()
+    assert scanned is not None and counted == (0.0, len(data), sum(map(len, data)))
+    assert (scanned.index.entries, scanned.index.data_size) == counted[1:]
+    assert sum(size for size, _ in counting.preads) < 300_000  # (the 200 KB record's data was skipped)
