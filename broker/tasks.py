@@ -16,18 +16,21 @@ that uses it, and taken from here by the broker.
 
 ``all_done(coros)`` runs pieces of work side by side and awaits every one, then raises the first failure: for work
 that must not be left half-done when a sibling fails (the bundles of a namespace being unloaded).
+
+``woken(event, timeout_s)`` is the wait of a task that looks at something periodically and sooner when told to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from managed_ledger.single_flight import SingleFlight
 
-__all__ = ["OwnedTasks", "SingleFlight", "all_done"]
+__all__ = ["OwnedTasks", "SingleFlight", "all_done", "woken"]
 
 R = TypeVar("R")
 
@@ -42,6 +45,14 @@ async def all_done(work: Iterable[Awaitable[R]]) -> list[R]:
         if isinstance(result, BaseException):
             raise result
     return results  # type: ignore[return-value]
+
+
+async def woken(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` have passed; then ``event`` is cleared for the next wait."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    event.clear()
 
 
 class OwnedTasks:

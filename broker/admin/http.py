@@ -190,6 +190,7 @@ class WebService:
             bound.append(int(sockets[0].getsockname()[1]))
         self._sampling.start()
         self.otel.start()
+        self.global_policies.start()
         return bound[0], bound[1]
 
     async def stop(self) -> None:

@@ -212,14 +212,14 @@ class OffloadResource:
         await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, _posted_policies(body),
                                                          is_global(request))
         self.web.service.apply_ledger_policies_to(name.full)
-        self.web.topic_policies.copied(request, name, "offloadPolicies", body)
+        await self.web.topic_policies.copied(request, name, "offloadPolicies", body)
         return no_content()
 
     async def remove_topic_policies(self, request: web.Request) -> web.Response:
         name = self.web.topic_policies.topic(request)
         await self.web.service.metadata.set_topic_policy(name.full, TOPIC_FIELD, None, is_global(request))
         self.web.service.apply_ledger_policies_to(name.full)
-        self.web.topic_policies.copied(request, name, "offloadPolicies")
+        await self.web.topic_policies.copied(request, name, "offloadPolicies")
         return no_content()
 
     # -- a topic's offload runs ---------------------------------------------------------------------------------

@@ -269,7 +269,7 @@ class TopicPoliciesResource:
                                                      global_)
         self._applied(name, spec)
         if global_:
-            self.copied(request, name, spec.path, body if spec.query is None else None)
+            await self.copied(request, name, spec.path, body if spec.query is None else None)
         return no_content()
 
     async def remove(self, request: web.Request, spec: Spec) -> web.Response:
@@ -278,13 +278,13 @@ class TopicPoliciesResource:
         await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None, global_)
         self._applied(name, spec)
         if global_:
-            self.copied(request, name, spec.path)
+            await self.copied(request, name, spec.path)
         return no_content()
 
-    def copied(self, request: web.Request, name: TopicName, policy_path: str, body: object = None) -> None:
-        """A global policy's change, stored: sent to the namespace's other replication clusters."""
+    async def copied(self, request: web.Request, name: TopicName, policy_path: str, body: object = None) -> None:
+        """A global policy's change, stored: kept to be sent to the namespace's other replication clusters."""
         if is_global(request):
-            self.web.global_policies.copy(request, name, [request_call(request, policy_path, body)])
+            await self.web.global_policies.copy(request, name, [request_call(request, policy_path, body)])
 
     async def delete_all(self, request: web.Request) -> web.Response:
         """``DELETE .../policies`` (pulsar-admin ``topic-policies delete``): every topic-level policy of the topic,
@@ -295,7 +295,7 @@ class TopicPoliciesResource:
         global_ = dict(self.service.metadata.global_topic_policies.get(name.full) or {})
         await self.service.metadata.forget_topic_policies(name.full)
         self.service.apply_ledger_policies_to(name.full)
-        self.web.global_policies.copy(request, name, removals(global_, REMOVAL_PATHS))
+        await self.web.global_policies.copy(request, name, removals(global_, REMOVAL_PATHS))
         return no_content()
 
     def _applied(self, name: TopicName, spec: Spec) -> None:
@@ -323,13 +323,13 @@ class TopicPoliciesResource:
         if rate.messages <= 0 and rate.bytes <= 0:
             return no_content()
         await self._update_subscription_policy(name, sub, rate.to_json(), is_global(request))
-        self.copied(request, name, f"{path_segment(sub)}/dispatchRate", rate.to_json())
+        await self.copied(request, name, f"{path_segment(sub)}/dispatchRate", rate.to_json())
         return no_content()
 
     async def remove_subscription_dispatch_rate(self, request: web.Request) -> web.Response:
         name, sub = self.topic(request), request.match_info["sub"]
         await self._update_subscription_policy(name, sub, None, is_global(request))
-        self.copied(request, name, f"{path_segment(sub)}/dispatchRate")
+        await self.copied(request, name, f"{path_segment(sub)}/dispatchRate")
         return no_content()
 
     async def _update_subscription_policy(self, name: TopicName, sub: str, rate: dict[str, Any] | None,
@@ -370,14 +370,14 @@ class TopicPoliciesResource:
             raise HttpError(412, "Backlog Quota exceeds configured retention quota for topic. "
                                  "Please increase retention quota and retry")
         await self._update_quotas(name, quota_type, quota.to_json(), is_global(request))
-        self.copied(request, name, "backlogQuota", body)
+        await self.copied(request, name, "backlogQuota", body)
         return no_content()
 
     async def remove_backlog_quota(self, request: web.Request) -> web.Response:
         name = self.topic(request)
         quota_type = P.parse_backlog_quota_type(request.query.get("backlogQuotaType"))
         await self._update_quotas(name, quota_type, None, is_global(request))
-        self.copied(request, name, "backlogQuota")
+        await self.copied(request, name, "backlogQuota")
         return no_content()
 
     async def _update_quotas(self, name: TopicName, quota_type: str, quota: dict[str, Any] | None,

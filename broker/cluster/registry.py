@@ -30,7 +30,7 @@ from broker.cluster.data import (
     LeaderBroker,
     LoadReport,
 )
-from broker.tasks import OwnedTasks
+from broker.tasks import OwnedTasks, woken
 from metadata_store.api import (
     BadVersionError,
     MetadataStore,
@@ -146,10 +146,7 @@ class BrokerRegistry:
 
     async def _report_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(REPORT_INTERVAL_S):
-                    await self._wake.wait()
-            self._wake.clear()
+            await woken(self._wake, REPORT_INTERVAL_S)
             if not self._registered.is_set():
                 continue
             report = self.latest = self._report()

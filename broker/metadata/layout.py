@@ -35,6 +35,9 @@ misreads it):
   (Pulsar: the managed ledger's ``terminatedPosition``).
 - ``/pulsar-py/compactions/...``: ``{"ledger", "horizon", "generation"}`` of a topic's compacted
   view (Pulsar: the properties of the ``__compaction`` cursor).
+- ``/pulsar-py/global-policy-copies/<t>/<ns>/<cluster>``: the namespace's global topic policy changes still to be
+  copied to that cluster (``broker.metadata.policy_copies``; Pulsar: the backlog of the namespace's
+  ``__change_events`` system topic that its replicator to that cluster has not sent yet).
 
 Pure: paths and bytes only, no I/O.
 """
@@ -63,6 +66,7 @@ SCHEMAS_ROOT = f"{OURS_ROOT}/schemas"
 TOPIC_PROPERTIES_ROOT = f"{OURS_ROOT}/topic-properties"
 TERMINATED_ROOT = f"{OURS_ROOT}/terminated"
 COMPACTIONS_ROOT = f"{OURS_ROOT}/compactions"
+GLOBAL_POLICY_COPIES_ROOT = f"{OURS_ROOT}/global-policy-copies"
 # In the managed ledgers' store (BookKeeper storage): the managed-ledger znodes are at Pulsar's names (a topic's
 # local name URL-encoded); made once those an older version stored at the raw local name are moved.
 MANAGED_LEDGER_NAMES_MARKER = f"{OURS_ROOT}/managed-ledger-names"
@@ -245,6 +249,9 @@ TOPIC_PROPERTIES = Kind("topic_properties", TOPIC_PROPERTIES_ROOT, 4, topic_part
 TERMINATED = Kind("terminated", TERMINATED_ROOT, 4, topic_parts, topic_from_parts,
                   _terminated_decode, _terminated_encode)
 COMPACTIONS = Kind("compactions", COMPACTIONS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json)
+# One document per namespace and other cluster; the key is "<tenant>/<ns>/<cluster>".
+GLOBAL_POLICY_COPIES = Kind("global_policy_copies", GLOBAL_POLICY_COPIES_ROOT, 3, lambda k: k.split("/", 2), "/".join,
+                            _doc, encode_json)
 # The unit node is the topic's; its children are the versions, each one schema record (JSON).
 SCHEMAS = Kind("schemas", SCHEMAS_ROOT, 4, topic_parts, topic_from_parts, _doc, encode_json, versioned=True)
 
@@ -261,8 +268,8 @@ DYNAMIC_CONFIGURATION = Kind("dynamic_configuration", "/admin", 1, lambda k: [k]
                              only=DYNAMIC_CONFIGURATION_NODE)
 
 KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, FAILURE_DOMAINS, PARTITIONED_TOPICS,
-         TOPIC_POLICIES, GLOBAL_TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, SCHEMAS,
-         DYNAMIC_CONFIGURATION)
+         TOPIC_POLICIES, GLOBAL_TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, GLOBAL_POLICY_COPIES,
+         SCHEMAS, DYNAMIC_CONFIGURATION)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

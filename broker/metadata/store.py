@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from broker.metadata import layout as L
 from broker.metadata import policies as P
+from broker.metadata import policy_copies as C
 from broker.metadata.bundles import DEFAULT_NUMBER_OF_BUNDLES, BundleError, NamespaceBundle, NamespaceBundles
 from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
@@ -145,6 +146,8 @@ class BrokerMetadata:
         # A non-partitioned topic's properties (a partitioned topic's are in its metadata document)
         self._topic_properties = t[L.TOPIC_PROPERTIES.name]
         self._dynamic_configuration = t[L.DYNAMIC_CONFIGURATION.name]
+        # "<tenant>/<ns>/<cluster>" -> the namespace's global topic policy changes waiting for that cluster
+        self._policy_copies = t[L.GLOBAL_POLICY_COPIES.name]
         self._views_generation = -1
         self._partition_counts: dict[str, int] = {}
         self._partitioned_properties: dict[str, dict[str, str]] = {}
@@ -456,6 +459,11 @@ class BrokerMetadata:
     def _namespace_must_exist(self, namespace: str) -> None:
         if namespace not in self._namespaces:
             raise NotFoundError("Namespace does not exist")
+
+    async def read_namespace(self, namespace: str) -> None:
+        """Read the namespace's Policies from the store now (another broker may have just changed them, its
+        notification not here yet)."""
+        await self.cache.read_through(L.NAMESPACES, namespace)
 
     # -- bundles (Pulsar's NamespaceBundleFactory and NamespaceService.updateNamespaceBundles) -------
     def namespace_bundles(self, namespace: str) -> NamespaceBundles:
@@ -840,6 +848,30 @@ class BrokerMetadata:
                 policies[key] = copy.deepcopy(value)
             return policies
         await self._modify(L.GLOBAL_TOPIC_POLICIES if is_global else L.TOPIC_POLICIES, topic, modify)
+
+    # -- global topic policy changes waiting for other clusters (broker.metadata.policy_copies) ---------------------
+    @property
+    def global_policy_copies(self) -> Mapping[str, Mapping[str, Any]]:
+        """The changes waiting: "<tenant>/<ns>/<cluster>" -> the document of the namespace's for that cluster."""
+        return MappingProxyType(self._policy_copies)
+
+    async def queue_global_policy_copies(self, namespace: str, cluster: str, topic: str,
+                                         calls: Sequence[C.PolicyCall]) -> None:
+        """``calls`` (changes of ``topic``'s global policies) to be sent to ``cluster``, each replacing the waiting
+        change of its policy."""
+        await self._modify(L.GLOBAL_POLICY_COPIES, C.queue_key(namespace, cluster),
+                           lambda doc: C.queued(doc, topic, calls))
+
+    async def global_policy_copy_taken(self, namespace: str, cluster: str, sent: C.WaitingChange) -> None:
+        """``cluster`` took (or refused) ``sent``: it waits no more, unless a newer change replaced it meanwhile."""
+        def change(doc: JsonDoc | None) -> Any:
+            return C.taken(doc, sent) if sent in C.changes(doc) else KEEP
+        await self._modify(L.GLOBAL_POLICY_COPIES, C.queue_key(namespace, cluster), change)
+
+    async def drop_global_policy_copies(self, namespace: str, cluster: str) -> None:
+        """Drop the namespace's changes waiting for ``cluster`` (the namespace is gone, or no longer replicated
+        there)."""
+        await self.cache.delete(L.GLOBAL_POLICY_COPIES, C.queue_key(namespace, cluster))
 
     # -- schemas (Pulsar's schema storage) ------------------------------------------------------------
     def schema_versions(self, base_topic: str) -> Sequence[Mapping[str, Any]]:

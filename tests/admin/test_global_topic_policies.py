@@ -17,6 +17,7 @@ import pytest
 
 from broker.embedded import BrokerThread
 from broker.metadata import layout as L
+from broker.metadata import policy_copies as C
 from tests.admin.conftest import Admin, rest_path
 from tests.admin.test_topic_policies import NS, is_unset, new_topic, policy_path
 from tests.waiting import wait_for
@@ -211,3 +212,54 @@ def test_global_policies_survive_a_restart_and_go_with_their_topic(tmp_path: Pat
         admin.ok("DELETE", f"/admin/v2/{rest_path(topic)}")
         admin.ok("PUT", f"/admin/v2/{rest_path(topic)}")
         assert admin.get(policy_path(topic, "maxProducers") + GLOBAL).unset
+
+
+def test_changes_wait_in_the_store_until_taken_and_go_with_their_cluster(tmp_path: Path) -> None:
+    """Each global change is kept in the metadata store, one queue per namespace and other cluster, until that
+    cluster took it (here: "near", this very broker, which stores a copy without copying it on) or refused it
+    ("refusing": a 404); an unreachable cluster's ("far") survive a restart, in order, a newer change of a policy
+    having replaced the older; a deleted topic's stay; a cluster no longer among the namespace's replication
+    clusters loses its queue, and so does every cluster when the namespace is deleted."""
+    def link_clusters(admin: Admin, web_url: str) -> None:
+        for cluster, url in (("far", "http://127.0.0.1:1"), ("near", web_url), ("refusing", f"{web_url}/nowhere")):
+            method = "POST" if admin.get(f"/admin/v2/clusters/{cluster}").status == 200 else "PUT"
+            admin.ok(method, f"/admin/v2/clusters/{cluster}", {"serviceUrl": url})
+
+    def waiting(broker: BrokerThread, cluster: str) -> list[tuple[str, str, object]] | None:
+        doc = broker.server.service.metadata.global_policy_copies.get(C.queue_key(ns, cluster))
+        return None if doc is None else [(c.call.method, c.call.policy_path, c.call.body) for c in C.changes(doc)]
+
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        link_clusters(admin, broker.web_url)
+        tenant = f"t-{uuid.uuid4().hex[:6]}"
+        admin.ok("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone", "far", "near", "refusing"]})
+        ns = admin.new_namespace(tenant)
+        admin.ok("POST", f"{NS}/{ns}/replication", ["standalone", "far", "near", "refusing"])
+        topic = f"persistent://{ns}/t"
+        admin.ok("PUT", f"/admin/v2/{rest_path(topic)}")
+        admin.ok("POST", policy_path(topic, "maxProducers") + GLOBAL, 4)
+        assert waiting(broker, "far") == [("POST", "maxProducers", 4)]  # (stored before the call answered)
+        admin.ok("POST", policy_path(topic, "messageTTL") + GLOBAL + "&messageTTL=60")
+        admin.ok("POST", policy_path(topic, "maxProducers") + GLOBAL, 5)
+        wait_for(lambda: waiting(broker, "near") is None and waiting(broker, "refusing") is None,
+                 what="near to take the changes and refusing to refuse them")
+        assert waiting(broker, "far") == [("POST", "messageTTL", None), ("POST", "maxProducers", 5)]
+    with BrokerThread(data_dir=tmp_path) as broker:
+        admin = Admin(broker.web_url)
+        assert waiting(broker, "far") == [("POST", "messageTTL", None), ("POST", "maxProducers", 5)]
+        link_clusters(admin, broker.web_url)
+        admin.ok("DELETE", f"/admin/v2/{rest_path(topic)}")
+        other = f"persistent://{ns}/u"
+        admin.ok("PUT", f"/admin/v2/{rest_path(other)}")
+        admin.ok("POST", policy_path(other, "maxConsumers") + GLOBAL, 2)
+        assert waiting(broker, "far") == [("POST", "messageTTL", None), ("POST", "maxProducers", 5),
+                                          ("POST", "maxConsumers", 2)]
+        admin.ok("POST", f"{NS}/{ns}/replication", ["standalone", "near"])
+        wait_for(lambda: waiting(broker, "far") is None, what="far's queue to go with far")
+        admin.ok("POST", f"{NS}/{ns}/replication", ["standalone", "far"])
+        admin.ok("POST", policy_path(other, "maxConsumers") + GLOBAL, 3)
+        assert waiting(broker, "far") == [("POST", "maxConsumers", 3)]
+        admin.ok("DELETE", f"/admin/v2/{rest_path(other)}")
+        admin.ok("DELETE", f"{NS}/{ns}")
+        wait_for(lambda: waiting(broker, "far") is None, what="the queue to go with its namespace")

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster.local import BrokerInfo, LocalCluster, kill_broker, start_broker, stop_process
 from tests.bookkeeper.test_broker_faults import Checker, Producing, acked_count, drain, open_producer, wait_acked
 from tests.cluster import held_notifications
-from tests.cluster.conftest import Brokers, http_json
+from tests.cluster.conftest import Brokers, http_json, log_of
 from tests.waiting import wait_for
 
 TIMEOUT_MS = 30_000
@@ -137,6 +137,18 @@ def remote(zk_bookies: LocalCluster, brokers: Brokers) -> Iterator[BrokerInfo]:
             kill_broker(zk_bookies, info)
 
 
+def geo_namespace(a: BrokerInfo, remote: BrokerInfo, b_data: dict[str, str]) -> None:
+    """geo/ns on cluster a (set up through broker ``a``), replicated to b, and on b (``remote``): cluster b's data on
+    a (``b_data``), cluster a's (none) on b, and the tenant geo on both."""
+    admin_a, admin_b = f"{a.web_url}/admin/v2", f"{remote.web_url}/admin/v2"
+    assert requests.put(f"{admin_a}/clusters/b", json=b_data, timeout=30).ok
+    assert requests.put(f"{admin_b}/clusters/a", json={}, timeout=30).ok
+    for admin in (admin_a, admin_b):
+        assert requests.put(f"{admin}/tenants/geo", json={"allowedClusters": ["a", "b"]}, timeout=30).ok
+        assert requests.put(f"{admin}/namespaces/geo/ns", timeout=30).ok
+    assert requests.post(f"{admin_a}/namespaces/geo/ns/replication", json=["a", "b"], timeout=30).ok
+
+
 def replicator_producers(remote: BrokerInfo, topic: str) -> list[str]:
     """The replicators publishing to ``topic`` on the remote (producers named pulsar.repl.<cluster>)."""
     local = topic.removeprefix("persistent://")
@@ -158,16 +170,7 @@ def test_geo_replication_runs_on_the_owner_and_moves_with_the_topic(brokers: Bro
                             brokerDeleteInactiveTopicsEnabled="false")
     b1, b2 = brokers.start(2)
     pair = (b1, b2)
-    admin_a = f"{b1.web_url}/admin/v2"
-    assert requests.put(f"{admin_a}/clusters/b", json={"serviceUrl": remote.web_url,
-                                                        "brokerServiceUrl": remote.service_url},
-                        timeout=30).status_code in (200, 204)
-    for web in (admin_a, f"{remote.web_url}/admin/v2"):
-        if web != admin_a:
-            assert requests.put(f"{web}/clusters/a", json={}, timeout=30).ok
-        assert requests.put(f"{web}/tenants/geo", json={"allowedClusters": ["a", "b"]}, timeout=30).ok
-        assert requests.put(f"{web}/namespaces/geo/ns", timeout=30).ok
-    assert requests.post(f"{admin_a}/namespaces/geo/ns/replication", json=["a", "b"], timeout=30).ok
+    geo_namespace(b1, remote, {"serviceUrl": remote.web_url, "brokerServiceUrl": remote.service_url})
     # The remote drops what a replicator sends again after a move (by the original producer and sequence id).
     assert requests.post(f"{remote.web_url}/admin/v2/namespaces/geo/ns/deduplication", json=True, timeout=30).ok
 
@@ -326,6 +329,32 @@ def three_values_of_five_keys(broker: BrokerInfo, topic: str) -> None:
         producer.close()
     finally:
         client.close()
+
+
+def test_global_policy_changes_wait_in_zookeeper_for_the_leader(brokers: Brokers, remote: BrokerInfo) -> None:
+    """A global topic policy change taken by either broker of a waits in the shared metadata store; only the leader
+    sends it (to b, unreachable: it tries again, the other broker never tries); the leader killed (kill -9), the next
+    one finds it there and sends it once b's address is mended."""
+    brokers.settings.update(clusterName="a", brokerDeleteInactiveTopicsEnabled="false")
+    b1, b2 = brokers.start(2)
+    geo_namespace(b1, remote, {"serviceUrl": "http://127.0.0.1:1"})  # (b unreachable from a)
+    local = f"geo/ns/policies-{os.urandom(3).hex()}"
+    assert requests.put(f"{remote.web_url}/admin/v2/persistent/{local}", timeout=30).ok
+    leader_url = http_json(f"{b1.web_url}/admin/v2/brokers/leaderBroker")["serviceUrl"]
+    leader = next(b for b in (b1, b2) if b.web_url == leader_url)
+    follower = other_than((b1, b2), leader)
+    topic_url = f"{follower.web_url}/admin/v2/persistent/{local}"
+    assert requests.put(topic_url, timeout=30).ok  # (a 307 to the topic's owner, whichever it is, followed)
+    assert requests.post(f"{topic_url}/maxProducers?isGlobal=true", json=6, timeout=30).status_code == 204
+    tried = "not copied to cluster b yet"
+    wait_for(lambda: tried in log_of(leader), WAIT_S, "the leader to try sending to b")
+    assert tried not in log_of(follower)
+    brokers.kill(leader)
+    assert requests.post(f"{follower.web_url}/admin/v2/clusters/b",
+                         json={"serviceUrl": remote.web_url, "brokerServiceUrl": remote.service_url}, timeout=30).ok
+    remote_policy = f"{remote.web_url}/admin/v2/persistent/{local}/maxProducers?isGlobal=true"
+    wait_for(lambda: requests.get(remote_policy, timeout=30).text == "6", WAIT_S,
+             "the change to reach b through the next leader")
 
 
 def test_compaction_runs_on_the_owner_and_its_view_moves(brokers: Brokers) -> None:

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.admin.partitioned_topics import PARTITIONED_METADATA_TYPE
 from broker.embedded import BrokerThread
+from broker.metadata import policy_copies
 from broker.metadata.store import BrokerMetadata
 from broker.protocol import commands
 from broker.protocol import pulsar_api_pb2 as pb
@@ -25,10 +26,12 @@ from broker.service.replication import NonPersistentReplicator
 from broker.service.schemas import encode_version
 from broker.topic_name import TopicName
 from broker.vocabulary import BROKER_ENTRY_INTERCEPTORS
+from cluster import processes
 from managed_ledger import Position
 from tests.admin.conftest import Admin, rest_path
 from tests.admin.metric_table import expected
 from tests.component.wire import T, WireClient, producer_cmd, send_frame
+from tests.reliability.broker_process import start_broker_with_web
 from tests.scripted_broker import commands_from
 from tests.waiting import wait_for
 
@@ -301,23 +304,65 @@ def test_global_topic_policies_are_copied_to_the_other_replication_clusters(pair
 
 
 def test_a_global_policy_reaches_a_cluster_that_was_unreachable(pair: Pair) -> None:
-    """A copy that cannot be sent (b's address wrong on a) is tried again until it goes through (the address
-    mended); a newer change of the same policy replaces the one waiting."""
+    """A copy that cannot be sent (b's address wrong on a) waits in a's metadata store and is tried again until it
+    goes through (the address mended), then leaves the store; a newer change of the same policy replaces the one
+    waiting."""
     ns = pair.namespace(["a", "b"])
     topic = f"persistent://{ns}/late"
     base = f"/admin/v2/persistent/{ns}/late"
-    metadata_b = pair.b.server.service.metadata
+    metadata_a, metadata_b = pair.a.server.service.metadata, pair.b.server.service.metadata
+    key = policy_copies.queue_key(ns, "b")
     pair.admin_a.ok("PUT", base)
     pair.admin_a.ok("POST", "/admin/v2/clusters/b", {"serviceUrl": "http://127.0.0.1:1",
                                                       "brokerServiceUrl": pair.b.service_url})
     try:
         pair.admin_a.ok("POST", f"{base}/maxProducers?isGlobal=true", 7)
         pair.admin_a.ok("POST", f"{base}/maxProducers?isGlobal=true", 8)
+        assert [(c.topic, c.call.body) for c in policy_copies.changes(metadata_a.global_policy_copies[key])] == [
+            (topic, 8)]
         assert metadata_b.topic_policy(topic, "maxProducerPerTopic", is_global=True) is None
     finally:
         link(pair.admin_a, "b", pair.b)
     wait_for(lambda: metadata_b.topic_policy(topic, "maxProducerPerTopic", is_global=True) == 8,
              what="the copy to reach b once its address is right", timeout=30)
+    wait_for(lambda: key not in metadata_a.global_policy_copies, what="the copy to leave a's store")
+
+
+def test_a_waiting_global_policy_survives_a_restart_of_its_broker(tmp_path: Path) -> None:
+    """A global policy set on x while y cannot be reached is in x's metadata store when the call answers: x killed
+    (kill -9 by pid) and started again on its data dir, then y's address mended on x, y gets it (the latest value)."""
+    topic = "persistent://geo/ns/kept"
+    base = "/admin/v2/persistent/geo/ns/kept"
+    config = tmp_path / "x.conf"
+    config.write_text("clusterName=x\n")
+    with BrokerThread(clusterName="y", data_dir=tmp_path / "y") as y:
+        admin_y = Admin(y.web_url)
+        admin_y.ok("PUT", "/admin/v2/clusters/x", {})
+        admin_y.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["x", "y"]})
+        admin_y.ok("PUT", "/admin/v2/namespaces/geo/ns")
+        proc, _, web_port = start_broker_with_web(tmp_path / "x", config)
+        try:
+            admin_x = Admin(f"http://127.0.0.1:{web_port}")
+            admin_x.ok("PUT", "/admin/v2/clusters/y", {"serviceUrl": "http://127.0.0.1:1"})
+            admin_x.ok("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["x", "y"]})
+            admin_x.ok("PUT", "/admin/v2/namespaces/geo/ns")
+            admin_x.ok("POST", "/admin/v2/namespaces/geo/ns/replication", ["x", "y"])
+            admin_x.ok("PUT", base)
+            admin_x.ok("POST", f"{base}/maxProducers?isGlobal=true", 7)
+            admin_x.ok("POST", f"{base}/messageTTL?messageTTL=90&isGlobal=true")
+            admin_x.ok("POST", f"{base}/maxProducers?isGlobal=true", 8)
+            proc.kill()
+            proc.wait(timeout=30)
+            processes.forget(proc.pid)
+            proc, _, web_port = start_broker_with_web(tmp_path / "x", config)
+            link(Admin(f"http://127.0.0.1:{web_port}"), "y", y)
+            metadata_y = y.server.service.metadata
+            wait_for(lambda: metadata_y.topic_policy(topic, "maxProducerPerTopic", is_global=True) == 8,
+                     what="the change kept across x's restart to reach y", timeout=30)
+            assert metadata_y.topic_policy(topic, "messageTTLInSeconds", is_global=True) == 90
+        finally:
+            processes.stop(proc.pid)
+            proc.wait(timeout=30)
 
 
 def test_topic_level_replication_clusters(pair: Pair) -> None:
