@@ -29,6 +29,14 @@ INACTIVE_TOPIC_DELETE_MODES = (DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRI
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
                      "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+# SchemaAutoUpdateCompatibilityStrategy (a namespace's older schema policy, in its enum's order) -> the
+# SchemaCompatibilityStrategy it stands for (SchemaCompatibilityStrategy.fromAutoUpdatePolicy): AutoUpdateDisabled
+# refuses every new schema version.
+SCHEMA_AUTO_UPDATE_STRATEGIES = {
+    "AutoUpdateDisabled": "ALWAYS_INCOMPATIBLE", "Backward": "BACKWARD", "Forward": "FORWARD", "Full": "FULL",
+    "AlwaysCompatible": "ALWAYS_COMPATIBLE", "BackwardTransitive": "BACKWARD_TRANSITIVE",
+    "ForwardTransitive": "FORWARD_TRANSITIVE", "FullTransitive": "FULL_TRANSITIVE",
+}
 # Broker entry metadata interceptors (PIP-70), as brokerEntryMetadataInterceptors names them.
 TIMESTAMP_INTERCEPTOR = "org.apache.pulsar.common.intercept.AppendBrokerTimestampMetadataInterceptor"
 INDEX_INTERCEPTOR = "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor"

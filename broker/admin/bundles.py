@@ -7,6 +7,8 @@ leader's, ``broker.cluster.load_manager``).
   ``"0x50000000"``), used by ``specified_positions_divide``. ``{bundle}`` is a range name
   (``0x00000000_0x40000000``), ``LARGEST`` or ``HOT``. The checks and statuses are
   ``broker.cluster.operations``'s; a success is 204.
+- ``GET .../{bundle}/topicHashPositions?topics=...`` (``pulsar-admin namespaces get-topic-positions``): where topics
+  sit in the bundle's hash range (``topic_hash_positions``), e.g. to choose split positions.
 - ``GET .../bundles`` (the bundles now) is in ``namespace_metadata.py``; the unloads
   (``PUT .../unload``, ``.../{bundle}/unload``) in ``namespace_ops.py``.
 
@@ -16,13 +18,15 @@ them the broker's topics and their sampled load (the stats sampler is the web se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from broker.admin.cluster import redirect_url
-from broker.admin.common import HttpError, no_content, query_flag, read_body
+from broker.admin.common import HttpError, json_response, no_content, query_flag, read_body
 from broker.admin.stats import ZERO, StatsSampler
+from broker.cluster.bundles import NamespaceBundle, hash_topic
 from broker.cluster.operations import (
     HOT,
     LARGEST,
@@ -34,6 +38,7 @@ from broker.cluster.operations import (
 from broker.cluster.split import TopicLoad
 from broker.service.broker_service import MODE_ALL
 from broker.service.periodic import PeriodicTask
+from broker.topic_name import TopicName, decode_local_name
 
 if TYPE_CHECKING:
     from broker.admin.http import WebService
@@ -60,6 +65,28 @@ def topic_loads(service: BrokerService, sampler: StatsSampler) -> list[TopicLoad
     return loads
 
 
+def topic_hash_positions(in_bundle: Sequence[str], asked: Sequence[str]) -> dict[str, int]:
+    """Pulsar's NamespacesBase.internalGetTopicHashPositionsAsync over the topics of one bundle (``in_bundle``: full
+    names, partitions one by one): each topic -> its bundle hash (``hash_topic``: CRC-32 of its full name). Nothing
+    asked: every topic of the bundle. Else, for each name asked (short forms as the client's: ``x`` is
+    ``persistent://public/default/x``; an invalid one InvalidTopicNameError, 412, where Pulsar answers 500): a topic
+    that is no partition stands for itself and its partitions, each of them in the bundle keyed by its full name; a
+    partition, when in the bundle, is keyed as asked. A topic not in the bundle, or a name of none, is left out.
+    (Pulsar hashes a partition asked in a short form as it is spelt, ``t/ns/x-partition-0``, not the bundle's hash of
+    its full name; ours gives the hash of the full name, the one the bundle's range holds.)"""
+    if not asked:
+        return {topic: hash_topic(topic) for topic in in_bundle}
+    present = set(in_bundle)
+    positions: dict[str, int] = {}
+    for spelt in asked:
+        name = TopicName.parse(spelt)
+        if name.partition_index < 0:
+            positions.update((t, hash_topic(t)) for t in in_bundle if TopicName.parse(t).base.full == name.full)
+        elif name.full in present:
+            positions[spelt] = hash_topic(name.full)
+    return positions
+
+
 def parse_flag(request: web.Request, name: str) -> bool:
     value = request.query.get(name, "false").lower()
     if value not in ("true", "false"):
@@ -83,6 +110,7 @@ class BundlesResource:
 
     def register(self, r: web.UrlDispatcher) -> None:
         r.add_put(NS + "/{bundle:" + SPLIT_BUNDLE_PATTERN + "}/split", self.split)
+        r.add_get(NS + "/{bundle:" + SPLIT_BUNDLE_PATTERN + "}/topicHashPositions", self.hash_positions)
         self.web.app.on_startup.append(self._start)
         self.web.app.on_cleanup.append(self._stop)
 
@@ -105,6 +133,26 @@ class BundlesResource:
         except BundleOperationError as exc:
             raise HttpError(exc.status, exc.message) from None
         return no_content()
+
+    async def hash_positions(self, request: web.Request) -> web.Response:
+        """GET .../{bundle}/topicHashPositions[?topics=a&topics=b] (``topic_hash_positions``), Pulsar's
+        TopicHashPositions: {namespace, bundle (as the path names it), topicHashPositions}. Its checks in Pulsar's
+        order: the namespace's name (412), the namespace (404), the range (412), then its owner's read-only lookup
+        (cluster mode: 307 to the owner; 412 when no broker owns it, as Pulsar does not take a bundle for a read).
+        Each ``topics`` value is decoded once more, as Pulsar's Codec.decode (``+`` a space)."""
+        asked = [decode_local_name(t) for t in request.query.getall("topics", [])]
+        found: dict[str, Any] = {}
+
+        async def positions(ns: str, bundle: NamespaceBundle | None) -> None:
+            assert bundle is not None
+            in_bundle = [t for t in self.web.service.topics_of_namespace(ns, MODE_ALL) if bundle.includes(t)]
+            found.update(namespace=ns, bundle=request.match_info["bundle"],
+                         topicHashPositions=topic_hash_positions(in_bundle, asked))
+
+        await self.web.namespace_ops.on_owners(request, "topicHashPositions", positions)
+        if not found:  # (cluster mode: owned by nobody)
+            raise HttpError(412, f"Failed to find ownership for ServiceUnit:{self.web.namespace_ops.scope(request)[1]}")
+        return json_response(found)
 
     async def to_owner(self, request: web.Request, ns: str, range_name: str) -> None:
         """Cluster mode: a bundle is split by its owner (Pulsar's validateNamespaceBundleOwnership, not read-only).

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from aiohttp import web
+from multidict import MultiDict
 from yarl import URL
 
 from broker.admin.common import HttpError, pulsar_name_ok, query_flag, read_body
@@ -326,8 +327,9 @@ def check_not_unloading(bundle: NamespaceBundle, owner: NamespaceEphemeralData |
 def redirect_url(request: web.Request, base: str, authoritative: bool) -> URL:
     """The request's path and query on the broker at ``base``, with ``authoritative`` replaced. A URL, not its
     text: the path stays as the request encoded it (aiohttp parses a redirect's text again, which decodes ``%2E%2E``
-    and climbs a level: a subscription named ``..`` would be sent to the topic's route)."""
-    query = dict(request.url.query)
+    and climbs a level: a subscription named ``..`` would be sent to the topic's route). A parameter given more
+    than once (``topics=a&topics=b``) keeps every value."""
+    query = MultiDict(request.url.query)
     query["authoritative"] = "true" if authoritative else "false"
     return on_broker(request, base).with_query(query)
 

@@ -17,6 +17,11 @@ name), so ``--bundle`` in scripts means what it means against Pulsar.
 Cluster mode (``on_owners``): a bundle another broker owns is that broker's: a namespace-wide request is passed on
 to the owner of each bundle (``broker.admin.peers``), side by side within one time bound (``broker.admin.owner_calls``),
 a request on one bundle is redirected there (307).
+
+``DELETE .../{bundle}`` takes every one-segment path no other route does (as in Pulsar: a DELETE of a name it has no
+DELETE for is a bundle's, refused as an invalid range, 412). Another method on such a path is no route (404, with the
+reason; Pulsar's Jersey answers 405, the path fitting that DELETE-only route), and the namespace resources Pulsar has
+and this broker has not (``NOT_SERVED``) are refused as such (404) with each method Pulsar has for them.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ NS = "/admin/v2/namespaces/{tenant}/{ns}"
 # A bundle in a path: any name (Pulsar's routes take any; a malformed range is a 412, as Pulsar's
 # validateNamespaceBundleRange answers, once the checks before it passed: the namespace's cluster first).
 BUNDLE_PATTERN = "[^/]+"
+# Pulsar 4.0.7's namespace resources (admin v2 Namespaces) this broker does not serve, with the methods Pulsar has for
+# each: their calls are answered 404 saying so (not a bundle's 412, nor a 405), other methods as any other name's.
+NOT_SERVED: dict[str, frozenset[str]] = {
+    "dispatcherPauseOnAckStatePersistent": frozenset({"GET", "HEAD", "POST", "DELETE"}),
+    "entryFilters": frozenset({"GET", "HEAD", "POST", "DELETE"}),
+    "migration": frozenset({"POST"}),
+    "resourcegroup": frozenset({"GET", "HEAD", "DELETE"}),
+}
 
 
 class NamespaceOperationsResource:
@@ -59,8 +72,12 @@ class NamespaceOperationsResource:
 
     def register_last(self, r: web.UrlDispatcher) -> None:
         """After every other route of the namespace: a DELETE of a name no other route takes is a bundle's (as in
-        Pulsar, whose DELETE of a policy it has no DELETE for is a bundle's, refused as an invalid range)."""
-        r.add_delete(NS + "/{bundle:" + BUNDLE_PATTERN + "}", self.delete_bundle)
+        Pulsar, whose DELETE of a policy it has no DELETE for is a bundle's, refused as an invalid range); any other
+        method there is ``no_route``'s."""
+        bundle = NS + "/{bundle:" + BUNDLE_PATTERN + "}"
+        r.add_delete(bundle, self.delete_bundle)
+        for add in (r.add_get, r.add_put, r.add_post):  # (GET with HEAD)
+            add(bundle, self.no_route)
 
     @property
     def service(self) -> BrokerService:
@@ -77,11 +94,25 @@ class NamespaceOperationsResource:
         except BundleOperationError as exc:
             raise HttpError(exc.status, exc.message) from None
 
+    async def no_route(self, request: web.Request) -> web.Response:
+        """A one-segment path of a namespace with a method no route of it has but the bundle's DELETE: 405 when the
+        path is another route's (its literal name, with other methods: aiohttp's own answer, which this catch-all
+        route would otherwise take), else 404."""
+        check_served(request)
+        this = request.match_info.route.resource
+        path = f"{NS}/{request.match_info['bundle']}"
+        allowed = {route.method for resource in request.app.router.resources()
+                   if resource is not this and resource.canonical == path for route in resource}
+        if allowed:
+            raise web.HTTPMethodNotAllowed(request.method, allowed)
+        raise HttpError(404, f"Not Found: no namespace resource named {request.match_info['bundle']!r}")
+
     async def delete_bundle(self, request: web.Request) -> web.Response:
         """DELETE .../{bundle}[?force=true] (``pulsar-admin namespaces delete-bundle``), as Pulsar 4.0.7's
         internalDeleteNamespaceBundleAsync: 409 "Cannot delete non empty bundle" while a persistent topic of the
         namespace hashes into it, unless ``force``; then the bundle is given up as an unload gives it up (its topics
         closed, their data kept: Pulsar deletes no topic either). By its owner (307 there in cluster mode)."""
+        check_served(request)
         force = query_flag(request, "force")
 
         async def delete(ns: str, bundle: NamespaceBundle | None) -> None:
@@ -197,3 +228,10 @@ class NamespaceOperationsResource:
             await self.service.ownership.unload_bundle(bundle)
         else:
             await self.web.bundles.unload(ns, None if bundle is None else bundle.range_name)
+
+
+def check_served(request: web.Request) -> None:
+    """404 for a call of a namespace resource Pulsar has and this broker has not (``NOT_SERVED``)."""
+    name = request.match_info["bundle"]
+    if request.method in NOT_SERVED.get(name, ()):
+        raise HttpError(404, f"Not supported by this broker: {request.method} of a namespace's {name}")

@@ -57,6 +57,8 @@ class PlainPolicy:
     check: Callable[[Any, BrokerConfig], None] | None = None
     # Pulsar 4.0.7 has no DELETE for a few (a DELETE there is one of a bundle of that name: 412): set them instead.
     removable: bool = True
+    # Pulsar's GET is synchronous: unset, it answers 204 (its asynchronous ones 200), with no body either way.
+    synchronous: bool = False
 
 
 def row(path: str, policy: T.Policy[Any], set_method: str = "POST",
@@ -89,6 +91,10 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_bool(v, "schemaValidationEnforced"), unset=False, removable=False),
     PlainPolicy("isAllowAutoUpdateSchema", T.ALLOW_AUTO_UPDATE_SCHEMA.namespace_field,
                 lambda v: P.parse_bool(v, "isAllowAutoUpdateSchema"), unset=True, removable=False),
+    # (the older schema policy, in force where schemaCompatibilityStrategy is UNDEFINED: policy_table. No DELETE in
+    # Pulsar: a PUT of null removes it)
+    PlainPolicy("schemaAutoUpdateCompatibilityStrategy", T.SCHEMA_AUTO_UPDATE_STRATEGY.key,
+                P.parse_schema_auto_update_strategy, "PUT", removable=False, synchronous=True),
     PlainPolicy("compactionThreshold", T.COMPACTION_THRESHOLD.namespace_field, P.parse_compaction_threshold, "PUT"),
     row("autoTopicCreation", T.AUTO_TOPIC_CREATION, check=_partitions_within_max),
     row("persistence", T.PERSISTENCE),
@@ -362,6 +368,8 @@ class NamespacesResource:
     # -- plain policies --------------------------------------------------------------------------------
     async def get_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         value = self.metadata.policy(self.namespace(request), policy.key)
+        if value is None and policy.unset is None and policy.synchronous:
+            return no_content()
         return self._value_or_unset(policy.unset if value is None else value)
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:

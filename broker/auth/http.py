@@ -219,6 +219,8 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_PUT, _NAMESPACE + r"(/\{bundle\})?/unload|" + _NAMESPACE + r"/\{bundle\}/split", Access.SUPER_USER),
         # (Pulsar's namespace operation DELETE_BUNDLE: its tenant's admins)
         (_DELETE, _NAMESPACE + r"/\{bundle\}", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "DELETE_BUNDLE"),
+        # (any other method there: no route, answered as one once authenticated, as Pulsar's Jersey answers)
+        (_ANY - _DELETE, _NAMESPACE + r"/\{bundle\}", Access.AUTHENTICATED),
         (frozenset({"POST", "DELETE"}), _NAMESPACE + r"/delayedDelivery", Access.SUPER_USER),
         # Grants on the namespace and its subscriptions (validateNamespaceOperation)
         (_GET, _NAMESPACE + r"/permissions(/subscription)?", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION,

@@ -33,6 +33,7 @@ from broker.metadata.policy_values import PolicyError as PolicyError
 from broker.metadata.policy_values import parse_backlog_quota_type as parse_backlog_quota_type
 from broker.metadata.policy_values import parse_bool as parse_bool
 from broker.metadata.policy_values import parse_limit as parse_limit
+from broker.metadata.policy_values import parse_schema_auto_update_strategy as parse_schema_auto_update_strategy
 from broker.metadata.policy_values import parse_schema_strategy as parse_schema_strategy
 from broker.metadata.policy_values import parse_subscription_types as parse_subscription_types
 
@@ -185,6 +186,7 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     check(T.DELAYED_DELIVERY.namespace_field, T.DELAYED_DELIVERY.normalize)
     check(T.INACTIVE_TOPIC_POLICIES.namespace_field, T.INACTIVE_TOPIC_POLICIES.normalize)
     check(T.DEDUPLICATION.namespace_field, T.DEDUPLICATION.parse, store=False)
+    check(T.SCHEMA_AUTO_UPDATE_STRATEGY.key, parse_schema_auto_update_strategy)
     for flag in (T.ENCRYPTION_REQUIRED, T.SCHEMA_VALIDATION_ENFORCED, T.ALLOW_AUTO_UPDATE_SCHEMA):
         key = flag.namespace_field
         check(key, lambda v, key=key: parse_bool(v, key), store=False)

@@ -11,7 +11,8 @@ whole (a topic's retention does not inherit its namespace's size limit). mypy ch
 
 A few rows differ from that rule, each said in its row: the rates a namespace keeps per cluster
 (``per_cluster``), sets where an empty value means "not set" (``unset``), the backlog quota map
-resolved per quota type (``overlay``), and namespace-only or topic-only policies (a key of None).
+resolved per quota type (``overlay``), a namespace's older field read when its own is unset (``older``), and
+namespace-only or topic-only policies (a key of None).
 
 Nothing reads policy JSON elsewhere: the admin API validates a body with the row's ``parse``
 (or a scalar parser with its own message) and stores ``dump(value)``; the store keeps Pulsar's
@@ -49,6 +50,7 @@ from broker.metadata.policy_values import (
     parse_replication_clusters,
     parse_schema_strategy,
     parse_subscription_types,
+    schema_strategy_of_auto_update,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +86,15 @@ def _to_json(value: Any) -> Any:
     return None if value is None else value.to_json()
 
 
+@dataclass(frozen=True)
+class OlderField(Generic[T]):
+    """An older field of Pulsar's Policies that a namespace's value is read from when the row's own field is unset,
+    and how its stored JSON reads as the row's value (raises PolicyError)."""
+
+    key: str
+    parse: Callable[[Any], T]
+
+
 @dataclass(frozen=True, eq=False)
 class Policy(Generic[T]):
     """One row of the table: a policy of type T and where its values come from."""
@@ -97,6 +108,7 @@ class Policy(Generic[T]):
     per_cluster: bool = False  # the namespace keeps {cluster: value}; this cluster's applies
     unset: Callable[[Any], bool] = _is_none  # a stored value that counts as "not set"
     overlay: bool = False  # a map resolved per key (backlog quotas per type), not whole
+    older: OlderField[T] | None = None  # the namespace's older field, read when namespace_key's is unset
 
     @property
     def topic_field(self) -> str:
@@ -234,9 +246,14 @@ AUTO_SUBSCRIPTION_CREATION: Policy[AutoSubscriptionCreation] = Policy(
     "auto_subscription_creation", "autoSubscriptionCreationOverride", "autoSubscriptionCreationOverride",
     lambda c: AutoSubscriptionCreation(c.allowAutoSubscriptionCreation),
     AutoSubscriptionCreation.from_json, AutoSubscriptionCreation.to_json)
+# A namespace's older schema policy (pulsar-admin namespaces set-schema-autoupdate-strategy): in force where its
+# schema_compatibility_strategy is UNDEFINED, as Pulsar's AbstractTopic and AdminResource read it.
+SCHEMA_AUTO_UPDATE_STRATEGY: OlderField[str] = OlderField(
+    "schema_auto_update_compatibility_strategy", schema_strategy_of_auto_update)
 SCHEMA_COMPATIBILITY_STRATEGY: Policy[str] = Policy(  # UNDEFINED at a level passes to the next
     "schema_compatibility_strategy", "schemaCompatibilityStrategy", "schema_compatibility_strategy",
-    lambda c: DEFAULT_SCHEMA_STRATEGY, parse_schema_strategy, unset=lambda v: v is None or v == "UNDEFINED")
+    lambda c: DEFAULT_SCHEMA_STRATEGY, parse_schema_strategy, unset=lambda v: v is None or v == "UNDEFINED",
+    older=SCHEMA_AUTO_UPDATE_STRATEGY)
 SCHEMA_VALIDATION_ENFORCED: Policy[bool] = Policy(  # producers without a schema refused on topics with one
     "schema_validation_enforced", "schemaValidationEnforced", "schema_validation_enforced",
     lambda c: c.isSchemaValidationEnforced, _flag("schemaValidationEnforced"))
@@ -317,25 +334,34 @@ class PolicyResolver:
         return self._parse_stored(SUBSCRIPTION_LEVEL_DISPATCH_RATE, rate, f"{where} subscription {subscription}")
 
     def namespace_value(self, namespace: str, policy: Policy[T]) -> T | None:
-        """The namespace's value (this cluster's, for a per-cluster policy), or None when unset."""
+        """The namespace's value (this cluster's, for a per-cluster policy), else its ``older`` field's, or None
+        when unset."""
         if policy.namespace_key is None:
             return None
         raw = self.metadata.policy(namespace, policy.namespace_key)
         if policy.per_cluster and raw is not None:
             raw = raw.get(self.config.clusterName)
-        return None if policy.unset(raw) else self._parse_stored(policy, raw, namespace)
+        value = None if policy.unset(raw) else self._parse_stored(policy, raw, namespace)
+        if value is None and policy.older is not None:
+            older = self.metadata.policy(namespace, policy.older.key)
+            if older is not None:
+                value = self._parsed(policy.older.key, policy.older.parse, older, namespace)
+        return value
 
     def _parse_stored(self, policy: Policy[T], raw: Any, where: str) -> T | None:
+        return self._parsed(policy.name, policy.parse, raw, where)
+
+    def _parsed(self, name: str, parse: Callable[[Any], T], raw: Any, where: str) -> T | None:
         """A stored value parsed; one the admin API would refuse now (stored by an older version, or
         written into the store by hand) counts as unset, with a warning once, so that it never fails
         the topics it applies to."""
         try:
-            return policy.parse(raw)
+            return parse(raw)
         except PolicyError as exc:
-            if (where, policy.name) not in self._warned:
-                self._warned.add((where, policy.name))
+            if (where, name) not in self._warned:
+                self._warned.add((where, name))
                 log.warning("%s: the stored %s %r is not valid (%s); the next level's value applies",
-                            where, policy.name, raw, exc)
+                            where, name, raw, exc)
             return None
 
     def broker_value(self, policy: Policy[T]) -> T:

@@ -58,6 +58,9 @@ from broker.vocabulary import (
     PRODUCER_REQUEST_HOLD as PRODUCER_REQUEST_HOLD,
 )
 from broker.vocabulary import (
+    SCHEMA_AUTO_UPDATE_STRATEGIES as SCHEMA_AUTO_UPDATE_STRATEGIES,
+)
+from broker.vocabulary import (
     SCHEMA_STRATEGIES as SCHEMA_STRATEGIES,
 )
 from broker.vocabulary import (
@@ -178,6 +181,27 @@ def parse_schema_strategy(body: Any) -> str:
     if body not in SCHEMA_STRATEGIES:
         raise PolicyError(400, f"Unknown schema compatibility strategy {body!r}; one of {', '.join(SCHEMA_STRATEGIES)}")
     return str(body)
+
+
+def parse_schema_auto_update_strategy(body: Any) -> str | None:
+    """A SchemaAutoUpdateCompatibilityStrategy name (a namespace's older schema policy), or None (JSON null, no
+    body): not set. Pulsar reads a name it does not know as null, so that a misspelt name removes the policy; ours
+    refuses it."""
+    if body is None:
+        return None
+    if not isinstance(body, str) or body not in SCHEMA_AUTO_UPDATE_STRATEGIES:
+        raise PolicyError(400, f"Unknown schema auto-update compatibility strategy {body!r}; one of "
+                               f"{', '.join(SCHEMA_AUTO_UPDATE_STRATEGIES)}")
+    return body
+
+
+def schema_strategy_of_auto_update(stored: Any) -> str:
+    """The SchemaCompatibilityStrategy a stored SchemaAutoUpdateCompatibilityStrategy stands for (Pulsar's
+    SchemaCompatibilityStrategy.fromAutoUpdatePolicy)."""
+    name = parse_schema_auto_update_strategy(stored)
+    if name is None:
+        raise PolicyError(400, "No schema auto-update compatibility strategy")
+    return SCHEMA_AUTO_UPDATE_STRATEGIES[name]
 
 
 def parse_backlog_quota_type(value: str | None) -> str:

@@ -1,15 +1,17 @@
 """Namespace bundles over the admin REST API: GET bundles, split (each algorithm, Pulsar's
-refusals), unload, the Policies view, the automatic split; and the official client producing and
-consuming across a split and an unload of its topic's bundle."""
+refusals), unload, the Policies view, the automatic split, the topics' hash positions in a bundle; and the official
+client producing and consuming across a split and an unload of its topic's bundle."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pulsar
 import pytest
 
-from broker.cluster.bundles import NamespaceBundles
+from broker.admin.bundles import topic_hash_positions
+from broker.cluster.bundles import FULL_UPPER, NamespaceBundles, hash_topic
 from broker.embedded import BrokerThread
 from broker.topic_name import TopicName
 from tests.admin.conftest import Admin
@@ -206,3 +208,70 @@ def test_a_topics_bundle_range_as_pulsars_lookup_names_it(admin: Admin) -> None:
     child = admin.get(f"/lookup/v2/topic/persistent/{ns}/t/bundle").body.decode()
     assert child != expected.range_name and child.split("_")[0] >= expected.range_name.split("_")[0]
     assert admin.get(f"/lookup/v2/topic/persistent/{ns}-nosuch/t/bundle").status == 404
+
+
+def test_topic_hash_positions_of_a_bundle(admin: Admin, client: pulsar.Client) -> None:
+    """``GET .../{bundle}/topicHashPositions`` (pulsar-admin namespaces get-topic-positions), as Pulsar 4.0.7's
+    NamespacesBase.internalGetTopicHashPositionsAsync: each topic of the bundle with its bundle hash (CRC-32 of its full
+    name), or those asked: a partitioned topic by its partitions in the bundle, a partition keyed as asked; topics
+    elsewhere or of nothing left out."""
+    ns = admin.new_namespace()
+    for name in ("a", "b", "c", "d"):
+        admin.ok("PUT", f"/admin/v2/persistent/{ns}/{name}")
+    admin.ok("PUT", f"/admin/v2/persistent/{ns}/part/partitions", 3)
+    live = f"non-persistent://{ns}/live"
+    producer = client.create_producer(live)  # (a live non-persistent topic is one of the bundle's too)
+    bundles = NamespaceBundles.from_bundles_data(ns, admin.ok("GET", f"{NS}/{ns}/bundles"))
+    topics = [f"persistent://{ns}/{n}" for n in ("a", "b", "c", "d")] + [
+        f"persistent://{ns}/part-partition-{i}" for i in range(3)]
+    seen: dict[str, int] = {}
+    for bundle in bundles.bundles:
+        answer = admin.ok("GET", f"{NS}/{ns}/{bundle.range_name}/topicHashPositions")
+        assert answer["namespace"] == ns and answer["bundle"] == bundle.range_name
+        positions = answer["topicHashPositions"]
+        assert positions == {t: hash_topic(t) for t in [*topics, live] if bundle.includes(t)}
+        assert all(bundle.lower <= h < bundle.upper or h == bundle.upper == FULL_UPPER for h in positions.values())
+        seen.update(positions)
+    assert set(seen) == {*topics, live}
+    producer.close()
+    # asked: a partitioned topic stands for its partitions there; a partition keyed as asked; nothing elsewhere
+    part0 = f"persistent://{ns}/part-partition-0"
+    home = bundles.find(part0)
+    query = "&".join(f"topics={quote(t, safe='')}" for t in (
+        f"persistent://{ns}/part", f"{ns}/part-partition-0", f"persistent://{ns}/nosuch", f"persistent://{ns}/a"))
+    asked = admin.ok("GET", f"{NS}/{ns}/{home.range_name}/topicHashPositions?{query}")["topicHashPositions"]
+    expected = {t: hash_topic(t) for t in topics if home.includes(t) and "part" in t}
+    expected[f"{ns}/part-partition-0"] = hash_topic(part0)  # (the hash of its full name: see topic_hash_positions)
+    if home.includes(f"persistent://{ns}/a"):
+        expected[f"persistent://{ns}/a"] = hash_topic(f"persistent://{ns}/a")
+    assert asked == expected
+    # refusals, in Pulsar's order and words: the namespace's name, the namespace, the range; a bad topic name
+    first = bundles.bundles[0].range_name
+    cases = [
+        (f"{NS}/public/bad%20name/{first}/topicHashPositions", 412, "Namespace name is not valid"),
+        (f"{NS}/public/nowhere-{ns[-8:]}/{first}/topicHashPositions", 404, "Namespace does not exist"),
+        (f"{NS}/{ns}/notabundle/topicHashPositions", 412, "Invalid bundle range: notabundle"),
+        (f"{NS}/{ns}/0x00000000_0x30000000/topicHashPositions", 412,
+         f"Invalid upper boundary for bundle {ns}/0x00000000_0x30000000. Expected upper boundary of {ns}/{first}"),
+        (f"{NS}/{ns}/0x10000000_0x40000000/topicHashPositions", 412,
+         f"Cannot find bundle {ns}/0x10000000_0x40000000 in the bundles list"),
+        (f"{NS}/{ns}/0xzz_0x40000000/topicHashPositions", 412, "Invalid bundle range"),
+        (f"{NS}/{ns}/{first}/topicHashPositions?topics=persistent://bad", 412, "Invalid topic name"),
+        (f"{NS}/{ns}/{first}/topicHashPositions?topics=", 412, "Invalid topic name"),
+    ]
+    for path, status, words in cases:
+        reply = admin.get(path)
+        assert reply.status == status and reply.reason.startswith(words), (path, reply.status, reply.body)
+
+
+def test_topic_hash_positions_as_pulsar_reads_the_names_asked() -> None:
+    """The names as Pulsar reads them (TopicName.get): short forms; a name that is no partition stands for itself
+    and each of its partitions."""
+    in_bundle = ["persistent://public/default/x", "persistent://public/default/p-partition-1",
+                 "persistent://public/default/p-partition-3", "persistent://t/n/p-partition-1"]
+    every = {t: hash_topic(t) for t in in_bundle}
+    assert topic_hash_positions(in_bundle, []) == every
+    assert topic_hash_positions(in_bundle, ["x", "p"]) == {t: every[t] for t in in_bundle[:3]}
+    assert topic_hash_positions(in_bundle, ["p-partition-3", "p-partition-2", "t/n/p-partition-1"]) == {
+        "p-partition-3": every[in_bundle[2]], "t/n/p-partition-1": every[in_bundle[3]]}
+    assert topic_hash_positions(in_bundle, ["non-persistent://public/default/x"]) == {}

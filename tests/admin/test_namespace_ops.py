@@ -108,6 +108,37 @@ def test_operations_on_one_bundle(admin: Admin, client: pulsar.Client) -> None:
     assert (reply.status, reply.reason) == (412, "Invalid bundle range: encryptionRequired")
 
 
+def test_a_namespace_path_of_no_route(admin: Admin) -> None:
+    """``.../{tenant}/{ns}/{name}`` where no route has ``name``: only the bundle's DELETE fits it (412 for a name that
+    is no bundle range: Pulsar's answer). Other methods: 404 with a reason (Pulsar's Jersey: 405); a path that is a
+    route of other methods: 405. Pulsar's namespace resources this broker does not serve: 404 saying so, with each
+    method Pulsar has for them."""
+    ns = admin.new_namespace()
+    for method in ("GET", "POST", "PUT", "HEAD"):
+        reply = admin.call(method, f"{NS}/{ns}/nosuchpolicy", None if method in ("GET", "HEAD") else 1)
+        assert reply.status == 404, (method, reply.status, reply.body)
+        if method != "HEAD":
+            assert reply.reason == "Not Found: no namespace resource named 'nosuchpolicy'"
+    reply = admin.delete(f"{NS}/{ns}/notabundle")
+    assert (reply.status, reply.reason) == (412, "Invalid bundle range: notabundle")
+    reply = admin.delete(f"{NS}/public/nowhere-{ns[-8:]}/notabundle")  # (the namespace is looked at first)
+    assert (reply.status, reply.reason) == (404, "Namespace does not exist")
+    for method, path in (("POST", "schemaCompatibilityStrategy"), ("GET", "unload"), ("PUT", "retention"),
+                         ("GET", "removeOffloadPolicies"), ("POST", "schemaAutoUpdateCompatibilityStrategy")):
+        reply = admin.call(method, f"{NS}/{ns}/{path}", "x" if method != "GET" else None)
+        assert (reply.status, reply.reason) == (405, "Method Not Allowed"), (method, path)
+    for name, methods in (("entryFilters", ("GET", "POST", "DELETE")), ("resourcegroup", ("GET", "DELETE")),
+                          ("dispatcherPauseOnAckStatePersistent", ("GET", "POST", "DELETE")), ("migration", ("POST",))):
+        for method in methods:
+            reply = admin.call(method, f"{NS}/{ns}/{name}", True if method == "POST" else None)
+            assert (reply.status, reply.reason) == (
+                404, f"Not supported by this broker: {method} of a namespace's {name}"), (method, name)
+    reply = admin.delete(f"{NS}/{ns}/migration")  # (Pulsar has no DELETE of it: a bundle's there too)
+    assert (reply.status, reply.reason) == (412, "Invalid bundle range: migration")
+    assert admin.get(f"{NS}/{ns}/migration").status == 404
+    assert admin.ok("GET", f"{NS}/{ns}/bundles")["numBundles"] == 4  # (nothing of the namespace changed)
+
+
 def test_unsubscribe_everywhere_or_nowhere(admin: Admin, client: pulsar.Client) -> None:
     ns = admin.new_namespace()
     t1 = topic_with_backlog(admin, client, ns, "t1", ("a", "b"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -247,6 +248,74 @@ def test_schema_validation_enforced_and_auto_update(admin: Admin, client: pulsar
     producer = client.create_producer(fixed, schema=pulsar.schema.StringSchema())
     producer.send("typed")
     producer.close()
+
+
+A = {"name": "a", "type": "string"}
+
+
+def evolving(*fields: dict[str, Any]) -> Any:
+    """The Avro schema of a record named Evolving with these fields (Avro resolves records of one name)."""
+    return pulsar.schema.AvroSchema(None, {"type": "record", "name": "Evolving", "fields": list(fields)})
+
+
+def test_schema_auto_update_compatibility_strategy(admin: Admin, client: pulsar.Client) -> None:
+    """``.../schemaAutoUpdateCompatibilityStrategy`` (pulsar-admin namespaces get/set-schema-autoupdate-strategy):
+    Pulsar's older schema policy, a Policies field of its own, in force where the namespace's
+    schemaCompatibilityStrategy is UNDEFINED (AutoUpdateDisabled: no new schema version at all)."""
+    ns = admin.new_namespace()
+    path = f"{NS}/{ns}/schemaAutoUpdateCompatibilityStrategy"
+    unset = admin.get(path)
+    assert (unset.status, unset.body) == (204, b"")  # (Pulsar's method is synchronous: null is a 204)
+    assert "schema_auto_update_compatibility_strategy" not in admin.ok("GET", f"{NS}/{ns}")  # (null: left out)
+    for name in ("Backward", "Forward", "Full", "AlwaysCompatible", "BackwardTransitive", "ForwardTransitive",
+                 "FullTransitive", "AutoUpdateDisabled"):
+        assert admin.put(path, name).status == 204
+        assert admin.ok("GET", path) == name
+    assert admin.ok("GET", f"{NS}/{ns}")["schema_auto_update_compatibility_strategy"] == "AutoUpdateDisabled"
+    assert admin.ok("GET", f"{NS}/{ns}/schemaCompatibilityStrategy") == "UNDEFINED"  # (its own field, unchanged)
+    # in force: AutoUpdateDisabled refuses any new version (ALWAYS_INCOMPATIBLE; the broker's FULL would take this
+    # one), AlwaysCompatible takes one FULL refuses; the admin's check names the strategy
+    topic = f"persistent://{ns}/evolving"
+    client.create_producer(topic, schema=evolving(A)).close()  # (a first schema is always taken)
+    added = evolving(A, {"name": "b", "type": "int", "default": 0})  # (FULL takes it)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=added)
+    stored = admin.ok("GET", f"/admin/v2/schemas/{ns}/evolving/schema")
+    check = admin.post(f"/admin/v2/schemas/{ns}/evolving/compatibility",
+                       {"type": stored["type"], "schema": stored["data"], "properties": {}})
+    assert check.json["schemaCompatibilityStrategy"] == "ALWAYS_INCOMPATIBLE"
+    admin.ok("PUT", path, "AlwaysCompatible")
+    required = evolving(A, {"name": "c", "type": "int"})  # (no default: FULL refuses it)
+    client.create_producer(topic, schema=required).close()
+    # a namespace strategy that is defined wins over it
+    admin.ok("PUT", f"{NS}/{ns}/schemaCompatibilityStrategy", "ALWAYS_INCOMPATIBLE")
+    check = admin.post(f"/admin/v2/schemas/{ns}/evolving/compatibility",
+                       {"type": stored["type"], "schema": stored["data"], "properties": {}})
+    assert check.json["schemaCompatibilityStrategy"] == "ALWAYS_INCOMPATIBLE"
+    # refused: a name Pulsar does not know (its JSON reading takes it as null, removing the policy), a number, an
+    # object; the namespace unknown or its name invalid. No POST; a DELETE is a bundle's (Pulsar's answers).
+    for body in ("Bogus", "backward", 5, {"a": 1}):
+        reply = admin.put(path, body)
+        assert reply.status == 400 and "Unknown schema auto-update compatibility strategy" in reply.reason, body
+    assert admin.ok("GET", path) == "AlwaysCompatible"
+    for method in ("GET", "PUT"):
+        reply = admin.call(method, f"{NS}/public/nowhere-{ns[-8:]}/schemaAutoUpdateCompatibilityStrategy", "Full")
+        assert (reply.status, reply.reason) == (404, "Namespace does not exist")
+    reply = admin.get(f"{NS}/public/bad%20name/schemaAutoUpdateCompatibilityStrategy")
+    assert (reply.status, reply.reason) == (412, "Namespace name is not valid")
+    assert admin.post(path, "Full").status == 405
+    reply = admin.delete(path)
+    assert (reply.status, reply.reason) == (412, "Invalid bundle range: schemaAutoUpdateCompatibilityStrategy")
+    # PUT null removes it (as Pulsar's JSON null)
+    assert admin.put(path, None).status == 204
+    assert admin.get(path).status == 204
+    assert "schema_auto_update_compatibility_strategy" not in admin.ok("GET", f"{NS}/{ns}")
+    # given in a namespace's Policies when it is created, checked as the PUT checks it
+    made = f"public/made-{ns[-8:]}"
+    admin.ok("PUT", f"{NS}/{made}", {"schema_auto_update_compatibility_strategy": "Forward"})
+    assert admin.ok("GET", f"{NS}/{made}/schemaAutoUpdateCompatibilityStrategy") == "Forward"
+    reply = admin.put(f"{NS}/public/bad-{ns[-8:]}", {"schema_auto_update_compatibility_strategy": "Sideways"})
+    assert reply.status == 400 and "Sideways" in reply.reason
 
 
 def test_max_topics_per_namespace(admin: Admin, client: pulsar.Client) -> None:

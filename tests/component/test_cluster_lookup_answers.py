@@ -6,7 +6,9 @@ timeout (30 s) before trying again.
 An admin split of a bundle nobody owns is placed as a lookup places it (Pulsar's validateNamespaceBundleOwnership, not
 read-only): a broker that is not the leader sends it to the leader (307) instead of taking the bundle itself.
 An admin call on a bundle its owner is unloading is refused with Pulsar's 500 "being unloaded", on the owner and on
-any other broker, not redirected to the owner (which redirected to itself until the unload ended).
+any other broker, not redirected to the owner (which redirected to itself until the unload ended). A bundle's topic
+hash positions are read where the bundle is owned (307 there, every ``topics`` kept), and a bundle nobody owns is
+not taken for it (Pulsar's read-only lookup: 412).
 A metadata store that fails the lookup (or a PARTITIONED_METADATA that creates a partitioned topic) is answered
 MetadataError, as Pulsar's handleLookupError answers a
 MetadataStoreException. A namespace a peer cluster serves is redirected there before ownership is asked at all.
@@ -112,6 +114,42 @@ async def test_a_split_of_a_bundle_nobody_owns_goes_where_a_lookup_would() -> No
         await leader.stop()
 
 
+async def test_topic_hash_positions_are_read_on_the_owner_and_take_no_bundle() -> None:
+    tree = f"positions-{uuid.uuid4().hex}"
+    owner = await ClusterMember(tree, 1).start()
+    other = await ClusterMember(tree, 2).start()
+    name = TopicName.parse("persistent://public/default/t-0")
+    owned, free = BUNDLES.find(name.full), next(b for b in BUNDLES.bundles if not b.includes(name.full))
+    try:
+        await owner.ownership.lookup(name, True, None)
+        async with Broker() as b, aiohttp.ClientSession() as http:
+            assert b.server is not None
+            service = b.server.service
+            standalone, service.ownership = service.ownership, other.ownership
+            base = f"{b.web_url}/admin/v2/namespaces/public/default"
+            try:
+                async with http.get(f"{base}/{owned.range_name}/topicHashPositions?topics=a&topics=b",
+                                    allow_redirects=False) as reply:
+                    assert reply.status == 307
+                    assert reply.headers["Location"] == (
+                        f"http://127.0.0.1:8080/admin/v2/namespaces/public/default/{owned.range_name}"
+                        "/topicHashPositions?topics=a&topics=b&authoritative=false")
+                async with http.get(f"{base}/{free.range_name}/topicHashPositions", allow_redirects=False) as reply:
+                    assert reply.status == 412
+                    assert (await reply.json())["reason"] == f"Failed to find ownership for ServiceUnit:{free}"
+                assert not other.ownership.owned_bundles()
+                assert [str(x) for x in owner.ownership.owned_bundles()] == [str(owned)]
+                service.ownership = owner.ownership  # (on the owner: the answer)
+                async with http.get(f"{base}/{owned.range_name}/topicHashPositions", allow_redirects=False) as reply:
+                    assert reply.status == 200
+                    assert (await reply.json())["bundle"] == owned.range_name
+            finally:
+                service.ownership = standalone
+    finally:
+        await other.stop()
+        await owner.stop()
+
+
 async def test_a_call_on_a_bundle_being_unloaded_is_refused_not_redirected_to_the_owner() -> None:
     tree = f"unloading-{uuid.uuid4().hex}"
     owner = await ClusterMember(tree, 1).start()
@@ -138,7 +176,8 @@ async def test_a_call_on_a_bundle_being_unloaded_is_refused_not_redirected_to_th
                 for member in (owner, other):  # (the owner redirected to itself, the other to the owner)
                     service.ownership = member.ownership
                     for method, path in (("PUT", "namespaces/public/default/{}/unload"),
-                                         ("GET", "non-persistent/public/default/{}")):
+                                         ("GET", "non-persistent/public/default/{}"),
+                                         ("GET", "namespaces/public/default/{}/topicHashPositions")):
                         async with http.request(method, f"{b.web_url}/admin/v2/{path.format(bundle.range_name)}",
                                                 allow_redirects=False) as reply:
                             assert reply.status == 500, (method, reply.status, reply.headers.get("Location"))

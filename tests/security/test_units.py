@@ -462,6 +462,11 @@ def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     # NamespacesBase.internalGetAntiAffinityNamespaces (a namespace's own group: its tenant's admins)
     ("GET", "/admin/v2/namespaces/{cluster}/antiAffinity/{group}", Access.SUPER_USER),
     ("GET", "/admin/v2/namespaces/{tenant}/{ns}/antiAffinity", Access.TENANT_ADMIN),
+    # a bundle's topic hash positions (the namespace policy PERSISTENCE, read); a one-segment path of no route but
+    # the bundle's DELETE (answered as no route, once authenticated)
+    ("GET", "/admin/v2/namespaces/{tenant}/{ns}/{bundle}/topicHashPositions", Access.TENANT_ADMIN),
+    ("GET", "/admin/v2/namespaces/{tenant}/{ns}/{bundle}", Access.AUTHENTICATED),
+    ("DELETE", "/admin/v2/namespaces/{tenant}/{ns}/{bundle}", Access.TENANT_ADMIN),
 ])
 def test_access_rules(method: str, path: str, access: Access) -> None:
     assert access_for(method, path) is access

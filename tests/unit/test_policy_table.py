@@ -219,6 +219,35 @@ async def test_empty_or_undefined_values_pass_to_the_next_level() -> None:
     assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == "FULL"
 
 
+@pytest.mark.parametrize(("auto_update", "strategy"), [
+    ("AutoUpdateDisabled", "ALWAYS_INCOMPATIBLE"), ("Backward", "BACKWARD"), ("Forward", "FORWARD"), ("Full", "FULL"),
+    ("AlwaysCompatible", "ALWAYS_COMPATIBLE"), ("BackwardTransitive", "BACKWARD_TRANSITIVE"),
+    ("ForwardTransitive", "FORWARD_TRANSITIVE"), ("FullTransitive", "FULL_TRANSITIVE")])
+async def test_the_older_schema_auto_update_strategy_is_in_force_where_the_namespaces_is_undefined(
+        auto_update: str, strategy: str) -> None:
+    """Pulsar's SchemaCompatibilityStrategy.fromAutoUpdatePolicy, read where the namespace's
+    schema_compatibility_strategy is UNDEFINED (or unset); a topic's own strategy and a defined namespace one win."""
+    resolver, store = await make()
+    await store.set_policy(NS, T.SCHEMA_AUTO_UPDATE_STRATEGY.key, auto_update)
+    assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == strategy
+    await set_namespace(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "UNDEFINED")
+    assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == strategy
+    await set_namespace(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "FORWARD_TRANSITIVE" if strategy == "FULL" else "FULL")
+    assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) != strategy
+    await set_namespace(store, T.SCHEMA_COMPATIBILITY_STRATEGY, None)
+    await set_topic(store, T.SCHEMA_COMPATIBILITY_STRATEGY, "ALWAYS_INCOMPATIBLE" if strategy != "ALWAYS_INCOMPATIBLE"
+                    else "FULL")
+    assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) != strategy
+
+
+async def test_a_stored_auto_update_strategy_the_admin_api_would_refuse_passes_to_the_broker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    resolver, store = await make()
+    await store.set_policy(NS, T.SCHEMA_AUTO_UPDATE_STRATEGY.key, "Sideways")
+    assert resolver.get(TOPIC, T.SCHEMA_COMPATIBILITY_STRATEGY) == "FULL"
+    assert any("Sideways" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_stored_value_the_admin_api_would_refuse_passes_to_the_next_level(
         caplog: pytest.LogCaptureFixture) -> None:
     """Stored by an older version (which took 10**20) or written into the store by hand: it counts as unset,
