@@ -314,6 +314,11 @@ class BrokerConfig:
     # A Shared / Key_Shared subscription whose consumers hold this many unacknowledged messages
     # gets no new entries (redeliveries still go out) until acks bring it below half; 0 = no limit.
     maxUnackedMessagesPerSubscription: int = setting(200000, UNLIMITED)
+    # PIP-299: a Shared / Key_Shared subscription whose cursor holds more acknowledgement holes (individually
+    # acknowledged ranges) than its stored state keeps (managedLedgerMaxUnackedRangesToPersist) reads no new entries
+    # (redeliveries still go out) until acks bring it back within; namespace and topic
+    # dispatcherPauseOnAckStatePersistent override it. Dynamic.
+    dispatcherPauseOnAckStatePersistentEnabled: bool = False
     # The subscription types consumers may use (namespace and topic policies override it), and
     # whether Key_Shared is possible at all.
     subscriptionTypesEnabled: list[str] = field(default_factory=lambda: list(P.SUBSCRIPTION_TYPES),
@@ -472,6 +477,10 @@ class BrokerConfig:
     # Cursor-ledger entries keep individually acknowledged entries as per-ledger bitsets (Pulsar's
     # key; false, its 4.0 default: as ranges). Both forms are read.
     managedLedgerPersistIndividualAckAsLongArray: bool = False
+    # Acknowledgement holes (individually acknowledged ranges) a cursor's stored state keeps, file or bookkeeper storage
+    # (Pulsar's key and default): past them, acknowledged entries may be delivered again after a restart (with
+    # dispatcherPauseOnAckStatePersistentEnabled, the subscription waits for acks instead of reading more).
+    managedLedgerMaxUnackedRangesToPersist: int = setting(10000, AT_LEAST_0)
     # Ledger rollover (Pulsar's keys and defaults): a ledger is closed and a new one started when
     # it has this many entries, this much data or this age - but never before the minimum age.
     managedLedgerMaxEntriesPerLedger: int = setting(50000, POSITIVE)

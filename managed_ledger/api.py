@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     from managed_ledger.offload.api import Offloader
 
 MIB = 1024 * 1024
+# Pulsar's managedLedgerMaxUnackedRangesToPersist default: the individually acknowledged ranges a cursor's stored state
+# keeps (past them, acknowledged entries may be delivered again after a restart).
+MAX_UNACKED_RANGES_TO_PERSIST = 10_000
+# Pulsar's managedLedgerMaxBatchDeletedIndexToPersist default: the partly acknowledged batches a stored state keeps.
+MAX_BATCH_DELETED_INDEX_TO_PERSIST = 10_000
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -168,6 +173,10 @@ class ManagedLedgerConfig:
     bookie_affinity: tuple[str, str] | None = None
     # Tiered storage: the offload policies in force (the broker gives the topic's).
     offload: OffloadPolicy = OffloadPolicy()
+    # managedLedgerMaxUnackedRangesToPersist=10000: the individually acknowledged ranges a cursor's stored state keeps
+    # (the ranges nearest the mark-delete); a cursor with more is not fully persistable
+    # (``ManagedCursor.is_cursor_data_fully_persistable``).
+    max_unacked_ranges_to_persist: int = MAX_UNACKED_RANGES_TO_PERSIST
     # managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds=600: an offloaded copy open for reads (its buffers,
     # its files) is closed when no read used it this long, checked with retention; 0: never.
     offloaded_idle_s: float = 600
@@ -192,6 +201,8 @@ class ManagedLedgerConfig:
             raise ValueError("mark_delete_rate must be >= 0")
         if self.new_entries_check_delay_s < 0:
             raise ValueError("new_entries_check_delay_s must be >= 0")
+        if self.max_unacked_ranges_to_persist < 0:
+            raise ValueError("max_unacked_ranges_to_persist must be >= 0")
 
     @property
     def infinite_retention(self) -> bool:
@@ -589,6 +600,12 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def individually_deleted(self) -> PositionRangeSet:
         """Positions acknowledged beyond mark-delete. A live view: do not modify it."""
+
+    def is_cursor_data_fully_persistable(self) -> bool:
+        """Whether the whole acknowledgement state can be stored: no more individually acknowledged ranges than the
+        ledger's ``max_unacked_ranges_to_persist`` (Pulsar's ManagedCursorImpl.isCursorDataFullyPersistable, which
+        in 4.0 counts those ranges alone). Counts the ranges: ask it where it matters, not per entry."""
+        return self.individually_deleted.range_count() <= self.ledger.config.max_unacked_ranges_to_persist
 
     @property
     @abc.abstractmethod

@@ -12,9 +12,11 @@ File ``cursors/<encoded name>.cur`` in the managed ledger's directory::
 
 Written with temp file + fsync + rename + fsync(dir), so a reader sees the old state or the new
 one, never a mix. The individually deleted ranges written are bounded (Pulsar's
-managedLedgerMaxUnackedRangesToPersist): past the bound, the ranges furthest from the
-mark-delete are left out, which only means those acknowledged entries may be delivered again
-after a restart - never that an unacknowledged one is skipped.
+managedLedgerMaxUnackedRangesToPersist, the managed ledger's ``max_unacked_ranges_to_persist``): past
+the bound, the ranges furthest from the mark-delete are left out, which only means those
+acknowledged entries may be delivered again after a restart - never that an unacknowledged one is
+skipped. The partly acknowledged batches are bounded apart (Pulsar's
+managedLedgerMaxBatchDeletedIndexToPersist default).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from managed_ledger.api import MAX_BATCH_DELETED_INDEX_TO_PERSIST, MAX_UNACKED_RANGES_TO_PERSIST
 from managed_ledger.cursor_base import CursorRecord
 from managed_ledger.position import Position
 from managed_ledger.range_set import PositionRangeSet
@@ -33,11 +36,8 @@ MAGIC = b"PMLC"
 SUFFIX = ".cur"
 _HEAD = struct.Struct(">4sI")
 
-# Pulsar's managedLedgerMaxUnackedRangesToPersist default: the ranges kept in one cursor state.
-MAX_RANGES_TO_PERSIST = 10_000
 
-
-def encode(name: str, record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERSIST) -> bytes:
+def encode(name: str, record: CursorRecord, max_ranges: int = MAX_UNACKED_RANGES_TO_PERSIST) -> bytes:
     """Serialize on the loop (the record is loop-owned); the bytes then go to the writer."""
     ranges: list[list[int]] = []
     truncated = False
@@ -53,9 +53,9 @@ def encode(name: str, record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERS
             "properties": record.properties,
             "deleted": ranges,
             "deletedTruncated": truncated,
-            # Bounded like the ranges; a batch left out is redelivered whole after a restart.
+            # Bounded too; a batch left out is redelivered whole after a restart.
             "batchAcks": [[p.ledger_id, p.entry_id, words]
-                          for p, words in sorted(record.batch_acks.items())[:max_ranges]],
+                          for p, words in sorted(record.batch_acks.items())[:MAX_BATCH_DELETED_INDEX_TO_PERSIST]],
             **({"lastActive": int(record.last_active * 1000)} if record.last_active is not None else {}),
             **({"cursorProperties": record.cursor_properties} if record.cursor_properties else {}),
         },

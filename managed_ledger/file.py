@@ -42,7 +42,6 @@ from managed_ledger.api import (
     StoredLedgerRow,
     StoredManagedLedgerInfo,
 )
-from managed_ledger.cursor_store import MAX_RANGES_TO_PERSIST
 from managed_ledger.disk_space import DiskSpaceGuard, DiskSpacePolicy
 from managed_ledger.file_layout import NAME_FILE, decode_name, encode_name, join
 from managed_ledger.file_ledger import FileManagedLedger
@@ -118,7 +117,6 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         cache_size_bytes: int = ManagedLedgerConfig.cache_size_bytes,
         read_threads: int = DEFAULT_READ_THREADS,
         cursor_persist_interval_s: float = DEFAULT_CURSOR_PERSIST_INTERVAL_S,
-        max_ranges_to_persist: int = MAX_RANGES_TO_PERSIST,
         fault_retry_interval_s: float = DEFAULT_FAULT_RETRY_INTERVAL_S,
         disk_space: DiskSpacePolicy | None = None,
         page_cache_reads: bool = False,
@@ -137,7 +135,6 @@ class FileManagedLedgerFactory(ManagedLedgerFactory):
         self.stats = FileLedgerStats()
         self.cache = ReadCache(cache_size_bytes)
         self.cursor_persist_interval_s = cursor_persist_interval_s
-        self.max_ranges_to_persist = max_ranges_to_persist
         self.fault_retry_interval_s = fault_retry_interval_s
         self.direct_io = direct_io and sync  # segments written (and read) with direct I/O where possible
         self.page_cache_reads = page_cache_reads and not self.direct_io  # (segments are not in the page cache)

@@ -295,7 +295,8 @@ class FileManagedLedger(TieredLedger):
 
     def _write_cursor_state(self, name: str, record: CursorRecord,
                             done: Callable[[BaseException | None], None]) -> None:
-        self._write_cursor_file(name, cursor_store.encode(name, record, self._factory.max_ranges_to_persist), done)
+        data = cursor_store.encode(name, record, self.config.max_unacked_ranges_to_persist)
+        self._write_cursor_file(name, data, done)
 
     def _write_cursor_file(self, name: str, data: bytes, done: Callable[[BaseException | None], None]) -> None:
         fs = self._fs

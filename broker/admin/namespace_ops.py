@@ -52,7 +52,6 @@ BUNDLE_PATTERN = "[^/]+"
 # Pulsar 4.0.7's namespace resources (admin v2 Namespaces) this broker does not serve, with the methods Pulsar has for
 # each: their calls are answered 404 saying so (not a bundle's 412, nor a 405), other methods as any other name's.
 NOT_SERVED: dict[str, frozenset[str]] = {
-    "dispatcherPauseOnAckStatePersistent": frozenset({"GET", "HEAD", "POST", "DELETE"}),
     "entryFilters": frozenset({"GET", "HEAD", "POST", "DELETE"}),
     "migration": frozenset({"POST"}),
     "resourcegroup": frozenset({"GET", "HEAD", "DELETE"}),

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Pulsar's 404 where a setter reads the namespace's policies to change them (retention's set and remove).
 NO_POLICIES = "Namespace policies does not exist"
+NO_NAMESPACE = "Namespace does not exist"
 
 NS = "/admin/v2/namespaces/{tenant}/{ns}"
 
@@ -59,6 +60,9 @@ class PlainPolicy:
     removable: bool = True
     # Pulsar's GET is synchronous: unset, it answers 204 (its asynchronous ones 200), with no body either way.
     synchronous: bool = False
+    # An on/off switch (Pulsar's dispatcherPauseOnAckStatePersistent): POST turns it on (a body is not read), DELETE
+    # off (false stored, not removed), GET answers false unset and 404 NO_POLICIES for a namespace that does not exist.
+    switch: bool = False
 
 
 def row(path: str, policy: T.Policy[Any], set_method: str = "POST",
@@ -123,6 +127,8 @@ PLAIN_POLICIES = (
                 lambda v: P.parse_limit(v, "maxUnackedMessagesPerSubscription")),
     PlainPolicy("subscriptionTypesEnabled", T.SUBSCRIPTION_TYPES_ENABLED.namespace_field, P.parse_subscription_types,
                 unset=[]),  # (a set in Pulsar's Policies: empty until set, and empty = not set)
+    PlainPolicy("dispatcherPauseOnAckStatePersistent", T.DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT.namespace_field,
+                T.DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT.parse, unset=False, switch=True),
 )
 
 
@@ -172,7 +178,7 @@ class NamespacesResource:
             raise HttpError(404, missing)
         return tenant
 
-    def namespace(self, request: web.Request, missing: str = "Namespace does not exist") -> str:
+    def namespace(self, request: web.Request, missing: str = NO_NAMESPACE) -> str:
         """The namespace of the path: 412 for a tenant or namespace name Pulsar refuses; 404 with ``missing`` when it
         (or its tenant: Pulsar gives the same answer) does not exist."""
         tenant, ns_name = request.match_info["tenant"], request.match_info["ns"]
@@ -367,14 +373,15 @@ class NamespacesResource:
 
     # -- plain policies --------------------------------------------------------------------------------
     async def get_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
-        value = self.metadata.policy(self.namespace(request), policy.key)
+        ns = self.namespace(request, NO_POLICIES if policy.switch else NO_NAMESPACE)
+        value = self.metadata.policy(ns, policy.key)
         if value is None and policy.unset is None and policy.synchronous:
             return no_content()
         return self._value_or_unset(policy.unset if value is None else value)
 
     async def set_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        value = policy.parse(await read_body(request))
+        value = True if policy.switch else policy.parse(await read_body(request))
         if policy.check is not None:
             policy.check(value, self.web.ctx.config)
         await self.metadata.set_policy(ns, policy.key, value)
@@ -383,7 +390,7 @@ class NamespacesResource:
 
     async def remove_plain(self, request: web.Request, policy: PlainPolicy) -> web.Response:
         ns = self.namespace(request)
-        await self.metadata.set_policy(ns, policy.key, None)
+        await self.metadata.set_policy(ns, policy.key, False if policy.switch else None)
         self._applied(ns, policy.key)
         return no_content()
 

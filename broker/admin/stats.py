@@ -646,6 +646,9 @@ def _stored_internal_stats(topic: PersistentTopic) -> dict[str, Any]:
                 "permitInvariantDriftCount": d.invariant_drift_count,
                 "queuedLaneItems": d.lane.pending,
                 "readOutstanding": d.read_outstanding,
+                # Shared / Key_Shared: no new entries read while the cursor has more acknowledgement holes than
+                # its storage keeps (dispatcherPauseOnAckStatePersistent, PIP-299; Pulsar shows it nowhere).
+                "pausedOnAckStatePersistent": d.paused_on_ack_state,
             }
     return {
         **ledger_internal_stats(ledger, cursors, entries_added=topic.entries_added,

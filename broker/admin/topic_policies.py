@@ -8,8 +8,9 @@ name; a partitioned topic's policy (set on its base name) applies to every parti
 partition's own name is refused (412), as in Pulsar. ``GET`` answers the topic's own value (when it has
 none: 200 with no body, or 204 for the few Pulsar answers so: ``Spec.unset_status``), or with
 ``?applied=true`` the value in force. ``POST``
-sets and ``DELETE`` removes (204 both). With topicLevelPoliciesEnabled=false every endpoint
-answers 405 and stored values are ignored. ``DELETE .../policies`` removes all of a topic's.
+sets and ``DELETE`` removes (204 both); an on/off switch (``Spec.switch``) is turned on and off instead.
+With topicLevelPoliciesEnabled=false every endpoint answers 405 and stored values are ignored.
+``DELETE .../policies`` removes all of a topic's.
 
 Local and global: every call takes Pulsar's ``isGlobal`` (``pulsar-admin topic-policies ... -g``). A topic has two
 sets of policies, its local ones (the default) and its global ones, each read, set and removed on its own; in force is
@@ -85,6 +86,10 @@ class Spec:
     # Whether the policy has a global kind: Pulsar 4.0.7's schema compatibility strategy and validation take no
     # isGlobal (both always the topic's local policies).
     has_global: bool = True
+    # An on/off switch (Pulsar 4.0.7's dispatcherPauseOnAckStatePersistent): POST turns it on (a body is not read),
+    # DELETE off (false stored where the topic has policies of that kind, else nothing changes: Pulsar skips the update
+    # then), GET answers the topic's own value, false when unset, ``applied`` or not (Pulsar's ignores it).
+    switch: bool = False
 
 
 def _retention_covers_quotas(service: BrokerService, name: TopicName, retention: Retention, is_global: bool) -> None:
@@ -168,6 +173,7 @@ SPECS = (
     Spec("compactionThreshold", T.COMPACTION_THRESHOLD,
          _limit("compactionThreshold", "Invalid value for compactionThreshold", JAVA_LONG)),
     Spec("inactiveTopicPolicies", T.INACTIVE_TOPIC_POLICIES),
+    Spec("dispatcherPauseOnAckStatePersistent", T.DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT, unset=False, switch=True),
 )
 
 
@@ -238,27 +244,31 @@ class TopicPoliciesResource:
         name = self.topic(request)
         global_ = spec_global(request, spec)
         value = self.service.metadata.topic_policy(name.full, spec.policy.topic_field, global_)
-        if value is None and query_flag(request, "applied"):
+        if value is None and query_flag(request, "applied") and not spec.switch:
             value = spec.policy.dump(self.service.policies.get(name, spec.policy))
         if value is None and spec.unset_in_policies is not None:
-            kept = self.service.metadata.global_topic_policies if global_ else self.service.metadata.topic_policies
-            value = spec.unset_in_policies if name.full in kept else None
+            value = spec.unset_in_policies if self._has_policies(name, global_) else None
         if value is None:
             value = spec.unset
         if value is None:
             return no_content() if spec.unset_status == NO_CONTENT else unset_value()
         return json_response(value)
 
+    def _has_policies(self, name: TopicName, global_: bool) -> bool:
+        """Whether the topic has policies of that kind (Pulsar's TopicPolicies object, made by any change of one)."""
+        metadata = self.service.metadata
+        return name.full in (metadata.global_topic_policies if global_ else metadata.topic_policies)
+
     async def set(self, request: web.Request, spec: Spec) -> web.Response:
         # (Jersey reads a JSON body before the resource method runs: a malformed one is a 400 before the topic's 404.)
-        body: object = await read_body(request) if spec.query is None else None
+        body: object = await read_body(request) if spec.query is None and not spec.switch else None
         name = self.topic(request)
         if spec.query is not None:
             raw = request.query.get(spec.query)
             if raw is None:  # Pulsar stores "no value": the same as DELETE
                 return await self.remove(request, spec)
             body = _query_java_int(spec.query, raw)
-        value = (spec.parse or spec.policy.parse)(body)
+        value: Any = True if spec.switch else (spec.parse or spec.policy.parse)(body)
         global_ = spec_global(request, spec)
         if spec.validate is not None:
             spec.validate(self.service, name, value, global_)
@@ -275,7 +285,10 @@ class TopicPoliciesResource:
     async def remove(self, request: web.Request, spec: Spec) -> web.Response:
         name = self.topic(request)
         global_ = spec_global(request, spec)
-        await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None, global_)
+        if not spec.switch:
+            await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, None, global_)
+        elif self._has_policies(name, global_):
+            await self.service.metadata.set_topic_policy(name.full, spec.policy.topic_field, False, global_)
         self._applied(name, spec)
         if global_:
             await self.copied(request, name, spec.path)

@@ -375,6 +375,9 @@ class Dispatcher(ConsumerMembers, ABC):
     def active_consumer_name(self) -> str | None:
         return None
 
+    # Shared / Key_Shared: reads of new entries paused on the cursor's acknowledgement holes (shared.py; PIP-299).
+    paused_on_ack_state = False
+
     # -- Key_Shared's stats (nothing for the other types) -----------------------------------------
     allow_out_of_order = False
 

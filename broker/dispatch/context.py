@@ -8,8 +8,9 @@ what a dispatcher needs from above comes in here:
 - ``DispatchContext``: the loop, the subscription's name and partition, the read batch size, the
   policies in force (``DispatchPolicy``, a snapshot re-resolved when the metadata changes), the
   dispatch rate limits it consults (``DispatchRateLimit``), the compacted view (``CompactedView``),
-  the registry of dispatchers blocked on an unacked limit (``UnackedBlocked``), and the two hooks of
-  replicated subscriptions (a snapshot marker was read; the mark-delete moved);
+  the registry of dispatchers blocked on an unacked limit or paused on their acknowledgement holes
+  (``UnackedBlocked``), and the two hooks of replicated subscriptions (a snapshot marker was read;
+  the mark-delete moved);
 - ``Delivery``: one entry on its way to a consumer (what ``Consumer.send_entries`` takes).
 
 The service layer builds a context in one place (service/dispatch_context.py); a
@@ -169,10 +170,11 @@ class ReadTrigger(Protocol):
 
 
 class UnackedBlocked(Protocol):
-    """A dispatcher blocked on an unacked limit (its subscription's or a consumer's)."""
+    """A dispatcher blocked on an unacked limit (its subscription's or a consumer's), or paused on its acknowledgement
+    holes (``DispatchPolicy.pause_on_ack_state``)."""
 
     def unacked_limits_changed(self) -> None:
-        """The policies changed: a limit it is blocked on may have been raised or removed."""
+        """The policies changed: a limit it is blocked on may have been raised or removed, the pause turned off."""
 
 
 class DispatchPolicy(NamedTuple):
@@ -185,6 +187,10 @@ class DispatchPolicy(NamedTuple):
     max_unacked_per_subscription: int = 0
     # Delayed delivery on: deliver_at_time is honoured (Shared / Key_Shared). Read per read.
     delayed_delivery: bool = True
+    # dispatcherPauseOnAckStatePersistent (PIP-299; Shared / Key_Shared): an ack that leaves the cursor with more
+    # acknowledgement holes than its storage keeps pauses the reads of new entries until acks bring it back within.
+    # Read per ack and, once paused, per read.
+    pause_on_ack_state: bool = False
 
 
 def _no_policy() -> DispatchPolicy:
@@ -245,8 +251,8 @@ class DispatchContext:
     rate_counts_entries: bool = False
     # The topic's compacted view, when it has one.
     compacted_view: Callable[[], CompactedView | None] = _no_view
-    # Dispatchers blocked on maxUnackedMessagesOnSubscription, or with a consumer blocked on
-    # maxUnackedMessagesPerConsumer: told after a policy change.
+    # Dispatchers blocked on maxUnackedMessagesOnSubscription, with a consumer blocked on
+    # maxUnackedMessagesPerConsumer, or paused on their acknowledgement holes: told after a policy change.
     unacked_blocked: MutableSet[UnackedBlocked] = field(default_factory=set)
     # Replicated subscriptions: a snapshot marker was read at this position (its entry bytes) ...
     snapshot_marker: Callable[[Position, bytes], None] = _ignore_marker

@@ -11,6 +11,14 @@ the topic's policies each time), and a block the new limit lifts ends at once. A
 whose consumers hold maxUnackedMessagesOnSubscription unacknowledged messages reads no new
 entries (redeliveries still go out) until acks bring it down to half.
 
+Pause on ack state (PIP-299, dispatcherPauseOnAckStatePersistent, off by default): an ack that leaves
+the cursor with more acknowledgement holes (individually acknowledged ranges) than its storage keeps
+(managedLedgerMaxUnackedRangesToPersist) pauses the reads of new entries, as Pulsar's
+PersistentDispatcherMultipleConsumers does; redeliveries still go out. The next ack (or cursor move)
+that brings the holes back within resumes it, and so does the policy turned off. Pausing also drops a
+read parked for new entries (ours: Pulsar lets that one read complete), so nothing published after the
+pause goes out. A read in flight from storage completes as any other.
+
 Chunked messages (PIP-37): every chunk of a message goes to the consumer that got its first chunk,
 as Pulsar's SharedConsumerAssignor does; a chunk whose consumer has no permit now waits in the
 replay set, and so does a chunk while an earlier one of its message waits there (one that had no
@@ -88,6 +96,9 @@ class SharedDispatcher(Dispatcher):
         self._kicked_during_read = False
         # maxUnackedMessagesOnSubscription reached: no new entries until acks bring it to half.
         self.blocked_on_unacked = False
+        # Paused on its acknowledgement holes (module docstring): no new entries until an ack brings them back within
+        # what the cursor's storage keeps. Pulsar's blockedDispatcherOnCursorDataCanNotFullyPersist.
+        self.paused_on_ack_state = False
         # Chunked messages being delivered: uuid -> the consumer that got the first chunk.
         self._chunk_owner: dict[str, Consumer] = {}
         # Their chunks handed out or held back so far (position -> uuid), and, per message, those positions
@@ -154,9 +165,31 @@ class SharedDispatcher(Dispatcher):
         self._kick()
 
     def on_acked(self, positions: list[Position]) -> None:
+        self._after_acks()
         self._forget_acked(positions)
         # A consumer blocked on maxUnackedMessagesPerConsumer may be free again.
         self.trigger_read()
+
+    def _after_acks(self) -> None:
+        """The cursor's acknowledgements changed: pause on the acknowledgement holes, or resume (Pulsar's
+        afterAckMessages). With the policy off and no pause, one look at the policy snapshot."""
+        if self.paused_on_ack_state or self.context.policy().pause_on_ack_state:
+            self._check_ack_state()
+
+    def _check_ack_state(self) -> None:
+        """Paused while the policy is on and the cursor holds more acknowledgement holes than its storage keeps
+        (Pulsar's checkAndResumeIfPaused); a paused dispatcher is told of policy changes (``unacked_blocked``).
+        A resumed one reads at the caller's next trigger."""
+        pause = self.context.policy().pause_on_ack_state and not self.cursor.is_cursor_data_fully_persistable()
+        if pause == self.paused_on_ack_state:
+            return
+        self.paused_on_ack_state = pause
+        if pause:
+            self.context.unacked_blocked.add(self)
+            if self.read_outstanding and self.cursor.has_pending_read:
+                self.cancel_reads()  # (a read parked for new entries: what is published from now on waits)
+        elif not self._held_by_policy():
+            self.context.unacked_blocked.discard(self)
 
     def _forget_acked(self, positions: list[Position]) -> None:
         # Per acknowledged id, so only what is there to forget (usually nothing: no redelivery,
@@ -235,12 +268,19 @@ class SharedDispatcher(Dispatcher):
         if self.closed:
             return
         self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
+        if self.paused_on_ack_state:
+            self._check_ack_state()  # (the pause turned off resumes; a change never pauses: only acks do, as Pulsar)
         self._kick()
 
     def _unblock(self, c: Consumer) -> None:
         c.blocked = False
-        if not self.blocked_on_unacked and not any(other.blocked for other in self.consumers):
+        if not self._held_by_policy():
             self.context.unacked_blocked.discard(self)
+
+    def _held_by_policy(self) -> bool:
+        """Whether a policy change may let this dispatcher read more (it stays in ``context.unacked_blocked`` while
+        so): it is blocked on an unacked limit (its own or a consumer's) or paused on its acknowledgement holes."""
+        return self.blocked_on_unacked or self.paused_on_ack_state or any(c.blocked for c in self.consumers)
 
     def _next_consumer(self) -> Consumer | None:
         best, self._rr = next_round_robin(self.consumers, self._rr, self._available)
@@ -351,11 +391,14 @@ class SharedDispatcher(Dispatcher):
 
     # -- reading -----------------------------------------------------------------------------------
     def _read_more(self) -> None:
-        self.max_unacked_per_consumer = self.context.policy().max_unacked_per_consumer
+        policy = self.context.policy()
+        self.max_unacked_per_consumer = policy.max_unacked_per_consumer
         if self.total_permits <= 0 or not self._any_available():
             return
         replaying = bool(self.replay) and not self._replay_stalled
         permits = self.total_permits
+        if not replaying and self.paused_on_ack_state and policy.pause_on_ack_state:
+            return  # too many acknowledgement holes to store: an ack that fills some resumes (_after_acks)
         if not replaying and (self.at_read_limit() or self.at_terminated_end()):
             return  # an open transaction holds the next entries back, or none will ever come
         if not replaying:
@@ -400,7 +443,7 @@ class SharedDispatcher(Dispatcher):
             registry = self.context.unacked_blocked
             if blocked:
                 registry.add(self)
-            elif not any(c.blocked for c in self.consumers):
+            elif not self._held_by_policy():
                 registry.discard(self)
         return room
 
@@ -576,6 +619,7 @@ class SharedDispatcher(Dispatcher):
             self._kick()
 
     def on_cursor_reset(self) -> None:
+        self._after_acks()  # (Pulsar's resetComplete, clearBacklogComplete and skipEntriesComplete: afterAckMessages)
         self._chunk_owner.clear()
         self._chunk_of.clear()
         self._chunk_seen.clear()

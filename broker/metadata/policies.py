@@ -187,7 +187,8 @@ def validate_policies(doc: Any) -> dict[str, Any]:
     check(T.INACTIVE_TOPIC_POLICIES.namespace_field, T.INACTIVE_TOPIC_POLICIES.normalize)
     check(T.DEDUPLICATION.namespace_field, T.DEDUPLICATION.parse, store=False)
     check(T.SCHEMA_AUTO_UPDATE_STRATEGY.key, parse_schema_auto_update_strategy)
-    for flag in (T.ENCRYPTION_REQUIRED, T.SCHEMA_VALIDATION_ENFORCED, T.ALLOW_AUTO_UPDATE_SCHEMA):
+    for flag in (T.ENCRYPTION_REQUIRED, T.SCHEMA_VALIDATION_ENFORCED, T.ALLOW_AUTO_UPDATE_SCHEMA,
+                 T.DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT):
         key = flag.namespace_field
         check(key, lambda v, key=key: parse_bool(v, key), store=False)
     # Null members mean "not set" in Pulsar (its JSON leaves them out): do not store them.

@@ -189,6 +189,10 @@ MAX_UNACKED_PER_CONSUMER: Policy[int] = Policy(  # a Shared / Key_Shared consume
 MAX_UNACKED_PER_SUBSCRIPTION: Policy[int] = Policy(  # past it a Shared subscription reads no new entries
     "max_unacked_per_subscription", "maxUnackedMessagesOnSubscription", "max_unacked_messages_per_subscription",
     lambda c: c.maxUnackedMessagesPerSubscription, _limit("maxUnackedMessagesOnSubscription"))
+DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT: Policy[bool] = Policy(  # PIP-299: no new entries past the persisted holes
+    "dispatcher_pause_on_ack_state_persistent", "dispatcherPauseOnAckStatePersistentEnabled",
+    "dispatcherPauseOnAckStatePersistentEnabled", lambda c: c.dispatcherPauseOnAckStatePersistentEnabled,
+    _flag("dispatcherPauseOnAckStatePersistentEnabled"))
 MAX_TOPICS_PER_NAMESPACE: Policy[int] = Policy(  # persistent topics, partitions counted one by one
     "max_topics_per_namespace", None, "max_topics_per_namespace",
     lambda c: c.maxTopicsPerNamespace, _limit("maxTopicsPerNamespace"))
@@ -269,11 +273,12 @@ REPLICATION_CLUSTERS: Policy[list[str]] = Policy(  # (the other clusters in it a
 TABLE: tuple[Policy[Any], ...] = (
     MESSAGE_TTL, RETENTION, PERSISTENCE, BACKLOG_QUOTAS, DEDUPLICATION, DEDUP_SNAPSHOT_INTERVAL,
     MAX_PRODUCERS, MAX_CONSUMERS, MAX_CONSUMERS_PER_SUBSCRIPTION, MAX_SUBSCRIPTIONS, MAX_UNACKED_PER_CONSUMER,
-    MAX_UNACKED_PER_SUBSCRIPTION, MAX_TOPICS_PER_NAMESPACE, MAX_MESSAGE_SIZE, COMPACTION_THRESHOLD,
-    SUBSCRIPTION_EXPIRATION, INACTIVE_TOPIC_POLICIES, SUBSCRIPTION_TYPES_ENABLED, PUBLISH_RATE,
-    TOPIC_DISPATCH_RATE, SUBSCRIPTION_DISPATCH_RATE, REPLICATOR_DISPATCH_RATE, SUBSCRIBE_RATE, DELAYED_DELIVERY,
-    AUTO_TOPIC_CREATION, AUTO_SUBSCRIPTION_CREATION, SCHEMA_COMPATIBILITY_STRATEGY, SCHEMA_VALIDATION_ENFORCED,
-    ALLOW_AUTO_UPDATE_SCHEMA, ENCRYPTION_REQUIRED, REPLICATION_CLUSTERS,
+    MAX_UNACKED_PER_SUBSCRIPTION, DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT, MAX_TOPICS_PER_NAMESPACE,
+    MAX_MESSAGE_SIZE, COMPACTION_THRESHOLD, SUBSCRIPTION_EXPIRATION, INACTIVE_TOPIC_POLICIES,
+    SUBSCRIPTION_TYPES_ENABLED, PUBLISH_RATE, TOPIC_DISPATCH_RATE, SUBSCRIPTION_DISPATCH_RATE,
+    REPLICATOR_DISPATCH_RATE, SUBSCRIBE_RATE, DELAYED_DELIVERY, AUTO_TOPIC_CREATION, AUTO_SUBSCRIPTION_CREATION,
+    SCHEMA_COMPATIBILITY_STRATEGY, SCHEMA_VALIDATION_ENFORCED, ALLOW_AUTO_UPDATE_SCHEMA, ENCRYPTION_REQUIRED,
+    REPLICATION_CLUSTERS,
 )
 
 

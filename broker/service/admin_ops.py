@@ -115,6 +115,7 @@ def clamp_start(topic: PersistentTopic, start: Position) -> Position:
 def skip_all(sub: Subscription) -> None:
     """Acknowledge everything written so far (Pulsar's clear-backlog)."""
     sub.cursor.clear_backlog()
+    _acknowledged(sub)
 
 
 def skip(sub: Subscription, n: int) -> None:
@@ -122,6 +123,14 @@ def skip(sub: Subscription, n: int) -> None:
     if n < 0:
         raise ValueError("number of messages to skip must be >= 0")
     sub.cursor.skip_entries(n)
+    _acknowledged(sub)
+
+
+def _acknowledged(sub: Subscription) -> None:
+    """The dispatcher hears of entries an admin call acknowledged as of acks (Pulsar's clearBacklogComplete and
+    skipEntriesComplete call its afterAckMessages): one paused on its acknowledgement holes may resume."""
+    if sub.dispatcher is not None:
+        sub.dispatcher.on_acked([])
 
 
 async def reset_by_time(topic: PersistentTopic, sub: Subscription, timestamp_ms: int) -> Position:

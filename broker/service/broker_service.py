@@ -173,6 +173,7 @@ class BrokerService:
             read_nesting_limit=config.managedLedgerReadNestingLimit,
             new_entries_check_delay_s=config.managedLedgerNewEntriesCheckDelayInMillis / 1000,
             offloaded_idle_s=config.managedLedgerInactiveOffloadedLedgerEvictionTimeSeconds,
+            max_unacked_ranges_to_persist=config.managedLedgerMaxUnackedRangesToPersist,
             add_latency_sink=self.publish_latency,
         )
         # ledger_config_for's configs: the base they were made from, and one per set of policy values.

@@ -10,7 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.dispatch.context import DispatchContext, DispatchPolicy
-from broker.metadata.policy_table import MAX_UNACKED_PER_CONSUMER, MAX_UNACKED_PER_SUBSCRIPTION
+from broker.metadata.policy_table import (
+    DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT,
+    MAX_UNACKED_PER_CONSUMER,
+    MAX_UNACKED_PER_SUBSCRIPTION,
+)
 from broker.metadata.store import Derived
 
 if TYPE_CHECKING:
@@ -29,6 +33,7 @@ def dispatch_policy(topic: AbstractTopic, durable: bool = True) -> DispatchPolic
         max_unacked_per_consumer=service.policies.get(name, MAX_UNACKED_PER_CONSUMER) if durable else 0,
         max_unacked_per_subscription=service.policies.get(name, MAX_UNACKED_PER_SUBSCRIPTION),
         delayed_delivery=topic.send_policy.delayed_delivery,
+        pause_on_ack_state=service.policies.get(name, DISPATCHER_PAUSE_ON_ACK_STATE_PERSISTENT),
     )
 
 

@@ -10,8 +10,9 @@ Dynamic here are the settings that take effect while the broker runs (``DYNAMIC`
 - read where they are used (whether Key_Shared is allowed, a partitioned topic's most partitions, the bundle split
   thresholds and algorithms, load shedding on or off, the unload timeout, whether failure domains count in
   placement, the broker client's credentials and TLS: for each connection, challenge answer and admin call);
-- the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode...): a change
-  moves the metadata generation, and every topic resolves its policies again, as after a namespace policy change;
+- the broker's level of a policy (rates, auto-creation, subscription types, the inactive-topic mode, the dispatcher
+  pause on ack state...): a change moves the metadata generation, and every topic resolves its policies again, as
+  after a namespace policy change;
 - read again where they were kept: the super users (``AuthorizationService``), the load-shedding thresholds (at
   each shedding round);
 - told to what keeps them (``on_change``): the placement's resource weights, overloaded threshold and smoothing
@@ -68,6 +69,7 @@ _POLICY_DEFAULTS = (
     "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte",
     "dispatchThrottlingRatePerReplicatorInMsg", "dispatchThrottlingRatePerReplicatorInByte",
     "allowAutoTopicCreation", "allowAutoTopicCreationType", "allowAutoSubscriptionCreation", "defaultNumPartitions",
+    "dispatcherPauseOnAckStatePersistentEnabled",
 )
 # Read again where they were kept.
 _READ_AGAIN = (

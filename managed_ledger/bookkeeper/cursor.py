@@ -88,10 +88,12 @@ class CursorStore:
         return ml_formats.cursor_path(self._ml._factory.root, self._ml.name, name)
 
     def _cursor_info(self, cursors_ledger_id: int, record: CursorRecord) -> bytes:
-        return ml_formats.encode_cursor_info(cursors_ledger_id, record, formats=self._formats)
+        # (the ranges bounded as in a cursor-ledger entry too, as Pulsar's persistPositionMetaStore builds them)
+        max_ranges = min(ml_formats.MAX_RANGES_IN_METADATA_STORE, self._ml.config.max_unacked_ranges_to_persist)
+        return ml_formats.encode_cursor_info(cursors_ledger_id, record, max_ranges, self._formats)
 
     def _position_info(self, record: CursorRecord) -> bytes:
-        return ml_formats.encode_position_info(record, formats=self._formats)
+        return ml_formats.encode_position_info(record, self._ml.config.max_unacked_ranges_to_persist, self._formats)
 
     async def recover_all(self) -> dict[str, CursorRecord]:
         """Every cursor znode under the managed ledger's znode, with its state (fencing cursor ledgers)."""

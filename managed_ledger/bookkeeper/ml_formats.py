@@ -28,6 +28,7 @@ from urllib.parse import unquote_plus
 from google.protobuf.message import DecodeError, Message
 
 import compression_codecs
+from managed_ledger.api import MAX_BATCH_DELETED_INDEX_TO_PERSIST, MAX_UNACKED_RANGES_TO_PERSIST
 from managed_ledger.bookkeeper.ml_data_formats_pb2 import (
     CompressionType,
     ManagedCursorInfo,
@@ -43,8 +44,6 @@ from managed_ledger.range_set import PositionRangeSet
 
 # Pulsar's root of managed-ledger znodes (PulsarClusterMetadataSetup creates it).
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
-# Pulsar's managedLedgerMaxUnackedRangesToPersist: ranges kept in one PositionInfo.
-MAX_RANGES_TO_PERSIST = 10_000
 # Pulsar's managedLedgerMaxUnackedRangesToPersistInMetadataStore: ranges kept in a cursor znode.
 MAX_RANGES_IN_METADATA_STORE = 1000
 # First two bytes of a compressed ManagedLedgerInfo / ManagedCursorInfo (MetaStoreImpl.MAGIC_MANAGED_INFO_METADATA).
@@ -195,18 +194,20 @@ class StoredCursorInfo:
     record: CursorRecord
 
 
-def encode_position_info(record: CursorRecord, max_ranges: int = MAX_RANGES_TO_PERSIST,
+def encode_position_info(record: CursorRecord, max_ranges: int = MAX_UNACKED_RANGES_TO_PERSIST,
                          formats: MetadataFormats = PLAIN) -> bytes:
-    """One cursor-ledger entry. Past ``max_ranges`` the ranges furthest from the mark-delete are left out (those
-    entries may be delivered again after a recovery; an unacknowledged one is never skipped). In the long-array
-    form the limit counts deleted entries, ledger by ledger, as Pulsar's ``toRanges``."""
+    """One cursor-ledger entry. Past ``max_ranges`` (the managed ledger's managedLedgerMaxUnackedRangesToPersist) the
+    ranges furthest from the mark-delete are left out (those entries may be delivered again after a recovery; an
+    unacknowledged one is never skipped). In the long-array form the limit counts deleted entries, ledger by ledger,
+    as Pulsar's ``toRanges``. The partly acknowledged batches are bounded apart, at Pulsar's
+    managedLedgerMaxBatchDeletedIndexToPersist default."""
     message = PositionInfo(ledgerId=record.mark_delete.ledger_id, entryId=record.mark_delete.entry_id)
     if formats.acks_as_long_array:
         _fill_long_arrays(message, record.individually_deleted, max_ranges)
     else:
         _fill_ranges(message.individualDeletedMessages, record.individually_deleted, max_ranges)
     _fill_properties(message, record.properties)
-    _fill_batches(message, record.batch_acks, max_ranges)
+    _fill_batches(message, record.batch_acks, MAX_BATCH_DELETED_INDEX_TO_PERSIST)
     return message.SerializeToString()
 
 
@@ -229,7 +230,7 @@ def encode_cursor_info(cursors_ledger_id: int, record: CursorRecord,
     _fill_properties(message, record.properties)
     if record.last_active is not None:
         message.lastActive = int(record.last_active * 1000)
-    _fill_batches(message, record.batch_acks, max_ranges)
+    _fill_batches(message, record.batch_acks, MAX_BATCH_DELETED_INDEX_TO_PERSIST)
     for name, value in sorted(record.cursor_properties.items()):
         message.cursorProperties.add(name=name, value=value)
     return _compressed(message.SerializeToString(), formats.cursor_info_compression, formats.cursor_info_threshold,

@@ -128,7 +128,7 @@ def test_a_namespace_path_of_no_route(admin: Admin) -> None:
         reply = admin.call(method, f"{NS}/{ns}/{path}", "x" if method != "GET" else None)
         assert (reply.status, reply.reason) == (405, "Method Not Allowed"), (method, path)
     for name, methods in (("entryFilters", ("GET", "POST", "DELETE")), ("resourcegroup", ("GET", "DELETE")),
-                          ("dispatcherPauseOnAckStatePersistent", ("GET", "POST", "DELETE")), ("migration", ("POST",))):
+                          ("migration", ("POST",))):
         for method in methods:
             reply = admin.call(method, f"{NS}/{ns}/{name}", True if method == "POST" else None)
             assert (reply.status, reply.reason) == (

@@ -102,6 +102,8 @@ BROKER_OFFLOAD = {"managedLedgerOffloadDeletionLagMs": 60000, "managedLedgerOffl
                   "managedLedgerDataReadPriority": "bookkeeper-first", "s3ManagedLedgerOffloadRegion": "eu-west-3",
                   "managedLedgerOffloadMaxBlockSizeInBytes": 1048576}
 
+PAUSE = "dispatcherPauseOnAckStatePersistent"
+
 # Calls that fail (after the GETs, in this order): each answer's status, and its reason where Pulsar gives one in JSON
 # (where Jersey answers with its HTML page, the status alone).
 FAILING = [
@@ -150,6 +152,10 @@ FAILING = [
     ("GET", f"/admin/v2/namespaces/{NS}/0x10000000_0x40000000/topicHashPositions", None),
     ("GET", "/admin/v2/namespaces/public/nosuchns/0x00000000_0x40000000/topicHashPositions", None),
     ("DELETE", f"/admin/v2/namespaces/{NS}/migration", None),
+    # the dispatcher pause on ack state: a namespace that does not exist (GET's reason is not the setters'), a topic
+    # that does not exist, a partition's name
+    *((method, f"/admin/v2/namespaces/public/nosuchns/{PAUSE}", None) for method in ("GET", "POST", "DELETE")),
+    ("POST", f"{BASE}/nosuch/{PAUSE}", None), ("GET", f"{BASE}/t-partition-0/{PAUSE}", None),
 ]
 N = f"/admin/v2/namespaces/{NS}"
 ISOLATION = "/admin/v2/clusters/standalone/namespaceIsolationPolicies"
@@ -172,6 +178,7 @@ NAMESPACE_POLICY_VALUES: dict[str, tuple[str, Any]] = {
     "publishRate": ("POST", {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 1000}),
     "subscriptionDispatchRate": ("POST", _RATE), "replicatorDispatchRate": ("POST", _RATE),
     "subscribeRate": ("POST", {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 30}),
+    PAUSE: ("POST", None),  # (an on/off switch: POST takes no body)
 }
 # A value for each topic-level policy (set with the method given) that both must read back as given.
 TOPIC_POLICY_VALUES: dict[str, tuple[str, Any]] = {
@@ -192,6 +199,7 @@ TOPIC_POLICY_VALUES: dict[str, tuple[str, Any]] = {
     "maxMessageSize": ("POST", 1000), "compactionThreshold": ("POST", 100000),
     "inactiveTopicPolicies": ("POST", {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
                                        "maxInactiveDurationSeconds": 60, "deleteWhileInactive": False}),
+    PAUSE: ("POST", None),
 }
 
 def _offload_calls() -> list[tuple[str, str, Any, bool]]:
@@ -251,6 +259,21 @@ NAMESPACE_GAP_CALLS: list[tuple[str, str, Any, bool]] = [
     ("DELETE", "/admin/v2/namespaces/public/auto-update", None, True),
     ("GET", f"{N}/{T_BUNDLE}/topicHashPositions?topics={T}/t&topics={T}/part&topics={T}/nosuch", None, True),
     ("GET", f"{N}/{T_BUNDLE}/topicHashPositions", None, False),
+]
+
+# The dispatcher pause on ack state's switch: a topic's GET answers its own value, not its namespace's, ``applied`` or
+# not; DELETE stores false (a new namespace's Policies show it); a topic's DELETE where it has no policies makes none
+# (its subscriptionTypesEnabled is still no content). After the other calls: t's own policies are gone by then.
+PAUSE_NS = "/admin/v2/namespaces/public/pause"
+PAUSE_CALLS: list[tuple[str, str, Any, bool]] = [
+    ("POST", f"{N}/{PAUSE}?step=on", None, True), ("GET", f"{BASE}/t/{PAUSE}?applied=true&step=ns-on", None, True),
+    ("DELETE", f"{N}/{PAUSE}?step=off", None, True), ("GET", f"{N}/{PAUSE}?step=off", None, True),
+    ("PUT", PAUSE_NS, None, True), ("POST", f"{PAUSE_NS}/{PAUSE}", None, True),
+    ("GET", f"{PAUSE_NS}?step=on", None, False), ("DELETE", f"{PAUSE_NS}/{PAUSE}", None, True),
+    ("GET", f"{PAUSE_NS}?step=off", None, False), ("DELETE", PAUSE_NS, None, True),
+    ("PUT", f"{BASE}/pause", None, True), ("DELETE", f"{BASE}/pause/{PAUSE}", None, True),
+    ("GET", f"{BASE}/pause/subscriptionTypesEnabled", None, True), ("GET", f"{BASE}/pause/{PAUSE}", None, True),
+    ("DELETE", f"{BASE}/pause", None, True),
 ]
 
 # Calls that succeed (after the failing ones, in this order): the same status and JSON shape, and where ``exact``, the
@@ -366,6 +389,7 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("DELETE", "/admin/v2/brokers/configuration/maxTopicsPerNamespace", None, True),
     # the older schema policy, a bundle's topic hash positions
     *NAMESPACE_GAP_CALLS,
+    *PAUSE_CALLS,
 ]
 
 # Succeeding calls Pulsar 4.0.7 fails (500) where ours succeeds: (method, path) -> why.
@@ -396,8 +420,8 @@ FAILING_DIFFERENCES = {
 
 # The key paths of the dispatcher block ours adds to a subscription's cursor in internal stats.
 DISPATCHER_KEYS = ("dispatcher", *(f"dispatcher.{k}" for k in (
-    "permitInvariantDriftCount", "permitInvariantHolds", "queuedLaneItems", "readOutstanding",
-    "sumOfConsumerPermitsMinusPendingFlow", "totalPermits", "type")))
+    "pausedOnAckStatePersistent", "permitInvariantDriftCount", "permitInvariantHolds", "queuedLaneItems",
+    "readOutstanding", "sumOfConsumerPermitsMinusPendingFlow", "totalPermits", "type")))
 
 # GETs of what ours does not have, which Pulsar answers (its unset value, or its own failure): path -> why. Ours
 # answers them 404 (no such route; a namespace's saying this broker does not serve it), or 405 where the path is

@@ -26,7 +26,15 @@ from broker.protocol import pulsar_api_pb2 as pb
 from broker.protocol.frames import FrameDecoder
 from broker.service.consumer import Consumer
 from broker.topic_name import TopicName
-from managed_ledger import Entry, InitialPosition, ManagedCursor, ManagedLedger, MemoryManagedLedgerFactory, Position
+from managed_ledger import (
+    Entry,
+    InitialPosition,
+    ManagedCursor,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    MemoryManagedLedgerFactory,
+    Position,
+)
 from tests.waiting import eventually
 
 # A consumer's subscription is only named in its repr: the dispatchers here have none.
@@ -69,11 +77,13 @@ class Harness:
     def __init__(self, ledger: ManagedLedger, cursor: ManagedCursor) -> None:
         self.unacked_limit = 0  # maxUnackedMessagesOnSubscription (0 = none)
         self.consumer_unacked_limit = 50000  # maxUnackedMessagesPerConsumer (0 = none)
+        self.pause_on_ack_state = False  # dispatcherPauseOnAckStatePersistent
         self.unacked_blocked: set[UnackedBlocked] = set()
         self.context = DispatchContext(
             loop=asyncio.get_running_loop(), name="sub", max_read_batch=100,
             policy=lambda: DispatchPolicy(max_unacked_per_consumer=self.consumer_unacked_limit,
-                                          max_unacked_per_subscription=self.unacked_limit),
+                                          max_unacked_per_subscription=self.unacked_limit,
+                                          pause_on_ack_state=self.pause_on_ack_state),
             unacked_blocked=self.unacked_blocked)
         self.ledger = ledger
         self.cursor = cursor
@@ -85,15 +95,15 @@ class Harness:
         return self.dispatcher
 
     @classmethod
-    async def create(cls) -> Harness:
+    async def create(cls, config: ManagedLedgerConfig | None = None) -> Harness:
         factory = MemoryManagedLedgerFactory()
-        ledger = await factory.open("permits")
+        ledger = await factory.open("permits", config)
         cursor = await ledger.open_cursor("sub", InitialPosition.EARLIEST)
         return cls(ledger, cursor)
 
     @classmethod
-    async def create_keyed(cls) -> KeyHarness:
-        h = await KeyHarness.create()
+    async def create_keyed(cls, config: ManagedLedgerConfig | None = None) -> KeyHarness:
+        h = await KeyHarness.create(config)
         assert isinstance(h, KeyHarness)
         return h
 
@@ -487,10 +497,13 @@ async def test_round_robin_spreads_over_consumers() -> None:
 class PermitMachine(RuleBasedStateMachine):
     """Interleave flow, lane drains, publishes (dispatch), acks, adds, removes and reconnects."""
 
+    # The managed ledger's settings (subclasses: a small managedLedgerMaxUnackedRangesToPersist).
+    config: ManagedLedgerConfig | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.h: Harness = self.loop.run_until_complete(Harness.create())
+        self.h: Harness = self.loop.run_until_complete(Harness.create(self.config))
         self.members: list[Consumer] = []
 
     def teardown(self) -> None:

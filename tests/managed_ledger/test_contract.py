@@ -7,6 +7,7 @@ taken from ``current_ledger_id`` / ``ledgers_info`` at the moment it matters.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -1033,6 +1034,29 @@ async def test_batch_index_acks_are_kept_with_the_cursor(factory: ManagedLedgerF
     assert dict(sub.batch_acks) == {ps[2]: [-1, 5]}
     sub.reset(ps[0])
     assert dict(sub.batch_acks) == {}
+
+
+async def test_the_holes_a_cursor_keeps_are_bounded(factory: ManagedLedgerFactory) -> None:
+    """max_unacked_ranges_to_persist (managedLedgerMaxUnackedRangesToPersist): a cursor with more acknowledgement holes
+    is not fully persistable (what the dispatcher pause on ack state asks), and a stored state keeps the holes nearest
+    the mark-delete: past them, acknowledged entries come back after a reopen (never an unacknowledged one skipped).
+    The memory ledger stores nothing: it keeps them all."""
+    config = dataclasses.replace(SMALL_KEEP, max_unacked_ranges_to_persist=2)
+    ml = await factory.open("t", config)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    ps = await add_all(ml, 8)
+    c.delete([ps[1], ps[3]])
+    assert c.is_cursor_data_fully_persistable()
+    c.delete([ps[5]])
+    assert not c.is_cursor_data_fully_persistable()
+    await c.flush()
+    await ml.close()
+
+    again = await factory.open("t", config)
+    sub = again.cursors["sub"]
+    acked = [i for i, p in enumerate(ps) if sub.is_acked(p)]
+    assert acked == ([1, 3] if isinstance(again, StoredManagedLedger) else [1, 3, 5])
+    assert sub.is_cursor_data_fully_persistable() == isinstance(again, StoredManagedLedger)
 
 
 async def test_reset_into_a_batch_keeps_its_ack_set(factory: ManagedLedgerFactory) -> None:

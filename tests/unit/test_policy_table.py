@@ -54,6 +54,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "max_subscriptions": (7, 8),
     "max_unacked_per_consumer": (9, 10),
     "max_unacked_per_subscription": (11, 12),
+    "dispatcher_pause_on_ack_state_persistent": (False, True),  # (Pulsar's DELETE stores false: it overrides)
     "max_topics_per_namespace": (None, 13),
     "max_message_size": (1024, None),
     "compaction_threshold": (100, 200),
