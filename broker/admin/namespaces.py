@@ -6,6 +6,7 @@ name; an unset policy answers 200 with no body, as Pulsar's asynchronous resourc
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -322,19 +323,25 @@ class NamespacesResource:
         return self._value_or_unset(rates.get(self.web.ctx.cluster))
 
     async def set_cluster_rate(self, request: web.Request, rate: PlainPolicy) -> web.Response:
-        """POST sets this cluster's rate, DELETE removes it."""
+        """POST sets this cluster's rate, DELETE removes it. The dispatch rate also in ``clusterDispatchRate``, its
+        older name, which Pulsar's setDispatchRate and deleteDispatchRate keep in step with ``topicDispatchRate``."""
         ns = self.namespace(request)
         cluster = self.web.ctx.cluster
         value = None if request.method == "DELETE" else rate.parse(await read_body(request))
+        keys = (rate.key, P.CLUSTER_DISPATCH_RATE) if rate.key == T.TOPIC_DISPATCH_RATE.namespace_field else (rate.key,)
 
-        def change(rates: dict[str, Any] | None) -> dict[str, Any] | None:
-            rates = dict(rates or {})
-            if value is None:
-                rates.pop(cluster, None)
-            else:
-                rates[cluster] = value
-            return rates or None
-        await self.metadata.update_policy(ns, rate.key, change)
+        def change(policies: dict[str, Any]) -> None:
+            for key in keys:
+                rates = dict(policies.get(key) or {})
+                if value is None:
+                    rates.pop(cluster, None)
+                else:
+                    rates[cluster] = copy.deepcopy(value)
+                if rates:
+                    policies[key] = rates
+                else:
+                    policies.pop(key, None)
+        await self.metadata.modify_policies(ns, change)
         return no_content()
 
     # -- backlog quotas ------------------------------------------------------------------------------

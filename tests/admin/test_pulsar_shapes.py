@@ -296,6 +296,7 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     ("POST", f"{N}/dispatchRate", {"dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": 1000,
                                    "ratePeriodInSecond": 1}, True),
     ("GET", f"{N}/dispatchRate", None, True),
+    ("GET", N, None, False),  # (its clusterDispatchRate too, the dispatch rate's older name Pulsar keeps in step)
     ("POST", f"{N}/permissions/role1", ["produce"], True), ("GET", f"{N}/permissions", None, True),
     ("DELETE", f"{N}/permissions/role1", None, True),
     ("POST", f"{N}/persistence", {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
