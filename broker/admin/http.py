@@ -60,6 +60,7 @@ from broker.admin.otel import OpenTelemetryExport
 from broker.admin.peers import PeerAdmin, path_segment
 from broker.admin.permissions import PermissionsResource
 from broker.admin.replicated_topics import ReplicatedPartitions
+from broker.admin.resource_quotas import ResourceQuotasResource
 from broker.admin.schemas import SchemasResource
 from broker.admin.stats import StatsSampler
 from broker.admin.topic_policies import TopicPoliciesResource
@@ -156,6 +157,7 @@ class WebService:
         self.bundles.register(r)
         BrokerStatsResource(self).register(r)
         BookiesResource(self).register(r)
+        ResourceQuotasResource(self).register(r)
         TransactionsResource(self).register(r)
         NamespaceMetadataResource(self).register(r)
         PermissionsResource(self).register(r)

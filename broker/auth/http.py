@@ -168,6 +168,11 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_ANY, r"/admin/v2/broker-stats/.*", Access.SUPER_USER),
         # The bookies and their racks (admin.v2.Bookies: validateSuperUserAccess first in every handler).
         (_ANY, r"/admin/v2/bookies/.*", Access.SUPER_USER),
+        # Resource quotas (ResourceQuotasBase: validateSuperUserAccessAsync in every handler, after Jersey has read
+        # the body, 400 before, and after the v2 resource's validateNamespaceName, 412 before): broker/admin/
+        # resource_quotas.py checks where Pulsar's does.
+        (_ANY, r"/admin/v2/resource-quotas(/\{tenant\}/\{ns\}/\{bundle\})?", Access.SUPER_USER, Check.SUPER_USER, None,
+         Order.IN_HANDLER),
         # A namespace's bookie affinity group (NamespacesBase.internal{Set,Get}BookieAffinityGroup:
         # validateSuperUserAccess first).
         (_ANY, _NAMESPACE + r"/persistence/bookieAffinity", Access.SUPER_USER),
@@ -228,6 +233,11 @@ ACCESS_RULES: tuple[Rule, ...] = tuple(
         (_POST, _NAMESPACE + r"/permissions/.*", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION, "GRANT_PERMISSION"),
         (_DELETE, _NAMESPACE + r"/permissions/.*", Access.TENANT_ADMIN, Check.NAMESPACE_OPERATION,
          "REVOKE_PERMISSION"),
+        # Grants and revokes on several topics, named in the body (NamespacesBase.internalGrantPermissionOnTopicsAsync
+        # and internalRevokePermissionOnTopicsAsync): validateAdminAccessForTenant of the first topic's tenant, once
+        # the body is read and its topics found to be of one namespace (400 before); the handler names the tenant.
+        (_POST, r"/admin/v2/namespaces/(grant|revoke)PermissionsOnTopics", Access.TENANT_ADMIN, Check.TENANT_ADMIN,
+         None, Order.IN_HANDLER),
         (_ANY, _NAMESPACE + r"/propert(ies|y/.*)", Access.TENANT_ADMIN, Check.TENANT_ADMIN),
         # Every other namespace route reads or sets a policy (GET of the namespace: all of them)
         (_ANY, r"/admin/v2/namespaces/\{tenant\}(/.*)?", Access.TENANT_ADMIN, Check.NAMESPACE_POLICY),

@@ -14,13 +14,16 @@ failure domain              ``/admin/clusters/<cluster>/failureDomain/<domain>``
 partitioned topic           ``/admin/partitioned-topics/<t>/<ns>/<domain>/<enc>``  PartitionedTopicMetadata JSON
 topic policies              ``/admin/topic-policies/local/<t>/<ns>/<domain>/<enc>`` TopicPolicies JSON
 dynamic configuration       ``/admin/configuration``                               JSON map: setting -> text
+resource quota, a bundle's  ``/loadbalance/resource-quota/<t>/<ns>/<range>``       ResourceQuota JSON
+resource quota, default     ``/loadbalance/resource-quota/default``                ResourceQuota JSON
 ==========================  =====================================================  =============================
 
 ``<enc>`` is Pulsar's ``TopicName.getEncodedLocalName()`` (``Codec.encode``: Java's URLEncoder).
 Topic policies: Pulsar keeps them by default in each namespace's ``__change_events`` system topic;
 its ``MetadataStoreTopicPoliciesService`` keeps them at the path above (local policies), which is
 the one we use. A partitioned topic's properties are the ``properties`` of its
-PartitionedTopicMetadata, as in Pulsar.
+PartitionedTopicMetadata, as in Pulsar. A bundle's resource quota is at its ``NamespaceBundle.toString()``
+(``<range>``: ``0x00000000_0x40000000``), below Pulsar's ``LoadBalanceResources.RESOURCE_QUOTA_BASE_PATH``.
 
 Ours, where Pulsar keeps the thing elsewhere (under ``/pulsar-py``, so that no Pulsar component
 misreads it):
@@ -45,12 +48,16 @@ Pure: paths and bytes only, no I/O.
 from __future__ import annotations
 
 import json
+import logging
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from broker.topic_name import TopicName, decode_local_name, encode_local_name
 
+log = logging.getLogger(__name__)
 JsonDoc = dict[str, Any]
 
 CLUSTERS_ROOT = "/admin/clusters"
@@ -267,9 +274,100 @@ def _only_key(parts: Sequence[str]) -> str:
 DYNAMIC_CONFIGURATION = Kind("dynamic_configuration", "/admin", 1, lambda k: [k], _only_key, _doc, encode_json,
                              only=DYNAMIC_CONFIGURATION_NODE)
 
+
+# Pulsar's resource quotas (LoadBalanceResources.QuotaResources): one ResourceQuota per bundle, its key the bundle's
+# NamespaceBundle.toString() ("<tenant>/<ns>/0x00000000_0x40000000"), and the default one at ``<root>/default``
+# (a tenant named "default" has its bundles' quotas below that node, as in Pulsar).
+RESOURCE_QUOTA_ROOT = "/loadbalance/resource-quota"
+DEFAULT_RESOURCE_QUOTA_NODE = "default"
+# ResourceQuota's fields, in the order Pulsar's Jackson writes them (its declaration order): the rates a bundle is
+# expected to bring (messages/s in and out, bytes/s in and out, MB of memory), then ``dynamic``.
+RESOURCE_QUOTA_RATES = ("msgRateIn", "msgRateOut", "bandwidthIn", "bandwidthOut", "memory")
+# A rate given as text: a decimal number, as Java's Double.parseDouble reads one (its hex and NaN / Infinity aside).
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_JAVA_BOOLEAN_TEXT = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+@dataclass(frozen=True)
+class ResourceQuota:
+    """Pulsar's ResourceQuota (pulsar-client-admin-api): what a bundle is expected to bring. A new one (Java's
+    constructor) is all zeros and ``dynamic`` (the load manager may replace it with what it measures)."""
+
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    bandwidth_in: float = 0.0
+    bandwidth_out: float = 0.0
+    memory: float = 0.0
+    dynamic: bool = True
+
+    def to_json(self) -> JsonDoc:
+        rates = (self.msg_rate_in, self.msg_rate_out, self.bandwidth_in, self.bandwidth_out, self.memory)
+        return {**dict(zip(RESOURCE_QUOTA_RATES, rates, strict=True)), "dynamic": self.dynamic}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ResourceQuota:
+        """A ResourceQuota read as Pulsar's Jackson reads one (a request's body, a stored node): a JSON object whose
+        fields not given keep the constructor's values and whose unknown fields are ignored; a rate is a number or
+        the text of one, null 0.0; ``dynamic`` a boolean, an integer (0 false, else true), "true" / "false" (any of
+        Java's three spellings), null false. ValueError naming the field otherwise. Not as Jackson: a rate that is
+        not finite ("NaN", "Infinity", 1e400), which Jackson takes and writes back as the text "NaN" or "Infinity"
+        (read here from a node, such a quota is none)."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"a ResourceQuota is a JSON object {{{', '.join(RESOURCE_QUOTA_RATES)}, dynamic}}, "
+                             f"not {json.dumps(doc)[:100]}")
+        rate_in, rate_out, bandwidth_in, bandwidth_out, memory = (_quota_rate(name, doc.get(name, 0.0))
+                                                                  for name in RESOURCE_QUOTA_RATES)
+        return cls(rate_in, rate_out, bandwidth_in, bandwidth_out, memory, _quota_flag(doc.get("dynamic", True)))
+
+
+def _quota_rate(name: str, value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {json.dumps(value)[:100]}")
+    rate = float(value)
+    if not math.isfinite(rate):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    return rate
+
+
+def _quota_flag(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value != 0
+    if isinstance(value, str) and value in _JAVA_BOOLEAN_TEXT:
+        return _JAVA_BOOLEAN_TEXT[value]
+    raise ValueError(f"dynamic must be true or false, got {json.dumps(value)[:100]}")
+
+
+def _quota_decode(value: bytes) -> ResourceQuota | None:
+    """A stored quota; None for an empty node (a path's parent), ``null`` (Pulsar 4.0.7 writes that for a POST with
+    no body; its readers take it as no quota) or one that is no ResourceQuota (logged: the default answers)."""
+    try:
+        doc = decode_json(value)
+        return None if doc is None else ResourceQuota.from_json(doc)
+    except ValueError as exc:
+        log.warning("metadata: ignoring a resource quota that is not one (%s): %r", exc, value[:200])
+        return None
+
+
+def _quota_encode(quota: ResourceQuota) -> bytes:
+    return encode_json(quota.to_json())
+
+
+RESOURCE_QUOTAS = Kind("resource_quotas", RESOURCE_QUOTA_ROOT, 3, lambda k: k.split("/", 2), "/".join, _quota_decode,
+                       _quota_encode)
+DEFAULT_RESOURCE_QUOTA = Kind("default_resource_quota", RESOURCE_QUOTA_ROOT, 1, lambda k: [k], _only_key,
+                              _quota_decode, _quota_encode, only=DEFAULT_RESOURCE_QUOTA_NODE)
+
 KINDS = (CLUSTERS, TENANTS, NAMESPACES, LOCAL_POLICIES, ISOLATION_POLICIES, FAILURE_DOMAINS, PARTITIONED_TOPICS,
          TOPIC_POLICIES, GLOBAL_TOPIC_POLICIES, TOPIC_PROPERTIES, TERMINATED, COMPACTIONS, GLOBAL_POLICY_COPIES,
-         SCHEMAS, DYNAMIC_CONFIGURATION)
+         SCHEMAS, DYNAMIC_CONFIGURATION, RESOURCE_QUOTAS, DEFAULT_RESOURCE_QUOTA)
 
 
 def classify(path: str) -> tuple[Kind, str] | None:

@@ -1,4 +1,5 @@
-"""The broker's metadata: clusters, tenants, namespaces, partitioned topics, topic policies, schemas.
+"""The broker's metadata: clusters, tenants, namespaces, partitioned topics, topic policies, schemas, resource
+quotas.
 
 Kept in a metadata store (``metadata_store``: local files, or ZooKeeper shared by brokers) at
 Apache Pulsar's paths and in its value formats where Pulsar has them (``broker.metadata.layout``
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from broker.metadata import layout as L
 from broker.metadata import policies as P
@@ -35,6 +36,7 @@ from broker.metadata import policy_copies as C
 from broker.metadata.bundles import DEFAULT_NUMBER_OF_BUNDLES, BundleError, NamespaceBundle, NamespaceBundles
 from broker.metadata.cache import KEEP, ConcurrentChangeError, MetadataCache
 from broker.metadata.cluster_data import PEER_CLUSTER_NAMES
+from broker.metadata.layout import ResourceQuota
 from broker.metadata.legacy import import_legacy_file
 from broker.metadata.policy_table import REPLICATION_CLUSTERS
 from broker.topic_name import TopicName
@@ -53,6 +55,10 @@ _AUTH_PARTS = (P.NAMESPACE_AUTH, P.DESTINATION_AUTH, P.SUBSCRIPTION_AUTH_ROLES)
 T = TypeVar("T")
 JsonDoc = dict[str, Any]  # a stored document (Pulsar's JSON field names)
 
+
+# The quota of a bundle that has none, when no default one is stored: Pulsar 4.0.7's BundlesQuotas.INITIAL_QUOTA.
+INITIAL_RESOURCE_QUOTA = ResourceQuota(msg_rate_in=40.0, msg_rate_out=120.0, bandwidth_in=100000.0,
+                                       bandwidth_out=300000.0, memory=80.0, dynamic=True)
 
 ANTI_AFFINITY_GROUP = "namespaceAntiAffinityGroup"  # LocalPolicies' field
 BOOKIE_AFFINITY_GROUP = "bookieAffinityGroup"  # LocalPolicies' field: a BookieAffinityGroupData
@@ -106,6 +112,21 @@ class TenantInfo:
         return doc
 
 
+class TopicGrant(NamedTuple):
+    """A role's actions on one topic, the topic by its full name (Pulsar's GrantTopicPermissionOptions)."""
+
+    topic: str
+    role: str
+    actions: tuple[str, ...]
+
+
+class TopicRole(NamedTuple):
+    """A role's grant on one topic, to revoke (Pulsar's RevokeTopicPermissionOptions)."""
+
+    topic: str
+    role: str
+
+
 class BrokerMetadata:
     """The broker's view of the metadata store (see the module docstring). ``start`` loads it."""
 
@@ -146,6 +167,9 @@ class BrokerMetadata:
         # A non-partitioned topic's properties (a partitioned topic's are in its metadata document)
         self._topic_properties = t[L.TOPIC_PROPERTIES.name]
         self._dynamic_configuration = t[L.DYNAMIC_CONFIGURATION.name]
+        # NamespaceBundle.toString() -> its ResourceQuota; the default one under DEFAULT_RESOURCE_QUOTA_NODE
+        self._resource_quotas = t[L.RESOURCE_QUOTAS.name]
+        self._default_resource_quota = t[L.DEFAULT_RESOURCE_QUOTA.name]
         # "<tenant>/<ns>/<cluster>" -> the namespace's global topic policy changes waiting for that cluster
         self._policy_copies = t[L.GLOBAL_POLICY_COPIES.name]
         self._views_generation = -1
@@ -599,6 +623,39 @@ class BrokerMetadata:
                 raise NotFoundError(f"Domain-name {domain} or cluster {cluster} does not exist")
         await self._modify(L.FAILURE_DOMAINS, f"{cluster}/{domain}", change)
 
+    # -- resource quotas: /loadbalance/resource-quota (Pulsar's LoadBalanceResources.QuotaResources, read as its
+    # BundlesQuotas reads them) ----------------------------------------------------------------------------------
+    def default_resource_quota(self) -> ResourceQuota:
+        """The stored default quota, or Pulsar's hard-coded one (BundlesQuotas.getDefaultResourceQuota)."""
+        stored = self._default_resource_quota.get(L.DEFAULT_RESOURCE_QUOTA_NODE)
+        return stored if stored is not None else INITIAL_RESOURCE_QUOTA
+
+    def stored_resource_quota(self, bundle: NamespaceBundle) -> ResourceQuota | None:
+        """The bundle's own quota, None when it has none (what Pulsar's ModularLoadManagerImpl.getBundleDataOrDefault
+        reads)."""
+        found: ResourceQuota | None = self._resource_quotas.get(str(bundle))
+        return found
+
+    def resource_quota(self, bundle: NamespaceBundle) -> ResourceQuota:
+        """The bundle's quota, else the default one (BundlesQuotas.getResourceQuota)."""
+        stored = self.stored_resource_quota(bundle)
+        return stored if stored is not None else self.default_resource_quota()
+
+    async def set_default_resource_quota(self, quota: ResourceQuota) -> None:
+        await self._modify(L.DEFAULT_RESOURCE_QUOTA, L.DEFAULT_RESOURCE_QUOTA_NODE, lambda _: quota)
+
+    async def set_resource_quota(self, bundle: NamespaceBundle, quota: ResourceQuota) -> None:
+        """Create or replace the bundle's quota (whether or not its namespace and bundle exist: the caller checks)."""
+        await self._modify(L.RESOURCE_QUOTAS, str(bundle), lambda _: quota)
+
+    async def delete_resource_quota(self, bundle: NamespaceBundle) -> None:
+        """Remove the bundle's quota, so that the default one applies (BundlesQuotas.resetResourceQuota); NotFoundError
+        in Pulsar's words (its metadata store's NotFoundException) when there is no node."""
+        path = L.RESOURCE_QUOTAS.path(str(bundle))
+        if not await self.cache.store.exists(path, watch_missing=False):
+            raise NotFoundError(f"path {path} not found.")
+        await self.cache.delete(L.RESOURCE_QUOTAS, str(bundle))
+
     # -- anti-affinity group: LocalPolicies.namespaceAntiAffinityGroup (Pulsar keeps it there, per cluster) -------
     def anti_affinity_group(self, namespace: str) -> str | None:
         group = (self._local_policies.get(namespace) or {}).get(ANTI_AFFINITY_GROUP)
@@ -662,18 +719,32 @@ class BrokerMetadata:
         await self._modify_auth(namespace, change)
 
     async def grant_topic_permission(self, namespace: str, topic: str, role: str, actions: Sequence[str]) -> None:
-        await self._modify_auth(namespace, lambda auth: auth[P.DESTINATION_AUTH].setdefault(topic, {}).__setitem__(
-            role, list(actions)))
+        await self.grant_topic_permissions(namespace, [TopicGrant(topic, role, tuple(actions))])
 
-    async def revoke_topic_permission(self, namespace: str, topics: Iterable[str], role: str) -> None:
-        """Remove the role's grant on each of ``topics`` (a partitioned topic's partitions and itself); a topic
-        without one is passed over, as Pulsar's PulsarAuthorizationProvider.revokePermissionAsync(TopicName, role)
-        does (no error: a revoke of what was never granted succeeds)."""
-        names = tuple(topics)  # (the change may run again, on a concurrent modification)
+    async def grant_topic_permissions(self, namespace: str, grants: Iterable[TopicGrant]) -> None:
+        """Give each role its actions on its topic (replacing what it had there), in order (the last grant of a role
+        on a topic wins), in one write of the namespace's policies: all or nothing, as Pulsar's
+        PulsarAuthorizationProvider.grantPermissionAsync(List) (one setPoliciesAsync)."""
+        given = tuple(grants)  # (the change may run again, on a concurrent modification)
 
         def change(auth: JsonDoc) -> None:
-            for topic in names:
-                auth[P.DESTINATION_AUTH].get(topic, {}).pop(role, None)
+            for grant in given:
+                auth[P.DESTINATION_AUTH].setdefault(grant.topic, {})[grant.role] = list(grant.actions)
+        await self._modify_auth(namespace, change)
+
+    async def revoke_topic_permission(self, namespace: str, topics: Iterable[str], role: str) -> None:
+        """Remove the role's grant on each of ``topics`` (a partitioned topic's partitions and itself)."""
+        await self.revoke_topic_permissions(namespace, [TopicRole(topic, role) for topic in topics])
+
+    async def revoke_topic_permissions(self, namespace: str, revokes: Iterable[TopicRole]) -> None:
+        """Remove each role's grant on its topic, in one write of the namespace's policies; a topic without one is
+        passed over, as Pulsar's PulsarAuthorizationProvider.revokePermissionAsync does (no error: a revoke of what
+        was never granted succeeds)."""
+        taken = tuple(revokes)  # (the change may run again, on a concurrent modification)
+
+        def change(auth: JsonDoc) -> None:
+            for revoke in taken:
+                auth[P.DESTINATION_AUTH].get(revoke.topic, {}).pop(revoke.role, None)
         await self._modify_auth(namespace, change)
 
     async def remove_topic_permissions(self, namespace: str, topics: Iterable[str]) -> None:

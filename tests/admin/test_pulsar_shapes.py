@@ -104,6 +104,46 @@ BROKER_OFFLOAD = {"managedLedgerOffloadDeletionLagMs": 60000, "managedLedgerOffl
 
 PAUSE = "dispatcherPauseOnAckStatePersistent"
 
+# Grants and revokes on several topics (POST /admin/v2/namespaces/grantPermissionsOnTopics, .../revoke...) that fail:
+# topics of two namespaces, none at all, one that does not exist (the first named), a tenant that does not exist, a
+# body that is no list, an option that is no object (Pulsar's reason: Jackson's text, so the status alone). Each path
+# has a query parameter of its own (both ignore it), as the answers are kept by path. (Where Pulsar answers 500 or
+# takes a bad option - an unknown action stored as null - see tests/admin/test_permissions_on_topics.py.)
+_GRANT_ON_TOPICS, _REVOKE_ON_TOPICS = ("/admin/v2/namespaces/grantPermissionsOnTopics",
+                                       "/admin/v2/namespaces/revokePermissionsOnTopics")
+PERMISSIONS_ON_TOPICS_FAILING: list[tuple[str, str, Any]] = [
+    ("POST", f"{_GRANT_ON_TOPICS}?case=two-namespaces", [{"topic": f"{T}/t", "role": "r", "actions": ["produce"]},
+                                                         {"topic": "persistent://public/default/t", "role": "r",
+                                                          "actions": ["produce"]}]),
+    ("POST", f"{_GRANT_ON_TOPICS}?case=empty", []),
+    ("POST", f"{_GRANT_ON_TOPICS}?case=missing-topic", [{"topic": f"{T}/t", "role": "r", "actions": ["produce"]},
+                                                        {"topic": f"{T}/nosuch", "role": "r", "actions": ["produce"]},
+                                                        {"topic": f"{T}/nosuch2", "role": "r", "actions": []}]),
+    ("POST", f"{_GRANT_ON_TOPICS}?case=missing-tenant", [{"topic": "persistent://nosuchtenant/ns/t", "role": "r",
+                                                          "actions": ["produce"]}]),
+    ("POST", f"{_GRANT_ON_TOPICS}?case=object", {"topic": f"{T}/t", "role": "r", "actions": ["produce"]}),
+    ("POST", f"{_GRANT_ON_TOPICS}?case=string-option", ["x"]),
+    ("POST", f"{_REVOKE_ON_TOPICS}?case=two-namespaces", [{"topic": f"{T}/t", "role": "r"},
+                                                          {"topic": "persistent://public/default/t", "role": "r"}]),
+    ("POST", f"{_REVOKE_ON_TOPICS}?case=missing-topic", [{"topic": f"{T}/nosuch", "role": "r"}]),
+]
+
+# Resource quotas (pulsar-admin resource-quotas) that fail: a range that is none, not one of the namespace's, a bad
+# upper boundary; a namespace name Pulsar refuses, one that does not exist, a tenant that does not exist; a reset of a
+# bundle that has no quota (Pulsar's metadata store's words); bodies that are no ResourceQuota (Pulsar's reason:
+# Jackson's text, so the status alone); a method Pulsar has not; a POST without a body, which Pulsar takes (it writes
+# null into the bundle's node: PULSAR_TAKES) and ours refuses. Bundles of public/shapes (Pulsar's default 4, as ours).
+RQ = "/admin/v2/resource-quotas"
+_RQ_FIRST, _RQ_LAST = "0x00000000_0x40000000", "0xc0000000_0xffffffff"
+RESOURCE_QUOTAS_FAILING: list[tuple[str, str, Any]] = [
+    ("GET", f"{RQ}/{NS}/bogus", None), ("GET", f"{RQ}/{NS}/0x10000000_0x40000000", None),
+    ("GET", f"{RQ}/{NS}/0x00000000_0x30000000", None), ("GET", f"{RQ}/public/bad%20name/{_RQ_FIRST}", None),
+    ("POST", f"{RQ}/public/nosuchns/{_RQ_FIRST}", {}), ("DELETE", f"{RQ}/nosuchtenant/ns/{_RQ_FIRST}", None),
+    ("DELETE", f"{RQ}/{NS}/{_RQ_FIRST}", None),
+    ("POST", f"{RQ}/{NS}/{_RQ_FIRST}", {"msgRateIn": "abc"}), ("POST", RQ, [1]), ("PUT", RQ, {}),
+    ("POST", f"{RQ}/{NS}/{_RQ_LAST}", None),
+]
+
 # Calls that fail (after the GETs, in this order): each answer's status, and its reason where Pulsar gives one in JSON
 # (where Jersey answers with its HTML page, the status alone).
 FAILING = [
@@ -156,6 +196,10 @@ FAILING = [
     # that does not exist, a partition's name
     *((method, f"/admin/v2/namespaces/public/nosuchns/{PAUSE}", None) for method in ("GET", "POST", "DELETE")),
     ("POST", f"{BASE}/nosuch/{PAUSE}", None), ("GET", f"{BASE}/t-partition-0/{PAUSE}", None),
+    # grants and revokes on several topics
+    *PERMISSIONS_ON_TOPICS_FAILING,
+    # resource quotas
+    *RESOURCE_QUOTAS_FAILING,
 ]
 N = f"/admin/v2/namespaces/{NS}"
 ISOLATION = "/admin/v2/clusters/standalone/namespaceIsolationPolicies"
@@ -276,6 +320,40 @@ PAUSE_CALLS: list[tuple[str, str, Any, bool]] = [
     ("DELETE", f"{BASE}/pause", None, True),
 ]
 
+# Grants on several topics (one action each: Pulsar lists a role's actions in its JVM's set order), read back on each
+# topic (a partitioned topic's grant under its own name, none on its partitions), then revoked. After the other calls.
+PERMISSIONS_ON_TOPICS_CALLS: list[tuple[str, str, Any, bool]] = [
+    ("POST", f"{_GRANT_ON_TOPICS}?case=grant", [{"topic": f"{T}/t", "role": "r1", "actions": ["produce"]},
+                                                {"topic": f"{T}/part", "role": "r1", "actions": ["consume"]},
+                                                {"topic": f"{NS}/t", "role": "r2", "actions": []}], True),
+    ("GET", f"{BASE}/t/permissions?step=granted", None, True),
+    ("GET", f"{BASE}/part/permissions?step=granted", None, True),
+    ("GET", f"{BASE}/part-partition-0/permissions?step=granted", None, True),
+    ("POST", f"{_REVOKE_ON_TOPICS}?case=revoke", [{"topic": f"{T}/t", "role": "r1"}, {"topic": f"{T}/t", "role": "r2"},
+                                                  {"topic": f"{T}/part", "role": "r1"},
+                                                  {"topic": f"{T}/t", "role": "never"}], True),
+    ("GET", f"{BASE}/t/permissions?step=revoked", None, True),
+    ("GET", f"{BASE}/part/permissions?step=revoked", None, True),
+]
+
+# Resource quotas: the default one as Pulsar hard-codes it, then set; a bundle's (t's) answering the default until it
+# has its own; a body read as Pulsar's Jackson reads it (numbers as text, null, "FALSE", 0, an unknown field), a range
+# spelt as Long.decode reads it, stored under its canonical name; resets; a default set in part (the rest zero).
+_RQ_T = f"{RQ}/{NS}/{T_BUNDLE}"
+RESOURCE_QUOTAS_CALLS: list[tuple[str, str, Any, bool]] = [
+    ("GET", RQ, None, True), ("GET", _RQ_T, None, True),
+    ("POST", RQ, {"msgRateIn": 1.5, "msgRateOut": 2, "bandwidthIn": 3, "bandwidthOut": 4, "memory": 5,
+                  "dynamic": False}, True),
+    ("GET", f"{RQ}?step=set", None, True), ("GET", f"{_RQ_T}?step=default", None, True),
+    ("POST", _RQ_T, {"msgRateIn": "7", "msgRateOut": None, "dynamic": "FALSE", "unknown": [1]}, True),
+    ("GET", f"{_RQ_T}?step=set", None, True),
+    ("POST", f"{RQ}/{NS}/0x0_0x40000000", {"memory": -2.5, "dynamic": 0}, True),
+    ("GET", f"{RQ}/{NS}/{_RQ_FIRST}", None, True),
+    ("DELETE", _RQ_T, None, True), ("GET", f"{_RQ_T}?step=reset", None, True),
+    ("DELETE", f"{RQ}/{NS}/{_RQ_FIRST}", None, True),
+    ("POST", f"{RQ}?step=partial", {"memory": 80}, True), ("GET", f"{RQ}?step=partial", None, True),
+]
+
 # Calls that succeed (after the failing ones, in this order): the same status and JSON shape, and where ``exact``, the
 # same body (a value set and read back, a version number).
 SUCCEEDING: list[tuple[str, str, Any, bool]] = [
@@ -391,6 +469,10 @@ SUCCEEDING: list[tuple[str, str, Any, bool]] = [
     # the older schema policy, a bundle's topic hash positions
     *NAMESPACE_GAP_CALLS,
     *PAUSE_CALLS,
+    # grants and revokes on several topics
+    *PERMISSIONS_ON_TOPICS_CALLS,
+    # resource quotas
+    *RESOURCE_QUOTAS_CALLS,
 ]
 
 # Succeeding calls Pulsar 4.0.7 fails (500) where ours succeeds: (method, path) -> why.
@@ -402,6 +484,9 @@ PULSAR_FAILS = {
 
 # Failing calls Pulsar 4.0.7 takes (2xx) where ours refuses on purpose: (method, path) -> why.
 PULSAR_TAKES = {
+    # A resource quota POSTed without a body: Pulsar 4.0.7 writes null into the node (204; a later POST of that quota
+    # fails with 500 until the node is deleted). Ours: 400, a ResourceQuota is required.
+    ("POST", f"{RQ}/{NS}/{_RQ_LAST}"): "no body is refused",
     # Pulsar's JSON reading takes a name its enum has not as null (READ_UNKNOWN_ENUM_VALUES_AS_NULL): a misspelt
     # strategy removes the policy, 204. Ours: 400, naming the strategies.
     ("PUT", f"/admin/v2/namespaces/{NS}/schemaAutoUpdateCompatibilityStrategy"): "an unknown name is refused",

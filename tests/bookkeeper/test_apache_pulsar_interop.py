@@ -61,16 +61,20 @@ def require_apache_pulsar() -> None:
         unavailable(f"Apache Pulsar unavailable: {why}")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster_set_up_by_pulsar(state: Path) -> Iterator[LocalCluster]:
+    """ZooKeeper and a bookie, with the cluster, tenant `public` and namespace `public/default` written by Pulsar's
+    own PulsarClusterMetadataSetup (a fixture's body: skips without the dependencies)."""
     require_cluster_deps()
     require_apache_pulsar()
-    state: Path = tmp_path_factory.mktemp("interop-cluster")
     with running_cluster(state / "cluster", bookies=1) as c:
-        # The cluster, tenant `public` and namespace `public/default`, written by Pulsar's own tool.
         apache_pulsar.run_cluster_metadata_setup(CLUSTER, c.zk_address, "http://127.0.0.1:8080",
                                                  "pulsar://127.0.0.1:6650", state / "setup.log")
         yield c
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from cluster_set_up_by_pulsar(tmp_path_factory.mktemp("interop-cluster"))
 
 
 def start_apache(cluster: LocalCluster, workdir: Path) -> apache_pulsar.PulsarProcess:

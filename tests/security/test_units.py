@@ -386,7 +386,7 @@ async def test_authorization_extras(authz: AuthorizationService) -> None:
 def test_every_route_has_a_deliberate_rule(pki: Pki) -> None:
     server = BrokerServer(cfg(**secure_settings(pki)))
     super_only = {"/admin/v2/brokers", "/admin/v2/broker-stats/", "/admin/v2/clusters/", "/admin/v2/tenants",
-                  "/admin/v3/transactions/", "/admin/v2/bookies/"}
+                  "/admin/v3/transactions/", "/admin/v2/bookies/", "/admin/v2/resource-quotas"}
     ns = "/admin/v2/namespaces/{tenant}/{ns}"  # (and these, as Pulsar's NamespacesBase: validateSuperUserAccess)
     super_only_in_namespaces = {("PUT", f"{ns}/unload"), ("PUT", f"{ns}/{{bundle}}/unload"),
                                 ("PUT", f"{ns}/{{bundle}}/split"), ("POST", f"{ns}/delayedDelivery"),
