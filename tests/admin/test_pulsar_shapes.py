@@ -4,7 +4,7 @@ A Pulsar standalone (the jars of `make pulsar-deps`, cluster/apache_pulsar.py) a
 workload (a Shared, a Key_Shared, a non-persistent and a partitioned topic, an Avro schema, some acknowledgements),
 then the same GETs. For each answer the status must be the same and the JSON the same shape: the same key paths
 (names of topics, subscriptions, brokers and bundles made generic), each holding the same kind of value (number,
-string, bool, list, object, null). Then ~30 calls that fail (status and reason) and ~60 that succeed (status and,
+string, bool, list, object, null). Then ~70 calls that fail (status and reason) and ~400 that succeed (status and,
 for values set and read back, the very answer). Where ours differs on purpose, ``DIFFERENCES`` and
 ``FAILING_DIFFERENCES`` say so and why; anything else found here is a difference a dashboard or a Java admin client
 would see. Then /metrics: every family both expose
